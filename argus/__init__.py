@@ -1,0 +1,1 @@
+"""Argus: a verified tile DSL for NVIDIA Hopper (sm_90a). Users write `import argus as ag`."""

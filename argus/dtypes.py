@@ -1,0 +1,94 @@
+"""Element types of Argus tensors and tiles, with their numpy, torch and CUDA spellings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DType:
+    """An element type. `name` is the IR spelling; `bits` its width."""
+
+    name: str
+    bits: int
+    kind: str  # "float", "int", "uint", "bool"
+    cuda: str
+    numpy: str
+
+    @property
+    def bytes(self) -> int:
+        return max(1, self.bits // 8)
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    def __repr__(self) -> str:
+        return f"ag.{self.name}"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def np_dtype(self) -> np.dtype:
+        """The numpy type the interpreter computes in (bf16/fp8 are stored as float32)."""
+        return np.dtype(self.numpy)
+
+    def torch_dtype(self):
+        import torch
+
+        return getattr(torch, _TORCH_NAMES[self.name])
+
+
+f32 = DType("f32", 32, "float", "float", "float32")
+f16 = DType("f16", 16, "float", "__half", "float16")
+bf16 = DType("bf16", 16, "float", "__nv_bfloat16", "float32")
+f64 = DType("f64", 64, "float", "double", "float64")
+e4m3 = DType("e4m3", 8, "float", "__nv_fp8_e4m3", "float32")
+i32 = DType("i32", 32, "int", "int", "int32")
+i64 = DType("i64", 64, "int", "long long", "int64")
+u32 = DType("u32", 32, "uint", "unsigned", "uint32")
+i1 = DType("i1", 1, "bool", "bool", "bool")
+
+ALL = {d.name: d for d in (f32, f16, bf16, f64, e4m3, i32, i64, u32, i1)}
+
+_TORCH_NAMES = {
+    "f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64",
+    "e4m3": "float8_e4m3fn", "i32": "int32", "i64": "int64", "u32": "uint32", "i1": "bool",
+}
+
+
+def from_name(name: str) -> DType:
+    try:
+        return ALL[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(ALL)}") from None
+
+
+def from_torch(torch_dtype) -> DType:
+    for name, tname in _TORCH_NAMES.items():
+        if str(torch_dtype) == f"torch.{tname}":
+            return ALL[name]
+    raise ValueError(f"torch dtype {torch_dtype} has no Argus equivalent")
+
+
+def round_to(values: np.ndarray, dtype: DType) -> np.ndarray:
+    """Round float32 values as the device would store them in `dtype` (the interpreter's casts)."""
+    if dtype.name == "bf16":
+        bits = np.asarray(values, dtype=np.float32).view(np.uint32)
+        # round to nearest even on the upper 16 bits, as cvt.rn.bf16.f32 does
+        rounding = ((bits >> 16) & 1) + 0x7FFF
+        out = ((bits + rounding) & 0xFFFF0000).astype(np.uint32)
+        nan = np.isnan(values)
+        out = out.view(np.float32).copy()
+        out[nan] = np.nan
+        return out
+    if dtype.name == "f16":
+        return np.asarray(values).astype(np.float16).astype(np.float32)
+    if dtype.name == "e4m3":
+        import torch
+
+        t = torch.from_numpy(np.asarray(values, dtype=np.float32))
+        return t.to(torch.float8_e4m3fn).to(torch.float32).numpy()
+    return np.asarray(values).astype(dtype.np_dtype())
