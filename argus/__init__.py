@@ -1,1 +1,27 @@
-"""Argus: a verified tile DSL for NVIDIA Hopper (sm_90a). Users write `import argus as ag`."""
+"""Argus: a verified tile DSL for NVIDIA Hopper (sm_90a). Users write `import argus as ag`.
+
+    @ag.kernel
+    def scale(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["M", "N", ag.f32], BN: int = 1024):
+        (row,) = ag.grid(X.shape[0])
+        x = ag.load(X, (row, 0), (1, BN))
+        ag.store(Y, (row, 0), x * 2.0)
+"""
+
+from argus.dsl.api import (abs_, cdiv, erf, exp, exp2, full, grid, ldmatrix, load, log, maximum,
+                           minimum, pipeline, range, relu, role, rsqrt, sigmoid, smem, sqrt,
+                           stmatrix, store, tanh, thread_index, tma, wgmma, when, where, zeros)
+from argus.dsl.kernel import KernelFunction, Tensor, kernel
+from argus.dtypes import bf16, e4m3, f16, f32, f64, i1, i32, i64, u32
+from argus.errors import (ArgusError, CompileError, Diagnostic, IRError, LaunchError, TraceError,
+                          VerificationError)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "abs_", "cdiv", "erf", "exp", "exp2", "full", "grid", "ldmatrix", "load", "log", "maximum",
+    "minimum", "pipeline", "range", "relu", "role", "rsqrt", "sigmoid", "smem", "sqrt",
+    "stmatrix", "store", "tanh", "thread_index", "tma", "wgmma", "when", "where", "zeros",
+    "KernelFunction", "Tensor", "kernel", "bf16", "e4m3", "f16", "f32", "f64", "i1", "i32",
+    "i64", "u32", "ArgusError", "CompileError", "Diagnostic", "IRError", "LaunchError",
+    "TraceError", "VerificationError",
+]

@@ -1,0 +1,581 @@
+// argus_sm90.cuh: the small device vocabulary that Argus-generated CUDA C++ is written in.
+//
+// One job: give generated code (and hand-written references) one named, documented inline-PTX
+// wrapper per Hopper (sm_90a) instruction it uses, so that generated kernels read as a sequence
+// of instructions rather than as asm strings.
+//
+// Invariants this file keeps:
+//   * NVRTC-clean: no #include at all (no system, no CUDA header); compiles with NVRTC and with
+//     nvcc, without -I paths, for -arch=sm_90a (wgmma and setmaxnreg need the `a` target).
+//   * Everything lives in `namespace ag` and is `__device__ __forceinline__` (no ABI, no calls).
+//   * Every wrapper names the PTX ISA instruction it emits and the section that defines it: by
+//     number where INVARIANTS.md checked it (PTX ISA 9.x numbering) and always by title,
+//     because NVIDIA renumbers sections between versions.
+//   * Coordinates for TMA are in elements, innermost dimension first (c0 = column / inner dim),
+//     exactly as the PTX tensorCoords operand.
+//   * wgmma instructions themselves are NOT here: they need one asm operand per accumulator
+//     register, so argus/codegen/wgmma.py generates them per (N, dtypes, operand source).
+//
+// Asm statements that order memory (barriers, fences, async copies) are `volatile` with a
+// "memory" clobber so the compiler does not move ordinary loads/stores across them.
+
+#pragma once
+
+namespace ag {
+
+// ------------------------------------------------------------------------------------------
+// Fixed-width integer types (no <cstdint>: NVRTC has no system headers).
+// ------------------------------------------------------------------------------------------
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+
+static_assert(sizeof(uint16_t) == 2 && sizeof(uint32_t) == 4 && sizeof(uint64_t) == 8,
+              "argus_sm90.cuh: fixed-width typedefs have the wrong size");
+
+// A TMA tensor map: 128 opaque bytes, 64-byte aligned, layout-compatible with CUtensorMap
+// (CUDA driver API, cuTensorMapEncodeTiled). Pass it to a kernel as
+// `const __grid_constant__ ag::TensorMap tmap` and use `&tmap` (a generic address into the
+// kernel parameter space), as PTX ISA "cp.async.bulk.tensor" (Data Movement and
+// Conversion Instructions) requires for tensorMap.
+struct alignas(64) TensorMap {
+    unsigned long long opaque[16];
+};
+static_assert(sizeof(TensorMap) == 128, "TensorMap must be 128 bytes like CUtensorMap");
+
+// ------------------------------------------------------------------------------------------
+// 16-bit and 8-bit floating-point storage types. They are raw bits: arithmetic happens in f32
+// after conversion. bf16x2 / f16x2 are two values packed in one 32-bit register, low half =
+// the element with the lower index (the order wgmma fragments and memory use).
+// ------------------------------------------------------------------------------------------
+struct bf16 { uint16_t x; };
+struct f16 { uint16_t x; };
+struct bf16x2 { uint32_t x; };
+struct f16x2 { uint32_t x; };
+struct e4m3 { uint8_t x; };
+
+// PTX ISA "cvt" (Data Movement and Conversion Instructions): cvt.rn.bf16.f32 (round to nearest
+// even; NaN stays NaN).
+__device__ __forceinline__ bf16 f32_to_bf16(float v) {
+    bf16 r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.x) : "f"(v));
+    return r;
+}
+
+// PTX ISA "cvt" (Data Movement and Conversion Instructions): cvt.f32.bf16 (exact widening, sm_90).
+__device__ __forceinline__ float bf16_to_f32(bf16 v) {
+    float r;
+    asm("cvt.f32.bf16 %0, %1;" : "=f"(r) : "h"(v.x));
+    return r;
+}
+
+// PTX ISA "cvt" (Data Movement and Conversion Instructions): cvt.rn.bf16x2.f32 d, a, b puts cvt(a)
+// in the UPPER half and cvt(b) in the lower half, so `hi` is passed first. Result: low 16 bits =
+// lo, high 16 bits = hi.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// Unpack a bf16x2 register: the low half is element 0. bf16 -> f32 is a 16-bit left shift.
+__device__ __forceinline__ float bf16x2_lo(uint32_t v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf16x2_hi(uint32_t v) { return __uint_as_float(v & 0xFFFF0000u); }
+
+// PTX ISA "cvt" (Data Movement and Conversion Instructions): cvt.rn.f16.f32.
+__device__ __forceinline__ f16 f32_to_f16(float v) {
+    f16 r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.x) : "f"(v));
+    return r;
+}
+
+// PTX ISA "cvt" (Data Movement and Conversion Instructions): cvt.f32.f16 (exact widening).
+__device__ __forceinline__ float f16_to_f32(f16 v) {
+    float r;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(v.x));
+    return r;
+}
+
+// PTX ISA "cvt" (Data Movement and Conversion Instructions): cvt.rn.f16x2.f32 d, a, b (cvt(a) in
+// the upper half, as for bf16x2).
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// PTX ISA "cvt" (Data Movement and Conversion Instructions): cvt.rn.satfinite.e4m3x2.f32 d, a, b
+// (sm_89+): two f32 to two e4m3 in a 16-bit register, cvt(a) in the upper byte. satfinite clamps
+// finite values beyond the e4m3 range to +-448.
+__device__ __forceinline__ uint16_t pack_e4m3x2(float lo, float hi) {
+    uint16_t r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// PTX ISA "cvt" (Data Movement and Conversion Instructions): cvt.rn.f16x2.e4m3x2 (exact widening of
+// two e4m3 to two f16).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t v) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
+    return r;
+}
+
+// ------------------------------------------------------------------------------------------
+// Math. NVRTC also provides the CUDA math API without includes (expf, logf, erff, tanhf,
+// sqrtf, fmaxf, rsqrtf, __expf ...); these wrappers pin the exact SFU instruction instead.
+// ------------------------------------------------------------------------------------------
+
+// PTX ISA "ex2" (Floating Point Instructions): ex2.approx.ftz.f32, 2^x on the SFU (max rel. error
+// 2^-22, ftz).
+__device__ __forceinline__ float exp2_approx(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+// e^x = 2^(x * log2(e)): one FMUL + one ex2 (what softmax uses, with the scale folded in).
+__device__ __forceinline__ float exp_fast(float x) { return exp2_approx(x * 1.4426950408889634f); }
+
+// PTX ISA "lg2" (Floating Point Instructions): lg2.approx.ftz.f32, log2(x) on the SFU.
+__device__ __forceinline__ float log2_approx(float x) {
+    float r;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+// ln(x) = log2(x) * ln(2).
+__device__ __forceinline__ float log_fast(float x) { return log2_approx(x) * 0.6931471805599453f; }
+
+// PTX ISA "tanh" (Floating Point Instructions): tanh.approx.f32 (sm_75+), relative error about
+// 2^-11 (not for accuracy-critical code).
+__device__ __forceinline__ float tanh_approx(float x) {
+    float r;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+// PTX ISA "rcp" (Floating Point Instructions): rcp.approx.ftz.f32, 1/x on the SFU.
+__device__ __forceinline__ float rcp_approx(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+// PTX ISA "rsqrt" (Floating Point Instructions): rsqrt.approx.ftz.f32, 1/sqrt(x) on the SFU.
+__device__ __forceinline__ float rsqrt_approx(float x) {
+    float r;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+// PTX ISA "sqrt" (Floating Point Instructions): sqrt.approx.ftz.f32.
+__device__ __forceinline__ float sqrt_approx(float x) {
+    float r;
+    asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+// PTX ISA "max" / "min" (Floating Point Instructions): max.f32 / min.f32 return the non-NaN operand
+// if one is NaN.
+__device__ __forceinline__ float fmax(float a, float b) {
+    float r;
+    asm("max.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+__device__ __forceinline__ float fmin(float a, float b) {
+    float r;
+    asm("min.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+
+// ------------------------------------------------------------------------------------------
+// Shared-memory addresses and thread identity.
+// ------------------------------------------------------------------------------------------
+
+// PTX ISA "cvta" (Data Movement and Conversion Instructions): cvta.to.shared.u64, generic -> 32-bit
+// shared-window address. Every shared-memory operand of mbarrier / cp.async.bulk / ldmatrix /
+// stmatrix below takes this.
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
+    uint32_t r;
+    asm("{\n\t.reg .u64 a;\n\tcvta.to.shared.u64 a, %1;\n\tcvt.u32.u64 %0, a;\n\t}"
+        : "=r"(r) : "l"(ptr));
+    return r;
+}
+
+// PTX ISA "Special Registers": %laneid.
+__device__ __forceinline__ uint32_t lane_id() {
+    uint32_t r;
+    asm("mov.u32 %0, %%laneid;" : "=r"(r));
+    return r;
+}
+
+// Warp index in the CTA. The shuffle from lane 0 tells the compiler the value is warp-uniform,
+// so branches on it stay uniform (convergence matters for the .sync.aligned instructions).
+__device__ __forceinline__ uint32_t warp_id() {
+    return __shfl_sync(0xFFFFFFFFu, threadIdx.x / 32u, 0);
+}
+
+// Warpgroup index in the CTA (4 consecutive warps = 128 threads, PTX ISA §9.7.15 "Warpgroup").
+__device__ __forceinline__ uint32_t warpgroup_id() {
+    return __shfl_sync(0xFFFFFFFFu, threadIdx.x / 128u, 0);
+}
+
+// Warp index inside its warpgroup (0..3): `w` in the wgmma fragment formulas.
+__device__ __forceinline__ uint32_t warp_in_warpgroup() { return warp_id() % 4u; }
+
+// PTX ISA "elect.sync" (Parallel Synchronization and Communication): true in exactly one active
+// lane of the warp (the leader).
+__device__ __forceinline__ bool elect_one_sync() {
+    uint32_t pred = 0;
+    asm volatile(
+        "{\n\t.reg .b32 rx;\n\t.reg .pred px;\n\t"
+        "elect.sync rx|px, %1;\n\t"
+        "selp.b32 %0, 1, 0, px;\n\t}"
+        : "=r"(pred) : "r"(0xFFFFFFFFu));
+    return pred != 0;
+}
+
+// PTX ISA "bar / barrier" (Parallel Synchronization and Communication): bar.sync id, n. Named
+// barrier `id` (1..15; 0 is __syncthreads) for `nthreads` threads, a multiple of 32, equal at every
+// participant.
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t nthreads) {
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
+}
+
+// PTX ISA "bar / barrier" (Parallel Synchronization and Communication): bar.arrive id, n (signal
+// without waiting; producer side).
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t nthreads) {
+    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
+}
+
+// PTX ISA "shfl.sync" (Data Movement and Conversion Instructions): butterfly exchange of a float
+// across lanes (all 32 lanes).
+__device__ __forceinline__ float shfl_xor(float v, int lane_mask) {
+    return __shfl_xor_sync(0xFFFFFFFFu, v, lane_mask);
+}
+
+// ------------------------------------------------------------------------------------------
+// mbarrier (PTX ISA §9.7.13.15 "mbarrier"): a 64-bit shared-memory object with a phase bit, a
+// pending-arrival count and a transaction (byte) count.
+// ------------------------------------------------------------------------------------------
+
+// PTX ISA §9.7.13.15 "mbarrier.init": expected arrivals per phase = count.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_u32(bar)), "r"(count)
+                 : "memory");
+}
+
+// PTX ISA "membar / fence" (fence.mbarrier_init): makes mbarrier.init (generic proxy) visible to
+// the async proxy / other CTAs of the cluster. Follow it with __syncthreads or a cluster barrier.
+__device__ __forceinline__ void fence_barrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// PTX ISA "membar / fence" (proxy fence): fence.proxy.async.shared::cta. Orders this thread's
+// generic shared-memory writes (st.shared, stmatrix) before later async-proxy reads (TMA store,
+// wgmma).
+__device__ __forceinline__ void fence_view_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// PTX ISA §9.7.13.15 "mbarrier.arrive": arrive.expect_tx adds `bytes` to the tx-count, then
+// arrives once. `bytes` must equal all bytes TMA will complete on this barrier this phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+
+// PTX ISA §9.7.13.15 "mbarrier.expect_tx": add to the tx-count without arriving.
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
+                 :: "r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+
+// PTX ISA §9.7.13.15 "mbarrier.arrive": one arrival (release semantics at CTA scope).
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_u32(bar)) : "memory");
+}
+
+// Arrive on the barrier at the same smem offset in CTA `cta_id` of the cluster: PTX ISA "mapa"
+// (map a shared::cta address into the shared::cluster window) + mbarrier.arrive.release.cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta_id) {
+    asm volatile(
+        "{\n\t.reg .b32 remote;\n\t"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t}"
+        :: "r"(smem_u32(bar)), "r"(cta_id) : "memory");
+}
+
+// PTX ISA §9.7.13.15 "mbarrier.test_wait / try_wait": true once the phase with parity `parity`
+// has completed (the current phase's parity differs). One potentially blocking probe.
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+        "selp.b32 %0, 1, 0, p;\n\t}"
+        : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+    return done != 0;
+}
+
+// Block until the phase with parity `parity` has completed (loop on try_wait.parity, which
+// itself suspends for a hardware time limit). Only one bit of phase history exists, so the
+// protocol must keep waiters at most one phase behind (HOPPER.md §2.4 hazard 1).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+    while (!mbar_try_wait(bar, parity)) {
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// TMA: PTX ISA "cp.async.bulk.tensor" (tensor copies between global and shared memory
+// described by a TensorMap). Loads complete bytes on an mbarrier; stores use bulk groups.
+// ------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint64_t tmap_u64(const TensorMap* tmap) {
+    return reinterpret_cast<uint64_t>(tmap);
+}
+
+// PTX ISA "prefetch" (prefetch.tensormap): pull the descriptor into the cache before first use.
+__device__ __forceinline__ void prefetch_tensormap(const TensorMap* tmap) {
+    asm volatile("prefetch.tensormap [%0];" :: "l"(tmap_u64(tmap)) : "memory");
+}
+
+// cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+__device__ __forceinline__ void tma_load_2d(const TensorMap* tmap, void* smem_dst, uint64_t* bar,
+                                            int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4}], [%2];"
+        :: "r"(smem_u32(smem_dst)), "l"(tmap_u64(tmap)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+        : "memory");
+}
+
+// cp.async.bulk.tensor.3d... (e.g. [E][N][K] expert weights: c2 = expert index).
+__device__ __forceinline__ void tma_load_3d(const TensorMap* tmap, void* smem_dst, uint64_t* bar,
+                                            int c0, int c1, int c2) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5}], [%2];"
+        :: "r"(smem_u32(smem_dst)), "l"(tmap_u64(tmap)), "r"(smem_u32(bar)), "r"(c0), "r"(c1),
+           "r"(c2)
+        : "memory");
+}
+
+// .multicast::cluster: the box lands at the same smem offset (and completes bytes on the
+// barrier at the same offset) in every CTA of the cluster whose bit is set in cta_mask.
+__device__ __forceinline__ void tma_load_2d_multicast(const TensorMap* tmap, void* smem_dst,
+                                                      uint64_t* bar, int c0, int c1,
+                                                      uint16_t cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;"
+        :: "r"(smem_u32(smem_dst)), "l"(tmap_u64(tmap)), "r"(smem_u32(bar)), "h"(cta_mask),
+           "r"(c0), "r"(c1)
+        : "memory");
+}
+
+// cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group. The source smem must have been
+// made visible to the async proxy (fence_view_async_shared + barrier) by its writers, and
+// must not be overwritten before tma_store_wait_read (HOPPER.md §2.4 hazards 5 and 6).
+__device__ __forceinline__ void tma_store_2d(const TensorMap* tmap, const void* smem_src,
+                                             int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];"
+        :: "l"(tmap_u64(tmap)), "r"(smem_u32(smem_src)), "r"(c0), "r"(c1) : "memory");
+}
+
+__device__ __forceinline__ void tma_store_3d(const TensorMap* tmap, const void* smem_src,
+                                             int c0, int c1, int c2) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
+        :: "l"(tmap_u64(tmap)), "r"(smem_u32(smem_src)), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+
+// PTX ISA "cp.reduce.async.bulk.tensor": global[box] += smem (split-K, scatter-add).
+__device__ __forceinline__ void tma_reduce_add_2d(const TensorMap* tmap, const void* smem_src,
+                                                  int c0, int c1) {
+    asm volatile(
+        "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group"
+        " [%0, {%2, %3}], [%1];"
+        :: "l"(tmap_u64(tmap)), "r"(smem_u32(smem_src)), "r"(c0), "r"(c1) : "memory");
+}
+
+// PTX ISA "cp.async.bulk.commit_group": close the current bulk group of TMA stores.
+__device__ __forceinline__ void tma_store_commit() {
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// PTX ISA "cp.async.bulk.wait_group" (.read N): at most N groups still READ their smem
+// source; after it the source buffers of older groups may be overwritten.
+template <int N>
+__device__ __forceinline__ void tma_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+
+// PTX ISA "cp.async.bulk.wait_group" N: at most N groups pending (writes to global complete).
+template <int N>
+__device__ __forceinline__ void tma_store_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
+}
+
+// ------------------------------------------------------------------------------------------
+// wgmma fixed parts (PTX ISA §9.7.15 "Asynchronous Warpgroup Level Matrix Multiply-Accumulate").
+// The mma_async wrappers themselves are generated by argus/codegen/wgmma.py.
+// ------------------------------------------------------------------------------------------
+
+// PTX ISA §9.7.15 "wgmma.fence": required before the first wgmma of a batch and after any
+// other instruction wrote the accumulator or A-fragment registers (HOPPER.md hazard 7).
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+// PTX ISA §9.7.15 "wgmma.commit_group": close the group of wgmma issued since the last commit.
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+// PTX ISA §9.7.15 "wgmma.wait_group" N: at most N committed groups still in flight. Their smem
+// operands and accumulator registers must not be touched until a wait covers them (hazard 8).
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+
+// Compiler-only fence on accumulator registers: the wait above names no registers, so without
+// this the compiler could move reads/writes of `d` across it. Costs no instruction.
+__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r) :: "memory"); }
+__device__ __forceinline__ void fence_operand(uint32_t& r) {
+    asm volatile("" : "+r"(r) :: "memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) fence_operand(d[i]);
+}
+template <int N>
+__device__ __forceinline__ void fence_operands(uint32_t (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) fence_operand(d[i]);
+}
+
+// PTX ISA §9.7.15.5.1.2.2 "Matrix Descriptor Format" (INVARIANTS.md §2.2):
+//   bits  0-13 start address >> 4      bits 16-29 leading byte offset (LBO) >> 4
+//   bits 32-45 stride byte offset (SBO) >> 4      bits 49-51 base offset (0: buffer aligned to
+//   the swizzle repeat, 1024 B for 128B)      bits 62-63 swizzle: 0 none, 1 128B, 2 64B, 3 32B.
+// Note the swizzle code is inverted relative to CU_TENSOR_MAP_SWIZZLE_* (128B = 3 there).
+// K-major 128B-swizzled bf16 tiles with 128-byte rows: LBO unused (16), SBO = 1024 (8 rows).
+__device__ __forceinline__ uint64_t make_smem_desc(const void* smem_ptr, int swizzle_bytes,
+                                                   uint32_t lbo_bytes, uint32_t sbo_bytes) {
+    const uint64_t swizzle_code = swizzle_bytes == 128 ? 1ull
+                                : swizzle_bytes == 64  ? 2ull
+                                : swizzle_bytes == 32  ? 3ull
+                                                       : 0ull;
+    uint64_t desc = 0;
+    desc |= (uint64_t)((smem_u32(smem_ptr) & 0x3FFFFu) >> 4);
+    desc |= (uint64_t)((lbo_bytes & 0x3FFFFu) >> 4) << 16;
+    desc |= (uint64_t)((sbo_bytes & 0x3FFFFu) >> 4) << 32;
+    desc |= swizzle_code << 62;
+    return desc;
+}
+
+// Advance the start-address field by `bytes` (a multiple of 16), e.g. 32 B per k16 step inside
+// a 128B swizzle atom: the hardware applies the swizzle XOR to the absolute address, so moving
+// the start inside the atom is correct (INVARIANTS.md §2.2). No carry out of bits 0-13 as long
+// as the operand stays inside the 256 KB shared window.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+    return desc + (uint64_t)(bytes >> 4);
+}
+
+// ------------------------------------------------------------------------------------------
+// Register reallocation between warpgroups: PTX ISA "setmaxnreg" (Miscellaneous Instructions;
+// sm_90a). Needs a register cap at kernel entry (__launch_bounds__(threads, 1)); N a multiple of 8
+// in [24, 256]; executed by all threads of the warpgroup; producers dec before consumers inc.
+// ------------------------------------------------------------------------------------------
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg: N must be 8k in [24, 256]");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg: N must be 8k in [24, 256]");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
+}
+
+// ------------------------------------------------------------------------------------------
+// ldmatrix / stmatrix (PTX ISA §9.7.14.5.15 "ldmatrix", §9.7.14.5.16 "stmatrix";
+// INVARIANTS.md §2.4).
+// x4: lanes 8j..8j+7 give the 8 row addresses (16-byte rows) of matrix j; register j of lane l
+// holds row l/4, columns 2(l%4), 2(l%4)+1 of matrix j (.trans: the transposed matrix).
+// ------------------------------------------------------------------------------------------
+__device__ __forceinline__ void ldmatrix_x4(const void* smem_row, uint32_t& r0, uint32_t& r1,
+                                            uint32_t& r2, uint32_t& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_u32(smem_row)) : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(const void* smem_row, uint32_t& r0,
+                                                  uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_u32(smem_row)) : "memory");
+}
+__device__ __forceinline__ void stmatrix_x4(void* smem_row, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(smem_u32(smem_row)), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+__device__ __forceinline__ void stmatrix_x4_trans(void* smem_row, uint32_t r0, uint32_t r1,
+                                                  uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(smem_u32(smem_row)), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
+// ------------------------------------------------------------------------------------------
+// Clusters (PTX ISA "barrier.cluster"; special registers %cluster_ctarank, %cluster_nctarank).
+// ------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t cluster_nctarank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+    return r;
+}
+// barrier.cluster.arrive has release semantics by default: prior writes (e.g. mbarrier.init)
+// become visible to cluster peers that complete the matching wait.
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+    cluster_arrive();
+    cluster_wait();
+}
+
+// ------------------------------------------------------------------------------------------
+// Global stores of register pairs (PTX ISA "st"): one 32-bit or 64-bit transaction.
+// The address must be 4-byte (bf16x2) / 8-byte (f32x2) aligned.
+// ------------------------------------------------------------------------------------------
+__device__ __forceinline__ void st_global_b32(void* ptr, uint32_t v) {
+    asm volatile("st.global.b32 [%0], %1;" :: "l"(ptr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_global_f32x2(void* ptr, float a, float b) {
+    asm volatile("st.global.v2.f32 [%0], {%1, %2};" :: "l"(ptr), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ void st_global_b16(void* ptr, uint16_t v) {
+    asm volatile("st.global.b16 [%0], %1;" :: "l"(ptr), "h"(v) : "memory");
+}
+
+}  // namespace ag

@@ -1,0 +1,339 @@
+"""The DSL's operations: launch grid, runtime loops and predicates, warp roles, tiles, shared
+memory, the mbarrier pipeline, TMA, wgmma, ldmatrix/stmatrix and elementwise math.
+
+Each function checks its arguments at trace time and raises TraceError at the user's line for
+shapes that cannot tile, non-uniform guards around warpgroup-wide instructions, and misuse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+from typing import Iterator
+
+from argus import dtypes
+from argus.dtypes import DType
+from argus.dsl.tracing import current, user_loc
+from argus.dsl.values import (Pipe, Scalar, SmemBuffer, SmemView, TensorArg, Tile, as_scalar,
+                              elementwise)
+from argus.errors import TraceError
+from argus.ir import ops as O
+from argus.ir.core import Region
+from argus.ir.types import PipeType, ScalarType, SmemType, TileType
+
+# ----------------------------------------------------------------------------- launch grid
+
+
+def grid(*extents) -> tuple[Scalar, ...]:
+    """Declare the launch grid (1 to 3 extents, runtime scalars of shape parameters) and
+    return this CTA's program ids."""
+    ctx = current("ag.grid")
+    loc = user_loc()
+    if ctx.grid_declared:
+        raise TraceError("ag.grid was called twice", loc, fix="declare the grid once")
+    if not 1 <= len(extents) <= 3:
+        raise TraceError(f"ag.grid takes 1 to 3 extents, got {len(extents)}", loc)
+    if ctx.builder.depth:
+        raise TraceError("ag.grid must be called at the top level of the kernel", loc)
+    ctx.grid_declared = True
+    values = tuple(as_scalar(e).value for e in extents)
+    ids = tuple(ctx.builder.fresh(ScalarType(dtypes.i32), "pid") for _ in extents)
+    ctx.builder.append(O.GridIds(ids, values, loc=loc))
+    return tuple(Scalar(i) for i in ids)
+
+
+def cdiv(a, b):
+    """Ceiling division, for trace-time ints and runtime scalars alike."""
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    return (as_scalar(a) + b - 1) // b
+
+
+def thread_index() -> Scalar:
+    """This thread's index in the executing group: a non-uniform value."""
+    ctx = current("ag.thread_index")
+    v = ctx.builder.fresh(ScalarType(dtypes.i32), "tid")
+    ctx.builder.append(O.ThreadIndex(v, loc=user_loc()))
+    return Scalar(v, uniform=False)
+
+
+# ----------------------------------------------------------------------------- control flow
+
+
+def range(start, stop=None, step: int = 1) -> Iterator[Scalar]:  # noqa: A001 - mirrors Python
+    """A runtime loop. The body is traced once with a symbolic induction variable; use a
+    plain Python `for` to unroll at trace time."""
+    ctx = current("ag.range")
+    loc = user_loc()
+    if stop is None:
+        start, stop = 0, start
+    if isinstance(step, int) and step <= 0:
+        raise TraceError(f"ag.range step must be positive, got {step}", loc)
+    start_v, stop_v, step_v = (as_scalar(x).value for x in (start, stop, step))
+    var = ctx.builder.fresh(ScalarType(dtypes.i32), "i")
+    with ctx.builder.region() as body:
+        yield Scalar(var)
+    ctx.builder.append(O.For(var, start_v, stop_v, step_v, Region(tuple(body)), loc=loc))
+
+
+@contextlib.contextmanager
+def when(cond) -> Iterator[None]:
+    """Run the block only where `cond` holds (a runtime predicate)."""
+    ctx = current("ag.when")
+    loc = user_loc()
+    c = as_scalar(cond)
+    if not c.uniform:
+        ctx.nonuniform_guards += 1
+    try:
+        with ctx.builder.region() as body:
+            yield
+    finally:
+        if not c.uniform:
+            ctx.nonuniform_guards -= 1
+    ctx.builder.append(O.If(c.value, Region(tuple(body)), loc=loc))
+
+
+@contextlib.contextmanager
+def role(name: str, warpgroups: int = 1, regs: int = 0) -> Iterator[Scalar]:
+    """A warp-specialized region for `warpgroups` warpgroups with `regs` registers per thread
+    (0 = leave the allocation alone). Yields the warpgroup's index inside the role."""
+    ctx = current("ag.role")
+    loc = user_loc()
+    if ctx.builder.depth:
+        raise TraceError("ag.role must be at the top level of the kernel", loc)
+    if name in ctx.roles_seen:
+        raise TraceError(f"role {name!r} declared twice", loc)
+    if not isinstance(warpgroups, int) or warpgroups < 1:
+        raise TraceError(f"role {name!r}: warpgroups must be a positive int", loc)
+    if regs and (regs % 8 or not 24 <= regs <= 256):
+        raise TraceError(f"role {name!r}: regs={regs} is not a multiple of 8 in [24, 256]", loc,
+                         fix="setmaxnreg takes multiples of 8 in [24, 256] (PTX ISA, setmaxnreg)")
+    ctx.roles_seen.append(name)
+    ctx.any_role = True
+    index = ctx.builder.fresh(ScalarType(dtypes.i32), "wg")
+    ctx.in_role = name
+    try:
+        with ctx.builder.region() as body:
+            yield Scalar(index)
+    finally:
+        ctx.in_role = None
+    ctx.builder.append(O.RoleOp(index, name, warpgroups, regs, Region(tuple(body)), loc=loc))
+
+
+# ----------------------------------------------------------------------------- tiles
+
+
+def _check_tile_shape(shape, loc) -> tuple[int, ...]:
+    shape = tuple(shape)
+    if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise TraceError(f"tile shape {shape} must be positive trace-time ints", loc)
+    return shape
+
+
+def full(shape, value: float, dtype: DType = dtypes.f32) -> Tile:
+    ctx = current("ag.full")
+    shape = _check_tile_shape(shape, user_loc())
+    v = ctx.builder.fresh(TileType(dtype, shape))
+    ctx.builder.append(O.Full(v, float(value), loc=user_loc()))
+    return Tile(v)
+
+
+def zeros(shape, dtype: DType = dtypes.f32) -> Tile:
+    return full(shape, 0.0, dtype)
+
+
+def _offsets(tensor: TensorArg, offsets, loc) -> tuple:
+    if not isinstance(tensor, TensorArg):
+        raise TraceError(f"expected a kernel tensor parameter, got {type(tensor).__name__}", loc)
+    offsets = tuple(offsets)
+    if len(offsets) != len(tensor.shape):
+        raise TraceError(f"{tensor.name} has {len(tensor.shape)} dims but {len(offsets)} "
+                         f"offsets were given", loc)
+    return tuple(as_scalar(o).value for o in offsets)
+
+
+def load(tensor: TensorArg, offsets, shape, other: float = 0.0) -> Tile:
+    """Load the tile of `shape` whose first element is at `offsets`; out-of-bounds elements
+    read as `other`."""
+    ctx = current("ag.load")
+    loc = user_loc()
+    shape = _check_tile_shape(shape, loc)
+    if len(shape) != len(tensor.shape):
+        raise TraceError(f"tile rank {len(shape)} != tensor rank {len(tensor.shape)}", loc)
+    offs = _offsets(tensor, offsets, loc)
+    v = ctx.builder.fresh(TileType(tensor.dtype, shape))
+    ctx.builder.append(O.Load(v, tensor.value, offs, float(other), loc=loc))
+    return Tile(v)
+
+
+def store(tensor: TensorArg, offsets, tile: Tile) -> None:
+    """Store `tile` at `offsets`; elements outside the tensor are dropped."""
+    ctx = current("ag.store")
+    loc = user_loc()
+    if not isinstance(tile, Tile):
+        raise TraceError("ag.store needs a tile", loc)
+    if tile.dtype != tensor.dtype:
+        raise TraceError(f"storing a {tile.dtype} tile into {tensor.name} of dtype "
+                         f"{tensor.dtype}", loc, fix=f"convert with .to(ag.{tensor.dtype.name})")
+    if len(tile.shape) != len(tensor.shape):
+        raise TraceError(f"tile rank {len(tile.shape)} != tensor rank {len(tensor.shape)}", loc)
+    offs = _offsets(tensor, offsets, loc)
+    ctx.builder.append(O.Store(tensor.value, offs, tile.value, loc=loc))
+
+
+def where(cond: Tile, a, b) -> Tile:
+    return elementwise("where", cond, a, b)
+
+
+def maximum(a, b) -> Tile:
+    return elementwise("max", a, b)
+
+
+def minimum(a, b) -> Tile:
+    return elementwise("min", a, b)
+
+
+def _unary(fn):
+    def f(x: Tile) -> Tile:
+        return elementwise(fn, x)
+    f.__name__ = fn
+    f.__doc__ = f"Elementwise {fn}."
+    return f
+
+
+exp, exp2, log, sqrt, rsqrt, tanh, erf, sigmoid, relu, abs_ = (
+    _unary(n) for n in ("exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu",
+                        "abs"))
+
+# ----------------------------------------------------------------------------- shared memory
+
+
+def smem(shape, dtype: DType, swizzle: int = 0) -> SmemBuffer:
+    """A shared-memory buffer: (rows, cols) or (stages, rows, cols). With a swizzle (32, 64,
+    128 bytes) one row must be exactly the swizzle span, as TMA and wgmma address it."""
+    ctx = current("ag.smem")
+    loc = user_loc()
+    shape = _check_tile_shape(shape, loc)
+    if len(shape) not in (2, 3):
+        raise TraceError(f"ag.smem takes 2-d or 3-d (staged) shapes, got {shape}", loc)
+    if swizzle not in (0, 32, 64, 128):
+        raise TraceError(f"swizzle must be 0, 32, 64 or 128 bytes, got {swizzle}", loc)
+    row_bytes = shape[-1] * dtype.bytes
+    if swizzle and row_bytes != swizzle:
+        raise TraceError(f"a {swizzle}B-swizzled buffer needs rows of {swizzle} bytes "
+                         f"({swizzle // dtype.bytes} x {dtype}), got {shape[-1]} x {dtype} = "
+                         f"{row_bytes} bytes", loc,
+                         fix=f"use {swizzle // dtype.bytes} columns per row (the K tile), or "
+                             f"another swizzle")
+    v = ctx.builder.fresh(SmemType(dtype, shape, swizzle), "s")
+    ctx.builder.append(O.SmemAlloc(v, loc=loc))
+    return SmemBuffer(v)
+
+
+def pipeline(stages: int, consumers: int = 1) -> Pipe:
+    """An mbarrier ring of `stages` slots released by `consumers` consumer warpgroups."""
+    ctx = current("ag.pipeline")
+    loc = user_loc()
+    if not isinstance(stages, int) or not 1 <= stages <= 16:
+        raise TraceError(f"pipeline stages must be an int in [1, 16], got {stages}", loc)
+    v = ctx.builder.fresh(PipeType(stages), "pipe")
+    ctx.builder.append(O.PipelineCreate(v, consumers, loc=loc))
+    return Pipe(v)
+
+
+def _view(x, what: str, loc) -> SmemView:
+    if isinstance(x, SmemBuffer):
+        x = x.view()
+    if not isinstance(x, SmemView):
+        raise TraceError(f"{what} must be a shared-memory view (buf[stage] or buf.view()), got "
+                         f"{type(x).__name__}", loc)
+    return x
+
+
+def _tma_load(dst, tensor: TensorArg, coords) -> None:
+    ctx = current("ag.tma.load")
+    loc = user_loc()
+    view = _view(dst, "tma.load destination", loc)
+    if ctx.open_pipeline_steps == 0:
+        raise TraceError("ag.tma.load must be inside a `with pipe.produce() as stage:` block",
+                         loc, fix="TMA completes on the pipeline's full barrier; open a produce "
+                                  "step first")
+    if view.buffer.type.dtype != tensor.dtype:
+        raise TraceError(f"TMA from {tensor.name} ({tensor.dtype}) into a "
+                         f"{view.buffer.type.dtype} buffer", loc)
+    if any(d > 256 for d in view.shape):
+        raise TraceError(f"TMA box {view.shape} exceeds 256 elements in a dimension", loc,
+                         fix="split the copy into boxes of at most 256 rows")
+    coords_v = _offsets(tensor, coords, loc)
+    ctx.builder.append(O.TmaLoad(view.materialize(), tensor.value, coords_v, loc=loc))
+
+
+def _tma_store(tensor: TensorArg, coords, src) -> None:
+    ctx = current("ag.tma.store")
+    loc = user_loc()
+    view = _view(src, "tma.store source", loc)
+    coords_v = _offsets(tensor, coords, loc)
+    ctx.builder.append(O.TmaStore(tensor.value, coords_v, view.materialize(), loc=loc))
+
+
+tma = SimpleNamespace(load=_tma_load, store=_tma_store)
+
+
+def wgmma(a, b, acc: Tile, trans_b: bool = False) -> Tile:
+    """acc += a @ b^T on the tensor cores (one warpgroup). a: [64, K] smem view, b: [N, K]
+    smem view (K-major; `trans_b=True` for a [K, N] view), acc: [64, N] f32 tile. Returns acc,
+    updated in place."""
+    ctx = current("ag.wgmma")
+    loc = user_loc()
+    av, bv = _view(a, "wgmma operand a", loc), _view(b, "wgmma operand b", loc)
+    if ctx.nonuniform_guards:
+        raise TraceError("wgmma is guarded by a condition that differs between threads", loc,
+                         fix="wgmma is warpgroup-wide (.sync.aligned): all 128 threads must "
+                             "execute it; use a uniform condition")
+    if ctx.any_role and ctx.in_role is None:
+        raise TraceError("wgmma outside an ag.role in a warp-specialized kernel", loc)
+    if not isinstance(acc, Tile) or acc.dtype != dtypes.f32 or len(acc.shape) != 2:
+        raise TraceError("wgmma accumulates into a 2-d f32 tile (ag.zeros((64, N)))", loc)
+    m, n = acc.shape
+    k = av.cols
+    bn, bk = (bv.cols, bv.rows) if trans_b else (bv.rows, bv.cols)
+    if m != 64:
+        raise TraceError(f"one warpgroup's wgmma covers 64 rows, the accumulator has {m}", loc,
+                         fix="split M across warpgroups (role warpgroups=2 for 128 rows) and "
+                             "give each a [64, N] accumulator")
+    if av.rows != 64:
+        raise TraceError(f"wgmma operand a has {av.rows} rows, need 64", loc,
+                         fix="take a 64-row slice: buf[stage].rows_of(64 * wg, 64)")
+    if n % 8 or not 8 <= n <= 256:
+        raise TraceError(f"wgmma N={n} must be a multiple of 8 in [8, 256]", loc)
+    if bn != n or bk != k:
+        raise TraceError(f"wgmma shapes disagree: a is 64x{k}, b gives N={bn}, K={bk}, acc is "
+                         f"64x{n}", loc)
+    if k % 16:
+        raise TraceError(f"wgmma K={k} must be a multiple of 16 for 16-bit inputs", loc)
+    if av.buffer.type.dtype not in (dtypes.bf16, dtypes.f16) or \
+            bv.buffer.type.dtype != av.buffer.type.dtype:
+        raise TraceError("wgmma operands must both be bf16 or both f16", loc)
+    ctx.builder.append(O.Wgmma(acc.value, av.materialize(), bv.materialize(), trans_b, loc=loc))
+    return acc
+
+
+def stmatrix(dst, tile: Tile) -> None:
+    """Store a 16-bit register tile into a shared-memory view (stmatrix.m8n8.x4)."""
+    ctx = current("ag.stmatrix")
+    loc = user_loc()
+    view = _view(dst, "stmatrix destination", loc)
+    if tile.dtype.bits != 16 or tuple(tile.shape) != view.shape:
+        raise TraceError(f"stmatrix stores a 16-bit tile of the view's shape {view.shape}; got "
+                         f"{tile.shape} {tile.dtype}", loc)
+    ctx.builder.append(O.StMatrix(view.materialize(), tile.value, loc=loc))
+
+
+def ldmatrix(src) -> Tile:
+    """Load a 16-bit tile from a shared-memory view (ldmatrix.m8n8.x4)."""
+    ctx = current("ag.ldmatrix")
+    loc = user_loc()
+    view = _view(src, "ldmatrix source", loc)
+    v = ctx.builder.fresh(TileType(view.buffer.type.dtype, view.shape))
+    ctx.builder.append(O.LdMatrix(v, view.materialize(), loc=loc))
+    return Tile(v)

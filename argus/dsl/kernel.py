@@ -1,0 +1,185 @@
+"""`@ag.kernel`: turn a Python function into a traced Argus kernel.
+
+Parameters annotated `ag.Tensor["M", "K", ag.bf16]` are global tensors whose shape symbols
+become runtime i32 parameters; every other parameter is a compile-time value (a Schedule, an
+int tile size) passed by keyword. `trace(**constexprs)` runs the function once with symbolic
+handles and returns the `ir.Kernel`; results are cached per compile-time values.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from argus import dtypes
+from argus.dsl import tracing
+from argus.dsl.tracing import TraceContext
+from argus.dsl.values import Scalar, TensorArg
+from argus.dtypes import DType
+from argus.errors import Loc, TraceError
+from argus.ir import ops as O
+from argus.ir.checks import check_kernel
+from argus.ir.core import Kernel, Param
+from argus.ir.types import ScalarType, TensorType
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """The annotation `ag.Tensor[dims..., dtype]`: dims are symbol names or ints."""
+
+    shape: tuple[str | int, ...]
+    dtype: DType
+
+
+class Tensor:
+    """Annotation factory: `ag.Tensor["M", "N", ag.f32]`."""
+
+    def __class_getitem__(cls, item) -> TensorSpec:
+        item = item if isinstance(item, tuple) else (item,)
+        if not item or not isinstance(item[-1], DType):
+            raise TypeError('write tensor annotations as ag.Tensor["M", "N", ag.f32]: dims, then '
+                            "an Argus dtype")
+        dims = item[:-1]
+        for d in dims:
+            if not (isinstance(d, str) and d.isidentifier()) and not (isinstance(d, int) and d > 0):
+                raise TypeError(f"tensor dim {d!r} must be an identifier or a positive int")
+        return TensorSpec(tuple(dims), item[-1])
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable, printable key for a compile-time value."""
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return value
+    if isinstance(value, (tuple, list)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, DType):
+        return value.name
+    return repr(value)
+
+
+class KernelFunction:
+    """A kernel defined with `@ag.kernel`. Trace it, compile it, interpret it, or call it."""
+
+    def __init__(self, fn: Callable, threads: int | None = None,
+                 cluster: tuple[int, int, int] = (1, 1, 1), name: str | None = None):
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.threads = threads
+        self.cluster = tuple(cluster)
+        self._traces: dict[Any, Kernel] = {}
+        functools.update_wrapper(self, fn)
+        try:
+            hints = inspect.get_annotations(fn, eval_str=True)
+        except Exception as e:  # noqa: BLE001 - re-raised with the location
+            raise TraceError(f"cannot evaluate the annotations of kernel {self.name}: {e}",
+                             _fn_loc(fn)) from None
+        self.signature = inspect.signature(fn)
+        self.tensor_specs: dict[str, TensorSpec] = {}
+        self.constexpr_names: list[str] = []
+        for pname in self.signature.parameters:
+            ann = hints.get(pname)
+            if isinstance(ann, TensorSpec):
+                self.tensor_specs[pname] = ann
+            else:
+                self.constexpr_names.append(pname)
+
+    def __repr__(self) -> str:
+        return f"<argus kernel {self.name}>"
+
+    # -- tracing ---------------------------------------------------------------------------
+    def constexpr_values(self, constexprs: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for pname in self.constexpr_names:
+            p = self.signature.parameters[pname]
+            if pname in constexprs:
+                out[pname] = constexprs[pname]
+            elif p.default is not inspect.Parameter.empty:
+                out[pname] = p.default
+            else:
+                raise TraceError(f"kernel {self.name} needs the compile-time argument "
+                                 f"{pname!r}", _fn_loc(self.fn),
+                                 fix=f"pass {pname}=... as a keyword argument")
+        unknown = set(constexprs) - set(self.constexpr_names)
+        if unknown:
+            raise TraceError(f"kernel {self.name} has no compile-time parameter(s) "
+                             f"{', '.join(sorted(unknown))}", _fn_loc(self.fn))
+        return out
+
+    def trace(self, **constexprs: Any) -> Kernel:
+        values = self.constexpr_values(constexprs)
+        key = tuple(sorted((k, _freeze(v)) for k, v in values.items()))
+        if key not in self._traces:
+            self._traces[key] = self._trace(values)
+        return self._traces[key]
+
+    def _trace(self, constexprs: dict[str, Any]) -> Kernel:
+        ctx = TraceContext(self.name, threads=self.threads or 128,
+                           group_threads=self.threads or 128, cluster=self.cluster)
+        b = ctx.builder
+        params: list[Param] = []
+        symbols: dict[str, Scalar] = {}
+        args: dict[str, Any] = {}
+        tensor_values = []
+        for pname, spec in self.tensor_specs.items():
+            v = b.fresh(TensorType(spec.dtype, spec.shape), pname)
+            params.append(Param(pname, v))
+            tensor_values.append((pname, v, spec))
+        for pname, v, spec in tensor_values:
+            for d in spec.shape:
+                if isinstance(d, str) and d not in symbols:
+                    sv = b.fresh(ScalarType(dtypes.i32), d)
+                    params.append(Param(d, sv))
+                    symbols[d] = Scalar(sv)
+            shape = tuple(symbols[d] if isinstance(d, str) else d for d in spec.shape)
+            args[pname] = TensorArg(pname, v, shape)
+        args.update(constexprs)
+        tracing.push(ctx)
+        try:
+            self.fn(**args)
+        finally:
+            tracing.pop()
+        body = b.top_region()
+        roles = [op for op in body.ops if isinstance(op, O.RoleOp)]
+        threads = sum(r.warpgroups * 128 for r in roles) if roles else (self.threads or 128)
+        if roles and self.threads and self.threads != threads:
+            raise TraceError(f"kernel {self.name}: threads={self.threads} but its roles hold "
+                             f"{threads} threads", _fn_loc(self.fn))
+        if not ctx.grid_declared:
+            raise TraceError(f"kernel {self.name} never declared its launch grid",
+                             _fn_loc(self.fn), fix="call `pid = ag.grid(extent, ...)` once")
+        attrs = dict(threads=threads, cluster=self.cluster,
+                     constexprs=tuple((k, _freeze(v)) for k, v in sorted(constexprs.items())))
+        kernel = Kernel(self.name, tuple(params), body, tuple(sorted(attrs.items())))
+        check_kernel(kernel)
+        return kernel
+
+    # -- running ---------------------------------------------------------------------------
+    def compile(self, **constexprs: Any):
+        from argus import pipeline
+
+        return pipeline.compile_kernel(self, **constexprs)
+
+    def interpret(self, *arrays, **constexprs: Any):
+        """Run the kernel in the numpy interpreter (no GPU); outputs are written in place."""
+        from argus.runtime import interp
+
+        return interp.run(self.trace(**constexprs), *arrays)
+
+    def __call__(self, *tensors, **constexprs: Any):
+        return self.compile(**constexprs)(*tensors)
+
+
+def _fn_loc(fn: Callable) -> Loc:
+    code = fn.__code__
+    return Loc(code.co_filename, code.co_firstlineno, fn.__name__)
+
+
+def kernel(fn: Callable | None = None, *, threads: int | None = None,
+           cluster: tuple[int, int, int] = (1, 1, 1), name: str | None = None):
+    """Decorate a Python function as an Argus kernel: `@ag.kernel` or
+    `@ag.kernel(threads=256, cluster=(2, 1, 1))`."""
+    if fn is None:
+        return lambda f: KernelFunction(f, threads=threads, cluster=cluster, name=name)
+    return KernelFunction(fn, threads=threads, cluster=cluster, name=name)

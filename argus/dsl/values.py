@@ -1,0 +1,343 @@
+"""Trace-time handles for IR values: Scalar, Tile, TensorArg, SmemBuffer, SmemView, Pipe.
+
+Operators on these handles record IR ops; plain Python numbers fold at trace time. A handle
+never holds data: using one in Python control flow (`if`, `bool`, `int`) is a TraceError that
+points the user at `ag.when` / `ag.range`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from argus import dtypes
+from argus.dtypes import DType
+from argus.errors import TraceError
+from argus.dsl.tracing import current, user_loc
+from argus.ir import ops as O
+from argus.ir.core import Value
+from argus.ir.types import ScalarType, SmemType, SmemViewType, TileType
+
+Number = int | float
+
+
+def _emit(op):
+    return current().builder.append(op)
+
+
+def const_scalar(x: Number | bool, dtype: DType | None = None) -> "Scalar":
+    ctx = current()
+    if dtype is None:
+        dtype = dtypes.i1 if isinstance(x, bool) else dtypes.i32 if isinstance(x, int) else dtypes.f32
+    v = ctx.builder.fresh(ScalarType(dtype))
+    _emit(O.Const(v, x, loc=user_loc()))
+    return Scalar(v)
+
+
+def as_scalar(x) -> "Scalar":
+    if isinstance(x, Scalar):
+        return x
+    if isinstance(x, (bool, int, float)):
+        return const_scalar(x)
+    raise TraceError(f"expected a scalar (int, float or runtime scalar), got {type(x).__name__}",
+                     user_loc())
+
+
+class Scalar:
+    """A runtime scalar (uniform unless derived from ag.thread_index())."""
+
+    def __init__(self, value: Value, uniform: bool = True):
+        self.value = value
+        self.uniform = uniform
+
+    @property
+    def dtype(self) -> DType:
+        return self.value.type.dtype
+
+    def _bin(self, fn: str, other, reverse: bool = False) -> "Scalar":
+        other_s = as_scalar(other)
+        lhs, rhs = (other_s, self) if reverse else (self, other_s)
+        if lhs.dtype.is_float != rhs.dtype.is_float:
+            raise TraceError(f"scalar {fn} mixes {lhs.dtype} and {rhs.dtype}", user_loc(),
+                             fix="make both operands ints or both floats")
+        comparison = fn in ("lt", "le", "gt", "ge", "eq", "ne", "and", "or")
+        out_dtype = dtypes.i1 if comparison else lhs.dtype
+        v = current().builder.fresh(ScalarType(out_dtype))
+        _emit(O.Arith(v, fn, lhs.value, rhs.value, loc=user_loc()))
+        return Scalar(v, uniform=lhs.uniform and rhs.uniform)
+
+    def __add__(self, o): return self._bin("add", o)
+    def __radd__(self, o): return self._bin("add", o, True)
+    def __sub__(self, o): return self._bin("sub", o)
+    def __rsub__(self, o): return self._bin("sub", o, True)
+    def __mul__(self, o): return self._bin("mul", o)
+    def __rmul__(self, o): return self._bin("mul", o, True)
+    def __floordiv__(self, o): return self._bin("floordiv", o)
+    def __rfloordiv__(self, o): return self._bin("floordiv", o, True)
+    def __truediv__(self, o): return self._bin("div", o)
+    def __mod__(self, o): return self._bin("mod", o)
+    def __rmod__(self, o): return self._bin("mod", o, True)
+    def __lt__(self, o): return self._bin("lt", o)
+    def __le__(self, o): return self._bin("le", o)
+    def __gt__(self, o): return self._bin("gt", o)
+    def __ge__(self, o): return self._bin("ge", o)
+    def __and__(self, o): return self._bin("and", o)
+    def __or__(self, o): return self._bin("or", o)
+
+    def eq(self, o) -> "Scalar":
+        return self._bin("eq", o)
+
+    def ne(self, o) -> "Scalar":
+        return self._bin("ne", o)
+
+    def __bool__(self):
+        raise TraceError("a runtime scalar was used in Python control flow (if/while/and/or)",
+                         user_loc(),
+                         fix="use `with ag.when(cond):` for a runtime condition and "
+                             "`for i in ag.range(n):` for a runtime loop")
+
+    def __index__(self):
+        raise TraceError("a runtime scalar was used where Python needs a trace-time int "
+                         "(a shape, a Python range, an index)", user_loc(),
+                         fix="pass the value as a compile-time keyword argument of the kernel, "
+                             "or use ag.range for runtime loops")
+
+    __int__ = __index__
+
+    def __repr__(self) -> str:
+        return f"Scalar({self.value})"
+
+
+def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    if len(a) != len(b):
+        raise TraceError(f"tiles of rank {len(a)} and {len(b)} cannot be combined", user_loc(),
+                         fix="reshape with keep-dims reductions so ranks match")
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            raise TraceError(f"tile shapes {a} and {b} do not broadcast", user_loc())
+        out.append(max(x, y))
+    return tuple(out)
+
+
+class Tile:
+    """A register tile: elementwise math, conversions and reductions record IR ops."""
+
+    def __init__(self, value: Value):
+        self.value = value
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.value.type.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.value.type.dtype
+
+    def _ew(self, fn: str, *others, reverse: bool = False) -> "Tile":
+        return elementwise(fn, *(((*others, self) if reverse else (self, *others))))
+
+    def __add__(self, o): return self._ew("add", o)
+    def __radd__(self, o): return self._ew("add", o, reverse=True)
+    def __sub__(self, o): return self._ew("sub", o)
+    def __rsub__(self, o): return self._ew("sub", o, reverse=True)
+    def __mul__(self, o): return self._ew("mul", o)
+    def __rmul__(self, o): return self._ew("mul", o, reverse=True)
+    def __truediv__(self, o): return self._ew("div", o)
+    def __rtruediv__(self, o): return self._ew("div", o, reverse=True)
+    def __neg__(self): return self._ew("neg")
+    def __lt__(self, o): return self._ew("lt", o)
+    def __le__(self, o): return self._ew("le", o)
+    def __gt__(self, o): return self._ew("gt", o)
+    def __ge__(self, o): return self._ew("ge", o)
+
+    def __bool__(self):
+        raise TraceError("a tile was used in Python control flow", user_loc(),
+                         fix="use ag.where(cond, a, b) for elementwise selection")
+
+    def to(self, dtype: DType) -> "Tile":
+        if dtype == self.dtype:
+            return self
+        v = current().builder.fresh(TileType(dtype, self.shape))
+        _emit(O.Convert(v, self.value, loc=user_loc()))
+        return Tile(v)
+
+    def _reduce(self, fn: str, axis: int) -> "Tile":
+        if axis < 0:
+            axis += len(self.shape)
+        if not 0 <= axis < len(self.shape):
+            raise TraceError(f"reduction axis {axis} out of range for a tile of shape "
+                             f"{self.shape}", user_loc())
+        shape = tuple(1 if i == axis else d for i, d in enumerate(self.shape))
+        v = current().builder.fresh(TileType(self.dtype, shape))
+        _emit(O.Reduce(v, self.value, fn, axis, loc=user_loc()))
+        return Tile(v)
+
+    def sum(self, axis: int = -1) -> "Tile": return self._reduce("sum", axis)
+    def max(self, axis: int = -1) -> "Tile": return self._reduce("max", axis)
+    def min(self, axis: int = -1) -> "Tile": return self._reduce("min", axis)
+
+    def assign(self, other: "Tile") -> "Tile":
+        """Overwrite this tile variable in place (loop-carried state)."""
+        if other.shape != self.shape or other.dtype != self.dtype:
+            raise TraceError(f"assign: tile {other.shape}/{other.dtype} does not match "
+                             f"{self.shape}/{self.dtype}", user_loc())
+        _emit(O.Assign(self.value, other.value, loc=user_loc()))
+        return self
+
+    def __repr__(self) -> str:
+        return f"Tile({self.value}: {self.value.type})"
+
+
+def _operand(x, like: Tile | None) -> Value:
+    if isinstance(x, Tile):
+        return x.value
+    if isinstance(x, Scalar):
+        return x.value
+    if isinstance(x, (bool, int, float)):
+        dtype = dtypes.f32 if (like is None or like.dtype.is_float) else like.dtype
+        return const_scalar(float(x) if dtype.is_float else x, dtype).value
+    raise TraceError(f"cannot use {type(x).__name__} as a tile operand", user_loc())
+
+
+def elementwise(fn: str, *args) -> Tile:
+    tiles = [a for a in args if isinstance(a, Tile)]
+    if not tiles:
+        raise TraceError(f"{fn} needs at least one tile operand", user_loc())
+    shape = tiles[0].shape
+    for t in tiles[1:]:
+        shape = _broadcast_shape(shape, t.shape)
+    value_tiles = tiles[1:] if fn == "where" else tiles
+    dtype = value_tiles[0].dtype if value_tiles else dtypes.f32
+    for t in value_tiles[1:]:
+        if t.dtype != dtype:
+            raise TraceError(f"{fn} mixes tile dtypes {dtype} and {t.dtype}", user_loc(),
+                             fix="convert one operand with .to(dtype)")
+    if fn in ("lt", "le", "gt", "ge", "eq", "ne"):
+        dtype = dtypes.i1
+    like = value_tiles[0] if value_tiles else tiles[0]
+    operands = tuple(_operand(a, like) for a in args)
+    v = current().builder.fresh(TileType(dtype, shape))
+    _emit(O.Elementwise(v, fn, operands, loc=user_loc()))
+    return Tile(v)
+
+
+class TensorArg:
+    """A global tensor parameter inside the trace: `.shape[i]` is a runtime Scalar."""
+
+    def __init__(self, name: str, value: Value, shape_scalars: tuple[Scalar | int, ...]):
+        self.name = name
+        self.value = value
+        self.shape = shape_scalars
+
+    @property
+    def dtype(self) -> DType:
+        return self.value.type.dtype
+
+    def __repr__(self) -> str:
+        return f"TensorArg({self.name}: {self.value.type})"
+
+
+class SmemBuffer:
+    """A shared-memory buffer; index a staged buffer with a stage to get a view."""
+
+    def __init__(self, value: Value):
+        self.value = value
+
+    @property
+    def type(self) -> SmemType:
+        return self.value.type
+
+    def __getitem__(self, stage) -> "SmemView":
+        if len(self.type.shape) != 3:
+            raise TraceError("only a staged (3-d: stages x rows x cols) buffer is indexed by a "
+                             "stage", user_loc(), fix="use .view() for a 2-d buffer")
+        if isinstance(stage, int) and not 0 <= stage < self.type.shape[0]:
+            raise TraceError(f"stage {stage} out of range [0, {self.type.shape[0]})", user_loc())
+        return SmemView(self, stage, 0, self.type.shape[1])
+
+    def view(self) -> "SmemView":
+        if len(self.type.shape) != 2:
+            raise TraceError("view() needs a 2-d buffer; index staged buffers by stage",
+                             user_loc())
+        return SmemView(self, None, 0, self.type.shape[0])
+
+
+class SmemView:
+    """Rows [row0, row0 + rows) of one stage of a buffer. Materialized lazily as smem.slice."""
+
+    def __init__(self, buffer: SmemBuffer, stage, row0, rows: int):
+        self.buffer = buffer
+        self.stage = stage
+        self.row0 = row0
+        self.rows = rows
+
+    @property
+    def cols(self) -> int:
+        return self.buffer.type.shape[-1]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.rows, self.cols)
+
+    def rows_slice(self, start, count: int) -> "SmemView":
+        """The sub-view of `count` rows starting at `start` (an int or runtime scalar)."""
+        if not isinstance(count, int) or count <= 0:
+            raise TraceError("rows(...) needs a positive trace-time row count", user_loc())
+        if isinstance(start, int) and start + count > self.rows:
+            raise TraceError(f"rows [{start}, {start + count}) exceed the view's {self.rows} "
+                             f"rows", user_loc())
+        row0 = self.row0 + start if not (isinstance(self.row0, int) and self.row0 == 0) else start
+        return SmemView(self.buffer, self.stage, row0, count)
+
+    rows_of = rows_slice
+
+    def materialize(self) -> Value:
+        ctx = current()
+        t = self.buffer.type
+        v = ctx.builder.fresh(SmemViewType(t.dtype, (self.rows, self.cols), t.swizzle))
+        stage = None if self.stage is None else as_scalar(self.stage).value
+        row0 = self.row0 if isinstance(self.row0, int) else as_scalar(self.row0).value
+        _emit(O.SmemSlice(v, self.buffer.value, stage, row0, loc=user_loc()))
+        return v
+
+
+class Pipe:
+    """A producer/consumer ring. `produce()`/`consume()` open one pipeline step and yield the
+    stage index; the compiler derives stage and phase parity from per-role step counters."""
+
+    def __init__(self, value: Value):
+        self.value = value
+
+    @property
+    def stages(self) -> int:
+        return self.value.type.stages
+
+    def _step(self, cls) -> Iterator[Scalar]:
+        ctx = current()
+        loc = user_loc()
+        if ctx.in_role is None and ctx.any_role:
+            raise TraceError("pipeline steps must be inside an ag.role", loc)
+        if ctx.nonuniform_guards:
+            raise TraceError("a pipeline step (mbarrier wait/arrive) is guarded by a condition "
+                             "that differs between threads", loc,
+                             fix="pipeline steps are warpgroup-wide: guard them with a uniform "
+                                 "condition or none")
+        stage = ctx.builder.fresh(ScalarType(dtypes.i32), "st")
+        ctx.open_pipeline_steps += 1
+        try:
+            with ctx.builder.region() as body:
+                yield Scalar(stage)
+        finally:
+            ctx.open_pipeline_steps -= 1
+        from argus.ir.core import Region
+
+        _emit(cls(stage, self.value, Region(tuple(body)), loc=loc))
+
+    @contextlib.contextmanager
+    def produce(self) -> Iterator[Scalar]:
+        yield from self._step(O.Produce)
+
+    @contextlib.contextmanager
+    def consume(self) -> Iterator[Scalar]:
+        yield from self._step(O.Consume)

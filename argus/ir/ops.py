@@ -1,0 +1,334 @@
+"""The op set of Argus IR. Each class's docstring states when the op is legal.
+
+Scalars are uniform across the executing group unless derived from `thread_index`. Register
+tiles are *variables*: elementwise ops make new tiles, while `wgmma` and `assign` update the
+tile named by their `acc`/`dst` operand in place, which is how values carry across `for`
+iterations without block arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from argus.ir.core import Op, Region, Value
+
+# ----------------------------------------------------------------------------- scalars
+
+
+@dataclass(frozen=True)
+class Const(Op):
+    """A compile-time constant scalar."""
+
+    NAME = "const"
+    RESULTS = ("result",)
+    result: Value
+    value: int | float | bool
+
+
+@dataclass(frozen=True)
+class Arith(Op):
+    """Binary scalar arithmetic or comparison. fn: add sub mul div floordiv mod min max
+    lt le gt ge eq ne and or. Both operands are scalars of the result's kind."""
+
+    NAME = "arith"
+    RESULTS = ("result",)
+    result: Value
+    fn: str
+    lhs: Value
+    rhs: Value
+
+
+@dataclass(frozen=True)
+class GridIds(Op):
+    """Declares the launch grid (extents computed from shape parameters) and yields the CTA's
+    program ids. Exactly one per kernel, at top level, before any use of the ids."""
+
+    NAME = "grid"
+    RESULTS = ("ids",)
+    ids: tuple[Value, ...]
+    extents: tuple[Value, ...]
+
+
+@dataclass(frozen=True)
+class ThreadIndex(Op):
+    """The thread's index inside the executing group (CTA or warpgroup). Non-uniform: a
+    condition derived from it may not guard warpgroup-wide instructions."""
+
+    NAME = "thread_index"
+    RESULTS = ("result",)
+    result: Value
+
+
+# ----------------------------------------------------------------------------- control
+
+
+@dataclass(frozen=True)
+class For(Op):
+    """A runtime loop `for var in range(start, stop, step)`; step > 0. Uniform bounds."""
+
+    NAME = "for"
+    RESULTS = ("var",)
+    var: Value
+    start: Value
+    stop: Value
+    step: Value
+    body: Region
+
+
+@dataclass(frozen=True)
+class If(Op):
+    """Run `body` when `cond` holds. A non-uniform cond may not guard wgmma, pipeline or
+    barrier ops (they are warpgroup-wide)."""
+
+    NAME = "if"
+    cond: Value
+    body: Region
+
+
+@dataclass(frozen=True)
+class RoleOp(Op):
+    """A warp-specialized region run by `warpgroups` warpgroups with `regs` registers per
+    thread (setmaxnreg; multiple of 8 in [24, 256]). `index` is the warpgroup's index inside the
+    role. Roles sit at the top level of the kernel body; all threads of the CTA belong to
+    exactly one role when roles are used."""
+
+    NAME = "role"
+    RESULTS = ("index",)
+    index: Value
+    name: str
+    warpgroups: int
+    regs: int
+    body: Region
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+@dataclass(frozen=True)
+class SmemAlloc(Op):
+    """A shared-memory buffer (type in result). Swizzled buffers are aligned to the swizzle
+    period (1024 B for 128B) by the smem planner."""
+
+    NAME = "smem.alloc"
+    RESULTS = ("result",)
+    result: Value
+
+
+@dataclass(frozen=True)
+class SmemSlice(Op):
+    """A 2-D view of `buffer`: stage `stage` (None for an unstaged buffer), rows
+    [row0, row0 + view rows). row0 is a scalar or int; views never cross a stage."""
+
+    NAME = "smem.slice"
+    RESULTS = ("result",)
+    result: Value
+    buffer: Value
+    stage: Value | None
+    row0: Value | int
+
+
+@dataclass(frozen=True)
+class PipelineCreate(Op):
+    """An mbarrier ring of `stages` slots (in the result type). Each slot has a `full` barrier
+    (TMA bytes land) and an `empty` barrier (`consumers` warpgroup arrivals release it).
+    Stage and phase parity of every produce/consume are derived from per-role counters that
+    continue across loops, so persistent kernels stay in phase."""
+
+    NAME = "pipeline"
+    RESULTS = ("result",)
+    result: Value
+    consumers: int
+
+
+@dataclass(frozen=True)
+class Produce(Op):
+    """One producer step: wait for slot `stage` to be empty, run `body` (TMA loads into that
+    slot), arm the full barrier with the bytes the body's TMA loads deliver (`tx_bytes`, filled
+    in by lowering)."""
+
+    NAME = "produce"
+    RESULTS = ("stage",)
+    stage: Value
+    pipe: Value
+    body: Region
+    tx_bytes: int = 0
+    stage_expr: str = ""
+    parity_expr: str = ""
+
+
+@dataclass(frozen=True)
+class Consume(Op):
+    """One consumer step: wait for slot `stage` to be full, run `body`, retire its async
+    readers (wgmma.wait_group), then release the slot (one arrive per warpgroup).
+    `stage_expr`/`parity_expr` as for Produce (the wait is on the *full* barrier);
+    `arrivals` is the empty barrier's init count (consumer warpgroups), set by lowering."""
+
+    NAME = "consume"
+    RESULTS = ("stage",)
+    stage: Value
+    pipe: Value
+    body: Region
+    stage_expr: str = ""
+    parity_expr: str = ""
+    arrivals: int = 0
+
+
+@dataclass(frozen=True)
+class TmaLoad(Op):
+    """Bulk tensor copy of the box `dst.shape` at element coordinates `coords` (one per tensor
+    dim, outermost first) into smem view `dst`. Legal only inside `produce`. Out-of-bounds
+    elements are zero-filled; the full box counts toward the barrier's bytes.
+    Lowering fills `box` (the tensor map's box, outermost first), `swizzle` (the tensor map's
+    swizzle in bytes) and `bytes` (what the copy credits to the barrier)."""
+
+    NAME = "tma.load"
+    dst: Value
+    tensor: Value
+    coords: tuple[Value, ...]
+    box: tuple[int, ...] = ()
+    swizzle: int = -1
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class TmaStore(Op):
+    """Bulk tensor copy of smem view `src` to `tensor` at `coords` (out-of-bounds parts are
+    dropped). The source must have been made visible to the async proxy (the lowering fences)."""
+
+    NAME = "tma.store"
+    tensor: Value
+    coords: tuple[Value, ...]
+    src: Value
+
+
+@dataclass(frozen=True)
+class Wgmma(Op):
+    """acc[64*j .. , N] += a[M, K] @ b^T with a, b shared-memory views (K-major, b is [N, K];
+    `trans_b` means b is [K, N], MN-major). Executed by a whole warpgroup; M = 64 per
+    warpgroup, N in 8..256 step 8, K a multiple of 16 (bf16/f16).
+    Lowering fills `a_desc`/`b_desc` = (swizzle_bytes, lbo_bytes, sbo_bytes, k16_advance_bytes):
+    the matrix-descriptor fields codegen encodes (PTX ISA "Matrix Descriptor Format")."""
+
+    NAME = "wgmma"
+    acc: Value
+    a: Value
+    b: Value
+    trans_b: bool = False
+    a_desc: tuple[int, ...] = ()
+    b_desc: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class StMatrix(Op):
+    """Store a 16-bit register tile into smem view `dst` through stmatrix.m8n8.x4 (the
+    epilogue path from wgmma accumulators to a TMA store)."""
+
+    NAME = "stmatrix"
+    dst: Value
+    src: Value
+
+
+@dataclass(frozen=True)
+class LdMatrix(Op):
+    """Load a 16-bit register tile from smem view `src` through ldmatrix.m8n8.x4."""
+
+    NAME = "ldmatrix"
+    RESULTS = ("result",)
+    result: Value
+    src: Value
+
+
+@dataclass(frozen=True)
+class Load(Op):
+    """Load the tile at `offsets` (one scalar per tensor dim) from a global tensor, with
+    elements outside the tensor set to `other`."""
+
+    NAME = "load"
+    RESULTS = ("result",)
+    result: Value
+    tensor: Value
+    offsets: tuple[Value, ...]
+    other: float = 0.0
+
+
+@dataclass(frozen=True)
+class Store(Op):
+    """Store tile `value` to a global tensor at `offsets`; elements outside the tensor are
+    dropped. The tile's dtype must equal the tensor's."""
+
+    NAME = "store"
+    tensor: Value
+    offsets: tuple[Value, ...]
+    value: Value
+
+
+@dataclass(frozen=True)
+class Full(Op):
+    """A register tile filled with a constant (zeros are `full 0.0`)."""
+
+    NAME = "full"
+    RESULTS = ("result",)
+    result: Value
+    value: float
+
+
+@dataclass(frozen=True)
+class Elementwise(Op):
+    """Pointwise math over tiles and scalars with numpy broadcasting (a [R,1] column or a
+    [1,C] row broadcasts against [R,C]). fn is one of ELEMENTWISE_FNS."""
+
+    NAME = "ew"
+    RESULTS = ("result",)
+    result: Value
+    fn: str
+    args: tuple[Value, ...]
+
+
+@dataclass(frozen=True)
+class Convert(Op):
+    """Convert a tile to the result's dtype (round to nearest even)."""
+
+    NAME = "convert"
+    RESULTS = ("result",)
+    result: Value
+    src: Value
+
+
+@dataclass(frozen=True)
+class Reduce(Op):
+    """Reduce `src` along `axis` with fn in {sum, max, min}, keeping the axis with extent 1."""
+
+    NAME = "reduce"
+    RESULTS = ("result",)
+    result: Value
+    src: Value
+    fn: str
+    axis: int
+
+
+@dataclass(frozen=True)
+class Assign(Op):
+    """Overwrite tile variable `dst` with `src` (same shape and dtype): the loop-carried update."""
+
+    NAME = "assign"
+    dst: Value
+    src: Value
+
+
+ELEMENTWISE_FNS = {
+    # arity 1
+    "neg": 1, "abs": 1, "exp": 1, "exp2": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1,
+    "erf": 1, "sigmoid": 1, "relu": 1, "recip": 1,
+    # arity 2
+    "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2, "pow": 2,
+    "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2,
+    # arity 3
+    "where": 3,
+}
+
+ALL_OPS: dict[str, type[Op]] = {
+    cls.NAME: cls
+    for cls in (Const, Arith, GridIds, ThreadIndex, For, If, RoleOp, SmemAlloc, SmemSlice,
+                PipelineCreate, Produce, Consume, TmaLoad, TmaStore, Wgmma, StMatrix, LdMatrix,
+                Load, Store, Full, Elementwise, Convert, Reduce, Assign)
+}
