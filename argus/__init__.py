@@ -17,11 +17,19 @@ from argus.errors import (ArgusError, CompileError, Diagnostic, IRError, LaunchE
 
 __version__ = "0.1.0"
 
+
+def compile(kernel_fn: KernelFunction, *, verify: bool | None = None, **constexprs):  # noqa: A001
+    """Trace, verify (unless verify=False or ARGUS_VERIFY=0), lower, generate CUDA and build it
+    with NVRTC for sm_90a. Returns a CompiledKernel you call with CUDA tensors."""
+    from argus.compiler import compile_kernel
+
+    return compile_kernel(kernel_fn, verify=verify, **constexprs)
+
 __all__ = [
     "abs_", "cdiv", "erf", "exp", "exp2", "full", "grid", "ldmatrix", "load", "log", "maximum",
     "minimum", "pipeline", "range", "relu", "role", "rsqrt", "sigmoid", "smem", "sqrt",
     "stmatrix", "store", "tanh", "thread_index", "tma", "wgmma", "when", "where", "zeros",
-    "KernelFunction", "Tensor", "kernel", "bf16", "e4m3", "f16", "f32", "f64", "i1", "i32",
+    "KernelFunction", "Tensor", "kernel", "compile", "bf16", "e4m3", "f16", "f32", "f64", "i1", "i32",
     "i64", "u32", "ArgusError", "CompileError", "Diagnostic", "IRError", "LaunchError",
     "TraceError", "VerificationError",
 ]

@@ -157,9 +157,9 @@ class KernelFunction:
 
     # -- running ---------------------------------------------------------------------------
     def compile(self, **constexprs: Any):
-        from argus import pipeline
+        from argus import compiler
 
-        return pipeline.compile_kernel(self, **constexprs)
+        return compiler.compile_kernel(self, **constexprs)
 
     def interpret(self, *arrays, **constexprs: Any):
         """Run the kernel in the numpy interpreter (no GPU); outputs are written in place."""

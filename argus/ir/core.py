@@ -143,3 +143,26 @@ class Kernel:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+
+def map_values(op: Op, fn) -> Op:
+    """Rebuild `op` (and its nested regions) with every Value v replaced by fn(v)."""
+
+    def conv(x):
+        if isinstance(x, Value):
+            return fn(x)
+        if isinstance(x, tuple):
+            return tuple(conv(i) for i in x)
+        if isinstance(x, Region):
+            return Region(tuple(map_values(o, fn) for o in x.ops))
+        return x
+
+    changes = {f.name: conv(getattr(op, f.name)) for f in op.spec_fields()}
+    return dataclasses.replace(op, **changes)
+
+
+def map_kernel_values(kernel: Kernel, fn) -> Kernel:
+    """`map_values` over a whole kernel, parameters included."""
+    params = tuple(Param(p.name, fn(p.value)) for p in kernel.params)
+    body = Region(tuple(map_values(op, fn) for op in kernel.body.ops))
+    return dataclasses.replace(kernel, params=params, body=body)

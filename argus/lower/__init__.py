@@ -1,0 +1,25 @@
+"""Lowering: one pass per file, each Kernel -> Kernel, filling in the decisions codegen renders
+(and the verifier proves): TMA boxes, wgmma descriptors, the mbarrier protocol, the shared
+memory plan and the role/register plan."""
+
+from __future__ import annotations
+
+from argus.ir.core import Kernel
+from argus.lower import pipeline, roles, smem, tma, wgmma
+
+PASSES = (
+    ("tma_boxes", tma.run),
+    ("wgmma_descriptors", wgmma.run),
+    ("pipeline_protocol", pipeline.run),
+    ("smem_plan", smem.run),
+    ("role_plan", roles.run),
+)
+
+
+def run(kernel: Kernel, schedule=None, on_step=None) -> Kernel:
+    """Run every pass in order. `on_step(name, kernel)` sees the IR after each (for dumps)."""
+    for name, fn in PASSES:
+        kernel = fn(kernel)
+        if on_step is not None:
+            on_step(name, kernel)
+    return kernel

@@ -378,3 +378,18 @@ def _as_numpy(a, dtype: DType, kernel: str, param: str):
         return arr, writeback
     raise LaunchError(f"kernel {kernel}, parameter {param}: expected a numpy array or torch "
                       f"tensor, got {type(a).__name__}")
+
+
+def grid_extents(kernel: Kernel, symbols: dict[str, int]) -> tuple[int, ...]:
+    """Evaluate the kernel's launch grid for bound shape symbols (host side, no GPU)."""
+    scalars = {p.value.id: symbols[p.name] for p in kernel.params
+               if isinstance(p.value.type, ScalarType)}
+    interp = _Interp(kernel, {}, scalars)
+    group = _Group("grid", dict(scalars))
+    for op in kernel.body.ops:
+        if isinstance(op, O.GridIds):
+            return tuple(int(interp.val(group, e)) for e in op.extents)
+        if isinstance(op, (O.Const, O.Arith)):
+            for _ in interp.run_op(group, op):
+                pass
+    raise LaunchError(f"kernel {kernel.name} declares no grid")

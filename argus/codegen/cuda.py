@@ -1,0 +1,764 @@
+"""Lowered ir.Kernel → CUDA C++ with inline PTX (through the device header argus_sm90.cuh).
+
+One job: render, never decide. Every decision (layouts, TMA boxes, descriptors, the mbarrier
+protocol, the smem plan, the role plan) was made by analysis and lowering passes and is read
+from the IR; this file turns it into text. The kernel symbol is `argus_<name>` (the KernelBench
+harness recognizes Argus kernels by that prefix).
+
+Register tiles become per-thread arrays unrolled at generation time: the element a register
+holds is a static function of the register index and the thread (see analysis/layouts.py).
+A pointwise tile used once, right after it is made, is not stored: its expression is inlined at
+the use (so `acc.to(bf16)` feeding a store costs no registers).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from argus.codegen.wgmma import WgmmaSpec, wgmma_prelude
+from argus.errors import CompileError
+from argus.ir import ops as O
+from argus.ir.core import Kernel, Region, Value
+from argus.ir.types import (PipeType, ScalarType, SmemType, SmemViewType, TensorType, TileType)
+
+HEADER = "argus_sm90.cuh"
+
+
+@dataclass(frozen=True)
+class AbiArg:
+    """One kernel parameter as the launcher must pass it.
+
+    kind: "tensor" (device pointer of parameter `name`), "scalar" (int32 shape symbol),
+    "stride" (int64 stride of `tensor` along `dim`, in elements), "tmap" (a 128-byte
+    CUtensorMap of `tensor` with `box` (outermost first) and `swizzle` bytes).
+    """
+
+    kind: str
+    name: str
+    tensor: str = ""
+    dim: int = -1
+    box: tuple[int, ...] = ()
+    swizzle: int = 0
+
+
+@dataclass(frozen=True)
+class Source:
+    """Generated CUDA: the text, the symbol, the launch ABI and the launch configuration."""
+
+    name: str
+    text: str
+    abi: tuple[AbiArg, ...]
+    threads: int
+    dynamic_smem: int
+    cluster: tuple[int, int, int]
+
+
+# ----------------------------------------------------------------------------- layouts
+
+
+@dataclass(frozen=True)
+class _Blocked:
+    rows: int
+    cols: int
+    threads: int
+    vec: int
+
+    @property
+    def per_row(self) -> int:
+        return self.cols // self.threads
+
+    @property
+    def nregs(self) -> int:
+        return self.rows * self.per_row
+
+    def row(self, i: int) -> str:
+        return str(i // self.per_row)
+
+    def col(self, i: int) -> str:
+        k = i % self.per_row
+        base = (k // self.vec) * self.threads * self.vec + k % self.vec
+        return f"(gtid * {self.vec} + {base})"
+
+
+@dataclass(frozen=True)
+class _RowVec:
+    rows: int
+
+    @property
+    def nregs(self) -> int:
+        return self.rows
+
+    def row(self, i: int) -> str:
+        return str(i)
+
+    def col(self, i: int) -> str:
+        return "0"
+
+
+@dataclass(frozen=True)
+class _Acc:
+    """wgmma m64nNk16 accumulator: row = 16w + g + 8((i/2)%2), col = 2q + (i%2) + 8(i/4)."""
+
+    n: int
+
+    @property
+    def nregs(self) -> int:
+        return self.n // 2
+
+    def row(self, i: int) -> str:
+        return f"(acc_row + {8 * ((i // 2) % 2)})"
+
+    def col(self, i: int) -> str:
+        return f"(acc_col + {(i % 2) + 8 * (i // 4)})"
+
+
+def _layout_of(t: TileType, group_threads: int, loc):
+    shape = t.shape if len(t.shape) == 2 else (1,) + tuple(t.shape)
+    if len(shape) != 2:
+        raise CompileError(f"register tiles of rank {len(t.shape)} are not supported", loc)
+    rows, cols = shape
+    if t.layout == "wgmma_acc":
+        return _Acc(cols)
+    if t.layout == "rowvec":
+        return _RowVec(rows)
+    if cols % group_threads:
+        raise CompileError(f"a blocked {rows}x{cols} tile needs a width that is a multiple of the "
+                           f"{group_threads} threads of its group", loc,
+                           fix=f"use a tile width that is a multiple of {group_threads}")
+    vec = 4 if cols % (group_threads * 4) == 0 else 2 if cols % (group_threads * 2) == 0 else 1
+    return _Blocked(rows, cols, group_threads, vec)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _c_float(x: float) -> str:
+    if math.isnan(x):
+        return "__int_as_float(0x7fffffff)"
+    if math.isinf(x):
+        return "__int_as_float(0x7f800000)" if x > 0 else "__int_as_float(0xff800000)"
+    return repr(float(x)) + "f"
+
+
+_SCALAR_C = {"i32": "int", "i1": "bool", "f32": "float", "i64": "long long", "u32": "unsigned"}
+
+_ARITH_C = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "mod": "%",
+            "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
+            "and": "&&", "or": "||"}
+
+
+def _ew_c(fn: str, a: list[str]) -> str:
+    binops = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=",
+              "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+    if fn in binops:
+        return f"({a[0]} {binops[fn]} {a[1]})"
+    return {
+        "neg": lambda: f"(-{a[0]})", "abs": lambda: f"fabsf({a[0]})",
+        "exp": lambda: f"expf({a[0]})", "exp2": lambda: f"exp2f({a[0]})",
+        "log": lambda: f"logf({a[0]})", "sqrt": lambda: f"sqrtf({a[0]})",
+        "rsqrt": lambda: f"rsqrtf({a[0]})", "tanh": lambda: f"tanhf({a[0]})",
+        "erf": lambda: f"erff({a[0]})", "sigmoid": lambda: f"(1.0f / (1.0f + expf(-{a[0]})))",
+        "relu": lambda: f"fmaxf({a[0]}, 0.0f)", "recip": lambda: f"(1.0f / {a[0]})",
+        "max": lambda: f"fmaxf({a[0]}, {a[1]})", "min": lambda: f"fminf({a[0]}, {a[1]})",
+        "pow": lambda: f"powf({a[0]}, {a[1]})", "where": lambda: f"({a[0]} ? {a[1]} : {a[2]})",
+    }[fn]()
+
+
+def _round_c(expr: str, dtype) -> str:
+    """The float value `expr` after a round trip through `dtype` (what a device store keeps)."""
+    if dtype.name == "bf16":
+        return f"ag::bf16_to_f32(ag::f32_to_bf16({expr}))"
+    if dtype.name == "f16":
+        return f"ag::f16_to_f32(ag::f32_to_f16({expr}))"
+    return expr
+
+
+def _to_mem_c(expr: str, dtype) -> str:
+    return {"bf16": f"ag::f32_to_bf16({expr})", "f16": f"ag::f32_to_f16({expr})"}.get(
+        dtype.name, expr)
+
+
+def _from_mem_c(expr: str, dtype) -> str:
+    return {"bf16": f"ag::bf16_to_f32({expr})", "f16": f"ag::f16_to_f32({expr})"}.get(
+        dtype.name, expr)
+
+
+def _elem_c(dtype) -> str:
+    return {"bf16": "ag::bf16", "f16": "ag::f16", "f32": "float", "i32": "int",
+            "f64": "double", "i64": "long long", "u32": "unsigned", "i1": "bool"}[dtype.name]
+
+
+# ----------------------------------------------------------------------------- emitter
+
+
+@dataclass
+class _TileInfo:
+    layout: object
+    dtype: object
+    virtual: object = None  # reg index -> C expression, when inlined
+    name: str = ""
+
+
+@dataclass
+class _Emitter:
+    kernel: Kernel
+    lines: list[str] = field(default_factory=list)
+    indent: int = 1
+    names: dict[int, str] = field(default_factory=dict)
+    tiles: dict[int, _TileInfo] = field(default_factory=dict)
+    group_threads: int = 128
+    wgmma_specs: list[WgmmaSpec] = field(default_factory=list)
+    tmaps: dict[tuple, int] = field(default_factory=dict)
+    pipes: dict[int, int] = field(default_factory=dict)  # pipe id -> stages
+    in_consume: list[list[str]] = field(default_factory=list)  # pending wgmma accs per consume
+    role_single_thread: bool = False
+    uses: dict[int, int] = field(default_factory=dict)
+    inline_ok: set[int] = field(default_factory=set)
+    shared_decls: list[str] = field(default_factory=list)
+    tensors: dict[int, str] = field(default_factory=dict)
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.indent + line)
+
+    def name(self, v: Value) -> str:
+        if v.id in self.names:
+            return self.names[v.id]
+        raise CompileError(f"codegen: value {v} has no C name (used before definition?)")
+
+    # -- tiles -------------------------------------------------------------------------
+    def tile_expr(self, v: Value, i: int, result_layout) -> str:
+        """C expression of operand tile `v` at register i of a result with `result_layout`."""
+        info = self.tiles[v.id]
+        lay = info.layout
+        j = i
+        if lay != result_layout:
+            if isinstance(lay, _Blocked) and isinstance(result_layout, _Blocked) and \
+                    lay.rows == 1 and lay.cols == result_layout.cols:
+                j = i % result_layout.per_row  # a [1, C] row broadcast over rows
+            elif isinstance(lay, _RowVec) and isinstance(result_layout, _Blocked):
+                j = i // result_layout.per_row  # one value per row broadcast over columns
+            elif isinstance(lay, _RowVec) and isinstance(result_layout, _RowVec) and lay.rows == 1:
+                j = 0
+            else:
+                raise CompileError(f"codegen cannot broadcast a {lay} tile into {result_layout}")
+        if info.virtual is not None:
+            return info.virtual(j)
+        return f"{info.name}[{j}]"
+
+    def operand_expr(self, v: Value, i: int, result_layout) -> str:
+        if isinstance(v.type, TileType):
+            return self.tile_expr(v, i, result_layout)
+        return self.name(v)
+
+    def declare_tile(self, v: Value, loc) -> _TileInfo:
+        t: TileType = v.type
+        info = _TileInfo(_layout_of(t, self.group_threads, loc), t.dtype, name=f"t{v.id}")
+        self.tiles[v.id] = info
+        ctype = "bool" if t.dtype.name == "i1" else "float"
+        self.emit(f"{ctype} {info.name}[{info.layout.nregs}];")
+        return info
+
+    # -- regions -----------------------------------------------------------------------
+    def region(self, region: Region) -> None:
+        for op in region.ops:
+            self.op(op)
+
+    def block(self, head: str, region: Region) -> None:
+        self.emit(head + " {")
+        self.indent += 1
+        self.region(region)
+        self.indent -= 1
+        self.emit("}")
+
+    def op(self, op: O.Op) -> None:  # noqa: C901 - a dispatcher over the op set
+        method = getattr(self, "op_" + type(op).__name__, None)
+        if method is None:
+            raise CompileError(f"codegen has no rule for {op.NAME}", op.loc)
+        method(op)
+
+    # scalars
+    def op_Const(self, op: O.Const) -> None:
+        v = op.value
+        self.names[op.result.id] = ("true" if v else "false") if isinstance(v, bool) else (
+            _c_float(v) if isinstance(v, float) else str(v))
+
+    def op_Arith(self, op: O.Arith) -> None:
+        a, b = self.name(op.lhs), self.name(op.rhs)
+        ctype = _SCALAR_C[op.result.type.dtype.name]
+        n = f"v{op.result.id}"
+        if op.fn in ("min", "max"):
+            cmp = "<" if op.fn == "min" else ">"
+            expr = f"(({a}) {cmp} ({b}) ? ({a}) : ({b}))"
+        else:
+            expr = f"({a} {_ARITH_C[op.fn]} {b})"
+        self.emit(f"const {ctype} {n} = {expr};")
+        self.names[op.result.id] = n
+
+    def op_GridIds(self, op: O.GridIds) -> None:
+        for axis, v in zip("xyz", op.ids):
+            self.names[v.id] = f"v{v.id}"
+            self.emit(f"const int v{v.id} = (int)blockIdx.{axis};")
+
+    def op_ThreadIndex(self, op: O.ThreadIndex) -> None:
+        self.names[op.result.id] = "gtid"
+
+    def op_For(self, op: O.For) -> None:
+        v = f"v{op.var.id}"
+        self.names[op.var.id] = v
+        self.block(f"for (int {v} = {self.name(op.start)}; {v} < {self.name(op.stop)}; "
+                   f"{v} += {self.name(op.step)})", op.body)
+
+    def op_If(self, op: O.If) -> None:
+        self.block(f"if ({self.name(op.cond)})", op.body)
+
+    # shared memory and pipelines
+    def op_SmemAlloc(self, op: O.SmemAlloc) -> None:
+        offset = self.smem_offset(op.result.id)
+        t: SmemType = op.result.type
+        n = f"s{op.result.id}"
+        self.emit(f"{_elem_c(t.dtype)}* const {n} = reinterpret_cast<{_elem_c(t.dtype)}*>"
+                  f"(smem + {offset});")
+        self.names[op.result.id] = n
+
+    def smem_offset(self, vid: int) -> int:
+        for entry in self.kernel.attr("smem_plan", ()):
+            if entry[0] == vid:
+                return entry[1]
+        raise CompileError(f"codegen: no smem placement for value %{vid}; run lower.smem first")
+
+    def op_SmemSlice(self, op: O.SmemSlice) -> None:
+        buf: SmemType = op.buffer.type
+        cols = buf.shape[-1]
+        parts = [self.name(op.buffer)]
+        if op.stage is not None:
+            parts.append(f"{self.name(op.stage)} * {buf.shape[1] * cols}")
+        row0 = op.row0 if isinstance(op.row0, int) else self.name(op.row0)
+        if row0 != 0:
+            parts.append(f"({row0}) * {cols}")
+        n = f"v{op.result.id}"
+        t: SmemViewType = op.result.type
+        self.emit(f"{_elem_c(t.dtype)}* const {n} = {' + '.join(parts)};")
+        self.names[op.result.id] = n
+
+    def op_PipelineCreate(self, op: O.PipelineCreate) -> None:
+        stages = op.result.type.stages
+        offset = self.smem_offset(op.result.id)
+        self.pipes[op.result.id] = stages
+        self.emit(f"ag::uint64_t* const full{op.result.id} = "
+                  f"reinterpret_cast<ag::uint64_t*>(smem + {offset});")
+        self.emit(f"ag::uint64_t* const empty{op.result.id} = full{op.result.id} + {stages};")
+        self.emit("if (threadIdx.x == 0) {")
+        self.emit(f"    for (int s = 0; s < {stages}; ++s) {{")
+        self.emit(f"        ag::mbar_init(&full{op.result.id}[s], 1);")
+        self.emit(f"        ag::mbar_init(&empty{op.result.id}[s], {op.consumers});")
+        self.emit("    }")
+        self.emit("    ag::fence_barrier_init();")
+        self.emit("}")
+        self.names[op.result.id] = f"pipe{op.result.id}"
+
+    @staticmethod
+    def render_expr(expr: str, n: str, stages: int) -> str:
+        # stage/parity expressions use n (the step counter) and S; C semantics.
+        return "(" + expr.replace("n", n).replace("S", str(stages)) + ")"
+
+    def pipeline_step(self, op, kind: str) -> None:
+        pid = op.pipe.id
+        stages = self.pipes[pid]
+        n = f"n{pid}"
+        st = f"v{op.stage.id}"
+        self.names[op.stage.id] = st
+        self.emit("{")
+        self.indent += 1
+        self.emit(f"const int {st} = {self.render_expr(op.stage_expr, n, stages)};")
+        bar = f"empty{pid}" if kind == "produce" else f"full{pid}"
+        self.emit(f"ag::mbar_wait(&{bar}[{st}], {self.render_expr(op.parity_expr, n, stages)});")
+        if kind == "produce":
+            self.emit(f"ag::mbar_arrive_expect_tx(&full{pid}[{st}], {op.tx_bytes});")
+            self.current_full = f"&full{pid}[{st}]"
+            self.region(op.body)
+        else:
+            self.in_consume.append([])
+            self.region(op.body)
+            pending = self.in_consume.pop()
+            if pending:
+                self.emit("ag::wgmma_wait<0>();  // retire this step's wgmma before release")
+                for acc in pending:
+                    self.emit(f"ag::fence_operands({acc});")
+            self.emit(f"if (threadIdx.x % 128 == 0) ag::mbar_arrive(&empty{pid}[{st}]);")
+        self.emit(f"{n} += 1;")
+        self.indent -= 1
+        self.emit("}")
+
+    def op_Produce(self, op: O.Produce) -> None:
+        self.pipeline_step(op, "produce")
+
+    def op_Consume(self, op: O.Consume) -> None:
+        self.pipeline_step(op, "consume")
+
+    def tmap_for(self, tensor: Value, box: tuple, swizzle: int) -> str:
+        key = (tensor.id, box, swizzle)
+        if key not in self.tmaps:
+            self.tmaps[key] = len(self.tmaps)
+        return f"tmap{self.tmaps[key]}"
+
+    def op_TmaLoad(self, op: O.TmaLoad) -> None:
+        tm = self.tmap_for(op.tensor, op.box, op.swizzle)
+        coords = [self.name(c) for c in reversed(op.coords)]  # PTX wants innermost first
+        rank = len(coords)
+        self.emit(f"ag::tma_load_{rank}d(&{tm}, {self.name(op.dst)}, {self.current_full}, "
+                  f"{', '.join(coords)});")
+
+    def op_TmaStore(self, op: O.TmaStore) -> None:
+        view: SmemViewType = op.src.type
+        tm = self.tmap_for(op.tensor, view.shape, view.swizzle)
+        coords = [self.name(c) for c in reversed(op.coords)]
+        self.emit("ag::fence_view_async_shared();")
+        self.emit(f"ag::tma_store_{len(coords)}d(&{tm}, {self.name(op.src)}, {', '.join(coords)});")
+        self.emit("ag::tma_store_commit();")
+        self.emit("ag::tma_store_wait<0>();")
+
+    def op_Wgmma(self, op: O.Wgmma) -> None:
+        acc = self.tiles[op.acc.id]
+        n = op.acc.type.shape[1]
+        dt = op.a.type.dtype
+        spec = WgmmaSpec(n=n, a_dtype=dt.name, b_dtype=dt.name, acc_dtype="f32")
+        if spec not in self.wgmma_specs:
+            self.wgmma_specs.append(spec)
+        sw_a, lbo_a, sbo_a, step_a = op.a_desc
+        sw_b, lbo_b, sbo_b, step_b = op.b_desc
+        k_steps = op.a.type.shape[1] // 16
+        self.emit("{")
+        self.indent += 1
+        self.emit(f"const ag::uint64_t da = ag::make_smem_desc({self.name(op.a)}, {sw_a}, "
+                  f"{lbo_a}, {sbo_a});")
+        self.emit(f"const ag::uint64_t db = ag::make_smem_desc({self.name(op.b)}, {sw_b}, "
+                  f"{lbo_b}, {sbo_b});")
+        self.emit(f"ag::fence_operands({acc.name});")
+        self.emit("ag::wgmma_fence();")
+        for kk in range(k_steps):
+            self.emit(f"ag::{spec.name}({acc.name}, ag::desc_advance(da, {kk * step_a}), "
+                      f"ag::desc_advance(db, {kk * step_b}), 1);")
+        self.emit("ag::wgmma_commit();")
+        if self.in_consume:
+            self.in_consume[-1].append(acc.name)
+        else:
+            self.emit("ag::wgmma_wait<0>();")
+            self.emit(f"ag::fence_operands({acc.name});")
+        self.indent -= 1
+        self.emit("}")
+
+    # register tiles
+    def op_Full(self, op: O.Full) -> None:
+        info = self.declare_tile(op.result, op.loc)
+        self.emit("#pragma unroll")
+        self.emit(f"for (int i = 0; i < {info.layout.nregs}; ++i) {info.name}[i] = "
+                  f"{_c_float(op.value)};")
+
+    def bounds(self, tensor: Value, offsets, info: _TileInfo, i: int) -> tuple[str, str]:
+        """(condition, linear index) of element i of a tile at `offsets` of a global tensor."""
+        t: TensorType = tensor.type
+        name = self.tensors[tensor.id]
+        lay = info.layout
+        if len(t.shape) == 1:
+            col = f"({self.name(offsets[0])} + {lay.col(i)})"
+            return f"{col} < {self._dim(t, 0)}", col
+        row = f"({self.name(offsets[0])} + {lay.row(i)})"
+        col = f"({self.name(offsets[1])} + {lay.col(i)})"
+        cond = f"{row} < {self._dim(t, 0)} && {col} < {self._dim(t, 1)}"
+        return cond, f"(long long){row} * {name}_s0 + {col}"
+
+    def _dim(self, t: TensorType, d: int) -> str:
+        dim = t.shape[d]
+        return str(dim) if isinstance(dim, int) else dim
+
+    def op_Load(self, op: O.Load) -> None:
+        info = self.declare_tile(op.result, op.loc)
+        name = self.tensors[op.tensor.id]
+        dtype = op.tensor.type.dtype
+        for i in range(info.layout.nregs):
+            cond, idx = self.bounds(op.tensor, op.offsets, info, i)
+            self.emit(f"{info.name}[{i}] = ({cond}) ? {_from_mem_c(f'{name}[{idx}]', dtype)} : "
+                      f"{_c_float(op.other)};")
+
+    def op_Store(self, op: O.Store) -> None:
+        info = self.tiles[op.value.id]
+        name = self.tensors[op.tensor.id]
+        dtype = op.tensor.type.dtype
+        lay = info.layout
+        if isinstance(lay, _Acc):
+            self.store_acc(op, info)
+            return
+        for i in range(lay.nregs):
+            cond, idx = self.bounds(op.tensor, op.offsets, info, i)
+            val = self.tile_expr(op.value, i, lay)
+            self.emit(f"if ({cond}) {name}[{idx}] = {_to_mem_c(val, dtype)};")
+
+    def store_acc(self, op: O.Store, info: _TileInfo) -> None:
+        """Accumulator fragment → global: each thread owns pairs of adjacent columns."""
+        name = self.tensors[op.tensor.id]
+        t: TensorType = op.tensor.type
+        dtype = t.dtype
+        r0, c0 = self.name(op.offsets[0]), self.name(op.offsets[1])
+        rows, cols = self._dim(t, 0), self._dim(t, 1)
+        pair = {"bf16": ("ag::st_global_b32", "ag::pack_bf16x2"),
+                "f16": ("ag::st_global_b32", "ag::pack_f16x2")}.get(dtype.name)
+        self.emit("{")
+        self.indent += 1
+        self.emit(f"const bool pair_ok = ({name}_s0 % 2) == 0;")
+        for i in range(0, info.layout.nregs, 2):
+            v0 = self.tile_expr(op.value, i, info.layout)
+            v1 = self.tile_expr(op.value, i + 1, info.layout)
+            r = f"({r0} + {info.layout.row(i)})"
+            c = f"({c0} + {info.layout.col(i)})"
+            self.emit(f"if ({r} < {rows}) {{")
+            self.emit(f"    {dtype_ptr(dtype)} p = {name} + (long long){r} * {name}_s0 + {c};")
+            if pair:
+                self.emit(f"    if (pair_ok && {c} + 1 < {cols}) {pair[0]}(p, {pair[1]}({v0}, {v1}));")
+            elif dtype.name == "f32":
+                self.emit(f"    if (pair_ok && {c} + 1 < {cols}) ag::st_global_f32x2(p, {v0}, {v1});")
+            else:
+                self.emit("    if (false) {}")
+            self.emit(f"    else {{ if ({c} < {cols}) p[0] = {_to_mem_c(v0, dtype)}; "
+                      f"if ({c} + 1 < {cols}) p[1] = {_to_mem_c(v1, dtype)}; }}")
+            self.emit("}")
+        self.indent -= 1
+        self.emit("}")
+
+    def op_Elementwise(self, op: O.Elementwise) -> None:
+        lay = _layout_of(op.result.type, self.group_threads, op.loc)
+        dtype = op.result.type.dtype
+
+        def expr(i: int) -> str:
+            e = _ew_c(op.fn, [self.operand_expr(a, i, lay) for a in op.args])
+            return e if dtype.name == "i1" else _round_c(e, dtype)
+
+        self.define_pointwise(op, lay, expr)
+
+    def op_Convert(self, op: O.Convert) -> None:
+        lay = _layout_of(op.result.type, self.group_threads, op.loc)
+        dtype = op.result.type.dtype
+        self.define_pointwise(op, lay, lambda i: _round_c(self.operand_expr(op.src, i, lay), dtype))
+
+    def define_pointwise(self, op, lay, expr) -> None:
+        if op.result.id in self.inline_ok:
+            self.tiles[op.result.id] = _TileInfo(lay, op.result.type.dtype, virtual=expr)
+            return
+        info = self.declare_tile(op.result, op.loc)
+        for i in range(lay.nregs):
+            self.emit(f"{info.name}[{i}] = {expr(i)};")
+
+    def op_Assign(self, op: O.Assign) -> None:
+        dst = self.tiles[op.dst.id]
+        exprs = [self.tile_expr(op.src, i, dst.layout) for i in range(dst.layout.nregs)]
+        for i, e in enumerate(exprs):
+            self.emit(f"{dst.name}[{i}] = {e};")
+
+    def op_Reduce(self, op: O.Reduce) -> None:
+        src = self.tiles[op.src.id]
+        lay = src.layout
+        if not isinstance(lay, _Blocked) or op.axis != len(op.src.type.shape) - 1:
+            raise CompileError("only row reductions (last axis) of loaded/blocked tiles are "
+                               "supported", op.loc)
+        if self.in_role:
+            raise CompileError("reductions inside warp roles are not supported yet", op.loc)
+        info = self.declare_tile(op.result, op.loc)
+        combine = {"sum": lambda a, b: f"({a} + {b})", "max": lambda a, b: f"fmaxf({a}, {b})",
+                   "min": lambda a, b: f"fminf({a}, {b})"}[op.fn]
+        per_row = lay.per_row
+        for r in range(lay.rows):
+            acc = self.tile_expr(op.src, r * per_row, lay)
+            for k in range(1, per_row):
+                acc = combine(acc, self.tile_expr(op.src, r * per_row + k, lay))
+            self.emit(f"{info.name}[{r}] = {acc};")
+        self.emit("#pragma unroll")
+        self.emit("for (int off = 16; off > 0; off >>= 1) {")
+        for r in range(lay.rows):
+            other = f"__shfl_xor_sync(0xffffffffu, {info.name}[{r}], off)"
+            self.emit(f"    {info.name}[{r}] = {combine(f'{info.name}[{r}]', other)};")
+        self.emit("}")
+        warps = self.group_threads // 32
+        if warps > 1:
+            scratch = f"red{op.result.id}"
+            self.shared_decls.append(f"__shared__ float {scratch}[{lay.rows * warps}];")
+            self.emit("if (gtid % 32 == 0) {")
+            for r in range(lay.rows):
+                self.emit(f"    {scratch}[{r * warps} + gtid / 32] = {info.name}[{r}];")
+            self.emit("}")
+            self.emit("__syncthreads();")
+            for r in range(lay.rows):
+                acc = f"{scratch}[{r * warps}]"
+                for w in range(1, warps):
+                    acc = combine(acc, f"{scratch}[{r * warps + w}]")
+                self.emit(f"{info.name}[{r}] = {acc};")
+            self.emit("__syncthreads();")
+
+    in_role = False
+
+    def op_RoleOp(self, op: O.RoleOp) -> None:
+        raise CompileError("roles are rendered by the kernel driver", op.loc)
+
+    def op_StMatrix(self, op: O.StMatrix) -> None:
+        raise CompileError("stmatrix is not supported by this codegen yet", op.loc,
+                           fix="store the tile with ag.store, or use the interpreter")
+
+    def op_LdMatrix(self, op: O.LdMatrix) -> None:
+        raise CompileError("ldmatrix is not supported by this codegen yet", op.loc)
+
+
+def dtype_ptr(dtype) -> str:
+    return f"{_elem_c(dtype)}*"
+
+
+def _single_thread_role(role: O.RoleOp) -> bool:
+    """A role that only issues TMA copies runs on one elected thread of its warpgroup."""
+    allowed = (O.Const, O.Arith, O.For, O.If, O.Produce, O.TmaLoad, O.SmemSlice)
+    return all(isinstance(op, allowed) for op in role.body.walk())
+
+
+def _count_uses(kernel: Kernel) -> dict[int, int]:
+    uses: dict[int, int] = {}
+    for op in kernel.walk():
+        for v in op.operands():
+            uses[v.id] = uses.get(v.id, 0) + 1
+    return uses
+
+
+def _inline_candidates(kernel: Kernel, uses: dict[int, int]) -> set[int]:
+    """Pointwise tiles used exactly once later in the same region, with no in-place update of
+    any tile they read in between: safe to inline at the use."""
+    out: set[int] = set()
+
+    def mutated(op) -> set[int]:
+        return {o.acc.id if isinstance(o, O.Wgmma) else o.dst.id for o in op.walk()
+                if isinstance(o, (O.Wgmma, O.Assign))}
+
+    def deps(v: Value, defs) -> set[int]:
+        d = {v.id}
+        op = defs.get(v.id)
+        if isinstance(op, (O.Elementwise, O.Convert)):
+            for a in op.operands():
+                if isinstance(a.type, TileType):
+                    d |= deps(a, defs)
+        return d
+
+    defs = {r.id: op for op in kernel.walk() for r in op.results()}
+
+    def region(r: Region) -> None:
+        ops = r.ops
+        for j, op in enumerate(ops):
+            for sub in op.regions():
+                region(sub)
+            if not isinstance(op, (O.Elementwise, O.Convert)) or uses.get(op.result.id) != 1:
+                continue
+            if isinstance(op.result.type, TileType) and op.result.type.dtype.name == "i1":
+                continue
+            for u in range(j + 1, len(ops)):
+                if op.result.id in {v.id for o in ops[u].walk() for v in o.operands()}:
+                    between = set()
+                    for o in ops[j + 1:u]:
+                        between |= mutated(o)
+                    if not (deps(op.result, defs) & between) and not isinstance(ops[u], O.For):
+                        out.add(op.result.id)
+                    break
+
+    region(kernel.body)
+    return out
+
+
+def render(kernel: Kernel) -> Source:
+    """Render a lowered kernel (after analysis.infer_layouts and lower.run)."""
+    if kernel.attr("smem_plan") is None:
+        raise CompileError(f"kernel {kernel.name} is not lowered; run argus.lower.run first")
+    em = _Emitter(kernel)
+    em.uses = _count_uses(kernel)
+    em.inline_ok = _inline_candidates(kernel, em.uses)
+    threads = kernel.attr("threads")
+    em.group_threads = threads
+    abi: list[AbiArg] = []
+    params_c: list[str] = []
+    for p in kernel.params:
+        t = p.value.type
+        if isinstance(t, TensorType):
+            em.tensors[p.value.id] = p.name
+            params_c.append(f"{dtype_ptr(t.dtype)} __restrict__ {p.name}")
+            abi.append(AbiArg("tensor", p.name))
+        elif isinstance(t, ScalarType):
+            em.names[p.value.id] = p.name
+            params_c.append(f"const int {p.name}")
+            abi.append(AbiArg("scalar", p.name))
+    for p in kernel.params:
+        t = p.value.type
+        if isinstance(t, TensorType):
+            for d in range(len(t.shape) - 1):
+                params_c.append(f"const long long {p.name}_s{d}")
+                abi.append(AbiArg("stride", f"{p.name}_s{d}", tensor=p.name, dim=d))
+
+    body_start = len(em.lines)
+    em.emit("const int gtid = threadIdx.x;")
+    roles = [op for op in kernel.body.ops if isinstance(op, O.RoleOp)]
+    prologue = [op for op in kernel.body.ops if not isinstance(op, O.RoleOp)]
+    for op in prologue:
+        em.op(op)
+    if any(isinstance(op, O.PipelineCreate) for op in prologue):
+        em.emit("__syncthreads();  // barriers initialized before any role uses them")
+    plan = {name: (first, count, regs) for name, first, count, regs in kernel.attr("role_plan", ())}
+    for k, role in enumerate(roles):
+        first, count, regs = plan[role.name]
+        cond = f"threadIdx.x >= {first * 128} && threadIdx.x < {(first + count) * 128}"
+        em.emit(("if" if k == 0 else "else if") + f" ({cond}) {{  // role {role.name}")
+        em.indent += 1
+        if regs:
+            entry = (65536 // threads) // 8 * 8
+            kind = "inc" if regs > entry else "dec"
+            em.emit(f"ag::setmaxnreg_{kind}<{regs}>();")
+        em.emit(f"const int v{role.index.id} = (int)(threadIdx.x / 128) - {first};")
+        em.names[role.index.id] = f"v{role.index.id}"
+        em.emit("const int gtid = threadIdx.x % 128;")
+        if any(isinstance(op, O.Wgmma) for op in role.body.walk()):
+            em.emit("const int acc_row = 16 * (gtid / 32) + (gtid % 32) / 4;")
+            em.emit("const int acc_col = 2 * (gtid % 4);")
+        for pid in sorted({op.pipe.id for op in role.body.walk()
+                           if isinstance(op, (O.Produce, O.Consume))}):
+            em.emit(f"int n{pid} = 0;  // this role's step counter on pipeline %{pid}")
+        em.group_threads = 128
+        em.in_role = True
+        if _single_thread_role(role):
+            em.emit("if (gtid == 0) {  // one thread issues the async copies")
+            em.indent += 1
+            em.region(role.body)
+            em.indent -= 1
+            em.emit("}")
+        else:
+            em.region(role.body)
+        em.in_role = False
+        em.group_threads = threads
+        em.indent -= 1
+        em.emit("}")
+
+    for (tensor_id, box, swizzle), index in sorted(em.tmaps.items(), key=lambda kv: kv[1]):
+        tensor_name = em.tensors[tensor_id]
+        params_c.append(f"const __grid_constant__ ag::TensorMap tmap{index}")
+        abi.append(AbiArg("tmap", f"tmap{index}", tensor=tensor_name, box=box, swizzle=swizzle))
+
+    symbol = f"argus_{kernel.name}"
+    smem_bytes = kernel.attr("smem_bytes", 0)
+    dynamic = smem_bytes + (1024 if smem_bytes else 0)
+    body = em.lines[body_start:]
+    out = [f"// Generated by Argus from kernel `{kernel.name}`. Do not edit: regenerate.",
+           f'#include "{HEADER}"']
+    if em.wgmma_specs:
+        out.append(wgmma_prelude(em.wgmma_specs))
+    sig = ",\n    ".join(params_c)
+    out.append(f'extern "C" __global__ void __launch_bounds__({threads}, 1) {symbol}(\n    {sig}) {{')
+    if smem_bytes:
+        out.append("    extern __shared__ __align__(1024) unsigned char argus_smem_raw[];")
+        out.append("    // Swizzle patterns are anchored to absolute addresses: align the block to "
+                   "1024 B.")
+        out.append("    unsigned char* const smem = argus_smem_raw + "
+                   "((1024u - (ag::smem_u32(argus_smem_raw) & 1023u)) & 1023u);")
+    out.extend("    " + d for d in em.shared_decls)
+    out.extend(body)
+    out.append("}")
+    return Source(symbol, "\n".join(out) + "\n", tuple(abi), threads, dynamic,
+                  tuple(kernel.attr("cluster", (1, 1, 1))))

@@ -1,0 +1,119 @@
+"""A compiled kernel: its lowered IR, CUDA source, binary, and the launcher that binds torch
+tensors to the kernel's ABI (argument checks, shape symbols, strides, TMA maps, grid).
+
+Every argument problem is found before anything launches: wrong dtype, rank, device,
+non-contiguous inner dimension, misaligned pointer or stride, inconsistent shape symbols.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from argus.errors import LaunchError
+from argus.ir.core import Kernel
+from argus.ir.printer import print_kernel
+from argus.ir.types import TensorType
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    kernel_fn: Any
+    kernel: Kernel          # lowered IR
+    source: Any             # codegen.Source
+    binary: Any             # runtime.compile.Binary
+    diagnostics: tuple = ()
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    @property
+    def resources(self):
+        return self.binary.resource(self.source.name)
+
+    def tensor_params(self):
+        return [p for p in self.kernel.params if isinstance(p.value.type, TensorType)]
+
+    def bind(self, tensors) -> dict[str, int]:
+        """Check the tensors against the signature; return the shape symbols' values."""
+        from argus.runtime.args import check_tensor_arg
+
+        params = self.tensor_params()
+        if len(tensors) != len(params):
+            raise LaunchError(f"kernel {self.kernel.name} takes {len(params)} tensors "
+                              f"({', '.join(p.name for p in params)}), got {len(tensors)}")
+        symbols: dict[str, tuple[int, str]] = {}
+        uses_tma = {a.tensor for a in self.source.abi if a.kind == "tmap"}
+        for p, t in zip(params, tensors):
+            ttype: TensorType = p.value.type
+            check_tensor_arg(t, kernel=self.kernel.name, param=p.name, dtype=ttype.dtype,
+                             ndim=len(ttype.shape), inner_contiguous=True,
+                             align_bytes=16 if p.name in uses_tma else ttype.dtype.bytes)
+            for dim, size in zip(ttype.shape, t.shape):
+                if isinstance(dim, int):
+                    if dim != size:
+                        raise LaunchError(f"kernel {self.kernel.name}, parameter {p.name}: a dim "
+                                          f"must be {dim}, got shape {tuple(t.shape)}")
+                elif dim in symbols and symbols[dim][0] != size:
+                    raise LaunchError(f"kernel {self.kernel.name}: {dim} is {symbols[dim][0]} "
+                                      f"from {symbols[dim][1]} but {size} from {p.name}",
+                                      fix="pass tensors whose shapes agree")
+                else:
+                    symbols[dim] = (int(size), p.name)
+        return {k: v for k, (v, _) in symbols.items()}
+
+    def grid(self, symbols: dict[str, int]) -> tuple[int, ...]:
+        from argus.runtime.interp import grid_extents
+
+        return grid_extents(self.kernel, symbols)
+
+    def __call__(self, *tensors):
+        from argus.runtime import driver
+        from argus.runtime.tma import make_tensor_map
+
+        symbols = self.bind(tensors)
+        grid = self.grid(symbols)
+        if any(g <= 0 for g in grid):
+            return None  # an empty problem: nothing to compute
+        if any(g > 65535 for g in grid[1:]):
+            raise LaunchError(f"kernel {self.kernel.name}: grid {grid} exceeds 65535 in y or z",
+                              fix="use larger tiles")
+        by_name = {p.name: t for p, t in zip(self.tensor_params(), tensors)}
+        args: list[Any] = []
+        for a in self.source.abi:
+            if a.kind == "tensor":
+                args.append(by_name[a.name])
+            elif a.kind == "scalar":
+                args.append(driver.i32(symbols[a.name]))
+            elif a.kind == "stride":
+                args.append(driver.i64(by_name[a.tensor].stride(a.dim)))
+            elif a.kind == "tmap":
+                args.append(make_tensor_map(by_name[a.tensor], box=a.box,
+                                            swizzle_bytes=a.swizzle))
+            else:  # pragma: no cover - codegen only emits the kinds above
+                raise LaunchError(f"unknown ABI entry {a}")
+        cluster = self.source.cluster if self.source.cluster != (1, 1, 1) else None
+        driver.launch(self.binary, self.source.name, grid=grid, block=self.source.threads,
+                      args=args, smem_bytes=self.source.dynamic_smem, cluster=cluster)
+        return None
+
+    def dump(self, directory: Path, steps) -> None:
+        """Write the IR after every step, the CUDA, PTX, cubin and a resource report."""
+        directory.mkdir(parents=True, exist_ok=True)
+        for i, (name, kernel) in enumerate(steps):
+            (directory / f"{i:02d}_{name}.ir").write_text(print_kernel(kernel))
+        (directory / f"{self.name}.cu").write_text(self.source.text)
+        (directory / f"{self.name}.ptx").write_text(self.binary.ptx)
+        (directory / f"{self.name}.cubin").write_bytes(self.binary.cubin)
+        res = self.resources
+        report = {"kernel": self.name, "registers": res.registers,
+                  "spill_stores": res.spill_stores, "spill_loads": res.spill_loads,
+                  "stack_frame": res.stack_frame, "smem_static": res.smem_static,
+                  "smem_dynamic": self.source.dynamic_smem, "threads": self.source.threads,
+                  "compiler": self.binary.compiler,
+                  "diagnostics": [d.to_json() for d in self.diagnostics]}
+        (directory / "resources.json").write_text(json.dumps(report, indent=2) + "\n")
+        (directory / "resources.txt").write_text(res.summary() + "\n")

@@ -1,0 +1,85 @@
+"""THE pipeline (argus/compiler.py; `ag.pipeline` is the DSL's mbarrier ring, hence the name): Python kernel → traced IR → layouts → lowered IR → verified → CUDA → cubin.
+
+Read `compile_kernel` to know what happens to a kernel. `ARGUS_DUMP=dir` writes the IR after
+every step plus the CUDA, PTX, cubin and resource report; `ARGUS_VERIFY=0` skips verification,
+`ARGUS_VERIFY=2` re-runs it after every lowering pass.
+
+Verification runs on the *lowered* kernel, because lowering makes the decisions the verifier
+must prove (mbarrier parity and stage expressions, expect-tx bytes, descriptors, the smem
+plan) and codegen renders exactly those decisions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from argus import analysis, codegen, config, lower
+from argus.compiled import CompiledKernel
+from argus.errors import VerificationError
+from argus.ir.core import Kernel
+from argus.ir.printer import print_kernel
+
+
+def compile_kernel(kernel_fn, *, verify: bool | None = None, dump: str | Path | None = None,
+                   **constexprs: Any) -> CompiledKernel:
+    steps: list[tuple[str, Kernel]] = []
+    record = _recorder(steps, dump)
+    level = config.verify_level() if verify is None else int(verify)
+
+    kernel = kernel_fn.trace(**constexprs)
+    record("trace", kernel)
+    kernel = analysis.infer_layouts(kernel)
+    record("infer_layouts", kernel)
+    kernel = lower.run(kernel, on_step=_checked(record, level))
+    diagnostics = _verify(kernel, level)
+    source = codegen.render(kernel)
+    binary = _compile(source)
+    compiled = CompiledKernel(kernel_fn, kernel, source, binary, tuple(diagnostics))
+    if dump is not None or config.dump_dir() is not None:
+        compiled.dump(Path(dump or config.dump_dir()), steps)
+    return compiled
+
+
+def lower_only(kernel_fn, **constexprs: Any) -> Kernel:
+    """Trace, infer layouts and lower, without verifying or compiling (tests, tools)."""
+    return lower.run(analysis.infer_layouts(kernel_fn.trace(**constexprs)))
+
+
+def _compile(source: codegen.Source):
+    from argus.runtime.compile import compile_cuda
+
+    return compile_cuda(source.text, [source.name], filename=f"{source.name}.cu")
+
+
+def _verify(kernel: Kernel, level: int) -> list:
+    if level <= 0:
+        return []
+    try:
+        from argus import verify
+    except ImportError:  # the verifier package is optional while it is being built
+        return []
+    if not hasattr(verify, "check"):
+        return []
+    diagnostics = verify.check(kernel)
+    errors = [d for d in diagnostics if d.severity == "error"]
+    if errors:
+        raise VerificationError(errors)
+    return diagnostics
+
+
+def _recorder(steps: list, dump) -> Callable[[str, Kernel], None]:
+    def record(name: str, kernel: Kernel) -> None:
+        steps.append((name, kernel))
+    return record
+
+
+def _checked(record, level: int):
+    def on_step(name: str, kernel: Kernel) -> None:
+        record(name, kernel)
+        if level >= 2:
+            _verify(kernel, level)
+    return on_step
+
+
+__all__ = ["compile_kernel", "lower_only", "print_kernel"]

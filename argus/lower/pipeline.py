@@ -1,0 +1,59 @@
+"""Pass: derive the mbarrier protocol of every `ag.pipeline`.
+
+Each role keeps one step counter n per pipeline, continued across loops (so a persistent
+kernel's tiles stay in phase; TileLang #2674 is impossible by construction). Slot s = n % S.
+A consumer waits on full[s] for parity (n / S) & 1; a producer waits on empty[s] for the
+opposite parity, ((n / S) & 1) ^ 1, which lets the first S producer steps pass without any
+consumer release (the "pre-arrived empty" convention, PTX ISA mbarrier.try_wait.parity).
+full[s] expects one arrival (the producer's arrive.expect_tx) plus the TMA bytes of the step;
+empty[s] expects one arrival per consumer warpgroup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from argus.errors import CompileError
+from argus.ir import ops as O
+from argus.ir.core import Kernel, Region
+
+STAGE_EXPR = "n % S"
+CONSUMER_PARITY = "(n / S) & 1"
+PRODUCER_PARITY = "((n / S) & 1) ^ 1"
+
+
+def run(kernel: Kernel) -> Kernel:
+    pipes = {op.result.id: op for op in kernel.walk() if isinstance(op, O.PipelineCreate)}
+    consumer_wgs: dict[int, int] = {}
+    for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
+        for op in role.body.walk():
+            if isinstance(op, O.Consume):
+                consumer_wgs[op.pipe.id] = consumer_wgs.get(op.pipe.id, 0)
+                consumer_wgs[op.pipe.id] = max(consumer_wgs[op.pipe.id], role.warpgroups)
+    for pid, create in pipes.items():
+        wgs = consumer_wgs.get(pid)
+        if wgs is not None and wgs != create.consumers:
+            raise CompileError(f"pipeline declared with consumers={create.consumers} but "
+                               f"{wgs} warpgroups consume from it", create.loc,
+                               fix=f"ag.pipeline(..., consumers={wgs})")
+
+    def region(r: Region) -> Region:
+        return Region(tuple(visit(op) for op in r.ops))
+
+    def visit(op: O.Op) -> O.Op:
+        updates = {f.name: region(getattr(op, f.name)) for f in op.spec_fields()
+                   if isinstance(getattr(op, f.name), Region)}
+        if isinstance(op, O.Produce):
+            tx = sum(inner.bytes for inner in op.body.walk() if isinstance(inner, O.TmaLoad))
+            if tx == 0:
+                raise CompileError("a produce step issues no TMA load: its full barrier would "
+                                   "never complete", op.loc)
+            updates.update(tx_bytes=op.tx_bytes or tx, stage_expr=op.stage_expr or STAGE_EXPR,
+                           parity_expr=op.parity_expr or PRODUCER_PARITY)
+        elif isinstance(op, O.Consume):
+            updates.update(stage_expr=op.stage_expr or STAGE_EXPR,
+                           parity_expr=op.parity_expr or CONSUMER_PARITY,
+                           arrivals=op.arrivals or pipes[op.pipe.id].consumers)
+        return dataclasses.replace(op, **updates) if updates else op
+
+    return dataclasses.replace(kernel, body=region(kernel.body))

@@ -1,0 +1,48 @@
+"""Pass: choose the shared-memory matrix descriptors of every wgmma.
+
+For a K-major operand in a 128/64/32-byte swizzled buffer whose rows are exactly one swizzle
+span (the only layout `ag.smem` admits for wgmma), PTX ISA "Matrix Descriptor Format" and the
+canonical layouts of INVARIANTS.md §2.2 give: LBO unused (encoded as 16), SBO = 8 rows x span
+(the distance between 8-row core-matrix groups), and each k16 step moves the start address by
+16 elements x 2 bytes = 32 bytes inside the swizzle atom (the XOR applies to the absolute
+address, so this stays correct).
+"""
+
+from __future__ import annotations
+
+from argus.errors import CompileError
+from argus.ir import ops as O
+from argus.ir.core import Kernel
+from argus.ir.rewrite import Rules
+
+
+def descriptor_fields(view_type, loc) -> tuple[int, int, int, int]:
+    swizzle = view_type.swizzle
+    if swizzle == 0:
+        raise CompileError("wgmma reads shared memory through a swizzled canonical layout; this "
+                           "buffer has no swizzle", loc,
+                           fix="allocate it with ag.smem(..., swizzle=128) and 64 bf16 per row")
+    row_bytes = view_type.shape[1] * view_type.dtype.bytes
+    if row_bytes != swizzle:
+        raise CompileError(f"wgmma operand rows are {row_bytes} B but the swizzle span is "
+                           f"{swizzle} B", loc)
+    k16_bytes = 16 * view_type.dtype.bytes
+    return (swizzle, 16, 8 * swizzle, k16_bytes)
+
+
+def _descs(op: O.Wgmma, _ctx):
+    if op.a_desc:
+        return None
+    if op.trans_b:
+        raise CompileError("wgmma with an MN-major B (trans_b=True) is not supported by this "
+                           "lowering yet", op.loc,
+                           fix="store B as [N, K] (K contiguous), i.e. pass W.T.contiguous()")
+    return op.replace(a_desc=descriptor_fields(op.a.type, op.loc),
+                      b_desc=descriptor_fields(op.b.type, op.loc))
+
+
+RULES = Rules([(O.Wgmma, _descs)])
+
+
+def run(kernel: Kernel) -> Kernel:
+    return RULES.apply(kernel)
