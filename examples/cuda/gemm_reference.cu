@@ -86,17 +86,19 @@ __device__ __forceinline__ void wgmma_m64n256k16_f32_bf16_ss(float (&d)[128], ui
 // END GENERATED wgmma
 
 namespace gemm {
-constexpr int BM = 128;          // tile rows (2 consumer warpgroups x 64)
-constexpr int BN = 256;          // tile cols (one m64n256 wgmma per consumer per k16)
-constexpr int BK = 64;           // 64 bf16 = 128 bytes = one 128B swizzle row
-constexpr int STAGES = 4;        // 4 x 48 KB ring
-constexpr int CONSUMERS = 2;     // consumer warpgroups
-constexpr int GROUP_M = 16;      // M tiles per raster group (L2 reuse of B tiles)
-constexpr ag::uint32_t A_STAGE_BYTES = BM * BK * 2;   // 16 KB
-constexpr ag::uint32_t B_STAGE_BYTES = BN * BK * 2;   // 32 KB
-// ring + full/empty barriers + slack to align the ring to 1024 B (128B swizzle repeat).
-constexpr ag::uint32_t SMEM_BYTES =
-    STAGES * (A_STAGE_BYTES + B_STAGE_BYTES) + 2 * STAGES * 8 + 1024;
+// An enum, not namespace-scope constexpr variables: NVRTC emits the latter as .global data.
+enum : int {
+    BM = 128,          // tile rows (2 consumer warpgroups x 64)
+    BN = 256,          // tile cols (one m64n256 wgmma per consumer per k16)
+    BK = 64,           // 64 bf16 = 128 bytes = one 128B swizzle row
+    STAGES = 4,        // 4 x 48 KB ring
+    CONSUMERS = 2,     // consumer warpgroups
+    GROUP_M = 16,      // M tiles per raster group (L2 reuse of B tiles)
+    A_STAGE_BYTES = BM * BK * 2,   // 16 KB
+    B_STAGE_BYTES = BN * BK * 2,   // 32 KB
+    // ring + full/empty barriers + slack to align the ring to 1024 B (128B swizzle repeat)
+    SMEM_BYTES = STAGES * (A_STAGE_BYTES + B_STAGE_BYTES) + 2 * STAGES * 8 + 1024,
+};
 static_assert(SMEM_BYTES <= 232448, "exceeds the 227 KB opt-in shared memory of sm_90");
 }  // namespace gemm
 
