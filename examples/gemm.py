@@ -48,13 +48,15 @@ def gemm(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
         ag.store(C, (pid_m * s.bm + wg * rows, pid_n * s.bn), acc.to(ag.bf16))
 
 
-def reference(a, b):
-    return a.double() @ b.double().T
+KERNEL = gemm
+OUTPUT = 2
+SIZES = {"small": (300, 520, 200), "large": (4096, 4096, 4096)}
 
 
-def make_inputs(M=4096, N=4096, K=4096, seed=0, device="cpu"):
+def make_inputs(size="small", seed=0, device="cpu"):
     import torch
 
+    M, N, K = SIZES[size] if isinstance(size, str) else size
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(M, K, generator=g).to(device=device, dtype=torch.bfloat16)
     b = torch.randn(N, K, generator=g).to(device=device, dtype=torch.bfloat16)
@@ -62,6 +64,20 @@ def make_inputs(M=4096, N=4096, K=4096, seed=0, device="cpu"):
     return a, b, c
 
 
-def launch(a, b, c, schedule=GemmSchedule()):
-    gemm(a, b, c, s=schedule)
-    return c
+def constexprs(a, b, c):
+    return {}
+
+
+def reference(a, b, c):
+    return a.double() @ b.double().T
+
+
+def baseline(a, b, c):
+    """cuBLAS through torch: C = A @ B^T."""
+    import torch
+
+    return torch.mm(a, b.T)
+
+
+def flops(a, b, c):
+    return 2 * a.shape[0] * b.shape[0] * a.shape[1]

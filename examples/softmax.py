@@ -19,10 +19,9 @@ def softmax(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["M", "N", ag.f32],
     ag.store(Y, (row0, 0), e / s)
 
 
-def reference(x):
-    import torch
-
-    return torch.softmax(x.double(), dim=1)
+KERNEL = softmax
+OUTPUT = 1
+SIZES = {"small": (33, 3000), "large": (16384, 4096)}
 
 
 def block_n(N: int) -> int:
@@ -33,15 +32,31 @@ def block_n(N: int) -> int:
     return bn
 
 
-def make_inputs(M=1000, N=3000, seed=0, device="cpu"):
+def make_inputs(size="small", seed=0, device="cpu"):
     import torch
 
+    M, N = SIZES[size]
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(M, N, generator=g) * 4).to(device)
     y = torch.full((M, N), float("nan")).to(device)
     return x, y
 
 
-def launch(x, y):
-    softmax(x, y, BN=block_n(x.shape[1]))
-    return y
+def constexprs(x, y):
+    return {"BN": block_n(x.shape[1])}
+
+
+def reference(x, y):
+    import torch
+
+    return torch.softmax(x.double(), dim=1)
+
+
+def baseline(x, y):
+    import torch
+
+    return torch.softmax(x, dim=1)
+
+
+def bytes_moved(x, y):
+    return 2 * x.numel() * 4

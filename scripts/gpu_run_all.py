@@ -1,0 +1,163 @@
+"""The one device script: GPU tests, example correctness, GEMM speed vs cuBLAS, SASS checks.
+
+Run on the H200 from the repo root (python3 scripts/gpu_run_all.py --out DIR). It prints a
+short table last and writes results.json and results.md into --out. Every number it prints
+is measured in this run on this card: ours and the PyTorch baseline side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def env_info() -> dict:
+    import torch
+
+    info = {"torch": torch.__version__, "cuda": torch.version.cuda,
+            "gpu": torch.cuda.get_device_name(), "capability": torch.cuda.get_device_capability(),
+            "sms": torch.cuda.get_device_properties(0).multi_processor_count}
+    try:
+        info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                        capture_output=True, text=True).stdout.strip()
+    except Exception:  # noqa: BLE001
+        info["commit"] = "unknown"
+    return info
+
+
+def run_pytest(out: Path) -> dict:
+    t = time.time()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests", "-x",
+                           "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=240)
+    (out / "pytest_gpu.log").write_text(proc.stdout + proc.stderr)
+    tail = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
+    log(f"pytest -m gpu: rc={proc.returncode} {tail} ({time.time() - t:.0f} s)")
+    return {"rc": proc.returncode, "summary": tail}
+
+
+def examples(out: Path) -> list[dict]:
+    from argus.demo import load_example, run_example
+
+    rows = []
+    for name in ("elementwise", "softmax", "gemm"):
+        for size in ("small", "large"):
+            for seed in (1, 2):
+                try:
+                    r = run_example(load_example(name), size=size, seed=seed, device="cuda")
+                    rows.append({"example": name, "size": size, "seed": seed, "shape": r.shape,
+                                 "rel_error": r.rel_error, "ok": r.ok,
+                                 "registers": r.registers, "spills": r.spills})
+                    log(f"example {name} {size} seed {seed}: rel err {r.rel_error:.2e} "
+                        f"{'ok' if r.ok else 'WRONG'}")
+                except Exception as e:  # noqa: BLE001 - record and continue
+                    traceback.print_exc()
+                    rows.append({"example": name, "size": size, "seed": seed, "error": repr(e),
+                                 "ok": False})
+    return rows
+
+
+def gemm_perf(shapes, out: Path) -> list[dict]:
+    import torch
+
+    from argus.bench.timing import measure
+    from argus.compiler import compile_kernel
+    from argus.demo import load_example, relative_error
+
+    gemm = load_example("gemm")
+    compiled = compile_kernel(gemm.KERNEL)
+    rows = []
+    for (M, N, K) in shapes:
+        a, b, c = gemm.make_inputs((M, N, K), seed=M + N + K, device="cuda")
+        compiled(a, b, c)
+        torch.cuda.synchronize()
+        err = relative_error(c, gemm.reference(a.cpu(), b.cpu(), c.cpu()).cuda()) \
+            if M * N * K <= 4096 ** 3 else relative_error(c, (a.float() @ b.float().T))
+        ours = measure(lambda: compiled(a, b, c), trials=100, warmup=20)
+        base = measure(lambda: torch.mm(a, b.T), trials=100, warmup=20)
+        flops = 2 * M * N * K
+        row = {"M": M, "N": N, "K": K, "rel_error": err,
+               "ours_ms": ours.median_ms, "cublas_ms": base.median_ms,
+               "ours_tflops": flops / ours.median_ms / 1e9,
+               "cublas_tflops": flops / base.median_ms / 1e9,
+               "ratio": base.median_ms / ours.median_ms}
+        rows.append(row)
+        log(f"gemm {M}x{N}x{K}: ours {row['ours_tflops']:.0f} TFLOP/s, torch.mm "
+            f"{row['cublas_tflops']:.0f}, ratio {row['ratio']:.2f}, rel err {err:.1e}")
+    return rows
+
+
+def sass_check(out: Path) -> dict:
+    from argus.compiler import compile_kernel
+    from argus.demo import load_example
+    from argus.runtime.sass import disassemble, instruction_histogram
+
+    compiled = compile_kernel(load_example("gemm").KERNEL)
+    sass = disassemble(compiled.binary.cubin)
+    if sass is None:
+        return {"sass": "no disassembler found"}
+    (out / "gemm.sass").write_text(sass)
+    hist = instruction_histogram(sass)
+    res = compiled.resources
+    info = {"HGMMA": sum(v for k, v in hist.items() if k.startswith("HGMMA")),
+            "HMMA": sum(v for k, v in hist.items() if k.startswith("HMMA")),
+            "registers": res.registers, "spill_bytes": res.spill_stores + res.spill_loads,
+            "local_ld_st": sum(v for k, v in hist.items() if k.startswith(("LDL", "STL")))}
+    log(f"SASS: {info}")
+    return info
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
+    parser.add_argument("--quick", action="store_true", help="fewer shapes")
+    parser.add_argument("--skip-tests", action="store_true")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict = {"env": env_info(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    log(json.dumps(results))
+    if not args.skip_tests:
+        results["pytest_gpu"] = run_pytest(args.out)
+    results["examples"] = examples(args.out)
+    shapes = [(4096, 4096, 4096), (8192, 8192, 8192)]
+    if not args.quick:
+        shapes += [(4095, 4097, 4096), (2048, 7168, 2048), (512, 8192, 8192)]
+    results["gemm"] = gemm_perf(shapes, args.out)
+    results["sass"] = sass_check(args.out)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+
+    lines = ["", f"== {results['env']['gpu']} torch {results['env']['torch']} commit "
+                 f"{results['env']['commit']} {results['date']} ==",
+             "| example | size | rel err | ok |", "|---|---|---|---|"]
+    for r in results["examples"]:
+        lines.append(f"| {r['example']} | {r.get('shape', r['size'])} | "
+                     f"{r.get('rel_error', float('nan')):.2e} | {r['ok']} |")
+    lines += ["", "| GEMM bf16 M x N x K | ours TFLOP/s | torch.mm TFLOP/s | ratio | rel err |",
+              "|---|---|---|---|---|"]
+    for r in results["gemm"]:
+        lines.append(f"| {r['M']}x{r['N']}x{r['K']} | {r['ours_tflops']:.0f} | "
+                     f"{r['cublas_tflops']:.0f} | {r['ratio']:.2f} | {r['rel_error']:.1e} |")
+    lines.append(f"\nSASS (gemm): {results['sass']}")
+    if "pytest_gpu" in results:
+        lines.append(f"pytest -m gpu: {results['pytest_gpu']}")
+    text = "\n".join(lines)
+    (args.out / "results.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
