@@ -1,0 +1,116 @@
+"""Check kernel arguments before launch: each tensor's dtype / rank / device / layout, and that
+symbolic shape names (M, N, K ...) bind to one value across all parameters.
+
+One job: turn a bad call into a LaunchError that says what is wrong, in which kernel and
+parameter, and the exact expression that fixes it, e.g.
+  kernel gemm, parameter A: expected a CUDA tensor of dtype bf16 with 2 dims, got float32 on
+  cpu; fix: A.to('cuda', torch.bfloat16)
+Nothing here launches anything; it works on CPU tensors (device="cpu") for tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from argus import dtypes
+from argus.dtypes import DType
+from argus.errors import LaunchError
+
+
+def _torch_dtype_text(dt: DType) -> str:
+    return "torch." + str(dt.torch_dtype()).removeprefix("torch.")
+
+
+def check_tensor_arg(value: Any, *, kernel: str, param: str, dtype: DType, ndim: int,
+                     device: str = "cuda", inner_contiguous: bool = True,
+                     align_bytes: int = 16) -> None:
+    """Raise LaunchError unless `value` is a torch tensor of `dtype` with `ndim` dims on
+    `device` ("cuda" or "cpu"), innermost dim contiguous (if asked) and its data pointer a
+    multiple of `align_bytes`."""
+    import torch
+
+    where = f"kernel {kernel}, parameter {param}"
+    wanted = f"a {device.upper() if device == 'cuda' else device} tensor of dtype {dtype} " \
+             f"with {ndim} dims"
+    if not isinstance(value, torch.Tensor):
+        raise LaunchError(f"{where}: expected {wanted}, got a {type(value).__name__}",
+                          fix=f"pass a torch.Tensor, e.g. torch.as_tensor({param}, "
+                              f"dtype={_torch_dtype_text(dtype)}, device='{device}')")
+
+    try:
+        got_dtype = dtypes.from_torch(value.dtype)
+    except ValueError:
+        got_dtype = None
+    bad_dtype = got_dtype != dtype
+    bad_device = value.device.type != device
+    bad_ndim = value.dim() != ndim
+    if bad_dtype or bad_device or bad_ndim:
+        got_name = str(value.dtype).removeprefix("torch.")
+        got = f"{got_name} on {value.device} with {value.dim()} dims (shape {tuple(value.shape)})"
+        fixes = []
+        if bad_dtype or bad_device:
+            conversion = []
+            if bad_device:
+                conversion.append(f"'{device}'")
+            if bad_dtype:
+                conversion.append(_torch_dtype_text(dtype))
+            fixes.append(f"{param}.to({', '.join(conversion)})")
+        if bad_ndim:
+            fixes.append(f"reshape {param} to {ndim} dims ({param}.view(...))")
+        raise LaunchError(f"{where}: expected {wanted}, got {got}", fix="; ".join(fixes))
+
+    if inner_contiguous and value.dim() > 0 and value.shape[-1] > 1 and value.stride(-1) != 1:
+        raise LaunchError(
+            f"{where}: the innermost dim has stride {value.stride(-1)} (shape "
+            f"{tuple(value.shape)}, strides {tuple(value.stride())}); the kernel reads rows "
+            "contiguously",
+            fix=f"{param}.contiguous()  (a transposed view needs a copy, or the kernel "
+                "variant for the other major-ness)")
+    if align_bytes > 1 and value.data_ptr() % align_bytes:
+        raise LaunchError(
+            f"{where}: data pointer {value.data_ptr():#x} is not {align_bytes}-byte aligned "
+            f"(storage offset {value.storage_offset()} elements)",
+            fix=f"{param}.clone()  (fresh allocations are 256-byte aligned), or slice at a "
+                f"multiple of {align_bytes} bytes")
+
+
+def _shape_of(value: Any) -> tuple[int, ...]:
+    shape = getattr(value, "shape", value)
+    return tuple(int(s) for s in shape)
+
+
+def bind_shapes(specs: Mapping[str, Sequence[str | int]], values: Mapping[str, Any], *,
+                kernel: str = "kernel") -> dict[str, int]:
+    """Bind symbolic dims to sizes. specs: parameter -> dims (a name such as "M", or a fixed
+    int); values: parameter -> tensor or shape. Returns {"M": 4096, ...}. Raises LaunchError
+    naming both parameters when a name gets two sizes, or the parameter whose rank or fixed dim
+    is wrong."""
+    bound: dict[str, tuple[int, str, int]] = {}   # name -> (size, parameter, dim index)
+    for param, spec in specs.items():
+        if param not in values:
+            raise LaunchError(f"kernel {kernel}: parameter {param} was not given",
+                              fix=f"pass {param}")
+        shape = _shape_of(values[param])
+        if len(shape) != len(spec):
+            raise LaunchError(
+                f"kernel {kernel}, parameter {param}: expected {len(spec)} dims "
+                f"[{', '.join(str(s) for s in spec)}], got shape {shape}",
+                fix=f"reshape {param} to {len(spec)} dims")
+        for dim, (want, size) in enumerate(zip(spec, shape)):
+            if isinstance(want, int):
+                if size != want:
+                    raise LaunchError(
+                        f"kernel {kernel}, parameter {param}: dim {dim} must be {want}, got "
+                        f"{size} (shape {shape})", fix=f"pass a {param} whose dim {dim} is {want}")
+                continue
+            if want in bound and bound[want][0] != size:
+                first_size, first_param, first_dim = bound[want]
+                raise LaunchError(
+                    f"kernel {kernel}: dimension {want} is {first_size} in parameter "
+                    f"{first_param} (dim {first_dim}) but {size} in parameter {param} "
+                    f"(dim {dim})",
+                    fix=f"make {first_param} and {param} agree on {want} (shapes "
+                        f"{_shape_of(values[first_param])} and {shape})")
+            bound.setdefault(want, (size, param, dim))
+    return {name: size for name, (size, _p, _d) in bound.items()}
