@@ -1,0 +1,370 @@
+"""Launch compiled kernels on torch tensors through the CUDA driver API (cuda-bindings).
+
+One job: Binary + kernel name + launch shape + Python arguments -> a kernel running on torch's
+current stream. Nothing happens at import: the driver is initialised at the first launch, after
+torch has created its context, and we use that same (primary) context so torch's pointers and
+streams are valid for our kernels.
+
+Invariants:
+  * every driver call's status is checked; failures raise LaunchError naming the CUDA error,
+    the kernel and the launch shape;
+  * a module is loaded once per (binary key, device) and kept in an explicit cache;
+  * dynamic shared memory above 48 KB is opted into
+    (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) before the launch that needs it, after
+    a check against the device's opt-in limit;
+  * parameters are packed by Python type: tensor -> device pointer (u64), int -> int32
+    (range-checked; wrap in i64()/u32()/u64() for other widths), float -> float32,
+    TensorMap -> its 128-byte blob by value (for `const __grid_constant__ ag::TensorMap`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from argus.errors import LaunchError
+from argus.runtime.compile import Binary
+from argus.runtime.tma import TensorMap
+
+# Explicit caches: (binary key, device) -> CUmodule; (binary key, device, kernel) -> CUfunction;
+# same key -> dynamic smem bytes already opted into; device -> primary context.
+_MODULES: dict[tuple[str, int], Any] = {}
+_FUNCTIONS: dict[tuple[str, int, str], Any] = {}
+_SMEM_OPT_IN: dict[tuple[str, int, str], int] = {}
+_CONTEXTS: dict[int, Any] = {}
+
+
+# --------------------------------------------------------------------------------------------
+# Scalar parameters of explicit width
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Scalar:
+    """A kernel parameter with an explicit C type (plain ints are int32, floats are float32)."""
+
+    ctype: str      # one of _CTYPES
+    value: int | float
+
+
+_CTYPES: dict[str, Any] = {
+    "i32": ctypes.c_int32, "u32": ctypes.c_uint32, "i64": ctypes.c_int64,
+    "u64": ctypes.c_uint64, "f32": ctypes.c_float, "f64": ctypes.c_double,
+}
+
+
+def i32(value: int) -> Scalar:
+    return Scalar("i32", int(value))
+
+
+def u32(value: int) -> Scalar:
+    return Scalar("u32", int(value))
+
+
+def i64(value: int) -> Scalar:
+    return Scalar("i64", int(value))
+
+
+def u64(value: int) -> Scalar:
+    return Scalar("u64", int(value))
+
+
+def f32(value: float) -> Scalar:
+    return Scalar("f32", float(value))
+
+
+def f64(value: float) -> Scalar:
+    return Scalar("f64", float(value))
+
+
+@dataclass(frozen=True)
+class PackedParams:
+    """ctypes storage of each parameter and the void*[] array cuLaunchKernelEx reads."""
+
+    storage: tuple[Any, ...]
+    pointers: Any
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self.pointers)
+
+    def as_bytes(self) -> list[bytes]:
+        """Each parameter's bytes, as the kernel will see them (for tests)."""
+        return [ctypes.string_at(ctypes.addressof(o), ctypes.sizeof(o)) for o in self.storage]
+
+
+def pack_params(args: Sequence[Any], kernel: str = "kernel") -> PackedParams:
+    """Convert Python launch arguments to the by-value blobs the driver copies."""
+    storage: list[Any] = []
+    for index, arg in enumerate(args):
+        where = f"kernel {kernel}, argument {index}"
+        if isinstance(arg, Scalar):
+            ctype = _CTYPES.get(arg.ctype)
+            if ctype is None:
+                raise LaunchError(f"{where}: unknown scalar type {arg.ctype!r}")
+            storage.append(ctype(arg.value))
+        elif isinstance(arg, TensorMap):
+            storage.append((ctypes.c_uint64 * 16)(*arg.words))
+        elif hasattr(arg, "data_ptr") and callable(arg.data_ptr):
+            storage.append(ctypes.c_uint64(arg.data_ptr()))
+        elif isinstance(arg, bool):
+            storage.append(ctypes.c_int32(int(arg)))
+        elif isinstance(arg, int):
+            if not -(2**31) <= arg < 2**31:
+                raise LaunchError(f"{where}: {arg} does not fit a 32-bit int parameter",
+                                  fix="wrap it as argus.runtime.i64(value) and declare the "
+                                      "kernel parameter `long long`")
+            storage.append(ctypes.c_int32(arg))
+        elif isinstance(arg, float):
+            storage.append(ctypes.c_float(arg))
+        else:
+            raise LaunchError(f"{where}: cannot pass a {type(arg).__name__} to a kernel",
+                              fix="pass a torch tensor, an int, a float, a TensorMap, or a "
+                                  "Scalar (argus.runtime.i64(...), f64(...), ...)")
+    pointers = (ctypes.c_void_p * max(1, len(storage)))(
+        *[ctypes.addressof(obj) for obj in storage])
+    return PackedParams(tuple(storage), pointers)
+
+
+# --------------------------------------------------------------------------------------------
+# Driver plumbing
+# --------------------------------------------------------------------------------------------
+
+def _driver() -> Any:
+    try:
+        from cuda.bindings import driver
+    except ImportError as exc:
+        raise LaunchError(f"cuda-bindings is not importable ({exc})",
+                          fix="pip install 'cuda-bindings>=13,<14'") from exc
+    return driver
+
+
+def _error_text(driver: Any, code: Any) -> str:
+    try:
+        name = driver.cuGetErrorName(code)[1]
+        text = driver.cuGetErrorString(code)[1]
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        return f"{name} ({text})"
+    except Exception:  # noqa: BLE001 - the error text must never mask the error itself
+        return str(code)
+
+
+def check_cuda(result: Any, what: str, fix: str = "") -> Any:
+    """Unpack a cuda-bindings (status, *values) tuple, raising LaunchError on failure."""
+    driver = _driver()
+    status = result[0] if isinstance(result, tuple) else result
+    if int(status) != 0:
+        raise LaunchError(f"{what} failed: {_error_text(driver, status)}", fix=fix)
+    if isinstance(result, tuple) and len(result) > 1:
+        return result[1] if len(result) == 2 else result[1:]
+    return None
+
+
+def ensure_context(device: int) -> None:
+    """Make torch's primary context of `device` current on this thread (initialising the driver
+    the first time). torch must have initialised CUDA first so that we share its context."""
+    import torch
+
+    _require_cuda()
+    torch.cuda.init()
+    driver = _driver()
+    if device not in _CONTEXTS:
+        try:
+            check_cuda(driver.cuInit(0), "cuInit")
+        except LaunchError:
+            raise
+        except Exception as exc:  # libcuda missing: cuda-pathfinder raises its own error
+            raise LaunchError(f"the CUDA driver library could not be loaded ({exc})",
+                              fix="install the NVIDIA driver (libcuda.so.1)") from exc
+        handle = check_cuda(driver.cuDeviceGet(device), f"cuDeviceGet({device})")
+        _CONTEXTS[device] = check_cuda(driver.cuDevicePrimaryCtxRetain(handle),
+                                   f"cuDevicePrimaryCtxRetain({device})")
+    current = check_cuda(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if current is None or int(current) != int(_CONTEXTS[device]):
+        check_cuda(driver.cuCtxSetCurrent(_CONTEXTS[device]), "cuCtxSetCurrent")
+
+
+def _require_cuda() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise LaunchError("no CUDA device is visible to torch",
+                          fix="run on a machine with an NVIDIA GPU and a CUDA build of torch")
+
+
+def _current_device() -> int:
+    import torch
+
+    _require_cuda()
+    return torch.cuda.current_device()
+
+
+def get_function(binary: Binary, kernel: str, device: int | None = None) -> Any:
+    """The CUfunction of `kernel`, loading the module on `device` (default: torch's current)."""
+    device = _current_device() if device is None else device
+    ensure_context(device)
+    key = (binary.key, device, kernel)
+    if key in _FUNCTIONS:
+        return _FUNCTIONS[key]
+    driver = _driver()
+    module = _MODULES.get((binary.key, device))
+    if module is None:
+        if binary.cubin:
+            image = ctypes.create_string_buffer(binary.cubin, len(binary.cubin))
+        else:  # PTX-only binary (compute_XX target): the driver JIT-compiles it
+            image = ctypes.create_string_buffer(binary.ptx.encode() + b"\x00")
+        module = check_cuda(driver.cuModuleLoadData(ctypes.addressof(image)),
+                        f"cuModuleLoadData ({binary.arch} module of {', '.join(binary.kernels)})",
+                        fix="the cubin targets " + binary.arch + "; run on a GPU of that "
+                            "architecture (sm_90a: H100/H200)")
+        _MODULES[(binary.key, device)] = module
+    symbol = binary.symbol(kernel)
+    function = check_cuda(driver.cuModuleGetFunction(module, symbol.encode()),
+                      f"cuModuleGetFunction({symbol})")
+    _FUNCTIONS[key] = function
+    return function
+
+
+@dataclass(frozen=True)
+class FunctionAttributes:
+    """What the driver says about a loaded kernel (the on-GPU resource report)."""
+
+    registers: int
+    local_bytes: int          # per-thread local memory (spills + stack)
+    static_smem: int
+    const_bytes: int
+    max_threads: int
+    max_dynamic_smem: int
+    binary_version: int
+
+
+def function_attributes(binary: Binary, kernel: str, device: int | None = None
+                        ) -> FunctionAttributes:
+    """Query CU_FUNC_ATTRIBUTE_* of a kernel (loads its module if needed)."""
+    driver = _driver()
+    function = get_function(binary, kernel, device)
+    attr = driver.CUfunction_attribute
+
+    def get(which: Any) -> int:
+        result = driver.cuFuncGetAttribute(which, function)
+        return int(check_cuda(result, f"cuFuncGetAttribute({which})"))
+
+    return FunctionAttributes(
+        registers=get(attr.CU_FUNC_ATTRIBUTE_NUM_REGS),
+        local_bytes=get(attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
+        static_smem=get(attr.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES),
+        const_bytes=get(attr.CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES),
+        max_threads=get(attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+        max_dynamic_smem=get(attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES),
+        binary_version=get(attr.CU_FUNC_ATTRIBUTE_BINARY_VERSION),
+    )
+
+
+def _dims(value: int | Sequence[int], what: str, kernel: str) -> tuple[int, int, int]:
+    dims = (value,) if isinstance(value, int) else tuple(int(v) for v in value)
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
+        raise LaunchError(f"kernel {kernel}: {what} {value!r} must be 1 to 3 positive integers",
+                          fix=f"pass {what} like (x,), (x, y) or (x, y, z) with every entry >= 1")
+    return (dims + (1, 1))[:3]  # type: ignore[return-value]
+
+
+def _opt_in_smem(binary: Binary, kernel: str, device: int, function: Any, smem: int) -> None:
+    key = (binary.key, device, kernel)
+    if smem <= 48 * 1024 or _SMEM_OPT_IN.get(key, 0) >= smem:
+        return
+    driver = _driver()
+    limit = int(check_cuda(driver.cuDeviceGetAttribute(
+        driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device),
+        "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)"))
+    static = int(check_cuda(driver.cuFuncGetAttribute(
+        driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),
+        "cuFuncGetAttribute(SHARED_SIZE_BYTES)"))
+    if smem + static > limit:
+        raise LaunchError(
+            f"kernel {kernel} asks for {smem} B of dynamic + {static} B of static shared memory; "
+            f"device {device} allows {limit} B per block",
+            fix="use fewer pipeline stages or smaller tiles")
+    check_cuda(driver.cuFuncSetAttribute(
+        function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        smem), f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={smem}) for {kernel}")
+    _SMEM_OPT_IN[key] = smem
+
+
+def _launch_device(args: Sequence[Any], kernel: str) -> int:
+    """The device of the CUDA tensor arguments (all must agree), else torch's current device."""
+    devices = {}
+    for index, arg in enumerate(args):
+        if isinstance(arg, TensorMap):
+            arg = arg.tensor
+        if arg is not None and hasattr(arg, "is_cuda") and hasattr(arg, "device"):
+            if not arg.is_cuda:
+                raise LaunchError(
+                    f"kernel {kernel}, argument {index}: tensor is on {arg.device}, not on a GPU",
+                    fix="move it to the GPU first: tensor.to('cuda')")
+            devices.setdefault(arg.device.index, index)
+    if len(devices) > 1:
+        listing = ", ".join(f"argument {i} on cuda:{d}" for d, i in devices.items())
+        raise LaunchError(f"kernel {kernel}: tensors on different GPUs ({listing})",
+                          fix="move every tensor to one device")
+    return next(iter(devices)) if devices else _current_device()
+
+
+def launch(binary: Binary, kernel: str, *, grid: int | Sequence[int], block: int | Sequence[int],
+           args: Sequence[Any], smem_bytes: int = 0, cluster: Sequence[int] | None = None,
+           stream: Any = None, sync: bool = False) -> None:
+    """Launch `kernel` of `binary` with cuLaunchKernelEx on torch's current stream of the
+    arguments' device (or `stream`: a torch.cuda.Stream or a raw CUstream handle int).
+
+    cluster: thread-block cluster shape (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION); must divide
+    the grid. sync=True waits for the kernel and reports asynchronous faults here.
+    """
+    grid3 = _dims(grid, "grid", kernel)
+    block3 = _dims(block, "block", kernel)
+    if block3[0] * block3[1] * block3[2] > 1024:
+        raise LaunchError(f"kernel {kernel}: block {block3} has more than 1024 threads",
+                          fix="use at most 1024 threads per block")
+    cluster3 = _dims(cluster, "cluster", kernel) if cluster is not None else None
+    if cluster3 is not None and any(g % c for g, c in zip(grid3, cluster3)):
+        raise LaunchError(f"kernel {kernel}: cluster {cluster3} does not divide grid {grid3}",
+                          fix="round the grid up to a multiple of the cluster shape")
+    params = pack_params(args, kernel)
+
+    import torch
+
+    device = _launch_device(args, kernel)
+    function = get_function(binary, kernel, device)
+    _opt_in_smem(binary, kernel, device, function, int(smem_bytes))
+    driver = _driver()
+
+    if stream is None:
+        stream_handle = torch.cuda.current_stream(device).cuda_stream
+    elif hasattr(stream, "cuda_stream"):
+        stream_handle = stream.cuda_stream
+    else:
+        stream_handle = int(stream)
+
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid3
+    config.blockDimX, config.blockDimY, config.blockDimZ = block3
+    config.sharedMemBytes = int(smem_bytes)
+    config.hStream = driver.CUstream(stream_handle)
+    attrs = []
+    if cluster3 is not None:
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster3
+        attrs.append(attr)
+    config.attrs = attrs
+    config.numAttrs = len(attrs)
+
+    shape = (f"grid {grid3}, block {block3}, {smem_bytes} B dynamic smem"
+             + (f", cluster {cluster3}" if cluster3 else ""))
+    check_cuda(driver.cuLaunchKernelEx(config, function, params.address, 0),
+           f"launch of kernel {kernel} ({shape})")
+    if sync:
+        check_cuda(driver.cuStreamSynchronize(config.hStream),
+               f"kernel {kernel} ({shape}) while running",
+               fix="an illegal address or a trap inside the kernel; rerun under "
+                   "compute-sanitizer to locate it")
