@@ -22,14 +22,14 @@ mode". Inside A's domain the result never depends on this convention.
 
 from __future__ import annotations
 
-from typing import Union
+import numpy as np
 
 from argus.layout import inttuple as it
 from argus.layout.inttuple import IntTuple
 from argus.layout.shape_stride import Layout, coalesce, make_layout
 
 # A tiler: a layout, an int n (meaning n:1), or a tuple of tilers applied mode by mode.
-Tiler = Union[Layout, int, tuple]
+Tiler = Layout | int | tuple
 
 
 def _as_layout(x: Layout | int, what: str) -> Layout:
@@ -60,8 +60,34 @@ def composition(a: Layout, b: Tiler) -> Layout:
         return make_layout(*modes)
     b = _as_layout(b, "composition")
     if it.is_tuple(b.shape):
-        return make_layout(*(composition(a, mode) for mode in b.modes()))
+        result = make_layout(*(composition(a, mode) for mode in b.modes()))
+        _check_modes_do_not_carry(a, b)
+        return result
     return _compose_one_mode(a, b.shape, b.stride)
+
+
+def _check_modes_do_not_carry(a: Layout, b: Layout) -> None:
+    """(A∘B0, A∘B1, ...) is A∘B only if A is additive on B's modes: A(y0 + y1) = A(y0) + A(y1)
+    for y_k in the image of B_k. That holds iff adding the mixed-radix digits of the y_k (radices
+    = A's coalesced mode sizes, the last unbounded) never carries, i.e. for every digit the sum
+    over modes of its largest value stays below the radix. Otherwise raise."""
+    radices = [n for n, _ in _flat_modes(a)][:-1]
+    if not radices or b.rank < 2:
+        return
+    worst = np.zeros(len(radices), dtype=np.int64)
+    for mode in b.modes():
+        rest = mode.table()
+        for j, n in enumerate(radices):
+            worst[j] += int((rest % n).max())
+            rest = rest // n
+    for j, n in enumerate(radices):
+        if worst[j] >= n:
+            raise ValueError(
+                f"composition {a} ∘ {b} is not admissible (modes carry): the offsets of B's "
+                f"modes add up to digit {int(worst[j])} in mode {j} (size {n}) of coalesced "
+                f"A = {coalesce(a)}, so A(B0 + B1) != A(B0) + A(B1) and the result would not "
+                "be A∘B mode by mode. fix: compose with each mode of B separately, or choose B "
+                "whose modes address disjoint parts of A's modes")
 
 
 def _compose_one_mode(a: Layout, s: int, d: int) -> Layout:

@@ -11,13 +11,13 @@ conversions go through `arith`, so they also work on numpy arrays and z3 terms.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
 from argus.layout import arith
 
-IntTuple = Union[int, tuple["IntTuple", ...]]
+IntTuple = int | tuple["IntTuple", ...]
 
 
 def is_int(x: Any) -> bool:

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from argus.layout import arith
 from argus.layout import inttuple as it
 from argus.layout.inttuple import IntTuple
 
