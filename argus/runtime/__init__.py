@@ -16,6 +16,7 @@ from argus.runtime.compile import (
 )
 from argus.runtime.driver import (
     FunctionAttributes,
+    LaunchPlan,
     Scalar,
     f32,
     f64,
@@ -25,6 +26,7 @@ from argus.runtime.driver import (
     i64,
     launch,
     pack_params,
+    prepare_launch,
     u32,
     u64,
 )
@@ -34,10 +36,11 @@ from argus.runtime.tma import TensorMap, TensorMapSpec, check_tensor_map, make_t
 from argus.runtime.toolkit import ToolNotFound, find_tool, nvrtc_available
 
 __all__ = [
-    "Binary", "FunctionAttributes", "KernelResources", "SassCheck", "Scalar", "TensorMap",
-    "TensorMapSpec", "ToolNotFound", "bind_shapes", "check_sass", "check_tensor_arg",
+    "Binary", "FunctionAttributes", "KernelResources", "LaunchPlan", "SassCheck", "Scalar",
+    "TensorMap", "TensorMapSpec", "ToolNotFound", "bind_shapes", "check_sass", "check_tensor_arg",
     "check_tensor_map", "clear_memory_cache", "compile_cuda", "compile_stats",
     "device_header_dir", "disassemble", "f32", "f64", "find_tool", "format_compile_error",
     "function_attributes", "get_function", "i32", "i64", "instruction_histogram", "launch",
-    "make_tensor_map", "nvrtc_available", "pack_params", "parse_ptxas_log", "u32", "u64",
+    "make_tensor_map", "nvrtc_available", "pack_params", "parse_ptxas_log", "prepare_launch",
+    "u32", "u64",
 ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from argus.errors import LaunchError
@@ -311,14 +311,52 @@ def _launch_device(args: Sequence[Any], kernel: str) -> int:
     return next(iter(devices)) if devices else _current_device()
 
 
-def launch(binary: Binary, kernel: str, *, grid: int | Sequence[int], block: int | Sequence[int],
-           args: Sequence[Any], smem_bytes: int = 0, cluster: Sequence[int] | None = None,
-           stream: Any = None, sync: bool = False) -> None:
-    """Launch `kernel` of `binary` with cuLaunchKernelEx on torch's current stream of the
-    arguments' device (or `stream`: a torch.cuda.Stream or a raw CUstream handle int).
+@dataclass(frozen=True)
+class LaunchPlan:
+    """A launch with everything but the stream resolved: function handle, launch config and
+    packed parameters (it keeps the argument objects alive). Calling it costs one
+    cuLaunchKernelEx, which is what benchmarks and repeated launches want. Not thread-safe:
+    each call rewrites the config's stream."""
+
+    kernel: str
+    device: int
+    function: Any = field(repr=False)
+    config: Any = field(repr=False)
+    params: PackedParams = field(repr=False)
+    shape: str
+    args: tuple[Any, ...] = field(repr=False, default=())
+
+    def __call__(self, stream: Any = None, sync: bool = False) -> None:
+        """Launch on `stream` (torch.cuda.Stream, raw CUstream int, or None for torch's
+        current stream of the plan's device); sync=True waits and reports faults here."""
+        driver = _driver()
+        if stream is None:
+            import torch
+
+            handle = torch.cuda.current_stream(self.device).cuda_stream
+        elif hasattr(stream, "cuda_stream"):
+            handle = stream.cuda_stream
+        else:
+            handle = int(stream)
+        ensure_context(self.device)
+        self.config.hStream = driver.CUstream(handle)
+        check_cuda(driver.cuLaunchKernelEx(self.config, self.function, self.params.address, 0),
+                   f"launch of kernel {self.kernel} ({self.shape})")
+        if sync:
+            check_cuda(driver.cuStreamSynchronize(self.config.hStream),
+                       f"kernel {self.kernel} ({self.shape}) while running",
+                       fix="an illegal address or a trap inside the kernel; rerun under "
+                           "compute-sanitizer to locate it")
+
+
+def prepare_launch(binary: Binary, kernel: str, *, grid: int | Sequence[int],
+                   block: int | Sequence[int], args: Sequence[Any], smem_bytes: int = 0,
+                   cluster: Sequence[int] | None = None) -> LaunchPlan:
+    """Check the launch shape and arguments, load the kernel on the arguments' device, opt into
+    its dynamic shared memory and pack its parameters; return the ready-to-call LaunchPlan.
 
     cluster: thread-block cluster shape (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION); must divide
-    the grid. sync=True waits for the kernel and reports asynchronous faults here.
+    the grid.
     """
     grid3 = _dims(grid, "grid", kernel)
     block3 = _dims(block, "block", kernel)
@@ -330,26 +368,15 @@ def launch(binary: Binary, kernel: str, *, grid: int | Sequence[int], block: int
         raise LaunchError(f"kernel {kernel}: cluster {cluster3} does not divide grid {grid3}",
                           fix="round the grid up to a multiple of the cluster shape")
     params = pack_params(args, kernel)
-
-    import torch
-
     device = _launch_device(args, kernel)
     function = get_function(binary, kernel, device)
     _opt_in_smem(binary, kernel, device, function, int(smem_bytes))
     driver = _driver()
 
-    if stream is None:
-        stream_handle = torch.cuda.current_stream(device).cuda_stream
-    elif hasattr(stream, "cuda_stream"):
-        stream_handle = stream.cuda_stream
-    else:
-        stream_handle = int(stream)
-
     config = driver.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = grid3
     config.blockDimX, config.blockDimY, config.blockDimZ = block3
     config.sharedMemBytes = int(smem_bytes)
-    config.hStream = driver.CUstream(stream_handle)
     attrs = []
     if cluster3 is not None:
         attr = driver.CUlaunchAttribute()
@@ -358,13 +385,17 @@ def launch(binary: Binary, kernel: str, *, grid: int | Sequence[int], block: int
         attrs.append(attr)
     config.attrs = attrs
     config.numAttrs = len(attrs)
-
     shape = (f"grid {grid3}, block {block3}, {smem_bytes} B dynamic smem"
              + (f", cluster {cluster3}" if cluster3 else ""))
-    check_cuda(driver.cuLaunchKernelEx(config, function, params.address, 0),
-           f"launch of kernel {kernel} ({shape})")
-    if sync:
-        check_cuda(driver.cuStreamSynchronize(config.hStream),
-               f"kernel {kernel} ({shape}) while running",
-               fix="an illegal address or a trap inside the kernel; rerun under "
-                   "compute-sanitizer to locate it")
+    return LaunchPlan(kernel=kernel, device=device, function=function, config=config,
+                      params=params, shape=shape, args=tuple(args))
+
+
+def launch(binary: Binary, kernel: str, *, grid: int | Sequence[int], block: int | Sequence[int],
+           args: Sequence[Any], smem_bytes: int = 0, cluster: Sequence[int] | None = None,
+           stream: Any = None, sync: bool = False) -> None:
+    """Launch `kernel` of `binary` with cuLaunchKernelEx on torch's current stream of the
+    arguments' device (or `stream`: a torch.cuda.Stream or a raw CUstream handle int).
+    sync=True waits for the kernel and reports asynchronous faults here."""
+    prepare_launch(binary, kernel, grid=grid, block=block, args=args, smem_bytes=smem_bytes,
+                   cluster=cluster)(stream=stream, sync=sync)
