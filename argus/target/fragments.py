@@ -1,0 +1,186 @@
+"""Register fragment layouts of sm_90a matrix instructions: which thread/register holds which
+matrix element.
+
+Job: the single source of truth for wgmma m64nNk16 accumulators and register A operands,
+mma.sync m16n8k16 A/B/C fragments and ldmatrix/stmatrix (INVARIANTS.md §2.1, §2.4, §2.5).
+Each formula is written once with `argus.layout.arith`, so codegen calls it with Python ints,
+the interpreter with numpy arrays and the verifier with z3 bit-vectors. The equivalent CuTe
+shape:stride TV layouts and F2 layouts are derived here too, and tests cross-check all of them
+exhaustively.
+
+Notation: a warpgroup thread t in [0, 128) (t = %tid % 128 for an aligned warpgroup), warp
+w = t/32, lane l = t%32, group g = l/4, thread-in-group q = l%4.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from argus.layout import arith
+from argus.layout.f2 import F2Layout
+from argus.layout.shape_stride import Layout
+from argus.target import limits
+
+# ---- wgmma m64nNk16 (PTX ISA §9.7.15.5.1.1.1 "Matrix Fragments for wgmma.mma_async.m64nNk16")
+
+
+def _check_n(n: int) -> None:
+    if not limits.wgmma_n_is_valid(n):
+        raise ValueError(f"wgmma N={n} is not a multiple of 8 in [8, 256] (PTX ISA §9.7.15)")
+
+
+def wgmma_acc_coord(t: Any, i: Any) -> tuple[Any, Any]:
+    """(row, col) of f32 accumulator register d_i (i in [0, N/2)) of warpgroup thread t.
+
+    row = 16w + g + 8((i/2)%2),  col = 2q + (i%2) + 8(i/4). For an .f16 accumulator, register
+    j packs the elements of d_{2j}, d_{2j+1} in this order.
+    """
+    w, lane = arith.div(t, 32), arith.mod(t, 32)
+    g, q = arith.div(lane, 4), arith.mod(lane, 4)
+    row = 16 * w + g + 8 * arith.mod(arith.div(i, 2), 2)
+    col = 2 * q + arith.mod(i, 2) + 8 * arith.div(i, 4)
+    return row, col
+
+
+def wgmma_acc_index(row: Any, col: Any) -> tuple[Any, Any]:
+    """Inverse of `wgmma_acc_coord`: the (thread, register) holding accumulator (row, col)."""
+    w, g, half = arith.div(row, 16), arith.mod(row, 8), arith.mod(arith.div(row, 8), 2)
+    q = arith.div(arith.mod(col, 8), 2)
+    i = arith.mod(col, 2) + 2 * half + 4 * arith.div(col, 8)
+    return 32 * w + 4 * g + q, i
+
+
+def wgmma_acc_layout(n: int) -> Layout:
+    """CuTe `CLayout_64xN`: (thread, register) -> row + 64*col of the 64xN accumulator.
+
+    ((4,8,4),(2,2,N/8)) : ((128,1,16),(64,8,512))  (cute/atom/mma_traits_sm90_gmma.hpp)
+    """
+    _check_n(n)
+    return Layout(((4, 8, 4), (2, 2, n // 8)), ((128, 1, 16), (64, 8, 512)))
+
+
+def wgmma_acc_f2(n: int) -> F2Layout:
+    """The accumulator as an F2 layout {register, lane, warp} -> {row, col}; N a power of two."""
+    _check_n(n)
+    if not arith.is_pow2(n):
+        raise ValueError(f"wgmma_acc_f2: N={n} is not a power of two, so the fragment is not an "
+                         "F2 layout; use wgmma_acc_layout (shape:stride) or wgmma_acc_coord")
+    return F2Layout.from_function(
+        lambda register, lane, warp: wgmma_acc_coord(32 * warp + lane, register),
+        (("register", n // 2), ("lane", 32), ("warp", 4)), (("row", 64), ("col", n)))
+
+
+def wgmma_a_coord(t: Any, i: Any) -> tuple[Any, Any]:
+    """(row, k) of element a_i (i in [0, 8)) of the register A operand (RS form, f16/bf16,
+    m64k16): the accumulator pattern restricted to 16 columns, so an f32 accumulator slab of 16
+    columns converts in place into the next wgmma's A (FlashAttention-3's P·V)."""
+    return wgmma_acc_coord(t, i)
+
+
+def wgmma_a_index(row: Any, k: Any) -> tuple[Any, Any]:
+    """Inverse of `wgmma_a_coord`."""
+    return wgmma_acc_index(row, k)
+
+
+def wgmma_a_layout() -> Layout:
+    """CuTe `ALayout_64x16` (== CLayout_64x16): (thread, element) -> row + 64*k."""
+    return wgmma_acc_layout(16)
+
+
+def wgmma_a_f2() -> F2Layout:
+    """The register A operand as an F2 layout {register, lane, warp} -> {row, col=k}."""
+    return wgmma_acc_f2(16)
+
+
+# ---- mma.sync m16n8k16, f16/bf16 (PTX ISA §9.7.14.5.8 "Matrix Fragments for mma.m16n8k16 with
+# floating point type"); lane l of one warp.
+
+
+def mma16816_a_coord(lane: Any, i: Any) -> tuple[Any, Any]:
+    """(row, k) of a_i, i in [0, 8) (4 x .f16x2 registers; register j holds a_{2j}, a_{2j+1})."""
+    g, q = arith.div(lane, 4), arith.mod(lane, 4)
+    return g + 8 * arith.mod(arith.div(i, 2), 2), 2 * q + arith.mod(i, 2) + 8 * arith.div(i, 4)
+
+
+def mma16816_b_coord(lane: Any, i: Any) -> tuple[Any, Any]:
+    """(k, n) of b_i, i in [0, 4) (2 x .f16x2 registers)."""
+    g, q = arith.div(lane, 4), arith.mod(lane, 4)
+    return 2 * q + arith.mod(i, 2) + 8 * arith.div(i, 2), g
+
+
+def mma16816_c_coord(lane: Any, i: Any) -> tuple[Any, Any]:
+    """(row, col) of c_i / d_i, i in [0, 4) (.f32 registers)."""
+    g, q = arith.div(lane, 4), arith.mod(lane, 4)
+    return g + 8 * arith.div(i, 2), 2 * q + arith.mod(i, 2)
+
+
+def mma16816_a_layout() -> Layout:
+    """CuTe SM80_16x8x16 ALayout: (lane, value) -> row + 16*k."""
+    return Layout(((4, 8), (2, 2, 2)), ((32, 1), (16, 8, 128)))
+
+
+def mma16816_b_layout() -> Layout:
+    """CuTe SM80_16x8x16 BLayout: (lane, value) -> n + 8*k."""
+    return Layout(((4, 8), (2, 2)), ((16, 1), (8, 64)))
+
+
+def mma16816_c_layout() -> Layout:
+    """CuTe SM80_16x8x16 CLayout: (lane, value) -> row + 16*col."""
+    return Layout(((4, 8), (2, 2)), ((32, 1), (16, 8)))
+
+
+# ---- ldmatrix / stmatrix .m8n8 .b16 (PTX ISA §9.7.14.5.15 "ldmatrix", §9.7.14.5.16 "stmatrix")
+# .x1/.x2/.x4 move 1/2/4 8x8 matrices of 16-bit elements; lanes 8j..8j+7 supply the 8 row
+# addresses (16 bytes each) of matrix j; destination register j of every lane holds two elements
+# of matrix j. stmatrix is the exact inverse with the same fragment and address provisioning.
+
+LDMATRIX_NUMS = (1, 2, 4)
+
+
+def ldmatrix_coord(lane: Any, half: Any, trans: bool = False) -> tuple[Any, Any]:
+    """(row, col) inside matrix j of the element `half` (0 = low 16 bits, 1 = high) of register j
+    of `lane`. Rows are the 8 addressed 16-byte rows, cols the 8 b16 elements of a row.
+
+    Plain: (l/4, 2(l%4) + half). With .trans: (2(l%4) + half, l/4), i.e. the lane gets a
+    column of the stored matrix. The same for every register j (= matrix j).
+    """
+    g, q = arith.div(lane, 4), arith.mod(lane, 4)
+    if trans:
+        return 2 * q + half, g
+    return g, 2 * q + half
+
+
+stmatrix_coord = ldmatrix_coord
+
+
+def ldmatrix_addr_lane(matrix: Any, row: Any) -> Any:
+    """The lane whose address operand gives row `row` of matrix `matrix` (8*matrix + row)."""
+    return 8 * matrix + row
+
+
+def ldmatrix_lane_role(lane: Any) -> tuple[Any, Any]:
+    """Inverse of `ldmatrix_addr_lane`: (matrix, row) whose address `lane` supplies."""
+    return arith.div(lane, 8), arith.mod(lane, 8)
+
+
+def ldmatrix_addr_lanes(num: int) -> range:
+    """Lanes whose address operands are read by .x{num} (.x1: 0-7, .x2: 0-15, .x4: 0-31)."""
+    if num not in LDMATRIX_NUMS:
+        raise ValueError(f"ldmatrix/stmatrix .x{num}: num must be 1, 2 or 4")
+    return range(8 * num)
+
+
+def ldmatrix_x4_mma_a_src(lane: Any) -> tuple[Any, Any]:
+    """(row, first k) of the 16-byte row that `lane` addresses when ldmatrix.x4 loads a 16x16
+    row-major (K-contiguous) A tile for mma.m16n8k16: matrix j covers rows 8(j%2)..+8 and
+    k 8(j/2)..+8, so register j = (a_{2j}, a_{2j+1}) of `mma16816_a_coord`."""
+    j, r = ldmatrix_lane_role(lane)
+    return r + 8 * arith.mod(j, 2), 8 * arith.div(j, 2)
+
+
+def ldmatrix_x2_mma_b_src(lane: Any) -> tuple[Any, Any]:
+    """(n, first k) of the 16-byte row that `lane` (0-15) addresses when ldmatrix.x2 loads an
+    8x16 (N x K, K-contiguous) B tile for mma.m16n8k16: matrix j covers k 8j..+8, so register
+    j = (b_{2j}, b_{2j+1}) of `mma16816_b_coord`."""
+    j, r = ldmatrix_lane_role(lane)
+    return r, 8 * j
