@@ -7,8 +7,10 @@ non-contiguous inner dimension, misaligned pointer or stride, inconsistent shape
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,11 @@ class CompiledKernel:
     source: Any             # codegen.Source
     binary: Any             # runtime.compile.Binary
     diagnostics: tuple = ()
+    # Launch plans by argument signature (pointers, shapes, strides, dtypes, device): a repeat
+    # call with the same buffers costs one cuLaunchKernelEx, not a re-validation.
+    _plans: OrderedDict = field(default_factory=OrderedDict, compare=False, repr=False)
+
+    PLAN_CACHE_SIZE = 32
 
     @property
     def name(self) -> str:
@@ -71,13 +78,30 @@ class CompiledKernel:
         return grid_extents(self.kernel, symbols)
 
     def __call__(self, *tensors):
+        """Launch on torch's current stream. Arguments are checked on the first call with a
+        given signature; later calls with the same buffers reuse the prepared launch."""
+        key = _signature(tensors)
+        plan = self._plans.get(key) if key is not None else None
+        if plan is None:
+            plan = self.prepare(*tensors)
+            if key is not None:
+                self._plans[key] = plan
+                if len(self._plans) > self.PLAN_CACHE_SIZE:
+                    self._plans.popitem(last=False)
+        else:
+            self._plans.move_to_end(key)
+        if plan is not False:
+            plan()
+
+    def prepare(self, *tensors):
+        """Validate the arguments and build the launch plan (False for an empty problem)."""
         from argus.runtime import driver
         from argus.runtime.tma import make_tensor_map
 
         symbols = self.bind(tensors)
         grid = self.grid(symbols)
         if any(g <= 0 for g in grid):
-            return None  # an empty problem: nothing to compute
+            return False  # an empty problem: nothing to compute
         if any(g > 65535 for g in grid[1:]):
             raise LaunchError(f"kernel {self.kernel.name}: grid {grid} exceeds 65535 in y or z",
                               fix="use larger tiles")
@@ -92,13 +116,16 @@ class CompiledKernel:
                 args.append(driver.i64(by_name[a.tensor].stride(a.dim)))
             elif a.kind == "tmap":
                 args.append(make_tensor_map(by_name[a.tensor], box=a.box,
-                                            swizzle_bytes=a.swizzle))
+                                            swizzle_bytes=a.swizzle, name=a.tensor))
             else:  # pragma: no cover - codegen only emits the kinds above
                 raise LaunchError(f"unknown ABI entry {a}")
         cluster = self.source.cluster if self.source.cluster != (1, 1, 1) else None
-        driver.launch(self.binary, self.source.name, grid=grid, block=self.source.threads,
-                      args=args, smem_bytes=self.source.dynamic_smem, cluster=cluster)
-        return None
+        plan = driver.prepare_launch(self.binary, self.source.name, grid=grid,
+                                     block=self.source.threads, args=args,
+                                     smem_bytes=self.source.dynamic_smem, cluster=cluster)
+        # The packed parameters hold raw pointers; drop the tensors so a cached plan does not
+        # keep buffers alive (a new tensor at the same address with the same layout reuses it).
+        return dataclasses.replace(plan, args=())
 
     def dump(self, directory: Path, steps) -> None:
         """Write the IR after every step, the CUDA, PTX, cubin and a resource report."""
@@ -117,3 +144,14 @@ class CompiledKernel:
                   "diagnostics": [d.to_json() for d in self.diagnostics]}
         (directory / "resources.json").write_text(json.dumps(report, indent=2) + "\n")
         (directory / "resources.txt").write_text(res.summary() + "\n")
+
+
+def _signature(tensors) -> tuple | None:
+    """What a launch plan depends on, or None when an argument is not a CUDA tensor (then the
+    slow path reports the problem)."""
+    key = []
+    for t in tensors:
+        if not hasattr(t, "data_ptr") or not getattr(t, "is_cuda", False):
+            return None
+        key.append((t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device.index))
+    return tuple(key)

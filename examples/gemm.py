@@ -1,52 +1,11 @@
-"""bf16 GEMM, C[M, N] = A[M, K] @ B[N, K]^T with fp32 accumulation, on Hopper's tensor cores.
+"""Example: bf16 GEMM, C[M, N] = A[M, K] @ B[N, K]^T, fp32 accumulation, on the tensor cores.
 
-Warp-specialized: one producer warpgroup (40 registers) streams A and B tiles through a
-STAGES-deep TMA ring into 128B-swizzled shared memory; two consumer warpgroups (232 registers)
-each multiply a 64-row half of the BM x BN tile with wgmma. Stages and mbarrier parity come
-from the pipeline construct; the compiler derives them.
+The kernel itself lives in argus/kernels/gemm.py (the library uses it too): a warp-specialized
+TMA + wgmma kernel with an mbarrier pipeline whose stages and parities the compiler derives.
+Run it with `argus run gemm` (GPU) or `argus run gemm --interpret`.
 """
 
-from dataclasses import dataclass
-
-import argus as ag
-
-
-@dataclass(frozen=True)
-class GemmSchedule:
-    bm: int = 128
-    bn: int = 256
-    bk: int = 64
-    stages: int = 4
-    consumers: int = 2
-    producer_regs: int = 40
-    consumer_regs: int = 232
-
-
-@ag.kernel
-def gemm(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
-         C: ag.Tensor["M", "N", ag.bf16], s: GemmSchedule = GemmSchedule()):
-    M, K = A.shape
-    N = B.shape[0]
-    pid_m, pid_n = ag.grid(ag.cdiv(M, s.bm), ag.cdiv(N, s.bn))
-    sA = ag.smem((s.stages, s.bm, s.bk), ag.bf16, swizzle=128)
-    sB = ag.smem((s.stages, s.bn, s.bk), ag.bf16, swizzle=128)
-    pipe = ag.pipeline(s.stages, consumers=s.consumers)
-    k_tiles = ag.cdiv(K, s.bk)
-
-    with ag.role("producer", warpgroups=1, regs=s.producer_regs):
-        for k in ag.range(k_tiles):
-            with pipe.produce() as stage:
-                ag.tma.load(sA[stage], A, (pid_m * s.bm, k * s.bk))
-                ag.tma.load(sB[stage], B, (pid_n * s.bn, k * s.bk))
-
-    rows = s.bm // s.consumers
-    with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
-        acc = ag.zeros((rows, s.bn), ag.f32)
-        for k in ag.range(k_tiles):
-            with pipe.consume() as stage:
-                ag.wgmma(sA[stage].rows_of(wg * rows, rows), sB[stage], acc)
-        ag.store(C, (pid_m * s.bm + wg * rows, pid_n * s.bn), acc.to(ag.bf16))
-
+from argus.kernels.gemm import GemmSchedule, gemm, tile_coords  # noqa: F401 - re-exported
 
 KERNEL = gemm
 OUTPUT = 2

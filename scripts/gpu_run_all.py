@@ -70,7 +70,14 @@ def examples(out: Path) -> list[dict]:
     return rows
 
 
-def gemm_perf(shapes, out: Path) -> list[dict]:
+def gemm_perf(shapes, out: Path, variants: dict) -> list[dict]:
+    rows = []
+    for name, overrides in variants.items():
+        rows += _gemm_perf(shapes, name, overrides)
+    return rows
+
+
+def _gemm_perf(shapes, variant: str, overrides: dict) -> list[dict]:
     import torch
 
     from argus.bench.timing import measure
@@ -78,7 +85,7 @@ def gemm_perf(shapes, out: Path) -> list[dict]:
     from argus.demo import load_example, relative_error
 
     gemm = load_example("gemm")
-    compiled = compile_kernel(gemm.KERNEL)
+    compiled = compile_kernel(gemm.KERNEL, s=gemm.GemmSchedule(**overrides))
     rows = []
     for (M, N, K) in shapes:
         a, b, c = gemm.make_inputs((M, N, K), seed=M + N + K, device="cuda")
@@ -89,13 +96,13 @@ def gemm_perf(shapes, out: Path) -> list[dict]:
         ours = measure(lambda: compiled(a, b, c), trials=100, warmup=20)
         base = measure(lambda: torch.mm(a, b.T), trials=100, warmup=20)
         flops = 2 * M * N * K
-        row = {"M": M, "N": N, "K": K, "rel_error": err,
+        row = {"variant": variant, "M": M, "N": N, "K": K, "rel_error": err,
                "ours_ms": ours.median_ms, "cublas_ms": base.median_ms,
                "ours_tflops": flops / ours.median_ms / 1e9,
                "cublas_tflops": flops / base.median_ms / 1e9,
                "ratio": base.median_ms / ours.median_ms}
         rows.append(row)
-        log(f"gemm {M}x{N}x{K}: ours {row['ours_tflops']:.0f} TFLOP/s, torch.mm "
+        log(f"gemm [{variant}] {M}x{N}x{K}: ours {row['ours_tflops']:.0f} TFLOP/s, torch.mm "
             f"{row['cublas_tflops']:.0f}, ratio {row['ratio']:.2f}, rel err {err:.1e}")
     return rows
 
@@ -135,7 +142,11 @@ def main() -> int:
     shapes = [(4096, 4096, 4096), (8192, 8192, 8192)]
     if not args.quick:
         shapes += [(4095, 4097, 4096), (2048, 7168, 2048), (512, 8192, 8192)]
-    results["gemm"] = gemm_perf(shapes, args.out)
+    variants = {"persistent": {}}
+    if not args.quick:
+        variants["non-persistent"] = {"persistent": False}
+        variants["persistent, 3 stages"] = {"stages": 3}
+    results["gemm"] = gemm_perf(shapes, args.out, variants)
     results["sass"] = sass_check(args.out)
     (args.out / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
@@ -145,10 +156,10 @@ def main() -> int:
     for r in results["examples"]:
         lines.append(f"| {r['example']} | {r.get('shape', r['size'])} | "
                      f"{r.get('rel_error', float('nan')):.2e} | {r['ok']} |")
-    lines += ["", "| GEMM bf16 M x N x K | ours TFLOP/s | torch.mm TFLOP/s | ratio | rel err |",
-              "|---|---|---|---|---|"]
+    lines += ["", "| GEMM bf16 variant | M x N x K | ours TFLOP/s | torch.mm TFLOP/s | ratio | "
+              "rel err |", "|---|---|---|---|---|---|"]
     for r in results["gemm"]:
-        lines.append(f"| {r['M']}x{r['N']}x{r['K']} | {r['ours_tflops']:.0f} | "
+        lines.append(f"| {r['variant']} | {r['M']}x{r['N']}x{r['K']} | {r['ours_tflops']:.0f} | "
                      f"{r['cublas_tflops']:.0f} | {r['ratio']:.2f} | {r['rel_error']:.1e} |")
     lines.append(f"\nSASS (gemm): {results['sass']}")
     if "pytest_gpu" in results:

@@ -20,6 +20,7 @@ from argus.codegen.wgmma import WgmmaSpec, wgmma_prelude
 from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region, Value
+from argus.ir.tag_ops import strip_tags
 from argus.ir.types import (PipeType, ScalarType, SmemType, SmemViewType, TensorType, TileType)
 
 HEADER = "argus_sm90.cuh"
@@ -217,6 +218,7 @@ class _Emitter:
     inline_ok: set[int] = field(default_factory=set)
     shared_decls: list[str] = field(default_factory=list)
     tensors: dict[int, str] = field(default_factory=dict)
+    pending: dict[int, list[str]] = field(default_factory=dict)  # pipe -> accs in flight
 
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.indent + line)
@@ -271,7 +273,23 @@ class _Emitter:
         self.indent -= 1
         self.emit("}")
 
+    def flush_pending(self) -> None:
+        """Retire in-flight wgmma groups and release their slots (before an accumulator is
+        read, and at the end of a role)."""
+        if not self.pending:
+            return
+        self.emit("ag::wgmma_wait<0>();  // retire the last in-flight wgmma group")
+        for pid, accs in sorted(self.pending.items()):
+            for acc in accs:
+                self.emit(f"ag::fence_operands({acc});")
+            self.emit(f"if (pend{pid} >= 0 && threadIdx.x % 128 == 0) "
+                      f"ag::mbar_arrive(&empty{pid}[pend{pid}]);")
+            self.emit(f"pend{pid} = -1;")
+        self.pending = {}
+
     def op(self, op: O.Op) -> None:  # noqa: C901 - a dispatcher over the op set
+        if self.pending and not isinstance(op, _NO_FLUSH):
+            self.flush_pending()
         method = getattr(self, "op_" + type(op).__name__, None)
         if method is None:
             raise CompileError(f"codegen has no rule for {op.NAME}", op.loc)
@@ -380,12 +398,23 @@ class _Emitter:
         else:
             self.in_consume.append([])
             self.region(op.body)
-            pending = self.in_consume.pop()
-            if pending:
-                self.emit("ag::wgmma_wait<0>();  // retire this step's wgmma before release")
-                for acc in pending:
+            accs = self.in_consume.pop()
+            if accs and op.wgmma_in_flight == 1:
+                # Keep this step's wgmma group in flight; wait_group 1 retires the previous
+                # step's group, whose slot may now be released.
+                self.emit("ag::wgmma_wait<1>();")
+                for acc in accs:
                     self.emit(f"ag::fence_operands({acc});")
-            self.emit(f"if (threadIdx.x % 128 == 0) ag::mbar_arrive(&empty{pid}[{st}]);")
+                self.emit(f"if (pend{pid} >= 0 && threadIdx.x % 128 == 0) "
+                          f"ag::mbar_arrive(&empty{pid}[pend{pid}]);")
+                self.emit(f"pend{pid} = {st};")
+                self.pending[pid] = accs
+            else:
+                if accs:
+                    self.emit("ag::wgmma_wait<0>();  // retire this step's wgmma before release")
+                    for acc in accs:
+                        self.emit(f"ag::fence_operands({acc});")
+                self.emit(f"if (threadIdx.x % 128 == 0) ag::mbar_arrive(&empty{pid}[{st}]);")
         self.emit(f"{n} += 1;")
         self.indent -= 1
         self.emit("}")
@@ -606,6 +635,10 @@ class _Emitter:
         raise CompileError("ldmatrix is not supported by this codegen yet", op.loc)
 
 
+# Ops that may run while a consumer's last wgmma group is still in flight.
+_NO_FLUSH = (O.For, O.Consume, O.Const, O.Arith, O.SmemSlice, O.If)
+
+
 def dtype_ptr(dtype) -> str:
     return f"{_elem_c(dtype)}*"
 
@@ -670,6 +703,7 @@ def render(kernel: Kernel) -> Source:
     """Render a lowered kernel (after analysis.infer_layouts and lower.run)."""
     if kernel.attr("smem_plan") is None:
         raise CompileError(f"kernel {kernel.name} is not lowered; run argus.lower.run first")
+    kernel = strip_tags(kernel)  # tags and tag assertions generate no code
     em = _Emitter(kernel)
     em.uses = _count_uses(kernel)
     em.inline_ok = _inline_candidates(kernel, em.uses)
@@ -721,6 +755,9 @@ def render(kernel: Kernel) -> Source:
         for pid in sorted({op.pipe.id for op in role.body.walk()
                            if isinstance(op, (O.Produce, O.Consume))}):
             em.emit(f"int n{pid} = 0;  // this role's step counter on pipeline %{pid}")
+        for pid in sorted({op.pipe.id for op in role.body.walk()
+                           if isinstance(op, O.Consume) and op.wgmma_in_flight}):
+            em.emit(f"int pend{pid} = -1;  // slot whose wgmma is still in flight")
         em.group_threads = 128
         em.in_role = True
         if _single_thread_role(role):
@@ -731,6 +768,7 @@ def render(kernel: Kernel) -> Source:
             em.emit("}")
         else:
             em.region(role.body)
+            em.flush_pending()
         em.in_role = False
         em.group_threads = threads
         em.indent -= 1

@@ -185,11 +185,21 @@ def where(cond: Tile, a, b) -> Tile:
     return elementwise("where", cond, a, b)
 
 
-def maximum(a, b) -> Tile:
+def maximum(a, b):
+    """Elementwise max of tiles, or the max of two scalars."""
+    if not isinstance(a, Tile) and not isinstance(b, Tile):
+        if isinstance(a, int) and isinstance(b, int):
+            return max(a, b)
+        return as_scalar(a)._bin("max", b)
     return elementwise("max", a, b)
 
 
-def minimum(a, b) -> Tile:
+def minimum(a, b):
+    """Elementwise min of tiles, or the min of two scalars."""
+    if not isinstance(a, Tile) and not isinstance(b, Tile):
+        if isinstance(a, int) and isinstance(b, int):
+            return min(a, b)
+        return as_scalar(a)._bin("min", b)
     return elementwise("min", a, b)
 
 

@@ -69,6 +69,7 @@ class KernelFunction:
         self.threads = threads
         self.cluster = tuple(cluster)
         self._traces: dict[Any, Kernel] = {}
+        self._compiled: dict[Any, Any] = {}
         functools.update_wrapper(self, fn)
         try:
             hints = inspect.get_annotations(fn, eval_str=True)
@@ -157,9 +158,14 @@ class KernelFunction:
 
     # -- running ---------------------------------------------------------------------------
     def compile(self, **constexprs: Any):
+        """The CompiledKernel for these compile-time values (built once, then cached)."""
         from argus import compiler
 
-        return compiler.compile_kernel(self, **constexprs)
+        values = self.constexpr_values(constexprs)
+        key = tuple(sorted((k, _freeze(v)) for k, v in values.items()))
+        if key not in self._compiled:
+            self._compiled[key] = compiler.compile_kernel(self, **constexprs)
+        return self._compiled[key]
 
     def interpret(self, *arrays, **constexprs: Any):
         """Run the kernel in the numpy interpreter (no GPU); outputs are written in place."""

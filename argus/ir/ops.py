@@ -161,7 +161,12 @@ class Consume(Op):
     """One consumer step: wait for slot `stage` to be full, run `body`, retire its async
     readers (wgmma.wait_group), then release the slot (one arrive per warpgroup).
     `stage_expr`/`parity_expr` as for Produce (the wait is on the *full* barrier);
-    `arrivals` is the empty barrier's init count (consumer warpgroups), set by lowering."""
+    `arrivals` is the empty barrier's init count (consumer warpgroups), set by lowering.
+    `wgmma_in_flight` (set by lowering): 0 = wait for this step's wgmma (wait_group 0) and
+    release the slot at the end of the step; 1 = keep this step's wgmma group in flight, wait
+    with wait_group 1 (which retires the previous step's group) and release the previous
+    step's slot then; the last slot is released after a wait_group 0 before the accumulator
+    is read. Either way a slot is released only after the wgmma that read it retired."""
 
     NAME = "consume"
     RESULTS = ("stage",)
@@ -171,6 +176,7 @@ class Consume(Op):
     stage_expr: str = ""
     parity_expr: str = ""
     arrivals: int = 0
+    wgmma_in_flight: int = 0
 
 
 @dataclass(frozen=True)

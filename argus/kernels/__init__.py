@@ -1,0 +1,1 @@
+"""The kernel library, written in the Argus DSL (each kernel carries its invariants)."""

@@ -7,6 +7,10 @@ opposite parity, ((n / S) & 1) ^ 1, which lets the first S producer steps pass w
 consumer release (the "pre-arrived empty" convention, PTX ISA mbarrier.try_wait.parity).
 full[s] expects one arrival (the producer's arrive.expect_tx) plus the TMA bytes of the step;
 empty[s] expects one arrival per consumer warpgroup.
+
+A consumer step that issues wgmma keeps its group in flight (wgmma_in_flight=1): the next step
+waits with wait_group 1, which retires the previous group, and only then releases the previous
+slot, so the tensor cores never idle between steps and no slot is released early.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ CONSUMER_PARITY = "(n / S) & 1"
 PRODUCER_PARITY = "((n / S) & 1) ^ 1"
 
 
-def run(kernel: Kernel) -> Kernel:
+def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
+    """wgmma_overlap: keep one wgmma group in flight across consumer steps (see Consume)."""
     pipes = {op.result.id: op for op in kernel.walk() if isinstance(op, O.PipelineCreate)}
     consumer_wgs: dict[int, int] = {}
     for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
@@ -51,9 +56,11 @@ def run(kernel: Kernel) -> Kernel:
             updates.update(tx_bytes=op.tx_bytes or tx, stage_expr=op.stage_expr or STAGE_EXPR,
                            parity_expr=op.parity_expr or PRODUCER_PARITY)
         elif isinstance(op, O.Consume):
+            has_wgmma = any(isinstance(inner, O.Wgmma) for inner in op.body.walk())
             updates.update(stage_expr=op.stage_expr or STAGE_EXPR,
                            parity_expr=op.parity_expr or CONSUMER_PARITY,
-                           arrivals=op.arrivals or pipes[op.pipe.id].consumers)
+                           arrivals=op.arrivals or pipes[op.pipe.id].consumers,
+                           wgmma_in_flight=1 if has_wgmma and wgmma_overlap else 0)
         return dataclasses.replace(op, **updates) if updates else op
 
     return dataclasses.replace(kernel, body=region(kernel.body))
