@@ -275,8 +275,9 @@ def _opt_in_smem(binary: Binary, kernel: str, device: int, function: Any, smem: 
     if smem <= 48 * 1024 or _SMEM_OPT_IN.get(key, 0) >= smem:
         return
     driver = _driver()
+    handle = check_cuda(driver.cuDeviceGet(device), f"cuDeviceGet({device})")
     limit = int(check_cuda(driver.cuDeviceGetAttribute(
-        driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device),
+        driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, handle),
         "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)"))
     static = int(check_cuda(driver.cuFuncGetAttribute(
         driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),

@@ -187,18 +187,26 @@ def make_tensor_map(tensor: Any, *, box: Sequence[int], swizzle_bytes: int = 128
     except ValueError:
         raise _fail(name, f"torch dtype {tensor.dtype} has no Argus/TMA equivalent",
                     "convert to bfloat16, float16, float32 or float8_e4m3fn") from None
-    if l2_promotion not in L2_PROMOTION_BYTES:
-        raise _fail(name, f"l2_promotion={l2_promotion} is not one of {L2_PROMOTION_BYTES}",
-                    "use 256 (default) or 128")
     spec = check_tensor_map(tuple(tensor.shape), tuple(tensor.stride()), dtype=dt,
                             address=tensor.data_ptr(), box=box, swizzle_bytes=swizzle_bytes,
                             name=name)
 
+    return encode_tensor_map(spec, l2_promotion=l2_promotion, device=tensor.device.index,
+                             tensor=tensor, name=name)
+
+
+def encode_tensor_map(spec: TensorMapSpec, *, l2_promotion: int = 256, device: int = 0,
+                      tensor: Any = None, name: str = "tensor") -> TensorMap:
+    """cuTensorMapEncodeTiled for a validated spec: element strides 1, no interleave, the
+    spec's swizzle, out-of-bounds elements zero-filled (FLOAT_OOB_FILL_NONE)."""
     from argus.runtime.driver import _driver, check_cuda, ensure_context
 
-    ensure_context(tensor.device.index)
+    if l2_promotion not in L2_PROMOTION_BYTES:
+        raise _fail(name, f"l2_promotion={l2_promotion} is not one of {L2_PROMOTION_BYTES}",
+                    "use 256 (default) or 128")
+    ensure_context(device)
     driver = _driver()
-    swizzle = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}[swizzle_bytes]
+    swizzle = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}[spec.swizzle_bytes]
     l2 = {0: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}[l2_promotion]
     encoded = check_cuda(driver.cuTensorMapEncodeTiled(
         getattr(driver.CUtensorMapDataType, _TMA_DTYPES[spec.dtype]),
@@ -212,5 +220,5 @@ def make_tensor_map(tensor: Any, *, box: Sequence[int], swizzle_bytes: int = 128
         getattr(driver.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{swizzle}"),
         getattr(driver.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{l2}"),
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-    ), f"cuTensorMapEncodeTiled for {name} (shape {tuple(tensor.shape)}, box {tuple(box)})")
+    ), f"cuTensorMapEncodeTiled for {name} (dims {spec.dims}, box {spec.box}, innermost first)")
     return TensorMap(words=tuple(int(w) for w in encoded.opaque), spec=spec, tensor=tensor)

@@ -18,6 +18,7 @@ from argus.runtime import (
     check_tensor_map,
     f32,
     f64,
+    function_attributes,
     i64,
     launch,
     pack_params,
@@ -87,3 +88,157 @@ def test_importing_the_runtime_loads_neither_torch_nor_cuda():
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'cuda')]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# --------------------------------------------------------------------------------------------
+# The whole launch path against the real cuda.bindings signatures, without a GPU.
+#
+# cuda.bindings converts every argument (types, enums, handles) before it loads libcuda. On a
+# machine without the driver, a call with well-typed arguments therefore fails with
+# DynamicLibNotFoundError, and a badly typed one with TypeError. The proxy below calls the real
+# function, accepts the first outcome as "signature OK", and returns a plausible result.
+# --------------------------------------------------------------------------------------------
+
+class _SignatureCheckingDriver:
+    def __init__(self, real, fail: dict[str, int] | None = None):
+        self.real = real
+        self.calls: list[tuple[str, tuple]] = []
+        self.fail = fail or {}
+
+    def _result(self, name: str):
+        real = self.real
+        ok = real.CUresult.CUDA_SUCCESS
+        if name in self.fail:
+            return (real.CUresult(self.fail[name]),)
+        values = {
+            "cuDeviceGet": real.CUdevice(0),
+            "cuDevicePrimaryCtxRetain": real.CUcontext(0x1234),
+            "cuCtxGetCurrent": real.CUcontext(0),
+            "cuModuleLoadData": real.CUmodule(0x10),
+            "cuModuleGetFunction": real.CUfunction(0x20),
+            "cuDeviceGetAttribute": 232448,
+            "cuFuncGetAttribute": 0,
+            "cuTensorMapEncodeTiled": real.CUtensorMap(),
+            "cuGetErrorName": b"CUDA_ERROR_INVALID_VALUE",
+            "cuGetErrorString": b"invalid argument",
+        }
+        return (ok, values[name]) if name in values else (ok,)
+
+    def __getattr__(self, name):
+        attr = getattr(self.real, name)
+        if not (name.startswith("cu") and callable(attr) and not isinstance(attr, type)):
+            return attr
+        from cuda.pathfinder import DynamicLibNotFoundError
+
+        def call(*args):
+            try:
+                attr(*args)
+            except DynamicLibNotFoundError:
+                pass  # arguments converted fine; only the driver library is missing
+            self.calls.append((name, args))
+            return self._result(name)
+
+        return call
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    from cuda.bindings import driver as real
+
+    from argus.runtime import driver as driver_mod
+
+    try:
+        real.cuDriverGetVersion()
+        pytest.skip("a CUDA driver is installed: the real driver would run")
+    except Exception as exc:  # noqa: BLE001
+        if type(exc).__name__ != "DynamicLibNotFoundError":
+            pytest.skip(f"unexpected driver probe result {exc!r}")
+    proxy = _SignatureCheckingDriver(real)
+    monkeypatch.setattr(driver_mod, "_driver", lambda: proxy)
+    for cache in (driver_mod._MODULES, driver_mod._FUNCTIONS, driver_mod._SMEM_OPT_IN,
+                  driver_mod._CONTEXTS):
+        cache.clear()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "init", lambda: None)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+    class _Stream:
+        cuda_stream = 0x77
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
+    yield proxy
+    for cache in (driver_mod._MODULES, driver_mod._FUNCTIONS, driver_mod._SMEM_OPT_IN,
+                  driver_mod._CONTEXTS):
+        cache.clear()
+
+
+class _FakeCudaTensor:
+    is_cuda = True
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+        self.device = torch.device("cuda", 0)
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+def _cubin_binary() -> Binary:
+    return Binary(cubin=b"\x7fELF-not-really", ptx="", log="", arch="sm_90a", kernels=("k",),
+                  symbols=(("k", "k_sym"),), resources=(), source_hash="1", key="1" * 64,
+                  compiler="test", options=())
+
+
+def test_launch_path_with_real_signatures(fake_gpu):
+    from argus.runtime.tma import encode_tensor_map
+
+    spec = check_tensor_map((4096, 4096), (4096, 1), dtype="bf16", address=0x7F0000000000,
+                            box=(128, 64), name="A")
+    tmap = encode_tensor_map(spec, device=0, name="A")
+    assert len(tmap.to_bytes()) == 128
+    encode = next(args for name, args in fake_gpu.calls if name == "cuTensorMapEncodeTiled")
+    assert encode[1] == 2 and encode[2] == 0x7F0000000000
+    assert [int(x) for x in encode[3]] == [4096, 4096] and [int(x) for x in encode[5]] == [64, 128]
+
+    binary = _cubin_binary()
+    c = _FakeCudaTensor(0x7F0000100000)
+    launch(binary, "k", grid=(8,), block=(384,), args=[tmap, c, 4096, i64(7), 1.5],
+           smem_bytes=197696, cluster=(2, 1, 1), sync=True)
+    names = [name for name, _ in fake_gpu.calls]
+    for expected in ("cuInit", "cuDevicePrimaryCtxRetain", "cuModuleLoadData",
+                     "cuModuleGetFunction", "cuDeviceGetAttribute", "cuFuncSetAttribute",
+                     "cuLaunchKernelEx", "cuStreamSynchronize"):
+        assert expected in names, expected
+    set_attr = next(args for name, args in fake_gpu.calls if name == "cuFuncSetAttribute")
+    assert set_attr[2] == 197696
+    config = next(args for name, args in fake_gpu.calls if name == "cuLaunchKernelEx")[0]
+    assert (config.gridDimX, config.blockDimX, config.sharedMemBytes) == (8, 384, 197696)
+    assert config.numAttrs == 1 and config.attrs[0].value.clusterDim.x == 2
+    assert int(config.hStream) == 0x77
+    getfn = next(args for name, args in fake_gpu.calls if name == "cuModuleGetFunction")
+    assert getfn[1] == b"k_sym"
+
+    # A second launch reuses the module and the smem opt-in.
+    before = names.count("cuModuleLoadData"), names.count("cuFuncSetAttribute")
+    launch(binary, "k", grid=(8,), block=(384,), args=[tmap, c, 1, 2, 3.0], smem_bytes=197696)
+    names = [name for name, _ in fake_gpu.calls]
+    assert (names.count("cuModuleLoadData"), names.count("cuFuncSetAttribute")) == before
+
+    attrs = function_attributes(binary, "k")
+    assert attrs.registers == 0 and attrs.local_bytes == 0
+
+
+def test_launch_failure_names_the_cuda_error(fake_gpu):
+    fake_gpu.fail["cuLaunchKernelEx"] = 1  # CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(LaunchError) as info:
+        launch(_cubin_binary(), "k", grid=2, block=128, args=[_FakeCudaTensor(256)])
+    text = str(info.value)
+    assert "launch of kernel k (grid (2, 1, 1), block (128, 1, 1), 0 B dynamic smem) failed" \
+        in text
+    assert "CUDA_ERROR_INVALID_VALUE (invalid argument)" in text
+
+
+def test_too_much_shared_memory_is_caught_before_the_launch(fake_gpu):
+    with pytest.raises(LaunchError, match="asks for 300000 B of dynamic"):
+        launch(_cubin_binary(), "k", grid=1, block=128, args=[], smem_bytes=300000)
+    assert "cuLaunchKernelEx" not in [name for name, _ in fake_gpu.calls]
