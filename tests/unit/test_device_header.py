@@ -190,3 +190,18 @@ def test_reference_gemm_compiles_with_nvcc(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stdout + proc.stderr
     assert out.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_smoke_script_smem_matches_the_kernel():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_header_smoke",
+                                                  ROOT / "scripts" / "gpu_header_smoke.py")
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)  # no GPU work at import
+    consts = {name: int(value) for name, value in
+              re.findall(r"^\s+(BM|BN|BK|STAGES) = (\d+),", _gemm_source(), re.MULTILINE)}
+    assert (consts["BM"], consts["BN"], consts["BK"], consts["STAGES"]) == \
+        (smoke.BM, smoke.BN, smoke.BK, smoke.STAGES)
+    stage = consts["BM"] * consts["BK"] * 2 + consts["BN"] * consts["BK"] * 2
+    assert smoke.SMEM_BYTES == consts["STAGES"] * stage + 2 * consts["STAGES"] * 8 + 1024
