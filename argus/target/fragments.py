@@ -14,6 +14,7 @@ w = t/32, lane l = t%32, group g = l/4, thread-in-group q = l%4.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from argus.layout import arith
@@ -59,8 +60,10 @@ def wgmma_acc_layout(n: int) -> Layout:
     return Layout(((4, 8, 4), (2, 2, n // 8)), ((128, 1, 16), (64, 8, 512)))
 
 
+@functools.cache
 def wgmma_acc_f2(n: int) -> F2Layout:
-    """The accumulator as an F2 layout {register, lane, warp} -> {row, col}; N a power of two."""
+    """The accumulator as an F2 layout {register, lane, warp} -> {row, col}; N a power of two.
+    Built from `wgmma_acc_coord` (checked linear on the whole domain) and cached."""
     _check_n(n)
     if not arith.is_pow2(n):
         raise ValueError(f"wgmma_acc_f2: N={n} is not a power of two, so the fragment is not an "

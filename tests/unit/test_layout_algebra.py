@@ -3,6 +3,8 @@ inverses are checked point-wise against their defining equations, never against 
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -25,7 +27,8 @@ from argus.layout import (
     zipped_divide,
 )
 
-FAST = settings(max_examples=int(__import__("os").environ.get("ARGUS_HYP", 200)), deadline=None)
+# ARGUS_HYP=5000 runs a deeper search (used while developing the algebra)
+FAST = settings(max_examples=int(os.environ.get("ARGUS_HYP", "200")), deadline=None)
 SIZES = st.sampled_from([1, 2, 3, 4, 6, 8])
 
 
