@@ -43,6 +43,12 @@ def wgmma_acc_coord(t: Any, i: Any) -> tuple[Any, Any]:
     return row, col
 
 
+def wgmma_acc_f16_coord(t: Any, j: Any, half: Any) -> tuple[Any, Any]:
+    """(row, col) of half `half` (0 = low 16 bits) of .f16x2 accumulator register j, j in
+    [0, N/4): the element order of the f32 accumulator, two per register."""
+    return wgmma_acc_coord(t, 2 * j + half)
+
+
 def wgmma_acc_index(row: Any, col: Any) -> tuple[Any, Any]:
     """Inverse of `wgmma_acc_coord`: the (thread, register) holding accumulator (row, col)."""
     w, g, half = arith.div(row, 16), arith.mod(row, 8), arith.mod(arith.div(row, 8), 2)
@@ -187,3 +193,17 @@ def ldmatrix_x2_mma_b_src(lane: Any) -> tuple[Any, Any]:
     j = (b_{2j}, b_{2j+1}) of `mma16816_b_coord`."""
     j, r = ldmatrix_lane_role(lane)
     return r, 8 * j
+
+
+def stmatrix_x4_wgmma_acc_src(t: Any, p0: Any) -> tuple[Any, Any]:
+    """(row, first col) of the 16-byte row of the 64xN output tile whose address warpgroup
+    thread t supplies when its warp stores packed accumulator registers p0..p0+3 (p0 % 4 == 0;
+    packed register p = bf16x2 of d_{2p}, d_{2p+1}) with stmatrix.x4.
+
+    Matrix j = register p0+j covers rows 16w + 8(j%2) .. +8 and cols 8(p0+j)/2 .. +8, which
+    is where `wgmma_acc_coord` puts those elements (the epilogue path of HOPPER.md §2.1).
+    """
+    w, lane = arith.div(t, 32), arith.mod(t, 32)
+    j, r = ldmatrix_lane_role(lane)
+    p = p0 + j
+    return 16 * w + 8 * arith.mod(p, 2) + r, 8 * arith.div(p, 2)

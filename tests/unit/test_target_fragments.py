@@ -178,3 +178,22 @@ def test_f2_from_function_of_mma_c():
     # packed input = register + 4 * lane, packed output = row + 16 * col: CuTe's CLayout
     lane, reg = grid(32, 4)
     assert (f2.table()[reg + 4 * lane] == sm90.mma16816_c_layout()((lane, reg))).all()
+
+
+@pytest.mark.parametrize("n", [64, 256])
+def test_stmatrix_x4_epilogue_puts_accumulators_where_wgmma_says(n):
+    # simulate stmatrix.x4 of packed registers p0..p0+3 by each warp into a row-major tile
+    stored = {}
+    for t in range(128):
+        for p0 in range(0, n // 4, 4):
+            for j in range(4):
+                for half in (0, 1):
+                    lane = t % 32
+                    row, col = sm90.stmatrix_coord(lane, half)
+                    src_t = 32 * (t // 32) + sm90.ldmatrix_addr_lane(j, row)
+                    r0, c0 = sm90.stmatrix_x4_wgmma_acc_src(src_t, p0)
+                    stored[r0, c0 + col] = (t, 2 * (p0 + j) + half)
+    assert len(stored) == 64 * n
+    for (row, col), (t, i) in stored.items():
+        assert sm90.wgmma_acc_coord(t, i) == (row, col)
+    assert sm90.wgmma_acc_f16_coord(5, 3, 1) == sm90.wgmma_acc_coord(5, 7)
