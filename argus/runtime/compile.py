@@ -13,6 +13,14 @@ Invariants:
     numbers; nothing is cached for it.
   * ptxas always runs verbosely (`--ptxas-options=-v`) so the report (registers, spills, stack,
     static smem) is part of every Binary.
+
+Options: `-arch=<arch> -std=c++17` always; `--use_fast_math` and `-lineinfo` on request. We do
+not pass `-default-device`: generated code marks every function `__device__` explicitly, and
+keeping NVRTC and nvcc on the same source semantics matters more than saving the keyword.
+Without includes NVRTC provides the CUDA math API (expf, logf, erff, tanhf, sqrtf, fmaxf, ...),
+the intrinsics (__expf, __fdividef, __shfl_xor_sync, atomics, __ldg, ...) and vector types
+(float2, uint4), but no INFINITY / FLT_MAX macros and no __half / __nv_bfloat16 types: the
+device header supplies ag::inf_f32() and ag::bf16 / ag::f16 instead.
 """
 
 from __future__ import annotations

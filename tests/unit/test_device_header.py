@@ -52,7 +52,7 @@ everything(const __grid_constant__ TensorMap tm, float* out, bf16* out16, int n)
     float x = out[threadIdx.x];
     x = exp2_approx(x) + exp_fast(x) + tanh_approx(x) + rcp_approx(x) + rsqrt_approx(x)
       + sqrt_approx(x) + log2_approx(x) + log_fast(x) + ag::fmax(x, 1.f) + ag::fmin(x, 0.f)
-      + shfl_xor(x, 1);
+      + shfl_xor(x, 1) + inf_f32() + neg_inf_f32() + nan_f32() + max_f32();
     uint32_t p = pack_bf16x2(x, x + 1.f) ^ pack_f16x2(x, x) ^ e4m3x2_to_f16x2(pack_e4m3x2(x, x));
     x += bf16x2_lo(p) + bf16x2_hi(p) + bf16_to_f32(f32_to_bf16(x)) + f16_to_f32(f32_to_f16(x));
     uint32_t r0, r1, r2, r3;

@@ -189,3 +189,24 @@ def test_nvcc_fallback_when_nvrtc_is_missing(monkeypatch):
     with pytest.raises(CompileError) as info:
         compile_cuda(KERNEL.replace("x[i] * a", "x[i] * nope"), ["scale"], filename="s.cu")
     assert "s.cu(5): error" in str(info.value) and "  > 5 |" in str(info.value)
+
+
+def test_system_toolkit_nvrtc_is_found_by_preloading(tmp_path):
+    # A toolkit laid out like /usr/local/cuda (lib64/libnvrtc.so.13), pointed to by CUDA_HOME:
+    # the fallback that makes a plain system toolkit work when cuda-pathfinder finds nothing.
+    import os
+    import subprocess
+    import sys
+
+    from argus.runtime.toolkit import load_nvrtc
+
+    real = load_nvrtc().library
+    lib64 = tmp_path / "cuda" / "lib64"
+    lib64.mkdir(parents=True)
+    (lib64 / "libnvrtc.so.13").symlink_to(real)
+    code = ("from argus.runtime.toolkit import _preload_system_nvrtc\n"
+            "print(_preload_system_nvrtc())\n")
+    env = dict(os.environ, CUDA_HOME=str(tmp_path / "cuda"))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == os.path.realpath(real)

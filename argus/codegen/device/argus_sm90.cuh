@@ -131,6 +131,13 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t v) {
 // sqrtf, fmaxf, rsqrtf, __expf ...); these wrappers pin the exact SFU instruction instead.
 // ------------------------------------------------------------------------------------------
 
+// IEEE special values as bit patterns: NVRTC without headers has no INFINITY / NAN / FLT_MAX
+// macros and no __builtin_huge_valf (softmax needs -inf to start its running max).
+__device__ __forceinline__ float inf_f32() { return __int_as_float(0x7F800000); }
+__device__ __forceinline__ float neg_inf_f32() { return __uint_as_float(0xFF800000u); }
+__device__ __forceinline__ float nan_f32() { return __int_as_float(0x7FC00000); }
+__device__ __forceinline__ float max_f32() { return __int_as_float(0x7F7FFFFF); }
+
 // PTX ISA "ex2" (Floating Point Instructions): ex2.approx.ftz.f32, 2^x on the SFU (max rel. error
 // 2^-22, ftz).
 __device__ __forceinline__ float exp2_approx(float x) {
