@@ -46,6 +46,9 @@ everything(const __grid_constant__ TensorMap tm, float* out, bf16* out16, int n)
         tma_load_2d(&tm, buf, &bar[0], 0, 0);
         tma_load_3d(&tm, buf, &bar[0], 0, 0, 1);
         tma_load_2d_multicast(&tm, buf, &bar[0], 0, 0, 3);
+        tma_load_1d(&tm, buf, &bar[0], 0);
+        tma_load_4d(&tm, buf, &bar[0], 0, 0, 0, 1);
+        tma_load_5d(&tm, buf, &bar[0], 0, 0, 0, 0, 1);
     }
     mbar_wait(&bar[0], 0);
     if (!mbar_try_wait(&bar[0], 1)) mbar_arrive_cluster(&bar[1], 0);
@@ -66,6 +69,9 @@ everything(const __grid_constant__ TensorMap tm, float* out, bf16* out16, int n)
     if (threadIdx.x == 0) {
         tma_store_2d(&tm, buf, 0, 0);
         tma_store_3d(&tm, buf, 0, 0, 0);
+        tma_store_1d(&tm, buf, 0);
+        tma_store_4d(&tm, buf, 0, 0, 0, 1);
+        tma_store_5d(&tm, buf, 0, 0, 0, 0, 1);
         tma_reduce_add_2d(&tm, buf, 0, 0);
         tma_store_commit();
         tma_store_wait_read<0>();
@@ -121,7 +127,7 @@ def test_every_header_function_compiles_to_sm90a():
     assert res.registers > 0
     for opcode in ("elect.sync", "setmaxnreg.inc.sync.aligned.u32 232", "mapa.shared::cluster",
                    "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx",
-                   "multicast::cluster", "stmatrix.sync.aligned.m8n8.x4.trans",
+                   "multicast::cluster", "cp.async.bulk.tensor.5d", "stmatrix.sync.aligned.m8n8.x4.trans",
                    "cp.reduce.async.bulk.tensor.2d", "barrier.cluster.wait.acquire.aligned",
                    "mbarrier.try_wait.parity.shared::cta.b64", "cvt.rn.bf16x2.f32"):
         assert opcode in binary.ptx, opcode

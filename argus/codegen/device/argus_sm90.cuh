@@ -374,6 +374,34 @@ __device__ __forceinline__ void tma_load_3d(const TensorMap* tmap, void* smem_ds
         : "memory");
 }
 
+// Ranks 1, 4 and 5 (TMA tensors have 1 to 5 dims), same form as tma_load_2d.
+__device__ __forceinline__ void tma_load_1d(const TensorMap* tmap, void* smem_dst, uint64_t* bar,
+                                            int c0) {
+    asm volatile(
+        "cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3}], [%2];"
+        :: "r"(smem_u32(smem_dst)), "l"(tmap_u64(tmap)), "r"(smem_u32(bar)), "r"(c0)
+        : "memory");
+}
+__device__ __forceinline__ void tma_load_4d(const TensorMap* tmap, void* smem_dst, uint64_t* bar,
+                                            int c0, int c1, int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5, %6}], [%2];"
+        :: "r"(smem_u32(smem_dst)), "l"(tmap_u64(tmap)), "r"(smem_u32(bar)), "r"(c0), "r"(c1),
+           "r"(c2), "r"(c3)
+        : "memory");
+}
+__device__ __forceinline__ void tma_load_5d(const TensorMap* tmap, void* smem_dst, uint64_t* bar,
+                                            int c0, int c1, int c2, int c3, int c4) {
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
+        :: "r"(smem_u32(smem_dst)), "l"(tmap_u64(tmap)), "r"(smem_u32(bar)), "r"(c0), "r"(c1),
+           "r"(c2), "r"(c3), "r"(c4)
+        : "memory");
+}
+
 // .multicast::cluster: the box lands at the same smem offset (and completes bytes on the
 // barrier at the same offset) in every CTA of the cluster whose bit is set in cta_mask.
 __device__ __forceinline__ void tma_load_2d_multicast(const TensorMap* tmap, void* smem_dst,
@@ -402,6 +430,29 @@ __device__ __forceinline__ void tma_store_3d(const TensorMap* tmap, const void* 
     asm volatile(
         "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
         :: "l"(tmap_u64(tmap)), "r"(smem_u32(smem_src)), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+
+__device__ __forceinline__ void tma_store_1d(const TensorMap* tmap, const void* smem_src,
+                                             int c0) {
+    asm volatile(
+        "cp.async.bulk.tensor.1d.global.shared::cta.tile.bulk_group [%0, {%2}], [%1];"
+        :: "l"(tmap_u64(tmap)), "r"(smem_u32(smem_src)), "r"(c0) : "memory");
+}
+__device__ __forceinline__ void tma_store_4d(const TensorMap* tmap, const void* smem_src,
+                                             int c0, int c1, int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
+        :: "l"(tmap_u64(tmap)), "r"(smem_u32(smem_src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
+__device__ __forceinline__ void tma_store_5d(const TensorMap* tmap, const void* smem_src,
+                                             int c0, int c1, int c2, int c3, int c4) {
+    asm volatile(
+        "cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group"
+        " [%0, {%2, %3, %4, %5, %6}], [%1];"
+        :: "l"(tmap_u64(tmap)), "r"(smem_u32(smem_src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+           "r"(c4)
+        : "memory");
 }
 
 // PTX ISA "cp.reduce.async.bulk.tensor": global[box] += smem (split-K, scatter-add).
