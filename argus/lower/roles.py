@@ -12,7 +12,7 @@ from __future__ import annotations
 from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.core import Kernel
-from argus.target_limits import MAX_THREADS_PER_CTA, REGISTERS_PER_SM
+from argus.target.limits import MAX_THREADS_PER_CTA, REGISTERS_PER_SM
 
 
 def run(kernel: Kernel) -> Kernel:

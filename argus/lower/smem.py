@@ -13,7 +13,7 @@ from __future__ import annotations
 from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.core import Kernel
-from argus.target_limits import SMEM_PER_CTA_OPTIN
+from argus.target.limits import SMEM_PER_CTA_OPTIN
 
 
 def _align(x: int, a: int) -> int:

@@ -1,0 +1,37 @@
+"""The argus command: compile --dump writes every step; demo runs end to end without a GPU."""
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+
+def test_compile_dump_writes_every_step(tmp_path):
+    from argus.cli import main
+
+    out = tmp_path / "dump"
+    assert main(["compile", str(ROOT / "examples" / "gemm.py") + "::gemm", "--dump",
+                 str(out), "--no-verify"]) == 0
+    names = {p.name for p in out.iterdir()}
+    for expected in ("00_trace.ir", "01_infer_layouts.ir", "06_role_plan.ir", "argus_gemm.cu",
+                     "argus_gemm.ptx", "argus_gemm.cubin", "resources.json"):
+        assert expected in names
+    report = json.loads((out / "resources.json").read_text())
+    assert report["registers"] > 0 and report["spill_stores"] == 0
+    assert (out / "argus_gemm.cubin").read_bytes()[:4] == b"\x7fELF"
+
+
+def test_demo_runs_in_interpreter_without_gpu():
+    proc = subprocess.run([sys.executable, "-m", "argus", "demo"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "interpreter" in proc.stdout
+    assert proc.stdout.count("| yes |") == 3
+
+
+def test_run_without_gpu_asks_for_interpret():
+    from argus.cli import main
+
+    assert main(["run", "softmax"]) == 2
+    assert main(["run", "softmax", "--interpret"]) == 0
