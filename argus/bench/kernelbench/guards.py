@@ -1,0 +1,256 @@
+"""Guards run inside the candidate process: tampering, global flags, poisoned memory, aliasing.
+
+- Clocks: the objects a timer or the judge relies on (time.perf_counter, torch.cuda.Event and its
+  methods, torch.cuda.synchronize, streams, the profiler, torch.save ...) are captured before the
+  solution is imported; `changed_clocks` names every one that was replaced since.
+- Global flags: TF32 switches, float32 matmul precision, default dtype, cuDNN and SDPA switches,
+  deterministic mode, and TF32 environment overrides. A solution may not change them
+  (`changed_flags`), since that would change what the reference and the baselines compute.
+- Poison: while the solution runs, every tensor allocated through PyTorch's empty family
+  (torch.empty, empty_like, new_empty, empty_strided, also from C++ extensions) is filled with a
+  NaN bit pattern that no arithmetic produces (0x7FD5A5A5 in fp32), and on CUDA the caching
+  allocator's free blocks are filled with it too. An output that reuses memory it never wrote
+  (the "reuse the reference's freed output" trick) then carries the pattern, which
+  `poison_count` finds.
+- The same dispatch mode logs which aten operators the forward ran, evidence for whether the
+  work was done by PyTorch.
+
+Invariant: guards observe and poison; they never change what a correct solution computes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# ----------------------------------------------------------------------------- clocks
+
+
+def _clock_targets() -> list[tuple[str, Any, str]]:
+    """(label, owner, attribute) of everything whose replacement would fool timing or judging."""
+    import argus.bench.timing as timing
+
+    targets: list[tuple[str, Any, str]] = []
+    for attr in ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
+                 "monotonic_ns", "process_time", "sleep"):
+        targets.append((f"time.{attr}", time, attr))
+    for attr in ("Event", "synchronize", "Stream", "stream", "current_stream", "default_stream",
+                 "set_stream", "is_available", "get_device_name", "ExternalStream"):
+        targets.append((f"torch.cuda.{attr}", torch.cuda, attr))
+    for attr in ("record", "elapsed_time", "synchronize", "query", "wait", "__init__", "__new__"):
+        targets.append((f"torch.cuda.Event.{attr}", torch.cuda.Event, attr))
+    for attr in ("synchronize", "wait_stream", "wait_event", "record_event", "query"):
+        targets.append((f"torch.cuda.Stream.{attr}", torch.cuda.Stream, attr))
+    for attr in ("save", "load", "equal", "allclose"):
+        targets.append((f"torch.{attr}", torch, attr))
+    targets.append(("torch.profiler.profile", torch.profiler, "profile"))
+    targets.append(("json.dumps", json, "dumps"))
+    for attr in sorted(vars(timing)):
+        if attr.startswith("_") and not attr.startswith("__") or attr in ("measure", "Timing"):
+            targets.append((f"argus.bench.timing.{attr}", timing, attr))
+    return targets
+
+
+def capture_clocks() -> dict[str, Any]:
+    """Identity snapshot of the clock and judging functions (take it before importing code)."""
+    snap: dict[str, Any] = {}
+    for label, owner, attr in _clock_targets():
+        snap[label] = owner.__dict__.get(attr, getattr(owner, attr, None)) \
+            if isinstance(owner, type) else getattr(owner, attr, None)
+    return snap
+
+
+def changed_clocks(snapshot: dict[str, Any]) -> list[str]:
+    """Labels whose object is no longer the one captured in `snapshot`."""
+    now = capture_clocks()
+    return sorted(label for label, obj in snapshot.items() if now.get(label) is not obj)
+
+
+# ----------------------------------------------------------------------------- global flags
+
+_TF32_ENV = ("NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
+             "TORCH_CUDNN_V8_API_DISABLED", "CUBLAS_WORKSPACE_CONFIG")
+
+
+def _flag_readers() -> list[tuple[str, Callable[[], Any]]]:
+    b = torch.backends
+    readers: list[tuple[str, Callable[[], Any]]] = [
+        ("torch.backends.cuda.matmul.allow_tf32", lambda: b.cuda.matmul.allow_tf32),
+        ("torch.backends.cudnn.allow_tf32", lambda: b.cudnn.allow_tf32),
+        ("torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+         lambda: b.cuda.matmul.allow_fp16_reduced_precision_reduction),
+        ("torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+         lambda: b.cuda.matmul.allow_bf16_reduced_precision_reduction),
+        ("torch.backends.cudnn.enabled", lambda: b.cudnn.enabled),
+        ("torch.backends.cudnn.benchmark", lambda: b.cudnn.benchmark),
+        ("torch.backends.cudnn.deterministic", lambda: b.cudnn.deterministic),
+        ("torch.get_float32_matmul_precision", torch.get_float32_matmul_precision),
+        ("torch.get_default_dtype", torch.get_default_dtype),
+        ("torch.are_deterministic_algorithms_enabled", torch.are_deterministic_algorithms_enabled),
+        ("torch.backends.cuda.flash_sdp_enabled", b.cuda.flash_sdp_enabled),
+        ("torch.backends.cuda.mem_efficient_sdp_enabled", b.cuda.mem_efficient_sdp_enabled),
+        ("torch.backends.cuda.math_sdp_enabled", b.cuda.math_sdp_enabled),
+        ("torch.backends.mkldnn.enabled", lambda: b.mkldnn.enabled),
+    ]
+    for path in ("cuda.matmul.fp32_precision", "cudnn.fp32_precision", "fp32_precision",
+                 "cudnn.conv.fp32_precision", "mkldnn.matmul.fp32_precision"):
+        def read(path: str = path) -> Any:
+            obj: Any = b
+            for part in path.split("."):
+                obj = getattr(obj, part)
+            return obj
+        readers.append((f"torch.backends.{path}", read))
+    if hasattr(torch, "get_default_device"):
+        readers.append(("torch.get_default_device", torch.get_default_device))
+    for key in _TF32_ENV:
+        readers.append((f"env {key}", lambda key=key: os.environ.get(key)))
+    return readers
+
+
+def capture_flags() -> dict[str, str]:
+    """The global numerics switches, as strings (unreadable ones are skipped)."""
+    out: dict[str, str] = {}
+    for name, read in _flag_readers():
+        try:
+            out[name] = repr(read())
+        except Exception:
+            continue
+    return out
+
+
+def changed_flags(before: dict[str, str]) -> list[str]:
+    now = capture_flags()
+    return sorted(f"{k}: {before[k]} -> {now.get(k)}" for k in before if now.get(k) != before[k])
+
+
+# ----------------------------------------------------------------------------- poison
+
+POISON32 = 0x7FD5A5A5  # a NaN whose payload no arithmetic produces
+_PATTERNS: dict[torch.dtype, tuple[int, ...]] = {
+    torch.float32: (POISON32,),
+    torch.float64: (0x7FFDA5A5A5A5A5A5, (POISON32 << 32) | POISON32),
+    torch.float16: (0x7ED5, 0x7FD5),
+    torch.bfloat16: (0x7FD5,),
+    torch.int32: (0x5A5A5A5A, POISON32),
+    torch.int64: (0x5A5A5A5A5A5A5A5A, (POISON32 << 32) | POISON32),
+}
+_INT_VIEW = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,
+             torch.bfloat16: torch.int16, torch.int32: torch.int32, torch.int64: torch.int64}
+_EMPTY_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+              "empty_permuted"}
+_BOOKKEEPING_OPS = _EMPTY_OPS | {
+    "view", "_unsafe_view", "reshape", "expand", "permute", "transpose", "t", "as_strided",
+    "detach", "alias", "slice", "select", "unsqueeze", "squeeze", "unbind", "split", "chunk",
+    "narrow", "clone", "copy_", "fill_", "zero_", "zeros", "zeros_like", "ones", "ones_like",
+    "full", "full_like", "lift_fresh", "lift_fresh_copy", "_to_copy", "to", "resize_", "set_",
+    "_local_scalar_dense", "contiguous", "view_as", "expand_as", "flatten", "unflatten",
+    "is_same_size", "scalar_tensor", "_reshape_alias", "split_with_sizes", "movedim",
+    "record_stream", "is_nonzero", "dim", "size", "stride", "numel", "item",
+}
+
+
+def _signed(pattern: int, bits: int) -> int:
+    return pattern - (1 << bits) if pattern >= 1 << (bits - 1) else pattern
+
+
+def fill_poison(t: torch.Tensor) -> None:
+    """Overwrite `t` in place with the poison pattern of its dtype (no-op for other dtypes)."""
+    view_dtype = _INT_VIEW.get(t.dtype)
+    if view_dtype is None or t.numel() == 0:
+        return
+    bits = torch.iinfo(view_dtype).bits
+    t.view(view_dtype).fill_(_signed(_PATTERNS[t.dtype][0], bits))
+
+
+def poison_count(t: torch.Tensor) -> int:
+    """How many elements of `t` hold a poison pattern (memory the solution never wrote)."""
+    view_dtype = _INT_VIEW.get(t.dtype)
+    if view_dtype is None or t.numel() == 0:
+        return 0
+    bits = torch.iinfo(view_dtype).bits
+    ints = t.detach().contiguous().view(view_dtype)
+    hits = torch.zeros((), dtype=torch.int64, device=t.device)
+    for pattern in _PATTERNS[t.dtype]:
+        hits = hits + (ints == _signed(pattern, bits)).sum()
+    return int(hits.item())
+
+
+def poison_cuda_free_memory(nbytes_list: list[int], device: torch.device) -> None:
+    """Fill blocks the caching allocator will hand out next (sized like the outputs, plus big
+    ones) with the poison pattern, then free them."""
+    blocks = []
+    sizes = [n for n in nbytes_list for _ in range(2)] + [64 << 20, 256 << 20]
+    for nbytes in sizes:
+        try:
+            block = torch.empty(max(1, (nbytes + 3) // 4), dtype=torch.int32, device=device)
+        except RuntimeError:  # out of memory: poison what fits
+            break
+        block.fill_(_signed(POISON32, 32))
+        blocks.append(block)
+    torch.cuda.synchronize(device)
+    del blocks
+
+
+class PoisonMode(TorchDispatchMode):
+    """Poisons fresh allocations from the empty family and counts the aten ops that ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
+        self.ops[name] = self.ops.get(name, 0) + 1
+        out = func(*args, **(kwargs or {}))
+        if name in _EMPTY_OPS and isinstance(out, torch.Tensor):
+            fill_poison(out)
+        return out
+
+    def compute_ops(self) -> dict[str, int]:
+        """The ops that computed something (not allocation, views or copies)."""
+        return {k: v for k, v in sorted(self.ops.items()) if k not in _BOOKKEEPING_OPS}
+
+
+# ----------------------------------------------------------------------------- aliasing
+
+
+def _span(t: torch.Tensor) -> tuple[int, int] | None:
+    if t.numel() == 0:
+        return None
+    storage = t.untyped_storage()
+    start = storage.data_ptr()
+    return (start, start + storage.nbytes())
+
+
+def aliases(outputs: list[torch.Tensor], inputs: list[Any]) -> list[int]:
+    """Indices of inputs whose storage an output shares (returning an input, or a view of it)."""
+    hits = []
+    spans_out = [s for s in (_span(o) for o in outputs) if s is not None]
+    for i, x in enumerate(inputs):
+        if not isinstance(x, torch.Tensor):
+            continue
+        span = _span(x)
+        if span is None:
+            continue
+        if any(a < span[1] and span[0] < b for a, b in spans_out):
+            hits.append(i)
+    return hits
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN-safe), for checking that inputs were not modified."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    if a.dtype == torch.bool:
+        return bool(torch.equal(a, b))
+    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(a.element_size())
+    if view is None:
+        return bool(torch.equal(a, b))
+    return bool(torch.equal(a.contiguous().view(view), b.contiguous().view(view)))

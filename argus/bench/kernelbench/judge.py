@@ -1,0 +1,714 @@
+"""Judge one solution of one KernelBench task: correctness, integrity, provenance, speed.
+
+`judge(task, solution)` returns a frozen `Judgment`. Steps:
+
+1. A reference worker loads the task (shrunk on the CPU), builds Model from the seeded
+   get_init_inputs(), and for each input set (inputs.py) writes the inputs and computes the
+   float64 reference plus calibration runs (task dtype with TF32 off, TF32-rounded, bf16). The
+   judge loads each reference into its own memory and deletes the file at once.
+2. A candidate worker (another process) imports the solution, builds ModelNew with the same seed
+   (and the reference's weights when its state_dict has the same keys and shapes), then runs it
+   on each input file with poisoned allocations; it never receives a reference.
+3. The judge compares every output with the reference (tolerance.py), runs the probes
+   (probes.py) and gathers reasons. The strict track decides `correct`.
+4. On a GPU, a correct solution is timed (timing.py, whole device, L2 flush, >= 100 trials), its
+   kernels are profiled (provenance.py), and baselines come from the cache or are measured.
+
+Reason codes (REASONS) are stable strings; `Judgment.reasons` lists them by priority, the first
+being the main one. `correct` is True iff there is no reason. `solved` additionally needs a
+verifiable task (no degenerate probe, not stochastic) and no proof that the work is PyTorch's.
+
+Invariant: the candidate and the reference never share a process, and a judgment never reports
+correct when any input set failed the strict track.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from argus.bench.kernelbench import inputs as kb_inputs
+from argus.bench.kernelbench import probes, provenance, roofline, tolerance
+from argus.bench.kernelbench.baselines import BaselineCache, BaselineRecord, get_or_measure
+from argus.bench.kernelbench.process import Worker, WorkerError
+from argus.bench.kernelbench.shrink import SizeBudget
+from argus.bench.kernelbench.tasks import KernelBenchError, Task, task_from_path
+from argus.bench.timing import Timing, side_stream_suspect
+
+REASONS: dict[str, str] = {
+    # the task itself
+    "task_error": "the task file failed to load or its reference failed to run",
+    "too_large_for_cpu": "the task does not fit a CPU run even after shrinking its sizes",
+    "stochastic_task": "the reference output changes with the RNG seed (dropout in train "
+                       "mode): no deterministic answer to compare with",
+    # the solution's process
+    "load_error": "the solution file failed to import or defines no ModelNew",
+    "init_error": "ModelNew(*get_init_inputs()) raised",
+    "runtime_error": "the forward raised an exception",
+    "out_of_memory": "the solution ran out of memory",
+    "timeout": "the solution did not finish within the time limit",
+    "crash": "the solution's process died (segfault, abort or kill)",
+    # integrity
+    "timer_tampering": "the solution replaced a clock or judging function (time.perf_counter, "
+                       "torch.cuda.Event, torch.cuda.synchronize, ...)",
+    "global_state_changed": "the solution changed global numerics flags (TF32, matmul "
+                            "precision, default dtype, ...)",
+    "side_stream_work": "work ran outside the launch stream without joining it (device time "
+                        "far above stream time)",
+    "output_aliases_input": "the output shares memory with an input",
+    "input_mutated": "the forward modified its inputs",
+    # output
+    "shape_mismatch": "the output's structure or shape differs from the reference",
+    "dtype_mismatch": "the output's dtype differs from the task's",
+    "uninitialized_output": "the output holds poisoned memory the solution never wrote (e.g. "
+                            "torch.empty_like returned as is)",
+    "nonfinite_output": "NaN or inf where the reference is finite",
+    "zeros_output": "the output is all zeros and the reference is not",
+    "constant_output": "the output is one constant and the reference is not",
+    "echo_input": "the output is an input returned unchanged",
+    "cached_output": "the output is bitwise the output for an earlier, different input set",
+    "mismatch": "the output is wrong (fails even the relaxed 1e-2 allclose)",
+    "imprecise": "the output passes the relaxed track but is not accurate to the task's dtype "
+                 "(e.g. TF32 or bf16 arithmetic on an fp32 task)",
+}
+_PRIORITY = {name: i for i, name in enumerate(REASONS)}
+# Reasons that fail both tracks (the others are about accuracy and are judged per track).
+INTEGRITY_REASONS = frozenset(list(REASONS)[:14] + ["shape_mismatch", "dtype_mismatch",
+                                                    "uninitialized_output"])
+
+
+@dataclass(frozen=True)
+class JudgeOptions:
+    """How to judge. `device`: auto | cpu | cuda | cuda:N. `cpu_scale`: "auto" (shrink huge
+    tasks on the CPU to `cpu_budget`), "none" (upstream sizes) or explicit overrides."""
+
+    device: str = "auto"
+    sets: int = 5
+    seed: int = 0
+    cpu_scale: str = "auto"
+    cpu_budget: SizeBudget = SizeBudget()
+    overrides: dict[str, int] | None = None
+    timing: bool = True
+    cpu_timing: bool = False
+    trials: int = 100
+    warmup: int = 10
+    profile: bool = True
+    baselines: bool = True
+    baseline_cache: str | None = None
+    timeout_s: float = 600.0
+    workdir: str | None = None
+    keep_files: bool = False
+    ref_cache_bytes: int = 1 << 30
+
+    def resolved_device(self) -> str:
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise KernelBenchError(f"device {self.device} requested but CUDA is not available",
+                                   fix="use --device cpu (correctness only) or run on a GPU")
+        return self.device
+
+
+@dataclass(frozen=True)
+class SetResult:
+    """One input set: what was fed and how the candidate fared (per output tensor)."""
+
+    index: int
+    seed: int
+    distribution: str
+    kinds: tuple[str, ...]
+    errors: tuple[dict[str, Any], ...]
+    tolerances: tuple[dict[str, Any], ...]
+    native: tuple[dict[str, Any], ...]
+    strict_ok: bool
+    relaxed_ok: bool
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """The verdict on one solution of one task (see module docstring and REASONS)."""
+
+    task: str
+    task_name: str
+    task_path: str
+    task_sha256: str
+    solution: str
+    device: str
+    correct: bool
+    correct_relaxed: bool
+    reasons: tuple[str, ...]
+    relaxed_reasons: tuple[str, ...]
+    detail: str
+    precision: str
+    degenerate: tuple[str, ...]
+    degenerate_relaxed: tuple[str, ...]
+    stochastic: bool
+    argus_kernels: str
+    argus_evidence: str
+    sizes: str
+    overrides: dict[str, int] = field(default_factory=dict)
+    sets: tuple[SetResult, ...] = ()
+    weights: str = ""
+    torch_ops: tuple[str, ...] = ()
+    timing: dict[str, Any] | None = None
+    eager: dict[str, Any] | None = None
+    compiled: dict[str, Any] | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    roofline_ms: float | None = None
+    suspect: tuple[str, ...] = ()
+    seconds: float = 0.0
+    level: int = 0
+    problem_id: int = 0
+
+    @property
+    def reason(self) -> str:
+        return self.reasons[0] if self.reasons else ""
+
+    @property
+    def verifiable(self) -> bool:
+        return not self.degenerate and not self.stochastic
+
+    @property
+    def solved(self) -> bool:
+        """Correct on a verifiable task, and not shown to run PyTorch instead of Argus."""
+        return self.correct and self.verifiable and self.argus_kernels != "no"
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["sets"] = [dataclasses.asdict(s) for s in self.sets]
+        data["solved"] = self.solved
+        data["verifiable"] = self.verifiable
+        return _jsonable(data)
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> "Judgment":
+        names = {f.name for f in dataclasses.fields(Judgment)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        kwargs["sets"] = tuple(SetResult(**{**s, "kinds": tuple(s["kinds"]),
+                                            "errors": tuple(s["errors"]),
+                                            "tolerances": tuple(s["tolerances"]),
+                                            "native": tuple(s["native"]),
+                                            "reasons": tuple(s.get("reasons", ()))})
+                               for s in data.get("sets", []))
+        for key in ("reasons", "relaxed_reasons", "degenerate", "degenerate_relaxed",
+                    "torch_ops", "suspect"):
+            kwargs[key] = tuple(kwargs.get(key, ()))
+        return Judgment(**kwargs)
+
+    def summary(self) -> str:
+        head = f"{self.task} {self.task_name}: "
+        if self.correct:
+            head += f"correct (strict, {self.precision})"
+        else:
+            head += f"incorrect: {self.reason}"
+            head += " (relaxed track: pass)" if self.correct_relaxed else ""
+        if self.degenerate:
+            head += f"; task degenerate for {', '.join(self.degenerate)}"
+        if self.stochastic:
+            head += "; task is stochastic"
+        head += f"; argus kernels: {self.argus_kernels}"
+        if self.speedup_eager is not None:
+            head += f"; {self.speedup_eager:.2f}x vs eager"
+        if self.speedup_compile is not None:
+            head += f", {self.speedup_compile:.2f}x vs torch.compile"
+        return head
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def _errors_from_json(d: dict[str, Any]) -> tolerance.Errors:
+    return tolerance.Errors(rel_l2=float(d["rel_l2"]), max_elem=float(d["max_elem"]),
+                            relaxed_ok=bool(d["relaxed_ok"]),
+                            nonfinite_mismatch=int(d.get("nonfinite_mismatch", 0)),
+                            exact=bool(d.get("exact", False)))
+
+
+def _sort_reasons(reasons: set[str] | list[str]) -> tuple[str, ...]:
+    return tuple(sorted(set(reasons), key=lambda r: _PRIORITY.get(r, len(_PRIORITY))))
+
+
+# ----------------------------------------------------------------------------- reference side
+
+
+@dataclass
+class _RefSet:
+    spec: kb_inputs.InputSpec
+    reply: dict[str, Any]
+    inputs_path: Path
+    ref: list[torch.Tensor] | None
+    tols: list[tolerance.Tolerance]
+    probe_strict: set[str] = field(default_factory=set)
+    probe_relaxed: set[str] = field(default_factory=set)
+    probes_done: bool = False
+
+
+class ReferenceSession:
+    """The reference side of judging one task; reusable for several solutions of that task."""
+
+    def __init__(self, task: Task | Path | str, options: JudgeOptions = JudgeOptions()):
+        self.task = task if isinstance(task, Task) else task_from_path(task)
+        self.options = options
+        self.device = options.resolved_device()
+        self.compare_device = torch.device(self.device)
+        base = Path(options.workdir) if options.workdir else None
+        if base:
+            base.mkdir(parents=True, exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"argus-kb-L{self.task.level}-"
+                                                f"{self.task.problem_id}-", dir=base))
+        for sub in ("inputs", "refs", "outputs", "logs", "shared"):
+            (self.dir / sub).mkdir()
+        self.specs = kb_inputs.plan(options.sets, options.seed)
+        self.sets: dict[int, _RefSet] = {}
+        self.worker: Worker | None = None
+        self.info: dict[str, Any] | None = None
+        self.error: WorkerError | None = None
+        self.stochastic = False
+        self._started = False
+        self._spare: Worker | None = None
+
+    def candidate_worker(self) -> Worker:
+        """A fresh candidate process; the next one is started now so that its torch import
+        overlaps with judging (every solution still gets a process of its own)."""
+        worker = self._spare if self._spare is not None and self._spare.proc.poll() is None \
+            else self._new_candidate()
+        self._spare = self._new_candidate()
+        return worker
+
+    def _new_candidate(self) -> Worker:
+        return Worker("candidate", self.dir / "logs" / f"candidate-{time.time_ns()}.log",
+                      cwd=self.dir / "outputs")
+
+    # -- lifecycle
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        opts = self.options
+        overrides = opts.overrides
+        budget = None
+        if self.device == "cpu" and overrides is None and opts.cpu_scale == "auto":
+            budget = {"elements": opts.cpu_budget.elements, "flops": opts.cpu_budget.flops}
+        self.worker = Worker("reference", self.dir / "logs" / "reference.log", cwd=self.dir)
+        try:
+            self.info = self.worker.request(
+                "init", opts.timeout_s, task_path=str(self.task.path), device=self.device,
+                seed=opts.seed, overrides=overrides, cpu_budget=budget,
+                workdir=str(self.dir / "shared"))
+        except WorkerError as exc:
+            self.error = exc
+
+    def close(self) -> None:
+        for worker in (self.worker, self._spare):
+            if worker is not None:
+                worker.close()
+        self.worker = self._spare = None
+        if not self.options.keep_files:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "ReferenceSession":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- sets
+    def get(self, index: int) -> _RefSet:
+        """Input set `index` with its reference loaded (re-prepared if it was evicted)."""
+        assert self.worker is not None and self.info is not None
+        cached = self.sets.get(index)
+        if cached is not None and cached.ref is not None and cached.inputs_path.exists():
+            return cached
+        spec = self.specs[index]
+        inputs_path = self.dir / "inputs" / f"set{index}.pt"
+        ref_path = self.dir / "refs" / f"set{index}.pt"
+        reply = self.worker.request(
+            "prepare", self.options.timeout_s, index=index, seed=spec.seed,
+            distribution=spec.distribution, inputs_path=str(inputs_path),
+            ref_path=str(ref_path), calibrate=True, check_stochastic=index == 0)
+        ref = torch.load(ref_path, map_location=self.compare_device, weights_only=False)
+        ref_path.unlink()  # the reference never stays where a candidate could read it
+        if reply.get("stochastic"):
+            self.stochastic = True
+        tols = [tolerance.strict_tolerance(meta["dtype"], _errors_from_json(native))
+                for meta, native in zip(reply["outputs"], reply["calibration"]["native"])]
+        entry = _RefSet(spec, reply, inputs_path, ref, tols)
+        if cached is not None:
+            entry.probe_strict, entry.probe_relaxed = cached.probe_strict, cached.probe_relaxed
+            entry.probes_done = cached.probes_done
+        self.sets[index] = entry
+        return entry
+
+    def release(self, index: int) -> None:
+        """Drop a big reference from memory (it is re-prepared when needed again)."""
+        entry = self.sets.get(index)
+        if entry is None or entry.ref is None:
+            return
+        nbytes = sum(r.numel() * r.element_size() for r in entry.ref)
+        if nbytes * len(self.specs) > self.options.ref_cache_bytes:
+            entry.ref = None
+            if index != 0:
+                entry.inputs_path.unlink(missing_ok=True)
+
+    def load_inputs(self, entry: _RefSet) -> list[Any]:
+        return torch.load(entry.inputs_path, map_location=self.compare_device,
+                          weights_only=False)
+
+    def run_probes(self, entry: _RefSet, inputs: list[Any], previous: _RefSet | None) -> None:
+        """Which trivial answers would pass on this set (and stale ones across sets)."""
+        assert entry.ref is not None
+        if not entry.probes_done:
+            for k, (ref, tol) in enumerate(zip(entry.ref, entry.tols)):
+                for name, probe in probes.probe_outputs(ref, inputs).items():
+                    strict, relaxed = probes.probe_passes(probe, ref, tol)
+                    if strict:
+                        entry.probe_strict.add(name)
+                    if relaxed:
+                        entry.probe_relaxed.add(name)
+            entry.probes_done = True
+        if previous is not None and previous.ref is not None:
+            for a, b in ((entry, previous), (previous, entry)):
+                assert a.ref is not None and b.ref is not None
+                for ra, rb, tol in zip(a.ref, b.ref, a.tols):
+                    if ra.shape != rb.shape:
+                        continue
+                    strict, relaxed = probes.probe_passes(rb, ra, tol)
+                    if strict:
+                        a.probe_strict.add("stale")
+                    if relaxed:
+                        a.probe_relaxed.add("stale")
+
+    def degenerate(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Probes passing on every set (strict, relaxed)."""
+        done = [s for s in self.sets.values() if s.probes_done]
+        if not done:
+            return (), ()
+        strict = set.intersection(*(s.probe_strict for s in done))
+        relaxed = set.intersection(*(s.probe_relaxed for s in done))
+        return tuple(sorted(strict)), tuple(sorted(relaxed))
+
+
+# ----------------------------------------------------------------------------- judging
+
+
+def judge(task: Task | Path | str, solution: Path | str,
+          options: JudgeOptions = JudgeOptions()) -> Judgment:
+    """Judge one solution file (a module defining ModelNew) against one task file."""
+    with ReferenceSession(task, options) as session:
+        return judge_with(session, solution)
+
+
+def judge_solver(task: Task | Path | str, solver: Callable[[Task], str | Path],
+                 options: JudgeOptions = JudgeOptions(), save_to: Path | None = None
+                 ) -> Judgment:
+    """Ask `solver(task)` for a solution (source text or a path) and judge it."""
+    task = task if isinstance(task, Task) else task_from_path(task)
+    path = materialize_solution(task, solver(task), save_to)
+    return judge(task, path, options)
+
+
+def materialize_solution(task: Task, produced: str | Path, save_to: Path | None) -> Path:
+    """A solver's output as a file: a path is used as is, source text is written out."""
+    if isinstance(produced, Path) or (isinstance(produced, str) and "\n" not in produced
+                                      and produced.endswith(".py") and Path(produced).exists()):
+        return Path(produced)
+    target_dir = Path(save_to) if save_to else Path(tempfile.mkdtemp(prefix="argus-kb-sol-"))
+    target = target_dir / f"level{task.level}" / f"{task.stem}.py"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(str(produced))
+    return target
+
+
+def _failure(session: ReferenceSession, solution: str, kind: str, detail: str,
+             started: float, **extra: Any) -> Judgment:
+    task = session.task
+    info = session.info or {}
+    deg, deg_relaxed = session.degenerate()
+    static = provenance.static_verdict(Path(solution)) if Path(solution).exists() else None
+    base = dict(
+        task=task.key, task_name=task.name, task_path=str(task.path), task_sha256=task.sha256,
+        solution=solution, device=session.device, correct=False, correct_relaxed=False,
+        reasons=(kind,), relaxed_reasons=(kind,), detail=detail, precision="n/a",
+        degenerate=deg, degenerate_relaxed=deg_relaxed, stochastic=session.stochastic,
+        argus_kernels=static.verdict if static else "unknown",
+        argus_evidence=static.evidence if static else "",
+        sizes=info.get("sizes", ""), overrides=info.get("overrides", {}) or {},
+        seconds=time.perf_counter() - started, level=task.level, problem_id=task.problem_id)
+    base.update(extra)
+    return Judgment(**base)
+
+
+def judge_with(session: ReferenceSession, solution: Path | str) -> Judgment:
+    """Judge a solution against a (possibly shared) reference session."""
+    started = time.perf_counter()
+    solution = str(Path(solution).resolve())
+    cand = session.candidate_worker()  # starts importing torch while the reference works
+    try:
+        session.start()
+        if session.error is not None:
+            kind = session.error.kind if session.error.kind in REASONS else "task_error"
+            return _failure(session, solution, kind, str(session.error), started)
+        assert session.info is not None
+        try:
+            first = session.get(0)
+        except WorkerError as exc:
+            return _failure(session, solution, "task_error", f"reference failed: {exc}",
+                            started)
+        out_nbytes = [m["nbytes"] for m in first.reply["outputs"]]
+        return _judge_candidate(session, cand, solution, out_nbytes, started)
+    finally:
+        cand.close()
+
+
+def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
+                     out_nbytes: list[int], started: float) -> Judgment:
+    opts = session.options
+    info = session.info or {}
+    try:
+        init = cand.request("init", opts.timeout_s, solution_path=solution,
+                            init_path=info["init_path"], state_path=info["state_path"],
+                            seed=opts.seed, device=session.device, out_nbytes=out_nbytes)
+    except WorkerError as exc:
+        return _failure(session, solution, _kind(exc), str(exc), started)
+    reasons: set[str] = set()
+    relaxed_reasons: set[str] = set()
+    details: list[str] = []
+    if init.get("tamper"):
+        reasons.add("timer_tampering")
+        details.append("replaced at import: " + ", ".join(init["tamper"]))
+    if init.get("flags"):
+        reasons.add("global_state_changed")
+        details.append("changed at import: " + "; ".join(init["flags"]))
+    set_results: list[SetResult] = []
+    cand_errors: list[tolerance.Errors] = []
+    ladder: list[dict[str, tolerance.Errors | None]] = []
+    fingerprints: list[tuple[Any, ...]] = []
+    torch_ops: dict[str, int] = {}
+    previous: _RefSet | None = None
+    for spec in session.specs:
+        try:
+            entry = session.get(spec.index)
+        except WorkerError as exc:
+            return _failure(session, solution, "task_error", f"reference failed on set "
+                            f"{spec.index}: {exc}", started)
+        inputs = session.load_inputs(entry)
+        session.run_probes(entry, inputs, previous)
+        out_path = session.dir / "outputs" / f"out{spec.index}.pt"
+        try:
+            run = cand.request("run", opts.timeout_s, index=spec.index, seed=spec.seed,
+                               inputs_path=str(entry.inputs_path), out_path=str(out_path))
+        except WorkerError as exc:
+            return _failure(session, solution, _kind(exc),
+                            f"set {spec.index} ({entry.reply['distribution']}): {exc}", started,
+                            weights=init.get("weights", ""))
+        outs = torch.load(out_path, map_location=session.compare_device, weights_only=False)
+        out_path.unlink(missing_ok=True)
+        for k, v in run.get("compute_ops", {}).items():
+            torch_ops[k] = torch_ops.get(k, 0) + v
+        result = _compare_set(entry, inputs, outs, run, fingerprints)
+        set_results.append(result[0])
+        reasons |= result[1]
+        relaxed_reasons |= result[2]
+        details.extend(result[3])
+        cand_errors.append(result[4])
+        ladder.append({name: _worst(entry.reply["calibration"].get(name))
+                       for name in ("tf32", "bf16")})
+        fingerprints.extend(probes.fingerprint(o) for o in outs)
+        if previous is not None:
+            session.release(previous.spec.index)
+        previous = entry
+    if previous is not None:
+        session.release(previous.spec.index)
+    if session.stochastic:
+        reasons.add("stochastic_task")
+        relaxed_reasons.add("stochastic_task")
+    deg, deg_relaxed = session.degenerate()
+    strict_all = all(s.strict_ok for s in set_results) and not reasons
+    precision = tolerance.precision_class(cand_errors, ladder, strict_all)
+
+    # provenance: static first, then the profiler on a GPU
+    prov = provenance.static_verdict(Path(solution))
+    if prov is None and session.device == "cpu":
+        prov = provenance.unknown_without_gpu(
+            {k: v for k, v in torch_ops.items() if k not in provenance_bookkeeping()})
+    timing_json = eager = compiled = None
+    speedup_eager = speedup_compile = bound = None
+    suspect: list[str] = []
+    want_timing = opts.timing and (session.device != "cpu" or opts.cpu_timing)
+    if not reasons and want_timing:
+        try:
+            timed = cand.request("time", max(opts.timeout_s, 60.0),
+                                 inputs_path=str(session.get(0).inputs_path),
+                                 trials=opts.trials, warmup=opts.warmup, flush_l2=True,
+                                 profile=opts.profile and session.device != "cpu")
+        except WorkerError as exc:
+            return _failure(session, solution, _kind(exc), f"while timing: {exc}", started)
+        if timed.get("tamper"):
+            reasons.add("timer_tampering")
+            details.append("replaced while running: " + ", ".join(timed["tamper"]))
+        if timed.get("flags"):
+            reasons.add("global_state_changed")
+            details.append("changed while running: " + "; ".join(timed["flags"]))
+        timing_json = timed["timing"]
+        t = Timing.from_json(timing_json)
+        if side_stream_suspect(t):
+            reasons.add("side_stream_work")
+            details.append(f"device time {t.median_ms:.4f} ms vs launch-stream time "
+                           f"{t.stream_median_ms:.4f} ms")
+        if timed.get("kernels") is not None and prov is None:
+            prov = provenance.from_kernels([(k, float(us)) for k, us in timed["kernels"]])
+        if session.device != "cpu":
+            bound = roofline.bound_ms(t.device, info.get("flops"), info.get("elements"),
+                                      precision)
+            if roofline.beyond_roofline(t.median_ms, bound):
+                suspect.append("beyond_roofline")
+            if opts.baselines:
+                record = _baseline(session)
+                eager, compiled = record.eager, record.compile
+                if record.eager_ms:
+                    speedup_eager = record.eager_ms / t.median_ms
+                if record.compile_ms:
+                    speedup_compile = record.compile_ms / t.median_ms
+    if prov is None:
+        prov = provenance.Provenance("unknown", "not profiled (timing disabled or incorrect)")
+    relaxed_reasons |= reasons & INTEGRITY_REASONS
+    ordered = _sort_reasons(reasons)
+    return Judgment(
+        task=session.task.key, task_name=session.task.name, task_path=str(session.task.path),
+        task_sha256=session.task.sha256, solution=solution, device=session.device,
+        correct=not ordered, correct_relaxed=not relaxed_reasons, reasons=ordered,
+        relaxed_reasons=_sort_reasons(relaxed_reasons),
+        detail="; ".join(dict.fromkeys(details))[:4000], precision=precision,
+        degenerate=deg, degenerate_relaxed=deg_relaxed, stochastic=session.stochastic,
+        argus_kernels=prov.verdict, argus_evidence=prov.evidence,
+        sizes=info.get("sizes", ""), overrides=info.get("overrides", {}) or {},
+        sets=tuple(set_results), weights=init.get("weights", ""),
+        torch_ops=tuple(sorted(torch_ops)), timing=timing_json, eager=eager, compiled=compiled,
+        speedup_eager=speedup_eager, speedup_compile=speedup_compile, roofline_ms=bound,
+        suspect=tuple(suspect), seconds=time.perf_counter() - started,
+        level=session.task.level, problem_id=session.task.problem_id)
+
+
+def provenance_bookkeeping() -> frozenset[str]:
+    from argus.bench.kernelbench.guards import _BOOKKEEPING_OPS
+
+    return frozenset(_BOOKKEEPING_OPS)
+
+
+def _kind(exc: WorkerError) -> str:
+    return exc.kind if exc.kind in REASONS else "runtime_error"
+
+
+def _worst(calib: list[dict[str, Any]] | None) -> tolerance.Errors | None:
+    if not calib:
+        return None
+    errs = [_errors_from_json(c) for c in calib]
+    return max(errs, key=lambda e: e.rel_l2)
+
+
+def _baseline(session: ReferenceSession) -> BaselineRecord:
+    opts = session.options
+    cache = BaselineCache(opts.baseline_cache)
+    return get_or_measure(session.task, cache, device=session.device, seed=opts.seed,
+                          trials=opts.trials, warmup=opts.warmup,
+                          timeout_s=max(opts.timeout_s, 900.0), log_dir=session.dir / "logs")
+
+
+def _compare_set(entry: _RefSet, inputs: list[Any], outs: list[torch.Tensor],
+                 run: dict[str, Any], fingerprints: list[tuple[Any, ...]]
+                 ) -> tuple[SetResult, set[str], set[str], list[str], tolerance.Errors]:
+    """Compare one set's outputs; returns (result, strict reasons, relaxed reasons, details,
+    worst errors)."""
+    assert entry.ref is not None
+    where = f"set {entry.spec.index} ({entry.reply['distribution']})"
+    reasons: set[str] = set()
+    relaxed: set[str] = set()
+    details: list[str] = []
+    if run.get("tamper"):
+        reasons.add("timer_tampering")
+        details.append("replaced during forward: " + ", ".join(run["tamper"]))
+    if run.get("flags"):
+        reasons.add("global_state_changed")
+        details.append("changed during forward: " + "; ".join(run["flags"]))
+    if run.get("aliases"):
+        reasons.add("output_aliases_input")
+        details.append(f"{where}: output shares memory with input(s) {run['aliases']}")
+    if run.get("mutated"):
+        reasons.add("input_mutated")
+        details.append(f"{where}: input(s) {run['mutated']} modified by the forward")
+    if not run.get("plain_tensors", True):
+        reasons.add("shape_mismatch")
+        details.append(f"{where}: output is a tensor subclass, not a plain torch.Tensor")
+    errors_json: list[dict[str, Any]] = []
+    strict_ok = relaxed_ok = True
+    worst = tolerance.Errors(0.0, 0.0, True)
+    metas = entry.reply["outputs"]
+    if len(outs) != len(entry.ref):
+        reasons.add("shape_mismatch")
+        details.append(f"{where}: {len(outs)} outputs, the reference has {len(entry.ref)}")
+        strict_ok = relaxed_ok = False
+    else:
+        for k, (out, ref, tol, meta) in enumerate(zip(outs, entry.ref, entry.tols, metas)):
+            if tuple(out.shape) != tuple(ref.shape):
+                reasons.add("shape_mismatch")
+                details.append(f"{where}: output {k} has shape {tuple(out.shape)}, expected "
+                               f"{tuple(ref.shape)}")
+                strict_ok = relaxed_ok = False
+                continue
+            if str(out.dtype) != meta["dtype"]:
+                reasons.add("dtype_mismatch")
+                details.append(f"{where}: output {k} is {out.dtype}, the task's is "
+                               f"{meta['dtype']}")
+            err = tolerance.errors(out, ref)
+            errors_json.append(err.to_json())
+            if err.rel_l2 > worst.rel_l2 or not math.isfinite(err.rel_l2):
+                worst = err
+            s_ok, r_ok = tolerance.strict_ok(err, tol), err.relaxed_ok
+            poisoned = run.get("poison", [0] * len(outs))[k]
+            if poisoned:
+                reasons.add("uninitialized_output")
+                relaxed.add("uninitialized_output")
+                details.append(f"{where}: {poisoned} of {out.numel()} elements of output {k} "
+                               "hold poisoned memory the solution never wrote")
+            if s_ok and r_ok:
+                continue
+            why = None
+            if err.nonfinite_mismatch:
+                why = "nonfinite_output"
+            else:
+                why = probes.trivial_kind(out, ref, inputs, fingerprints)
+            if not r_ok:
+                relaxed_ok = False
+                relaxed.add(why or "mismatch")
+            if not s_ok:
+                strict_ok = False
+                reasons.add(why or ("imprecise" if r_ok else "mismatch"))
+                details.append(f"{where}: output {k} rel_l2={err.rel_l2:.3g} "
+                               f"(strict bound {tol.tol_l2:.3g}), max_elem={err.max_elem:.3g} "
+                               f"(bound {tol.tol_elem:.3g})"
+                               + (f" [{why}]" if why else ""))
+    result = SetResult(
+        index=entry.spec.index, seed=entry.spec.seed, distribution=entry.reply["distribution"],
+        kinds=tuple(entry.reply["kinds"]), errors=tuple(errors_json),
+        tolerances=tuple(t.to_json() for t in entry.tols),
+        native=tuple(entry.reply["calibration"]["native"]),
+        strict_ok=strict_ok and not reasons, relaxed_ok=relaxed_ok,
+        reasons=_sort_reasons(reasons))
+    return result, reasons, relaxed, details, worst
