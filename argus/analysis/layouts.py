@@ -63,8 +63,12 @@ def infer_layouts(kernel: Kernel) -> Kernel:
 def _rule(op, layout: dict[int, str], acc_ids: set[int]):
     if isinstance(op, O.Full):
         return op.result.id, WGMMA_ACC if op.result.id in acc_ids else BLOCKED
-    if isinstance(op, (O.Load, O.LdMatrix)):
+    if isinstance(op, O.Load):
         return op.result.id, BLOCKED
+    if isinstance(op, O.LdMatrix):
+        return op.result.id, WGMMA_ACC  # the m8n8.x4 fragment of 16-row blocks (§2.4)
+    if isinstance(op, O.TileSlice):
+        return op.result.id, layout.get(op.src.id, BLOCKED)
     if isinstance(op, O.Reduce):
         return op.result.id, ROWVEC if op.axis == len(op.src.type.shape) - 1 else BLOCKED
     if isinstance(op, O.Convert):

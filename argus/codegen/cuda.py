@@ -175,7 +175,25 @@ def _round_c(expr: str, dtype) -> str:
     return expr
 
 
+def _strip_round(expr: str, dtype) -> str:
+    """`x` for `round(x)` when the consumer rounds to `dtype` itself (round is idempotent)."""
+    if dtype.name not in ("bf16", "f16"):
+        return expr
+    prefix = f"ag::{dtype.name}_to_f32(ag::f32_to_{dtype.name}("
+    if not (expr.startswith(prefix) and expr.endswith("))")):
+        return expr
+    inner = expr[len(prefix):-2]
+    depth = 0
+    for ch in inner:  # the two closing parens must close the prefix's, not an inner call
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth < 0:
+            return expr
+    return inner if depth == 0 else expr
+
+
 def _to_mem_c(expr: str, dtype) -> str:
+    expr = _strip_round(expr, dtype)
     return {"bf16": f"ag::f32_to_bf16({expr})", "f16": f"ag::f32_to_f16({expr})"}.get(
         dtype.name, expr)
 
@@ -219,6 +237,7 @@ class _Emitter:
     shared_decls: list[str] = field(default_factory=list)
     tensors: dict[int, str] = field(default_factory=dict)
     pending: dict[int, list[str]] = field(default_factory=dict)  # pipe -> accs in flight
+    tma_stores: bool = False
 
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.indent + line)
@@ -438,14 +457,30 @@ class _Emitter:
         self.emit(f"ag::tma_load_{rank}d(&{tm}, {self.name(op.dst)}, {self.current_full}, "
                   f"{', '.join(coords)});")
 
+    def group_barrier(self) -> str:
+        """Synchronize the executing group: the CTA, or this warpgroup (named barrier 1 + its
+        index; 0 is __syncthreads)."""
+        if self.in_role:
+            return "ag::named_barrier_sync(1 + threadIdx.x / 128, 128);"
+        return "__syncthreads();"
+
     def op_TmaStore(self, op: O.TmaStore) -> None:
         view: SmemViewType = op.src.type
         tm = self.tmap_for(op.tensor, view.shape, view.swizzle)
         coords = [self.name(c) for c in reversed(op.coords)]
+        # Every thread's generic-proxy writes (st.shared, stmatrix) must be visible to the
+        # async proxy before one thread hands the buffer to TMA (PTX ISA memory consistency
+        # model, proxies); the buffer may be rewritten only after the bulk copy read it.
         self.emit("ag::fence_view_async_shared();")
-        self.emit(f"ag::tma_store_{len(coords)}d(&{tm}, {self.name(op.src)}, {', '.join(coords)});")
-        self.emit("ag::tma_store_commit();")
-        self.emit("ag::tma_store_wait<0>();")
+        self.emit(self.group_barrier())
+        self.emit("if (gtid == 0) {")
+        self.emit(f"    ag::tma_store_{len(coords)}d(&{tm}, {self.name(op.src)}, "
+                  f"{', '.join(coords)});")
+        self.emit("    ag::tma_store_commit();")
+        self.emit("    ag::tma_store_wait_read<0>();")
+        self.emit("}")
+        self.emit(self.group_barrier())
+        self.tma_stores = True
 
     def op_Wgmma(self, op: O.Wgmma) -> None:
         acc = self.tiles[op.acc.id]
@@ -536,8 +571,8 @@ class _Emitter:
         self.indent += 1
         self.emit(f"const bool pair_ok = ({name}_s0 % 2) == 0;")
         for i in range(0, info.layout.nregs, 2):
-            v0 = self.tile_expr(op.value, i, info.layout)
-            v1 = self.tile_expr(op.value, i + 1, info.layout)
+            v0 = _strip_round(self.tile_expr(op.value, i, info.layout), dtype)
+            v1 = _strip_round(self.tile_expr(op.value, i + 1, info.layout), dtype)
             r = f"({r0} + {info.layout.row(i)})"
             c = f"({c0} + {info.layout.col(i)})"
             self.emit(f"if ({r} < {rows}) {{")
@@ -627,12 +662,86 @@ class _Emitter:
     def op_RoleOp(self, op: O.RoleOp) -> None:
         raise CompileError("roles are rendered by the kernel driver", op.loc)
 
+    def reg_expr(self, v: Value, index: int) -> str:
+        info = self.tiles[v.id]
+        return info.virtual(index) if info.virtual is not None else f"{info.name}[{index}]"
+
+    def op_TileSlice(self, op: O.TileSlice) -> None:
+        src = self.tiles[op.src.id]
+        lay = _layout_of(op.result.type, self.group_threads, op.loc)
+        if isinstance(src.layout, _Acc) and op.axis == 1 and op.start % 8 == 0:
+            base = op.start // 2
+            expr = (lambda i, v=op.src, base=base: self.reg_expr(v, base + i))
+        elif isinstance(src.layout, (_Blocked, _RowVec)) and op.axis == 0:
+            base = op.start * src.layout.nregs // op.src.type.shape[0]
+            expr = (lambda i, v=op.src, base=base: self.reg_expr(v, base + i))
+        else:
+            raise CompileError(f"slicing a {op.src.type.layout} tile along axis {op.axis} at "
+                               f"{op.start} is not supported", op.loc,
+                               fix="slice accumulators along columns at multiples of 8, "
+                                   "blocked tiles along rows")
+        self.define_pointwise(op, lay, expr)
+
+    def _matrix_addresses(self, view: Value) -> str:
+        """Per-lane shared address of the x4 fragment (lane l supplies row l%8 of matrix l/8:
+        matrices 0/1 are rows 0-7/8-15 of a 16-row warp slab, 2/3 the next 8 columns)."""
+        t: SmemViewType = view.type
+        row_bytes = t.shape[1] * t.dtype.bytes
+        return (f"ag::smem_u32({self.name(view)}) + (16 * (gtid / 32) + ((gtid % 32) / 8 % 2) * 8"
+                f" + gtid % 8) * {row_bytes} + ((gtid % 32) / 16) * 16"), row_bytes
+
+    def _check_matrix_view(self, view: Value, tile_type: TileType, loc) -> None:
+        t: SmemViewType = view.type
+        if tile_type.dtype.bits != 16 or t.shape != tuple(tile_type.shape) or t.shape[0] != 64 \
+                or t.shape[1] % 16:
+            raise CompileError("ldmatrix/stmatrix move a 64 x N (N multiple of 16) 16-bit tile "
+                               "held in the wgmma fragment", loc)
+        if tile_type.layout != "wgmma_acc":
+            raise CompileError("ldmatrix/stmatrix need a tile in the wgmma accumulator "
+                               "fragment layout", loc)
+        if not self.in_role:
+            raise CompileError("ldmatrix/stmatrix are warpgroup operations: use them inside an "
+                               "ag.role", loc)
+
     def op_StMatrix(self, op: O.StMatrix) -> None:
-        raise CompileError("stmatrix is not supported by this codegen yet", op.loc,
-                           fix="store the tile with ag.store, or use the interpreter")
+        self._check_matrix_view(op.dst, op.src.type, op.loc)
+        base, _ = self._matrix_addresses(op.dst)
+        sw = op.dst.type.swizzle
+        pack = "ag::pack_bf16x2" if op.src.type.dtype.name == "bf16" else "ag::pack_f16x2"
+        self.emit("{")
+        self.indent += 1
+        self.emit(f"const ag::uint32_t stm_base = {base};")
+        for j in range(0, op.dst.type.shape[1] // 8, 2):
+            dt = op.src.type.dtype
+            regs = [f"{pack}({_strip_round(self.reg_expr(op.src, 4 * j + 2 * r), dt)}, "
+                    f"{_strip_round(self.reg_expr(op.src, 4 * j + 2 * r + 1), dt)})"
+                    for r in range(4)]
+            self.emit(f"ag::stmatrix_x4_addr(ag::swizzle_smem_addr(stm_base + {j * 16}, {sw}), "
+                      + ", ".join(regs) + ");")
+        self.indent -= 1
+        self.emit("}")
 
     def op_LdMatrix(self, op: O.LdMatrix) -> None:
-        raise CompileError("ldmatrix is not supported by this codegen yet", op.loc)
+        self._check_matrix_view(op.src, op.result.type, op.loc)
+        info = self.declare_tile(op.result, op.loc)
+        base, _ = self._matrix_addresses(op.src)
+        sw = op.src.type.swizzle
+        lo, hi = (("ag::bf16x2_lo", "ag::bf16x2_hi") if op.result.type.dtype.name == "bf16"
+                  else ("ag::f16x2_lo", "ag::f16x2_hi"))
+        self.emit("{")
+        self.indent += 1
+        self.emit(f"const ag::uint32_t ldm_base = {base};")
+        for j in range(0, op.src.type.shape[1] // 8, 2):
+            self.emit("{")
+            self.emit("    ag::uint32_t r0, r1, r2, r3;")
+            self.emit(f"    ag::ldmatrix_x4_addr(ag::swizzle_smem_addr(ldm_base + {j * 16}, "
+                      f"{sw}), r0, r1, r2, r3);")
+            for r in range(4):
+                self.emit(f"    {info.name}[{4 * j + 2 * r}] = {lo}(r{r}); "
+                          f"{info.name}[{4 * j + 2 * r + 1}] = {hi}(r{r});")
+            self.emit("}")
+        self.indent -= 1
+        self.emit("}")
 
 
 # Ops that may run while a consumer's last wgmma group is still in flight.
@@ -669,7 +778,7 @@ def _inline_candidates(kernel: Kernel, uses: dict[int, int]) -> set[int]:
     def deps(v: Value, defs) -> set[int]:
         d = {v.id}
         op = defs.get(v.id)
-        if isinstance(op, (O.Elementwise, O.Convert)):
+        if isinstance(op, (O.Elementwise, O.Convert, O.TileSlice)):
             for a in op.operands():
                 if isinstance(a.type, TileType):
                     d |= deps(a, defs)
@@ -682,7 +791,8 @@ def _inline_candidates(kernel: Kernel, uses: dict[int, int]) -> set[int]:
         for j, op in enumerate(ops):
             for sub in op.regions():
                 region(sub)
-            if not isinstance(op, (O.Elementwise, O.Convert)) or uses.get(op.result.id) != 1:
+            if not isinstance(op, (O.Elementwise, O.Convert, O.TileSlice)) or \
+                    uses.get(op.result.id) != 1:
                 continue
             if isinstance(op.result.type, TileType) and op.result.type.dtype.name == "i1":
                 continue
@@ -767,8 +877,11 @@ def render(kernel: Kernel) -> Source:
             em.indent -= 1
             em.emit("}")
         else:
+            em.tma_stores = False
             em.region(role.body)
             em.flush_pending()
+            if em.tma_stores:
+                em.emit("if (gtid == 0) ag::tma_store_wait<0>();  // bulk stores done before exit")
         em.in_role = False
         em.group_threads = threads
         em.indent -= 1

@@ -177,6 +177,26 @@ class Tile:
     def max(self, axis: int = -1) -> "Tile": return self._reduce("max", axis)
     def min(self, axis: int = -1) -> "Tile": return self._reduce("min", axis)
 
+    def __getitem__(self, key) -> "Tile":
+        """A static window of the tile, e.g. acc[:, 64:128] (no copy)."""
+        key = key if isinstance(key, tuple) else (key,)
+        if len(key) != len(self.shape) or not all(isinstance(k, slice) for k in key):
+            raise TraceError(f"index a rank-{len(self.shape)} tile with one slice per axis, "
+                             f"e.g. t[:, 0:64]", user_loc())
+        sliced = [(axis, k) for axis, k in enumerate(key) if k != slice(None)]
+        if len(sliced) != 1:
+            raise TraceError("slice exactly one axis of a tile", user_loc())
+        axis, k = sliced[0]
+        start, stop, step = k.indices(self.shape[axis])
+        if step != 1 or not (isinstance(k.start, (int, type(None))) and
+                             isinstance(k.stop, (int, type(None)))) or stop <= start:
+            raise TraceError(f"tile slices take trace-time bounds with step 1, got {k}",
+                             user_loc())
+        shape = tuple(stop - start if i == axis else d for i, d in enumerate(self.shape))
+        v = current().builder.fresh(TileType(self.dtype, shape))
+        _emit(O.TileSlice(v, self.value, axis, start, loc=user_loc()))
+        return Tile(v)
+
     def assign(self, other: "Tile") -> "Tile":
         """Overwrite this tile variable in place (loop-carried state)."""
         if other.shape != self.shape or other.dtype != self.dtype:

@@ -313,6 +313,19 @@ class Reduce(Op):
 
 
 @dataclass(frozen=True)
+class TileSlice(Op):
+    """The static window [start, start + result extent) of tile `src` along `axis` (a view: it
+    copies nothing). On a wgmma accumulator the window is along columns, 8-aligned."""
+
+    NAME = "tile.slice"
+    RESULTS = ("result",)
+    result: Value
+    src: Value
+    axis: int
+    start: int
+
+
+@dataclass(frozen=True)
 class Assign(Op):
     """Overwrite tile variable `dst` with `src` (same shape and dtype): the loop-carried update."""
 
@@ -336,5 +349,5 @@ ALL_OPS: dict[str, type[Op]] = {
     cls.NAME: cls
     for cls in (Const, Arith, GridIds, ThreadIndex, For, If, RoleOp, SmemAlloc, SmemSlice,
                 PipelineCreate, Produce, Consume, TmaLoad, TmaStore, Wgmma, StMatrix, LdMatrix,
-                Load, Store, Full, Elementwise, Convert, Reduce, Assign)
+                Load, Store, Full, Elementwise, Convert, Reduce, TileSlice, Assign)
 }

@@ -25,6 +25,7 @@ class GemmSchedule:
     persistent: bool = True
     num_sms: int = 132      # CTAs of the persistent grid (H100/H200 SXM: 132 SMs)
     group_m: int = 8        # grouped raster: GROUP_M tiles down M before moving along N
+    epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
 
 
 def tile_coords(tile, m_tiles, n_tiles, group_m: int):
@@ -51,6 +52,10 @@ def gemm(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
     sB = ag.smem((s.stages, s.bn, s.bk), ag.bf16, swizzle=128)
     pipe = ag.pipeline(s.stages, consumers=s.consumers)
     k_tiles = ag.cdiv(K, s.bk)
+    rows = s.bm // s.consumers
+    blocks = s.bn // 64
+    if s.epilogue == "tma":  # one 128B-swizzled 64 x 64 staging block per 64 output columns
+        sC = ag.smem((s.consumers * blocks, rows, 64), ag.bf16, swizzle=128)
 
     with ag.role("producer", warpgroups=1, regs=s.producer_regs):
         for tile in ag.range(pid, tiles, programs):
@@ -60,7 +65,6 @@ def gemm(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
                     ag.tma.load(sA[stage], A, (m * s.bm, k * s.bk))
                     ag.tma.load(sB[stage], B, (n * s.bn, k * s.bk))
 
-    rows = s.bm // s.consumers
     with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
         for tile in ag.range(pid, tiles, programs):
             m, n = tile_coords(tile, m_tiles, n_tiles, s.group_m)
@@ -68,4 +72,10 @@ def gemm(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
             for k in ag.range(k_tiles):
                 with pipe.consume() as stage:
                     ag.wgmma(sA[stage].rows_of(wg * rows, rows), sB[stage], acc)
-            ag.store(C, (m * s.bm + wg * rows, n * s.bn), acc.to(ag.bf16))
+            if s.epilogue == "tma":
+                for j in range(blocks):
+                    staging = sC[wg * blocks + j]
+                    ag.stmatrix(staging, acc[:, 64 * j:64 * (j + 1)].to(ag.bf16))
+                    ag.tma.store(C, (m * s.bm + wg * rows, n * s.bn + 64 * j), staging)
+            else:
+                ag.store(C, (m * s.bm + wg * rows, n * s.bn), acc.to(ag.bf16))

@@ -25,6 +25,7 @@ from argus.dtypes import DType
 from argus.errors import ArgusError, LaunchError
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region, Value
+from argus.ir.tag_ops import is_tag_op
 from argus.ir.types import ScalarType, TensorType, TileType
 
 
@@ -234,8 +235,15 @@ class _Interp:
             fn = {"sum": np.sum, "max": np.max, "min": np.min}[op.fn]
             env[op.result.id] = fn(x.astype(np.float32), axis=op.axis,
                                    keepdims=True).astype(np.float32)
+        elif isinstance(op, O.TileSlice):
+            src = self.val(g, op.src)
+            index = [slice(None)] * src.ndim
+            index[op.axis] = slice(op.start, op.start + op.result.type.shape[op.axis])
+            env[op.result.id] = src[tuple(index)]
         elif isinstance(op, O.Assign):
             self.val(g, op.dst)[...] = self.val(g, op.src)
+        elif is_tag_op(op):
+            pass  # tags and tag assertions are for the verifier; they change no data
         else:
             raise InterpError(f"the interpreter has no rule for {op.NAME}")
         return

@@ -636,4 +636,34 @@ __device__ __forceinline__ void st_global_b16(void* ptr, uint16_t v) {
     asm volatile("st.global.b16 [%0], %1;" :: "l"(ptr), "h"(v) : "memory");
 }
 
+// ------------------------------------------------------------------------------------------
+// Swizzled shared-memory addressing for generated ldmatrix/stmatrix (INVARIANTS.md §2.3):
+// TMA and wgmma apply Swizzle<B,4,3> to the ABSOLUTE shared address, so a generic-proxy access
+// to a swizzled buffer must do the same: the 16-byte chunk bits [4, 4+B) are XORed with bits
+// [7, 7+B), B = log2(swizzle_bytes / 16).
+// ------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t swizzle_smem_addr(uint32_t addr, int swizzle_bytes) {
+    const uint32_t mask = swizzle_bytes == 128 ? 0x70u : swizzle_bytes == 64 ? 0x30u
+                        : swizzle_bytes == 32 ? 0x10u : 0u;
+    return addr ^ ((addr >> 3) & mask);
+}
+
+// stmatrix / ldmatrix .x4 on a shared-window address (PTX ISA §9.7.14.5.15/16).
+__device__ __forceinline__ void stmatrix_x4_addr(uint32_t addr, uint32_t r0, uint32_t r1,
+                                                 uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_addr(uint32_t addr, uint32_t& r0, uint32_t& r1,
+                                                 uint32_t& r2, uint32_t& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ float f16x2_lo(uint32_t v) {
+    return f16_to_f32(f16{(uint16_t)(v & 0xFFFFu)});
+}
+__device__ __forceinline__ float f16x2_hi(uint32_t v) {
+    return f16_to_f32(f16{(uint16_t)(v >> 16)});
+}
+
 }  // namespace ag
