@@ -11,6 +11,8 @@ from argus.dsl.api import (abs_, cdiv, erf, exp, exp2, full, grid, ldmatrix, loa
                            minimum, pipeline, range, relu, role, rsqrt, sigmoid, smem, sqrt,
                            stmatrix, store, tanh, thread_index, tma, wgmma, when, where, zeros)
 from argus.dsl.kernel import KernelFunction, Tensor, kernel
+from argus.dsl.tags import (opaque, sym, tag, tag_all, tag_any, tag_assert, tag_assume, tag_fn,
+                            tag_tensor)
 from argus.dtypes import bf16, e4m3, f16, f32, f64, i1, i32, i64, u32
 from argus.errors import (ArgusError, CompileError, Diagnostic, IRError, LaunchError, TraceError,
                           VerificationError)
@@ -32,4 +34,6 @@ __all__ = [
     "KernelFunction", "Tensor", "kernel", "compile", "bf16", "e4m3", "f16", "f32", "f64", "i1", "i32",
     "i64", "u32", "ArgusError", "CompileError", "Diagnostic", "IRError", "LaunchError",
     "TraceError", "VerificationError",
+    "opaque", "sym", "tag", "tag_all", "tag_any", "tag_assert", "tag_assume", "tag_fn",
+    "tag_tensor",
 ]

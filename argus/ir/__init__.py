@@ -1,7 +1,7 @@
 """Argus IR: frozen-dataclass ops in nested regions, with a builder, printer, parser,
 well-formedness checks and a rewrite-rule engine."""
 
-from argus.ir import ops
+from argus.ir import ops, tag_ops
 from argus.ir.builder import Builder
 from argus.ir.checks import check_kernel
 from argus.ir.core import Kernel, Op, Param, Region, Value
@@ -11,6 +11,8 @@ from argus.ir.rewrite import Rule, Rules
 from argus.ir.types import (PipeType, ScalarType, SmemType, SmemViewType, TensorType, TileType,
                             parse_type)
 
-__all__ = ["ops", "Builder", "check_kernel", "Kernel", "Op", "Param", "Region", "Value",
+tag_ops.register(ops.ALL_OPS)  # tag ops print and parse like any op; they generate no code
+
+__all__ = ["ops", "tag_ops", "Builder", "check_kernel", "Kernel", "Op", "Param", "Region", "Value",
            "parse_kernel", "print_kernel", "Rule", "Rules", "PipeType", "ScalarType", "SmemType",
            "SmemViewType", "TensorType", "TileType", "parse_type"]
