@@ -1,0 +1,458 @@
+"""Shared-memory layout obligations of lowered kernels: TMA boxes, swizzles, expect_tx bytes,
+the smem plan, and the byte-level agreement of TMA writes with wgmma descriptor reads.
+
+Job: prove that what codegen renders from the lowered fields moves the right elements
+(INVARIANTS.md §2.2–2.3, bug classes 1–6):
+
+  tma.box, tma.swizzle, tma.tx-bytes, smem.align — arithmetic on the lowered fields;
+  wgmma.smem-layout — for every wgmma operand, every stage, warpgroup slice, row/column mn and
+      k of the tile, the byte the descriptor (swizzle, LBO, SBO, k16 advance; PTX ISA
+      §9.7.15.5.1.2) makes the tensor core read holds, by the TMA write layout (box, swizzle of
+      the ABSOLUTE address, PTX §5.5) inverted, exactly element (row0 + mn, k) of the view.
+
+Tiers for wgmma.smem-layout: F2 (argus.layout.f2, Triton-style linear layouts: the composed map
+TMA⁻¹ ∘ descriptor is built with `F2Layout.from_function`, which checks linearity on the whole
+domain, and compared with the identity basis by basis) when the instance is static and linear;
+exhaustive evaluation ("enum") when it is static but not linear (wrong SBO, a misaligned base);
+QF_BV through z3 (the same `argus.target.sm90` formulas on bit-vectors) otherwise. Hardware
+formulas come only from `argus.target.sm90`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+import z3
+
+from argus.ir import ops as O
+from argus.layout.f2 import F2Layout
+from argus.target import sm90
+from argus.verify import witness as W
+from argus.verify.model import Model, ViewInfo, WgmmaSite, WriteSite, _num
+from argus.verify.obligation import Finding, Obligation
+from argus.verify.solver import value
+
+SPAN = {0: 1 << 30, 32: 32, 64: 64, 128: 128}
+PERIOD = {0: 128, 32: 256, 64: 512, 128: 1024}
+
+
+def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
+    obs: list[Obligation] = []
+    finds: list[Finding] = []
+    if not model.lowered:
+        return obs, finds
+    finds += _tma_fields(model)
+    finds += _tx_bytes(model)
+    finds += _smem_plan(model)
+    for site in model.wgmmas:
+        if not site.op.a_desc or not site.op.b_desc:
+            continue
+        for operand in ("a", "b"):
+            o, f = _operand_layout(model, site, operand)
+            obs += o
+            finds += f
+    return obs, finds
+
+
+# ----------------------------------------------------------------------------- arithmetic
+
+
+def _tma_fields(model: Model) -> list[Finding]:
+    out = []
+    for writes in model.writes.values():
+        for w in writes:
+            if w.kind != "tma" or not w.op.box:
+                continue
+            op: O.TmaLoad = w.op
+            view = w.view
+            t = model.buffers[view.buffer.id].result.type
+            e = t.dtype.bytes
+            subject = f"TMA load of {w.tensor.name} into {view.buffer} at {op.loc}"
+            box = tuple(op.box)
+            want = (1,) * (len(box) - 2) + (view.rows, view.cols)
+            if box != want:
+                out.append(Finding("tma.box", op.loc, subject, "violated",
+                                   f"the tensor map's box {box} is not the smem view's shape "
+                                   f"{want}: the copy writes {int(np.prod(box)) * e} bytes "
+                                   f"laid out with a row pitch of {box[-1] * e} B into a view "
+                                   f"of {view.rows} rows of {view.cols * e} B",
+                                   {"box": box, "view": want}))
+            elif box[-1] * e > SPAN.get(op.swizzle, 1 << 30):
+                out.append(Finding("tma.box", op.loc, subject, "violated",
+                                   f"inner box {box[-1] * e} B exceeds the {op.swizzle}B swizzle "
+                                   f"span", {"box": box, "swizzle": op.swizzle}))
+            else:
+                out.append(Finding("tma.box", op.loc, subject, "proven"))
+            if op.swizzle != t.swizzle:
+                out.append(Finding("tma.swizzle", op.loc, subject, "violated",
+                                   f"the tensor map swizzles {op.swizzle}B but the buffer (and "
+                                   f"every reader of it) uses {t.swizzle}B",
+                                   {"tma_swizzle": op.swizzle, "buffer_swizzle": t.swizzle}))
+            else:
+                out.append(Finding("tma.swizzle", op.loc, subject, "proven"))
+            credited = int(np.prod(box)) * e
+            if op.bytes and op.bytes != credited:
+                out.append(Finding("tma.tx-bytes", op.loc, subject, "violated",
+                                   f"the copy is recorded as crediting {op.bytes} B but the "
+                                   f"hardware credits the full box, {credited} B",
+                                   {"bytes": op.bytes, "box_bytes": credited}))
+    return out
+
+
+def _tx_bytes(model: Model) -> list[Finding]:
+    out = []
+    for pipe in model.pipes.values():
+        for step in pipe.steps:
+            if step.kind != "produce" or not step.op.tx_bytes:
+                continue
+            op: O.Produce = step.op
+            loads = [x for x in op.body.walk() if isinstance(x, O.TmaLoad)]
+            delivered = 0
+            parts = []
+            for ld in loads:
+                t = ld.dst.type
+                n = int(np.prod(ld.box)) if ld.box else t.shape[0] * t.shape[1]
+                delivered += n * t.dtype.bytes
+                parts.append(f"{n * t.dtype.bytes} B at {ld.loc}")
+            subject = f"produce step at {op.loc}"
+            if op.tx_bytes != delivered:
+                more = op.tx_bytes > delivered
+                out.append(Finding(
+                    "tma.tx-bytes", op.loc, subject, "violated",
+                    f"arrive.expect_tx({op.tx_bytes}) but the step's TMA copies deliver "
+                    f"{delivered} B ({' + '.join(parts)}): "
+                    + ("the phase never completes (hang)" if more else
+                       "the phase completes before all bytes landed: consumers read a partly "
+                       "written stage"),
+                    {"expect_tx": op.tx_bytes, "delivered": delivered,
+                     "difference": op.tx_bytes - delivered},
+                    fix=f"tx_bytes = {delivered}"))
+            else:
+                out.append(Finding("tma.tx-bytes", op.loc, subject, "proven"))
+    return out
+
+
+def _plan(model: Model) -> dict[int, tuple[int, int, int]]:
+    return {vid: (off, nbytes, align) for vid, off, nbytes, align in
+            model.kernel.attr("smem_plan", ())}
+
+
+def _smem_plan(model: Model) -> list[Finding]:
+    out = []
+    plan = _plan(model)
+    smem_bytes = model.kernel.attr("smem_bytes", 0)
+    spans = []
+    for vid, alloc in model.buffers.items():
+        t = alloc.result.type
+        subject = f"buffer {alloc.result} ({'x'.join(map(str, t.shape))} {t.dtype}, " \
+                  f"swizzle {t.swizzle}) at {alloc.loc}"
+        if vid not in plan:
+            out.append(Finding("smem.align", alloc.loc, subject, "violated",
+                               "the buffer has no place in smem_plan"))
+            continue
+        off, nbytes, _align = plan[vid]
+        period = PERIOD[t.swizzle] if t.swizzle else 128
+        stage_bytes = t.bytes // t.shape[0] if len(t.shape) == 3 else t.bytes
+        problems = []
+        wit = {"offset": off, "period": period, "stage_bytes": stage_bytes}
+        if off % period:
+            problems.append(f"it starts at byte {off} = {off % period} mod {period}; TMA and "
+                            f"wgmma swizzle absolute addresses, so the "
+                            f"{'swizzle pattern' if t.swizzle else 'TMA destination'} needs "
+                            f"{period}-B alignment")
+        if len(t.shape) == 3 and t.swizzle and stage_bytes % period:
+            bad = next(s for s in range(1, t.shape[0]) if (off + s * stage_bytes) % period)
+            problems.append(f"stage {bad} starts at byte {off + bad * stage_bytes} "
+                            f"(stage size {stage_bytes} B is not a multiple of {period})")
+            wit["misaligned_stage"] = bad
+        if nbytes < t.bytes:
+            problems.append(f"the plan gives it {nbytes} B but it needs {t.bytes} B")
+        spans.append((off, off + max(nbytes, t.bytes), str(alloc.result), alloc.loc))
+        if problems:
+            out.append(Finding("smem.align", alloc.loc, subject, "violated", "; ".join(problems),
+                               wit, fix=f"place the buffer at a multiple of {period} B"))
+        else:
+            out.append(Finding("smem.align", alloc.loc, subject, "proven"))
+    spans.sort()
+    for (a0, a1, an, aloc), (b0, b1, bn, _bloc) in zip(spans, spans[1:]):
+        if b0 < a1:
+            out.append(Finding("smem.align", aloc, f"buffers {an} and {bn}", "violated",
+                               f"{an} [{a0}, {a1}) overlaps {bn} [{b0}, {b1})",
+                               {"first": (a0, a1), "second": (b0, b1)}))
+    if spans and smem_bytes and spans[-1][1] > smem_bytes:
+        out.append(Finding("smem.align", spans[-1][3], "smem plan", "violated",
+                           f"buffers end at byte {spans[-1][1]} but smem_bytes = {smem_bytes}"))
+    if smem_bytes > sm90.limits.SMEM_PER_CTA_OPTIN:
+        out.append(Finding("smem.align", model.kernel.body.ops[0].loc, "smem plan", "violated",
+                           f"{smem_bytes} B of shared memory exceed the "
+                           f"{sm90.limits.SMEM_PER_CTA_OPTIN} B a CTA may use"))
+    return out
+
+
+# ----------------------------------------------------------------------------- TMA ∘ wgmma
+
+
+class _Layout:
+    """The static facts one operand's check needs."""
+
+    def __init__(self, model: Model, site: WgmmaSite, operand: str):
+        op = site.op
+        self.view: ViewInfo = site.a if operand == "a" else site.b
+        self.trans = operand == "b" and op.trans_b
+        self.desc = tuple(op.a_desc if operand == "a" else op.b_desc)
+        t = model.buffers[self.view.buffer.id].result.type
+        self.t = t
+        self.e = t.dtype.bytes
+        self.row_bytes = t.shape[-1] * self.e
+        self.stages = t.shape[0] if len(t.shape) == 3 else 1
+        self.stage_bytes = self.row_bytes * t.shape[-2]
+        self.offset = _plan(model)[self.view.buffer.id][0]
+        self.K = site.a.cols
+        self.MN = op.acc.type.shape[1] if operand == "b" else 64
+        self.k_per_step = 32 // self.e
+        self.writes: list[WriteSite] = [w for w in model.writes.get(self.view.buffer.id, [])
+                                        if w.kind == "tma" and w.op.box]
+
+    def major(self) -> str:
+        return "MN" if self.trans else "K"
+
+
+def _values_of(model: Model, term, limit: int = 16):
+    """The finite set of values a row offset takes: an int, or a term over role indices."""
+    if isinstance(term, int):
+        return [term]
+    t = _num(term)
+    simp = z3.simplify(t)
+    if z3.is_int_value(simp):
+        return [simp.as_long()]
+    roles = [r for r in model.roles if any(
+        str(model.sym[r.index.id]) == name for name in _consts(t))]
+    names = _consts(t)
+    if len(roles) != len(names):
+        return None
+    out = set()
+    for combo in itertools.product(*[range(r.warpgroups) for r in roles]):
+        pairs = [(model.sym[r.index.id], z3.IntVal(v)) for r, v in zip(roles, combo)]
+        v = z3.simplify(z3.substitute(t, *pairs))
+        if not z3.is_int_value(v):
+            return None
+        out.add(v.as_long())
+        if len(out) > limit:
+            return None
+    return sorted(out)
+
+
+def _consts(t) -> set[str]:
+    from argus.verify.tagdomain import free_consts
+    return free_consts(t)
+
+
+def _read_addr(L: _Layout, st, mn, kk, row0, xp=np):
+    sw, lbo, sbo, adv = L.desc
+    kb = kk // L.k_per_step if xp is np else z3.UDiv(kk, L.k_per_step)
+    kin = kk % L.k_per_step if xp is np else z3.URem(kk, L.k_per_step)
+    start = L.offset + st * L.stage_bytes + row0 * L.row_bytes + kb * adv
+    return sm90.wgmma_smem_addr(mn, kin, start=start, lbo=lbo, sbo=sbo, swizzle_bytes=sw,
+                                elem_bytes=L.e, major=L.major())
+
+
+def _written(L: _Layout, model: Model, addr, st, writer_row0s, xp=np):
+    """(row, col, inside) of the logical buffer element at `addr`, per the TMA writes."""
+    row = col = inside = None
+    for w, row0_w in writer_row0s:
+        box = tuple(w.op.box)
+        inner = box[-1] * L.e
+        rows = int(np.prod(box[:-1]))
+        w_stage = st if w.view.stage is not None else 0
+        base = L.offset + w_stage * L.stage_bytes + row0_w * L.row_bytes
+        r, cb, ins = sm90.tma_box_coord(addr, base, w.op.swizzle, inner, rows)
+        c = cb // L.e if xp is np else z3.UDiv(cb, L.e)
+        rr = r + row0_w
+        if row is None:
+            row, col, inside = rr, c, ins
+        elif xp is np:
+            row, col = np.where(ins, rr, row), np.where(ins, c, col)
+            inside = ins | inside
+        else:
+            row, col = z3.If(ins, rr, row), z3.If(ins, c, col)
+            inside = z3.Or(ins, inside)
+    return row, col, inside
+
+
+def _expected(L: _Layout, mn, kk, row0):
+    return (row0 + kk, mn) if L.trans else (row0 + mn, kk)
+
+
+def _operand_layout(model: Model, site: WgmmaSite, operand: str):
+    L = _Layout(model, site, operand)
+    op = site.op
+    name = "A" if operand == "a" else "B"
+    subject = f"wgmma at {op.loc}, operand {name} ({L.view.buffer}, descriptor " \
+              f"swizzle={L.desc[0]} LBO={L.desc[1]} SBO={L.desc[2]} k16-advance={L.desc[3]})"
+    if not L.writes:
+        return [], []
+    row0s = _values_of(model, L.view.row0)
+    wr = []
+    for w in L.writes:
+        vals = _values_of(model, w.view.row0)
+        if vals is None or len(vals) != 1:
+            row0s = None
+            break
+        wr.append((w, vals[0]))
+    if row0s is None:
+        try:
+            return [_bv_obligation(model, site, operand, L, subject)], []
+        except (ValueError, TypeError) as e:
+            return [], [Finding("wgmma.smem-layout", op.loc, subject, "unknown",
+                                f"no exact bit-vector encoding: {e}")]
+    t0 = time.perf_counter()
+    for row0 in row0s:
+        res = _static_instance(L, wr, row0)
+        if res is not None:
+            tier, bad = res
+            if bad is not None:
+                ms = (time.perf_counter() - t0) * 1e3
+                return [], [_static_finding(model, site, operand, L, wr, row0, bad, subject,
+                                            tier, ms)]
+    ms = (time.perf_counter() - t0) * 1e3
+    return [], [Finding("wgmma.smem-layout", op.loc, subject, "proven", tier=tier, ms=ms)]
+
+
+def _static_instance(L: _Layout, wr, row0):
+    """Decide one static instance: ("F2", None) / ("enum", None) when proven, else (tier,
+    (st, mn, kk)) for a bad point; raises nothing."""
+    S, MN, K = L.stages, L.MN, L.K
+
+    def composed(st, mn, k):
+        addr = _read_addr(L, st, mn, k, row0)
+        row, col, inside = _written(L, None, addr, st, wr)
+        er, ec = _expected(L, mn, k, row0)
+        return np.where(inside, row - er, 1 << 20), np.where(inside, col - ec, 1 << 20)
+
+    pow2 = all(x & (x - 1) == 0 for x in (S, MN, K))
+    if pow2:
+        try:
+            dims = [("stage", S), ("mn", MN), ("k", K)] if S > 1 else [("mn", MN), ("k", K)]
+
+            def fn(**kw):
+                st = kw.get("stage", np.zeros_like(kw["mn"]))
+                return tuple(np.asarray(x, dtype=np.int64) for x in
+                             _dense(L, wr, row0, st, kw["mn"], kw["k"]))
+            lay = F2Layout.from_function(fn, dims, [("row", 1 << 21), ("col", 1 << 21)])
+            want = F2Layout.from_function(lambda **kw: (kw["mn"] * 0, kw["mn"] * 0), dims,
+                                          [("row", 1 << 21), ("col", 1 << 21)])
+            if lay == want:
+                return "F2", None
+        except ValueError:
+            pass  # affine or not F2-linear: decide exhaustively below
+    st, mn, kk = np.meshgrid(np.arange(S), np.arange(MN), np.arange(K), indexing="ij")
+    st, mn, kk = st.ravel(), mn.ravel(), kk.ravel()
+    try:
+        dr, dc = composed(st, mn, kk)
+    except ValueError as e:
+        return "enum", ("start", str(e))
+    bad = np.nonzero((dr != 0) | (dc != 0))[0]
+    if bad.size:
+        i = int(bad[0])
+        return "enum", (int(st[i]), int(mn[i]), int(kk[i]))
+    return "enum", None
+
+
+def _dense(L: _Layout, wr, row0, st, mn, kk):
+    """Differences (read row/col − expected); far off when the byte was not written."""
+    addr = _read_addr(L, st, mn, kk, row0)
+    row, col, inside = _written(L, None, addr, st, wr)
+    er, ec = _expected(L, mn, kk, row0)
+    # XOR, not subtraction: zero iff equal, and never negative (F2 images are bit patterns)
+    return (np.where(inside, row ^ er, 1 << 20), np.where(inside, col ^ ec, 1 << 20))
+
+
+def _static_finding(model, site, operand, L: _Layout, wr, row0, bad, subject, tier, ms):
+    op = site.op
+    name = "A" if operand == "a" else "B"
+    if bad[0] == "start":
+        return Finding("wgmma.smem-layout", op.loc, subject, "violated",
+                       f"the descriptor start leaves the validated regime: {bad[1]}",
+                       {"row0": row0}, tier=tier, ms=ms)
+    st, mn, kk = bad
+    addr = int(_read_addr(L, np.array([st]), np.array([mn]), np.array([kk]), row0)[0])
+    row, col, inside = _written(L, None, np.array([addr]), np.array([st]), wr)
+    er, ec = _expected(L, mn, kk, row0)
+    holds = (f"buffer row {int(row[0])}, col {int(col[0])}" if bool(inside[0]) else
+             "a byte no TMA copy of this step wrote")
+    wit = {"stage": st, ("row" if name == "A" else "col") + "_in_tile": mn, "k_in_tile": kk,
+           "k_block": kk // L.k_per_step, "smem_byte": hex(addr), "warpgroup_row0": row0,
+           "expected": f"buffer row {er}, col {ec}", "holds": holds}
+    if name == "A":
+        wit.update(W.acc_thread(mn, 0))
+        who = (f"accumulator row {mn} (thread {wit['thread']}, warp {wit['warp']}, lane "
+               f"{wit['lane']}, {wit['register']} for column 0)")
+    else:
+        wit.update(W.acc_thread(0, mn))
+        who = (f"accumulator column {mn} (thread {wit['thread']}, warp {wit['warp']}, lane "
+               f"{wit['lane']}, {wit['register']} for row 0)")
+    hint = _likely_cause(L, wr)
+    msg = (f"stage {st}, k-block {kk // L.k_per_step}: the tensor core reads {name}[{mn}, k {kk}] "
+           f"for {who} from shared byte {hex(addr)}, which holds {holds} of {L.view.buffer} "
+           f"instead of row {er}, col {ec}" + (f"; likely cause: {hint}" if hint else ""))
+    return Finding("wgmma.smem-layout", op.loc, subject, "violated", msg, wit, tier=tier, ms=ms)
+
+
+def _likely_cause(L: _Layout, wr) -> str:
+    sw, lbo, sbo, adv = L.desc
+    causes = []
+    if sw != L.t.swizzle:
+        causes.append(f"descriptor swizzle {sw}B but the buffer is {L.t.swizzle}B-swizzled")
+    for w, _ in wr:
+        if w.op.swizzle != sw:
+            causes.append(f"the tensor map at {w.op.loc} swizzles {w.op.swizzle}B, the "
+                          f"descriptor {sw}B")
+            break
+    if not L.trans and sw and sbo != 8 * L.row_bytes:
+        causes.append(f"SBO = {sbo} B but 8 rows of {L.row_bytes} B are {8 * L.row_bytes} B")
+    want_adv = (L.k_per_step * L.row_bytes) if L.trans else 32
+    if adv != want_adv:
+        causes.append(f"k16 advance = {adv} B but one k-step is {want_adv} B")
+    if L.offset % PERIOD[L.t.swizzle or 0]:
+        causes.append(f"the buffer starts at byte {L.offset}, not on the "
+                      f"{PERIOD[L.t.swizzle or 0]}-B swizzle period")
+    return "; ".join(causes)
+
+
+def _bv_obligation(model: Model, site: WgmmaSite, operand: str, L: _Layout,
+                   subject: str) -> Obligation:
+    """The same claim with stage, mn, k and the row offsets as 32-bit vectors (QF_BV)."""
+    bw = 32
+    st, mn, kk = z3.BitVecs(f"stage!{id(site)} mn!{id(site)} kk!{id(site)}", bw)
+    prem = [z3.ULT(st, L.stages), z3.ULT(mn, L.MN), z3.ULT(kk, L.K)]
+    row0 = _bv_of(model, L.view.row0, bw, prem)
+    wr = [(w, _bv_of(model, w.view.row0, bw, prem)) for w in L.writes]
+    addr = _read_addr(L, st, mn, kk, row0, xp=z3)
+    row, col, inside = _written(L, model, addr, st, wr, xp=z3)
+    er, ec = _expected(L, mn, kk, row0)
+    start = L.offset + st * L.stage_bytes + row0 * L.row_bytes
+    claims = [("descriptor start anchored on the swizzle pattern",
+               sm90.wgmma_start_is_anchored(start, L.desc[0]) if L.desc[0] else z3.BoolVal(True)),
+              ("byte written by this step's TMA", inside), ("row matches", row == er),
+              ("col matches", col == ec)]
+
+    def decode(zm, violated):
+        wit = {"stage": value(zm, st), "mn": value(zm, mn), "k_in_tile": value(zm, kk),
+               "smem_byte": hex(value(zm, addr))}
+        return (f"stage {wit['stage']}, element ({wit['mn']}, k {wit['k_in_tile']}) is read "
+                f"from byte {wit['smem_byte']}; violated: {', '.join(violated)}"), wit
+    return Obligation("wgmma.smem-layout", site.op.loc, subject, prem, claims, decode,
+                      minimize=[st, mn, kk])
+
+
+def _bv_of(model: Model, term, bw: int, prem: list):
+    """A row offset as a bit-vector: ints directly, role index * constant via a fresh BV."""
+    if isinstance(term, int):
+        return z3.BitVecVal(term, bw)
+    vals = _values_of(model, term, limit=64)
+    v = z3.BitVec(f"row0!{id(term)}", bw)
+    if vals:
+        prem.append(z3.Or([v == x for x in vals]))
+    return v

@@ -1,0 +1,262 @@
+"""Shared-memory access obligations: ownership through the pipeline, races between
+warpgroups, views inside their buffers, proxy fences, and uniform warpgroup-wide operations.
+
+Job (INVARIANTS.md §2.6, §3.4; bug classes 5, 11, 12, 22, 23, 24):
+  pipe.release — every read of a pipelined (TMA-filled) buffer happens inside a consume step
+      of that pipeline and uses that step's own stage, so the slot is released only after its
+      wgmma or TMA-store readers retire (codegen retires them before the empty arrive);
+  smem.race — two different warpgroups (roles or instances of one role) never touch the same
+      shared bytes without the pipeline ordering them, when one of them writes;
+  smem.bounds — a view's rows lie inside its buffer for every warpgroup index and iteration;
+  proxy.fence — data written through the generic proxy (stmatrix) and read by the async proxy
+      (wgmma descriptors, TMA store) is fenced (fence.proxy.async.shared::cta) in between;
+      codegen fences before every TMA store and before no wgmma (its rule table below);
+  uniform — wgmma and pipeline steps never sit under a condition that varies per thread.
+"""
+
+from __future__ import annotations
+
+import z3
+
+from argus.verify import witness as W
+from argus.verify.model import Model, ReadSite, Site, _num, _stage_eq
+from argus.verify.obligation import Finding, Obligation
+from argus.verify.solver import value
+from argus.verify.tagdomain import fresh_int, mentions
+
+# What codegen emits between a generic-proxy smem write and these async-proxy readers
+# (argus/codegen/cuda.py): ag::fence_view_async_shared() precedes every TMA store; nothing
+# precedes a wgmma. An op field `proxy_fence`, when lowering sets one, overrides the table.
+CODEGEN_FENCES = {"tma-store": True, "wgmma-a": False, "wgmma-b": False}
+
+
+def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
+    obs: list[Obligation] = []
+    finds: list[Finding] = []
+    o, f = _ownership(model)
+    obs += o
+    finds += f
+    obs += _races(model)
+    obs += _bounds(model)
+    finds += _fences(model)
+    finds += _uniform(model)
+    return obs, finds
+
+
+def _tma_buffers(model: Model) -> dict[int, list]:
+    return {bid: [w for w in ws if w.kind == "tma"] for bid, ws in model.writes.items()
+            if any(w.kind == "tma" for w in ws)}
+
+
+def _ownership(model: Model):
+    obs, finds = [], []
+    tma = _tma_buffers(model)
+    for bid, writes in tma.items():
+        pipes = {w.step.pipe.id for w in writes if w.step is not None}
+        pipe = model.pipes[next(iter(pipes))] if pipes else None
+        buf = model.buffers[bid].result
+        if pipe is not None and any(w.view.stage is None for w in writes) and pipe.stages > 1:
+            w = next(w for w in writes if w.view.stage is None)
+            finds.append(Finding("smem.race", w.op.loc, f"TMA into {buf}", "violated",
+                                 f"{buf} has no stages but pipeline {pipe.op.result} has "
+                                 f"{pipe.stages}: step n+1's copy overwrites the buffer while "
+                                 f"step n is still read", fix="index the buffer by the stage "
+                                                              "(ag.smem((S, rows, cols)))"))
+        if any(w.kind == "generic" for w in model.writes.get(bid, [])):
+            g = next(w for w in model.writes[bid] if w.kind == "generic")
+            finds.append(Finding("smem.race", g.op.loc, f"stmatrix into {buf}", "violated",
+                                 f"{buf} is filled by TMA through the pipeline and also written "
+                                 f"by stmatrix at {g.op.loc}: the writes race"))
+        for r in model.reads:
+            if r.view.buffer.id != bid:
+                continue
+            obs_r, finds_r = _owned_read(model, r, pipe)
+            obs += obs_r
+            finds += finds_r
+    return obs, finds
+
+
+def _owned_read(model: Model, r: ReadSite, pipe):
+    subject = f"{r.kind} of {r.view.buffer} at {r.op.loc}"
+    consume = None
+    for s in reversed(r.site.scopes):
+        if s.kind == "consume" and pipe is not None and s.op.pipe.id == pipe.op.result.id:
+            consume = s
+            break
+    if consume is None:
+        return [], [Finding("pipe.release", r.op.loc, subject, "violated",
+                            f"{r.view.buffer} is filled by pipeline {pipe.op.result if pipe else '?'}"
+                            f" but this {r.kind} reads it outside any consume step of that "
+                            f"pipeline: the slot is released (and may be refilled by the "
+                            f"producer) before this reader runs or retires",
+                            {"reader": r.kind, "line": str(r.op.loc)},
+                            fix="move the read inside `with pipe.consume() as st:` and index "
+                                "the buffer with st")]
+    step = model.steps_by_stage[consume.op.stage.id]
+    if r.view.stage is None:
+        return [], []
+    prem = list(model.premises) + r.site.constraints()
+    claim = _num(r.view.stage) == step.stage_term
+
+    def decode(zm, violated):
+        wit = W.context(model, zm, r.site)
+        own, used = value(zm, step.stage_term), value(zm, _num(r.view.stage))
+        wit.update({"owned_stage": own, "read_stage": used})
+        return (f"consume step n = {value(zm, step.counter)} owns slot {own} but the "
+                f"{r.kind} reads slot {used}, which the producer may be refilling"), wit
+    return [Obligation("pipe.release", r.op.loc, subject, prem,
+                       [("reads its own stage", claim)], decode,
+                       minimize=[s.var for s in r.site.scopes if s.var is not None])], []
+
+
+def _accesses(model: Model):
+    """(kind, site, view) for every generic-proxy smem access, writes first."""
+    out = []
+    for ws in model.writes.values():
+        for w in ws:
+            if w.kind == "generic":
+                out.append(("write", w.site, w.view, w.op))
+    tma = _tma_buffers(model)
+    for r in model.reads:
+        if r.view.buffer.id not in tma:
+            out.append(("read", r.site, r.view, r.op))
+    return out
+
+
+def _instance_renaming(a: Site, b: Site):
+    """Fresh copies of b's variables, and the condition that a and b are different
+    warpgroups (same role: different index; different roles: always)."""
+    pairs = [(v, fresh_int(f"{v}@2")) for v in b.scope_vars()]
+    if a.role is None or b.role is None:
+        return pairs, None
+    if a.role is not b.role:
+        return pairs, z3.BoolVal(True)
+    if a.role.warpgroups == 1:
+        return pairs, None
+    wg = a.role.index.id
+    return pairs, ("wg", wg)
+
+
+def _races(model: Model) -> list[Obligation]:
+    obs = []
+    acc = _accesses(model)
+    for i, (k1, s1, v1, op1) in enumerate(acc):
+        for k2, s2, v2, op2 in acc[i:]:
+            if "write" not in (k1, k2) or v1.buffer.id != v2.buffer.id:
+                continue
+            pairs, diff = _instance_renaming(s1, s2)
+            if diff is None:
+                continue
+            def sub(t, pairs=pairs):
+                t = t if isinstance(t, z3.BoolRef) else _num(t)
+                return z3.substitute(t, *pairs) if pairs else t
+            if isinstance(diff, tuple):
+                wgv = model.sym[diff[1]]
+                different = wgv != sub(wgv)
+            else:
+                different = diff
+            r1, r2 = _num(v1.row0), sub(v2.row0)
+            overlap = z3.And(_stage_eq(v1.stage, None if v2.stage is None else sub(v2.stage)),
+                             r1 < r2 + v2.rows, r2 < r1 + v1.rows)
+            prem = list(model.premises) + s1.constraints() + \
+                [z3.substitute(c, *pairs) if pairs else c for c in s2.constraints()] + \
+                [different]
+            subject = f"{k1} at {op1.loc} vs {k2} at {op2.loc} on {v1.buffer}"
+
+            def decode(zm, violated, s1=s1, s2=s2, r1=r1, r2=r2, v1=v1, v2=v2, pairs=pairs,
+                       k1=k1, k2=k2, op1=op1, op2=op2):
+                w1 = W.context(model, zm, s1)
+                wg2 = value(zm, z3.substitute(model.sym[s2.role.index.id], *pairs)) \
+                    if s2.role is not None and pairs else 0
+                lo = max(value(zm, r1), value(zm, r2))
+                wit = {"first": {"op": str(op1.loc), "role": s1.role.name if s1.role else None,
+                                 "warpgroup": w1.get("warpgroup"),
+                                 "rows": (value(zm, r1), value(zm, r1) + v1.rows)},
+                       "second": {"op": str(op2.loc), "role": s2.role.name if s2.role else None,
+                                  "warpgroup": wg2,
+                                  "rows": (value(zm, r2), value(zm, r2) + v2.rows)},
+                       "row": lo, "cta": w1.get("cta")}
+                return (f"{s1.role.name if s1.role else 'cta'} warpgroup {w1.get('warpgroup')} "
+                        f"({k1} at {op1.loc}) and {s2.role.name if s2.role else 'cta'} warpgroup "
+                        f"{wg2} ({k2} at {op2.loc}) both touch row {lo} of {v1.buffer} with no "
+                        f"ordering between them"), wit
+            obs.append(Obligation("smem.race", op1.loc, subject, prem,
+                                  [("disjoint rows", z3.Not(overlap))], decode))
+    return obs
+
+
+def _bounds(model: Model) -> list[Obligation]:
+    obs = []
+    seen = set()
+    sites = [(r.site, r.view, r.op) for r in model.reads]
+    for ws in model.writes.values():
+        sites += [(w.site, w.view, w.op) for w in ws]
+    for site, view, op in sites:
+        if view.value.id in seen:
+            continue
+        seen.add(view.value.id)
+        t = model.buffers[view.buffer.id].result.type
+        rows = t.shape[-2]
+        stages = t.shape[0] if len(t.shape) == 3 else None
+        r0 = _num(view.row0)
+        claims = [("row0 >= 0", r0 >= 0), (f"row0 + {view.rows} <= {rows}",
+                                           r0 + view.rows <= rows)]
+        if stages is not None and view.stage is not None:
+            st = _num(view.stage)
+            claims += [("stage in range", z3.And(st >= 0, st < stages))]
+        prem = list(model.premises) + site.constraints()
+
+        def decode(zm, violated, site=site, r0=r0, view=view, rows=rows):
+            wit = W.context(model, zm, site)
+            wit.update({"rows": (value(zm, r0), value(zm, r0) + view.rows),
+                        "buffer_rows": rows})
+            return (f"the view covers rows [{value(zm, r0)}, {value(zm, r0) + view.rows}) of "
+                    f"{view.buffer}, which has {rows} rows per stage"), wit
+        obs.append(Obligation("smem.bounds", op.loc, f"view of {view.buffer} at {op.loc}", prem,
+                              claims, decode))
+    return obs
+
+
+def _fences(model: Model) -> list[Finding]:
+    out = []
+    generic = {bid for bid, ws in model.writes.items() if any(w.kind == "generic" for w in ws)}
+    for r in model.reads:
+        if r.view.buffer.id not in generic or r.kind not in CODEGEN_FENCES:
+            continue
+        writes = [w for w in model.writes[r.view.buffer.id]
+                  if w.kind == "generic" and w.site.seq < r.site.seq]
+        if not writes:
+            continue
+        fenced = getattr(r.op, "proxy_fence", None)
+        if fenced is None:
+            fenced = CODEGEN_FENCES[r.kind]
+        subject = f"{r.kind} of {r.view.buffer} at {r.op.loc}"
+        if fenced:
+            out.append(Finding("proxy.fence", r.op.loc, subject, "proven"))
+        else:
+            w = writes[-1]
+            out.append(Finding("proxy.fence", r.op.loc, subject, "violated",
+                               f"{r.view.buffer} is written through the generic proxy by "
+                               f"stmatrix at {w.op.loc} and read by the async proxy "
+                               f"({r.kind}) here with no fence.proxy.async in between: the "
+                               f"tensor core/TMA may read stale bytes",
+                               {"writer": str(w.op.loc), "reader": str(r.op.loc)}))
+    return out
+
+
+def _uniform(model: Model) -> list[Finding]:
+    out = []
+    tids = [v for name, info in model.vars.items() if info.kind == "thread"
+            for v in [z3.Int(name)]]
+    if not tids:
+        return out
+    sites = [(w.site, w.op) for w in model.wgmmas] + \
+        [(s.site, s.op) for p in model.pipes.values() for s in p.steps]
+    for site, op in sites:
+        for sc in site.scopes:
+            if sc.kind == "if" and any(mentions(c, t) for c in sc.constraints for t in tids):
+                out.append(Finding("uniform", op.loc, f"{op.NAME} at {op.loc}", "violated",
+                                   f"{op.NAME} is warpgroup-wide (.sync.aligned) but runs under "
+                                   f"the thread-dependent condition at {sc.op.loc}"))
+                break
+    return out

@@ -1,0 +1,241 @@
+"""Output obligations: every stored element carries its own coordinates, is stored once, and
+the grid covers the whole output.
+
+Job (INVARIANTS.md §3.2 last row; bug classes 13, 14, 22), for `ag.store` and TMA stores:
+  store.coords — for every in-bounds destination (r, c) the stored element's tags name it:
+      the value's field named after each output dim (m of C["M","N"]) is a point equal to the
+      destination coordinate, and user tags of the output tensor match;
+  store.once — two different (CTA, warpgroup, iteration, element) instances never write the
+      same in-bounds element (per site and across sites of one tensor);
+  store.coverage — per output dim, the destination map over its own variables is injective
+      with image [0, |domain|) and |domain| >= extent. A dim covered by one tile only (no
+      program id or loop index) can only be complete if the extent fits the tile: that is a
+      launch precondition, reported as a warning naming it.
+All in linear integer arithmetic (products of a program id by a constant tile size).
+"""
+
+from __future__ import annotations
+
+import z3
+
+from argus.verify import witness as W
+from argus.verify.model import Model, StoreSite, _num
+from argus.verify.obligation import Finding, Obligation
+from argus.verify.solver import value
+from argus.verify.tagdomain import fresh_int, free_consts, is_coordinate_field
+
+
+def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
+    obs: list[Obligation] = []
+    finds: list[Finding] = []
+    by_tensor: dict[int, list[StoreSite]] = {}
+    for st in model.stores:
+        by_tensor.setdefault(st.tensor.value.id, []).append(st)
+        obs += _coords(model, st)
+    for sites in by_tensor.values():
+        for i, a in enumerate(sites):
+            for b in sites[i:]:
+                obs.append(_once(model, a, b))
+        if len(sites) == 1:
+            o, f = _coverage(model, sites[0])
+            obs += o
+            finds += f
+        else:
+            finds.append(Finding("store.coverage", sites[0].op.loc,
+                                 f"stores to {sites[0].tensor.name}", "unknown",
+                                 f"{len(sites)} store sites: coverage is only checked for one"))
+    return obs, finds
+
+
+def _dest(st: StoreSite, idx):
+    return [_num(o) + i for o, i in zip(st.offsets, idx)]
+
+
+def _inb(model: Model, st: StoreSite, dest):
+    return [z3.And(d >= 0, d < _num(st.tensor.extent(model, k))) for k, d in enumerate(dest)]
+
+
+def _elem_wit(model, zm, st: StoreSite, idx, dest):
+    wit = W.context(model, zm, st.site)
+    iv = tuple(value(zm, i) for i in idx)
+    wit["tile_element"] = iv
+    wit["output"] = W.fmt_elem(st.tensor.name, [value(zm, d) for d in dest])
+    if st.tile.layout == "wgmma_acc" and len(iv) == 2:
+        wit.update(W.acc_thread(iv[0], iv[1]))
+    return wit
+
+
+def _coords(model: Model, st: StoreSite) -> list[Obligation]:
+    idx = [fresh_int(f"e{d}") for d in range(len(st.shape))]
+    rec = st.tile.fn(tuple(idx))
+    dest = _dest(st, idx)
+    prem = list(model.premises) + st.site.constraints() + list(rec.cond) + [rec.defined] + \
+        _inb(model, st, dest) + [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)]
+    claims = []
+    for d, fname in enumerate(st.tensor.field_names):
+        val = rec.get(fname)
+        if val is None or not is_coordinate_field(fname):
+            continue
+        prem += list(val.cond)
+        claims.append((f"{fname} of the value == destination {fname}", val.term == dest[d]))
+    for fname, (text, args) in st.tensor.user_fields.items():
+        val = rec.get(fname)
+        if val is None:
+            continue
+        want = model.eval_tag_expr(text, args, coords=dest)
+        prem += list(val.cond)
+        claims.append((f"{fname} of the value == {fname} of the destination", val.term == want))
+    if not claims:
+        return []
+    prem += model.axiom_instances([c for _, c in claims] + prem)
+    subject = f"store to {st.tensor.name} at {st.op.loc}"
+
+    def decode(zm, violated):
+        wit = _elem_wit(model, zm, st, idx, dest)
+        got = {}
+        for fname in st.tensor.field_names:
+            val = rec.get(fname)
+            if val is not None:
+                got[fname] = value(zm, val.term)
+        wit["value_tags"] = got
+        src = rec.source or st.tile.what
+        who = f"thread {wit['thread']} {wit['register']}, " if "thread" in wit else ""
+        mixed = [m for f in st.tensor.field_names if rec.get(f) is not None
+                 for m in rec.get(f).mixed if not rec.get(f).is_point]
+        msg = (f"{who}tile element {wit['tile_element']} is stored to {wit['output']} but its "
+               f"tags say {got} ({src})")
+        if mixed:
+            msg += f"; it mixes values from {mixed[0]}"
+        return msg, wit
+    return [Obligation("store.coords", st.op.loc, subject, prem, claims, decode,
+                       minimize=list(idx) + [s.var for s in st.site.scopes if s.var is not None])]
+
+
+def _instance_vars(model: Model, st: StoreSite) -> list:
+    vs = list(st.site.scope_vars())
+    if model.grid is not None:
+        vs += [model.sym[v.id] for v in model.grid.ids]
+    return vs
+
+
+def _once(model: Model, a: StoreSite, b: StoreSite) -> Obligation:
+    same_site = a is b
+    idx1 = [fresh_int(f"e{d}") for d in range(len(a.shape))]
+    idx2 = [fresh_int(f"e{d}'") for d in range(len(b.shape))]
+    vb = _instance_vars(model, b)
+    ren = [(v, fresh_int(f"{v}@2")) for v in vb]
+
+    def sub(t):
+        t = t if isinstance(t, z3.BoolRef) else _num(t)
+        return z3.substitute(t, *ren) if ren else t
+    d1 = _dest(a, idx1)
+    d2 = [sub(x) for x in _dest(b, idx2)]
+    prem = list(model.premises) + [sub(p) for p in model.premises] + a.site.constraints() + \
+        [sub(c) for c in b.site.constraints()] + _inb(model, a, d1) + \
+        [sub(c) for c in _inb(model, b, _dest(b, idx2))] + \
+        [z3.And(i >= 0, i < n) for i, n in zip(idx1, a.shape)] + \
+        [z3.And(i >= 0, i < n) for i, n in zip(idx2, b.shape)]
+    same = z3.And([x == y for x, y in zip(idx1, idx2)] + [v == w for v, w in ren]) \
+        if same_site else z3.BoolVal(False)
+    claim = z3.Or(same, z3.Or([x != y for x, y in zip(d1, d2)]))
+    subject = f"stores to {a.tensor.name} at {a.op.loc}" + ("" if same_site else
+                                                            f" and {b.op.loc}")
+
+    def decode(zm, violated):
+        w1 = _elem_wit(model, zm, a, idx1, d1)
+        second = {"tile_element": tuple(value(zm, i) for i in idx2)}
+        if model.grid is not None:
+            pids = tuple(value(zm, sub(model.sym[v.id])) for v in model.grid.ids)
+            second["cta"] = pids if len(pids) > 1 else pids[0]
+        if b.site.role is not None:
+            second["warpgroup"] = value(zm, sub(model.sym[b.site.role.index.id]))
+        its = {f"loop@{s.op.loc}": value(zm, sub(s.var)) for s in b.site.loops()}
+        if its:
+            second["iteration"] = its
+        wit = {"output": w1["output"], "first": w1, "second": second}
+        return (f"{w1['output']} is stored twice: by CTA {w1.get('cta')} warpgroup "
+                f"{w1.get('warpgroup', 0)} element {w1['tile_element']} and by CTA "
+                f"{second.get('cta')} warpgroup {second.get('warpgroup', 0)} element "
+                f"{second['tile_element']}"), wit
+    return Obligation("store.once", a.op.loc, subject, prem, [("distinct instances write "
+                                                               "distinct elements", claim)],
+                      decode, minimize=list(model.params.values()))
+
+
+def _coverage(model: Model, st: StoreSite):
+    obs, finds = [], []
+    idx = [fresh_int(f"e{d}") for d in range(len(st.shape))]
+    dest = _dest(st, idx)
+    inst = _instance_vars(model, st)
+    ranges = _var_ranges(model, st)
+    for d, dd in enumerate(dest):
+        names = free_consts(dd)
+        dvars = [v for v in inst if str(v) in names] + [idx[d]]
+        subject = f"dim {d} of {st.tensor.name} stored at {st.op.loc}"
+        size = z3.IntVal(1)
+        ok = True
+        for v in dvars:
+            r = ranges.get(str(v)) if v is not idx[d] else (0, st.shape[d], z3.IntVal(st.shape[d]))
+            if r is None:
+                ok = False
+                break
+            lo, hi, count = r
+            # a range whose bounds mention another variable of this dim is not a product
+            if any(str(o) in free_consts(_num(lo)) | free_consts(_num(hi)) for o in dvars):
+                ok = False
+                break
+            size = size * count
+        other = [z3.Or([str(v) in free_consts(x) for x in dest[:d] + dest[d + 1:]])
+                 for v in dvars if v is not idx[d]]
+        if not ok or any(z3.is_true(z3.simplify(o)) for o in other):
+            finds.append(Finding("store.coverage", st.op.loc, subject, "unknown",
+                                 "the destination's variables are not an independent product "
+                                 "(e.g. a raster order or a loop whose range depends on the "
+                                 "program id); coverage is not attempted"))
+            continue
+        ext = _num(st.tensor.extent(model, d))
+        ren = [(v, fresh_int(f"{v}@2")) for v in dvars]
+        dd2 = z3.substitute(dd, *ren)
+        prem = list(model.premises) + st.site.constraints() + \
+            [z3.substitute(c, *ren) for c in st.site.constraints()] + \
+            [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)] + \
+            [z3.And(b >= 0, b < st.shape[d]) for a, b in ren if a is idx[d]]
+        same = z3.And([a == b for a, b in ren])
+        single_tile = len(dvars) == 1
+        claims = [("injective", z3.Or(same, dd != dd2)),
+                  ("image in [0, |domain|)", z3.And(dd >= 0, dd < size)),
+                  ("|domain| >= extent", size >= ext)]
+
+        def decode(zm, violated, d=d, size=size, ext=ext, dd=dd):
+            wit = {"shapes": W.shapes(model, zm), "dim": d, "domain": value(zm, size),
+                   "extent": value(zm, ext)}
+            if "|domain| >= extent" in violated:
+                missing = value(zm, size)
+                return (f"{value(zm, size)} positions are stored along dim {d} but "
+                        f"{st.tensor.name} has {value(zm, ext)}: {st.tensor.name} index "
+                        f"{missing} of dim {d} is never written"), wit
+            return (f"dim {d}: the destination {value(zm, dd)} is outside the "
+                    f"{value(zm, size)} positions the grid visits, or two instances coincide "
+                    f"({', '.join(violated)})"), wit
+        fix = (f"state the launch precondition {st.tensor.dims[d]} <= {st.shape[d]} with "
+               f"ag.tag_assume(lambda: ag.sym({st.tensor.dims[d]}) <= {st.shape[d]}) — or tile "
+               f"dim {d} over the grid") if single_tile else ""
+        obs.append(Obligation("store.coverage", st.op.loc, subject, prem, claims, decode,
+                              minimize=list(model.params.values()), fix=fix,
+                              warn_claims=("|domain| >= extent",) if single_tile else ()))
+    return obs, finds
+
+
+def _var_ranges(model: Model, st: StoreSite) -> dict:
+    """name -> (lo, hi, count) for program ids, warpgroup indices and loop indices."""
+    out = {}
+    if model.grid is not None:
+        for v, e in zip(model.grid.ids, model.grid.extents):
+            out[str(model.sym[v.id])] = (0, _num(model.scalar(e)), _num(model.scalar(e)))
+    for s in st.site.scopes:
+        if s.kind == "role":
+            out[str(s.var)] = (0, s.op.warpgroups, z3.IntVal(s.op.warpgroups))
+        elif s.kind == "loop":
+            lo, hi = model.scalar(s.op.start), model.scalar(s.op.stop)
+            out[str(s.var)] = (lo, hi, model.trip_term(s.op))
+    return out

@@ -1,0 +1,145 @@
+"""Register-tile obligations: broadcast operands agree, and row reductions over the wgmma
+accumulator stay in their row and see all of it.
+
+Job (INVARIANTS.md §3.2–3.3; bug classes 16, 17, 19):
+  ew.broadcast — when an elementwise op broadcasts a row or column vector against a tile, the
+      coordinate fields (and user tags) both carry as points agree at every paired element:
+      `x - rowmax(x)` subtracts the max of the same row, `x + bias` adds the bias of the same
+      column. Fields one side carries as a reduction (the row max over n) are the point of
+      the operation and are not compared;
+  reduce.layout — a row reduction of a tile in the wgmma accumulator layout combines, per
+      thread, the registers of its row half and then lanes by xor shuffles (masks (1, 2), the
+      quad): tier F2 on the fragment's linear layout (argus.target.sm90.wgmma_acc_f2): every
+      generator keeps the row (row image 0) and the generators' column images are independent
+      and span all columns (every column of the row exactly once). Blocked tiles are reduced
+      by codegen over whole rows of its blocked layout (by construction).
+"""
+
+from __future__ import annotations
+
+import z3
+
+from argus.target import sm90
+from argus.verify import witness as W
+from argus.verify.model import EwSite, Model, ReduceSite
+from argus.verify.obligation import Finding, Obligation
+from argus.verify.solver import value
+from argus.verify.tagdomain import fresh_int, is_coordinate_field
+
+QUAD_SHUFFLE_MASKS = (1, 2)
+
+
+def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
+    obs: list[Obligation] = []
+    finds: list[Finding] = []
+    user = set()
+    for info in model.tensors.values():
+        user |= set(info.user_fields)
+    for ew in model.ews:
+        obs += _broadcast(model, ew, user)
+    for red in model.reduces:
+        f = _reduce_layout(model, red)
+        if f is not None:
+            finds.append(f)
+    return obs, finds
+
+
+def _broadcast(model: Model, ew: EwSite, user: set[str]) -> list[Obligation]:
+    out = []
+    shape = ew.op.result.type.shape
+    idx = [fresh_int(f"e{d}") for d in range(len(shape))]
+    ranges = [z3.And(i >= 0, i < n) for i, n in zip(idx, shape)]
+    recs = []
+    for state, oshape in ew.operands:
+        oidx = tuple(z3.IntVal(0) if s == 1 else x for x, s in zip(idx, oshape))
+        recs.append((state, oshape, state.fn(oidx)))
+    for a in range(len(recs)):
+        for b in range(len(recs)):
+            sa, sha, ra = recs[a]
+            sb, shb, rb = recs[b]
+            bcast = [d for d in range(len(shape)) if sha[d] == 1 and shape[d] > 1 and
+                     shb[d] == shape[d]]
+            if a == b or not bcast:
+                continue
+            claims, prem = [], []
+            for name in sorted(set(ra.fields) & set(rb.fields)):
+                if not (is_coordinate_field(name) or name in user):
+                    continue
+                fa, fb = ra.fields[name], rb.fields[name]
+                if not (fa.is_point and fb.is_point):
+                    continue
+                claims.append((f"{name} of the broadcast operand == {name} of the tile",
+                               fa.term == fb.term))
+                prem += list(fa.cond) + list(fb.cond)
+            if not claims:
+                continue
+            premises = list(model.premises) + ew.site.constraints() + ranges + list(ra.cond) + \
+                list(rb.cond) + [ra.defined, rb.defined] + prem
+            premises += model.axiom_instances([c for _, c in claims])
+
+            def decode(zm, violated, ra=ra, rb=rb, sa=sa, sb=sb):
+                wit = W.context(model, zm, ew.site)
+                iv = tuple(value(zm, i) for i in idx)
+                wit["element"] = iv
+                if ew.op.result.type.layout == "wgmma_acc" and len(iv) == 2:
+                    wit.update(W.acc_thread(*iv))
+                va = {k: value(zm, v.term) for k, v in ra.fields.items() if v.is_point
+                      and is_coordinate_field(k)}
+                vb = {k: value(zm, v.term) for k, v in rb.fields.items() if v.is_point
+                      and is_coordinate_field(k)}
+                wit.update({"broadcast_operand": va, "tile_operand": vb})
+                return (f"element {iv} of `{ew.op.fn}` combines the broadcast operand "
+                        f"({sa.what}) with tags {va} and the tile ({sb.what}) with tags {vb}"), wit
+            out.append(Obligation("ew.broadcast", ew.op.loc, f"{ew.op.fn} at {ew.op.loc}",
+                                  premises, claims, decode,
+                                  minimize=list(idx) + [s.var for s in ew.site.scopes
+                                                        if s.var is not None]))
+    return out
+
+
+def _reduce_layout(model: Model, red: ReduceSite) -> Finding | None:
+    src_t = red.op.src.type
+    if src_t.layout != "wgmma_acc" or red.op.axis != len(src_t.shape) - 1:
+        return None
+    n = src_t.shape[1]
+    subject = f"{red.op.fn} over the accumulator columns at {red.op.loc}"
+    masks = tuple(getattr(red.op, "shuffle_xor", ()) or QUAD_SHUFFLE_MASKS)
+    try:
+        lay = sm90.wgmma_acc_f2(n)
+    except ValueError as e:
+        return Finding("reduce.layout", red.op.loc, subject, "unknown", str(e))
+    names = [d for d, _ in lay.in_dims]
+    reg = lay.bases[names.index("register")]
+    lane = lay.bases[names.index("lane")]
+    # generators of the contributor set: lane bits named by the xor masks, and every register
+    # bit except the row-half bit (register index bit 1 selects rows g vs g + 8)
+    gens = []
+    for m in masks:
+        for b in range(5):
+            if (m >> b) & 1:
+                gens.append((f"lane xor {1 << b}", lane[b]))
+    for b, img in enumerate(reg):
+        if b != 1:
+            gens.append((f"register bit {b}", img))
+    for what, (row_img, _col) in gens:
+        if row_img:
+            return Finding("reduce.layout", red.op.loc, subject, "violated",
+                           f"the contributor '{what}' moves to another row (row image "
+                           f"{row_img}): the row statistic mixes rows",
+                           {"generator": what, "row_xor": row_img, "masks": masks}, tier="F2")
+    cols = [c for _, (_r, c) in gens]
+    rank, basis = 0, []
+    for c in cols:
+        for b in basis:
+            c = min(c, c ^ b)
+        if c:
+            basis.append(c)
+            rank += 1
+    need = (n - 1).bit_length()
+    if rank < need or len(cols) != rank:
+        missing = "some columns are never seen" if rank < need else "some columns count twice"
+        return Finding("reduce.layout", red.op.loc, subject, "violated",
+                       f"with shuffle masks {masks} the contributors of a row span {rank} of "
+                       f"{need} column bits: {missing}",
+                       {"masks": masks, "rank": rank, "column_bits": need}, tier="F2")
+    return Finding("reduce.layout", red.op.loc, subject, "proven", tier="F2")

@@ -1,0 +1,138 @@
+"""`check(kernel)`: build the model, generate every obligation, decide them, report.
+
+Job: the verifier's one straight-line entry point (ARCHITECTURE.md §3:
+`verify.check(k) -> list[Diagnostic]`, empty meaning every invariant is proven). Accepts an
+`ir.Kernel` (traced or lowered: lowering-level obligations run when the lowered fields are
+present) or a `KernelFunction` plus compile-time values (then the kernel is traced, and
+lowered too when `lower=True`).
+
+Severity: "error" = a violated invariant with a decoded counterexample; "unknown" = a solver
+timeout or a construct the model cannot represent (never a pass); "warning" = holds only
+under a launch precondition; "note" = a proven invariant (only with include_proven=True).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from argus.errors import Diagnostic
+from argus.ir.core import Kernel
+from argus.verify import obligation as OB
+from argus.verify import solver
+from argus.verify.model import Model
+
+
+@dataclass
+class Report:
+    """Everything one check produced, with timing (docs/verify.md reads `seconds`)."""
+
+    kernel: str
+    diagnostics: list[Diagnostic]
+    findings: list[OB.Finding] = field(default_factory=list)
+    seconds: float = 0.0
+    stats: solver.Stats = field(default_factory=solver.Stats)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+    @property
+    def unknowns(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "unknown"]
+
+    @property
+    def proven(self) -> list[OB.Finding]:
+        return [f for f in self.findings if f.status == "proven"]
+
+
+def _as_kernel(kernel: Any, lower: bool | None, constexprs: dict) -> Kernel:
+    if not isinstance(kernel, Kernel) and hasattr(kernel, "trace"):  # a KernelFunction
+        if lower:
+            from argus.compiler import lower_only  # trace, infer layouts, lower
+
+            kernel = lower_only(kernel, **constexprs)
+        else:
+            kernel = kernel.trace(**constexprs)
+    elif constexprs:
+        raise TypeError("compile-time values are only accepted with a KernelFunction")
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"verify.check takes an ir.Kernel or a KernelFunction, got "
+                        f"{type(kernel).__name__}")
+    return kernel
+
+
+def collect(model: Model) -> tuple[list[OB.Obligation], list[OB.Finding]]:
+    """Every obligation and arithmetic finding of a kernel, in a stable order."""
+    from argus.verify import (check_asserts, check_layout, check_pipeline, check_smem,
+                              check_stores, check_tiles, check_wgmma)
+
+    obs: list[OB.Obligation] = []
+    finds: list[OB.Finding] = []
+    for site in model.wgmmas:
+        obs += check_wgmma.obligations(model, site)
+    o, f = check_layout.obligations(model)
+    obs += o
+    finds += f
+    o, f = check_pipeline.obligations(model)
+    obs += o
+    finds += f
+    o, f = check_smem.obligations(model)
+    obs += o
+    finds += f
+    o, f = check_stores.obligations(model)
+    obs += o
+    finds += f
+    o, f = check_tiles.obligations(model)
+    obs += o
+    finds += f
+    o, f = check_asserts.obligations(model)
+    obs += o
+    finds += f
+    return obs, finds
+
+
+def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = None,
+        lower: bool | None = None, **constexprs: Any) -> Report:
+    """Check a kernel and return the full Report (diagnostics, findings, timing)."""
+    t0 = time.perf_counter()
+    k = _as_kernel(kernel, lower, constexprs)
+    model = Model(k)
+    stats = solver.Stats()
+    obs, finds = collect(model)
+    findings = list(finds)
+    for ob in obs:
+        findings.append(OB.run(ob, stats, timeout_ms))
+    for loc, why in model.unsupported:
+        findings.append(OB.Finding("model", loc, "kernel model", "unknown", why))
+    diags = []
+    for f in _dedupe(findings):
+        if f.status == "proven" and not include_proven:
+            continue
+        diags.append(OB.to_diagnostic(f, k.name))
+    order = {"error": 0, "unknown": 1, "warning": 2, "note": 3}
+    diags.sort(key=lambda d: order.get(d.severity, 9))
+    return Report(k.name, diags, findings, time.perf_counter() - t0, stats)
+
+
+def _dedupe(findings: list[OB.Finding]) -> list[OB.Finding]:
+    """One violation per (code, line): a bug seen by several obligations reports once."""
+    out, seen = [], set()
+    for f in findings:
+        key = (f.code, f.loc.file, f.loc.line, f.subject) if f.status != "violated" else \
+            (f.code, f.loc.file, f.loc.line)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(f)
+    return out
+
+
+def check(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = None,
+          lower: bool | None = None, **constexprs: Any) -> list[Diagnostic]:
+    """Verify a kernel: errors (with counterexamples) and unknowns; proven invariants as
+    severity "note" when include_proven=True. `kernel` is an ir.Kernel, or a KernelFunction
+    traced with `constexprs` (defaults otherwise) and lowered when `lower=True`."""
+    return run(kernel, include_proven=include_proven, timeout_ms=timeout_ms, lower=lower,
+               **constexprs).diagnostics

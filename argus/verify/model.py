@@ -1,0 +1,1008 @@
+"""The symbolic model of a kernel: scalars as z3 terms, data as tag records, sites to check.
+
+Job: one abstract interpretation of an `ir.Kernel` (INVARIANTS.md §3.1–3.2) that every
+obligation module reads. Walking the IR in program order it
+
+  * evaluates every scalar to a z3 Int/Bool term over the kernel's symbols: shape parameters
+    (1 ≤ M < 2^24), program ids (0 ≤ pid < grid extent), loop indices (start ≤ i < stop),
+    warpgroup indices of roles and thread indices;
+  * gives every pipeline step its role's step counter `n` as a term (counters continue across
+    loops: n = steps before the loop + iteration · steps per iteration + steps before it in the
+    body), and every step's stage the slot n % S the pipeline construct defines (whether the
+    lowered stage/parity expressions implement that is the pipeline module's obligation:
+    assume-guarantee, §3.4);
+  * tracks the tags of register tiles (functions from an element index to a `Record`) through
+    loads, TMA, shared memory, ldmatrix/stmatrix, wgmma, elementwise ops, broadcasts,
+    conversions, reductions and assignments, summarizing loop-carried tiles over the loop;
+  * records the sites obligations are generated from (TMA copies, wgmma, stores, reductions,
+    elementwise combinations, pipeline steps, tag assertions).
+
+Invariant kept: a Record obtained for a reader is instantiated afresh on every call (fresh
+auxiliary variables), so an obligation can instantiate the same data twice (two contributors,
+two writers) without aliasing. Anything the model cannot represent exactly is listed in
+`unsupported` and reported as `unknown`, never silently assumed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import z3
+
+from argus.errors import Loc
+from argus.ir import ops as O
+from argus.ir import tag_ops as T
+from argus.ir.core import Kernel, Op, Region, Value
+from argus.ir.types import ScalarType, SmemType, TensorType, TileType
+from argus.verify import exprs
+from argus.verify.tagdomain import Record, TagVal, combine, fresh_int, mentions, reduce_over
+
+SHAPE_BOUND = 1 << 24   # runtime shape parameters are assumed in [1, 2^24)
+
+
+# ----------------------------------------------------------------------------- structures
+
+
+@dataclass
+class VarInfo:
+    """What a z3 variable stands for, for decoding counterexamples."""
+
+    kind: str          # param, pid, loop, wg, thread, counter, index
+    label: str         # human name: "M", "pid_m", "k-loop index at gemm.py:45", "consumer wg"
+    value: Value | None = None
+    op: Op | None = None
+
+
+@dataclass
+class Scope:
+    kind: str                      # loop, if, role, produce, consume
+    op: Op
+    var: z3.ArithRef | None        # loop index / role index
+    constraints: tuple[z3.BoolRef, ...]
+
+
+@dataclass
+class Site:
+    """An op with everything enclosing it, in one role instance."""
+
+    op: Op
+    scopes: tuple[Scope, ...]
+    role: O.RoleOp | None
+    seq: int
+
+    @property
+    def loc(self) -> Loc:
+        return self.op.loc
+
+    def constraints(self) -> list[z3.BoolRef]:
+        out: list[z3.BoolRef] = []
+        for s in self.scopes:
+            out.extend(s.constraints)
+        return out
+
+    def scope_vars(self) -> list[z3.ArithRef]:
+        return [s.var for s in self.scopes if s.var is not None]
+
+    def enclosing(self, kind: str, pipe_id: int | None = None) -> Scope | None:
+        for s in reversed(self.scopes):
+            if s.kind == kind and (pipe_id is None or s.op.pipe.id == pipe_id):
+                return s
+        return None
+
+    def loops(self) -> list[Scope]:
+        return [s for s in self.scopes if s.kind == "loop"]
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    value: Value
+    dims: tuple
+    field_names: tuple[str, ...]            # one per dim
+    user_fields: dict[str, tuple[str, tuple[Value, ...]]] = field(default_factory=dict)
+
+    def extent(self, model: "Model", d: int):
+        dim = self.dims[d]
+        return dim if isinstance(dim, int) else model.param_term(dim)
+
+
+@dataclass
+class ViewInfo:
+    value: Value
+    buffer: Value
+    stage: Any            # z3 term, int, or None
+    row0: Any             # z3 term or int
+    rows: int
+    cols: int
+    op: Op
+
+
+@dataclass
+class StepInfo:
+    """One produce/consume site: its counter term n and the slot it owns."""
+
+    op: Op
+    site: Site
+    pipe: Value
+    kind: str                       # produce / consume
+    counter: z3.ArithRef
+    stage_term: z3.ArithRef
+
+
+@dataclass
+class PipeInfo:
+    op: O.PipelineCreate
+    stages: int
+    consumers: int
+    steps: list[StepInfo] = field(default_factory=list)
+    totals: dict = field(default_factory=dict)   # (role name, kind) -> total steps term
+
+
+@dataclass
+class WriteSite:
+    """A write into shared memory: a TMA copy (async proxy) or a stmatrix (generic)."""
+
+    kind: str                        # tma / generic
+    op: Op
+    site: Site
+    view: ViewInfo
+    step: StepInfo | None            # the enclosing produce for TMA
+    tensor: TensorInfo | None = None
+    coords: tuple = ()
+    tile: "TileState | None" = None
+
+
+@dataclass
+class TileState:
+    shape: tuple[int, ...]
+    layout: str
+    fn: Callable[[tuple], Record]
+    loc: Loc
+    what: str
+
+
+@dataclass
+class ReadSite:
+    kind: str                        # wgmma-a, wgmma-b, ldmatrix, tma-store
+    op: Op
+    site: Site
+    view: ViewInfo
+
+
+@dataclass
+class StoreSite:
+    kind: str                        # store / tma-store
+    op: Op
+    site: Site
+    tensor: TensorInfo
+    offsets: tuple
+    shape: tuple[int, ...]
+    tile: TileState
+
+
+@dataclass
+class EwSite:
+    op: O.Elementwise
+    site: Site
+    operands: list                   # (TileState, shape) per tile operand
+
+
+@dataclass
+class ReduceSite:
+    op: O.Reduce
+    site: Site
+    src: TileState
+
+
+@dataclass
+class AssertSite:
+    op: T.TagAssert
+    site: Site
+    following: tuple[Op, ...]        # the ops after it in its region (for use-site pairing)
+    tiles: dict = field(default_factory=dict)   # the referenced tiles' states at this point
+
+
+@dataclass
+class WgmmaSite:
+    op: O.Wgmma
+    site: Site
+    a: ViewInfo
+    b: ViewInfo
+    acc_before: TileState
+    acc_def_seq: int                 # seq of the op that (re)initialized the accumulator
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+class Model:
+    """Build with `Model(kernel)`; see the module docstring."""
+
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.sym: dict[int, Any] = {}
+        self.premises: list[z3.BoolRef] = []
+        self.vars: dict[str, VarInfo] = {}
+        self.params: dict[str, z3.ArithRef] = {}
+        self.tensors: dict[int, TensorInfo] = {}
+        self.buffers: dict[int, O.SmemAlloc] = {}
+        self.views: dict[int, ViewInfo] = {}
+        self.pipes: dict[int, PipeInfo] = {}
+        self.steps_by_stage: dict[int, StepInfo] = {}
+        self.writes: dict[int, list[WriteSite]] = {}
+        self.reads: list[ReadSite] = []
+        self.stores: list[StoreSite] = []
+        self.wgmmas: list[WgmmaSite] = []
+        self.ews: list[EwSite] = []
+        self.reduces: list[ReduceSite] = []
+        self.asserts: list[AssertSite] = []
+        self.tag_fns: dict[str, Any] = {}
+        self.axioms: list[tuple[T.TagAssume, Site]] = []
+        self.tiles: dict[int, TileState] = {}
+        self.unsupported: list[tuple[Loc, str]] = []
+        self.grid: O.GridIds | None = None
+        self.roles: list[O.RoleOp] = []
+        self.threads = kernel.attr("threads", 128)
+        self.lowered = kernel.attr("smem_plan") is not None
+        self._seq = itertools.count()
+        self._recording = True
+        self._def_seq: dict[int, int] = {}
+        self.def_ops: dict[int, Op] = {}
+        self._build()
+
+    # -- variables -------------------------------------------------------------------------
+    def _var(self, name: str, info: VarInfo) -> z3.ArithRef:
+        v = z3.Int(name)
+        self.vars[name] = info
+        return v
+
+    def param_term(self, name: str) -> z3.ArithRef:
+        return self.params[name]
+
+    def note_unsupported(self, loc: Loc, why: str) -> None:
+        if self._recording and (loc, why) not in self.unsupported:
+            self.unsupported.append((loc, why))
+
+    # -- building --------------------------------------------------------------------------
+    def _build(self) -> None:
+        k = self.kernel
+        for p in k.params:
+            t = p.value.type
+            if isinstance(t, ScalarType):
+                v = self._var(p.name, VarInfo("param", p.name, p.value))
+                self.params[p.name] = v
+                self.sym[p.value.id] = v
+                self.premises += [v >= 1, v < SHAPE_BOUND]
+        for p in k.params:
+            t = p.value.type
+            if isinstance(t, TensorType):
+                names = []
+                for d, dim in enumerate(t.shape):
+                    names.append(dim.lower() if isinstance(dim, str) else f"dim{d}")
+                self.tensors[p.value.id] = TensorInfo(p.name, p.value, t.shape, tuple(names))
+        # tag declarations first: they may appear after their first use in nested regions
+        for op in k.walk():
+            if isinstance(op, T.TagFn):
+                self._declare_fn(op)
+            elif isinstance(op, T.TagTensor):
+                info = self.tensors[op.tensor.id]
+                info.user_fields[op.field] = (op.expr, op.args)
+        self.roles = [op for op in k.body.ops if isinstance(op, O.RoleOp)]
+        counters: dict[int, Any] = {}
+        top = [op for op in k.body.ops if not isinstance(op, O.RoleOp)]
+        self._walk(Region(tuple(top)), (), None, counters)
+        for role in self.roles:
+            self._walk_role(role)
+        if not self.roles:
+            for pid, n in counters.items():
+                self.pipes[pid].totals[(None, "produce")] = n
+                self.pipes[pid].totals[(None, "consume")] = n
+
+    def _declare_fn(self, op: T.TagFn) -> None:
+        if op.name in self.tag_fns:
+            return
+        if op.body:
+            self.tag_fns[op.name] = ("body", op.arity, op.body)
+        else:
+            self.tag_fns[op.name] = ("opaque", op.arity,
+                                     z3.Function(op.name, *([z3.IntSort()] * (op.arity + 1))))
+
+    def _walk_role(self, role: O.RoleOp) -> None:
+        wg = self._var(f"{role.name}_wg{role.index.id}",
+                       VarInfo("wg", f"{role.name} warpgroup", role.index, role))
+        self.sym[role.index.id] = wg
+        scope = Scope("role", role, wg, (wg >= 0, wg < role.warpgroups))
+        counters: dict[int, Any] = {}
+        self._walk(role.body, (scope,), role, counters)
+        for pid, n in counters.items():
+            kinds = {s.kind for s in self.pipes[pid].steps if s.site.role is role}
+            for kind in kinds:
+                self.pipes[pid].totals[(role.name, kind)] = n
+
+    def _site(self, op: Op, scopes, role) -> Site:
+        return Site(op, scopes, role, next(self._seq))
+
+    # -- counting pipeline steps -----------------------------------------------------------
+    def _count(self, region: Region, pipe_id: int):
+        total: Any = 0
+        for op in region.ops:
+            if isinstance(op, (O.Produce, O.Consume)):
+                if op.pipe.id == pipe_id:
+                    total = total + 1
+                inner = self._count(op.body, pipe_id)
+                total = total + inner
+            elif isinstance(op, O.For):
+                inner = self._count(op.body, pipe_id)
+                if _is_zero(inner):
+                    continue
+                if op.var.id in self.sym and _mentions_any(inner, [self.sym[op.var.id]]):
+                    raise _Unsupported("pipeline steps per iteration depend on the loop index")
+                total = total + self._trip(op) * inner
+            elif isinstance(op, O.If):
+                inner = self._count(op.body, pipe_id)
+                if not _is_zero(inner):
+                    total = total + z3.If(self._bool(op.cond), inner, 0)
+        return total
+
+    def trip_term(self, op: O.For):
+        return _num(self._trip(op))
+
+    def _trip(self, op: O.For):
+        start, stop, step = (self.scalar(v) for v in (op.start, op.stop, op.step))
+        if isinstance(step, int) and step == 1:
+            span = stop - start
+            return _max0(span)
+        return _max0((stop - start + step - 1) / step) if _is_z3(step) or _is_z3(start) or \
+            _is_z3(stop) else max(0, -(-(stop - start) // step))
+
+    # -- scalars ---------------------------------------------------------------------------
+    def scalar(self, v: Value | int) -> Any:
+        if isinstance(v, int):
+            return v
+        if v.id not in self.sym:
+            raise _Unsupported(f"scalar {v} has no symbolic value")
+        return self.sym[v.id]
+
+    def _bool(self, v: Value) -> z3.BoolRef:
+        t = self.scalar(v)
+        if isinstance(t, bool):
+            return z3.BoolVal(t)
+        if _is_z3(t) and z3.is_bool(t):
+            return t
+        return t != 0
+
+    def _arith(self, op: O.Arith):
+        a, b = self.sym.get(op.lhs.id), self.sym.get(op.rhs.id)
+        if a is None or b is None or isinstance(a, float) or isinstance(b, float):
+            return None
+        fn = op.fn
+        if fn in ("lt", "le", "gt", "ge", "eq", "ne"):
+            a, b = _num(a), _num(b)
+            return {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b,
+                    "ne": a != b}[fn]
+        if fn in ("and", "or"):
+            a, b = _boolish(a), _boolish(b)
+            if _is_z3(a) or _is_z3(b):
+                return z3.And(a, b) if fn == "and" else z3.Or(a, b)
+            return (a and b) if fn == "and" else (a or b)
+        a, b = _num(a), _num(b)
+        if fn == "add":
+            return a + b
+        if fn == "sub":
+            return a - b
+        if fn == "mul":
+            return a * b
+        if fn == "floordiv":
+            if isinstance(a, int) and isinstance(b, int):
+                return int(a / b) if b else None
+            return a / b
+        if fn == "mod":
+            if isinstance(a, int) and isinstance(b, int):
+                return a - int(a / b) * b if b else None
+            return a % b
+        if fn == "min":
+            return z3.If(a < b, a, b) if _is_z3(a) or _is_z3(b) else min(a, b)
+        if fn == "max":
+            return z3.If(a > b, a, b) if _is_z3(a) or _is_z3(b) else max(a, b)
+        return None
+
+    # -- the walk --------------------------------------------------------------------------
+    def _walk(self, region: Region, scopes: tuple, role, counters: dict) -> None:
+        ops = region.ops
+        for idx, op in enumerate(ops):
+            try:
+                self._op(op, scopes, role, counters, ops[idx + 1:])
+            except _Unsupported as e:
+                self.note_unsupported(op.loc, str(e))
+            except exprs.ExprError as e:
+                self.note_unsupported(op.loc, f"tag expression: {e}")
+
+    def _op(self, op: Op, scopes, role, counters, following) -> None:  # noqa: C901
+        sym = self.sym
+        if isinstance(op, O.Const):
+            sym[op.result.id] = op.value if not isinstance(op.value, bool) else op.value
+        elif isinstance(op, O.Arith):
+            r = self._arith(op)
+            if r is None:
+                r = fresh_int(f"opaque{op.result.id}")
+            sym[op.result.id] = r
+        elif isinstance(op, O.GridIds):
+            self.grid = op
+            for d, (v, e) in enumerate(zip(op.ids, op.extents)):
+                pid = self._var(f"pid{d}_{v.id}", VarInfo("pid", f"program id {d}", v, op))
+                sym[v.id] = pid
+                self.premises += [pid >= 0, pid < _num(self.scalar(e))]
+        elif isinstance(op, O.ThreadIndex):
+            t = self._var(f"tid{op.result.id}", VarInfo("thread", "thread index", op.result, op))
+            sym[op.result.id] = t
+            group = 128 if role is not None else self.threads
+            self.premises += [t >= 0, t < group]
+        elif isinstance(op, O.For):
+            self._for(op, scopes, role, counters)
+        elif isinstance(op, O.If):
+            cond = self._bool(op.cond)
+            inner = dict(counters)
+            self._walk(op.body, scopes + (Scope("if", op, None, (cond,)),), role, inner)
+            for pid, n in inner.items():
+                before = counters.get(pid, 0)
+                if not _same(n, before):
+                    counters[pid] = z3.If(cond, _num(n), _num(before))
+        elif isinstance(op, O.SmemAlloc):
+            self.buffers[op.result.id] = op
+        elif isinstance(op, O.SmemSlice):
+            stage = None if op.stage is None else self.scalar(op.stage)
+            row0 = op.row0 if isinstance(op.row0, int) else self.scalar(op.row0)
+            rows, cols = op.result.type.shape
+            self.views[op.result.id] = ViewInfo(op.result, op.buffer, stage, row0, rows, cols, op)
+        elif isinstance(op, O.PipelineCreate):
+            self.pipes[op.result.id] = PipeInfo(op, op.result.type.stages, op.consumers)
+        elif isinstance(op, (O.Produce, O.Consume)):
+            self._step(op, scopes, role, counters)
+        elif isinstance(op, O.TmaLoad):
+            self._tma_load(op, scopes, role)
+        elif isinstance(op, O.TmaStore):
+            self._tma_store(op, scopes, role)
+        elif isinstance(op, O.Wgmma):
+            self._wgmma(op, scopes, role)
+        elif isinstance(op, O.StMatrix):
+            site = self._site(op, scopes, role)
+            view = self.views[op.dst.id]
+            if self._recording:
+                self.writes.setdefault(view.buffer.id, []).append(
+                    WriteSite("generic", op, site, view, None, tile=self.tile(op.src)))
+        elif isinstance(op, O.LdMatrix):
+            site = self._site(op, scopes, role)
+            view = self.views[op.src.id]
+            if self._recording:
+                self.reads.append(ReadSite("ldmatrix", op, site, view))
+            self._set_tile(op.result, lambda idx, v=view, s=site: self.read_smem(v, idx, s),
+                           op, "ldmatrix of a shared-memory view")
+        elif isinstance(op, O.Load):
+            self._load(op, scopes, role)
+        elif isinstance(op, O.Store):
+            site = self._site(op, scopes, role)
+            if self._recording:
+                self.stores.append(StoreSite("store", op, site, self.tensors[op.tensor.id],
+                                             tuple(self.scalar(o) for o in op.offsets),
+                                             op.value.type.shape, self.tile(op.value)))
+        elif isinstance(op, O.Full):
+            self._set_tile(op.result, lambda idx: Record(source="a constant tile"), op,
+                           "a constant tile")
+        elif isinstance(op, O.Elementwise):
+            self._elementwise(op, scopes, role)
+        elif isinstance(op, O.Convert):
+            src = self.tile(op.src)
+            self._set_tile(op.result, src.fn, op, src.what)
+        elif isinstance(op, O.Reduce):
+            self._reduce(op, scopes, role)
+        elif isinstance(op, O.Assign):
+            src = self.tile(op.src)
+            self.tiles[op.dst.id] = TileState(self.tile(op.dst).shape, src.layout, src.fn,
+                                              op.loc, src.what)
+            self._def_seq[op.dst.id] = next(self._seq)
+        elif isinstance(op, T.TagAssume):
+            if self._recording:
+                self.axioms.append((op, self._site(op, scopes, role)))
+        elif isinstance(op, T.TagAssert):
+            if self._recording:
+                self.asserts.append(AssertSite(op, self._site(op, scopes, role),
+                                               tuple(following),
+                                               {r.id: self.tiles[r.id] for r in op.refs
+                                                if r.id in self.tiles}))
+        elif isinstance(op, (T.TagFn, T.TagTensor)):
+            pass
+        else:
+            self.note_unsupported(op.loc, f"no tag rule for {op.NAME}")
+
+    def _for(self, op: O.For, scopes, role, counters) -> None:
+        start, stop, step = (self.scalar(v) for v in (op.start, op.stop, op.step))
+        var = self._var(f"i{op.var.id}", VarInfo("loop", f"loop index at {op.loc}", op.var, op))
+        self.sym[op.var.id] = var
+        cons = [var >= _num(start), var < _num(stop)]
+        if not (isinstance(step, int) and step == 1):
+            cons.append((var - _num(start)) % _num(step) == 0)
+        scope = Scope("loop", op, var, tuple(cons))
+        inner_scopes = scopes + (scope,)
+        index = var - _num(start) if isinstance(step, int) and step == 1 else \
+            (var - _num(start)) / _num(step)
+        # dry pass (no recording): evaluates the body's scalars (inner loop bounds) so the
+        # steps per iteration can be counted, and gives loop-carried tiles their state after one
+        # iteration; summarized over the loop and joined with the initial state, that is the
+        # state every iteration sees on entry
+        saved, recording = dict(self.tiles), self._recording
+        carried = self._carried_tiles(op.body)
+        self._recording = False
+        self._walk(op.body, inner_scopes, role, {pid: _num(counters.get(pid, 0))
+                                                  for pid in self.pipes})
+        self._recording = recording
+        per = {}
+        for pid in self.pipes:
+            try:
+                per[pid] = self._count(op.body, pid)
+            except _Unsupported as e:
+                self.note_unsupported(op.loc, str(e))
+                per[pid] = 0
+        inner_counters = {pid: _num(counters.get(pid, 0)) + index * per[pid] for pid in per
+                          if not _is_zero(per[pid])}
+        for vid in carried:
+            if vid in self.tiles and vid in saved:
+                self.tiles[vid] = _join(saved[vid], _summarize(self.tiles[vid], var, start,
+                                                               stop, op.loc))
+            elif vid in saved:
+                self.tiles[vid] = saved[vid]
+        self._walk(op.body, inner_scopes, role, dict(inner_counters))
+        for vid in carried:
+            if vid in self.tiles:
+                self.tiles[vid] = _summarize(self.tiles[vid], var, start, stop, op.loc)
+        trip = self._trip(op)
+        for pid, n in per.items():
+            if not _is_zero(n):
+                counters[pid] = _num(counters.get(pid, 0)) + trip * n
+
+    def _carried_tiles(self, region: Region) -> list[int]:
+        out = []
+        for inner in region.walk():
+            if isinstance(inner, O.Wgmma):
+                out.append(inner.acc.id)
+            elif isinstance(inner, O.Assign):
+                out.append(inner.dst.id)
+        return [v for v in dict.fromkeys(out) if v in self.tiles]
+
+    def _step(self, op, scopes, role, counters) -> None:
+        pipe = self.pipes.get(op.pipe.id)
+        if pipe is None:
+            raise _Unsupported("pipeline step on an unknown pipeline")
+        n = _num(counters.get(op.pipe.id, 0))
+        kind = "produce" if isinstance(op, O.Produce) else "consume"
+        site = self._site(op, scopes, role)
+        stage = n % pipe.stages
+        info = StepInfo(op, site, op.pipe, kind, n, stage)
+        self.sym[op.stage.id] = stage
+        self.steps_by_stage[op.stage.id] = info
+        if self._recording:
+            pipe.steps.append(info)
+        counters[op.pipe.id] = n + 1
+        self._walk(op.body, scopes + (Scope(kind, op, None, ()),), role, counters)
+
+    # -- tiles -----------------------------------------------------------------------------
+    def tile(self, v: Value) -> TileState:
+        if v.id not in self.tiles:
+            raise _Unsupported(f"tile {v} has no tags (defined by an unsupported op)")
+        return self.tiles[v.id]
+
+    def _set_tile(self, v: Value, fn, op: Op, what: str) -> None:
+        t: TileType = v.type
+        self.tiles[v.id] = TileState(t.shape, t.layout, fn, op.loc, what)
+        self._def_seq[v.id] = next(self._seq)
+        self.def_ops[v.id] = op
+
+    def _load(self, op: O.Load, scopes, role) -> None:
+        info = self.tensors[op.tensor.id]
+        offs = tuple(self.scalar(o) for o in op.offsets)
+        site = self._site(op, scopes, role)
+        loops = site.loops()
+        it = loops[-1].var if loops else None
+
+        def fn(idx, info=info, offs=offs, it=it):
+            coords = tuple(_num(o) + i for o, i in zip(offs, idx))
+            return self.element_record(info, coords, it=it,
+                                       source=f"{info.name}[...] loaded at {op.loc}")
+        self._set_tile(op.result, fn, op, f"a tile of {info.name} loaded at {op.loc}")
+
+    def element_record(self, info: TensorInfo, coords, it=None, step=None, stage=None,
+                       source: str = "") -> Record:
+        fields = {}
+        inb = []
+        for d, (name, c) in enumerate(zip(info.field_names, coords)):
+            fields[name] = TagVal(_num(c))
+            inb += [_num(c) >= 0, _num(c) < _num(info.extent(self, d))]
+        for name, (text, args) in info.user_fields.items():
+            fields[name] = TagVal(self.eval_tag_expr(text, args, coords=coords))
+        fields["tensor"] = TagVal(z3.IntVal(list(self.tensors).index(info.value.id)))
+        if it is not None:
+            fields["iter"] = TagVal(it)
+        if step is not None:
+            fields["step"] = TagVal(step)
+        if stage is not None:
+            fields["stage"] = TagVal(_num(stage))
+        return Record(fields, z3.And(inb) if inb else z3.BoolVal(True), (), source)
+
+    def _elementwise(self, op: O.Elementwise, scopes, role) -> None:
+        shape = op.result.type.shape
+        operands = []
+        for a in op.args:
+            if isinstance(a.type, TileType):
+                operands.append((self.tile(a), a.type.shape))
+        site = self._site(op, scopes, role)
+        if self._recording and len(operands) > 1:
+            self.ews.append(EwSite(op, site, operands))
+        if op.fn == "where" and operands and isinstance(op.args[0].type, TileType):
+            value_ops = operands[1:]  # the condition carries no data into the result
+        else:
+            value_ops = operands
+
+        def fn(idx, value_ops=value_ops, shape=shape):
+            fields: dict = {}
+            cond: tuple = ()
+            defined = []
+            for state, oshape in value_ops:
+                rec = state.fn(_broadcast_index(idx, oshape))
+                cond += rec.cond
+                defined.append(rec.defined)
+                for name, val in rec.fields.items():
+                    fields[name] = combine(fields[name], val, f"{op.fn} at {op.loc}") \
+                        if name in fields else val
+            return Record(fields, z3.And(defined) if defined else z3.BoolVal(True), cond,
+                          f"{op.fn} at {op.loc}")
+        layout = op.result.type.layout
+        self.tiles[op.result.id] = TileState(shape, layout, fn, op.loc, f"{op.fn} at {op.loc}")
+        self._def_seq[op.result.id] = next(self._seq)
+
+    def _reduce(self, op: O.Reduce, scopes, role) -> None:
+        src = self.tile(op.src)
+        site = self._site(op, scopes, role)
+        if self._recording:
+            self.reduces.append(ReduceSite(op, site, src))
+        axis, extent = op.axis, op.src.type.shape[op.axis]
+
+        def fn(idx, src=src):
+            v = fresh_int(f"r{op.result.id}")
+            inner = tuple(v if d == axis else x for d, x in enumerate(idx))
+            rec = src.fn(inner)
+            fields = {name: reduce_over(val, v, 0, extent, f"{op.fn} over axis {axis} at "
+                                                           f"{op.loc}")
+                      for name, val in rec.fields.items()}
+            # cond mentioning v belongs to the fields now; keep the rest
+            return Record(fields, rec.defined, tuple(c for c in rec.cond),
+                          f"{op.fn} at {op.loc}")
+        self._set_tile(op.result, fn, op, f"{op.fn}-reduction at {op.loc}")
+
+    # -- shared memory ---------------------------------------------------------------------
+    def _tma_load(self, op: O.TmaLoad, scopes, role) -> None:
+        site = self._site(op, scopes, role)
+        view = self.views[op.dst.id]
+        produce = site.enclosing("produce")
+        step = self.steps_by_stage.get(produce.op.stage.id) if produce else None
+        info = self.tensors[op.tensor.id]
+        coords = tuple(self.scalar(c) for c in op.coords)
+        if self._recording:
+            self.writes.setdefault(view.buffer.id, []).append(
+                WriteSite("tma", op, site, view, step, info, coords))
+
+    def _tma_store(self, op: O.TmaStore, scopes, role) -> None:
+        site = self._site(op, scopes, role)
+        view = self.views[op.src.id]
+        if not self._recording:
+            return
+        self.reads.append(ReadSite("tma-store", op, site, view))
+
+        def fn(idx, view=view, site=site):
+            return self.read_smem(view, idx, site)
+        tile = TileState((view.rows, view.cols), "", fn, op.loc, "TMA-store source")
+        self.stores.append(StoreSite("tma-store", op, site, self.tensors[op.tensor.id],
+                                     tuple(self.scalar(c) for c in op.coords),
+                                     (view.rows, view.cols), tile))
+
+    def _wgmma(self, op: O.Wgmma, scopes, role) -> None:
+        site = self._site(op, scopes, role)
+        a, b = self.views.get(op.a.id), self.views[op.b.id]
+        if a is None:
+            raise _Unsupported("wgmma with A in registers is not modelled yet")
+        before = self.tile(op.acc)
+        if self._recording:
+            self.wgmmas.append(WgmmaSite(op, site, a, b, before, self._def_seq.get(op.acc.id, 0)))
+            self.reads.append(ReadSite("wgmma-a", op, site, a))
+            self.reads.append(ReadSite("wgmma-b", op, site, b))
+        K = a.cols
+
+        def fn(idx, a=a, b=b, before=before, site=site, trans=op.trans_b):
+            m, n = idx
+            kk = fresh_int("kk")
+            ra = self.read_smem(a, (m, kk), site)
+            rb = self.read_smem(b, (kk, n) if trans else (n, kk), site)
+            prev = before.fn(idx)
+            fields = dict(prev.fields)
+            for rec in (ra, rb):
+                for name, val in rec.fields.items():
+                    if name in ("tensor", "iter", "step", "stage"):
+                        continue
+                    val = reduce_over(val, kk, 0, K, f"wgmma k at {op.loc}")
+                    if name in fields:
+                        fields[name] = combine(fields[name], val, f"wgmma at {op.loc}")
+                    else:
+                        fields[name] = val
+            return Record(fields, prev.defined, prev.cond + ra.cond + rb.cond,
+                          f"wgmma accumulator at {op.loc}")
+        self.tiles[op.acc.id] = TileState(before.shape, "wgmma_acc", fn, op.loc,
+                                          f"wgmma accumulator at {op.loc}")
+
+    def read_smem(self, view: ViewInfo, idx, reader: Site) -> Record:
+        """The tags of view element idx = (row, col) as `reader` sees it: resolved against the
+        writes into the buffer (TMA through the pipeline, or earlier generic writes)."""
+        i, j = idx
+        R = _num(view.row0) + i
+        writes = self.writes.get(view.buffer.id, [])
+        tma = [w for w in writes if w.kind == "tma"]
+        generic = [w for w in writes if w.kind == "generic" and w.site.seq < reader.seq]
+        if tma:
+            return self._read_tma(view, R, j, reader, tma)
+        if generic:
+            return self._read_generic(view, R, j, generic)
+        return Record({}, z3.BoolVal(False), (), f"nothing was written to {view.buffer}")
+
+    def _read_generic(self, view, R, j, writes) -> Record:
+        rec_fields: dict = {}
+        defined = z3.BoolVal(False)
+        cond: tuple = ()
+        for w in writes:  # program order: the last covering write wins
+            W = w.view
+            covers = z3.And(_stage_eq(W.stage, view.stage), R >= _num(W.row0),
+                            R < _num(W.row0) + W.rows, j >= 0, j < W.cols)
+            rec = w.tile.fn((R - _num(W.row0), j))
+            cond += rec.cond
+            for name, val in rec.fields.items():
+                old = rec_fields.get(name)
+                rec_fields[name] = val if old is None else TagVal(
+                    z3.If(covers, val.term, old.term), val.bound + old.bound,
+                    val.cond + old.cond, val.mixed + old.mixed)
+            defined = z3.Or(covers, defined)
+        return Record(rec_fields, defined, cond, f"{view.buffer} (stmatrix)")
+
+    def _read_tma(self, view, R, j, reader: Site, writes) -> Record:
+        consume = None
+        for s in reversed(reader.scopes):
+            if s.kind == "consume":
+                consume = s
+                break
+        pipe_ids = {w.step.pipe.id for w in writes if w.step is not None}
+        if consume is None or consume.op.pipe.id not in pipe_ids:
+            # no pipeline ownership: the read may see any fill; the race module reports it
+            return Record({}, z3.BoolVal(False), (), "a pipelined buffer read outside its "
+                                                     "consume step")
+        n_r = self.steps_by_stage[consume.op.stage.id].counter
+        by_site: dict[int, list[WriteSite]] = {}
+        for w in writes:
+            if w.step is not None and w.step.pipe.id == consume.op.pipe.id:
+                by_site.setdefault(id(w.step.op), []).append(w)
+        fields: dict = {}
+        defined = z3.BoolVal(False)
+        cond: list = []
+        actives = []
+        for group in by_site.values():
+            step = group[0].step
+            sub = self.writer_substitution(step, reader, n_r)
+            active = z3.And([_subst(c, sub) for c in step.site.constraints()]
+                            + [_subst(step.counter, sub) == n_r])
+            actives.append(active)
+            for w in group:  # later TMA copies in the same step overwrite earlier ones
+                W = w.view
+                w_row0 = _subst(_num(W.row0), sub)
+                covers = z3.And(active, _stage_eq(_subst(W.stage, sub), view.stage),
+                                R >= w_row0, R < w_row0 + W.rows, j >= 0, j < W.cols)
+                r, c = R - w_row0, j
+                coords = [_subst(_num(x), sub) for x in w.coords]
+                coords[-2] = coords[-2] + r
+                coords[-1] = coords[-1] + c
+                loops = w.site.loops()
+                it = _subst(loops[-1].var, sub) if loops else None
+                rec = self.element_record(w.tensor, coords, it=it,
+                                          step=_subst(step.counter, sub),
+                                          stage=_subst(W.stage, sub) if W.stage is not None
+                                          else None,
+                                          source=f"{w.tensor.name} via TMA at {w.op.loc}")
+                for name, val in rec.fields.items():
+                    old = fields.get(name)
+                    fields[name] = val if old is None else TagVal(
+                        z3.If(covers, val.term, old.term), (), val.cond + old.cond, ())
+                defined = z3.Or(covers, defined)
+        # exactly one produce step has the consumer's counter value (pipeline module proves
+        # the totals agree), so one site is active: assume it, with fresh writer variables
+        cond.append(z3.Or(actives) if actives else z3.BoolVal(False))
+        return Record(fields, defined, tuple(cond), f"{view.buffer} (TMA)")
+
+    def writer_substitution(self, step: StepInfo, reader: Site, n_r) -> list:
+        """Variables of the producer's step site, as seen from a consumer at counter n_r.
+
+        When both roles walk the same loop nest (equal bounds, and the producer's counter term
+        becomes the consumer's once loop indices are identified), equal counters mean equal
+        loop indices, because a role's counter grows by one per step: the producer's indices
+        are then the consumer's, which keeps queries linear where `tile * k_tiles` would not
+        be. Other variables (warpgroup indices, unmatched loops) get fresh copies, tied to the
+        consumer by the counter equation alone."""
+        wl, rl = step.site.loops(), reader.loops()
+        pairs: list = []
+        if len(wl) == len(rl) and wl:
+            cand = [(a.var, b.var) for a, b in zip(wl, rl)]
+            ok = True
+            for a, b in zip(wl, rl):
+                for f in ("start", "stop", "step"):
+                    ta = _subst(_num(self.scalar(getattr(a.op, f))), cand)
+                    tb = _num(self.scalar(getattr(b.op, f)))
+                    if not z3.eq(z3.simplify(ta), z3.simplify(tb)):
+                        ok = False
+            if ok and z3.eq(z3.simplify(_subst(step.counter, cand)), z3.simplify(n_r)):
+                pairs = cand
+        matched = {id(a) for a, _ in pairs}
+        for v in step.site.scope_vars():
+            if not any(v.eq(a) for a, _ in pairs):
+                pairs.append((v, fresh_int(f"{v}@w")))
+        del matched
+        return pairs
+
+    # -- tag expressions -------------------------------------------------------------------
+    def eval_tag_expr(self, text: str, args: tuple, coords=(), xs=(), ref_values=None,
+                      field_fn=None, call_view=None):
+        names = {f"c{d}": _num(c) for d, c in enumerate(coords)}
+        names["none"] = None
+        names.update({f"x{d}": x for d, x in enumerate(xs)})
+        refs = ref_values if ref_values is not None else tuple(self.scalar(a) for a in args)
+
+        def call(name, vals):
+            if name == "view":
+                if call_view is None:
+                    raise exprs.ExprError("view(...) is only allowed in tag assertions")
+                return call_view(vals)
+            if name not in self.tag_fns:
+                raise exprs.ExprError(f"unknown tag function {name}()")
+            kind, arity, body = self.tag_fns[name]
+            if len(vals) != arity:
+                raise exprs.ExprError(f"{name}() takes {arity} arguments, got {len(vals)}")
+            if kind == "opaque":
+                return body(*[_num(v) for v in vals])
+            return exprs.evaluate(body, exprs.Env({f"a{d}": v for d, v in enumerate(vals)},
+                                                  call=call))
+        return exprs.evaluate(text, exprs.Env(names, refs, call=call, field=field_fn))
+
+    def axiom_instances(self, terms) -> list[z3.BoolRef]:
+        """Instantiate every `tag.assume` on the ground arguments of the opaque tag functions
+        applied in `terms` (so the query stays quantifier-free)."""
+        if not self.axioms:
+            return []
+        grounds: list = []
+        seen: set = set()
+        todo = list(terms)
+        while todo:
+            t = todo.pop()
+            if not isinstance(t, z3.ExprRef) or t.get_id() in seen:
+                continue
+            seen.add(t.get_id())
+            if z3.is_app(t) and t.num_args() and t.decl().name() in self.tag_fns and \
+                    self.tag_fns[t.decl().name()][0] == "opaque":
+                for a in t.children():
+                    if all(not z3.eq(a, g) for g in grounds):
+                        grounds.append(a)
+            todo.extend(t.children())
+        out = []
+        for op, _site in self.axioms:
+            if op.nvars == 0:
+                out.append(_as_bool(self.eval_tag_expr(op.expr, op.args)))
+                continue
+            for combo in itertools.product(grounds, repeat=op.nvars):
+                out.append(_as_bool(self.eval_tag_expr(op.expr, op.args, xs=combo)))
+        return out
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _is_z3(x) -> bool:
+    return isinstance(x, z3.ExprRef)
+
+
+def _num(x):
+    if isinstance(x, bool):
+        return z3.IntVal(int(x))
+    if isinstance(x, int):
+        return z3.IntVal(x)
+    if _is_z3(x) and z3.is_bool(x):
+        return z3.If(x, 1, 0)
+    if isinstance(x, float):
+        raise _Unsupported("a float scalar used as an integer")
+    return x
+
+
+def _boolish(x):
+    if _is_z3(x):
+        return x if z3.is_bool(x) else x != 0
+    return bool(x)
+
+
+def _as_bool(x):
+    if _is_z3(x):
+        return x if z3.is_bool(x) else x != 0
+    return z3.BoolVal(bool(x))
+
+
+def _max0(x):
+    if _is_z3(x):
+        return z3.If(x > 0, x, 0)
+    return max(0, x)
+
+
+def _is_zero(x) -> bool:
+    if isinstance(x, int):
+        return x == 0
+    return z3.is_int_value(z3.simplify(x)) and z3.simplify(x).as_long() == 0
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return z3.eq(z3.simplify(_num(a)), z3.simplify(_num(b)))
+
+
+def _mentions_any(term, vars_) -> bool:
+    return any(mentions(term, v) for v in vars_)
+
+
+def _subst(term, pairs):
+    if term is None or not pairs or not _is_z3(term):
+        return term
+    return z3.substitute(term, *pairs)
+
+
+def _stage_eq(a, b) -> z3.BoolRef:
+    if a is None and b is None:
+        return z3.BoolVal(True)
+    if a is None or b is None:
+        return z3.BoolVal(False)
+    return _num(a) == _num(b)
+
+
+def _broadcast_index(idx: tuple, shape: tuple) -> tuple:
+    return tuple(z3.IntVal(0) if s == 1 else x for x, s in zip(idx, shape))
+
+
+def _summarize(state: TileState, var, start, stop, loc) -> TileState:
+    def fn(idx, inner=state.fn):
+        rec = inner(idx)
+        fields = {name: reduce_over(val, var, _num(start), _num(stop),
+                                    f"accumulated over the loop at {loc}")
+                  for name, val in rec.fields.items()}
+        # premises that mention the finished loop's index range over all its iterations
+        other = fresh_int(f"{var}@all")
+        cond = tuple(z3.substitute(c, (var, other)) for c in rec.cond)
+        if any(mentions(c, other) for c in cond):
+            cond += (other >= _num(start), other < _num(stop))
+        return Record(fields, rec.defined, cond, rec.source)
+    return TileState(state.shape, state.layout, fn, state.loc, state.what)
+
+
+def _join(initial: TileState, summary: TileState) -> TileState:
+    def fn(idx):
+        a, b = initial.fn(idx), summary.fn(idx)
+        fields = dict(b.fields)
+        for name, val in a.fields.items():
+            fields.setdefault(name, val)
+        return Record(fields, b.defined, a.cond + b.cond, b.source)
+    return TileState(summary.shape, summary.layout, fn, summary.loc, summary.what)
+
+
+def smem_type(model: Model, buffer: Value) -> SmemType:
+    return model.buffers[buffer.id].result.type

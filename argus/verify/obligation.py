@@ -1,0 +1,96 @@
+"""Obligations: one invariant instance, checked by the solver or by arithmetic, and its report.
+
+Job: the common shape of every check (what must hold, where, in which tier, how a witness is
+decoded and how the bug is fixed), and turning outcomes into `Diagnostic`s: "error" with a
+decoded counterexample, "unknown" (timeout or an unmodelled construct: never a pass), and
+"note" for proven invariants (`check(..., include_proven=True)`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import z3
+
+from argus.errors import Diagnostic, Loc
+from argus.verify import solver
+from argus.verify.rules import RULES
+
+
+@dataclass
+class Obligation:
+    """premises ⇒ ∧ claims. `decode(model, violated)` returns (message, witness dict)."""
+
+    code: str
+    loc: Loc
+    subject: str                                   # "wgmma at gemm.py:67, operand A"
+    premises: Sequence[z3.BoolRef]
+    claims: Sequence[tuple[str, z3.BoolRef]]
+    decode: Callable[[z3.ModelRef, list[str]], tuple[str, dict]]
+    minimize: Sequence[z3.ExprRef] = ()
+    fix: str = ""
+    confirm: Callable[[dict], dict] | None = None   # concrete replay of a witness
+    timeout_ms: int | None = None
+    warn_claims: tuple[str, ...] = ()    # claims whose sole violation is only a warning
+
+
+@dataclass
+class Finding:
+    """A result decided without the solver (or already decided): arithmetic checks."""
+
+    code: str
+    loc: Loc
+    subject: str
+    status: str                    # proven / violated / unknown
+    message: str = ""
+    witness: dict = field(default_factory=dict)
+    fix: str = ""
+    tier: str = "arith"
+    ms: float = 0.0
+
+
+def run(ob: Obligation, stats: solver.Stats, timeout_ms: int | None) -> Finding:
+    out = solver.prove(ob.premises, ob.claims, timeout_ms=ob.timeout_ms or timeout_ms,
+                       minimize=ob.minimize, stats=stats)
+    if out.status == "proven":
+        return Finding(ob.code, ob.loc, ob.subject, "proven", tier=out.theory, ms=out.ms)
+    if out.status == "unknown":
+        return Finding(ob.code, ob.loc, ob.subject, "unknown", out.reason, tier=out.theory,
+                       ms=out.ms)
+    try:
+        message, witness = ob.decode(out.model, out.violated)
+    except Exception as e:  # noqa: BLE001 - a decoding bug must not hide the violation
+        message, witness = f"violated ({', '.join(out.violated)}); decoding failed: {e}", {}
+    witness = dict(witness)
+    witness.setdefault("violated", out.violated)
+    if ob.confirm is not None:
+        try:
+            witness.update(ob.confirm(witness))
+        except Exception as e:  # noqa: BLE001
+            witness["replay"] = f"replay failed: {e}"
+    status = "violated"
+    if ob.warn_claims and set(out.violated) <= set(ob.warn_claims):
+        status = "warning"
+    return Finding(ob.code, ob.loc, ob.subject, status, message, witness, ob.fix,
+                   tier=out.theory, ms=out.ms)
+
+
+def to_diagnostic(f: Finding, kernel: str) -> Diagnostic:
+    rule = RULES.get(f.code)
+    title = rule.title if rule else f.code
+    severity = {"violated": "error", "unknown": "unknown", "proven": "note",
+                 "warning": "warning"}[f.status]
+    if f.status == "proven":
+        message = f"proven: {title} — {f.subject} [{f.tier}, {f.ms:.1f} ms]"
+    elif f.status == "unknown":
+        message = f"unknown (not proven): {title} — {f.subject}: {f.message}"
+    elif f.status == "warning":
+        message = f"{title} — {f.subject}: {f.message}"
+    else:
+        message = f"{title} violated — {f.subject}: {f.message}"
+    fix = f.fix or (rule.fix if rule and f.status in ("violated", "warning") else "")
+    witness: dict[str, Any] = dict(f.witness)
+    if f.status in ("violated", "warning"):
+        witness.setdefault("tier", f.tier)
+    return Diagnostic(severity, f.code, message, f.loc, kernel, witness, fix)

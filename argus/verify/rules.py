@@ -1,0 +1,105 @@
+"""The catalogue of built-in invariants, as data: code → title, bug classes, tier, fix.
+
+Job: one table that names every check the verifier runs (the codes in `Diagnostic.code`),
+which INVARIANTS.md §4 bug classes it catches, which solver tier decides it, and the generic
+fix shown when a violation's own decoder has nothing more specific. docs/verify.md renders it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    title: str
+    bug_classes: tuple[int, ...]
+    tier: str
+    fix: str
+
+
+_RULES = [
+    Rule("wgmma.defined", "every wgmma operand element was written (by a TMA copy of this "
+         "step, or an earlier shared-memory store) before it is read", (5, 7, 11), "LIA",
+         "load the whole operand tile (box = view shape) in the produce step the consume "
+         "matches"),
+    Rule("wgmma.agree", "wgmma operands agree: A[m, k] and B[n, k] carry the same contracted "
+         "coordinate (k) and the same user tags (expert, head, …)", (1, 2, 3, 18, 20, 21), "LIA",
+         "load A and B with the same k offset (k * BK) and matching tag functions"),
+    Rule("wgmma.k-once", "each k of the reduction is multiplied exactly once (any permutation "
+         "is legal): (iteration, k in tile) -> k is injective and covers [0, K)", (2, 14),
+         "LIA", "make the k loop run cdiv(K, BK) times with offset k * BK"),
+    Rule("wgmma.smem-layout", "what wgmma reads through its descriptor (swizzle, LBO, SBO, k "
+         "advance) is the element the TMA copy put there (absolute-address swizzles)",
+         (1, 2, 3, 4, 5), "F2/QF_BV",
+         "make the descriptor match the buffer: swizzle = the tensor map's, SBO = 8 rows x "
+         "row bytes, k16 advance = 32 bytes (bf16, K-major)"),
+    Rule("tma.box", "a TMA box is the smem view's shape and fits the swizzle span", (5,),
+         "arith", "set box = view shape (outermost first); inner box bytes <= swizzle span"),
+    Rule("tma.swizzle", "the tensor map's swizzle equals the buffer's (which its readers use)",
+         (1,), "arith", "use the buffer's swizzle in the tensor map"),
+    Rule("tma.tx-bytes", "expect_tx bytes equal the bytes the step's TMA copies deliver (full "
+         "boxes, zero-filled parts included)", (6,), "arith",
+         "tx_bytes = sum of box bytes of the TMA loads in the produce step"),
+    Rule("smem.align", "swizzled buffers and each of their stages start on the swizzle period "
+         "(1024 B for 128B); buffers fit the CTA's shared memory and do not overlap", (4,),
+         "arith", "align the buffer to the swizzle period and keep stage sizes multiples of it"),
+    Rule("pipe.producers", "one producer warpgroup per pipeline step (the full barrier expects "
+         "one arrive.expect_tx)", (6, 13), "arith",
+         "give the producer role warpgroups=1, or guard the produce with a uniform condition"),
+    Rule("pipe.totals", "producer and consumers run the same number of steps (else the last "
+         "slots are never filled or never released: a hang)", (10, 14), "LIA",
+         "iterate the same loops in the producer and consumer roles"),
+    Rule("pipe.arrivals", "the empty barrier's arrival count equals the consumer warpgroups "
+         "that release each step", (6, 23), "arith",
+         "arrivals = consumer warpgroups (ag.pipeline(..., consumers=W))"),
+    Rule("pipe.slot", "the slot a step uses is the ring slot n % S of its counter, identical "
+         "in producer and consumer", (7, 9, 10), "LIA",
+         "stage = n % S with n the role's step counter, continued across loops"),
+    Rule("pipe.data", "O1: the slot a consumer reads at step i holds the tile of step i "
+         "(parity waits, unbounded i)", (7, 9, 10), "LIA",
+         "consumer full-barrier parity (n / S) & 1"),
+    Rule("pipe.no-overwrite", "O2: a producer never refills a slot its consumers have not "
+         "released (C <= P <= C + S stays inductive)", (8, 11), "LIA",
+         "producer empty-barrier parity ((n / S) & 1) ^ 1"),
+    Rule("pipe.no-early-read", "O3: a consumer never passes its wait before the slot is "
+         "filled", (7,), "LIA", "consumer full-barrier parity (n / S) & 1"),
+    Rule("pipe.deadlock", "O4: no reachable state where both roles wait forever", (8, 10),
+         "LIA", "fix the parity expressions; keep fewer than S wgmma groups in flight"),
+    Rule("pipe.release", "a slot is released only after the wgmma/TMA-store reading it "
+         "retired, and every read of a pipelined buffer is inside its consume step", (11, 24),
+         "LIA", "read stage buffers only inside `with pipe.consume() as st:` using `st`"),
+    Rule("proxy.fence", "a generic-proxy smem write (stmatrix, st.shared) is fenced "
+         "(fence.proxy.async) before an async-proxy read (wgmma, TMA store)", (12,), "arith",
+         "emit fence.proxy.async.shared::cta after the writes and before the async read"),
+    Rule("smem.race", "no two warpgroups touch the same shared bytes unordered (one of them "
+         "writing)", (12, 22), "LIA",
+         "give each warpgroup its own rows (rows_of(wg * rows, rows)) or order them with the "
+         "pipeline"),
+    Rule("smem.bounds", "every shared-memory view lies inside its buffer and stage", (5,),
+         "LIA", "keep row0 + rows <= buffer rows for every warpgroup index"),
+    Rule("ew.broadcast", "a broadcast operand (a row or column vector) describes the same "
+         "rows/columns as the tile it is combined with", (16, 17, 19), "LIA",
+         "load or reduce the vector at the tile's offsets"),
+    Rule("reduce.layout", "a row reduction over a thread-distributed tile sees every element "
+         "of its row exactly once and no other row", (16,), "QF_BV/LIA",
+         "reduce within the threads that hold the row (quad shuffles xor 1, 2 for wgmma "
+         "accumulators)"),
+    Rule("store.coords", "every stored element carries its own coordinates (tag == "
+         "destination), for rows, columns and user tags of the output", (13, 14, 22), "LIA",
+         "store the tile at the offsets its data came from"),
+    Rule("store.once", "no output element is stored twice (by two CTAs, warpgroups, "
+         "iterations or elements)", (14,), "LIA",
+         "offset each warpgroup's/CTA's store by its own index"),
+    Rule("store.coverage", "every output element is stored (grid x tile covers the output)",
+         (14,), "LIA", "launch cdiv(extent, tile) CTAs and step by the tile size"),
+    Rule("tag.assert", "a user tag assertion", (), "LIA/UF", "see the assertion's message"),
+    Rule("uniform", "warpgroup-wide instructions (wgmma, pipeline steps) run under uniform "
+         "conditions", (23,), "arith", "guard them with a condition that does not depend on "
+         "the thread index"),
+    Rule("model", "the verifier could represent this construct exactly", (), "-",
+         "simplify the construct, or report it so the model can be extended"),
+]
+
+RULES: dict[str, Rule] = {r.code: r for r in _RULES}

@@ -1,0 +1,126 @@
+"""The abstract domain of tags: per-element records of named symbolic fields.
+
+Job: say what a tile element or shared-memory element *is* (INVARIANTS.md §3.1): which global
+coordinate, iteration, expert … it came from, as z3 Int terms over the kernel's symbols (shape
+parameters, program ids, loop indices, warpgroup indices) and the element's index.
+
+A field is a `TagVal`:
+  * a point value `term` when every contributor agrees (a loaded element's coordinate);
+  * a set `{term : bound variables in range, under cond}` after a reduction or an accumulation
+    (a wgmma's k, a row max over columns): `bound` names the reduction variables;
+  * `mixed` notes where a reduced value was combined pointwise into it (softmax's x - max(x)),
+    kept for messages; the point lineage stays primary.
+Auxiliary variables (a producer's loop index seen from the consumer, reduction variables) are
+fresh per instantiation and constrained by `cond`, so two instantiations never alias.
+
+Invariant kept: a field's meaning is exactly "the set of values `term` takes over the bound
+variables under `cond`"; obligations quantify over it existentially in the negated query,
+so every check stays quantifier-free.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+
+import z3
+
+_fresh = itertools.count()
+
+
+def fresh_int(stem: str) -> z3.ArithRef:
+    """A new Int variable; the suffix keeps instantiations apart."""
+    return z3.Int(f"{stem}!{next(_fresh)}")
+
+
+@dataclass(frozen=True)
+class TagVal:
+    term: z3.ArithRef
+    bound: tuple[z3.ArithRef, ...] = ()
+    cond: tuple[z3.BoolRef, ...] = ()
+    mixed: tuple[str, ...] = ()
+
+    @property
+    def is_point(self) -> bool:
+        return not self.bound
+
+    def depends_on(self, var: z3.ExprRef) -> bool:
+        return mentions(self.term, var) or any(mentions(c, var) for c in self.cond)
+
+
+def mentions(term, var) -> bool:
+    """Whether `var` occurs in `term` (structural)."""
+    if not isinstance(term, z3.ExprRef):
+        return False
+    target = var.get_id()
+    todo, seen = [term], set()
+    while todo:
+        t = todo.pop()
+        if t.get_id() == target:
+            return True
+        if t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        todo.extend(t.children())
+    return False
+
+
+def free_consts(term) -> set[str]:
+    """Names of the uninterpreted constants in a term."""
+    out: set[str] = set()
+    if not isinstance(term, z3.ExprRef):
+        return out
+    todo, seen = [term], set()
+    while todo:
+        t = todo.pop()
+        if t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            out.add(t.decl().name())
+        todo.extend(t.children())
+    return out
+
+
+@dataclass(frozen=True)
+class Record:
+    """The tags of one element: named fields, when it is defined, and where it came from."""
+
+    fields: dict = field(default_factory=dict)
+    defined: z3.BoolRef = z3.BoolVal(True)
+    cond: tuple[z3.BoolRef, ...] = ()   # premises on auxiliary variables (always assumed)
+    source: str = ""
+
+    def get(self, name: str) -> TagVal | None:
+        return self.fields.get(name)
+
+    def with_fields(self, fields: dict) -> "Record":
+        return replace(self, fields=fields)
+
+
+# Fields that are built in for bookkeeping and never compared automatically.
+META_FIELDS = frozenset({"iter", "step", "stage", "tensor"})
+
+
+def is_coordinate_field(name: str) -> bool:
+    """Shape-symbol fields (m, k, …); `dim{i}` fields of integer dims are excluded."""
+    return name not in META_FIELDS and not name.startswith("dim")
+
+
+def reduce_over(val: TagVal, var: z3.ArithRef, lo, hi, note: str = "") -> TagVal:
+    """The field after summing/maxing over `var` in [lo, hi): a set when it depends on var."""
+    if not val.depends_on(var):
+        return val
+    v2 = fresh_int(str(var).split("!")[0])
+    term = z3.substitute(val.term, (var, v2))
+    cond = tuple(z3.substitute(c, (var, v2)) for c in val.cond) + (v2 >= lo, v2 < hi)
+    mixed = val.mixed + ((note,) if note else ())
+    return TagVal(term, val.bound + (v2,), cond, mixed)
+
+
+def combine(a: TagVal, b: TagVal, note: str) -> TagVal:
+    """Pointwise combination of two lineages of the same field: the point one stays primary,
+    a reduced one is remembered as mixed in."""
+    if a.is_point or not b.is_point:
+        return replace(a, mixed=a.mixed + ((note,) if not b.is_point else ()) + b.mixed)
+    return replace(b, mixed=b.mixed + (note,) + a.mixed)

@@ -1,0 +1,63 @@
+"""Decoding solver models into the words of a kernel: CTA, role, warpgroup, warp, lane,
+thread, register, element, iteration, stage, shared byte.
+
+Job: every counterexample names the same things the same way, using the hardware formulas of
+`argus.target.sm90` (the single source of truth codegen also uses), e.g. which thread and
+accumulator register hold element (row, col) of a wgmma tile (PTX ISA §9.7.15.5.1.1.1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import z3
+
+from argus.target import sm90
+from argus.verify.model import Model, Site
+from argus.verify.solver import value
+
+
+def shapes(model: Model, zm: z3.ModelRef) -> dict[str, int]:
+    return {name: value(zm, v) for name, v in model.params.items()}
+
+
+def context(model: Model, zm: z3.ModelRef, site: Site) -> dict[str, Any]:
+    """CTA (program ids), role and warpgroup, loop iterations and shapes of a site."""
+    out: dict[str, Any] = {}
+    if model.grid is not None:
+        pids = tuple(value(zm, model.sym[v.id]) for v in model.grid.ids)
+        out["cta"] = pids if len(pids) > 1 else pids[0]
+    if site.role is not None:
+        out["role"] = site.role.name
+        out["warpgroup"] = value(zm, model.sym[site.role.index.id])
+    iters = {}
+    for s in site.scopes:
+        if s.kind == "loop":
+            iters[f"loop@{s.op.loc}"] = value(zm, s.var)
+    if iters:
+        out["iteration"] = iters
+    for s in reversed(site.scopes):
+        if s.kind in ("produce", "consume"):
+            step = model.steps_by_stage.get(s.op.stage.id)
+            if step is not None:
+                n = value(zm, step.counter)
+                out["pipeline_step"] = n
+                out["stage"] = n % model.pipes[step.pipe.id].stages
+            break
+    out["shapes"] = shapes(model, zm)
+    return out
+
+
+def acc_thread(row: int, col: int) -> dict[str, int]:
+    """The warpgroup thread and f32 register holding wgmma accumulator element (row, col)."""
+    t, reg = sm90.wgmma_acc_index(row % 64, col)
+    t, reg = int(t), int(reg)
+    return {"thread": t, "warp": t // 32, "lane": t % 32, "register": f"d[{reg}]"}
+
+
+def fmt_elem(tensor: str, coords) -> str:
+    return f"{tensor}[{', '.join(str(c) for c in coords)}]"
+
+
+def loc_str(loc) -> str:
+    return str(loc)
