@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +106,7 @@ class BaselineCache:
     def __init__(self, path: Path | str | None = None):
         self.path = Path(path).expanduser() if path else default_cache_path()
         self._data: dict[str, Any] | None = None
+        self._lock = threading.Lock()
 
     def _load(self) -> dict[str, Any]:
         if self._data is None:
@@ -120,6 +122,10 @@ class BaselineCache:
         return BaselineRecord.from_json(raw) if raw else None
 
     def put(self, record: BaselineRecord, mode: str = "default") -> None:
+        with self._lock:
+            self._put(record, mode)
+
+    def _put(self, record: BaselineRecord, mode: str) -> None:
         data = self._load()
         data[cache_key(record.env, record.task_sha256, mode)] = record.to_json()
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -49,7 +49,9 @@ REASONS: dict[str, str] = {
     "too_large_for_cpu": "the task does not fit a CPU run even after shrinking its sizes",
     "stochastic_task": "the reference output changes with the RNG seed (dropout in train "
                        "mode): no deterministic answer to compare with",
-    # the solution's process
+    # the solution
+    "no_solution": "no solution file was found for the task",
+    "solver_error": "the solver callback raised instead of producing a solution",
     "load_error": "the solution file failed to import or defines no ModelNew",
     "init_error": "ModelNew(*get_init_inputs()) raised",
     "runtime_error": "the forward raised an exception",
@@ -81,8 +83,9 @@ REASONS: dict[str, str] = {
 }
 _PRIORITY = {name: i for i, name in enumerate(REASONS)}
 # Reasons that fail both tracks (the others are about accuracy and are judged per track).
-INTEGRITY_REASONS = frozenset(list(REASONS)[:14] + ["shape_mismatch", "dtype_mismatch",
-                                                    "uninitialized_output"])
+INTEGRITY_REASONS = frozenset(
+    list(REASONS)[:list(REASONS).index("input_mutated") + 1]
+    + ["shape_mismatch", "dtype_mismatch", "uninitialized_output"])
 
 
 @dataclass(frozen=True)
@@ -283,13 +286,17 @@ class ReferenceSession:
         self.stochastic = False
         self._started = False
         self._spare: Worker | None = None
+        self._candidates_started = 0
 
     def candidate_worker(self) -> Worker:
         """A fresh candidate process; the next one is started now so that its torch import
         overlaps with judging (every solution still gets a process of its own)."""
         worker = self._spare if self._spare is not None and self._spare.proc.poll() is None \
             else self._new_candidate()
-        self._spare = self._new_candidate()
+        self._spare = None
+        if self._candidates_started:  # a second solution: keep one warm from now on
+            self._spare = self._new_candidate()
+        self._candidates_started += 1
         return worker
 
     def _new_candidate(self) -> Worker:

@@ -31,7 +31,7 @@ from argus.bench.kernelbench import guards, tolerance
 def probe_outputs(ref: torch.Tensor, inputs: list[Any]) -> dict[str, torch.Tensor]:
     """name -> trivial output for one reference output (stale probes are added by the judge)."""
     probes: dict[str, torch.Tensor] = {"zeros": torch.zeros_like(ref)}
-    if ref.is_floating_point() and ref.numel() > 0:
+    if ref.is_floating_point() and ref.numel() > 1:  # a scalar's mean is the answer itself
         finite = ref[torch.isfinite(ref)]
         mean = finite.mean() if finite.numel() else torch.zeros((), dtype=ref.dtype)
         probes["constant"] = torch.full_like(ref, float(mean))

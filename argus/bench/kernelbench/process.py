@@ -23,6 +23,29 @@ from typing import Any
 from argus.bench.kernelbench.tasks import repo_root
 
 
+# Starts a worker. The real `argus` package is imported when it can be (solutions need it);
+# when its __init__ needs something this Python lacks (a GPU box with only torch), the harness
+# modules are loaded on their own through namespace stubs, and the failure is logged.
+BOOTSTRAP = """
+import os, sys, types
+root = sys.argv[1]
+sys.path.insert(0, root)
+try:
+    import argus
+except Exception as exc:
+    print(f"argus package not importable ({type(exc).__name__}: {exc}); "
+          "loading only argus.bench", file=sys.stderr)
+    for name in [m for m in sys.modules if m == "argus" or m.startswith("argus.")]:
+        del sys.modules[name]
+    for name, sub in (("argus", "argus"), ("argus.bench", os.path.join("argus", "bench"))):
+        stub = types.ModuleType(name)
+        stub.__path__ = [os.path.join(root, sub)]
+        sys.modules[name] = stub
+from argus.bench.kernelbench.worker import ROLES, serve
+sys.exit(serve(sys.argv[2]))
+"""
+
+
 class WorkerError(Exception):
     """A worker failed: kind is a reason code (timeout, crash, load_error, runtime_error...)."""
 
@@ -47,7 +70,7 @@ class Worker:
         full_env.update(env or {})
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "argus.bench.kernelbench.worker", role],
+            [sys.executable, "-u", "-c", BOOTSTRAP, root, role],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
             env=full_env, cwd=str(cwd) if cwd else None, start_new_session=True)
         self._buffer = b""
