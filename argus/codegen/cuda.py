@@ -466,7 +466,8 @@ class _Emitter:
 
     def op_TmaStore(self, op: O.TmaStore) -> None:
         view: SmemViewType = op.src.type
-        tm = self.tmap_for(op.tensor, view.shape, view.swizzle)
+        box = (1,) * (len(op.tensor.type.shape) - 2) + tuple(view.shape)
+        tm = self.tmap_for(op.tensor, box, view.swizzle)
         coords = [self.name(c) for c in reversed(op.coords)]
         # Every thread's generic-proxy writes (st.shared, stmatrix) must be visible to the
         # async proxy before one thread hands the buffer to TMA (PTX ISA memory consistency
@@ -486,7 +487,8 @@ class _Emitter:
         acc = self.tiles[op.acc.id]
         n = op.acc.type.shape[1]
         dt = op.a.type.dtype
-        spec = WgmmaSpec(n=n, a_dtype=dt.name, b_dtype=dt.name, acc_dtype="f32")
+        spec = WgmmaSpec(n=n, a_dtype=dt.name, b_dtype=dt.name, acc_dtype="f32",
+                         trans_b=op.trans_b)
         if spec not in self.wgmma_specs:
             self.wgmma_specs.append(spec)
         sw_a, lbo_a, sbo_a, step_a = op.a_desc
@@ -519,18 +521,27 @@ class _Emitter:
         self.emit(f"for (int i = 0; i < {info.layout.nregs}; ++i) {info.name}[i] = "
                   f"{_c_float(op.value)};")
 
-    def bounds(self, tensor: Value, offsets, info: _TileInfo, i: int) -> tuple[str, str]:
-        """(condition, linear index) of element i of a tile at `offsets` of a global tensor."""
+    def bounds(self, tensor: Value, offsets, info: _TileInfo, i: int,
+               tile_rank: int) -> tuple[str, str]:
+        """(condition, linear index) of element i of a tile at `offsets` of a global tensor.
+        The tile covers the tensor's last one or two dims; leading dims add offset x stride."""
         t: TensorType = tensor.type
         name = self.tensors[tensor.id]
         lay = info.layout
-        if len(t.shape) == 1:
-            col = f"({self.name(offsets[0])} + {lay.col(i)})"
-            return f"{col} < {self._dim(t, 0)}", col
-        row = f"({self.name(offsets[0])} + {lay.row(i)})"
-        col = f"({self.name(offsets[1])} + {lay.col(i)})"
-        cond = f"{row} < {self._dim(t, 0)} && {col} < {self._dim(t, 1)}"
-        return cond, f"(long long){row} * {name}_s0 + {col}"
+        rank = len(t.shape)
+        conds, terms = [], []
+        for d in range(rank - tile_rank):
+            off = self.name(offsets[d])
+            conds.append(f"{off} < {self._dim(t, d)}")
+            terms.append(f"(long long){off} * {name}_s{d}")
+        col = f"({self.name(offsets[-1])} + {lay.col(i)})"
+        conds.append(f"{col} < {self._dim(t, rank - 1)}")
+        terms.append(col)
+        if tile_rank == 2:
+            row = f"({self.name(offsets[-2])} + {lay.row(i)})"
+            conds.append(f"{row} < {self._dim(t, rank - 2)}")
+            terms.append(f"(long long){row} * {name}_s{rank - 2}")
+        return " && ".join(conds), " + ".join(terms)
 
     def _dim(self, t: TensorType, d: int) -> str:
         dim = t.shape[d]
@@ -541,7 +552,7 @@ class _Emitter:
         name = self.tensors[op.tensor.id]
         dtype = op.tensor.type.dtype
         for i in range(info.layout.nregs):
-            cond, idx = self.bounds(op.tensor, op.offsets, info, i)
+            cond, idx = self.bounds(op.tensor, op.offsets, info, i, len(op.result.type.shape))
             self.emit(f"{info.name}[{i}] = ({cond}) ? {_from_mem_c(f'{name}[{idx}]', dtype)} : "
                       f"{_c_float(op.other)};")
 
@@ -554,29 +565,37 @@ class _Emitter:
             self.store_acc(op, info)
             return
         for i in range(lay.nregs):
-            cond, idx = self.bounds(op.tensor, op.offsets, info, i)
+            cond, idx = self.bounds(op.tensor, op.offsets, info, i, len(op.value.type.shape))
             val = self.tile_expr(op.value, i, lay)
             self.emit(f"if ({cond}) {name}[{idx}] = {_to_mem_c(val, dtype)};")
 
     def store_acc(self, op: O.Store, info: _TileInfo) -> None:
-        """Accumulator fragment → global: each thread owns pairs of adjacent columns."""
+        """Accumulator fragment → global: each thread owns pairs of adjacent columns. The last
+        two tensor dims are rows and columns; leading (batch) dims add offset x stride."""
         name = self.tensors[op.tensor.id]
         t: TensorType = op.tensor.type
         dtype = t.dtype
-        r0, c0 = self.name(op.offsets[0]), self.name(op.offsets[1])
-        rows, cols = self._dim(t, 0), self._dim(t, 1)
+        rank = len(t.shape)
+        r0, c0 = self.name(op.offsets[-2]), self.name(op.offsets[-1])
+        rows, cols = self._dim(t, rank - 2), self._dim(t, rank - 1)
+        row_stride = f"{name}_s{rank - 2}"
+        lead = " + ".join(f"(long long){self.name(op.offsets[d])} * {name}_s{d}"
+                          for d in range(rank - 2)) or "0"
+        lead_ok = " && ".join(f"{self.name(op.offsets[d])} < {self._dim(t, d)}"
+                              for d in range(rank - 2)) or "true"
         pair = {"bf16": ("ag::st_global_b32", "ag::pack_bf16x2"),
                 "f16": ("ag::st_global_b32", "ag::pack_f16x2")}.get(dtype.name)
-        self.emit("{")
+        self.emit(f"if ({lead_ok}) {{")
         self.indent += 1
-        self.emit(f"const bool pair_ok = ({name}_s0 % 2) == 0;")
+        self.emit(f"const bool pair_ok = ({row_stride} % 2) == 0;")
+        self.emit(f"{dtype_ptr(dtype)} const base = {name} + {lead};")
         for i in range(0, info.layout.nregs, 2):
             v0 = _strip_round(self.tile_expr(op.value, i, info.layout), dtype)
             v1 = _strip_round(self.tile_expr(op.value, i + 1, info.layout), dtype)
             r = f"({r0} + {info.layout.row(i)})"
             c = f"({c0} + {info.layout.col(i)})"
             self.emit(f"if ({r} < {rows}) {{")
-            self.emit(f"    {dtype_ptr(dtype)} p = {name} + (long long){r} * {name}_s0 + {c};")
+            self.emit(f"    {dtype_ptr(dtype)} p = base + (long long){r} * {row_stride} + {c};")
             if pair:
                 self.emit(f"    if (pair_ok && {c} + 1 < {cols}) {pair[0]}(p, {pair[1]}({v0}, {v1}));")
             elif dtype.name == "f32":

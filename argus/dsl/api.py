@@ -153,13 +153,13 @@ def _offsets(tensor: TensorArg, offsets, loc) -> tuple:
 
 
 def load(tensor: TensorArg, offsets, shape, other: float = 0.0) -> Tile:
-    """Load the tile of `shape` whose first element is at `offsets`; out-of-bounds elements
-    read as `other`."""
+    """Load the tile of `shape` whose first element is at `offsets` (one per tensor dim; a tile
+    of lower rank takes the tensor's last dims); out-of-bounds elements read as `other`."""
     ctx = current("ag.load")
     loc = user_loc()
     shape = _check_tile_shape(shape, loc)
-    if len(shape) != len(tensor.shape):
-        raise TraceError(f"tile rank {len(shape)} != tensor rank {len(tensor.shape)}", loc)
+    if len(shape) > len(tensor.shape):
+        raise TraceError(f"a rank-{len(shape)} tile from a rank-{len(tensor.shape)} tensor", loc)
     offs = _offsets(tensor, offsets, loc)
     v = ctx.builder.fresh(TileType(tensor.dtype, shape))
     ctx.builder.append(O.Load(v, tensor.value, offs, float(other), loc=loc))
@@ -175,8 +175,9 @@ def store(tensor: TensorArg, offsets, tile: Tile) -> None:
     if tile.dtype != tensor.dtype:
         raise TraceError(f"storing a {tile.dtype} tile into {tensor.name} of dtype "
                          f"{tensor.dtype}", loc, fix=f"convert with .to(ag.{tensor.dtype.name})")
-    if len(tile.shape) != len(tensor.shape):
-        raise TraceError(f"tile rank {len(tile.shape)} != tensor rank {len(tensor.shape)}", loc)
+    if len(tile.shape) > len(tensor.shape):
+        raise TraceError(f"a rank-{len(tile.shape)} tile into a rank-{len(tensor.shape)} tensor",
+                         loc)
     offs = _offsets(tensor, offsets, loc)
     ctx.builder.append(O.Store(tensor.value, offs, tile.value, loc=loc))
 
@@ -291,8 +292,9 @@ tma = SimpleNamespace(load=_tma_load, store=_tma_store)
 
 def wgmma(a, b, acc: Tile, trans_b: bool = False) -> Tile:
     """acc += a @ b^T on the tensor cores (one warpgroup). a: [64, K] smem view, b: [N, K]
-    smem view (K-major; `trans_b=True` for a [K, N] view), acc: [64, N] f32 tile. Returns acc,
-    updated in place."""
+    smem view (K-major), or with `trans_b=True` a [K, N] tile stored MN-major as N/64 column
+    atoms of [K][64] stacked along the rows; acc: [64, N] f32 tile. Returns acc, updated in
+    place."""
     ctx = current("ag.wgmma")
     loc = user_loc()
     av, bv = _view(a, "wgmma operand a", loc), _view(b, "wgmma operand b", loc)
@@ -306,19 +308,21 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False) -> Tile:
         raise TraceError("wgmma accumulates into a 2-d f32 tile (ag.zeros((64, N)))", loc)
     m, n = acc.shape
     k = av.cols
-    bn, bk = (bv.cols, bv.rows) if trans_b else (bv.rows, bv.cols)
-    if m != 64:
-        raise TraceError(f"one warpgroup's wgmma covers 64 rows, the accumulator has {m}", loc,
-                         fix="split M across warpgroups (role warpgroups=2 for 128 rows) and "
-                             "give each a [64, N] accumulator")
-    if av.rows != 64:
-        raise TraceError(f"wgmma operand a has {av.rows} rows, need 64", loc,
-                         fix="take a 64-row slice: buf[stage].rows_of(64 * wg, 64)")
-    if n % 8 or not 8 <= n <= 256:
-        raise TraceError(f"wgmma N={n} must be a multiple of 8 in [8, 256]", loc)
-    if bn != n or bk != k:
-        raise TraceError(f"wgmma shapes disagree: a is 64x{k}, b gives N={bn}, K={bk}, acc is "
-                         f"64x{n}", loc)
+    if trans_b:
+        # MN-major B: the [K, N] tile is stored as N/W column atoms of [K rows][W columns],
+        # W = one swizzle span of elements, stacked along the view's rows (the layout TMA
+        # writes when each atom is one box).
+        span = bv.buffer.type.swizzle // bv.buffer.type.dtype.bytes if bv.buffer.type.swizzle \
+            else 0
+        if not span or bv.cols != span or n % span or bv.rows != (n // span) * k:
+            raise TraceError(f"an MN-major wgmma B operand for N={n}, K={k} must be a swizzled "
+                             f"view of ({n} // W) * {k} rows x W columns, W = one swizzle span "
+                             f"of elements; got {bv.rows} x {bv.cols}", loc,
+                             fix="allocate ag.smem((stages, (BN // 64) * BK, 64), ag.bf16, "
+                                 "swizzle=128) and TMA-load one [BK, 64] box per 64 columns")
+        bn, bk = n, k
+    else:
+        bn, bk = bv.rows, bv.cols
     if k % 16:
         raise TraceError(f"wgmma K={k} must be a multiple of 16 for 16-bit inputs", loc)
     if av.buffer.type.dtype not in (dtypes.bf16, dtypes.f16) or \

@@ -38,6 +38,8 @@ class Tensor:
 
     def __class_getitem__(cls, item) -> TensorSpec:
         item = item if isinstance(item, tuple) else (item,)
+        if len(item) == 1 and isinstance(item[0], tuple):  # ag.Tensor[("M", "K", ag.bf16)]
+            item = item[0]
         if not item or not isinstance(item[-1], DType):
             raise TypeError('write tensor annotations as ag.Tensor["M", "N", ag.f32]: dims, then '
                             "an Argus dtype")

@@ -1,16 +1,23 @@
-"""The library's bf16 GEMM kernel, C[M, N] = A[M, K] @ B[N, K]^T with fp32 accumulation, on Hopper's tensor cores.
+"""The library's GEMM kernels: C = A @ B with fp32 accumulation on Hopper's tensor cores.
+
+One DSL kernel, specialized by a small factory (`gemm_kernel`) over what the *problem* fixes:
+input and output dtypes, B's layout ("nk": B is [N, K], K contiguous — `x @ W.T` with W
+[N, K] row-major; "kn": B is [K, N], N contiguous — `x @ W`), and a batch dimension. What is
+tunable lives in `GemmSchedule`, the agent's and the autotuner's action space.
 
 Warp-specialized: one producer warpgroup (40 registers) streams A and B tiles through a
-STAGES-deep TMA ring into 128B-swizzled shared memory; two consumer warpgroups (232 registers)
-each multiply a 64-row half of the BM x BN tile with wgmma. Stages and mbarrier parity come
-from the pipeline construct; the compiler derives them, and its step counters run on across
-output tiles, so the persistent variant (one CTA per SM walking tiles in grouped order) stays
-in phase and its producer loads the next tile while the consumers store this one.
+STAGES-deep TMA ring into 128B-swizzled shared memory; `consumers` consumer warpgroups (232
+registers) each multiply a 64-row slice of the BM x BN tile with wgmma. The compiler derives
+stages, mbarrier parities and expect-tx bytes; its step counters run on across output tiles,
+so the persistent variant (one CTA per SM walking tiles in grouped order) stays in phase and
+its producer loads the next tile while the consumers store this one.
 """
 
+import functools
 from dataclasses import dataclass
 
 import argus as ag
+from argus.dtypes import DType
 
 
 @dataclass(frozen=True)
@@ -39,43 +46,81 @@ def tile_coords(tile, m_tiles, n_tiles, group_m: int):
     return first_m + within % group_size, within // group_size
 
 
-@ag.kernel
-def gemm(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
-         C: ag.Tensor["M", "N", ag.bf16], s: GemmSchedule = GemmSchedule()):
-    M, K = A.shape
-    N = B.shape[0]
-    m_tiles, n_tiles = ag.cdiv(M, s.bm), ag.cdiv(N, s.bn)
-    tiles = m_tiles * n_tiles
-    programs = ag.minimum(tiles, s.num_sms) if s.persistent else tiles
-    (pid,) = ag.grid(programs)
-    sA = ag.smem((s.stages, s.bm, s.bk), ag.bf16, swizzle=128)
-    sB = ag.smem((s.stages, s.bn, s.bk), ag.bf16, swizzle=128)
-    pipe = ag.pipeline(s.stages, consumers=s.consumers)
-    k_tiles = ag.cdiv(K, s.bk)
-    rows = s.bm // s.consumers
-    blocks = s.bn // 64
-    if s.epilogue == "tma":  # one 128B-swizzled 64 x 64 staging block per 64 output columns
-        sC = ag.smem((s.consumers * blocks, rows, 64), ag.bf16, swizzle=128)
+@functools.lru_cache(maxsize=None)
+def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout: str = "nk",
+                batched: bool = False) -> ag.KernelFunction:
+    """The GEMM kernel for one problem kind (cached: one KernelFunction per kind)."""
+    if b_layout not in ("nk", "kn"):
+        raise ValueError(f"b_layout must be 'nk' ([N, K], K contiguous) or 'kn' ([K, N]), got "
+                         f"{b_layout!r}")
+    lead = ("Bt",) if batched else ()
+    b_dims = ("N", "K") if b_layout == "nk" else ("K", "N")
+    mn_major_b = b_layout == "kn"
 
-    with ag.role("producer", warpgroups=1, regs=s.producer_regs):
-        for tile in ag.range(pid, tiles, programs):
-            m, n = tile_coords(tile, m_tiles, n_tiles, s.group_m)
-            for k in ag.range(k_tiles):
-                with pipe.produce() as stage:
-                    ag.tma.load(sA[stage], A, (m * s.bm, k * s.bk))
-                    ag.tma.load(sB[stage], B, (n * s.bn, k * s.bk))
+    def gemm(A: ag.Tensor[(*lead, "M", "K", in_dtype)],
+             B: ag.Tensor[(*lead, *b_dims, in_dtype)],
+             C: ag.Tensor[(*lead, "M", "N", out_dtype)],
+             s: GemmSchedule = GemmSchedule()):
+        M, K = A.shape[-2], A.shape[-1]
+        N = B.shape[-2] if b_layout == "nk" else B.shape[-1]
+        m_tiles, n_tiles = ag.cdiv(M, s.bm), ag.cdiv(N, s.bn)
+        tiles = m_tiles * n_tiles
+        total = tiles * A.shape[0] if batched else tiles
+        programs = ag.minimum(total, s.num_sms) if s.persistent else total
+        (pid,) = ag.grid(programs)
+        sA = ag.smem((s.stages, s.bm, s.bk), in_dtype, swizzle=128)
+        if mn_major_b:  # one [BK][64] box per 64 columns of the B tile
+            sB = ag.smem((s.stages, (s.bn // 64) * s.bk, 64), in_dtype, swizzle=128)
+        else:
+            sB = ag.smem((s.stages, s.bn, s.bk), in_dtype, swizzle=128)
+        pipe = ag.pipeline(s.stages, consumers=s.consumers)
+        k_tiles = ag.cdiv(K, s.bk)
+        rows = s.bm // s.consumers
+        blocks = s.bn // 64
+        if s.epilogue == "tma":  # one 128B-swizzled 64 x 64 staging block per 64 columns
+            sC = ag.smem((s.consumers * blocks, rows, 64), out_dtype, swizzle=128)
 
-    with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
-        for tile in ag.range(pid, tiles, programs):
+        def locate(tile):
+            """(batch coordinates, m tile, n tile) of a flat tile index."""
+            if batched:
+                m, n = tile_coords(tile % tiles, m_tiles, n_tiles, s.group_m)
+                return (tile // tiles,), m, n
             m, n = tile_coords(tile, m_tiles, n_tiles, s.group_m)
-            acc = ag.zeros((rows, s.bn), ag.f32)
-            for k in ag.range(k_tiles):
-                with pipe.consume() as stage:
-                    ag.wgmma(sA[stage].rows_of(wg * rows, rows), sB[stage], acc)
-            if s.epilogue == "tma":
-                for j in range(blocks):
-                    staging = sC[wg * blocks + j]
-                    ag.stmatrix(staging, acc[:, 64 * j:64 * (j + 1)].to(ag.bf16))
-                    ag.tma.store(C, (m * s.bm + wg * rows, n * s.bn + 64 * j), staging)
-            else:
-                ag.store(C, (m * s.bm + wg * rows, n * s.bn), acc.to(ag.bf16))
+            return (), m, n
+
+        with ag.role("producer", warpgroups=1, regs=s.producer_regs):
+            for tile in ag.range(pid, total, programs):
+                b, m, n = locate(tile)
+                for k in ag.range(k_tiles):
+                    with pipe.produce() as stage:
+                        ag.tma.load(sA[stage], A, (*b, m * s.bm, k * s.bk))
+                        if mn_major_b:
+                            for j in range(blocks):
+                                ag.tma.load(sB[stage].rows_of(j * s.bk, s.bk), B,
+                                            (*b, k * s.bk, n * s.bn + 64 * j))
+                        else:
+                            ag.tma.load(sB[stage], B, (*b, n * s.bn, k * s.bk))
+
+        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
+            for tile in ag.range(pid, total, programs):
+                b, m, n = locate(tile)
+                acc = ag.zeros((rows, s.bn), ag.f32)
+                for k in ag.range(k_tiles):
+                    with pipe.consume() as stage:
+                        ag.wgmma(sA[stage].rows_of(wg * rows, rows), sB[stage], acc,
+                                 trans_b=mn_major_b)
+                if s.epilogue == "tma":
+                    for j in range(blocks):
+                        staging = sC[wg * blocks + j]
+                        ag.stmatrix(staging, acc[:, 64 * j:64 * (j + 1)].to(out_dtype))
+                        ag.tma.store(C, (*b, m * s.bm + wg * rows, n * s.bn + 64 * j), staging)
+                else:
+                    ag.store(C, (*b, m * s.bm + wg * rows, n * s.bn), acc.to(out_dtype))
+
+    default = (in_dtype, out_dtype, b_layout, batched) == (ag.bf16, ag.bf16, "nk", False)
+    name = "gemm" if default else (f"gemm_{in_dtype.name}_{out_dtype.name}_{b_layout}"
+                                   + ("_batched" if batched else ""))
+    return ag.kernel(gemm, name=name)
+
+
+gemm = gemm_kernel()

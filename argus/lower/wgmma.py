@@ -5,7 +5,8 @@ span (the only layout `ag.smem` admits for wgmma), PTX ISA "Matrix Descriptor Fo
 canonical layouts of INVARIANTS.md §2.2 give: LBO unused (encoded as 16), SBO = 8 rows x span
 (the distance between 8-row core-matrix groups), and each k16 step moves the start address by
 16 elements x 2 bytes = 32 bytes inside the swizzle atom (the XOR applies to the absolute
-address, so this stays correct).
+address, so this stays correct). An MN-major B (`trans_b`) is read as column atoms, see
+`mn_major_descriptor_fields`.
 """
 
 from __future__ import annotations
@@ -30,15 +31,23 @@ def descriptor_fields(view_type, loc) -> tuple[int, int, int, int]:
     return (swizzle, 16, 8 * swizzle, k16_bytes)
 
 
+def mn_major_descriptor_fields(view_type, k: int, loc) -> tuple[int, int, int, int]:
+    """MN-major B in column atoms of [K rows][span] (PTX ISA canonical layout
+    ((T,c,m),(8,k)):((1,T,LBO),(cT,SBO))): LBO = distance between atoms (K rows of one span),
+    SBO = 8 rows of one span, and a k16 step moves 16 rows."""
+    swizzle = view_type.swizzle
+    if swizzle == 0:
+        raise CompileError("an MN-major wgmma operand needs a swizzled buffer", loc)
+    return (swizzle, k * swizzle, 8 * swizzle, 16 * swizzle)
+
+
 def _descs(op: O.Wgmma, _ctx):
     if op.a_desc:
         return None
-    if op.trans_b:
-        raise CompileError("wgmma with an MN-major B (trans_b=True) is not supported by this "
-                           "lowering yet", op.loc,
-                           fix="store B as [N, K] (K contiguous), i.e. pass W.T.contiguous()")
-    return op.replace(a_desc=descriptor_fields(op.a.type, op.loc),
-                      b_desc=descriptor_fields(op.b.type, op.loc))
+    k = op.a.type.shape[1]
+    b_desc = (mn_major_descriptor_fields(op.b.type, k, op.loc) if op.trans_b
+              else descriptor_fields(op.b.type, op.loc))
+    return op.replace(a_desc=descriptor_fields(op.a.type, op.loc), b_desc=b_desc)
 
 
 RULES = Rules([(O.Wgmma, _descs)])

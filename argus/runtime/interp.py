@@ -206,7 +206,11 @@ class _Interp:
             acc = self.val(g, op.acc)
             a = self.val(g, op.a).array()
             b = self.val(g, op.b).array()
-            b_nk = b.T if op.trans_b else b
+            if op.trans_b:  # column atoms [N/W][K][W] -> [K, N] -> [N, K]
+                k, w = a.shape[1], b.shape[1]
+                b_nk = b.reshape(-1, k, w).transpose(1, 0, 2).reshape(k, -1).T
+            else:
+                b_nk = b
             acc += (a.astype(np.float64) @ b_nk.astype(np.float64).T).astype(np.float32)
         elif isinstance(op, O.StMatrix):
             self.val(g, op.dst).array()[...] = self.val(g, op.src)
@@ -251,6 +255,9 @@ class _Interp:
 
     def _box(self, tensor: Value, offsets: list[int], shape, fill: float) -> np.ndarray:
         src = self.tensors[tensor.id]
+        lead = len(offsets) - len(shape)  # a 2-D box of a batched tensor: unit leading dims
+        if lead > 0:
+            return self._box(tensor, offsets, (1,) * lead + tuple(shape), fill).reshape(shape)
         out = np.full(shape, fill, dtype=np.float32)
         src_sl, dst_sl = [], []
         for off, n, dim in zip(offsets, shape, src.shape):
@@ -264,6 +271,9 @@ class _Interp:
 
     def _write(self, tensor: Value, offsets: list[int], tile: np.ndarray) -> None:
         dst = self.tensors[tensor.id]
+        lead = len(offsets) - tile.ndim
+        if lead > 0:
+            tile = tile.reshape((1,) * lead + tile.shape)
         src_sl, dst_sl = [], []
         for off, n, dim in zip(offsets, tile.shape, dst.shape):
             lo, hi = max(off, 0), min(off + n, dim)

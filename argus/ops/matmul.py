@@ -1,0 +1,142 @@
+"""`argus.ops.matmul(a, b, out=None)`: C = A @ B on Hopper with Argus's verified GEMM kernels.
+
+bf16 or fp16 inputs, fp32 accumulation, bf16 / fp16 / fp32 output. A is [M, K] or [batch, M, K]
+with K contiguous; B is [K, N] (or batched) in either memory layout: a transposed view of a
+row-major [N, K] weight (`x @ W.T`) runs K-major, a row-major [K, N] (`x @ W`) runs MN-major.
+Anything the tensor-memory accelerator cannot address directly (a strided inner dimension, a
+row pitch or pointer that is not 16-byte aligned) is copied into an aligned buffer first, so the
+result is always right; inputs that cannot be right (CPU tensors, mixed dtypes, shapes that do
+not multiply) raise a LaunchError that says what and how to fix it.
+"""
+
+from __future__ import annotations
+
+from argus import dtypes
+from argus.errors import LaunchError
+from argus.kernels.gemm import GemmSchedule, gemm_kernel
+from argus.ops.schedules import Problem, choose
+
+_IN = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16}
+# Per-process memo of (problem, device) -> (schedule, compiled kernel): a repeated call costs a
+# dictionary lookup, not a disk read or a recompile.
+_CHOSEN: dict = {}
+_DEVICE_NAMES: dict = {}
+_OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
+
+
+def _aligned(t, elem_bytes: int) -> bool:
+    """TMA can address `t`: inner stride 1, 16-byte base and outer strides."""
+    if t.stride(-1) != 1 or t.data_ptr() % 16:
+        return False
+    return all((t.stride(d) * elem_bytes) % 16 == 0 for d in range(t.dim() - 1) if t.shape[d] > 1)
+
+
+def _tma_ready(t, elem_bytes: int):
+    """`t` itself when TMA can read it, else an aligned copy with the inner dim padded to a
+    multiple of 16 bytes (the padding is zeros and never read by the kernel's bounds)."""
+    import torch
+
+    if _aligned(t, elem_bytes):
+        return t
+    inner = t.shape[-1]
+    padded = -(-inner * elem_bytes // 16) * 16 // elem_bytes
+    buf = torch.zeros(*t.shape[:-1], padded, dtype=t.dtype, device=t.device)
+    buf[..., :inner] = t
+    return buf[..., :inner]
+
+
+def _check(a, b, out) -> None:
+    import torch
+
+    for name, t in (("a", a), ("b", b)) + ((("out", out),) if out is not None else ()):
+        if not isinstance(t, torch.Tensor):
+            raise LaunchError(f"argus.ops.matmul: {name} must be a torch.Tensor, got "
+                              f"{type(t).__name__}")
+        if not t.is_cuda:
+            raise LaunchError(f"argus.ops.matmul: {name} is on {t.device}; Argus kernels run on "
+                              f"a CUDA device (sm_90a)", fix=f"{name}.cuda(), or torch.matmul "
+                                                             f"on the CPU")
+    if str(a.dtype) not in _IN or a.dtype != b.dtype:
+        raise LaunchError(f"argus.ops.matmul: inputs must both be bfloat16 or both float16, got "
+                          f"{a.dtype} and {b.dtype}", fix="cast both, e.g. a.bfloat16(), "
+                                                          "b.bfloat16()")
+    if a.device != b.device or (out is not None and out.device != a.device):
+        raise LaunchError("argus.ops.matmul: tensors are on different devices",
+                          fix="move them to one GPU")
+    if a.dim() not in (2, 3) or b.dim() not in (2, 3) or (b.dim() == 3 and a.dim() != 3):
+        raise LaunchError(f"argus.ops.matmul: shapes {tuple(a.shape)} @ {tuple(b.shape)}: a is "
+                          f"[M, K] or [batch, M, K]; b is [K, N], or [batch, K, N] with a batched")
+    if a.shape[-1] != b.shape[-2] or (b.dim() == 3 and a.shape[0] != b.shape[0]):
+        raise LaunchError(f"argus.ops.matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do "
+                          f"not multiply (inner dims {a.shape[-1]} vs {b.shape[-2]})")
+
+
+def matmul(a, b, out=None, *, schedule: GemmSchedule | None = None):
+    """Return a @ b (and write it into `out` when given)."""
+    import torch
+
+    _check(a, b, out)
+    batched = a.dim() == 3
+    if batched and b.dim() == 2 and a.is_contiguous():
+        # one weight shared by every batch: a single [batch * M, K] GEMM
+        flat = matmul(a.reshape(-1, a.shape[-1]), b,
+                      None if out is None else out.view(-1, out.shape[-1]), schedule=schedule)
+        return flat.view(*a.shape[:-1], b.shape[-1]) if out is None else out
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    lead = (a.shape[0],) if batched else ()
+    if out is None:
+        out = torch.empty(*lead, m, n, dtype=a.dtype, device=a.device)
+    if tuple(out.shape) != (*lead, m, n):
+        raise LaunchError(f"argus.ops.matmul: out has shape {tuple(out.shape)}, expected "
+                          f"{(*lead, m, n)}")
+    if str(out.dtype) not in _OUT:
+        raise LaunchError(f"argus.ops.matmul: out must be bfloat16, float16 or float32, got "
+                          f"{out.dtype}")
+    if out.stride(-1) != 1:
+        raise LaunchError("argus.ops.matmul: out needs a contiguous last dimension",
+                          fix="pass out=None, or a contiguous tensor")
+    if out.numel() == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+
+    in_dtype, out_dtype = _IN[str(a.dtype)], _OUT[str(out.dtype)]
+    eb = in_dtype.bytes
+    a_ready = _tma_ready(a, eb)
+    if b.stride(-2) == 1 and b.stride(-1) != 1 or (b.stride(-2) == 1 and n == 1):
+        layout, b_ready = "nk", _tma_ready(b.transpose(-1, -2), eb)   # x @ W.T
+    else:
+        layout, b_ready = "kn", _tma_ready(b, eb)                     # x @ W
+    tma_store_ok = _aligned(out, out_dtype.bytes)
+    problem = Problem(m, n, k, a.shape[0] if batched else 1, in_dtype.name, out_dtype.name,
+                      layout, tma_store_ok)
+    memo_key = (problem, a.device.index, schedule)
+    compiled = _CHOSEN.get(memo_key)
+    if compiled is None:
+        if a.device.index not in _DEVICE_NAMES:
+            _DEVICE_NAMES[a.device.index] = torch.cuda.get_device_name(a.device)
+        chosen = schedule or choose(problem, _DEVICE_NAMES[a.device.index])
+        if chosen.epilogue == "tma" and not (tma_store_ok and out_dtype.bits == 16):
+            raise LaunchError("argus.ops.matmul: the TMA-store epilogue needs a 16-bit output "
+                              "with 16-byte aligned rows",
+                              fix="use GemmSchedule(epilogue='direct')")
+        compiled = gemm_kernel(in_dtype, out_dtype, layout, batched).compile(s=chosen)
+        _CHOSEN[memo_key] = compiled
+    if a.device.index == torch.cuda.current_device():
+        compiled(a_ready, b_ready, out)
+    else:
+        with torch.cuda.device(a.device):
+            compiled(a_ready, b_ready, out)
+    return out
+
+
+def forget_choices() -> None:
+    """Drop the in-process schedule memo (after tuning wrote new choices to disk)."""
+    _CHOSEN.clear()
+
+
+def bmm(a, b, out=None, *, schedule: GemmSchedule | None = None):
+    """Batched matmul: a [batch, M, K] @ b [batch, K, N]."""
+    if a.dim() != 3 or b.dim() != 3:
+        raise LaunchError(f"argus.ops.bmm takes 3-d tensors, got {a.dim()}-d and {b.dim()}-d")
+    return matmul(a, b, out, schedule=schedule)

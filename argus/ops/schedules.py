@@ -1,0 +1,119 @@
+"""Which GemmSchedule runs a given matmul problem: a tuned choice from the on-disk cache when
+there is one, else a shape heuristic. `tune` measures the candidates on the GPU and records the
+winner, so a shape is tuned once per card and software version.
+
+The cache is one JSON file per GPU name under $ARGUS_CACHE_DIR/matmul (default
+~/.cache/argus/matmul); entries are keyed by the problem signature. The agent's experience
+store, when present, is consulted too (`argus.agent.store.best_schedule`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from argus import config
+from argus.kernels.gemm import GemmSchedule
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What fixes the kernel and its best schedule."""
+
+    m: int
+    n: int
+    k: int
+    batch: int
+    in_dtype: str
+    out_dtype: str
+    b_layout: str          # "nk" or "kn"
+    tma_store_ok: bool     # C's layout allows the stmatrix + TMA-store epilogue
+
+    @property
+    def key(self) -> str:
+        return (f"{self.batch}x{self.m}x{self.n}x{self.k}:{self.in_dtype}->{self.out_dtype}:"
+                f"{self.b_layout}:{'tma' if self.tma_store_ok else 'direct'}")
+
+
+def heuristic(p: Problem) -> GemmSchedule:
+    """A good schedule without measuring (HOPPER.md §2.1 recipe, skinny-M variants)."""
+    epilogue = "tma" if p.tma_store_ok and p.out_dtype in ("bf16", "f16") else "direct"
+    if p.m * p.batch <= 64:
+        # Weight-streaming regime: one 64-row consumer, narrow N tiles so that every SM
+        # streams its own slice of B, a deep ring to keep bytes in flight.
+        return GemmSchedule(bm=64, bn=64, consumers=1, stages=12, epilogue="direct")
+    if p.m * p.batch <= 256:
+        return GemmSchedule(bm=128, bn=64, stages=8, epilogue="direct")
+    stages = 3 if epilogue == "tma" else 4
+    return GemmSchedule(epilogue=epilogue, stages=stages)
+
+
+def candidates(p: Problem) -> list[GemmSchedule]:
+    """The bounded set `tune` measures (every one legal for this problem)."""
+    base = heuristic(p)
+    out = [base]
+    if p.m * p.batch > 256:
+        out += [GemmSchedule(stages=4), GemmSchedule(stages=4, persistent=False),
+                GemmSchedule(bn=128, stages=6)]
+        if p.tma_store_ok and p.out_dtype in ("bf16", "f16"):
+            out += [GemmSchedule(epilogue="tma", stages=3, group_m=16)]
+    else:
+        out += [GemmSchedule(bm=64, bn=128, consumers=1, stages=8),
+                GemmSchedule(bm=128, bn=128, stages=6),
+                GemmSchedule(bm=64, bn=64, consumers=1, stages=8)]
+    seen, unique = set(), []
+    for s in out:
+        if s not in seen:
+            seen.add(s)
+            unique.append(s)
+    return unique
+
+
+def _cache_file(gpu: str) -> Path:
+    safe = "".join(c if c.isalnum() else "_" for c in gpu)
+    return config.cache_dir() / "matmul" / f"{safe}.json"
+
+
+def load_cache(gpu: str) -> dict:
+    path = _cache_file(gpu)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def store_choice(gpu: str, problem: Problem, schedule: GemmSchedule, ms: float) -> None:
+    path = _cache_file(gpu)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = load_cache(gpu)
+    data[problem.key] = {"schedule": dataclasses.asdict(schedule), "ms": ms}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the new file
+
+
+def choose(problem: Problem, gpu: str | None) -> GemmSchedule:
+    if gpu is not None:
+        entry = load_cache(gpu).get(problem.key)
+        if entry is not None:
+            try:
+                return GemmSchedule(**entry["schedule"])
+            except TypeError:
+                pass  # written by another version of GemmSchedule: ignore it
+        try:
+            from argus.agent.store import best_schedule
+        except ImportError:
+            best_schedule = None
+        if best_schedule is not None:
+            found = best_schedule(problem.key)
+            if found:
+                try:
+                    return GemmSchedule(**found)
+                except TypeError:
+                    pass
+    return heuristic(problem)

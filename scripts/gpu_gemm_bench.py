@@ -1,0 +1,199 @@
+"""GEMM benchmark on the GPU: argus.ops.matmul vs torch.matmul (cuBLAS) in one run.
+
+The sweep of HOPPER.md (x @ W "NN" with W [K, N] row-major, and x @ W.T "NT" with W [N, K])
+plus K = 16384 and batched shapes. For each shape: tune (time the candidate schedules, cache
+the winner on disk), check the result against a float64 reference on fresh random data, time
+ours and cuBLAS (median of 100 trials, L2 flushed), and report TFLOP/s and the ratio; for
+M <= 64 also the weight bandwidth against the device copy bandwidth measured in the same run.
+Prints a short table last and writes gemm.json / gemm.md under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SWEEP = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 8192), (8192, 28672, 8192),
+         (8192, 8192, 28672), (4096, 14336, 4096), (2048, 7168, 2048), (512, 8192, 8192),
+         (128, 8192, 8192), (16, 8192, 8192), (4095, 4097, 4096), (8192, 8192, 16384)]
+BATCHED = [(8, 2048, 2048, 2048), (32, 1024, 1024, 1024)]
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def copy_bandwidth() -> float:
+    import torch
+
+    from argus.bench.timing import measure
+
+    src = torch.empty(2 * 1024 ** 3, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    t = measure(lambda: dst.copy_(src), trials=20, warmup=3, allow_few_trials=True)
+    return 2 * src.numel() / (t.median_ms * 1e-3)
+
+
+def tune(a, b, out, trials: int):
+    import torch
+
+    from argus.bench.timing import measure
+    from argus.kernels.gemm import GemmSchedule  # noqa: F401
+    from argus.ops import matmul
+    from argus.ops.matmul import _IN, _OUT, _aligned
+    from argus.ops.schedules import Problem, candidates, store_choice
+
+    layout = "nk" if (b.stride(-2) == 1 and b.stride(-1) != 1) else "kn"
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    problem = Problem(m, n, k, a.shape[0] if a.dim() == 3 else 1, _IN[str(a.dtype)].name,
+                      _OUT[str(out.dtype)].name, layout, _aligned(out, 2))
+    results = []
+    for s in candidates(problem):
+        try:
+            t = measure(lambda s=s: matmul(a, b, out, schedule=s), trials=trials, warmup=5,
+                        allow_few_trials=True)
+            results.append((t.median_ms, s))
+        except Exception as e:  # noqa: BLE001 - an illegal candidate is skipped, and said so
+            log(f"    candidate {s} failed: {type(e).__name__}: {str(e).splitlines()[0]}")
+    best_ms, best = min(results, key=lambda r: r[0])
+    store_choice(torch.cuda.get_device_name(), problem, best, best_ms)
+    from argus.ops.matmul import forget_choices
+
+    forget_choices()  # the next plain matmul() call reads the tuned choice
+    return best, results
+
+
+def bench_case(batch, m, n, k, layout, bw, trials):
+    import torch
+
+    from argus.bench.timing import measure
+    from argus.ops import matmul
+
+    g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
+    lead = (batch,) if batch else ()
+    a = torch.randn(*lead, m, k, device="cuda", generator=g).bfloat16()
+    if layout == "NT":
+        w = torch.randn(*lead, n, k, device="cuda", generator=g).bfloat16()
+        b = w.transpose(-1, -2)
+    else:
+        b = torch.randn(*lead, k, n, device="cuda", generator=g).bfloat16()
+    out = torch.full((*lead, m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    best, tried = tune(a, b, out, trials=20)
+    out.fill_(float("nan"))
+    matmul(a, b, out)
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double()
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    del ref
+    ours = measure(lambda: matmul(a, b, out), trials=trials, warmup=10)
+    base = measure(lambda: torch.matmul(a, b), trials=trials, warmup=10)
+    flops = 2 * (batch or 1) * m * n * k
+    row = {"batch": batch, "M": m, "N": n, "K": k, "layout": layout, "rel_error": err,
+           "ours_ms": ours.median_ms, "cublas_ms": base.median_ms,
+           "ours_tflops": flops / ours.median_ms / 1e9, "cublas_tflops": flops / base.median_ms / 1e9,
+           "ratio": base.median_ms / ours.median_ms, "schedule": repr(best),
+           "candidates": [(ms, repr(s)) for ms, s in tried]}
+    if m * (batch or 1) <= 64:
+        weight_bytes = n * k * 2
+        row["weight_tb_s"] = weight_bytes / (ours.median_ms * 1e-3) / 1e12
+        row["weight_bw_fraction"] = row["weight_tb_s"] * 1e12 / bw
+        row["cublas_weight_bw_fraction"] = weight_bytes / (base.median_ms * 1e-3) / bw
+    log(f"{layout} {'%dx' % batch if batch else ''}{m}x{n}x{k}: ours {row['ours_tflops']:.0f} "
+        f"TFLOP/s, cuBLAS {row['cublas_tflops']:.0f}, ratio {row['ratio']:.2f}, err {err:.1e}, "
+        f"{best}")
+    return row
+
+
+def sass_report(rows) -> dict:
+    from argus.kernels.gemm import GemmSchedule  # noqa: F401 - eval of the schedule repr
+    from argus.kernels.gemm import gemm_kernel
+    from argus.runtime.sass import disassemble, instruction_histogram
+    import argus as ag
+
+    report = {}
+    for layout in ("nk", "kn"):
+        for sched in {r["schedule"] for r in rows}:
+            s = eval(sched, {"GemmSchedule": GemmSchedule})  # noqa: S307 - our own repr
+            ck = gemm_kernel(ag.bf16, ag.bf16, layout, False).compile(s=s)
+            sass = disassemble(ck.binary.cubin) or ""
+            hist = instruction_histogram(sass) if sass else {}
+            res = ck.resources
+            report[f"{layout} {sched}"] = {
+                "HGMMA": sum(v for k, v in hist.items() if k.startswith("HGMMA")),
+                "HMMA": sum(v for k, v in hist.items() if k.startswith("HMMA")),
+                "spill_bytes": res.spill_stores + res.spill_loads, "registers": res.registers}
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
+    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    started = time.time()
+    bw = copy_bandwidth()
+    log(f"{torch.cuda.get_device_name()} torch {torch.__version__}: device copy {bw / 1e12:.2f} "
+        f"TB/s (read + write)")
+    rows = []
+    sweep = SWEEP[:3] if args.quick else SWEEP
+    for (m, n, k) in sweep:
+        for layout in ("NN", "NT"):
+            try:
+                rows.append(bench_case(0, m, n, k, layout, bw, args.trials))
+            except Exception as e:  # noqa: BLE001 - record and continue
+                log(f"{layout} {m}x{n}x{k}: FAILED {type(e).__name__}: {e}")
+                rows.append({"M": m, "N": n, "K": k, "layout": layout, "error": repr(e)})
+    for (batch, m, n, k) in ([] if args.quick else BATCHED):
+        for layout in ("NN", "NT"):
+            try:
+                rows.append(bench_case(batch, m, n, k, layout, bw, args.trials))
+            except Exception as e:  # noqa: BLE001
+                log(f"batched {layout} {batch}x{m}x{n}x{k}: FAILED {type(e).__name__}: {e}")
+                rows.append({"batch": batch, "M": m, "N": n, "K": k, "layout": layout,
+                             "error": repr(e)})
+    ok = [r for r in rows if "ratio" in r]
+    geo = math.exp(sum(math.log(r["ratio"]) for r in ok) / len(ok)) if ok else float("nan")
+    sass = sass_report(ok)
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "commit": os.environ.get("ARGUS_COMMIT", "unknown"),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "copy_bandwidth_bytes_per_s": bw, "rows": rows, "geomean_ratio": geo,
+              "min_ratio": min((r["ratio"] for r in ok), default=float("nan")), "sass": sass,
+              "wall_s": time.time() - started}
+    (args.out / "gemm.json").write_text(json.dumps(result, indent=1, default=str))
+    lines = ["| shape (batch x) M x N x K | layout | Argus TFLOP/s | cuBLAS TFLOP/s | ratio | "
+             "rel err | weight BW (M<=64) |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        shape = f"{str(r['batch']) + 'x' if r.get('batch') else ''}{r['M']}x{r['N']}x{r['K']}"
+        if "ratio" not in r:
+            lines.append(f"| {shape} | {r['layout']} | failed | | | | |")
+            continue
+        bwtxt = (f"{r['weight_bw_fraction']:.0%} (cuBLAS {r['cublas_weight_bw_fraction']:.0%})"
+                 if "weight_bw_fraction" in r else "")
+        lines.append(f"| {shape} | {r['layout']} | {r['ours_tflops']:.0f} | "
+                     f"{r['cublas_tflops']:.0f} | {r['ratio']:.2f} | {r['rel_error']:.1e} | "
+                     f"{bwtxt} |")
+    lines.append(f"\ngeomean ratio {geo:.3f}, min ratio {result['min_ratio']:.2f}; copy BW "
+                 f"{bw / 1e12:.2f} TB/s; wall {result['wall_s']:.0f} s")
+    lines.append("SASS: " + "; ".join(f"{k}: HGMMA {v['HGMMA']}, HMMA {v['HMMA']}, spills "
+                                      f"{v['spill_bytes']}" for k, v in sass.items()))
+    text = "\n".join(lines)
+    (args.out / "gemm.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""GPU tier: argus.ops.matmul against a float64 reference on fresh random data — both B
+layouts, bf16/fp16 in, bf16/fp16/fp32 out, odd sizes, sliced and transposed views, misaligned
+pointers, batches, empty shapes — and the clear errors for inputs that cannot be right."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available()
+                       or torch.cuda.get_device_capability()[0] < 9,
+                       reason="needs a Hopper (sm_90a) GPU"),
+]
+
+
+def _rel(out, ref):
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def _rand(*shape, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(*shape, generator=g, device="cuda").to(dtype)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 257, 64), (7, 129, 72), (129, 300, 200), (64, 4096, 4096),
+                                   (4095, 511, 256), (300, 4097, 136)])
+@pytest.mark.parametrize("layout", ["x@W.T", "x@W"])
+def test_matmul_shapes_and_layouts(m, n, k, layout):
+    from argus.ops import matmul
+
+    a = _rand(m, k, seed=m)
+    w = _rand(n, k, seed=n) if layout == "x@W.T" else _rand(k, n, seed=n)
+    b = w.T if layout == "x@W.T" else w
+    out = matmul(a, b)
+    assert _rel(out, a.double() @ b.double()) < 1e-2
+
+
+@pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float16, torch.float16),
+                                                (torch.bfloat16, torch.float32),
+                                                (torch.float16, torch.float32)])
+def test_matmul_dtypes(in_dtype, out_dtype):
+    from argus.ops import matmul
+
+    a, b = _rand(300, 520, dtype=in_dtype, seed=1), _rand(520, 260, dtype=in_dtype, seed=2)
+    out = torch.full((300, 260), float("nan"), device="cuda", dtype=out_dtype)
+    matmul(a, b, out=out)
+    tol = 1e-5 if out_dtype == torch.float32 else 1e-2
+    assert _rel(out, a.double() @ b.double()) < tol
+
+
+def test_matmul_views_and_misaligned_pointers():
+    from argus.ops import matmul
+
+    big = _rand(300, 1000, seed=3)
+    a = big[:, 10:210]                      # sliced: row pitch 1000, pointer offset 20 bytes
+    b = _rand(400, 200, seed=4)[:, :].T     # transposed view of a row-major weight
+    assert _rel(matmul(a, b), a.double() @ b.double()) < 1e-2
+    flat = _rand(1 + 64 * 72, seed=5)[1:].view(64, 72)   # base pointer off by 2 bytes
+    w = _rand(72, 48, seed=6)
+    assert _rel(matmul(flat, w), flat.double() @ w.double()) < 1e-2
+    strided = _rand(72, 96, seed=7)[:, ::2]  # neither stride is 1
+    assert _rel(matmul(flat, strided), flat.double() @ strided.double()) < 1e-2
+
+
+def test_batched_and_shared_weight():
+    from argus.ops import bmm, matmul
+
+    a, b = _rand(3, 200, 136, seed=8), _rand(3, 136, 300, seed=9)
+    assert _rel(bmm(a, b), a.double() @ b.double()) < 1e-2
+    bt = _rand(3, 300, 136, seed=10).transpose(1, 2)
+    assert _rel(bmm(a, bt), a.double() @ bt.double()) < 1e-2
+    w = _rand(136, 72, seed=11)
+    assert _rel(matmul(a, w), a.double() @ w.double()) < 1e-2
+
+
+def test_empty_shapes():
+    from argus.ops import matmul
+
+    assert matmul(_rand(0, 64), _rand(64, 32)).shape == (0, 32)
+    out = matmul(_rand(5, 0), _rand(0, 7))
+    assert out.shape == (5, 7) and not out.float().abs().sum()
+
+
+def test_clear_errors():
+    from argus.errors import LaunchError
+    from argus.ops import matmul
+
+    a = _rand(64, 64)
+    with pytest.raises(LaunchError, match="cpu"):
+        matmul(a.cpu(), a.cpu())
+    with pytest.raises(LaunchError, match="both bfloat16 or both float16"):
+        matmul(a, a.half())
+    with pytest.raises(LaunchError, match="both bfloat16 or both float16"):
+        matmul(a.float(), a.float())
+    with pytest.raises(LaunchError, match="do not multiply"):
+        matmul(a, _rand(32, 64))
+    with pytest.raises(LaunchError, match="out has shape"):
+        matmul(a, a, out=torch.empty(3, 3, device="cuda", dtype=torch.bfloat16))
