@@ -90,9 +90,9 @@ def test_clear_errors():
     a = _rand(64, 64)
     with pytest.raises(LaunchError, match="cpu"):
         matmul(a.cpu(), a.cpu())
-    with pytest.raises(LaunchError, match="both bfloat16 or both float16"):
+    with pytest.raises(LaunchError, match="must both be bfloat16 or both float16"):
         matmul(a, a.half())
-    with pytest.raises(LaunchError, match="both bfloat16 or both float16"):
+    with pytest.raises(LaunchError, match="must both be bfloat16 or both float16"):
         matmul(a.float(), a.float())
     with pytest.raises(LaunchError, match="do not multiply"):
         matmul(a, _rand(32, 64))
