@@ -238,6 +238,7 @@ class _Emitter:
     tensors: dict[int, str] = field(default_factory=dict)
     pending: dict[int, list[str]] = field(default_factory=dict)  # pipe -> accs in flight
     tma_stores: bool = False
+    lazy_zero: dict[str, int] = field(default_factory=dict)  # tile -> regs, scale-d zeroing
 
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.indent + line)
@@ -301,6 +302,11 @@ class _Emitter:
         for pid, accs in sorted(self.pending.items()):
             for acc in accs:
                 self.emit(f"ag::fence_operands({acc});")
+                if acc in self.lazy_zero:  # no wgmma ran (K = 0): the tile is still zero
+                    self.emit(f"if ({acc}_zero) {{")
+                    self.emit("    #pragma unroll")
+                    self.emit(f"    for (int i = 0; i < {self.lazy_zero[acc]}; ++i) {acc}[i] = 0.0f;")
+                    self.emit("}")
             self.emit(f"if (pend{pid} >= 0 && threadIdx.x % 128 == 0) "
                       f"ag::mbar_arrive(&empty{pid}[pend{pid}]);")
             self.emit(f"pend{pid} = -1;")
@@ -502,10 +508,14 @@ class _Emitter:
                   f"{lbo_b}, {sbo_b});")
         self.emit(f"ag::fence_operands({acc.name});")
         self.emit("ag::wgmma_fence();")
+        lazy = acc.name in self.lazy_zero
         for kk in range(k_steps):
+            scale = f"1 - {acc.name}_zero" if lazy and kk == 0 else "1"
             self.emit(f"ag::{spec.name}({acc.name}, ag::desc_advance(da, {kk * step_a}), "
-                      f"ag::desc_advance(db, {kk * step_b}), 1);")
+                      f"ag::desc_advance(db, {kk * step_b}), {scale});")
         self.emit("ag::wgmma_commit();")
+        if lazy:
+            self.emit(f"{acc.name}_zero = 0;")
         if self.in_consume:
             self.in_consume[-1].append(acc.name)
         else:
@@ -517,6 +527,11 @@ class _Emitter:
     # register tiles
     def op_Full(self, op: O.Full) -> None:
         info = self.declare_tile(op.result, op.loc)
+        if op.scale_d_zero:
+            # The first wgmma overwrites (scale-d = 0); zero only if none ran (flush_pending).
+            self.emit(f"int {info.name}_zero = 1;")
+            self.lazy_zero[info.name] = info.layout.nregs
+            return
         self.emit("#pragma unroll")
         self.emit(f"for (int i = 0; i < {info.layout.nregs}; ++i) {info.name}[i] = "
                   f"{_c_float(op.value)};")

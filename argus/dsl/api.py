@@ -323,6 +323,18 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False) -> Tile:
         bn, bk = n, k
     else:
         bn, bk = bv.rows, bv.cols
+    if m != 64:
+        raise TraceError(f"one warpgroup's wgmma covers 64 rows, the accumulator has {m}", loc,
+                         fix="split M across warpgroups (role warpgroups=2 for 128 rows) and "
+                             "give each a [64, N] accumulator")
+    if av.rows != 64:
+        raise TraceError(f"wgmma operand a has {av.rows} rows, need 64", loc,
+                         fix="take a 64-row slice: buf[stage].rows_of(64 * wg, 64)")
+    if n % 8 or not 8 <= n <= 256:
+        raise TraceError(f"wgmma N={n} must be a multiple of 8 in [8, 256]", loc)
+    if bn != n or bk != k:
+        raise TraceError(f"wgmma shapes disagree: a is 64x{k}, b gives N={bn}, K={bk}, acc is "
+                         f"64x{n}", loc)
     if k % 16:
         raise TraceError(f"wgmma K={k} must be a multiple of 16 for 16-bit inputs", loc)
     if av.buffer.type.dtype not in (dtypes.bf16, dtypes.f16) or \

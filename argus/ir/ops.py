@@ -270,12 +270,17 @@ class Store(Op):
 
 @dataclass(frozen=True)
 class Full(Op):
-    """A register tile filled with a constant (zeros are `full 0.0`)."""
+    """A register tile filled with a constant (zeros are `full 0.0`).
+
+    `scale_d_zero` (set by lowering for a zero accumulator whose first writer is a pipelined
+    wgmma): the registers are not zeroed; the first wgmma runs with scale-d = 0 and overwrites
+    them (PTX ISA wgmma.mma_async, scale-d), and they are zeroed only if no wgmma ran."""
 
     NAME = "full"
     RESULTS = ("result",)
     result: Value
     value: float
+    scale_d_zero: bool = False
 
 
 @dataclass(frozen=True)

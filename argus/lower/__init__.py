@@ -1,16 +1,17 @@
 """Lowering: one pass per file, each Kernel -> Kernel, filling in the decisions codegen renders
-(and the verifier proves): TMA boxes, wgmma descriptors, the mbarrier protocol, the shared
-memory plan and the role/register plan."""
+(and the verifier proves): TMA boxes, wgmma descriptors, the mbarrier protocol, scale-d
+accumulator zeroing, the shared memory plan and the role/register plan."""
 
 from __future__ import annotations
 
 from argus.ir.core import Kernel
-from argus.lower import pipeline, roles, smem, tma, wgmma
+from argus.lower import accumulators, pipeline, roles, smem, tma, wgmma
 
 PASSES = (
     ("tma_boxes", tma.run),
     ("wgmma_descriptors", wgmma.run),
     ("pipeline_protocol", pipeline.run),
+    ("accumulators", accumulators.run),
     ("smem_plan", smem.run),
     ("role_plan", roles.run),
 )

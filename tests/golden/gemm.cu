@@ -153,8 +153,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) argus_gemm(
             const int v71 = (v65 + v70);
             const int v72 = (v69 / v68);
             float t73[128];
-            #pragma unroll
-            for (int i = 0; i < 128; ++i) t73[i] = 0.0f;
+            int t73_zero = 1;
             for (int v76 = 0; v76 < v30; v76 += 1) {
                 {
                     const int v77 = (n24 % 4);
@@ -167,11 +166,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) argus_gemm(
                         const ag::uint64_t db = ag::make_smem_desc(v81, 128, 16, 1024);
                         ag::fence_operands(t73);
                         ag::wgmma_fence();
-                        ag::wgmma_m64n256k16_f32_bf16_ss(t73, ag::desc_advance(da, 0), ag::desc_advance(db, 0), 1);
+                        ag::wgmma_m64n256k16_f32_bf16_ss(t73, ag::desc_advance(da, 0), ag::desc_advance(db, 0), 1 - t73_zero);
                         ag::wgmma_m64n256k16_f32_bf16_ss(t73, ag::desc_advance(da, 32), ag::desc_advance(db, 32), 1);
                         ag::wgmma_m64n256k16_f32_bf16_ss(t73, ag::desc_advance(da, 64), ag::desc_advance(db, 64), 1);
                         ag::wgmma_m64n256k16_f32_bf16_ss(t73, ag::desc_advance(da, 96), ag::desc_advance(db, 96), 1);
                         ag::wgmma_commit();
+                        t73_zero = 0;
                     }
                     ag::wgmma_wait<1>();
                     ag::fence_operands(t73);
@@ -186,6 +186,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) argus_gemm(
             const int v88 = (v72 * 256);
             ag::wgmma_wait<0>();  // retire the last in-flight wgmma group
             ag::fence_operands(t73);
+            if (t73_zero) {
+                #pragma unroll
+                for (int i = 0; i < 128; ++i) t73[i] = 0.0f;
+            }
             if (pend24 >= 0 && threadIdx.x % 128 == 0) ag::mbar_arrive(&empty24[pend24]);
             pend24 = -1;
             if (true) {

@@ -14,7 +14,7 @@ def test_compile_dump_writes_every_step(tmp_path):
     assert main(["compile", str(ROOT / "examples" / "gemm.py") + "::gemm", "--dump",
                  str(out), "--no-verify"]) == 0
     names = {p.name for p in out.iterdir()}
-    for expected in ("00_trace.ir", "01_infer_layouts.ir", "06_role_plan.ir", "argus_gemm.cu",
+    for expected in ("00_trace.ir", "01_infer_layouts.ir", "07_role_plan.ir", "argus_gemm.cu",
                      "argus_gemm.ptx", "argus_gemm.cubin", "resources.json"):
         assert expected in names
     report = json.loads((out / "resources.json").read_text())
