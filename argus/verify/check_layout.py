@@ -282,7 +282,14 @@ def _written(L: _Layout, model: Model, addr, st, writer_row0s, xp=np):
 
 
 def _expected(L: _Layout, mn, kk, row0):
-    return (row0 + kk, mn) if L.trans else (row0 + mn, kk)
+    """The view element wgmma operand element (mn, k) must be: K-major rows directly; an
+    MN-major B as column atoms [N / W][K][W] (W = the buffer's columns)."""
+    if not L.trans:
+        return (row0 + mn, kk)
+    W = L.t.shape[-1]
+    if isinstance(mn, z3.ExprRef):
+        return (row0 + z3.UDiv(mn, W) * L.K + kk, z3.URem(mn, W))
+    return (row0 + (mn // W) * L.K + kk, mn % W)
 
 
 def _operand_layout(model: Model, site: WgmmaSite, operand: str):

@@ -125,7 +125,9 @@ def _pipe(model: Model, pipe: PipeInfo):  # noqa: C901 - one protocol, many obli
             tp, tc = pipe.totals.get((pr, "produce")), pipe.totals.get((cr, "consume"))
             if tp is None or tc is None or pr == cr:
                 continue
-            obs.append(_totals(model, pipe, pr, cr, _num(tp), _num(tc), subject))
+            sites = [s for s in pipe.steps if (s.site.role.name if s.site.role else None)
+                     in (pr, cr)]
+            obs.append(_totals(model, pipe, pr, cr, _num(tp), _num(tc), subject, sites))
     # -- arrivals --------------------------------------------------------------------------
     for step in consumers:
         arrivals = step.op.arrivals
@@ -159,12 +161,14 @@ def _pipe(model: Model, pipe: PipeInfo):  # noqa: C901 - one protocol, many obli
     return obs, finds
 
 
-def _totals(model, pipe, pr, cr, tp, tc, subject) -> Obligation:
+def _totals(model, pipe, pr, cr, tp, tc, subject, sites) -> Obligation:
     loc = pipe.op.loc
 
     def decode(zm, violated):
         wit = {"shapes": W.shapes(model, zm), "producer_steps": value(zm, tp),
-               "consumer_steps": value(zm, tc), "producer_role": pr, "consumer_role": cr}
+               "consumer_steps": value(zm, tc), "producer_role": pr, "consumer_role": cr,
+               "steps_at": [f"{s.kind} at {s.op.loc} in loops "
+                            f"{[str(sc.op.loc) for sc in s.site.loops()]}" for s in sites]}
         if model.grid is not None:
             wit["cta"] = tuple(value(zm, model.sym[v.id]) for v in model.grid.ids)
         more = "producer" if value(zm, tp) > value(zm, tc) else "consumer"
@@ -360,10 +364,21 @@ def replay(model: Model, pipe: PipeInfo, p: StepInfo, c: StepInfo, lag: int, wit
     with the real per-step expressions; returns the first reachable violation."""
     S = pipe.stages
     shapes = dict(wit.get("shapes") or (wit.get("consumer") or {}).get("shapes") or {})
-    for name in model.params:
-        shapes.setdefault(name, 1)
-    prod = _role_steps(model, pipe, "produce", shapes)
-    cons = _role_steps(model, pipe, "consume", shapes)
+    want = max(int(wit.get("total_steps", 0) or 0), 2 * S + 2)
+    prod = cons = []
+    for scale in (1, 2, 4, 8, 16, 64, 256, 1024, 4096):
+        # grow the shapes the witness left open until both roles run enough steps
+        trial = {name: shapes.get(name, scale) for name in model.params}
+        try:
+            prod = _role_steps(model, pipe, "produce", trial)
+            cons = _role_steps(model, pipe, "consume", trial)
+        except ValueError:
+            prod = cons = []
+            break
+        shapes_used = trial
+        if min(len(prod), len(cons)) >= want:
+            break
+    shapes = shapes_used if prod else shapes
     if not prod or not cons:
         # fall back to a plain counter sequence of the two sites
         total = max(4, int(wit.get("total_steps", 2 * S + 2) or 2 * S + 2))

@@ -219,6 +219,8 @@ def _bounds(model: Model) -> list[Obligation]:
 
 def _fences(model: Model) -> list[Finding]:
     out = []
+    if not model.lowered:
+        return out  # fences are a lowering decision: checked on what lowering produced
     generic = {bid for bid, ws in model.writes.items() if any(w.kind == "generic" for w in ws)}
     for r in model.reads:
         if r.view.buffer.id not in generic or r.kind not in CODEGEN_FENCES:

@@ -17,20 +17,18 @@ from __future__ import annotations
 import z3
 
 from argus.verify import witness as W
-from argus.verify.model import Model, ViewInfo, WgmmaSite, _num
+from argus.verify.model import Model, WgmmaSite, _num, b_index
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import fresh_int, is_coordinate_field, mentions
 
 
-def _operand_index(view: ViewInfo, mn, kk, trans: bool):
-    return (kk, mn) if trans else (mn, kk)
-
-
 def _coords_text(zm, rec, model: Model) -> str:
     tensor_ix = rec.fields.get("tensor")
     if tensor_ix is None:
-        return rec.source or "undefined data"
+        tags = {k: value(zm, v.term) for k, v in rec.fields.items()
+                if v.is_point and k not in ("iter", "step", "stage")}
+        return f"computed data with tags {tags}" if tags else (rec.source or "untagged data")
     tid = list(model.tensors)[value(zm, tensor_ix.term)]
     info = model.tensors[tid]
     coords = [value(zm, rec.fields[f].term) for f in info.field_names]
@@ -43,7 +41,7 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
     K = site.a.cols
     m, n, kk = fresh_int("m"), fresh_int("n"), fresh_int("kk")
     ra = model.read_smem(site.a, (m, kk), site.site)
-    rb = model.read_smem(site.b, _operand_index(site.b, n, kk, op.trans_b), site.site)
+    rb = model.read_smem(site.b, b_index(site.b, n, kk, K, op.trans_b), site.site)
     ranges = [m >= 0, m < 64, n >= 0, n < N, kk >= 0, kk < K]
     base = list(model.premises) + site.site.constraints() + ranges + list(ra.cond) + \
         list(rb.cond)
@@ -61,9 +59,16 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
             "nothing written there in this step"
         wit["a_element"] = a_txt
         wit["b_element"] = b_txt
+        for key, rec in (("a_written_by", ra), ("b_written_by", rb)):
+            for cond, what in rec.provenance:
+                if z3.is_true(zm.eval(cond, True)):
+                    wit[key] = what
+                    break
         msg = (f"warpgroup thread {wit['thread']} (warp {wit['warp']}, lane {wit['lane']}), "
                f"accumulator {wit['register']} = tile element ({mv}, {nv}), k {kv} of the tile "
-               f"(k-block {kv // 16}): A operand holds {a_txt}, B operand holds {b_txt}; "
+               f"(k-block {kv // 16}): A operand holds {a_txt}"
+               f"{' (' + wit['a_written_by'] + ')' if 'a_written_by' in wit else ''}, B operand "
+               f"holds {b_txt}{' (' + wit['b_written_by'] + ')' if 'b_written_by' in wit else ''}; "
                f"violated: {', '.join(violated)}")
         return msg, wit
 
@@ -77,15 +82,19 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
             continue
         fa, fb = ra.fields[name], rb.fields[name]
         varies = mentions(fa.term, kk) or mentions(fb.term, kk)
-        if name in _user_fields(model) or varies:
+        # a coordinate both operands hold constant over the whole tile is a batch index (batch,
+        # head): it must agree too; one that follows m or n (Q's and K's sequence index in
+        # self-attention, A @ A^T) is a free index and need not
+        batch = not any(mentions(t, v) for t in (fa.term, fb.term) for v in (m, n, kk))
+        if name in _user_fields(model) or varies or batch:
             claims.append((f"A.{name} == B.{name}", fa.term == fb.term))
             base = base + list(fa.cond) + list(fb.cond)
             if varies and is_coordinate_field(name):
                 k_fields.append(name)
-    if claims:
-        defined = [ra.defined, rb.defined]
-        obs.append(Obligation("wgmma.agree", op.loc, subject, base + defined, claims, decode,
-                              minimize=_minimize(site) + [m, n, kk]))
+    defined = [ra.defined, rb.defined]
+    for claim in claims:  # one query per field: each stays small
+        obs.append(Obligation("wgmma.agree", op.loc, subject + f": {claim[0]}", base + defined,
+                              [claim], decode, minimize=_minimize(site) + [m, n, kk]))
     for name in k_fields:
         obs.extend(_k_once(model, site, name))
     return obs

@@ -102,7 +102,18 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
     stats = solver.Stats()
     obs, finds = collect(model)
     findings = list(finds)
+    # counterexamples are minimized on the obligation's own variables first (iteration,
+    # element), then on the CTA and the shapes: small numbers read best
+    extra = [model.sym[v.id] for v in model.grid.ids] if model.grid is not None else []
+    extra += list(model.params.values())
     for ob in obs:
+        if ob.minimize is not None:
+            seen = {str(t) for t in ob.minimize}
+            ob.minimize = list(ob.minimize) + [t for t in extra if str(t) not in seen]
+        if any(op.nvars for op, _ in model.axioms):
+            # tag.assume axioms, instantiated on the opaque-function terms of this query
+            ob.premises = list(ob.premises) + model.axiom_instances(
+                [c for _, c in ob.claims] + list(ob.premises))
         findings.append(OB.run(ob, stats, timeout_ms))
     for loc, why in model.unsupported:
         findings.append(OB.Finding("model", loc, "kernel model", "unknown", why))

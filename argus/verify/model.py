@@ -295,6 +295,9 @@ class Model:
         self._walk(Region(tuple(top)), (), None, counters)
         for role in self.roles:
             self._walk_role(role)
+        for op, _site in self.axioms:
+            if op.nvars == 0:  # a launch precondition over shape parameters: assumed everywhere
+                self.premises.append(_as_bool(self.eval_tag_expr(op.expr, op.args)))
         if not self.roles:
             for pid, n in counters.items():
                 self.pipes[pid].totals[(None, "produce")] = n
@@ -495,8 +498,17 @@ class Model:
         elif isinstance(op, O.Convert):
             src = self.tile(op.src)
             self._set_tile(op.result, src.fn, op, src.what)
+            self.tiles[op.result.id].layout = op.result.type.layout or src.layout
         elif isinstance(op, O.Reduce):
             self._reduce(op, scopes, role)
+        elif isinstance(op, O.TileSlice):
+            src = self.tile(op.src)
+            axis, start = op.axis, op.start
+
+            def fn(idx, src=src, axis=axis, start=start):
+                return src.fn(tuple(x + start if d == axis else x for d, x in enumerate(idx)))
+            self._set_tile(op.result, fn, op, f"columns/rows from {start} of {src.what}")
+            self.tiles[op.result.id].layout = src.layout
         elif isinstance(op, O.Assign):
             src = self.tile(op.src)
             self.tiles[op.dst.id] = TileState(self.tile(op.dst).shape, src.layout, src.fn,
@@ -527,16 +539,9 @@ class Model:
         inner_scopes = scopes + (scope,)
         index = var - _num(start) if isinstance(step, int) and step == 1 else \
             (var - _num(start)) / _num(step)
-        # dry pass (no recording): evaluates the body's scalars (inner loop bounds) so the
-        # steps per iteration can be counted, and gives loop-carried tiles their state after one
-        # iteration; summarized over the loop and joined with the initial state, that is the
-        # state every iteration sees on entry
-        saved, recording = dict(self.tiles), self._recording
-        carried = self._carried_tiles(op.body)
-        self._recording = False
-        self._walk(op.body, inner_scopes, role, {pid: _num(counters.get(pid, 0))
-                                                  for pid in self.pipes})
-        self._recording = recording
+        # the body's scalars first (inner loop bounds), so its steps per iteration can be
+        # counted; counters inside the body are then exact
+        self._prime_scalars(op.body)
         per = {}
         for pid in self.pipes:
             try:
@@ -546,12 +551,19 @@ class Model:
                 per[pid] = 0
         inner_counters = {pid: _num(counters.get(pid, 0)) + index * per[pid] for pid in per
                           if not _is_zero(per[pid])}
-        for vid in carried:
-            if vid in self.tiles and vid in saved:
-                self.tiles[vid] = _join(saved[vid], _summarize(self.tiles[vid], var, start,
-                                                               stop, op.loc))
-            elif vid in saved:
-                self.tiles[vid] = saved[vid]
+        carried = self._carried_tiles(op.body)
+        if carried:
+            # dry pass (no recording): the loop-carried tiles' state after one iteration,
+            # summarized over the loop and joined with the initial state, is the state every
+            # iteration sees on entry
+            saved, recording = dict(self.tiles), self._recording
+            self._recording = False
+            self._walk(op.body, inner_scopes, role, dict(inner_counters))
+            self._recording = recording
+            for vid in carried:
+                if vid in self.tiles and vid in saved:
+                    self.tiles[vid] = _join(saved[vid], _summarize(self.tiles[vid], var, start,
+                                                                   stop, op.loc))
         self._walk(op.body, inner_scopes, role, dict(inner_counters))
         for vid in carried:
             if vid in self.tiles:
@@ -560,6 +572,21 @@ class Model:
         for pid, n in per.items():
             if not _is_zero(n):
                 counters[pid] = _num(counters.get(pid, 0)) + trip * n
+
+    def _prime_scalars(self, region: Region) -> None:
+        """Evaluate the scalars of a region (constants, arithmetic, loop indices) without
+        recording anything, so counts over it can be formed before it is walked."""
+        for op in region.walk():
+            if isinstance(op, O.Const):
+                self.sym[op.result.id] = op.value
+            elif isinstance(op, O.Arith):
+                r = self._arith(op)
+                self.sym[op.result.id] = r if r is not None else fresh_int(f"opaque{op.result.id}")
+            elif isinstance(op, O.For):
+                self.sym[op.var.id] = self._var(f"i{op.var.id}", VarInfo(
+                    "loop", f"loop index at {op.loc}", op.var, op))
+            elif isinstance(op, (O.Produce, O.Consume)) and op.stage.id not in self.sym:
+                self.sym[op.stage.id] = fresh_int(f"stage{op.stage.id}")
 
     def _carried_tiles(self, region: Region) -> list[int]:
         out = []
@@ -606,7 +633,7 @@ class Model:
         it = loops[-1].var if loops else None
 
         def fn(idx, info=info, offs=offs, it=it):
-            coords = tuple(_num(o) + i for o, i in zip(offs, idx))
+            coords = trailing(offs, idx)
             return self.element_record(info, coords, it=it,
                                        source=f"{info.name}[...] loaded at {op.loc}")
         self._set_tile(op.result, fn, op, f"a tile of {info.name} loaded at {op.loc}")
@@ -652,11 +679,15 @@ class Model:
                 cond += rec.cond
                 defined.append(rec.defined)
                 for name, val in rec.fields.items():
+                    if name == "tensor":
+                        continue  # computed data is no longer an element of one tensor
                     fields[name] = combine(fields[name], val, f"{op.fn} at {op.loc}") \
                         if name in fields else val
             return Record(fields, z3.And(defined) if defined else z3.BoolVal(True), cond,
                           f"{op.fn} at {op.loc}")
-        layout = op.result.type.layout
+        # without layout inference, a pointwise result of a same-shape accumulator is one too
+        layout = op.result.type.layout or next(
+            (st.layout for st, sh in operands if tuple(sh) == tuple(shape) and st.layout), "")
         self.tiles[op.result.id] = TileState(shape, layout, fn, op.loc, f"{op.fn} at {op.loc}")
         self._def_seq[op.result.id] = next(self._seq)
 
@@ -673,7 +704,7 @@ class Model:
             rec = src.fn(inner)
             fields = {name: reduce_over(val, v, 0, extent, f"{op.fn} over axis {axis} at "
                                                            f"{op.loc}")
-                      for name, val in rec.fields.items()}
+                      for name, val in rec.fields.items() if name != "tensor"}
             # cond mentioning v belongs to the fields now; keep the rest
             return Record(fields, rec.defined, tuple(c for c in rec.cond),
                           f"{op.fn} at {op.loc}")
@@ -721,7 +752,7 @@ class Model:
             m, n = idx
             kk = fresh_int("kk")
             ra = self.read_smem(a, (m, kk), site)
-            rb = self.read_smem(b, (kk, n) if trans else (n, kk), site)
+            rb = self.read_smem(b, b_index(b, n, kk, K, trans), site)
             prev = before.fn(idx)
             fields = dict(prev.fields)
             for rec in (ra, rb):
@@ -756,6 +787,7 @@ class Model:
         rec_fields: dict = {}
         defined = z3.BoolVal(False)
         cond: tuple = ()
+        prov: list = []
         for w in writes:  # program order: the last covering write wins
             W = w.view
             covers = z3.And(_stage_eq(W.stage, view.stage), R >= _num(W.row0),
@@ -768,16 +800,18 @@ class Model:
                     z3.If(covers, val.term, old.term), val.bound + old.bound,
                     val.cond + old.cond, val.mixed + old.mixed)
             defined = z3.Or(covers, defined)
-        return Record(rec_fields, defined, cond, f"{view.buffer} (stmatrix)")
+            prov.append((covers, f"stmatrix at {w.op.loc}"))
+        return Record(rec_fields, defined, cond, f"{view.buffer} (stmatrix)",
+                      tuple(reversed(prov)))
 
     def _read_tma(self, view, R, j, reader: Site, writes) -> Record:
+        pipe_ids = {w.step.pipe.id for w in writes if w.step is not None}
         consume = None
-        for s in reversed(reader.scopes):
-            if s.kind == "consume":
+        for s in reversed(reader.scopes):  # the innermost consume step of the writers' pipe
+            if s.kind == "consume" and s.op.pipe.id in pipe_ids:
                 consume = s
                 break
-        pipe_ids = {w.step.pipe.id for w in writes if w.step is not None}
-        if consume is None or consume.op.pipe.id not in pipe_ids:
+        if consume is None:
             # no pipeline ownership: the read may see any fill; the race module reports it
             return Record({}, z3.BoolVal(False), (), "a pipelined buffer read outside its "
                                                      "consume step")
@@ -790,12 +824,16 @@ class Model:
         defined = z3.BoolVal(False)
         cond: list = []
         actives = []
+        prov: list = []
         for group in by_site.values():
             step = group[0].step
             sub = self.writer_substitution(step, reader, n_r)
-            active = z3.And([_subst(c, sub) for c in step.site.constraints()]
-                            + [_subst(step.counter, sub) == n_r])
+            ranges = [_subst(c, sub) for c in step.site.constraints()]
+            active = z3.And(ranges + [_subst(step.counter, sub) == n_r])
             actives.append(active)
+            # the writer's copies range over their loops/warpgroups whether or not this site
+            # is the active one: stating it outside the disjunction bounds every variable
+            cond.extend(ranges)
             for w in group:  # later TMA copies in the same step overwrite earlier ones
                 W = w.view
                 w_row0 = _subst(_num(W.row0), sub)
@@ -817,10 +855,12 @@ class Model:
                     fields[name] = val if old is None else TagVal(
                         z3.If(covers, val.term, old.term), (), val.cond + old.cond, ())
                 defined = z3.Or(covers, defined)
+                prov.append((covers, f"TMA copy of {w.tensor.name} at {w.op.loc}"))
         # exactly one produce step has the consumer's counter value (pipeline module proves
         # the totals agree), so one site is active: assume it, with fresh writer variables
         cond.append(z3.Or(actives) if actives else z3.BoolVal(False))
-        return Record(fields, defined, tuple(cond), f"{view.buffer} (TMA)")
+        return Record(fields, defined, tuple(cond), f"{view.buffer} (TMA)",
+                      tuple(reversed(prov)))
 
     def writer_substitution(self, step: StepInfo, reader: Site, n_r) -> list:
         """Variables of the producer's step site, as seen from a consumer at counter n_r.
@@ -897,8 +937,7 @@ class Model:
         out = []
         for op, _site in self.axioms:
             if op.nvars == 0:
-                out.append(_as_bool(self.eval_tag_expr(op.expr, op.args)))
-                continue
+                continue  # already a premise of every query
             for combo in itertools.product(grounds, repeat=op.nvars):
                 out.append(_as_bool(self.eval_tag_expr(op.expr, op.args, xs=combo)))
         return out
@@ -973,6 +1012,24 @@ def _stage_eq(a, b) -> z3.BoolRef:
     if a is None or b is None:
         return z3.BoolVal(False)
     return _num(a) == _num(b)
+
+
+def b_index(view: "ViewInfo", n, kk, K: int, trans: bool) -> tuple:
+    """The view element holding B[n, k] of a wgmma: K-major [N, K] views directly; an
+    MN-major B is stored as column atoms [N / W][K][W] stacked along the rows (W = the view's
+    columns, one swizzle span)."""
+    if not trans:
+        return (n, kk)
+    W = view.cols
+    return ((n / W) * K + kk, n % W)
+
+
+def trailing(offsets, idx) -> tuple:
+    """Coordinates of tile element idx placed at `offsets`: a tile of lower rank than its
+    tensor covers the tensor's last dims (the leading offsets are batch indices)."""
+    lead = len(offsets) - len(idx)
+    return tuple(_num(o) for o in offsets[:lead]) + tuple(
+        _num(o) + i for o, i in zip(offsets[lead:], idx))
 
 
 def _broadcast_index(idx: tuple, shape: tuple) -> tuple:

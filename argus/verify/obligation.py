@@ -33,6 +33,7 @@ class Obligation:
     confirm: Callable[[dict], dict] | None = None   # concrete replay of a witness
     timeout_ms: int | None = None
     warn_claims: tuple[str, ...] = ()    # claims whose sole violation is only a warning
+    tier: str | None = None              # "LIA", "NIA", "QF_BV" (None: read off the claims)
 
 
 @dataclass
@@ -52,7 +53,7 @@ class Finding:
 
 def run(ob: Obligation, stats: solver.Stats, timeout_ms: int | None) -> Finding:
     out = solver.prove(ob.premises, ob.claims, timeout_ms=ob.timeout_ms or timeout_ms,
-                       minimize=ob.minimize, stats=stats)
+                       minimize=ob.minimize, stats=stats, theory=ob.tier)
     if out.status == "proven":
         return Finding(ob.code, ob.loc, ob.subject, "proven", tier=out.theory, ms=out.ms)
     if out.status == "unknown":

@@ -70,27 +70,41 @@ def _theory(terms: Sequence[z3.ExprRef]) -> str:
 
 def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef]],
           timeout_ms: int | None = None, minimize: Sequence[z3.ExprRef] = (),
-          stats: Stats | None = None, minimize_budget_ms: int = 600) -> Outcome:
+          stats: Stats | None = None, minimize_budget_ms: int = 600,
+          theory: str | None = None) -> Outcome:
     """Prove `premises ⇒ every claim`. On SAT the model is minimized lexicographically over
     `minimize` (Int or BitVec terms, smallest first) and the violated claim names listed."""
     timeout_ms = default_timeout_ms() if timeout_ms is None else timeout_ms
-    s = z3.Solver()
-    s.set("timeout", int(timeout_ms))
     premises = [_as_bool(p) for p in premises]
     claims = [(n, _as_bool(c)) for n, c in claims]
-    s.add(*premises)
+    theory = theory or _theory([c for _, c in claims])
     conj = z3.And([c for _, c in claims]) if claims else z3.BoolVal(True)
-    s.add(z3.Not(conj))
-    theory = _theory(list(premises) + [c for _, c in claims])
     t0 = time.perf_counter()
-    res = s.check()
+    if theory != "QF_BV":
+        out = _prove_bv(premises, claims, timeout_ms, minimize, minimize_budget_ms, theory)
+        if out is not None:
+            if stats is not None:
+                stats.add(out.theory, out.ms)
+            return out
+    res, s = z3.unknown, None
+    for make, share in _portfolio(theory):
+        left = timeout_ms - (time.perf_counter() - t0) * 1e3
+        if left <= 5:
+            break
+        s = make()
+        s.set("timeout", int(max(5, min(left, timeout_ms * share))))
+        s.add(*premises)
+        s.add(z3.Not(conj))
+        res = s.check()
+        if res != z3.unknown:
+            break
     ms = (time.perf_counter() - t0) * 1e3
     if stats is not None:
         stats.add(theory, ms)
     if res == z3.unsat:
         # a proof from contradictory premises proves nothing: make sure some instance exists
-        v = z3.Solver()
-        v.set("timeout", int(timeout_ms))
+        v = _portfolio(theory)[-1][0]()
+        v.set("timeout", int(min(timeout_ms, 500)))
         v.add(*premises)
         t1 = time.perf_counter()
         vres = v.check()
@@ -114,6 +128,72 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
     return Outcome("violated", ms, model=model, violated=violated, theory=theory)
 
 
+def _prove_bv(premises, claims, timeout_ms, minimize, minimize_budget_ms, theory):
+    """Tier 2: the same integer query as exact bit-vectors (bvtier), when every variable is
+    bounded and every division is by a power of two. None when not applicable or unknown."""
+    from argus.verify import bvtier
+
+    tr = bvtier.translate(premises, claims, extra=list(minimize))
+    if tr is None:
+        return None
+    bp, bc, be, env, width = tr
+    t0 = time.perf_counter()
+    s = z3.Solver()
+    s.set("timeout", int(timeout_ms))
+    s.add(*bp)
+    s.add(z3.Not(z3.And([c for _, c in bc]) if bc else z3.BoolVal(True)))
+    res = s.check()
+    if res == z3.unknown:
+        return None
+    label = f"QF_BV{width}"
+    if res == z3.unsat:
+        v = z3.Solver()
+        v.set("timeout", int(min(timeout_ms, 500)))
+        v.add(*bp)
+        vres = v.check()
+        ms = (time.perf_counter() - t0) * 1e3
+        if vres == z3.unsat:
+            return Outcome("unknown", ms, reason="the premises are contradictory (the model of "
+                           "this site is empty): a vacuous proof is not reported as proven",
+                           theory=label)
+        return Outcome("proven", ms, theory=label)
+    model = s.model()
+    objs = [b for b in be if b is not None]
+    if objs:
+        model = _tighten(s, model, objs, minimize_budget_ms)
+    ms = (time.perf_counter() - t0) * 1e3
+    # decode with an integer model: pin the variables to the bit-vector witness
+    pins = bvtier.int_model_pins(model, env)
+    si = z3.Solver()
+    si.set("timeout", int(max(200, timeout_ms)))
+    si.add(*premises)
+    si.add(*pins)
+    si.add(z3.Not(z3.And([c for _, c in claims]) if claims else z3.BoolVal(True)))
+    if si.check() != z3.sat:
+        return None  # should not happen for an exact translation; let the LIA tier decide
+    imodel = si.model()
+    violated = [name for name, c in claims if z3.is_false(imodel.eval(c, model_completion=True))]
+    return Outcome("violated", (time.perf_counter() - t0) * 1e3, model=imodel,
+                   violated=violated, theory=label)
+
+
+def _purified() -> z3.Solver:
+    return z3.Then("simplify", "purify-arith", "smt").solver()
+
+
+def _portfolio(theory: str):
+    """(solver factory, share of the budget) tried in order until one answers.
+
+    Integer queries first go through purify-arith: it names every div/mod by a constant
+    (counters, tile indices, `row // 512` of an expert map) as a fresh variable with its two
+    linear bounds, which z3's arithmetic decides in milliseconds where the plain solver takes
+    seconds (measured: 1.7 s -> 0.03 s on the MoE expert query). Non-linear queries (raster
+    orders) do better with the plain solver, which gets the rest of the budget."""
+    if theory == "QF_BV":
+        return [(z3.Solver, 1.0)]
+    return [(_purified, 0.25), (z3.Solver, 1.0)]
+
+
 def _as_bool(x) -> z3.BoolRef:
     if isinstance(x, bool):
         return z3.BoolVal(x)
@@ -122,31 +202,41 @@ def _as_bool(x) -> z3.BoolRef:
     raise TypeError(f"a verifier premise/claim is not a boolean: {x!r} ({type(x).__name__})")
 
 
-def _lt(x: z3.ExprRef, v: z3.ExprRef) -> z3.BoolRef:
-    return z3.ULT(x, v) if z3.is_bv(x) else x < v
-
-
 def _tighten(s: z3.Solver, model: z3.ModelRef, objectives: Sequence[z3.ExprRef],
              budget_ms: int) -> z3.ModelRef:
-    """Lexicographic minimization: for each objective, keep asking for a smaller value."""
+    """Lexicographic minimization by iterative tightening: for each objective in turn, binary
+    search the smallest value the rest of the model allows (each probe is one `check` with a
+    small budget), then pin it."""
     t_end = time.perf_counter() + budget_ms / 1e3
-    s.set("timeout", max(50, budget_ms // 4))
-    fixed = 0
+    s.set("timeout", max(50, budget_ms // 8))
     for ob in objectives:
-        while time.perf_counter() < t_end:
-            cur = model.eval(ob, model_completion=True)
+        if time.perf_counter() >= t_end:
+            break
+        best = _num_value(model.eval(ob, model_completion=True))
+        lo = min(0, best)
+        while lo < best and time.perf_counter() < t_end:
+            mid = (lo + best) // 2 if best - lo > 1 else lo
             s.push()
-            s.add(_lt(ob, cur))
+            s.add(_le(ob, mid))
             r = s.check()
             if r == z3.sat:
                 model = s.model()
-                s.pop()
-                continue
+                best = _num_value(model.eval(ob, model_completion=True))
+            else:
+                lo = mid + 1
             s.pop()
-            break
         s.add(ob == model.eval(ob, model_completion=True))
-        fixed += 1
     return model
+
+
+def _num_value(v) -> int:
+    if z3.is_bv_value(v):
+        return v.as_signed_long()
+    return v.as_long()
+
+
+def _le(x: z3.ExprRef, v: int) -> z3.BoolRef:
+    return x <= z3.BitVecVal(v, x.size()) if z3.is_bv(x) else x <= v
 
 
 def value(model: z3.ModelRef, term) -> int:

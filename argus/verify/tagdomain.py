@@ -90,6 +90,7 @@ class Record:
     defined: z3.BoolRef = z3.BoolVal(True)
     cond: tuple[z3.BoolRef, ...] = ()   # premises on auxiliary variables (always assumed)
     source: str = ""
+    provenance: tuple = ()              # (condition, "what wrote it, where") per candidate write
 
     def get(self, name: str) -> TagVal | None:
         return self.fields.get(name)

@@ -1,0 +1,326 @@
+"""The mutation corpus: seeded bugs in GEMM, attention and MoE kernels, each with the invariant
+that must catch it and what its counterexample must name.
+
+Two kinds of mutation:
+  * DSL mutations (`dsl`): the bug is written in the kernel (a wrong TMA coordinate, operand
+    slice, stage, loop bound, reduction axis, expert index …), marked `# BUG:<name>` in
+    tests/mutations/kernels.py;
+  * lowered-IR mutations (`lowered`): bugs the DSL makes impossible by construction but a
+    lowering pass could introduce (parity and stage expressions, per-tile counter reset,
+    expect-tx bytes, arrival counts, descriptor fields, TMA swizzle/box, the smem plan, proxy
+    fences): the base kernel is traced and lowered with argus.lower, then one field is
+    rewritten.
+
+Every entry documents how the bug looks to a user: the diagnostic code, the words its message
+must contain, the witness keys (thread, register, element, iteration …) it must name, and the
+source line (the `# BUG` marker) it must point at — in its location or its witness.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from argus.ir import ops as O
+from argus.ir.core import Kernel, Op, Region
+
+from tests.mutations import kernels as K
+
+KERNELS_FILE = Path(K.__file__)
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    family: str                      # gemm / attention / moe / elementwise
+    bug_class: int                   # INVARIANTS.md §4 row (0: not in the table)
+    build: Callable[[], Kernel]
+    codes: tuple[str, ...]           # the diagnostic must have one of these codes
+    witness: tuple[str, ...] = ()    # keys the counterexample must contain
+    words: tuple[str, ...] = ()      # the message must contain each of these
+    marker: str | None = None        # `# BUG:<marker>` line the diagnostic points at
+    note: str = ""
+
+
+def marker_lines(marker: str) -> list[int]:
+    lines = KERNELS_FILE.read_text().splitlines()
+    return [i + 1 for i, line in enumerate(lines) if re.search(rf"BUG:{marker}\b", line)]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def traced(factory, bug, **kw) -> Callable[[], Kernel]:
+    return lambda: factory(bug, **kw).trace()
+
+
+def lowered(factory, **kw) -> Kernel:
+    from argus.compiler import lower_only
+
+    return lower_only(factory(None, **kw))
+
+
+def rewrite(kernel: Kernel, cls, fn: Callable[[Op], Op], nth: int | None = None) -> Kernel:
+    """Replace every op of class `cls` (or only the nth one, in program order) by fn(op)."""
+    count = [0]
+
+    def region(r: Region) -> Region:
+        return Region(tuple(visit(op) for op in r.ops))
+
+    def visit(op: Op) -> Op:
+        changes = {f.name: region(getattr(op, f.name)) for f in op.spec_fields()
+                   if isinstance(getattr(op, f.name), Region)}
+        if changes:
+            op = dataclasses.replace(op, **changes)
+        if isinstance(op, cls):
+            i = count[0]
+            count[0] += 1
+            if nth is None or i == nth:
+                return fn(op)
+        return op
+    return dataclasses.replace(kernel, body=region(kernel.body))
+
+
+def lowered_mutation(factory, cls, fn, nth=None, attrs=None, **kw) -> Callable[[], Kernel]:
+    def build():
+        k = rewrite(lowered(factory, **kw), cls, fn, nth)
+        return k.with_attrs(**attrs(k)) if attrs else k
+    return build
+
+
+def _shift_plan(kernel: Kernel, delta: int, which: int = 1) -> dict:
+    plan = list(kernel.attr("smem_plan"))
+    vid, off, nbytes, align = plan[which]
+    plan[which] = (vid, off + delta, nbytes, align)
+    return {"smem_plan": tuple(plan), "smem_bytes": kernel.attr("smem_bytes") + delta}
+
+
+@dataclass(frozen=True)
+class TmaStoreUnfenced(O.TmaStore):
+    """A TMA store whose lowering recorded no fence.proxy.async before it."""
+
+    proxy_fence: bool = False
+
+
+def _unfenced(op: O.TmaStore) -> O.TmaStore:
+    return TmaStoreUnfenced(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)})
+
+
+def _gemm_tma_epilogue():
+    from argus.compiler import lower_only
+    from argus.kernels import gemm as G
+
+    return lower_only(G.gemm, s=G.GemmSchedule(epilogue="tma", stages=3))
+
+
+def _gemm_kn():
+    from argus.compiler import lower_only
+    from argus.kernels import gemm as G
+
+    return lower_only(G.gemm_kernel(b_layout="kn"))
+
+
+def _library_gemm():
+    from argus.compiler import lower_only
+    from argus.kernels import gemm as G
+
+    return lower_only(G.gemm)
+
+
+# ----------------------------------------------------------------------------- the corpus
+
+ACC = ("thread", "warp", "lane", "register")
+M = Mutation
+
+CORPUS: list[Mutation] = [
+    # --- GEMM, written in the DSL --------------------------------------------------------
+    M("gemm/b_wrong_k", "gemm", 1, traced(K.make_gemm, "b_wrong_k"), ("wgmma.agree",),
+      ACC + ("accumulator", "k_in_tile", "a_element", "b_element", "iteration"),
+      ("A.k == B.k",), "b_wrong_k", "B's TMA coordinate is one k tile ahead"),
+    M("gemm/a_swapped_coords", "gemm", 2, traced(K.make_gemm, "a_swapped_coords"),
+      ("wgmma.agree", "store.coords"), ACC, (), "a_swapped_coords",
+      "A's TMA coordinates (row, k) swapped"),
+    M("gemm/a_wrong_row", "gemm", 13, traced(K.make_gemm, "a_wrong_row"), ("store.coords",),
+      ACC + ("tile_element", "output", "value_tags"), ("m of the value",), None,
+      "A rows loaded 64 rows too low: C rows get other rows' products"),
+    M("gemm/wrong_operand_slice", "gemm", 13, traced(K.make_gemm, "wrong_operand_slice"),
+      ("store.coords",), ACC + ("tile_element", "warpgroup"), (), None,
+      "every consumer warpgroup multiplies rows 0..63 of the A stage"),
+    M("gemm/store_missing_wg_offset", "gemm", 14, traced(K.make_gemm, "store_missing_wg_offset"),
+      ("store.once", "store.coords"), ("output",), (), "store_missing_wg_offset",
+      "both consumer warpgroups store to the same 64 rows"),
+    M("gemm/consumer_skips_last_k", "gemm", 10, traced(K.make_gemm, "consumer_skips_last_k"),
+      ("pipe.totals", "wgmma.k-once"), ("shapes",), (), "consumer_skips_last_k",
+      "the consumer loop runs k_tiles - 1 times: a hang and a missing k tile"),
+    M("gemm/k_double_count", "gemm", 2, traced(K.make_gemm, "k_double_count"),
+      ("wgmma.k-once",), ("first", "second", "k"), ("multiplied twice",), None,
+      "both operands use k // 2: every k tile is multiplied twice (A and B still agree)"),
+    M("gemm/read_wrong_stage", "gemm", 11, traced(K.make_gemm, "read_wrong_stage"),
+      ("pipe.release",), ("owned_stage", "read_stage"), (), "read_wrong_stage",
+      "the consumer reads the next stage, which the producer may be refilling"),
+    M("gemm/wgmma_after_consume", "gemm", 11, traced(K.make_gemm, "wgmma_after_consume"),
+      ("pipe.release",), (), ("outside any consume step",), "wgmma_after_consume",
+      "the wgmma reads the stage after its consume step released it"),
+    M("gemm/two_producers", "gemm", 6, traced(K.make_gemm, "two_producers"),
+      ("pipe.producers",), ("warpgroups",), (), "two_producers",
+      "two producer warpgroups both arm the full barrier"),
+    M("gemm/pipeline_consumers", "gemm", 6, traced(K.make_gemm, "pipeline_consumers"),
+      ("pipe.arrivals",), ("init_count", "arrivals"), (), "pipeline_consumers",
+      "empty barriers expect 1 arrival while 2 consumer warpgroups release"),
+    M("gemm/view_out_of_buffer", "gemm", 5, traced(K.make_gemm, "view_out_of_buffer"),
+      ("smem.bounds",), ("warpgroup", "rows"), (), None,
+      "a third consumer warpgroup reads rows 128..191 of a 128-row stage (reported at the "
+      "wgmma that materializes the view)"),
+    M("gemm/grid_too_small", "gemm", 14, traced(K.make_gemm, "grid_too_small"),
+      ("store.coverage",), ("domain", "extent"), ("never written",), None,
+      "the grid steps by 2 tiles of rows: half the output rows are never stored"),
+    # --- GEMM, lowered-IR mutations --------------------------------------------------------
+    M("lowered/consumer_parity_flipped", "gemm", 7,
+      lowered_mutation(K.make_gemm, O.Consume,
+                       lambda op: op.replace(parity_expr="((n / S) & 1) ^ 1")),
+      ("pipe.data", "pipe.no-early-read"), ("slot", "parity", "replay"),
+      ("uninitialised",), None, "the consumer's full-barrier parity is inverted"),
+    M("lowered/consumer_parity_n_and_1", "gemm", 7,
+      lowered_mutation(K.make_gemm, O.Consume, lambda op: op.replace(parity_expr="n & 1")),
+      ("pipe.data", "pipe.no-early-read"), ("slot", "replay"), (), None,
+      "ring parity from the step instead of the phase (TileLang #3087)"),
+    M("lowered/producer_parity_not_inverted", "gemm", 8,
+      lowered_mutation(K.make_gemm, O.Produce, lambda op: op.replace(parity_expr="(n / S) & 1")),
+      ("pipe.no-overwrite", "pipe.deadlock"), ("replay",), ("DEADLOCK",), None,
+      "the producer waits on the empty barrier's current phase: hangs at step 0"),
+    M("lowered/consumer_stage_off_by_one", "gemm", 10,
+      lowered_mutation(K.make_gemm, O.Consume, lambda op: op.replace(stage_expr="(n + 1) % S")),
+      ("pipe.slot",), ("step", "expected_slot", "slot"), (), None,
+      "consumer and producer disagree on the slot of a step"),
+    M("lowered/per_tile_counter_reset", "gemm", 9,
+      lambda: _per_tile_reset(), ("pipe.slot", "pipe.data"), ("step",), (), None,
+      "persistent GEMM whose consumer recomputes slot and parity from the inner k only "
+      "(TileLang #2674): right only when k_tiles % S == 0"),
+    M("lowered/tx_bytes_off_by_one_box", "gemm", 6,
+      lowered_mutation(K.make_gemm, O.Produce,
+                       lambda op: op.replace(tx_bytes=op.tx_bytes - 128 * 64 * 2)),
+      ("tma.tx-bytes",), ("expect_tx", "delivered"), (), None,
+      "expect_tx forgets the A box"),
+    M("lowered/arrivals_wrong", "gemm", 23,
+      lowered_mutation(K.make_gemm, O.Consume, lambda op: op.replace(arrivals=1)),
+      ("pipe.arrivals",), ("arrivals",), (), None,
+      "the lowered consume declares 1 arrival for 2 consumer warpgroups"),
+    M("lowered/desc_swizzle_64", "gemm", 1,
+      lowered_mutation(K.make_gemm, O.Wgmma,
+                       lambda op: op.replace(a_desc=(64,) + tuple(op.a_desc[1:]))),
+      ("wgmma.smem-layout",), ("stage", "k_in_tile", "smem_byte", "thread", "holds"),
+      ("swizzle",), None, "A descriptor says 64B swizzle, tensor map 128B"),
+    M("lowered/desc_sbo_wrong", "gemm", 2,
+      lowered_mutation(K.make_gemm, O.Wgmma,
+                       lambda op: op.replace(b_desc=tuple(op.b_desc[:2]) + (512, op.b_desc[3]))),
+      ("wgmma.smem-layout",), ("smem_byte", "holds", "thread"), ("SBO",), None,
+      "B descriptor's stride between 8-row groups is half the real one"),
+    M("lowered/desc_k_advance_elements", "gemm", 2,
+      lowered_mutation(K.make_gemm, O.Wgmma,
+                       lambda op: op.replace(a_desc=tuple(op.a_desc[:3]) + (16,))),
+      ("wgmma.smem-layout",), ("k_block", "smem_byte", "holds"), ("k16 advance",), None,
+      "k advance in elements instead of bytes"),
+    M("lowered/tma_swizzle_64", "gemm", 1,
+      lowered_mutation(K.make_gemm, O.TmaLoad, lambda op: op.replace(swizzle=64), nth=0),
+      ("tma.swizzle", "wgmma.smem-layout"), (), (), None,
+      "the tensor map of A swizzles 64B, the buffer and descriptors 128B"),
+    M("lowered/tma_box_half", "gemm", 5,
+      lowered_mutation(K.make_gemm, O.TmaLoad,
+                       lambda op: op.replace(box=(64, op.box[1]), bytes=64 * op.box[1] * 2),
+                       nth=0),
+      ("tma.box", "wgmma.defined", "wgmma.smem-layout"), (), (), None,
+      "A's box covers 64 of the view's 128 rows"),
+    M("lowered/smem_misaligned", "gemm", 4,
+      lowered_mutation(K.make_gemm, O.Const, lambda op: op, attrs=lambda k: _shift_plan(k, 512)),
+      ("smem.align", "wgmma.smem-layout"), ("offset", "period"), ("1024",), None,
+      "the B buffer starts 512 B into a 128B-swizzle period (TileLang #2379)"),
+    M("lowered/in_flight_deadlock", "gemm", 24,
+      lowered_mutation(K.make_gemm, O.Consume, lambda op: op.replace(wgmma_in_flight=1),
+                       stages=1),
+      ("pipe.deadlock", "pipe.no-overwrite", "pipe.data"), ("replay",), ("DEADLOCK",), None,
+      "a 1-stage ring keeping one wgmma group in flight never releases the slot it needs"),
+    M("lowered/tma_store_unfenced", "gemm", 12,
+      lambda: rewrite(_gemm_tma_epilogue(), O.TmaStore, _unfenced), ("proxy.fence",),
+      ("writer", "reader"), ("stmatrix",), None,
+      "stmatrix writes the staging tile, the TMA store reads it without fence.proxy.async"),
+    M("lowered/mn_major_lbo_wrong", "gemm", 3,
+      lambda: rewrite(_gemm_kn(), O.Wgmma,
+                      lambda op: op.replace(b_desc=(op.b_desc[0], op.b_desc[1] // 2)
+                                            + tuple(op.b_desc[2:]))),
+      ("wgmma.smem-layout",), ("smem_byte", "holds"), (), None,
+      "MN-major B: the descriptor's distance between column atoms is half the real one"),
+    # --- attention ----------------------------------------------------------------------
+    M("attention/rowmax_wrong_axis", "attention", 16, traced(K.make_attention, "rowmax_wrong_axis"),
+      ("tag.assert",), ("element", "tags"), ("row max",), None,
+      "the row max reduces over the query axis (axis 0)"),
+    M("attention/lse_wrong_row", "attention", 17, traced(K.make_attention, "lse_wrong_row"),
+      ("ew.broadcast",), ("element", "broadcast_operand", "tile_operand"), (), None,
+      "row statistics of the next query row rescale this row"),
+    M("attention/v_wrong_rows", "attention", 18, traced(K.make_attention, "v_wrong_rows"),
+      ("wgmma.agree", "tag.assert"), ACC + ("a_element", "b_element"), ("skv",), None,
+      "V's tile is one KV block ahead of P's keys"),
+    M("attention/v_stage_mixed", "attention", 11, traced(K.make_attention, "v_stage_mixed"),
+      ("pipe.release",), ("owned_stage", "read_stage"), (), "v_stage_mixed",
+      "P V reads V from the other stage of the ring"),
+    M("attention/o_wrong_rows", "attention", 13, traced(K.make_attention, "o_wrong_rows"),
+      ("store.coords",), ACC + ("output", "value_tags"), (), "o_wrong_rows",
+      "O stored one block of rows too far"),
+    # --- MoE ------------------------------------------------------------------------------
+    M("moe/expert_from_pid_n", "moe", 21, traced(K.make_moe, "expert_from_pid_n"),
+      ("wgmma.agree",), ACC + ("a_element", "b_element", "b_written_by"),
+      ("A.expert == B.expert",), "expert_from_pid_n",
+      "the weight tile's expert comes from the N tile index"),
+    M("moe/expert_mod", "moe", 21, traced(K.make_moe, "expert_mod"), ("wgmma.agree",),
+      ACC + ("a_element", "b_element"), ("expert",), "expert_mod",
+      "pid % tiles_per_expert instead of pid // tiles_per_expert (meta-pytorch/applied-ai #33)"),
+    M("moe/y_wrong_rows", "moe", 22, traced(K.make_moe, "y_wrong_rows"), ("store.coords",),
+      ACC + ("output",), (), "y_wrong_rows", "expert output scattered to the next token block"),
+    # --- elementwise / reductions -------------------------------------------------------
+    M("elementwise/bias_wrong_offset", "elementwise", 0,
+      traced(K.make_bias_gelu, "bias_wrong_offset"), ("ew.broadcast",),
+      ("element", "broadcast_operand", "tile_operand"), ("n",), None,
+      "the bias row is loaded at column 0 for every column block"),
+    M("softmax/max_of_other_rows", "elementwise", 16,
+      traced(K.make_softmax, "max_of_other_rows"), ("ew.broadcast",),
+      ("element", "broadcast_operand"), ("m",), None,
+      "the row max comes from the tile one row down"),
+]
+
+
+def _per_tile_reset() -> Kernel:
+    """Persistent library GEMM (stages 3) whose consumer uses the inner k loop index as its
+    step counter: the lowered expressions name the loop value (%id)."""
+    from argus.compiler import lower_only
+    from argus.kernels import gemm as G
+
+    k = lower_only(G.gemm, s=G.GemmSchedule(stages=3))
+    inner = {}
+    for role in (op for op in k.body.ops if isinstance(op, O.RoleOp)):
+        if role.name != "consumer":
+            continue
+        for op in role.body.walk():
+            if isinstance(op, O.For) and any(isinstance(x, O.Consume) for x in op.body.ops):
+                inner["k"] = op.var.id
+
+    def reset(op):
+        kid = inner["k"]
+        return op.replace(stage_expr=f"%{kid} % S", parity_expr=f"(%{kid} / S) & 1")
+    return rewrite(k, O.Consume, reset)
+
+
+CLEAN: list[tuple[str, Callable[[], Kernel]]] = [
+    ("gemm", lambda: K.make_gemm().trace()),
+    ("gemm_lowered", lambda: lowered(K.make_gemm)),
+    ("gemm_3_consumers_192", lambda: K.make_gemm(consumers=3).trace()),
+    ("gemm_k_reversed (a legal permutation of k)", lambda: K.make_gemm("k_reversed_legal").trace()),
+    ("attention", lambda: K.make_attention().trace()),
+    ("moe", lambda: K.make_moe().trace()),
+    ("moe_lowered", lambda: lowered(K.make_moe)),
+    ("bias_act", lambda: K.make_bias_gelu().trace()),
+    ("row_softmax", lambda: K.make_softmax().trace()),
+    ("library gemm, tma epilogue", _gemm_tma_epilogue),
+    ("library gemm, B [K, N]", _gemm_kn),
+]

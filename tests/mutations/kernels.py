@@ -1,0 +1,229 @@
+"""Base kernels of the mutation corpus, written in the DSL: a warp-specialized GEMM, an
+attention-like kernel (S = Q K^T, row statistics, P V), an MoE-like grouped GEMM whose weight
+tile is chosen by expert, and elementwise/softmax-like kernels.
+
+Each factory takes `bug=None` (the correct kernel) or the name of one seeded bug; the mutated
+line carries a `# BUG:<name>` marker so tests can check the verifier's program point. Trace
+time Python `if`s pick the variant: the IR of a variant differs from the base only there.
+"""
+
+from __future__ import annotations
+
+import argus as ag
+
+INF = float("inf")
+
+
+def make_gemm(bug: str | None = None, stages: int = 4, consumers: int = 2):
+    """C[M, N] = A[M, K] @ B[N, K]^T; 1 producer + `consumers` consumer warpgroups."""
+    BM, BN, BK = 64 * consumers, 128, 64
+
+    @ag.kernel(name="ws_gemm")
+    def ws_gemm(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+                C: ag.Tensor["M", "N", ag.bf16]):
+        M, K = A.shape
+        N = B.shape[0]
+        if bug == "grid_too_small":
+            grid_m = ag.cdiv(M, 2 * BM)  # BUG:grid_too_small
+        else:
+            grid_m = ag.cdiv(M, BM)
+        pid_m, pid_n = ag.grid(grid_m, ag.cdiv(N, BN))
+        sA = ag.smem((stages, BM, BK), ag.bf16, swizzle=128)
+        sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
+        arrivals = 1 if bug == "pipeline_consumers" else consumers
+        pipe = ag.pipeline(stages, consumers=arrivals)  # BUG:pipeline_consumers
+        k_tiles = ag.cdiv(K, BK)
+        producers = 2 if bug == "two_producers" else 1
+        with ag.role("producer", warpgroups=producers, regs=40):
+            for k in ag.range(k_tiles):
+                with pipe.produce() as st:  # BUG:two_producers
+                    if bug == "a_swapped_coords":
+                        ag.tma.load(sA[st], A, (k * BK, pid_m * BM))  # BUG:a_swapped_coords
+                    elif bug == "a_wrong_row":
+                        ag.tma.load(sA[st], A, (pid_m * BM + 64, k * BK))  # BUG:a_wrong_row
+                    elif bug == "k_double_count":
+                        ag.tma.load(sA[st], A, (pid_m * BM, (k // 2) * BK))  # BUG:k_double_count
+                    elif bug == "k_reversed_legal":
+                        ag.tma.load(sA[st], A, (pid_m * BM, (k_tiles - 1 - k) * BK))
+                    else:
+                        ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
+                    if bug == "b_wrong_k":
+                        ag.tma.load(sB[st], B, (pid_n * BN, k * BK + BK))  # BUG:b_wrong_k
+                    elif bug == "k_double_count":
+                        ag.tma.load(sB[st], B, (pid_n * BN, (k // 2) * BK))
+                    elif bug == "k_reversed_legal":
+                        ag.tma.load(sB[st], B, (pid_n * BN, (k_tiles - 1 - k) * BK))
+                    else:
+                        ag.tma.load(sB[st], B, (pid_n * BN, k * BK))
+        nwg = consumers + 1 if bug == "view_out_of_buffer" else consumers
+        with ag.role("consumer", warpgroups=nwg, regs=232) as wg:
+            acc = ag.zeros((64, BN), ag.f32)
+            k_steps = k_tiles - 1 if bug == "consumer_skips_last_k" else k_tiles
+            for k in ag.range(k_steps):  # BUG:consumer_skips_last_k
+                with pipe.consume() as st:
+                    if bug == "wrong_operand_slice":
+                        a = sA[st].rows_of(0, 64)  # BUG:wrong_operand_slice
+                    elif bug == "view_out_of_buffer":
+                        a = sA[st].rows_of(wg * 64, 64)  # BUG:view_out_of_buffer
+                    else:
+                        a = sA[st].rows_of(wg * 64, 64)
+                    if bug == "read_wrong_stage":
+                        ag.wgmma(a, sB[(st + 1) % stages], acc)  # BUG:read_wrong_stage
+                    elif bug != "wgmma_after_consume":
+                        ag.wgmma(a, sB[st], acc)
+                if bug == "wgmma_after_consume":
+                    ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)  # BUG:wgmma_after_consume
+            if bug == "store_missing_wg_offset":
+                ag.store(C, (pid_m * BM, pid_n * BN), acc.to(ag.bf16))  # BUG:store_missing_wg_offset
+            else:
+                ag.store(C, (pid_m * BM + wg * 64, pid_n * BN), acc.to(ag.bf16))
+
+    return ws_gemm
+
+
+def make_attention(bug: str | None = None):
+    """One Q block of 64 rows per CTA, KV blocks of 64 through a 2-stage ring; head dim 64.
+    S = Q K^T, P = exp(S - rowmax(S)) through shared memory, O += P V (V MN-major: one
+    [64 kv][64 d] column atom). Row statistics are checked with tag assertions."""
+
+    @ag.kernel(name="attention")
+    def attention(Q: ag.Tensor["Sq", "D", ag.bf16], K: ag.Tensor["Skv", "D", ag.bf16],
+                  V: ag.Tensor["Skv", "D", ag.bf16], Lse: ag.Tensor["Sq", 1, ag.f32],
+                  O: ag.Tensor["Sq", "D", ag.bf16]):
+        Sq, Skv = Q.shape[0], K.shape[0]
+        ag.tag_assume(lambda: ag.sym(Q.shape[1]) <= 64)  # head dim 64: one tile wide
+        (pid,) = ag.grid(ag.cdiv(Sq, 64))
+        sQ = ag.smem((1, 64, 64), ag.bf16, swizzle=128)
+        sK = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+        sV = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+        sP = ag.smem((64, 64), ag.bf16, swizzle=128)
+        qpipe = ag.pipeline(1)
+        kvpipe = ag.pipeline(2)
+        kv_tiles = ag.cdiv(Skv, 64)
+        with ag.role("producer", warpgroups=1, regs=40):
+            with qpipe.produce() as qs:
+                ag.tma.load(sQ[qs], Q, (pid * 64, 0))
+            for j in ag.range(kv_tiles):
+                with kvpipe.produce() as st:
+                    ag.tma.load(sK[st], K, (j * 64, 0))
+                    if bug == "v_wrong_rows":
+                        ag.tma.load(sV[st], V, (j * 64 + 64, 0))  # BUG:v_wrong_rows
+                    else:
+                        ag.tma.load(sV[st], V, (j * 64, 0))
+        with ag.role("consumer", warpgroups=1, regs=232):
+            o = ag.zeros((64, 64), ag.f32)
+            with qpipe.consume() as qs:
+                for j in ag.range(kv_tiles):
+                    with kvpipe.consume() as st:
+                        s = ag.zeros((64, 64), ag.f32)
+                        ag.wgmma(sQ[qs], sK[st], s)
+                        if bug == "rowmax_wrong_axis":
+                            m = s.max(axis=0)  # BUG:rowmax_wrong_axis
+                            ag.tag_assert(ag.tag(m).sq == ag.tag(s).sq,
+                                          message="the row max belongs to the row it rescales")
+                        else:
+                            m = s.max(axis=1)
+                            ag.tag_assert(ag.tag(m).sq == ag.tag(s).sq,
+                                          message="the row max belongs to the row it rescales")
+                        if bug == "lse_wrong_row":
+                            lse = ag.load(Lse, (pid * 64 + 1, 0), (64, 1))  # BUG:lse_wrong_row
+                        else:
+                            lse = ag.load(Lse, (pid * 64, 0), (64, 1))
+                        p = ag.exp(s - m) * lse
+                        ag.stmatrix(sP.view(), p.to(ag.bf16))
+                        if bug == "v_stage_mixed":
+                            ag.wgmma(sP.view(), sV[(st + 1) % 2], o, trans_b=True)  # BUG:v_stage_mixed
+                        else:
+                            ag.tag_assert(ag.tag(sP.view()).skv == ag.tag(sV[st]).skv,
+                                          message="P's key index is V's row")
+                            ag.wgmma(sP.view(), sV[st], o, trans_b=True)
+            if bug == "o_wrong_rows":
+                ag.store(O, (pid * 64 + 64, 0), o.to(ag.bf16))  # BUG:o_wrong_rows
+            else:
+                ag.store(O, (pid * 64, 0), o.to(ag.bf16))
+
+    return attention
+
+
+def make_moe(bug: str | None = None, tiles_per_expert: int = 4, axiom: bool = True):
+    """Grouped expert GEMM over tokens permuted so that expert e owns rows
+    [e * CAP, (e + 1) * CAP) (CAP = tiles_per_expert * 128, DeepGEMM's contiguous layout):
+    Y[t, :] = X[t, :] @ W[e(t)]^T with W stacked as [E * NE, H]. route(t) is the router's
+    (opaque) token -> expert map; the permute kernel guarantees route(t) == t // CAP."""
+    BM, BN, BK = 128, 128, 64
+    CAP = tiles_per_expert * BM
+    NE = 256  # output features per expert
+    route = ag.opaque("route")
+
+    @ag.kernel(name="moe_gemm")
+    def moe_gemm(X: ag.Tensor["T", "H", ag.bf16], W: ag.Tensor["EN", "H", ag.bf16],
+                 Y: ag.Tensor["T", "NO", ag.bf16]):
+        T, H = X.shape
+        ag.tag_assume(lambda: ag.sym(Y.shape[1]) <= NE)  # one expert's output features
+        ag.tag_tensor(X, expert=lambda t, h: route(t))
+        ag.tag_tensor(W, expert=lambda r, h: r // NE)
+        if axiom:
+            ag.tag_assume(lambda t: route(t) == t // CAP)
+        pid_m, pid_n = ag.grid(ag.cdiv(T, BM), NE // BN)
+        if bug == "expert_from_pid_n":
+            e = pid_n  # BUG:expert_from_pid_n
+        elif bug == "expert_mod":
+            e = pid_m % tiles_per_expert  # BUG:expert_mod
+        else:
+            e = pid_m // tiles_per_expert
+        sX = ag.smem((3, BM, BK), ag.bf16, swizzle=128)
+        sW = ag.smem((3, BN, BK), ag.bf16, swizzle=128)
+        pipe = ag.pipeline(3, consumers=2)
+        k_tiles = ag.cdiv(H, BK)
+        with ag.role("producer", warpgroups=1, regs=40):
+            for k in ag.range(k_tiles):
+                with pipe.produce() as st:
+                    ag.tma.load(sX[st], X, (pid_m * BM, k * BK))
+                    ag.tma.load(sW[st], W, (e * NE + pid_n * BN, k * BK))  # BUG:expert_mod BUG:expert_from_pid_n
+        with ag.role("consumer", warpgroups=2, regs=232) as wg:
+            acc = ag.zeros((64, BN), ag.f32)
+            for k in ag.range(k_tiles):
+                with pipe.consume() as st:
+                    ag.wgmma(sX[st].rows_of(wg * 64, 64), sW[st], acc)
+            if bug == "y_wrong_rows":
+                ag.store(Y, (pid_m * BM + wg * 64 + BM, pid_n * BN), acc.to(ag.bf16))  # BUG:y_wrong_rows
+            else:
+                ag.store(Y, (pid_m * BM + wg * 64, pid_n * BN), acc.to(ag.bf16))
+
+    return moe_gemm
+
+
+def make_bias_gelu(bug: str | None = None):
+    @ag.kernel(threads=256, name="bias_act")
+    def bias_act(X: ag.Tensor["M", "N", ag.f32], bias: ag.Tensor[1, "N", ag.f32],
+                 Y: ag.Tensor["M", "N", ag.f32]):
+        ROWS, BN = 4, 1024
+        pid_m, pid_n = ag.grid(ag.cdiv(X.shape[0], ROWS), ag.cdiv(X.shape[1], BN))
+        x = ag.load(X, (pid_m * ROWS, pid_n * BN), (ROWS, BN))
+        if bug == "bias_wrong_offset":
+            b = ag.load(bias, (0, 0), (1, BN))  # BUG:bias_wrong_offset
+        else:
+            b = ag.load(bias, (0, pid_n * BN), (1, BN))
+        y = ag.relu(x + b)
+        ag.store(Y, (pid_m * ROWS, pid_n * BN), y)
+
+    return bias_act
+
+
+def make_softmax(bug: str | None = None):
+    @ag.kernel(threads=256, name="row_softmax")
+    def row_softmax(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["M", "N", ag.f32]):
+        ROWS, BN = 2, 1024
+        (pid,) = ag.grid(ag.cdiv(X.shape[0], ROWS))
+        ag.tag_assume(lambda: ag.sym(X.shape[1]) <= BN)  # the launcher picks BN >= N
+        x = ag.load(X, (pid * ROWS, 0), (ROWS, BN), other=-INF)
+        if bug == "max_of_other_rows":
+            x2 = ag.load(X, (pid * ROWS + 1, 0), (ROWS, BN), other=-INF)  # BUG:max_of_other_rows
+            m = x2.max(axis=1)
+        else:
+            m = x.max(axis=1)
+        e = ag.exp(x - m)
+        s = e.sum(axis=1)
+        ag.store(Y, (pid * ROWS, 0), e / s)
+
+    return row_softmax
