@@ -13,15 +13,19 @@ import dataclasses
 
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region
+from argus.ir.tag_ops import is_tag_op
 
 
 def _touches(op: O.Op, vid: int) -> bool:
-    return any(v.id == vid for inner in op.walk() for v in inner.operands())
+    return any(v.id == vid for inner in op.walk() if not is_tag_op(inner)
+               for v in inner.operands())
 
 
 def _only_pipelined_wgmma(loop: O.Op, vid: int) -> bool:
     found = False
     for op in loop.walk():
+        if is_tag_op(op):
+            continue  # tags generate no code (and must not change what is generated)
         if any(v.id == vid for v in op.operands()):
             if not isinstance(op, O.Wgmma) or op.acc.id != vid:
                 return False
