@@ -7,7 +7,7 @@
         ag.store(Y, (row, 0), x * 2.0)
 """
 
-from argus.dsl.api import (abs_, cdiv, erf, exp, exp2, full, grid, ldmatrix, load, log, maximum,
+from argus.dsl.api import (abs_, cdiv, cluster_rank, erf, exp, exp2, full, grid, ldmatrix, load, log, maximum,
                            minimum, pipeline, range, relu, role, rsqrt, sigmoid, smem, sqrt,
                            stmatrix, store, tanh, thread_index, tma, wgmma, when, where, zeros)
 from argus.dsl.kernel import KernelFunction, Tensor, kernel
@@ -28,7 +28,7 @@ def compile(kernel_fn: KernelFunction, *, verify: bool | None = None, **constexp
     return compile_kernel(kernel_fn, verify=verify, **constexprs)
 
 __all__ = [
-    "abs_", "cdiv", "erf", "exp", "exp2", "full", "grid", "ldmatrix", "load", "log", "maximum",
+    "abs_", "cdiv", "cluster_rank", "erf", "exp", "exp2", "full", "grid", "ldmatrix", "load", "log", "maximum",
     "minimum", "pipeline", "range", "relu", "role", "rsqrt", "sigmoid", "smem", "sqrt",
     "stmatrix", "store", "tanh", "thread_index", "tma", "wgmma", "when", "where", "zeros",
     "KernelFunction", "Tensor", "kernel", "compile", "bf16", "e4m3", "f16", "f32", "f64", "i1", "i32",

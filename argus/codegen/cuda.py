@@ -239,6 +239,8 @@ class _Emitter:
     pending: dict[int, list[str]] = field(default_factory=dict)  # pipe -> accs in flight
     tma_stores: bool = False
     lazy_zero: dict[str, int] = field(default_factory=dict)  # tile -> regs, scale-d zeroing
+    peers: dict[int, int] = field(default_factory=dict)  # pipe id -> CTAs releasing a slot
+    cluster_size: int = 1
 
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.indent + line)
@@ -308,7 +310,7 @@ class _Emitter:
                     self.emit(f"    for (int i = 0; i < {self.lazy_zero[acc]}; ++i) {acc}[i] = 0.0f;")
                     self.emit("}")
             self.emit(f"if (pend{pid} >= 0 && threadIdx.x % 128 == 0) "
-                      f"ag::mbar_arrive(&empty{pid}[pend{pid}]);")
+                      f"{{ {self.release(pid, f'pend{pid}')} }}")
             self.emit(f"pend{pid} = -1;")
         self.pending = {}
 
@@ -342,6 +344,10 @@ class _Emitter:
         for axis, v in zip("xyz", op.ids):
             self.names[v.id] = f"v{v.id}"
             self.emit(f"const int v{v.id} = (int)blockIdx.{axis};")
+
+    def op_ClusterRank(self, op: O.ClusterRank) -> None:
+        self.emit(f"const int v{op.result.id} = (int)ag::cluster_ctarank();")
+        self.names[op.result.id] = f"v{op.result.id}"
 
     def op_ThreadIndex(self, op: O.ThreadIndex) -> None:
         self.names[op.result.id] = "gtid"
@@ -388,13 +394,14 @@ class _Emitter:
         stages = op.result.type.stages
         offset = self.smem_offset(op.result.id)
         self.pipes[op.result.id] = stages
+        self.peers[op.result.id] = op.peers
         self.emit(f"ag::uint64_t* const full{op.result.id} = "
                   f"reinterpret_cast<ag::uint64_t*>(smem + {offset});")
         self.emit(f"ag::uint64_t* const empty{op.result.id} = full{op.result.id} + {stages};")
         self.emit("if (threadIdx.x == 0) {")
         self.emit(f"    for (int s = 0; s < {stages}; ++s) {{")
         self.emit(f"        ag::mbar_init(&full{op.result.id}[s], 1);")
-        self.emit(f"        ag::mbar_init(&empty{op.result.id}[s], {op.consumers});")
+        self.emit(f"        ag::mbar_init(&empty{op.result.id}[s], {op.consumers * op.peers});")
         self.emit("    }")
         self.emit("    ag::fence_barrier_init();")
         self.emit("}")
@@ -431,7 +438,7 @@ class _Emitter:
                 for acc in accs:
                     self.emit(f"ag::fence_operands({acc});")
                 self.emit(f"if (pend{pid} >= 0 && threadIdx.x % 128 == 0) "
-                          f"ag::mbar_arrive(&empty{pid}[pend{pid}]);")
+                          f"{{ {self.release(pid, f'pend{pid}')} }}")
                 self.emit(f"pend{pid} = {st};")
                 self.pending[pid] = accs
             else:
@@ -439,10 +446,18 @@ class _Emitter:
                     self.emit("ag::wgmma_wait<0>();  // retire this step's wgmma before release")
                     for acc in accs:
                         self.emit(f"ag::fence_operands({acc});")
-                self.emit(f"if (threadIdx.x % 128 == 0) ag::mbar_arrive(&empty{pid}[{st}]);")
+                self.emit(f"if (threadIdx.x % 128 == 0) {{ {self.release(pid, st)} }}")
         self.emit(f"{n} += 1;")
         self.indent -= 1
         self.emit("}")
+
+    def release(self, pid: int, slot: str) -> str:
+        """One warpgroup's arrival on empty[slot] of every CTA whose producer writes it."""
+        peers = self.peers.get(pid, 1)
+        if peers == 1:
+            return f"ag::mbar_arrive(&empty{pid}[{slot}]);"
+        return (f"for (int r = 0; r < {peers}; ++r) "
+                f"ag::mbar_arrive_cluster(&empty{pid}[{slot}], r);")
 
     def op_Produce(self, op: O.Produce) -> None:
         self.pipeline_step(op, "produce")
@@ -460,6 +475,13 @@ class _Emitter:
         tm = self.tmap_for(op.tensor, op.box, op.swizzle)
         coords = [self.name(c) for c in reversed(op.coords)]  # PTX wants innermost first
         rank = len(coords)
+        if op.multicast:
+            if rank != 2:
+                raise CompileError("multicast TMA loads are 2-d only in this codegen", op.loc)
+            size = self.cluster_size
+            self.emit(f"ag::tma_load_2d_multicast(&{tm}, {self.name(op.dst)}, "
+                      f"{self.current_full}, {', '.join(coords)}, {(1 << size) - 1});")
+            return
         self.emit(f"ag::tma_load_{rank}d(&{tm}, {self.name(op.dst)}, {self.current_full}, "
                   f"{', '.join(coords)});")
 
@@ -779,7 +801,7 @@ class _Emitter:
 
 
 # Ops that may run while a consumer's last wgmma group is still in flight.
-_NO_FLUSH = (O.For, O.Consume, O.Const, O.Arith, O.SmemSlice, O.If)
+_NO_FLUSH = (O.For, O.Consume, O.Const, O.Arith, O.SmemSlice, O.If, O.ClusterRank)
 
 
 def dtype_ptr(dtype) -> str:
@@ -788,7 +810,7 @@ def dtype_ptr(dtype) -> str:
 
 def _single_thread_role(role: O.RoleOp) -> bool:
     """A role that only issues TMA copies runs on one elected thread of its warpgroup."""
-    allowed = (O.Const, O.Arith, O.For, O.If, O.Produce, O.TmaLoad, O.SmemSlice)
+    allowed = (O.Const, O.Arith, O.For, O.If, O.Produce, O.TmaLoad, O.SmemSlice, O.ClusterRank)
     return all(isinstance(op, allowed) for op in role.body.walk())
 
 
@@ -874,11 +896,16 @@ def render(kernel: Kernel) -> Source:
 
     body_start = len(em.lines)
     em.emit("const int gtid = threadIdx.x;")
+    cluster = tuple(kernel.attr("cluster", (1, 1, 1)))
+    em.cluster_size = cluster[0] * cluster[1] * cluster[2]
     roles = [op for op in kernel.body.ops if isinstance(op, O.RoleOp)]
     prologue = [op for op in kernel.body.ops if not isinstance(op, O.RoleOp)]
     for op in prologue:
         em.op(op)
-    if any(isinstance(op, O.PipelineCreate) for op in prologue):
+    if em.cluster_size > 1:
+        # barriers of every CTA initialized before any peer multicasts into them or arrives
+        em.emit("ag::cluster_sync();")
+    elif any(isinstance(op, O.PipelineCreate) for op in prologue):
         em.emit("__syncthreads();  // barriers initialized before any role uses them")
     plan = {name: (first, count, regs) for name, first, count, regs in kernel.attr("role_plan", ())}
     for k, role in enumerate(roles):
@@ -921,6 +948,10 @@ def render(kernel: Kernel) -> Source:
         em.indent -= 1
         em.emit("}")
 
+    if em.cluster_size > 1:
+        # no CTA leaves while a peer may still multicast into its smem or arrive on its
+        # barriers (HOPPER.md hazard 12)
+        em.emit("ag::cluster_sync();")
     for (tensor_id, box, swizzle), index in sorted(em.tmaps.items(), key=lambda kv: kv[1]):
         tensor_name = em.tensors[tensor_id]
         params_c.append(f"const __grid_constant__ ag::TensorMap tmap{index}")

@@ -24,11 +24,21 @@ from argus.ir.types import PipeType, ScalarType, SmemType, TileType
 # ----------------------------------------------------------------------------- launch grid
 
 
-def grid(*extents) -> tuple[Scalar, ...]:
+def grid(*extents, cluster: int | tuple[int, ...] = 1) -> tuple[Scalar, ...]:
     """Declare the launch grid (1 to 3 extents, runtime scalars of shape parameters) and
-    return this CTA's program ids."""
+    return this CTA's program ids. `cluster` groups CTAs into thread-block clusters (an int
+    for clusters along x, or a shape); the extents must be multiples of it."""
     ctx = current("ag.grid")
     loc = user_loc()
+    dims = (cluster, 1, 1) if isinstance(cluster, int) else tuple(cluster) + (1,) * (3 - len(cluster))
+    if len(dims) != 3 or any(not isinstance(d, int) or d < 1 for d in dims) or \
+            dims[0] * dims[1] * dims[2] > 8:
+        raise TraceError(f"cluster shape {cluster} must be up to 3 positive ints with at most 8 "
+                         f"CTAs (the portable cluster size)", loc)
+    if dims != (1, 1, 1) and ctx.cluster != (1, 1, 1) and tuple(ctx.cluster) != dims:
+        raise TraceError(f"cluster {dims} here but {ctx.cluster} in @ag.kernel", loc)
+    if dims != (1, 1, 1):
+        ctx.cluster = dims
     if ctx.grid_declared:
         raise TraceError("ag.grid was called twice", loc, fix="declare the grid once")
     if not 1 <= len(extents) <= 3:
@@ -38,8 +48,16 @@ def grid(*extents) -> tuple[Scalar, ...]:
     ctx.grid_declared = True
     values = tuple(as_scalar(e).value for e in extents)
     ids = tuple(ctx.builder.fresh(ScalarType(dtypes.i32), "pid") for _ in extents)
-    ctx.builder.append(O.GridIds(ids, values, loc=loc))
+    ctx.builder.append(O.GridIds(ids, values, tuple(ctx.cluster), loc=loc))
     return tuple(Scalar(i) for i in ids)
+
+
+def cluster_rank() -> Scalar:
+    """This CTA's rank in its cluster (0 .. cluster size - 1)."""
+    ctx = current("ag.cluster_rank")
+    v = ctx.builder.fresh(ScalarType(dtypes.i32), "rank")
+    ctx.builder.append(O.ClusterRank(v, loc=user_loc()))
+    return Scalar(v)
 
 
 def cdiv(a, b):
@@ -261,9 +279,14 @@ def _view(x, what: str, loc) -> SmemView:
     return x
 
 
-def _tma_load(dst, tensor: TensorArg, coords) -> None:
+def _tma_load(dst, tensor: TensorArg, coords, multicast: bool = False) -> None:
+    """TMA box copy into `dst`; with multicast=True the box also lands, at the same offset,
+    in every other CTA of the cluster (which all run the same code)."""
     ctx = current("ag.tma.load")
     loc = user_loc()
+    if multicast and ctx.cluster == (1, 1, 1):
+        raise TraceError("a multicast TMA load needs a cluster", loc,
+                         fix="declare it with ag.grid(..., cluster=2)")
     view = _view(dst, "tma.load destination", loc)
     if ctx.open_pipeline_steps == 0:
         raise TraceError("ag.tma.load must be inside a `with pipe.produce() as stage:` block",
@@ -276,7 +299,8 @@ def _tma_load(dst, tensor: TensorArg, coords) -> None:
         raise TraceError(f"TMA box {view.shape} exceeds 256 elements in a dimension", loc,
                          fix="split the copy into boxes of at most 256 rows")
     coords_v = _offsets(tensor, coords, loc)
-    ctx.builder.append(O.TmaLoad(view.materialize(), tensor.value, coords_v, loc=loc))
+    ctx.builder.append(O.TmaLoad(view.materialize(), tensor.value, coords_v,
+                                 multicast=bool(multicast), loc=loc))
 
 
 def _tma_store(tensor: TensorArg, coords, src) -> None:

@@ -152,7 +152,7 @@ class KernelFunction:
         if not ctx.grid_declared:
             raise TraceError(f"kernel {self.name} never declared its launch grid",
                              _fn_loc(self.fn), fix="call `pid = ag.grid(extent, ...)` once")
-        attrs = dict(threads=threads, cluster=self.cluster,
+        attrs = dict(threads=threads, cluster=tuple(ctx.cluster),
                      constexprs=tuple((k, _freeze(v)) for k, v in sorted(constexprs.items())))
         kernel = Kernel(self.name, tuple(params), body, tuple(sorted(attrs.items())))
         check_kernel(kernel)

@@ -55,6 +55,12 @@ class Scalar:
         return self.value.type.dtype
 
     def _bin(self, fn: str, other, reverse: bool = False) -> "Scalar":
+        # Identities with trace-time constants record nothing: x*1, 1*x, x//1, x+0, 0+x, x-0.
+        if isinstance(other, int) and not isinstance(other, bool):
+            if (fn == "mul" and other == 1) or (fn == "add" and other == 0) or \
+                    (not reverse and ((fn == "floordiv" and other == 1)
+                                      or (fn == "sub" and other == 0))):
+                return self
         other_s = as_scalar(other)
         lhs, rhs = (other_s, self) if reverse else (self, other_s)
         if lhs.dtype.is_float != rhs.dtype.is_float:

@@ -41,12 +41,23 @@ class Arith(Op):
 @dataclass(frozen=True)
 class GridIds(Op):
     """Declares the launch grid (extents computed from shape parameters) and yields the CTA's
-    program ids. Exactly one per kernel, at top level, before any use of the ids."""
+    program ids. Exactly one per kernel, at top level, before any use of the ids. `cluster` is
+    the thread-block cluster shape; the extents must be multiples of it."""
 
     NAME = "grid"
     RESULTS = ("ids",)
     ids: tuple[Value, ...]
     extents: tuple[Value, ...]
+    cluster: tuple[int, ...] = (1, 1, 1)
+
+
+@dataclass(frozen=True)
+class ClusterRank(Op):
+    """This CTA's rank inside its thread-block cluster (PTX %cluster_ctarank): uniform per CTA."""
+
+    NAME = "cluster_rank"
+    RESULTS = ("result",)
+    result: Value
 
 
 @dataclass(frozen=True)
@@ -132,12 +143,15 @@ class PipelineCreate(Op):
     """An mbarrier ring of `stages` slots (in the result type). Each slot has a `full` barrier
     (TMA bytes land) and an `empty` barrier (`consumers` warpgroup arrivals release it).
     Stage and phase parity of every produce/consume are derived from per-role counters that
-    continue across loops, so persistent kernels stay in phase."""
+    continue across loops, so persistent kernels stay in phase. `peers` (set by lowering) is
+    the number of CTAs whose producers write each slot (the cluster size when loads multicast):
+    a slot is then released by every consumer warpgroup of every peer CTA."""
 
     NAME = "pipeline"
     RESULTS = ("result",)
     result: Value
     consumers: int
+    peers: int = 1
 
 
 @dataclass(frozen=True)
@@ -185,7 +199,10 @@ class TmaLoad(Op):
     dim, outermost first) into smem view `dst`. Legal only inside `produce`. Out-of-bounds
     elements are zero-filled; the full box counts toward the barrier's bytes.
     Lowering fills `box` (the tensor map's box, outermost first), `swizzle` (the tensor map's
-    swizzle in bytes) and `bytes` (what the copy credits to the barrier)."""
+    swizzle in bytes) and `bytes` (what the copy credits to each barrier).
+    `multicast`: the box lands at the same offset in every CTA of the cluster and credits
+    every CTA's barrier (`.multicast::cluster`); all CTAs of the cluster run the same code, so
+    each CTA receives one such box from every peer."""
 
     NAME = "tma.load"
     dst: Value
@@ -194,6 +211,7 @@ class TmaLoad(Op):
     box: tuple[int, ...] = ()
     swizzle: int = -1
     bytes: int = 0
+    multicast: bool = False
 
 
 @dataclass(frozen=True)
@@ -352,7 +370,7 @@ ELEMENTWISE_FNS = {
 
 ALL_OPS: dict[str, type[Op]] = {
     cls.NAME: cls
-    for cls in (Const, Arith, GridIds, ThreadIndex, For, If, RoleOp, SmemAlloc, SmemSlice,
+    for cls in (Const, Arith, GridIds, ClusterRank, ThreadIndex, For, If, RoleOp, SmemAlloc, SmemSlice,
                 PipelineCreate, Produce, Consume, TmaLoad, TmaStore, Wgmma, StMatrix, LdMatrix,
                 Load, Store, Full, Elementwise, Convert, Reduce, TileSlice, Assign)
 }

@@ -33,6 +33,7 @@ class GemmSchedule:
     num_sms: int = 132      # CTAs of the persistent grid (H100/H200 SXM: 132 SMs)
     group_m: int = 8        # grouped raster: GROUP_M tiles down M before moving along N
     epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
+    cluster_m: int = 1      # 2: CTA pairs on vertically adjacent tiles share B by TMA multicast
 
 
 def tile_coords(tile, m_tiles, n_tiles, group_m: int):
@@ -63,11 +64,16 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
              s: GemmSchedule = GemmSchedule()):
         M, K = A.shape[-2], A.shape[-1]
         N = B.shape[-2] if b_layout == "nk" else B.shape[-1]
-        m_tiles, n_tiles = ag.cdiv(M, s.bm), ag.cdiv(N, s.bn)
-        tiles = m_tiles * n_tiles
+        cs = s.cluster_m
+        # A unit of work is `cs` vertically adjacent tiles, one per CTA of a cluster; the CTAs
+        # of a cluster walk the same units, so their pipelines stay in step.
+        m_units, n_tiles = ag.cdiv(ag.cdiv(M, s.bm), cs), ag.cdiv(N, s.bn)
+        tiles = m_units * n_tiles
         total = tiles * A.shape[0] if batched else tiles
-        programs = ag.minimum(total, s.num_sms) if s.persistent else total
-        (pid,) = ag.grid(programs)
+        clusters = ag.minimum(total, s.num_sms // cs) if s.persistent else total
+        (pid,) = ag.grid(clusters * cs, cluster=cs)
+        rank = ag.cluster_rank() if cs > 1 else 0
+        first, programs = (pid // cs, clusters) if cs > 1 else (pid, clusters)
         sA = ag.smem((s.stages, s.bm, s.bk), in_dtype, swizzle=128)
         if mn_major_b:  # one [BK][64] box per 64 columns of the B tile
             sB = ag.smem((s.stages, (s.bn // 64) * s.bk, 64), in_dtype, swizzle=128)
@@ -81,28 +87,33 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
             sC = ag.smem((s.consumers * blocks, rows, 64), out_dtype, swizzle=128)
 
         def locate(tile):
-            """(batch coordinates, m tile, n tile) of a flat tile index."""
+            """(batch coordinates, m tile, n tile) of a flat unit index, for this CTA."""
             if batched:
-                m, n = tile_coords(tile % tiles, m_tiles, n_tiles, s.group_m)
-                return (tile // tiles,), m, n
-            m, n = tile_coords(tile, m_tiles, n_tiles, s.group_m)
-            return (), m, n
+                mu, n = tile_coords(tile % tiles, m_units, n_tiles, s.group_m)
+                return (tile // tiles,), mu * cs + rank, n
+            mu, n = tile_coords(tile, m_units, n_tiles, s.group_m)
+            return (), mu * cs + rank, n
 
         with ag.role("producer", warpgroups=1, regs=s.producer_regs):
-            for tile in ag.range(pid, total, programs):
+            for tile in ag.range(first, total, programs):
                 b, m, n = locate(tile)
                 for k in ag.range(k_tiles):
                     with pipe.produce() as stage:
                         ag.tma.load(sA[stage], A, (*b, m * s.bm, k * s.bk))
-                        if mn_major_b:
-                            for j in range(blocks):
+                        if mn_major_b:  # each CTA loads blocks/cs column boxes for all
+                            for jj in range(blocks // cs):
+                                j = rank * (blocks // cs) + jj
                                 ag.tma.load(sB[stage].rows_of(j * s.bk, s.bk), B,
-                                            (*b, k * s.bk, n * s.bn + 64 * j))
+                                            (*b, k * s.bk, n * s.bn + 64 * j), multicast=cs > 1)
+                        elif cs > 1:  # each CTA loads 1/cs of the B rows for all
+                            part = s.bn // cs
+                            ag.tma.load(sB[stage].rows_of(rank * part, part), B,
+                                        (*b, n * s.bn + rank * part, k * s.bk), multicast=True)
                         else:
                             ag.tma.load(sB[stage], B, (*b, n * s.bn, k * s.bk))
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
-            for tile in ag.range(pid, total, programs):
+            for tile in ag.range(first, total, programs):
                 b, m, n = locate(tile)
                 acc = ag.zeros((rows, s.bn), ag.f32)
                 for k in ag.range(k_tiles):

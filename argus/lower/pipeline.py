@@ -28,6 +28,10 @@ PRODUCER_PARITY = "((n / S) & 1) ^ 1"
 
 def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
     """wgmma_overlap: keep one wgmma group in flight across consumer steps (see Consume)."""
+    cluster = kernel.attr("cluster", (1, 1, 1))
+    cluster_size = cluster[0] * cluster[1] * cluster[2]
+    multicast_pipes = {op.pipe.id for op in kernel.walk() if isinstance(op, O.Produce)
+                       and any(isinstance(t, O.TmaLoad) and t.multicast for t in op.body.walk())}
     pipes = {op.result.id: op for op in kernel.walk() if isinstance(op, O.PipelineCreate)}
     consumer_wgs: dict[int, int] = {}
     for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
@@ -48,8 +52,12 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
     def visit(op: O.Op) -> O.Op:
         updates = {f.name: region(getattr(op, f.name)) for f in op.spec_fields()
                    if isinstance(getattr(op, f.name), Region)}
+        if isinstance(op, O.PipelineCreate):
+            updates["peers"] = cluster_size if op.result.id in multicast_pipes else 1
         if isinstance(op, O.Produce):
-            tx = sum(inner.bytes for inner in op.body.walk() if isinstance(inner, O.TmaLoad))
+            # a multicast box arrives once from every CTA of the cluster (symmetric code)
+            tx = sum(inner.bytes * (cluster_size if inner.multicast else 1)
+                     for inner in op.body.walk() if isinstance(inner, O.TmaLoad))
             if tx == 0:
                 raise CompileError("a produce step issues no TMA load: its full barrier would "
                                    "never complete", op.loc)
@@ -59,7 +67,8 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
             has_wgmma = any(isinstance(inner, O.Wgmma) for inner in op.body.walk())
             updates.update(stage_expr=op.stage_expr or STAGE_EXPR,
                            parity_expr=op.parity_expr or CONSUMER_PARITY,
-                           arrivals=op.arrivals or pipes[op.pipe.id].consumers,
+                           arrivals=op.arrivals or pipes[op.pipe.id].consumers
+                           * (cluster_size if op.pipe.id in multicast_pipes else 1),
                            wgmma_in_flight=1 if has_wgmma and wgmma_overlap else 0)
         return dataclasses.replace(op, **updates) if updates else op
 

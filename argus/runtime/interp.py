@@ -72,6 +72,11 @@ class _View:
     stage: int | None
     row0: int
     rows: int
+    buffer_id: int = -1
+
+    def on(self, buffer: np.ndarray) -> "_View":
+        """The same window of another CTA's copy of the buffer (multicast)."""
+        return _View(buffer, self.stage, self.row0, self.rows, self.buffer_id)
 
     def array(self) -> np.ndarray:
         base = self.buffer if self.stage is None else self.buffer[self.stage]
@@ -85,6 +90,7 @@ class _View:
 class _PipeState:
     stages: int
     consumers: int
+    producers: int = 1   # producers whose step must land before a slot is full (cluster)
     fills: list[int] = field(default_factory=list)
     releases: list[int] = field(default_factory=list)
     arrivals: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -108,6 +114,8 @@ class _Group:
     name: str
     env: dict[int, Any]
     counters: dict[int, int] = field(default_factory=dict)  # per-pipe step counter
+    rank: int = 0                                            # CTA rank in its cluster
+    peers: list = field(default_factory=list)                # CTA envs of the cluster
 
 
 def _round(values: np.ndarray, dtype: DType) -> np.ndarray:
@@ -166,7 +174,7 @@ class _Interp:
             stage = None if op.stage is None else self.val(g, op.stage)
             row0 = op.row0 if isinstance(op.row0, int) else self.val(g, op.row0)
             env[op.result.id] = _View(self.val(g, op.buffer), stage, row0,
-                                      op.result.type.shape[0])
+                                      op.result.type.shape[0], op.buffer.id)
         elif isinstance(op, O.PipelineCreate):
             env[op.result.id] = _PipeState(op.result.type.stages, op.consumers)
         elif isinstance(op, O.Produce):
@@ -184,7 +192,7 @@ class _Interp:
             p = self.val(g, op.pipe)
             n = g.counters.get(op.pipe.id, 0)
             s, phase = n % p.stages, n // p.stages
-            while p.fills[s] < phase + 1:
+            while p.fills[s] < (phase + 1) * p.producers:
                 yield _Blocked(f"{g.name} waits for slot {s} to be filled (step {n})")
             env[op.stage.id] = s
             yield from self.run_region(g, op.body)
@@ -197,7 +205,13 @@ class _Interp:
         elif isinstance(op, O.TmaLoad):
             view: _View = self.val(g, op.dst)
             coords = [self.val(g, c) for c in op.coords]
-            view.array()[...] = self._box(op.tensor, coords, view.array().shape, 0.0)
+            box = self._box(op.tensor, coords, view.array().shape, 0.0)
+            targets = ([view.on(peer[view.buffer_id]) for peer in g.peers]
+                       if op.multicast else [view])
+            for target in targets:
+                target.array()[...] = box
+        elif isinstance(op, O.ClusterRank):
+            env[op.result.id] = g.rank
         elif isinstance(op, O.TmaStore):
             view = self.val(g, op.src)
             coords = [self.val(g, c) for c in op.coords]
@@ -293,11 +307,64 @@ class _Interp:
             for _ in self.run_op(probe, op):
                 raise InterpError("blocking op before ag.grid")
         extents = [self.val(probe, e) for e in grid_op.extents]
-        for pid in itertools.product(*(range(e) for e in extents)):
-            env = dict(probe.env)
-            for v, i in zip(grid_op.ids, pid):
-                env[v.id] = i
-            self.run_cta(_Group(f"cta{pid}", env), body.ops[body.ops.index(grid_op) + 1:])
+        cluster = tuple(grid_op.cluster)[:len(extents)]
+        if any(e % c for e, c in zip(extents, cluster)):
+            raise InterpError(f"grid {tuple(extents)} is not a multiple of the cluster "
+                              f"{tuple(cluster)}")
+        rest = body.ops[body.ops.index(grid_op) + 1:]
+        # CTAs of one cluster run together (they share multicast data and barriers); clusters
+        # and lone CTAs run one after another.
+        origins = itertools.product(*(range(0, e, c) for e, c in zip(extents, cluster)))
+        for origin in origins:
+            ctas = []
+            for rank, offset in enumerate(itertools.product(*(range(c) for c in cluster))):
+                pid = tuple(o + d for o, d in zip(origin, offset))
+                env = dict(probe.env)
+                for v, i in zip(grid_op.ids, pid):
+                    env[v.id] = i
+                ctas.append(_Group(f"cta{pid}", env, rank=rank))
+            self.run_cluster(ctas, rest)
+
+    def run_cluster(self, ctas: list[_Group], ops) -> None:
+        peers = [c.env for c in ctas]
+        for c in ctas:
+            c.peers = peers
+        if len(ctas) == 1:
+            self.run_cta(ctas[0], ops)
+            return
+        roles = [op for op in ops if isinstance(op, O.RoleOp)]
+        if not roles:
+            for c in ctas:
+                self.run_cta(c, ops)
+            return
+        multicast_pipes = {op.pipe.id for op in self.kernel.walk() if isinstance(op, O.Produce)
+                           and any(isinstance(t, O.TmaLoad) and t.multicast
+                                   for t in op.body.walk())}
+        for c in ctas:
+            for op in ops:
+                if not isinstance(op, O.RoleOp):
+                    for _ in self.run_op(c, op):
+                        raise InterpError("blocking op outside roles")
+        for vid in multicast_pipes:  # one barrier state for the whole cluster
+            shared = ctas[0].env[vid]
+            shared.consumers *= len(ctas)
+            shared.producers = len(ctas)
+            for c in ctas:
+                c.env[vid] = shared
+        coroutines = []
+        for c in ctas:
+            coroutines += self.role_coroutines(c, roles)
+        self.schedule(coroutines)
+
+    def role_coroutines(self, cta: _Group, roles) -> list:
+        out = []
+        for r in roles:
+            for wg in range(r.warpgroups):
+                g = _Group(f"{cta.name}/{r.name}[{wg}]", dict(cta.env), rank=cta.rank,
+                           peers=cta.peers)
+                g.env[r.index.id] = wg
+                out.append((g, self.run_region(g, r.body)))
+        return out
 
     def run_cta(self, cta: _Group, ops) -> None:
         roles = [op for op in ops if isinstance(op, O.RoleOp)]
@@ -310,12 +377,9 @@ class _Interp:
             if not isinstance(op, O.RoleOp):
                 for _ in self.run_op(cta, op):
                     raise InterpError("blocking op outside roles")
-        coroutines = []
-        for r in roles:
-            for wg in range(r.warpgroups):
-                g = _Group(f"{cta.name}/{r.name}[{wg}]", dict(cta.env))
-                g.env[r.index.id] = wg
-                coroutines.append((g, self.run_region(g, r.body)))
+        self.schedule(self.role_coroutines(cta, roles))
+
+    def schedule(self, coroutines) -> None:
         # Round-robin: every live instance runs until it blocks or ends. A round in which all
         # live instances blocked and no pipeline slot changed state is a deadlock.
         live = list(coroutines)

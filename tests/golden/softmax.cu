@@ -7,86 +7,84 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_softmax(
     const int N,
     const long long X_s0,
     const long long Y_s0) {
-    __shared__ float red15[8];
-    __shared__ float red18[8];
+    __shared__ float red11[8];
+    __shared__ float red14[8];
     const int gtid = threadIdx.x;
     const int v5 = (M + 1);
     const int v7 = (v5 - 1);
-    const int v9 = (v7 / 1);
-    const int v10 = (int)blockIdx.x;
-    const int v12 = (v10 * 1);
-    float t14[16];
-    t14[0] = ((0 + (gtid * 4 + 0)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 0)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[1] = ((0 + (gtid * 4 + 1)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 1)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[2] = ((0 + (gtid * 4 + 2)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 2)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[3] = ((0 + (gtid * 4 + 3)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 3)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[4] = ((0 + (gtid * 4 + 1024)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 1024)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[5] = ((0 + (gtid * 4 + 1025)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 1025)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[6] = ((0 + (gtid * 4 + 1026)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 1026)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[7] = ((0 + (gtid * 4 + 1027)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 1027)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[8] = ((0 + (gtid * 4 + 2048)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 2048)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[9] = ((0 + (gtid * 4 + 2049)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 2049)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[10] = ((0 + (gtid * 4 + 2050)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 2050)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[11] = ((0 + (gtid * 4 + 2051)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 2051)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[12] = ((0 + (gtid * 4 + 3072)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 3072)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[13] = ((0 + (gtid * 4 + 3073)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 3073)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[14] = ((0 + (gtid * 4 + 3074)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 3074)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    t14[15] = ((0 + (gtid * 4 + 3075)) < N && (v12 + 0) < M) ? X[(0 + (gtid * 4 + 3075)) + (long long)(v12 + 0) * X_s0] : __int_as_float(0xff800000);
-    float t15[1];
-    t15[0] = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(t14[0], t14[1]), t14[2]), t14[3]), t14[4]), t14[5]), t14[6]), t14[7]), t14[8]), t14[9]), t14[10]), t14[11]), t14[12]), t14[13]), t14[14]), t14[15]);
+    const int v8 = (int)blockIdx.x;
+    float t10[16];
+    t10[0] = ((0 + (gtid * 4 + 0)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 0)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[1] = ((0 + (gtid * 4 + 1)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[2] = ((0 + (gtid * 4 + 2)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[3] = ((0 + (gtid * 4 + 3)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[4] = ((0 + (gtid * 4 + 1024)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1024)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[5] = ((0 + (gtid * 4 + 1025)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1025)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[6] = ((0 + (gtid * 4 + 1026)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1026)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[7] = ((0 + (gtid * 4 + 1027)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1027)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[8] = ((0 + (gtid * 4 + 2048)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2048)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[9] = ((0 + (gtid * 4 + 2049)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2049)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[10] = ((0 + (gtid * 4 + 2050)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2050)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[11] = ((0 + (gtid * 4 + 2051)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2051)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[12] = ((0 + (gtid * 4 + 3072)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3072)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[13] = ((0 + (gtid * 4 + 3073)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3073)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[14] = ((0 + (gtid * 4 + 3074)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3074)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    t10[15] = ((0 + (gtid * 4 + 3075)) < N && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3075)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    float t11[1];
+    t11[0] = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(t10[0], t10[1]), t10[2]), t10[3]), t10[4]), t10[5]), t10[6]), t10[7]), t10[8]), t10[9]), t10[10]), t10[11]), t10[12]), t10[13]), t10[14]), t10[15]);
     #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
-        t15[0] = fmaxf(t15[0], __shfl_xor_sync(0xffffffffu, t15[0], off));
+        t11[0] = fmaxf(t11[0], __shfl_xor_sync(0xffffffffu, t11[0], off));
     }
     if (gtid % 32 == 0) {
-        red15[0 + gtid / 32] = t15[0];
+        red11[0 + gtid / 32] = t11[0];
     }
     __syncthreads();
-    t15[0] = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(red15[0], red15[1]), red15[2]), red15[3]), red15[4]), red15[5]), red15[6]), red15[7]);
+    t11[0] = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(red11[0], red11[1]), red11[2]), red11[3]), red11[4]), red11[5]), red11[6]), red11[7]);
     __syncthreads();
-    float t17[16];
-    t17[0] = expf((t14[0] - t15[0]));
-    t17[1] = expf((t14[1] - t15[0]));
-    t17[2] = expf((t14[2] - t15[0]));
-    t17[3] = expf((t14[3] - t15[0]));
-    t17[4] = expf((t14[4] - t15[0]));
-    t17[5] = expf((t14[5] - t15[0]));
-    t17[6] = expf((t14[6] - t15[0]));
-    t17[7] = expf((t14[7] - t15[0]));
-    t17[8] = expf((t14[8] - t15[0]));
-    t17[9] = expf((t14[9] - t15[0]));
-    t17[10] = expf((t14[10] - t15[0]));
-    t17[11] = expf((t14[11] - t15[0]));
-    t17[12] = expf((t14[12] - t15[0]));
-    t17[13] = expf((t14[13] - t15[0]));
-    t17[14] = expf((t14[14] - t15[0]));
-    t17[15] = expf((t14[15] - t15[0]));
-    float t18[1];
-    t18[0] = (((((((((((((((t17[0] + t17[1]) + t17[2]) + t17[3]) + t17[4]) + t17[5]) + t17[6]) + t17[7]) + t17[8]) + t17[9]) + t17[10]) + t17[11]) + t17[12]) + t17[13]) + t17[14]) + t17[15]);
+    float t13[16];
+    t13[0] = expf((t10[0] - t11[0]));
+    t13[1] = expf((t10[1] - t11[0]));
+    t13[2] = expf((t10[2] - t11[0]));
+    t13[3] = expf((t10[3] - t11[0]));
+    t13[4] = expf((t10[4] - t11[0]));
+    t13[5] = expf((t10[5] - t11[0]));
+    t13[6] = expf((t10[6] - t11[0]));
+    t13[7] = expf((t10[7] - t11[0]));
+    t13[8] = expf((t10[8] - t11[0]));
+    t13[9] = expf((t10[9] - t11[0]));
+    t13[10] = expf((t10[10] - t11[0]));
+    t13[11] = expf((t10[11] - t11[0]));
+    t13[12] = expf((t10[12] - t11[0]));
+    t13[13] = expf((t10[13] - t11[0]));
+    t13[14] = expf((t10[14] - t11[0]));
+    t13[15] = expf((t10[15] - t11[0]));
+    float t14[1];
+    t14[0] = (((((((((((((((t13[0] + t13[1]) + t13[2]) + t13[3]) + t13[4]) + t13[5]) + t13[6]) + t13[7]) + t13[8]) + t13[9]) + t13[10]) + t13[11]) + t13[12]) + t13[13]) + t13[14]) + t13[15]);
     #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
-        t18[0] = (t18[0] + __shfl_xor_sync(0xffffffffu, t18[0], off));
+        t14[0] = (t14[0] + __shfl_xor_sync(0xffffffffu, t14[0], off));
     }
     if (gtid % 32 == 0) {
-        red18[0 + gtid / 32] = t18[0];
+        red14[0 + gtid / 32] = t14[0];
     }
     __syncthreads();
-    t18[0] = (((((((red18[0] + red18[1]) + red18[2]) + red18[3]) + red18[4]) + red18[5]) + red18[6]) + red18[7]);
+    t14[0] = (((((((red14[0] + red14[1]) + red14[2]) + red14[3]) + red14[4]) + red14[5]) + red14[6]) + red14[7]);
     __syncthreads();
-    if ((0 + (gtid * 4 + 0)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 0)) + (long long)(v12 + 0) * Y_s0] = (t17[0] / t18[0]);
-    if ((0 + (gtid * 4 + 1)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 1)) + (long long)(v12 + 0) * Y_s0] = (t17[1] / t18[0]);
-    if ((0 + (gtid * 4 + 2)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 2)) + (long long)(v12 + 0) * Y_s0] = (t17[2] / t18[0]);
-    if ((0 + (gtid * 4 + 3)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 3)) + (long long)(v12 + 0) * Y_s0] = (t17[3] / t18[0]);
-    if ((0 + (gtid * 4 + 1024)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 1024)) + (long long)(v12 + 0) * Y_s0] = (t17[4] / t18[0]);
-    if ((0 + (gtid * 4 + 1025)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 1025)) + (long long)(v12 + 0) * Y_s0] = (t17[5] / t18[0]);
-    if ((0 + (gtid * 4 + 1026)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 1026)) + (long long)(v12 + 0) * Y_s0] = (t17[6] / t18[0]);
-    if ((0 + (gtid * 4 + 1027)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 1027)) + (long long)(v12 + 0) * Y_s0] = (t17[7] / t18[0]);
-    if ((0 + (gtid * 4 + 2048)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 2048)) + (long long)(v12 + 0) * Y_s0] = (t17[8] / t18[0]);
-    if ((0 + (gtid * 4 + 2049)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 2049)) + (long long)(v12 + 0) * Y_s0] = (t17[9] / t18[0]);
-    if ((0 + (gtid * 4 + 2050)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 2050)) + (long long)(v12 + 0) * Y_s0] = (t17[10] / t18[0]);
-    if ((0 + (gtid * 4 + 2051)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 2051)) + (long long)(v12 + 0) * Y_s0] = (t17[11] / t18[0]);
-    if ((0 + (gtid * 4 + 3072)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 3072)) + (long long)(v12 + 0) * Y_s0] = (t17[12] / t18[0]);
-    if ((0 + (gtid * 4 + 3073)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 3073)) + (long long)(v12 + 0) * Y_s0] = (t17[13] / t18[0]);
-    if ((0 + (gtid * 4 + 3074)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 3074)) + (long long)(v12 + 0) * Y_s0] = (t17[14] / t18[0]);
-    if ((0 + (gtid * 4 + 3075)) < N && (v12 + 0) < M) Y[(0 + (gtid * 4 + 3075)) + (long long)(v12 + 0) * Y_s0] = (t17[15] / t18[0]);
+    if ((0 + (gtid * 4 + 0)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 0)) + (long long)(v8 + 0) * Y_s0] = (t13[0] / t14[0]);
+    if ((0 + (gtid * 4 + 1)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1)) + (long long)(v8 + 0) * Y_s0] = (t13[1] / t14[0]);
+    if ((0 + (gtid * 4 + 2)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2)) + (long long)(v8 + 0) * Y_s0] = (t13[2] / t14[0]);
+    if ((0 + (gtid * 4 + 3)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3)) + (long long)(v8 + 0) * Y_s0] = (t13[3] / t14[0]);
+    if ((0 + (gtid * 4 + 1024)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1024)) + (long long)(v8 + 0) * Y_s0] = (t13[4] / t14[0]);
+    if ((0 + (gtid * 4 + 1025)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1025)) + (long long)(v8 + 0) * Y_s0] = (t13[5] / t14[0]);
+    if ((0 + (gtid * 4 + 1026)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1026)) + (long long)(v8 + 0) * Y_s0] = (t13[6] / t14[0]);
+    if ((0 + (gtid * 4 + 1027)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1027)) + (long long)(v8 + 0) * Y_s0] = (t13[7] / t14[0]);
+    if ((0 + (gtid * 4 + 2048)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2048)) + (long long)(v8 + 0) * Y_s0] = (t13[8] / t14[0]);
+    if ((0 + (gtid * 4 + 2049)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2049)) + (long long)(v8 + 0) * Y_s0] = (t13[9] / t14[0]);
+    if ((0 + (gtid * 4 + 2050)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2050)) + (long long)(v8 + 0) * Y_s0] = (t13[10] / t14[0]);
+    if ((0 + (gtid * 4 + 2051)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2051)) + (long long)(v8 + 0) * Y_s0] = (t13[11] / t14[0]);
+    if ((0 + (gtid * 4 + 3072)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3072)) + (long long)(v8 + 0) * Y_s0] = (t13[12] / t14[0]);
+    if ((0 + (gtid * 4 + 3073)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3073)) + (long long)(v8 + 0) * Y_s0] = (t13[13] / t14[0]);
+    if ((0 + (gtid * 4 + 3074)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3074)) + (long long)(v8 + 0) * Y_s0] = (t13[14] / t14[0]);
+    if ((0 + (gtid * 4 + 3075)) < N && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3075)) + (long long)(v8 + 0) * Y_s0] = (t13[15] / t14[0]);
 }

@@ -64,3 +64,25 @@ def test_gemm_stmatrix_tma_store_epilogue(shape):
     gemm.KERNEL(a, b, c, s=gemm.GemmSchedule(epilogue="tma", stages=3))
     torch.cuda.synchronize()
     assert relative_error(c, gemm.reference(a, b, c)) < 1e-2
+
+
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+@pytest.mark.parametrize("shape", [(300, 520, 200), (4096, 4096, 4096)])
+def test_gemm_cluster_multicast(layout, shape):
+    """2x1 clusters: each CTA loads half of B and multicasts it to its peer."""
+    import argus as ag
+    from argus.kernels.gemm import GemmSchedule, gemm_kernel
+
+    m, n, k = shape
+    g = torch.Generator(device="cuda").manual_seed(sum(shape))
+    a = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    b = torch.randn(*((n, k) if layout == "nk" else (k, n)), device="cuda", generator=g)
+    b = b.bfloat16()
+    c = torch.full((m, n), float("nan"), device="cuda").bfloat16()
+    for s in (GemmSchedule(cluster_m=2), GemmSchedule(cluster_m=2, epilogue="tma", stages=3,
+                                                        persistent=False)):
+        c.fill_(float("nan"))
+        gemm_kernel(ag.bf16, ag.bf16, layout, False)(a, b, c, s=s)
+        torch.cuda.synchronize()
+        ref = a.double() @ (b.double().T if layout == "nk" else b.double())
+        assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2, s
