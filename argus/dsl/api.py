@@ -156,8 +156,14 @@ def full(shape, value: float, dtype: DType = dtypes.f32) -> Tile:
     return Tile(v)
 
 
-def zeros(shape, dtype: DType = dtypes.f32) -> Tile:
-    return full(shape, 0.0, dtype)
+def zeros(shape, dtype: DType = dtypes.f32, by_wgmma: bool = False) -> Tile:
+    """A zero tile. by_wgmma=True (an accumulator whose first writer is a pipelined wgmma):
+    skip the zeroing instructions and let that wgmma overwrite with scale-d = 0."""
+    ctx = current("ag.zeros")
+    shape = _check_tile_shape(shape, user_loc())
+    v = ctx.builder.fresh(TileType(dtype, shape))
+    ctx.builder.append(O.Full(v, 0.0, scale_d_zero=bool(by_wgmma), loc=user_loc()))
+    return Tile(v)
 
 
 def _offsets(tensor: TensorArg, offsets, loc) -> tuple:

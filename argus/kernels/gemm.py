@@ -34,6 +34,7 @@ class GemmSchedule:
     group_m: int = 8        # grouped raster: GROUP_M tiles down M before moving along N
     epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
     cluster_m: int = 1      # 2: CTA pairs on vertically adjacent tiles share B by TMA multicast
+    zero_by_wgmma: bool = False  # scale-d = 0 on the first wgmma instead of zeroing registers
 
 
 def tile_coords(tile, m_tiles, n_tiles, group_m: int):
@@ -67,7 +68,8 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         cs = s.cluster_m
         # A unit of work is `cs` vertically adjacent tiles, one per CTA of a cluster; the CTAs
         # of a cluster walk the same units, so their pipelines stay in step.
-        m_units, n_tiles = ag.cdiv(ag.cdiv(M, s.bm), cs), ag.cdiv(N, s.bn)
+        m_tiles, n_tiles = ag.cdiv(M, s.bm), ag.cdiv(N, s.bn)
+        m_units = ag.cdiv(m_tiles, cs) if cs > 1 else m_tiles
         tiles = m_units * n_tiles
         total = tiles * A.shape[0] if batched else tiles
         clusters = ag.minimum(total, s.num_sms // cs) if s.persistent else total
@@ -115,7 +117,7 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             for tile in ag.range(first, total, programs):
                 b, m, n = locate(tile)
-                acc = ag.zeros((rows, s.bn), ag.f32)
+                acc = ag.zeros((rows, s.bn), ag.f32, by_wgmma=s.zero_by_wgmma)
                 for k in ag.range(k_tiles):
                     with pipe.consume() as stage:
                         ag.wgmma(sA[stage].rows_of(wg * rows, rows), sB[stage], acc,

@@ -1,7 +1,8 @@
-"""Pass: let the first wgmma zero its accumulator (scale-d = 0) instead of zeroing registers.
+"""Pass: check the accumulators that ask to be zeroed by their first wgmma (scale-d = 0).
 
-A zero tile (`full 0.0`) whose next use in its region is a loop in which only pipelined
-wgmma (inside `consume` steps) touch it needs no zeroing instructions: the first wgmma runs
+`ag.zeros(..., by_wgmma=True)` (a schedule choice) marks the tile; this pass proves it legal —
+the tile's next use in its region is a loop in which only pipelined wgmma (inside `consume`
+steps) touch it — and rejects it otherwise. Such a tile needs no zeroing instructions: the first wgmma runs
 with scale-d = 0, which computes D = A·B instead of D = A·B + D. The codegen keeps a "still
 zero" flag and zeroes the registers only if the loop ran no iteration. Semantics are unchanged
 (the interpreter ignores the flag); it removes 128 moves and a register dependency per tile.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region
 from argus.ir.tag_ops import is_tag_op
@@ -43,13 +45,16 @@ def _region(region: Region) -> Region:
                 if isinstance(getattr(op, f.name), Region)}
         if subs:
             op = ops[j] = dataclasses.replace(op, **subs)
-        if not (isinstance(op, O.Full) and op.value == 0.0
-                and op.result.type.layout == "wgmma_acc"):
+        if not (isinstance(op, O.Full) and op.scale_d_zero):
             continue
         vid = op.result.id
         nxt = next((o for o in ops[j + 1:] if _touches(o, vid)), None)
-        if isinstance(nxt, O.For) and _only_pipelined_wgmma(nxt, vid):
-            ops[j] = op.replace(scale_d_zero=True)
+        legal = (op.value == 0.0 and op.result.type.layout == "wgmma_acc"
+                 and isinstance(nxt, O.For) and _only_pipelined_wgmma(nxt, vid))
+        if not legal:
+            raise CompileError("ag.zeros(..., by_wgmma=True) needs an accumulator whose next use "
+                               "is a loop of pipelined wgmma (inside pipe.consume) that nothing "
+                               "else touches", op.loc, fix="drop by_wgmma=True")
     return Region(tuple(ops))
 
 

@@ -61,6 +61,7 @@ def candidates(p: Problem) -> list[GemmSchedule]:
                 GemmSchedule(bn=128, stages=6)]
         if p.batch == 1:  # 2x1 clusters multicast B (2-d TMA only)
             out += [GemmSchedule(stages=4, cluster_m=2)]
+        out += [GemmSchedule(stages=4, zero_by_wgmma=True)]
         if p.tma_store_ok and p.out_dtype in ("bf16", "f16"):
             out += [GemmSchedule(epilogue="tma", stages=3, group_m=16)]
             if p.batch == 1:

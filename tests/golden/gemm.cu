@@ -78,59 +78,57 @@ extern "C" __global__ void __launch_bounds__(384, 1) argus_gemm(
     const int v7 = (M + 128);
     const int v9 = (v7 - 1);
     const int v11 = (v9 / 128);
-    const int v13 = (v11 + 1);
+    const int v13 = (N + 256);
     const int v15 = (v13 - 1);
-    const int v17 = (N + 256);
-    const int v19 = (v17 - 1);
-    const int v21 = (v19 / 256);
-    const int v22 = (v15 * v21);
-    const int v24 = ((v22) < (132) ? (v22) : (132));
-    const int v25 = (int)blockIdx.x;
-    ag::bf16* const s26 = reinterpret_cast<ag::bf16*>(smem + 0);
-    ag::bf16* const s27 = reinterpret_cast<ag::bf16*>(smem + 65536);
-    ag::uint64_t* const full28 = reinterpret_cast<ag::uint64_t*>(smem + 196608);
-    ag::uint64_t* const empty28 = full28 + 4;
+    const int v17 = (v15 / 256);
+    const int v18 = (v11 * v17);
+    const int v20 = ((v18) < (132) ? (v18) : (132));
+    const int v21 = (int)blockIdx.x;
+    ag::bf16* const s22 = reinterpret_cast<ag::bf16*>(smem + 0);
+    ag::bf16* const s23 = reinterpret_cast<ag::bf16*>(smem + 65536);
+    ag::uint64_t* const full24 = reinterpret_cast<ag::uint64_t*>(smem + 196608);
+    ag::uint64_t* const empty24 = full24 + 4;
     if (threadIdx.x == 0) {
         for (int s = 0; s < 4; ++s) {
-            ag::mbar_init(&full28[s], 1);
-            ag::mbar_init(&empty28[s], 2);
+            ag::mbar_init(&full24[s], 1);
+            ag::mbar_init(&empty24[s], 2);
         }
         ag::fence_barrier_init();
     }
-    const int v30 = (K + 64);
-    const int v32 = (v30 - 1);
-    const int v34 = (v32 / 64);
+    const int v26 = (K + 64);
+    const int v28 = (v26 - 1);
+    const int v30 = (v28 / 64);
     __syncthreads();  // barriers initialized before any role uses them
     if (threadIdx.x >= 0 && threadIdx.x < 128) {  // role producer
         ag::setmaxnreg_dec<40>();
-        const int v35 = (int)(threadIdx.x / 128) - 0;
+        const int v31 = (int)(threadIdx.x / 128) - 0;
         const int gtid = threadIdx.x % 128;
-        int n28 = 0;  // this role's step counter on pipeline %28
+        int n24 = 0;  // this role's step counter on pipeline %24
         if (gtid == 0) {  // one thread issues the async copies
-            for (int v36 = v25; v36 < v22; v36 += v24) {
-                const int v38 = (8 * v21);
-                const int v39 = (v36 / v38);
-                const int v41 = (v39 * 8);
-                const int v42 = (v15 - v41);
-                const int v44 = ((v42) < (8) ? (v42) : (8));
-                const int v45 = (v36 % v38);
-                const int v46 = (v45 % v44);
-                const int v47 = (v41 + v46);
-                const int v48 = (v45 / v44);
-                for (int v51 = 0; v51 < v34; v51 += 1) {
+            for (int v32 = v21; v32 < v18; v32 += v20) {
+                const int v34 = (8 * v17);
+                const int v35 = (v32 / v34);
+                const int v37 = (v35 * 8);
+                const int v38 = (v11 - v37);
+                const int v40 = ((v38) < (8) ? (v38) : (8));
+                const int v41 = (v32 % v34);
+                const int v42 = (v41 % v40);
+                const int v43 = (v37 + v42);
+                const int v44 = (v41 / v40);
+                for (int v47 = 0; v47 < v30; v47 += 1) {
                     {
-                        const int v52 = (n28 % 4);
-                        ag::mbar_wait(&empty28[v52], (((n28 / 4) & 1) ^ 1));
-                        ag::mbar_arrive_expect_tx(&full28[v52], 49152);
-                        const int v54 = (v47 * 128);
-                        const int v56 = (v51 * 64);
-                        ag::bf16* const v57 = s26 + v52 * 8192;
-                        ag::tma_load_2d(&tmap0, v57, &full28[v52], v56, v54);
-                        const int v59 = (v48 * 256);
-                        const int v61 = (v51 * 64);
-                        ag::bf16* const v62 = s27 + v52 * 16384;
-                        ag::tma_load_2d(&tmap1, v62, &full28[v52], v61, v59);
-                        n28 += 1;
+                        const int v48 = (n24 % 4);
+                        ag::mbar_wait(&empty24[v48], (((n24 / 4) & 1) ^ 1));
+                        ag::mbar_arrive_expect_tx(&full24[v48], 49152);
+                        const int v50 = (v43 * 128);
+                        const int v52 = (v47 * 64);
+                        ag::bf16* const v53 = s22 + v48 * 8192;
+                        ag::tma_load_2d(&tmap0, v53, &full24[v48], v52, v50);
+                        const int v55 = (v44 * 256);
+                        const int v57 = (v47 * 64);
+                        ag::bf16* const v58 = s23 + v48 * 16384;
+                        ag::tma_load_2d(&tmap1, v58, &full24[v48], v57, v55);
+                        n24 += 1;
                     }
                 }
             }
@@ -138,384 +136,380 @@ extern "C" __global__ void __launch_bounds__(384, 1) argus_gemm(
     }
     else if (threadIdx.x >= 128 && threadIdx.x < 384) {  // role consumer
         ag::setmaxnreg_inc<232>();
-        const int v63 = (int)(threadIdx.x / 128) - 1;
+        const int v59 = (int)(threadIdx.x / 128) - 1;
         const int gtid = threadIdx.x % 128;
         const int acc_row = 16 * (gtid / 32) + (gtid % 32) / 4;
         const int acc_col = 2 * (gtid % 4);
-        int n28 = 0;  // this role's step counter on pipeline %28
-        int pend28 = -1;  // slot whose wgmma is still in flight
-        for (int v64 = v25; v64 < v22; v64 += v24) {
-            const int v66 = (8 * v21);
-            const int v67 = (v64 / v66);
-            const int v69 = (v67 * 8);
-            const int v70 = (v15 - v69);
-            const int v72 = ((v70) < (8) ? (v70) : (8));
-            const int v73 = (v64 % v66);
-            const int v74 = (v73 % v72);
-            const int v75 = (v69 + v74);
-            const int v76 = (v73 / v72);
-            float t77[128];
-            int t77_zero = 1;
-            for (int v80 = 0; v80 < v34; v80 += 1) {
+        int n24 = 0;  // this role's step counter on pipeline %24
+        int pend24 = -1;  // slot whose wgmma is still in flight
+        for (int v60 = v21; v60 < v18; v60 += v20) {
+            const int v62 = (8 * v17);
+            const int v63 = (v60 / v62);
+            const int v65 = (v63 * 8);
+            const int v66 = (v11 - v65);
+            const int v68 = ((v66) < (8) ? (v66) : (8));
+            const int v69 = (v60 % v62);
+            const int v70 = (v69 % v68);
+            const int v71 = (v65 + v70);
+            const int v72 = (v69 / v68);
+            float t73[128];
+            #pragma unroll
+            for (int i = 0; i < 128; ++i) t73[i] = 0.0f;
+            for (int v76 = 0; v76 < v30; v76 += 1) {
                 {
-                    const int v81 = (n28 % 4);
-                    ag::mbar_wait(&full28[v81], ((n28 / 4) & 1));
-                    const int v83 = (v63 * 64);
-                    ag::bf16* const v84 = s26 + v81 * 8192 + (v83) * 64;
-                    ag::bf16* const v85 = s27 + v81 * 16384;
+                    const int v77 = (n24 % 4);
+                    ag::mbar_wait(&full24[v77], ((n24 / 4) & 1));
+                    const int v79 = (v59 * 64);
+                    ag::bf16* const v80 = s22 + v77 * 8192 + (v79) * 64;
+                    ag::bf16* const v81 = s23 + v77 * 16384;
                     {
-                        const ag::uint64_t da = ag::make_smem_desc(v84, 128, 16, 1024);
-                        const ag::uint64_t db = ag::make_smem_desc(v85, 128, 16, 1024);
-                        ag::fence_operands(t77);
+                        const ag::uint64_t da = ag::make_smem_desc(v80, 128, 16, 1024);
+                        const ag::uint64_t db = ag::make_smem_desc(v81, 128, 16, 1024);
+                        ag::fence_operands(t73);
                         ag::wgmma_fence();
-                        ag::wgmma_m64n256k16_f32_bf16_ss(t77, ag::desc_advance(da, 0), ag::desc_advance(db, 0), 1 - t77_zero);
-                        ag::wgmma_m64n256k16_f32_bf16_ss(t77, ag::desc_advance(da, 32), ag::desc_advance(db, 32), 1);
-                        ag::wgmma_m64n256k16_f32_bf16_ss(t77, ag::desc_advance(da, 64), ag::desc_advance(db, 64), 1);
-                        ag::wgmma_m64n256k16_f32_bf16_ss(t77, ag::desc_advance(da, 96), ag::desc_advance(db, 96), 1);
+                        ag::wgmma_m64n256k16_f32_bf16_ss(t73, ag::desc_advance(da, 0), ag::desc_advance(db, 0), 1);
+                        ag::wgmma_m64n256k16_f32_bf16_ss(t73, ag::desc_advance(da, 32), ag::desc_advance(db, 32), 1);
+                        ag::wgmma_m64n256k16_f32_bf16_ss(t73, ag::desc_advance(da, 64), ag::desc_advance(db, 64), 1);
+                        ag::wgmma_m64n256k16_f32_bf16_ss(t73, ag::desc_advance(da, 96), ag::desc_advance(db, 96), 1);
                         ag::wgmma_commit();
-                        t77_zero = 0;
                     }
                     ag::wgmma_wait<1>();
-                    ag::fence_operands(t77);
-                    if (pend28 >= 0 && threadIdx.x % 128 == 0) { ag::mbar_arrive(&empty28[pend28]); }
-                    pend28 = v81;
-                    n28 += 1;
+                    ag::fence_operands(t73);
+                    if (pend24 >= 0 && threadIdx.x % 128 == 0) { ag::mbar_arrive(&empty24[pend24]); }
+                    pend24 = v77;
+                    n24 += 1;
                 }
             }
-            const int v87 = (v75 * 128);
-            const int v89 = (v63 * 64);
-            const int v90 = (v87 + v89);
-            const int v92 = (v76 * 256);
+            const int v83 = (v71 * 128);
+            const int v85 = (v59 * 64);
+            const int v86 = (v83 + v85);
+            const int v88 = (v72 * 256);
             ag::wgmma_wait<0>();  // retire the last in-flight wgmma group
-            ag::fence_operands(t77);
-            if (t77_zero) {
-                #pragma unroll
-                for (int i = 0; i < 128; ++i) t77[i] = 0.0f;
-            }
-            if (pend28 >= 0 && threadIdx.x % 128 == 0) { ag::mbar_arrive(&empty28[pend28]); }
-            pend28 = -1;
+            ag::fence_operands(t73);
+            if (pend24 >= 0 && threadIdx.x % 128 == 0) { ag::mbar_arrive(&empty24[pend24]); }
+            pend24 = -1;
             if (true) {
                 const bool pair_ok = (C_s0 % 2) == 0;
                 ag::bf16* const base = C + 0;
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 0));
-                    if (pair_ok && (v92 + (acc_col + 0)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[0], t77[1]));
-                    else { if ((v92 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t77[0]); if ((v92 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t77[1]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 0));
+                    if (pair_ok && (v88 + (acc_col + 0)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[0], t73[1]));
+                    else { if ((v88 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t73[0]); if ((v88 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t73[1]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 0));
-                    if (pair_ok && (v92 + (acc_col + 0)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[2], t77[3]));
-                    else { if ((v92 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t77[2]); if ((v92 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t77[3]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 0));
+                    if (pair_ok && (v88 + (acc_col + 0)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[2], t73[3]));
+                    else { if ((v88 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t73[2]); if ((v88 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t73[3]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 8));
-                    if (pair_ok && (v92 + (acc_col + 8)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[4], t77[5]));
-                    else { if ((v92 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t77[4]); if ((v92 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t77[5]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 8));
+                    if (pair_ok && (v88 + (acc_col + 8)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[4], t73[5]));
+                    else { if ((v88 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t73[4]); if ((v88 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t73[5]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 8));
-                    if (pair_ok && (v92 + (acc_col + 8)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[6], t77[7]));
-                    else { if ((v92 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t77[6]); if ((v92 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t77[7]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 8));
+                    if (pair_ok && (v88 + (acc_col + 8)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[6], t73[7]));
+                    else { if ((v88 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t73[6]); if ((v88 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t73[7]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 16));
-                    if (pair_ok && (v92 + (acc_col + 16)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[8], t77[9]));
-                    else { if ((v92 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t77[8]); if ((v92 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t77[9]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 16));
+                    if (pair_ok && (v88 + (acc_col + 16)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[8], t73[9]));
+                    else { if ((v88 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t73[8]); if ((v88 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t73[9]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 16));
-                    if (pair_ok && (v92 + (acc_col + 16)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[10], t77[11]));
-                    else { if ((v92 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t77[10]); if ((v92 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t77[11]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 16));
+                    if (pair_ok && (v88 + (acc_col + 16)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[10], t73[11]));
+                    else { if ((v88 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t73[10]); if ((v88 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t73[11]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 24));
-                    if (pair_ok && (v92 + (acc_col + 24)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[12], t77[13]));
-                    else { if ((v92 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t77[12]); if ((v92 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t77[13]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 24));
+                    if (pair_ok && (v88 + (acc_col + 24)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[12], t73[13]));
+                    else { if ((v88 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t73[12]); if ((v88 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t73[13]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 24));
-                    if (pair_ok && (v92 + (acc_col + 24)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[14], t77[15]));
-                    else { if ((v92 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t77[14]); if ((v92 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t77[15]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 24));
+                    if (pair_ok && (v88 + (acc_col + 24)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[14], t73[15]));
+                    else { if ((v88 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t73[14]); if ((v88 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t73[15]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 32));
-                    if (pair_ok && (v92 + (acc_col + 32)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[16], t77[17]));
-                    else { if ((v92 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t77[16]); if ((v92 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t77[17]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 32));
+                    if (pair_ok && (v88 + (acc_col + 32)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[16], t73[17]));
+                    else { if ((v88 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t73[16]); if ((v88 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t73[17]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 32));
-                    if (pair_ok && (v92 + (acc_col + 32)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[18], t77[19]));
-                    else { if ((v92 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t77[18]); if ((v92 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t77[19]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 32));
+                    if (pair_ok && (v88 + (acc_col + 32)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[18], t73[19]));
+                    else { if ((v88 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t73[18]); if ((v88 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t73[19]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 40));
-                    if (pair_ok && (v92 + (acc_col + 40)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[20], t77[21]));
-                    else { if ((v92 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t77[20]); if ((v92 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t77[21]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 40));
+                    if (pair_ok && (v88 + (acc_col + 40)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[20], t73[21]));
+                    else { if ((v88 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t73[20]); if ((v88 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t73[21]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 40));
-                    if (pair_ok && (v92 + (acc_col + 40)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[22], t77[23]));
-                    else { if ((v92 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t77[22]); if ((v92 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t77[23]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 40));
+                    if (pair_ok && (v88 + (acc_col + 40)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[22], t73[23]));
+                    else { if ((v88 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t73[22]); if ((v88 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t73[23]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 48));
-                    if (pair_ok && (v92 + (acc_col + 48)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[24], t77[25]));
-                    else { if ((v92 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t77[24]); if ((v92 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t77[25]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 48));
+                    if (pair_ok && (v88 + (acc_col + 48)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[24], t73[25]));
+                    else { if ((v88 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t73[24]); if ((v88 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t73[25]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 48));
-                    if (pair_ok && (v92 + (acc_col + 48)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[26], t77[27]));
-                    else { if ((v92 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t77[26]); if ((v92 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t77[27]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 48));
+                    if (pair_ok && (v88 + (acc_col + 48)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[26], t73[27]));
+                    else { if ((v88 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t73[26]); if ((v88 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t73[27]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 56));
-                    if (pair_ok && (v92 + (acc_col + 56)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[28], t77[29]));
-                    else { if ((v92 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t77[28]); if ((v92 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t77[29]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 56));
+                    if (pair_ok && (v88 + (acc_col + 56)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[28], t73[29]));
+                    else { if ((v88 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t73[28]); if ((v88 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t73[29]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 56));
-                    if (pair_ok && (v92 + (acc_col + 56)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[30], t77[31]));
-                    else { if ((v92 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t77[30]); if ((v92 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t77[31]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 56));
+                    if (pair_ok && (v88 + (acc_col + 56)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[30], t73[31]));
+                    else { if ((v88 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t73[30]); if ((v88 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t73[31]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 64));
-                    if (pair_ok && (v92 + (acc_col + 64)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[32], t77[33]));
-                    else { if ((v92 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t77[32]); if ((v92 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t77[33]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 64));
+                    if (pair_ok && (v88 + (acc_col + 64)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[32], t73[33]));
+                    else { if ((v88 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t73[32]); if ((v88 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t73[33]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 64));
-                    if (pair_ok && (v92 + (acc_col + 64)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[34], t77[35]));
-                    else { if ((v92 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t77[34]); if ((v92 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t77[35]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 64));
+                    if (pair_ok && (v88 + (acc_col + 64)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[34], t73[35]));
+                    else { if ((v88 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t73[34]); if ((v88 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t73[35]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 72));
-                    if (pair_ok && (v92 + (acc_col + 72)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[36], t77[37]));
-                    else { if ((v92 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t77[36]); if ((v92 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t77[37]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 72));
+                    if (pair_ok && (v88 + (acc_col + 72)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[36], t73[37]));
+                    else { if ((v88 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t73[36]); if ((v88 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t73[37]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 72));
-                    if (pair_ok && (v92 + (acc_col + 72)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[38], t77[39]));
-                    else { if ((v92 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t77[38]); if ((v92 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t77[39]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 72));
+                    if (pair_ok && (v88 + (acc_col + 72)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[38], t73[39]));
+                    else { if ((v88 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t73[38]); if ((v88 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t73[39]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 80));
-                    if (pair_ok && (v92 + (acc_col + 80)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[40], t77[41]));
-                    else { if ((v92 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t77[40]); if ((v92 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t77[41]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 80));
+                    if (pair_ok && (v88 + (acc_col + 80)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[40], t73[41]));
+                    else { if ((v88 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t73[40]); if ((v88 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t73[41]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 80));
-                    if (pair_ok && (v92 + (acc_col + 80)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[42], t77[43]));
-                    else { if ((v92 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t77[42]); if ((v92 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t77[43]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 80));
+                    if (pair_ok && (v88 + (acc_col + 80)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[42], t73[43]));
+                    else { if ((v88 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t73[42]); if ((v88 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t73[43]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 88));
-                    if (pair_ok && (v92 + (acc_col + 88)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[44], t77[45]));
-                    else { if ((v92 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t77[44]); if ((v92 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t77[45]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 88));
+                    if (pair_ok && (v88 + (acc_col + 88)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[44], t73[45]));
+                    else { if ((v88 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t73[44]); if ((v88 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t73[45]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 88));
-                    if (pair_ok && (v92 + (acc_col + 88)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[46], t77[47]));
-                    else { if ((v92 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t77[46]); if ((v92 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t77[47]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 88));
+                    if (pair_ok && (v88 + (acc_col + 88)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[46], t73[47]));
+                    else { if ((v88 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t73[46]); if ((v88 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t73[47]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 96));
-                    if (pair_ok && (v92 + (acc_col + 96)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[48], t77[49]));
-                    else { if ((v92 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t77[48]); if ((v92 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t77[49]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 96));
+                    if (pair_ok && (v88 + (acc_col + 96)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[48], t73[49]));
+                    else { if ((v88 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t73[48]); if ((v88 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t73[49]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 96));
-                    if (pair_ok && (v92 + (acc_col + 96)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[50], t77[51]));
-                    else { if ((v92 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t77[50]); if ((v92 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t77[51]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 96));
+                    if (pair_ok && (v88 + (acc_col + 96)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[50], t73[51]));
+                    else { if ((v88 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t73[50]); if ((v88 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t73[51]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 104));
-                    if (pair_ok && (v92 + (acc_col + 104)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[52], t77[53]));
-                    else { if ((v92 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t77[52]); if ((v92 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t77[53]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 104));
+                    if (pair_ok && (v88 + (acc_col + 104)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[52], t73[53]));
+                    else { if ((v88 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t73[52]); if ((v88 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t73[53]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 104));
-                    if (pair_ok && (v92 + (acc_col + 104)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[54], t77[55]));
-                    else { if ((v92 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t77[54]); if ((v92 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t77[55]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 104));
+                    if (pair_ok && (v88 + (acc_col + 104)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[54], t73[55]));
+                    else { if ((v88 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t73[54]); if ((v88 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t73[55]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 112));
-                    if (pair_ok && (v92 + (acc_col + 112)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[56], t77[57]));
-                    else { if ((v92 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t77[56]); if ((v92 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t77[57]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 112));
+                    if (pair_ok && (v88 + (acc_col + 112)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[56], t73[57]));
+                    else { if ((v88 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t73[56]); if ((v88 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t73[57]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 112));
-                    if (pair_ok && (v92 + (acc_col + 112)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[58], t77[59]));
-                    else { if ((v92 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t77[58]); if ((v92 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t77[59]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 112));
+                    if (pair_ok && (v88 + (acc_col + 112)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[58], t73[59]));
+                    else { if ((v88 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t73[58]); if ((v88 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t73[59]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 120));
-                    if (pair_ok && (v92 + (acc_col + 120)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[60], t77[61]));
-                    else { if ((v92 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t77[60]); if ((v92 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t77[61]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 120));
+                    if (pair_ok && (v88 + (acc_col + 120)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[60], t73[61]));
+                    else { if ((v88 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t73[60]); if ((v88 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t73[61]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 120));
-                    if (pair_ok && (v92 + (acc_col + 120)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[62], t77[63]));
-                    else { if ((v92 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t77[62]); if ((v92 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t77[63]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 120));
+                    if (pair_ok && (v88 + (acc_col + 120)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[62], t73[63]));
+                    else { if ((v88 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t73[62]); if ((v88 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t73[63]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 128));
-                    if (pair_ok && (v92 + (acc_col + 128)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[64], t77[65]));
-                    else { if ((v92 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t77[64]); if ((v92 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t77[65]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 128));
+                    if (pair_ok && (v88 + (acc_col + 128)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[64], t73[65]));
+                    else { if ((v88 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t73[64]); if ((v88 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t73[65]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 128));
-                    if (pair_ok && (v92 + (acc_col + 128)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[66], t77[67]));
-                    else { if ((v92 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t77[66]); if ((v92 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t77[67]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 128));
+                    if (pair_ok && (v88 + (acc_col + 128)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[66], t73[67]));
+                    else { if ((v88 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t73[66]); if ((v88 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t73[67]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 136));
-                    if (pair_ok && (v92 + (acc_col + 136)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[68], t77[69]));
-                    else { if ((v92 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t77[68]); if ((v92 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t77[69]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 136));
+                    if (pair_ok && (v88 + (acc_col + 136)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[68], t73[69]));
+                    else { if ((v88 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t73[68]); if ((v88 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t73[69]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 136));
-                    if (pair_ok && (v92 + (acc_col + 136)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[70], t77[71]));
-                    else { if ((v92 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t77[70]); if ((v92 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t77[71]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 136));
+                    if (pair_ok && (v88 + (acc_col + 136)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[70], t73[71]));
+                    else { if ((v88 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t73[70]); if ((v88 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t73[71]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 144));
-                    if (pair_ok && (v92 + (acc_col + 144)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[72], t77[73]));
-                    else { if ((v92 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t77[72]); if ((v92 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t77[73]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 144));
+                    if (pair_ok && (v88 + (acc_col + 144)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[72], t73[73]));
+                    else { if ((v88 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t73[72]); if ((v88 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t73[73]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 144));
-                    if (pair_ok && (v92 + (acc_col + 144)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[74], t77[75]));
-                    else { if ((v92 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t77[74]); if ((v92 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t77[75]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 144));
+                    if (pair_ok && (v88 + (acc_col + 144)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[74], t73[75]));
+                    else { if ((v88 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t73[74]); if ((v88 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t73[75]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 152));
-                    if (pair_ok && (v92 + (acc_col + 152)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[76], t77[77]));
-                    else { if ((v92 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t77[76]); if ((v92 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t77[77]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 152));
+                    if (pair_ok && (v88 + (acc_col + 152)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[76], t73[77]));
+                    else { if ((v88 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t73[76]); if ((v88 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t73[77]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 152));
-                    if (pair_ok && (v92 + (acc_col + 152)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[78], t77[79]));
-                    else { if ((v92 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t77[78]); if ((v92 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t77[79]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 152));
+                    if (pair_ok && (v88 + (acc_col + 152)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[78], t73[79]));
+                    else { if ((v88 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t73[78]); if ((v88 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t73[79]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 160));
-                    if (pair_ok && (v92 + (acc_col + 160)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[80], t77[81]));
-                    else { if ((v92 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t77[80]); if ((v92 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t77[81]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 160));
+                    if (pair_ok && (v88 + (acc_col + 160)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[80], t73[81]));
+                    else { if ((v88 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t73[80]); if ((v88 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t73[81]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 160));
-                    if (pair_ok && (v92 + (acc_col + 160)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[82], t77[83]));
-                    else { if ((v92 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t77[82]); if ((v92 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t77[83]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 160));
+                    if (pair_ok && (v88 + (acc_col + 160)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[82], t73[83]));
+                    else { if ((v88 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t73[82]); if ((v88 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t73[83]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 168));
-                    if (pair_ok && (v92 + (acc_col + 168)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[84], t77[85]));
-                    else { if ((v92 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t77[84]); if ((v92 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t77[85]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 168));
+                    if (pair_ok && (v88 + (acc_col + 168)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[84], t73[85]));
+                    else { if ((v88 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t73[84]); if ((v88 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t73[85]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 168));
-                    if (pair_ok && (v92 + (acc_col + 168)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[86], t77[87]));
-                    else { if ((v92 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t77[86]); if ((v92 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t77[87]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 168));
+                    if (pair_ok && (v88 + (acc_col + 168)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[86], t73[87]));
+                    else { if ((v88 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t73[86]); if ((v88 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t73[87]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 176));
-                    if (pair_ok && (v92 + (acc_col + 176)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[88], t77[89]));
-                    else { if ((v92 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t77[88]); if ((v92 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t77[89]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 176));
+                    if (pair_ok && (v88 + (acc_col + 176)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[88], t73[89]));
+                    else { if ((v88 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t73[88]); if ((v88 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t73[89]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 176));
-                    if (pair_ok && (v92 + (acc_col + 176)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[90], t77[91]));
-                    else { if ((v92 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t77[90]); if ((v92 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t77[91]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 176));
+                    if (pair_ok && (v88 + (acc_col + 176)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[90], t73[91]));
+                    else { if ((v88 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t73[90]); if ((v88 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t73[91]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 184));
-                    if (pair_ok && (v92 + (acc_col + 184)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[92], t77[93]));
-                    else { if ((v92 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t77[92]); if ((v92 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t77[93]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 184));
+                    if (pair_ok && (v88 + (acc_col + 184)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[92], t73[93]));
+                    else { if ((v88 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t73[92]); if ((v88 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t73[93]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 184));
-                    if (pair_ok && (v92 + (acc_col + 184)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[94], t77[95]));
-                    else { if ((v92 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t77[94]); if ((v92 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t77[95]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 184));
+                    if (pair_ok && (v88 + (acc_col + 184)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[94], t73[95]));
+                    else { if ((v88 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t73[94]); if ((v88 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t73[95]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 192));
-                    if (pair_ok && (v92 + (acc_col + 192)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[96], t77[97]));
-                    else { if ((v92 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t77[96]); if ((v92 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t77[97]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 192));
+                    if (pair_ok && (v88 + (acc_col + 192)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[96], t73[97]));
+                    else { if ((v88 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t73[96]); if ((v88 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t73[97]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 192));
-                    if (pair_ok && (v92 + (acc_col + 192)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[98], t77[99]));
-                    else { if ((v92 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t77[98]); if ((v92 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t77[99]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 192));
+                    if (pair_ok && (v88 + (acc_col + 192)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[98], t73[99]));
+                    else { if ((v88 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t73[98]); if ((v88 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t73[99]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 200));
-                    if (pair_ok && (v92 + (acc_col + 200)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[100], t77[101]));
-                    else { if ((v92 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t77[100]); if ((v92 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t77[101]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 200));
+                    if (pair_ok && (v88 + (acc_col + 200)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[100], t73[101]));
+                    else { if ((v88 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t73[100]); if ((v88 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t73[101]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 200));
-                    if (pair_ok && (v92 + (acc_col + 200)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[102], t77[103]));
-                    else { if ((v92 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t77[102]); if ((v92 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t77[103]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 200));
+                    if (pair_ok && (v88 + (acc_col + 200)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[102], t73[103]));
+                    else { if ((v88 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t73[102]); if ((v88 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t73[103]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 208));
-                    if (pair_ok && (v92 + (acc_col + 208)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[104], t77[105]));
-                    else { if ((v92 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t77[104]); if ((v92 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t77[105]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 208));
+                    if (pair_ok && (v88 + (acc_col + 208)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[104], t73[105]));
+                    else { if ((v88 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t73[104]); if ((v88 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t73[105]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 208));
-                    if (pair_ok && (v92 + (acc_col + 208)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[106], t77[107]));
-                    else { if ((v92 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t77[106]); if ((v92 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t77[107]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 208));
+                    if (pair_ok && (v88 + (acc_col + 208)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[106], t73[107]));
+                    else { if ((v88 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t73[106]); if ((v88 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t73[107]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 216));
-                    if (pair_ok && (v92 + (acc_col + 216)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[108], t77[109]));
-                    else { if ((v92 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t77[108]); if ((v92 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t77[109]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 216));
+                    if (pair_ok && (v88 + (acc_col + 216)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[108], t73[109]));
+                    else { if ((v88 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t73[108]); if ((v88 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t73[109]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 216));
-                    if (pair_ok && (v92 + (acc_col + 216)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[110], t77[111]));
-                    else { if ((v92 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t77[110]); if ((v92 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t77[111]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 216));
+                    if (pair_ok && (v88 + (acc_col + 216)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[110], t73[111]));
+                    else { if ((v88 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t73[110]); if ((v88 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t73[111]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 224));
-                    if (pair_ok && (v92 + (acc_col + 224)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[112], t77[113]));
-                    else { if ((v92 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t77[112]); if ((v92 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t77[113]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 224));
+                    if (pair_ok && (v88 + (acc_col + 224)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[112], t73[113]));
+                    else { if ((v88 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t73[112]); if ((v88 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t73[113]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 224));
-                    if (pair_ok && (v92 + (acc_col + 224)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[114], t77[115]));
-                    else { if ((v92 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t77[114]); if ((v92 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t77[115]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 224));
+                    if (pair_ok && (v88 + (acc_col + 224)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[114], t73[115]));
+                    else { if ((v88 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t73[114]); if ((v88 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t73[115]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 232));
-                    if (pair_ok && (v92 + (acc_col + 232)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[116], t77[117]));
-                    else { if ((v92 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t77[116]); if ((v92 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t77[117]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 232));
+                    if (pair_ok && (v88 + (acc_col + 232)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[116], t73[117]));
+                    else { if ((v88 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t73[116]); if ((v88 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t73[117]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 232));
-                    if (pair_ok && (v92 + (acc_col + 232)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[118], t77[119]));
-                    else { if ((v92 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t77[118]); if ((v92 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t77[119]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 232));
+                    if (pair_ok && (v88 + (acc_col + 232)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[118], t73[119]));
+                    else { if ((v88 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t73[118]); if ((v88 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t73[119]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 240));
-                    if (pair_ok && (v92 + (acc_col + 240)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[120], t77[121]));
-                    else { if ((v92 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t77[120]); if ((v92 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t77[121]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 240));
+                    if (pair_ok && (v88 + (acc_col + 240)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[120], t73[121]));
+                    else { if ((v88 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t73[120]); if ((v88 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t73[121]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 240));
-                    if (pair_ok && (v92 + (acc_col + 240)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[122], t77[123]));
-                    else { if ((v92 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t77[122]); if ((v92 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t77[123]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 240));
+                    if (pair_ok && (v88 + (acc_col + 240)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[122], t73[123]));
+                    else { if ((v88 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t73[122]); if ((v88 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t73[123]); }
                 }
-                if ((v90 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 0)) * C_s0 + (v92 + (acc_col + 248));
-                    if (pair_ok && (v92 + (acc_col + 248)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[124], t77[125]));
-                    else { if ((v92 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t77[124]); if ((v92 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t77[125]); }
+                if ((v86 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 248));
+                    if (pair_ok && (v88 + (acc_col + 248)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[124], t73[125]));
+                    else { if ((v88 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t73[124]); if ((v88 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t73[125]); }
                 }
-                if ((v90 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v90 + (acc_row + 8)) * C_s0 + (v92 + (acc_col + 248));
-                    if (pair_ok && (v92 + (acc_col + 248)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t77[126], t77[127]));
-                    else { if ((v92 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t77[126]); if ((v92 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t77[127]); }
+                if ((v86 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 248));
+                    if (pair_ok && (v88 + (acc_col + 248)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[126], t73[127]));
+                    else { if ((v88 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t73[126]); if ((v88 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t73[127]); }
                 }
             }
         }

@@ -148,3 +148,15 @@ def test_register_budget_over_sm():
 
     with pytest.raises(CompileError, match="registers"):
         lower_only(greedy)
+
+
+def test_zero_by_wgmma_needs_a_pipelined_wgmma_accumulator():
+    from argus.compiler import lower_only
+
+    @ag.kernel
+    def bad(A: ag.Tensor["M", "K", ag.bf16]):
+        ag.grid(1)
+        ag.zeros((64, 64), by_wgmma=True)
+
+    with pytest.raises(CompileError, match="by_wgmma"):
+        lower_only(bad)
