@@ -107,29 +107,56 @@ def meta_cost(path: Path | str, overrides: dict[str, int] | None = None) -> Size
                     largest_tensor=largest, io_elements=sum(sizes))
 
 
+def _parameters(path: Path, values: dict[str, int], before: SizeCost) -> set[str]:
+    """Constants whose halving is valid but saves nothing (num_groups, class counts): they
+    describe the model, not its size, and are scaled only along with the sizes they divide."""
+    params = set()
+    for name, value in values.items():
+        try:
+            cost = meta_cost(path, {name: max(MIN_SITE_VALUE // 2, value // 2)})
+        except Exception:
+            continue
+        if (cost.elements, cost.flops) >= (before.elements, before.flops):
+            params.add(name)
+    return params
+
+
 def plan_sizes(path: Path | str, budget: SizeBudget = SizeBudget()) -> ShrinkPlan:
-    """Greedy halving of the largest size constant until the task fits `budget`."""
+    """Greedy halving of the largest size constant until the task fits `budget`.
+
+    A size is never halved below 4x a parameter constant (say hidden_size vs num_groups)
+    without halving that parameter too, so ratios such as channels per group survive: with
+    one channel per group a GroupNorm outputs zeros and the shrunk task would be degenerate.
+    """
     path = Path(path)
     original_sites = size_sites(path.read_text())
     before = meta_cost(path)
     if before.fits(budget):
         return ShrinkPlan(cost_before=before, cost_after=before)
     values = {name: s.value for name, s in original_sites.items() if s.value >= MIN_SITE_VALUE}
-    frozen: set[str] = set()
+    params = _parameters(path, values, before)
+    frozen: set[str] = set(params)
     overrides: dict[str, int] = {}
     cost = before
     for _ in range(400):
         if cost.fits(budget):
             break
-        movable = [n for n in values if n not in frozen and values[n] >= MIN_SITE_VALUE // 2 * 2]
+        movable = [n for n in values if n not in frozen and values[n] >= MIN_SITE_VALUE]
         if not movable:
             break
         name = max(movable, key=lambda n: (values[n], n))
-        # Try the constant alone, then together with every constant of equal value (sizes that
-        # must agree, such as batch_size and input_shape[0] of a broadcast).
+        new_value = max(MIN_SITE_VALUE // 2, values[name] // 2)
+        # Parameters that would come within 4x of the new size are halved with it; then try
+        # the constant alone, then with every constant of equal value (sizes that must agree,
+        # such as batch_size and input_shape[0] of a broadcast).
+        close = [p for p in params if 4 * values[p] > new_value and values[p] >= MIN_SITE_VALUE]
         tied = [n for n in movable if values[n] == values[name]]
+        groups = [[name, *close]] + ([[name]] if close else [])
+        if len(tied) > 1:
+            groups += [[*tied, *close], tied] if close else [tied]
         new_cost = None
-        for group in ([name], tied) if len(tied) > 1 else ([name],):
+        group: list[str] = []
+        for group in groups:
             trial = dict(overrides)
             for n in group:
                 trial[n] = max(MIN_SITE_VALUE // 2, values[n] // 2)

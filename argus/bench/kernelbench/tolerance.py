@@ -17,7 +17,10 @@ On all-positive inputs rounding errors average out (TF32 on a K = 4096 positive 
 ~1e-5): the signed input sets are what make the strict track separate fp32 from TF32.
 
 Relaxed track (reported beside, never instead): KernelBench's pre-2025 rule,
-allclose(y, r, atol=1e-2, rtol=1e-2), on the same input sets.
+allclose(y, r, atol=1e-2, rtol=1e-2), on the same input sets, with atol scaled by
+max(1, rms(r)): identical to upstream on upstream's unit-scale data, and scale-free on the
+large-magnitude sets (where a literal atol of 1e-2 would fail even exact fp32 GEMMs through
+elements that cancel to near zero). A strict pass is always a relaxed pass.
 
 Precision class: the candidate's normwise error compared with PyTorch run at lower precisions on
 the same inputs (a 10-bit-mantissa run: inputs and parameters rounded to TF32, computed in fp32;
@@ -118,7 +121,8 @@ def errors(y: torch.Tensor, ref: torch.Tensor) -> Errors:
         max_elem = float((diff / denom).max().item())
     else:
         max_elem = 0.0 if float(diff.max().item()) == 0 else math.inf
-    relaxed = bool((diff <= RELAXED_ATOL + RELAXED_RTOL * rf.abs()).all().item()) and mismatch == 0
+    atol = RELAXED_ATOL * max(1.0, rms)  # upstream's 1e-2 at upstream's unit scale
+    relaxed = bool((diff <= atol + RELAXED_RTOL * rf.abs()).all().item()) and mismatch == 0
     if mismatch:
         rel_l2, max_elem = math.inf, math.inf
     return Errors(rel_l2=rel_l2, max_elem=max_elem, relaxed_ok=relaxed,

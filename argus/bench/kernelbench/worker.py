@@ -308,9 +308,11 @@ def _profile_kernels(call: Callable[[], None], iters: int = 3) -> list[list[Any]
         dev_type = str(getattr(evt, "device_type", ""))
         if "CUDA" not in dev_type:
             continue
-        us = getattr(evt, "device_time", None)
-        if us is None:
-            us = getattr(evt, "cuda_time", 0.0)
+        time_range = getattr(evt, "time_range", None)
+        if time_range is not None:
+            us = time_range.elapsed_us()
+        else:
+            us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
         kernels[evt.name] = kernels.get(evt.name, 0.0) + float(us or 0.0)
     return [[k, v] for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])]
 

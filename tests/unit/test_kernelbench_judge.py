@@ -1,0 +1,168 @@
+"""KernelBench judge against adversarial solutions, on real tasks, on the CPU.
+
+Each adversarial fixture in tests/fixtures/kernelbench must be rejected with its own reason
+code; a correct copy of the reference must be judged correct and "not an Argus kernel". One
+reference session per task is shared by the fixtures (each still gets its own process).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from argus.bench.kernelbench.judge import JudgeOptions, ReferenceSession, judge_with
+from argus.bench.kernelbench.shrink import SizeBudget
+from argus.bench.kernelbench.tasks import discover
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "kernelbench"
+KB_DIR = Path(os.environ.get("ARGUS_KERNELBENCH_DIR", REPO.parent / "shared" / "kernelbench"))
+pytestmark = pytest.mark.skipif(not (KB_DIR / "level1").is_dir(),
+                                reason=f"KernelBench tasks not found at {KB_DIR}")
+GPU = torch.cuda.is_available()
+# Small CPU sizes keep CI fast; the judge's default budget is 4x larger.
+OPTIONS = JudgeOptions(timeout_s=180, cpu_budget=SizeBudget(elements=1 << 18, flops=5e7))
+_CACHE: dict[tuple[str, str], object] = {}
+
+
+def _task(level: int, pid: int):
+    return discover(KB_DIR, levels=[level], ids=[pid])[0]
+
+
+@pytest.fixture(scope="module")
+def relu():
+    """Level-1 task 19 (ReLU): the identity on upstream's [0, 1) inputs."""
+    with ReferenceSession(_task(1, 19), OPTIONS) as session:
+        yield session
+
+
+@pytest.fixture(scope="module")
+def matmul():
+    """Level-1 task 1 (square GEMM)."""
+    with ReferenceSession(_task(1, 1), OPTIONS) as session:
+        yield session
+
+
+def _judge(session, fixture: str):
+    """Judge a fixture once per session (several tests look at the same judgment)."""
+    key = (str(session.dir), fixture)
+    if key not in _CACHE:
+        _CACHE[key] = judge_with(session, FIXTURES / f"{fixture}.py")
+    return _CACHE[key]
+
+
+def test_correct_copy_is_correct_but_not_argus(relu):
+    j = _judge(relu, "relu_copy")
+    assert j.correct and j.correct_relaxed and j.reasons == ()
+    assert j.precision == "fp32" and j.verifiable
+    assert j.argus_kernels == "no" and "never imports argus" in j.argus_evidence
+    assert not j.solved
+    assert len(j.sets) >= 5 and {"task", "normal", "heavy", "large"} <= \
+        {s.distribution for s in j.sets}
+    if not GPU:
+        assert j.sizes.startswith("reduced for CPU")
+
+
+def test_forwarding_to_torch_behind_an_argus_import(relu):
+    j = _judge(relu, "forwards_with_argus_import")
+    assert j.correct
+    if GPU:
+        assert j.argus_kernels == "no"  # the profiler sees only PyTorch's kernels
+    else:
+        assert j.argus_kernels == "unknown (no GPU)" and "aten::relu" in j.argus_evidence
+    assert "relu" in j.torch_ops
+
+
+@pytest.mark.parametrize("fixture, reason", [
+    ("zeros", "zeros_output"),
+    ("echo", "echo_input"),
+    ("constant", "constant_output"),
+    ("cached", "cached_output"),
+    ("empty_like", "uninitialized_output"),
+    ("partial_write", "uninitialized_output"),
+    ("patched_timer", "timer_tampering"),
+    ("sets_tf32", "global_state_changed"),
+    ("inplace", "output_aliases_input"),
+    ("no_modelnew", "load_error"),
+    ("raises", "runtime_error"),
+    ("crash", "crash"),
+])
+def test_adversarial_solution_is_rejected_with_its_reason(relu, fixture, reason):
+    j = _judge(relu, fixture)
+    assert not j.correct
+    assert j.reason == reason, (j.reasons, j.detail)
+    assert not j.solved
+
+
+def test_echo_would_pass_upstream_but_not_here(relu):
+    j = _judge(relu, "echo")
+    task_sets = [s for s in j.sets if s.distribution == "task"]
+    signed_sets = [s for s in j.sets if s.distribution != "task"]
+    assert all(s.strict_ok for s in task_sets)  # upstream's rand inputs: echo looks right
+    assert not any(s.strict_ok for s in signed_sets)
+    assert j.degenerate == ()  # the mixed sets make ReLU verifiable
+
+
+def test_inplace_also_reports_mutation(relu):
+    j = _judge(relu, "inplace")
+    assert {"output_aliases_input", "input_mutated"} <= set(j.reasons)
+
+
+def test_hang_is_a_timeout():
+    options = dataclasses.replace(OPTIONS, candidate_timeout_s=4)
+    with ReferenceSession(_task(1, 19), options) as session:
+        j = judge_with(session, FIXTURES / "hang.py")
+    assert j.reason == "timeout" and "did not finish within 4 s" in j.detail
+
+
+@pytest.mark.skipif(not GPU, reason="side streams need CUDA; the decision logic is tested "
+                                    "on the CPU in test_kernelbench.py::test_side_stream_logic")
+def test_side_stream_work_is_rejected(relu):
+    j = _judge(relu, "side_stream")
+    assert j.reason == "side_stream_work"
+
+
+def test_matmul_copy_is_fp32_correct(matmul):
+    path = matmul.dir / "matmul_copy.py"
+    path.write_text(_task(1, 1).path.read_text() + "\n\nModelNew = Model\n")
+    j = judge_with(matmul, path)
+    assert j.correct and j.precision == "fp32"
+
+
+@pytest.mark.parametrize("fixture, precision", [("matmul_tf32", "tf32"),
+                                                ("matmul_bf16", "bf16")])
+def test_reduced_precision_fails_strict_and_is_classified(matmul, fixture, precision):
+    j = _judge(matmul, fixture)
+    assert not j.correct and j.precision == precision
+    assert set(j.reasons) <= {"imprecise", "mismatch"}
+    # on upstream's all-positive inputs it would have passed the old 1e-2 rule
+    assert all(s.relaxed_ok for s in j.sets if s.distribution == "task")
+
+
+def test_cli_judge_exit_codes_and_json(tmp_path, capsys):
+    from argus.bench.kernelbench import cli
+
+    task = _task(1, 19).path
+    out = tmp_path / "j.json"
+    small = ["--cpu-elements", str(1 << 18), "--cpu-flops", "5e7"]
+    args = cli.build_parser().parse_args(["kernelbench", "judge", str(task),
+                                          str(FIXTURES / "relu_copy.py"), "--json", str(out),
+                                          *small])
+    assert cli.main(args) == 0
+    data = json.loads(out.read_text())
+    assert data["correct"] and data["argus_kernels"] == "no" and data["reasons"] == []
+    assert "correct (strict, fp32)" in capsys.readouterr().out
+    # the real command line, in its own process: exit code 1 and the reason
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    bad = subprocess.run([sys.executable, "-m", "argus.bench.kernelbench", "judge", str(task),
+                          str(FIXTURES / "zeros.py"), "--json", str(out), *small],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert bad.returncode == 1 and "zeros_output" in bad.stdout, bad.stdout + bad.stderr
+    assert json.loads(out.read_text())["reasons"][0] == "zeros_output"
