@@ -21,7 +21,7 @@ with and without its tags (tests check it). Runtime scalars enter a tag expressi
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 from argus.dsl.tracing import current, user_loc
 from argus.dsl.values import Scalar, SmemBuffer, SmemView, TensorArg, Tile
@@ -39,7 +39,7 @@ class TagExpr:
     def __init__(self, node: tuple):
         self.node = node
 
-    def _bin(self, op: str, other, reverse: bool = False) -> "TagExpr":
+    def _bin(self, op: str, other, reverse: bool = False) -> TagExpr:
         o = as_expr(other)
         return TagExpr(("bin", op, o.node, self.node) if reverse else ("bin", op, self.node, o.node))
 
@@ -320,5 +320,17 @@ def tag_assert(*conds, message: str = "") -> None:
     ctx.builder.append(T.TagAssert(tuple(refs.values), text, message, loc=loc))
 
 
-__all__ = ["TagExpr", "TagRef", "OpaqueFn", "tag", "sym", "tag_all", "tag_any", "opaque",
-           "tag_fn", "tag_tensor", "tag_assume", "tag_assert"]
+__all__ = [
+    "OpaqueFn",
+    "TagExpr",
+    "TagRef",
+    "opaque",
+    "sym",
+    "tag",
+    "tag_all",
+    "tag_any",
+    "tag_assert",
+    "tag_assume",
+    "tag_fn",
+    "tag_tensor",
+]

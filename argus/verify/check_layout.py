@@ -176,7 +176,7 @@ def _smem_plan(model: Model) -> list[Finding]:
         else:
             out.append(Finding("smem.align", alloc.loc, subject, "proven"))
     spans.sort()
-    for (a0, a1, an, aloc), (b0, b1, bn, _bloc) in zip(spans, spans[1:]):
+    for (a0, a1, an, aloc), (b0, b1, bn, _bloc) in itertools.pairwise(spans):
         if b0 < a1:
             out.append(Finding("smem.align", aloc, f"buffers {an} and {bn}", "violated",
                                f"{an} [{a0}, {a1}) overlaps {bn} [{b0}, {b1})",
@@ -408,7 +408,7 @@ def _static_finding(model, site, operand, L: _Layout, wr, row0, bad, subject, ti
 
 
 def _likely_cause(L: _Layout, wr) -> str:
-    sw, lbo, sbo, adv = L.desc
+    sw, _lbo, sbo, adv = L.desc
     causes = []
     if sw != L.t.swizzle:
         causes.append(f"descriptor swizzle {sw}B but the buffer is {L.t.swizzle}B-swizzled")

@@ -60,9 +60,7 @@ def _names_for(model: Model, step: StepInfo, n, S: int) -> dict:
     """n and S, plus the loop/scalar values an expression may name as %id."""
     names = {"n": n, "S": S}
     for vid, term in model.sym.items():
-        if isinstance(term, z3.ExprRef) and not z3.is_bool(term):
-            names[f"%{vid}"] = term
-        elif isinstance(term, int) and not isinstance(term, bool):
+        if isinstance(term, z3.ExprRef) and not z3.is_bool(term) or isinstance(term, int) and not isinstance(term, bool):
             names[f"%{vid}"] = term
     return names
 
@@ -90,7 +88,7 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     return obs, finds
 
 
-def _pipe(model: Model, pipe: PipeInfo):  # noqa: C901 - one protocol, many obligations
+def _pipe(model: Model, pipe: PipeInfo):
     obs: list[Obligation] = []
     finds: list[Finding] = []
     S = pipe.stages

@@ -23,7 +23,7 @@ from argus.verify.model import Model, StoreSite, _num, trailing
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import default_timeout_ms as solver_timeout
 from argus.verify.solver import value
-from argus.verify.tagdomain import fresh_int, free_consts, is_coordinate_field
+from argus.verify.tagdomain import free_consts, fresh_int, is_coordinate_field
 
 
 def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
@@ -183,8 +183,8 @@ def _once(model: Model, a: StoreSite, b: StoreSite, bounded: bool = True) -> Obl
     # one non-linear query of a GEMM: it gets a larger budget, and stays "unknown" past it
     nonlinear = any(s.kind == "loop" and not isinstance(model.scalar(s.op.step), int)
                     for s in a.site.scopes)
-    return Obligation("store.once", a.op.loc, subject, prem, [("distinct instances write "
-                                                               "distinct elements", claim)],
+    name = "distinct instances write distinct elements"
+    return Obligation("store.once", a.op.loc, subject, prem, [(name, claim)],
                       decode, minimize=list(model.params.values()),
                       timeout_ms=4 * solver_timeout() if nonlinear else None,
                       tier="NIA" if nonlinear else "LIA")

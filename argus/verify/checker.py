@@ -65,8 +65,15 @@ def _as_kernel(kernel: Any, lower: bool | None, constexprs: dict) -> Kernel:
 
 def collect(model: Model) -> tuple[list[OB.Obligation], list[OB.Finding]]:
     """Every obligation and arithmetic finding of a kernel, in a stable order."""
-    from argus.verify import (check_asserts, check_layout, check_pipeline, check_smem,
-                              check_stores, check_tiles, check_wgmma)
+    from argus.verify import (
+        check_asserts,
+        check_layout,
+        check_pipeline,
+        check_smem,
+        check_stores,
+        check_tiles,
+        check_wgmma,
+    )
 
     obs: list[OB.Obligation] = []
     finds: list[OB.Finding] = []

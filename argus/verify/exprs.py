@@ -21,9 +21,10 @@ verifier reports as "unknown", never as a proof.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 import z3
 
@@ -136,7 +137,7 @@ class _Parser:
         return node
 
     def unary(self):
-        kind, tok = self.peek()
+        _, tok = self.peek()
         if tok in ("-", "!", "not"):
             self.take()
             return Unary("!" if tok == "not" else tok, self.unary())

@@ -26,8 +26,9 @@ two writers) without aliasing. Anything the model cannot represent exactly is li
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import z3
 
@@ -103,7 +104,7 @@ class TensorInfo:
     field_names: tuple[str, ...]            # one per dim
     user_fields: dict[str, tuple[str, tuple[Value, ...]]] = field(default_factory=dict)
 
-    def extent(self, model: "Model", d: int):
+    def extent(self, model: Model, d: int):
         dim = self.dims[d]
         return dim if isinstance(dim, int) else model.param_term(dim)
 
@@ -151,7 +152,7 @@ class WriteSite:
     step: StepInfo | None            # the enclosing produce for TMA
     tensor: TensorInfo | None = None
     coords: tuple = ()
-    tile: "TileState | None" = None
+    tile: TileState | None = None
 
 
 @dataclass
@@ -422,10 +423,10 @@ class Model:
             except exprs.ExprError as e:
                 self.note_unsupported(op.loc, f"tag expression: {e}")
 
-    def _op(self, op: Op, scopes, role, counters, following) -> None:  # noqa: C901
+    def _op(self, op: Op, scopes, role, counters, following) -> None:
         sym = self.sym
         if isinstance(op, O.Const):
-            sym[op.result.id] = op.value if not isinstance(op.value, bool) else op.value
+            sym[op.result.id] = op.value
         elif isinstance(op, O.Arith):
             r = self._arith(op)
             if r is None:
@@ -1014,7 +1015,7 @@ def _stage_eq(a, b) -> z3.BoolRef:
     return _num(a) == _num(b)
 
 
-def b_index(view: "ViewInfo", n, kk, K: int, trans: bool) -> tuple:
+def b_index(view: ViewInfo, n, kk, K: int, trans: bool) -> tuple:
     """The view element holding B[n, k] of a wgmma: K-major [N, K] views directly; an
     MN-major B is stored as column atoms [N / W][K][W] stacked along the rows (W = the view's
     columns, one swizzle span)."""

@@ -8,8 +8,9 @@ decoded counterexample, "unknown" (timeout or an unmodelled construct: never a p
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import z3
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import z3
 
@@ -118,7 +118,8 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
         return Outcome("proven", ms + ms2, theory=theory,
                        reason="" if vres == z3.sat else "premises not shown satisfiable")
     if res != z3.sat:
-        return Outcome("unknown", ms, reason=f"z3: {s.reason_unknown()} after {ms:.0f} ms "
+        why = s.reason_unknown() if s is not None else "no budget left"
+        return Outcome("unknown", ms, reason=f"z3: {why} after {ms:.0f} ms "
                                               f"(timeout {timeout_ms} ms)", theory=theory)
     model = s.model()
     if minimize:

@@ -87,7 +87,7 @@ class Record:
     """The tags of one element: named fields, when it is defined, and where it came from."""
 
     fields: dict = field(default_factory=dict)
-    defined: z3.BoolRef = z3.BoolVal(True)
+    defined: z3.BoolRef = field(default_factory=lambda: z3.BoolVal(True))
     cond: tuple[z3.BoolRef, ...] = ()   # premises on auxiliary variables (always assumed)
     source: str = ""
     provenance: tuple = ()              # (condition, "what wrote it, where") per candidate write
@@ -95,7 +95,7 @@ class Record:
     def get(self, name: str) -> TagVal | None:
         return self.fields.get(name)
 
-    def with_fields(self, fields: dict) -> "Record":
+    def with_fields(self, fields: dict) -> Record:
         return replace(self, fields=fields)
 
 

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Op, Region
-
 from tests.mutations import kernels as K
 
 KERNELS_FILE = Path(K.__file__)
