@@ -1,0 +1,92 @@
+"""The knowledge base: at least 20 valid cards over GEMM, attention, MoE, memory-bound kernels and
+reductions; schedule edits that name real schedule fields; the TOML fallback parser agrees with
+tomllib on every card; conditions are safe; retrieval is by task features."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+
+from argus.agent import conditions
+from argus.agent.families import FAMILIES
+from argus.agent.knowledge import CardError, load_cards, parse_card, retrieve
+from argus.agent.task import TaskSpec
+from argus.agent.toml_compat import loads, loads_subset
+
+
+def test_at_least_twenty_cards_cover_the_families():
+    cards = load_cards()
+    assert len(cards) >= 20
+    covered = {f for c in cards for f in c.families}
+    assert {"gemm", "attention", "moe", "elementwise", "reduction"} <= covered
+    for c in cards:
+        assert c.buys and c.why and c.reference and c.pitfalls and c.params, c.id
+        assert c.kind in ("schedule", "source")
+        for p in c.params:
+            assert p.values, (c.id, p.name)
+
+
+def test_schedule_edits_name_real_schedule_fields():
+    gemm = TaskSpec("gemm", "t", "argus", "x", (("M", 4096), ("N", 4096), ("K", 4096)), "bf16",
+                    "bf16", options=(("out", "bf16"),))
+    ew = TaskSpec("elementwise", "t", "kernelbench", "x", (("rows", 64), ("cols", 4096)), "f32",
+                  "f32", expr="y = x")
+    samples = {"gemm": gemm, "elementwise": ew}
+    for c in load_cards():
+        if c.kind != "schedule":
+            continue
+        for fam_name in c.families:
+            if fam_name not in samples:
+                continue
+            space = FAMILIES[fam_name].space(samples[fam_name])
+            for k, v in c.edit.set:
+                assert k in space and v in space[k], (c.id, k, v)
+            for name in c.edit.search:
+                legal = [v for v in c.param(name).values if v in space.get(name, ())]
+                assert legal, (c.id, name)
+
+
+def test_fallback_toml_parser_agrees_with_tomllib_on_every_card():
+    for entry in (resources.files("argus.agent") / "cards").iterdir():
+        text = entry.read_text()
+        assert loads_subset(text) == loads(text), entry.name
+    tricky = ('a = "x\\ty\\u00e9"\nb = [1, 2.5, -3,\n  true, # c\n]\n[t.u]\n'
+              'c = { d = \'e\', f = [] }\ng = """\nline "q"\n"""\n')
+    assert loads_subset(tricky) == loads(tricky)
+    with pytest.raises(ValueError, match="line 1"):
+        loads_subset("[[arr]]\n")
+    with pytest.raises(ValueError, match="duplicate"):
+        loads_subset("a = 1\na = 2\n")
+
+
+def test_malformed_card_names_file_and_field():
+    with pytest.raises(CardError, match="bad.toml.*missing field"):
+        parse_card('id = "x"\n', "bad.toml")
+    text = (resources.files("argus.agent") / "cards" / "gemm_stages.toml").read_text()
+    with pytest.raises(CardError, match="b.toml: condition.*not allow"):
+        parse_card(text.replace('when = ["K >= 256"]', 'when = ["__import__(\'os\')"]'), "b.toml")
+
+
+def test_conditions_are_safe_and_missing_features_are_false():
+    f = {"M": 4096, "N": 256, "family": "gemm"}
+    assert conditions.holds("M * N >= 1 << 20", f)
+    assert conditions.holds("family == 'gemm' and min(M, N) == 256", f)
+    assert not conditions.holds("K >= 1", f)                # no K: false, not an error
+    for bad in ("__import__('os').system('true')", "M.__class__", "[x for x in M]"):
+        with pytest.raises(conditions.ConditionError):
+            conditions.parse(bad)
+
+
+def test_retrieval_by_features():
+    big = {"family": "gemm", "M": 4096, "N": 4096, "K": 4096, "out_bits": 16, "consumers": 2}
+    hits = retrieve(big)
+    ids = [c.id for c in hits]
+    assert "gemm.tile_128x256_2wg" in ids and "gemm.deeper_pipeline" in ids
+    assert not any(c.id.startswith("ew.") for c in hits)
+    assert [c.expected_gain for c in hits] == sorted((c.expected_gain for c in hits),
+                                                     reverse=True)
+    skinny = retrieve({"family": "gemm", "M": 16, "N": 8192, "K": 8192, "out_bits": 16})
+    assert "gemm.swap_ab_small_m" in [c.id for c in skinny]
+    ew = retrieve({"family": "elementwise", "numel": 1 << 26, "cols": 8192, "ops": 3})
+    assert {"ew.tile_shape", "ew.fuse_chain"} <= {c.id for c in ew}
