@@ -1,0 +1,21 @@
+"""Op families the agent can optimize: each maps a task to a schedule space, legality rules, a
+cost model and DSL source (see base.py). `get_family(name)` returns the one instance."""
+
+from __future__ import annotations
+
+from argus.agent.families.base import Family, Rule, params_key
+from argus.agent.families.elementwise import ElementwiseFamily
+from argus.agent.families.gemm import GemmFamily
+from argus.agent.families.kernel import KernelFamily
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (GemmFamily(), ElementwiseFamily(),
+                                                   KernelFamily())}
+
+
+def get_family(name: str) -> Family:
+    if name not in FAMILIES:
+        raise KeyError(f"no op family {name!r}; the agent knows {', '.join(FAMILIES)}")
+    return FAMILIES[name]
+
+
+__all__ = ["FAMILIES", "Family", "Rule", "get_family", "params_key"]

@@ -1,0 +1,86 @@
+"""The composer maps KernelBench tasks to Argus families honestly: square matmul -> the GEMM
+family (bf16 arithmetic, relaxed track), elementwise chains -> one fused DSL kernel (fp32,
+strict track), anything else -> NoTemplate with a clear message; and the generated ModelNew
+computes the task's function (checked on the CPU through the interpreter)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from argus.agent.composer import NoTemplate, compose
+from argus.agent.evaluate import import_source
+from argus.agent.families import get_family
+
+ROOT = Path(__file__).resolve().parents[2]
+KB = ROOT.parent / "shared" / "kernelbench" / "level1"
+needs_kb = pytest.mark.skipif(not KB.exists(), reason="KernelBench tasks not found")
+
+
+@needs_kb
+def test_square_matmul_is_the_gemm_family():
+    t = compose(KB / "1_Square_matrix_multiplication_.py")
+    assert t.family == "gemm" and t.dims == {"M": 4096, "N": 4096, "K": 4096}
+    assert (t.dtype, t.compute, t.track) == ("f32", "bf16", "relaxed")
+    assert "relaxed track" in t.precision_note
+    from argus.ops.schedules import Problem
+
+    assert t.signature() == Problem(4096, 4096, 4096, 1, "bf16", "f32", "kn", True).key
+
+
+@needs_kb
+@pytest.mark.parametrize("name,ops", [("19_ReLU.py", 1), ("26_GELU_.py", 1),
+                                      ("88_MinGPTNewGelu.py", 8), ("25_Swish.py", 2)])
+def test_elementwise_tasks_fuse_into_one_kernel(name, ops):
+    t = compose(KB / name)
+    assert t.family == "elementwise" and t.ops == ops and t.track == "strict"
+    assert t.expr.splitlines()[-1].startswith("y = ")
+
+
+@needs_kb
+@pytest.mark.parametrize("name", ["23_Softmax.py",
+                                  "50_conv_standard_2D__square_input__square_kernel.py",
+                                  "3_Batched_matrix_multiplication.py",
+                                  "8_Matmul_with_irregular_shapes_.py"])
+def test_unmapped_tasks_say_so(name):
+    with pytest.raises(NoTemplate, match="no Argus template|multiple of 16"):
+        compose(KB / name)
+
+
+def _solution(task, params, tmp_path):
+    family = get_family(task.family)
+    src = family.render_solution(task, family.render_kernel(task, params))
+    return import_source(src, tmp_path, f"sol_{task.family}")
+
+
+@needs_kb
+def test_elementwise_solution_matches_the_model_on_cpu(tmp_path):
+    from argus.bench.kernelbench.tasks import load_task
+
+    task = compose(KB / "88_MinGPTNewGelu.py")
+    mod = _solution(task, {"rows": 2, "bn": 512, "threads": 128}, tmp_path)
+    ref = load_task(task.path).Model()
+    x = torch.randn(37, 700)
+    torch.testing.assert_close(mod.ModelNew()(x), ref(x), rtol=1e-5, atol=1e-6)
+
+
+@needs_kb
+def test_gemm_solution_matches_the_model_on_cpu(tmp_path):
+    task = compose(KB / "1_Square_matrix_multiplication_.py")
+    family = get_family("gemm")
+    mod = _solution(task, family.naive_params(task), tmp_path)
+    a, b = torch.rand(96, 64), torch.rand(64, 136)
+    out = mod.ModelNew()(a, b)
+    assert out.dtype == torch.float32
+    ref = a.double() @ b.double()
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2   # bf16 operands
+
+
+def test_argus_example_files():
+    g = compose(ROOT / "examples" / "gemm.py")
+    assert g.family == "gemm" and g.origin == "argus" and g.opts["b_layout"] == "nk"
+    e = compose(ROOT / "examples" / "elementwise.py")
+    assert e.family == "kernel" and dict(e.constexprs) == {"ROWS": 4, "BN": 1024}
+    assert dict(e.metrics)["bytes"] > 0
