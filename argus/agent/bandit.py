@@ -1,0 +1,205 @@
+"""The offline planner: a contextual bandit over knowledge-card actions with a bounded parameter
+search inside each action, pruned by the family's rules, the verifier and the cost model before
+anything runs. It needs no network; it is what CI runs and the baseline an LLM planner must beat.
+
+Arms are the schedule cards that apply to the task (conditions over its features, the context).
+Each arm keeps a Gaussian posterior over the gain it buys (log improvement over the incumbent):
+prior mean from the experience store (the card's mean gain on earlier runs of this family) or,
+with no history, the card's own `expected_gain`; prior weight up to PRIOR_WEIGHT pseudo-steps.
+Thompson sampling draws one value per arm (or UCB scores each arm), and arms are tried in that
+order. Inside an arm, `Family.expand` gives the bounded parameter search from the incumbent;
+candidates already tried are skipped; in dense mode the family's static rules drop illegal ones
+(recorded as pruned, with the rule as the reason); the cost model ranks the rest and drops those
+predicted PRUNE_RATIO times slower than the incumbent; then the verifier screens them in order
+(lower + verify in the worker, no compile, no run), and the first one that passes is proposed.
+Arms are first searched for candidates the cost model predicts to beat the incumbent; only when
+none has one does the planner explore the rest, and only when times are measured (`explore`):
+without a GPU the "measurement" is the same cost model, so exploring could not teach anything
+and the planner stops instead.
+An arm with nothing left is skipped for this proposal; when no arm has anything, the planner
+returns None and the loop stops early ("search space exhausted").
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from argus.agent.candidate import Candidate, Step
+from argus.agent.families import Family
+from argus.agent.knowledge import Card, load_cards
+from argus.agent.planner import PlanState, Proposal
+from argus.agent.task import TaskSpec
+
+PRIOR_WEIGHT = 4.0       # pseudo-observations a stored prior is worth at most
+NOISE = 0.25             # observation noise of a gain (log units)
+PRUNE_RATIO = 1.5        # drop candidates the cost model predicts this much slower
+UCB_C = 0.6
+MIN_PREDICTED_GAIN = 0.01   # first pass: candidates predicted at least 1% faster
+
+
+@dataclass
+class Arm:
+    card: Card
+    prior_mean: float
+    prior_weight: float
+    n: int = 0
+    total: float = 0.0
+
+    @property
+    def mean(self) -> float:
+        return (self.prior_mean * self.prior_weight + self.total) / (self.prior_weight + self.n)
+
+    @property
+    def weight(self) -> float:
+        return self.prior_weight + self.n
+
+
+def schedule_arms(task: TaskSpec, family: Family, cards: tuple[Card, ...] | None = None,
+                  priors: dict[str, tuple[int, float, float]] | None = None) -> list[Arm]:
+    """The bandit's arms for a task: applicable schedule cards, with priors."""
+    features = task.features()
+    arms = []
+    for card in cards if cards is not None else load_cards():
+        if family.applies(card) and card.applies(features):
+            n, mean, _ = (priors or {}).get(card.id, (0, card.expected_gain, 0.0))
+            weight = min(PRIOR_WEIGHT, float(n)) if n else 1.0
+            arms.append(Arm(card, mean if n else card.expected_gain, weight))
+    return arms
+
+
+class BanditPlanner:
+    """Thompson sampling (or UCB) over schedule cards; see the module docstring."""
+
+    def __init__(self, task: TaskSpec, family: Family, *, strategy: str = "thompson",
+                 priors: dict[str, tuple[int, float, float]] | None = None,
+                 cards: tuple[Card, ...] | None = None, screen_limit: int = 6,
+                 prune_ratio: float = PRUNE_RATIO, explore: bool = True):
+        if strategy not in ("thompson", "ucb"):
+            raise ValueError(f"strategy {strategy!r}: use 'thompson' or 'ucb'")
+        self.name = "bandit"
+        self.strategy = strategy
+        self.task, self.family = task, family
+        self.arms = {a.card.id: a for a in schedule_arms(task, family, cards, priors)}
+        self.screen_limit = screen_limit
+        self.prune_ratio = prune_ratio
+        self.explore = explore
+        self.t = 0
+
+    # -- learning ------------------------------------------------------------------------------
+    def observe(self, step: Step, state: PlanState) -> None:
+        self.t += 1
+        arm = self.arms.get(step.card)
+        if arm is not None:
+            arm.n += 1
+            arm.total += max(-1.0, min(1.0, step.gain))
+
+    def scores(self, rng: random.Random) -> list[tuple[float, Arm]]:
+        out = []
+        for arm in self.arms.values():
+            if self.strategy == "thompson":
+                score = rng.gauss(arm.mean, NOISE / math.sqrt(arm.weight))
+            else:
+                score = arm.mean + UCB_C * math.sqrt(math.log(self.t + 2) / arm.weight)
+            out.append((score, arm))
+        out.sort(key=lambda sa: (-sa[0], sa[1].card.id))
+        return out
+
+    # -- choosing ------------------------------------------------------------------------------
+    def propose(self, state: PlanState, seed: int) -> Proposal | None:
+        """Arms in sampled order. First pass: only candidates the cost model predicts to beat
+        the incumbent (by MIN_PREDICTED_GAIN); when no arm has one, a second pass explores
+        anything within PRUNE_RATIO (the model is a guide, and on a GPU the measurement may
+        disagree with it)."""
+        rng = random.Random(seed)
+        incumbent = state.incumbent_params
+        inc_est = self.family.estimate(self.task, incumbent)
+        pruned: list[dict[str, Any]] = []
+        budget = [self.screen_limit]
+        order = self.scores(rng)
+        for improving in (True, False) if self.explore else (True,):
+            for score, arm in order:
+                prop = self._from_arm(arm, score, state, incumbent, inc_est, pruned, budget,
+                                      improving)
+                if prop is not None:
+                    return prop
+        return None
+
+    def _from_arm(self, arm: Arm, score: float, state: PlanState, incumbent: dict[str, Any],
+                  inc_est, pruned: list[dict[str, Any]], budget: list[int],
+                  improving: bool) -> Proposal | None:
+        cands = [c for c in self.family.expand(self.task, arm.card, incumbent)
+                 if Candidate.of(c, card=arm.card.id).key not in state.tried]
+        if not cands:
+            return None
+        if state.dense:
+            legal = []
+            for c in cands:
+                errors = [d for d in self.family.static_check(self.task, c)
+                          if d.severity == "error"]
+                if errors:
+                    pruned.append(_pruned(c, arm.card.id, "rule", errors[0].code,
+                                          str(errors[0]).splitlines()[0]))
+                    state.tried.add(Candidate.of(c, card=arm.card.id).key)
+                else:
+                    legal.append(c)
+            cands = legal
+        ranked = self._rank(cands, inc_est, arm, pruned, state)
+        if improving and inc_est is not None:
+            ranked = [c for c in ranked if (e := self.family.estimate(self.task, c)) is not None
+                      and e.ms < inc_est.ms * (1 - MIN_PREDICTED_GAIN)]
+        for c in ranked:
+            cand = Candidate.of(c, card=arm.card.id)
+            if state.dense and state.screen is not None:
+                if budget[0] <= 0:
+                    return None
+                budget[0] -= 1
+                outcome = state.screen(cand)
+                if not outcome.ok:
+                    first = next((d for d in outcome.diagnostics
+                                  if d.get("severity") == "error"), {})
+                    pruned.append(_pruned(c, arm.card.id, outcome.status,
+                                          first.get("code", outcome.stage),
+                                          outcome.message.splitlines()[0][:300]
+                                          if outcome.message else ""))
+                    state.tried.add(cand.key)
+                    continue
+            why = (f"{self.strategy} picked {arm.card.id} (posterior mean gain {arm.mean:+.3f} "
+                   f"over {arm.n} tries, score {score:+.3f}); {_diff(incumbent, c)}")
+            est = self.family.estimate(self.task, c)
+            if est is not None:
+                why += f"; cost model: {est.ms:.4f} ms (estimate)"
+            if not improving:
+                why += "; exploring (no candidate is predicted to beat the incumbent)"
+            return Proposal(cand, arm.card.id, self.name, why, pruned=tuple(pruned))
+        return None
+
+    def _rank(self, cands: list[dict[str, Any]], inc_est, arm: Arm,
+              pruned: list[dict[str, Any]], state: PlanState) -> list[dict[str, Any]]:
+        """Cost-model order; in dense mode drop candidates predicted far slower (keep one)."""
+        scored = []
+        for c in cands:
+            est = self.family.estimate(self.task, c)
+            scored.append((est.ms if est is not None else math.inf, c))
+        scored.sort(key=lambda ec: ec[0])
+        if not state.dense or inc_est is None:
+            return [c for _, c in scored]
+        keep = [c for ms, c in scored if ms <= self.prune_ratio * inc_est.ms]
+        for ms, c in scored:
+            if ms > self.prune_ratio * inc_est.ms and (keep or c is not scored[0][1]):
+                pruned.append(_pruned(c, arm.card.id, "cost_model", "slower",
+                                      f"estimated {ms:.4f} ms vs incumbent {inc_est.ms:.4f} ms"))
+                state.tried.add(Candidate.of(c, card=arm.card.id).key)
+        return keep or [scored[0][1]]
+
+
+def _pruned(params: dict[str, Any], card: str, by: str, code: str, why: str) -> dict[str, Any]:
+    return {"key": Candidate.of(params, card=card).key, "card": card, "by": by, "code": code,
+            "why": why, "params": params}
+
+
+def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:
+    changes = [f"{k} {old.get(k)!r}->{new[k]!r}" for k in sorted(new) if old.get(k) != new[k]]
+    return "changes " + (", ".join(changes) if changes else "nothing")
