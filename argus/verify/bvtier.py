@@ -184,6 +184,8 @@ def translate(premises, claims, extra=()):
 
 
 def _translate(premises, claims, extra):
+    premises = [z3.simplify(p) for p in premises]
+    claims = [(n, z3.simplify(c)) for n, c in claims]
     bounds = _bounds(premises)
     iv = _Intervals(bounds)
     terms = list(premises) + [c for _, c in claims] + [t for t in extra if z3.is_int(t)]
