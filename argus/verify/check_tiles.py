@@ -99,7 +99,8 @@ def _broadcast(model: Model, ew: EwSite, user: set[str]) -> list[Obligation]:
 
 def _reduce_layout(model: Model, red: ReduceSite) -> Finding | None:
     src_t = red.op.src.type
-    if src_t.layout != "wgmma_acc" or red.op.axis != len(src_t.shape) - 1:
+    layout = src_t.layout or (red.src.layout if hasattr(red, "src") else "")
+    if layout != "wgmma_acc" or red.op.axis != len(src_t.shape) - 1:
         return None
     n = src_t.shape[1]
     subject = f"{red.op.fn} over the accumulator columns at {red.op.loc}"

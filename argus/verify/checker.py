@@ -77,27 +77,32 @@ def collect(model: Model) -> tuple[list[OB.Obligation], list[OB.Finding]]:
 
     obs: list[OB.Obligation] = []
     finds: list[OB.Finding] = []
-    for site in model.wgmmas:
-        obs += check_wgmma.obligations(model, site)
-    o, f = check_layout.obligations(model)
-    obs += o
-    finds += f
-    o, f = check_pipeline.obligations(model)
-    obs += o
-    finds += f
-    o, f = check_smem.obligations(model)
-    obs += o
-    finds += f
-    o, f = check_stores.obligations(model)
-    obs += o
-    finds += f
-    o, f = check_tiles.obligations(model)
-    obs += o
-    finds += f
-    o, f = check_asserts.obligations(model)
-    obs += o
-    finds += f
+    steps = [("wgmma operands", lambda: ([o for s in model.wgmmas
+                                          for o in check_wgmma.obligations(model, s)], [])),
+             ("shared-memory layouts", lambda: check_layout.obligations(model)),
+             ("pipelines", lambda: check_pipeline.obligations(model)),
+             ("shared-memory accesses", lambda: check_smem.obligations(model)),
+             ("stores", lambda: check_stores.obligations(model)),
+             ("register tiles", lambda: check_tiles.obligations(model)),
+             ("tag assertions", lambda: check_asserts.obligations(model))]
+    for what, make in steps:
+        try:
+            o, f = make()
+        except Exception as e:  # noqa: BLE001 - a verifier bug must not pass as a proof
+            loc = model.kernel.body.ops[0].loc if model.kernel.body.ops else None
+            finds.append(OB.Finding("model", loc or _unknown_loc(), f"{what} obligations",
+                                    "unknown", f"verifier internal error ({type(e).__name__}: "
+                                               f"{e}); these invariants are not checked"))
+            continue
+        obs += o
+        finds += f
     return obs, finds
+
+
+def _unknown_loc():
+    from argus.errors import Loc
+
+    return Loc.unknown()
 
 
 def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = None,
@@ -105,7 +110,14 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
     """Check a kernel and return the full Report (diagnostics, findings, timing)."""
     t0 = time.perf_counter()
     k = _as_kernel(kernel, lower, constexprs)
-    model = Model(k)
+    try:
+        model = Model(k)
+    except Exception as e:  # noqa: BLE001 - an unmodelled kernel is unknown, never proven
+        from argus.errors import Loc
+
+        f = OB.Finding("model", Loc.unknown(), "kernel model", "unknown",
+                       f"the verifier cannot model this kernel ({type(e).__name__}: {e})")
+        return Report(k.name, [OB.to_diagnostic(f, k.name)], [f], time.perf_counter() - t0)
     stats = solver.Stats()
     obs, finds = collect(model)
     findings = list(finds)
@@ -121,7 +133,11 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
             # tag.assume axioms, instantiated on the opaque-function terms of this query
             ob.premises = list(ob.premises) + model.axiom_instances(
                 [c for _, c in ob.claims] + list(ob.premises))
-        findings.append(OB.run(ob, stats, timeout_ms))
+        try:
+            findings.append(OB.run(ob, stats, timeout_ms))
+        except Exception as e:  # noqa: BLE001 - a verifier bug is unknown, never proven
+            findings.append(OB.Finding(ob.code, ob.loc, ob.subject, "unknown",
+                                       f"verifier internal error ({type(e).__name__}: {e})"))
     for loc, why in model.unsupported:
         findings.append(OB.Finding("model", loc, "kernel model", "unknown", why))
     diags = []
