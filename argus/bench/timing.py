@@ -26,8 +26,9 @@ import dataclasses
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -90,7 +91,7 @@ class Timing:
         return data
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> "Timing":
+    def from_json(data: dict[str, Any]) -> Timing:
         fields = {f.name for f in dataclasses.fields(Timing)}
         kwargs = {k: v for k, v in data.items() if k in fields}
         kwargs["samples_ms"] = tuple(kwargs.get("samples_ms", ()))

@@ -22,8 +22,14 @@ from argus.bench.kernelbench import guards, inputs, probes, provenance, roofline
 from argus.bench.kernelbench.judge import REASONS, Judgment, SetResult
 from argus.bench.kernelbench.report import markdown, summarize_levels, svg_plot, write_reports
 from argus.bench.kernelbench.shrink import SizeBudget, meta_cost, plan_sizes
-from argus.bench.kernelbench.tasks import (KernelBenchError, discover, load_task, parse_ids,
-                                           size_sites, task_from_path)
+from argus.bench.kernelbench.tasks import (
+    KernelBenchError,
+    discover,
+    load_task,
+    parse_ids,
+    size_sites,
+    task_from_path,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 KB_DIR = Path(os.environ.get("ARGUS_KERNELBENCH_DIR", REPO.parent / "shared" / "kernelbench"))
@@ -361,6 +367,9 @@ def test_provenance_static_and_profiled():
     part = provenance.from_kernels([("argus_relu", 10.0), ("ampere_sgemm", 90.0)])
     assert part.verdict == "partial" and "ampere_sgemm" in part.evidence
     assert provenance.from_kernels([("ampere_sgemm", 9.0)]).verdict == "no"
+    assert provenance.without_gpu({"relu": 5}, argus_ops=0).verdict == "no"
+    assert provenance.without_gpu({"relu": 5}, argus_ops=3).verdict == "unknown (no GPU)"
+    assert provenance.without_gpu({}, argus_ops=0).verdict == "unknown (no GPU)"
 
 
 def test_roofline_bound():

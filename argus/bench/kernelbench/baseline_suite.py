@@ -26,7 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from argus.bench.kernelbench.baselines import BaselineCache, BaselineRecord, Environment
+from argus.bench.kernelbench.baselines import (
+    BaselineCache,
+    BaselineRecord,
+    Environment,
+    first_set_seed,
+)
 from argus.bench.kernelbench.process import Worker, WorkerError
 from argus.bench.kernelbench.tasks import Task
 
@@ -201,7 +206,8 @@ def _one_task(worker: Worker, task: Task, outcome: TaskOutcome, options: SuiteOp
 
     t0 = time.monotonic()
     loaded = worker.request("load", limit(), task_path=str(task.path), device=options.device,
-                            seed=options.seed, other_cores=others)
+                            seed=options.seed, input_seed=first_set_seed(options.seed),
+                            other_cores=others)
     outcome.flags = loaded.get("flags", {})
     reply = worker.request("eager", limit(), trials=options.trials, warmup=options.warmup,
                            lock_path=lock_path, timing_cores=reserved, other_cores=others)
@@ -237,6 +243,13 @@ def _line(o: TaskOutcome) -> str:
     return text
 
 
+def _clock(outcomes: list[TaskOutcome]) -> str:
+    for o in outcomes:
+        if o.eager and "clock" in o.eager:
+            return str(o.eager["clock"])
+    return "n/a"
+
+
 def markdown(outcomes: list[TaskOutcome], env: Environment, options: SuiteOptions,
              wall_s: float) -> str:
     done = [o for o in outcomes if o.status == "done"]
@@ -246,8 +259,9 @@ def markdown(outcomes: list[TaskOutcome], env: Environment, options: SuiteOption
              f"{len(done)} with both numbers, {len(unfinished)} not finished; wall "
              f"{wall_s:.0f} s with {options.jobs} parallel compile workers and a "
              f"{options.budget_s:.0f} s budget.", "",
-             f"Timing: `argus.bench.timing.measure` (CUDA events with whole-device "
-             f"synchronization, 256 MB L2 flush before each trial, {options.warmup} warm-ups, "
+             f"Timing: `argus.bench.timing.measure`, clock `{_clock(outcomes)}` (CUDA events "
+             f"with whole-device synchronization, 256 MB L2 flush before each trial on a GPU), "
+             f"{options.warmup} warm-ups, "
              f"{options.trials} trials), median and mean in milliseconds, on the task's own "
              "`get_inputs()` at upstream sizes, PyTorch's default numerics flags (cuDNN may use "
              "TF32 for convolutions). torch.compile in default mode; `compile s` is the first "

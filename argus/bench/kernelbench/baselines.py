@@ -44,7 +44,7 @@ class Environment:
     cuda: str
 
     @staticmethod
-    def current(device: str = "cuda") -> "Environment":
+    def current(device: str = "cuda") -> Environment:
         import torch
 
         if device.startswith("cuda") and torch.cuda.is_available():
@@ -82,7 +82,7 @@ class BaselineRecord:
                 "measured_at": self.measured_at, "flags": self.flags}
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> "BaselineRecord":
+    def from_json(data: dict[str, Any]) -> BaselineRecord:
         return BaselineRecord(task_key=data["task"], task_sha256=data["sha256"],
                               env=Environment(**data["env"]), eager=data.get("eager"),
                               compile=data.get("compile"), compile_s=data.get("compile_s"),
@@ -138,6 +138,14 @@ class BaselineCache:
         return [BaselineRecord.from_json(v) for v in self._load().values()]
 
 
+def first_set_seed(seed: int) -> int:
+    """The seed of the judge's input set 0 (the task's own distribution), which is also the
+    set a candidate is timed on: baselines are timed on exactly those inputs."""
+    from argus.bench.kernelbench.inputs import plan
+
+    return plan(1, seed)[0].seed
+
+
 def measure_baseline(task: Task, *, device: str = "cuda", seed: int = 0, trials: int = 100,
                      warmup: int = 10, modes: tuple[str, ...] = ("eager", "compile"),
                      timeout_s: float = 900.0, log_dir: Path | None = None) -> BaselineRecord:
@@ -148,7 +156,8 @@ def measure_baseline(task: Task, *, device: str = "cuda", seed: int = 0, trials:
     worker = Worker("baseline", log_dir / f"baseline-L{task.level}-{task.problem_id}.log")
     try:
         reply = worker.request("measure", timeout_s, task_path=str(task.path), device=device,
-                               seed=seed, modes=list(modes), trials=trials, warmup=warmup)
+                               seed=seed, modes=list(modes), trials=trials, warmup=warmup,
+                               input_seed=first_set_seed(seed))
         return BaselineRecord(task.key, task.sha256, env, reply.get("eager"),
                               reply.get("compile"), reply.get("compile_s"),
                               flags=reply.get("flags", {}))

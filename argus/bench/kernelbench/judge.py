@@ -29,9 +29,10 @@ import math
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -195,7 +196,7 @@ class Judgment:
         return _jsonable(data)
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> "Judgment":
+    def from_json(data: dict[str, Any]) -> Judgment:
         names = {f.name for f in dataclasses.fields(Judgment)}
         kwargs = {k: v for k, v in data.items() if k in names}
         kwargs["sets"] = tuple(SetResult(**{**s, "kinds": tuple(s["kinds"]),
@@ -331,7 +332,7 @@ class ReferenceSession:
         if not self.options.keep_files:
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> "ReferenceSession":
+    def __enter__(self) -> ReferenceSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -374,6 +375,11 @@ class ReferenceSession:
             entry.ref = None
             if index != 0:
                 entry.inputs_path.unlink(missing_ok=True)
+
+    def inputs_of_set0(self) -> Path:
+        """Set 0 (the task's own inputs): what solutions and baselines are timed on."""
+        path = self.dir / "inputs" / "set0.pt"
+        return path if path.exists() else self.get(0).inputs_path
 
     def load_inputs(self, entry: _RefSet) -> list[Any]:
         return torch.load(entry.inputs_path, map_location=self.compare_device,
@@ -509,6 +515,7 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
     ladder: list[dict[str, tolerance.Errors | None]] = []
     fingerprints: list[tuple[Any, ...]] = []
     torch_ops: dict[str, int] = {}
+    argus_ops = 0
     previous: _RefSet | None = None
     for spec in session.specs:
         try:
@@ -531,6 +538,7 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         out_path.unlink(missing_ok=True)
         for k, v in run.get("compute_ops", {}).items():
             torch_ops[k] = torch_ops.get(k, 0) + v
+        argus_ops += int(run.get("argus_ops", 0))
         result = _compare_set(entry, inputs, outs, run, fingerprints)
         set_results.append(result[0])
         reasons |= result[1]
@@ -555,8 +563,7 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
     # provenance: static first, then the profiler on a GPU
     prov = provenance.static_verdict(Path(solution))
     if prov is None and session.device == "cpu":
-        prov = provenance.unknown_without_gpu(
-            {k: v for k, v in torch_ops.items() if k not in provenance_bookkeeping()})
+        prov = provenance.without_gpu(torch_ops, argus_ops)
     timing_json = eager = compiled = None
     speedup_eager = speedup_compile = bound = None
     suspect: list[str] = []
@@ -564,7 +571,7 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
     if not reasons and want_timing:
         try:
             timed = cand.request("time", max(opts.candidate_timeout_s or opts.timeout_s, 60.0),
-                                 inputs_path=str(session.get(0).inputs_path),
+                                 inputs_path=str(session.inputs_of_set0()),
                                  trials=opts.trials, warmup=opts.warmup, flush_l2=True,
                                  profile=opts.profile and session.device != "cpu")
         except WorkerError as exc:
@@ -613,12 +620,6 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         speedup_eager=speedup_eager, speedup_compile=speedup_compile, roofline_ms=bound,
         suspect=tuple(suspect), seconds=time.perf_counter() - started,
         level=session.task.level, problem_id=session.task.problem_id)
-
-
-def provenance_bookkeeping() -> frozenset[str]:
-    from argus.bench.kernelbench.guards import _BOOKKEEPING_OPS
-
-    return frozenset(_BOOKKEEPING_OPS)
 
 
 def _kind(exc: WorkerError) -> str:

@@ -22,7 +22,6 @@ from typing import Any
 
 from argus.bench.kernelbench.tasks import repo_root
 
-
 # Starts a worker. The real `argus` package is imported when it can be (solutions need it);
 # when its __init__ needs something this Python lacks (a GPU box with only torch), the harness
 # modules are loaded on their own through namespace stubs, and the failure is logged.
@@ -166,7 +165,7 @@ class Worker:
                 pass
         self._log.close()
 
-    def __enter__(self) -> "Worker":
+    def __enter__(self) -> Worker:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -3,10 +3,13 @@
 On a GPU the answer comes from the profiler: the share of the forward's GPU time spent in kernels
 whose names start with `argus_` (Argus's code generator guarantees that prefix). Without a GPU
 it cannot be measured; the judge then reports "unknown (no GPU)", except that a solution whose
-source never imports argus certainly runs no Argus kernel ("no").
+source never imports argus certainly runs no Argus kernel ("no"), and neither does one whose
+forward computed everything with PyTorch operators issued outside Argus's code ("no": no Argus
+kernel can run on a CPU, so the answer came from PyTorch).
 
 Verdicts: "yes" (>= 90% of GPU time in Argus kernels), "partial" (some), "no" (none, or the
-solution never imports argus), "unknown (no GPU)".
+solution never imports argus, or, on the CPU, every compute op came from PyTorch outside
+Argus), "unknown (no GPU)".
 
 Invariant: a solution that never imports argus is never reported as running Argus kernels.
 """
@@ -86,9 +89,18 @@ def from_kernels(kernels: list[tuple[str, float]]) -> Provenance:
     return Provenance(verdict, evidence, share, top)
 
 
-def unknown_without_gpu(torch_ops: dict[str, int]) -> Provenance:
+def without_gpu(torch_ops: dict[str, int], argus_ops: int) -> Provenance:
+    """Verdict on a CPU run of a solution that imports argus.
+
+    No Argus kernel can run without a GPU, so when the forward computed its output with
+    PyTorch operators none of which was issued from Argus's own code, the work was PyTorch's:
+    "no". When Argus code issued operators (an interpreter, say) only a GPU run can tell.
+    """
     ops = ", ".join(f"aten::{k}" for k in list(torch_ops)[:5])
+    if torch_ops and argus_ops == 0:
+        return Provenance("no", f"no GPU here, and every compute op of the forward came from "
+                                f"PyTorch outside Argus ({ops})")
     evidence = "no GPU to profile"
     if ops:
-        evidence += f"; the forward ran PyTorch compute ops ({ops})"
+        evidence += f"; the forward ran PyTorch compute ops ({ops}), {argus_ops} from Argus code"
     return Provenance("unknown (no GPU)", evidence)

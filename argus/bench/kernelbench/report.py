@@ -174,8 +174,8 @@ def svg_plot(judgments: list[Judgment]) -> str:
     width, bar_h, gap = 760, 26, 12
     parts: list[str] = []
     y = 40
-    parts.append(f'<text x="10" y="24" font-size="16" font-family="sans-serif">'
-                 f'KernelBench outcomes per level</text>')
+    parts.append('<text x="10" y="24" font-size="16" font-family="sans-serif">'
+                 'KernelBench outcomes per level</text>')
     for s in levels:
         js = [j for j in judgments if j.level == s.level]
         counts = {

@@ -16,12 +16,18 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
-from argus.bench.kernelbench.judge import (JudgeOptions, Judgment, ReferenceSession,
-                                           judge_with, materialize_solution)
+from argus.bench.kernelbench.judge import (
+    JudgeOptions,
+    Judgment,
+    ReferenceSession,
+    judge_with,
+    materialize_solution,
+)
 from argus.bench.kernelbench.tasks import Task
 
 Solver = Callable[[Task], "str | Path"]

@@ -77,9 +77,8 @@ def _tensors(obj: Any) -> list[torch.Tensor]:
 
 def meta_cost(path: Path | str, overrides: dict[str, int] | None = None) -> SizeCost:
     """Cost of one forward of the task at the given sizes, computed on the meta device."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import FlopCounterMode
 
     class _Largest(TorchDispatchMode):
         """Tracks the largest tensor any op produces (intermediates included)."""

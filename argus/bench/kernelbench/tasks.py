@@ -21,9 +21,9 @@ import os
 import re
 import sys
 import types
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from argus.errors import ArgusError
 
@@ -69,8 +69,9 @@ def default_root() -> Path:
     env = os.environ.get(ENV_DIR)
     if env:
         return Path(env).expanduser()
-    for base in (repo_root(), Path.cwd()):
-        candidate = base.parent / "shared" / "kernelbench"
+    for candidate in (repo_root().parent / "shared" / "kernelbench",
+                      Path.cwd().parent / "shared" / "kernelbench",
+                      repo_root() / "shared" / "kernelbench"):
         if candidate.is_dir():
             return candidate
     return repo_root().parent / "shared" / "kernelbench"

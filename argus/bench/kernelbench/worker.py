@@ -25,13 +25,15 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-import argus.bench.timing as timing  # imported first: it captures the genuine clocks
-from argus.bench.kernelbench import guards, inputs as kb_inputs, tolerance
+from argus.bench import timing  # imported first: it captures the genuine clocks
+from argus.bench.kernelbench import guards, tolerance
+from argus.bench.kernelbench import inputs as kb_inputs
 from argus.bench.kernelbench.shrink import SizeBudget, meta_cost, plan_sizes
 from argus.bench.kernelbench.tasks import load_task
 
@@ -276,6 +278,7 @@ class CandidateRole:
         torch.save(_cpu(outs), out_path)
         return {"structure": structure, "plain_tensors": plain, "aliases": aliased,
                 "mutated": mutated, "poison": poison, "compute_ops": mode.compute_ops(),
+                "argus_ops": mode.argus_ops,
                 "devices": [str(o.device) for o in outs], **self._integrity()}
 
     def time(self, inputs_path: str, trials: int, warmup: int, flush_l2: bool,
@@ -364,7 +367,7 @@ class BaselineRole:
     def __init__(self) -> None:
         self.loaded: dict[str, Any] | None = None
 
-    def load(self, task_path: str, device: str, seed: int,
+    def load(self, task_path: str, device: str, seed: int, input_seed: int | None = None,
              other_cores: list[int] | None = None) -> dict[str, Any]:
         _GpuLock._affinity(other_cores)
         self.release()
@@ -374,7 +377,8 @@ class BaselineRole:
         init_inputs = module.get_init_inputs()
         torch.manual_seed(seed)
         model = module.Model(*init_inputs).to(dev)
-        values = _to_device(kb_inputs.task_inputs(module, seed), dev)
+        values = _to_device(kb_inputs.task_inputs(
+            module, seed if input_seed is None else input_seed), dev)
         _sync(dev)
         self.loaded = {"model": model, "values": values, "device": dev}
         return {"flags": guards.capture_flags(),
@@ -422,14 +426,16 @@ class BaselineRole:
         return {}
 
     def measure(self, task_path: str, device: str, seed: int, modes: list[str], trials: int,
-                warmup: int, compile_mode: str | None = None) -> dict[str, Any]:
+                warmup: int, compile_mode: str | None = None, input_seed: int | None = None
+                ) -> dict[str, Any]:
         dev = torch.device(device)
         module = load_task(task_path)
         torch.manual_seed(seed)
         init_inputs = module.get_init_inputs()
         torch.manual_seed(seed)
         model = module.Model(*init_inputs).to(dev)
-        values = _to_device(kb_inputs.task_inputs(module, seed), dev)
+        values = _to_device(kb_inputs.task_inputs(
+            module, seed if input_seed is None else input_seed), dev)
         result: dict[str, Any] = {"flags": guards.capture_flags()}
         for mode in modes:
             try:

@@ -1,0 +1,95 @@
+"""KernelBench baselines: the cache, the parallel suite (on the CPU, with toy tasks, so that
+the scheduling, time budget and reporting run in CI) and the GPU script's refusal without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from argus.bench.kernelbench.baseline_suite import SuiteOptions, markdown, run_baselines
+from argus.bench.kernelbench.baselines import BaselineCache, BaselineRecord, Environment
+from argus.bench.kernelbench.tasks import discover
+
+REPO = Path(__file__).resolve().parents[2]
+
+TOY = """import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+    def forward(self, x):
+        return torch.relu(x) * {k}
+n = 4096
+def get_inputs():
+    return [torch.rand(n)]
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.fixture()
+def toy_tasks(tmp_path):
+    folder = tmp_path / "kb" / "level1"
+    folder.mkdir(parents=True)
+    for k in (1, 2, 3):
+        (folder / f"{k}_Toy{k}.py").write_text(TOY.format(k=k))
+    folder.joinpath("4_Broken.py").write_text("import torch\nclass Model:\n    pass\n"
+                                              "def get_inputs():\n    return []\n"
+                                              "def get_init_inputs():\n    return [1]\n")
+    return discover(tmp_path / "kb")
+
+
+def test_cache_key_includes_card_software_and_task(tmp_path):
+    cache = BaselineCache(tmp_path / "c.json")
+    env = Environment("NVIDIA H200", "2.11.0", "12.8")
+    rec = BaselineRecord("L1/1", "a" * 64, env, {"median_ms": 1.0}, {"median_ms": 0.5}, 12.0)
+    cache.put(rec)
+    again = BaselineCache(tmp_path / "c.json")
+    assert again.get(env, "a" * 64).compile_ms == 0.5
+    assert again.get(Environment("NVIDIA H100", "2.11.0", "12.8"), "a" * 64) is None
+    assert again.get(Environment("NVIDIA H200", "2.12.0", "12.8"), "a" * 64) is None
+    assert again.get(env, "b" * 64) is None
+    assert json.loads((tmp_path / "c.json").read_text())
+
+
+def test_parallel_suite_on_cpu_records_every_task(toy_tasks, tmp_path):
+    options = SuiteOptions(jobs=2, budget_s=120, trials=5, warmup=1, device="cpu",
+                           compile=False, min_start_s=1)
+    cache = BaselineCache(tmp_path / "cache.json")
+    t0 = time.monotonic()
+    outcomes, env = run_baselines(toy_tasks, options, log_dir=tmp_path / "logs", cache=cache,
+                                  progress=None)
+    by_key = {o.task.key: o for o in outcomes}
+    assert [o.task.key for o in outcomes] == ["L1/1", "L1/2", "L1/3", "L1/4"]
+    for key in ("L1/1", "L1/2", "L1/3"):
+        assert by_key[key].status == "done" and by_key[key].eager["clock"] == "cpu-perf-counter"
+    assert by_key["L1/4"].status == "error" and by_key["L1/4"].error
+    assert len(cache.records()) == 3
+    text = markdown(outcomes, env, options, time.monotonic() - t0)
+    assert "| L1/1 | Toy1 |" in text and "## Not finished" in text and "L1/4 Broken" in text
+
+
+def test_suite_stops_at_its_budget(toy_tasks, tmp_path):
+    options = SuiteOptions(jobs=1, budget_s=0.5, trials=5, warmup=1, device="cpu",
+                           compile=False, min_start_s=5)
+    t0 = time.monotonic()
+    outcomes, _ = run_baselines(toy_tasks, options, log_dir=tmp_path, progress=None)
+    assert time.monotonic() - t0 < 30
+    assert {o.status for o in outcomes} == {"budget"}
+
+
+def test_gpu_script_refuses_without_a_gpu(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the script would run for minutes")
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_kernelbench_baselines.py"),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "no CUDA device" in proc.stderr
