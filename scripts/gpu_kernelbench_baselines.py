@@ -12,6 +12,7 @@ compiling in --jobs parallel processes while GPU timings take turns on a lock, a
     kernelbench-baselines.json   every task: status, eager/compile Timing, errors; environment
     kernelbench-baselines.md     the table for docs/perf/kernelbench-baselines.md
     baselines-cache.json         the same numbers in the judge's baseline-cache format
+    progress.log                 the progress lines (also on stderr)
     logs/                        one log per worker process
 It stops starting tasks when the budget runs low, kills what still runs at the deadline, and
 lists every task it could not finish with the reason. Progress goes to stderr, unbuffered.
@@ -24,6 +25,7 @@ import json
 import os
 import sys
 import time
+import traceback
 import types
 from pathlib import Path
 
@@ -47,6 +49,22 @@ def _import_harness() -> None:
             sys.modules[name] = stub
 
 
+class _Tee:
+    """Progress lines to stderr and to a file in the output folder."""
+
+    def __init__(self, stream, path: Path):
+        self.stream, self.file = stream, open(path, "a", buffering=1)  # noqa: SIM115
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        self.file.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+        self.file.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="output folder")
@@ -64,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-mem-gb", type=float, default=100.0,
                         help="estimated GPU memory the parallel tasks may use together")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--device", default="cuda",
+                        help="cuda (default); cpu only for a labelled smoke test of the script")
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -72,26 +92,39 @@ def main(argv: list[str] | None = None) -> int:
 
     from argus.bench.kernelbench.baseline_suite import SuiteOptions, markdown, run_baselines
     from argus.bench.kernelbench.baselines import BaselineCache
-    from argus.bench.kernelbench.tasks import discover, parse_ids
+    from argus.bench.kernelbench.tasks import KernelBenchError, discover, parse_ids
 
     out = Path(args.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    if not torch.cuda.is_available():
-        print("error: no CUDA device visible; this script measures GPU baselines",
-              file=sys.stderr)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("error: no CUDA device visible; this script measures GPU baselines "
+              "(--device cpu runs a labelled smoke test)", file=sys.stderr)
         return 2
     levels = [int(x) for x in args.levels.split(",") if x.strip()]
-    tasks = discover(args.root, levels=levels, ids=parse_ids(args.ids))
+    try:
+        tasks = discover(args.root, levels=levels, ids=parse_ids(args.ids))
+    except KernelBenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     jobs = args.jobs or max(1, min(13, (os.cpu_count() or 4) - 3))
     options = SuiteOptions(jobs=jobs, budget_s=args.budget_s - (time.monotonic() - started),
                            task_timeout_s=args.task_timeout_s, trials=args.trials,
                            warmup=args.warmup, compile=not args.no_compile,
-                           gpu_mem_gb=args.gpu_mem_gb)
-    print(f"{len(tasks)} tasks, {jobs} workers, budget {options.budget_s:.0f} s, GPU "
-          f"{torch.cuda.get_device_name()}, torch {torch.__version__}", file=sys.stderr,
-          flush=True)
-    cache = BaselineCache(out / "baselines-cache.json")
-    outcomes, env = run_baselines(tasks, options, log_dir=out / "logs", cache=cache)
+                           gpu_mem_gb=args.gpu_mem_gb, device=args.device)
+    gpu = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    print(f"{len(tasks)} tasks from {tasks[0].path.parent.parent if tasks else args.root}, "
+          f"{jobs} workers, budget {options.budget_s:.0f} s, device {gpu}, "
+          f"torch {torch.__version__}", file=sys.stderr, flush=True)
+    cache = BaselineCache(out / "baselines-cache.json")  # written after every task
+    progress = _Tee(sys.stderr, out / "progress.log")
+    try:
+        outcomes, env = run_baselines(tasks, options, log_dir=out / "logs", cache=cache,
+                                      progress=progress)
+    except BaseException:
+        (out / "FAILED.txt").write_text(traceback.format_exc())
+        print(f"error: the run failed; partial numbers are in {out}/baselines-cache.json\n"
+              + traceback.format_exc(), file=sys.stderr, flush=True)
+        return 1
     wall = time.monotonic() - started
     report = {
         "env": {"gpu": env.gpu, "torch": env.torch, "cuda": env.cuda,

@@ -93,3 +93,19 @@ def test_gpu_script_refuses_without_a_gpu(tmp_path):
                            "--out", str(tmp_path / "out")], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and "no CUDA device" in proc.stderr
+
+
+def test_gpu_script_end_to_end_as_a_cpu_smoke_test(toy_tasks, tmp_path):
+    root = toy_tasks[0].path.parent.parent
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_kernelbench_baselines.py"),
+                           "--out", str(out), "--root", str(root), "--levels", "1", "--device", "cpu",
+                           "--no-compile", "--trials", "5", "--warmup", "1", "--jobs", "2",
+                           "--budget-s", "120"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((out / "kernelbench-baselines.json").read_text())
+    assert data["counts"] == {"done": 3, "error": 1} and len(data["tasks"]) == 4
+    table = (out / "kernelbench-baselines.md").read_text()
+    assert "| L1/3 | Toy3 |" in table and "## Not finished" in table
+    assert json.loads((out / "baselines-cache.json").read_text())
+    assert "L1/2 Toy2: done" in (out / "progress.log").read_text()

@@ -189,12 +189,14 @@ def run_baselines(tasks: list[Task], options: SuiteOptions = SuiteOptions(), *,
                for i in range(max(1, options.jobs))]
     for th in threads:
         th.start()
+    join_until = deadline + 30  # every request is bounded by the deadline; 30 s of slack
     for th in threads:
-        th.join(timeout=max(0.0, left() + 30))
+        th.join(timeout=max(0.0, join_until - time.monotonic()))
     for worker in list(active.values()):  # past the deadline: stop what still runs
         worker.close()
+    join_until = time.monotonic() + 10
     for th in threads:
-        th.join(timeout=10)
+        th.join(timeout=max(0.0, join_until - time.monotonic()))
     return [outcomes[t.key] for t in tasks], env
 
 
@@ -229,7 +231,7 @@ def _one_task(worker: Worker, task: Task, outcome: TaskOutcome, options: SuiteOp
             outcome.compile = {"error": outcome.error}
     else:
         outcome.status = "done"
-    worker.request("release", 60.0)
+    worker.request("release", max(1.0, min(60.0, left())))
 
 
 def _line(o: TaskOutcome) -> str:

@@ -64,6 +64,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _release_cached(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def _cpu(outs: list[torch.Tensor]) -> list[torch.Tensor]:
     return [o.detach().to("cpu").contiguous().clone() for o in outs]
 
@@ -183,6 +188,8 @@ class ReferenceRole:
         torch.save(_cpu(ref), ref_path)
         meta = [{"shape": list(n.shape), "dtype": str(n.dtype),
                  "nbytes": n.numel() * n.element_size()} for n in native]
+        del ref, native, dev_values
+        _release_cached(self.device)  # the judge and the candidate share this GPU
         return {"distribution": used, "kinds": kinds, "outputs": meta, "calibration": calib,
                 "stochastic": stochastic}
 
@@ -276,10 +283,12 @@ class CandidateRole:
                    if isinstance(v, torch.Tensor) and not guards.same_bits(v, s)]
         poison = [guards.poison_count(o) for o in outs]
         torch.save(_cpu(outs), out_path)
+        devices = [str(o.device) for o in outs]
+        del raw, outs, values, saved
+        _release_cached(self.device)
         return {"structure": structure, "plain_tensors": plain, "aliases": aliased,
                 "mutated": mutated, "poison": poison, "compute_ops": mode.compute_ops(),
-                "argus_ops": mode.argus_ops,
-                "devices": [str(o.device) for o in outs], **self._integrity()}
+                "argus_ops": mode.argus_ops, "devices": devices, **self._integrity()}
 
     def time(self, inputs_path: str, trials: int, warmup: int, flush_l2: bool,
              profile: bool) -> dict[str, Any]:
@@ -302,7 +311,7 @@ def _profile_kernels(call: Callable[[], None], iters: int = 3) -> list[list[Any]
 
     call()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(iters):
             call()
         torch.cuda.synchronize()
