@@ -142,7 +142,8 @@ class Evaluator:
         the generated CUDA, resources, and the verifier's proven invariants and findings."""
         family = get_family(task.family)
         source = cand.source or family.render_kernel(task, cand.params_dict)
-        solution = family.render_solution(task, source) if task.origin == "kernelbench" else None
+        solution = family.render_solution(task, source, cand.params_dict) \
+            if task.origin == "kernelbench" else None
         module = import_source(solution or source, Path(opts.scratch or "."),
                                f"best_{cand.key}")
         constexprs = self._constexprs(task, module, opts)
@@ -195,8 +196,8 @@ class Evaluator:
         t0 = time.perf_counter()
         try:
             source = cand.source or family.render_kernel(task, params)
-            solution = family.render_solution(task, source) if task.origin == "kernelbench" \
-                else None
+            solution = family.render_solution(task, source, params) \
+                if task.origin == "kernelbench" else None
             module = import_source(solution or source, Path(opts.scratch or "."),
                                    f"cand_{cand.key}")
             kernel_fn = module.KERNEL

@@ -125,7 +125,8 @@ class Family:
         """A DSL module defining KERNEL and CONSTEXPRS for these parameters."""
         raise NotImplementedError
 
-    def render_solution(self, task: TaskSpec, kernel_source: str) -> str | None:
+    def render_solution(self, task: TaskSpec, kernel_source: str,
+                        params: dict[str, Any] | None = None) -> str | None:
         """A KernelBench solution module (ModelNew) around the kernel source, or None."""
         return None
 

@@ -115,7 +115,8 @@ class ElementwiseFamily(Family):
         doc = "\n".join(task.expr.splitlines())
         return TEMPLATE.format(body=body, doc=doc, **params)
 
-    def render_solution(self, task: TaskSpec, kernel_source: str) -> str | None:
+    def render_solution(self, task: TaskSpec, kernel_source: str,
+                        params: dict[str, Any] | None = None) -> str | None:
         if task.origin != "kernelbench":
             return None
         return (kernel_source.rstrip() + "\n\n\n"
