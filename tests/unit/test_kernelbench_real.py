@@ -105,7 +105,7 @@ def test_suite_run_resumes_and_reports(tmp_path):
     again = run_suite(tasks[:2], folder, tmp_path / "run", OPTIONS, progress=None)
     assert again.resumed == ("L1/19",) and again.missing == ("L1/20",)
     report = (tmp_path / "run" / "report.md").read_text()
-    assert "reduced sizes" in report and "| L1/19 | ReLU | correct |" in report
+    assert "reduced sizes" in report and "| L1/19 | ReLU | correct, not Argus |" in report
     assert (tmp_path / "run" / "report.svg").exists()
 
     calls = []

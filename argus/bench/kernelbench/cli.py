@@ -73,7 +73,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     r.add_argument("--solutions", required=True,
                    help="folder of solutions: level<L>/<task file name> (or <id>.py, "
                         "<id>_*.py, level<L>_<id>.py)")
-    r.add_argument("--out", required=True, help="run folder (results.jsonl, report.*)")
+    r.add_argument("--out", default="kernelbench-run",
+                   help="run folder: results.jsonl, report.* (default ./kernelbench-run); "
+                        "running the same command again resumes")
     r.add_argument("--fresh", action="store_true", help="do not resume an earlier run")
     _judge_options(r)
 
@@ -245,7 +247,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
                                fix="pass the --out folder of `argus kernelbench run`")
     judgments = sorted((Judgment.from_json(r["judgment"]) for r in records.values()),
                        key=lambda j: (j.level, j.problem_id))
-    paths = write_reports(judgments, args.out or args.run_dir)
+    devices = sorted({j.device for j in judgments if j.device})
+    paths = write_reports(judgments, args.out or args.run_dir,
+                          meta={"device": ", ".join(devices) or "?"})
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     if "png" not in paths:

@@ -98,6 +98,16 @@ def _ms(t: dict[str, Any] | None) -> str:
     return f"{float(t['median_ms']):.4g}"
 
 
+def _verdict(j: Judgment) -> str:
+    if not j.correct:
+        return j.reason
+    if j.solved:
+        return "solved"
+    if not j.verifiable:
+        return "correct, task not verifiable"
+    return "correct, not Argus" if j.argus_kernels == "no" else "correct"
+
+
 def markdown(judgments: list[Judgment], meta: dict[str, Any] | None = None) -> str:
     meta = meta or {}
     levels = summarize_levels(judgments)
@@ -136,7 +146,7 @@ def markdown(judgments: list[Judgment], meta: dict[str, Any] | None = None) -> s
               "eager ms | compile ms | vs eager | vs compile | notes |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for j in sorted(judgments, key=lambda j: (j.level, j.problem_id)):
-        verdict = ("solved" if j.solved else "correct") if j.correct else j.reason
+        verdict = _verdict(j)
         notes = []
         if j.degenerate:
             notes.append("degenerate: " + ", ".join(j.degenerate))
