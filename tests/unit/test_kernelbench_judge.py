@@ -114,6 +114,16 @@ def test_inplace_also_reports_mutation(relu):
     assert {"output_aliases_input", "input_mutated"} <= set(j.reasons)
 
 
+def test_solution_that_behaves_only_when_watched_is_caught_after_timing():
+    options = dataclasses.replace(OPTIONS, cpu_timing=True, trials=10, warmup=1)
+    with ReferenceSession(_task(1, 19), options) as session:
+        honest = judge_with(session, FIXTURES / "relu_copy.py")
+        sneaky = judge_with(session, FIXTURES / "honest_when_watched.py")
+    assert honest.correct and honest.timing["clock"] == "cpu-perf-counter"
+    assert all(s.strict_ok for s in sneaky.sets)  # every watched run was right
+    assert sneaky.reason == "zeros_output" and "after timing" in sneaky.detail
+
+
 def test_hang_is_a_timeout():
     options = dataclasses.replace(OPTIONS, candidate_timeout_s=4)
     with ReferenceSession(_task(1, 19), options) as session:

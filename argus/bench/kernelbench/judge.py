@@ -514,6 +514,7 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
     cand_errors: list[tolerance.Errors] = []
     ladder: list[dict[str, tolerance.Errors | None]] = []
     fingerprints: list[tuple[Any, ...]] = []
+    set_prints: dict[int, list[tuple[Any, ...]]] = {}
     torch_ops: dict[str, int] = {}
     argus_ops = 0
     previous: _RefSet | None = None
@@ -547,7 +548,8 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         cand_errors.append(result[4])
         ladder.append({name: _worst(entry.reply["calibration"].get(name))
                        for name in ("tf32", "bf16")})
-        fingerprints.extend(probes.fingerprint(o) for o in outs)
+        set_prints[spec.index] = [probes.fingerprint(o) for o in outs]
+        fingerprints.extend(set_prints[spec.index])
         if previous is not None:
             session.release(previous.spec.index)
         previous = entry
@@ -582,6 +584,10 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         if timed.get("flags"):
             reasons.add("global_state_changed")
             details.append("changed while running: " + "; ".join(timed["flags"]))
+        after = _check_after_timing(session, cand, set_prints)
+        if after:
+            reasons |= after[0]
+            details.extend(after[1])
         timing_json = timed["timing"]
         t = Timing.from_json(timing_json)
         if side_stream_suspect(t):
@@ -620,6 +626,31 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         speedup_eager=speedup_eager, speedup_compile=speedup_compile, roofline_ms=bound,
         suspect=tuple(suspect), seconds=time.perf_counter() - started,
         level=session.task.level, problem_id=session.task.problem_id)
+
+
+def _check_after_timing(session: ReferenceSession, cand: Worker,
+                        set_prints: dict[int, list[tuple[Any, ...]]]
+                        ) -> tuple[set[str], list[str]] | None:
+    """Run one more input set as timing runs the solution (no dispatch mode, no poison): a
+    solution that computes only while it is watched, or that returns what it cached while
+    being timed on set 0, fails here."""
+    index = 1 if len(session.specs) > 1 else 0
+    entry = session.get(index)
+    inputs = session.load_inputs(entry)
+    out_path = session.dir / "outputs" / f"after{index}.pt"
+    opts = session.options
+    try:
+        run = cand.request("run", opts.candidate_timeout_s or opts.timeout_s, index=index,
+                           seed=entry.spec.seed, inputs_path=str(entry.inputs_path),
+                           out_path=str(out_path), poison=False)
+    except WorkerError as exc:
+        return {_kind(exc)}, [f"after timing: {exc}"]
+    outs = torch.load(out_path, map_location=session.compare_device, weights_only=False)
+    out_path.unlink(missing_ok=True)
+    others = [fp for i, fps in set_prints.items() if i != index for fp in fps]
+    _, reasons, _, details, _ = _compare_set(entry, inputs, outs, run, others)
+    session.release(index)
+    return reasons, [f"after timing, unobserved: {d}" for d in details]
 
 
 def _kind(exc: WorkerError) -> str:

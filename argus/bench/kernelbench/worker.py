@@ -261,12 +261,15 @@ class CandidateRole:
         self.model = model
         return {"weights": weights, **self._integrity()}
 
-    def run(self, index: int, seed: int, inputs_path: str, out_path: str) -> dict[str, Any]:
+    def run(self, index: int, seed: int, inputs_path: str, out_path: str,
+            poison: bool = True) -> dict[str, Any]:
+        """One forward on an input file. poison=False runs it exactly as timing does (no
+        dispatch mode), to catch solutions that behave only while they are watched."""
         values = _to_device(torch.load(inputs_path, weights_only=False), self.device)
         saved = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and poison:
             guards.poison_cuda_free_memory(self.out_nbytes, self.device)
-        mode = guards.PoisonMode()
+        mode = guards.PoisonMode() if poison else guards.NullMode()
         try:
             with torch.no_grad(), mode:
                 torch.manual_seed(seed)
