@@ -51,7 +51,9 @@ class OptimizeConfig:
     track: str = "auto"              # auto | strict | relaxed
     seed: int = 0
     judge: str = "auto"              # auto (on with a GPU) | on | off: final hardened judge
+    judge_timeout_s: float = 600.0
     baselines: str = "auto"          # auto | off: measure eager / torch.compile on a GPU
+    baseline_timeout_s: float = 600.0
     db: str | None = None
     fresh: bool = False
     trials: int = 100
@@ -194,7 +196,8 @@ class Optimizer:
 
                 self.say("measuring the eager and torch.compile baselines (cached per card) ...")
                 rec = get_or_measure(task_from_path(self.task.path), BaselineCache(),
-                                     device="cuda", trials=self.config.trials)
+                                     device="cuda", trials=self.config.trials,
+                                     timeout_s=self.config.baseline_timeout_s)
                 if rec.eager_ms:
                     measured["eager"] = {"ms": rec.eager_ms, "kind": "measured"}
                 if rec.compile_ms:
@@ -275,7 +278,7 @@ class Optimizer:
             self.say(f"argus optimize: {self.task.name} ({self.task.family}, "
                      f"{', '.join(f'{k}={v}' for k, v in self.task.shape)}) on {where}; "
                      f"planner {cfg.planner}, feedback {cfg.feedback}, budget {cfg.iterations} "
-                     f"iterations" + (f" / {cfg.minutes:g} min" if cfg.minutes else ""))
+                     f"iterations" + (f" / {cfg.minutes:.1f} min" if cfg.minutes else ""))
             self.say(f"  precision: {self.task.precision_note}; correctness track: {self.track}")
             if prev and prev.get("baselines") is not None:
                 baselines, estimates = prev["baselines"], prev.get("estimates", {})
@@ -425,7 +428,8 @@ class Optimizer:
         try:
             j = judge(self.task.path, path, JudgeOptions(
                 device="cuda" if self.device.startswith("cuda") else "cpu",
-                timing=self.device.startswith("cuda"), trials=self.config.trials))
+                timing=self.device.startswith("cuda"), trials=self.config.trials,
+                timeout_s=self.config.judge_timeout_s))
         except Exception as exc:  # noqa: BLE001 - report it, keep the run's results
             self.say(f"  judge failed: {type(exc).__name__}: {exc}")
             return {"error": f"{type(exc).__name__}: {exc}"}

@@ -59,11 +59,21 @@ def speed_svg(points: list[tuple[int, float | None]], baselines: dict[str, float
     out.append(f'<text x="18" y="{TOP + ph / 2}" text-anchor="middle" '
                f'transform="rotate(-90 18 {TOP + ph / 2})">{escape(ylabel)}</text>')
     colors = ["#888888", "#d9822b", "#7b52ab", "#2b8a3e"]
-    for i, (label, v) in enumerate(sorted(baselines.items(), key=lambda kv: kv[1])):
+    used: list[float] = []
+
+    def label_y(want: float) -> float:
+        """A label position at least 13 px away from the labels already placed."""
+        yy = want
+        while any(abs(yy - u) < 13 for u in used):
+            yy += 13
+        used.append(yy)
+        return yy
+
+    for i, (label, v) in enumerate(sorted(baselines.items(), key=lambda kv: -kv[1])):
         c = colors[i % len(colors)]
         out.append(f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
                    f'stroke="{c}" stroke-dasharray="6 4"/>')
-        out.append(f'<text x="{LEFT + pw + 6}" y="{y(v) + 4:.1f}" fill="{c}">'
+        out.append(f'<text x="{LEFT + pw + 6}" y="{label_y(y(v) + 4):.1f}" fill="{c}">'
                    f'{escape(label)} ({v:.3g})</text>')
     best, path = None, []
     for i, v in sorted(points):
@@ -84,8 +94,8 @@ def speed_svg(points: list[tuple[int, float | None]], baselines: dict[str, float
         path.append(f"L{x(n):.1f},{y(best):.1f}")
         out.append(f'<path d="{" ".join(path)}" fill="none" stroke="#1971c2" '
                    'stroke-width="2"/>')
-        out.append(f'<text x="{LEFT + pw + 6}" y="{y(best) - 8:.1f}" fill="#1971c2">'
-                   f'best ({best:.3g})</text>')
+        out.append(f'<text x="{LEFT + pw + 6}" y="{label_y(y(best) - 8):.1f}" '
+                   f'fill="#1971c2">best ({best:.3g})</text>')
     out.append(f'<text x="{LEFT + pw + 6}" y="{TOP + ph + 4}" fill="#c92a2a">x failed</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
