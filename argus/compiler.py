@@ -1,4 +1,6 @@
-"""THE pipeline (argus/compiler.py; `ag.pipeline` is the DSL's mbarrier ring, hence the name): Python kernel → traced IR → layouts → lowered IR → verified → CUDA → cubin.
+"""THE pipeline: Python kernel → traced IR → layouts → lowered IR → verified → CUDA → cubin.
+
+(The file is compiler.py because `ag.pipeline` is the DSL's mbarrier ring.)
 
 Read `compile_kernel` to know what happens to a kernel. `ARGUS_DUMP=dir` writes the IR after
 every step plus the CUDA, PTX, cubin and resource report; `ARGUS_VERIFY=0` skips verification,

@@ -98,7 +98,8 @@ def bench_case(batch, m, n, k, layout, bw, trials):
     flops = 2 * (batch or 1) * m * n * k
     row = {"batch": batch, "M": m, "N": n, "K": k, "layout": layout, "rel_error": err,
            "ours_ms": ours.median_ms, "cublas_ms": base.median_ms,
-           "ours_tflops": flops / ours.median_ms / 1e9, "cublas_tflops": flops / base.median_ms / 1e9,
+           "ours_tflops": flops / ours.median_ms / 1e9,
+           "cublas_tflops": flops / base.median_ms / 1e9,
            "ratio": base.median_ms / ours.median_ms, "schedule": repr(best),
            "candidates": [(ms, repr(s)) for ms, s in tried]}
     if m * (batch or 1) <= 64:

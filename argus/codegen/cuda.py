@@ -21,7 +21,7 @@ from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region, Value
 from argus.ir.tag_ops import strip_tags
-from argus.ir.types import (PipeType, ScalarType, SmemType, SmemViewType, TensorType, TileType)
+from argus.ir.types import ScalarType, SmemType, SmemViewType, TensorType, TileType
 
 HEADER = "argus_sm90.cuh"
 
@@ -307,7 +307,8 @@ class _Emitter:
                 if acc in self.lazy_zero:  # no wgmma ran (K = 0): the tile is still zero
                     self.emit(f"if ({acc}_zero) {{")
                     self.emit("    #pragma unroll")
-                    self.emit(f"    for (int i = 0; i < {self.lazy_zero[acc]}; ++i) {acc}[i] = 0.0f;")
+                    regs = self.lazy_zero[acc]
+                    self.emit(f"    for (int i = 0; i < {regs}; ++i) {acc}[i] = 0.0f;")
                     self.emit("}")
             self.emit(f"if (pend{pid} >= 0 && threadIdx.x % 128 == 0) "
                       f"{{ {self.release(pid, f'pend{pid}')} }}")
@@ -634,9 +635,11 @@ class _Emitter:
             self.emit(f"if ({r} < {rows}) {{")
             self.emit(f"    {dtype_ptr(dtype)} p = base + (long long){r} * {row_stride} + {c};")
             if pair:
-                self.emit(f"    if (pair_ok && {c} + 1 < {cols}) {pair[0]}(p, {pair[1]}({v0}, {v1}));")
+                self.emit(f"    if (pair_ok && {c} + 1 < {cols}) "
+                          f"{pair[0]}(p, {pair[1]}({v0}, {v1}));")
             elif dtype.name == "f32":
-                self.emit(f"    if (pair_ok && {c} + 1 < {cols}) ag::st_global_f32x2(p, {v0}, {v1});")
+                self.emit(f"    if (pair_ok && {c} + 1 < {cols}) "
+                          f"ag::st_global_f32x2(p, {v0}, {v1});")
             else:
                 self.emit("    if (false) {}")
             self.emit(f"    else {{ if ({c} < {cols}) p[0] = {_to_mem_c(v0, dtype)}; "
@@ -966,7 +969,8 @@ def render(kernel: Kernel) -> Source:
     if em.wgmma_specs:
         out.append(wgmma_prelude(em.wgmma_specs))
     sig = ",\n    ".join(params_c)
-    out.append(f'extern "C" __global__ void __launch_bounds__({threads}, 1) {symbol}(\n    {sig}) {{')
+    out.append(f'extern "C" __global__ void __launch_bounds__({threads}, 1) '
+               f'{symbol}(\n    {sig}) {{')
     if smem_bytes:
         out.append("    extern __shared__ __align__(1024) unsigned char argus_smem_raw[];")
         out.append("    // Swizzle patterns are anchored to absolute addresses: align the block to "

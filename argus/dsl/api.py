@@ -30,7 +30,10 @@ def grid(*extents, cluster: int | tuple[int, ...] = 1) -> tuple[Scalar, ...]:
     for clusters along x, or a shape); the extents must be multiples of it."""
     ctx = current("ag.grid")
     loc = user_loc()
-    dims = (cluster, 1, 1) if isinstance(cluster, int) else tuple(cluster) + (1,) * (3 - len(cluster))
+    if isinstance(cluster, int):
+        dims = (cluster, 1, 1)
+    else:
+        dims = tuple(cluster) + (1,) * (3 - len(cluster))
     if len(dims) != 3 or any(not isinstance(d, int) or d < 1 for d in dims) or \
             dims[0] * dims[1] * dims[2] > 8:
         raise TraceError(f"cluster shape {cluster} must be up to 3 positive ints with at most 8 "

@@ -28,7 +28,8 @@ def _emit(op):
 def const_scalar(x: Number | bool, dtype: DType | None = None) -> "Scalar":
     ctx = current()
     if dtype is None:
-        dtype = dtypes.i1 if isinstance(x, bool) else dtypes.i32 if isinstance(x, int) else dtypes.f32
+        dtype = (dtypes.i1 if isinstance(x, bool) else
+                 dtypes.i32 if isinstance(x, int) else dtypes.f32)
     v = ctx.builder.fresh(ScalarType(dtype))
     _emit(O.Const(v, x, loc=user_loc()))
     return Scalar(v)

@@ -370,7 +370,8 @@ ELEMENTWISE_FNS = {
 
 ALL_OPS: dict[str, type[Op]] = {
     cls.NAME: cls
-    for cls in (Const, Arith, GridIds, ClusterRank, ThreadIndex, For, If, RoleOp, SmemAlloc, SmemSlice,
+    for cls in (Const, Arith, GridIds, ClusterRank, ThreadIndex, For, If, RoleOp, SmemAlloc,
+                SmemSlice,
                 PipelineCreate, Produce, Consume, TmaLoad, TmaStore, Wgmma, StMatrix, LdMatrix,
                 Load, Store, Full, Elementwise, Convert, Reduce, TileSlice, Assign)
 }

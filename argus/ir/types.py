@@ -41,7 +41,8 @@ class TensorType:
 
 @dataclass(frozen=True)
 class SmemType:
-    """A shared-memory buffer of static shape; `swizzle` is the TMA/wgmma swizzle in bytes (0 = none)."""
+    """A shared-memory buffer of static shape; `swizzle` is the TMA/wgmma swizzle in bytes
+    (0 = none)."""
 
     dtype: DType
     shape: tuple[int, ...]
@@ -68,7 +69,8 @@ class SmemViewType:
     swizzle: int = 0
 
     def __str__(self) -> str:
-        return f"smemview<{self.dtype.name}, {self.shape[0]}x{self.shape[1]}, swizzle={self.swizzle}>"
+        rows, cols = self.shape
+        return f"smemview<{self.dtype.name}, {rows}x{cols}, swizzle={self.swizzle}>"
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class TileType:
 
 @dataclass(frozen=True)
 class PipeType:
-    """An S-stage producer/consumer ring of mbarriers; parity and stage are derived by the compiler."""
+    """An S-stage producer/consumer ring of mbarriers; the compiler derives parity and stage."""
 
     stages: int
 

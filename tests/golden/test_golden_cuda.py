@@ -42,5 +42,6 @@ def test_gemm_uses_wgmma_tma_and_setmaxnreg():
     ptx = binary.ptx
     for instruction in ("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16",
                         "cp.async.bulk.tensor.2d", "mbarrier.try_wait.parity",
-                        "setmaxnreg.inc.sync.aligned.u32 232", "setmaxnreg.dec.sync.aligned.u32 40"):
+                        "setmaxnreg.inc.sync.aligned.u32 232",
+                        "setmaxnreg.dec.sync.aligned.u32 40"):
         assert instruction in ptx, instruction
