@@ -30,7 +30,7 @@ from argus.ir import ops as O
 from argus.layout.f2 import F2Layout
 from argus.target import sm90
 from argus.verify import witness as W
-from argus.verify.model import Model, ViewInfo, WgmmaSite, WriteSite, _num
+from argus.verify.model import Model, ViewInfo, WgmmaSite, WriteSite, _num, _subst
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
 
@@ -111,11 +111,23 @@ def _tx_bytes(model: Model) -> list[Finding]:
             loads = [x for x in op.body.walk() if isinstance(x, O.TmaLoad)]
             delivered = 0
             parts = []
+            own = multicast = 0
+            cs = model.cluster_size
             for ld in loads:
                 t = ld.dst.type
                 n = int(np.prod(ld.box)) if ld.box else t.shape[0] * t.shape[1]
-                delivered += n * t.dtype.bytes
-                parts.append(f"{n * t.dtype.bytes} B at {ld.loc}")
+                box = n * t.dtype.bytes
+                if ld.multicast:
+                    # every CTA of the cluster runs this copy and its box lands in (and
+                    # credits the full barrier of) every CTA: cs boxes per CTA and step
+                    delivered += box * cs
+                    multicast += box
+                    parts.append(f"{cs} x {box} B multicast at {ld.loc} (one box from each "
+                                 f"CTA of the cluster)")
+                else:
+                    delivered += box
+                    own += box
+                    parts.append(f"{box} B at {ld.loc}")
             subject = f"produce step at {op.loc}"
             if op.tx_bytes != delivered:
                 more = op.tx_bytes > delivered
@@ -127,7 +139,9 @@ def _tx_bytes(model: Model) -> list[Finding]:
                        "the phase completes before all bytes landed: consumers read a partly "
                        "written stage"),
                     {"expect_tx": op.tx_bytes, "delivered": delivered,
-                     "difference": op.tx_bytes - delivered},
+                     "difference": op.tx_bytes - delivered,
+                     **({"own_bytes": own, "multicast_box_bytes": multicast,
+                         "cluster_size": cs} if multicast else {})},
                     fix=f"tx_bytes = {delivered}"))
             else:
                 out.append(Finding("tma.tx-bytes", op.loc, subject, "proven"))
@@ -292,6 +306,23 @@ def _expected(L: _Layout, mn, kk, row0):
     return (row0 + (mn // W) * L.K + kk, mn % W)
 
 
+def _instances(model: Model, L: _Layout):
+    """One instance per rank of this CTA in its cluster (one without a cluster): the rank, the
+    reader's row offset and the (write, row offset) pairs landing in the buffer — this CTA's
+    own copies with its rank, and every CTA's multicast copies with that CTA's rank (all CTAs
+    of a cluster run the same code; a multicast box lands at the same offset in each)."""
+    ranks = list(range(model.cluster_size)) if model.rank_digits else [None]
+    out = []
+    for r in ranks:
+        wr = []
+        for w in L.writes:
+            qs = range(model.cluster_size) if w.op.multicast and model.rank_digits else [r]
+            for q in qs:
+                wr.append((w, _subst(_num(w.view.row0), model.peer_pairs(q))))
+        out.append((r, _subst(_num(L.view.row0), model.peer_pairs(r)), wr))
+    return out
+
+
 def _operand_layout(model: Model, site: WgmmaSite, operand: str):
     L = _Layout(model, site, operand)
     op = site.op
@@ -300,29 +331,36 @@ def _operand_layout(model: Model, site: WgmmaSite, operand: str):
               f"swizzle={L.desc[0]} LBO={L.desc[1]} SBO={L.desc[2]} k16-advance={L.desc[3]})"
     if not L.writes:
         return [], []
-    row0s = _values_of(model, L.view.row0)
-    wr = []
-    for w in L.writes:
-        vals = _values_of(model, w.view.row0)
-        if vals is None or len(vals) != 1:
-            row0s = None
-            break
-        wr.append((w, vals[0]))
-    if row0s is None:
-        try:
-            return [_bv_obligation(model, site, operand, L, subject)], []
-        except (ValueError, TypeError) as e:
-            return [], [Finding("wgmma.smem-layout", op.loc, subject, "unknown",
-                                f"no exact bit-vector encoding: {e}")]
     t0 = time.perf_counter()
-    for row0 in row0s:
-        res = _static_instance(L, wr, row0)
-        if res is not None:
-            tier, bad = res
-            if bad is not None:
-                ms = (time.perf_counter() - t0) * 1e3
-                return [], [_static_finding(model, site, operand, L, wr, row0, bad, subject,
-                                            tier, ms)]
+    tier = "F2"
+    obs: list[Obligation] = []
+    for rank, reader_row0, writes in _instances(model, L):
+        row0s = _values_of(model, reader_row0)
+        wr = []
+        for w, term in writes:
+            vals = _values_of(model, term)
+            if vals is None or len(vals) != 1:
+                row0s = None
+                break
+            wr.append((w, vals[0]))
+        if row0s is None:
+            try:
+                obs.append(_bv_obligation(model, site, operand, L, subject, reader_row0, writes,
+                                          rank))
+            except (ValueError, TypeError) as e:
+                return [], [Finding("wgmma.smem-layout", op.loc, subject, "unknown",
+                                    f"no exact bit-vector encoding: {e}")]
+            continue
+        for row0 in row0s:
+            res = _static_instance(L, wr, row0)
+            if res is not None:
+                tier, bad = res
+                if bad is not None:
+                    ms = (time.perf_counter() - t0) * 1e3
+                    return [], [_static_finding(model, site, operand, L, wr, row0, bad, subject,
+                                                tier, ms, rank)]
+    if obs:
+        return obs, []
     ms = (time.perf_counter() - t0) * 1e3
     return [], [Finding("wgmma.smem-layout", op.loc, subject, "proven", tier=tier, ms=ms)]
 
@@ -376,7 +414,8 @@ def _dense(L: _Layout, wr, row0, st, mn, kk):
     return (np.where(inside, row ^ er, 1 << 20), np.where(inside, col ^ ec, 1 << 20))
 
 
-def _static_finding(model, site, operand, L: _Layout, wr, row0, bad, subject, tier, ms):
+def _static_finding(model, site, operand, L: _Layout, wr, row0, bad, subject, tier, ms,
+                    rank=None):
     op = site.op
     name = "A" if operand == "a" else "B"
     if bad[0] == "start":
@@ -392,6 +431,8 @@ def _static_finding(model, site, operand, L: _Layout, wr, row0, bad, subject, ti
     wit = {"stage": st, ("row" if name == "A" else "col") + "_in_tile": mn, "k_in_tile": kk,
            "k_block": kk // L.k_per_step, "smem_byte": hex(addr), "warpgroup_row0": row0,
            "expected": f"buffer row {er}, col {ec}", "holds": holds}
+    if rank is not None:
+        wit["cluster_rank"] = rank
     if name == "A":
         wit.update(W.acc_thread(mn, 0))
         who = (f"accumulator row {mn} (thread {wit['thread']}, warp {wit['warp']}, lane "
@@ -401,7 +442,8 @@ def _static_finding(model, site, operand, L: _Layout, wr, row0, bad, subject, ti
         who = (f"accumulator column {mn} (thread {wit['thread']}, warp {wit['warp']}, lane "
                f"{wit['lane']}, {wit['register']} for row 0)")
     hint = _likely_cause(L, wr)
-    msg = (f"stage {st}, k-block {kk // L.k_per_step}: the tensor core reads {name}[{mn}, k {kk}] "
+    msg = (("" if rank is None else f"CTA rank {rank} of the cluster, ") +
+           f"stage {st}, k-block {kk // L.k_per_step}: the tensor core reads {name}[{mn}, k {kk}] "
            f"for {who} from shared byte {hex(addr)}, which holds {holds} of {L.view.buffer} "
            f"instead of row {er}, col {ec}" + (f"; likely cause: {hint}" if hint else ""))
     return Finding("wgmma.smem-layout", op.loc, subject, "violated", msg, wit, tier=tier, ms=ms)
@@ -428,14 +470,14 @@ def _likely_cause(L: _Layout, wr) -> str:
     return "; ".join(causes)
 
 
-def _bv_obligation(model: Model, site: WgmmaSite, operand: str, L: _Layout,
-                   subject: str) -> Obligation:
+def _bv_obligation(model: Model, site: WgmmaSite, operand: str, L: _Layout, subject: str,
+                   reader_row0, writes, rank=None) -> Obligation:
     """The same claim with stage, mn, k and the row offsets as 32-bit vectors (QF_BV)."""
     bw = 32
     st, mn, kk = z3.BitVecs(f"stage!{id(site)} mn!{id(site)} kk!{id(site)}", bw)
     prem = [z3.ULT(st, L.stages), z3.ULT(mn, L.MN), z3.ULT(kk, L.K)]
-    row0 = _bv_of(model, L.view.row0, bw, prem)
-    wr = [(w, _bv_of(model, w.view.row0, bw, prem)) for w in L.writes]
+    row0 = _bv_of(model, reader_row0, bw, prem)
+    wr = [(w, _bv_of(model, term, bw, prem)) for w, term in writes]
     addr = _read_addr(L, st, mn, kk, row0, xp=z3)
     row, col, inside = _written(L, model, addr, st, wr, xp=z3)
     er, ec = _expected(L, mn, kk, row0)
@@ -448,7 +490,10 @@ def _bv_obligation(model: Model, site: WgmmaSite, operand: str, L: _Layout,
     def decode(zm, violated):
         wit = {"stage": value(zm, st), "mn": value(zm, mn), "k_in_tile": value(zm, kk),
                "smem_byte": hex(value(zm, addr))}
-        return (f"stage {wit['stage']}, element ({wit['mn']}, k {wit['k_in_tile']}) is read "
+        if rank is not None:
+            wit["cluster_rank"] = rank
+        return (("" if rank is None else f"CTA rank {rank} of the cluster, ") +
+                f"stage {wit['stage']}, element ({wit['mn']}, k {wit['k_in_tile']}) is read "
                 f"from byte {wit['smem_byte']}; violated: {', '.join(violated)}"), wit
     return Obligation("wgmma.smem-layout", site.op.loc, subject, prem, claims, decode,
                       minimize=[st, mn, kk])

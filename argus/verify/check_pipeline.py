@@ -34,6 +34,7 @@ from argus.verify import witness as W
 from argus.verify.model import Model, PipeInfo, StepInfo, _num
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
+from argus.verify.tagdomain import fresh_int, mentions
 
 STAGE_REF = "n % S"
 CONSUMER_PARITY_REF = "(n / S) & 1"
@@ -126,6 +127,37 @@ def _pipe(model: Model, pipe: PipeInfo):
             sites = [s for s in pipe.steps if (s.site.role.name if s.site.role else None)
                      in (pr, cr)]
             obs.append(_totals(model, pipe, pr, cr, _num(tp), _num(tc), subject, sites))
+    # -- clusters: who writes a slot, who releases it ----------------------------------------
+    multicast = [x for st in producers for x in st.op.body.walk()
+                 if isinstance(x, O.TmaLoad) and x.multicast]
+    cs = model.cluster_size
+    want_peers = cs if multicast else 1
+    # lowering derives peers (PipelineCreate.peers); before lowering the construct's reference
+    # protocol releases every CTA that writes the slot
+    peers = create.peers if model.lowered else want_peers
+    if peers != want_peers and not (multicast and peers < want_peers):
+        why = (f"peers = {peers} but the cluster has {cs} CTA(s): the consumers arrive on the "
+               f"empty barriers of CTAs that do not exist" if peers > cs else
+               f"peers = {peers} but no load of this pipeline multicasts: each slot is written "
+               f"by this CTA alone, so its consumers release this CTA's slot only "
+               f"(peers = 1); releasing {peers} CTAs couples their pipelines and makes "
+               f"every empty barrier wait for arrivals its own consumers do not make")
+        finds.append(Finding("pipe.arrivals", create.loc, subject, "violated", why,
+                             {"peers": peers, "expected_peers": want_peers, "cluster_size": cs,
+                              "multicast_loads": len(multicast)},
+                             fix=f"PipelineCreate.peers = {want_peers}"))
+        peers = want_peers
+    if multicast or peers > 1:
+        # coupled CTAs wait for each other's steps: they must all run the same number
+        for (role_name, kind), total in pipe.totals.items():
+            o, f = _cluster_totals(model, pipe, role_name, kind, _num(total), subject)
+            obs += o
+            finds += f
+    if multicast:
+        for c in consumers:
+            for p in producers:
+                obs.append(_cluster_overwrite(model, pipe, p, c, peers, subject,
+                                              multicast[0]))
     # -- arrivals --------------------------------------------------------------------------
     for step in consumers:
         arrivals = step.op.arrivals
@@ -142,12 +174,18 @@ def _pipe(model: Model, pipe: PipeInfo):
                                  {"init_count": create.consumers, "arrivals": consumer_wgs},
                                  fix=f"ag.pipeline({S}, consumers={consumer_wgs})"))
             break
-        if arrivals and arrivals != consumer_wgs:
+        if arrivals and arrivals != consumer_wgs * peers:
+            where = f"{wgs} in role {role.name if role else 'cta'}"
+            if peers > 1:
+                where += f", each releasing the slot in all {peers} CTAs of the cluster"
             finds.append(Finding("pipe.arrivals", step.op.loc, subject, "violated",
                                  f"lowered consume step declares arrivals={arrivals} but "
-                                 f"{consumer_wgs} consumer warpgroup(s) arrive once each per "
-                                 f"step ({wgs} in role {role.name if role else 'cta'})",
-                                 {"arrivals": arrivals, "consumer_warpgroups": consumer_wgs}))
+                                 f"{consumer_wgs * peers} arrivals complete each phase of an "
+                                 f"empty barrier: {consumer_wgs} consumer warpgroup(s) x "
+                                 f"{peers} CTA(s) ({where})",
+                                 {"arrivals": arrivals, "consumer_warpgroups": consumer_wgs,
+                                  "peers": peers},
+                                 fix=f"arrivals = {consumer_wgs * peers}"))
     # -- slots -----------------------------------------------------------------------------
     for step in pipe.steps:
         obs.append(_slot(model, pipe, step, subject))
@@ -157,6 +195,79 @@ def _pipe(model: Model, pipe: PipeInfo):
         for p in producers:
             obs.extend(_protocol(model, pipe, p, c, lag, subject))
     return obs, finds
+
+
+def _cluster_totals(model: Model, pipe: PipeInfo, role_name, kind: str, total, subject):
+    """Every CTA of the cluster runs as many steps of this role as this one (else a producer
+    waits forever for a peer's release, or a consumer for a peer's multicast box)."""
+    rvars = model.rank_vars()
+    what = f"{subject}: {kind} steps of role {role_name!r} equal in every CTA of the cluster"
+    if not any(mentions(total, r) for r in rvars):
+        return [], [Finding("pipe.totals", pipe.op.loc, what, "proven",
+                            tier="arith")]  # the count does not depend on the rank
+    ren = [(r, fresh_int(f"{r}@peer")) for r in rvars]
+    other = z3.substitute(total, *ren)
+    prem = list(model.premises) + [z3.substitute(c, *ren) for c in model.premises]
+
+    def decode(zm, violated):
+        wit = {"shapes": W.shapes(model, zm), "steps": value(zm, total),
+               "peer_steps": value(zm, other), "cluster_rank": value(zm, model.rank_term),
+               "peer_rank": value(zm, z3.substitute(_num(model.rank_term), *ren))}
+        return (f"with {wit['shapes']} the {kind} role {role_name!r} of cluster rank "
+                f"{wit['cluster_rank']} runs {wit['steps']} steps but that of rank "
+                f"{wit['peer_rank']} runs {wit['peer_steps']}: the CTAs wait for each other's "
+                f"multicast boxes and releases, so the one that runs more hangs"), wit
+    return [Obligation("pipe.totals", pipe.op.loc, what, prem,
+                       [("steps equal across the cluster", total == other)], decode,
+                       minimize=list(model.params.values()))], []
+
+
+def _cluster_overwrite(model: Model, pipe: PipeInfo, p: StepInfo, c: StepInfo, peers: int,
+                       subject: str, load) -> Obligation:
+    """O2 across a cluster: the producer of another CTA of the cluster multicasts its step P
+    into this CTA's slot sp(P) only after this CTA's consumers released step P - S.
+
+    The peer's producer waits on its own empty barrier, whose phases complete when the
+    consumers of every CTA that releases it (codegen: each consumer warpgroup arrives on the
+    empty barrier of all `peers` CTAs, whose init count is consumers x peers) have released:
+    it sees R_seen = min(R_here, R_peer) releases when peers = cluster size, and R_peer alone
+    when peers = 1. With its own invariant R_seen <= P <= R_seen + S and its wait passing,
+    P + 1 <= R_here + S must hold."""
+    S = pipe.stages
+    pp = protocol(p)
+    cs = model.cluster_size
+    uses_loops = any(_uses_loop_values(t) for t in (pp.stage, pp.parity))
+    P, Rh, Rp, T = z3.Ints(f"Pq!{id(p)}_{id(c)} Rhere!{id(c)} Rpeer!{id(c)} Tq!{id(c)}")
+    seen = z3.If(Rp < Rh, Rp, Rh) if peers >= cs else Rp
+    base = [P >= 0, T >= 0, P <= T, Rh >= 0, Rp >= 0, Rh <= T, Rp <= T,
+            Rh <= P]                       # this CTA reads nothing the peer has not sent
+    inv = [seen <= P, P <= seen + S]
+    extra = list(model.premises) + p.site.constraints() + [p.counter == P] if uses_loops else []
+    sp = _ev(model, p, pp.stage, P, S)
+    ppar = _ev(model, p, pp.parity, P, S)
+    p_pass = (_completed(seen, sp, S) % 2) != ppar
+
+    def decode(zm, violated):
+        Pv, rh, rp = value(zm, P), value(zm, Rh), value(zm, Rp)
+        s, par = value(zm, sp), value(zm, ppar)
+        wit = {"producer_step": Pv, "slot": s, "parity": par, "releases_here": rh,
+               "releases_counted": value(zm, seen), "peer_releases": rp, "peers": peers,
+               "cluster_size": cs, "stages": S, "this_rank": 0, "peer_rank": 1 % cs,
+               "multicast_load": str(load.loc)}
+        msg = (f"the producer of cluster rank {1 % cs} passes its wait on its own empty[{s}] "
+               f"(parity {par}) at step {Pv} after {value(zm, seen)} release(s) "
+               + ("of its own consumers only (peers = 1: no consumer releases the slots of "
+                  "the other CTAs) " if peers < cs else "")
+               + f"and multicasts step {Pv} (TMA at {load.loc}) into slot {s} of cluster rank 0, "
+               f"whose consumers have released {rh} step(s) and still read step {Pv - S}")
+        return msg, wit
+    fix = ("release the slot in every CTA of the cluster: PipelineCreate.peers = cluster size "
+           f"({cs}), empty barrier count = consumers x {cs}")
+    return Obligation("pipe.no-overwrite", p.op.loc,
+                      subject + f": O2 across the cluster at produce {p.op.loc}",
+                      base + inv + extra + [p_pass, P < T],
+                      [("P + 1 <= R_here + S", P + 1 <= Rh + S)], decode,
+                      [P, Rh, Rp, T] + list(model.params.values()), fix=fix)
 
 
 def _totals(model, pipe, pr, cr, tp, tc, subject, sites) -> Obligation:
@@ -319,7 +430,7 @@ def _role_steps(model: Model, pipe: PipeInfo, kind: str, shapes: dict, limit: in
     body = role.body if role is not None else model.kernel.body
     subs = [(model.params[k], z3.IntVal(v)) for k, v in shapes.items() if k in model.params]
     if model.grid is not None:
-        subs += [(model.sym[v.id], z3.IntVal(0)) for v in model.grid.ids]
+        subs += [(v, z3.IntVal(0)) for v, _, _ in model.grid_vars]
     if role is not None:
         subs.append((model.sym[role.index.id], z3.IntVal(0)))
     out: list = []

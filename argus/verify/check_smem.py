@@ -19,7 +19,7 @@ from __future__ import annotations
 import z3
 
 from argus.verify import witness as W
-from argus.verify.model import Model, ReadSite, Site, _num, _stage_eq
+from argus.verify.model import Model, ReadSite, Site, _num, _stage_eq, _subst
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import fresh_int, mentions
@@ -37,6 +37,9 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     obs += o
     finds += f
     obs += _races(model)
+    o, f = _tma_overlaps(model)
+    obs += o
+    finds += f
     obs += _bounds(model)
     finds += _fences(model)
     finds += _uniform(model)
@@ -183,6 +186,87 @@ def _races(model: Model) -> list[Obligation]:
             obs.append(Obligation("smem.race", op1.loc, subject, prem,
                                   [("disjoint rows", z3.Not(overlap))], decode))
     return obs
+
+
+def _tma_overlaps(model: Model):
+    """The TMA copies that fill one slot in one step — this CTA's own, and in a cluster the
+    multicast copies of every CTA (rank substituted) — write disjoint rows: async copies
+    complete in no defined order, so overlapping ones leave the slot's contents undefined."""
+    obs: list[Obligation] = []
+    finds: list[Finding] = []
+    cs = model.cluster_size if model.rank_digits else 1
+    ranks = list(range(cs)) if model.rank_digits else [None]
+    for pipe in model.pipes.values():
+        for step in (s for s in pipe.steps if s.kind == "produce"):
+            writes = [w for ws in model.writes.values() for w in ws
+                      if w.kind == "tma" and w.step is step]
+            if len(writes) + sum(cs - 1 for w in writes if w.op.multicast) < 2:
+                continue
+            seen: set = set()
+            for r in ranks:
+                inst = []
+                for w in writes:
+                    for q in (range(cs) if w.op.multicast and model.rank_digits else [r]):
+                        pre = model.peer_pairs(q)
+                        inst.append((w, q if w.op.multicast else None,
+                                     _subst(_num(w.view.row0), pre), _subst(w.view.stage, pre)))
+                for i, (w1, q1, a1, s1) in enumerate(inst):
+                    for w2, q2, a2, s2 in inst[i + 1:]:
+                        if w1.view.buffer.id != w2.view.buffer.id:
+                            continue
+                        key = (id(w1), q1, id(w2), q2)
+                        if key in seen:
+                            continue
+                        seen.add(key)
+                        o, f = _overlap(model, step, w1, q1, a1, s1, w2, q2, a2, s2, r)
+                        obs += o
+                        finds += f
+    return obs, finds
+
+
+def _who(w, q) -> str:
+    return f"TMA copy at {w.op.loc}" + (f" (multicast by cluster rank {q})" if q is not None
+                                        else "")
+
+
+def _overlap(model: Model, step, w1, q1, a1, s1, w2, q2, a2, s2, rank):
+    buf = w1.view.buffer
+    subject = f"{_who(w1, q1)} vs {_who(w2, q2)} into {buf}"
+    n1, n2 = w1.view.rows, w2.view.rows
+    overlap = z3.And(_stage_eq(s1, s2), a1 < a2 + n2, a2 < a1 + n1)
+    d1, d2 = z3.simplify(a1), z3.simplify(a2)
+    if z3.is_int_value(d1) and z3.is_int_value(d2) and z3.is_true(z3.simplify(
+            _stage_eq(s1, s2))):
+        lo, hi = d1.as_long(), d2.as_long()
+        if not (lo < hi + n2 and hi < lo + n1):
+            return [], [Finding("smem.race", w1.op.loc, subject, "proven")]
+        row = max(lo, hi)
+        wit = {"first": {"op": str(w1.op.loc), "rows": (lo, lo + n1), "cluster_rank": q1},
+               "second": {"op": str(w2.op.loc), "rows": (hi, hi + n2), "cluster_rank": q2},
+               "row": row, "pipeline_step": "every"}
+        if rank is not None:
+            wit["this_rank"] = rank
+        return [], [Finding("smem.race", w2.op.loc, subject, "violated",
+                            f"{_who(w1, q1)} writes rows [{lo}, {lo + n1}) and {_who(w2, q2)} "
+                            f"rows [{hi}, {hi + n2}) of the same slot of {buf} in the same "
+                            f"pipeline step: row {row} is written twice by unordered async "
+                            f"copies, so what the consumer reads there is undefined", wit,
+                            fix="give each copy (and each CTA of the cluster) its own rows")]
+    prem = list(model.premises) + step.site.constraints()
+
+    def decode(zm, violated):
+        wit = W.context(model, zm, step.site)
+        r1, r2 = value(zm, a1), value(zm, a2)
+        wit.update({"first": {"op": str(w1.op.loc), "rows": (r1, r1 + n1), "cluster_rank": q1},
+                    "second": {"op": str(w2.op.loc), "rows": (r2, r2 + n2),
+                               "cluster_rank": q2}, "row": max(r1, r2)})
+        return (f"{_who(w1, q1)} writes rows [{r1}, {r1 + n1}) and {_who(w2, q2)} rows "
+                f"[{r2}, {r2 + n2}) of the same slot of {buf} in pipeline step "
+                f"{wit.get('pipeline_step')}: row {max(r1, r2)} is written twice by unordered "
+                f"async copies"), wit
+    return [Obligation("smem.race", w2.op.loc, subject, prem,
+                       [("disjoint rows", z3.Not(overlap))], decode,
+                       minimize=[s.var for s in step.site.scopes if s.var is not None])], []
 
 
 def _bounds(model: Model) -> list[Obligation]:

@@ -123,8 +123,7 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
 
 def _instance_vars(model: Model, st: StoreSite) -> list:
     vs = list(st.site.scope_vars())
-    if model.grid is not None:
-        vs += [model.sym[v.id] for v in model.grid.ids]
+    vs += [v for v, _, _ in model.grid_vars]  # program ids (cluster index and rank)
     return vs
 
 
@@ -262,9 +261,8 @@ def _coverage(model: Model, st: StoreSite):
 def _var_ranges(model: Model, st: StoreSite) -> dict:
     """name -> (lo, hi, count) for program ids, warpgroup indices and loop indices."""
     out = {}
-    if model.grid is not None:
-        for v, e in zip(model.grid.ids, model.grid.extents):
-            out[str(model.sym[v.id])] = (0, _num(model.scalar(e)), _num(model.scalar(e)))
+    for v, lo, hi in model.grid_vars:
+        out[str(v)] = (lo, _num(hi), _num(hi) - lo)
     for s in st.site.scopes:
         if s.kind == "role":
             out[str(s.var)] = (0, s.op.warpgroups, z3.IntVal(s.op.warpgroups))

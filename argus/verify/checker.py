@@ -123,7 +123,7 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
     findings = list(finds)
     # counterexamples are minimized on the obligation's own variables first (iteration,
     # element), then on the CTA and the shapes: small numbers read best
-    extra = [model.sym[v.id] for v in model.grid.ids] if model.grid is not None else []
+    extra = [v for v, _, _ in model.grid_vars]
     extra += list(model.params.values())
     for ob in obs:
         if ob.minimize is not None:

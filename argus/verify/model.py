@@ -244,6 +244,13 @@ class Model:
         self.tiles: dict[int, TileState] = {}
         self.unsupported: list[tuple[Loc, str]] = []
         self.grid: O.GridIds | None = None
+        # thread-block clusters: pid_d = c_d * cluster_d + rank_d on every clustered grid dim
+        self.cluster: tuple[int, ...] = (1, 1, 1)
+        self.cluster_size = 1
+        self.rank_term: Any = 0                  # %cluster_ctarank of this CTA (x fastest)
+        self.rank_digits: list[tuple[z3.ArithRef, int, int]] = []   # (rank_d, c_d, stride)
+        self.grid_vars: list[tuple[z3.ArithRef, Any, Any]] = []     # (var, lo, hi)
+        self._pid_split: dict[int, tuple[z3.ArithRef, z3.ArithRef, int]] = {}
         self.roles: list[O.RoleOp] = []
         self.threads = kernel.attr("threads", 128)
         self.lowered = kernel.attr("smem_plan") is not None
@@ -391,6 +398,13 @@ class Model:
             if _is_z3(a) or _is_z3(b):
                 return z3.And(a, b) if fn == "and" else z3.Or(a, b)
             return (a and b) if fn == "and" else (a or b)
+        if fn in ("floordiv", "mod") and op.lhs.id in self._pid_split and \
+                isinstance(b, int) and not isinstance(b, bool) and b > 0:
+            cid, r, c = self._pid_split[op.lhs.id]
+            if c % b == 0:  # pid = c * cluster + rank, 0 <= rank < c: exact, and linear
+                if fn == "mod":
+                    return r if b == c else r % b
+                return (c // b) * cid if b == c else (c // b) * cid + r / b
         a, b = _num(a), _num(b)
         if fn == "add":
             return a + b
@@ -433,11 +447,12 @@ class Model:
                 r = fresh_int(f"opaque{op.result.id}")
             sym[op.result.id] = r
         elif isinstance(op, O.GridIds):
-            self.grid = op
-            for d, (v, e) in enumerate(zip(op.ids, op.extents)):
-                pid = self._var(f"pid{d}_{v.id}", VarInfo("pid", f"program id {d}", v, op))
-                sym[v.id] = pid
-                self.premises += [pid >= 0, pid < _num(self.scalar(e))]
+            self._grid(op)
+        elif isinstance(op, O.ClusterRank):
+            if self.grid is None:
+                raise _Unsupported("ag.cluster_rank() before ag.grid: the rank is not tied to "
+                                   "the program ids")
+            sym[op.result.id] = self.rank_term
         elif isinstance(op, O.ThreadIndex):
             t = self._var(f"tid{op.result.id}", VarInfo("thread", "thread index", op.result, op))
             sym[op.result.id] = t
@@ -529,6 +544,53 @@ class Model:
         else:
             self.note_unsupported(op.loc, f"no tag rule for {op.NAME}")
 
+    def _grid(self, op: O.GridIds) -> None:
+        """Program ids; on a clustered dim d, pid_d = c_d * cluster_d + rank_d with
+        0 <= rank_d < c_d (PTX %ctaid = %clusterid * %cluster_nctaid + %cluster_ctaid), the
+        whole cluster inside the grid (a launch whose extent is not a multiple of the cluster
+        fails), and %cluster_ctarank = rank_x + c_x * (rank_y + c_y * rank_z)."""
+        self.grid = op
+        cluster = tuple(op.cluster) + (1,) * (3 - len(op.cluster))
+        if any(c > 1 for c in cluster[len(op.ids):]):
+            self.note_unsupported(op.loc, f"cluster {cluster} spans grid dimensions the grid "
+                                          f"does not have")
+            cluster = (1, 1, 1)
+        stride = 1
+        rank: Any = 0
+        for d, (v, e) in enumerate(zip(op.ids, op.extents)):
+            ext = _num(self.scalar(e))
+            c = cluster[d]
+            if c == 1:
+                pid = self._var(f"pid{d}_{v.id}", VarInfo("pid", f"program id {d}", v, op))
+                self.premises += [pid >= 0, pid < ext]
+                self.grid_vars.append((pid, 0, ext))
+            else:
+                cid = self._var(f"cluster{d}_{v.id}",
+                                VarInfo("cluster", f"cluster index {d}", v, op))
+                r = self._var(f"rank{d}_{v.id}",
+                              VarInfo("rank", f"CTA rank along dim {d} of its cluster", v, op))
+                pid = c * cid + r
+                self.premises += [cid >= 0, r >= 0, r < c, c * cid + c <= ext]
+                self._pid_split[v.id] = (cid, r, c)
+                self.rank_digits.append((r, c, stride))
+                self.grid_vars += [(cid, 0, ext / c), (r, 0, c)]
+                rank = rank + r * stride if stride > 1 else rank + r
+            self.sym[v.id] = pid
+            stride *= c
+        self.cluster = cluster
+        self.cluster_size = cluster[0] * cluster[1] * cluster[2]
+        self.rank_term = rank
+
+    def peer_pairs(self, q: int | None) -> list:
+        """Substitution giving the terms of CTA rank q of this CTA's cluster (its cluster index
+        is this one's; its rank digits are q's). [] for this CTA itself (q None)."""
+        if q is None:
+            return []
+        return [(r, z3.IntVal((q // stride) % c)) for r, c, stride in self.rank_digits]
+
+    def rank_vars(self) -> list[z3.ArithRef]:
+        return [r for r, _, _ in self.rank_digits]
+
     def _for(self, op: O.For, scopes, role, counters) -> None:
         start, stop, step = (self.scalar(v) for v in (op.start, op.stop, op.step))
         var = self._var(f"i{op.var.id}", VarInfo("loop", f"loop index at {op.loc}", op.var, op))
@@ -580,6 +642,8 @@ class Model:
         for op in region.walk():
             if isinstance(op, O.Const):
                 self.sym[op.result.id] = op.value
+            elif isinstance(op, O.ClusterRank) and self.grid is not None:
+                self.sym[op.result.id] = self.rank_term
             elif isinstance(op, O.Arith):
                 r = self._arith(op)
                 self.sym[op.result.id] = r if r is not None else fresh_int(f"opaque{op.result.id}")
@@ -796,10 +860,7 @@ class Model:
             rec = w.tile.fn((R - _num(W.row0), j))
             cond += rec.cond
             for name, val in rec.fields.items():
-                old = rec_fields.get(name)
-                rec_fields[name] = val if old is None else TagVal(
-                    z3.If(covers, val.term, old.term), val.bound + old.bound,
-                    val.cond + old.cond, val.mixed + old.mixed)
+                rec_fields[name] = _select(covers, val, rec_fields.get(name))
             defined = z3.Or(covers, defined)
             prov.append((covers, f"stmatrix at {w.op.loc}"))
         return Record(rec_fields, defined, cond, f"{view.buffer} (stmatrix)",
@@ -817,54 +878,69 @@ class Model:
             return Record({}, z3.BoolVal(False), (), "a pipelined buffer read outside its "
                                                      "consume step")
         n_r = self.steps_by_stage[consume.op.stage.id].counter
-        by_site: dict[int, list[WriteSite]] = {}
-        for w in writes:
-            if w.step is not None and w.step.pipe.id == consume.op.pipe.id:
-                by_site.setdefault(id(w.step.op), []).append(w)
+        by_site: dict[int, StepInfo] = {}
+        for st in self.pipes[consume.op.pipe.id].steps:
+            if st.kind == "produce":
+                by_site.setdefault(id(st.op), st)
+        mine = {id(st.op): [w for w in writes if w.step is not None and w.step.op is st.op]
+                for st in by_site.values()}
         fields: dict = {}
         defined = z3.BoolVal(False)
         cond: list = []
-        actives = []
         prov: list = []
-        for group in by_site.values():
-            step = group[0].step
-            sub = self.writer_substitution(step, reader, n_r)
-            ranges = [_subst(c, sub) for c in step.site.constraints()]
-            active = z3.And(ranges + [_subst(step.counter, sub) == n_r])
-            actives.append(active)
-            # the writer's copies range over their loops/warpgroups whether or not this site
-            # is the active one: stating it outside the disjunction bounds every variable
-            cond.extend(ranges)
-            for w in group:  # later TMA copies in the same step overwrite earlier ones
-                W = w.view
-                w_row0 = _subst(_num(W.row0), sub)
-                covers = z3.And(active, _stage_eq(_subst(W.stage, sub), view.stage),
-                                R >= w_row0, R < w_row0 + W.rows, j >= 0, j < W.cols)
-                r, c = R - w_row0, j
-                coords = [_subst(_num(x), sub) for x in w.coords]
-                coords[-2] = coords[-2] + r
-                coords[-1] = coords[-1] + c
-                loops = w.site.loops()
-                it = _subst(loops[-1].var, sub) if loops else None
-                rec = self.element_record(w.tensor, coords, it=it,
-                                          step=_subst(step.counter, sub),
-                                          stage=_subst(W.stage, sub) if W.stage is not None
-                                          else None,
-                                          source=f"{w.tensor.name} via TMA at {w.op.loc}")
-                for name, val in rec.fields.items():
-                    old = fields.get(name)
-                    fields[name] = val if old is None else TagVal(
-                        z3.If(covers, val.term, old.term), (), val.cond + old.cond, ())
-                defined = z3.Or(covers, defined)
-                prov.append((covers, f"TMA copy of {w.tensor.name} at {w.op.loc}"))
-        # exactly one produce step has the consumer's counter value (pipeline module proves
-        # the totals agree), so one site is active: assume it, with fresh writer variables
-        cond.append(z3.Or(actives) if actives else z3.BoolVal(False))
+        # the slot of step n holds what this CTA's producer copied at its step n, plus, in a
+        # cluster, the multicast copies of every CTA's producer (this one's included) at its
+        # step n: all CTAs run the same code, so CTA rank q's copies are this CTA's copies with
+        # the rank digits set to q (a multicast box lands at the same offset in every CTA)
+        peers = [None] + (list(range(self.cluster_size)) if any(
+            w.op.multicast for ws in mine.values() for w in ws) else [])
+        for q in peers:
+            pre = self.peer_pairs(q)
+            actives = []
+            for key, step in by_site.items():
+                sub = self.writer_substitution(step, reader, n_r, pre)
+
+                def inst(t, pre=pre, sub=sub):
+                    return _subst(_subst(t, pre), sub)
+                ranges = [inst(c) for c in step.site.constraints()]
+                active = z3.And(ranges + [inst(step.counter) == n_r])
+                actives.append(active)
+                # the writer's copies range over their loops/warpgroups whether or not this
+                # site is the active one: stating it outside the disjunction bounds every
+                # variable
+                cond.extend(ranges)
+                for w in mine[key]:
+                    if w.op.multicast != (q is not None):
+                        continue  # own copies once; multicast copies once per CTA of the cluster
+                    W = w.view
+                    w_row0 = inst(_num(W.row0))
+                    covers = z3.And(active, _stage_eq(inst(W.stage), view.stage),
+                                    R >= w_row0, R < w_row0 + W.rows, j >= 0, j < W.cols)
+                    r, c = R - w_row0, j
+                    coords = [inst(_num(x)) for x in w.coords]
+                    coords[-2] = coords[-2] + r
+                    coords[-1] = coords[-1] + c
+                    loops = w.site.loops()
+                    it = inst(loops[-1].var) if loops else None
+                    who = f"TMA copy of {w.tensor.name} at {w.op.loc}" + (
+                        f" (multicast by cluster rank {q})" if q is not None else "")
+                    rec = self.element_record(w.tensor, coords, it=it, step=inst(step.counter),
+                                              stage=inst(W.stage) if W.stage is not None
+                                              else None, source=f"{w.tensor.name} via {who}")
+                    for name, val in rec.fields.items():
+                        fields[name] = _select(covers, val, fields.get(name))
+                    defined = z3.Or(covers, defined)
+                    prov.append((covers, who))
+            # exactly one produce step of each CTA has the consumer's counter value (the
+            # pipeline module proves the totals agree), so one site is active: assume it,
+            # with fresh writer variables
+            cond.append(z3.Or(actives) if actives else z3.BoolVal(False))
         return Record(fields, defined, tuple(cond), f"{view.buffer} (TMA)",
                       tuple(reversed(prov)))
 
-    def writer_substitution(self, step: StepInfo, reader: Site, n_r) -> list:
-        """Variables of the producer's step site, as seen from a consumer at counter n_r.
+    def writer_substitution(self, step: StepInfo, reader: Site, n_r, pre=()) -> list:
+        """Variables of the producer's step site, as seen from a consumer at counter n_r
+        (`pre`: the peer substitution first applied to the producer's terms, in a cluster).
 
         When both roles walk the same loop nest (equal bounds, and the producer's counter term
         becomes the consumer's once loop indices are identified), equal counters mean equal
@@ -879,17 +955,16 @@ class Model:
             ok = True
             for a, b in zip(wl, rl):
                 for f in ("start", "stop", "step"):
-                    ta = _subst(_num(self.scalar(getattr(a.op, f))), cand)
+                    ta = _subst(_subst(_num(self.scalar(getattr(a.op, f))), list(pre)), cand)
                     tb = _num(self.scalar(getattr(b.op, f)))
                     if not z3.eq(z3.simplify(ta), z3.simplify(tb)):
                         ok = False
-            if ok and z3.eq(z3.simplify(_subst(step.counter, cand)), z3.simplify(n_r)):
+            if ok and z3.eq(z3.simplify(_subst(_subst(step.counter, list(pre)), cand)),
+                            z3.simplify(n_r)):
                 pairs = cand
-        matched = {id(a) for a, _ in pairs}
         for v in step.site.scope_vars():
             if not any(v.eq(a) for a, _ in pairs):
                 pairs.append((v, fresh_int(f"{v}@w")))
-        del matched
         return pairs
 
     # -- tag expressions -------------------------------------------------------------------
@@ -1005,6 +1080,19 @@ def _subst(term, pairs):
     if term is None or not pairs or not _is_z3(term):
         return term
     return z3.substitute(term, *pairs)
+
+
+def _select(covers, val: TagVal, old: TagVal | None) -> TagVal:
+    """The field of an element several writes may cover: `val` where `covers`, else `old`.
+    Equal point terms fold: a tag every candidate write gives the same value (the batch index
+    of the column boxes of an MN-major B) must not look like it depends on the element's
+    position, which the structural test of "varies with k" would read it as."""
+    if old is None:
+        return val
+    if val.is_point and old.is_point and z3.eq(val.term, old.term):
+        return TagVal(val.term, (), val.cond + old.cond, val.mixed + old.mixed)
+    return TagVal(z3.If(covers, val.term, old.term), val.bound + old.bound,
+                  val.cond + old.cond, val.mixed + old.mixed)
 
 
 def _stage_eq(a, b) -> z3.BoolRef:

@@ -40,20 +40,23 @@ _RULES = [
     Rule("tma.swizzle", "the tensor map's swizzle equals the buffer's (which its readers use)",
          (1,), "arith", "use the buffer's swizzle in the tensor map"),
     Rule("tma.tx-bytes", "expect_tx bytes equal the bytes the step's TMA copies deliver (full "
-         "boxes, zero-filled parts included)", (6,), "arith",
-         "tx_bytes = sum of box bytes of the TMA loads in the produce step"),
+         "boxes, zero-filled parts included; a multicast box once from every CTA of the "
+         "cluster)", (6,), "arith",
+         "tx_bytes = own box bytes + cluster size x multicast box bytes of the produce step"),
     Rule("smem.align", "swizzled buffers and each of their stages start on the swizzle period "
          "(1024 B for 128B); buffers fit the CTA's shared memory and do not overlap", (4,),
          "arith", "align the buffer to the swizzle period and keep stage sizes multiples of it"),
     Rule("pipe.producers", "one producer warpgroup per pipeline step (the full barrier expects "
          "one arrive.expect_tx)", (6, 13), "arith",
          "give the producer role warpgroups=1, or guard the produce with a uniform condition"),
-    Rule("pipe.totals", "producer and consumers run the same number of steps (else the last "
-         "slots are never filled or never released: a hang)", (10, 14), "LIA",
+    Rule("pipe.totals", "producer and consumers run the same number of steps, and so do the "
+         "CTAs of a cluster whose pipelines are coupled (else the last slots are never filled "
+         "or never released: a hang)", (10, 14), "LIA",
          "iterate the same loops in the producer and consumer roles"),
     Rule("pipe.arrivals", "the empty barrier's arrival count equals the consumer warpgroups "
-         "that release each step", (6, 23), "arith",
-         "arrivals = consumer warpgroups (ag.pipeline(..., consumers=W))"),
+         "that release each step, times the CTAs whose slots they release (peers: the "
+         "cluster size when the pipeline's loads multicast, else 1)", (6, 23), "arith",
+         "arrivals = consumer warpgroups x peers (ag.pipeline(..., consumers=W))"),
     Rule("pipe.slot", "the slot a step uses is the ring slot n % S of its counter, identical "
          "in producer and consumer", (7, 9, 10), "LIA",
          "stage = n % S with n the role's step counter, continued across loops"),
@@ -61,7 +64,8 @@ _RULES = [
          "(parity waits, unbounded i)", (7, 9, 10), "LIA",
          "consumer full-barrier parity (n / S) & 1"),
     Rule("pipe.no-overwrite", "O2: a producer never refills a slot its consumers have not "
-         "released (C <= P <= C + S stays inductive)", (8, 11), "LIA",
+         "released (C <= P <= C + S stays inductive); in a cluster, no CTA's producer multicasts "
+         "into a slot another CTA's consumers still read", (8, 11), "LIA",
          "producer empty-barrier parity ((n / S) & 1) ^ 1"),
     Rule("pipe.no-early-read", "O3: a consumer never passes its wait before the slot is "
          "filled", (7,), "LIA", "consumer full-barrier parity (n / S) & 1"),
@@ -74,7 +78,8 @@ _RULES = [
          "(fence.proxy.async) before an async-proxy read (wgmma, TMA store)", (12,), "arith",
          "emit fence.proxy.async.shared::cta after the writes and before the async read"),
     Rule("smem.race", "no two warpgroups touch the same shared bytes unordered (one of them "
-         "writing)", (12, 22), "LIA",
+         "writing), and the TMA copies filling one slot in one step (every CTA's, in a "
+         "cluster) write disjoint rows", (12, 22), "LIA",
          "give each warpgroup its own rows (rows_of(wg * rows, rows)) or order them with the "
          "pipeline"),
     Rule("smem.bounds", "every shared-memory view lies inside its buffer and stage", (5,),

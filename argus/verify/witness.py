@@ -27,6 +27,8 @@ def context(model: Model, zm: z3.ModelRef, site: Site) -> dict[str, Any]:
     if model.grid is not None:
         pids = tuple(value(zm, model.sym[v.id]) for v in model.grid.ids)
         out["cta"] = pids if len(pids) > 1 else pids[0]
+        if model.cluster_size > 1:
+            out["cluster_rank"] = value(zm, model.rank_term)
     if site.role is not None:
         out["role"] = site.role.name
         out["warpgroup"] = value(zm, model.sym[site.role.index.id])
