@@ -256,16 +256,18 @@ def main() -> int:
     files = find_tasks(work)
     results: dict[str, dict] = {}
     dirs: list[Path] = []
-    judge_s = 150.0 if args.device == "cuda" else 0.0
-    overhead_s = 75.0 if args.device == "cuda" else 10.0   # baselines, worker start, artifacts
+    # Per task, besides the search loop: the baselines (torch.compile of the task, cached per
+    # card), the worker's start, the artifacts, and the final judge (5 input sets + timing).
+    judge_s = 60.0 if args.device == "cuda" else 0.0
+    overhead_s = 45.0 if args.device == "cuda" else 10.0
     for i, (short, name, iters, share) in enumerate(TASKS):
         left = deadline - time.monotonic()
         rest = sum(s for _, _, _, s in TASKS[i:])
         mine = left * share / rest
-        loop_s = mine - judge_s - overhead_s
-        print(f"\n=== {short}: {name} ({left:.0f} s left, {mine:.0f} s for this task) ===",
-              flush=True)
-        if loop_s < 20:
+        loop_s = max(40.0, mine - judge_s - overhead_s)
+        print(f"\n=== {short}: {name} ({left:.0f} s left, {mine:.0f} s for this task, "
+              f"{loop_s:.0f} s for the search) ===", flush=True)
+        if left < loop_s + overhead_s:
             results[short] = {"task": name, "error": "skipped: the budget ran out"}
             print("skipped: the budget ran out")
             continue
@@ -276,7 +278,7 @@ def main() -> int:
             cfg = OptimizeConfig(
                 iterations=args.iterations or iters, minutes=loop_s / 60.0, device=args.device,
                 check_sets=3, timeout_s=120.0, judge="on" if args.device == "cuda" else "off",
-                judge_timeout_s=judge_s, baseline_timeout_s=240.0,
+                judge_timeout_s=180.0, baseline_timeout_s=240.0,
                 db=str(work / "experience.sqlite"), trials=100, explore="on")
             result = optimize(task, run_dir, cfg)
             results[short] = summarize(short, result)

@@ -15,7 +15,6 @@ import json
 import time
 
 import pytest
-from _tasks import MATMUL_TASK
 
 from argus.agent.bandit import BanditPlanner
 from argus.agent.candidate import Candidate, Outcome, Step, gain
@@ -24,6 +23,7 @@ from argus.agent.families import get_family
 from argus.agent.loop import OptimizeConfig, optimize
 from argus.agent.planner import PlanState
 from argus.agent.task import TaskSpec
+from tests.agent._tasks import MATMUL_TASK
 
 TASK = TaskSpec("gemm", "mm4096", "argus", "x", (("M", 4096), ("N", 4096), ("K", 4096)), "bf16",
                 "bf16", options=(("in", "bf16"), ("out", "bf16"), ("b_layout", "nk")))

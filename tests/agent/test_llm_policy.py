@@ -10,8 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-from _llm_server import ScriptedLLMServer
-from _tasks import BIG_RELU_TASK
 
 from argus.agent.candidate import Candidate, Outcome, Step
 from argus.agent.composer import compose
@@ -20,6 +18,8 @@ from argus.agent.knowledge import load_cards
 from argus.agent.llm.prompt import ReplyError, build_prompt, parse_reply
 from argus.agent.loop import OptimizeConfig, optimize
 from argus.agent.planner import PlanState
+from tests.agent._llm_server import ScriptedLLMServer
+from tests.agent._tasks import BIG_RELU_TASK
 
 VALID_1 = ('Deeper tiles.\n```json\n{"card": "ew.tile_shape", "params": {"rows": 4, "bn": 1024},'
            ' "rationale": "more bytes in flight per thread"}\n```')

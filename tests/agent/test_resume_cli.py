@@ -14,10 +14,9 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from _tasks import BIG_RELU_TASK
-
 from argus.agent.composer import compose
 from argus.agent.loop import OptimizeConfig, optimize
+from tests.agent._tasks import BIG_RELU_TASK
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,13 +5,12 @@ anything is compiled."""
 
 from __future__ import annotations
 
-from _tasks import RELU_TASK
-
 from argus.agent.candidate import Candidate
 from argus.agent.composer import compose
 from argus.agent.families import get_family
 from argus.agent.loop import OptimizeConfig, Optimizer
 from argus.agent.planner import ScriptedPlanner
+from tests.agent._tasks import RELU_TASK
 
 LOAD = "    x = ag.load(X, (row0, col0), (ROWS, BN))\n"
 
