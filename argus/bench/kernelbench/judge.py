@@ -270,6 +270,9 @@ class ReferenceSession:
 
     def __init__(self, task: Task | Path | str, options: JudgeOptions = JudgeOptions()):
         self.task = task if isinstance(task, Task) else task_from_path(task)
+        if options.sets < 5:
+            raise KernelBenchError(f"JudgeOptions.sets={options.sets}: a judgment needs at "
+                                   "least 5 input sets", fix="use sets>=5 (the default is 5)")
         self.options = options
         self.device = options.resolved_device()
         self.compare_device = torch.device(self.device)
