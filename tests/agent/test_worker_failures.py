@@ -31,7 +31,10 @@ def test_failures_are_recorded_and_the_loop_goes_on(tmp_path):
     script = [Candidate.of(params, crash, "llm.crash"), Candidate.of(params, hang, "llm.hang"),
               Candidate.of(params, seeded, "llm.seeded"),
               Candidate.of(params, broken, "llm.syntax"),
-              Candidate.of({"rows": 4, "bn": 1024, "threads": 256}, card="ew.tile_shape")]
+              Candidate.of({"rows": 4, "bn": 1024, "threads": 256},   # a good source edit
+                           family.render_kernel(task, {"rows": 4, "bn": 1024, "threads": 256})
+                           .replace("    y = t1\n", "    y = ag.maximum(x, 0.0)\n"),
+                           "llm.good")]
     cfg = OptimizeConfig(iterations=6, device="cpu", check_sets=1, timeout_s=12,
                          db=str(tmp_path / "db.sqlite"), verbose=False)
     opt = Optimizer(task, tmp_path / "out", cfg, planner=ScriptedPlanner(script))
@@ -44,6 +47,9 @@ def test_failures_are_recorded_and_the_loop_goes_on(tmp_path):
     assert ver_step.outcome.stage == "verify" and not ver_step.outcome.resources.get("registers")
     diag = next(d for d in ver_step.outcome.diagnostics if d["severity"] == "error")
     assert diag["code"] == "tag.assert" and diag["counterexample"]     # dense feedback
+    good = result.steps[5]
+    assert good.outcome.ok and good.outcome.strict_ok and "ag.maximum" in good.candidate.source
+    assert good.outcome.time_kind == "estimate"
     assert result.best is not None and result.best.index in (0, 5)
     md = (tmp_path / "out" / "report.md").read_text()
     assert "crash" in md and "timeout" in md and "counterexample" in md
