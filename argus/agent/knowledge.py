@@ -1,8 +1,10 @@
 """The knowledge base: one technique card per TOML file in argus/agent/cards/, loaded and checked.
 
 A card says when a technique applies (conditions over task features, see conditions.py), what
-it should buy and why, its parameters with their legal values, the tag assertions that make it
-safe, its pitfalls, and its edit: a `schedule` edit (assignments and a bounded search over
+it should buy and why, its parameters with their legal values, what makes it safe (`asserts`:
+`ag.tag_assert(...)` lines to add to the kernel, "verify: <codes>" naming the built-in
+invariants argus.verify proves for the edit, or "lowering: ..." for checks the compiler makes),
+its pitfalls, and its edit: a `schedule` edit (assignments and a bounded search over
 schedule fields, which the offline planner can apply by itself) or a `source` edit (a DSL
 template that an LLM adapts). Invariant: every shipped card loads and validates; a malformed
 card is an error that names the file and the field, never a silently skipped action.
@@ -146,6 +148,9 @@ def parse_card(text: str, file: str = "<string>") -> Card:
         if not any(p.name == name for p in params):
             raise CardError(f"card {file}: edit.search names {name!r} but [params.{name}] does "
                             "not give its legal values")
+    if not data["asserts"]:
+        raise CardError(f"card {file}: asserts is empty; name the tag assertions (ag.tag_assert) "
+                        "or the built-in invariants ('verify: code, ...') that make it safe")
     gain = data["expected_gain"]
     if not isinstance(gain, (int, float)):
         raise CardError(f"card {file}: expected_gain must be a number (a prior log-speedup)")

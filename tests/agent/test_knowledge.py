@@ -5,6 +5,7 @@ tomllib on every card; conditions are safe; retrieval is by task features."""
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,21 @@ def test_at_least_twenty_cards_cover_the_families():
         assert c.kind in ("schedule", "source")
         for p in c.params:
             assert p.values, (c.id, p.name)
+        assert c.asserts, c.id
+
+
+def test_safety_entries_name_real_verifier_invariants():
+    import re
+
+    from argus.verify import rules
+
+    known = set(re.findall(r'"([a-z]+\.[a-z_-]+)"', Path(rules.__file__).read_text()))
+    for c in load_cards():
+        for a in c.asserts:
+            assert a.startswith(("ag.tag_assert(", "verify: ", "lowering: ")), (c.id, a)
+            if a.startswith("verify: "):
+                codes = re.findall(r"\b[a-z]+\.[a-z][a-z_-]+\b", a)
+                assert codes and all(code in known for code in codes), (c.id, codes)
 
 
 def test_schedule_edits_name_real_schedule_fields():
