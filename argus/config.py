@@ -33,3 +33,23 @@ def cache_dir() -> Path:
 def accept_golden() -> bool:
     """ARGUS_ACCEPT=1: golden-file tests rewrite their expected files instead of failing."""
     return _flag("ARGUS_ACCEPT", "0") == "1"
+
+
+# ---------------------------------------------------------------------------------------------
+# The rest of the ARGUS_* variables are read where they are used (the subsystems must import
+# without torch or the SDKs); this table is the one place that lists them all.
+# ---------------------------------------------------------------------------------------------
+OTHER_VARIABLES = {
+    "ARGUS_VERIFY_TIMEOUT_MS": "per-query solver timeout of the verifier (default 1000); a "
+                               "timeout is reported as unknown, never as proven",
+    "ARGUS_KERNELBENCH_DIR": "KernelBench task folder (default ../shared/kernelbench)",
+    "ARGUS_KERNELBENCH_CACHE": "where measured eager/torch.compile baselines are cached",
+    "ARGUS_AGENT_DB": "the agent's SQLite experience store (default under ARGUS_CACHE_DIR)",
+    "ARGUS_AGENT_SANDBOX": "set to 1 by the agent inside its candidate worker processes",
+    "ARGUS_LLM_PROVIDER": "openai | anthropic: which SDK the LLM planner uses",
+    "ARGUS_LLM_MODEL": "model name for the LLM planner",
+    "ARGUS_LLM_BASE_URL": "any OpenAI-compatible endpoint (vLLM, SGLang, Ollama, ...)",
+    "ARGUS_LLM_TIMEOUT": "seconds per LLM request",
+    "ARGUS_LLM_RETRIES": "retries per LLM request (rate limits, timeouts)",
+    "ARGUS_COMMIT": "commit recorded by the GPU benchmark scripts when git is absent",
+}

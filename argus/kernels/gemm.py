@@ -66,6 +66,12 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         M, K = A.shape[-2], A.shape[-1]
         N = B.shape[-2] if b_layout == "nk" else B.shape[-1]
         cs = s.cluster_m
+        if cs > 1 and (s.bn // cs) % 8 or (mn_major_b and (s.bn // 64) % cs):
+            raise ag.TraceError(f"GemmSchedule(bn={s.bn}, cluster_m={cs}): each CTA of the "
+                                f"cluster multicasts an equal share of B, so bn must split into "
+                                f"{cs} parts of whole TMA boxes" +
+                                (" (64-column atoms for an MN-major B)" if mn_major_b else ""),
+                                fix="use bn=128 or 256 with cluster_m=2, or cluster_m=1")
         # A unit of work is `cs` vertically adjacent tiles, one per CTA of a cluster; the CTAs
         # of a cluster walk the same units, so their pipelines stay in step.
         m_tiles, n_tiles = ag.cdiv(M, s.bm), ag.cdiv(N, s.bn)
