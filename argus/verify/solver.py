@@ -8,12 +8,23 @@ the non-linear `tile * Kt` terms of persistent kernels, tightening does not).
 
 A query is "premises ∧ ¬(∧ claims)": UNSAT proves every claim for all values of the free
 variables; SAT gives a witness and the list of claims it violates.
+
+Proofs are remembered per process, keyed by the query up to renaming of its constants
+(alpha-equivalence: the printed formula with every uninterpreted constant renamed, with its
+sort, in order of first occurrence). Schedules of one kernel pose many identical queries (the
+store-injectivity query does not depend on the stage count or on B's layout); an identical
+formula has the same validity, so only proofs are reused — violations and unknowns are always
+solved again. `ARGUS_VERIFY_CACHE=0` turns it off; `clear_cache()` empties it (the timing
+script measures uncached runs).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -44,6 +55,7 @@ class Stats:
 
     queries: int = 0
     ms: float = 0.0
+    cached: int = 0          # queries answered by an earlier proof of the same formula
     by_theory: dict[str, int] = field(default_factory=dict)
 
     def add(self, theory: str, ms: float) -> None:
@@ -68,6 +80,54 @@ def _theory(terms: Sequence[z3.ExprRef]) -> str:
     return "QF_BV" if seen_bv else "LIA"
 
 
+_PROOFS: OrderedDict[str, Outcome] = OrderedDict()
+_PROOFS_MAX = 50000
+_TOKEN = re.compile(r"\|[^|]*\||[^\s()]+")
+
+
+def clear_cache() -> None:
+    _PROOFS.clear()
+
+
+def _cache_on() -> bool:
+    return os.environ.get("ARGUS_VERIFY_CACHE", "1") != "0"
+
+
+def _constants(term: z3.ExprRef) -> dict[str, str]:
+    """name -> sort of every uninterpreted constant of a term."""
+    out: dict[str, str] = {}
+    todo, seen = [term], set()
+    while todo:
+        t = todo.pop()
+        i = t.get_id()
+        if i in seen:
+            continue
+        seen.add(i)
+        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            out[t.decl().name()] = t.sort().sexpr()
+        todo.extend(t.children())
+    return out
+
+
+def query_key(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef]],
+              theory: str) -> str:
+    """A digest of the query that is equal for alpha-equivalent queries (constants renamed,
+    with their sorts, in order of first occurrence in the printed formula)."""
+    f = z3.And(list(premises) + [z3.Not(z3.And([c for _, c in claims]) if claims
+                                        else z3.BoolVal(True))])
+    consts = _constants(f)
+    names: dict[str, str] = {}
+
+    def rename(m: re.Match) -> str:
+        tok = m.group(0)
+        bare = tok[1:-1] if tok.startswith("|") else tok
+        if bare in consts:
+            return names.setdefault(bare, f"c{len(names)}:{consts[bare]}")
+        return tok
+    text = _TOKEN.sub(rename, f.sexpr())
+    return hashlib.sha256(f"{theory}\n{text}".encode()).hexdigest()
+
+
 def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef]],
           timeout_ms: int | None = None, minimize: Sequence[z3.ExprRef] = (),
           stats: Stats | None = None, minimize_budget_ms: int = 600,
@@ -78,6 +138,26 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
     premises = [_as_bool(p) for p in premises]
     claims = [(n, _as_bool(c)) for n, c in claims]
     theory = theory or _theory([c for _, c in claims])
+    t0 = time.perf_counter()
+    key = query_key(premises, claims, theory) if _cache_on() else None
+    if key is not None and key in _PROOFS:
+        _PROOFS.move_to_end(key)
+        hit = _PROOFS[key]
+        ms = (time.perf_counter() - t0) * 1e3
+        if stats is not None:
+            stats.add(hit.theory, ms)
+            stats.cached += 1
+        return Outcome("proven", ms, theory=hit.theory, reason=hit.reason)
+    out = _prove(premises, claims, timeout_ms, minimize, stats, minimize_budget_ms, theory)
+    if key is not None and out.status == "proven":
+        _PROOFS[key] = out
+        if len(_PROOFS) > _PROOFS_MAX:
+            _PROOFS.popitem(last=False)
+    return out
+
+
+def _prove(premises, claims, timeout_ms, minimize, stats, minimize_budget_ms,
+           theory) -> Outcome:
     conj = z3.And([c for _, c in claims]) if claims else z3.BoolVal(True)
     t0 = time.perf_counter()
     if theory != "QF_BV":
