@@ -42,6 +42,7 @@ class Mutation:
     words: tuple[str, ...] = ()      # the message must contain each of these
     marker: str | None = None        # `# BUG:<marker>` line the diagnostic points at
     note: str = ""
+    also: tuple[str, ...] = ()       # codes that must be reported too (same bug, other view)
 
 
 def marker_lines(marker: str) -> list[int]:
@@ -251,6 +252,30 @@ CORPUS: list[Mutation] = [
                                             + tuple(op.b_desc[2:]))),
       ("wgmma.smem-layout",), ("smem_byte", "holds"), (), None,
       "MN-major B: the descriptor's distance between column atoms is half the real one"),
+    # --- clusters and TMA multicast (2x1 clusters sharing B), batched MN-major B ----------
+    M("cluster/multicast_overlap", "gemm", 5, traced(K.make_cluster_gemm, "multicast_overlap"),
+      ("wgmma.defined",), ACC + ("accumulator", "b_element", "cluster_rank"),
+      ("nothing written",), None,
+      "both CTAs of the cluster multicast the same 64 B rows into rows 0..63 of the slot: rows "
+      "64..127 (n 64..127 of the tile) are never loaded, rows 0..63 are written twice",
+      also=("smem.race",)),
+    M("lowered/cluster_tx_bytes_once", "gemm", 6,
+      lowered_mutation(K.make_cluster_gemm, O.Produce,
+                       lambda op: op.replace(tx_bytes=op.tx_bytes - 64 * 64 * 2)),
+      ("tma.tx-bytes",), ("expect_tx", "delivered", "cluster_size", "multicast_box_bytes"),
+      ("multicast", "partly written"), None,
+      "expect_tx counts the multicast B box once, not once per CTA of the cluster: the phase "
+      "completes before the peer's half of B landed"),
+    M("lowered/cluster_peers_one", "gemm", 8, lambda: _cluster_peers_one(),
+      ("pipe.no-overwrite",), ("peer_rank", "producer_step", "slot", "releases_here", "peers"),
+      ("peers = 1", "multicasts"), None,
+      "PipelineCreate.peers left at 1 with multicast loads (arrivals = consumers): consumers "
+      "release only their own CTA's slot, so the peer's producer multicasts into a slot this "
+      "CTA still reads"),
+    M("batched_kn/b_batch_zero", "gemm", 21, traced(K.make_batched_kn_gemm, "b_batch_zero"),
+      ("wgmma.agree",), ACC + ("a_element", "b_element"), ("A.bt == B.bt",), "b_batch_zero",
+      "batched GEMM with B [Bt, K, N] (MN-major, one column box per 64 columns): B's batch "
+      "coordinate is 0 for every batch"),
     # --- attention ----------------------------------------------------------------------
     M("attention/rowmax_wrong_axis", "attention", 16, traced(K.make_attention, "rowmax_wrong_axis"),
       ("tag.assert",), ("element", "tags"), ("row max",), None,
@@ -310,6 +335,14 @@ def _per_tile_reset() -> Kernel:
     return rewrite(k, O.Consume, reset)
 
 
+def _cluster_peers_one() -> Kernel:
+    """The lowered cluster GEMM as a cluster-unaware lowering would leave it: peers = 1 and
+    the consume steps' arrivals = consumer warpgroups (consistent with each other)."""
+    k = lowered(K.make_cluster_gemm)
+    k = rewrite(k, O.PipelineCreate, lambda op: op.replace(peers=1))
+    return rewrite(k, O.Consume, lambda op: op.replace(arrivals=2))
+
+
 CLEAN: list[tuple[str, Callable[[], Kernel]]] = [
     ("gemm", lambda: K.make_gemm().trace()),
     ("gemm_lowered", lambda: lowered(K.make_gemm)),
@@ -322,4 +355,8 @@ CLEAN: list[tuple[str, Callable[[], Kernel]]] = [
     ("row_softmax", lambda: K.make_softmax().trace()),
     ("library gemm, tma epilogue", _gemm_tma_epilogue),
     ("library gemm, B [K, N]", _gemm_kn),
+    ("cluster_gemm (2x1 cluster, B multicast)", lambda: K.make_cluster_gemm().trace()),
+    ("cluster_gemm_lowered", lambda: lowered(K.make_cluster_gemm)),
+    ("batched_kn_gemm", lambda: K.make_batched_kn_gemm().trace()),
+    ("batched_kn_gemm_lowered", lambda: lowered(K.make_batched_kn_gemm)),
 ]

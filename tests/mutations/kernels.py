@@ -227,3 +227,77 @@ def make_softmax(bug: str | None = None):
         ag.store(Y, (pid * ROWS, 0), e / s)
 
     return row_softmax
+
+
+def make_cluster_gemm(bug: str | None = None, stages: int = 4):
+    """2x1 thread-block clusters: the two CTAs of a cluster compute vertically adjacent
+    128 x 128 tiles of C = A @ B^T with the same B tile, so each CTA loads half of the B rows
+    and multicasts them into both CTAs (the library GEMM's cluster_m=2 scheme, non-persistent)."""
+    BM, BN, BK, CS = 128, 128, 64, 2
+    part = BN // CS
+
+    @ag.kernel(name="cluster_gemm")
+    def cluster_gemm(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+                     C: ag.Tensor["M", "N", ag.bf16]):
+        M, K = A.shape
+        N = B.shape[0]
+        pid_m, pid_n = ag.grid(ag.cdiv(M, CS * BM) * CS, ag.cdiv(N, BN), cluster=CS)
+        rank = ag.cluster_rank()
+        sA = ag.smem((stages, BM, BK), ag.bf16, swizzle=128)
+        sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
+        pipe = ag.pipeline(stages, consumers=2)
+        k_tiles = ag.cdiv(K, BK)
+        with ag.role("producer", warpgroups=1, regs=40):
+            for k in ag.range(k_tiles):
+                with pipe.produce() as st:
+                    ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
+                    if bug == "multicast_overlap":
+                        ag.tma.load(sB[st].rows_of(0, part), B, (pid_n * BN, k * BK), multicast=True)  # BUG:multicast_overlap
+                    else:
+                        ag.tma.load(sB[st].rows_of(rank * part, part), B,
+                                    (pid_n * BN + rank * part, k * BK), multicast=True)
+        with ag.role("consumer", warpgroups=2, regs=232) as wg:
+            acc = ag.zeros((64, BN), ag.f32)
+            for k in ag.range(k_tiles):
+                with pipe.consume() as st:
+                    ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)
+            ag.store(C, (pid_m * BM + wg * 64, pid_n * BN), acc.to(ag.bf16))
+
+    return cluster_gemm
+
+
+def make_batched_kn_gemm(bug: str | None = None, stages: int = 4):
+    """C[b] = A[b] @ B[b] with B [Bt, K, N] (N contiguous): wgmma reads B MN-major, stored as
+    one [BK][64] column box per 64 columns of the tile (the library's batched "kn" GEMM)."""
+    BM, BN, BK = 128, 128, 64
+    blocks = BN // 64
+
+    @ag.kernel(name="batched_kn_gemm")
+    def batched_kn_gemm(A: ag.Tensor["Bt", "M", "K", ag.bf16],
+                        B: ag.Tensor["Bt", "K", "N", ag.bf16],
+                        C: ag.Tensor["Bt", "M", "N", ag.bf16]):
+        BT, M, K = A.shape
+        N = B.shape[2]
+        pid_m, pid_n, pid_b = ag.grid(ag.cdiv(M, BM), ag.cdiv(N, BN), BT)
+        sA = ag.smem((stages, BM, BK), ag.bf16, swizzle=128)
+        sB = ag.smem((stages, blocks * BK, 64), ag.bf16, swizzle=128)
+        pipe = ag.pipeline(stages, consumers=2)
+        k_tiles = ag.cdiv(K, BK)
+        with ag.role("producer", warpgroups=1, regs=40):
+            for k in ag.range(k_tiles):
+                with pipe.produce() as st:
+                    ag.tma.load(sA[st], A, (pid_b, pid_m * BM, k * BK))
+                    for j in range(blocks):
+                        if bug == "b_batch_zero":
+                            ag.tma.load(sB[st].rows_of(j * BK, BK), B, (0, k * BK, pid_n * BN + 64 * j))  # BUG:b_batch_zero
+                        else:
+                            ag.tma.load(sB[st].rows_of(j * BK, BK), B,
+                                        (pid_b, k * BK, pid_n * BN + 64 * j))
+        with ag.role("consumer", warpgroups=2, regs=232) as wg:
+            acc = ag.zeros((64, BN), ag.f32)
+            for k in ag.range(k_tiles):
+                with pipe.consume() as st:
+                    ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc, trans_b=True)
+            ag.store(C, (pid_b, pid_m * BM + wg * 64, pid_n * BN), acc.to(ag.bf16))
+
+    return batched_kn_gemm

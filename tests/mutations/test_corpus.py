@@ -32,6 +32,10 @@ def test_mutation_is_caught(mutation):
     assert best is not None, (
         f"{mutation.name}: no {mutation.codes} diagnostic names {mutation.witness} / "
         f"{mutation.words}:\n" + "\n".join(str(d) for d in hits))
+    for code in mutation.also:
+        assert any(d.code == code for d in found), (
+            f"{mutation.name}: {code} should be reported too, got "
+            f"{[(d.code, d.message[:120]) for d in found]}")
     # structured data for the agent: JSON round trip keeps the witness
     data = best.to_json()
     assert data["code"] == best.code and data["counterexample"]
