@@ -109,6 +109,16 @@ def _tx_bytes(model: Model) -> list[Finding]:
                 continue
             op: O.Produce = step.op
             loads = [x for x in op.body.walk() if isinstance(x, O.TmaLoad)]
+            guarded = [x for x in op.body.walk() if isinstance(x, O.If)
+                       and any(isinstance(y, O.TmaLoad) for y in x.body.walk())]
+            if guarded:
+                # how many boxes arrive depends on the condition (and, for a multicast copy,
+                # on which CTAs of the cluster take it): not a sum of static box sizes
+                out.append(Finding("tma.tx-bytes", op.loc, f"produce step at {op.loc}",
+                                   "unknown", f"a TMA copy of this step is under the condition "
+                                              f"at {guarded[0].loc}: the bytes that arrive per "
+                                              f"phase are not modelled"))
+                continue
             delivered = 0
             parts = []
             own = multicast = 0

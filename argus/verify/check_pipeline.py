@@ -154,10 +154,8 @@ def _pipe(model: Model, pipe: PipeInfo):
             obs += o
             finds += f
     if multicast:
-        for c in consumers:
-            for p in producers:
-                obs.append(_cluster_overwrite(model, pipe, p, c, peers, subject,
-                                              multicast[0]))
+        for p in producers:
+            obs.append(_cluster_overwrite(model, pipe, p, peers, subject, multicast[0]))
     # -- arrivals --------------------------------------------------------------------------
     for step in consumers:
         arrivals = step.op.arrivals
@@ -222,8 +220,8 @@ def _cluster_totals(model: Model, pipe: PipeInfo, role_name, kind: str, total, s
                        minimize=list(model.params.values()))], []
 
 
-def _cluster_overwrite(model: Model, pipe: PipeInfo, p: StepInfo, c: StepInfo, peers: int,
-                       subject: str, load) -> Obligation:
+def _cluster_overwrite(model: Model, pipe: PipeInfo, p: StepInfo, peers: int, subject: str,
+                       load) -> Obligation:
     """O2 across a cluster: the producer of another CTA of the cluster multicasts its step P
     into this CTA's slot sp(P) only after this CTA's consumers released step P - S.
 
@@ -237,7 +235,7 @@ def _cluster_overwrite(model: Model, pipe: PipeInfo, p: StepInfo, c: StepInfo, p
     pp = protocol(p)
     cs = model.cluster_size
     uses_loops = any(_uses_loop_values(t) for t in (pp.stage, pp.parity))
-    P, Rh, Rp, T = z3.Ints(f"Pq!{id(p)}_{id(c)} Rhere!{id(c)} Rpeer!{id(c)} Tq!{id(c)}")
+    P, Rh, Rp, T = z3.Ints(f"Pq!{id(p)} Rhere!{id(p)} Rpeer!{id(p)} Tq!{id(p)}")
     seen = z3.If(Rp < Rh, Rp, Rh) if peers >= cs else Rp
     base = [P >= 0, T >= 0, P <= T, Rh >= 0, Rp >= 0, Rh <= T, Rp <= T,
             Rh <= P]                       # this CTA reads nothing the peer has not sent

@@ -208,17 +208,25 @@ def _tma_overlaps(model: Model):
                 for w in writes:
                     for q in (range(cs) if w.op.multicast and model.rank_digits else [r]):
                         pre = model.peer_pairs(q)
+                        # the copy's own guards (conditions inside the produce step), as
+                        # CTA rank q evaluates them
+                        guards = [z3.simplify(_subst(c, pre)) for sc in w.site.scopes
+                                  if sc.kind == "if" for c in sc.constraints]
+                        if any(z3.is_false(g) for g in guards):
+                            continue  # this CTA never issues the copy
                         inst.append((w, q if w.op.multicast else None,
-                                     _subst(_num(w.view.row0), pre), _subst(w.view.stage, pre)))
-                for i, (w1, q1, a1, s1) in enumerate(inst):
-                    for w2, q2, a2, s2 in inst[i + 1:]:
+                                     _subst(_num(w.view.row0), pre), _subst(w.view.stage, pre),
+                                     [g for g in guards if not z3.is_true(g)]))
+                for i, (w1, q1, a1, s1, g1) in enumerate(inst):
+                    for w2, q2, a2, s2, g2 in inst[i + 1:]:
                         if w1.view.buffer.id != w2.view.buffer.id:
                             continue
                         key = (id(w1), q1, id(w2), q2)
                         if key in seen:
                             continue
                         seen.add(key)
-                        o, f = _overlap(model, step, w1, q1, a1, s1, w2, q2, a2, s2, r)
+                        o, f = _overlap(model, step, w1, q1, a1, s1, w2, q2, a2, s2, r,
+                                        g1 + g2)
                         obs += o
                         finds += f
     return obs, finds
@@ -229,13 +237,13 @@ def _who(w, q) -> str:
                                         else "")
 
 
-def _overlap(model: Model, step, w1, q1, a1, s1, w2, q2, a2, s2, rank):
+def _overlap(model: Model, step, w1, q1, a1, s1, w2, q2, a2, s2, rank, guards):
     buf = w1.view.buffer
     subject = f"{_who(w1, q1)} vs {_who(w2, q2)} into {buf}"
     n1, n2 = w1.view.rows, w2.view.rows
     overlap = z3.And(_stage_eq(s1, s2), a1 < a2 + n2, a2 < a1 + n1)
     d1, d2 = z3.simplify(a1), z3.simplify(a2)
-    if z3.is_int_value(d1) and z3.is_int_value(d2) and z3.is_true(z3.simplify(
+    if not guards and z3.is_int_value(d1) and z3.is_int_value(d2) and z3.is_true(z3.simplify(
             _stage_eq(s1, s2))):
         lo, hi = d1.as_long(), d2.as_long()
         if not (lo < hi + n2 and hi < lo + n1):
@@ -252,7 +260,7 @@ def _overlap(model: Model, step, w1, q1, a1, s1, w2, q2, a2, s2, rank):
                             f"pipeline step: row {row} is written twice by unordered async "
                             f"copies, so what the consumer reads there is undefined", wit,
                             fix="give each copy (and each CTA of the cluster) its own rows")]
-    prem = list(model.premises) + step.site.constraints()
+    prem = list(model.premises) + step.site.constraints() + list(guards)
 
     def decode(zm, violated):
         wit = W.context(model, zm, step.site)

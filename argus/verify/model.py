@@ -574,7 +574,8 @@ class Model:
                 self._pid_split[v.id] = (cid, r, c)
                 self.rank_digits.append((r, c, stride))
                 self.grid_vars += [(cid, 0, ext / c), (r, 0, c)]
-                rank = rank + r * stride if stride > 1 else rank + r
+                digit = r * stride if stride > 1 else r
+                rank = digit if isinstance(rank, int) else rank + digit
             self.sym[v.id] = pid
             stride *= c
         self.cluster = cluster
