@@ -66,6 +66,12 @@ _RULES = (
          "cluster_m={cluster_m}: the kernel pairs at most 2 CTAs, and the persistent grid "
          "({num_sms}) must be a whole number of clusters", "use cluster_m 1 or 2",
          "HOPPER.md 2.1 (clusters > 2 lost performance; DeepGEMM supports 2)"),
+    Rule("cluster_split", lambda p, d: p.get("cluster_m", 1) == 1 or (
+            (p["bn"] // p["cluster_m"]) % 8 == 0
+            and (d.get("b_layout", "nk") == "nk" or (p["bn"] // 64) % p["cluster_m"] == 0)),
+         "bn={bn}, cluster_m={cluster_m}: each CTA multicasts an equal share of B made of whole "
+         "TMA boxes (64-column atoms when B is [K, N])", "use bn 128 or 256 with cluster_m=2",
+         "kernels/gemm.py cluster split"),
     Rule("k_alignment", lambda p, d: d["K"] % 8 == 0,
          "K={K}: TMA needs row strides that are multiples of 16 bytes (K % 8 == 0 for bf16)",
          "pad K to a multiple of 8", "cuTensorMapEncodeTiled globalStrides % 16 == 0"),
@@ -196,6 +202,7 @@ class GemmFamily(Family):
     def static_check(self, task: TaskSpec, params: dict[str, Any]):
         dims = dict(task.dims)
         dims["out_bits"] = 32 if self.kernel_args(task)[1] == "f32" else 16
+        dims["b_layout"] = self.kernel_args(task)[2]
         return [d for d in (r.diagnose(params, dims, kernel=task.name) for r in self.rules)
                 if d is not None]
 
