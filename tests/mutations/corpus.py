@@ -272,7 +272,7 @@ CORPUS: list[Mutation] = [
       "PipelineCreate.peers left at 1 with multicast loads (arrivals = consumers): consumers "
       "release only their own CTA's slot, so the peer's producer multicasts into a slot this "
       "CTA still reads"),
-    M("batched_kn/b_batch_zero", "gemm", 21, traced(K.make_batched_kn_gemm, "b_batch_zero"),
+    M("batched_kn/b_batch_zero", "gemm", 20, traced(K.make_batched_kn_gemm, "b_batch_zero"),
       ("wgmma.agree",), ACC + ("a_element", "b_element"), ("A.bt == B.bt",), "b_batch_zero",
       "batched GEMM with B [Bt, K, N] (MN-major, one column box per 64 columns): B's batch "
       "coordinate is 0 for every batch"),
