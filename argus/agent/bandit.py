@@ -184,6 +184,8 @@ class BanditPlanner:
             est = self.family.estimate(self.task, c)
             scored.append((est.ms if est is not None else math.inf, c))
         scored.sort(key=lambda ec: ec[0])
+        if not scored:  # every candidate of this arm was ruled out before ranking
+            return []
         if not state.dense or inc_est is None:
             return [c for _, c in scored]
         keep = [c for ms, c in scored if ms <= self.prune_ratio * inc_est.ms]
