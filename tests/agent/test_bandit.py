@@ -108,3 +108,16 @@ def test_loop_improves_gemm_and_the_result_compiles_verified(tmp_path):
     assert again.steps[1].card == "store.best"
     assert again.best.outcome.time_ms == pytest.approx(best.outcome.time_ms)
     assert elapsed < 150
+
+
+def test_an_arm_whose_candidates_are_all_ruled_out_is_skipped(tmp_path):
+    """Regression (H200 run, 2026-11-29): with exploration on, an arm whose every candidate a
+    static rule rejects (e.g. cluster splits of B that the kernel cannot make) crashed the
+    bandit with an IndexError; the loop must move on to another arm."""
+    path = tmp_path / "1_Square_matrix_multiplication_.py"
+    path.write_text(MATMUL_TASK)
+    cfg = OptimizeConfig(iterations=6, device="cpu", check_sets=1, screen_limit=3,
+                         db=str(tmp_path / "store.sqlite"), verbose=False, timeout_s=240,
+                         explore="on", judge="off")
+    result = optimize(compose(path), tmp_path / "out", cfg)
+    assert result.best is not None and len(result.steps) >= 2
