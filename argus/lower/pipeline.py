@@ -55,6 +55,14 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
         if isinstance(op, O.PipelineCreate):
             updates["peers"] = cluster_size if op.result.id in multicast_pipes else 1
         if isinstance(op, O.Produce):
+            guarded = [t for cond in op.body.walk() if isinstance(cond, O.If)
+                       for t in cond.body.walk() if isinstance(t, O.TmaLoad)]
+            if guarded:
+                raise CompileError("a TMA copy under ag.when inside a produce step: the bytes "
+                                   "the full barrier expects must be known when the step is "
+                                   "armed", guarded[0].loc,
+                                   fix="issue every copy of a step unconditionally (out-of-"
+                                       "bounds boxes are zero-filled and still counted)")
             # a multicast box arrives once from every CTA of the cluster (symmetric code)
             tx = sum(inner.bytes * (cluster_size if inner.multicast else 1)
                      for inner in op.body.walk() if isinstance(inner, O.TmaLoad))

@@ -317,7 +317,10 @@ class _Interp:
         origins = itertools.product(*(range(0, e, c) for e, c in zip(extents, cluster)))
         for origin in origins:
             ctas = []
-            for rank, offset in enumerate(itertools.product(*(range(c) for c in cluster))):
+            # %cluster_ctarank numbers x fastest, then y, then z (PTX ISA special registers)
+            offsets = [tuple(reversed(o)) for o in
+                       itertools.product(*(range(c) for c in reversed(cluster)))]
+            for rank, offset in enumerate(offsets):
                 pid = tuple(o + d for o, d in zip(origin, offset))
                 env = dict(probe.env)
                 for v, i in zip(grid_op.ids, pid):

@@ -160,3 +160,25 @@ def test_zero_by_wgmma_needs_a_pipelined_wgmma_accumulator():
 
     with pytest.raises(CompileError, match="by_wgmma"):
         lower_only(bad)
+
+
+def test_conditional_tma_copy_in_a_produce_step_is_rejected():
+    from argus.compiler import lower_only
+
+    @ag.kernel
+    def bad(A: ag.Tensor["M", "K", ag.bf16]):
+        (pid,) = ag.grid(1)
+        sA = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+        pipe = ag.pipeline(2, consumers=1)
+        with ag.role("producer", warpgroups=1, regs=40):
+            with pipe.produce() as st:
+                with ag.when(pid < 1):
+                    ag.tma.load(sA[st], A, (0, 0))  # MARK-guarded
+        with ag.role("consumer", warpgroups=1, regs=232):
+            with pipe.consume() as st:
+                acc = ag.zeros((64, 64), ag.f32)
+                ag.wgmma(sA[st], sA[st], acc)
+
+    with pytest.raises(CompileError, match="under ag.when") as e:
+        lower_only(bad)
+    assert e.value.loc.line == _line_of("MARK-guarded", bad.fn)
