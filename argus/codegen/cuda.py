@@ -241,6 +241,8 @@ class _Emitter:
     lazy_zero: dict[str, int] = field(default_factory=dict)  # tile -> regs, scale-d zeroing
     peers: dict[int, int] = field(default_factory=dict)  # pipe id -> CTAs releasing a slot
     cluster_size: int = 1
+    in_role: bool = False        # emitting a warp role's body (group = one warpgroup)
+    current_full: str = ""       # the full barrier of the produce step being emitted
 
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.indent + line)
@@ -716,7 +718,6 @@ class _Emitter:
                 self.emit(f"{info.name}[{r}] = {acc};")
             self.emit("__syncthreads();")
 
-    in_role = False
 
     def op_RoleOp(self, op: O.RoleOp) -> None:
         raise CompileError("roles are rendered by the kernel driver", op.loc)
@@ -729,16 +730,18 @@ class _Emitter:
         src = self.tiles[op.src.id]
         lay = _layout_of(op.result.type, self.group_threads, op.loc)
         if isinstance(src.layout, _Acc) and op.axis == 1 and op.start % 8 == 0:
-            base = op.start // 2
-            expr = (lambda i, v=op.src, base=base: self.reg_expr(v, base + i))
+            base = op.start // 2  # 8 accumulator columns live in 4 registers
         elif isinstance(src.layout, (_Blocked, _RowVec)) and op.axis == 0:
             base = op.start * src.layout.nregs // op.src.type.shape[0]
-            expr = (lambda i, v=op.src, base=base: self.reg_expr(v, base + i))
         else:
             raise CompileError(f"slicing a {op.src.type.layout} tile along axis {op.axis} at "
                                f"{op.start} is not supported", op.loc,
                                fix="slice accumulators along columns at multiples of 8, "
                                    "blocked tiles along rows")
+
+        def expr(i: int, v=op.src, base=base) -> str:
+            return self.reg_expr(v, base + i)
+
         self.define_pointwise(op, lay, expr)
 
     def _matrix_addresses(self, view: Value) -> str:
