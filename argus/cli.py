@@ -30,7 +30,7 @@ def cmd_compile(args) -> int:
     from argus.compiler import compile_kernel
 
     module, kernel_fn = _load_kernel(args.target)
-    compiled = compile_kernel(kernel_fn, dump=args.dump, verify=not args.no_verify)
+    compiled = compile_kernel(kernel_fn, dump=args.dump, verify=False if args.no_verify else None)
     print(compiled.resources.summary())
     if args.dump:
         print(f"wrote the IR after every step, CUDA, PTX, cubin and resources to {args.dump}")

@@ -172,6 +172,8 @@ def _round_c(expr: str, dtype) -> str:
         return f"ag::bf16_to_f32(ag::f32_to_bf16({expr}))"
     if dtype.name == "f16":
         return f"ag::f16_to_f32(ag::f32_to_f16({expr}))"
+    if dtype.kind in ("int", "uint"):  # integer tiles live in float registers: truncate
+        return f"(float)(int)({expr})"
     return expr
 
 
@@ -572,14 +574,14 @@ class _Emitter:
         conds, terms = [], []
         for d in range(rank - tile_rank):
             off = self.name(offsets[d])
-            conds.append(f"{off} < {self._dim(t, d)}")
+            conds.append(f"{off} >= 0 && {off} < {self._dim(t, d)}")
             terms.append(f"(long long){off} * {name}_s{d}")
         col = f"({self.name(offsets[-1])} + {lay.col(i)})"
-        conds.append(f"{col} < {self._dim(t, rank - 1)}")
+        conds.append(f"{col} >= 0 && {col} < {self._dim(t, rank - 1)}")
         terms.append(col)
         if tile_rank == 2:
             row = f"({self.name(offsets[-2])} + {lay.row(i)})"
-            conds.append(f"{row} < {self._dim(t, rank - 2)}")
+            conds.append(f"{row} >= 0 && {row} < {self._dim(t, rank - 2)}")
             terms.append(f"(long long){row} * {name}_s{rank - 2}")
         return " && ".join(conds), " + ".join(terms)
 
@@ -621,21 +623,24 @@ class _Emitter:
         row_stride = f"{name}_s{rank - 2}"
         lead = " + ".join(f"(long long){self.name(op.offsets[d])} * {name}_s{d}"
                           for d in range(rank - 2)) or "0"
-        lead_ok = " && ".join(f"{self.name(op.offsets[d])} < {self._dim(t, d)}"
+        lead_ok = " && ".join(f"{self.name(op.offsets[d])} >= 0 && "
+                              f"{self.name(op.offsets[d])} < {self._dim(t, d)}"
                               for d in range(rank - 2)) or "true"
         pair = {"bf16": ("ag::st_global_b32", "ag::pack_bf16x2"),
                 "f16": ("ag::st_global_b32", "ag::pack_f16x2")}.get(dtype.name)
         self.emit(f"if ({lead_ok}) {{")
         self.indent += 1
-        self.emit(f"const bool pair_ok = ({row_stride} % 2) == 0;")
         self.emit(f"{dtype_ptr(dtype)} const base = {name} + {lead};")
         for i in range(0, info.layout.nregs, 2):
             v0 = _strip_round(self.tile_expr(op.value, i, info.layout), dtype)
             v1 = _strip_round(self.tile_expr(op.value, i + 1, info.layout), dtype)
             r = f"({r0} + {info.layout.row(i)})"
             c = f"({c0} + {info.layout.col(i)})"
-            self.emit(f"if ({r} < {rows}) {{")
+            self.emit(f"if ({r} >= 0 && {r} < {rows}) {{")
             self.emit(f"    {dtype_ptr(dtype)} p = base + (long long){r} * {row_stride} + {c};")
+            # a pair is one 2-element store only where the address is aligned for it
+            self.emit(f"    const bool pair_ok = {c} >= 0 && "
+                      f"(reinterpret_cast<unsigned long long>(p) & {2 * dtype.bytes - 1}) == 0;")
             if pair:
                 self.emit(f"    if (pair_ok && {c} + 1 < {cols}) "
                           f"{pair[0]}(p, {pair[1]}({v0}, {v1}));")
@@ -644,8 +649,8 @@ class _Emitter:
                           f"ag::st_global_f32x2(p, {v0}, {v1});")
             else:
                 self.emit("    if (false) {}")
-            self.emit(f"    else {{ if ({c} < {cols}) p[0] = {_to_mem_c(v0, dtype)}; "
-                      f"if ({c} + 1 < {cols}) p[1] = {_to_mem_c(v1, dtype)}; }}")
+            self.emit(f"    else {{ if ({c} >= 0 && {c} < {cols}) p[0] = {_to_mem_c(v0, dtype)}; "
+                      f"if ({c} + 1 >= 0 && {c} + 1 < {cols}) p[1] = {_to_mem_c(v1, dtype)}; }}")
             self.emit("}")
         self.indent -= 1
         self.emit("}")

@@ -61,6 +61,19 @@ def _freeze(value: Any) -> Any:
     return repr(value)
 
 
+def _cache_key(values: dict[str, Any]) -> tuple:
+    """Cache key of compile-time values: type-tagged (True, 1 and 1.0 trace differently) and
+    by value for hashable objects (a frozen Schedule), by identity-free repr otherwise."""
+    out = []
+    for name, v in sorted(values.items()):
+        try:
+            hash(v)
+            out.append((name, type(v).__qualname__, v))
+        except TypeError:
+            out.append((name, type(v).__qualname__, repr(_freeze(v))))
+    return tuple(out)
+
+
 class KernelFunction:
     """A kernel defined with `@ag.kernel`. Trace it, compile it, interpret it, or call it."""
 
@@ -112,7 +125,7 @@ class KernelFunction:
 
     def trace(self, **constexprs: Any) -> Kernel:
         values = self.constexpr_values(constexprs)
-        key = tuple(sorted((k, _freeze(v)) for k, v in values.items()))
+        key = _cache_key(values)
         if key not in self._traces:
             self._traces[key] = self._trace(values)
         return self._traces[key]
@@ -164,7 +177,7 @@ class KernelFunction:
         from argus import compiler
 
         values = self.constexpr_values(constexprs)
-        key = tuple(sorted((k, _freeze(v)) for k, v in values.items()))
+        key = _cache_key(values)
         if key not in self._compiled:
             self._compiled[key] = compiler.compile_kernel(self, **constexprs)
         return self._compiled[key]

@@ -97,6 +97,12 @@ class Scalar:
     def ne(self, o) -> "Scalar":
         return self._bin("ne", o)
 
+    # `pid == 0` records a comparison (like the other operators); identity hashing stays so
+    # handles can still be dictionary keys.
+    __eq__ = eq
+    __ne__ = ne
+    __hash__ = object.__hash__
+
     def __bool__(self):
         raise TraceError("a runtime scalar was used in Python control flow (if/while/and/or)",
                          user_loc(),
@@ -157,6 +163,9 @@ class Tile:
     def __le__(self, o): return self._ew("le", o)
     def __gt__(self, o): return self._ew("gt", o)
     def __ge__(self, o): return self._ew("ge", o)
+    def __eq__(self, o): return self._ew("eq", o)  # noqa: E704 - elementwise, like numpy
+    def __ne__(self, o): return self._ew("ne", o)  # noqa: E704
+    __hash__ = object.__hash__
 
     def __bool__(self):
         raise TraceError("a tile was used in Python control flow", user_loc(),
@@ -234,7 +243,8 @@ def elementwise(fn: str, *args) -> Tile:
     shape = tiles[0].shape
     for t in tiles[1:]:
         shape = _broadcast_shape(shape, t.shape)
-    value_tiles = tiles[1:] if fn == "where" else tiles
+    value_args = args[1:] if fn == "where" else args
+    value_tiles = [a for a in value_args if isinstance(a, Tile)]
     dtype = value_tiles[0].dtype if value_tiles else dtypes.f32
     for t in value_tiles[1:]:
         if t.dtype != dtype:

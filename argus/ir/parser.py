@@ -17,7 +17,7 @@ _TOKEN = re.compile(r"""
   | (?P<value>%(?:[A-Za-z_][A-Za-z_0-9]*\.)?\d+)
   | (?P<type>[a-z]+<[^<>]*>)
   | (?P<string>"(?:[^"\\]|\\.)*")
-  | (?P<number>-?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d+|inf|nan))
+  | (?P<number>-?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d+|(?:inf|nan)(?![A-Za-z_0-9])))
   | (?P<word>[A-Za-z_][A-Za-z_0-9.]*)
   | (?P<punct>[(){},=:@])
 """, re.VERBOSE)
@@ -148,7 +148,8 @@ class _Parser:
         if self.t.peek()[1] == "{":
             self.t.next()
             fields.update(self.parse_fields("}"))
-        while self.t.peek()[0] == "word" and self.t.items[self.t.i + 1][1] == "{":
+        while self.t.peek()[0] == "word" and self.t.i + 1 < len(self.t.items) \
+                and self.t.items[self.t.i + 1][1] == "{":
             _, region_name, _ = self.t.next()
             self.t.expect("{")
             ops = []

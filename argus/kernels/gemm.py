@@ -36,6 +36,20 @@ class GemmSchedule:
     cluster_m: int = 1      # 2: CTA pairs on vertically adjacent tiles share B by TMA multicast
     zero_by_wgmma: bool = False  # scale-d = 0 on the first wgmma instead of zeroing registers
 
+    def __post_init__(self) -> None:
+        problems = []
+        if self.epilogue not in ("direct", "tma"):
+            problems.append(f"epilogue={self.epilogue!r} is not 'direct' or 'tma'")
+        if self.epilogue == "tma" and self.bn % 64:
+            problems.append(f"the TMA-store epilogue stores 64-column blocks; bn={self.bn}")
+        if self.consumers < 1 or self.bm != 64 * self.consumers:
+            problems.append(f"each consumer warpgroup owns 64 rows: bm={self.bm} needs "
+                            f"consumers={self.bm // 64}")
+        if self.cluster_m not in (1, 2):
+            problems.append(f"cluster_m={self.cluster_m}: the kernel pairs at most 2 CTAs")
+        if problems:
+            raise ValueError("GemmSchedule: " + "; ".join(problems))
+
 
 def tile_coords(tile, m_tiles, n_tiles, group_m: int):
     """Grouped raster order: consecutive tiles share B columns for group_m rows of tiles, so

@@ -4,8 +4,9 @@
 the tile's next use in its region is a loop in which only pipelined wgmma (inside `consume`
 steps) touch it — and rejects it otherwise. Such a tile needs no zeroing instructions: the
 first wgmma runs with scale-d = 0, which computes D = A·B instead of D = A·B + D. The codegen
-keeps a "still zero" flag and zeroes the registers only if the loop ran no iteration. Semantics are unchanged
-(the interpreter ignores the flag); it removes 128 moves and a register dependency per tile.
+keeps a "still zero" flag and zeroes the registers only if the loop ran no iteration.
+Semantics are unchanged (the interpreter ignores the flag); it removes 128 moves and a register
+dependency per tile.
 """
 
 from __future__ import annotations

@@ -35,10 +35,12 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
     pipes = {op.result.id: op for op in kernel.walk() if isinstance(op, O.PipelineCreate)}
     consumer_wgs: dict[int, int] = {}
     for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
+        seen_here: set[int] = set()
         for op in role.body.walk():
-            if isinstance(op, O.Consume):
-                consumer_wgs[op.pipe.id] = consumer_wgs.get(op.pipe.id, 0)
-                consumer_wgs[op.pipe.id] = max(consumer_wgs[op.pipe.id], role.warpgroups)
+            if isinstance(op, O.Consume):  # each consuming role counts once
+                seen_here.add(op.pipe.id)
+        for pid in seen_here:
+            consumer_wgs[pid] = consumer_wgs.get(pid, 0) + role.warpgroups
     for pid, create in pipes.items():
         wgs = consumer_wgs.get(pid)
         if wgs is not None and wgs != create.consumers:
@@ -55,12 +57,12 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
         if isinstance(op, O.PipelineCreate):
             updates["peers"] = cluster_size if op.result.id in multicast_pipes else 1
         if isinstance(op, O.Produce):
-            guarded = [t for cond in op.body.walk() if isinstance(cond, O.If)
-                       for t in cond.body.walk() if isinstance(t, O.TmaLoad)]
+            guarded = [t for ctl in op.body.walk() if isinstance(ctl, (O.If, O.For))
+                       for t in ctl.body.walk() if isinstance(t, O.TmaLoad)]
             if guarded:
-                raise CompileError("a TMA copy under ag.when inside a produce step: the bytes "
-                                   "the full barrier expects must be known when the step is "
-                                   "armed", guarded[0].loc,
+                raise CompileError("a TMA copy under ag.when or ag.range inside a produce "
+                                   "step: the bytes the full barrier expects must be known "
+                                   "when the step is armed", guarded[0].loc,
                                    fix="issue every copy of a step unconditionally (out-of-"
                                        "bounds boxes are zero-filled and still counted)")
             # a multicast box arrives once from every CTA of the cluster (symmetric code)

@@ -45,6 +45,16 @@ def _tma_ready(t, elem_bytes: int):
     return buf[..., :inner]
 
 
+def _overlap(x, y) -> bool:
+    """Whether the byte ranges two tensors span intersect."""
+    def span(t):
+        lo = t.data_ptr()
+        return lo, lo + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * \
+            t.element_size()
+    (a0, a1), (b0, b1) = span(x), span(y)
+    return a0 < b1 and b0 < a1
+
+
 def _check(a, b, out) -> None:
     import torch
 
@@ -66,6 +76,10 @@ def _check(a, b, out) -> None:
     if a.dim() not in (2, 3) or b.dim() not in (2, 3) or (b.dim() == 3 and a.dim() != 3):
         raise LaunchError(f"argus.ops.matmul: shapes {tuple(a.shape)} @ {tuple(b.shape)}: a is "
                           f"[M, K] or [batch, M, K]; b is [K, N], or [batch, K, N] with a batched")
+    if out is not None and out.numel() and any(
+            t.numel() and _overlap(out, t) for t in (a, b)):
+        raise LaunchError("argus.ops.matmul: out shares memory with an input",
+                          fix="pass a separate output tensor (or out=None)")
     if a.shape[-1] != b.shape[-2] or (b.dim() == 3 and a.shape[0] != b.shape[0]):
         raise LaunchError(f"argus.ops.matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do "
                           f"not multiply (inner dims {a.shape[-1]} vs {b.shape[-2]})")
@@ -77,11 +91,20 @@ def matmul(a, b, out=None, *, schedule: GemmSchedule | None = None):
 
     _check(a, b, out)
     batched = a.dim() == 3
-    if batched and b.dim() == 2 and a.is_contiguous():
-        # one weight shared by every batch: a single [batch * M, K] GEMM
-        flat = matmul(a.reshape(-1, a.shape[-1]), b,
-                      None if out is None else out.view(-1, out.shape[-1]), schedule=schedule)
-        return flat.view(*a.shape[:-1], b.shape[-1]) if out is None else out
+    if batched and b.dim() == 2:
+        # one weight shared by every batch: a single [batch * M, K] GEMM (reshape copies a
+        # non-contiguous a; an out that cannot be flattened gets the result copied in)
+        if out is not None and tuple(out.shape) != (*a.shape[:-1], b.shape[-1]):
+            raise LaunchError(f"argus.ops.matmul: out has shape {tuple(out.shape)}, expected "
+                              f"{(*a.shape[:-1], b.shape[-1])}")
+        flat_out = out.view(-1, out.shape[-1]) if out is not None and out.is_contiguous() \
+            else None
+        flat = matmul(a.reshape(-1, a.shape[-1]), b, flat_out, schedule=schedule)
+        if out is None:
+            return flat.view(*a.shape[:-1], b.shape[-1])
+        if flat_out is None:
+            out.copy_(flat.view_as(out))
+        return out
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     lead = (a.shape[0],) if batched else ()
     if out is None:

@@ -443,7 +443,16 @@ def run(kernel: Kernel, *arrays) -> tuple:
 
 def _as_numpy(a, dtype: DType, kernel: str, param: str):
     if isinstance(a, np.ndarray):
-        return (a if a.dtype == np.float32 or not dtype.is_float else a.astype(np.float32)), None
+        if (a.dtype.kind == "f") != dtype.is_float:
+            raise LaunchError(f"kernel {kernel}, parameter {param}: expected {dtype}, got a "
+                              f"numpy array of {a.dtype}")
+        if not dtype.is_float or a.dtype == np.float32:
+            return a, None  # computed in place
+        work = a.astype(np.float32)
+
+        def writeback_np(view, a=a):
+            np.copyto(a, view.astype(a.dtype))
+        return work, writeback_np
     try:
         import torch
     except ImportError:  # pragma: no cover

@@ -189,327 +189,390 @@ extern "C" __global__ void __launch_bounds__(384, 1) argus_gemm(
             if (pend24 >= 0 && threadIdx.x % 128 == 0) { ag::mbar_arrive(&empty24[pend24]); }
             pend24 = -1;
             if (true) {
-                const bool pair_ok = (C_s0 % 2) == 0;
                 ag::bf16* const base = C + 0;
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 0));
+                    const bool pair_ok = (v88 + (acc_col + 0)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 0)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[0], t73[1]));
-                    else { if ((v88 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t73[0]); if ((v88 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t73[1]); }
+                    else { if ((v88 + (acc_col + 0)) >= 0 && (v88 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t73[0]); if ((v88 + (acc_col + 0)) + 1 >= 0 && (v88 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t73[1]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 0));
+                    const bool pair_ok = (v88 + (acc_col + 0)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 0)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[2], t73[3]));
-                    else { if ((v88 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t73[2]); if ((v88 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t73[3]); }
+                    else { if ((v88 + (acc_col + 0)) >= 0 && (v88 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t73[2]); if ((v88 + (acc_col + 0)) + 1 >= 0 && (v88 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t73[3]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 8));
+                    const bool pair_ok = (v88 + (acc_col + 8)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 8)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[4], t73[5]));
-                    else { if ((v88 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t73[4]); if ((v88 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t73[5]); }
+                    else { if ((v88 + (acc_col + 8)) >= 0 && (v88 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t73[4]); if ((v88 + (acc_col + 8)) + 1 >= 0 && (v88 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t73[5]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 8));
+                    const bool pair_ok = (v88 + (acc_col + 8)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 8)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[6], t73[7]));
-                    else { if ((v88 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t73[6]); if ((v88 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t73[7]); }
+                    else { if ((v88 + (acc_col + 8)) >= 0 && (v88 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t73[6]); if ((v88 + (acc_col + 8)) + 1 >= 0 && (v88 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t73[7]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 16));
+                    const bool pair_ok = (v88 + (acc_col + 16)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 16)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[8], t73[9]));
-                    else { if ((v88 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t73[8]); if ((v88 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t73[9]); }
+                    else { if ((v88 + (acc_col + 16)) >= 0 && (v88 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t73[8]); if ((v88 + (acc_col + 16)) + 1 >= 0 && (v88 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t73[9]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 16));
+                    const bool pair_ok = (v88 + (acc_col + 16)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 16)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[10], t73[11]));
-                    else { if ((v88 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t73[10]); if ((v88 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t73[11]); }
+                    else { if ((v88 + (acc_col + 16)) >= 0 && (v88 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t73[10]); if ((v88 + (acc_col + 16)) + 1 >= 0 && (v88 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t73[11]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 24));
+                    const bool pair_ok = (v88 + (acc_col + 24)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 24)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[12], t73[13]));
-                    else { if ((v88 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t73[12]); if ((v88 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t73[13]); }
+                    else { if ((v88 + (acc_col + 24)) >= 0 && (v88 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t73[12]); if ((v88 + (acc_col + 24)) + 1 >= 0 && (v88 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t73[13]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 24));
+                    const bool pair_ok = (v88 + (acc_col + 24)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 24)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[14], t73[15]));
-                    else { if ((v88 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t73[14]); if ((v88 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t73[15]); }
+                    else { if ((v88 + (acc_col + 24)) >= 0 && (v88 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t73[14]); if ((v88 + (acc_col + 24)) + 1 >= 0 && (v88 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t73[15]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 32));
+                    const bool pair_ok = (v88 + (acc_col + 32)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 32)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[16], t73[17]));
-                    else { if ((v88 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t73[16]); if ((v88 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t73[17]); }
+                    else { if ((v88 + (acc_col + 32)) >= 0 && (v88 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t73[16]); if ((v88 + (acc_col + 32)) + 1 >= 0 && (v88 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t73[17]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 32));
+                    const bool pair_ok = (v88 + (acc_col + 32)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 32)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[18], t73[19]));
-                    else { if ((v88 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t73[18]); if ((v88 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t73[19]); }
+                    else { if ((v88 + (acc_col + 32)) >= 0 && (v88 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t73[18]); if ((v88 + (acc_col + 32)) + 1 >= 0 && (v88 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t73[19]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 40));
+                    const bool pair_ok = (v88 + (acc_col + 40)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 40)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[20], t73[21]));
-                    else { if ((v88 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t73[20]); if ((v88 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t73[21]); }
+                    else { if ((v88 + (acc_col + 40)) >= 0 && (v88 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t73[20]); if ((v88 + (acc_col + 40)) + 1 >= 0 && (v88 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t73[21]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 40));
+                    const bool pair_ok = (v88 + (acc_col + 40)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 40)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[22], t73[23]));
-                    else { if ((v88 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t73[22]); if ((v88 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t73[23]); }
+                    else { if ((v88 + (acc_col + 40)) >= 0 && (v88 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t73[22]); if ((v88 + (acc_col + 40)) + 1 >= 0 && (v88 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t73[23]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 48));
+                    const bool pair_ok = (v88 + (acc_col + 48)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 48)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[24], t73[25]));
-                    else { if ((v88 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t73[24]); if ((v88 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t73[25]); }
+                    else { if ((v88 + (acc_col + 48)) >= 0 && (v88 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t73[24]); if ((v88 + (acc_col + 48)) + 1 >= 0 && (v88 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t73[25]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 48));
+                    const bool pair_ok = (v88 + (acc_col + 48)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 48)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[26], t73[27]));
-                    else { if ((v88 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t73[26]); if ((v88 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t73[27]); }
+                    else { if ((v88 + (acc_col + 48)) >= 0 && (v88 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t73[26]); if ((v88 + (acc_col + 48)) + 1 >= 0 && (v88 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t73[27]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 56));
+                    const bool pair_ok = (v88 + (acc_col + 56)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 56)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[28], t73[29]));
-                    else { if ((v88 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t73[28]); if ((v88 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t73[29]); }
+                    else { if ((v88 + (acc_col + 56)) >= 0 && (v88 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t73[28]); if ((v88 + (acc_col + 56)) + 1 >= 0 && (v88 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t73[29]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 56));
+                    const bool pair_ok = (v88 + (acc_col + 56)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 56)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[30], t73[31]));
-                    else { if ((v88 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t73[30]); if ((v88 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t73[31]); }
+                    else { if ((v88 + (acc_col + 56)) >= 0 && (v88 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t73[30]); if ((v88 + (acc_col + 56)) + 1 >= 0 && (v88 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t73[31]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 64));
+                    const bool pair_ok = (v88 + (acc_col + 64)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 64)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[32], t73[33]));
-                    else { if ((v88 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t73[32]); if ((v88 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t73[33]); }
+                    else { if ((v88 + (acc_col + 64)) >= 0 && (v88 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t73[32]); if ((v88 + (acc_col + 64)) + 1 >= 0 && (v88 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t73[33]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 64));
+                    const bool pair_ok = (v88 + (acc_col + 64)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 64)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[34], t73[35]));
-                    else { if ((v88 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t73[34]); if ((v88 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t73[35]); }
+                    else { if ((v88 + (acc_col + 64)) >= 0 && (v88 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t73[34]); if ((v88 + (acc_col + 64)) + 1 >= 0 && (v88 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t73[35]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 72));
+                    const bool pair_ok = (v88 + (acc_col + 72)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 72)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[36], t73[37]));
-                    else { if ((v88 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t73[36]); if ((v88 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t73[37]); }
+                    else { if ((v88 + (acc_col + 72)) >= 0 && (v88 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t73[36]); if ((v88 + (acc_col + 72)) + 1 >= 0 && (v88 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t73[37]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 72));
+                    const bool pair_ok = (v88 + (acc_col + 72)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 72)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[38], t73[39]));
-                    else { if ((v88 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t73[38]); if ((v88 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t73[39]); }
+                    else { if ((v88 + (acc_col + 72)) >= 0 && (v88 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t73[38]); if ((v88 + (acc_col + 72)) + 1 >= 0 && (v88 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t73[39]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 80));
+                    const bool pair_ok = (v88 + (acc_col + 80)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 80)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[40], t73[41]));
-                    else { if ((v88 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t73[40]); if ((v88 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t73[41]); }
+                    else { if ((v88 + (acc_col + 80)) >= 0 && (v88 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t73[40]); if ((v88 + (acc_col + 80)) + 1 >= 0 && (v88 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t73[41]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 80));
+                    const bool pair_ok = (v88 + (acc_col + 80)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 80)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[42], t73[43]));
-                    else { if ((v88 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t73[42]); if ((v88 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t73[43]); }
+                    else { if ((v88 + (acc_col + 80)) >= 0 && (v88 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t73[42]); if ((v88 + (acc_col + 80)) + 1 >= 0 && (v88 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t73[43]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 88));
+                    const bool pair_ok = (v88 + (acc_col + 88)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 88)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[44], t73[45]));
-                    else { if ((v88 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t73[44]); if ((v88 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t73[45]); }
+                    else { if ((v88 + (acc_col + 88)) >= 0 && (v88 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t73[44]); if ((v88 + (acc_col + 88)) + 1 >= 0 && (v88 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t73[45]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 88));
+                    const bool pair_ok = (v88 + (acc_col + 88)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 88)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[46], t73[47]));
-                    else { if ((v88 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t73[46]); if ((v88 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t73[47]); }
+                    else { if ((v88 + (acc_col + 88)) >= 0 && (v88 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t73[46]); if ((v88 + (acc_col + 88)) + 1 >= 0 && (v88 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t73[47]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 96));
+                    const bool pair_ok = (v88 + (acc_col + 96)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 96)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[48], t73[49]));
-                    else { if ((v88 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t73[48]); if ((v88 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t73[49]); }
+                    else { if ((v88 + (acc_col + 96)) >= 0 && (v88 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t73[48]); if ((v88 + (acc_col + 96)) + 1 >= 0 && (v88 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t73[49]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 96));
+                    const bool pair_ok = (v88 + (acc_col + 96)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 96)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[50], t73[51]));
-                    else { if ((v88 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t73[50]); if ((v88 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t73[51]); }
+                    else { if ((v88 + (acc_col + 96)) >= 0 && (v88 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t73[50]); if ((v88 + (acc_col + 96)) + 1 >= 0 && (v88 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t73[51]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 104));
+                    const bool pair_ok = (v88 + (acc_col + 104)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 104)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[52], t73[53]));
-                    else { if ((v88 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t73[52]); if ((v88 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t73[53]); }
+                    else { if ((v88 + (acc_col + 104)) >= 0 && (v88 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t73[52]); if ((v88 + (acc_col + 104)) + 1 >= 0 && (v88 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t73[53]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 104));
+                    const bool pair_ok = (v88 + (acc_col + 104)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 104)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[54], t73[55]));
-                    else { if ((v88 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t73[54]); if ((v88 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t73[55]); }
+                    else { if ((v88 + (acc_col + 104)) >= 0 && (v88 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t73[54]); if ((v88 + (acc_col + 104)) + 1 >= 0 && (v88 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t73[55]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 112));
+                    const bool pair_ok = (v88 + (acc_col + 112)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 112)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[56], t73[57]));
-                    else { if ((v88 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t73[56]); if ((v88 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t73[57]); }
+                    else { if ((v88 + (acc_col + 112)) >= 0 && (v88 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t73[56]); if ((v88 + (acc_col + 112)) + 1 >= 0 && (v88 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t73[57]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 112));
+                    const bool pair_ok = (v88 + (acc_col + 112)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 112)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[58], t73[59]));
-                    else { if ((v88 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t73[58]); if ((v88 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t73[59]); }
+                    else { if ((v88 + (acc_col + 112)) >= 0 && (v88 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t73[58]); if ((v88 + (acc_col + 112)) + 1 >= 0 && (v88 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t73[59]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 120));
+                    const bool pair_ok = (v88 + (acc_col + 120)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 120)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[60], t73[61]));
-                    else { if ((v88 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t73[60]); if ((v88 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t73[61]); }
+                    else { if ((v88 + (acc_col + 120)) >= 0 && (v88 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t73[60]); if ((v88 + (acc_col + 120)) + 1 >= 0 && (v88 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t73[61]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 120));
+                    const bool pair_ok = (v88 + (acc_col + 120)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 120)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[62], t73[63]));
-                    else { if ((v88 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t73[62]); if ((v88 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t73[63]); }
+                    else { if ((v88 + (acc_col + 120)) >= 0 && (v88 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t73[62]); if ((v88 + (acc_col + 120)) + 1 >= 0 && (v88 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t73[63]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 128));
+                    const bool pair_ok = (v88 + (acc_col + 128)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 128)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[64], t73[65]));
-                    else { if ((v88 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t73[64]); if ((v88 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t73[65]); }
+                    else { if ((v88 + (acc_col + 128)) >= 0 && (v88 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t73[64]); if ((v88 + (acc_col + 128)) + 1 >= 0 && (v88 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t73[65]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 128));
+                    const bool pair_ok = (v88 + (acc_col + 128)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 128)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[66], t73[67]));
-                    else { if ((v88 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t73[66]); if ((v88 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t73[67]); }
+                    else { if ((v88 + (acc_col + 128)) >= 0 && (v88 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t73[66]); if ((v88 + (acc_col + 128)) + 1 >= 0 && (v88 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t73[67]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 136));
+                    const bool pair_ok = (v88 + (acc_col + 136)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 136)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[68], t73[69]));
-                    else { if ((v88 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t73[68]); if ((v88 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t73[69]); }
+                    else { if ((v88 + (acc_col + 136)) >= 0 && (v88 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t73[68]); if ((v88 + (acc_col + 136)) + 1 >= 0 && (v88 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t73[69]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 136));
+                    const bool pair_ok = (v88 + (acc_col + 136)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 136)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[70], t73[71]));
-                    else { if ((v88 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t73[70]); if ((v88 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t73[71]); }
+                    else { if ((v88 + (acc_col + 136)) >= 0 && (v88 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t73[70]); if ((v88 + (acc_col + 136)) + 1 >= 0 && (v88 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t73[71]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 144));
+                    const bool pair_ok = (v88 + (acc_col + 144)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 144)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[72], t73[73]));
-                    else { if ((v88 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t73[72]); if ((v88 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t73[73]); }
+                    else { if ((v88 + (acc_col + 144)) >= 0 && (v88 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t73[72]); if ((v88 + (acc_col + 144)) + 1 >= 0 && (v88 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t73[73]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 144));
+                    const bool pair_ok = (v88 + (acc_col + 144)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 144)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[74], t73[75]));
-                    else { if ((v88 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t73[74]); if ((v88 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t73[75]); }
+                    else { if ((v88 + (acc_col + 144)) >= 0 && (v88 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t73[74]); if ((v88 + (acc_col + 144)) + 1 >= 0 && (v88 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t73[75]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 152));
+                    const bool pair_ok = (v88 + (acc_col + 152)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 152)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[76], t73[77]));
-                    else { if ((v88 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t73[76]); if ((v88 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t73[77]); }
+                    else { if ((v88 + (acc_col + 152)) >= 0 && (v88 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t73[76]); if ((v88 + (acc_col + 152)) + 1 >= 0 && (v88 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t73[77]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 152));
+                    const bool pair_ok = (v88 + (acc_col + 152)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 152)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[78], t73[79]));
-                    else { if ((v88 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t73[78]); if ((v88 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t73[79]); }
+                    else { if ((v88 + (acc_col + 152)) >= 0 && (v88 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t73[78]); if ((v88 + (acc_col + 152)) + 1 >= 0 && (v88 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t73[79]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 160));
+                    const bool pair_ok = (v88 + (acc_col + 160)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 160)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[80], t73[81]));
-                    else { if ((v88 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t73[80]); if ((v88 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t73[81]); }
+                    else { if ((v88 + (acc_col + 160)) >= 0 && (v88 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t73[80]); if ((v88 + (acc_col + 160)) + 1 >= 0 && (v88 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t73[81]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 160));
+                    const bool pair_ok = (v88 + (acc_col + 160)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 160)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[82], t73[83]));
-                    else { if ((v88 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t73[82]); if ((v88 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t73[83]); }
+                    else { if ((v88 + (acc_col + 160)) >= 0 && (v88 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t73[82]); if ((v88 + (acc_col + 160)) + 1 >= 0 && (v88 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t73[83]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 168));
+                    const bool pair_ok = (v88 + (acc_col + 168)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 168)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[84], t73[85]));
-                    else { if ((v88 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t73[84]); if ((v88 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t73[85]); }
+                    else { if ((v88 + (acc_col + 168)) >= 0 && (v88 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t73[84]); if ((v88 + (acc_col + 168)) + 1 >= 0 && (v88 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t73[85]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 168));
+                    const bool pair_ok = (v88 + (acc_col + 168)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 168)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[86], t73[87]));
-                    else { if ((v88 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t73[86]); if ((v88 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t73[87]); }
+                    else { if ((v88 + (acc_col + 168)) >= 0 && (v88 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t73[86]); if ((v88 + (acc_col + 168)) + 1 >= 0 && (v88 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t73[87]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 176));
+                    const bool pair_ok = (v88 + (acc_col + 176)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 176)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[88], t73[89]));
-                    else { if ((v88 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t73[88]); if ((v88 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t73[89]); }
+                    else { if ((v88 + (acc_col + 176)) >= 0 && (v88 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t73[88]); if ((v88 + (acc_col + 176)) + 1 >= 0 && (v88 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t73[89]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 176));
+                    const bool pair_ok = (v88 + (acc_col + 176)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 176)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[90], t73[91]));
-                    else { if ((v88 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t73[90]); if ((v88 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t73[91]); }
+                    else { if ((v88 + (acc_col + 176)) >= 0 && (v88 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t73[90]); if ((v88 + (acc_col + 176)) + 1 >= 0 && (v88 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t73[91]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 184));
+                    const bool pair_ok = (v88 + (acc_col + 184)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 184)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[92], t73[93]));
-                    else { if ((v88 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t73[92]); if ((v88 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t73[93]); }
+                    else { if ((v88 + (acc_col + 184)) >= 0 && (v88 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t73[92]); if ((v88 + (acc_col + 184)) + 1 >= 0 && (v88 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t73[93]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 184));
+                    const bool pair_ok = (v88 + (acc_col + 184)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 184)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[94], t73[95]));
-                    else { if ((v88 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t73[94]); if ((v88 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t73[95]); }
+                    else { if ((v88 + (acc_col + 184)) >= 0 && (v88 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t73[94]); if ((v88 + (acc_col + 184)) + 1 >= 0 && (v88 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t73[95]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 192));
+                    const bool pair_ok = (v88 + (acc_col + 192)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 192)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[96], t73[97]));
-                    else { if ((v88 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t73[96]); if ((v88 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t73[97]); }
+                    else { if ((v88 + (acc_col + 192)) >= 0 && (v88 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t73[96]); if ((v88 + (acc_col + 192)) + 1 >= 0 && (v88 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t73[97]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 192));
+                    const bool pair_ok = (v88 + (acc_col + 192)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 192)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[98], t73[99]));
-                    else { if ((v88 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t73[98]); if ((v88 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t73[99]); }
+                    else { if ((v88 + (acc_col + 192)) >= 0 && (v88 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t73[98]); if ((v88 + (acc_col + 192)) + 1 >= 0 && (v88 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t73[99]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 200));
+                    const bool pair_ok = (v88 + (acc_col + 200)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 200)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[100], t73[101]));
-                    else { if ((v88 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t73[100]); if ((v88 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t73[101]); }
+                    else { if ((v88 + (acc_col + 200)) >= 0 && (v88 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t73[100]); if ((v88 + (acc_col + 200)) + 1 >= 0 && (v88 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t73[101]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 200));
+                    const bool pair_ok = (v88 + (acc_col + 200)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 200)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[102], t73[103]));
-                    else { if ((v88 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t73[102]); if ((v88 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t73[103]); }
+                    else { if ((v88 + (acc_col + 200)) >= 0 && (v88 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t73[102]); if ((v88 + (acc_col + 200)) + 1 >= 0 && (v88 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t73[103]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 208));
+                    const bool pair_ok = (v88 + (acc_col + 208)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 208)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[104], t73[105]));
-                    else { if ((v88 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t73[104]); if ((v88 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t73[105]); }
+                    else { if ((v88 + (acc_col + 208)) >= 0 && (v88 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t73[104]); if ((v88 + (acc_col + 208)) + 1 >= 0 && (v88 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t73[105]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 208));
+                    const bool pair_ok = (v88 + (acc_col + 208)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 208)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[106], t73[107]));
-                    else { if ((v88 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t73[106]); if ((v88 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t73[107]); }
+                    else { if ((v88 + (acc_col + 208)) >= 0 && (v88 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t73[106]); if ((v88 + (acc_col + 208)) + 1 >= 0 && (v88 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t73[107]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 216));
+                    const bool pair_ok = (v88 + (acc_col + 216)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 216)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[108], t73[109]));
-                    else { if ((v88 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t73[108]); if ((v88 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t73[109]); }
+                    else { if ((v88 + (acc_col + 216)) >= 0 && (v88 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t73[108]); if ((v88 + (acc_col + 216)) + 1 >= 0 && (v88 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t73[109]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 216));
+                    const bool pair_ok = (v88 + (acc_col + 216)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 216)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[110], t73[111]));
-                    else { if ((v88 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t73[110]); if ((v88 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t73[111]); }
+                    else { if ((v88 + (acc_col + 216)) >= 0 && (v88 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t73[110]); if ((v88 + (acc_col + 216)) + 1 >= 0 && (v88 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t73[111]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 224));
+                    const bool pair_ok = (v88 + (acc_col + 224)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 224)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[112], t73[113]));
-                    else { if ((v88 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t73[112]); if ((v88 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t73[113]); }
+                    else { if ((v88 + (acc_col + 224)) >= 0 && (v88 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t73[112]); if ((v88 + (acc_col + 224)) + 1 >= 0 && (v88 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t73[113]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 224));
+                    const bool pair_ok = (v88 + (acc_col + 224)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 224)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[114], t73[115]));
-                    else { if ((v88 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t73[114]); if ((v88 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t73[115]); }
+                    else { if ((v88 + (acc_col + 224)) >= 0 && (v88 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t73[114]); if ((v88 + (acc_col + 224)) + 1 >= 0 && (v88 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t73[115]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 232));
+                    const bool pair_ok = (v88 + (acc_col + 232)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 232)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[116], t73[117]));
-                    else { if ((v88 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t73[116]); if ((v88 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t73[117]); }
+                    else { if ((v88 + (acc_col + 232)) >= 0 && (v88 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t73[116]); if ((v88 + (acc_col + 232)) + 1 >= 0 && (v88 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t73[117]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 232));
+                    const bool pair_ok = (v88 + (acc_col + 232)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 232)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[118], t73[119]));
-                    else { if ((v88 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t73[118]); if ((v88 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t73[119]); }
+                    else { if ((v88 + (acc_col + 232)) >= 0 && (v88 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t73[118]); if ((v88 + (acc_col + 232)) + 1 >= 0 && (v88 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t73[119]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 240));
+                    const bool pair_ok = (v88 + (acc_col + 240)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 240)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[120], t73[121]));
-                    else { if ((v88 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t73[120]); if ((v88 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t73[121]); }
+                    else { if ((v88 + (acc_col + 240)) >= 0 && (v88 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t73[120]); if ((v88 + (acc_col + 240)) + 1 >= 0 && (v88 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t73[121]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 240));
+                    const bool pair_ok = (v88 + (acc_col + 240)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 240)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[122], t73[123]));
-                    else { if ((v88 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t73[122]); if ((v88 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t73[123]); }
+                    else { if ((v88 + (acc_col + 240)) >= 0 && (v88 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t73[122]); if ((v88 + (acc_col + 240)) + 1 >= 0 && (v88 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t73[123]); }
                 }
-                if ((v86 + (acc_row + 0)) < M) {
+                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 248));
+                    const bool pair_ok = (v88 + (acc_col + 248)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 248)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[124], t73[125]));
-                    else { if ((v88 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t73[124]); if ((v88 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t73[125]); }
+                    else { if ((v88 + (acc_col + 248)) >= 0 && (v88 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t73[124]); if ((v88 + (acc_col + 248)) + 1 >= 0 && (v88 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t73[125]); }
                 }
-                if ((v86 + (acc_row + 8)) < M) {
+                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
                     ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 248));
+                    const bool pair_ok = (v88 + (acc_col + 248)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
                     if (pair_ok && (v88 + (acc_col + 248)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[126], t73[127]));
-                    else { if ((v88 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t73[126]); if ((v88 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t73[127]); }
+                    else { if ((v88 + (acc_col + 248)) >= 0 && (v88 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t73[126]); if ((v88 + (acc_col + 248)) + 1 >= 0 && (v88 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t73[127]); }
                 }
             }
         }

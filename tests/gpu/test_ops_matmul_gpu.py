@@ -98,3 +98,15 @@ def test_clear_errors():
         matmul(a, _rand(32, 64))
     with pytest.raises(LaunchError, match="out has shape"):
         matmul(a, a, out=torch.empty(3, 3, device="cuda", dtype=torch.bfloat16))
+
+
+def test_out_overlapping_an_input_and_noncontiguous_shared_weight():
+    from argus.errors import LaunchError
+    from argus.ops import matmul
+
+    a = _rand(64, 64)
+    with pytest.raises(LaunchError, match="shares memory"):
+        matmul(a, a, out=a)
+    x = _rand(4, 50, 136, seed=12)[:, ::2]      # non-contiguous batched a, shared 2-d weight
+    w = _rand(136, 72, seed=13)
+    assert _rel(matmul(x, w), x.double() @ w.double()) < 1e-2
