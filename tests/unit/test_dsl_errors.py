@@ -182,3 +182,47 @@ def test_conditional_tma_copy_in_a_produce_step_is_rejected():
     with pytest.raises(CompileError, match="under ag.when") as e:
         lower_only(bad)
     assert e.value.loc.line == _line_of("MARK-guarded", bad.fn)
+
+
+def test_scalar_equality_records_a_comparison():
+    import numpy as np
+
+    @ag.kernel(threads=128)
+    def first_row_only(Y: ag.Tensor["M", 128, ag.f32]):
+        (pid,) = ag.grid(Y.shape[0])
+        with ag.when(pid == 0):
+            ag.store(Y, (pid, 0), ag.full((1, 128), 1.0))
+
+    y = np.zeros((3, 128), dtype=np.float32)
+    first_row_only.interpret(y)
+    assert y[0].sum() == 128 and y[1:].sum() == 0
+
+
+def test_interpreter_writes_numpy_outputs_back_and_checks_dtypes():
+    import numpy as np
+
+    from argus.errors import LaunchError
+
+    @ag.kernel(threads=128)
+    def fill(Y: ag.Tensor["M", 128, ag.f16]):
+        (pid,) = ag.grid(Y.shape[0])
+        ag.store(Y, (pid, 0), ag.full((1, 128), 2.0, ag.f16))
+
+    y = np.zeros((2, 128), dtype=np.float16)
+    fill.interpret(y)
+    assert (y == 2).all()
+    with pytest.raises(LaunchError, match="expected f16"):
+        fill.interpret(np.zeros((2, 128), dtype=np.int32))
+
+
+def test_negative_offsets_are_masked_in_generated_code():
+    from argus import codegen
+    from argus.compiler import lower_only
+
+    @ag.kernel(threads=128)
+    def shifted(X: ag.Tensor["M", 128, ag.f32], Y: ag.Tensor["M", 128, ag.f32]):
+        (pid,) = ag.grid(X.shape[0])
+        ag.store(Y, (pid, 0), ag.load(X, (pid - 1, 0), (1, 128), other=-7.0))
+
+    text = codegen.render(lower_only(shifted)).text
+    assert ">= 0 &&" in text

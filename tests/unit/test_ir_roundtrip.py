@@ -54,3 +54,10 @@ def test_check_kernel_rejects_use_outside_scope():
             "}\n")
     with pytest.raises(IRError, match="not defined before it"):
         check_kernel(parse_kernel(text))
+
+
+def test_parser_reads_names_that_start_with_inf_or_nan():
+    text = ("kernel @inference_add(%nanos.0: i32) {threads=128} {\n"
+            "  %1:f32 = const() {value=inf}\n}\n")
+    k = parse_kernel(text)
+    assert k.name == "inference_add" and k.params[0].name == "nanos"
