@@ -107,18 +107,6 @@ def get_init_inputs():
 }
 
 
-class _Tee:
-    def __init__(self, stream, path: Path):
-        self.stream, self.file = stream, open(path, "a", buffering=1)  # noqa: SIM115
-
-    def write(self, text: str) -> int:
-        self.stream.write(text)
-        self.file.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        self.stream.flush()
-        self.file.flush()
 
 
 def find_tasks(work: Path) -> dict[str, Path]:
@@ -237,7 +225,9 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    sys.stdout = _Tee(sys.stdout, out / "progress.log")
+    from argus.bench.tee import Tee
+
+    sys.stdout = Tee(sys.stdout, out / "progress.log")
     t0 = time.monotonic()
     deadline = t0 + args.budget_s
 

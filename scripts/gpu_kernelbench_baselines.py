@@ -49,20 +49,6 @@ def _import_harness() -> None:
             sys.modules[name] = stub
 
 
-class _Tee:
-    """Progress lines to stderr and to a file in the output folder."""
-
-    def __init__(self, stream, path: Path):
-        self.stream, self.file = stream, open(path, "a", buffering=1)  # noqa: SIM115
-
-    def write(self, text: str) -> int:
-        self.stream.write(text)
-        self.file.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        self.stream.flush()
-        self.file.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     from argus.bench.kernelbench.baseline_suite import SuiteOptions, markdown, run_baselines
     from argus.bench.kernelbench.baselines import BaselineCache
     from argus.bench.kernelbench.tasks import KernelBenchError, discover, parse_ids
+    from argus.bench.tee import Tee
 
     out = Path(args.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -116,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{jobs} workers, budget {options.budget_s:.0f} s, device {gpu}, "
           f"torch {torch.__version__}", file=sys.stderr, flush=True)
     cache = BaselineCache(out / "baselines-cache.json")  # written after every task
-    progress = _Tee(sys.stderr, out / "progress.log")
+    progress = Tee(sys.stderr, out / "progress.log")
     try:
         outcomes, env = run_baselines(tasks, options, log_dir=out / "logs", cache=cache,
                                       progress=progress)
