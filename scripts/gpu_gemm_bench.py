@@ -110,6 +110,8 @@ def bench_case(batch, m, n, k, layout, bw, trials):
     log(f"{layout} {'%dx' % batch if batch else ''}{m}x{n}x{k}: ours {row['ours_tflops']:.0f} "
         f"TFLOP/s, cuBLAS {row['cublas_tflops']:.0f}, ratio {row['ratio']:.2f}, err {err:.1e}, "
         f"{best}")
+    for ms, s in sorted(tried, key=lambda r: r[0]):  # what tuning saw, fastest first
+        log(f"    {ms * 1e3:8.1f} us  {s}")
     return row
 
 
@@ -139,6 +141,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--shapes", default="",
+                        help="only these MxNxK shapes (comma-separated), e.g. 16x8192x8192")
+    parser.add_argument("--no-batched", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -149,6 +154,8 @@ def main() -> int:
         f"TB/s (read + write)")
     rows = []
     sweep = SWEEP[:3] if args.quick else SWEEP
+    if args.shapes:
+        sweep = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")]
     for (m, n, k) in sweep:
         for layout in ("NN", "NT"):
             try:
@@ -156,7 +163,7 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001 - record and continue
                 log(f"{layout} {m}x{n}x{k}: FAILED {type(e).__name__}: {e}")
                 rows.append({"M": m, "N": n, "K": k, "layout": layout, "error": repr(e)})
-    for (batch, m, n, k) in ([] if args.quick else BATCHED):
+    for (batch, m, n, k) in ([] if args.quick or args.no_batched or args.shapes else BATCHED):
         for layout in ("NN", "NT"):
             try:
                 rows.append(bench_case(batch, m, n, k, layout, bw, args.trials))

@@ -35,6 +35,7 @@ class GemmSchedule:
     epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
     cluster_m: int = 1      # 2: CTA pairs on vertically adjacent tiles share B by TMA multicast
     zero_by_wgmma: bool = False  # scale-d = 0 on the first wgmma instead of zeroing registers
+    k_atoms: int = 1        # 128-byte K chunks per stage: deeper stages = longer DRAM bursts
 
     def __post_init__(self) -> None:
         problems = []
@@ -45,6 +46,10 @@ class GemmSchedule:
         if self.consumers < 1 or self.bm != 64 * self.consumers:
             problems.append(f"each consumer warpgroup owns 64 rows: bm={self.bm} needs "
                             f"consumers={self.bm // 64}")
+        if self.k_atoms not in (1, 2, 4):
+            problems.append(f"k_atoms={self.k_atoms} is not 1, 2 or 4")
+        if self.k_atoms > 1 and self.zero_by_wgmma:
+            problems.append("zero_by_wgmma needs k_atoms=1 (one wgmma call per stage)")
         if self.cluster_m not in (1, 2):
             problems.append(f"cluster_m={self.cluster_m}: the kernel pairs at most 2 CTAs")
         if problems:
@@ -80,6 +85,10 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         M, K = A.shape[-2], A.shape[-1]
         N = B.shape[-2] if b_layout == "nk" else B.shape[-1]
         cs = s.cluster_m
+        if mn_major_b and s.bn % 64:
+            raise ag.TraceError(f"GemmSchedule(bn={s.bn}): an MN-major B ([K, N], N contiguous) "
+                                f"is read in 64-column atoms, so bn must be a multiple of 64",
+                                fix="use bn=64, 128 or 256 for x @ W with W [K, N]")
         if cs > 1 and (s.bn // cs) % 8 or (mn_major_b and (s.bn // 64) % cs):
             raise ag.TraceError(f"GemmSchedule(bn={s.bn}, cluster_m={cs}): each CTA of the "
                                 f"cluster multicasts an equal share of B, so bn must split into "
@@ -96,13 +105,17 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         (pid,) = ag.grid(clusters * cs, cluster=cs)
         rank = ag.cluster_rank() if cs > 1 else 0
         first, programs = (pid // cs, clusters) if cs > 1 else (pid, clusters)
-        sA = ag.smem((s.stages, s.bm, s.bk), in_dtype, swizzle=128)
+        # A stage holds k_atoms independent BK-deep slices ("atoms"), stacked along the rows:
+        # atom j of A is rows [j*bm, (j+1)*bm), of B rows [j*b_rows, (j+1)*b_rows).
+        ka = s.k_atoms
+        b_rows = (s.bn // 64) * s.bk if mn_major_b else s.bn
+        sA = ag.smem((s.stages, ka * s.bm, s.bk), in_dtype, swizzle=128)
         if mn_major_b:  # one [BK][64] box per 64 columns of the B tile
-            sB = ag.smem((s.stages, (s.bn // 64) * s.bk, 64), in_dtype, swizzle=128)
+            sB = ag.smem((s.stages, ka * b_rows, 64), in_dtype, swizzle=128)
         else:
-            sB = ag.smem((s.stages, s.bn, s.bk), in_dtype, swizzle=128)
+            sB = ag.smem((s.stages, ka * b_rows, s.bk), in_dtype, swizzle=128)
         pipe = ag.pipeline(s.stages, consumers=s.consumers)
-        k_tiles = ag.cdiv(K, s.bk)
+        k_tiles = ag.cdiv(K, s.bk * ka)
         rows = s.bm // s.consumers
         blocks = s.bn // 64
         if s.epilogue == "tma":  # one 128B-swizzled 64 x 64 staging block per 64 columns
@@ -121,18 +134,22 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                 b, m, n = locate(tile)
                 for k in ag.range(k_tiles):
                     with pipe.produce() as stage:
-                        ag.tma.load(sA[stage], A, (*b, m * s.bm, k * s.bk))
-                        if mn_major_b:  # each CTA loads blocks/cs column boxes for all
-                            for jj in range(blocks // cs):
-                                j = rank * (blocks // cs) + jj
-                                ag.tma.load(sB[stage].rows_of(j * s.bk, s.bk), B,
-                                            (*b, k * s.bk, n * s.bn + 64 * j), multicast=cs > 1)
-                        elif cs > 1:  # each CTA loads 1/cs of the B rows for all
-                            part = s.bn // cs
-                            ag.tma.load(sB[stage].rows_of(rank * part, part), B,
-                                        (*b, n * s.bn + rank * part, k * s.bk), multicast=True)
-                        else:
-                            ag.tma.load(sB[stage], B, (*b, n * s.bn, k * s.bk))
+                        for atom in range(ka):
+                            k0 = (k * ka + atom) * s.bk
+                            a_at, b_at = atom * s.bm, atom * b_rows
+                            ag.tma.load(sA[stage].rows_of(a_at, s.bm), A, (*b, m * s.bm, k0))
+                            if mn_major_b:  # each CTA loads blocks/cs column boxes for all
+                                for jj in range(blocks // cs):
+                                    j = rank * (blocks // cs) + jj
+                                    ag.tma.load(sB[stage].rows_of(b_at + j * s.bk, s.bk), B,
+                                                (*b, k0, n * s.bn + 64 * j), multicast=cs > 1)
+                            elif cs > 1:  # each CTA loads 1/cs of the B rows for all
+                                part = s.bn // cs
+                                ag.tma.load(sB[stage].rows_of(b_at + rank * part, part), B,
+                                            (*b, n * s.bn + rank * part, k0), multicast=True)
+                            else:
+                                ag.tma.load(sB[stage].rows_of(b_at, s.bn), B,
+                                            (*b, n * s.bn, k0))
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             for tile in ag.range(first, total, programs):
@@ -140,8 +157,10 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                 acc = ag.zeros((rows, s.bn), ag.f32, by_wgmma=s.zero_by_wgmma)
                 for k in ag.range(k_tiles):
                     with pipe.consume() as stage:
-                        ag.wgmma(sA[stage].rows_of(wg * rows, rows), sB[stage], acc,
-                                 trans_b=mn_major_b)
+                        for atom in range(ka):
+                            ag.wgmma(sA[stage].rows_of(atom * s.bm + wg * rows, rows),
+                                     sB[stage].rows_of(atom * b_rows, b_rows), acc,
+                                     trans_b=mn_major_b)
                 if s.epilogue == "tma":
                     for j in range(blocks):
                         staging = sC[wg * blocks + j]

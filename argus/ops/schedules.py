@@ -70,6 +70,16 @@ def candidates(p: Problem) -> list[GemmSchedule]:
         out += [GemmSchedule(bm=64, bn=128, consumers=1, stages=8),
                 GemmSchedule(bm=128, bn=128, stages=6),
                 GemmSchedule(bm=64, bn=64, consumers=1, stages=8)]
+    if p.m * p.batch <= 64:
+        # weight streaming: several 128-byte K slices per stage give each weight row a longer
+        # contiguous read per TMA round; narrower N tiles put more SMs to work
+        out += [GemmSchedule(bm=64, bn=64, consumers=1, stages=6, k_atoms=2),
+                GemmSchedule(bm=64, bn=64, consumers=1, stages=3, k_atoms=4),
+                GemmSchedule(bm=64, bn=128, consumers=1, stages=4, k_atoms=2),
+                GemmSchedule(bm=64, bn=64, consumers=1, stages=6, k_atoms=2,
+                             persistent=False)]
+        if p.b_layout == "nk":  # an MN-major B is read in 64-column atoms
+            out += [GemmSchedule(bm=64, bn=32, consumers=1, stages=8, k_atoms=2)]
     seen, unique = set(), []
     for s in out:
         if s not in seen:

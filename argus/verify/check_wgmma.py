@@ -122,51 +122,82 @@ def _reduction_loops(model: Model, site: WgmmaSite):
     return out
 
 
+def _siblings(model: Model, site: WgmmaSite) -> list[WgmmaSite]:
+    """The wgmma sites that sum into the same accumulator over the same reduction loops (a
+    stage holding several K slices issues one wgmma per slice): together they must multiply
+    every k once, so k-once is checked over their union."""
+    loops = [s.op for s in _reduction_loops(model, site)]
+    out = []
+    for other in model.wgmmas:
+        if (other.op.acc.id == site.op.acc.id and other.acc_def_seq == site.acc_def_seq
+                and other.site.role is site.site.role
+                and [s.op for s in _reduction_loops(model, other)] == loops
+                and all(x is y for x, y in zip([s.op for s in _reduction_loops(model, other)],
+                                                loops))):
+            out.append(other)
+    return out or [site]
+
+
 def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     op = site.op
     K = site.a.cols
     loops = _reduction_loops(model, site)
-    subject = f"k of wgmma at {op.loc} over {len(loops)} loop(s)"
-    # two instances that differ in (reduction-loop indices, k); everything else shared
-    kk1, kk2, m = fresh_int("kk"), fresh_int("kk"), fresh_int("m")
+    siblings = _siblings(model, site)
+    index = next(i for i, s in enumerate(siblings) if s.op is op)
+    several = len(siblings) > 1
+    subject = (f"k of wgmma at {op.loc} over {len(loops)} loop(s)" +
+               (f" and {len(siblings)} wgmma sites" if several else ""))
+    # two instances that differ in (site, reduction-loop indices, k); everything else shared
     ren = [(s.var, fresh_int(f"{s.var}@2")) for s in loops]
-    r1 = model.read_smem(site.a, (m, kk1), site.site)
-    r2 = model.read_smem(site.a, (m, kk2), site.site)
-    f1, f2 = r1.fields.get(name), r2.fields.get(name)
-    if f1 is None:
-        return []
 
     def sub(t):
         return z3.substitute(t, *ren) if ren else t
+    kk1, m = fresh_int("kk"), fresh_int("m")
+    r1 = model.read_smem(site.a, (m, kk1), site.site)
+    f1 = r1.fields.get(name)
+    if f1 is None:
+        return []
     cons1 = site.site.constraints()
-    cons2 = [sub(c) for c in cons1]
-    prem = list(model.premises) + cons1 + cons2 + list(r1.cond) + [sub(c) for c in r2.cond] \
-        + list(f1.cond) + [sub(c) for c in f2.cond] + \
-        [m >= 0, m < 64, kk1 >= 0, kk1 < K, kk2 >= 0, kk2 < K, r1.defined, sub(r2.defined)]
-    same_instance = z3.And([kk1 == kk2] + [a == b for a, b in ren])
-    t1, t2 = f1.term, sub(f2.term)
+    t1 = f1.term
+    first_prem = list(model.premises) + cons1 + list(r1.cond) + list(f1.cond) + \
+        [m >= 0, m < 64, kk1 >= 0, kk1 < K, r1.defined]
+    obs = []
+    # injectivity against this site itself and every later sibling
+    for other in siblings[index:]:
+        kk2 = fresh_int("kk")
+        r2 = model.read_smem(other.a, (m, kk2), other.site)
+        f2 = r2.fields.get(name)
+        if f2 is None:
+            continue
+        prem = first_prem + [sub(c) for c in other.site.constraints()] + \
+            [sub(c) for c in r2.cond] + [sub(c) for c in f2.cond] + \
+            [kk2 >= 0, kk2 < other.a.cols, sub(r2.defined)]
+        t2 = sub(f2.term)
+        same_instance = z3.And([kk1 == kk2] + [a == b for a, b in ren]) \
+            if other is site else z3.BoolVal(False)
 
-    def decode_dup(zm, violated):
-        wit = W.context(model, zm, site.site)
-        i1 = {str(s.op.loc): value(zm, s.var) for s in loops}
-        i2 = {str(s.op.loc): value(zm, b) for s, (_, b) in zip(loops, ren)}
-        k = value(zm, t1)
-        wit.update({"k": k, "first": {"iteration": i1, "k_in_tile": value(zm, kk1)},
-                    "second": {"iteration": i2, "k_in_tile": value(zm, kk2)}})
-        return (f"global {name} = {k} is multiplied twice: at iteration {i1} k-in-tile "
-                f"{value(zm, kk1)} and at iteration {i2} k-in-tile {value(zm, kk2)}"), wit
-
-    obs = [Obligation("wgmma.k-once", op.loc, subject + ": injective", prem,
-                      [(f"distinct (iteration, k) give distinct {name}",
-                        z3.Or(same_instance, t1 != t2))], decode_dup,
-                      minimize=[s.var for s in loops] + [kk1])]
-    # coverage: |domain| = product of trip counts x K, image inside [0, |domain|), |domain| >= K
-    size = z3.IntVal(K)
+        def decode_dup(zm, violated, kk2=kk2, other=other):
+            wit = W.context(model, zm, site.site)
+            i1 = {str(s.op.loc): value(zm, s.var) for s in loops}
+            i2 = {str(s.op.loc): value(zm, b) for s, (_, b) in zip(loops, ren)}
+            k = value(zm, t1)
+            wit.update({"k": k, "first": {"iteration": i1, "k_in_tile": value(zm, kk1)},
+                        "second": {"iteration": i2, "k_in_tile": value(zm, kk2),
+                                   "site": str(other.op.loc)}})
+            return (f"global {name} = {k} is multiplied twice: at iteration {i1} k-in-tile "
+                    f"{value(zm, kk1)} and at iteration {i2} k-in-tile {value(zm, kk2)}"
+                    + (f" of the wgmma at {other.op.loc}" if other is not site else "")), wit
+        obs.append(Obligation("wgmma.k-once", op.loc, subject + ": injective"
+                              + (f" with {other.op.loc}" if other is not site else ""), prem,
+                              [(f"distinct (site, iteration, k) give distinct {name}",
+                                z3.Or(same_instance, t1 != t2))], decode_dup,
+                              minimize=[s.var for s in loops] + [kk1]))
+    # coverage: |domain| = sites x product of trip counts x K, image inside [0, |domain|),
+    # |domain| >= K
+    size = z3.IntVal(K * len(siblings))
     for s in loops:
         size = size * model.trip_term(s.op)
     extent = _field_extent(model, r1, name)
-    prem_one = list(model.premises) + cons1 + list(r1.cond) + list(f1.cond) + \
-        [m >= 0, m < 64, kk1 >= 0, kk1 < K, r1.defined]
 
     def decode_range(zm, violated):
         wit = W.context(model, zm, site.site)
@@ -182,10 +213,10 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
         return msg, wit
 
     claims = [(f"{name} in [0, |domain|)", z3.And(t1 >= 0, t1 < size))]
-    if extent is not None:
+    if extent is not None and index == 0:
         claims.append(("k range covers the tensor", size >= _num(extent)))
-    obs.append(Obligation("wgmma.k-once", op.loc, subject + ": covers [0, K)", prem_one, claims,
-                          decode_range, minimize=list(model.params.values())))
+    obs.append(Obligation("wgmma.k-once", op.loc, subject + ": covers [0, K)", first_prem,
+                          claims, decode_range, minimize=list(model.params.values())))
     return obs
 
 

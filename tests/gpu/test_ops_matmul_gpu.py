@@ -110,3 +110,23 @@ def test_out_overlapping_an_input_and_noncontiguous_shared_weight():
     x = _rand(4, 50, 136, seed=12)[:, ::2]      # non-contiguous batched a, shared 2-d weight
     w = _rand(136, 72, seed=13)
     assert _rel(matmul(x, w), x.double() @ w.double()) < 1e-2
+
+
+@pytest.mark.parametrize("m", [16, 1000])
+@pytest.mark.parametrize("layout", ["x@W.T", "x@W"])
+def test_every_candidate_schedule_is_correct(m, layout):
+    """Tuning may pick any candidate: each one (k_atoms slices, narrow tiles, clusters, scale-d,
+    TMA store) gives the right answer on a ragged shape."""
+    from argus.ops import matmul
+    from argus.ops.schedules import Problem, candidates
+
+    n, k = 4160, 1000  # K not a multiple of a 4-atom stage (256): the last stage is partial
+    a = _rand(m, k, seed=3)
+    w = _rand(n, k, seed=4) if layout == "x@W.T" else _rand(k, n, seed=4)
+    b = w.T if layout == "x@W.T" else w
+    ref = a.double() @ b.double()
+    problem = Problem(m, n, k, 1, "bf16", "bf16", "nk" if layout == "x@W.T" else "kn", True)
+    for s in candidates(problem):
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        matmul(a, b, out, schedule=s)
+        assert _rel(out, ref) < 1e-2, s
