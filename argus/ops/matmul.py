@@ -11,6 +11,8 @@ not multiply) raise a LaunchError that says what and how to fix it.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
@@ -18,8 +20,14 @@ from argus.ops.schedules import Problem, choose
 
 _IN = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16}
 # Per-process memo of (problem, device) -> (schedule, compiled kernel): a repeated call costs a
-# dictionary lookup, not a disk read or a recompile.
-_CHOSEN: dict = {}
+# dictionary lookup, not a disk read or a recompile. Bounded: dynamic shapes must not grow it
+# without limit.
+_CHOSEN: OrderedDict = OrderedDict()
+# Repeated calls on the same buffers (a training or decode loop, a benchmark) skip the checks
+# and the problem analysis: (pointers, shapes, strides, dtypes, device) -> the launch. Small
+# GEMMs run in tens of microseconds, so host time per call is part of what users measure.
+_LAUNCHES: OrderedDict = OrderedDict()
+_MEMO_SIZE = 512
 _DEVICE_NAMES: dict = {}
 _OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
 
@@ -85,10 +93,36 @@ def _check(a, b, out) -> None:
                           f"not multiply (inner dims {a.shape[-1]} vs {b.shape[-2]})")
 
 
+def _remember(memo: OrderedDict, key, value) -> None:
+    memo[key] = value
+    if len(memo) > _MEMO_SIZE:
+        memo.popitem(last=False)
+
+
+def _launch_key(a, b, out, schedule):
+    try:
+        return (a.data_ptr(), b.data_ptr(), out.data_ptr(), a.shape, b.shape, out.shape,
+                a.stride(), b.stride(), out.stride(), a.dtype, b.dtype, out.dtype, a.device,
+                b.device, out.device, schedule)
+    except (AttributeError, TypeError, RuntimeError):
+        return None  # not tensors: the checks below say what is wrong
+
+
 def matmul(a, b, out=None, *, schedule: GemmSchedule | None = None):
     """Return a @ b (and write it into `out` when given)."""
+    if out is not None:
+        key = _launch_key(a, b, out, schedule)
+        launch = _LAUNCHES.get(key) if key is not None else None
+        if launch is not None:
+            launch()
+            return out
+    return _matmul(a, b, out, schedule)
+
+
+def _matmul(a, b, out, schedule: GemmSchedule | None):
     import torch
 
+    key = _launch_key(a, b, out, schedule) if out is not None else None
     _check(a, b, out)
     batched = a.dim() == 3
     if batched and b.dim() == 2:
@@ -144,18 +178,26 @@ def matmul(a, b, out=None, *, schedule: GemmSchedule | None = None):
                               "with 16-byte aligned rows",
                               fix="use GemmSchedule(epilogue='direct')")
         compiled = gemm_kernel(in_dtype, out_dtype, layout, batched).compile(s=chosen)
-        _CHOSEN[memo_key] = compiled
+        _remember(_CHOSEN, memo_key, compiled)
     if a.device.index == torch.cuda.current_device():
         compiled(a_ready, b_ready, out)
     else:
         with torch.cuda.device(a.device):
             compiled(a_ready, b_ready, out)
+    if key is not None and a_ready.data_ptr() == a.data_ptr() and \
+            b_ready.data_ptr() == b.data_ptr():
+        # the kernel read the caller's buffers themselves (no aligned copy): the same buffers
+        # next time can go straight to the launch
+        plan = compiled.plan_for(a_ready, b_ready, out)
+        if plan is not None:
+            _remember(_LAUNCHES, key, plan)
     return out
 
 
 def forget_choices() -> None:
     """Drop the in-process schedule memo (after tuning wrote new choices to disk)."""
     _CHOSEN.clear()
+    _LAUNCHES.clear()
 
 
 def bmm(a, b, out=None, *, schedule: GemmSchedule | None = None):
