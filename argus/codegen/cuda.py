@@ -240,6 +240,12 @@ class _Emitter:
     tensors: dict[int, str] = field(default_factory=dict)
     pending: dict[int, list[str]] = field(default_factory=dict)  # pipe -> accs in flight
     tma_stores: bool = False
+    # TMA-store protocol (see op_TmaStore): generic smem writes since the last proxy fence,
+    # bulk stores that may still be reading smem, buffers whose store waits can be deferred
+    store_unfenced: bool = True
+    store_read_pending: bool = False
+    deferrable_store_buffers: set[int] = field(default_factory=set)
+    smem_root: dict[int, int] = field(default_factory=dict)  # view id -> allocation id
     lazy_zero: dict[str, int] = field(default_factory=dict)  # tile -> regs, scale-d zeroing
     peers: dict[int, int] = field(default_factory=dict)  # pipe id -> CTAs releasing a slot
     cluster_size: int = 1
@@ -360,11 +366,30 @@ class _Emitter:
     def op_For(self, op: O.For) -> None:
         v = f"v{op.var.id}"
         self.names[op.var.id] = v
+        stores = any(isinstance(x, O.TmaStore) for x in op.body.walk())
+        # an iteration may begin with the previous one's stores in flight and its writes unfenced
+        self.store_read_pending |= stores
+        self.store_unfenced = True
         self.block(f"for (int {v} = {self.name(op.start)}; {v} < {self.name(op.stop)}; "
                    f"{v} += {self.name(op.step)})", op.body)
+        self.store_read_pending |= stores
+        self.store_unfenced = True
 
     def op_If(self, op: O.If) -> None:
+        pending = self.store_read_pending
         self.block(f"if ({self.name(op.cond)})", op.body)
+        self.store_read_pending |= pending  # the body may not have run
+        self.store_unfenced = True
+
+    def before_smem_write(self) -> None:
+        """A generic-proxy write to shared memory follows: it must not overwrite a buffer a
+        deferred TMA store is still reading, and must be fenced before the next store."""
+        self.store_unfenced = True
+        if self.store_read_pending:
+            self.emit("if (gtid == 0) ag::tma_store_wait_read<0>();  // earlier bulk stores "
+                      "have read their smem")
+            self.emit(self.group_barrier())
+            self.store_read_pending = False
 
     # shared memory and pipelines
     def op_SmemAlloc(self, op: O.SmemAlloc) -> None:
@@ -382,6 +407,7 @@ class _Emitter:
         raise CompileError(f"codegen: no smem placement for value %{vid}; run lower.smem first")
 
     def op_SmemSlice(self, op: O.SmemSlice) -> None:
+        self.smem_root[op.result.id] = self.smem_root.get(op.buffer.id, op.buffer.id)
         buf: SmemType = op.buffer.type
         cols = buf.shape[-1]
         parts = [self.name(op.buffer)]
@@ -504,16 +530,28 @@ class _Emitter:
         coords = [self.name(c) for c in reversed(op.coords)]
         # Every thread's generic-proxy writes (st.shared, stmatrix) must be visible to the
         # async proxy before one thread hands the buffer to TMA (PTX ISA memory consistency
-        # model, proxies); the buffer may be rewritten only after the bulk copy read it.
-        self.emit("ag::fence_view_async_shared();")
-        self.emit(self.group_barrier())
+        # model, proxies): one fence and barrier covers a run of stores. The buffer may be
+        # rewritten only after the bulk copy read it. When only this group's stmatrix writes
+        # the buffer, that wait is deferred to the group's next smem write (before_smem_write)
+        # so consecutive stores and the next tile's MMAs overlap the copies; the verifier's
+        # model (a store reads its source when issued) stays exact, because nothing writes
+        # the buffer between the issue and the wait.
+        if self.store_unfenced:
+            self.emit("ag::fence_view_async_shared();")
+            self.emit(self.group_barrier())
+            self.store_unfenced = False
+        deferred = self.smem_root.get(op.src.id, op.src.id) in self.deferrable_store_buffers
         self.emit("if (gtid == 0) {")
         self.emit(f"    ag::tma_store_{len(coords)}d(&{tm}, {self.name(op.src)}, "
                   f"{', '.join(coords)});")
         self.emit("    ag::tma_store_commit();")
-        self.emit("    ag::tma_store_wait_read<0>();")
+        if not deferred:
+            self.emit("    ag::tma_store_wait_read<0>();")
         self.emit("}")
-        self.emit(self.group_barrier())
+        if deferred:
+            self.store_read_pending = True
+        else:
+            self.emit(self.group_barrier())
         self.tma_stores = True
 
     def op_Wgmma(self, op: O.Wgmma) -> None:
@@ -772,6 +810,7 @@ class _Emitter:
 
     def op_StMatrix(self, op: O.StMatrix) -> None:
         self._check_matrix_view(op.dst, op.src.type, op.loc)
+        self.before_smem_write()
         base, _ = self._matrix_addresses(op.dst)
         sw = op.dst.type.swizzle
         pack = "ag::pack_bf16x2" if op.src.type.dtype.name == "bf16" else "ag::pack_f16x2"
@@ -876,6 +915,28 @@ def _inline_candidates(kernel: Kernel, uses: dict[int, int]) -> set[int]:
     return out
 
 
+def _deferrable_store_buffers(kernel: Kernel) -> set[int]:
+    """Shared buffers that TMA stores read and that only stmatrix of the storing role writes:
+    their read-wait may move to that role's next smem write. A buffer another role writes, or
+    TMA loads into, keeps the wait right after the store."""
+    root: dict[int, int] = {}
+    for op in kernel.body.walk():
+        if isinstance(op, O.SmemSlice):
+            root[op.result.id] = root.get(op.buffer.id, op.buffer.id)
+    writers: dict[int, set] = {}
+    stored: dict[int, set] = {}
+    for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
+        for op in role.body.walk():
+            if isinstance(op, O.StMatrix):
+                writers.setdefault(root.get(op.dst.id, op.dst.id), set()).add(role.name)
+            elif isinstance(op, O.TmaLoad):
+                writers.setdefault(root.get(op.dst.id, op.dst.id), set()).add(None)
+            elif isinstance(op, O.TmaStore):
+                stored.setdefault(root.get(op.src.id, op.src.id), set()).add(role.name)
+    return {buf for buf, roles in stored.items()
+            if len(roles) == 1 and writers.get(buf, set()) <= roles}
+
+
 def render(kernel: Kernel) -> Source:
     """Render a lowered kernel (after analysis.infer_layouts and lower.run)."""
     if kernel.attr("smem_plan") is None:
@@ -883,6 +944,7 @@ def render(kernel: Kernel) -> Source:
     kernel = strip_tags(kernel)  # tags and tag assertions generate no code
     em = _Emitter(kernel)
     em.uses = _count_uses(kernel)
+    em.deferrable_store_buffers = _deferrable_store_buffers(kernel)
     em.inline_ok = _inline_candidates(kernel, em.uses)
     threads = kernel.attr("threads")
     em.group_threads = threads
@@ -950,6 +1012,7 @@ def render(kernel: Kernel) -> Source:
             em.emit("}")
         else:
             em.tma_stores = False
+            em.store_unfenced, em.store_read_pending = True, False
             em.region(role.body)
             em.flush_pending()
             if em.tma_stores:

@@ -162,10 +162,14 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                                      sB[stage].rows_of(atom * b_rows, b_rows), acc,
                                      trans_b=mn_major_b)
                 if s.epilogue == "tma":
+                    # all blocks into smem first, then one run of bulk stores: the copies
+                    # proceed while the next tile's MMAs run (codegen defers their read-wait
+                    # to the next tile's first stmatrix)
                     for j in range(blocks):
-                        staging = sC[wg * blocks + j]
-                        ag.stmatrix(staging, acc[:, 64 * j:64 * (j + 1)].to(out_dtype))
-                        ag.tma.store(C, (*b, m * s.bm + wg * rows, n * s.bn + 64 * j), staging)
+                        ag.stmatrix(sC[wg * blocks + j], acc[:, 64 * j:64 * (j + 1)].to(out_dtype))
+                    for j in range(blocks):
+                        ag.tma.store(C, (*b, m * s.bm + wg * rows, n * s.bn + 64 * j),
+                                     sC[wg * blocks + j])
                 else:
                     ag.store(C, (*b, m * s.bm + wg * rows, n * s.bn), acc.to(out_dtype))
 

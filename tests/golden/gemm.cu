@@ -120,14 +120,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) argus_gemm(
                         const int v48 = (n24 % 4);
                         ag::mbar_wait(&empty24[v48], (((n24 / 4) & 1) ^ 1));
                         ag::mbar_arrive_expect_tx(&full24[v48], 49152);
-                        const int v50 = (v43 * 128);
-                        const int v52 = (v47 * 64);
+                        const int v50 = (v47 * 64);
+                        const int v52 = (v43 * 128);
                         ag::bf16* const v53 = s22 + v48 * 8192;
-                        ag::tma_load_2d(&tmap0, v53, &full24[v48], v52, v50);
+                        ag::tma_load_2d(&tmap0, v53, &full24[v48], v50, v52);
                         const int v55 = (v44 * 256);
-                        const int v57 = (v47 * 64);
-                        ag::bf16* const v58 = s23 + v48 * 16384;
-                        ag::tma_load_2d(&tmap1, v58, &full24[v48], v57, v55);
+                        ag::bf16* const v56 = s23 + v48 * 16384;
+                        ag::tma_load_2d(&tmap1, v56, &full24[v48], v50, v55);
                         n24 += 1;
                     }
                 }
@@ -136,443 +135,443 @@ extern "C" __global__ void __launch_bounds__(384, 1) argus_gemm(
     }
     else if (threadIdx.x >= 128 && threadIdx.x < 384) {  // role consumer
         ag::setmaxnreg_inc<232>();
-        const int v59 = (int)(threadIdx.x / 128) - 1;
+        const int v57 = (int)(threadIdx.x / 128) - 1;
         const int gtid = threadIdx.x % 128;
         const int acc_row = 16 * (gtid / 32) + (gtid % 32) / 4;
         const int acc_col = 2 * (gtid % 4);
         int n24 = 0;  // this role's step counter on pipeline %24
         int pend24 = -1;  // slot whose wgmma is still in flight
-        for (int v60 = v21; v60 < v18; v60 += v20) {
-            const int v62 = (8 * v17);
-            const int v63 = (v60 / v62);
-            const int v65 = (v63 * 8);
-            const int v66 = (v11 - v65);
-            const int v68 = ((v66) < (8) ? (v66) : (8));
-            const int v69 = (v60 % v62);
-            const int v70 = (v69 % v68);
-            const int v71 = (v65 + v70);
-            const int v72 = (v69 / v68);
-            float t73[128];
+        for (int v58 = v21; v58 < v18; v58 += v20) {
+            const int v60 = (8 * v17);
+            const int v61 = (v58 / v60);
+            const int v63 = (v61 * 8);
+            const int v64 = (v11 - v63);
+            const int v66 = ((v64) < (8) ? (v64) : (8));
+            const int v67 = (v58 % v60);
+            const int v68 = (v67 % v66);
+            const int v69 = (v63 + v68);
+            const int v70 = (v67 / v66);
+            float t71[128];
             #pragma unroll
-            for (int i = 0; i < 128; ++i) t73[i] = 0.0f;
-            for (int v76 = 0; v76 < v30; v76 += 1) {
+            for (int i = 0; i < 128; ++i) t71[i] = 0.0f;
+            for (int v74 = 0; v74 < v30; v74 += 1) {
                 {
-                    const int v77 = (n24 % 4);
-                    ag::mbar_wait(&full24[v77], ((n24 / 4) & 1));
-                    const int v79 = (v59 * 64);
-                    ag::bf16* const v80 = s22 + v77 * 8192 + (v79) * 64;
-                    ag::bf16* const v81 = s23 + v77 * 16384;
+                    const int v75 = (n24 % 4);
+                    ag::mbar_wait(&full24[v75], ((n24 / 4) & 1));
+                    const int v77 = (v57 * 64);
+                    ag::bf16* const v78 = s22 + v75 * 8192 + (v77) * 64;
+                    ag::bf16* const v79 = s23 + v75 * 16384;
                     {
-                        const ag::uint64_t da = ag::make_smem_desc(v80, 128, 16, 1024);
-                        const ag::uint64_t db = ag::make_smem_desc(v81, 128, 16, 1024);
-                        ag::fence_operands(t73);
+                        const ag::uint64_t da = ag::make_smem_desc(v78, 128, 16, 1024);
+                        const ag::uint64_t db = ag::make_smem_desc(v79, 128, 16, 1024);
+                        ag::fence_operands(t71);
                         ag::wgmma_fence();
-                        ag::wgmma_m64n256k16_f32_bf16_ss(t73, ag::desc_advance(da, 0), ag::desc_advance(db, 0), 1);
-                        ag::wgmma_m64n256k16_f32_bf16_ss(t73, ag::desc_advance(da, 32), ag::desc_advance(db, 32), 1);
-                        ag::wgmma_m64n256k16_f32_bf16_ss(t73, ag::desc_advance(da, 64), ag::desc_advance(db, 64), 1);
-                        ag::wgmma_m64n256k16_f32_bf16_ss(t73, ag::desc_advance(da, 96), ag::desc_advance(db, 96), 1);
+                        ag::wgmma_m64n256k16_f32_bf16_ss(t71, ag::desc_advance(da, 0), ag::desc_advance(db, 0), 1);
+                        ag::wgmma_m64n256k16_f32_bf16_ss(t71, ag::desc_advance(da, 32), ag::desc_advance(db, 32), 1);
+                        ag::wgmma_m64n256k16_f32_bf16_ss(t71, ag::desc_advance(da, 64), ag::desc_advance(db, 64), 1);
+                        ag::wgmma_m64n256k16_f32_bf16_ss(t71, ag::desc_advance(da, 96), ag::desc_advance(db, 96), 1);
                         ag::wgmma_commit();
                     }
                     ag::wgmma_wait<1>();
-                    ag::fence_operands(t73);
+                    ag::fence_operands(t71);
                     if (pend24 >= 0 && threadIdx.x % 128 == 0) { ag::mbar_arrive(&empty24[pend24]); }
-                    pend24 = v77;
+                    pend24 = v75;
                     n24 += 1;
                 }
             }
-            const int v83 = (v71 * 128);
-            const int v85 = (v59 * 64);
-            const int v86 = (v83 + v85);
-            const int v88 = (v72 * 256);
+            const int v81 = (v69 * 128);
+            const int v83 = (v57 * 64);
+            const int v84 = (v81 + v83);
+            const int v86 = (v70 * 256);
             ag::wgmma_wait<0>();  // retire the last in-flight wgmma group
-            ag::fence_operands(t73);
+            ag::fence_operands(t71);
             if (pend24 >= 0 && threadIdx.x % 128 == 0) { ag::mbar_arrive(&empty24[pend24]); }
             pend24 = -1;
             if (true) {
                 ag::bf16* const base = C + 0;
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 0));
-                    const bool pair_ok = (v88 + (acc_col + 0)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 0)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[0], t73[1]));
-                    else { if ((v88 + (acc_col + 0)) >= 0 && (v88 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t73[0]); if ((v88 + (acc_col + 0)) + 1 >= 0 && (v88 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t73[1]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 0));
+                    const bool pair_ok = (v86 + (acc_col + 0)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 0)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[0], t71[1]));
+                    else { if ((v86 + (acc_col + 0)) >= 0 && (v86 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t71[0]); if ((v86 + (acc_col + 0)) + 1 >= 0 && (v86 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t71[1]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 0));
-                    const bool pair_ok = (v88 + (acc_col + 0)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 0)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[2], t73[3]));
-                    else { if ((v88 + (acc_col + 0)) >= 0 && (v88 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t73[2]); if ((v88 + (acc_col + 0)) + 1 >= 0 && (v88 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t73[3]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 0));
+                    const bool pair_ok = (v86 + (acc_col + 0)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 0)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[2], t71[3]));
+                    else { if ((v86 + (acc_col + 0)) >= 0 && (v86 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t71[2]); if ((v86 + (acc_col + 0)) + 1 >= 0 && (v86 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t71[3]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 8));
-                    const bool pair_ok = (v88 + (acc_col + 8)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 8)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[4], t73[5]));
-                    else { if ((v88 + (acc_col + 8)) >= 0 && (v88 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t73[4]); if ((v88 + (acc_col + 8)) + 1 >= 0 && (v88 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t73[5]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 8));
+                    const bool pair_ok = (v86 + (acc_col + 8)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 8)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[4], t71[5]));
+                    else { if ((v86 + (acc_col + 8)) >= 0 && (v86 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t71[4]); if ((v86 + (acc_col + 8)) + 1 >= 0 && (v86 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t71[5]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 8));
-                    const bool pair_ok = (v88 + (acc_col + 8)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 8)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[6], t73[7]));
-                    else { if ((v88 + (acc_col + 8)) >= 0 && (v88 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t73[6]); if ((v88 + (acc_col + 8)) + 1 >= 0 && (v88 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t73[7]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 8));
+                    const bool pair_ok = (v86 + (acc_col + 8)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 8)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[6], t71[7]));
+                    else { if ((v86 + (acc_col + 8)) >= 0 && (v86 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t71[6]); if ((v86 + (acc_col + 8)) + 1 >= 0 && (v86 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t71[7]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 16));
-                    const bool pair_ok = (v88 + (acc_col + 16)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 16)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[8], t73[9]));
-                    else { if ((v88 + (acc_col + 16)) >= 0 && (v88 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t73[8]); if ((v88 + (acc_col + 16)) + 1 >= 0 && (v88 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t73[9]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 16));
+                    const bool pair_ok = (v86 + (acc_col + 16)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 16)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[8], t71[9]));
+                    else { if ((v86 + (acc_col + 16)) >= 0 && (v86 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t71[8]); if ((v86 + (acc_col + 16)) + 1 >= 0 && (v86 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t71[9]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 16));
-                    const bool pair_ok = (v88 + (acc_col + 16)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 16)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[10], t73[11]));
-                    else { if ((v88 + (acc_col + 16)) >= 0 && (v88 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t73[10]); if ((v88 + (acc_col + 16)) + 1 >= 0 && (v88 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t73[11]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 16));
+                    const bool pair_ok = (v86 + (acc_col + 16)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 16)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[10], t71[11]));
+                    else { if ((v86 + (acc_col + 16)) >= 0 && (v86 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t71[10]); if ((v86 + (acc_col + 16)) + 1 >= 0 && (v86 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t71[11]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 24));
-                    const bool pair_ok = (v88 + (acc_col + 24)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 24)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[12], t73[13]));
-                    else { if ((v88 + (acc_col + 24)) >= 0 && (v88 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t73[12]); if ((v88 + (acc_col + 24)) + 1 >= 0 && (v88 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t73[13]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 24));
+                    const bool pair_ok = (v86 + (acc_col + 24)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 24)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[12], t71[13]));
+                    else { if ((v86 + (acc_col + 24)) >= 0 && (v86 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t71[12]); if ((v86 + (acc_col + 24)) + 1 >= 0 && (v86 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t71[13]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 24));
-                    const bool pair_ok = (v88 + (acc_col + 24)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 24)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[14], t73[15]));
-                    else { if ((v88 + (acc_col + 24)) >= 0 && (v88 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t73[14]); if ((v88 + (acc_col + 24)) + 1 >= 0 && (v88 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t73[15]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 24));
+                    const bool pair_ok = (v86 + (acc_col + 24)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 24)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[14], t71[15]));
+                    else { if ((v86 + (acc_col + 24)) >= 0 && (v86 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t71[14]); if ((v86 + (acc_col + 24)) + 1 >= 0 && (v86 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t71[15]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 32));
-                    const bool pair_ok = (v88 + (acc_col + 32)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 32)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[16], t73[17]));
-                    else { if ((v88 + (acc_col + 32)) >= 0 && (v88 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t73[16]); if ((v88 + (acc_col + 32)) + 1 >= 0 && (v88 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t73[17]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 32));
+                    const bool pair_ok = (v86 + (acc_col + 32)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 32)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[16], t71[17]));
+                    else { if ((v86 + (acc_col + 32)) >= 0 && (v86 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t71[16]); if ((v86 + (acc_col + 32)) + 1 >= 0 && (v86 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t71[17]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 32));
-                    const bool pair_ok = (v88 + (acc_col + 32)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 32)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[18], t73[19]));
-                    else { if ((v88 + (acc_col + 32)) >= 0 && (v88 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t73[18]); if ((v88 + (acc_col + 32)) + 1 >= 0 && (v88 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t73[19]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 32));
+                    const bool pair_ok = (v86 + (acc_col + 32)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 32)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[18], t71[19]));
+                    else { if ((v86 + (acc_col + 32)) >= 0 && (v86 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t71[18]); if ((v86 + (acc_col + 32)) + 1 >= 0 && (v86 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t71[19]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 40));
-                    const bool pair_ok = (v88 + (acc_col + 40)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 40)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[20], t73[21]));
-                    else { if ((v88 + (acc_col + 40)) >= 0 && (v88 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t73[20]); if ((v88 + (acc_col + 40)) + 1 >= 0 && (v88 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t73[21]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 40));
+                    const bool pair_ok = (v86 + (acc_col + 40)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 40)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[20], t71[21]));
+                    else { if ((v86 + (acc_col + 40)) >= 0 && (v86 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t71[20]); if ((v86 + (acc_col + 40)) + 1 >= 0 && (v86 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t71[21]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 40));
-                    const bool pair_ok = (v88 + (acc_col + 40)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 40)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[22], t73[23]));
-                    else { if ((v88 + (acc_col + 40)) >= 0 && (v88 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t73[22]); if ((v88 + (acc_col + 40)) + 1 >= 0 && (v88 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t73[23]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 40));
+                    const bool pair_ok = (v86 + (acc_col + 40)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 40)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[22], t71[23]));
+                    else { if ((v86 + (acc_col + 40)) >= 0 && (v86 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t71[22]); if ((v86 + (acc_col + 40)) + 1 >= 0 && (v86 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t71[23]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 48));
-                    const bool pair_ok = (v88 + (acc_col + 48)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 48)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[24], t73[25]));
-                    else { if ((v88 + (acc_col + 48)) >= 0 && (v88 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t73[24]); if ((v88 + (acc_col + 48)) + 1 >= 0 && (v88 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t73[25]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 48));
+                    const bool pair_ok = (v86 + (acc_col + 48)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 48)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[24], t71[25]));
+                    else { if ((v86 + (acc_col + 48)) >= 0 && (v86 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t71[24]); if ((v86 + (acc_col + 48)) + 1 >= 0 && (v86 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t71[25]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 48));
-                    const bool pair_ok = (v88 + (acc_col + 48)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 48)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[26], t73[27]));
-                    else { if ((v88 + (acc_col + 48)) >= 0 && (v88 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t73[26]); if ((v88 + (acc_col + 48)) + 1 >= 0 && (v88 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t73[27]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 48));
+                    const bool pair_ok = (v86 + (acc_col + 48)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 48)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[26], t71[27]));
+                    else { if ((v86 + (acc_col + 48)) >= 0 && (v86 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t71[26]); if ((v86 + (acc_col + 48)) + 1 >= 0 && (v86 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t71[27]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 56));
-                    const bool pair_ok = (v88 + (acc_col + 56)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 56)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[28], t73[29]));
-                    else { if ((v88 + (acc_col + 56)) >= 0 && (v88 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t73[28]); if ((v88 + (acc_col + 56)) + 1 >= 0 && (v88 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t73[29]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 56));
+                    const bool pair_ok = (v86 + (acc_col + 56)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 56)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[28], t71[29]));
+                    else { if ((v86 + (acc_col + 56)) >= 0 && (v86 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t71[28]); if ((v86 + (acc_col + 56)) + 1 >= 0 && (v86 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t71[29]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 56));
-                    const bool pair_ok = (v88 + (acc_col + 56)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 56)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[30], t73[31]));
-                    else { if ((v88 + (acc_col + 56)) >= 0 && (v88 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t73[30]); if ((v88 + (acc_col + 56)) + 1 >= 0 && (v88 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t73[31]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 56));
+                    const bool pair_ok = (v86 + (acc_col + 56)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 56)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[30], t71[31]));
+                    else { if ((v86 + (acc_col + 56)) >= 0 && (v86 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t71[30]); if ((v86 + (acc_col + 56)) + 1 >= 0 && (v86 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t71[31]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 64));
-                    const bool pair_ok = (v88 + (acc_col + 64)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 64)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[32], t73[33]));
-                    else { if ((v88 + (acc_col + 64)) >= 0 && (v88 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t73[32]); if ((v88 + (acc_col + 64)) + 1 >= 0 && (v88 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t73[33]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 64));
+                    const bool pair_ok = (v86 + (acc_col + 64)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 64)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[32], t71[33]));
+                    else { if ((v86 + (acc_col + 64)) >= 0 && (v86 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t71[32]); if ((v86 + (acc_col + 64)) + 1 >= 0 && (v86 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t71[33]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 64));
-                    const bool pair_ok = (v88 + (acc_col + 64)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 64)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[34], t73[35]));
-                    else { if ((v88 + (acc_col + 64)) >= 0 && (v88 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t73[34]); if ((v88 + (acc_col + 64)) + 1 >= 0 && (v88 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t73[35]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 64));
+                    const bool pair_ok = (v86 + (acc_col + 64)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 64)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[34], t71[35]));
+                    else { if ((v86 + (acc_col + 64)) >= 0 && (v86 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t71[34]); if ((v86 + (acc_col + 64)) + 1 >= 0 && (v86 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t71[35]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 72));
-                    const bool pair_ok = (v88 + (acc_col + 72)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 72)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[36], t73[37]));
-                    else { if ((v88 + (acc_col + 72)) >= 0 && (v88 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t73[36]); if ((v88 + (acc_col + 72)) + 1 >= 0 && (v88 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t73[37]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 72));
+                    const bool pair_ok = (v86 + (acc_col + 72)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 72)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[36], t71[37]));
+                    else { if ((v86 + (acc_col + 72)) >= 0 && (v86 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t71[36]); if ((v86 + (acc_col + 72)) + 1 >= 0 && (v86 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t71[37]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 72));
-                    const bool pair_ok = (v88 + (acc_col + 72)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 72)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[38], t73[39]));
-                    else { if ((v88 + (acc_col + 72)) >= 0 && (v88 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t73[38]); if ((v88 + (acc_col + 72)) + 1 >= 0 && (v88 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t73[39]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 72));
+                    const bool pair_ok = (v86 + (acc_col + 72)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 72)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[38], t71[39]));
+                    else { if ((v86 + (acc_col + 72)) >= 0 && (v86 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t71[38]); if ((v86 + (acc_col + 72)) + 1 >= 0 && (v86 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t71[39]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 80));
-                    const bool pair_ok = (v88 + (acc_col + 80)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 80)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[40], t73[41]));
-                    else { if ((v88 + (acc_col + 80)) >= 0 && (v88 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t73[40]); if ((v88 + (acc_col + 80)) + 1 >= 0 && (v88 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t73[41]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 80));
+                    const bool pair_ok = (v86 + (acc_col + 80)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 80)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[40], t71[41]));
+                    else { if ((v86 + (acc_col + 80)) >= 0 && (v86 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t71[40]); if ((v86 + (acc_col + 80)) + 1 >= 0 && (v86 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t71[41]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 80));
-                    const bool pair_ok = (v88 + (acc_col + 80)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 80)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[42], t73[43]));
-                    else { if ((v88 + (acc_col + 80)) >= 0 && (v88 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t73[42]); if ((v88 + (acc_col + 80)) + 1 >= 0 && (v88 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t73[43]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 80));
+                    const bool pair_ok = (v86 + (acc_col + 80)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 80)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[42], t71[43]));
+                    else { if ((v86 + (acc_col + 80)) >= 0 && (v86 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t71[42]); if ((v86 + (acc_col + 80)) + 1 >= 0 && (v86 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t71[43]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 88));
-                    const bool pair_ok = (v88 + (acc_col + 88)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 88)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[44], t73[45]));
-                    else { if ((v88 + (acc_col + 88)) >= 0 && (v88 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t73[44]); if ((v88 + (acc_col + 88)) + 1 >= 0 && (v88 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t73[45]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 88));
+                    const bool pair_ok = (v86 + (acc_col + 88)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 88)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[44], t71[45]));
+                    else { if ((v86 + (acc_col + 88)) >= 0 && (v86 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t71[44]); if ((v86 + (acc_col + 88)) + 1 >= 0 && (v86 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t71[45]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 88));
-                    const bool pair_ok = (v88 + (acc_col + 88)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 88)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[46], t73[47]));
-                    else { if ((v88 + (acc_col + 88)) >= 0 && (v88 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t73[46]); if ((v88 + (acc_col + 88)) + 1 >= 0 && (v88 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t73[47]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 88));
+                    const bool pair_ok = (v86 + (acc_col + 88)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 88)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[46], t71[47]));
+                    else { if ((v86 + (acc_col + 88)) >= 0 && (v86 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t71[46]); if ((v86 + (acc_col + 88)) + 1 >= 0 && (v86 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t71[47]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 96));
-                    const bool pair_ok = (v88 + (acc_col + 96)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 96)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[48], t73[49]));
-                    else { if ((v88 + (acc_col + 96)) >= 0 && (v88 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t73[48]); if ((v88 + (acc_col + 96)) + 1 >= 0 && (v88 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t73[49]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 96));
+                    const bool pair_ok = (v86 + (acc_col + 96)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 96)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[48], t71[49]));
+                    else { if ((v86 + (acc_col + 96)) >= 0 && (v86 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t71[48]); if ((v86 + (acc_col + 96)) + 1 >= 0 && (v86 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t71[49]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 96));
-                    const bool pair_ok = (v88 + (acc_col + 96)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 96)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[50], t73[51]));
-                    else { if ((v88 + (acc_col + 96)) >= 0 && (v88 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t73[50]); if ((v88 + (acc_col + 96)) + 1 >= 0 && (v88 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t73[51]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 96));
+                    const bool pair_ok = (v86 + (acc_col + 96)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 96)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[50], t71[51]));
+                    else { if ((v86 + (acc_col + 96)) >= 0 && (v86 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t71[50]); if ((v86 + (acc_col + 96)) + 1 >= 0 && (v86 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t71[51]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 104));
-                    const bool pair_ok = (v88 + (acc_col + 104)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 104)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[52], t73[53]));
-                    else { if ((v88 + (acc_col + 104)) >= 0 && (v88 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t73[52]); if ((v88 + (acc_col + 104)) + 1 >= 0 && (v88 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t73[53]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 104));
+                    const bool pair_ok = (v86 + (acc_col + 104)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 104)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[52], t71[53]));
+                    else { if ((v86 + (acc_col + 104)) >= 0 && (v86 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t71[52]); if ((v86 + (acc_col + 104)) + 1 >= 0 && (v86 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t71[53]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 104));
-                    const bool pair_ok = (v88 + (acc_col + 104)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 104)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[54], t73[55]));
-                    else { if ((v88 + (acc_col + 104)) >= 0 && (v88 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t73[54]); if ((v88 + (acc_col + 104)) + 1 >= 0 && (v88 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t73[55]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 104));
+                    const bool pair_ok = (v86 + (acc_col + 104)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 104)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[54], t71[55]));
+                    else { if ((v86 + (acc_col + 104)) >= 0 && (v86 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t71[54]); if ((v86 + (acc_col + 104)) + 1 >= 0 && (v86 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t71[55]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 112));
-                    const bool pair_ok = (v88 + (acc_col + 112)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 112)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[56], t73[57]));
-                    else { if ((v88 + (acc_col + 112)) >= 0 && (v88 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t73[56]); if ((v88 + (acc_col + 112)) + 1 >= 0 && (v88 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t73[57]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 112));
+                    const bool pair_ok = (v86 + (acc_col + 112)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 112)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[56], t71[57]));
+                    else { if ((v86 + (acc_col + 112)) >= 0 && (v86 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t71[56]); if ((v86 + (acc_col + 112)) + 1 >= 0 && (v86 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t71[57]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 112));
-                    const bool pair_ok = (v88 + (acc_col + 112)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 112)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[58], t73[59]));
-                    else { if ((v88 + (acc_col + 112)) >= 0 && (v88 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t73[58]); if ((v88 + (acc_col + 112)) + 1 >= 0 && (v88 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t73[59]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 112));
+                    const bool pair_ok = (v86 + (acc_col + 112)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 112)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[58], t71[59]));
+                    else { if ((v86 + (acc_col + 112)) >= 0 && (v86 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t71[58]); if ((v86 + (acc_col + 112)) + 1 >= 0 && (v86 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t71[59]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 120));
-                    const bool pair_ok = (v88 + (acc_col + 120)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 120)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[60], t73[61]));
-                    else { if ((v88 + (acc_col + 120)) >= 0 && (v88 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t73[60]); if ((v88 + (acc_col + 120)) + 1 >= 0 && (v88 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t73[61]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 120));
+                    const bool pair_ok = (v86 + (acc_col + 120)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 120)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[60], t71[61]));
+                    else { if ((v86 + (acc_col + 120)) >= 0 && (v86 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t71[60]); if ((v86 + (acc_col + 120)) + 1 >= 0 && (v86 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t71[61]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 120));
-                    const bool pair_ok = (v88 + (acc_col + 120)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 120)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[62], t73[63]));
-                    else { if ((v88 + (acc_col + 120)) >= 0 && (v88 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t73[62]); if ((v88 + (acc_col + 120)) + 1 >= 0 && (v88 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t73[63]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 120));
+                    const bool pair_ok = (v86 + (acc_col + 120)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 120)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[62], t71[63]));
+                    else { if ((v86 + (acc_col + 120)) >= 0 && (v86 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t71[62]); if ((v86 + (acc_col + 120)) + 1 >= 0 && (v86 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t71[63]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 128));
-                    const bool pair_ok = (v88 + (acc_col + 128)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 128)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[64], t73[65]));
-                    else { if ((v88 + (acc_col + 128)) >= 0 && (v88 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t73[64]); if ((v88 + (acc_col + 128)) + 1 >= 0 && (v88 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t73[65]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 128));
+                    const bool pair_ok = (v86 + (acc_col + 128)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 128)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[64], t71[65]));
+                    else { if ((v86 + (acc_col + 128)) >= 0 && (v86 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t71[64]); if ((v86 + (acc_col + 128)) + 1 >= 0 && (v86 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t71[65]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 128));
-                    const bool pair_ok = (v88 + (acc_col + 128)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 128)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[66], t73[67]));
-                    else { if ((v88 + (acc_col + 128)) >= 0 && (v88 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t73[66]); if ((v88 + (acc_col + 128)) + 1 >= 0 && (v88 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t73[67]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 128));
+                    const bool pair_ok = (v86 + (acc_col + 128)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 128)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[66], t71[67]));
+                    else { if ((v86 + (acc_col + 128)) >= 0 && (v86 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t71[66]); if ((v86 + (acc_col + 128)) + 1 >= 0 && (v86 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t71[67]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 136));
-                    const bool pair_ok = (v88 + (acc_col + 136)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 136)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[68], t73[69]));
-                    else { if ((v88 + (acc_col + 136)) >= 0 && (v88 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t73[68]); if ((v88 + (acc_col + 136)) + 1 >= 0 && (v88 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t73[69]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 136));
+                    const bool pair_ok = (v86 + (acc_col + 136)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 136)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[68], t71[69]));
+                    else { if ((v86 + (acc_col + 136)) >= 0 && (v86 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t71[68]); if ((v86 + (acc_col + 136)) + 1 >= 0 && (v86 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t71[69]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 136));
-                    const bool pair_ok = (v88 + (acc_col + 136)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 136)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[70], t73[71]));
-                    else { if ((v88 + (acc_col + 136)) >= 0 && (v88 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t73[70]); if ((v88 + (acc_col + 136)) + 1 >= 0 && (v88 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t73[71]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 136));
+                    const bool pair_ok = (v86 + (acc_col + 136)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 136)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[70], t71[71]));
+                    else { if ((v86 + (acc_col + 136)) >= 0 && (v86 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t71[70]); if ((v86 + (acc_col + 136)) + 1 >= 0 && (v86 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t71[71]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 144));
-                    const bool pair_ok = (v88 + (acc_col + 144)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 144)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[72], t73[73]));
-                    else { if ((v88 + (acc_col + 144)) >= 0 && (v88 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t73[72]); if ((v88 + (acc_col + 144)) + 1 >= 0 && (v88 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t73[73]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 144));
+                    const bool pair_ok = (v86 + (acc_col + 144)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 144)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[72], t71[73]));
+                    else { if ((v86 + (acc_col + 144)) >= 0 && (v86 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t71[72]); if ((v86 + (acc_col + 144)) + 1 >= 0 && (v86 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t71[73]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 144));
-                    const bool pair_ok = (v88 + (acc_col + 144)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 144)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[74], t73[75]));
-                    else { if ((v88 + (acc_col + 144)) >= 0 && (v88 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t73[74]); if ((v88 + (acc_col + 144)) + 1 >= 0 && (v88 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t73[75]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 144));
+                    const bool pair_ok = (v86 + (acc_col + 144)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 144)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[74], t71[75]));
+                    else { if ((v86 + (acc_col + 144)) >= 0 && (v86 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t71[74]); if ((v86 + (acc_col + 144)) + 1 >= 0 && (v86 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t71[75]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 152));
-                    const bool pair_ok = (v88 + (acc_col + 152)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 152)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[76], t73[77]));
-                    else { if ((v88 + (acc_col + 152)) >= 0 && (v88 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t73[76]); if ((v88 + (acc_col + 152)) + 1 >= 0 && (v88 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t73[77]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 152));
+                    const bool pair_ok = (v86 + (acc_col + 152)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 152)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[76], t71[77]));
+                    else { if ((v86 + (acc_col + 152)) >= 0 && (v86 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t71[76]); if ((v86 + (acc_col + 152)) + 1 >= 0 && (v86 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t71[77]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 152));
-                    const bool pair_ok = (v88 + (acc_col + 152)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 152)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[78], t73[79]));
-                    else { if ((v88 + (acc_col + 152)) >= 0 && (v88 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t73[78]); if ((v88 + (acc_col + 152)) + 1 >= 0 && (v88 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t73[79]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 152));
+                    const bool pair_ok = (v86 + (acc_col + 152)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 152)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[78], t71[79]));
+                    else { if ((v86 + (acc_col + 152)) >= 0 && (v86 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t71[78]); if ((v86 + (acc_col + 152)) + 1 >= 0 && (v86 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t71[79]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 160));
-                    const bool pair_ok = (v88 + (acc_col + 160)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 160)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[80], t73[81]));
-                    else { if ((v88 + (acc_col + 160)) >= 0 && (v88 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t73[80]); if ((v88 + (acc_col + 160)) + 1 >= 0 && (v88 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t73[81]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 160));
+                    const bool pair_ok = (v86 + (acc_col + 160)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 160)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[80], t71[81]));
+                    else { if ((v86 + (acc_col + 160)) >= 0 && (v86 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t71[80]); if ((v86 + (acc_col + 160)) + 1 >= 0 && (v86 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t71[81]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 160));
-                    const bool pair_ok = (v88 + (acc_col + 160)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 160)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[82], t73[83]));
-                    else { if ((v88 + (acc_col + 160)) >= 0 && (v88 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t73[82]); if ((v88 + (acc_col + 160)) + 1 >= 0 && (v88 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t73[83]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 160));
+                    const bool pair_ok = (v86 + (acc_col + 160)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 160)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[82], t71[83]));
+                    else { if ((v86 + (acc_col + 160)) >= 0 && (v86 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t71[82]); if ((v86 + (acc_col + 160)) + 1 >= 0 && (v86 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t71[83]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 168));
-                    const bool pair_ok = (v88 + (acc_col + 168)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 168)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[84], t73[85]));
-                    else { if ((v88 + (acc_col + 168)) >= 0 && (v88 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t73[84]); if ((v88 + (acc_col + 168)) + 1 >= 0 && (v88 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t73[85]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 168));
+                    const bool pair_ok = (v86 + (acc_col + 168)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 168)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[84], t71[85]));
+                    else { if ((v86 + (acc_col + 168)) >= 0 && (v86 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t71[84]); if ((v86 + (acc_col + 168)) + 1 >= 0 && (v86 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t71[85]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 168));
-                    const bool pair_ok = (v88 + (acc_col + 168)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 168)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[86], t73[87]));
-                    else { if ((v88 + (acc_col + 168)) >= 0 && (v88 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t73[86]); if ((v88 + (acc_col + 168)) + 1 >= 0 && (v88 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t73[87]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 168));
+                    const bool pair_ok = (v86 + (acc_col + 168)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 168)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[86], t71[87]));
+                    else { if ((v86 + (acc_col + 168)) >= 0 && (v86 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t71[86]); if ((v86 + (acc_col + 168)) + 1 >= 0 && (v86 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t71[87]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 176));
-                    const bool pair_ok = (v88 + (acc_col + 176)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 176)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[88], t73[89]));
-                    else { if ((v88 + (acc_col + 176)) >= 0 && (v88 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t73[88]); if ((v88 + (acc_col + 176)) + 1 >= 0 && (v88 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t73[89]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 176));
+                    const bool pair_ok = (v86 + (acc_col + 176)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 176)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[88], t71[89]));
+                    else { if ((v86 + (acc_col + 176)) >= 0 && (v86 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t71[88]); if ((v86 + (acc_col + 176)) + 1 >= 0 && (v86 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t71[89]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 176));
-                    const bool pair_ok = (v88 + (acc_col + 176)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 176)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[90], t73[91]));
-                    else { if ((v88 + (acc_col + 176)) >= 0 && (v88 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t73[90]); if ((v88 + (acc_col + 176)) + 1 >= 0 && (v88 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t73[91]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 176));
+                    const bool pair_ok = (v86 + (acc_col + 176)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 176)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[90], t71[91]));
+                    else { if ((v86 + (acc_col + 176)) >= 0 && (v86 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t71[90]); if ((v86 + (acc_col + 176)) + 1 >= 0 && (v86 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t71[91]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 184));
-                    const bool pair_ok = (v88 + (acc_col + 184)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 184)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[92], t73[93]));
-                    else { if ((v88 + (acc_col + 184)) >= 0 && (v88 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t73[92]); if ((v88 + (acc_col + 184)) + 1 >= 0 && (v88 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t73[93]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 184));
+                    const bool pair_ok = (v86 + (acc_col + 184)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 184)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[92], t71[93]));
+                    else { if ((v86 + (acc_col + 184)) >= 0 && (v86 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t71[92]); if ((v86 + (acc_col + 184)) + 1 >= 0 && (v86 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t71[93]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 184));
-                    const bool pair_ok = (v88 + (acc_col + 184)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 184)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[94], t73[95]));
-                    else { if ((v88 + (acc_col + 184)) >= 0 && (v88 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t73[94]); if ((v88 + (acc_col + 184)) + 1 >= 0 && (v88 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t73[95]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 184));
+                    const bool pair_ok = (v86 + (acc_col + 184)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 184)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[94], t71[95]));
+                    else { if ((v86 + (acc_col + 184)) >= 0 && (v86 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t71[94]); if ((v86 + (acc_col + 184)) + 1 >= 0 && (v86 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t71[95]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 192));
-                    const bool pair_ok = (v88 + (acc_col + 192)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 192)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[96], t73[97]));
-                    else { if ((v88 + (acc_col + 192)) >= 0 && (v88 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t73[96]); if ((v88 + (acc_col + 192)) + 1 >= 0 && (v88 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t73[97]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 192));
+                    const bool pair_ok = (v86 + (acc_col + 192)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 192)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[96], t71[97]));
+                    else { if ((v86 + (acc_col + 192)) >= 0 && (v86 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t71[96]); if ((v86 + (acc_col + 192)) + 1 >= 0 && (v86 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t71[97]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 192));
-                    const bool pair_ok = (v88 + (acc_col + 192)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 192)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[98], t73[99]));
-                    else { if ((v88 + (acc_col + 192)) >= 0 && (v88 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t73[98]); if ((v88 + (acc_col + 192)) + 1 >= 0 && (v88 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t73[99]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 192));
+                    const bool pair_ok = (v86 + (acc_col + 192)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 192)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[98], t71[99]));
+                    else { if ((v86 + (acc_col + 192)) >= 0 && (v86 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t71[98]); if ((v86 + (acc_col + 192)) + 1 >= 0 && (v86 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t71[99]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 200));
-                    const bool pair_ok = (v88 + (acc_col + 200)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 200)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[100], t73[101]));
-                    else { if ((v88 + (acc_col + 200)) >= 0 && (v88 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t73[100]); if ((v88 + (acc_col + 200)) + 1 >= 0 && (v88 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t73[101]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 200));
+                    const bool pair_ok = (v86 + (acc_col + 200)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 200)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[100], t71[101]));
+                    else { if ((v86 + (acc_col + 200)) >= 0 && (v86 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t71[100]); if ((v86 + (acc_col + 200)) + 1 >= 0 && (v86 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t71[101]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 200));
-                    const bool pair_ok = (v88 + (acc_col + 200)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 200)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[102], t73[103]));
-                    else { if ((v88 + (acc_col + 200)) >= 0 && (v88 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t73[102]); if ((v88 + (acc_col + 200)) + 1 >= 0 && (v88 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t73[103]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 200));
+                    const bool pair_ok = (v86 + (acc_col + 200)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 200)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[102], t71[103]));
+                    else { if ((v86 + (acc_col + 200)) >= 0 && (v86 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t71[102]); if ((v86 + (acc_col + 200)) + 1 >= 0 && (v86 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t71[103]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 208));
-                    const bool pair_ok = (v88 + (acc_col + 208)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 208)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[104], t73[105]));
-                    else { if ((v88 + (acc_col + 208)) >= 0 && (v88 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t73[104]); if ((v88 + (acc_col + 208)) + 1 >= 0 && (v88 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t73[105]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 208));
+                    const bool pair_ok = (v86 + (acc_col + 208)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 208)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[104], t71[105]));
+                    else { if ((v86 + (acc_col + 208)) >= 0 && (v86 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t71[104]); if ((v86 + (acc_col + 208)) + 1 >= 0 && (v86 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t71[105]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 208));
-                    const bool pair_ok = (v88 + (acc_col + 208)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 208)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[106], t73[107]));
-                    else { if ((v88 + (acc_col + 208)) >= 0 && (v88 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t73[106]); if ((v88 + (acc_col + 208)) + 1 >= 0 && (v88 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t73[107]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 208));
+                    const bool pair_ok = (v86 + (acc_col + 208)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 208)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[106], t71[107]));
+                    else { if ((v86 + (acc_col + 208)) >= 0 && (v86 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t71[106]); if ((v86 + (acc_col + 208)) + 1 >= 0 && (v86 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t71[107]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 216));
-                    const bool pair_ok = (v88 + (acc_col + 216)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 216)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[108], t73[109]));
-                    else { if ((v88 + (acc_col + 216)) >= 0 && (v88 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t73[108]); if ((v88 + (acc_col + 216)) + 1 >= 0 && (v88 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t73[109]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 216));
+                    const bool pair_ok = (v86 + (acc_col + 216)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 216)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[108], t71[109]));
+                    else { if ((v86 + (acc_col + 216)) >= 0 && (v86 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t71[108]); if ((v86 + (acc_col + 216)) + 1 >= 0 && (v86 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t71[109]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 216));
-                    const bool pair_ok = (v88 + (acc_col + 216)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 216)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[110], t73[111]));
-                    else { if ((v88 + (acc_col + 216)) >= 0 && (v88 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t73[110]); if ((v88 + (acc_col + 216)) + 1 >= 0 && (v88 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t73[111]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 216));
+                    const bool pair_ok = (v86 + (acc_col + 216)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 216)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[110], t71[111]));
+                    else { if ((v86 + (acc_col + 216)) >= 0 && (v86 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t71[110]); if ((v86 + (acc_col + 216)) + 1 >= 0 && (v86 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t71[111]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 224));
-                    const bool pair_ok = (v88 + (acc_col + 224)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 224)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[112], t73[113]));
-                    else { if ((v88 + (acc_col + 224)) >= 0 && (v88 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t73[112]); if ((v88 + (acc_col + 224)) + 1 >= 0 && (v88 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t73[113]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 224));
+                    const bool pair_ok = (v86 + (acc_col + 224)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 224)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[112], t71[113]));
+                    else { if ((v86 + (acc_col + 224)) >= 0 && (v86 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t71[112]); if ((v86 + (acc_col + 224)) + 1 >= 0 && (v86 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t71[113]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 224));
-                    const bool pair_ok = (v88 + (acc_col + 224)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 224)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[114], t73[115]));
-                    else { if ((v88 + (acc_col + 224)) >= 0 && (v88 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t73[114]); if ((v88 + (acc_col + 224)) + 1 >= 0 && (v88 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t73[115]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 224));
+                    const bool pair_ok = (v86 + (acc_col + 224)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 224)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[114], t71[115]));
+                    else { if ((v86 + (acc_col + 224)) >= 0 && (v86 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t71[114]); if ((v86 + (acc_col + 224)) + 1 >= 0 && (v86 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t71[115]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 232));
-                    const bool pair_ok = (v88 + (acc_col + 232)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 232)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[116], t73[117]));
-                    else { if ((v88 + (acc_col + 232)) >= 0 && (v88 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t73[116]); if ((v88 + (acc_col + 232)) + 1 >= 0 && (v88 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t73[117]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 232));
+                    const bool pair_ok = (v86 + (acc_col + 232)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 232)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[116], t71[117]));
+                    else { if ((v86 + (acc_col + 232)) >= 0 && (v86 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t71[116]); if ((v86 + (acc_col + 232)) + 1 >= 0 && (v86 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t71[117]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 232));
-                    const bool pair_ok = (v88 + (acc_col + 232)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 232)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[118], t73[119]));
-                    else { if ((v88 + (acc_col + 232)) >= 0 && (v88 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t73[118]); if ((v88 + (acc_col + 232)) + 1 >= 0 && (v88 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t73[119]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 232));
+                    const bool pair_ok = (v86 + (acc_col + 232)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 232)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[118], t71[119]));
+                    else { if ((v86 + (acc_col + 232)) >= 0 && (v86 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t71[118]); if ((v86 + (acc_col + 232)) + 1 >= 0 && (v86 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t71[119]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 240));
-                    const bool pair_ok = (v88 + (acc_col + 240)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 240)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[120], t73[121]));
-                    else { if ((v88 + (acc_col + 240)) >= 0 && (v88 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t73[120]); if ((v88 + (acc_col + 240)) + 1 >= 0 && (v88 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t73[121]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 240));
+                    const bool pair_ok = (v86 + (acc_col + 240)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 240)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[120], t71[121]));
+                    else { if ((v86 + (acc_col + 240)) >= 0 && (v86 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t71[120]); if ((v86 + (acc_col + 240)) + 1 >= 0 && (v86 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t71[121]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 240));
-                    const bool pair_ok = (v88 + (acc_col + 240)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 240)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[122], t73[123]));
-                    else { if ((v88 + (acc_col + 240)) >= 0 && (v88 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t73[122]); if ((v88 + (acc_col + 240)) + 1 >= 0 && (v88 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t73[123]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 240));
+                    const bool pair_ok = (v86 + (acc_col + 240)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 240)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[122], t71[123]));
+                    else { if ((v86 + (acc_col + 240)) >= 0 && (v86 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t71[122]); if ((v86 + (acc_col + 240)) + 1 >= 0 && (v86 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t71[123]); }
                 }
-                if ((v86 + (acc_row + 0)) >= 0 && (v86 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 0)) * C_s0 + (v88 + (acc_col + 248));
-                    const bool pair_ok = (v88 + (acc_col + 248)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 248)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[124], t73[125]));
-                    else { if ((v88 + (acc_col + 248)) >= 0 && (v88 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t73[124]); if ((v88 + (acc_col + 248)) + 1 >= 0 && (v88 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t73[125]); }
+                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 248));
+                    const bool pair_ok = (v86 + (acc_col + 248)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 248)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[124], t71[125]));
+                    else { if ((v86 + (acc_col + 248)) >= 0 && (v86 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t71[124]); if ((v86 + (acc_col + 248)) + 1 >= 0 && (v86 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t71[125]); }
                 }
-                if ((v86 + (acc_row + 8)) >= 0 && (v86 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v86 + (acc_row + 8)) * C_s0 + (v88 + (acc_col + 248));
-                    const bool pair_ok = (v88 + (acc_col + 248)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v88 + (acc_col + 248)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t73[126], t73[127]));
-                    else { if ((v88 + (acc_col + 248)) >= 0 && (v88 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t73[126]); if ((v88 + (acc_col + 248)) + 1 >= 0 && (v88 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t73[127]); }
+                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 248));
+                    const bool pair_ok = (v86 + (acc_col + 248)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                    if (pair_ok && (v86 + (acc_col + 248)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[126], t71[127]));
+                    else { if ((v86 + (acc_col + 248)) >= 0 && (v86 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t71[126]); if ((v86 + (acc_col + 248)) + 1 >= 0 && (v86 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t71[127]); }
                 }
             }
         }

@@ -1,0 +1,48 @@
+"""The TMA-store epilogue protocol in generated CUDA: one proxy fence per run of stores, no
+read-wait between a store and the next one, the wait deferred to the group's next stmatrix
+(and a full wait before the role ends); a kernel whose stored buffer other code writes keeps
+the wait right after each store."""
+
+from __future__ import annotations
+
+import re
+
+import argus as ag
+from argus import codegen
+from argus.compiler import lower_only
+from argus.kernels.gemm import GemmSchedule, gemm_kernel
+
+
+def _consumer(text: str) -> str:
+    return text[text.index("// role consumer"):]
+
+
+def test_gemm_epilogue_defers_the_read_wait():
+    src = codegen.render(lower_only(gemm_kernel(), s=GemmSchedule(epilogue="tma", stages=3)))
+    body = _consumer(src.text)
+    issues = [m.start() for m in re.finditer(r"ag::tma_store_2d\(", body)]
+    waits = [m.start() for m in re.finditer(r"tma_store_wait_read<0>", body)]
+    stmatrix = [m.start() for m in re.finditer(r"stmatrix_x4_addr", body)]
+    assert len(issues) == 4 and len(waits) == 1            # one wait per tile, four stores
+    assert waits[0] < min(stmatrix)                        # ... before the tile's first stmatrix
+    assert body.count("fence_view_async_shared") == 1      # one fence for the run of stores
+    assert all(s < min(issues) for s in stmatrix)          # every block staged before issuing
+    assert "ag::tma_store_wait<0>();  // bulk stores done before exit" in body
+
+
+def test_a_buffer_written_by_tma_keeps_the_synchronous_wait():
+    @ag.kernel
+    def bounce(A: ag.Tensor["M", "K", ag.bf16], C: ag.Tensor["M", "K", ag.bf16]):
+        (pid,) = ag.grid(ag.cdiv(A.shape[0], 64))
+        buf = ag.smem((1, 64, 64), ag.bf16, swizzle=128)
+        pipe = ag.pipeline(1)
+        with ag.role("producer", warpgroups=1):
+            with pipe.produce() as st:
+                ag.tma.load(buf[st], A, (pid * 64, 0))
+        with ag.role("consumer", warpgroups=1):
+            with pipe.consume() as st:
+                ag.tma.store(C, (pid * 64, 0), buf[st])
+
+    body = _consumer(codegen.render(lower_only(bounce)).text)
+    store = body.index("ag::tma_store_2d(")
+    assert "tma_store_wait_read<0>" in body[store:store + 200]
