@@ -87,8 +87,25 @@ def round_to(values: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype.name == "f16":
         return np.asarray(values).astype(np.float16).astype(np.float32)
     if dtype.name == "e4m3":
-        import torch
-
-        t = torch.from_numpy(np.asarray(values, dtype=np.float32))
-        return t.to(torch.float8_e4m3fn).to(torch.float32).numpy()
+        return _round_e4m3(np.asarray(values, dtype=np.float32))
     return np.asarray(values).astype(dtype.np_dtype())
+
+
+E4M3_MAX = 448.0
+
+
+def _round_e4m3(x: np.ndarray) -> np.ndarray:
+    """float32 -> e4m3 (OCP FP8 E4M3FN: 3 mantissa bits, bias 7, no infinities) -> float32, as
+    `cvt.rn.satfinite.e4m3x2.f32` does (PTX ISA "cvt"): round to nearest even; finite values
+    and infinities beyond the range saturate to +-448; NaN stays NaN. Normal binades [2^e,
+    2^(e+1)) for e >= -6 have a quantum of 2^(e-3); below 2^-6 the subnormals a quantum of 2^-9.
+    """
+    x64 = np.clip(x.astype(np.float64), -E4M3_MAX, E4M3_MAX)  # NaN passes through
+    mag = np.abs(x64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exponent = np.floor(np.log2(np.where(mag > 0, mag, 1.0)))
+    quantum = np.exp2(np.maximum(exponent, -6.0) - 3.0)
+    # x / quantum is exact in float64 and np.rint rounds half to even; a value that rounds up
+    # into the next binade (e.g. 15.5 -> 16) is still representable, and |x| <= 448 cannot
+    # round past 448 (448 is a multiple of its quantum 32)
+    return (np.rint(x64 / quantum) * quantum).astype(np.float32)

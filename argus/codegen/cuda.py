@@ -206,8 +206,9 @@ def _from_mem_c(expr: str, dtype) -> str:
 
 
 def _elem_c(dtype) -> str:
-    return {"bf16": "ag::bf16", "f16": "ag::f16", "f32": "float", "i32": "int",
-            "f64": "double", "i64": "long long", "u32": "unsigned", "i1": "bool"}[dtype.name]
+    return {"bf16": "ag::bf16", "f16": "ag::f16", "e4m3": "ag::e4m3", "f32": "float",
+            "i32": "int", "f64": "double", "i64": "long long", "u32": "unsigned",
+            "i1": "bool"}[dtype.name]
 
 
 # ----------------------------------------------------------------------------- emitter
@@ -564,7 +565,7 @@ class _Emitter:
             self.wgmma_specs.append(spec)
         sw_a, lbo_a, sbo_a, step_a = op.a_desc
         sw_b, lbo_b, sbo_b, step_b = op.b_desc
-        k_steps = op.a.type.shape[1] // 16
+        k_steps = op.a.type.shape[1] // spec.k  # k16 (16-bit) or k32 (fp8) per instruction
         self.emit("{")
         self.indent += 1
         self.emit(f"const ag::uint64_t da = ag::make_smem_desc({self.name(op.a)}, {sw_a}, "
@@ -635,6 +636,24 @@ class _Emitter:
             cond, idx = self.bounds(op.tensor, op.offsets, info, i, len(op.result.type.shape))
             self.emit(f"{info.name}[{i}] = ({cond}) ? {_from_mem_c(f'{name}[{idx}]', dtype)} : "
                       f"{_c_float(op.other)};")
+
+    def op_LoadScalar(self, op: O.LoadScalar) -> None:
+        t: TensorType = op.tensor.type
+        name = self.tensors[op.tensor.id]
+        conds, terms = [], []
+        rank = len(t.shape)
+        for d, o in enumerate(op.offsets):
+            off = self.name(o)
+            conds.append(f"{off} >= 0 && {off} < {self._dim(t, d)}")
+            terms.append(f"(long long){off}" + (f" * {name}_s{d}" if d < rank - 1 else ""))
+        ctype = _SCALAR_C[op.result.type.dtype.name]
+        n = f"v{op.result.id}"
+        other = _c_float(op.other) if t.dtype.is_float else str(int(op.other))
+        # every thread reads the same address: one broadcast load through the read-only path
+        elem = f"__ldg(&{name}[{' + '.join(terms)}])" if t.dtype.name in ("f32", "i32") else \
+            _from_mem_c(f"{name}[{' + '.join(terms)}]", t.dtype)
+        self.emit(f"const {ctype} {n} = ({' && '.join(conds)}) ? ({ctype}){elem} : {other};")
+        self.names[op.result.id] = n
 
     def op_Store(self, op: O.Store) -> None:
         info = self.tiles[op.value.id]

@@ -193,6 +193,23 @@ def load(tensor: TensorArg, offsets, shape, other: float = 0.0) -> Tile:
     return Tile(v)
 
 
+def load_scalar(tensor: TensorArg, offsets, other: float = 0.0) -> Scalar:
+    """One element of a global tensor as a uniform runtime scalar (every thread reads the same
+    address), e.g. a per-tensor scale kept on the device; outside the tensor it reads `other`.
+    Floats come back as f32 scalars, integers as their own type."""
+    ctx = current("ag.load_scalar")
+    loc = user_loc()
+    offs = _offsets(tensor, offsets, loc)
+    if tensor.dtype in (dtypes.e4m3, dtypes.f64, dtypes.i1):
+        raise TraceError(f"ag.load_scalar reads f32/bf16/f16 or integer tensors, not "
+                         f"{tensor.dtype} ({tensor.name})", loc,
+                         fix="keep scalars such as scales in a float32 tensor")
+    dtype = dtypes.f32 if tensor.dtype.is_float else tensor.dtype
+    v = ctx.builder.fresh(ScalarType(dtype))
+    ctx.builder.append(O.LoadScalar(v, tensor.value, offs, float(other), loc=loc))
+    return Scalar(v)
+
+
 def store(tensor: TensorArg, offsets, tile: Tile) -> None:
     """Store `tile` at `offsets`; elements outside the tensor are dropped."""
     ctx = current("ag.store")
@@ -368,11 +385,21 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False) -> Tile:
     if bn != n or bk != k:
         raise TraceError(f"wgmma shapes disagree: a is 64x{k}, b gives N={bn}, K={bk}, acc is "
                          f"64x{n}", loc)
-    if k % 16:
-        raise TraceError(f"wgmma K={k} must be a multiple of 16 for 16-bit inputs", loc)
-    if av.buffer.type.dtype not in (dtypes.bf16, dtypes.f16) or \
-            bv.buffer.type.dtype != av.buffer.type.dtype:
-        raise TraceError("wgmma operands must both be bf16 or both f16", loc)
+    in_dtype = av.buffer.type.dtype
+    if in_dtype not in (dtypes.bf16, dtypes.f16, dtypes.e4m3) or \
+            bv.buffer.type.dtype != in_dtype:
+        raise TraceError(f"wgmma operands must both be bf16, both f16 or both e4m3, got "
+                         f"{in_dtype} and {bv.buffer.type.dtype}", loc)
+    # one instruction covers 32 bytes of K (PTX ISA wgmma: k16 for 16-bit, k32 for fp8)
+    k_step = 32 // in_dtype.bytes
+    if k % k_step:
+        raise TraceError(f"wgmma K={k} must be a multiple of {k_step} for {in_dtype} inputs",
+                         loc)
+    if trans_b and in_dtype == dtypes.e4m3:
+        raise TraceError("an fp8 wgmma B operand must be K-major: PTX has no transpose for "
+                         "8-bit inputs", loc,
+                         fix="store B as [N, K] with K contiguous (transpose it in global "
+                             "memory) and pass trans_b=False")
     ctx.builder.append(O.Wgmma(acc.value, av.materialize(), bv.materialize(), trans_b, loc=loc))
     return acc
 

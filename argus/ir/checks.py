@@ -73,7 +73,7 @@ def _check_types(op) -> None:
         _expect(op, op.b, (SmemViewType,), "b")
     elif isinstance(op, O.SmemSlice):
         _expect(op, op.buffer, (SmemType,), "buffer")
-    elif isinstance(op, (O.Load, O.Store)):
+    elif isinstance(op, (O.Load, O.LoadScalar, O.Store)):
         _expect(op, op.tensor, (TensorType,), "tensor")
         if len(op.offsets) != len(op.tensor.type.shape):
             raise IRError(f"{op.NAME}: {len(op.offsets)} offsets for a "

@@ -229,8 +229,9 @@ class TmaStore(Op):
 class Wgmma(Op):
     """acc[64*j .. , N] += a[M, K] @ b^T with a, b shared-memory views (K-major, b is [N, K];
     `trans_b` means b is [K, N], MN-major). Executed by a whole warpgroup; M = 64 per
-    warpgroup, N in 8..256 step 8, K a multiple of 16 (bf16/f16).
-    Lowering fills `a_desc`/`b_desc` = (swizzle_bytes, lbo_bytes, sbo_bytes, k16_advance_bytes):
+    warpgroup, N in 8..256 step 8, K a multiple of 32 bytes (16 bf16/f16, 32 e4m3); e4m3
+    operands are K-major only. Lowering fills `a_desc`/`b_desc` = (swizzle_bytes, lbo_bytes,
+    sbo_bytes, k_step_advance_bytes), the advance per instruction (32 bytes of K):
     the matrix-descriptor fields codegen encodes (PTX ISA "Matrix Descriptor Format")."""
 
     NAME = "wgmma"
@@ -268,6 +269,20 @@ class Load(Op):
     elements outside the tensor set to `other`."""
 
     NAME = "load"
+    RESULTS = ("result",)
+    result: Value
+    tensor: Value
+    offsets: tuple[Value, ...]
+    other: float = 0.0
+
+
+@dataclass(frozen=True)
+class LoadScalar(Op):
+    """Read one element of a global tensor at `offsets` (one scalar per tensor dim) into a
+    uniform scalar; an element outside the tensor reads as `other`. An f32/bf16/f16 tensor
+    gives an f32 scalar (widening is exact), an i32/i64/u32 tensor a scalar of its own type."""
+
+    NAME = "load.scalar"
     RESULTS = ("result",)
     result: Value
     tensor: Value
@@ -373,5 +388,5 @@ ALL_OPS: dict[str, type[Op]] = {
     for cls in (Const, Arith, GridIds, ClusterRank, ThreadIndex, For, If, RoleOp, SmemAlloc,
                 SmemSlice,
                 PipelineCreate, Produce, Consume, TmaLoad, TmaStore, Wgmma, StMatrix, LdMatrix,
-                Load, Store, Full, Elementwise, Convert, Reduce, TileSlice, Assign)
+                Load, LoadScalar, Store, Full, Elementwise, Convert, Reduce, TileSlice, Assign)
 }

@@ -3,10 +3,10 @@
 For a K-major operand in a 128/64/32-byte swizzled buffer whose rows are exactly one swizzle
 span (the only layout `ag.smem` admits for wgmma), PTX ISA "Matrix Descriptor Format" and the
 canonical layouts of INVARIANTS.md §2.2 give: LBO unused (encoded as 16), SBO = 8 rows x span
-(the distance between 8-row core-matrix groups), and each k16 step moves the start address by
-16 elements x 2 bytes = 32 bytes inside the swizzle atom (the XOR applies to the absolute
-address, so this stays correct). An MN-major B (`trans_b`) is read as column atoms, see
-`mn_major_descriptor_fields`.
+(the distance between 8-row core-matrix groups), and each instruction's K step (k16 for 16-bit
+inputs, k32 for fp8: 32 bytes either way) moves the start address by 32 bytes inside the
+swizzle atom (the XOR applies to the absolute address, so this stays correct). An MN-major B
+(`trans_b`, 16-bit only) is read as column atoms, see `mn_major_descriptor_fields`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.core import Kernel
 from argus.ir.rewrite import Rules
+from argus.target.limits import WGMMA_K_BYTES
 
 
 def descriptor_fields(view_type, loc) -> tuple[int, int, int, int]:
@@ -27,8 +28,8 @@ def descriptor_fields(view_type, loc) -> tuple[int, int, int, int]:
     if row_bytes != swizzle:
         raise CompileError(f"wgmma operand rows are {row_bytes} B but the swizzle span is "
                            f"{swizzle} B", loc)
-    k16_bytes = 16 * view_type.dtype.bytes
-    return (swizzle, 16, 8 * swizzle, k16_bytes)
+    # one instruction covers 32 bytes of K (k16 bf16/f16, k32 e4m3): the next one starts there
+    return (swizzle, 16, 8 * swizzle, WGMMA_K_BYTES)
 
 
 def mn_major_descriptor_fields(view_type, k: int, loc) -> tuple[int, int, int, int]:

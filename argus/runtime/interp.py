@@ -233,6 +233,14 @@ class _Interp:
         elif isinstance(op, O.Load):
             offs = [self.val(g, o) for o in op.offsets]
             env[op.result.id] = self._box(op.tensor, offs, op.result.type.shape, op.other)
+        elif isinstance(op, O.LoadScalar):
+            offs = [self.val(g, o) for o in op.offsets]
+            src = self.tensors[op.tensor.id]
+            inside = all(0 <= o < n for o, n in zip(offs, src.shape))
+            x = src[tuple(offs)] if inside else op.other
+            # an f32 scalar stays f32 in later arithmetic, as in the generated CUDA
+            env[op.result.id] = (np.float32(x) if op.result.type.dtype.is_float
+                                 else int(x))
         elif isinstance(op, O.Store):
             offs = [self.val(g, o) for o in op.offsets]
             self._write(op.tensor, offs, self.val(g, op.value))

@@ -500,6 +500,9 @@ class Model:
                            op, "ldmatrix of a shared-memory view")
         elif isinstance(op, O.Load):
             self._load(op, scopes, role)
+        elif isinstance(op, O.LoadScalar):
+            # data read at run time (a scale): an unknown value, guarded like a tile load
+            sym[op.result.id] = fresh_int(f"loaded{op.result.id}")
         elif isinstance(op, O.Store):
             site = self._site(op, scopes, role)
             if self._recording:
