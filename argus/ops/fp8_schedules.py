@@ -1,0 +1,104 @@
+"""Which Fp8GemmSchedule runs a given scaled_matmul problem: a tuned choice from the on-disk
+cache when there is one, else a shape heuristic. `scripts/gpu_fp8_bench.py` times the
+candidates on the GPU and records the winner with `store_choice`.
+
+The cache is one JSON file per GPU name under $ARGUS_CACHE_DIR/scaled_matmul (default
+~/.cache/argus/scaled_matmul), keyed by the problem signature; an entry written by another
+version of Fp8GemmSchedule is ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from argus import config
+from argus.kernels.gemm_fp8 import Fp8GemmSchedule
+
+
+@dataclass(frozen=True)
+class Fp8Problem:
+    """What fixes the fp8 kernel and its best schedule."""
+
+    m: int
+    n: int
+    k: int
+    out_dtype: str         # "bf16", "f16" or "f32"
+    tma_store_ok: bool     # C's layout allows the stmatrix + TMA-store epilogue
+
+    @property
+    def key(self) -> str:
+        return (f"{self.m}x{self.n}x{self.k}:e4m3->{self.out_dtype}:"
+                f"{'tma' if self.tma_store_ok else 'direct'}")
+
+    @property
+    def tma_epilogue_ok(self) -> bool:
+        return self.tma_store_ok and self.out_dtype in ("bf16", "f16")
+
+
+def heuristic(p: Fp8Problem) -> Fp8GemmSchedule:
+    """A good schedule without measuring (HOPPER.md §2.1 recipe with BK = 128 e4m3)."""
+    if p.m <= 64:
+        # Weight streaming: one 64-row consumer, narrow N tiles so that every SM streams its
+        # own slice of W, a deep ring (12 x 16 KB) to keep bytes in flight.
+        return Fp8GemmSchedule(bm=64, bn=64, consumers=1, stages=12)
+    if p.m <= 256:
+        return Fp8GemmSchedule(bm=128, bn=64, stages=8)
+    if p.tma_epilogue_ok:  # 3 x 48 KB ring + 64 KB staging
+        return Fp8GemmSchedule(epilogue="tma", stages=3)
+    return Fp8GemmSchedule(stages=4)
+
+
+def candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
+    """The bounded set a tuner measures (every one legal for this problem)."""
+    out = [heuristic(p)]
+    if p.m > 256:
+        out += [Fp8GemmSchedule(stages=4), Fp8GemmSchedule(stages=4, cluster_m=2),
+                Fp8GemmSchedule(bn=128, stages=6)]
+        if p.tma_epilogue_ok:
+            out += [Fp8GemmSchedule(epilogue="tma", stages=3, cluster_m=2)]
+    else:
+        out += [Fp8GemmSchedule(bm=64, bn=128, consumers=1, stages=8),
+                Fp8GemmSchedule(bm=128, bn=128, stages=6),
+                Fp8GemmSchedule(bm=64, bn=32, consumers=1, stages=12)]
+    return list(dict.fromkeys(out))
+
+
+def _cache_file(gpu: str) -> Path:
+    safe = "".join(c if c.isalnum() else "_" for c in gpu)
+    return config.cache_dir() / "scaled_matmul" / f"{safe}.json"
+
+
+def load_cache(gpu: str) -> dict:
+    try:
+        return json.loads(_cache_file(gpu).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def store_choice(gpu: str, problem: Fp8Problem, schedule: Fp8GemmSchedule, ms: float) -> None:
+    path = _cache_file(gpu)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = load_cache(gpu)
+    data[problem.key] = {"schedule": dataclasses.asdict(schedule), "ms": ms}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the new file
+
+
+def choose(problem: Fp8Problem, gpu: str | None) -> Fp8GemmSchedule:
+    if gpu is not None:
+        entry = load_cache(gpu).get(problem.key)
+        if entry is not None:
+            try:
+                s = Fp8GemmSchedule(**entry["schedule"])
+            except (TypeError, ValueError):
+                s = None  # written by another version of Fp8GemmSchedule: ignore it
+            if s is not None and (s.epilogue != "tma" or problem.tma_epilogue_ok):
+                return s
+    return heuristic(problem)

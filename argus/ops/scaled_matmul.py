@@ -1,0 +1,190 @@
+"""`argus.ops.scaled_matmul(a, b, scale_a, scale_b)`: per-tensor-scaled fp8 GEMM on Hopper.
+
+Computes `(a.float() * scale_a) @ (b.float() * scale_b).T` with fp32 accumulation and writes
+bf16 (default), fp16 or fp32:
+
+  a        [M, K] torch.float8_e4m3fn, K contiguous (the activations);
+  b        [N, K] torch.float8_e4m3fn, K contiguous: the weight W of `x @ W.T` exactly as it is
+           stored row-major. (torch._scaled_mm takes the column-major view `W.t()` instead:
+           `torch._scaled_mm(a, W.t(), sa, sb)` == `scaled_matmul(a, W, sa, sb)`.)
+  scale_a, scale_b  one-element float32 CUDA tensors (0-d or [1]), like torch._scaled_mm's
+           per-tensor scales; the kernel reads them on the device, so nothing syncs the host.
+
+Both fp8 wgmma operands must be K-major (PTX transposes only 16-bit operands), so an N-major b
+is refused with a LaunchError that says how to fix it, rather than silently transposed on every
+call. K must be a multiple of 16 (TMA needs 16-byte row pitches). Operands with the right
+layout but a misaligned pointer or row pitch are copied into an aligned buffer first. Every
+input that cannot be right raises a LaunchError that says what and how to fix it.
+"""
+
+from __future__ import annotations
+
+from argus import dtypes
+from argus.errors import LaunchError
+from argus.kernels.gemm_fp8 import Fp8GemmSchedule, gemm_fp8_kernel
+from argus.ops.fp8_schedules import Fp8Problem, choose
+
+_OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
+_FP8 = "torch.float8_e4m3fn"
+_WHO = "argus.ops.scaled_matmul"
+# Per-process memo of (problem, device, schedule) -> compiled kernel.
+_CHOSEN: dict = {}
+_DEVICE_NAMES: dict = {}
+
+
+def _aligned(t, elem_bytes: int) -> bool:
+    """TMA can address `t`: inner stride 1, 16-byte base and outer strides."""
+    if t.stride(-1) != 1 and t.shape[-1] > 1 or t.data_ptr() % 16:
+        return False
+    return all((t.stride(d) * elem_bytes) % 16 == 0 for d in range(t.dim() - 1) if t.shape[d] > 1)
+
+
+def _overlap(x, y) -> bool:
+    """Whether the byte ranges two non-empty tensors span intersect."""
+    def span(t):
+        lo = t.data_ptr()
+        return lo, lo + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * \
+            t.element_size()
+    (a0, a1), (b0, b1) = span(x), span(y)
+    return a0 < b1 and b0 < a1
+
+
+def _check_types(named) -> None:
+    import torch
+
+    for name, t in named:
+        if not isinstance(t, torch.Tensor):
+            fix = f"wrap it: torch.tensor({t!r}, device='cuda')" if name.startswith("scale") \
+                and isinstance(t, (int, float)) else ""
+            raise LaunchError(f"{_WHO}: {name} must be a torch.Tensor, got {type(t).__name__}",
+                              fix=fix)
+
+
+def _check_devices(named) -> None:
+    for name, t in named:
+        if not t.is_cuda:
+            raise LaunchError(f"{_WHO}: {name} is on {t.device}; Argus kernels run on a CUDA "
+                              f"device (sm_90a)", fix=f"{name}.cuda()")
+    device = named[0][1].device
+    for name, t in named[1:]:
+        if t.device != device:
+            raise LaunchError(f"{_WHO}: {name} is on {t.device} but a is on {device}",
+                              fix="move every tensor, the scales too, to one GPU")
+
+
+def _check(a, b, scale_a, scale_b, out) -> None:
+    """What is wrong with the call itself first, then where the tensors live (so the checks
+    run, and are tested, without a GPU)."""
+    named = [("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)] + \
+        ([("out", out)] if out is not None else [])
+    _check_types(named)
+    for name, t in (("a", a), ("b", b)):
+        if str(t.dtype) != _FP8:
+            hint = " (e5m2 is not supported yet)" if "e5m2" in str(t.dtype) else ""
+            raise LaunchError(f"{_WHO}: {name} must be torch.float8_e4m3fn, got {t.dtype}{hint}",
+                              fix=f"quantize it, e.g. ({name} / scale).to(torch.float8_e4m3fn), "
+                                  f"or use argus.ops.matmul for bf16/fp16")
+        if t.dim() != 2:
+            raise LaunchError(f"{_WHO}: {name} must be 2-d, got shape {tuple(t.shape)}",
+                              fix="a is [M, K] (flatten leading dims: a.reshape(-1, K)), b is "
+                                  "[N, K]")
+    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if str(t.dtype) != "torch.float32" or t.numel() != 1:
+            raise LaunchError(f"{_WHO}: {name} must be a one-element float32 tensor (a "
+                              f"per-tensor scale), got {t.dtype} of shape {tuple(t.shape)}",
+                              fix="pass torch.tensor(s, dtype=torch.float32, device='cuda'); "
+                                  "row-wise and block-wise scales are not supported")
+    k = a.shape[1]
+    if b.shape[1] != k:
+        if b.shape[0] == k:
+            raise LaunchError(f"{_WHO}: b has shape {tuple(b.shape)} but must be [N, K] = "
+                              f"[N, {k}]: this looks like torch._scaled_mm's b (W.t(), [K, N])",
+                              fix="pass the weight W itself, i.e. b.t()")
+        raise LaunchError(f"{_WHO}: shapes a {tuple(a.shape)} and b {tuple(b.shape)} do not "
+                          f"match: a is [M, K], b is [N, K] (K = {k} vs {b.shape[1]})")
+    for name, t in (("a", a), ("b", b)):
+        if t.stride(1) != 1 and t.shape[1] > 1 and t.shape[0] > 0:
+            extra = (" If this is torch._scaled_mm's b = W.t(), pass W (= b.t()) instead."
+                     if name == "b" else "")
+            raise LaunchError(f"{_WHO}: {name} {tuple(t.shape)} has strides {t.stride()}: fp8 "
+                              f"wgmma reads both operands K-major (K contiguous), PTX transposes "
+                              f"only 16-bit operands.{extra}",
+                              fix=f"pass {name}.contiguous() (for a weight: store it as [N, K] "
+                                  f"row-major once)")
+    if k % 16:
+        raise LaunchError(f"{_WHO}: K = {k} is not a multiple of 16: TMA needs 16-byte row "
+                          f"pitches of e4m3",
+                          fix="zero-pad K of both a and b to a multiple of 16, e.g. "
+                              "torch.nn.functional.pad(a.view(torch.uint8), (0, pad))"
+                              ".view(torch.float8_e4m3fn)")
+    _check_devices(named)
+
+
+def _tma_ready(t):
+    """`t` itself when TMA can read it, else an aligned contiguous copy."""
+    import torch
+
+    if _aligned(t, 1):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
+                  schedule: Fp8GemmSchedule | None = None):
+    """Return (a * scale_a) @ (b * scale_b).T for fp8 a [M, K] and b [N, K] (see the module
+    docstring). out_dtype: torch.bfloat16 (default), torch.float16 or torch.float32; with `out`
+    given it defaults to out.dtype and must agree with it."""
+    import torch
+
+    _check(a, b, scale_a, scale_b, out)
+    m, k = a.shape
+    n = b.shape[0]
+    if out_dtype is None:
+        out_dtype = out.dtype if out is not None else torch.bfloat16
+    if str(out_dtype) not in _OUT:
+        raise LaunchError(f"{_WHO}: out_dtype must be torch.bfloat16, torch.float16 or "
+                          f"torch.float32, got {out_dtype}")
+    if out is None:
+        out = torch.empty(m, n, dtype=out_dtype, device=a.device)
+    if out.dtype != out_dtype:
+        raise LaunchError(f"{_WHO}: out is {out.dtype} but out_dtype is {out_dtype}",
+                          fix="leave out_dtype=None to use out.dtype")
+    if tuple(out.shape) != (m, n):
+        raise LaunchError(f"{_WHO}: out has shape {tuple(out.shape)}, expected {(m, n)}")
+    if out.stride(-1) != 1 and n > 1:
+        raise LaunchError(f"{_WHO}: out needs a contiguous last dimension",
+                          fix="pass out=None, or a contiguous tensor")
+    if out.numel() and any(t.numel() and _overlap(out, t) for t in (a, b, scale_a, scale_b)):
+        raise LaunchError(f"{_WHO}: out shares memory with an input",
+                          fix="pass a separate output tensor (or out=None)")
+    if out.numel() == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+
+    out_type = _OUT[str(out.dtype)]
+    a_ready, b_ready = _tma_ready(a), _tma_ready(b)
+    sa, sb = scale_a.reshape(1), scale_b.reshape(1)
+    problem = Fp8Problem(m, n, k, out_type.name, _aligned(out, out_type.bytes))
+    memo_key = (problem, a.device.index, schedule)
+    compiled = _CHOSEN.get(memo_key)
+    if compiled is None:
+        if a.device.index not in _DEVICE_NAMES:
+            _DEVICE_NAMES[a.device.index] = torch.cuda.get_device_name(a.device)
+        chosen = schedule or choose(problem, _DEVICE_NAMES[a.device.index])
+        if chosen.epilogue == "tma" and not problem.tma_epilogue_ok:
+            raise LaunchError(f"{_WHO}: the TMA-store epilogue needs a 16-bit output with "
+                              f"16-byte aligned rows", fix="use Fp8GemmSchedule(epilogue='direct')")
+        compiled = gemm_fp8_kernel(out_type).compile(s=chosen)
+        _CHOSEN[memo_key] = compiled
+    if a.device.index == torch.cuda.current_device():
+        compiled(a_ready, b_ready, sa, sb, out)
+    else:
+        with torch.cuda.device(a.device):
+            compiled(a_ready, b_ready, sa, sb, out)
+    return out
+
+
+def forget_choices() -> None:
+    """Drop the in-process schedule memo (after tuning wrote new choices to disk)."""
+    _CHOSEN.clear()
