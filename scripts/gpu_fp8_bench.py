@@ -1,0 +1,189 @@
+"""fp8 GEMM benchmark on the GPU: argus.ops.scaled_matmul vs torch._scaled_mm in one process.
+
+For each shape (x [M, K] e4m3 @ W [N, K] e4m3 with per-tensor scales, bf16 out): tune (time
+the Fp8GemmSchedule candidates, cache the winner on disk), check the result against a float64
+reference of the dequantized inputs on fresh random data, time ours and torch._scaled_mm(a,
+W.t(), scale_a, scale_b, out_dtype=bf16) (cuBLASLt; default accumulation and use_fast_accum,
+median of L2-flushed trials) and report TFLOP/s and the ratio. Then disassembles the chosen
+kernels and checks the SASS has QGMMA (fp8 wgmma) and no HGMMA/HMMA path. Prints a markdown
+table last and writes fp8.json / fp8.md under --out. Budget: a few minutes on an H200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 8192), (4096, 14336, 4096),
+          (2048, 7168, 2048), (128, 8192, 8192), (16, 8192, 8192)]
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _scaled_mm(a, w, sa, sb, fast: bool):
+    import torch
+
+    r = torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
+                         use_fast_accum=fast)
+    return r[0] if isinstance(r, tuple) else r
+
+
+def tune(a, w, sa, sb, out, trials: int):
+    import torch
+
+    from argus.bench.timing import measure
+    from argus.ops import scaled_matmul
+    from argus.ops.fp8_schedules import Fp8Problem, candidates, store_choice
+    from argus.ops.scaled_matmul import _aligned, forget_choices
+
+    m, k = a.shape
+    problem = Fp8Problem(m, w.shape[0], k, "bf16", _aligned(out, 2))
+    results = []
+    for s in candidates(problem):
+        try:
+            t = measure(lambda s=s: scaled_matmul(a, w, sa, sb, out=out, schedule=s),
+                        trials=trials, warmup=3, allow_few_trials=True)
+            results.append((t.median_ms, s))
+        except Exception as e:  # noqa: BLE001 - an illegal candidate is skipped, and said so
+            log(f"    candidate {s} failed: {type(e).__name__}: {str(e).splitlines()[0]}")
+    best_ms, best = min(results, key=lambda r: r[0])
+    store_choice(torch.cuda.get_device_name(), problem, best, best_ms)
+    forget_choices()  # the next plain call reads the tuned choice
+    return best, results
+
+
+def bench_case(m, n, k, trials):
+    import torch
+
+    from argus.bench.timing import measure
+    from argus.ops import scaled_matmul
+
+    g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
+    # activations ~ N(0, 3^2) and weights ~ N(0, 0.05^2), quantized with per-tensor scales the
+    # way an fp8 inference stack does it (amax / 448)
+    x = torch.randn(m, k, device="cuda", generator=g) * 3.0
+    wf = torch.randn(n, k, device="cuda", generator=g) * 0.05
+    sa = (x.abs().amax() / 448.0).float()
+    sb = (wf.abs().amax() / 448.0).float()
+    a = (x / sa).to(torch.float8_e4m3fn)
+    w = (wf / sb).to(torch.float8_e4m3fn)
+    del x, wf
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    best, tried = tune(a, w, sa, sb, out, trials=10)
+    out.fill_(float("nan"))
+    scaled_matmul(a, w, sa, sb, out=out)
+    theirs = _scaled_mm(a, w, sa, sb, fast=False)
+    torch.cuda.synchronize()
+    ref = (a.double() * sa.double()) @ (w.double() * sb.double()).T
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    err_torch = ((theirs.double() - ref).norm() / ref.norm()).item()
+    del ref, theirs
+    ours = measure(lambda: scaled_matmul(a, w, sa, sb, out=out), trials=trials, warmup=10)
+    base = measure(lambda: _scaled_mm(a, w, sa, sb, fast=False), trials=trials, warmup=10)
+    fast = measure(lambda: _scaled_mm(a, w, sa, sb, fast=True), trials=trials, warmup=10)
+    flops = 2 * m * n * k
+    row = {"M": m, "N": n, "K": k, "rel_error": err, "torch_rel_error": err_torch,
+           "ours_ms": ours.median_ms, "torch_ms": base.median_ms, "torch_fast_ms": fast.median_ms,
+           "ours_tflops": flops / ours.median_ms / 1e9,
+           "torch_tflops": flops / base.median_ms / 1e9,
+           "torch_fast_tflops": flops / fast.median_ms / 1e9,
+           "ratio": base.median_ms / ours.median_ms,
+           "ratio_fast": fast.median_ms / ours.median_ms, "schedule": repr(best),
+           "candidates": [(ms, repr(s)) for ms, s in tried]}
+    log(f"{m}x{n}x{k}: ours {row['ours_tflops']:.0f} TFLOP/s, torch {row['torch_tflops']:.0f} "
+        f"(fast accum {row['torch_fast_tflops']:.0f}), ratio {row['ratio']:.2f}, err {err:.1e} "
+        f"(torch {err_torch:.1e}), {best}")
+    for ms, s in sorted(tried, key=lambda r: r[0]):  # what tuning saw, fastest first
+        log(f"    {ms * 1e3:8.1f} us  {s}")
+    return row
+
+
+def sass_report(rows) -> dict:
+    import argus as ag
+    from argus.kernels.gemm_fp8 import Fp8GemmSchedule, gemm_fp8_kernel
+    from argus.runtime.sass import check_sass, disassemble, instruction_histogram
+
+    report = {}
+    for sched in sorted({r["schedule"] for r in rows}):
+        s = eval(sched, {"Fp8GemmSchedule": Fp8GemmSchedule})  # our own repr
+        ck = gemm_fp8_kernel(ag.bf16).compile(s=s)
+        sass = disassemble(ck.binary.cubin)
+        res = ck.resources
+        entry = {"spill_bytes": res.spill_stores + res.spill_loads, "registers": res.registers}
+        if sass is None:
+            entry["check"] = "no disassembler found"
+        else:
+            hist = instruction_histogram(sass)
+            entry.update({op: sum(v for name, v in hist.items() if name == op)
+                          for op in ("QGMMA", "HGMMA", "HMMA")})
+            entry["check"] = str(check_sass(sass, want=("QGMMA",), forbid=("HGMMA", "HMMA")))
+        report[sched] = entry
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
+    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--shapes", default="",
+                        help="only these MxNxK shapes (comma-separated), e.g. 16x8192x8192")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    from argus.bench.tee import Tee
+
+    sys.stdout = Tee(sys.stdout, args.out / "progress.log")
+    import torch
+
+    started = time.time()
+    log(f"{torch.cuda.get_device_name()} torch {torch.__version__}")
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")]
+    rows = []
+    for (m, n, k) in shapes:
+        try:
+            rows.append(bench_case(m, n, k, args.trials))
+        except Exception as e:  # noqa: BLE001 - record and continue
+            log(f"{m}x{n}x{k}: FAILED {type(e).__name__}: {e}")
+            rows.append({"M": m, "N": n, "K": k, "error": repr(e)})
+        torch.cuda.empty_cache()
+    ok = [r for r in rows if "ratio" in r]
+    geo = math.exp(sum(math.log(r["ratio"]) for r in ok) / len(ok)) if ok else float("nan")
+    sass = sass_report(ok)
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "commit": os.environ.get("ARGUS_COMMIT", "unknown"),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows,
+              "geomean_ratio": geo, "sass": sass, "wall_s": time.time() - started}
+    (args.out / "fp8.json").write_text(json.dumps(result, indent=1, default=str))
+    header = ("| M x N x K | ours TFLOP/s | torch._scaled_mm TFLOP/s | ratio | "
+              "torch fast-accum TFLOP/s | ratio (fast) | rel err (ours / torch) |")
+    lines = [header, "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        shape = f"{r['M']}x{r['N']}x{r['K']}"
+        if "ratio" not in r:
+            lines.append(f"| {shape} | failed | | | | | |")
+            continue
+        lines.append(f"| {shape} | {r['ours_tflops']:.0f} | {r['torch_tflops']:.0f} | "
+                     f"{r['ratio']:.2f} | {r['torch_fast_tflops']:.0f} | {r['ratio_fast']:.2f} | "
+                     f"{r['rel_error']:.1e} / {r['torch_rel_error']:.1e} |")
+    lines.append(f"\ngeomean ratio vs torch._scaled_mm {geo:.3f}; wall "
+                 f"{time.time() - started:.0f} s")
+    lines.append("SASS: " + "; ".join(f"{k}: {v}" for k, v in sass.items()))
+    text = "\n".join(lines)
+    (args.out / "fp8.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

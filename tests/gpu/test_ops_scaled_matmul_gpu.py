@@ -1,0 +1,175 @@
+"""GPU tier: argus.ops.scaled_matmul (fp8 e4m3, per-tensor scales) against a float64 reference
+of the dequantized inputs on fresh random data — odd M, ragged N, every output dtype, views
+and misaligned pointers, empty shapes — against torch._scaled_mm, with no host sync, QGMMA in
+the SASS, and the clear errors for inputs that cannot be right."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available()
+                       or torch.cuda.get_device_capability()[0] < 9,
+                       reason="needs a Hopper (sm_90a) GPU"),
+]
+
+FP8 = torch.float8_e4m3fn
+
+
+def _rel(out, ref):
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def _fp8(*shape, scale=1.0, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(*shape, generator=g, device="cuda") * scale).to(FP8)
+
+
+def _scale(value):
+    return torch.tensor(value, dtype=torch.float32, device="cuda")
+
+
+def _ref(a, w, sa, sb):
+    return (a.double() * sa.double()) @ (w.double() * sb.double()).T
+
+
+# The tensor core accumulates fp8 products with fewer mantissa bits than fp32 (no CUDA-core
+# promotion, like torch._scaled_mm(use_fast_accum=True)); for these K the relative error stays
+# well under the bf16 output rounding budget used here.
+TOL = {torch.bfloat16: 1e-2, torch.float16: 5e-3, torch.float32: 5e-3}
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 256, 128), (7, 144, 272), (129, 4096, 4096),
+                                   (4095, 512, 1024), (300, 200, 144), (64, 8192, 8192),
+                                   (1000, 129, 512)])
+def test_scaled_matmul_against_float64(m, n, k):
+    from argus.ops import scaled_matmul
+
+    a, w = _fp8(m, k, scale=4.0, seed=m), _fp8(n, k, scale=0.25, seed=n + 1)
+    sa, sb = _scale(0.0371), _scale(2.75)
+    out = scaled_matmul(a, w, sa, sb)
+    assert out.dtype == torch.bfloat16 and out.shape == (m, n)
+    assert _rel(out, _ref(a, w, sa, sb)) < TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_output_dtypes_and_out(out_dtype):
+    from argus.ops import scaled_matmul
+
+    a, w = _fp8(300, 520 - 8, seed=1), _fp8(260, 520 - 8, seed=2)
+    sa, sb = _scale([0.5]), _scale(1.5)                     # [1] and 0-d scales
+    ref = _ref(a, w, sa, sb)
+    assert _rel(scaled_matmul(a, w, sa, sb, out_dtype=out_dtype), ref) < TOL[out_dtype]
+    out = torch.full((300, 260), float("nan"), device="cuda", dtype=out_dtype)
+    assert scaled_matmul(a, w, sa, sb, out=out) is out
+    assert _rel(out, ref) < TOL[out_dtype]
+
+
+@pytest.mark.parametrize("m,n,k", [(16, 8192, 8192), (128, 4096, 4096), (2048, 7168, 2048),
+                                   (4096, 4096, 4096)])
+def test_matches_torch_scaled_mm(m, n, k):
+    from argus.ops import scaled_matmul
+
+    a, w = _fp8(m, k, scale=2.0, seed=k), _fp8(n, k, scale=0.5, seed=n)
+    sa, sb = _scale(0.8), _scale(0.03)
+    ours = scaled_matmul(a, w, sa, sb)
+    theirs = torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
+                              use_fast_accum=True)
+    theirs = theirs[0] if isinstance(theirs, tuple) else theirs
+    ref = _ref(a, w, sa, sb)
+    assert _rel(ours, theirs) < 1e-2
+    # no worse than cuBLAS against the exact result (up to bf16 output rounding)
+    assert _rel(ours, ref) < max(2 * _rel(theirs, ref), 4e-3)
+
+
+def test_views_and_misaligned_pointers():
+    from argus.ops import scaled_matmul
+
+    big = _fp8(300, 1000, seed=3)
+    a = big[:, 8:264]                                   # row pitch 1000 B, pointer off by 8 B
+    w = _fp8(1 + 200 * 256, seed=4)[1:].view(200, 256)  # base pointer off by 1 byte
+    sa, sb = _scale(1.25), _scale(0.5)
+    assert _rel(scaled_matmul(a, w, sa, sb), _ref(a, w, sa, sb)) < 1e-2
+    out = torch.empty(300, 400, device="cuda", dtype=torch.bfloat16)[:, 7:207]  # odd pitch
+    scaled_matmul(a, w, sa, sb, out=out)
+    assert _rel(out, _ref(a, w, sa, sb)) < 1e-2
+
+
+def test_empty_shapes():
+    from argus.ops import scaled_matmul
+
+    s = _scale(1.0)
+    assert scaled_matmul(_fp8(0, 64), _fp8(32, 64), s, s).shape == (0, 32)
+    assert scaled_matmul(_fp8(5, 64), _fp8(0, 64), s, s).shape == (5, 0)
+    out = scaled_matmul(_fp8(5, 0), _fp8(7, 0), s, s)
+    assert out.shape == (5, 7) and not out.float().abs().sum()
+
+
+def test_no_host_sync():
+    """The scales are read by the kernel; a warm call launches without synchronizing."""
+    from argus.ops import scaled_matmul
+
+    a, w, sa, sb = _fp8(256, 512, seed=5), _fp8(512, 512, seed=6), _scale(0.5), _scale(2.0)
+    out = scaled_matmul(a, w, sa, sb)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        scaled_matmul(a, w, sa, sb, out=out)
+        sa.mul_(2.0)                          # a scale changed on the device is picked up
+        scaled_matmul(a, w, sa, sb, out=out)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert _rel(out, _ref(a, w, sa, sb)) < 1e-2
+
+
+def test_sass_uses_qgmma_and_no_16_bit_tensor_core_path():
+    from argus.kernels.gemm_fp8 import Fp8GemmSchedule, gemm_fp8_kernel
+    from argus.runtime.sass import check_sass, disassemble
+
+    for schedule in (Fp8GemmSchedule(epilogue="tma", stages=3),
+                     Fp8GemmSchedule(bm=64, bn=64, consumers=1, stages=12)):
+        compiled = gemm_fp8_kernel().compile(s=schedule)
+        sass = disassemble(compiled.binary.cubin)
+        if sass is None:
+            pytest.skip("no cuobjdump/nvdisasm to read SASS")
+        check = check_sass(sass, want=("QGMMA",), forbid=("HGMMA", "HMMA"))
+        assert check.ok, str(check)
+        assert not compiled.resources.spills, compiled.resources.summary()
+
+
+def test_clear_errors():
+    from argus.errors import LaunchError
+    from argus.ops import scaled_matmul
+
+    a, w, s = _fp8(64, 128), _fp8(96, 128, seed=1), _scale(1.0)
+    with pytest.raises(LaunchError, match="K-major") as info:
+        scaled_matmul(a, _fp8(128, 128).t(), s, s)            # an N-major b
+    assert "contiguous()" in str(info.value)
+    with pytest.raises(LaunchError, match="torch._scaled_mm's b"):
+        scaled_matmul(a, w.t(), s, s)                          # torch._scaled_mm's convention
+    with pytest.raises(LaunchError, match="float8_e4m3fn"):
+        scaled_matmul(a.bfloat16(), w, s, s)
+    with pytest.raises(LaunchError, match="e5m2 is not supported"):
+        scaled_matmul(a, w.float().to(torch.float8_e5m2), s, s)
+    with pytest.raises(LaunchError, match="one-element float32"):
+        scaled_matmul(a, w, torch.ones(64, 1, device="cuda"), s)      # row-wise scales
+    with pytest.raises(LaunchError, match="one-element float32"):
+        scaled_matmul(a, w, s.half(), s)
+    with pytest.raises(LaunchError, match="must be a torch.Tensor"):
+        scaled_matmul(a, w, 0.5, s)
+    with pytest.raises(LaunchError, match="scale_b is on cpu"):
+        scaled_matmul(a, w, s, s.cpu())
+    with pytest.raises(LaunchError, match="multiple of 16"):
+        scaled_matmul(_fp8(64, 40), _fp8(96, 40), s, s)
+    buf = torch.zeros(64 * 96 * 2, dtype=torch.uint8, device="cuda")
+    with pytest.raises(LaunchError, match="out shares memory"):  # a lives inside out's bytes
+        scaled_matmul(buf[:64 * 128].view(FP8).view(64, 128), w, s, s,
+                      out=buf.view(torch.bfloat16).view(64, 96))
+    with pytest.raises(LaunchError, match="out is torch.float32 but out_dtype"):
+        scaled_matmul(a, w, s, s, out_dtype=torch.bfloat16,
+                      out=torch.empty(64, 96, device="cuda"))
+    with pytest.raises(LaunchError, match="out has shape"):
+        scaled_matmul(a, w, s, s, out=torch.empty(3, 3, device="cuda", dtype=torch.bfloat16))
+
