@@ -688,6 +688,33 @@ class _Emitter:
         self.emit(f"if ({lead_ok}) {{")
         self.indent += 1
         self.emit(f"{dtype_ptr(dtype)} const base = {name} + {lead};")
+        tile_rows, tile_cols = op.value.type.shape[-2], op.value.type.shape[-1]
+        if pair or dtype.name == "f32":
+            # Interior tiles (the common case) store every pair unchecked: the whole tile is
+            # inside the tensor and every pair address is aligned (aligned base, even row
+            # stride, even column offset; accumulator columns come in even pairs).
+            align = 2 * dtype.bytes - 1
+            self.emit(f"if ({r0} >= 0 && {r0} + {tile_rows} <= {rows} && {c0} >= 0 && "
+                      f"{c0} + {tile_cols} <= {cols} && ({c0} & 1) == 0 && "
+                      f"({row_stride} & 1) == 0 && "
+                      f"(reinterpret_cast<unsigned long long>(base) & {align}) == 0) {{")
+            self.indent += 1
+            # two row pointers (rows acc_row and acc_row + 8); every pair is a constant offset
+            # from one of them, so the addresses cost no registers beyond these two
+            self.emit(f"{dtype_ptr(dtype)} const q0 = base + (long long)({r0} + acc_row) * "
+                      f"{row_stride} + ({c0} + acc_col);")
+            self.emit(f"{dtype_ptr(dtype)} const q8 = q0 + 8 * {row_stride};")
+            for i in range(0, info.layout.nregs, 2):
+                v0 = _strip_round(self.tile_expr(op.value, i, info.layout), dtype)
+                v1 = _strip_round(self.tile_expr(op.value, i + 1, info.layout), dtype)
+                p_expr = f"{'q8' if (i // 2) % 2 else 'q0'} + {8 * (i // 4)}"
+                if pair:
+                    self.emit(f"{pair[0]}({p_expr}, {pair[1]}({v0}, {v1}));")
+                else:
+                    self.emit(f"ag::st_global_f32x2({p_expr}, {v0}, {v1});")
+            self.indent -= 1
+            self.emit("} else {")
+            self.indent += 1
         for i in range(0, info.layout.nregs, 2):
             v0 = _strip_round(self.tile_expr(op.value, i, info.layout), dtype)
             v1 = _strip_round(self.tile_expr(op.value, i + 1, info.layout), dtype)
@@ -708,6 +735,9 @@ class _Emitter:
                 self.emit("    if (false) {}")
             self.emit(f"    else {{ if ({c} >= 0 && {c} < {cols}) p[0] = {_to_mem_c(v0, dtype)}; "
                       f"if ({c} + 1 >= 0 && {c} + 1 < {cols}) p[1] = {_to_mem_c(v1, dtype)}; }}")
+            self.emit("}")
+        if pair or dtype.name == "f32":
+            self.indent -= 1
             self.emit("}")
         self.indent -= 1
         self.emit("}")

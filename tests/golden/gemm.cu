@@ -189,389 +189,458 @@ extern "C" __global__ void __launch_bounds__(384, 1) argus_gemm(
             pend24 = -1;
             if (true) {
                 ag::bf16* const base = C + 0;
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 0));
-                    const bool pair_ok = (v86 + (acc_col + 0)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 0)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[0], t71[1]));
-                    else { if ((v86 + (acc_col + 0)) >= 0 && (v86 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t71[0]); if ((v86 + (acc_col + 0)) + 1 >= 0 && (v86 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t71[1]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 0));
-                    const bool pair_ok = (v86 + (acc_col + 0)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 0)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[2], t71[3]));
-                    else { if ((v86 + (acc_col + 0)) >= 0 && (v86 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t71[2]); if ((v86 + (acc_col + 0)) + 1 >= 0 && (v86 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t71[3]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 8));
-                    const bool pair_ok = (v86 + (acc_col + 8)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 8)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[4], t71[5]));
-                    else { if ((v86 + (acc_col + 8)) >= 0 && (v86 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t71[4]); if ((v86 + (acc_col + 8)) + 1 >= 0 && (v86 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t71[5]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 8));
-                    const bool pair_ok = (v86 + (acc_col + 8)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 8)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[6], t71[7]));
-                    else { if ((v86 + (acc_col + 8)) >= 0 && (v86 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t71[6]); if ((v86 + (acc_col + 8)) + 1 >= 0 && (v86 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t71[7]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 16));
-                    const bool pair_ok = (v86 + (acc_col + 16)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 16)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[8], t71[9]));
-                    else { if ((v86 + (acc_col + 16)) >= 0 && (v86 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t71[8]); if ((v86 + (acc_col + 16)) + 1 >= 0 && (v86 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t71[9]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 16));
-                    const bool pair_ok = (v86 + (acc_col + 16)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 16)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[10], t71[11]));
-                    else { if ((v86 + (acc_col + 16)) >= 0 && (v86 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t71[10]); if ((v86 + (acc_col + 16)) + 1 >= 0 && (v86 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t71[11]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 24));
-                    const bool pair_ok = (v86 + (acc_col + 24)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 24)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[12], t71[13]));
-                    else { if ((v86 + (acc_col + 24)) >= 0 && (v86 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t71[12]); if ((v86 + (acc_col + 24)) + 1 >= 0 && (v86 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t71[13]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 24));
-                    const bool pair_ok = (v86 + (acc_col + 24)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 24)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[14], t71[15]));
-                    else { if ((v86 + (acc_col + 24)) >= 0 && (v86 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t71[14]); if ((v86 + (acc_col + 24)) + 1 >= 0 && (v86 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t71[15]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 32));
-                    const bool pair_ok = (v86 + (acc_col + 32)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 32)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[16], t71[17]));
-                    else { if ((v86 + (acc_col + 32)) >= 0 && (v86 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t71[16]); if ((v86 + (acc_col + 32)) + 1 >= 0 && (v86 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t71[17]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 32));
-                    const bool pair_ok = (v86 + (acc_col + 32)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 32)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[18], t71[19]));
-                    else { if ((v86 + (acc_col + 32)) >= 0 && (v86 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t71[18]); if ((v86 + (acc_col + 32)) + 1 >= 0 && (v86 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t71[19]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 40));
-                    const bool pair_ok = (v86 + (acc_col + 40)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 40)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[20], t71[21]));
-                    else { if ((v86 + (acc_col + 40)) >= 0 && (v86 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t71[20]); if ((v86 + (acc_col + 40)) + 1 >= 0 && (v86 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t71[21]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 40));
-                    const bool pair_ok = (v86 + (acc_col + 40)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 40)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[22], t71[23]));
-                    else { if ((v86 + (acc_col + 40)) >= 0 && (v86 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t71[22]); if ((v86 + (acc_col + 40)) + 1 >= 0 && (v86 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t71[23]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 48));
-                    const bool pair_ok = (v86 + (acc_col + 48)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 48)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[24], t71[25]));
-                    else { if ((v86 + (acc_col + 48)) >= 0 && (v86 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t71[24]); if ((v86 + (acc_col + 48)) + 1 >= 0 && (v86 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t71[25]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 48));
-                    const bool pair_ok = (v86 + (acc_col + 48)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 48)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[26], t71[27]));
-                    else { if ((v86 + (acc_col + 48)) >= 0 && (v86 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t71[26]); if ((v86 + (acc_col + 48)) + 1 >= 0 && (v86 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t71[27]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 56));
-                    const bool pair_ok = (v86 + (acc_col + 56)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 56)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[28], t71[29]));
-                    else { if ((v86 + (acc_col + 56)) >= 0 && (v86 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t71[28]); if ((v86 + (acc_col + 56)) + 1 >= 0 && (v86 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t71[29]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 56));
-                    const bool pair_ok = (v86 + (acc_col + 56)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 56)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[30], t71[31]));
-                    else { if ((v86 + (acc_col + 56)) >= 0 && (v86 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t71[30]); if ((v86 + (acc_col + 56)) + 1 >= 0 && (v86 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t71[31]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 64));
-                    const bool pair_ok = (v86 + (acc_col + 64)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 64)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[32], t71[33]));
-                    else { if ((v86 + (acc_col + 64)) >= 0 && (v86 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t71[32]); if ((v86 + (acc_col + 64)) + 1 >= 0 && (v86 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t71[33]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 64));
-                    const bool pair_ok = (v86 + (acc_col + 64)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 64)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[34], t71[35]));
-                    else { if ((v86 + (acc_col + 64)) >= 0 && (v86 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t71[34]); if ((v86 + (acc_col + 64)) + 1 >= 0 && (v86 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t71[35]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 72));
-                    const bool pair_ok = (v86 + (acc_col + 72)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 72)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[36], t71[37]));
-                    else { if ((v86 + (acc_col + 72)) >= 0 && (v86 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t71[36]); if ((v86 + (acc_col + 72)) + 1 >= 0 && (v86 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t71[37]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 72));
-                    const bool pair_ok = (v86 + (acc_col + 72)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 72)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[38], t71[39]));
-                    else { if ((v86 + (acc_col + 72)) >= 0 && (v86 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t71[38]); if ((v86 + (acc_col + 72)) + 1 >= 0 && (v86 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t71[39]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 80));
-                    const bool pair_ok = (v86 + (acc_col + 80)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 80)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[40], t71[41]));
-                    else { if ((v86 + (acc_col + 80)) >= 0 && (v86 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t71[40]); if ((v86 + (acc_col + 80)) + 1 >= 0 && (v86 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t71[41]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 80));
-                    const bool pair_ok = (v86 + (acc_col + 80)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 80)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[42], t71[43]));
-                    else { if ((v86 + (acc_col + 80)) >= 0 && (v86 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t71[42]); if ((v86 + (acc_col + 80)) + 1 >= 0 && (v86 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t71[43]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 88));
-                    const bool pair_ok = (v86 + (acc_col + 88)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 88)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[44], t71[45]));
-                    else { if ((v86 + (acc_col + 88)) >= 0 && (v86 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t71[44]); if ((v86 + (acc_col + 88)) + 1 >= 0 && (v86 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t71[45]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 88));
-                    const bool pair_ok = (v86 + (acc_col + 88)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 88)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[46], t71[47]));
-                    else { if ((v86 + (acc_col + 88)) >= 0 && (v86 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t71[46]); if ((v86 + (acc_col + 88)) + 1 >= 0 && (v86 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t71[47]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 96));
-                    const bool pair_ok = (v86 + (acc_col + 96)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 96)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[48], t71[49]));
-                    else { if ((v86 + (acc_col + 96)) >= 0 && (v86 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t71[48]); if ((v86 + (acc_col + 96)) + 1 >= 0 && (v86 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t71[49]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 96));
-                    const bool pair_ok = (v86 + (acc_col + 96)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 96)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[50], t71[51]));
-                    else { if ((v86 + (acc_col + 96)) >= 0 && (v86 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t71[50]); if ((v86 + (acc_col + 96)) + 1 >= 0 && (v86 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t71[51]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 104));
-                    const bool pair_ok = (v86 + (acc_col + 104)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 104)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[52], t71[53]));
-                    else { if ((v86 + (acc_col + 104)) >= 0 && (v86 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t71[52]); if ((v86 + (acc_col + 104)) + 1 >= 0 && (v86 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t71[53]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 104));
-                    const bool pair_ok = (v86 + (acc_col + 104)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 104)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[54], t71[55]));
-                    else { if ((v86 + (acc_col + 104)) >= 0 && (v86 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t71[54]); if ((v86 + (acc_col + 104)) + 1 >= 0 && (v86 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t71[55]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 112));
-                    const bool pair_ok = (v86 + (acc_col + 112)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 112)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[56], t71[57]));
-                    else { if ((v86 + (acc_col + 112)) >= 0 && (v86 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t71[56]); if ((v86 + (acc_col + 112)) + 1 >= 0 && (v86 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t71[57]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 112));
-                    const bool pair_ok = (v86 + (acc_col + 112)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 112)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[58], t71[59]));
-                    else { if ((v86 + (acc_col + 112)) >= 0 && (v86 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t71[58]); if ((v86 + (acc_col + 112)) + 1 >= 0 && (v86 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t71[59]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 120));
-                    const bool pair_ok = (v86 + (acc_col + 120)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 120)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[60], t71[61]));
-                    else { if ((v86 + (acc_col + 120)) >= 0 && (v86 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t71[60]); if ((v86 + (acc_col + 120)) + 1 >= 0 && (v86 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t71[61]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 120));
-                    const bool pair_ok = (v86 + (acc_col + 120)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 120)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[62], t71[63]));
-                    else { if ((v86 + (acc_col + 120)) >= 0 && (v86 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t71[62]); if ((v86 + (acc_col + 120)) + 1 >= 0 && (v86 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t71[63]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 128));
-                    const bool pair_ok = (v86 + (acc_col + 128)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 128)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[64], t71[65]));
-                    else { if ((v86 + (acc_col + 128)) >= 0 && (v86 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t71[64]); if ((v86 + (acc_col + 128)) + 1 >= 0 && (v86 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t71[65]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 128));
-                    const bool pair_ok = (v86 + (acc_col + 128)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 128)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[66], t71[67]));
-                    else { if ((v86 + (acc_col + 128)) >= 0 && (v86 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t71[66]); if ((v86 + (acc_col + 128)) + 1 >= 0 && (v86 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t71[67]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 136));
-                    const bool pair_ok = (v86 + (acc_col + 136)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 136)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[68], t71[69]));
-                    else { if ((v86 + (acc_col + 136)) >= 0 && (v86 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t71[68]); if ((v86 + (acc_col + 136)) + 1 >= 0 && (v86 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t71[69]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 136));
-                    const bool pair_ok = (v86 + (acc_col + 136)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 136)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[70], t71[71]));
-                    else { if ((v86 + (acc_col + 136)) >= 0 && (v86 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t71[70]); if ((v86 + (acc_col + 136)) + 1 >= 0 && (v86 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t71[71]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 144));
-                    const bool pair_ok = (v86 + (acc_col + 144)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 144)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[72], t71[73]));
-                    else { if ((v86 + (acc_col + 144)) >= 0 && (v86 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t71[72]); if ((v86 + (acc_col + 144)) + 1 >= 0 && (v86 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t71[73]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 144));
-                    const bool pair_ok = (v86 + (acc_col + 144)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 144)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[74], t71[75]));
-                    else { if ((v86 + (acc_col + 144)) >= 0 && (v86 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t71[74]); if ((v86 + (acc_col + 144)) + 1 >= 0 && (v86 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t71[75]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 152));
-                    const bool pair_ok = (v86 + (acc_col + 152)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 152)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[76], t71[77]));
-                    else { if ((v86 + (acc_col + 152)) >= 0 && (v86 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t71[76]); if ((v86 + (acc_col + 152)) + 1 >= 0 && (v86 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t71[77]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 152));
-                    const bool pair_ok = (v86 + (acc_col + 152)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 152)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[78], t71[79]));
-                    else { if ((v86 + (acc_col + 152)) >= 0 && (v86 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t71[78]); if ((v86 + (acc_col + 152)) + 1 >= 0 && (v86 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t71[79]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 160));
-                    const bool pair_ok = (v86 + (acc_col + 160)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 160)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[80], t71[81]));
-                    else { if ((v86 + (acc_col + 160)) >= 0 && (v86 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t71[80]); if ((v86 + (acc_col + 160)) + 1 >= 0 && (v86 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t71[81]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 160));
-                    const bool pair_ok = (v86 + (acc_col + 160)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 160)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[82], t71[83]));
-                    else { if ((v86 + (acc_col + 160)) >= 0 && (v86 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t71[82]); if ((v86 + (acc_col + 160)) + 1 >= 0 && (v86 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t71[83]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 168));
-                    const bool pair_ok = (v86 + (acc_col + 168)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 168)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[84], t71[85]));
-                    else { if ((v86 + (acc_col + 168)) >= 0 && (v86 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t71[84]); if ((v86 + (acc_col + 168)) + 1 >= 0 && (v86 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t71[85]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 168));
-                    const bool pair_ok = (v86 + (acc_col + 168)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 168)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[86], t71[87]));
-                    else { if ((v86 + (acc_col + 168)) >= 0 && (v86 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t71[86]); if ((v86 + (acc_col + 168)) + 1 >= 0 && (v86 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t71[87]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 176));
-                    const bool pair_ok = (v86 + (acc_col + 176)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 176)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[88], t71[89]));
-                    else { if ((v86 + (acc_col + 176)) >= 0 && (v86 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t71[88]); if ((v86 + (acc_col + 176)) + 1 >= 0 && (v86 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t71[89]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 176));
-                    const bool pair_ok = (v86 + (acc_col + 176)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 176)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[90], t71[91]));
-                    else { if ((v86 + (acc_col + 176)) >= 0 && (v86 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t71[90]); if ((v86 + (acc_col + 176)) + 1 >= 0 && (v86 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t71[91]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 184));
-                    const bool pair_ok = (v86 + (acc_col + 184)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 184)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[92], t71[93]));
-                    else { if ((v86 + (acc_col + 184)) >= 0 && (v86 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t71[92]); if ((v86 + (acc_col + 184)) + 1 >= 0 && (v86 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t71[93]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 184));
-                    const bool pair_ok = (v86 + (acc_col + 184)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 184)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[94], t71[95]));
-                    else { if ((v86 + (acc_col + 184)) >= 0 && (v86 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t71[94]); if ((v86 + (acc_col + 184)) + 1 >= 0 && (v86 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t71[95]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 192));
-                    const bool pair_ok = (v86 + (acc_col + 192)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 192)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[96], t71[97]));
-                    else { if ((v86 + (acc_col + 192)) >= 0 && (v86 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t71[96]); if ((v86 + (acc_col + 192)) + 1 >= 0 && (v86 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t71[97]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 192));
-                    const bool pair_ok = (v86 + (acc_col + 192)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 192)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[98], t71[99]));
-                    else { if ((v86 + (acc_col + 192)) >= 0 && (v86 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t71[98]); if ((v86 + (acc_col + 192)) + 1 >= 0 && (v86 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t71[99]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 200));
-                    const bool pair_ok = (v86 + (acc_col + 200)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 200)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[100], t71[101]));
-                    else { if ((v86 + (acc_col + 200)) >= 0 && (v86 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t71[100]); if ((v86 + (acc_col + 200)) + 1 >= 0 && (v86 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t71[101]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 200));
-                    const bool pair_ok = (v86 + (acc_col + 200)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 200)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[102], t71[103]));
-                    else { if ((v86 + (acc_col + 200)) >= 0 && (v86 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t71[102]); if ((v86 + (acc_col + 200)) + 1 >= 0 && (v86 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t71[103]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 208));
-                    const bool pair_ok = (v86 + (acc_col + 208)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 208)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[104], t71[105]));
-                    else { if ((v86 + (acc_col + 208)) >= 0 && (v86 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t71[104]); if ((v86 + (acc_col + 208)) + 1 >= 0 && (v86 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t71[105]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 208));
-                    const bool pair_ok = (v86 + (acc_col + 208)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 208)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[106], t71[107]));
-                    else { if ((v86 + (acc_col + 208)) >= 0 && (v86 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t71[106]); if ((v86 + (acc_col + 208)) + 1 >= 0 && (v86 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t71[107]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 216));
-                    const bool pair_ok = (v86 + (acc_col + 216)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 216)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[108], t71[109]));
-                    else { if ((v86 + (acc_col + 216)) >= 0 && (v86 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t71[108]); if ((v86 + (acc_col + 216)) + 1 >= 0 && (v86 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t71[109]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 216));
-                    const bool pair_ok = (v86 + (acc_col + 216)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 216)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[110], t71[111]));
-                    else { if ((v86 + (acc_col + 216)) >= 0 && (v86 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t71[110]); if ((v86 + (acc_col + 216)) + 1 >= 0 && (v86 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t71[111]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 224));
-                    const bool pair_ok = (v86 + (acc_col + 224)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 224)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[112], t71[113]));
-                    else { if ((v86 + (acc_col + 224)) >= 0 && (v86 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t71[112]); if ((v86 + (acc_col + 224)) + 1 >= 0 && (v86 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t71[113]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 224));
-                    const bool pair_ok = (v86 + (acc_col + 224)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 224)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[114], t71[115]));
-                    else { if ((v86 + (acc_col + 224)) >= 0 && (v86 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t71[114]); if ((v86 + (acc_col + 224)) + 1 >= 0 && (v86 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t71[115]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 232));
-                    const bool pair_ok = (v86 + (acc_col + 232)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 232)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[116], t71[117]));
-                    else { if ((v86 + (acc_col + 232)) >= 0 && (v86 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t71[116]); if ((v86 + (acc_col + 232)) + 1 >= 0 && (v86 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t71[117]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 232));
-                    const bool pair_ok = (v86 + (acc_col + 232)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 232)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[118], t71[119]));
-                    else { if ((v86 + (acc_col + 232)) >= 0 && (v86 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t71[118]); if ((v86 + (acc_col + 232)) + 1 >= 0 && (v86 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t71[119]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 240));
-                    const bool pair_ok = (v86 + (acc_col + 240)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 240)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[120], t71[121]));
-                    else { if ((v86 + (acc_col + 240)) >= 0 && (v86 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t71[120]); if ((v86 + (acc_col + 240)) + 1 >= 0 && (v86 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t71[121]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 240));
-                    const bool pair_ok = (v86 + (acc_col + 240)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 240)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[122], t71[123]));
-                    else { if ((v86 + (acc_col + 240)) >= 0 && (v86 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t71[122]); if ((v86 + (acc_col + 240)) + 1 >= 0 && (v86 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t71[123]); }
-                }
-                if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 248));
-                    const bool pair_ok = (v86 + (acc_col + 248)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 248)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[124], t71[125]));
-                    else { if ((v86 + (acc_col + 248)) >= 0 && (v86 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t71[124]); if ((v86 + (acc_col + 248)) + 1 >= 0 && (v86 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t71[125]); }
-                }
-                if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
-                    ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 248));
-                    const bool pair_ok = (v86 + (acc_col + 248)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
-                    if (pair_ok && (v86 + (acc_col + 248)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[126], t71[127]));
-                    else { if ((v86 + (acc_col + 248)) >= 0 && (v86 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t71[126]); if ((v86 + (acc_col + 248)) + 1 >= 0 && (v86 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t71[127]); }
+                if (v84 >= 0 && v84 + 64 <= M && v86 >= 0 && v86 + 256 <= N && (v86 & 1) == 0 && (C_s0 & 1) == 0 && (reinterpret_cast<unsigned long long>(base) & 3) == 0) {
+                    ag::bf16* const q0 = base + (long long)(v84 + acc_row) * C_s0 + (v86 + acc_col);
+                    ag::bf16* const q8 = q0 + 8 * C_s0;
+                    ag::st_global_b32(q0 + 0, ag::pack_bf16x2(t71[0], t71[1]));
+                    ag::st_global_b32(q8 + 0, ag::pack_bf16x2(t71[2], t71[3]));
+                    ag::st_global_b32(q0 + 8, ag::pack_bf16x2(t71[4], t71[5]));
+                    ag::st_global_b32(q8 + 8, ag::pack_bf16x2(t71[6], t71[7]));
+                    ag::st_global_b32(q0 + 16, ag::pack_bf16x2(t71[8], t71[9]));
+                    ag::st_global_b32(q8 + 16, ag::pack_bf16x2(t71[10], t71[11]));
+                    ag::st_global_b32(q0 + 24, ag::pack_bf16x2(t71[12], t71[13]));
+                    ag::st_global_b32(q8 + 24, ag::pack_bf16x2(t71[14], t71[15]));
+                    ag::st_global_b32(q0 + 32, ag::pack_bf16x2(t71[16], t71[17]));
+                    ag::st_global_b32(q8 + 32, ag::pack_bf16x2(t71[18], t71[19]));
+                    ag::st_global_b32(q0 + 40, ag::pack_bf16x2(t71[20], t71[21]));
+                    ag::st_global_b32(q8 + 40, ag::pack_bf16x2(t71[22], t71[23]));
+                    ag::st_global_b32(q0 + 48, ag::pack_bf16x2(t71[24], t71[25]));
+                    ag::st_global_b32(q8 + 48, ag::pack_bf16x2(t71[26], t71[27]));
+                    ag::st_global_b32(q0 + 56, ag::pack_bf16x2(t71[28], t71[29]));
+                    ag::st_global_b32(q8 + 56, ag::pack_bf16x2(t71[30], t71[31]));
+                    ag::st_global_b32(q0 + 64, ag::pack_bf16x2(t71[32], t71[33]));
+                    ag::st_global_b32(q8 + 64, ag::pack_bf16x2(t71[34], t71[35]));
+                    ag::st_global_b32(q0 + 72, ag::pack_bf16x2(t71[36], t71[37]));
+                    ag::st_global_b32(q8 + 72, ag::pack_bf16x2(t71[38], t71[39]));
+                    ag::st_global_b32(q0 + 80, ag::pack_bf16x2(t71[40], t71[41]));
+                    ag::st_global_b32(q8 + 80, ag::pack_bf16x2(t71[42], t71[43]));
+                    ag::st_global_b32(q0 + 88, ag::pack_bf16x2(t71[44], t71[45]));
+                    ag::st_global_b32(q8 + 88, ag::pack_bf16x2(t71[46], t71[47]));
+                    ag::st_global_b32(q0 + 96, ag::pack_bf16x2(t71[48], t71[49]));
+                    ag::st_global_b32(q8 + 96, ag::pack_bf16x2(t71[50], t71[51]));
+                    ag::st_global_b32(q0 + 104, ag::pack_bf16x2(t71[52], t71[53]));
+                    ag::st_global_b32(q8 + 104, ag::pack_bf16x2(t71[54], t71[55]));
+                    ag::st_global_b32(q0 + 112, ag::pack_bf16x2(t71[56], t71[57]));
+                    ag::st_global_b32(q8 + 112, ag::pack_bf16x2(t71[58], t71[59]));
+                    ag::st_global_b32(q0 + 120, ag::pack_bf16x2(t71[60], t71[61]));
+                    ag::st_global_b32(q8 + 120, ag::pack_bf16x2(t71[62], t71[63]));
+                    ag::st_global_b32(q0 + 128, ag::pack_bf16x2(t71[64], t71[65]));
+                    ag::st_global_b32(q8 + 128, ag::pack_bf16x2(t71[66], t71[67]));
+                    ag::st_global_b32(q0 + 136, ag::pack_bf16x2(t71[68], t71[69]));
+                    ag::st_global_b32(q8 + 136, ag::pack_bf16x2(t71[70], t71[71]));
+                    ag::st_global_b32(q0 + 144, ag::pack_bf16x2(t71[72], t71[73]));
+                    ag::st_global_b32(q8 + 144, ag::pack_bf16x2(t71[74], t71[75]));
+                    ag::st_global_b32(q0 + 152, ag::pack_bf16x2(t71[76], t71[77]));
+                    ag::st_global_b32(q8 + 152, ag::pack_bf16x2(t71[78], t71[79]));
+                    ag::st_global_b32(q0 + 160, ag::pack_bf16x2(t71[80], t71[81]));
+                    ag::st_global_b32(q8 + 160, ag::pack_bf16x2(t71[82], t71[83]));
+                    ag::st_global_b32(q0 + 168, ag::pack_bf16x2(t71[84], t71[85]));
+                    ag::st_global_b32(q8 + 168, ag::pack_bf16x2(t71[86], t71[87]));
+                    ag::st_global_b32(q0 + 176, ag::pack_bf16x2(t71[88], t71[89]));
+                    ag::st_global_b32(q8 + 176, ag::pack_bf16x2(t71[90], t71[91]));
+                    ag::st_global_b32(q0 + 184, ag::pack_bf16x2(t71[92], t71[93]));
+                    ag::st_global_b32(q8 + 184, ag::pack_bf16x2(t71[94], t71[95]));
+                    ag::st_global_b32(q0 + 192, ag::pack_bf16x2(t71[96], t71[97]));
+                    ag::st_global_b32(q8 + 192, ag::pack_bf16x2(t71[98], t71[99]));
+                    ag::st_global_b32(q0 + 200, ag::pack_bf16x2(t71[100], t71[101]));
+                    ag::st_global_b32(q8 + 200, ag::pack_bf16x2(t71[102], t71[103]));
+                    ag::st_global_b32(q0 + 208, ag::pack_bf16x2(t71[104], t71[105]));
+                    ag::st_global_b32(q8 + 208, ag::pack_bf16x2(t71[106], t71[107]));
+                    ag::st_global_b32(q0 + 216, ag::pack_bf16x2(t71[108], t71[109]));
+                    ag::st_global_b32(q8 + 216, ag::pack_bf16x2(t71[110], t71[111]));
+                    ag::st_global_b32(q0 + 224, ag::pack_bf16x2(t71[112], t71[113]));
+                    ag::st_global_b32(q8 + 224, ag::pack_bf16x2(t71[114], t71[115]));
+                    ag::st_global_b32(q0 + 232, ag::pack_bf16x2(t71[116], t71[117]));
+                    ag::st_global_b32(q8 + 232, ag::pack_bf16x2(t71[118], t71[119]));
+                    ag::st_global_b32(q0 + 240, ag::pack_bf16x2(t71[120], t71[121]));
+                    ag::st_global_b32(q8 + 240, ag::pack_bf16x2(t71[122], t71[123]));
+                    ag::st_global_b32(q0 + 248, ag::pack_bf16x2(t71[124], t71[125]));
+                    ag::st_global_b32(q8 + 248, ag::pack_bf16x2(t71[126], t71[127]));
+                } else {
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 0));
+                        const bool pair_ok = (v86 + (acc_col + 0)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 0)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[0], t71[1]));
+                        else { if ((v86 + (acc_col + 0)) >= 0 && (v86 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t71[0]); if ((v86 + (acc_col + 0)) + 1 >= 0 && (v86 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t71[1]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 0));
+                        const bool pair_ok = (v86 + (acc_col + 0)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 0)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[2], t71[3]));
+                        else { if ((v86 + (acc_col + 0)) >= 0 && (v86 + (acc_col + 0)) < N) p[0] = ag::f32_to_bf16(t71[2]); if ((v86 + (acc_col + 0)) + 1 >= 0 && (v86 + (acc_col + 0)) + 1 < N) p[1] = ag::f32_to_bf16(t71[3]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 8));
+                        const bool pair_ok = (v86 + (acc_col + 8)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 8)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[4], t71[5]));
+                        else { if ((v86 + (acc_col + 8)) >= 0 && (v86 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t71[4]); if ((v86 + (acc_col + 8)) + 1 >= 0 && (v86 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t71[5]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 8));
+                        const bool pair_ok = (v86 + (acc_col + 8)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 8)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[6], t71[7]));
+                        else { if ((v86 + (acc_col + 8)) >= 0 && (v86 + (acc_col + 8)) < N) p[0] = ag::f32_to_bf16(t71[6]); if ((v86 + (acc_col + 8)) + 1 >= 0 && (v86 + (acc_col + 8)) + 1 < N) p[1] = ag::f32_to_bf16(t71[7]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 16));
+                        const bool pair_ok = (v86 + (acc_col + 16)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 16)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[8], t71[9]));
+                        else { if ((v86 + (acc_col + 16)) >= 0 && (v86 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t71[8]); if ((v86 + (acc_col + 16)) + 1 >= 0 && (v86 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t71[9]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 16));
+                        const bool pair_ok = (v86 + (acc_col + 16)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 16)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[10], t71[11]));
+                        else { if ((v86 + (acc_col + 16)) >= 0 && (v86 + (acc_col + 16)) < N) p[0] = ag::f32_to_bf16(t71[10]); if ((v86 + (acc_col + 16)) + 1 >= 0 && (v86 + (acc_col + 16)) + 1 < N) p[1] = ag::f32_to_bf16(t71[11]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 24));
+                        const bool pair_ok = (v86 + (acc_col + 24)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 24)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[12], t71[13]));
+                        else { if ((v86 + (acc_col + 24)) >= 0 && (v86 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t71[12]); if ((v86 + (acc_col + 24)) + 1 >= 0 && (v86 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t71[13]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 24));
+                        const bool pair_ok = (v86 + (acc_col + 24)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 24)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[14], t71[15]));
+                        else { if ((v86 + (acc_col + 24)) >= 0 && (v86 + (acc_col + 24)) < N) p[0] = ag::f32_to_bf16(t71[14]); if ((v86 + (acc_col + 24)) + 1 >= 0 && (v86 + (acc_col + 24)) + 1 < N) p[1] = ag::f32_to_bf16(t71[15]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 32));
+                        const bool pair_ok = (v86 + (acc_col + 32)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 32)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[16], t71[17]));
+                        else { if ((v86 + (acc_col + 32)) >= 0 && (v86 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t71[16]); if ((v86 + (acc_col + 32)) + 1 >= 0 && (v86 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t71[17]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 32));
+                        const bool pair_ok = (v86 + (acc_col + 32)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 32)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[18], t71[19]));
+                        else { if ((v86 + (acc_col + 32)) >= 0 && (v86 + (acc_col + 32)) < N) p[0] = ag::f32_to_bf16(t71[18]); if ((v86 + (acc_col + 32)) + 1 >= 0 && (v86 + (acc_col + 32)) + 1 < N) p[1] = ag::f32_to_bf16(t71[19]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 40));
+                        const bool pair_ok = (v86 + (acc_col + 40)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 40)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[20], t71[21]));
+                        else { if ((v86 + (acc_col + 40)) >= 0 && (v86 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t71[20]); if ((v86 + (acc_col + 40)) + 1 >= 0 && (v86 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t71[21]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 40));
+                        const bool pair_ok = (v86 + (acc_col + 40)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 40)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[22], t71[23]));
+                        else { if ((v86 + (acc_col + 40)) >= 0 && (v86 + (acc_col + 40)) < N) p[0] = ag::f32_to_bf16(t71[22]); if ((v86 + (acc_col + 40)) + 1 >= 0 && (v86 + (acc_col + 40)) + 1 < N) p[1] = ag::f32_to_bf16(t71[23]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 48));
+                        const bool pair_ok = (v86 + (acc_col + 48)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 48)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[24], t71[25]));
+                        else { if ((v86 + (acc_col + 48)) >= 0 && (v86 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t71[24]); if ((v86 + (acc_col + 48)) + 1 >= 0 && (v86 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t71[25]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 48));
+                        const bool pair_ok = (v86 + (acc_col + 48)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 48)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[26], t71[27]));
+                        else { if ((v86 + (acc_col + 48)) >= 0 && (v86 + (acc_col + 48)) < N) p[0] = ag::f32_to_bf16(t71[26]); if ((v86 + (acc_col + 48)) + 1 >= 0 && (v86 + (acc_col + 48)) + 1 < N) p[1] = ag::f32_to_bf16(t71[27]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 56));
+                        const bool pair_ok = (v86 + (acc_col + 56)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 56)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[28], t71[29]));
+                        else { if ((v86 + (acc_col + 56)) >= 0 && (v86 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t71[28]); if ((v86 + (acc_col + 56)) + 1 >= 0 && (v86 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t71[29]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 56));
+                        const bool pair_ok = (v86 + (acc_col + 56)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 56)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[30], t71[31]));
+                        else { if ((v86 + (acc_col + 56)) >= 0 && (v86 + (acc_col + 56)) < N) p[0] = ag::f32_to_bf16(t71[30]); if ((v86 + (acc_col + 56)) + 1 >= 0 && (v86 + (acc_col + 56)) + 1 < N) p[1] = ag::f32_to_bf16(t71[31]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 64));
+                        const bool pair_ok = (v86 + (acc_col + 64)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 64)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[32], t71[33]));
+                        else { if ((v86 + (acc_col + 64)) >= 0 && (v86 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t71[32]); if ((v86 + (acc_col + 64)) + 1 >= 0 && (v86 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t71[33]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 64));
+                        const bool pair_ok = (v86 + (acc_col + 64)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 64)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[34], t71[35]));
+                        else { if ((v86 + (acc_col + 64)) >= 0 && (v86 + (acc_col + 64)) < N) p[0] = ag::f32_to_bf16(t71[34]); if ((v86 + (acc_col + 64)) + 1 >= 0 && (v86 + (acc_col + 64)) + 1 < N) p[1] = ag::f32_to_bf16(t71[35]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 72));
+                        const bool pair_ok = (v86 + (acc_col + 72)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 72)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[36], t71[37]));
+                        else { if ((v86 + (acc_col + 72)) >= 0 && (v86 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t71[36]); if ((v86 + (acc_col + 72)) + 1 >= 0 && (v86 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t71[37]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 72));
+                        const bool pair_ok = (v86 + (acc_col + 72)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 72)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[38], t71[39]));
+                        else { if ((v86 + (acc_col + 72)) >= 0 && (v86 + (acc_col + 72)) < N) p[0] = ag::f32_to_bf16(t71[38]); if ((v86 + (acc_col + 72)) + 1 >= 0 && (v86 + (acc_col + 72)) + 1 < N) p[1] = ag::f32_to_bf16(t71[39]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 80));
+                        const bool pair_ok = (v86 + (acc_col + 80)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 80)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[40], t71[41]));
+                        else { if ((v86 + (acc_col + 80)) >= 0 && (v86 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t71[40]); if ((v86 + (acc_col + 80)) + 1 >= 0 && (v86 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t71[41]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 80));
+                        const bool pair_ok = (v86 + (acc_col + 80)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 80)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[42], t71[43]));
+                        else { if ((v86 + (acc_col + 80)) >= 0 && (v86 + (acc_col + 80)) < N) p[0] = ag::f32_to_bf16(t71[42]); if ((v86 + (acc_col + 80)) + 1 >= 0 && (v86 + (acc_col + 80)) + 1 < N) p[1] = ag::f32_to_bf16(t71[43]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 88));
+                        const bool pair_ok = (v86 + (acc_col + 88)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 88)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[44], t71[45]));
+                        else { if ((v86 + (acc_col + 88)) >= 0 && (v86 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t71[44]); if ((v86 + (acc_col + 88)) + 1 >= 0 && (v86 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t71[45]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 88));
+                        const bool pair_ok = (v86 + (acc_col + 88)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 88)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[46], t71[47]));
+                        else { if ((v86 + (acc_col + 88)) >= 0 && (v86 + (acc_col + 88)) < N) p[0] = ag::f32_to_bf16(t71[46]); if ((v86 + (acc_col + 88)) + 1 >= 0 && (v86 + (acc_col + 88)) + 1 < N) p[1] = ag::f32_to_bf16(t71[47]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 96));
+                        const bool pair_ok = (v86 + (acc_col + 96)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 96)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[48], t71[49]));
+                        else { if ((v86 + (acc_col + 96)) >= 0 && (v86 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t71[48]); if ((v86 + (acc_col + 96)) + 1 >= 0 && (v86 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t71[49]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 96));
+                        const bool pair_ok = (v86 + (acc_col + 96)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 96)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[50], t71[51]));
+                        else { if ((v86 + (acc_col + 96)) >= 0 && (v86 + (acc_col + 96)) < N) p[0] = ag::f32_to_bf16(t71[50]); if ((v86 + (acc_col + 96)) + 1 >= 0 && (v86 + (acc_col + 96)) + 1 < N) p[1] = ag::f32_to_bf16(t71[51]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 104));
+                        const bool pair_ok = (v86 + (acc_col + 104)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 104)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[52], t71[53]));
+                        else { if ((v86 + (acc_col + 104)) >= 0 && (v86 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t71[52]); if ((v86 + (acc_col + 104)) + 1 >= 0 && (v86 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t71[53]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 104));
+                        const bool pair_ok = (v86 + (acc_col + 104)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 104)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[54], t71[55]));
+                        else { if ((v86 + (acc_col + 104)) >= 0 && (v86 + (acc_col + 104)) < N) p[0] = ag::f32_to_bf16(t71[54]); if ((v86 + (acc_col + 104)) + 1 >= 0 && (v86 + (acc_col + 104)) + 1 < N) p[1] = ag::f32_to_bf16(t71[55]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 112));
+                        const bool pair_ok = (v86 + (acc_col + 112)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 112)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[56], t71[57]));
+                        else { if ((v86 + (acc_col + 112)) >= 0 && (v86 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t71[56]); if ((v86 + (acc_col + 112)) + 1 >= 0 && (v86 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t71[57]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 112));
+                        const bool pair_ok = (v86 + (acc_col + 112)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 112)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[58], t71[59]));
+                        else { if ((v86 + (acc_col + 112)) >= 0 && (v86 + (acc_col + 112)) < N) p[0] = ag::f32_to_bf16(t71[58]); if ((v86 + (acc_col + 112)) + 1 >= 0 && (v86 + (acc_col + 112)) + 1 < N) p[1] = ag::f32_to_bf16(t71[59]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 120));
+                        const bool pair_ok = (v86 + (acc_col + 120)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 120)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[60], t71[61]));
+                        else { if ((v86 + (acc_col + 120)) >= 0 && (v86 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t71[60]); if ((v86 + (acc_col + 120)) + 1 >= 0 && (v86 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t71[61]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 120));
+                        const bool pair_ok = (v86 + (acc_col + 120)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 120)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[62], t71[63]));
+                        else { if ((v86 + (acc_col + 120)) >= 0 && (v86 + (acc_col + 120)) < N) p[0] = ag::f32_to_bf16(t71[62]); if ((v86 + (acc_col + 120)) + 1 >= 0 && (v86 + (acc_col + 120)) + 1 < N) p[1] = ag::f32_to_bf16(t71[63]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 128));
+                        const bool pair_ok = (v86 + (acc_col + 128)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 128)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[64], t71[65]));
+                        else { if ((v86 + (acc_col + 128)) >= 0 && (v86 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t71[64]); if ((v86 + (acc_col + 128)) + 1 >= 0 && (v86 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t71[65]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 128));
+                        const bool pair_ok = (v86 + (acc_col + 128)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 128)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[66], t71[67]));
+                        else { if ((v86 + (acc_col + 128)) >= 0 && (v86 + (acc_col + 128)) < N) p[0] = ag::f32_to_bf16(t71[66]); if ((v86 + (acc_col + 128)) + 1 >= 0 && (v86 + (acc_col + 128)) + 1 < N) p[1] = ag::f32_to_bf16(t71[67]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 136));
+                        const bool pair_ok = (v86 + (acc_col + 136)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 136)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[68], t71[69]));
+                        else { if ((v86 + (acc_col + 136)) >= 0 && (v86 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t71[68]); if ((v86 + (acc_col + 136)) + 1 >= 0 && (v86 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t71[69]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 136));
+                        const bool pair_ok = (v86 + (acc_col + 136)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 136)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[70], t71[71]));
+                        else { if ((v86 + (acc_col + 136)) >= 0 && (v86 + (acc_col + 136)) < N) p[0] = ag::f32_to_bf16(t71[70]); if ((v86 + (acc_col + 136)) + 1 >= 0 && (v86 + (acc_col + 136)) + 1 < N) p[1] = ag::f32_to_bf16(t71[71]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 144));
+                        const bool pair_ok = (v86 + (acc_col + 144)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 144)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[72], t71[73]));
+                        else { if ((v86 + (acc_col + 144)) >= 0 && (v86 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t71[72]); if ((v86 + (acc_col + 144)) + 1 >= 0 && (v86 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t71[73]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 144));
+                        const bool pair_ok = (v86 + (acc_col + 144)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 144)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[74], t71[75]));
+                        else { if ((v86 + (acc_col + 144)) >= 0 && (v86 + (acc_col + 144)) < N) p[0] = ag::f32_to_bf16(t71[74]); if ((v86 + (acc_col + 144)) + 1 >= 0 && (v86 + (acc_col + 144)) + 1 < N) p[1] = ag::f32_to_bf16(t71[75]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 152));
+                        const bool pair_ok = (v86 + (acc_col + 152)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 152)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[76], t71[77]));
+                        else { if ((v86 + (acc_col + 152)) >= 0 && (v86 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t71[76]); if ((v86 + (acc_col + 152)) + 1 >= 0 && (v86 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t71[77]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 152));
+                        const bool pair_ok = (v86 + (acc_col + 152)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 152)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[78], t71[79]));
+                        else { if ((v86 + (acc_col + 152)) >= 0 && (v86 + (acc_col + 152)) < N) p[0] = ag::f32_to_bf16(t71[78]); if ((v86 + (acc_col + 152)) + 1 >= 0 && (v86 + (acc_col + 152)) + 1 < N) p[1] = ag::f32_to_bf16(t71[79]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 160));
+                        const bool pair_ok = (v86 + (acc_col + 160)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 160)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[80], t71[81]));
+                        else { if ((v86 + (acc_col + 160)) >= 0 && (v86 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t71[80]); if ((v86 + (acc_col + 160)) + 1 >= 0 && (v86 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t71[81]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 160));
+                        const bool pair_ok = (v86 + (acc_col + 160)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 160)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[82], t71[83]));
+                        else { if ((v86 + (acc_col + 160)) >= 0 && (v86 + (acc_col + 160)) < N) p[0] = ag::f32_to_bf16(t71[82]); if ((v86 + (acc_col + 160)) + 1 >= 0 && (v86 + (acc_col + 160)) + 1 < N) p[1] = ag::f32_to_bf16(t71[83]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 168));
+                        const bool pair_ok = (v86 + (acc_col + 168)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 168)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[84], t71[85]));
+                        else { if ((v86 + (acc_col + 168)) >= 0 && (v86 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t71[84]); if ((v86 + (acc_col + 168)) + 1 >= 0 && (v86 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t71[85]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 168));
+                        const bool pair_ok = (v86 + (acc_col + 168)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 168)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[86], t71[87]));
+                        else { if ((v86 + (acc_col + 168)) >= 0 && (v86 + (acc_col + 168)) < N) p[0] = ag::f32_to_bf16(t71[86]); if ((v86 + (acc_col + 168)) + 1 >= 0 && (v86 + (acc_col + 168)) + 1 < N) p[1] = ag::f32_to_bf16(t71[87]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 176));
+                        const bool pair_ok = (v86 + (acc_col + 176)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 176)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[88], t71[89]));
+                        else { if ((v86 + (acc_col + 176)) >= 0 && (v86 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t71[88]); if ((v86 + (acc_col + 176)) + 1 >= 0 && (v86 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t71[89]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 176));
+                        const bool pair_ok = (v86 + (acc_col + 176)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 176)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[90], t71[91]));
+                        else { if ((v86 + (acc_col + 176)) >= 0 && (v86 + (acc_col + 176)) < N) p[0] = ag::f32_to_bf16(t71[90]); if ((v86 + (acc_col + 176)) + 1 >= 0 && (v86 + (acc_col + 176)) + 1 < N) p[1] = ag::f32_to_bf16(t71[91]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 184));
+                        const bool pair_ok = (v86 + (acc_col + 184)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 184)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[92], t71[93]));
+                        else { if ((v86 + (acc_col + 184)) >= 0 && (v86 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t71[92]); if ((v86 + (acc_col + 184)) + 1 >= 0 && (v86 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t71[93]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 184));
+                        const bool pair_ok = (v86 + (acc_col + 184)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 184)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[94], t71[95]));
+                        else { if ((v86 + (acc_col + 184)) >= 0 && (v86 + (acc_col + 184)) < N) p[0] = ag::f32_to_bf16(t71[94]); if ((v86 + (acc_col + 184)) + 1 >= 0 && (v86 + (acc_col + 184)) + 1 < N) p[1] = ag::f32_to_bf16(t71[95]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 192));
+                        const bool pair_ok = (v86 + (acc_col + 192)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 192)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[96], t71[97]));
+                        else { if ((v86 + (acc_col + 192)) >= 0 && (v86 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t71[96]); if ((v86 + (acc_col + 192)) + 1 >= 0 && (v86 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t71[97]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 192));
+                        const bool pair_ok = (v86 + (acc_col + 192)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 192)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[98], t71[99]));
+                        else { if ((v86 + (acc_col + 192)) >= 0 && (v86 + (acc_col + 192)) < N) p[0] = ag::f32_to_bf16(t71[98]); if ((v86 + (acc_col + 192)) + 1 >= 0 && (v86 + (acc_col + 192)) + 1 < N) p[1] = ag::f32_to_bf16(t71[99]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 200));
+                        const bool pair_ok = (v86 + (acc_col + 200)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 200)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[100], t71[101]));
+                        else { if ((v86 + (acc_col + 200)) >= 0 && (v86 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t71[100]); if ((v86 + (acc_col + 200)) + 1 >= 0 && (v86 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t71[101]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 200));
+                        const bool pair_ok = (v86 + (acc_col + 200)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 200)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[102], t71[103]));
+                        else { if ((v86 + (acc_col + 200)) >= 0 && (v86 + (acc_col + 200)) < N) p[0] = ag::f32_to_bf16(t71[102]); if ((v86 + (acc_col + 200)) + 1 >= 0 && (v86 + (acc_col + 200)) + 1 < N) p[1] = ag::f32_to_bf16(t71[103]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 208));
+                        const bool pair_ok = (v86 + (acc_col + 208)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 208)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[104], t71[105]));
+                        else { if ((v86 + (acc_col + 208)) >= 0 && (v86 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t71[104]); if ((v86 + (acc_col + 208)) + 1 >= 0 && (v86 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t71[105]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 208));
+                        const bool pair_ok = (v86 + (acc_col + 208)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 208)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[106], t71[107]));
+                        else { if ((v86 + (acc_col + 208)) >= 0 && (v86 + (acc_col + 208)) < N) p[0] = ag::f32_to_bf16(t71[106]); if ((v86 + (acc_col + 208)) + 1 >= 0 && (v86 + (acc_col + 208)) + 1 < N) p[1] = ag::f32_to_bf16(t71[107]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 216));
+                        const bool pair_ok = (v86 + (acc_col + 216)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 216)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[108], t71[109]));
+                        else { if ((v86 + (acc_col + 216)) >= 0 && (v86 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t71[108]); if ((v86 + (acc_col + 216)) + 1 >= 0 && (v86 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t71[109]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 216));
+                        const bool pair_ok = (v86 + (acc_col + 216)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 216)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[110], t71[111]));
+                        else { if ((v86 + (acc_col + 216)) >= 0 && (v86 + (acc_col + 216)) < N) p[0] = ag::f32_to_bf16(t71[110]); if ((v86 + (acc_col + 216)) + 1 >= 0 && (v86 + (acc_col + 216)) + 1 < N) p[1] = ag::f32_to_bf16(t71[111]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 224));
+                        const bool pair_ok = (v86 + (acc_col + 224)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 224)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[112], t71[113]));
+                        else { if ((v86 + (acc_col + 224)) >= 0 && (v86 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t71[112]); if ((v86 + (acc_col + 224)) + 1 >= 0 && (v86 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t71[113]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 224));
+                        const bool pair_ok = (v86 + (acc_col + 224)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 224)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[114], t71[115]));
+                        else { if ((v86 + (acc_col + 224)) >= 0 && (v86 + (acc_col + 224)) < N) p[0] = ag::f32_to_bf16(t71[114]); if ((v86 + (acc_col + 224)) + 1 >= 0 && (v86 + (acc_col + 224)) + 1 < N) p[1] = ag::f32_to_bf16(t71[115]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 232));
+                        const bool pair_ok = (v86 + (acc_col + 232)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 232)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[116], t71[117]));
+                        else { if ((v86 + (acc_col + 232)) >= 0 && (v86 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t71[116]); if ((v86 + (acc_col + 232)) + 1 >= 0 && (v86 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t71[117]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 232));
+                        const bool pair_ok = (v86 + (acc_col + 232)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 232)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[118], t71[119]));
+                        else { if ((v86 + (acc_col + 232)) >= 0 && (v86 + (acc_col + 232)) < N) p[0] = ag::f32_to_bf16(t71[118]); if ((v86 + (acc_col + 232)) + 1 >= 0 && (v86 + (acc_col + 232)) + 1 < N) p[1] = ag::f32_to_bf16(t71[119]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 240));
+                        const bool pair_ok = (v86 + (acc_col + 240)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 240)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[120], t71[121]));
+                        else { if ((v86 + (acc_col + 240)) >= 0 && (v86 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t71[120]); if ((v86 + (acc_col + 240)) + 1 >= 0 && (v86 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t71[121]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 240));
+                        const bool pair_ok = (v86 + (acc_col + 240)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 240)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[122], t71[123]));
+                        else { if ((v86 + (acc_col + 240)) >= 0 && (v86 + (acc_col + 240)) < N) p[0] = ag::f32_to_bf16(t71[122]); if ((v86 + (acc_col + 240)) + 1 >= 0 && (v86 + (acc_col + 240)) + 1 < N) p[1] = ag::f32_to_bf16(t71[123]); }
+                    }
+                    if ((v84 + (acc_row + 0)) >= 0 && (v84 + (acc_row + 0)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 0)) * C_s0 + (v86 + (acc_col + 248));
+                        const bool pair_ok = (v86 + (acc_col + 248)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 248)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[124], t71[125]));
+                        else { if ((v86 + (acc_col + 248)) >= 0 && (v86 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t71[124]); if ((v86 + (acc_col + 248)) + 1 >= 0 && (v86 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t71[125]); }
+                    }
+                    if ((v84 + (acc_row + 8)) >= 0 && (v84 + (acc_row + 8)) < M) {
+                        ag::bf16* p = base + (long long)(v84 + (acc_row + 8)) * C_s0 + (v86 + (acc_col + 248));
+                        const bool pair_ok = (v86 + (acc_col + 248)) >= 0 && (reinterpret_cast<unsigned long long>(p) & 3) == 0;
+                        if (pair_ok && (v86 + (acc_col + 248)) + 1 < N) ag::st_global_b32(p, ag::pack_bf16x2(t71[126], t71[127]));
+                        else { if ((v86 + (acc_col + 248)) >= 0 && (v86 + (acc_col + 248)) < N) p[0] = ag::f32_to_bf16(t71[126]); if ((v86 + (acc_col + 248)) + 1 >= 0 && (v86 + (acc_col + 248)) + 1 < N) p[1] = ag::f32_to_bf16(t71[127]); }
+                    }
                 }
             }
         }
