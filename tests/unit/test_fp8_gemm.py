@@ -212,6 +212,10 @@ def _e4m3(shape, scale, seed):
     (190, 256, 384, ag.f16, Fp8GemmSchedule(bn=128, cluster_m=2)),         # W multicast
     (70, 96, 256, ag.f32, Fp8GemmSchedule(bm=64, bn=32, consumers=1, stages=2,
                                           zero_by_wgmma=True, persistent=False)),
+    # 8 tiles on 2 persistent CTAs: the ring wraps across tiles, parities carry over
+    (200, 256, 384, ag.bf16, Fp8GemmSchedule(bn=64, stages=2, num_sms=2, group_m=1)),
+    # a cluster whose second CTA's tile lies wholly below M (loads zeros, stores nothing)
+    (70, 256, 128, ag.bf16, Fp8GemmSchedule(bn=128, cluster_m=2, epilogue="tma", stages=3)),
 ])
 def test_interpreter_matches_float64_reference(m, n, k, out, schedule):
     a, w = _e4m3((m, k), 3.0, m), _e4m3((n, k), 0.5, n)
@@ -288,3 +292,17 @@ def test_scaled_matmul_errors_without_a_gpu():
     for args, message in cases:
         with pytest.raises(LaunchError, match=message):
             scaled_matmul(*args)
+
+
+def test_verifier_catches_a_16_bit_k_step_on_fp8_operands():
+    """A descriptor advancing 16 bytes per k32 instruction (the k16-elements rule of 16-bit
+    inputs applied to e4m3) makes the tensor core read the wrong K bytes: refused."""
+    from argus import verify
+    from argus.ir import ops as O
+    from argus.ir.rewrite import Rules
+
+    kernel = lower_only(gemm_fp8_kernel(), s=Fp8GemmSchedule(bn=128, stages=2))
+    wrong = Rules([(O.Wgmma, lambda op, _ctx: None if op.a_desc[3] == 16 else op.replace(
+        a_desc=op.a_desc[:3] + (16,)))]).apply(kernel)
+    codes = {d.code for d in verify.run(wrong).errors}
+    assert "wgmma.smem-layout" in codes
