@@ -49,7 +49,17 @@ def heuristic(p: Problem) -> GemmSchedule:
     if p.m * p.batch <= 256:
         return GemmSchedule(bm=128, bn=64, stages=8, epilogue="direct")
     stages = 3 if epilogue == "tma" else 4
+    if p.batch * _tiles(p.m, 128) * _tiles(p.n, 256) < _SMS:
+        # fewer 128x256 tiles than SMs (e.g. 1024^3): smaller tiles put more SMs to work
+        return GemmSchedule(bn=128, stages=5, epilogue=epilogue)
     return GemmSchedule(epilogue=epilogue, stages=stages)
+
+
+_SMS = 132  # H100 / H200 SXM
+
+
+def _tiles(extent: int, tile: int) -> int:
+    return -(-extent // tile)
 
 
 def candidates(p: Problem) -> list[GemmSchedule]:
@@ -63,9 +73,12 @@ def candidates(p: Problem) -> list[GemmSchedule]:
             out += [GemmSchedule(stages=4, cluster_m=2)]
         out += [GemmSchedule(stages=4, zero_by_wgmma=True)]
         if p.tma_store_ok and p.out_dtype in ("bf16", "f16"):
-            out += [GemmSchedule(epilogue="tma", stages=3, group_m=16)]
+            out += [GemmSchedule(epilogue="tma", stages=3, group_m=16),
+                    GemmSchedule(bn=128, stages=5, epilogue="tma")]
             if p.batch == 1:
                 out += [GemmSchedule(epilogue="tma", stages=3, cluster_m=2)]
+        if p.batch * _tiles(p.m, 128) * _tiles(p.n, 256) < 2 * _SMS:
+            out += [GemmSchedule(bm=64, bn=128, consumers=1, stages=8)]
     else:
         out += [GemmSchedule(bm=64, bn=128, consumers=1, stages=8),
                 GemmSchedule(bm=128, bn=128, stages=6),
