@@ -4,10 +4,10 @@ Argus has no template for it.
 KernelBench files (Model, get_inputs, get_init_inputs): the Model is traced with torch.fx on the
 meta device (no memory, no compute) and its graph is matched against rules kept as data:
   - one 2-D matmul of two fp32 inputs, A [M, K] @ B [K, N], with 16-byte aligned rows -> the
-    GEMM family: the bf16 tensor-core kernel with fp32 output on operands split into bf16 hi
-    and lo parts ([A_hi | A_hi | A_lo] @ [B_hi; B_lo; B_hi], K' = 3K), which is about fp32
-    accurate (strict track) at 3x the tensor FLOPs; a single bf16 product is a card that only
-    applies on the relaxed track;
+    GEMM family: the bf16 tensor-core kernel with fp32 output on operands split into three bf16
+    pieces each, six products per term (K' = 6K, in K chunks with separate accumulators), which
+    is fp32 accurate (strict track) at 6x the tensor FLOPs; 3 terms or a single bf16 product
+    are cards that only apply on the relaxed track (argus/agent/split_numerics.py);
   - a chain of elementwise ops on one fp32 input whose every op has a DSL translation (ELEMENTWISE,
     MODULES below) -> the elementwise family, with the chain fused into one DSL expression.
 Anything else raises `NoTemplate` naming the op family and what is missing.
@@ -163,12 +163,13 @@ def compose_kernelbench(path: Path) -> TaskSpec:
     if gemm is not None:
         M, K, N = gemm
         return TaskSpec(family="gemm", shape=(("M", M), ("N", N), ("K", K)), dtype="f32",
-                        compute="bf16x3", options=(("in", "bf16"), ("out", "f32"),
+                        compute="bf16x6", options=(("in", "bf16"), ("out", "f32"),
                                                    ("b_layout", "kn")),
                         metrics=(("flops", 2.0 * M * N * K),
                                  ("bytes", float(4 * (M * K + K * N + M * N)))),
-                        note="fp32 matmul run on the tensor cores as a 3xbf16 split (K' = 3K) "
-                             "with fp32 accumulation and output", **common)
+                        note="fp32 matmul run on the tensor cores as a 6-term bf16 split "
+                             "(K' = 6K, fp32 accumulators per K chunk) with fp32 output",
+                        **common)
     body, ops, x = _match_elementwise(gm, placeholders, compute, shapes, name)
     numel = x.numel()
     cols = x.shape[-1] if x.dim() >= 1 else 1

@@ -109,12 +109,14 @@ def predicted_spill(bn: int, consumer_regs: int) -> bool:
 
 
 def gemm_estimate(M: int, N: int, K: int, p: dict[str, Any], hw: Hardware = H200, *,
-                  glue_bytes: int = 0, glue_launches: int = 0, spills: bool | None = None
-                  ) -> Estimate:
+                  glue_bytes: int = 0, glue_launches: int = 0, spills: bool | None = None,
+                  batch: int = 1) -> Estimate:
     """Modelled time of the library GEMM with schedule fields `p` (see module docstring).
 
     glue_bytes/glue_launches: extra memory-bound work around the kernel (casts, transposes of a
     KernelBench adapter), costed at 90% of copy bandwidth plus a launch each.
+    batch: independent [M, K] @ [K, N] problems in one launch (the batched kernel walks them
+    batch-major, so a wave's distinct panels are counted per batch).
     """
     bm, bn, bk = int(p["bm"]), int(p["bn"]), int(p["bk"])
     stages, consumers = int(p["stages"]), int(p["consumers"])
@@ -122,7 +124,8 @@ def gemm_estimate(M: int, N: int, K: int, p: dict[str, Any], hw: Hardware = H200
     group_m = max(1, int(p["group_m"]))
     cluster = max(1, int(p.get("cluster_m", 1)))
     m_tiles, n_tiles = math.ceil(M / bm), math.ceil(N / bn)
-    tiles = m_tiles * n_tiles
+    per_batch = m_tiles * n_tiles
+    tiles = per_batch * max(1, batch)
     k_steps = max(1, math.ceil(K / bk))
     programs = min(tiles, num_sms) if persistent else tiles
     per_program = math.ceil(tiles / programs)
@@ -138,9 +141,10 @@ def gemm_estimate(M: int, N: int, K: int, p: dict[str, Any], hw: Hardware = H200
     spill = predicted_spill(acc_cols, int(p["consumer_regs"])) if spills is None else spills
     if spill:
         t_mma *= 1.5
-    ms_seen = {grouped_tile(t, m_tiles, n_tiles, group_m) for t in range(wave)}
-    uniq_m = len({m for m, _ in ms_seen})
-    uniq_n = len({n for _, n in ms_seen})
+    ms_seen = {(t // per_batch, *grouped_tile(t % per_batch, m_tiles, n_tiles, group_m))
+               for t in range(wave)}
+    uniq_m = len({(b, m) for b, m, _ in ms_seen})
+    uniq_n = len({(b, n) for b, _, n in ms_seen})
     # a 2-CTA cluster loads each B tile once for both CTAs (TMA multicast)
     t_l2 = wave * (bm + bn / cluster) * bk * 2 / hw.l2_bytes_s
     t_hbm = (uniq_m * bm + uniq_n * bn) * bk * 2 / hw.hbm_bytes_s
@@ -164,7 +168,7 @@ def gemm_estimate(M: int, N: int, K: int, p: dict[str, Any], hw: Hardware = H200
               "t_mma_us": t_mma * 1e6, "t_l2_us": t_l2 * 1e6, "t_hbm_us": t_hbm * 1e6,
               "t_latency_us": t_lat * 1e6, "epilogue_us": t_epilogue * 1e6,
               "fill_us": t_fill * 1e6, "glue_us": t_glue * 1e6, "predicted_spill": spill,
-              "tflops": 2.0 * M * N * K / total / 1e12}
+              "tflops": 2.0 * M * N * K * max(1, batch) / total / 1e12}
     return Estimate(total * 1e3, bound, detail)
 
 

@@ -35,6 +35,8 @@ from argus.agent.task import TaskSpec
 from argus.errors import ArgusError, CompileError, Diagnostic, TraceError
 
 RESOURCE_CODES = frozenset({"smem", "regs_budget", "registers", "grid_y", "tma_box"})
+# Static rules that predict a wrong answer (not an illegal schedule): a correctness failure.
+ACCURACY_CODES = frozenset({"split_accuracy"})
 
 
 @dataclass(frozen=True)
@@ -213,7 +215,9 @@ class Evaluator:
             diagnostics += [_diag_json(d) for d in static]
             errors = [d for d in static if d.severity == "error"]
             if errors:
-                status = "resource" if errors[0].code in RESOURCE_CODES else "compile"
+                code = errors[0].code
+                status = "resource" if code in RESOURCE_CODES else \
+                    "correctness" if code in ACCURACY_CODES else "compile"
                 return Outcome(status, "lower", message=str(errors[0]),
                                diagnostics=tuple(diagnostics), seconds=seconds)
 

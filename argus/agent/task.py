@@ -16,9 +16,21 @@ from pathlib import Path
 from typing import Any
 
 ORIGINS = ("kernelbench", "argus")
-# Arithmetic that is accurate enough for a task dtype's strict track ("bf16x3": the 3xbf16 split).
-ACCURATE_FOR = {"f32": ("f32", "bf16x3"), "bf16": ("bf16", "f32", "bf16x3"),
-                "f16": ("f16", "f32", "bf16x3")}
+# Arithmetic that is accurate enough for a task dtype's strict track. "bf16xT": fp32 operands
+# split into bf16 pieces, T products per term on the tensor cores (argus/agent/split_numerics.py):
+# 6 terms are fp32-accurate; 3 terms (~4.5e-6 from the split alone, 2-3e-5 measured on an H200
+# in one accumulator) are not.
+ACCURATE_FOR = {"f32": ("f32", "bf16x6"), "bf16": ("bf16", "f32", "bf16x6", "bf16x3"),
+                "f16": ("f16", "f32", "bf16x6", "bf16x3")}
+SPLIT_NOTES = {
+    "bf16x6": ("six bf16 products per term (three bf16 pieces per operand; all products of "
+               "pieces i + j <= 2, smallest first, fp32 accumulation, one accumulator per K "
+               "chunk summed in fp32): fp32 accuracy (strict track) at 6x the tensor-core FLOPs "
+               "of a bf16 GEMM, twice the 3-term split"),
+    "bf16x3": ("three bf16 products per term (hi*lo + lo*hi + hi*hi, fp32 accumulation): "
+               "~4.5e-6 from the split alone and 2-3e-5 on the tensor cores, so relaxed track "
+               "only, at 3x the tensor-core FLOPs"),
+}
 
 
 def make_signature(family: str, shape: dict[str, int], dtype: str, extra: str = "") -> str:
@@ -47,7 +59,8 @@ class TaskSpec:
         example-protocol file with KERNEL, make_inputs, reference).
     shape: the problem sizes the family understands (gemm: M, N, K; elementwise: rows, cols).
     dtype: the task's data type; compute: the arithmetic the Argus kernel uses. They differ for
-        an fp32 KernelBench GEMM run on the bf16 tensor-core kernel (relaxed track only).
+        an fp32 KernelBench GEMM run on the bf16 tensor-core kernel: "bf16x6" (strict track),
+        "bf16x3" or "bf16" (relaxed track only).
     expr: elementwise: the DSL expression of `y` in terms of `x`; ops: how many torch ops it fuses.
     kernel: kernel family: the name of the kernel in the file; constexprs: its tunable ints.
     metrics: per-call totals at the timed size (bytes moved, flops) for the cost model.
@@ -80,10 +93,8 @@ class TaskSpec:
 
     @property
     def precision_note(self) -> str:
-        if self.compute == "bf16x3":
-            return (f"a {self.dtype} task computed as three bf16 products per term (hi*hi + hi*lo "
-                    "+ lo*hi, fp32 accumulation) on the tensor cores: about fp32 accuracy "
-                    "(strict track) at 3x the tensor-core FLOPs")
+        if self.compute in SPLIT_NOTES:
+            return f"a {self.dtype} task computed as {SPLIT_NOTES[self.compute]}"
         if self.track == "strict":
             return f"{self.compute} arithmetic on a {self.dtype} task"
         return (f"{self.compute} arithmetic on a {self.dtype} task: judged on the relaxed track "

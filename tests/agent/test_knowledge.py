@@ -47,7 +47,7 @@ def test_schedule_edits_name_real_schedule_fields():
     dims = (("M", 4096), ("N", 4096), ("K", 4096))
     gemm_bf16 = TaskSpec("gemm", "t", "argus", "x", dims, "bf16", "bf16",
                          options=(("out", "bf16"),))
-    gemm_kb = TaskSpec("gemm", "t", "kernelbench", "x", dims, "f32", "bf16x3",
+    gemm_kb = TaskSpec("gemm", "t", "kernelbench", "x", dims, "f32", "bf16x6",
                        options=(("out", "f32"), ("b_layout", "kn")))
     ew = TaskSpec("elementwise", "t", "kernelbench", "x", (("rows", 64), ("cols", 4096)), "f32",
                   "f32", expr="y = x")

@@ -7,21 +7,26 @@ swizzle row, shared-memory and register budgets, TMA box limits), so the planner
 illegal schedules without lowering them; the lowering stays the ground truth.
 
 KernelBench GEMM tasks are fp32; the kernel multiplies bf16 operands with fp32 accumulation and
-writes fp32 (the "kn" kernel reads B = [K, N] as given). The adapter's `precision` parameter
-decides the operands: "bf16x3" (default) splits A and B into bf16 hi and lo parts with an Argus
-kernel and multiplies [A_hi | A_hi | A_lo] @ [B_hi; B_lo; B_hi] (K' = 3K): the dropped lo*lo
-term is ~2^-16 relative, so the result passes the strict fp32 track at 3x the tensor FLOPs.
-"bf16" rounds the operands once: fast, but only on the relaxed track, and even that fails on
-heavy-tailed or large inputs at K = 4096. The cost model charges the split or the casts.
+writes fp32 (the "kn" kernel reads B = [K, N] as given). The adapter splits A and B into bf16
+pieces with one Argus kernel per operand, written straight into the concatenated layout, and
+runs one GEMM over K' = split_terms x K (`split_numerics` says which products, in which order,
+and why): 6 terms (the strict-track default) are fp32-accurate, 3 terms (hi/lo) lose ~4.5e-6
+and 1 term (one bf16 rounding) ~2e-3, relaxed track only. Hopper's tensor core truncates the
+addends of its accumulator, so on the strict track the K range is also cut into `k_chunks`
+chunks, each its own accumulator (one batch of the batched kernel), summed in fp32 by an Argus
+kernel; the `split_accuracy` rule prunes splits whose predicted error on the tensor cores
+exceeds half the strict bound. The cost model charges the terms (6 terms: twice the tensor work
+of 3), the split's traffic and the chunks' partial sums.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from typing import Any
 
-from argus.agent import cost_model
+from argus.agent import cost_model, split_numerics
 from argus.agent.cost_model import Estimate
 from argus.agent.families.base import LAUNCH_HELPER, Family, Rule
 from argus.agent.task import TaskSpec
@@ -75,6 +80,19 @@ _RULES = (
     Rule("k_alignment", lambda p, d: d["K"] % 8 == 0,
          "K={K}: TMA needs row strides that are multiples of 16 bytes (K % 8 == 0 for bf16)",
          "pad K to a multiple of 8", "cuTensorMapEncodeTiled globalStrides % 16 == 0"),
+    Rule("k_chunks", lambda p, d: not d.get("split")
+         or split_numerics.chunk_ok(d["K"], p.get("k_chunks", 1)),
+         "k_chunks={k_chunks}: K={K} does not split into equal chunks of a multiple of 8 "
+         "elements (the chunks' bf16 rows must stay 16-byte aligned)",
+         "use a k_chunks that divides K / 8", "cuTensorMapEncodeTiled globalStrides % 16 == 0"),
+    Rule("split_accuracy", lambda p, d: not d.get("split") or not d.get("strict")
+         or split_numerics.strict_ok(p.get("split_terms", 6), d["K"], p.get("k_chunks", 1)),
+         "split_terms={split_terms}, k_chunks={k_chunks}: predicted rel_l2 {predicted} on the "
+         "tensor cores, more than half the strict fp32 bound (1e-5): wgmma truncates every "
+         "addend of its fp32 accumulator, so the error grows with the K range one accumulator "
+         "sums (K / k_chunks = {K} / {k_chunks}), and fewer than 6 terms lose the split's "
+         "2^-16 pieces", "use split_terms=6 and k_chunks >= {min_chunks}",
+         "argus/agent/split_numerics.py (H100/H200 tensor-core model, measured H200 errors)"),
     Rule("predicted_spill", lambda p, d: not cost_model.predicted_spill(p["bn"],
                                                                         p["consumer_regs"]),
          "bn={bn} needs ~{bn}/2 + 40 registers per consumer thread; consumer_regs="
@@ -92,17 +110,45 @@ def smem_bytes(p: dict[str, Any]) -> int:
 SPLIT_SOURCE = '''
 
 @ag.kernel(threads=256)
-def split_bf16x3(X: ag.Tensor["R", "C", ag.f32], HI: ag.Tensor["R", "C", ag.bf16],
-                 HI2: ag.Tensor["R", "C", ag.bf16], LO: ag.Tensor["R", "C", ag.bf16],
-                 ROWS: int = 4, BN: int = 1024):
-    """x = hi + lo (+ ~2^-16 x): hi = bf16(x) to HI and HI2, lo = bf16(x - hi) to LO."""
+def split_bf16(X: ag.Tensor["R", "C", ag.f32], Y: ag.Tensor["S", "YR", "YC", ag.bf16],
+               SLOTS: tuple = (0,), KC: int = 64, K_AXIS: int = 1, ROWS: int = 4,
+               BN: int = 1024):
+    """Write the bf16 pieces of X in the GEMM's concatenated layout, one kernel per operand.
+
+    x = x0 + x1 + x2: x0 = bf16(x), x1 = bf16(x - x0), x2 = bf16(x - x0 - x1), rounded to
+    nearest even (the remainders are exact in fp32). K (axis K_AXIS of X) is cut into chunks
+    of KC; chunk s goes to batch s of Y, and slot t of it (KC columns of Y for A, K_AXIS=1;
+    KC rows for B, K_AXIS=0) holds piece SLOTS[t]. A tile never straddles a chunk: the
+    adapter picks BN (A) or ROWS (B) dividing KC.
+    """
     pid_m, pid_n = ag.grid(ag.cdiv(X.shape[0], ROWS), ag.cdiv(X.shape[1], BN))
     r0, c0 = pid_m * ROWS, pid_n * BN
     x = ag.load(X, (r0, c0), (ROWS, BN))
-    hi = x.to(ag.bf16)
-    ag.store(HI, (r0, c0), hi)
-    ag.store(HI2, (r0, c0), hi)
-    ag.store(LO, (r0, c0), (x - hi.to(ag.f32)).to(ag.bf16))
+    pieces = [x.to(ag.bf16)]
+    rest = x
+    for _ in range(max(SLOTS)):
+        rest = rest - pieces[-1].to(ag.f32)
+        pieces.append(rest.to(ag.bf16))
+    if K_AXIS == 1:
+        s, k0 = c0 // KC, c0 % KC
+        for t, i in enumerate(SLOTS):
+            ag.store(Y, (s, r0, t * KC + k0), pieces[i])
+    else:
+        s, k0 = r0 // KC, r0 % KC
+        for t, i in enumerate(SLOTS):
+            ag.store(Y, (s, t * KC + k0, c0), pieces[i])
+
+
+@ag.kernel(threads=256)
+def sum_chunks(P: ag.Tensor["S", "M", "N", ag.f32], C: ag.Tensor["M", "N", ag.f32],
+               CHUNKS: int = 1, ROWS: int = 4, BN: int = 1024):
+    """C = P[0] + P[1] + ... in fp32 (round to nearest), in chunk order."""
+    pid_m, pid_n = ag.grid(ag.cdiv(C.shape[0], ROWS), ag.cdiv(C.shape[1], BN))
+    r0, c0 = pid_m * ROWS, pid_n * BN
+    acc = ag.load(P, (0, r0, c0), (ROWS, BN))
+    for s in range(1, CHUNKS):
+        acc = acc + ag.load(P, (s, r0, c0), (ROWS, BN))
+    ag.store(C, (r0, c0), acc)
 
 
 def _run(kernel, tensors, constexprs):
@@ -112,20 +158,34 @@ def _run(kernel, tensors, constexprs):
         kernel.interpret(*tensors, **constexprs)
 
 
-def split_a(A):
-    """[M, K] fp32 -> [M, 3K] bf16 = [hi | hi | lo]."""
-    M, K = A.shape
-    out = torch.empty(M, 3, K, dtype=torch.bfloat16, device=A.device)
-    _run(split_bf16x3, (A, out[:, 0], out[:, 1], out[:, 2]), {})
-    return out.view(M, 3 * K)
+def _block(n, cap):
+    """The largest power of two <= cap that divides n."""
+    b = 1
+    while b < cap and n % (2 * b) == 0:
+        b *= 2
+    return b
 
 
-def split_b(B):
-    """[K, N] fp32 -> [3K, N] bf16 = [hi; lo; hi]."""
-    K, N = B.shape
-    out = torch.empty(3, K, N, dtype=torch.bfloat16, device=B.device)
-    _run(split_bf16x3, (B, out[0], out[2], out[1]), {})
-    return out.view(3 * K, N)
+def _chunks(k):
+    """K_CHUNKS, or fewer when K does not split into 16-byte aligned chunks."""
+    c = K_CHUNKS
+    while c > 1 and (k % c or (k // c) % 8):
+        c //= 2
+    return c
+
+
+def split_operand(X, slots, chunks, k_axis):
+    """A [M, K] -> [chunks, M, T*KC] (k_axis=1) or B [K, N] -> [chunks, T*KC, N] (k_axis=0)."""
+    R, C = X.shape
+    kc, t = X.shape[k_axis] // chunks, len(slots)
+    if k_axis == 1:
+        Y = torch.empty(chunks, R, t * kc, dtype=torch.bfloat16, device=X.device)
+        rows, bn = 4, _block(kc, 1024)
+    else:
+        Y = torch.empty(chunks, t * kc, C, dtype=torch.bfloat16, device=X.device)
+        rows, bn = _block(kc, 8), 512
+    _run(split_bf16, (X, Y), dict(SLOTS=slots, KC=kc, K_AXIS=k_axis, ROWS=rows, BN=bn))
+    return Y
 '''
 
 ADAPTER = '''
@@ -136,12 +196,21 @@ class ModelNew(torch.nn.Module):
 
     def forward(self, A, B):
         A, B = A.float().contiguous(), B.float().contiguous()
-        if PRECISION == "bf16x3":
-            a, b = split_a(A), split_b(B)               # K' = 3K
+        M, N = A.shape[0], B.shape[1]
+        chunks = _chunks(A.shape[1])
+        a = split_operand(A, A_SLOTS, chunks, 1)        # [chunks, M, T*KC] bf16
+        b = split_operand(B, B_SLOTS, chunks, 0)        # [chunks, T*KC, N] bf16
+        c = torch.empty(M, N, dtype=torch.float32, device=A.device)
+        if chunks == 1:                                 # [M, K'] @ [K', N]: the "kn" kernel
+            _launch(*((a, b, c.view(1, M, N)) if BATCHED else (a[0], b[0], c)))
+            return c
+        parts = torch.empty(chunks, M, N, dtype=torch.float32, device=A.device)
+        if BATCHED:                                     # one accumulator per chunk ...
+            _launch(a, b, parts)
         else:
-            a, b = A.to(torch.bfloat16), B.to(torch.bfloat16)
-        c = torch.empty(a.shape[0], b.shape[1], dtype=torch.float32, device=A.device)
-        _launch(a, b, c)                                # [M, K'] @ [K', N]: the "kn" kernel
+            for s in range(chunks):
+                _launch(a[s], b[s], parts[s])
+        _run(sum_chunks, (parts, c), dict(CHUNKS=chunks))   # ... summed in fp32
         return c
 '''
 
@@ -150,15 +219,20 @@ class GemmFamily(Family):
     name = "gemm"
     rules = _RULES
 
-    def kernel_args(self, task: TaskSpec) -> tuple[str, str, str, bool]:
-        """(in dtype, out dtype, B layout, batched) for `gemm_kernel`."""
+    def kernel_args(self, task: TaskSpec, params: dict[str, Any] | None = None
+                    ) -> tuple[str, str, str, bool]:
+        """(in dtype, out dtype, B layout, batched) for `gemm_kernel`; a KernelBench split with
+        K chunks runs the batched kernel (one batch per chunk)."""
         o = task.opts
-        return (o.get("in", "bf16"), o.get("out", "bf16"), o.get("b_layout", "nk"),
-                bool(o.get("batched", False)))
+        batched = bool(o.get("batched", False))
+        if params is not None and self._split(task):
+            batched = batched or int(params.get("k_chunks", 1)) > 1
+        return (o.get("in", "bf16"), o.get("out", "bf16"), o.get("b_layout", "nk"), batched)
 
     def space(self, task: TaskSpec) -> dict[str, tuple[Any, ...]]:
         out16 = self.kernel_args(task)[1] in ("bf16", "f16")
-        extra = {"precision": ("bf16x3", "bf16")} if self._split(task) else {}
+        extra = {"split_terms": split_numerics.TERMS, "k_chunks": split_numerics.K_CHUNKS} \
+            if self._split(task) else {}
         return {**extra, "bm": (64, 128, 192, 256), "bn": (64, 128, 192, 256), "bk": (64,),
                 "stages": (1, 2, 3, 4, 5, 6, 7, 8), "consumers": (1, 2, 3, 4),
                 "producer_regs": (24, 32, 40),
@@ -169,19 +243,34 @@ class GemmFamily(Family):
 
     @staticmethod
     def _split(task: TaskSpec) -> bool:
-        """A KernelBench fp32 task: the adapter chooses the operand precision."""
+        """A KernelBench fp32 task: the adapter splits the operands into bf16 pieces."""
         return task.origin == "kernelbench" and task.dtype == "f32"
+
+    @staticmethod
+    def split_defaults(task: TaskSpec) -> dict[str, int]:
+        """The split the task's arithmetic asks for: 6 terms on the strict track with the fewest
+        K chunks predicted to pass it with START_MARGIN (4x) to spare, so the start is
+        strict-correct; 3 terms or one bf16 rounding (relaxed track) in one chunk."""
+        terms = {"bf16x6": 6, "bf16x3": 3}.get(task.compute, 1)
+        chunks = 1
+        if terms == 6 and task.track == "strict":
+            k = task.dims["K"]
+            legal = [c for c in split_numerics.K_CHUNKS if split_numerics.chunk_ok(k, c)]
+            chunks = split_numerics.min_strict_chunks(k, terms, split_numerics.START_MARGIN) \
+                or max(legal, default=1)
+        return {"split_terms": terms, "k_chunks": chunks}
 
     def default_params(self, task: TaskSpec) -> dict[str, Any]:
         from argus.kernels.gemm import GemmSchedule
 
         p = dataclasses.asdict(GemmSchedule())
         if self._split(task):
-            p["precision"] = "bf16x3" if task.compute == "bf16x3" else "bf16"
+            p.update(self.split_defaults(task))
         return p
 
     def naive_params(self, task: TaskSpec) -> dict[str, Any]:
-        """A correct but slow start: 64x64 tiles, one consumer, a 2-deep ring, one CTA per tile."""
+        """A correct but slow start: 64x64 tiles, one consumer, a 2-deep ring, one CTA per tile
+        (and, for a KernelBench fp32 task, the split the track needs)."""
         p = self.default_params(task)
         p.update(bm=64, bn=64, stages=2, consumers=1, persistent=False, group_m=1,
                  epilogue="direct", cluster_m=1)
@@ -189,43 +278,71 @@ class GemmFamily(Family):
 
     def normalize(self, task: TaskSpec, params: dict[str, Any]) -> dict[str, Any]:
         """consumers follows bm (one 64-row warpgroup per 64 rows); consumer registers shrink to
-        the register budget when more consumers share it."""
+        the register budget when more consumers share it; a split task always names its split
+        (a stored `precision` of earlier runs maps to its number of terms)."""
         p = dict(params)
+        if self._split(task):
+            legacy = p.pop("precision", None)
+            defaults = self.split_defaults(task)
+            if legacy is not None and "split_terms" not in p:
+                p["split_terms"] = {"bf16x6": 6, "bf16x3": 3, "bf16": 1}.get(legacy, 6)
+                p.setdefault("k_chunks", 1)
+            for k, v in defaults.items():
+                p.setdefault(k, v)
         if p["bm"] % 64 == 0:
             p["consumers"] = max(1, min(4, p["bm"] // 64))
         budget = (REGS_PER_SM // 128 - p["producer_regs"]) // max(1, p["consumers"])
         budget = min(240, budget - budget % 8)
-        if p["consumer_regs"] > budget:
-            p["consumer_regs"] = budget
+        p["consumer_regs"] = min(p["consumer_regs"], budget)
         return p
 
     def static_check(self, task: TaskSpec, params: dict[str, Any]):
-        dims = dict(task.dims)
+        dims: dict[str, Any] = dict(task.dims)
         dims["out_bits"] = 32 if self.kernel_args(task)[1] == "f32" else 16
         dims["b_layout"] = self.kernel_args(task)[2]
+        if self._split(task):
+            k = task.dims["K"]
+            terms, chunks = params.get("split_terms", 6), params.get("k_chunks", 1)
+            predicted = split_numerics.predicted_rel_l2(terms, k, chunks) \
+                if terms in split_numerics.SLOTS else math.inf
+            dims.update(split=True, strict=task.track == "strict", predicted=f"{predicted:.1e}",
+                        min_chunks=split_numerics.min_strict_chunks(k) or "none")
         return [d for d in (r.diagnose(params, dims, kernel=task.name) for r in self.rules)
                 if d is not None]
 
     def glue(self, task: TaskSpec, params: dict[str, Any]) -> tuple[int, int]:
-        """Bytes and launches of the KernelBench adapter: the split (read 4 B, write 3 x 2 B per
-        operand element) or the casts (read 4 B, write 2 B)."""
+        """Bytes and launches of the KernelBench adapter around the GEMM: the split (read 4 B,
+        write 2 B per piece slot, per operand element; one kernel per operand) and, with K
+        chunks, the fp32 sum of the chunks' partial products (read 4 B per chunk, write 4 B per
+        output element; the GEMM's own writes of the partials are in its epilogue)."""
         if task.origin != "kernelbench":
             return 0, 0
         d = task.dims
-        per = 10 if params.get("precision") == "bf16x3" else 6
-        return (d["M"] * d["K"] + d["K"] * d["N"]) * per, 2
+        terms, chunks = self._terms_chunks(params)
+        split = (d["M"] * d["K"] + d["K"] * d["N"]) * (4 + 2 * terms)
+        if chunks == 1:
+            return split, 2
+        return split + d["M"] * d["N"] * 4 * (chunks + 1), 3
+
+    @staticmethod
+    def _terms_chunks(params: dict[str, Any]) -> tuple[int, int]:
+        return int(params.get("split_terms", 1)), int(params.get("k_chunks", 1))
 
     def estimate(self, task: TaskSpec, params: dict[str, Any],
                  resources: dict[str, Any] | None = None) -> Estimate:
+        """The GEMM over K' = terms * K (in k_chunks batches of K' / k_chunks) plus the glue:
+        6 terms cost twice the tensor-core work of 3."""
         d = task.dims
         spills = None
         if resources and resources.get("spill_stores") is not None:
             spills = bool(resources.get("spill_stores") or resources.get("spill_loads"))
         glue_bytes, glue_launches = self.glue(task, params)
         p = dict(params, out_bytes=4 if self.kernel_args(task)[1] == "f32" else 2)
-        k = d["K"] * (3 if params.get("precision") == "bf16x3" else 1)
+        terms, chunks = self._terms_chunks(params) if self._split(task) else (1, 1)
+        k = d["K"] * terms // chunks
         return cost_model.gemm_estimate(d["M"], d["N"], k, p, glue_bytes=glue_bytes,
-                                        glue_launches=glue_launches, spills=spills)
+                                        glue_launches=glue_launches, spills=spills,
+                                        batch=chunks)
 
     def baseline_estimates(self, task: TaskSpec) -> dict[str, Estimate]:
         d = task.dims
@@ -240,7 +357,7 @@ class GemmFamily(Family):
 
         names = [f.name for f in dataclasses.fields(library.GemmSchedule)]
         fields = ", ".join(f"{k}={params[k]!r}" for k in names if k in params)
-        in_dt, out_dt, layout, batched = self.kernel_args(task)
+        in_dt, out_dt, layout, batched = self.kernel_args(task, params)
         return (inspect.getsource(library).rstrip() + "\n\n\n"
                 "# ---- the kernel and schedule chosen by `argus optimize` "
                 "-------------------------------\n"
@@ -252,13 +369,23 @@ class GemmFamily(Family):
                         params: dict[str, Any] | None = None) -> str | None:
         if task.origin != "kernelbench":
             return None
-        precision = (params or {}).get("precision", "bf16x3")
+        split = dict(self.split_defaults(task))
+        split.update({k: (params or {})[k] for k in split if k in (params or {})})
+        terms, chunks = split["split_terms"], split["k_chunks"]
+        a_slots, b_slots = split_numerics.slots(terms)
         return (kernel_source.rstrip() + "\n\n\n"
                 "# ---- KernelBench adapter: ModelNew(A, B) = A @ B with the Argus GEMM "
                 "-------------------\n"
-                "# precision \"bf16x3\": A and B split into bf16 hi + lo parts by an Argus "
-                "kernel, one GEMM\n# with K' = 3K and fp32 accumulation (about fp32 accurate); "
-                "\"bf16\": operands rounded\n# once (relaxed track only).\n"
+                "# A and B are split into bf16 pieces by an Argus kernel (x = x0 + x1 + x2); "
+                "one GEMM\n# multiplies the pieces over K' = SPLIT_TERMS x K, smallest products "
+                "first, with one\n# fp32 accumulator per K chunk; an Argus kernel sums the "
+                "chunks in fp32. 6 terms are\n# fp32-accurate (strict track), 3 terms and 1 (a "
+                "single bf16 rounding) are not\n# (relaxed track only); see "
+                "argus/agent/split_numerics.py.\n"
                 "import torch  # noqa: E402\n\n"
-                f"PRECISION = {precision!r}\n"
+                f"SPLIT_TERMS = {terms!r}\n"
+                f"K_CHUNKS = {chunks!r}\n"
+                f"A_SLOTS = {a_slots!r}    # piece of A in each K' slot\n"
+                f"B_SLOTS = {b_slots!r}    # piece of B in each K' slot\n"
+                "BATCHED = len(KERNEL.tensor_specs['A'].shape) == 3\n"
                 + LAUNCH_HELPER + SPLIT_SOURCE + ADAPTER)
