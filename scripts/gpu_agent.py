@@ -5,14 +5,15 @@ Run from the repository root on the GPU machine:
 
     python3 -u scripts/gpu_agent.py --out "$OUT"
 
-Tasks: 1_Square_matrix_multiplication_ (fp32 4096^3: the GEMM family, a 3xbf16 split on the
-tensor cores, strict track) and 88_MinGPTNewGelu (fp32 8192x8192: eight torch ops fused into one
-elementwise kernel). For each: the offline planner (contextual bandit) starts from a naive
-schedule, candidates are verified, compiled, checked against float64 on hardened input sets and
-timed (argus.bench.timing), the eager and torch.compile baselines are measured (the judge's
-cache), and the best solution is judged by the hardened KernelBench judge. The whole run keeps
-to --budget-s (default 330 s): each phase gets what is left, and a phase that cannot fit is
-skipped and reported as skipped.
+Tasks: 1_Square_matrix_multiplication_ (fp32 4096^3: the GEMM family on the tensor cores, strict
+track: the composer's default is a 6-term bf16 split with 4 K chunks, argus/agent/split_numerics.py)
+and 88_MinGPTNewGelu (fp32 8192x8192: eight torch ops fused into one elementwise kernel). For
+each: the offline planner (contextual bandit) starts from a naive schedule, candidates are
+verified, compiled, checked against float64 on hardened input sets and timed
+(argus.bench.timing), the eager and torch.compile baselines are measured (the judge's cache), and
+the best solution is judged by the hardened KernelBench judge. The whole run keeps to --budget-s
+(default 330 s): each phase gets what is left, and a phase that cannot fit is skipped and
+reported as skipped.
 
 Files written to --out (at most 8):
     agent_gpu.json       per task: trajectory, best schedule, measured times, baselines,
