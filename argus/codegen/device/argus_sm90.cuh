@@ -310,12 +310,16 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 }
 
 // Arrive on the barrier at the same smem offset in CTA `cta_id` of the cluster: PTX ISA "mapa"
-// (map a shared::cta address into the shared::cluster window) + mbarrier.arrive.release.cluster.
+// (map a shared::cta address into the shared::cluster window) + mbarrier.arrive.shared::cluster
+// with the default (.release.cta) semantics. The arrivals release pipeline slots whose readers
+// are wgmma groups already retired by wgmma.wait_group, so no cluster-scope release is needed
+// (CUTLASS's ClusterBarrier::arrive(cta_id) does the same); the .release.cluster form compiles
+// to a MEMBAR that stalled every consumer step (ncu: "Stall Membar", cluster GEMM 1.5x slower).
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta_id) {
     asm volatile(
         "{\n\t.reg .b32 remote;\n\t"
         "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t}"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t}"
         :: "r"(smem_u32(bar)), "r"(cta_id) : "memory");
 }
 
