@@ -223,7 +223,13 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=330.0)
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--iterations", type=int, default=0, help="override per-task iterations")
+    ap.add_argument("--tasks", default="",
+                    help="comma-separated short names to run (default: all of " +
+                         ", ".join(t[0] for t in TASKS) + ")")
     args = ap.parse_args()
+    tasks = [t for t in TASKS if not args.tasks or t[0] in args.tasks.split(",")]
+    if not tasks:
+        ap.error(f"--tasks {args.tasks!r} names none of {[t[0] for t in TASKS]}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from argus.bench.tee import Tee
@@ -251,9 +257,9 @@ def main() -> int:
     # card), the worker's start, the artifacts, and the final judge (5 input sets + timing).
     judge_s = 60.0 if args.device == "cuda" else 0.0
     overhead_s = 45.0 if args.device == "cuda" else 10.0
-    for i, (short, name, iters, share) in enumerate(TASKS):
+    for i, (short, name, iters, share) in enumerate(tasks):
         left = deadline - time.monotonic()
-        rest = sum(s for _, _, _, s in TASKS[i:])
+        rest = sum(s for _, _, _, s in tasks[i:])
         mine = left * share / rest
         loop_s = max(40.0, mine - judge_s - overhead_s)
         print(f"\n=== {short}: {name} ({left:.0f} s left, {mine:.0f} s for this task, "
