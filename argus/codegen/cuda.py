@@ -508,10 +508,11 @@ class _Emitter:
         coords = [self.name(c) for c in reversed(op.coords)]  # PTX wants innermost first
         rank = len(coords)
         if op.multicast:
-            if rank != 2:
-                raise CompileError("multicast TMA loads are 2-d only in this codegen", op.loc)
+            if rank not in (2, 3):
+                raise CompileError(f"multicast TMA loads are 2-d or 3-d; this one is {rank}-d",
+                                   op.loc)
             size = self.cluster_size
-            self.emit(f"ag::tma_load_2d_multicast(&{tm}, {self.name(op.dst)}, "
+            self.emit(f"ag::tma_load_{rank}d_multicast(&{tm}, {self.name(op.dst)}, "
                       f"{self.current_full}, {', '.join(coords)}, {(1 << size) - 1});")
             return
         self.emit(f"ag::tma_load_{rank}d(&{tm}, {self.name(op.dst)}, {self.current_full}, "

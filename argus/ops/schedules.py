@@ -69,14 +69,13 @@ def candidates(p: Problem) -> list[GemmSchedule]:
     if p.m * p.batch > 256:
         out += [GemmSchedule(stages=4), GemmSchedule(stages=4, persistent=False),
                 GemmSchedule(bn=128, stages=6)]
-        if p.batch == 1:  # 2x1 clusters multicast B (2-d TMA only)
-            out += [GemmSchedule(stages=4, cluster_m=2)]
+        out += [GemmSchedule(stages=4, cluster_m=2)]  # 2x1 clusters multicast B
         out += [GemmSchedule(stages=4, zero_by_wgmma=True)]
         if p.tma_store_ok and p.out_dtype in ("bf16", "f16"):
             out += [GemmSchedule(epilogue="tma", stages=3, group_m=16),
                     GemmSchedule(bn=128, stages=5, epilogue="tma")]
-            if p.batch == 1:
-                out += [GemmSchedule(epilogue="tma", stages=3, cluster_m=2)]
+            out += [GemmSchedule(epilogue="tma", stages=3, cluster_m=2),
+                    GemmSchedule(bn=128, stages=5, epilogue="tma", cluster_m=2)]
         if p.batch * _tiles(p.m, 128) * _tiles(p.n, 256) < 2 * _SMS:
             out += [GemmSchedule(bm=64, bn=128, consumers=1, stages=8)]
     else:

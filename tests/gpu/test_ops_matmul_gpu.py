@@ -157,3 +157,23 @@ def test_repeated_calls_take_the_fast_path_and_stay_correct():
     matmul(a_odd, w.T, out)
     assert mm_module._launch_key(a_odd, w.T, out, None) not in mm_module._LAUNCHES
     assert _rel(out, a_odd.double() @ w.T.double()) < 1e-2
+
+
+@pytest.mark.parametrize("layout", ["x@W.T", "x@W"])
+def test_batched_candidates_including_clusters(layout):
+    """Batched problems get 2x1-cluster candidates too (3-d multicast of B): each is right."""
+    from argus.ops import matmul
+    from argus.ops.schedules import Problem, candidates
+
+    batch, m, n, k = 3, 1000, 640, 520
+    a = _rand(batch, m, k, seed=8)
+    w = _rand(batch, n, k, seed=9) if layout == "x@W.T" else _rand(batch, k, n, seed=9)
+    b = w.transpose(-1, -2) if layout == "x@W.T" else w
+    ref = a.double() @ b.double()
+    problem = Problem(m, n, k, batch, "bf16", "bf16", "nk" if layout == "x@W.T" else "kn", True)
+    scheds = candidates(problem)
+    assert any(s.cluster_m == 2 for s in scheds)
+    for s in scheds:
+        out = torch.full((batch, m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        matmul(a, b, out, schedule=s)
+        assert _rel(out, ref) < 1e-2, s

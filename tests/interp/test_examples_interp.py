@@ -82,3 +82,20 @@ def test_gemm_schedules_in_interpreter(examples, schedule):
     ex.KERNEL.interpret(a, b, c, s=s)
     assert relative_error(c, ex.reference(a, b, c)) < 1e-2
     lower_only(ex.KERNEL, s=s)  # and it lowers
+
+
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_batched_gemm_with_clusters_in_interpreter(layout):
+    """Batched operands multicast B with 3-d TMA copies; the pair of CTAs shares the batch."""
+    import argus as ag
+    from argus.kernels.gemm import GemmSchedule, gemm_kernel
+
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(3, 300, 136, generator=g).bfloat16()
+    w = (torch.randn(3, 256, 136, generator=g) if layout == "nk"
+         else torch.randn(3, 136, 256, generator=g)).bfloat16()
+    c = torch.full((3, 300, 256), float("nan")).bfloat16()
+    s = GemmSchedule(bn=128, stages=5, epilogue="tma", cluster_m=2, num_sms=4)
+    gemm_kernel(ag.bf16, ag.bf16, layout, True).interpret(a, w, c, s=s)
+    ref = a.double() @ (w.double().transpose(-1, -2) if layout == "nk" else w.double())
+    assert relative_error(c, ref) < 1e-2

@@ -419,6 +419,18 @@ __device__ __forceinline__ void tma_load_2d_multicast(const TensorMap* tmap, voi
         : "memory");
 }
 
+// The 3-d form of tma_load_2d_multicast (batched operands: c2 = batch index).
+__device__ __forceinline__ void tma_load_3d_multicast(const TensorMap* tmap, void* smem_dst,
+                                                      uint64_t* bar, int c0, int c1, int c2,
+                                                      uint16_t cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;"
+        :: "r"(smem_u32(smem_dst)), "l"(tmap_u64(tmap)), "r"(smem_u32(bar)), "h"(cta_mask),
+           "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
+
 // cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group. The source smem must have been
 // made visible to the async proxy (fence_view_async_shared + barrier) by its writers, and
 // must not be overwritten before tma_store_wait_read (HOPPER.md §2.4 hazards 5 and 6).
