@@ -144,6 +144,8 @@ def main() -> int:
     parser.add_argument("--shapes", default="",
                         help="only these MxNxK shapes (comma-separated), e.g. 16x8192x8192")
     parser.add_argument("--no-batched", action="store_true")
+    parser.add_argument("--batched", action="store_true",
+                        help="with --shapes: run the batched shapes too")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -163,7 +165,8 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001 - record and continue
                 log(f"{layout} {m}x{n}x{k}: FAILED {type(e).__name__}: {e}")
                 rows.append({"M": m, "N": n, "K": k, "layout": layout, "error": repr(e)})
-    for (batch, m, n, k) in ([] if args.quick or args.no_batched or args.shapes else BATCHED):
+    for (batch, m, n, k) in ([] if args.quick or args.no_batched or (args.shapes and not args.batched)
+                                else BATCHED):
         for layout in ("NN", "NT"):
             try:
                 rows.append(bench_case(batch, m, n, k, layout, bw, args.trials))
