@@ -160,8 +160,9 @@ def _ew_c(fn: str, a: list[str]) -> str:
         "log": lambda: f"logf({a[0]})", "sqrt": lambda: f"sqrtf({a[0]})",
         "rsqrt": lambda: f"rsqrtf({a[0]})", "tanh": lambda: f"tanhf({a[0]})",
         "erf": lambda: f"erff({a[0]})", "sigmoid": lambda: f"(1.0f / (1.0f + expf(-{a[0]})))",
-        "relu": lambda: f"fmaxf({a[0]}, 0.0f)", "recip": lambda: f"(1.0f / {a[0]})",
-        "max": lambda: f"fmaxf({a[0]}, {a[1]})", "min": lambda: f"fminf({a[0]}, {a[1]})",
+        "relu": lambda: f"ag::max_nan({a[0]}, 0.0f)", "recip": lambda: f"(1.0f / {a[0]})",
+        "max": lambda: f"ag::max_nan({a[0]}, {a[1]})",
+        "min": lambda: f"ag::min_nan({a[0]}, {a[1]})",
         "pow": lambda: f"powf({a[0]}, {a[1]})", "where": lambda: f"({a[0]} ? {a[1]} : {a[2]})",
     }[fn]()
 
@@ -367,6 +368,11 @@ class _Emitter:
     def op_For(self, op: O.For) -> None:
         v = f"v{op.var.id}"
         self.names[op.var.id] = v
+        step = self.name(op.step)
+        if not step.lstrip("-").isdigit():
+            # ag.range rejects a constant step <= 0 at trace time; a runtime one would spin
+            # forever (0) or run no iterations (< 0): stop the kernel with an error instead
+            self.emit(f"if ({step} <= 0) __trap();  // ag.range needs a positive step")
         stores = any(isinstance(x, O.TmaStore) for x in op.body.walk())
         # an iteration may begin with the previous one's stores in flight and its writes unfenced
         self.store_read_pending |= stores
@@ -781,8 +787,8 @@ class _Emitter:
         if self.in_role:
             raise CompileError("reductions inside warp roles are not supported yet", op.loc)
         info = self.declare_tile(op.result, op.loc)
-        combine = {"sum": lambda a, b: f"({a} + {b})", "max": lambda a, b: f"fmaxf({a}, {b})",
-                   "min": lambda a, b: f"fminf({a}, {b})"}[op.fn]
+        combine = {"sum": lambda a, b: f"({a} + {b})", "max": lambda a, b: f"ag::max_nan({a}, {b})",
+                   "min": lambda a, b: f"ag::min_nan({a}, {b})"}[op.fn]
         per_row = lay.per_row
         for r in range(lay.rows):
             acc = self.tile_expr(op.src, r * per_row, lay)

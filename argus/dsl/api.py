@@ -291,6 +291,10 @@ def pipeline(stages: int, consumers: int = 1) -> Pipe:
     loc = user_loc()
     if not isinstance(stages, int) or not 1 <= stages <= 16:
         raise TraceError(f"pipeline stages must be an int in [1, 16], got {stages}", loc)
+    if not isinstance(consumers, int) or isinstance(consumers, bool) or not 1 <= consumers <= 4:
+        raise TraceError(f"pipeline consumers (warpgroups that release each slot) must be an "
+                         f"int in [1, 4], got {consumers!r}", loc,
+                         fix="pass the number of consumer warpgroups, e.g. consumers=2")
     v = ctx.builder.fresh(PipeType(stages), "pipe")
     ctx.builder.append(O.PipelineCreate(v, consumers, loc=loc))
     return Pipe(v)

@@ -159,6 +159,9 @@ class _Interp:
                               )
         elif isinstance(op, O.For):
             start, stop, step = (self.val(g, v) for v in (op.start, op.stop, op.step))
+            if step <= 0:
+                raise InterpError(f"ag.range at {op.loc} got step {step} at run time; the step "
+                                  f"must be positive (the GPU kernel traps)")
             for i in range(start, stop, step):
                 env[op.var.id] = i
                 yield from self.run_region(g, op.body)

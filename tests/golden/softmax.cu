@@ -31,16 +31,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_softmax(
     t10[14] = ((0 + (gtid * 4 + 3074)) >= 0 && (0 + (gtid * 4 + 3074)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3074)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
     t10[15] = ((0 + (gtid * 4 + 3075)) >= 0 && (0 + (gtid * 4 + 3075)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3075)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
     float t11[1];
-    t11[0] = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(t10[0], t10[1]), t10[2]), t10[3]), t10[4]), t10[5]), t10[6]), t10[7]), t10[8]), t10[9]), t10[10]), t10[11]), t10[12]), t10[13]), t10[14]), t10[15]);
+    t11[0] = ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(t10[0], t10[1]), t10[2]), t10[3]), t10[4]), t10[5]), t10[6]), t10[7]), t10[8]), t10[9]), t10[10]), t10[11]), t10[12]), t10[13]), t10[14]), t10[15]);
     #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
-        t11[0] = fmaxf(t11[0], __shfl_xor_sync(0xffffffffu, t11[0], off));
+        t11[0] = ag::max_nan(t11[0], __shfl_xor_sync(0xffffffffu, t11[0], off));
     }
     if (gtid % 32 == 0) {
         red11[0 + gtid / 32] = t11[0];
     }
     __syncthreads();
-    t11[0] = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(red11[0], red11[1]), red11[2]), red11[3]), red11[4]), red11[5]), red11[6]), red11[7]);
+    t11[0] = ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(red11[0], red11[1]), red11[2]), red11[3]), red11[4]), red11[5]), red11[6]), red11[7]);
     __syncthreads();
     float t13[16];
     t13[0] = expf((t10[0] - t11[0]));

@@ -138,6 +138,19 @@ __device__ __forceinline__ float neg_inf_f32() { return __uint_as_float(0xFF8000
 __device__ __forceinline__ float nan_f32() { return __int_as_float(0x7FC00000); }
 __device__ __forceinline__ float max_f32() { return __int_as_float(0x7F7FFFFF); }
 
+// PTX ISA "max" / "min" with .NaN (sm_80+): a NaN operand gives NaN, like torch.maximum and
+// the interpreter's numpy; fmaxf / fminf would return the other operand.
+__device__ __forceinline__ float max_nan(float a, float b) {
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+__device__ __forceinline__ float min_nan(float a, float b) {
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+
 // PTX ISA "ex2" (Floating Point Instructions): ex2.approx.ftz.f32, 2^x on the SFU (max rel. error
 // 2^-22, ftz).
 __device__ __forceinline__ float exp2_approx(float x) {
