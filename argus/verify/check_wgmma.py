@@ -122,27 +122,59 @@ def _reduction_loops(model: Model, site: WgmmaSite):
     return out
 
 
-def _siblings(model: Model, site: WgmmaSite) -> list[WgmmaSite]:
-    """The wgmma sites that sum into the same accumulator over the same reduction loops (a
-    stage holding several K slices issues one wgmma per slice): together they must multiply
-    every k once, so k-once is checked over their union."""
+def _k_key(model: Model, site: WgmmaSite, name: str):
+    """What a site's A operand reads along k: (tensor index, field) as a simplified term, or
+    None when it does not read one tensor's field `name`."""
+    m, kk = fresh_int("m"), fresh_int("kk")
+    rec = model.read_smem(site.a, (m, kk), site.site)
+    tensor = rec.fields.get("tensor")
+    if name not in rec.fields or tensor is None:
+        return None
+    t = z3.simplify(tensor.term)
+    return (t.as_long(), name) if z3.is_int_value(t) else None
+
+
+def _siblings(model: Model, site: WgmmaSite, name: str) -> list[WgmmaSite]:
+    """The wgmma sites that sum into the same accumulator over the same reduction loops and
+    read the same tensor's k (a stage holding several K slices issues one wgmma per slice):
+    together they must multiply every k once, so k-once is checked over their union. A site
+    reading another tensor (acc = A@B^T + X@Y^T) is a reduction of its own."""
     loops = [s.op for s in _reduction_loops(model, site)]
+    key = _k_key(model, site, name)
+    if key is None:
+        return [site]
     out = []
     for other in model.wgmmas:
+        other_loops = [s.op for s in _reduction_loops(model, other)]
         if (other.op.acc.id == site.op.acc.id and other.acc_def_seq == site.acc_def_seq
-                and other.site.role is site.site.role
-                and [s.op for s in _reduction_loops(model, other)] == loops
-                and all(x is y for x, y in zip([s.op for s in _reduction_loops(model, other)],
-                                                loops))):
+                and other.site.role is site.site.role and len(other_loops) == len(loops)
+                and all(x is y for x, y in zip(other_loops, loops))
+                and _k_key(model, other, name) == key):
             out.append(other)
-    return out or [site]
+    return out if any(o is site for o in out) else [site]
+
+
+def _guards(model: Model, site: WgmmaSite) -> list:
+    """Conditions of the `ag.when` blocks between the outermost reduction loop and the wgmma:
+    counting (iteration, k) pairs only shows coverage if the wgmma runs in every iteration."""
+    loops = _reduction_loops(model, site)
+    if not loops:
+        return []
+    inside = False
+    out = []
+    for scope in site.site.scopes:
+        if scope is loops[0]:
+            inside = True
+        elif inside and scope.kind == "if":
+            out.extend(scope.constraints)
+    return out
 
 
 def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     op = site.op
     K = site.a.cols
     loops = _reduction_loops(model, site)
-    siblings = _siblings(model, site)
+    siblings = _siblings(model, site, name)
     index = next(i for i, s in enumerate(siblings) if s.op is op)
     several = len(siblings) > 1
     subject = (f"k of wgmma at {op.loc} over {len(loops)} loop(s)" +
@@ -194,7 +226,7 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
                               minimize=[s.var for s in loops] + [kk1]))
     # coverage: |domain| = sites x product of trip counts x K, image inside [0, |domain|),
     # |domain| >= K
-    size = z3.IntVal(K * len(siblings))
+    size = z3.IntVal(sum(s.a.cols for s in siblings))
     for s in loops:
         size = size * model.trip_term(s.op)
     extent = _field_extent(model, r1, name)
@@ -217,6 +249,21 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
         claims.append(("k range covers the tensor", size >= _num(extent)))
     obs.append(Obligation("wgmma.k-once", op.loc, subject + ": covers [0, K)", first_prem,
                           claims, decode_range, minimize=list(model.params.values())))
+    guards = _guards(model, site)
+    if guards:
+        # the count above assumes the wgmma runs in every iteration of its reduction loops
+        outer = [c for sc in site.site.scopes if sc.kind != "if" for c in sc.constraints]
+
+        def decode_guard(zm, violated):
+            wit = W.context(model, zm, site.site)
+            it = {str(s.op.loc): value(zm, s.var) for s in loops}
+            wit["iteration"] = it
+            return (f"the wgmma is skipped at iteration {it} by an ag.when inside its reduction "
+                    f"loop, so that iteration's k values are never multiplied"), wit
+        obs.append(Obligation("wgmma.k-once", op.loc, subject + ": runs in every iteration",
+                              list(model.premises) + outer,
+                              [("every enclosing ag.when holds", z3.And(guards))],
+                              decode_guard, minimize=[s.var for s in loops]))
     return obs
 
 

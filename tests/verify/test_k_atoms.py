@@ -70,3 +70,43 @@ def test_overlapping_slices_are_multiplied_twice():
 def test_slices_with_gaps_leave_k_unmultiplied():
     errors = _errors(_sliced_gemm(lambda k, atom: (4 * k + atom) * 64))  # skips half of K
     assert any(e.code == "wgmma.k-once" for e in errors), errors
+
+
+def _fused_gemm(steps_div, guard_last=False):
+    """acc = A @ B^T + X @ Y^T over the same K, one accumulator, two wgmma sites per step."""
+    @ag.kernel
+    def fused(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+              X: ag.Tensor["M", "K", ag.bf16], Y: ag.Tensor["N", "K", ag.bf16],
+              C: ag.Tensor["M", "N", ag.f32]):
+        (pid,) = ag.grid(ag.cdiv(A.shape[0], 64))
+        bufs = [ag.smem((2, 64, 64), ag.bf16, swizzle=128) for _ in range(4)]
+        pipe = ag.pipeline(2)
+        steps = ag.cdiv(A.shape[1], steps_div)
+        with ag.role("producer", warpgroups=1):
+            for k in ag.range(steps):
+                with pipe.produce() as st:
+                    for buf, t, row in zip(bufs, (A, B, X, Y), (pid * 64, 0, pid * 64, 0)):
+                        ag.tma.load(buf[st], t, (row, k * 64))
+        with ag.role("consumer", warpgroups=1):
+            acc = ag.zeros((64, 64), ag.f32)
+            for k in ag.range(steps):
+                with pipe.consume() as st:
+                    ag.wgmma(bufs[0][st], bufs[1][st], acc)
+                    if guard_last:
+                        with ag.when(k + 1 < steps):   # skips the last K tile of X @ Y^T
+                            ag.wgmma(bufs[2][st], bufs[3][st], acc)
+                    else:
+                        ag.wgmma(bufs[2][st], bufs[3][st], acc)
+            ag.store(C, (pid * 64, 0), acc)
+    return lower_only(fused)
+
+
+def test_two_products_over_the_same_k_are_separate_reductions():
+    """Sites reading different tensors are not slices of one K: each covers K on its own."""
+    assert [e for e in _errors(_fused_gemm(64)) if e.code == "wgmma.k-once"] == []
+    assert any(e.code == "wgmma.k-once" for e in _errors(_fused_gemm(128)))  # half of K
+
+
+def test_a_wgmma_skipped_by_a_guard_does_not_prove_k_once():
+    errors = [e for e in _errors(_fused_gemm(64, guard_last=True)) if e.code == "wgmma.k-once"]
+    assert any("skipped" in e.message and "iteration" in e.counterexample for e in errors), errors
