@@ -374,12 +374,14 @@ class _Emitter:
             # forever (0) or run no iterations (< 0): stop the kernel with an error instead
             self.emit(f"if ({step} <= 0) __trap();  // ag.range needs a positive step")
         stores = any(isinstance(x, O.TmaStore) for x in op.body.walk())
-        # an iteration may begin with the previous one's stores in flight and its writes unfenced
+        # an iteration may begin with the previous one's stores in flight and its writes
+        # unfenced; the loop may also run zero times, leaving what was pending before it
+        pending = self.store_read_pending
         self.store_read_pending |= stores
         self.store_unfenced = True
         self.block(f"for (int {v} = {self.name(op.start)}; {v} < {self.name(op.stop)}; "
                    f"{v} += {self.name(op.step)})", op.body)
-        self.store_read_pending |= stores
+        self.store_read_pending |= stores or pending
         self.store_unfenced = True
 
     def op_If(self, op: O.If) -> None:
@@ -548,7 +550,8 @@ class _Emitter:
             self.emit("ag::fence_view_async_shared();")
             self.emit(self.group_barrier())
             self.store_unfenced = False
-        deferred = self.smem_root.get(op.src.id, op.src.id) in self.deferrable_store_buffers
+        deferred = self.in_role and \
+            self.smem_root.get(op.src.id, op.src.id) in self.deferrable_store_buffers
         self.emit("if (gtid == 0) {")
         self.emit(f"    ag::tma_store_{len(coords)}d(&{tm}, {self.name(op.src)}, "
                   f"{', '.join(coords)});")

@@ -333,9 +333,19 @@ def _tma_load(dst, tensor: TensorArg, coords, multicast: bool = False) -> None:
                                  multicast=bool(multicast), loc=loc))
 
 
+def _group_wide(what: str, ctx, loc) -> None:
+    """Ops whose generated code synchronizes the warpgroup (a named barrier around the bulk
+    store and before the staging writes) must be reached by all of its threads."""
+    if ctx.nonuniform_guards:
+        raise TraceError(f"{what} is guarded by a condition that differs between threads", loc,
+                         fix=f"{what} synchronizes its warpgroup: all 128 threads must execute "
+                             f"it; use a uniform condition")
+
+
 def _tma_store(tensor: TensorArg, coords, src) -> None:
     ctx = current("ag.tma.store")
     loc = user_loc()
+    _group_wide("tma.store", ctx, loc)
     view = _view(src, "tma.store source", loc)
     coords_v = _offsets(tensor, coords, loc)
     ctx.builder.append(O.TmaStore(tensor.value, coords_v, view.materialize(), loc=loc))
@@ -412,6 +422,7 @@ def stmatrix(dst, tile: Tile) -> None:
     """Store a 16-bit register tile into a shared-memory view (stmatrix.m8n8.x4)."""
     ctx = current("ag.stmatrix")
     loc = user_loc()
+    _group_wide("stmatrix", ctx, loc)
     view = _view(dst, "stmatrix destination", loc)
     if tile.dtype.bits != 16 or tuple(tile.shape) != view.shape:
         raise TraceError(f"stmatrix stores a 16-bit tile of the view's shape {view.shape}; got "

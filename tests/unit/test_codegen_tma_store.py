@@ -46,3 +46,55 @@ def test_a_buffer_written_by_tma_keeps_the_synchronous_wait():
     body = _consumer(codegen.render(lower_only(bounce)).text)
     store = body.index("ag::tma_store_2d(")
     assert "tma_store_wait_read<0>" in body[store:store + 200]
+
+
+def test_the_wait_survives_a_loop_that_may_not_run():
+    """A loop whose body writes smem but stores nothing may run zero times: the store issued
+    before it is still pending after it (review finding)."""
+    @ag.kernel
+    def zero_trip(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+                  C: ag.Tensor["M", "N", ag.bf16], D: ag.Tensor["M", "N", ag.bf16]):
+        (pid,) = ag.grid(ag.cdiv(A.shape[0], 64))
+        sA = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+        sB = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+        sC = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+        pipe = ag.pipeline(2)
+        steps = ag.cdiv(A.shape[1], 64)
+        with ag.role("producer", warpgroups=1):
+            for k in ag.range(steps):
+                with pipe.produce() as st:
+                    ag.tma.load(sA[st], A, (pid * 64, k * 64))
+                    ag.tma.load(sB[st], B, (0, k * 64))
+        with ag.role("consumer", warpgroups=1):
+            acc = ag.zeros((64, 64), ag.f32)
+            for k in ag.range(steps):
+                with pipe.consume() as st:
+                    ag.wgmma(sA[st], sB[st], acc)
+            ag.stmatrix(sC[0], acc.to(ag.bf16))
+            ag.tma.store(C, (pid * 64, 0), sC[0])
+            for i in ag.range(A.shape[0] - 64):        # zero trips when M <= 64
+                ag.stmatrix(sC[1], acc.to(ag.bf16))
+            ag.stmatrix(sC[0], acc.to(ag.bf16))
+            ag.tma.store(D, (pid * 64, 0), sC[0])
+
+    body = _consumer(codegen.render(lower_only(zero_trip)).text)
+    loop = body.index("for (int v", body.index("ag::tma_store_2d("))
+    after_loop = body[body.index("\n        }", loop):]
+    assert "tma_store_wait_read<0>" in after_loop[:after_loop.index("stmatrix_x4_addr")]
+
+
+def test_stmatrix_and_tma_store_need_the_whole_warpgroup():
+    from argus.errors import TraceError
+
+    @ag.kernel
+    def divergent(C: ag.Tensor["M", "N", ag.bf16]):
+        (pid,) = ag.grid(1)
+        sC = ag.smem((1, 64, 64), ag.bf16, swizzle=128)
+        with ag.role("consumer", warpgroups=1):
+            acc = ag.zeros((64, 64), ag.f32)
+            with ag.when(ag.thread_index() < 32):
+                ag.stmatrix(sC[0], acc.to(ag.bf16))
+
+    import pytest
+    with pytest.raises(TraceError, match="stmatrix is guarded"):
+        divergent.trace()
