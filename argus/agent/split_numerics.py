@@ -46,7 +46,8 @@ SLOTS: dict[int, tuple[tuple[int, int], ...]] = {
     6: ((0, 2), (1, 1), (2, 0), (0, 1), (1, 0), (0, 0)),
 }
 TERMS = (6, 3, 1)                   # legal values of the family's `split_terms`
-K_CHUNKS = (1, 2, 4, 8)             # legal values of the family's `k_chunks`
+K_CHUNKS = (1, 2, 4, 8, 16, 32, 64)  # legal values of the family's `k_chunks` (64 keeps a
+                                     # 1024-long chunk up to K = 65536)
 STRICT_FLOOR = 1e-5                 # the judge's normwise strict bound for fp32 tasks
 STRICT_MARGIN = 2.0                 # the rule prunes splits predicted above floor / margin
 START_MARGIN = 4.0                  # the strict-track start keeps this margin (the GPU check

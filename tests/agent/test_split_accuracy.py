@@ -201,12 +201,28 @@ def test_adapter_kernels_compile_for_sm90a_with_verification(task_file, tmp_path
 
     task = compose(task_file)
     mod = _solution(task, {}, tmp_path, "compile")
-    kc = 4096 // mod.K_CHUNKS
-    launches = [(mod.split_bf16, {"SLOTS": mod.A_SLOTS, "KC": kc, "K_AXIS": 1, "ROWS": 4,
-                                  "BN": mod._block(kc, 1024)}),
-                (mod.split_bf16, {"SLOTS": mod.B_SLOTS, "KC": kc, "K_AXIS": 0,
-                                  "ROWS": mod._block(kc, 8), "BN": 512}),
-                (mod.sum_chunks, {"CHUNKS": mod.K_CHUNKS})]
+    launches = [(mod.sum_chunks, {"CHUNKS": mod.K_CHUNKS})]
+    # the task's 4096-long K in K_CHUNKS chunks, and chunk lengths that are not multiples of
+    # 256 (a small-K task; K = 1000): the A split must build for every one (review finding)
+    for kc in (4096 // mod.K_CHUNKS, 64, 1000):
+        launches += [(mod.split_bf16_rows, {"SLOTS": mod.A_SLOTS, "KC": kc,
+                                            "BN": min(1024, -(-kc // 256) * 256)}),
+                     (mod.split_bf16, {"SLOTS": mod.B_SLOTS, "KC": kc, "K_AXIS": 0,
+                                       "ROWS": mod._block(kc, 8), "BN": 512})]
     for kernel, constexprs in launches:
         compiled = compile_kernel(kernel, verify=True, **constexprs)
         assert compiled.binary.cubin and compiled.resources.spill_stores == 0, constexprs
+
+
+@pytest.mark.parametrize("k,chunks", [(200, 1), (1000, 2), (64, 1)])
+def test_split_of_a_handles_any_chunk_length(task_file, tmp_path, k, chunks):
+    """Chunk lengths that are not a multiple of the 256 threads (interpreted)."""
+    task = compose(task_file)
+    mod = _solution(task, {"split_terms": 6, "k_chunks": chunks}, tmp_path, f"odd_{k}")
+    x = torch.randn(5, k, generator=torch.Generator().manual_seed(k)).float()
+    y = mod.split_operand(x, mod.A_SLOTS, chunks, 1)
+    kc, pieces = k // chunks, sn.split(x.numpy(), 3)
+    for s in range(chunks):
+        for slot, i in enumerate(mod.A_SLOTS):
+            assert np.array_equal(y[s, :, slot * kc:(slot + 1) * kc].double().numpy(),
+                                  pieces[i][:, s * kc:(s + 1) * kc]), (s, slot)
