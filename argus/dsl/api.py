@@ -207,7 +207,9 @@ def load_scalar(tensor: TensorArg, offsets, other: float = 0.0) -> Scalar:
     dtype = dtypes.f32 if tensor.dtype.is_float else tensor.dtype
     v = ctx.builder.fresh(ScalarType(dtype))
     ctx.builder.append(O.LoadScalar(v, tensor.value, offs, float(other), loc=loc))
-    return Scalar(v)
+    # uniform only when every thread reads the same address
+    uniform = all(o.uniform for o in offsets if isinstance(o, Scalar))
+    return Scalar(v, uniform=uniform)
 
 
 def store(tensor: TensorArg, offsets, tile: Tile) -> None:

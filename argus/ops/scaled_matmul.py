@@ -19,6 +19,8 @@ input that cannot be right raises a LaunchError that says what and how to fix it
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm_fp8 import Fp8GemmSchedule, gemm_fp8_kernel
@@ -27,8 +29,10 @@ from argus.ops.fp8_schedules import Fp8Problem, choose
 _OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
 _FP8 = "torch.float8_e4m3fn"
 _WHO = "argus.ops.scaled_matmul"
-# Per-process memo of (problem, device, schedule) -> compiled kernel.
-_CHOSEN: dict = {}
+# Per-process memo of (problem, device, schedule) -> compiled kernel (bounded: dynamic shapes
+# must not grow it without limit).
+_CHOSEN: OrderedDict = OrderedDict()
+_MEMO_SIZE = 512
 _DEVICE_NAMES: dict = {}
 
 
@@ -177,6 +181,8 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
                               f"16-byte aligned rows", fix="use Fp8GemmSchedule(epilogue='direct')")
         compiled = gemm_fp8_kernel(out_type).compile(s=chosen)
         _CHOSEN[memo_key] = compiled
+        if len(_CHOSEN) > _MEMO_SIZE:
+            _CHOSEN.popitem(last=False)
     if a.device.index == torch.cuda.current_device():
         compiled(a_ready, b_ready, sa, sb, out)
     else:

@@ -20,6 +20,7 @@ Invariants:
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -316,8 +317,9 @@ def _launch_device(args: Sequence[Any], kernel: str) -> int:
 class LaunchPlan:
     """A launch with everything but the stream resolved: function handle, launch config and
     packed parameters (it keeps the argument objects alive). Calling it costs one
-    cuLaunchKernelEx, which is what benchmarks and repeated launches want. Not thread-safe:
-    each call rewrites the config's stream."""
+    cuLaunchKernelEx, which is what benchmarks and repeated launches want. Thread-safe: each
+    call sets the config's stream under the plan's lock (cached plans are shared process-wide,
+    and two threads may launch one plan on different streams)."""
 
     kernel: str
     device: int
@@ -326,6 +328,7 @@ class LaunchPlan:
     params: PackedParams = field(repr=False)
     shape: str
     args: tuple[Any, ...] = field(repr=False, default=())
+    lock: Any = field(repr=False, compare=False, default_factory=threading.Lock)
 
     def __call__(self, stream: Any = None, sync: bool = False) -> None:
         """Launch on `stream` (torch.cuda.Stream, raw CUstream int, or None for torch's
@@ -340,9 +343,10 @@ class LaunchPlan:
         else:
             handle = int(stream)
         ensure_context(self.device)
-        self.config.hStream = driver.CUstream(handle)
-        check_cuda(driver.cuLaunchKernelEx(self.config, self.function, self.params.address, 0),
-                   f"launch of kernel {self.kernel} ({self.shape})")
+        with self.lock:
+            self.config.hStream = driver.CUstream(handle)
+            check_cuda(driver.cuLaunchKernelEx(self.config, self.function, self.params.address,
+                                               0), f"launch of kernel {self.kernel} ({self.shape})")
         if sync:
             check_cuda(driver.cuStreamSynchronize(self.config.hStream),
                        f"kernel {self.kernel} ({self.shape}) while running",

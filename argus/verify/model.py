@@ -501,8 +501,12 @@ class Model:
         elif isinstance(op, O.Load):
             self._load(op, scopes, role)
         elif isinstance(op, O.LoadScalar):
-            # data read at run time (a scale): an unknown value, guarded like a tile load
-            sym[op.result.id] = fresh_int(f"loaded{op.result.id}")
+            # data read at run time (a scale): an unknown value, guarded like a tile load; a
+            # function of its address, so a per-thread address gives a per-thread value
+            offsets = [self.scalar(o) for o in op.offsets]
+            fn = z3.Function(f"loaded{op.result.id}", *([z3.IntSort()] * len(offsets)),
+                             z3.IntSort())
+            sym[op.result.id] = fn(*offsets) if offsets else fresh_int(f"loaded{op.result.id}")
         elif isinstance(op, O.Store):
             site = self._site(op, scopes, role)
             if self._recording:

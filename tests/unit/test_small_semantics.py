@@ -57,3 +57,16 @@ def test_pipeline_needs_a_consumer():
 
     with pytest.raises(TraceError, match="consumers"):
         no_consumer.trace()
+
+
+def test_load_scalar_at_a_per_thread_address_is_not_uniform():
+    seen = {}
+
+    @ag.kernel
+    def per_thread(T: ag.Tensor["N", ag.i32], C: ag.Tensor["N", ag.f32]):
+        ag.grid(1)
+        seen["shared"] = ag.load_scalar(T, (0,)).uniform
+        seen["own"] = ag.load_scalar(T, (ag.thread_index(),)).uniform
+
+    per_thread.trace()
+    assert seen == {"shared": True, "own": False}
