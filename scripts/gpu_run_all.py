@@ -1,8 +1,10 @@
-"""The one device script: GPU tests, example correctness, GEMM speed vs cuBLAS, SASS checks.
+"""The one device script: GPU tests, example correctness, GEMM speed vs cuBLAS, SASS checks,
+and with --bench the bf16 GEMM sweep (scripts/gpu_gemm_bench.py) and the fp8 benchmark
+(scripts/gpu_fp8_bench.py) as subprocesses.
 
-Run on the H200 from the repo root (python3 scripts/gpu_run_all.py --out DIR). It prints a
-short table last and writes results.json and results.md into --out. Every number it prints
-is measured in this run on this card: ours and the PyTorch baseline side by side.
+Run on the H200 from the repo root (python3 scripts/gpu_run_all.py --out DIR [--bench]). It
+prints a short table last and writes results.json and results.md into --out. Every number it
+prints is measured in this run on this card: ours and the PyTorch baseline side by side.
 """
 
 from __future__ import annotations
@@ -47,6 +49,28 @@ def run_pytest(out: Path) -> dict:
     tail = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
     log(f"pytest -m gpu: rc={proc.returncode} {tail} ({time.time() - t:.0f} s)")
     return {"rc": proc.returncode, "summary": tail}
+
+
+def benchmarks(out: Path, quick: bool) -> dict:
+    """The sweep scripts in subprocesses (each writes its own tables under out/); returns the
+    summary line each prints (geomean and minimum ratio) or why it failed."""
+    runs = {"bf16 GEMM sweep": ["scripts/gpu_gemm_bench.py", "--out", str(out / "gemm")]
+            + (["--quick"] if quick else []),
+            "fp8 GEMM": ["scripts/gpu_fp8_bench.py", "--out", str(out / "fp8")]}
+    summaries = {}
+    for name, argv in runs.items():
+        t = time.time()
+        try:
+            proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=900)
+            text = proc.stdout + proc.stderr
+            found = [line for line in text.splitlines() if "geomean" in line]
+            summaries[name] = (found[-1].strip() if found and proc.returncode == 0
+                               else f"rc={proc.returncode}: {text.strip().splitlines()[-1:]}")
+        except subprocess.TimeoutExpired:
+            summaries[name] = "timed out after 900 s"
+        log(f"{name}: {summaries[name]} ({time.time() - t:.0f} s)")
+    return summaries
 
 
 def examples(out: Path) -> list[dict]:
@@ -141,6 +165,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
     parser.add_argument("--quick", action="store_true", help="fewer shapes")
     parser.add_argument("--skip-tests", action="store_true")
+    parser.add_argument("--bench", action="store_true",
+                        help="also run the bf16 GEMM sweep and the fp8 benchmark")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict = {"env": env_info(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -157,6 +183,8 @@ def main() -> int:
         variants["stmatrix+TMA-store epilogue, 3 stages"] = {"epilogue": "tma", "stages": 3}
     results["gemm"] = gemm_perf(shapes, args.out, variants)
     results["sass"] = sass_check(args.out)
+    if args.bench:
+        results["benchmarks"] = benchmarks(args.out, quick=args.quick)
     (args.out / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
     lines = ["", f"== {results['env']['gpu']} torch {results['env']['torch']} commit "
@@ -171,6 +199,8 @@ def main() -> int:
         lines.append(f"| {r['variant']} | {r['M']}x{r['N']}x{r['K']} | {r['ours_tflops']:.0f} | "
                      f"{r['cublas_tflops']:.0f} | {r['ratio']:.2f} | {r['rel_error']:.1e} |")
     lines.append(f"\nSASS (gemm): {results['sass']}")
+    for name, summary in results.get("benchmarks", {}).items():
+        lines.append(f"{name}: {summary}")
     if "pytest_gpu" in results:
         lines.append(f"pytest -m gpu: {results['pytest_gpu']}")
     text = "\n".join(lines)
