@@ -35,7 +35,7 @@ class GemmSchedule:
     epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
     cluster_m: int = 1      # 2: CTA pairs on vertically adjacent tiles share B by TMA multicast
     zero_by_wgmma: bool = False  # scale-d = 0 on the first wgmma instead of zeroing registers
-    k_atoms: int = 1        # 128-byte K chunks per stage: deeper stages = longer DRAM bursts
+    k_atoms: int = 1        # 128-byte K slices per stage (longer contiguous reads of each row)
 
     def __post_init__(self) -> None:
         problems = []
