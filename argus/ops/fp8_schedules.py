@@ -9,15 +9,10 @@ version of Fp8GemmSchedule is ignored.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
-from argus import config
 from argus.kernels.gemm_fp8 import Fp8GemmSchedule
+from argus.ops import tuning_cache
 
 
 @dataclass(frozen=True)
@@ -68,27 +63,12 @@ def candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
     return list(dict.fromkeys(out))
 
 
-def _cache_file(gpu: str) -> Path:
-    safe = "".join(c if c.isalnum() else "_" for c in gpu)
-    return config.cache_dir() / "scaled_matmul" / f"{safe}.json"
-
-
 def load_cache(gpu: str) -> dict:
-    try:
-        return json.loads(_cache_file(gpu).read_text())
-    except (OSError, ValueError):
-        return {}
+    return tuning_cache.load("scaled_matmul", gpu)
 
 
 def store_choice(gpu: str, problem: Fp8Problem, schedule: Fp8GemmSchedule, ms: float) -> None:
-    path = _cache_file(gpu)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = load_cache(gpu)
-    data[problem.key] = {"schedule": dataclasses.asdict(schedule), "ms": ms}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the new file
+    tuning_cache.record("scaled_matmul", gpu, problem.key, schedule, ms)
 
 
 def choose(problem: Fp8Problem, gpu: str | None) -> Fp8GemmSchedule:

@@ -9,15 +9,10 @@ store, when present, is consulted too (`argus.agent.store.best_schedule`).
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
-from argus import config
 from argus.kernels.gemm import GemmSchedule
+from argus.ops import tuning_cache
 
 
 @dataclass(frozen=True)
@@ -102,28 +97,12 @@ def candidates(p: Problem) -> list[GemmSchedule]:
     return unique
 
 
-def _cache_file(gpu: str) -> Path:
-    safe = "".join(c if c.isalnum() else "_" for c in gpu)
-    return config.cache_dir() / "matmul" / f"{safe}.json"
-
-
 def load_cache(gpu: str) -> dict:
-    path = _cache_file(gpu)
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+    return tuning_cache.load("matmul", gpu)
 
 
 def store_choice(gpu: str, problem: Problem, schedule: GemmSchedule, ms: float) -> None:
-    path = _cache_file(gpu)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = load_cache(gpu)
-    data[problem.key] = {"schedule": dataclasses.asdict(schedule), "ms": ms}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the new file
+    tuning_cache.record("matmul", gpu, problem.key, schedule, ms)
 
 
 def choose(problem: Problem, gpu: str | None) -> GemmSchedule:
