@@ -25,6 +25,7 @@ from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm_fp8 import Fp8GemmSchedule, gemm_fp8_kernel
 from argus.ops.fp8_schedules import Fp8Problem, choose
+from argus.ops.matmul import _overlap, _remember  # one definition for both operators
 
 _OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
 _FP8 = "torch.float8_e4m3fn"
@@ -32,7 +33,6 @@ _WHO = "argus.ops.scaled_matmul"
 # Per-process memo of (problem, device, schedule) -> compiled kernel (bounded: dynamic shapes
 # must not grow it without limit).
 _CHOSEN: OrderedDict = OrderedDict()
-_MEMO_SIZE = 512
 _DEVICE_NAMES: dict = {}
 
 
@@ -41,16 +41,6 @@ def _aligned(t, elem_bytes: int) -> bool:
     if t.stride(-1) != 1 and t.shape[-1] > 1 or t.data_ptr() % 16:
         return False
     return all((t.stride(d) * elem_bytes) % 16 == 0 for d in range(t.dim() - 1) if t.shape[d] > 1)
-
-
-def _overlap(x, y) -> bool:
-    """Whether the byte ranges two non-empty tensors span intersect."""
-    def span(t):
-        lo = t.data_ptr()
-        return lo, lo + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * \
-            t.element_size()
-    (a0, a1), (b0, b1) = span(x), span(y)
-    return a0 < b1 and b0 < a1
 
 
 def _check_types(named) -> None:
@@ -180,9 +170,7 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
             raise LaunchError(f"{_WHO}: the TMA-store epilogue needs a 16-bit output with "
                               f"16-byte aligned rows", fix="use Fp8GemmSchedule(epilogue='direct')")
         compiled = gemm_fp8_kernel(out_type).compile(s=chosen)
-        _CHOSEN[memo_key] = compiled
-        if len(_CHOSEN) > _MEMO_SIZE:
-            _CHOSEN.popitem(last=False)
+        _remember(_CHOSEN, memo_key, compiled)
     if a.device.index == torch.cuda.current_device():
         compiled(a_ready, b_ready, sa, sb, out)
     else:
