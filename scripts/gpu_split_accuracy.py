@@ -32,30 +32,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TASK = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, A, B):
-        return torch.matmul(A, B)
-
-
-N = 4096
-
-
-def get_inputs():
-    return [torch.rand(N, N), torch.rand(N, N)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-
 def run_config(task, module, terms: int, chunks: int, sets, device: str, trials: int,
                scratch: Path) -> dict:
     import torch
@@ -121,7 +97,11 @@ def main() -> int:
         return 2
     work = Path(tempfile.mkdtemp(prefix="argus-split-acc-"))
     path = work / "1_Square_matrix_multiplication_.py"
-    path.write_text(TASK.replace("N = 4096", f"N = {args.n}"))
+    from gpu_agent import EMBEDDED  # the KernelBench L1/1 task file, at our size
+
+    task_text = EMBEDDED[path.name]
+    assert "N = 2048 * 2" in task_text
+    path.write_text(task_text.replace("N = 2048 * 2", f"N = {args.n}"))
     task = compose(path)
     module = load_task(path)
     sets = []
