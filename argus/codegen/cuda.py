@@ -416,7 +416,6 @@ class _Emitter:
         raise CompileError(f"codegen: no smem placement for value %{vid}; run lower.smem first")
 
     def op_SmemSlice(self, op: O.SmemSlice) -> None:
-        self.smem_root[op.result.id] = self.smem_root.get(op.buffer.id, op.buffer.id)
         buf: SmemType = op.buffer.type
         cols = buf.shape[-1]
         parts = [self.name(op.buffer)]
@@ -693,13 +692,19 @@ class _Emitter:
         lead_ok = " && ".join(f"{self.name(op.offsets[d])} >= 0 && "
                               f"{self.name(op.offsets[d])} < {self._dim(t, d)}"
                               for d in range(rank - 2)) or "true"
-        pair = {"bf16": ("ag::st_global_b32", "ag::pack_bf16x2"),
-                "f16": ("ag::st_global_b32", "ag::pack_f16x2")}.get(dtype.name)
+        # one 2-element store of an adjacent pair of accumulator columns, where the dtype has one
+        pair_store = {
+            "bf16": lambda p, a, b: f"ag::st_global_b32({p}, ag::pack_bf16x2({a}, {b}))",
+            "f16": lambda p, a, b: f"ag::st_global_b32({p}, ag::pack_f16x2({a}, {b}))",
+            "f32": lambda p, a, b: f"ag::st_global_f32x2({p}, {a}, {b})"}.get(dtype.name)
+        values = [(i, _strip_round(self.tile_expr(op.value, i, info.layout), dtype),
+                   _strip_round(self.tile_expr(op.value, i + 1, info.layout), dtype))
+                  for i in range(0, info.layout.nregs, 2)]
         self.emit(f"if ({lead_ok}) {{")
         self.indent += 1
         self.emit(f"{dtype_ptr(dtype)} const base = {name} + {lead};")
         tile_rows, tile_cols = op.value.type.shape[-2], op.value.type.shape[-1]
-        if pair or dtype.name == "f32":
+        if pair_store:
             # Interior tiles (the common case) store every pair unchecked: the whole tile is
             # inside the tensor and every pair address is aligned (aligned base, even row
             # stride, even column offset; accumulator columns come in even pairs).
@@ -714,20 +719,13 @@ class _Emitter:
             self.emit(f"{dtype_ptr(dtype)} const q0 = base + (long long)({r0} + acc_row) * "
                       f"{row_stride} + ({c0} + acc_col);")
             self.emit(f"{dtype_ptr(dtype)} const q8 = q0 + 8 * {row_stride};")
-            for i in range(0, info.layout.nregs, 2):
-                v0 = _strip_round(self.tile_expr(op.value, i, info.layout), dtype)
-                v1 = _strip_round(self.tile_expr(op.value, i + 1, info.layout), dtype)
+            for i, v0, v1 in values:
                 p_expr = f"{'q8' if (i // 2) % 2 else 'q0'} + {8 * (i // 4)}"
-                if pair:
-                    self.emit(f"{pair[0]}({p_expr}, {pair[1]}({v0}, {v1}));")
-                else:
-                    self.emit(f"ag::st_global_f32x2({p_expr}, {v0}, {v1});")
+                self.emit(pair_store(p_expr, v0, v1) + ";")
             self.indent -= 1
             self.emit("} else {")
             self.indent += 1
-        for i in range(0, info.layout.nregs, 2):
-            v0 = _strip_round(self.tile_expr(op.value, i, info.layout), dtype)
-            v1 = _strip_round(self.tile_expr(op.value, i + 1, info.layout), dtype)
+        for i, v0, v1 in values:
             r = f"({r0} + {info.layout.row(i)})"
             c = f"({c0} + {info.layout.col(i)})"
             self.emit(f"if ({r} >= 0 && {r} < {rows}) {{")
@@ -735,18 +733,12 @@ class _Emitter:
             # a pair is one 2-element store only where the address is aligned for it
             self.emit(f"    const bool pair_ok = {c} >= 0 && "
                       f"(reinterpret_cast<unsigned long long>(p) & {2 * dtype.bytes - 1}) == 0;")
-            if pair:
-                self.emit(f"    if (pair_ok && {c} + 1 < {cols}) "
-                          f"{pair[0]}(p, {pair[1]}({v0}, {v1}));")
-            elif dtype.name == "f32":
-                self.emit(f"    if (pair_ok && {c} + 1 < {cols}) "
-                          f"ag::st_global_f32x2(p, {v0}, {v1});")
-            else:
-                self.emit("    if (false) {}")
+            self.emit(f"    if (pair_ok && {c} + 1 < {cols}) {pair_store('p', v0, v1)};"
+                      if pair_store else "    if (false) {}")
             self.emit(f"    else {{ if ({c} >= 0 && {c} < {cols}) p[0] = {_to_mem_c(v0, dtype)}; "
                       f"if ({c} + 1 >= 0 && {c} + 1 < {cols}) p[1] = {_to_mem_c(v1, dtype)}; }}")
             self.emit("}")
-        if pair or dtype.name == "f32":
+        if pair_store:
             self.indent -= 1
             self.emit("}")
         self.indent -= 1
@@ -974,14 +966,19 @@ def _inline_candidates(kernel: Kernel, uses: dict[int, int]) -> set[int]:
     return out
 
 
-def _deferrable_store_buffers(kernel: Kernel) -> set[int]:
-    """Shared buffers that TMA stores read and that only stmatrix of the storing role writes:
-    their read-wait may move to that role's next smem write. A buffer another role writes, or
-    TMA loads into, keeps the wait right after the store."""
+def _smem_roots(kernel: Kernel) -> dict[int, int]:
+    """Shared-memory view id -> the id of the allocation it slices."""
     root: dict[int, int] = {}
     for op in kernel.body.walk():
         if isinstance(op, O.SmemSlice):
             root[op.result.id] = root.get(op.buffer.id, op.buffer.id)
+    return root
+
+
+def _deferrable_store_buffers(kernel: Kernel, root: dict[int, int]) -> set[int]:
+    """Shared buffers that TMA stores read and that only stmatrix of the storing role writes:
+    their read-wait may move to that role's next smem write. A buffer another role writes, or
+    TMA loads into, keeps the wait right after the store."""
     writers: dict[int, set] = {}
     stored: dict[int, set] = {}
     for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
@@ -1003,7 +1000,8 @@ def render(kernel: Kernel) -> Source:
     kernel = strip_tags(kernel)  # tags and tag assertions generate no code
     em = _Emitter(kernel)
     em.uses = _count_uses(kernel)
-    em.deferrable_store_buffers = _deferrable_store_buffers(kernel)
+    em.smem_root = _smem_roots(kernel)
+    em.deferrable_store_buffers = _deferrable_store_buffers(kernel, em.smem_root)
     em.inline_ok = _inline_candidates(kernel, em.uses)
     threads = kernel.attr("threads")
     em.group_threads = threads
