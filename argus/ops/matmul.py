@@ -110,19 +110,18 @@ def _launch_key(a, b, out, schedule):
 
 def matmul(a, b, out=None, *, schedule: GemmSchedule | None = None):
     """Return a @ b (and write it into `out` when given)."""
-    if out is not None:
-        key = _launch_key(a, b, out, schedule)
-        launch = _LAUNCHES.get(key) if key is not None else None
-        if launch is not None:
-            launch()
-            return out
-    return _matmul(a, b, out, schedule)
+    key = _launch_key(a, b, out, schedule) if out is not None else None
+    launch = _LAUNCHES.get(key) if key is not None else None
+    if launch is not None:
+        launch()
+        return out
+    return _matmul(a, b, out, schedule, key)
 
 
-def _matmul(a, b, out, schedule: GemmSchedule | None):
+def _matmul(a, b, out, schedule: GemmSchedule | None, key):
+    """The checked path; `key` (None: do not cache) names the launch for the fast path."""
     import torch
 
-    key = _launch_key(a, b, out, schedule) if out is not None else None
     _check(a, b, out)
     batched = a.dim() == 3
     if batched and b.dim() == 2:
