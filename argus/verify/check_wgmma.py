@@ -145,11 +145,12 @@ def _siblings(model: Model, site: WgmmaSite, name: str) -> list[WgmmaSite]:
         return [site]
     out = []
     for other in model.wgmmas:
+        if other.op.acc.id != site.op.acc.id or other.acc_def_seq != site.acc_def_seq \
+                or other.site.role is not site.site.role:
+            continue
         other_loops = [s.op for s in _reduction_loops(model, other)]
-        if (other.op.acc.id == site.op.acc.id and other.acc_def_seq == site.acc_def_seq
-                and other.site.role is site.site.role and len(other_loops) == len(loops)
-                and all(x is y for x, y in zip(other_loops, loops))
-                and _k_key(model, other, name) == key):
+        if len(other_loops) == len(loops) and all(x is y for x, y in zip(other_loops, loops)) \
+                and _k_key(model, other, name) == key:
             out.append(other)
     return out if any(o is site for o in out) else [site]
 
