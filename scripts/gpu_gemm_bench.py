@@ -74,7 +74,7 @@ def tune(a, b, out, trials: int):
 def bench_case(batch, m, n, k, layout, bw, trials):
     import torch
 
-    from argus.bench.timing import measure
+    from argus.bench.timing import graph_replay_us, measure
     from argus.ops import matmul
 
     g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
@@ -107,6 +107,12 @@ def bench_case(batch, m, n, k, layout, bw, trials):
         row["weight_tb_s"] = weight_bytes / (ours.median_ms * 1e-3) / 1e12
         row["weight_bw_fraction"] = row["weight_tb_s"] * 1e12 / bw
         row["cublas_weight_bw_fraction"] = weight_bytes / (base.median_ms * 1e-3) / bw
+        # the kernels alone, back to back (CUDA-graph replay): no per-call launch gap
+        ours_us = graph_replay_us(lambda: matmul(a, b, out))
+        base_us = graph_replay_us(lambda: torch.matmul(a, b))
+        row["graph_us"], row["cublas_graph_us"] = ours_us, base_us
+        row["graph_bw_fraction"] = weight_bytes / (ours_us * 1e-6) / bw
+        row["cublas_graph_bw_fraction"] = weight_bytes / (base_us * 1e-6) / bw
     log(f"{layout} {'%dx' % batch if batch else ''}{m}x{n}x{k}: ours {row['ours_tflops']:.0f} "
         f"TFLOP/s, cuBLAS {row['cublas_tflops']:.0f}, ratio {row['ratio']:.2f}, err {err:.1e}, "
         f"{best}")
@@ -116,23 +122,24 @@ def bench_case(batch, m, n, k, layout, bw, trials):
 
 
 def sass_report(rows) -> dict:
-    from argus.kernels.gemm import GemmSchedule  # noqa: F401 - eval of the schedule repr
-    from argus.kernels.gemm import gemm_kernel
+    from argus.kernels.gemm import GemmSchedule
+    from argus.ops.schedules import Problem, kernel_for
     from argus.runtime.sass import disassemble, instruction_histogram
-    import argus as ag
 
     report = {}
-    for layout in ("nk", "kn"):
-        for sched in {r["schedule"] for r in rows}:
-            s = eval(sched, {"GemmSchedule": GemmSchedule})  # noqa: S307 - our own repr
-            ck = gemm_kernel(ag.bf16, ag.bf16, layout, False).compile(s=s)
-            sass = disassemble(ck.binary.cubin) or ""
-            hist = instruction_histogram(sass) if sass else {}
-            res = ck.resources
-            report[f"{layout} {sched}"] = {
-                "HGMMA": sum(v for k, v in hist.items() if k.startswith("HGMMA")),
-                "HMMA": sum(v for k, v in hist.items() if k.startswith("HMMA")),
-                "spill_bytes": res.spill_stores + res.spill_loads, "registers": res.registers}
+    kinds = {("nk" if r["layout"] == "NT" else "kn", r.get("batch") or 1, r["schedule"])
+             for r in rows}
+    for layout, batch, sched in sorted(kinds):
+        s = eval(sched, {"GemmSchedule": GemmSchedule})  # noqa: S307 - our own repr
+        kernel, s = kernel_for(Problem(1, 1, 1, batch, "bf16", "bf16", layout, True), s)
+        ck = kernel.compile(s=s)
+        sass = disassemble(ck.binary.cubin) or ""
+        hist = instruction_histogram(sass) if sass else {}
+        res = ck.resources
+        report[f"{layout} {'batched ' if batch > 1 else ''}{sched}"] = {
+            "HGMMA": sum(v for k, v in hist.items() if k.startswith("HGMMA")),
+            "HMMA": sum(v for k, v in hist.items() if k.startswith("HMMA")),
+            "spill_bytes": res.spill_stores + res.spill_loads, "registers": res.registers}
     return report
 
 
@@ -191,8 +198,9 @@ def main() -> int:
         if "ratio" not in r:
             lines.append(f"| {shape} | {r['layout']} | failed | | | | |")
             continue
-        bwtxt = (f"{r['weight_bw_fraction']:.0%} (cuBLAS {r['cublas_weight_bw_fraction']:.0%})"
-                 if "weight_bw_fraction" in r else "")
+        bwtxt = (f"{r['weight_bw_fraction']:.0%} (cuBLAS {r['cublas_weight_bw_fraction']:.0%}); "
+                 f"graph replay {r['graph_bw_fraction']:.0%} (cuBLAS "
+                 f"{r['cublas_graph_bw_fraction']:.0%})" if "weight_bw_fraction" in r else "")
         lines.append(f"| {shape} | {r['layout']} | {r['ours_tflops']:.0f} | "
                      f"{r['cublas_tflops']:.0f} | {r['ratio']:.2f} | {r['rel_error']:.1e} | "
                      f"{bwtxt} |")

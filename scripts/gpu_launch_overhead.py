@@ -25,36 +25,10 @@ def host_us(fn, calls=300):
     return dt
 
 
-def graph_us(fn, per_graph=20, replays=20):
-    import torch
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(per_graph):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        g.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / per_graph)
-    times.sort()
-    return times[len(times) // 2]
-
-
 def main() -> int:
     import torch
 
-    from argus.bench.timing import measure
+    from argus.bench.timing import graph_replay_us, measure
     from argus.ops import matmul
 
     shapes = [(16, 8192, 8192), (128, 8192, 8192), (1024, 1024, 1024), (4096, 4096, 4096)]
@@ -81,7 +55,7 @@ def main() -> int:
                    measure(ours, trials=100).median_ms * 1e3,
                    measure(theirs, trials=100).median_ms * 1e3]
             try:
-                row += [graph_us(ours), graph_us(theirs)]
+                row += [graph_replay_us(ours), graph_replay_us(theirs)]
             except Exception as e:  # noqa: BLE001 - say so, keep the other numbers
                 print(f"graph capture failed: {type(e).__name__}: {e}")
                 row += [float("nan"), float("nan")]

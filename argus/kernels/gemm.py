@@ -36,6 +36,10 @@ class GemmSchedule:
     cluster_m: int = 1      # 2: CTA pairs on vertically adjacent tiles share B by TMA multicast
     zero_by_wgmma: bool = False  # scale-d = 0 on the first wgmma instead of zeroing registers
     k_atoms: int = 1        # 128-byte K slices per stage (longer contiguous reads of each row)
+    # K cut into this many slices, each a batch of the batched kernel into an fp32 workspace,
+    # then summed (argus/ops/split_k.py): more units of work for skinny GEMMs. Not a kernel
+    # choice: argus.ops.matmul runs the split.
+    split_k: int = 1
 
     def __post_init__(self) -> None:
         problems = []
@@ -50,6 +54,8 @@ class GemmSchedule:
             problems.append(f"k_atoms={self.k_atoms} is not 1, 2 or 4")
         if self.k_atoms > 1 and self.zero_by_wgmma:
             problems.append("zero_by_wgmma needs k_atoms=1 (one wgmma call per stage)")
+        if not 1 <= self.split_k <= 16:
+            problems.append(f"split_k={self.split_k} is outside 1..16")
         if self.cluster_m not in (1, 2):
             problems.append(f"cluster_m={self.cluster_m}: the kernel pairs at most 2 CTAs")
         if problems:
@@ -85,6 +91,11 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         M, K = A.shape[-2], A.shape[-1]
         N = B.shape[-2] if b_layout == "nk" else B.shape[-1]
         cs = s.cluster_m
+        if s.split_k != 1:
+            raise ag.TraceError(f"GemmSchedule(split_k={s.split_k}) is run by argus.ops.matmul "
+                                f"(the batched kernel over K-slice views, then a sum), not by "
+                                f"the kernel itself", fix="call argus.ops.matmul(a, b, "
+                                "schedule=...), or compile the kernel with split_k=1")
         if mn_major_b and s.bn % 64:
             raise ag.TraceError(f"GemmSchedule(bn={s.bn}): an MN-major B ([K, N], N contiguous) "
                                 f"is read in 64-column atoms, so bn must be a multiple of 64",

@@ -11,11 +11,14 @@ not multiply) raise a LaunchError that says what and how to fix it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 
 from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
+from argus.kernels.split_k_sum import split_k_sum_kernel
+from argus.ops import split_k
 from argus.ops.schedules import Problem, choose
 
 _IN = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16}
@@ -27,7 +30,10 @@ _CHOSEN: OrderedDict = OrderedDict()
 # and the problem analysis: (pointers, shapes, strides, dtypes, device) -> the launch. Small
 # GEMMs run in tens of microseconds, so host time per call is part of what users measure.
 _LAUNCHES: OrderedDict = OrderedDict()
+_SPLIT_LAUNCHES: OrderedDict = OrderedDict()
 _MEMO_SIZE = 512
+# A split-K launch owns its fp32 workspace, so fewer of them are kept.
+_SPLIT_MEMO_SIZE = 32
 _DEVICE_NAMES: dict = {}
 _OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
 
@@ -93,10 +99,40 @@ def _check(a, b, out) -> None:
                           f"not multiply (inner dims {a.shape[-1]} vs {b.shape[-2]})")
 
 
-def _remember(memo: OrderedDict, key, value) -> None:
+def _remember(memo: OrderedDict, key, value, size: int = _MEMO_SIZE) -> None:
     memo[key] = value
-    if len(memo) > _MEMO_SIZE:
+    if len(memo) > size:
         memo.popitem(last=False)
+
+
+class _SplitK:
+    """A split-K matmul: the batched kernel over K-slice views into an fp32 workspace, then the
+    fixed-order sum into `out` (argus/ops/split_k.py says why this is exact)."""
+
+    def __init__(self, in_dtype, out_dtype, layout: str, schedule: GemmSchedule):
+        self.layout, self.splits = layout, schedule.split_k
+        self.partial = gemm_kernel(in_dtype, dtypes.f32, layout, True).compile(
+            s=dataclasses.replace(schedule, split_k=1))
+        self.reduce = split_k_sum_kernel(out_dtype, self.splits).compile()
+
+    def __call__(self, a, b, out):
+        """Run it; returns a replayable launch of both kernels (owning the workspace) when the
+        kernels could cache their plans, else None."""
+        import torch
+
+        a3, b3 = split_k.slices(a, b, self.layout, self.splits)
+        partials = torch.empty(self.splits, *out.shape, dtype=torch.float32, device=out.device)
+        self.partial(a3, b3, partials)
+        self.reduce(partials, out)
+        first = self.partial.plan_for(a3, b3, partials)
+        second = self.reduce.plan_for(partials, out)
+        if not first or not second:
+            return None
+
+        def launch(partials=partials):  # the workspace lives as long as this launch
+            first()
+            second()
+        return launch
 
 
 def _launch_key(a, b, out, schedule):
@@ -111,7 +147,7 @@ def _launch_key(a, b, out, schedule):
 def matmul(a, b, out=None, *, schedule: GemmSchedule | None = None):
     """Return a @ b (and write it into `out` when given)."""
     key = _launch_key(a, b, out, schedule) if out is not None else None
-    launch = _LAUNCHES.get(key) if key is not None else None
+    launch = (_LAUNCHES.get(key) or _SPLIT_LAUNCHES.get(key)) if key is not None else None
     if launch is not None:
         launch()
         return out
@@ -176,20 +212,32 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
             raise LaunchError("argus.ops.matmul: the TMA-store epilogue needs a 16-bit output "
                               "with 16-byte aligned rows",
                               fix="use GemmSchedule(epilogue='direct')")
-        compiled = gemm_kernel(in_dtype, out_dtype, layout, batched).compile(s=chosen)
+        if chosen.split_k > 1:
+            split_k.check(k, chosen.split_k, problem.batch)
+            if chosen.epilogue == "tma":
+                raise LaunchError("argus.ops.matmul: a split-K schedule writes fp32 partials, "
+                                  "which the TMA-store epilogue cannot stage",
+                                  fix="use GemmSchedule(split_k=..., epilogue='direct')")
+            compiled = _SplitK(in_dtype, out_dtype, layout, chosen)
+        else:
+            compiled = gemm_kernel(in_dtype, out_dtype, layout, batched).compile(s=chosen)
         _remember(_CHOSEN, memo_key, compiled)
     if a.device.index == torch.cuda.current_device():
-        compiled(a_ready, b_ready, out)
+        replay = compiled(a_ready, b_ready, out)
     else:
         with torch.cuda.device(a.device):
-            compiled(a_ready, b_ready, out)
+            replay = compiled(a_ready, b_ready, out)
     if key is not None and a_ready.data_ptr() == a.data_ptr() and \
             b_ready.data_ptr() == b.data_ptr():
         # the kernel read the caller's buffers themselves (no aligned copy): the same buffers
         # next time can go straight to the launch
-        plan = compiled.plan_for(a_ready, b_ready, out)
-        if plan is not None:
-            _remember(_LAUNCHES, key, plan)
+        if isinstance(compiled, _SplitK):
+            if replay is not None:
+                _remember(_SPLIT_LAUNCHES, key, replay, _SPLIT_MEMO_SIZE)
+        else:
+            plan = compiled.plan_for(a_ready, b_ready, out)
+            if plan is not None:
+                _remember(_LAUNCHES, key, plan)
     return out
 
 
@@ -197,6 +245,7 @@ def forget_choices() -> None:
     """Drop the in-process schedule memo (after tuning wrote new choices to disk)."""
     _CHOSEN.clear()
     _LAUNCHES.clear()
+    _SPLIT_LAUNCHES.clear()
 
 
 def bmm(a, b, out=None, *, schedule: GemmSchedule | None = None):

@@ -9,10 +9,12 @@ store, when present, is consulted too (`argus.agent.store.best_schedule`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from argus.kernels.gemm import GemmSchedule
-from argus.ops import tuning_cache
+from argus import dtypes
+from argus.kernels.gemm import GemmSchedule, gemm_kernel
+from argus.ops import split_k, tuning_cache
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,17 @@ class Problem:
     def key(self) -> str:
         return (f"{self.batch}x{self.m}x{self.n}x{self.k}:{self.in_dtype}->{self.out_dtype}:"
                 f"{self.b_layout}:{'tma' if self.tma_store_ok else 'direct'}")
+
+
+def kernel_for(p: Problem, s: GemmSchedule):
+    """(kernel, schedule) that compute problem `p` under `s`: the problem's own GEMM kernel, or
+    for a split-K schedule the batched kernel with fp32 output that computes one K slice per
+    batch (argus/ops/split_k.py; the partials' sum is `split_k_sum`)."""
+    in_dtype, out_dtype = dtypes.from_name(p.in_dtype), dtypes.from_name(p.out_dtype)
+    if s.split_k > 1:
+        return (gemm_kernel(in_dtype, dtypes.f32, p.b_layout, True),
+                dataclasses.replace(s, split_k=1))
+    return gemm_kernel(in_dtype, out_dtype, p.b_layout, p.batch > 1), s
 
 
 def heuristic(p: Problem) -> GemmSchedule:
@@ -89,12 +102,51 @@ def candidates(p: Problem) -> list[GemmSchedule]:
                              persistent=False)]
         if p.b_layout == "nk":  # an MN-major B is read in 64-column atoms
             out += [GemmSchedule(bm=64, bn=32, consumers=1, stages=8, k_atoms=2)]
+        out += _split_k_candidates(p)
+    if p.m * p.batch > 256:
+        out += _wave_fitting_tiles(p)
     seen, unique = set(), []
     for s in out:
         if s not in seen:
             seen.add(s)
             unique.append(s)
     return unique
+
+
+def _split_k_candidates(p: Problem) -> list[GemmSchedule]:
+    """Split-K for weight streaming: K slices multiply the units of work, so that about one
+    unit per SM (or two) streams weights even when N / bn is below the SM count."""
+    out = []
+    for bn, stages in ((64, 12), (128, 8), (256, 4)):
+        tiles = _tiles(p.n, bn)
+        for splits in (2, 3, 4, 6, 8):
+            units = tiles * splits
+            if split_k.why_not(p.k, splits, p.batch) is None and \
+                    _SMS * 0.9 <= units <= 2 * _SMS:
+                out.append(GemmSchedule(bm=64, bn=bn, consumers=1, stages=stages,
+                                        split_k=splits, epilogue="direct"))
+                break  # the fewest splits that fill the SMs: least partial traffic
+    return out
+
+
+def _wave_fitting_tiles(p: Problem) -> list[GemmSchedule]:
+    """Narrower tiles when the last wave of 128x256 tiles would leave many SMs idle (2048 x
+    7168: 448 tiles are 3.4 waves of 132; 128x224 tiles make 512, 3.9 waves). The time of a
+    tile is about proportional to its width, so a width is offered when waves x width, the
+    modelled time, beats 256-wide tiles by 5%."""
+    def cost(bn: int) -> int:
+        return -(-p.batch * _tiles(p.m, 128) * _tiles(p.n, bn) // _SMS) * bn
+
+    # an MN-major B is read in 64-column atoms; a 2x1 cluster splits B into two whole halves
+    widths = (192,) if p.b_layout == "kn" else (224, 192, 160)
+    best = min(widths, key=cost)
+    if cost(best) > 0.95 * cost(256):
+        return []
+    stages = 5 if best <= 192 else 4
+    out = [GemmSchedule(bn=best, stages=stages)]
+    if p.b_layout == "nk" or (best // 64) % 2 == 0:
+        out.append(GemmSchedule(bn=best, stages=stages, cluster_m=2))
+    return out
 
 
 def load_cache(gpu: str) -> dict:

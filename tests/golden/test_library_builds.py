@@ -7,16 +7,15 @@ from __future__ import annotations
 import pytest
 
 from argus.compiler import compile_kernel
-from argus.kernels.gemm import gemm_kernel
-from tests.verify.test_library_schedules import CASES, DTYPES, _short
+from argus.ops.schedules import kernel_for
+from tests.verify.test_library_schedules import CASES, _short
 
 
 @pytest.mark.parametrize("problem,schedule", CASES,
                          ids=[f"{p.b_layout}{'-batched' if p.batch > 1 else ''}-"
                               f"{p.in_dtype}-{p.out_dtype}-{_short(s)}" for p, s in CASES])
 def test_library_schedule_builds_without_spills(problem, schedule):
-    kernel = gemm_kernel(DTYPES[problem.in_dtype], DTYPES[problem.out_dtype],
-                         problem.b_layout, problem.batch > 1)
+    kernel, schedule = kernel_for(problem, schedule)
     compiled = compile_kernel(kernel, verify=False, s=schedule)
     res = compiled.resources
     assert compiled.binary.cubin[:4] == b"\x7fELF"

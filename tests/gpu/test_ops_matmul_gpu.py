@@ -177,3 +177,36 @@ def test_batched_candidates_including_clusters(layout):
         out = torch.full((batch, m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         matmul(a, b, out, schedule=s)
         assert _rel(out, ref) < 1e-2, s
+
+
+@pytest.mark.parametrize("layout", ["x@W.T", "x@W"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_split_k_candidates_and_their_replay(layout, out_dtype):
+    """Every split-K candidate of a skinny problem is right (ragged M and N), and the cached
+    two-kernel launch (partials into its own workspace, then the sum) re-reads the inputs."""
+    import importlib
+
+    from argus.ops import matmul
+    from argus.ops.schedules import Problem, candidates
+
+    mm_module = importlib.import_module("argus.ops.matmul")
+    m, n, k = 13, 4160, 2048
+    a = _rand(m, k, seed=10)
+    w = _rand(n, k, seed=11) if layout == "x@W.T" else _rand(k, n, seed=11)
+    b = w.T if layout == "x@W.T" else w
+    problem = Problem(m, n, k, 1, "bf16", "f32" if out_dtype == torch.float32 else "bf16",
+                      "nk" if layout == "x@W.T" else "kn", True)
+    scheds = [s for s in candidates(problem) if s.split_k > 1]
+    assert scheds
+    for s in scheds:
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=out_dtype)
+        matmul(a, b, out, schedule=s)
+        assert _rel(out, a.double() @ b.double()) < 1e-2, s
+        assert mm_module._launch_key(a, b, out, s) in mm_module._SPLIT_LAUNCHES
+        a2 = a * -0.5
+        matmul(a2, b, out, schedule=s)           # new buffers: the checked path again
+        assert _rel(out, a2.double() @ b.double()) < 1e-2, s
+        a.mul_(1.5)                              # same buffers, new contents: the replay
+        out.fill_(float("nan"))
+        matmul(a, b, out, schedule=s)
+        assert _rel(out, a.double() @ b.double()) < 1e-2, s

@@ -16,13 +16,11 @@ import dataclasses
 
 import pytest
 
-import argus as ag
 from argus import verify
 from argus.compiler import lower_only
-from argus.kernels.gemm import GemmSchedule, gemm_kernel
-from argus.ops.schedules import Problem, candidates
+from argus.kernels.gemm import GemmSchedule
+from argus.ops.schedules import Problem, candidates, kernel_for
 
-DTYPES = {"bf16": ag.bf16, "f16": ag.f16, "f32": ag.f32}
 ALLOWED_UNKNOWN = {"store.coverage", "store.once"}
 
 PROBLEMS = [
@@ -32,6 +30,8 @@ PROBLEMS = [
     Problem(1024, 2048, 512, 8, "bf16", "bf16", "kn", True),     # batched MN-major
     Problem(32, 4096, 4096, 1, "bf16", "bf16", "nk", True),      # skinny M: weight streaming
     Problem(200, 4096, 4096, 1, "bf16", "f32", "kn", False),     # mid M, f32 output
+    Problem(2048, 7168, 2048, 1, "bf16", "bf16", "nk", True),    # 224-wide tiles fit the waves
+    Problem(2048, 7168, 2048, 1, "bf16", "bf16", "kn", True),    # ... 192-wide, MN-major B
 ]
 
 # schedules of the reproduction in the issue that candidates() does not list
@@ -54,7 +54,8 @@ def _cases():
         out.append((p, s))
     unique = []
     for p, s in out:
-        key = (p.in_dtype, p.out_dtype, p.b_layout, p.batch > 1, s)
+        kernel, schedule = kernel_for(p, s)
+        key = (kernel.name, schedule)
         if key not in seen:  # one kernel and schedule verified once
             seen.add(key)
             unique.append((p, s))
@@ -73,14 +74,15 @@ def test_cases_cover_the_schedule_space():
     assert any(s.zero_by_wgmma for s in scheds)
     assert any(not s.persistent for s in scheds)
     assert any(s.consumers == 1 for s in scheds)
+    assert any(s.split_k > 1 for s in scheds)
+    assert any(s.bn == 224 for s in scheds) and any(s.bn == 192 for s in scheds)
 
 
 @pytest.mark.parametrize("problem,schedule", CASES,
                          ids=[f"{p.b_layout}{'-batched' if p.batch > 1 else ''}-"
                               f"{p.in_dtype}-{p.out_dtype}-{_short(s)}" for p, s in CASES])
 def test_library_schedule_verifies_clean(problem, schedule):
-    fn = gemm_kernel(DTYPES[problem.in_dtype], DTYPES[problem.out_dtype], problem.b_layout,
-                     problem.batch > 1)
+    fn, schedule = kernel_for(problem, schedule)
     report = verify.run(lower_only(fn, s=schedule))
     assert not report.errors, "\n".join(str(d) for d in report.errors)
     unknown = {d.code for d in report.unknowns}
