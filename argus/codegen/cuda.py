@@ -672,6 +672,10 @@ class _Emitter:
         if isinstance(lay, _Acc):
             self.store_acc(op, info)
             return
+        if op.transposed:
+            raise CompileError("a transposed ag.store is generated for wgmma accumulators "
+                               "only", op.loc, fix="store the tile untransposed, or store an "
+                                                   "accumulator")
         for i in range(lay.nregs):
             cond, idx = self.bounds(op.tensor, op.offsets, info, i, len(op.value.type.shape))
             val = self.tile_expr(op.value, i, lay)
@@ -703,6 +707,19 @@ class _Emitter:
         self.emit(f"if ({lead_ok}) {{")
         self.indent += 1
         self.emit(f"{dtype_ptr(dtype)} const base = {name} + {lead};")
+        if op.transposed:
+            # accumulator (row, col) -> tensor (r0 + col, c0 + row): a thread's adjacent columns
+            # land in different rows, so every element is its own store; the 8 lanes that share
+            # a column write 8 consecutive elements of one row
+            for i, v0, v1 in values:
+                for j, v in ((i, v0), (i + 1, v1)):
+                    r, c = f"({r0} + {info.layout.col(j)})", f"({c0} + {info.layout.row(j)})"
+                    self.emit(f"if ({r} >= 0 && {r} < {rows} && {c} >= 0 && {c} < {cols}) "
+                              f"base[(long long){r} * {row_stride} + {c}] = "
+                              f"{_to_mem_c(v, dtype)};")
+            self.indent -= 1
+            self.emit("}")
+            return
         tile_rows, tile_cols = op.value.type.shape[-2], op.value.type.shape[-1]
         if pair_store:
             # Interior tiles (the common case) store every pair unchecked: the whole tile is

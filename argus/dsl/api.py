@@ -212,12 +212,17 @@ def load_scalar(tensor: TensorArg, offsets, other: float = 0.0) -> Scalar:
     return Scalar(v, uniform=uniform)
 
 
-def store(tensor: TensorArg, offsets, tile: Tile) -> None:
-    """Store `tile` at `offsets`; elements outside the tensor are dropped."""
+def store(tensor: TensorArg, offsets, tile: Tile, *, transposed: bool = False) -> None:
+    """Store `tile` at `offsets`; elements outside the tensor are dropped. With
+    transposed=True a 2-d tile is stored as its transpose: element (i, j) goes to
+    (offsets[-2] + j, offsets[-1] + i)."""
     ctx = current("ag.store")
     loc = user_loc()
     if not isinstance(tile, Tile):
         raise TraceError("ag.store needs a tile", loc)
+    if transposed and len(tile.shape) != 2:
+        raise TraceError(f"ag.store(transposed=True) swaps the two axes of a 2-d tile; this "
+                         f"tile has shape {tile.shape}", loc)
     if tile.dtype != tensor.dtype:
         raise TraceError(f"storing a {tile.dtype} tile into {tensor.name} of dtype "
                          f"{tensor.dtype}", loc, fix=f"convert with .to(ag.{tensor.dtype.name})")
@@ -225,7 +230,7 @@ def store(tensor: TensorArg, offsets, tile: Tile) -> None:
         raise TraceError(f"a rank-{len(tile.shape)} tile into a rank-{len(tensor.shape)} tensor",
                          loc)
     offs = _offsets(tensor, offsets, loc)
-    ctx.builder.append(O.Store(tensor.value, offs, tile.value, loc=loc))
+    ctx.builder.append(O.Store(tensor.value, offs, tile.value, transposed, loc=loc))
 
 
 def where(cond: Tile, a, b) -> Tile:

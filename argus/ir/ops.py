@@ -293,12 +293,15 @@ class LoadScalar(Op):
 @dataclass(frozen=True)
 class Store(Op):
     """Store tile `value` to a global tensor at `offsets`; elements outside the tensor are
-    dropped. The tile's dtype must equal the tensor's."""
+    dropped. The tile's dtype must equal the tensor's. `transposed`: the tile's two axes are
+    swapped on the way, element (i, j) going to (offsets[-2] + j, offsets[-1] + i) — a swap-AB
+    GEMM computes C^T and stores it into C this way."""
 
     NAME = "store"
     tensor: Value
     offsets: tuple[Value, ...]
     value: Value
+    transposed: bool = False
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,10 @@ class GemmSchedule:
     # then summed (argus/ops/split_k.py): more units of work for skinny GEMMs. Not a kernel
     # choice: argus.ops.matmul runs the split.
     split_k: int = 1
+    # swap-AB for skinny x @ W.T: the weights W [N, K] are wgmma's M side (bm rows of W per
+    # tile) and the tokens its N side (bn of them), so a stage carries bn token rows instead
+    # of 64 mostly-empty ones and more of the ring holds weights; C^T is stored transposed.
+    swap_ab: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -54,6 +58,8 @@ class GemmSchedule:
             problems.append(f"k_atoms={self.k_atoms} is not 1, 2 or 4")
         if self.k_atoms > 1 and self.zero_by_wgmma:
             problems.append("zero_by_wgmma needs k_atoms=1 (one wgmma call per stage)")
+        if self.swap_ab and self.epilogue != "direct":
+            problems.append("swap_ab stores C transposed from registers: use epilogue='direct'")
         if not 1 <= self.split_k <= 16:
             problems.append(f"split_k={self.split_k} is outside 1..16")
         if self.cluster_m not in (1, 2):
@@ -91,6 +97,14 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         M, K = A.shape[-2], A.shape[-1]
         N = B.shape[-2] if b_layout == "nk" else B.shape[-1]
         cs = s.cluster_m
+        if s.swap_ab and b_layout != "nk":
+            raise ag.TraceError("GemmSchedule(swap_ab=True) makes B wgmma's A operand, which "
+                                "must be K-major: B [N, K] (x @ W.T)",
+                                fix="use swap_ab=False for x @ W with W [K, N]")
+        # The tile's rows come from `lhs` (wgmma's A operand), its columns from `rhs`: A and B,
+        # or with swap-AB B and A, in which case the tile is a block of C^T.
+        lhs, rhs = (B, A) if s.swap_ab else (A, B)
+        lhs_rows, rhs_rows = (N, M) if s.swap_ab else (M, N)
         if s.split_k != 1:
             raise ag.TraceError(f"GemmSchedule(split_k={s.split_k}) is run by argus.ops.matmul "
                                 f"(the batched kernel over K-slice views, then a sum), not by "
@@ -108,7 +122,7 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                                 fix="use bn=128 or 256 with cluster_m=2, or cluster_m=1")
         # A unit of work is `cs` vertically adjacent tiles, one per CTA of a cluster; the CTAs
         # of a cluster walk the same units, so their pipelines stay in step.
-        m_tiles, n_tiles = ag.cdiv(M, s.bm), ag.cdiv(N, s.bn)
+        m_tiles, n_tiles = ag.cdiv(lhs_rows, s.bm), ag.cdiv(rhs_rows, s.bn)
         m_units = ag.cdiv(m_tiles, cs) if cs > 1 else m_tiles
         tiles = m_units * n_tiles
         total = tiles * A.shape[0] if batched else tiles
@@ -148,7 +162,7 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                         for atom in range(ka):
                             k0 = (k * ka + atom) * s.bk
                             a_at, b_at = atom * s.bm, atom * b_rows
-                            ag.tma.load(sA[stage].rows_of(a_at, s.bm), A, (*b, m * s.bm, k0))
+                            ag.tma.load(sA[stage].rows_of(a_at, s.bm), lhs, (*b, m * s.bm, k0))
                             if mn_major_b:  # each CTA loads blocks/cs column boxes for all
                                 for jj in range(blocks // cs):
                                     j = rank * (blocks // cs) + jj
@@ -156,10 +170,10 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                                                 (*b, k0, n * s.bn + 64 * j), multicast=cs > 1)
                             elif cs > 1:  # each CTA loads 1/cs of the B rows for all
                                 part = s.bn // cs
-                                ag.tma.load(sB[stage].rows_of(b_at + rank * part, part), B,
+                                ag.tma.load(sB[stage].rows_of(b_at + rank * part, part), rhs,
                                             (*b, n * s.bn + rank * part, k0), multicast=True)
                             else:
-                                ag.tma.load(sB[stage].rows_of(b_at, s.bn), B,
+                                ag.tma.load(sB[stage].rows_of(b_at, s.bn), rhs,
                                             (*b, n * s.bn, k0))
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
@@ -181,6 +195,9 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                     for j in range(blocks):
                         ag.tma.store(C, (*b, m * s.bm + wg * rows, n * s.bn + 64 * j),
                                      sC[wg * blocks + j])
+                elif s.swap_ab:  # acc is a block of C^T: rows are C's columns
+                    ag.store(C, (*b, n * s.bn, m * s.bm + wg * rows), acc.to(out_dtype),
+                             transposed=True)
                 else:
                     ag.store(C, (*b, m * s.bm + wg * rows, n * s.bn), acc.to(out_dtype))
 

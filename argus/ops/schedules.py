@@ -103,6 +103,8 @@ def candidates(p: Problem) -> list[GemmSchedule]:
         if p.b_layout == "nk":  # an MN-major B is read in 64-column atoms
             out += [GemmSchedule(bm=64, bn=32, consumers=1, stages=8, k_atoms=2)]
         out += _split_k_candidates(p)
+        if p.b_layout == "nk":
+            out += _swap_ab_candidates(p)
     if p.m * p.batch > 256:
         out += _wave_fitting_tiles(p)
     seen, unique = set(), []
@@ -126,6 +128,32 @@ def _split_k_candidates(p: Problem) -> list[GemmSchedule]:
                 out.append(GemmSchedule(bm=64, bn=bn, consumers=1, stages=stages,
                                         split_k=splits, epilogue="direct"))
                 break  # the fewest splits that fill the SMs: least partial traffic
+    return out
+
+
+def _swap_ab_candidates(p: Problem) -> list[GemmSchedule]:
+    """Swap-AB for x @ W.T with few tokens: W's rows fill wgmma's 64-row side, the tokens its
+    N side (16, 32 or 64 of them), so a stage holds bm weight rows and bn token rows instead
+    of 64 token rows (mostly zero fill): about 1.6x more weight bytes in flight per SM for 16
+    tokens. cuBLAS picks this shape of kernel on the H200 for 16 x 8192 x 8192 (Nsight
+    Compute: nvjet_sm90_tst_64x16_64x16, docs/perf/gemm.md)."""
+    tokens = next(t for t in (16, 32, 64) if p.m <= t)
+    budget = 200 * 1024
+
+    def ring(bm: int, k_atoms: int) -> int:   # stages that fit the shared-memory budget
+        return min(16, budget // (k_atoms * (bm + tokens) * 64 * 2))
+
+    out = [GemmSchedule(bm=64, bn=tokens, consumers=1, stages=ring(64, 1), swap_ab=True),
+           GemmSchedule(bm=64, bn=tokens, consumers=1, stages=ring(64, 2), k_atoms=2,
+                        swap_ab=True),
+           GemmSchedule(bm=128, bn=tokens, consumers=2, stages=ring(128, 1), swap_ab=True)]
+    # 128-row tiles leave half the SMs idle at N = 8192: split K to fill them
+    tiles = _tiles(p.n, 128)
+    for splits in (2, 3, 4):
+        if split_k.why_not(p.k, splits, p.batch) is None and tiles * splits >= 0.9 * _SMS:
+            out.append(GemmSchedule(bm=128, bn=tokens, consumers=2, stages=ring(128, 1),
+                                    swap_ab=True, split_k=splits))
+            break
     return out
 
 

@@ -246,7 +246,8 @@ class _Interp:
                                  else int(x))
         elif isinstance(op, O.Store):
             offs = [self.val(g, o) for o in op.offsets]
-            self._write(op.tensor, offs, self.val(g, op.value))
+            value = self.val(g, op.value)
+            self._write(op.tensor, offs, value.T if op.transposed else value)
         elif isinstance(op, O.Full):
             t: TileType = op.result.type
             env[op.result.id] = np.full(t.shape, op.value, dtype=np.float32)

@@ -58,7 +58,14 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
 
 
 def _dest(st: StoreSite, idx):
-    return list(trailing(st.offsets, idx))
+    """Destination coordinates of tile element `idx` (a transposed store swaps its axes)."""
+    return list(trailing(st.offsets, _placed(st, idx)))
+
+
+def _placed(st: StoreSite, seq) -> list:
+    """`seq` (per tile axis) in the order of the destination dims it lands on."""
+    seq = list(seq)
+    return seq[::-1] if st.transposed else seq
 
 
 def _inb(model: Model, st: StoreSite, dest):
@@ -129,7 +136,8 @@ def _instance_vars(model: Model, st: StoreSite) -> list:
 
 def _translate_of(a: StoreSite, b: StoreSite) -> bool:
     """b stores the same tile as a, in the same context, at offsets shifted by constants."""
-    if a.shape != b.shape or a.site.scopes != b.site.scopes or len(a.offsets) != len(b.offsets):
+    if a.shape != b.shape or a.site.scopes != b.site.scopes or \
+            len(a.offsets) != len(b.offsets) or a.transposed != b.transposed:
         return False
     for x, y in zip(a.offsets, b.offsets):
         d = z3.simplify(_num(y) - _num(x))
@@ -196,17 +204,20 @@ def _coverage(model: Model, st: StoreSite):
     inst = _instance_vars(model, st)
     ranges = _var_ranges(model, st)
     lead = len(dest) - len(idx)
+    # per destination dim: the tile axis that lands on it, and that axis's extent
+    axis_idx, axis_len = _placed(st, idx), _placed(st, st.shape)
     for d, dd in enumerate(dest):
         if d < lead:
             continue  # a batch index: covered with the grid's batch loop, checked by store.once
         e = d - lead
         names = free_consts(dd)
-        dvars = [v for v in inst if str(v) in names] + [idx[e]]
+        dvars = [v for v in inst if str(v) in names] + [axis_idx[e]]
         subject = f"dim {d} of {st.tensor.name} stored at {st.op.loc}"
         size = z3.IntVal(1)
         ok = True
         for v in dvars:
-            r = ranges.get(str(v)) if v is not idx[e] else (0, st.shape[e], z3.IntVal(st.shape[e]))
+            r = ranges.get(str(v)) if v is not axis_idx[e] else \
+                (0, axis_len[e], z3.IntVal(axis_len[e]))
             if r is None:
                 ok = False
                 break
@@ -216,7 +227,7 @@ def _coverage(model: Model, st: StoreSite):
                 ok = False
                 break
             size = size * count
-        shared = any(str(v) in free_consts(x) for v in dvars if v is not idx[e]
+        shared = any(str(v) in free_consts(x) for v in dvars if v is not axis_idx[e]
                      for x in dest[:d] + dest[d + 1:])
         if not ok or shared:
             finds.append(Finding("store.coverage", st.op.loc, subject, "unknown",
@@ -231,7 +242,7 @@ def _coverage(model: Model, st: StoreSite):
             st.site.constraints() + \
             [z3.substitute(c, *ren) for c in st.site.constraints()] + \
             [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)] + \
-            [z3.And(b >= 0, b < st.shape[e]) for a, b in ren if a is idx[e]]
+            [z3.And(b >= 0, b < axis_len[e]) for a, b in ren if a is axis_idx[e]]
         same = z3.And([a == b for a, b in ren])
         single_tile = len(dvars) == 1
         claims = [("injective", z3.Or(same, dd != dd2)),
@@ -249,8 +260,8 @@ def _coverage(model: Model, st: StoreSite):
             return (f"dim {d}: the destination {value(zm, dd)} is outside the "
                     f"{value(zm, size)} positions the grid visits, or two instances coincide "
                     f"({', '.join(violated)})"), wit
-        fix = (f"state the launch precondition {st.tensor.dims[d]} <= {st.shape[e]} with "
-               f"ag.tag_assume(lambda: ag.sym({st.tensor.dims[d]}) <= {st.shape[e]}) — or tile "
+        fix = (f"state the launch precondition {st.tensor.dims[d]} <= {axis_len[e]} with "
+               f"ag.tag_assume(lambda: ag.sym({st.tensor.dims[d]}) <= {axis_len[e]}) — or tile "
                f"dim {d} over the grid") if single_tile else ""
         obs.append(Obligation("store.coverage", st.op.loc, subject, prem, claims, decode,
                               minimize=list(model.params.values()), fix=fix,

@@ -181,6 +181,7 @@ class StoreSite:
     offsets: tuple
     shape: tuple[int, ...]
     tile: TileState
+    transposed: bool = False         # the tile's two axes land swapped (Store.transposed)
 
 
 @dataclass
@@ -512,7 +513,8 @@ class Model:
             if self._recording:
                 self.stores.append(StoreSite("store", op, site, self.tensors[op.tensor.id],
                                              tuple(self.scalar(o) for o in op.offsets),
-                                             op.value.type.shape, self.tile(op.value)))
+                                             op.value.type.shape, self.tile(op.value),
+                                             op.transposed))
         elif isinstance(op, O.Full):
             self._set_tile(op.result, lambda idx: Record(source="a constant tile"), op,
                            "a constant tile")
