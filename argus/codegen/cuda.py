@@ -569,12 +569,12 @@ class _Emitter:
         n = op.acc.type.shape[1]
         dt = op.a.type.dtype
         spec = WgmmaSpec(n=n, a_dtype=dt.name, b_dtype=dt.name, acc_dtype="f32",
-                         trans_b=op.trans_b)
+                         trans_b=op.trans_b, trans_a=op.trans_a)
         if spec not in self.wgmma_specs:
             self.wgmma_specs.append(spec)
         sw_a, lbo_a, sbo_a, step_a = op.a_desc
         sw_b, lbo_b, sbo_b, step_b = op.b_desc
-        k_steps = op.a.type.shape[1] // spec.k  # k16 (16-bit) or k32 (fp8) per instruction
+        k_steps = op.k_extent // spec.k  # k16 (16-bit) or k32 (fp8) per instruction
         self.emit("{")
         self.indent += 1
         self.emit(f"const ag::uint64_t da = ag::make_smem_desc({self.name(op.a)}, {sw_a}, "

@@ -361,10 +361,12 @@ def _tma_store(tensor: TensorArg, coords, src) -> None:
 tma = SimpleNamespace(load=_tma_load, store=_tma_store)
 
 
-def wgmma(a, b, acc: Tile, trans_b: bool = False) -> Tile:
+def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False) -> Tile:
     """acc += a @ b^T on the tensor cores (one warpgroup). a: [64, K] smem view, b: [N, K]
     smem view (K-major), or with `trans_b=True` a [K, N] tile stored MN-major as N/64 column
-    atoms of [K][64] stacked along the rows; acc: [64, N] f32 tile. Returns acc, updated in
+    atoms of [K][64] stacked along the rows; acc: [64, N] f32 tile. With `trans_a=True` a is
+    a [K, 64] tile stored MN-major the same way (one [K][64] atom for bf16 with a 128-byte
+    swizzle), e.g. the weights of a swap-AB x @ W with W [K, N]. Returns acc, updated in
     place."""
     ctx = current("ag.wgmma")
     loc = user_loc()
@@ -379,6 +381,17 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False) -> Tile:
         raise TraceError("wgmma accumulates into a 2-d f32 tile (ag.zeros((64, N)))", loc)
     m, n = acc.shape
     k = av.cols
+    if trans_a:
+        span = av.buffer.type.swizzle // av.buffer.type.dtype.bytes if av.buffer.type.swizzle \
+            else 0
+        k = bv.cols
+        if trans_b or not span or av.cols != span or m % span or av.rows != (m // span) * k:
+            raise TraceError(f"an MN-major wgmma A operand for M={m}, K={k} must be a swizzled "
+                             f"view of ({m} // W) * {k} rows x W columns, W = one swizzle span "
+                             f"of elements, with a K-major B; got {av.rows} x {av.cols}"
+                             + (" and trans_b=True" if trans_b else ""), loc,
+                             fix="allocate ag.smem((stages, BK, 64), ag.bf16, swizzle=128) and "
+                                 "TMA-load one [BK, 64] box of the [K, M] tensor")
     if trans_b:
         # MN-major B: the [K, N] tile is stored as N/W column atoms of [K rows][W columns],
         # W = one swizzle span of elements, stacked along the view's rows (the layout TMA
@@ -398,7 +411,7 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False) -> Tile:
         raise TraceError(f"one warpgroup's wgmma covers 64 rows, the accumulator has {m}", loc,
                          fix="split M across warpgroups (role warpgroups=2 for 128 rows) and "
                              "give each a [64, N] accumulator")
-    if av.rows != 64:
+    if av.rows != 64 and not trans_a:
         raise TraceError(f"wgmma operand a has {av.rows} rows, need 64", loc,
                          fix="take a 64-row slice: buf[stage].rows_of(64 * wg, 64)")
     if n % 8 or not 8 <= n <= 256:
@@ -416,12 +429,13 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False) -> Tile:
     if k % k_step:
         raise TraceError(f"wgmma K={k} must be a multiple of {k_step} for {in_dtype} inputs",
                          loc)
-    if trans_b and in_dtype == dtypes.e4m3:
+    if (trans_a or trans_b) and in_dtype == dtypes.e4m3:
         raise TraceError("an fp8 wgmma B operand must be K-major: PTX has no transpose for "
                          "8-bit inputs", loc,
                          fix="store B as [N, K] with K contiguous (transpose it in global "
                              "memory) and pass trans_b=False")
-    ctx.builder.append(O.Wgmma(acc.value, av.materialize(), bv.materialize(), trans_b, loc=loc))
+    ctx.builder.append(O.Wgmma(acc.value, av.materialize(), bv.materialize(), trans_b,
+                               trans_a=trans_a, loc=loc))
     return acc
 
 

@@ -241,6 +241,15 @@ class Wgmma(Op):
     trans_b: bool = False
     a_desc: tuple[int, ...] = ()
     b_desc: tuple[int, ...] = ()
+    # a is MN-major: its 64 rows stored as 64 / W column atoms of [K][W] (W = one swizzle
+    # span of elements), as TMA writes boxes of a [K, M] tensor (16-bit only)
+    trans_a: bool = False
+
+    @property
+    def k_extent(self) -> int:
+        """K of the product (the A view's columns, or an MN-major A's rows per atom)."""
+        rows, cols = self.a.type.shape[-2], self.a.type.shape[-1]
+        return rows // max(1, 64 // cols) if self.trans_a else cols
 
 
 @dataclass(frozen=True)

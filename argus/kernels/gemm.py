@@ -40,9 +40,10 @@ class GemmSchedule:
     # then summed (argus/ops/split_k.py): more units of work for skinny GEMMs. Not a kernel
     # choice: argus.ops.matmul runs the split.
     split_k: int = 1
-    # swap-AB for skinny x @ W.T: the weights W [N, K] are wgmma's M side (bm rows of W per
-    # tile) and the tokens its N side (bn of them), so a stage carries bn token rows instead
-    # of 64 mostly-empty ones and more of the ring holds weights; C^T is stored transposed.
+    # swap-AB for skinny GEMMs: the weights (W [N, K] of x @ W.T, or W [K, N] of x @ W, read
+    # MN-major) are wgmma's M side (bm rows of W^T per tile) and the tokens its N side (bn of
+    # them), so a stage carries bn token rows instead of 64 mostly-empty ones and more of the
+    # ring holds weights; the accumulator is a block of C^T, stored transposed.
     swap_ab: bool = False
 
     def __post_init__(self) -> None:
@@ -88,7 +89,6 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                          f"{b_layout!r}")
     lead = ("Bt",) if batched else ()
     b_dims = ("N", "K") if b_layout == "nk" else ("K", "N")
-    mn_major_b = b_layout == "kn"
 
     def gemm(A: ag.Tensor[(*lead, "M", "K", in_dtype)],
              B: ag.Tensor[(*lead, *b_dims, in_dtype)],
@@ -97,14 +97,13 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         M, K = A.shape[-2], A.shape[-1]
         N = B.shape[-2] if b_layout == "nk" else B.shape[-1]
         cs = s.cluster_m
-        if s.swap_ab and b_layout != "nk":
-            raise ag.TraceError("GemmSchedule(swap_ab=True) makes B wgmma's A operand, which "
-                                "must be K-major: B [N, K] (x @ W.T)",
-                                fix="use swap_ab=False for x @ W with W [K, N]")
         # The tile's rows come from `lhs` (wgmma's A operand), its columns from `rhs`: A and B,
-        # or with swap-AB B and A, in which case the tile is a block of C^T.
+        # or with swap-AB B and A, in which case the tile is a block of C^T. A [K, N] B is
+        # MN-major in whichever role it plays: read in 64-column atoms of [BK][64].
         lhs, rhs = (B, A) if s.swap_ab else (A, B)
         lhs_rows, rhs_rows = (N, M) if s.swap_ab else (M, N)
+        mn_major_a = s.swap_ab and b_layout == "kn"
+        mn_major_b = not s.swap_ab and b_layout == "kn"
         if s.split_k != 1:
             raise ag.TraceError(f"GemmSchedule(split_k={s.split_k}) is run by argus.ops.matmul "
                                 f"(the batched kernel over K-slice views, then a sum), not by "
@@ -134,7 +133,8 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         # atom j of A is rows [j*bm, (j+1)*bm), of B rows [j*b_rows, (j+1)*b_rows).
         ka = s.k_atoms
         b_rows = (s.bn // 64) * s.bk if mn_major_b else s.bn
-        sA = ag.smem((s.stages, ka * s.bm, s.bk), in_dtype, swizzle=128)
+        a_rows = (s.bm // 64) * s.bk if mn_major_a else s.bm
+        sA = ag.smem((s.stages, ka * a_rows, 64 if mn_major_a else s.bk), in_dtype, swizzle=128)
         if mn_major_b:  # one [BK][64] box per 64 columns of the B tile
             sB = ag.smem((s.stages, ka * b_rows, 64), in_dtype, swizzle=128)
         else:
@@ -161,8 +161,14 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                     with pipe.produce() as stage:
                         for atom in range(ka):
                             k0 = (k * ka + atom) * s.bk
-                            a_at, b_at = atom * s.bm, atom * b_rows
-                            ag.tma.load(sA[stage].rows_of(a_at, s.bm), lhs, (*b, m * s.bm, k0))
+                            a_at, b_at = atom * a_rows, atom * b_rows
+                            if mn_major_a:  # one [BK][64] box per 64 rows of the tile
+                                for j in range(s.bm // 64):
+                                    ag.tma.load(sA[stage].rows_of(a_at + j * s.bk, s.bk), lhs,
+                                                (*b, k0, m * s.bm + 64 * j))
+                            else:
+                                ag.tma.load(sA[stage].rows_of(a_at, s.bm), lhs,
+                                            (*b, m * s.bm, k0))
                             if mn_major_b:  # each CTA loads blocks/cs column boxes for all
                                 for jj in range(blocks // cs):
                                     j = rank * (blocks // cs) + jj
@@ -183,9 +189,11 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                 for k in ag.range(k_tiles):
                     with pipe.consume() as stage:
                         for atom in range(ka):
-                            ag.wgmma(sA[stage].rows_of(atom * s.bm + wg * rows, rows),
-                                     sB[stage].rows_of(atom * b_rows, b_rows), acc,
-                                     trans_b=mn_major_b)
+                            # this consumer's 64 rows: one [BK][64] atom if MN-major
+                            a_view = sA[stage].rows_of(atom * a_rows + wg * s.bk, s.bk) \
+                                if mn_major_a else sA[stage].rows_of(atom * s.bm + wg * rows, rows)
+                            ag.wgmma(a_view, sB[stage].rows_of(atom * b_rows, b_rows), acc,
+                                     trans_b=mn_major_b, trans_a=mn_major_a)
                 if s.epilogue == "tma":
                     # all blocks into smem first, then one run of bulk stores: the copies
                     # proceed while the next tile's MMAs run (codegen defers their read-wait

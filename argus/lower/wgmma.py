@@ -6,7 +6,8 @@ canonical layouts of INVARIANTS.md §2.2 give: LBO unused (encoded as 16), SBO =
 (the distance between 8-row core-matrix groups), and each instruction's K step (k16 for 16-bit
 inputs, k32 for fp8: 32 bytes either way) moves the start address by 32 bytes inside the
 swizzle atom (the XOR applies to the absolute address, so this stays correct). An MN-major B
-(`trans_b`, 16-bit only) is read as column atoms, see `mn_major_descriptor_fields`.
+(`trans_b`, 16-bit only) is read as column atoms, see `mn_major_descriptor_fields`; so is
+an MN-major A (`trans_a`): the canonical layouts of A and B are the same with M for N.
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ def mn_major_descriptor_fields(view_type, k: int, loc) -> tuple[int, int, int, i
 def _descs(op: O.Wgmma, _ctx):
     if op.a_desc:
         return None
-    k = op.a.type.shape[1]
+    k = op.k_extent
     b_desc = (mn_major_descriptor_fields(op.b.type, k, op.loc) if op.trans_b
               else descriptor_fields(op.b.type, op.loc))
-    return op.replace(a_desc=descriptor_fields(op.a.type, op.loc), b_desc=b_desc)
+    a_desc = (mn_major_descriptor_fields(op.a.type, k, op.loc) if op.trans_a
+              else descriptor_fields(op.a.type, op.loc))
+    return op.replace(a_desc=a_desc, b_desc=b_desc)
 
 
 RULES = Rules([(O.Wgmma, _descs)])

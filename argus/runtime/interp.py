@@ -223,11 +223,12 @@ class _Interp:
             acc = self.val(g, op.acc)
             a = self.val(g, op.a).array()
             b = self.val(g, op.b).array()
-            if op.trans_b:  # column atoms [N/W][K][W] -> [K, N] -> [N, K]
-                k, w = a.shape[1], b.shape[1]
-                b_nk = b.reshape(-1, k, w).transpose(1, 0, 2).reshape(k, -1).T
-            else:
-                b_nk = b
+            k = op.k_extent
+
+            def k_major(x):  # column atoms [MN/W][K][W] -> [K, MN] -> [MN, K]
+                return x.reshape(-1, k, x.shape[1]).transpose(1, 0, 2).reshape(k, -1).T
+            b_nk = k_major(b) if op.trans_b else b
+            a = k_major(a) if op.trans_a else a
             acc += (a.astype(np.float64) @ b_nk.astype(np.float64).T).astype(np.float32)
         elif isinstance(op, O.StMatrix):
             self.val(g, op.dst).array()[...] = self.val(g, op.src)

@@ -18,7 +18,7 @@ from argus.ir import ops as O
 from argus.ir.types import SmemType, TileType
 from argus.verify import exprs
 from argus.verify import witness as W
-from argus.verify.model import AssertSite, Model, ViewInfo, _num
+from argus.verify.model import AssertSite, Model, ViewInfo, _num, b_index
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import fresh_int
@@ -105,8 +105,9 @@ def _assertion(model: Model, a: AssertSite) -> Obligation:
             m, n, kk = idx_vars
             site = wg_site.site if wg_site else a.site
             if _matches(v, av):
-                return model.read_smem(av, (m, kk), site)
-            return model.read_smem(bv, (kk, n) if inner.trans_b else (n, kk), site)
+                return model.read_smem(av, b_index(av, m, kk, inner.k_extent, inner.trans_a),
+                                       site)
+            return model.read_smem(bv, b_index(bv, n, kk, inner.k_extent, inner.trans_b), site)
         view = ViewInfo(v.buffer, v.buffer, v.stage, v.row0, v.rows, _view_cols(model, v), op)
         i, j = _bidx(idx_vars, (v.rows, view.cols))
         return model.read_smem(view, (i, j), a.site)

@@ -224,7 +224,7 @@ class _Layout:
     def __init__(self, model: Model, site: WgmmaSite, operand: str):
         op = site.op
         self.view: ViewInfo = site.a if operand == "a" else site.b
-        self.trans = operand == "b" and op.trans_b
+        self.trans = op.trans_b if operand == "b" else op.trans_a
         self.desc = tuple(op.a_desc if operand == "a" else op.b_desc)
         t = model.buffers[self.view.buffer.id].result.type
         self.t = t
@@ -233,7 +233,7 @@ class _Layout:
         self.stages = t.shape[0] if len(t.shape) == 3 else 1
         self.stage_bytes = self.row_bytes * t.shape[-2]
         self.offset = _plan(model)[self.view.buffer.id][0]
-        self.K = site.a.cols
+        self.K = op.k_extent
         self.MN = op.acc.type.shape[1] if operand == "b" else 64
         self.k_per_step = 32 // self.e
         self.writes: list[WriteSite] = [w for w in model.writes.get(self.view.buffer.id, [])
@@ -307,7 +307,7 @@ def _written(L: _Layout, model: Model, addr, st, writer_row0s, xp=np):
 
 def _expected(L: _Layout, mn, kk, row0):
     """The view element wgmma operand element (mn, k) must be: K-major rows directly; an
-    MN-major B as column atoms [N / W][K][W] (W = the buffer's columns)."""
+    MN-major operand as column atoms [MN / W][K][W] (W = the buffer's columns)."""
     if not L.trans:
         return (row0 + mn, kk)
     W = L.t.shape[-1]

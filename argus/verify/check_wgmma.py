@@ -38,9 +38,9 @@ def _coords_text(zm, rec, model: Model) -> str:
 def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
     op = site.op
     N = op.acc.type.shape[1]
-    K = site.a.cols
+    K = op.k_extent
     m, n, kk = fresh_int("m"), fresh_int("n"), fresh_int("kk")
-    ra = model.read_smem(site.a, (m, kk), site.site)
+    ra = model.read_smem(site.a, b_index(site.a, m, kk, K, op.trans_a), site.site)
     rb = model.read_smem(site.b, b_index(site.b, n, kk, K, op.trans_b), site.site)
     ranges = [m >= 0, m < 64, n >= 0, n < N, kk >= 0, kk < K]
     base = list(model.premises) + site.site.constraints() + ranges + list(ra.cond) + \
@@ -173,7 +173,7 @@ def _guards(model: Model, site: WgmmaSite) -> list:
 
 def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     op = site.op
-    K = site.a.cols
+    K = op.k_extent
     loops = _reduction_loops(model, site)
     siblings = _siblings(model, site, name)
     index = next(i for i, s in enumerate(siblings) if s.op is op)
@@ -186,7 +186,7 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     def sub(t):
         return z3.substitute(t, *ren) if ren else t
     kk1, m = fresh_int("kk"), fresh_int("m")
-    r1 = model.read_smem(site.a, (m, kk1), site.site)
+    r1 = model.read_smem(site.a, b_index(site.a, m, kk1, K, op.trans_a), site.site)
     f1 = r1.fields.get(name)
     if f1 is None:
         return []
@@ -198,13 +198,14 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     # injectivity against this site itself and every later sibling
     for other in siblings[index:]:
         kk2 = fresh_int("kk")
-        r2 = model.read_smem(other.a, (m, kk2), other.site)
+        r2 = model.read_smem(other.a, b_index(other.a, m, kk2, other.op.k_extent,
+                                              other.op.trans_a), other.site)
         f2 = r2.fields.get(name)
         if f2 is None:
             continue
         prem = first_prem + [sub(c) for c in other.site.constraints()] + \
             [sub(c) for c in r2.cond] + [sub(c) for c in f2.cond] + \
-            [kk2 >= 0, kk2 < other.a.cols, sub(r2.defined)]
+            [kk2 >= 0, kk2 < other.op.k_extent, sub(r2.defined)]
         t2 = sub(f2.term)
         same_instance = z3.And([kk1 == kk2] + [a == b for a, b in ren]) \
             if other is site else z3.BoolVal(False)
@@ -227,7 +228,7 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
                               minimize=[s.var for s in loops] + [kk1]))
     # coverage: |domain| = sites x product of trip counts x K, image inside [0, |domain|),
     # |domain| >= K
-    size = z3.IntVal(sum(s.a.cols for s in siblings))
+    size = z3.IntVal(sum(s.op.k_extent for s in siblings))
     for s in loops:
         size = size * model.trip_term(s.op)
     extent = _field_extent(model, r1, name)

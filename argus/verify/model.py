@@ -821,12 +821,12 @@ class Model:
             self.wgmmas.append(WgmmaSite(op, site, a, b, before, self._def_seq.get(op.acc.id, 0)))
             self.reads.append(ReadSite("wgmma-a", op, site, a))
             self.reads.append(ReadSite("wgmma-b", op, site, b))
-        K = a.cols
+        K = op.k_extent
 
         def fn(idx, a=a, b=b, before=before, site=site, trans=op.trans_b):
             m, n = idx
             kk = fresh_int("kk")
-            ra = self.read_smem(a, (m, kk), site)
+            ra = self.read_smem(a, b_index(a, m, kk, K, op.trans_a), site)
             rb = self.read_smem(b, b_index(b, n, kk, K, trans), site)
             prev = before.fn(idx)
             fields = dict(prev.fields)
@@ -1116,9 +1116,9 @@ def _stage_eq(a, b) -> z3.BoolRef:
 
 
 def b_index(view: ViewInfo, n, kk, K: int, trans: bool) -> tuple:
-    """The view element holding B[n, k] of a wgmma: K-major [N, K] views directly; an
-    MN-major B is stored as column atoms [N / W][K][W] stacked along the rows (W = the view's
-    columns, one swizzle span)."""
+    """The view element holding B[n, k] (or A[m, k]) of a wgmma: K-major [N, K] views
+    directly; an MN-major operand is stored as column atoms [N / W][K][W] stacked along the
+    rows (W = the view's columns, one swizzle span)."""
     if not trans:
         return (n, kk)
     W = view.cols

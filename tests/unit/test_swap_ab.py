@@ -23,6 +23,7 @@ def _rand(*shape, seed):
     return torch.randn(*shape, generator=g).bfloat16()
 
 
+@pytest.mark.parametrize("layout", ["nk", "kn"])
 @pytest.mark.parametrize("m,n,k,batch,schedule", [
     (13, 200, 384, 0, GemmSchedule(bm=64, bn=16, consumers=1, stages=4, swap_ab=True)),
     # two consumers, a 2x1 cluster multicasting the tokens, ragged everything
@@ -31,23 +32,30 @@ def _rand(*shape, seed):
     (5, 130, 256, 3, GemmSchedule(bm=64, bn=16, consumers=1, stages=2, k_atoms=2,
                                   swap_ab=True)),
 ])
-def test_swapped_gemm_matches_float64_in_the_interpreter(m, n, k, batch, schedule):
+def test_swapped_gemm_matches_float64_in_the_interpreter(layout, m, n, k, batch, schedule):
+    """x @ W.T (W [N, K], the weights K-major) and x @ W (W [K, N], read MN-major by wgmma's
+    transposed-A mode)."""
     lead = (batch,) if batch else ()
     a, w = _rand(*lead, m, k, seed=m), _rand(*lead, n, k, seed=n)
+    b = w if layout == "nk" else w.transpose(-1, -2).contiguous()
     c = torch.full((*lead, m, n), float("nan"), dtype=torch.bfloat16)
-    gemm_kernel(ag.bf16, ag.bf16, "nk", bool(batch)).interpret(a, w, c, s=schedule)
+    gemm_kernel(ag.bf16, ag.bf16, layout, bool(batch)).interpret(a, b, c, s=schedule)
     exact = a.double() @ w.double().transpose(-1, -2)
     assert not torch.isnan(c).any()
     assert ((c.double() - exact).norm() / exact.norm()).item() < 4e-3
 
 
-def test_library_swap_schedules_verify_clean():
-    p = Problem(16, 8192, 8192, 1, "bf16", "bf16", "nk", True)
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_library_swap_schedules_verify_clean(layout):
+    p = Problem(16, 8192, 8192, 1, "bf16", "bf16", layout, True)
     swapped = [s for s in candidates(p) if s.swap_ab and s.split_k == 1]
     assert {s.bn for s in swapped} == {16}
-    report = verify.run(lower_only(gemm_kernel(), s=swapped[0]))
+    report = verify.run(lower_only(gemm_kernel(ag.bf16, ag.bf16, layout), s=swapped[0]))
     assert not report.errors, "\n".join(str(d) for d in report.errors)
-    assert any(o.code == "store.coords" for o in report.proven)
+    proven = {o.code for o in report.proven}
+    assert {"store.coords", "wgmma.k-once"} <= proven, proven
+    if layout == "kn":   # the MN-major A operand's descriptor against what TMA wrote
+        assert "wgmma.smem-layout" in proven, proven
 
 
 def _transposed_store_kernel(swap_offsets: bool):
@@ -102,9 +110,6 @@ def test_interpreter_and_codegen_of_a_transposed_store():
 
 
 def test_bad_swap_requests_are_refused():
-    with pytest.raises(TraceError, match="K-major"):
-        gemm_kernel(ag.bf16, ag.bf16, "kn", False).trace(
-            s=GemmSchedule(bm=64, bn=16, consumers=1, swap_ab=True))
     with pytest.raises(ValueError, match="swap_ab"):
         GemmSchedule(swap_ab=True, epilogue="tma")
     with pytest.raises(TraceError, match="2-d tile"):
@@ -122,3 +127,24 @@ def test_codegen_refuses_a_transposed_store_of_a_loaded_tile():
         ag.store(Y, (0, 0), ag.load(X, (0, 0), (4, 128)), transposed=True)
     with pytest.raises(CompileError, match="accumulators"):
         codegen.render(lower_only(k))
+
+
+def test_mn_major_a_operand_requests_are_checked():
+    """trans_a needs a [K][W] atom per W rows and a K-major B; fp8 (W = 128 > M) never fits."""
+    def kernel(a_rows, trans_b=False, dtype=ag.bf16):
+        @ag.kernel(threads=128)
+        def k(X: ag.Tensor["M", "N", ag.f32]):
+            ag.grid(1)
+            cols = 128 // dtype.bytes           # one 128-byte swizzle span
+            sa = ag.smem((a_rows, cols), dtype, swizzle=128)
+            sb = ag.smem((64 if trans_b else 16, cols), dtype, swizzle=128)
+            ag.wgmma(sa, sb, ag.zeros((64, 64 if trans_b else 16), ag.f32), trans_b=trans_b,
+                     trans_a=True)
+        return k
+    kernel(64).trace()                               # one [64][64] atom: K = 64
+    with pytest.raises(TraceError, match="MN-major wgmma A"):
+        kernel(32).trace()
+    with pytest.raises(TraceError, match="trans_b=True"):
+        kernel(64, trans_b=True).trace()
+    with pytest.raises(TraceError, match="MN-major wgmma A"):   # a 128-element span > M
+        kernel(64, dtype=ag.e4m3).trace()
