@@ -119,6 +119,8 @@ def gemm_estimate(M: int, N: int, K: int, p: dict[str, Any], hw: Hardware = H200
     batch-major, so a wave's distinct panels are counted per batch).
     """
     bm, bn, bk = int(p["bm"]), int(p["bn"]), int(p["bk"])
+    if p.get("swap_ab"):   # the tile is a block of C^T: its rows run along N, its columns M
+        M, N = N, M
     stages, consumers = int(p["stages"]), int(p["consumers"])
     persistent, num_sms = bool(p["persistent"]), int(p["num_sms"])
     group_m = max(1, int(p["group_m"]))

@@ -71,3 +71,22 @@ def test_gemm_rules_are_sound_against_the_lowering(out, layout):
         accepted += 1
         lower_only(kernel, s=GemmSchedule(**p))         # raises if the rules were unsound
     assert accepted >= 20
+
+
+def test_swap_ab_is_a_legal_agent_choice_for_skinny_gemms():
+    """The agent can turn swap_ab (the gemm.swap_ab_small_m card): 16-token tiles are legal
+    with it and not without; it needs the direct epilogue and no cluster; the cost model
+    tiles the transposed problem."""
+    task = TaskSpec("gemm", "t", "argus", "x", (("M", 16), ("N", 8192), ("K", 8192)), "bf16",
+                    "bf16", options=(("in", "bf16"), ("out", "bf16"), ("b_layout", "kn")))
+    family = get_family("gemm")
+    assert True in family.space(task)["swap_ab"] and 16 in family.space(task)["bn"]
+    p = family.normalize(task, dict(family.default_params(task), bm=64, bn=16, stages=16,
+                                    swap_ab=True, epilogue="direct", cluster_m=1))
+    assert family.legal(task, p)
+    lower_only(gemm_kernel(ag.bf16, ag.bf16, "kn", False), s=GemmSchedule(**p))
+    assert not family.legal(task, dict(p, swap_ab=False))             # 16-wide without swap
+    assert not family.legal(task, dict(p, epilogue="tma"))
+    assert not family.legal(task, dict(p, cluster_m=2))
+    est = cost_model.gemm_estimate(16, 8192, 8192, p)
+    assert est.detail["tiles"] == 8192 // 64                          # N / bm weight tiles

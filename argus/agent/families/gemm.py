@@ -42,9 +42,17 @@ _RULES = (
     Rule("swizzle_row", lambda p, d: p["bk"] * 2 == 128,
          "bk={bk}: a 128B-swizzled bf16 tile needs rows of 64 elements",
          "use bk = 64", "TMA/wgmma 128-byte swizzle atom (HOPPER.md invariant 10)"),
-    Rule("wgmma_n", lambda p, d: p["bn"] % 64 == 0 and 64 <= p["bn"] <= 256,
-         "bn={bn}: the kernel tiles N in 64-column blocks up to wgmma's N <= 256",
+    Rule("wgmma_n", lambda p, d: p["bn"] % 64 == 0 and 64 <= p["bn"] <= 256
+         or (p.get("swap_ab") and p["bn"] in (16, 32)),
+         "bn={bn}: the kernel tiles N in 64-column blocks up to wgmma's N <= 256 (16 or 32 "
+         "token columns only with swap_ab)",
          "use bn in 64, 128, 192, 256", "PTX wgmma shapes m64nNk16; kernels/gemm.py blocks"),
+    Rule("swap_ab", lambda p, d: not p.get("swap_ab") or (
+            p.get("epilogue", "direct") == "direct" and p.get("cluster_m", 1) == 1),
+         "swap_ab with epilogue={epilogue}, cluster_m={cluster_m}: the swapped kernel stores "
+         "C^T from registers, and its token tile is too small to share across a cluster",
+         "use epilogue='direct' and cluster_m=1 with swap_ab",
+         "kernels/gemm.py (transposed accumulator store)"),
     Rule("tma_box", lambda p, d: p["bm"] <= 256 and p["bn"] <= 256,
          "tile {bm}x{bn}: a TMA box dimension is at most 256", "use bm, bn <= 256",
          "cuTensorMapEncodeTiled boxDim <= 256"),
@@ -253,13 +261,14 @@ class GemmFamily(Family):
         out16 = self.kernel_args(task)[1] in ("bf16", "f16")
         extra = {"split_terms": split_numerics.TERMS, "k_chunks": split_numerics.K_CHUNKS} \
             if self._split(task) else {}
-        return {**extra, "bm": (64, 128, 192, 256), "bn": (64, 128, 192, 256), "bk": (64,),
+        return {**extra, "bm": (64, 128, 192, 256), "bn": (16, 32, 64, 128, 192, 256),
+                "bk": (64,),
                 "stages": (1, 2, 3, 4, 5, 6, 7, 8), "consumers": (1, 2, 3, 4),
                 "producer_regs": (24, 32, 40),
                 "consumer_regs": tuple(range(104, 241, 8)),
                 "persistent": (False, True), "num_sms": (132,), "group_m": (1, 2, 4, 8, 16),
                 "epilogue": ("direct", "tma") if out16 else ("direct",), "cluster_m": (1, 2),
-                "zero_by_wgmma": (False, True)}
+                "zero_by_wgmma": (False, True), "swap_ab": (False, True)}
 
     @staticmethod
     def _split(task: TaskSpec) -> bool:
