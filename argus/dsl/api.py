@@ -430,10 +430,11 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False) -> T
         raise TraceError(f"wgmma K={k} must be a multiple of {k_step} for {in_dtype} inputs",
                          loc)
     if (trans_a or trans_b) and in_dtype == dtypes.e4m3:
-        raise TraceError("an fp8 wgmma B operand must be K-major: PTX has no transpose for "
-                         "8-bit inputs", loc,
-                         fix="store B as [N, K] with K contiguous (transpose it in global "
-                             "memory) and pass trans_b=False")
+        which = "A" if trans_a else "B"
+        raise TraceError(f"an fp8 wgmma {which} operand must be K-major: PTX has no transpose "
+                         "for 8-bit inputs", loc,
+                         fix=f"store {which} with K contiguous (transpose it in global memory) "
+                             f"and pass trans_{which.lower()}=False")
     ctx.builder.append(O.Wgmma(acc.value, av.materialize(), bv.materialize(), trans_b,
                                trans_a=trans_a, loc=loc))
     return acc

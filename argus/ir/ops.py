@@ -228,10 +228,11 @@ class TmaStore(Op):
 @dataclass(frozen=True)
 class Wgmma(Op):
     """acc[64*j .. , N] += a[M, K] @ b^T with a, b shared-memory views (K-major, b is [N, K];
-    `trans_b` means b is [K, N], MN-major). Executed by a whole warpgroup; M = 64 per
-    warpgroup, N in 8..256 step 8, K a multiple of 32 bytes (16 bf16/f16, 32 e4m3); e4m3
-    operands are K-major only. Lowering fills `a_desc`/`b_desc` = (swizzle_bytes, lbo_bytes,
-    sbo_bytes, k_step_advance_bytes), the advance per instruction (32 bytes of K):
+    `trans_b` means b is [K, N], MN-major; `trans_a` means a is [K, M] MN-major, with a K-major
+    b). Executed by a whole warpgroup; M = 64 per warpgroup, N in 8..256 step 8, K a multiple
+    of 32 bytes (16 bf16/f16, 32 e4m3); e4m3 operands are K-major only. Lowering fills
+    `a_desc`/`b_desc` = (swizzle_bytes, lbo_bytes, sbo_bytes, k_step_advance_bytes), the
+    advance per instruction (32 bytes of K into a K-major row, 16 rows of an MN-major atom):
     the matrix-descriptor fields codegen encodes (PTX ISA "Matrix Descriptor Format")."""
 
     NAME = "wgmma"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import argus as ag
 from argus.dtypes import DType
+from argus.kernels.split_k_sum import MAX_SPLITS
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,11 @@ class GemmSchedule:
             problems.append("zero_by_wgmma needs k_atoms=1 (one wgmma call per stage)")
         if self.swap_ab and self.epilogue != "direct":
             problems.append("swap_ab stores C transposed from registers: use epilogue='direct'")
-        if not 1 <= self.split_k <= 16:
-            problems.append(f"split_k={self.split_k} is outside 1..16")
+        if not 1 <= self.split_k <= MAX_SPLITS:
+            problems.append(f"split_k={self.split_k} is outside 1..{MAX_SPLITS}")
+        if self.split_k > 1 and self.epilogue != "direct":
+            problems.append("split_k writes fp32 partials, which the TMA-store epilogue (16-bit "
+                            "only) cannot stage: use epilogue='direct'")
         if self.cluster_m not in (1, 2):
             problems.append(f"cluster_m={self.cluster_m}: the kernel pairs at most 2 CTAs")
         if problems:
@@ -115,7 +119,8 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                                 fix="use bn=64, 128 or 256 for x @ W with W [K, N]")
         if cs > 1 and (s.bn // cs) % 8 or (mn_major_b and (s.bn // 64) % cs):
             raise ag.TraceError(f"GemmSchedule(bn={s.bn}, cluster_m={cs}): each CTA of the "
-                                f"cluster multicasts an equal share of B, so bn must split into "
+                                f"cluster multicasts an equal share of the bn-side operand (B, "
+                                f"or the tokens with swap_ab), so bn must split into "
                                 f"{cs} parts of whole TMA boxes" +
                                 (" (64-column atoms for an MN-major B)" if mn_major_b else ""),
                                 fix="use bn=128 or 256 with cluster_m=2, or cluster_m=1")

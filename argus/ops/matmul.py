@@ -11,13 +11,11 @@ not multiply) raise a LaunchError that says what and how to fix it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import OrderedDict
 
 from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
-from argus.kernels.split_k_sum import split_k_sum_kernel
 from argus.ops import split_k
 from argus.ops.schedules import Problem, choose
 
@@ -32,7 +30,9 @@ _CHOSEN: OrderedDict = OrderedDict()
 _LAUNCHES: OrderedDict = OrderedDict()
 _SPLIT_LAUNCHES: OrderedDict = OrderedDict()
 _MEMO_SIZE = 512
-# A split-K launch owns its fp32 workspace, so fewer of them are kept.
+# A split-K launch owns its fp32 workspace, so fewer of them are kept (least recently used
+# first out), and none while a CUDA graph is being captured: a captured launch would keep the
+# workspace's address after the memo dropped it.
 _SPLIT_MEMO_SIZE = 32
 _DEVICE_NAMES: dict = {}
 _OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
@@ -105,36 +105,6 @@ def _remember(memo: OrderedDict, key, value, size: int = _MEMO_SIZE) -> None:
         memo.popitem(last=False)
 
 
-class _SplitK:
-    """A split-K matmul: the batched kernel over K-slice views into an fp32 workspace, then the
-    fixed-order sum into `out` (argus/ops/split_k.py says why this is exact)."""
-
-    def __init__(self, in_dtype, out_dtype, layout: str, schedule: GemmSchedule):
-        self.layout, self.splits = layout, schedule.split_k
-        self.partial = gemm_kernel(in_dtype, dtypes.f32, layout, True).compile(
-            s=dataclasses.replace(schedule, split_k=1))
-        self.reduce = split_k_sum_kernel(out_dtype, self.splits).compile()
-
-    def __call__(self, a, b, out):
-        """Run it; returns a replayable launch of both kernels (owning the workspace) when the
-        kernels could cache their plans, else None."""
-        import torch
-
-        a3, b3 = split_k.slices(a, b, self.layout, self.splits)
-        partials = torch.empty(self.splits, *out.shape, dtype=torch.float32, device=out.device)
-        self.partial(a3, b3, partials)
-        self.reduce(partials, out)
-        first = self.partial.plan_for(a3, b3, partials)
-        second = self.reduce.plan_for(partials, out)
-        if not first or not second:
-            return None
-
-        def launch(partials=partials):  # the workspace lives as long as this launch
-            first()
-            second()
-        return launch
-
-
 def _launch_key(a, b, out, schedule):
     try:
         return (a.data_ptr(), b.data_ptr(), out.data_ptr(), a.shape, b.shape, out.shape,
@@ -147,11 +117,20 @@ def _launch_key(a, b, out, schedule):
 def matmul(a, b, out=None, *, schedule: GemmSchedule | None = None):
     """Return a @ b (and write it into `out` when given)."""
     key = _launch_key(a, b, out, schedule) if out is not None else None
-    launch = (_LAUNCHES.get(key) or _SPLIT_LAUNCHES.get(key)) if key is not None else None
+    launch = _LAUNCHES.get(key) if key is not None else None
+    if launch is None and key in _SPLIT_LAUNCHES and not _capturing():
+        _SPLIT_LAUNCHES.move_to_end(key)
+        launch = _SPLIT_LAUNCHES[key]
     if launch is not None:
         launch()
         return out
     return _matmul(a, b, out, schedule, key)
+
+
+def _capturing() -> bool:
+    import torch
+
+    return torch.cuda.is_current_stream_capturing()
 
 
 def _matmul(a, b, out, schedule: GemmSchedule | None, key):
@@ -159,6 +138,10 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
     import torch
 
     _check(a, b, out)
+    if a.dim() == 3 and b.dim() == 3 and a.shape[0] == 1:
+        # a batch of one is the 2-d problem (its kernels, schedules and tuning entries)
+        flat = matmul(a[0], b[0], None if out is None else out[0], schedule=schedule)
+        return flat.unsqueeze(0) if out is None else out
     batched = a.dim() == 3
     if batched and b.dim() == 2:
         # one weight shared by every batch: a single [batch * M, K] GEMM (reshape copies a
@@ -214,11 +197,7 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
                               fix="use GemmSchedule(epilogue='direct')")
         if chosen.split_k > 1:
             split_k.check(k, chosen.split_k, problem.batch)
-            if chosen.epilogue == "tma":
-                raise LaunchError("argus.ops.matmul: a split-K schedule writes fp32 partials, "
-                                  "which the TMA-store epilogue cannot stage",
-                                  fix="use GemmSchedule(split_k=..., epilogue='direct')")
-            compiled = _SplitK(in_dtype, out_dtype, layout, chosen)
+            compiled = split_k.SplitKMatmul(problem, chosen)
         else:
             compiled = gemm_kernel(in_dtype, out_dtype, layout, batched).compile(s=chosen)
         _remember(_CHOSEN, memo_key, compiled)
@@ -231,8 +210,8 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
             b_ready.data_ptr() == b.data_ptr():
         # the kernel read the caller's buffers themselves (no aligned copy): the same buffers
         # next time can go straight to the launch
-        if isinstance(compiled, _SplitK):
-            if replay is not None:
+        if isinstance(compiled, split_k.SplitKMatmul):
+            if replay is not None and not _capturing():
                 _remember(_SPLIT_LAUNCHES, key, replay, _SPLIT_MEMO_SIZE)
         else:
             plan = compiled.plan_for(a_ready, b_ready, out)

@@ -134,8 +134,9 @@ def _swap_ab_candidates(p: Problem) -> list[GemmSchedule]:
     """Swap-AB with few tokens: W's rows fill wgmma's 64-row side (read MN-major for x @ W
     with W [K, N]), the tokens its N side (16, 32 or 64 of them), so a stage holds bm weight
     rows and bn token rows instead of 64 token rows (mostly zero fill): about 1.6x more
-    weight bytes in flight per SM for 16 tokens. cuBLAS picks this shape of kernel on the H200 for 16 x 8192 x 8192 (Nsight
-    Compute: nvjet_sm90_tst_64x16_64x16, docs/perf/gemm.md)."""
+    weight bytes in flight per SM for 16 tokens. cuBLAS picks this shape of kernel on the
+    H200 for 16 x 8192 x 8192 (Nsight Compute: nvjet_sm90_tst_64x16_64x16,
+    docs/perf/gemm.md)."""
     tokens = next(t for t in (16, 32, 64) if p.m <= t)
     budget = 200 * 1024
 

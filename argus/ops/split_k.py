@@ -12,8 +12,9 @@ rounds once. That the slices tile [0, K) exactly is this file's job: `slices` ch
 
 from __future__ import annotations
 
+from argus import dtypes
 from argus.errors import LaunchError
-from argus.kernels.split_k_sum import MAX_SPLITS
+from argus.kernels.split_k_sum import MAX_SPLITS, split_k_sum_kernel
 
 
 def why_not(k: int, splits: int, batch: int) -> str | None:
@@ -34,9 +35,12 @@ def why_not(k: int, splits: int, batch: int) -> str | None:
 def slices(a, b, layout: str, splits: int):
     """The [splits, ...] views of A ([M, K]) and B ([N, K] for "nk", [K, N] for "kn") whose
     batch s is K slice s. Views only: nothing is copied."""
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"split_k.slices takes 2-d operands, got {a.dim()}-d and {b.dim()}-d")
     k = a.shape[-1]
     ks = k // splits
-    assert ks * splits == k, (k, splits)
+    if ks * splits != k:
+        raise ValueError(f"split_k.slices: K={k} is not a multiple of {splits}")
     m = a.shape[0]
     a3 = a.as_strided((splits, m, ks), (ks * a.stride(1), a.stride(0), a.stride(1)))
     if layout == "nk":       # B is [N, K], K contiguous
@@ -49,8 +53,42 @@ def slices(a, b, layout: str, splits: int):
 
 
 def check(k: int, splits: int, batch: int) -> None:
+    """Raise a LaunchError saying why K cannot be split `splits` ways (see `why_not`)."""
     reason = why_not(k, splits, batch)
     if reason is not None:
         raise LaunchError(f"argus.ops.matmul: GemmSchedule(split_k={splits}): {reason}",
                           fix="use split_k=1, or a split count that divides K into slices "
                               "of a multiple of 8")
+
+
+class SplitKMatmul:
+    """A compiled split-K matmul for one problem kind: the batched kernel over the K-slice
+    views into an fp32 workspace, then the fixed-order sum into `out`."""
+
+    def __init__(self, problem, schedule):
+        from argus.ops.schedules import kernel_for  # schedules imports this module
+
+        kernel, partial_schedule = kernel_for(problem, schedule)
+        self.layout, self.splits = problem.b_layout, schedule.split_k
+        self.partial = kernel.compile(s=partial_schedule)
+        self.reduce = split_k_sum_kernel(dtypes.from_name(problem.out_dtype),
+                                         self.splits).compile()
+
+    def __call__(self, a, b, out):
+        """Run it on 2-d operands; return a replayable launch of both kernels that owns its
+        workspace, or None when the kernels did not cache their launch plans."""
+        import torch
+
+        a3, b3 = slices(a, b, self.layout, self.splits)
+        partials = torch.empty(self.splits, *out.shape, dtype=torch.float32, device=out.device)
+        self.partial(a3, b3, partials)
+        self.reduce(partials, out)
+        first = self.partial.plan_for(a3, b3, partials)
+        second = self.reduce.plan_for(partials, out)
+        if not first or not second:
+            return None
+
+        def launch(partials=partials):  # the workspace lives as long as this launch
+            first()
+            second()
+        return launch

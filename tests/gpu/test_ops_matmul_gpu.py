@@ -191,8 +191,9 @@ def test_split_k_candidates_and_their_replay(layout, out_dtype):
 
     mm_module = importlib.import_module("argus.ops.matmul")
     m, n, k = 13, 4160, 2048
-    a = _rand(m, k, seed=10)
-    w = _rand(n, k, seed=11) if layout == "x@W.T" else _rand(k, n, seed=11)
+    a = _rand(m, k + 8, seed=10)[:, :k]          # row pitches wider than the rows
+    w = _rand(n, k + 16, seed=11)[:, :k] if layout == "x@W.T" else \
+        _rand(k, n + 8, seed=11)[:, :n]
     b = w.T if layout == "x@W.T" else w
     problem = Problem(m, n, k, 1, "bf16", "f32" if out_dtype == torch.float32 else "bf16",
                       "nk" if layout == "x@W.T" else "kn", True)
@@ -210,3 +211,52 @@ def test_split_k_candidates_and_their_replay(layout, out_dtype):
         out.fill_(float("nan"))
         matmul(a, b, out, schedule=s)
         assert _rel(out, a.double() @ b.double()) < 1e-2, s
+
+
+def test_a_batch_of_one_runs_as_the_2d_problem():
+    """bmm with batch 1 takes the 2-d path: every schedule the 2-d problem may be tuned to,
+    split-K and swap-AB included, is right for it."""
+    from argus.ops import bmm
+    from argus.ops.schedules import Problem, candidates
+
+    a, w = _rand(1, 16, 1024, seed=12), _rand(1, 640, 1024, seed=13)
+    ref = a.double() @ w.double().transpose(-1, -2)
+    for s in candidates(Problem(16, 640, 1024, 1, "bf16", "bf16", "nk", True)):
+        got = bmm(a, w.transpose(-1, -2), schedule=s)
+        assert got.shape == (1, 16, 640) and _rel(got, ref) < 1e-2, s
+
+
+def test_a_captured_split_k_matmul_keeps_its_workspace():
+    """A split-K matmul captured in a CUDA graph allocates its workspace from the graph's pool
+    (it never takes or leaves a cached launch whose workspace the memo could free), so the
+    graph stays right after the memo is cleared."""
+    import gc
+    import importlib
+
+    from argus.kernels.gemm import GemmSchedule
+    from argus.ops import matmul
+    from argus.ops.matmul import forget_choices
+
+    mm_module = importlib.import_module("argus.ops.matmul")
+    s = GemmSchedule(bm=64, bn=64, consumers=1, stages=4, split_k=2)
+    a, w = _rand(16, 1024, seed=14), _rand(512, 1024, seed=15)
+    out = torch.empty(16, 512, device="cuda", dtype=torch.bfloat16)
+    matmul(a, w.T, out, schedule=s)                      # compile, cache a launch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side), torch.cuda.graph(graph):
+        matmul(a, w.T, out, schedule=s)
+    torch.cuda.current_stream().wait_stream(side)
+    forget_choices()
+    gc.collect()
+    assert not mm_module._SPLIT_LAUNCHES
+    # blocks of the workspace's size take over any memory the memo freed; a graph that still
+    # wrote partials there would overwrite them
+    fillers = [torch.full((2 * 16 * 512,), 7.0, device="cuda") for _ in range(64)]
+    a.mul_(-1.0)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert _rel(out, a.double() @ w.T.double()) < 1e-2
+    assert all(bool((f == 7.0).all()) for f in fillers)

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 import argus as ag
+from argus import verify
+from argus.compiler import lower_only
 from argus.errors import LaunchError, TraceError
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
 from argus.kernels.split_k_sum import split_k_sum_kernel
@@ -75,11 +77,25 @@ def test_the_sum_is_in_a_fixed_order_and_rounds_once():
         assert torch.equal(c, want)
 
 
+def test_the_sum_kernel_verifies_clean():
+    for splits in (2, 16):
+        report = verify.run(lower_only(split_k_sum_kernel(ag.bf16, splits)))
+        assert not report.errors, "\n".join(str(d) for d in report.errors)
+        assert "store.coords" in {o.code for o in report.proven}
+
+
+def test_slices_refuse_batched_operands():
+    with pytest.raises(ValueError, match="2-d"):
+        split_k.slices(_rand(1, 16, 64, seed=1), _rand(1, 8, 64, seed=2), "nk", 2)
+
+
 def test_the_gemm_kernel_refuses_a_split_schedule():
     with pytest.raises(TraceError, match="split_k"):
         gemm_kernel().trace(s=GemmSchedule(split_k=2))
     with pytest.raises(ValueError, match="split_k"):
         GemmSchedule(split_k=17)
+    with pytest.raises(ValueError, match="TMA-store"):
+        GemmSchedule(split_k=2, epilogue="tma")
     with pytest.raises(ValueError, match="splits"):
         split_k_sum_kernel(ag.bf16, 1)
 

@@ -102,7 +102,14 @@ def test_interpreter_and_codegen_of_a_transposed_store():
     kern.interpret(a, b, c)
     assert torch.allclose(c.double(), (a.double() @ b.double().T).T, rtol=1e-5, atol=1e-4)
     text = codegen.render(lower_only(kern)).text
-    assert "base[(long long)(" in text and "* C_s0 + (" in text
+    # accumulator (acc_row, acc_col) goes to C[r0 + acc_col][c0 + acc_row]
+    stores = [line for line in text.splitlines() if "base[(long long)(" in line]
+    assert len(stores) == 32                       # 64 x 64 f32 tile: 32 registers a thread
+    for line in stores:
+        index = line.split("base[(long long)", 1)[1]
+        row, col = index.split("* C_s0 + ", 1)
+        assert "acc_col" in row and "acc_row" not in row, line
+        assert "acc_row" in col and "acc_col" not in col, line
     # the flag survives the IR's text form
     ir = lower_only(kern)
     assert "transposed" in print_kernel(ir)

@@ -29,6 +29,7 @@ PROBLEMS = [
     Problem(1024, 2048, 512, 8, "f16", "f16", "nk", False),      # batched, direct epilogue
     Problem(1024, 2048, 512, 8, "bf16", "bf16", "kn", True),     # batched MN-major
     Problem(32, 4096, 4096, 1, "bf16", "bf16", "nk", True),      # skinny M: weight streaming
+    Problem(16, 8192, 8192, 1, "bf16", "bf16", "kn", True),      # ... swap-AB, W read MN-major
     Problem(200, 4096, 4096, 1, "bf16", "f32", "kn", False),     # mid M, f32 output
     Problem(2048, 7168, 2048, 1, "bf16", "bf16", "nk", True),    # 224-wide tiles fit the waves
     Problem(2048, 7168, 2048, 1, "bf16", "bf16", "kn", True),    # ... 192-wide, MN-major B
@@ -75,6 +76,7 @@ def test_cases_cover_the_schedule_space():
     assert any(not s.persistent for s in scheds)
     assert any(s.consumers == 1 for s in scheds)
     assert any(s.split_k > 1 for s in scheds)
+    assert {p.b_layout for p, s in CASES if s.swap_ab} == {"nk", "kn"}
     assert any(s.bn == 224 for s in scheds) and any(s.bn == 192 for s in scheds)
 
 
