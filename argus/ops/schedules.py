@@ -50,6 +50,11 @@ def kernel_for(p: Problem, s: GemmSchedule):
 def heuristic(p: Problem) -> GemmSchedule:
     """A good schedule without measuring (HOPPER.md §2.1 recipe, skinny-M variants)."""
     epilogue = "tma" if p.tma_store_ok and p.out_dtype in ("bf16", "f16") else "direct"
+    if p.m * p.batch <= 32:
+        # Weight streaming with few tokens: swap-AB, 64 weight rows per tile and a ring of
+        # two-slice stages (the tuned choice on the H200 at 16 x 8192 x 8192 in both layouts,
+        # 89-92% of copy bandwidth: docs/perf/gemm.md).
+        return _swap_ab(p, bm=64, k_atoms=2)
     if p.m * p.batch <= 64:
         # Weight-streaming regime: one 64-row consumer, narrow N tiles so that every SM
         # streams its own slice of B, a deep ring to keep bytes in flight.
@@ -137,24 +142,24 @@ def _swap_ab_candidates(p: Problem) -> list[GemmSchedule]:
     weight bytes in flight per SM for 16 tokens. cuBLAS picks this shape of kernel on the
     H200 for 16 x 8192 x 8192 (Nsight Compute: nvjet_sm90_tst_64x16_64x16,
     docs/perf/gemm.md)."""
-    tokens = next(t for t in (16, 32, 64) if p.m <= t)
-    budget = 200 * 1024
-
-    def ring(bm: int, k_atoms: int) -> int:   # stages that fit the shared-memory budget
-        return min(16, budget // (k_atoms * (bm + tokens) * 64 * 2))
-
-    out = [GemmSchedule(bm=64, bn=tokens, consumers=1, stages=ring(64, 1), swap_ab=True),
-           GemmSchedule(bm=64, bn=tokens, consumers=1, stages=ring(64, 2), k_atoms=2,
-                        swap_ab=True),
-           GemmSchedule(bm=128, bn=tokens, consumers=2, stages=ring(128, 1), swap_ab=True)]
+    out = [_swap_ab(p, bm=64, k_atoms=1), _swap_ab(p, bm=64, k_atoms=2),
+           _swap_ab(p, bm=128, k_atoms=1)]
     # 128-row tiles leave half the SMs idle at N = 8192: split K to fill them
     tiles = _tiles(p.n, 128)
     for splits in (2, 3, 4):
         if split_k.why_not(p.k, splits, p.batch) is None and tiles * splits >= 0.9 * _SMS:
-            out.append(GemmSchedule(bm=128, bn=tokens, consumers=2, stages=ring(128, 1),
-                                    swap_ab=True, split_k=splits))
+            out.append(dataclasses.replace(_swap_ab(p, bm=128, k_atoms=1), split_k=splits))
             break
     return out
+
+
+def _swap_ab(p: Problem, *, bm: int, k_atoms: int) -> GemmSchedule:
+    """The swap-AB schedule with `bm` weight rows per tile, the smallest token tile (16, 32,
+    64) that holds M, and as many stages as a 200 KB ring holds (at most 16)."""
+    tokens = next(t for t in (16, 32, 64) if p.m <= t)
+    stages = min(16, 200 * 1024 // (k_atoms * (bm + tokens) * 64 * 2))
+    return GemmSchedule(bm=bm, bn=tokens, consumers=bm // 64, stages=stages, k_atoms=k_atoms,
+                        swap_ab=True)
 
 
 def _wave_fitting_tiles(p: Problem) -> list[GemmSchedule]:

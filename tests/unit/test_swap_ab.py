@@ -15,7 +15,7 @@ from argus.errors import CompileError, TraceError
 from argus.ir.parser import parse_kernel
 from argus.ir.printer import print_kernel
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
-from argus.ops.schedules import Problem, candidates
+from argus.ops.schedules import Problem, candidates, heuristic
 
 
 def _rand(*shape, seed):
@@ -155,3 +155,14 @@ def test_mn_major_a_operand_requests_are_checked():
         kernel(64, trans_b=True).trace()
     with pytest.raises(TraceError, match="MN-major wgmma A"):   # a 128-element span > M
         kernel(64, dtype=ag.e4m3).trace()
+
+
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_untuned_skinny_problems_start_swapped(layout):
+    """Without a tuning entry, M <= 32 gets the swap-AB schedule that won on the H200, with the
+    smallest token tile that holds M; M = 64 keeps the unswapped weight-streaming tiles."""
+    for m, tokens in ((1, 16), (16, 16), (17, 32), (32, 32)):
+        p = Problem(m, 8192, 8192, 1, "bf16", "bf16", layout, True)
+        h = heuristic(p)
+        assert h.swap_ab and h.bn == tokens and h.k_atoms == 2 and h in candidates(p)
+    assert not heuristic(Problem(64, 8192, 8192, 1, "bf16", "bf16", layout, True)).swap_ab
