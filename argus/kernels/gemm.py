@@ -51,8 +51,9 @@ class GemmSchedule:
         problems = []
         if self.epilogue not in ("direct", "tma"):
             problems.append(f"epilogue={self.epilogue!r} is not 'direct' or 'tma'")
-        if self.epilogue == "tma" and self.bn % 64:
-            problems.append(f"the TMA-store epilogue stores 64-column blocks; bn={self.bn}")
+        if self.epilogue == "tma" and self.bn % 16:
+            problems.append(f"the TMA-store epilogue stores blocks of 64, 32 or 16 columns; "
+                            f"bn={self.bn}")
         if self.consumers < 1 or self.bm != 64 * self.consumers:
             problems.append(f"each consumer warpgroup owns 64 rows: bm={self.bm} needs "
                             f"consumers={self.bm // 64}")
@@ -147,9 +148,12 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         pipe = ag.pipeline(s.stages, consumers=s.consumers)
         k_tiles = ag.cdiv(K, s.bk * ka)
         rows = s.bm // s.consumers
-        blocks = s.bn // 64
-        if s.epilogue == "tma":  # one 128B-swizzled 64 x 64 staging block per 64 columns
-            sC = ag.smem((s.consumers * blocks, rows, 64), out_dtype, swizzle=128)
+        # TMA-store staging: one swizzled rows x width block per `width` columns: 64 (128-byte
+        # swizzle), or 32 / 16 with a 64- / 32-byte swizzle for tiles such as 224 or 176 wide
+        width = next(w for w in (64, 32, 16) if s.bn % w == 0)
+        blocks = s.bn // width
+        if s.epilogue == "tma":
+            sC = ag.smem((s.consumers * blocks, rows, width), out_dtype, swizzle=2 * width)
 
         def locate(tile):
             """(batch coordinates, m tile, n tile) of a flat unit index, for this CTA."""
@@ -204,9 +208,10 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                     # proceed while the next tile's MMAs run (codegen defers their read-wait
                     # to the next tile's first stmatrix)
                     for j in range(blocks):
-                        ag.stmatrix(sC[wg * blocks + j], acc[:, 64 * j:64 * (j + 1)].to(out_dtype))
+                        ag.stmatrix(sC[wg * blocks + j],
+                                    acc[:, width * j:width * (j + 1)].to(out_dtype))
                     for j in range(blocks):
-                        ag.tma.store(C, (*b, m * s.bm + wg * rows, n * s.bn + 64 * j),
+                        ag.tma.store(C, (*b, m * s.bm + wg * rows, n * s.bn + width * j),
                                      sC[wg * blocks + j])
                 elif s.swap_ab:  # acc is a block of C^T: rows are C's columns
                     ag.store(C, (*b, n * s.bn, m * s.bm + wg * rows), acc.to(out_dtype),

@@ -164,21 +164,28 @@ def _swap_ab(p: Problem, *, bm: int, k_atoms: int) -> GemmSchedule:
 
 def _wave_fitting_tiles(p: Problem) -> list[GemmSchedule]:
     """Narrower tiles when the last wave of 128x256 tiles would leave many SMs idle (2048 x
-    7168: 448 tiles are 3.4 waves of 132; 128x224 tiles make 512, 3.9 waves). The time of a
-    tile is about proportional to its width, so a width is offered when waves x width, the
-    modelled time, beats 256-wide tiles by 5%."""
+    7168: 448 tiles are 3.4 waves of 132; 128x176 tiles make 656, 5.0 waves: the tile cuBLAS
+    runs there, Nsight Compute `nvjet_sm90_tst_176x128_64x5_1x2`, docs/perf/gemm.md). The time
+    of a tile is about proportional to its width, so the two widths with the least waves x
+    width are offered when they beat 256-wide tiles by 5%, with the TMA-store epilogue (in
+    32- or 16-column blocks) where the output allows it and with 2x1 clusters."""
     def cost(bn: int) -> int:
         return -(-p.batch * _tiles(p.m, 128) * _tiles(p.n, bn) // _SMS) * bn
 
     # an MN-major B is read in 64-column atoms; a 2x1 cluster splits B into two whole halves
-    widths = (192,) if p.b_layout == "kn" else (224, 192, 160)
-    best = min(widths, key=cost)
-    if cost(best) > 0.95 * cost(256):
-        return []
-    stages = 5 if best <= 192 else 4
-    out = [GemmSchedule(bn=best, stages=stages)]
-    if p.b_layout == "nk" or (best // 64) % 2 == 0:
-        out.append(GemmSchedule(bn=best, stages=stages, cluster_m=2))
+    widths = (192,) if p.b_layout == "kn" else (224, 192, 176, 160)
+    tma = p.tma_store_ok and p.out_dtype in ("bf16", "f16")
+    out = []
+    for bn in sorted(widths, key=cost)[:2]:
+        if cost(bn) > 0.95 * cost(256):
+            continue
+        for epilogue in ("tma", "direct") if tma else ("direct",):
+            # the ring gets what the 128 x bn staging tile leaves of ~220 KB, 3 to 5 stages
+            staging = 128 * bn * 2 if epilogue == "tma" else 0
+            stages = max(3, min(5, (220 * 1024 - staging) // ((128 + bn) * 64 * 2)))
+            clusters = (1, 2) if p.b_layout == "nk" or (bn // 64) % 2 == 0 else (1,)
+            out += [GemmSchedule(bn=bn, stages=stages, epilogue=epilogue, cluster_m=c)
+                    for c in clusters]
     return out
 
 
