@@ -260,3 +260,25 @@ def test_a_captured_split_k_matmul_keeps_its_workspace():
     torch.cuda.synchronize()
     assert _rel(out, a.double() @ w.T.double()) < 1e-2
     assert all(bool((f == 7.0).all()) for f in fillers)
+
+
+@pytest.mark.parametrize("layout", ["x@W.T", "x@W"])
+def test_wave_fitting_tiles_including_narrow_tma_store_blocks(layout):
+    """The 224-, 192- and 176-wide candidates (TMA-store epilogue in 32- or 16-column blocks,
+    2x1 clusters) are right on a ragged shape."""
+    from argus.ops import matmul
+    from argus.ops.schedules import Problem, _wave_fitting_tiles
+
+    m, n, k = 1000, 7000, 520
+    a = _rand(m, k, seed=16)
+    w = _rand(n, k, seed=17) if layout == "x@W.T" else _rand(k, n, seed=17)
+    b = w.T if layout == "x@W.T" else w
+    ref = a.double() @ b.double()
+    # the candidates of the 2048 x 7168 shape they were made for, run on this one
+    scheds = _wave_fitting_tiles(Problem(2048, 7168, 2048, 1, "bf16", "bf16",
+                                         "nk" if layout == "x@W.T" else "kn", True))
+    assert any(s.epilogue == "tma" for s in scheds)
+    for s in scheds:
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        matmul(a, b, out, schedule=s)
+        assert _rel(out, ref) < 1e-2, s
