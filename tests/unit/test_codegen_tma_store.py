@@ -98,3 +98,27 @@ def test_stmatrix_and_tma_store_need_the_whole_warpgroup():
     import pytest
     with pytest.raises(TraceError, match="stmatrix is guarded"):
         divergent.trace()
+
+
+def test_narrow_tma_store_blocks_match_float64_in_the_interpreter():
+    """Tiles 224 or 176 wide store through 32- or 16-column staging blocks (64- / 32-byte
+    swizzle): the interpreter result is right, the blocks and swizzles are what codegen emits,
+    and widths that are not a multiple of 16 are refused."""
+    import pytest
+    import torch
+
+    for bn, width, (m, n, k) in ((224, 32, (130, 500, 256)), (176, 16, (300, 400, 192))):
+        s = GemmSchedule(bn=bn, stages=3, epilogue="tma", cluster_m=2)
+        g = torch.Generator().manual_seed(bn)
+        a = torch.randn(m, k, generator=g).bfloat16()
+        w = torch.randn(n, k, generator=g).bfloat16()
+        c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+        gemm_kernel().interpret(a, w, c, s=s)
+        ref = a.double() @ w.double().T
+        assert not torch.isnan(c).any()
+        assert ((c.double() - ref).norm() / ref.norm()).item() < 4e-3
+        text = codegen.render(lower_only(gemm_kernel(), s=s)).text
+        assert text.count("ag::tma_store_2d(") == bn // width
+        assert f"ag::swizzle_smem_addr(stm_base + 0, {2 * width})" in text
+    with pytest.raises(ValueError, match="blocks of 64, 32 or 16"):
+        GemmSchedule(bn=200, epilogue="tma")
