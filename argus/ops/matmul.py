@@ -15,9 +15,9 @@ from collections import OrderedDict
 
 from argus import dtypes
 from argus.errors import LaunchError
-from argus.kernels.gemm import GemmSchedule, gemm_kernel
+from argus.kernels.gemm import GemmSchedule
 from argus.ops import split_k
-from argus.ops.schedules import Problem, choose
+from argus.ops.schedules import Problem, choose, kernel_for
 
 _IN = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16}
 # Per-process memo of (problem, device) -> (schedule, compiled kernel): a repeated call costs a
@@ -97,6 +97,15 @@ def _check(a, b, out) -> None:
     if a.shape[-1] != b.shape[-2] or (b.dim() == 3 and a.shape[0] != b.shape[0]):
         raise LaunchError(f"argus.ops.matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do "
                           f"not multiply (inner dims {a.shape[-1]} vs {b.shape[-2]})")
+
+
+def device_name(device) -> str:
+    """torch.cuda.get_device_name, asked once per device (it names the tuning cache file)."""
+    import torch
+
+    if device.index not in _DEVICE_NAMES:
+        _DEVICE_NAMES[device.index] = torch.cuda.get_device_name(device)
+    return _DEVICE_NAMES[device.index]
 
 
 def _remember(memo: OrderedDict, key, value, size: int = _MEMO_SIZE) -> None:
@@ -188,9 +197,7 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
     memo_key = (problem, a.device.index, schedule)
     compiled = _CHOSEN.get(memo_key)
     if compiled is None:
-        if a.device.index not in _DEVICE_NAMES:
-            _DEVICE_NAMES[a.device.index] = torch.cuda.get_device_name(a.device)
-        chosen = schedule or choose(problem, _DEVICE_NAMES[a.device.index])
+        chosen = schedule or choose(problem, device_name(a.device))
         if chosen.epilogue == "tma" and not (tma_store_ok and out_dtype.bits == 16):
             raise LaunchError("argus.ops.matmul: the TMA-store epilogue needs a 16-bit output "
                               "with 16-byte aligned rows",
@@ -199,7 +206,8 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
             split_k.check(k, chosen.split_k, problem.batch)
             compiled = split_k.SplitKMatmul(problem, chosen)
         else:
-            compiled = gemm_kernel(in_dtype, out_dtype, layout, batched).compile(s=chosen)
+            kernel, run = kernel_for(problem, chosen)
+            compiled = kernel.compile(s=run)
         _remember(_CHOSEN, memo_key, compiled)
     if a.device.index == torch.cuda.current_device():
         replay = compiled(a_ready, b_ready, out)

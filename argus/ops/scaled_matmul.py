@@ -25,7 +25,7 @@ from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm_fp8 import Fp8GemmSchedule, gemm_fp8_kernel
 from argus.ops.fp8_schedules import Fp8Problem, choose
-from argus.ops.matmul import _overlap, _remember  # one definition for both operators
+from argus.ops.matmul import _overlap, _remember, device_name  # one definition for both
 
 _OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
 _FP8 = "torch.float8_e4m3fn"
@@ -33,7 +33,6 @@ _WHO = "argus.ops.scaled_matmul"
 # Per-process memo of (problem, device, schedule) -> compiled kernel (bounded: dynamic shapes
 # must not grow it without limit).
 _CHOSEN: OrderedDict = OrderedDict()
-_DEVICE_NAMES: dict = {}
 
 
 def _aligned(t, elem_bytes: int) -> bool:
@@ -163,9 +162,7 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
     memo_key = (problem, a.device.index, schedule)
     compiled = _CHOSEN.get(memo_key)
     if compiled is None:
-        if a.device.index not in _DEVICE_NAMES:
-            _DEVICE_NAMES[a.device.index] = torch.cuda.get_device_name(a.device)
-        chosen = schedule or choose(problem, _DEVICE_NAMES[a.device.index])
+        chosen = schedule or choose(problem, device_name(a.device))
         if chosen.epilogue == "tma" and not problem.tma_epilogue_ok:
             raise LaunchError(f"{_WHO}: the TMA-store epilogue needs a 16-bit output with "
                               f"16-byte aligned rows", fix="use Fp8GemmSchedule(epilogue='direct')")
