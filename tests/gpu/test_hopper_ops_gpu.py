@@ -6,14 +6,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tests.gpu import hopper_only  # noqa: E402
+
 import argus as ag  # noqa: E402
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available()
-                       or torch.cuda.get_device_capability()[0] < 9,
-                       reason="needs a Hopper (sm_90a) GPU"),
-]
+pytestmark = hopper_only()
 
 
 @ag.kernel

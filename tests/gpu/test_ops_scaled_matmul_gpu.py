@@ -7,12 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available()
-                       or torch.cuda.get_device_capability()[0] < 9,
-                       reason="needs a Hopper (sm_90a) GPU"),
-]
+from tests.gpu import hopper_only  # noqa: E402
+
+pytestmark = hopper_only()
 
 FP8 = torch.float8_e4m3fn
 
