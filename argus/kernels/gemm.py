@@ -46,6 +46,11 @@ class GemmSchedule:
     # them), so a stage carries bn token rows instead of 64 mostly-empty ones and more of the
     # ring holds weights; the accumulator is a block of C^T, stored transposed.
     swap_ab: bool = False
+    # TMA-store epilogue: columns of the tile staged in shared memory per round (0: all bn at
+    # once). Fewer columns free shared memory for another ring stage (128x176: 5 stages
+    # instead of 4); each further round first waits for the previous round's bulk stores to
+    # have read the staging buffer.
+    store_cols: int = 0
 
     def __post_init__(self) -> None:
         problems = []
@@ -54,6 +59,14 @@ class GemmSchedule:
         if self.epilogue == "tma" and self.bn % 16:
             problems.append(f"the TMA-store epilogue stores blocks of 64, 32 or 16 columns; "
                             f"bn={self.bn}")
+        if self.store_cols:
+            width = next((w for w in (64, 32, 16) if self.bn % w == 0), 0)
+            if self.epilogue != "tma":
+                problems.append(f"store_cols={self.store_cols} sizes the TMA-store staging "
+                                f"buffer: it needs epilogue='tma'")
+            elif not width or self.store_cols % width or not 0 < self.store_cols <= self.bn:
+                problems.append(f"store_cols={self.store_cols} must be a multiple of the "
+                                f"{width}-column store block in 1..bn={self.bn}")
         if self.consumers < 1 or self.bm != 64 * self.consumers:
             problems.append(f"each consumer warpgroup owns 64 rows: bm={self.bm} needs "
                             f"consumers={self.bm // 64}")
@@ -152,8 +165,10 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         # swizzle), or 32 / 16 with a 64- / 32-byte swizzle for tiles such as 224 or 176 wide
         width = next(w for w in (64, 32, 16) if s.bn % w == 0)
         blocks = s.bn // width
+        # blocks staged per round: all of them, or store_cols / width with further rounds
+        staged = (s.store_cols or s.bn) // width
         if s.epilogue == "tma":
-            sC = ag.smem((s.consumers * blocks, rows, width), out_dtype, swizzle=2 * width)
+            sC = ag.smem((s.consumers * staged, rows, width), out_dtype, swizzle=2 * width)
 
         def locate(tile):
             """(batch coordinates, m tile, n tile) of a flat unit index, for this CTA."""
@@ -206,13 +221,16 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                 if s.epilogue == "tma":
                     # all blocks into smem first, then one run of bulk stores: the copies
                     # proceed while the next tile's MMAs run (codegen defers their read-wait
-                    # to the next tile's first stmatrix)
-                    for j in range(blocks):
-                        ag.stmatrix(sC[wg * blocks + j],
-                                    acc[:, width * j:width * (j + 1)].to(out_dtype))
-                    for j in range(blocks):
-                        ag.tma.store(C, (*b, m * s.bm + wg * rows, n * s.bn + width * j),
-                                     sC[wg * blocks + j])
+                    # to the next tile's first stmatrix, or to the next round's: a staging
+                    # buffer smaller than the tile is refilled once its stores have read it)
+                    for first_block in range(0, blocks, staged):
+                        run = range(first_block, min(blocks, first_block + staged))
+                        for j in run:
+                            ag.stmatrix(sC[wg * staged + j - first_block],
+                                        acc[:, width * j:width * (j + 1)].to(out_dtype))
+                        for j in run:
+                            ag.tma.store(C, (*b, m * s.bm + wg * rows, n * s.bn + width * j),
+                                         sC[wg * staged + j - first_block])
                 elif s.swap_ab:  # acc is a block of C^T: rows are C's columns
                     ag.store(C, (*b, n * s.bn, m * s.bm + wg * rows), acc.to(out_dtype),
                              transposed=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from argus import dtypes
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
 from argus.ops import split_k, tuning_cache
+from argus.target.limits import SMEM_PER_CTA_OPTIN
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,11 @@ def candidates(p: Problem) -> list[GemmSchedule]:
                     GemmSchedule(bn=128, stages=5, epilogue="tma")]
             out += [GemmSchedule(epilogue="tma", stages=3, cluster_m=2),
                     GemmSchedule(bn=128, stages=5, epilogue="tma", cluster_m=2)]
+            # one more ring stage beside the staging buffer: 128x128 with the whole tile
+            # staged, 128x256 staged in two rounds of 128 columns
+            out += [GemmSchedule(bn=128, stages=6, epilogue="tma", cluster_m=2),
+                    GemmSchedule(stages=4, epilogue="tma", cluster_m=2,
+                                 store_cols=_tma_staging(128, 256, 4))]
         if p.batch * _tiles(p.m, 128) * _tiles(p.n, 256) < 2 * _SMS:
             out += [GemmSchedule(bm=64, bn=128, consumers=1, stages=8)]
     else:
@@ -162,16 +168,7 @@ def _swap_ab(p: Problem, *, bm: int, k_atoms: int) -> GemmSchedule:
                         swap_ab=True)
 
 
-# The TMA-store epilogue in 32- or 16-column blocks (224- or 176-wide tiles) is verified and
-# matches float64 in the interpreter, but has not run on a GPU yet (the session that built it
-# ran out of device time): the tuner leaves it out until
-# tests/gpu/test_ops_matmul_gpu.py::test_wave_fitting_tiles_including_narrow_tma_store_blocks
-# has passed on an H200.
-NARROW_TMA_STORE_BLOCKS = False
-
-
-def _wave_fitting_tiles(p: Problem, narrow_tma_blocks: bool | None = None
-                        ) -> list[GemmSchedule]:
+def _wave_fitting_tiles(p: Problem) -> list[GemmSchedule]:
     """Narrower tiles when the last wave of 128x256 tiles would leave many SMs idle (2048 x
     7168: 448 tiles are 3.4 waves of 132; 128x176 tiles make 656, 5.0 waves: the tile cuBLAS
     runs there, Nsight Compute `nvjet_sm90_tst_176x128_64x5_1x2`, docs/perf/gemm.md). The time
@@ -183,22 +180,41 @@ def _wave_fitting_tiles(p: Problem, narrow_tma_blocks: bool | None = None
 
     # an MN-major B is read in 64-column atoms; a 2x1 cluster splits B into two whole halves
     widths = (192,) if p.b_layout == "kn" else (224, 192, 176, 160)
-    if narrow_tma_blocks is None:
-        narrow_tma_blocks = NARROW_TMA_STORE_BLOCKS
     out = []
     for bn in sorted(widths, key=cost)[:2]:
         if cost(bn) > 0.95 * cost(256):
             continue
-        tma = p.tma_store_ok and p.out_dtype in ("bf16", "f16") and \
-            (bn % 64 == 0 or narrow_tma_blocks)
+        tma = p.tma_store_ok and p.out_dtype in ("bf16", "f16")
+        clusters = (1, 2) if p.b_layout == "nk" or (bn // 64) % 2 == 0 else (1,)
         for epilogue in ("tma", "direct") if tma else ("direct",):
             # the ring gets what the 128 x bn staging tile leaves of ~220 KB, 3 to 5 stages
             staging = 128 * bn * 2 if epilogue == "tma" else 0
             stages = max(3, min(5, (220 * 1024 - staging) // ((128 + bn) * 64 * 2)))
-            clusters = (1, 2) if p.b_layout == "nk" or (bn // 64) % 2 == 0 else (1,)
             out += [GemmSchedule(bn=bn, stages=stages, epilogue=epilogue, cluster_m=c)
                     for c in clusters]
+            # one more stage, the tile staged in rounds (128x176: 5 stages, the depth cuBLAS
+            # runs, instead of 4; on the H200 3 -> 4 stages took that shape from 108 to 90 us)
+            cols = _tma_staging(128, bn, stages + 1) if epilogue == "tma" else None
+            if cols:
+                out += [GemmSchedule(bn=bn, stages=stages + 1, epilogue="tma",
+                                     cluster_m=clusters[-1], store_cols=cols)]
     return out
+
+
+# what the ring and the TMA-store staging may use: the opt-in maximum less the barriers and
+# alignment (about 1 KB in the GEMM kernel)
+_SMEM_BUDGET = SMEM_PER_CTA_OPTIN - 2048
+
+
+def _tma_staging(bm: int, bn: int, stages: int) -> int | None:
+    """`store_cols` for the TMA-store epilogue beside a `stages`-deep ring of bm x bn tiles
+    (64-deep bf16 slices): 0 when the whole tile's staging fits, else the most columns, in whole
+    store blocks, that do; None when not even one block does."""
+    width = next(w for w in (64, 32, 16) if bn % w == 0)
+    cols = (_SMEM_BUDGET - stages * (bm + bn) * 64 * 2) // (bm * 2) // width * width
+    if cols >= bn:
+        return 0
+    return cols if cols >= width else None
 
 
 def load_cache(gpu: str) -> dict:

@@ -62,7 +62,7 @@ def test_gemm_rules_are_sound_against_the_lowering(out, layout):
     kernel = gemm_kernel(ag.bf16, getattr(ag, out), layout, False)
     rng = random.Random(7)
     accepted = 0
-    for _ in range(120):
+    for _ in range(200):
         p = {k: rng.choice(v) for k, v in space.items()}
         if rng.random() < 0.6:
             p = family.normalize(task, p)

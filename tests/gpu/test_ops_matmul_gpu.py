@@ -273,8 +273,7 @@ def test_wave_fitting_tiles_including_narrow_tma_store_blocks(layout):
     ref = a.double() @ b.double()
     # the candidates of the 2048 x 7168 shape they were made for, run on this one
     scheds = _wave_fitting_tiles(Problem(2048, 7168, 2048, 1, "bf16", "bf16",
-                                         "nk" if layout == "x@W.T" else "kn", True),
-                                 narrow_tma_blocks=True)
+                                         "nk" if layout == "x@W.T" else "kn", True))
     assert any(s.epilogue == "tma" for s in scheds)
     for s in scheds:
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)

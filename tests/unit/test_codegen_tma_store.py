@@ -122,3 +122,44 @@ def test_narrow_tma_store_blocks_match_float64_in_the_interpreter():
         assert f"ag::swizzle_smem_addr(stm_base + 0, {2 * width})" in text
     with pytest.raises(ValueError, match="blocks of 64, 32 or 16"):
         GemmSchedule(bn=200, epilogue="tma")
+
+
+def test_staging_in_rounds_waits_between_rounds_and_matches_float64():
+    """store_cols smaller than the tile stages it in rounds: each round after the first waits
+    for the previous round's bulk stores to have read the buffer, the result is right in the
+    interpreter (ragged edges included), and the buffer is the round's size."""
+    import pytest
+    import torch
+
+    for bn, cols, (m, n, k) in ((176, 112, (300, 400, 192)), (256, 128, (200, 300, 128)),
+                                (192, 64, (130, 250, 128))):
+        s = GemmSchedule(bn=bn, stages=3, epilogue="tma", cluster_m=2, store_cols=cols)
+        g = torch.Generator().manual_seed(bn + cols)
+        a = torch.randn(m, k, generator=g).bfloat16()
+        w = torch.randn(n, k, generator=g).bfloat16()
+        c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+        gemm_kernel().interpret(a, w, c, s=s)
+        ref = a.double() @ w.double().T
+        assert not torch.isnan(c).any(), (bn, cols)
+        assert ((c.double() - ref).norm() / ref.norm()).item() < 4e-3, (bn, cols)
+
+        body = _consumer(codegen.render(lower_only(gemm_kernel(), s=s)).text)
+        width = next(w for w in (64, 32, 16) if bn % w == 0)
+        rounds = -(-bn // cols)
+        issues = [x.start() for x in re.finditer(r"ag::tma_store_2d\(", body)]
+        waits = [x.start() for x in re.finditer(r"tma_store_wait_read<0>", body)]
+        assert len(issues) == bn // width
+        assert len(waits) == rounds               # one before each round's first stmatrix
+        for later in waits[1:]:                   # ... the later ones after earlier stores
+            assert any(i < later for i in issues)
+    full = GemmSchedule(bn=176, epilogue="tma")
+    staged = GemmSchedule(bn=176, epilogue="tma", store_cols=112)
+    smem = {x: codegen.render(lower_only(gemm_kernel(), s=x)).dynamic_smem
+            for x in (full, staged)}
+    assert smem[full] - smem[staged] == 2 * 64 * (176 - 112) * 2   # two consumers' staging
+    with pytest.raises(ValueError, match="needs epilogue='tma'"):
+        GemmSchedule(bn=176, store_cols=112)
+    with pytest.raises(ValueError, match="multiple of the 16-column store block"):
+        GemmSchedule(bn=176, epilogue="tma", store_cols=100)
+    with pytest.raises(ValueError, match="multiple of the 64-column store block"):
+        GemmSchedule(bn=256, epilogue="tma", store_cols=512)

@@ -74,6 +74,13 @@ _RULES = (
          or d.get("out_bits", 16) == 16,
          "epilogue={epilogue}: the stmatrix + TMA-store epilogue needs a 16-bit output",
          "use epilogue='direct' for an fp32 output", "PTX stmatrix (b16 only)"),
+    Rule("store_cols", lambda p, d: not p.get("store_cols") or (
+            p.get("epilogue", "direct") == "tma" and p["store_cols"] % 64 == 0
+            and p["store_cols"] <= p["bn"]),
+         "store_cols={store_cols} with epilogue={epilogue}, bn={bn}: the staging rounds of the "
+         "TMA-store epilogue are whole 64-column blocks of the tile",
+         "use store_cols 0 (the whole tile), 64 or 128 <= bn, with epilogue='tma'",
+         "kernels/gemm.py (TMA-store staging in rounds)"),
     Rule("cluster", lambda p, d: p.get("cluster_m", 1) in (1, 2)
          and p["num_sms"] % p.get("cluster_m", 1) == 0,
          "cluster_m={cluster_m}: the kernel pairs at most 2 CTAs, and the persistent grid "
@@ -112,7 +119,8 @@ _RULES = (
 def smem_bytes(p: dict[str, Any]) -> int:
     """Shared memory of the library kernel: the ring, barriers, and the TMA-store staging."""
     ring = p["stages"] * ((p["bm"] + p["bn"]) * p["bk"] * 2 + 16) + SMEM_OVERHEAD
-    return ring + (p["bm"] * p["bn"] * 2 if p.get("epilogue", "direct") == "tma" else 0)
+    staged = p.get("store_cols") or p["bn"]   # columns staged per round
+    return ring + (p["bm"] * staged * 2 if p.get("epilogue", "direct") == "tma" else 0)
 
 
 SPLIT_SOURCE = '''
@@ -268,7 +276,8 @@ class GemmFamily(Family):
                 "consumer_regs": tuple(range(104, 241, 8)),
                 "persistent": (False, True), "num_sms": (132,), "group_m": (1, 2, 4, 8, 16),
                 "epilogue": ("direct", "tma") if out16 else ("direct",), "cluster_m": (1, 2),
-                "zero_by_wgmma": (False, True), "swap_ab": (False, True)}
+                "zero_by_wgmma": (False, True), "swap_ab": (False, True),
+                "store_cols": (0, 64, 128)}
 
     @staticmethod
     def _split(task: TaskSpec) -> bool:
