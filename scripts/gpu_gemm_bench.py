@@ -43,35 +43,6 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() / (t.median_ms * 1e-3)
 
 
-def tune(a, b, out, trials: int):
-    import torch
-
-    from argus.bench.timing import measure
-    from argus.kernels.gemm import GemmSchedule  # noqa: F401
-    from argus.ops import matmul
-    from argus.ops.matmul import _IN, _OUT, _aligned
-    from argus.ops.schedules import Problem, candidates, store_choice
-
-    layout = "nk" if (b.stride(-2) == 1 and b.stride(-1) != 1) else "kn"
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    problem = Problem(m, n, k, a.shape[0] if a.dim() == 3 else 1, _IN[str(a.dtype)].name,
-                      _OUT[str(out.dtype)].name, layout, _aligned(out, 2))
-    results = []
-    for s in candidates(problem):
-        try:
-            t = measure(lambda s=s: matmul(a, b, out, schedule=s), trials=trials, warmup=5,
-                        allow_few_trials=True)
-            results.append((t.median_ms, s))
-        except Exception as e:  # noqa: BLE001 - an illegal candidate is skipped, and said so
-            log(f"    candidate {s} failed: {type(e).__name__}: {str(e).splitlines()[0]}")
-    best_ms, best = min(results, key=lambda r: r[0])
-    store_choice(torch.cuda.get_device_name(), problem, best, best_ms)
-    from argus.ops.matmul import forget_choices
-
-    forget_choices()  # the next plain matmul() call reads the tuned choice
-    return best, results
-
-
 def measure_interleaved(ours_fn, base_fn, trials, rounds=3):
     """Time ours and the baseline in alternating rounds of `trials` calls each and pool each
     side's samples: clock and power drift over a long run (8192^3 tuning heats the card) then
@@ -98,7 +69,7 @@ def bench_case(batch, m, n, k, layout, bw, trials):
     import torch
 
     from argus.bench.timing import graph_replay_us
-    from argus.ops import matmul
+    from argus.ops import matmul, tune_matmul
 
     g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
     lead = (batch,) if batch else ()
@@ -109,7 +80,8 @@ def bench_case(batch, m, n, k, layout, bw, trials):
     else:
         b = torch.randn(*lead, k, n, device="cuda", generator=g).bfloat16()
     out = torch.full((*lead, m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    best, tried = tune(a, b, out, trials=20)
+    tuned = tune_matmul(a, b, out, trials=20, progress=None)
+    best, tried = tuned.best, list(tuned.screened)
     out.fill_(float("nan"))
     matmul(a, b, out)
     torch.cuda.synchronize()
@@ -124,7 +96,8 @@ def bench_case(batch, m, n, k, layout, bw, trials):
            "ours_tflops": flops / ours.median_ms / 1e9,
            "cublas_tflops": flops / base.median_ms / 1e9,
            "ratio": base.median_ms / ours.median_ms, "schedule": repr(best),
-           "candidates": [(ms, repr(s)) for ms, s in tried]}
+           "candidates": [(ms, repr(s)) for ms, s in tried],
+           "finalists": [(ms, repr(s)) for ms, s in tuned.finals]}
     if m * (batch or 1) <= 64:
         weight_bytes = n * k * 2
         row["weight_tb_s"] = weight_bytes / (ours.median_ms * 1e-3) / 1e12

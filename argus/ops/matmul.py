@@ -184,16 +184,15 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
     if k == 0:
         return out.zero_()
 
+    problem = _problem(a, b, out)
     in_dtype, out_dtype = _IN[str(a.dtype)], _OUT[str(out.dtype)]
     eb = in_dtype.bytes
     a_ready = _tma_ready(a, eb)
-    if b.stride(-2) == 1 and b.stride(-1) != 1 or (b.stride(-2) == 1 and n == 1):
-        layout, b_ready = "nk", _tma_ready(b.transpose(-1, -2), eb)   # x @ W.T
+    if problem.b_layout == "nk":
+        b_ready = _tma_ready(b.transpose(-1, -2), eb)   # x @ W.T: W [N, K], K contiguous
     else:
-        layout, b_ready = "kn", _tma_ready(b, eb)                     # x @ W
-    tma_store_ok = _aligned(out, out_dtype.bytes)
-    problem = Problem(m, n, k, a.shape[0] if batched else 1, in_dtype.name, out_dtype.name,
-                      layout, tma_store_ok)
+        b_ready = _tma_ready(b, eb)                     # x @ W: W [K, N]
+    tma_store_ok = problem.tma_store_ok
     memo_key = (problem, a.device.index, schedule)
     compiled = _CHOSEN.get(memo_key)
     if compiled is None:
@@ -226,6 +225,26 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
             if plan is not None:
                 _remember(_LAUNCHES, key, plan)
     return out
+
+
+def _problem(a, b, out) -> Problem:
+    """The kernel kind and tuning key of a 2-d or batched (batch > 1) a @ b into out."""
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    in_dtype, out_dtype = _IN[str(a.dtype)], _OUT[str(out.dtype)]
+    nk = b.stride(-2) == 1 and b.stride(-1) != 1 or (b.stride(-2) == 1 and n == 1)
+    return Problem(m, n, k, a.shape[0] if a.dim() == 3 else 1, in_dtype.name, out_dtype.name,
+                   "nk" if nk else "kn", _aligned(out, out_dtype.bytes))
+
+
+def problem_of(a, b, out):
+    """(Problem, (a, b, out)): the problem `matmul(a, b, out)` runs, which keys its kernel and
+    its tuning entry, and the operands in that problem's shape. A batch of one and a weight
+    shared by every batch are 2-d problems (out may come back as a flattened copy)."""
+    if a.dim() == 3 and b.dim() == 3 and a.shape[0] == 1:
+        return problem_of(a[0], b[0], out[0])
+    if a.dim() == 3 and b.dim() == 2:
+        return problem_of(a.reshape(-1, a.shape[-1]), b, out.reshape(-1, out.shape[-1]))
+    return _problem(a, b, out), (a, b, out)
 
 
 def forget_choices() -> None:

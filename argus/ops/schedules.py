@@ -1,6 +1,6 @@
 """Which GemmSchedule runs a given matmul problem: a tuned choice from the on-disk cache when
-there is one, else a shape heuristic. `tune` measures the candidates on the GPU and records the
-winner, so a shape is tuned once per card and software version.
+there is one, else a shape heuristic. `argus.ops.tune_matmul` measures the candidates on the GPU
+and records the winner, so a shape is tuned once per card and software version.
 
 The cache is one JSON file per GPU name under $ARGUS_CACHE_DIR/matmul (default
 ~/.cache/argus/matmul); entries are keyed by the problem signature. The agent's experience

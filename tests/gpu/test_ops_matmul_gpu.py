@@ -279,3 +279,26 @@ def test_wave_fitting_tiles_including_narrow_tma_store_blocks(layout):
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         matmul(a, b, out, schedule=s)
         assert _rel(out, ref) < 1e-2, s
+
+
+def test_tune_matmul_records_a_winner_that_matmul_then_runs(tmp_path, monkeypatch):
+    """tune_matmul screens every candidate, times the finalists again, records the winner for
+    this GPU; the next plain matmul picks it and is right."""
+    from argus.ops import matmul, tune_matmul
+    from argus.ops.matmul import device_name
+    from argus.ops.schedules import candidates, choose
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    a, w = _rand(512, 1024, seed=21), _rand(768, 1024, seed=22)
+    out = torch.empty(512, 768, device="cuda", dtype=torch.bfloat16)
+    lines = []
+    result = tune_matmul(a, w.T, out, progress=lines.append)
+    assert result.best in candidates(result.problem)
+    assert len(result.screened) + len(result.failed) == len(candidates(result.problem))
+    assert not result.failed and len(result.finals) == 3
+    assert result.best == result.finals[0][1]
+    assert choose(result.problem, device_name(a.device)) == result.best
+    assert len(lines) == len(result.screened) + 3
+    out.fill_(float("nan"))
+    matmul(a, w.T, out)
+    assert _rel(out, a.double() @ w.double().T) < 1e-2
