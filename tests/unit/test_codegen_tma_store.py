@@ -131,9 +131,11 @@ def test_staging_in_rounds_waits_between_rounds_and_matches_float64():
     import pytest
     import torch
 
-    for bn, cols, (m, n, k) in ((176, 112, (300, 400, 192)), (256, 128, (200, 300, 128)),
-                                (192, 64, (130, 250, 128))):
-        s = GemmSchedule(bn=bn, stages=3, epilogue="tma", cluster_m=2, store_cols=cols)
+    for bn, cols, zero, (m, n, k) in ((176, 112, False, (300, 400, 192)),
+                                      (256, 128, False, (200, 300, 128)),
+                                      (192, 64, True, (130, 250, 128))):   # with scale-d = 0
+        s = GemmSchedule(bn=bn, stages=3, epilogue="tma", cluster_m=2, store_cols=cols,
+                         zero_by_wgmma=zero)
         g = torch.Generator().manual_seed(bn + cols)
         a = torch.randn(m, k, generator=g).bfloat16()
         w = torch.randn(n, k, generator=g).bfloat16()
