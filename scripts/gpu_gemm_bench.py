@@ -60,8 +60,10 @@ def measure_interleaved(ours_fn, base_fn, trials, rounds=3):
     pooled = []
     for side in ("ours", "base"):
         samples = [x for t in runs[side] for x in t.samples_ms]
-        pooled.append(dataclasses.replace(runs[side][0], median_ms=statistics.median(samples),
-                                          trials=len(samples), samples_ms=tuple(samples)))
+        pooled.append(dataclasses.replace(
+            runs[side][0], median_ms=statistics.median(samples), mean_ms=statistics.mean(samples),
+            min_ms=min(samples), max_ms=max(samples), std_ms=statistics.pstdev(samples),
+            trials=len(samples), samples_ms=tuple(samples)))
     return pooled
 
 

@@ -59,12 +59,15 @@ class GemmSchedule:
         if self.epilogue == "tma" and self.bn % 16:
             problems.append(f"the TMA-store epilogue stores blocks of 64, 32 or 16 columns; "
                             f"bn={self.bn}")
-        if self.store_cols:
+        if not isinstance(self.store_cols, int) or self.store_cols < 0:
+            problems.append(f"store_cols={self.store_cols!r} must be an int >= 0 (0: stage "
+                            f"the whole tile)")
+        elif self.store_cols:
             width = next((w for w in (64, 32, 16) if self.bn % w == 0), 0)
             if self.epilogue != "tma":
                 problems.append(f"store_cols={self.store_cols} sizes the TMA-store staging "
                                 f"buffer: it needs epilogue='tma'")
-            elif not width or self.store_cols % width or not 0 < self.store_cols <= self.bn:
+            elif width and (self.store_cols % width or self.store_cols > self.bn):
                 problems.append(f"store_cols={self.store_cols} must be a multiple of the "
                                 f"{width}-column store block in 1..bn={self.bn}")
         if self.consumers < 1 or self.bm != 64 * self.consumers:

@@ -158,13 +158,12 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
         if out is not None and tuple(out.shape) != (*a.shape[:-1], b.shape[-1]):
             raise LaunchError(f"argus.ops.matmul: out has shape {tuple(out.shape)}, expected "
                               f"{(*a.shape[:-1], b.shape[-1])}")
-        flat_out = out.view(-1, out.shape[-1]) if out is not None and out.is_contiguous() \
-            else None
-        flat = matmul(a.reshape(-1, a.shape[-1]), b, flat_out, schedule=schedule)
+        flat_a, flat_out, copy_back = _shared_weight_flat(a, b, out)
+        matmul(flat_a, b, flat_out, schedule=schedule)
         if out is None:
-            return flat.view(*a.shape[:-1], b.shape[-1])
-        if flat_out is None:
-            out.copy_(flat.view_as(out))
+            return flat_out.view(*a.shape[:-1], b.shape[-1])
+        if copy_back:
+            out.copy_(flat_out.view_as(out))
         return out
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     lead = (a.shape[0],) if batched else ()
@@ -227,6 +226,20 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
     return out
 
 
+def _shared_weight_flat(a, b, out):
+    """[batch, M, K] @ [K, N] as one [batch * M, K] GEMM: (flat a, flat out, whether the result
+    must be copied into `out`). reshape copies a non-contiguous a; an out that cannot be
+    flattened gets a buffer of its own dtype (the result is copied in afterwards)."""
+    import torch
+
+    flat_a = a.reshape(-1, a.shape[-1])
+    if out is not None and out.is_contiguous():
+        return flat_a, out.view(-1, out.shape[-1]), False
+    flat_out = torch.empty(flat_a.shape[0], b.shape[-1], device=a.device,
+                           dtype=a.dtype if out is None else out.dtype)
+    return flat_a, flat_out, out is not None
+
+
 def _problem(a, b, out) -> Problem:
     """The kernel kind and tuning key of a 2-d or batched (batch > 1) a @ b into out."""
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
@@ -239,11 +252,13 @@ def _problem(a, b, out) -> Problem:
 def problem_of(a, b, out):
     """(Problem, (a, b, out)): the problem `matmul(a, b, out)` runs, which keys its kernel and
     its tuning entry, and the operands in that problem's shape. A batch of one and a weight
-    shared by every batch are 2-d problems (out may come back as a flattened copy)."""
+    shared by every batch are 2-d problems (out may come back as a buffer of its own, as
+    matmul uses when out cannot be flattened)."""
     if a.dim() == 3 and b.dim() == 3 and a.shape[0] == 1:
         return problem_of(a[0], b[0], out[0])
     if a.dim() == 3 and b.dim() == 2:
-        return problem_of(a.reshape(-1, a.shape[-1]), b, out.reshape(-1, out.shape[-1]))
+        flat_a, flat_out, _ = _shared_weight_flat(a, b, out)
+        return problem_of(flat_a, b, flat_out)
     return _problem(a, b, out), (a, b, out)
 
 

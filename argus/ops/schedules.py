@@ -1,6 +1,7 @@
 """Which GemmSchedule runs a given matmul problem: a tuned choice from the on-disk cache when
 there is one, else a shape heuristic. `argus.ops.tune_matmul` measures the candidates on the GPU
-and records the winner, so a shape is tuned once per card and software version.
+and records the winner with a fingerprint of the candidate set, so a shape is tuned once per
+card, and again only when a new Argus offers other candidates for it.
 
 The cache is one JSON file per GPU name under $ARGUS_CACHE_DIR/matmul (default
 ~/.cache/argus/matmul); entries are keyed by the problem signature. The agent's experience
@@ -77,7 +78,7 @@ def _tiles(extent: int, tile: int) -> int:
 
 
 def candidates(p: Problem) -> list[GemmSchedule]:
-    """The bounded set `tune` measures (every one legal for this problem)."""
+    """The bounded set `argus.ops.tune_matmul` measures (every one legal for this problem)."""
     base = heuristic(p)
     out = [base]
     if p.m * p.batch > 256:
@@ -198,12 +199,6 @@ def _wave_fitting_tiles(p: Problem) -> list[GemmSchedule]:
             if cols:
                 out += [GemmSchedule(bn=bn, stages=stages + 1, epilogue="tma",
                                      cluster_m=clusters[-1], store_cols=cols)]
-        if tma:
-            # with K short the per-tile cost counts: scale-d = 0 on the first wgmma instead of
-            # zeroing the accumulator took the 176-wide TMA tile at 2048x7168x2048 NT from
-            # 89.9 to 88.6 us on the H200 (docs/perf/gemm.md)
-            out += [dataclasses.replace(s, zero_by_wgmma=True) for s in out
-                    if s.bn == bn and s.epilogue == "tma" and s.cluster_m == clusters[-1]]
     return out
 
 
@@ -227,17 +222,31 @@ def load_cache(gpu: str) -> dict:
     return tuning_cache.load("matmul", gpu)
 
 
+def candidates_fingerprint(problem: Problem) -> str:
+    """A short hash of the candidate set of `problem`: a tuned choice recorded with another
+    fingerprint was picked from other candidates (an older Argus) and is not trusted."""
+    import hashlib
+
+    text = "\n".join(repr(s) for s in candidates(problem))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def store_choice(gpu: str, problem: Problem, schedule: GemmSchedule, ms: float) -> None:
-    tuning_cache.record("matmul", gpu, problem.key, schedule, ms)
+    tuning_cache.record("matmul", gpu, problem.key, schedule, ms,
+                        candidates=candidates_fingerprint(problem))
 
 
 def choose(problem: Problem, gpu: str | None) -> GemmSchedule:
+    """The tuned choice for `problem` on `gpu` when one was recorded from today's candidates,
+    else the agent's best known schedule, else the heuristic."""
     if gpu is not None:
         entry = load_cache(gpu).get(problem.key)
-        if entry is not None:
+        fresh = entry is not None and \
+            entry.get("candidates", None) in (None, candidates_fingerprint(problem))
+        if fresh:
             try:
                 return GemmSchedule(**entry["schedule"])
-            except TypeError:
+            except (TypeError, ValueError):
                 pass  # written by another version of GemmSchedule: ignore it
         try:
             from argus.agent.store import best_schedule
@@ -248,6 +257,6 @@ def choose(problem: Problem, gpu: str | None) -> GemmSchedule:
             if found:
                 try:
                     return GemmSchedule(**found)
-                except TypeError:
+                except (TypeError, ValueError):
                     pass
     return heuristic(problem)

@@ -2,7 +2,9 @@
 side by side, and record the winner in the on-disk cache that `argus.ops.matmul` reads.
 
     from argus.ops import tune_matmul
-    result = tune_matmul(x, w.T)          # once per shape, card and software version
+    result = tune_matmul(x, w.T)          # once per shape and card (again after an upgrade
+                                          # that changes the candidates: the stale entry is
+                                          # then ignored)
     y = argus.ops.matmul(x, w.T)          # from now on runs result.best
 
 Two passes, because one short timing per candidate is easily fooled: a card that heats up
@@ -15,6 +17,7 @@ drift falls on all of them alike, and the pooled median decides.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 from collections.abc import Callable
@@ -62,15 +65,32 @@ def tune_matmul(a, b, out=None, *, trials: int = 20, finalists: int = 3, rounds:
     candidate (None: silent)."""
     import torch
 
-    from argus.bench.timing import MIN_TRIALS, measure
     from argus.ops import matmul
-    from argus.ops.matmul import device_name, forget_choices, problem_of
+    from argus.ops.matmul import problem_of
 
     if trials < 1 or finalists < 1 or rounds < 1:
         raise ValueError(f"tune_matmul: trials={trials}, finalists={finalists} and "
                          f"rounds={rounds} must all be >= 1")
-    out = matmul(a, b, out)        # checks the inputs (clear errors) and compiles the default
+    # checks the inputs (clear errors), with a schedule every problem can run: not the cached
+    # choice, which may be the stale entry this tuning is meant to replace
+    out = matmul(a, b, out, schedule=GemmSchedule())
     problem, (a, b, out) = problem_of(a, b, out)
+    if min(problem.m, problem.n, problem.k) == 0:
+        raise ValueError(f"tune_matmul: nothing to tune for the empty problem {problem.key} "
+                         f"(M, N or K is 0; matmul returns at once)")
+    # time where the operands live, whichever device is current
+    with torch.cuda.device(out.device) if out.is_cuda else contextlib.nullcontext():
+        return _tune(problem, a, b, out, trials, finalists, rounds, record, progress)
+
+
+def _tune(problem, a, b, out, trials, finalists, rounds, record, progress) -> TuneResult:
+    """tune_matmul's two passes on checked, problem-shaped operands."""
+    import torch
+
+    from argus.bench.timing import MIN_TRIALS, measure
+    from argus.ops import matmul
+    from argus.ops.matmul import device_name, forget_choices
+
     say = progress or (lambda line: None)
     todo = candidates(problem)
     screened, failed = [], []
@@ -106,5 +126,5 @@ def tune_matmul(a, b, out=None, *, trials: int = 20, finalists: int = 3, rounds:
         store_choice(device_name(out.device), problem, best, best_ms)
         forget_choices()   # the next plain matmul() reads the new choice
     if out.is_cuda:
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(out.device)
     return TuneResult(problem, best, best_ms, tuple(screened), tuple(finals), tuple(failed))

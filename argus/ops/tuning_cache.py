@@ -26,12 +26,13 @@ def load(kind: str, gpu: str) -> dict:
         return {}
 
 
-def record(kind: str, gpu: str, key: str, schedule, ms: float) -> None:
-    """Record `schedule` (a dataclass) as the choice for problem `key`."""
+def record(kind: str, gpu: str, key: str, schedule, ms: float, **extra) -> None:
+    """Record `schedule` (a dataclass) as the choice for problem `key`, with `extra` fields
+    (e.g. the fingerprint of the candidates it was chosen from)."""
     path = cache_file(kind, gpu)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = load(kind, gpu)
-    data[key] = {"schedule": dataclasses.asdict(schedule), "ms": ms}
+    data[key] = {"schedule": dataclasses.asdict(schedule), "ms": ms, **extra}
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)

@@ -285,10 +285,11 @@ def test_tune_matmul_records_a_winner_that_matmul_then_runs(tmp_path, monkeypatc
     """tune_matmul screens every candidate, times the finalists again, records the winner for
     this GPU; the next plain matmul picks it and is right."""
     from argus.ops import matmul, tune_matmul
-    from argus.ops.matmul import device_name
+    from argus.ops.matmul import device_name, forget_choices
     from argus.ops.schedules import candidates, choose
 
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    forget_choices()   # nothing chosen before, nothing from this cache left behind (below)
     a, w = _rand(512, 1024, seed=21), _rand(768, 1024, seed=22)
     out = torch.empty(512, 768, device="cuda", dtype=torch.bfloat16)
     lines = []
@@ -296,9 +297,11 @@ def test_tune_matmul_records_a_winner_that_matmul_then_runs(tmp_path, monkeypatc
     assert result.best in candidates(result.problem)
     assert len(result.screened) + len(result.failed) == len(candidates(result.problem))
     assert not result.failed and len(result.finals) == 3
-    assert result.best == result.finals[0][1]
+    assert [ms for ms, _ in result.finals] == sorted(ms for ms, _ in result.finals)
+    assert {s for _, s in result.finals} == {s for _, s in result.screened[:3]}
     assert choose(result.problem, device_name(a.device)) == result.best
     assert len(lines) == len(result.screened) + 3
     out.fill_(float("nan"))
     matmul(a, w.T, out)
     assert _rel(out, a.double() @ w.double().T) < 1e-2
+    forget_choices()

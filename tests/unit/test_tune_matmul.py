@@ -93,8 +93,74 @@ def test_a_shared_weight_batch_tunes_the_flattened_problem():
     a = torch.zeros(4, 32, 64, dtype=torch.bfloat16)
     w = torch.zeros(128, 64, dtype=torch.bfloat16)
     out = torch.zeros(4, 32, 128, dtype=torch.bfloat16)
-    problem, (fa, fb, fo) = mm.problem_of(a, w.T, out)
+    problem, (fa, _, fo) = mm.problem_of(a, w.T, out)
     assert (problem.m, problem.n, problem.k, problem.batch) == (128, 128, 64, 1)
     assert problem.b_layout == "nk" and fa.shape == (128, 64) and fo.shape == (128, 128)
     one, _ = mm.problem_of(a[:1], w.T.unsqueeze(0), out[:1])
     assert (one.m, one.batch) == (32, 1)
+
+
+def test_a_non_contiguous_out_tunes_the_buffer_matmul_uses():
+    """A shared-weight batch whose out cannot be flattened runs into a buffer of out's own
+    dtype (then copied): problem_of names that problem, dtype and alignment included."""
+    mm = sys.modules["argus.ops.matmul"]
+    a = torch.zeros(2, 64, 128, dtype=torch.bfloat16)
+    w = torch.zeros(256, 128, dtype=torch.bfloat16)
+    for dtype in (torch.float32, torch.bfloat16):
+        pitched = torch.zeros(2, 64, 260, dtype=dtype)[..., :256]     # rows 260 apart
+        problem, (_, _, flat_out) = mm.problem_of(a, w.T, pitched)
+        assert flat_out.is_contiguous() and flat_out.dtype == dtype
+        assert problem.out_dtype == {torch.float32: "f32", torch.bfloat16: "bf16"}[dtype]
+        assert problem.tma_store_ok                                   # the fresh buffer is
+        _, fresh, copy_back = mm._shared_weight_flat(a, w.T, pitched)
+        assert copy_back and fresh.dtype == dtype and fresh.shape == (128, 256)
+    flat_a, view, copy_back = mm._shared_weight_flat(a, w.T, torch.zeros(2, 64, 256))
+    assert not copy_back and view.shape == (128, 256)
+
+
+def test_an_empty_problem_is_refused(fake, monkeypatch):
+    _, _, _, _, _, recorded = fake
+    a, b = torch.zeros(0, 512, dtype=torch.bfloat16), torch.zeros(512, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="nothing to tune"):
+        tune_matmul(a, b, torch.zeros(0, 64, dtype=torch.bfloat16))
+    assert recorded == []
+
+
+def test_choose_trusts_only_entries_from_todays_candidates(tmp_path, monkeypatch):
+    """A tuned entry recorded from another candidate set (an older Argus) or naming an
+    illegal schedule is ignored: the heuristic runs until the shape is tuned again."""
+    from argus.kernels.gemm import GemmSchedule
+    from argus.ops import schedules, tuning_cache
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    p = schedules.Problem(4096, 4096, 4096, 1, "bf16", "bf16", "nk", True)
+    pick = GemmSchedule(bn=128, stages=6, epilogue="tma", cluster_m=2)
+    assert pick != schedules.heuristic(p)
+    schedules.store_choice("gpu", p, pick, 1.0)
+    assert schedules.choose(p, "gpu") == pick
+    tuning_cache.record("matmul", "gpu", p.key, pick, 1.0, candidates="0123456789abcdef")
+    assert schedules.choose(p, "gpu") == schedules.heuristic(p)           # stale
+    tuning_cache.record("matmul", "gpu", p.key, pick, 1.0)                 # legacy: no print
+    assert schedules.choose(p, "gpu") == pick
+    data = tuning_cache.load("matmul", "gpu")
+    data[p.key]["schedule"]["store_cols"] = -64                           # illegal now
+    tuning_cache.cache_file("matmul", "gpu").write_text(__import__("json").dumps(data))
+    assert schedules.choose(p, "gpu") == schedules.heuristic(p)
+
+
+def test_store_cols_validation_and_the_agents_space():
+    from argus.agent.families import get_family
+    from argus.agent.task import TaskSpec
+    from argus.kernels.gemm import GemmSchedule
+
+    for bad in (None, -16, 1.5):
+        with pytest.raises(ValueError, match="must be an int >= 0"):
+            GemmSchedule(epilogue="tma", store_cols=bad)
+    family = get_family("gemm")
+    for out, allowed in (("f32", (0,)), ("bf16", (0, 64, 128))):
+        task = TaskSpec("gemm", "t", "argus", "x", (("M", 512), ("N", 512), ("K", 512)), out,
+                        "bf16", options=(("in", "bf16"), ("out", out), ("b_layout", "nk")))
+        assert family.space(task)["store_cols"] == allowed
+    p = family.normalize(task, {**family.default_params(task), "store_cols": 128,
+                                "epilogue": "direct"})
+    assert p["store_cols"] == 0

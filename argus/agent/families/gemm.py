@@ -277,7 +277,7 @@ class GemmFamily(Family):
                 "persistent": (False, True), "num_sms": (132,), "group_m": (1, 2, 4, 8, 16),
                 "epilogue": ("direct", "tma") if out16 else ("direct",), "cluster_m": (1, 2),
                 "zero_by_wgmma": (False, True), "swap_ab": (False, True),
-                "store_cols": (0, 64, 128)}
+                "store_cols": (0, 64, 128) if out16 else (0,)}
 
     @staticmethod
     def _split(task: TaskSpec) -> bool:
@@ -316,8 +316,9 @@ class GemmFamily(Family):
 
     def normalize(self, task: TaskSpec, params: dict[str, Any]) -> dict[str, Any]:
         """consumers follows bm (one 64-row warpgroup per 64 rows); consumer registers shrink to
-        the register budget when more consumers share it; a split task always names its split
-        (a stored `precision` of earlier runs maps to its number of terms)."""
+        the register budget when more consumers share it; staging rounds (store_cols) exist
+        only with the TMA-store epilogue; a split task always names its split (a stored
+        `precision` of earlier runs maps to its number of terms)."""
         p = dict(params)
         if self._split(task):
             legacy = p.pop("precision", None)
@@ -332,6 +333,8 @@ class GemmFamily(Family):
         budget = (REGS_PER_SM // 128 - p["producer_regs"]) // max(1, p["consumers"])
         budget = min(240, budget - budget % 8)
         p["consumer_regs"] = min(p["consumer_regs"], budget)
+        if p.get("epilogue", "direct") != "tma":
+            p["store_cols"] = 0
         return p
 
     def static_check(self, task: TaskSpec, params: dict[str, Any]):
