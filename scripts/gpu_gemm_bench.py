@@ -43,34 +43,10 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() / (t.median_ms * 1e-3)
 
 
-def measure_interleaved(ours_fn, base_fn, trials, rounds=3):
-    """Time ours and the baseline in alternating rounds of `trials` calls each and pool each
-    side's samples: clock and power drift over a long run (8192^3 tuning heats the card) then
-    falls on both sides alike instead of on whichever ran first. Returns two Timings whose
-    median is over all pooled samples."""
-    import dataclasses
-    import statistics
-
-    from argus.bench.timing import measure
-
-    runs = {"ours": [], "base": []}
-    for _ in range(rounds):
-        runs["ours"].append(measure(ours_fn, trials=trials, warmup=10))
-        runs["base"].append(measure(base_fn, trials=trials, warmup=10))
-    pooled = []
-    for side in ("ours", "base"):
-        samples = [x for t in runs[side] for x in t.samples_ms]
-        pooled.append(dataclasses.replace(
-            runs[side][0], median_ms=statistics.median(samples), mean_ms=statistics.mean(samples),
-            min_ms=min(samples), max_ms=max(samples), std_ms=statistics.pstdev(samples),
-            trials=len(samples), samples_ms=tuple(samples)))
-    return pooled
-
-
 def bench_case(batch, m, n, k, layout, bw, trials):
     import torch
 
-    from argus.bench.timing import graph_replay_us
+    from argus.bench.timing import graph_replay_us, measure_alternating
     from argus.ops import matmul, tune_matmul
 
     g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
@@ -90,8 +66,9 @@ def bench_case(batch, m, n, k, layout, bw, trials):
     ref = a.double() @ b.double()
     err = ((out.double() - ref).norm() / ref.norm()).item()
     del ref
-    ours, base = measure_interleaved(lambda: matmul(a, b, out), lambda: torch.matmul(a, b),
-                                     trials)
+    # alternating rounds: drift over a long run falls on ours and cuBLAS alike
+    ours, base = measure_alternating([lambda: matmul(a, b, out), lambda: torch.matmul(a, b)],
+                                     trials=trials)
     flops = 2 * (batch or 1) * m * n * k
     row = {"batch": batch, "M": m, "N": n, "K": k, "layout": layout, "rel_error": err,
            "ours_ms": ours.median_ms, "cublas_ms": base.median_ms,

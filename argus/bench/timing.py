@@ -226,6 +226,35 @@ def _measure_cpu(fn: Callable[[], Any], *, trials: int, warmup: int, flush_l2: b
                      keep_samples=keep_samples)
 
 
+def measure_alternating(fns: list[Callable[[], Any]], *, rounds: int = 3,
+                        trials: int = MIN_TRIALS, warmup: int = 10,
+                        on_round: Callable[[int, list[Timing]], None] | None = None
+                        ) -> list[Timing]:
+    """Time several functions in `rounds` alternating rounds of `measure(fn, trials=...)` each
+    and pool each function's samples, so that clock and power drift over a long run (a card
+    heating up) falls on all of them alike instead of on whichever ran first. Returns one
+    Timing per function: statistics over its pooled samples; its stream median is the median
+    of the rounds' stream medians. on_round(r, pooled so far) is called after each round."""
+    runs: list[list[Timing]] = [[] for _ in fns]
+    pooled: list[Timing] = []
+    for r in range(rounds):
+        for fn, done in zip(fns, runs):
+            done.append(measure(fn, trials=trials, warmup=warmup))
+        pooled = [_pool(done) for done in runs]
+        if on_round is not None:
+            on_round(r, pooled)
+    return pooled
+
+
+def _pool(timings: list[Timing]) -> Timing:
+    first = timings[0]
+    streams = [t.stream_median_ms for t in timings if t.stream_median_ms is not None]
+    return summarize([x for t in timings for x in t.samples_ms], warmup=first.warmup,
+                     clock=first.clock, l2_flush=first.l2_flush, device=first.device,
+                     stream_samples_ms=streams or None,
+                     overhead_ms=statistics.fmean(t.overhead_ms for t in timings))
+
+
 def graph_replay_us(fn: Callable[[], Any], *, per_graph: int = 20, replays: int = 20) -> float:
     """Microseconds per call of `fn` with no host work in the loop: `per_graph` calls captured
     in one CUDA graph, replayed `replays` times, median per call. What the kernels alone cost,

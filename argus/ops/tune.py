@@ -18,7 +18,6 @@ drift falls on all of them alike, and the pooled median decides.
 from __future__ import annotations
 
 import contextlib
-import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,7 +86,7 @@ def _tune(problem, a, b, out, trials, finalists, rounds, record, progress) -> Tu
     """tune_matmul's two passes on checked, problem-shaped operands."""
     import torch
 
-    from argus.bench.timing import MIN_TRIALS, measure
+    from argus.bench.timing import MIN_TRIALS, measure, measure_alternating
     from argus.ops import matmul
     from argus.ops.matmul import device_name, forget_choices
 
@@ -109,18 +108,15 @@ def _tune(problem, a, b, out, trials, finalists, rounds, record, progress) -> Tu
                            + "; ".join(why for _, why in failed))
     screened.sort(key=lambda r: r[0])
     top = [s for _, s in screened[:finalists]]
-    pooled: dict[GemmSchedule, list[float]] = {s: [] for s in top}
     if len(top) > 1:
-        for r in range(rounds):
-            for s in top:
-                t = measure(lambda s=s: matmul(a, b, out, schedule=s), trials=MIN_TRIALS,
-                            warmup=5)
-                pooled[s] += t.samples_ms
-            say(f"final round {r + 1}/{rounds}: " + ", ".join(
-                f"{statistics.median(pooled[s]) * 1e3:.1f} us" for s in top))
+        timings = measure_alternating(
+            [lambda s=s: matmul(a, b, out, schedule=s) for s in top], rounds=rounds,
+            trials=MIN_TRIALS, warmup=5,
+            on_round=lambda r, so_far: say(f"final round {r + 1}/{rounds}: " + ", ".join(
+                f"{t.median_ms * 1e3:.1f} us" for t in so_far)))
+        finals = sorted(((t.median_ms, s) for t, s in zip(timings, top)), key=lambda r: r[0])
     else:
-        pooled[top[0]] = [screened[0][0]]
-    finals = sorted(((statistics.median(v), s) for s, v in pooled.items()), key=lambda r: r[0])
+        finals = [screened[0]]
     best_ms, best = finals[0]
     if record:
         store_choice(device_name(out.device), problem, best, best_ms)

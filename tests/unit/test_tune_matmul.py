@@ -164,3 +164,18 @@ def test_store_cols_validation_and_the_agents_space():
     p = family.normalize(task, {**family.default_params(task), "store_cols": 128,
                                 "epilogue": "direct"})
     assert p["store_cols"] == 0
+
+
+def test_measure_alternating_interleaves_and_pools():
+    """Rounds alternate between the functions; each Timing pools every round's samples."""
+    order, rounds_seen = [], []
+    fns = [lambda: order.append("a"), lambda: order.append("b")]
+    pooled = timing.measure_alternating(fns, rounds=3, trials=timing.MIN_TRIALS, warmup=1,
+                                        on_round=lambda r, so_far: rounds_seen.append(
+                                            (r, [t.trials for t in so_far])))
+    per_round = timing.MIN_TRIALS + 1                      # warm-up plus timed calls
+    assert "".join(order) == ("a" * per_round + "b" * per_round) * 3
+    assert [t.trials for t in pooled] == [3 * timing.MIN_TRIALS] * 2
+    assert rounds_seen == [(r, [(r + 1) * timing.MIN_TRIALS] * 2) for r in range(3)]
+    for t in pooled:
+        assert t.min_ms <= t.median_ms <= t.max_ms and len(t.samples_ms) == t.trials
