@@ -129,7 +129,7 @@ def run_example(module: ModuleType, *, size: str = "small", seed: int = 0,
 
 
 def _bench(module, compiled, inputs, result: ExampleResult) -> None:
-    from argus.bench.timing import measure
+    from argus.runtime.timing import measure
 
     ours = measure(lambda: compiled(*inputs), trials=100, warmup=10)
     result.ours_ms = ours.median_ms

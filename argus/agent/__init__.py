@@ -9,10 +9,10 @@ correctness, timings or cost-model estimates) and keeps what it learns.
 Pieces (one job per file): knowledge.py + cards/ (the technique cards), task.py and composer.py
 (what a task is, and KernelBench -> op family), families/ (schedule spaces, rules, rendering),
 cost_model.py, candidate.py, evaluate.py + worker.py (stage-by-stage evaluation in a subprocess),
-planner.py, bandit.py, llm/ (planners), store.py (experience SQLite; `best_schedule` for
-argus.ops), loop.py, report.py + plot.py (outputs), cli.py (`argus optimize`). See
-docs/agent.md. Names are imported lazily so that `argus.agent.store.best_schedule`, which
-argus.ops calls at run time, stays cheap.
+planner.py, bandit.py, llm/ (planners), store.py (experience SQLite; publishes measured GEMM
+winners to argus.ops's tuning cache), loop.py, report.py + plot.py (outputs), cli.py (`argus
+optimize`). See docs/agent.md. Names are imported lazily so that importing one piece (e.g.
+`argus.agent.store`) stays cheap.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "optimize": "argus.agent.loop", "OptimizeConfig": "argus.agent.loop",
-    "Optimizer": "argus.agent.loop", "RunResult": "argus.agent.loop",
+    "optimize": "argus.agent.loop", "OptimizeConfig": "argus.agent.result",
+    "Optimizer": "argus.agent.loop", "RunResult": "argus.agent.result",
     "compose": "argus.agent.composer", "NoTemplate": "argus.agent.composer",
     "TaskSpec": "argus.agent.task", "make_signature": "argus.agent.task",
     "load_cards": "argus.agent.knowledge", "retrieve": "argus.agent.knowledge",

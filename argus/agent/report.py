@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from argus.agent.plot import speed_svg, write_png_if_possible
-
-if TYPE_CHECKING:
-    from argus.agent.loop import RunResult
+from argus.agent.result import RunResult
 
 
 def _reference(result: "RunResult") -> tuple[str, float | None, str]:

@@ -3,8 +3,9 @@ trajectory, and the best-known kernel per task signature.
 
 It is what makes the planner learn across runs (per-card statistics become the bandit's
 priors; rows of similar tasks go into the LLM's prompt), what lets an interrupted run resume
-(its steps are read back in order), and the tuning cache `argus.ops` consults at call time
-through `best_schedule(signature)`.
+(its steps are read back in order), and the source of the agent's entries in `argus.ops`'s
+tuning cache: the default store publishes each new measured GEMM winner through
+`argus.ops.schedules.record_agent_choice` (ops sits below the agent and never reads this store).
 
 Invariants: a step is written in one transaction after it completes, so a killed run loses at
 most the step in flight; `best` only ever holds a correct candidate, keyed by how its time was
@@ -20,6 +21,7 @@ import os
 import sqlite3
 import statistics
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +57,12 @@ def default_path() -> Path:
 class ExperienceStore:
     """Read and write the experience database (safe to share between processes: WAL mode)."""
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, publish: bool | None = None):
         self.path = Path(path) if path else default_path()
+        # publish measured GEMM winners to argus.ops's tuning cache: by default only the default
+        # store does, so a run on a scratch database leaves the user's matmul choices alone
+        self.publish = (not path or self.path.resolve() == default_path().resolve()) \
+            if publish is None else publish
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(self.path, timeout=30.0)
         self.db.row_factory = sqlite3.Row
@@ -126,6 +132,24 @@ class ExperienceStore:
                         (sig, o.time_kind, task.family,
                          json.dumps(step.candidate.params_dict, sort_keys=True, default=str),
                          step.candidate.source, o.time_ms, run_id, step.index, time.time()))
+        if self.publish and task.family == "gemm" and o.ok and o.time_kind == "measured":
+            self._publish(sig)
+
+    def _publish(self, signature: str) -> None:
+        """Hand argus.ops what `best_schedule(signature)` answers: the measured best when it is
+        a schedule (no edited source), else no entry."""
+        from argus.ops.schedules import record_agent_choice  # ops loads the kernel library
+
+        row = self.db.execute("SELECT params, source, time_ms FROM best WHERE signature = ? AND "
+                              "time_kind = 'measured'", (signature,)).fetchone()
+        schedule_only = row is not None and not row["source"]
+        try:
+            record_agent_choice(signature, json.loads(row["params"]) if schedule_only else None,
+                                row["time_ms"] if schedule_only else None)
+        except OSError as e:  # the store keeps the result; only the shortcut for ops is lost
+            warnings.warn(f"agent store: could not publish the best schedule of {signature} to "
+                          f"the argus.ops tuning cache ({e}); fix: make ARGUS_CACHE_DIR "
+                          f"writable", stacklevel=2)
 
     def steps(self, run_id: str) -> list[Step]:
         rows = self.db.execute("SELECT data FROM steps WHERE run_id = ? ORDER BY idx",
@@ -179,8 +203,9 @@ class ExperienceStore:
 
 def best_schedule(signature: str, *, allow_estimates: bool = False,
                   path: str | Path | None = None) -> dict[str, Any] | None:
-    """The tuning-cache hook for `argus.ops`: the parameters of the fastest correct candidate the
-    agent measured for this signature (see task.make_signature / gemm_signature), or None.
+    """The parameters of the fastest correct candidate the agent measured for this signature
+    (see task.make_signature / gemm_signature), or None: what the default store publishes to
+    `argus.ops` (ExperienceStore._publish).
 
     Never raises and never creates the database: a missing or unreadable store means "no entry".
     Cost-model estimates are returned only with allow_estimates=True: they are not evidence.

@@ -36,8 +36,8 @@ SPLIT_NOTES = {
 def make_signature(family: str, shape: dict[str, int], dtype: str, extra: str = "") -> str:
     """The store key of a task: `family/dtype/M4096-N4096-K4096[/extra]` (shape keys sorted).
 
-    `argus.ops` builds the same string for a call (e.g. make_signature("gemm", {"M": m, "N": n,
-    "K": k}, "bf16")) and asks `argus.agent.store.best_schedule(signature)`.
+    A GEMM task's key is `argus.ops`' problem key instead (`gemm_signature`), under which the
+    store publishes its measured winners to ops (`argus.ops.schedules.record_agent_choice`).
     """
     dims = "-".join(f"{k}{int(v)}" for k, v in sorted(shape.items()))
     sig = f"{family}/{dtype}/{dims}"

@@ -1,9 +1,13 @@
-"""`@ag.kernel`: turn a Python function into a traced Argus kernel.
+"""The tracing half of `@ag.kernel`: a Python function → `ir.Kernel`.
 
 Parameters annotated `ag.Tensor["M", "K", ag.bf16]` are global tensors whose shape symbols
 become runtime i32 parameters; every other parameter is a compile-time value (a Schedule, an
-int tile size) passed by keyword. `trace(**constexprs)` runs the function once with symbolic
-handles and returns the `ir.Kernel`; results are cached per compile-time values.
+int tile size) passed by keyword. `KernelDef.trace(**constexprs)` runs the function once with
+symbolic handles and returns the `ir.Kernel`; results are cached per compile-time values.
+
+The dsl only traces: compiling, interpreting and calling a kernel need stages downstream of the
+dsl, so they live on top, in argus/kernel_api.py (`ag.kernel` and `ag.KernelFunction`, a
+subclass of `KernelDef`), and imports keep flowing one way (ARCHITECTURE.md §2).
 """
 
 from __future__ import annotations
@@ -74,8 +78,10 @@ def _cache_key(values: dict[str, Any]) -> tuple:
     return tuple(out)
 
 
-class KernelFunction:
-    """A kernel defined with `@ag.kernel`. Trace it, compile it, interpret it, or call it."""
+class KernelDef:
+    """A kernel's definition: its Python function, its tensor and compile-time parameters, and
+    its traces. `ag.kernel` returns the subclass `ag.KernelFunction`, which also compiles,
+    interprets and calls it."""
 
     def __init__(self, fn: Callable, threads: int | None = None,
                  cluster: tuple[int, int, int] = (1, 1, 1), name: str | None = None):
@@ -84,7 +90,6 @@ class KernelFunction:
         self.threads = threads
         self.cluster = tuple(cluster)
         self._traces: dict[Any, Kernel] = {}
-        self._compiled: dict[Any, Any] = {}
         functools.update_wrapper(self, fn)
         try:
             hints = inspect.get_annotations(fn, eval_str=True)
@@ -122,6 +127,11 @@ class KernelFunction:
             raise TraceError(f"kernel {self.name} has no compile-time parameter(s) "
                              f"{', '.join(sorted(unknown))}", _fn_loc(self.fn))
         return out
+
+    def cache_key(self, **constexprs: Any) -> tuple:
+        """The key of these compile-time values, defaults filled in: traces (here) and compiled
+        kernels (argus/kernel_api.py) are cached by it."""
+        return _cache_key(self.constexpr_values(constexprs))
 
     def trace(self, **constexprs: Any) -> Kernel:
         values = self.constexpr_values(constexprs)
@@ -171,36 +181,7 @@ class KernelFunction:
         check_kernel(kernel)
         return kernel
 
-    # -- running ---------------------------------------------------------------------------
-    def compile(self, **constexprs: Any):
-        """The CompiledKernel for these compile-time values (built once, then cached)."""
-        from argus import compiler
-
-        values = self.constexpr_values(constexprs)
-        key = _cache_key(values)
-        if key not in self._compiled:
-            self._compiled[key] = compiler.compile_kernel(self, **constexprs)
-        return self._compiled[key]
-
-    def interpret(self, *arrays, **constexprs: Any):
-        """Run the kernel in the numpy interpreter (no GPU); outputs are written in place."""
-        from argus.runtime import interp
-
-        return interp.run(self.trace(**constexprs), *arrays)
-
-    def __call__(self, *tensors, **constexprs: Any):
-        return self.compile(**constexprs)(*tensors)
-
 
 def _fn_loc(fn: Callable) -> Loc:
     code = fn.__code__
     return Loc(code.co_filename, code.co_firstlineno, fn.__name__)
-
-
-def kernel(fn: Callable | None = None, *, threads: int | None = None,
-           cluster: tuple[int, int, int] = (1, 1, 1), name: str | None = None):
-    """Decorate a Python function as an Argus kernel: `@ag.kernel` or
-    `@ag.kernel(threads=256, cluster=(2, 1, 1))`."""
-    if fn is None:
-        return lambda f: KernelFunction(f, threads=threads, cluster=cluster, name=name)
-    return KernelFunction(fn, threads=threads, cluster=cluster, name=name)

@@ -360,21 +360,16 @@ class Pipe:
                              "that differs between threads", loc,
                              fix="pipeline steps are warpgroup-wide: guard them with a uniform "
                                  "condition or none")
-        from argus.dsl.carry import CarryScope  # carry builds on this module's handles
-        from argus.ir.core import Region
-
         stage = ctx.builder.fresh(ScalarType(dtypes.i32), "st")
         ctx.open_pipeline_steps += 1
-        scope = CarryScope("pipeline step")
         try:
             with ctx.builder.region() as body:
                 yield Scalar(stage)
         finally:
             ctx.open_pipeline_steps -= 1
-        before, ops = scope.close(list(body), loc, induction=(stage,))
-        for op in before:
-            _emit(op)
-        _emit(cls(stage, self.value, Region(tuple(ops)), loc=loc))
+        from argus.ir.core import Region
+
+        _emit(cls(stage, self.value, Region(tuple(body)), loc=loc))
 
     @contextlib.contextmanager
     def produce(self) -> Iterator[Scalar]:

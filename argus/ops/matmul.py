@@ -202,7 +202,7 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
                               fix="use GemmSchedule(epilogue='direct')")
         if chosen.split_k > 1:
             split_k.check(k, chosen.split_k, problem.batch)
-            compiled = split_k.SplitKMatmul(problem, chosen)
+            compiled = split_k.SplitKMatmul(problem, chosen, *kernel_for(problem, chosen))
         else:
             kernel, run = kernel_for(problem, chosen)
             compiled = kernel.compile(s=run)

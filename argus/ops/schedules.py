@@ -4,8 +4,10 @@ and records the winner with a fingerprint of the candidate set, so a shape is tu
 card, and again only when a new Argus offers other candidates for it.
 
 The cache is one JSON file per GPU name under $ARGUS_CACHE_DIR/matmul (default
-~/.cache/argus/matmul); entries are keyed by the problem signature. The agent's experience
-store, when present, is consulted too (`argus.agent.store.best_schedule`).
+~/.cache/argus/matmul); entries are keyed by the problem signature. The agent publishes its
+measured winners through `record_agent_choice` into one more file, for every card (its store
+does not say which card measured them); ops never reads the agent's store, since ops sits
+below the agent (ARCHITECTURE.md §2).
 """
 
 from __future__ import annotations
@@ -248,15 +250,27 @@ def choose(problem: Problem, gpu: str | None) -> GemmSchedule:
                 return GemmSchedule(**entry["schedule"])
             except (TypeError, ValueError):
                 pass  # written by another version of GemmSchedule: ignore it
-        try:
-            from argus.agent.store import best_schedule
-        except ImportError:
-            best_schedule = None
-        if best_schedule is not None:
-            found = best_schedule(problem.key)
-            if found:
-                try:
-                    return GemmSchedule(**found)
-                except (TypeError, ValueError):
-                    pass
+        found = load_agent_choices().get(problem.key)
+        if found:
+            try:
+                return GemmSchedule(**found["schedule"])
+            except (KeyError, TypeError, ValueError):
+                pass  # written by another version of GemmSchedule: ignore it
     return heuristic(problem)
+
+
+# The agent's choices: tuning-cache kind and "GPU" name of the one file that holds them
+AGENT_KIND, AGENT_GPU = "matmul_agent", "any"
+
+
+def load_agent_choices() -> dict:
+    return tuning_cache.load(AGENT_KIND, AGENT_GPU)
+
+
+def record_agent_choice(key: str, params: dict | None, ms: float | None = None) -> None:
+    """The agent's way into the matmul tuning cache: `params` (GemmSchedule fields) is the
+    fastest correct schedule it measured for the problem whose `Problem.key` is `key` (a GEMM
+    task's signature is that key), or None to withdraw its entry. `choose` prefers a fresh
+    `tune_matmul` entry for the card, then this, then the heuristic."""
+    entry = None if params is None else {"schedule": dict(params), "ms": ms}
+    tuning_cache.write(AGENT_KIND, AGENT_GPU, key, entry)

@@ -63,12 +63,11 @@ def check(k: int, splits: int, batch: int) -> None:
 
 class SplitKMatmul:
     """A compiled split-K matmul for one problem kind: the batched kernel over the K-slice
-    views into an fp32 workspace, then the fixed-order sum into `out`."""
+    views into an fp32 workspace, then the fixed-order sum into `out`. The caller passes
+    `argus.ops.schedules.kernel_for(problem, schedule)` as (kernel, partial_schedule): schedules
+    imports this module (`why_not`), so this module does not import schedules."""
 
-    def __init__(self, problem, schedule):
-        from argus.ops.schedules import kernel_for  # schedules imports this module
-
-        kernel, partial_schedule = kernel_for(problem, schedule)
+    def __init__(self, problem, schedule, kernel, partial_schedule):
         self.layout, self.splits = problem.b_layout, schedule.split_k
         self.partial = kernel.compile(s=partial_schedule)
         self.reduce = split_k_sum_kernel(dtypes.from_name(problem.out_dtype),

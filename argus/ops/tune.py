@@ -86,7 +86,7 @@ def _tune(problem, a, b, out, trials, finalists, rounds, record, progress) -> Tu
     """tune_matmul's two passes on checked, problem-shaped operands."""
     import torch
 
-    from argus.bench.timing import MIN_TRIALS, measure, measure_alternating
+    from argus.runtime.timing import MIN_TRIALS, measure, measure_alternating
     from argus.ops import matmul
     from argus.ops.matmul import device_name, forget_choices
 

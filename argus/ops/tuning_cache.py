@@ -29,10 +29,20 @@ def load(kind: str, gpu: str) -> dict:
 def record(kind: str, gpu: str, key: str, schedule, ms: float, **extra) -> None:
     """Record `schedule` (a dataclass) as the choice for problem `key`, with `extra` fields
     (e.g. the fingerprint of the candidates it was chosen from)."""
+    write(kind, gpu, key, {"schedule": dataclasses.asdict(schedule), "ms": ms, **extra})
+
+
+def write(kind: str, gpu: str, key: str, entry: dict | None) -> None:
+    """Set the entry of problem `key` to `entry` (a JSON-able dict), or remove it with None."""
     path = cache_file(kind, gpu)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = load(kind, gpu)
-    data[key] = {"schedule": dataclasses.asdict(schedule), "ms": ms, **extra}
+    if entry is None:
+        if key not in data:
+            return
+        del data[key]
+    else:
+        data[key] = entry
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)

@@ -29,6 +29,7 @@ from typing import Any
 from argus import dtypes
 from argus.dtypes import DType
 from argus.errors import LaunchError
+from argus.runtime import context
 
 SWIZZLE_BYTES = (0, 32, 64, 128)
 L2_PROMOTION_BYTES = (0, 64, 128, 256)
@@ -199,16 +200,14 @@ def encode_tensor_map(spec: TensorMapSpec, *, l2_promotion: int = 256, device: i
                       tensor: Any = None, name: str = "tensor") -> TensorMap:
     """cuTensorMapEncodeTiled for a validated spec: element strides 1, no interleave, the
     spec's swizzle, out-of-bounds elements zero-filled (FLOAT_OOB_FILL_NONE)."""
-    from argus.runtime.driver import _driver, check_cuda, ensure_context
-
     if l2_promotion not in L2_PROMOTION_BYTES:
         raise _fail(name, f"l2_promotion={l2_promotion} is not one of {L2_PROMOTION_BYTES}",
                     "use 256 (default) or 128")
-    ensure_context(device)
-    driver = _driver()
+    context.ensure_context(device)
+    driver = context._driver()
     swizzle = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}[spec.swizzle_bytes]
     l2 = {0: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}[l2_promotion]
-    encoded = check_cuda(driver.cuTensorMapEncodeTiled(
+    encoded = context.check_cuda(driver.cuTensorMapEncodeTiled(
         getattr(driver.CUtensorMapDataType, _TMA_DTYPES[spec.dtype]),
         spec.rank,
         spec.address,

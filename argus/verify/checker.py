@@ -50,9 +50,13 @@ class Report:
 def _as_kernel(kernel: Any, lower: bool | None, constexprs: dict) -> Kernel:
     if not isinstance(kernel, Kernel) and hasattr(kernel, "trace"):  # a KernelFunction
         if lower:
-            from argus.compiler import lower_only  # trace, infer layouts, lower
-
-            kernel = lower_only(kernel, **constexprs)
+            # The kernel lowers itself (ag.KernelFunction.lower: trace, infer layouts, lower):
+            # the verifier reads IR and never imports the compiler that sits on top of it.
+            if not hasattr(kernel, "lower"):
+                raise TypeError(f"verify.run(lower=True) got {type(kernel).__name__}, which "
+                                f"cannot lower itself; pass an @ag.kernel function, or lower "
+                                f"it first (argus.compiler.lower_only) and pass the ir.Kernel")
+            kernel = kernel.lower(**constexprs)
         else:
             kernel = kernel.trace(**constexprs)
     elif constexprs:

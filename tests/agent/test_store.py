@@ -57,13 +57,19 @@ def test_best_schedule_is_the_ops_tuning_cache(tmp_path, monkeypatch):
     assert best_schedule("no/such/signature", path=db) is None
     (tmp_path / "broken.sqlite").write_text("not a database")
     assert best_schedule(TASK.signature(), path=tmp_path / "broken.sqlite") is None
-    # argus.ops asks with its own problem key, which is the GEMM task's signature
+    # argus.ops asks with its own problem key, which is the GEMM task's signature; the default
+    # store publishes its measured winner there (ops never reads the agent's store), a store
+    # elsewhere does not
     from argus.ops.schedules import Problem, choose
 
-    monkeypatch.setenv("ARGUS_AGENT_DB", str(db))
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
     problem = Problem(512, 1024, 256, 1, "bf16", "bf16", "nk", True)
     assert problem.key == TASK.signature()
+    assert choose(problem, "NVIDIA H200") != GemmSchedule(**tuned)   # scratch db: nothing
+    monkeypatch.setenv("ARGUS_AGENT_DB", str(tmp_path / "default.sqlite"))
+    with ExperienceStore() as store:
+        store.start_run("r", TASK, {}, "")
+        store.record_step("r", TASK, _step(0, tuned, ms=0.01))
     assert choose(problem, "NVIDIA H200") == GemmSchedule(**tuned)
 
 

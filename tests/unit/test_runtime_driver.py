@@ -145,6 +145,7 @@ class _SignatureCheckingDriver:
 def fake_gpu(monkeypatch):
     from cuda.bindings import driver as real
 
+    from argus.runtime import context as context_mod
     from argus.runtime import driver as driver_mod
 
     try:
@@ -154,9 +155,10 @@ def fake_gpu(monkeypatch):
         if type(exc).__name__ != "DynamicLibNotFoundError":
             pytest.skip(f"unexpected driver probe result {exc!r}")
     proxy = _SignatureCheckingDriver(real)
-    monkeypatch.setattr(driver_mod, "_driver", lambda: proxy)
+    for mod in (context_mod, driver_mod):  # the launcher and the context plumbing it imports
+        monkeypatch.setattr(mod, "_driver", lambda: proxy)
     for cache in (driver_mod._MODULES, driver_mod._FUNCTIONS, driver_mod._SMEM_OPT_IN,
-                  driver_mod._CONTEXTS):
+                  context_mod._CONTEXTS):
         cache.clear()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "init", lambda: None)
@@ -168,7 +170,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
     yield proxy
     for cache in (driver_mod._MODULES, driver_mod._FUNCTIONS, driver_mod._SMEM_OPT_IN,
-                  driver_mod._CONTEXTS):
+                  context_mod._CONTEXTS):
         cache.clear()
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import argus.ops
-from argus.bench import timing
+from argus.runtime import timing
 from argus.ops import tune_matmul
 from argus.ops.schedules import candidates
 

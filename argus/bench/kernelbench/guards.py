@@ -36,6 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 def _clock_targets() -> list[tuple[str, Any, str]]:
     """(label, owner, attribute) of everything whose replacement would fool timing or judging."""
     from argus.bench import timing
+    from argus.runtime import timing as runtime_timing  # the implementation and its clocks
 
     targets: list[tuple[str, Any, str]] = []
     for attr in ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
@@ -52,9 +53,10 @@ def _clock_targets() -> list[tuple[str, Any, str]]:
         targets.append((f"torch.{attr}", torch, attr))
     targets.append(("torch.profiler.profile", torch.profiler, "profile"))
     targets.append(("json.dumps", json, "dumps"))
-    for attr in sorted(vars(timing)):
-        if attr.startswith("_") and not attr.startswith("__") or attr in ("measure", "Timing"):
-            targets.append((f"argus.bench.timing.{attr}", timing, attr))
+    for module in (runtime_timing, timing):
+        for attr in sorted(vars(module)):
+            if attr.startswith("_") and not attr.startswith("__") or attr in ("measure", "Timing"):
+                targets.append((f"{module.__name__}.{attr}", module, attr))
     return targets
 
 

@@ -1,0 +1,60 @@
+"""`@ag.kernel` and `ag.KernelFunction`: the kernel object users hold, which traces, compiles,
+interprets and calls.
+
+Job: put the running half of a kernel on top of the pipeline. Tracing is the dsl's
+(`argus.dsl.kernel.KernelDef`); compiling needs every stage (argus/compiler.py) and interpreting
+needs the runtime's interpreter, so those methods live here, above the stages, and the dsl
+imports nothing downstream of it (ARCHITECTURE.md §2; tests/unit/test_import_direction.py).
+
+Invariant: one CompiledKernel per kernel and compile-time values (defaults filled in), built on
+the first call and cached on the KernelFunction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from argus.dsl.kernel import KernelDef
+
+
+class KernelFunction(KernelDef):
+    """A kernel defined with `@ag.kernel`. Trace it, compile it, interpret it, or call it."""
+
+    def __init__(self, fn: Callable, threads: int | None = None,
+                 cluster: tuple[int, int, int] = (1, 1, 1), name: str | None = None):
+        super().__init__(fn, threads=threads, cluster=cluster, name=name)
+        self._compiled: dict[Any, Any] = {}
+
+    def compile(self, **constexprs: Any):
+        """The CompiledKernel for these compile-time values (built once, then cached)."""
+        from argus import compiler  # loaded on first use: `import argus` stays light
+
+        key = self.cache_key(**constexprs)
+        if key not in self._compiled:
+            self._compiled[key] = compiler.compile_kernel(self, **constexprs)
+        return self._compiled[key]
+
+    def lower(self, **constexprs: Any):
+        """Trace, infer layouts and lower (no verification, no compilation): the lowered
+        `ir.Kernel` that `argus.verify.run(kernel_fn, lower=True)` checks."""
+        from argus.compiler import lower_only
+
+        return lower_only(self, **constexprs)
+
+    def interpret(self, *arrays, **constexprs: Any):
+        """Run the kernel in the numpy interpreter (no GPU); outputs are written in place."""
+        from argus.runtime import interp
+
+        return interp.run(self.trace(**constexprs), *arrays)
+
+    def __call__(self, *tensors, **constexprs: Any):
+        return self.compile(**constexprs)(*tensors)
+
+
+def kernel(fn: Callable | None = None, *, threads: int | None = None,
+           cluster: tuple[int, int, int] = (1, 1, 1), name: str | None = None):
+    """Decorate a Python function as an Argus kernel: `@ag.kernel` or
+    `@ag.kernel(threads=256, cluster=(2, 1, 1))`."""
+    if fn is None:
+        return lambda f: KernelFunction(f, threads=threads, cluster=cluster, name=name)
+    return KernelFunction(fn, threads=threads, cluster=cluster, name=name)
