@@ -9,7 +9,7 @@
 
 from argus.dsl.api import (abs_, cdiv, cluster_rank, erf, exp, exp2, full, grid, ldmatrix, load,
                            load_scalar, log, maximum, minimum, pipeline, range, relu, role, rsqrt,
-                           sigmoid, smem, sqrt, stmatrix, store, tanh, thread_index, tma, wgmma,
+                           scalar, sigmoid, smem, sqrt, stmatrix, store, tanh, thread_index, tma, wgmma,
                            when, where, zeros)
 from argus.dsl.kernel import Tensor
 from argus.dsl.tags import (opaque, sym, tag, tag_all, tag_any, tag_assert, tag_assume, tag_fn,
@@ -32,7 +32,7 @@ def compile(kernel_fn: KernelFunction, *, verify: bool | None = None, **constexp
 __all__ = [
     "abs_", "cdiv", "cluster_rank", "erf", "exp", "exp2", "full", "grid", "ldmatrix", "load",
     "load_scalar", "log", "maximum",
-    "minimum", "pipeline", "range", "relu", "role", "rsqrt", "sigmoid", "smem", "sqrt",
+    "minimum", "pipeline", "range", "relu", "role", "rsqrt", "scalar", "sigmoid", "smem", "sqrt",
     "stmatrix", "store", "tanh", "thread_index", "tma", "wgmma", "when", "where", "zeros",
     "KernelFunction", "Tensor", "kernel", "compile", "bf16", "e4m3", "f16", "f32", "f64", "i1", "i32",
     "i64", "u32", "ArgusError", "CompileError", "Diagnostic", "IRError", "LaunchError",

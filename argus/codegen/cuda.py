@@ -784,9 +784,34 @@ class _Emitter:
         for i in range(lay.nregs):
             self.emit(f"{info.name}[{i}] = {expr(i)};")
 
+    def op_Var(self, op: O.Var) -> None:
+        """A variable: a register array (tile) or a mutable C scalar, copied from its init."""
+        if isinstance(op.result.type, ScalarType):
+            n = f"v{op.result.id}"
+            self.emit(f"{_SCALAR_C[op.result.type.dtype.name]} {n} = {self.name(op.init)};")
+            self.names[op.result.id] = n
+            return
+        info = self.declare_tile(op.result, op.loc)
+        for i in range(info.layout.nregs):
+            self.emit(f"{info.name}[{i}] = {self.tile_expr(op.init, i, info.layout)};")
+
     def op_Assign(self, op: O.Assign) -> None:
+        if isinstance(op.dst.type, ScalarType):
+            self.emit(f"{self.name(op.dst)} = {self.name(op.src)};")
+            return
         dst = self.tiles[op.dst.id]
+        # every element of the source is read before any is written: when register i's new
+        # value reads another register of the destination (a broadcast of its own row
+        # maximum, a slice), the new values go through temporaries first
         exprs = [self.tile_expr(op.src, i, dst.layout) for i in range(dst.layout.nregs)]
+        if any(not _reads_only_register(e, dst.name, i) for i, e in enumerate(exprs)):
+            self.emit("{")
+            for i, e in enumerate(exprs):
+                self.emit(f"    const auto assign_tmp{i} = {e};")
+            for i in range(len(exprs)):
+                self.emit(f"    {dst.name}[{i}] = assign_tmp{i};")
+            self.emit("}")
+            return
         for i, e in enumerate(exprs):
             self.emit(f"{dst.name}[{i}] = {e};")
 
@@ -916,6 +941,13 @@ class _Emitter:
             self.emit("}")
         self.indent -= 1
         self.emit("}")
+
+
+def _reads_only_register(expr: str, array: str, index: int) -> bool:
+    """Whether `expr` reads no register of `array` other than `array[index]`."""
+    import re
+
+    return all(int(m) == index for m in re.findall(rf"\b{re.escape(array)}\[(\d+)\]", expr))
 
 
 # Ops that may run while a consumer's last wgmma group is still in flight.

@@ -13,9 +13,11 @@ from typing import Iterator
 
 from argus import dtypes
 from argus.dtypes import DType
+from argus.dsl.carry import CarryScope
 from argus.dsl.tracing import current, user_loc
-from argus.dsl.values import (Pipe, Scalar, SmemBuffer, SmemView, TensorArg, Tile, as_scalar,
-                              elementwise)
+from argus.dsl.pipe import Pipe
+from argus.dsl.values import (Scalar, SmemBuffer, SmemView, TensorArg, Tile, as_scalar,
+                              const_scalar, elementwise)
 from argus.errors import TraceError
 from argus.ir import ops as O
 from argus.ir.core import Region
@@ -70,6 +72,18 @@ def cdiv(a, b):
     return (as_scalar(a) + b - 1) // b
 
 
+def scalar(value: int | float | bool, dtype: DType | None = None) -> Scalar:
+    """A runtime scalar holding `value` (i32 for ints, f32 for floats unless `dtype` says
+    otherwise): a start value that a loop can carry, e.g. `total = ag.scalar(0)`."""
+    current("ag.scalar")
+    if not isinstance(value, (int, float, bool)):
+        raise TraceError(f"ag.scalar takes a Python number, got {type(value).__name__}",
+                         user_loc())
+    if dtype is not None and dtype.is_float:
+        value = float(value)
+    return const_scalar(value, dtype)
+
+
 def thread_index() -> Scalar:
     """This thread's index in the executing group: a non-uniform value."""
     ctx = current("ag.thread_index")
@@ -92,9 +106,13 @@ def range(start, stop=None, step: int = 1) -> Iterator[Scalar]:  # noqa: A001 - 
         raise TraceError(f"ag.range step must be positive, got {step}", loc)
     start_v, stop_v, step_v = (as_scalar(x).value for x in (start, stop, step))
     var = ctx.builder.fresh(ScalarType(dtypes.i32), "i")
+    scope = CarryScope("ag.range loop")
     with ctx.builder.region() as body:
         yield Scalar(var)
-    ctx.builder.append(O.For(var, start_v, stop_v, step_v, Region(tuple(body)), loc=loc))
+    before, ops = scope.close(list(body), loc, induction=(var,))
+    for op in before:
+        ctx.builder.append(op)
+    ctx.builder.append(O.For(var, start_v, stop_v, step_v, Region(tuple(ops)), loc=loc))
 
 
 @contextlib.contextmanager
@@ -105,13 +123,17 @@ def when(cond) -> Iterator[None]:
     c = as_scalar(cond)
     if not c.uniform:
         ctx.nonuniform_guards += 1
+    scope = CarryScope("ag.when block")
     try:
         with ctx.builder.region() as body:
             yield
     finally:
         if not c.uniform:
             ctx.nonuniform_guards -= 1
-    ctx.builder.append(O.If(c.value, Region(tuple(body)), loc=loc))
+    before, ops = scope.close(list(body), loc)
+    for op in before:
+        ctx.builder.append(op)
+    ctx.builder.append(O.If(c.value, Region(tuple(ops)), loc=loc))
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""Trace-time handles for IR values: Scalar, Tile, TensorArg, SmemBuffer, SmemView, Pipe.
+"""Trace-time handles for IR values: Scalar, Tile, TensorArg, SmemBuffer, SmemView.
 
 Operators on these handles record IR ops; plain Python numbers fold at trace time. A handle
 never holds data: using one in Python control flow (`if`, `bool`, `int`) is a TraceError that
@@ -7,8 +7,6 @@ points the user at `ag.when` / `ag.range`.
 
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator
 
 from argus import dtypes
 from argus.dtypes import DType
@@ -337,44 +335,3 @@ class SmemView:
         row0 = self.row0 if isinstance(self.row0, int) else as_scalar(self.row0).value
         _emit(O.SmemSlice(v, self.buffer.value, stage, row0, loc=user_loc()))
         return v
-
-
-class Pipe:
-    """A producer/consumer ring. `produce()`/`consume()` open one pipeline step and yield the
-    stage index; the compiler derives stage and phase parity from per-role step counters."""
-
-    def __init__(self, value: Value):
-        self.value = value
-
-    @property
-    def stages(self) -> int:
-        return self.value.type.stages
-
-    def _step(self, cls) -> Iterator[Scalar]:
-        ctx = current()
-        loc = user_loc()
-        if ctx.in_role is None and ctx.any_role:
-            raise TraceError("pipeline steps must be inside an ag.role", loc)
-        if ctx.nonuniform_guards:
-            raise TraceError("a pipeline step (mbarrier wait/arrive) is guarded by a condition "
-                             "that differs between threads", loc,
-                             fix="pipeline steps are warpgroup-wide: guard them with a uniform "
-                                 "condition or none")
-        stage = ctx.builder.fresh(ScalarType(dtypes.i32), "st")
-        ctx.open_pipeline_steps += 1
-        try:
-            with ctx.builder.region() as body:
-                yield Scalar(stage)
-        finally:
-            ctx.open_pipeline_steps -= 1
-        from argus.ir.core import Region
-
-        _emit(cls(stage, self.value, Region(tuple(body)), loc=loc))
-
-    @contextlib.contextmanager
-    def produce(self) -> Iterator[Scalar]:
-        yield from self._step(O.Produce)
-
-    @contextlib.contextmanager
-    def consume(self) -> Iterator[Scalar]:
-        yield from self._step(O.Consume)

@@ -377,8 +377,23 @@ class TileSlice(Op):
 
 
 @dataclass(frozen=True)
+class Var(Op):
+    """A variable (a register tile or a runtime scalar) initialized with a copy of `init`, of
+    the same type. `assign` updates it; every read of `result` sees the latest assignment in
+    program order. This is how a value rebound in an `ag.range` / `ag.when` body or a pipeline
+    step carries to the next iteration and out of the region: `var` before the region,
+    `assign` at the end of its body (argus/dsl/carry.py)."""
+
+    NAME = "var"
+    RESULTS = ("result",)
+    result: Value
+    init: Value
+
+
+@dataclass(frozen=True)
 class Assign(Op):
-    """Overwrite tile variable `dst` with `src` (same shape and dtype): the loop-carried update."""
+    """Overwrite variable `dst` (a `var`, or a tile that wgmma accumulates into) with `src`
+    (same shape and dtype for tiles, same type for scalars): the loop-carried update."""
 
     NAME = "assign"
     dst: Value
@@ -401,5 +416,6 @@ ALL_OPS: dict[str, type[Op]] = {
     for cls in (Const, Arith, GridIds, ClusterRank, ThreadIndex, For, If, RoleOp, SmemAlloc,
                 SmemSlice,
                 PipelineCreate, Produce, Consume, TmaLoad, TmaStore, Wgmma, StMatrix, LdMatrix,
-                Load, LoadScalar, Store, Full, Elementwise, Convert, Reduce, TileSlice, Assign)
+                Load, LoadScalar, Store, Full, Elementwise, Convert, Reduce, TileSlice, Var,
+                Assign)
 }

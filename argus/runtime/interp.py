@@ -271,8 +271,15 @@ class _Interp:
             index = [slice(None)] * src.ndim
             index[op.axis] = slice(op.start, op.start + op.result.type.shape[op.axis])
             env[op.result.id] = src[tuple(index)]
+        elif isinstance(op, O.Var):
+            init = self.val(g, op.init)
+            env[op.result.id] = (np.array(init, dtype=init.dtype, copy=True)
+                                 if isinstance(init, np.ndarray) else init)
         elif isinstance(op, O.Assign):
-            self.val(g, op.dst)[...] = self.val(g, op.src)
+            if isinstance(op.dst.type, TileType):
+                self.val(g, op.dst)[...] = self.val(g, op.src)
+            else:
+                env[op.dst.id] = self.val(g, op.src)
         elif is_tag_op(op):
             pass  # tags and tag assertions are for the verifier; they change no data
         else:

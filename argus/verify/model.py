@@ -534,6 +534,17 @@ class Model:
                 return src.fn(tuple(x + start if d == axis else x for d, x in enumerate(idx)))
             self._set_tile(op.result, fn, op, f"columns/rows from {start} of {src.what}")
             self.tiles[op.result.id].layout = src.layout
+        elif isinstance(op, O.Var) and isinstance(op.result.type, ScalarType):
+            # a scalar variable that something assigns takes other values in later iterations
+            # (or after an ag.when): an opaque term, so whatever is proven holds for all of them
+            sym[op.result.id] = (fresh_int(f"var{op.result.id}") if op.result.id in
+                                 self._assigned_vars() else self.scalar(op.init))
+        elif isinstance(op, O.Var):
+            src = self.tile(op.init)
+            self.tiles[op.result.id] = TileState(src.shape, src.layout, src.fn, op.loc, src.what)
+            self._def_seq[op.result.id] = next(self._seq)
+        elif isinstance(op, O.Assign) and isinstance(op.dst.type, ScalarType):
+            pass  # the variable is opaque (see O.Var above)
         elif isinstance(op, O.Assign):
             src = self.tile(op.src)
             self.tiles[op.dst.id] = TileState(self.tile(op.dst).shape, src.layout, src.fn,
@@ -646,6 +657,13 @@ class Model:
             if not _is_zero(n):
                 counters[pid] = _num(counters.get(pid, 0)) + trip * n
 
+    def _assigned_vars(self) -> set[int]:
+        """Ids of the variables (`var`) that some `assign` updates."""
+        if not hasattr(self, "_assigned_var_ids"):
+            self._assigned_var_ids = {op.dst.id for op in self.kernel.walk()
+                                      if isinstance(op, O.Assign)}
+        return self._assigned_var_ids
+
     def _prime_scalars(self, region: Region) -> None:
         """Evaluate the scalars of a region (constants, arithmetic, loop indices) without
         recording anything, so counts over it can be formed before it is walked."""
@@ -660,6 +678,12 @@ class Model:
             elif isinstance(op, O.For):
                 self.sym[op.var.id] = self._var(f"i{op.var.id}", VarInfo(
                     "loop", f"loop index at {op.loc}", op.var, op))
+            elif isinstance(op, O.Var) and isinstance(op.result.type, ScalarType) and \
+                    op.result.id not in self.sym:
+                self.sym[op.result.id] = (fresh_int(f"var{op.result.id}") if op.result.id in
+                                          self._assigned_vars() else
+                                          self.sym.get(op.init.id,
+                                                       fresh_int(f"var{op.result.id}")))
             elif isinstance(op, (O.Produce, O.Consume)) and op.stage.id not in self.sym:
                 self.sym[op.stage.id] = fresh_int(f"stage{op.stage.id}")
 

@@ -1,0 +1,68 @@
+"""The pipeline handle: `pipe = ag.pipeline(stages)`; `with pipe.produce() as stage:` and
+`with pipe.consume() as stage:` open one step of the mbarrier ring.
+
+Job: record Produce/Consume regions; the compiler derives every stage index and phase parity
+from per-role step counters (lower/pipeline.py). A tile rebound inside a step carries out of
+it (argus/dsl/carry.py), as in any other traced region.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from argus import dtypes
+from argus.dsl.carry import CarryScope
+from argus.dsl.tracing import current, user_loc
+from argus.dsl.values import Scalar
+from argus.errors import TraceError
+from argus.ir import ops as O
+from argus.ir.core import Region, Value
+from argus.ir.types import ScalarType
+
+
+def _emit(op):
+    return current().builder.append(op)
+
+
+class Pipe:
+    """A producer/consumer ring. `produce()`/`consume()` open one pipeline step and yield the
+    stage index; the compiler derives stage and phase parity from per-role step counters."""
+
+    def __init__(self, value: Value):
+        self.value = value
+
+    @property
+    def stages(self) -> int:
+        return self.value.type.stages
+
+    def _step(self, cls) -> Iterator[Scalar]:
+        ctx = current()
+        loc = user_loc()
+        if ctx.in_role is None and ctx.any_role:
+            raise TraceError("pipeline steps must be inside an ag.role", loc)
+        if ctx.nonuniform_guards:
+            raise TraceError("a pipeline step (mbarrier wait/arrive) is guarded by a condition "
+                             "that differs between threads", loc,
+                             fix="pipeline steps are warpgroup-wide: guard them with a uniform "
+                                 "condition or none")
+        stage = ctx.builder.fresh(ScalarType(dtypes.i32), "st")
+        ctx.open_pipeline_steps += 1
+        scope = CarryScope("pipeline step")
+        try:
+            with ctx.builder.region() as body:
+                yield Scalar(stage)
+        finally:
+            ctx.open_pipeline_steps -= 1
+        before, ops = scope.close(list(body), loc, induction=(stage,))
+        for op in before:
+            _emit(op)
+        _emit(cls(stage, self.value, Region(tuple(ops)), loc=loc))
+
+    @contextlib.contextmanager
+    def produce(self) -> Iterator[Scalar]:
+        yield from self._step(O.Produce)
+
+    @contextlib.contextmanager
+    def consume(self) -> Iterator[Scalar]:
+        yield from self._step(O.Consume)

@@ -1,0 +1,203 @@
+"""Loop-carried values (argus/dsl/carry.py): a tile or runtime scalar rebound inside an
+`ag.range` body, an `ag.when` block or a pipeline step carries to the next iteration and out of
+the region, as in plain Python; the IR states it (`var` before the region, `assign` at the end
+of its body), the interpreter, codegen and the verifier read it, and misuse is a TraceError at
+the user's line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import argus as ag
+from argus import codegen
+from argus.compiler import lower_only
+from argus.errors import TraceError
+from argus.ir import ops as O
+from argus.ir.parser import parse_kernel
+from argus.ir.printer import print_kernel
+
+BN = 256
+
+
+@ag.kernel(threads=128)
+def running_max(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["M", "W", ag.f32],
+                BN: int = BN):
+    """Per row, the elementwise max over column blocks, and how many blocks it saw."""
+    (row,) = ag.grid(X.shape[0])
+    best = ag.full((1, BN), float("-inf"))
+    blocks = ag.scalar(0)
+    for j in ag.range(ag.cdiv(X.shape[1], BN)):
+        best = ag.maximum(best, ag.load(X, (row, j * BN), (1, BN), other=float("-inf")))
+        blocks = blocks + 1
+    with ag.when(blocks > 2):
+        best = best * 2.0  # only rows of more than two blocks are doubled
+    ag.store(Y, (row, 0), best)
+
+
+def _running_max_ref(x: np.ndarray) -> np.ndarray:
+    blocks = -(-x.shape[1] // BN)
+    pad = np.full((x.shape[0], blocks * BN), -np.inf, dtype=np.float32)
+    pad[:, :x.shape[1]] = x
+    best = pad.reshape(x.shape[0], blocks, BN).max(axis=1)
+    return best * 2.0 if blocks > 2 else best
+
+
+@pytest.mark.parametrize("n", [100, 700, 1000])
+def test_running_max_matches_numpy(n):
+    x = np.random.default_rng(n).standard_normal((3, n)).astype(np.float32)
+    y = np.zeros((3, BN), np.float32)
+    running_max.interpret(x, y)
+    np.testing.assert_array_equal(y, _running_max_ref(x))
+
+
+def test_carried_values_are_explicit_in_the_ir_and_round_trip():
+    k = running_max.trace()
+    text = print_kernel(k)
+    assert parse_kernel(text) == k
+    loop = next(op for op in k.body.ops if isinstance(op, O.For))
+    cond = next(op for op in k.body.ops if isinstance(op, O.If))
+    vars_ = [op for op in k.body.ops if isinstance(op, O.Var)]
+    assert len(vars_) == 3  # best and blocks before the loop, best before the ag.when
+    assigned = [op.dst for op in loop.body.ops if isinstance(op, O.Assign)]
+    assert {v.id for v in assigned} == {v.result.id for v in vars_[:2]}
+    assert isinstance(cond.body.ops[-1], O.Assign)
+
+
+def test_carried_kernel_renders_and_builds_for_sm90a():
+    text = codegen.render(lower_only(running_max)).text
+    # the scalar variable is mutable and updated at the end of the loop body
+    assert any(line.strip().startswith("int v") and "= 0;" in line for line in text.splitlines())
+    from argus.compiler import compile_kernel
+
+    compiled = compile_kernel(running_max)
+    assert compiled.binary
+
+
+def test_verifier_reads_carried_values():
+    from argus import verify
+
+    errors = [d for d in verify.check(lower_only(running_max)) if d.severity == "error"]
+    assert not errors, errors
+
+
+@ag.kernel(threads=128)
+def swap_each_iteration(X: ag.Tensor["N", ag.f32], Y: ag.Tensor["N", ag.f32],
+                        Z: ag.Tensor["N", ag.f32], T: ag.Tensor["T", ag.f32]):
+    (pid,) = ag.grid(1)
+    a = ag.load(X, (0,), (128,))
+    b = a * 0.0 + 1.0
+    for i in ag.range(T.shape[0]):
+        a, b = b, a  # parallel assignment: both read the values before the iteration
+    ag.store(Y, (0,), a)
+    ag.store(Z, (0,), b)
+
+
+@pytest.mark.parametrize("trips", [0, 1, 2, 3])
+def test_parallel_assignment_swaps(trips):
+    x = np.arange(128, dtype=np.float32)
+    y, z, t = np.zeros(128, np.float32), np.zeros(128, np.float32), np.zeros(trips, np.float32)
+    swap_each_iteration.interpret(x, y, z, t)
+    a, b = x, np.ones(128, np.float32)
+    for _ in range(trips):
+        a, b = b, a
+    np.testing.assert_array_equal(y, a)
+    np.testing.assert_array_equal(z, b)
+    codegen.render(lower_only(swap_each_iteration))  # renders (through temporaries)
+
+
+@ag.kernel(threads=128)
+def alias_stays_invariant(X: ag.Tensor["N", ag.f32], Y: ag.Tensor["N", ag.f32],
+                          Z: ag.Tensor["N", ag.f32], T: ag.Tensor["T", ag.f32]):
+    (pid,) = ag.grid(1)
+    x0 = ag.load(X, (0,), (128,))
+    acc = x0  # two names for one value: only acc is rebound
+    for i in ag.range(T.shape[0]):
+        acc = acc + x0
+    ag.store(Y, (0,), acc)
+    ag.store(Z, (0,), x0)
+
+
+def test_an_alias_of_a_carried_value_keeps_its_value():
+    x = np.arange(128, dtype=np.float32)
+    y, z, t = np.zeros(128, np.float32), np.zeros(128, np.float32), np.zeros(3, np.float32)
+    alias_stays_invariant.interpret(x, y, z, t)
+    np.testing.assert_array_equal(y, 4 * x)
+    np.testing.assert_array_equal(z, x)
+
+
+@ag.kernel(threads=128)
+def nested(X: ag.Tensor["A", "B", ag.f32], Y: ag.Tensor[1, "W", ag.f32], BN: int = 128):
+    (pid,) = ag.grid(1)
+    total = ag.full((1, BN), 0.0)
+    for i in ag.range(X.shape[0]):
+        row = ag.full((1, BN), 0.0)
+        for j in ag.range(ag.cdiv(X.shape[1], BN)):
+            row = row + ag.load(X, (i, j * BN), (1, BN))
+        total = ag.maximum(total, row)
+    ag.store(Y, (0, 0), total)
+
+
+def test_nested_loops_carry_independently():
+    x = np.random.default_rng(1).standard_normal((5, 300)).astype(np.float32)
+    y = np.zeros((1, 128), np.float32)
+    nested.interpret(x, y)
+    pad = np.zeros((5, 384), np.float32)
+    pad[:, :300] = x
+    ref = np.maximum(pad.reshape(5, 3, 128).sum(axis=1).max(axis=0, keepdims=True), 0.0)
+    np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- misuse
+
+
+def _trace_error(fn, **kw) -> TraceError:
+    with pytest.raises(TraceError) as info:
+        ag.kernel(fn, threads=128).trace(**kw)
+    return info.value
+
+
+def test_python_number_rebound_to_a_tile_is_refused():
+    def k(X: ag.Tensor["N", ag.f32], Y: ag.Tensor["N", ag.f32]):
+        (pid,) = ag.grid(1)
+        acc = 0.0
+        for i in ag.range(X.shape[0]):
+            acc = acc + ag.load(X, (0,), (128,))
+        ag.store(Y, (0,), acc)
+
+    err = _trace_error(k)
+    assert "Python value 0.0" in str(err) and "ag.full" in str(err)
+
+
+def test_changing_shape_is_refused():
+    def k(X: ag.Tensor["N", ag.f32], Y: ag.Tensor["N", ag.f32]):
+        (pid,) = ag.grid(1)
+        acc = ag.full((1, 128), 0.0)
+        for i in ag.range(X.shape[0]):
+            acc = acc.sum(axis=1)
+        ag.store(Y, (0,), acc)
+
+    assert "keeps its shape and dtype" in str(_trace_error(k))
+
+
+def test_a_value_first_bound_in_the_loop_is_not_readable_after_it():
+    def k(X: ag.Tensor["N", ag.f32], Y: ag.Tensor["N", ag.f32]):
+        (pid,) = ag.grid(1)
+        for i in ag.range(X.shape[0]):
+            last = ag.load(X, (0,), (128,))
+        ag.store(Y, (0,), last)
+
+    err = _trace_error(k)
+    assert "first bound inside the ag.range loop" in str(err)
+    assert err.loc.line and "ag.full" in str(err)
+
+
+def test_loop_index_is_not_carried_and_not_readable_after_the_loop():
+    def k(X: ag.Tensor["N", ag.f32], Y: ag.Tensor["N", ag.f32]):
+        (pid,) = ag.grid(1)
+        i = ag.scalar(0)
+        for i in ag.range(X.shape[0]):  # noqa: B007 - rebinding the index is the point
+            pass
+        ag.store(Y, (i,), ag.load(X, (0,), (128,)))
+
+    assert "first bound inside the ag.range loop" in str(_trace_error(k))
