@@ -7,10 +7,11 @@
         ag.store(Y, (row, 0), x * 2.0)
 """
 
-from argus.dsl.api import (abs_, cdiv, cluster_rank, erf, exp, exp2, full, grid, ldmatrix, load,
+from argus.dsl.api import (abs_, arange, cdiv, cluster_rank, erf, exp, exp2, full, grid, ldmatrix, load,
                            load_scalar, log, maximum, minimum, pipeline, range, relu, role, rsqrt,
                            scalar, sigmoid, smem, sqrt, stmatrix, store, tanh, thread_index, tma, wgmma,
                            when, where, zeros)
+from argus.dsl.kernel import ScalarParam as Scalar
 from argus.dsl.kernel import Tensor
 from argus.dsl.tags import (opaque, sym, tag, tag_all, tag_any, tag_assert, tag_assume, tag_fn,
                             tag_tensor)
@@ -30,7 +31,7 @@ def compile(kernel_fn: KernelFunction, *, verify: bool | None = None, **constexp
     return compile_kernel(kernel_fn, verify=verify, **constexprs)
 
 __all__ = [
-    "abs_", "cdiv", "cluster_rank", "erf", "exp", "exp2", "full", "grid", "ldmatrix", "load",
+    "abs_", "arange", "Scalar", "cdiv", "cluster_rank", "erf", "exp", "exp2", "full", "grid", "ldmatrix", "load",
     "load_scalar", "log", "maximum",
     "minimum", "pipeline", "range", "relu", "role", "rsqrt", "scalar", "sigmoid", "smem", "sqrt",
     "stmatrix", "store", "tanh", "thread_index", "tma", "wgmma", "when", "where", "zeros",

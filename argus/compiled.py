@@ -77,9 +77,18 @@ class CompiledKernel:
 
         return grid_extents(self.kernel, symbols)
 
-    def __call__(self, *tensors):
+    def __call__(self, *tensors, **scalars):
         """Launch on torch's current stream. Arguments are checked on the first call with a
-        given signature; later calls with the same buffers reuse the prepared launch."""
+        given signature; later calls with the same buffers reuse the prepared launch. Runtime
+        scalar parameters come positionally (signature order) or by keyword."""
+        if scalars or self.kernel.attr("runtime_args"):
+            from argus.runtime.interp import split_runtime_args
+
+            tensors_l, values = split_runtime_args(self.kernel, tensors, scalars)
+            plan = self.prepare(*tensors_l, _scalars=values)
+            if plan is not False:
+                plan()
+            return
         key = _signature(tensors)
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
@@ -100,13 +109,14 @@ class CompiledKernel:
         plan = self._plans.get(key) if key is not None else None
         return plan or None
 
-    def prepare(self, *tensors):
+    def prepare(self, *tensors, _scalars=None):
         """Validate the arguments and build the launch plan (False for an empty problem)."""
         from argus.runtime import driver
         from argus.runtime.tma import make_tensor_map
 
         symbols = self.bind(tensors)
-        grid = self.grid(symbols)
+        values = dict(_scalars or {})
+        grid = self.grid({**symbols, **values})
         if any(g <= 0 for g in grid):
             return False  # an empty problem: nothing to compute
         if any(g > 65535 for g in grid[1:]):
@@ -117,6 +127,9 @@ class CompiledKernel:
         for a in self.source.abi:
             if a.kind == "tensor":
                 args.append(by_name[a.name])
+            elif a.kind == "scalar" and a.name in values:  # a runtime scalar parameter
+                v = values[a.name]
+                args.append(driver.f32(v) if a.dtype == "f32" else driver.i32(v))
             elif a.kind == "scalar":
                 args.append(driver.i32(symbols[a.name]))
             elif a.kind == "stride":

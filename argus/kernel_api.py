@@ -41,14 +41,23 @@ class KernelFunction(KernelDef):
 
         return lower_only(self, **constexprs)
 
-    def interpret(self, *arrays, **constexprs: Any):
-        """Run the kernel in the numpy interpreter (no GPU); outputs are written in place."""
+    def _split(self, kw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Keyword arguments -> (runtime scalars, compile-time values)."""
+        scalars = {k: v for k, v in kw.items() if k in self.scalar_specs}
+        return scalars, {k: v for k, v in kw.items() if k not in self.scalar_specs}
+
+    def interpret(self, *arrays, **kw: Any):
+        """Run the kernel in the numpy interpreter (no GPU); outputs are written in place.
+        Runtime scalars (ag.Scalar parameters) go positionally in signature order or by
+        keyword; other keywords are compile-time values."""
         from argus.runtime import interp
 
-        return interp.run(self.trace(**constexprs), *arrays)
+        scalars, constexprs = self._split(kw)
+        return interp.run(self.trace(**constexprs), *arrays, **scalars)
 
-    def __call__(self, *tensors, **constexprs: Any):
-        return self.compile(**constexprs)(*tensors)
+    def __call__(self, *args, **kw: Any):
+        scalars, constexprs = self._split(kw)
+        return self.compile(**constexprs)(*args, **scalars)
 
 
 def kernel(fn: Callable | None = None, *, threads: int | None = None,

@@ -1,53 +1,60 @@
 """Layout inference: decide how each register tile is spread over the threads of its group.
 
-The only analysis that edits the kernel (it rewrites TileType.layout). Rules, in order:
-- a tile that a wgmma accumulates into, and everything computed pointwise from it or assigned
-  into it, uses the wgmma accumulator fragment ("wgmma_acc", INVARIANTS.md §2.1);
-- a row reduction of a blocked tile gives one value per row replicated over the group
-  ("rowvec");
-- everything else is "blocked": for a [R, C] tile over T threads with vector width v, thread t
-  holds, for each row, C/T elements in chunks of v at columns chunk*T*v + t*v + j. Adjacent
-  threads touch adjacent 16-byte chunks, so loads and stores coalesce.
-A tile whose layout cannot be decided, or that mixes layouts without a conversion, is an error
-that names the op and line and says why.
+The only analysis that edits the kernel: it sets TileType.layout (a name that
+argus.target.register_layouts.build turns into a RegisterLayout) and inserts explicit
+`convert_layout` ops where an op needs an operand in a layout it does not have. Rules:
+- anchored tiles take their layout from where they come from: a wgmma accumulator (and a
+  register A operand loaded from memory) is "wgmma_acc" (INVARIANTS.md §2.1), a global load
+  is "blocked", ldmatrix gives the accumulator fragment, a reduction gives the slice of its
+  source along the axis (so a row statistic of an accumulator stays in the accumulator's
+  threads), slices / conversions / expand_dims follow their source, an elementwise result
+  takes the layout of its full-shape operands (the accumulator's when one is), and a variable
+  takes the layout of what is assigned to it;
+- flexible tiles (constants `full`/`zeros`, `arange` index tiles, and pointwise math over only
+  those) adopt whatever layout their first user needs: the user's layout sliced along the dims
+  they broadcast over. A flexible tile no user constrains is "blocked";
+- then every operand that cannot broadcast into its user's layout in the same thread
+  (RegisterLayout.broadcast_map) gets a `convert_layout` into the layout it needs.
+Errors name the op, the line and why.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+
 from argus.errors import CompileError
 from argus.ir import ops as O
-from argus.ir.core import Kernel, Value, map_kernel_values
+from argus.ir.core import Kernel, Region, Value, map_kernel_values
 from argus.ir.types import TileType
+from argus.target import register_layouts as RL
 
 BLOCKED, ROWVEC, WGMMA_ACC = "blocked", "rowvec", "wgmma_acc"
 
+_FLEXIBLE_SOURCES = (O.Full, O.Arange)
+
 
 def infer_layouts(kernel: Kernel) -> Kernel:
-    layout: dict[int, str] = {}
+    threads = _group_threads(kernel)
     acc_ids = {op.acc.id for op in kernel.walk() if isinstance(op, O.Wgmma)}
-    changed = True
-    # Iterate to a fixed point: assignments can carry a layout backwards into a variable.
-    for _ in range(10):
-        if not changed:
+    # a register A operand loaded from global memory is loaded straight into the A fragment
+    # (the accumulator pattern, target/fragments.py wgmma_a_coord): no conversion
+    a_ids = {op.a.id for op in kernel.walk() if isinstance(op, O.Wgmma) and op.a_in_registers}
+    defs = {r.id: op for op in kernel.walk() for r in op.results()}
+    flexible = _flexible(kernel, acc_ids | a_ids)
+    layout: dict[int, str] = {}
+    ops = list(kernel.walk())
+    for _ in range(12):
+        before = dict(layout)
+        _forward(ops, layout, acc_ids, a_ids, flexible, threads)
+        _backward(ops, layout, flexible, threads)
+        if layout == before:
             break
-        changed = False
-        for op in kernel.walk():
-            new = _rule(op, layout, acc_ids)
-            if new is None:
-                continue
-            vid, lay = new
-            if layout.get(vid) != lay:
-                if vid in layout and layout[vid] != lay:
-                    raise CompileError(f"tile {op.results()[0] if op.results() else ''} needs "
-                                       f"layout {lay} here but {layout[vid]} elsewhere", op.loc,
-                                       fix="convert explicitly, or keep wgmma accumulators and "
-                                           "loaded tiles separate")
-                layout[vid] = lay
-                changed = True
-        for op in kernel.walk():
-            if isinstance(op, O.Assign) and op.src.id in layout and op.dst.id not in layout:
-                layout[op.dst.id] = layout[op.src.id]
-                changed = True
+    for op in ops:  # flexible tiles no user constrains
+        for r in op.results():
+            if isinstance(r.type, TileType) and r.id not in layout:
+                layout[r.id] = BLOCKED
+    _forward(ops, layout, acc_ids, a_ids, flexible, threads)
 
     def retype(v: Value) -> Value:
         if isinstance(v.type, TileType):
@@ -56,40 +63,224 @@ def infer_layouts(kernel: Kernel) -> Kernel:
         return v
 
     out = map_kernel_values(kernel, retype)
-    _check(out)
+    out = _insert_conversions(out, threads, defs)
     return out
 
 
-def _rule(op, layout: dict[int, str], acc_ids: set[int]):
-    if isinstance(op, O.Full):
-        return op.result.id, WGMMA_ACC if op.result.id in acc_ids else BLOCKED
-    if isinstance(op, O.Load):
-        return op.result.id, BLOCKED
-    if isinstance(op, O.LdMatrix):
-        return op.result.id, WGMMA_ACC  # the m8n8.x4 fragment of 16-row blocks (§2.4)
-    if isinstance(op, O.TileSlice):
-        return op.result.id, layout.get(op.src.id, BLOCKED)
-    if isinstance(op, O.Reduce):
-        return op.result.id, ROWVEC if op.axis == len(op.src.type.shape) - 1 else BLOCKED
-    if isinstance(op, O.Convert):
-        return op.result.id, layout.get(op.src.id, BLOCKED)
-    if isinstance(op, O.Elementwise):
-        tiles = [a for a in op.args if isinstance(a.type, TileType)]
-        full = [a for a in tiles if a.type.shape == op.result.type.shape]
-        lays = {layout.get(a.id, BLOCKED) for a in full} or {BLOCKED}
-        if WGMMA_ACC in lays:
-            return op.result.id, WGMMA_ACC
-        return op.result.id, BLOCKED if BLOCKED in lays or not lays - {ROWVEC} else ROWVEC
-    return None
+# ----------------------------------------------------------------------------- helpers
 
 
-def _check(kernel: Kernel) -> None:
+def _group_threads(kernel: Kernel) -> dict[int, int]:
+    """Op id() -> the threads of the group that executes it (128 inside a role)."""
+    out: dict[int, int] = {}
+    cta = kernel.attr("threads", 128)
+    for top in kernel.body.ops:
+        n = 128 if isinstance(top, O.RoleOp) else cta
+        for op in top.walk():
+            out[id(op)] = n
+    return out
+
+
+def _flexible(kernel: Kernel, pinned: set[int]) -> set[int]:
+    """Tiles whose layout their users choose: constants, index tiles, and pointwise math,
+    expand_dims and conversions of only those."""
+    flex: set[int] = set()
     for op in kernel.walk():
-        if isinstance(op, O.Elementwise):
-            lays = {a.type.layout for a in op.args if isinstance(a.type, TileType)}
-            if WGMMA_ACC in lays and len(lays - {WGMMA_ACC}) and any(
-                    a.type.shape != op.result.type.shape for a in op.args
-                    if isinstance(a.type, TileType)):
-                raise CompileError("broadcasting a row or column against a wgmma accumulator is "
-                                   "not supported yet", op.loc,
-                                   fix="apply the broadcast after storing, or to a loaded tile")
+        if isinstance(op, _FLEXIBLE_SOURCES) and op.result.id not in pinned:
+            flex.add(op.result.id)
+        elif isinstance(op, (O.Elementwise, O.ExpandDims, O.Convert)):
+            tiles = [a for a in op.operands() if isinstance(a.type, TileType)]
+            if tiles and all(a.id in flex for a in tiles) and op.result.id not in pinned:
+                flex.add(op.result.id)
+    # a variable assigned from an anchored tile is anchored
+    for op in kernel.walk():
+        if isinstance(op, O.Assign) and op.src.id not in flex:
+            flex.discard(op.dst.id)
+    return flex
+
+
+def _build(name: str, t: TileType, threads: int, op) -> RL.RegisterLayout:
+    try:
+        return RL.build(name, tuple(t.shape), threads)
+    except ValueError as e:
+        raise CompileError(f"layout inference: `{op.NAME}` needs a {t.dtype.name} "
+                           f"{'x'.join(map(str, t.shape))} tile in layout {name}, which does "
+                           f"not exist over {threads} threads: {e}", op.loc,
+                           fix="use tile extents that are multiples of the group's threads or "
+                               "powers of two") from None
+
+
+def _slice_name(name: str, src: TileType, axis: int, threads: int, op) -> str:
+    return RL.slice_(_build(name, src, threads, op), axis).name
+
+
+def _set(layout: dict[int, str], v: Value, name: str, op, why: str) -> None:
+    old = layout.get(v.id)
+    if old is not None and old != name:
+        raise CompileError(f"layout inference: {op.NAME} at {op.loc} gives tile {v} layout "
+                           f"{name} ({why}) but it already has {old}", op.loc,
+                           fix="keep wgmma accumulators and loaded tiles in separate variables, "
+                               "or convert one explicitly")
+    layout[v.id] = name
+
+
+def _forward(ops, layout, acc_ids, a_ids, flexible, threads) -> None:
+    for op in ops:
+        n = threads.get(id(op), 128)
+        res = op.results()[0] if op.results() else None
+        if isinstance(op, O.Full) and (op.result.id in acc_ids):
+            _set(layout, op.result, WGMMA_ACC, op, "wgmma accumulates into it")
+        elif isinstance(op, O.Load):
+            acc = op.result.id in acc_ids | a_ids
+            _set(layout, op.result, WGMMA_ACC if acc else BLOCKED, op,
+                 "a register wgmma operand" if acc else "a global load")
+        elif isinstance(op, O.LdMatrix):
+            _set(layout, op.result, WGMMA_ACC, op, "the m8n8.x4 fragment (§2.4)")
+        elif isinstance(op, (O.TileSlice, O.Convert)) and op.src.id in layout:
+            if res.id not in flexible or res.id not in layout:
+                layout.setdefault(res.id, layout[op.src.id])
+        elif isinstance(op, O.Reduce) and op.src.id in layout and res.id not in layout:
+            layout[res.id] = _slice_name(layout[op.src.id], op.src.type, op.axis, n, op)
+        elif isinstance(op, O.ExpandDims) and op.src.id in layout and res.id not in layout:
+            layout[res.id] = RL.expand(_build(layout[op.src.id], op.src.type, n, op),
+                                       op.axis).name
+        elif isinstance(op, O.Elementwise) and res.id not in layout:
+            full = [a for a in op.args if isinstance(a.type, TileType)
+                    and a.type.shape == res.type.shape and a.id in layout
+                    and a.id not in flexible]
+            lays = [layout[a.id] for a in full]
+            if WGMMA_ACC in lays:
+                layout[res.id] = WGMMA_ACC
+            elif lays:
+                layout[res.id] = lays[0]
+            elif res.id not in flexible:
+                # only broadcast operands are anchored: the result takes a layout they
+                # broadcast into when one exists (a row statistic of an accumulator)
+                part = [a for a in op.args if isinstance(a.type, TileType) and a.id in layout
+                        and a.id not in flexible]
+                if part and all(layout[a.id].startswith("slice(wgmma_acc") for a in part):
+                    layout[res.id] = WGMMA_ACC if res.type.shape[0] == 64 and \
+                        len(res.type.shape) == 2 and res.type.shape[1] % 8 == 0 else BLOCKED
+        elif isinstance(op, O.Var) and op.init.id in layout and res.id not in layout:
+            layout[res.id] = layout[op.init.id]
+        elif isinstance(op, O.Assign):
+            if op.src.id in layout and op.dst.id not in layout:
+                layout[op.dst.id] = layout[op.src.id]
+            elif op.dst.id in layout and op.src.id not in layout and op.src.id in flexible:
+                layout[op.src.id] = layout[op.dst.id]
+
+
+def _backward(ops, layout, flexible, threads) -> None:
+    """Flexible tiles adopt the layout their first user needs (walk users last to first, so
+    the earliest user's demand is the one that stays)."""
+    demands: dict[int, str] = {}
+    for op in reversed(ops):
+        n = threads.get(id(op), 128)
+        res = op.results()[0] if op.results() else None
+        if res is not None and res.id in flexible and res.id in demands:
+            layout[res.id] = demands[res.id]
+        if isinstance(op, O.Elementwise) and res.id in layout:
+            rl = _build(layout[res.id], res.type, n, op)
+            for a in op.args:
+                if isinstance(a.type, TileType) and a.id in flexible:
+                    demands[a.id] = RL.broadcast_layout(rl, a.type.shape).name
+        elif isinstance(op, O.ExpandDims) and res.id in layout and op.src.id in flexible:
+            rl = _build(layout[res.id], res.type, n, op)
+            demands[op.src.id] = RL.squeeze(rl, op.axis).name
+        elif isinstance(op, O.Convert) and res.id in layout and op.src.id in flexible:
+            demands[op.src.id] = layout[res.id]
+        elif isinstance(op, O.Assign) and op.dst.id in layout and op.src.id in flexible:
+            demands[op.src.id] = layout[op.dst.id]
+        elif isinstance(op, O.Var) and res.id in layout and op.init.id in flexible:
+            demands[op.init.id] = layout[res.id]
+        elif isinstance(op, O.Reduce) and op.src.id in flexible and op.src.id not in demands:
+            demands[op.src.id] = BLOCKED
+
+
+# ----------------------------------------------------------------------------- conversions
+
+
+def _needs(op, threads: int):
+    """(operand, layout name it needs) for each operand of `op` that must change layout."""
+    out = []
+    if isinstance(op, O.Elementwise):
+        res = RL.build(op.result.type.layout, op.result.type.shape, threads)
+        for a in op.args:
+            if not isinstance(a.type, TileType):
+                continue
+            have = RL.build(a.type.layout, a.type.shape, threads)
+            if have.broadcast_map(res) is None:
+                out.append((a, RL.broadcast_layout(res, a.type.shape).name,
+                            f"`{op.fn}` combines it with a {op.result.type.layout} tile"))
+    elif isinstance(op, (O.Assign,)) and isinstance(op.dst.type, TileType):
+        if op.src.type.layout != op.dst.type.layout:
+            out.append((op.src, op.dst.type.layout, "it is assigned to a tile in that layout"))
+    elif isinstance(op, O.Convert) and op.src.type.layout != op.result.type.layout:
+        out.append((op.src, op.result.type.layout, "its conversion result has that layout"))
+    elif isinstance(op, O.Reduce):
+        have = RL.build(op.src.type.layout, op.src.type.shape, threads)
+        try:
+            plan = have.reduction_plan(op.axis)
+            if plan.result.broadcast_map(RL.build(op.result.type.layout, op.result.type.shape,
+                                                  threads)) is None:
+                raise ValueError("the result layout is not the source's slice")
+        except ValueError:
+            out.append((op.src, BLOCKED, f"{op.fn} along axis {op.axis} needs it"))
+    elif isinstance(op, O.StMatrix) and op.src.type.layout != WGMMA_ACC:
+        out.append((op.src, WGMMA_ACC, "stmatrix stores the accumulator fragment"))
+    elif isinstance(op, O.Wgmma) and op.a_in_registers and op.a.type.layout != WGMMA_ACC:
+        out.append((op.a, WGMMA_ACC, "a register wgmma A operand is the A fragment"))
+    return out
+
+
+def _insert_conversions(kernel: Kernel, threads: dict[int, int], defs) -> Kernel:
+    ids = itertools.count(1 + max([r.id for op in kernel.walk() for r in op.results()] +
+                                  [p.value.id for p in kernel.params] + [0]))
+    # threads by op identity do not survive retyping: recompute per top-level op
+    cta = kernel.attr("threads", 128)
+
+    def region(r: Region, n: int) -> Region:
+        out = []
+        for op in r.ops:
+            nn = 128 if isinstance(op, O.RoleOp) else n
+            if op.regions():
+                op = op.replace(**{f.name: region(getattr(op, f.name), nn)
+                                   for f in op.spec_fields()
+                                   if isinstance(getattr(op, f.name), Region)})
+            subst = {}
+            for v, name, why in _needs(op, nn):
+                if v.id in subst:
+                    continue
+                t = TileType(v.type.dtype, v.type.shape, name)
+                try:
+                    RL.build(name, t.shape, nn)
+                except ValueError as e:
+                    raise CompileError(f"layout inference: {op.NAME} at {op.loc} needs tile {v} "
+                                       f"in layout {name} ({why}), which does not exist: {e}",
+                                       op.loc) from None
+                nv = Value(next(ids), t, v.hint)
+                out.append(O.ConvertLayout(nv, v, loc=op.loc))
+                subst[v.id] = nv
+            if subst:
+                op = _replace_operands(op, subst)
+            out.append(op)
+        return Region(tuple(out))
+
+    return dataclasses.replace(kernel, body=region(kernel.body, cta))
+
+
+def _replace_operands(op, subst: dict[int, Value]):
+    """`op` with operands (not results, not nested regions) replaced."""
+    changes = {}
+    for f in op.spec_fields():
+        if f.name in op.RESULTS:
+            continue
+        x = getattr(op, f.name)
+        if isinstance(x, Value) and x.id in subst:
+            changes[f.name] = subst[x.id]
+        elif isinstance(x, tuple) and any(isinstance(i, Value) and i.id in subst for i in x):
+            changes[f.name] = tuple(subst.get(i.id, i) if isinstance(i, Value) else i for i in x)
+    # an assignment's destination is the variable itself, never converted
+    if isinstance(op, O.Assign):
+        changes.pop("dst", None)
+    return op.replace(**changes)

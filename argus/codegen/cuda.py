@@ -13,6 +13,7 @@ the use (so `acc.to(bf16)` feeding a store costs no registers).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -22,6 +23,8 @@ from argus.ir import ops as O
 from argus.ir.core import Kernel, Region, Value
 from argus.ir.tag_ops import strip_tags
 from argus.ir.types import ScalarType, SmemType, SmemViewType, TensorType, TileType
+from argus.target import register_layouts as RL
+from argus.target.register_layouts import RegisterLayout
 
 HEADER = "argus_sm90.cuh"
 
@@ -41,6 +44,7 @@ class AbiArg:
     dim: int = -1
     box: tuple[int, ...] = ()
     swizzle: int = 0
+    dtype: str = "i32"   # of a "scalar" (i32 shape symbols; ag.Scalar parameters i32 or f32)
 
 
 @dataclass(frozen=True)
@@ -58,77 +62,103 @@ class Source:
 # ----------------------------------------------------------------------------- layouts
 
 
-@dataclass(frozen=True)
-class _Blocked:
-    rows: int
-    cols: int
-    threads: int
-    vec: int
+class _Lay:
+    """A register layout as codegen renders it: the RegisterLayout (target/register_layouts.py)
+    plus the C names of the thread parts the emitter has declared (acc_row / acc_col)."""
+
+    def __init__(self, rl: RegisterLayout, acc_names: bool = False):
+        self.rl = rl
+        self.acc_names = acc_names
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Lay) and self.rl == other.rl
+
+    def __hash__(self) -> int:
+        return hash(self.rl)
+
+    def __repr__(self) -> str:
+        return f"{self.rl.name} {self.rl.shape}"
+
+    @property
+    def nregs(self) -> int:
+        return self.rl.nregs
+
+    @property
+    def vec(self) -> int:
+        return 1
+
+    def thread_c(self, d: int) -> str:
+        if self.acc_names:
+            imgs = tuple(img[d] for img in self.rl.thread_bases)
+            if imgs == _ACC_ROW_IMAGES:
+                return "acc_row"
+            if imgs == _ACC_COL_IMAGES:
+                return "acc_col"
+        return self.rl.thread_c(d, "gtid")
+
+    def coord(self, i: int) -> tuple[str, ...]:
+        """C expressions of the tile coordinate register i of thread gtid holds."""
+        out = []
+        for d in range(self.rl.rank):
+            th, off = self.thread_c(d), self.rl.regs[i][d]
+            out.append(str(off) if not th else f"({th} + {off})")
+        return tuple(out)
+
+    def row(self, i: int) -> str:
+        c = self.coord(i)
+        return c[-2] if len(c) >= 2 else "0"
+
+    def col(self, i: int) -> str:
+        return self.coord(i)[-1]
+
+
+class _Blocked(_Lay):
+    """A blocked tile whose last dim is a multiple of the threads: thread t holds, per row,
+    columns chunk*T*vec + t*vec + j (so `vec` consecutive registers are consecutive columns)."""
+
+    @property
+    def vec(self) -> int:
+        return self.rl.thread_bases[0][-1] if self.rl.thread_bases else self.rl.shape[-1]
 
     @property
     def per_row(self) -> int:
-        return self.cols // self.threads
-
-    @property
-    def nregs(self) -> int:
-        return self.rows * self.per_row
-
-    def row(self, i: int) -> str:
-        return str(i // self.per_row)
+        return self.rl.shape[-1] // self.rl.threads
 
     def col(self, i: int) -> str:
         k = i % self.per_row
-        base = (k // self.vec) * self.threads * self.vec + k % self.vec
+        base = (k // self.vec) * self.rl.threads * self.vec + k % self.vec
         return f"(gtid * {self.vec} + {base})"
 
 
-@dataclass(frozen=True)
-class _RowVec:
-    rows: int
-
-    @property
-    def nregs(self) -> int:
-        return self.rows
-
-    def row(self, i: int) -> str:
-        return str(i)
-
-    def col(self, i: int) -> str:
-        return "0"
+class _Acc(_Lay):
+    """The wgmma m64nNk16 accumulator: row = 16w + g + 8((i/2)%2), col = 2q + (i%2) + 8(i/4)."""
 
 
-@dataclass(frozen=True)
-class _Acc:
-    """wgmma m64nNk16 accumulator: row = 16w + g + 8((i/2)%2), col = 2q + (i%2) + 8(i/4)."""
-
-    n: int
-
-    @property
-    def nregs(self) -> int:
-        return self.n // 2
-
-    def row(self, i: int) -> str:
-        return f"(acc_row + {8 * ((i // 2) % 2)})"
-
-    def col(self, i: int) -> str:
-        return f"(acc_col + {(i % 2) + 8 * (i // 4)})"
+_ACC_ROW_IMAGES = tuple(img[0] for img in RL.wgmma_acc(8).thread_bases)
+_ACC_COL_IMAGES = tuple(img[1] for img in RL.wgmma_acc(8).thread_bases)
 
 
-def _layout_of(t: TileType, group_threads: int, loc):
-    shape = t.shape if len(t.shape) == 2 else (1,) + tuple(t.shape)
-    if len(shape) != 2:
-        raise CompileError(f"register tiles of rank {len(t.shape)} are not supported", loc)
-    rows, cols = shape
-    if t.layout == "wgmma_acc":
-        return _Acc(cols)
-    if t.layout == "rowvec":
-        return _RowVec(rows)
-    if cols % group_threads:
-        raise CompileError(f"a blocked {rows}x{cols} tile needs a width that is a multiple of the "
-                           f"{group_threads} threads of its group", loc,
-                           fix=f"use a tile width that is a multiple of {group_threads}")
-    vec = 4 if cols % (group_threads * 4) == 0 else 2 if cols % (group_threads * 2) == 0 else 1
-    return _Blocked(rows, cols, group_threads, vec)
+@functools.lru_cache(maxsize=4096)
+def _broadcast_map(src: RegisterLayout, result: RegisterLayout):
+    return src.broadcast_map(result)
+
+
+def _layout_of(t: TileType, group_threads: int, loc, acc_names: bool = False) -> _Lay:
+    """The codegen view of tile type `t` over the `group_threads` threads of its group."""
+    if not 1 <= len(t.shape) <= 4:
+        raise CompileError(f"register tiles of rank {len(t.shape)} are not supported (1 to 4)",
+                           loc)
+    try:
+        rl = RL.build(t.layout or "blocked", tuple(t.shape), group_threads)
+    except ValueError as e:
+        raise CompileError(f"register tile {t}: {e}", loc,
+                           fix="give the tile a last dim that is a multiple of the threads of "
+                               "its group, or a power-of-two shape") from None
+    if t.layout in ("", "blocked") and t.shape[-1] % group_threads == 0:
+        return _Blocked(rl, acc_names)
+    if t.layout in ("wgmma_acc", "wgmma_a"):
+        return _Acc(rl, acc_names)
+    return _Lay(rl, acc_names)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -164,6 +194,8 @@ def _ew_c(fn: str, a: list[str]) -> str:
         "max": lambda: f"ag::max_nan({a[0]}, {a[1]})",
         "min": lambda: f"ag::min_nan({a[0]}, {a[1]})",
         "pow": lambda: f"powf({a[0]}, {a[1]})", "where": lambda: f"({a[0]} ? {a[1]} : {a[2]})",
+        "and": lambda: f"({a[0]} && {a[1]})", "or": lambda: f"({a[0]} || {a[1]})",
+        "not": lambda: f"(!{a[0]})",
     }[fn]()
 
 
@@ -212,6 +244,70 @@ def _elem_c(dtype) -> str:
             "i1": "bool"}[dtype.name]
 
 
+def _vector_access(lay, dtype) -> int:
+    """Bytes of one vector global access into a chunk of `lay` (min(16, vec x element bytes)),
+    or 0 where the tile is accessed element by element: non-blocked layouts, vec 1, and dtypes
+    other than f32 / bf16 / f16 (integer and fp8 tiles keep the scalar path)."""
+    if not isinstance(lay, _Blocked) or lay.vec < 2 or dtype.name not in ("f32", "bf16", "f16"):
+        return 0
+    return min(16, lay.vec * dtype.bytes)
+
+
+def _vector_load_c(ptr: str, width: int, dtype, regs: list[str]) -> list[str]:
+    """Statements loading `width` bytes at `ptr` (aligned) into the f32 registers `regs`."""
+    if dtype.name == "f32":
+        return [f"ag::ld_global_f32x{len(regs)}({ptr}, {', '.join(regs)});"]
+    lo, hi = (("ag::bf16x2_lo", "ag::bf16x2_hi") if dtype.name == "bf16"
+              else ("ag::f16x2_lo", "ag::f16x2_hi"))
+    words = [f"gw{k}" for k in range(width // 4)]
+    if len(words) == 1:
+        out = [f"const ag::uint32_t gw0 = ag::ld_global_b32({ptr});"]
+    else:
+        out = [f"ag::uint32_t {', '.join(words)};",
+               f"ag::ld_global_b32x{len(words)}({ptr}, {', '.join(words)});"]
+    for k, w in enumerate(words):
+        out.append(f"{regs[2 * k]} = {lo}({w}); {regs[2 * k + 1]} = {hi}({w});")
+    return out
+
+
+def _vector_store_c(ptr: str, width: int, dtype, values: list[str]) -> str:
+    """One `width`-byte store at `ptr` (aligned) of the f32 values (16-bit dtypes: packed)."""
+    if dtype.name == "f32":
+        return f"ag::st_global_f32x{len(values)}({ptr}, {', '.join(values)});"
+    pack = "ag::pack_bf16x2" if dtype.name == "bf16" else "ag::pack_f16x2"
+    words = [f"{pack}({values[2 * k]}, {values[2 * k + 1]})" for k in range(len(values) // 2)]
+    if len(words) == 1:
+        return f"ag::st_global_b32({ptr}, {words[0]});"
+    return f"ag::st_global_b32x{len(words)}({ptr}, {', '.join(words)});"
+
+
+_COMBINE = {"sum": lambda a, b: f"({a} + {b})", "prod": lambda a, b: f"({a} * {b})",
+            "max": lambda a, b: f"ag::max_nan({a}, {b})",
+            "min": lambda a, b: f"ag::min_nan({a}, {b})"}
+
+
+def _arg_better(fn: str, v: str, i: str, bv: str, bi: str) -> str:
+    """C condition: candidate (v, i) replaces the best (bv, bi) of argmax/argmin. NaN counts as
+    the extreme (numpy, torch); equal values keep the smaller index."""
+    cmp = ">" if fn == "argmax" else "<"
+    return (f"(({v}) {cmp} ({bv}) && ({bv}) == ({bv})) || (({v}) == ({bv}) && ({i}) < ({bi})) || "
+            f"(({v}) != ({v}) && (({bv}) == ({bv}) || ({i}) < ({bi})))")
+
+
+def _dense_bits_c(bits, tid: str = "gtid") -> str:
+    """C expression packing thread bits `bits` of tid into a dense index (bit k = bits[k])."""
+    terms = []
+    k = 0
+    while k < len(bits):
+        n = 1
+        while k + n < len(bits) and bits[k + n] == bits[k] + n:
+            n += 1
+        term = f"(({tid} >> {bits[k]}) & {(1 << n) - 1})"
+        terms.append(term if k == 0 else f"{term} * {1 << k}")
+        k += n
+    return " + ".join(terms) if terms else "0"
+
+
 # ----------------------------------------------------------------------------- emitter
 
 
@@ -234,24 +330,16 @@ class _Emitter:
     wgmma_specs: list[WgmmaSpec] = field(default_factory=list)
     tmaps: dict[tuple, int] = field(default_factory=dict)
     pipes: dict[int, int] = field(default_factory=dict)  # pipe id -> stages
-    in_consume: list[list[str]] = field(default_factory=list)  # pending wgmma accs per consume
     role_single_thread: bool = False
     uses: dict[int, int] = field(default_factory=dict)
     inline_ok: set[int] = field(default_factory=set)
     shared_decls: list[str] = field(default_factory=list)
     tensors: dict[int, str] = field(default_factory=dict)
-    pending: dict[int, list[str]] = field(default_factory=dict)  # pipe -> accs in flight
-    tma_stores: bool = False
-    # TMA-store protocol (see op_TmaStore): generic smem writes since the last proxy fence,
-    # bulk stores that may still be reading smem, buffers whose store waits can be deferred
-    store_unfenced: bool = True
-    store_read_pending: bool = False
-    deferrable_store_buffers: set[int] = field(default_factory=set)
-    smem_root: dict[int, int] = field(default_factory=dict)  # view id -> allocation id
     lazy_zero: dict[str, int] = field(default_factory=dict)  # tile -> regs, scale-d zeroing
     peers: dict[int, int] = field(default_factory=dict)  # pipe id -> CTAs releasing a slot
     cluster_size: int = 1
     in_role: bool = False        # emitting a warp role's body (group = one warpgroup)
+    acc_names: bool = False      # acc_row / acc_col are declared (a role that runs wgmma)
     current_full: str = ""       # the full barrier of the produce step being emitted
 
     def emit(self, line: str) -> None:
@@ -264,23 +352,24 @@ class _Emitter:
 
     # -- tiles -------------------------------------------------------------------------
     def tile_expr(self, v: Value, i: int, result_layout) -> str:
-        """C expression of operand tile `v` at register i of a result with `result_layout`."""
+        """C expression of operand tile `v` at register i of a result with `result_layout`
+        (numpy broadcasting through RegisterLayout.broadcast_map: the same thread holds the
+        element, so no data moves; layout inference inserted a conversion otherwise)."""
         info = self.tiles[v.id]
         lay = info.layout
         j = i
         if lay != result_layout:
-            if isinstance(lay, _Blocked) and isinstance(result_layout, _Blocked) and \
-                    lay.rows == 1 and lay.cols == result_layout.cols:
-                j = i % result_layout.per_row  # a [1, C] row broadcast over rows
-            elif isinstance(lay, _RowVec) and isinstance(result_layout, _Blocked):
-                j = i // result_layout.per_row  # one value per row broadcast over columns
-            elif isinstance(lay, _RowVec) and isinstance(result_layout, _RowVec) and lay.rows == 1:
-                j = 0
-            else:
-                raise CompileError(f"codegen cannot broadcast a {lay} tile into {result_layout}")
+            m = _broadcast_map(lay.rl, result_layout.rl)
+            if m is None:
+                raise CompileError(f"codegen cannot broadcast a {lay} tile into {result_layout} "
+                                   "without a layout conversion (layout inference inserts one)")
+            j = m[i]
         if info.virtual is not None:
             return info.virtual(j)
         return f"{info.name}[{j}]"
+
+    def layout(self, t: TileType, loc) -> _Lay:
+        return _layout_of(t, self.group_threads, loc, self.acc_names)
 
     def operand_expr(self, v: Value, i: int, result_layout) -> str:
         if isinstance(v.type, TileType):
@@ -289,16 +378,25 @@ class _Emitter:
 
     def declare_tile(self, v: Value, loc) -> _TileInfo:
         t: TileType = v.type
-        info = _TileInfo(_layout_of(t, self.group_threads, loc), t.dtype, name=f"t{v.id}")
+        info = _TileInfo(self.layout(t, loc), t.dtype, name=f"t{v.id}")
         self.tiles[v.id] = info
-        ctype = "bool" if t.dtype.name == "i1" else "float"
+        ctype = {"i1": "bool", "i32": "int"}.get(t.dtype.name, "float")
         self.emit(f"{ctype} {info.name}[{info.layout.nregs}];")
         return info
 
     # -- regions -----------------------------------------------------------------------
     def region(self, region: Region) -> None:
-        for op in region.ops:
-            self.op(op)
+        ops = region.ops
+        i = 0
+        while i < len(ops):
+            op = ops[i]
+            if isinstance(op, O.WgmmaFence):
+                i = self.wgmma_issue(ops, i)
+            elif isinstance(op, O.TmaStore):
+                i = self.tma_store_issue(ops, i)
+            else:
+                self.op(op)
+                i += 1
 
     def block(self, head: str, region: Region) -> None:
         self.emit(head + " {")
@@ -307,29 +405,7 @@ class _Emitter:
         self.indent -= 1
         self.emit("}")
 
-    def flush_pending(self) -> None:
-        """Retire in-flight wgmma groups and release their slots (before an accumulator is
-        read, and at the end of a role)."""
-        if not self.pending:
-            return
-        self.emit("ag::wgmma_wait<0>();  // retire the last in-flight wgmma group")
-        for pid, accs in sorted(self.pending.items()):
-            for acc in accs:
-                self.emit(f"ag::fence_operands({acc});")
-                if acc in self.lazy_zero:  # no wgmma ran (K = 0): the tile is still zero
-                    self.emit(f"if ({acc}_zero) {{")
-                    self.emit("    #pragma unroll")
-                    regs = self.lazy_zero[acc]
-                    self.emit(f"    for (int i = 0; i < {regs}; ++i) {acc}[i] = 0.0f;")
-                    self.emit("}")
-            self.emit(f"if (pend{pid} >= 0 && threadIdx.x % 128 == 0) "
-                      f"{{ {self.release(pid, f'pend{pid}')} }}")
-            self.emit(f"pend{pid} = -1;")
-        self.pending = {}
-
     def op(self, op: O.Op) -> None:  # noqa: C901 - a dispatcher over the op set
-        if self.pending and not isinstance(op, _NO_FLUSH):
-            self.flush_pending()
         method = getattr(self, "op_" + type(op).__name__, None)
         if method is None:
             raise CompileError(f"codegen has no rule for {op.NAME}", op.loc)
@@ -373,32 +449,11 @@ class _Emitter:
             # ag.range rejects a constant step <= 0 at trace time; a runtime one would spin
             # forever (0) or run no iterations (< 0): stop the kernel with an error instead
             self.emit(f"if ({step} <= 0) __trap();  // ag.range needs a positive step")
-        stores = any(isinstance(x, O.TmaStore) for x in op.body.walk())
-        # an iteration may begin with the previous one's stores in flight and its writes
-        # unfenced; the loop may also run zero times, leaving what was pending before it
-        pending = self.store_read_pending
-        self.store_read_pending |= stores
-        self.store_unfenced = True
         self.block(f"for (int {v} = {self.name(op.start)}; {v} < {self.name(op.stop)}; "
                    f"{v} += {self.name(op.step)})", op.body)
-        self.store_read_pending |= stores or pending
-        self.store_unfenced = True
 
     def op_If(self, op: O.If) -> None:
-        pending = self.store_read_pending
         self.block(f"if ({self.name(op.cond)})", op.body)
-        self.store_read_pending |= pending  # the body may not have run
-        self.store_unfenced = True
-
-    def before_smem_write(self) -> None:
-        """A generic-proxy write to shared memory follows: it must not overwrite a buffer a
-        deferred TMA store is still reading, and must be fenced before the next store."""
-        self.store_unfenced = True
-        if self.store_read_pending:
-            self.emit("if (gtid == 0) ag::tma_store_wait_read<0>();  // earlier bulk stores "
-                      "have read their smem")
-            self.emit(self.group_barrier())
-            self.store_read_pending = False
 
     # shared memory and pipelines
     def op_SmemAlloc(self, op: O.SmemAlloc) -> None:
@@ -467,25 +522,7 @@ class _Emitter:
             self.current_full = f"&full{pid}[{st}]"
             self.region(op.body)
         else:
-            self.in_consume.append([])
-            self.region(op.body)
-            accs = self.in_consume.pop()
-            if accs and op.wgmma_in_flight == 1:
-                # Keep this step's wgmma group in flight; wait_group 1 retires the previous
-                # step's group, whose slot may now be released.
-                self.emit("ag::wgmma_wait<1>();")
-                for acc in accs:
-                    self.emit(f"ag::fence_operands({acc});")
-                self.emit(f"if (pend{pid} >= 0 && threadIdx.x % 128 == 0) "
-                          f"{{ {self.release(pid, f'pend{pid}')} }}")
-                self.emit(f"pend{pid} = {st};")
-                self.pending[pid] = accs
-            else:
-                if accs:
-                    self.emit("ag::wgmma_wait<0>();  // retire this step's wgmma before release")
-                    for acc in accs:
-                        self.emit(f"ag::fence_operands({acc});")
-                self.emit(f"if (threadIdx.x % 128 == 0) {{ {self.release(pid, st)} }}")
+            self.region(op.body)  # its waits and slot release are ops of the body (lower/sync)
         self.emit(f"{n} += 1;")
         self.indent -= 1
         self.emit("}")
@@ -532,39 +569,157 @@ class _Emitter:
             return "ag::named_barrier_sync(1 + threadIdx.x / 128, 128);"
         return "__syncthreads();"
 
-    def op_TmaStore(self, op: O.TmaStore) -> None:
+    def tma_store_issue(self, ops, i: int) -> int:
+        """ops[i] is a TMA store: it, the commit and a read-wait without a note that directly
+        follow it render as one block of the issuing thread. Returns the next index."""
+        op: O.TmaStore = ops[i]
         view: SmemViewType = op.src.type
         box = (1,) * (len(op.tensor.type.shape) - 2) + tuple(view.shape)
         tm = self.tmap_for(op.tensor, box, view.swizzle)
         coords = [self.name(c) for c in reversed(op.coords)]
-        # Every thread's generic-proxy writes (st.shared, stmatrix) must be visible to the
-        # async proxy before one thread hands the buffer to TMA (PTX ISA memory consistency
-        # model, proxies): one fence and barrier covers a run of stores. The buffer may be
-        # rewritten only after the bulk copy read it. When only this group's stmatrix writes
-        # the buffer, that wait is deferred to the group's next smem write (before_smem_write)
-        # so consecutive stores and the next tile's MMAs overlap the copies; the verifier's
-        # model (a store reads its source when issued) stays exact, because nothing writes
-        # the buffer between the issue and the wait.
-        if self.store_unfenced:
-            self.emit("ag::fence_view_async_shared();")
-            self.emit(self.group_barrier())
-            self.store_unfenced = False
-        deferred = self.in_role and \
-            self.smem_root.get(op.src.id, op.src.id) in self.deferrable_store_buffers
         self.emit("if (gtid == 0) {")
         self.emit(f"    ag::tma_store_{len(coords)}d(&{tm}, {self.name(op.src)}, "
                   f"{', '.join(coords)});")
-        self.emit("    ag::tma_store_commit();")
-        if not deferred:
-            self.emit("    ag::tma_store_wait_read<0>();")
+        i += 1
+        if i < len(ops) and isinstance(ops[i], O.TmaStoreCommit):
+            self.emit("    ag::tma_store_commit();")
+            i += 1
+            if i < len(ops) and isinstance(ops[i], O.TmaStoreWait) and not ops[i].note:
+                self.emit(f"    {self.tma_store_wait_c(ops[i])}")
+                i += 1
         self.emit("}")
-        if deferred:
-            self.store_read_pending = True
-        else:
-            self.emit(self.group_barrier())
-        self.tma_stores = True
+        return i
 
-    def op_Wgmma(self, op: O.Wgmma) -> None:
+    @staticmethod
+    def tma_store_wait_c(op: O.TmaStoreWait) -> str:
+        return f"ag::tma_store_wait{'_read' if op.read else ''}<{op.pending}>();"
+
+    # synchronization ops: lower/sync.py placed each; they render one for one
+    def op_TmaStore(self, op: O.TmaStore) -> None:
+        self.tma_store_issue((op,), 0)
+
+    def op_TmaStoreCommit(self, op: O.TmaStoreCommit) -> None:
+        self.emit("if (gtid == 0) ag::tma_store_commit();")
+
+    def op_TmaStoreWait(self, op: O.TmaStoreWait) -> None:
+        self.emit(f"if (gtid == 0) {self.tma_store_wait_c(op)}" + _note(op.note))
+
+    def op_ProxyFence(self, op: O.ProxyFence) -> None:
+        self.emit("ag::fence_view_async_shared();")
+
+    def op_GroupBarrier(self, op: O.GroupBarrier) -> None:
+        line = ("ag::named_barrier_sync(1 + threadIdx.x / 128, 128);" if op.scope == "warpgroup"
+                else "__syncthreads();")
+        self.emit(line + _note(op.note))
+
+    def op_ClusterSync(self, op: O.ClusterSync) -> None:
+        self.emit("ag::cluster_sync();")
+
+    def op_SetMaxNReg(self, op: O.SetMaxNReg) -> None:
+        self.emit(f"ag::setmaxnreg_{'inc' if op.inc else 'dec'}<{op.regs}>();")
+
+    def op_WgmmaWait(self, op: O.WgmmaWait) -> None:
+        self.emit(f"ag::wgmma_wait<{op.pending}>();" + _note(op.note))
+
+    def op_WgmmaCommit(self, op: O.WgmmaCommit) -> None:
+        self.emit("ag::wgmma_commit();")
+
+    def op_WgmmaFence(self, op: O.WgmmaFence, a_regs: int = 0) -> None:
+        if op.a_registers and not a_regs:
+            raise CompileError("wgmma.fence of register A outside its wgmma issue", op.loc)
+        for t in op.tiles:
+            self.emit(f"ag::fence_operands({self.tiles[t.id].name});")
+        for kk in range(a_regs if op.a_registers else 0):
+            self.emit(f"ag::fence_operands(ra[{kk}]);")
+        self.emit("ag::wgmma_fence();")
+
+    def op_FenceOperands(self, op: O.FenceOperands, a_regs: int = 0) -> None:
+        if op.a_registers and not a_regs:
+            raise CompileError("fence.operands of register A outside its wgmma issue", op.loc)
+        for kk in range(a_regs if op.a_registers else 0):
+            self.emit(f"ag::fence_operands(ra[{kk}]);")
+        for t in op.tiles:
+            acc = self.tiles[t.id].name
+            self.emit(f"ag::fence_operands({acc});")
+            if op.zero_unwritten and acc in self.lazy_zero:  # no wgmma ran: still zero
+                self.emit(f"if ({acc}_zero) {{")
+                self.emit("    #pragma unroll")
+                self.emit(f"    for (int i = 0; i < {self.lazy_zero[acc]}; ++i) {acc}[i] = 0.0f;")
+                self.emit("}")
+
+    def op_SlotRelease(self, op: O.SlotRelease) -> None:
+        pid = op.pipe.id
+        if not op.previous:
+            self.emit(f"if (threadIdx.x % 128 == 0) {{ {self.release(pid, self.name(op.stage))} }}")
+            return
+        self.emit(f"if (pend{pid} >= 0 && threadIdx.x % 128 == 0) "
+                  f"{{ {self.release(pid, f'pend{pid}')} }}")
+        self.emit(f"pend{pid} = {self.name(op.stage) if op.stage is not None else -1};")
+
+    def wgmma_issue(self, ops, i: int) -> int:
+        """ops[i:] is `wgmma.fence, wgmma, wgmma.commit`, maybe followed by `wgmma.wait 0` and
+        the `fence.operands` of the same tiles: one C block (the descriptors and packed A
+        registers are local to it). Returns the next index."""
+        fence = ops[i]
+        op = ops[i + 1] if i + 1 < len(ops) else None
+        if not isinstance(op, O.Wgmma) or i + 2 >= len(ops) or \
+                not isinstance(ops[i + 2], O.WgmmaCommit):
+            raise CompileError("wgmma.fence must precede a wgmma and its wgmma.commit", fence.loc)
+        tail = ops[i + 3:i + 5]
+        waited = (len(tail) == 2 and isinstance(tail[0], O.WgmmaWait) and tail[0].pending == 0
+                  and isinstance(tail[1], O.FenceOperands) and tail[1].tiles == fence.tiles)
+        self.emit("{")
+        self.indent += 1
+        issue = self.wgmma_register_a if op.a_in_registers else self.wgmma_smem
+        a_regs = issue(op, fence)
+        if waited:
+            self.op_WgmmaWait(tail[0])
+            self.op_FenceOperands(tail[1], a_regs)
+        self.indent -= 1
+        self.emit("}")
+        return i + (5 if waited else 3)
+
+    def wgmma_register_a(self, op: O.Wgmma, fence: O.WgmmaFence) -> int:
+        """The "rs" form: A is a bf16/f16 [64, K] tile in the A fragment (the accumulator
+        pattern of 16 columns, target/fragments.py wgmma_a_coord). k16 step kk reads registers
+        8kk .. 8kk+7, packed in pairs into ra[kk], the instruction's four 32-bit A registers
+        (what `wgmma.fence` / `fence.operands` with a_registers name). Returns the k steps."""
+        acc = self.tiles[op.acc.id]
+        if op.a.type.layout != "wgmma_acc":
+            raise CompileError(f"the register A operand {op.a} of this wgmma is in layout "
+                               f"{op.a.type.layout!r}, not the wgmma A fragment", op.loc,
+                               fix="pass a tile converted from a 64-row wgmma accumulator "
+                                   "(p = s.to(ag.bf16)) or loaded with ag.ldmatrix")
+        n = op.acc.type.shape[1]
+        dt = op.a.type.dtype
+        spec = WgmmaSpec(n=n, a_dtype=dt.name, b_dtype=dt.name, acc_dtype="f32",
+                         a_source="regs", trans_b=op.trans_b)
+        if spec not in self.wgmma_specs:
+            self.wgmma_specs.append(spec)
+        sw_b, lbo_b, sbo_b, step_b = op.b_desc
+        k_steps = op.k_extent // spec.k
+        pack = "ag::pack_bf16x2" if dt.name == "bf16" else "ag::pack_f16x2"
+        self.emit(f"ag::uint32_t ra[{k_steps}][4];")
+        for kk in range(k_steps):
+            for r in range(4):
+                lo = _strip_round(self.reg_expr(op.a, 8 * kk + 2 * r), dt)
+                hi = _strip_round(self.reg_expr(op.a, 8 * kk + 2 * r + 1), dt)
+                self.emit(f"ra[{kk}][{r}] = {pack}({lo}, {hi});")
+        self.emit(f"const ag::uint64_t db = ag::make_smem_desc({self.name(op.b)}, {sw_b}, "
+                  f"{lbo_b}, {sbo_b});")
+        self.op_WgmmaFence(fence, k_steps)
+        lazy = acc.name in self.lazy_zero
+        for kk in range(k_steps):
+            scale = f"1 - {acc.name}_zero" if lazy and kk == 0 else "1"
+            self.emit(f"ag::{spec.name}({acc.name}, ra[{kk}], ag::desc_advance(db, "
+                      f"{kk * step_b}), {scale});")
+        self.emit("ag::wgmma_commit();")
+        if lazy:
+            self.emit(f"{acc.name}_zero = 0;")
+        return k_steps
+
+    def wgmma_smem(self, op: O.Wgmma, fence: O.WgmmaFence) -> int:
+        """Both operands through shared-memory descriptors. Returns 0 (no A registers)."""
         acc = self.tiles[op.acc.id]
         n = op.acc.type.shape[1]
         dt = op.a.type.dtype
@@ -575,14 +730,11 @@ class _Emitter:
         sw_a, lbo_a, sbo_a, step_a = op.a_desc
         sw_b, lbo_b, sbo_b, step_b = op.b_desc
         k_steps = op.k_extent // spec.k  # k16 (16-bit) or k32 (fp8) per instruction
-        self.emit("{")
-        self.indent += 1
         self.emit(f"const ag::uint64_t da = ag::make_smem_desc({self.name(op.a)}, {sw_a}, "
                   f"{lbo_a}, {sbo_a});")
         self.emit(f"const ag::uint64_t db = ag::make_smem_desc({self.name(op.b)}, {sw_b}, "
                   f"{lbo_b}, {sbo_b});")
-        self.emit(f"ag::fence_operands({acc.name});")
-        self.emit("ag::wgmma_fence();")
+        self.op_WgmmaFence(fence)
         lazy = acc.name in self.lazy_zero
         for kk in range(k_steps):
             scale = f"1 - {acc.name}_zero" if lazy and kk == 0 else "1"
@@ -591,19 +743,17 @@ class _Emitter:
         self.emit("ag::wgmma_commit();")
         if lazy:
             self.emit(f"{acc.name}_zero = 0;")
-        if self.in_consume:
-            self.in_consume[-1].append(acc.name)
-        else:
-            self.emit("ag::wgmma_wait<0>();")
-            self.emit(f"ag::fence_operands({acc.name});")
-        self.indent -= 1
-        self.emit("}")
+        return 0
+
+    def op_Wgmma(self, op: O.Wgmma) -> None:
+        raise CompileError("a wgmma without its wgmma.fence and wgmma.commit (run lower.sync)",
+                           op.loc)
 
     # register tiles
     def op_Full(self, op: O.Full) -> None:
         info = self.declare_tile(op.result, op.loc)
         if op.scale_d_zero:
-            # The first wgmma overwrites (scale-d = 0); zero only if none ran (flush_pending).
+            # The first wgmma overwrites (scale-d = 0); zero only if none ran (fence.operands).
             self.emit(f"int {info.name}_zero = 1;")
             self.lazy_zero[info.name] = info.layout.nregs
             return
@@ -612,9 +762,11 @@ class _Emitter:
                   f"{_c_float(op.value)};")
 
     def bounds(self, tensor: Value, offsets, info: _TileInfo, i: int,
-               tile_rank: int) -> tuple[str, str]:
+               tile_rank: int, span: int = 1) -> tuple[str, str]:
         """(condition, linear index) of element i of a tile at `offsets` of a global tensor.
-        The tile covers the tensor's last one or two dims; leading dims add offset x stride."""
+        The tile covers the tensor's last one or two dims; leading dims add offset x stride.
+        With span > 1, the condition says that elements i .. i + span - 1 (one chunk of a
+        blocked tile: consecutive columns of one row) are all in bounds."""
         t: TensorType = tensor.type
         name = self.tensors[tensor.id]
         lay = info.layout
@@ -625,7 +777,9 @@ class _Emitter:
             conds.append(f"{off} >= 0 && {off} < {self._dim(t, d)}")
             terms.append(f"(long long){off} * {name}_s{d}")
         col = f"({self.name(offsets[-1])} + {lay.col(i)})"
-        conds.append(f"{col} >= 0 && {col} < {self._dim(t, rank - 1)}")
+        last = f"{col} < {self._dim(t, rank - 1)}" if span == 1 else \
+            f"{col} + {span} <= {self._dim(t, rank - 1)}"
+        conds.append(f"{col} >= 0 && {last}")
         terms.append(col)
         if tile_rank == 2:
             row = f"({self.name(offsets[-2])} + {lay.row(i)})"
@@ -641,10 +795,58 @@ class _Emitter:
         info = self.declare_tile(op.result, op.loc)
         name = self.tensors[op.tensor.id]
         dtype = op.tensor.type.dtype
-        for i in range(info.layout.nregs):
-            cond, idx = self.bounds(op.tensor, op.offsets, info, i, len(op.result.type.shape))
-            self.emit(f"{info.name}[{i}] = ({cond}) ? {_from_mem_c(f'{name}[{idx}]', dtype)} : "
-                      f"{_c_float(op.other)};")
+        rank = len(op.result.type.shape)
+
+        def scalar(i: int) -> str:
+            cond, idx = self.bounds(op.tensor, op.offsets, info, i, rank)
+            return (f"{info.name}[{i}] = ({cond}) ? {_from_mem_c(f'{name}[{idx}]', dtype)} : "
+                    f"{_c_float(op.other)};")
+
+        self.chunked(op, info, dtype, rank, scalar,
+                     lambda ptr, width, regs: _vector_load_c(
+                         ptr, width, dtype, [f"{info.name}[{i}]" for i in regs]))
+
+    def chunked(self, op, info: _TileInfo, dtype, rank: int, scalar, vector,
+                prologue=None) -> None:
+        """Global access of a register tile: element by element (`scalar(i)` -> statement), or,
+        for a blocked tile whose chunks are 4-16 bytes of f32/bf16/f16, one vector access per
+        chunk (`vector(ptr, width, regs)` -> statements) where the whole chunk is in bounds and
+        its address is aligned to the access, checked at run time per chunk; other chunks
+        (ragged edges, unaligned base pointers or row strides, odd column offsets) take the
+        scalar path. `prologue(regs)` -> statements that run first for each chunk."""
+        lay = info.layout
+        tensor = op.tensor
+        name = self.tensors[tensor.id]
+        width = _vector_access(lay, dtype)
+        if not width:
+            for i in range(lay.nregs):
+                for line in prologue([i]) if prologue else ():
+                    self.emit(line)
+                self.emit(scalar(i))
+            return
+        per_access = width // dtype.bytes
+        for i0 in range(0, lay.nregs, lay.vec):
+            regs = list(range(i0, i0 + lay.vec))
+            cond, idx = self.bounds(tensor, op.offsets, info, i0, rank, span=lay.vec)
+            self.emit(f"{{  // {name}: {lay.vec * dtype.bytes}-byte chunk of registers "
+                      f"{i0}..{i0 + lay.vec - 1}")
+            self.indent += 1
+            for line in prologue(regs) if prologue else ():
+                self.emit(line)
+            self.emit(f"const long long ge = {idx};")
+            self.emit(f"if ({cond} && ag::aligned_to({name} + ge, {width})) {{")
+            self.indent += 1
+            for a in range(0, lay.vec, per_access):
+                ptr = f"{name} + ge" + (f" + {a}" if a else "")
+                for line in vector(ptr, width, regs[a:a + per_access]):
+                    self.emit(line)
+            self.indent -= 1
+            self.emit("} else {")
+            for i in regs:
+                self.emit("    " + scalar(i))
+            self.emit("}")
+            self.indent -= 1
+            self.emit("}")
 
     def op_LoadScalar(self, op: O.LoadScalar) -> None:
         t: TensorType = op.tensor.type
@@ -676,10 +878,27 @@ class _Emitter:
             raise CompileError("a transposed ag.store is generated for wgmma accumulators "
                                "only", op.loc, fix="store the tile untransposed, or store an "
                                                    "accumulator")
-        for i in range(lay.nregs):
-            cond, idx = self.bounds(op.tensor, op.offsets, info, i, len(op.value.type.shape))
-            val = self.tile_expr(op.value, i, lay)
-            self.emit(f"if ({cond}) {name}[{idx}] = {_to_mem_c(val, dtype)};")
+        rank = len(op.value.type.shape)
+        if not _vector_access(lay, dtype):
+            for i in range(lay.nregs):
+                cond, idx = self.bounds(op.tensor, op.offsets, info, i, rank)
+                val = self.tile_expr(op.value, i, lay)
+                self.emit(f"if ({cond}) {name}[{idx}] = {_to_mem_c(val, dtype)};")
+            return
+
+        # each chunk's values are computed once (gv0, gv1, ...) and stored by either path
+        def scalar(i: int) -> str:
+            cond, idx = self.bounds(op.tensor, op.offsets, info, i, rank)
+            return f"if ({cond}) {name}[{idx}] = {_to_mem_c(f'gv{i % lay.vec}', dtype)};"
+
+        def values(regs: list[int]) -> list[str]:
+            return [f"const float gv{i % lay.vec} = "
+                    f"{_strip_round(self.tile_expr(op.value, i, lay), dtype)};" for i in regs]
+
+        self.chunked(op, info, dtype, rank, scalar,
+                     lambda ptr, width, regs: [_vector_store_c(
+                         ptr, width, dtype, [f"gv{i % lay.vec}" for i in regs])],
+                     prologue=values)
 
     def store_acc(self, op: O.Store, info: _TileInfo) -> None:
         """Accumulator fragment → global: each thread owns pairs of adjacent columns. The last
@@ -762,7 +981,7 @@ class _Emitter:
         self.emit("}")
 
     def op_Elementwise(self, op: O.Elementwise) -> None:
-        lay = _layout_of(op.result.type, self.group_threads, op.loc)
+        lay = self.layout(op.result.type, op.loc)
         dtype = op.result.type.dtype
 
         def expr(i: int) -> str:
@@ -772,7 +991,7 @@ class _Emitter:
         self.define_pointwise(op, lay, expr)
 
     def op_Convert(self, op: O.Convert) -> None:
-        lay = _layout_of(op.result.type, self.group_threads, op.loc)
+        lay = self.layout(op.result.type, op.loc)
         dtype = op.result.type.dtype
         self.define_pointwise(op, lay, lambda i: _round_c(self.operand_expr(op.src, i, lay), dtype))
 
@@ -816,44 +1035,128 @@ class _Emitter:
             self.emit(f"{dst.name}[{i}] = {e};")
 
     def op_Reduce(self, op: O.Reduce) -> None:
+        """Reduce along any axis by the plan the layout gives (RegisterLayout.reduction_plan):
+        registers in-thread, then xor shuffles over the lane bits that move along the axis,
+        then, when warp bits do, partials through shared memory (a named barrier for the
+        warpgroup inside a role). argmax/argmin carry (value, index) pairs; ties and NaNs
+        resolve to the smallest index, as numpy and torch."""
         src = self.tiles[op.src.id]
         lay = src.layout
-        if not isinstance(lay, _Blocked) or op.axis != len(op.src.type.shape) - 1:
-            raise CompileError("only row reductions (last axis) of loaded/blocked tiles are "
-                               "supported", op.loc)
-        if self.in_role:
-            raise CompileError("reductions inside warp roles are not supported yet", op.loc)
+        try:
+            plan = lay.rl.reduction_plan(op.axis)
+        except ValueError as e:
+            raise CompileError(f"cannot reduce a {lay} tile along axis {op.axis}: {e}", op.loc,
+                               fix="convert the tile to a blocked layout first") from None
+        res = self.layout(op.result.type, op.loc)
+        m = _broadcast_map(plan.result, res.rl)
+        if m is None or sorted(m) != list(range(res.nregs)) or res.nregs != len(plan.groups):
+            raise CompileError(f"reduction result layout {res} is not the slice {plan.result.name}"
+                               f" of its source", op.loc)
         info = self.declare_tile(op.result, op.loc)
-        combine = {"sum": lambda a, b: f"({a} + {b})", "max": lambda a, b: f"ag::max_nan({a}, {b})",
-                   "min": lambda a, b: f"ag::min_nan({a}, {b})"}[op.fn]
-        per_row = lay.per_row
-        for r in range(lay.rows):
-            acc = self.tile_expr(op.src, r * per_row, lay)
-            for k in range(1, per_row):
-                acc = combine(acc, self.tile_expr(op.src, r * per_row + k, lay))
-            self.emit(f"{info.name}[{r}] = {acc};")
-        self.emit("#pragma unroll")
-        self.emit("for (int off = 16; off > 0; off >>= 1) {")
-        for r in range(lay.rows):
-            other = f"__shfl_xor_sync(0xffffffffu, {info.name}[{r}], off)"
-            self.emit(f"    {info.name}[{r}] = {combine(f'{info.name}[{r}]', other)};")
-        self.emit("}")
-        warps = self.group_threads // 32
-        if warps > 1:
-            scratch = f"red{op.result.id}"
-            self.shared_decls.append(f"__shared__ float {scratch}[{lay.rows * warps}];")
-            self.emit("if (gtid % 32 == 0) {")
-            for r in range(lay.rows):
-                self.emit(f"    {scratch}[{r * warps} + gtid / 32] = {info.name}[{r}];")
-            self.emit("}")
-            self.emit("__syncthreads();")
-            for r in range(lay.rows):
-                acc = f"{scratch}[{r * warps}]"
-                for w in range(1, warps):
-                    acc = combine(acc, f"{scratch}[{r * warps + w}]")
-                self.emit(f"{info.name}[{r}] = {acc};")
-            self.emit("__syncthreads();")
+        arg = op.fn in ("argmax", "argmin")
+        vals = f"{info.name}_v" if arg else info.name
+        if arg:
+            self.emit(f"float {vals}[{res.nregs}];")
+        combine = _COMBINE.get(op.fn)
+        # result register k of the declared layout takes plan group inv[k]
+        inv = {m[k]: k for k in range(res.nregs)}
+        order = [inv[g] for g in range(len(plan.groups))]
+        for g, regs in enumerate(plan.groups):
+            k = order[g]
+            if not arg:
+                acc = self.tile_expr(op.src, regs[0], lay)
+                for r in regs[1:]:
+                    acc = combine(acc, self.tile_expr(op.src, r, lay))
+                self.emit(f"{vals}[{k}] = {acc};")
+                continue
+            self.emit(f"{vals}[{k}] = {self.tile_expr(op.src, regs[0], lay)}; "
+                      f"{info.name}[{k}] = {lay.coord(regs[0])[op.axis]};")
+            for r in regs[1:]:
+                self.emit("{")
+                self.emit(f"    const float v = {self.tile_expr(op.src, r, lay)}; "
+                          f"const int i = {lay.coord(r)[op.axis]};")
+                self.emit(f"    if ({_arg_better(op.fn, 'v', 'i', f'{vals}[{k}]', f'{info.name}[{k}]')})"
+                          f" {{ {vals}[{k}] = v; {info.name}[{k}] = i; }}")
+                self.emit("}")
+        n = res.nregs
+        if plan.lane_masks:
+            if plan.lane_masks == (16, 8, 4, 2, 1) and not arg:
+                self.emit("#pragma unroll")
+                self.emit("for (int off = 16; off > 0; off >>= 1) {")
+                for k in range(n):
+                    other = f"__shfl_xor_sync(0xffffffffu, {vals}[{k}], off)"
+                    self.emit(f"    {vals}[{k}] = {combine(f'{vals}[{k}]', other)};")
+                self.emit("}")
+            else:
+                for mask in plan.lane_masks:
+                    for k in range(n):
+                        other = f"__shfl_xor_sync(0xffffffffu, {vals}[{k}], {mask})"
+                        if not arg:
+                            self.emit(f"{vals}[{k}] = {combine(f'{vals}[{k}]', other)};")
+                            continue
+                        oi = f"__shfl_xor_sync(0xffffffffu, {info.name}[{k}], {mask})"
+                        self.emit(f"{{ const float v = {other}; const int i = {oi}; "
+                                  f"if ({_arg_better(op.fn, 'v', 'i', f'{vals}[{k}]', f'{info.name}[{k}]')}) "
+                                  f"{{ {vals}[{k}] = v; {info.name}[{k}] = i; }} }}")
+        if plan.warp_bits:
+            self._reduce_warps(op, plan, info, vals, n, arg, combine)
 
+    def _reduce_warps(self, op, plan, info, vals: str, n: int, arg: bool, combine) -> None:
+        """Combine per-warp partials through shared memory: slot (register, other thread bits,
+        warp bits along the axis); one writer per slot, a group barrier, every thread reads the
+        partials of its row (or column), then a barrier so a loop may reuse the slots."""
+        threads = self.group_threads
+        warps = threads // 32
+        nb = len(plan.result.thread_bases)
+        all_warp = tuple(range(5, nb))
+        if plan.warp_bits == all_warp:
+            nw, wexpr = warps, "gtid / 32"
+        elif threads & (threads - 1) == 0:
+            nw, wexpr = 1 << len(plan.warp_bits), _dense_bits_c(plan.warp_bits)
+        else:
+            raise CompileError(f"a reduction over some of the warps of a {threads}-thread group "
+                               "needs a power-of-two group", op.loc)
+        other = 1 << len(plan.other_bits)
+        oexpr = _dense_bits_c(plan.other_bits) if plan.other_bits else ""
+        lane_axis = sum(m for m in plan.lane_masks)
+        writer_mask = lane_axis | sum(1 << b for b in plan.replicated_bits)
+        scratch = f"red{op.result.id}"
+        size = n * other * nw
+        self.shared_decls.append(f"__shared__ float {scratch}[{size}];")
+        if arg:
+            self.shared_decls.append(f"__shared__ int {scratch}_i[{size}];")
+
+        def slot(k: int, w: str) -> str:
+            base = k * other * nw
+            if oexpr:
+                return f"{scratch}[{base} + ({oexpr}) * {nw} + {w}]"
+            return f"{scratch}[{base + int(w)}]" if w.isdigit() else f"{scratch}[{base} + {w}]"
+
+        cond = "gtid % 32 == 0" if writer_mask == 31 else \
+            (f"(gtid & {writer_mask}) == 0" if writer_mask else "true")
+        self.emit(f"if ({cond}) {{")
+        for k in range(n):
+            self.emit(f"    {slot(k, wexpr)} = {vals}[{k}];")
+            if arg:
+                self.emit(f"    {slot(k, wexpr).replace(scratch + '[', scratch + '_i[')} = "
+                          f"{info.name}[{k}];")
+        self.emit("}")
+        self.emit(self.group_barrier())
+        for k in range(n):
+            if not arg:
+                acc = slot(k, "0")
+                for w in range(1, nw):
+                    acc = combine(acc, slot(k, str(w)))
+                self.emit(f"{vals}[{k}] = {acc};")
+                continue
+            self.emit(f"{vals}[{k}] = {slot(k, '0')}; "
+                      f"{info.name}[{k}] = {slot(k, '0').replace(scratch + '[', scratch + '_i[')};")
+            for w in range(1, nw):
+                self.emit(f"{{ const float v = {slot(k, str(w))}; const int i = "
+                          f"{slot(k, str(w)).replace(scratch + '[', scratch + '_i[')}; "
+                          f"if ({_arg_better(op.fn, 'v', 'i', f'{vals}[{k}]', f'{info.name}[{k}]')})"
+                          f" {{ {vals}[{k}] = v; {info.name}[{k}] = i; }} }}")
+        self.emit(self.group_barrier())
 
     def op_RoleOp(self, op: O.RoleOp) -> None:
         raise CompileError("roles are rendered by the kernel driver", op.loc)
@@ -863,22 +1166,84 @@ class _Emitter:
         return info.virtual(index) if info.virtual is not None else f"{info.name}[{index}]"
 
     def op_TileSlice(self, op: O.TileSlice) -> None:
+        """A static window: result register i is the source register holding its coordinate
+        shifted by `start` along the axis, in the same thread (a view, no code)."""
         src = self.tiles[op.src.id]
-        lay = _layout_of(op.result.type, self.group_threads, op.loc)
-        if isinstance(src.layout, _Acc) and op.axis == 1 and op.start % 8 == 0:
-            base = op.start // 2  # 8 accumulator columns live in 4 registers
-        elif isinstance(src.layout, (_Blocked, _RowVec)) and op.axis == 0:
-            base = op.start * src.layout.nregs // op.src.type.shape[0]
-        else:
+        lay = self.layout(op.result.type, op.loc)
+        sl, rl = src.layout.rl, lay.rl
+        index = {reg: j for j, reg in enumerate(sl.regs)}
+        regs = []
+        for reg in rl.regs:
+            regs.append(index.get(tuple(c + (op.start if d == op.axis else 0)
+                                        for d, c in enumerate(reg))))
+        if sl.thread_bases != rl.thread_bases or None in regs:
             raise CompileError(f"slicing a {op.src.type.layout} tile along axis {op.axis} at "
-                               f"{op.start} is not supported", op.loc,
+                               f"{op.start} is not supported: the window's elements are not "
+                               "held by the same threads", op.loc,
                                fix="slice accumulators along columns at multiples of 8, "
-                                   "blocked tiles along rows")
+                                   "blocked tiles along leading dims")
 
-        def expr(i: int, v=op.src, base=base) -> str:
-            return self.reg_expr(v, base + i)
+        def expr(i: int, v=op.src, regs=tuple(regs)) -> str:
+            return self.reg_expr(v, regs[i])
 
         self.define_pointwise(op, lay, expr)
+
+    def op_Arange(self, op: O.Arange) -> None:
+        """An index tile is its coordinate expression: no registers, no memory."""
+        lay = self.layout(op.result.type, op.loc)
+        self.tiles[op.result.id] = _TileInfo(lay, op.result.type.dtype,
+                                             virtual=lambda i, lay=lay: lay.coord(i)[0])
+
+    def op_ExpandDims(self, op: O.ExpandDims) -> None:
+        """A unit dim inserted: the same registers under the expanded layout (a view)."""
+        lay = self.layout(op.result.type, op.loc)
+        src = self.tiles[op.src.id]
+        m = _broadcast_map(src.layout.rl, RL.squeeze(lay.rl, op.axis))
+        if m is None:
+            raise CompileError(f"expand_dims: a {src.layout} tile does not give "
+                               f"{op.result.type.layout}", op.loc)
+        self.tiles[op.result.id] = _TileInfo(
+            lay, op.result.type.dtype, virtual=lambda i, v=op.src, m=m: self.reg_expr(v, m[i]))
+
+    def op_ConvertLayout(self, op: O.ConvertLayout) -> None:
+        """Redistribute through shared memory: every thread class writes its registers at their
+        coordinates (row-major), a group barrier, every thread reads its new registers, and a
+        barrier so the buffer may be rewritten (in a loop)."""
+        src = self.tiles[op.src.id]
+        sl = src.layout
+        lay = self.layout(op.result.type, op.loc)
+        shape = op.result.type.shape
+        size = 1
+        for n in shape:
+            size *= n
+        if size * 4 > 32 * 1024:
+            raise CompileError(f"a layout conversion of a {'x'.join(map(str, shape))} tile "
+                               f"({op.src.type.layout} -> {op.result.type.layout}) through "
+                               "shared memory needs more than 32 KB", op.loc,
+                               fix="keep the tile in one layout (e.g. derive row statistics "
+                                   "from the accumulator itself)")
+        ctype = {"i1": "bool", "i32": "int"}.get(op.result.type.dtype.name, "float")
+        buf = f"cvt{op.result.id}"
+        self.shared_decls.append(f"__shared__ {ctype} {buf}[{size}];")
+
+        def lin(coord) -> str:
+            terms, stride = [], 1
+            for d in reversed(range(len(shape))):
+                if shape[d] > 1:
+                    terms.append(coord[d] if stride == 1 else f"{coord[d]} * {stride}")
+                stride *= shape[d]
+            return " + ".join(reversed(terms)) or "0"
+
+        rep = sum(1 << b for b in sl.rl.replicated_bits())
+        self.emit(f"if ((gtid & {rep}) == 0) {{" if rep else "{")
+        for r in range(sl.nregs):
+            self.emit(f"    {buf}[{lin(sl.coord(r))}] = {self.reg_expr(op.src, r)};")
+        self.emit("}")
+        self.emit(self.group_barrier())
+        info = self.declare_tile(op.result, op.loc)
+        for i in range(lay.nregs):
+            self.emit(f"{info.name}[{i}] = {buf}[{lin(lay.coord(i))}];")
+        self.emit(self.group_barrier())
 
     def _matrix_addresses(self, view: Value) -> str:
         """Per-lane shared address of the x4 fragment (lane l supplies row l%8 of matrix l/8:
@@ -903,7 +1268,6 @@ class _Emitter:
 
     def op_StMatrix(self, op: O.StMatrix) -> None:
         self._check_matrix_view(op.dst, op.src.type, op.loc)
-        self.before_smem_write()
         base, _ = self._matrix_addresses(op.dst)
         sw = op.dst.type.swizzle
         pack = "ag::pack_bf16x2" if op.src.type.dtype.name == "bf16" else "ag::pack_f16x2"
@@ -950,8 +1314,8 @@ def _reads_only_register(expr: str, array: str, index: int) -> bool:
     return all(int(m) == index for m in re.findall(rf"\b{re.escape(array)}\[(\d+)\]", expr))
 
 
-# Ops that may run while a consumer's last wgmma group is still in flight.
-_NO_FLUSH = (O.For, O.Consume, O.Const, O.Arith, O.SmemSlice, O.If, O.ClusterRank)
+def _note(note: str) -> str:
+    return f"  // {note}" if note else ""
 
 
 def dtype_ptr(dtype) -> str:
@@ -960,7 +1324,8 @@ def dtype_ptr(dtype) -> str:
 
 def _single_thread_role(role: O.RoleOp) -> bool:
     """A role that only issues TMA copies runs on one elected thread of its warpgroup."""
-    allowed = (O.Const, O.Arith, O.For, O.If, O.Produce, O.TmaLoad, O.SmemSlice, O.ClusterRank)
+    allowed = (O.Const, O.Arith, O.For, O.If, O.Produce, O.TmaLoad, O.SmemSlice, O.ClusterRank,
+               O.SetMaxNReg)
     return all(isinstance(op, allowed) for op in role.body.walk())
 
 
@@ -1015,33 +1380,6 @@ def _inline_candidates(kernel: Kernel, uses: dict[int, int]) -> set[int]:
     return out
 
 
-def _smem_roots(kernel: Kernel) -> dict[int, int]:
-    """Shared-memory view id -> the id of the allocation it slices."""
-    root: dict[int, int] = {}
-    for op in kernel.body.walk():
-        if isinstance(op, O.SmemSlice):
-            root[op.result.id] = root.get(op.buffer.id, op.buffer.id)
-    return root
-
-
-def _deferrable_store_buffers(kernel: Kernel, root: dict[int, int]) -> set[int]:
-    """Shared buffers that TMA stores read and that only stmatrix of the storing role writes:
-    their read-wait may move to that role's next smem write. A buffer another role writes, or
-    TMA loads into, keeps the wait right after the store."""
-    writers: dict[int, set] = {}
-    stored: dict[int, set] = {}
-    for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
-        for op in role.body.walk():
-            if isinstance(op, O.StMatrix):
-                writers.setdefault(root.get(op.dst.id, op.dst.id), set()).add(role.name)
-            elif isinstance(op, O.TmaLoad):
-                writers.setdefault(root.get(op.dst.id, op.dst.id), set()).add(None)
-            elif isinstance(op, O.TmaStore):
-                stored.setdefault(root.get(op.src.id, op.src.id), set()).add(role.name)
-    return {buf for buf, roles in stored.items()
-            if len(roles) == 1 and writers.get(buf, set()) <= roles}
-
-
 def render(kernel: Kernel) -> Source:
     """Render a lowered kernel (after analysis.infer_layouts and lower.run)."""
     if kernel.attr("smem_plan") is None:
@@ -1049,8 +1387,6 @@ def render(kernel: Kernel) -> Source:
     kernel = strip_tags(kernel)  # tags and tag assertions generate no code
     em = _Emitter(kernel)
     em.uses = _count_uses(kernel)
-    em.smem_root = _smem_roots(kernel)
-    em.deferrable_store_buffers = _deferrable_store_buffers(kernel, em.smem_root)
     em.inline_ok = _inline_candidates(kernel, em.uses)
     threads = kernel.attr("threads")
     em.group_threads = threads
@@ -1064,8 +1400,8 @@ def render(kernel: Kernel) -> Source:
             abi.append(AbiArg("tensor", p.name))
         elif isinstance(t, ScalarType):
             em.names[p.value.id] = p.name
-            params_c.append(f"const int {p.name}")
-            abi.append(AbiArg("scalar", p.name))
+            params_c.append(f"const {_SCALAR_C[t.dtype.name]} {p.name}")
+            abi.append(AbiArg("scalar", p.name, dtype=t.dtype.name))
     for p in kernel.params:
         t = p.value.type
         if isinstance(t, TensorType):
@@ -1078,30 +1414,30 @@ def render(kernel: Kernel) -> Source:
     cluster = tuple(kernel.attr("cluster", (1, 1, 1)))
     em.cluster_size = cluster[0] * cluster[1] * cluster[2]
     roles = [op for op in kernel.body.ops if isinstance(op, O.RoleOp)]
-    prologue = [op for op in kernel.body.ops if not isinstance(op, O.RoleOp)]
-    for op in prologue:
-        em.op(op)
-    if em.cluster_size > 1:
-        # barriers of every CTA initialized before any peer multicasts into them or arrives
-        em.emit("ag::cluster_sync();")
-    elif any(isinstance(op, O.PipelineCreate) for op in prologue):
-        em.emit("__syncthreads();  // barriers initialized before any role uses them")
+    top = list(kernel.body.ops)
+    last_role = max((j for j, op in enumerate(top) if isinstance(op, O.RoleOp)), default=-1)
+    # the cluster barrier before exit follows the roles; every other top-level op precedes them
+    tail = {j for j in range(last_role + 1, len(top)) if isinstance(top[j], O.ClusterSync)} \
+        if roles else set()
+    epilogue = [top[j] for j in sorted(tail)]
+    prologue = [op for j, op in enumerate(top) if not isinstance(op, O.RoleOp) and j not in tail]
+    em.region(Region(tuple(prologue)))
     plan = {name: (first, count, regs) for name, first, count, regs in kernel.attr("role_plan", ())}
     for k, role in enumerate(roles):
-        first, count, regs = plan[role.name]
+        first, count, _regs = plan[role.name]
         cond = f"threadIdx.x >= {first * 128} && threadIdx.x < {(first + count) * 128}"
         em.emit(("if" if k == 0 else "else if") + f" ({cond}) {{  // role {role.name}")
         em.indent += 1
-        if regs:
-            entry = (65536 // threads) // 8 * 8
-            kind = "inc" if regs > entry else "dec"
-            em.emit(f"ag::setmaxnreg_{kind}<{regs}>();")
+        body = list(role.body.ops)
+        while body and isinstance(body[0], O.SetMaxNReg):  # the role's first instruction
+            em.op(body.pop(0))
         em.emit(f"const int v{role.index.id} = (int)(threadIdx.x / 128) - {first};")
         em.names[role.index.id] = f"v{role.index.id}"
         em.emit("const int gtid = threadIdx.x % 128;")
         if any(isinstance(op, O.Wgmma) for op in role.body.walk()):
             em.emit("const int acc_row = 16 * (gtid / 32) + (gtid % 32) / 4;")
             em.emit("const int acc_col = 2 * (gtid % 4);")
+            em.acc_names = True
         for pid in sorted({op.pipe.id for op in role.body.walk()
                            if isinstance(op, (O.Produce, O.Consume))}):
             em.emit(f"int n{pid} = 0;  // this role's step counter on pipeline %{pid}")
@@ -1113,25 +1449,18 @@ def render(kernel: Kernel) -> Source:
         if _single_thread_role(role):
             em.emit("if (gtid == 0) {  // one thread issues the async copies")
             em.indent += 1
-            em.region(role.body)
+            em.region(Region(tuple(body)))
             em.indent -= 1
             em.emit("}")
         else:
-            em.tma_stores = False
-            em.store_unfenced, em.store_read_pending = True, False
-            em.region(role.body)
-            em.flush_pending()
-            if em.tma_stores:
-                em.emit("if (gtid == 0) ag::tma_store_wait<0>();  // bulk stores done before exit")
+            em.region(Region(tuple(body)))
         em.in_role = False
+        em.acc_names = False
         em.group_threads = threads
         em.indent -= 1
         em.emit("}")
 
-    if em.cluster_size > 1:
-        # no CTA leaves while a peer may still multicast into its smem or arrive on its
-        # barriers (HOPPER.md hazard 12)
-        em.emit("ag::cluster_sync();")
+    em.region(Region(tuple(epilogue)))
     for (tensor_id, box, swizzle), index in sorted(em.tmaps.items(), key=lambda kv: kv[1]):
         tensor_name = em.tensors[tensor_id]
         params_c.append(f"const __grid_constant__ ag::TensorMap tmap{index}")

@@ -181,6 +181,19 @@ def full(shape, value: float, dtype: DType = dtypes.f32) -> Tile:
     return Tile(v)
 
 
+def arange(n: int) -> Tile:
+    """The i32 index tile [0, 1, ..., n - 1]; reshape with t[:, None] / t[None, :] to build
+    row and column indices that broadcast. It costs no registers or memory: every element
+    renders as its coordinate in whatever layout its users need."""
+    ctx = current("ag.arange")
+    loc = user_loc()
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        raise TraceError(f"ag.arange takes a positive trace-time int, got {n!r}", loc)
+    v = ctx.builder.fresh(TileType(dtypes.i32, (n,)))
+    ctx.builder.append(O.Arange(v, loc=loc))
+    return Tile(v)
+
+
 def zeros(shape, dtype: DType = dtypes.f32, by_wgmma: bool = False) -> Tile:
     """A zero tile. by_wgmma=True (an accumulator whose first writer is a pipelined wgmma):
     skip the zeroing instructions and let that wgmma overwrite with scale-d = 0."""
@@ -256,6 +269,11 @@ def store(tensor: TensorArg, offsets, tile: Tile, *, transposed: bool = False) -
 
 
 def where(cond: Tile, a, b) -> Tile:
+    """Elementwise `a` where `cond` (a boolean tile) holds, else `b`; a and b are tiles or
+    scalars and broadcast like numpy."""
+    if not isinstance(cond, Tile) or cond.dtype != dtypes.i1:
+        raise TraceError("ag.where needs a boolean tile (a comparison) as its condition",
+                         user_loc())
     return elementwise("where", cond, a, b)
 
 
@@ -392,6 +410,8 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False) -> T
     place."""
     ctx = current("ag.wgmma")
     loc = user_loc()
+    if isinstance(a, Tile):
+        return _wgmma_register_a(ctx, loc, a, b, acc, trans_b)
     av, bv = _view(a, "wgmma operand a", loc), _view(b, "wgmma operand b", loc)
     if ctx.nonuniform_guards:
         raise TraceError("wgmma is guarded by a condition that differs between threads", loc,
@@ -459,6 +479,49 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False) -> T
                              f"and pass trans_{which.lower()}=False")
     ctx.builder.append(O.Wgmma(acc.value, av.materialize(), bv.materialize(), trans_b,
                                trans_a=trans_a, loc=loc))
+    return acc
+
+
+def _wgmma_register_a(ctx, loc, a: Tile, b, acc: Tile, trans_b: bool) -> Tile:
+    """acc += a @ b^T with `a` a bf16/f16 [64, K] register tile (wgmma's "rs" form): the A
+    operand never touches shared memory. A tile converted from a 64-row accumulator (P of
+    FlashAttention) already sits in the A fragment, register for register."""
+    bv = _view(b, "wgmma operand b", loc)
+    if ctx.nonuniform_guards:
+        raise TraceError("wgmma is guarded by a condition that differs between threads", loc,
+                         fix="wgmma is warpgroup-wide (.sync.aligned): all 128 threads must "
+                             "execute it; use a uniform condition")
+    if not ctx.in_role:
+        raise TraceError("wgmma with A in registers runs inside an ag.role (one warpgroup "
+                         "owns the fragment)", loc, fix="put it in `with ag.role(...):`")
+    if not isinstance(acc, Tile) or acc.dtype != dtypes.f32 or len(acc.shape) != 2 or \
+            acc.shape[0] != 64:
+        raise TraceError("wgmma accumulates into a [64, N] f32 tile (ag.zeros((64, N)))", loc)
+    if len(a.shape) != 2 or a.shape[0] != 64 or a.dtype not in (dtypes.bf16, dtypes.f16):
+        raise TraceError(f"a register A operand is a [64, K] bf16 or f16 tile, got "
+                         f"{a.shape} {a.dtype}", loc,
+                         fix="convert the accumulator it comes from: p.to(ag.bf16)")
+    m, n = acc.shape
+    k = a.shape[1]
+    if k % 16:
+        raise TraceError(f"wgmma K={k} must be a multiple of 16 for {a.dtype} inputs", loc)
+    if bv.buffer.type.dtype != a.dtype:
+        raise TraceError(f"wgmma operands must have one dtype: A is {a.dtype}, B is "
+                         f"{bv.buffer.type.dtype}", loc)
+    if trans_b:
+        span = bv.buffer.type.swizzle // bv.buffer.type.dtype.bytes if bv.buffer.type.swizzle \
+            else 0
+        if not span or bv.cols != span or n % span or bv.rows != (n // span) * k:
+            raise TraceError(f"an MN-major wgmma B operand for N={n}, K={k} must be a swizzled "
+                             f"view of ({n} // W) * {k} rows x W columns, W = one swizzle span "
+                             f"of elements; got {bv.rows} x {bv.cols}", loc,
+                             fix="load V [K, N] as N/64 boxes of [K][64] (128-byte swizzle)")
+    elif (bv.rows, bv.cols) != (n, k):
+        raise TraceError(f"wgmma shapes disagree: a is 64x{k}, b is {bv.rows}x{bv.cols} "
+                         f"(need {n}x{k}), acc is 64x{n}", loc)
+    if n % 8 or not 8 <= n <= 256:
+        raise TraceError(f"wgmma N={n} must be a multiple of 8 in [8, 256]", loc)
+    ctx.builder.append(O.Wgmma(acc.value, a.value, bv.materialize(), trans_b, loc=loc))
     return acc
 
 

@@ -54,6 +54,24 @@ class Tensor:
         return TensorSpec(tuple(dims), item[-1])
 
 
+@dataclass(frozen=True)
+class ScalarSpec:
+    """The annotation `ag.Scalar[ag.f32]` (or a bare dtype, `eps: ag.f32`): a runtime scalar
+    parameter passed at launch, positionally (signature order) or by keyword."""
+
+    dtype: DType
+
+
+class ScalarParam:
+    """Annotation factory, exported as `ag.Scalar`: `ag.Scalar[ag.i32]`, `ag.Scalar[ag.f32]`."""
+
+    def __class_getitem__(cls, dtype) -> ScalarSpec:
+        if dtype not in (dtypes.i32, dtypes.f32):
+            raise TypeError("runtime scalar parameters are ag.Scalar[ag.i32] or "
+                            "ag.Scalar[ag.f32]")
+        return ScalarSpec(dtype)
+
+
 def _freeze(value: Any) -> Any:
     """A hashable, printable key for a compile-time value."""
     if isinstance(value, (int, float, str, bool, type(None))):
@@ -99,10 +117,18 @@ class KernelDef:
         self.signature = inspect.signature(fn)
         self.tensor_specs: dict[str, TensorSpec] = {}
         self.constexpr_names: list[str] = []
+        self.scalar_specs: dict[str, ScalarSpec] = {}
+        self.runtime_names: list[str] = []   # tensors and runtime scalars, in signature order
         for pname in self.signature.parameters:
             ann = hints.get(pname)
+            if ann in (dtypes.i32, dtypes.f32):
+                ann = ScalarSpec(ann)
             if isinstance(ann, TensorSpec):
                 self.tensor_specs[pname] = ann
+                self.runtime_names.append(pname)
+            elif isinstance(ann, ScalarSpec):
+                self.scalar_specs[pname] = ann
+                self.runtime_names.append(pname)
             else:
                 self.constexpr_names.append(pname)
 
@@ -160,6 +186,13 @@ class KernelDef:
                     symbols[d] = Scalar(sv)
             shape = tuple(symbols[d] if isinstance(d, str) else d for d in spec.shape)
             args[pname] = TensorArg(pname, v, shape)
+        for pname, sspec in self.scalar_specs.items():
+            if pname in symbols:
+                raise TraceError(f"kernel {self.name}: runtime scalar {pname!r} has the name of a "
+                                 "shape symbol", _fn_loc(self.fn), fix="rename one of them")
+            sv = b.fresh(ScalarType(sspec.dtype), pname)
+            params.append(Param(pname, sv))
+            args[pname] = Scalar(sv)
         args.update(constexprs)
         tracing.push(ctx)
         try:
@@ -177,6 +210,8 @@ class KernelDef:
                              _fn_loc(self.fn), fix="call `pid = ag.grid(extent, ...)` once")
         attrs = dict(threads=threads, cluster=tuple(ctx.cluster),
                      constexprs=tuple((k, _freeze(v)) for k, v in sorted(constexprs.items())))
+        if self.scalar_specs:  # runtime scalars: the launch order of tensors and scalars
+            attrs["runtime_args"] = tuple(self.runtime_names)
         kernel = Kernel(self.name, tuple(params), body, tuple(sorted(attrs.items())))
         check_kernel(kernel)
         return kernel

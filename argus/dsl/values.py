@@ -54,6 +54,10 @@ class Scalar:
         return self.value.type.dtype
 
     def _bin(self, fn: str, other, reverse: bool = False) -> "Scalar":
+        if isinstance(other, Tile) and fn in _TILE_FNS:
+            # a runtime scalar against a tile is elementwise: `q0 + ag.arange(64)`
+            ew = _TILE_FNS[fn]
+            return elementwise(ew, other, self) if reverse else elementwise(ew, self, other)
         # Identities with trace-time constants record nothing: x*1, 1*x, x//1, x+0, 0+x, x-0.
         if isinstance(other, int) and not isinstance(other, bool):
             if (fn == "mul" and other == 1) or (fn == "add" and other == 0) or \
@@ -117,6 +121,11 @@ class Scalar:
 
     def __repr__(self) -> str:
         return f"Scalar({self.value})"
+
+
+# Scalar operators that become elementwise tile ops when the other operand is a tile.
+_TILE_FNS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "lt": "lt", "le": "le",
+             "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne", "max": "max", "min": "min"}
 
 
 def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -183,17 +192,65 @@ class Tile:
             raise TraceError(f"reduction axis {axis} out of range for a tile of shape "
                              f"{self.shape}", user_loc())
         shape = tuple(1 if i == axis else d for i, d in enumerate(self.shape))
-        v = current().builder.fresh(TileType(self.dtype, shape))
+        if fn in ("sum", "prod") and self.dtype == dtypes.i1:
+            raise TraceError(f"{fn} of a boolean tile", user_loc(),
+                             fix="convert it first, e.g. ag.where(mask, 1, 0)")
+        dtype = dtypes.i32 if fn in ("argmax", "argmin") else self.dtype
+        v = current().builder.fresh(TileType(dtype, shape))
         _emit(O.Reduce(v, self.value, fn, axis, loc=user_loc()))
         return Tile(v)
 
     def sum(self, axis: int = -1) -> "Tile": return self._reduce("sum", axis)
     def max(self, axis: int = -1) -> "Tile": return self._reduce("max", axis)
     def min(self, axis: int = -1) -> "Tile": return self._reduce("min", axis)
+    def prod(self, axis: int = -1) -> "Tile": return self._reduce("prod", axis)
+
+    def argmax(self, axis: int = -1) -> "Tile":
+        """i32 indices of the maxima along `axis` (keepdims); ties: the smallest index."""
+        return self._reduce("argmax", axis)
+
+    def argmin(self, axis: int = -1) -> "Tile":
+        """i32 indices of the minima along `axis` (keepdims); ties: the smallest index."""
+        return self._reduce("argmin", axis)
+
+    def __and__(self, o): return self._bool("and", o)
+    def __rand__(self, o): return self._bool("and", o)
+    def __or__(self, o): return self._bool("or", o)
+    def __ror__(self, o): return self._bool("or", o)
+    def __invert__(self): return self._bool("not")
+
+    def _bool(self, fn: str, *others) -> "Tile":
+        for x in (self, *others):
+            if not (isinstance(x, Tile) and x.dtype == dtypes.i1) and not isinstance(x, bool):
+                raise TraceError(f"`{ {'and': '&', 'or': '|', 'not': '~'}[fn] }` combines "
+                                 f"boolean tiles (comparison results), got "
+                                 f"{getattr(x, 'dtype', type(x).__name__)}", user_loc())
+        return elementwise(fn, self, *others)
+
+    def expand_dims(self, axis: int) -> "Tile":
+        """The tile with a unit dim inserted at `axis` (what t[:, None] / t[None, :] record)."""
+        if not 0 <= axis <= len(self.shape) or len(self.shape) >= 4:
+            raise TraceError(f"cannot insert a dim at {axis} into a rank-{len(self.shape)} tile "
+                             "(tiles have rank <= 4)", user_loc())
+        shape = self.shape[:axis] + (1,) + self.shape[axis:]
+        v = current().builder.fresh(TileType(self.dtype, shape))
+        _emit(O.ExpandDims(v, self.value, axis, loc=user_loc()))
+        return Tile(v)
 
     def __getitem__(self, key) -> "Tile":
         """A static window of the tile, e.g. acc[:, 64:128] (no copy)."""
         key = key if isinstance(key, tuple) else (key,)
+        if any(k is None for k in key):
+            # t[:, None] / t[None, :]: full slices and unit dims only (numpy's newaxis)
+            if any(k is not None and k != slice(None) for k in key) or \
+                    sum(k is not None for k in key) != len(self.shape):
+                raise TraceError("index with ':' and None only to add unit dims, e.g. "
+                                 "t[:, None] or t[None, :]", user_loc())
+            out = self
+            for axis, k in enumerate(key):
+                if k is None:
+                    out = out.expand_dims(axis)
+            return out
         if len(key) != len(self.shape) or not all(isinstance(k, slice) for k in key):
             raise TraceError(f"index a rank-{len(self.shape)} tile with one slice per axis, "
                              f"e.g. t[:, 0:64]", user_loc())

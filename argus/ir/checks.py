@@ -85,5 +85,26 @@ def _check_types(op) -> None:
             raise IRError(f"{op.fn} takes {O.ELEMENTWISE_FNS[op.fn]} operands, got "
                           f"{len(op.args)}", op.loc)
     elif isinstance(op, O.Reduce):
-        if op.fn not in ("sum", "max", "min"):
+        if op.fn not in O.REDUCE_FNS:
             raise IRError(f"unknown reduction {op.fn!r}", op.loc)
+        _expect(op, op.src, (TileType,), "src")
+        src, res = op.src.type.shape, op.result.type.shape
+        if not 0 <= op.axis < len(src) or res != tuple(1 if d == op.axis else n
+                                                        for d, n in enumerate(src)):
+            raise IRError(f"reduce over axis {op.axis} of a {src} tile gives {res}", op.loc)
+        if op.fn in ("argmax", "argmin") and op.result.type.dtype.name != "i32":
+            raise IRError(f"{op.fn} gives an i32 tile, not {op.result.type.dtype}", op.loc)
+    elif isinstance(op, O.ConvertLayout):
+        _expect(op, op.src, (TileType,), "src")
+        if (op.src.type.dtype, op.src.type.shape) != (op.result.type.dtype,
+                                                      op.result.type.shape):
+            raise IRError("convert_layout changes only the layout, not dtype or shape", op.loc)
+    elif isinstance(op, O.Arange):
+        t = op.result.type
+        if not isinstance(t, TileType) or len(t.shape) != 1 or t.dtype.name != "i32":
+            raise IRError(f"arange makes a rank-1 i32 tile, not {t}", op.loc)
+    elif isinstance(op, O.ExpandDims):
+        _expect(op, op.src, (TileType,), "src")
+        src, res = op.src.type.shape, op.result.type.shape
+        if len(res) > 4 or res != src[:op.axis] + (1,) + src[op.axis:]:
+            raise IRError(f"expand_dims at axis {op.axis} of {src} gives {res}", op.loc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from argus.ir.core import Op, Region, Value
+from argus.ir.types import TileType
 
 # ----------------------------------------------------------------------------- scalars
 
@@ -228,6 +229,7 @@ class TmaStore(Op):
 @dataclass(frozen=True)
 class Wgmma(Op):
     """acc[64*j .. , N] += a[M, K] @ b^T with a, b shared-memory views (K-major, b is [N, K];
+    or `a` a bf16/f16 [64, K] register tile held in the A fragment, see a_in_registers;
     `trans_b` means b is [K, N], MN-major; `trans_a` means a is [K, M] MN-major, with a K-major
     b). Executed by a whole warpgroup; M = 64 per warpgroup, N in 8..256 step 8, K a multiple
     of 32 bytes (16 bf16/f16, 32 e4m3); e4m3 operands are K-major only. Lowering fills
@@ -245,6 +247,11 @@ class Wgmma(Op):
     # a is MN-major: its 64 rows stored as 64 / W column atoms of [K][W] (W = one swizzle
     # span of elements), as TMA writes boxes of a [K, M] tensor (16-bit only)
     trans_a: bool = False
+
+    @property
+    def a_in_registers(self) -> bool:
+        """A is a bf16/f16 [64, K] register tile in the A fragment (the "rs" form)."""
+        return isinstance(self.a.type, TileType)
 
     @property
     def k_extent(self) -> int:
@@ -353,13 +360,50 @@ class Convert(Op):
 
 @dataclass(frozen=True)
 class Reduce(Op):
-    """Reduce `src` along `axis` with fn in {sum, max, min}, keeping the axis with extent 1."""
+    """Reduce `src` along `axis` (any axis of a tile of rank 1-4) with fn in REDUCE_FNS,
+    keeping the axis with extent 1. argmax/argmin give an i32 tile of indices along the axis
+    (ties and NaNs: the smallest index, as numpy and torch); the others keep src's dtype.
+    After layout inference the result's layout is the slice of src's along `axis`."""
 
     NAME = "reduce"
     RESULTS = ("result",)
     result: Value
     src: Value
     fn: str
+    axis: int
+
+
+@dataclass(frozen=True)
+class ConvertLayout(Op):
+    """The tile `src` redistributed into the result's register layout (same shape and dtype;
+    only TileType.layout differs). Inserted by layout inference where an op needs an operand
+    in a layout it does not have; rendered through shared memory."""
+
+    NAME = "convert_layout"
+    RESULTS = ("result",)
+    result: Value
+    src: Value
+
+
+@dataclass(frozen=True)
+class Arange(Op):
+    """The i32 index tile [0, 1, ..., n - 1] (rank 1, n = the result's extent). Legal in any
+    register layout: every register renders as its coordinate, no memory."""
+
+    NAME = "arange"
+    RESULTS = ("result",)
+    result: Value
+
+
+@dataclass(frozen=True)
+class ExpandDims(Op):
+    """`src` with a unit dim inserted at `axis` (t[:, None], t[None, :]); the result has rank
+    src's + 1 <= 4 and holds the same registers (layout expand(P, axis) of src's P)."""
+
+    NAME = "expand_dims"
+    RESULTS = ("result",)
+    result: Value
+    src: Value
     axis: int
 
 
@@ -400,6 +444,140 @@ class Assign(Op):
     src: Value
 
 
+# ----------------------------------------------------------------------------- synchronization
+# Inserted by lower/sync.py after every other pass: each is one synchronization decision,
+# rendered by codegen as it stands and proved by the verifier. The numpy semantics need none
+# of them (the interpreter runs a step's ops in order), so each is a no-op there.
+
+
+@dataclass(frozen=True)
+class WgmmaFence(Op):
+    """wgmma.fence before a wgmma issue (PTX ISA "wgmma.fence"): orders this warpgroup's
+    earlier register accesses of the accumulators `tiles` (and, with `a_registers`, of the
+    register A operand of the wgmma that follows) before the asynchronous reads and writes of
+    that wgmma. Legal directly before a `wgmma`, in the warpgroup that issues it; codegen also
+    pins the tiles' registers (fence_operands)."""
+
+    NAME = "wgmma.fence"
+    tiles: tuple[Value, ...]
+    a_registers: bool = False
+
+
+@dataclass(frozen=True)
+class WgmmaCommit(Op):
+    """wgmma.commit_group: the wgmma issued since the last commit form one group, which
+    `wgmma.wait` retires. Legal directly after the wgmma of a group (after a `wgmma.fence`)."""
+
+    NAME = "wgmma.commit"
+
+
+@dataclass(frozen=True)
+class WgmmaWait(Op):
+    """wgmma.wait_group `pending`: blocks until at most `pending` committed groups of this
+    warpgroup are in flight. Only then may a retired group's accumulator be read or written
+    by other instructions, or the shared memory it read be released or overwritten. `note`
+    is a comment for the generated code."""
+
+    NAME = "wgmma.wait"
+    pending: int
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class FenceOperands(Op):
+    """A register fence on the accumulators `tiles` (and with `a_registers`, the register A
+    operand of the enclosing wgmma issue): the compiler may not move their accesses across it.
+    Legal after a `wgmma.wait` that retired the groups writing them. `zero_unwritten`: the
+    tile is a scale-d = 0 accumulator (`full` with scale_d_zero) and is zeroed here if no
+    wgmma wrote it (a K loop of zero trips)."""
+
+    NAME = "fence.operands"
+    tiles: tuple[Value, ...]
+    a_registers: bool = False
+    zero_unwritten: bool = False
+
+
+@dataclass(frozen=True)
+class SlotRelease(Op):
+    """One arrive per warpgroup on the empty barrier of a pipeline slot (of every peer CTA
+    when `pipe` has peers). `previous` = False: release `stage`, the enclosing consume step's
+    slot. `previous` = True: release the slot held since an earlier step (if any), then hold
+    `stage` (None: hold nothing). Legal inside a consumer role, after a `wgmma.wait` that
+    retired every wgmma reading the released slot."""
+
+    NAME = "pipe.release"
+    pipe: Value
+    stage: Value | None = None
+    previous: bool = False
+
+
+@dataclass(frozen=True)
+class ProxyFence(Op):
+    """fence.proxy.async.shared::cta: this thread's generic-proxy shared-memory writes
+    (st.shared, stmatrix) become visible to the async proxy (TMA, wgmma descriptors). Legal
+    anywhere; between a generic write and an async read of the same bytes it must be followed
+    by a `barrier` of the writing threads before the reader issues."""
+
+    NAME = "fence.proxy_async"
+
+
+@dataclass(frozen=True)
+class GroupBarrier(Op):
+    """A barrier of the executing group: scope "warpgroup" (named barrier 1 + warpgroup index,
+    128 threads, inside a role) or "cta" (__syncthreads). Legal where every thread of the
+    group reaches it (never under a per-thread condition). `note`: a comment."""
+
+    NAME = "barrier"
+    scope: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class TmaStoreCommit(Op):
+    """cp.async.bulk.commit_group: the bulk stores issued since the last commit form a group.
+    Issued by the thread that issued the stores; legal directly after them."""
+
+    NAME = "tma.store.commit"
+
+
+@dataclass(frozen=True)
+class TmaStoreWait(Op):
+    """cp.async.bulk.wait_group(.read) `pending` by the issuing thread: with `read`, until the
+    committed bulk stores have read their shared memory (the buffer may then be rewritten,
+    after a group barrier); without, until they completed (before the CTA exits). `note` is a
+    comment for the generated code."""
+
+    NAME = "tma.store.wait"
+    pending: int
+    read: bool = True
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class SetMaxNReg(Op):
+    """setmaxnreg.inc/dec (sm_90a): this warpgroup's per-thread register budget becomes
+    `regs`; `inc` says whether that is more than the entry budget (65536 / threads rounded
+    down to 8), as the instruction needs to know. Legal only as the first op of a role body."""
+
+    NAME = "setmaxnreg"
+    regs: int
+    inc: bool
+
+
+@dataclass(frozen=True)
+class ClusterSync(Op):
+    """barrier.cluster.arrive + wait by every thread of every CTA of the cluster. Legal at the
+    kernel's top level only: after the barriers are initialized (before any peer multicasts
+    into them or arrives on them) and before exit (no CTA leaves while peers may still write
+    its shared memory)."""
+
+    NAME = "cluster.sync"
+
+
+SYNC_OPS = (WgmmaFence, WgmmaCommit, WgmmaWait, FenceOperands, SlotRelease, ProxyFence,
+            GroupBarrier, TmaStoreCommit, TmaStoreWait, SetMaxNReg, ClusterSync)
+
+
 ELEMENTWISE_FNS = {
     # arity 1
     "neg": 1, "abs": 1, "exp": 1, "exp2": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1,
@@ -407,9 +585,13 @@ ELEMENTWISE_FNS = {
     # arity 2
     "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2, "pow": 2,
     "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2,
+    # boolean (i1) tiles: & | ~
+    "and": 2, "or": 2, "not": 1,
     # arity 3
     "where": 3,
 }
+
+REDUCE_FNS = ("sum", "max", "min", "prod", "argmax", "argmin")
 
 ALL_OPS: dict[str, type[Op]] = {
     cls.NAME: cls
@@ -417,5 +599,5 @@ ALL_OPS: dict[str, type[Op]] = {
                 SmemSlice,
                 PipelineCreate, Produce, Consume, TmaLoad, TmaStore, Wgmma, StMatrix, LdMatrix,
                 Load, LoadScalar, Store, Full, Elementwise, Convert, Reduce, TileSlice, Var,
-                Assign)
+                Assign, ConvertLayout, Arange, ExpandDims) + SYNC_OPS
 }

@@ -78,8 +78,10 @@ class TileType:
     """A register tile owned by the executing group (the CTA, or one warpgroup inside a role).
 
     `layout` names how elements are spread over threads; layout inference fills it in
-    ("" = not yet inferred). Known layouts: "blocked", "rowvec" (one value per row, replicated
-    over threads), "wgmma_acc" (the m64nNk16 accumulator fragment, INVARIANTS.md §2.1).
+    ("" = not yet inferred). Names: "blocked", "rowvec" (one value per row, replicated over
+    threads), "wgmma_acc" (the m64nNk16 accumulator fragment, INVARIANTS.md §2.1), "wgmma_a",
+    and "slice(P,axis,n)" / "expand(P,axis)" / "squeeze(P,axis)" built from them; the grammar
+    and the (thread, register) -> element map are argus.target.register_layouts.build.
     """
 
     dtype: DType
@@ -128,7 +130,7 @@ def parse_type(text: str) -> Type:
     m = re.fullmatch(r"smemview<(\w+), (\d+)x(\d+), swizzle=(\d+)>", text)
     if m:
         return SmemViewType(dtypes.from_name(m[1]), (int(m[2]), int(m[3])), int(m[4]))
-    m = re.fullmatch(r"tile<(\w+), " + _DIMS + r"(?:, (\w+))?>", text)
+    m = re.fullmatch(r"tile<(\w+), " + _DIMS + r"(?:, ([\w(),]+))?>", text)
     if m:
         return TileType(dtypes.from_name(m[1]), tuple(int(d) for d in _dims(m[2])), m[3] or "")
     m = re.fullmatch(r"pipe<(\d+)>", text)

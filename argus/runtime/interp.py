@@ -63,7 +63,22 @@ _EW = {
     "max": np.maximum, "min": np.minimum, "pow": np.power,
     "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
     "eq": np.equal, "ne": np.not_equal, "where": np.where,
+    "and": np.logical_and, "or": np.logical_or, "not": np.logical_not,
 }
+
+
+def _reduce(fn: str, x: np.ndarray, axis: int, dtype: DType) -> np.ndarray:
+    """numpy's reduction with keepdims: floats in float32 (the device combines in f32
+    registers), integers in int64 then the result dtype; argmax/argmin as numpy (first index of
+    the extreme; NaN counts as the extreme) in int32."""
+    if fn in ("argmax", "argmin"):
+        f = np.argmax if fn == "argmax" else np.argmin
+        return np.expand_dims(f(x, axis=axis), axis).astype(np.int32)
+    f = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[fn]
+    if dtype.is_float:
+        with np.errstate(all="ignore"):
+            return f(x.astype(np.float32), axis=axis, keepdims=True).astype(np.float32)
+    return f(x.astype(np.int64), axis=axis, keepdims=True).astype(dtype.np_dtype())
 
 
 @dataclass
@@ -221,7 +236,8 @@ class _Interp:
             self._write(op.tensor, coords, view.array())
         elif isinstance(op, O.Wgmma):
             acc = self.val(g, op.acc)
-            a = self.val(g, op.a).array()
+            a = self.val(g, op.a)
+            a = a if isinstance(a, np.ndarray) else a.array()  # registers, or a smem view
             b = self.val(g, op.b).array()
             k = op.k_extent
 
@@ -262,10 +278,14 @@ class _Interp:
         elif isinstance(op, O.Convert):
             env[op.result.id] = _round(self.val(g, op.src), op.result.type.dtype)
         elif isinstance(op, O.Reduce):
-            x = self.val(g, op.src)
-            fn = {"sum": np.sum, "max": np.max, "min": np.min}[op.fn]
-            env[op.result.id] = fn(x.astype(np.float32), axis=op.axis,
-                                   keepdims=True).astype(np.float32)
+            env[op.result.id] = _reduce(op.fn, self.val(g, op.src), op.axis,
+                                        op.result.type.dtype)
+        elif isinstance(op, O.ConvertLayout):
+            env[op.result.id] = np.array(self.val(g, op.src), copy=True)  # layouts: no meaning
+        elif isinstance(op, O.Arange):
+            env[op.result.id] = np.arange(op.result.type.shape[0], dtype=np.int32)
+        elif isinstance(op, O.ExpandDims):
+            env[op.result.id] = np.expand_dims(self.val(g, op.src), op.axis)
         elif isinstance(op, O.TileSlice):
             src = self.val(g, op.src)
             index = [slice(None)] * src.ndim
@@ -420,9 +440,45 @@ class _Interp:
                                   + "\n  ".join(reasons))
 
 
-def run(kernel: Kernel, *arrays) -> tuple:
+def split_runtime_args(kernel: Kernel, args, kw) -> tuple[list, dict[str, Any]]:
+    """Launch arguments -> (tensors in parameter order, runtime scalars by name). Without
+    runtime scalars every positional argument is a tensor; with them (attr runtime_args) the
+    positional arguments follow the signature order of tensors and scalars, and scalars may
+    also come by keyword."""
+    order = kernel.attr("runtime_args")
+    scalar_names = [p.name for p in kernel.params if isinstance(p.value.type, ScalarType)
+                    and order and p.name in order]
+    if not order:
+        if kw:
+            raise LaunchError(f"kernel {kernel.name} has no runtime scalar parameters "
+                              f"({', '.join(sorted(kw))})")
+        return list(args), {}
+    if len(args) > len(order):
+        raise LaunchError(f"kernel {kernel.name} takes {len(order)} arguments "
+                          f"({', '.join(order)}), got {len(args)}")
+    named = dict(zip(order, args))
+    for k, v in kw.items():
+        if k in named:
+            raise LaunchError(f"kernel {kernel.name}: {k} given twice")
+        named[k] = v
+    missing = [n for n in order if n not in named]
+    if missing:
+        raise LaunchError(f"kernel {kernel.name}: missing argument(s) {', '.join(missing)}")
+    tensors = [named[n] for n in order if n not in scalar_names]
+    scalars = {n: named[n] for n in scalar_names}
+    for n, v in scalars.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise LaunchError(f"kernel {kernel.name}: runtime scalar {n} takes a Python int or "
+                              f"float, got {type(v).__name__}")
+    return tensors, scalars
+
+
+def run(kernel: Kernel, *arrays, **scalar_args) -> tuple:
     """Interpret `kernel` on numpy arrays or CPU torch tensors given in the order of its tensor
-    parameters. Outputs are written in place (torch tensors too); returns the arrays."""
+    parameters (with runtime scalars: in signature order, scalars also by keyword). Outputs
+    are written in place (torch tensors too); returns the arrays."""
+    arrays, runtime = split_runtime_args(kernel, arrays, scalar_args)
+    arrays = tuple(arrays)
     tensor_params = [p for p in kernel.params if isinstance(p.value.type, TensorType)]
     if len(arrays) != len(tensor_params):
         raise LaunchError(f"kernel {kernel.name} takes {len(tensor_params)} tensors "
@@ -450,6 +506,10 @@ def run(kernel: Kernel, *arrays) -> tuple:
         writebacks.append((a, np_view, writeback))
     scalars = {}
     for p in kernel.params:
+        if isinstance(p.value.type, ScalarType) and p.name in runtime:
+            v = runtime[p.name]
+            scalars[p.value.id] = np.float32(v) if p.value.type.dtype.is_float else int(v)
+            continue
         if isinstance(p.value.type, ScalarType):
             if p.name not in symbols:
                 raise LaunchError(f"kernel {kernel.name}: no value for scalar parameter {p.name}")
@@ -497,7 +557,7 @@ def _as_numpy(a, dtype: DType, kernel: str, param: str):
 def grid_extents(kernel: Kernel, symbols: dict[str, int]) -> tuple[int, ...]:
     """Evaluate the kernel's launch grid for bound shape symbols (host side, no GPU)."""
     scalars = {p.value.id: symbols[p.name] for p in kernel.params
-               if isinstance(p.value.type, ScalarType)}
+               if isinstance(p.value.type, ScalarType) and p.name in symbols}
     interp = _Interp(kernel, {}, scalars)
     group = _Group("grid", dict(scalars))
     for op in kernel.body.ops:

@@ -1,0 +1,452 @@
+"""Register layouts as data: how a register tile is spread over the threads of its group.
+
+Job: one object, `RegisterLayout`, that codegen, the interpreter, the verifier and layout
+inference all read to know which (thread, register) holds which tile element, and the one
+function (`build`) that makes it from the printable layout name kept in `TileType.layout`.
+
+A layout of a tile of `shape` over `threads` threads (128 in a warp role, the CTA otherwise):
+
+    coord(t, r)[d] = thread_part(t)[d] + regs[r][d]
+
+- `thread_part` is F2-linear in the bits of the thread index t (bits 0-4: the lane, bits 5..:
+  the warp): the XOR of `thread_bases[b]` over the set bits b of t. A zero image means the
+  bit does not move the element: threads differing only in it hold the same values
+  (replication, e.g. a row statistic every lane of a quad holds).
+- `regs` is an explicit table, so extents that are not powers of two work (a 64x176
+  accumulator, a 37-row tile). When every extent, the register count and the thread count
+  are powers of two the whole map is an F2 layout (`f2()`), and the builders here make the
+  two parts add without carries (their bits are disjoint), so the F2 form agrees with the
+  table (tests check it exhaustively).
+
+Invariant: for every layout built here, each tile element is held by exactly one register of
+each thread class (threads that differ only in replicated bits form one class); the reduction
+plan and the broadcast map are derived from the bases and the table, never written per layout.
+
+Names (the text form in TileType.layout; `build` parses them):
+  blocked             last dim split over the threads in chunks of `vec`, leading dims in-thread
+                      (a last dim that is not a multiple of the threads: threads spill into
+                      leading dims, leftover thread bits replicate)
+  rowvec              = slice(blocked, last axis): every thread holds all rows (replicated)
+  wgmma_acc           the m64nNk16 f32 accumulator fragment (INVARIANTS.md §2.1)
+  wgmma_a             the register A operand fragment, the accumulator pattern per k16
+  slice(P,axis,n)     P (a name, for the shape with extent n along axis) reduced along axis
+  expand(P,axis)      P with a unit dim inserted at axis (t[:, None])
+  squeeze(P,axis)     P (for the shape with a unit dim at axis) with that dim removed
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass
+
+from argus.layout.f2 import F2Layout
+from argus.target import fragments
+
+LANE_BITS = 5
+
+
+def _nbits(threads: int) -> int:
+    return max(0, (threads - 1).bit_length())
+
+
+def _pow2(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+@dataclass(frozen=True)
+class ReducePlan:
+    """How to reduce a tile along `axis` (the result has layout `result`).
+
+    groups[j]: the source registers combined in-thread into result register j (in order).
+    lane_masks: `shfl.xor` masks to combine over, largest first (lane bits moving along axis).
+    warp_bits: thread bits >= 5 moving along axis: partials combine through shared memory.
+    other_bits: thread bits that move the element along other dims (they index the partials).
+    """
+
+    axis: int
+    result: "RegisterLayout"
+    groups: tuple[tuple[int, ...], ...]
+    lane_masks: tuple[int, ...]
+    warp_bits: tuple[int, ...]
+    other_bits: tuple[int, ...]
+    replicated_bits: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RegisterLayout:
+    name: str
+    shape: tuple[int, ...]
+    threads: int
+    thread_bases: tuple[tuple[int, ...], ...]   # image of thread bit b, per dim
+    regs: tuple[tuple[int, ...], ...]           # offsets of register r, per dim
+
+    def __post_init__(self) -> None:
+        if len(self.thread_bases) != _nbits(self.threads):
+            raise ValueError(f"{self.name}: {len(self.thread_bases)} thread bases for "
+                             f"{self.threads} threads")
+        for img in self.thread_bases + self.regs:
+            if len(img) != len(self.shape):
+                raise ValueError(f"{self.name}: image {img} for a rank-{len(self.shape)} tile")
+
+    # -- basic facts ---------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nregs(self) -> int:
+        return len(self.regs)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def thread_part(self, t: int) -> tuple[int, ...]:
+        out = [0] * self.rank
+        for b, img in enumerate(self.thread_bases):
+            if (t >> b) & 1:
+                out = [o ^ v for o, v in zip(out, img)]
+        return tuple(out)
+
+    def coord(self, t: int, r: int) -> tuple[int, ...]:
+        """The tile coordinate that register r of thread t holds (Python ints)."""
+        return tuple(a + b for a, b in zip(self.thread_part(t), self.regs[r]))
+
+    def replicated_bits(self) -> tuple[int, ...]:
+        return tuple(b for b, img in enumerate(self.thread_bases) if not any(img))
+
+    def owners(self) -> dict[tuple[int, ...], list[tuple[int, int]]]:
+        """Every coordinate -> the (thread, register) pairs that hold it (for tests and
+        counterexamples)."""
+        out: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+        for t in range(self.threads):
+            for r in range(self.nregs):
+                out.setdefault(self.coord(t, r), []).append((t, r))
+        return out
+
+    def check_exact(self) -> str | None:
+        """None when every element is held exactly once per replica class (threads that differ
+        only in replicated bits) and no thread holds an element twice, else why not."""
+        rep = 1 << len(self.replicated_bits())
+        owners = self.owners()
+        for c in itertools.product(*(range(n) for n in self.shape)):
+            got = owners.pop(c, [])
+            if len(got) != rep:
+                return f"element {c} is held {len(got)} times, expected {rep}"
+            if len({t for t, _ in got}) != len(got):
+                return f"element {c} is held twice by one thread"
+        if owners:
+            return f"coordinates outside the tile: {sorted(owners)[:3]}"
+        return None
+
+    # -- C expressions ----------------------------------------------------------------------
+    def thread_c(self, d: int, tid: str = "gtid") -> str:
+        """C expression of thread_part(tid)[d] ("" when it is 0 for every thread)."""
+        nb = len(self.thread_bases)
+        bits = [(b, img[d]) for b, img in enumerate(self.thread_bases) if img[d]]
+        if not bits:
+            return ""
+        seen = 0
+        additive = True
+        for _, v in bits:
+            if seen & v:
+                additive = False
+            seen |= v
+        terms = []
+        if additive:
+            k = 0
+            while k < len(bits):
+                b0, v0 = bits[k]
+                n = 1
+                while k + n < len(bits) and bits[k + n] == (b0 + n, v0 << n):
+                    n += 1
+                shifted = tid if b0 == 0 else f"({tid} >> {b0})"
+                if b0 + n < nb:
+                    shifted = f"({shifted} & {(1 << n) - 1})" if b0 else f"({tid} & {(1 << n) - 1})"
+                elif b0 == 0:
+                    shifted = tid
+                terms.append(shifted if v0 == 1 else f"{shifted} * {v0}")
+                k += n
+            return terms[0] if len(terms) == 1 else "(" + " + ".join(terms) + ")"
+        for b, v in bits:
+            terms.append(f"((({tid} >> {b}) & 1) * {v})")
+        return "(" + " ^ ".join(terms) + ")"
+
+    def coord_c(self, r: int, tid: str = "gtid") -> tuple[str, ...]:
+        """C expressions of coord(tid, r), one per dim."""
+        out = []
+        for d in range(self.rank):
+            th, off = self.thread_c(d, tid), self.regs[r][d]
+            out.append(str(off) if not th else f"({th} + {off})")
+        return tuple(out)
+
+    # -- F2 form ----------------------------------------------------------------------------
+    def dim_names(self) -> tuple[str, ...]:
+        return ("row", "col") if self.rank == 2 else tuple(f"d{d}" for d in range(self.rank))
+
+    def is_f2(self) -> bool:
+        return all(_pow2(n) for n in self.shape) and _pow2(self.nregs) and \
+            _pow2(self.threads) and self.threads >= 32
+
+    def f2(self) -> F2Layout:
+        """{register, lane, warp} -> dims; raises ValueError unless every extent, the register
+        count and the thread count are powers of two (and the table is F2-linear)."""
+        if not self.is_f2():
+            raise ValueError(f"layout {self.name} of shape {self.shape} over {self.threads} "
+                             "threads is not an F2 layout (an extent, the register count or the "
+                             "thread count is not a power of two)")
+        return F2Layout.from_function(
+            lambda register, lane, warp: self._coord_np(32 * warp + lane, register),
+            (("register", self.nregs), ("lane", 32), ("warp", self.threads // 32)),
+            tuple(zip(self.dim_names(), self.shape)))
+
+    def _coord_np(self, t, r):
+        import numpy as np
+        t, r = np.asarray(t), np.asarray(r)
+        table = np.asarray(self.regs, dtype=np.int64).reshape(self.nregs, self.rank)
+        out = []
+        for d in range(self.rank):
+            part = np.zeros(np.broadcast(t, r).shape, dtype=np.int64)
+            for b, img in enumerate(self.thread_bases):
+                if img[d]:
+                    part = part ^ (((t >> b) & 1) * img[d])
+            out.append(part + table[r, d])
+        return tuple(out)
+
+    # -- reductions and broadcasts ---------------------------------------------------------
+    def reduction_plan(self, axis: int) -> ReducePlan:
+        """How codegen reduces along `axis` (keepdims). Raises ValueError for a layout whose
+        thread bits move along `axis` and another dim at once (needs a conversion first)."""
+        if not 0 <= axis < self.rank:
+            raise ValueError(f"axis {axis} out of range for rank {self.rank}")
+        result = slice_(self, axis)
+        index = {reg: j for j, reg in enumerate(result.regs)}
+        groups: list[list[int]] = [[] for _ in result.regs]
+        for r, reg in enumerate(self.regs):
+            groups[index[_proj(reg, (axis,))]].append(r)
+        lanes, warps, other = [], [], []
+        for b, img in enumerate(self.thread_bases):
+            if img[axis] and any(v for d, v in enumerate(img) if d != axis):
+                raise ValueError(f"layout {self.name}: thread bit {b} moves along axis {axis} "
+                                 f"and another dim at once")
+            if img[axis]:
+                (lanes if b < LANE_BITS else warps).append(b)
+            elif any(img):
+                other.append(b)
+        return ReducePlan(axis, result, tuple(tuple(g) for g in groups),
+                          tuple(1 << b for b in reversed(lanes)), tuple(warps), tuple(other),
+                          self.replicated_bits())
+
+    def broadcast_map(self, result: "RegisterLayout") -> tuple[int, ...] | None:
+        """For this layout as an operand of shape self.shape broadcast (numpy rules) against a
+        result `result`: the operand register feeding each result register, or None when the
+        same thread does not hold the needed element (a layout conversion is needed)."""
+        if self.threads != result.threads or self.rank != result.rank:
+            return None
+        bdims = tuple(d for d in range(self.rank)
+                      if self.shape[d] == 1 and result.shape[d] != 1)
+        if any(self.shape[d] != result.shape[d] for d in range(self.rank) if d not in bdims):
+            return None
+        for mine, theirs in zip(self.thread_bases, result.thread_bases):
+            if mine != _proj(theirs, bdims):
+                return None
+        index = {reg: j for j, reg in enumerate(self.regs)}
+        out = []
+        for reg in result.regs:
+            j = index.get(_proj(reg, bdims))
+            if j is None:
+                return None
+            out.append(j)
+        return tuple(out)
+
+
+def _proj(img: tuple[int, ...], dims: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(0 if d in dims else v for d, v in enumerate(img))
+
+
+# ----------------------------------------------------------------------------- builders
+
+
+def blocked_vec(cols: int, threads: int) -> int:
+    """The vector width of a blocked tile whose last dim is a multiple of the threads."""
+    return 4 if cols % (threads * 4) == 0 else 2 if cols % (threads * 2) == 0 else 1
+
+
+def blocked(shape, threads: int, vec: int | None = None, name: str = "blocked") -> RegisterLayout:
+    """The last dim split over the threads in chunks of `vec` (thread t holds columns
+    chunk*T*vec + t*vec + j), leading dims in-thread, row-major register order. A last dim that
+    is not a multiple of the threads (T a power of two): threads take the largest power of two
+    dividing each dim, last dim first; leftover thread bits replicate."""
+    shape = tuple(int(d) for d in shape)
+    if not 1 <= len(shape) <= 4:
+        raise ValueError(f"register tiles have rank 1 to 4, got shape {shape}")
+    nb = _nbits(threads)
+    rank, cols = len(shape), shape[-1]
+    if cols % threads == 0:
+        vec = vec or blocked_vec(cols, threads)
+        if cols % (threads * vec):
+            raise ValueError(f"blocked: {cols} columns are not a multiple of {threads} x {vec}")
+        bases = tuple(tuple(vec << b if d == rank - 1 else 0 for d in range(rank))
+                      for b in range(nb))
+        per_row = cols // threads
+        last = [(k // vec) * threads * vec + k % vec for k in range(per_row)]
+        offsets = [list(range(n)) for n in shape[:-1]] + [last]
+    else:
+        if not _pow2(threads):
+            raise ValueError(f"a blocked tile of shape {shape} over {threads} threads needs a "
+                             f"last dim that is a multiple of {threads}")
+        imgs: list[tuple[int, ...]] = []
+        cover = [1] * rank
+        for d in reversed(range(rank)):
+            while len(imgs) < nb and shape[d] % (cover[d] * 2) == 0:
+                imgs.append(tuple(cover[d] if k == d else 0 for k in range(rank)))
+                cover[d] *= 2
+        while len(imgs) < nb:
+            imgs.append((0,) * rank)
+        bases = tuple(imgs)
+        offsets = [list(range(0, n, c)) for n, c in zip(shape, cover)]
+    regs = tuple(itertools.product(*offsets))
+    return RegisterLayout(name, shape, threads, bases, regs)
+
+
+def replicated(shape, threads: int, name: str = "rowvec") -> RegisterLayout:
+    """Every thread holds the whole tile (row-major registers)."""
+    shape = tuple(shape)
+    return RegisterLayout(name, shape, threads, tuple((0,) * len(shape)
+                                                      for _ in range(_nbits(threads))),
+                          tuple(itertools.product(*(range(n) for n in shape))))
+
+
+@functools.cache
+def wgmma_acc(n: int, name: str = "wgmma_acc") -> RegisterLayout:
+    """The m64nNk16 f32 accumulator (target/fragments.py wgmma_acc_coord): thread bits lane0-1
+    -> col 2, 4; lane2-4 -> row 1, 2, 4; warp0-1 -> row 16, 32; register i -> row
+    8((i/2)%2), col (i%2) + 8(i/4)."""
+    fragments._check_n(n)
+    bases = []
+    for b in range(7):
+        t = 1 << b
+        bases.append(tuple(int(x) for x in fragments.wgmma_acc_coord(t, 0)))
+    regs = tuple(tuple(int(x) for x in fragments.wgmma_acc_coord(0, i)) for i in range(n // 2))
+    return RegisterLayout(name, (64, n), 128, tuple(bases), regs)
+
+
+def wgmma_a(k: int) -> RegisterLayout:
+    """The register A operand (RS form, 16-bit) of a 64 x k tile: the accumulator pattern per
+    k16 slab (fragments.wgmma_a_coord), so an accumulator slab converts in place."""
+    if k % 16:
+        raise ValueError(f"a register wgmma A operand has K a multiple of 16, got {k}")
+    return wgmma_acc(k, "wgmma_a")
+
+
+def slice_(parent: RegisterLayout, axis: int) -> RegisterLayout:
+    """The layout of reducing `parent` along `axis` with keepdims: thread bits that moved along
+    axis become replication, registers differing only along axis merge (first one's order)."""
+    shape = tuple(1 if d == axis else n for d, n in enumerate(parent.shape))
+    bases = tuple(_proj(img, (axis,)) for img in parent.thread_bases)
+    regs: list[tuple[int, ...]] = []
+    seen = set()
+    for reg in parent.regs:
+        p = _proj(reg, (axis,))
+        if p not in seen:
+            seen.add(p)
+            regs.append(p)
+    name = f"slice({parent.name},{axis},{parent.shape[axis]})"
+    out = RegisterLayout(name, shape, parent.threads, bases, tuple(regs))
+    if parent.name == "blocked" and axis == parent.rank - 1:
+        rv = replicated(shape, parent.threads)
+        if rv.thread_bases == out.thread_bases and rv.regs == out.regs:
+            return rv
+    return out
+
+
+def expand(parent: RegisterLayout, axis: int) -> RegisterLayout:
+    """`parent` with a unit dim inserted at `axis` (t[:, None] / t[None, :])."""
+    def ins(img):
+        return img[:axis] + (0,) + img[axis:]
+    return RegisterLayout(f"expand({parent.name},{axis})",
+                          parent.shape[:axis] + (1,) + parent.shape[axis:], parent.threads,
+                          tuple(ins(i) for i in parent.thread_bases),
+                          tuple(ins(r) for r in parent.regs))
+
+
+def squeeze(parent: RegisterLayout, axis: int) -> RegisterLayout:
+    """`parent` (extent 1 along `axis`) with that dim removed."""
+    if parent.shape[axis] != 1:
+        raise ValueError(f"squeeze: dim {axis} of {parent.shape} is not 1")
+
+    def rm(img):
+        return img[:axis] + img[axis + 1:]
+    return RegisterLayout(f"squeeze({parent.name},{axis})", rm(parent.shape), parent.threads,
+                          tuple(rm(i) for i in parent.thread_bases),
+                          tuple(rm(r) for r in parent.regs))
+
+
+def broadcast_layout(result: RegisterLayout, shape) -> RegisterLayout:
+    """The layout an operand of `shape` (1 where it broadcasts) needs to feed `result` with no
+    conversion: `result` sliced along every broadcast dim."""
+    out = result
+    for d, n in enumerate(shape):
+        if n == 1 and result.shape[d] != 1:
+            out = slice_(out, d)
+    return out
+
+
+# ----------------------------------------------------------------------------- names
+
+
+def _split_args(text: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += (ch == "(") - (ch == ")")
+        cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts]
+
+
+NAME_RE = r"[A-Za-z_]\w*(?:\([A-Za-z0-9_(),]*\))?"
+
+
+@functools.cache
+def build(name: str, shape: tuple[int, ...], threads: int) -> RegisterLayout:
+    """The RegisterLayout named `name` for a tile of `shape` over `threads` threads. Raises
+    ValueError with the reason when the name does not fit the shape."""
+    shape = tuple(int(d) for d in shape)
+    if name in ("", "blocked"):
+        return blocked(shape, threads)
+    if name == "rowvec":
+        return replicated(shape, threads)
+    if name in ("wgmma_acc", "wgmma_a"):
+        if len(shape) != 2 or shape[0] != 64:
+            raise ValueError(f"{name} is a 64 x N fragment, not {shape}")
+        if threads != 128:
+            raise ValueError(f"{name} lives in one warpgroup (128 threads), not {threads}")
+        return wgmma_acc(shape[1]) if name == "wgmma_acc" else wgmma_a(shape[1])
+    head, _, rest = name.partition("(")
+    if not rest.endswith(")"):
+        raise ValueError(f"unknown register layout {name!r}")
+    args = _split_args(rest[:-1])
+    if head == "slice" and len(args) == 3:
+        axis, extent = int(args[1]), int(args[2])
+        if not 0 <= axis < len(shape) or shape[axis] != 1:
+            raise ValueError(f"{name}: dim {axis} of {shape} must be 1")
+        parent = build(args[0], shape[:axis] + (extent,) + shape[axis + 1:], threads)
+        out = slice_(parent, axis)
+        return RegisterLayout(name, out.shape, out.threads, out.thread_bases, out.regs)
+    if head == "expand" and len(args) == 2:
+        axis = int(args[1])
+        if not 0 <= axis < len(shape) or shape[axis] != 1:
+            raise ValueError(f"{name}: dim {axis} of {shape} must be 1")
+        return expand(build(args[0], shape[:axis] + shape[axis + 1:], threads), axis)
+    if head == "squeeze" and len(args) == 2:
+        axis = int(args[1])
+        return squeeze(build(args[0], shape[:axis] + (1,) + shape[axis:], threads), axis)
+    raise ValueError(f"unknown register layout {name!r}")
