@@ -781,10 +781,11 @@ class _Emitter:
             f"{col} + {span} <= {self._dim(t, rank - 1)}"
         conds.append(f"{col} >= 0 && {last}")
         terms.append(col)
-        if tile_rank == 2:
-            row = f"({self.name(offsets[-2])} + {lay.row(i)})"
-            conds.append(f"{row} >= 0 && {row} < {self._dim(t, rank - 2)}")
-            terms.append(f"(long long){row} * {name}_s{rank - 2}")
+        for k in range(2, tile_rank + 1):  # tile dims above the last (rank <= 4)
+            c = lay.row(i) if k == 2 else lay.coord(i)[-k]
+            row = f"({self.name(offsets[-k])} + {c})"
+            conds.append(f"{row} >= 0 && {row} < {self._dim(t, rank - k)}")
+            terms.append(f"(long long){row} * {name}_s{rank - k}")
         return " && ".join(conds), " + ".join(terms)
 
     def _dim(self, t: TensorType, d: int) -> str:

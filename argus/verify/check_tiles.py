@@ -101,7 +101,7 @@ def _reduce_layout(model: Model, red: ReduceSite) -> Finding | None:
     src_t = red.op.src.type
     layout = src_t.layout or (red.src.layout if hasattr(red, "src") else "")
     if layout != "wgmma_acc" or red.op.axis != len(src_t.shape) - 1:
-        return None
+        return _reduce_plan(model, red, layout)
     n = src_t.shape[1]
     subject = f"{red.op.fn} over the accumulator columns at {red.op.loc}"
     masks = tuple(getattr(red.op, "shuffle_xor", ()) or QUAD_SHUFFLE_MASKS)
@@ -144,3 +144,59 @@ def _reduce_layout(model: Model, red: ReduceSite) -> Finding | None:
                        f"{need} column bits: {missing}",
                        {"masks": masks, "rank": rank, "column_bits": need}, tier="F2")
     return Finding("reduce.layout", red.op.loc, subject, "proven", tier="F2")
+
+
+def _reduce_plan(model: Model, red: ReduceSite, layout: str) -> Finding | None:
+    """Any other reduction: the plan codegen renders (RegisterLayout.reduction_plan: registers
+    in-thread, lane xor masks, warps through shared memory) is checked exhaustively on the
+    layout's (thread, register) table: every thread's combined contributors are exactly the
+    line of its result element along the axis, each element once."""
+    if not layout:
+        return None
+    threads = 128 if red.site.role is not None else int(model.kernel.attr("threads", 128))
+    subject = f"{red.op.fn} over axis {red.op.axis} at {red.op.loc}"
+    try:
+        lay = red.src.register_layout(threads) if red.src.layout == layout else \
+            _build(layout, red.op.src.type.shape, threads)
+        plan = lay.reduction_plan(red.op.axis)
+    except ValueError as e:
+        return Finding("reduce.layout", red.op.loc, subject, "unknown", str(e))
+    if lay.threads * lay.nregs > 1 << 16:
+        return Finding("reduce.layout", red.op.loc, subject, "unknown",
+                       "the layout table is too large to check exhaustively")
+    masks = list(plan.lane_masks) + [1 << b for b in plan.warp_bits]
+    span = [0]
+    for m in masks:
+        span += [x ^ m for x in span]
+    axis = red.op.axis
+    span_bits = sum(masks)
+    # threads that differ only in the combined bits combine the same set: one per class
+    for t in (t for t in range(lay.threads) if t & span_bits == 0):
+        for j, group in enumerate(plan.groups):
+            seen: dict[int, int] = {}
+            want = lay.coord(t, group[0])
+            for x in span:
+                if t ^ x >= lay.threads:
+                    continue
+                for r in group:
+                    c = lay.coord(t ^ x, r)
+                    if any(c[d] != want[d] for d in range(lay.rank) if d != axis):
+                        return Finding("reduce.layout", red.op.loc, subject, "violated",
+                                       f"thread {t} register {r}: a contributor from thread "
+                                       f"{t ^ x} holds {c}, off the line of {want}",
+                                       {"thread": t, "register": r}, tier="exhaustive")
+                    seen[c[axis]] = seen.get(c[axis], 0) + 1
+            n = lay.shape[axis]
+            if sorted(seen) != list(range(n)) or any(v != 1 for v in seen.values()):
+                return Finding("reduce.layout", red.op.loc, subject, "violated",
+                               f"thread {t}'s result {j} combines axis coordinates "
+                               f"{sorted(seen)[:8]} with multiplicities "
+                               f"{sorted(set(seen.values()))}, not each of 0..{n - 1} once",
+                               {"thread": t, "result_register": j}, tier="exhaustive")
+    return Finding("reduce.layout", red.op.loc, subject, "proven", tier="exhaustive")
+
+
+def _build(layout: str, shape, threads: int):
+    from argus.target import register_layouts
+
+    return register_layouts.build(layout, tuple(shape), threads)

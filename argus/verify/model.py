@@ -25,6 +25,7 @@ two writers) without aliasing. Anything the model cannot represent exactly is li
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -163,6 +164,13 @@ class TileState:
     loc: Loc
     what: str
 
+    def register_layout(self, threads: int):
+        """The RegisterLayout this tile's layout name denotes (target/register_layouts.py):
+        the one object codegen renders from, so checks decide on what runs."""
+        from argus.target import register_layouts
+
+        return register_layouts.build(self.layout or "blocked", tuple(self.shape), threads)
+
 
 @dataclass
 class ReadSite:
@@ -210,10 +218,15 @@ class AssertSite:
 class WgmmaSite:
     op: O.Wgmma
     site: Site
-    a: ViewInfo
+    a: ViewInfo | None               # None: A comes from registers (a_tile)
     b: ViewInfo
     acc_before: TileState
     acc_def_seq: int                 # seq of the op that (re)initialized the accumulator
+    a_tile: TileState | None = None  # the register A operand (FlashAttention's P)
+
+    @property
+    def a_name(self) -> str:
+        return str(self.a.buffer) if self.a is not None else f"registers {self.op.a}"
 
 
 # ----------------------------------------------------------------------------- the model
@@ -526,6 +539,20 @@ class Model:
             self.tiles[op.result.id].layout = op.result.type.layout or src.layout
         elif isinstance(op, O.Reduce):
             self._reduce(op, scopes, role)
+        elif isinstance(op, O.ConvertLayout):
+            # the same elements, redistributed: tags unchanged (the layout is in the type)
+            src = self.tile(op.src)
+            self._set_tile(op.result, src.fn, op, src.what)
+        elif isinstance(op, O.Arange):
+            self._set_tile(op.result, lambda idx: Record(source="an index tile"), op,
+                           "an index tile")
+        elif isinstance(op, O.ExpandDims):
+            src = self.tile(op.src)
+            axis = op.axis
+
+            def fn(idx, src=src, axis=axis):
+                return src.fn(tuple(x for d, x in enumerate(idx) if d != axis))
+            self._set_tile(op.result, fn, op, src.what)
         elif isinstance(op, O.TileSlice):
             src = self.tile(op.src)
             axis, start = op.axis, op.start
@@ -838,19 +865,20 @@ class Model:
     def _wgmma(self, op: O.Wgmma, scopes, role) -> None:
         site = self._site(op, scopes, role)
         a, b = self.views.get(op.a.id), self.views[op.b.id]
-        if a is None:
-            raise _Unsupported("wgmma with A in registers is not modelled yet")
+        a_tile = self.tile(op.a) if a is None else None  # A from registers
         before = self.tile(op.acc)
+        wsite = WgmmaSite(op, site, a, b, before, self._def_seq.get(op.acc.id, 0), a_tile)
         if self._recording:
-            self.wgmmas.append(WgmmaSite(op, site, a, b, before, self._def_seq.get(op.acc.id, 0)))
-            self.reads.append(ReadSite("wgmma-a", op, site, a))
+            self.wgmmas.append(wsite)
+            if a is not None:
+                self.reads.append(ReadSite("wgmma-a", op, site, a))
             self.reads.append(ReadSite("wgmma-b", op, site, b))
         K = op.k_extent
 
         def fn(idx, a=a, b=b, before=before, site=site, trans=op.trans_b):
             m, n = idx
             kk = fresh_int("kk")
-            ra = self.read_smem(a, b_index(a, m, kk, K, op.trans_a), site)
+            ra = self.wgmma_a(wsite, m, kk)
             rb = self.read_smem(b, b_index(b, n, kk, K, trans), site)
             prev = before.fn(idx)
             fields = dict(prev.fields)
@@ -867,6 +895,16 @@ class Model:
                           f"wgmma accumulator at {op.loc}")
         self.tiles[op.acc.id] = TileState(before.shape, "wgmma_acc", fn, op.loc,
                                           f"wgmma accumulator at {op.loc}")
+
+    def wgmma_a(self, wsite: WgmmaSite, m, kk) -> Record:
+        """The tags of A element (m, kk) of a wgmma: from its shared-memory view, or from the
+        register tile that is its A operand."""
+        if wsite.a_tile is not None:
+            # registers always hold a value (a masked load reads its fill value): defined
+            return dataclasses.replace(wsite.a_tile.fn((m, kk)), defined=z3.BoolVal(True))
+        op = wsite.op
+        return self.read_smem(wsite.a, b_index(wsite.a, m, kk, op.k_extent, op.trans_a),
+                              wsite.site)
 
     def read_smem(self, view: ViewInfo, idx, reader: Site) -> Record:
         """The tags of view element idx = (row, col) as `reader` sees it: resolved against the

@@ -1,0 +1,111 @@
+"""Reductions over any axis, broadcasts, index tiles, boolean ops and runtime scalars:
+interpreter vs numpy, NVRTC builds for sm_90a inside and outside roles, the structure of the
+generated code, and the verifier (tests/unit/reduce_kernels.py holds the kernels)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from argus import codegen, verify
+from argus.compiler import compile_kernel, lower_only
+from tests.unit import reduce_kernels as K
+
+CASES = [(rank, axis, fn) for rank in (1, 2, 3, 4) for axis in range(rank) for fn in K.FNS]
+
+
+def _ref(x, fn, axis):
+    if fn.startswith("arg"):
+        return np.expand_dims(getattr(np, fn)(x, axis=axis), axis)
+    return getattr(np, fn)(x, axis=axis, keepdims=True)
+
+
+@pytest.mark.parametrize("rank,axis,fn", CASES)
+def test_interpreter_matches_numpy(rank, axis, fn):
+    rng = np.random.default_rng(rank * 100 + axis)
+    X = rng.standard_normal((2, 2, 8, 512)).astype(np.float32)
+    X[..., 3] = X[..., 5]  # ties: the smallest index wins
+    S, I = np.zeros_like(X), np.zeros(X.shape, np.int32)
+    K.reduce_any.interpret(X, S, I, rank=rank, axis=axis, fn=fn)
+    shape = K.SHAPES[rank]
+    x = X[(0,) * (4 - rank)][tuple(slice(0, n) for n in shape)]
+    ref = _ref(x, fn, axis)
+    got = (I if fn.startswith("arg") else S)[(0,) * (4 - rank)]
+    got = got[tuple(slice(0, n) for n in ref.shape)]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
+
+
+BUILDS = [(2, 1, "sum", False), (2, 0, "max", True), (3, 1, "argmax", False),
+          (4, 0, "argmin", True), (1, 0, "prod", False), (4, 3, "sum", True),
+          (2, 1, "argmax", True), (3, 2, "min", False)]
+
+
+@pytest.mark.parametrize("rank,axis,fn,in_role", BUILDS)
+def test_reductions_build_for_sm90a(rank, axis, fn, in_role):
+    src = codegen.render(lower_only(K.reduce_any, rank=rank, axis=axis, fn=fn, in_role=in_role))
+    if in_role:  # a warpgroup synchronizes with its named barrier, never the whole CTA
+        assert "__syncthreads" not in src.text.split("role compute")[1]
+    c = compile_kernel(K.reduce_any, verify=False, rank=rank, axis=axis, fn=fn, in_role=in_role)
+    assert c.binary.cubin[:4] == b"\x7fELF" and c.resources.spill_stores == 0
+
+
+def test_rmsnorm_compiles_and_matches_numpy():
+    x = np.random.default_rng(0).standard_normal((3, 1000)).astype(np.float32)
+    w = np.random.default_rng(1).standard_normal(1000).astype(np.float32)
+    y = np.zeros_like(x)
+    K.rmsnorm.interpret(x, w, y, eps=1e-5)
+    ref = x / np.sqrt((x * x).mean(1, keepdims=True) + 1e-5) * w
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+    c = compile_kernel(K.rmsnorm, verify=False)
+    assert "const float eps" in c.source.text
+    assert [a.dtype for a in c.source.abi if a.name == "eps"] == ["f32"]
+
+
+def test_masks_where_and_runtime_scalars():
+    X = (np.random.default_rng(2).standard_normal((4, 256)) * 2).astype(np.float32)
+    Y = np.zeros_like(X)
+    K.masked.interpret(X, Y, 1, shift=3)  # causal positionally, shift by keyword
+    r, c = np.arange(4)[:, None], np.arange(256)[None, :]
+    np.testing.assert_array_equal(Y, np.where((c <= r * 64 + 3) & ~(X > 2), X, -1))
+    src = codegen.render(lower_only(K.masked)).text
+    assert "__shared__" not in src  # index tiles are coordinate expressions
+    compile_kernel(K.masked, verify=False)
+
+
+def test_accumulator_statistics_render_without_shared_memory():
+    src = codegen.render(lower_only(K.acc_softmax)).text
+    shared = [line for line in src.splitlines() if "__shared__ float" in line]
+    # only the column sum (axis 0, across the warps of the warpgroup) uses shared memory;
+    # the row max, row sum and the o * alpha rescale stay in registers (2 per thread)
+    assert len(shared) == 1, shared
+    assert "convert_layout" not in str(lower_only(K.acc_softmax))
+    assert "__shfl_xor_sync(0xffffffffu, t" in src
+    c = compile_kernel(K.acc_softmax, verify=False)
+    assert c.resources.spill_stores == 0
+
+
+def test_accumulator_statistics_interpreter():
+    torch = pytest.importorskip("torch")
+    A, B = torch.randn(64, 64).bfloat16(), torch.randn(64, 64).bfloat16()
+    O, Mx, Cs = torch.zeros(64, 64), torch.zeros(64, 64), torch.zeros(64, 64)
+    Ix = torch.zeros(64, 64, dtype=torch.int32)
+    K.acc_softmax.interpret(A, B, O, Mx, Ix, Cs)
+    s = A.float() @ B.float().T
+    sm = torch.where(torch.arange(64)[None, :] <= torch.arange(64)[:, None], s * 0.125,
+                     -float("inf"))
+    p = torch.exp(sm - sm.max(1, keepdim=True).values)
+    torch.testing.assert_close(O, p * 0.5 / p.sum(1, keepdim=True))
+    assert torch.equal(Ix[:, 0], s.argmax(1).int())
+    torch.testing.assert_close(Cs[0], s.sum(0), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("kfn,cx", [(K.rmsnorm, {}), (K.masked, {})])
+def test_verifier_clean(kfn, cx):
+    report = verify.run(kfn, lower=True, **cx)
+    assert not report.errors and not report.unknowns, report.errors + report.unknowns
+
+
+def test_verifier_proves_reduction_plans():
+    report = verify.run(K.reduce_any, lower=True, include_proven=True, rank=3, axis=0,
+                        fn="argmax", in_role=True)
+    assert any(f.code == "reduce.layout" and f.status == "proven" for f in report.proven)
