@@ -14,22 +14,50 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_softmax(
     const int v7 = (v5 - 1);
     const int v8 = (int)blockIdx.x;
     float t10[16];
-    t10[0] = ((0 + (gtid * 4 + 0)) >= 0 && (0 + (gtid * 4 + 0)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 0)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[1] = ((0 + (gtid * 4 + 1)) >= 0 && (0 + (gtid * 4 + 1)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[2] = ((0 + (gtid * 4 + 2)) >= 0 && (0 + (gtid * 4 + 2)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[3] = ((0 + (gtid * 4 + 3)) >= 0 && (0 + (gtid * 4 + 3)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[4] = ((0 + (gtid * 4 + 1024)) >= 0 && (0 + (gtid * 4 + 1024)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1024)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[5] = ((0 + (gtid * 4 + 1025)) >= 0 && (0 + (gtid * 4 + 1025)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1025)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[6] = ((0 + (gtid * 4 + 1026)) >= 0 && (0 + (gtid * 4 + 1026)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1026)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[7] = ((0 + (gtid * 4 + 1027)) >= 0 && (0 + (gtid * 4 + 1027)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1027)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[8] = ((0 + (gtid * 4 + 2048)) >= 0 && (0 + (gtid * 4 + 2048)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2048)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[9] = ((0 + (gtid * 4 + 2049)) >= 0 && (0 + (gtid * 4 + 2049)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2049)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[10] = ((0 + (gtid * 4 + 2050)) >= 0 && (0 + (gtid * 4 + 2050)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2050)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[11] = ((0 + (gtid * 4 + 2051)) >= 0 && (0 + (gtid * 4 + 2051)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2051)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[12] = ((0 + (gtid * 4 + 3072)) >= 0 && (0 + (gtid * 4 + 3072)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3072)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[13] = ((0 + (gtid * 4 + 3073)) >= 0 && (0 + (gtid * 4 + 3073)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3073)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[14] = ((0 + (gtid * 4 + 3074)) >= 0 && (0 + (gtid * 4 + 3074)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3074)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
-    t10[15] = ((0 + (gtid * 4 + 3075)) >= 0 && (0 + (gtid * 4 + 3075)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3075)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+    {  // X: 16-byte chunk of registers 0..3
+        const long long ge = (0 + (gtid * 4 + 0)) + (long long)(v8 + 0) * X_s0;
+        if ((0 + (gtid * 4 + 0)) >= 0 && (0 + (gtid * 4 + 0)) + 4 <= N && (v8 + 0) >= 0 && (v8 + 0) < M && ag::aligned_to(X + ge, 16)) {
+            ag::ld_global_f32x4(X + ge, t10[0], t10[1], t10[2], t10[3]);
+        } else {
+            t10[0] = ((0 + (gtid * 4 + 0)) >= 0 && (0 + (gtid * 4 + 0)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 0)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+            t10[1] = ((0 + (gtid * 4 + 1)) >= 0 && (0 + (gtid * 4 + 1)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+            t10[2] = ((0 + (gtid * 4 + 2)) >= 0 && (0 + (gtid * 4 + 2)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+            t10[3] = ((0 + (gtid * 4 + 3)) >= 0 && (0 + (gtid * 4 + 3)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+        }
+    }
+    {  // X: 16-byte chunk of registers 4..7
+        const long long ge = (0 + (gtid * 4 + 1024)) + (long long)(v8 + 0) * X_s0;
+        if ((0 + (gtid * 4 + 1024)) >= 0 && (0 + (gtid * 4 + 1024)) + 4 <= N && (v8 + 0) >= 0 && (v8 + 0) < M && ag::aligned_to(X + ge, 16)) {
+            ag::ld_global_f32x4(X + ge, t10[4], t10[5], t10[6], t10[7]);
+        } else {
+            t10[4] = ((0 + (gtid * 4 + 1024)) >= 0 && (0 + (gtid * 4 + 1024)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1024)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+            t10[5] = ((0 + (gtid * 4 + 1025)) >= 0 && (0 + (gtid * 4 + 1025)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1025)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+            t10[6] = ((0 + (gtid * 4 + 1026)) >= 0 && (0 + (gtid * 4 + 1026)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1026)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+            t10[7] = ((0 + (gtid * 4 + 1027)) >= 0 && (0 + (gtid * 4 + 1027)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 1027)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+        }
+    }
+    {  // X: 16-byte chunk of registers 8..11
+        const long long ge = (0 + (gtid * 4 + 2048)) + (long long)(v8 + 0) * X_s0;
+        if ((0 + (gtid * 4 + 2048)) >= 0 && (0 + (gtid * 4 + 2048)) + 4 <= N && (v8 + 0) >= 0 && (v8 + 0) < M && ag::aligned_to(X + ge, 16)) {
+            ag::ld_global_f32x4(X + ge, t10[8], t10[9], t10[10], t10[11]);
+        } else {
+            t10[8] = ((0 + (gtid * 4 + 2048)) >= 0 && (0 + (gtid * 4 + 2048)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2048)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+            t10[9] = ((0 + (gtid * 4 + 2049)) >= 0 && (0 + (gtid * 4 + 2049)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2049)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+            t10[10] = ((0 + (gtid * 4 + 2050)) >= 0 && (0 + (gtid * 4 + 2050)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2050)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+            t10[11] = ((0 + (gtid * 4 + 2051)) >= 0 && (0 + (gtid * 4 + 2051)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 2051)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+        }
+    }
+    {  // X: 16-byte chunk of registers 12..15
+        const long long ge = (0 + (gtid * 4 + 3072)) + (long long)(v8 + 0) * X_s0;
+        if ((0 + (gtid * 4 + 3072)) >= 0 && (0 + (gtid * 4 + 3072)) + 4 <= N && (v8 + 0) >= 0 && (v8 + 0) < M && ag::aligned_to(X + ge, 16)) {
+            ag::ld_global_f32x4(X + ge, t10[12], t10[13], t10[14], t10[15]);
+        } else {
+            t10[12] = ((0 + (gtid * 4 + 3072)) >= 0 && (0 + (gtid * 4 + 3072)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3072)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+            t10[13] = ((0 + (gtid * 4 + 3073)) >= 0 && (0 + (gtid * 4 + 3073)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3073)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+            t10[14] = ((0 + (gtid * 4 + 3074)) >= 0 && (0 + (gtid * 4 + 3074)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3074)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+            t10[15] = ((0 + (gtid * 4 + 3075)) >= 0 && (0 + (gtid * 4 + 3075)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) ? X[(0 + (gtid * 4 + 3075)) + (long long)(v8 + 0) * X_s0] : __int_as_float(0xff800000);
+        }
+    }
     float t11[1];
     t11[0] = ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(t10[0], t10[1]), t10[2]), t10[3]), t10[4]), t10[5]), t10[6]), t10[7]), t10[8]), t10[9]), t10[10]), t10[11]), t10[12]), t10[13]), t10[14]), t10[15]);
     #pragma unroll
@@ -71,20 +99,64 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_softmax(
     __syncthreads();
     t14[0] = (((((((red14[0] + red14[1]) + red14[2]) + red14[3]) + red14[4]) + red14[5]) + red14[6]) + red14[7]);
     __syncthreads();
-    if ((0 + (gtid * 4 + 0)) >= 0 && (0 + (gtid * 4 + 0)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 0)) + (long long)(v8 + 0) * Y_s0] = (t13[0] / t14[0]);
-    if ((0 + (gtid * 4 + 1)) >= 0 && (0 + (gtid * 4 + 1)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1)) + (long long)(v8 + 0) * Y_s0] = (t13[1] / t14[0]);
-    if ((0 + (gtid * 4 + 2)) >= 0 && (0 + (gtid * 4 + 2)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2)) + (long long)(v8 + 0) * Y_s0] = (t13[2] / t14[0]);
-    if ((0 + (gtid * 4 + 3)) >= 0 && (0 + (gtid * 4 + 3)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3)) + (long long)(v8 + 0) * Y_s0] = (t13[3] / t14[0]);
-    if ((0 + (gtid * 4 + 1024)) >= 0 && (0 + (gtid * 4 + 1024)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1024)) + (long long)(v8 + 0) * Y_s0] = (t13[4] / t14[0]);
-    if ((0 + (gtid * 4 + 1025)) >= 0 && (0 + (gtid * 4 + 1025)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1025)) + (long long)(v8 + 0) * Y_s0] = (t13[5] / t14[0]);
-    if ((0 + (gtid * 4 + 1026)) >= 0 && (0 + (gtid * 4 + 1026)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1026)) + (long long)(v8 + 0) * Y_s0] = (t13[6] / t14[0]);
-    if ((0 + (gtid * 4 + 1027)) >= 0 && (0 + (gtid * 4 + 1027)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1027)) + (long long)(v8 + 0) * Y_s0] = (t13[7] / t14[0]);
-    if ((0 + (gtid * 4 + 2048)) >= 0 && (0 + (gtid * 4 + 2048)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2048)) + (long long)(v8 + 0) * Y_s0] = (t13[8] / t14[0]);
-    if ((0 + (gtid * 4 + 2049)) >= 0 && (0 + (gtid * 4 + 2049)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2049)) + (long long)(v8 + 0) * Y_s0] = (t13[9] / t14[0]);
-    if ((0 + (gtid * 4 + 2050)) >= 0 && (0 + (gtid * 4 + 2050)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2050)) + (long long)(v8 + 0) * Y_s0] = (t13[10] / t14[0]);
-    if ((0 + (gtid * 4 + 2051)) >= 0 && (0 + (gtid * 4 + 2051)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2051)) + (long long)(v8 + 0) * Y_s0] = (t13[11] / t14[0]);
-    if ((0 + (gtid * 4 + 3072)) >= 0 && (0 + (gtid * 4 + 3072)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3072)) + (long long)(v8 + 0) * Y_s0] = (t13[12] / t14[0]);
-    if ((0 + (gtid * 4 + 3073)) >= 0 && (0 + (gtid * 4 + 3073)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3073)) + (long long)(v8 + 0) * Y_s0] = (t13[13] / t14[0]);
-    if ((0 + (gtid * 4 + 3074)) >= 0 && (0 + (gtid * 4 + 3074)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3074)) + (long long)(v8 + 0) * Y_s0] = (t13[14] / t14[0]);
-    if ((0 + (gtid * 4 + 3075)) >= 0 && (0 + (gtid * 4 + 3075)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3075)) + (long long)(v8 + 0) * Y_s0] = (t13[15] / t14[0]);
+    {  // Y: 16-byte chunk of registers 0..3
+        const float gv0 = (t13[0] / t14[0]);
+        const float gv1 = (t13[1] / t14[0]);
+        const float gv2 = (t13[2] / t14[0]);
+        const float gv3 = (t13[3] / t14[0]);
+        const long long ge = (0 + (gtid * 4 + 0)) + (long long)(v8 + 0) * Y_s0;
+        if ((0 + (gtid * 4 + 0)) >= 0 && (0 + (gtid * 4 + 0)) + 4 <= N && (v8 + 0) >= 0 && (v8 + 0) < M && ag::aligned_to(Y + ge, 16)) {
+            ag::st_global_f32x4(Y + ge, gv0, gv1, gv2, gv3);
+        } else {
+            if ((0 + (gtid * 4 + 0)) >= 0 && (0 + (gtid * 4 + 0)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 0)) + (long long)(v8 + 0) * Y_s0] = gv0;
+            if ((0 + (gtid * 4 + 1)) >= 0 && (0 + (gtid * 4 + 1)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1)) + (long long)(v8 + 0) * Y_s0] = gv1;
+            if ((0 + (gtid * 4 + 2)) >= 0 && (0 + (gtid * 4 + 2)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2)) + (long long)(v8 + 0) * Y_s0] = gv2;
+            if ((0 + (gtid * 4 + 3)) >= 0 && (0 + (gtid * 4 + 3)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3)) + (long long)(v8 + 0) * Y_s0] = gv3;
+        }
+    }
+    {  // Y: 16-byte chunk of registers 4..7
+        const float gv0 = (t13[4] / t14[0]);
+        const float gv1 = (t13[5] / t14[0]);
+        const float gv2 = (t13[6] / t14[0]);
+        const float gv3 = (t13[7] / t14[0]);
+        const long long ge = (0 + (gtid * 4 + 1024)) + (long long)(v8 + 0) * Y_s0;
+        if ((0 + (gtid * 4 + 1024)) >= 0 && (0 + (gtid * 4 + 1024)) + 4 <= N && (v8 + 0) >= 0 && (v8 + 0) < M && ag::aligned_to(Y + ge, 16)) {
+            ag::st_global_f32x4(Y + ge, gv0, gv1, gv2, gv3);
+        } else {
+            if ((0 + (gtid * 4 + 1024)) >= 0 && (0 + (gtid * 4 + 1024)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1024)) + (long long)(v8 + 0) * Y_s0] = gv0;
+            if ((0 + (gtid * 4 + 1025)) >= 0 && (0 + (gtid * 4 + 1025)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1025)) + (long long)(v8 + 0) * Y_s0] = gv1;
+            if ((0 + (gtid * 4 + 1026)) >= 0 && (0 + (gtid * 4 + 1026)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1026)) + (long long)(v8 + 0) * Y_s0] = gv2;
+            if ((0 + (gtid * 4 + 1027)) >= 0 && (0 + (gtid * 4 + 1027)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 1027)) + (long long)(v8 + 0) * Y_s0] = gv3;
+        }
+    }
+    {  // Y: 16-byte chunk of registers 8..11
+        const float gv0 = (t13[8] / t14[0]);
+        const float gv1 = (t13[9] / t14[0]);
+        const float gv2 = (t13[10] / t14[0]);
+        const float gv3 = (t13[11] / t14[0]);
+        const long long ge = (0 + (gtid * 4 + 2048)) + (long long)(v8 + 0) * Y_s0;
+        if ((0 + (gtid * 4 + 2048)) >= 0 && (0 + (gtid * 4 + 2048)) + 4 <= N && (v8 + 0) >= 0 && (v8 + 0) < M && ag::aligned_to(Y + ge, 16)) {
+            ag::st_global_f32x4(Y + ge, gv0, gv1, gv2, gv3);
+        } else {
+            if ((0 + (gtid * 4 + 2048)) >= 0 && (0 + (gtid * 4 + 2048)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2048)) + (long long)(v8 + 0) * Y_s0] = gv0;
+            if ((0 + (gtid * 4 + 2049)) >= 0 && (0 + (gtid * 4 + 2049)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2049)) + (long long)(v8 + 0) * Y_s0] = gv1;
+            if ((0 + (gtid * 4 + 2050)) >= 0 && (0 + (gtid * 4 + 2050)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2050)) + (long long)(v8 + 0) * Y_s0] = gv2;
+            if ((0 + (gtid * 4 + 2051)) >= 0 && (0 + (gtid * 4 + 2051)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 2051)) + (long long)(v8 + 0) * Y_s0] = gv3;
+        }
+    }
+    {  // Y: 16-byte chunk of registers 12..15
+        const float gv0 = (t13[12] / t14[0]);
+        const float gv1 = (t13[13] / t14[0]);
+        const float gv2 = (t13[14] / t14[0]);
+        const float gv3 = (t13[15] / t14[0]);
+        const long long ge = (0 + (gtid * 4 + 3072)) + (long long)(v8 + 0) * Y_s0;
+        if ((0 + (gtid * 4 + 3072)) >= 0 && (0 + (gtid * 4 + 3072)) + 4 <= N && (v8 + 0) >= 0 && (v8 + 0) < M && ag::aligned_to(Y + ge, 16)) {
+            ag::st_global_f32x4(Y + ge, gv0, gv1, gv2, gv3);
+        } else {
+            if ((0 + (gtid * 4 + 3072)) >= 0 && (0 + (gtid * 4 + 3072)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3072)) + (long long)(v8 + 0) * Y_s0] = gv0;
+            if ((0 + (gtid * 4 + 3073)) >= 0 && (0 + (gtid * 4 + 3073)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3073)) + (long long)(v8 + 0) * Y_s0] = gv1;
+            if ((0 + (gtid * 4 + 3074)) >= 0 && (0 + (gtid * 4 + 3074)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3074)) + (long long)(v8 + 0) * Y_s0] = gv2;
+            if ((0 + (gtid * 4 + 3075)) >= 0 && (0 + (gtid * 4 + 3075)) < N && (v8 + 0) >= 0 && (v8 + 0) < M) Y[(0 + (gtid * 4 + 3075)) + (long long)(v8 + 0) * Y_s0] = gv3;
+        }
+    }
 }

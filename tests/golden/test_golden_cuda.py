@@ -10,7 +10,7 @@ from argus.compiler import lower_only
 from argus.runtime.compile import compile_cuda
 
 GOLDEN = Path(__file__).parent
-EXAMPLES = ["elementwise", "softmax", "gemm"]
+EXAMPLES = ["elementwise", "softmax", "gemm", "rmsnorm"]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

@@ -666,6 +666,58 @@ __device__ __forceinline__ void st_global_b16(void* ptr, uint16_t v) {
 }
 
 // ------------------------------------------------------------------------------------------
+// Vector global loads and stores of one chunk of a blocked register tile: one 4-, 8- or
+// 16-byte access per thread (PTX ISA "ld" / "st", Data Movement and Conversion Instructions,
+// the .v2 / .v4 vector forms), so a warp moves up to 512 contiguous bytes per instruction.
+// The address must be aligned to the access size (a misaligned vector access faults); the
+// generated code checks aligned_to at run time before it takes the vector path. 16-bit dtypes
+// move packed pairs as 32-bit words (low half = lower index, as in memory).
+// Written as C++ accesses of the built-in vector types rather than inline PTX, on purpose: the
+// compiler then knows which memory they read and write, so they stay ordered against barriers
+// and other stores without a "memory" clobber, and a load from a __restrict__ tensor that the
+// kernel never writes becomes ld.global.nc.v4 (the read-only path). Default cache operators, as
+// Triton and torch emit for elementwise kernels. The PTX each one compiles to is named.
+// ------------------------------------------------------------------------------------------
+__device__ __forceinline__ bool aligned_to(const void* ptr, unsigned bytes) {
+    return (reinterpret_cast<unsigned long long>(ptr) & (bytes - 1u)) == 0;
+}
+// ld.global[.nc].v4.f32 / .v2.f32
+__device__ __forceinline__ void ld_global_f32x4(const void* ptr, float& a, float& b, float& c,
+                                                float& d) {
+    const float4 v = *reinterpret_cast<const float4*>(ptr);
+    a = v.x; b = v.y; c = v.z; d = v.w;
+}
+__device__ __forceinline__ void ld_global_f32x2(const void* ptr, float& a, float& b) {
+    const float2 v = *reinterpret_cast<const float2*>(ptr);
+    a = v.x; b = v.y;
+}
+// ld.global[.nc].v4.u32 / .v2.u32 / .u32
+__device__ __forceinline__ void ld_global_b32x4(const void* ptr, uint32_t& a, uint32_t& b,
+                                                uint32_t& c, uint32_t& d) {
+    const uint4 v = *reinterpret_cast<const uint4*>(ptr);
+    a = v.x; b = v.y; c = v.z; d = v.w;
+}
+__device__ __forceinline__ void ld_global_b32x2(const void* ptr, uint32_t& a, uint32_t& b) {
+    const uint2 v = *reinterpret_cast<const uint2*>(ptr);
+    a = v.x; b = v.y;
+}
+__device__ __forceinline__ uint32_t ld_global_b32(const void* ptr) {
+    return *reinterpret_cast<const uint32_t*>(ptr);
+}
+// st.global.v4.f32 / .v4.u32 / .v2.u32 (st_global_f32x2 and st_global_b32 above are the
+// 8-byte f32 and 4-byte forms)
+__device__ __forceinline__ void st_global_f32x4(void* ptr, float a, float b, float c, float d) {
+    *reinterpret_cast<float4*>(ptr) = float4{a, b, c, d};
+}
+__device__ __forceinline__ void st_global_b32x4(void* ptr, uint32_t a, uint32_t b, uint32_t c,
+                                                uint32_t d) {
+    *reinterpret_cast<uint4*>(ptr) = uint4{a, b, c, d};
+}
+__device__ __forceinline__ void st_global_b32x2(void* ptr, uint32_t a, uint32_t b) {
+    *reinterpret_cast<uint2*>(ptr) = uint2{a, b};
+}
+
+// ------------------------------------------------------------------------------------------
 // Swizzled shared-memory addressing for generated ldmatrix/stmatrix (INVARIANTS.md §2.3):
 // TMA and wgmma apply Swizzle<B,4,3> to the ABSOLUTE shared address, so a generic-proxy access
 // to a swizzled buffer must do the same: the 16-byte chunk bits [4, 4+B) are XORed with bits
