@@ -44,9 +44,13 @@ def mn_major_descriptor_fields(view_type, k: int, loc) -> tuple[int, int, int, i
 
 
 def _descs(op: O.Wgmma, _ctx):
-    if op.a_desc:
+    if op.b_desc:
         return None
     k = op.k_extent
+    if op.a_in_registers:  # the "rs" form: only B has a descriptor
+        b_desc = (mn_major_descriptor_fields(op.b.type, k, op.loc) if op.trans_b
+                  else descriptor_fields(op.b.type, op.loc))
+        return op.replace(b_desc=b_desc)
     b_desc = (mn_major_descriptor_fields(op.b.type, k, op.loc) if op.trans_b
               else descriptor_fields(op.b.type, op.loc))
     a_desc = (mn_major_descriptor_fields(op.a.type, k, op.loc) if op.trans_a

@@ -47,13 +47,30 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     finds += _tx_bytes(model)
     finds += _smem_plan(model)
     for site in model.wgmmas:
-        if not site.op.a_desc or not site.op.b_desc:
+        if site.a_tile is not None:
+            finds.append(_register_a_layout(site))
+        if not site.op.b_desc or (site.a_tile is None and not site.op.a_desc):
             continue
-        for operand in ("a", "b"):
+        for operand in ("a", "b") if site.a_tile is None else ("b",):
             o, f = _operand_layout(model, site, operand)
             obs += o
             finds += f
     return obs, finds
+
+
+def _register_a_layout(site: WgmmaSite) -> Finding:
+    """A register A operand must be held in the m64k16 A fragment, which for each 16 columns
+    is the accumulator pattern (PTX ISA "Register Fragments" for wgmma .f16/.bf16 A): a tile
+    in the accumulator layout is one, register for register."""
+    op = site.op
+    subject = f"register A operand {op.a} of wgmma at {op.loc}"
+    layout = op.a.type.layout
+    if layout == "wgmma_acc" and op.a.type.shape[0] == 64:
+        return Finding("wgmma.a-fragment", op.loc, subject, "proven")
+    return Finding("wgmma.a-fragment", op.loc, subject, "violated",
+                   f"the A operand is a {op.a.type.shape} tile in layout {layout or 'none'!r}, "
+                   f"not the wgmma A fragment (the accumulator pattern of a 64-row tile): "
+                   f"threads would feed other elements than the tile holds")
 
 
 # ----------------------------------------------------------------------------- arithmetic

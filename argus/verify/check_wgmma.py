@@ -40,12 +40,12 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
     N = op.acc.type.shape[1]
     K = op.k_extent
     m, n, kk = fresh_int("m"), fresh_int("n"), fresh_int("kk")
-    ra = model.read_smem(site.a, b_index(site.a, m, kk, K, op.trans_a), site.site)
+    ra = model.wgmma_a(site, m, kk)
     rb = model.read_smem(site.b, b_index(site.b, n, kk, K, op.trans_b), site.site)
     ranges = [m >= 0, m < 64, n >= 0, n < N, kk >= 0, kk < K]
     base = list(model.premises) + site.site.constraints() + ranges + list(ra.cond) + \
         list(rb.cond)
-    subject = f"wgmma at {op.loc} (a = {site.a.buffer}, b = {site.b.buffer})"
+    subject = f"wgmma at {op.loc} (a = {site.a_name}, b = {site.b.buffer})"
 
     def decode(zm, violated):
         mv, nv, kv = value(zm, m), value(zm, n), value(zm, kk)
@@ -126,7 +126,7 @@ def _k_key(model: Model, site: WgmmaSite, name: str):
     """What a site's A operand reads along k: (tensor index, field) as a simplified term, or
     None when it does not read one tensor's field `name`."""
     m, kk = fresh_int("m"), fresh_int("kk")
-    rec = model.read_smem(site.a, (m, kk), site.site)
+    rec = model.wgmma_a(site, m, kk)
     tensor = rec.fields.get("tensor")
     if name not in rec.fields or tensor is None:
         return None
@@ -186,7 +186,7 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     def sub(t):
         return z3.substitute(t, *ren) if ren else t
     kk1, m = fresh_int("kk"), fresh_int("m")
-    r1 = model.read_smem(site.a, b_index(site.a, m, kk1, K, op.trans_a), site.site)
+    r1 = model.wgmma_a(site, m, kk1)
     f1 = r1.fields.get(name)
     if f1 is None:
         return []
@@ -198,8 +198,7 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     # injectivity against this site itself and every later sibling
     for other in siblings[index:]:
         kk2 = fresh_int("kk")
-        r2 = model.read_smem(other.a, b_index(other.a, m, kk2, other.op.k_extent,
-                                              other.op.trans_a), other.site)
+        r2 = model.wgmma_a(other, m, kk2)
         f2 = r2.fields.get(name)
         if f2 is None:
             continue
