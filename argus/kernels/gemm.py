@@ -5,12 +5,15 @@ input and output dtypes, B's layout ("nk": B is [N, K], K contiguous — `x @ W.
 [N, K] row-major; "kn": B is [K, N], N contiguous — `x @ W`), and a batch dimension. What is
 tunable lives in `GemmSchedule`, the agent's and the autotuner's action space.
 
-Warp-specialized: one producer warpgroup (40 registers) streams A and B tiles through a
-STAGES-deep TMA ring into 128B-swizzled shared memory; `consumers` consumer warpgroups (232
-registers) each multiply a 64-row slice of the BM x BN tile with wgmma. The compiler derives
-stages, mbarrier parities and expect-tx bytes; its step counters run on across output tiles,
-so the persistent variant (one CTA per SM walking tiles in grouped order) stays in phase and
-its producer loads the next tile while the consumers store this one.
+Built from the warp-specialized skeleton (argus/kernels/warp_specialized.py): one producer
+warpgroup (40 registers) streams A and B tiles through a STAGES-deep TMA ring into
+128B-swizzled shared memory; `consumers` consumer warpgroups (232 registers) each multiply a
+64-row slice of the BM x BN tile with wgmma. The compiler derives stages, mbarrier parities and
+expect-tx bytes; its step counters run on across output tiles, so the persistent variant (one
+CTA per SM walking tiles in grouped order) stays in phase and its producer loads the next tile
+while the consumers store this one. This file adds what the problem kinds need: swap-AB (the
+weights as wgmma's A operand, the tile stored transposed), MN-major operands for B [K, N], a
+batch dimension, and the checks that tie a schedule to a problem.
 """
 
 import functools
@@ -19,23 +22,18 @@ from dataclasses import dataclass
 import argus as ag
 from argus.dtypes import DType
 from argus.kernels.split_k_sum import MAX_SPLITS
+from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler,
+                                            WarpSpecializedSchedule, store_tile,
+                                            store_tile_staged, tile_coords)
+
+__all__ = ["GemmSchedule", "gemm", "gemm_kernel", "tile_coords"]  # tile_coords: examples/gemm.py
 
 
 @dataclass(frozen=True)
-class GemmSchedule:
-    bm: int = 128
-    bn: int = 256
-    bk: int = 64
-    stages: int = 4
-    consumers: int = 2
-    producer_regs: int = 40
-    consumer_regs: int = 232
-    persistent: bool = True
-    num_sms: int = 132      # CTAs of the persistent grid (H100/H200 SXM: 132 SMs)
-    group_m: int = 8        # grouped raster: GROUP_M tiles down M before moving along N
-    epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
-    cluster_m: int = 1      # 2: CTA pairs on vertically adjacent tiles share B by TMA multicast
-    zero_by_wgmma: bool = False  # scale-d = 0 on the first wgmma instead of zeroing registers
+class GemmSchedule(WarpSpecializedSchedule):
+    """What the bf16/fp16 GEMM lets a tuner choose: the skeleton's fields (tile, ring, roles,
+    raster, epilogue, cluster; argus/kernels/warp_specialized.py), then these."""
+
     k_atoms: int = 1        # 128-byte K slices per stage (longer contiguous reads of each row)
     # K cut into this many slices, each a batch of the batched kernel into an fp32 workspace,
     # then summed (argus/ops/split_k.py): more units of work for skinny GEMMs. Not a kernel
@@ -52,10 +50,8 @@ class GemmSchedule:
     # have read the staging buffer.
     store_cols: int = 0
 
-    def __post_init__(self) -> None:
-        problems = []
-        if self.epilogue not in ("direct", "tma"):
-            problems.append(f"epilogue={self.epilogue!r} is not 'direct' or 'tma'")
+    def _problems(self) -> list[str]:
+        problems = super()._problems()
         if self.epilogue == "tma" and self.bn % 16:
             problems.append(f"the TMA-store epilogue stores blocks of 64, 32 or 16 columns; "
                             f"bn={self.bn}")
@@ -70,9 +66,6 @@ class GemmSchedule:
             elif width and (self.store_cols % width or self.store_cols > self.bn):
                 problems.append(f"store_cols={self.store_cols} must be a multiple of the "
                                 f"{width}-column store block in 1..bn={self.bn}")
-        if self.consumers < 1 or self.bm != 64 * self.consumers:
-            problems.append(f"each consumer warpgroup owns 64 rows: bm={self.bm} needs "
-                            f"consumers={self.bm // 64}")
         if self.k_atoms not in (1, 2, 4):
             problems.append(f"k_atoms={self.k_atoms} is not 1, 2 or 4")
         if self.k_atoms > 1 and self.zero_by_wgmma:
@@ -84,21 +77,7 @@ class GemmSchedule:
         if self.split_k > 1 and self.epilogue != "direct":
             problems.append("split_k writes fp32 partials, which the TMA-store epilogue (16-bit "
                             "only) cannot stage: use epilogue='direct'")
-        if self.cluster_m not in (1, 2):
-            problems.append(f"cluster_m={self.cluster_m}: the kernel pairs at most 2 CTAs")
-        if problems:
-            raise ValueError("GemmSchedule: " + "; ".join(problems))
-
-
-def tile_coords(tile, m_tiles, n_tiles, group_m: int):
-    """Grouped raster order: consecutive tiles share B columns for group_m rows of tiles, so
-    the B tiles they read stay in L2."""
-    width = group_m * n_tiles
-    group = tile // width
-    first_m = group * group_m
-    group_size = ag.minimum(m_tiles - first_m, group_m)
-    within = tile % width
-    return first_m + within % group_size, within // group_size
+        return problems
 
 
 @functools.lru_cache(maxsize=None)
@@ -141,104 +120,33 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                                 f"{cs} parts of whole TMA boxes" +
                                 (" (64-column atoms for an MN-major B)" if mn_major_b else ""),
                                 fix="use bn=128 or 256 with cluster_m=2, or cluster_m=1")
-        # A unit of work is `cs` vertically adjacent tiles, one per CTA of a cluster; the CTAs
-        # of a cluster walk the same units, so their pipelines stay in step.
-        m_tiles, n_tiles = ag.cdiv(lhs_rows, s.bm), ag.cdiv(rhs_rows, s.bn)
-        m_units = ag.cdiv(m_tiles, cs) if cs > 1 else m_tiles
-        tiles = m_units * n_tiles
-        total = tiles * A.shape[0] if batched else tiles
-        clusters = ag.minimum(total, s.num_sms // cs) if s.persistent else total
-        (pid,) = ag.grid(clusters * cs, cluster=cs)
-        rank = ag.cluster_rank() if cs > 1 else 0
-        first, programs = (pid // cs, clusters) if cs > 1 else (pid, clusters)
-        # A stage holds k_atoms independent BK-deep slices ("atoms"), stacked along the rows:
-        # atom j of A is rows [j*bm, (j+1)*bm), of B rows [j*b_rows, (j+1)*b_rows).
-        ka = s.k_atoms
-        b_rows = (s.bn // 64) * s.bk if mn_major_b else s.bn
-        a_rows = (s.bm // 64) * s.bk if mn_major_a else s.bm
-        sA = ag.smem((s.stages, ka * a_rows, 64 if mn_major_a else s.bk), in_dtype, swizzle=128)
-        if mn_major_b:  # one [BK][64] box per 64 columns of the B tile
-            sB = ag.smem((s.stages, ka * b_rows, 64), in_dtype, swizzle=128)
-        else:
-            sB = ag.smem((s.stages, ka * b_rows, s.bk), in_dtype, swizzle=128)
-        pipe = ag.pipeline(s.stages, consumers=s.consumers)
-        k_tiles = ag.cdiv(K, s.bk * ka)
+        sched = TileScheduler.launch(lhs_rows, rhs_rows, s.bm, s.bn,
+                                     batch=A.shape[0] if batched else None, cluster=cs,
+                                     persistent=s.persistent, num_sms=s.num_sms,
+                                     group_m=s.group_m)
+        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype, s.consumers,
+                                 k_atoms=s.k_atoms, mn_major_a=mn_major_a, mn_major_b=mn_major_b)
+        k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
-        # TMA-store staging: one swizzled rows x width block per `width` columns: 64 (128-byte
-        # swizzle), or 32 / 16 with a 64- / 32-byte swizzle for tiles such as 224 or 176 wide
-        width = next(w for w in (64, 32, 16) if s.bn % w == 0)
-        blocks = s.bn // width
-        # blocks staged per round: all of them, or store_cols / width with further rounds
-        staged = (s.store_cols or s.bn) // width
         if s.epilogue == "tma":
-            sC = ag.smem((s.consumers * staged, rows, width), out_dtype, swizzle=2 * width)
+            staging = Staging.alloc(s.consumers, rows, s.bn, out_dtype, s.store_cols)
 
-        def locate(tile):
-            """(batch coordinates, m tile, n tile) of a flat unit index, for this CTA."""
-            if batched:
-                mu, n = tile_coords(tile % tiles, m_units, n_tiles, s.group_m)
-                return (tile // tiles,), mu * cs + rank, n
-            mu, n = tile_coords(tile, m_units, n_tiles, s.group_m)
-            return (), mu * cs + rank, n
+        def finish(tile):
+            return tile.to(out_dtype)
 
         with ag.role("producer", warpgroups=1, regs=s.producer_regs):
-            for tile in ag.range(first, total, programs):
-                b, m, n = locate(tile)
-                for k in ag.range(k_tiles):
-                    with pipe.produce() as stage:
-                        for atom in range(ka):
-                            k0 = (k * ka + atom) * s.bk
-                            a_at, b_at = atom * a_rows, atom * b_rows
-                            if mn_major_a:  # one [BK][64] box per 64 rows of the tile
-                                for j in range(s.bm // 64):
-                                    ag.tma.load(sA[stage].rows_of(a_at + j * s.bk, s.bk), lhs,
-                                                (*b, k0, m * s.bm + 64 * j))
-                            else:
-                                ag.tma.load(sA[stage].rows_of(a_at, s.bm), lhs,
-                                            (*b, m * s.bm, k0))
-                            if mn_major_b:  # each CTA loads blocks/cs column boxes for all
-                                for jj in range(blocks // cs):
-                                    j = rank * (blocks // cs) + jj
-                                    ag.tma.load(sB[stage].rows_of(b_at + j * s.bk, s.bk), B,
-                                                (*b, k0, n * s.bn + 64 * j), multicast=cs > 1)
-                            elif cs > 1:  # each CTA loads 1/cs of the B rows for all
-                                part = s.bn // cs
-                                ag.tma.load(sB[stage].rows_of(b_at + rank * part, part), rhs,
-                                            (*b, n * s.bn + rank * part, k0), multicast=True)
-                            else:
-                                ag.tma.load(sB[stage].rows_of(b_at, s.bn), rhs,
-                                            (*b, n * s.bn, k0))
+            for unit in sched.units():
+                ring.load(k_steps, lhs, rhs, unit, rank=sched.rank, cluster=cs)
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
-            for tile in ag.range(first, total, programs):
-                b, m, n = locate(tile)
-                acc = ag.zeros((rows, s.bn), ag.f32, by_wgmma=s.zero_by_wgmma)
-                for k in ag.range(k_tiles):
-                    with pipe.consume() as stage:
-                        for atom in range(ka):
-                            # this consumer's 64 rows: one [BK][64] atom if MN-major
-                            a_view = sA[stage].rows_of(atom * a_rows + wg * s.bk, s.bk) \
-                                if mn_major_a else sA[stage].rows_of(atom * s.bm + wg * rows, rows)
-                            ag.wgmma(a_view, sB[stage].rows_of(atom * b_rows, b_rows), acc,
-                                     trans_b=mn_major_b, trans_a=mn_major_a)
+            for unit in sched.units():
+                acc = ring.mma(k_steps, wg, zero_by_wgmma=s.zero_by_wgmma)
                 if s.epilogue == "tma":
-                    # all blocks into smem first, then one run of bulk stores: the copies
-                    # proceed while the next tile's MMAs run (codegen defers their read-wait
-                    # to the next tile's first stmatrix, or to the next round's: a staging
-                    # buffer smaller than the tile is refilled once its stores have read it)
-                    for first_block in range(0, blocks, staged):
-                        run = range(first_block, min(blocks, first_block + staged))
-                        for j in run:
-                            ag.stmatrix(sC[wg * staged + j - first_block],
-                                        acc[:, width * j:width * (j + 1)].to(out_dtype))
-                        for j in run:
-                            ag.tma.store(C, (*b, m * s.bm + wg * rows, n * s.bn + width * j),
-                                         sC[wg * staged + j - first_block])
-                elif s.swap_ab:  # acc is a block of C^T: rows are C's columns
-                    ag.store(C, (*b, n * s.bn, m * s.bm + wg * rows), acc.to(out_dtype),
-                             transposed=True)
-                else:
-                    ag.store(C, (*b, m * s.bm + wg * rows, n * s.bn), acc.to(out_dtype))
+                    store_tile_staged(C, unit, wg, acc, staging, bm=s.bm, bn=s.bn, rows=rows,
+                                      finish=finish)
+                else:  # with swap-AB acc is a block of C^T: its rows are C's columns
+                    store_tile(C, unit, wg, acc, bm=s.bm, bn=s.bn, rows=rows, finish=finish,
+                               transposed=s.swap_ab)
 
     default = (in_dtype, out_dtype, b_layout, batched) == (ag.bf16, ag.bf16, "nk", False)
     name = "gemm" if default else (f"gemm_{in_dtype.name}_{out_dtype.name}_{b_layout}"

@@ -1,0 +1,325 @@
+"""Warp-specialized tile kernels on Hopper, as DSL building blocks that GEMM-like kernels share.
+
+A kernel built from them is a grid of CTAs (persistent: one per SM, or one per unit of work),
+each with one producer warpgroup that streams operand tiles through a STAGES-deep TMA ring and
+`consumers` warpgroups that multiply them with wgmma and store the result:
+
+    sched = TileScheduler.launch(M, N, s.bm, s.bn, cluster=s.cluster_m, ...)   # grid, rank
+    ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, dtype, s.consumers)   # smem + mbarriers
+    k_steps = ring.k_steps(K)
+    with ag.role("producer", warpgroups=1, regs=s.producer_regs):
+        for unit in sched.units():
+            ring.load(k_steps, A, B, unit, rank=sched.rank, cluster=sched.cluster)
+    with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
+        for unit in sched.units():
+            acc = ring.mma(k_steps, wg)
+            store_tile(C, unit, wg, acc, bm=s.bm, bn=s.bn, rows=64, finish=lambda t: t.to(dt))
+
+The blocks: `TileScheduler` (grouped raster `tile_coords`, unit decode with batch and cluster
+rank), `load_tile` and `OperandRing.load` (TMA loads into the ring: MN-major atoms, cluster
+multicast, several K slices per stage), `OperandRing.mma` (wgmma over the ring into an fp32
+accumulator), the epilogues `store_tile` (from registers, optionally transposed) and
+`store_tile_staged` (stmatrix + TMA store in staged rounds), and `WarpSpecializedSchedule`, the
+fields and checks every such kernel's schedule has. A kernel adds its own hooks: `finish`
+(accumulator block -> output tile, e.g. per-tensor scales, then the conversion) and whatever
+it reads before the unit loop.
+
+Invariant: producer and consumers walk the same units in the same order and every CTA of a
+cluster walks the same units, so the per-role pipeline step counters (architecture notes, item
+4) stay in step across units and multicast peers fill the same stage.
+
+The helpers are plain trace-time Python: the IR is the ops they record, in the order their
+expressions are evaluated (the builder does not reorder or deduplicate), so a change here that
+keeps that order keeps the generated code. tests/golden/test_library_cuda_replay.py hashes the
+CUDA of every library schedule to hold that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import argus as ag
+from argus.dtypes import DType
+
+
+@dataclass(frozen=True)
+class WarpSpecializedSchedule:
+    """The tunable fields every warp-specialized GEMM-like kernel has. Subclasses (GemmSchedule,
+    Fp8GemmSchedule) add theirs after these, extend `_problems`, and may change defaults."""
+
+    bm: int = 128
+    bn: int = 256
+    bk: int = 64
+    stages: int = 4
+    consumers: int = 2
+    producer_regs: int = 40
+    consumer_regs: int = 232
+    persistent: bool = True
+    num_sms: int = 132      # CTAs of the persistent grid (H100/H200 SXM: 132 SMs)
+    group_m: int = 8        # grouped raster: GROUP_M tiles down M before moving along N
+    epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
+    cluster_m: int = 1      # 2: CTA pairs on vertically adjacent tiles share B by TMA multicast
+    zero_by_wgmma: bool = False  # scale-d = 0 on the first wgmma instead of zeroing registers
+
+    def __post_init__(self) -> None:
+        problems = self._problems()
+        if problems:
+            raise ValueError(f"{type(self).__name__}: " + "; ".join(problems))
+
+    def _problems(self) -> list[str]:
+        """What makes this schedule illegal for any kernel built from these blocks."""
+        problems = []
+        if self.epilogue not in ("direct", "tma"):
+            problems.append(f"epilogue={self.epilogue!r} is not 'direct' or 'tma'")
+        if self.consumers < 1 or self.bm != 64 * self.consumers:
+            problems.append(f"each consumer warpgroup owns 64 rows: bm={self.bm} needs "
+                            f"consumers={self.bm // 64}")
+        if self.bn % 8 or not 8 <= self.bn <= 256:
+            problems.append(f"bn={self.bn}: wgmma N is a multiple of 8 in [8, 256]")
+        if self.stages < 1:
+            problems.append(f"stages={self.stages} < 1")
+        if self.cluster_m not in (1, 2):
+            problems.append(f"cluster_m={self.cluster_m}: the kernel pairs at most 2 CTAs")
+        if self.group_m < 1 or self.num_sms < self.cluster_m:
+            problems.append(f"group_m={self.group_m}, num_sms={self.num_sms} must be positive")
+        return problems
+
+
+# ----------------------------------------------------------------------------- tile scheduler
+
+
+def tile_coords(tile, m_tiles, n_tiles, group_m: int):
+    """Grouped raster order: consecutive tiles share B columns for group_m rows of tiles, so
+    the B tiles they read stay in L2."""
+    width = group_m * n_tiles
+    group = tile // width
+    first_m = group * group_m
+    group_size = ag.minimum(m_tiles - first_m, group_m)
+    within = tile % width
+    return first_m + within % group_size, within // group_size
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One output tile of this CTA: leading batch coordinates (empty unless batched) and the
+    m and n tile indices (runtime scalars)."""
+
+    batch: tuple
+    m: object
+    n: object
+
+
+@dataclass(frozen=True)
+class TileScheduler:
+    """The launch grid and the walk over units of work. A unit is `cluster` vertically adjacent
+    tiles, one per CTA of a cluster, in grouped raster order, times the batch; a persistent
+    grid has at most num_sms / cluster clusters, each striding over the units."""
+
+    m_units: object
+    n_tiles: object
+    tiles: object           # units per batch entry
+    total: object           # units in all
+    first: object           # this CTA's first unit
+    programs: object        # the stride: clusters in the grid
+    rank: object            # this CTA's rank in its cluster (the int 0 without clusters)
+    cluster: int
+    group_m: int
+    batched: bool
+
+    @classmethod
+    def launch(cls, rows, cols, bm: int, bn: int, *, batch=None, cluster: int = 1,
+               persistent: bool = True, num_sms: int = 132, group_m: int = 8) -> TileScheduler:
+        """Declare the grid for an output of rows x cols (per batch entry, `batch` of them when
+        given) in bm x bn tiles, and return the scheduler of this CTA."""
+        cs = cluster
+        m_tiles, n_tiles = ag.cdiv(rows, bm), ag.cdiv(cols, bn)
+        m_units = ag.cdiv(m_tiles, cs) if cs > 1 else m_tiles
+        tiles = m_units * n_tiles
+        total = tiles * batch if batch is not None else tiles
+        clusters = ag.minimum(total, num_sms // cs) if persistent else total
+        (pid,) = ag.grid(clusters * cs, cluster=cs)
+        rank = ag.cluster_rank() if cs > 1 else 0
+        first, programs = (pid // cs, clusters) if cs > 1 else (pid, clusters)
+        return cls(m_units, n_tiles, tiles, total, first, programs, rank, cs, group_m,
+                   batch is not None)
+
+    def locate(self, unit) -> Unit:
+        """The tile of this CTA in flat unit `unit`."""
+        cs, rank = self.cluster, self.rank
+        if self.batched:
+            mu, n = tile_coords(unit % self.tiles, self.m_units, self.n_tiles, self.group_m)
+            return Unit((unit // self.tiles,), mu * cs + rank, n)
+        mu, n = tile_coords(unit, self.m_units, self.n_tiles, self.group_m)
+        return Unit((), mu * cs + rank, n)
+
+    def units(self) -> Iterator[Unit]:
+        """A runtime loop over this CTA's units (every role walks the same ones)."""
+        for unit in ag.range(self.first, self.total, self.programs):
+            yield self.locate(unit)
+
+
+# ----------------------------------------------------------------------------- producer
+
+
+def load_tile(view, at: int, tensor, batch: tuple, index, rows: int, k0, bk: int, *,
+              mn_major: bool = False, rank=0, share: int = 1) -> None:
+    """TMA-load the MN rows [index * rows, +rows) x K columns [k0, k0 + bk) of `tensor` into
+    `view` from row `at`. K-major: one [rows][bk] box. MN-major (the tensor is [.., K, MN]):
+    one [bk][64] box per 64 MN columns, stacked. With `share` > 1 the CTAs of a cluster each
+    load 1/share of the boxes (by `rank`) and multicast them to all."""
+    if mn_major:  # one [bk][64] box per 64 columns; each CTA loads count/share of them for all
+        count = rows // 64
+        for jj in range(count // share):
+            j = rank * (count // share) + jj
+            ag.tma.load(view.rows_of(at + j * bk, bk), tensor,
+                        (*batch, k0, index * rows + 64 * j), multicast=share > 1)
+    elif share > 1:  # each CTA loads 1/share of the rows for all
+        part = rows // share
+        ag.tma.load(view.rows_of(at + rank * part, part), tensor,
+                    (*batch, index * rows + rank * part, k0), multicast=True)
+    else:
+        ag.tma.load(view.rows_of(at, rows), tensor, (*batch, index * rows, k0))
+
+
+@dataclass(frozen=True)
+class OperandRing:
+    """The STAGES-deep ring of wgmma operand tiles in 128B-swizzled shared memory and its
+    mbarrier pipeline. A stage holds k_atoms independent BK-deep slices ("atoms") stacked along
+    the rows: atom j of A is rows [j * a_rows, (j + 1) * a_rows), of B [j * b_rows, ...). An
+    MN-major operand is stored as [BK][64] boxes, one per 64 rows of its tile."""
+
+    a: object               # SmemBuffer (stages, k_atoms * a_rows, cols)
+    b: object
+    pipe: object
+    bm: int
+    bn: int
+    bk: int
+    k_atoms: int
+    consumers: int
+    mn_major_a: bool
+    mn_major_b: bool
+
+    @property
+    def a_rows(self) -> int:
+        return _atom_rows(self.bm, self.bk, self.mn_major_a)
+
+    @property
+    def b_rows(self) -> int:
+        return _atom_rows(self.bn, self.bk, self.mn_major_b)
+
+    @classmethod
+    def alloc(cls, stages: int, bm: int, bn: int, bk: int, dtype: DType, consumers: int, *,
+              k_atoms: int = 1, mn_major_a: bool = False,
+              mn_major_b: bool = False) -> OperandRing:
+        """Allocate the ring (A, then B, then the pipeline released by `consumers`)."""
+        sA = ag.smem((stages, k_atoms * _atom_rows(bm, bk, mn_major_a), 64 if mn_major_a else bk),
+                     dtype, swizzle=128)
+        sB = ag.smem((stages, k_atoms * _atom_rows(bn, bk, mn_major_b), 64 if mn_major_b else bk),
+                     dtype, swizzle=128)
+        pipe = ag.pipeline(stages, consumers=consumers)
+        return cls(sA, sB, pipe, bm, bn, bk, k_atoms, consumers, mn_major_a, mn_major_b)
+
+    def k_steps(self, K):
+        """Pipeline steps over K: each consumes k_atoms * bk of it."""
+        return ag.cdiv(K, self.bk * self.k_atoms)
+
+    def load(self, k_steps, a, b, unit: Unit, *, rank=0, cluster: int = 1) -> None:
+        """The producer's loop for one unit: every K step, A's m tile and B's n tile into the
+        next free stage; B is shared by the `cluster` CTAs (multicast), A is each CTA's own."""
+        for k in ag.range(k_steps):
+            with self.pipe.produce() as stage:
+                for atom in range(self.k_atoms):
+                    k0 = (k * self.k_atoms + atom) * self.bk
+                    load_tile(self.a[stage], atom * self.a_rows, a, unit.batch, unit.m,
+                              self.bm, k0, self.bk, mn_major=self.mn_major_a)
+                    load_tile(self.b[stage], atom * self.b_rows, b, unit.batch, unit.n,
+                              self.bn, k0, self.bk, mn_major=self.mn_major_b, rank=rank,
+                              share=cluster)
+
+    # ------------------------------------------------------------------------- consumer
+
+    def mma(self, k_steps, wg, *, zero_by_wgmma: bool = False):
+        """The consumer's main loop for one unit: warpgroup `wg` multiplies its 64 rows of A
+        with all of B over every K step into a fresh fp32 accumulator, returned."""
+        rows = self.bm // self.consumers
+        acc = ag.zeros((rows, self.bn), ag.f32, by_wgmma=zero_by_wgmma)
+        for k in ag.range(k_steps):
+            with self.pipe.consume() as stage:
+                for atom in range(self.k_atoms):
+                    # this consumer's 64 rows: one [BK][64] atom if MN-major
+                    a_view = self.a[stage].rows_of(atom * self.a_rows + wg * self.bk, self.bk) \
+                        if self.mn_major_a else \
+                        self.a[stage].rows_of(atom * self.bm + wg * rows, rows)
+                    ag.wgmma(a_view, self.b[stage].rows_of(atom * self.b_rows, self.b_rows), acc,
+                             trans_b=self.mn_major_b, trans_a=self.mn_major_a)
+        return acc
+
+
+def _atom_rows(tile_rows: int, bk: int, mn_major: bool) -> int:
+    """Shared-memory rows of one K slice of an operand tile: its MN rows (K-major), or one
+    [bk][64] box per 64 of them (MN-major)."""
+    return (tile_rows // 64) * bk if mn_major else tile_rows
+
+
+# ----------------------------------------------------------------------------- epilogues
+
+Finish = Callable[[object], object]
+"""An accumulator block (an fp32 tile) -> the tile to store (the output type)."""
+
+
+def store_tile(out, unit: Unit, wg, acc, *, bm: int, bn: int, rows: int, finish: Finish,
+               transposed: bool = False) -> None:
+    """Store warpgroup `wg`'s rows of the unit's tile from registers (st.global). transposed:
+    the accumulator is a block of out^T (swap-AB), so its rows are out's columns."""
+    if transposed:
+        ag.store(out, (*unit.batch, unit.n * bn, unit.m * bm + wg * rows), finish(acc),
+                 transposed=True)
+    else:
+        ag.store(out, (*unit.batch, unit.m * bm + wg * rows, unit.n * bn), finish(acc))
+
+
+@dataclass(frozen=True)
+class Staging:
+    """The TMA-store staging buffer: per consumer warpgroup, `staged` swizzled rows x width
+    blocks; a tile of `blocks` blocks is stored in rounds of `staged`."""
+
+    buffer: object
+    width: int
+    blocks: int
+    staged: int
+
+    @classmethod
+    def alloc(cls, consumers: int, rows: int, bn: int, dtype: DType,
+              store_cols: int = 0) -> Staging:
+        """Blocks of 64 columns (128-byte swizzle), or 32 / 16 with a 64- / 32-byte swizzle for
+        tiles such as 224 or 176 wide; store_cols columns staged per round (0: all bn)."""
+        if dtype.bits != 16:
+            raise ag.TraceError(f"the TMA-store epilogue (stmatrix) stores 16-bit outputs, "
+                                f"not {dtype}", fix="use epilogue='direct'")
+        width = next(w for w in (64, 32, 16) if bn % w == 0)
+        staged = (store_cols or bn) // width
+        buffer = ag.smem((consumers * staged, rows, width), dtype, swizzle=2 * width)
+        return cls(buffer, width, bn // width, staged)
+
+    def slot(self, wg, j: int):
+        """Block j's place: rounds of `staged` blocks refill the same places."""
+        return self.buffer[wg * self.staged + j - j // self.staged * self.staged]
+
+
+def store_tile_staged(out, unit: Unit, wg, acc, staging: Staging, *, bm: int, bn: int,
+                      rows: int, finish: Finish, run: int = 0) -> None:
+    """stmatrix warpgroup `wg`'s rows of the tile into the staging buffer, then TMA-store them.
+    Blocks go in runs of `run` (0: a whole round of `staging.staged`): all blocks of a run
+    into shared memory first, then one run of bulk stores, so the copies proceed while the
+    next tile's MMAs run (codegen defers their read-wait to the next stmatrix into the
+    buffer: the next tile's, or the next round's). run must divide staging.staged."""
+    run = run or staging.staged
+    w = staging.width
+    for first in range(0, staging.blocks, run):
+        blocks = range(first, min(staging.blocks, first + run))
+        for j in blocks:
+            ag.stmatrix(staging.slot(wg, j), finish(acc[:, w * j:w * (j + 1)]))
+        for j in blocks:
+            ag.tma.store(out, (*unit.batch, unit.m * bm + wg * rows, unit.n * bn + w * j),
+                         staging.slot(wg, j))
