@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
-DEFAULT_EXAMPLES = ("elementwise", "softmax", "gemm")
+DEFAULT_EXAMPLES = ("elementwise", "softmax", "rmsnorm", "flash_attention", "gemm")
 
 
 @dataclass

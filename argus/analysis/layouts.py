@@ -41,6 +41,13 @@ def infer_layouts(kernel: Kernel) -> Kernel:
     # (the accumulator pattern, target/fragments.py wgmma_a_coord): no conversion
     a_ids = {op.a.id for op in kernel.walk() if isinstance(op, O.Wgmma) and op.a_in_registers}
     defs = {r.id: op for op in kernel.walk() for r in op.results()}
+    # ... also through column windows and conversions of it (Q's 64-column slices for a
+    # head dim of 128): the load itself is in the fragment, the windows follow it
+    for vid in list(a_ids):
+        op = defs.get(vid)
+        while isinstance(op, (O.TileSlice, O.Convert)):
+            a_ids.add(op.src.id)
+            op = defs.get(op.src.id)
     flexible = _flexible(kernel, acc_ids | a_ids)
     layout: dict[int, str] = {}
     ops = list(kernel.walk())
