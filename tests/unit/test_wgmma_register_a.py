@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import argus as ag
-from argus import codegen, verify
+from argus import codegen
 from argus.compiler import compile_kernel, lower_only
 from argus.errors import TraceError
 
@@ -71,6 +71,8 @@ def test_codegen_uses_the_register_form_and_no_shared_memory_for_a():
 
 
 def test_builds_for_sm90a_and_verifies():
+    from argus import verify
+
     compiled = compile_kernel(two_gemms)
     assert compiled.binary
     diags = verify.check(lower_only(two_gemms), include_proven=True)
@@ -88,6 +90,7 @@ def test_verifier_catches_a_register_a_that_is_not_the_fragment():
     elements: the verifier says so (the layout is forced here, as a buggy pass would)."""
     import dataclasses
 
+    from argus import verify
     from argus.ir import ops as O
     from argus.ir.core import Value, map_kernel_values
     from argus.ir.types import TileType
