@@ -115,3 +115,13 @@ def test_flash_attention(examples, bh, s, sk, d, causal):
     ref = ex.reference(q, k, v, o, causal=causal)
     assert not torch.isnan(o.float()).any()
     assert relative_error(o, ref) < 1e-2
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (9, 5000), (3, 2048), (2, 7000)])
+def test_softmax_online(examples, shape):
+    """Rows longer than one tile: running max and sum carried across column blocks."""
+    ex = examples("softmax_online")
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(11)) * 4
+    y = torch.full(shape, float("nan"))
+    ex.KERNEL.interpret(x, y)
+    assert relative_error(y, ex.reference(x, y)) < 1e-6
