@@ -40,10 +40,8 @@ sys.path.insert(0, str(ROOT))
 
 TOL_F32 = 1e-5
 EXAMPLES = ("elementwise", "rmsnorm", "softmax", "softmax_online")
-# TODO(looped softmax): once loop-carried values land, add an online (two-pass, running max and
-# running sum) softmax for rows longer than one register tile, e.g. ("softmax_online",
-# 8192 x 65536), as an example module with the same conventions, and list it here. The
-# one-tile softmax above stops at the largest tile that fits in registers.
+# softmax_online walks rows of any length in column blocks (loop-carried running max and sum);
+# the one-tile softmax stops at the largest row that fits in registers.
 PENDING: tuple = ()
 
 
