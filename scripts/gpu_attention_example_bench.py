@@ -75,7 +75,7 @@ def main() -> int:
         torch.cuda.synchronize()
         err = check(fa, flat[3], *flat[:3], causal)
         flops = 4 * B * H * S * S * d / (2 if causal else 1)
-        ours = measure(lambda: kern(*flat), trials=30, warmup=5)
+        ours = measure(lambda: kern(*flat), trials=100, warmup=5)
         row = {"head_dim": d, "causal": causal, "B": B, "H": H, "S": S, "rel_error": err,
                "ours_ms": ours.median_ms, "ours_tflops": flops / ours.median_ms / 1e9,
                "registers": kern.resources.registers,
@@ -84,7 +84,7 @@ def main() -> int:
             try:
                 with sdpa_kernel([backend]):
                     t = measure(lambda: torch.nn.functional.scaled_dot_product_attention(
-                        q, k, v, is_causal=causal), trials=30, warmup=5)
+                        q, k, v, is_causal=causal), trials=100, warmup=5)
                 row[f"{name}_ms"] = t.median_ms
                 row[f"{name}_tflops"] = flops / t.median_ms / 1e9
             except Exception as e:  # noqa: BLE001 - a backend may not support the case
