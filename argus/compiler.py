@@ -48,6 +48,14 @@ def lower_only(kernel_fn, **constexprs: Any) -> Kernel:
     return lower.run(analysis.infer_layouts(kernel_fn.trace(**constexprs)))
 
 
+def front_end(kernel_fn, **constexprs: Any) -> codegen.Source:
+    """Every stage of `compile_kernel` that judges the kernel itself, short of the verifier and
+    NVRTC: trace, infer layouts, lower, render CUDA. `KernelFunction.interpret` runs it first,
+    so a kernel the interpreter runs is one these stages accept, and one they refuse is refused
+    by both with the same exception."""
+    return codegen.render(lower_only(kernel_fn, **constexprs))
+
+
 def _compile(source: codegen.Source):
     from argus.runtime.compile import compile_cuda
 
@@ -84,4 +92,4 @@ def _checked(record, level: int):
     return on_step
 
 
-__all__ = ["compile_kernel", "lower_only", "print_kernel"]
+__all__ = ["compile_kernel", "front_end", "lower_only", "print_kernel"]

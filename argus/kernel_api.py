@@ -7,7 +7,10 @@ needs the runtime's interpreter, so those methods live here, above the stages, a
 imports nothing downstream of it (ARCHITECTURE.md §2; tests/unit/test_import_direction.py).
 
 Invariant: one CompiledKernel per kernel and compile-time values (defaults filled in), built on
-the first call and cached on the KernelFunction.
+the first call and cached on the KernelFunction. One contract for interpret and compile: the
+interpreter runs only kernels that compile's front end (trace, layouts, lowering, CUDA rendering;
+argus.compiler.front_end) accepts, and a kernel it refuses is refused by both with the same
+exception (tests/unit/test_random_programs.py checks it on random programs).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class KernelFunction(KernelDef):
                  cluster: tuple[int, int, int] = (1, 1, 1), name: str | None = None):
         super().__init__(fn, threads=threads, cluster=cluster, name=name)
         self._compiled: dict[Any, Any] = {}
+        self._front_ends: dict[Any, Any] = {}  # codegen.Source per compile-time values
 
     def compile(self, **constexprs: Any):
         """The CompiledKernel for these compile-time values (built once, then cached)."""
@@ -49,11 +53,26 @@ class KernelFunction(KernelDef):
     def interpret(self, *arrays, **kw: Any):
         """Run the kernel in the numpy interpreter (no GPU); outputs are written in place.
         Runtime scalars (ag.Scalar parameters) go positionally in signature order or by
-        keyword; other keywords are compile-time values."""
+        keyword; other keywords are compile-time values. Compile's front end runs first (once
+        per compile-time values), so a kernel compile refuses is refused here, identically."""
         from argus.runtime import interp
 
         scalars, constexprs = self._split(kw)
+        self.front_end(**constexprs)
         return interp.run(self.trace(**constexprs), *arrays, **scalars)
+
+    def front_end(self, **constexprs: Any):
+        """The CUDA source compile would build for these compile-time values, through the same
+        stages (argus.compiler.front_end; no verifier, no NVRTC), cached like `compile`. Raises
+        exactly what `compile` raises for a kernel those stages refuse."""
+        from argus import compiler
+
+        key = self.cache_key(**constexprs)
+        if key not in self._front_ends:
+            compiled = self._compiled.get(key)
+            self._front_ends[key] = (compiled.source if compiled is not None
+                                     else compiler.front_end(self, **constexprs))
+        return self._front_ends[key]
 
     def __call__(self, *args, **kw: Any):
         scalars, constexprs = self._split(kw)
