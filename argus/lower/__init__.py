@@ -1,11 +1,12 @@
 """Lowering: one pass per file, each Kernel -> Kernel, filling in the decisions codegen renders
 (and the verifier proves): TMA boxes, wgmma descriptors, the mbarrier protocol, scale-d
-accumulator zeroing, the shared memory plan and the role/register plan."""
+accumulator zeroing, the shared memory plan, the role/register plan and, last, every
+synchronization op (sync.py)."""
 
 from __future__ import annotations
 
 from argus.ir.core import Kernel
-from argus.lower import accumulators, pipeline, roles, smem, tma, wgmma
+from argus.lower import accumulators, pipeline, roles, smem, sync, tma, wgmma
 
 PASSES = (
     ("tma_boxes", tma.run),
@@ -14,6 +15,7 @@ PASSES = (
     ("accumulators", accumulators.run),
     ("smem_plan", smem.run),
     ("role_plan", roles.run),
+    ("sync", sync.run),
 )
 
 

@@ -10,7 +10,10 @@ empty[s] expects one arrival per consumer warpgroup.
 
 A consumer step that issues wgmma keeps its group in flight (wgmma_in_flight=1): the next step
 waits with wait_group 1, which retires the previous group, and only then releases the previous
-slot, so the tensor cores never idle between steps and no slot is released early.
+slot, so the tensor cores never idle between steps and no slot is released early. Not when a
+wgmma of the step reads a buffer that stmatrix writes (P of attention through shared memory):
+the next step's stmatrix would overwrite what the in-flight group still reads, so such a step
+retires its groups (wait_group 0) before it ends.
 """
 
 from __future__ import annotations
@@ -33,6 +36,15 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
     multicast_pipes = {op.pipe.id for op in kernel.walk() if isinstance(op, O.Produce)
                        and any(isinstance(t, O.TmaLoad) and t.multicast for t in op.body.walk())}
     pipes = {op.result.id: op for op in kernel.walk() if isinstance(op, O.PipelineCreate)}
+    root: dict[int, int] = {}
+    for op in kernel.walk():
+        if isinstance(op, O.SmemSlice):
+            root[op.result.id] = root.get(op.buffer.id, op.buffer.id)
+    generic = {root.get(op.dst.id, op.dst.id) for op in kernel.walk() if isinstance(op, O.StMatrix)}
+
+    def reads_generic(step: O.Consume) -> bool:
+        return any(root.get(v.id, v.id) in generic for w in step.body.walk()
+                   if isinstance(w, O.Wgmma) for v in (w.a, w.b))
     consumer_wgs: dict[int, int] = {}
     for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
         seen_here: set[int] = set()
@@ -79,7 +91,8 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
                            parity_expr=op.parity_expr or CONSUMER_PARITY,
                            arrivals=op.arrivals or pipes[op.pipe.id].consumers
                            * (cluster_size if op.pipe.id in multicast_pipes else 1),
-                           wgmma_in_flight=1 if has_wgmma and wgmma_overlap else 0)
+                           wgmma_in_flight=1 if has_wgmma and wgmma_overlap
+                           and not reads_generic(op) else 0)
         return dataclasses.replace(op, **updates) if updates else op
 
     return dataclasses.replace(kernel, body=region(kernel.body))

@@ -302,6 +302,11 @@ class _Interp:
                 env[op.dst.id] = self.val(g, op.src)
         elif is_tag_op(op):
             pass  # tags and tag assertions are for the verifier; they change no data
+        elif isinstance(op, O.SYNC_OPS):
+            # fences, waits, barriers, slot releases, setmaxnreg: no-ops in these semantics,
+            # where each warpgroup runs a step's ops in order and a consume step releases its
+            # slot when it ends (what lower/sync's ops implement on the device)
+            pass
         else:
             raise InterpError(f"the interpreter has no rule for {op.NAME}")
         return

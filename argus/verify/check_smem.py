@@ -8,9 +8,7 @@ Job (INVARIANTS.md §2.6, §3.4; bug classes 5, 11, 12, 22, 23, 24):
   smem.race — two different warpgroups (roles or instances of one role) never touch the same
       shared bytes without the pipeline ordering them, when one of them writes;
   smem.bounds — a view's rows lie inside its buffer for every warpgroup index and iteration;
-  proxy.fence — data written through the generic proxy (stmatrix) and read by the async proxy
-      (wgmma descriptors, TMA store) is fenced (fence.proxy.async.shared::cta) in between;
-      codegen fences before every TMA store and before no wgmma (its rule table below);
+  (proxy fences and the waits before slot releases are explicit ops: check_sync.py);
   uniform — wgmma and pipeline steps never sit under a condition that varies per thread.
 """
 
@@ -24,12 +22,6 @@ from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import fresh_int, mentions
 
-# What codegen emits between a generic-proxy smem write and these async-proxy readers
-# (argus/codegen/cuda.py): ag::fence_view_async_shared() precedes every TMA store; nothing
-# precedes a wgmma. An op field `proxy_fence`, when lowering sets one, overrides the table.
-CODEGEN_FENCES = {"tma-store": True, "wgmma-a": False, "wgmma-b": False}
-
-
 def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     obs: list[Obligation] = []
     finds: list[Finding] = []
@@ -41,7 +33,6 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     obs += o
     finds += f
     obs += _bounds(model)
-    finds += _fences(model)
     finds += _uniform(model)
     return obs, finds
 
@@ -307,35 +298,6 @@ def _bounds(model: Model) -> list[Obligation]:
         obs.append(Obligation("smem.bounds", op.loc, f"view of {view.buffer} at {op.loc}", prem,
                               claims, decode))
     return obs
-
-
-def _fences(model: Model) -> list[Finding]:
-    out = []
-    if not model.lowered:
-        return out  # fences are a lowering decision: checked on what lowering produced
-    generic = {bid for bid, ws in model.writes.items() if any(w.kind == "generic" for w in ws)}
-    for r in model.reads:
-        if r.view.buffer.id not in generic or r.kind not in CODEGEN_FENCES:
-            continue
-        writes = [w for w in model.writes[r.view.buffer.id]
-                  if w.kind == "generic" and w.site.seq < r.site.seq]
-        if not writes:
-            continue
-        fenced = getattr(r.op, "proxy_fence", None)
-        if fenced is None:
-            fenced = CODEGEN_FENCES[r.kind]
-        subject = f"{r.kind} of {r.view.buffer} at {r.op.loc}"
-        if fenced:
-            out.append(Finding("proxy.fence", r.op.loc, subject, "proven"))
-        else:
-            w = writes[-1]
-            out.append(Finding("proxy.fence", r.op.loc, subject, "violated",
-                               f"{r.view.buffer} is written through the generic proxy by "
-                               f"stmatrix at {w.op.loc} and read by the async proxy "
-                               f"({r.kind}) here with no fence.proxy.async in between: the "
-                               f"tensor core/TMA may read stale bytes",
-                               {"writer": str(w.op.loc), "reader": str(r.op.loc)}))
-    return out
 
 
 def _uniform(model: Model) -> list[Finding]:

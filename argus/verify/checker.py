@@ -75,6 +75,7 @@ def collect(model: Model) -> tuple[list[OB.Obligation], list[OB.Finding]]:
         check_pipeline,
         check_smem,
         check_stores,
+        check_sync,
         check_tiles,
         check_wgmma,
     )
@@ -86,6 +87,7 @@ def collect(model: Model) -> tuple[list[OB.Obligation], list[OB.Finding]]:
              ("shared-memory layouts", lambda: check_layout.obligations(model)),
              ("pipelines", lambda: check_pipeline.obligations(model)),
              ("shared-memory accesses", lambda: check_smem.obligations(model)),
+             ("synchronization", lambda: check_sync.obligations(model)),
              ("stores", lambda: check_stores.obligations(model)),
              ("register tiles", lambda: check_tiles.obligations(model)),
              ("tag assertions", lambda: check_asserts.obligations(model))]

@@ -64,11 +64,12 @@ def lowered(factory, **kw) -> Kernel:
 
 
 def rewrite(kernel: Kernel, cls, fn: Callable[[Op], Op], nth: int | None = None) -> Kernel:
-    """Replace every op of class `cls` (or only the nth one, in program order) by fn(op)."""
+    """Replace every op of class `cls` (or only the nth one, in program order) by fn(op); an
+    op for which fn returns None is removed."""
     count = [0]
 
     def region(r: Region) -> Region:
-        return Region(tuple(visit(op) for op in r.ops))
+        return Region(tuple(x for x in (visit(op) for op in r.ops) if x is not None))
 
     def visit(op: Op) -> Op:
         changes = {f.name: region(getattr(op, f.name)) for f in op.spec_fields()
@@ -96,17 +97,6 @@ def _shift_plan(kernel: Kernel, delta: int, which: int = 1) -> dict:
     vid, off, nbytes, align = plan[which]
     plan[which] = (vid, off + delta, nbytes, align)
     return {"smem_plan": tuple(plan), "smem_bytes": kernel.attr("smem_bytes") + delta}
-
-
-@dataclass(frozen=True)
-class TmaStoreUnfenced(O.TmaStore):
-    """A TMA store whose lowering recorded no fence.proxy.async before it."""
-
-    proxy_fence: bool = False
-
-
-def _unfenced(op: O.TmaStore) -> O.TmaStore:
-    return TmaStoreUnfenced(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)})
 
 
 def _gemm_tma_epilogue():
@@ -243,7 +233,7 @@ CORPUS: list[Mutation] = [
       ("pipe.deadlock", "pipe.no-overwrite", "pipe.data"), ("replay",), ("DEADLOCK",), None,
       "a 1-stage ring keeping one wgmma group in flight never releases the slot it needs"),
     M("lowered/tma_store_unfenced", "gemm", 12,
-      lambda: rewrite(_gemm_tma_epilogue(), O.TmaStore, _unfenced), ("proxy.fence",),
+      lambda: rewrite(_gemm_tma_epilogue(), O.ProxyFence, lambda op: None), ("proxy.fence",),
       ("writer", "reader"), ("stmatrix",), None,
       "stmatrix writes the staging tile, the TMA store reads it without fence.proxy.async"),
     M("lowered/mn_major_lbo_wrong", "gemm", 3,

@@ -1,0 +1,254 @@
+"""Pass: make every synchronization decision an explicit IR op (ir/ops.py, "synchronization").
+
+Runs last, on the kernel as every other pass left it; codegen renders these ops one for one and
+the verifier proves them (verify/check_sync.py). Walking each region in program order, it keeps
+what is in flight and inserts:
+
+* wgmma: `wgmma.fence` before and `wgmma.commit` after every wgmma. Outside a consume step,
+  and for a register-A wgmma (its packed A registers are read until the group retires),
+  `wgmma.wait 0` + `fence.operands` right after. Inside a consume step the group stays open;
+  an op of the step that reads its accumulator first waits for it (wait 0). At the step's end:
+  with `wgmma_in_flight` = 1, `wgmma.wait 1` (retires the previous step's group) and the
+  release of the previous step's slot, this one held; else `wgmma.wait 0` and the release of
+  this step's slot. A held slot is released after `wgmma.wait 0` before the next op that is not
+  pure scalar/control work (the accumulator may be read there) and at the end of the role.
+* proxy fences: a `fence.proxy_async` + group `barrier` between generic-proxy shared-memory
+  writes (stmatrix) and an async-proxy reader of that buffer (a TMA store, or a wgmma reading
+  it as an operand). One fence covers a run of TMA stores.
+* TMA stores: `tma.store.commit` after each store; the read-wait right after it, unless only
+  this role's stmatrix writes the buffer (then it waits at the role's next stmatrix, behind a
+  barrier: architecture note 9), and `tma.store.wait` (completion) at the end of the role.
+* roles: `setmaxnreg` first in each role with a register budget (inc above the entry budget,
+  dec below), a CTA barrier (or a cluster barrier) after the pipelines' init, and a cluster
+  barrier before exit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from argus.errors import Loc
+from argus.ir import ops as O
+from argus.ir.core import Kernel, Region, Value
+from argus.ir.tag_ops import is_tag_op
+from argus.target.limits import REGISTERS_PER_SM
+
+# Ops that may run while a consumer's last wgmma group is still in flight (no accumulator
+# read, no shared-memory write): pure scalar work and control whose bodies are walked.
+NO_FLUSH = (O.For, O.Consume, O.Const, O.Arith, O.SmemSlice, O.If, O.ClusterRank, O.Arange)
+
+
+def smem_roots(kernel: Kernel) -> dict[int, int]:
+    """Shared-memory view id -> the id of the allocation it slices."""
+    root: dict[int, int] = {}
+    for op in kernel.body.walk():
+        if isinstance(op, O.SmemSlice):
+            root[op.result.id] = root.get(op.buffer.id, op.buffer.id)
+    return root
+
+
+def deferrable_store_buffers(kernel: Kernel, root: dict[int, int]) -> set[int]:
+    """Shared buffers that TMA stores read and that only stmatrix of the storing role writes:
+    their read-wait may move to that role's next smem write. A buffer another role writes, or
+    TMA loads into, keeps the wait right after the store."""
+    writers: dict[int, set] = {}
+    stored: dict[int, set] = {}
+    for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
+        for op in role.body.walk():
+            if isinstance(op, O.StMatrix):
+                writers.setdefault(root.get(op.dst.id, op.dst.id), set()).add(role.name)
+            elif isinstance(op, O.TmaLoad):
+                writers.setdefault(root.get(op.dst.id, op.dst.id), set()).add(None)
+            elif isinstance(op, O.TmaStore):
+                stored.setdefault(root.get(op.src.id, op.src.id), set()).add(role.name)
+    return {buf for buf, roles in stored.items()
+            if len(roles) == 1 and writers.get(buf, set()) <= roles}
+
+
+@dataclass
+class _State:
+    root: dict[int, int]
+    deferrable: set[int]
+    in_role: bool = False
+    # consume steps being walked: (pipe, accumulators of this step's open wgmma groups)
+    in_consume: list[list[Value]] = field(default_factory=list)
+    # pipe id -> (pipe, accumulators) of a consume step whose last group is still in flight
+    pending: dict[int, tuple[Value, list[Value]]] = field(default_factory=dict)
+    lazy: set[int] = field(default_factory=set)     # scale-d = 0 accumulators
+    store_unfenced: bool = True       # generic smem writes since the last proxy fence
+    store_read_pending: bool = False  # deferred TMA stores may still read their buffer
+    tma_stores: bool = False
+    generic_unfenced: set[int] = field(default_factory=set)  # buffers written, not fenced
+
+    def scope(self) -> str:
+        return "warpgroup" if self.in_role else "cta"
+
+    def rt(self, v: Value) -> int:
+        return self.root.get(v.id, v.id)
+
+
+def _flush(st: _State, loc) -> list[O.Op]:
+    """Retire the in-flight groups and release the slots they held."""
+    if not st.pending:
+        return []
+    out: list[O.Op] = [O.WgmmaWait(0, note="retire the last in-flight wgmma group", loc=loc)]
+    for _pid, (pipe, accs) in sorted(st.pending.items()):
+        for acc in accs:
+            out.append(O.FenceOperands((acc,), zero_unwritten=acc.id in st.lazy, loc=loc))
+        out.append(O.SlotRelease(pipe, None, previous=True, loc=loc))
+    st.pending = {}
+    return out
+
+
+def _proxy_fence(st: _State, loc) -> list[O.Op]:
+    st.store_unfenced = False
+    st.generic_unfenced = set()
+    return [O.ProxyFence(loc=loc), O.GroupBarrier(st.scope(), loc=loc)]
+
+
+def _generic_writes(region: Region, st: _State) -> set[int]:
+    return {st.rt(op.dst) for op in region.walk() if isinstance(op, O.StMatrix)}
+
+
+def _region(ops, st: _State) -> list[O.Op]:
+    out: list[O.Op] = []
+    for op in ops:
+        if st.pending and not isinstance(op, NO_FLUSH) and not is_tag_op(op):
+            out += _flush(st, op.loc)
+        out += _visit(op, st)
+    return out
+
+
+def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher over sync points
+    loc = op.loc
+    if isinstance(op, O.For):
+        stores = any(isinstance(x, O.TmaStore) for x in op.body.walk())
+        # an iteration may begin with the previous one's stores in flight and its writes
+        # unfenced; the loop may also run zero times, leaving what was pending before it
+        before = st.store_read_pending
+        st.store_read_pending |= stores
+        st.store_unfenced = True
+        st.generic_unfenced |= _generic_writes(op.body, st)
+        body = _region(op.body.ops, st)
+        st.store_read_pending |= stores or before
+        st.store_unfenced = True
+        st.generic_unfenced |= _generic_writes(op.body, st)
+        return [op.replace(body=Region(tuple(body)))]
+    if isinstance(op, O.If):
+        before, unfenced = st.store_read_pending, set(st.generic_unfenced)
+        body = _region(op.body.ops, st)
+        st.store_read_pending |= before  # the body may not have run
+        st.store_unfenced = True
+        st.generic_unfenced |= unfenced
+        return [op.replace(body=Region(tuple(body)))]
+    if isinstance(op, O.Produce):
+        return [op.replace(body=Region(tuple(_region(op.body.ops, st))))]
+    if isinstance(op, O.Consume):
+        st.in_consume.append([])
+        body = _region(op.body.ops, st)
+        accs = st.in_consume.pop()
+        if accs and op.wgmma_in_flight == 1:
+            # keep this step's group in flight: wait_group 1 retires the previous step's,
+            # whose slot is released now; this one's is held
+            body += [O.WgmmaWait(1, loc=loc), O.FenceOperands(tuple(accs), loc=loc),
+                     O.SlotRelease(op.pipe, op.stage, previous=True, loc=loc)]
+            st.pending[op.pipe.id] = (op.pipe, accs)
+        else:
+            if accs:
+                body += [O.WgmmaWait(0, note="retire this step's wgmma before release", loc=loc),
+                         O.FenceOperands(tuple(accs), loc=loc)]
+            body.append(O.SlotRelease(op.pipe, op.stage, loc=loc))
+        return [op.replace(body=Region(tuple(body)))]
+    if isinstance(op, O.Wgmma):
+        out: list[O.Op] = []
+        reads = [op.b] if op.a_in_registers else [op.a, op.b]
+        if any(st.rt(v) in st.generic_unfenced for v in reads):
+            out += _proxy_fence(st, loc)  # stmatrix'd operand: visible to the tensor cores
+        if op.a_in_registers:
+            return out + [O.WgmmaFence((op.acc,), a_registers=True, loc=loc), op,
+                          O.WgmmaCommit(loc=loc),
+                          O.WgmmaWait(0, note="the A registers are read until the group retires",
+                                      loc=loc),
+                          O.FenceOperands((op.acc,), a_registers=True, loc=loc)]
+        out += [O.WgmmaFence((op.acc,), loc=loc), op, O.WgmmaCommit(loc=loc)]
+        if st.in_consume:
+            st.in_consume[-1].append(op.acc)
+        else:
+            out += [O.WgmmaWait(0, loc=loc), O.FenceOperands((op.acc,), loc=loc)]
+        return out
+    out = []
+    if st.in_consume and not is_tag_op(op):
+        # an accumulator of an open group read (or written) inside its step: retire it first
+        read = [a for a in st.in_consume[-1] if a in op.operands()]
+        if read:
+            out += [O.WgmmaWait(0, note="the accumulator is read inside its step", loc=loc),
+                    O.FenceOperands(tuple(dict.fromkeys(read)), loc=loc)]
+            st.in_consume[-1][:] = [a for a in st.in_consume[-1] if a not in read]
+    if isinstance(op, O.StMatrix):
+        # a generic write: wait until deferred bulk stores have read the buffer; fence later
+        st.store_unfenced = True
+        if st.store_read_pending:
+            out += [O.TmaStoreWait(0, note="earlier bulk stores have read their smem", loc=loc),
+                    O.GroupBarrier(st.scope(), loc=loc)]
+            st.store_read_pending = False
+        st.generic_unfenced.add(st.rt(op.dst))
+        return out + [op]
+    if isinstance(op, O.TmaStore):
+        # every thread's generic writes visible to the async proxy before one thread hands the
+        # buffer to TMA; one fence and barrier covers a run of stores
+        if st.store_unfenced:
+            out += _proxy_fence(st, loc)
+        deferred = st.in_role and st.rt(op.src) in st.deferrable
+        out += [op, O.TmaStoreCommit(loc=loc)]
+        if deferred:
+            st.store_read_pending = True
+        else:
+            out += [O.TmaStoreWait(0, loc=loc), O.GroupBarrier(st.scope(), loc=loc)]
+        st.tma_stores = True
+        return out
+    return out + [op]
+
+
+def run(kernel: Kernel) -> Kernel:
+    if any(isinstance(op, O.SYNC_OPS) for op in kernel.walk()):
+        return kernel  # already synchronized
+    root = smem_roots(kernel)
+    st = _State(root, deferrable_store_buffers(kernel, root))
+    st.lazy = {op.result.id for op in kernel.walk() if isinstance(op, O.Full) and op.scale_d_zero}
+    threads = kernel.attr("threads")
+    cluster = tuple(kernel.attr("cluster", (1, 1, 1)))
+    cluster_size = cluster[0] * cluster[1] * cluster[2]
+    roles = [op for op in kernel.body.ops if isinstance(op, O.RoleOp)]
+    prologue = [op for op in kernel.body.ops if not isinstance(op, O.RoleOp)]
+    out = _region(prologue, st)
+    loc = roles[0].loc if roles else (prologue[-1].loc if prologue else Loc.unknown())
+    if cluster_size > 1:
+        # barriers of every CTA initialized before any peer multicasts into them or arrives
+        out.append(O.ClusterSync(loc=loc))
+    elif any(isinstance(op, O.PipelineCreate) for op in prologue):
+        out.append(O.GroupBarrier("cta", note="barriers initialized before any role uses them",
+                                  loc=loc))
+    plan = {name: regs for name, _first, _count, regs in kernel.attr("role_plan", ())}
+    entry = (REGISTERS_PER_SM // threads) // 8 * 8
+    for role in roles:
+        head: list[O.Op] = []
+        regs = plan.get(role.name, role.regs)
+        if regs:
+            head.append(O.SetMaxNReg(regs, regs > entry, loc=role.loc))
+        st.in_role = True
+        st.tma_stores, st.store_unfenced, st.store_read_pending = False, True, False
+        st.generic_unfenced = set()
+        body = head + _region(role.body.ops, st)
+        end = role.body.ops[-1].loc if role.body.ops else role.loc
+        body += _flush(st, end)
+        if st.tma_stores:
+            body.append(O.TmaStoreWait(0, read=False, note="bulk stores done before exit",
+                                       loc=end))
+        st.in_role = False
+        out.append(role.replace(body=Region(tuple(body))))
+    if cluster_size > 1:
+        # no CTA leaves while a peer may still multicast into its smem or arrive on its
+        # barriers (HOPPER.md hazard 12)
+        out.append(O.ClusterSync(loc=out[-1].loc if out else Loc.unknown()))
+    return dataclasses.replace(kernel, body=Region(tuple(out))).with_attrs(synchronized=True)

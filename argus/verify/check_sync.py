@@ -1,0 +1,180 @@
+"""Synchronization obligations, read from the explicit sync ops that lower/sync.py placed.
+
+Job (INVARIANTS.md §2.6, bug classes 5, 12, 24), on a kernel the sync pass ran on (attribute
+`synchronized`), per role, over every path (loops iterate to a fixpoint, an `if` joins the
+skipped and the taken path):
+
+  proxy.fence — between a generic-proxy write of a shared buffer (stmatrix) and an
+      async-proxy read of it (a TMA store's source, a wgmma operand) there is a
+      `fence.proxy_async` and, after it, a group `barrier` (the writes of every thread of the
+      group are fenced before the one issuing thread hands the buffer over);
+  sync.release — a `pipe.release` of a slot follows a `wgmma.wait` that retired every wgmma
+      group reading that slot (no group committed after the slot's reads may still be in
+      flight).
+
+A finding carries the location of the reader (proxy.fence) or of the release (sync.release).
+The interpreter needs none of these ops; codegen renders them one for one, so what is proven
+here is what runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from argus.ir import ops as O
+from argus.ir.core import Region
+from argus.verify.model import Model
+from argus.verify.obligation import Finding
+
+MAX_GROUPS = 8  # in-flight groups tracked one by one; older ones merge (conservative)
+
+
+@dataclass
+class _State:
+    written: frozenset = frozenset()        # buffers with generic writes not yet fenced
+    fenced: frozenset = frozenset()         # fenced, not yet behind a barrier
+    writer: dict = field(default_factory=dict)  # buffer -> loc of its last generic write
+    open_reads: frozenset = frozenset()     # slots read by wgmma not yet committed
+    groups: tuple = ()                      # committed groups in flight, oldest first
+
+    def key(self):
+        return (self.written, self.fenced, self.open_reads, self.groups)
+
+    def copy(self) -> "_State":
+        return _State(self.written, self.fenced, dict(self.writer), self.open_reads, self.groups)
+
+
+def _join(a: _State, b: _State) -> _State:
+    n = max(len(a.groups), len(b.groups))
+    ga = ((frozenset(),) * (n - len(a.groups))) + a.groups
+    gb = ((frozenset(),) * (n - len(b.groups))) + b.groups
+    return _State(a.written | b.written, a.fenced | b.fenced, {**b.writer, **a.writer},
+                  a.open_reads | b.open_reads, tuple(x | y for x, y in zip(ga, gb)))
+
+
+class _Checker:
+    def __init__(self, kernel):
+        self.root: dict[int, int] = {}
+        self.stage_of: dict[int, int] = {}   # view id -> the stage value it slices with
+        for op in kernel.walk():
+            if isinstance(op, O.SmemSlice):
+                self.root[op.result.id] = self.root.get(op.buffer.id, op.buffer.id)
+                if op.stage is not None:
+                    self.stage_of[op.result.id] = op.stage.id
+                elif op.buffer.id in self.stage_of:
+                    self.stage_of[op.result.id] = self.stage_of[op.buffer.id]
+        self.steps: dict[int, int] = {}      # consume stage value id -> pipe id
+        for op in kernel.walk():
+            if isinstance(op, O.Consume):
+                self.steps[op.stage.id] = op.pipe.id
+        self.findings: dict[tuple, Finding] = {}
+
+    def rt(self, v) -> int:
+        return self.root.get(v.id, v.id)
+
+    def report(self, code, op, subject, ok: bool, msg="", witness=None, fix=""):
+        key = (code, id(op))
+        if ok and key in self.findings:
+            return  # a violation on some path stays a violation
+        self.findings[key] = Finding(code, op.loc, subject, "proven" if ok else "violated",
+                                     msg, witness or {}, fix)
+
+    # -- transfer ------------------------------------------------------------------------
+    def region(self, region: Region, st: _State) -> _State:
+        for op in region.ops:
+            st = self.op(op, st)
+        return st
+
+    def loop(self, body: Region, st: _State) -> _State:
+        head = st
+        for _ in range(16):
+            out = self.region(body, head.copy())
+            nxt = _join(head, out)
+            if nxt.key() == head.key():
+                break
+            head = nxt
+        return head  # zero or more iterations
+
+    def op(self, op, st: _State) -> _State:  # noqa: C901 - a dispatcher over the sync ops
+        if isinstance(op, O.For):
+            return self.loop(op.body, st)
+        if isinstance(op, O.If):
+            return _join(st, self.region(op.body, st.copy()))
+        if isinstance(op, (O.Produce, O.Consume)):
+            return self.region(op.body, st)
+        if isinstance(op, O.StMatrix):
+            b = self.rt(op.dst)
+            st.written, st.fenced = st.written | {b}, st.fenced - {b}
+            st.writer[b] = op.loc
+        elif isinstance(op, O.ProxyFence):
+            st.written, st.fenced = frozenset(), st.fenced | st.written
+        elif isinstance(op, O.GroupBarrier):
+            st.fenced = frozenset()
+        elif isinstance(op, O.TmaStore):
+            self.async_read(op, [op.src], "tma-store", st)
+        elif isinstance(op, O.Wgmma):
+            views = [op.b] if op.a_in_registers else [op.a, op.b]
+            self.async_read(op, views, "wgmma", st)
+            slots = {(self.steps[self.stage_of[v.id]], "cur") for v in views
+                     if self.stage_of.get(v.id) in self.steps}
+            st.open_reads = st.open_reads | slots
+        elif isinstance(op, O.WgmmaCommit):
+            groups = st.groups + (st.open_reads,)
+            if len(groups) > MAX_GROUPS:
+                groups = (groups[0] | groups[1],) + groups[2:]
+            st.groups, st.open_reads = groups, frozenset()
+        elif isinstance(op, O.WgmmaWait):
+            st.groups = st.groups[len(st.groups) - op.pending:] if op.pending else ()
+        elif isinstance(op, O.SlotRelease):
+            self.release(op, st)
+        return st
+
+    def async_read(self, op, views, kind: str, st: _State) -> None:
+        for v in views:
+            b = self.rt(v)
+            if b not in st.written and b not in st.fenced:
+                if b in st.writer:
+                    self.report("proxy.fence", op, f"{kind} of {v} at {op.loc}", True)
+                continue
+            missing = "fence.proxy.async" if b in st.written else "barrier after the fence"
+            w = st.writer.get(b)
+            self.report("proxy.fence", op, f"{kind} of {v} at {op.loc}", False,
+                        f"{v} is written through the generic proxy by stmatrix at {w} and read "
+                        f"by the async proxy ({kind}) at {op.loc} with no {missing} in between "
+                        f"on some path: the tensor core/TMA may read stale bytes",
+                        {"writer": str(w), "reader": str(op.loc), "missing": missing},
+                        fix="lower.sync places fence.proxy_async + barrier before the reader")
+
+    def release(self, op: O.SlotRelease, st: _State) -> None:
+        pid = op.pipe.id
+        which = "held" if op.previous else "cur"
+        in_flight = [g for g in st.groups if (pid, which) in g] + \
+            ([st.open_reads] if (pid, which) in st.open_reads else [])
+        subject = f"release of pipeline {op.pipe} at {op.loc}"
+        self.report("sync.release", op, subject, not in_flight,
+                    "" if not in_flight else
+                    f"the slot of pipeline {op.pipe} is released at {op.loc} while a wgmma group "
+                    f"reading it may still be in flight (no wgmma.wait retires it first): the "
+                    f"producer may refill the slot under the tensor cores",
+                    {"release": str(op.loc), "groups_in_flight": len(st.groups)},
+                    fix="wgmma.wait before pipe.release (lower.sync)")
+        if op.previous:  # the held slot is gone; this step's slot is held from now on
+            def relabel(g):
+                g = g - {(pid, "held")}
+                if op.stage is not None and (pid, "cur") in g:
+                    g = (g - {(pid, "cur")}) | {(pid, "held")}
+                return g
+            st.groups = tuple(relabel(g) for g in st.groups)
+            st.open_reads = relabel(st.open_reads)
+
+
+def obligations(model: Model) -> tuple[list, list[Finding]]:
+    kernel = model.kernel
+    if not kernel.attr("synchronized", False):
+        return [], []  # synchronization is lowering's decision: checked once it is made
+    c = _Checker(kernel)
+    top = [op for op in kernel.body.ops if not isinstance(op, O.RoleOp)]
+    c.region(Region(tuple(top)), _State())
+    for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
+        c.region(role.body, _State())
+    return [], list(c.findings.values())

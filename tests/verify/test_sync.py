@@ -1,0 +1,117 @@
+"""Synchronization as IR: lower/sync.py places the fences, waits, releases and barriers; the
+verifier (check_sync.py) proves them; removing one from the lowered IR is reported at the op."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from argus import codegen, verify
+from argus.compiler import lower_only
+from argus.ir import ops as O
+from argus.ir.core import Kernel, Region
+from tests.mutations import kernels as K
+
+
+def _drop(kernel: Kernel, pred, nth: int = 0) -> tuple[Kernel, O.Op]:
+    """The kernel without the nth op (program order) matching pred, and that op's successor
+    (the op whose protection it was: the reader or the release)."""
+    seen = [-1]
+    hit: list = []
+
+    def region(r: Region) -> Region:
+        out = []
+        ops = list(r.ops)
+        for j, op in enumerate(ops):
+            if pred(op):
+                seen[0] += 1
+                if seen[0] == nth:
+                    hit.append(ops[j + 1:])
+                    continue
+            subs = {f.name: region(getattr(op, f.name)) for f in op.spec_fields()
+                    if isinstance(getattr(op, f.name), Region)}
+            out.append(dataclasses.replace(op, **subs) if subs else op)
+        return Region(tuple(out))
+
+    k = dataclasses.replace(kernel, body=region(kernel.body))
+    assert hit, "no such op to remove"
+    return k, hit[0]
+
+
+def _tma_gemm():
+    from argus.kernels import gemm as G
+
+    return lower_only(G.gemm, s=G.GemmSchedule(epilogue="tma", stages=3))
+
+
+def _findings(kernel, code):
+    return [f for f in verify.run(kernel, include_proven=True).findings if f.code == code]
+
+
+def test_lowered_gemm_proves_its_fences_and_releases():
+    k = _tma_gemm()
+    assert any(isinstance(op, O.ProxyFence) for op in k.walk())
+    fences = _findings(k, "proxy.fence")
+    releases = _findings(k, "sync.release")
+    assert fences and all(f.status == "proven" for f in fences)
+    assert releases and all(f.status == "proven" for f in releases)
+
+
+def test_removed_proxy_fence_is_reported_at_the_tma_store():
+    k, rest = _drop(_tma_gemm(), lambda op: isinstance(op, O.ProxyFence))
+    store = next(op for op in rest if isinstance(op, O.TmaStore))
+    bad = [f for f in _findings(k, "proxy.fence") if f.status == "violated"]
+    assert bad and bad[0].loc == store.loc
+    assert "fence.proxy.async" in bad[0].message and bad[0].witness["writer"]
+
+
+def test_removed_barrier_after_the_fence_is_reported():
+    prev: list = [None]
+
+    def after_fence(op) -> bool:  # the barrier right after the proxy fence
+        hit = isinstance(op, O.GroupBarrier) and isinstance(prev[0], O.ProxyFence)
+        prev[0] = op
+        return hit
+
+    k, rest = _drop(_tma_gemm(), after_fence)
+    bad = [f for f in _findings(k, "proxy.fence") if f.status == "violated"]
+    assert bad and bad[0].witness["missing"] == "barrier after the fence"
+
+
+@pytest.mark.parametrize("pending", [1, 0])
+def test_removed_wgmma_wait_is_reported_at_the_release(pending):
+    k = _tma_gemm()
+    k, rest = _drop(k, lambda op: isinstance(op, O.WgmmaWait) and op.pending == pending)
+    release = next(op for op in rest if isinstance(op, O.SlotRelease))
+    bad = [f for f in _findings(k, "sync.release") if f.status == "violated"]
+    assert bad and bad[0].loc == release.loc
+
+
+def test_stmatrix_then_wgmma_gets_a_proxy_fence():
+    """P of attention through shared memory into P.V: a generic write read by the tensor
+    cores needs fence.proxy.async + barrier (missing before the sync pass), and the step
+    retires its groups before the next step's stmatrix overwrites P."""
+    k = lower_only(K.make_attention())
+    text = codegen.render(k).text
+    body = text[text.index("role consumer"):]
+    stm = body.index("stmatrix_x4_addr")
+    fence = body.index("fence_view_async_shared", stm)
+    assert fence < body.index("make_smem_desc", stm)
+    consume = [op for op in k.walk() if isinstance(op, O.Consume)]
+    assert any(c.wgmma_in_flight == 0 and any(isinstance(w, O.Wgmma) for w in c.body.walk())
+               for c in consume)
+    assert all(f.status == "proven" for f in _findings(k, "proxy.fence"))
+    k2, rest = _drop(k, lambda op: isinstance(op, O.ProxyFence))
+    wgmma = next(op for op in rest if isinstance(op, O.Wgmma))
+    bad = [f for f in _findings(k2, "proxy.fence") if f.status == "violated"]
+    assert bad and bad[0].loc == wgmma.loc
+
+
+def test_every_sync_op_renders_and_is_a_no_op_rule_elsewhere():
+    from argus.codegen.cuda import _Emitter
+    from argus.runtime import interp  # noqa: F401 - the interpreter has a rule (no-op)
+
+    for cls in O.SYNC_OPS:
+        assert cls.NAME in O.ALL_OPS and cls.__doc__
+        assert hasattr(_Emitter, "op_" + cls.__name__), cls.__name__
