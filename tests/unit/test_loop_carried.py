@@ -201,3 +201,18 @@ def test_loop_index_is_not_carried_and_not_readable_after_the_loop():
         ag.store(Y, (i,), ag.load(X, (0,), (128,)))
 
     assert "first bound inside the ag.range loop" in str(_trace_error(k))
+
+
+def test_a_pipeline_stage_used_after_its_step_is_refused_at_its_line():
+    """The stage of a consume step is released when the step ends: reading it after the
+    `with` block is refused where it happens (the mutation corpus keeps the lowered-IR form
+    of this bug for the verifier)."""
+    from tests.mutations import kernels as K
+
+    with pytest.raises(TraceError) as info:
+        K.make_gemm("wgmma_after_consume").trace()
+    err = info.value
+    assert "st is first bound inside the pipeline step" in str(err)
+    line = next(i + 1 for i, text in enumerate(open(K.__file__).read().splitlines())
+                if "BUG:wgmma_after_consume" in text)
+    assert err.loc.line == line
