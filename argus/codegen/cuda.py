@@ -1348,12 +1348,13 @@ def _inline_candidates(kernel: Kernel, uses: dict[int, int]) -> set[int]:
                 if isinstance(o, (O.Wgmma, O.Assign))}
 
     def deps(v: Value, defs) -> set[int]:
+        # every operand, scalars too: a carried runtime scalar is a mutable C variable that
+        # an earlier `assign` of the same parallel update may already have overwritten
         d = {v.id}
         op = defs.get(v.id)
-        if isinstance(op, (O.Elementwise, O.Convert, O.TileSlice)):
+        if isinstance(op, (O.Elementwise, O.Convert, O.TileSlice, O.ExpandDims)):
             for a in op.operands():
-                if isinstance(a.type, TileType):
-                    d |= deps(a, defs)
+                d |= deps(a, defs)
         return d
 
     defs = {r.id: op for op in kernel.walk() for r in op.results()}

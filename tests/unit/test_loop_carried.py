@@ -6,6 +6,8 @@ the user's line."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -104,6 +106,29 @@ def test_parallel_assignment_swaps(trips):
     np.testing.assert_array_equal(y, a)
     np.testing.assert_array_equal(z, b)
     codegen.render(lower_only(swap_each_iteration))  # renders (through temporaries)
+
+
+@ag.kernel(threads=128)
+def scale_by_carried_scalar(X: ag.Tensor["N", ag.f32], Y: ag.Tensor["N", ag.f32]):
+    (pid,) = ag.grid(1)
+    s = ag.scalar(1.0, ag.f32)  # bound before t: its update is assigned first
+    t = ag.load(X, (0,), (128,))
+    for i in ag.range(3):
+        t = t * s
+        s = s + 1.0
+    ag.store(Y, (0,), t)
+
+
+def test_an_update_reads_the_old_value_of_a_carried_scalar_in_codegen_too():
+    x = np.ones(128, np.float32)
+    y = np.zeros(128, np.float32)
+    scale_by_carried_scalar.interpret(x, y)
+    np.testing.assert_array_equal(y, np.full(128, 6.0, np.float32))  # 1 * 1 * 2 * 3
+    # codegen: `t * s` must not be inlined into t's assign after s was reassigned
+    text = codegen.render(lower_only(scale_by_carried_scalar)).text
+    loop = text[text.index("for (int"):]
+    product = re.search(r"\* (v\d+)\)", loop)  # t * s, s the carried C variable vNN
+    assert product and product.start() < loop.index(f"{product[1]} = "), loop
 
 
 @ag.kernel(threads=128)
