@@ -22,6 +22,7 @@ from argus.ir.core import Kernel
 from argus.verify import obligation as OB
 from argus.verify import solver
 from argus.verify.model import Model
+from argus.verify.tagdomain import term_name
 
 
 @dataclass
@@ -133,8 +134,8 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
     extra += list(model.params.values())
     for ob in obs:
         if ob.minimize is not None:
-            seen = {str(t) for t in ob.minimize}
-            ob.minimize = list(ob.minimize) + [t for t in extra if str(t) not in seen]
+            seen = {term_name(t) for t in ob.minimize}
+            ob.minimize = list(ob.minimize) + [t for t in extra if term_name(t) not in seen]
         if any(op.nvars for op, _ in model.axioms):
             # tag.assume axioms, instantiated on the opaque-function terms of this query
             ob.premises = list(ob.premises) + model.axiom_instances(

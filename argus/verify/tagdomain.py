@@ -24,6 +24,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 
 import z3
+from z3.z3 import _to_expr_ref
 
 _fresh = itertools.count()
 
@@ -52,6 +53,16 @@ def mentions(term, var) -> bool:
     """Whether `var` occurs in `term` (structural)."""
     if not isinstance(term, z3.ExprRef):
         return False
+    if z3.is_const(var) and var.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+        # one native pass instead of a Python walk over the term: replacing a constant that
+        # occurs by another one changes the (hash-consed) term, replacing one that does not
+        # returns the very same term; the probe is never a variable of the model
+        probe = _probe(var)
+        if not probe.eq(var):
+            ctx = term.ctx.ref()
+            frm, to = (z3.Ast * 1)(var.as_ast()), (z3.Ast * 1)(probe.as_ast())
+            got = z3.Z3_substitute(ctx, term.as_ast(), 1, frm, to)  # checks sorts, raises
+            return not z3.Z3_is_eq_ast(ctx, got, term.as_ast())
     target = var.get_id()
     todo, seen = [term], set()
     while todo:
@@ -63,6 +74,40 @@ def mentions(term, var) -> bool:
         seen.add(t.get_id())
         todo.extend(t.children())
     return False
+
+
+_PROBES: dict[tuple, z3.ExprRef] = {}
+
+
+def _probe(var) -> z3.ExprRef:
+    """A constant of `var`'s sort that no model variable is (one per sort and context)."""
+    sort = var.sort()
+    key = (id(var.ctx), sort.get_id())
+    p = _PROBES.get(key)
+    if p is None:
+        p = _PROBES[key] = z3.Const("argus.verify.tagdomain.mentions!probe", sort)
+    return p
+
+
+def substitute(term, *pairs):
+    """`z3.substitute(term, *pairs)` without the Python wrapper's per-call checks (Z3 itself
+    checks that each pair has one sort and raises otherwise)."""
+    n = len(pairs)
+    if n == 0:
+        return term
+    frm, to = (z3.Ast * n)(), (z3.Ast * n)()
+    for i, (a, b) in enumerate(pairs):
+        frm[i], to[i] = a.as_ast(), b.as_ast()
+    ctx = term.ctx
+    return _to_expr_ref(z3.Z3_substitute(ctx.ref(), term.as_ast(), n, frm, to), ctx)
+
+
+def term_name(t) -> str:
+    """`str(t)`, without z3's Python printer for constants (where they are the same)."""
+    if isinstance(t, z3.ExprRef) and z3.is_const(t) and \
+            t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+        return t.decl().name()
+    return str(t)
 
 
 def free_consts(term) -> set[str]:
@@ -112,9 +157,9 @@ def reduce_over(val: TagVal, var: z3.ArithRef, lo, hi, note: str = "") -> TagVal
     """The field after summing/maxing over `var` in [lo, hi): a set when it depends on var."""
     if not val.depends_on(var):
         return val
-    v2 = fresh_int(str(var).split("!")[0])
-    term = z3.substitute(val.term, (var, v2))
-    cond = tuple(z3.substitute(c, (var, v2)) for c in val.cond) + (v2 >= lo, v2 < hi)
+    v2 = fresh_int(term_name(var).split("!")[0])
+    term = substitute(val.term, (var, v2))
+    cond = tuple(substitute(c, (var, v2)) for c in val.cond) + (v2 >= lo, v2 < hi)
     mixed = val.mixed + ((note,) if note else ())
     return TagVal(term, val.bound + (v2,), cond, mixed)
 
