@@ -211,10 +211,20 @@ class CarryScope:
             rename[shadow.value.id] = var
             carried_ids.add(var.id)
             before_ops.append(O.Var(var, orig.value, loc=loc))
+        # a window or an expand_dims of a variable reads the variable itself (a view, not a
+        # copy), so an update that is a view of a carried variable is snapshotted too
+        views = {op.result.id: rename.get(op.src.id, op.src) for op in body
+                 if isinstance(op, (O.TileSlice, O.ExpandDims))}
+
+        def reads_carried(v: Value) -> bool:
+            while v.id in views:
+                v = views[v.id]
+            return v.id in carried_ids
+
         for name, orig, shadow, new in carried:
             var = rename[shadow.value.id]
             src = rename.get(new.value.id, new.value)
-            if src.id in carried_ids:
+            if reads_carried(src):
                 tmp = ctx.builder.fresh(src.type, name + "_prev")
                 snapshots.append(O.Var(tmp, src, loc=loc))
                 src = tmp
