@@ -140,7 +140,9 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
     t0 = time.perf_counter()
     # 1. a quick proof attempt: most obligations are refuted by the plain SMT core in a few
     # milliseconds, cheaper than hashing the query for the cache or translating it to bits
-    out = _quick_proof(premises, claims, min(QUICK_MS, timeout_ms), timeout_ms, t0)
+    # (not for non-linear queries, which never finish that fast: step 2)
+    out = None if theory == "NIA" else \
+        _quick_proof(premises, claims, min(QUICK_MS, timeout_ms), timeout_ms, t0)
     if out is not None:
         out.theory = theory or _theory([c for _, c in claims])
         if stats is not None:
@@ -160,9 +162,12 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
     if theory == "NIA":
         # 2. non-linear queries (raster orders): the plain SMT core is the one that finishes
         # (measured on the persistent GEMM's store injectivity: 0.4 s, where the purified
-        # solver first tried below needs 20 s); a proof attempt only, as in step 1
+        # solver first tried below needs 20 s); a proof attempt only, as in step 1. Without
+        # Gröbner-basis reasoning it is 40% faster in total on the store-injectivity queries
+        # of the library's schedules (14 sampled: 3.6 s -> 2.2 s, all proven either way)
         left = timeout_ms - (time.perf_counter() - t0) * 1e3
-        out = _quick_proof(premises, claims, int(left * NIA_SHARE), timeout_ms, t0)
+        out = _quick_proof(premises, claims, int(left * NIA_SHARE), timeout_ms, t0,
+                           NIA_PARAMS)
         if out is not None:
             out.theory = theory
             if stats is not None:
@@ -182,9 +187,11 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
 
 QUICK_MS = 50      # budget of the quick proof attempt (step 1 of `prove`)
 NIA_SHARE = 0.5   # share of a non-linear query's budget for the plain core's proof attempt
+NIA_PARAMS = {"arith.nl.grobner": False}   # heuristics only: UNSAT stays a proof
 
 
-def _quick_proof(premises, claims, budget_ms, timeout_ms, t0) -> Outcome | None:
+def _quick_proof(premises, claims, budget_ms, timeout_ms, t0,
+                 params: dict | None = None) -> Outcome | None:
     """Try to prove the query with z3's plain SMT core (`SimpleSolver`: no tactic
     preprocessing, which is what costs most on small queries) within `budget_ms`. An Outcome
     only on UNSAT (then "proven", or "unknown" when the premises are contradictory); None on
@@ -198,6 +205,8 @@ def _quick_proof(premises, claims, budget_ms, timeout_ms, t0) -> Outcome | None:
     conj = z3.And([c for _, c in claims]) if claims else z3.BoolVal(True)
     s = z3.SimpleSolver()
     s.set("timeout", int(budget_ms))
+    for k, v in (params or {}).items():
+        s.set(k, v)
     s.add(*premises)
     s.add(z3.Not(conj))
     if s.check() != z3.unsat:
