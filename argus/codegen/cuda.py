@@ -339,6 +339,9 @@ class _Emitter:
     peers: dict[int, int] = field(default_factory=dict)  # pipe id -> CTAs releasing a slot
     cluster_size: int = 1
     in_role: bool = False        # emitting a warp role's body (group = one warpgroup)
+    # a role of several warpgroups: (their count, the C name of this one's index in the role);
+    # each warpgroup gets its own copy of a group's shared scratch (reductions, conversions)
+    role_copies: tuple[int, str] = (1, "")
     acc_names: bool = False      # acc_row / acc_col are declared (a role that runs wgmma)
     current_full: str = ""       # the full barrier of the produce step being emitted
 
@@ -1123,15 +1126,18 @@ class _Emitter:
         writer_mask = lane_axis | sum(1 << b for b in plan.replicated_bits)
         scratch = f"red{op.result.id}"
         size = n * other * nw
-        self.shared_decls.append(f"__shared__ float {scratch}[{size}];")
+        copies, wg = self.role_copies
+        self.shared_decls.append(f"__shared__ float {scratch}[{size * copies}];")
         if arg:
-            self.shared_decls.append(f"__shared__ int {scratch}_i[{size}];")
+            self.shared_decls.append(f"__shared__ int {scratch}_i[{size * copies}];")
+        own = f"{wg} * {size} + " if wg else ""  # this warpgroup's copy
 
         def slot(k: int, w: str) -> str:
             base = k * other * nw
             if oexpr:
-                return f"{scratch}[{base} + ({oexpr}) * {nw} + {w}]"
-            return f"{scratch}[{base + int(w)}]" if w.isdigit() else f"{scratch}[{base} + {w}]"
+                return f"{scratch}[{own}{base} + ({oexpr}) * {nw} + {w}]"
+            return f"{scratch}[{own}{base + int(w)}]" if w.isdigit() else \
+                f"{scratch}[{own}{base} + {w}]"
 
         cond = "gtid % 32 == 0" if writer_mask == 31 else \
             (f"(gtid & {writer_mask}) == 0" if writer_mask else "true")
@@ -1217,15 +1223,17 @@ class _Emitter:
         size = 1
         for n in shape:
             size *= n
-        if size * 4 > 32 * 1024:
+        copies, wg = self.role_copies  # one buffer per warpgroup of the role
+        if size * copies * 4 > 32 * 1024:
             raise CompileError(f"a layout conversion of a {'x'.join(map(str, shape))} tile "
                                f"({op.src.type.layout} -> {op.result.type.layout}) through "
-                               "shared memory needs more than 32 KB", op.loc,
+                               f"shared memory needs more than 32 KB ({copies} warpgroup(s))",
+                               op.loc,
                                fix="keep the tile in one layout (e.g. derive row statistics "
                                    "from the accumulator itself)")
         ctype = {"i1": "bool", "i32": "int"}.get(op.result.type.dtype.name, "float")
         buf = f"cvt{op.result.id}"
-        self.shared_decls.append(f"__shared__ {ctype} {buf}[{size}];")
+        self.shared_decls.append(f"__shared__ {ctype} {buf}[{size * copies}];")
 
         def lin(coord) -> str:
             terms, stride = [], 1
@@ -1233,7 +1241,7 @@ class _Emitter:
                 if shape[d] > 1:
                     terms.append(coord[d] if stride == 1 else f"{coord[d]} * {stride}")
                 stride *= shape[d]
-            return " + ".join(reversed(terms)) or "0"
+            return (f"{wg} * {size} + " if wg else "") + (" + ".join(reversed(terms)) or "0")
 
         rep = sum(1 << b for b in sl.rl.replicated_bits())
         self.emit(f"if ((gtid & {rep}) == 0) {{" if rep else "{")
@@ -1448,6 +1456,7 @@ def render(kernel: Kernel) -> Source:
             em.emit(f"int pend{pid} = -1;  // slot whose wgmma is still in flight")
         em.group_threads = 128
         em.in_role = True
+        em.role_copies = (count, f"v{role.index.id}") if count > 1 else (1, "")
         if _single_thread_role(role):
             em.emit("if (gtid == 0) {  // one thread issues the async copies")
             em.indent += 1
@@ -1457,6 +1466,7 @@ def render(kernel: Kernel) -> Source:
         else:
             em.region(Region(tuple(body)))
         em.in_role = False
+        em.role_copies = (1, "")
         em.acc_names = False
         em.group_threads = threads
         em.indent -= 1

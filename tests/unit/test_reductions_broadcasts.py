@@ -4,9 +4,12 @@ generated code, and the verifier (tests/unit/reduce_kernels.py holds the kernels
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
+import argus as ag
 from argus import codegen
 from argus.compiler import compile_kernel, lower_only
 from tests.unit import reduce_kernels as K
@@ -113,3 +116,32 @@ def test_verifier_proves_reduction_plans():
     report = verify.run(K.reduce_any, lower=True, include_proven=True, rank=3, axis=0,
                         fn="argmax", in_role=True)
     assert any(f.code == "reduce.layout" and f.status == "proven" for f in report.proven)
+
+
+@ag.kernel(threads=256)
+def two_warpgroup_rows(X: ag.Tensor["M", "N", ag.f32], S: ag.Tensor["M", 1, ag.f32],
+                       I: ag.Tensor["M", 1, ag.i32]):
+    """Each of a role's two warpgroups reduces its own 4 rows across its 4 warps."""
+    (pid,) = ag.grid(1)
+    with ag.role("rows", warpgroups=2) as wg:
+        x = ag.load(X, (wg * 4, 0), (4, 128))
+        ag.store(S, (wg * 4, 0), x.sum(axis=1))
+        ag.store(I, (wg * 4, 0), x.argmax(axis=1))
+
+
+def test_warpgroups_of_one_role_reduce_in_their_own_shared_scratch():
+    x = np.random.default_rng(0).standard_normal((8, 128)).astype(np.float32)
+    s, i = np.zeros((8, 1), np.float32), np.zeros((8, 1), np.int32)
+    two_warpgroup_rows.interpret(x, s, i)
+    np.testing.assert_allclose(s, x.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(i, x.argmax(axis=1)[:, None])
+    text = codegen.render(lower_only(two_warpgroup_rows)).text
+    # the partials of both warpgroups meet behind per-warpgroup named barriers only: each
+    # warpgroup must write and read its own copy of the scratch, offset by its role index
+    decls = re.findall(r"__shared__ (?:float|int) (red\d+(?:_i)?)\[(\d+)\];", text)
+    assert decls and all(int(n) == 2 * 16 for _, n in decls), decls
+    for name, _ in decls:
+        accesses = re.findall(rf"\b{name}\[([^\]]+)\]", text.split("role rows")[1])
+        assert accesses and all(re.match(r"v\d+ \* 16 \+ ", a) for a in accesses), accesses
+    c = compile_kernel(two_warpgroup_rows, verify=False)
+    assert c.binary.cubin[:4] == b"\x7fELF"
