@@ -27,6 +27,9 @@ from argus.verify.model import Model
 from argus.verify.obligation import Finding
 
 MAX_GROUPS = 8  # in-flight groups tracked one by one; older ones merge (conservative)
+# the state only grows from pass to pass over a finite lattice, so a loop settles; a loop that
+# has not settled after this many passes is reported "unknown", never silently proven
+MAX_LOOP_PASSES = 256
 
 
 @dataclass
@@ -85,19 +88,23 @@ class _Checker:
             st = self.op(op, st)
         return st
 
-    def loop(self, body: Region, st: _State) -> _State:
+    def loop(self, loop: O.For, st: _State) -> _State:
         head = st
-        for _ in range(16):
-            out = self.region(body, head.copy())
+        for _ in range(MAX_LOOP_PASSES):
+            out = self.region(loop.body, head.copy())
             nxt = _join(head, out)
             if nxt.key() == head.key():
-                break
+                return head  # zero or more iterations
             head = nxt
-        return head  # zero or more iterations
+        self.findings[("sync.fixpoint", id(loop))] = Finding(
+            "sync.fixpoint", loop.loc, f"loop at {loop.loc}", "unknown",
+            f"the synchronization state of this loop did not settle in {MAX_LOOP_PASSES} "
+            f"passes: what is proven inside it holds for those iterations only")
+        return head
 
     def op(self, op, st: _State) -> _State:  # noqa: C901 - a dispatcher over the sync ops
         if isinstance(op, O.For):
-            return self.loop(op.body, st)
+            return self.loop(op, st)
         if isinstance(op, O.If):
             return _join(st, self.region(op.body, st.copy()))
         if isinstance(op, (O.Produce, O.Consume)):
@@ -124,7 +131,8 @@ class _Checker:
                 groups = (groups[0] | groups[1],) + groups[2:]
             st.groups, st.open_reads = groups, frozenset()
         elif isinstance(op, O.WgmmaWait):
-            st.groups = st.groups[len(st.groups) - op.pending:] if op.pending else ()
+            # at most `pending` of the newest groups may still be in flight (all, if fewer)
+            st.groups = st.groups[max(0, len(st.groups) - op.pending):] if op.pending else ()
         elif isinstance(op, O.SlotRelease):
             self.release(op, st)
         return st

@@ -115,3 +115,13 @@ def test_every_sync_op_renders_and_is_a_no_op_rule_elsewhere():
     for cls in O.SYNC_OPS:
         assert cls.NAME in O.ALL_OPS and cls.__doc__
         assert hasattr(_Emitter, "op_" + cls.__name__), cls.__name__
+
+
+def test_a_wait_for_more_groups_than_are_in_flight_retires_none():
+    from argus.verify.check_sync import _Checker, _State
+
+    c = _Checker(_tma_gemm())
+    groups = (frozenset({(1, "cur")}), frozenset({(2, "cur")}), frozenset({(3, "cur")}))
+    for pending, left in ((5, groups), (3, groups), (2, groups[1:]), (0, ())):
+        st = c.op(O.WgmmaWait(pending), _State(groups=groups))
+        assert st.groups == left, (pending, st.groups)
