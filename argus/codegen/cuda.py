@@ -6,7 +6,7 @@ from the IR; this file turns it into text. The kernel symbol is `argus_<name>` (
 harness recognizes Argus kernels by that prefix).
 
 Register tiles become per-thread arrays unrolled at generation time: the element a register
-holds is a static function of the register index and the thread (see analysis/layouts.py).
+holds is a static function of the register index and the thread (target/register_layouts.py).
 A pointwise tile used once, right after it is made, is not stored: its expression is inlined at
 the use (so `acc.to(bf16)` feeding a store costs no registers).
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass, field
 
 from argus.codegen.wgmma import WgmmaSpec, wgmma_prelude
@@ -294,6 +295,11 @@ def _arg_better(fn: str, v: str, i: str, bv: str, bi: str) -> str:
             f"(({v}) != ({v}) && (({bv}) == ({bv}) || ({i}) < ({bi})))")
 
 
+def _arg_update_c(fn: str, v: str, i: str, bv: str, bi: str) -> str:
+    """C statement: the candidate (v, i) becomes the best (bv, bi) when _arg_better says so."""
+    return f"if ({_arg_better(fn, v, i, bv, bi)}) {{ {bv} = {v}; {bi} = {i}; }}"
+
+
 def _dense_bits_c(bits, tid: str = "gtid") -> str:
     """C expression packing thread bits `bits` of tid into a dense index (bit k = bits[k])."""
     terms = []
@@ -330,7 +336,6 @@ class _Emitter:
     wgmma_specs: list[WgmmaSpec] = field(default_factory=list)
     tmaps: dict[tuple, int] = field(default_factory=dict)
     pipes: dict[int, int] = field(default_factory=dict)  # pipe id -> stages
-    role_single_thread: bool = False
     uses: dict[int, int] = field(default_factory=dict)
     inline_ok: set[int] = field(default_factory=set)
     shared_decls: list[str] = field(default_factory=list)
@@ -1079,8 +1084,8 @@ class _Emitter:
                 self.emit("{")
                 self.emit(f"    const float v = {self.tile_expr(op.src, r, lay)}; "
                           f"const int i = {lay.coord(r)[op.axis]};")
-                self.emit(f"    if ({_arg_better(op.fn, 'v', 'i', f'{vals}[{k}]', f'{info.name}[{k}]')})"
-                          f" {{ {vals}[{k}] = v; {info.name}[{k}] = i; }}")
+                self.emit("    " + _arg_update_c(op.fn, "v", "i", f"{vals}[{k}]",
+                                                   f"{info.name}[{k}]"))
                 self.emit("}")
         n = res.nregs
         if plan.lane_masks:
@@ -1099,9 +1104,9 @@ class _Emitter:
                             self.emit(f"{vals}[{k}] = {combine(f'{vals}[{k}]', other)};")
                             continue
                         oi = f"__shfl_xor_sync(0xffffffffu, {info.name}[{k}], {mask})"
-                        self.emit(f"{{ const float v = {other}; const int i = {oi}; "
-                                  f"if ({_arg_better(op.fn, 'v', 'i', f'{vals}[{k}]', f'{info.name}[{k}]')}) "
-                                  f"{{ {vals}[{k}] = v; {info.name}[{k}] = i; }} }}")
+                        update = _arg_update_c(op.fn, "v", "i", f"{vals}[{k}]",
+                                               f"{info.name}[{k}]")
+                        self.emit(f"{{ const float v = {other}; const int i = {oi}; {update} }}")
         if plan.warp_bits:
             self._reduce_warps(op, plan, info, vals, n, arg, combine)
 
@@ -1159,10 +1164,9 @@ class _Emitter:
             self.emit(f"{vals}[{k}] = {slot(k, '0')}; "
                       f"{info.name}[{k}] = {slot(k, '0').replace(scratch + '[', scratch + '_i[')};")
             for w in range(1, nw):
+                update = _arg_update_c(op.fn, "v", "i", f"{vals}[{k}]", f"{info.name}[{k}]")
                 self.emit(f"{{ const float v = {slot(k, str(w))}; const int i = "
-                          f"{slot(k, str(w)).replace(scratch + '[', scratch + '_i[')}; "
-                          f"if ({_arg_better(op.fn, 'v', 'i', f'{vals}[{k}]', f'{info.name}[{k}]')})"
-                          f" {{ {vals}[{k}] = v; {info.name}[{k}] = i; }} }}")
+                          f"{slot(k, str(w)).replace(scratch + '[', scratch + '_i[')}; {update} }}")
         self.emit(self.group_barrier())
 
     def op_RoleOp(self, op: O.RoleOp) -> None:
@@ -1318,8 +1322,6 @@ class _Emitter:
 
 def _reads_only_register(expr: str, array: str, index: int) -> bool:
     """Whether `expr` reads no register of `array` other than `array[index]`."""
-    import re
-
     return all(int(m) == index for m in re.findall(rf"\b{re.escape(array)}\[(\d+)\]", expr))
 
 
