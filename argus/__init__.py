@@ -7,10 +7,10 @@
         ag.store(Y, (row, 0), x * 2.0)
 """
 
-from argus.dsl.api import (abs_, arange, cdiv, cluster_rank, erf, exp, exp2, full, grid, ldmatrix, load,
-                           load_scalar, log, maximum, minimum, pipeline, range, relu, role, rsqrt,
-                           scalar, sigmoid, smem, sqrt, stmatrix, store, tanh, thread_index, tma, wgmma,
-                           when, where, zeros)
+from argus.dsl.api import (abs_, arange, cdiv, cluster_rank, erf, exp, exp2, full, grid, ldmatrix,
+                           load, load_scalar, log, maximum, minimum, pipeline, range, relu, role,
+                           rsqrt, scalar, sigmoid, smem, sqrt, stmatrix, store, tanh, thread_index,
+                           tma, wgmma, when, where, zeros)
 from argus.dsl.kernel import ScalarParam as Scalar
 from argus.dsl.kernel import Tensor
 from argus.dsl.tags import (opaque, sym, tag, tag_all, tag_any, tag_assert, tag_assume, tag_fn,
@@ -31,12 +31,12 @@ def compile(kernel_fn: KernelFunction, *, verify: bool | None = None, **constexp
     return compile_kernel(kernel_fn, verify=verify, **constexprs)
 
 __all__ = [
-    "abs_", "arange", "Scalar", "cdiv", "cluster_rank", "erf", "exp", "exp2", "full", "grid", "ldmatrix", "load",
-    "load_scalar", "log", "maximum",
+    "abs_", "arange", "Scalar", "cdiv", "cluster_rank", "erf", "exp", "exp2", "full", "grid",
+    "ldmatrix", "load", "load_scalar", "log", "maximum",
     "minimum", "pipeline", "range", "relu", "role", "rsqrt", "scalar", "sigmoid", "smem", "sqrt",
     "stmatrix", "store", "tanh", "thread_index", "tma", "wgmma", "when", "where", "zeros",
-    "KernelFunction", "Tensor", "kernel", "compile", "bf16", "e4m3", "f16", "f32", "f64", "i1", "i32",
-    "i64", "u32", "ArgusError", "CompileError", "Diagnostic", "IRError", "LaunchError",
+    "KernelFunction", "Tensor", "kernel", "compile", "bf16", "e4m3", "f16", "f32", "f64", "i1",
+    "i32", "i64", "u32", "ArgusError", "CompileError", "Diagnostic", "IRError", "LaunchError",
     "TraceError", "VerificationError",
     "opaque", "sym", "tag", "tag_all", "tag_any", "tag_assert", "tag_assume", "tag_fn",
     "tag_tensor",
