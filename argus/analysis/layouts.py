@@ -29,7 +29,7 @@ from argus.ir.core import Kernel, Region, Value, map_kernel_values
 from argus.ir.types import TileType
 from argus.target import register_layouts as RL
 
-BLOCKED, ROWVEC, WGMMA_ACC = "blocked", "rowvec", "wgmma_acc"
+BLOCKED, WGMMA_ACC = "blocked", "wgmma_acc"
 
 _FLEXIBLE_SOURCES = (O.Full, O.Arange)
 

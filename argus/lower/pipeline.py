@@ -23,6 +23,7 @@ import dataclasses
 from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region
+from argus.lower.sync import smem_roots
 
 STAGE_EXPR = "n % S"
 CONSUMER_PARITY = "(n / S) & 1"
@@ -36,10 +37,7 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
     multicast_pipes = {op.pipe.id for op in kernel.walk() if isinstance(op, O.Produce)
                        and any(isinstance(t, O.TmaLoad) and t.multicast for t in op.body.walk())}
     pipes = {op.result.id: op for op in kernel.walk() if isinstance(op, O.PipelineCreate)}
-    root: dict[int, int] = {}
-    for op in kernel.walk():
-        if isinstance(op, O.SmemSlice):
-            root[op.result.id] = root.get(op.buffer.id, op.buffer.id)
+    root = smem_roots(kernel)
     generic = {root.get(op.dst.id, op.dst.id) for op in kernel.walk() if isinstance(op, O.StMatrix)}
 
     def reads_generic(step: O.Consume) -> bool:

@@ -47,12 +47,10 @@ def _descs(op: O.Wgmma, _ctx):
     if op.b_desc:
         return None
     k = op.k_extent
-    if op.a_in_registers:  # the "rs" form: only B has a descriptor
-        b_desc = (mn_major_descriptor_fields(op.b.type, k, op.loc) if op.trans_b
-                  else descriptor_fields(op.b.type, op.loc))
-        return op.replace(b_desc=b_desc)
     b_desc = (mn_major_descriptor_fields(op.b.type, k, op.loc) if op.trans_b
               else descriptor_fields(op.b.type, op.loc))
+    if op.a_in_registers:  # the "rs" form: only B has a descriptor
+        return op.replace(b_desc=b_desc)
     a_desc = (mn_major_descriptor_fields(op.a.type, k, op.loc) if op.trans_a
               else descriptor_fields(op.a.type, op.loc))
     return op.replace(a_desc=a_desc, b_desc=b_desc)
