@@ -126,19 +126,22 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         stores = any(isinstance(x, O.TmaStore) for x in op.body.walk())
         # an iteration may begin with the previous one's stores in flight and its writes
         # unfenced; the loop may also run zero times, leaving what was pending before it
-        before = st.store_read_pending
+        before, held = st.store_read_pending, dict(st.pending)
         st.store_read_pending |= stores
         st.store_unfenced = True
         st.generic_unfenced |= _generic_writes(op.body, st)
         body = _region(op.body.ops, st)
+        st.pending = {**held, **st.pending}  # a flush in the body may not have run
         st.store_read_pending |= stores or before
         st.store_unfenced = True
         st.generic_unfenced |= _generic_writes(op.body, st)
         return [op.replace(body=Region(tuple(body)))]
     if isinstance(op, O.If):
         before, unfenced = st.store_read_pending, set(st.generic_unfenced)
+        held = dict(st.pending)
         body = _region(op.body.ops, st)
         st.store_read_pending |= before  # the body may not have run
+        st.pending = {**held, **st.pending}  # nor a flush in it
         st.store_unfenced = True
         st.generic_unfenced |= unfenced
         return [op.replace(body=Region(tuple(body)))]

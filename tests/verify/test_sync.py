@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+import argus as ag
 from argus import codegen, verify
 from argus.compiler import lower_only
 from argus.ir import ops as O
@@ -125,3 +126,39 @@ def test_a_wait_for_more_groups_than_are_in_flight_retires_none():
     for pending, left in ((5, groups), (3, groups), (2, groups[1:]), (0, ())):
         st = c.op(O.WgmmaWait(pending), _State(groups=groups))
         assert st.groups == left, (pending, st.groups)
+
+
+@ag.kernel
+def _acc_read_in_a_loop(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+                        O: ag.Tensor["M", "N", ag.f32], T: ag.Tensor["T", ag.f32]):
+    """A consume loop that leaves its last wgmma group in flight, then a loop that reads the
+    accumulator (its flush runs only if the loop does), then a read after it."""
+    (pid,) = ag.grid(1)
+    sA = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+    sB = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+    pipe = ag.pipeline(2)
+    n = ag.cdiv(A.shape[1], 64)
+    with ag.role("producer", warpgroups=1):
+        for j in ag.range(n):
+            with pipe.produce() as st:
+                ag.tma.load(sA[st], A, (0, j * 64))
+                ag.tma.load(sB[st], B, (0, j * 64))
+    with ag.role("consumer", warpgroups=1):
+        acc = ag.zeros((64, 64))
+        for j in ag.range(n):
+            with pipe.consume() as st:
+                ag.wgmma(sA[st], sB[st], acc)
+        for i in ag.range(T.shape[0]):  # may run zero times
+            ag.store(O, (0, 0), acc)
+        ag.store(O, (0, 0), acc * 2.0)
+
+
+def test_a_flush_inside_a_loop_that_may_not_run_is_repeated_after_it():
+    roles = [op for op in lower_only(_acc_read_in_a_loop).body.ops if isinstance(op, O.RoleOp)]
+    consumer = roles[1]
+    top = list(consumer.body.ops)
+    last_store = max(j for j, op in enumerate(top) if isinstance(op, O.Store))
+    loop = max(j for j, op in enumerate(top) if isinstance(op, O.For))
+    between = top[loop + 1:last_store]
+    assert any(isinstance(op, O.WgmmaWait) and op.pending == 0 for op in between), between
+    assert any(isinstance(op, O.SlotRelease) for op in between), between
