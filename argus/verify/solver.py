@@ -65,19 +65,39 @@ class Stats:
 
 
 def _theory(terms: Sequence[z3.ExprRef]) -> str:
-    """QF_BV when bit-vectors appear, LIA/NIA otherwise (for reports only)."""
-    seen_bv = False
-    todo = list(terms)
+    """QF_BV when bit-vectors appear, LIA/NIA otherwise (for reports and the portfolio).
+
+    Walks the raw ASTs through the C API (a Python ExprRef per node costs ~10x more); a
+    child stays alive as long as the term holding it."""
+    if not terms:
+        return "LIA"
+    ctx = terms[0].ctx.ref()
+    todo = [t.as_ast() for t in terms]
     visited = set()
-    while todo and not seen_bv:
-        t = todo.pop()
-        if t.get_id() in visited:
+    while todo:
+        a = todo.pop()
+        i = z3.Z3_get_ast_id(ctx, a)
+        if i in visited:
             continue
-        visited.add(t.get_id())
-        if z3.is_bv(t):
-            seen_bv = True
-        todo.extend(t.children())
-    return "QF_BV" if seen_bv else "LIA"
+        visited.add(i)
+        kind = z3.Z3_get_ast_kind(ctx, a)
+        if kind == z3.Z3_QUANTIFIER_AST:
+            todo.append(z3.Z3_get_quantifier_body(ctx, a))
+            continue
+        if z3.Z3_get_sort_kind(ctx, z3.Z3_get_sort(ctx, a)) == z3.Z3_BV_SORT:
+            return "QF_BV"
+        if kind == z3.Z3_APP_AST:
+            todo.extend(z3.Z3_get_app_arg(ctx, a, k)
+                        for k in range(z3.Z3_get_app_num_args(ctx, a)))
+    return "LIA"
+
+
+def _assert_all(s: z3.Solver, terms: Sequence[z3.BoolRef]) -> None:
+    """`s.add(*terms)` for terms already known to be z3 booleans (`_as_bool`), without the
+    Python wrapper's per-term cast."""
+    ctx = s.ctx.ref()
+    for t in terms:
+        z3.Z3_solver_assert(ctx, s.solver, t.as_ast())
 
 
 _PROOFS: OrderedDict[str, Outcome] = OrderedDict()
@@ -207,11 +227,23 @@ def _quick_proof(premises, claims, budget_ms, timeout_ms, t0,
     s.set("timeout", int(budget_ms))
     for k, v in (params or {}).items():
         s.set(k, v)
-    s.add(*premises)
-    s.add(z3.Not(conj))
-    if s.check() != z3.unsat:
+    _assert_all(s, premises)
+    # the negated claim behind an assumption literal: the same solver then answers the
+    # vacuity question with what it learned (the premises are still asserted)
+    goal = z3.Bool("argus.verify.solver!goal")
+    s.add(z3.Implies(goal, z3.Not(conj)))
+    if s.check(goal) != z3.unsat:
         return None
-    vres = _vacuity(premises, timeout_ms, z3.Solver)
+    if len(s.unsat_core()) == 0:
+        vres = z3.unsat  # the premises alone are contradictory
+    else:
+        s.set("timeout", int(min(timeout_ms, 500)))
+        vres = s.check()
+        if vres == z3.unknown:  # the old check: the default solver
+            v = z3.Solver()
+            v.set("timeout", int(min(timeout_ms, 500)))
+            _assert_all(v, premises)
+            vres = v.check()
     ms = (time.perf_counter() - t0) * 1e3
     if vres == z3.unsat:
         return Outcome("unknown", ms, reason=_VACUOUS)
@@ -230,7 +262,7 @@ def _vacuity(premises, timeout_ms, make) -> z3.CheckSatResult:
     unknown falls back to `make()` with the old budget."""
     v = z3.SimpleSolver()
     v.set("timeout", int(min(timeout_ms, 100)))
-    v.add(*premises)
+    _assert_all(v, premises)
     res = v.check()
     if res != z3.unknown:
         return res
