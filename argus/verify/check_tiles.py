@@ -49,18 +49,25 @@ def _broadcast(model: Model, ew: EwSite, user: set[str]) -> list[Obligation]:
     shape = ew.op.result.type.shape
     idx = [fresh_int(f"e{d}") for d in range(len(shape))]
     ranges = [z3.And(i >= 0, i < n) for i, n in zip(idx, shape)]
-    recs = []
-    for state, oshape in ew.operands:
-        oidx = tuple(z3.IntVal(0) if s == 1 else x for x, s in zip(idx, oshape))
-        recs.append((state, oshape, state.fn(oidx)))
-    for a in range(len(recs)):
-        for b in range(len(recs)):
-            sa, sha, ra = recs[a]
-            sb, shb, rb = recs[b]
+    recs: dict[int, tuple] = {}
+
+    def record(i: int) -> tuple:
+        # evaluated only for operands of a broadcast pair: most elementwise sites have none,
+        # and a record is the whole tag DAG below the operand (the bulk of this check's time)
+        if i not in recs:
+            state, oshape = ew.operands[i]
+            oidx = tuple(z3.IntVal(0) if s == 1 else x for x, s in zip(idx, oshape))
+            recs[i] = (state, oshape, state.fn(oidx))
+        return recs[i]
+    for a in range(len(ew.operands)):
+        for b in range(len(ew.operands)):
+            sha, shb = ew.operands[a][1], ew.operands[b][1]
             bcast = [d for d in range(len(shape)) if sha[d] == 1 and shape[d] > 1 and
                      shb[d] == shape[d]]
             if a == b or not bcast:
                 continue
+            sa, sha, ra = record(a)
+            sb, shb, rb = record(b)
             claims, prem = [], []
             for name in sorted(set(ra.fields) & set(rb.fields)):
                 if not (is_coordinate_field(name) or name in user):
