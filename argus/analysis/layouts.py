@@ -51,12 +51,17 @@ def infer_layouts(kernel: Kernel) -> Kernel:
     flexible = _flexible(kernel, acc_ids | a_ids)
     layout: dict[int, str] = {}
     ops = list(kernel.walk())
-    for _ in range(12):
+    # A fixpoint: layouts are only ever added (a conflicting one is an error), so every round
+    # that changes something places at least one more tile; more rounds than tiles cannot be.
+    for _ in range(len(ops) + 1):
         before = dict(layout)
         _forward(ops, layout, acc_ids, a_ids, flexible, threads)
         _backward(ops, layout, flexible, threads)
         if layout == before:
             break
+    else:
+        raise CompileError(f"layout inference of kernel {kernel.name} did not settle (an "
+                           f"internal error: please report it with the kernel)", None)
     for op in ops:  # flexible tiles no user constrains
         for r in op.results():
             if isinstance(r.type, TileType) and r.id not in layout:

@@ -693,7 +693,7 @@ class _Emitter:
         8kk .. 8kk+7, packed in pairs into ra[kk], the instruction's four 32-bit A registers
         (what `wgmma.fence` / `fence.operands` with a_registers name). Returns the k steps."""
         acc = self.tiles[op.acc.id]
-        if op.a.type.layout != "wgmma_acc":
+        if op.a.type.layout not in ("wgmma_acc", "wgmma_a"):
             raise CompileError(f"the register A operand {op.a} of this wgmma is in layout "
                                f"{op.a.type.layout!r}, not the wgmma A fragment", op.loc,
                                fix="pass a tile converted from a 64-row wgmma accumulator "

@@ -268,14 +268,6 @@ class Tile:
         _emit(O.TileSlice(v, self.value, axis, start, loc=user_loc()))
         return Tile(v)
 
-    def assign(self, other: "Tile") -> "Tile":
-        """Overwrite this tile variable in place (loop-carried state)."""
-        if other.shape != self.shape or other.dtype != self.dtype:
-            raise TraceError(f"assign: tile {other.shape}/{other.dtype} does not match "
-                             f"{self.shape}/{self.dtype}", user_loc())
-        _emit(O.Assign(self.value, other.value, loc=user_loc()))
-        return self
-
     def __repr__(self) -> str:
         return f"Tile({self.value}: {self.value.type})"
 

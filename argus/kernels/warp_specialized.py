@@ -41,6 +41,7 @@ from typing import Callable, Iterator
 
 import argus as ag
 from argus.dtypes import DType
+from argus.target.limits import NUM_SMS
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class WarpSpecializedSchedule:
     producer_regs: int = 40
     consumer_regs: int = 232
     persistent: bool = True
-    num_sms: int = 132      # CTAs of the persistent grid (H100/H200 SXM: 132 SMs)
+    num_sms: int = NUM_SMS  # CTAs of the persistent grid (target/limits.py: H100/H200 SXM)
     group_m: int = 8        # grouped raster: GROUP_M tiles down M before moving along N
     epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
     cluster_m: int = 1      # 2: CTA pairs on vertically adjacent tiles share B by TMA multicast

@@ -65,7 +65,8 @@ def _register_a_layout(site: WgmmaSite) -> Finding:
     op = site.op
     subject = f"register A operand {op.a} of wgmma at {op.loc}"
     layout = op.a.type.layout
-    if layout == "wgmma_acc" and op.a.type.shape[0] == 64:
+    # "wgmma_a" names the same per-16-column pattern as the operand it is
+    if layout in ("wgmma_acc", "wgmma_a") and op.a.type.shape[0] == 64:
         return Finding("wgmma.a-fragment", op.loc, subject, "proven")
     return Finding("wgmma.a-fragment", op.loc, subject, "violated",
                    f"the A operand is a {op.a.type.shape} tile in layout {layout or 'none'!r}, "

@@ -79,7 +79,8 @@ def _owned_read(model: Model, r: ReadSite, pipe):
             break
     if consume is None:
         return [], [Finding("pipe.release", r.op.loc, subject, "violated",
-                            f"{r.view.buffer} is filled by pipeline {pipe.op.result if pipe else '?'}"
+                            f"{r.view.buffer} is filled by pipeline "
+                            f"{pipe.op.result if pipe else '?'}"
                             f" but this {r.kind} reads it outside any consume step of that "
                             f"pipeline: the slot is released (and may be refilled by the "
                             f"producer) before this reader runs or retires",

@@ -71,7 +71,8 @@ def test_interpreter_detects_pipeline_deadlock():
 @pytest.mark.parametrize("schedule", [
     dict(zero_by_wgmma=True), dict(cluster_m=2), dict(cluster_m=2, epilogue="tma", stages=3),
     dict(bm=64, bn=64, consumers=1, stages=12),
-    dict(bm=64, bn=64, consumers=1, stages=3, k_atoms=4), dict(bm=128, bn=128, stages=3, k_atoms=2)])
+    dict(bm=64, bn=64, consumers=1, stages=3, k_atoms=4),
+    dict(bm=128, bn=128, stages=3, k_atoms=2)])
 def test_gemm_schedules_in_interpreter(examples, schedule):
     """Every schedule knob computes the same function (clusters run their CTAs together)."""
     from argus.compiler import lower_only
