@@ -1,0 +1,160 @@
+"""Rendering rules of shared memory and the async copies: smem alloc / slice, tma.load,
+tma.store (with the commit and read-wait that follow it), ldmatrix, stmatrix.
+
+Offsets come from the smem plan, boxes and swizzles from lowering; each distinct (tensor, box,
+swizzle) becomes one CUtensorMap kernel parameter, numbered in the order first used.
+"""
+
+from __future__ import annotations
+
+from argus.codegen.cuda.emit import _Emitter, elem_c, group_rule, rule, strip_round
+from argus.codegen.cuda.sync import tma_store_wait_c
+from argus.errors import CompileError
+from argus.ir import ops as O
+from argus.ir.core import Value
+from argus.ir.types import SmemType, SmemViewType, TileType
+
+
+@rule(O.SmemAlloc)
+def smem_alloc(em: _Emitter, op: O.SmemAlloc) -> None:
+    offset = em.smem_offset(op.result.id)
+    t: SmemType = op.result.type
+    n = f"s{op.result.id}"
+    em.emit(f"{elem_c(t.dtype)}* const {n} = reinterpret_cast<{elem_c(t.dtype)}*>"
+            f"(smem + {offset});")
+    em.names[op.result.id] = n
+
+
+@rule(O.SmemSlice)
+def smem_slice(em: _Emitter, op: O.SmemSlice) -> None:
+    buf: SmemType = op.buffer.type
+    cols = buf.shape[-1]
+    parts = [em.name(op.buffer)]
+    if op.stage is not None:
+        parts.append(f"{em.name(op.stage)} * {buf.shape[1] * cols}")
+    row0 = op.row0 if isinstance(op.row0, int) else em.name(op.row0)
+    if row0 != 0:
+        parts.append(f"({row0}) * {cols}")
+    n = f"v{op.result.id}"
+    t: SmemViewType = op.result.type
+    em.emit(f"{elem_c(t.dtype)}* const {n} = {' + '.join(parts)};")
+    em.names[op.result.id] = n
+
+
+def _tmap_for(em: _Emitter, tensor: Value, box: tuple, swizzle: int) -> str:
+    key = (tensor.id, box, swizzle)
+    if key not in em.tmaps:
+        em.tmaps[key] = len(em.tmaps)
+    return f"tmap{em.tmaps[key]}"
+
+
+@rule(O.TmaLoad)
+def tma_load(em: _Emitter, op: O.TmaLoad) -> None:
+    tm = _tmap_for(em, op.tensor, op.box, op.swizzle)
+    coords = [em.name(c) for c in reversed(op.coords)]  # PTX wants innermost first
+    rank = len(coords)
+    if op.multicast:
+        if rank not in (2, 3):
+            raise CompileError(f"multicast TMA loads are 2-d or 3-d; this one is {rank}-d",
+                               op.loc)
+        size = em.cluster_size
+        em.emit(f"ag::tma_load_{rank}d_multicast(&{tm}, {em.name(op.dst)}, "
+                f"{em.current_full}, {', '.join(coords)}, {(1 << size) - 1});")
+        return
+    em.emit(f"ag::tma_load_{rank}d(&{tm}, {em.name(op.dst)}, {em.current_full}, "
+            f"{', '.join(coords)});")
+
+
+@group_rule(O.TmaStore)
+def tma_store_issue(em: _Emitter, ops, i: int) -> int:
+    """ops[i] is a TMA store: it, the commit and a read-wait without a note that directly
+    follow it render as one block of the issuing thread. Returns the next index."""
+    op: O.TmaStore = ops[i]
+    view: SmemViewType = op.src.type
+    box = (1,) * (len(op.tensor.type.shape) - 2) + tuple(view.shape)
+    tm = _tmap_for(em, op.tensor, box, view.swizzle)
+    coords = [em.name(c) for c in reversed(op.coords)]
+    em.emit("if (gtid == 0) {")
+    em.emit(f"    ag::tma_store_{len(coords)}d(&{tm}, {em.name(op.src)}, "
+            f"{', '.join(coords)});")
+    i += 1
+    if i < len(ops) and isinstance(ops[i], O.TmaStoreCommit):
+        em.emit("    ag::tma_store_commit();")
+        i += 1
+        if i < len(ops) and isinstance(ops[i], O.TmaStoreWait) and not ops[i].note:
+            em.emit(f"    {tma_store_wait_c(ops[i])}")
+            i += 1
+    em.emit("}")
+    return i
+
+
+@rule(O.TmaStore)
+def tma_store(em: _Emitter, op: O.TmaStore) -> None:
+    tma_store_issue(em, (op,), 0)
+
+
+def _matrix_addresses(em: _Emitter, view: Value) -> tuple[str, int]:
+    """Per-lane shared address of the x4 fragment (lane l supplies row l%8 of matrix l/8:
+    matrices 0/1 are rows 0-7/8-15 of a 16-row warp slab, 2/3 the next 8 columns)."""
+    t: SmemViewType = view.type
+    row_bytes = t.shape[1] * t.dtype.bytes
+    return (f"ag::smem_u32({em.name(view)}) + (16 * (gtid / 32) + ((gtid % 32) / 8 % 2) * 8"
+            f" + gtid % 8) * {row_bytes} + ((gtid % 32) / 16) * 16"), row_bytes
+
+
+def _check_matrix_view(em: _Emitter, view: Value, tile_type: TileType, loc) -> None:
+    t: SmemViewType = view.type
+    if tile_type.dtype.bits != 16 or t.shape != tuple(tile_type.shape) or t.shape[0] != 64 \
+            or t.shape[1] % 16:
+        raise CompileError("ldmatrix/stmatrix move a 64 x N (N multiple of 16) 16-bit tile "
+                           "held in the wgmma fragment", loc)
+    if tile_type.layout != "wgmma_acc":
+        raise CompileError("ldmatrix/stmatrix need a tile in the wgmma accumulator "
+                           "fragment layout", loc)
+    if not em.in_role:
+        raise CompileError("ldmatrix/stmatrix are warpgroup operations: use them inside an "
+                           "ag.role", loc)
+
+
+@rule(O.StMatrix)
+def stmatrix(em: _Emitter, op: O.StMatrix) -> None:
+    _check_matrix_view(em, op.dst, op.src.type, op.loc)
+    base, _ = _matrix_addresses(em, op.dst)
+    sw = op.dst.type.swizzle
+    pack = "ag::pack_bf16x2" if op.src.type.dtype.name == "bf16" else "ag::pack_f16x2"
+    em.emit("{")
+    em.indent += 1
+    em.emit(f"const ag::uint32_t stm_base = {base};")
+    for j in range(0, op.dst.type.shape[1] // 8, 2):
+        dt = op.src.type.dtype
+        regs = [f"{pack}({strip_round(em.reg_expr(op.src, 4 * j + 2 * r), dt)}, "
+                f"{strip_round(em.reg_expr(op.src, 4 * j + 2 * r + 1), dt)})"
+                for r in range(4)]
+        em.emit(f"ag::stmatrix_x4_addr(ag::swizzle_smem_addr(stm_base + {j * 16}, {sw}), "
+                + ", ".join(regs) + ");")
+    em.indent -= 1
+    em.emit("}")
+
+
+@rule(O.LdMatrix)
+def ldmatrix(em: _Emitter, op: O.LdMatrix) -> None:
+    _check_matrix_view(em, op.src, op.result.type, op.loc)
+    info = em.declare_tile(op.result, op.loc)
+    base, _ = _matrix_addresses(em, op.src)
+    sw = op.src.type.swizzle
+    lo, hi = (("ag::bf16x2_lo", "ag::bf16x2_hi") if op.result.type.dtype.name == "bf16"
+              else ("ag::f16x2_lo", "ag::f16x2_hi"))
+    em.emit("{")
+    em.indent += 1
+    em.emit(f"const ag::uint32_t ldm_base = {base};")
+    for j in range(0, op.src.type.shape[1] // 8, 2):
+        em.emit("{")
+        em.emit("    ag::uint32_t r0, r1, r2, r3;")
+        em.emit(f"    ag::ldmatrix_x4_addr(ag::swizzle_smem_addr(ldm_base + {j * 16}, "
+                f"{sw}), r0, r1, r2, r3);")
+        for r in range(4):
+            em.emit(f"    {info.name}[{4 * j + 2 * r}] = {lo}(r{r}); "
+                    f"{info.name}[{4 * j + 2 * r + 1}] = {hi}(r{r});")
+        em.emit("}")
+    em.indent -= 1
+    em.emit("}")

@@ -1,0 +1,71 @@
+"""Rendering rules of control flow and variables: for, if, var, assign.
+
+Roles are not here: render() lays them out (EXEMPT in emit.py). A runtime loop is a C `for`; a
+variable is a register array (tile) or a mutable C scalar, updated in place by `assign`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from argus.codegen.cuda.emit import SCALAR_C, _Emitter, rule
+from argus.ir import ops as O
+from argus.ir.types import ScalarType
+
+
+@rule(O.For)
+def for_(em: _Emitter, op: O.For) -> None:
+    v = f"v{op.var.id}"
+    em.names[op.var.id] = v
+    step = em.name(op.step)
+    if not step.lstrip("-").isdigit():
+        # ag.range rejects a constant step <= 0 at trace time; a runtime one would spin
+        # forever (0) or run no iterations (< 0): stop the kernel with an error instead
+        em.emit(f"if ({step} <= 0) __trap();  // ag.range needs a positive step")
+    em.block(f"for (int {v} = {em.name(op.start)}; {v} < {em.name(op.stop)}; "
+             f"{v} += {em.name(op.step)})", op.body)
+
+
+@rule(O.If)
+def if_(em: _Emitter, op: O.If) -> None:
+    em.block(f"if ({em.name(op.cond)})", op.body)
+
+
+@rule(O.Var)
+def var(em: _Emitter, op: O.Var) -> None:
+    """A variable: a register array (tile) or a mutable C scalar, copied from its init."""
+    if isinstance(op.result.type, ScalarType):
+        n = f"v{op.result.id}"
+        em.emit(f"{SCALAR_C[op.result.type.dtype.name]} {n} = {em.name(op.init)};")
+        em.names[op.result.id] = n
+        return
+    info = em.declare_tile(op.result, op.loc)
+    for i in range(info.layout.nregs):
+        em.emit(f"{info.name}[{i}] = {em.tile_expr(op.init, i, info.layout)};")
+
+
+@rule(O.Assign)
+def assign(em: _Emitter, op: O.Assign) -> None:
+    if isinstance(op.dst.type, ScalarType):
+        em.emit(f"{em.name(op.dst)} = {em.name(op.src)};")
+        return
+    dst = em.tiles[op.dst.id]
+    # every element of the source is read before any is written: when register i's new
+    # value reads another register of the destination (a broadcast of its own row
+    # maximum, a slice), the new values go through temporaries first
+    exprs = [em.tile_expr(op.src, i, dst.layout) for i in range(dst.layout.nregs)]
+    if any(not _reads_only_register(e, dst.name, i) for i, e in enumerate(exprs)):
+        em.emit("{")
+        for i, e in enumerate(exprs):
+            em.emit(f"    const auto assign_tmp{i} = {e};")
+        for i in range(len(exprs)):
+            em.emit(f"    {dst.name}[{i}] = assign_tmp{i};")
+        em.emit("}")
+        return
+    for i, e in enumerate(exprs):
+        em.emit(f"{dst.name}[{i}] = {e};")
+
+
+def _reads_only_register(expr: str, array: str, index: int) -> bool:
+    """Whether `expr` reads no register of `array` other than `array[index]`."""
+    return all(int(m) == index for m in re.findall(rf"\b{re.escape(array)}\[(\d+)\]", expr))

@@ -1,0 +1,302 @@
+"""Rendering rules of global-memory access: load, load.scalar, store (the accumulator store
+too), with the bounds checks and the vector chunk accesses of blocked tiles.
+
+Every access is bounds-checked per element, or per chunk where a blocked tile's registers are
+consecutive columns (one 4-16 byte vector access when the chunk is in bounds and aligned, the
+scalar path otherwise; both decided at run time per chunk, never assumed).
+"""
+
+from __future__ import annotations
+
+from argus.codegen.cuda.emit import (
+    SCALAR_C,
+    TileInfo,
+    _Emitter,
+    c_float,
+    dtype_ptr,
+    rule,
+    strip_round,
+)
+from argus.codegen.cuda.layouts import Acc, Blocked
+from argus.errors import CompileError
+from argus.ir import ops as O
+from argus.ir.core import Value
+from argus.ir.types import TensorType
+
+
+def _to_mem_c(expr: str, dtype) -> str:
+    expr = strip_round(expr, dtype)
+    return {"bf16": f"ag::f32_to_bf16({expr})", "f16": f"ag::f32_to_f16({expr})"}.get(
+        dtype.name, expr)
+
+
+def _from_mem_c(expr: str, dtype) -> str:
+    return {"bf16": f"ag::bf16_to_f32({expr})", "f16": f"ag::f16_to_f32({expr})"}.get(
+        dtype.name, expr)
+
+
+def _vector_access(lay, dtype) -> int:
+    """Bytes of one vector global access into a chunk of `lay` (min(16, vec x element bytes)),
+    or 0 where the tile is accessed element by element: non-blocked layouts, vec 1, and dtypes
+    other than f32 / bf16 / f16 (integer and fp8 tiles keep the scalar path)."""
+    if not isinstance(lay, Blocked) or lay.vec < 2 or dtype.name not in ("f32", "bf16", "f16"):
+        return 0
+    return min(16, lay.vec * dtype.bytes)
+
+
+def _vector_load_c(ptr: str, width: int, dtype, regs: list[str]) -> list[str]:
+    """Statements loading `width` bytes at `ptr` (aligned) into the f32 registers `regs`."""
+    if dtype.name == "f32":
+        return [f"ag::ld_global_f32x{len(regs)}({ptr}, {', '.join(regs)});"]
+    lo, hi = (("ag::bf16x2_lo", "ag::bf16x2_hi") if dtype.name == "bf16"
+              else ("ag::f16x2_lo", "ag::f16x2_hi"))
+    words = [f"gw{k}" for k in range(width // 4)]
+    if len(words) == 1:
+        out = [f"const ag::uint32_t gw0 = ag::ld_global_b32({ptr});"]
+    else:
+        out = [f"ag::uint32_t {', '.join(words)};",
+               f"ag::ld_global_b32x{len(words)}({ptr}, {', '.join(words)});"]
+    for k, w in enumerate(words):
+        out.append(f"{regs[2 * k]} = {lo}({w}); {regs[2 * k + 1]} = {hi}({w});")
+    return out
+
+
+def _vector_store_c(ptr: str, width: int, dtype, values: list[str]) -> str:
+    """One `width`-byte store at `ptr` (aligned) of the f32 values (16-bit dtypes: packed)."""
+    if dtype.name == "f32":
+        return f"ag::st_global_f32x{len(values)}({ptr}, {', '.join(values)});"
+    pack = "ag::pack_bf16x2" if dtype.name == "bf16" else "ag::pack_f16x2"
+    words = [f"{pack}({values[2 * k]}, {values[2 * k + 1]})" for k in range(len(values) // 2)]
+    if len(words) == 1:
+        return f"ag::st_global_b32({ptr}, {words[0]});"
+    return f"ag::st_global_b32x{len(words)}({ptr}, {', '.join(words)});"
+
+
+def _dim(t: TensorType, d: int) -> str:
+    dim = t.shape[d]
+    return str(dim) if isinstance(dim, int) else dim
+
+
+def _bounds(em: _Emitter, tensor: Value, offsets, info: TileInfo, i: int,
+            tile_rank: int, span: int = 1) -> tuple[str, str]:
+    """(condition, linear index) of element i of a tile at `offsets` of a global tensor.
+    The tile covers the tensor's last one or two dims; leading dims add offset x stride.
+    With span > 1, the condition says that elements i .. i + span - 1 (one chunk of a
+    blocked tile: consecutive columns of one row) are all in bounds."""
+    t: TensorType = tensor.type
+    name = em.tensors[tensor.id]
+    lay = info.layout
+    rank = len(t.shape)
+    conds, terms = [], []
+    for d in range(rank - tile_rank):
+        off = em.name(offsets[d])
+        conds.append(f"{off} >= 0 && {off} < {_dim(t, d)}")
+        terms.append(f"(long long){off} * {name}_s{d}")
+    col = f"({em.name(offsets[-1])} + {lay.col(i)})"
+    last = f"{col} < {_dim(t, rank - 1)}" if span == 1 else \
+        f"{col} + {span} <= {_dim(t, rank - 1)}"
+    conds.append(f"{col} >= 0 && {last}")
+    terms.append(col)
+    for k in range(2, tile_rank + 1):  # tile dims above the last (rank <= 4)
+        c = lay.row(i) if k == 2 else lay.coord(i)[-k]
+        row = f"({em.name(offsets[-k])} + {c})"
+        conds.append(f"{row} >= 0 && {row} < {_dim(t, rank - k)}")
+        terms.append(f"(long long){row} * {name}_s{rank - k}")
+    return " && ".join(conds), " + ".join(terms)
+
+
+def _chunked(em: _Emitter, op, info: TileInfo, dtype, rank: int, scalar, vector,
+             prologue=None) -> None:
+    """Global access of a register tile: element by element (`scalar(i)` -> statement), or,
+    for a blocked tile whose chunks are 4-16 bytes of f32/bf16/f16, one vector access per
+    chunk (`vector(ptr, width, regs)` -> statements) where the whole chunk is in bounds and
+    its address is aligned to the access, checked at run time per chunk; other chunks
+    (ragged edges, unaligned base pointers or row strides, odd column offsets) take the
+    scalar path. `prologue(regs)` -> statements that run first for each chunk."""
+    lay = info.layout
+    tensor = op.tensor
+    name = em.tensors[tensor.id]
+    width = _vector_access(lay, dtype)
+    if not width:
+        for i in range(lay.nregs):
+            for line in prologue([i]) if prologue else ():
+                em.emit(line)
+            em.emit(scalar(i))
+        return
+    per_access = width // dtype.bytes
+    for i0 in range(0, lay.nregs, lay.vec):
+        regs = list(range(i0, i0 + lay.vec))
+        cond, idx = _bounds(em, tensor, op.offsets, info, i0, rank, span=lay.vec)
+        em.emit(f"{{  // {name}: {lay.vec * dtype.bytes}-byte chunk of registers "
+                f"{i0}..{i0 + lay.vec - 1}")
+        em.indent += 1
+        for line in prologue(regs) if prologue else ():
+            em.emit(line)
+        em.emit(f"const long long ge = {idx};")
+        em.emit(f"if ({cond} && ag::aligned_to({name} + ge, {width})) {{")
+        em.indent += 1
+        for a in range(0, lay.vec, per_access):
+            ptr = f"{name} + ge" + (f" + {a}" if a else "")
+            for line in vector(ptr, width, regs[a:a + per_access]):
+                em.emit(line)
+        em.indent -= 1
+        em.emit("} else {")
+        for i in regs:
+            em.emit("    " + scalar(i))
+        em.emit("}")
+        em.indent -= 1
+        em.emit("}")
+
+
+@rule(O.Load)
+def load(em: _Emitter, op: O.Load) -> None:
+    info = em.declare_tile(op.result, op.loc)
+    name = em.tensors[op.tensor.id]
+    dtype = op.tensor.type.dtype
+    rank = len(op.result.type.shape)
+
+    def scalar(i: int) -> str:
+        cond, idx = _bounds(em, op.tensor, op.offsets, info, i, rank)
+        return (f"{info.name}[{i}] = ({cond}) ? {_from_mem_c(f'{name}[{idx}]', dtype)} : "
+                f"{c_float(op.other)};")
+
+    _chunked(em, op, info, dtype, rank, scalar,
+             lambda ptr, width, regs: _vector_load_c(
+                 ptr, width, dtype, [f"{info.name}[{i}]" for i in regs]))
+
+
+@rule(O.LoadScalar)
+def load_scalar(em: _Emitter, op: O.LoadScalar) -> None:
+    t: TensorType = op.tensor.type
+    name = em.tensors[op.tensor.id]
+    conds, terms = [], []
+    rank = len(t.shape)
+    for d, o in enumerate(op.offsets):
+        off = em.name(o)
+        conds.append(f"{off} >= 0 && {off} < {_dim(t, d)}")
+        terms.append(f"(long long){off}" + (f" * {name}_s{d}" if d < rank - 1 else ""))
+    ctype = SCALAR_C[op.result.type.dtype.name]
+    n = f"v{op.result.id}"
+    other = c_float(op.other) if t.dtype.is_float else str(int(op.other))
+    # every thread reads the same address: one broadcast load through the read-only path
+    elem = f"__ldg(&{name}[{' + '.join(terms)}])" if t.dtype.name in ("f32", "i32") else \
+        _from_mem_c(f"{name}[{' + '.join(terms)}]", t.dtype)
+    em.emit(f"const {ctype} {n} = ({' && '.join(conds)}) ? ({ctype}){elem} : {other};")
+    em.names[op.result.id] = n
+
+
+@rule(O.Store)
+def store(em: _Emitter, op: O.Store) -> None:
+    info = em.tiles[op.value.id]
+    name = em.tensors[op.tensor.id]
+    dtype = op.tensor.type.dtype
+    lay = info.layout
+    if isinstance(lay, Acc):
+        _store_acc(em, op, info)
+        return
+    if op.transposed:
+        raise CompileError("a transposed ag.store is generated for wgmma accumulators "
+                           "only", op.loc, fix="store the tile untransposed, or store an "
+                                               "accumulator")
+    rank = len(op.value.type.shape)
+    if not _vector_access(lay, dtype):
+        for i in range(lay.nregs):
+            cond, idx = _bounds(em, op.tensor, op.offsets, info, i, rank)
+            val = em.tile_expr(op.value, i, lay)
+            em.emit(f"if ({cond}) {name}[{idx}] = {_to_mem_c(val, dtype)};")
+        return
+
+    # each chunk's values are computed once (gv0, gv1, ...) and stored by either path
+    def scalar(i: int) -> str:
+        cond, idx = _bounds(em, op.tensor, op.offsets, info, i, rank)
+        return f"if ({cond}) {name}[{idx}] = {_to_mem_c(f'gv{i % lay.vec}', dtype)};"
+
+    def values(regs: list[int]) -> list[str]:
+        return [f"const float gv{i % lay.vec} = "
+                f"{strip_round(em.tile_expr(op.value, i, lay), dtype)};" for i in regs]
+
+    _chunked(em, op, info, dtype, rank, scalar,
+             lambda ptr, width, regs: [_vector_store_c(
+                 ptr, width, dtype, [f"gv{i % lay.vec}" for i in regs])],
+             prologue=values)
+
+
+def _store_acc(em: _Emitter, op: O.Store, info: TileInfo) -> None:
+    """Accumulator fragment → global: each thread owns pairs of adjacent columns. The last
+    two tensor dims are rows and columns; leading (batch) dims add offset x stride."""
+    name = em.tensors[op.tensor.id]
+    t: TensorType = op.tensor.type
+    dtype = t.dtype
+    rank = len(t.shape)
+    r0, c0 = em.name(op.offsets[-2]), em.name(op.offsets[-1])
+    rows, cols = _dim(t, rank - 2), _dim(t, rank - 1)
+    row_stride = f"{name}_s{rank - 2}"
+    lead = " + ".join(f"(long long){em.name(op.offsets[d])} * {name}_s{d}"
+                      for d in range(rank - 2)) or "0"
+    lead_ok = " && ".join(f"{em.name(op.offsets[d])} >= 0 && "
+                          f"{em.name(op.offsets[d])} < {_dim(t, d)}"
+                          for d in range(rank - 2)) or "true"
+    # one 2-element store of an adjacent pair of accumulator columns, where the dtype has one
+    pair_store = {
+        "bf16": lambda p, a, b: f"ag::st_global_b32({p}, ag::pack_bf16x2({a}, {b}))",
+        "f16": lambda p, a, b: f"ag::st_global_b32({p}, ag::pack_f16x2({a}, {b}))",
+        "f32": lambda p, a, b: f"ag::st_global_f32x2({p}, {a}, {b})"}.get(dtype.name)
+    values = [(i, strip_round(em.tile_expr(op.value, i, info.layout), dtype),
+               strip_round(em.tile_expr(op.value, i + 1, info.layout), dtype))
+              for i in range(0, info.layout.nregs, 2)]
+    em.emit(f"if ({lead_ok}) {{")
+    em.indent += 1
+    em.emit(f"{dtype_ptr(dtype)} const base = {name} + {lead};")
+    if op.transposed:
+        # accumulator (row, col) -> tensor (r0 + col, c0 + row): a thread's adjacent columns
+        # land in different rows, so every element is its own store; the 8 lanes that share
+        # a column write 8 consecutive elements of one row
+        for i, v0, v1 in values:
+            for j, v in ((i, v0), (i + 1, v1)):
+                r, c = f"({r0} + {info.layout.col(j)})", f"({c0} + {info.layout.row(j)})"
+                em.emit(f"if ({r} >= 0 && {r} < {rows} && {c} >= 0 && {c} < {cols}) "
+                        f"base[(long long){r} * {row_stride} + {c}] = "
+                        f"{_to_mem_c(v, dtype)};")
+        em.indent -= 1
+        em.emit("}")
+        return
+    tile_rows, tile_cols = op.value.type.shape[-2], op.value.type.shape[-1]
+    if pair_store:
+        # Interior tiles (the common case) store every pair unchecked: the whole tile is
+        # inside the tensor and every pair address is aligned (aligned base, even row
+        # stride, even column offset; accumulator columns come in even pairs).
+        align = 2 * dtype.bytes - 1
+        em.emit(f"if ({r0} >= 0 && {r0} + {tile_rows} <= {rows} && {c0} >= 0 && "
+                f"{c0} + {tile_cols} <= {cols} && ({c0} & 1) == 0 && "
+                f"({row_stride} & 1) == 0 && "
+                f"(reinterpret_cast<unsigned long long>(base) & {align}) == 0) {{")
+        em.indent += 1
+        # two row pointers (rows acc_row and acc_row + 8); every pair is a constant offset
+        # from one of them, so the addresses cost no registers beyond these two
+        em.emit(f"{dtype_ptr(dtype)} const q0 = base + (long long)({r0} + acc_row) * "
+                f"{row_stride} + ({c0} + acc_col);")
+        em.emit(f"{dtype_ptr(dtype)} const q8 = q0 + 8 * {row_stride};")
+        for i, v0, v1 in values:
+            p_expr = f"{'q8' if (i // 2) % 2 else 'q0'} + {8 * (i // 4)}"
+            em.emit(pair_store(p_expr, v0, v1) + ";")
+        em.indent -= 1
+        em.emit("} else {")
+        em.indent += 1
+    for i, v0, v1 in values:
+        r = f"({r0} + {info.layout.row(i)})"
+        c = f"({c0} + {info.layout.col(i)})"
+        em.emit(f"if ({r} >= 0 && {r} < {rows}) {{")
+        em.emit(f"    {dtype_ptr(dtype)} p = base + (long long){r} * {row_stride} + {c};")
+        # a pair is one 2-element store only where the address is aligned for it
+        em.emit(f"    const bool pair_ok = {c} >= 0 && "
+                f"(reinterpret_cast<unsigned long long>(p) & {2 * dtype.bytes - 1}) == 0;")
+        em.emit(f"    if (pair_ok && {c} + 1 < {cols}) {pair_store('p', v0, v1)};"
+                if pair_store else "    if (false) {}")
+        em.emit(f"    else {{ if ({c} >= 0 && {c} < {cols}) p[0] = {_to_mem_c(v0, dtype)}; "
+                f"if ({c} + 1 >= 0 && {c} + 1 < {cols}) p[1] = {_to_mem_c(v1, dtype)}; }}")
+        em.emit("}")
+    if pair_store:
+        em.indent -= 1
+        em.emit("}")
+    em.indent -= 1
+    em.emit("}")

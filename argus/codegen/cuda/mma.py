@@ -1,0 +1,117 @@
+"""Rendering rules of wgmma: the issue block `wgmma.fence, wgmma, wgmma.commit` (maybe with
+`wgmma.wait 0` and the `fence.operands` of the same tiles), in the shared-memory form and the
+register-A ("rs") form.
+
+The descriptors (swizzle, leading/stride byte offsets, k step) come from lowering
+(lower/wgmma.py); the instruction and its prelude from codegen/wgmma.py (WgmmaSpec). The
+fences and waits render through their sync rules (sync.py).
+"""
+
+from __future__ import annotations
+
+from argus.codegen.cuda.emit import _Emitter, group_rule, rule, strip_round
+from argus.codegen.cuda.sync import fence_operands, wgmma_fence, wgmma_wait
+from argus.codegen.wgmma import WgmmaSpec
+from argus.errors import CompileError
+from argus.ir import ops as O
+
+
+@group_rule(O.WgmmaFence)
+def wgmma_issue(em: _Emitter, ops, i: int) -> int:
+    """ops[i:] is `wgmma.fence, wgmma, wgmma.commit`, maybe followed by `wgmma.wait 0` and
+    the `fence.operands` of the same tiles: one C block (the descriptors and packed A
+    registers are local to it). Returns the next index."""
+    fence = ops[i]
+    op = ops[i + 1] if i + 1 < len(ops) else None
+    if not isinstance(op, O.Wgmma) or i + 2 >= len(ops) or \
+            not isinstance(ops[i + 2], O.WgmmaCommit):
+        raise CompileError("wgmma.fence must precede a wgmma and its wgmma.commit", fence.loc)
+    tail = ops[i + 3:i + 5]
+    waited = (len(tail) == 2 and isinstance(tail[0], O.WgmmaWait) and tail[0].pending == 0
+              and isinstance(tail[1], O.FenceOperands) and tail[1].tiles == fence.tiles)
+    em.emit("{")
+    em.indent += 1
+    issue = _wgmma_register_a if op.a_in_registers else _wgmma_smem
+    a_regs = issue(em, op, fence)
+    if waited:
+        wgmma_wait(em, tail[0])
+        fence_operands(em, tail[1], a_regs)
+    em.indent -= 1
+    em.emit("}")
+    return i + (5 if waited else 3)
+
+
+def _wgmma_register_a(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence) -> int:
+    """The "rs" form: A is a bf16/f16 [64, K] tile in the A fragment (the accumulator
+    pattern of 16 columns, target/fragments.py wgmma_a_coord). k16 step kk reads registers
+    8kk .. 8kk+7, packed in pairs into ra[kk], the instruction's four 32-bit A registers
+    (what `wgmma.fence` / `fence.operands` with a_registers name). Returns the k steps."""
+    acc = em.tiles[op.acc.id]
+    if op.a.type.layout not in ("wgmma_acc", "wgmma_a"):
+        raise CompileError(f"the register A operand {op.a} of this wgmma is in layout "
+                           f"{op.a.type.layout!r}, not the wgmma A fragment", op.loc,
+                           fix="pass a tile converted from a 64-row wgmma accumulator "
+                               "(p = s.to(ag.bf16)) or loaded with ag.ldmatrix")
+    n = op.acc.type.shape[1]
+    dt = op.a.type.dtype
+    spec = WgmmaSpec(n=n, a_dtype=dt.name, b_dtype=dt.name, acc_dtype="f32",
+                     a_source="regs", trans_b=op.trans_b)
+    if spec not in em.wgmma_specs:
+        em.wgmma_specs.append(spec)
+    sw_b, lbo_b, sbo_b, step_b = op.b_desc
+    k_steps = op.k_extent // spec.k
+    pack = "ag::pack_bf16x2" if dt.name == "bf16" else "ag::pack_f16x2"
+    em.emit(f"ag::uint32_t ra[{k_steps}][4];")
+    for kk in range(k_steps):
+        for r in range(4):
+            lo = strip_round(em.reg_expr(op.a, 8 * kk + 2 * r), dt)
+            hi = strip_round(em.reg_expr(op.a, 8 * kk + 2 * r + 1), dt)
+            em.emit(f"ra[{kk}][{r}] = {pack}({lo}, {hi});")
+    em.emit(f"const ag::uint64_t db = ag::make_smem_desc({em.name(op.b)}, {sw_b}, "
+            f"{lbo_b}, {sbo_b});")
+    wgmma_fence(em, fence, k_steps)
+    lazy = acc.name in em.lazy_zero
+    for kk in range(k_steps):
+        scale = f"1 - {acc.name}_zero" if lazy and kk == 0 else "1"
+        em.emit(f"ag::{spec.name}({acc.name}, ra[{kk}], ag::desc_advance(db, "
+                f"{kk * step_b}), {scale});")
+    em.emit("ag::wgmma_commit();")
+    if lazy:
+        em.emit(f"{acc.name}_zero = 0;")
+    return k_steps
+
+
+def _wgmma_smem(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence) -> int:
+    """Both operands through shared-memory descriptors. Returns 0 (no A registers)."""
+    acc = em.tiles[op.acc.id]
+    n = op.acc.type.shape[1]
+    dt = op.a.type.dtype
+    spec = WgmmaSpec(n=n, a_dtype=dt.name, b_dtype=dt.name, acc_dtype="f32",
+                     trans_b=op.trans_b, trans_a=op.trans_a)
+    if spec not in em.wgmma_specs:
+        em.wgmma_specs.append(spec)
+    sw_a, lbo_a, sbo_a, step_a = op.a_desc
+    sw_b, lbo_b, sbo_b, step_b = op.b_desc
+    k_steps = op.k_extent // spec.k  # k16 (16-bit) or k32 (fp8) per instruction
+    em.emit(f"const ag::uint64_t da = ag::make_smem_desc({em.name(op.a)}, {sw_a}, "
+            f"{lbo_a}, {sbo_a});")
+    em.emit(f"const ag::uint64_t db = ag::make_smem_desc({em.name(op.b)}, {sw_b}, "
+            f"{lbo_b}, {sbo_b});")
+    wgmma_fence(em, fence)
+    lazy = acc.name in em.lazy_zero
+    for kk in range(k_steps):
+        scale = f"1 - {acc.name}_zero" if lazy and kk == 0 else "1"
+        em.emit(f"ag::{spec.name}({acc.name}, ag::desc_advance(da, {kk * step_a}), "
+                f"ag::desc_advance(db, {kk * step_b}), {scale});")
+    em.emit("ag::wgmma_commit();")
+    if lazy:
+        em.emit(f"{acc.name}_zero = 0;")
+    return 0
+
+
+@rule(O.Wgmma)
+def wgmma(em: _Emitter, op: O.Wgmma) -> None:
+    raise CompileError("a wgmma without its wgmma.fence and wgmma.commit (run lower.sync)",
+                       op.loc)
+
+# register tiles

@@ -1,0 +1,174 @@
+"""Rendering rule of reductions (sum, prod, max, min, argmax, argmin) along any axis.
+
+The plan comes from the layout (RegisterLayout.reduction_plan): registers in-thread, xor
+shuffles over the lane bits along the axis, then partials through shared memory when warp bits
+are. Ties and NaNs of argmax/argmin resolve as numpy and torch do.
+"""
+
+from __future__ import annotations
+
+from argus.codegen.cuda.emit import _Emitter, rule
+from argus.codegen.cuda.layouts import broadcast_map
+from argus.errors import CompileError
+from argus.ir import ops as O
+
+_COMBINE = {"sum": lambda a, b: f"({a} + {b})", "prod": lambda a, b: f"({a} * {b})",
+            "max": lambda a, b: f"ag::max_nan({a}, {b})",
+            "min": lambda a, b: f"ag::min_nan({a}, {b})"}
+
+
+def _arg_better(fn: str, v: str, i: str, bv: str, bi: str) -> str:
+    """C condition: candidate (v, i) replaces the best (bv, bi) of argmax/argmin. NaN counts as
+    the extreme (numpy, torch); equal values keep the smaller index."""
+    cmp = ">" if fn == "argmax" else "<"
+    return (f"(({v}) {cmp} ({bv}) && ({bv}) == ({bv})) || (({v}) == ({bv}) && ({i}) < ({bi})) || "
+            f"(({v}) != ({v}) && (({bv}) == ({bv}) || ({i}) < ({bi})))")
+
+
+def _arg_update_c(fn: str, v: str, i: str, bv: str, bi: str) -> str:
+    """C statement: the candidate (v, i) becomes the best (bv, bi) when _arg_better says so."""
+    return f"if ({_arg_better(fn, v, i, bv, bi)}) {{ {bv} = {v}; {bi} = {i}; }}"
+
+
+def _dense_bits_c(bits, tid: str = "gtid") -> str:
+    """C expression packing thread bits `bits` of tid into a dense index (bit k = bits[k])."""
+    terms = []
+    k = 0
+    while k < len(bits):
+        n = 1
+        while k + n < len(bits) and bits[k + n] == bits[k] + n:
+            n += 1
+        term = f"(({tid} >> {bits[k]}) & {(1 << n) - 1})"
+        terms.append(term if k == 0 else f"{term} * {1 << k}")
+        k += n
+    return " + ".join(terms) if terms else "0"
+
+
+@rule(O.Reduce)
+def reduce(em: _Emitter, op: O.Reduce) -> None:
+    """Reduce along any axis by the plan the layout gives (RegisterLayout.reduction_plan):
+    registers in-thread, then xor shuffles over the lane bits that move along the axis,
+    then, when warp bits do, partials through shared memory (a named barrier for the
+    warpgroup inside a role). argmax/argmin carry (value, index) pairs; ties and NaNs
+    resolve to the smallest index, as numpy and torch."""
+    src = em.tiles[op.src.id]
+    lay = src.layout
+    try:
+        plan = lay.rl.reduction_plan(op.axis)
+    except ValueError as e:
+        raise CompileError(f"cannot reduce a {lay} tile along axis {op.axis}: {e}", op.loc,
+                           fix="convert the tile to a blocked layout first") from None
+    res = em.layout(op.result.type, op.loc)
+    m = broadcast_map(plan.result, res.rl)
+    if m is None or sorted(m) != list(range(res.nregs)) or res.nregs != len(plan.groups):
+        raise CompileError(f"reduction result layout {res} is not the slice {plan.result.name}"
+                           f" of its source", op.loc)
+    info = em.declare_tile(op.result, op.loc)
+    arg = op.fn in ("argmax", "argmin")
+    vals = f"{info.name}_v" if arg else info.name
+    if arg:
+        em.emit(f"float {vals}[{res.nregs}];")
+    combine = _COMBINE.get(op.fn)
+    # result register k of the declared layout takes plan group inv[k]
+    inv = {m[k]: k for k in range(res.nregs)}
+    order = [inv[g] for g in range(len(plan.groups))]
+    for g, regs in enumerate(plan.groups):
+        k = order[g]
+        if not arg:
+            acc = em.tile_expr(op.src, regs[0], lay)
+            for r in regs[1:]:
+                acc = combine(acc, em.tile_expr(op.src, r, lay))
+            em.emit(f"{vals}[{k}] = {acc};")
+            continue
+        em.emit(f"{vals}[{k}] = {em.tile_expr(op.src, regs[0], lay)}; "
+                f"{info.name}[{k}] = {lay.coord(regs[0])[op.axis]};")
+        for r in regs[1:]:
+            em.emit("{")
+            em.emit(f"    const float v = {em.tile_expr(op.src, r, lay)}; "
+                    f"const int i = {lay.coord(r)[op.axis]};")
+            em.emit("    " + _arg_update_c(op.fn, "v", "i", f"{vals}[{k}]",
+                                               f"{info.name}[{k}]"))
+            em.emit("}")
+    n = res.nregs
+    if plan.lane_masks:
+        if plan.lane_masks == (16, 8, 4, 2, 1) and not arg:
+            em.emit("#pragma unroll")
+            em.emit("for (int off = 16; off > 0; off >>= 1) {")
+            for k in range(n):
+                other = f"__shfl_xor_sync(0xffffffffu, {vals}[{k}], off)"
+                em.emit(f"    {vals}[{k}] = {combine(f'{vals}[{k}]', other)};")
+            em.emit("}")
+        else:
+            for mask in plan.lane_masks:
+                for k in range(n):
+                    other = f"__shfl_xor_sync(0xffffffffu, {vals}[{k}], {mask})"
+                    if not arg:
+                        em.emit(f"{vals}[{k}] = {combine(f'{vals}[{k}]', other)};")
+                        continue
+                    oi = f"__shfl_xor_sync(0xffffffffu, {info.name}[{k}], {mask})"
+                    update = _arg_update_c(op.fn, "v", "i", f"{vals}[{k}]",
+                                           f"{info.name}[{k}]")
+                    em.emit(f"{{ const float v = {other}; const int i = {oi}; {update} }}")
+    if plan.warp_bits:
+        _reduce_warps(em, op, plan, info, vals, n, arg, combine)
+
+
+def _reduce_warps(em: _Emitter, op, plan, info, vals: str, n: int, arg: bool,
+                  combine) -> None:
+    """Combine per-warp partials through shared memory: slot (register, other thread bits,
+    warp bits along the axis); one writer per slot, a group barrier, every thread reads the
+    partials of its row (or column), then a barrier so a loop may reuse the slots."""
+    threads = em.group_threads
+    warps = threads // 32
+    nb = len(plan.result.thread_bases)
+    all_warp = tuple(range(5, nb))
+    if plan.warp_bits == all_warp:
+        nw, wexpr = warps, "gtid / 32"
+    elif threads & (threads - 1) == 0:
+        nw, wexpr = 1 << len(plan.warp_bits), _dense_bits_c(plan.warp_bits)
+    else:
+        raise CompileError(f"a reduction over some of the warps of a {threads}-thread group "
+                           "needs a power-of-two group", op.loc)
+    other = 1 << len(plan.other_bits)
+    oexpr = _dense_bits_c(plan.other_bits) if plan.other_bits else ""
+    lane_axis = sum(m for m in plan.lane_masks)
+    writer_mask = lane_axis | sum(1 << b for b in plan.replicated_bits)
+    scratch = f"red{op.result.id}"
+    size = n * other * nw
+    copies, wg = em.role_copies
+    em.shared_decls.append(f"__shared__ float {scratch}[{size * copies}];")
+    if arg:
+        em.shared_decls.append(f"__shared__ int {scratch}_i[{size * copies}];")
+    own = f"{wg} * {size} + " if wg else ""  # this warpgroup's copy
+
+    def slot(k: int, w: str) -> str:
+        base = k * other * nw
+        if oexpr:
+            return f"{scratch}[{own}{base} + ({oexpr}) * {nw} + {w}]"
+        return f"{scratch}[{own}{base + int(w)}]" if w.isdigit() else \
+            f"{scratch}[{own}{base} + {w}]"
+
+    cond = "gtid % 32 == 0" if writer_mask == 31 else \
+        (f"(gtid & {writer_mask}) == 0" if writer_mask else "true")
+    em.emit(f"if ({cond}) {{")
+    for k in range(n):
+        em.emit(f"    {slot(k, wexpr)} = {vals}[{k}];")
+        if arg:
+            em.emit(f"    {slot(k, wexpr).replace(scratch + '[', scratch + '_i[')} = "
+                    f"{info.name}[{k}];")
+    em.emit("}")
+    em.emit(em.group_barrier())
+    for k in range(n):
+        if not arg:
+            acc = slot(k, "0")
+            for w in range(1, nw):
+                acc = combine(acc, slot(k, str(w)))
+            em.emit(f"{vals}[{k}] = {acc};")
+            continue
+        em.emit(f"{vals}[{k}] = {slot(k, '0')}; "
+                f"{info.name}[{k}] = {slot(k, '0').replace(scratch + '[', scratch + '_i[')};")
+        for w in range(1, nw):
+            update = _arg_update_c(op.fn, "v", "i", f"{vals}[{k}]", f"{info.name}[{k}]")
+            em.emit(f"{{ const float v = {slot(k, str(w))}; const int i = "
+                    f"{slot(k, str(w)).replace(scratch + '[', scratch + '_i[')}; {update} }}")
+    em.emit(em.group_barrier())

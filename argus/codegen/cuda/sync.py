@@ -1,0 +1,111 @@
+"""Rendering rules of the synchronization ops (ir.ops.SYNC_OPS): wgmma fence / commit / wait,
+operand fences, slot releases, proxy fences, group and cluster barriers, TMA-store commit and
+wait, setmaxnreg.
+
+lower/sync.py placed each of them; they render one for one (the verifier proves what runs).
+wgmma.fence and fence.operands also render inside a wgmma issue block (mma.py), where the
+register-A count they fence is known.
+"""
+
+from __future__ import annotations
+
+from argus.codegen.cuda.emit import _Emitter, rule
+from argus.errors import CompileError
+from argus.ir import ops as O
+
+
+def _note(note: str) -> str:
+    return f"  // {note}" if note else ""
+
+
+def tma_store_wait_c(op: O.TmaStoreWait) -> str:
+    return f"ag::tma_store_wait{'_read' if op.read else ''}<{op.pending}>();"
+
+
+def _release(em: _Emitter, pid: int, slot: str) -> str:
+    """One warpgroup's arrival on empty[slot] of every CTA whose producer writes it."""
+    peers = em.peers.get(pid, 1)
+    if peers == 1:
+        return f"ag::mbar_arrive(&empty{pid}[{slot}]);"
+    return (f"for (int r = 0; r < {peers}; ++r) "
+            f"ag::mbar_arrive_cluster(&empty{pid}[{slot}], r);")
+
+
+@rule(O.TmaStoreCommit)
+def tma_store_commit(em: _Emitter, op: O.TmaStoreCommit) -> None:
+    em.emit("if (gtid == 0) ag::tma_store_commit();")
+
+
+@rule(O.TmaStoreWait)
+def tma_store_wait(em: _Emitter, op: O.TmaStoreWait) -> None:
+    em.emit(f"if (gtid == 0) {tma_store_wait_c(op)}" + _note(op.note))
+
+
+@rule(O.ProxyFence)
+def proxy_fence(em: _Emitter, op: O.ProxyFence) -> None:
+    em.emit("ag::fence_view_async_shared();")
+
+
+@rule(O.GroupBarrier)
+def group_barrier(em: _Emitter, op: O.GroupBarrier) -> None:
+    line = ("ag::named_barrier_sync(1 + threadIdx.x / 128, 128);" if op.scope == "warpgroup"
+            else "__syncthreads();")
+    em.emit(line + _note(op.note))
+
+
+@rule(O.ClusterSync)
+def cluster_sync(em: _Emitter, op: O.ClusterSync) -> None:
+    em.emit("ag::cluster_sync();")
+
+
+@rule(O.SetMaxNReg)
+def set_max_nreg(em: _Emitter, op: O.SetMaxNReg) -> None:
+    em.emit(f"ag::setmaxnreg_{'inc' if op.inc else 'dec'}<{op.regs}>();")
+
+
+@rule(O.WgmmaWait)
+def wgmma_wait(em: _Emitter, op: O.WgmmaWait) -> None:
+    em.emit(f"ag::wgmma_wait<{op.pending}>();" + _note(op.note))
+
+
+@rule(O.WgmmaCommit)
+def wgmma_commit(em: _Emitter, op: O.WgmmaCommit) -> None:
+    em.emit("ag::wgmma_commit();")
+
+
+@rule(O.WgmmaFence)
+def wgmma_fence(em: _Emitter, op: O.WgmmaFence, a_regs: int = 0) -> None:
+    if op.a_registers and not a_regs:
+        raise CompileError("wgmma.fence of register A outside its wgmma issue", op.loc)
+    for t in op.tiles:
+        em.emit(f"ag::fence_operands({em.tiles[t.id].name});")
+    for kk in range(a_regs if op.a_registers else 0):
+        em.emit(f"ag::fence_operands(ra[{kk}]);")
+    em.emit("ag::wgmma_fence();")
+
+
+@rule(O.FenceOperands)
+def fence_operands(em: _Emitter, op: O.FenceOperands, a_regs: int = 0) -> None:
+    if op.a_registers and not a_regs:
+        raise CompileError("fence.operands of register A outside its wgmma issue", op.loc)
+    for kk in range(a_regs if op.a_registers else 0):
+        em.emit(f"ag::fence_operands(ra[{kk}]);")
+    for t in op.tiles:
+        acc = em.tiles[t.id].name
+        em.emit(f"ag::fence_operands({acc});")
+        if op.zero_unwritten and acc in em.lazy_zero:  # no wgmma ran: still zero
+            em.emit(f"if ({acc}_zero) {{")
+            em.emit("    #pragma unroll")
+            em.emit(f"    for (int i = 0; i < {em.lazy_zero[acc]}; ++i) {acc}[i] = 0.0f;")
+            em.emit("}")
+
+
+@rule(O.SlotRelease)
+def slot_release(em: _Emitter, op: O.SlotRelease) -> None:
+    pid = op.pipe.id
+    if not op.previous:
+        em.emit(f"if (threadIdx.x % 128 == 0) {{ {_release(em, pid, em.name(op.stage))} }}")
+        return
+    em.emit(f"if (pend{pid} >= 0 && threadIdx.x % 128 == 0) "
+            f"{{ {_release(em, pid, f'pend{pid}')} }}")
+    em.emit(f"pend{pid} = {em.name(op.stage) if op.stage is not None else -1};")
