@@ -1,0 +1,53 @@
+"""Rules for control flow and mutable values: ag.range, ag.when, roles, var/assign.
+
+Invariant: regions run through the machine (`run_region`), so a pipeline step nested in a loop
+or a branch still blocks its coroutine; roles are scheduled by the machine, never run as ops.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from argus.ir import ops as O
+from argus.ir.types import TileType
+from argus.runtime.interp.machine import InterpError, _Blocked, _Group, _Interp
+from argus.runtime.interp.registry import rule
+
+
+@rule(O.For)
+def for_(m: _Interp, g: _Group, op: O.For) -> Iterator[_Blocked]:
+    start, stop, step = (m.val(g, v) for v in (op.start, op.stop, op.step))
+    if step <= 0:
+        raise InterpError(f"ag.range at {op.loc} got step {step} at run time; the step "
+                          f"must be positive (the GPU kernel traps)")
+    for i in range(start, stop, step):
+        g.env[op.var.id] = i
+        yield from m.run_region(g, op.body)
+
+
+@rule(O.If)
+def if_(m: _Interp, g: _Group, op: O.If) -> Iterator[_Blocked]:
+    if m.val(g, op.cond):
+        yield from m.run_region(g, op.body)
+
+
+@rule(O.RoleOp)
+def role(m: _Interp, g: _Group, op: O.RoleOp) -> None:
+    raise InterpError("nested role")  # roles are scheduled by machine.run_cta
+
+
+@rule(O.Var)
+def var(m: _Interp, g: _Group, op: O.Var) -> None:
+    init = m.val(g, op.init)
+    g.env[op.result.id] = (np.array(init, dtype=init.dtype, copy=True)
+                           if isinstance(init, np.ndarray) else init)
+
+
+@rule(O.Assign)
+def assign(m: _Interp, g: _Group, op: O.Assign) -> None:
+    if isinstance(op.dst.type, TileType):
+        m.val(g, op.dst)[...] = m.val(g, op.src)
+    else:
+        g.env[op.dst.id] = m.val(g, op.src)

@@ -1,0 +1,148 @@
+"""Launching the interpreter: host arguments in, the kernel run, outputs written back.
+
+Invariant: arguments are checked against the kernel's signature exactly as a GPU launch checks
+them (LaunchError on a mismatch); float tensors compute in float32 working copies that are
+written back in their own dtype, so a caller sees outputs in place as after a device launch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from argus.dtypes import DType
+from argus.errors import LaunchError
+from argus.ir import ops as O
+from argus.ir.core import Kernel
+from argus.ir.types import ScalarType, TensorType
+from argus.runtime.interp.machine import _Group, _Interp
+
+
+def split_runtime_args(kernel: Kernel, args, kw) -> tuple[list, dict[str, Any]]:
+    """Launch arguments -> (tensors in parameter order, runtime scalars by name). Without
+    runtime scalars every positional argument is a tensor; with them (attr runtime_args) the
+    positional arguments follow the signature order of tensors and scalars, and scalars may
+    also come by keyword."""
+    order = kernel.attr("runtime_args")
+    scalar_names = [p.name for p in kernel.params if isinstance(p.value.type, ScalarType)
+                    and order and p.name in order]
+    if not order:
+        if kw:
+            raise LaunchError(f"kernel {kernel.name} has no runtime scalar parameters "
+                              f"({', '.join(sorted(kw))})")
+        return list(args), {}
+    if len(args) > len(order):
+        raise LaunchError(f"kernel {kernel.name} takes {len(order)} arguments "
+                          f"({', '.join(order)}), got {len(args)}")
+    named = dict(zip(order, args))
+    for k, v in kw.items():
+        if k in named:
+            raise LaunchError(f"kernel {kernel.name}: {k} given twice")
+        named[k] = v
+    missing = [n for n in order if n not in named]
+    if missing:
+        raise LaunchError(f"kernel {kernel.name}: missing argument(s) {', '.join(missing)}")
+    tensors = [named[n] for n in order if n not in scalar_names]
+    scalars = {n: named[n] for n in scalar_names}
+    for n, v in scalars.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise LaunchError(f"kernel {kernel.name}: runtime scalar {n} takes a Python int or "
+                              f"float, got {type(v).__name__}")
+    return tensors, scalars
+
+
+def run(kernel: Kernel, *arrays, **scalar_args) -> tuple:
+    """Interpret `kernel` on numpy arrays or CPU torch tensors given in the order of its tensor
+    parameters (with runtime scalars: in signature order, scalars also by keyword). Outputs
+    are written in place (torch tensors too); returns the arrays."""
+    arrays, runtime = split_runtime_args(kernel, arrays, scalar_args)
+    arrays = tuple(arrays)
+    tensor_params = [p for p in kernel.params if isinstance(p.value.type, TensorType)]
+    if len(arrays) != len(tensor_params):
+        raise LaunchError(f"kernel {kernel.name} takes {len(tensor_params)} tensors "
+                          f"({', '.join(p.name for p in tensor_params)}), got {len(arrays)}")
+    tensors: dict[int, np.ndarray] = {}
+    symbols: dict[str, tuple[int, str]] = {}
+    writebacks = []
+    for p, a in zip(tensor_params, arrays):
+        t: TensorType = p.value.type
+        np_view, writeback = _as_numpy(a, t.dtype, kernel.name, p.name)
+        if np_view.ndim != len(t.shape):
+            raise LaunchError(f"kernel {kernel.name}, parameter {p.name}: expected "
+                              f"{len(t.shape)} dims, got shape {tuple(np_view.shape)}")
+        for d, size in zip(t.shape, np_view.shape):
+            if isinstance(d, int) and d != size:
+                raise LaunchError(f"kernel {kernel.name}, parameter {p.name}: dim must be {d}, "
+                                  f"got {size}")
+            if isinstance(d, str):
+                if d in symbols and symbols[d][0] != size:
+                    raise LaunchError(f"kernel {kernel.name}: shape symbol {d} is "
+                                      f"{symbols[d][0]} in {symbols[d][1]} but {size} in "
+                                      f"{p.name}")
+                symbols[d] = (size, p.name)
+        tensors[p.value.id] = np_view
+        writebacks.append((a, np_view, writeback))
+    scalars = {}
+    for p in kernel.params:
+        if isinstance(p.value.type, ScalarType) and p.name in runtime:
+            v = runtime[p.name]
+            scalars[p.value.id] = np.float32(v) if p.value.type.dtype.is_float else int(v)
+            continue
+        if isinstance(p.value.type, ScalarType):
+            if p.name not in symbols:
+                raise LaunchError(f"kernel {kernel.name}: no value for scalar parameter {p.name}")
+            scalars[p.value.id] = symbols[p.name][0]
+    _Interp(kernel, tensors, scalars).run()
+    for a, view, writeback in writebacks:
+        if writeback:
+            writeback(view)
+    return arrays
+
+
+def _as_numpy(a, dtype: DType, kernel: str, param: str):
+    if isinstance(a, np.ndarray):
+        if (a.dtype.kind == "f") != dtype.is_float:
+            raise LaunchError(f"kernel {kernel}, parameter {param}: expected {dtype}, got a "
+                              f"numpy array of {a.dtype}")
+        if not dtype.is_float or a.dtype == np.float32:
+            return a, None  # computed in place
+        work = a.astype(np.float32)
+
+        def writeback_np(view, a=a):
+            np.copyto(a, view.astype(a.dtype))
+        return work, writeback_np
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        torch = None
+    if torch is not None and isinstance(a, torch.Tensor):
+        if a.device.type != "cpu":
+            raise LaunchError(f"kernel {kernel}, parameter {param}: the interpreter runs on CPU "
+                              f"tensors, got one on {a.device}", fix="pass tensor.cpu()")
+        if a.dtype != dtype.torch_dtype():
+            raise LaunchError(f"kernel {kernel}, parameter {param}: expected {dtype}, got "
+                              f"{a.dtype}")
+        arr = a.detach().to(torch.float32).numpy().copy() if dtype.is_float else \
+            a.detach().numpy().copy()
+
+        def writeback(view, a=a):
+            a.copy_(torch.from_numpy(np.ascontiguousarray(view)).to(a.dtype))
+        return arr, writeback
+    raise LaunchError(f"kernel {kernel}, parameter {param}: expected a numpy array or torch "
+                      f"tensor, got {type(a).__name__}")
+
+
+def grid_extents(kernel: Kernel, symbols: dict[str, int]) -> tuple[int, ...]:
+    """Evaluate the kernel's launch grid for bound shape symbols (host side, no GPU)."""
+    scalars = {p.value.id: symbols[p.name] for p in kernel.params
+               if isinstance(p.value.type, ScalarType) and p.name in symbols}
+    interp = _Interp(kernel, {}, scalars)
+    group = _Group("grid", dict(scalars))
+    for op in kernel.body.ops:
+        if isinstance(op, O.GridIds):
+            return tuple(int(interp.val(group, e)) for e in op.extents)
+        if isinstance(op, (O.Const, O.Arith)):
+            for _ in interp.run_op(group, op):
+                pass
+    raise LaunchError(f"kernel {kernel.name} declares no grid")

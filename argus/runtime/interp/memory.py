@@ -1,0 +1,62 @@
+"""Rules for shared-memory buffers and views, global loads/stores, ldmatrix/stmatrix.
+
+Invariant: shared memory starts as NaN (reading an unwritten element shows up in the result);
+global accesses are clipped at the tensor's edges (loads fill `other`, stores drop), and stores
+round to the tensor's dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from argus.ir import ops as O
+from argus.runtime.interp.machine import _Group, _Interp, _View
+from argus.runtime.interp.registry import rule
+
+
+@rule(O.SmemAlloc)
+def smem_alloc(m: _Interp, g: _Group, op: O.SmemAlloc) -> None:
+    t = op.result.type
+    g.env[op.result.id] = np.full(t.shape, np.nan, dtype=np.float32)
+
+
+@rule(O.SmemSlice)
+def smem_slice(m: _Interp, g: _Group, op: O.SmemSlice) -> None:
+    stage = None if op.stage is None else m.val(g, op.stage)
+    row0 = op.row0 if isinstance(op.row0, int) else m.val(g, op.row0)
+    g.env[op.result.id] = _View(m.val(g, op.buffer), stage, row0,
+                                op.result.type.shape[0], op.buffer.id)
+
+
+@rule(O.StMatrix)
+def stmatrix(m: _Interp, g: _Group, op: O.StMatrix) -> None:
+    m.val(g, op.dst).array()[...] = m.val(g, op.src)
+
+
+@rule(O.LdMatrix)
+def ldmatrix(m: _Interp, g: _Group, op: O.LdMatrix) -> None:
+    g.env[op.result.id] = m.val(g, op.src).array().copy()
+
+
+@rule(O.Load)
+def load(m: _Interp, g: _Group, op: O.Load) -> None:
+    offs = [m.val(g, o) for o in op.offsets]
+    g.env[op.result.id] = m._box(op.tensor, offs, op.result.type.shape, op.other)
+
+
+@rule(O.LoadScalar)
+def load_scalar(m: _Interp, g: _Group, op: O.LoadScalar) -> None:
+    offs = [m.val(g, o) for o in op.offsets]
+    src = m.tensors[op.tensor.id]
+    inside = all(0 <= o < n for o, n in zip(offs, src.shape))
+    x = src[tuple(offs)] if inside else op.other
+    # an f32 scalar stays f32 in later arithmetic, as in the generated CUDA
+    g.env[op.result.id] = (np.float32(x) if op.result.type.dtype.is_float
+                           else int(x))
+
+
+@rule(O.Store)
+def store(m: _Interp, g: _Group, op: O.Store) -> None:
+    offs = [m.val(g, o) for o in op.offsets]
+    value = m.val(g, op.value)
+    m._write(op.tensor, offs, value.T if op.transposed else value)

@@ -1,0 +1,29 @@
+"""Rule for wgmma: the accumulator tile += A @ B^T (B stored N x K).
+
+Invariant: products are summed in float64 and added to the float32 accumulator in place; A comes
+from registers or a shared-memory view, B from a view; a transposed (MN-major) operand is stored
+in column atoms [MN/W][K][W] and is read back K-major first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from argus.ir import ops as O
+from argus.runtime.interp.machine import _Group, _Interp
+from argus.runtime.interp.registry import rule
+
+
+@rule(O.Wgmma)
+def wgmma(m: _Interp, g: _Group, op: O.Wgmma) -> None:
+    acc = m.val(g, op.acc)
+    a = m.val(g, op.a)
+    a = a if isinstance(a, np.ndarray) else a.array()  # registers, or a smem view
+    b = m.val(g, op.b).array()
+    k = op.k_extent
+
+    def k_major(x):  # column atoms [MN/W][K][W] -> [K, MN] -> [MN, K]
+        return x.reshape(-1, k, x.shape[1]).transpose(1, 0, 2).reshape(k, -1).T
+    b_nk = k_major(b) if op.trans_b else b
+    a = k_major(a) if op.trans_a else a
+    acc += (a.astype(np.float64) @ b_nk.astype(np.float64).T).astype(np.float32)

@@ -1,0 +1,62 @@
+"""Rules for scalar ops: constants, scalar arithmetic, grid ids, thread index, cluster rank.
+
+Invariant: integer `floordiv`/`mod` follow C (truncate toward zero), like the generated CUDA;
+an int-typed result stays a Python int.
+"""
+
+from __future__ import annotations
+
+from argus.ir import ops as O
+from argus.ir.types import ScalarType
+from argus.runtime.interp.machine import InterpError, _Group, _Interp
+from argus.runtime.interp.registry import rule
+
+
+def _c_div(a: int, b: int) -> int:
+    if b == 0:
+        raise InterpError("integer division by zero")
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _c_mod(a: int, b: int) -> int:
+    return a - _c_div(a, b) * b
+
+
+_ARITH = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b, "floordiv": _c_div, "mod": _c_mod,
+    "min": min, "max": max, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b, "and": lambda a, b: bool(a) and bool(b),
+    "or": lambda a, b: bool(a) or bool(b),
+}
+
+
+@rule(O.Const)
+def const(m: _Interp, g: _Group, op: O.Const) -> None:
+    g.env[op.result.id] = op.value
+
+
+@rule(O.Arith)
+def arith(m: _Interp, g: _Group, op: O.Arith) -> None:
+    a, b = m.val(g, op.lhs), m.val(g, op.rhs)
+    r = _ARITH[op.fn](a, b)
+    if isinstance(op.result.type, ScalarType) and op.result.type.dtype.kind == "int":
+        r = int(r)
+    g.env[op.result.id] = r
+
+
+@rule(O.GridIds)
+def grid_ids(m: _Interp, g: _Group, op: O.GridIds) -> None:
+    pass  # bound by the CTA loop (machine.run)
+
+
+@rule(O.ThreadIndex)
+def thread_index(m: _Interp, g: _Group, op: O.ThreadIndex) -> None:
+    raise InterpError("ag.thread_index() has no tile-level meaning in the interpreter")
+
+
+@rule(O.ClusterRank)
+def cluster_rank(m: _Interp, g: _Group, op: O.ClusterRank) -> None:
+    g.env[op.result.id] = g.rank

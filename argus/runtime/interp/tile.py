@@ -1,0 +1,95 @@
+"""Rules for register tiles: full, elementwise, convert, reduce, slice, layout conversion,
+arange, expand_dims.
+
+Invariant: tiles compute in float32 and store bf16/f16 values rounded, as on the device; i1
+tiles are numpy bools; layouts have no meaning here (a layout conversion copies the values).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from argus import dtypes
+from argus.dtypes import DType
+from argus.ir import ops as O
+from argus.ir.types import TileType
+from argus.runtime.interp.machine import _Group, _Interp, _round
+from argus.runtime.interp.registry import rule
+
+_EW = {
+    "neg": np.negative, "abs": np.abs, "exp": np.exp, "exp2": np.exp2, "log": np.log,
+    "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "tanh": np.tanh,
+    "erf": lambda x: np.vectorize(math.erf, otypes=[np.float32])(x),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0),
+    "recip": lambda x: 1.0 / x,
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "max": np.maximum, "min": np.minimum, "pow": np.power,
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "eq": np.equal, "ne": np.not_equal, "where": np.where,
+    "and": np.logical_and, "or": np.logical_or, "not": np.logical_not,
+}
+
+
+def _reduce(fn: str, x: np.ndarray, axis: int, dtype: DType) -> np.ndarray:
+    """numpy's reduction with keepdims: floats in float32 (the device combines in f32
+    registers), integers in int64 then the result dtype; argmax/argmin as numpy (first index of
+    the extreme; NaN counts as the extreme) in int32."""
+    if fn in ("argmax", "argmin"):
+        f = np.argmax if fn == "argmax" else np.argmin
+        return np.expand_dims(f(x, axis=axis), axis).astype(np.int32)
+    f = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[fn]
+    if dtype.is_float:
+        with np.errstate(all="ignore"):
+            return f(x.astype(np.float32), axis=axis, keepdims=True).astype(np.float32)
+    return f(x.astype(np.int64), axis=axis, keepdims=True).astype(dtype.np_dtype())
+
+
+@rule(O.Full)
+def full(m: _Interp, g: _Group, op: O.Full) -> None:
+    t: TileType = op.result.type
+    g.env[op.result.id] = np.full(t.shape, op.value, dtype=np.float32)
+
+
+@rule(O.Elementwise)
+def elementwise(m: _Interp, g: _Group, op: O.Elementwise) -> None:
+    args = [m.val(g, a) for a in op.args]
+    with np.errstate(all="ignore"):
+        r = _EW[op.fn](*[np.float32(a) if isinstance(a, float) else a for a in args])
+    t = op.result.type
+    g.env[op.result.id] = (np.asarray(r, dtype=bool) if t.dtype == dtypes.i1
+                           else _round(np.broadcast_to(r, t.shape), t.dtype))
+
+
+@rule(O.Convert)
+def convert(m: _Interp, g: _Group, op: O.Convert) -> None:
+    g.env[op.result.id] = _round(m.val(g, op.src), op.result.type.dtype)
+
+
+@rule(O.Reduce)
+def reduce(m: _Interp, g: _Group, op: O.Reduce) -> None:
+    g.env[op.result.id] = _reduce(op.fn, m.val(g, op.src), op.axis, op.result.type.dtype)
+
+
+@rule(O.ConvertLayout)
+def convert_layout(m: _Interp, g: _Group, op: O.ConvertLayout) -> None:
+    g.env[op.result.id] = np.array(m.val(g, op.src), copy=True)  # layouts: no meaning
+
+
+@rule(O.Arange)
+def arange(m: _Interp, g: _Group, op: O.Arange) -> None:
+    g.env[op.result.id] = np.arange(op.result.type.shape[0], dtype=np.int32)
+
+
+@rule(O.ExpandDims)
+def expand_dims(m: _Interp, g: _Group, op: O.ExpandDims) -> None:
+    g.env[op.result.id] = np.expand_dims(m.val(g, op.src), op.axis)
+
+
+@rule(O.TileSlice)
+def tile_slice(m: _Interp, g: _Group, op: O.TileSlice) -> None:
+    src = m.val(g, op.src)
+    index = [slice(None)] * src.ndim
+    index[op.axis] = slice(op.start, op.start + op.result.type.shape[op.axis])
+    g.env[op.result.id] = src[tuple(index)]
