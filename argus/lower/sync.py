@@ -12,6 +12,10 @@ what is in flight and inserts:
   release of the previous step's slot, this one held; else `wgmma.wait 0` and the release of
   this step's slot. A held slot is released after `wgmma.wait 0` before the next op that is not
   pure scalar/control work (the accumulator may be read there) and at the end of the role.
+  A loop body is walked with what is in flight when an iteration begins, the previous
+  iteration's group included (to a fixpoint), so an op ahead of the consume step reading the
+  accumulator waits in iterations 2 and later too; a wgmma accumulating into an in-flight
+  accumulator (the next k step) issues behind it without a wait.
 * proxy fences: a `fence.proxy_async` + group `barrier` between generic-proxy shared-memory
   writes (stmatrix) and an async-proxy reader of that buffer (a TMA store, or a wgmma reading
   it as an operand). One fence covers a run of TMA stores.
@@ -80,6 +84,9 @@ class _State:
     store_read_pending: bool = False  # deferred TMA stores may still read their buffer
     tma_stores: bool = False
     generic_unfenced: set[int] = field(default_factory=set)  # buffers written, not fenced
+    # values an enclosing loop body defines that this walk has not reached: at the top of an
+    # iteration the previous iteration's such accumulator is dead (and out of scope)
+    fresh: frozenset = frozenset()
 
     def scope(self) -> str:
         return "warpgroup" if self.in_role else "cta"
@@ -95,7 +102,8 @@ def _flush(st: _State, loc) -> list[O.Op]:
     out: list[O.Op] = [O.WgmmaWait(0, note="retire the last in-flight wgmma group", loc=loc)]
     for _pid, (pipe, accs) in sorted(st.pending.items()):
         for acc in accs:
-            out.append(O.FenceOperands((acc,), zero_unwritten=acc.id in st.lazy, loc=loc))
+            if acc.id not in st.fresh:
+                out.append(O.FenceOperands((acc,), zero_unwritten=acc.id in st.lazy, loc=loc))
         out.append(O.SlotRelease(pipe, None, previous=True, loc=loc))
     st.pending = {}
     return out
@@ -111,13 +119,52 @@ def _generic_writes(region: Region, st: _State) -> set[int]:
     return {st.rt(op.dst) for op in region.walk() if isinstance(op, O.StMatrix)}
 
 
+def _chains(op: O.Op, st: _State) -> bool:
+    """A smem-operand wgmma accumulating into an accumulator of an in-flight group: it may
+    issue behind that group (the point of keeping one in flight), no flush."""
+    return (isinstance(op, O.Wgmma) and not op.a_in_registers
+            and any(op.acc in accs for _pipe, accs in st.pending.values()))
+
+
 def _region(ops, st: _State) -> list[O.Op]:
     out: list[O.Op] = []
     for op in ops:
-        if st.pending and not isinstance(op, NO_FLUSH) and not is_tag_op(op):
+        if st.pending and not isinstance(op, NO_FLUSH) and not is_tag_op(op) \
+                and not _chains(op, st):
             out += _flush(st, op.loc)
         out += _visit(op, st)
+        if st.fresh:
+            st.fresh = st.fresh - {v.id for v in op.results()}
     return out
+
+
+def _pending_key(pending: dict) -> frozenset:
+    return frozenset((pid, frozenset(a.id for a in accs)) for pid, (_p, accs) in pending.items())
+
+
+def _join_pending(a: dict, b: dict) -> dict:
+    """Pending on either path: per pipe, b's accumulators (as listed: one fence.operands each)
+    and those only a lists."""
+    out = dict(a)
+    for pid, (pipe, accs) in b.items():
+        out[pid] = (pipe, [*accs, *(x for x in a.get(pid, (pipe, []))[1] if x not in accs)])
+    return out
+
+
+def _back_edge_pending(loop: O.For, st: _State) -> dict:
+    """What is pending when an iteration begins: before the loop, or left by the previous
+    iteration (its last consume step's group kept in flight), to a fixpoint. Walks copies; the
+    pending set only grows over the finite accumulators and pipes, so it settles."""
+    entry = dict(st.pending)
+    while True:
+        trial = dataclasses.replace(
+            st, in_consume=[list(accs) for accs in st.in_consume], pending=dict(entry),
+            generic_unfenced=set(st.generic_unfenced))
+        _region(loop.body.ops, trial)
+        nxt = _join_pending(entry, trial.pending)
+        if _pending_key(nxt) == _pending_key(entry):
+            return entry
+        entry = nxt
 
 
 def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher over sync points
@@ -130,8 +177,14 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         st.store_read_pending |= stores
         st.store_unfenced = True
         st.generic_unfenced |= _generic_writes(op.body, st)
+        # an op of the body before its consume step may run while the previous iteration's
+        # group is in flight: walk the body with what flows around the back edge
+        fresh = st.fresh
+        st.fresh = fresh | {v.id for x in op.body.walk() for v in x.results()}
+        st.pending = _back_edge_pending(op, st)
         body = _region(op.body.ops, st)
-        st.pending = {**held, **st.pending}  # a flush in the body may not have run
+        st.fresh = fresh
+        st.pending = _join_pending(held, st.pending)  # a flush in the body may not have run
         st.store_read_pending |= stores or before
         st.store_unfenced = True
         st.generic_unfenced |= _generic_writes(op.body, st)

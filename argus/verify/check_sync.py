@@ -10,9 +10,15 @@ skipped and the taken path):
       group are fenced before the one issuing thread hands the buffer over);
   sync.release — a `pipe.release` of a slot follows a `wgmma.wait` that retired every wgmma
       group reading that slot (no group committed after the slot's reads may still be in
-      flight).
+      flight);
+  sync.acc — a wgmma's accumulator (and its register A operand) is touched by no other op
+      between the wgmma and the `wgmma.wait` that retires its group (`wait N` retires all but
+      the newest N): no elementwise, reduce, convert, store, stmatrix, var/assign or anything
+      else reads or writes it (or a view of it) while the tensor cores may still write it. A
+      wgmma accumulating into the same tile (chaining) and `fence.operands` are no readers.
 
-A finding carries the location of the reader (proxy.fence) or of the release (sync.release).
+A finding carries the location of the reader (proxy.fence, sync.acc) or of the release
+(sync.release).
 The interpreter needs none of these ops; codegen renders them one for one, so what is proven
 here is what runs.
 """
@@ -23,6 +29,7 @@ from dataclasses import dataclass, field
 
 from argus.ir import ops as O
 from argus.ir.core import Region
+from argus.ir.tag_ops import is_tag_op
 from argus.verify.model import Model
 from argus.verify.obligation import Finding
 
@@ -37,7 +44,9 @@ class _State:
     written: frozenset = frozenset()        # buffers with generic writes not yet fenced
     fenced: frozenset = frozenset()         # fenced, not yet behind a barrier
     writer: dict = field(default_factory=dict)  # buffer -> loc of its last generic write
-    open_reads: frozenset = frozenset()     # slots read by wgmma not yet committed
+    # slots read by wgmma not yet committed: (pipe id, "cur"/"held"), and the register tiles
+    # those wgmma write or read: ("tile", tile id, wgmma site)
+    open_reads: frozenset = frozenset()
     groups: tuple = ()                      # committed groups in flight, oldest first
 
     def key(self):
@@ -67,13 +76,29 @@ class _Checker:
                 elif op.buffer.id in self.stage_of:
                     self.stage_of[op.result.id] = self.stage_of[op.buffer.id]
         self.steps: dict[int, int] = {}      # consume stage value id -> pipe id
+        self.tile_root: dict[int, int] = {}  # view id -> the register tile it is a view of
+        self.wgmma_tiles: set[int] = set()   # tiles a wgmma writes (acc) or reads (register A)
+        self.sites: dict[int, O.Wgmma] = {}  # id(wgmma) -> the op
         for op in kernel.walk():
             if isinstance(op, O.Consume):
                 self.steps[op.stage.id] = op.pipe.id
+            elif isinstance(op, (O.TileSlice, O.ExpandDims)):  # same registers, no copy
+                self.tile_root[op.result.id] = self.tile_root.get(op.src.id, op.src.id)
+        for op in kernel.walk():
+            if isinstance(op, O.Wgmma):
+                self.wgmma_tiles |= {self.tile(v) for v in self._wgmma_regs(op)}
         self.findings: dict[tuple, Finding] = {}
 
     def rt(self, v) -> int:
         return self.root.get(v.id, v.id)
+
+    def tile(self, v) -> int:
+        return self.tile_root.get(v.id, v.id)
+
+    @staticmethod
+    def _wgmma_regs(op: O.Wgmma) -> list:
+        """The registers a wgmma group uses until it retires: the accumulator, register A."""
+        return [op.acc, op.a] if op.a_in_registers else [op.acc]
 
     def report(self, code, op, subject, ok: bool, msg="", witness=None, fix=""):
         key = (code, id(op))
@@ -109,6 +134,8 @@ class _Checker:
             return _join(st, self.region(op.body, st.copy()))
         if isinstance(op, (O.Produce, O.Consume)):
             return self.region(op.body, st)
+        if not isinstance(op, O.SYNC_OPS + (O.TileSlice, O.ExpandDims)) and not is_tag_op(op):
+            self.register_access(op, st)
         if isinstance(op, O.StMatrix):
             b = self.rt(op.dst)
             st.written, st.fenced = st.written | {b}, st.fenced - {b}
@@ -124,7 +151,9 @@ class _Checker:
             self.async_read(op, views, "wgmma", st)
             slots = {(self.steps[self.stage_of[v.id]], "cur") for v in views
                      if self.stage_of.get(v.id) in self.steps}
-            st.open_reads = st.open_reads | slots
+            tiles = {("tile", self.tile(v), id(op)) for v in self._wgmma_regs(op)}
+            self.sites[id(op)] = op
+            st.open_reads = st.open_reads | slots | tiles
         elif isinstance(op, O.WgmmaCommit):
             groups = st.groups + (st.open_reads,)
             if len(groups) > MAX_GROUPS:
@@ -152,6 +181,38 @@ class _Checker:
                         f"on some path: the tensor core/TMA may read stale bytes",
                         {"writer": str(w), "reader": str(op.loc), "missing": missing},
                         fix="lower.sync places fence.proxy_async + barrier before the reader")
+
+    def register_access(self, op, st: _State) -> None:
+        """sync.acc: op reads or writes no register tile of a wgmma group still in flight
+        (a wgmma chaining into its own accumulator is the exception)."""
+        if isinstance(op, O.Wgmma):  # chaining into its accumulator reads nothing early
+            touched = {self.tile(op.a)} if op.a_in_registers else set()
+        else:
+            touched = {self.tile(v) for v in (*op.operands(), *op.results())}
+        touched &= self.wgmma_tiles
+        if not touched:
+            return
+        live = {k for g in (*st.groups, st.open_reads) for k in g
+                if len(k) == 3 and k[1] in touched}
+        if isinstance(op, O.Wgmma):  # another wgmma's accumulator as register A
+            live = {k for k in live if self.tile(self.sites[k[2]].acc) == k[1]}
+        live = sorted(live, key=lambda k: (self.sites[k[2]].loc.line, k[1]))
+        subject = f"{op.NAME} at {op.loc}"
+        if not live:
+            self.report("sync.acc", op, subject, True)
+            return
+        _, tid, site = live[0]
+        w = self.sites[site]
+        role = "accumulator" if self.tile(w.acc) == tid else "register A operand"
+        self.report("sync.acc", op, subject, False,
+                    f"{op.NAME} at {op.loc} touches the {role} of the wgmma at {w.loc} (tile "
+                    f"%{tid}) while that wgmma's group may still be in flight (no wgmma.wait "
+                    f"retires it first, on some path): the tensor cores may still write (or "
+                    f"read) those registers",
+                    {"wgmma": str(w.loc), "reader": str(op.loc), "tile": f"%{tid}",
+                     "groups_in_flight": len(st.groups)},
+                    fix="lower.sync places wgmma.wait + fence.operands before the first op "
+                        "that touches an in-flight accumulator")
 
     def release(self, op: O.SlotRelease, st: _State) -> None:
         pid = op.pipe.id

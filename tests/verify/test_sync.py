@@ -162,3 +162,108 @@ def test_a_flush_inside_a_loop_that_may_not_run_is_repeated_after_it():
     between = top[loop + 1:last_store]
     assert any(isinstance(op, O.WgmmaWait) and op.pending == 0 for op in between), between
     assert any(isinstance(op, O.SlotRelease) for op in between), between
+
+
+# ----------------------------------------------------------------------------- sync.acc
+
+
+def _violated(kernel, code):
+    return [f for f in _findings(kernel, code) if f.status == "violated"]
+
+
+def test_removed_flush_wait_is_reported_at_the_accumulator_reader():
+    """The GEMM's last k step leaves its group in flight (wait_group 1); the wait 0 before the
+    epilogue retires it. Without it the epilogue's convert reads the accumulator early."""
+    k = _tma_gemm()
+    assert not _violated(k, "sync.acc") and _findings(k, "sync.acc")
+    k, rest = _drop(k, lambda op: isinstance(op, O.WgmmaWait)
+                    and op.note == "retire the last in-flight wgmma group")
+    reader = next(op for op in rest if isinstance(op, O.Convert))
+    wgmma = next(op for op in k.walk() if isinstance(op, O.Wgmma))
+    bad = _violated(k, "sync.acc")
+    assert any(f.loc == reader.loc for f in bad), bad
+    assert all(f.witness["wgmma"] == str(wgmma.loc) for f in bad)
+    assert str(wgmma.loc) in bad[0].message
+
+
+@pytest.mark.parametrize("nth", [0, 1])
+def test_removed_wait_after_a_register_a_wgmma_is_reported(nth):
+    """FlashAttention's register-A wgmma (S = Q K^T, then O += P V) retires at once; without
+    that wait the next op touching the accumulator is reported, naming the wgmma."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "examples" / "flash_attention.py"
+    spec = importlib.util.spec_from_file_location("_fa_example", path)
+    fa = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fa)
+    k = lower_only(fa.attention_kernel(64))
+    assert not _violated(k, "sync.acc")
+    waits = [op for op in k.walk() if isinstance(op, O.WgmmaWait)
+             and op.note == "the A registers are read until the group retires"]
+    k, rest = _drop(k, lambda op: op in waits, nth)
+    wgmma = [op for op in k.walk() if isinstance(op, O.Wgmma) and op.a_in_registers][nth]
+    bad = _violated(k, "sync.acc")
+    assert bad and all(f.witness["wgmma"] == str(wgmma.loc) for f in bad), bad
+
+
+@ag.kernel
+def _acc_stored_at_loop_top(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+                            O: ag.Tensor["J", 64, 64, ag.f32]):
+    """Each iteration first stores the running accumulator, then runs its consume step: in
+    iterations 2 and later the store reads the accumulator of the previous step's group, which
+    the wait_group 1 scheme keeps in flight."""
+    (pid,) = ag.grid(1)
+    sA = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+    sB = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+    pipe = ag.pipeline(2)
+    n = ag.cdiv(A.shape[1], 64)
+    with ag.role("producer", warpgroups=1):
+        for j in ag.range(n):
+            with pipe.produce() as st:
+                ag.tma.load(sA[st], A, (0, j * 64))
+                ag.tma.load(sB[st], B, (0, j * 64))
+    with ag.role("consumer", warpgroups=1):
+        acc = ag.zeros((64, 64))
+        for j in ag.range(n):
+            ag.store(O, (j, 0, 0), acc)
+            with pipe.consume() as st:
+                ag.wgmma(sA[st], sB[st], acc)
+
+
+def test_accumulator_read_at_the_loop_top_waits_for_the_previous_step():
+    k = lower_only(_acc_stored_at_loop_top)
+    consumer = [op for op in k.body.ops if isinstance(op, O.RoleOp)][1]
+    loop = next(op for op in consumer.body.ops if isinstance(op, O.For))
+    body = list(loop.body.ops)
+    store = next(j for j, op in enumerate(body) if isinstance(op, O.Store))
+    before = body[:store]
+    assert any(isinstance(op, O.WgmmaWait) and op.pending == 0 for op in before), before
+    assert any(isinstance(op, O.FenceOperands) for op in before), before
+    assert any(isinstance(op, O.SlotRelease) and op.previous for op in before), before
+    # the step still keeps its group in flight (wait_group 1), chaining into the accumulator
+    step = next(op for op in body if isinstance(op, O.Consume))
+    assert [op.pending for op in step.body.ops if isinstance(op, O.WgmmaWait)] == [1]
+    report = verify.run(k, include_proven=True)
+    assert all(f.status == "proven" for f in report.findings), \
+        [f for f in report.findings if f.status != "proven"]
+    assert any(f.code == "sync.acc" and f.loc == body[store].loc for f in report.findings)
+    # the seeded bug: without that wait the store is reported (only the back edge shows it)
+    k2, rest = _drop(k, lambda op: isinstance(op, O.WgmmaWait) and op.pending == 0)
+    assert isinstance(next(op for op in rest if not isinstance(op, O.SYNC_OPS)), O.Store)
+    bad = _violated(k2, "sync.acc")
+    assert bad and bad[0].loc == body[store].loc
+    assert bad[0].witness["wgmma"] == str(next(op for op in k.walk()
+                                               if isinstance(op, O.Wgmma)).loc)
+
+
+def test_accumulator_read_at_the_loop_top_in_the_interpreter():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(64, 192, generator=g).to(torch.bfloat16)
+    b = torch.randn(64, 192, generator=g).to(torch.bfloat16)
+    o = torch.full((3, 64, 64), float("nan"))
+    _acc_stored_at_loop_top.interpret(a, b, o)
+    for j in range(3):  # iteration j stores the product over the first j k blocks
+        want = a[:, :64 * j].double() @ b[:, :64 * j].double().T
+        assert torch.allclose(o[j].double(), want, rtol=1e-3, atol=1e-3), j
