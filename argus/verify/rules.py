@@ -77,6 +77,20 @@ _RULES = [
     Rule("proxy.fence", "a generic-proxy smem write (stmatrix, st.shared) is fenced "
          "(fence.proxy.async) before an async-proxy read (wgmma, TMA store)", (12,), "arith",
          "emit fence.proxy.async.shared::cta after the writes and before the async read"),
+    Rule("wgmma.a-fragment", "a register A operand of wgmma is held in the A fragment (the "
+         "accumulator pattern of a 64-row tile), so each thread feeds the elements it holds",
+         (2,), "arith", "pass a tile converted from a 64-row accumulator (p = s.to(ag.bf16)) "
+         "or loaded as a wgmma A operand"),
+    Rule("sync.release", "a pipeline slot is released (pipe.release) only after every wgmma "
+         "group reading it retired (wgmma.wait), on every path of the explicit sync ops",
+         (11,), "arith", "retire the step's wgmma group (wait 0, or wait 1 and release the "
+         "previous slot) before the release; lower/sync.py places it"),
+    Rule("sync.acc", "no op reads or writes a wgmma's accumulator or register A operand "
+         "while the group that uses it is still in flight (before the wgmma.wait retiring it)",
+         (11,), "arith", "wait for the group (wgmma.wait 0) before the tile is read or "
+         "overwritten; lower/sync.py places it before the first such use"),
+    Rule("sync.fixpoint", "the sync check of a loop settles (else its findings are unknown)",
+         (), "arith", "report the kernel: the loop's pending state did not converge"),
     Rule("smem.race", "no two warpgroups touch the same shared bytes unordered (one of them "
          "writing), and the TMA copies filling one slot in one step (every CTA's, in a "
          "cluster) write disjoint rows", (12, 22), "LIA",
