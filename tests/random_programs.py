@@ -9,7 +9,7 @@ of the same structure (one `for pid` loop over the grid). Both texts are real so
 so a failing program prints as a readable kernel next to its reference.
 
 Invariant: the numpy text never calls the interpreter; it computes in float32 like the
-interpreter's semantics (argus/runtime/interp.py), so interpreter and reference agree to
+interpreter's semantics (argus/runtime/interp/), so interpreter and reference agree to
 rounding. `check_contract` and `check_against_reference` are the two CPU checks of
 tests/unit/test_random_programs.py; tests/gpu/test_random_programs_gpu.py reuses `generate`.
 """

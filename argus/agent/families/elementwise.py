@@ -23,7 +23,7 @@ MAX_ELEMS_PER_THREAD = 128
 _RULES = (
     Rule("blocked_layout", lambda p, d: p["bn"] % p["threads"] == 0,
          "bn={bn} is not a multiple of the {threads} threads of a CTA (blocked layout)",
-         "use bn = k * threads", "argus/codegen/cuda.py blocked tile layout"),
+         "use bn = k * threads", "argus/target/register_layouts.py blocked"),
     Rule("grid_y", lambda p, d: math.ceil(d["cols"] / p["bn"]) <= 65535,
          "cols={cols} / bn={bn} gives more than 65535 CTAs along the grid's second extent",
          "use a wider bn", "CUDA gridDim.y <= 65535"),
