@@ -17,6 +17,12 @@ obligation module reads. Walking the IR in program order it
   * records the sites obligations are generated from (TMA copies, wgmma, stores, reductions,
     elementwise combinations, pipeline steps, tag assertions).
 
+What one op does to that state is its transfer function, registered per op class in
+argus/verify/transfer/ (by op family); the model keeps the state, the walk (regions, roles,
+the dry pass of a loop), scalar evaluation, step counting, and the resolution of shared-memory
+reads and tag expressions that obligations query. An op whose class has no rule is reported
+("no tag rule for ..."), never skipped.
+
 Invariant kept: a Record obtained for a reader is instantiated afresh on every call (fresh
 auxiliary variables), so an obligation can instantiate the same data twice (two contributors,
 two writers) without aliasing. Anything the model cannot represent exactly is listed in
@@ -27,8 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import z3
@@ -39,194 +43,17 @@ from argus.ir import tag_ops as T
 from argus.ir.core import Kernel, Op, Region, Value
 from argus.ir.types import ScalarType, SmemType, TensorType, TileType
 from argus.verify import exprs
-from argus.verify.tagdomain import Record, TagVal, combine, fresh_int, mentions, reduce_over
+from argus.verify.tagdomain import Record, TagVal, fresh_int, mentions
+from argus.verify.transfer import RULES
+# the records the walk builds and the obligation modules read live with the transfer functions
+# that fill them in (one module below both); the checks import them from here
+from argus.verify.transfer.domain import (AssertSite, EwSite, PipeInfo, ReadSite, ReduceSite,
+                                          Scope, Site, StepInfo, StoreSite, TensorInfo,
+                                          TileState, VarInfo, ViewInfo, WgmmaSite, WriteSite,
+                                          _is_z3, _is_zero, _num, _Unsupported, b_index)
+from argus.verify.transfer.domain import trailing as trailing  # re-exported (check_stores)
 
 SHAPE_BOUND = 1 << 24   # runtime shape parameters are assumed in [1, 2^24)
-
-
-# ----------------------------------------------------------------------------- structures
-
-
-@dataclass
-class VarInfo:
-    """What a z3 variable stands for, for decoding counterexamples."""
-
-    kind: str          # param, pid, loop, wg, thread, counter, index
-    label: str         # human name: "M", "pid_m", "k-loop index at gemm.py:45", "consumer wg"
-    value: Value | None = None
-    op: Op | None = None
-
-
-@dataclass
-class Scope:
-    kind: str                      # loop, if, role, produce, consume
-    op: Op
-    var: z3.ArithRef | None        # loop index / role index
-    constraints: tuple[z3.BoolRef, ...]
-
-
-@dataclass
-class Site:
-    """An op with everything enclosing it, in one role instance."""
-
-    op: Op
-    scopes: tuple[Scope, ...]
-    role: O.RoleOp | None
-    seq: int
-
-    @property
-    def loc(self) -> Loc:
-        return self.op.loc
-
-    def constraints(self) -> list[z3.BoolRef]:
-        out: list[z3.BoolRef] = []
-        for s in self.scopes:
-            out.extend(s.constraints)
-        return out
-
-    def scope_vars(self) -> list[z3.ArithRef]:
-        return [s.var for s in self.scopes if s.var is not None]
-
-    def enclosing(self, kind: str, pipe_id: int | None = None) -> Scope | None:
-        for s in reversed(self.scopes):
-            if s.kind == kind and (pipe_id is None or s.op.pipe.id == pipe_id):
-                return s
-        return None
-
-    def loops(self) -> list[Scope]:
-        return [s for s in self.scopes if s.kind == "loop"]
-
-
-@dataclass
-class TensorInfo:
-    name: str
-    value: Value
-    dims: tuple
-    field_names: tuple[str, ...]            # one per dim
-    user_fields: dict[str, tuple[str, tuple[Value, ...]]] = field(default_factory=dict)
-
-    def extent(self, model: Model, d: int):
-        dim = self.dims[d]
-        return dim if isinstance(dim, int) else model.param_term(dim)
-
-
-@dataclass
-class ViewInfo:
-    value: Value
-    buffer: Value
-    stage: Any            # z3 term, int, or None
-    row0: Any             # z3 term or int
-    rows: int
-    cols: int
-    op: Op
-
-
-@dataclass
-class StepInfo:
-    """One produce/consume site: its counter term n and the slot it owns."""
-
-    op: Op
-    site: Site
-    pipe: Value
-    kind: str                       # produce / consume
-    counter: z3.ArithRef
-    stage_term: z3.ArithRef
-
-
-@dataclass
-class PipeInfo:
-    op: O.PipelineCreate
-    stages: int
-    consumers: int
-    steps: list[StepInfo] = field(default_factory=list)
-    totals: dict = field(default_factory=dict)   # (role name, kind) -> total steps term
-
-
-@dataclass
-class WriteSite:
-    """A write into shared memory: a TMA copy (async proxy) or a stmatrix (generic)."""
-
-    kind: str                        # tma / generic
-    op: Op
-    site: Site
-    view: ViewInfo
-    step: StepInfo | None            # the enclosing produce for TMA
-    tensor: TensorInfo | None = None
-    coords: tuple = ()
-    tile: TileState | None = None
-
-
-@dataclass
-class TileState:
-    shape: tuple[int, ...]
-    layout: str
-    fn: Callable[[tuple], Record]
-    loc: Loc
-    what: str
-
-    def register_layout(self, threads: int):
-        """The RegisterLayout this tile's layout name denotes (target/register_layouts.py):
-        the one object codegen renders from, so checks decide on what runs."""
-        from argus.target import register_layouts
-
-        return register_layouts.build(self.layout or "blocked", tuple(self.shape), threads)
-
-
-@dataclass
-class ReadSite:
-    kind: str                        # wgmma-a, wgmma-b, ldmatrix, tma-store
-    op: Op
-    site: Site
-    view: ViewInfo
-
-
-@dataclass
-class StoreSite:
-    kind: str                        # store / tma-store
-    op: Op
-    site: Site
-    tensor: TensorInfo
-    offsets: tuple
-    shape: tuple[int, ...]
-    tile: TileState
-    transposed: bool = False         # the tile's two axes land swapped (Store.transposed)
-
-
-@dataclass
-class EwSite:
-    op: O.Elementwise
-    site: Site
-    operands: list                   # (TileState, shape) per tile operand
-
-
-@dataclass
-class ReduceSite:
-    op: O.Reduce
-    site: Site
-    src: TileState
-
-
-@dataclass
-class AssertSite:
-    op: T.TagAssert
-    site: Site
-    following: tuple[Op, ...]        # the ops after it in its region (for use-site pairing)
-    tiles: dict = field(default_factory=dict)   # the referenced tiles' states at this point
-
-
-@dataclass
-class WgmmaSite:
-    op: O.Wgmma
-    site: Site
-    a: ViewInfo | None               # None: A comes from registers (a_tile)
-    b: ViewInfo
-    acc_before: TileState
-    acc_def_seq: int                 # seq of the op that (re)initialized the accumulator
-    a_tile: TileState | None = None  # the register A operand (FlashAttention's P)
-
-    @property
-    def a_name(self) -> str:
-        return str(self.a.buffer) if self.a is not None else f"registers {self.op.a}"
 
 
 # ----------------------------------------------------------------------------- the model
@@ -440,6 +267,17 @@ class Model:
             return z3.If(a > b, a, b) if _is_z3(a) or _is_z3(b) else max(a, b)
         return None
 
+    # -- clusters -------------------------------------------------------------------------
+    def peer_pairs(self, q: int | None) -> list:
+        """Substitution giving the terms of CTA rank q of this CTA's cluster (its cluster index
+        is this one's; its rank digits are q's). [] for this CTA itself (q None)."""
+        if q is None:
+            return []
+        return [(r, z3.IntVal((q // stride) % c)) for r, c, stride in self.rank_digits]
+
+    def rank_vars(self) -> list[z3.ArithRef]:
+        return [r for r, _, _ in self.rank_digits]
+
     # -- the walk --------------------------------------------------------------------------
     def _walk(self, region: Region, scopes: tuple, role, counters: dict) -> None:
         ops = region.ops
@@ -452,239 +290,12 @@ class Model:
                 self.note_unsupported(op.loc, f"tag expression: {e}")
 
     def _op(self, op: Op, scopes, role, counters, following) -> None:
-        sym = self.sym
-        if isinstance(op, O.Const):
-            sym[op.result.id] = op.value
-        elif isinstance(op, O.Arith):
-            r = self._arith(op)
-            if r is None:
-                r = fresh_int(f"opaque{op.result.id}")
-            sym[op.result.id] = r
-        elif isinstance(op, O.GridIds):
-            self._grid(op)
-        elif isinstance(op, O.ClusterRank):
-            if self.grid is None:
-                raise _Unsupported("ag.cluster_rank() before ag.grid: the rank is not tied to "
-                                   "the program ids")
-            sym[op.result.id] = self.rank_term
-        elif isinstance(op, O.ThreadIndex):
-            t = self._var(f"tid{op.result.id}", VarInfo("thread", "thread index", op.result, op))
-            sym[op.result.id] = t
-            group = 128 if role is not None else self.threads
-            self.premises += [t >= 0, t < group]
-        elif isinstance(op, O.For):
-            self._for(op, scopes, role, counters)
-        elif isinstance(op, O.If):
-            cond = self._bool(op.cond)
-            inner = dict(counters)
-            self._walk(op.body, scopes + (Scope("if", op, None, (cond,)),), role, inner)
-            for pid, n in inner.items():
-                before = counters.get(pid, 0)
-                if not _same(n, before):
-                    counters[pid] = z3.If(cond, _num(n), _num(before))
-        elif isinstance(op, O.SmemAlloc):
-            self.buffers[op.result.id] = op
-        elif isinstance(op, O.SmemSlice):
-            stage = None if op.stage is None else self.scalar(op.stage)
-            row0 = op.row0 if isinstance(op.row0, int) else self.scalar(op.row0)
-            rows, cols = op.result.type.shape
-            self.views[op.result.id] = ViewInfo(op.result, op.buffer, stage, row0, rows, cols, op)
-        elif isinstance(op, O.PipelineCreate):
-            self.pipes[op.result.id] = PipeInfo(op, op.result.type.stages, op.consumers)
-        elif isinstance(op, (O.Produce, O.Consume)):
-            self._step(op, scopes, role, counters)
-        elif isinstance(op, O.TmaLoad):
-            self._tma_load(op, scopes, role)
-        elif isinstance(op, O.TmaStore):
-            self._tma_store(op, scopes, role)
-        elif isinstance(op, O.Wgmma):
-            self._wgmma(op, scopes, role)
-        elif isinstance(op, O.StMatrix):
-            site = self._site(op, scopes, role)
-            view = self.views[op.dst.id]
-            if self._recording:
-                self.writes.setdefault(view.buffer.id, []).append(
-                    WriteSite("generic", op, site, view, None, tile=self.tile(op.src)))
-        elif isinstance(op, O.LdMatrix):
-            site = self._site(op, scopes, role)
-            view = self.views[op.src.id]
-            if self._recording:
-                self.reads.append(ReadSite("ldmatrix", op, site, view))
-            self._set_tile(op.result, lambda idx, v=view, s=site: self.read_smem(v, idx, s),
-                           op, "ldmatrix of a shared-memory view")
-        elif isinstance(op, O.Load):
-            self._load(op, scopes, role)
-        elif isinstance(op, O.LoadScalar):
-            # data read at run time (a scale): an unknown value, guarded like a tile load; a
-            # function of its address, so a per-thread address gives a per-thread value
-            offsets = [self.scalar(o) for o in op.offsets]
-            fn = z3.Function(f"loaded{op.result.id}", *([z3.IntSort()] * len(offsets)),
-                             z3.IntSort())
-            sym[op.result.id] = fn(*offsets) if offsets else fresh_int(f"loaded{op.result.id}")
-        elif isinstance(op, O.Store):
-            site = self._site(op, scopes, role)
-            if self._recording:
-                self.stores.append(StoreSite("store", op, site, self.tensors[op.tensor.id],
-                                             tuple(self.scalar(o) for o in op.offsets),
-                                             op.value.type.shape, self.tile(op.value),
-                                             op.transposed))
-        elif isinstance(op, O.Full):
-            self._set_tile(op.result, lambda idx: Record(source="a constant tile"), op,
-                           "a constant tile")
-        elif isinstance(op, O.Elementwise):
-            self._elementwise(op, scopes, role)
-        elif isinstance(op, O.Convert):
-            src = self.tile(op.src)
-            self._set_tile(op.result, src.fn, op, src.what)
-            self.tiles[op.result.id].layout = op.result.type.layout or src.layout
-        elif isinstance(op, O.Reduce):
-            self._reduce(op, scopes, role)
-        elif isinstance(op, O.ConvertLayout):
-            # the same elements, redistributed: tags unchanged (the layout is in the type)
-            src = self.tile(op.src)
-            self._set_tile(op.result, src.fn, op, src.what)
-        elif isinstance(op, O.Arange):
-            self._set_tile(op.result, lambda idx: Record(source="an index tile"), op,
-                           "an index tile")
-        elif isinstance(op, O.ExpandDims):
-            src = self.tile(op.src)
-            axis = op.axis
-
-            def fn(idx, src=src, axis=axis):
-                return src.fn(tuple(x for d, x in enumerate(idx) if d != axis))
-            self._set_tile(op.result, fn, op, src.what)
-        elif isinstance(op, O.TileSlice):
-            src = self.tile(op.src)
-            axis, start = op.axis, op.start
-
-            def fn(idx, src=src, axis=axis, start=start):
-                return src.fn(tuple(x + start if d == axis else x for d, x in enumerate(idx)))
-            self._set_tile(op.result, fn, op, f"columns/rows from {start} of {src.what}")
-            self.tiles[op.result.id].layout = src.layout
-        elif isinstance(op, O.Var) and isinstance(op.result.type, ScalarType):
-            # a scalar variable that something assigns takes other values in later iterations
-            # (or after an ag.when): an opaque term, so whatever is proven holds for all of them
-            sym[op.result.id] = (fresh_int(f"var{op.result.id}") if op.result.id in
-                                 self._assigned_vars() else self.scalar(op.init))
-        elif isinstance(op, O.Var):
-            src = self.tile(op.init)
-            self.tiles[op.result.id] = TileState(src.shape, src.layout, src.fn, op.loc, src.what)
-            self._def_seq[op.result.id] = next(self._seq)
-        elif isinstance(op, O.Assign) and isinstance(op.dst.type, ScalarType):
-            pass  # the variable is opaque (see O.Var above)
-        elif isinstance(op, O.Assign):
-            src = self.tile(op.src)
-            self.tiles[op.dst.id] = TileState(self.tile(op.dst).shape, src.layout, src.fn,
-                                              op.loc, src.what)
-            self._def_seq[op.dst.id] = next(self._seq)
-        elif isinstance(op, T.TagAssume):
-            if self._recording:
-                self.axioms.append((op, self._site(op, scopes, role)))
-        elif isinstance(op, T.TagAssert):
-            if self._recording:
-                self.asserts.append(AssertSite(op, self._site(op, scopes, role),
-                                               tuple(following),
-                                               {r.id: self.tiles[r.id] for r in op.refs
-                                                if r.id in self.tiles}))
-        elif isinstance(op, (T.TagFn, T.TagTensor)):
-            pass
-        elif isinstance(op, O.SYNC_OPS):
-            pass  # no data: verify/check_sync.py proves them on the IR
-        else:
+        """One op's transfer function, looked up by its class (argus/verify/transfer/)."""
+        rule = RULES.get(type(op))
+        if rule is None:
             self.note_unsupported(op.loc, f"no tag rule for {op.NAME}")
-
-    def _grid(self, op: O.GridIds) -> None:
-        """Program ids; on a clustered dim d, pid_d = c_d * cluster_d + rank_d with
-        0 <= rank_d < c_d (PTX %ctaid = %clusterid * %cluster_nctaid + %cluster_ctaid), the
-        whole cluster inside the grid (a launch whose extent is not a multiple of the cluster
-        fails), and %cluster_ctarank = rank_x + c_x * (rank_y + c_y * rank_z)."""
-        self.grid = op
-        cluster = tuple(op.cluster) + (1,) * (3 - len(op.cluster))
-        if any(c > 1 for c in cluster[len(op.ids):]):
-            self.note_unsupported(op.loc, f"cluster {cluster} spans grid dimensions the grid "
-                                          f"does not have")
-            cluster = (1, 1, 1)
-        stride = 1
-        rank: Any = 0
-        for d, (v, e) in enumerate(zip(op.ids, op.extents)):
-            ext = _num(self.scalar(e))
-            c = cluster[d]
-            if c == 1:
-                pid = self._var(f"pid{d}_{v.id}", VarInfo("pid", f"program id {d}", v, op))
-                self.premises += [pid >= 0, pid < ext]
-                self.grid_vars.append((pid, 0, ext))
-            else:
-                cid = self._var(f"cluster{d}_{v.id}",
-                                VarInfo("cluster", f"cluster index {d}", v, op))
-                r = self._var(f"rank{d}_{v.id}",
-                              VarInfo("rank", f"CTA rank along dim {d} of its cluster", v, op))
-                pid = c * cid + r
-                self.premises += [cid >= 0, r >= 0, r < c, c * cid + c <= ext]
-                self._pid_split[v.id] = (cid, r, c)
-                self.rank_digits.append((r, c, stride))
-                self.grid_vars += [(cid, 0, ext / c), (r, 0, c)]
-                digit = r * stride if stride > 1 else r
-                rank = digit if isinstance(rank, int) else rank + digit
-            self.sym[v.id] = pid
-            stride *= c
-        self.cluster = cluster
-        self.cluster_size = cluster[0] * cluster[1] * cluster[2]
-        self.rank_term = rank
-
-    def peer_pairs(self, q: int | None) -> list:
-        """Substitution giving the terms of CTA rank q of this CTA's cluster (its cluster index
-        is this one's; its rank digits are q's). [] for this CTA itself (q None)."""
-        if q is None:
-            return []
-        return [(r, z3.IntVal((q // stride) % c)) for r, c, stride in self.rank_digits]
-
-    def rank_vars(self) -> list[z3.ArithRef]:
-        return [r for r, _, _ in self.rank_digits]
-
-    def _for(self, op: O.For, scopes, role, counters) -> None:
-        start, stop, step = (self.scalar(v) for v in (op.start, op.stop, op.step))
-        var = self._var(f"i{op.var.id}", VarInfo("loop", f"loop index at {op.loc}", op.var, op))
-        self.sym[op.var.id] = var
-        cons = [var >= _num(start), var < _num(stop)]
-        if not (isinstance(step, int) and step == 1):
-            cons.append((var - _num(start)) % _num(step) == 0)
-        scope = Scope("loop", op, var, tuple(cons))
-        inner_scopes = scopes + (scope,)
-        index = var - _num(start) if isinstance(step, int) and step == 1 else \
-            (var - _num(start)) / _num(step)
-        # the body's scalars first (inner loop bounds), so its steps per iteration can be
-        # counted; counters inside the body are then exact
-        self._prime_scalars(op.body)
-        per = {}
-        for pid in self.pipes:
-            try:
-                per[pid] = self._count(op.body, pid)
-            except _Unsupported as e:
-                self.note_unsupported(op.loc, str(e))
-                per[pid] = 0
-        inner_counters = {pid: _num(counters.get(pid, 0)) + index * per[pid] for pid in per
-                          if not _is_zero(per[pid])}
-        carried = self._carried_tiles(op.body)
-        if carried:
-            # dry pass (no recording): the loop-carried tiles' state after one iteration,
-            # summarized over the loop and joined with the initial state, is the state every
-            # iteration sees on entry
-            saved, recording = dict(self.tiles), self._recording
-            self._recording = False
-            self._walk(op.body, inner_scopes, role, dict(inner_counters))
-            self._recording = recording
-            for vid in carried:
-                if vid in self.tiles and vid in saved:
-                    self.tiles[vid] = _join(saved[vid], _summarize(self.tiles[vid], var, start,
-                                                                   stop, op.loc))
-        self._walk(op.body, inner_scopes, role, dict(inner_counters))
-        for vid in carried:
-            if vid in self.tiles:
-                self.tiles[vid] = _summarize(self.tiles[vid], var, start, stop, op.loc)
-        trip = self._trip(op)
-        for pid, n in per.items():
-            if not _is_zero(n):
-                counters[pid] = _num(counters.get(pid, 0)) + trip * n
+            return
+        rule(self, op, scopes, role, counters, following)
 
     def _assigned_vars(self) -> set[int]:
         """Ids of the variables (`var`) that some `assign` updates."""
@@ -725,22 +336,6 @@ class Model:
                 out.append(inner.dst.id)
         return [v for v in dict.fromkeys(out) if v in self.tiles]
 
-    def _step(self, op, scopes, role, counters) -> None:
-        pipe = self.pipes.get(op.pipe.id)
-        if pipe is None:
-            raise _Unsupported("pipeline step on an unknown pipeline")
-        n = _num(counters.get(op.pipe.id, 0))
-        kind = "produce" if isinstance(op, O.Produce) else "consume"
-        site = self._site(op, scopes, role)
-        stage = n % pipe.stages
-        info = StepInfo(op, site, op.pipe, kind, n, stage)
-        self.sym[op.stage.id] = stage
-        self.steps_by_stage[op.stage.id] = info
-        if self._recording:
-            pipe.steps.append(info)
-        counters[op.pipe.id] = n + 1
-        self._walk(op.body, scopes + (Scope(kind, op, None, ()),), role, counters)
-
     # -- tiles -----------------------------------------------------------------------------
     def tile(self, v: Value) -> TileState:
         if v.id not in self.tiles:
@@ -752,19 +347,6 @@ class Model:
         self.tiles[v.id] = TileState(t.shape, t.layout, fn, op.loc, what)
         self._def_seq[v.id] = next(self._seq)
         self.def_ops[v.id] = op
-
-    def _load(self, op: O.Load, scopes, role) -> None:
-        info = self.tensors[op.tensor.id]
-        offs = tuple(self.scalar(o) for o in op.offsets)
-        site = self._site(op, scopes, role)
-        loops = site.loops()
-        it = loops[-1].var if loops else None
-
-        def fn(idx, info=info, offs=offs, it=it):
-            coords = trailing(offs, idx)
-            return self.element_record(info, coords, it=it,
-                                       source=f"{info.name}[...] loaded at {op.loc}")
-        self._set_tile(op.result, fn, op, f"a tile of {info.name} loaded at {op.loc}")
 
     def element_record(self, info: TensorInfo, coords, it=None, step=None, stage=None,
                        source: str = "") -> Record:
@@ -784,120 +366,7 @@ class Model:
             fields["stage"] = TagVal(_num(stage))
         return Record(fields, z3.And(inb) if inb else z3.BoolVal(True), (), source)
 
-    def _elementwise(self, op: O.Elementwise, scopes, role) -> None:
-        shape = op.result.type.shape
-        operands = []
-        for a in op.args:
-            if isinstance(a.type, TileType):
-                operands.append((self.tile(a), a.type.shape))
-        site = self._site(op, scopes, role)
-        if self._recording and len(operands) > 1:
-            self.ews.append(EwSite(op, site, operands))
-        if op.fn == "where" and operands and isinstance(op.args[0].type, TileType):
-            value_ops = operands[1:]  # the condition carries no data into the result
-        else:
-            value_ops = operands
-
-        def fn(idx, value_ops=value_ops, shape=shape):
-            fields: dict = {}
-            cond: tuple = ()
-            defined = []
-            for state, oshape in value_ops:
-                rec = state.fn(_broadcast_index(idx, oshape))
-                cond += rec.cond
-                defined.append(rec.defined)
-                for name, val in rec.fields.items():
-                    if name == "tensor":
-                        continue  # computed data is no longer an element of one tensor
-                    fields[name] = combine(fields[name], val, f"{op.fn} at {op.loc}") \
-                        if name in fields else val
-            return Record(fields, z3.And(defined) if defined else z3.BoolVal(True), cond,
-                          f"{op.fn} at {op.loc}")
-        # without layout inference, a pointwise result of a same-shape accumulator is one too
-        layout = op.result.type.layout or next(
-            (st.layout for st, sh in operands if tuple(sh) == tuple(shape) and st.layout), "")
-        self.tiles[op.result.id] = TileState(shape, layout, fn, op.loc, f"{op.fn} at {op.loc}")
-        self._def_seq[op.result.id] = next(self._seq)
-
-    def _reduce(self, op: O.Reduce, scopes, role) -> None:
-        src = self.tile(op.src)
-        site = self._site(op, scopes, role)
-        if self._recording:
-            self.reduces.append(ReduceSite(op, site, src))
-        axis, extent = op.axis, op.src.type.shape[op.axis]
-
-        def fn(idx, src=src):
-            v = fresh_int(f"r{op.result.id}")
-            inner = tuple(v if d == axis else x for d, x in enumerate(idx))
-            rec = src.fn(inner)
-            fields = {name: reduce_over(val, v, 0, extent, f"{op.fn} over axis {axis} at "
-                                                           f"{op.loc}")
-                      for name, val in rec.fields.items() if name != "tensor"}
-            # cond mentioning v belongs to the fields now; keep the rest
-            return Record(fields, rec.defined, tuple(c for c in rec.cond),
-                          f"{op.fn} at {op.loc}")
-        self._set_tile(op.result, fn, op, f"{op.fn}-reduction at {op.loc}")
-
     # -- shared memory ---------------------------------------------------------------------
-    def _tma_load(self, op: O.TmaLoad, scopes, role) -> None:
-        site = self._site(op, scopes, role)
-        view = self.views[op.dst.id]
-        produce = site.enclosing("produce")
-        step = self.steps_by_stage.get(produce.op.stage.id) if produce else None
-        info = self.tensors[op.tensor.id]
-        coords = tuple(self.scalar(c) for c in op.coords)
-        if self._recording:
-            self.writes.setdefault(view.buffer.id, []).append(
-                WriteSite("tma", op, site, view, step, info, coords))
-
-    def _tma_store(self, op: O.TmaStore, scopes, role) -> None:
-        site = self._site(op, scopes, role)
-        view = self.views[op.src.id]
-        if not self._recording:
-            return
-        self.reads.append(ReadSite("tma-store", op, site, view))
-
-        def fn(idx, view=view, site=site):
-            return self.read_smem(view, idx, site)
-        tile = TileState((view.rows, view.cols), "", fn, op.loc, "TMA-store source")
-        self.stores.append(StoreSite("tma-store", op, site, self.tensors[op.tensor.id],
-                                     tuple(self.scalar(c) for c in op.coords),
-                                     (view.rows, view.cols), tile))
-
-    def _wgmma(self, op: O.Wgmma, scopes, role) -> None:
-        site = self._site(op, scopes, role)
-        a, b = self.views.get(op.a.id), self.views[op.b.id]
-        a_tile = self.tile(op.a) if a is None else None  # A from registers
-        before = self.tile(op.acc)
-        wsite = WgmmaSite(op, site, a, b, before, self._def_seq.get(op.acc.id, 0), a_tile)
-        if self._recording:
-            self.wgmmas.append(wsite)
-            if a is not None:
-                self.reads.append(ReadSite("wgmma-a", op, site, a))
-            self.reads.append(ReadSite("wgmma-b", op, site, b))
-        K = op.k_extent
-
-        def fn(idx, a=a, b=b, before=before, site=site, trans=op.trans_b):
-            m, n = idx
-            kk = fresh_int("kk")
-            ra = self.wgmma_a(wsite, m, kk)
-            rb = self.read_smem(b, b_index(b, n, kk, K, trans), site)
-            prev = before.fn(idx)
-            fields = dict(prev.fields)
-            for rec in (ra, rb):
-                for name, val in rec.fields.items():
-                    if name in ("tensor", "iter", "step", "stage"):
-                        continue
-                    val = reduce_over(val, kk, 0, K, f"wgmma k at {op.loc}")
-                    if name in fields:
-                        fields[name] = combine(fields[name], val, f"wgmma at {op.loc}")
-                    else:
-                        fields[name] = val
-            return Record(fields, prev.defined, prev.cond + ra.cond + rb.cond,
-                          f"wgmma accumulator at {op.loc}")
-        self.tiles[op.acc.id] = TileState(before.shape, "wgmma_acc", fn, op.loc,
-                                          f"wgmma accumulator at {op.loc}")
-
     def wgmma_a(self, wsite: WgmmaSite, m, kk) -> Record:
         """The tags of A element (m, kk) of a wgmma: from its shared-memory view, or from the
         register tile that is its A operand."""
@@ -1096,26 +565,6 @@ class Model:
 # ----------------------------------------------------------------------------- helpers
 
 
-class _Unsupported(Exception):
-    pass
-
-
-def _is_z3(x) -> bool:
-    return isinstance(x, z3.ExprRef)
-
-
-def _num(x):
-    if isinstance(x, bool):
-        return z3.IntVal(int(x))
-    if isinstance(x, int):
-        return z3.IntVal(x)
-    if _is_z3(x) and z3.is_bool(x):
-        return z3.If(x, 1, 0)
-    if isinstance(x, float):
-        raise _Unsupported("a float scalar used as an integer")
-    return x
-
-
 def _boolish(x):
     if _is_z3(x):
         return x if z3.is_bool(x) else x != 0
@@ -1132,18 +581,6 @@ def _max0(x):
     if _is_z3(x):
         return z3.If(x > 0, x, 0)
     return max(0, x)
-
-
-def _is_zero(x) -> bool:
-    if isinstance(x, int):
-        return x == 0
-    return z3.is_int_value(z3.simplify(x)) and z3.simplify(x).as_long() == 0
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, int) and isinstance(b, int):
-        return a == b
-    return z3.eq(z3.simplify(_num(a)), z3.simplify(_num(b)))
 
 
 def _mentions_any(term, vars_) -> bool:
@@ -1177,53 +614,6 @@ def _stage_eq(a, b) -> z3.BoolRef:
     # simplified: the same step's stage on both sides folds to True, which keeps `n % 3` out
     # of the query (and the query in the bit-vector tier)
     return z3.simplify(_num(a) == _num(b))
-
-
-def b_index(view: ViewInfo, n, kk, K: int, trans: bool) -> tuple:
-    """The view element holding B[n, k] (or A[m, k]) of a wgmma: K-major [N, K] views
-    directly; an MN-major operand is stored as column atoms [N / W][K][W] stacked along the
-    rows (W = the view's columns, one swizzle span)."""
-    if not trans:
-        return (n, kk)
-    W = view.cols
-    return ((n / W) * K + kk, n % W)
-
-
-def trailing(offsets, idx) -> tuple:
-    """Coordinates of tile element idx placed at `offsets`: a tile of lower rank than its
-    tensor covers the tensor's last dims (the leading offsets are batch indices)."""
-    lead = len(offsets) - len(idx)
-    return tuple(_num(o) for o in offsets[:lead]) + tuple(
-        _num(o) + i for o, i in zip(offsets[lead:], idx))
-
-
-def _broadcast_index(idx: tuple, shape: tuple) -> tuple:
-    return tuple(z3.IntVal(0) if s == 1 else x for x, s in zip(idx, shape))
-
-
-def _summarize(state: TileState, var, start, stop, loc) -> TileState:
-    def fn(idx, inner=state.fn):
-        rec = inner(idx)
-        fields = {name: reduce_over(val, var, _num(start), _num(stop),
-                                    f"accumulated over the loop at {loc}")
-                  for name, val in rec.fields.items()}
-        # premises that mention the finished loop's index range over all its iterations
-        other = fresh_int(f"{var}@all")
-        cond = tuple(z3.substitute(c, (var, other)) for c in rec.cond)
-        if any(mentions(c, other) for c in cond):
-            cond += (other >= _num(start), other < _num(stop))
-        return Record(fields, rec.defined, cond, rec.source)
-    return TileState(state.shape, state.layout, fn, state.loc, state.what)
-
-
-def _join(initial: TileState, summary: TileState) -> TileState:
-    def fn(idx):
-        a, b = initial.fn(idx), summary.fn(idx)
-        fields = dict(b.fields)
-        for name, val in a.fields.items():
-            fields.setdefault(name, val)
-        return Record(fields, b.defined, a.cond + b.cond, b.source)
-    return TileState(summary.shape, summary.layout, fn, summary.loc, summary.what)
 
 
 def smem_type(model: Model, buffer: Value) -> SmemType:

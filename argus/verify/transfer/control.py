@@ -1,0 +1,136 @@
+"""Transfer functions of structured control flow and loop-carried values: for, if, var, assign.
+
+Job: walk the nested regions with their scopes (a loop index bounded by its range, an if's
+condition), keep the pipeline step counters exact across loops (steps before the loop +
+iteration x steps per iteration) and ifs (a counter that differs between the branches becomes
+a z3 If), and summarize loop-carried tiles over the loop: a dry pass over the body gives their
+state after one iteration, which, summarized over the loop and joined with the initial state,
+is the state every iteration sees on entry.
+
+Invariant kept: a loop-carried value is never taken at one iteration's state: tags that vary
+with the index are reduced over its whole range (`tagdomain.reduce_over`), and premises that
+mention the finished loop's index range over every iteration. A scalar variable that something
+assigns is an opaque term, so whatever is proven holds for all its values.
+
+Roles (RoleOp) have no rule here: the model walks each role from the kernel's top level once
+per warpgroup index (`Model._walk_role`); see EXEMPT in this package's __init__.
+"""
+
+from __future__ import annotations
+
+import z3
+
+from argus.ir import ops as O
+from argus.ir.types import ScalarType
+from argus.verify.tagdomain import Record, fresh_int, mentions, reduce_over
+from argus.verify.transfer.domain import (Rule, Scope, TileState, VarInfo, _is_zero, _num,
+                                          _same, _Unsupported)
+
+
+def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
+    start, stop, step = (m.scalar(v) for v in (op.start, op.stop, op.step))
+    var = m._var(f"i{op.var.id}", VarInfo("loop", f"loop index at {op.loc}", op.var, op))
+    m.sym[op.var.id] = var
+    cons = [var >= _num(start), var < _num(stop)]
+    if not (isinstance(step, int) and step == 1):
+        cons.append((var - _num(start)) % _num(step) == 0)
+    scope = Scope("loop", op, var, tuple(cons))
+    inner_scopes = scopes + (scope,)
+    index = var - _num(start) if isinstance(step, int) and step == 1 else \
+        (var - _num(start)) / _num(step)
+    # the body's scalars first (inner loop bounds), so its steps per iteration can be
+    # counted; counters inside the body are then exact
+    m._prime_scalars(op.body)
+    per = {}
+    for pid in m.pipes:
+        try:
+            per[pid] = m._count(op.body, pid)
+        except _Unsupported as e:
+            m.note_unsupported(op.loc, str(e))
+            per[pid] = 0
+    inner_counters = {pid: _num(counters.get(pid, 0)) + index * per[pid] for pid in per
+                      if not _is_zero(per[pid])}
+    carried = m._carried_tiles(op.body)
+    if carried:
+        # dry pass (no recording): the loop-carried tiles' state after one iteration,
+        # summarized over the loop and joined with the initial state, is the state every
+        # iteration sees on entry
+        saved, recording = dict(m.tiles), m._recording
+        m._recording = False
+        m._walk(op.body, inner_scopes, role, dict(inner_counters))
+        m._recording = recording
+        for vid in carried:
+            if vid in m.tiles and vid in saved:
+                m.tiles[vid] = _join(saved[vid], _summarize(m.tiles[vid], var, start,
+                                                            stop, op.loc))
+    m._walk(op.body, inner_scopes, role, dict(inner_counters))
+    for vid in carried:
+        if vid in m.tiles:
+            m.tiles[vid] = _summarize(m.tiles[vid], var, start, stop, op.loc)
+    trip = m._trip(op)
+    for pid, n in per.items():
+        if not _is_zero(n):
+            counters[pid] = _num(counters.get(pid, 0)) + trip * n
+
+
+def if_(m: Model, op: O.If, scopes, role, counters, following) -> None:
+    cond = m._bool(op.cond)
+    inner = dict(counters)
+    m._walk(op.body, scopes + (Scope("if", op, None, (cond,)),), role, inner)
+    for pid, n in inner.items():
+        before = counters.get(pid, 0)
+        if not _same(n, before):
+            counters[pid] = z3.If(cond, _num(n), _num(before))
+
+
+def var(m: Model, op: O.Var, scopes, role, counters, following) -> None:
+    if isinstance(op.result.type, ScalarType):
+        # a scalar variable that something assigns takes other values in later iterations
+        # (or after an ag.when): an opaque term, so whatever is proven holds for all of them
+        m.sym[op.result.id] = (fresh_int(f"var{op.result.id}") if op.result.id in
+                               m._assigned_vars() else m.scalar(op.init))
+        return
+    src = m.tile(op.init)
+    m.tiles[op.result.id] = TileState(src.shape, src.layout, src.fn, op.loc, src.what)
+    m._def_seq[op.result.id] = next(m._seq)
+
+
+def assign(m: Model, op: O.Assign, scopes, role, counters, following) -> None:
+    if isinstance(op.dst.type, ScalarType):
+        return  # the variable is opaque (see `var` above)
+    src = m.tile(op.src)
+    m.tiles[op.dst.id] = TileState(m.tile(op.dst).shape, src.layout, src.fn, op.loc, src.what)
+    m._def_seq[op.dst.id] = next(m._seq)
+
+
+def _summarize(state: TileState, var, start, stop, loc) -> TileState:
+    def fn(idx, inner=state.fn):
+        rec = inner(idx)
+        fields = {name: reduce_over(val, var, _num(start), _num(stop),
+                                    f"accumulated over the loop at {loc}")
+                  for name, val in rec.fields.items()}
+        # premises that mention the finished loop's index range over all its iterations
+        other = fresh_int(f"{var}@all")
+        cond = tuple(z3.substitute(c, (var, other)) for c in rec.cond)
+        if any(mentions(c, other) for c in cond):
+            cond += (other >= _num(start), other < _num(stop))
+        return Record(fields, rec.defined, cond, rec.source)
+    return TileState(state.shape, state.layout, fn, state.loc, state.what)
+
+
+def _join(initial: TileState, summary: TileState) -> TileState:
+    def fn(idx):
+        a, b = initial.fn(idx), summary.fn(idx)
+        fields = dict(b.fields)
+        for name, val in a.fields.items():
+            fields.setdefault(name, val)
+        return Record(fields, b.defined, a.cond + b.cond, b.source)
+    return TileState(summary.shape, summary.layout, fn, summary.loc, summary.what)
+
+
+RULES: dict[type, Rule] = {
+    O.For: for_,
+    O.If: if_,
+    O.Var: var,
+    O.Assign: assign,
+}

@@ -1,0 +1,272 @@
+"""The abstract domain of the verifier's model: what a transfer function reads and writes.
+
+Job: the records of one abstract interpretation (argus/verify/model.py walks the IR; the
+transfer functions in this package, one per op class, fill these in): variables, scopes and
+sites, tensors, shared-memory views, pipeline steps, writes and reads of shared memory, tile
+states, and the sites obligations are generated from; plus the few term helpers that both the
+model and the transfer functions use. It sits below both so that the model can look rules up
+and the rules can build records without an import circle.
+
+Invariant kept: these are plain records; none of them evaluates anything. A `TileState.fn`
+builds a fresh `Record` on every call (see the model's docstring), and `_Unsupported` is the one
+exception by which a transfer function says "not representable": the walk turns it into an
+`unknown`, never into a silent assumption.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+
+from argus.errors import Loc
+from argus.ir import ops as O
+from argus.ir import tag_ops as T
+from argus.ir.core import Op, Value
+from argus.verify.tagdomain import Record
+
+
+# ----------------------------------------------------------------------------- structures
+
+
+@dataclass
+class VarInfo:
+    """What a z3 variable stands for, for decoding counterexamples."""
+
+    kind: str          # param, pid, loop, wg, thread, counter, index
+    label: str         # human name: "M", "pid_m", "k-loop index at gemm.py:45", "consumer wg"
+    value: Value | None = None
+    op: Op | None = None
+
+
+@dataclass
+class Scope:
+    kind: str                      # loop, if, role, produce, consume
+    op: Op
+    var: z3.ArithRef | None        # loop index / role index
+    constraints: tuple[z3.BoolRef, ...]
+
+
+@dataclass
+class Site:
+    """An op with everything enclosing it, in one role instance."""
+
+    op: Op
+    scopes: tuple[Scope, ...]
+    role: O.RoleOp | None
+    seq: int
+
+    @property
+    def loc(self) -> Loc:
+        return self.op.loc
+
+    def constraints(self) -> list[z3.BoolRef]:
+        out: list[z3.BoolRef] = []
+        for s in self.scopes:
+            out.extend(s.constraints)
+        return out
+
+    def scope_vars(self) -> list[z3.ArithRef]:
+        return [s.var for s in self.scopes if s.var is not None]
+
+    def enclosing(self, kind: str, pipe_id: int | None = None) -> Scope | None:
+        for s in reversed(self.scopes):
+            if s.kind == kind and (pipe_id is None or s.op.pipe.id == pipe_id):
+                return s
+        return None
+
+    def loops(self) -> list[Scope]:
+        return [s for s in self.scopes if s.kind == "loop"]
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    value: Value
+    dims: tuple
+    field_names: tuple[str, ...]            # one per dim
+    user_fields: dict[str, tuple[str, tuple[Value, ...]]] = field(default_factory=dict)
+
+    def extent(self, model: Model, d: int):
+        dim = self.dims[d]
+        return dim if isinstance(dim, int) else model.param_term(dim)
+
+
+@dataclass
+class ViewInfo:
+    value: Value
+    buffer: Value
+    stage: Any            # z3 term, int, or None
+    row0: Any             # z3 term or int
+    rows: int
+    cols: int
+    op: Op
+
+
+@dataclass
+class StepInfo:
+    """One produce/consume site: its counter term n and the slot it owns."""
+
+    op: Op
+    site: Site
+    pipe: Value
+    kind: str                       # produce / consume
+    counter: z3.ArithRef
+    stage_term: z3.ArithRef
+
+
+@dataclass
+class PipeInfo:
+    op: O.PipelineCreate
+    stages: int
+    consumers: int
+    steps: list[StepInfo] = field(default_factory=list)
+    totals: dict = field(default_factory=dict)   # (role name, kind) -> total steps term
+
+
+@dataclass
+class WriteSite:
+    """A write into shared memory: a TMA copy (async proxy) or a stmatrix (generic)."""
+
+    kind: str                        # tma / generic
+    op: Op
+    site: Site
+    view: ViewInfo
+    step: StepInfo | None            # the enclosing produce for TMA
+    tensor: TensorInfo | None = None
+    coords: tuple = ()
+    tile: TileState | None = None
+
+
+@dataclass
+class TileState:
+    shape: tuple[int, ...]
+    layout: str
+    fn: Callable[[tuple], Record]
+    loc: Loc
+    what: str
+
+    def register_layout(self, threads: int):
+        """The RegisterLayout this tile's layout name denotes (target/register_layouts.py):
+        the one object codegen renders from, so checks decide on what runs."""
+        from argus.target import register_layouts
+
+        return register_layouts.build(self.layout or "blocked", tuple(self.shape), threads)
+
+
+@dataclass
+class ReadSite:
+    kind: str                        # wgmma-a, wgmma-b, ldmatrix, tma-store
+    op: Op
+    site: Site
+    view: ViewInfo
+
+
+@dataclass
+class StoreSite:
+    kind: str                        # store / tma-store
+    op: Op
+    site: Site
+    tensor: TensorInfo
+    offsets: tuple
+    shape: tuple[int, ...]
+    tile: TileState
+    transposed: bool = False         # the tile's two axes land swapped (Store.transposed)
+
+
+@dataclass
+class EwSite:
+    op: O.Elementwise
+    site: Site
+    operands: list                   # (TileState, shape) per tile operand
+
+
+@dataclass
+class ReduceSite:
+    op: O.Reduce
+    site: Site
+    src: TileState
+
+
+@dataclass
+class AssertSite:
+    op: T.TagAssert
+    site: Site
+    following: tuple[Op, ...]        # the ops after it in its region (for use-site pairing)
+    tiles: dict = field(default_factory=dict)   # the referenced tiles' states at this point
+
+
+@dataclass
+class WgmmaSite:
+    op: O.Wgmma
+    site: Site
+    a: ViewInfo | None               # None: A comes from registers (a_tile)
+    b: ViewInfo
+    acc_before: TileState
+    acc_def_seq: int                 # seq of the op that (re)initialized the accumulator
+    a_tile: TileState | None = None  # the register A operand (FlashAttention's P)
+
+    @property
+    def a_name(self) -> str:
+        return str(self.a.buffer) if self.a is not None else f"registers {self.op.a}"
+
+
+# ----------------------------------------------------------------------------- term helpers
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _is_z3(x) -> bool:
+    return isinstance(x, z3.ExprRef)
+
+
+def _num(x):
+    if isinstance(x, bool):
+        return z3.IntVal(int(x))
+    if isinstance(x, int):
+        return z3.IntVal(x)
+    if _is_z3(x) and z3.is_bool(x):
+        return z3.If(x, 1, 0)
+    if isinstance(x, float):
+        raise _Unsupported("a float scalar used as an integer")
+    return x
+
+
+def _is_zero(x) -> bool:
+    if isinstance(x, int):
+        return x == 0
+    return z3.is_int_value(z3.simplify(x)) and z3.simplify(x).as_long() == 0
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return z3.eq(z3.simplify(_num(a)), z3.simplify(_num(b)))
+
+
+def b_index(view: ViewInfo, n, kk, K: int, trans: bool) -> tuple:
+    """The view element holding B[n, k] (or A[m, k]) of a wgmma: K-major [N, K] views
+    directly; an MN-major operand is stored as column atoms [N / W][K][W] stacked along the
+    rows (W = the view's columns, one swizzle span)."""
+    if not trans:
+        return (n, kk)
+    W = view.cols
+    return ((n / W) * K + kk, n % W)
+
+
+def trailing(offsets, idx) -> tuple:
+    """Coordinates of tile element idx placed at `offsets`: a tile of lower rank than its
+    tensor covers the tensor's last dims (the leading offsets are batch indices)."""
+    lead = len(offsets) - len(idx)
+    return tuple(_num(o) for o in offsets[:lead]) + tuple(
+        _num(o) + i for o, i in zip(offsets[lead:], idx))
+
+
+# A transfer function: (model, op, enclosing scopes, role, pipeline step counters, the ops after
+# it in its region) -> None; it updates the model's state. `Model` is argus/verify/model.py's,
+# which imports this package (so it is named here, not imported).
+Rule = Callable[["Model", Any, tuple, Any, dict, tuple], None]

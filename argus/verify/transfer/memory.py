@@ -1,0 +1,92 @@
+"""Transfer functions of memory ops other than TMA: shared-memory buffers and views,
+stmatrix/ldmatrix, and global loads and stores.
+
+Job: name shared-memory buffers and the views into them (stage, first row, shape); record
+stmatrix as a generic-proxy write of its source tile's tags and ldmatrix as a read resolved
+against the buffer's writes (`Model.read_smem`); give a loaded tile the tags of the tensor
+elements it reads (`Model.element_record`: coordinates, user tag fields, the iteration), and
+record every store with the tags of what it writes.
+
+Invariant kept: a read is resolved lazily, at the reader's site (its scopes and sequence
+number), so it sees exactly the writes the model allows it to (earlier generic writes, or the
+TMA copies of the matching pipeline step), never a later one.
+"""
+
+from __future__ import annotations
+
+import z3
+
+from argus.ir import ops as O
+from argus.verify.tagdomain import fresh_int
+from argus.verify.transfer.domain import ReadSite, Rule, StoreSite, ViewInfo, WriteSite, trailing
+
+
+def smem_alloc(m: Model, op: O.SmemAlloc, scopes, role, counters, following) -> None:
+    m.buffers[op.result.id] = op
+
+
+def smem_slice(m: Model, op: O.SmemSlice, scopes, role, counters, following) -> None:
+    stage = None if op.stage is None else m.scalar(op.stage)
+    row0 = op.row0 if isinstance(op.row0, int) else m.scalar(op.row0)
+    rows, cols = op.result.type.shape
+    m.views[op.result.id] = ViewInfo(op.result, op.buffer, stage, row0, rows, cols, op)
+
+
+def stmatrix(m: Model, op: O.StMatrix, scopes, role, counters, following) -> None:
+    site = m._site(op, scopes, role)
+    view = m.views[op.dst.id]
+    if m._recording:
+        m.writes.setdefault(view.buffer.id, []).append(
+            WriteSite("generic", op, site, view, None, tile=m.tile(op.src)))
+
+
+def ldmatrix(m: Model, op: O.LdMatrix, scopes, role, counters, following) -> None:
+    site = m._site(op, scopes, role)
+    view = m.views[op.src.id]
+    if m._recording:
+        m.reads.append(ReadSite("ldmatrix", op, site, view))
+    m._set_tile(op.result, lambda idx, v=view, s=site: m.read_smem(v, idx, s),
+                op, "ldmatrix of a shared-memory view")
+
+
+def load(m: Model, op: O.Load, scopes, role, counters, following) -> None:
+    info = m.tensors[op.tensor.id]
+    offs = tuple(m.scalar(o) for o in op.offsets)
+    site = m._site(op, scopes, role)
+    loops = site.loops()
+    it = loops[-1].var if loops else None
+
+    def fn(idx, info=info, offs=offs, it=it):
+        coords = trailing(offs, idx)
+        return m.element_record(info, coords, it=it,
+                                source=f"{info.name}[...] loaded at {op.loc}")
+    m._set_tile(op.result, fn, op, f"a tile of {info.name} loaded at {op.loc}")
+
+
+def load_scalar(m: Model, op: O.LoadScalar, scopes, role, counters, following) -> None:
+    # data read at run time (a scale): an unknown value, guarded like a tile load; a
+    # function of its address, so a per-thread address gives a per-thread value
+    offsets = [m.scalar(o) for o in op.offsets]
+    fn = z3.Function(f"loaded{op.result.id}", *([z3.IntSort()] * len(offsets)),
+                     z3.IntSort())
+    m.sym[op.result.id] = fn(*offsets) if offsets else fresh_int(f"loaded{op.result.id}")
+
+
+def store(m: Model, op: O.Store, scopes, role, counters, following) -> None:
+    site = m._site(op, scopes, role)
+    if m._recording:
+        m.stores.append(StoreSite("store", op, site, m.tensors[op.tensor.id],
+                                  tuple(m.scalar(o) for o in op.offsets),
+                                  op.value.type.shape, m.tile(op.value),
+                                  op.transposed))
+
+
+RULES: dict[type, Rule] = {
+    O.SmemAlloc: smem_alloc,
+    O.SmemSlice: smem_slice,
+    O.StMatrix: stmatrix,
+    O.LdMatrix: ldmatrix,
+    O.Load: load,
+    O.LoadScalar: load_scalar,
+    O.Store: store,
+}

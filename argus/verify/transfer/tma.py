@@ -1,0 +1,49 @@
+"""Transfer functions of the TMA copies: tma.load (global -> shared, async proxy) and tma.store
+(shared -> global).
+
+Job: record a TMA load as an async-proxy write into its view, tied to the enclosing produce
+step (whose counter decides which consume step sees it) with the tensor and box coordinates it
+copies; record a TMA store as a read of its shared-memory view and a store whose tile is that
+view, resolved at the store's site.
+
+Invariant kept: a TMA write carries its produce step, so a reader resolves it through the
+pipeline (the consume step with the same counter), never by program order alone.
+"""
+
+from __future__ import annotations
+
+from argus.ir import ops as O
+from argus.verify.transfer.domain import ReadSite, Rule, StoreSite, TileState, WriteSite
+
+
+def tma_load(m: Model, op: O.TmaLoad, scopes, role, counters, following) -> None:
+    site = m._site(op, scopes, role)
+    view = m.views[op.dst.id]
+    produce = site.enclosing("produce")
+    step = m.steps_by_stage.get(produce.op.stage.id) if produce else None
+    info = m.tensors[op.tensor.id]
+    coords = tuple(m.scalar(c) for c in op.coords)
+    if m._recording:
+        m.writes.setdefault(view.buffer.id, []).append(
+            WriteSite("tma", op, site, view, step, info, coords))
+
+
+def tma_store(m: Model, op: O.TmaStore, scopes, role, counters, following) -> None:
+    site = m._site(op, scopes, role)
+    view = m.views[op.src.id]
+    if not m._recording:
+        return
+    m.reads.append(ReadSite("tma-store", op, site, view))
+
+    def fn(idx, view=view, site=site):
+        return m.read_smem(view, idx, site)
+    tile = TileState((view.rows, view.cols), "", fn, op.loc, "TMA-store source")
+    m.stores.append(StoreSite("tma-store", op, site, m.tensors[op.tensor.id],
+                              tuple(m.scalar(c) for c in op.coords),
+                              (view.rows, view.cols), tile))
+
+
+RULES: dict[type, Rule] = {
+    O.TmaLoad: tma_load,
+    O.TmaStore: tma_store,
+}
