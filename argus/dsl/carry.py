@@ -134,7 +134,6 @@ class CarryScope:
         if self.frame is None:
             return
         before = _handles(self.frame)
-        self.before_ids = {name: h.value.id for name, h in before.items()}
         self.before_objects = dict(self.frame.f_locals)
         self.python_numbers = {name: x for name, x in self.frame.f_locals.items()
                                if isinstance(x, (int, float)) and name not in before}
