@@ -41,24 +41,53 @@ def wgmma_issue(em: _Emitter, ops, i: int) -> int:
     return i + (5 if waited else 3)
 
 
+def _spec(em: _Emitter, op: O.Wgmma, a_source: str) -> WgmmaSpec:
+    """The instruction variant of `op`, recorded for the kernel's prelude (codegen/wgmma.py)."""
+    dt = op.a.type.dtype
+    spec = WgmmaSpec(n=op.acc.type.shape[1], a_dtype=dt.name, b_dtype=dt.name,
+                     acc_dtype="f32", a_source=a_source, trans_b=op.trans_b,
+                     trans_a=op.trans_a)
+    if spec not in em.wgmma_specs:
+        em.wgmma_specs.append(spec)
+    return spec
+
+
+def _issue(em: _Emitter, op: O.Wgmma, spec: WgmmaSpec, a_operand) -> int:
+    """One instruction per k step (k16 for 16-bit inputs, k32 for fp8) and the commit;
+    `a_operand(kk)` is step kk's A argument. A scale-d = 0 accumulator (lazy zero) is
+    overwritten by the first step. Returns the number of k steps."""
+    acc = em.tiles[op.acc.id]
+    step_b = op.b_desc[3]
+    k_steps = op.k_extent // spec.k
+    lazy = acc.name in em.lazy_zero
+    for kk in range(k_steps):
+        scale = f"1 - {acc.name}_zero" if lazy and kk == 0 else "1"
+        em.emit(f"ag::{spec.name}({acc.name}, {a_operand(kk)}, ag::desc_advance(db, "
+                f"{kk * step_b}), {scale});")
+    em.emit("ag::wgmma_commit();")
+    if lazy:
+        em.emit(f"{acc.name}_zero = 0;")
+    return k_steps
+
+
+def _b_descriptor(em: _Emitter, op: O.Wgmma) -> None:
+    sw_b, lbo_b, sbo_b, _ = op.b_desc
+    em.emit(f"const ag::uint64_t db = ag::make_smem_desc({em.name(op.b)}, {sw_b}, "
+            f"{lbo_b}, {sbo_b});")
+
+
 def _wgmma_register_a(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence) -> int:
     """The "rs" form: A is a bf16/f16 [64, K] tile in the A fragment (the accumulator
     pattern of 16 columns, target/fragments.py wgmma_a_coord). k16 step kk reads registers
     8kk .. 8kk+7, packed in pairs into ra[kk], the instruction's four 32-bit A registers
     (what `wgmma.fence` / `fence.operands` with a_registers name). Returns the k steps."""
-    acc = em.tiles[op.acc.id]
     if op.a.type.layout not in ("wgmma_acc", "wgmma_a"):
         raise CompileError(f"the register A operand {op.a} of this wgmma is in layout "
                            f"{op.a.type.layout!r}, not the wgmma A fragment", op.loc,
                            fix="pass a tile converted from a 64-row wgmma accumulator "
                                "(p = s.to(ag.bf16)) or loaded with ag.ldmatrix")
-    n = op.acc.type.shape[1]
+    spec = _spec(em, op, "regs")
     dt = op.a.type.dtype
-    spec = WgmmaSpec(n=n, a_dtype=dt.name, b_dtype=dt.name, acc_dtype="f32",
-                     a_source="regs", trans_b=op.trans_b)
-    if spec not in em.wgmma_specs:
-        em.wgmma_specs.append(spec)
-    sw_b, lbo_b, sbo_b, step_b = op.b_desc
     k_steps = op.k_extent // spec.k
     pack = "ag::pack_bf16x2" if dt.name == "bf16" else "ag::pack_f16x2"
     em.emit(f"ag::uint32_t ra[{k_steps}][4];")
@@ -67,45 +96,20 @@ def _wgmma_register_a(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence) -> int:
             lo = strip_round(em.reg_expr(op.a, 8 * kk + 2 * r), dt)
             hi = strip_round(em.reg_expr(op.a, 8 * kk + 2 * r + 1), dt)
             em.emit(f"ra[{kk}][{r}] = {pack}({lo}, {hi});")
-    em.emit(f"const ag::uint64_t db = ag::make_smem_desc({em.name(op.b)}, {sw_b}, "
-            f"{lbo_b}, {sbo_b});")
+    _b_descriptor(em, op)
     wgmma_fence(em, fence, k_steps)
-    lazy = acc.name in em.lazy_zero
-    for kk in range(k_steps):
-        scale = f"1 - {acc.name}_zero" if lazy and kk == 0 else "1"
-        em.emit(f"ag::{spec.name}({acc.name}, ra[{kk}], ag::desc_advance(db, "
-                f"{kk * step_b}), {scale});")
-    em.emit("ag::wgmma_commit();")
-    if lazy:
-        em.emit(f"{acc.name}_zero = 0;")
-    return k_steps
+    return _issue(em, op, spec, lambda kk: f"ra[{kk}]")
 
 
 def _wgmma_smem(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence) -> int:
     """Both operands through shared-memory descriptors. Returns 0 (no A registers)."""
-    acc = em.tiles[op.acc.id]
-    n = op.acc.type.shape[1]
-    dt = op.a.type.dtype
-    spec = WgmmaSpec(n=n, a_dtype=dt.name, b_dtype=dt.name, acc_dtype="f32",
-                     trans_b=op.trans_b, trans_a=op.trans_a)
-    if spec not in em.wgmma_specs:
-        em.wgmma_specs.append(spec)
+    spec = _spec(em, op, "smem")
     sw_a, lbo_a, sbo_a, step_a = op.a_desc
-    sw_b, lbo_b, sbo_b, step_b = op.b_desc
-    k_steps = op.k_extent // spec.k  # k16 (16-bit) or k32 (fp8) per instruction
     em.emit(f"const ag::uint64_t da = ag::make_smem_desc({em.name(op.a)}, {sw_a}, "
             f"{lbo_a}, {sbo_a});")
-    em.emit(f"const ag::uint64_t db = ag::make_smem_desc({em.name(op.b)}, {sw_b}, "
-            f"{lbo_b}, {sbo_b});")
+    _b_descriptor(em, op)
     wgmma_fence(em, fence)
-    lazy = acc.name in em.lazy_zero
-    for kk in range(k_steps):
-        scale = f"1 - {acc.name}_zero" if lazy and kk == 0 else "1"
-        em.emit(f"ag::{spec.name}({acc.name}, ag::desc_advance(da, {kk * step_a}), "
-                f"ag::desc_advance(db, {kk * step_b}), {scale});")
-    em.emit("ag::wgmma_commit();")
-    if lazy:
-        em.emit(f"{acc.name}_zero = 0;")
+    _issue(em, op, spec, lambda kk: f"ag::desc_advance(da, {kk * step_a})")
     return 0
 
 
