@@ -172,3 +172,13 @@ def gain(outcome: Outcome, incumbent_ms: float | None) -> float:
     if incumbent_ms is None:
         return 0.0
     return math.log(incumbent_ms / outcome.time_ms)
+
+
+def fastest_correct(steps) -> Step | None:
+    """The fastest correct step with a measured time (ties: the earliest), or None."""
+    best = None
+    for s in steps:
+        if s.outcome.ok and s.outcome.time_ms is not None:
+            if best is None or s.outcome.time_ms < best.outcome.time_ms:
+                best = s
+    return best

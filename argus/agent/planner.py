@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from argus.agent.candidate import Candidate, Outcome, Step
+from argus.agent.candidate import Candidate, Outcome, Step, fastest_correct
 from argus.agent.families import Family
 from argus.agent.task import TaskSpec
 
@@ -65,12 +65,7 @@ class PlanState:
     @property
     def incumbent(self) -> Step | None:
         """The fastest correct step so far (ties: the earliest)."""
-        best = None
-        for s in self.history:
-            if s.outcome.ok and s.outcome.time_ms is not None:
-                if best is None or s.outcome.time_ms < best.outcome.time_ms:
-                    best = s
-        return best
+        return fastest_correct(self.history)
 
     @property
     def incumbent_params(self) -> dict[str, Any]:

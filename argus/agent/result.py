@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from argus.agent.candidate import Step
+from argus.agent.candidate import Step, fastest_correct
 from argus.agent.task import TaskSpec
 
 
@@ -71,12 +71,7 @@ class RunResult:
 
     @property
     def best(self) -> Step | None:
-        best = None
-        for s in self.steps:
-            if s.outcome.ok and s.outcome.time_ms is not None:
-                if best is None or s.outcome.time_ms < best.outcome.time_ms:
-                    best = s
-        return best
+        return fastest_correct(self.steps)
 
     @property
     def first_ok(self) -> Step | None:
