@@ -312,6 +312,45 @@ def _slot(model: Model, pipe: PipeInfo, step: StepInfo, subject: str) -> Obligat
                           "(never reset per tile)")
 
 
+def _known_total(model: Model, pipe: PipeInfo, c: StepInfo, T) -> list:
+    """T is the consumer role's real step count when the model knows it as a linear term (a
+    Q tile loaded once through a one-stage ring runs exactly one step: a deadlock "with 2
+    steps in total" is not reachable there). pipe.totals proves the producer runs as many.
+    A non-linear count (tiles x k_tiles of a persistent kernel) leaves T free: sound, and
+    the replay below judges any counterexample."""
+    role = c.site.role
+    total = pipe.totals.get((role.name if role is not None else None, "consume"))
+    if total is None:
+        return []
+    total = z3.simplify(_num(total))
+    if not _linear(total):
+        return []
+    if z3.is_int_value(total):
+        return [T == total]
+    roles = [k for s in c.site.scopes if s.kind == "role" for k in s.constraints]
+    return [T == total] + list(model.premises) + roles
+
+
+def _linear(term) -> bool:
+    """No product of two non-constants, no division or remainder by a non-constant."""
+    todo, seen = [term], set()
+    while todo:
+        t = todo.pop()
+        if t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        if z3.is_app(t):
+            k = t.decl().kind()
+            args = t.children()
+            if k == z3.Z3_OP_MUL and sum(not z3.is_int_value(a) for a in args) > 1:
+                return False
+            if k in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD, z3.Z3_OP_DIV, z3.Z3_OP_REM) and \
+                    not z3.is_int_value(args[1]):
+                return False
+        todo.extend(t.children())
+    return True
+
+
 def _where(wit: dict) -> str:
     parts = []
     if "cta" in wit:
@@ -330,7 +369,7 @@ def _protocol(model: Model, pipe: PipeInfo, p: StepInfo, c: StepInfo, lag: int, 
     uses_loops = any(_uses_loop_values(t) for t in (pp.stage, pp.parity, cp.stage, cp.parity))
     P, C, T = z3.Ints(f"P!{id(p)} C!{id(c)} T!{id(c)}")
     R = z3.If(C == T, T, z3.If(C - lag > 0, C - lag, 0)) if lag else C
-    base = [P >= 0, C >= 0, T >= 0, C <= T, P <= T]
+    base = [P >= 0, C >= 0, T >= 0, C <= T, P <= T] + _known_total(model, pipe, c, T)
     inv = [R <= P, P <= R + S, C <= P]
     extra_c: list = []
     extra_p: list = []
@@ -385,7 +424,13 @@ def _protocol(model: Model, pipe: PipeInfo, p: StepInfo, c: StepInfo, lag: int, 
         return decode
 
     def confirm(wit):
-        return {"replay": replay(model, pipe, p, c, lag, wit)}
+        text, reached = replay(model, pipe, p, c, lag, wit)
+        out = {"replay": text, "replay_reachable": reached}
+        if reached is False:
+            # the replay ran the real step sequences of every launch when they do not depend
+            # on shapes, CTA or loop values: then "unreachable" is a proof, else it is unknown
+            out["replay_exhaustive"] = not uses_loops and _fixed_steps(model, pipe, p, c)
+        return out
 
     obs.append(Obligation("pipe.data", c.op.loc, subject + f": O1 at consume {c.op.loc}",
                           base + inv + extra_c + [c_pass, C < T],
@@ -418,7 +463,11 @@ def _concrete(model: Model, step: StepInfo, text: str, n: int, S: int, env: dict
     return int(exprs.evaluate(text, exprs.Env(names)))
 
 
-def _role_steps(model: Model, pipe: PipeInfo, kind: str, shapes: dict, limit: int = 64):
+REPLAY_STEPS = 64   # steps per role the replay runs at most
+
+
+def _role_steps(model: Model, pipe: PipeInfo, kind: str, shapes: dict,
+                limit: int = REPLAY_STEPS):
     """The concrete step sequence [(site, {value id: int})] of one role instance of `kind`
     on `pipe` for the given shapes (CTA 0, warpgroup 0), in program order."""
     steps = [s for s in pipe.steps if s.kind == kind]
@@ -465,10 +514,23 @@ def _role_steps(model: Model, pipe: PipeInfo, kind: str, shapes: dict, limit: in
     return out
 
 
+def _fixed_steps(model: Model, pipe: PipeInfo, p: StepInfo, c: StepInfo) -> bool:
+    """Both roles' step counts are constants (the same for every shape and CTA)."""
+    for st, kind in ((p, "produce"), (c, "consume")):
+        role = st.site.role
+        total = pipe.totals.get((role.name if role is not None else None, kind))
+        total = z3.simplify(_num(total)) if total is not None else None
+        if total is None or not z3.is_int_value(total) or total.as_long() > REPLAY_STEPS:
+            return False
+    return True
+
+
 def replay(model: Model, pipe: PipeInfo, p: StepInfo, c: StepInfo, lag: int, wit: dict,
-           max_states: int = 20000) -> str:
+           max_states: int = 20000) -> tuple[str, bool | None]:
     """Explicit-state search over all interleavings of producer and consumer from (0, 0)
-    with the real per-step expressions; returns the first reachable violation."""
+    with the real per-step expressions. Returns (what it found, whether a violation is
+    reachable: True, False when the search finished without one, None when it could not
+    decide: the state bound, or no concrete step sequence)."""
     S = pipe.stages
     shapes = dict(wit.get("shapes") or (wit.get("consumer") or {}).get("shapes") or {})
     want = max(int(wit.get("total_steps", 0) or 0), 2 * S + 2)
@@ -486,7 +548,8 @@ def replay(model: Model, pipe: PipeInfo, p: StepInfo, c: StepInfo, lag: int, wit
         if min(len(prod), len(cons)) >= want:
             break
     shapes = shapes_used if prod else shapes
-    if not prod or not cons:
+    synthetic = not prod or not cons
+    if synthetic:
         # fall back to a plain counter sequence of the two sites
         total = max(4, int(wit.get("total_steps", 2 * S + 2) or 2 * S + 2))
         total = min(total, 4 * S + 4)
@@ -524,7 +587,7 @@ def replay(model: Model, pipe: PipeInfo, p: StepInfo, c: StepInfo, lag: int, wit
                              if slot == s]
                     if owner:
                         return (f"OVERWRITE reachable: {_path(path)}: producer step {P} refills "
-                                f"slot {s} while consumer step {owner[0]} still owns it")
+                                f"slot {s} while consumer step {owner[0]} still owns it"), True
                     moves.append((P + 1, C, fills + ((s, P),), rels))
             if C < Tc:
                 s, par = co(C)
@@ -534,21 +597,22 @@ def replay(model: Model, pipe: PipeInfo, p: StepInfo, c: StepInfo, lag: int, wit
                     if not last or last[-1] != C:
                         held = "nothing (uninitialised)" if not last else f"step {last[-1]}"
                         return (f"BAD READ reachable: {_path(path)}: consumer step {C} passes "
-                                f"its wait on full[{s}] and reads slot {s} holding {held}")
+                                f"its wait on full[{s}] and reads slot {s} holding {held}"), True
                     moves.append((P, C + 1, fills, rels))
             if not moves and not (P == Tp and C == Tc):
-                return f"DEADLOCK reachable: {_path(path)}: producer at step {P}, consumer at " \
-                       f"step {C}, both waiting"
+                return (f"DEADLOCK reachable: {_path(path)}: producer at step {P}, consumer "
+                        f"at step {C}, both waiting"), True
             for (P2, C2, f2, r2) in moves:
                 if (P2, C2) in seen:
                     continue
                 seen.add((P2, C2))
                 if len(seen) > max_states:
-                    return "replay bound reached without a violation"
+                    return "replay bound reached without a violation", None
                 nxt.append(((P2, C2, f2, r2), path + [(P2, C2)]))
         frontier = nxt
-    return f"no violation reachable in {Tp} producer and {Tc} consumer steps " \
-           f"(shapes {shapes}): the inductive counterexample is unreachable there"
+    text = (f"no violation reachable in {Tp} producer and {Tc} consumer steps "
+            f"(shapes {shapes}): the inductive counterexample is unreachable there")
+    return text, (None if synthetic else False)
 
 
 def _releases(cons, R, co):

@@ -72,6 +72,16 @@ def run(ob: Obligation, stats: solver.Stats, timeout_ms: int | None) -> Finding:
         except Exception as e:  # noqa: BLE001
             witness["replay"] = f"replay failed: {e}"
     status = "violated"
+    if witness.get("replay_reachable") is False:
+        # the concrete replay from the initial state reaches no violation: the solver's
+        # counterexample is an unreachable state of an inductive argument, not a bug. When the
+        # replay ran every launch's real step sequence it is a proof; else it is unknown
+        if witness.get("replay_exhaustive"):
+            return Finding(ob.code, ob.loc, ob.subject, "proven", tier="replay", ms=out.ms)
+        return Finding(ob.code, ob.loc, ob.subject, "unknown",
+                       f"the inductive counterexample ({message}) is unreachable in the "
+                       f"concrete replay ({witness.get('replay')}), which covers these shapes "
+                       f"only", witness, tier=out.theory, ms=out.ms)
     if ob.warn_claims and set(out.violated) <= set(ob.warn_claims):
         status = "warning"
     return Finding(ob.code, ob.loc, ob.subject, status, message, witness, ob.fix,

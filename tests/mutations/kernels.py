@@ -301,3 +301,58 @@ def make_batched_kn_gemm(bug: str | None = None, stages: int = 4):
             ag.store(C, (pid_b, pid_m * BM + wg * 64, pid_n * BN), acc.to(ag.bf16))
 
     return batched_kn_gemm
+
+
+def make_fa_qonce(bug: str | None = None, BN: int = 64, stages: int = 2):
+    """FlashAttention forward, the FA3 shape: the producer loads the Q tile once through a
+    one-stage pipeline and streams K and V through a ring; the consumer waits for Q once, keeps
+    reading it for every KV block (S = Q K^T), keeps m and l as loop-carried row statistics and
+    multiplies P (registers) by V. One consume step of the Q pipeline per CTA, with a wgmma
+    group kept in flight: a deadlock only with two or more steps. Head dim 64."""
+    D, atoms = 64, 1
+
+    @ag.kernel(name="fa_qonce")
+    def fa_qonce(Q: ag.Tensor["BH", "S", 64, ag.bf16], K: ag.Tensor["BH", "SK", 64, ag.bf16],
+                 V: ag.Tensor["BH", "SK", 64, ag.bf16], O: ag.Tensor["BH", "S", 64, ag.bf16]):
+        S, SK = Q.shape[1], K.shape[1]
+        pid, bh = ag.grid(ag.cdiv(S, 64), Q.shape[0])
+        q0 = pid * 64
+        blocks = ag.cdiv(SK, BN)
+        sQ = ag.smem((1, atoms * 64, 64), ag.bf16, swizzle=128)
+        sK = ag.smem((stages, atoms * BN, 64), ag.bf16, swizzle=128)
+        sV = ag.smem((stages, atoms * BN, 64), ag.bf16, swizzle=128)
+        q_pipe = ag.pipeline(1, consumers=1)
+        kv_pipe = ag.pipeline(stages, consumers=1)
+        with ag.role("producer", warpgroups=1):
+            with q_pipe.produce() as qs:
+                for a in range(atoms):
+                    ag.tma.load(sQ[qs].rows_of(a * 64, 64), Q, (bh, q0, 64 * a))
+            for j in ag.range(blocks):
+                with kv_pipe.produce() as st:
+                    for a in range(atoms):
+                        ag.tma.load(sK[st].rows_of(a * BN, BN), K, (bh, j * BN, 64 * a))
+                        ag.tma.load(sV[st].rows_of(a * BN, BN), V, (bh, j * BN, 64 * a))
+        with ag.role("consumer", warpgroups=1):
+            m = ag.full((64, 1), -INF)
+            l_sum = ag.full((64, 1), 0.0)
+            o = ag.zeros((64, D))
+            with q_pipe.consume() as qs:
+                for j in ag.range(blocks):
+                    with kv_pipe.consume() as st:
+                        s = ag.zeros((64, BN))
+                        for a in range(atoms):
+                            s = ag.wgmma(sQ[qs].rows_of(a * 64, 64),
+                                         sK[st].rows_of(a * BN, BN), s)
+                        key = j * BN + ag.arange(BN)[None, :]
+                        s = ag.where(key < SK, s * 1.4426950408889634, -INF)
+                        m_new = ag.maximum(m, s.max(axis=1))
+                        m_use = ag.where(m_new == -INF, 0.0, m_new)
+                        p = ag.exp2(s - m_use)
+                        alpha = ag.exp2(m - m_use)
+                        l_sum = l_sum * alpha + p.sum(axis=1)
+                        o = ag.wgmma(p.to(ag.bf16), sV[st], o * alpha, trans_b=True)
+                        m = m_new
+            o = o / ag.where(l_sum == 0.0, 1.0, l_sum)
+            ag.store(O, (bh, q0, 0), o.to(ag.bf16))
+
+    return fa_qonce
