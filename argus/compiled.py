@@ -30,6 +30,11 @@ class CompiledKernel:
     # Launch plans by argument signature (pointers, shapes, strides, dtypes, device): a repeat
     # call with the same buffers costs one cuLaunchKernelEx, not a re-validation.
     _plans: OrderedDict = field(default_factory=OrderedDict, compare=False, repr=False)
+    # (source, binary) per launch specialization (analysis/alignment.py): `source` / `binary`
+    # above are the variant that assumes nothing about the arguments (every launch may run
+    # it); a launch whose pointers, strides and shape symbols give alignment facts runs the
+    # variant rendered with them, built on its first such launch
+    _variants: dict = field(default_factory=dict, compare=False, repr=False)
 
     PLAN_CACHE_SIZE = 32
 
@@ -109,6 +114,33 @@ class CompiledKernel:
         plan = self._plans.get(key) if key is not None else None
         return plan or None
 
+    def specialization(self, tensors, symbols: dict[str, int]):
+        """What these tensors and shape symbols (`bind`) guarantee about alignment
+        (analysis/alignment.py)."""
+        from argus.analysis import alignment
+
+        facts = {p.name: (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.element_size())
+                 for p, t in zip(self.tensor_params(), tensors)}
+        return alignment.of_arguments(facts, symbols)
+
+    def variant(self, spec):
+        """(source, binary) of the variant for launch specialization `spec`: rendered with the
+        access facts it proves; the unspecialized one where those change no line of CUDA."""
+        if not spec:
+            return self.source, self.binary
+        if spec not in self._variants:
+            from argus import codegen
+            from argus.analysis import alignment
+            from argus.runtime.compile import compile_cuda
+
+            source = codegen.render(alignment.specialize(self.kernel, spec))
+            if source.text == self.source.text:
+                self._variants[spec] = (self.source, self.binary)
+            else:
+                self._variants[spec] = (source, compile_cuda(
+                    source.text, [source.name], filename=f"{source.name}.cu"))
+        return self._variants[spec]
+
     def prepare(self, *tensors, _scalars=None):
         """Validate the arguments and build the launch plan (False for an empty problem)."""
         from argus.runtime import driver
@@ -122,9 +154,10 @@ class CompiledKernel:
         if any(g > 65535 for g in grid[1:]):
             raise LaunchError(f"kernel {self.kernel.name}: grid {grid} exceeds 65535 in y or z",
                               fix="use larger tiles")
+        source, binary = self.variant(self.specialization(tensors, symbols))
         by_name = {p.name: t for p, t in zip(self.tensor_params(), tensors)}
         args: list[Any] = []
-        for a in self.source.abi:
+        for a in source.abi:
             if a.kind == "tensor":
                 args.append(by_name[a.name])
             elif a.kind == "scalar" and a.name in values:  # a runtime scalar parameter
@@ -139,10 +172,10 @@ class CompiledKernel:
                                             swizzle_bytes=a.swizzle, name=a.tensor))
             else:  # pragma: no cover - codegen only emits the kinds above
                 raise LaunchError(f"unknown ABI entry {a}")
-        cluster = self.source.cluster if self.source.cluster != (1, 1, 1) else None
-        plan = driver.prepare_launch(self.binary, self.source.name, grid=grid,
-                                     block=self.source.threads, args=args,
-                                     smem_bytes=self.source.dynamic_smem, cluster=cluster)
+        cluster = source.cluster if source.cluster != (1, 1, 1) else None
+        plan = driver.prepare_launch(binary, source.name, grid=grid,
+                                     block=source.threads, args=args,
+                                     smem_bytes=source.dynamic_smem, cluster=cluster)
         # The packed parameters hold raw pointers; drop the tensors so a cached plan does not
         # keep buffers alive (a new tensor at the same address with the same layout reuses it).
         return dataclasses.replace(plan, args=())

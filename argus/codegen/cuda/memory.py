@@ -3,11 +3,15 @@ too), with the bounds checks and the vector chunk accesses of blocked tiles.
 
 Every access is bounds-checked per element, or per chunk where a blocked tile's registers are
 consecutive columns (one 4-16 byte vector access when the chunk is in bounds and aligned, the
-scalar path otherwise; both decided at run time per chunk, never assumed).
+scalar path otherwise; decided at run time per chunk). A launch-specialized variant renders the
+facts analysis/alignment.py proved from its arguments (kernel attribute `global_access`): an
+access proven aligned loses the run-time alignment test, and one whose chunks are proven whole
+(wholly inside or wholly outside the tensor) loses the scalar path.
 """
 
 from __future__ import annotations
 
+from argus.analysis.alignment import access_fact
 from argus.codegen.cuda.emit import (
     SCALAR_C,
     TileInfo,
@@ -106,13 +110,16 @@ def _bounds(em: _Emitter, tensor: Value, offsets, info: TileInfo, i: int,
 
 
 def _chunked(em: _Emitter, op, info: TileInfo, dtype, rank: int, scalar, vector,
-             prologue=None) -> None:
+             prologue=None, outside=None) -> None:
     """Global access of a register tile: element by element (`scalar(i)` -> statement), or,
     for a blocked tile whose chunks are 4-16 bytes of f32/bf16/f16, one vector access per
     chunk (`vector(ptr, width, regs)` -> statements) where the whole chunk is in bounds and
     its address is aligned to the access, checked at run time per chunk; other chunks
     (ragged edges, unaligned base pointers or row strides, odd column offsets) take the
-    scalar path. `prologue(regs)` -> statements that run first for each chunk."""
+    scalar path. `prologue(regs)` -> statements that run first for each chunk.
+    With the launch facts of a specialized variant (analysis/alignment.py): an access whose
+    chunk addresses are proven aligned has no run-time alignment test, and one whose chunks
+    are proven whole replaces the scalar path by `outside(regs)` (a chunk wholly outside)."""
     lay = info.layout
     tensor = op.tensor
     name = em.tensors[tensor.id]
@@ -124,6 +131,10 @@ def _chunked(em: _Emitter, op, info: TileInfo, dtype, rank: int, scalar, vector,
             em.emit(scalar(i))
         return
     per_access = width // dtype.bytes
+    aligned_elems, whole_elems = access_fact(em.kernel, tensor, op.offsets)
+    # chunk starts are multiples of vec columns (Blocked.col), hence of per_access
+    proven_aligned = aligned_elems % per_access == 0
+    proven_whole = whole_elems % lay.vec == 0 and outside is not None
     for i0 in range(0, lay.nregs, lay.vec):
         regs = list(range(i0, i0 + lay.vec))
         cond, idx = _bounds(em, tensor, op.offsets, info, i0, rank, span=lay.vec)
@@ -133,16 +144,19 @@ def _chunked(em: _Emitter, op, info: TileInfo, dtype, rank: int, scalar, vector,
         for line in prologue(regs) if prologue else ():
             em.emit(line)
         em.emit(f"const long long ge = {idx};")
-        em.emit(f"if ({cond} && ag::aligned_to({name} + ge, {width})) {{")
+        aligned = "" if proven_aligned else f" && ag::aligned_to({name} + ge, {width})"
+        em.emit(f"if ({cond}{aligned}) {{")
         em.indent += 1
         for a in range(0, lay.vec, per_access):
             ptr = f"{name} + ge" + (f" + {a}" if a else "")
             for line in vector(ptr, width, regs[a:a + per_access]):
                 em.emit(line)
         em.indent -= 1
-        em.emit("} else {")
-        for i in regs:
-            em.emit("    " + scalar(i))
+        fallback = outside(regs) if proven_whole else [scalar(i) for i in regs]
+        if fallback:
+            em.emit("} else {")
+            for line in fallback:
+                em.emit("    " + line)
         em.emit("}")
         em.indent -= 1
         em.emit("}")
@@ -162,7 +176,8 @@ def load(em: _Emitter, op: O.Load) -> None:
 
     _chunked(em, op, info, dtype, rank, scalar,
              lambda ptr, width, regs: _vector_load_c(
-                 ptr, width, dtype, [f"{info.name}[{i}]" for i in regs]))
+                 ptr, width, dtype, [f"{info.name}[{i}]" for i in regs]),
+             outside=lambda regs: [f"{info.name}[{i}] = {c_float(op.other)};" for i in regs])
 
 
 @rule(O.LoadScalar)
@@ -218,7 +233,7 @@ def store(em: _Emitter, op: O.Store) -> None:
     _chunked(em, op, info, dtype, rank, scalar,
              lambda ptr, width, regs: [_vector_store_c(
                  ptr, width, dtype, [f"gv{i % lay.vec}" for i in regs])],
-             prologue=values)
+             prologue=values, outside=lambda regs: [])
 
 
 def _store_acc(em: _Emitter, op: O.Store, info: TileInfo) -> None:
