@@ -669,9 +669,10 @@ __device__ __forceinline__ void st_global_b16(void* ptr, uint16_t v) {
 // Vector global loads and stores of one chunk of a blocked register tile: one 4-, 8- or
 // 16-byte access per thread (PTX ISA "ld" / "st", Data Movement and Conversion Instructions,
 // the .v2 / .v4 vector forms), so a warp moves up to 512 contiguous bytes per instruction.
-// The address must be aligned to the access size (a misaligned vector access faults); the
-// generated code checks aligned_to at run time before it takes the vector path. 16-bit dtypes
-// move packed pairs as 32-bit words (low half = lower index, as in memory).
+// The address must be aligned to the access size (a misaligned vector access faults): the
+// generated code checks aligned_to at run time before it takes the vector path, except where
+// a launch-specialized variant has proven the address aligned (analysis/alignment.py).
+// 16-bit dtypes move packed pairs as 32-bit words (low half = lower index, as in memory).
 // Written as C++ accesses of the built-in vector types rather than inline PTX, on purpose: the
 // compiler then knows which memory they read and write, so they stay ordered against barriers
 // and other stores without a "memory" clobber, and a load from a __restrict__ tensor that the
