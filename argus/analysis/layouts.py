@@ -63,6 +63,8 @@ def infer_layouts(kernel: Kernel) -> Kernel:
         raise CompileError(f"layout inference of kernel {kernel.name} did not settle (an "
                            f"internal error: please report it with the kernel)", None)
     for op in ops:  # flexible tiles no user constrains
+        if isinstance(op, O.Reduce):
+            continue  # the slice of its source's layout, which this loop or _forward sets
         for r in op.results():
             if isinstance(r.type, TileType) and r.id not in layout:
                 layout[r.id] = BLOCKED
