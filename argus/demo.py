@@ -50,12 +50,19 @@ class ExampleResult:
 
 
 def load_example(name_or_path: str) -> ModuleType:
+    """An example by name (examples/NAME.py) or any Python file by path, imported as a module.
+
+    A missing file or one that is not Python is a FileNotFoundError / ValueError naming it and
+    the examples there are; a syntax error in it propagates as SyntaxError (file and line)."""
     path = Path(name_or_path)
     if not path.suffix:
         path = EXAMPLES_DIR / f"{name_or_path}.py"
-    if not path.exists():
-        raise FileNotFoundError(f"no example {name_or_path!r} (looked for {path}); examples: "
-                                f"{', '.join(DEFAULT_EXAMPLES)}")
+    if not path.is_file():
+        raise FileNotFoundError(f"no example or file {name_or_path!r} (looked for {path}); "
+                                f"examples: {', '.join(DEFAULT_EXAMPLES)}")
+    if path.suffix != ".py":
+        raise ValueError(f"{name_or_path} is not a Python file: kernels and examples are .py "
+                         f"files (see docs/dsl.md, 'Example files')")
     spec = importlib.util.spec_from_file_location(f"argus_example_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -176,6 +183,7 @@ def main(examples=DEFAULT_EXAMPLES, size: str = "small", bench: bool = False) ->
     print(format_table(results))
     if not gpu:
         print("\nNo Hopper GPU here: the kernels were compiled to sm_90a cubins but executed by "
-              "the interpreter.")
+              "the interpreter." + (" --bench timed nothing: timing needs the GPU."
+                                    if bench else ""))
     errors = [d for r in results for d in r.diagnostics if d.severity == "error"]
     return 0 if all(r.ok for r in results) and not errors else 1

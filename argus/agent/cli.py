@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -77,8 +78,19 @@ def cmd_optimize(args) -> int:
         print("argus optimize: give a TASK file and --out DIR (or --list-cards)", file=sys.stderr)
         return 2
     from argus.agent.composer import NoTemplate, compose
-    from argus.agent.loop import OptimizeConfig, optimize
+    from argus.agent.loop import OptimizeConfig, optimize, resolve_device
 
+    task_path = Path(args.task)
+    if task_path.is_file() and task_path.suffix == ".py":    # a syntax error is the user's (2)
+        compile(task_path.read_text(), str(task_path), "exec", dont_inherit=True)
+    if resolve_device(args.device).startswith("cuda"):
+        from argus.demo import gpu_available
+
+        if not gpu_available():
+            print(f"argus optimize: --device {args.device} but no Hopper GPU is visible\n"
+                  f"  fix: run on a Hopper GPU, or pass --device cpu (correctness only, "
+                  f"times are the cost model's estimates)", file=sys.stderr)
+            return 2
     try:
         task = compose(args.task)
     except NoTemplate as exc:

@@ -129,6 +129,11 @@ class KernelDef:
             elif isinstance(ann, ScalarSpec):
                 self.scalar_specs[pname] = ann
                 self.runtime_names.append(pname)
+            elif getattr(ann, "__name__", "") == "Tensor":     # torch.Tensor, np tensors
+                raise TraceError(f"kernel {self.name}: parameter {pname} is annotated "
+                                 f"{ann.__module__}.Tensor, which has no shape or dtype",
+                                 _fn_loc(fn), fix=f'annotate it as {pname}: ag.Tensor["M", '
+                                 f'"N", ag.f32] (its shape names and element type)')
             else:
                 self.constexpr_names.append(pname)
 

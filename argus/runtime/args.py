@@ -56,6 +56,8 @@ def check_tensor_arg(value: Any, *, kernel: str, param: str, dtype: DType, ndim:
             if bad_dtype:
                 conversion.append(_torch_dtype_text(dtype))
             fixes.append(f"{param}.to({', '.join(conversion)})")
+        if bad_device and device == "cuda" and value.device.type == "cpu":
+            got += f"; {kernel}.interpret(...) runs CPU tensors in the numpy interpreter"
         if bad_ndim:
             fixes.append(f"reshape {param} to {ndim} dims ({param}.view(...))")
         raise LaunchError(f"{where}: expected {wanted}, got {got}", fix="; ".join(fixes))
