@@ -49,8 +49,12 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
         for op in role.body.walk():
             if isinstance(op, O.Consume):  # each consuming role counts once
                 seen_here.add(op.pipe.id)
+        # a role whose warpgroups take turns on the pipe (pipe.skip: ping-pong) releases each
+        # step once, by the warpgroup whose turn it is
+        turns = {op.pipe.id for op in role.body.walk() if isinstance(op, O.PipeSkip)}
         for pid in seen_here:
-            consumer_wgs[pid] = consumer_wgs.get(pid, 0) + role.warpgroups
+            consumer_wgs[pid] = consumer_wgs.get(pid, 0) + (1 if pid in turns
+                                                            else role.warpgroups)
     for pid, create in pipes.items():
         wgs = consumer_wgs.get(pid)
         if wgs is not None and wgs != create.consumers:
