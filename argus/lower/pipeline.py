@@ -88,7 +88,7 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
             updates.update(tx_bytes=op.tx_bytes or tx, stage_expr=op.stage_expr or STAGE_EXPR,
                            parity_expr=op.parity_expr or PRODUCER_PARITY)
         elif isinstance(op, O.Consume):
-            has_wgmma = any(isinstance(inner, O.Wgmma) for inner in op.body.walk())
+            has_wgmma = any(isinstance(inner, O.Wgmma) for inner in _own_ops(op.body))
             updates.update(stage_expr=op.stage_expr or STAGE_EXPR,
                            parity_expr=op.parity_expr or CONSUMER_PARITY,
                            arrivals=op.arrivals or pipes[op.pipe.id].consumers
@@ -98,3 +98,16 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
         return dataclasses.replace(op, **updates) if updates else op
 
     return dataclasses.replace(kernel, body=region(kernel.body))
+
+
+def _own_ops(region: Region):
+    """The ops of a consume step's body, not those of consume steps nested in it: a wgmma
+    there is the inner step's group (FlashAttention's KV steps inside the step that holds Q),
+    so the outer step keeps no group in flight and releases its slot at its end."""
+    for op in region.ops:
+        yield op
+        if not isinstance(op, O.Consume):
+            for f in op.spec_fields():
+                inner = getattr(op, f.name)
+                if isinstance(inner, Region):
+                    yield from _own_ops(inner)

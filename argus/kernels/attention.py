@@ -1,0 +1,312 @@
+"""The library's FlashAttention forward: O = softmax(Q K^T * scale) V on Hopper, FA3-style.
+
+One DSL kernel, specialized by `attention_kernel` over what the *problem* fixes (head dim,
+dtype, causal mask, whether the log-sum-exp is written); what is tunable lives in
+`AttentionSchedule`. Built from the warp-specialized skeleton (warp_specialized.py: the
+persistent walk, the epilogues) the way FlashAttention-3 structures its forward
+(hopper/flash_fwd_kernel_sm90.h, mainloop_fwd_sm90_tma_gmma_ws.hpp):
+
+* a producer warpgroup loads a tile's Q once (a one-stage pipeline: the next tile's Q goes in
+  as soon as the consumers are done with this one's) and streams K and V blocks through two
+  separate TMA rings;
+* `consumers` consumer warpgroups own 64 query rows each: S = Q K^T with wgmma from shared
+  memory, the online softmax on the accumulator (running row max and sum carried across KV
+  blocks, exp2 with scale * log2(e) folded into one multiply, guards so a row that has seen no
+  key yet subtracts 0 instead of -inf), the output accumulator rescaled by exp2(m_old - m_new),
+  and P converted in registers straight into the register-A wgmma P V;
+* the KV loop is split in two: blocks every row of the warpgroup sees in full (no mask, no
+  compare), then the blocks that need one (the causal diagonal, the key tail); blocks no row
+  may see are never loaded;
+* O /= l at the end (rows that saw no key are zeros), stored from registers or by stmatrix +
+  TMA store; optionally LSE = ln(sum_j exp(scale * s_j)) per row (-inf for rows without keys).
+
+Tensors are [B, H, S, D] as the kernel sees them; any strides TMA can address work, so the
+[B, S, H, D] layout is the permuted view (argus/ops/attention.py), no copy. Any sequence
+lengths: TMA zero-fills the rows of a box past the end, tail keys are masked to -inf and tail
+query rows are not stored. Causal masks are aligned bottom-right when S != SK (query i sees
+keys j <= i + SK - S, FlashAttention's convention). GQA / MQA: Q has H heads, K and V HKV,
+H a multiple of HKV; query head h reads kv head h // (H / HKV).
+
+Invariant: the producer and every consumer warpgroup walk the same units and, per unit, the
+same number of K and V pipeline steps (`_kv_blocks`), so the per-role step counters stay in
+step across units (warp_specialized.py's invariant); each consumer warpgroup splits those
+steps between its unmasked and masked loop at its own row offset.
+"""
+
+import functools
+from dataclasses import dataclass
+
+import argus as ag
+from argus.dtypes import DType
+from argus.kernels.warp_specialized import Staging, Unit, store_tile, store_tile_staged
+from argus.target.limits import NUM_SMS, REGISTERS_PER_SM, SMEM_PER_CTA_OPTIN
+
+__all__ = ["AttentionSchedule", "attention_kernel", "default_schedule", "HEAD_DIMS", "LOG2E"]
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+HEAD_DIMS = (64, 128, 256)
+ROWS = 64  # query rows per consumer warpgroup: one wgmma M
+
+
+@dataclass(frozen=True)
+class AttentionSchedule:
+    """What the attention forward lets a tuner choose."""
+
+    block_m: int = 128        # query rows per tile: 64 per consumer warpgroup
+    block_n: int = 128        # keys per KV block (wgmma N of S = Q K^T, K of P V)
+    stages: int = 2           # depth of each of the K and V rings
+    consumers: int = 2
+    producer_regs: int = 24
+    consumer_regs: int = 240
+    # one CTA per SM walking the tiles (causal: longest first), or one CTA per tile (the
+    # hardware launches them in order, so causal tiles also go longest first). The verifier
+    # proves the one-CTA-per-tile kernel clean; the persistent walk's div/mod unit decode
+    # leaves some obligations unknown (z3 timeouts), never violated.
+    persistent: bool = False
+    num_sms: int = NUM_SMS
+    epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
+    # Hook for ping-pong (FA3): consumer warpgroups take turns through named barriers, so one's
+    # softmax overlaps the other's GEMMs. Needs ordered roles in the compiler (not there yet).
+    ordered: bool = False
+
+    def __post_init__(self) -> None:
+        problems = self._problems()
+        if problems:
+            raise ValueError(f"{type(self).__name__}: " + "; ".join(problems))
+
+    def _problems(self) -> list[str]:
+        """What makes this schedule illegal for any problem."""
+        problems = []
+        if self.consumers not in (1, 2, 3) or self.block_m != ROWS * self.consumers:
+            problems.append(f"each consumer warpgroup owns 64 query rows: block_m={self.block_m} "
+                            f"needs consumers={self.block_m // ROWS} (1, 2 or 3)")
+        if self.block_n % 16 or not 16 <= self.block_n <= 256:
+            problems.append(f"block_n={self.block_n}: a multiple of 16 in [16, 256] (wgmma N of "
+                            f"Q K^T, k16 steps of P V, one TMA box of rows)")
+        if not 2 <= self.stages <= 8:
+            # a K step issues wgmma, so the pipeline lowering lets it keep a group in flight
+            # across steps: a 1-stage ring would wait for its own release
+            problems.append(f"stages={self.stages} is outside 2..8")
+        if self.epilogue not in ("direct", "tma"):
+            problems.append(f"epilogue={self.epilogue!r} is not 'direct' or 'tma'")
+        for name in ("producer_regs", "consumer_regs"):
+            regs = getattr(self, name)
+            if regs % 8 or not 24 <= regs <= 256:
+                problems.append(f"{name}={regs} is not a multiple of 8 in [24, 256] (setmaxnreg)")
+        if 128 * (self.producer_regs + self.consumers * self.consumer_regs) > REGISTERS_PER_SM:
+            problems.append(f"128 x ({self.producer_regs} + {self.consumers} x "
+                            f"{self.consumer_regs}) registers exceed the {REGISTERS_PER_SM} of "
+                            f"an SM")
+        if self.num_sms < 1:
+            problems.append(f"num_sms={self.num_sms} must be positive")
+        if self.ordered:
+            problems.append("ordered=True (ping-pong consumer warpgroups) needs ordered roles "
+                            "in the compiler, which are not there yet")
+        return problems
+
+    def problems_for(self, head_dim: int, dtype: DType = ag.bf16) -> list[str]:
+        """What makes this schedule illegal for a head dimension: shared memory, registers."""
+        problems = []
+        if head_dim not in HEAD_DIMS:
+            problems.append(f"head_dim={head_dim} is not one of {HEAD_DIMS}")
+            return problems
+        need = smem_bytes(self, head_dim, dtype)
+        if need > SMEM_PER_CTA_OPTIN:
+            problems.append(f"Q, {self.stages} K and V stages"
+                            + (" and the O staging tile" if self.epilogue == "tma" else "")
+                            + f" need {need} bytes of shared memory at head_dim={head_dim}, "
+                              f"more than {SMEM_PER_CTA_OPTIN}")
+        # fp32 accumulators per thread: O (head_dim / 2) and S (block_n / 2), plus P in bf16
+        # (block_n / 4) and the running statistics; beyond ~220 they spill
+        live = head_dim // 2 + self.block_n // 2 + self.block_n // 4
+        if live > self.consumer_regs - 24:
+            problems.append(f"O ({head_dim // 2}), S ({self.block_n // 2}) and P "
+                            f"({self.block_n // 4}) registers per thread do not fit "
+                            f"consumer_regs={self.consumer_regs}: use a smaller block_n")
+        return problems
+
+
+def smem_bytes(s: AttentionSchedule, head_dim: int, dtype: DType = ag.bf16) -> int:
+    """Shared memory of the kernel's buffers (barriers and alignment not counted)."""
+    eb = dtype.bytes
+    q = s.block_m * head_dim * eb
+    kv = 2 * s.stages * s.block_n * head_dim * eb
+    staging = s.block_m * head_dim * eb if s.epilogue == "tma" else 0
+    return q + kv + staging + 1024
+
+
+def default_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
+    """FA3's tile shapes on the H100 where our kernel can run them (HOPPER.md §2.2): three
+    consumer warpgroups of 64 rows at head_dim 64, two at 128 and 256; 128-key blocks, 64 at
+    head_dim 256 (O alone is 128 fp32 registers per thread there)."""
+    if head_dim == 64:
+        return AttentionSchedule(block_m=192, block_n=128, consumers=3, producer_regs=32,
+                                 consumer_regs=160, stages=2)
+    if head_dim == 256:
+        return AttentionSchedule(block_m=128, block_n=64, stages=2)
+    return AttentionSchedule(block_m=128, block_n=128, stages=2)
+
+
+def _kv_blocks(q0, block_m: int, block_n: int, S, SK, causal: bool):
+    """KV blocks a tile of query rows [q0, q0 + block_m) reads: all of them, or under the
+    causal mask those up to the last row's last key q0 + block_m - 1 + SK - S; blocks no row
+    of the tile may see are not loaded at all."""
+    blocks = ag.cdiv(SK, block_n)
+    if causal:
+        blocks = ag.minimum(blocks, ag.maximum(ag.cdiv(q0 + block_m + SK - S, block_n), 0))
+    return blocks
+
+
+def _unmasked_blocks(r0, blocks, block_n: int, S, SK, causal: bool):
+    """Of `blocks`, how many leading ones every row of [r0, r0 + 64) sees in full: inside the
+    sequence, and under the causal mask not past the first row's last key r0 + SK - S."""
+    full = ag.minimum(blocks, SK // block_n)
+    if causal:
+        full = ag.minimum(full, ag.maximum(r0 + SK - S + 1, 0) // block_n)
+    return full
+
+
+@functools.lru_cache(maxsize=None)
+def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = False,
+                     lse: bool = False) -> ag.KernelFunction:
+    """The forward kernel for one head dimension, dtype, mask kind and LSE choice (cached).
+
+    Parameters: Q [B, H, S, D], K and V [B, HKV, SK, D], O [B, H, S, D] (then LSE [B, H, S, 1]
+    fp32 when `lse`), the runtime scalar qk_scale = softmax scale * log2(e), and the schedule
+    `s`."""
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head_dim={head_dim}: the attention kernel takes {HEAD_DIMS}")
+    if dtype not in (ag.bf16, ag.f16):
+        raise ValueError(f"dtype {dtype}: the attention kernel takes bf16 or f16")
+    D, dt = head_dim, dtype
+    atoms = D // 64   # Q, K and V tiles are stored as D/64 column atoms of 64 (128 B rows)
+    neg_inf = float("-inf")
+
+    def body(Q, K, V, O, LSE, qk_scale, s: AttentionSchedule):
+        problems = s.problems_for(D, dt)
+        if problems:
+            raise ag.TraceError(f"{s} at head_dim={D}: " + "; ".join(problems),
+                                fix="use argus.kernels.attention.default_schedule(head_dim)")
+        BM, BN, C = s.block_m, s.block_n, s.consumers
+        B, H, S = Q.shape[0], Q.shape[1], Q.shape[2]
+        SK = K.shape[2]
+        group = H // K.shape[1]          # query heads per kv head (GQA / MQA)
+        m_tiles = ag.cdiv(S, BM)
+        if s.persistent:
+            total = m_tiles * (B * H)
+            programs = ag.minimum(total, s.num_sms)
+            (pid,) = ag.grid(programs)
+        else:  # one CTA per tile: the program ids are the tile's coordinates
+            pid_m, pid_h, pid_b = ag.grid(m_tiles, H, B)
+            pid, total, programs = 0, 1, 1
+
+        sQ = ag.smem((1, atoms * BM, 64), dt, swizzle=128)
+        sK = ag.smem((s.stages, atoms * BN, 64), dt, swizzle=128)
+        sV = ag.smem((s.stages, atoms * BN, 64), dt, swizzle=128)
+        q_pipe = ag.pipeline(1, consumers=C)
+        k_pipe = ag.pipeline(s.stages, consumers=C)
+        v_pipe = ag.pipeline(s.stages, consumers=C)
+        if s.epilogue == "tma":
+            staging = Staging.alloc(C, ROWS, D, dt)
+
+        def tile_of(unit):
+            """(batch, head, m tile) of a flat unit: m fastest (tiles of one head share its K
+            and V in L2); under the causal mask the longest tiles (last rows) first. Without
+            the persistent walk, the program ids."""
+            if not s.persistent:
+                return pid_b, pid_h, (m_tiles - 1 - pid_m if causal else pid_m)
+            within = unit % m_tiles
+            m = m_tiles - 1 - within if causal else within
+            bh = unit // m_tiles
+            return bh // H, bh % H, m
+
+        with ag.role("producer", warpgroups=1, regs=s.producer_regs):
+            for unit in ag.range(pid, total, programs):
+                b, h, m = tile_of(unit)
+                hk = h // group
+                q0 = m * BM
+                with q_pipe.produce() as st:
+                    for a in range(atoms):
+                        ag.tma.load(sQ[st].rows_of(a * BM, BM), Q, (b, h, q0, 64 * a))
+                for j in ag.range(_kv_blocks(q0, BM, BN, S, SK, causal)):
+                    with k_pipe.produce() as st:
+                        for a in range(atoms):
+                            ag.tma.load(sK[st].rows_of(a * BN, BN), K, (b, hk, j * BN, 64 * a))
+                    with v_pipe.produce() as st:
+                        for a in range(atoms):
+                            ag.tma.load(sV[st].rows_of(a * BN, BN), V, (b, hk, j * BN, 64 * a))
+
+        with ag.role("consumer", warpgroups=C, regs=s.consumer_regs) as wg:
+            for unit in ag.range(pid, total, programs):
+                b, h, m = tile_of(unit)
+                q0 = m * BM
+                r0 = q0 + wg * ROWS                       # this warpgroup's first query row
+                blocks = _kv_blocks(q0, BM, BN, S, SK, causal)
+                unmasked = _unmasked_blocks(r0, blocks, BN, S, SK, causal)
+                row_last_key = r0 + ag.arange(ROWS)[:, None] + (SK - S)   # causal bound
+                m_i = ag.full((ROWS, 1), neg_inf)   # running row max of S * scale * log2(e)
+                l_i = ag.full((ROWS, 1), 0.0)       # running row sum of exp2(S - m)
+                o = ag.zeros((ROWS, D))
+
+                with q_pipe.consume() as qs:
+                    for j in ag.range(blocks):
+                        with k_pipe.consume() as ks:
+                            sc = ag.zeros((ROWS, BN))
+                            for a in range(atoms):
+                                sc = ag.wgmma(sQ[qs].rows_of(a * BM + wg * ROWS, ROWS),
+                                              sK[ks].rows_of(a * BN, BN), sc)
+                            sc = sc * qk_scale
+                            # only the blocks past `unmasked` (the causal diagonal, the key
+                            # tail) pay for the mask; the branch is uniform per warpgroup
+                            with ag.when(j >= unmasked):
+                                key = j * BN + ag.arange(BN)[None, :]
+                                valid = key < SK
+                                if causal:
+                                    valid = valid & (key <= row_last_key)
+                                sc = ag.where(valid, sc, neg_inf)
+                            m_new = ag.maximum(m_i, sc.max(axis=1))
+                            # a row that has seen no key yet keeps m = -inf: subtract 0, not -inf
+                            m_use = ag.where(m_new == neg_inf, 0.0, m_new)
+                            p = ag.exp2(sc - m_use)
+                            alpha = ag.exp2(m_i - m_use)
+                            l_i = l_i * alpha + p.sum(axis=1)
+                            m_i = m_new
+                            with v_pipe.consume() as vs:
+                                # P's k index is this block's key, V's row the same key
+                                o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+
+                no_key = l_i == 0.0
+                o = o * (1.0 / ag.where(no_key, 1.0, l_i))   # rows that saw no key: zeros
+                unit_o = Unit((b, h), m, 0)
+                if s.epilogue == "tma":
+                    store_tile_staged(O, unit_o, wg, o, staging, bm=BM, bn=D, rows=ROWS,
+                                      finish=lambda t: t.to(dt))
+                else:
+                    store_tile(O, unit_o, wg, o, bm=BM, bn=D, rows=ROWS,
+                               finish=lambda t: t.to(dt))
+                if lse:
+                    ag.store(LSE, (b, h, r0, 0),
+                             ag.where(no_key, neg_inf, m_i * LN2 + ag.log(l_i)))
+
+    if lse:
+        def attention_lse(Q: ag.Tensor[("B", "H", "S", D, dt)],
+                          K: ag.Tensor[("B", "HKV", "SK", D, dt)],
+                          V: ag.Tensor[("B", "HKV", "SK", D, dt)],
+                          O: ag.Tensor[("B", "H", "S", D, dt)],
+                          LSE: ag.Tensor[("B", "H", "S", 1, ag.f32)],
+                          qk_scale: ag.f32,
+                          s: AttentionSchedule = default_schedule(D)):
+            body(Q, K, V, O, LSE, qk_scale, s)
+        fn = attention_lse
+    else:
+        def attention(Q: ag.Tensor[("B", "H", "S", D, dt)],
+                      K: ag.Tensor[("B", "HKV", "SK", D, dt)],
+                      V: ag.Tensor[("B", "HKV", "SK", D, dt)],
+                      O: ag.Tensor[("B", "H", "S", D, dt)],
+                      qk_scale: ag.f32,
+                      s: AttentionSchedule = default_schedule(D)):
+            body(Q, K, V, O, None, qk_scale, s)
+        fn = attention
+    name = f"attention_d{D}_{dt.name}" + ("_causal" if causal else "") + ("_lse" if lse else "")
+    return ag.kernel(fn, name=name)
