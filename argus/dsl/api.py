@@ -155,12 +155,62 @@ def role(name: str, warpgroups: int = 1, regs: int = 0) -> Iterator[Scalar]:
     ctx.any_role = True
     index = ctx.builder.fresh(ScalarType(dtypes.i32), "wg")
     ctx.in_role = name
+    ctx.role_warpgroups, ctx.ordered_names = warpgroups, set()
     try:
         with ctx.builder.region() as body:
             yield Scalar(index)
     finally:
         ctx.in_role = None
+        ctx.role_warpgroups = 0
     ctx.builder.append(O.RoleOp(index, name, warpgroups, regs, Region(tuple(body)), loc=loc))
+
+
+@contextlib.contextmanager
+def ordered(name: str) -> Iterator[None]:
+    """An ordered section: the sections named `name` of this role run one at a time,
+    round-robin over its warpgroups (warpgroup 0's first, then warpgroup 1's first, ...,
+    then warpgroup 0's second), so one warpgroup's work outside the section (an epilogue, a
+    softmax) overlaps the next one's section (its MMAs): ping-pong. Each warpgroup must reach
+    the section in its turn (`ag.when(...)` around it may pick turns, e.g. every other unit;
+    the verifier proves the turns go round). Values bound inside are visible after it."""
+    ctx = current("ag.ordered")
+    loc = user_loc()
+    if not isinstance(name, str) or not name:
+        raise TraceError(f"ag.ordered needs a section name (a non-empty str), got {name!r}", loc,
+                         fix='with ag.ordered("mma"): ...')
+    if ctx.in_role is None:
+        raise TraceError(f"ordered section {name!r} outside an ag.role: sections take turns "
+                         f"among the warpgroups of one role", loc,
+                         fix="put it inside `with ag.role(\"consumer\", warpgroups=2) as wg:`")
+    if ctx.role_warpgroups < 2:
+        raise TraceError(f"ordered section {name!r} in role {ctx.in_role!r} of "
+                         f"{ctx.role_warpgroups} warpgroup: there is nobody to take turns with",
+                         loc, fix="give the role warpgroups=2 or more, or drop ag.ordered")
+    if ctx.ordered_open is not None:
+        raise TraceError(f"ordered section {name!r} inside ordered section "
+                         f"{ctx.ordered_open!r}: nested turns deadlock when the orders differ",
+                         loc, fix="close the outer section first (sections do not nest)")
+    if name in ctx.ordered_names:
+        raise TraceError(f"ordered section {name!r} appears twice in role {ctx.in_role!r}: "
+                         f"the turns of one name are counted at one site", loc,
+                         fix="use one `with ag.ordered(...)` per name, or distinct names")
+    if ctx.open_pipeline_steps:
+        raise TraceError(f"ordered section {name!r} inside a pipeline step: waiting for a turn "
+                         f"while holding a ring slot can starve the warpgroup whose turn it is",
+                         loc, fix="open the section around the pipeline steps")
+    if ctx.nonuniform_guards:
+        raise TraceError(f"ordered section {name!r} under a condition that differs between "
+                         f"threads: the turn barrier is warpgroup-wide", loc,
+                         fix="guard it with a condition uniform per warpgroup (e.g. of the "
+                             "warpgroup index or a loop index), or none")
+    ctx.ordered_names.add(name)
+    ctx.builder.append(O.TurnWait(name, loc=loc))
+    ctx.ordered_open = name
+    try:
+        yield
+    finally:
+        ctx.ordered_open = None
+    ctx.builder.append(O.TurnPass(name, loc=loc))
 
 
 # ----------------------------------------------------------------------------- tiles

@@ -14,7 +14,7 @@ from typing import Iterator
 from argus import dtypes
 from argus.dsl.carry import CarryScope
 from argus.dsl.tracing import current, user_loc
-from argus.dsl.values import Scalar
+from argus.dsl.values import Scalar, as_scalar
 from argus.errors import TraceError
 from argus.ir import ops as O
 from argus.ir.core import Region, Value
@@ -58,6 +58,28 @@ class Pipe:
         for op in before:
             _emit(op)
         _emit(cls(stage, self.value, Region(tuple(ops)), loc=loc))
+
+    def skip(self, steps) -> None:
+        """Move this warpgroup's step counter past `steps` steps that another warpgroup of
+        this role consumes in its turn (ping-pong: each consumer skips the other's units).
+        The empty barriers then expect one release per step: ag.pipeline(consumers=1)."""
+        ctx = current()
+        loc = user_loc()
+        if ctx.in_role is None:
+            raise TraceError("pipe.skip outside an ag.role: only a consumer warpgroup that "
+                             "takes turns with others skips their steps", loc,
+                             fix="call it inside the consumer role")
+        if ctx.open_pipeline_steps:
+            raise TraceError("pipe.skip inside a pipeline step: the step counter moves between "
+                             "steps, never during one", loc, fix="skip after the step ends")
+        if ctx.nonuniform_guards:
+            raise TraceError("pipe.skip under a condition that differs between threads: the "
+                             "step counter is warpgroup-wide", loc,
+                             fix="guard it with a condition uniform per warpgroup, or none")
+        if isinstance(steps, int) and steps < 0:
+            raise TraceError(f"pipe.skip({steps}): a step counter only moves forward", loc)
+        _emit(O.PipeSkip(self.value, as_scalar(steps).value if not isinstance(steps, int)
+                         else steps, loc=loc))
 
     @contextlib.contextmanager
     def produce(self) -> Iterator[Scalar]:

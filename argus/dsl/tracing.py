@@ -45,6 +45,9 @@ class TraceContext:
     roles_seen: list[str] = field(default_factory=list)
     any_role: bool = False
     cluster: tuple[int, int, int] = (1, 1, 1)
+    role_warpgroups: int = 0            # warpgroups of the role being traced (0: none)
+    ordered_open: str | None = None     # the ordered section being traced (ag.ordered)
+    ordered_names: set[str] = field(default_factory=set)  # sections of the current role
 
 
 _STACK: list[TraceContext] = []

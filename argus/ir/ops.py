@@ -195,6 +195,18 @@ class Consume(Op):
 
 
 @dataclass(frozen=True)
+class PipeSkip(Op):
+    """Advance this warpgroup's step counter on `pipe` by `steps` without waiting or
+    releasing: the steps another warpgroup of the same role consumes in its turn (ping-pong).
+    Legal in a consumer role whose warpgroups take turns on the pipe: each step is consumed
+    by exactly one of them, so the empty barriers expect one arrival per step (per peer)."""
+
+    NAME = "pipe.skip"
+    pipe: Value
+    steps: Value | int
+
+
+@dataclass(frozen=True)
 class TmaLoad(Op):
     """Bulk tensor copy of the box `dst.shape` at element coordinates `coords` (one per tensor
     dim, outermost first) into smem view `dst`. Legal only inside `produce`. Out-of-bounds
@@ -574,8 +586,43 @@ class ClusterSync(Op):
     NAME = "cluster.sync"
 
 
+@dataclass(frozen=True)
+class TurnWait(Op):
+    """The start of an ordered section `name` (ag.ordered): warpgroup wg of a role waits for
+    its turn. The sections of one name run one at a time, round-robin over the role's W >= 2
+    warpgroups (warpgroup 0's first, warpgroup 1's first, ..., warpgroup 0's second, ...).
+    Lowered (lower/sync.py): bar.sync barriers[wg], threads, where `barriers[w]` is the named
+    barrier warpgroup w waits on and `threads` the waiting warpgroup plus the passing one
+    (256). Legal inside a role, at one site per name, followed in the same region by the
+    section's `ordered.pass`, with no other section of the role opened in between; not inside
+    a pipeline step; each warpgroup must reach it in its turn (the verifier proves it)."""
+
+    NAME = "ordered.wait"
+    name: str
+    barriers: tuple[int, ...] = ()
+    threads: int = 0
+
+
+@dataclass(frozen=True)
+class TurnPass(Op):
+    """The end of an ordered section `name`: warpgroup wg hands the turn to the next warpgroup
+    without waiting (lowered: bar.arrive barriers[(wg + 1) % W], threads). `initial` (placed by
+    lower/sync.py after the role's setmaxnreg): run by warpgroup W - 1 alone, before any
+    section, it gives warpgroup 0 the first turn. The last pass of a run is never waited on
+    (the turn is left with the next warpgroup at exit, as in FlashAttention 3: the named
+    barrier's partial arrival dies with the CTA)."""
+
+    NAME = "ordered.pass"
+    name: str
+    barriers: tuple[int, ...] = ()
+    threads: int = 0
+    initial: bool = False
+
+
 SYNC_OPS = (WgmmaFence, WgmmaCommit, WgmmaWait, FenceOperands, SlotRelease, ProxyFence,
             GroupBarrier, TmaStoreCommit, TmaStoreWait, SetMaxNReg, ClusterSync)
+# the ordered sections (ag.ordered): recorded by the DSL, barrier ids filled in by lower/sync.py
+ORDERED_OPS = (TurnWait, TurnPass)
 
 
 ELEMENTWISE_FNS = {
@@ -599,5 +646,5 @@ ALL_OPS: dict[str, type[Op]] = {
                 SmemSlice,
                 PipelineCreate, Produce, Consume, TmaLoad, TmaStore, Wgmma, StMatrix, LdMatrix,
                 Load, LoadScalar, Store, Full, Elementwise, Convert, Reduce, TileSlice, Var,
-                Assign, ConvertLayout, Arange, ExpandDims) + SYNC_OPS
+                Assign, ConvertLayout, Arange, ExpandDims, PipeSkip) + SYNC_OPS + ORDERED_OPS
 }

@@ -25,6 +25,13 @@ what is in flight and inserts:
 * roles: `setmaxnreg` first in each role with a register budget (inc above the entry budget,
   dec below), a CTA barrier (or a cluster barrier) after the pipelines' init, and a cluster
   barrier before exit.
+* ordered sections (ag.ordered): each (role, section name) gets W named barriers, one per
+  warpgroup, numbered after the group barriers (1 + warpgroup index, codegen/cuda/sync.py);
+  `ordered.wait` / `ordered.pass` get their ids and thread count (waiter + passer: 256), and
+  the role starts with the initial pass that gives warpgroup 0 the first turn. A pass does
+  not retire the in-flight wgmma group (the next warpgroup's MMAs may start while this one's
+  last group finishes: the point of ping-pong); a wait does, like any other op, so no slot is
+  held while waiting for a turn.
 """
 
 from __future__ import annotations
@@ -32,15 +39,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from argus.errors import Loc
+from argus.errors import CompileError, Loc
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region, Value
 from argus.ir.tag_ops import is_tag_op
-from argus.target.limits import REGISTERS_PER_SM
+from argus.target.limits import NAMED_BARRIERS, REGISTERS_PER_SM, WARPGROUP_SIZE
 
 # Ops that may run while a consumer's last wgmma group is still in flight (no accumulator
 # read, no shared-memory write): pure scalar work and control whose bodies are walked.
-NO_FLUSH = (O.For, O.Consume, O.Const, O.Arith, O.SmemSlice, O.If, O.ClusterRank, O.Arange)
+NO_FLUSH = (O.For, O.Consume, O.Const, O.Arith, O.SmemSlice, O.If, O.ClusterRank, O.Arange,
+            O.TurnPass, O.PipeSkip)
 
 
 def smem_roots(kernel: Kernel) -> dict[int, int]:
@@ -87,6 +95,7 @@ class _State:
     # values an enclosing loop body defines that this walk has not reached: at the top of an
     # iteration the previous iteration's such accumulator is dead (and out of scope)
     fresh: frozenset = frozenset()
+    turn_barriers: dict[str, tuple[int, ...]] = field(default_factory=dict)  # this role's
 
     def scope(self) -> str:
         return "warpgroup" if self.in_role else "cta"
@@ -250,6 +259,9 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
             st.store_read_pending = False
         st.generic_unfenced.add(st.rt(op.dst))
         return out + [op]
+    if isinstance(op, (O.TurnWait, O.TurnPass)):
+        ids = st.turn_barriers[op.name]
+        return out + [op.replace(barriers=ids, threads=2 * WARPGROUP_SIZE)]
     if isinstance(op, O.TmaStore):
         # every thread's generic writes visible to the async proxy before one thread hands the
         # buffer to TMA; one fence and barrier covers a run of stores
@@ -264,6 +276,28 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         st.tma_stores = True
         return out
     return out + [op]
+
+
+def _turn_barriers(roles, threads: int) -> dict[str, dict[str, tuple[int, ...]]]:
+    """role -> section name -> the named barrier of each of its warpgroups. Ids 0 (the CTA)
+    and 1 .. CTA warpgroups (group barriers, 1 + warpgroup index) are taken; the sections'
+    follow, W per (role, name), in program order."""
+    out: dict[str, dict[str, tuple[int, ...]]] = {}
+    nxt = 1 + threads // WARPGROUP_SIZE
+    for role in roles:
+        for op in role.body.walk():
+            if isinstance(op, O.TurnWait) and op.name not in out.setdefault(role.name, {}):
+                ids = tuple(range(nxt, nxt + role.warpgroups))
+                if ids[-1] >= NAMED_BARRIERS:
+                    raise CompileError(
+                        f"ordered section {op.name!r} of role {role.name!r} needs named "
+                        f"barriers {ids[0]}..{ids[-1]}, but a CTA has {NAMED_BARRIERS} (0 is "
+                        f"__syncthreads, 1..{threads // WARPGROUP_SIZE} its warpgroups' group "
+                        f"barriers)", op.loc,
+                        fix="use fewer section names or fewer warpgroups")
+                out[role.name][op.name] = ids
+                nxt += role.warpgroups
+    return out
 
 
 def run(kernel: Kernel) -> Kernel:
@@ -287,11 +321,15 @@ def run(kernel: Kernel) -> Kernel:
                                   loc=loc))
     plan = {name: regs for name, _first, _count, regs in kernel.attr("role_plan", ())}
     entry = (REGISTERS_PER_SM // threads) // 8 * 8
+    turns = _turn_barriers(roles, threads)
     for role in roles:
         head: list[O.Op] = []
         regs = plan.get(role.name, role.regs)
         if regs:
             head.append(O.SetMaxNReg(regs, regs > entry, loc=role.loc))
+        st.turn_barriers = turns.get(role.name, {})
+        for name, ids in st.turn_barriers.items():
+            head.append(O.TurnPass(name, ids, 2 * WARPGROUP_SIZE, initial=True, loc=role.loc))
         st.in_role = True
         st.tma_stores, st.store_unfenced, st.store_read_pending = False, True, False
         st.generic_unfenced = set()

@@ -115,7 +115,11 @@ def _pipe(model: Model, pipe: PipeInfo):
                                  f"phase on a barrier that expects one",
                                  {"role": role.name, "warpgroups": role.warpgroups}))
     consumer_roles = {id(s.site.role): s.site.role for s in consumers}
-    consumer_wgs = sum(r.warpgroups for r in consumer_roles.values() if r is not None) or 1
+    # a role whose warpgroups take turns on the pipe (pipe.skip, ping-pong) releases each step
+    # once, by the warpgroup whose turn it is (check_ordered proves the turns)
+    consumer_wgs = sum(1 if any(isinstance(x, O.PipeSkip) and x.pipe.id == create.result.id
+                                for x in r.body.walk()) else r.warpgroups
+                       for r in consumer_roles.values() if r is not None) or 1
     # -- totals ----------------------------------------------------------------------------
     p_roles = {(s.site.role.name if s.site.role else None) for s in producers}
     c_roles = {(s.site.role.name if s.site.role else None) for s in consumers}

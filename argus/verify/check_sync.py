@@ -17,6 +17,9 @@ skipped and the taken path):
       else reads or writes it (or a view of it) while the tensor cores may still write it. A
       wgmma accumulating into the same tile (chaining) and `fence.operands` are no readers.
 
+The ordered sections' obligations (ordered.pairs/barriers/turns/skip) are
+verify/check_ordered.py's; they run from here, the turns on traced kernels too.
+
 A finding carries the location of the reader (proxy.fence, sync.acc) or of the release
 (sync.release).
 The interpreter needs none of these ops; codegen renders them one for one, so what is proven
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from argus.ir import ops as O
 from argus.ir.core import Region
 from argus.ir.tag_ops import is_tag_op
+from argus.verify import check_ordered
 from argus.verify.model import Model
 from argus.verify.obligation import Finding
 
@@ -239,11 +243,13 @@ class _Checker:
 
 def obligations(model: Model) -> tuple[list, list[Finding]]:
     kernel = model.kernel
+    # ordered sections' turns hold for the traced program too; their barriers once lowered
+    turns, turn_findings = check_ordered.obligations(model)
     if not kernel.attr("synchronized", False):
-        return [], []  # synchronization is lowering's decision: checked once it is made
+        return turns, turn_findings  # the sync ops are lowering's decision: checked once made
     c = _Checker(kernel)
     top = [op for op in kernel.body.ops if not isinstance(op, O.RoleOp)]
     c.region(Region(tuple(top)), _State())
     for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
         c.region(role.body, _State())
-    return [], list(c.findings.values())
+    return turns, turn_findings + list(c.findings.values())

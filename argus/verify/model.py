@@ -80,6 +80,7 @@ class Model:
         self.ews: list[EwSite] = []
         self.reduces: list[ReduceSite] = []
         self.asserts: list[AssertSite] = []
+        self.turns: list[Site] = []   # ordered.wait sites (ag.ordered), for check_ordered
         self.tag_fns: dict[str, Any] = {}
         self.axioms: list[tuple[T.TagAssume, Site]] = []
         self.tiles: dict[int, TileState] = {}
@@ -185,6 +186,8 @@ class Model:
                     total = total + 1
                 inner = self._count(op.body, pipe_id)
                 total = total + inner
+            elif isinstance(op, O.PipeSkip) and op.pipe.id == pipe_id:
+                total = total + self.scalar(op.steps)  # steps another warpgroup consumes
             elif isinstance(op, O.For):
                 inner = self._count(op.body, pipe_id)
                 if _is_zero(inner):

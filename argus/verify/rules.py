@@ -81,6 +81,20 @@ _RULES = [
          "accumulator pattern of a 64-row tile), so each thread feeds the elements it holds",
          (2,), "arith", "pass a tile converted from a 64-row accumulator (p = s.to(ag.bf16)) "
          "or loaded as a wgmma A operand"),
+    Rule("ordered.pairs", "each ordered section (ag.ordered) opens and closes in one region, "
+         "not nested in another section or a pipeline step", (10,), "arith",
+         "open and close each section with one `with ag.ordered(name):` block"),
+    Rule("ordered.barriers", "an ordered section's turn barriers: one id per warpgroup, the "
+         "same at its wait and pass, 256 threads, clear of the CTA and group barriers and of "
+         "other sections, one initial pass at the role's start", (10,), "arith",
+         "lower/sync.py numbers them: barriers[w] waited on by warpgroup w, passed to by w - 1"),
+    Rule("ordered.turns", "every warpgroup reaches an ordered section in its turn: in each "
+         "iteration all warpgroups run it, or exactly warpgroup i % W (no skipped turn, no "
+         "deadlock, sections in round-robin order)", (10,), "LIA",
+         "run the section in every warpgroup, or in warpgroup i % W in iteration i"),
+    Rule("ordered.skip", "a warpgroup that skips pipeline steps (pipe.skip) consumes its own "
+         "steps inside an ordered section, so the steps are taken in ring order", (10, 14),
+         "arith", "wrap the consume loop in `with ag.ordered(name):`"),
     Rule("sync.release", "a pipeline slot is released (pipe.release) only after every wgmma "
          "group reading it retired (wgmma.wait), on every path of the explicit sync ops",
          (11,), "arith", "retire the step's wgmma group (wait 0, or wait 1 and release the "
@@ -113,6 +127,21 @@ _RULES = [
          "offset each warpgroup's/CTA's store by its own index"),
     Rule("store.coverage", "every output element is stored (grid x tile covers the output)",
          (14,), "LIA", "launch cdiv(extent, tile) CTAs and step by the tile size"),
+    Rule("reduce.coverage", "a reduction carried over a loop sees every element of its row "
+         "(or segment) exactly once: the loop's blocks cover [0, extent) without overlap",
+         (16,), "LIA", "run the loop over cdiv(extent, block) blocks at offset j * block and "
+         "mask the tail"),
+    Rule("fill.identity", "a masked load's fill value is the identity of the reduction that "
+         "consumes the masked elements (-inf before a max, +inf before a min, 0 before a sum)",
+         (15,), "arith", "load with other=<the reduction's identity>"),
+    Rule("wgmma.provenance", "each wgmma operand is read from data of the tensor its role "
+         "names: A from A's tensor (rows of the output), B from B's (columns), not the other "
+         "operand's buffer", (1, 3, 21), "LIA", "pass the buffer the B tensor was loaded into"),
+    Rule("grid.cluster", "every clustered grid extent is a multiple of the cluster size for "
+         "every shape (a partial cluster cannot launch)", (14,), "LIA",
+         "round the extent up: ag.cdiv(M, cluster * BM) * cluster"),
+    Rule("lower", "the kernel lowers (a lowering pass rejects a construct it cannot compile)",
+         (), "-", "see the message: the pass says what to change"),
     Rule("tag.assert", "a user tag assertion", (), "LIA/UF", "see the assertion's message"),
     Rule("uniform", "warpgroup-wide instructions (wgmma, pipeline steps) run under uniform "
          "conditions", (23,), "arith", "guard them with a condition that does not depend on "

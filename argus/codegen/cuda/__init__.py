@@ -15,9 +15,9 @@ live in files by op family and register themselves with `@rule(OpClass)`:
     tiles       full, elementwise, convert, tile.slice, convert_layout, arange, expand_dims
     reduce      reduce
     async_copy  smem alloc / slice, tma.load, tma.store, ldmatrix, stmatrix
-    pipeline    pipeline.create, produce, consume
+    pipeline    pipeline.create, produce, consume, pipe.skip
     mma         wgmma (shared-memory and register-A forms)
-    sync        every op of ir.ops.SYNC_OPS
+    sync        every op of ir.ops.SYNC_OPS and ORDERED_OPS (named-barrier turns)
 
 `EXEMPT` names the op classes rendered elsewhere and why. Importing this package imports every
 family, so `RULES` is complete once `argus.codegen.cuda` is imported.

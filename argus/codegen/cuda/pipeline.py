@@ -65,3 +65,9 @@ def produce(em: _Emitter, op: O.Produce) -> None:
 @rule(O.Consume)
 def consume(em: _Emitter, op: O.Consume) -> None:
     _pipeline_step(em, op, "consume")
+
+
+@rule(O.PipeSkip)
+def pipe_skip(em: _Emitter, op: O.PipeSkip) -> None:
+    steps = op.steps if isinstance(op.steps, int) else em.name(op.steps)
+    em.emit(f"n{op.pipe.id} += {steps};  // steps another warpgroup consumes in its turn")

@@ -109,3 +109,34 @@ def slot_release(em: _Emitter, op: O.SlotRelease) -> None:
     em.emit(f"if (pend{pid} >= 0 && threadIdx.x % 128 == 0) "
             f"{{ {_release(em, pid, f'pend{pid}')} }}")
     em.emit(f"pend{pid} = {em.name(op.stage) if op.stage is not None else -1};")
+
+
+def _turn_barrier(em: _Emitter, op, offset: int) -> str:
+    """The named barrier of warpgroup (wg + offset) % W of the role being rendered: lowering
+    numbered a role's barriers consecutively, barriers[w] = barriers[0] + w."""
+    count, wg = em.role_copies
+    ids = op.barriers
+    if not ids or not op.threads:
+        raise CompileError(f"ordered section {op.name!r} was not lowered (no barrier ids)",
+                           op.loc, fix="run lower/sync.py (argus.compile does)")
+    if count != len(ids) or ids != tuple(range(ids[0], ids[0] + count)):
+        raise CompileError(f"ordered section {op.name!r}: barriers {ids} are not one per "
+                           f"warpgroup of its {count}-warpgroup role, numbered consecutively",
+                           op.loc)
+    return f"{ids[0]} + ({wg} + {offset}) % {count}" if offset else f"{ids[0]} + {wg}"
+
+
+@rule(O.TurnWait)
+def turn_wait(em: _Emitter, op: O.TurnWait) -> None:
+    em.emit(f"ag::named_barrier_sync({_turn_barrier(em, op, 0)}, {op.threads});"
+            f"  // my turn in ordered section {op.name!r}")
+
+
+@rule(O.TurnPass)
+def turn_pass(em: _Emitter, op: O.TurnPass) -> None:
+    count, wg = em.role_copies
+    line = (f"ag::named_barrier_arrive({_turn_barrier(em, op, 1)}, {op.threads});"
+            f"  // the next warpgroup's turn in ordered section {op.name!r}")
+    if op.initial:  # the last warpgroup hands warpgroup 0 its first turn
+        line = f"if ({wg} == {count - 1}) {line}"
+    em.emit(line)

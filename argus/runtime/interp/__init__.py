@@ -13,7 +13,8 @@ generated CUDA.
 Layout: `machine` (state, views, pipeline state, CTA/cluster scheduling, deadlock detection),
 `launch` (arguments in, results out), `registry` (RULES: one rule per op class, EXEMPT), and
 one module per op family holding its rules: scalar, control, memory, tma, pipeline, mma, tile,
-sync, tags. Importing this package registers every family's rules.
+sync, ordered (ag.ordered turns, pipe.skip), tags. Importing this package registers every
+family's rules.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from argus.runtime.interp import (  # noqa: F401 - importing a family registers 
     control,
     memory,
     mma,
+    ordered,
     pipeline,
     scalar,
     sync,

@@ -6,8 +6,9 @@ another, the CTAs of a cluster together, and with roles every (role, warpgroup) 
 coroutine. What an op does is its rule's business (registry.RULES, filled by the family
 modules); `run_op` only looks the rule up.
 
-Invariant: a round in which every live coroutine blocked and no pipeline slot changed state
-(`events` did not move) is reported as a deadlock, as the mbarrier ring would hang on the GPU.
+Invariant: a round in which every live coroutine blocked and no pipeline slot or ordered-section
+turn changed state (`events` did not move) is reported as a deadlock, as the mbarrier ring or
+the named barriers would hang on the GPU.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ class _Group:
     counters: dict[int, int] = field(default_factory=dict)  # per-pipe step counter
     rank: int = 0                                            # CTA rank in its cluster
     peers: list = field(default_factory=list)                # CTA envs of the cluster
+    role: Any = None                                         # the RoleOp of a role instance
+    wg: int = 0                                              # its warpgroup index in the role
+    cta: str = ""                                            # the CTA it belongs to
 
 
 def _round(values: np.ndarray, dtype: DType) -> np.ndarray:
@@ -93,7 +97,9 @@ class _Interp:
         self.kernel = kernel
         self.tensors = tensors
         self.scalars = scalars
-        self.events = 0  # pipeline state changes, for deadlock detection
+        self.events = 0  # pipeline and turn state changes, for deadlock detection
+        # ordered sections: (CTA, role, section name) -> [turns taken, warpgroup holding it]
+        self.turns: dict[tuple[str, str, str], list] = {}
 
     # -- scalar & tile evaluation --------------------------------------------------------
     def val(self, g: _Group, v: Value) -> Any:
@@ -212,7 +218,7 @@ class _Interp:
         for r in roles:
             for wg in range(r.warpgroups):
                 g = _Group(f"{cta.name}/{r.name}[{wg}]", dict(cta.env), rank=cta.rank,
-                           peers=cta.peers)
+                           peers=cta.peers, role=r, wg=wg, cta=cta.name)
                 g.env[r.index.id] = wg
                 out.append((g, self.run_region(g, r.body)))
         return out
@@ -244,5 +250,5 @@ class _Interp:
                     live.remove((g, co))
                     events_before = -1  # an instance finished: that is progress
             if live and self.events == events_before:
-                raise InterpError("deadlock: every live warpgroup waits on the pipeline:\n  "
+                raise InterpError("deadlock: every live warpgroup waits (pipeline or turn):\n  "
                                   + "\n  ".join(reasons))

@@ -14,7 +14,8 @@ The families: scalar (const, arith, grid ids, cluster rank, thread index), contr
 var, assign), memory (smem alloc/slice, stmatrix, ldmatrix, load, load_scalar, store), tma
 (tma.load, tma.store), pipeline (pipeline, produce, consume), mma (wgmma), tiles (full,
 arange, elementwise, convert, convert_layout, expand_dims, tile slice, reduce), sync (the
-SYNC_OPS: transparent to tags), tags (the tag ops). The records they build are in `domain`.
+SYNC_OPS: transparent to tags), ordered (ordered.wait/pass, pipe.skip), tags (the tag ops).
+The records they build are in `domain`.
 
 The rules are the model's own code split by op family, not clients of it: they read and write
 the Model's state and call its helpers, underscored ones included (`_site`, `_walk`,
@@ -33,7 +34,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from argus.ir import ops as O
-from argus.verify.transfer import control, memory, mma, pipeline, scalar, sync, tags, tiles, tma
+from argus.verify.transfer import (control, memory, mma, ordered, pipeline, scalar, sync, tags,
+                                   tiles, tma)
 from argus.verify.transfer.domain import Rule
 
 
@@ -52,7 +54,7 @@ def merge(tables: Iterable[dict[type, Rule]]) -> dict[type, Rule]:
 
 RULES: dict[type, Rule] = merge([scalar.RULES, control.RULES, memory.RULES, tma.RULES,
                                  pipeline.RULES, mma.RULES, tiles.RULES, sync.RULES,
-                                 tags.RULES])
+                                 ordered.RULES, tags.RULES])
 
 EXEMPT: dict[type, str] = {
     O.RoleOp: "roles are walked by the model itself (Model._walk_role), from the kernel's top "
