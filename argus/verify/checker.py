@@ -19,6 +19,7 @@ from typing import Any
 
 from argus.errors import Diagnostic
 from argus.ir.core import Kernel
+from argus.verify import names
 from argus.verify import obligation as OB
 from argus.verify import solver
 from argus.verify.model import Model
@@ -152,6 +153,8 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
         if f.status == "proven" and not include_proven:
             continue
         diags.append(OB.to_diagnostic(f, k.name))
+    # the user's names for IR values, the lines defining what a finding reads, its thread
+    diags = names.annotate(k, diags)
     order = {"error": 0, "unknown": 1, "warning": 2, "note": 3}
     diags.sort(key=lambda d: order.get(d.severity, 9))
     return Report(k.name, diags, findings, time.perf_counter() - t0, stats)

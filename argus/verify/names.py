@@ -1,0 +1,212 @@
+"""The user's words in findings: variable names for values, the lines that define them, and the
+role, warpgroup and thread that run a reported op.
+
+Job: a finding is found where the symptom shows (a wgmma, a store, a produce step); the fix is
+often on another line (the buffer's allocation, the loop bound's formula, the accumulator's
+zeroing). This module reads, from the kernel alone,
+
+  * the Python name of every value: the assignment target on the line of its defining op
+    (`sA = ag.smem(...)`, `pid_m, pid_n = ag.grid(...)`, `for k in ag.range(...)`,
+    `with pipe.consume() as st:`), read from the source file the op's location names. Only a
+    value that no other op of the same line consumes takes the line's name (`a =
+    sA[st].rows_of(...)` names the view, not the stage index). A kernel whose source is gone
+    (parsed IR text) keeps the IR names (%s.21);
+  * for a finding's location, the definitions it depends on: the operands of the ops on that
+    line, one more hop through scalar arithmetic, and the bounds of the loops around them,
+    each with its name and line (`defined`);
+  * the role, warpgroups and thread that run the op (a TMA copy and an expect_tx are issued by
+    the elected thread 0 of the producer warpgroup; a fence by every writing thread).
+
+`annotate(kernel, diagnostics)` rewrites IR names in messages and witnesses to the user's
+names and adds `defined` / role / thread entries where a finding lacks them. It never changes
+a severity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import linecache
+import re
+from typing import Any
+
+from argus.errors import Diagnostic, Loc
+from argus.ir import ops as O
+from argus.ir.core import Kernel, Op, Value
+
+_ASSIGN = re.compile(r"^\s*([A-Za-z_][\w]*(?:\s*,\s*[A-Za-z_][\w]*)*)\s*,?\s*(?::[^=]*)?=(?!=)")
+_FOR = re.compile(r"^\s*for\s+([A-Za-z_]\w*)\s+in\b")
+_WITH_AS = re.compile(r"\bas\s+([A-Za-z_]\w*)\s*:")
+_IR_NAME = re.compile(r"%([A-Za-z_]\w*)\.(\d+)|%(\d+)\b")
+# ops whose thread is the elected one of its warpgroup (codegen issues them from thread 0)
+_ELECTED = (O.TmaLoad, O.Produce)
+
+
+@dataclasses.dataclass
+class _Scope:
+    role: O.RoleOp | None
+    loops: tuple[O.For, ...]
+
+
+class Names:
+    """Built once per kernel; see the module docstring."""
+
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.defs: dict[int, Op] = {}
+        self.scope: dict[int, _Scope] = {}        # id(op) -> its role and enclosing loops
+        self.by_line: dict[tuple[str, int], list[Op]] = {}
+        self.params = {p.value.id: p.name for p in kernel.params}
+        self._walk(kernel.body.ops, None, ())
+        self.names: dict[int, str] = dict(self.params)
+        for (file, line), ops in self.by_line.items():
+            self._name_line(file, line, ops)
+        counts: dict[str, int] = {}
+        for n in self.names.values():
+            counts[n] = counts.get(n, 0) + 1
+        self.unique = {n for n, c in counts.items() if c == 1}
+
+    def _walk(self, ops, role, loops) -> None:
+        for op in ops:
+            self.scope[id(op)] = _Scope(role, loops)
+            for r in op.results():
+                self.defs[r.id] = op
+            for extra in ("index", "stage"):  # role index, pipeline stage: block values
+                v = getattr(op, extra, None)
+                if isinstance(v, Value) and v.id not in self.defs:
+                    self.defs[v.id] = op
+            if op.loc.line:
+                self.by_line.setdefault((op.loc.file, op.loc.line), []).append(op)
+            inner_role = op if isinstance(op, O.RoleOp) else role
+            inner_loops = loops + (op,) if isinstance(op, O.For) else loops
+            for region in op.regions():
+                self._walk(region.ops, inner_role, inner_loops)
+
+    def _name_line(self, file: str, line: int, ops: list[Op]) -> None:
+        text = linecache.getline(file, line)
+        if not text:
+            return
+        used = {v.id for op in ops for v in op.operands()}
+        m = _FOR.match(text)
+        if m:
+            for op in ops:
+                if isinstance(op, O.For):
+                    self.names.setdefault(op.var.id, m.group(1))
+            return
+        m = _WITH_AS.search(text)
+        if m:
+            for op in ops:
+                for extra in ("index", "stage"):
+                    v = getattr(op, extra, None)
+                    if isinstance(v, Value):
+                        self.names.setdefault(v.id, m.group(1))
+            return
+        m = _ASSIGN.match(text)
+        if not m:
+            return
+        targets = [t.strip() for t in m.group(1).split(",") if t.strip()]
+        free = [r for op in ops for r in op.results() if r.id not in used]
+        if len(targets) == 1 and len(free) >= 1:
+            self.names.setdefault(free[-1].id, targets[0])
+        elif len(targets) == len(free):
+            for t, r in zip(targets, free):
+                self.names.setdefault(r.id, t)
+
+    # -- queries ------------------------------------------------------------------------
+    def name(self, vid: int) -> str | None:
+        n = self.names.get(vid)
+        if n is None:
+            return None
+        if n in self.unique or vid not in self.defs:
+            return n
+        return f"{n}@{self.defs[vid].loc}"
+
+    def rename(self, text: str) -> str:
+        def sub(m: re.Match) -> str:
+            vid = int(m.group(2) or m.group(3))
+            n = self.name(vid)
+            return n if n is not None else m.group(0)
+        return _IR_NAME.sub(sub, text)
+
+    def ops_at(self, loc: Loc) -> list[Op]:
+        return self.by_line.get((loc.file, loc.line), [])
+
+    def definitions(self, loc: Loc, limit: int = 10) -> dict[str, str]:
+        """name -> 'file:line' of what the ops at `loc` read, the loops around them and their
+        bounds, then one more hop through scalars; only definitions on other lines."""
+        out: dict[str, str] = {}
+        ops = self.ops_at(loc)
+        later: list[int] = []
+
+        def add(vid: int, deeper: bool) -> None:
+            op = self.defs.get(vid)
+            if op is None:
+                return
+            n = self.name(vid)
+            if n is not None and op.loc.line and op.loc.line != loc.line:
+                out.setdefault(n, str(op.loc))
+            if deeper and not isinstance(op, (O.SmemAlloc, O.PipelineCreate, O.For)):
+                later.extend(v.id for v in op.operands())
+        for op in ops:
+            for v in op.operands():
+                add(v.id, True)
+        for op in ops[:1]:
+            for loop in reversed(self.scope[id(op)].loops):
+                n = self.name(loop.var.id)
+                if n is not None:
+                    out.setdefault(f"loop {n}", str(loop.loc))
+                add(loop.stop.id, True)
+        for vid in later:
+            add(vid, False)
+        return dict(list(out.items())[:limit])
+
+    def who(self, loc: Loc) -> dict[str, Any]:
+        ops = self.ops_at(loc)
+        if not ops:
+            return {}
+        sc = self.scope[id(ops[0])]
+        out: dict[str, Any] = {}
+        if sc.role is not None:
+            out["role"] = sc.role.name
+            out["warpgroup"] = 0 if sc.role.warpgroups == 1 else \
+                f"each of 0..{sc.role.warpgroups - 1}"
+        if sc.role is None:
+            return out
+        out["thread"] = 0
+        out["threads"] = ("the elected thread 0 of the warpgroup issues it"
+                          if any(isinstance(op, _ELECTED) for op in ops) else
+                          "every thread of the warpgroup runs it (thread 0 shown)")
+        return out
+
+
+def _rename_any(names: Names, x: Any) -> Any:
+    if isinstance(x, str):
+        return names.rename(x)
+    if isinstance(x, dict):
+        return {k: _rename_any(names, v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_rename_any(names, v) for v in x)
+    return x
+
+
+def annotate(kernel: Kernel, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """The user's names, defining lines and threads on every error/warning/unknown."""
+    try:
+        names = Names(kernel)
+    except Exception:  # noqa: BLE001 - naming is a courtesy; the findings stand without it
+        return diagnostics
+    out = []
+    for d in diagnostics:
+        if d.severity == "note":
+            out.append(d)
+            continue
+        wit = _rename_any(names, dict(d.counterexample))
+        defs = names.definitions(d.loc)
+        if defs:
+            wit.setdefault("defined", defs)
+        for k, v in names.who(d.loc).items():
+            if k == "warpgroup" and "warpgroup" in wit:
+                continue
+            wit.setdefault(k, v)
+        out.append(dataclasses.replace(d, message=names.rename(d.message),
+                                       counterexample=wit, fix=names.rename(d.fix)))
+    return out
