@@ -109,6 +109,7 @@ def test_out_overlapping_an_input_and_noncontiguous_shared_weight():
     assert _rel(matmul(x, w), x.double() @ w.double()) < 1e-2
 
 
+@pytest.mark.slow   # exhaustive over the candidate schedules (minutes on the H200)
 @pytest.mark.parametrize("m", [16, 1000])
 @pytest.mark.parametrize("layout", ["x@W.T", "x@W"])
 def test_every_candidate_schedule_is_correct(m, layout):
@@ -156,6 +157,7 @@ def test_repeated_calls_take_the_fast_path_and_stay_correct():
     assert _rel(out, a_odd.double() @ w.T.double()) < 1e-2
 
 
+@pytest.mark.slow   # exhaustive over the candidate schedules (minutes on the H200)
 @pytest.mark.parametrize("layout", ["x@W.T", "x@W"])
 def test_batched_candidates_including_clusters(layout):
     """Batched problems get 2x1-cluster candidates too (3-d multicast of B): each is right."""
@@ -281,6 +283,7 @@ def test_wave_fitting_tiles_including_narrow_tma_store_blocks(layout):
         assert _rel(out, ref) < 1e-2, s
 
 
+@pytest.mark.slow   # exhaustive over the candidate schedules (minutes on the H200)
 def test_tune_matmul_records_a_winner_that_matmul_then_runs(tmp_path, monkeypatch):
     """tune_matmul screens every candidate, times the finalists again, records the winner for
     this GPU; the next plain matmul picks it and is right."""

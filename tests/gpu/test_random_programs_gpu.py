@@ -12,9 +12,11 @@ from tests.random_programs import compare_outputs, generate, interpret  # noqa: 
 pytestmark = hopper_only()
 
 SAMPLE = range(1000, 1040)
+QUICK = 8   # the first seeds run in the quick tier (`-m "gpu and not slow"`), the rest are slow
 
 
-@pytest.mark.parametrize("seed", SAMPLE)
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=[pytest.mark.slow] if i >= QUICK else [])
+                                  for i, s in enumerate(SAMPLE)])
 def test_gpu_matches_interpreter(seed):
     program = generate(seed)
     expected, error = interpret(program)
