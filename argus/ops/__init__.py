@@ -2,10 +2,11 @@
 `argus.ops.scaled_matmul`, and `argus.ops.tune_matmul`, which picks and caches a schedule per
 shape on this GPU."""
 
+from argus.ops.attention import attention
 from argus.ops.matmul import bmm, matmul
 from argus.ops.scaled_matmul import scaled_matmul
 from argus.ops.schedules import Problem, choose, heuristic
 from argus.ops.tune import TuneResult, tune_matmul
 
-__all__ = ["bmm", "matmul", "scaled_matmul", "tune_matmul", "TuneResult", "Problem", "choose",
+__all__ = ["attention", "bmm", "matmul", "scaled_matmul", "tune_matmul", "TuneResult", "Problem", "choose",
            "heuristic"]

@@ -1,0 +1,222 @@
+"""`argus.ops.attention(q, k, v, *, causal=False, scale=None, layout="bhsd", return_lse=False)`:
+FlashAttention's forward on Hopper with Argus's verified kernel (argus/kernels/attention.py).
+
+Semantics are torch's `scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+enable_gqa=True)` with two documented differences, both FlashAttention's conventions:
+
+* causal with Sq != Skv aligns the mask bottom-right: query i sees keys j <= i + Skv - Sq (the
+  last query sees every key; torch aligns top-left);
+* a query row that sees no key at all (causal with Sq > Skv, or Skv = 0) gets zeros, and its
+  log-sum-exp is -inf.
+
+Tensors: bf16 or fp16 on one CUDA device, head dim 64, 128 or 256, any sequence lengths.
+layout="bhsd": q [B, Hq, Sq, D], k and v [B, Hkv, Skv, D]; layout="bshd": q [B, Sq, Hq, D], k
+and v [B, Skv, Hkv, D] (read in place through strided tensor maps, no copy; the output comes
+back in the same layout). Hq must be a multiple of Hkv (GQA / MQA: query head h reads kv head
+h // (Hq / Hkv)). With return_lse=True the result is (out, lse), lse [B, Hq, Sq] float32, the
+natural-log log-sum-exp of each row of scale * q k^T.
+
+Every input that cannot be right (dtype, head dim, shapes, device, strides TMA cannot address,
+heads that do not divide) raises a LaunchError that says what and how to fix it. The kernel
+runs as the torch.library custom op `argus::attention`, so torch.compile traces through it and
+CUDA graphs capture it.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import OrderedDict
+
+from argus import dtypes
+from argus.errors import LaunchError
+from argus.kernels.attention import (HEAD_DIMS, LOG2E, AttentionSchedule, attention_kernel,
+                                     default_schedule)
+
+_WHO = "argus.ops.attention"
+_DTYPES = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16}
+LAYOUTS = ("bhsd", "bshd")
+# (head dim, dtype, causal, lse, schedule, device) -> compiled kernel; bounded.
+_COMPILED: OrderedDict = OrderedDict()
+_MEMO_SIZE = 64
+
+
+def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
+              layout: str = "bhsd", return_lse: bool = False,
+              schedule: AttentionSchedule | None = None):
+    """softmax(scale * q k^T [+ causal mask]) v; (out, lse) with return_lse=True. See the
+    module docstring for shapes, layouts and the two conventions that differ from torch."""
+    check(q, k, v, layout=layout)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    if schedule is not None:
+        out, lse = _run(q, k, v, bool(causal), float(scale), layout, bool(return_lse), schedule)
+    else:
+        out, lse = _op()(q, k, v, bool(causal), float(scale), layout, bool(return_lse))
+    return (out, lse) if return_lse else out
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def check(q, k, v, *, layout: str = "bhsd") -> None:
+    """Raise a LaunchError for inputs the kernel cannot compute right. Shapes and dtypes are
+    checked before devices, so the messages are the same for CPU tensors."""
+    import torch
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise LaunchError(f"{_WHO}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if layout not in LAYOUTS:
+        raise LaunchError(f"{_WHO}: layout={layout!r} is not one of {LAYOUTS}",
+                          fix="'bhsd' for [batch, heads, seq, head_dim], 'bshd' for [batch, "
+                              "seq, heads, head_dim]")
+    if str(q.dtype) not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise LaunchError(f"{_WHO}: q, k and v must all be bfloat16 or all float16, got "
+                          f"{q.dtype}, {k.dtype}, {v.dtype}",
+                          fix="cast them, e.g. q.bfloat16(), k.bfloat16(), v.bfloat16()")
+    dims = "[B, H, S, D]" if layout == "bhsd" else "[B, S, H, D]"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise LaunchError(f"{_WHO}: {name} has shape {tuple(t.shape)}; layout={layout!r} "
+                              f"takes 4-d tensors {dims}",
+                              fix="add the missing batch or head dimension with unsqueeze")
+    if tuple(k.shape) != tuple(v.shape):
+        raise LaunchError(f"{_WHO}: k {tuple(k.shape)} and v {tuple(v.shape)} differ; they must "
+                          f"have the same shape {dims}")
+    qb, kb = _bhsd(q, layout), _bhsd(k, layout)
+    head_dim = q.shape[-1]
+    if head_dim not in HEAD_DIMS:
+        raise LaunchError(f"{_WHO}: head dim {head_dim} is not supported (the kernel takes "
+                          f"{HEAD_DIMS})", fix="pad q, k and v with zeros to the next "
+                                               "supported head dim, or use torch SDPA")
+    if k.shape[-1] != head_dim:
+        raise LaunchError(f"{_WHO}: q has head dim {head_dim}, k and v have {k.shape[-1]}; "
+                          f"they must match")
+    if qb.shape[0] != kb.shape[0]:
+        raise LaunchError(f"{_WHO}: batch sizes differ: q {qb.shape[0]}, k/v {kb.shape[0]}",
+                          fix="broadcast with expand() to one batch size")
+    hq, hkv = qb.shape[1], kb.shape[1]
+    if hkv == 0 or hq % hkv:
+        raise LaunchError(f"{_WHO}: q has {hq} heads, k and v {hkv}; the query heads must be "
+                          f"a multiple of the key/value heads (GQA / MQA)",
+                          fix=f"check the head dimension of the layout ({layout!r}: heads are "
+                              f"dim {1 if layout == 'bhsd' else 2})")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not t.is_cuda:
+            raise LaunchError(f"{_WHO}: {name} is on {t.device}; Argus kernels run on a CUDA "
+                              f"device (sm_90a)", fix=f"{name}.cuda(), or torch SDPA on the CPU")
+    if k.device != q.device or v.device != q.device:
+        raise LaunchError(f"{_WHO}: q, k and v are on different devices ({q.device}, "
+                          f"{k.device}, {v.device})", fix="move them to one GPU")
+
+
+def _bhsd(t, layout: str):
+    """The [B, H, S, D] view of a tensor in `layout` (a permuted view, never a copy)."""
+    return t if layout == "bhsd" else t.transpose(1, 2)
+
+
+def _check_strides(named) -> None:
+    """TMA reads each tensor through a tensor map: unit inner stride, 16-byte aligned pointer
+    and outer strides (dims of extent 1 are never stepped over)."""
+    for name, t in named:
+        eb = t.element_size()
+        bad = t.stride(-1) != 1 or t.data_ptr() % 16 or any(
+            (t.stride(d) * eb) % 16 for d in range(t.dim() - 1) if t.shape[d] > 1)
+        if bad:
+            raise LaunchError(f"{_WHO}: {name} (shape {tuple(t.shape)}, strides {t.stride()}) "
+                              f"cannot be read by TMA: it needs a contiguous head dim, a "
+                              f"16-byte aligned pointer and outer strides that are multiples "
+                              f"of 16 bytes", fix=f"pass {name}.contiguous()")
+
+
+# ----------------------------------------------------------------------------- the launch
+
+
+def _compiled(head_dim: int, dtype, causal: bool, lse: bool, schedule: AttentionSchedule,
+              device):
+    key = (head_dim, dtype, causal, lse, schedule, device.index)
+    kernel = _COMPILED.get(key)
+    if kernel is None:
+        problems = schedule.problems_for(head_dim, dtype)
+        if problems:
+            raise LaunchError(f"{_WHO}: {schedule} cannot run head dim {head_dim}: "
+                              + "; ".join(problems),
+                              fix="use argus.kernels.attention.default_schedule(head_dim)")
+        kernel = attention_kernel(head_dim, dtype, causal, lse).compile(s=schedule)
+        _COMPILED[key] = kernel
+        if len(_COMPILED) > _MEMO_SIZE:
+            _COMPILED.popitem(last=False)
+    return kernel
+
+
+def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
+         schedule: AttentionSchedule | None = None):
+    """The eager implementation: (out in q's layout, lse [B, Hq, Sq] fp32 or an empty tensor)."""
+    import torch
+
+    check(q, k, v, layout=layout)
+    _check_strides((("q", q), ("k", k), ("v", v)))
+    qb, kb, vb = _bhsd(q, layout), _bhsd(k, layout), _bhsd(v, layout)
+    B, H, S, D = qb.shape
+    SK = kb.shape[2]
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    ob = _bhsd(out, layout)
+    lse = torch.empty((B, H, S) if return_lse else (0,), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse
+    if SK == 0:  # no key at all: every row is zeros, its log-sum-exp -inf
+        out.zero_()
+        lse.fill_(float("-inf"))
+        return out, lse
+    dtype = _DTYPES[str(q.dtype)]
+    chosen = schedule or default_schedule(D, causal)
+    kernel = _compiled(D, dtype, causal, return_lse, chosen, q.device)
+    args = (qb, kb, vb, ob) + ((lse.unsqueeze(-1),) if return_lse else ())
+    with torch.cuda.device(q.device):
+        kernel(*args, scale * LOG2E)
+    return out, lse
+
+
+# ----------------------------------------------------------------------------- custom op
+
+_OP = None
+
+
+def _op():
+    """torch.ops.argus.attention, registered once (at import when torch is loaded, else on the
+    first call): a custom op is opaque to torch.compile, which calls the fake for shapes, and
+    CUDA graphs capture its launch like any kernel on the current stream."""
+    global _OP
+    if _OP is None:
+        _OP = _register()
+    return _OP
+
+
+def _register():
+    import torch
+
+    try:  # registered already (this module loaded twice, e.g. reloaded): use that one
+        return torch.ops.argus.attention.default
+    except (AttributeError, RuntimeError):
+        pass
+
+    @torch.library.custom_op("argus::attention", mutates_args=(),
+                             schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale, "
+                                    "str layout, bool return_lse) -> (Tensor, Tensor)")
+    def attention_op(q, k, v, causal, scale, layout, return_lse):
+        return _run(q, k, v, causal, scale, layout, return_lse)
+
+    @attention_op.register_fake
+    def _(q, k, v, causal, scale, layout, return_lse):
+        qb = _bhsd(q, layout)
+        B, H, S = qb.shape[0], qb.shape[1], qb.shape[2]
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        lse = q.new_empty((B, H, S) if return_lse else (0,), dtype=torch.float32)
+        return out, lse
+
+    return attention_op
+
+
+if "torch" in sys.modules:
+    _op()

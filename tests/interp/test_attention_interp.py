@@ -1,0 +1,109 @@
+"""The library attention kernel (argus/kernels/attention.py) in the numpy interpreter against a
+float64 torch reference: sequence lengths that are and are not multiples of the blocks, causal
+(bottom-right when Sq != Skv, rows without keys zero) and full masks, GQA / MQA, the
+[B, S, H, D] layout read through strided views, the log-sum-exp output, each schedule shape
+(1, 2 and 3 consumer warpgroups, both epilogues, the persistent walk)."""
+
+import math
+
+import pytest
+import torch
+
+import argus as ag
+from argus.kernels.attention import LOG2E, AttentionSchedule, attention_kernel
+
+SMALL = AttentionSchedule(block_m=128, block_n=64, consumers=2)
+
+
+def reference(q, k, v, causal: bool):
+    """float64 attention in [B, H, S, D] with GQA, FlashAttention's bottom-right causal mask;
+    rows without a key are zero and their log-sum-exp -inf."""
+    group = q.shape[1] // k.shape[1]
+    kd = k.double().repeat_interleave(group, 1)
+    vd = v.double().repeat_interleave(group, 1)
+    s = q.double() @ kd.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        S, SK = q.shape[-2], k.shape[-2]
+        keep = torch.ones(S, SK, dtype=torch.bool).tril(SK - S)
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, -1).nan_to_num(0.0) @ vd, torch.logsumexp(s, -1)
+
+
+def run(B, H, HKV, S, SK, D, causal, schedule, *, layout="bhsd", dtype=torch.bfloat16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if layout == "bhsd":
+        q = torch.randn(B, H, S, D, generator=g).to(dtype)
+        k, v = (torch.randn(B, HKV, SK, D, generator=g).to(dtype) for _ in range(2))
+        o = torch.full((B, H, S, D), float("nan")).to(dtype)
+        views = q, k, v, o
+    else:  # [B, S, H, D] storage, the kernel reads the permuted [B, H, S, D] views
+        q = torch.randn(B, S, H, D, generator=g).to(dtype)
+        k, v = (torch.randn(B, SK, HKV, D, generator=g).to(dtype) for _ in range(2))
+        o = torch.full((B, S, H, D), float("nan")).to(dtype)
+        views = tuple(t.transpose(1, 2) for t in (q, k, v, o))
+    lse = torch.full((B, H, S, 1), float("nan"))
+    dt = ag.bf16 if dtype == torch.bfloat16 else ag.f16
+    attention_kernel(D, dt, causal, True).interpret(*views, lse, LOG2E / math.sqrt(D),
+                                                     s=schedule)
+    want, want_lse = reference(*views[:3], causal)
+    return views[3], want, lse[..., 0], want_lse
+
+
+def assert_close(got, want, got_lse, want_lse):
+    assert not torch.isnan(got.float()).any(), "rows left unwritten (NaN)"
+    err = (got.double() - want).abs().max().item()
+    assert err < 2e-2 * max(1.0, want.abs().max().item()), f"max abs error {err}"
+    finite = torch.isfinite(want_lse)
+    assert torch.equal(torch.isfinite(got_lse), finite), "LSE -inf exactly where no key is seen"
+    assert (got_lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("S,SK", [(64, 64), (100, 100), (200, 136), (130, 200), (64, 200)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_lengths_and_masks(S, SK, causal):
+    """Tails of query rows (not stored) and keys (masked to -inf), causal diagonals."""
+    assert_close(*run(1, 2, 2, S, SK, 64, causal, SMALL))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_more_queries_than_keys(causal):
+    """S > SK: under the causal mask the first S - SK rows see no key (zeros, LSE -inf), and
+    whole tiles of them load no KV block at all."""
+    got, want, got_lse, want_lse = run(1, 1, 1, 200, 40, 64, causal, SMALL)
+    assert_close(got, want, got_lse, want_lse)
+    if causal:
+        assert (got[0, 0, :160].float() == 0).all()
+        assert torch.isneginf(got_lse[0, 0, :160]).all()
+
+
+@pytest.mark.parametrize("H,HKV", [(4, 2), (4, 1)])
+def test_gqa_and_mqa(H, HKV):
+    """Query head h reads kv head h // (H / HKV)."""
+    assert_close(*run(2, H, HKV, 96, 72, 64, True, SMALL, seed=H + HKV))
+
+
+def test_bshd_layout_through_strided_views():
+    """[B, S, H, D] storage read and written through permuted views (no copies)."""
+    assert_close(*run(2, 2, 1, 80, 150, 64, True, SMALL, layout="bshd"))
+
+
+def test_fp16():
+    assert_close(*run(1, 2, 1, 70, 90, 64, False, SMALL, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("schedule", [
+    AttentionSchedule(block_m=64, block_n=32, consumers=1, stages=3),
+    AttentionSchedule(block_m=192, block_n=128, consumers=3, producer_regs=32,
+                      consumer_regs=160),
+    AttentionSchedule(block_m=128, block_n=64, consumers=2, epilogue="tma"),
+    AttentionSchedule(block_m=128, block_n=64, consumers=2, persistent=True, num_sms=3),
+], ids=["1wg", "3wg", "tma-store", "persistent"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_schedules(schedule, causal):
+    """Every schedule shape computes the same attention (the persistent walk with 3 CTAs
+    strides over 2 x 2 x 2 tiles, longest first under the causal mask)."""
+    assert_close(*run(2, 2, 1, 150, 170, 64, causal, schedule, seed=3))
+
+
+def test_head_dim_128():
+    assert_close(*run(1, 1, 1, 70, 100, 128, True, SMALL))
