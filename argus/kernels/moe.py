@@ -1,0 +1,128 @@
+"""The MoE expert GEMMs: a persistent grouped GEMM over the padded, expert-sorted token rows.
+
+After routing (argus/kernels/moe_routing.py) the token rows routed to expert e sit in rows
+[expert_start[e], +count[e]) of xp, each expert's segment padded to a multiple of BM rows
+(DeepGEMM's contiguous layout), and tile_expert[m] names the expert of m-tile m. Both expert
+GEMMs of the layer are one kernel factory over that layout:
+
+  gate-up (gated=True):  h[M_pad, I] = silu(xp @ w13[e, :I].T) * (xp @ w13[e, I:].T)
+                         w13 [E, 2I, H] (vLLM's layout: gate rows, then up rows)
+  down    (gated=False): y[M_pad, H] = h @ w2[e].T,  w2 [E, H, I]
+
+The weights are one 3-d TMA tensor [E, N, K], so an m-tile's expert is the leading TMA
+coordinate of its B loads: no per-expert descriptors or pointer arrays. The grid is persistent
+(one CTA per SM); every role walks units (m-tile, n-tile) of the tiles[0] m-tiles routing
+counted (a device value: the loop bound is read from memory, nothing waits on the host) in the
+skeleton's grouped raster order (argus/kernels/warp_specialized.py: tile_coords, load_tile,
+OperandRing), and reads the unit's expert from tile_expert.
+
+Gate-up fusion: a B tile of the gated GEMM is bn/2 gate rows [n * bn/2, +bn/2) of w13[e] on
+top of the matching bn/2 up rows [I + n * bn/2, +bn/2), two TMA boxes into one stage, so
+accumulator columns j and bn/2 + j hold the gate and up products of the same output column;
+the epilogue stores silu(gate) * up, bn/2 columns wide. Where I is not a multiple of bn/2 the
+last tile's gate box runs into the up rows and its up box past 2I (TMA fills zeros); those
+columns land past I and the store drops them.
+
+Invariants: each unit reads weights of its own m-tile's expert only (the B coordinate's
+leading entry is tile_expert[m]); producer and consumers walk the same units (the same loop
+over the same device values), so the ring's step counters stay in step; rows past an expert's
+count (padding) are computed like any row but are never read by the combine.
+"""
+
+import functools
+from dataclasses import dataclass
+
+import argus as ag
+from argus.kernels.warp_specialized import (OperandRing, WarpSpecializedSchedule, load_tile,
+                                            tile_coords)
+
+
+@dataclass(frozen=True)
+class MoeSchedule(WarpSpecializedSchedule):
+    """What the grouped GEMM lets a tuner choose: the skeleton's fields (tile, ring, roles,
+    raster). The contiguous layout pads each expert to bm rows, so routing must be run with
+    the same bm. Clusters are not used: the two m-tiles of a pair may belong to different
+    experts, whose weights cannot be multicast."""
+
+    def _problems(self) -> list[str]:
+        problems = super()._problems()
+        if self.cluster_m != 1:
+            problems.append("cluster_m must be 1: adjacent m-tiles may be different experts")
+        if self.epilogue != "direct":
+            problems.append("the grouped GEMM stores from registers: epilogue='direct'")
+        if not self.persistent:
+            problems.append("the grouped GEMM is persistent: its unit count is a device value")
+        if self.zero_by_wgmma:
+            problems.append("zero_by_wgmma is untried in the grouped GEMM")
+        return problems
+
+
+PREFILL = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2)
+SMALL = MoeSchedule(bm=64, bn=128, bk=64, stages=4, consumers=1, consumer_regs=240,
+                    producer_regs=40)
+
+
+def silu_mul(gate, up):
+    """silu(gate) * up, in fp32."""
+    return gate * ag.sigmoid(gate) * up
+
+
+@functools.lru_cache(maxsize=None)
+def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
+    """The grouped GEMM over the contiguous layout: gate-up with SiLU * up (gated) or down."""
+
+    def moe_grouped_gemm(A: ag.Tensor["M", "K", ag.bf16],
+                         W: ag.Tensor["E", "N", "K", ag.bf16],
+                         TileExpert: ag.Tensor[1, "MT", ag.i32],
+                         Tiles: ag.Tensor[1, 1, ag.i32],
+                         C: ag.Tensor["M", "NC", ag.bf16],
+                         s: MoeSchedule = PREFILL):
+        K = A.shape[1]
+        # the columns a tile covers: bn/2 gate (and bn/2 up) rows of W, or bn rows
+        width = s.bn // 2 if gated else s.bn
+        n_tiles = ag.cdiv(C.shape[1], width)
+        most = ag.cdiv(A.shape[0], s.bm) * n_tiles           # units of the largest layout
+        programs = ag.minimum(most, s.num_sms)
+        (pid,) = ag.grid(programs)
+        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.bf16, s.consumers)
+        k_steps = ring.k_steps(K)
+        rows = s.bm // s.consumers
+
+        # the m-tiles routing counted, read once for every role: both walk the same units
+        m_tiles = ag.load_scalar(Tiles, (0, 0))
+
+        def units(expert: bool):
+            """(m-tile, n-tile, expert or None) of this CTA's units."""
+            for unit in ag.range(pid, m_tiles * n_tiles, programs):
+                m, n = tile_coords(unit, m_tiles, n_tiles, s.group_m)
+                yield m, n, ag.load_scalar(TileExpert, (0, m)) if expert else None
+
+        with ag.role("producer", warpgroups=1, regs=s.producer_regs):
+            for m, n, expert in units(True):
+                for k in ag.range(k_steps):
+                    with ring.pipe.produce() as stage:
+                        k0 = k * s.bk
+                        load_tile(ring.a[stage], 0, A, (), m, s.bm, k0, s.bk)
+                        if gated:   # gate rows, then the matching up rows, in one B tile
+                            load_tile(ring.b[stage], 0, W, (expert,), n, width, k0, s.bk)
+                            ag.tma.load(ring.b[stage].rows_of(width, width), W,
+                                        (expert, C.shape[1] + n * width, k0))
+                        else:
+                            load_tile(ring.b[stage], 0, W, (expert,), n, s.bn, k0, s.bk)
+
+        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
+            for m, n, _ in units(False):
+                acc = ring.mma(k_steps, wg)
+                row0 = m * s.bm + wg * rows
+                if gated:
+                    out = silu_mul(acc[:, :width], acc[:, width:])
+                    ag.store(C, (row0, n * width), out.to(ag.bf16))
+                else:
+                    ag.store(C, (row0, n * width), acc.to(ag.bf16))
+
+    name = "moe_gate_up" if gated else "moe_down"
+    return ag.kernel(moe_grouped_gemm, name=name)
+
+
+gate_up = grouped_gemm_kernel(True)
+down = grouped_gemm_kernel(False)

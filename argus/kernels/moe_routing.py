@@ -1,0 +1,280 @@
+"""Mixture-of-experts routing on the GPU, as DSL kernels: top-k, per-expert counts, prefix sums
+and the permutation into DeepGEMM's "contiguous" layout (each expert's rows padded to the
+grouped GEMM's BLOCK_M), then the gather of token rows into that layout and the final combine.
+
+The pipeline, for T tokens, E experts, top-k k, N = T * k (token, slot) entries:
+
+    topk_softmax / topk_sigmoid_grouped   logits [T, E]       -> ids [T, k], weights [T, k]
+    count        (grid: chunks of entries) ids [N]            -> counts [C, E]
+    offsets      (one CTA)                counts               -> chunk_base [C, E],
+                                                                  expert_start [1, E] (rows),
+                                                                  tile_expert [1, MT], tiles [1, 1]
+    positions    (grid: chunks)           ids, chunk_base, expert_start -> pos [N, 1]
+    permute      (grid: tokens)           x [T, H], pos        -> xp [M_pad, H]
+    (the grouped GEMMs of argus/kernels/moe.py run over xp's first tiles[0] * BM rows)
+    combine      (grid: tokens)           y [M_pad, H], pos, weights -> out [T, H]
+
+The DSL has no atomics, scans or sorting, and needs none here: a count is the column sum of a
+one-hot tile (ids[:, None] == arange(E)[None, :]); an exclusive prefix sum over E experts is
+the row sum of a strictly-triangular mask times the values; the rank of an entry among the
+earlier entries of its chunk with the same expert is the row sum of an [S, S] comparison. Every
+step is a fixed-size tile computation or a loop with a carried tile, so nothing waits on the
+host and the whole routing can be captured in a CUDA graph.
+
+Invariants (tests/unit/test_moe_routing.py checks each against a torch reference):
+  * pos is a bijection from the N entries onto the non-padding rows of the layout; entries of
+    expert e land in rows [expert_start[e], expert_start[e] + count[e]), in token order
+    (stable: chunk order, then order inside the chunk), so routing is deterministic;
+  * expert_start[e] is a multiple of BM, and tile_expert[m] == e exactly for the m-tiles of
+    expert e's padded segment; tiles[0] counts the m-tiles of all segments; tile_expert is -1
+    after them;
+  * padding rows are never written by permute and never read by combine.
+"""
+
+import functools
+
+import argus as ag
+from argus.dtypes import DType
+
+SUB = 32          # entries per inner step of count / positions: [SUB, BE] one-hot tiles
+MAX_CHUNKS = 128  # chunks of entries: the serial loop of `offsets` walks this many at most
+TILE_ROWS = 128   # m-tiles labelled per step of `offsets`
+
+
+def block_experts(num_experts: int) -> int:
+    """The tile width covering E experts: a power of two, at least 32."""
+    be = 32
+    while be < num_experts:
+        be *= 2
+    return be
+
+
+def chunk_entries(entries: int) -> int:
+    """Entries per chunk: a multiple of SUB, so that at most MAX_CHUNKS chunks cover them."""
+    per = -(-entries // MAX_CHUNKS)
+    return max(SUB, -(-per // SUB) * SUB)
+
+
+def max_padded_rows(entries: int, num_experts: int, bm: int) -> int:
+    """An upper bound on the rows of the padded layout: each non-empty expert (at most
+    min(E, entries) of them) wastes fewer than bm rows. A multiple of bm."""
+    rows = entries + min(num_experts, entries) * (bm - 1)
+    return -(-rows // bm) * bm
+
+
+# ----------------------------------------------------------------------------- top-k
+
+
+@functools.lru_cache(maxsize=None)
+def topk_softmax_kernel(logit_dtype: DType, top_k: int, renormalize: bool,
+                        be: int) -> ag.KernelFunction:
+    """ids, weights = top-k of softmax(logits) per token (ties: the lower expert index), the
+    weights divided by their sum when `renormalize` (Mixtral, Qwen3-MoE)."""
+
+    def moe_topk_softmax(Logits: ag.Tensor["T", "E", logit_dtype],
+                         Ids: ag.Tensor["T", top_k, ag.i32],
+                         Weights: ag.Tensor["T", top_k, ag.f32], ROWS: int = 1):
+        (pid,) = ag.grid(ag.cdiv(Logits.shape[0], ROWS))
+        row0 = pid * ROWS
+        cols = ag.arange(be)[None, :]
+        x = ag.load(Logits, (row0, 0), (ROWS, be), other=float("-inf")).to(ag.f32)
+        e = ag.exp(x - x.max(axis=1))
+        # columns past E read -inf (probability 0); -1 puts them below every real expert
+        p = ag.where(cols < Logits.shape[1], e / e.sum(axis=1), -1.0)
+        picked = []
+        for j in range(top_k):   # k rounds of argmax, each masking its winner
+            best = p.argmax(axis=1)
+            picked.append((best, p.max(axis=1)))
+            p = ag.where(cols == best, -2.0, p)
+        _store_topk(Ids, Weights, row0, picked, renormalize, 1.0)
+
+    name = f"moe_topk_softmax_{logit_dtype.name}_k{top_k}" + ("_renorm" if renormalize else "")
+    return ag.kernel(moe_topk_softmax, threads=128, name=name)
+
+
+@functools.lru_cache(maxsize=None)
+def topk_sigmoid_grouped_kernel(logit_dtype: DType, top_k: int, renormalize: bool, be: int,
+                                num_groups: int, topk_groups: int,
+                                scale: float) -> ag.KernelFunction:
+    """DeepSeek-V3 routing: scores = sigmoid(logits); the choice uses scores + bias (the
+    learned correction) restricted to the `topk_groups` groups (of E / num_groups contiguous
+    experts) whose two best biased scores sum highest; the weights are the unbiased scores of
+    the chosen experts, renormalized when asked, times `scale` (routed_scaling_factor)."""
+
+    def moe_topk_sigmoid_grouped(Logits: ag.Tensor["T", "E", logit_dtype],
+                                 Bias: ag.Tensor[1, "E", ag.f32],
+                                 Ids: ag.Tensor["T", top_k, ag.i32],
+                                 Weights: ag.Tensor["T", top_k, ag.f32], ROWS: int = 1):
+        (pid,) = ag.grid(ag.cdiv(Logits.shape[0], ROWS))
+        row0 = pid * ROWS
+        E = Logits.shape[1]
+        cols = ag.arange(be)[None, :]
+        valid = cols < E
+        score = ag.sigmoid(ag.load(Logits, (row0, 0), (ROWS, be)).to(ag.f32))
+        choice = ag.where(valid, score + ag.load(Bias, (0, 0), (1, be)), -1e30)
+        group = cols * num_groups // E   # experts [g * E / G, (g + 1) * E / G) form group g
+        # each group's score: the sum of its two best biased scores, spread over its columns
+        group_score = ag.where(valid, 0.0, -1e30) + choice * 0.0
+        for g in range(num_groups):
+            mine = ag.where(group == g, choice, -1e30)
+            first = mine.argmax(axis=1)
+            second = ag.where(cols == first, -1e30, mine).max(axis=1)
+            group_score = ag.where(group == g, mine.max(axis=1) + second, group_score)
+        keep = cols < 0   # all false
+        for _ in range(topk_groups):
+            best_group = ag.where(cols == group_score.argmax(axis=1), group, 0).sum(axis=1)
+            keep = keep | (group == best_group)
+            group_score = ag.where(group == best_group, -2e30, group_score)
+        choice = ag.where(keep, choice, -1e30)
+        picked = []
+        for j in range(top_k):
+            best = choice.argmax(axis=1)
+            picked.append((best, ag.where(cols == best, score, 0.0).sum(axis=1)))
+            choice = ag.where(cols == best, -2e30, choice)
+        _store_topk(Ids, Weights, row0, picked, renormalize, scale)
+
+    name = (f"moe_topk_sigmoid_{logit_dtype.name}_k{top_k}_g{num_groups}_{topk_groups}"
+            + ("_renorm" if renormalize else ""))
+    return ag.kernel(moe_topk_sigmoid_grouped, threads=128, name=name)
+
+
+def _store_topk(Ids, Weights, row0, picked, renormalize: bool, scale: float) -> None:
+    """Store the k (expert, weight) column tiles of a top-k, the weights renormalized to sum 1
+    and multiplied by `scale` as asked."""
+    total = picked[0][1]
+    for _, w in picked[1:]:
+        total = total + w
+    for j, (best, w) in enumerate(picked):
+        ag.store(Ids, (row0, j), best)
+        if renormalize:
+            w = w / total
+        ag.store(Weights, (row0, j), w * scale if scale != 1.0 else w)
+
+
+# ----------------------------------------------------------------------------- counts and layout
+
+
+def _indicator(cond):
+    """The i32 tile 1 where `cond` holds, else 0 (a count once summed)."""
+    return ag.where(cond, ag.full((1,) * len(cond.shape), 1, ag.i32), 0)
+
+
+def _one_hot(ids, be: int):
+    """[S, BE]: entry i is expert j (ids of -1, past the end, match nothing)."""
+    return ids[:, None] == ag.arange(be)[None, :]
+
+
+@functools.lru_cache(maxsize=None)
+def count_kernel(be: int) -> ag.KernelFunction:
+    """counts[c, e] = entries of chunk c routed to expert e, also stored transposed (countsT
+    [E, C]): the offsets kernel needs the counts both along a row and down a column."""
+
+    def moe_count(Ids: ag.Tensor["N", ag.i32], Counts: ag.Tensor["C", "E", ag.i32],
+                  CountsT: ag.Tensor["E", "C", ag.i32], chunk: ag.i32):
+        (c,) = ag.grid(Counts.shape[0])
+        counts = ag.zeros((1, be), ag.i32)
+        counts_t = ag.zeros((be, 1), ag.i32)
+        for s in ag.range(0, chunk, SUB):
+            ids = ag.load(Ids, (c * chunk + s,), (SUB,), other=-1)
+            counts = counts + _indicator(_one_hot(ids, be)).sum(axis=0)
+            counts_t = counts_t + _indicator(ag.arange(be)[:, None] == ids[None, :]).sum(axis=1)
+        ag.store(Counts, (c, 0), counts)
+        ag.store(CountsT, (0, c), counts_t)
+
+    return ag.kernel(moe_count, threads=128, name=f"moe_count_{be}")
+
+
+@functools.lru_cache(maxsize=None)
+def offsets_kernel(be: int, bm: int) -> ag.KernelFunction:
+    """One CTA: chunk_base[c, e] = entries of expert e in chunks before c; the padded segments
+    expert_start[0, e] (rows, multiples of bm); tile_expert[0, m] = the expert of m-tile m
+    (-1 past the last segment) and tiles[0, 0] = the m-tiles of all segments."""
+
+    def moe_offsets(Counts: ag.Tensor["C", "E", ag.i32], CountsT: ag.Tensor["E", "C", ag.i32],
+                    ChunkBase: ag.Tensor["C", "E", ag.i32],
+                    ExpertStart: ag.Tensor[1, "E", ag.i32],
+                    TileExpert: ag.Tensor[1, "MT", ag.i32], Tiles: ag.Tensor[1, 1, ag.i32]):
+        (pid,) = ag.grid(1)
+        E = Counts.shape[1]
+        running = ag.zeros((1, be), ag.i32)     # per expert, along a row ...
+        running_t = ag.zeros((be, 1), ag.i32)   # ... and down a column
+        for c in ag.range(Counts.shape[0]):   # a serial scan over the (few) chunks
+            counts = ag.load(Counts, (c, 0), (1, be))
+            ag.store(ChunkBase, (c, 0), running)
+            running = running + counts
+            running_t = running_t + ag.load(CountsT, (0, c), (be, 1))
+        rows = ag.arange(be)[:, None]
+        cols = ag.arange(be)[None, :]
+        tiles = (running + (bm - 1)) / bm            # [1, BE] m-tiles per expert
+        tiles_t = (running_t + (bm - 1)) / bm        # [BE, 1]
+        # exclusive prefix sum over experts: start[e] = sum of tiles[e'] for e' < e
+        start = ag.where(rows < cols, tiles_t, 0).sum(axis=0)
+        ag.store(ExpertStart, (0, 0), start * bm)
+        ag.store(Tiles, (0, 0), tiles.sum(axis=1))
+        # the expert of m-tile m: how many segments (of experts < E) end at or before it
+        end_t = ag.where(cols <= rows, tiles, 0).sum(axis=1)   # [BE, 1] inclusive prefix
+        for m0 in ag.range(0, TileExpert.shape[1], TILE_ROWS):
+            m = ag.arange(TILE_ROWS)[None, :] + m0                  # [1, TILE_ROWS]
+            expert = _indicator((end_t <= m) & (rows < E)).sum(axis=0)
+            ag.store(TileExpert, (0, m0), ag.where(expert < E, expert, -1))
+
+    return ag.kernel(moe_offsets, threads=128, name=f"moe_offsets_{be}_{bm}")
+
+
+@functools.lru_cache(maxsize=None)
+def positions_kernel(be: int) -> ag.KernelFunction:
+    """pos[i] = the padded-layout row of entry i: its expert's segment start, plus the entries
+    of that expert in earlier chunks, plus those earlier in its own chunk."""
+
+    def moe_positions(Ids: ag.Tensor["N", ag.i32], ChunkBase: ag.Tensor["C", "E", ag.i32],
+                      ExpertStart: ag.Tensor[1, "E", ag.i32], Pos: ag.Tensor["N", 1, ag.i32],
+                      chunk: ag.i32):
+        (c,) = ag.grid(ChunkBase.shape[0])
+        base = ag.load(ChunkBase, (c, 0), (1, be)) + ag.load(ExpertStart, (0, 0), (1, be))
+        earlier = ag.arange(SUB)[None, :] < ag.arange(SUB)[:, None]   # [i, i']: i' before i
+        for s in ag.range(0, chunk, SUB):
+            ids = ag.load(Ids, (c * chunk + s,), (SUB,), other=-1)
+            hot = _one_hot(ids, be)
+            rank = _indicator((ids[:, None] == ids[None, :]) & earlier).sum(axis=1)
+            ag.store(Pos, (c * chunk + s, 0), ag.where(hot, base, 0).sum(axis=1) + rank)
+            base = base + _indicator(hot).sum(axis=0)
+
+    return ag.kernel(moe_positions, threads=128, name=f"moe_positions_{be}")
+
+
+# ----------------------------------------------------------------------------- gather and combine
+
+
+@functools.lru_cache(maxsize=None)
+def permute_kernel(top_k: int, bh: int) -> ag.KernelFunction:
+    """xp[pos[t * k + j]] = x[t] for each slot j: each CTA reads its token's row once (in
+    pieces of bh columns) and writes it to its k rows of the padded layout."""
+
+    def moe_permute(X: ag.Tensor["T", "H", ag.bf16], Pos: ag.Tensor["N", 1, ag.i32],
+                    Xp: ag.Tensor["M", "H", ag.bf16]):
+        (t,) = ag.grid(X.shape[0])
+        rows = [ag.load_scalar(Pos, (t * top_k + j, 0)) for j in range(top_k)]
+        for h0 in ag.range(0, X.shape[1], bh):
+            x = ag.load(X, (t, h0), (1, bh))
+            for row in rows:
+                ag.store(Xp, (row, h0), x)
+
+    return ag.kernel(moe_permute, threads=128, name=f"moe_permute_k{top_k}_{bh}")
+
+
+@functools.lru_cache(maxsize=None)
+def combine_kernel(top_k: int, bh: int) -> ag.KernelFunction:
+    """out[t] = sum over j of weights[t, j] * y[pos[t * k + j]], in fp32, rounded once."""
+
+    def moe_combine(Y: ag.Tensor["M", "H", ag.bf16], Pos: ag.Tensor["N", 1, ag.i32],
+                    Weights: ag.Tensor["T", top_k, ag.f32], Out: ag.Tensor["T", "H", ag.bf16]):
+        (t,) = ag.grid(Out.shape[0])
+        rows = [ag.load_scalar(Pos, (t * top_k + j, 0)) for j in range(top_k)]
+        weights = [ag.load_scalar(Weights, (t, j)) for j in range(top_k)]
+        for h0 in ag.range(0, Out.shape[1], bh):
+            total = ag.load(Y, (rows[0], h0), (1, bh)).to(ag.f32) * weights[0]
+            for row, w in zip(rows[1:], weights[1:]):
+                total = total + ag.load(Y, (row, h0), (1, bh)).to(ag.f32) * w
+            ag.store(Out, (t, h0), total.to(ag.bf16))
+
+    return ag.kernel(moe_combine, threads=128, name=f"moe_combine_k{top_k}_{bh}")
