@@ -124,8 +124,9 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                                      batch=A.shape[0] if batched else None, cluster=cs,
                                      persistent=s.persistent, num_sms=s.num_sms,
                                      group_m=s.group_m)
-        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype, s.consumers,
-                                 k_atoms=s.k_atoms, mn_major_a=mn_major_a, mn_major_b=mn_major_b)
+        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype,
+                                 1 if s.pingpong else s.consumers, k_atoms=s.k_atoms,
+                                 mn_major_a=mn_major_a, mn_major_b=mn_major_b)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
         if s.epilogue == "tma":
@@ -137,6 +138,19 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         with ag.role("producer", warpgroups=1, regs=s.producer_regs):
             for unit in sched.units():
                 ring.load(k_steps, lhs, rhs, unit, rank=sched.rank, cluster=cs)
+
+        if s.pingpong:  # whole tiles in turns; one's epilogue overlaps the other's MMAs
+            with ag.role("consumer", warpgroups=2, regs=s.consumer_regs) as wg:
+                for turn, unit in sched.turns(2):
+                    with ag.when(turn == wg):
+                        with ag.ordered("mma"):
+                            accs = ring.mma_tile(k_steps, zero_by_wgmma=s.zero_by_wgmma)
+                        for j, acc in enumerate(accs):  # 64-row blocks of the tile
+                            store_tile(C, unit, j, acc, bm=s.bm, bn=s.bn, rows=64,
+                                       finish=finish, transposed=s.swap_ab)
+                    with ag.when(turn != wg):
+                        ring.pipe.skip(k_steps)  # the other warpgroup's unit
+            return
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             for unit in sched.units():

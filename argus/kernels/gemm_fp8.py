@@ -38,6 +38,9 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
+        if self.pingpong:
+            problems.append("pingpong is built for the bf16/fp16 GEMM only (argus/kernels/"
+                            "gemm.py); the fp8 kernel runs cooperative consumers")
         if self.bk != BK_BYTES:
             problems.append(f"bk={self.bk}: a stage is one 128-byte swizzle row of e4m3, "
                             f"bk=128")

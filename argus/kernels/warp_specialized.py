@@ -15,6 +15,21 @@ each with one producer warpgroup that streams operand tiles through a STAGES-dee
             acc = ring.mma(k_steps, wg)
             store_tile(C, unit, wg, acc, bm=s.bm, bn=s.bn, rows=64, finish=lambda t: t.to(dt))
 
+Ping-pong (`pingpong=True`): the two consumer warpgroups own whole tiles and take units in
+turns; the ring's slots are released by one warpgroup each, the other skips those steps, and
+the main loops are ordered sections, so one warpgroup's epilogue overlaps the other's MMAs:
+
+    ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, dtype, consumers=1)
+    with ag.role("consumer", warpgroups=2, regs=s.consumer_regs) as wg:
+        for turn, unit in sched.turns(2):
+            with ag.when(turn == wg):
+                with ag.ordered("mma"):
+                    accs = ring.mma_tile(k_steps)
+                for j, acc in enumerate(accs):
+                    store_tile(C, unit, j, acc, bm=s.bm, bn=s.bn, rows=64, finish=...)
+            with ag.when(turn != wg):
+                ring.pipe.skip(k_steps)
+
 The blocks: `TileScheduler` (grouped raster `tile_coords`, unit decode with batch and cluster
 rank), `load_tile` and `OperandRing.load` (TMA loads into the ring: MN-major atoms, cluster
 multicast, several K slices per stage), `OperandRing.mma` (wgmma over the ring into an fp32
@@ -62,6 +77,10 @@ class WarpSpecializedSchedule:
     epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
     cluster_m: int = 1      # 2: CTA pairs on vertically adjacent tiles share B by TMA multicast
     zero_by_wgmma: bool = False  # scale-d = 0 on the first wgmma instead of zeroing registers
+    # ping-pong: each of the 2 consumer warpgroups owns whole bm x bn tiles (bm = 64 or 128:
+    # one or two m64 wgmma per k slice) and they take units in turns; their main loops are
+    # ordered sections (ag.ordered), so one's epilogue overlaps the other's MMAs
+    pingpong: bool = False
 
     def __post_init__(self) -> None:
         problems = self._problems()
@@ -73,7 +92,22 @@ class WarpSpecializedSchedule:
         problems = []
         if self.epilogue not in ("direct", "tma"):
             problems.append(f"epilogue={self.epilogue!r} is not 'direct' or 'tma'")
-        if self.consumers < 1 or self.bm != 64 * self.consumers:
+        if self.pingpong:
+            if self.consumers != 2 or self.bm not in (64, 128):
+                problems.append(f"pingpong: 2 consumer warpgroups each own a whole tile of 64 "
+                                f"or 128 rows; got consumers={self.consumers}, bm={self.bm}")
+            if not self.persistent:
+                problems.append("pingpong takes turns over a CTA's units: it needs "
+                                "persistent=True (one unit per CTA leaves one consumer idle)")
+            if self.epilogue != "direct":
+                problems.append("pingpong stores from registers: use epilogue='direct'")
+            if self.cluster_m != 1:
+                problems.append("pingpong runs without clusters (cluster_m=1)")
+            if self.bm * self.bn > 128 * 128 + 64 * 64:
+                problems.append(f"pingpong: a {self.bm}x{self.bn} fp32 accumulator per "
+                                f"warpgroup exceeds the register budget (at most 128x160 or "
+                                f"64x256)")
+        elif self.consumers < 1 or self.bm != 64 * self.consumers:
             problems.append(f"each consumer warpgroup owns 64 rows: bm={self.bm} needs "
                             f"consumers={self.bm // 64}")
         if self.bn % 8 or not 8 <= self.bn <= 256:
@@ -158,6 +192,13 @@ class TileScheduler:
         """A runtime loop over this CTA's units (every role walks the same ones)."""
         for unit in ag.range(self.first, self.total, self.programs):
             yield self.locate(unit)
+
+    def turns(self, warpgroups: int) -> Iterator[tuple]:
+        """The same loop as `units`, yielding (turn, unit): iteration i is the turn of
+        warpgroup turn = i % warpgroups (ping-pong consumers run `ag.when(turn == wg)`; the
+        verifier proves that the ordered sections under it go round)."""
+        for unit in ag.range(self.first, self.total, self.programs):
+            yield ((unit - self.first) // self.programs) % warpgroups, self.locate(unit)
 
 
 # ----------------------------------------------------------------------------- producer
@@ -255,6 +296,23 @@ class OperandRing:
                     ag.wgmma(a_view, self.b[stage].rows_of(atom * self.b_rows, self.b_rows), acc,
                              trans_b=self.mn_major_b, trans_a=self.mn_major_a)
         return acc
+
+    def mma_tile(self, k_steps, *, zero_by_wgmma: bool = False) -> list:
+        """A ping-pong consumer's main loop for one unit: this warpgroup multiplies the whole
+        bm x bn tile, as bm / 64 accumulators of 64 rows (one m64 wgmma each per K slice)."""
+        accs = [ag.zeros((64, self.bn), ag.f32, by_wgmma=zero_by_wgmma)
+                for _ in range(self.bm // 64)]
+        for k in ag.range(k_steps):
+            with self.pipe.consume() as stage:
+                for atom in range(self.k_atoms):
+                    b_view = self.b[stage].rows_of(atom * self.b_rows, self.b_rows)
+                    for j, acc in enumerate(accs):
+                        a_view = self.a[stage].rows_of(atom * self.a_rows + j * self.bk,
+                                                       self.bk) if self.mn_major_a else \
+                            self.a[stage].rows_of(atom * self.bm + j * 64, 64)
+                        ag.wgmma(a_view, b_view, acc, trans_b=self.mn_major_b,
+                                 trans_a=self.mn_major_a)
+        return accs
 
 
 def _atom_rows(tile_rows: int, bk: int, mn_major: bool) -> int:

@@ -100,6 +100,10 @@ def candidates(p: Problem) -> list[GemmSchedule]:
                                  store_cols=_tma_staging(128, 256, 4))]
         if p.batch * _tiles(p.m, 128) * _tiles(p.n, 256) < 2 * _SMS:
             out += [GemmSchedule(bm=64, bn=128, consumers=1, stages=8)]
+        # ping-pong: two consumer warpgroups on whole tiles in turns, one's epilogue under the
+        # other's MMAs (pays where the epilogue is a large share: small K, few k steps)
+        out += [GemmSchedule(bm=128, bn=128, stages=6, pingpong=True),
+                GemmSchedule(bm=64, bn=256, stages=5, pingpong=True)]
     else:
         out += [GemmSchedule(bm=64, bn=128, consumers=1, stages=8),
                 GemmSchedule(bm=128, bn=128, stages=6),
