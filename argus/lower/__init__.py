@@ -6,13 +6,14 @@ synchronization op (sync.py)."""
 from __future__ import annotations
 
 from argus.ir.core import Kernel
-from argus.lower import accumulators, pipeline, roles, smem, sync, tma, wgmma
+from argus.lower import accumulators, pipeline, prefetch, roles, smem, sync, tma, wgmma
 
 PASSES = (
     ("tma_boxes", tma.run),
     ("wgmma_descriptors", wgmma.run),
     ("pipeline_protocol", pipeline.run),
     ("accumulators", accumulators.run),
+    ("prefetch", prefetch.run),
     ("smem_plan", smem.run),
     ("role_plan", roles.run),
     ("sync", sync.run),

@@ -22,7 +22,7 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import ScalarType
-from argus.verify.tagdomain import Record, fresh_int, mentions, reduce_over
+from argus.verify.tagdomain import Record, TagVal, fresh_int, mentions, reduce_over, substitute
 from argus.verify.transfer.domain import (Rule, Scope, TileState, VarInfo, _is_zero, _num,
                                           _same, _Unsupported)
 
@@ -59,8 +59,11 @@ def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
         m._recording = False
         m._walk(op.body, inner_scopes, role, dict(inner_counters))
         m._recording = recording
+        exact = _iteration_values(m, op, carried)
         for vid in carried:
-            if vid in m.tiles and vid in saved:
+            if vid in m.tiles and vid in saved and vid in exact:
+                m.tiles[vid] = _previous_iteration(saved[vid], m.tiles[vid], var, start, step)
+            elif vid in m.tiles and vid in saved:
                 m.tiles[vid] = _join(saved[vid], _summarize(m.tiles[vid], var, start,
                                                             stop, op.loc))
     m._walk(op.body, inner_scopes, role, dict(inner_counters))
@@ -101,6 +104,63 @@ def assign(m: Model, op: O.Assign, scopes, role, counters, following) -> None:
     src = m.tile(op.src)
     m.tiles[op.dst.id] = TileState(m.tile(op.dst).shape, src.layout, src.fn, op.loc, src.what)
     m._def_seq[op.dst.id] = next(m._seq)
+
+
+def _iteration_values(m: Model, loop: O.For, carried: list[int]) -> set[int]:
+    """The carried tiles whose entry state is known exactly: assigned once, at the top level of
+    the loop body, a value computed from nothing carried (no carried tile, no assigned scalar
+    variable: loads and arithmetic of the loop index and loop-invariant values, such as a block
+    that lower/prefetch.py loads one iteration ahead). Iteration j then sees the value the
+    assignment computed at iteration j - step (the initial value at j = start)."""
+    walked = list(loop.body.walk())
+    defs = {r.id: op for op in walked for r in op.results()}
+    assigned = [op.dst.id for op in walked if isinstance(op, O.Assign)]
+    impure = set(carried) | m._assigned_vars()
+    out = set()
+    for op in loop.body.ops:
+        if not isinstance(op, O.Assign) or op.dst.id not in carried or \
+                assigned.count(op.dst.id) != 1:
+            continue
+        todo, seen, pure = [op.src], set(), True
+        while todo and pure:
+            v = todo.pop()
+            if v.id in seen:
+                continue
+            seen.add(v.id)
+            pure = v.id not in impure
+            if v.id in defs:
+                d = defs[v.id]
+                pure = pure and not isinstance(d, (O.Var, O.Wgmma)) and not d.regions()
+                todo += list(d.operands())
+        if pure:
+            out.add(op.dst.id)
+    return out
+
+
+def _previous_iteration(initial: TileState, after: TileState, var, start, step) -> TileState:
+    """Entry state of iteration `var`: `initial` at var = start, else `after` (one iteration's
+    assignment, a function of the index) taken at var - step. The shifted premises hold only
+    past the first iteration, so they are stated under that condition."""
+    prev, first = var - _num(step), var == _num(start)
+
+    def shift(t):
+        return substitute(t, (var, prev))
+
+    def fn(idx):
+        a, b = initial.fn(idx), after.fn(idx)
+        fields = {}
+        for name in a.fields.keys() & b.fields.keys():
+            fa, fb = a.fields[name], b.fields[name]
+            # each side's set conditions bind only under its own case: a side that does not
+            # apply must not empty the field's set (that would make claims about it vacuous)
+            fields[name] = TagVal(z3.If(first, fa.term, shift(fb.term)), fa.bound + fb.bound,
+                                  tuple(z3.Implies(first, c) for c in fa.cond) +
+                                  tuple(z3.Implies(z3.Not(first), shift(c)) for c in fb.cond),
+                                  fa.mixed + fb.mixed)
+        cond = a.cond + tuple(z3.Implies(z3.Not(first), shift(c)) for c in b.cond)
+        defined = z3.If(first, a.defined, shift(b.defined))
+        return Record(fields, defined, cond, b.source)
+    return TileState(after.shape, after.layout, fn, after.loc, after.what)
 
 
 def _summarize(state: TileState, var, start, stop, loc) -> TileState:
