@@ -112,7 +112,8 @@ def topk_sigmoid_grouped_kernel(logit_dtype: DType, top_k: int, renormalize: boo
         valid = cols < E
         score = ag.sigmoid(ag.load(Logits, (row0, 0), (ROWS, be)).to(ag.f32))
         choice = ag.where(valid, score + ag.load(Bias, (0, 0), (1, be)), -1e30)
-        group = cols * num_groups // E   # experts [g * E / G, (g + 1) * E / G) form group g
+        # integer division: experts [g * E / G, (g + 1) * E / G) form group g
+        group = cols * num_groups / E
         # each group's score: the sum of its two best biased scores, spread over its columns
         group_score = ag.where(valid, 0.0, -1e30) + choice * 0.0
         for g in range(num_groups):

@@ -4,9 +4,10 @@ shape on this GPU."""
 
 from argus.ops.attention import attention
 from argus.ops.matmul import bmm, matmul
+from argus.ops.moe import moe
 from argus.ops.scaled_matmul import scaled_matmul
 from argus.ops.schedules import Problem, choose, heuristic
 from argus.ops.tune import TuneResult, tune_matmul
 
-__all__ = ["attention", "bmm", "matmul", "scaled_matmul", "tune_matmul", "TuneResult", "Problem", "choose",
+__all__ = ["attention", "bmm", "matmul", "moe", "scaled_matmul", "tune_matmul", "TuneResult", "Problem", "choose",
            "heuristic"]

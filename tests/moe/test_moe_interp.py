@@ -1,0 +1,125 @@
+"""The MoE layer in the interpreter (argus/ops/moe.py, argus/kernels/moe*.py) against float64
+torch: routing (softmax top-k with and without renormalization, DeepSeek-V3's grouped sigmoid),
+the contiguous layout (counts, padded segments, tile -> expert map, positions), and the whole
+layer with ragged expert counts, zero-token experts, one token and a T that is no multiple of
+anything. Padding rows of the permuted input are NaN here, so any that reaches the output
+shows."""
+
+import pytest
+import torch
+
+import argus as ag
+from argus.kernels import moe_routing as R
+from argus.kernels.moe import PREFILL, SMALL
+from argus.ops import moe as M
+
+
+def _weights(E, H, I, seed):
+    g = torch.Generator().manual_seed(seed)
+    w13 = (torch.randn(E, 2 * I, H, generator=g) / H ** 0.5).bfloat16()
+    w2 = (torch.randn(E, H, I, generator=g) / I ** 0.5).bfloat16()
+    return w13, w2
+
+
+def _ids_skewed(T, E, k, seed):
+    """top-k ids with a skew: expert 0 popular, the last expert never chosen."""
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.rand(T, E - 1, generator=g)
+    scores[:, 0] += 0.5
+    return scores.topk(k, dim=1).indices.int()
+
+
+def _rel(a, b):
+    return ((a.double() - b).norm() / b.norm()).item()
+
+
+@pytest.mark.parametrize("T,E,k,H,I,schedule", [
+    (1, 4, 2, 64, 64, SMALL),
+    (37, 8, 2, 64, 128, SMALL),
+    (100, 6, 2, 128, 64, SMALL),
+    (70, 4, 2, 64, 64, PREFILL),
+])
+def test_layer_matches_float64(T, E, k, H, I, schedule):
+    w13, w2 = _weights(E, H, I, seed=T)
+    g = torch.Generator().manual_seed(T + 1)
+    x = torch.randn(T, H, generator=g).bfloat16()
+    ids = _ids_skewed(T, E, k, seed=T + 2)
+    weights = torch.rand(T, k, generator=g)
+    layer = M.Layer(T, H, I, E, k, schedule)
+    scratch = {}
+    out = M.experts(x, w13, w2, ids, weights, layer, interpret=True, scratch=scratch)
+    exact = M.reference(x, w13, w2, ids, weights)
+    assert not torch.isnan(out).any(), "a padding row reached the output"
+    assert _rel(out, exact) < 1e-2, _rel(out, exact)
+
+    # the layout: segments in expert order, each padded to bm, in token order within
+    counts = torch.bincount(ids.view(-1).long(), minlength=E)
+    assert counts[E - 1] == 0     # a zero-token expert
+    bm = schedule.bm
+    padded = (counts + bm - 1) // bm * bm
+    start = torch.cumsum(padded, 0) - padded
+    assert scratch["expert_start"].view(-1).tolist() == start.tolist()
+    assert scratch["tiles"].item() == padded.sum().item() // bm
+    te = scratch["tile_expert"].view(-1)
+    expect_te = torch.repeat_interleave(torch.arange(E), padded // bm)
+    n = expect_te.numel()
+    assert te[:n].tolist() == expect_te.tolist() and (te[n:] == -1).all()
+    pos = scratch["pos"].view(-1).long()
+    flat = ids.view(-1).long()
+    for e in range(E):
+        mine = (flat == e).nonzero().view(-1)      # entries of e in token order
+        assert pos[mine].tolist() == list(range(start[e], start[e] + counts[e]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("renormalize", [True, False])
+def test_softmax_topk_matches_torch(dtype, renormalize):
+    T, E, k = 29, 8, 2
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(T, E, generator=g).to(dtype)
+    layer = M.Layer(T, 64, 64, E, k, SMALL)
+    ids, w = M.route(logits, layer, renormalize=renormalize, interpret=True)
+    p = torch.softmax(logits.double(), dim=1)
+    tv, ti = p.topk(k, dim=1)
+    if renormalize:
+        tv = tv / tv.sum(dim=1, keepdim=True)
+    assert (ids == ti).all()
+    assert (w.double() - tv).abs().max() < 1e-5
+
+
+def test_grouped_sigmoid_topk_matches_deepseek_v3():
+    """DeepSeek-V3's router (E 32 in 4 groups, 2 groups kept, k 4) against its torch form."""
+    T, E, k, G, TG, scale = 17, 32, 4, 4, 2, 2.5
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(T, E, generator=g)
+    bias = torch.randn(E, generator=g) * 0.1
+    layer = M.Layer(T, 64, 64, E, k, SMALL)
+    ids, w = M.route(logits, layer, scoring="sigmoid", bias=bias, num_expert_group=G,
+                     topk_group=TG, routed_scaling_factor=scale, interpret=True)
+    s = torch.sigmoid(logits.double())
+    choice = s + bias.double()
+    group = choice.view(T, G, E // G).topk(2, dim=2).values.sum(dim=2)
+    keep = torch.zeros(T, G).scatter_(1, group.topk(TG, dim=1).indices, 1.0)
+    mask = keep.repeat_interleave(E // G, dim=1).bool()
+    ti = choice.masked_fill(~mask, float("-inf")).topk(k, dim=1).indices
+    tv = s.gather(1, ti)
+    tv = tv / tv.sum(dim=1, keepdim=True) * scale
+    assert (ids.long().sort(dim=1).values == ti.sort(dim=1).values).all()
+    order = ids.long().argsort(dim=1)
+    got = w.double().gather(1, order)
+    want = tv.gather(1, ti.argsort(dim=1))
+    assert (got - want).abs().max() < 1e-5
+
+
+def test_layer_from_logits_end_to_end():
+    T, E, k, H, I = 23, 8, 2, 64, 64
+    w13, w2 = _weights(E, H, I, seed=9)
+    g = torch.Generator().manual_seed(10)
+    x = torch.randn(T, H, generator=g).bfloat16()
+    logits = torch.randn(T, E, generator=g)
+    out = M._run(x, w13, w2, logits, k, True, "softmax", "silu", None, None, None, 0, 0, 1.0,
+                 SMALL, interpret=True)
+    p = torch.softmax(logits.double(), dim=1)
+    tv, ti = p.topk(k, dim=1)
+    exact = M.reference(x, w13, w2, ti, tv / tv.sum(dim=1, keepdim=True))
+    assert _rel(out, exact) < 1e-2
