@@ -1,0 +1,217 @@
+"""The GEMM adapter: C = A @ B for fp32 tensors of any rank on Argus kernels.
+
+A [..., M, K] and B [..., K, N] (batch dims broadcast; a 2-D B under a batched A multiplies the
+flattened rows) are brought to K-major bf16 pieces by an Argus split kernel, multiplied by the
+library GEMM (argus/kernels/gemm.py, "nk": both operands K-contiguous) over K' = terms x K with
+one fp32 accumulator per K chunk, and the chunks are summed in fp32 by an Argus kernel.
+
+x = x0 + x1 + x2 with x0 = bf16(x), x1 = bf16(x - x0), x2 = bf16(x - x0 - x1) (exact remainders);
+6 terms keep every product whose pieces sum to at most 2, smallest first, and are fp32-accurate
+(the strict track); 1 term is a single bf16 product (relaxed track only). The slot tables are
+those of argus/agent/split_numerics.py (SLOTS), which derives their accuracy; chunks of at most
+1024 K keep the tensor core's truncating accumulation within the strict bound there.
+
+An operand whose innermost dim is not K (B = [K, N] row-major, A = X.T) is first transposed by
+an Argus copy kernel (a tile stored transposed), so the split always reads K-contiguous rows.
+The epilogue (bias, activations) runs as a separate fused elementwise kernel: the library
+GEMM's epilogue hook takes no expression yet.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+import argus as ag
+from argus.kernels.gemm import GemmSchedule, gemm_kernel
+
+# (piece of A, piece of B) per K' slot, smallest products first (argus/agent/split_numerics.py)
+SLOTS = {1: ((0, 0),), 3: ((0, 1), (1, 0), (0, 0)),
+         6: ((0, 2), (1, 1), (2, 0), (0, 1), (1, 0), (0, 0))}
+MAX_CHUNK = 1024
+
+
+@dataclass(frozen=True)
+class MatmulSchedule:
+    """What the agent may tune: the split (6: strict, 3 / 1: relaxed only), the K chunk, and the
+    library GEMM's schedule (None: argus.ops.schedules.heuristic for the problem)."""
+
+    terms: int = 6
+    max_chunk: int = MAX_CHUNK
+    gemm: GemmSchedule | None = None
+
+
+def run(kernel, tensors, **constexprs):
+    """Compiled for sm_90a on CUDA tensors, interpreted on CPU tensors."""
+    if tensors[0].is_cuda:
+        kernel.compile(**constexprs)(*tensors)
+    else:
+        kernel.interpret(*tensors, **constexprs)
+
+
+@ag.kernel(threads=256)
+def split_rows(X: ag.Tensor["B", "R", "K", ag.f32], Y: ag.Tensor["BCRT", "KC", ag.bf16],
+               SLOTS: tuple = (0,), CHUNKS: int = 1, KC: int = 64, BN: int = 256):
+    """Row r of batch b, chunk s, block j: piece SLOTS[t] of X[b, r, s*KC + j*BN ...] goes to
+    row ((b*CHUNKS + s)*R + r)*T + t of Y = [B*CHUNKS, R, T*KC] seen as [B*CHUNKS*R*T, KC]; the
+    stores are masked at KC (a block reading into the next chunk stores nothing past its own),
+    and columns past K read as zeros (padding of the last chunk)."""
+    br, s, j = ag.grid(X.shape[0] * X.shape[1], CHUNKS, ag.cdiv(KC, BN))
+    b, r = br // X.shape[1], br % X.shape[1]
+    x = ag.load(X, (b, r, s * KC + j * BN), (1, BN))
+    pieces = [x.to(ag.bf16)]
+    rest = x
+    for _ in range(max(SLOTS)):
+        rest = rest - pieces[-1].to(ag.f32)
+        pieces.append(rest.to(ag.bf16))
+    for t, i in enumerate(SLOTS):
+        ag.store(Y, (((b * CHUNKS + s) * X.shape[1] + r) * len(SLOTS) + t, j * BN), pieces[i])
+
+
+@ag.kernel(threads=256)
+def transpose(X: ag.Tensor["B", "R", "C", ag.f32], Y: ag.Tensor["B", "C", "R", ag.f32],
+              BR: int = 16, BC: int = 32):
+    """Y[b] = X[b]^T. A loaded tile cannot be stored transposed (only wgmma accumulators can),
+    so the [BR, BC] tile is moved through a [BR, BC, BR] selection: element (i, j, k) keeps
+    x[i, j] where i == k and the sum over i places it at (j, k), exactly (adding zeros)."""
+    b, i, j = ag.grid(X.shape[0], ag.cdiv(X.shape[1], BR), ag.cdiv(X.shape[2], BC))
+    x = ag.load(X, (b, i * BR, j * BC), (BR, BC))
+    sel = ag.arange(BR)[:, None, None] == ag.arange(BR)[None, None, :]
+    t = ag.where(sel, x[:, :, None], 0.0).sum(axis=0)          # [1, BC, BR]
+    ag.store(Y, (b, j * BC, i * BR), t)
+
+
+@ag.kernel(threads=256)
+def split_cols(X: ag.Tensor["B", "K", "N", ag.f32], Y: ag.Tensor["BC", "TK", "NP", ag.bf16],
+               SLOTS: tuple = (0,), CHUNKS: int = 1, KC: int = 64, ROWS: int = 8,
+               BN: int = 256):
+    """B [K, N] row-major (N contiguous) -> its pieces in the "kn" layout: rows s*KC + k of
+    batch b go to rows t*KC + k of batch b*CHUNKS + s of Y, one slot per piece; ROWS divides
+    KC, so a tile never crosses a slot; rows past K read as zeros (padding)."""
+    p, q = ag.grid(X.shape[0] * CHUNKS * (KC // ROWS), ag.cdiv(X.shape[2], BN))
+    blocks = KC // ROWS
+    b, rest = p // (CHUNKS * blocks), p % (CHUNKS * blocks)
+    s, kb = rest // blocks, rest % blocks
+    x = ag.load(X, (b, s * KC + kb * ROWS, q * BN), (ROWS, BN))
+    pieces = [x.to(ag.bf16)]
+    r = x
+    for _ in range(max(SLOTS)):
+        r = r - pieces[-1].to(ag.f32)
+        pieces.append(r.to(ag.bf16))
+    for t, i in enumerate(SLOTS):
+        ag.store(Y, (b * CHUNKS + s, t * KC + kb * ROWS, q * BN), pieces[i])
+
+
+@ag.kernel(threads=256)
+def sum_chunks(P: ag.Tensor["B", "S", "MN", ag.f32], C: ag.Tensor["B", "MN", ag.f32],
+               CHUNKS: int = 1, BN: int = 1024):
+    """C[b] = P[b, 0] + P[b, 1] + ... in fp32, in chunk order."""
+    b, j = ag.grid(P.shape[0], ag.cdiv(P.shape[2], BN))
+    acc = ag.load(P, (b, 0, j * BN), (1, BN))
+    for s in range(1, CHUNKS):
+        acc = acc + ag.load(P, (b, s, j * BN), (1, BN))
+    ag.store(C, (b, j * BN), acc)
+
+
+def k_major(x: torch.Tensor) -> torch.Tensor:
+    """x [B, R, K] fp32 with K contiguous: as is when it is, else an Argus transposing copy."""
+    if x.stride(-1) == 1 and (x.shape[-2] == 1 or x.stride(-2) >= x.shape[-1]) and \
+            x.storage_offset() == 0:
+        return x
+    if x.stride(-2) == 1:                        # the transpose of a row-major [B, K, R]
+        src = x.transpose(-1, -2)
+        if src.stride(-1) == 1:
+            out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+            run(transpose, (src, out))
+            return out
+    out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+    from argus.compose.runtime import copy_into   # a strided copy (an elementwise kernel)
+
+    copy_into(x, out)
+    return out
+
+
+def split(x: torch.Tensor, slots: tuple, chunks: int, kc: int) -> torch.Tensor:
+    """x [B, R, K] -> bf16 [B*chunks, R, T*kc]."""
+    b, r, _ = x.shape
+    t = len(slots)
+    y = torch.empty(b * chunks, r, t * kc, dtype=torch.bfloat16, device=x.device)
+    bn = min(1024, -(-kc // 256) * 256)
+    run(split_rows, (x, y.view(b * chunks * r * t, kc)), SLOTS=slots, CHUNKS=chunks, KC=kc, BN=bn)
+    return y
+
+
+def split_kn(x: torch.Tensor, slots: tuple, chunks: int, kc: int) -> torch.Tensor:
+    """x [B, K, N] (N contiguous) -> bf16 [B*chunks, T*kc, N] (a view of rows padded to a
+    multiple of 8 elements: 16-byte TMA rows)."""
+    b, _, n = x.shape
+    t = len(slots)
+    npad = -(-n // 8) * 8
+    y = torch.empty(b * chunks, t * kc, npad, dtype=torch.bfloat16, device=x.device)[..., :n]
+    rows = 8
+    while kc % rows:
+        rows //= 2
+    run(split_cols, (x, y), SLOTS=slots, CHUNKS=chunks, KC=kc, ROWS=rows,
+        BN=min(256, -(-n // 64) * 64 if n >= 64 else 64))
+    return y
+
+
+def plan_chunks(k: int, terms: int, max_chunk: int = MAX_CHUNK) -> tuple[int, int]:
+    """(chunks, kc): chunks of at most max_chunk, kc a multiple of 8 (16-byte bf16 rows)."""
+    chunks = max(1, math.ceil(k / max_chunk))
+    kc = -(-math.ceil(k / chunks) // 8) * 8
+    return chunks, kc
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+           schedule: MatmulSchedule = MatmulSchedule()) -> torch.Tensor:
+    """out = a @ b (torch.matmul semantics for rank >= 2 operands), every FLOP in Argus kernels."""
+    from argus.ops.schedules import Problem, heuristic
+
+    m, k = a.shape[-2], a.shape[-1]
+    n = b.shape[-1]
+    batch = tuple(out.shape[:-2])
+    nb = math.prod(batch)
+    if b.dim() == 2 and a.dim() > 2 and a.is_contiguous():   # rows of every batch at once
+        a3, b3, rows = a.reshape(1, nb * m, k), b.unsqueeze(0), nb * m
+        nb_eff = 1
+    else:
+        a3 = a.expand(*batch, m, k).reshape(nb, m, k) if a.shape[:-2] != batch or a.dim() > 3 \
+            else (a if a.dim() == 3 else a.unsqueeze(0))
+        b3 = b.expand(*batch, k, n).reshape(nb, k, n) if b.shape[:-2] != batch or b.dim() > 3 \
+            else (b if b.dim() == 3 else b.unsqueeze(0))
+        rows, nb_eff = m, nb
+    if a3.dim() == 2:
+        a3 = a3.unsqueeze(0)
+    a_km = k_major(a3)                                     # [nb, rows, K]
+    a_slots = tuple(p for p, _ in SLOTS[schedule.terms])
+    b_slots = tuple(q for _, q in SLOTS[schedule.terms])
+    chunks, kc = plan_chunks(k, schedule.terms, schedule.max_chunk)
+    pa = split(a_km, a_slots, chunks, kc)                  # [nb*chunks, rows, T*kc]
+    bt = b3.transpose(-1, -2)
+    if bt.stride(-1) == 1:                                 # B^T is a K-major [N, K]: "nk"
+        layout = "nk"
+        pb = split(k_major(bt), b_slots, chunks, kc)       # [nb*chunks, N, T*kc]
+    else:                                                  # B [K, N], N contiguous: "kn"
+        layout = "kn"
+        pb = split_kn(b3 if b3.stride(-1) == 1 else k_major(b3), b_slots, chunks, kc)
+    kernel = gemm_kernel(ag.bf16, ag.f32, layout, True)
+    sched = schedule.gemm or heuristic(Problem(rows, n, pa.shape[-1], nb_eff * chunks, "bf16",
+                                               "f32", layout, False))
+    c = out.view(nb_eff, rows, n) if out.is_contiguous() else None
+    if chunks == 1 and c is not None:
+        run(kernel, (pa, pb, c), s=sched)
+        return out
+    parts = torch.empty(nb_eff * chunks, rows, n, dtype=torch.float32, device=a.device)
+    run(kernel, (pa, pb, parts), s=sched)
+    target = c if c is not None else torch.empty(nb_eff, rows, n, device=a.device)
+    run(sum_chunks, (parts.view(nb_eff, chunks, rows * n), target.view(nb_eff, rows * n)),
+        CHUNKS=chunks)
+    if c is None:
+        out.copy_(target.view(out.shape))
+    return out
+
+
+__all__ = ["MatmulSchedule", "matmul", "plan_chunks", "split", "sum_chunks", "transpose"]

@@ -1,0 +1,258 @@
+"""Run a partitioned forward: the compiled program of one set of input shapes.
+
+`Program.build(model, inputs)` captures and partitions the model for these shapes and renders
+every fused kernel's DSL source; `Program.run(model, inputs)` executes the steps: fused tile
+kernels, the GEMM adapter, scans (Argus kernels, compiled on CUDA tensors and interpreted on CPU
+tensors), views and permutes (torch views, no compute), and ops without a template (torch:
+the program is then *partial* and `unsupported` names them). `ComposedModel` is the ModelNew
+base class a composed solution subclasses: it owns the task Model's parameters under the same
+state-dict keys and builds one Program per input shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from argus.compose import gemm, scan, tile
+from argus.compose.capture import capture
+from argus.compose.graph import Node
+from argus.compose.partition import Plan, partition
+
+_SERIAL = [0]
+
+
+def _run(kernel, tensors, **constexprs):
+    if tensors[0].is_cuda:
+        kernel.compile(**constexprs)(*tensors)
+    else:
+        kernel.interpret(*tensors, **constexprs)
+
+
+# ------------------------------------------------------------------------- strided copy
+_COPY: dict[int, Any] = {}
+
+
+def _copy_kernel(rank: int):
+    """dst = src for rank-`rank` tensors, src with any outer strides (inner stride 1)."""
+    if rank not in _COPY:
+        dims = ", ".join(f'"D{i}"' for i in range(rank))
+        idx = ", ".join(f"i{i}" for i in range(rank - 1))
+        lines = [f"@ag.kernel(threads=256)",
+                 f"def copy{rank}(S: ag.Tensor[{dims}, ag.f32], D: ag.Tensor[{dims}, ag.f32], "
+                 f"BN: int = 1024):",
+                 f"    p, j = ag.grid({' * '.join(f'S.shape[{i}]' for i in range(rank - 1)) or 1}"
+                 f", ag.cdiv(S.shape[{rank - 1}], BN))"]
+        rest = "p"
+        for i in reversed(range(rank - 1)):
+            lines.append(f"    i{i} = {rest} % S.shape[{i}]")
+            lines.append(f"    r{i} = {rest} // S.shape[{i}]")
+            rest = f"r{i}"
+        off = f"{idx}, j * BN" if idx else "j * BN"
+        lines.append(f"    ag.store(D, ({off},), ag.load(S, ({off},), (1, BN)))")
+        _COPY[rank] = tile.load_source("\n".join(lines) + "\n", f"copy{rank}")[f"copy{rank}"]
+    return _COPY[rank]
+
+
+def copy_into(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """dst (contiguous) = src (any strides): an Argus copy kernel, transposing when src's
+    innermost dim is strided."""
+    if src.dim() >= 2 and src.stride(-1) != 1 and src.stride(-2) == 1 and src.shape[-1] > 1:
+        s3 = src.transpose(-1, -2).reshape(-1, src.shape[-1], src.shape[-2]) \
+            if src.dim() == 2 or _viewable(src.transpose(-1, -2)) else None
+        if s3 is not None and s3.stride(-1) == 1:
+            _run(gemm.transpose, (s3, dst.view(-1, src.shape[-2], src.shape[-1])))
+            return
+    s = src if src.dim() >= 2 else src.reshape(1, -1)
+    d = dst.view(s.shape)
+    if s.dim() > 4 or (s.stride(-1) != 1 and s.shape[-1] > 1) or s.dtype != torch.float32:
+        d.copy_(s)                      # no template: torch
+        return
+    _run(_copy_kernel(s.dim()), (s, d), BN=min(1024, tile.pow2(s.shape[-1])))
+
+
+def _viewable(t: torch.Tensor) -> bool:
+    try:
+        t.view(-1, t.shape[-2], t.shape[-1])
+        return True
+    except RuntimeError:
+        return False
+
+
+# ------------------------------------------------------------------------- the program
+@dataclass
+class KernelLaunch:
+    name: str
+    source: str
+    fn: Any
+    facts: dict
+
+
+@dataclass
+class Program:
+    plan: Plan
+    launches: dict[int, KernelLaunch] = field(default_factory=dict)   # step index -> kernel
+    scans: dict[int, Any] = field(default_factory=dict)
+    schedules: dict[str, Any] = field(default_factory=dict)
+    torch_ops: list[str] = field(default_factory=list)                 # at run time (copies)
+
+    @property
+    def unsupported(self) -> list[str]:
+        return sorted(set(self.plan.unsupported) | set(self.torch_ops))
+
+    @property
+    def sources(self) -> str:
+        return "\n\n".join(k.source for k in self.launches.values())
+
+    @classmethod
+    def build(cls, model: torch.nn.Module, inputs: list[Any],
+              schedules: dict[str, Any] | None = None) -> "Program":
+        g = capture(model, inputs)
+        plan = partition(g)
+        prog = cls(plan, schedules=dict(schedules or {}))
+        _SERIAL[0] += 1
+        for i, step in enumerate(plan.steps):
+            if step.kind == "kernel":
+                name = f"fused{i}"
+                sched = prog.schedules.get(name) or prog.schedules.get("tile") or \
+                    default_schedule(step.kernel)
+                src, facts = tile.render(step.kernel, name, sched)
+                fn = tile.load_source(src, f"{_SERIAL[0]}_{name}")[name]
+                prog.launches[i] = KernelLaunch(name, src, fn, facts)
+        return prog
+
+    def run(self, model: torch.nn.Module, inputs: list[Any]) -> torch.Tensor:
+        env: dict[Node, Any] = {}
+        g = self.plan.graph
+        for n in g.inputs:
+            env[n] = inputs[n.attrs["input"]]
+        for n in g.nodes:
+            if n.op == "leaf" and "param" in n.attrs:
+                env[n] = _param(model, n.attrs["param"])
+        for i, step in enumerate(self.plan.steps):
+            n = step.node
+            if step.kind == "kernel":
+                env[n] = self._kernel(i, step, env)
+            elif step.kind == "view":
+                src = env[n.args[0]]
+                try:
+                    env[n] = src.view(n.shape)
+                except RuntimeError:
+                    buf = torch.empty(src.shape, dtype=src.dtype, device=src.device)
+                    copy_into(src, buf)
+                    env[n] = buf.view(n.shape)
+            elif step.kind == "permute":
+                env[n] = env[n.args[0]].permute(*n.attrs["dims"])
+            elif step.kind == "matmul":
+                a, b = env[n.args[0]], env[n.args[1]]
+                out = torch.empty(n.shape, dtype=torch.float32, device=a.device)
+                gemm.matmul(a.float() if a.dtype != torch.float32 else a,
+                            b.float() if b.dtype != torch.float32 else b, out,
+                            self.schedules.get("matmul", gemm.MatmulSchedule()))
+                env[n] = out if n.dtype == torch.float32 else out.to(n.dtype)
+            elif step.kind == "scan":
+                env[n] = scan.run_scan(n, env[n.args[0]], self)
+            else:
+                env[n] = _torch_call(n, env)
+        out = env[g.output]
+        if out.data_ptr() in {t.data_ptr() for t in inputs if isinstance(t, torch.Tensor)} or \
+                not out.is_contiguous():
+            buf = torch.empty(out.shape, dtype=out.dtype, device=out.device)
+            copy_into(out, buf)
+            out = buf
+        return out
+
+    def _kernel(self, i: int, step, env) -> torch.Tensor:
+        k = step.kernel
+        launch = self.launches[i]
+        views = []
+        for leaf, shape in zip(k.leaves, launch.facts["leaf_views"]):
+            t = env[leaf]
+            try:
+                views.append(t.view(shape))
+            except RuntimeError:       # strides that do not merge: an Argus copy first
+                buf = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+                copy_into(t, buf)
+                views.append(buf.view(shape))
+        device = views[0].device if views else env[self.plan.graph.inputs[0]].device
+        out = torch.empty(k.root.shape, dtype=k.root.dtype, device=device)
+        _run(launch.fn, (*views, out.view(launch.facts["out_view"])))
+        return out
+
+
+def default_schedule(k) -> tile.TileSchedule:
+    """Rows of up to 2048 floats per tile; reductions along the tile's rows keep one row per
+    CTA when rows are long (more CTAs in flight)."""
+    groups = tile.groups_of(k)
+    bn = min(1024, tile.pow2(groups[-1].size))
+    rows = max(1, min(tile.pow2(groups[-2].size), 2048 // bn))
+    return tile.TileSchedule(rows=rows, bn=bn, threads=256)
+
+
+def _param(model, name: str):
+    obj = model
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _torch_call(n: Node, env):
+    """Run an op that has no template through torch (the solution is partial)."""
+    if "item" in n.attrs:
+        return env[n.args[0]][n.attrs["item"]]
+    op, target, args, kwargs = n.attrs["call"]
+
+    def sub(a):
+        if isinstance(a, Node):
+            return env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(sub(x) for x in a)
+        if isinstance(a, dict):
+            return {k: sub(v) for k, v in a.items()}
+        return a
+
+    args, kwargs = sub(args), sub(kwargs)
+    if op == "call_method":
+        return getattr(args[0], target)(*args[1:], **kwargs)
+    return target(*args, **kwargs)
+
+
+class ComposedModel(torch.nn.Module):
+    """ModelNew of a composed solution: set MODEL (the task's Model class) and optionally
+    SCHEDULES; the parameters are the task Model's, under the same state-dict keys."""
+
+    MODEL: type = None
+    SCHEDULES: dict = {}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        ref = self.MODEL(*args, **kwargs)
+        for name, child in ref.named_children():
+            self.add_module(name, child)
+        for name, p in ref.named_parameters(recurse=False):
+            self.register_parameter(name, p)
+        for name, b in ref.named_buffers(recurse=False):
+            self.register_buffer(name, b)
+        object.__setattr__(self, "_ref", ref)
+        object.__setattr__(self, "_programs", {})
+
+    def program(self, inputs) -> Program:
+        key = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x
+                    for x in inputs)
+        if key not in self._programs:
+            self._ref.train(self.training)
+            with torch.no_grad():
+                self._programs[key] = Program.build(self._ref, list(inputs), self.SCHEDULES)
+        return self._programs[key]
+
+    def forward(self, *inputs):
+        prog = self.program(inputs)
+        with torch.no_grad():
+            return prog.run(self._ref, list(inputs))
+
+
+__all__ = ["ComposedModel", "Program", "copy_into", "default_schedule"]
+_ = math

@@ -1,0 +1,474 @@
+"""The fused tile kernel template: one DSL kernel for an elementwise expression, a reduction, or
+a segmented reduce-and-apply (softmax, norms, losses), over any broadcast pattern.
+
+The kernel's domain (the shape it computes over) is cut into *groups*: adjacent dims that are
+all reduced or all kept and that every input either spans or broadcasts over alike (size-1 dims
+drop out; an index predicate's axis keeps its own group). The last two groups are the tile
+(ROWS x BN, 16-byte rows of BN floats per thread run); earlier kept groups are walked by the
+grid, earlier reduced groups by scalar loops, reduced tile groups by block loops. Every input
+is seen as a tensor of the group sizes with 1 where it broadcasts, and loads a tile of 1 there.
+
+Reductions run in passes: a pass accumulates every statistic whose operands are ready (the
+row maximum, then the sum of exp(x - max)); out-of-bounds elements of reduced tile dims are
+masked to the reduction's neutral value. The output is then stored from the last statistic
+(a reduction) or from an apply pass over the domain (softmax, norms).
+"""
+
+from __future__ import annotations
+
+import linecache
+import math
+from dataclasses import dataclass
+
+import torch
+
+from argus.compose.graph import Node
+from argus.compose.partition import FusedKernel
+
+NEUTRAL = {"sum": "0.0", "prod": "1.0", "max": "float('-inf')", "min": "float('inf')",
+           "argmax": "float('-inf')", "argmin": "float('inf')"}
+COMBINE = {"sum": "({a} + {b})", "prod": "({a} * {b})", "max": "ag.maximum({a}, {b})",
+           "min": "ag.minimum({a}, {b})"}
+DT = {torch.float32: "ag.f32", torch.float16: "ag.f16", torch.bfloat16: "ag.bf16",
+      torch.int64: "ag.i64", torch.int32: "ag.i32", torch.bool: "ag.i1", torch.float64: "ag.f64"}
+UNARY = {"exp": "ag.exp", "log": "ag.log", "sqrt": "ag.sqrt", "rsqrt": "ag.rsqrt",
+         "tanh": "ag.tanh", "erf": "ag.erf", "sigmoid": "ag.sigmoid", "relu": "ag.relu",
+         "abs": "ag.abs_"}
+BINOP = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+@dataclass(frozen=True)
+class TileSchedule:
+    """What the agent may tune: the tile (ROWS x BN, both powers of two) and the CTA size."""
+
+    rows: int = 8
+    bn: int = 512
+    threads: int = 256
+
+
+@dataclass(frozen=True)
+class Group:
+    size: int
+    reduced: bool
+    flags: tuple[bool, ...]      # per leaf: spans this group (else broadcasts over it)
+    iota: int                    # the domain axis an index predicate reads here, or -1
+
+
+def pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def groups_of(k: FusedKernel) -> list[Group]:
+    rank = len(k.domain)
+    shapes = [(1,) * (rank - len(leaf.shape)) + leaf.shape for leaf in k.leaves]
+    iotas = {n.attrs["axis"] + rank - len(n.shape) for n in _nodes(k) if n.fn == "iota"}
+    out: list[Group] = []
+    for d in range(rank):
+        if k.domain[d] == 1:
+            continue
+        g = Group(k.domain[d], d in k.axes, tuple(s[d] != 1 for s in shapes),
+                  d if d in iotas else -1)
+        last = out[-1] if out else None
+        if last and g.iota < 0 and last.iota < 0 and (last.reduced, last.flags) == \
+                (g.reduced, g.flags):
+            out[-1] = Group(last.size * g.size, g.reduced, g.flags, -1)
+        else:
+            out.append(g)
+    virtual = Group(1, False, tuple(False for _ in k.leaves), -1)
+    while len(out) < 2:
+        out.insert(0, virtual)
+    return out
+
+
+def _nodes(k: FusedKernel) -> list[Node]:
+    seen, out, stack = set(), [], [k.root]
+    leaves = set(k.leaves)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        out.append(n)
+        if n in leaves and n is not k.root:
+            continue
+        stack.extend(n.inputs())
+    return out
+
+
+def fit(s: TileSchedule, groups: list[Group]) -> TileSchedule:
+    """Clamp the tile to the domain: no wider than the groups it covers."""
+    bn = max(1, min(s.bn, pow2(groups[-1].size)))
+    rows = max(1, min(s.rows, pow2(groups[-2].size)))
+    threads = s.threads
+    while threads > 32 and rows * bn < threads:
+        threads //= 2
+    return TileSchedule(rows, bn, max(32, threads))
+
+
+class _Emitter:
+    """Writes the kernel's Python lines."""
+
+    def __init__(self, k: FusedKernel, groups: list[Group], s: TileSchedule):
+        self.k, self.g, self.s = k, groups, s
+        self.lines: list[str] = []
+        self.ind = 1
+        self.count = 0
+        self.leaf_index = {leaf: i for i, leaf in enumerate(k.leaves)}
+        self.stat_var: dict[Node, str] = {}
+        self.memo: dict[Node, tuple[str, str]] = {}
+        self.coord: dict[int, str] = {}      # group index -> its index / offset expression
+
+    def line(self, text: str):
+        self.lines.append("    " * self.ind + text)
+
+    def fresh(self, prefix="v") -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    # ------------------------------------------------------------------ expression
+    def tile_shape(self, flags) -> tuple[str, str]:
+        return ("ROWS" if flags[-2] else "1", "BN" if flags[-1] else "1")
+
+    def leaf(self, n: Node) -> tuple[str, str]:
+        i = self.leaf_index[n]
+        flags = [g.flags[i] for g in self.g]
+        offs = []
+        for gi, (g, f) in enumerate(zip(self.g, flags)):
+            offs.append(self.coord[gi] if f else "0")
+        r, c = self.tile_shape(flags)
+        v = self.fresh("x")
+        self.line(f"{v} = ag.load(L{i}, ({', '.join(offs)},), ({r}, {c}))")
+        if n.dtype in (torch.float16, torch.bfloat16, torch.float64):
+            self.line(f"{v} = {v}.to(ag.f32)")
+            return v, "f"
+        if n.dtype == torch.bool:
+            return v, "b"
+        if not n.dtype.is_floating_point:
+            self.line(f"{v} = {v}.to(ag.i32)")
+            return v, "i"
+        return v, "f"
+
+    def iota(self, n: Node) -> tuple[str, str]:
+        axis = n.attrs["axis"] + len(self.k.domain) - len(n.shape)
+        gi = next((i for i, g in enumerate(self.g) if g.iota == axis), None)
+        if gi is None:                       # a size-1 axis: coordinate 0
+            return "0", "n"
+        v = self.fresh("i")
+        last = len(self.g) - 1
+        if gi == last:
+            self.line(f"{v} = ag.arange(BN)[None, :] + {self.coord[gi]}")
+        elif gi == last - 1:
+            self.line(f"{v} = ag.arange(ROWS)[:, None] + {self.coord[gi]}")
+        else:
+            self.line(f"{v} = ag.full((1, 1), 0, ag.i32) + {self.coord[gi]}")
+        return v, "i"
+
+    def val(self, a) -> tuple[str, str]:
+        if isinstance(a, Node):
+            return self.emit(a)
+        if isinstance(a, bool):
+            return repr(a), "n"
+        return repr(float(a)) if not float(a).is_integer() or isinstance(a, float) \
+            else repr(float(a)), "n"
+
+    @staticmethod
+    def as_float(v: str, kind: str) -> str:
+        if kind == "b":
+            return f"ag.where({v}, 1.0, 0.0)"
+        if kind == "i":
+            return f"{v}.to(ag.f32)"
+        return v
+
+    @staticmethod
+    def number_for(v: str, others: list[str]) -> str:
+        """A literal beside int tiles is written as an int when it is integral."""
+        if "i" in others and all(k in "in" for k in others):
+            f = float(v)
+            if f.is_integer():
+                return str(int(f))
+        return v
+
+    def emit(self, n: Node) -> tuple[str, str]:
+        if n in self.memo:
+            return self.memo[n]
+        if n in self.stat_var and n is not None:
+            out = (self.stat_var[n], "i" if n.fn in ("argmax", "argmin") else "f")
+        elif n in self.leaf_index and n is not self.k.root or n.op != "ew":
+            out = self.leaf(n)
+        else:
+            out = self._ew(n)
+        self.memo[n] = out
+        return out
+
+    def _ew(self, n: Node) -> tuple[str, str]:
+        fn = n.fn
+        if fn == "iota":
+            return self.iota(n)
+        vals = [self.val(a) for a in n.args]
+        kinds = [k for _, k in vals]
+        if fn == "ident":
+            return vals[0]
+        if fn == "cast":
+            v, k = vals[0]
+            if n.dtype.is_floating_point:
+                return self.as_float(v, k), "f"
+            if n.dtype == torch.bool:
+                return (v, "b") if k == "b" else (f"({v} != 0.0)", "b")
+            return (f"{v}.to(ag.i32)", "i") if k == "f" else (self.as_float(v, k) +
+                                                                ".to(ag.i32)", "i")
+        out = self.fresh()
+        if fn in ("and", "or", "not"):
+            ops = [v if k == "b" else f"({v} != 0.0)" for v, k in vals]
+            text = {"and": f"({ops[0]} & {ops[1]})", "or": f"({ops[0]} | {ops[1]})",
+                    "not": f"(~{ops[0]})"}[fn]
+            self.line(f"{out} = {text}")
+            return out, "b"
+        if fn == "where":
+            (c, ck), a, b = vals
+            cond = c if ck == "b" else f"({c} != 0.0)"
+            xs = [self.as_float(v, k) if k != "n" else v for v, k in (a, b)]
+            if all(k == "n" for _, k in (a, b)):
+                self.line(f"{out} = ag.where({cond}, ag.full((1, 1), {xs[0]}), {xs[1]})")
+            else:
+                self.line(f"{out} = ag.where({cond}, {xs[0]}, {xs[1]})")
+            return out, "f"
+        int_math = all(k in "in" for k in kinds) and "i" in kinds
+        if int_math:
+            ops = [self.number_for(v, kinds) if k == "n" else v for v, k in vals]
+        else:
+            ops = [v if k in "fn" else self.as_float(v, k) for v, k in vals]
+        kind = "i" if int_math else "f"
+        if fn in UNARY:
+            text = f"{UNARY[fn]}({ops[0]})"
+        elif fn == "neg":
+            text = f"(-{ops[0]})" if kinds[0] != "n" else f"(0.0 - {ops[0]})"
+        elif fn in BINOP:
+            text = f"({ops[0]} {BINOP[fn]} {ops[1]})"
+        elif fn == "max":
+            text = f"ag.maximum({ops[0]}, {ops[1]})"
+        elif fn == "min":
+            text = f"ag.minimum({ops[0]}, {ops[1]})"
+        elif fn == "pow":
+            text = f"_ew('pow', {ops[0]}, {ops[1]})"
+        elif fn in CMP:
+            if kinds[0] == "n":            # number < tile: flip so that a tile is on the left
+                flip = {"lt": ">", "le": ">=", "gt": "<", "ge": "<=", "eq": "==", "ne": "!="}
+                text = f"({ops[1]} {flip[fn]} {ops[0]})"
+            else:
+                text = f"({ops[0]} {CMP[fn]} {ops[1]})"
+            kind = "b"
+        else:
+            raise NotImplementedError(f"elementwise {fn}")
+        self.line(f"{out} = {text}")
+        return out, kind
+
+
+def _stat_deps(k: FusedKernel, s: Node) -> set[Node]:
+    stats, leaves = set(k.stats), set(k.leaves)
+    out, seen, stack = set(), set(), list(s.inputs())
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in stats:
+            out.add(n)
+            continue
+        if n in leaves:
+            continue
+        stack.extend(n.inputs())
+    return out
+
+
+def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple[str, dict]:
+    """(DSL source of the kernel, its launch facts: group sizes, leaf views, output view)."""
+    groups = groups_of(k)
+    s = fit(s, groups)
+    e = _Emitter(k, groups, s)
+    last = len(groups) - 1
+    t0, t1 = groups[-2], groups[-1]
+    outer = groups[:-2]
+    kept_outer = [i for i, g in enumerate(outer) if not g.reduced]
+    t0_blocks = math.ceil(t0.size / s.rows)
+    t1_blocks = math.ceil(t1.size / s.bn)
+    grid0 = math.prod(outer[i].size for i in kept_outer) * (1 if t0.reduced else t0_blocks)
+    grid1 = 1 if t1.reduced else t1_blocks
+    e.line(f"p0, p1 = ag.grid({grid0}, {grid1})")
+    rest = "p0"
+    if not t0.reduced:
+        e.line(f"o{last - 1} = (p0 % {t0_blocks}) * ROWS")
+        e.coord[last - 1] = f"o{last - 1}"
+        if kept_outer:
+            e.line(f"r = p0 // {t0_blocks}")
+            rest = "r"
+    for i in reversed(kept_outer):
+        e.line(f"c{i} = {rest} % {outer[i].size}")
+        e.coord[i] = f"c{i}"
+        if i != kept_outer[0]:
+            e.line(f"r = {rest} // {outer[i].size}")
+            rest = "r"
+    if not t1.reduced:
+        e.line(f"o{last} = p1 * BN")
+        e.coord[last] = f"o{last}"
+
+    def loops(body):
+        opened = 0
+        for i, g in enumerate(outer):
+            if g.reduced:
+                e.line(f"for c{i} in ag.range({g.size}):")
+                e.coord[i] = f"c{i}"
+                e.ind += 1
+                opened += 1
+        if t0.reduced:
+            e.line(f"for b{last - 1} in ag.range({t0_blocks}):")
+            e.ind += 1
+            opened += 1
+            e.line(f"o{last - 1} = b{last - 1} * ROWS")
+            e.coord[last - 1] = f"o{last - 1}"
+        if t1.reduced:
+            e.line(f"for b{last} in ag.range({t1_blocks}):")
+            e.ind += 1
+            opened += 1
+            e.line(f"o{last} = b{last} * BN")
+            e.coord[last] = f"o{last}"
+        e.memo = {}
+        body()
+        e.ind -= opened
+
+    memo_span: dict[Node, tuple[bool, bool]] = {}
+    stats_set, leaf_set = set(k.stats), set(k.leaves)
+
+    def span(n) -> tuple[bool, bool]:
+        """Whether n's tile spans ROWS and BN (else it broadcasts there)."""
+        if not isinstance(n, Node):
+            return (False, False)
+        if n in memo_span:
+            return memo_span[n]
+        if n in stats_set and n is not k.root or (n is k.root and k.kept_output):
+            out = (not t0.reduced, not t1.reduced)
+        elif n in leaf_set and n is not k.root or n.op != "ew":
+            i = e.leaf_index[n]
+            out = (groups[-2].flags[i], groups[-1].flags[i])
+        elif n.fn == "iota":
+            axis = n.attrs["axis"] + len(k.domain) - len(n.shape)
+            out = (t0.iota == axis, t1.iota == axis)
+        else:
+            spans = [span(a) for a in n.args]
+            out = (any(x[0] for x in spans), any(x[1] for x in spans))
+        memo_span[n] = out
+        return out
+
+    acc_shape = f"({'1' if t0.reduced else 'ROWS'}, {'1' if t1.reduced else 'BN'})"
+    # ------------------------------------------------------------------ statistics
+    level: dict[Node, int] = {}
+    for st in k.stats:
+        deps = _stat_deps(k, st)
+        level[st] = 1 + max((level[d] for d in deps), default=-1)
+    for p in range(max(level.values(), default=-1) + 1):
+        batch = [st for st in k.stats if level[st] == p]
+        for st in batch:
+            a = e.fresh("acc")
+            if st.fn in ("argmax", "argmin"):
+                e.line(f"{a}_v = ag.full({acc_shape}, {NEUTRAL[st.fn]})")
+                e.line(f"{a} = ag.full({acc_shape}, 0, ag.i32)")
+            else:
+                e.line(f"{a} = ag.full({acc_shape}, {NEUTRAL[st.fn]})")
+            st.attrs["_acc"] = a
+
+        def body(batch=batch):
+            for st in batch:
+                v, kind = e.emit(st.args[0])
+                v = e.as_float(v, kind)
+                masks = []
+                if t0.reduced and t0.size % s.rows:
+                    masks.append(f"(ag.arange(ROWS)[:, None] + o{last - 1} < {t0.size})")
+                if t1.reduced and t1.size % s.bn:
+                    masks.append(f"(ag.arange(BN)[None, :] + o{last} < {t1.size})")
+                if masks:
+                    m = e.fresh("m")
+                    e.line(f"{m} = ag.where({' & '.join(masks)}, {v}, {NEUTRAL[st.fn]})")
+                    v = m
+                a = st.attrs["_acc"]
+                if st.fn in ("argmax", "argmin"):
+                    base = st.fn[3:]
+                    cmp = ">" if base == "max" else "<"
+                    red_axis = [ax for ax, g in ((0, t0), (1, t1)) if g.reduced]
+                    if red_axis:
+                        ax = red_axis[0]
+                        off = f"o{last - 1}" if ax == 0 else f"o{last}"
+                        bv, bi = e.fresh("bv"), e.fresh("bi")
+                        e.line(f"{bv} = {v}.{base}(axis={ax})")
+                        e.line(f"{bi} = {v}.{st.fn}(axis={ax}) + {off}")
+                    else:   # the reduced group is an outer loop: its index is the loop's
+                        gi = next(i for i, g in enumerate(outer) if g.reduced)
+                        bv, bi = v, f"c{gi}"
+                    better = e.fresh("better")
+                    e.line(f"{better} = {bv} {cmp} {a}_v")
+                    e.line(f"{a} = ag.where({better}, {bi}, {a})")
+                    e.line(f"{a}_v = ag.where({better}, {bv}, {a}_v)")
+                    continue
+                for ax, g in ((1, t1), (0, t0)):
+                    if g.reduced:
+                        r = e.fresh("r")
+                        e.line(f"{r} = {v}.{st.fn}(axis={ax})")
+                        v = r
+                e.line(f"{a} = {COMBINE[st.fn].format(a=a, b=v)}")
+
+        loops(body)
+        for st in batch:
+            e.stat_var[st] = st.attrs.pop("_acc")
+    # ------------------------------------------------------------------ output
+    out_dtype = DT.get(k.root.dtype, "ag.f32")
+    if k.kept_output:
+        offs = [("0" if g.reduced else e.coord[i]) for i, g in enumerate(groups)]
+        v = e.stat_var[k.root]
+        if k.root.fn in ("argmax", "argmin"):
+            v = f"{v}.to({out_dtype})"
+        elif out_dtype != "ag.f32":
+            v = f"{v}.to({out_dtype})"
+        e.line(f"ag.store(OUT, ({', '.join(offs)},), {v})")
+    else:
+        def apply():
+            v, kind = e.emit(k.root)
+            if kind == "b" and out_dtype == "ag.i1":
+                pass
+            elif kind == "i" and out_dtype in ("ag.i32", "ag.i64"):
+                v = f"{v}.to({out_dtype})" if out_dtype != "ag.i32" else v
+            else:
+                v = e.as_float(v, kind) if kind != "n" else f"ag.full((1, 1), {v})"
+                if out_dtype != "ag.f32":
+                    v = f"{v}.to({out_dtype})"
+            full = span(k.root)
+            if (not full[0] and s.rows > 1) or (not full[1] and s.bn > 1) or kind == "n":
+                v = f"({v} + ag.full((ROWS, BN), 0.0))"
+            offs = [e.coord[i] for i in range(len(groups))]
+            e.line(f"ag.store(OUT, ({', '.join(offs)},), {v})")
+        loops(apply)
+    params = [f"L{i}: ag.Tensor[{', '.join(str(g.size if g.flags[i] else 1) for g in groups)}, "
+              f"{DT[leaf.dtype]}]" for i, leaf in enumerate(k.leaves)]
+    out_sizes = [1 if (k.kept_output and g.reduced) else g.size for g in groups]
+    params.append(f"OUT: ag.Tensor[{', '.join(map(str, out_sizes))}, {out_dtype}]")
+    header = (f"@ag.kernel(threads={s.threads})\n"
+              f"def {name}({', '.join(params)}, ROWS: int = {s.rows}, BN: int = {s.bn}):\n"
+              f"    # {k.root!r}: domain {list(k.domain)}, reduced axes {list(k.axes)}, groups "
+              f"{[(g.size, 'R' if g.reduced else 'K') for g in groups]}\n")
+    src = header + "\n".join(e.lines) + "\n"
+    views = [tuple(g.size if g.flags[i] else 1 for g in groups) for i in range(len(k.leaves))]
+    return src, {"leaf_views": views, "out_view": tuple(out_sizes), "schedule": s}
+
+
+PRELUDE = "import argus as ag\nfrom argus.dsl.values import elementwise as _ew  # noqa: F401\n\n\n"
+
+
+def load_source(src: str, tag: str) -> dict:
+    """Execute generated DSL source as a module (kept in linecache for tracebacks)."""
+    filename = f"<argus-compose:{tag}>"
+    text = PRELUDE + src
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    ns: dict = {"__name__": f"argus_compose_{tag}"}
+    exec(compile(text, filename, "exec"), ns)   # noqa: S102 - our own generated kernel source
+    return ns
+
+
+__all__ = ["Group", "TileSchedule", "groups_of", "load_source", "render"]
