@@ -8,7 +8,9 @@ Run from the repository root on a Hopper GPU:
 In one process, on M x N fp32 (default 8192 x 8192), it measures
   - the device copy bandwidth: torch `y.copy_(x)`, bytes read + written over the time;
   - examples/elementwise.py (bias + tanh-GELU), examples/rmsnorm.py (one CTA per row, the whole
-    row in one tile) and examples/softmax.py (one CTA per row, N columns in one tile),
+    row in one tile), examples/softmax.py (one CTA per row, N columns in one tile) and
+    examples/softmax_online.py (one CTA per row walking it in blocks of BN columns: the
+    example's own BN, then each --online-bn width that gives more than one block per pass),
 each side by side with its torch eager baseline (the example's `baseline`) and torch.compile of
 that same function. Timing: argus.bench.timing.measure (CUDA events, whole-device sync, 256 MB
 L2 flush before every trial, median of >= 100 trials), in alternating rounds so that clock drift
@@ -20,7 +22,8 @@ Argus kernel is checked again on a second draw after timing.
 Columns: ms (median), GB/s (the example's bytes_moved over the time), % of the copy
 bandwidth, and `x eager` / `x compile` = their time over ours (above 1: we are faster).
 With --out, writes memory_bound.json (all numbers, per-round medians) and the generated CUDA
-of each Argus kernel. The short table is printed last.
+of each Argus kernel as launched (the launch-specialized variant the arguments select,
+analysis/alignment.py). The short table is printed last.
 """
 
 from __future__ import annotations
@@ -79,19 +82,20 @@ def copy_bandwidth(M: int, N: int, rounds: int, trials: int) -> dict:
     return {"ms": ms, "rounds_ms": per_round, "bytes": nbytes, "gbs": nbytes / ms / 1e6}
 
 
-def sass_widths(compiled) -> str:
+def sass_widths(binary) -> str:
     """Global load/store opcodes in the kernel's SASS (LDG.E.128 = 16-byte loads), if a
     disassembler is installed."""
     from argus.runtime import disassemble
 
-    sass = disassemble(compiled.binary.cubin)
+    sass = disassemble(binary.cubin)
     if not sass:
         return "no disassembler"
     ops = re.findall(r"\b((?:LDG|STG)[.\w]*)", sass)
     return ", ".join(f"{op} x{ops.count(op)}" for op in sorted(set(ops)))
 
 
-def run_example(name: str, M: int, N: int, rounds: int, trials: int, out: Path | None) -> dict:
+def run_example(name: str, M: int, N: int, rounds: int, trials: int, out: Path | None,
+                overrides: dict | None = None) -> dict:
     import torch
 
     from argus.compiler import compile_kernel
@@ -99,9 +103,10 @@ def run_example(name: str, M: int, N: int, rounds: int, trials: int, out: Path |
 
     ex = load_example(name)
     ex.SIZES["bench"] = (M, N)
-    row: dict = {"name": name, "shape": f"{M}x{N}"}
     inputs = ex.make_inputs("bench", seed=1, device="cuda")
-    consts = ex.constexprs(*inputs)
+    consts = {**ex.constexprs(*inputs), **(overrides or {})}
+    label = name + "".join(f" {k}={v}" for k, v in (overrides or {}).items())
+    row: dict = {"name": label, "shape": f"{M}x{N}"}
     row["constexprs"] = {k: v for k, v in consts.items()}
     nbytes = ex.bytes_moved(*inputs)
     row["bytes"] = nbytes
@@ -109,10 +114,14 @@ def run_example(name: str, M: int, N: int, rounds: int, trials: int, out: Path |
     t0 = time.perf_counter()
     compiled = compile_kernel(ex.KERNEL, **consts)
     row["compile_s"] = time.perf_counter() - t0
-    row["resources"] = compiled.resources.summary()
-    row["sass"] = sass_widths(compiled)
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    spec = compiled.specialization(tensors, compiled.bind(tensors))
+    source, binary = compiled.variant(spec)   # what a launch with these arguments runs
+    row["specialization"] = repr(spec)
+    row["resources"] = binary.resource(source.name).summary()
+    row["sass"] = sass_widths(binary)
     if out is not None:
-        (out / f"{name}.cu").write_text(compiled.source.text)
+        (out / f"{label.replace(' ', '_').replace('=', '')}.cu").write_text(source.text)
 
     ref = ex.reference(*inputs)
 
@@ -187,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--examples", default=",".join(EXAMPLES))
+    parser.add_argument("--online-bn", default="2048,4096",
+                        help="softmax_online block widths measured besides the example's own "
+                             "(those below the row length: more than one block per pass)")
     parser.add_argument("--out", default=None, help="folder for memory_bound.json and the .cu")
     args = parser.parse_args(argv)
 
@@ -204,10 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     copy = copy_bandwidth(args.rows, args.cols, args.rounds, args.trials)
     print(f"copy: {copy['gbs']:.0f} GB/s", flush=True)
     rows = []
-    for name in args.examples.split(","):
-        print(f"[{name}] ...", flush=True)
+    runs = [(name, None) for name in args.examples.split(",")]
+    if "softmax_online" in args.examples.split(","):
+        runs += [("softmax_online", {"BN": int(bn)}) for bn in args.online_bn.split(",")
+                 if bn and int(bn) < args.cols]
+    for name, overrides in runs:
+        print(f"[{name}{'' if not overrides else f' {overrides}'}] ...", flush=True)
         try:
-            r = run_example(name, args.rows, args.cols, args.rounds, args.trials, out)
+            r = run_example(name, args.rows, args.cols, args.rounds, args.trials, out,
+                            overrides)
             print(f"[{name}] {r['resources']}; SASS global ops: {r['sass']}; "
                   f"errors ours {r['err_ours']:.1e} / fresh {r['err_ours_fresh']:.1e} / eager "
                   f"{r['err_eager']:.1e} / compile {r.get('err_compile', math.nan):.1e}"

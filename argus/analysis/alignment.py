@@ -29,7 +29,6 @@ analysis cannot follow (loads, divisions, thread indices) divide by 1.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -156,9 +155,3 @@ def _pow2_divisor(d: int, cap: int) -> int:
         p *= 2
     return p
 
-
-def without(kernel: Kernel) -> Kernel:
-    """The kernel with no launch specialization (the checked variant every launch can run)."""
-    attrs = tuple((k, v) for k, v in kernel.attrs
-                  if k not in ("launch_aligned", "launch_divisible", "global_access"))
-    return dataclasses.replace(kernel, attrs=attrs)
