@@ -1,0 +1,126 @@
+"""Ordered roles (ag.ordered) and pipeline skips: the ping-pong GEMM in the interpreter against
+float64, the turn protocol (round-robin, deadlock on a skipped turn), the lowered barrier ids,
+their CUDA rendering, and the trace-time errors for misuse."""
+
+from __future__ import annotations
+
+import pytest
+
+import argus as ag
+from argus.compiler import lower_only
+from argus.ir import ops as O
+from argus.ir.parser import parse_kernel
+from argus.ir.printer import print_kernel
+from argus.kernels.gemm import GemmSchedule, gemm_kernel
+
+torch = pytest.importorskip("torch")
+
+
+def _rand(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("m,n,k,layout,schedule", [
+    (200, 96, 128, "nk", GemmSchedule(bm=64, bn=32, stages=2, pingpong=True, num_sms=3)),
+    (256, 64, 192, "nk", GemmSchedule(bm=128, bn=32, stages=3, pingpong=True, num_sms=2)),
+    (130, 128, 64, "kn", GemmSchedule(bm=64, bn=64, stages=2, pingpong=True, num_sms=2)),
+])
+def test_pingpong_gemm_matches_float64_in_the_interpreter(m, n, k, layout, schedule):
+    a, w = _rand(m, k, seed=m), _rand(n, k, seed=n)
+    b = w if layout == "nk" else w.T.contiguous()
+    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    gemm_kernel(ag.bf16, ag.bf16, layout, False).interpret(a, b, c, s=schedule)
+    exact = a.double() @ w.double().T
+    assert not torch.isnan(c).any()
+    assert ((c.double() - exact).norm() / exact.norm()).item() < 4e-3
+
+
+def _turns_kernel(skip_turn: bool = False, order: list | None = None):
+    """Two warpgroups append their index to `log` inside an ordered section, 3 times each;
+    with skip_turn warpgroup 1 runs the section only once (then warpgroup 0 waits forever)."""
+    @ag.kernel
+    def turns(X: ag.Tensor[("N", ag.f32)]):
+        ag.grid(1)
+        with ag.role("w", warpgroups=2) as wg:
+            for i in ag.range(3):
+                if skip_turn:
+                    with ag.when((i < 1) | (wg == 0)):
+                        with ag.ordered("s"):
+                            ag.store(X, (i * 2 + wg,), ag.full((1,), 1.0))
+                else:
+                    with ag.ordered("s"):
+                        ag.store(X, (i * 2 + wg,), ag.full((1,), 1.0))
+    return turns
+
+
+def test_sections_run_in_turns_and_a_skipped_turn_deadlocks():
+    x = torch.zeros(6)
+    _turns_kernel().interpret(x)
+    assert x.tolist() == [1.0] * 6
+    with pytest.raises(Exception, match="deadlock"):
+        _turns_kernel(skip_turn=True).interpret(torch.zeros(6))
+
+
+def test_lowering_numbers_barriers_after_the_group_barriers_and_renders_them():
+    k = lower_only(gemm_kernel(), s=GemmSchedule(bm=128, bn=128, stages=6, pingpong=True))
+    threads = k.attr("threads")
+    turn_ops = [op for op in k.walk() if isinstance(op, (O.TurnWait, O.TurnPass))]
+    assert {op.barriers for op in turn_ops} == {(1 + threads // 128, 2 + threads // 128)}
+    assert {op.threads for op in turn_ops} == {256}
+    assert sum(isinstance(op, O.TurnPass) and op.initial for op in turn_ops) == 1
+    assert parse_kernel(print_kernel(k)) == k
+    from argus import codegen
+    text = codegen.render(k).text
+    assert f"ag::named_barrier_sync({1 + threads // 128} + " in text
+    assert f"ag::named_barrier_arrive({1 + threads // 128} + (" in text
+    assert any("steps another warpgroup consumes" in line for line in text.splitlines())
+
+
+def _misuse(body):
+    @ag.kernel
+    def bad(X: ag.Tensor[("N", ag.f32)]):
+        ag.grid(1)
+        body()
+    return bad
+
+
+@pytest.mark.parametrize("what,match", [
+    ("outside", "outside an ag.role"),
+    ("one_wg", "nobody to take turns"),
+    ("nested", "inside ordered section"),
+    ("twice", "appears twice"),
+])
+def test_misuse_is_a_trace_error(what, match):
+    def body():
+        if what == "outside":
+            with ag.ordered("s"):
+                pass
+            return
+        with ag.role("r", warpgroups=1 if what == "one_wg" else 2):
+            if what == "nested":
+                with ag.ordered("a"), ag.ordered("b"):
+                    pass
+            elif what == "twice":
+                with ag.ordered("a"):
+                    pass
+                with ag.ordered("a"):
+                    pass
+            else:
+                with ag.ordered("a"):
+                    pass
+    with pytest.raises(ag.TraceError, match=match):
+        _misuse(body).trace()
+
+
+def test_ordered_inside_a_pipeline_step_is_refused():
+    @ag.kernel
+    def bad(X: ag.Tensor[("N", ag.f32)]):
+        ag.grid(1)
+        pipe = ag.pipeline(2)
+        with ag.role("r", warpgroups=2):
+            with pipe.consume():
+                with ag.ordered("a"):
+                    pass
+    with pytest.raises(ag.TraceError, match="inside a pipeline step"):
+        bad.trace()

@@ -1,0 +1,104 @@
+"""verify/check_ordered.py: the ordered sections of a clean kernel are proven (turns, barriers,
+pairs, skip), and seeded bugs are found: a wrong barrier thread count, mismatched barrier ids
+between a section's wait and pass, a missing initial pass, a warpgroup skipping its section, a
+pass without its wait, and a turn-taking consumer that consumes outside its section."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import argus as ag
+from argus.compiler import lower_only
+from argus.ir import ops as O
+from argus.ir.core import Region
+from argus.kernels.gemm import GemmSchedule, gemm_kernel
+from argus.verify import check_ordered, solver
+from argus.verify import obligation as OB
+from argus.verify.model import Model
+
+
+def _kernel(when=None):
+    @ag.kernel
+    def turns(X: ag.Tensor[("N", ag.f32)]):
+        ag.grid(1)
+        with ag.role("w", warpgroups=2) as wg:
+            for i in ag.range(X.shape[0]):
+                if when is None:
+                    with ag.ordered("s"):
+                        ag.store(X, (i,), ag.full((1,), 1.0))
+                else:
+                    with ag.when(when(i, wg)):
+                        with ag.ordered("s"):
+                            ag.store(X, (i,), ag.full((1,), 1.0))
+    return turns
+
+
+def _findings(kernel) -> dict[str, list]:
+    model = Model(kernel)
+    obs, finds = check_ordered.obligations(model)
+    finds = list(finds) + [OB.run(ob, solver.Stats(), 5000) for ob in obs]
+    out: dict[str, list] = {}
+    for f in finds:
+        out.setdefault(f.status, []).append(f)
+    return out
+
+
+def _map(kernel, fn):
+    def region(r):
+        return Region(tuple(visit(op) for op in r.ops if fn(op) is not None))
+
+    def visit(op):
+        op = fn(op)
+        updates = {f.name: region(getattr(op, f.name)) for f in op.spec_fields()
+                   if isinstance(getattr(op, f.name), Region)}
+        return dataclasses.replace(op, **updates) if updates else op
+    return dataclasses.replace(kernel, body=region(kernel.body))
+
+
+def test_clean_kernels_are_proven():
+    for k in (lower_only(_kernel()), _kernel(lambda i, wg: i % 2 == wg).trace(),
+              lower_only(gemm_kernel(), s=GemmSchedule(bm=64, bn=128, pingpong=True))):
+        got = _findings(k)
+        assert not got.get("violated") and not got.get("unknown"), got
+        assert got.get("proven")
+
+
+def test_a_warpgroup_skipping_its_section_is_found():
+    got = _findings(_kernel(lambda i, wg: wg == 0).trace())
+    assert [f.code for f in got["violated"]] == ["ordered.turns"]
+    assert "skips its turn" in got["violated"][0].message
+
+
+@pytest.mark.parametrize("bug,code", [
+    ("threads", "ordered.barriers"),
+    ("ids", "ordered.barriers"),
+    ("initial", "ordered.barriers"),
+    ("clash", "ordered.barriers"),
+    ("no_wait", "ordered.pairs"),
+])
+def test_seeded_barrier_bugs_are_found(bug, code):
+    k = lower_only(_kernel())
+
+    def mutate(op):
+        if bug == "threads" and isinstance(op, O.TurnWait):
+            return op.replace(threads=128)
+        if bug == "ids" and isinstance(op, O.TurnPass) and not op.initial:
+            return op.replace(barriers=tuple(i + 1 for i in op.barriers))
+        if bug == "initial" and isinstance(op, O.TurnPass) and op.initial:
+            return None
+        if bug == "clash" and isinstance(op, (O.TurnWait, O.TurnPass)):
+            return op.replace(barriers=(1, 2))
+        if bug == "no_wait" and isinstance(op, O.TurnWait):
+            return None
+        return op
+    got = _findings(_map(k, mutate))
+    assert code in {f.code for f in got.get("violated", [])}, got
+
+
+def test_consuming_outside_the_section_while_skipping_is_found():
+    k = lower_only(gemm_kernel(), s=GemmSchedule(bm=64, bn=128, pingpong=True))
+    got = _findings(_map(k, lambda op: None if isinstance(op, (O.TurnWait, O.TurnPass))
+                         else op))
+    assert "ordered.skip" in {f.code for f in got.get("violated", [])}
