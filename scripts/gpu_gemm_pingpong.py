@@ -32,12 +32,16 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="2048x7168x2048")
     ap.add_argument("--layouts", default="NN,NT")
-    ap.add_argument("--schedules", default="all", help="all, pingpong or cooperative")
+    ap.add_argument("--schedules", default="all",
+                    help="all, pingpong, cooperative, or GemmSchedule(...) texts split by ';'")
     ap.add_argument("--sass", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
-    names = (PINGPONG if args.schedules != "cooperative" else []) + \
-        (COOPERATIVE if args.schedules != "pingpong" else [])
+    if args.schedules.startswith("GemmSchedule"):
+        names = [t.strip() for t in args.schedules.split(";") if t.strip()]
+    else:
+        names = (PINGPONG if args.schedules != "cooperative" else []) + \
+            (COOPERATIVE if args.schedules != "pingpong" else [])
     rows = []
     for shape in args.shapes.split(","):
         m, n, k = (int(x) for x in shape.split("x"))
@@ -71,7 +75,7 @@ def main() -> int:
     if args.sass:
         from argus.kernels.gemm import gemm_kernel
         from argus.runtime.sass import disassemble, instruction_histogram
-        for text in PINGPONG:
+        for text in [t for t in names if "pingpong=True" in t]:
             s = eval(text, {"GemmSchedule": GemmSchedule})  # noqa: S307
             ck = gemm_kernel().compile(s=s)
             hist = instruction_histogram(disassemble(ck.binary.cubin) or "")
