@@ -3,8 +3,8 @@
 Public names (one concept per module):
   inttuple      IntTuple helpers (flatten, product, idx2crd, crd2idx, prefix_products)
   shape_stride  Layout, make_layout, flatten, coalesce, make_layout_like, make_ordered_layout
-  algebra       composition, complement, logical_divide, zipped_divide, logical_product,
-                blocked_product, raked_product
+  algebra       composition, complement, logical/zipped/tiled/flat_divide,
+                logical/zipped/tiled/flat_product, blocked_product, raked_product (CuTe's)
   inverse       right_inverse, left_inverse
   swizzle       Swizzle, ComposedLayout, SWIZZLE_NONE/32B/64B/128B
   f2            F2Layout
@@ -17,10 +17,15 @@ from argus.layout.algebra import (
     blocked_product,
     complement,
     composition,
+    flat_divide,
+    flat_product,
     logical_divide,
     logical_product,
     raked_product,
+    tiled_divide,
+    tiled_product,
     zipped_divide,
+    zipped_product,
 )
 from argus.layout.f2 import F2Layout
 from argus.layout.inttuple import IntTuple, crd2idx, idx2crd
@@ -58,6 +63,8 @@ __all__ = [
     "complement",
     "composition",
     "crd2idx",
+    "flat_divide",
+    "flat_product",
     "flatten",
     "idx2crd",
     "inttuple",
@@ -69,5 +76,8 @@ __all__ = [
     "make_ordered_layout",
     "raked_product",
     "right_inverse",
+    "tiled_divide",
+    "tiled_product",
     "zipped_divide",
+    "zipped_product",
 ]

@@ -311,16 +311,30 @@ class F2Layout:
 
     # ---- algebra ---------------------------------------------------------------------------
     def compose(self, inner: F2Layout) -> F2Layout:
-        """self ∘ inner: inner's output dims must be self's input dims (same names, order, and
-        no larger sizes)."""
-        if inner.out_names != self.in_names:
-            raise ValueError(f"F2Layout.compose: inner outputs {list(inner.out_names)} != outer "
-                             f"inputs {list(self.in_names)}")
-        for (n, s_in), (_, s_out) in zip(self.in_dims, inner.out_dims):
-            if s_in > s_out:
-                raise ValueError(f"F2Layout.compose: inner output {n!r} has size {s_in} > outer "
-                                 f"input size {s_out}")
-        bases = tuple(tuple(tuple(self.apply(dict(zip(self.in_names, img))).values())
+        """self ∘ inner (Triton `inner.compose(outer)`): x -> self(inner(x)).
+
+        inner's output dims must be self's input dims (same names; matched by name), and each
+        must fit: inner's output size <= self's input size. A larger output would be cut to
+        its low bits, since self reads only log2(input size) bits, and the composition would
+        silently drop information; that is refused.
+        """
+        if set(inner.out_names) != set(self.in_names) or len(inner.out_names) != len(
+                self.in_names):
+            raise ValueError(
+                f"F2Layout.compose: inner outputs {list(inner.out_names)} != outer inputs "
+                f"{list(self.in_names)}. fix: rename or reshape (reshape_outs/reshape_ins) so "
+                "inner's output dims are exactly outer's input dims")
+        outer_in = dict(self.in_dims)
+        for name, inner_out in inner.out_dims:
+            if inner_out > outer_in[name]:
+                raise ValueError(
+                    f"F2Layout.compose: inner output {name!r} has size {inner_out} but the outer "
+                    f"layout's input {name!r} has size {outer_in[name]}; the outer layout reads "
+                    f"only the low {_bits(outer_in[name], name)} bits, so the high bits of "
+                    f"inner's output would be dropped. fix: widen the outer input {name!r} to "
+                    f"{inner_out} (e.g. a product with a layout on the extra bits) or narrow "
+                    "the inner output")
+        bases = tuple(tuple(tuple(self.apply(dict(zip(inner.out_names, img))).values())
                             for img in imgs) for imgs in inner.bases)
         return F2Layout(inner.in_dims, self.out_dims, bases)
 
