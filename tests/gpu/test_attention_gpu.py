@@ -1,0 +1,122 @@
+"""GPU tier for argus.ops.attention: the library FlashAttention forward on the device against a
+float64 reference on fresh random data (ragged lengths, GQA / MQA, causal with Sq < Skv and
+Sq > Skv, both layouts, every head dim, bf16 and fp16, the log-sum-exp), against torch SDPA,
+under torch.compile and inside a CUDA graph."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.gpu import hopper_only  # noqa: E402
+
+pytestmark = hopper_only()
+
+
+def reference(q, k, v, causal: bool, scale: float):
+    """float64 in [B, H, S, D]: GQA by repeating kv heads, bottom-right causal mask, rows
+    without keys zero (LSE -inf)."""
+    group = q.shape[1] // k.shape[1]
+    kd = k.double().repeat_interleave(group, 1)
+    vd = v.double().repeat_interleave(group, 1)
+    s = q.double() @ kd.transpose(-1, -2) * scale
+    if causal:
+        S, SK = q.shape[-2], k.shape[-2]
+        keep = torch.ones(S, SK, dtype=torch.bool, device=q.device).tril(SK - S)
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, -1).nan_to_num(0.0) @ vd, torch.logsumexp(s, -1)
+
+
+def _inputs(B, H, HKV, S, SK, D, layout, dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if layout == "bhsd":
+        shapes = ((B, H, S, D), (B, HKV, SK, D), (B, HKV, SK, D))
+    else:
+        shapes = ((B, S, H, D), (B, SK, HKV, D), (B, SK, HKV, D))
+    return tuple(torch.randn(*s, device="cuda", generator=g, dtype=dtype) for s in shapes)
+
+
+CASES = [  # B, H, HKV, S, SK, D, causal, layout, dtype
+    (2, 4, 4, 1000, 777, 64, False, "bhsd", torch.bfloat16),
+    (2, 4, 4, 1000, 777, 64, True, "bhsd", torch.bfloat16),
+    (1, 8, 2, 513, 1500, 128, True, "bhsd", torch.bfloat16),      # GQA 4:1, Sq < Skv
+    (1, 8, 1, 700, 300, 128, True, "bshd", torch.bfloat16),       # MQA, Sq > Skv: empty rows
+    (3, 2, 2, 257, 257, 128, False, "bshd", torch.float16),
+    (1, 4, 2, 640, 1111, 256, False, "bhsd", torch.bfloat16),
+    (1, 4, 2, 640, 1111, 256, True, "bshd", torch.float16),
+    (4, 2, 1, 1, 4097, 128, True, "bhsd", torch.bfloat16),        # one query row (decode-like)
+]
+
+
+@pytest.mark.parametrize("B,H,HKV,S,SK,D,causal,layout,dtype", CASES)
+def test_matches_float64(B, H, HKV, S, SK, D, causal, layout, dtype):
+    import argus.ops
+
+    q, k, v = _inputs(B, H, HKV, S, SK, D, layout, dtype, seed=S + SK + D)
+    scale = 1.0 / math.sqrt(D)
+    out, lse = argus.ops.attention(q, k, v, causal=causal, layout=layout, return_lse=True)
+    torch.cuda.synchronize()
+    assert out.shape == q.shape and out.dtype == dtype
+    views = (q, k, v, out) if layout == "bhsd" else tuple(t.transpose(1, 2)
+                                                          for t in (q, k, v, out))
+    want, want_lse = reference(*views[:3], causal, scale)
+    got = views[3]
+    assert not torch.isnan(got).any()
+    err = ((got.double() - want).norm() / want.norm()).item()
+    assert err < 1e-2, f"relative error {err}"
+    finite = torch.isfinite(want_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_matches_torch_sdpa(D, causal):
+    """Same lengths (where torch's top-left causal mask equals our bottom-right one), GQA."""
+    import argus.ops
+
+    q, k, v = _inputs(2, 8, 2, 1536, 1536, D, "bhsd", torch.bfloat16, seed=D + causal)
+    ours = argus.ops.attention(q, k, v, causal=causal, scale=0.3)
+    theirs = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                              scale=0.3, enable_gqa=True)
+    err = ((ours.float() - theirs.float()).norm() / theirs.float().norm()).item()
+    assert err < 1e-2, err
+
+
+def test_torch_compile_and_cuda_graph():
+    import argus.ops
+
+    q, k, v = _inputs(2, 4, 2, 600, 900, 128, "bshd", torch.bfloat16, seed=7)
+
+    def f(q, k, v):
+        return argus.ops.attention(q * 1.0, k, v, causal=True, layout="bshd") + 1
+
+    eager = f(q, k, v)
+    compiled = torch.compile(f)(q, k, v)
+    torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
+
+    static = [t.clone() for t in (q, k, v)]
+    f(*static)  # compile and prepare outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = f(*static)
+    fresh = _inputs(2, 4, 2, 600, 900, 128, "bshd", torch.bfloat16, seed=8)
+    for s, t in zip(static, fresh):
+        s.copy_(t)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, f(*fresh), rtol=0, atol=0)
+
+
+def test_unaddressable_strides_get_a_clear_error():
+    import argus.ops
+    from argus.errors import LaunchError
+
+    q, k, v = _inputs(1, 2, 2, 64, 64, 128, "bhsd", torch.bfloat16, seed=1)
+    with pytest.raises(LaunchError, match="cannot be read by TMA"):
+        argus.ops.attention(q.transpose(2, 3).contiguous().transpose(2, 3), k, v)
+    with pytest.raises(LaunchError, match="cannot be read by TMA"):
+        argus.ops.attention(torch.empty(q.numel() + 8, dtype=q.dtype, device=q.device)
+                            [1:1 + q.numel()].view_as(q), k, v)
