@@ -97,6 +97,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
     ls = verbs.add_parser("list", help="list tasks and their size constants")
     _selection(ls)
+    from argus.compose.cli import add_solve   # compose the tasks into Argus kernels, judge
+
+    add_solve(verbs, _selection, _judge_options)
     p.set_defaults(func=main)
     return p
 
@@ -142,7 +145,7 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         verb = {"judge": _cmd_judge, "run": _cmd_run, "baselines": _cmd_baselines,
-                "report": _cmd_report, "list": _cmd_list}[args.kb_verb]
+                "report": _cmd_report, "list": _cmd_list, "solve": _cmd_solve}[args.kb_verb]
         return verb(args)
     except KernelBenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -200,6 +203,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"{solved}/{len(result.judgments)} solved; {len(result.resumed)} resumed, "
           f"{len(result.missing)} without a solution; reports in {args.out}")
     return EXIT_OK
+
+
+def _cmd_solve(args: argparse.Namespace) -> int:
+    from argus.bench.kernelbench.tasks import KernelBenchError, discover, parse_ids
+    from argus.compose.cli import cmd_solve
+
+    tasks = discover(args.root, levels=_levels(args), ids=parse_ids(args.ids))
+    if not tasks:
+        raise KernelBenchError("no task matches the selection",
+                               fix="check --root, --level and --ids (see `kernelbench list`)")
+    return cmd_solve(args, tasks, _options(args))
 
 
 def _cmd_baselines(args: argparse.Namespace) -> int:
