@@ -39,6 +39,7 @@ from argus.dtypes import DType
 SUB = 32          # entries per inner step of count / positions: [SUB, BE] one-hot tiles
 MAX_CHUNKS = 128  # chunks of entries: the serial loop of `offsets` walks this many at most
 TILE_ROWS = 128   # m-tiles labelled per step of `offsets`
+NEG_INF = float("-inf")
 
 
 def block_experts(num_experts: int) -> int:
@@ -79,13 +80,14 @@ def topk_softmax_kernel(logit_dtype: DType, top_k: int, renormalize: bool,
         cols = ag.arange(be)[None, :]
         x = ag.load(Logits, (row0, 0), (ROWS, be), other=float("-inf")).to(ag.f32)
         e = ag.exp(x - x.max(axis=1))
-        # columns past E read -inf (probability 0); -1 puts them below every real expert
-        p = ag.where(cols < Logits.shape[1], e / e.sum(axis=1), -1.0)
+        # columns past E and winners of earlier rounds are -inf: below every real expert
+        # (k <= E leaves a real one in every round), and the identity of the max
+        p = ag.where(cols < Logits.shape[1], e / e.sum(axis=1), NEG_INF)
         picked = []
         for j in range(top_k):   # k rounds of argmax, each masking its winner
             best = p.argmax(axis=1)
             picked.append((best, p.max(axis=1)))
-            p = ag.where(cols == best, -2.0, p)
+            p = ag.where(cols == best, NEG_INF, p)
         _store_topk(Ids, Weights, row0, picked, renormalize, 1.0)
 
     name = f"moe_topk_softmax_{logit_dtype.name}_k{top_k}" + ("_renorm" if renormalize else "")
@@ -111,27 +113,27 @@ def topk_sigmoid_grouped_kernel(logit_dtype: DType, top_k: int, renormalize: boo
         cols = ag.arange(be)[None, :]
         valid = cols < E
         score = ag.sigmoid(ag.load(Logits, (row0, 0), (ROWS, be)).to(ag.f32))
-        choice = ag.where(valid, score + ag.load(Bias, (0, 0), (1, be)), -1e30)
+        choice = ag.where(valid, score + ag.load(Bias, (0, 0), (1, be)), NEG_INF)
         # integer division: experts [g * E / G, (g + 1) * E / G) form group g
         group = cols * num_groups / E
         # each group's score: the sum of its two best biased scores, spread over its columns
-        group_score = ag.where(valid, 0.0, -1e30) + choice * 0.0
+        group_score = ag.where(valid, choice * 0.0, NEG_INF)
         for g in range(num_groups):
-            mine = ag.where(group == g, choice, -1e30)
+            mine = ag.where(group == g, choice, NEG_INF)
             first = mine.argmax(axis=1)
-            second = ag.where(cols == first, -1e30, mine).max(axis=1)
+            second = ag.where(cols == first, NEG_INF, mine).max(axis=1)
             group_score = ag.where(group == g, mine.max(axis=1) + second, group_score)
         keep = cols < 0   # all false
         for _ in range(topk_groups):
             best_group = ag.where(cols == group_score.argmax(axis=1), group, 0).sum(axis=1)
             keep = keep | (group == best_group)
-            group_score = ag.where(group == best_group, -2e30, group_score)
-        choice = ag.where(keep, choice, -1e30)
+            group_score = ag.where(group == best_group, NEG_INF, group_score)
+        choice = ag.where(keep, choice, NEG_INF)
         picked = []
         for j in range(top_k):
             best = choice.argmax(axis=1)
             picked.append((best, ag.where(cols == best, score, 0.0).sum(axis=1)))
-            choice = ag.where(cols == best, -2e30, choice)
+            choice = ag.where(cols == best, NEG_INF, choice)
         _store_topk(Ids, Weights, row0, picked, renormalize, scale)
 
     name = (f"moe_topk_sigmoid_{logit_dtype.name}_k{top_k}_g{num_groups}_{topk_groups}"
@@ -191,23 +193,30 @@ def offsets_kernel(be: int, bm: int) -> ag.KernelFunction:
     expert_start[0, e] (rows, multiples of bm); tile_expert[0, m] = the expert of m-tile m
     (-1 past the last segment) and tiles[0, 0] = the m-tiles of all segments."""
 
+    # The outputs name their dims apart from the counts' ("CB", "ES"): a scan's value at
+    # chunk c (expert e) sums the counts of other chunks (experts), so the verifier's
+    # store.coords claim "the value comes from the destination's coordinates" holds only
+    # along the other axis (ChunkBase[c, e] sums column e: checked) and not along the scan.
     def moe_offsets(Counts: ag.Tensor["C", "E", ag.i32], CountsT: ag.Tensor["E", "C", ag.i32],
-                    ChunkBase: ag.Tensor["C", "E", ag.i32],
-                    ExpertStart: ag.Tensor[1, "E", ag.i32],
+                    ChunkBase: ag.Tensor["CB", "E", ag.i32],
+                    ExpertStart: ag.Tensor[1, "ES", ag.i32],
                     TileExpert: ag.Tensor[1, "MT", ag.i32], Tiles: ag.Tensor[1, 1, ag.i32]):
         (pid,) = ag.grid(1)
         E = Counts.shape[1]
+        ag.tag_assume(lambda: ag.tag_all(ag.sym(ChunkBase.shape[0]) == ag.sym(Counts.shape[0]),
+                                         ag.sym(ExpertStart.shape[1]) == ag.sym(E)))
         running = ag.zeros((1, be), ag.i32)     # per expert, along a row ...
         running_t = ag.zeros((be, 1), ag.i32)   # ... and down a column
-        for c in ag.range(Counts.shape[0]):   # a serial scan over the (few) chunks
+        for c in ag.range(ChunkBase.shape[0]):   # a serial scan over the (few) chunks
             counts = ag.load(Counts, (c, 0), (1, be))
             ag.store(ChunkBase, (c, 0), running)
             running = running + counts
             running_t = running_t + ag.load(CountsT, (0, c), (be, 1))
         rows = ag.arange(be)[:, None]
         cols = ag.arange(be)[None, :]
-        tiles = (running + (bm - 1)) / bm            # [1, BE] m-tiles per expert
-        tiles_t = (running_t + (bm - 1)) / bm        # [BE, 1]
+        # m-tiles per expert (integer division; 0 past E, where the loads filled 0)
+        tiles = ag.where(cols < E, (running + (bm - 1)) / bm, 0)       # [1, BE]
+        tiles_t = ag.where(rows < E, (running_t + (bm - 1)) / bm, 0)   # [BE, 1]
         # exclusive prefix sum over experts: start[e] = sum of tiles[e'] for e' < e
         start = ag.where(rows < cols, tiles_t, 0).sum(axis=0)
         ag.store(ExpertStart, (0, 0), start * bm)
@@ -227,7 +236,12 @@ def positions_kernel(be: int) -> ag.KernelFunction:
     """pos[i] = the padded-layout row of entry i: its expert's segment start, plus the entries
     of that expert in earlier chunks, plus those earlier in its own chunk."""
 
-    def moe_positions(Ids: ag.Tensor["N", ag.i32], ChunkBase: ag.Tensor["C", "E", ag.i32],
+    # `Peers` is the same ids again, under its own dim: the rank compares entry i with the
+    # other entries i' of its step, a pairwise comparison the verifier's ew.broadcast rule
+    # (a row vector combined with a tile describes the tile's own columns) would refuse
+    # between two views of one index space.
+    def moe_positions(Ids: ag.Tensor["N", ag.i32], Peers: ag.Tensor["NP", ag.i32],
+                      ChunkBase: ag.Tensor["C", "E", ag.i32],
                       ExpertStart: ag.Tensor[1, "E", ag.i32], Pos: ag.Tensor["N", 1, ag.i32],
                       chunk: ag.i32):
         (c,) = ag.grid(ChunkBase.shape[0])
@@ -235,8 +249,9 @@ def positions_kernel(be: int) -> ag.KernelFunction:
         earlier = ag.arange(SUB)[None, :] < ag.arange(SUB)[:, None]   # [i, i']: i' before i
         for s in ag.range(0, chunk, SUB):
             ids = ag.load(Ids, (c * chunk + s,), (SUB,), other=-1)
+            peers = ag.load(Peers, (c * chunk + s,), (SUB,), other=-1)
             hot = _one_hot(ids, be)
-            rank = _indicator((ids[:, None] == ids[None, :]) & earlier).sum(axis=1)
+            rank = _indicator((ids[:, None] == peers[None, :]) & earlier).sum(axis=1)
             ag.store(Pos, (c * chunk + s, 0), ag.where(hot, base, 0).sum(axis=1) + rank)
             base = base + _indicator(hot).sum(axis=0)
 
