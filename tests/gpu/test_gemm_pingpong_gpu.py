@@ -1,7 +1,8 @@
 """GPU tier: the ping-pong GEMM schedule (two consumer warpgroups on whole tiles in turns,
 ordered main loops: argus/kernels/gemm.py, ag.ordered) against a float64 reference, through
 argus.ops.matmul, for both tile shapes, both B layouts, ragged edges and a persistent grid
-where every CTA runs several units (both warpgroups take turns)."""
+where every CTA runs several units (both warpgroups take turns), with the register and the
+TMA-store epilogues, with and without 2x1 clusters."""
 
 import pytest
 
@@ -17,17 +18,20 @@ def _rand(*shape, seed=0):
     return torch.randn(*shape, generator=g, device="cuda").to(torch.bfloat16)
 
 
-@pytest.mark.parametrize("bm,bn,stages", [(128, 128, 6), (64, 256, 5), (64, 128, 6)])
+@pytest.mark.parametrize("bm,bn,stages,extra", [
+    (128, 128, 6, {}), (64, 256, 5, {}), (64, 128, 6, {}),
+    (64, 256, 4, {"epilogue": "tma", "store_cols": 128, "cluster_m": 2}),
+    (128, 128, 6, {"cluster_m": 2}), (64, 192, 5, {"epilogue": "tma"})])
 @pytest.mark.parametrize("m,n,k", [(2048, 7168, 2048), (1000, 1500, 136), (4096, 4096, 64)])
 @pytest.mark.parametrize("layout", ["x@W.T", "x@W"])
-def test_pingpong_matches_float64(bm, bn, stages, m, n, k, layout):
+def test_pingpong_matches_float64(bm, bn, stages, extra, m, n, k, layout):
     from argus.kernels.gemm import GemmSchedule
     from argus.ops import matmul
 
     a = _rand(m, k, seed=m)
     w = _rand(n, k, seed=n) if layout == "x@W.T" else _rand(k, n, seed=n)
     b = w.T if layout == "x@W.T" else w
-    s = GemmSchedule(bm=bm, bn=bn, stages=stages, pingpong=True, num_sms=32)
+    s = GemmSchedule(bm=bm, bn=bn, stages=stages, pingpong=True, num_sms=32, **extra)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     matmul(a, b, out=out, schedule=s)
     ref = a.double() @ b.double()
