@@ -1,7 +1,8 @@
 """Leaf library: CuTe-style shape:stride algebra, F2 linear layouts, swizzles, z3 encodings.
 
 Public names (one concept per module):
-  inttuple      IntTuple helpers (flatten, product, idx2crd, crd2idx, prefix_products)
+  inttuple      IntTuple helpers (flatten, product, idx2crd, crd2idx, prefix_products,
+                inner_product, shape_div)
   shape_stride  Layout, make_layout, flatten, coalesce, make_layout_like, make_ordered_layout
   algebra       composition, complement, logical/zipped/tiled/flat_divide,
                 logical/zipped/tiled/flat_product, blocked_product, raked_product (CuTe's)

@@ -142,6 +142,38 @@ def crd2idx(crd: Any, shape: IntTuple) -> arith.Value:
     return crd
 
 
+def inner_product(a: IntTuple, b: IntTuple) -> int:
+    """Sum of the products of matching leaves (a coordinate times strides, say)."""
+    if not congruent(a, b):
+        raise ValueError(f"inner_product: {to_str(a)} and {to_str(b)} are not congruent")
+    return sum(x * y for x, y in zip(flatten(a), flatten(b)))
+
+
+def shape_div(a: IntTuple, b: IntTuple) -> IntTuple:
+    """CuTe's shape division: `a` divided by `b` leaf by leaf from the left, a leaf smaller than
+    what is left to divide becoming 1: shape_div((3, 4), 6) == (1, 2).
+
+    Int by int needs a % b == 0 or b % a == 0 (CuTe's divisibility condition; static CuTe
+    refuses the rest at compile time); ValueError otherwise. A tuple divisor divides mode by
+    mode; an int divided by a tuple is divided by its product."""
+    if is_tuple(a):
+        if is_tuple(b):
+            if len(a) != len(b):
+                raise ValueError(f"shape_div: ranks of {to_str(a)} and {to_str(b)} differ")
+            return tuple(shape_div(x, y) for x, y in zip(a, b))
+        out = []
+        for mode in a:
+            out.append(shape_div(mode, b))
+            b = shape_div(b, product(mode))
+        return tuple(out)
+    if is_tuple(b):
+        return shape_div(a, product(b))
+    if a % b and b % a:
+        raise ValueError(f"shape_div: neither of {a} and {b} divides the other (CuTe's "
+                         "divisibility condition)")
+    return a // b if a >= b else 1
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

@@ -20,6 +20,7 @@ from argus.layout import (
     complement,
     composition,
     flat_divide,
+    inttuple,
     left_inverse,
     logical_divide,
     logical_product,
@@ -287,6 +288,24 @@ def test_logical_product_tilers():
     assert zipped_product(a, 4) == zipped_product(a, L(4))
     assert tiled_product(a, 4) == tiled_product(a, L(4))
     assert zipped_product(a, 4).size == tiled_product(a, 4).size == a.size * 4
+
+
+# ---- test_int_tuple.py -------------------------------------------------------------------------
+def test_int_tuple_helpers():
+    assert inttuple.product(2) == 2 and inttuple.product((3, 2)) == 6
+    assert inttuple.product(((2, 3), 4)) == 24
+    assert inttuple.inner_product(2, 3) == 6 and inttuple.inner_product((1, 2), (3, 2)) == 7
+    assert inttuple.inner_product(((2, 3), 4), ((2, 1), 2)) == 15
+    assert inttuple.shape_div((3, 4), 6) == (1, 2)
+    assert inttuple.shape_div((3, 4), 12) == (1, 1)
+    assert inttuple.shape_div((3, 4), 36) == (1, 1)
+    assert inttuple.shape_div(((3, 4), 6), 36) == ((1, 1), 2)
+    assert inttuple.shape_div((6, (3, 4)), 36) == (1, (1, 2))
+    assert inttuple.prefix_products(2) == 1 and inttuple.prefix_products((3, 2, 4)) == (1, 3, 6)
+    assert inttuple.prefix_products(((2, 3), (2, 1, 2), (5, 2, 1))) == \
+        ((1, 2), (6, 12, 12), (24, 120, 240))
+    with pytest.raises(ValueError, match="divisibility"):
+        inttuple.shape_div(4, 6)
 
 
 # ---- Triton LinearLayoutTest.cpp: compose ------------------------------------------------------
