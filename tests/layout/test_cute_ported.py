@@ -318,6 +318,17 @@ def test_f2_compose_accepts_a_narrower_inner_output():
         assert both.apply(**{"in": x}) == outer.apply(mid=x)
 
 
+def test_f2_compose_triton_case():
+    # LinearLayoutTest.Compose: Triton's l1.compose(l2) is l2 after l1, argus's l2.compose(l1);
+    # l1's output out1 has size 2 and feeds l2's input out1 of size 4 (narrower is fine)
+    l1 = F2Layout.from_bases({"in1": [(1, 1), (0, 1)], "in2": [(1, 0), (1, 2)]},
+                             (("out1", 2), ("out2", 4)))
+    l2 = F2Layout.from_bases({"out1": [(2, 2), (1, 0)], "out2": [(1, 1), (2, 1)]},
+                             (("out3", 4), ("out4", 4)))
+    assert l2.compose(l1) == F2Layout.from_bases(
+        {"in1": [(3, 3), (1, 1)], "in2": [(2, 2), (0, 3)]}, (("out3", 4), ("out4", 4)))
+
+
 def test_f2_compose_refuses_dropping_bits_and_names_both_sizes():
     inner = F2Layout.identity("in", 8, "mid")                       # outputs 0..7
     outer = F2Layout.identity("mid", 4, "out")                      # reads 2 bits
