@@ -18,7 +18,11 @@ from importlib import resources
 from typing import Any, Iterable, Mapping
 
 from argus.agent import conditions
-from argus.agent.toml_compat import loads
+
+try:
+    from tomllib import loads                # Python 3.11+
+except ModuleNotFoundError:                  # Python 3.10: the same parser, as a package
+    from tomli import loads
 
 KINDS = ("schedule", "source")
 REQUIRED = ("id", "title", "families", "kind", "when", "buys", "why", "expected_gain",
