@@ -171,9 +171,9 @@ def _compose_leaf(a: Layout, s: int, d: int) -> Layout:
         if (s - 1) * rest < n:             # all s points stay inside this mode
             return Layout(s, stride * rest)
         return _layout_of_points(a, s, d, (
-            f"CuTe's stride divisibility fails: after the modes below it, the remaining stride "
-            f"{rest} neither divides nor is a multiple of mode {n}:{stride} of coalesced A = "
-            f"{_layout(modes)}"))
+            f"CuTe's stride divisibility fails: divided by the modes below it, the stride is "
+            f"{rest}, which neither divides nor is a multiple of mode {n}:{stride} of "
+            f"coalesced A = {_layout(modes)}"))
     else:
         remaining = [(1, modes[-1][1] * rest)]     # past every bounded mode: the last one
     # 2. Shape: take s points from the remaining modes, the last one unbounded.
@@ -220,7 +220,7 @@ def _layout_of_points(a: Layout, s: int, d: int, why: str) -> Layout:
             raise ValueError(
                 f"composition {a} ∘ {s}:{d} is not a shape:stride layout ({why}): the points "
                 f"A(i*{d}) for i < {s} are {shown}; in a layout of size {table.size} the "
-                f"leading run of {n} equal steps of {step} is a whole mode, and {n} does not "
+                f"leading run of {n} points with step {step} is a whole mode, and {n} does not "
                 f"divide {table.size}. fix: use a tiler whose stride and size divide A's mode "
                 "sizes (or are multiples of them)")
         blocks = table.reshape(-1, n)
@@ -287,8 +287,9 @@ def _raise_no_complement(a: Layout, d: int, s: int, extent: int,
             f"complement of {a}: the layout is injective but its modes interleave: mode "
             f"{s}:{d} has stride {d}, below the extent {extent} of the smaller-stride modes, so "
             "CuTe's complement (sorted modes, each stride at least the extent below it, the "
-            "gaps filled in between) does not apply. fix: reorder or regroup the modes so "
-            "that each stride is at least the extent of the smaller ones")
+            "gaps filled in between) does not apply. fix: take the complement of a layout "
+            "whose modes do not interleave (in stride order, each stride at least the extent "
+            "of the modes below it)")
     raise ValueError(
         f"complement of {a}: mode {s}:{d} has stride {d}, below the extent {extent} of the "
         "smaller-stride modes, so the modes overlap or interleave and CuTe's complement does "
