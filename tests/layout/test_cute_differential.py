@@ -172,6 +172,23 @@ def test_composition_matches_reference():
     assert ok > 500 and refused > 100, (ok, refused)     # both outcomes are exercised
 
 
+def test_by_mode_composition_matches_reference():
+    # tuple tilers: mode i of A composed with tiler i (None keeps it, an int n means n:1)
+    rng = random.Random(8)
+    ok = 0
+    for _ in range(400):
+        a = any_layout(rng, 4, 30)
+        if a.size > 400:
+            continue
+        t = random_tiler(rng, a, depth=1) if a.rank > 1 else (tiler_for(rng, a.size),)
+        if not isinstance(t, tuple):
+            t = (t,)
+        mine, theirs = run_both(lambda: composition(a, t),
+                                lambda: ref.composition(ref_of(a), to_ref_tiler(t)))
+        ok += agree(mine, theirs, f"{a} o {t}")
+    assert ok > 150, ok
+
+
 def test_complement_matches_reference():
     rng = random.Random(3)
     ok = 0
