@@ -1,7 +1,7 @@
 """What `argus optimize` leaves in --out: the best kernel's DSL source (kernel.py), its CUDA
 (kernel.cu), the KernelBench solution (solution.py, for KernelBench tasks), report.md and
 report.json (trajectory, diagnostics, timings, proven invariants, the final judgment), and
-speed.svg (speed over iterations against the baselines; speed.png too if matplotlib exists).
+speed.svg and speed.png (speed over iterations against the baselines, drawn by matplotlib).
 
 Honesty rules: every time carries its kind ("measured" or "estimate"); speedups are only
 computed between times of the same kind; the precision the kernel computes in is stated next
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from argus.agent.plot import speed_svg, write_png_if_possible
+from argus.agent.plot import write_speed_plots
 from argus.agent.result import RunResult
 
 
@@ -223,10 +223,8 @@ def write_outputs(result: "RunResult") -> list[str]:
     what = "measured" if kind == "measured" else "cost-model estimates"
     title = f"{result.task.name}: speed over iterations ({what})"
     ylabel = f"speedup vs {label}" if label else "speedup"
-    (out / "speed.svg").write_text(speed_svg(points, lines, title=title, ylabel=ylabel))
-    written.append("speed.svg")
-    if write_png_if_possible(points, lines, out / "speed.png", title=title, ylabel=ylabel):
-        written.append("speed.png")
+    for path in write_speed_plots(points, lines, out / "speed", title=title, ylabel=ylabel):
+        written.append(path.name)
     data = report_json(result)
     data["files"] = written + ["report.md", "report.json", "run.json"]
     (out / "report.json").write_text(json.dumps(data, indent=1, default=str) + "\n")

@@ -68,7 +68,7 @@ def test_killed_run_resumes_where_it_stopped(tmp_path):
     for name in ("kernel.py", "kernel.cu", "solution.py", "report.md", "speed.svg"):
         assert (out / name).exists(), name
     svg = ET.parse(out / "speed.svg").getroot()
-    assert svg.tag.endswith("svg") and len(list(svg)) > 10
+    assert svg.tag.endswith("svg") and len(list(svg.iter())) > 10
     assert "ag.relu(x)" in (out / "kernel.py").read_text()
 
 

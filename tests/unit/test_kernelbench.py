@@ -20,7 +20,7 @@ import torch
 from argus.bench import timing
 from argus.bench.kernelbench import guards, inputs, probes, provenance, roofline, tolerance
 from argus.bench.kernelbench.judge import REASONS, Judgment, SetResult
-from argus.bench.kernelbench.report import markdown, summarize_levels, svg_plot, write_reports
+from argus.bench.kernelbench.report import markdown, summarize_levels, write_reports
 from argus.bench.kernelbench.shrink import SizeBudget, meta_cost, plan_sizes
 from argus.bench.kernelbench.tasks import (
     KernelBenchError,
@@ -422,7 +422,9 @@ def test_reports_are_written(tmp_path):
     data = json.loads(paths["json"].read_text())
     assert data["levels"][0]["solved"] == 1 and len(data["tasks"]) == 2
     assert Judgment.from_json(data["tasks"][1]) == js[1]
-    assert paths["svg"].read_text().startswith("<svg") and "Speedup per task" in svg_plot(js)
+    svg = paths["svg"].read_text()
+    assert "<svg" in svg and "matplotlib" in svg and "Speedup per task" in svg   # matplotlib's
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "reduced sizes" not in markdown(js)
 
 

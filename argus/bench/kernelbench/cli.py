@@ -206,6 +206,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
+    from argus.bench.kernelbench.runner import run_suite
     from argus.bench.kernelbench.tasks import KernelBenchError, discover, parse_ids
     from argus.compose.cli import cmd_solve
 
@@ -213,7 +214,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     if not tasks:
         raise KernelBenchError("no task matches the selection",
                                fix="check --root, --level and --ids (see `kernelbench list`)")
-    return cmd_solve(args, tasks, _options(args))
+    return cmd_solve(args, tasks, _options(args), run_suite)
 
 
 def _cmd_baselines(args: argparse.Namespace) -> int:
@@ -266,8 +267,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
                           meta={"device": ", ".join(devices) or "?"})
     for kind, path in paths.items():
         print(f"{kind}: {path}")
-    if "png" not in paths:
-        print("(no PNG: matplotlib is not installed; the SVG plot needs nothing)")
     return EXIT_OK
 
 

@@ -9,7 +9,7 @@ Per level (denominator: every task of the level that the run covered, as upstrea
   rule), degenerate and stochastic tasks (listed, never counted as solved), precision classes.
 
 The plot is an SVG written with the standard library (outcomes per level, and per-task speedups
-when there are timings); when matplotlib is importable a PNG of the speedups is added.
+when there are timings), drawn by matplotlib as SVG and PNG.
 
 Invariant: every number in a report is computed from the judgments passed in, nothing else.
 """
@@ -172,113 +172,67 @@ def to_json(judgments: list[Judgment], meta: dict[str, Any] | None = None) -> di
 # ----------------------------------------------------------------------------- plot
 
 
-def _esc(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+OUTCOME_COLORS = {"solved": "#2e7d32", "correct, not Argus": "#9e9d24",
+                  "not verifiable": "#8d6e63", "incorrect": "#c62828"}
 
 
-def svg_plot(judgments: list[Judgment]) -> str:
-    """Outcomes per level (stacked bars) and, when timed, speedups per task (log scale)."""
+def figure(judgments: list[Judgment]):
+    """Outcomes per level (stacked bars) and, when timed, speedups per task vs eager and
+    torch.compile (log scale): one matplotlib Figure (no pyplot, no display needed)."""
+    from matplotlib.figure import Figure
+
     levels = summarize_levels(judgments)
-    colors = {"solved": "#2e7d32", "correct, not Argus": "#9e9d24",
-              "not verifiable": "#8d6e63", "incorrect": "#c62828"}
-    width, bar_h, gap = 760, 26, 12
-    parts: list[str] = []
-    y = 40
-    parts.append('<text x="10" y="24" font-size="16" font-family="sans-serif">'
-                 'KernelBench outcomes per level</text>')
-    for s in levels:
-        js = [j for j in judgments if j.level == s.level]
-        counts = {
-            "solved": sum(1 for j in js if j.solved),
-            "correct, not Argus": sum(1 for j in js if j.correct and j.verifiable
-                                      and not j.solved),
-            "not verifiable": sum(1 for j in js if not j.verifiable),
-            "incorrect": sum(1 for j in js if not j.correct and j.verifiable),
-        }
-        x = 90.0
-        parts.append(f'<text x="10" y="{y + 18}" font-size="13" font-family="sans-serif">'
-                     f'level {s.level}</text>')
-        for name, n in counts.items():
-            w = (width - 110) * n / max(1, len(js))
-            if w > 0:
-                parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" '
-                             f'fill="{colors[name]}"><title>{_esc(name)}: {n}</title></rect>')
-                if w > 24:
-                    parts.append(f'<text x="{x + 4:.1f}" y="{y + 18}" font-size="12" '
-                                 f'fill="white" font-family="sans-serif">{n}</text>')
-            x += w
-        y += bar_h + gap
-    lx = 90
-    for name, color in colors.items():
-        parts.append(f'<rect x="{lx}" y="{y}" width="12" height="12" fill="{color}"/>'
-                     f'<text x="{lx + 16}" y="{y + 11}" font-size="12" '
-                     f'font-family="sans-serif">{_esc(name)}</text>')
-        lx += 170
-    y += 30
-    timed = [j for j in judgments if j.speedup_eager is not None]
-    if timed:
-        parts.append(f'<text x="10" y="{y + 14}" font-size="16" font-family="sans-serif">'
-                     f'Speedup per task (log scale; green: vs eager, blue: vs torch.compile)'
-                     f'</text>')
-        y += 30
-        lo, hi = math.log10(0.1), math.log10(10.0)
-        scale = (width - 200) / (hi - lo)
-        x0 = 160 + (0 - lo) * scale
-        top = y
-        for j in sorted(timed, key=lambda j: (j.level, j.problem_id)):
-            parts.append(f'<text x="10" y="{y + 10}" font-size="10" font-family="monospace">'
-                         f'{_esc(j.task)} {_esc(j.task_name[:14])}</text>')
-            for k, (val, color) in enumerate(((j.speedup_eager, "#2e7d32"),
-                                              (j.speedup_compile, "#1565c0"))):
-                if val is None or val <= 0:
-                    continue
-                xv = 160 + (min(max(math.log10(val), lo), hi) - lo) * scale
-                xa, xb = sorted((x0, xv))
-                parts.append(f'<rect x="{xa:.1f}" y="{y + 5 * k}" width="{max(1, xb - xa):.1f}" '
-                             f'height="5" fill="{color}"><title>{val:.2f}x</title></rect>')
-            y += 13
-        parts.append(f'<line x1="{x0:.1f}" y1="{top - 4}" x2="{x0:.1f}" y2="{y}" '
-                     f'stroke="black"/>')
-        for tick in (0.1, 0.5, 1, 2, 10):
-            xt = 160 + (math.log10(tick) - lo) * scale
-            parts.append(f'<text x="{xt:.1f}" y="{y + 14}" font-size="10" '
-                         f'font-family="sans-serif" text-anchor="middle">{tick}x</text>')
-        y += 24
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{y + 10}" '
-            f'viewBox="0 0 {width} {y + 10}"><rect width="100%" height="100%" fill="white"/>'
-            + "".join(parts) + "</svg>\n")
-
-
-def _png_plot(judgments: list[Judgment], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except Exception:
-        return False
     timed = sorted((j for j in judgments if j.speedup_eager is not None),
                    key=lambda j: (j.level, j.problem_id))
-    if not timed:
-        return False
-    fig, ax = plt.subplots(figsize=(max(6, len(timed) * 0.18), 4))
-    xs = range(len(timed))
-    ax.bar([x - 0.2 for x in xs], [j.speedup_eager for j in timed], 0.4, label="vs eager")
-    ax.bar([x + 0.2 for x in xs], [j.speedup_compile or 0 for j in timed], 0.4,
-           label="vs torch.compile")
-    ax.set_yscale("log")
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(list(xs), [j.task for j in timed], rotation=90, fontsize=6)
-    ax.legend()
+    rows = 2 if timed else 1
+    fig = Figure(figsize=(max(7.6, len(timed) * 0.2), 1.6 + 0.5 * len(levels)
+                          + (3.6 if timed else 0)))
+    axes = fig.subplots(rows, 1, squeeze=False,
+                        height_ratios=[1 + 0.5 * len(levels)] + ([3.6] if timed else []))
+    ax = axes[0][0]
+    ax.set_title("KernelBench outcomes per level", fontsize=11)
+    labels = [f"level {s.level}" for s in levels]
+    left = [0.0] * len(levels)
+    for name, color in OUTCOME_COLORS.items():
+        counts = []
+        for s in levels:
+            js = [j for j in judgments if j.level == s.level]
+            counts.append(sum(1 for j in js if _outcome(j) == name))
+        bars = ax.barh(labels, counts, left=left, color=color, label=name)
+        ax.bar_label(bars, labels=[str(n) if n else "" for n in counts], label_type="center",
+                     color="white", fontsize=8)
+        left = [a + b for a, b in zip(left, counts)]
+    ax.invert_yaxis()
+    ax.set_xlabel("tasks")
+    ax.legend(fontsize=8, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    if timed:
+        ax = axes[1][0]
+        ax.set_title("Speedup per task (log scale)", fontsize=11)
+        xs = range(len(timed))
+        ax.bar([x - 0.2 for x in xs], [j.speedup_eager for j in timed], 0.4,
+               color="#2e7d32", label="vs eager")
+        ax.bar([x + 0.2 for x in xs], [j.speedup_compile or 0 for j in timed], 0.4,
+               color="#1565c0", label="vs torch.compile")
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(list(xs), [f"{j.task} {j.task_name[:14]}" for j in timed], rotation=90,
+                      fontsize=6)
+        ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return fig
+
+
+def _outcome(j: Judgment) -> str:
+    if j.solved:
+        return "solved"
+    if not j.verifiable:
+        return "not verifiable"
+    return "correct, not Argus" if j.correct else "incorrect"
 
 
 def write_reports(judgments: list[Judgment], out_dir: Path | str,
                   meta: dict[str, Any] | None = None) -> dict[str, Path]:
-    """Write report.md, report.json and report.svg (+ report.png with matplotlib)."""
+    """Write report.md, report.json, report.svg and report.png."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"time": time.time(), **(meta or {})}
@@ -286,7 +240,8 @@ def write_reports(judgments: list[Judgment], out_dir: Path | str,
              "svg": out / "report.svg"}
     paths["markdown"].write_text(markdown(judgments, meta))
     paths["json"].write_text(json.dumps(to_json(judgments, meta), indent=1))
-    paths["svg"].write_text(svg_plot(judgments))
-    if _png_plot(judgments, out / "report.png"):
-        paths["png"] = out / "report.png"
+    paths["png"] = out / "report.png"
+    fig = figure(judgments)
+    for kind in ("svg", "png"):
+        fig.savefig(paths[kind], dpi=120, bbox_inches="tight")
     return paths
