@@ -3,7 +3,8 @@
 Public names (one concept per module):
   inttuple      IntTuple helpers (flatten, product, idx2crd, crd2idx, prefix_products,
                 inner_product, shape_div)
-  shape_stride  Layout, make_layout, flatten, coalesce, make_layout_like, make_ordered_layout
+  shape_stride  Layout, make_layout, flatten, coalesce, filter (CuTe's; also filter_layout),
+                filter_zeros, make_layout_like, make_ordered_layout
   algebra       composition, complement, logical/zipped/tiled/flat_divide,
                 logical/zipped/tiled/flat_product, blocked_product, raked_product (CuTe's)
   inverse       right_inverse, left_inverse
@@ -34,6 +35,8 @@ from argus.layout.inverse import left_inverse, right_inverse
 from argus.layout.shape_stride import (
     Layout,
     coalesce,
+    filter_layout,
+    filter_zeros,
     flatten,
     make_layout,
     make_layout_like,
@@ -47,6 +50,8 @@ from argus.layout.swizzle import (
     ComposedLayout,
     Swizzle,
 )
+
+filter = filter_layout  # noqa: A001 - CuTe's name; argus.layout.filter, not the builtin
 
 __all__ = [
     "SWIZZLE_32B",
@@ -65,6 +70,9 @@ __all__ = [
     "composition",
     "crd2idx",
     "flat_divide",
+    "filter",
+    "filter_layout",
+    "filter_zeros",
     "flat_product",
     "flatten",
     "idx2crd",

@@ -199,6 +199,18 @@ def coalesce(layout: Layout, profile: IntTuple | None = None) -> Layout:
     return Layout(tuple(s for s, _ in out), tuple(d for _, d in out))
 
 
+def filter_zeros(layout: Layout) -> Layout:
+    """CuTe's filter_zeros: every stride-0 leaf gets shape 1 (same structure, no broadcast)."""
+    shapes = [1 if d == 0 else s for s, d in zip(it.flatten(layout.shape),
+                                                  it.flatten(layout.stride))]
+    return Layout(it.unflatten(shapes, layout.shape), layout.stride)
+
+
+def filter_layout(layout: Layout) -> Layout:
+    """CuTe's filter: drop stride-0 and size-1 leaves, then coalesce (exported as `filter`)."""
+    return coalesce(filter_zeros(layout))
+
+
 def make_ordered_layout(shape: IntTuple, order: IntTuple) -> Layout:
     """Compact layout whose leaves get strides in increasing `order` (congruent to shape)."""
     shape = it.normalize(shape)

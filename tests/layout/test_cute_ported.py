@@ -18,6 +18,7 @@ from argus.layout import (
     Layout,
     coalesce,
     complement,
+    filter_zeros,
     composition,
     flat_divide,
     inttuple,
@@ -31,6 +32,7 @@ from argus.layout import (
     zipped_divide,
     zipped_product,
 )
+from argus.layout import filter as layout_filter
 from tests.layout import cute_reference as ref
 
 L = Layout
@@ -171,6 +173,7 @@ def test_complement_exact_results_and_refusals():
 LEFT_INVERSE_CASES = [
     L(1, 0), L((1, 1), (0, 0)), L(1, 1), L(4, 1), L(4, 2), L((8, 4)), coalesce(L((8, 4), (4, 1))),
     L((2, 4, 6)), L((2, 4, 6), (4, 1, 8)), L((4, 2), (1, 16)), L((8, 4), (1, 8)),
+    layout_filter(L((8, 4), (4, 1))),
     L((2, 4, 6), (1, 2, 8)),
     # uneven gaps, injective (CuTe needs only injectivity): a mixed-radix inverse
     L((4, 2), (1, 10)), L((4, 6), (1, 6)), L((3, 6), (1, 9)), L((2, 4), (1, 6)),
@@ -182,6 +185,15 @@ def test_cute_left_inverse_cases(lay):
     inv = left_inverse(lay)
     for i in range(lay.size):
         assert inv(lay(i)) == i, (lay, inv, i)
+
+
+def test_filter_drops_broadcast_and_unit_modes():
+    # CuTe's filter, used by inverse_left.cpp and complement.cpp
+    assert layout_filter(L((8, 4), (4, 1))) == L((8, 4), (4, 1))
+    assert layout_filter(L((2, 4, 4, 6), (4, 1, 0, 8))) == L((2, 4, 6), (4, 1, 8))
+    assert layout_filter(L(((4, 1), 3), ((0, 7), 0))) == L(1, 0)
+    assert layout_filter(L((4, 2), (1, 4))) == L(8, 1)
+    assert filter_zeros(L((4, 3), (0, 2))) == L((1, 3), (0, 2))
 
 
 def test_left_inverse_of_a_broadcast_layout_is_the_quasi_inverse():
