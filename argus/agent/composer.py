@@ -10,7 +10,10 @@ meta device (no memory, no compute) and its graph is matched against rules kept 
     are cards that only apply on the relaxed track (argus/agent/split_numerics.py);
   - a chain of elementwise ops on one fp32 input whose every op has a DSL translation (ELEMENTWISE,
     MODULES below) -> the elementwise family, with the chain fused into one DSL expression.
-Anything else raises `NoTemplate` naming the op family and what is missing.
+Anything else is lowered by argus.compose (capture, partition into fused tile kernels, the GEMM
+adapter and scans; argus/compose/) -> the composed family, whose schedule (tile, threads, GEMM
+split) applies to every kernel of the solution; only a task argus.compose cannot capture raises
+`NoTemplate` naming the op family and what is missing.
 
 Argus example files (KERNEL, OUTPUT, make_inputs, reference): the library GEMM kernel maps to the
 GEMM family; any other kernel with power-of-two int compile-time parameters to the generic
@@ -131,7 +134,44 @@ def _family_hint(gm) -> str:
 # ----------------------------------------------------------------------------- KernelBench
 
 
-def compose_kernelbench(path: Path) -> TaskSpec:
+def compose_kernelbench(path: Path, delegate: bool = True) -> TaskSpec:
+    """The TaskSpec of a KernelBench task: the GEMM or elementwise family when one matches,
+    else (delegate=True) the composed family of argus.compose."""
+    try:
+        return _match_kernelbench(path)
+    except NoTemplate as exc:
+        if not delegate:
+            raise
+        return _compose_general(path, exc)
+
+
+def _compose_general(path: Path, why: NoTemplate) -> TaskSpec:
+    from argus.compose import compose_task, plan_task
+
+    comp = compose_task(path)
+    if comp.error:
+        raise NoTemplate(f"{path.stem}: no Argus template: {why}; and argus.compose could not "
+                         f"lower it: {comp.error}",
+                         fix="optimize an Argus kernel file instead, or extend "
+                             "argus/compose/rules.py") from None
+    prog, _ = plan_task(path)
+    g = prog.plan.graph
+    io = [n for n in g.nodes if n.op == "leaf"] + [g.output]
+    bytes_io = float(sum(n.numel * 4 for n in io))
+    flops = float(sum(2 * n.numel * n.args[0].shape[-1] for n in g.nodes if n.op == "matmul"))
+    kernels = len(prog.launches) + sum(1 for s in prog.plan.steps if s.kind in ("matmul",
+                                                                                 "scan"))
+    has_mm = any(s.kind == "matmul" for s in prog.plan.steps)
+    return TaskSpec(family="composed", name=path.stem, origin="kernelbench",
+                    path=str(path.resolve()), sha256=file_sha256(path),
+                    shape=(("kernels", kernels), ("matmuls", int(has_mm))), dtype="f32",
+                    compute="f32", ops=len(g.live()),
+                    metrics=(("bytes", bytes_io), ("flops", flops)),
+                    note=comp.describe() + ("" if comp.complete else
+                                            " (PARTIAL: those ops run in torch)"))
+
+
+def _match_kernelbench(path: Path) -> TaskSpec:
     import torch
     import torch.fx
 

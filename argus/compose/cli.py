@@ -30,8 +30,9 @@ def add_solve(verbs, selection, judge_options) -> None:
     judge_options(s)
 
 
-def cmd_solve(args, tasks, options) -> int:
-    from argus.bench.kernelbench.runner import run_suite
+def cmd_solve(args, tasks, options, run_suite) -> int:
+    """`run_suite` is the judge's (argus.bench.kernelbench.runner), passed in by the bench's
+    command line: compose sits below bench and does not import it."""
     from argus.compose.solution import compose_task
 
     out = Path(args.out)

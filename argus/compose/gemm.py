@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 import argus as ag
+from argus.compose.launch import copy_into, run, transpose
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
 
 # (piece of A, piece of B) per K' slot, smallest products first (argus/agent/split_numerics.py)
@@ -41,14 +42,6 @@ class MatmulSchedule:
     terms: int = 6
     max_chunk: int = MAX_CHUNK
     gemm: GemmSchedule | None = None
-
-
-def run(kernel, tensors, **constexprs):
-    """Compiled for sm_90a on CUDA tensors, interpreted on CPU tensors."""
-    if tensors[0].is_cuda:
-        kernel.compile(**constexprs)(*tensors)
-    else:
-        kernel.interpret(*tensors, **constexprs)
 
 
 @ag.kernel(threads=256)
@@ -68,19 +61,6 @@ def split_rows(X: ag.Tensor["B", "R", "K", ag.f32], Y: ag.Tensor["BCRT", "KC", a
         pieces.append(rest.to(ag.bf16))
     for t, i in enumerate(SLOTS):
         ag.store(Y, (((b * CHUNKS + s) * X.shape[1] + r) * len(SLOTS) + t, j * BN), pieces[i])
-
-
-@ag.kernel(threads=256)
-def transpose(X: ag.Tensor["B", "R", "C", ag.f32], Y: ag.Tensor["B", "C", "R", ag.f32],
-              BR: int = 16, BC: int = 32):
-    """Y[b] = X[b]^T. A loaded tile cannot be stored transposed (only wgmma accumulators can),
-    so the [BR, BC] tile is moved through a [BR, BC, BR] selection: element (i, j, k) keeps
-    x[i, j] where i == k and the sum over i places it at (j, k), exactly (adding zeros)."""
-    b, i, j = ag.grid(X.shape[0], ag.cdiv(X.shape[1], BR), ag.cdiv(X.shape[2], BC))
-    x = ag.load(X, (b, i * BR, j * BC), (BR, BC))
-    sel = ag.arange(BR)[:, None, None] == ag.arange(BR)[None, None, :]
-    t = ag.where(sel, x[:, :, None], 0.0).sum(axis=0)          # [1, BC, BR]
-    ag.store(Y, (b, j * BC, i * BR), t)
 
 
 @ag.kernel(threads=256)
@@ -127,8 +107,6 @@ def k_major(x: torch.Tensor) -> torch.Tensor:
             run(transpose, (src, out))
             return out
     out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-    from argus.compose.runtime import copy_into   # a strided copy (an elementwise kernel)
-
     copy_into(x, out)
     return out
 

@@ -11,75 +11,18 @@ state-dict keys and builds one Program per input shapes.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from argus.compose import gemm, scan, tile
+from argus.compose.launch import copy_into, run as _run
 from argus.compose.capture import capture
 from argus.compose.graph import Node
 from argus.compose.partition import Plan, partition
 
 _SERIAL = [0]
-
-
-def _run(kernel, tensors, **constexprs):
-    if tensors[0].is_cuda:
-        kernel.compile(**constexprs)(*tensors)
-    else:
-        kernel.interpret(*tensors, **constexprs)
-
-
-# ------------------------------------------------------------------------- strided copy
-_COPY: dict[int, Any] = {}
-
-
-def _copy_kernel(rank: int):
-    """dst = src for rank-`rank` tensors, src with any outer strides (inner stride 1)."""
-    if rank not in _COPY:
-        dims = ", ".join(f'"D{i}"' for i in range(rank))
-        idx = ", ".join(f"i{i}" for i in range(rank - 1))
-        lines = [f"@ag.kernel(threads=256)",
-                 f"def copy{rank}(S: ag.Tensor[{dims}, ag.f32], D: ag.Tensor[{dims}, ag.f32], "
-                 f"BN: int = 1024):",
-                 f"    p, j = ag.grid({' * '.join(f'S.shape[{i}]' for i in range(rank - 1)) or 1}"
-                 f", ag.cdiv(S.shape[{rank - 1}], BN))"]
-        rest = "p"
-        for i in reversed(range(rank - 1)):
-            lines.append(f"    i{i} = {rest} % S.shape[{i}]")
-            lines.append(f"    r{i} = {rest} // S.shape[{i}]")
-            rest = f"r{i}"
-        off = f"{idx}, j * BN" if idx else "j * BN"
-        lines.append(f"    ag.store(D, ({off},), ag.load(S, ({off},), (1, BN)))")
-        _COPY[rank] = tile.load_source("\n".join(lines) + "\n", f"copy{rank}")[f"copy{rank}"]
-    return _COPY[rank]
-
-
-def copy_into(src: torch.Tensor, dst: torch.Tensor) -> None:
-    """dst (contiguous) = src (any strides): an Argus copy kernel, transposing when src's
-    innermost dim is strided."""
-    if src.dim() >= 2 and src.stride(-1) != 1 and src.stride(-2) == 1 and src.shape[-1] > 1:
-        s3 = src.transpose(-1, -2).reshape(-1, src.shape[-1], src.shape[-2]) \
-            if src.dim() == 2 or _viewable(src.transpose(-1, -2)) else None
-        if s3 is not None and s3.stride(-1) == 1:
-            _run(gemm.transpose, (s3, dst.view(-1, src.shape[-2], src.shape[-1])))
-            return
-    s = src if src.dim() >= 2 else src.reshape(1, -1)
-    d = dst.view(s.shape)
-    if s.dim() > 4 or (s.stride(-1) != 1 and s.shape[-1] > 1) or s.dtype != torch.float32:
-        d.copy_(s)                      # no template: torch
-        return
-    _run(_copy_kernel(s.dim()), (s, d), BN=min(1024, tile.pow2(s.shape[-1])))
-
-
-def _viewable(t: torch.Tensor) -> bool:
-    try:
-        t.view(-1, t.shape[-2], t.shape[-1])
-        return True
-    except RuntimeError:
-        return False
 
 
 # ------------------------------------------------------------------------- the program
@@ -255,4 +198,3 @@ class ComposedModel(torch.nn.Module):
 
 
 __all__ = ["ComposedModel", "Program", "copy_into", "default_schedule"]
-_ = math

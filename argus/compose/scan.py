@@ -17,6 +17,8 @@ import math
 import torch
 
 from argus.compose import tile
+from argus.compose.launch import copy_into
+from argus.compose.launch import run as _run
 
 _KERNELS: dict = {}
 
@@ -77,8 +79,6 @@ def kernel(fn, reverse, exclusive, inner, rows, bn):
 
 
 def run_scan(n, x: torch.Tensor, prog=None) -> torch.Tensor:
-    from argus.compose.runtime import _run, copy_into
-
     axis = n.attrs["axis"]
     shape = x.shape
     o = math.prod(shape[:axis])

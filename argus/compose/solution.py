@@ -93,12 +93,29 @@ def _schedules_text(schedules: dict[str, Any] | None) -> str:
     return "{" + items + "}"
 
 
+def load_module(path: Path | str):
+    """Execute a task file as a fresh module (Model, get_inputs, get_init_inputs)."""
+    import sys
+    import types
+
+    path = Path(path).resolve()
+    _LOADED[0] += 1
+    name = f"_argus_compose_task_{_LOADED[0]}"
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
+    sys.modules[name] = module
+    exec(compile(path.read_text(), str(path), "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
+_LOADED = [0]
+
+
 def plan_task(path: Path | str, schedules: dict[str, Any] | None = None):
     """(Program at the task's own sizes on the meta device, the loaded task module)."""
-    from argus.bench.kernelbench.tasks import load_task
     from argus.compose.runtime import Program
 
-    module = load_task(path)
+    module = load_module(path)
     with torch.device("meta"):
         torch.manual_seed(0)
         model = module.Model(*module.get_init_inputs())

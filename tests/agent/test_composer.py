@@ -1,6 +1,7 @@
 """The composer maps KernelBench tasks to Argus families honestly: square matmul -> the GEMM
 family (a 6-term bf16 split of the fp32 operands, strict track), elementwise chains -> one fused DSL kernel (fp32,
-strict track), anything else -> NoTemplate with a clear message; and the generated ModelNew
+strict track), anything else -> argus.compose (the composed family; NoTemplate with a clear
+message from the matchers alone); and the generated ModelNew
 computes the task's function (checked on the CPU through the interpreter)."""
 
 from __future__ import annotations
@@ -44,8 +45,15 @@ def test_elementwise_tasks_fuse_into_one_kernel(name, ops):
                                   "3_Batched_matrix_multiplication.py",
                                   "8_Matmul_with_irregular_shapes_.py"])
 def test_unmapped_tasks_say_so(name):
+    """The single-family matchers refuse these; by default the composer delegates them to
+    argus.compose (the composed family), a convolution labelled partial (torch runs it)."""
+    from argus.agent.composer import compose_kernelbench
+
     with pytest.raises(NoTemplate, match="no Argus template|multiple of 16"):
-        compose(KB / name)
+        compose_kernelbench(KB / name, delegate=False)
+    t = compose(KB / name)
+    assert t.family == "composed"
+    assert ("PARTIAL" in t.note and "conv2d" in t.note) == ("conv" in name)
 
 
 def _solution(task, params, tmp_path):
