@@ -345,3 +345,34 @@ def test_the_reference_finds_layouts_from_points_exactly():
     with pytest.raises(ref.NotALayout):
         ref.from_points([0, 1, 2, 3, 10, 11])
     assert math.prod(ref.leaves((2, (3, 4)))) == 24
+
+
+def test_f2_compose_matches_function_composition():
+    # Triton's rule: inner's output sizes must not exceed outer's input sizes (else bits drop)
+    from argus.layout import F2Layout
+
+    rng = random.Random(9)
+    composed = refused = 0
+    for _ in range(300):
+        in_bits = rng.randint(0, 3)
+        mid_bits = [rng.randint(0, 3) for _ in range(2)]
+        outer_bits = [rng.randint(0, 3) for _ in range(2)]
+        mids = (("m0", 1 << mid_bits[0]), ("m1", 1 << mid_bits[1]))
+        inner = F2Layout.from_bases(
+            {"x": [(rng.randrange(1 << mid_bits[0]), rng.randrange(1 << mid_bits[1]))
+                   for _ in range(in_bits)]}, mids)
+        outer = F2Layout.from_bases(
+            {f"m{k}": [(rng.randrange(8), rng.randrange(4)) for _ in range(outer_bits[k])]
+             for k in range(2)}, (("o0", 8), ("o1", 4)))
+        fits = all(m <= o for m, o in zip(mid_bits, outer_bits))
+        try:
+            both = outer.compose(inner)
+        except ValueError as exc:
+            assert not fits and "would be dropped" in str(exc)
+            refused += 1
+            continue
+        assert fits
+        composed += 1
+        for x in range(1 << in_bits):
+            assert both.apply(x=x) == outer.apply(inner.apply(x=x))
+    assert composed > 50 and refused > 50, (composed, refused)
