@@ -71,13 +71,33 @@ def silu_mul(gate, up):
 def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
     """The grouped GEMM over the contiguous layout: gate-up with SiLU * up (gated) or down."""
 
+    # gate-up: w13 [E, 2I, H] viewed as [E, 2, I, H] (gate, up), so a B tile's two halves are
+    # boxes at the same row coordinate of the two planes
+    w_dims = ("E", 2, "N", "K") if gated else ("E", "N", "K")
+
     def moe_grouped_gemm(A: ag.Tensor["M", "K", ag.bf16],
-                         W: ag.Tensor["E", "N", "K", ag.bf16],
+                         W: ag.Tensor[(*w_dims, ag.bf16)],
                          TileExpert: ag.Tensor[1, "MT", ag.i32],
                          Tiles: ag.Tensor[1, 1, ag.i32],
                          C: ag.Tensor["M", "NC", ag.bf16],
                          s: MoeSchedule = PREFILL):
         K = A.shape[1]
+        # Tags for the verifier (no code): a row of the layout belongs to expert route(row),
+        # what routing's tile_expert states per m-tile (an assumption: routing's contract);
+        # W's rows are expert e's, and row r of W (of either plane) computes output column r,
+        # so wgmma.agree proves each tile multiplies rows with their own expert's weights,
+        # and store.coords that silu(gate) * up pairs the gate and up products of the column
+        # it is stored to.
+        route, tile_expert = ag.opaque("route"), ag.opaque("tile_expert")
+        ag.tag_tensor(A, expert=lambda r, k: route(r))
+        ag.tag_tensor(TileExpert, value=lambda zero, m: tile_expert(m))
+        # the contiguous layout's contract: every row of m-tile m is expert tile_expert[m]'s
+        ag.tag_assume(lambda r: route(r) == tile_expert(r // s.bm))
+        if gated:
+            ag.tag_tensor(W, expert=lambda e, half, r, k: e, col=lambda e, half, r, k: r)
+        else:
+            ag.tag_tensor(W, expert=lambda e, r, k: e, col=lambda e, r, k: r)
+        ag.tag_tensor(C, col=lambda r, c: c)
         # the columns a tile covers: bn/2 gate (and bn/2 up) rows of W, or bn rows
         width = s.bn // 2 if gated else s.bn
         n_tiles = ag.cdiv(C.shape[1], width)
@@ -104,9 +124,9 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
                         k0 = k * s.bk
                         load_tile(ring.a[stage], 0, A, (), m, s.bm, k0, s.bk)
                         if gated:   # gate rows, then the matching up rows, in one B tile
-                            load_tile(ring.b[stage], 0, W, (expert,), n, width, k0, s.bk)
-                            ag.tma.load(ring.b[stage].rows_of(width, width), W,
-                                        (expert, C.shape[1] + n * width, k0))
+                            load_tile(ring.b[stage], 0, W, (expert, 0), n, width, k0, s.bk)
+                            load_tile(ring.b[stage], width, W, (expert, 1), n, width, k0,
+                                      s.bk)
                         else:
                             load_tile(ring.b[stage], 0, W, (expert,), n, s.bn, k0, s.bk)
 

@@ -268,6 +268,12 @@ def permute_kernel(top_k: int, bh: int) -> ag.KernelFunction:
 
     def moe_permute(X: ag.Tensor["T", "H", ag.bf16], Pos: ag.Tensor["N", 1, ag.i32],
                     Xp: ag.Tensor["M", "H", ag.bf16]):
+        # For the verifier (no code): Pos holds position(i), an injective map (what the
+        # positions kernel computes: a bijection onto the layout's non-padding rows), so the
+        # rows this scatter writes are distinct.
+        position = ag.opaque("position")
+        ag.tag_tensor(Pos, value=lambda i, zero: position(i))
+        ag.tag_assume(lambda a, b: ag.tag_any(a == b, position(a) != position(b)))
         (t,) = ag.grid(X.shape[0])
         rows = [ag.load_scalar(Pos, (t * top_k + j, 0)) for j in range(top_k)]
         for h0 in ag.range(0, X.shape[1], bh):

@@ -39,15 +39,10 @@ _WHO = "argus.ops.moe"
 SCORINGS = ("softmax", "sigmoid")
 ACTIVATIONS = ("silu",)
 BH = 1024   # columns per step of the permute and combine kernels
-# (kernel, compile-time values, verify) -> compiled kernel; bounded.
+# (kernel, compile-time values) -> compiled kernel; bounded.
 _COMPILED: OrderedDict = OrderedDict()
 _MEMO = 256
-# Kernels compiled without the verifier: the permute scatters token rows to the positions
-# routing computed (Xp[pos[i]] = x[i // k]); that no two entries share a position is a fact
-# about the data (pos is a bijection, checked by tests/moe/test_moe_interp.py), which the
-# verifier's store.once cannot see through a value loaded at run time. Every other MoE kernel
-# verifies with zero findings (tests/moe/test_moe_verify.py).
-UNVERIFIED = ("moe_permute",)
+
 
 
 def schedule_for(tokens: int, top_k: int, num_experts: int) -> MoeSchedule:
@@ -178,7 +173,7 @@ class Layer:
 
 def _launcher(interpret: bool):
     """run(kernel, *tensors, **keywords): the interpreter (CPU tensors, tests) or the compiled
-    kernel (cached; routing kernels the verifier cannot express yet compile unverified)."""
+    kernel (verified when compiled, then cached)."""
     def run(kernel, *args, **kw):
         scalars, constexprs = kernel._split(kw)
         if interpret:
@@ -186,9 +181,7 @@ def _launcher(interpret: bool):
         key = (kernel, kernel.cache_key(**constexprs))
         compiled = _COMPILED.get(key)
         if compiled is None:
-            unverified = kernel.name.startswith(UNVERIFIED)
-            compiled = (ag.compile(kernel, verify=False, **constexprs) if unverified
-                        else kernel.compile(**constexprs))
+            compiled = kernel.compile(**constexprs)
             _COMPILED[key] = compiled
             if len(_COMPILED) > _MEMO:
                 _COMPILED.popitem(last=False)
@@ -253,7 +246,8 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
         tiles)
     run(R.positions_kernel(be), ids, ids, chunk_base, expert_start, pos, chunk=layer.chunk)
     run(R.permute_kernel(layer.top_k, BH), x, pos, xp)
-    run(grouped_gemm_kernel(True), xp, w13, tile_expert, tiles, h, s=s)
+    gate_up = w13.view(E, 2, layer.inter, layer.hidden)   # the gate and up planes
+    run(grouped_gemm_kernel(True), xp, gate_up, tile_expert, tiles, h, s=s)
     run(grouped_gemm_kernel(False), h, w2, tile_expert, tiles, y, s=s)
     run(R.combine_kernel(layer.top_k, BH), y, pos, weights, out)
     if scratch is not None:

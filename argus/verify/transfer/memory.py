@@ -65,8 +65,15 @@ def load(m: Model, op: O.Load, scopes, role, counters, following) -> None:
 
 def load_scalar(m: Model, op: O.LoadScalar, scopes, role, counters, following) -> None:
     # data read at run time (a scale): an unknown value, guarded like a tile load; a
-    # function of its address, so a per-thread address gives a per-thread value
+    # function of its address, so a per-thread address gives a per-thread value. A tensor
+    # whose tag field `value` names its contents (`ag.tag_tensor(T, value=lambda i, j:
+    # fn(i))`, fn opaque: an index map routing computed) gives that expression instead, so
+    # `ag.tag_assume` axioms about fn reach the loaded value.
     offsets = [m.scalar(o) for o in op.offsets]
+    named = m.tensors[op.tensor.id].user_fields.get("value")
+    if named is not None:
+        m.sym[op.result.id] = m.eval_tag_expr(named[0], named[1], coords=offsets)
+        return
     fn = z3.Function(f"loaded{op.result.id}", *([z3.IntSort()] * len(offsets)),
                      z3.IntSort())
     m.sym[op.result.id] = fn(*offsets) if offsets else fresh_int(f"loaded{op.result.id}")
