@@ -196,8 +196,9 @@ class Consume(Op):
 
 @dataclass(frozen=True)
 class PipeSkip(Op):
-    """Advance this warpgroup's step counter on `pipe` by `steps` without waiting or
-    releasing: the steps another warpgroup of the same role consumes in its turn (ping-pong).
+    """Advance this warpgroup's step counter on `pipe` by `steps` (nothing when <= 0, like a
+    loop of that many steps) without waiting or releasing: the steps another warpgroup of
+    the same role consumes in its turn (ping-pong).
     Legal in a consumer role whose warpgroups take turns on the pipe: each step is consumed
     by exactly one of them, so the empty barriers expect one arrival per step (per peer)."""
 

@@ -70,4 +70,5 @@ def consume(em: _Emitter, op: O.Consume) -> None:
 @rule(O.PipeSkip)
 def pipe_skip(em: _Emitter, op: O.PipeSkip) -> None:
     steps = op.steps if isinstance(op.steps, int) else em.name(op.steps)
-    em.emit(f"n{op.pipe.id} += {steps};  // steps another warpgroup consumes in its turn")
+    em.emit(f"n{op.pipe.id} += {steps} > 0 ? {steps} : 0;  // steps another warpgroup "
+            f"consumes in its turn")

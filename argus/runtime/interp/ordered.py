@@ -6,7 +6,8 @@ own; `ordered.pass` ends the section and hands the turn on (a state change the d
 detection watches). A warpgroup that skips its turn leaves the others waiting forever, which
 the machine reports as a deadlock, as the named barriers would hang on the GPU. The lowered
 initial pass (warpgroup W - 1 gives warpgroup 0 the first turn) is where the count starts,
-so it changes nothing here. `pipe.skip` moves the warpgroup's step counter on.
+so it changes nothing here. `pipe.skip` moves the warpgroup's step counter on (by nothing
+for a count <= 0, like a loop of that many steps).
 """
 
 from __future__ import annotations
@@ -51,6 +52,4 @@ def turn_pass(m: _Interp, g: _Group, op: O.TurnPass) -> None:
 @rule(O.PipeSkip)
 def pipe_skip(m: _Interp, g: _Group, op: O.PipeSkip) -> None:
     steps = op.steps if isinstance(op.steps, int) else m.val(g, op.steps)
-    if steps < 0:
-        raise InterpError(f"pipe.skip at {op.loc} by {steps} steps: counters only move forward")
-    g.counters[op.pipe.id] = g.counters.get(op.pipe.id, 0) + steps
+    g.counters[op.pipe.id] = g.counters.get(op.pipe.id, 0) + max(steps, 0)
