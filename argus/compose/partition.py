@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from argus.compose.graph import Graph, Node
 
-TENSOR_OPS = ("matmul", "scan", "torch", "flip", "diag")   # results are materialized
+TENSOR_OPS = ("matmul", "scan", "pool", "torch", "flip", "diag")   # results are materialized
 VIEW_OPS = ("view", "permute")                            # free views of a materialized tensor
 
 
@@ -32,7 +32,7 @@ class FusedKernel:
 
 @dataclass(eq=False)
 class Step:
-    kind: str                        # "kernel", "matmul", "scan", "view", "permute", "torch"
+    kind: str                        # kernel, matmul, scan, pool, view, permute, torch
     node: Node
     kernel: FusedKernel | None = None
 
@@ -85,7 +85,7 @@ def partition(g: Graph) -> Plan:
             steps.append(Step("kernel", n, kernels[n]))
         elif n.op in VIEW_OPS:
             steps.append(Step(n.op, n))
-        elif n.op in ("matmul", "scan"):
+        elif n.op in ("matmul", "scan", "pool"):
             steps.append(Step(n.op, n))
         elif n.op in ("torch", "flip", "diag"):
             if n.attrs.get("item") is None:   # a tuple's items are named by the tuple

@@ -859,6 +859,56 @@ def _expand(self, result, x, *a, **k):
     return self.g.add("ew", (x,), result.shape, x.dtype, fn="ident")
 
 
+# ================================================================================ pooling
+def _tuple(v, n):
+    if isinstance(v, (list, tuple)):
+        return tuple(int(x) for x in v) if len(v) == n else tuple(int(v[0]) for _ in range(n))
+    return tuple(int(v) for _ in range(n))
+
+
+def _pool(kind, n):
+    def r(self, result, x, kernel_size, stride=None, padding=0, *rest, **kw):
+        names = (("dilation", "ceil_mode", "return_indices") if kind == "max" else
+                 ("ceil_mode", "count_include_pad", "divisor_override"))
+        opts = dict(zip(names, rest))
+        opts.update(kw)
+        if opts.get("ceil_mode") or opts.get("return_indices") or \
+                opts.get("count_include_pad", True) is False or opts.get("divisor_override"):
+            return NotImplemented
+        k = _tuple(kernel_size, n)
+        st = _tuple(stride if stride not in (None, [], ()) else kernel_size, n)
+        pd = _tuple(padding, n)
+        dl = _tuple(opts.get("dilation", 1), n)
+        if x.shape[-1] % st[-1] or not isinstance(result, torch.Tensor):
+            return NotImplemented
+        return self.g.add("pool", (x,), result.shape, result.dtype, kind=kind, dims=n,
+                          kernel=k, stride=st, padding=pd, dilation=dl)
+    return r
+
+
+for _n in (1, 2, 3):
+    rule(getattr(F, f"max_pool{_n}d"), getattr(torch, f"max_pool{_n}d"))(_pool("max", _n))
+    rule(getattr(F, f"avg_pool{_n}d"), getattr(torch.nn.functional, f"avg_pool{_n}d"))(
+        _pool("avg", _n))
+rule(torch.avg_pool1d)(_pool("avg", 1))
+
+
+def _adaptive(kind, n):
+    def r(self, result, x, output_size, *a, **k):
+        if any(int(o) != 1 for o in _tuple(output_size, n) if o is not None):
+            return NotImplemented
+        axes = tuple(range(len(x.shape) - n, len(x.shape)))
+        if kind == "avg":
+            return self.mean(x, axes, True)
+        return self.reduce("max", x, axes, True)
+    return r
+
+
+for _n in (1, 2, 3):
+    rule(getattr(F, f"adaptive_avg_pool{_n}d"))(_adaptive("avg", _n))
+    rule(getattr(F, f"adaptive_max_pool{_n}d"))(_adaptive("max", _n))
+
+
 # ================================================================================ scans
 def _scan(fn):
     def r(self, result, x, dim, *, dtype=None, out=None):

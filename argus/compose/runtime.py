@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from argus.compose import gemm, scan, tile
+from argus.compose import gemm, pool, scan, tile
 from argus.compose.launch import copy_into, run as _run
 from argus.compose.capture import capture
 from argus.compose.graph import Node
@@ -98,6 +98,8 @@ class Program:
                 env[n] = out if n.dtype == torch.float32 else out.to(n.dtype)
             elif step.kind == "scan":
                 env[n] = scan.run_scan(n, env[n.args[0]], self)
+            elif step.kind == "pool":
+                env[n] = pool.run_pool(n, env[n.args[0]])
             else:
                 env[n] = _torch_call(n, env)
         out = env[g.output]

@@ -141,7 +141,7 @@ def _composition(name: str, task_source: str, plan: Plan, kernels: str,
     steps: dict[str, int] = {}
     for s in plan.steps:
         kind = {"kernel": "fused kernels", "matmul": "GEMMs", "scan": "scans",
-                "torch": "torch ops"}.get(s.kind)
+                "pool": "poolings", "torch": "torch ops"}.get(s.kind)
         if kind:
             steps[kind] = steps.get(kind, 0) + 1
     unsupported = tuple(unsupported)

@@ -1,0 +1,99 @@
+"""The pooling template: max or average pooling over 1-3 spatial dims with any kernel size,
+stride, padding and dilation (floor mode; average pooling counts the padding, PyTorch's
+default).
+
+A CTA computes BN outputs along the last spatial dim for one (batch x channel, outer output
+coordinates) row; every window offset is one tile load combined into the result (max, or sum
+then the division by the window volume). With stride s the last input dim is seen as
+[W / s, s]: input column (o + q) * s + r of output column o is element (o + q, r), so the BN
+outputs of one window offset are one [BN, 1] tile load. Offsets left of 0 or past the end read
+-inf (max) or 0 (average): the padding. Earlier spatial dims are scalar coordinates per CTA.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from argus.compose import tile
+from argus.compose.launch import copy_into
+from argus.compose.launch import run as _run
+
+_KERNELS: dict = {}
+
+
+def _source(kind: str, spatial_in: tuple[int, ...], spatial_out: tuple[int, ...], k, s, p, d,
+            bn: int) -> str:
+    n = len(spatial_in)
+    w_in, w_out = spatial_in[-1], spatial_out[-1]
+    sw = s[-1]
+    other = "float('-inf')" if kind == "max" else "0.0"
+    xdims = ", ".join(map(str, spatial_in[:-1] + (w_in // sw, sw)))
+    ydims = ", ".join(map(str, spatial_out + (1,)))
+    lines = [f"@ag.kernel(threads=128)",
+             f"def pool(X: ag.Tensor[\"NC\", {xdims}, ag.f32], "
+             f"Y: ag.Tensor[\"NC\", {ydims}, ag.f32], BN: int = {bn}):",
+             f"    p, q = ag.grid(X.shape[0] * {math.prod(spatial_out[:-1])}, "
+             f"ag.cdiv({w_out}, BN))",
+             "    o_last = q * BN"]
+    rest = "p"
+    outer = []
+    for i in reversed(range(n - 1)):
+        lines.append(f"    o{i} = {rest} % {spatial_out[i]}")
+        lines.append(f"    r{i} = {rest} // {spatial_out[i]}")
+        rest = f"r{i}"
+        outer.append(i)
+    lines.append(f"    nc = {rest}")
+    lines.append(f"    acc = ag.full((BN, 1), {other})")
+    import itertools
+
+    for offs in itertools.product(*(range(kk) for kk in k)):
+        idx = ["nc"]
+        for i in range(n - 1):
+            idx.append(f"o{i} * {s[i]} + {offs[i] * d[i] - p[i]}")
+        t = offs[-1] * d[-1] - p[-1]
+        qq, rr = t // sw, t % sw
+        idx.append(f"o_last + {qq}")
+        idx.append(str(rr))
+        lines.append(f"    x = ag.load(X, ({', '.join(idx)}), (BN, 1), other={other})")
+        lines.append("    acc = ag.maximum(acc, x)" if kind == "max" else "    acc = acc + x")
+    if kind == "avg":
+        lines.append(f"    acc = acc * {1.0 / math.prod(k)!r}")
+    out_idx = ["nc"] + [f"o{i}" for i in range(n - 1)] + ["o_last", "0"]
+    lines.append(f"    ag.store(Y, ({', '.join(out_idx)}), acc)")
+    return "\n".join(lines) + "\n"
+
+
+def run_pool(node, x: torch.Tensor) -> torch.Tensor:
+    a = node.attrs
+    n = a["dims"]
+    shape = tuple(x.shape)
+    spatial_in = shape[-n:]
+    spatial_out = tuple(node.shape[-n:])
+    nc = math.prod(shape[:-n])
+    if not x.is_contiguous():
+        buf = torch.empty(shape, dtype=torch.float32, device=x.device)
+        copy_into(x, buf)
+        x = buf
+    bn = min(256, tile.pow2(spatial_out[-1]))
+    key = (a["kind"], spatial_in, spatial_out, a["kernel"], a["stride"], a["padding"],
+           a["dilation"], bn)
+    if key not in _KERNELS:
+        src = _source(*key)
+        _KERNELS[key] = (tile.load_source(src, f"pool{len(_KERNELS)}")["pool"], src)
+    fn, _ = _KERNELS[key]
+    y = torch.empty(node.shape, dtype=torch.float32, device=x.device)
+    sw = a["stride"][-1]
+    xv = x.view(nc, *spatial_in[:-1], spatial_in[-1] // sw, sw)
+    _run(fn, (xv, y.view(nc, *spatial_out, 1)))
+    return y
+
+
+def supported(x_shape, n: int, stride) -> bool:
+    """The last spatial dim must split into [W / s, s]; tensors of rank <= 5 after the
+    split (3-d pooling: [N*C, D, H, W/s, s])."""
+    return x_shape[-1] % stride[-1] == 0
+
+
+__all__ = ["run_pool", "supported"]
