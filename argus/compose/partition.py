@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from argus.compose.graph import Graph, Node
 
 TENSOR_OPS = ("matmul", "scan", "pool", "torch", "flip", "diag")   # results are materialized
-VIEW_OPS = ("view", "permute")                            # free views of a materialized tensor
+VIEW_OPS = ("view", "permute", "slice", "select")        # free views of a materialized tensor
 
 
 @dataclass(eq=False)
@@ -61,7 +61,7 @@ def partition(g: Graph) -> Plan:
         if n.op in TENSOR_OPS:
             mat.add(n)
             mat.update(n.inputs())
-        elif n.op in VIEW_OPS:
+        elif n.op in VIEW_OPS or n.fn == "shift":
             mat.update(n.inputs())
     while True:
         kernels: dict[Node, FusedKernel] = {}
@@ -107,7 +107,7 @@ def _build(root: Node, mat: set[Node]) -> tuple[FusedKernel, set[Node]]:
         if n in seen:
             return
         seen.add(n)
-        if n is not root and (n in mat or n.op not in ("ew", "reduce")):
+        if n is not root and (n in mat or n.op not in ("ew", "reduce") or n.fn == "shift"):
             if n not in k.leaves:
                 k.leaves.append(n)
             return

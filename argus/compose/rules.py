@@ -45,8 +45,15 @@ class Lowering:
     # ------------------------------------------------------------------------------ dispatch
     def lower(self, op: str, target, args, kwargs, result):
         has_node = any(isinstance(a, Node) for a in _flat(args) + _flat(list(kwargs.values())))
-        if not has_node or not _tensors(result):
-            return result  # sizes, numbers, constants built from numbers
+        if not _tensors(result):
+            return result  # sizes, numbers
+        if not has_node:   # a tensor made from numbers: a constant fill, else torch
+            fill = CREATE.get(target)
+            if fill is not None:
+                out = fill(self, result, *args, **kwargs)
+                if out is not NotImplemented:
+                    return out
+            return self.fallback(op, target, args, kwargs, result)
         key = target if op == "call_function" else target  # method names are strings
         fn = RULES.get(key)
         if fn is not None:
@@ -857,6 +864,56 @@ def _to(self, result, x, *a, **k):
 @rule("expand", "expand_as", torch.broadcast_to)
 def _expand(self, result, x, *a, **k):
     return self.g.add("ew", (x,), result.shape, x.dtype, fn="ident")
+
+
+# ================================================================================ layout II
+@rule("narrow", torch.narrow)
+def _narrow(self, result, x, dim, start, length):
+    return self.g.add("slice", (x,), result.shape, result.dtype, dim=dim % len(x.shape),
+                      start=int(start), length=int(length))
+
+
+@rule("select", torch.select)
+def _select(self, result, x, dim, index):
+    return self.g.add("select", (x,), result.shape, result.dtype, dim=dim % len(x.shape),
+                      index=int(index))
+
+
+@rule(torch.cat, torch.concat, torch.concatenate)
+def _cat(self, result, tensors, dim=0):
+    dim = dim % len(result.shape)
+    out, offset = None, 0
+    for t in tensors:
+        if not isinstance(t, Node):
+            return NotImplemented
+        if t.shape[dim] == 0:
+            continue
+        # the piece placed at `offset` along dim: zero outside (a masked, shifted load)
+        piece = self.g.add("ew", (t,), result.shape, t.dtype, fn="shift", axis=dim,
+                           offset=offset)
+        out = piece if out is None else self.ew("add", out, piece)
+        offset += t.shape[dim]
+    return out
+
+
+def _fill(value_of):
+    def r(self, result, *args, **kw):
+        value = value_of(args, kw)
+        if value is None or result.dtype not in (torch.float32, torch.float16,
+                                                 torch.bfloat16):
+            return NotImplemented
+        return self.g.add("ew", (), result.shape, result.dtype, fn="fill", value=float(value))
+    return r
+
+
+CREATE = {}
+for _t, _v in {torch.zeros_like: lambda a, k: 0.0, torch.ones_like: lambda a, k: 1.0,
+               torch.full_like: lambda a, k: a[1] if len(a) > 1 else k.get("fill_value"),
+               torch.zeros: lambda a, k: 0.0, torch.ones: lambda a, k: 1.0,
+               torch.full: lambda a, k: a[1] if len(a) > 1 else k.get("fill_value"),
+               "new_zeros": lambda a, k: 0.0, "new_ones": lambda a, k: 1.0}.items():
+    rule(_t)(_fill(_v))
+    CREATE[_t] = RULES[_t]
 
 
 # ================================================================================ pooling

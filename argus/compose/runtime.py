@@ -89,6 +89,11 @@ class Program:
                     env[n] = buf.view(n.shape)
             elif step.kind == "permute":
                 env[n] = env[n.args[0]].permute(*n.attrs["dims"])
+            elif step.kind == "slice":
+                env[n] = env[n.args[0]].narrow(n.attrs["dim"], n.attrs["start"],
+                                               n.attrs["length"])
+            elif step.kind == "select":
+                env[n] = env[n.args[0]].select(n.attrs["dim"], n.attrs["index"])
             elif step.kind == "matmul":
                 a, b = env[n.args[0]], env[n.args[1]]
                 out = torch.empty(n.shape, dtype=torch.float32, device=a.device)
@@ -115,14 +120,15 @@ class Program:
         launch = self.launches[i]
         views = []
         for leaf, shape in zip(k.leaves, launch.facts["leaf_views"]):
-            t = env[leaf]
+            t = env[leaf.args[0]] if leaf.fn == "shift" else env[leaf]
             try:
                 views.append(t.view(shape))
             except RuntimeError:       # strides that do not merge: an Argus copy first
                 buf = torch.empty(t.shape, dtype=t.dtype, device=t.device)
                 copy_into(t, buf)
                 views.append(buf.view(shape))
-        device = views[0].device if views else env[self.plan.graph.inputs[0]].device
+        device = views[0].device if views else next(
+            t.device for t in env.values() if isinstance(t, torch.Tensor))
         out = torch.empty(k.root.shape, dtype=k.root.dtype, device=device)
         _run(launch.fn, (*views, out.view(launch.facts["out_view"])))
         return out

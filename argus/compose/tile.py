@@ -62,7 +62,8 @@ def pow2(n: int) -> int:
 def groups_of(k: FusedKernel) -> list[Group]:
     rank = len(k.domain)
     shapes = [(1,) * (rank - len(leaf.shape)) + leaf.shape for leaf in k.leaves]
-    iotas = {n.attrs["axis"] + rank - len(n.shape) for n in _nodes(k) if n.fn == "iota"}
+    iotas = {n.attrs["axis"] + rank - len(n.shape) for n in _nodes(k)
+             if n.fn in ("iota", "shift")}
     out: list[Group] = []
     for d in range(rank):
         if k.domain[d] == 1:
@@ -79,6 +80,20 @@ def groups_of(k: FusedKernel) -> list[Group]:
     while len(out) < 2:
         out.insert(0, virtual)
     return out
+
+
+def leaf_view(k: FusedKernel, groups: list[Group], i: int) -> tuple[int, ...]:
+    """Leaf i seen as the group sizes (1 where it broadcasts; a cat piece has its own length
+    along the concatenated axis)."""
+    leaf = k.leaves[i]
+    out = []
+    for g in groups:
+        size = g.size if g.flags[i] else 1
+        if leaf.fn == "shift" and g.iota == leaf.attrs["axis"] + len(k.domain) - \
+                len(leaf.shape):
+            size = leaf.args[0].shape[leaf.attrs["axis"]]
+        out.append(size)
+    return tuple(out)
 
 
 def _nodes(k: FusedKernel) -> list[Node]:
@@ -135,7 +150,11 @@ class _Emitter:
         flags = [g.flags[i] for g in self.g]
         offs = []
         for gi, (g, f) in enumerate(zip(self.g, flags)):
-            offs.append(self.coord[gi] if f else "0")
+            coord = self.coord[gi] if f else "0"
+            if n.fn == "shift" and g.iota == n.attrs["axis"] + len(self.k.domain) - \
+                    len(n.shape):
+                coord = f"({coord} - {n.attrs['offset']})"
+            offs.append(coord)
         r, c = self.tile_shape(flags)
         v = self.fresh("x")
         self.line(f"{v} = ag.load(L{i}, ({', '.join(offs)},), ({r}, {c}))")
@@ -209,6 +228,10 @@ class _Emitter:
         kinds = [k for _, k in vals]
         if fn == "ident":
             return vals[0]
+        if fn == "fill":
+            v = self.fresh()
+            self.line(f"{v} = ag.full((1, 1), {float(n.attrs['value'])!r})")
+            return v, "f"
         if fn == "cast":
             v, k = vals[0]
             if n.dtype.is_floating_point:
@@ -353,6 +376,8 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
         elif n.fn == "iota":
             axis = n.attrs["axis"] + len(k.domain) - len(n.shape)
             out = (t0.iota == axis, t1.iota == axis)
+        elif n.fn == "fill":
+            out = (False, False)
         else:
             spans = [span(a) for a in n.args]
             out = (any(x[0] for x in spans), any(x[1] for x in spans))
@@ -445,8 +470,9 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
             offs = [e.coord[i] for i in range(len(groups))]
             e.line(f"ag.store(OUT, ({', '.join(offs)},), {v})")
         loops(apply)
-    params = [f"L{i}: ag.Tensor[{', '.join(str(g.size if g.flags[i] else 1) for g in groups)}, "
-              f"{DT[leaf.dtype]}]" for i, leaf in enumerate(k.leaves)]
+    views = [leaf_view(k, groups, i) for i in range(len(k.leaves))]
+    params = [f"L{i}: ag.Tensor[{', '.join(map(str, views[i]))}, {DT[leaf.dtype]}]"
+              for i, leaf in enumerate(k.leaves)]
     out_sizes = [1 if (k.kept_output and g.reduced) else g.size for g in groups]
     params.append(f"OUT: ag.Tensor[{', '.join(map(str, out_sizes))}, {out_dtype}]")
     header = (f"@ag.kernel(threads={s.threads})\n"
@@ -454,7 +480,6 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
               f"    # {k.root!r}: domain {list(k.domain)}, reduced axes {list(k.axes)}, groups "
               f"{[(g.size, 'R' if g.reduced else 'K') for g in groups]}\n")
     src = header + "\n".join(e.lines) + "\n"
-    views = [tuple(g.size if g.flags[i] else 1 for g in groups) for i in range(len(k.leaves))]
     return src, {"leaf_views": views, "out_view": tuple(out_sizes), "schedule": s}
 
 
