@@ -9,8 +9,11 @@ heads, 4 kv heads). Causal FLOPs are counted as half of 4 * B * H * S^2 * D. Eac
 checks our output against a float64 reference on fresh random data (256 sampled query rows of
 every head, exact softmax), then times ours and each backend with argus.runtime.timing.measure
 (CUDA events, L2 flushed, medians of 100 trials). --quick: S in {1k, 4k, 16k} at head dims 64
-and 128, full and causal, and the GQA case at 8k. Prints a table (TFLOP/s, ours / each backend)
-and writes attention_bench.json to --out.
+and 128, full and causal, and the GQA case at 8k. --variants adds our persistent and
+intra-warpgroup-overlap schedules (each checked against float64 too); --kernel-only adds the
+default kernel's prepared launch replayed (no host work per call), which separates host
+overhead from kernel time. Prints a table (TFLOP/s, ours / each backend) and writes
+attention_bench.json to --out.
 """
 
 import argparse
@@ -25,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 TOKENS, HIDDEN = 16384, 2048
 
 
-def cases(quick: bool):
+def cases(quick: bool, dims=None):
     lengths = (1024, 4096, 16384) if quick else (512, 1024, 2048, 4096, 8192, 16384)
-    dims = (64, 128) if quick else (64, 128, 256)
+    dims = dims or ((64, 128) if quick else (64, 128, 256))
     out = [(d, S, causal, HIDDEN // d, HIDDEN // d) for d in dims for S in lengths
            for causal in (False, True)]
     for S in ((8192,) if quick else (2048, 8192, 16384)):
@@ -53,11 +56,57 @@ def check(out, q, k, v, causal, rows=256) -> float:
     return ((out[:, :, idx].double() - ref).norm() / ref.norm()).item()
 
 
+def variant_schedule(variant: str, head_dim: int, causal: bool):
+    """The schedule of an `ours` variant: the default, or the default with the persistent walk,
+    the intra-warpgroup overlap and/or two consumer warpgroups ("2wg"), joined by "+" (block_n
+    halved until the registers fit)."""
+    import dataclasses
+
+    from argus.kernels.attention import default_schedule
+
+    s = default_schedule(head_dim, causal)
+    if "2wg" in variant:   # two consumer warpgroups of 64 rows (head dim 64 defaults to 3)
+        s = dataclasses.replace(s, block_m=128, consumers=2, producer_regs=24,
+                                consumer_regs=240)
+    fields = {"persistent": "persistent" in variant, "intra_wg_overlap": "overlap" in variant}
+    s = dataclasses.replace(s, **fields)
+    while s.problems_for(head_dim) and s.block_n > 32:
+        s = dataclasses.replace(s, block_n=s.block_n // 2)
+    return s
+
+
+def kernel_plan(q, k, v, causal):
+    """The default kernel's prepared launch for these tensors (argus.ops.attention's own)."""
+    import torch
+
+    from argus.kernels.attention import LOG2E, attention_kernel, default_schedule
+
+    d = q.shape[-1]
+    out = torch.empty_like(q)
+    kernel = attention_kernel(d, argus_dtype(q), causal, False).compile(
+        s=default_schedule(d, causal))
+    return kernel.prepare(q, k, v, out, _scalars={"qk_scale": LOG2E / math.sqrt(d)})
+
+
+def argus_dtype(t):
+    import argus as ag
+
+    return ag.bf16 if str(t.dtype) == "torch.bfloat16" else ag.f16
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("out"))
+    parser.add_argument("--variants", default="default",
+                        help="comma-separated: default, persistent, overlap, "
+                             "overlap+persistent (each timed through argus.ops.attention)")
+    parser.add_argument("--dims", default="", help="head dims, e.g. 64,128,256 (default: "
+                                                   "64,128 with --quick, else all three)")
+    parser.add_argument("--kernel-only", action="store_true",
+                        help="also time the default kernel's prepared launch (no host work)")
     args = parser.parse_args()
+    variants = args.variants.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -72,7 +121,8 @@ def main() -> int:
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
           f"{torch.backends.cudnn.version()}", flush=True)
     rows = []
-    for d, S, causal, H, HKV in cases(args.quick):
+    dims = tuple(int(x) for x in args.dims.split(",")) if args.dims else None
+    for d, S, causal, H, HKV in cases(args.quick, dims):
         B = max(1, TOKENS // S)
         g = torch.Generator(device="cuda").manual_seed(d + S + causal)
         q = torch.randn(B, H, S, d, device="cuda", generator=g, dtype=torch.bfloat16)
@@ -80,16 +130,31 @@ def main() -> int:
                 for _ in range(2))
         flops = 4 * B * H * S * S * d / (2 if causal else 1)
         row = {"head_dim": d, "S": S, "B": B, "H": H, "HKV": HKV, "causal": causal}
-        try:
-            out = argus.ops.attention(q, k, v, causal=causal)
-            torch.cuda.synchronize()
-            row["rel_error"] = check(out, q, k, v, causal)
-            t = measure(lambda: argus.ops.attention(q, k, v, causal=causal), trials=100,
-                        warmup=5)
-            row["ours_ms"], row["ours_tflops"] = t.median_ms, flops / t.median_ms / 1e9
-        except Exception as e:  # noqa: BLE001 - report and go on with the other cases
-            row["ours_ms"] = None
-            row["ours_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        for variant in variants:
+            name = "ours" if variant == "default" else f"ours_{variant}"
+            try:
+                schedule = variant_schedule(variant, d, causal)
+                out = argus.ops.attention(q, k, v, causal=causal, schedule=schedule)
+                torch.cuda.synchronize()
+                row[f"{name}_rel_error"] = check(out, q, k, v, causal)
+                t = measure(lambda: argus.ops.attention(q, k, v, causal=causal,
+                                                        schedule=schedule),
+                            trials=100, warmup=5)
+                row[f"{name}_ms"], row[f"{name}_tflops"] = t.median_ms, flops / t.median_ms / 1e9
+                row[f"{name}_schedule"] = repr(schedule)
+            except Exception as e:  # noqa: BLE001 - report and go on with the other cases
+                row[f"{name}_ms"] = None
+                row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        row["rel_error"] = row.get("ours_rel_error", float("nan"))
+        if args.kernel_only:
+            # the default kernel's launch prepared once and replayed: no host work per call
+            try:
+                plan = kernel_plan(q, k, v, causal)
+                t = measure(plan, trials=100, warmup=5)
+                row["kernel_ms"], row["kernel_tflops"] = t.median_ms, flops / t.median_ms / 1e9
+            except Exception as e:  # noqa: BLE001
+                row["kernel_ms"] = None
+                row["kernel_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
         for name, backend in backends.items():
             try:
                 with sdpa_kernel([backend]):
@@ -107,19 +172,23 @@ def main() -> int:
         torch.cuda.empty_cache()
     (args.out / "attention_bench.json").write_text(json.dumps(rows, indent=2))
     names = list(backends)
-    print("\n| hd | S | B x H (kv) | causal | rel err | ours | "
+    mine = ["ours" if v == "default" else f"ours_{v}" for v in variants]
+    mine += ["kernel"] if args.kernel_only else []
+    print("\n| hd | S | B x H (kv) | causal | rel err | " + " | ".join(mine) + " | "
           + " | ".join(f"{n}" for n in names) + " | "
-          + " | ".join(f"x {n}" for n in names) + " |")
-    print("|---|---|---|---|---|---|" + "---|" * (2 * len(names)))
+          + " | ".join(f"ours x {n}" for n in names) + " |")
+    print("|---|---|---|---|---|" + "---|" * (len(mine) + 2 * len(names)))
+
+    def cell(r, n):
+        return f"{r[f'{n}_tflops']:.0f}" if r.get(f"{n}_ms") else r.get(f"{n}_error", "n/a")
     for r in rows:
         ours = r.get("ours_tflops")
-        tf = [f"{r[f'{n}_tflops']:.0f}" if r.get(f"{n}_ms") else "n/a" for n in names]
         ratio = [f"{ours / r[f'{n}_tflops']:.2f}" if ours and r.get(f"{n}_ms") else "n/a"
                  for n in names]
         print(f"| {r['head_dim']} | {r['S']} | {r['B']} x {r['H']} ({r['HKV']}) | "
               f"{'yes' if r['causal'] else 'no'} | {r.get('rel_error', float('nan')):.1e} | "
-              f"{f'{ours:.0f}' if ours else r.get('ours_error', 'n/a')} | " + " | ".join(tf)
-              + " | " + " | ".join(ratio) + " |")
+              + " | ".join(cell(r, n) for n in mine) + " | "
+              + " | ".join(cell(r, n) for n in names) + " | " + " | ".join(ratio) + " |")
     return 0
 
 

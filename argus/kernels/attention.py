@@ -14,9 +14,15 @@ persistent walk, the epilogues) the way FlashAttention-3 structures its forward
   blocks, exp2 with scale * log2(e) folded into one multiply, guards so a row that has seen no
   key yet subtracts 0 instead of -inf), the output accumulator rescaled by exp2(m_old - m_new),
   and P converted in registers straight into the register-A wgmma P V;
-* the KV loop is split in two: blocks every row of the warpgroup sees in full (no mask, no
-  compare), then the blocks that need one (the causal diagonal, the key tail); blocks no row
-  may see are never loaded;
+* masking costs only where it is needed: a block every row of the warpgroup sees in full
+  (before its `unmasked` count) skips the mask under a branch that is uniform per warpgroup;
+  the causal diagonal and the key tail pay for the compares; blocks no row may see are never
+  loaded. (One loop with a uniform branch rather than FA3's two loops: the verifier proves the
+  one-loop form; over two loops sharing the accumulator it reports k-once as violated.)
+* optionally (`intra_wg_overlap`), FA3's intra-warpgroup overlap: S of block j is issued
+  before the softmax of block j - 1. It runs correctly (interpreter and GPU tests) but does
+  not verify yet: the verifier loses the key tags of S carried across the loop's back edge,
+  so with verification on (the default) compile refuses it;
 * O /= l at the end (rows that saw no key are zeros), stored from registers or by stmatrix +
   TMA store; optionally LSE = ln(sum_j exp(scale * s_j)) per row (-inf for rows without keys).
 
@@ -69,6 +75,10 @@ class AttentionSchedule:
     # Hook for ping-pong (FA3): consumer warpgroups take turns through named barriers, so one's
     # softmax overlaps the other's GEMMs. Needs ordered roles in the compiler (not there yet).
     ordered: bool = False
+    # FA3's intra-warpgroup overlap: issue S = Q K^T of the next block before the softmax of
+    # this one, so the softmax runs while the tensor cores compute (S of two blocks live).
+    # Not proven yet (see the module docstring): needs ARGUS_VERIFY=0.
+    intra_wg_overlap: bool = False
 
     def __post_init__(self) -> None:
         problems = self._problems()
@@ -117,10 +127,11 @@ class AttentionSchedule:
                             + (" and the O staging tile" if self.epilogue == "tma" else "")
                             + f" need {need} bytes of shared memory at head_dim={head_dim}, "
                               f"more than {SMEM_PER_CTA_OPTIN}")
-        # fp32 accumulators per thread: O (head_dim / 2) and S (block_n / 2), plus P in bf16
-        # (block_n / 4) and the running statistics; beyond ~220 they spill
-        live = head_dim // 2 + self.block_n // 2 + self.block_n // 4
-        if live > self.consumer_regs - 24:
+        # fp32 accumulators per thread: O (head_dim / 2) and S (block_n / 2, twice with the
+        # overlap), plus P in bf16 (block_n / 4); more than the budget surely spills
+        live = head_dim // 2 + self.block_n // 2 * (2 if self.intra_wg_overlap else 1) \
+            + self.block_n // 4
+        if live > self.consumer_regs - 8:
             problems.append(f"O ({head_dim // 2}), S ({self.block_n // 2}) and P "
                             f"({self.block_n // 4}) registers per thread do not fit "
                             f"consumer_regs={self.consumer_regs}: use a smaller block_n")
@@ -148,13 +159,15 @@ def default_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     return AttentionSchedule(block_m=128, block_n=128, stages=2)
 
 
-def _kv_blocks(q0, block_m: int, block_n: int, S, SK, causal: bool):
+def _kv_blocks(q0, block_m: int, block_n: int, S, SK, causal: bool, at_least: int = 0):
     """KV blocks a tile of query rows [q0, q0 + block_m) reads: all of them, or under the
     causal mask those up to the last row's last key q0 + block_m - 1 + SK - S; blocks no row
-    of the tile may see are not loaded at all."""
+    of the tile may see are not loaded at all (but `at_least` blocks are: the overlapped
+    loop's first step is outside it; such a block is masked whole)."""
     blocks = ag.cdiv(SK, block_n)
     if causal:
-        blocks = ag.minimum(blocks, ag.maximum(ag.cdiv(q0 + block_m + SK - S, block_n), 0))
+        blocks = ag.minimum(blocks, ag.maximum(ag.cdiv(q0 + block_m + SK - S, block_n),
+                                               at_least))
     return blocks
 
 
@@ -189,6 +202,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
             raise ag.TraceError(f"{s} at head_dim={D}: " + "; ".join(problems),
                                 fix="use argus.kernels.attention.default_schedule(head_dim)")
         BM, BN, C = s.block_m, s.block_n, s.consumers
+        first = 1 if s.intra_wg_overlap else 0   # KV blocks every tile loads, seen or not
         B, H, S = Q.shape[0], Q.shape[1], Q.shape[2]
         SK = K.shape[2]
         group = H // K.shape[1]          # query heads per kv head (GQA / MQA)
@@ -229,7 +243,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                 with q_pipe.produce() as st:
                     for a in range(atoms):
                         ag.tma.load(sQ[st].rows_of(a * BM, BM), Q, (b, h, q0, 64 * a))
-                for j in ag.range(_kv_blocks(q0, BM, BN, S, SK, causal)):
+                for j in ag.range(_kv_blocks(q0, BM, BN, S, SK, causal, first)):
                     with k_pipe.produce() as st:
                         for a in range(atoms):
                             ag.tma.load(sK[st].rows_of(a * BN, BN), K, (b, hk, j * BN, 64 * a))
@@ -242,39 +256,64 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                 b, h, m = tile_of(unit)
                 q0 = m * BM
                 r0 = q0 + wg * ROWS                       # this warpgroup's first query row
-                blocks = _kv_blocks(q0, BM, BN, S, SK, causal)
+                blocks = _kv_blocks(q0, BM, BN, S, SK, causal, first)
                 unmasked = _unmasked_blocks(r0, blocks, BN, S, SK, causal)
                 row_last_key = r0 + ag.arange(ROWS)[:, None] + (SK - S)   # causal bound
                 m_i = ag.full((ROWS, 1), neg_inf)   # running row max of S * scale * log2(e)
                 l_i = ag.full((ROWS, 1), 0.0)       # running row sum of exp2(S - m)
                 o = ag.zeros((ROWS, D))
 
+                def scores(qs, ks):
+                    """S = Q K^T for this warpgroup's rows and one K block (issued, in flight)."""
+                    sc = ag.zeros((ROWS, BN))
+                    for a in range(atoms):
+                        sc = ag.wgmma(sQ[qs].rows_of(a * BM + wg * ROWS, ROWS),
+                                      sK[ks].rows_of(a * BN, BN), sc)
+                    return sc
+
+                def softmax(sc, jb, m_i, l_i):
+                    """The online softmax of block jb: (P, alpha, new row max, new row sum)."""
+                    sc = sc * qk_scale
+                    # only the blocks past `unmasked` (the causal diagonal, the key tail) pay
+                    # for the mask; the branch is uniform per warpgroup
+                    with ag.when(jb >= unmasked):
+                        key = jb * BN + ag.arange(BN)[None, :]
+                        valid = key < SK
+                        if causal:
+                            valid = valid & (key <= row_last_key)
+                        sc = ag.where(valid, sc, neg_inf)
+                    m_new = ag.maximum(m_i, sc.max(axis=1))
+                    # a row that has seen no key yet keeps m = -inf: subtract 0, not -inf
+                    m_use = ag.where(m_new == neg_inf, 0.0, m_new)
+                    p = ag.exp2(sc - m_use)
+                    alpha = ag.exp2(m_i - m_use)
+                    return p, alpha, m_new, l_i * alpha + p.sum(axis=1)
+
                 with q_pipe.consume() as qs:
-                    for j in ag.range(blocks):
+                    if not s.intra_wg_overlap:
+                        for j in ag.range(blocks):
+                            with k_pipe.consume() as ks:
+                                sc = scores(qs, ks)
+                                p, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
+                                with v_pipe.consume() as vs:
+                                    # P's k index is this block's key, V's row the same key
+                                    o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+                    else:
+                        # FA3's intra-warpgroup overlap: S of block j is issued before the
+                        # softmax of block j - 1 runs, so the tensor cores work on it meanwhile
+                        sc = ag.zeros((ROWS, BN))   # carried: S of the block whose softmax is next
                         with k_pipe.consume() as ks:
-                            sc = ag.zeros((ROWS, BN))
-                            for a in range(atoms):
-                                sc = ag.wgmma(sQ[qs].rows_of(a * BM + wg * ROWS, ROWS),
-                                              sK[ks].rows_of(a * BN, BN), sc)
-                            sc = sc * qk_scale
-                            # only the blocks past `unmasked` (the causal diagonal, the key
-                            # tail) pay for the mask; the branch is uniform per warpgroup
-                            with ag.when(j >= unmasked):
-                                key = j * BN + ag.arange(BN)[None, :]
-                                valid = key < SK
-                                if causal:
-                                    valid = valid & (key <= row_last_key)
-                                sc = ag.where(valid, sc, neg_inf)
-                            m_new = ag.maximum(m_i, sc.max(axis=1))
-                            # a row that has seen no key yet keeps m = -inf: subtract 0, not -inf
-                            m_use = ag.where(m_new == neg_inf, 0.0, m_new)
-                            p = ag.exp2(sc - m_use)
-                            alpha = ag.exp2(m_i - m_use)
-                            l_i = l_i * alpha + p.sum(axis=1)
-                            m_i = m_new
-                            with v_pipe.consume() as vs:
-                                # P's k index is this block's key, V's row the same key
-                                o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+                            sc = scores(qs, ks)
+                        for j in ag.range(1, blocks):
+                            with k_pipe.consume() as ks:
+                                s_next = scores(qs, ks)
+                                p, alpha, m_i, l_i = softmax(sc, j - 1, m_i, l_i)
+                                with v_pipe.consume() as vs:
+                                    o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+                                sc = s_next
+                        p, alpha, m_i, l_i = softmax(sc, blocks - 1, m_i, l_i)
+                        with v_pipe.consume() as vs:
+                            o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
 
                 no_key = l_i == 0.0
                 o = o * (1.0 / ag.where(no_key, 1.0, l_i))   # rows that saw no key: zeros

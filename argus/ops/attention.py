@@ -39,6 +39,9 @@ LAYOUTS = ("bhsd", "bshd")
 # (head dim, dtype, causal, lse, schedule, device) -> compiled kernel; bounded.
 _COMPILED: OrderedDict = OrderedDict()
 _MEMO_SIZE = 64
+# (buffers, dtype, device, mask, scale, schedule) -> prepared launch (raw pointers, no tensor
+# references); bounded.
+_LAUNCHES: OrderedDict = OrderedDict()
 
 
 def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
@@ -173,8 +176,22 @@ def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
     chosen = schedule or default_schedule(D, causal)
     kernel = _compiled(D, dtype, causal, return_lse, chosen, q.device)
     args = (qb, kb, vb, ob) + ((lse.unsqueeze(-1),) if return_lse else ())
-    with torch.cuda.device(q.device):
-        kernel(*args, scale * LOG2E)
+    # A launch with a runtime scalar is prepared (shapes bound, tensor maps encoded) on every
+    # call of the compiled kernel; a prepared plan holds raw pointers only, so the plan for the
+    # same buffers (a loop, or a fresh output the allocator put at the same address) is kept.
+    key = (tuple((a.data_ptr(), tuple(a.shape), a.stride()) for a in args), q.dtype,
+           q.device.index, causal, scale, chosen)
+    plan = _LAUNCHES.get(key)
+    if plan is None:
+        with torch.cuda.device(q.device):
+            plan = kernel.prepare(*args, _scalars={"qk_scale": scale * LOG2E})
+        _LAUNCHES[key] = plan
+        if len(_LAUNCHES) > _MEMO_SIZE:
+            _LAUNCHES.popitem(last=False)
+    else:
+        _LAUNCHES.move_to_end(key)
+    if plan is not False:
+        plan()   # on torch's current stream of the plan's device (captured by CUDA graphs)
     return out, lse
 
 

@@ -65,11 +65,13 @@ def test_lengths_and_masks(S, SK, causal):
     assert_close(*run(1, 2, 2, S, SK, 64, causal, SMALL))
 
 
+@pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-def test_more_queries_than_keys(causal):
+def test_more_queries_than_keys(causal, overlap):
     """S > SK: under the causal mask the first S - SK rows see no key (zeros, LSE -inf), and
     whole tiles of them load no KV block at all."""
-    got, want, got_lse, want_lse = run(1, 1, 1, 200, 40, 64, causal, SMALL)
+    schedule = AttentionSchedule(block_m=128, block_n=64, consumers=2, intra_wg_overlap=overlap)
+    got, want, got_lse, want_lse = run(1, 1, 1, 200, 40, 64, causal, schedule)
     assert_close(got, want, got_lse, want_lse)
     if causal:
         assert (got[0, 0, :160].float() == 0).all()
@@ -97,7 +99,10 @@ def test_fp16():
                       consumer_regs=160),
     AttentionSchedule(block_m=128, block_n=64, consumers=2, epilogue="tma"),
     AttentionSchedule(block_m=128, block_n=64, consumers=2, persistent=True, num_sms=3),
-], ids=["1wg", "3wg", "tma-store", "persistent"])
+    AttentionSchedule(block_m=128, block_n=64, consumers=2, intra_wg_overlap=True),
+    AttentionSchedule(block_m=64, block_n=32, consumers=1, intra_wg_overlap=True,
+                      persistent=True, num_sms=3),
+], ids=["1wg", "3wg", "tma-store", "persistent", "overlap", "overlap-persistent"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_schedules(schedule, causal):
     """Every schedule shape computes the same attention (the persistent walk with 3 CTAs
