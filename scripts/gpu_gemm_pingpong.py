@@ -16,13 +16,9 @@ import time
 COOPERATIVE = ["GemmSchedule(stages=4, epilogue='tma', cluster_m=2, store_cols=128)",
                "GemmSchedule(bn=128, stages=6, epilogue='tma', cluster_m=2)",
                "GemmSchedule(bn=224, stages=4, epilogue='tma', cluster_m=2, store_cols=192)"]
-PINGPONG = ["GemmSchedule(bm=64, bn=256, stages=4, pingpong=True, epilogue='tma', "
-            "store_cols=128, cluster_m=2)",
-            "GemmSchedule(bm=64, bn=192, stages=5, pingpong=True, epilogue='tma', cluster_m=2)",
-            "GemmSchedule(bm=64, bn=128, stages=6, pingpong=True, epilogue='tma', cluster_m=2)",
-            "GemmSchedule(bm=128, bn=128, stages=6, pingpong=True, cluster_m=2)",
-            "GemmSchedule(bm=64, bn=256, stages=4, pingpong=True, epilogue='tma', "
-            "store_cols=128)"]
+PINGPONG = ["GemmSchedule(bm=128, bn=128, stages=6, pingpong=True)",
+            "GemmSchedule(bm=64, bn=256, stages=5, pingpong=True)",
+            "GemmSchedule(bm=64, bn=256, stages=4, pingpong=True, group_m=16)"]
 
 
 def main() -> int:

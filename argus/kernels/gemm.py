@@ -128,7 +128,7 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                                  1 if s.pingpong else s.consumers, k_atoms=s.k_atoms,
                                  mn_major_a=mn_major_a, mn_major_b=mn_major_b)
         k_steps = ring.k_steps(K)
-        rows = 64 if s.pingpong else s.bm // s.consumers  # a warpgroup's staged rows
+        rows = s.bm // s.consumers
         if s.epilogue == "tma":
             staging = Staging.alloc(s.consumers, rows, s.bn, out_dtype, s.store_cols)
 
@@ -146,13 +146,8 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                         with ag.ordered("mma"):
                             accs = ring.mma_tile(k_steps, zero_by_wgmma=s.zero_by_wgmma)
                         for j, acc in enumerate(accs):  # 64-row blocks of the tile
-                            if s.epilogue == "tma":  # through this warpgroup's staging slots
-                                store_tile_staged(C, unit, wg, acc, staging, bm=s.bm,
-                                                  bn=s.bn, rows=64, finish=finish,
-                                                  row_block=j)
-                            else:
-                                store_tile(C, unit, j, acc, bm=s.bm, bn=s.bn, rows=64,
-                                           finish=finish, transposed=s.swap_ab)
+                            store_tile(C, unit, j, acc, bm=s.bm, bn=s.bn, rows=64,
+                                       finish=finish, transposed=s.swap_ab)
                     with ag.when(turn != wg):
                         ring.pipe.skip(k_steps)  # the other warpgroup's unit
             return
