@@ -180,6 +180,7 @@ class Model:
     # -- counting pipeline steps -----------------------------------------------------------
     def _count(self, region: Region, pipe_id: int):
         total: Any = 0
+        branches: list = []   # (condition, steps) of the ifs of this region, folded below
         for op in region.ops:
             if isinstance(op, (O.Produce, O.Consume)):
                 if op.pipe.id == pipe_id:
@@ -187,7 +188,7 @@ class Model:
                 inner = self._count(op.body, pipe_id)
                 total = total + inner
             elif isinstance(op, O.PipeSkip) and op.pipe.id == pipe_id:
-                total = total + self.scalar(op.steps)  # steps another warpgroup consumes
+                total = total + _max0(self.scalar(op.steps))  # another warpgroup's steps
             elif isinstance(op, O.For):
                 inner = self._count(op.body, pipe_id)
                 if _is_zero(inner):
@@ -198,8 +199,8 @@ class Model:
             elif isinstance(op, O.If):
                 inner = self._count(op.body, pipe_id)
                 if not _is_zero(inner):
-                    total = total + z3.If(self._bool(op.cond), inner, 0)
-        return total
+                    branches.append((self._bool(op.cond), inner))
+        return total + _fold_branches(branches)
 
     def trip_term(self, op: O.For):
         return _num(self._trip(op))
@@ -578,6 +579,24 @@ def _as_bool(x):
     if _is_z3(x):
         return x if z3.is_bool(x) else x != 0
     return z3.BoolVal(bool(x))
+
+
+def _fold_branches(branches: list):
+    """Steps of sibling ifs: `if c: n steps` and `if not c: n steps` (a ping-pong consumer's
+    turn and its skip) are n steps either way, which keeps the count the producer's term."""
+    total: Any = 0
+    rest = list(branches)
+    while rest:
+        cond, steps = rest.pop(0)
+        twin = next((j for j, (c, n) in enumerate(rest)
+                     if z3.is_true(z3.simplify(c == z3.Not(cond)))
+                     and z3.eq(z3.simplify(_num(n)), z3.simplify(_num(steps)))), None)
+        if twin is not None:
+            rest.pop(twin)
+            total = total + steps
+        else:
+            total = total + z3.If(cond, steps, 0)
+    return total
 
 
 def _max0(x):
