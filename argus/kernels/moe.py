@@ -73,7 +73,8 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
 
     # gate-up: w13 [E, 2I, H] viewed as [E, 2, I, H] (gate, up), so a B tile's two halves are
     # boxes at the same row coordinate of the two planes
-    w_dims = ("E", 2, "N", "K") if gated else ("E", "N", "K")
+    # W's rows are named after C's columns ("NC"): row r of W computes output column r
+    w_dims = ("E", 2, "NC", "K") if gated else ("E", "NC", "K")
 
     def moe_grouped_gemm(A: ag.Tensor["M", "K", ag.bf16],
                          W: ag.Tensor[(*w_dims, ag.bf16)],
@@ -84,20 +85,19 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
         K = A.shape[1]
         # Tags for the verifier (no code): a row of the layout belongs to expert route(row),
         # what routing's tile_expert states per m-tile (an assumption: routing's contract);
-        # W's rows are expert e's, and row r of W (of either plane) computes output column r,
-        # so wgmma.agree proves each tile multiplies rows with their own expert's weights,
-        # and store.coords that silu(gate) * up pairs the gate and up products of the column
-        # it is stored to.
+        # W's rows are expert e's, so wgmma.agree proves each tile multiplies rows with their
+        # own expert's weights (tests/mutations/moe_mutations.py seeds the bug); store.coords
+        # claims each stored column is the W row it came from (proven, but a seeded gate/up
+        # row mismatch is not caught by it today: the pairing rests on the tile mapping).
         route, tile_expert = ag.opaque("route"), ag.opaque("tile_expert")
         ag.tag_tensor(A, expert=lambda r, k: route(r))
         ag.tag_tensor(TileExpert, value=lambda zero, m: tile_expert(m))
         # the contiguous layout's contract: every row of m-tile m is expert tile_expert[m]'s
         ag.tag_assume(lambda r: route(r) == tile_expert(r // s.bm))
         if gated:
-            ag.tag_tensor(W, expert=lambda e, half, r, k: e, col=lambda e, half, r, k: r)
+            ag.tag_tensor(W, expert=lambda e, plane, r, k: e)
         else:
-            ag.tag_tensor(W, expert=lambda e, r, k: e, col=lambda e, r, k: r)
-        ag.tag_tensor(C, col=lambda r, c: c)
+            ag.tag_tensor(W, expert=lambda e, r, k: e)
         # the columns a tile covers: bn/2 gate (and bn/2 up) rows of W, or bn rows
         width = s.bn // 2 if gated else s.bn
         n_tiles = ag.cdiv(C.shape[1], width)

@@ -290,6 +290,16 @@ def combine_kernel(top_k: int, bh: int) -> ag.KernelFunction:
 
     def moe_combine(Y: ag.Tensor["M", "H", ag.bf16], Pos: ag.Tensor["N", 1, ag.i32],
                     Weights: ag.Tensor["T", top_k, ag.f32], Out: ag.Tensor["T", "H", ag.bf16]):
+        # For the verifier (no code): row r of the layout holds token token_of(r)'s data, Pos
+        # holds position(i), and routing's contract is token_of(position(i)) == i // k; Out's
+        # row t is token t. store.coords then proves every output row sums rows of its own
+        # token only: a padding row (token_of unconstrained) or another token's row cannot
+        # reach it.
+        position, token_of = ag.opaque("position"), ag.opaque("token_of")
+        ag.tag_tensor(Pos, value=lambda i, zero: position(i))
+        ag.tag_tensor(Y, token=lambda r, h: token_of(r))
+        ag.tag_tensor(Out, token=lambda t, h: t)
+        ag.tag_assume(lambda i: token_of(position(i)) == i // top_k)
         (t,) = ag.grid(Out.shape[0])
         rows = [ag.load_scalar(Pos, (t * top_k + j, 0)) for j in range(top_k)]
         weights = [ag.load_scalar(Weights, (t, j)) for j in range(top_k)]

@@ -1,8 +1,10 @@
 """The MoE kernels verify with zero findings, at the sizes the library uses (Mixtral's 8 and
-DeepSeek-V3's 256 experts, both GEMM tiles), and the GEMMs prove the MoE invariants their tags
-state: each tile multiplies rows with their own expert's weights (wgmma.agree on `expert`,
-given routing's contract route(r) == tile_expert(r // BM)) and silu(gate) * up pairs the gate
-and up products of the column it is stored to (store.coords on `col`)."""
+DeepSeek-V3's 256 experts, both GEMM tiles), and prove the MoE invariants their tags state:
+each GEMM tile multiplies rows with their own expert's weights (wgmma.agree on `expert`, given
+routing's contract route(r) == tile_expert(r // BM)); the permute writes distinct rows
+(store.once, given position() injective); the combine sums rows of its own token only
+(store.coords on `token`, given token_of(position(i)) == i // k). The seeded bugs are in
+tests/mutations/moe_mutations.py."""
 
 import importlib
 
@@ -43,3 +45,5 @@ def test_moe_kernel_verifies_clean(name, build):
         assert {"wgmma.agree", "store.coords", "wgmma.k-once"} <= proven, proven
     if name == "permute":   # the scatter's rows are distinct: position() is injective
         assert "store.once" in proven, proven
+    if name == "combine":
+        assert "store.coords" in proven, proven

@@ -1,0 +1,100 @@
+"""Seeded bugs for the MoE kernels' invariants (argus/kernels/moe.py, moe_routing.py), in the
+corpus's form (tests/mutations/corpus.py: Mutation, lowered mutations by IR rewrite, DSL
+mutations marked `# BUG:<name>` in this file), kept in their own file so the shared corpus is
+only read:
+
+  * no tile reads another expert's weights: the library gate-up GEMM with its B box's expert
+    coordinate replaced (wgmma.agree on the `expert` tag, given routing's contract);
+  * the permute writes each (token, slot) to its own row: every slot to slot 0's row
+    (store.once, given position() injective);
+  * padding rows and other tokens' rows never reach a token's output: the combine reading the
+    row after a slot's position (store.coords on the `token` tag).
+"""
+
+import argus as ag
+from argus.ir import ops as O
+from argus.kernels.moe import grouped_gemm_kernel
+from tests.mutations.corpus import ACC, Mutation, lowered_mutation
+
+
+def _gate_up(bug=None):
+    return grouped_gemm_kernel(True)
+
+
+def _with_coord(op, i: int, j: int):
+    """The TMA load with coordinate i replaced by its coordinate j."""
+    coords = list(op.coords)
+    coords[i] = coords[j]
+    return op.replace(coords=tuple(coords))
+
+
+def make_permute(bug: str | None = None, top_k: int = 2, bh: int = 1024):
+    """The library permute (moe_routing.permute_kernel) with a bug switch."""
+    @ag.kernel(threads=128, name="moe_permute_mut")
+    def moe_permute(X: ag.Tensor["T", "H", ag.bf16], Pos: ag.Tensor["N", 1, ag.i32],
+                    Xp: ag.Tensor["M", "H", ag.bf16]):
+        position = ag.opaque("position")
+        ag.tag_tensor(Pos, value=lambda i, zero: position(i))
+        ag.tag_assume(lambda a, b: ag.tag_any(a == b, position(a) != position(b)))
+        (t,) = ag.grid(X.shape[0])
+        if bug == "slot_collision":
+            rows = [ag.load_scalar(Pos, (t * top_k, 0)) for j in range(top_k)]  # BUG:slot_collision
+        else:
+            rows = [ag.load_scalar(Pos, (t * top_k + j, 0)) for j in range(top_k)]
+        for h0 in ag.range(0, X.shape[1], bh):
+            x = ag.load(X, (t, h0), (1, bh))
+            for row in rows:
+                ag.store(Xp, (row, h0), x)  # BUG:slot_collision
+
+    return moe_permute
+
+
+def make_combine(bug: str | None = None, top_k: int = 2, bh: int = 1024):
+    """The library combine (moe_routing.combine_kernel) with a bug switch."""
+    @ag.kernel(threads=128, name="moe_combine_mut")
+    def moe_combine(Y: ag.Tensor["M", "H", ag.bf16], Pos: ag.Tensor["N", 1, ag.i32],
+                    Weights: ag.Tensor["T", top_k, ag.f32], Out: ag.Tensor["T", "H", ag.bf16]):
+        position, token_of = ag.opaque("position"), ag.opaque("token_of")
+        ag.tag_tensor(Pos, value=lambda i, zero: position(i))
+        ag.tag_tensor(Y, token=lambda r, h: token_of(r))
+        ag.tag_tensor(Out, token=lambda t, h: t)
+        ag.tag_assume(lambda i: token_of(position(i)) == i // top_k)
+        (t,) = ag.grid(Out.shape[0])
+        rows = [ag.load_scalar(Pos, (t * top_k + j, 0)) for j in range(top_k)]
+        weights = [ag.load_scalar(Weights, (t, j)) for j in range(top_k)]
+        for h0 in ag.range(0, Out.shape[1], bh):
+            if bug == "reads_next_row":
+                first = ag.load(Y, (rows[0] + 1, h0), (1, bh))  # BUG:reads_next_row
+            else:
+                first = ag.load(Y, (rows[0], h0), (1, bh))
+            total = first.to(ag.f32) * weights[0]
+            total = total + ag.load(Y, (rows[1], h0), (1, bh)).to(ag.f32) * weights[1]
+            ag.store(Out, (t, h0), total.to(ag.bf16))  # BUG:reads_next_row
+
+    return moe_combine
+
+
+def _traced(factory, bug):
+    return lambda: factory(bug).trace()
+
+
+# TMA loads of the gate-up GEMM in program order: 0 the token rows (A), 1 the gate box, 2 the
+# up box; W's coordinates are (expert, plane, row, k)
+MOE_CORPUS: list[Mutation] = [
+    Mutation("moe/grouped_gemm_expert_from_row", "moe", 21,
+             lowered_mutation(_gate_up, O.TmaLoad, lambda op: _with_coord(op, 0, 2), nth=1),
+             ("wgmma.agree",), ACC + ("a_element", "b_element"), ("A.expert == B.expert",),
+             None, "the gate box's expert coordinate is its row offset: another expert's "
+                   "weights"),
+    Mutation("moe/permute_slot_collision", "moe", 22, _traced(make_permute, "slot_collision"),
+             ("store.once",), ("output",), (), "slot_collision",
+             "every slot of a token is written to slot 0's row"),
+    Mutation("moe/combine_reads_next_row", "moe", 22, _traced(make_combine, "reads_next_row"),
+             ("store.coords",), ("output", "value_tags"), ("token",), "reads_next_row",
+             "the combine reads the row after a slot's position: padding or another token"),
+]
+
+MOE_CLEAN = [
+    ("moe/permute", lambda: make_permute().trace()),
+    ("moe/combine", lambda: make_combine().trace()),
+]
