@@ -238,14 +238,17 @@ def right_inverse(lay):
 
 def left_inverse(lay):
     """CuTe's right_inverse((L, complement L)) when that inverts L on its points (exactly, or
-    up to L's broadcast modes: L(R(L(i))) == L(i)); otherwise the mixed-radix reading of the
-    sorted strides, when it inverts L; otherwise NotALayout."""
+    up to L's broadcast modes: L(R(L(i))) == L(i) with R(L(i)) in L's domain); otherwise the
+    mixed-radix reading of the sorted strides, when it inverts L; otherwise NotALayout."""
     points = table(lay)
+    size = len(points)
 
     def inverts(r):
-        return all(evaluate(lay, evaluate(r, y)) == y for y in points) and (
-            len(set(points)) < len(points)
-            or all(evaluate(r, y) == i for i, y in enumerate(points)))
+        # R(y) must be an index in L's domain (not one that L's extension past its domain
+        # happens to map to y) with L(R(y)) == y; for injective L, R(L(i)) == i
+        return all(0 <= evaluate(r, y) < size and evaluate(lay, evaluate(r, y)) == y
+                   for y in points) and (
+            len(set(points)) < size or all(evaluate(r, y) == i for i, y in enumerate(points)))
 
     cute = right_inverse(make(lay, complement(lay)))
     if inverts(cute):

@@ -199,8 +199,12 @@ def test_filter_drops_broadcast_and_unit_modes():
 def test_left_inverse_of_a_broadcast_layout_is_the_quasi_inverse():
     for lay in (L((4, 2), (1, 0)), L((2, 4, 4, 6), (4, 1, 0, 8)), L((3, 7), (0, 0))):
         inv = left_inverse(lay)
-        for i in range(lay.size):                             # L o R o L == L
-            assert lay(inv(lay(i))) == lay(i)
+        for i in range(lay.size):                             # L o R o L == L, in L's domain
+            assert 0 <= inv(lay(i)) < lay.size and lay(inv(lay(i))) == lay(i)
+    # uneven gap plus a broadcast mode: R(6) must be index 1, not an index past L's domain
+    # that L's extension happens to map to 6 (CuTe's construction would give R = 4:24)
+    lay = L(((6, 4), 4), ((6, 0), 1))
+    assert left_inverse(lay) == L((6, 6), (24, 1))
     with pytest.raises(ValueError, match="not injective"):   # repeats without a broadcast
         left_inverse(L((4, 2), (1, 2)))
 
