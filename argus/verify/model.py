@@ -43,7 +43,7 @@ from argus.ir import tag_ops as T
 from argus.ir.core import Kernel, Op, Region, Value
 from argus.ir.types import ScalarType, SmemType, TensorType, TileType
 from argus.verify import exprs
-from argus.verify.tagdomain import Record, TagVal, fresh_int, mentions
+from argus.verify.tagdomain import Memo, Record, TagVal, fresh_int, mentions, substitute
 from argus.verify.transfer import RULES
 # the records the walk builds and the obligation modules read live with the transfer functions
 # that fill them in (one module below both); the checks import them from here
@@ -100,7 +100,11 @@ class Model:
         self._recording = True
         self._def_seq: dict[int, int] = {}
         self.def_ops: dict[int, Op] = {}
-        self._build()
+        Memo.building += 1   # records computed during the walk are not memoized
+        try:
+            self._build()
+        finally:
+            Memo.building -= 1
 
     # -- variables -------------------------------------------------------------------------
     def _var(self, name: str, info: VarInfo) -> z3.ArithRef:
@@ -612,7 +616,7 @@ def _mentions_any(term, vars_) -> bool:
 def _subst(term, pairs):
     if term is None or not pairs or not _is_z3(term):
         return term
-    return z3.substitute(term, *pairs)
+    return substitute(term, *pairs)  # z3.substitute minus the Python wrapper's checks
 
 
 def _select(covers, val: TagVal, old: TagVal | None) -> TagVal:

@@ -27,11 +27,17 @@ import z3
 from z3.z3 import _to_expr_ref
 
 _fresh = itertools.count()
+# the fresh variables created since the outermost memoized record computation began (None
+# outside one): a memoized record's own auxiliaries are a slice of it (see `memoized_record`)
+_created: list | None = None
 
 
 def fresh_int(stem: str) -> z3.ArithRef:
     """A new Int variable; the suffix keeps instantiations apart."""
-    return z3.Int(f"{stem}!{next(_fresh)}")
+    v = z3.Int(f"{stem}!{next(_fresh)}")
+    if _created is not None:
+        _created.append(v)
+    return v
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,66 @@ class Record:
 
     def with_fields(self, fields: dict) -> Record:
         return replace(self, fields=fields)
+
+
+class Memo:
+    """Whether records may be memoized now: not while a model is being built (a record
+    computed mid-walk may not see writes walked later)."""
+
+    building = 0
+
+
+def memoized_record(fn):
+    """`fn` (element index -> Record) computing each index's record once. A record's
+    auxiliary variables (reduction variables, a producer's loop indices seen from a reader) are
+    fresh per instantiation, so two instantiations never alias (module docstring): a repeated
+    call gets the first record with every fresh variable its computation created renamed to a
+    new fresh one, which is the record a second computation would build. Variables created
+    outside it (model variables, opaque scalars) are shared, as a recomputation shares them.
+    Keyed by the index terms' ids (z3 hash-conses terms: equal ids, equal terms); the index is
+    kept alive with the entry so an id is never reused for another term."""
+    if getattr(fn, "memoized", False):
+        return fn
+    memo: dict = {}
+
+    def wrapped(idx):
+        global _created
+        if Memo.building:
+            return fn(idx)
+        key = tuple((0, x.get_id()) if isinstance(x, z3.AstRef) else (1, x) for x in idx)
+        hit = memo.get(key)
+        if hit is not None:
+            return _renamed(hit[1], hit[2])
+        outer = _created is None
+        if outer:
+            _created = []
+        start = len(_created)
+        try:
+            rec = fn(idx)
+            own = tuple(_created[start:])
+        finally:
+            if outer:
+                _created = None
+        memo[key] = (tuple(idx), rec, own)
+        return rec
+
+    wrapped.memoized = True
+    return wrapped
+
+
+def _renamed(rec: Record, own: tuple) -> Record:
+    if not own:
+        return rec
+    pairs = [(v, fresh_int(v.decl().name().split("!")[0])) for v in own]
+
+    def sub(t):
+        return substitute(t, *pairs) if isinstance(t, z3.ExprRef) else t
+
+    fields = {name: TagVal(sub(v.term), tuple(sub(b) for b in v.bound),
+                           tuple(sub(c) for c in v.cond), v.mixed)
+              for name, v in rec.fields.items()}
+    return Record(fields, sub(rec.defined), tuple(sub(c) for c in rec.cond), rec.source,
+                  tuple((sub(c), who) for c, who in rec.provenance))
 
 
 # Fields that are built in for bookkeeping and never compared automatically.

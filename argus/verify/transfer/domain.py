@@ -8,7 +8,8 @@ model and the transfer functions use. It sits below both so that the model can l
 and the rules can build records without an import circle.
 
 Invariant kept: these are plain records; none of them evaluates anything. A `TileState.fn`
-builds a fresh `Record` on every call (see the model's docstring), and `_Unsupported` is the one
+gives a fresh `Record` on every call (see the model's docstring; a repeated index is computed
+once and its auxiliary variables renamed apart, tagdomain.memoized_record), and `_Unsupported` is the one
 exception by which a transfer function says "not representable": the walk turns it into an
 `unknown`, never into a silent assumption.
 """
@@ -25,7 +26,7 @@ from argus.errors import Loc
 from argus.ir import ops as O
 from argus.ir import tag_ops as T
 from argus.ir.core import Op, Value
-from argus.verify.tagdomain import Record
+from argus.verify.tagdomain import Record, memoized_record
 
 
 # ----------------------------------------------------------------------------- structures
@@ -147,6 +148,11 @@ class TileState:
     fn: Callable[[tuple], Record]
     loc: Loc
     what: str
+
+    def __post_init__(self) -> None:
+        # the same element's record is asked for by several checks (and by several consumers
+        # inside one): computed once per index, renamed apart per instantiation
+        object.__setattr__(self, "fn", memoized_record(self.fn))
 
     def register_layout(self, threads: int):
         """The RegisterLayout this tile's layout name denotes (target/register_layouts.py):
