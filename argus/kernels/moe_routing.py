@@ -51,7 +51,8 @@ def block_experts(num_experts: int) -> int:
 
 
 def chunk_entries(entries: int) -> int:
-    """Entries per chunk: a multiple of SUB, so that at most MAX_CHUNKS chunks cover them."""
+    """Entries per chunk: a multiple of SUB, so that at most MAX_CHUNKS chunks cover them (the
+    kernels compute the same from N with `_chunk`)."""
     per = -(-entries // MAX_CHUNKS)
     return max(SUB, -(-per // SUB) * SUB)
 
@@ -162,6 +163,11 @@ def _indicator(cond):
     return ag.where(cond, ag.full((1,) * len(cond.shape), 1, ag.i32), 0)
 
 
+def _chunk(entries):
+    """chunk_entries(N) from the runtime N (no scalar parameter: launches stay cached)."""
+    return ag.cdiv(ag.cdiv(entries, MAX_CHUNKS), SUB) * SUB
+
+
 def _one_hot(ids, be: int):
     """[S, BE]: entry i is expert j (ids of -1, past the end, match nothing)."""
     return ids[:, None] == ag.arange(be)[None, :]
@@ -173,8 +179,9 @@ def count_kernel(be: int) -> ag.KernelFunction:
     [E, C]): the offsets kernel needs the counts both along a row and down a column."""
 
     def moe_count(Ids: ag.Tensor["N", ag.i32], Counts: ag.Tensor["C", "E", ag.i32],
-                  CountsT: ag.Tensor["E", "C", ag.i32], chunk: ag.i32):
+                  CountsT: ag.Tensor["E", "C", ag.i32]):
         (c,) = ag.grid(Counts.shape[0])
+        chunk = _chunk(Ids.shape[0])
         counts = ag.zeros((1, be), ag.i32)
         counts_t = ag.zeros((be, 1), ag.i32)
         for s in ag.range(0, chunk, SUB):
@@ -242,9 +249,9 @@ def positions_kernel(be: int) -> ag.KernelFunction:
     # between two views of one index space.
     def moe_positions(Ids: ag.Tensor["N", ag.i32], Peers: ag.Tensor["NP", ag.i32],
                       ChunkBase: ag.Tensor["C", "E", ag.i32],
-                      ExpertStart: ag.Tensor[1, "E", ag.i32], Pos: ag.Tensor["N", 1, ag.i32],
-                      chunk: ag.i32):
+                      ExpertStart: ag.Tensor[1, "E", ag.i32], Pos: ag.Tensor["N", 1, ag.i32]):
         (c,) = ag.grid(ChunkBase.shape[0])
+        chunk = _chunk(Ids.shape[0])
         base = ag.load(ChunkBase, (c, 0), (1, be)) + ag.load(ExpertStart, (0, 0), (1, be))
         earlier = ag.arange(SUB)[None, :] < ag.arange(SUB)[:, None]   # [i, i']: i' before i
         for s in ag.range(0, chunk, SUB):

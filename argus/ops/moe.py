@@ -241,10 +241,10 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
     y = torch.empty(M, layer.hidden, **bf)
     out = torch.empty(layer.tokens, layer.hidden, **bf)
 
-    run(R.count_kernel(be), ids, counts, counts_t, chunk=layer.chunk)
+    run(R.count_kernel(be), ids, counts, counts_t)
     run(R.offsets_kernel(be, bm), counts, counts_t, chunk_base, expert_start, tile_expert,
         tiles)
-    run(R.positions_kernel(be), ids, ids, chunk_base, expert_start, pos, chunk=layer.chunk)
+    run(R.positions_kernel(be), ids, ids, chunk_base, expert_start, pos)
     run(R.permute_kernel(layer.top_k, BH), x, pos, xp)
     gate_up = w13.view(E, 2, layer.inter, layer.hidden)   # the gate and up planes
     run(grouped_gemm_kernel(True), xp, gate_up, tile_expert, tiles, h, s=s)

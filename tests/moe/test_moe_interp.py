@@ -124,3 +124,37 @@ def test_layer_from_logits_end_to_end():
     tv, ti = p.topk(k, dim=1)
     exact = M.reference(x, w13, w2, ti, tv / tv.sum(dim=1, keepdim=True))
     assert _rel(out, exact) < 1e-2
+
+
+def test_layout_with_chunks_longer_than_one_step():
+    """4200 entries: chunks of 64 (two 32-entry steps each) over 66 CTAs; pos is the stable
+    expert-major order with each segment padded to bm, tile_expert labels every m-tile."""
+    from argus.kernels import moe_routing as R
+
+    T, E, k, bm = 2100, 8, 2, 64
+    ids = _ids_skewed(T, E, k, seed=12)
+    N, be = T * k, R.block_experts(E)
+    chunk = R.chunk_entries(N)
+    assert chunk == 64
+    C = -(-N // chunk)
+    i32 = dict(dtype=torch.int32)
+    counts, counts_t = torch.full((C, E), -7, **i32), torch.full((E, C), -7, **i32)
+    base, start = torch.full((C, E), -7, **i32), torch.full((1, E), -7, **i32)
+    MT = R.max_padded_rows(N, E, bm) // bm
+    te, tiles = torch.full((1, MT), -7, **i32), torch.full((1, 1), -7, **i32)
+    pos = torch.full((N, 1), -7, **i32)
+    flat = ids.view(-1)
+    R.count_kernel(be).interpret(flat, counts, counts_t)
+    R.offsets_kernel(be, bm).interpret(counts, counts_t, base, start, te, tiles)
+    R.positions_kernel(be).interpret(flat, flat, base, start, pos)
+    n = torch.bincount(flat.long(), minlength=E)
+    padded = (n + bm - 1) // bm * bm
+    first = torch.cumsum(padded, 0) - padded
+    expect = torch.empty(N, dtype=torch.long)
+    for e in range(E):
+        mine = (flat == e).nonzero().view(-1)
+        expect[mine] = first[e] + torch.arange(n[e])
+    assert pos.view(-1).long().tolist() == expect.tolist()
+    labels = torch.repeat_interleave(torch.arange(E), padded // bm)
+    assert te.view(-1)[:labels.numel()].tolist() == labels.tolist()
+    assert (te.view(-1)[labels.numel():] == -1).all() and tiles.item() == labels.numel()
