@@ -51,21 +51,21 @@ def {name}(X: ag.Tensor["O", "L", ag.f32], Y: ag.Tensor["O", "L", 1, ag.f32], RO
         carry = carry {combine} x.{op}(axis=1)[:, :, None]
 '''
     return f'''@ag.kernel(threads=256)
-def {name}(X: ag.Tensor["O", "L", "I", ag.f32], Y: ag.Tensor["O", "L", "I", ag.f32],
+def {name}(X: ag.Tensor["O", "L", "I", ag.f32], Y: ag.Tensor["O", "L", 1, "I", ag.f32],
            ROWS: int = {rows}, BN: int = {bn}):
     o, q = ag.grid(X.shape[0], ag.cdiv(X.shape[2], BN))
     i0 = q * BN
     nb = ag.cdiv(X.shape[1], ROWS)
-    carry = ag.full((1, BN), {neutral})
+    carry = ag.full((1, 1, BN), {neutral})
     # source row i (axis 1) enters output row j (axis 0) when i {rel} j
     tri = ag.arange(ROWS)[None, :, None] {rel} ag.arange(ROWS)[:, None, None]
     for it in ag.range(nb):
         jb = {"nb - 1 - it" if reverse else "it"}
         l0 = jb * ROWS
         x = ag.load(X, (o, l0, i0), (ROWS, BN), other={neutral})
-        part = ag.where(tri, x[None, :, :], {neutral}).{op}(axis=1)
-        ag.store(Y, (o, l0, i0), part[:, 0, :] {combine} carry)
-        carry = carry {combine} x.{op}(axis=0)
+        part = ag.where(tri, x[None, :, :], {neutral}).{op}(axis=1)      # [ROWS, 1, BN]
+        ag.store(Y, (o, l0, 0, i0), part {combine} carry)
+        carry = carry {combine} x.{op}(axis=0)[:, None, :]
 '''
 
 
@@ -96,7 +96,7 @@ def run_scan(n, x: torch.Tensor, prog=None) -> torch.Tensor:
     else:
         bi = min(128, tile.pow2(inner))
         fn, src = kernel(n.fn, n.attrs["reverse"], n.attrs["exclusive"], True, 16, bi)
-        _run(fn, (x.view(o, length, inner), y.view(o, length, inner)))
+        _run(fn, (x.view(o, length, inner), y.view(o, length, 1, inner)))
     return y if n.dtype == torch.float32 else y.to(n.dtype)
 
 

@@ -1,0 +1,259 @@
+"""argus.compose templates against torch in float64, on the CPU (the kernels run in the Argus
+interpreter after compile's front end accepted them). Each model is small; the reference is the
+same model run in float64 on the same inputs; every case must lower fully (no op left to torch)
+unless it says otherwise."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from argus.compose.runtime import ComposedModel
+
+
+def composed(model_cls, *init):
+    class ModelNew(ComposedModel):
+        MODEL = model_cls
+
+    torch.manual_seed(0)
+    ref = model_cls(*init)
+    new = ModelNew(*init)
+    new.load_state_dict(ref.state_dict())
+    return ref, new
+
+
+def check(model_cls, inputs, init=(), rel=2e-6, full=True):
+    ref, new = composed(model_cls, *init)
+    with torch.no_grad():
+        y = new(*inputs)
+        r = ref.double()(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
+                           else x for x in inputs])
+    prog = next(iter(new._programs.values()))
+    assert (not prog.unsupported) == full, prog.unsupported
+    assert tuple(y.shape) == tuple(r.shape)
+    if not r.is_floating_point():
+        assert torch.equal(y, r)
+        return prog
+    assert y.dtype == torch.float32
+    err = ((y.double() - r).norm() / r.norm().clamp_min(1e-30)).item()
+    assert err <= rel, err
+    return prog
+
+
+def fn_model(f, n=None):
+    """A model whose forward is f (torch.fx traces named arguments, not *args)."""
+    if n is None:
+        try:
+            import inspect
+
+            n = sum(1 for p in inspect.signature(f).parameters.values()
+                    if p.default is inspect.Parameter.empty)
+        except (TypeError, ValueError):
+            n = 1
+    forwards = {1: lambda self, a: f(a), 2: lambda self, a, b: f(a, b),
+                3: lambda self, a, b, c: f(a, b, c), 4: lambda self, a, b, c, d: f(a, b, c, d)}
+    return type("M", (nn.Module,), {"forward": forwards[n]})
+
+
+def mod_model(factory):
+    """A model around one module (registered, so its parameters have state-dict keys)."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.m = factory()
+
+        def forward(self, x):
+            return self.m(x)
+    return M
+
+
+def randn(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g)
+
+
+# ------------------------------------------------------------------------------ elementwise
+ACTIVATIONS = [
+    torch.relu, torch.sigmoid, torch.tanh, F.gelu, lambda x: F.gelu(x, approximate="tanh"),
+    F.silu, F.mish, F.selu, F.elu, lambda x: F.elu(x, alpha=0.5), F.celu, F.softplus,
+    lambda x: F.softplus(x, beta=2.0, threshold=5.0), F.softsign, F.hardswish, F.hardsigmoid,
+    F.hardtanh, lambda x: F.hardtanh(x, -2.0, 0.5), F.leaky_relu, F.relu6, F.logsigmoid,
+    lambda x: torch.clamp(x, -0.5, 0.7), lambda x: torch.clamp(x, min=0.1),
+    lambda x: x.abs().sqrt(), lambda x: torch.exp(x) - 1, lambda x: x ** 3 - 2 * x,
+    lambda x: 1.0 / (1.0 + x * x), lambda x: torch.sign(x) * x, torch.erf,
+    lambda x: torch.log1p(x.abs()), lambda x: torch.where(x > 0, x, 0.3 * x),
+]
+
+
+@pytest.mark.parametrize("i", range(len(ACTIVATIONS)))
+def test_activation(i):
+    check(fn_model(ACTIVATIONS[i]), [randn(37, 300) * 3])
+
+
+def test_broadcasting_many_inputs_and_scalars():
+    f = fn_model(lambda a, b, c, d: torch.maximum(a * b + c, d) - 0.5 * torch.minimum(a, c) / 3)
+    check(f, [randn(4, 5, 6, 70), randn(5, 1, 1, seed=1), randn(70, seed=2),
+              randn(4, 1, 6, 1, seed=3)])
+
+
+@pytest.mark.parametrize("op", [torch.triu, torch.tril, lambda x: torch.triu(x, 2),
+                                lambda x: torch.tril(x, -1)])
+def test_index_predicates(op):
+    check(fn_model(op), [randn(3, 45, 50)])
+
+
+# ------------------------------------------------------------------------------ reductions
+@pytest.mark.parametrize("op", [
+    lambda x: x.sum(1), lambda x: x.mean(-1), lambda x: x.amax(0), lambda x: x.min(2)[0],
+    lambda x: x.prod(1), lambda x: x.sum(), lambda x: x.mean((0, 2), keepdim=True),
+    lambda x: torch.max(x, dim=1).values, lambda x: x.sum((1, 2)), lambda x: x.var(1),
+    lambda x: x.std(-1, keepdim=True), lambda x: torch.logsumexp(x, 1),
+])
+def test_reduce(op):
+    x = randn(6, 33, 40) * (0.3 if op is not None else 1)
+    check(fn_model(op), [x])
+
+
+@pytest.mark.parametrize("op", [lambda x: x.argmax(1), lambda x: x.argmin(-1),
+                                lambda x: torch.argmax(x, 0), lambda x: torch.max(x, 2)[1]])
+def test_arg_reductions(op):
+    check(fn_model(op), [randn(5, 37, 41)])
+
+
+@pytest.mark.parametrize("op", [lambda x: torch.softmax(x, -1), lambda x: F.log_softmax(x, 1),
+                                lambda x: torch.softmax(x, 0), lambda x: F.normalize(x, dim=1),
+                                lambda x: x / x.abs().sum(1, keepdim=True),
+                                lambda x: x / torch.norm(x, p="fro")])
+def test_reduce_and_apply(op):
+    check(fn_model(op), [randn(9, 1000) * 4])
+
+
+# ------------------------------------------------------------------------------ norms
+class Norms(nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.m = {"bn": nn.BatchNorm2d(8), "ln": nn.LayerNorm([6, 10]),
+                  "gn": nn.GroupNorm(4, 8), "in": nn.InstanceNorm2d(8, affine=True),
+                  "rms": nn.RMSNorm([10])}[kind]
+        for p in self.m.parameters():
+            nn.init.normal_(p)
+
+    def forward(self, x):
+        return self.m(x)
+
+
+@pytest.mark.parametrize("kind", ["bn", "ln", "gn", "in", "rms"])
+def test_norms(kind):
+    check(Norms, [randn(4, 8, 6, 10) * 2 + 1], init=(kind,))
+
+
+def test_batch_norm_1d_training_statistics():
+    check(mod_model(lambda: nn.BatchNorm1d(50)), [randn(16, 50) + 3])
+
+
+# ------------------------------------------------------------------------------ losses
+@pytest.mark.parametrize("loss", ["mse", "smooth_l1", "huber", "l1", "kl", "triplet", "cosine",
+                                  "hinge", "ce"])
+def test_losses(loss):
+    a, b, c = randn(16, 100), randn(16, 100, seed=1), randn(16, 100, seed=2)
+    if loss == "ce":
+        check(fn_model(lambda x, t: F.cross_entropy(x, t)), [a, torch.arange(16) % 100])
+    elif loss == "kl":
+        check(fn_model(lambda p, q: F.kl_div(torch.log(p), q, reduction="batchmean")),
+              [a.softmax(-1), b.softmax(-1)])
+    elif loss == "triplet":
+        check(fn_model(lambda x, y, z: F.triplet_margin_loss(x, y, z, margin=1.0)), [a, b, c])
+    elif loss == "cosine":
+        check(fn_model(lambda x, y: torch.mean(1 - F.cosine_similarity(x, y, dim=1))), [a, b])
+    elif loss == "hinge":
+        t = torch.where(randn(16, 1, seed=4) > 0, 1.0, -1.0)
+        check(fn_model(lambda x, y: torch.mean(torch.clamp(1 - x * y, min=0))), [a, t])
+    else:
+        f = {"mse": F.mse_loss, "smooth_l1": F.smooth_l1_loss, "huber": F.huber_loss,
+             "l1": F.l1_loss}[loss]
+        check(fn_model(lambda x, y: f(x, y)), [a, b])
+
+
+# ------------------------------------------------------------------------------ scans
+@pytest.mark.parametrize("op", [lambda x: torch.cumsum(x, 1), lambda x: torch.cumprod(x, 1),
+                                lambda x: torch.cumsum(x.flip(1), 1).flip(1),
+                                lambda x: torch.cumsum(x, 0), lambda x: torch.cumsum(x, 1)
+                                - x])
+def test_scans(op):
+    x = randn(5, 77) if op is not None else None
+    check(fn_model(op), [1.0 + 0.01 * x])
+
+
+def test_exclusive_scan_with_cat_and_narrow():
+    def f(x):
+        c = torch.cumsum(x.narrow(1, 0, x.size(1) - 1), dim=1)
+        return torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), c), dim=1)
+    check(fn_model(f), [randn(6, 50)])
+
+
+# ------------------------------------------------------------------------------ pooling
+@pytest.mark.parametrize("pool,shape", [
+    (lambda: nn.MaxPool1d(4, 2, 1), (2, 3, 40)), (lambda: nn.AvgPool1d(5, 1, 2), (2, 3, 33)),
+    (lambda: nn.MaxPool2d(3, 1, 1, dilation=2), (2, 3, 12, 14)),
+    (lambda: nn.AvgPool2d(2), (2, 3, 12, 14)),
+    (lambda: nn.MaxPool3d(3, 2, 1, dilation=2), (1, 2, 8, 10, 12)),
+    (lambda: nn.AvgPool3d(3, 2, 1), (1, 2, 8, 6, 10)),
+    (lambda: nn.AdaptiveAvgPool2d(1), (2, 3, 7, 9)),
+])
+def test_pooling(pool, shape):
+    check(mod_model(pool), [randn(*shape)])
+
+
+# ------------------------------------------------------------------------------ GEMM adapter
+class Linear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(70, 50)
+
+    def forward(self, x):
+        return F.gelu(self.fc(x)) * 2.0
+
+
+@pytest.mark.parametrize("case", ["linear", "mm", "bmm", "tensor_matrix", "at", "bt", "gemv",
+                                  "einsum", "diag"])
+def test_gemm(case):
+    a = randn(40, 70)
+    if case == "linear":
+        prog = check(Linear, [a])
+        assert [s.kind for s in prog.plan.steps].count("matmul") == 1
+        return
+    cases = {
+        "mm": (lambda x, y: x @ y, [a, randn(70, 30, seed=1)]),
+        "bmm": (torch.bmm, [randn(3, 20, 30), randn(3, 30, 25, seed=1)]),
+        "tensor_matrix": (torch.matmul, [randn(2, 3, 20, 30), randn(30, 24, seed=1)]),
+        "at": (lambda x, y: x.T @ y, [randn(70, 40), randn(70, 30, seed=1)]),
+        "bt": (lambda x, y: torch.matmul(x, y.T), [a, randn(30, 70, seed=1)]),
+        "gemv": (torch.matmul, [a, randn(70, 1, seed=1)]),
+        "einsum": (lambda x, y: torch.einsum("bijl,lk->bijk", x, y),
+                   [randn(2, 3, 4, 70), randn(70, 9, seed=1)]),
+        "diag": (lambda d, m: torch.diag(d) @ m, [randn(40), randn(40, 30, seed=1)]),
+    }
+    f, xs = cases[case]
+    check(fn_model(f, len(xs)), xs)
+
+
+def test_gemm_with_fused_epilogue_and_norm():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 48)
+            self.gn = nn.GroupNorm(6, 48)
+
+        def forward(self, x):
+            return torch.softmax(self.gn(torch.sigmoid(self.fc(x)) * 1.5), dim=1)
+    check(M, [randn(20, 64)])
+
+
+# ------------------------------------------------------------------------------ partial
+def test_an_op_without_template_runs_in_torch_and_is_named():
+    prog = check(mod_model(lambda: nn.Conv1d(3, 4, 3)), [randn(2, 3, 20)], full=False)
+    assert prog.unsupported == ["conv1d"]
