@@ -146,8 +146,12 @@ class CompiledKernel:
         from argus.runtime import driver
         from argus.runtime.tma import make_tensor_map
 
+        from argus.runtime.coverage import check_launch
+
         symbols = self.bind(tensors)
         values = dict(_scalars or {})
+        check_launch(self.kernel, {**symbols, **values},  # no silently partial output
+                     exempt=getattr(self.kernel_fn, "partial_outputs", ()))
         grid = self.grid({**symbols, **values})
         if any(g <= 0 for g in grid):
             return False  # an empty problem: nothing to compute

@@ -24,8 +24,19 @@ class KernelFunction(KernelDef):
     """A kernel defined with `@ag.kernel`. Trace it, compile it, interpret it, or call it."""
 
     def __init__(self, fn: Callable, threads: int | None = None,
-                 cluster: tuple[int, int, int] = (1, 1, 1), name: str | None = None):
+                 cluster: tuple[int, int, int] = (1, 1, 1), name: str | None = None,
+                 partial_outputs: tuple[str, ...] = ()):
         super().__init__(fn, threads=threads, cluster=cluster, name=name)
+        # outputs the kernel writes only part of on purpose: exempt from the launch-time
+        # coverage check (argus/runtime/coverage.py), which refuses the others
+        self.partial_outputs = tuple(partial_outputs)
+        unknown = set(self.partial_outputs) - set(self.tensor_specs)
+        if unknown:
+            from argus.errors import TraceError
+
+            raise TraceError(f"kernel {self.name}: partial_outputs names "
+                             f"{', '.join(sorted(unknown))}, which are not tensor parameters",
+                             fix=f"name some of {', '.join(self.tensor_specs)}")
         self._compiled: dict[Any, Any] = {}
         self._front_ends: dict[Any, Any] = {}  # codegen.Source per compile-time values
 
@@ -55,11 +66,15 @@ class KernelFunction(KernelDef):
         Runtime scalars (ag.Scalar parameters) go positionally in signature order or by
         keyword; other keywords are compile-time values. Compile's front end runs first (once
         per compile-time values), so a kernel compile refuses is refused here, identically."""
-        from argus.runtime import interp
+        from argus.runtime import coverage, interp
 
         scalars, constexprs = self._split(kw)
         self.front_end(**constexprs)
-        return interp.run(self.trace(**constexprs), *arrays, **scalars)
+        kernel = self.trace(**constexprs)
+        tensors, values = interp.split_runtime_args(kernel, arrays, scalars)
+        coverage.check_launch(kernel, {**coverage.shape_values(kernel, tensors), **values},
+                              exempt=self.partial_outputs)
+        return interp.run(kernel, *arrays, **scalars)
 
     def front_end(self, **constexprs: Any):
         """The CUDA source compile would build for these compile-time values, through the same
@@ -80,9 +95,13 @@ class KernelFunction(KernelDef):
 
 
 def kernel(fn: Callable | None = None, *, threads: int | None = None,
-           cluster: tuple[int, int, int] = (1, 1, 1), name: str | None = None):
+           cluster: tuple[int, int, int] = (1, 1, 1), name: str | None = None,
+           partial_outputs: tuple[str, ...] = ()):
     """Decorate a Python function as an Argus kernel: `@ag.kernel` or
-    `@ag.kernel(threads=256, cluster=(2, 1, 1))`."""
+    `@ag.kernel(threads=256, cluster=(2, 1, 1))`. A launch whose stores provably leave part of
+    an output unwritten is refused, except for the outputs named in `partial_outputs`."""
     if fn is None:
-        return lambda f: KernelFunction(f, threads=threads, cluster=cluster, name=name)
-    return KernelFunction(fn, threads=threads, cluster=cluster, name=name)
+        return lambda f: KernelFunction(f, threads=threads, cluster=cluster, name=name,
+                                        partial_outputs=partial_outputs)
+    return KernelFunction(fn, threads=threads, cluster=cluster, name=name,
+                          partial_outputs=partial_outputs)

@@ -57,6 +57,17 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     return obs, finds
 
 
+def coverage_obligations(model: Model) -> list[tuple[StoreSite, Obligation]]:
+    """The store.coverage obligations alone, of tensors stored at one site (as above), with
+    their store: the launch-time check (argus/runtime/coverage.py) evaluates their
+    '|domain| >= extent' claim on the launched shapes."""
+    sites: dict[int, list[StoreSite]] = {}
+    for st in model.stores:
+        sites.setdefault(st.tensor.value.id, []).append(st)
+    return [(group[0], ob) for group in sites.values() if len(group) == 1
+            for ob in _coverage(model, group[0])[0]]
+
+
 def _dest(st: StoreSite, idx):
     """Destination coordinates of tile element `idx` (a transposed store swaps its axes)."""
     return list(trailing(st.offsets, _placed(st, idx)))

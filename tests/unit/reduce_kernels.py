@@ -10,7 +10,7 @@ SHAPES = {1: (512,), 2: (8, 256), 3: (2, 4, 128), 4: (2, 2, 2, 128)}
 FNS = ("sum", "max", "min", "prod", "argmax", "argmin")
 
 
-@ag.kernel
+@ag.kernel(partial_outputs=("S", "I"))   # the reduction lands in a corner of S or I
 def reduce_any(X: ag.Tensor["A", "B", "C", "D", ag.f32], S: ag.Tensor["A", "B", "C", "D", ag.f32],
                I: ag.Tensor["A", "B", "C", "D", ag.i32], rank: int = 2, axis: int = 1,
                fn: str = "sum", in_role: bool = False):
@@ -57,7 +57,7 @@ def masked(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["M", "N", ag.f32], causa
     ag.store(Y, (0, 0), y)
 
 
-@ag.kernel
+@ag.kernel(partial_outputs=("Ix", "Cs"))   # a row argmax and a column sum in corners
 def acc_softmax(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
                 O: ag.Tensor["M", "N", ag.f32], Mx: ag.Tensor["M", "N", ag.f32],
                 Ix: ag.Tensor["M", "N", ag.i32], Cs: ag.Tensor["M", "N", ag.f32],

@@ -1,0 +1,151 @@
+"""Launch-time store coverage: a launch whose stores provably leave part of an output unwritten
+for the launched shapes is refused with a LaunchError, on the GPU and in the interpreter.
+
+Why: the verifier proves store.coverage for every shape (verify/check_stores.py: per output
+dim, the number of positions the stores can reach, |domain|, against the dim's extent). Where
+that depends on the shapes (a dim covered by one tile: `ag.load(X, (row, 0), (1, BN))` with a
+row longer than BN) it is only a warning at compile time, because some launches are fine; but
+the launch that is not fine would return an output whose tail keeps whatever the buffer held
+(NaNs of torch.empty) and say nothing. Here the same claim is evaluated on the launched shape
+symbols. |domain| < extent proves that at most |domain| positions along that dim are written,
+so the check is exact for what it refuses: it never refuses a launch that covers the output.
+
+The user's word counts: when the kernel states a launch precondition (ag.tag_assume) that this
+launch breaks, the premise excludes the launch and nothing is refused here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+from argus.errors import LaunchError, Loc
+from argus.ir.core import Kernel
+
+_CLAIM = "|domain| >= extent"
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """Along dim `dim` (named `dim_name`) of output `tensor`, the stores at `loc` reach
+    `domain` positions; the dim has `extent`; both are terms over the shape symbols."""
+
+    tensor: str
+    dim: int
+    dim_name: str
+    loc: Loc
+    domain: Any
+    extent: Any
+    fix: str
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """A kernel's coverage requirements and its stated launch preconditions."""
+
+    kernel: str
+    requirements: tuple[Requirement, ...]
+    premises: tuple          # the model's premises: tag_assume and shape facts
+    symbols: dict            # shape symbol name -> z3 term
+
+    def check(self, values: dict[str, int], exempt: tuple[str, ...] = ()) -> None:
+        """Raise LaunchError when, for these shape-symbol values, a requirement provably
+        fails and no stated precondition excludes the launch (outputs in `exempt`, the
+        kernel's partial_outputs, are written partly on purpose)."""
+        if not self.requirements:
+            return
+        subst = [(self.symbols[k], z3.IntVal(int(v))) for k, v in values.items()
+                 if k in self.symbols]
+        for req in self.requirements:
+            if req.tensor in exempt:
+                continue
+            domain = _concrete(req.domain, subst)
+            extent = _concrete(req.extent, subst)
+            if domain is None or extent is None or domain >= extent:
+                continue
+            if any(z3.is_false(z3.simplify(z3.substitute(p, *subst))) for p in self.premises
+                   if subst):
+                return                        # the kernel's stated precondition excludes this
+            fix = (f"walk dim {req.dim} with the grid or an ag.range loop (as "
+                   f"examples/softmax_online.py does), or pass compile-time values whose tile "
+                   f"covers {req.dim_name} = {extent}")
+            raise LaunchError(
+                f"kernel {self.kernel}: its stores leave part of {req.tensor} unwritten for "
+                f"this launch: dim {req.dim} of {req.tensor} has {req.dim_name} = {extent} "
+                f"elements but the store at {req.loc} reaches at most {domain} of them; "
+                f"the other {extent - domain} would keep the buffer's old contents",
+                fix=fix + (f"; or, if such launches never happen, {req.fix}" if req.fix else "")
+                + f"; a kernel that writes part of {req.tensor} on purpose says so: "
+                  f"@ag.kernel(partial_outputs=({req.tensor!r},))")
+
+
+def _concrete(term, subst) -> int | None:
+    value = z3.simplify(z3.substitute(term, *subst) if subst else term)
+    return value.as_long() if z3.is_int_value(value) else None
+
+
+def _split(claim):
+    """(domain, extent) of the claim `domain >= extent` (z3 may have built `extent <= domain`)."""
+    kind = claim.decl().kind()
+    if kind == z3.Z3_OP_GE:
+        return claim.arg(0), claim.arg(1)
+    if kind == z3.Z3_OP_LE:
+        return claim.arg(1), claim.arg(0)
+    return None
+
+
+def of_kernel(kernel: Kernel) -> Coverage:
+    """The coverage requirements of a traced or lowered kernel. A kernel the verifier cannot
+    model has none: this check refuses only what it can prove."""
+    from argus.verify import check_stores
+    from argus.verify.model import Model
+
+    try:
+        model = Model(kernel)
+        obligations = check_stores.coverage_obligations(model)
+    except Exception:  # noqa: BLE001 - unmodelled: nothing is proven, nothing is refused
+        return Coverage(kernel.name, (), (), {})
+    reqs = []
+    for store, ob in obligations:
+        claim = dict(ob.claims).get(_CLAIM)
+        parts = _split(claim) if claim is not None else None
+        if parts is None:
+            continue
+        found = re.match(r"dim (\d+) ", ob.subject)      # "dim 1 of Y stored at ..."
+        dim = int(found.group(1)) if found else -1
+        dims = store.tensor.dims
+        reqs.append(Requirement(store.tensor.name, dim,
+                                str(dims[dim]) if 0 <= dim < len(dims) else "its size",
+                                ob.loc, parts[0], parts[1], ob.fix))
+    return Coverage(kernel.name, tuple(reqs), tuple(model.premises), dict(model.params))
+
+
+_CACHE: dict[int, tuple[Kernel, Coverage]] = {}
+_CACHE_SIZE = 256
+
+
+def check_launch(kernel: Kernel, values: dict[str, int], exempt: tuple[str, ...] = ()) -> None:
+    """`of_kernel(kernel).check(values, exempt)`, the analysis cached per kernel object."""
+    hit = _CACHE.get(id(kernel))
+    if hit is None or hit[0] is not kernel:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        hit = _CACHE[id(kernel)] = (kernel, of_kernel(kernel))
+    hit[1].check(values, exempt)
+
+
+def shape_values(kernel: Kernel, tensors) -> dict[str, int]:
+    """Shape symbol -> size from the tensors given for the kernel's tensor parameters (in
+    order; anything with a .shape). Inconsistent sizes are the launcher's to report."""
+    from argus.ir.types import TensorType
+
+    params = [p for p in kernel.params if isinstance(p.value.type, TensorType)]
+    values: dict[str, int] = {}
+    for p, t in zip(params, tensors):
+        for dim, size in zip(p.value.type.shape, getattr(t, "shape", ())):
+            if isinstance(dim, str):
+                values.setdefault(dim, int(size))
+    return values
