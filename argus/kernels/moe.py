@@ -78,7 +78,7 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
 
     def moe_grouped_gemm(A: ag.Tensor["M", "K", ag.bf16],
                          W: ag.Tensor[(*w_dims, ag.bf16)],
-                         TileExpert: ag.Tensor[1, "MT", ag.i32],
+                         TileExpert: ag.Tensor["MT", 1, ag.i32],
                          Tiles: ag.Tensor[1, 1, ag.i32],
                          C: ag.Tensor["M", "NC", ag.bf16],
                          s: MoeSchedule = PREFILL):
@@ -91,7 +91,7 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
         # row mismatch is not caught by it today: the pairing rests on the tile mapping).
         route, tile_expert = ag.opaque("route"), ag.opaque("tile_expert")
         ag.tag_tensor(A, expert=lambda r, k: route(r))
-        ag.tag_tensor(TileExpert, value=lambda zero, m: tile_expert(m))
+        ag.tag_tensor(TileExpert, value=lambda m, zero: tile_expert(m))
         # the contiguous layout's contract: every row of m-tile m is expert tile_expert[m]'s
         ag.tag_assume(lambda r: route(r) == tile_expert(r // s.bm))
         if gated:
@@ -115,7 +115,7 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
             """(m-tile, n-tile, expert or None) of this CTA's units."""
             for unit in ag.range(pid, m_tiles * n_tiles, programs):
                 m, n = tile_coords(unit, m_tiles, n_tiles, s.group_m)
-                yield m, n, ag.load_scalar(TileExpert, (0, m)) if expert else None
+                yield m, n, ag.load_scalar(TileExpert, (m, 0)) if expert else None
 
         with ag.role("producer", warpgroups=1, regs=s.producer_regs):
             for m, n, expert in units(True):

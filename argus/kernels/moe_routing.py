@@ -6,9 +6,9 @@ The pipeline, for T tokens, E experts, top-k k, N = T * k (token, slot) entries:
 
     topk_softmax / topk_sigmoid_grouped   logits [T, E]       -> ids [T, k], weights [T, k]
     count        (grid: chunks of entries) ids [N]            -> counts [C, E]
-    offsets      (one CTA)                counts               -> chunk_base [C, E],
-                                                                  expert_start [1, E] (rows),
-                                                                  tile_expert [1, MT], tiles [1, 1]
+    scan         (one CTA)                counts               -> chunk_base [C, E], totals [1, E]
+    layout       (one CTA)                totals               -> expert_start [1, E] (rows),
+                                                                  tile_expert [MT, 1], tiles [1, 1]
     positions    (grid: chunks)           ids, chunk_base, expert_start -> pos [N, 1]
     permute      (grid: tokens)           x [T, H], pos        -> xp [M_pad, H]
     (the grouped GEMMs of argus/kernels/moe.py run over xp's first tiles[0] * BM rows)
@@ -37,8 +37,8 @@ import argus as ag
 from argus.dtypes import DType
 
 SUB = 32          # entries per inner step of count / positions: [SUB, BE] one-hot tiles
-MAX_CHUNKS = 128  # chunks of entries: the serial loop of `offsets` walks this many at most
-TILE_ROWS = 128   # m-tiles labelled per step of `offsets`
+MAX_CHUNKS = 128  # chunks of entries: the serial loop of `scan` walks this many at most
+EB = 32           # experts (m-tiles) per step of `layout`: [EB, BE] tiles
 NEG_INF = float("-inf")
 
 
@@ -175,67 +175,79 @@ def _one_hot(ids, be: int):
 
 @functools.lru_cache(maxsize=None)
 def count_kernel(be: int) -> ag.KernelFunction:
-    """counts[c, e] = entries of chunk c routed to expert e, also stored transposed (countsT
-    [E, C]): the offsets kernel needs the counts both along a row and down a column."""
+    """counts[c, e] = entries of chunk c routed to expert e."""
 
-    def moe_count(Ids: ag.Tensor["N", ag.i32], Counts: ag.Tensor["C", "E", ag.i32],
-                  CountsT: ag.Tensor["E", "C", ag.i32]):
+    def moe_count(Ids: ag.Tensor["N", ag.i32], Counts: ag.Tensor["C", "E", ag.i32]):
         (c,) = ag.grid(Counts.shape[0])
         chunk = _chunk(Ids.shape[0])
         counts = ag.zeros((1, be), ag.i32)
-        counts_t = ag.zeros((be, 1), ag.i32)
         for s in ag.range(0, chunk, SUB):
             ids = ag.load(Ids, (c * chunk + s,), (SUB,), other=-1)
             counts = counts + _indicator(_one_hot(ids, be)).sum(axis=0)
-            counts_t = counts_t + _indicator(ag.arange(be)[:, None] == ids[None, :]).sum(axis=1)
         ag.store(Counts, (c, 0), counts)
-        ag.store(CountsT, (0, c), counts_t)
 
     return ag.kernel(moe_count, threads=128, name=f"moe_count_{be}")
 
 
 @functools.lru_cache(maxsize=None)
-def offsets_kernel(be: int, bm: int) -> ag.KernelFunction:
-    """One CTA: chunk_base[c, e] = entries of expert e in chunks before c; the padded segments
-    expert_start[0, e] (rows, multiples of bm); tile_expert[0, m] = the expert of m-tile m
-    (-1 past the last segment) and tiles[0, 0] = the m-tiles of all segments."""
+def scan_kernel(be: int) -> ag.KernelFunction:
+    """One CTA: chunk_base[c, e] = entries of expert e in chunks before c, and totals[0, e] =
+    all entries of expert e."""
 
-    # The outputs name their dims apart from the counts' ("CB", "ES"): a scan's value at
-    # chunk c (expert e) sums the counts of other chunks (experts), so the verifier's
-    # store.coords claim "the value comes from the destination's coordinates" holds only
-    # along the other axis (ChunkBase[c, e] sums column e: checked) and not along the scan.
-    def moe_offsets(Counts: ag.Tensor["C", "E", ag.i32], CountsT: ag.Tensor["E", "C", ag.i32],
-                    ChunkBase: ag.Tensor["CB", "E", ag.i32],
-                    ExpertStart: ag.Tensor[1, "ES", ag.i32],
-                    TileExpert: ag.Tensor[1, "MT", ag.i32], Tiles: ag.Tensor[1, 1, ag.i32]):
+    # The outputs name their dims apart from the counts' ("CB", "ES"): a scan's value at chunk
+    # c sums the counts of other chunks, so the verifier's store.coords claim "the value comes
+    # from the destination's coordinates" holds along the expert axis (checked) and not
+    # along the scan.
+    def moe_scan(Counts: ag.Tensor["C", "E", ag.i32], ChunkBase: ag.Tensor["CB", "E", ag.i32],
+                 Totals: ag.Tensor[1, "E", ag.i32]):
         (pid,) = ag.grid(1)
-        E = Counts.shape[1]
-        ag.tag_assume(lambda: ag.tag_all(ag.sym(ChunkBase.shape[0]) == ag.sym(Counts.shape[0]),
-                                         ag.sym(ExpertStart.shape[1]) == ag.sym(E)))
-        running = ag.zeros((1, be), ag.i32)     # per expert, along a row ...
-        running_t = ag.zeros((be, 1), ag.i32)   # ... and down a column
+        ag.tag_assume(lambda: ag.sym(ChunkBase.shape[0]) == ag.sym(Counts.shape[0]))
+        running = ag.zeros((1, be), ag.i32)
         for c in ag.range(ChunkBase.shape[0]):   # a serial scan over the (few) chunks
             counts = ag.load(Counts, (c, 0), (1, be))
             ag.store(ChunkBase, (c, 0), running)
             running = running + counts
-            running_t = running_t + ag.load(CountsT, (0, c), (be, 1))
-        rows = ag.arange(be)[:, None]
+        ag.store(Totals, (0, 0), running)
+
+    return ag.kernel(moe_scan, threads=128, name=f"moe_scan_{be}")
+
+
+@functools.lru_cache(maxsize=None)
+def layout_kernel(be: int, bm: int) -> ag.KernelFunction:
+    """One CTA, from the per-expert totals: the padded segments expert_start[0, e] (rows,
+    multiples of bm), tiles[0, 0] = the m-tiles of all segments, and tile_expert[m, 0] = the
+    expert of m-tile m (-1 past the last segment)."""
+
+    # TotalsCol is the totals again as one column ([E, 1]): the prefix sum over experts pairs
+    # each expert (a column of the tile) with the earlier ones (rows), EB of them per step.
+    # ExpertStart names its dim apart ("ES"): its value at e sums other experts' tiles.
+    def moe_layout(Totals: ag.Tensor[1, "E", ag.i32], TotalsCol: ag.Tensor["EC", 1, ag.i32],
+                   ExpertStart: ag.Tensor[1, "ES", ag.i32], TileExpert: ag.Tensor["MT", 1, ag.i32],
+                   Tiles: ag.Tensor[1, 1, ag.i32]):
+        (pid,) = ag.grid(1)
+        E = Totals.shape[1]
+        ag.tag_assume(lambda: ag.tag_all(ag.sym(TotalsCol.shape[0]) == ag.sym(E),
+                                         ag.sym(ExpertStart.shape[1]) == ag.sym(E)))
         cols = ag.arange(be)[None, :]
-        # m-tiles per expert (integer division; 0 past E, where the loads filled 0)
-        tiles = ag.where(cols < E, (running + (bm - 1)) / bm, 0)       # [1, BE]
-        tiles_t = ag.where(rows < E, (running_t + (bm - 1)) / bm, 0)   # [BE, 1]
+        # m-tiles per expert (integer division; 0 past E)
+        tiles = ag.where(cols < E, (ag.load(Totals, (0, 0), (1, be)) + (bm - 1)) / bm, 0)
         # exclusive prefix sum over experts: start[e] = sum of tiles[e'] for e' < e
-        start = ag.where(rows < cols, tiles_t, 0).sum(axis=0)
+        start = ag.zeros((1, be), ag.i32)
+        for e0 in ag.range(0, E, EB):
+            earlier = ag.arange(EB)[:, None] + e0                        # [EB, 1]: e'
+            block = ag.load(TotalsCol, (e0, 0), (EB, 1))
+            block = ag.where(earlier < E, (block + (bm - 1)) / bm, 0)
+            start = start + ag.where(earlier < cols, block, 0).sum(axis=0)
         ag.store(ExpertStart, (0, 0), start * bm)
         ag.store(Tiles, (0, 0), tiles.sum(axis=1))
         # the expert of m-tile m: how many segments (of experts < E) end at or before it
-        end_t = ag.where(cols <= rows, tiles, 0).sum(axis=1)   # [BE, 1] inclusive prefix
-        for m0 in ag.range(0, TileExpert.shape[1], TILE_ROWS):
-            m = ag.arange(TILE_ROWS)[None, :] + m0                  # [1, TILE_ROWS]
-            expert = _indicator((end_t <= m) & (rows < E)).sum(axis=0)
-            ag.store(TileExpert, (0, m0), ag.where(expert < E, expert, -1))
+        end = start + tiles
+        for m0 in ag.range(0, TileExpert.shape[0], EB):
+            m = ag.arange(EB)[:, None] + m0                                # [EB, 1]
+            expert = _indicator((end <= m) & (cols < E)).sum(axis=1)
+            ag.store(TileExpert, (m0, 0), ag.where(expert < E, expert, -1))
 
-    return ag.kernel(moe_offsets, threads=128, name=f"moe_offsets_{be}_{bm}")
+    return ag.kernel(moe_layout, threads=128, name=f"moe_layout_{be}_{bm}")
 
 
 @functools.lru_cache(maxsize=None)

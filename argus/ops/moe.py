@@ -227,10 +227,10 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
     weights = topk_weights.to(torch.float32).contiguous()
     C, M = layer.chunks, layer.padded_rows
     counts = torch.empty(C, E, **i32)
-    counts_t = torch.empty(E, C, **i32)
     chunk_base = torch.empty(C, E, **i32)
     expert_start = torch.empty(1, E, **i32)
-    tile_expert = torch.empty(1, M // bm, **i32)
+    totals = torch.empty(1, E, **i32)
+    tile_expert = torch.empty(M // bm, 1, **i32)
     tiles = torch.empty(1, 1, **i32)
     pos = torch.empty(layer.entries, 1, **i32)
     bf = dict(dtype=torch.bfloat16, device=dev)
@@ -241,9 +241,9 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
     y = torch.empty(M, layer.hidden, **bf)
     out = torch.empty(layer.tokens, layer.hidden, **bf)
 
-    run(R.count_kernel(be), ids, counts, counts_t)
-    run(R.offsets_kernel(be, bm), counts, counts_t, chunk_base, expert_start, tile_expert,
-        tiles)
+    run(R.count_kernel(be), ids, counts)
+    run(R.scan_kernel(be), counts, chunk_base, totals)
+    run(R.layout_kernel(be, bm), totals, totals.view(E, 1), expert_start, tile_expert, tiles)
     run(R.positions_kernel(be), ids, ids, chunk_base, expert_start, pos)
     run(R.permute_kernel(layer.top_k, BH), x, pos, xp)
     gate_up = w13.view(E, 2, layer.inter, layer.hidden)   # the gate and up planes

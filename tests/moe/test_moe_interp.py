@@ -138,14 +138,16 @@ def test_layout_with_chunks_longer_than_one_step():
     assert chunk == 64
     C = -(-N // chunk)
     i32 = dict(dtype=torch.int32)
-    counts, counts_t = torch.full((C, E), -7, **i32), torch.full((E, C), -7, **i32)
+    counts = torch.full((C, E), -7, **i32)
     base, start = torch.full((C, E), -7, **i32), torch.full((1, E), -7, **i32)
     MT = R.max_padded_rows(N, E, bm) // bm
-    te, tiles = torch.full((1, MT), -7, **i32), torch.full((1, 1), -7, **i32)
+    te, tiles = torch.full((MT, 1), -7, **i32), torch.full((1, 1), -7, **i32)
+    totals = torch.full((1, E), -7, **i32)
     pos = torch.full((N, 1), -7, **i32)
     flat = ids.view(-1)
-    R.count_kernel(be).interpret(flat, counts, counts_t)
-    R.offsets_kernel(be, bm).interpret(counts, counts_t, base, start, te, tiles)
+    R.count_kernel(be).interpret(flat, counts)
+    R.scan_kernel(be).interpret(counts, base, totals)
+    R.layout_kernel(be, bm).interpret(totals, totals.view(E, 1), start, te, tiles)
     R.positions_kernel(be).interpret(flat, flat, base, start, pos)
     n = torch.bincount(flat.long(), minlength=E)
     padded = (n + bm - 1) // bm * bm
