@@ -112,3 +112,12 @@ def test_schedules(schedule, causal):
 
 def test_head_dim_128():
     assert_close(*run(1, 1, 1, 70, 100, 128, True, SMALL))
+
+
+@pytest.mark.parametrize("num_sms", [1, 2, 3])
+def test_persistent_causal_walk_with_one_key(num_sms):
+    """The shape tests/verify/test_attention_schedules.py's xfail names (S = 129, SK = 1): the
+    persistent walk's producer and consumers agree on every tile's KV steps (the interpreter
+    would report a hang), the first tile's rows see no key."""
+    schedule = AttentionSchedule(persistent=True, num_sms=num_sms)
+    assert_close(*run(1, 1, 1, 129, 1, 128, True, schedule))
