@@ -72,8 +72,8 @@ class AttentionSchedule:
     persistent: bool = False
     num_sms: int = NUM_SMS
     epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
-    # Hook for ping-pong (FA3): consumer warpgroups take turns through named barriers, so one's
-    # softmax overlaps the other's GEMMs. Needs ordered roles in the compiler (not there yet).
+    # Hook for ping-pong (FA3): consumer warpgroups take turns issuing their GEMMs (ag.ordered,
+    # named barriers), so one's softmax overlaps the other's GEMMs. Refused for now (_problems).
     ordered: bool = False
     # FA3's intra-warpgroup overlap: issue S = Q K^T of the next block before the softmax of
     # this one, so the softmax runs while the tensor cores compute (S of two blocks live).
@@ -111,8 +111,13 @@ class AttentionSchedule:
         if self.num_sms < 1:
             problems.append(f"num_sms={self.num_sms} must be positive")
         if self.ordered:
-            problems.append("ordered=True (ping-pong consumer warpgroups) needs ordered roles "
-                            "in the compiler, which are not there yet")
+            # ag.ordered refuses a section inside an open pipeline step (a warpgroup waiting
+            # for its turn must not hold a ring slot), and the consumers' KV loop runs inside
+            # the step that holds Q; ping-pong needs Q held another way (or that rule to accept
+            # a slot every warpgroup of the role holds at once, as Q's is)
+            problems.append("ordered=True (ping-pong consumer warpgroups) is not built yet: the "
+                            "KV loop runs inside Q's pipeline step, where ag.ordered sections "
+                            "are refused")
         return problems
 
     def problems_for(self, head_dim: int, dtype: DType = ag.bf16) -> list[str]:
