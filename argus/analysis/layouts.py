@@ -10,9 +10,13 @@ argus.target.register_layouts.build turns into a RegisterLayout) and inserts exp
   threads), slices / conversions / expand_dims follow their source, an elementwise result
   takes the layout of its full-shape operands (the accumulator's when one is), and a variable
   takes the layout of what is assigned to it;
-- flexible tiles (constants `full`/`zeros`, `arange` index tiles, and pointwise math over only
-  those) adopt whatever layout their first user needs: the user's layout sliced along the dims
-  they broadcast over. A flexible tile no user constrains is "blocked";
+- flexible tiles (constants `full`/`zeros`, `arange` index tiles, rank-1 global loads, and
+  pointwise math over only those) adopt whatever layout their first user needs: the user's
+  layout sliced along the dims they broadcast over. A flexible tile no user constrains is
+  "blocked". A rank-1 load is a vector broadcast against a tile (a per-row scale of an
+  accumulator, `acc * scale[:, None]`): loaded in the accumulator's slice, each thread reads
+  the few elements it combines, instead of a blocked load and a conversion through shared
+  memory;
 - then every operand that cannot broadcast into its user's layout in the same thread
   (RegisterLayout.broadcast_map) gets a `convert_layout` into the layout it needs.
 Errors name the op, the line and why.
@@ -102,6 +106,9 @@ def _flexible(kernel: Kernel, pinned: set[int]) -> set[int]:
     for op in kernel.walk():
         if isinstance(op, _FLEXIBLE_SOURCES) and op.result.id not in pinned:
             flex.add(op.result.id)
+        elif isinstance(op, O.Load) and len(op.result.type.shape) == 1 and \
+                op.result.id not in pinned:
+            flex.add(op.result.id)   # a vector: loaded in whatever layout its user needs
         elif isinstance(op, (O.Elementwise, O.ExpandDims, O.Convert)):
             tiles = [a for a in op.operands() if isinstance(a.type, TileType)]
             if tiles and all(a.id in flex for a in tiles) and op.result.id not in pinned:
@@ -144,7 +151,7 @@ def _forward(ops, layout, acc_ids, a_ids, flexible, threads) -> None:
         res = op.results()[0] if op.results() else None
         if isinstance(op, O.Full) and (op.result.id in acc_ids):
             _set(layout, op.result, WGMMA_ACC, op, "wgmma accumulates into it")
-        elif isinstance(op, O.Load):
+        elif isinstance(op, O.Load) and op.result.id not in flexible:
             acc = op.result.id in acc_ids | a_ids
             _set(layout, op.result, WGMMA_ACC if acc else BLOCKED, op,
                  "a register wgmma operand" if acc else "a global load")

@@ -10,15 +10,30 @@ Built from the same warp-specialized skeleton as `argus.kernels.gemm`
 (argus/kernels/warp_specialized.py): one producer warpgroup streams A and W tiles through a
 STAGES-deep TMA ring of 128B-swizzled shared memory; each of `consumers` warpgroups multiplies
 a 64-row slice with `wgmma.m64nNk32.f32.e4m3.e4m3`, BK = 128 e4m3 = one 128-byte swizzle row,
-so a stage is four k32 instructions. Accumulation is fp32 over all of K
-(per-tensor scales need no promotion); the epilogue multiplies the accumulator by
+so a stage is four k32 instructions. The epilogue multiplies the accumulator by
 scale_a * scale_b, read from device memory once per consumer (no host sync), and converts to
 the output type. Invariant: every element of C is written once, from fp32 accumulators of all
 K, by the consumer that owns its rows.
+
+Promotion (`Fp8GemmSchedule.promote`, DeepSeek-V3 §3.3.2 / DeepGEMM): the tensor core's fp8
+accumulator keeps fewer than fp32's bits, so instead of accumulating all of K in it, each
+128-deep K block (one stage: four k32 wgmma) goes into a fresh wgmma accumulator (scale-d = 0),
+which the CUDA cores then add into an fp32 main accumulator once that group has retired.
+`gemm_fp8_blockscaled_kernel` always promotes, because that is where its scales are applied:
+
+    C[i, j] = sum_b  scale_a[i, b] * scale_b[j // 128, b] * sum_{k in block b} A[i, k] W[j, k]
+
+with scale_a [M, K/128] (one scale per token and 128-K block, "1x128") and scale_b
+[N/128, K/128] (one per 128x128 weight block), the DeepSeek-V3 / DeepGEMM convention. The
+kernel takes scale_a as its MN-major transpose [K/128, M'] (M' >= M: rows of one K block
+contiguous, DeepGEMM's TMA-friendly layout); each consumer reads the 2 scales of the rows it
+holds per K block straight into its accumulator's row layout, and scale_b as one scalar per
+block (two where a tile straddles a 128-column weight block: selected per column).
 """
 
 import functools
 from dataclasses import dataclass
+from typing import Callable
 
 import argus as ag
 from argus.dtypes import DType
@@ -27,6 +42,9 @@ from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler,
                                             store_tile_staged)
 
 BK_BYTES = 128  # one 128-byte swizzle row of e4m3: the K depth of a stage
+SCALE_BLOCK = 128  # K (and weight N) extent of one block scale: one stage of K
+# promotion holds a main and a partial accumulator: 2 x bn / 2 registers per consumer thread
+PROMOTE_MAX_BN = 160
 
 
 @dataclass(frozen=True)
@@ -35,9 +53,17 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
     warp_specialized.py) with bk in e4m3 elements (= bytes), one 128-byte row."""
 
     bk: int = BK_BYTES
+    # add each 128-deep K block's wgmma partial into an fp32 accumulator on the CUDA cores
+    # (the block-scaled kernel always does; for per-tensor scales it buys cuBLAS's accuracy)
+    promote: bool = False
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
+        if self.promote and self.bn > PROMOTE_MAX_BN:
+            problems.append(f"promote keeps two {self.bm // self.consumers}x{self.bn} fp32 "
+                            f"accumulators per consumer (the main one and the block's "
+                            f"partial): bn={self.bn} exceeds the register budget "
+                            f"(bn <= {PROMOTE_MAX_BN})")
         if self.pingpong:
             problems.append("pingpong is built for the bf16/fp16 GEMM only (argus/kernels/"
                             "gemm.py); the fp8 kernel runs cooperative consumers")
@@ -94,7 +120,10 @@ def gemm_fp8_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
                 return (tile * scale).to(out_dtype)
 
             for unit in sched.units():
-                acc = ring.mma(k_steps, wg, zero_by_wgmma=s.zero_by_wgmma)
+                if s.promote:  # per-tensor scales: the partials are added unscaled
+                    acc = promoted_mma(ring, k_steps, wg, lambda k: None)
+                else:
+                    acc = ring.mma(k_steps, wg, zero_by_wgmma=s.zero_by_wgmma)
                 if s.epilogue == "tma":
                     # each block stored as soon as it is staged (the order measured on the
                     # GPU; the bf16 GEMM's whole-round runs are untried here)
@@ -105,3 +134,94 @@ def gemm_fp8_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
 
     name = "gemm_fp8" if out_dtype == ag.bf16 else f"gemm_fp8_{out_dtype.name}"
     return ag.kernel(gemm_fp8, name=name)
+
+
+def promoted_mma(ring: OperandRing, k_steps, wg, scale_of: Callable):
+    """The promoting consumer's main loop for one unit: each K step (one 128-deep block) is
+    multiplied into a fresh fp32 wgmma accumulator (scale-d = 0, no zeroing), which is added
+    into the main fp32 accumulator on the CUDA cores, times `scale_of(k)` (a tile that
+    broadcasts against warpgroup wg's 64 x bn rows, or None for no scale). Returns the main
+    accumulator. The scales are read before the step's full-barrier wait, so their loads are
+    in flight while the stage arrives."""
+    rows = ring.bm // ring.consumers
+    acc = ag.zeros((rows, ring.bn), ag.f32)
+    for k in ag.range(k_steps):
+        scale = scale_of(k)
+        with ring.pipe.consume() as stage:
+            part = ag.zeros((rows, ring.bn), ag.f32, by_wgmma=True)
+            ag.wgmma(ring.a[stage].rows_of(wg * rows, rows), ring.b[stage].rows_of(0, ring.bn),
+                     part)
+            acc = acc + (part if scale is None else part * scale)
+    return acc
+
+
+def block_scales(scale_a_t, scale_b, unit_m, unit_n, wg, k, *, bm: int, bn: int, rows: int):
+    """The scales of K block k for warpgroup wg's rows of the unit's tile, as one tile that
+    broadcasts against its 64 x bn partial: scale_a_t[k, row] (rows as a column vector) times
+    scale_b[col // 128, k] (one scalar when the tile lies in one 128-column weight block, else
+    the two blocks' scalars chosen per column). Rows past M and blocks past N read 0."""
+    first_row = unit_m * bm + wg * rows
+    per_row = ag.load(scale_a_t, (k, first_row), (rows,))
+    first_col = unit_n * bn
+    block = first_col // SCALE_BLOCK
+    left = ag.load_scalar(scale_b, (block, k))
+    if SCALE_BLOCK % bn == 0:  # bn-wide tiles never straddle a weight block
+        return (per_row * left)[:, None]
+    right = ag.load_scalar(scale_b, (block + 1, k))
+    # columns before the next weight block's first column take the left block's scale
+    split = (block + 1) * SCALE_BLOCK - first_col
+    per_col = ag.where(ag.arange(bn)[None, :] < split, left, right)
+    return per_row[:, None] * per_col
+
+
+@functools.cache
+def gemm_fp8_blockscaled_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
+    """The block-scaled fp8 GEMM for one output type (see the module docstring): 1x128
+    activation scales ScaleAT [K/128, M'] (MN-major, M' >= M), 128x128 weight scales ScaleB
+    [N/128, K/128]; K a multiple of 128 (the op checks it). Needs Fp8GemmSchedule(promote=True).
+    """
+    if out_dtype not in (ag.bf16, ag.f16, ag.f32):
+        raise ValueError(f"the fp8 GEMM writes bf16, f16 or f32, not {out_dtype}")
+
+    def gemm_fp8_blockscaled(A: ag.Tensor["M", "K", ag.e4m3],
+                             W: ag.Tensor["N", "K", ag.e4m3],
+                             ScaleAT: ag.Tensor["KB", "MS", ag.f32],
+                             ScaleB: ag.Tensor["NB", "KB", ag.f32],
+                             C: ag.Tensor["M", "N", out_dtype],
+                             s: Fp8GemmSchedule = Fp8GemmSchedule(bn=128, stages=6,
+                                                                  promote=True)):
+        if not s.promote:
+            raise ag.TraceError("block scales are applied when each K block's partial is "
+                                "promoted: the block-scaled kernel needs promote=True",
+                                fix="pass Fp8GemmSchedule(..., promote=True)")
+        M, K = A.shape
+        N = W.shape[0]
+        sched = TileScheduler.launch(M, N, s.bm, s.bn, cluster=s.cluster_m,
+                                     persistent=s.persistent, num_sms=s.num_sms,
+                                     group_m=s.group_m)
+        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
+        k_steps = ring.k_steps(K)
+        rows = s.bm // s.consumers
+        if s.epilogue == "tma":
+            staging = Staging.alloc(s.consumers, rows, s.bn, out_dtype)
+
+        with ag.role("producer", warpgroups=1, regs=s.producer_regs):
+            for unit in sched.units():
+                ring.load(k_steps, A, W, unit, rank=sched.rank, cluster=s.cluster_m)
+
+        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
+            def finish(tile):
+                return tile.to(out_dtype)
+
+            for unit in sched.units():
+                acc = promoted_mma(ring, k_steps, wg, lambda k, u=unit: block_scales(
+                    ScaleAT, ScaleB, u.m, u.n, wg, k, bm=s.bm, bn=s.bn, rows=rows))
+                if s.epilogue == "tma":
+                    store_tile_staged(C, unit, wg, acc, staging, bm=s.bm, bn=s.bn, rows=rows,
+                                      finish=finish, run=1)
+                else:
+                    store_tile(C, unit, wg, acc, bm=s.bm, bn=s.bn, rows=rows, finish=finish)
+
+    name = "gemm_fp8_blockscaled" if out_dtype == ag.bf16 else \
+        f"gemm_fp8_blockscaled_{out_dtype.name}"
+    return ag.kernel(gemm_fp8_blockscaled, name=name)

@@ -2,7 +2,8 @@
 
 `ag.zeros(..., by_wgmma=True)` (a schedule choice) marks the tile; this pass proves it legal —
 the tile's next use in its region is a loop in which only pipelined wgmma (inside `consume`
-steps) touch it — and rejects it otherwise. Such a tile needs no zeroing instructions: the
+steps) touch it, or a wgmma into it right there (a fresh partial accumulator per pipeline step,
+as fp8 promotion uses one per K block) — and rejects it otherwise. Such a tile needs no zeroing instructions: the
 first wgmma runs with scale-d = 0, which computes D = A·B instead of D = A·B + D. The codegen
 keeps a "still zero" flag and zeroes the registers only if the loop ran no iteration.
 Semantics are unchanged (the interpreter ignores the flag); it removes 128 moves and a register
@@ -50,12 +51,14 @@ def _region(region: Region) -> Region:
             continue
         vid = op.result.id
         nxt = next((o for o in ops[j + 1:] if _touches(o, vid)), None)
-        legal = (op.value == 0.0 and op.result.type.layout == "wgmma_acc"
-                 and isinstance(nxt, O.For) and _only_pipelined_wgmma(nxt, vid))
+        first_writer = (isinstance(nxt, O.For) and _only_pipelined_wgmma(nxt, vid)) or \
+            (isinstance(nxt, O.Wgmma) and nxt.acc.id == vid)
+        legal = op.value == 0.0 and op.result.type.layout == "wgmma_acc" and first_writer
         if not legal:
-            raise CompileError("ag.zeros(..., by_wgmma=True) needs an accumulator whose next use "
-                               "is a loop of pipelined wgmma (inside pipe.consume) that nothing "
-                               "else touches", op.loc, fix="drop by_wgmma=True")
+            raise CompileError("ag.zeros(..., by_wgmma=True) needs an accumulator whose next "
+                               "use is a wgmma into it, or a loop of pipelined wgmma (inside "
+                               "pipe.consume) that nothing else touches", op.loc,
+                               fix="drop by_wgmma=True")
     return Region(tuple(ops))
 
 

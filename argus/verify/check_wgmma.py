@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import z3
 
+from argus.ir import ops as O
+from argus.ir.types import TileType
 from argus.verify import witness as W
 from argus.verify.model import Model, WgmmaSite, _num, b_index
 from argus.verify.obligation import Obligation
@@ -111,9 +113,60 @@ def _minimize(site: WgmmaSite) -> list:
     return [s.var for s in site.site.scopes if s.kind == "loop"]
 
 
+def _promoted_into(model: Model, acc_id: int):
+    """The `var` that a partial accumulator is promoted into, or None: the partial is added
+    once into a loop-carried variable, `v = v + part` or `v = v + part * s` (a scale s that
+    does not read the partial), as fp8 promotion does per K block. Its sum then runs over the
+    loops `v` is carried through, not only the partial's own (a K slice with a later sum)."""
+    defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
+
+    def reads(vid: int, target: int) -> bool:
+        if vid == target:
+            return True
+        op = defs.get(vid)
+        return op is not None and not isinstance(op, O.Var) and any(
+            reads(a.id, target) for a in op.operands() if isinstance(a.type, TileType))
+
+    def scaled(vid: int) -> bool:
+        """vid is the partial times factors that do not read it."""
+        if vid == acc_id:
+            return True
+        op = defs.get(vid)
+        if not isinstance(op, O.Elementwise) or op.fn != "mul" or len(op.args) != 2:
+            return False
+        x, y = op.args
+        return (scaled(x.id) and not reads(y.id, acc_id)) or \
+            (scaled(y.id) and not reads(x.id, acc_id))
+
+    found = None
+    for op in model.kernel.walk():
+        if not isinstance(op, O.Assign) or not reads(op.src.id, acc_id):
+            continue
+        add = defs.get(op.src.id)
+        if found is not None or not isinstance(add, O.Elementwise) or add.fn != "add" or \
+                len(add.args) != 2 or not isinstance(defs.get(op.dst.id), O.Var):
+            return None   # read by another assignment, or not a plain sum: no promotion
+        x, y = add.args
+        if not ((x.id == op.dst.id and scaled(y.id)) or (y.id == op.dst.id and scaled(x.id))):
+            return None
+        found = defs[op.dst.id]
+    # a variable rebound in a region nested in a loop is copied out into the enclosing
+    # region's variable at the region's end (argus/dsl/carry.py): follow it outwards
+    while found is not None:
+        # only the carry pattern: the inner variable starts as the outer one's value
+        outer = next((op for op in model.kernel.walk() if isinstance(op, O.Assign)
+                      and op.src.id == found.result.id and found.init.id == op.dst.id
+                      and isinstance(defs.get(op.dst.id), O.Var)), None)
+        if outer is None:
+            break
+        found = defs[outer.dst.id]
+    return found
+
+
 def _reduction_loops(model: Model, site: WgmmaSite):
-    """Loops entered after the accumulator was (re)initialized: the ones it sums over."""
-    def_op = model.def_ops.get(site.op.acc.id)
+    """Loops entered after the accumulator was (re)initialized: the ones it sums over (for a
+    partial promoted into a carried variable, the ones that variable sums over)."""
+    def_op = _promoted_into(model, site.op.acc.id) or model.def_ops.get(site.op.acc.id)
     out = []
     for s in site.site.loops():
         if def_op is not None and any(x is def_op for x in s.op.body.walk()):
