@@ -267,10 +267,12 @@ def positions_kernel(be: int) -> ag.KernelFunction:
         base = ag.load(ChunkBase, (c, 0), (1, be)) + ag.load(ExpertStart, (0, 0), (1, be))
         earlier = ag.arange(SUB)[None, :] < ag.arange(SUB)[:, None]   # [i, i']: i' before i
         for s in ag.range(0, chunk, SUB):
+            # the ids loaded once per use: each vector then takes the layout of its one user
             ids = ag.load(Ids, (c * chunk + s,), (SUB,), other=-1)
+            mine = ag.load(Ids, (c * chunk + s,), (SUB,), other=-1)
             peers = ag.load(Peers, (c * chunk + s,), (SUB,), other=-1)
             hot = _one_hot(ids, be)
-            rank = _indicator((ids[:, None] == peers[None, :]) & earlier).sum(axis=1)
+            rank = _indicator((mine[:, None] == peers[None, :]) & earlier).sum(axis=1)
             ag.store(Pos, (c * chunk + s, 0), ag.where(hot, base, 0).sum(axis=1) + rank)
             base = base + _indicator(hot).sum(axis=0)
 
