@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -63,6 +64,9 @@ class Optimizer:
         self.family = get_family(task.family)
         self.planner_override = planner
         self.say = log or _say(config.verbose)
+        # per-step lines: a progress bar with ETA on a terminal, plain lines otherwise (a
+        # caller's own `log` gets the plain lines)
+        self.bar = None if log is not None else False
         self.device = resolve_device(config.device)
         self.track = config.track if config.track != "auto" else task.track
         self.worker: WorkerClient | None = None
@@ -217,7 +221,8 @@ class Optimizer:
                 baselines, estimates = self._baselines()
             self._write_state(run_id, "running", baselines, estimates)
             for k, v in baselines.items():
-                self.say(f"  baseline {k}: {v['ms']:.4f} ms ({v['kind']})")
+                name = "baseline" if k == "baseline" else f"baseline {k}"   # the file's own
+                self.say(f"  {name}: {v['ms']:.4f} ms ({v['kind']})")
             result = RunResult(run_id, self.out, self.task, self.device, [], baselines, estimates,
                                started=started, config=cfg)
             start = self._start()
@@ -233,6 +238,12 @@ class Optimizer:
                          f"({len(steps)} steps recorded)")
             base_ms = self._primary_baseline(baselines)
             stop = "budget: iterations"
+            if self.bar is False:
+                from argus.runtime.progress import Progress
+
+                self.bar = Progress(cfg.iterations, f"optimize {self.task.name}",
+                                    stream=sys.stdout, done=len(steps),
+                                    enabled=cfg.verbose).__enter__()
             while len(steps) < cfg.iterations:
                 if cfg.minutes and time.monotonic() - t0 > cfg.minutes * 60:
                     stop = "budget: minutes"
@@ -257,6 +268,8 @@ class Optimizer:
                 steps.append(step)
                 planner.observe(state.add(step), state)
                 self._progress(step, steps, cfg.iterations, base_ms)
+            if self.bar:
+                self.bar.__exit__(None, None, None)
             result.steps = steps
             result.stop_reason = stop
             self.say(f"  stopped: {stop}")
@@ -270,6 +283,8 @@ class Optimizer:
             self.say(report.summary_line(result))
             return result
         finally:
+            if self.bar:
+                self.bar.__exit__(None, None, None)
             if self.worker is not None:
                 self.worker.close()
             store.close()
@@ -318,12 +333,21 @@ class Optimizer:
             line = head + "ok   (correct; no time without a GPU or a cost model)"
         else:
             line = head + f"FAIL {o.failure()[:110]}"
-        self.say(line + f"   {params}"[:220])
-        for e in step.events:
-            self.say(f"        event: {e[:200]}")
+        lines = [line + f"   {params}"]
+        if step.index == 0 and o.check_sizes:
+            lines.append(f"        correctness checked at {o.check_sizes}; times are for the "
+                         f"task's sizes")
+        lines += [f"        event: {e}" for e in step.events]
         if step.pruned:
-            self.say(f"        pruned before running: {len(step.pruned)} "
-                     f"({', '.join(sorted({p['by'] for p in step.pruned}))})")
+            lines.append(f"        pruned before running: {len(step.pruned)} "
+                         f"({', '.join(sorted({p['by'] for p in step.pruned}))})")
+        if self.bar:
+            self.bar.advance(lines[0])
+            for extra in lines[1:]:
+                self.bar.note(extra)
+        else:
+            for text in lines:
+                self.say(text)
 
     @staticmethod
     def first_ok_ms(steps: list[Step]) -> float | None:

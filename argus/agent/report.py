@@ -240,4 +240,4 @@ def summary_line(result: "RunResult") -> str:
     sp = speedups(result)
     text = ", ".join(f"{v:.2f}x {k}" for k, v in sp.items())
     return (f"argus optimize: best {best.outcome.time_ms:.4f} ms ({best.outcome.time_kind}) at "
-            f"step {best.index} [{text}]; wrote {result.out_dir}/report.md")
+            f"[{best.index + 1}/{len(result.steps)}] [{text}]; wrote {result.out_dir}/report.md")

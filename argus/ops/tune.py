@@ -92,6 +92,13 @@ def _tune(problem, a, b, out, trials, finalists, rounds, record, progress) -> Tu
 
     say = progress or (lambda line: None)
     todo = candidates(problem)
+    bar = None
+    if progress is _stderr:     # the default: a progress bar with ETA (plain lines in a log)
+        from argus.runtime.progress import Progress
+
+        bar = Progress(len(todo), f"tune_matmul {problem.key}").__enter__()
+        say = bar.note
+    step = bar.advance if bar is not None else say
     screened, failed = [], []
     for i, s in enumerate(todo, 1):
         try:
@@ -99,10 +106,12 @@ def _tune(problem, a, b, out, trials, finalists, rounds, record, progress) -> Tu
                         allow_few_trials=True)
         except Exception as e:  # noqa: BLE001 - a candidate that cannot run is reported, skipped
             failed.append((s, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
-            say(f"[{i}/{len(todo)}] {problem.key}: failed: {failed[-1][1]}")
+            step(f"[{i}/{len(todo)}] {problem.key}: failed: {failed[-1][1]}")
             continue
         screened.append((t.median_ms, s))
-        say(f"[{i}/{len(todo)}] {problem.key}: {t.median_ms * 1e3:9.1f} us  {s}")
+        step(f"[{i}/{len(todo)}] {problem.key}: {t.median_ms * 1e3:9.1f} us  {s}")
+    if bar is not None:
+        bar.__exit__(None, None, None)
     if not screened:
         raise RuntimeError(f"tune_matmul: no candidate schedule ran for {problem.key}: "
                            + "; ".join(why for _, why in failed))

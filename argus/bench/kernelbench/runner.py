@@ -115,6 +115,11 @@ def run_suite(tasks: list[Task], solutions: Path | str | Solver, out_dir: Path |
     started = time.monotonic()
     fresh_done = 0
     device = options.resolved_device()
+    bar = None
+    if progress is not None and getattr(progress, "isatty", lambda: False)():
+        from argus.runtime.progress import Progress
+
+        bar = Progress(len(tasks), "kernelbench run", stream=progress).__enter__()
     for index, task in enumerate(tasks, 1):
         t0 = time.monotonic()
         solution_path: Path | None
@@ -130,7 +135,7 @@ def run_suite(tasks: list[Task], solutions: Path | str | Solver, out_dir: Path |
             judgments.append(Judgment.from_json(record["judgment"]))
             resumed.append(task.key)
             _progress(progress, index, len(tasks), judgments[-1], "resumed", started,
-                      fresh_done, len(tasks) - index)
+                      fresh_done, len(tasks) - index, bar)
             continue
         if solution_path is None and callable(solutions) and not isinstance(solutions,
                                                                               (str, Path)):
@@ -159,7 +164,9 @@ def run_suite(tasks: list[Task], solutions: Path | str | Solver, out_dir: Path |
                       "solver": not isinstance(solutions, (str, Path)),
                       "judgment": j.to_json(), "seconds": time.monotonic() - t0})
         _progress(progress, index, len(tasks), j, f"{time.monotonic() - t0:.1f}s", started,
-                  fresh_done, len(tasks) - index)
+                  fresh_done, len(tasks) - index, bar)
+    if bar is not None:
+        bar.__exit__(None, None, None)
     result = RunResult(out, tuple(judgments), tuple(resumed), tuple(missing))
     if write_reports:
         from argus.bench.kernelbench.report import write_reports as _write
@@ -176,10 +183,14 @@ def _options_json(options: JudgeOptions) -> dict[str, Any]:
 
 
 def _progress(stream: TextIO | None, index: int, total: int, j: Judgment, took: str,
-              started: float, done_fresh: int, left: int) -> None:
+              started: float, done_fresh: int, left: int, bar=None) -> None:
     if stream is None:
+        return
+    if bar is not None:          # a terminal: the line above a rich progress bar with ETA
+        bar.advance(f"[{index}/{total}] {j.summary()} ({took})")
         return
     elapsed = time.monotonic() - started
     eta = f", eta {_fmt_s(elapsed / done_fresh * left)}" if done_fresh else ""
     print(f"[{index}/{total}] {j.summary()} ({took}; elapsed {_fmt_s(elapsed)}{eta})",
           file=stream, flush=True)
+
