@@ -786,14 +786,18 @@ def _einsum(self, result, eq, *ops):
 @rule(F.scaled_dot_product_attention)
 def _sdpa(self, result, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
-    if attn_mask is not None or dropout_p or is_causal or enable_gqa or q.shape[:-2] != k.shape[:-2]:
+    if attn_mask is not None or dropout_p or enable_gqa or q.shape[:-2] != k.shape[:-2]:
         return NotImplemented
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     kt = self.permute(k, tuple(range(len(k.shape) - 2)) + (len(k.shape) - 1, len(k.shape) - 2))
     s_shape = q.shape[:-1] + (k.shape[-2],)
     s = self.matmul(q, kt, torch.empty(s_shape, dtype=result.dtype, device="meta"))
-    p = self.softmax(self.ew("mul", s, float(scale)), -1)
-    return self.matmul(p, v, result)
+    s = self.ew("mul", s, float(scale))
+    if is_causal:   # torch's top-left causal mask: key j <= query i
+        keep = self.ew("ge", self.ew("sub", _iota(self, s.shape, -2), _iota(self, s.shape, -1)),
+                       0.0)
+        s = self.ew("where", keep, s, float("-inf"))
+    return self.matmul(self.softmax(s, -1), v, result)
 
 
 @rule(F.linear)

@@ -188,8 +188,10 @@ class _Emitter:
             return self.emit(a)
         if isinstance(a, bool):
             return repr(a), "n"
-        return repr(float(a)) if not float(a).is_integer() or isinstance(a, float) \
-            else repr(float(a)), "n"
+        f = float(a)
+        if math.isinf(f) or math.isnan(f):
+            return f"float('{f}')", "n"
+        return repr(f), "n"
 
     @staticmethod
     def as_float(v: str, kind: str) -> str:
@@ -203,7 +205,7 @@ class _Emitter:
     def number_for(v: str, others: list[str]) -> str:
         """A literal beside int tiles is written as an int when it is integral."""
         if "i" in others and all(k in "in" for k in others):
-            f = float(v)
+            f = float(v) if not v.startswith("float(") else 0.5
             if f.is_integer():
                 return str(int(f))
         return v

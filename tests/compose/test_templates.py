@@ -257,3 +257,9 @@ def test_gemm_with_fused_epilogue_and_norm():
 def test_an_op_without_template_runs_in_torch_and_is_named():
     prog = check(mod_model(lambda: nn.Conv1d(3, 4, 3)), [randn(2, 3, 20)], full=False)
     assert prog.unsupported == ["conv1d"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_as_two_gemms_and_a_softmax(causal):
+    f = fn_model(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), 3)
+    check(f, [randn(2, 3, 24, 16), randn(2, 3, 24, 16, seed=1), randn(2, 3, 24, 16, seed=2)])
