@@ -24,11 +24,13 @@ class Fp8Problem:
     k: int
     out_dtype: str         # "bf16", "f16" or "f32"
     tma_store_ok: bool     # C's layout allows the stmatrix + TMA-store epilogue
+    block_scaled: bool = False  # 1x128 / 128x128 scales (gemm_fp8_blockscaled_kernel)
 
     @property
     def key(self) -> str:
         return (f"{self.m}x{self.n}x{self.k}:e4m3->{self.out_dtype}:"
-                f"{'tma' if self.tma_store_ok else 'direct'}")
+                f"{'tma' if self.tma_store_ok else 'direct'}"
+                + (":block128" if self.block_scaled else ""))
 
     @property
     def tma_epilogue_ok(self) -> bool:
@@ -37,6 +39,8 @@ class Fp8Problem:
 
 def heuristic(p: Fp8Problem) -> Fp8GemmSchedule:
     """A good schedule without measuring (HOPPER.md §2.1 recipe with BK = 128 e4m3)."""
+    if p.block_scaled:
+        return _block_heuristic(p)
     if p.m <= 64:
         # Weight streaming: one 64-row consumer, narrow N tiles so that every SM streams its
         # own slice of W, a deep ring (12 x 16 KB) to keep bytes in flight.
@@ -48,8 +52,55 @@ def heuristic(p: Fp8Problem) -> Fp8GemmSchedule:
     return Fp8GemmSchedule(stages=4)
 
 
+_SMS = 132  # H100 / H200 SXM
+# what the ring may use beside barriers and the staging buffer (of ~227 KB)
+_RING_BUDGET = 200 * 1024
+
+
+def _block_stages(bm: int, bn: int, staging: int = 0) -> int:
+    return max(2, min(8, (_RING_BUDGET - staging) // ((bm + bn) * 128)))
+
+
+def _block_widths(p: Fp8Problem) -> list[int]:
+    """Tile widths a promoting 128-row kernel can hold (two 64 x bn fp32 accumulators per
+    consumer: bn <= 160), fewest waves x width first: the time of a tile is about
+    proportional to its width, and a last wave that leaves SMs idle costs a whole wave."""
+    def cost(bn: int) -> int:
+        tiles = -(-p.m // 128) * -(-p.n // bn)
+        return -(-tiles // _SMS) * bn
+    return sorted((128, 160, 144, 112), key=lambda bn: (cost(bn), -bn))
+
+
+def _block_heuristic(p: Fp8Problem) -> Fp8GemmSchedule:
+    """Block scales: every schedule promotes (DeepGEMM's shape of kernel: 128-row tiles, the
+    width that fills the last wave best, a direct epilogue, as many stages as fit)."""
+    if p.m <= 64:
+        return Fp8GemmSchedule(bm=64, bn=64, consumers=1, stages=12, promote=True)
+    if p.m <= 256:
+        return Fp8GemmSchedule(bm=128, bn=64, stages=8, promote=True)
+    bn = _block_widths(p)[0]
+    return Fp8GemmSchedule(bn=bn, stages=_block_stages(128, bn), promote=True)
+
+
+def _block_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
+    out = [_block_heuristic(p)]
+    if p.m > 256:
+        for bn in _block_widths(p)[:2]:
+            out += [Fp8GemmSchedule(bn=bn, stages=_block_stages(128, bn), promote=True,
+                                    cluster_m=c) for c in (1, 2)]
+        if p.tma_epilogue_ok:
+            out += [Fp8GemmSchedule(bn=128, stages=_block_stages(128, 128, 128 * 128 * 2),
+                                    promote=True, epilogue="tma", cluster_m=2)]
+    else:
+        out += [Fp8GemmSchedule(bm=64, bn=128, consumers=1, stages=8, promote=True),
+                Fp8GemmSchedule(bm=128, bn=128, stages=6, promote=True)]
+    return list(dict.fromkeys(out))
+
+
 def candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
     """The bounded set a tuner measures (every one legal for this problem)."""
+    if p.block_scaled:
+        return _block_candidates(p)
     out = [heuristic(p)]
     if p.m > 256:
         out += [Fp8GemmSchedule(stages=4), Fp8GemmSchedule(stages=4, cluster_m=2),
@@ -79,6 +130,7 @@ def choose(problem: Fp8Problem, gpu: str | None) -> Fp8GemmSchedule:
                 s = Fp8GemmSchedule(**entry["schedule"])
             except (TypeError, ValueError):
                 s = None  # written by another version of Fp8GemmSchedule: ignore it
-            if s is not None and (s.epilogue != "tma" or problem.tma_epilogue_ok):
+            if s is not None and (s.epilogue != "tma" or problem.tma_epilogue_ok) and \
+                    (s.promote or not problem.block_scaled):
                 return s
     return heuristic(problem)

@@ -1,14 +1,27 @@
-"""`argus.ops.scaled_matmul(a, b, scale_a, scale_b)`: per-tensor-scaled fp8 GEMM on Hopper.
+"""`argus.ops.scaled_matmul(a, b, scale_a, scale_b)`: scaled fp8 GEMM on Hopper.
 
 Computes `(a.float() * scale_a) @ (b.float() * scale_b).T` with fp32 accumulation and writes
-bf16 (default), fp16 or fp32:
+bf16 (default), fp16 or fp32. Two kinds of scales:
+
+  per-tensor   scale_a, scale_b one-element float32 tensors (torch._scaled_mm's);
+  block-scaled scale_a [M, K/128] float32 (one per token and 128-K block, "1x128") and scale_b
+               [ceil(N/128), K/128] float32 (one per 128x128 weight block), the DeepSeek-V3 /
+               DeepGEMM convention: a[i, k] is scaled by scale_a[i, k // 128] and b[j, k] by
+               scale_b[j // 128, k // 128]. K must be a multiple of 128. The kernel reads
+               scale_a MN-major (`scale_a.stride(0) == 1`, DeepGEMM's layout, e.g.
+               `scale_a.t().contiguous().t()`); a row-major scale_a is transposed into a copy
+               on every call. Each 128-K block's partial product is promoted into fp32 on the
+               CUDA cores with its scales (argus/kernels/gemm_fp8.py).
+
+The arguments:
 
   a        [M, K] torch.float8_e4m3fn, K contiguous (the activations);
   b        [N, K] torch.float8_e4m3fn, K contiguous: the weight W of `x @ W.T` exactly as it is
            stored row-major. (torch._scaled_mm takes the column-major view `W.t()` instead:
            `torch._scaled_mm(a, W.t(), sa, sb)` == `scaled_matmul(a, W, sa, sb)`.)
-  scale_a, scale_b  one-element float32 CUDA tensors (0-d or [1]), like torch._scaled_mm's
-           per-tensor scales; the kernel reads them on the device, so nothing syncs the host.
+  scale_a, scale_b  float32 CUDA tensors: one element each (0-d or [1]), like torch._scaled_mm's
+           per-tensor scales, or the block scales above; the kernel reads them on the device,
+           so nothing syncs the host.
 
 Both fp8 wgmma operands must be K-major (PTX transposes only 16-bit operands), so an N-major b
 is refused with a LaunchError that says how to fix it, rather than silently transposed on every
@@ -23,7 +36,8 @@ from collections import OrderedDict
 
 from argus import dtypes
 from argus.errors import LaunchError
-from argus.kernels.gemm_fp8 import Fp8GemmSchedule, gemm_fp8_kernel
+from argus.kernels.gemm_fp8 import (SCALE_BLOCK, Fp8GemmSchedule, gemm_fp8_blockscaled_kernel,
+                                    gemm_fp8_kernel)
 from argus.ops.fp8_schedules import Fp8Problem, choose
 from argus.ops.matmul import _overlap, _remember, device_name  # one definition for both
 
@@ -65,9 +79,9 @@ def _check_devices(named) -> None:
                               fix="move every tensor, the scales too, to one GPU")
 
 
-def _check(a, b, scale_a, scale_b, out) -> None:
+def _check(a, b, scale_a, scale_b, out) -> bool:
     """What is wrong with the call itself first, then where the tensors live (so the checks
-    run, and are tested, without a GPU)."""
+    run, and are tested, without a GPU). Returns whether the scales are block scales."""
     named = [("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)] + \
         ([("out", out)] if out is not None else [])
     _check_types(named)
@@ -81,12 +95,6 @@ def _check(a, b, scale_a, scale_b, out) -> None:
             raise LaunchError(f"{_WHO}: {name} must be 2-d, got shape {tuple(t.shape)}",
                               fix="a is [M, K] (flatten leading dims: a.reshape(-1, K)), b is "
                                   "[N, K]")
-    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
-        if str(t.dtype) != "torch.float32" or t.numel() != 1:
-            raise LaunchError(f"{_WHO}: {name} must be a one-element float32 tensor (a "
-                              f"per-tensor scale), got {t.dtype} of shape {tuple(t.shape)}",
-                              fix="pass torch.tensor(s, dtype=torch.float32, device='cuda'); "
-                                  "row-wise and block-wise scales are not supported")
     k = a.shape[1]
     if b.shape[1] != k:
         if b.shape[0] == k:
@@ -104,6 +112,12 @@ def _check(a, b, scale_a, scale_b, out) -> None:
                               f"only 16-bit operands.{extra}",
                               fix=f"pass {name}.contiguous() (for a weight: store it as [N, K] "
                                   f"row-major once)")
+    block = _check_scales(a, b, scale_a, scale_b)
+    if block and k % SCALE_BLOCK:
+        raise LaunchError(f"{_WHO}: K = {k} is not a multiple of {SCALE_BLOCK}: block scales "
+                          f"cover 128-deep K blocks (one scale per block)",
+                          fix="zero-pad K of a and b to a multiple of 128 (zeros add nothing, "
+                              "whatever the padded blocks' scales), or use per-tensor scales")
     if k % 16:
         raise LaunchError(f"{_WHO}: K = {k} is not a multiple of 16: TMA needs 16-byte row "
                           f"pitches of e4m3",
@@ -111,6 +125,45 @@ def _check(a, b, scale_a, scale_b, out) -> None:
                               "torch.nn.functional.pad(a.view(torch.uint8), (0, pad))"
                               ".view(torch.float8_e4m3fn)")
     _check_devices(named)
+    return block
+
+
+def _check_scales(a, b, scale_a, scale_b) -> bool:
+    """Whether the scales are block scales (else per-tensor); a LaunchError for anything else:
+    wrong dtypes, shapes that do not match a and b, or one kind mixed with the other."""
+    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if str(t.dtype) != "torch.float32":
+            raise LaunchError(f"{_WHO}: {name} must be float32, got {t.dtype} of shape "
+                              f"{tuple(t.shape)}", fix=f"pass {name}.float()")
+    if scale_a.numel() == 1 and scale_b.numel() == 1 and scale_a.dim() <= 1 and \
+            scale_b.dim() <= 1:
+        return False
+    m, k = a.shape
+    n = b.shape[0]
+    kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+    want = {"scale_a": (m, kb), "scale_b": (nb, kb)}
+    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if tuple(t.shape) != want[name]:
+            kind = "per token and 128-K block (1x128)" if name == "scale_a" else \
+                "per 128x128 weight block"
+            raise LaunchError(f"{_WHO}: {name} has shape {tuple(t.shape)}; per-tensor scales "
+                              f"are one-element tensors, block scales for a {tuple(a.shape)} "
+                              f"and b {tuple(b.shape)} are scale_a [M, ceil(K/128)] = "
+                              f"{list(want['scale_a'])} and scale_b [ceil(N/128), ceil(K/128)] "
+                              f"= {list(want['scale_b'])}: {name} is one scale {kind}",
+                              fix="pass both scales of one kind (DeepSeek-V3 / DeepGEMM block "
+                                  "scales, or two one-element tensors)")
+    return True
+
+
+def _block_scale_views(scale_a, scale_b):
+    """The kernel's scale operands: scale_a as its MN-major transpose [K/128, M] (a view when
+    scale_a is already MN-major, else a copy) and scale_b with contiguous rows."""
+    at = scale_a.t()
+    if at.stride(-1) != 1 and at.shape[-1] > 1:
+        at = at.contiguous()
+    bt = scale_b if scale_b.stride(-1) == 1 or scale_b.shape[-1] == 1 else scale_b.contiguous()
+    return at, bt
 
 
 def _tma_ready(t):
@@ -129,7 +182,7 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
     given it defaults to out.dtype and must agree with it."""
     import torch
 
-    _check(a, b, scale_a, scale_b, out)
+    block = _check(a, b, scale_a, scale_b, out)
     m, k = a.shape
     n = b.shape[0]
     if out_dtype is None:
@@ -157,8 +210,11 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
 
     out_type = _OUT[str(out.dtype)]
     a_ready, b_ready = _tma_ready(a), _tma_ready(b)
-    sa, sb = scale_a.reshape(1), scale_b.reshape(1)
-    problem = Fp8Problem(m, n, k, out_type.name, _aligned(out, out_type.bytes))
+    if block:
+        sa, sb = _block_scale_views(scale_a, scale_b)
+    else:
+        sa, sb = scale_a.reshape(1), scale_b.reshape(1)
+    problem = Fp8Problem(m, n, k, out_type.name, _aligned(out, out_type.bytes), block)
     memo_key = (problem, a.device.index, schedule)
     compiled = _CHOSEN.get(memo_key)
     if compiled is None:
@@ -166,7 +222,11 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
         if chosen.epilogue == "tma" and not problem.tma_epilogue_ok:
             raise LaunchError(f"{_WHO}: the TMA-store epilogue needs a 16-bit output with "
                               f"16-byte aligned rows", fix="use Fp8GemmSchedule(epilogue='direct')")
-        compiled = gemm_fp8_kernel(out_type).compile(s=chosen)
+        if block and not chosen.promote:
+            raise LaunchError(f"{_WHO}: block scales are applied by promotion: the schedule "
+                              f"needs promote=True", fix="pass Fp8GemmSchedule(..., promote=True)")
+        kernel = gemm_fp8_blockscaled_kernel(out_type) if block else gemm_fp8_kernel(out_type)
+        compiled = kernel.compile(s=chosen)
         _remember(_CHOSEN, memo_key, compiled)
     if a.device.index == torch.cuda.current_device():
         compiled(a_ready, b_ready, sa, sb, out)

@@ -1,0 +1,275 @@
+"""Block-scaled fp8 and promotion without a GPU: gemm_fp8_blockscaled_kernel and the promoting
+per-tensor kernel in the numpy interpreter against a float64 reference of the dequantized
+product (M, N, K multiples of 128, ragged M and N, tiles straddling 128-column weight blocks,
+clusters, both epilogues, persistent wrap-around), every block-scaled candidate verifying with
+zero errors, a promotion that overwrites instead of adding caught by wgmma.k-once, NVRTC
+building the kernels without spills, the schedules, and the op's argument checks."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import argus as ag
+from argus import codegen
+from argus.compiler import lower_only
+from argus.kernels.gemm_fp8 import (Fp8GemmSchedule, gemm_fp8_blockscaled_kernel,
+                                    gemm_fp8_kernel)
+from argus.ops import fp8_schedules
+from argus.ops.fp8_schedules import Fp8Problem
+from argus.runtime import nvrtc_available
+
+torch = pytest.importorskip("torch")
+
+ULP = {"bf16": 2.0 ** -8, "f16": 2.0 ** -10, "f32": 2.0 ** -23}
+
+
+def _e4m3(shape, scale, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(torch.float8_e4m3fn)
+
+
+def _scales(shape, seed):
+    """Scales spread over two orders of magnitude, so that a scale applied to the wrong block
+    (row, or weight block, or K block) shows."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.exp(torch.rand(*shape, generator=g) * 4.6 - 2.3)
+
+
+def _dequantized(a, w, sa, sb):
+    """float64 a * scale_a (1x128) and w * scale_b (128x128): the reference's operands."""
+    m, k = a.shape
+    n = w.shape[0]
+    a64 = a.double() * sa.double().repeat_interleave(128, 1)[:, :k]
+    w64 = w.double() * sb.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:n, :k]
+    return a64, w64
+
+
+def _check_close(got, a64, w64, out, k):
+    want = (a64 @ w64.T).numpy()
+    got = got.double().numpy()
+    assert not np.isnan(got).any()
+    # one rounding of the output plus fp32 accumulation (of the partials and across blocks)
+    bound = (a64.abs() @ w64.abs().T).numpy()
+    tol = ULP[out.name] * np.abs(want) + (k + 128) * 2.0 ** -24 * bound + 1e-30
+    err = np.abs(got - want)
+    assert (err <= tol).all(), float(np.max(err / tol))
+
+
+@pytest.mark.parametrize("m,n,k,out,schedule", [
+    (128, 128, 256, ag.f32, Fp8GemmSchedule(bn=128, stages=2, promote=True)),
+    (200, 256, 384, ag.bf16, Fp8GemmSchedule(bn=128, stages=3, promote=True)),      # ragged M
+    # 160-wide tiles straddle 128-column weight blocks (two scales per tile); ragged N
+    (130, 300, 256, ag.f32, Fp8GemmSchedule(bn=160, stages=2, promote=True)),
+    (70, 250, 384, ag.f16, Fp8GemmSchedule(bn=112, stages=3, promote=True)),
+    (190, 256, 256, ag.bf16, Fp8GemmSchedule(bn=128, stages=3, promote=True, cluster_m=2,
+                                             epilogue="tma")),
+    (100, 128, 256, ag.f32, Fp8GemmSchedule(bm=64, bn=64, consumers=1, stages=4,
+                                            promote=True, persistent=False)),
+    # 8 tiles on 2 persistent CTAs: the ring and the carried accumulator wrap across tiles
+    (256, 256, 384, ag.bf16, Fp8GemmSchedule(bn=64, stages=2, num_sms=2, group_m=1,
+                                             promote=True)),
+])
+def test_blockscaled_interpreter_matches_float64(m, n, k, out, schedule):
+    a, w = _e4m3((m, k), 3.0, m), _e4m3((n, k), 0.5, n)
+    sa, sb = _scales((m, k // 128), 1), _scales((-(-n // 128), k // 128), 2)
+    c = torch.full((m, n), float("nan"), dtype=out.torch_dtype())
+    gemm_fp8_blockscaled_kernel(out).interpret(a, w, sa.t().contiguous(), sb, c, s=schedule)
+    a64, w64 = _dequantized(a, w, sa, sb)
+    _check_close(c, a64, w64, out, k)
+    # the per-block scales matter: one per-tensor scale would be far off
+    flat = (a.double() @ w.double().T) * sa.mean().item() * sb.mean().item()
+    assert (c.double() - flat).abs().max() > 0.1 * flat.abs().max()
+
+
+@pytest.mark.parametrize("schedule", [
+    Fp8GemmSchedule(bn=128, stages=3, promote=True),
+    Fp8GemmSchedule(bn=128, stages=3, promote=True, epilogue="tma", cluster_m=2),
+])
+def test_per_tensor_promotion_in_the_interpreter(schedule):
+    m, n, k = 190, 256, 384
+    a, w = _e4m3((m, k), 3.0, 5), _e4m3((n, k), 0.5, 6)
+    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    gemm_fp8_kernel(ag.bf16).interpret(a, w, torch.tensor([0.37]), torch.tensor([1.9]), c,
+                                       s=schedule)
+    scale = float(np.float32(np.float32(0.37) * np.float32(1.9)))
+    _check_close(c, a.double() * scale, w.double(), ag.bf16, k)
+
+
+def test_schedule_refuses_promotion_past_the_register_budget():
+    with pytest.raises(ValueError, match="register budget"):
+        Fp8GemmSchedule(bn=192, promote=True)
+    Fp8GemmSchedule(bn=160, promote=True)
+
+
+def test_blockscaled_kernel_needs_promotion():
+    with pytest.raises(ag.TraceError, match="promote=True"):
+        gemm_fp8_blockscaled_kernel(ag.bf16).trace(s=Fp8GemmSchedule(bn=128))
+
+
+# ----------------------------------------------------------------------------- verification
+
+
+BLOCK_PROBLEMS = [Fp8Problem(4096, 7168, 2048, "bf16", True, True),
+                  Fp8Problem(4096, 2112, 7168, "bf16", True, True),
+                  Fp8Problem(128, 7168, 2048, "f32", True, True)]
+
+
+def _block_cases():
+    out = {}
+    for p in BLOCK_PROBLEMS:
+        for s in fp8_schedules.candidates(p):
+            out.setdefault((p.out_dtype, s), p)
+    return [(p, s) for (_, s), p in out.items()]
+
+
+BLOCK_CASES = _block_cases()
+OUT = {"bf16": ag.bf16, "f16": ag.f16, "f32": ag.f32}
+
+
+def _verify_clean(kernel):
+    from argus import verify
+
+    report = verify.run(kernel)
+    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    assert {d.code for d in report.unknowns} <= {"store.coverage", "store.once"}, \
+        "\n".join(str(d) for d in report.unknowns)
+    assert any(d.code == "wgmma.k-once" for d in report.proven)
+    return report
+
+
+@pytest.mark.parametrize("problem,schedule", BLOCK_CASES,
+                         ids=[f"{p.out_dtype}-{s.bm}x{s.bn}-st{s.stages}-{s.epilogue}"
+                              f"-c{s.cluster_m}" for p, s in BLOCK_CASES])
+def test_blockscaled_candidates_verify_clean(problem, schedule):
+    assert schedule.promote and schedule.bn <= 160
+    _verify_clean(lower_only(gemm_fp8_blockscaled_kernel(OUT[problem.out_dtype]), s=schedule))
+
+
+def test_per_tensor_promotion_verifies_clean():
+    _verify_clean(lower_only(gemm_fp8_kernel(ag.bf16),
+                             s=Fp8GemmSchedule(bn=128, stages=6, promote=True)))
+
+
+def test_verifier_catches_a_promotion_that_overwrites():
+    """`acc = part * s` instead of `acc = acc + part * s` keeps only the last K block: the
+    partial is no longer summed over the K loop, so k-once sees 128 of K values."""
+    from argus import verify
+    from argus.kernels.warp_specialized import OperandRing, TileScheduler, store_tile
+
+    def variant(add: bool):
+        def promo(A: ag.Tensor["M", "K", ag.e4m3], W: ag.Tensor["N", "K", ag.e4m3],
+                  C: ag.Tensor["M", "N", ag.f32]):
+            M, K = A.shape
+            sched = TileScheduler.launch(M, W.shape[0], 128, 128)
+            ring = OperandRing.alloc(2, 128, 128, 128, ag.e4m3, 2)
+            k_steps = ring.k_steps(K)
+            with ag.role("producer", warpgroups=1, regs=40):
+                for unit in sched.units():
+                    ring.load(k_steps, A, W, unit)
+            with ag.role("consumer", warpgroups=2, regs=232) as wg:
+                for unit in sched.units():
+                    acc = ag.zeros((64, 128), ag.f32)
+                    for k in ag.range(k_steps):
+                        with ring.pipe.consume() as stage:
+                            part = ag.zeros((64, 128), ag.f32, by_wgmma=True)
+                            ag.wgmma(ring.a[stage].rows_of(wg * 64, 64),
+                                     ring.b[stage].rows_of(0, 128), part)
+                            acc = (acc + part * 0.5) if add else part * 0.5
+                    store_tile(C, unit, wg, acc, bm=128, bn=128, rows=64,
+                               finish=lambda t: t)
+        return ag.kernel(promo, name=f"promo_{'add' if add else 'overwrite'}")
+
+    codes = {d.code for d in verify.run(lower_only(variant(False))).errors}
+    assert "wgmma.k-once" in codes
+    assert not verify.run(lower_only(variant(True))).errors
+
+
+# ----------------------------------------------------------------------------- NVRTC
+
+
+needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("kernel,schedule", [
+    ("block", Fp8GemmSchedule(bn=160, stages=5, promote=True)),
+    ("block", Fp8GemmSchedule(bn=128, stages=5, promote=True, cluster_m=2, epilogue="tma")),
+    ("tensor", Fp8GemmSchedule(bn=128, stages=6, promote=True)),
+])
+def test_nvrtc_builds_promoting_kernels_without_spills(kernel, schedule):
+    from argus.runtime.compile import compile_cuda
+
+    kf = gemm_fp8_blockscaled_kernel(ag.bf16) if kernel == "block" else gemm_fp8_kernel()
+    source = codegen.render(lower_only(kf, s=schedule))
+    # the per-row scales are loaded in the accumulator's rows: no layout conversion
+    assert "convert_layout" not in source.text
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    assert f"wgmma.mma_async.sync.aligned.m64n{schedule.bn}k32.f32.e4m3.e4m3" in binary.ptx
+    res = binary.resource(source.name)
+    assert not res.spills, res.summary()
+
+
+# ----------------------------------------------------------------------------- schedules
+
+
+def test_block_candidates_are_legal_and_promote():
+    for p in BLOCK_PROBLEMS:
+        cands = fp8_schedules.candidates(p)
+        assert fp8_schedules.heuristic(p) == cands[0]
+        for s in cands:
+            assert s.promote and s.smem_bytes <= 227 * 1024
+            assert s.epilogue == "direct" or p.tma_epilogue_ok
+    # the widest tile is not always best: 2112 columns fill the last wave better at 112
+    assert fp8_schedules.heuristic(BLOCK_PROBLEMS[1]).bn == 112
+
+
+def test_block_problems_have_their_own_cache_entries(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    p = Fp8Problem(4096, 4096, 4096, "bf16", True)
+    q = dataclasses.replace(p, block_scaled=True)
+    assert p.key != q.key
+    fp8_schedules.store_choice("NVIDIA H200", q, Fp8GemmSchedule(bn=144, stages=5,
+                                                                  promote=True), 0.5)
+    assert fp8_schedules.choose(q, "NVIDIA H200").bn == 144
+    assert fp8_schedules.choose(p, "NVIDIA H200") == fp8_schedules.heuristic(p)
+    # a choice without promotion is never used for block scales
+    fp8_schedules.store_choice("NVIDIA H200", q, Fp8GemmSchedule(bn=128), 0.5)
+    assert fp8_schedules.choose(q, "NVIDIA H200") == fp8_schedules.heuristic(q)
+
+
+# ----------------------------------------------------------------------------- op checks
+
+
+def test_scaled_matmul_block_scale_errors_without_a_gpu():
+    from argus.errors import LaunchError
+    from argus.ops import scaled_matmul
+
+    a, w = _e4m3((64, 256), 1.0, 0), _e4m3((200, 256), 1.0, 1)
+    sa, sb, one = torch.ones(64, 2), torch.ones(2, 2), torch.tensor(1.0)
+    cases = [
+        ((a, w, sa, one), "scale_b has shape \\(\\); .*scale_b \\[ceil\\(N/128\\), "
+                          "ceil\\(K/128\\)\\] = \\[2, 2\\]"),
+        ((a, w, one, sb), "scale_a has shape \\(\\); .*1x128"),
+        ((a, w, torch.ones(64, 3), sb), "scale_a has shape \\(64, 3\\)"),
+        ((a, w, sa, torch.ones(1, 2)), "scale_b has shape \\(1, 2\\)"),
+        ((a, w, sa.double(), sb), "scale_a must be float32.*\n  fix: pass scale_a.float"),
+        ((a, w, sa, sb.half()), "scale_b must be float32"),
+        ((_e4m3((64, 144), 1.0, 2), _e4m3((200, 144), 1.0, 3), sa, sb),
+         "K = 144 is not a multiple of 128"),
+        ((a, w, sa, sb), "a is on cpu; Argus kernels run on a CUDA device"),
+    ]
+    for args, message in cases:
+        with pytest.raises(LaunchError, match=message):
+            scaled_matmul(*args)
+
+
+def test_block_scale_views_read_scale_a_mn_major():
+    from argus.ops.scaled_matmul import _block_scale_views
+
+    sa = torch.arange(12.0).reshape(4, 3)                     # row-major [M, K/128]
+    at, bt = _block_scale_views(sa, torch.ones(2, 3))
+    assert at.shape == (3, 4) and at.stride(-1) == 1 and torch.equal(at, sa.t())
+    mn_major = sa.t().contiguous().t()                         # DeepGEMM's layout: no copy
+    at2, _ = _block_scale_views(mn_major, torch.ones(2, 3))
+    assert at2.data_ptr() == mn_major.data_ptr() and torch.equal(at2, sa.t())
