@@ -63,6 +63,23 @@ def _turns_kernel(skip_turn: bool = False, order: list | None = None):
     return turns
 
 
+def test_sections_take_turns_in_round_robin_order():
+    """Each section stamps the running count X[6] into its own slot and increments it, so the
+    slots read 0..5 exactly when the sections ran warpgroup 0, 1, 0, 1, 0, 1."""
+    @ag.kernel
+    def order(X: ag.Tensor[("N", ag.f32)]):
+        ag.grid(1)
+        with ag.role("w", warpgroups=2) as wg:
+            for i in ag.range(3):
+                with ag.ordered("s"):
+                    count = ag.load(X, (6,), (1,))
+                    ag.store(X, (i * 2 + wg,), count)
+                    ag.store(X, (6,), count + 1.0)
+    x = torch.zeros(7)
+    order.interpret(x)
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+
+
 def test_sections_run_in_turns_and_a_skipped_turn_deadlocks():
     x = torch.zeros(6)
     _turns_kernel().interpret(x)
