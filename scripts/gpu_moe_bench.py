@@ -19,6 +19,7 @@ against a float64 reference on the same routing (relative Frobenius error < 1e-2
     python scripts/gpu_moe_bench.py                 # all models, T = 1 ... 16384
     python scripts/gpu_moe_bench.py --quick         # T = 16 and 4096, fewer trials
     python scripts/gpu_moe_bench.py --models mixtral --tokens 16 16384
+    python scripts/gpu_moe_bench.py --quick --variants   # also other GEMM schedules
 
 Prints one line per measurement, then a markdown table; writes moe.json and moe.md under --out.
 """
@@ -26,6 +27,7 @@ Prints one line per measurement, then a markdown table; writes moe.json and moe.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import subprocess
@@ -110,14 +112,27 @@ def grouped_layer(x, w13, w2, logits, k, routing, bias):
     return out.bfloat16()
 
 
-def ours_layer(x, w13, w2, logits, k, routing, bias):
+def ours_layer(x, w13, w2, logits, k, routing, bias, schedule=None):
     from argus.ops import moe
 
     if routing[0] == "softmax":
-        return moe(x, w13, w2, logits, k, renormalize=routing[1])
+        return moe(x, w13, w2, logits, k, renormalize=routing[1], schedule=schedule)
     _, groups, topk_groups, scale = routing
     return moe(x, w13, w2, logits, k, scoring="sigmoid", e_score_correction_bias=bias,
-               num_expert_group=groups, topk_group=topk_groups, routed_scaling_factor=scale)
+               num_expert_group=groups, topk_group=topk_groups, routed_scaling_factor=scale,
+               schedule=schedule)
+
+
+def variants():
+    """Other grouped-GEMM schedules timed with --variants (name -> MoeSchedule): the data for
+    choosing argus.ops.moe.schedule_for's thresholds and defaults."""
+    from dataclasses import replace
+
+    from argus.kernels.moe import PREFILL, SMALL
+
+    return {"128x256": PREFILL, "128x256-g16": replace(PREFILL, group_m=16),
+            "128x128": replace(PREFILL, bn=128, stages=6), "64x128": SMALL,
+            "64x128-s8": replace(SMALL, stages=8), "64x256": replace(SMALL, bn=256, stages=5)}
 
 
 def reference(x, w13, w2, ids, w):
@@ -141,7 +156,7 @@ def copy_bandwidth(trials: int, allow_few: bool) -> float:
     return 2 * 2 * n / (t.median_ms * 1e-3)
 
 
-def run_model(name, tokens, trials, allow_few, copy_bw, rows):
+def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=False):
     import torch
 
     from argus.bench.timing import measure
@@ -163,8 +178,11 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows):
         floor_ms = touched * expert_bytes / copy_bw * 1e3
         row = dict(model=name, E=E, k=k, H=H, I=I, T=T, touched_experts=touched,
                    floor_ms=floor_ms, flops=flops)
-        for path, fn in (("ours", ours_layer), ("loop", loop_layer),
-                         ("grouped", grouped_layer)):
+        paths = [("ours", ours_layer), ("loop", loop_layer), ("grouped", grouped_layer)]
+        if with_variants:
+            paths += [(f"ours@{v}", functools.partial(ours_layer, schedule=sch))
+                      for v, sch in variants().items()]
+        for path, fn in paths:
             try:
                 out = fn(x, w13, w2, logits, k, routing, bias)
                 torch.cuda.synchronize()
@@ -226,6 +244,8 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--tokens", nargs="*", type=int, default=None)
     ap.add_argument("--trials", type=int, default=None)
+    ap.add_argument("--variants", action="store_true",
+                    help="also time ours with other grouped-GEMM schedules (ours@<name>)")
     ap.add_argument("--out", default="bench_out/moe")
     args = ap.parse_args()
 
@@ -243,7 +263,7 @@ def main() -> None:
     log(f"device copy bandwidth: {copy_bw / 1e12:.2f} TB/s (read + write)")
     rows: list = []
     for name in args.models:
-        run_model(name, tokens, trials, allow_few, copy_bw, rows)
+        run_model(name, tokens, trials, allow_few, copy_bw, rows, args.variants)
         torch.cuda.empty_cache()
     md = table(rows)
     log("\n" + md)
