@@ -38,6 +38,9 @@ BINOP = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
+SPLIT_LAST = 8192
+
+
 @dataclass(frozen=True)
 class TileSchedule:
     """What the agent may tune: the tile (ROWS x BN, both powers of two) and the CTA size."""
@@ -76,6 +79,16 @@ def groups_of(k: FusedKernel) -> list[Group]:
             out[-1] = Group(last.size * g.size, g.reduced, g.flags, -1)
         else:
             out.append(g)
+    last = out[-1] if out else None
+    if last is not None and not last.reduced and last.iota < 0 and last.size > SPLIT_LAST:
+        # a long kept run (a whole elementwise tensor merges into one group): rows of
+        # SPLIT_LAST columns, so the grid's second extent stays within CUDA's 65535
+        c = SPLIT_LAST
+        while c >= 256 and last.size % c:
+            c //= 2
+        if c >= 256:
+            out[-1:] = [Group(last.size // c, False, last.flags, -1),
+                        Group(c, False, last.flags, -1)]
     virtual = Group(1, False, tuple(False for _ in k.leaves), -1)
     while len(out) < 2:
         out.insert(0, virtual)
