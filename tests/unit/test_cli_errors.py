@@ -165,3 +165,14 @@ def test_cpu_tensors_at_a_gpu_launch_mention_interpret():
     with pytest.raises(LaunchError) as info:
         check_tensor_arg(torch.zeros(8), kernel="copy", param="X", dtype=dtypes.f32, ndim=1)
     assert "copy.interpret(...)" in str(info.value)
+
+
+def test_kernelbench_verbs_say_one_line_too(tmp_path):
+    proc = argus("kernelbench", "judge", "nope.py", "nope.py")
+    assert_one_line_error(proc, 2, "argus kernelbench judge", "nope.py")
+    proc = argus("kernelbench", "report", str(tmp_path))
+    assert_one_line_error(proc, 2, "argus kernelbench report", "results.jsonl")
+    cmd = f"{sys.executable} -m argus kernelbench list --level 1 | head -1"
+    piped = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    assert piped.returncode == 0 and "Error" not in piped.stderr, piped.stderr

@@ -148,7 +148,7 @@ def main(args: argparse.Namespace) -> int:
                 "report": _cmd_report, "list": _cmd_list, "solve": _cmd_solve}[args.kb_verb]
         return verb(args)
     except KernelBenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"argus kernelbench {args.kb_verb}: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 
