@@ -172,6 +172,8 @@ def test_kernelbench_verbs_say_one_line_too(tmp_path):
     assert_one_line_error(proc, 2, "argus kernelbench judge", "nope.py")
     proc = argus("kernelbench", "report", str(tmp_path))
     assert_one_line_error(proc, 2, "argus kernelbench report", "results.jsonl")
+    if not (ROOT.parent / "shared" / "kernelbench" / "level1").is_dir():
+        return                          # no KernelBench tasks beside the checkout to list
     cmd = f"{sys.executable} -m argus kernelbench list --level 1 | head -1"
     piped = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
