@@ -19,9 +19,10 @@ the GEMM's BLOCK_M (argus/kernels/moe_routing.py), the gate-up grouped GEMM with
 its epilogue and the down grouped GEMM (argus/kernels/moe.py), and the weighted combine. Buffers
 are sized from shapes only (the padded layout's worst case), never from routing results.
 
-Bad input (top_k outside 1..E, mismatched shapes, dtypes, devices, non-contiguous weights, ids
-out of range of their dtype) raises a LaunchError that says what and how to fix it. The layer
-runs as the torch.library custom op `argus::moe`.
+Bad input (top_k outside 1..E, mismatched shapes, dtypes, devices, non-contiguous weights)
+raises a LaunchError that says what and how to fix it. Precomputed topk_ids must lie in
+[0, E): their values are not checked, since that would read them back to the host on every
+call (no CUDA graphs). The layer runs as the torch.library custom op `argus::moe`.
 """
 
 from __future__ import annotations
