@@ -4,8 +4,9 @@
 the tile's next use in its region is a loop in which only pipelined wgmma (inside `consume`
 steps) touch it, or a wgmma into it right there (a fresh partial accumulator per pipeline step,
 as fp8 promotion uses one per K block) — and rejects it otherwise. Such a tile needs no
-zeroing instructions: the first wgmma runs with scale-d = 0, which computes D = A·B instead of D = A·B + D. The codegen
-keeps a "still zero" flag and zeroes the registers only if the loop ran no iteration.
+zeroing instructions: the first wgmma runs with scale-d = 0, which computes D = A·B instead
+of D = A·B + D. The codegen keeps a "still zero" flag and zeroes the registers only if the
+loop ran no iteration.
 Semantics are unchanged (the interpreter ignores the flag); it removes 128 moves and a register
 dependency per tile.
 """
