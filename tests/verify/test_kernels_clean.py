@@ -43,8 +43,14 @@ def test_flash_attention_example_is_proven_clean(examples, head_dim):
 
 def _library():
     from argus.kernels import gemm as G
+    from argus.kernels import gemm_fp8 as F
 
+    promoted = F.Fp8GemmSchedule(bn=128, stages=6, promote=True)
     return [("gemm", G.gemm, {}), ("gemm_kn", G.gemm_kernel(b_layout="kn"), {}),
+            ("gemm_fp8_promoted", F.gemm_fp8_kernel(), {"s": promoted}),
+            ("gemm_fp8_blockscaled", F.gemm_fp8_blockscaled_kernel(), {"s": promoted}),
+            ("gemm_fp8_blockscaled_160", F.gemm_fp8_blockscaled_kernel(),
+             {"s": F.Fp8GemmSchedule(bn=160, stages=5, promote=True, cluster_m=2)}),
             ("gemm_batched", G.gemm_kernel(batched=True), {}),
             ("gemm_f16", G.gemm_kernel(in_dtype=G.ag.f16, out_dtype=G.ag.f16), {}),
             ("gemm_nonpersistent", G.gemm, {"s": G.GemmSchedule(persistent=False)}),
