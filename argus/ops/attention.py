@@ -19,7 +19,8 @@ natural-log log-sum-exp of each row of scale * q k^T.
 Every input that cannot be right (dtype, head dim, shapes, device, strides TMA cannot address,
 heads that do not divide) raises a LaunchError that says what and how to fix it. The kernel
 runs as the torch.library custom op `argus::attention`, so torch.compile traces through it and
-CUDA graphs capture it.
+CUDA graphs capture it (call it once with the same shapes before capturing: the first call
+compiles the kernel and loads it, which a capture must not do).
 """
 
 from __future__ import annotations
