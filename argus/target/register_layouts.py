@@ -176,11 +176,14 @@ class RegisterLayout:
             terms.append(f"((({tid} >> {b}) & 1) * {v})")
         return "(" + " ^ ".join(terms) + ")"
 
-    def coord_c(self, r: int, tid: str = "gtid") -> tuple[str, ...]:
-        """C expressions of coord(tid, r), one per dim."""
+    def coord_c(self, r: int, tid: str = "gtid", thread_c=None) -> tuple[str, ...]:
+        """C expressions of coord(tid, r), one per dim: the thread part plus register r's
+        offset. `thread_c(d)` overrides the thread part's expression (codegen names the
+        accumulator's acc_row / acc_col once per role instead of re-deriving them)."""
+        part = thread_c or (lambda d: self.thread_c(d, tid))
         out = []
         for d in range(self.rank):
-            th, off = self.thread_c(d, tid), self.regs[r][d]
+            th, off = part(d), self.regs[r][d]
             out.append(str(off) if not th else f"({th} + {off})")
         return tuple(out)
 

@@ -51,11 +51,7 @@ class Lay:
 
     def coord(self, i: int) -> tuple[str, ...]:
         """C expressions of the tile coordinate register i of thread gtid holds."""
-        out = []
-        for d in range(self.rl.rank):
-            th, off = self.thread_c(d), self.rl.regs[i][d]
-            out.append(str(off) if not th else f"({th} + {off})")
-        return tuple(out)
+        return self.rl.coord_c(i, "gtid", self.thread_c)
 
     def row(self, i: int) -> str:
         c = self.coord(i)
