@@ -33,8 +33,9 @@ import functools
 from dataclasses import dataclass
 
 import argus as ag
-from argus.kernels.warp_specialized import (OperandRing, WarpSpecializedSchedule, load_tile,
-                                            tile_coords)
+from argus.kernels.warp_specialized import (OperandRing, Staging, Unit,
+                                            WarpSpecializedSchedule, load_tile,
+                                            store_tile_staged, tile_coords)
 
 
 @dataclass(frozen=True)
@@ -44,12 +45,20 @@ class MoeSchedule(WarpSpecializedSchedule):
     the same bm. Clusters are not used: the two m-tiles of a pair may belong to different
     experts, whose weights cannot be multicast."""
 
+    # TMA-store epilogue: columns of the stored tile staged per round (0: all of them)
+    store_cols: int = 0
+
     def _problems(self) -> list[str]:
         problems = super()._problems()
         if self.cluster_m != 1:
             problems.append("cluster_m must be 1: adjacent m-tiles may be different experts")
-        if self.epilogue != "direct":
-            problems.append("the grouped GEMM stores from registers: epilogue='direct'")
+        if self.epilogue == "tma" and self.bn % 128:
+            problems.append(f"the TMA-store epilogue stores 64-column blocks of both GEMMs "
+                            f"(the gate-up's is bn/2 wide): bn={self.bn} must be a multiple "
+                            f"of 128")
+        if self.store_cols and (self.epilogue != "tma" or self.store_cols % 64):
+            problems.append(f"store_cols={self.store_cols} sizes the TMA-store staging: a "
+                            f"multiple of 64 with epilogue='tma'")
         if not self.persistent:
             problems.append("the grouped GEMM is persistent: its unit count is a device value")
         if self.zero_by_wgmma:
@@ -58,6 +67,8 @@ class MoeSchedule(WarpSpecializedSchedule):
 
 
 PREFILL = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2)
+# the same tile with the stmatrix + TMA-store epilogue (the library GEMM's fastest at large M)
+PREFILL_TMA = MoeSchedule(bm=128, bn=256, bk=64, stages=3, consumers=2, epilogue="tma")
 SMALL = MoeSchedule(bm=64, bn=128, bk=64, stages=4, consumers=1, consumer_regs=240,
                     producer_regs=40)
 
@@ -107,6 +118,9 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
         ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.bf16, s.consumers)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
+        if s.epilogue == "tma":   # staging for the stored tile: width columns per warpgroup
+            staging = Staging.alloc(s.consumers, rows, width, ag.bf16,
+                                    min(s.store_cols, width))
 
         # the m-tiles routing counted, read once for every role: both walk the same units
         m_tiles = ag.load_scalar(Tiles, (0, 0))
@@ -134,7 +148,12 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
             for m, n, _ in units(False):
                 acc = ring.mma(k_steps, wg)
                 row0 = m * s.bm + wg * rows
-                if gated:
+                if s.epilogue == "tma" and gated:
+                    _store_gated_staged(C, row0, n * width, wg, acc, staging, width)
+                elif s.epilogue == "tma":
+                    store_tile_staged(C, Unit((), m, n), wg, acc, staging, bm=s.bm, bn=s.bn,
+                                      rows=rows, finish=lambda t: t.to(ag.bf16))
+                elif gated:
                     out = silu_mul(acc[:, :width], acc[:, width:])
                     ag.store(C, (row0, n * width), out.to(ag.bf16))
                 else:
@@ -142,6 +161,21 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
 
     name = "moe_gate_up" if gated else "moe_down"
     return ag.kernel(moe_grouped_gemm, name=name)
+
+
+def _store_gated_staged(C, row0, col0, wg, acc, staging: Staging, width: int) -> None:
+    """The gate-up epilogue through shared memory: per 64-column block j of the output,
+    silu(gate block j) * (up block j) stmatrix'ed into warpgroup wg's staging slots, then
+    TMA-stored; in rounds of `staging.staged` blocks (store_tile_staged's order)."""
+    w = staging.width
+    for first in range(0, staging.blocks, staging.staged):
+        blocks = range(first, min(staging.blocks, first + staging.staged))
+        for j in blocks:
+            gate = acc[:, w * j:w * (j + 1)]
+            up = acc[:, width + w * j:width + w * (j + 1)]
+            ag.stmatrix(staging.slot(wg, j), silu_mul(gate, up).to(ag.bf16))
+        for j in blocks:
+            ag.tma.store(C, (row0, col0 + w * j), staging.slot(wg, j))
 
 
 gate_up = grouped_gemm_kernel(True)

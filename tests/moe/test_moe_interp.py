@@ -10,7 +10,9 @@ import importlib
 import pytest
 import torch
 
-from argus.kernels.moe import PREFILL, SMALL
+from dataclasses import replace
+
+from argus.kernels.moe import PREFILL, PREFILL_TMA, SMALL
 
 M = importlib.import_module("argus.ops.moe")   # the module (argus.ops.moe is the function)
 
@@ -39,6 +41,8 @@ def _rel(a, b):
     (37, 8, 2, 64, 128, SMALL),
     (100, 6, 2, 128, 64, SMALL),
     (70, 4, 2, 64, 64, PREFILL),
+    (70, 4, 2, 64, 128, PREFILL_TMA),                           # stmatrix + TMA store
+    (50, 4, 2, 64, 128, replace(PREFILL_TMA, store_cols=64)),   # in 64-column rounds
 ])
 def test_layer_matches_float64(T, E, k, H, I, schedule):
     w13, w2 = _weights(E, H, I, seed=T)
