@@ -111,8 +111,12 @@ class Outcome:
             return ""
         first = next((d for d in self.diagnostics if d.get("severity") == "error"), None)
         code = f" [{first['code']}]" if first else ""
-        return f"{self.status} at {self.stage}{code}: {self.message.splitlines()[0][:160]}" \
-            if self.message else f"{self.status} at {self.stage}{code}"
+        lines = [line for line in self.message.strip().splitlines() if line.strip()]
+        if not lines:
+            return f"{self.status} at {self.stage}{code}"
+        # a traceback's first line says nothing; its last names the exception
+        line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+        return f"{self.status} at {self.stage}{code}: {line.strip()}"
 
 
 def _jsonable(obj: Any) -> Any:

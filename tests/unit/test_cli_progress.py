@@ -51,3 +51,15 @@ def test_optimize_progress_lines(tmp_path):
     assert "correctness checked at example size 'small'" in out
     best = re.search(r"best .* at \[(\d+)/3\]", out)
     assert best and 1 <= int(best.group(1)) <= 3, out
+
+
+def test_a_failed_candidate_shows_the_exception_not_the_word_traceback():
+    from argus.agent.candidate import Outcome
+
+    tb = ('Traceback (most recent call last):\n  File "w.py", line 3, in run\n    go()\n'
+          "RuntimeError: CUDA driver: no device " + "detail " * 40 + "end\n")
+    line = Outcome("crash", "run", message=tb).failure()
+    assert line.startswith("crash at run: RuntimeError: CUDA driver: no device")
+    assert line.endswith("end")                         # whole, not cut mid-word
+    assert Outcome("wrong", "check", message="rel_l2 0.3\nmore").failure() == \
+        "wrong at check: rel_l2 0.3"
