@@ -82,22 +82,16 @@ class CompiledKernel:
 
         return grid_extents(self.kernel, symbols)
 
-    def __call__(self, *tensors, **scalars):
+    def __call__(self, *args, **scalars):
         """Launch on torch's current stream. Arguments are checked on the first call with a
-        given signature; later calls with the same buffers reuse the prepared launch. Runtime
-        scalar parameters come positionally (signature order) or by keyword."""
-        if scalars or self.kernel.attr("runtime_args"):
-            from argus.runtime.interp import split_runtime_args
-
-            tensors_l, values = split_runtime_args(self.kernel, tensors, scalars)
-            plan = self.prepare(*tensors_l, _scalars=values)
-            if plan is not False:
-                plan()
-            return
-        key = _signature(tensors)
+        given signature; later calls with the same buffers (and the same runtime scalar values)
+        reuse the prepared launch. Runtime scalar parameters come positionally (signature
+        order) or by keyword."""
+        tensors, values = self._split(args, scalars)
+        key = _signature(tensors, values)
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
-            plan = self.prepare(*tensors)
+            plan = self.prepare(*tensors, _scalars=values)
             if key is not None:
                 self._plans[key] = plan
                 if len(self._plans) > self.PLAN_CACHE_SIZE:
@@ -107,12 +101,22 @@ class CompiledKernel:
         if plan is not False:
             plan()
 
-    def plan_for(self, *tensors):
+    def plan_for(self, *args, **scalars):
         """The launch plan a call with exactly these arguments prepared, or None: callers that
         have checked their arguments once keep it and skip even the signature lookup."""
-        key = _signature(tensors)
+        tensors, values = self._split(args, scalars)
+        key = _signature(tensors, values)
         plan = self._plans.get(key) if key is not None else None
         return plan or None
+
+    def _split(self, args, scalars) -> tuple[tuple, dict]:
+        """Launch arguments -> (tensors, runtime scalar values by name)."""
+        if not scalars and not self.kernel.attr("runtime_args"):
+            return args, {}
+        from argus.runtime.args import split_runtime_args
+
+        tensors, values = split_runtime_args(self.kernel, args, scalars)
+        return tuple(tensors), values
 
     def specialization(self, tensors, symbols: dict[str, int]):
         """What these tensors and shape symbols (`bind`) guarantee about alignment
@@ -203,12 +207,17 @@ class CompiledKernel:
         (directory / "resources.txt").write_text(res.summary() + "\n")
 
 
-def _signature(tensors) -> tuple | None:
+def _signature(tensors, values=None) -> tuple | None:
     """What a launch plan depends on, or None when an argument is not a CUDA tensor (then the
-    slow path reports the problem)."""
+    slow path reports the problem): every tensor's buffer and layout, and the runtime scalar
+    values (packed into the parameters; a grid may depend on them). A float is keyed by its
+    bits, so -0.0 and 0.0 get their own plans."""
     key = []
     for t in tensors:
         if not hasattr(t, "data_ptr") or not getattr(t, "is_cuda", False):
             return None
         key.append((t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device.index))
+    if values:
+        key.append(tuple((name, type(v).__name__, v.hex() if isinstance(v, float) else v)
+                         for name, v in sorted(values.items())))
     return tuple(key)

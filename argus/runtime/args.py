@@ -1,5 +1,7 @@
-"""Check kernel arguments before launch: each tensor's dtype / rank / device / layout, and that
-symbolic shape names (M, N, K ...) bind to one value across all parameters.
+"""Check kernel arguments before launch: each tensor's dtype / rank / device / layout, that
+symbolic shape names (M, N, K ...) bind to one value across all parameters, and which launch
+arguments are tensors and which runtime scalars (the GPU launcher and the interpreter split
+them the same way).
 
 One job: turn a bad call into a LaunchError that says what is wrong, in which kernel and
 parameter, and the exact expression that fixes it, e.g.
@@ -16,6 +18,8 @@ from typing import Any
 from argus import dtypes
 from argus.dtypes import DType
 from argus.errors import LaunchError
+from argus.ir.core import Kernel
+from argus.ir.types import ScalarType
 
 
 def _torch_dtype_text(dt: DType) -> str:
@@ -116,3 +120,36 @@ def bind_shapes(specs: Mapping[str, Sequence[str | int]], values: Mapping[str, A
                         f"{_shape_of(values[first_param])} and {shape})")
             bound.setdefault(want, (size, param, dim))
     return {name: size for name, (size, _p, _d) in bound.items()}
+
+
+def split_runtime_args(kernel: Kernel, args, kw) -> tuple[list, dict[str, Any]]:
+    """Launch arguments -> (tensors in parameter order, runtime scalars by name). Without
+    runtime scalars every positional argument is a tensor; with them (attr runtime_args) the
+    positional arguments follow the signature order of tensors and scalars, and scalars may
+    also come by keyword."""
+    order = kernel.attr("runtime_args")
+    scalar_names = [p.name for p in kernel.params if isinstance(p.value.type, ScalarType)
+                    and order and p.name in order]
+    if not order:
+        if kw:
+            raise LaunchError(f"kernel {kernel.name} has no runtime scalar parameters "
+                              f"({', '.join(sorted(kw))})")
+        return list(args), {}
+    if len(args) > len(order):
+        raise LaunchError(f"kernel {kernel.name} takes {len(order)} arguments "
+                          f"({', '.join(order)}), got {len(args)}")
+    named = dict(zip(order, args))
+    for k, v in kw.items():
+        if k in named:
+            raise LaunchError(f"kernel {kernel.name}: {k} given twice")
+        named[k] = v
+    missing = [n for n in order if n not in named]
+    if missing:
+        raise LaunchError(f"kernel {kernel.name}: missing argument(s) {', '.join(missing)}")
+    tensors = [named[n] for n in order if n not in scalar_names]
+    scalars = {n: named[n] for n in scalar_names}
+    for n, v in scalars.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise LaunchError(f"kernel {kernel.name}: runtime scalar {n} takes a Python int or "
+                              f"float, got {type(v).__name__}")
+    return tensors, scalars

@@ -7,8 +7,6 @@ written back in their own dtype, so a caller sees outputs in place as after a de
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from argus.dtypes import DType
@@ -16,40 +14,8 @@ from argus.errors import LaunchError
 from argus.ir import ops as O
 from argus.ir.core import Kernel
 from argus.ir.types import ScalarType, TensorType
+from argus.runtime.args import split_runtime_args
 from argus.runtime.interp.machine import _Group, _Interp
-
-
-def split_runtime_args(kernel: Kernel, args, kw) -> tuple[list, dict[str, Any]]:
-    """Launch arguments -> (tensors in parameter order, runtime scalars by name). Without
-    runtime scalars every positional argument is a tensor; with them (attr runtime_args) the
-    positional arguments follow the signature order of tensors and scalars, and scalars may
-    also come by keyword."""
-    order = kernel.attr("runtime_args")
-    scalar_names = [p.name for p in kernel.params if isinstance(p.value.type, ScalarType)
-                    and order and p.name in order]
-    if not order:
-        if kw:
-            raise LaunchError(f"kernel {kernel.name} has no runtime scalar parameters "
-                              f"({', '.join(sorted(kw))})")
-        return list(args), {}
-    if len(args) > len(order):
-        raise LaunchError(f"kernel {kernel.name} takes {len(order)} arguments "
-                          f"({', '.join(order)}), got {len(args)}")
-    named = dict(zip(order, args))
-    for k, v in kw.items():
-        if k in named:
-            raise LaunchError(f"kernel {kernel.name}: {k} given twice")
-        named[k] = v
-    missing = [n for n in order if n not in named]
-    if missing:
-        raise LaunchError(f"kernel {kernel.name}: missing argument(s) {', '.join(missing)}")
-    tensors = [named[n] for n in order if n not in scalar_names]
-    scalars = {n: named[n] for n in scalar_names}
-    for n, v in scalars.items():
-        if not isinstance(v, (int, float)) or isinstance(v, bool):
-            raise LaunchError(f"kernel {kernel.name}: runtime scalar {n} takes a Python int or "
-                              f"float, got {type(v).__name__}")
-    return tensors, scalars
 
 
 def run(kernel: Kernel, *arrays, **scalar_args) -> tuple:
