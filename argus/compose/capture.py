@@ -59,6 +59,8 @@ def capture(model: torch.nn.Module, inputs: list[Any]) -> Graph:
     meta_model = copy.deepcopy(model).to("meta") if any(
         p.device.type != "meta" for p in list(model.parameters()) + list(model.buffers())) \
         else model
+    state = {name for name, _ in model.named_parameters()} | \
+        {name for name, _ in model.named_buffers()}
     g = Graph()
     low = Lowering(g, training=model.training)
     env: dict[str, Any] = {}      # fx node name -> IR value (Node, number, tuple, ...)
@@ -87,6 +89,13 @@ def capture(model: torch.nn.Module, inputs: list[Any]) -> Graph:
             index += 1
             continue
         if n.op == "get_attr":
+            if n.target not in state:   # a tensor the forward builds from numbers
+                const = _fetch(gm, n.target)
+                meta[n.name] = _meta(const)
+                env[n.name] = (float(const.item()) if const.numel() == 1 and
+                               const.dtype.is_floating_point else
+                               g.add("leaf", (), const.shape, const.dtype, const=const))
+                continue
             value = _fetch(meta_model, n.target)
             meta[n.name] = value
             env[n.name] = (g.add("leaf", (), value.shape, value.dtype, param=n.target)
@@ -100,21 +109,30 @@ def capture(model: torch.nn.Module, inputs: list[Any]) -> Graph:
             g.output = out
             break
         args, kwargs = mv(n.args), mv(n.kwargs)
-        if n.op == "call_method":
-            self_, *rest = args
-            fn = getattr(self_, n.target)
-            result = fn(*rest, **kwargs)
-        elif n.op == "call_function":
-            result = n.target(*args, **kwargs)
-        else:  # call_module: a norm module (LEAF_MODULES), lowered as its functional form
-            sub = _fetch(meta_model, n.target)
-            result = sub(*args, **kwargs)
-            meta[n.name] = result
-            env[n.name] = _norm_module(g, low, n.target, sub, ir(n.args), result)
+        with torch.device("meta"):   # tensors the forward creates are meta tensors too
+            result = _call(n, args, kwargs, meta_model)
+        if isinstance(result, tuple) and len(result) == 2 and result[0] is _MODULE:
+            meta[n.name] = result[1]
+            env[n.name] = _norm_module(g, low, n.target, _fetch(meta_model, n.target),
+                                       ir(n.args), result[1])
             continue
         meta[n.name] = result
         env[n.name] = low.lower(n.op, n.target, ir(n.args), ir(n.kwargs), result)
     return g
+
+
+_MODULE = object()
+
+
+def _call(n, args, kwargs, meta_model):
+    """Run one fx node on meta values (its shape and dtype)."""
+    if n.op == "call_method":
+        self_, *rest = args
+        return getattr(self_, n.target)(*rest, **kwargs)
+    if n.op == "call_function":
+        return n.target(*args, **kwargs)
+    # call_module: a norm module (LEAF_MODULES), lowered as its functional form
+    return _MODULE, _fetch(meta_model, n.target)(*args, **kwargs)
 
 
 def _norm_module(g: Graph, low, qualname: str, m, args, result):

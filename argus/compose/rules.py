@@ -915,7 +915,8 @@ for _t, _v in {torch.zeros_like: lambda a, k: 0.0, torch.ones_like: lambda a, k:
                torch.full_like: lambda a, k: a[1] if len(a) > 1 else k.get("fill_value"),
                torch.zeros: lambda a, k: 0.0, torch.ones: lambda a, k: 1.0,
                torch.full: lambda a, k: a[1] if len(a) > 1 else k.get("fill_value"),
-               "new_zeros": lambda a, k: 0.0, "new_ones": lambda a, k: 1.0}.items():
+               "new_zeros": lambda a, k: 0.0, "new_ones": lambda a, k: 1.0,
+               torch.tensor: lambda a, k: a[0] if a and is_number(a[0]) else None}.items():
     rule(_t)(_fill(_v))
     CREATE[_t] = RULES[_t]
 

@@ -72,9 +72,12 @@ class Program:
         g = self.plan.graph
         for n in g.inputs:
             env[n] = inputs[n.attrs["input"]]
+        device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
         for n in g.nodes:
             if n.op == "leaf" and "param" in n.attrs:
                 env[n] = _param(model, n.attrs["param"])
+            elif n.op == "leaf" and "const" in n.attrs:
+                env[n] = n.attrs["const"].to(device)
         for i, step in enumerate(self.plan.steps):
             n = step.node
             if step.kind == "kernel":

@@ -263,3 +263,8 @@ def test_an_op_without_template_runs_in_torch_and_is_named():
 def test_attention_as_two_gemms_and_a_softmax(causal):
     f = fn_model(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), 3)
     check(f, [randn(2, 3, 24, 16), randn(2, 3, 24, 16, seed=1), randn(2, 3, 24, 16, seed=2)])
+
+
+def test_tensors_the_forward_builds_from_numbers_are_constants():
+    f = fn_model(lambda x: x * torch.tensor(2.5) + torch.zeros(3) + torch.tensor([1.0, 2.0, 3.0]))
+    check(f, [randn(4, 3)])
