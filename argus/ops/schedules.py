@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from argus import dtypes
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
-from argus.ops import split_k, tuning_cache
+from argus.ops import gemm_model, split_k, tuning_cache
 from argus.target.limits import SMEM_PER_CTA_OPTIN
 
 
@@ -242,9 +242,19 @@ def store_choice(gpu: str, problem: Problem, schedule: GemmSchedule, ms: float) 
                         candidates=candidates_fingerprint(problem))
 
 
+def untuned(p: Problem) -> GemmSchedule:
+    """The choice without timing: the candidate of least time in the analytic model
+    (argus/ops/gemm_model.py: waves, padding, stages, clusters, epilogue; constants fitted on
+    H200 timings), or for skinny problems the heuristic (their tuned weight-streaming
+    schedules). Always one of candidates(p), never split-K: one kernel to compile."""
+    if p.m * p.batch <= gemm_model.SKINNY:
+        return heuristic(p)
+    return gemm_model.pick(p, candidates(p))
+
+
 def choose(problem: Problem, gpu: str | None) -> GemmSchedule:
     """The tuned choice for `problem` on `gpu` when one was recorded from today's candidates,
-    else the agent's best known schedule, else the heuristic."""
+    else the agent's best known schedule, else the untuned model's choice."""
     if gpu is not None:
         entry = load_cache(gpu).get(problem.key)
         fresh = entry is not None and \
@@ -260,7 +270,7 @@ def choose(problem: Problem, gpu: str | None) -> GemmSchedule:
                 return GemmSchedule(**found["schedule"])
             except (KeyError, TypeError, ValueError):
                 pass  # written by another version of GemmSchedule: ignore it
-    return heuristic(problem)
+    return untuned(problem)
 
 
 # The agent's choices: tuning-cache kind and "GPU" name of the one file that holds them

@@ -128,24 +128,24 @@ def test_an_empty_problem_is_refused(fake, monkeypatch):
 
 def test_choose_trusts_only_entries_from_todays_candidates(tmp_path, monkeypatch):
     """A tuned entry recorded from another candidate set (an older Argus) or naming an
-    illegal schedule is ignored: the heuristic runs until the shape is tuned again."""
+    illegal schedule is ignored: the untuned choice runs until the shape is tuned again."""
     from argus.kernels.gemm import GemmSchedule
     from argus.ops import schedules, tuning_cache
 
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
     p = schedules.Problem(4096, 4096, 4096, 1, "bf16", "bf16", "nk", True)
     pick = GemmSchedule(bn=128, stages=6, epilogue="tma", cluster_m=2)
-    assert pick != schedules.heuristic(p)
+    assert pick != schedules.untuned(p)
     schedules.store_choice("gpu", p, pick, 1.0)
     assert schedules.choose(p, "gpu") == pick
     tuning_cache.record("matmul", "gpu", p.key, pick, 1.0, candidates="0123456789abcdef")
-    assert schedules.choose(p, "gpu") == schedules.heuristic(p)           # stale
+    assert schedules.choose(p, "gpu") == schedules.untuned(p)             # stale
     tuning_cache.record("matmul", "gpu", p.key, pick, 1.0)                 # legacy: no print
     assert schedules.choose(p, "gpu") == pick
     data = tuning_cache.load("matmul", "gpu")
     data[p.key]["schedule"]["store_cols"] = -64                           # illegal now
     tuning_cache.cache_file("matmul", "gpu").write_text(__import__("json").dumps(data))
-    assert schedules.choose(p, "gpu") == schedules.heuristic(p)
+    assert schedules.choose(p, "gpu") == schedules.untuned(p)
 
 
 def test_store_cols_validation_and_the_agents_space():

@@ -1,0 +1,218 @@
+"""The untuned GEMM choice: an analytic time model of a GemmSchedule on a problem, so the first
+call of a shape nobody tuned runs a good schedule without timing anything and compiles one
+kernel.
+
+The model, per problem (M, N, K, batch, B layout) and schedule:
+
+    units  = batch * ceil(M / bm) * ceil(N / bn)      (swap-AB: M and N trade places)
+    waves  = ceil(units / SMs)                       (the last wave costs a whole wave, however
+                                                      empty: wave quantization; ceil also
+                                                      charges the padding of ragged tiles)
+    steps  = ceil(K / (bk * k_atoms))
+    t_step = (mma * bm * bn * bk * k_atoms + step) * pipeline factors
+             (fewer than 4 stages, 2x1 cluster multicast, MN-major B, ping-pong, one consumer)
+    t_tile = steps * t_step + epilogue(direct | TMA store, per element, + per staging round)
+             + tile (the fixed per-tile cost: refill, scheduling; non-persistent grids pay more)
+    time   = waves * t_tile
+
+Shared-memory stages enter through the stage factor, L2 reuse through the cluster factor (B
+multicast halves what the pair reads from L2) and the grouped raster every candidate uses.
+The constants are fitted (`fit`, Levenberg-Marquardt on log time) to the per-schedule timings
+recorded on an H200 in docs/perf/gemm.md (gemm_model_data.json says which rows, with their
+commits); they ship as package data (gemm_model.json) for the H100/H200 class (132 SMs).
+
+`pick` chooses among a problem's tuning candidates (so every choice is legal for it: the
+candidate set is built from the problem) the one of least predicted time, leaving out split-K
+(its sum is a second kernel to compile). Skinny problems (M * batch <= 256) keep the shape
+heuristic: its weight-streaming schedules are the tuned winners already, and the model knows
+nothing of memory-bound regimes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+CONSTANTS_FILE = Path(__file__).with_name("gemm_model.json")
+DATA_FILE = Path(__file__).with_name("gemm_model_data.json")
+SKINNY = 256  # M * batch at or below this: the heuristic decides
+
+
+@dataclass(frozen=True)
+class Constants:
+    """The model's constants (times in microseconds). Positive by construction (fitted in log
+    space); `stage` etc. are fractions."""
+
+    mma: float = 2.6e-8       # us per bm x bn x bk element-step of MMA work
+    step: float = 0.02        # us of fixed cost per pipeline step (barriers, descriptors)
+    tile: float = 1.0         # us of fixed cost per tile (refill, scheduling)
+    epi_direct: float = 5e-5  # us per output element, st.global epilogue
+    epi_tma: float = 3e-5     # us per output element, stmatrix + TMA store
+    round: float = 0.5        # us per extra staging round (store_cols < bn)
+    stage: float = 0.2        # slowdown per stage below 4
+    cluster: float = 0.05     # speedup of a 2x1 cluster (B multicast)
+    kn: float = 0.02          # slowdown of an MN-major B
+    pingpong: float = 0.2     # slowdown of ping-pong's main loop
+    one_wg: float = 0.1       # slowdown of a lone 64-row consumer
+    nonpersistent: float = 2.0  # extra us per tile of a non-persistent grid
+
+    def as_vector(self) -> list[float]:
+        return [getattr(self, f.name) for f in dataclasses.fields(self)]
+
+    @classmethod
+    def from_vector(cls, v) -> Constants:
+        return cls(*(float(x) for x in v))
+
+
+@functools.cache
+def shipped() -> Constants:
+    """The constants fitted on the recorded data (gemm_model.json), or the defaults."""
+    try:
+        data = json.loads(CONSTANTS_FILE.read_text())
+        return Constants(**data["constants"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return Constants()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def predict_us(p, s, c: Constants | None = None) -> float:
+    """Predicted microseconds of schedule `s` (a GemmSchedule) on problem `p` (anything with
+    m, n, k, batch and b_layout)."""
+    c = c or shipped()
+    rows, cols = (p.n, p.m) if getattr(s, "swap_ab", False) else (p.m, p.n)
+    splits = max(1, getattr(s, "split_k", 1))
+    units = p.batch * splits * _cdiv(rows, s.bm) * _cdiv(cols, s.bn)
+    sms = (s.num_sms // s.cluster_m) * s.cluster_m
+    waves = _cdiv(units, sms)
+    k_atoms = getattr(s, "k_atoms", 1)
+    steps = _cdiv(_cdiv(p.k, splits), s.bk * k_atoms)
+    factor = 1 + c.stage * max(0, 4 - s.stages)
+    if s.cluster_m == 2:
+        factor *= 1 - min(c.cluster, 0.5)
+    if p.b_layout == "kn":
+        factor *= 1 + c.kn
+    if s.pingpong:
+        factor *= 1 + c.pingpong
+    elif s.consumers == 1:
+        factor *= 1 + c.one_wg
+    t_step = (c.mma * s.bm * s.bn * s.bk * k_atoms + c.step) * factor
+    elems = s.bm * s.bn
+    if s.epilogue == "tma":
+        cols_per_round = getattr(s, "store_cols", 0) or s.bn
+        epilogue = c.epi_tma * elems + c.round * (_cdiv(s.bn, cols_per_round) - 1)
+    else:
+        epilogue = c.epi_direct * elems
+    if s.pingpong:  # one warpgroup's epilogue runs under the other's main loop
+        epilogue *= 0.5
+    per_tile = steps * t_step + epilogue + c.tile + (0 if s.persistent else c.nonpersistent)
+    return waves * per_tile
+
+
+def pick(p, candidates, c: Constants | None = None):
+    """The candidate of least predicted time (split-K left out: its sum is a second kernel);
+    ties go to the earlier candidate. `candidates` are the problem's tuning candidates, all
+    legal for it."""
+    usable = [s for s in candidates if getattr(s, "split_k", 1) == 1]
+    if not usable:
+        raise ValueError("gemm_model.pick: no single-kernel candidate to choose from")
+    return min(usable, key=lambda s: predict_us(p, s, c))
+
+
+# ----------------------------------------------------------------------------- fitting
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured (problem, schedule, time) row of gemm_model_data.json."""
+
+    m: int
+    n: int
+    k: int
+    batch: int
+    b_layout: str
+    schedule: object
+    us: float
+    group: str
+
+
+def load_points(path: Path = DATA_FILE) -> list[Point]:
+    """The recorded measurements, each schedule built as today's GemmSchedule (rows a newer
+    GemmSchedule refuses are dropped)."""
+    from argus.kernels.gemm import GemmSchedule
+
+    out = []
+    for row in json.loads(Path(path).read_text())["points"]:
+        try:
+            s = GemmSchedule(**row["schedule"])
+        except (TypeError, ValueError):
+            continue
+        group = f"{row['batch']}x{row['m']}x{row['n']}x{row['k']}:{row['b_layout']}"
+        out.append(Point(row["m"], row["n"], row["k"], row["batch"], row["b_layout"], s,
+                         row["us"], group))
+    return out
+
+
+def fit(points: list[Point], start: Constants | None = None, iterations: int = 200,
+        prior: float = 0.05) -> Constants:
+    """Least squares on log(predicted / measured) over `points` (Levenberg-Marquardt in the
+    logs of the constants, so they stay positive), with a weak pull (`prior`) toward `start`
+    for constants the data barely constrain."""
+    import numpy as np
+
+    start = start or Constants()
+    x0 = np.log(np.array(start.as_vector()))
+    measured = np.log(np.array([pt.us for pt in points]))
+
+    def residuals(x):
+        c = Constants.from_vector(np.exp(x))
+        r = [math.log(predict_us(pt, pt.schedule, c)) for pt in points]
+        return np.concatenate([np.array(r) - measured, prior * (x - x0)])
+
+    x, lam = x0.copy(), 1e-2
+    r = residuals(x)
+    for _ in range(iterations):
+        jac = np.empty((len(r), len(x)))
+        for j in range(len(x)):
+            dx = np.zeros_like(x)
+            dx[j] = 1e-5
+            jac[:, j] = (residuals(x + dx) - r) / 1e-5
+        a = jac.T @ jac
+        g = jac.T @ r
+        step = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-9), -g)
+        r_new = residuals(x + step)
+        if r_new @ r_new < r @ r:
+            x, r, lam = x + step, r_new, lam / 3
+            if np.abs(step).max() < 1e-7:
+                break
+        else:
+            lam *= 4
+    return Constants.from_vector(np.exp(x))
+
+
+def groups(points: list[Point]) -> dict[str, list[Point]]:
+    """The measured schedules of each problem with more than one of them."""
+    out: dict[str, list[Point]] = {}
+    for pt in points:
+        out.setdefault(pt.group, []).append(pt)
+    return {g: pts for g, pts in out.items() if len({pt.schedule for pt in pts}) > 1}
+
+
+def best_measured(pts: list[Point]):
+    """(schedule, us) of the fastest measurement in a group (repeats pooled by their mean)."""
+    times: dict = {}
+    for pt in pts:
+        times.setdefault(pt.schedule, []).append(pt.us)
+    s, us = min(((s, sum(v) / len(v)) for s, v in times.items()), key=lambda r: r[1])
+    return s, us, {s: sum(v) / len(v) for s, v in times.items()}
+
+
+def write_constants(c: Constants, fitted_on: str, path: Path = CONSTANTS_FILE) -> None:
+    path.write_text(json.dumps({"fitted_on": fitted_on, "constants": dataclasses.asdict(c)},
+                               indent=1) + "\n")
