@@ -19,6 +19,11 @@ persistent walk, the epilogues) the way FlashAttention-3 structures its forward
   the causal diagonal and the key tail pay for the compares; blocks no row may see are never
   loaded. (One loop with a uniform branch rather than FA3's two loops: the verifier proves the
   one-loop form; over two loops sharing the accumulator it reports k-once as violated.)
+* optionally (`ordered`), FA3's ping-pong: the consumer warpgroups take turns issuing
+  S = Q K^T (ag.ordered sections, named barriers), so one's softmax and P V overlap another's
+  S; Q then lives in registers, loaded once per tile straight into the wgmma A fragment (a turn
+  is never awaited while a ring slot is held, and Q's one-stage ring would hold one). Proven
+  like the default;
 * optionally (`intra_wg_overlap`), FA3's intra-warpgroup overlap: S of block j is issued
   before the softmax of block j - 1. It runs correctly (interpreter and GPU tests) but does
   not verify yet: the verifier loses the key tags of S carried across the loop's back edge,
@@ -72,8 +77,9 @@ class AttentionSchedule:
     persistent: bool = False
     num_sms: int = NUM_SMS
     epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
-    # Hook for ping-pong (FA3): consumer warpgroups take turns issuing their GEMMs (ag.ordered,
-    # named barriers), so one's softmax overlaps the other's GEMMs. Refused for now (_problems).
+    # Ping-pong (FA3): consumer warpgroups take turns issuing S = Q K^T (ag.ordered: named
+    # barriers), so one's softmax overlaps the other's GEMMs. Q then lives in registers (a
+    # turn is never awaited while a ring slot is held, and Q's step would hold one).
     ordered: bool = False
     # FA3's intra-warpgroup overlap: issue S = Q K^T of the next block before the softmax of
     # this one, so the softmax runs while the tensor cores compute (S of two blocks live).
@@ -110,14 +116,11 @@ class AttentionSchedule:
                             f"an SM")
         if self.num_sms < 1:
             problems.append(f"num_sms={self.num_sms} must be positive")
-        if self.ordered:
-            # ag.ordered refuses a section inside an open pipeline step (a warpgroup waiting
-            # for its turn must not hold a ring slot), and the consumers' KV loop runs inside
-            # the step that holds Q; ping-pong needs Q held another way (or that rule to accept
-            # a slot every warpgroup of the role holds at once, as Q's is)
-            problems.append("ordered=True (ping-pong consumer warpgroups) is not built yet: the "
-                            "KV loop runs inside Q's pipeline step, where ag.ordered sections "
-                            "are refused")
+        if self.ordered and self.consumers < 2:
+            problems.append("ordered=True (ping-pong) needs 2 or 3 consumer warpgroups to take "
+                            "turns")
+        if self.ordered and self.intra_wg_overlap:
+            problems.append("ordered=True and intra_wg_overlap=True are not combined yet")
         return problems
 
     def problems_for(self, head_dim: int, dtype: DType = ag.bf16) -> list[str]:
@@ -135,18 +138,21 @@ class AttentionSchedule:
         # fp32 accumulators per thread: O (head_dim / 2) and S (block_n / 2, twice with the
         # overlap), plus P in bf16 (block_n / 4); more than the budget surely spills
         live = head_dim // 2 + self.block_n // 2 * (2 if self.intra_wg_overlap else 1) \
-            + self.block_n // 4
+            + self.block_n // 4 + (head_dim // 4 if self.ordered else 0)   # Q's A fragment
         if live > self.consumer_regs - 8:
-            problems.append(f"O ({head_dim // 2}), S ({self.block_n // 2}) and P "
-                            f"({self.block_n // 4}) registers per thread do not fit "
-                            f"consumer_regs={self.consumer_regs}: use a smaller block_n")
+            problems.append(f"O ({head_dim // 2}), S ({self.block_n // 2}"
+                            + (" twice" if self.intra_wg_overlap else "") + ") and P "
+                            f"({self.block_n // 4})"
+                            + (f" and Q ({head_dim // 4})" if self.ordered else "")
+                            + f" registers per thread do not fit consumer_regs="
+                              f"{self.consumer_regs}: use a smaller block_n")
         return problems
 
 
 def smem_bytes(s: AttentionSchedule, head_dim: int, dtype: DType = ag.bf16) -> int:
     """Shared memory of the kernel's buffers (barriers and alignment not counted)."""
     eb = dtype.bytes
-    q = s.block_m * head_dim * eb
+    q = 0 if s.ordered else s.block_m * head_dim * eb
     kv = 2 * s.stages * s.block_n * head_dim * eb
     staging = s.block_m * head_dim * eb if s.epilogue == "tma" else 0
     return q + kv + staging + 1024
@@ -220,10 +226,11 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
             pid_m, pid_h, pid_b = ag.grid(m_tiles, H, B)
             pid, total, programs = 0, 1, 1
 
-        sQ = ag.smem((1, atoms * BM, 64), dt, swizzle=128)
+        # with ping-pong (ordered) the consumers keep Q in registers instead (see below)
+        sQ = None if s.ordered else ag.smem((1, atoms * BM, 64), dt, swizzle=128)
         sK = ag.smem((s.stages, atoms * BN, 64), dt, swizzle=128)
         sV = ag.smem((s.stages, atoms * BN, 64), dt, swizzle=128)
-        q_pipe = ag.pipeline(1, consumers=C)
+        q_pipe = None if s.ordered else ag.pipeline(1, consumers=C)
         k_pipe = ag.pipeline(s.stages, consumers=C)
         v_pipe = ag.pipeline(s.stages, consumers=C)
         if s.epilogue == "tma":
@@ -245,9 +252,10 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                 b, h, m = tile_of(unit)
                 hk = h // group
                 q0 = m * BM
-                with q_pipe.produce() as st:
-                    for a in range(atoms):
-                        ag.tma.load(sQ[st].rows_of(a * BM, BM), Q, (b, h, q0, 64 * a))
+                if not s.ordered:
+                    with q_pipe.produce() as st:
+                        for a in range(atoms):
+                            ag.tma.load(sQ[st].rows_of(a * BM, BM), Q, (b, h, q0, 64 * a))
                 for j in ag.range(_kv_blocks(q0, BM, BN, S, SK, causal, first)):
                     with k_pipe.produce() as st:
                         for a in range(atoms):
@@ -269,11 +277,13 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                 o = ag.zeros((ROWS, D))
 
                 def scores(qs, ks):
-                    """S = Q K^T for this warpgroup's rows and one K block (issued, in flight)."""
+                    """S = Q K^T for this warpgroup's rows and one K block (issued, in flight);
+                    qs: Q's stage in shared memory, or Q's register tile."""
                     sc = ag.zeros((ROWS, BN))
                     for a in range(atoms):
-                        sc = ag.wgmma(sQ[qs].rows_of(a * BM + wg * ROWS, ROWS),
-                                      sK[ks].rows_of(a * BN, BN), sc)
+                        q_atom = qs[:, 64 * a:64 * (a + 1)] if s.ordered else \
+                            sQ[qs].rows_of(a * BM + wg * ROWS, ROWS)
+                        sc = ag.wgmma(q_atom, sK[ks].rows_of(a * BN, BN), sc)
                     return sc
 
                 def softmax(sc, jb, m_i, l_i):
@@ -294,31 +304,47 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                     alpha = ag.exp2(m_i - m_use)
                     return p, alpha, m_new, l_i * alpha + p.sum(axis=1)
 
-                with q_pipe.consume() as qs:
-                    if not s.intra_wg_overlap:
-                        for j in ag.range(blocks):
+                if s.ordered:
+                    # FA3's ping-pong: the warpgroups take turns issuing S = Q K^T, so one's
+                    # softmax and P V overlap the other's S. A turn is not taken while a ring
+                    # slot is held (ag.ordered's rule), so Q is not held in a pipeline step
+                    # around the loop but loaded once into registers (the wgmma A fragment)
+                    q_regs = ag.load(Q, (b, h, r0, 0), (ROWS, D))
+                    sc = ag.zeros((ROWS, BN))
+                    for j in ag.range(blocks):
+                        with ag.ordered("scores"):
                             with k_pipe.consume() as ks:
-                                sc = scores(qs, ks)
-                                p, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
-                                with v_pipe.consume() as vs:
-                                    # P's k index is this block's key, V's row the same key
-                                    o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
-                    else:
-                        # FA3's intra-warpgroup overlap: S of block j is issued before the
-                        # softmax of block j - 1 runs, so the tensor cores work on it meanwhile
-                        sc = ag.zeros((ROWS, BN))   # carried: S of the block whose softmax is next
-                        with k_pipe.consume() as ks:
-                            sc = scores(qs, ks)
-                        for j in ag.range(1, blocks):
-                            with k_pipe.consume() as ks:
-                                s_next = scores(qs, ks)
-                                p, alpha, m_i, l_i = softmax(sc, j - 1, m_i, l_i)
-                                with v_pipe.consume() as vs:
-                                    o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
-                                sc = s_next
-                        p, alpha, m_i, l_i = softmax(sc, blocks - 1, m_i, l_i)
+                                sc = scores(q_regs, ks)
+                        p, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
                         with v_pipe.consume() as vs:
                             o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+                else:
+                    with q_pipe.consume() as qs:
+                        if not s.intra_wg_overlap:
+                            for j in ag.range(blocks):
+                                with k_pipe.consume() as ks:
+                                    sc = scores(qs, ks)
+                                    p, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
+                                    with v_pipe.consume() as vs:
+                                        # P's k index is this block's key, V's row too
+                                        o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+                        else:
+                            # FA3's intra-warpgroup overlap: S of block j is issued before
+                            # the softmax of block j - 1 runs, so the tensor cores work on it
+                            # meanwhile; sc carries S of the block whose softmax is next
+                            sc = ag.zeros((ROWS, BN))
+                            with k_pipe.consume() as ks:
+                                sc = scores(qs, ks)
+                            for j in ag.range(1, blocks):
+                                with k_pipe.consume() as ks:
+                                    s_next = scores(qs, ks)
+                                    p, alpha, m_i, l_i = softmax(sc, j - 1, m_i, l_i)
+                                    with v_pipe.consume() as vs:
+                                        o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+                                    sc = s_next
+                            p, alpha, m_i, l_i = softmax(sc, blocks - 1, m_i, l_i)
+                            with v_pipe.consume() as vs:
+                                o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
 
                 no_key = l_i == 0.0
                 o = o * (1.0 / ag.where(no_key, 1.0, l_i))   # rows that saw no key: zeros

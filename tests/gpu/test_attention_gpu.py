@@ -128,6 +128,7 @@ SCHEDULES = {  # the non-default schedules, each on ragged lengths and the causa
     "two-warpgroups": lambda d: dict(block_m=128, consumers=2, producer_regs=24,
                                      consumer_regs=240),
     "intra-wg-overlap": lambda d: dict(intra_wg_overlap=True, block_n=64),
+    "ping-pong": lambda d: dict(ordered=True),
 }
 
 

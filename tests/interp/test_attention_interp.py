@@ -2,7 +2,8 @@
 float64 torch reference: sequence lengths that are and are not multiples of the blocks, causal
 (bottom-right when Sq != Skv, rows without keys zero) and full masks, GQA / MQA, the
 [B, S, H, D] layout read through strided views, the log-sum-exp output, each schedule shape
-(1, 2 and 3 consumer warpgroups, both epilogues, the persistent walk)."""
+(1, 2 and 3 consumer warpgroups, both epilogues, the persistent walk, the intra-warpgroup
+overlap, ping-pong)."""
 
 import math
 
@@ -65,12 +66,14 @@ def test_lengths_and_masks(S, SK, causal):
     assert_close(*run(1, 2, 2, S, SK, 64, causal, SMALL))
 
 
-@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("variant", ["default", "overlap", "ping-pong"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_more_queries_than_keys(causal, overlap):
+def test_more_queries_than_keys(causal, variant):
     """S > SK: under the causal mask the first S - SK rows see no key (zeros, LSE -inf), and
     whole tiles of them load no KV block at all."""
-    schedule = AttentionSchedule(block_m=128, block_n=64, consumers=2, intra_wg_overlap=overlap)
+    schedule = AttentionSchedule(block_m=128, block_n=64, consumers=2,
+                                 intra_wg_overlap=variant == "overlap",
+                                 ordered=variant == "ping-pong")
     got, want, got_lse, want_lse = run(1, 1, 1, 200, 40, 64, causal, schedule)
     assert_close(got, want, got_lse, want_lse)
     if causal:
@@ -102,7 +105,11 @@ def test_fp16():
     AttentionSchedule(block_m=128, block_n=64, consumers=2, intra_wg_overlap=True),
     AttentionSchedule(block_m=64, block_n=32, consumers=1, intra_wg_overlap=True,
                       persistent=True, num_sms=3),
-], ids=["1wg", "3wg", "tma-store", "persistent", "overlap", "overlap-persistent"])
+    AttentionSchedule(block_m=128, block_n=64, consumers=2, ordered=True),
+    AttentionSchedule(block_m=192, block_n=64, consumers=3, producer_regs=32,
+                      consumer_regs=160, ordered=True, persistent=True, num_sms=3),
+], ids=["1wg", "3wg", "tma-store", "persistent", "overlap", "overlap-persistent", "ping-pong",
+        "ping-pong-3wg-persistent"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_schedules(schedule, causal):
     """Every schedule shape computes the same attention (the persistent walk with 3 CTAs

@@ -51,8 +51,11 @@ def test_schedule_checks():
         AttentionSchedule(stages=1)
     with pytest.raises(ValueError, match="exceed the 65536"):
         AttentionSchedule(block_m=192, consumers=3)   # 3 x 240 registers
-    with pytest.raises(ValueError, match="ordered=True"):
-        AttentionSchedule(ordered=True)
+    with pytest.raises(ValueError, match="needs 2 or 3 consumer warpgroups"):
+        AttentionSchedule(block_m=64, consumers=1, ordered=True)
+    with pytest.raises(ValueError, match="not combined"):
+        AttentionSchedule(ordered=True, intra_wg_overlap=True)
+    assert "Q (64)" in " ".join(AttentionSchedule(block_n=64, ordered=True).problems_for(256))
     assert "shared memory" in " ".join(AttentionSchedule(stages=4, epilogue="tma")
                                        .problems_for(256))
     assert "registers per thread" in " ".join(AttentionSchedule(block_n=256).problems_for(256))
