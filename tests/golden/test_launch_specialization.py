@@ -178,3 +178,22 @@ def test_the_specialized_ptx_has_only_vector_global_accesses():
     binary = compile_cuda(source.text, [source.name], use_cache=False)
     ops = set(re.findall(r"\b(?:ld|st)\.global[.\w]*", binary.ptx))
     assert ops == {"ld.global.nc.v4.f32", "st.global.v4.f32"}, ops
+
+
+@needs_nvrtc
+def test_the_launcher_builds_one_variant_per_specialization(examples):
+    from argus.compiler import compile_kernel
+
+    ex = examples("elementwise")
+    x, bias, y = torch.empty(64, 2048), torch.empty(1, 2048), torch.empty(64, 2048)
+    ck = compile_kernel(ex.KERNEL, **ex.constexprs(x, bias, y))
+    spec = ck.specialization((x, bias, y), {"M": 64, "N": 2048})
+    assert spec == LaunchSpecialization(("X", "Y", "bias"), ("M", "N"))
+    source, binary = ck.variant(spec)
+    assert ck.variant(spec)[1] is binary                 # built once
+    assert "aligned_to" not in source.text and "aligned_to" in ck.source.text
+    assert source.abi == ck.source.abi and source.name == ck.source.name
+    ops = set(re.findall(r"\b(?:ld|st)\.global[.\w]*", binary.ptx))
+    assert ops == {"ld.global.nc.v4.f32", "st.global.v4.f32"}, ops
+    # a specialization that proves nothing new reuses the unspecialized binary
+    assert ck.variant(LaunchSpecialization((), ("M",))) == (ck.source, ck.binary)

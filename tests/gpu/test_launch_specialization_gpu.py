@@ -55,4 +55,7 @@ def test_elementwise_example_at_8192_runs_the_specialized_variant(examples):
     ref = ex.reference(x.cpu(), bias.cpu(), y.cpu())
     err = (y.double().cpu() - ref).abs().max().item()
     assert err < 1e-5, err
-    assert ck._variants and all("aligned_to" not in s.text for s, _ in ck._variants.values())
+    spec = ck.specialization((x, bias, y), ck.bind((x, bias, y)))
+    assert spec.aligned == ("X", "Y", "bias") and spec in ck._variants  # built by the launch
+    source, _binary = ck.variant(spec)
+    assert "aligned_to" not in source.text and "X[" not in source.text
