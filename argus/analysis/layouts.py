@@ -103,12 +103,19 @@ def _flexible(kernel: Kernel, pinned: set[int]) -> set[int]:
     """Tiles whose layout their users choose: constants, index tiles, and pointwise math,
     expand_dims and conversions of only those."""
     flex: set[int] = set()
+    users: dict[int, int] = {}
+    for op in kernel.walk():
+        for a in op.operands():
+            users[a.id] = users.get(a.id, 0) + 1
     for op in kernel.walk():
         if isinstance(op, _FLEXIBLE_SOURCES) and op.result.id not in pinned:
             flex.add(op.result.id)
         elif isinstance(op, O.Load) and len(op.result.type.shape) == 1 and \
-                op.result.id not in pinned:
-            flex.add(op.result.id)   # a vector: loaded in whatever layout its user needs
+                op.result.id not in pinned and users.get(op.result.id, 0) == 1:
+            # a vector with one user: loaded in whatever layout that user needs (with two,
+            # e.g. ids[:, None] and ids[None, :], no one layout serves both: it stays blocked
+            # and each use converts)
+            flex.add(op.result.id)
         elif isinstance(op, (O.Elementwise, O.ExpandDims, O.Convert)):
             tiles = [a for a in op.operands() if isinstance(a.type, TileType)]
             if tiles and all(a.id in flex for a in tiles) and op.result.id not in pinned:
