@@ -43,7 +43,8 @@ from argus.ir import tag_ops as T
 from argus.ir.core import Kernel, Op, Region, Value
 from argus.ir.types import ScalarType, SmemType, TensorType, TileType
 from argus.verify import exprs
-from argus.verify.tagdomain import Memo, Record, TagVal, fresh_int, mentions, substitute
+from argus.verify.tagdomain import (Memo, Record, TagVal, conj, fresh_int, mentions,
+                                   substitute)
 from argus.verify.transfer import RULES
 # the records the walk builds and the obligation modules read live with the transfer functions
 # that fill them in (one module below both); the checks import them from here
@@ -372,7 +373,7 @@ class Model:
             fields["step"] = TagVal(step)
         if stage is not None:
             fields["stage"] = TagVal(_num(stage))
-        return Record(fields, z3.And(inb) if inb else z3.BoolVal(True), (), source)
+        return Record(fields, conj(*inb) if inb else z3.BoolVal(True), (), source)
 
     # -- shared memory ---------------------------------------------------------------------
     def wgmma_a(self, wsite: WgmmaSite, m, kk) -> Record:
@@ -406,8 +407,8 @@ class Model:
         prov: list = []
         for w in writes:  # program order: the last covering write wins
             W = w.view
-            covers = z3.And(_stage_eq(W.stage, view.stage), R >= _num(W.row0),
-                            R < _num(W.row0) + W.rows, j >= 0, j < W.cols)
+            covers = conj(_stage_eq(W.stage, view.stage), R >= _num(W.row0),
+                          R < _num(W.row0) + W.rows, j >= 0, j < W.cols)
             rec = w.tile.fn((R - _num(W.row0), j))
             cond += rec.cond
             for name, val in rec.fields.items():
@@ -454,7 +455,7 @@ class Model:
                 def inst(t, pre=pre, sub=sub):
                     return _subst(_subst(t, pre), sub)
                 ranges = [inst(c) for c in step.site.constraints()]
-                active = z3.And(ranges + [inst(step.counter) == n_r])
+                active = conj(*ranges, inst(step.counter) == n_r)
                 actives.append(active)
                 # the writer's copies range over their loops/warpgroups whether or not this
                 # site is the active one: stating it outside the disjunction bounds every
@@ -465,8 +466,8 @@ class Model:
                         continue  # own copies once; multicast copies once per CTA of the cluster
                     W = w.view
                     w_row0 = inst(_num(W.row0))
-                    covers = z3.And(active, _stage_eq(inst(W.stage), view.stage),
-                                    R >= w_row0, R < w_row0 + W.rows, j >= 0, j < W.cols)
+                    covers = conj(active, _stage_eq(inst(W.stage), view.stage),
+                                  R >= w_row0, R < w_row0 + W.rows, j >= 0, j < W.cols)
                     r, c = R - w_row0, j
                     coords = [inst(_num(x)) for x in w.coords]
                     coords[-2] = coords[-2] + r

@@ -108,6 +108,17 @@ def substitute(term, *pairs):
     return _to_expr_ref(z3.Z3_substitute(ctx.ref(), term.as_ast(), n, frm, to), ctx)
 
 
+def conj(*args) -> z3.BoolRef:
+    """z3.And(*args): the same term, without the Python wrapper's pairwise coercion of its
+    arguments (the wrapper's cost grows with their number); anything but z3 Booleans goes
+    through z3.And."""
+    if not args or not all(isinstance(a, z3.BoolRef) for a in args):
+        return z3.And(*args)
+    ctx = args[0].ctx
+    arr = (z3.Ast * len(args))(*[a.as_ast() for a in args])
+    return z3.BoolRef(z3.Z3_mk_and(ctx.ref(), len(args), arr), ctx)
+
+
 def term_name(t) -> str:
     """`str(t)`, without z3's Python printer for constants (where they are the same)."""
     if isinstance(t, z3.ExprRef) and z3.is_const(t) and \
