@@ -35,7 +35,11 @@ from argus.ir.core import Kernel, Region, Value, map_values
 from argus.ir.types import TileType
 from argus.target import register_layouts as RL
 
-MAX_PREFETCH_REGS = 32  # registers per thread a loop may hold for its next iteration's loads
+# registers per thread a loop may hold for its next iteration's loads: 16 f32 = 64 bytes in
+# flight per thread, enough to cover the latency; a wider block (the looped softmax at BN 8192
+# holds 32 registers per load) already has that many bytes in flight, and doubling its
+# registers would cost occupancy
+MAX_PREFETCH_REGS = 16
 
 
 def run(kernel: Kernel) -> Kernel:
