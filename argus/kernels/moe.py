@@ -9,24 +9,26 @@ GEMMs of the layer are one kernel factory over that layout:
                          w13 [E, 2I, H] (vLLM's layout: gate rows, then up rows)
   down    (gated=False): y[M_pad, H] = h @ w2[e].T,  w2 [E, H, I]
 
-The weights are one 3-d TMA tensor [E, N, K], so an m-tile's expert is the leading TMA
-coordinate of its B loads: no per-expert descriptors or pointer arrays. The grid is persistent
-(one CTA per SM); every role walks units (m-tile, n-tile) of the tiles[0] m-tiles routing
-counted (a device value: the loop bound is read from memory, nothing waits on the host) in the
+The weights are one TMA tensor with the expert as its leading dim (w2 [E, H, I]; w13 viewed as
+[E, 2, I, H], its gate and up planes), so an m-tile's expert is the leading TMA coordinate of
+its B loads: no per-expert descriptors or pointer arrays. The grid is persistent (one CTA per
+SM); every role walks units (m-tile, n-tile) of the tiles[0] m-tiles routing counted (a device
+value read once per CTA: the loop bound comes from memory, nothing waits on the host) in the
 skeleton's grouped raster order (argus/kernels/warp_specialized.py: tile_coords, load_tile,
-OperandRing), and reads the unit's expert from tile_expert.
+OperandRing, Staging, store_tile_staged), and reads the unit's expert from tile_expert.
 
 Gate-up fusion: a B tile of the gated GEMM is bn/2 gate rows [n * bn/2, +bn/2) of w13[e] on
-top of the matching bn/2 up rows [I + n * bn/2, +bn/2), two TMA boxes into one stage, so
-accumulator columns j and bn/2 + j hold the gate and up products of the same output column;
-the epilogue stores silu(gate) * up, bn/2 columns wide. Where I is not a multiple of bn/2 the
-last tile's gate box runs into the up rows and its up box past 2I (TMA fills zeros); those
-columns land past I and the store drops them.
+top of the same bn/2 rows of the up plane, two TMA boxes into one stage, so accumulator
+columns j and bn/2 + j hold the gate and up products of the same output column; the epilogue
+stores silu(gate) * up (computed in fp32), bn/2 columns wide, from registers or through
+shared memory and TMA stores (epilogue="tma"). Past I both boxes read TMA's zero fill and the
+store drops those columns.
 
 Invariants: each unit reads weights of its own m-tile's expert only (the B coordinate's
-leading entry is tile_expert[m]); producer and consumers walk the same units (the same loop
-over the same device values), so the ring's step counters stay in step; rows past an expert's
-count (padding) are computed like any row but are never read by the combine.
+leading entry is tile_expert[m]; proven by wgmma.agree from tags, tests/moe/test_moe_verify.py);
+producer and consumers walk the same units (one loop bound, read once), so the ring's step
+counters stay in step; rows past an expert's count (padding) are computed like any row but are
+never read by the combine.
 """
 
 import functools

@@ -1,6 +1,6 @@
 """Mixture-of-experts routing on the GPU, as DSL kernels: top-k, per-expert counts, prefix sums
 and the permutation into DeepGEMM's "contiguous" layout (each expert's rows padded to the
-grouped GEMM's BLOCK_M), then the gather of token rows into that layout and the final combine.
+grouped GEMM's BLOCK_M), then the copy of token rows into that layout and the final combine.
 
 The pipeline, for T tokens, E experts, top-k k, N = T * k (token, slot) entries:
 
@@ -16,12 +16,14 @@ The pipeline, for T tokens, E experts, top-k k, N = T * k (token, slot) entries:
 
 The DSL has no atomics, scans or sorting, and needs none here: a count is the column sum of a
 one-hot tile (ids[:, None] == arange(E)[None, :]); an exclusive prefix sum over E experts is
-the row sum of a strictly-triangular mask times the values; the rank of an entry among the
+the column sum of a strictly-triangular mask times the values; the rank of an entry among the
 earlier entries of its chunk with the same expert is the row sum of an [S, S] comparison. Every
 step is a fixed-size tile computation or a loop with a carried tile, so nothing waits on the
 host and the whole routing can be captured in a CUDA graph.
 
-Invariants (tests/unit/test_moe_routing.py checks each against a torch reference):
+Invariants (tests/moe/test_moe_interp.py checks each against a torch reference; the permute's
+distinct rows and the combine's own-token rows are also proven by the verifier from tags that
+state routing's contract, tests/moe/test_moe_verify.py):
   * pos is a bijection from the N entries onto the non-padding rows of the layout; entries of
     expert e land in rows [expert_start[e], expert_start[e] + count[e]), in token order
     (stable: chunk order, then order inside the chunk), so routing is deterministic;
