@@ -73,6 +73,10 @@ PREFILL = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2)
 PREFILL_TMA = MoeSchedule(bm=128, bn=256, bk=64, stages=3, consumers=2, epilogue="tma")
 SMALL = MoeSchedule(bm=64, bn=128, bk=64, stages=4, consumers=1, consumer_regs=240,
                     producer_regs=40)
+# a few tokens on a few experts: narrow tiles, so the down projection has units for every SM,
+# and a deep ring of weight tiles in flight
+TINY = MoeSchedule(bm=64, bn=64, bk=64, stages=8, consumers=1, consumer_regs=240,
+                   producer_regs=40)
 
 
 def silu_mul(gate, up):

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import argus as ag
 from argus.errors import LaunchError
 from argus.kernels import moe_routing as R
-from argus.kernels.moe import PREFILL, SMALL, MoeSchedule, grouped_gemm_kernel
+from argus.kernels.moe import PREFILL, SMALL, TINY, MoeSchedule, grouped_gemm_kernel
 
 _WHO = "argus.ops.moe"
 SCORINGS = ("softmax", "sigmoid")
@@ -50,12 +50,16 @@ _WORKSPACE_BYTES = 64 << 20
 
 
 
-def schedule_for(tokens: int, top_k: int, num_experts: int) -> MoeSchedule:
+def schedule_for(tokens: int, top_k: int, num_experts: int, hidden: int = 0) -> MoeSchedule:
     """128 x 256 tiles when the experts get at least 128 rows each on average, else 64 x 128
-    (less padding per expert)."""
+    (less padding per expert), or 64 x 64 when so few experts are touched that the down
+    projection would have fewer units of 128 columns than SMs (decode of a few tokens: every
+    SM should stream weights)."""
     entries = tokens * top_k
-    per_expert = entries / max(1, min(num_experts, entries))
-    return PREFILL if per_expert >= 128 else SMALL
+    active = max(1, min(num_experts, entries))
+    if entries / active >= 128:
+        return PREFILL
+    return TINY if active * hidden < SMALL.num_sms * SMALL.bn else SMALL
 
 
 # ----------------------------------------------------------------------------- checks
@@ -288,7 +292,7 @@ def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, top
     T, H = x.shape
     E, two_i, _ = w13.shape
     if schedule is None:
-        schedule = schedule_for(T, top_k, E)
+        schedule = schedule_for(T, top_k, E, H)
     layer = Layer(T, H, two_i // 2, E, top_k, schedule)
     if T == 0:
         return torch.empty(0, H, dtype=torch.bfloat16, device=x.device)

@@ -12,7 +12,7 @@ import torch
 
 from dataclasses import replace
 
-from argus.kernels.moe import PREFILL, PREFILL_TMA, SMALL
+from argus.kernels.moe import PREFILL, PREFILL_TMA, SMALL, TINY
 
 M = importlib.import_module("argus.ops.moe")   # the module (argus.ops.moe is the function)
 
@@ -41,6 +41,7 @@ def _rel(a, b):
     (37, 8, 2, 64, 128, SMALL),
     (100, 6, 2, 128, 64, SMALL),
     (70, 4, 2, 64, 64, PREFILL),
+    (9, 4, 2, 128, 64, TINY),                                   # 64 x 64 tiles
     (70, 4, 2, 64, 128, PREFILL_TMA),                           # stmatrix + TMA store
     (50, 4, 2, 64, 128, replace(PREFILL_TMA, store_cols=64)),   # in 64-column rounds
 ])
@@ -164,3 +165,11 @@ def test_layout_with_chunks_longer_than_one_step():
     labels = torch.repeat_interleave(torch.arange(E), padded // bm)
     assert te.view(-1)[:labels.numel()].tolist() == labels.tolist()
     assert (te.view(-1)[labels.numel():] == -1).all() and tiles.item() == labels.numel()
+
+
+def test_schedule_choice():
+    """Prefill tiles when experts average 128 rows; narrow ones when the down projection of the
+    touched experts would leave SMs idle (Mixtral, one token: 2 experts x 4096 columns)."""
+    assert M.schedule_for(16384, 2, 8, 4096) == PREFILL
+    assert M.schedule_for(16, 8, 256, 7168) == SMALL
+    assert M.schedule_for(1, 2, 8, 4096) == TINY

@@ -14,7 +14,7 @@ import argus as ag
 from argus import verify
 from argus.compiler import lower_only
 from argus.kernels import moe_routing as R
-from argus.kernels.moe import PREFILL, PREFILL_TMA, SMALL, grouped_gemm_kernel
+from argus.kernels.moe import PREFILL, PREFILL_TMA, SMALL, TINY, grouped_gemm_kernel
 
 M = importlib.import_module("argus.ops.moe")
 
@@ -23,6 +23,8 @@ KERNELS = [
     ("down 128x256", lambda: (grouped_gemm_kernel(False), dict(s=PREFILL))),
     ("gate_up 64x128", lambda: (grouped_gemm_kernel(True), dict(s=SMALL))),
     ("down 64x128", lambda: (grouped_gemm_kernel(False), dict(s=SMALL))),
+    ("gate_up 64x64", lambda: (grouped_gemm_kernel(True), dict(s=TINY))),
+    ("down 64x64", lambda: (grouped_gemm_kernel(False), dict(s=TINY))),
     ("gate_up 128x256 tma", lambda: (grouped_gemm_kernel(True), dict(s=PREFILL_TMA))),
     ("down 128x256 tma", lambda: (grouped_gemm_kernel(False), dict(s=PREFILL_TMA))),
     ("topk softmax", lambda: (R.topk_softmax_kernel(ag.bf16, 2, True, 32), {})),
