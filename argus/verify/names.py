@@ -57,6 +57,18 @@ class Names:
         self.by_line: dict[tuple[str, int], list[Op]] = {}
         self.params = {p.value.id: p.name for p in kernel.params}
         self._walk(kernel.body.ops, None, ())
+        # in-place writers: TMA copies and stmatrix into a buffer, wgmma into its accumulator,
+        # assign into its variable (a view's buffer is its root)
+        self.root: dict[int, int] = {}
+        self.writers: dict[int, list[Op]] = {}
+        for op in kernel.walk():
+            if isinstance(op, O.SmemSlice):
+                self.root[op.result.id] = self.root.get(op.buffer.id, op.buffer.id)
+        for op in kernel.walk():
+            target = op.dst if isinstance(op, (O.TmaLoad, O.StMatrix, O.Assign)) else \
+                op.acc if isinstance(op, O.Wgmma) else None
+            if target is not None:
+                self.writers.setdefault(self.root.get(target.id, target.id), []).append(op)
         self.names: dict[int, str] = dict(self.params)
         for (file, line), ops in self.by_line.items():
             self._name_line(file, line, ops)
@@ -159,6 +171,49 @@ class Names:
             add(vid, False)
         return dict(list(out.items())[:limit])
 
+    def sources(self, loc: Loc, limit: int = 6) -> dict[str, str]:
+        """'tensor -> file:line' of the loads and TMA copies whose data reaches the ops at
+        `loc` (a backward slice over results, in-place updates of accumulators and variables,
+        and the copies that fill shared-memory buffers): a wrong coordinate in a stored or
+        multiplied element is fixed on one of these lines."""
+        out: dict[str, list[str]] = {}
+        todo = [v.id for op in self.ops_at(loc) for v in op.operands()]
+        seen: set[int] = set()
+        while todo and len(seen) < 400:
+            vid = todo.pop()
+            if vid in seen:
+                continue
+            seen.add(vid)
+            ops = ([self.defs[vid]] if vid in self.defs else []) + \
+                self.writers.get(self.root.get(vid, vid), [])
+            for op in ops:
+                if isinstance(op, (O.Load, O.TmaLoad)):
+                    t = self.params.get(op.tensor.id, str(op.tensor))
+                    coords = op.coords if isinstance(op, O.TmaLoad) else op.offsets
+                    used: list[str] = []
+                    # the coordinates' named definitions on other lines (through the
+                    # arithmetic written on the copy's own line)
+                    stack, visited = list(coords), set()
+                    while stack and len(visited) < 40:
+                        v = stack.pop()
+                        if v.id in visited:
+                            continue
+                        visited.add(v.id)
+                        dv, n = self.defs.get(v.id), self.name(v.id)
+                        if dv is None:
+                            continue
+                        if dv.loc.line == op.loc.line and dv.loc.file == op.loc.file:
+                            stack.extend(dv.operands())
+                        elif n is not None and dv.loc.line and \
+                                not isinstance(dv, O.For) and f"{n} at {dv.loc}" not in used:
+                            used.append(f"{n} at {dv.loc}")
+                    where = str(op.loc) + (f" (coordinates from {', '.join(used[:3])})"
+                                           if used else "")
+                    if where not in out.setdefault(t, []):
+                        out[t].append(where)
+                todo.extend(v.id for v in op.operands())
+        return {t: ", ".join(w) for t, w in list(out.items())[:limit]}
+
     def who(self, loc: Loc) -> dict[str, Any]:
         ops = self.ops_at(loc)
         if not ops:
@@ -203,6 +258,9 @@ def annotate(kernel: Kernel, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
         defs = names.definitions(d.loc)
         if defs:
             wit.setdefault("defined", defs)
+        srcs = names.sources(d.loc)
+        if srcs:
+            wit.setdefault("loaded_at", srcs)
         for k, v in names.who(d.loc).items():
             if k == "warpgroup" and "warpgroup" in wit:
                 continue
