@@ -73,8 +73,12 @@ def collect(model: Model) -> tuple[list[OB.Obligation], list[OB.Finding]]:
     """Every obligation and arithmetic finding of a kernel, in a stable order."""
     from argus.verify import (
         check_asserts,
+        check_fills,
+        check_grid,
         check_layout,
         check_pipeline,
+        check_provenance,
+        check_reduce,
         check_smem,
         check_stores,
         check_sync,
@@ -92,6 +96,10 @@ def collect(model: Model) -> tuple[list[OB.Obligation], list[OB.Finding]]:
              ("synchronization", lambda: check_sync.obligations(model)),
              ("stores", lambda: check_stores.obligations(model)),
              ("register tiles", lambda: check_tiles.obligations(model)),
+             ("masked fills", lambda: check_fills.obligations(model)),
+             ("loop reductions", lambda: check_reduce.obligations(model)),
+             ("wgmma operand provenance", lambda: check_provenance.obligations(model)),
+             ("clusters", lambda: check_grid.obligations(model)),
              ("tag assertions", lambda: check_asserts.obligations(model))]
     for what, make in steps:
         try:

@@ -32,7 +32,10 @@ def make_gemm(bug: str | None = None, stages: int = 4, consumers: int = 2):
         sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
         arrivals = 1 if bug == "pipeline_consumers" else consumers
         pipe = ag.pipeline(stages, consumers=arrivals)  # BUG:pipeline_consumers
-        k_tiles = ag.cdiv(K, BK)
+        if bug == "k_tiles_floor":
+            k_tiles = K // BK  # BUG:k_tiles_floor
+        else:
+            k_tiles = ag.cdiv(K, BK)
         producers = 2 if bug == "two_producers" else 1
         with ag.role("producer", warpgroups=producers, regs=40):
             for k in ag.range(k_tiles):
@@ -45,10 +48,14 @@ def make_gemm(bug: str | None = None, stages: int = 4, consumers: int = 2):
                         ag.tma.load(sA[st], A, (pid_m * BM, (k // 2) * BK))  # BUG:k_double_count
                     elif bug == "k_reversed_legal":
                         ag.tma.load(sA[st], A, (pid_m * BM, (k_tiles - 1 - k) * BK))
+                    elif bug == "a_k_half":
+                        ag.tma.load(sA[st], A, (pid_m * BM, k * (BK // 2)))  # BUG:a_k_half
                     else:
                         ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
                     if bug == "b_wrong_k":
                         ag.tma.load(sB[st], B, (pid_n * BN, k * BK + BK))  # BUG:b_wrong_k
+                    elif bug == "b_wrong_n":
+                        ag.tma.load(sB[st], B, (pid_n * BN + 64, k * BK))  # BUG:b_wrong_n
                     elif bug == "k_double_count":
                         ag.tma.load(sB[st], B, (pid_n * BN, (k // 2) * BK))
                     elif bug == "k_reversed_legal":
@@ -69,12 +76,16 @@ def make_gemm(bug: str | None = None, stages: int = 4, consumers: int = 2):
                         a = sA[st].rows_of(wg * 64, 64)
                     if bug == "read_wrong_stage":
                         ag.wgmma(a, sB[(st + 1) % stages], acc)  # BUG:read_wrong_stage
+                    elif bug == "b_is_a_buffer":
+                        ag.wgmma(a, sA[st], acc)  # BUG:b_is_a_buffer
                     elif bug != "wgmma_after_consume":
                         ag.wgmma(a, sB[st], acc)
                 if bug == "wgmma_after_consume":
                     ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)  # BUG:wgmma_after_consume
             if bug == "store_missing_wg_offset":
                 ag.store(C, (pid_m * BM, pid_n * BN), acc.to(ag.bf16))  # BUG:store_missing_wg_offset
+            elif bug == "store_swapped_offsets":
+                ag.store(C, (pid_n * BN, pid_m * BM + wg * 64), acc.to(ag.bf16))  # BUG:store_swapped_offsets
             else:
                 ag.store(C, (pid_m * BM + wg * 64, pid_n * BN), acc.to(ag.bf16))
 
@@ -102,10 +113,16 @@ def make_attention(bug: str | None = None):
         kv_tiles = ag.cdiv(Skv, 64)
         with ag.role("producer", warpgroups=1, regs=40):
             with qpipe.produce() as qs:
-                ag.tma.load(sQ[qs], Q, (pid * 64, 0))
+                if bug == "q_wrong_rows":
+                    ag.tma.load(sQ[qs], Q, (pid * 64 + 64, 0))  # BUG:q_wrong_rows
+                else:
+                    ag.tma.load(sQ[qs], Q, (pid * 64, 0))
             for j in ag.range(kv_tiles):
                 with kvpipe.produce() as st:
-                    ag.tma.load(sK[st], K, (j * 64, 0))
+                    if bug == "k_next_block":
+                        ag.tma.load(sK[st], K, (j * 64 + 64, 0))  # BUG:k_next_block
+                    else:
+                        ag.tma.load(sK[st], K, (j * 64, 0))
                     if bug == "v_wrong_rows":
                         ag.tma.load(sV[st], V, (j * 64 + 64, 0))  # BUG:v_wrong_rows
                     else:
@@ -117,6 +134,8 @@ def make_attention(bug: str | None = None):
                     with kvpipe.consume() as st:
                         s = ag.zeros((64, 64), ag.f32)
                         ag.wgmma(sQ[qs], sK[st], s)
+                        # keys past Skv are zero-filled by TMA: -inf before the row max
+                        s = ag.where(j * 64 + ag.arange(64)[None, :] < Skv, s, -INF)
                         if bug == "rowmax_wrong_axis":
                             m = s.max(axis=0)  # BUG:rowmax_wrong_axis
                             ag.tag_assert(ag.tag(m).sq == ag.tag(s).sq,
@@ -169,6 +188,8 @@ def make_moe(bug: str | None = None, tiles_per_expert: int = 4, axiom: bool = Tr
             e = pid_n  # BUG:expert_from_pid_n
         elif bug == "expert_mod":
             e = pid_m % tiles_per_expert  # BUG:expert_mod
+        elif bug == "expert_plus_one":
+            e = pid_m // tiles_per_expert + 1  # BUG:expert_plus_one
         else:
             e = pid_m // tiles_per_expert
         sX = ag.smem((3, BM, BK), ag.bf16, swizzle=128)
@@ -178,7 +199,10 @@ def make_moe(bug: str | None = None, tiles_per_expert: int = 4, axiom: bool = Tr
         with ag.role("producer", warpgroups=1, regs=40):
             for k in ag.range(k_tiles):
                 with pipe.produce() as st:
-                    ag.tma.load(sX[st], X, (pid_m * BM, k * BK))
+                    if bug == "x_wrong_k":
+                        ag.tma.load(sX[st], X, (pid_m * BM, k * BK + BK))  # BUG:x_wrong_k
+                    else:
+                        ag.tma.load(sX[st], X, (pid_m * BM, k * BK))
                     ag.tma.load(sW[st], W, (e * NE + pid_n * BN, k * BK))  # BUG:expert_mod BUG:expert_from_pid_n
         with ag.role("consumer", warpgroups=2, regs=232) as wg:
             acc = ag.zeros((64, BN), ag.f32)
@@ -205,7 +229,10 @@ def make_bias_gelu(bug: str | None = None):
         else:
             b = ag.load(bias, (0, pid_n * BN), (1, BN))
         y = ag.relu(x + b)
-        ag.store(Y, (pid_m * ROWS, pid_n * BN), y)
+        if bug == "store_wrong_rows":
+            ag.store(Y, (pid_m * ROWS + 1, pid_n * BN), y)  # BUG:store_wrong_rows
+        else:
+            ag.store(Y, (pid_m * ROWS, pid_n * BN), y)
 
     return bias_act
 
@@ -216,7 +243,10 @@ def make_softmax(bug: str | None = None):
         ROWS, BN = 2, 1024
         (pid,) = ag.grid(ag.cdiv(X.shape[0], ROWS))
         ag.tag_assume(lambda: ag.sym(X.shape[1]) <= BN)  # the launcher picks BN >= N
-        x = ag.load(X, (pid * ROWS, 0), (ROWS, BN), other=-INF)
+        if bug == "fill_default_zero":
+            x = ag.load(X, (pid * ROWS, 0), (ROWS, BN))  # BUG:fill_default_zero
+        else:
+            x = ag.load(X, (pid * ROWS, 0), (ROWS, BN), other=-INF)
         if bug == "max_of_other_rows":
             x2 = ag.load(X, (pid * ROWS + 1, 0), (ROWS, BN), other=-INF)  # BUG:max_of_other_rows
             m = x2.max(axis=1)
@@ -241,7 +271,11 @@ def make_cluster_gemm(bug: str | None = None, stages: int = 4):
                      C: ag.Tensor["M", "N", ag.bf16]):
         M, K = A.shape
         N = B.shape[0]
-        pid_m, pid_n = ag.grid(ag.cdiv(M, CS * BM) * CS, ag.cdiv(N, BN), cluster=CS)
+        if bug == "grid_not_multiple":
+            grid_m = ag.cdiv(M, BM)  # BUG:grid_not_multiple
+        else:
+            grid_m = ag.cdiv(M, CS * BM) * CS
+        pid_m, pid_n = ag.grid(grid_m, ag.cdiv(N, BN), cluster=CS)
         rank = ag.cluster_rank()
         sA = ag.smem((stages, BM, BK), ag.bf16, swizzle=128)
         sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
@@ -250,7 +284,10 @@ def make_cluster_gemm(bug: str | None = None, stages: int = 4):
         with ag.role("producer", warpgroups=1, regs=40):
             for k in ag.range(k_tiles):
                 with pipe.produce() as st:
-                    ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
+                    if bug == "a_rank_rows":
+                        ag.tma.load(sA[st], A, (pid_m * BM + rank * 64, k * BK))  # BUG:a_rank_rows
+                    else:
+                        ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
                     if bug == "multicast_overlap":
                         ag.tma.load(sB[st].rows_of(0, part), B, (pid_n * BN, k * BK), multicast=True)  # BUG:multicast_overlap
                     else:
@@ -298,7 +335,10 @@ def make_batched_kn_gemm(bug: str | None = None, stages: int = 4):
             for k in ag.range(k_tiles):
                 with pipe.consume() as st:
                     ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc, trans_b=True)
-            ag.store(C, (pid_b, pid_m * BM + wg * 64, pid_n * BN), acc.to(ag.bf16))
+            if bug == "c_wrong_batch":
+                ag.store(C, (pid_b + 1, pid_m * BM + wg * 64, pid_n * BN), acc.to(ag.bf16))  # BUG:c_wrong_batch
+            else:
+                ag.store(C, (pid_b, pid_m * BM + wg * 64, pid_n * BN), acc.to(ag.bf16))
 
     return batched_kn_gemm
 
@@ -326,25 +366,40 @@ def make_fa_qonce(bug: str | None = None, BN: int = 64, stages: int = 2):
         with ag.role("producer", warpgroups=1):
             with q_pipe.produce() as qs:
                 for a in range(atoms):
-                    ag.tma.load(sQ[qs].rows_of(a * 64, 64), Q, (bh, q0, 64 * a))
+                    if bug == "q_wrong_rows":
+                        ag.tma.load(sQ[qs].rows_of(a * 64, 64), Q, (bh, q0 + 64, 64 * a))  # BUG:q_wrong_rows
+                    else:
+                        ag.tma.load(sQ[qs].rows_of(a * 64, 64), Q, (bh, q0, 64 * a))
             for j in ag.range(blocks):
                 with kv_pipe.produce() as st:
                     for a in range(atoms):
                         ag.tma.load(sK[st].rows_of(a * BN, BN), K, (bh, j * BN, 64 * a))
-                        ag.tma.load(sV[st].rows_of(a * BN, BN), V, (bh, j * BN, 64 * a))
+                        if bug == "v_next_block":
+                            ag.tma.load(sV[st].rows_of(a * BN, BN), V, (bh, j * BN + BN, 64 * a))  # BUG:v_next_block
+                        else:
+                            ag.tma.load(sV[st].rows_of(a * BN, BN), V, (bh, j * BN, 64 * a))
         with ag.role("consumer", warpgroups=1):
             m = ag.full((64, 1), -INF)
             l_sum = ag.full((64, 1), 0.0)
             o = ag.zeros((64, D))
             with q_pipe.consume() as qs:
-                for j in ag.range(blocks):
+                kv_steps = blocks - 1 if bug == "kv_skips_last" else blocks  # BUG:kv_skips_last
+                for j in ag.range(kv_steps):
                     with kv_pipe.consume() as st:
                         s = ag.zeros((64, BN))
                         for a in range(atoms):
-                            s = ag.wgmma(sQ[qs].rows_of(a * 64, 64),
-                                         sK[st].rows_of(a * BN, BN), s)
+                            if bug == "k_stage_mixed":
+                                s = ag.wgmma(sQ[qs].rows_of(a * 64, 64), sK[(st + 1) % stages].rows_of(a * BN, BN), s)  # BUG:k_stage_mixed
+                            else:
+                                s = ag.wgmma(sQ[qs].rows_of(a * 64, 64),
+                                             sK[st].rows_of(a * BN, BN), s)
                         key = j * BN + ag.arange(BN)[None, :]
-                        s = ag.where(key < SK, s * 1.4426950408889634, -INF)
+                        if bug == "mask_fill_zero":
+                            s = ag.where(key < SK, s * 1.4426950408889634, 0.0)  # BUG:mask_fill_zero
+                        elif bug == "no_mask":
+                            s = s * 1.4426950408889634  # BUG:no_mask
+                        else:
+                            s = ag.where(key < SK, s * 1.4426950408889634, -INF)
                         m_new = ag.maximum(m, s.max(axis=1))
                         m_use = ag.where(m_new == -INF, 0.0, m_new)
                         p = ag.exp2(s - m_use)
@@ -353,6 +408,87 @@ def make_fa_qonce(bug: str | None = None, BN: int = 64, stages: int = 2):
                         o = ag.wgmma(p.to(ag.bf16), sV[st], o * alpha, trans_b=True)
                         m = m_new
             o = o / ag.where(l_sum == 0.0, 1.0, l_sum)
-            ag.store(O, (bh, q0, 0), o.to(ag.bf16))
+            if bug == "o_wrong_head":
+                ag.store(O, (bh + 1, q0, 0), o.to(ag.bf16))  # BUG:o_wrong_head
+            else:
+                ag.store(O, (bh, q0, 0), o.to(ag.bf16))
 
     return fa_qonce
+
+
+def make_online_softmax(bug: str | None = None, BN: int = 1024):
+    """Row softmax for rows of any length (examples/softmax_online.py): one CTA per row walks
+    it in blocks of BN columns, keeping the running max m and sum l as loop-carried values."""
+
+    @ag.kernel(threads=256, name="online_softmax")
+    def online_softmax(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["M", "N", ag.f32]):
+        (row,) = ag.grid(X.shape[0])
+        N = X.shape[1]
+        if bug == "blocks_skip_last":
+            blocks = ag.cdiv(N, BN) - 1  # BUG:blocks_skip_last
+        elif bug == "blocks_floor":
+            blocks = N // BN  # BUG:blocks_floor
+        else:
+            blocks = ag.cdiv(N, BN)
+        m = ag.full((1, 1), -INF)
+        l_sum = ag.full((1, 1), 0.0)
+        for j in ag.range(blocks):
+            if bug == "max_fill_zero":
+                x = ag.load(X, (row, j * BN), (1, BN), other=0.0)  # BUG:max_fill_zero
+            elif bug == "block_offset_half":
+                x = ag.load(X, (row, j * (BN // 2)), (1, BN), other=-INF)  # BUG:block_offset_half
+            else:
+                x = ag.load(X, (row, j * BN), (1, BN), other=-INF)
+            if bug == "max_other_row":
+                x2 = ag.load(X, (row + 1, j * BN), (1, BN), other=-INF)  # BUG:max_other_row
+                m_new = ag.maximum(m, x2.max(axis=1))
+            else:
+                m_new = ag.maximum(m, x.max(axis=1))
+            if bug == "sum_without_shift":
+                e = ag.exp(x)
+                l_sum = l_sum * ag.exp(m - m_new) + ag.exp(e - 1.0).sum(axis=1)  # BUG:sum_without_shift
+            else:
+                l_sum = l_sum * ag.exp(m - m_new) + ag.exp(x - m_new).sum(axis=1)
+            m = m_new
+        inv = 1.0 / l_sum
+        for j in ag.range(ag.cdiv(N, BN)):
+            x = ag.load(X, (row, j * BN), (1, BN), other=-INF)
+            if bug == "store_next_block":
+                ag.store(Y, (row, j * BN + BN), ag.exp(x - m) * inv)  # BUG:store_next_block
+            else:
+                ag.store(Y, (row, j * BN), ag.exp(x - m) * inv)
+
+    return online_softmax
+
+
+def make_row_stats(bug: str | None = None, BN: int = 1024, ROWS: int = 2):
+    """Per-row sum of squares (RMSNorm's statistic) and minimum, over blocks of BN columns;
+    out-of-bounds columns load as the reduction's identity."""
+
+    @ag.kernel(threads=256, name="row_stats")
+    def row_stats(X: ag.Tensor["M", "N", ag.f32], S: ag.Tensor["M", 1, ag.f32],
+                  L: ag.Tensor["M", 1, ag.f32]):
+        (pid,) = ag.grid(ag.cdiv(X.shape[0], ROWS))
+        blocks = ag.cdiv(X.shape[1], BN)
+        ss = ag.full((ROWS, 1), 0.0)
+        lo = ag.full((ROWS, 1), INF)
+        for j in ag.range(blocks):
+            if bug == "sum_fill_one":
+                x = ag.load(X, (pid * ROWS, j * BN), (ROWS, BN), other=1.0)  # BUG:sum_fill_one
+            else:
+                x = ag.load(X, (pid * ROWS, j * BN), (ROWS, BN))
+            ss = ss + (x * x).sum(axis=1)
+            if bug == "min_fill_zero":
+                y = ag.load(X, (pid * ROWS, j * BN), (ROWS, BN))  # BUG:min_fill_zero
+            elif bug == "min_block_stride":
+                y = ag.load(X, (pid * ROWS, j * 2 * BN), (ROWS, BN), other=INF)  # BUG:min_block_stride
+            else:
+                y = ag.load(X, (pid * ROWS, j * BN), (ROWS, BN), other=INF)
+            lo = ag.minimum(lo, y.min(axis=1))
+        if bug == "ss_wrong_row":
+            ag.store(S, (pid * ROWS + 1, 0), ss)  # BUG:ss_wrong_row
+        else:
+            ag.store(S, (pid * ROWS, 0), ss)
+        ag.store(L, (pid * ROWS, 0), lo)
+
+    return row_stats

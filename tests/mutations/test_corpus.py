@@ -11,8 +11,10 @@ from tests.mutations.corpus import CLEAN, CORPUS, KERNELS_FILE, marker_lines
 
 
 def test_corpus_size_and_families():
-    assert len(CORPUS) >= 30
-    assert {m.family for m in CORPUS} >= {"gemm", "attention", "moe"}
+    assert len(CORPUS) >= 80
+    assert {m.family for m in CORPUS} >= {"gemm", "attention", "moe", "reduction",
+                                          "elementwise"}
+    assert len({m.name for m in CORPUS}) == len(CORPUS)
 
 
 @pytest.mark.parametrize("mutation", CORPUS, ids=[m.name for m in CORPUS])
