@@ -94,3 +94,18 @@ def test_lowering_rejection_is_a_diagnostic_with_exit_1(tmp_path):
             assert d["loc"]["line"] == 11 and d["fix"]
         else:
             assert "rejected.py:11" in proc.stdout and "TMA copy under" in proc.stdout
+
+
+def test_demo_does_not_say_ok_beside_an_unknown():
+    from argus.demo import ExampleResult, status_word
+    from argus.errors import Diagnostic
+
+    def result(*severities, ok=True):
+        return ExampleResult(name="x", mode="interpreter", shape="1", rel_error=0.0, ok=ok,
+                             diagnostics=[Diagnostic(s, "store.coverage", "m")
+                                          for s in severities])
+    assert status_word(result()) == "ok"
+    assert "unknown" in status_word(result("unknown")) and \
+        not status_word(result("unknown")).startswith("ok")
+    assert status_word(result("error")) == "VIOLATED"
+    assert status_word(result(ok=False)) == "WRONG"
