@@ -22,8 +22,10 @@ warpgroup reaches its section in its turn, which is proven here:
   ordered.turns    (z3) in the innermost loop around the section, the warpgroups that run the
                    section in iteration i are all of them (no condition depends on the
                    warpgroup) or exactly warpgroup i % W (ping-pong: each takes every W-th
-                   unit) — otherwise some warpgroup waits for a turn that never comes, or
-                   takes a turn out of ring order;
+                   unit), and when an enclosing loop runs that loop again, the ping-pong
+                   loop's trip count is a multiple of W (each pass restarts at warpgroup 0)
+                   — otherwise some warpgroup waits for a turn that never comes, or takes a
+                   turn out of ring order;
   ordered.skip     a role that skips pipeline steps (pipe.skip: another warpgroup consumes
                    them) consumes its own steps of that pipeline inside an ordered section: the
                    sections then run in step order, so when a warpgroup waits on a slot's
@@ -239,14 +241,28 @@ def _turns(model: Model, site) -> tuple[list[Obligation], list[Finding]]:
                        cond, (wg, z3.IntVal(0)))) for w in range(1, W)]
         index = None
     else:
+        restart = f"the loop's trip count is a multiple of {W}"
         start, step = (_num(model.scalar(v)) for v in (loop.op.start, loop.op.step))
         index = loop.var - start if z3.is_int_value(step) and step.as_long() == 1 \
             else (loop.var - start) / step
         claims = [(f"warpgroup {w} runs the section exactly in iterations i % {W} == {w}",
                    z3.substitute(cond, (wg, z3.IntVal(w))) == (index % W == w))
                   for w in range(W)]
+        if any(s.kind == "loop" for s in outer[:-1]):
+            # the loop restarts at iteration 0 (warpgroup 0's turn) each time an enclosing
+            # loop runs it again, so its turns continue the global round only when it
+            # ends on warpgroup W - 1's: W = 2 with 3 iterations gives warpgroup 0 two turns
+            # in a row
+            claims.append((restart, model.trip_term(loop.op) % W == 0))
 
     def decode(zm, violated):
+        if index is not None and violated == [restart]:
+            trips = value(zm, model.trip_term(loop.op))
+            return (f"the loop at {loop.op.loc} runs {trips} iterations, not a multiple of "
+                    f"{W}, and an enclosing loop runs it again: its next pass starts with "
+                    f"warpgroup 0 while the turn is warpgroup {trips % W}'s, so the sections "
+                    f"leave ring order and a warpgroup waits forever for its last turn",
+                    {"trip_count": trips, "warpgroups": W})
         runs = [w for w in range(W) if z3.is_true(zm.eval(z3.substitute(
             cond, (wg, z3.IntVal(w))), model_completion=True))]
         wit = {"warpgroups_in_section": runs, "warpgroups": W}
@@ -266,4 +282,5 @@ def _turns(model: Model, site) -> tuple[list[Obligation], list[Finding]]:
                        minimize=[loop.var] if loop is not None else [],
                        fix="run the section in every warpgroup each iteration, or in "
                            f"warpgroup i % {W} in iteration i (ping-pong: "
-                           f"ag.when(it % {W} == wg))")], []
+                           f"ag.when(it % {W} == wg)) of a loop that no other loop repeats, "
+                           f"or whose trip count is a multiple of {W}")], []

@@ -9,6 +9,8 @@ import dataclasses
 
 import pytest
 
+torch = pytest.importorskip("torch")
+
 import argus as ag
 from argus.compiler import lower_only
 from argus.ir import ops as O
@@ -102,3 +104,30 @@ def test_consuming_outside_the_section_while_skipping_is_found():
     got = _findings(_map(k, lambda op: None if isinstance(op, (O.TurnWait, O.TurnPass))
                          else op))
     assert "ordered.skip" in {f.code for f in got.get("violated", [])}
+
+
+def _nested(inner):
+    """Ping-pong over an inner loop that an outer loop repeats: warpgroup i % 2 takes inner
+    iteration i. The turns go round across the outer loop only when the inner trip count is a
+    multiple of 2: with 3, warpgroup 0 runs 4 sections and warpgroup 1 only 2."""
+    @ag.kernel
+    def nested(X: ag.Tensor[("N", ag.f32)]):
+        ag.grid(1)
+        with ag.role("w", warpgroups=2) as wg:
+            for t in ag.range(2):
+                for i in ag.range(inner(X)):
+                    with ag.when(i % 2 == wg):
+                        with ag.ordered("s"):
+                            ag.store(X, (i,), ag.full((1,), 1.0))
+    return nested
+
+
+def test_turns_restarting_in_an_outer_loop_are_checked_across_it():
+    odd = _nested(lambda X: X.shape[0])
+    with pytest.raises(Exception, match="deadlock"):     # the claim is real: N = 3 hangs
+        odd.interpret(torch.zeros(3))
+    got = _findings(odd.trace())
+    assert [f.code for f in got.get("violated", [])] == ["ordered.turns"], got
+    assert "multiple of 2" in got["violated"][0].message
+    got = _findings(_nested(lambda X: 4).trace())
+    assert not got.get("violated") and not got.get("unknown"), got
