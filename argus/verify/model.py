@@ -101,6 +101,7 @@ class Model:
         self._recording = True
         self._def_seq: dict[int, int] = {}
         self.def_ops: dict[int, Op] = {}
+        self._nest_decisions: dict[tuple, tuple] = {}   # see _same_loop_nest
         Memo.building += 1   # records computed during the walk are not memoized
         try:
             self._build()
@@ -500,6 +501,21 @@ class Model:
         are then the consumer's, which keeps queries linear where `tile * k_tiles` would not
         be. Other variables (warpgroup indices, unmatched loops) get fresh copies, tied to the
         consumer by the counter equation alone."""
+        pairs = list(self._same_loop_nest(step, reader, n_r, pre))
+        for v in step.site.scope_vars():
+            if not any(v.eq(a) for a, _ in pairs):
+                pairs.append((v, fresh_int(f"{v}@w")))
+        return pairs
+
+    def _same_loop_nest(self, step: StepInfo, reader: Site, n_r, pre) -> list:
+        """The (producer loop index, consumer loop index) pairs writer_substitution identifies,
+        or []: a structural decision on model terms only (no fresh variables), so it is made
+        once per producer step, reader, counter and peer substitution."""
+        key = (id(step), reader.seq, _term_key(n_r),
+               tuple(_term_key(a) + _term_key(b) for a, b in pre))
+        hit = self._nest_decisions.get(key)
+        if hit is not None:
+            return hit[0]
         wl, rl = step.site.loops(), reader.loops()
         pairs: list = []
         if len(wl) == len(rl) and wl:
@@ -514,9 +530,8 @@ class Model:
             if ok and z3.eq(z3.simplify(_subst(_subst(step.counter, list(pre)), cand)),
                             z3.simplify(n_r)):
                 pairs = cand
-        for v in step.site.scope_vars():
-            if not any(v.eq(a) for a, _ in pairs):
-                pairs.append((v, fresh_int(f"{v}@w")))
+        if not Memo.building:   # mid-walk, a loop bound may not be known yet
+            self._nest_decisions[key] = (pairs, n_r, tuple(pre))  # the terms keep their ids
         return pairs
 
     # -- tag expressions -------------------------------------------------------------------
@@ -612,6 +627,10 @@ def _max0(x):
 
 def _mentions_any(term, vars_) -> bool:
     return any(mentions(term, v) for v in vars_)
+
+
+def _term_key(t) -> tuple:
+    return ("z3", t.get_id()) if _is_z3(t) else ("py", t)
 
 
 def _subst(term, pairs):

@@ -59,16 +59,14 @@ def mentions(term, var) -> bool:
     """Whether `var` occurs in `term` (structural)."""
     if not isinstance(term, z3.ExprRef):
         return False
-    if z3.is_const(var) and var.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+    arrays = _probe_arrays(var)
+    if arrays is not None:
         # one native pass instead of a Python walk over the term: replacing a constant that
         # occurs by another one changes the (hash-consed) term, replacing one that does not
         # returns the very same term; the probe is never a variable of the model
-        probe = _probe(var)
-        if not probe.eq(var):
-            ctx = term.ctx.ref()
-            frm, to = (z3.Ast * 1)(var.as_ast()), (z3.Ast * 1)(probe.as_ast())
-            got = z3.Z3_substitute(ctx, term.as_ast(), 1, frm, to)  # checks sorts, raises
-            return not z3.Z3_is_eq_ast(ctx, got, term.as_ast())
+        ctx, frm, to = arrays
+        got = z3.Z3_substitute(ctx, term.as_ast(), 1, frm, to)  # checks sorts, raises
+        return not z3.Z3_is_eq_ast(ctx, got, term.as_ast())
     target = var.get_id()
     todo, seen = [term], set()
     while todo:
@@ -83,6 +81,25 @@ def mentions(term, var) -> bool:
 
 
 _PROBES: dict[tuple, z3.ExprRef] = {}
+# var's AST id -> (var, (context, from, to) or None): the substitution arrays `mentions` needs
+# for an uninterpreted constant, built once per variable (the entry keeps the variable alive, so
+# its id is never another term's); bounded, cleared when full
+_PROBE_ARRAYS: dict[int, tuple] = {}
+
+
+def _probe_arrays(var):
+    entry = _PROBE_ARRAYS.get(var.get_id())
+    if entry is not None:
+        return entry[1]
+    arrays = None
+    if z3.is_const(var) and var.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+        probe = _probe(var)
+        if not probe.eq(var):
+            arrays = (var.ctx.ref(), (z3.Ast * 1)(var.as_ast()), (z3.Ast * 1)(probe.as_ast()))
+    if len(_PROBE_ARRAYS) > 50_000:
+        _PROBE_ARRAYS.clear()
+    _PROBE_ARRAYS[var.get_id()] = (var, arrays)
+    return arrays
 
 
 def _probe(var) -> z3.ExprRef:
