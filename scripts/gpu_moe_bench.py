@@ -20,6 +20,7 @@ against a float64 reference on the same routing (relative Frobenius error < 1e-2
     python scripts/gpu_moe_bench.py --quick         # T = 16 and 4096, fewer trials
     python scripts/gpu_moe_bench.py --models mixtral --tokens 16 16384
     python scripts/gpu_moe_bench.py --quick --variants   # also other GEMM schedules
+    python scripts/gpu_moe_bench.py --quick --breakdown  # ours' device time per kernel
 
 Prints one line per measurement, then a markdown table; writes moe.json and moe.md under --out.
 """
@@ -158,7 +159,30 @@ def copy_bandwidth(trials: int, allow_few: bool) -> float:
     return 2 * 2 * n / (t.median_ms * 1e-3)
 
 
-def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=False):
+def kernel_breakdown(fn, reps: int = 10) -> dict:
+    """Device time per kernel of `fn` (torch.profiler, CUDA activity), averaged over reps:
+    where the layer's time goes (routing, permute, the two GEMMs, combine)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    out: dict = {}
+    for evt in prof.key_averages():
+        us = getattr(evt, "device_time_total", None)
+        if us is None:
+            us = getattr(evt, "cuda_time_total", 0)
+        if us:
+            out[evt.key] = us / reps
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=False,
+              breakdown=False):
     import torch
 
     from argus.bench.timing import measure
@@ -201,6 +225,14 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
                 row[path] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
                 log(f"{name:14s} T={T:6d} {path:8s} FAILED {row[path]['error']}")
             torch.cuda.empty_cache()
+        if breakdown:
+            try:
+                per = kernel_breakdown(lambda: ours_layer(x, w13, w2, logits, k, routing, bias))
+                row["ours_kernels_us"] = per
+                log(f"{name:14s} T={T:6d} ours by kernel (us): " +
+                    ", ".join(f"{key.split('(')[0][:40]} {us:.1f}" for key, us in per.items()))
+            except Exception as e:  # noqa: BLE001 - the breakdown is a diagnostic
+                log(f"{name:14s} T={T:6d} breakdown failed: {type(e).__name__}: {e}")
         rows.append(row)
         del x, logits, exact
 
@@ -248,6 +280,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=None)
     ap.add_argument("--variants", action="store_true",
                     help="also time ours with other grouped-GEMM schedules (ours@<name>)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="print ours' device time per kernel (torch.profiler)")
     ap.add_argument("--out", default="bench_out/moe")
     args = ap.parse_args()
 
@@ -265,7 +299,7 @@ def main() -> None:
     log(f"device copy bandwidth: {copy_bw / 1e12:.2f} TB/s (read + write)")
     rows: list = []
     for name in args.models:
-        run_model(name, tokens, trials, allow_few, copy_bw, rows, args.variants)
+        run_model(name, tokens, trials, allow_few, copy_bw, rows, args.variants, args.breakdown)
         torch.cuda.empty_cache()
     md = table(rows)
     log("\n" + md)
