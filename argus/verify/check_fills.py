@@ -120,8 +120,8 @@ class _Flow:
     def elementwise(self, op: O.Elementwise) -> None:
         tiles = [a for a in op.args if hasattr(a.type, "shape")]
         if all(self.get(a) == NONE for a in tiles):
-            if op.fn != "where" and tiles and all(a.id in self.const for a in tiles):
-                got = _apply(op.fn, [self.const[a.id] for a in op.args if a.id in self.const])
+            if op.fn != "where" and tiles and all(a.id in self.const for a in op.args):
+                got = _apply(op.fn, [self.const[a.id] for a in op.args])
                 if isinstance(got, float):
                     self.const[op.result.id] = got
             return
@@ -182,7 +182,7 @@ def _apply(fn: str, vals: list) -> object:
     if all(isinstance(v, float) for v in vals):
         try:
             return _eval(fn, vals)
-        except (OverflowError, ValueError, ZeroDivisionError):
+        except (OverflowError, ValueError, ZeroDivisionError, IndexError):
             return TOP
     # some operand is an unknown finite value
     consts = [v for v in vals if isinstance(v, float)]
