@@ -10,8 +10,8 @@ argus.target.register_layouts.build turns into a RegisterLayout) and inserts exp
   threads), slices / conversions / expand_dims follow their source, an elementwise result
   takes the layout of its full-shape operands (the accumulator's when one is), and a variable
   takes the layout of what is assigned to it;
-- flexible tiles (constants `full`/`zeros`, `arange` index tiles, rank-1 global loads, and
-  pointwise math over only those) adopt whatever layout their first user needs: the user's
+- flexible tiles (constants `full`/`zeros`, `arange` index tiles, rank-1 global loads,
+  pointwise math over only those, and variables only ever given such tiles) adopt whatever layout their first user needs: the user's
   layout sliced along the dims they broadcast over. A flexible tile no user constrains is
   "blocked". A rank-1 load is a vector broadcast against a tile (a per-row scale of an
   accumulator, `acc * scale[:, None]`): loaded in the accumulator's slice, each thread reads
@@ -120,6 +120,8 @@ def _flexible(kernel: Kernel, pinned: set[int]) -> set[int]:
             tiles = [a for a in op.operands() if isinstance(a.type, TileType)]
             if tiles and all(a.id in flex for a in tiles) and op.result.id not in pinned:
                 flex.add(op.result.id)
+        elif isinstance(op, O.Var) and op.init.id in flex and op.result.id not in pinned:
+            flex.add(op.result.id)   # e.g. a prefetched vector carried to the next iteration
     # a variable assigned from an anchored tile is anchored
     for op in kernel.walk():
         if isinstance(op, O.Assign) and op.src.id not in flex:

@@ -33,11 +33,10 @@ block (two where a tile straddles a 128-column weight block: selected per column
 
 import functools
 from dataclasses import dataclass
-from typing import Callable
 
 import argus as ag
 from argus.dtypes import DType
-from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler,
+from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler, Unit,
                                             WarpSpecializedSchedule, store_tile,
                                             store_tile_staged)
 
@@ -121,7 +120,7 @@ def gemm_fp8_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
 
             for unit in sched.units():
                 if s.promote:  # per-tensor scales: the partials are added unscaled
-                    acc = promoted_mma(ring, k_steps, wg, lambda k: None)
+                    acc = promoted_mma(ring, k_steps, wg)
                 else:
                     acc = ring.mma(k_steps, wg, zero_by_wgmma=s.zero_by_wgmma)
                 if s.epilogue == "tma":
@@ -136,42 +135,77 @@ def gemm_fp8_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
     return ag.kernel(gemm_fp8, name=name)
 
 
-def promoted_mma(ring: OperandRing, k_steps, wg, scale_of: Callable):
+def promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | None" = None):
     """The promoting consumer's main loop for one unit: each K step (one 128-deep block) is
     multiplied into a fresh fp32 wgmma accumulator (scale-d = 0, no zeroing), which is added
-    into the main fp32 accumulator on the CUDA cores, times `scale_of(k)` (a tile that
-    broadcasts against warpgroup wg's 64 x bn rows, or None for no scale). Returns the main
-    accumulator. The scales are read before the step's full-barrier wait, so their loads are
-    in flight while the stage arrives."""
+    into the main fp32 accumulator on the CUDA cores, times the block's scales (`scales`, or
+    none: per-tensor scales are applied in the epilogue). Returns the main accumulator. The
+    scales of block k + 1 are loaded during step k (carried to the next iteration), so their
+    global-memory latency hides behind a whole step rather than one stage wait."""
     rows = ring.bm // ring.consumers
     acc = ag.zeros((rows, ring.bn), ag.f32)
+    if scales is None:
+        for k in ag.range(k_steps):
+            with ring.pipe.consume() as stage:
+                part = _block_partial(ring, stage, wg, rows)
+                acc = acc + part
+        return acc
+    per_row, left, right = scales.fetch(0)
     for k in ag.range(k_steps):
-        scale = scale_of(k)
+        next_row, next_left, next_right = scales.fetch(k + 1)  # past the end: zeros
         with ring.pipe.consume() as stage:
-            part = ag.zeros((rows, ring.bn), ag.f32, by_wgmma=True)
-            ag.wgmma(ring.a[stage].rows_of(wg * rows, rows), ring.b[stage].rows_of(0, ring.bn),
-                     part)
-            acc = acc + (part if scale is None else part * scale)
+            part = _block_partial(ring, stage, wg, rows)
+            acc = acc + part * scales.combine(per_row, left, right)
+        per_row, left, right = next_row, next_left, next_right
     return acc
 
 
-def block_scales(scale_a_t, scale_b, unit_m, unit_n, wg, k, *, bm: int, bn: int, rows: int):
-    """The scales of K block k for warpgroup wg's rows of the unit's tile, as one tile that
-    broadcasts against its 64 x bn partial: scale_a_t[k, row] (rows as a column vector) times
-    scale_b[col // 128, k] (one scalar when the tile lies in one 128-column weight block, else
-    the two blocks' scalars chosen per column). Rows past M and blocks past N read 0."""
-    first_row = unit_m * bm + wg * rows
-    per_row = ag.load(scale_a_t, (k, first_row), (rows,))
-    first_col = unit_n * bn
-    block = first_col // SCALE_BLOCK
-    left = ag.load_scalar(scale_b, (block, k))
-    if SCALE_BLOCK % bn == 0:  # bn-wide tiles never straddle a weight block
-        return (per_row * left)[:, None]
-    right = ag.load_scalar(scale_b, (block + 1, k))
-    # columns before the next weight block's first column take the left block's scale
-    split = (block + 1) * SCALE_BLOCK - first_col
-    per_col = ag.where(ag.arange(bn)[None, :] < split, left, right)
-    return per_row[:, None] * per_col
+def _block_partial(ring: OperandRing, stage, wg, rows: int):
+    """This step's K block of warpgroup wg's rows times the tile's columns, into a fresh
+    accumulator (its first wgmma overwrites: scale-d = 0)."""
+    part = ag.zeros((rows, ring.bn), ag.f32, by_wgmma=True)
+    ag.wgmma(ring.a[stage].rows_of(wg * rows, rows), ring.b[stage].rows_of(0, ring.bn), part)
+    return part
+
+
+@dataclass(frozen=True)
+class BlockScales:
+    """Where warpgroup wg's block scales of one unit are: scale_a_t[k, row] for its rows (a
+    column vector) and scale_b[col // 128, k] for the tile's columns, one scalar when the tile
+    lies in one 128-column weight block, else the two blocks' scalars chosen per column."""
+
+    scale_a_t: object       # [K/128, M'] f32, MN-major
+    scale_b: object         # [N/128, K/128] f32
+    first_row: object
+    first_col: object
+    rows: int
+    bn: int
+
+    @classmethod
+    def of(cls, scale_a_t, scale_b, unit: Unit, wg, *, bm: int, bn: int,
+           rows: int) -> "BlockScales":
+        return cls(scale_a_t, scale_b, unit.m * bm + wg * rows, unit.n * bn, rows, bn)
+
+    @property
+    def straddles(self) -> bool:
+        return SCALE_BLOCK % self.bn != 0   # bn-wide tiles of a divisor never straddle
+
+    def fetch(self, k):
+        """The loads of block k: (per-row scales, left weight scale, right weight scale or
+        None). Rows past M and blocks past N or K read 0."""
+        per_row = ag.load(self.scale_a_t, (k, self.first_row), (self.rows,))
+        block = self.first_col // SCALE_BLOCK
+        left = ag.load_scalar(self.scale_b, (block, k))
+        right = ag.load_scalar(self.scale_b, (block + 1, k)) if self.straddles else None
+        return per_row, left, right
+
+    def combine(self, per_row, left, right):
+        """The block's scale as a tile that broadcasts against a 64 x bn partial."""
+        if right is None:
+            return (per_row * left)[:, None]
+        # columns before the next weight block's first column take the left block's scale
+        split = (self.first_col // SCALE_BLOCK + 1) * SCALE_BLOCK - self.first_col
+        return per_row[:, None] * ag.where(ag.arange(self.bn)[None, :] < split, left, right)
 
 
 @functools.cache
@@ -214,8 +248,8 @@ def gemm_fp8_blockscaled_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction
                 return tile.to(out_dtype)
 
             for unit in sched.units():
-                acc = promoted_mma(ring, k_steps, wg, lambda k, u=unit: block_scales(
-                    ScaleAT, ScaleB, u.m, u.n, wg, k, bm=s.bm, bn=s.bn, rows=rows))
+                acc = promoted_mma(ring, k_steps, wg, BlockScales.of(
+                    ScaleAT, ScaleB, unit, wg, bm=s.bm, bn=s.bn, rows=rows))
                 if s.epilogue == "tma":
                     store_tile_staged(C, unit, wg, acc, staging, bm=s.bm, bn=s.bn, rows=rows,
                                       finish=finish, run=1)
