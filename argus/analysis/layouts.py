@@ -12,8 +12,8 @@ argus.target.register_layouts.build turns into a RegisterLayout) and inserts exp
   takes the layout of what is assigned to it;
 - flexible tiles (constants `full`/`zeros`, `arange` index tiles, rank-1 global loads,
   pointwise math over only those, and variables only ever given such tiles) adopt whatever
-  layout their first user needs: the user's layout sliced along the dims they broadcast over. A flexible tile no user constrains is
-  "blocked". A rank-1 load is a vector broadcast against a tile (a per-row scale of an
+  layout their first user needs: the user's layout sliced along the dims they broadcast over.
+  A flexible tile no user constrains is "blocked". A rank-1 load is a vector broadcast against a tile (a per-row scale of an
   accumulator, `acc * scale[:, None]`): loaded in the accumulator's slice, each thread reads
   the few elements it combines, instead of a blocked load and a conversion through shared
   memory;
