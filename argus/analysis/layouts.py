@@ -13,10 +13,10 @@ argus.target.register_layouts.build turns into a RegisterLayout) and inserts exp
 - flexible tiles (constants `full`/`zeros`, `arange` index tiles, rank-1 global loads,
   pointwise math over only those, and variables only ever given such tiles) adopt whatever
   layout their first user needs: the user's layout sliced along the dims they broadcast over.
-  A flexible tile no user constrains is "blocked". A rank-1 load is a vector broadcast against a tile (a per-row scale of an
-  accumulator, `acc * scale[:, None]`): loaded in the accumulator's slice, each thread reads
-  the few elements it combines, instead of a blocked load and a conversion through shared
-  memory;
+  A flexible tile no user constrains is "blocked". A rank-1 load is a vector broadcast
+  against a tile (a per-row scale of an accumulator, `acc * scale[:, None]`): loaded in the
+  accumulator's slice, each thread reads the few elements it combines, instead of a blocked
+  load and a conversion through shared memory;
 - then every operand that cannot broadcast into its user's layout in the same thread
   (RegisterLayout.broadcast_map) gets a `convert_layout` into the layout it needs.
 Errors name the op, the line and why.
