@@ -64,6 +64,13 @@ class Program:
                     default_schedule(step.kernel)
                 src, facts = tile.render(step.kernel, name, sched)
                 fn = tile.load_source(src, f"{_SERIAL[0]}_{name}")[name]
+                if facts["split"] > 1:
+                    cname = f"{name}_combine"
+                    csrc, cfacts = tile.combine_kernel(step.kernel.root.fn, facts["split"],
+                                                       step.node.numel, cname)
+                    cfn = tile.load_source(csrc, f"{_SERIAL[0]}_{cname}")[cname]
+                    facts["combine"] = (cfn, cfacts)
+                    src = src + "\n\n" + csrc
                 prog.launches[i] = KernelLaunch(name, src, fn, facts)
         return prog
 
@@ -133,6 +140,12 @@ class Program:
         device = views[0].device if views else next(
             t.device for t in env.values() if isinstance(t, torch.Tensor))
         out = torch.empty(k.root.shape, dtype=k.root.dtype, device=device)
+        if launch.facts["split"] > 1:       # partials, then the combining pass
+            parts = torch.empty(launch.facts["out_view"], dtype=torch.float32, device=device)
+            _run(launch.fn, (*views, parts))
+            cfn, cfacts = launch.facts["combine"]
+            _run(cfn, (parts.view(cfacts["leaf_views"][0]), out.view(cfacts["out_view"])))
+            return out
         _run(launch.fn, (*views, out.view(launch.facts["out_view"])))
         return out
 

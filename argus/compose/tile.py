@@ -39,6 +39,7 @@ CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
 SPLIT_LAST = 8192
+MIN_CTAS = 132          # one wave on an H100/H200 (target/limits.py NUM_SMS)
 
 
 @dataclass(frozen=True)
@@ -332,7 +333,25 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
     t1_blocks = math.ceil(t1.size / s.bn)
     grid0 = math.prod(outer[i].size for i in kept_outer) * (1 if t0.reduced else t0_blocks)
     grid1 = 1 if t1.reduced else t1_blocks
-    e.line(f"p0, p1 = ag.grid({grid0}, {grid1})")
+    # Split-R: a reduction whose kept output is too small to fill the GPU (a loss over the
+    # whole tensor, batch-norm statistics of a few channels) cuts its longest reduced block
+    # loop into `split` slices, one per CTA, each writing a partial that a second kernel
+    # combines (two passes; no atomics, so the result is deterministic).
+    split, split_axis = 1, -1
+    if k.kept_output and len(k.stats) == 1 and k.root.fn in COMBINE and \
+            grid0 * grid1 < MIN_CTAS:
+        cands = [(t1_blocks, 1)] if t1.reduced else []
+        cands += [(t0_blocks, 0)] if t0.reduced else []
+        if cands:
+            blocks, split_axis = max(cands)
+            split = min(-(-4 * MIN_CTAS // (grid0 * grid1)), blocks // 4, 1024)
+            if split < 2:
+                split, split_axis = 1, -1
+    per = {0: -(-t0_blocks // split), 1: -(-t1_blocks // split)}
+    if split > 1:
+        e.line(f"p0, p1, ps = ag.grid({grid0}, {grid1}, {split})")
+    else:
+        e.line(f"p0, p1 = ag.grid({grid0}, {grid1})")
     rest = "p0"
     if not t0.reduced:
         e.line(f"o{last - 1} = (p0 % {t0_blocks}) * ROWS")
@@ -358,18 +377,20 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
                 e.coord[i] = f"c{i}"
                 e.ind += 1
                 opened += 1
-        if t0.reduced:
-            e.line(f"for b{last - 1} in ag.range({t0_blocks}):")
-            e.ind += 1
+        for gi, g, blocks, width, ax in ((last - 1, t0, t0_blocks, "ROWS", 0),
+                                         (last, t1, t1_blocks, "BN", 1)):
+            if not g.reduced:
+                continue
+            if split_axis == ax:
+                e.line(f"for bb{gi} in ag.range({per[ax]}):")
+                e.ind += 1
+                e.line(f"b{gi} = ps * {per[ax]} + bb{gi}")
+            else:
+                e.line(f"for b{gi} in ag.range({blocks}):")
+                e.ind += 1
             opened += 1
-            e.line(f"o{last - 1} = b{last - 1} * ROWS")
-            e.coord[last - 1] = f"o{last - 1}"
-        if t1.reduced:
-            e.line(f"for b{last} in ag.range({t1_blocks}):")
-            e.ind += 1
-            opened += 1
-            e.line(f"o{last} = b{last} * BN")
-            e.coord[last] = f"o{last}"
+            e.line(f"o{gi} = b{gi} * {width}")
+            e.coord[gi] = f"o{gi}"
         e.memo = {}
         body()
         e.ind -= opened
@@ -421,9 +442,9 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
                 v, kind = e.emit(st.args[0])
                 v = e.as_float(v, kind)
                 masks = []
-                if t0.reduced and t0.size % s.rows:
+                if t0.reduced and (t0.size % s.rows or split_axis == 0):
                     masks.append(f"(ag.arange(ROWS)[:, None] + o{last - 1} < {t0.size})")
-                if t1.reduced and t1.size % s.bn:
+                if t1.reduced and (t1.size % s.bn or split_axis == 1):
                     masks.append(f"(ag.arange(BN)[None, :] + o{last} < {t1.size})")
                 if masks:
                     m = e.fresh("m")
@@ -467,6 +488,8 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
             v = f"{v}.to({out_dtype})"
         elif out_dtype != "ag.f32":
             v = f"{v}.to({out_dtype})"
+        if split > 1:
+            offs = ["ps"] + offs
         e.line(f"ag.store(OUT, ({', '.join(offs)},), {v})")
     else:
         def apply():
@@ -489,13 +512,25 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
     params = [f"L{i}: ag.Tensor[{', '.join(map(str, views[i]))}, {DT[leaf.dtype]}]"
               for i, leaf in enumerate(k.leaves)]
     out_sizes = [1 if (k.kept_output and g.reduced) else g.size for g in groups]
+    if split > 1:
+        out_sizes = [split] + out_sizes
     params.append(f"OUT: ag.Tensor[{', '.join(map(str, out_sizes))}, {out_dtype}]")
     header = (f"@ag.kernel(threads={s.threads})\n"
               f"def {name}({', '.join(params)}, ROWS: int = {s.rows}, BN: int = {s.bn}):\n"
               f"    # {k.root!r}: domain {list(k.domain)}, reduced axes {list(k.axes)}, groups "
               f"{[(g.size, 'R' if g.reduced else 'K') for g in groups]}\n")
     src = header + "\n".join(e.lines) + "\n"
-    return src, {"leaf_views": views, "out_view": tuple(out_sizes), "schedule": s}
+    return src, {"leaf_views": views, "out_view": tuple(out_sizes), "schedule": s,
+                 "split": split}
+
+
+def combine_kernel(fn: str, split: int, size: int, name: str) -> tuple[str, dict]:
+    """The second pass of a split reduction: [split, size] partials -> [1, size]."""
+    part = Node("leaf", (), (split, size), torch.float32, {}, name="partials")
+    root = Node("reduce", (part,), (1, size), torch.float32, {"fn": fn, "axes": (0,)},
+                name="combined")
+    k = FusedKernel(root, (split, size), (0,), True, [root], [part])
+    return render(k, name, TileSchedule(rows=min(64, pow2(split)), bn=256, threads=256))
 
 
 PRELUDE = "import argus as ag\nfrom argus.dsl.values import elementwise as _ew  # noqa: F401\n\n\n"

@@ -268,3 +268,12 @@ def test_attention_as_two_gemms_and_a_softmax(causal):
 def test_tensors_the_forward_builds_from_numbers_are_constants():
     f = fn_model(lambda x: x * torch.tensor(2.5) + torch.zeros(3) + torch.tensor([1.0, 2.0, 3.0]))
     check(f, [randn(4, 3)])
+
+
+@pytest.mark.parametrize("op", [lambda a, b: F.mse_loss(a, b), lambda a, b: (a * b).amax(),
+                                lambda a, b: (a - b).abs().sum(0)])
+def test_split_reductions_combine_partials(op):
+    """Reductions whose output is too small to fill the GPU split their longest reduced loop
+    across CTAs (partials, then a combining kernel)."""
+    prog = check(fn_model(op, 2), [randn(64, 4096), randn(64, 4096, seed=1)])
+    assert any(k.facts["split"] > 1 for k in prog.launches.values())
