@@ -264,6 +264,16 @@ def test_scaled_matmul_block_scale_errors_without_a_gpu():
             scaled_matmul(*args)
 
 
+def test_one_element_scales_of_any_rank_are_per_tensor():
+    from argus.ops.scaled_matmul import _check_scales
+
+    a, w = _e4m3((64, 256), 1.0, 0), _e4m3((200, 256), 1.0, 1)
+    for sa, sb in ((torch.tensor(1.0), torch.tensor([2.0])),
+                   (torch.ones(1, 1), torch.ones(1, 1))):
+        assert _check_scales(a, w, sa, sb) is False
+    assert _check_scales(a, w, torch.ones(64, 2), torch.ones(2, 2)) is True
+
+
 def test_block_scale_views_read_scale_a_mn_major():
     from argus.ops.scaled_matmul import _block_scale_views
 
