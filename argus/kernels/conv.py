@@ -1,0 +1,214 @@
+"""Convolution as an implicit GEMM on Hopper's tensor cores: out = conv(x, w) with fp32
+accumulation, channels-last activations, read by TMA straight from the input (no im2col buffer).
+
+The GEMM: M = output pixels (N * P * Q), N = output channels per group, K = R * S * C per group,
+ordered (r, s, c) so each K slice of BK channels is one contiguous run of an input pixel. A tile
+of the output is `bm / bw` output rows (flattened over batch and height) times `bw` consecutive
+output columns, times `bn` output channels; groups are the batch coordinate of the tile
+scheduler, so a group only ever multiplies its own channels (the weight tensor and the input's
+group axis are both indexed by it).
+
+The producer gathers the im2col tile with one TMA box per output row of the tile: the box is bw
+input pixels x BK channels at input row h = p * stride_h + r * dil_h - pad_h and first input
+column w = q0 * stride_w + s * dil_w - pad_w. Padding is free: TMA zero-fills whatever lies
+outside the tensor, so
+
+  * a column outside [0, W) is outside the tensor (negative, or past the end);
+  * a row outside [0, H) would be another image's row in the flattened [N * H] axis, so the
+    coordinate is pushed past N * H (`_row`), a box wholly outside the tensor: zeros;
+  * stride along W: the input is viewed as [N * H, stride_w * G, W / stride_w, Cg]: pixel
+    w = stride_w * v + phase lives at (phase * G + g, v), so the bw pixels q0.., each
+    stride_w apart, are consecutive in the v axis (argus.ops.conv builds the view, copying
+    only when W is not a multiple of stride_w);
+  * channels not a multiple of BK: the box hangs over the Cg axis and reads zeros (the weight
+    tensor likewise), so a K slice never mixes two (r, s) taps or two groups.
+
+The weights are [G, R * S, Kg, Cg] (K-major per tap); the output is stored from registers into
+a [G, N * P, Q, Kg] view of the channels-last [N, P, Q, G * Kg] result, so every bw-row block of
+the accumulator is one output row segment, masked at Q and at N * P. The epilogue hook adds a
+per-channel bias and applies an activation before the conversion.
+
+Built from the warp-specialized skeleton (argus/kernels/warp_specialized.py): TileScheduler,
+OperandRing (the ring and the wgmma main loop); this file adds the im2col producer and the
+output-row epilogue.
+"""
+
+
+import functools
+from dataclasses import dataclass
+
+import argus as ag
+from argus.dtypes import DType
+from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler,
+                                            WarpSpecializedSchedule)
+
+__all__ = ["ACTIVATIONS", "ConvGeometry", "ConvSchedule", "conv_kernel"]
+
+ACTIVATIONS = ("none", "relu", "gelu_tanh", "sigmoid", "tanh")
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """What the problem fixes at compile time: the filter size and the index map of a 2-d
+    convolution (output (p, q), tap (r, s) -> input (p * stride_h + r * dil_h - pad_h,
+    q * stride_w + s * dil_w - pad_w))."""
+
+    r: int
+    s: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_h: int = 0
+    pad_w: int = 0
+    dil_h: int = 1
+    dil_w: int = 1
+
+    def __post_init__(self) -> None:
+        bad = [f"{k}={v}" for k, v in vars(self).items()
+               if not isinstance(v, int) or v < (0 if k.startswith("pad") else 1)]
+        if bad:
+            raise ValueError(f"ConvGeometry: {', '.join(bad)} (sizes, strides and dilations are "
+                             f"ints >= 1, paddings ints >= 0)")
+
+    @property
+    def w_shift(self) -> int:
+        """Whole strides added to every column offset s * dil_w - pad_w so that it is >= 0
+        (runtime division and remainder then need no sign care); subtracted again in v."""
+        return -(-self.pad_w // self.stride_w)
+
+
+@dataclass(frozen=True)
+class ConvSchedule(WarpSpecializedSchedule):
+    """The implicit-GEMM tile: the skeleton's fields (bm output pixels, bn output channels, bk
+    input channels per K slice, ring depth, roles) and `bw`, the output columns one TMA box
+    covers (bm / bw output rows per tile): pick bw >= Q rounded up to 8 for narrow layers."""
+
+    bm: int = 128
+    bn: int = 128
+    bw: int = 64
+
+    def _problems(self) -> list[str]:
+        problems = super()._problems()
+        if self.bw not in (8, 16, 32, 64, 128) or self.bm % self.bw:
+            problems.append(f"bw={self.bw}: one box of output columns is 8, 16, 32, 64 or 128 "
+                            f"rows of the tile and divides bm={self.bm}")
+        if self.bw > self.bm // max(self.consumers, 1):
+            problems.append(f"bw={self.bw} exceeds a consumer warpgroup's {self.bm} / "
+                            f"{self.consumers} rows: its store would split an output row")
+        if self.pingpong or self.cluster_m != 1:
+            problems.append("the convolution runs without ping-pong and clusters: "
+                            "pingpong=False, cluster_m=1")
+        if self.epilogue == "direct" and self.bw != self.bm // max(self.consumers, 1):
+            problems.append(f"epilogue='direct' stores a warpgroup's {self.bm} / "
+                            f"{self.consumers} accumulator rows as one output row segment: "
+                            f"bw={self.bw} must equal it (narrower boxes: epilogue='tma')")
+        if self.epilogue == "tma" and self.bn % 16:
+            problems.append(f"the TMA-store epilogue stages blocks of 64, 32 or 16 columns; "
+                            f"bn={self.bn}")
+        if self.zero_by_wgmma:
+            problems.append("zero_by_wgmma is not wired into the convolution")
+        return problems
+
+
+def _row(n, h, H, NH, pad_h: int):
+    """The flattened [N * H] coordinate of input row h of image n, or one wholly past the end
+    (TMA zero-fills the box: padding) when h is outside [0, H). h >= -pad_h, so adding
+    NH + pad_h moves any outside row to >= NH."""
+    below = ag.maximum(0, ag.minimum(1, 0 - h))        # 1 when h < 0
+    above = ag.maximum(0, ag.minimum(1, h - H + 1))    # 1 when h >= H
+    return n * H + h + (below + above) * (NH + pad_h)
+
+
+def _activate(t, activation: str):
+    if activation == "none":
+        return t
+    if activation == "relu":
+        return ag.relu(t)
+    if activation == "sigmoid":
+        return ag.sigmoid(t)
+    if activation == "tanh":
+        return ag.tanh(t)
+    if activation == "gelu_tanh":
+        return 0.5 * t * (1.0 + ag.tanh(0.7978845608028654 * (t + 0.044715 * t * t * t)))
+    raise ag.TraceError(f"activation {activation!r} is not one of {ACTIVATIONS}",
+                        fix="apply it after the convolution, or add it to ACTIVATIONS")
+
+
+@functools.lru_cache(maxsize=None)
+def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: bool = False,
+                activation: str = "none") -> ag.KernelFunction:
+    """The 2-d implicit-GEMM convolution kernel for one problem kind (cached)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+
+    def conv2d(X: ag.Tensor["NH", "PG", "WV", "CG", in_dtype],   # [N*H, sw*G, W/sw, Cg]
+               Wt: ag.Tensor["G", "RS", "KG", "CG", in_dtype],    # [G, R*S, Kg, Cg]
+               Out: ag.Tensor["G", "NP", "Q", "KG", out_dtype],   # view of [N, P, Q, G*Kg]
+               Bias: ag.Tensor["G", "KG", ag.f32],
+               H: ag.i32, P: ag.i32,
+               geom: ConvGeometry = ConvGeometry(1, 1), s: ConvSchedule = ConvSchedule()):
+        NH, Cg = X.shape[0], X.shape[3]
+        G, Kg = Wt.shape[0], Wt.shape[2]
+        NP, Q = Out.shape[1], Out.shape[2]
+        row_blocks = s.bm // s.bw                      # output rows per tile
+        q_tiles = ag.cdiv(Q, s.bw)
+        sched = TileScheduler.launch(ag.cdiv(NP, row_blocks) * q_tiles * s.bm, Kg, s.bm, s.bn,
+                                     batch=G, persistent=s.persistent, num_sms=s.num_sms,
+                                     group_m=s.group_m)
+        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype, s.consumers)
+        c_steps = ag.cdiv(Cg, s.bk)
+        k_steps = c_steps * (geom.r * geom.s)
+        rows = s.bm // s.consumers
+        if s.epilogue == "tma":
+            staging = Staging.alloc(s.consumers, rows, s.bn, out_dtype)
+
+        def tile_origin(unit):
+            """(first flattened output row n * P + p, first output column) of the unit."""
+            return (unit.m // q_tiles) * row_blocks, (unit.m % q_tiles) * s.bw
+
+        with ag.role("producer", warpgroups=1, regs=s.producer_regs):
+            for unit in sched.units():
+                (g,) = unit.batch
+                np0, q0 = tile_origin(unit)
+                for k in ag.range(k_steps):
+                    with ring.pipe.produce() as stage:
+                        tap = k // c_steps
+                        c0 = (k % c_steps) * s.bk
+                        r, t = tap // geom.s, tap % geom.s
+                        # column offset t * dil_w - pad_w, shifted to >= 0 by whole strides
+                        col = t * geom.dil_w + (geom.w_shift * geom.stride_w - geom.pad_w)
+                        v = q0 - geom.w_shift + col // geom.stride_w
+                        plane = (col % geom.stride_w) * G + g
+                        for j in range(row_blocks):
+                            npj = np0 + j
+                            h = (npj % P) * geom.stride_h + r * geom.dil_h - geom.pad_h
+                            ag.tma.load(ring.a[stage].rows_of(j * s.bw, s.bw), X,
+                                        (_row(npj // P, h, H, NH, geom.pad_h), plane, v, c0))
+                        ag.tma.load(ring.b[stage], Wt, (g, tap, unit.n * s.bn, c0))
+
+        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
+            for unit in sched.units():
+                acc = ring.mma(k_steps, wg)
+                (g,) = unit.batch
+                np0, q0 = tile_origin(unit)
+                y = acc
+                if bias:
+                    y = y + ag.load(Bias, (g, unit.n * s.bn), (1, s.bn))
+                y = _activate(y, activation).to(out_dtype)
+                per_wg = rows // s.bw                   # output rows in this warpgroup's rows
+                if s.epilogue == "direct":              # bw == rows: one output row segment
+                    ag.store(Out, (g, np0 + wg, q0, unit.n * s.bn), y)
+                    continue
+                # stage 64-column blocks in shared memory, then one TMA store per output row
+                # segment of bw rows (clipped by the hardware at Q and N * P)
+                w = staging.width
+                for jc in range(staging.blocks):
+                    slot = staging.slot(wg, jc)
+                    ag.stmatrix(slot, y[:, w * jc:w * (jc + 1)])
+                    for j in range(per_wg):
+                        ag.tma.store(Out, (g, np0 + wg * per_wg + j, q0, unit.n * s.bn + w * jc),
+                                     slot.rows_of(j * s.bw, s.bw))
+
+    suffix = "" if (in_dtype, out_dtype) == (ag.bf16, ag.bf16) else \
+        f"_{in_dtype.name}_{out_dtype.name}"
+    epi = ("_bias" if bias else "") + ("" if activation == "none" else f"_{activation}")
+    return ag.kernel(conv2d, name=f"conv2d{suffix}{epi}")

@@ -1,0 +1,269 @@
+"""`argus.ops.conv2d` / `conv1d` / `conv3d`: convolutions with torch semantics on Argus's
+implicit-GEMM kernel (argus/kernels/conv.py).
+
+Layout: the kernel reads channels-last activations. An NCHW-contiguous input is copied to
+channels-last once per call (`x.contiguous(memory_format=torch.channels_last)`); a channels-last
+input (NCHW shape, NHWC memory, as `x.to(memory_format=torch.channels_last)` makes) is read in
+place. The result has NCHW shape in channels-last memory, like cuDNN's result for a
+channels-last input. Weights are repacked to [G, R * S, Kg, Cg] per call (small next to the
+activations). A copy is also made when C / groups is not a multiple of 8 (TMA needs 16-byte
+pixel pitches: the channels are zero-padded) or when W is not a multiple of stride_w (the
+strided view of argus/kernels/conv.py needs whole strides: W is zero-padded).
+
+dtypes: bf16 / fp16 inputs with fp32 accumulation, output in the input dtype. fp32 inputs run
+as a bf16 split: x = xh + xl, w = wh + wl (each part bf16), and xh*wh + xh*wl + xl*wh is one
+implicit GEMM over 3 * Cg channels (the parts side by side in K) with an fp32 output; the
+dropped xl*wl term is ~2^-16 relative, a relative error near 1e-5 for well-scaled data.
+
+conv1d is conv2d on [N, C, 1, L] with a 1 x K filter; conv3d with a depth-1 filter is conv2d on
+the depth-folded batch (other conv3d filters are not implemented yet: LaunchError).
+
+The op runs as the torch.library custom op `argus::conv2d`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+
+from argus import dtypes
+from argus.errors import LaunchError
+from argus.kernels.conv import ConvGeometry, ConvSchedule, conv_kernel
+
+_IN = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
+_COMPILED: OrderedDict = OrderedDict()
+_MEMO_SIZE = 256
+
+
+def _pair(v, name: str, n: int = 2) -> tuple:
+    if isinstance(v, int):
+        return (v,) * n
+    v = tuple(v)
+    if len(v) != n or not all(isinstance(e, int) for e in v):
+        raise LaunchError(f"argus.ops.conv{n}d: {name}={v!r} must be an int or {n} ints")
+    return v
+
+
+def schedule_for(Q: int, Kg: int, Cg: int) -> ConvSchedule:
+    """A first heuristic, not tuned: bw = Q rounded up to a power of two in [8, 64] (fewer
+    wasted tile rows on narrow layers), bn 128 unless the layer has <= 64 output channels."""
+    bw = 8
+    while bw < min(Q, 64):
+        bw *= 2
+    bn = 64 if Kg <= 64 else 128
+    return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=4, consumers=2)
+
+
+def check(x, weight, bias, stride, padding, dilation, groups) -> None:
+    """Raise a LaunchError for input that cannot be right, saying what and how to fix it."""
+    import torch
+
+    for name, t in (("x", x), ("weight", weight)) + ((("bias", bias),) if bias is not None
+                                                     else ()):
+        if not isinstance(t, torch.Tensor):
+            raise LaunchError(f"argus.ops.conv2d: {name} must be a torch.Tensor, got "
+                              f"{type(t).__name__}")
+    if x.dim() != 4 or weight.dim() != 4:
+        raise LaunchError(f"argus.ops.conv2d: x is [N, C, H, W] and weight [K, C / groups, R, "
+                          f"S]; got {tuple(x.shape)} and {tuple(weight.shape)}")
+    if str(x.dtype) not in _IN or weight.dtype != x.dtype:
+        raise LaunchError(f"argus.ops.conv2d: x and weight must both be bfloat16, float16 or "
+                          f"float32; got {x.dtype} and {weight.dtype}",
+                          fix="cast both, e.g. x.bfloat16(), weight.bfloat16()")
+    if x.device != weight.device or (bias is not None and bias.device != x.device):
+        raise LaunchError("argus.ops.conv2d: tensors are on different devices",
+                          fix="move them to one GPU")
+    if not isinstance(groups, int) or groups < 1:
+        raise LaunchError(f"argus.ops.conv2d: groups={groups!r} must be an int >= 1")
+    N, C, H, W = x.shape
+    K, Cg, R, S = weight.shape
+    if C % groups or K % groups:
+        raise LaunchError(f"argus.ops.conv2d: groups={groups} must divide the input channels "
+                          f"({C}) and the output channels ({K})")
+    if Cg != C // groups:
+        raise LaunchError(f"argus.ops.conv2d: weight has {Cg} input channels per group; x has "
+                          f"{C} channels in {groups} groups ({C // groups} each)",
+                          fix="weight is [out_channels, in_channels / groups, R, S]")
+    if bias is not None and tuple(bias.shape) != (K,):
+        raise LaunchError(f"argus.ops.conv2d: bias has shape {tuple(bias.shape)}, expected "
+                          f"({K},)")
+    (sh, sw), (ph, pw), (dh, dw) = (_pair(stride, "stride"), _pair(padding, "padding"),
+                                    _pair(dilation, "dilation"))
+    if min(sh, sw, dh, dw) < 1 or min(ph, pw) < 0:
+        raise LaunchError(f"argus.ops.conv2d: stride {stride}, dilation {dilation} must be >= 1 "
+                          f"and padding {padding} >= 0")
+    P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
+    Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
+    if P < 1 or Q < 1:
+        raise LaunchError(f"argus.ops.conv2d: a {R}x{S} filter (dilation {dilation}, padding "
+                          f"{padding}) does not fit a {H}x{W} input")
+
+
+def operands(x, weight, bias, stride, padding, dilation, groups):
+    """The kernel's operands for conv2d(x, weight, ...) (checked already): (X view, Wt, the
+    channels-last result [N, P, Q, K], its [G, N*P, Q, Kg] view, Bias [G, Kg] fp32, H, P,
+    geometry, in dtype, out dtype). Runs on CPU tensors too (the interpreter tests use it)."""
+    import torch
+    import torch.nn.functional as F
+
+    N, C, H, W = x.shape
+    K, Cg, R, S = weight.shape
+    G, Kg = groups, K // groups
+    (sh, sw), (ph, pw), (dh, dw) = (_pair(stride, "stride"), _pair(padding, "padding"),
+                                    _pair(dilation, "dilation"))
+    P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
+    Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
+    nhwc = x.permute(0, 2, 3, 1)                       # a view; contiguous if channels-last
+    wt = weight.view(G, Kg, Cg, R, S).permute(0, 3, 4, 1, 2)   # [G, R, S, Kg, Cg]
+    if x.dtype == torch.float32:                        # bf16 split: [hi, hi, lo] x [hi, lo, hi]
+        xh = nhwc.to(torch.bfloat16)
+        xl = (nhwc - xh.float()).to(torch.bfloat16)
+        wh = wt.to(torch.bfloat16)
+        wl = (wt - wh.float()).to(torch.bfloat16)
+        xg = [t.reshape(N, H, W, G, Cg) for t in (xh, xh, xl)]
+        nhwc = torch.cat(xg, dim=-1).reshape(N, H, W, G * 3 * Cg)
+        wt = torch.cat([wh, wl, wh], dim=-1)
+        Cg = 3 * Cg
+        in_dtype, out_dtype = dtypes.bf16, dtypes.f32
+    else:
+        in_dtype = out_dtype = _IN[str(x.dtype)]
+    cpad = -Cg % 8                                      # 16-byte pixel pitch for TMA
+    wpad = -W % sw                                      # whole strides along W
+    if cpad or wpad or nhwc.stride(-1) != 1 or nhwc.stride(2) != G * Cg or \
+            nhwc.stride(1) != W * G * Cg or nhwc.stride(0) != H * W * G * Cg:
+        grouped = nhwc.reshape(N, H, W, G, Cg)
+        nhwc = F.pad(grouped, (0, cpad, 0, 0, 0, wpad)).contiguous().reshape(
+            N, H, W + wpad, G * (Cg + cpad))        # pad keeps a permuted input's strides
+        wt = F.pad(wt, (0, cpad))
+        Cg, W = Cg + cpad, W + wpad
+    X = nhwc.as_strided((N * H, sw * G, W // sw, Cg), (W * G * Cg, Cg, sw * G * Cg, 1))
+    Wt = wt.reshape(G, R * S, Kg, Cg).contiguous()
+    out = torch.empty(N, P, Q, K, dtype=out_dtype.torch_dtype(), device=x.device)
+    out_view = out.view(N * P, Q, G, Kg).permute(2, 0, 1, 3)
+    b = torch.zeros(G, Kg, dtype=torch.float32, device=x.device) if bias is None else \
+        bias.detach().float().reshape(G, Kg).contiguous()
+    geom = ConvGeometry(R, S, sh, sw, ph, pw, dh, dw)
+    return X, Wt, out, out_view, b, H, P, geom, in_dtype, out_dtype
+
+
+def _result(x, out):
+    """The [N, P, Q, K] channels-last result as an NCHW-shaped tensor in the input's dtype."""
+    return out.permute(0, 3, 1, 2).to(x.dtype)
+
+
+def conv2d_interpret(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+                     activation: str = "none", schedule: ConvSchedule | None = None):
+    """conv2d in the numpy interpreter on CPU tensors (tests; no GPU)."""
+    check(x, weight, bias, stride, padding, dilation, groups)
+    X, Wt, out, view, b, H, P, geom, idt, odt = operands(x, weight, bias, stride, padding,
+                                                         dilation, groups)
+    s = schedule or schedule_for(view.shape[2], view.shape[3], X.shape[3])
+    kernel = conv_kernel(idt, odt, bias is not None, activation)
+    kernel.interpret(X, Wt, view, b, H, P, geom=geom, s=s)
+    return _result(x, out)
+
+
+def _run(x, weight, bias, stride, padding, dilation, groups, activation="none",
+         schedule=None):
+    import torch
+
+    if not x.is_cuda:
+        raise LaunchError(f"argus.ops.conv2d: x is on {x.device}; Argus kernels run on a CUDA "
+                          f"device (sm_90a)", fix="x.cuda(), or torch.nn.functional.conv2d")
+    X, Wt, out, view, b, H, P, geom, idt, odt = operands(x, weight, bias, stride, padding,
+                                                         dilation, groups)
+    if out.numel() == 0:
+        return _result(x, out)
+    s = schedule or schedule_for(view.shape[2], view.shape[3], X.shape[3])
+    key = (idt, odt, bias is not None, activation, geom, s, x.device.index)
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        compiled = conv_kernel(idt, odt, bias is not None, activation).compile(geom=geom, s=s)
+        _COMPILED[key] = compiled
+        if len(_COMPILED) > _MEMO_SIZE:
+            _COMPILED.popitem(last=False)
+    with torch.cuda.device(x.device):
+        compiled(X, Wt, view, b, H, P)
+    return _result(x, out)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """torch.nn.functional.conv2d(x, weight, bias, stride, padding, dilation, groups) on an
+    Argus kernel (see the module docstring for layouts and dtypes)."""
+    check(x, weight, bias, stride, padding, dilation, groups)
+    if not x.is_cuda:
+        raise LaunchError(f"argus.ops.conv2d: x is on {x.device}; Argus kernels run on a CUDA "
+                          f"device (sm_90a)", fix="x.cuda(), or torch.nn.functional.conv2d")
+    return _op()(x, weight, bias, list(_pair(stride, "stride")), list(_pair(padding, "padding")),
+                 list(_pair(dilation, "dilation")), groups)
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """torch.nn.functional.conv1d as conv2d on [N, C, 1, L] with a 1 x K filter (exact)."""
+    if getattr(x, "dim", lambda: 0)() != 3 or getattr(weight, "dim", lambda: 0)() != 3:
+        raise LaunchError("argus.ops.conv1d: x is [N, C, L] and weight [K, C / groups, R]")
+    (s,), (p,), (d,) = (_pair(stride, "stride", 1), _pair(padding, "padding", 1),
+                        _pair(dilation, "dilation", 1))
+    out = conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, s), (0, p), (1, d), groups)
+    return out.squeeze(2)
+
+
+def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """torch.nn.functional.conv3d for depth-1 filters with depth stride 1 and no depth padding
+    (conv2d over the depth-folded batch); other 3-d filters raise a LaunchError for now."""
+    if getattr(x, "dim", lambda: 0)() != 5 or getattr(weight, "dim", lambda: 0)() != 5:
+        raise LaunchError("argus.ops.conv3d: x is [N, C, D, H, W] and weight "
+                          "[K, C / groups, T, R, S]")
+    st, pd, dl = (_pair(stride, "stride", 3), _pair(padding, "padding", 3),
+                  _pair(dilation, "dilation", 3))
+    if weight.shape[2] != 1 or st[0] != 1 or pd[0] != 0:
+        raise LaunchError(f"argus.ops.conv3d: only depth-1 filters with depth stride 1 and no "
+                          f"depth padding are implemented (got filter depth {weight.shape[2]}, "
+                          f"stride {st}, padding {pd})",
+                          fix="use torch.nn.functional.conv3d for this layer")
+    N, C, D, H, W = x.shape
+    folded = x.permute(0, 2, 1, 3, 4).reshape(N * D, C, H, W)
+    out = conv2d(folded, weight[:, :, 0], bias, st[1:], pd[1:], dl[1:], groups)
+    K, P, Q = out.shape[1:]
+    return out.reshape(N, D, K, P, Q).permute(0, 2, 1, 3, 4)
+
+
+_OP = None
+
+
+def _op():
+    """torch.ops.argus.conv2d, registered once: opaque to torch.compile (the fake gives the
+    shape), captured by CUDA graphs like any launch on the current stream."""
+    global _OP
+    if _OP is None:
+        _OP = _register()
+    return _OP
+
+
+def _register():
+    import torch
+
+    try:
+        return torch.ops.argus.conv2d.default
+    except (AttributeError, RuntimeError):
+        pass
+
+    @torch.library.custom_op("argus::conv2d", mutates_args=(),
+                             schema="(Tensor x, Tensor weight, Tensor? bias, int[] stride, "
+                                    "int[] padding, int[] dilation, int groups) -> Tensor")
+    def conv2d_op(x, weight, bias, stride, padding, dilation, groups):
+        return _run(x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
+
+    @conv2d_op.register_fake
+    def _(x, weight, bias, stride, padding, dilation, groups):
+        N, _, H, W = x.shape
+        K, _, R, S = weight.shape
+        P = (H + 2 * padding[0] - dilation[0] * (R - 1) - 1) // stride[0] + 1
+        Q = (W + 2 * padding[1] - dilation[1] * (S - 1) - 1) // stride[1] + 1
+        return x.new_empty((N, P, Q, K)).permute(0, 3, 1, 2)
+
+    return conv2d_op
+
+
+if "torch" in sys.modules:
+    _op()
