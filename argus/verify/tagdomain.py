@@ -137,10 +137,17 @@ def conj(*args) -> z3.BoolRef:
 
 
 def term_name(t) -> str:
-    """`str(t)`, without z3's Python printer for constants (where they are the same)."""
-    if isinstance(t, z3.ExprRef) and z3.is_const(t) and \
-            t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-        return t.decl().name()
+    """`str(t)`, without z3's Python printer for constants (where they are the same), read
+    through the C API (the Python wrappers' decl() objects cost more than the lookup)."""
+    if isinstance(t, z3.ExprRef):
+        ctx, a = t.ctx.ref(), t.as_ast()
+        if z3.Z3_get_ast_kind(ctx, a) == z3.Z3_APP_AST and z3.Z3_get_app_num_args(ctx, a) == 0:
+            d = z3.Z3_get_app_decl(ctx, a)
+            if z3.Z3_get_decl_kind(ctx, d) == z3.Z3_OP_UNINTERPRETED:
+                sym = z3.Z3_get_decl_name(ctx, d)
+                if z3.Z3_get_symbol_kind(ctx, sym) == z3.Z3_INT_SYMBOL:
+                    return f"k!{z3.Z3_get_symbol_int(ctx, sym)}"
+                return z3.Z3_get_symbol_string(ctx, sym)
     return str(t)
 
 
@@ -226,7 +233,7 @@ def memoized_record(fn):
 def _renamed(rec: Record, own: tuple) -> Record:
     if not own:
         return rec
-    pairs = [(v, fresh_int(v.decl().name().split("!")[0])) for v in own]
+    pairs = [(v, fresh_int(term_name(v).split("!")[0])) for v in own]
 
     def sub(t):
         return substitute(t, *pairs) if isinstance(t, z3.ExprRef) else t
