@@ -1,5 +1,5 @@
 """The test suite tidies up (issue 19, item 5): a pytest run writes nothing into the user's Argus
-cache (~/.cache/argus) and leaves no folder in the temporary directory, whatever its tests
+cache (~/.cache/argus) and leaves nothing in the temporary directory, whatever its tests
 compile, optimize or kill; and the quick GPU tier (`-m "gpu and not slow"`) is a real subset.
 
 The check runs a small pytest session in a subprocess with HOME and TMPDIR pointed at fresh
@@ -32,7 +32,9 @@ def test_a_pytest_run_leaves_no_cache_entries_and_no_temp_folders(tmp_path):
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 passed" in proc.stdout
-    assert _listing(home) == [], "the run wrote into the user's home: " + str(_listing(home))
+    # matplotlib keeps its own font cache in ~/.cache/matplotlib, as for any of its users
+    argus_files = [p for p in _listing(home) if "argus" in p]
+    assert argus_files == [], "the run wrote into the user's Argus cache: " + str(argus_files)
     assert _listing(tmp) == [], "the run left temporary files: " + str(_listing(tmp))
 
 
