@@ -54,8 +54,8 @@ def tma_load(em: _Emitter, op: O.TmaLoad) -> None:
     coords = [em.name(c) for c in reversed(op.coords)]  # PTX wants innermost first
     rank = len(coords)
     if op.multicast:
-        if rank not in (2, 3):
-            raise CompileError(f"multicast TMA loads are 2-d or 3-d; this one is {rank}-d",
+        if rank not in (2, 3, 4):
+            raise CompileError(f"multicast TMA loads are 2-d to 4-d; this one is {rank}-d",
                                op.loc)
         size = em.cluster_size
         em.emit(f"ag::tma_load_{rank}d_multicast(&{tm}, {em.name(op.dst)}, "

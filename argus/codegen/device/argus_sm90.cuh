@@ -444,6 +444,18 @@ __device__ __forceinline__ void tma_load_3d_multicast(const TensorMap* tmap, voi
         : "memory");
 }
 
+// The 4-d form (e.g. MoE gate/up weights read as [E, 2, I, H]: c3 = expert, c2 = plane).
+__device__ __forceinline__ void tma_load_4d_multicast(const TensorMap* tmap, void* smem_dst,
+                                                      uint64_t* bar, int c0, int c1, int c2,
+                                                      int c3, uint16_t cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%4, %5, %6, %7}], [%2], %3;"
+        :: "r"(smem_u32(smem_dst)), "l"(tmap_u64(tmap)), "r"(smem_u32(bar)), "h"(cta_mask),
+           "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
+
 // cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group. The source smem must have been
 // made visible to the async proxy (fence_view_async_shared + barrier) by its writers, and
 // must not be overwritten before tma_store_wait_read (HOPPER.md §2.4 hazards 5 and 6).
