@@ -43,17 +43,23 @@ from argus.kernels.warp_specialized import (OperandRing, Staging, Unit,
 @dataclass(frozen=True)
 class MoeSchedule(WarpSpecializedSchedule):
     """What the grouped GEMM lets a tuner choose: the skeleton's fields (tile, ring, roles,
-    raster). The contiguous layout pads each expert to bm rows, so routing must be run with
-    the same bm. Clusters are not used: the two m-tiles of a pair may belong to different
-    experts, whose weights cannot be multicast."""
+    raster, cluster). The contiguous layout pads each expert to `pad` rows (bm, or 2 * bm with
+    cluster_m=2, so that the two m-tiles of a CTA pair always belong to one expert and share
+    its weight tile by multicast); routing must be run with the same `pad`."""
 
     # TMA-store epilogue: columns of the stored tile staged per round (0: all of them)
     store_cols: int = 0
 
+    @property
+    def pad(self) -> int:
+        """Rows each expert's segment is padded to: the rows of one unit (a cluster's tiles)."""
+        return self.bm * self.cluster_m
+
     def _problems(self) -> list[str]:
         problems = super()._problems()
-        if self.cluster_m != 1:
-            problems.append("cluster_m must be 1: adjacent m-tiles may be different experts")
+        if self.cluster_m == 2 and (self.bn // 4) % 8:
+            problems.append(f"cluster_m=2 multicasts half of each B box per CTA: bn={self.bn} "
+                            f"must be a multiple of 32")
         if self.epilogue == "tma" and self.bn % 128:
             problems.append(f"the TMA-store epilogue stores 64-column blocks of both GEMMs "
                             f"(the gate-up's is bn/2 wide): bn={self.bn} must be a multiple "
@@ -71,6 +77,9 @@ class MoeSchedule(WarpSpecializedSchedule):
 PREFILL = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2)
 # the same tile with the stmatrix + TMA-store epilogue (the library GEMM's fastest at large M)
 PREFILL_TMA = MoeSchedule(bm=128, bn=256, bk=64, stages=3, consumers=2, epilogue="tma")
+# CTA pairs on the two m-tiles of one expert's 256-row block, sharing the weight tile by TMA
+# multicast (each expert padded to 256 rows)
+PREFILL_CLUSTER = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2, cluster_m=2)
 SMALL = MoeSchedule(bm=64, bn=128, bk=64, stages=4, consumers=1, consumer_regs=240,
                     producer_regs=40)
 # a few tokens on a few experts: narrow tiles, so the down projection has units for every SM,
@@ -109,8 +118,9 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
         route, tile_expert = ag.opaque("route"), ag.opaque("tile_expert")
         ag.tag_tensor(A, expert=lambda r, k: route(r))
         ag.tag_tensor(TileExpert, value=lambda m, zero: tile_expert(m))
-        # the contiguous layout's contract: every row of m-tile m is expert tile_expert[m]'s
-        ag.tag_assume(lambda r: route(r) == tile_expert(r // s.bm))
+        # the contiguous layout's contract: every row of unit u (pad rows: one m-tile, or a
+        # cluster's two) is expert tile_expert[u]'s
+        ag.tag_assume(lambda r: route(r) == tile_expert(r // s.pad))
         if gated:
             ag.tag_tensor(W, expert=lambda e, plane, r, k: e)
         else:
@@ -118,9 +128,12 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
         # the columns a tile covers: bn/2 gate (and bn/2 up) rows of W, or bn rows
         width = s.bn // 2 if gated else s.bn
         n_tiles = ag.cdiv(C.shape[1], width)
-        most = ag.cdiv(A.shape[0], s.bm) * n_tiles           # units of the largest layout
-        programs = ag.minimum(most, s.num_sms)
-        (pid,) = ag.grid(programs)
+        cs = s.cluster_m
+        most = ag.cdiv(A.shape[0], s.pad) * n_tiles          # units of the largest layout
+        programs = ag.minimum(most, s.num_sms // cs)         # CTAs, or clusters of cs CTAs
+        (pid,) = ag.grid(programs * cs, cluster=cs)
+        rank = ag.cluster_rank() if cs > 1 else 0
+        first = pid // cs if cs > 1 else pid
         ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.bf16, s.consumers)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
@@ -128,14 +141,16 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
             staging = Staging.alloc(s.consumers, rows, width, ag.bf16,
                                     min(s.store_cols, width))
 
-        # the m-tiles routing counted, read once for every role: both walk the same units
-        m_tiles = ag.load_scalar(Tiles, (0, 0))
+        # the units (pad-row blocks) routing counted, read once for every role: both walk the
+        # same units, and so do the CTAs of a cluster
+        m_units = ag.load_scalar(Tiles, (0, 0))
 
         def units(expert: bool):
-            """(m-tile, n-tile, expert or None) of this CTA's units."""
-            for unit in ag.range(pid, m_tiles * n_tiles, programs):
-                m, n = tile_coords(unit, m_tiles, n_tiles, s.group_m)
-                yield m, n, ag.load_scalar(TileExpert, (m, 0)) if expert else None
+            """(this CTA's m-tile, n-tile, expert or None) of this CTA's units."""
+            for unit in ag.range(first, m_units * n_tiles, programs):
+                mu, n = tile_coords(unit, m_units, n_tiles, s.group_m)
+                m = mu * cs + rank if cs > 1 else mu
+                yield m, n, ag.load_scalar(TileExpert, (mu, 0)) if expert else None
 
         with ag.role("producer", warpgroups=1, regs=s.producer_regs):
             for m, n, expert in units(True):
@@ -143,12 +158,15 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
                     with ring.pipe.produce() as stage:
                         k0 = k * s.bk
                         load_tile(ring.a[stage], 0, A, (), m, s.bm, k0, s.bk)
+                        # B is shared by the cluster's CTAs: each loads 1/cs of every box
                         if gated:   # gate rows, then the matching up rows, in one B tile
-                            load_tile(ring.b[stage], 0, W, (expert, 0), n, width, k0, s.bk)
+                            load_tile(ring.b[stage], 0, W, (expert, 0), n, width, k0, s.bk,
+                                      rank=rank, share=cs)
                             load_tile(ring.b[stage], width, W, (expert, 1), n, width, k0,
-                                      s.bk)
+                                      s.bk, rank=rank, share=cs)
                         else:
-                            load_tile(ring.b[stage], 0, W, (expert,), n, s.bn, k0, s.bk)
+                            load_tile(ring.b[stage], 0, W, (expert,), n, s.bn, k0, s.bk,
+                                      rank=rank, share=cs)
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             for m, n, _ in units(False):

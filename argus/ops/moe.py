@@ -177,7 +177,7 @@ class Layer:
 
     @property
     def padded_rows(self) -> int:
-        return R.max_padded_rows(self.entries, self.experts, self.schedule.bm)
+        return R.max_padded_rows(self.entries, self.experts, self.schedule.pad)
 
 
 def _launcher(interpret: bool):
@@ -212,7 +212,7 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
         if found is not None:
             _WORKSPACES.move_to_end(key)
             return found
-    E, bm = layer.experts, layer.schedule.bm
+    E, pad = layer.experts, layer.schedule.pad
     C, M = layer.chunks, layer.padded_rows
     i32 = dict(dtype=torch.int32, device=device)
     bf = dict(dtype=torch.bfloat16, device=device)
@@ -220,7 +220,7 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
     fill = torch.full if interpret else (lambda shape, _v, **kw: torch.empty(shape, **kw))
     ws = dict(counts=torch.empty(C, E, **i32), chunk_base=torch.empty(C, E, **i32),
               expert_start=torch.empty(1, E, **i32), totals=torch.empty(1, E, **i32),
-              tile_expert=torch.empty(M // bm, 1, **i32), tiles=torch.empty(1, 1, **i32),
+              tile_expert=torch.empty(M // pad, 1, **i32), tiles=torch.empty(1, 1, **i32),
               pos=torch.empty(layer.entries, 1, **i32),
               xp=fill((M, layer.hidden), float("nan"), **bf),
               h=torch.empty(M, layer.inter, **bf), y=torch.empty(M, layer.hidden, **bf))
@@ -262,7 +262,7 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
     import torch
 
     run = _launcher(interpret)
-    s, E, be, bm = layer.schedule, layer.experts, layer.block_experts, layer.schedule.bm
+    s, E, be, pad = layer.schedule, layer.experts, layer.block_experts, layer.schedule.pad
     ids = topk_ids.to(torch.int32).reshape(-1).contiguous()
     weights = topk_weights.to(torch.float32).contiguous()
     ws = _workspace(layer, x.device, interpret)
@@ -271,7 +271,7 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
 
     run(R.count_kernel(be), ids, ws["counts"])
     run(R.scan_kernel(be), ws["counts"], ws["chunk_base"], ws["totals"])
-    run(R.layout_kernel(be, bm), ws["totals"], ws["totals"].view(E, 1), ws["expert_start"],
+    run(R.layout_kernel(be, pad), ws["totals"], ws["totals"].view(E, 1), ws["expert_start"],
         tile_expert, tiles)
     run(R.positions_kernel(be), ids, ids, ws["chunk_base"], ws["expert_start"], pos)
     run(R.permute_kernel(layer.top_k, BH), x, pos, ws["xp"])

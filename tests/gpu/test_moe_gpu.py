@@ -50,7 +50,8 @@ def test_moe_softmax_matches_float64(T, E, k, H, I, renormalize):
     assert _rel(out, reference(x, w13, w2, ids, w)) < 1e-2
 
 
-@pytest.mark.parametrize("schedule", ["PREFILL", "SMALL", "PREFILL_TMA", "TINY"])
+@pytest.mark.parametrize("schedule", ["PREFILL", "SMALL", "PREFILL_TMA", "TINY",
+                                      "PREFILL_CLUSTER"])
 def test_moe_precomputed_routing_with_empty_experts(schedule):
     from argus.kernels import moe as MK
     from argus.ops import moe

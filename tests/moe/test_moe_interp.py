@@ -12,7 +12,7 @@ import torch
 
 from dataclasses import replace
 
-from argus.kernels.moe import PREFILL, PREFILL_TMA, SMALL, TINY
+from argus.kernels.moe import PREFILL, PREFILL_CLUSTER, PREFILL_TMA, SMALL, TINY
 
 M = importlib.import_module("argus.ops.moe")   # the module (argus.ops.moe is the function)
 
@@ -42,6 +42,7 @@ def _rel(a, b):
     (100, 6, 2, 128, 64, SMALL),
     (70, 4, 2, 64, 64, PREFILL),
     (9, 4, 2, 128, 64, TINY),                                   # 64 x 64 tiles
+    (150, 4, 2, 64, 128, PREFILL_CLUSTER),                      # CTA pairs, 256-row padding
     (70, 4, 2, 64, 128, PREFILL_TMA),                           # stmatrix + TMA store
     (50, 4, 2, 64, 128, replace(PREFILL_TMA, store_cols=64)),   # in 64-column rounds
 ])
@@ -61,7 +62,7 @@ def test_layer_matches_float64(T, E, k, H, I, schedule):
     # the layout: segments in expert order, each padded to bm, in token order within
     counts = torch.bincount(ids.view(-1).long(), minlength=E)
     assert counts[E - 1] == 0     # a zero-token expert
-    bm = schedule.bm
+    bm = schedule.pad   # rows per expert segment unit: bm, or 2 * bm for CTA pairs
     padded = (counts + bm - 1) // bm * bm
     start = torch.cumsum(padded, 0) - padded
     assert scratch["expert_start"].view(-1).tolist() == start.tolist()
