@@ -90,7 +90,7 @@ def sum_chunks(P: ag.Tensor["B", "S", "MN", ag.f32], C: ag.Tensor["B", "MN", ag.
     """C[b] = P[b, 0] + P[b, 1] + ... in fp32, in chunk order."""
     b, j = ag.grid(P.shape[0], ag.cdiv(P.shape[2], BN))
     acc = ag.load(P, (b, 0, j * BN), (1, BN))
-    for s in range(1, CHUNKS):
+    for s in ag.range(1, CHUNKS):      # a device loop: K = 2^19 has 512 chunks
         acc = acc + ag.load(P, (b, s, j * BN), (1, BN))
     ag.store(C, (b, j * BN), acc)
 
