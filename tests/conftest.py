@@ -32,14 +32,29 @@ def pytest_configure(config):
         sys.path.insert(0, str(ROOT))
     if hasattr(config, "workerinput") or "ARGUS_TEST_SCRATCH" in os.environ:
         return                          # an xdist worker or a nested run: the parent's scratch
+    _sweep_abandoned_scratch()
     scratch = Path(tempfile.mkdtemp(prefix="argus-tests-"))
     (scratch / "tmp").mkdir()
+    (scratch / "pid").write_text(str(os.getpid()))
     _saved_env.update({k: os.environ.get(k) for k in (*_SCRATCH_ENV, "ARGUS_TEST_SCRATCH")})
     os.environ.update({"ARGUS_TEST_SCRATCH": str(scratch),
                        "ARGUS_CACHE_DIR": str(scratch / "cache"),
                        "ARGUS_KERNELBENCH_CACHE": str(scratch / "kernelbench-baselines.json"),
                        "TMPDIR": str(scratch / "tmp")})
     tempfile.tempdir = None             # re-read TMPDIR: pytest's tmp_path lands there too
+
+
+def _sweep_abandoned_scratch() -> None:
+    """Remove the scratch folders of earlier runs that were killed before they could (a
+    timeout's SIGTERM skips pytest_unconfigure): those whose process is gone."""
+    for folder in Path(tempfile.gettempdir()).glob("argus-tests-*"):
+        try:
+            pid = int((folder / "pid").read_text())
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (OSError, ValueError):
+            continue                    # no pid file yet, or not ours to judge
 
 
 def pytest_unconfigure(config):

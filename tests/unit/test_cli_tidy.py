@@ -55,3 +55,26 @@ def test_slow_marker_is_registered_and_the_quick_gpu_tier_is_a_subset():
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         counts[expr] = sum(1 for line in proc.stdout.splitlines() if "::" in line)
     assert 0 < counts["gpu and not slow"] < counts["gpu"], counts
+
+
+def test_the_scratch_of_a_killed_run_is_swept_by_the_next(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    finished = subprocess.Popen(["true"])
+    finished.wait()                              # its pid now names no process
+    abandoned = tmp / "argus-tests-killed"
+    (abandoned / "cache").mkdir(parents=True)
+    (abandoned / "pid").write_text(str(finished.pid))
+    alive = tmp / "argus-tests-alive"
+    alive.mkdir()
+    (alive / "pid").write_text(str(os.getpid()))  # a run still going: left alone
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("ARGUS_") and k not in ("TMPDIR", "PYTEST_ADDOPTS")}
+    env["TMPDIR"] = str(tmp)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "tests/unit/test_docs_packaging.py::test_classifiers_name_every_"
+                           "supported_python"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert not abandoned.exists() and alive.exists()
+    assert _listing(tmp) == ["argus-tests-alive", "argus-tests-alive/pid"]
