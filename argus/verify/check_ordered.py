@@ -209,6 +209,22 @@ def _skips(role: O.RoleOp) -> list[Finding]:
 # ----------------------------------------------------------------------------- turns
 
 
+def _opaque_values(term) -> list:
+    """The unmodelled values (transfer/scalar.py's `opaque` variables) that `term` uses."""
+    found, todo, seen = [], [term] if isinstance(term, z3.ExprRef) else [], set()
+    while todo:
+        t = todo.pop()
+        if t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            if t.decl().name().startswith("opaque"):
+                found.append(t)
+        else:
+            todo.extend(t.children())
+    return found
+
+
 def _turns(model: Model, site) -> tuple[list[Obligation], list[Finding]]:
     op: O.TurnWait = site.op
     role = site.role
@@ -230,6 +246,20 @@ def _turns(model: Model, site) -> tuple[list[Obligation], list[Finding]]:
                                 f"a loop or condition around the section's innermost loop "
                                 f"depends on the warpgroup ({s.kind} at {s.op.loc}): turns of "
                                 f"that shape are not modelled")]
+    for s in scopes:
+        hidden = sorted({str(v) for t in s.constraints for v in _opaque_values(t)})
+        if hidden:
+            # an unmodelled value (a float comparison, ...) is a fresh variable that no
+            # longer mentions what it was computed from: it may differ between warpgroups
+            return [], [Finding("ordered.turns", op.loc, subject, "unknown",
+                                f"the {s.kind} at {s.op.loc} around the section depends on "
+                                f"unmodelled arithmetic (a float comparison, ...: "
+                                f"{', '.join(hidden)}), "
+                                f"so it cannot tell whether every warpgroup takes it alike "
+                                f"(one that does not waits forever for its turn)",
+                                fix="decide the section and its loops' bounds by integer "
+                                    "arithmetic on loop indices, shapes and the warpgroup "
+                                    "index")]
     cond = z3.And(*[c for s in inner for c in s.constraints]) if inner else z3.BoolVal(True)
     if not mentions(cond, wg):
         # every warpgroup runs the section in the same iterations: one turn each, in order

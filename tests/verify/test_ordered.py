@@ -131,3 +131,25 @@ def test_turns_restarting_in_an_outer_loop_are_checked_across_it():
     assert "multiple of 2" in got["violated"][0].message
     got = _findings(_nested(lambda X: 4).trace())
     assert not got.get("violated") and not got.get("unknown"), got
+
+
+def test_a_condition_on_unmodelled_values_is_not_proven():
+    """The section runs when a float read at the warpgroup's own index is positive: the model
+    knows the comparison only as a fresh variable, shared by both warpgroups, so 'every
+    warpgroup alike' would be proven while warpgroup 1 never comes (the interpreter hangs)."""
+    @ag.kernel
+    def datadep(X: ag.Tensor[("N", ag.f32)]):
+        ag.grid(1)
+        with ag.role("w", warpgroups=2) as wg:
+            for i in ag.range(X.shape[0]):
+                with ag.when(ag.load_scalar(X, (wg,)) > 0.0):
+                    with ag.ordered("s"):
+                        ag.store(X, (i + 2,), ag.full((1,), 1.0))
+    x = torch.zeros(4)
+    x[0] = 1.0
+    with pytest.raises(Exception, match="deadlock"):
+        datadep.interpret(x)
+    got = _findings(datadep.trace())
+    assert not got.get("proven"), got
+    assert [f.code for f in got["unknown"]] == ["ordered.turns"]
+    assert "unmodelled" in got["unknown"][0].message
