@@ -49,7 +49,6 @@ _WORKSPACE_COUNT = 16
 _WORKSPACE_BYTES = 64 << 20
 
 
-
 def schedule_for(tokens: int, top_k: int, num_experts: int, hidden: int = 0) -> MoeSchedule:
     """128 x 256 tiles when the experts get at least 128 rows each on average, else 64 x 128
     (less padding per expert), or 64 x 64 when so few experts are touched that the down
