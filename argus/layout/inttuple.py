@@ -171,7 +171,7 @@ def shape_div(a: IntTuple, b: IntTuple) -> IntTuple:
     if a % b and b % a:
         raise ValueError(f"shape_div: neither of {a} and {b} divides the other (CuTe's "
                          "divisibility condition)")
-    return a // b if a >= b else 1
+    return ceil_div(a, b)  # exact when b divides a; 1 when a divides b; an empty mode stays 0
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -322,6 +322,8 @@ def test_int_tuple_helpers():
         ((1, 2), (6, 12, 12), (24, 120, 240))
     with pytest.raises(ValueError, match="divisibility"):
         inttuple.shape_div(4, 6)
+    # an empty mode stays empty (CuTe: a / b, 0 here; pycute: ceil_div(0, b) == 0)
+    assert inttuple.shape_div(0, 4) == 0 and inttuple.shape_div((0, 8), (2, 4)) == (0, 2)
 
 
 # ---- Triton LinearLayoutTest.cpp: compose ------------------------------------------------------
