@@ -44,6 +44,7 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
         return any(root.get(v.id, v.id) in generic for w in step.body.walk()
                    if isinstance(w, O.Wgmma) for v in (w.a, w.b))
     consumer_wgs: dict[int, int] = {}
+    turn_roles: dict[int, list[str]] = {}   # pipe -> roles whose warpgroups take turns on it
     for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
         seen_here: set[int] = set()
         for op in role.body.walk():
@@ -55,11 +56,17 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
         for pid in seen_here:
             consumer_wgs[pid] = consumer_wgs.get(pid, 0) + (1 if pid in turns
                                                             else role.warpgroups)
+            if pid in turns:
+                turn_roles.setdefault(pid, []).append(role.name)
     for pid, create in pipes.items():
         wgs = consumer_wgs.get(pid)
         if wgs is not None and wgs != create.consumers:
+            turning = turn_roles.get(pid)
+            why = (f" (role {', '.join(map(repr, turning))} takes turns on it with pipe.skip: "
+                   f"one warpgroup consumes and releases each step)") if turning else ""
             raise CompileError(f"pipeline declared with consumers={create.consumers} but "
-                               f"{wgs} warpgroups consume from it", create.loc,
+                               f"{wgs} warpgroup{' releases' if wgs == 1 else 's release'} "
+                               f"each step{why}", create.loc,
                                fix=f"ag.pipeline(..., consumers={wgs})")
 
     def region(r: Region) -> Region:

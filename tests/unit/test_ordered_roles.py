@@ -150,3 +150,29 @@ def test_ordered_inside_a_pipeline_step_is_refused():
                     pass
     with pytest.raises(ag.TraceError, match="inside a pipeline step"):
         bad.trace()
+
+
+def test_a_turn_taking_consumer_with_consumers_2_says_why_one_releases():
+    """Ping-pong consumers release each slot once; a pipeline declared with consumers=2 is
+    refused with the reason (the role takes turns), not just a count."""
+    @ag.kernel
+    def pp(X: ag.Tensor[("N", 64, ag.f32)], Y: ag.Tensor[("N", 64, ag.f32)]):
+        ag.grid(1)
+        s = ag.smem((2, 64, 64), ag.f32)
+        pipe = ag.pipeline(2, consumers=2)
+        with ag.role("producer", warpgroups=1):
+            for i in ag.range(4):
+                with pipe.produce() as st:
+                    ag.tma.load(s[st], X, (i * 64, 0))
+        with ag.role("consumer", warpgroups=2) as wg:
+            for i in ag.range(4):
+                with ag.when(i % 2 == wg):
+                    with ag.ordered("c"):
+                        with pipe.consume():
+                            pass
+                    ag.store(Y, (i * 64, 0), ag.full((64, 64), 1.0))
+                with ag.when(i % 2 != wg):
+                    pipe.skip(1)
+    with pytest.raises(ag.CompileError, match=r"1 warpgroup releases each step \(role "
+                                              r"'consumer' takes turns on it with pipe.skip"):
+        lower_only(pp)
