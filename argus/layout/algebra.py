@@ -332,6 +332,16 @@ def _zip2_by(lay: Layout, guide: Tiler, what: str) -> Layout:
     return lay
 
 
+def _unpack_rest(zipped: Layout) -> Layout:
+    """((tile...), (rest...)) -> ((tile...), rest_0, rest_1, ...): the tiled_* form."""
+    return make_layout(zipped[0], *zipped[1].modes())
+
+
+def _unpack_both(zipped: Layout) -> Layout:
+    """((tile...), (rest...)) -> (tile_0, ..., rest_0, ...): the flat_* form."""
+    return make_layout(*zipped[0].modes(), *zipped[1].modes())
+
+
 def zipped_divide(a: Layout, tiler: Tiler) -> Layout:
     """logical_divide regrouped as ((tile modes...), (rest modes...)), nested like the tiler."""
     return _zip2_by(logical_divide(a, tiler), tiler, "zipped_divide")
@@ -339,14 +349,12 @@ def zipped_divide(a: Layout, tiler: Tiler) -> Layout:
 
 def tiled_divide(a: Layout, tiler: Tiler) -> Layout:
     """((tile modes...), rest_0, rest_1, ...): zipped_divide with the rest modes unpacked."""
-    z = zipped_divide(a, tiler)
-    return make_layout(z[0], *z[1].modes())
+    return _unpack_rest(zipped_divide(a, tiler))
 
 
 def flat_divide(a: Layout, tiler: Tiler) -> Layout:
     """(tile_0, tile_1, ..., rest_0, rest_1, ...): zipped_divide with both modes unpacked."""
-    z = zipped_divide(a, tiler)
-    return make_layout(*z[0].modes(), *z[1].modes())
+    return _unpack_both(zipped_divide(a, tiler))
 
 
 # ---- products ------------------------------------------------------------------------------
@@ -370,14 +378,12 @@ def zipped_product(a: Layout, tiler: Tiler) -> Layout:
 
 def tiled_product(a: Layout, tiler: Tiler) -> Layout:
     """((block modes...), rest_0, rest_1, ...)."""
-    z = zipped_product(a, tiler)
-    return make_layout(z[0], *z[1].modes())
+    return _unpack_rest(zipped_product(a, tiler))
 
 
 def flat_product(a: Layout, tiler: Tiler) -> Layout:
     """(block_0, block_1, ..., rest_0, rest_1, ...)."""
-    z = zipped_product(a, tiler)
-    return make_layout(*z[0].modes(), *z[1].modes())
+    return _unpack_both(zipped_product(a, tiler))
 
 
 def _padded_modes(x: Layout, r: int) -> list[Layout]:
