@@ -129,11 +129,12 @@ def variants():
     choosing argus.ops.moe.schedule_for's thresholds and defaults."""
     from dataclasses import replace
 
-    from argus.kernels.moe import PREFILL, PREFILL_CLUSTER, PREFILL_TMA, SMALL, TINY
+    from argus.kernels.moe import (PREFILL, PREFILL_CLUSTER, PREFILL_TMA, PREFILL_TMA_CLUSTER,
+                                   SMALL, TINY)
 
     return {"128x256": PREFILL, "128x256-g16": replace(PREFILL, group_m=16),
             "128x256-tma": PREFILL_TMA, "128x256-cluster2": PREFILL_CLUSTER,
-            "128x256-tma-cluster2": replace(PREFILL_CLUSTER, epilogue="tma", stages=3),
+            "128x256-tma-cluster2": PREFILL_TMA_CLUSTER,
             "128x256-tma-s4c128": replace(PREFILL_TMA, stages=4, store_cols=128),
             "128x128": replace(PREFILL, bn=128, stages=6), "64x128": SMALL, "64x64": TINY,
             "64x128-s8": replace(SMALL, stages=8), "64x256": replace(SMALL, bn=256, stages=5)}

@@ -80,6 +80,9 @@ PREFILL_TMA = MoeSchedule(bm=128, bn=256, bk=64, stages=3, consumers=2, epilogue
 # CTA pairs on the two m-tiles of one expert's 256-row block, sharing the weight tile by TMA
 # multicast (each expert padded to 256 rows)
 PREFILL_CLUSTER = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2, cluster_m=2)
+# both: the library GEMM's fastest kind at large M (docs/perf/gemm.md)
+PREFILL_TMA_CLUSTER = MoeSchedule(bm=128, bn=256, bk=64, stages=3, consumers=2, cluster_m=2,
+                                  epilogue="tma")
 SMALL = MoeSchedule(bm=64, bn=128, bk=64, stages=4, consumers=1, consumer_regs=240,
                     producer_regs=40)
 # a few tokens on a few experts: narrow tiles, so the down projection has units for every SM,

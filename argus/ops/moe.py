@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import argus as ag
 from argus.errors import LaunchError
 from argus.kernels import moe_routing as R
-from argus.kernels.moe import PREFILL, SMALL, TINY, MoeSchedule, grouped_gemm_kernel
+from argus.kernels.moe import (PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL, TINY, MoeSchedule,
+                               grouped_gemm_kernel)
 
 _WHO = "argus.ops.moe"
 SCORINGS = ("softmax", "sigmoid")
@@ -50,14 +51,18 @@ _WORKSPACE_BYTES = 64 << 20
 
 
 def schedule_for(tokens: int, top_k: int, num_experts: int, hidden: int = 0) -> MoeSchedule:
-    """128 x 256 tiles when the experts get at least 128 rows each on average, else 64 x 128
-    (less padding per expert), or 64 x 64 when so few experts are touched that the down
-    projection would have fewer units of 128 columns than SMs (decode of a few tokens: every
-    SM should stream weights)."""
+    """128 x 256 tiles with the TMA-store epilogue when the experts get at least 128 rows each
+    on average, in CTA pairs sharing weight tiles from 1024 rows (where padding each expert to
+    256 rows wastes little); else 64 x 128 (less padding per expert), or 64 x 64 when so few
+    experts are touched that the down projection would have fewer units of 128 columns than
+    SMs (decode of a few tokens: every SM should stream weights). Untuned: the bench's
+    --variants run is the data for these thresholds."""
     entries = tokens * top_k
     active = max(1, min(num_experts, entries))
+    if entries / active >= 1024:
+        return PREFILL_TMA_CLUSTER
     if entries / active >= 128:
-        return PREFILL
+        return PREFILL_TMA
     return TINY if active * hidden < SMALL.num_sms * SMALL.bn else SMALL
 
 

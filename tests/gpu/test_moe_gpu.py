@@ -51,7 +51,7 @@ def test_moe_softmax_matches_float64(T, E, k, H, I, renormalize):
 
 
 @pytest.mark.parametrize("schedule", ["PREFILL", "SMALL", "PREFILL_TMA", "TINY",
-                                      "PREFILL_CLUSTER"])
+                                      "PREFILL_CLUSTER", "PREFILL_TMA_CLUSTER"])
 def test_moe_precomputed_routing_with_empty_experts(schedule):
     from argus.kernels import moe as MK
     from argus.ops import moe

@@ -12,7 +12,8 @@ import torch
 
 from dataclasses import replace
 
-from argus.kernels.moe import PREFILL, PREFILL_CLUSTER, PREFILL_TMA, SMALL, TINY
+from argus.kernels.moe import (PREFILL, PREFILL_CLUSTER, PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL,
+                              TINY)
 
 M = importlib.import_module("argus.ops.moe")   # the module (argus.ops.moe is the function)
 
@@ -43,6 +44,7 @@ def _rel(a, b):
     (70, 4, 2, 64, 64, PREFILL),
     (9, 4, 2, 128, 64, TINY),                                   # 64 x 64 tiles
     (150, 4, 2, 64, 128, PREFILL_CLUSTER),                      # CTA pairs, 256-row padding
+    (130, 4, 2, 128, 128, PREFILL_TMA_CLUSTER),                 # both
     (70, 4, 2, 64, 128, PREFILL_TMA),                           # stmatrix + TMA store
     (50, 4, 2, 64, 128, replace(PREFILL_TMA, store_cols=64)),   # in 64-column rounds
 ])
@@ -169,8 +171,10 @@ def test_layout_with_chunks_longer_than_one_step():
 
 
 def test_schedule_choice():
-    """Prefill tiles when experts average 128 rows; narrow ones when the down projection of the
-    touched experts would leave SMs idle (Mixtral, one token: 2 experts x 4096 columns)."""
-    assert M.schedule_for(16384, 2, 8, 4096) == PREFILL
+    """Prefill tiles when experts average 128 rows (in CTA pairs from 1024); narrow ones when
+    the down projection of the touched experts would leave SMs idle (Mixtral, one token: 2
+    experts x 4096 columns)."""
+    assert M.schedule_for(16384, 2, 8, 4096) == PREFILL_TMA_CLUSTER
+    assert M.schedule_for(16384, 8, 256, 7168) == PREFILL_TMA
     assert M.schedule_for(16, 8, 256, 7168) == SMALL
     assert M.schedule_for(1, 2, 8, 4096) == TINY

@@ -14,8 +14,8 @@ import argus as ag
 from argus import verify
 from argus.compiler import lower_only
 from argus.kernels import moe_routing as R
-from argus.kernels.moe import (PREFILL, PREFILL_CLUSTER, PREFILL_TMA, SMALL, TINY,
-                              grouped_gemm_kernel)
+from argus.kernels.moe import (PREFILL, PREFILL_CLUSTER, PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL,
+                              TINY, grouped_gemm_kernel)
 
 M = importlib.import_module("argus.ops.moe")
 
@@ -30,6 +30,8 @@ KERNELS = [
     ("down 128x256 tma", lambda: (grouped_gemm_kernel(False), dict(s=PREFILL_TMA))),
     ("gate_up 128x256 cluster", lambda: (grouped_gemm_kernel(True), dict(s=PREFILL_CLUSTER))),
     ("down 128x256 cluster", lambda: (grouped_gemm_kernel(False), dict(s=PREFILL_CLUSTER))),
+    ("gate_up tma cluster", lambda: (grouped_gemm_kernel(True), dict(s=PREFILL_TMA_CLUSTER))),
+    ("down tma cluster", lambda: (grouped_gemm_kernel(False), dict(s=PREFILL_TMA_CLUSTER))),
     ("topk softmax", lambda: (R.topk_softmax_kernel(ag.bf16, 2, True, 32), {})),
     ("topk softmax k8 E256", lambda: (R.topk_softmax_kernel(ag.f32, 8, False, 256), {})),
     ("topk grouped sigmoid", lambda: (R.topk_sigmoid_grouped_kernel(ag.f32, 8, True, 256, 8, 4,
