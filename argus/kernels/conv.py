@@ -23,7 +23,8 @@ outside the tensor, so
   * channels not a multiple of BK: the box hangs over the Cg axis and reads zeros (the weight
     tensor likewise), so a K slice never mixes two (r, s) taps or two groups.
 
-The weights are [G, R * S, Kg, Cg] (K-major per tap); the output is stored from registers into
+The weights are [G, Kg, R * S * Cgp] (K-major; each tap's Cg channels zero-padded to Cgp, a
+multiple of BK, so a K slice never straddles two taps); the output is stored from registers into
 a [G, N * P, Q, Kg] view of the channels-last [N, P, Q, G * Kg] result, so every bw-row block of
 the accumulator is one output row segment, masked at Q and at N * P. The epilogue hook adds a
 per-channel bias and applies an activation before the conversion.
@@ -61,6 +62,10 @@ class ConvGeometry:
     pad_w: int = 0
     dil_h: int = 1
     dil_w: int = 1
+    groups: int = 1
+    # input channels per group zero-padded to a multiple of the schedule's bk: the K extent of
+    # one tap in the weight operand (a compile-time int keeps the tags linear arithmetic)
+    cg_padded: int = 64
 
     def __post_init__(self) -> None:
         bad = [f"{k}={v}" for k, v in vars(self).items()
@@ -118,6 +123,26 @@ def _row(n, h, H, NH, pad_h: int):
     return n * H + h + (below + above) * (NH + pad_h)
 
 
+def _input_coords(geom: ConvGeometry, g, out_row, q0, tap, c0, H, P, NH) -> tuple:
+    """The X[N*H, sw*G, W/sw, Cg] coordinates of the box for output row `out_row` (n * P + p),
+    columns q0.. and filter tap `tap` (r * S + s): input row h = p * stride_h + r * dil_h -
+    pad_h (outside [0, H): a row past the tensor, zero-filled), input column w = (q0 + i) *
+    stride_w + s * dil_w - pad_w = stride_w * v + phase (v may be negative: zero-filled)."""
+    r, t = tap // geom.s, tap % geom.s
+    # column offset t * dil_w - pad_w, shifted to >= 0 by whole strides
+    col = t * geom.dil_w + (geom.w_shift * geom.stride_w - geom.pad_w)
+    v = q0 - geom.w_shift + col // geom.stride_w
+    plane = (col % geom.stride_w) * geom.groups + g
+    h = (out_row % P) * geom.stride_h + r * geom.dil_h - geom.pad_h
+    return _row(out_row // P, h, H, NH, geom.pad_h), plane, v, c0
+
+
+def _weight_coords(g, n0, tap, c0, cg_padded: int) -> tuple:
+    """The Wt[G, Kg, R*S*Cgp] coordinates of the weight box: group g, output channels n0..,
+    K columns of tap `tap` from channel c0."""
+    return g, n0, tap * cg_padded + c0
+
+
 def _activate(t, activation: str):
     if activation == "none":
         return t
@@ -141,13 +166,13 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
 
     def conv2d(X: ag.Tensor["NH", "PG", "WV", "CG", in_dtype],   # [N*H, sw*G, W/sw, Cg]
-               Wt: ag.Tensor["G", "RS", "KG", "CG", in_dtype],    # [G, R*S, Kg, Cg]
+               Wt: ag.Tensor["G", "KG", "KT", in_dtype],         # [G, Kg, R*S*Cgp]
                Out: ag.Tensor["G", "NP", "Q", "KG", out_dtype],   # view of [N, P, Q, G*Kg]
                Bias: ag.Tensor["G", "KG", ag.f32],
                H: ag.i32, P: ag.i32,
                geom: ConvGeometry = ConvGeometry(1, 1), s: ConvSchedule = ConvSchedule()):
         NH, Cg = X.shape[0], X.shape[3]
-        G, Kg = Wt.shape[0], Wt.shape[2]
+        G, Kg = Wt.shape[0], Wt.shape[1]
         NP, Q = Out.shape[1], Out.shape[2]
         row_blocks = s.bm // s.bw                      # output rows per tile
         q_tiles = ag.cdiv(Q, s.bw)
@@ -155,8 +180,23 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                                      batch=G, persistent=s.persistent, num_sms=s.num_sms,
                                      group_m=s.group_m)
         ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype, s.consumers)
-        c_steps = ag.cdiv(Cg, s.bk)
+        if geom.cg_padded % s.bk:
+            raise ag.TraceError(f"ConvGeometry(cg_padded={geom.cg_padded}) is not a multiple of "
+                                f"bk={s.bk}", fix="pad the weight's channels per tap to a "
+                                                  "multiple of bk (argus.ops.conv does)")
+        c_steps = geom.cg_padded // s.bk
         k_steps = c_steps * (geom.r * geom.s)
+        cg_padded = geom.cg_padded
+        # launch preconditions the op guarantees: X's channels fit the padded weight's, and
+        # G is the geometry's group count
+        ag.tag_assume(lambda: ag.sym(Cg) <= cg_padded)
+        ag.tag_assume(lambda: ag.sym(G) == geom.groups)
+        # groups never mix: the input's plane axis is phase * G + g, so its group is plane % G;
+        # the weight's is its leading coordinate. wgmma.agree proves every product pairs the
+        # same group. (A tap-aware receptive-field tag is not expressible yet: the contracted
+        # index of A, the input channel, repeats across taps, so it carries no shared k tag.)
+        ag.tag_tensor(X, grp=lambda nh, plane, wv, c: plane % geom.groups)
+        ag.tag_tensor(Wt, grp=lambda g, kg, kt: g)
         rows = s.bm // s.consumers
         if s.epilogue == "tma":
             staging = Staging.alloc(s.consumers, rows, s.bn, out_dtype)
@@ -173,17 +213,11 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                     with ring.pipe.produce() as stage:
                         tap = k // c_steps
                         c0 = (k % c_steps) * s.bk
-                        r, t = tap // geom.s, tap % geom.s
-                        # column offset t * dil_w - pad_w, shifted to >= 0 by whole strides
-                        col = t * geom.dil_w + (geom.w_shift * geom.stride_w - geom.pad_w)
-                        v = q0 - geom.w_shift + col // geom.stride_w
-                        plane = (col % geom.stride_w) * G + g
                         for j in range(row_blocks):
-                            npj = np0 + j
-                            h = (npj % P) * geom.stride_h + r * geom.dil_h - geom.pad_h
                             ag.tma.load(ring.a[stage].rows_of(j * s.bw, s.bw), X,
-                                        (_row(npj // P, h, H, NH, geom.pad_h), plane, v, c0))
-                        ag.tma.load(ring.b[stage], Wt, (g, tap, unit.n * s.bn, c0))
+                                        _input_coords(geom, g, np0 + j, q0, tap, c0, H, P, NH))
+                        ag.tma.load(ring.b[stage], Wt,
+                                    _weight_coords(g, unit.n * s.bn, tap, c0, cg_padded))
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             for unit in sched.units():

@@ -44,14 +44,25 @@ def _pair(v, name: str, n: int = 2) -> tuple:
     return v
 
 
-def schedule_for(Q: int, Kg: int, Cg: int) -> ConvSchedule:
+def schedule_for(x, weight, stride, padding, dilation, groups) -> ConvSchedule:
     """A first heuristic, not tuned: bw = Q rounded up to a power of two in [8, 64] (fewer
-    wasted tile rows on narrow layers), bn 128 unless the layer has <= 64 output channels."""
+    wasted tile rows on narrow layers; below 64 it needs the TMA-store epilogue, so a 16-bit
+    output with 16-byte aligned channel rows), bn 128 unless the layer has <= 64 output
+    channels per group."""
+    W, (K, _, _, S) = x.shape[3], weight.shape
+    sw, pw, dw = (_pair(v, name)[1] for v, name in ((stride, "stride"), (padding, "padding"),
+                                                    (dilation, "dilation")))
+    Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
+    Kg = K // groups
+    bn = 64 if Kg <= 64 else 128
     bw = 8
     while bw < min(Q, 64):
         bw *= 2
-    bn = 64 if Kg <= 64 else 128
-    return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=4, consumers=2)
+    tma_ok = x.element_size() == 2 and Kg % 8 == 0
+    if bw < 64 and tma_ok:
+        return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=4, consumers=2,
+                            epilogue="tma")
+    return ConvSchedule(bm=128, bn=bn, bk=64, bw=64, stages=4, consumers=2)
 
 
 def check(x, weight, bias, stride, padding, dilation, groups) -> None:
@@ -99,7 +110,17 @@ def check(x, weight, bias, stride, padding, dilation, groups) -> None:
                           f"{padding}) does not fit a {H}x{W} input")
 
 
-def operands(x, weight, bias, stride, padding, dilation, groups):
+def weight_operand(wt, bk: int):
+    """[G, R, S, Kg, Cg] -> the kernel's [G, Kg, R * S * Cgp]: each tap's channels zero-padded
+    to Cgp = a multiple of bk, so a K slice of the weight never holds two taps."""
+    import torch.nn.functional as F
+
+    G, R, S, Kg, Cg = wt.shape
+    padded = F.pad(wt, (0, -Cg % bk)).permute(0, 3, 1, 2, 4)      # [G, Kg, R, S, Cgp]
+    return padded.contiguous().reshape(G, Kg, -1)
+
+
+def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64):
     """The kernel's operands for conv2d(x, weight, ...) (checked already): (X view, Wt, the
     channels-last result [N, P, Q, K], its [G, N*P, Q, Kg] view, Bias [G, Kg] fp32, H, P,
     geometry, in dtype, out dtype). Runs on CPU tensors too (the interpreter tests use it)."""
@@ -137,12 +158,12 @@ def operands(x, weight, bias, stride, padding, dilation, groups):
         wt = F.pad(wt, (0, cpad))
         Cg, W = Cg + cpad, W + wpad
     X = nhwc.as_strided((N * H, sw * G, W // sw, Cg), (W * G * Cg, Cg, sw * G * Cg, 1))
-    Wt = wt.reshape(G, R * S, Kg, Cg).contiguous()
+    Wt = weight_operand(wt, bk)
     out = torch.empty(N, P, Q, K, dtype=out_dtype.torch_dtype(), device=x.device)
     out_view = out.view(N * P, Q, G, Kg).permute(2, 0, 1, 3)
     b = torch.zeros(G, Kg, dtype=torch.float32, device=x.device) if bias is None else \
         bias.detach().float().reshape(G, Kg).contiguous()
-    geom = ConvGeometry(R, S, sh, sw, ph, pw, dh, dw)
+    geom = ConvGeometry(R, S, sh, sw, ph, pw, dh, dw, G, Wt.shape[2] // (R * S))
     return X, Wt, out, out_view, b, H, P, geom, in_dtype, out_dtype
 
 
@@ -155,9 +176,9 @@ def conv2d_interpret(x, weight, bias=None, stride=1, padding=0, dilation=1, grou
                      activation: str = "none", schedule: ConvSchedule | None = None):
     """conv2d in the numpy interpreter on CPU tensors (tests; no GPU)."""
     check(x, weight, bias, stride, padding, dilation, groups)
+    s = schedule or schedule_for(x, weight, stride, padding, dilation, groups)
     X, Wt, out, view, b, H, P, geom, idt, odt = operands(x, weight, bias, stride, padding,
-                                                         dilation, groups)
-    s = schedule or schedule_for(view.shape[2], view.shape[3], X.shape[3])
+                                                         dilation, groups, s.bk)
     kernel = conv_kernel(idt, odt, bias is not None, activation)
     kernel.interpret(X, Wt, view, b, H, P, geom=geom, s=s)
     return _result(x, out)
@@ -170,11 +191,11 @@ def _run(x, weight, bias, stride, padding, dilation, groups, activation="none",
     if not x.is_cuda:
         raise LaunchError(f"argus.ops.conv2d: x is on {x.device}; Argus kernels run on a CUDA "
                           f"device (sm_90a)", fix="x.cuda(), or torch.nn.functional.conv2d")
+    s = schedule or schedule_for(x, weight, stride, padding, dilation, groups)
     X, Wt, out, view, b, H, P, geom, idt, odt = operands(x, weight, bias, stride, padding,
-                                                         dilation, groups)
+                                                         dilation, groups, s.bk)
     if out.numel() == 0:
         return _result(x, out)
-    s = schedule or schedule_for(view.shape[2], view.shape[3], X.shape[3])
     key = (idt, odt, bias is not None, activation, geom, s, x.device.index)
     compiled = _COMPILED.get(key)
     if compiled is None:
