@@ -1,0 +1,81 @@
+"""Seeded bugs in the implicit-GEMM convolution (argus/kernels/conv.py), each with what must
+catch it. The bugs are written into the kernel's coordinate helpers (monkeypatched), and a
+fresh, uncached kernel is traced with them.
+
+  * groups mixing (the weight box of group 0 for every group): the verifier, wgmma.agree on
+    the `grp` tag (an error with a counterexample naming A.grp == B.grp);
+  * a wrong padding offset (rows above / below the image read as the neighbouring image's
+    rows instead of zeros) and a wrong stride (stride_h ignored): the verifier's tags do not
+    carry the tap yet (docs/perf/conv.md), so these are caught by the interpreter against
+    float64 F.conv2d, which these tests check does fail.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import argus as ag
+from argus import verify
+from argus.kernels import conv as K
+from argus.kernels.conv import ConvGeometry, ConvSchedule
+from argus.ops import conv as conv_op
+
+SCHEDULE = ConvSchedule(bm=128, bn=64, bw=64, stages=2)
+
+
+def _fresh(monkeypatch):
+    """Route the op's kernel lookup past the factory's cache (a cached kernel keeps the
+    trace made before the mutation)."""
+    monkeypatch.setattr(conv_op, "conv_kernel", K.conv_kernel.__wrapped__)
+
+
+def _error(x, w, stride, padding, groups):
+    y = conv_op.conv2d_interpret(x, w, None, stride, padding, 1, groups, schedule=SCHEDULE)
+    ref = F.conv2d(x.double(), w.double(), None, stride, padding, 1, groups)
+    return (y.double() - ref).abs().max().item() / ref.abs().max().item()
+
+
+def test_groups_mixing_is_a_verifier_error(monkeypatch):
+    monkeypatch.setattr(K, "_weight_coords",
+                        lambda g, n0, tap, c0, cgp: (0, n0, tap * cgp + c0))   # BUG: group 0
+    kernel = K.conv_kernel.__wrapped__()
+    found = verify.check(kernel, geom=ConvGeometry(3, 3, 1, 1, 1, 1, 1, 1, 2, 64), s=SCHEDULE)
+    errors = [d for d in found if d.severity == "error"]
+    assert any(d.code == "wgmma.agree" and "grp" in d.message for d in errors), \
+        [f"{d.severity} {d.code}: {d.message[:120]}" for d in found]
+    with pytest.raises(ag.VerificationError):
+        ag.compile(kernel, geom=ConvGeometry(3, 3, 1, 1, 1, 1, 1, 1, 2, 64), s=SCHEDULE)
+
+
+def test_groups_mixing_changes_the_result(monkeypatch):
+    _fresh(monkeypatch)
+    monkeypatch.setattr(K, "_weight_coords",
+                        lambda g, n0, tap, c0, cgp: (0, n0, tap * cgp + c0))
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(1, 16, 6, 6, generator=g).bfloat16()
+    w = torch.randn(16, 8, 3, 3, generator=g).bfloat16()
+    assert _error(x, w, 1, 1, 2) > 0.1
+
+
+def test_wrong_padding_rows_are_caught_by_the_interpreter(monkeypatch):
+    _fresh(monkeypatch)
+    # BUG: rows outside [0, H) are not pushed past the tensor: the neighbouring image's rows
+    monkeypatch.setattr(K, "_row", lambda n, h, H, NH, pad_h: n * H + h)
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 8, 6, 6, generator=g).bfloat16()
+    w = torch.randn(8, 8, 3, 3, generator=g).bfloat16()
+    assert _error(x, w, 1, 1, 1) > 0.05
+
+
+def test_wrong_stride_is_caught_by_the_interpreter(monkeypatch):
+    _fresh(monkeypatch)
+    right = K._input_coords
+
+    def no_stride_h(geom, *args):   # BUG: stride_h ignored
+        return right(ConvGeometry(geom.r, geom.s, 1, geom.stride_w, geom.pad_h, geom.pad_w,
+                                  geom.dil_h, geom.dil_w, geom.groups, geom.cg_padded), *args)
+    monkeypatch.setattr(K, "_input_coords", no_stride_h)
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(1, 8, 9, 8, generator=g).bfloat16()
+    w = torch.randn(8, 8, 3, 3, generator=g).bfloat16()
+    assert _error(x, w, 2, 1, 1) > 0.05
