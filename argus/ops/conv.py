@@ -135,7 +135,7 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64):
     P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
     Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
     nhwc = x.permute(0, 2, 3, 1)                       # a view; contiguous if channels-last
-    wt = weight.view(G, Kg, Cg, R, S).permute(0, 3, 4, 1, 2)   # [G, R, S, Kg, Cg]
+    wt = weight.reshape(G, Kg, Cg, R, S).permute(0, 3, 4, 1, 2)   # [G, R, S, Kg, Cg]
     if x.dtype == torch.float32:                        # bf16 split: [hi, hi, lo] x [hi, lo, hi]
         xh = nhwc.to(torch.bfloat16)
         xl = (nhwc - xh.float()).to(torch.bfloat16)

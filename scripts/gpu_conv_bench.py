@@ -1,0 +1,172 @@
+"""argus.ops.conv2d / conv1d against cuDNN (torch.nn.functional) in the same run, on
+ResNet-50-like layers (bf16, channels-last, as cuDNN runs them fastest) and on the convolution
+tasks of KernelBench level 1 (read from the KernelBench checkout at run time: --kernelbench;
+nothing of it is copied into this repository), bf16 and the task's fp32.
+
+Each row: the layer, our time and cuDNN's (medians, argus.runtime.timing.measure_alternating:
+L2 flushed, alternating rounds), the ratio cuDNN / ours (> 1: we are faster), and the max
+relative error of ours and of cuDNN against a float64 reference on the same fresh data. Tasks
+whose shape the op does not support yet (transposed, depthwise-only paths, 3-d filters deeper
+than 1) are listed as skipped with the LaunchError's reason.
+
+    python scripts/gpu_conv_bench.py            # everything (minutes)
+    python scripts/gpu_conv_bench.py --quick    # 3 ResNet layers + the 2-d KernelBench tasks
+                                                # at batch 1 (seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# (name, N, C, H, W, K, R, S, stride, padding): ResNet-50 convolutions at batch 32
+RESNET50 = [
+    ("stem 7x7/2", 32, 3, 224, 224, 64, 7, 7, 2, 3),
+    ("c2 1x1 64->64", 32, 64, 56, 56, 64, 1, 1, 1, 0),
+    ("c2 3x3 64", 32, 64, 56, 56, 64, 3, 3, 1, 1),
+    ("c2 1x1 64->256", 32, 64, 56, 56, 256, 1, 1, 1, 0),
+    ("c3 3x3 128/2", 32, 128, 56, 56, 128, 3, 3, 2, 1),
+    ("c3 3x3 128", 32, 128, 28, 28, 128, 3, 3, 1, 1),
+    ("c3 1x1 512->128", 32, 512, 28, 28, 128, 1, 1, 1, 0),
+    ("c4 3x3 256", 32, 256, 14, 14, 256, 3, 3, 1, 1),
+    ("c4 1x1 1024->256", 32, 1024, 14, 14, 256, 1, 1, 1, 0),
+    ("c5 3x3 512", 32, 512, 7, 7, 512, 3, 3, 1, 1),
+    ("c5 1x1 512->2048", 32, 512, 7, 7, 2048, 1, 1, 1, 0),
+]
+QUICK = ("c2 3x3 64", "c3 3x3 128", "c4 3x3 256")
+
+
+def _rel(out, ref) -> float:
+    return ((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+
+
+def _bench(ours, theirs, quick: bool):
+    from argus.runtime.timing import measure_alternating
+
+    ours()
+    theirs()
+    t_ours, t_theirs = measure_alternating([ours, theirs], rounds=1 if quick else 3,
+                                           trials=100, warmup=5 if quick else 20)
+    return t_ours.median_ms, t_theirs.median_ms
+
+
+def _row(name, ms_ours, ms_cudnn, err_ours, err_cudnn, flops):
+    tf = flops / (ms_ours * 1e-3) / 1e12
+    print(f"{name:58s} ours {ms_ours:9.4f} ms ({tf:6.1f} TF/s)  cudnn {ms_cudnn:9.4f} ms  "
+          f"cudnn/ours {ms_cudnn / ms_ours:5.2f}x  err ours {err_ours:.1e} cudnn "
+          f"{err_cudnn:.1e}", flush=True)
+    return ms_cudnn / ms_ours
+
+
+def resnet(quick: bool) -> list[float]:
+    import torch
+    import torch.nn.functional as F
+
+    import argus.ops as ops
+
+    ratios = []
+    print("== ResNet-50 layers, bf16, channels-last, batch 32")
+    for name, N, C, H, W, K, R, S, st, pad in RESNET50:
+        if quick and name not in QUICK:
+            continue
+        g = torch.Generator(device="cuda").manual_seed(len(ratios))
+        x = torch.randn(N, C, H, W, device="cuda", generator=g).bfloat16() \
+            .to(memory_format=torch.channels_last)
+        w = (torch.randn(K, C, R, S, device="cuda", generator=g) / math.sqrt(C * R * S)) \
+            .bfloat16().to(memory_format=torch.channels_last)
+        ref = F.conv2d(x.double(), w.double(), None, st, pad)
+        y = ops.conv2d(x, w, None, st, pad)
+        err = _rel(y, ref)
+        err_c = _rel(F.conv2d(x, w, None, st, pad), ref)
+        ms, ms_c = _bench(lambda: ops.conv2d(x, w, None, st, pad),
+                          lambda: F.conv2d(x, w, None, st, pad), quick)
+        P, Q = ref.shape[2], ref.shape[3]
+        ratios.append(_row(name, ms, ms_c, err, err_c, 2 * N * P * Q * K * C * R * S))
+    return ratios
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def kernelbench(root: Path, quick: bool) -> list[float]:
+    import torch
+    import torch.nn as nn
+
+    import argus.ops as ops
+    from argus.errors import LaunchError
+
+    ratios = []
+    files = sorted((root / "level1").glob("*conv*.py"), key=lambda p: int(p.stem.split("_")[0]))
+    print(f"== KernelBench level 1 convolution tasks ({root}); batch 1 with --quick")
+    for path in files:
+        if quick and "2D" not in path.stem:
+            continue
+        mod = _load(path)
+        torch.manual_seed(0)
+        model = mod.Model(*mod.get_init_inputs()).cuda()
+        conv = next((m for m in model.modules() if isinstance(m, (nn.Conv1d, nn.Conv2d,
+                                                                 nn.Conv3d))), None)
+        if conv is None or isinstance(conv, (nn.ConvTranspose1d, nn.ConvTranspose2d,
+                                             nn.ConvTranspose3d)):
+            print(f"{path.stem[:58]:58s} skipped: transposed convolution (not implemented yet)")
+            continue
+        inputs = [t.cuda() for t in mod.get_inputs()]
+        x = inputs[0][:1] if quick else inputs[0]
+        fn = {nn.Conv1d: ops.conv1d, nn.Conv2d: ops.conv2d, nn.Conv3d: ops.conv3d}[type(conv)]
+        tfn = {nn.Conv1d: torch.nn.functional.conv1d, nn.Conv2d: torch.nn.functional.conv2d,
+               nn.Conv3d: torch.nn.functional.conv3d}[type(conv)]
+        args = (conv.stride, conv.padding, conv.dilation, conv.groups)
+        if isinstance(conv.padding, str):
+            print(f"{path.stem[:58]:58s} skipped: padding={conv.padding!r}")
+            continue
+        w, b = conv.weight.detach(), None if conv.bias is None else conv.bias.detach()
+        ref = tfn(x.double(), w.double(), None if b is None else b.double(), *args)
+        for dtype in (torch.bfloat16, torch.float32):
+            xd, wd = x.to(dtype), w.to(dtype)
+            bd = None if b is None else b.to(dtype)
+            if dtype == torch.bfloat16 and x.dim() == 4:
+                xd = xd.to(memory_format=torch.channels_last)
+            name = f"{path.stem[:50]} {str(dtype)[6:]}"
+            try:
+                err = _rel(fn(xd, wd, bd, *args), ref)
+            except LaunchError as e:
+                print(f"{name:58s} skipped: {str(e).splitlines()[0][:100]}")
+                break
+            err_c = _rel(tfn(xd, wd, bd, *args), ref)
+            ms, ms_c = _bench(lambda: fn(xd, wd, bd, *args), lambda: tfn(xd, wd, bd, *args),
+                              quick)
+            flops = 2 * ref.numel() * w[0].numel()
+            ratios.append(_row(name, ms, ms_c, err, err_c, flops))
+    return ratios
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a few layers, batch 1 tasks")
+    ap.add_argument("--kernelbench", type=Path, default=Path("/work/shared/kernelbench"),
+                    help="KernelBench checkout (its level1/*conv*.py are read, not copied)")
+    ap.add_argument("--skip-kernelbench", action="store_true")
+    args = ap.parse_args()
+    ratios = resnet(args.quick)
+    if ratios:
+        print(f"ResNet-50 geomean cudnn/ours: "
+              f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x")
+    if not args.skip_kernelbench and args.kernelbench.exists():
+        kb = kernelbench(args.kernelbench, args.quick)
+        if kb:
+            print(f"KernelBench conv geomean cudnn/ours: "
+                  f"{math.exp(sum(map(math.log, kb)) / len(kb)):.3f}x over {len(kb)} rows")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""GPU tier: argus.ops.conv2d / conv1d / conv3d (depth-1) against a float64 F.conv* reference
+on fresh random data — padding, stride, dilation, groups, bias, both epilogues (narrow layers
+take bw < 64 with the TMA-store epilogue), NCHW and channels-last input, bf16 / fp16 / fp32
+(bf16 split) — the torch.library op under torch.compile, and the clear errors."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.gpu import hopper_only  # noqa: E402
+
+pytestmark = hopper_only()
+
+
+def _rel(out, ref):
+    return ((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+
+
+def _rand(*shape, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(*shape, generator=g, device="cuda").to(dtype)
+
+
+# (N, C, H, W, K, R, S, stride, padding, dilation, groups)
+CASES = [
+    (2, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1),       # ResNet c2 3x3 (bw 64, direct)
+    (4, 128, 28, 28, 128, 3, 3, 2, 1, 1, 1),     # strided, Q = 14 (bw 16, TMA store)
+    (2, 256, 14, 14, 256, 1, 1, 1, 0, 1, 1),     # 1x1
+    (2, 3, 224, 224, 64, 7, 7, 2, 3, 1, 1),      # stem: C = 3 zero-padded to 8, W odd stride
+    (1, 64, 33, 47, 96, 5, 3, (2, 1), (2, 1), (1, 2), 1),
+    (2, 64, 20, 20, 64, 3, 3, 1, 1, 1, 4),       # grouped
+    (1, 32, 9, 130, 40, 3, 3, 1, 1, 2, 2),       # Q > 64: several column tiles; Kg = 20
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_conv2d_bf16(case, channels_last):
+    import torch.nn.functional as F
+
+    from argus.ops import conv2d
+
+    N, C, H, W, K, R, S, stride, padding, dilation, groups = case
+    x = _rand(N, C, H, W, seed=1)
+    w = _rand(K, C // groups, R, S, seed=2) / (C // groups * R * S) ** 0.5
+    b = _rand(K, seed=3)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    y = conv2d(x, w, b, stride, padding, dilation, groups)
+    ref = F.conv2d(x.double(), w.double(), b.double(), stride, padding, dilation, groups)
+    assert y.shape == ref.shape and y.dtype == x.dtype
+    assert _rel(y, ref) < 1e-2
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 2e-3), (torch.float32, 1e-4)])
+def test_conv2d_dtypes(dtype, tol):
+    import torch.nn.functional as F
+
+    from argus.ops import conv2d
+
+    x = _rand(2, 48, 17, 19, dtype=dtype, seed=4)
+    w = _rand(80, 48, 3, 3, dtype=dtype, seed=5) / 20
+    y = conv2d(x, w, None, 1, 1)
+    assert y.dtype == dtype
+    assert _rel(y, F.conv2d(x.double(), w.double(), None, 1, 1)) < tol
+
+
+def test_conv1d_and_depth1_conv3d():
+    import torch.nn.functional as F
+
+    from argus.ops import conv1d, conv3d
+
+    x = _rand(4, 32, 301, seed=6)
+    w = _rand(64, 32, 5, seed=7) / 12
+    y = conv1d(x, w, None, 2, 3, 2)
+    assert _rel(y, F.conv1d(x.double(), w.double(), None, 2, 3, 2)) < 1e-2
+    x3 = _rand(2, 16, 5, 12, 12, seed=8)
+    w3 = _rand(32, 16, 1, 3, 3, seed=9) / 12
+    y3 = conv3d(x3, w3, None, 1, (0, 1, 1))
+    assert _rel(y3, F.conv3d(x3.double(), w3.double(), None, 1, (0, 1, 1))) < 1e-2
+
+
+def test_custom_op_under_torch_compile():
+    import torch.nn.functional as F
+
+    from argus.ops import conv2d
+
+    x = _rand(2, 64, 14, 14, seed=10)
+    w = _rand(64, 64, 3, 3, seed=11) / 24
+
+    @torch.compile(fullgraph=True)
+    def f(x, w):
+        return torch.relu(conv2d(x, w, None, 1, 1))
+
+    y = f(x, w)
+    assert _rel(y, torch.relu(F.conv2d(x.double(), w.double(), None, 1, 1))) < 1e-2
+
+
+def test_errors():
+    from argus.errors import LaunchError
+    from argus.ops import conv2d, conv3d
+
+    x = _rand(1, 8, 6, 6)
+    with pytest.raises(LaunchError, match="groups=3"):
+        conv2d(x, _rand(8, 8, 3, 3), groups=3)
+    with pytest.raises(LaunchError, match="bfloat16, float16 or"):
+        conv2d(x.double(), _rand(8, 8, 3, 3).double())
+    with pytest.raises(LaunchError, match="CUDA device"):
+        conv2d(x.cpu(), _rand(8, 8, 3, 3).cpu())
+    with pytest.raises(LaunchError, match="depth-1"):
+        conv3d(_rand(1, 8, 4, 6, 6), _rand(8, 8, 3, 3, 3))
