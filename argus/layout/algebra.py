@@ -368,7 +368,16 @@ def logical_product(a: Layout, tiler: Tiler) -> Layout:
     if tiler is None:
         return a
     b = _as_layout(tiler, "logical_product")
-    return make_layout(a, composition(complement(a, a.size * b.cosize), b))
+    placement = complement(a, a.size * b.cosize)
+    try:
+        return make_layout(a, composition(placement, b))
+    except ValueError as e:
+        raise ValueError(
+            f"logical_product({a}, {b}): B places the copies of A through complement(A, "
+            f"size A · cosize B) = {placement}, the offsets A leaves free, and that placement "
+            f"is refused: {str(e).split('. fix: ')[0]}. fix: a B whose size and stride "
+            f"fit those modes (divide them or are multiples of them), or an A without gaps "
+            f"(compact, e.g. stride 1), whose free offsets are one stride") from e
 
 
 def zipped_product(a: Layout, tiler: Tiler) -> Layout:

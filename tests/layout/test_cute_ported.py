@@ -353,3 +353,13 @@ def test_f2_compose_refuses_dropping_bits_and_names_both_sizes():
     with pytest.raises(ValueError, match="inner output 'mid' has size 8 but the outer "
                                          "layout's input 'mid' has size 4"):
         outer.compose(inner)
+
+
+def test_a_refused_product_names_the_product_and_its_placement():
+    """8:3 leaves offsets (3,3):(1,24) free below 64: 8 copies fit no layout of them. The error
+    is the product's (with the placement it built), not only the inner composition's."""
+    with pytest.raises(ValueError) as info:
+        logical_product(L(8, 3), L(8, 1))
+    msg = str(info.value)
+    assert msg.startswith("logical_product(8:3, 8:1)") and "(3,3):(1,24)" in msg
+    assert msg.count("fix:") == 1
