@@ -47,7 +47,7 @@ from argus.target.limits import NAMED_BARRIERS, WARPGROUP_SIZE
 from argus.verify.model import Model
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
-from argus.verify.tagdomain import mentions
+from argus.verify.tagdomain import free_consts, mentions
 from argus.verify.transfer.domain import _num
 
 
@@ -209,20 +209,9 @@ def _skips(role: O.RoleOp) -> list[Finding]:
 # ----------------------------------------------------------------------------- turns
 
 
-def _opaque_values(term) -> list:
+def _opaque_values(term) -> list[str]:
     """The unmodelled values (transfer/scalar.py's `opaque` variables) that `term` uses."""
-    found, todo, seen = [], [term] if isinstance(term, z3.ExprRef) else [], set()
-    while todo:
-        t = todo.pop()
-        if t.get_id() in seen:
-            continue
-        seen.add(t.get_id())
-        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-            if t.decl().name().startswith("opaque"):
-                found.append(t)
-        else:
-            todo.extend(t.children())
-    return found
+    return [name for name in free_consts(term) if name.startswith("opaque")]
 
 
 def _turns(model: Model, site) -> tuple[list[Obligation], list[Finding]]:
@@ -247,7 +236,7 @@ def _turns(model: Model, site) -> tuple[list[Obligation], list[Finding]]:
                                 f"depends on the warpgroup ({s.kind} at {s.op.loc}): turns of "
                                 f"that shape are not modelled")]
     for s in scopes:
-        hidden = sorted({str(v) for t in s.constraints for v in _opaque_values(t)})
+        hidden = sorted({v for t in s.constraints for v in _opaque_values(t)})
         if hidden:
             # an unmodelled value (a float comparison, ...) is a fresh variable that no
             # longer mentions what it was computed from: it may differ between warpgroups
