@@ -6,8 +6,8 @@ nothing of it is copied into this repository), bf16 and the task's fp32.
 Each row: the layer, our time and cuDNN's (medians, argus.runtime.timing.measure_alternating:
 L2 flushed, alternating rounds), the ratio cuDNN / ours (> 1: we are faster), and the max
 relative error of ours and of cuDNN against a float64 reference on the same fresh data. Tasks
-whose shape the op does not support yet (transposed, depthwise-only paths, 3-d filters deeper
-than 1) are listed as skipped with the LaunchError's reason.
+whose shape the op does not support yet (strided transposed, 1-d / 3-d transposed, 3-d filters
+deeper than 1) are listed as skipped with the LaunchError's reason.
 
     python scripts/gpu_conv_bench.py            # everything (minutes)
     python scripts/gpu_conv_bench.py --quick    # 3 ResNet layers + the 2-d KernelBench tasks
@@ -101,6 +101,7 @@ def _load(path: Path):
 def kernelbench(root: Path, quick: bool) -> list[float]:
     import torch
     import torch.nn as nn
+    import torch.nn.functional as F
 
     import argus.ops as ops
     from argus.errors import LaunchError
@@ -114,18 +115,21 @@ def kernelbench(root: Path, quick: bool) -> list[float]:
         mod = _load(path)
         torch.manual_seed(0)
         model = mod.Model(*mod.get_init_inputs()).cuda()
-        conv = next((m for m in model.modules() if isinstance(m, (nn.Conv1d, nn.Conv2d,
-                                                                 nn.Conv3d))), None)
-        if conv is None or isinstance(conv, (nn.ConvTranspose1d, nn.ConvTranspose2d,
-                                             nn.ConvTranspose3d)):
-            print(f"{path.stem[:58]:58s} skipped: transposed convolution (not implemented yet)")
+        conv = next((m for m in model.modules()
+                     if isinstance(m, torch.nn.modules.conv._ConvNd)), None)
+        kinds = {nn.Conv1d: (ops.conv1d, F.conv1d), nn.Conv2d: (ops.conv2d, F.conv2d),
+                 nn.Conv3d: (ops.conv3d, F.conv3d),
+                 nn.ConvTranspose2d: (ops.conv_transpose2d, F.conv_transpose2d)}
+        if conv is None or type(conv) not in kinds:
+            print(f"{path.stem[:58]:58s} skipped: {type(conv).__name__} not implemented yet")
             continue
         inputs = [t.cuda() for t in mod.get_inputs()]
         x = inputs[0][:1] if quick else inputs[0]
-        fn = {nn.Conv1d: ops.conv1d, nn.Conv2d: ops.conv2d, nn.Conv3d: ops.conv3d}[type(conv)]
-        tfn = {nn.Conv1d: torch.nn.functional.conv1d, nn.Conv2d: torch.nn.functional.conv2d,
-               nn.Conv3d: torch.nn.functional.conv3d}[type(conv)]
-        args = (conv.stride, conv.padding, conv.dilation, conv.groups)
+        fn, tfn = kinds[type(conv)]
+        if isinstance(conv, nn.ConvTranspose2d):
+            args = (conv.stride, conv.padding, conv.output_padding, conv.groups, conv.dilation)
+        else:
+            args = (conv.stride, conv.padding, conv.dilation, conv.groups)
         if isinstance(conv.padding, str):
             print(f"{path.stem[:58]:58s} skipped: padding={conv.padding!r}")
             continue

@@ -3,7 +3,7 @@
 shape on this GPU."""
 
 from argus.ops.attention import attention
-from argus.ops.conv import conv1d, conv2d, conv3d
+from argus.ops.conv import conv1d, conv2d, conv3d, conv_transpose2d
 from argus.ops.matmul import bmm, matmul
 from argus.ops.moe import moe
 from argus.ops.scaled_matmul import scaled_matmul
@@ -11,4 +11,5 @@ from argus.ops.schedules import Problem, choose, heuristic
 from argus.ops.tune import TuneResult, tune_matmul
 
 __all__ = ["attention", "bmm", "matmul", "moe", "scaled_matmul", "tune_matmul", "TuneResult", "Problem", "choose",
-           "heuristic", "conv1d", "conv2d", "conv3d"]
+           "heuristic", "conv1d", "conv2d", "conv3d",
+           "conv_transpose2d"]

@@ -249,6 +249,42 @@ def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return out.reshape(N, D, K, P, Q).permute(0, 2, 1, 3, 4)
 
 
+def conv_transpose2d_weight(weight, groups: int):
+    """The conv2d weight [K, C / groups, R, S] of a stride-1 transposed convolution whose
+    weight is [C, K / groups, R, S]: per group, in and out channels swapped and the taps
+    flipped (output pixel o gathers input o + pad - r * dil, i.e. tap R - 1 - r of a conv)."""
+    C, Kg, R, S = weight.shape
+    Cg = C // groups
+    w = weight.reshape(groups, Cg, Kg, R, S).transpose(1, 2).flip(-1, -2)
+    return w.reshape(groups * Kg, Cg, R, S)
+
+
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1, *, run=None):
+    """torch.nn.functional.conv_transpose2d for stride 1 (the gradient form: each output pixel
+    gathers the input pixels that map to it, no zero insertion), as conv2d with the weight's
+    channels swapped per group, the taps flipped and padding dil * (R - 1) - padding. Strided
+    transposed convolutions raise a LaunchError for now (they need one output phase per
+    stride residue). `run` replaces conv2d (the interpreter tests pass conv2d_interpret)."""
+    if getattr(x, "dim", lambda: 0)() != 4 or getattr(weight, "dim", lambda: 0)() != 4:
+        raise LaunchError("argus.ops.conv_transpose2d: x is [N, C, H, W] and weight "
+                          "[C, K / groups, R, S]")
+    st, pd, op, dl = (_pair(stride, "stride"), _pair(padding, "padding"),
+                      _pair(output_padding, "output_padding"), _pair(dilation, "dilation"))
+    R, S = weight.shape[2:]
+    conv_pad = (dl[0] * (R - 1) - pd[0], dl[1] * (S - 1) - pd[1])
+    if st != (1, 1) or op != (0, 0) or min(conv_pad) < 0:
+        raise LaunchError(f"argus.ops.conv_transpose2d: only stride 1, output_padding 0 and "
+                          f"padding <= dilation * (kernel - 1) are implemented (got stride "
+                          f"{st}, output_padding {op}, padding {pd})",
+                          fix="use torch.nn.functional.conv_transpose2d for this layer")
+    if groups < 1 or weight.shape[0] % groups:
+        raise LaunchError(f"argus.ops.conv_transpose2d: groups={groups} must divide the "
+                          f"weight's {weight.shape[0]} input channels")
+    return (run or conv2d)(x, conv_transpose2d_weight(weight, groups), bias, 1, conv_pad, dl,
+                           groups)
+
+
 _OP = None
 
 

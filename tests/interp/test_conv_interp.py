@@ -97,6 +97,26 @@ def test_kernel_verifies_with_zero_findings(schedule):
                for d in found), [f"{d.severity} {d.code}" for d in found]
 
 
+@pytest.mark.parametrize("padding,dilation,groups", [(0, 1, 1), (1, 1, 2), (1, 2, 1)])
+def test_conv_transpose2d_stride1_gradient_form(padding, dilation, groups):
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(2, 16, 6, 7, generator=g).bfloat16()
+    w = torch.randn(16, 24 // groups, 3, 3, generator=g).bfloat16()   # [C, K / groups, R, S]
+    b = torch.randn(24, generator=g).bfloat16()
+    y = conv_op.conv_transpose2d(x, w, b, 1, padding, 0, groups, dilation,
+                                 run=lambda *a: conv_op.conv2d_interpret(*a, schedule=DIRECT))
+    ref = F.conv_transpose2d(x.double(), w.double(), b.double(), 1, padding, 0, groups,
+                             dilation)
+    assert y.shape == ref.shape
+    _close(y, ref, 1e-2)
+
+
+def test_conv_transpose2d_strided_is_a_clear_error():
+    x, w = torch.randn(1, 8, 5, 5).bfloat16(), torch.randn(8, 8, 3, 3).bfloat16()
+    with pytest.raises(LaunchError, match="only stride 1"):
+        conv_op.conv_transpose2d(x, w, stride=2)
+
+
 def test_launch_errors():
     x = torch.randn(1, 8, 6, 6).bfloat16()
     w = torch.randn(8, 8, 3, 3).bfloat16()
