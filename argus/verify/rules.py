@@ -89,7 +89,8 @@ _RULES = [
          "other sections, one initial pass at the role's start", (10,), "arith",
          "lower/sync.py numbers them: barriers[w] waited on by warpgroup w, passed to by w - 1"),
     Rule("ordered.turns", "every warpgroup reaches an ordered section in its turn: in each "
-         "iteration all warpgroups run it, or exactly warpgroup i % W (no skipped turn, no "
+         "iteration all warpgroups run it, or exactly warpgroup i % W, in a loop that no "
+         "other loop repeats or whose trip count is a multiple of W (no skipped turn, no "
          "deadlock, sections in round-robin order)", (10,), "LIA",
          "run the section in every warpgroup, or in warpgroup i % W in iteration i"),
     Rule("ordered.skip", "a warpgroup that skips pipeline steps (pipe.skip) consumes its own "
