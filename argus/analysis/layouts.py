@@ -104,9 +104,12 @@ def _flexible(kernel: Kernel, pinned: set[int]) -> set[int]:
     expand_dims and conversions of only those."""
     flex: set[int] = set()
     users: dict[int, int] = {}
+    reads: dict[int, int] = {}   # uses other than as the variable an assign overwrites
     for op in kernel.walk():
         for a in op.operands():
             users[a.id] = users.get(a.id, 0) + 1
+            if not (isinstance(op, O.Assign) and a is op.dst):
+                reads[a.id] = reads.get(a.id, 0) + 1
     for op in kernel.walk():
         if isinstance(op, _FLEXIBLE_SOURCES) and op.result.id not in pinned:
             flex.add(op.result.id)
@@ -120,8 +123,10 @@ def _flexible(kernel: Kernel, pinned: set[int]) -> set[int]:
             tiles = [a for a in op.operands() if isinstance(a.type, TileType)]
             if tiles and all(a.id in flex for a in tiles) and op.result.id not in pinned:
                 flex.add(op.result.id)
-        elif isinstance(op, O.Var) and op.init.id in flex and op.result.id not in pinned:
-            flex.add(op.result.id)   # e.g. a prefetched vector carried to the next iteration
+        elif isinstance(op, O.Var) and op.init.id in flex and op.result.id not in pinned and \
+                reads.get(op.result.id, 0) <= 1:
+            # a prefetched vector carried to the next iteration (read once, like a vector load)
+            flex.add(op.result.id)
     # a variable assigned from an anchored tile is anchored
     for op in kernel.walk():
         if isinstance(op, O.Assign) and op.src.id not in flex:
