@@ -69,6 +69,12 @@ class Pipe:
             raise TraceError("pipe.skip outside an ag.role: only a consumer warpgroup that "
                              "takes turns with others skips their steps", loc,
                              fix="call it inside the consumer role")
+        if ctx.role_warpgroups < 2:
+            raise TraceError(f"pipe.skip in role {ctx.in_role!r} of {ctx.role_warpgroups} "
+                             f"warpgroup: the skipped steps are consumed by another warpgroup "
+                             f"of the same role in its turn, and there is none", loc,
+                             fix="give the role warpgroups=2 or more and take turns (ag.ordered "
+                                 "around the consume loop), or consume every step")
         if ctx.open_pipeline_steps:
             raise TraceError("pipe.skip inside a pipeline step: the step counter moves between "
                              "steps, never during one", loc, fix="skip after the step ends")

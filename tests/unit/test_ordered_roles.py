@@ -176,3 +176,14 @@ def test_a_turn_taking_consumer_with_consumers_2_says_why_one_releases():
     with pytest.raises(ag.CompileError, match=r"1 warpgroup releases each step \(role "
                                               r"'consumer' takes turns on it with pipe.skip"):
         lower_only(pp)
+
+
+def test_skipping_steps_in_a_one_warpgroup_role_is_a_trace_error():
+    """Skipped steps are another warpgroup's turn; a role of one warpgroup has no other (its
+    ring would wait for releases nobody makes)."""
+    def body():
+        pipe = ag.pipeline(2)
+        with ag.role("r", warpgroups=1):
+            pipe.skip(1)
+    with pytest.raises(ag.TraceError, match="pipe.skip in role 'r' of 1 warpgroup"):
+        _misuse(body).trace()
