@@ -12,7 +12,8 @@ warpgroup reaches its section in its turn, which is proven here:
 
   ordered.pairs    each section's wait and pass are in one region, in that order, with no
                    other section opened in between (a pass without its wait hands on a turn
-                   its warpgroup does not hold) and no pipeline step around them;
+                   its warpgroup does not hold) and no pipeline step around them; one site
+                   per name in a role (ag.ordered refuses a second at trace time);
   ordered.barriers (lowered kernels) each (role, name) has W barrier ids, one per warpgroup,
                    the same tuple at the wait and the pass (else a pass wakes a barrier nobody
                    of this sequence waits on), 256 threads (the waiter and the passer), ids
@@ -107,6 +108,16 @@ def _pairs(role: O.RoleOp) -> list[Finding]:
             bad(current, f"section {current.name!r} is not closed in the region that opened "
                          f"it: a path leaves it holding the turn")
     walk(role.body, None, False)
+    first: dict[str, O.TurnWait] = {}
+    for op in role.body.walk():
+        if isinstance(op, O.TurnWait):
+            if op.name in first:
+                # ordered.turns proves each site's round alone: a second site starts its own
+                # round at warpgroup 0 wherever the first one left the turn
+                bad(op, f"section {op.name!r} opens again here (first at "
+                        f"{first[op.name].loc}): the turns of one name are proven at one site",
+                    "one `with ag.ordered(name):` per name in a role, or distinct names")
+            first.setdefault(op.name, op)
     return finds
 
 

@@ -153,3 +153,19 @@ def test_a_condition_on_unmodelled_values_is_not_proven():
     assert not got.get("proven"), got
     assert [f.code for f in got["unknown"]] == ["ordered.turns"]
     assert "unmodelled" in got["unknown"][0].message
+
+
+def test_a_second_site_of_one_section_name_is_found():
+    """Two ping-pong loops of one name in a row (IR that ag.ordered would refuse to trace):
+    each is proven alone, but with an odd trip count the second starts at warpgroup 0 while
+    the turn is warpgroup 1's."""
+    k = _kernel(lambda i, wg: i % 2 == wg).trace()
+
+    def twice(op):
+        if isinstance(op, O.RoleOp):
+            loop = next(o for o in op.body.ops if isinstance(o, O.For))
+            return dataclasses.replace(op, body=Region(op.body.ops + (loop,)))
+        return op
+    got = _findings(dataclasses.replace(k, body=Region(tuple(twice(op) for op in k.body.ops))))
+    assert [f.code for f in got.get("violated", [])] == ["ordered.pairs"], got
+    assert "opens again" in got["violated"][0].message
