@@ -303,6 +303,22 @@ class _Emitter:
         return out, kind
 
 
+def _online_partner(st: Node, stats: list[Node]) -> Node | None:
+    """The max statistic M when st is sum(exp(X - M)) with M = max(X), else None."""
+    if st.fn != "sum":
+        return None
+    e = st.args[0]
+    if not (isinstance(e, Node) and e.op == "ew" and e.fn == "exp"):
+        return None
+    d = e.args[0]
+    if not (isinstance(d, Node) and d.op == "ew" and d.fn == "sub" and len(d.args) == 2):
+        return None
+    x, m = d.args
+    if isinstance(m, Node) and m in stats and m.fn == "max" and m.args[0] is x:
+        return m
+    return None
+
+
 def _stat_deps(k: FusedKernel, s: Node) -> set[Node]:
     stats, leaves = set(k.stats), set(k.leaves)
     out, seen, stack = set(), set(), list(s.inputs())
@@ -423,8 +439,16 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
     acc_shape = f"({'1' if t0.reduced else 'ROWS'}, {'1' if t1.reduced else 'BN'})"
     # ------------------------------------------------------------------ statistics
     level: dict[Node, int] = {}
+    # Online softmax: sum(exp(X - max(X))) joins the pass of max(X): when the running maximum
+    # grows, the running sum is rescaled by exp(m_old - m_new) (one read of X, not two).
+    online: dict[Node, Node] = {}          # the max statistic -> its sum of exponentials
     for st in k.stats:
         deps = _stat_deps(k, st)
+        partner = _online_partner(st, k.stats)
+        if partner is not None and partner not in online and split <= 1:
+            online[partner] = st
+            level[st] = level[partner]
+            continue
         level[st] = 1 + max((level[d] for d in deps), default=-1)
     for p in range(max(level.values(), default=-1) + 1):
         batch = [st for st in k.stats if level[st] == p]
@@ -439,6 +463,8 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
 
         def body(batch=batch):
             for st in batch:
+                if st in online.values():
+                    continue            # updated together with its maximum, below
                 v, kind = e.emit(st.args[0])
                 v = e.as_float(v, kind)
                 masks = []
@@ -474,6 +500,22 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
                         r = e.fresh("r")
                         e.line(f"{r} = {v}.{st.fn}(axis={ax})")
                         v = r
+                if st in online:
+                    total = online[st]
+                    mn = e.fresh("mnew")
+                    e.line(f"{mn} = ag.maximum({a}, {v})")
+                    x, xk = e.emit(st.args[0])
+                    ex = e.fresh("ex")
+                    e.line(f"{ex} = ag.exp({e.as_float(x, xk)} - {mn})")
+                    if masks:
+                        e.line(f"{ex} = ag.where({' & '.join(masks)}, {ex}, 0.0)")
+                    for ax, g in ((1, t1), (0, t0)):
+                        if g.reduced:
+                            e.line(f"{ex} = {ex}.sum(axis={ax})")
+                    b = total.attrs["_acc"]
+                    e.line(f"{b} = {b} * ag.exp({a} - {mn}) + {ex}")
+                    e.line(f"{a} = {mn}")
+                    continue
                 e.line(f"{a} = {COMBINE[st.fn].format(a=a, b=v)}")
 
         loops(body)

@@ -277,3 +277,11 @@ def test_split_reductions_combine_partials(op):
     across CTAs (partials, then a combining kernel)."""
     prog = check(fn_model(op, 2), [randn(64, 4096), randn(64, 4096, seed=1)])
     assert any(k.facts["split"] > 1 for k in prog.launches.values())
+
+
+def test_softmax_statistics_are_one_online_pass():
+    """sum(exp(x - max(x))) joins the pass of max(x): the row is read twice (statistics, then
+    the apply pass), not three times."""
+    prog = check(fn_model(lambda x: torch.softmax(x, -1)), [randn(9, 3000) * 5])
+    src = next(iter(prog.launches.values())).source
+    assert src.count("ag.load(") == 2 and "mnew" in src
