@@ -28,7 +28,7 @@ from collections import OrderedDict
 
 from argus import dtypes
 from argus.errors import LaunchError
-from argus.kernels.conv import ConvGeometry, ConvSchedule, conv_kernel
+from argus.kernels.conv import ACTIVATIONS, ConvGeometry, ConvSchedule, conv_kernel
 
 _IN = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
 _COMPILED: OrderedDict = OrderedDict()
@@ -208,15 +208,20 @@ def _run(x, weight, bias, stride, padding, dilation, groups, activation="none",
     return _result(x, out)
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+           activation: str = "none"):
     """torch.nn.functional.conv2d(x, weight, bias, stride, padding, dilation, groups) on an
-    Argus kernel (see the module docstring for layouts and dtypes)."""
+    Argus kernel (see the module docstring for layouts and dtypes); `activation` (one of
+    argus.kernels.conv.ACTIVATIONS) is applied in the kernel's epilogue, after the bias."""
     check(x, weight, bias, stride, padding, dilation, groups)
+    if activation not in ACTIVATIONS:
+        raise LaunchError(f"argus.ops.conv2d: activation={activation!r} is not one of "
+                          f"{ACTIVATIONS}", fix="apply it after the convolution")
     if not x.is_cuda:
         raise LaunchError(f"argus.ops.conv2d: x is on {x.device}; Argus kernels run on a CUDA "
                           f"device (sm_90a)", fix="x.cuda(), or torch.nn.functional.conv2d")
     return _op()(x, weight, bias, list(_pair(stride, "stride")), list(_pair(padding, "padding")),
-                 list(_pair(dilation, "dilation")), groups)
+                 list(_pair(dilation, "dilation")), groups, activation)
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -307,12 +312,13 @@ def _register():
 
     @torch.library.custom_op("argus::conv2d", mutates_args=(),
                              schema="(Tensor x, Tensor weight, Tensor? bias, int[] stride, "
-                                    "int[] padding, int[] dilation, int groups) -> Tensor")
-    def conv2d_op(x, weight, bias, stride, padding, dilation, groups):
-        return _run(x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
+                                    "int[] padding, int[] dilation, int groups, str activation) -> Tensor")
+    def conv2d_op(x, weight, bias, stride, padding, dilation, groups, activation):
+        return _run(x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups,
+                    activation)
 
     @conv2d_op.register_fake
-    def _(x, weight, bias, stride, padding, dilation, groups):
+    def _(x, weight, bias, stride, padding, dilation, groups, activation):
         N, _, H, W = x.shape
         K, _, R, S = weight.shape
         P = (H + 2 * padding[0] - dilation[0] * (R - 1) - 1) // stride[0] + 1

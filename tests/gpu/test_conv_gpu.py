@@ -95,6 +95,21 @@ def test_conv_transpose2d_stride1(padding, dilation, groups):
     assert y.shape == ref.shape and _rel(y, ref) < 1e-2
 
 
+@pytest.mark.parametrize("activation", ["relu", "gelu_tanh"])
+def test_fused_bias_activation(activation):
+    import torch.nn.functional as F
+
+    from argus.ops import conv2d
+
+    x = _rand(2, 64, 28, 28, seed=15).to(memory_format=torch.channels_last)
+    w = _rand(128, 64, 3, 3, seed=16) / 24
+    b = _rand(128, seed=17)
+    ref = F.conv2d(x.double(), w.double(), b.double(), 1, 1)
+    ref = torch.relu(ref) if activation == "relu" else F.gelu(ref, approximate="tanh")
+    y = conv2d(x, w, b, 1, 1, activation=activation)
+    assert _rel(y, ref) < 1e-2
+
+
 def test_custom_op_under_torch_compile():
     import torch.nn.functional as F
 

@@ -87,7 +87,8 @@ ALLOWED_UNKNOWN = {"store.coverage", "store.once"}
 
 @pytest.mark.parametrize("schedule", [DIRECT, NARROW], ids=["direct", "tma_bw8"])
 def test_kernel_verifies_with_zero_findings(schedule):
-    found = verify.check(conv_kernel(), include_proven=True, geom=ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, 2, 128),
+    found = verify.check(conv_kernel(), include_proven=True, timeout_ms=20000,
+                         geom=ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, 2, 128),
                          s=schedule)
     bad = [d for d in found if d.severity == "error" or
            (d.severity == "unknown" and d.code not in ALLOWED_UNKNOWN)]
