@@ -266,28 +266,76 @@ def conv_transpose2d_weight(weight, groups: int):
 
 def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                      dilation=1, *, run=None):
-    """torch.nn.functional.conv_transpose2d for stride 1 (the gradient form: each output pixel
-    gathers the input pixels that map to it, no zero insertion), as conv2d with the weight's
-    channels swapped per group, the taps flipped and padding dil * (R - 1) - padding. Strided
-    transposed convolutions raise a LaunchError for now (they need one output phase per
-    stride residue). `run` replaces conv2d (the interpreter tests pass conv2d_interpret)."""
+    """torch.nn.functional.conv_transpose2d in the gradient form (each output pixel gathers the
+    input pixels that map to it; no zero insertion). Stride 1: one conv2d with the weight's
+    channels swapped per group, the taps flipped and padding dil * (R - 1) - padding. Strided:
+    one conv2d per output phase (oh % stride_h, ow % stride_w), over the taps of that residue
+    (`_phase`), written into the strided output positions (a copy per phase: correct, not yet
+    fast). `run` replaces conv2d (the interpreter tests pass conv2d_interpret)."""
+    import torch
+
     if getattr(x, "dim", lambda: 0)() != 4 or getattr(weight, "dim", lambda: 0)() != 4:
         raise LaunchError("argus.ops.conv_transpose2d: x is [N, C, H, W] and weight "
                           "[C, K / groups, R, S]")
     st, pd, op, dl = (_pair(stride, "stride"), _pair(padding, "padding"),
                       _pair(output_padding, "output_padding"), _pair(dilation, "dilation"))
+    if not isinstance(groups, int) or groups < 1 or weight.shape[0] % groups or \
+            x.shape[1] != weight.shape[0]:
+        raise LaunchError(f"argus.ops.conv_transpose2d: x has {x.shape[1]} channels, weight "
+                          f"{tuple(weight.shape)} ([C, K / groups, R, S]); groups={groups} must "
+                          f"divide C")
+    if min(st) < 1 or min(dl) < 1 or min(pd) < 0 or any(o >= max(s_, d) for o, s_, d in
+                                                          zip(op, st, dl)):
+        raise LaunchError(f"argus.ops.conv_transpose2d: stride {st}, dilation {dl} >= 1, "
+                          f"padding {pd} >= 0, output_padding {op} < max(stride, dilation)")
+    run = run or conv2d
     R, S = weight.shape[2:]
     conv_pad = (dl[0] * (R - 1) - pd[0], dl[1] * (S - 1) - pd[1])
-    if st != (1, 1) or op != (0, 0) or min(conv_pad) < 0:
-        raise LaunchError(f"argus.ops.conv_transpose2d: only stride 1, output_padding 0 and "
-                          f"padding <= dilation * (kernel - 1) are implemented (got stride "
-                          f"{st}, output_padding {op}, padding {pd})",
-                          fix="use torch.nn.functional.conv_transpose2d for this layer")
-    if groups < 1 or weight.shape[0] % groups:
-        raise LaunchError(f"argus.ops.conv_transpose2d: groups={groups} must divide the "
-                          f"weight's {weight.shape[0]} input channels")
-    return (run or conv2d)(x, conv_transpose2d_weight(weight, groups), bias, 1, conv_pad, dl,
-                           groups)
+    if st == (1, 1) and op == (0, 0) and min(conv_pad) >= 0:
+        return run(x, conv_transpose2d_weight(weight, groups), bias, 1, conv_pad, dl, groups)
+    N, H, W = x.shape[0], x.shape[2], x.shape[3]
+    K = weight.shape[1] * groups
+    P = (H - 1) * st[0] - 2 * pd[0] + dl[0] * (R - 1) + op[0] + 1
+    Q = (W - 1) * st[1] - 2 * pd[1] + dl[1] * (S - 1) + op[1] + 1
+    if P < 1 or Q < 1:
+        raise LaunchError(f"argus.ops.conv_transpose2d: output size {P}x{Q} is empty")
+    C, Kg = weight.shape[0], weight.shape[1]
+    swapped = weight.reshape(groups, C // groups, Kg, R, S).transpose(1, 2) \
+        .reshape(K, C // groups, R, S)                 # [K, C / groups, R, S], taps unflipped
+    out = torch.empty(N, K, P, Q, dtype=x.dtype, device=x.device)
+    for a in range(min(st[0], P)):
+        rows = _phase(a, R, st[0], dl[0], pd[0], P, H)
+        for b in range(min(st[1], Q)):
+            cols = _phase(b, S, st[1], dl[1], pd[1], Q, W)
+            target = out[:, :, a::st[0], b::st[1]]
+            if rows is None or cols is None:           # no tap reaches this phase
+                target.copy_(torch.zeros_like(target) if bias is None else
+                             bias.view(1, K, 1, 1).expand_as(target))
+                continue
+            (r_idx, dr, pr, r0), (c_idx, dc, pc, c0) = rows, cols
+            w_phase = swapped[:, :, r_idx][:, :, :, c_idx].contiguous()
+            y = run(x, w_phase, bias, 1, (pr, pc), (dr, dc), groups)
+            target.copy_(y[:, :, r0:r0 + target.shape[2], c0:c0 + target.shape[3]])
+    return out
+
+
+def _phase(a: int, R: int, st: int, dil: int, pad: int, P: int, H: int):
+    """Output positions o = st * j + a of a strided transposed convolution along one axis as a
+    stride-1 convolution over j: the taps r with (a + pad - r * dil) % st == 0 read input
+    j - e_r, e_r = (r * dil - a - pad) / st. Returns (tap indices in convolution order, its
+    dilation, its symmetric padding, the first computed row that is output j = 0), or None
+    when no tap reaches the phase. Taps in convolution order read increasing inputs: r
+    descending."""
+    taps = [r for r in range(R) if (a + pad - r * dil) % st == 0]
+    if not taps:
+        return None
+    taps = taps[::-1]
+    e = [(r * dil - a - pad) // st for r in taps]
+    d = e[0] - e[1] if len(taps) > 1 else 1           # consecutive taps: a constant step
+    count = -(-(P - a) // st)                         # outputs of this phase
+    span = d * (len(taps) - 1)
+    p = max(0, e[0], count - e[0] + span - H)
+    return taps, d, p, p - e[0]
 
 
 _OP = None

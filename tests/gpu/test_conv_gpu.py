@@ -1,4 +1,4 @@
-"""GPU tier: argus.ops.conv2d / conv1d / conv3d (depth-1) / conv_transpose2d (stride 1) against a float64 F.conv* reference
+"""GPU tier: argus.ops.conv2d / conv1d / conv3d (depth-1) / conv_transpose2d against a float64 F.conv* reference
 on fresh random data — padding, stride, dilation, groups, bias, both epilogues (narrow layers
 take bw < 64 with the TMA-store epilogue), NCHW and channels-last input, bf16 / fp16 / fp32
 (bf16 split) — the torch.library op under torch.compile, and the clear errors."""
@@ -80,8 +80,9 @@ def test_conv1d_and_depth1_conv3d():
     assert _rel(y3, F.conv3d(x3.double(), w3.double(), None, 1, (0, 1, 1))) < 1e-2
 
 
-@pytest.mark.parametrize("padding,dilation,groups", [(1, 1, 1), (0, 2, 2)])
-def test_conv_transpose2d_stride1(padding, dilation, groups):
+@pytest.mark.parametrize("stride,padding,output_padding,dilation,groups",
+                         [(1, 1, 0, 1, 1), (1, 0, 0, 2, 2), (2, 1, 1, 1, 1), ((2, 3), 1, 0, 2, 2)])
+def test_conv_transpose2d(stride, padding, output_padding, dilation, groups):
     import torch.nn.functional as F
 
     from argus.ops import conv_transpose2d
@@ -89,9 +90,9 @@ def test_conv_transpose2d_stride1(padding, dilation, groups):
     x = _rand(2, 64, 30, 31, seed=12)
     w = _rand(64, 96 // groups, 3, 3, seed=13) / 24
     b = _rand(96, seed=14)
-    y = conv_transpose2d(x, w, b, 1, padding, 0, groups, dilation)
-    ref = F.conv_transpose2d(x.double(), w.double(), b.double(), 1, padding, 0, groups,
-                             dilation)
+    y = conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation)
+    ref = F.conv_transpose2d(x.double(), w.double(), b.double(), stride, padding,
+                             output_padding, groups, dilation)
     assert y.shape == ref.shape and _rel(y, ref) < 1e-2
 
 

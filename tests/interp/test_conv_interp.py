@@ -112,10 +112,21 @@ def test_conv_transpose2d_stride1_gradient_form(padding, dilation, groups):
     _close(y, ref, 1e-2)
 
 
-def test_conv_transpose2d_strided_is_a_clear_error():
-    x, w = torch.randn(1, 8, 5, 5).bfloat16(), torch.randn(8, 8, 3, 3).bfloat16()
-    with pytest.raises(LaunchError, match="only stride 1"):
-        conv_op.conv_transpose2d(x, w, stride=2)
+@pytest.mark.parametrize("stride,padding,output_padding,dilation,groups,R", [
+    (2, 1, 1, 1, 1, 3), (2, 0, 0, 1, 2, 4), ((3, 2), (1, 2), (2, 0), 1, 1, 3),
+    (2, 1, 0, 2, 1, 3), (4, 0, 0, 1, 1, 3)])   # stride 4, 3 taps: phases no tap reaches
+def test_conv_transpose2d_strided_phases(stride, padding, output_padding, dilation, groups,
+                                         R):
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(2, 8, 5, 4, generator=g).bfloat16()
+    w = torch.randn(8, 16 // groups, R, R, generator=g).bfloat16()
+    b = torch.randn(16, generator=g).bfloat16()
+    y = conv_op.conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation,
+                                 run=lambda *a: conv_op.conv2d_interpret(*a, schedule=DIRECT))
+    ref = F.conv_transpose2d(x.double(), w.double(), b.double(), stride, padding,
+                             output_padding, groups, dilation)
+    assert y.shape == ref.shape
+    _close(y, ref, 1e-2)
 
 
 def test_launch_errors():
