@@ -6,27 +6,37 @@ from __future__ import annotations
 
 from argus import verify
 from argus.compiler import lower_only
+from argus.ir import ops as O
 from argus.verify import check_pipeline
 from tests.mutations import kernels as K
+from tests.mutations.corpus import rewrite
 
 
 def _errors(kernel):
     return [d for d in verify.check(kernel) if d.severity == "error"]
 
 
+def _q_in_flight():
+    """The lowered Q-once kernel with Q's consume step keeping a wgmma group in flight
+    (wgmma_in_flight = 1), as lowering wrote it before 29fc16c and as a hand-written FA3
+    does: with S = 1 that deadlocks from a second step on, but Q's ring runs one step."""
+    def keep_in_flight(op):   # Q's step is the one around the KV steps
+        outer = any(isinstance(x, O.Consume) for x in op.body.walk())
+        return op.replace(wgmma_in_flight=1) if outer else op
+    kernel = rewrite(lower_only(K.make_fa_qonce()), O.Consume, keep_in_flight)
+    first = next(op for op in kernel.walk() if isinstance(op, O.Consume))
+    assert first.wgmma_in_flight == 1
+    return kernel
+
+
 def test_fa_q_loaded_once_through_one_stage_pipeline_is_clean():
-    # lowered: the Q consume step keeps its wgmma group in flight (wgmma_in_flight = 1), which
-    # with S = 1 deadlocks from the second step on; the Q pipeline runs exactly one step
-    kernel = lower_only(K.make_fa_qonce())
-    assert any(op.wgmma_in_flight for op in kernel.walk()
-               if type(op).__name__ == "Consume"), "the pattern this test is about"
-    errs = _errors(kernel)
-    assert not errs, "\n".join(str(d) for d in errs)
-    assert not _errors(K.make_fa_qonce().trace())
+    for kernel in (_q_in_flight(), lower_only(K.make_fa_qonce()), K.make_fa_qonce().trace()):
+        errs = _errors(kernel)
+        assert not errs, "\n".join(str(d) for d in errs)
 
 
 def test_fa_q_once_deadlock_is_proven_absent():
-    report = verify.run(lower_only(K.make_fa_qonce()), include_proven=True)
+    report = verify.run(_q_in_flight(), include_proven=True)
     o4 = [f for f in report.findings if f.code == "pipe.deadlock"]
     assert o4 and all(f.status == "proven" for f in o4), [(f.status, f.message) for f in o4]
 
@@ -36,7 +46,7 @@ def test_unreachable_counterexample_is_not_a_violation(monkeypatch):
     # total"; the replay runs the real (constant: one step) sequence and reaches no deadlock,
     # so its verdict decides: proven (the replay covers every launch), not an error
     monkeypatch.setattr(check_pipeline, "_known_total", lambda *a: [])
-    report = verify.run(lower_only(K.make_fa_qonce()), include_proven=True)
+    report = verify.run(_q_in_flight(), include_proven=True)
     o4 = [f for f in report.findings if f.code == "pipe.deadlock"]
     assert not [f for f in report.findings if f.status == "violated"], \
         [f.message for f in report.findings if f.status == "violated"]
