@@ -12,6 +12,7 @@ axes is materialized by its own kernel first.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from argus.compose.graph import Graph, Node
@@ -94,6 +95,18 @@ def partition(g: Graph) -> Plan:
     return Plan(g, steps, sorted(set(unsupported)))
 
 
+MIN_CTAS = 132            # one wave on an H100/H200
+
+
+def _too_few_ctas(k: FusedKernel) -> bool:
+    reduced = 1
+    for a in k.axes:
+        reduced *= k.domain[a]
+    kept = max(1, math.prod(k.domain) // max(1, reduced))
+    per_cta = 2 if (len(k.domain) - 1) in k.axes else 2048   # rows of a row reduction
+    return reduced >= (1 << 16) and kept / per_cta < MIN_CTAS
+
+
 def _build(root: Node, mat: set[Node]) -> tuple[FusedKernel, set[Node]]:
     if root.op == "reduce":
         k = FusedKernel(root, root.args[0].shape, root.attrs["axes"], True)
@@ -133,6 +146,11 @@ def _build(root: Node, mat: set[Node]) -> tuple[FusedKernel, set[Node]]:
 
     visit(root)
     k.axes = axes[0] or ()
+    if root.op == "ew" and k.stats and not extra and _too_few_ctas(k):
+        # reduce-and-apply over a long reduction with few kept rows (batch norm over a few
+        # channels): each statistic becomes its own reduction kernel (split across CTAs),
+        # and the apply pass an elementwise kernel over the whole domain
+        extra.update(k.stats)
     for leaf in k.leaves:
         if not _in_domain(leaf.shape, k.domain) and leaf not in extra:
             # a leaf that does not broadcast into the domain (cannot happen for well-formed

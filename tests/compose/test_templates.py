@@ -285,3 +285,11 @@ def test_softmax_statistics_are_one_online_pass():
     prog = check(fn_model(lambda x: torch.softmax(x, -1)), [randn(9, 3000) * 5])
     src = next(iter(prog.launches.values())).source
     assert src.count("ag.load(") == 2 and "mnew" in src
+
+
+def test_batch_norm_of_few_channels_splits_its_statistics():
+    """Few kept channels over a long reduction: the statistics become split reductions and
+    the apply pass an elementwise kernel over the whole tensor."""
+    prog = check(mod_model(lambda: nn.BatchNorm2d(4)), [randn(16, 4, 128, 128) * 3 + 1])
+    launches = list(prog.launches.values())
+    assert len(launches) == 3 and sum(k.facts["split"] > 1 for k in launches) == 2
