@@ -25,14 +25,22 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 def kernels():
     import elementwise
+    import flash_attention
     import gemm as gemm_example
+    import rmsnorm
     import softmax
+    import softmax_online
 
     from argus.kernels import gemm as G
 
     yield "examples/gemm.py (persistent WS GEMM, 128x256x64, 4 stages)", gemm_example.KERNEL, {}
     yield "examples/softmax.py", softmax.KERNEL, {}
     yield "examples/elementwise.py", elementwise.KERNEL, {}
+    yield "examples/rmsnorm.py", rmsnorm.KERNEL, {}
+    yield "examples/softmax_online.py", softmax_online.KERNEL, {}
+    yield "examples/flash_attention.py (d 64)", flash_attention.attention_kernel(64), {}
+    yield "examples/flash_attention.py (d 128, causal)", \
+        flash_attention.attention_kernel(128, causal=True), {}
     yield "kernels/gemm: B [K, N] (MN-major wgmma B)", G.gemm_kernel(b_layout="kn"), {}
     yield "kernels/gemm: batched", G.gemm_kernel(batched=True), {}
     yield "kernels/gemm: non-persistent", G.gemm, {"s": G.GemmSchedule(persistent=False)}
@@ -49,6 +57,7 @@ def kernels():
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--only", default="", help="substring of the kernel names to time")
     args = ap.parse_args()
     from argus import verify
     from argus.compiler import lower_only
@@ -59,6 +68,8 @@ def main() -> int:
     print("| kernel | median s | min s | queries | proven | unknown | slowest query |")
     print("|---|---|---|---|---|---|---|")
     for name, kernel_fn, cx in kernels():
+        if args.only not in name:
+            continue
         k = lower_only(kernel_fn, **cx)
         times, report = [], None
         for _ in range(args.repeat):
