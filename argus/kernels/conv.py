@@ -66,6 +66,12 @@ class ConvGeometry:
     # input channels per group zero-padded to a multiple of the schedule's bk: the K extent of
     # one tap in the weight operand (a compile-time int keeps the tags linear arithmetic)
     cg_padded: int = 64
+    # 3-d: the depth taps and index map (output od, tap dt -> input od * stride_d + dt *
+    # dil_d - pad_d); a 2-d convolution is depth 1 with one tap
+    t: int = 1
+    stride_d: int = 1
+    pad_d: int = 0
+    dil_d: int = 1
 
     def __post_init__(self) -> None:
         bad = [f"{k}={v}" for k, v in vars(self).items()
@@ -114,27 +120,40 @@ class ConvSchedule(WarpSpecializedSchedule):
         return problems
 
 
-def _row(n, h, H, NH, pad_h: int):
-    """The flattened [N * H] coordinate of input row h of image n, or one wholly past the end
-    (TMA zero-fills the box: padding) when h is outside [0, H). h >= -pad_h, so adding
-    NH + pad_h moves any outside row to >= NH."""
-    below = ag.maximum(0, ag.minimum(1, 0 - h))        # 1 when h < 0
-    above = ag.maximum(0, ag.minimum(1, h - H + 1))    # 1 when h >= H
-    return n * H + h + (below + above) * (NH + pad_h)
+def _outside(i, extent):
+    """1 when the index i is outside [0, extent), else 0 (integer min / max, no branch)."""
+    return ag.maximum(0, ag.minimum(1, 0 - i)) + ag.maximum(0, ag.minimum(1, i - extent + 1))
 
 
-def _input_coords(geom: ConvGeometry, g, out_row, q0, tap, c0, H, P, NH) -> tuple:
-    """The X[N*H, sw*G, W/sw, Cg] coordinates of the box for output row `out_row` (n * P + p),
-    columns q0.. and filter tap `tap` (r * S + s): input row h = p * stride_h + r * dil_h -
-    pad_h (outside [0, H): a row past the tensor, zero-filled), input column w = (q0 + i) *
-    stride_w + s * dil_w - pad_w = stride_w * v + phase (v may be negative: zero-filled)."""
-    r, t = tap // geom.s, tap % geom.s
+def _row(image, h, H, NH, push: int, outside_depth=0):
+    """The flattened [N * D * H] coordinate of input row h of image (n, depth) `image`, or one
+    wholly past the end (TMA zero-fills the box: padding) when h is outside [0, H) or the
+    depth is outside [0, D). image * H + h >= -push, so adding NH + push moves any outside row
+    to >= NH."""
+    return image * H + h + (_outside(h, H) + outside_depth) * (NH + push)
+
+
+def _input_coords(geom: ConvGeometry, g, out_row, q0, tap, c0, H, P, NH, D, OD) -> tuple:
+    """The X[N*D*H, sw*G, W/sw, Cg] coordinates of the box for output row `out_row`
+    ((n * OD + od) * P + p), columns q0.. and filter tap `tap` ((dt * R + r) * S + s): input
+    depth od * stride_d + dt * dil_d - pad_d and row h = p * stride_h + r * dil_h - pad_h
+    (either outside its extent: a row past the tensor, zero-filled), input column
+    w = (q0 + i) * stride_w + s * dil_w - pad_w = stride_w * v + phase (v may be negative:
+    zero-filled)."""
+    taps2d = geom.r * geom.s
+    dt, r, t = tap // taps2d, (tap % taps2d) // geom.s, tap % geom.s
     # column offset t * dil_w - pad_w, shifted to >= 0 by whole strides
     col = t * geom.dil_w + (geom.w_shift * geom.stride_w - geom.pad_w)
     v = q0 - geom.w_shift + col // geom.stride_w
     plane = (col % geom.stride_w) * geom.groups + g
     h = (out_row % P) * geom.stride_h + r * geom.dil_h - geom.pad_h
-    return _row(out_row // P, h, H, NH, geom.pad_h), plane, v, c0
+    if geom.t == 1 and geom.stride_d == 1 and geom.pad_d == 0:   # 2-d: depth is the image
+        return _row(out_row // P, h, H, NH, geom.pad_h), plane, v, c0
+    image = out_row // P                               # n * OD + od
+    depth = (image % OD) * geom.stride_d + dt * geom.dil_d - geom.pad_d
+    row = _row((image // OD) * D + depth, h, H, NH, geom.pad_d * H + geom.pad_h,
+               _outside(depth, D))
+    return row, plane, v, c0
 
 
 def _weight_coords(g, n0, tap, c0, cg_padded: int) -> tuple:
@@ -169,7 +188,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                Wt: ag.Tensor["G", "KG", "KT", in_dtype],         # [G, Kg, R*S*Cgp]
                Out: ag.Tensor["G", "NP", "Q", "KG", out_dtype],   # view of [N, P, Q, G*Kg]
                Bias: ag.Tensor["G", "KG", ag.f32],
-               H: ag.i32, P: ag.i32,
+               H: ag.i32, P: ag.i32, D: ag.i32, OD: ag.i32,
                geom: ConvGeometry = ConvGeometry(1, 1), s: ConvSchedule = ConvSchedule()):
         NH, Cg = X.shape[0], X.shape[3]
         G, Kg = Wt.shape[0], Wt.shape[1]
@@ -185,7 +204,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                                 f"bk={s.bk}", fix="pad the weight's channels per tap to a "
                                                   "multiple of bk (argus.ops.conv does)")
         c_steps = geom.cg_padded // s.bk
-        k_steps = c_steps * (geom.r * geom.s)
+        k_steps = c_steps * (geom.t * geom.r * geom.s)
         cg_padded = geom.cg_padded
         # launch preconditions the op guarantees: X's channels fit the padded weight's, and
         # G is the geometry's group count
@@ -215,7 +234,8 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                         c0 = (k % c_steps) * s.bk
                         for j in range(row_blocks):
                             ag.tma.load(ring.a[stage].rows_of(j * s.bw, s.bw), X,
-                                        _input_coords(geom, g, np0 + j, q0, tap, c0, H, P, NH))
+                                        _input_coords(geom, g, np0 + j, q0, tap, c0, H, P, NH,
+                                                      D, OD))
                         ag.tma.load(ring.b[stage], Wt,
                                     _weight_coords(g, unit.n * s.bn, tap, c0, cg_padded))
 

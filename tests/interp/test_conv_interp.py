@@ -52,6 +52,23 @@ def test_conv2d_bf16_matches_float64(case, schedule):
     _close(y, ref, 1e-2)   # bf16 output rounding (2^-8) of fp32 sums of exact products
 
 
+@pytest.mark.parametrize("case", [
+    (1, 8, 4, 5, 6, 8, 3, 3, 3, 1, 1, 1, 1),
+    (2, 16, 5, 6, 5, 8, 3, 1, 3, (2, 1, 1), (1, 0, 1), 1, 2),
+    (1, 8, 6, 4, 4, 16, 2, 3, 2, 1, (2, 1, 0), (2, 1, 1), 1),
+], ids=lambda c: "x".join(map(str, c)))
+def test_conv3d_matches_float64(case):
+    N, C, D, H, W, K, T, R, S, stride, padding, dilation, groups = case
+    g = torch.Generator().manual_seed(21)
+    x = torch.randn(N, C, D, H, W, generator=g).bfloat16()
+    w = torch.randn(K, C // groups, T, R, S, generator=g).bfloat16()
+    b = torch.randn(K, generator=g).bfloat16()
+    y = conv_op.conv2d_interpret(x, w, b, stride, padding, dilation, groups, schedule=NARROW)
+    ref = F.conv3d(x.double(), w.double(), b.double(), stride, padding, dilation, groups)
+    assert y.shape == ref.shape
+    _close(y, ref, 1e-2)
+
+
 def test_bias_relu_epilogue_and_channels_last_input():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 16, 7, 7, generator=g).bfloat16().to(memory_format=torch.channels_last)
@@ -85,10 +102,15 @@ def test_fp32_bf16_split_is_near_fp32():
 ALLOWED_UNKNOWN = {"store.coverage", "store.once"}
 
 
-@pytest.mark.parametrize("schedule", [DIRECT, NARROW], ids=["direct", "tma_bw8"])
-def test_kernel_verifies_with_zero_findings(schedule):
-    found = verify.check(conv_kernel(), include_proven=True, timeout_ms=20000,
-                         geom=ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, 2, 128),
+GEOM_2D = ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, groups=2, cg_padded=128)
+GEOM_3D = ConvGeometry(3, 3, 1, 2, 1, 1, 1, 1, groups=1, cg_padded=64, t=3, stride_d=2,
+                       pad_d=1, dil_d=1)
+
+
+@pytest.mark.parametrize("schedule,geom", [(DIRECT, GEOM_2D), (NARROW, GEOM_2D),
+                                           (NARROW, GEOM_3D)], ids=["direct", "tma_bw8", "3d"])
+def test_kernel_verifies_with_zero_findings(schedule, geom):
+    found = verify.check(conv_kernel(), include_proven=True, timeout_ms=20000, geom=geom,
                          s=schedule)
     bad = [d for d in found if d.severity == "error" or
            (d.severity == "unknown" and d.code not in ALLOWED_UNKNOWN)]

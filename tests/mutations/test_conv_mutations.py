@@ -10,6 +10,8 @@ fresh, uncached kernel is traced with them.
     float64 F.conv2d, which these tests check does fail.
 """
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -60,7 +62,8 @@ def test_groups_mixing_changes_the_result(monkeypatch):
 def test_wrong_padding_rows_are_caught_by_the_interpreter(monkeypatch):
     _fresh(monkeypatch)
     # BUG: rows outside [0, H) are not pushed past the tensor: the neighbouring image's rows
-    monkeypatch.setattr(K, "_row", lambda n, h, H, NH, pad_h: n * H + h)
+    monkeypatch.setattr(K, "_row", lambda image, h, H, NH, push, outside_depth=0:
+                        image * H + h)
     g = torch.Generator().manual_seed(6)
     x = torch.randn(2, 8, 6, 6, generator=g).bfloat16()
     w = torch.randn(8, 8, 3, 3, generator=g).bfloat16()
@@ -72,8 +75,7 @@ def test_wrong_stride_is_caught_by_the_interpreter(monkeypatch):
     right = K._input_coords
 
     def no_stride_h(geom, *args):   # BUG: stride_h ignored
-        return right(ConvGeometry(geom.r, geom.s, 1, geom.stride_w, geom.pad_h, geom.pad_w,
-                                  geom.dil_h, geom.dil_w, geom.groups, geom.cg_padded), *args)
+        return right(dataclasses.replace(geom, stride_h=1), *args)
     monkeypatch.setattr(K, "_input_coords", no_stride_h)
     g = torch.Generator().manual_seed(7)
     x = torch.randn(1, 8, 9, 8, generator=g).bfloat16()
