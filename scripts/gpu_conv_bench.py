@@ -6,7 +6,7 @@ nothing of it is copied into this repository), bf16 and the task's fp32.
 Each row: the layer, our time and cuDNN's (medians, argus.runtime.timing.measure_alternating:
 L2 flushed, alternating rounds), the ratio cuDNN / ours (> 1: we are faster), and the max
 relative error of ours and of cuDNN against a float64 reference on the same fresh data. Tasks
-whose shape the op does not support yet (1-d / 3-d transposed, 3-d filters deeper than 1) are listed as skipped with the LaunchError's reason.
+whose shape the op does not support yet (1-d / 3-d transposed) are listed as skipped with the LaunchError's reason.
 
     python scripts/gpu_conv_bench.py            # everything (minutes)
     python scripts/gpu_conv_bench.py --quick    # 3 ResNet layers + the 2-d KernelBench tasks
