@@ -154,7 +154,9 @@ class _Flow:
                "win over every row whose values are all above it" if op.fn == "min" else
                "are added to every row's result" if op.fn == "sum" else
                "multiply every row's result"),
-            {"fill": got, "identity": _WORDS[op.fn], "reduction": op.fn, "axis": op.axis},
+            {"fill": got, "identity": _WORDS[op.fn], "reduction": op.fn, "axis": op.axis,
+             "element": f"every element of the reduced axis {op.axis} past the tensor's end "
+                        f"(e.g. column N of a row when N is not a multiple of the tile)"},
             fix=f"load with other={_FILL_TEXT[op.fn]} (or mask with ag.where before the "
                 f"{op.fn})"))
         self.val[op.result.id] = NONE

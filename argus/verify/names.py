@@ -225,6 +225,9 @@ class Names:
             out["warpgroup"] = 0 if sc.role.warpgroups == 1 else \
                 f"each of 0..{sc.role.warpgroups - 1}"
         if sc.role is None:
+            # no warp specialization: every thread of the CTA runs the op
+            out["thread"] = 0
+            out["threads"] = "every thread of the CTA runs it (thread 0 shown)"
             return out
         out["thread"] = 0
         out["threads"] = ("the elected thread 0 of the warpgroup issues it"
