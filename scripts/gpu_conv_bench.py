@@ -6,7 +6,7 @@ nothing of it is copied into this repository), bf16 and the task's fp32.
 Each row: the layer, our time and cuDNN's (medians, argus.runtime.timing.measure_alternating:
 L2 flushed, alternating rounds), the ratio cuDNN / ours (> 1: we are faster), and the max
 relative error of ours and of cuDNN against a float64 reference on the same fresh data. Tasks
-whose shape the op does not support yet (1-d / 3-d transposed) are listed as skipped with the LaunchError's reason.
+the op does not support yet (1-d / 3-d transposed) are listed as skipped, with the reason.
 
     python scripts/gpu_conv_bench.py            # everything (minutes)
     python scripts/gpu_conv_bench.py --quick    # 3 ResNet layers + the 2-d KernelBench tasks
@@ -137,8 +137,9 @@ def kernelbench(root: Path, quick: bool) -> list[float]:
         for dtype in (torch.bfloat16, torch.float32):
             xd, wd = x.to(dtype), w.to(dtype)
             bd = None if b is None else b.to(dtype)
-            if dtype == torch.bfloat16 and x.dim() == 4:
-                xd = xd.to(memory_format=torch.channels_last)
+            if dtype == torch.bfloat16 and x.dim() in (4, 5):   # what cuDNN runs fastest
+                xd = xd.to(memory_format=torch.channels_last if x.dim() == 4 else
+                           torch.channels_last_3d)
             name = f"{path.stem[:50]} {str(dtype)[6:]}"
             try:
                 err = _rel(fn(xd, wd, bd, *args), ref)

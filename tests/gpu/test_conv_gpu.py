@@ -1,7 +1,8 @@
-"""GPU tier: argus.ops.conv2d / conv1d / conv3d / conv_transpose2d against a float64 F.conv* reference
-on fresh random data — padding, stride, dilation, groups, bias, both epilogues (narrow layers
-take bw < 64 with the TMA-store epilogue), NCHW and channels-last input, bf16 / fp16 / fp32
-(bf16 split) — the torch.library op under torch.compile, and the clear errors."""
+"""GPU tier: argus.ops.conv2d / conv1d / conv3d / conv_transpose2d against a float64 F.conv*
+reference on fresh random data — padding, stride, dilation, groups, bias, both epilogues
+(narrow layers take bw < 64 with the TMA-store epilogue), NCHW and channels-last input,
+bf16 / fp16 / fp32 (bf16 split), fused bias + activation — the torch.library op under
+torch.compile, and the clear errors."""
 
 import pytest
 
