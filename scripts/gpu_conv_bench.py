@@ -6,7 +6,7 @@ nothing of it is copied into this repository), bf16 and the task's fp32.
 Each row: the layer, our time and cuDNN's (medians, argus.runtime.timing.measure_alternating:
 L2 flushed, alternating rounds), the ratio cuDNN / ours (> 1: we are faster), and the max
 relative error of ours and of cuDNN against a float64 reference on the same fresh data. Tasks
-the op does not support yet (1-d / 3-d transposed) are listed as skipped, with the reason.
+the ops refuse (LaunchError) are listed as skipped, with the reason.
 
     python scripts/gpu_conv_bench.py            # everything (minutes)
     python scripts/gpu_conv_bench.py --quick    # 3 ResNet layers + the 2-d KernelBench tasks
@@ -118,14 +118,16 @@ def kernelbench(root: Path, quick: bool) -> list[float]:
                      if isinstance(m, torch.nn.modules.conv._ConvNd)), None)
         kinds = {nn.Conv1d: (ops.conv1d, F.conv1d), nn.Conv2d: (ops.conv2d, F.conv2d),
                  nn.Conv3d: (ops.conv3d, F.conv3d),
-                 nn.ConvTranspose2d: (ops.conv_transpose2d, F.conv_transpose2d)}
+                 nn.ConvTranspose1d: (ops.conv_transpose1d, F.conv_transpose1d),
+                 nn.ConvTranspose2d: (ops.conv_transpose2d, F.conv_transpose2d),
+                 nn.ConvTranspose3d: (ops.conv_transpose3d, F.conv_transpose3d)}
         if conv is None or type(conv) not in kinds:
             print(f"{path.stem[:58]:58s} skipped: {type(conv).__name__} not implemented yet")
             continue
         inputs = [t.cuda() for t in mod.get_inputs()]
         x = inputs[0][:1] if quick else inputs[0]
         fn, tfn = kinds[type(conv)]
-        if isinstance(conv, nn.ConvTranspose2d):
+        if isinstance(conv, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
             args = (conv.stride, conv.padding, conv.output_padding, conv.groups, conv.dilation)
         else:
             args = (conv.stride, conv.padding, conv.dilation, conv.groups)

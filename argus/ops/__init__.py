@@ -3,7 +3,8 @@
 shape on this GPU."""
 
 from argus.ops.attention import attention
-from argus.ops.conv import conv1d, conv2d, conv3d, conv_transpose2d
+from argus.ops.conv import (conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d,
+                             conv_transpose3d)
 from argus.ops.matmul import bmm, matmul
 from argus.ops.moe import moe
 from argus.ops.scaled_matmul import scaled_matmul
@@ -12,4 +13,4 @@ from argus.ops.tune import TuneResult, tune_matmul
 
 __all__ = ["attention", "bmm", "matmul", "moe", "scaled_matmul", "tune_matmul", "TuneResult", "Problem", "choose",
            "heuristic", "conv1d", "conv2d", "conv3d",
-           "conv_transpose2d"]
+           "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"]

@@ -270,68 +270,95 @@ def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
                  groups, activation)
 
 
-def conv_transpose2d_weight(weight, groups: int):
-    """The conv2d weight [K, C / groups, R, S] of a stride-1 transposed convolution whose
-    weight is [C, K / groups, R, S]: per group, in and out channels swapped and the taps
-    flipped (output pixel o gathers input o + pad - r * dil, i.e. tap R - 1 - r of a conv)."""
-    C, Kg, R, S = weight.shape
-    Cg = C // groups
-    w = weight.reshape(groups, Cg, Kg, R, S).transpose(1, 2).flip(-1, -2)
-    return w.reshape(groups * Kg, Cg, R, S)
-
-
 def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                      dilation=1, *, run=None):
-    """torch.nn.functional.conv_transpose2d in the gradient form (each output pixel gathers the
-    input pixels that map to it; no zero insertion). Stride 1: one conv2d with the weight's
-    channels swapped per group, the taps flipped and padding dil * (R - 1) - padding. Strided:
-    one conv2d per output phase (oh % stride_h, ow % stride_w), over the taps of that residue
-    (`_phase`), written into the strided output positions (a copy per phase: correct, not yet
-    fast). `run` replaces conv2d (the interpreter tests pass conv2d_interpret)."""
+    """torch.nn.functional.conv_transpose2d in the gradient form (`_conv_transpose`). `run`
+    replaces conv2d (the interpreter tests pass conv2d_interpret)."""
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation,
+                           2, run or conv2d)
+
+
+def conv_transpose3d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1, *, run=None):
+    """torch.nn.functional.conv_transpose3d in the gradient form, on conv3d."""
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation,
+                           3, run or conv3d)
+
+
+def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1, *, run=None):
+    """torch.nn.functional.conv_transpose1d as conv_transpose2d on [N, C, 1, L] (exact)."""
+    if getattr(x, "dim", lambda: 0)() != 3 or getattr(weight, "dim", lambda: 0)() != 3:
+        raise LaunchError("argus.ops.conv_transpose1d: x is [N, C, L] and weight "
+                          "[C, K / groups, R]")
+    (s,), (p,), (o,), (d,) = (_pair(v, n, 1) for v, n in (
+        (stride, "stride"), (padding, "padding"), (output_padding, "output_padding"),
+        (dilation, "dilation")))
+    y = conv_transpose2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, s), (0, p), (0, o),
+                         groups, (1, d), run=run)
+    return y.squeeze(2)
+
+
+def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation,
+                    dims: int, run):
+    """A transposed convolution in the gradient form: each output pixel gathers the input
+    pixels that map to it, no zero insertion. Stride 1: one convolution with the weight's
+    channels swapped per group, the taps flipped and padding dil * (k - 1) - padding. Strided
+    (or output_padding): one stride-1 convolution per output phase (o % stride on every axis)
+    over the taps of that residue (`_phase`), copied into the strided output positions
+    (correct, not yet fast: prod(stride) launches and a copy each)."""
+    import itertools
+
     import torch
 
-    if getattr(x, "dim", lambda: 0)() != 4 or getattr(weight, "dim", lambda: 0)() != 4:
-        raise LaunchError("argus.ops.conv_transpose2d: x is [N, C, H, W] and weight "
-                          "[C, K / groups, R, S]")
-    st, pd, op, dl = (_pair(stride, "stride"), _pair(padding, "padding"),
-                      _pair(output_padding, "output_padding"), _pair(dilation, "dilation"))
+    name = f"argus.ops.conv_transpose{dims}d"
+    if getattr(x, "dim", lambda: 0)() != dims + 2 or \
+            getattr(weight, "dim", lambda: 0)() != dims + 2:
+        raise LaunchError(f"{name}: x is [N, C, *spatial] and weight [C, K / groups, "
+                          f"*kernel] with {dims} spatial dims")
+    st, pd, op, dl = (_pair(v, n, dims) for v, n in (
+        (stride, "stride"), (padding, "padding"), (output_padding, "output_padding"),
+        (dilation, "dilation")))
     if not isinstance(groups, int) or groups < 1 or weight.shape[0] % groups or \
             x.shape[1] != weight.shape[0]:
-        raise LaunchError(f"argus.ops.conv_transpose2d: x has {x.shape[1]} channels, weight "
-                          f"{tuple(weight.shape)} ([C, K / groups, R, S]); groups={groups} must "
-                          f"divide C")
+        raise LaunchError(f"{name}: x has {x.shape[1]} channels, weight "
+                          f"{tuple(weight.shape)} ([C, K / groups, *kernel]); groups={groups} "
+                          f"must divide C")
     if min(st) < 1 or min(dl) < 1 or min(pd) < 0 or any(o >= max(s_, d) for o, s_, d in
                                                           zip(op, st, dl)):
-        raise LaunchError(f"argus.ops.conv_transpose2d: stride {st}, dilation {dl} >= 1, "
-                          f"padding {pd} >= 0, output_padding {op} < max(stride, dilation)")
-    run = run or conv2d
-    R, S = weight.shape[2:]
-    conv_pad = (dl[0] * (R - 1) - pd[0], dl[1] * (S - 1) - pd[1])
-    if st == (1, 1) and op == (0, 0) and min(conv_pad) >= 0:
-        return run(x, conv_transpose2d_weight(weight, groups), bias, 1, conv_pad, dl, groups)
-    N, H, W = x.shape[0], x.shape[2], x.shape[3]
-    K = weight.shape[1] * groups
-    P = (H - 1) * st[0] - 2 * pd[0] + dl[0] * (R - 1) + op[0] + 1
-    Q = (W - 1) * st[1] - 2 * pd[1] + dl[1] * (S - 1) + op[1] + 1
-    if P < 1 or Q < 1:
-        raise LaunchError(f"argus.ops.conv_transpose2d: output size {P}x{Q} is empty")
+        raise LaunchError(f"{name}: stride {st}, dilation {dl} >= 1, padding {pd} >= 0, "
+                          f"output_padding {op} < max(stride, dilation)")
+    ks = tuple(weight.shape[2:])
     C, Kg = weight.shape[0], weight.shape[1]
-    swapped = weight.reshape(groups, C // groups, Kg, R, S).transpose(1, 2) \
-        .reshape(K, C // groups, R, S)                 # [K, C / groups, R, S], taps unflipped
-    out = torch.empty(N, K, P, Q, dtype=x.dtype, device=x.device)
-    for a in range(min(st[0], P)):
-        rows = _phase(a, R, st[0], dl[0], pd[0], P, H)
-        for b in range(min(st[1], Q)):
-            cols = _phase(b, S, st[1], dl[1], pd[1], Q, W)
-            target = out[:, :, a::st[0], b::st[1]]
-            if rows is None or cols is None:           # no tap reaches this phase
-                target.copy_(torch.zeros_like(target) if bias is None else
-                             bias.view(1, K, 1, 1).expand_as(target))
-                continue
-            (r_idx, dr, pr, r0), (c_idx, dc, pc, c0) = rows, cols
-            w_phase = swapped[:, :, r_idx][:, :, :, c_idx].contiguous()
-            y = run(x, w_phase, bias, 1, (pr, pc), (dr, dc), groups)
-            target.copy_(y[:, :, r0:r0 + target.shape[2], c0:c0 + target.shape[3]])
+    K = Kg * groups
+    swapped = weight.reshape(groups, C // groups, Kg, *ks).transpose(1, 2) \
+        .reshape(K, C // groups, *ks)                  # [K, C / groups, *kernel], unflipped
+    conv_pad = tuple(d * (k - 1) - p for d, k, p in zip(dl, ks, pd))
+    if set(st) == {1} and set(op) == {0} and min(conv_pad) >= 0:
+        flipped = swapped.flip(list(range(2, 2 + dims)))
+        return run(x, flipped, bias, 1, conv_pad, dl, groups)
+    ins = tuple(x.shape[2:])
+    outs = tuple((i - 1) * s_ - 2 * p + d * (k - 1) + o + 1
+                 for i, s_, p, d, k, o in zip(ins, st, pd, dl, ks, op))
+    if min(outs) < 1:
+        raise LaunchError(f"{name}: output size {outs} is empty")
+    out = torch.empty(x.shape[0], K, *outs, dtype=x.dtype, device=x.device)
+    for phase in itertools.product(*(range(min(s_, o)) for s_, o in zip(st, outs))):
+        target = out[(slice(None), slice(None)) +
+                     tuple(slice(a, None, s_) for a, s_ in zip(phase, st))]
+        axes = [_phase(a, k, s_, d, p, o, i)
+                for a, k, s_, d, p, o, i in zip(phase, ks, st, dl, pd, outs, ins)]
+        if any(ax is None for ax in axes):             # no tap reaches this phase
+            target.copy_(torch.zeros_like(target) if bias is None else
+                         bias.view(1, K, *(1,) * dims).expand_as(target))
+            continue
+        w_phase = swapped
+        for axis, (taps, _, _, _) in enumerate(axes):
+            w_phase = w_phase.index_select(2 + axis, torch.tensor(taps, device=x.device))
+        y = run(x, w_phase.contiguous(), bias, 1, tuple(ax[2] for ax in axes),
+                tuple(ax[1] for ax in axes), groups)
+        target.copy_(y[(slice(None), slice(None)) + tuple(
+            slice(ax[3], ax[3] + n) for ax, n in zip(axes, target.shape[2:]))])
     return out
 
 

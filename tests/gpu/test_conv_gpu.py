@@ -126,6 +126,24 @@ def test_fused_bias_activation(activation):
     assert _rel(y, ref) < 1e-2
 
 
+def test_conv_transpose3d_and_1d():
+    import torch.nn.functional as F
+
+    from argus.ops import conv_transpose1d, conv_transpose3d
+
+    x = _rand(2, 32, 6, 10, 9, seed=18)
+    w = _rand(32, 16, 3, 3, 3, seed=19) / 16
+    for stride, padding, output_padding in ((1, 1, 0), (2, 1, 1), ((2, 1, 2), (0, 1, 1), 0)):
+        y = conv_transpose3d(x, w, None, stride, padding, output_padding)
+        ref = F.conv_transpose3d(x.double(), w.double(), None, stride, padding, output_padding)
+        assert y.shape == ref.shape and _rel(y, ref) < 1e-2
+    x1 = _rand(4, 64, 100, seed=20)
+    w1 = _rand(64, 32, 5, seed=21) / 16
+    y1 = conv_transpose1d(x1, w1, None, 3, 2, 1, 1, 2)
+    ref1 = F.conv_transpose1d(x1.double(), w1.double(), None, 3, 2, 1, 1, 2)
+    assert y1.shape == ref1.shape and _rel(y1, ref1) < 1e-2
+
+
 def test_custom_op_under_torch_compile():
     import torch.nn.functional as F
 

@@ -151,6 +151,24 @@ def test_conv_transpose2d_strided_phases(stride, padding, output_padding, dilati
     _close(y, ref, 1e-2)
 
 
+def test_conv_transpose3d_and_1d():
+    g = torch.Generator().manual_seed(13)
+    run = lambda *a: conv_op.conv2d_interpret(*a, schedule=DIRECT)   # noqa: E731
+    x = torch.randn(1, 8, 3, 4, 5, generator=g).bfloat16()
+    w = torch.randn(8, 8, 3, 2, 3, generator=g).bfloat16()
+    for stride, padding, output_padding in ((1, 1, 0), ((2, 1, 2), (1, 0, 1), (1, 0, 0))):
+        y = conv_op.conv_transpose3d(x, w, None, stride, padding, output_padding, run=run)
+        ref = F.conv_transpose3d(x.double(), w.double(), None, stride, padding, output_padding)
+        assert y.shape == ref.shape
+        _close(y, ref, 1e-2)
+    x1 = torch.randn(2, 8, 9, generator=g).bfloat16()
+    w1 = torch.randn(8, 16, 3, generator=g).bfloat16()
+    y1 = conv_op.conv_transpose1d(x1, w1, None, 3, 1, 1, 1, 2, run=run)
+    ref1 = F.conv_transpose1d(x1.double(), w1.double(), None, 3, 1, 1, 1, 2)
+    assert y1.shape == ref1.shape
+    _close(y1, ref1, 1e-2)
+
+
 def test_launch_errors():
     x = torch.randn(1, 8, 6, 6).bfloat16()
     w = torch.randn(8, 8, 3, 3).bfloat16()
