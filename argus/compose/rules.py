@@ -510,7 +510,7 @@ rule(torch.argmin, "argmin")(_arg("argmin"))
 
 def _minmax(fn):
     def r(self, result, x, dim=None, keepdim=False, *, out=None):
-        if isinstance(dim, Node):                      # torch.max(a, b): elementwise
+        if isinstance(dim, (Node, float)):             # torch.max(a, b): elementwise
             return self.ew(fn, x, dim)
         if dim is None:
             return self.reduce(fn, x, None, False)

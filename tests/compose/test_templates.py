@@ -293,3 +293,32 @@ def test_batch_norm_of_few_channels_splits_its_statistics():
     prog = check(mod_model(lambda: nn.BatchNorm2d(4)), [randn(16, 4, 128, 128) * 3 + 1])
     launches = list(prog.launches.values())
     assert len(launches) == 3 and sum(k.facts["split"] > 1 for k in launches) == 2
+
+
+class HeldOutLike(nn.Module):
+    """Patterns of KernelBench tasks outside the development split (written here, not copied):
+    Linear, a row min against a constant tensor, logsumexp, residuals of a detached clone."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(48, 40)
+        self.bn = nn.BatchNorm1d(40)
+
+    def forward(self, x):
+        y = self.fc(x)
+        r = y.clone().detach()
+        y = torch.min(self.bn(y), torch.tensor(0.25))
+        y = y * 2.0 + r
+        z = torch.logsumexp(y, dim=1, keepdim=True)
+        return F.gelu(z - torch.max(y, dim=1, keepdim=True).values)
+
+
+@pytest.mark.parametrize("case", ["held_out_like", "rms_4d", "matmul_both_transposed"])
+def test_held_out_patterns(case):
+    if case == "held_out_like":
+        check(HeldOutLike, [randn(16, 48)])
+    elif case == "rms_4d":
+        f = fn_model(lambda x: x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5))
+        check(f, [randn(4, 8, 6, 10)])
+    else:
+        check(fn_model(lambda a, b: torch.matmul(a.T, b.T), 2), [randn(30, 20), randn(24, 30)])
