@@ -69,6 +69,15 @@ def test_conv3d_matches_float64(case):
     _close(y, ref, 1e-2)
 
 
+def test_depthwise_runs_as_grouped_gemms():
+    # groups = C (KernelBench's depthwise tasks): correct, though Kg = 1 wastes the tile
+    g = torch.Generator().manual_seed(14)
+    x = torch.randn(2, 16, 7, 9, generator=g).bfloat16()
+    w = torch.randn(16, 1, 3, 3, generator=g).bfloat16()
+    y = conv_op.conv2d_interpret(x, w, None, 1, 1, 1, 16)
+    _close(y, _reference(x, w, None, 1, 1, 1, 16), 1e-2)
+
+
 def test_bias_relu_epilogue_and_channels_last_input():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 16, 7, 7, generator=g).bfloat16().to(memory_format=torch.channels_last)
