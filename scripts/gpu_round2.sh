@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One device call for the round-2 work: the quick GPU test tier, then the benchmarks of the new
+# kernels, each under its own time limit so one slow step cannot eat the call. Logs go to
+# $OUT/<step>.log; the last lines printed are one summary line per step.
+#   bash scripts/gpu_round2.sh [steps...]   (default: tests membound attention moe fp8block)
+# Steps: tests membound attention moe fp8block conv untuned gelu pingpong
+set -u
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests membound attention moe fp8block)
+summary=()
+run_step() {  # name, seconds, command...
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  summary+=("$name: rc=$rc $((SECONDS - t0)) s | $(grep -E 'passed|failed|geomean|GB/s|TFLOP|ratio|x torch' "$OUT/$name.log" | tail -1 | cut -c1-200)")
+  echo "== $name rc=$rc ($((SECONDS - t0)) s)"; tail -25 "$OUT/$name.log"
+}
+for s in "${steps[@]}"; do
+  case $s in
+    tests) run_step tests 240 python3 -m pytest -q -m "gpu and not slow" -n 8 tests/gpu -p no:cacheprovider --durations=8 -rf ;;
+    membound) run_step membound 90 python3 -u scripts/gpu_memory_bound.py --rounds 2 --out "$OUT/membound" ;;
+    attention) run_step attention 110 python3 -u scripts/gpu_attention_bench.py --quick --dims 64,128,256 --variants default,pingpong --kernel-only --out "$OUT/attention" ;;
+    moe) run_step moe 100 python3 -u scripts/gpu_moe_bench.py --quick --out "$OUT/moe" ;;
+    fp8block) run_step fp8block 80 python3 -u scripts/gpu_fp8_bench.py --block --shapes 4096x7168x2048,4096x24576x1536,4096x7168x16384,8192x7168x2048 --out "$OUT/fp8block" ;;
+    conv) run_step conv 90 python3 -u scripts/gpu_conv_bench.py --quick ;;
+    untuned) run_step untuned 120 python3 -u scripts/gpu_gemm_untuned.py --layouts NT --out "$OUT/untuned" ;;
+    gelu) run_step gelu 200 python3 -u scripts/gpu_agent.py --tasks gelu --budget-s 130 --out "$OUT/agent" ;;
+    pingpong) run_step pingpong 90 python3 -u scripts/gpu_gemm_pingpong.py --shapes 4096x4096x4096,2048x7168x2048 --sass ;;
+    *) echo "unknown step $s" ;;
+  esac
+done
+echo; echo "== summary"; printf '%s\n' "${summary[@]}"
