@@ -69,6 +69,10 @@ class Names:
                 op.acc if isinstance(op, O.Wgmma) else None
             if target is not None:
                 self.writers.setdefault(self.root.get(target.id, target.id), []).append(op)
+        self.loops_by_loc: dict[str, list[O.For]] = {}
+        for op in kernel.walk():
+            if isinstance(op, O.For):
+                self.loops_by_loc.setdefault(str(op.loc), []).append(op)
         self.names: dict[int, str] = dict(self.params)
         for (file, line), ops in self.by_line.items():
             self._name_line(file, line, ops)
@@ -236,6 +240,24 @@ class Names:
         return out
 
 
+def _loop_keys(names: Names, x: Any) -> Any:
+    """{'loop@kernels.py:62': 3} -> {'k (loop@kernels.py:62)': 3}: the loop's variable."""
+    if isinstance(x, dict):
+        out = {}
+        for k, v in x.items():
+            key = k
+            if isinstance(k, str) and (k.startswith("loop@") or k in names.loops_by_loc):
+                file_line = k.removeprefix("loop@")
+                for op in names.loops_by_loc.get(file_line, []):
+                    n = names.name(op.var.id)
+                    if n is not None:
+                        key = f"{n.split('@')[0]} ({k})"
+                        break
+            out[key] = _loop_keys(names, v)
+        return out
+    return x
+
+
 def _rename_any(names: Names, x: Any) -> Any:
     if isinstance(x, str):
         return names.rename(x)
@@ -258,6 +280,9 @@ def annotate(kernel: Kernel, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
             out.append(d)
             continue
         wit = _rename_any(names, dict(d.counterexample))
+        for key in ("iteration", "first", "second", "consumer"):
+            if isinstance(wit.get(key), dict):
+                wit[key] = _loop_keys(names, wit[key])
         defs = names.definitions(d.loc)
         if defs:
             wit.setdefault("defined", defs)
