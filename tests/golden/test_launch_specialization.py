@@ -151,6 +151,14 @@ def test_a_misaligned_tensor_keeps_its_checks():
     text = _text(_copy(), LaunchSpecialization(("Y",), ("M", "N")))
     assert text.count("ag::aligned_to(X + ge, 16)") == 2
     assert "ag::aligned_to(Y" not in text
+    # an in-bounds chunk that fails the alignment test is read element by element, never
+    # filled as if it were outside the tensor (the H200 caught zeros in a misaligned view)
+    assert len(re.findall(r"t\d+\[\d+\] = \(.*\) \? X\[", text)) == 8
+
+
+def test_a_misaligned_output_keeps_its_element_stores():
+    text = _text(_copy(), LaunchSpecialization(("X",), ("M", "N")))
+    assert text.count("ag::aligned_to(Y + ge, 16)") == 2 and "Y[" in text
 
 
 def test_a_ragged_extent_keeps_the_scalar_path_but_not_the_alignment_test():

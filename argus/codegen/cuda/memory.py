@@ -134,7 +134,9 @@ def _chunked(em: _Emitter, op, info: TileInfo, dtype, rank: int, scalar, vector,
     aligned_elems, whole_elems = access_fact(em.kernel, tensor, op.offsets)
     # chunk starts are multiples of vec columns (Blocked.col), hence of per_access
     proven_aligned = aligned_elems % per_access == 0
-    proven_whole = whole_elems % lay.vec == 0 and outside is not None
+    # a chunk that fails a run-time alignment test is in bounds: only an aligned access may
+    # drop the element-by-element path for `outside`
+    proven_whole = proven_aligned and whole_elems % lay.vec == 0 and outside is not None
     for i0 in range(0, lay.nregs, lay.vec):
         regs = list(range(i0, i0 + lay.vec))
         cond, idx = _bounds(em, tensor, op.offsets, info, i0, rank, span=lay.vec)
