@@ -283,11 +283,33 @@ class _Emitter(metaclass=_RuleNames):
 # ----------------------------------------------------------------------------- the kernel
 
 
+# What a role may do and still run on one elected thread: index math, loops, uniform scalar
+# reads from global memory (a producer reading its coordinates, e.g. the MoE tile -> expert map:
+# the value feeds only ops inside the elected block), pipeline steps and the TMA loads.
+_SINGLE_THREAD_OPS = (O.Const, O.Arith, O.For, O.If, O.LoadScalar, O.Produce, O.TmaLoad,
+                      O.SmemSlice, O.ClusterRank, O.SetMaxNReg)
+
+
 def _single_thread_role(role: O.RoleOp) -> bool:
     """A role that only issues TMA copies runs on one elected thread of its warpgroup."""
-    allowed = (O.Const, O.Arith, O.For, O.If, O.Produce, O.TmaLoad, O.SmemSlice, O.ClusterRank,
-               O.SetMaxNReg)
-    return all(isinstance(op, allowed) for op in role.body.walk())
+    return all(isinstance(op, _SINGLE_THREAD_OPS) for op in role.body.walk())
+
+
+def _check_producer_role(role: O.RoleOp) -> None:
+    """A pipeline's full barriers expect one arrival per step (pipeline.create: count 1), so a
+    role that produces must run on one thread: rendered for all 128, each thread would arrive
+    with expect_tx and issue every TMA copy again (128 arrivals, 128x the transaction bytes:
+    the kernel dies with an unspecified launch failure on the GPU, while the interpreter, which
+    runs a role once, is right)."""
+    if not any(isinstance(op, O.Produce) for op in role.body.walk()):
+        return
+    others = sorted({op.NAME for op in role.body.walk()
+                     if not isinstance(op, _SINGLE_THREAD_OPS)})
+    raise CompileError(f"role {role.name!r} produces into a pipeline but also does "
+                       f"{', '.join(others)}, which one elected thread cannot do for its "
+                       f"warpgroup; the full barriers count one arrival per step",
+                       role.loc, fix="move that work to another role (or before the roles) "
+                       "and keep the producer to index math, scalar reads and TMA loads")
 
 
 def _count_uses(kernel: Kernel) -> dict[int, int]:
@@ -416,6 +438,7 @@ def render(kernel: Kernel) -> Source:
             em.indent -= 1
             em.emit("}")
         else:
+            _check_producer_role(role)
             em.region(Region(tuple(body)))
         em.in_role = False
         em.role_copies = (1, "")
