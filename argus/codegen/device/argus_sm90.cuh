@@ -549,8 +549,17 @@ __device__ __forceinline__ void wgmma_wait() {
 // Compiler-only fence on accumulator registers: the wait above names no registers, so without
 // this the compiler could move reads/writes of `d` across it. Costs no instruction.
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r) :: "memory"); }
+// The wgmma A fragment registers (ra[k], fenced before the wgmma and after its wait): a real
+// copy (identity prmt), not an empty asm. ptxas (NVRTC 13.0) miscompiles a register A fragment
+// that is loop-invariant (ping-pong attention's Q, packed once before the KV loop): it coalesces
+// the per-iteration copy with the hoisted registers, reuses them for P after the first wgmma
+// retires and never restores them, so from the second KV block on S = Q K^T read P (wrong
+// results at head dim 128; the SASS has no write of the A registers between the loop head and
+// the wgmma). An instruction that defines the A registers inside the loop cannot be coalesced
+// away: every wgmma reads registers written right before it (one PRMT per register; after the
+// wait the copy is dead and ptxas drops it). tests/unit/test_wgmma_register_a_ptx.py checks it.
 __device__ __forceinline__ void fence_operand(uint32_t& r) {
-    asm volatile("" : "+r"(r) :: "memory");
+    asm volatile("prmt.b32 %0, %0, 0, 0x3210;" : "+r"(r) :: "memory");
 }
 template <int N>
 __device__ __forceinline__ void fence_operands(float (&d)[N]) {
