@@ -153,3 +153,25 @@ def test_schedules_match_float64(name, D, monkeypatch):
     err = ((views[3].double() - want).norm() / want.norm()).item()
     assert err < 1e-2, f"{name}: relative error {err}"
     assert (lse.double() - want_lse).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_pingpong_head_dim_128_every_kv_block(causal, dtype):
+    """Ping-pong at head dim 128 (Q's wgmma A fragment in registers across the KV loop): every
+    64-row block right, not only the ones that see a single KV block. ptxas (NVRTC 13.0)
+    reused Q's registers for P and the kernel computed S = P K^T from the second KV block on
+    (max abs error 0.25-0.33); tests/unit/test_wgmma_register_a_ptx.py checks the code on
+    the CPU."""
+    import dataclasses
+
+    import argus.ops
+    from argus.kernels.attention import default_schedule
+
+    schedule = dataclasses.replace(default_schedule(128, causal), ordered=True)
+    q, k, v = _inputs(1, 2, 2, 512, 512, 128, "bhsd", dtype, seed=128)
+    out = argus.ops.attention(q, k, v, causal=causal, schedule=schedule)
+    want, _ = reference(q, k, v, causal, 1.0 / math.sqrt(128))
+    err = (out.double() - want).abs()
+    per_block = [err[:, :, r:r + 64].max().item() for r in range(0, 512, 64)]
+    assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"
