@@ -184,7 +184,8 @@ def _promoted():
             Fp8GemmSchedule(bn=160, stages=5, promote=True, cluster_m=2)]
 
 
-@pytest.mark.parametrize("m,n,k", [(2048, 7168, 2048), (4096, 4096, 4096), (300, 200, 1024)])
+# ragged M only: torch._scaled_mm (cuBLASLt) needs N and K multiples of 16 (it refused N = 200)
+@pytest.mark.parametrize("m,n,k", [(2048, 7168, 2048), (4096, 4096, 4096), (300, 208, 1024)])
 def test_per_tensor_promotion_is_as_accurate_as_cublas(m, n, k):
     """Without promotion our error was 2.1-2.6e-3 against cuBLAS's 1.7e-3 (docs/perf/fp8.md);
     promoting every 128 of K brings it to cuBLAS's level (bf16 output rounding dominates)."""
