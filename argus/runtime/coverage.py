@@ -116,11 +116,31 @@ def of_kernel(kernel: Kernel) -> Coverage:
             continue
         found = re.match(r"dim (\d+) ", ob.subject)      # "dim 1 of Y stored at ..."
         dim = int(found.group(1)) if found else -1
+        if not _counted(model, store, dim):
+            continue
         dims = store.tensor.dims
         reqs.append(Requirement(store.tensor.name, dim,
                                 str(dims[dim]) if 0 <= dim < len(dims) else "its size",
                                 ob.loc, parts[0], parts[1], ob.fix))
     return Coverage(kernel.name, tuple(reqs), tuple(model.premises), dict(model.params))
+
+
+def _counted(model, store, dim: int) -> bool:
+    """Whether |domain| bounds the positions the store reaches along `dim`: the destination
+    coordinate is a function of the counted variables (program ids, loop and warpgroup
+    indices, the tile axis) and launch constants (scalar parameters) only. A coordinate that
+    also moves with a value the count does not see (a loop-carried offset `off = off + BN`,
+    an opaque or loaded scalar) reaches more positions than |domain|: nothing is proven."""
+    from argus.verify import check_stores
+    from argus.verify.tagdomain import free_consts, fresh_int
+
+    idx = [fresh_int(f"e{d}") for d in range(len(store.shape))]
+    dest = check_stores._dest(store, idx)
+    if not 0 <= dim < len(dest):
+        return False
+    known = {str(v) for v in idx} | set(check_stores._var_ranges(model, store)) | \
+        {str(v) for v in model.params.values()}
+    return free_consts(dest[dim]) <= known
 
 
 _CACHE: dict[int, tuple[Kernel, Coverage]] = {}
