@@ -90,3 +90,35 @@ def test_a_producer_doing_per_thread_work_is_refused():
 
     with pytest.raises(CompileError, match="produces into a pipeline"):
         codegen.render(lower_only(busy_producer))
+
+
+def test_a_producer_with_a_loop_carried_coordinate_is_elected():
+    """A producer that walks its K coordinate as a carried scalar (`kk = kk + 64`: a scalar
+    var / assign) is index math and runs elected; it was refused as doing 'assign, var'."""
+    @ag.kernel
+    def carried_producer(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+                         C: ag.Tensor["M", "N", ag.bf16]):
+        (pid,) = ag.grid(ag.cdiv(A.shape[0], 64))
+        sA = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+        sB = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+        pipe = ag.pipeline(2)
+        steps = ag.cdiv(A.shape[1], 64)
+        with ag.role("producer", warpgroups=1):
+            kk = pid * 0
+            for _k in ag.range(steps):
+                with pipe.produce() as st:
+                    ag.tma.load(sA[st], A, (pid * 64, kk))
+                    ag.tma.load(sB[st], B, (0, kk))
+                kk = kk + 64
+        with ag.role("consumer", warpgroups=1):
+            acc = ag.zeros((64, 64), ag.f32)
+            for _k in ag.range(steps):
+                with pipe.consume() as st:
+                    acc = ag.wgmma(sA[st], sB[st], acc)
+            ag.store(C, (pid * 64, 0), acc.to(ag.bf16))
+
+    producer = _role(codegen.render(lower_only(carried_producer)).text, "producer")
+    elect = producer.index("if (gtid == 0) {  // one thread issues the async copies")
+    for pattern in (r"mbar_arrive_expect_tx", r"ag::tma_load_\dd", r" = \(v\d+ \+ 64\);"):
+        hits = [m.start() for m in re.finditer(pattern, producer)]
+        assert hits and all(h > elect for h in hits), pattern

@@ -290,9 +290,19 @@ _SINGLE_THREAD_OPS = (O.Const, O.Arith, O.For, O.If, O.LoadScalar, O.Produce, O.
                       O.SmemSlice, O.ClusterRank, O.SetMaxNReg)
 
 
+def _single_thread_op(op) -> bool:
+    """One of the ops above, or a loop-carried scalar (`var` / `assign` of a scalar: a producer
+    walking its coordinates, `k = k + 64`, is index math too; a carried tile is not)."""
+    if isinstance(op, O.Var):
+        return isinstance(op.result.type, ScalarType)
+    if isinstance(op, O.Assign):
+        return isinstance(op.dst.type, ScalarType)
+    return isinstance(op, _SINGLE_THREAD_OPS)
+
+
 def _single_thread_role(role: O.RoleOp) -> bool:
     """A role that only issues TMA copies runs on one elected thread of its warpgroup."""
-    return all(isinstance(op, _SINGLE_THREAD_OPS) for op in role.body.walk())
+    return all(_single_thread_op(op) for op in role.body.walk())
 
 
 def _check_producer_role(role: O.RoleOp) -> None:
@@ -303,8 +313,7 @@ def _check_producer_role(role: O.RoleOp) -> None:
     runs a role once, is right)."""
     if not any(isinstance(op, O.Produce) for op in role.body.walk()):
         return
-    others = sorted({op.NAME for op in role.body.walk()
-                     if not isinstance(op, _SINGLE_THREAD_OPS)})
+    others = sorted({op.NAME for op in role.body.walk() if not _single_thread_op(op)})
     raise CompileError(f"role {role.name!r} produces into a pipeline but also does "
                        f"{', '.join(others)}, which one elected thread cannot do for its "
                        f"warpgroup; the full barriers count one arrival per step",
