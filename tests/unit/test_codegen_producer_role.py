@@ -122,3 +122,27 @@ def test_a_producer_with_a_loop_carried_coordinate_is_elected():
     for pattern in (r"mbar_arrive_expect_tx", r"ag::tma_load_\dd", r" = \(v\d+ \+ 64\);"):
         hits = [m.start() for m in re.finditer(pattern, producer)]
         assert hits and all(h > elect for h in hits), pattern
+
+
+def test_a_pipeline_step_outside_roles_is_refused_at_render():
+    """Without roles every thread of the CTA would run the produce step (128 arrivals on a full
+    barrier that counts one, every TMA copy 128 times) and the consume step's state was never
+    declared (an NVRTC error naming pend/acc_row): a CompileError naming the step instead."""
+    @ag.kernel
+    def no_roles(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+                 C: ag.Tensor["M", "N", ag.bf16]):
+        (pid,) = ag.grid(ag.cdiv(A.shape[0], 64))
+        sA = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+        sB = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+        pipe = ag.pipeline(2)
+        acc = ag.zeros((64, 64), ag.f32)
+        for k in ag.range(ag.cdiv(A.shape[1], 64)):
+            with pipe.produce() as st:
+                ag.tma.load(sA[st], A, (pid * 64, k * 64))
+                ag.tma.load(sB[st], B, (0, k * 64))
+            with pipe.consume() as st:
+                acc = ag.wgmma(sA[st], sB[st], acc)
+        ag.store(C, (pid * 64, 0), acc.to(ag.bf16))
+
+    with pytest.raises(CompileError, match=r"pipeline step \(produce\) outside a warp role"):
+        codegen.render(lower_only(no_roles))

@@ -321,6 +321,19 @@ def _check_producer_role(role: O.RoleOp) -> None:
                        "and keep the producer to index math, scalar reads and TMA loads")
 
 
+def _check_steps_in_roles(ops) -> None:
+    """Pipeline steps are rendered for warp roles only: outside a role every thread of the CTA
+    would run a produce step (one arrival per thread on a full barrier that counts one, every
+    TMA copy issued per thread) and the consumer's step state is never declared; refused here
+    rather than as an NVRTC error or a GPU fault."""
+    for op in Region(tuple(ops)).walk():
+        if isinstance(op, (O.Produce, O.Consume)):
+            raise CompileError(f"a pipeline step ({op.NAME}) outside a warp role: pipelines "
+                               "are rendered for warp-specialized kernels only", op.loc,
+                               fix="put the produce steps in `with ag.role('producer', "
+                                   "warpgroups=1):` and the consume steps in a consumer role")
+
+
 def _count_uses(kernel: Kernel) -> dict[int, int]:
     uses: dict[int, int] = {}
     for op in kernel.walk():
@@ -414,6 +427,7 @@ def render(kernel: Kernel) -> Source:
         if roles else set()
     epilogue = [top[j] for j in sorted(tail)]
     prologue = [op for j, op in enumerate(top) if not isinstance(op, O.RoleOp) and j not in tail]
+    _check_steps_in_roles(prologue + epilogue)
     em.region(Region(tuple(prologue)))
     plan = {name: (first, count, regs) for name, first, count, regs in kernel.attr("role_plan", ())}
     for k, role in enumerate(roles):
