@@ -162,6 +162,10 @@ def _compose_general(path: Path, why: NoTemplate) -> TaskSpec:
     kernels = len(prog.launches) + sum(1 for s in prog.plan.steps if s.kind in ("matmul",
                                                                                  "scan"))
     has_mm = any(s.kind == "matmul" for s in prog.plan.steps)
+    if kernels == 0:  # every op runs in torch: nothing for the agent to tune or to judge as ours
+        raise NoTemplate(f"{path.stem}: no Argus template for this op family: argus.compose "
+                         f"lowers none of it ({comp.describe()}); first refusal: {why}",
+                         fix="extend argus/compose/rules.py with a rule for the op") from None
     return TaskSpec(family="composed", name=path.stem, origin="kernelbench",
                     path=str(path.resolve()), sha256=file_sha256(path),
                     shape=(("kernels", kernels), ("matmuls", int(has_mm))), dtype="f32",
