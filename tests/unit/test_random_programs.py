@@ -36,6 +36,7 @@ def test_interpret_and_compile_agree_and_match_numpy(seed):
 @pytest.mark.parametrize("seed", _seeds(NVRTC_SAMPLE))
 def test_nvrtc_builds_sm90a(seed):
     from argus.compiler import compile_kernel
+    from argus.errors import VerificationError
 
     program = generate(seed)
     _, error = interpret(program)
@@ -43,6 +44,14 @@ def test_nvrtc_builds_sm90a(seed):
         pytest.skip(f"refused by the front end: {error}")
     try:
         compiled = compile_kernel(program.kernel())
+    except VerificationError as e:
+        # the generator picks out-of-bounds fills and loop trip counts at random (their values
+        # are well defined and checked against numpy above); the verifier calls a fill that is
+        # not the consuming reduction's identity, and a loop reduction that misses part of its
+        # row, bugs of intent: the only findings such a program may get
+        codes = {d.code for d in e.diagnostics if d.severity == "error"}
+        assert codes <= {"fill.identity", "reduce.coverage"}, f"{codes}\n{program.describe()}"
+        compiled = compile_kernel(program.kernel(), verify=False)
     except Exception as e:  # noqa: BLE001 - re-raised with the program
         raise AssertionError(f"compile failed: {e!r}\n{program.describe()}") from e
     assert compiled.binary
