@@ -84,6 +84,55 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
         return ring + staging
 
 
+@dataclass(frozen=True)
+class _Fp8Gemm:
+    """What both fp8 kernels (per-tensor and block-scaled) build the same way from their
+    schedule: the grid, the e4m3 operand ring, the staging buffer of the TMA-store epilogue, the
+    producer role and the epilogue. Trace-time Python: the ops are recorded in the order the
+    kernels recorded them before (the library replay hashes hold it)."""
+
+    s: Fp8GemmSchedule
+    sched: TileScheduler
+    ring: OperandRing
+    k_steps: object
+    rows: int
+    staging: Staging | None
+
+    @classmethod
+    def launch(cls, s: Fp8GemmSchedule, A, W, out_dtype: DType) -> "_Fp8Gemm":
+        M, K = A.shape
+        N = W.shape[0]
+        sched = TileScheduler.launch(M, N, s.bm, s.bn, cluster=s.cluster_m,
+                                     persistent=s.persistent, num_sms=s.num_sms,
+                                     group_m=s.group_m)
+        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
+        k_steps = ring.k_steps(K)
+        rows = s.bm // s.consumers
+        # one 128B-swizzled 64 x 64 staging block per 64 columns
+        staging = Staging.alloc(s.consumers, rows, s.bn, out_dtype) \
+            if s.epilogue == "tma" else None
+        return cls(s, sched, ring, k_steps, rows, staging)
+
+    def produce(self, A, W) -> None:
+        """The producer role: every unit's A and W tiles through the ring."""
+        s = self.s
+        with ag.role("producer", warpgroups=1, regs=s.producer_regs):
+            for unit in self.sched.units():
+                self.ring.load(self.k_steps, A, W, unit, rank=self.sched.rank,
+                               cluster=s.cluster_m)
+
+    def store(self, C, unit: Unit, wg, acc, finish) -> None:
+        """Warpgroup wg's rows of the unit's tile, from registers or staged for TMA."""
+        s = self.s
+        if self.staging is not None:
+            # each block stored as soon as it is staged (the order measured on the GPU; the
+            # bf16 GEMM's whole-round runs are untried here)
+            store_tile_staged(C, unit, wg, acc, self.staging, bm=s.bm, bn=s.bn,
+                              rows=self.rows, finish=finish, run=1)
+        else:
+            store_tile(C, unit, wg, acc, bm=s.bm, bn=s.bn, rows=self.rows, finish=finish)
+
+
 @functools.cache
 def gemm_fp8_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
     """The fp8 GEMM kernel for one output type (cached: one KernelFunction per type)."""
@@ -96,20 +145,8 @@ def gemm_fp8_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
                  ScaleB: ag.Tensor[1, ag.f32],
                  C: ag.Tensor["M", "N", out_dtype],
                  s: Fp8GemmSchedule = Fp8GemmSchedule()):
-        M, K = A.shape
-        N = W.shape[0]
-        sched = TileScheduler.launch(M, N, s.bm, s.bn, cluster=s.cluster_m,
-                                     persistent=s.persistent, num_sms=s.num_sms,
-                                     group_m=s.group_m)
-        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
-        k_steps = ring.k_steps(K)
-        rows = s.bm // s.consumers
-        if s.epilogue == "tma":  # one 128B-swizzled 64 x 64 staging block per 64 columns
-            staging = Staging.alloc(s.consumers, rows, s.bn, out_dtype)
-
-        with ag.role("producer", warpgroups=1, regs=s.producer_regs):
-            for unit in sched.units():
-                ring.load(k_steps, A, W, unit, rank=sched.rank, cluster=s.cluster_m)
+        g = _Fp8Gemm.launch(s, A, W, out_dtype)
+        g.produce(A, W)
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             # per-tensor scales, read once from device memory (no host round trip)
@@ -118,18 +155,12 @@ def gemm_fp8_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
             def finish(tile):
                 return (tile * scale).to(out_dtype)
 
-            for unit in sched.units():
+            for unit in g.sched.units():
                 if s.promote:  # per-tensor scales: the partials are added unscaled
-                    acc = promoted_mma(ring, k_steps, wg)
+                    acc = promoted_mma(g.ring, g.k_steps, wg)
                 else:
-                    acc = ring.mma(k_steps, wg, zero_by_wgmma=s.zero_by_wgmma)
-                if s.epilogue == "tma":
-                    # each block stored as soon as it is staged (the order measured on the
-                    # GPU; the bf16 GEMM's whole-round runs are untried here)
-                    store_tile_staged(C, unit, wg, acc, staging, bm=s.bm, bn=s.bn, rows=rows,
-                                      finish=finish, run=1)
-                else:
-                    store_tile(C, unit, wg, acc, bm=s.bm, bn=s.bn, rows=rows, finish=finish)
+                    acc = g.ring.mma(g.k_steps, wg, zero_by_wgmma=s.zero_by_wgmma)
+                g.store(C, unit, wg, acc, finish)
 
     name = "gemm_fp8" if out_dtype == ag.bf16 else f"gemm_fp8_{out_dtype.name}"
     return ag.kernel(gemm_fp8, name=name)
@@ -228,33 +259,17 @@ def gemm_fp8_blockscaled_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction
             raise ag.TraceError("block scales are applied when each K block's partial is "
                                 "promoted: the block-scaled kernel needs promote=True",
                                 fix="pass Fp8GemmSchedule(..., promote=True)")
-        M, K = A.shape
-        N = W.shape[0]
-        sched = TileScheduler.launch(M, N, s.bm, s.bn, cluster=s.cluster_m,
-                                     persistent=s.persistent, num_sms=s.num_sms,
-                                     group_m=s.group_m)
-        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
-        k_steps = ring.k_steps(K)
-        rows = s.bm // s.consumers
-        if s.epilogue == "tma":
-            staging = Staging.alloc(s.consumers, rows, s.bn, out_dtype)
-
-        with ag.role("producer", warpgroups=1, regs=s.producer_regs):
-            for unit in sched.units():
-                ring.load(k_steps, A, W, unit, rank=sched.rank, cluster=s.cluster_m)
+        g = _Fp8Gemm.launch(s, A, W, out_dtype)
+        g.produce(A, W)
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             def finish(tile):
                 return tile.to(out_dtype)
 
-            for unit in sched.units():
-                acc = promoted_mma(ring, k_steps, wg, BlockScales.of(
-                    ScaleAT, ScaleB, unit, wg, bm=s.bm, bn=s.bn, rows=rows))
-                if s.epilogue == "tma":
-                    store_tile_staged(C, unit, wg, acc, staging, bm=s.bm, bn=s.bn, rows=rows,
-                                      finish=finish, run=1)
-                else:
-                    store_tile(C, unit, wg, acc, bm=s.bm, bn=s.bn, rows=rows, finish=finish)
+            for unit in g.sched.units():
+                acc = promoted_mma(g.ring, g.k_steps, wg, BlockScales.of(
+                    ScaleAT, ScaleB, unit, wg, bm=s.bm, bn=s.bn, rows=g.rows))
+                g.store(C, unit, wg, acc, finish)
 
     name = "gemm_fp8_blockscaled" if out_dtype == ag.bf16 else \
         f"gemm_fp8_blockscaled_{out_dtype.name}"
