@@ -128,12 +128,9 @@ def test_a_wait_for_more_groups_than_are_in_flight_retires_none():
         assert st.groups == left, (pending, st.groups)
 
 
-@ag.kernel
-def _acc_read_in_a_loop(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
-                        O: ag.Tensor["M", "N", ag.f32], T: ag.Tensor["T", ag.f32]):
-    """A consume loop that leaves its last wgmma group in flight, then a loop that reads the
-    accumulator (its flush runs only if the loop does), then a read after it."""
-    (pid,) = ag.grid(1)
+def _stream_k_tiles(A, B):
+    """A 2-stage ring of 64 x 64 A and B tiles over K and its producer role (trace-time Python
+    shared by the kernels below): (sA, sB, pipe, number of K steps)."""
     sA = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
     sB = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
     pipe = ag.pipeline(2)
@@ -143,6 +140,16 @@ def _acc_read_in_a_loop(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", 
             with pipe.produce() as st:
                 ag.tma.load(sA[st], A, (0, j * 64))
                 ag.tma.load(sB[st], B, (0, j * 64))
+    return sA, sB, pipe, n
+
+
+@ag.kernel
+def _acc_read_in_a_loop(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+                        O: ag.Tensor["M", "N", ag.f32], T: ag.Tensor["T", ag.f32]):
+    """A consume loop that leaves its last wgmma group in flight, then a loop that reads the
+    accumulator (its flush runs only if the loop does), then a read after it."""
+    (pid,) = ag.grid(1)
+    sA, sB, pipe, n = _stream_k_tiles(A, B)
     with ag.role("consumer", warpgroups=1):
         acc = ag.zeros((64, 64))
         for j in ag.range(n):
@@ -214,15 +221,7 @@ def _acc_stored_at_loop_top(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "
     iterations 2 and later the store reads the accumulator of the previous step's group, which
     the wait_group 1 scheme keeps in flight."""
     (pid,) = ag.grid(1)
-    sA = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
-    sB = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
-    pipe = ag.pipeline(2)
-    n = ag.cdiv(A.shape[1], 64)
-    with ag.role("producer", warpgroups=1):
-        for j in ag.range(n):
-            with pipe.produce() as st:
-                ag.tma.load(sA[st], A, (0, j * 64))
-                ag.tma.load(sB[st], B, (0, j * 64))
+    sA, sB, pipe, n = _stream_k_tiles(A, B)
     with ag.role("consumer", warpgroups=1):
         acc = ag.zeros((64, 64))
         for j in ag.range(n):
