@@ -17,6 +17,7 @@ batch dimension, and the checks that tie a schedule to a problem.
 """
 
 import functools
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import argus as ag
@@ -145,9 +146,10 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                     with ag.when(turn == wg):
                         with ag.ordered("mma"):
                             accs = ring.mma_tile(k_steps, zero_by_wgmma=s.zero_by_wgmma)
-                        for j, acc in enumerate(accs):  # 64-row blocks of the tile
-                            store_tile(C, unit, j, acc, bm=s.bm, bn=s.bn, rows=64,
-                                       finish=finish, transposed=s.swap_ab)
+                        with ag.ordered("epilogue") if s.ordered_epilogue else nullcontext():
+                            for j, acc in enumerate(accs):  # 64-row blocks of the tile
+                                store_tile(C, unit, j, acc, bm=s.bm, bn=s.bn, rows=64,
+                                           finish=finish, transposed=s.swap_ab)
                     with ag.when(turn != wg):
                         ring.pipe.skip(k_steps)  # the other warpgroup's unit
             return

@@ -81,6 +81,10 @@ class WarpSpecializedSchedule:
     # one or two m64 wgmma per k slice) and they take units in turns; their main loops are
     # ordered sections (ag.ordered), so one's epilogue overlaps the other's MMAs
     pingpong: bool = False
+    # ping-pong only: the epilogues are ordered sections too (CUTLASS's ping-pong orders both
+    # its MMA and its epilogue turns), so at most one warpgroup stores while the other
+    # multiplies, instead of both storing at once when an epilogue outlasts a main loop
+    ordered_epilogue: bool = False
 
     def __post_init__(self) -> None:
         problems = self._problems()
@@ -109,6 +113,8 @@ class WarpSpecializedSchedule:
                 problems.append(f"pingpong: a {self.bm}x{self.bn} fp32 accumulator per "
                                 f"warpgroup exceeds the register budget (at most 128x160 or "
                                 f"64x256)")
+        elif self.ordered_epilogue:
+            problems.append("ordered_epilogue orders ping-pong epilogues: it needs pingpong=True")
         elif self.consumers < 1 or self.bm != 64 * self.consumers:
             problems.append(f"each consumer warpgroup owns 64 rows: bm={self.bm} needs "
                             f"consumers={self.bm // 64}")

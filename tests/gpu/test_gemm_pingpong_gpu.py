@@ -18,7 +18,8 @@ def _rand(*shape, seed=0):
 
 
 @pytest.mark.parametrize("bm,bn,stages,extra", [
-    (128, 128, 6, {}), (64, 256, 5, {}), (64, 128, 6, {}), (64, 256, 4, {"group_m": 16})])
+    (128, 128, 6, {}), (64, 256, 5, {}), (64, 128, 6, {}), (64, 256, 4, {"group_m": 16}),
+    (128, 128, 6, {"ordered_epilogue": True})])
 @pytest.mark.parametrize("m,n,k", [(2048, 7168, 2048), (1000, 1500, 136), (4096, 4096, 64)])
 @pytest.mark.parametrize("layout", ["x@W.T", "x@W"])
 def test_pingpong_matches_float64(bm, bn, stages, extra, m, n, k, layout):

@@ -27,6 +27,8 @@ def _rand(*shape, seed=0):
     (130, 128, 64, "kn", GemmSchedule(bm=64, bn=64, stages=2, pingpong=True, num_sms=2)),
     (256, 128, 192, "kn", GemmSchedule(bm=128, bn=128, stages=3, pingpong=True, num_sms=4,
                                        swap_ab=True)),
+    (330, 96, 128, "nk", GemmSchedule(bm=64, bn=32, stages=2, pingpong=True, num_sms=2,
+                                      ordered_epilogue=True)),
 ])
 def test_pingpong_gemm_matches_float64_in_the_interpreter(m, n, k, layout, schedule):
     a, w = _rand(m, k, seed=m), _rand(n, k, seed=n)
@@ -39,10 +41,23 @@ def test_pingpong_gemm_matches_float64_in_the_interpreter(m, n, k, layout, sched
 
 
 @pytest.mark.parametrize("extra", [{"epilogue": "tma"}, {"cluster_m": 2}, {"consumers": 1},
-                                   {"bm": 256}, {"persistent": False}])
+                                   {"bm": 256}, {"persistent": False}, {"ordered_epilogue": True,
+                                                                        "pingpong": False}])
 def test_pingpong_schedule_problems(extra):
     with pytest.raises(ValueError, match="pingpong"):
         GemmSchedule(**{"bm": 64, "bn": 128, "pingpong": True, **extra})
+
+
+def test_ordered_epilogue_is_a_second_turn_sequence():
+    """With ordered_epilogue the epilogues take turns too: a second pair of named barriers
+    after the main loop's pair, each sequence with its own initial pass."""
+    k = lower_only(gemm_kernel(), s=GemmSchedule(bm=128, bn=128, stages=6, pingpong=True,
+                                                 ordered_epilogue=True))
+    turn_ops = [op for op in k.walk() if isinstance(op, (O.TurnWait, O.TurnPass))]
+    pairs = {op.barriers for op in turn_ops}
+    assert len(pairs) == 2 and len({b for pair in pairs for b in pair}) == 4
+    assert sum(isinstance(op, O.TurnPass) and op.initial for op in turn_ops) == 2
+    assert parse_kernel(print_kernel(k)) == k
 
 
 def _turns_kernel(skip_turn: bool = False, order: list | None = None):
