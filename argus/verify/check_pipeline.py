@@ -130,7 +130,8 @@ def _pipe(model: Model, pipe: PipeInfo):
                 continue
             sites = [s for s in pipe.steps if (s.site.role.name if s.site.role else None)
                      in (pr, cr)]
-            obs.append(_totals(model, pipe, pr, cr, _num(tp), _num(tc), subject, sites))
+            ob = _totals(model, pipe, pr, cr, _num(tp), _num(tc), subject, sites)
+            (obs if isinstance(ob, Obligation) else finds).append(ob)
     # -- clusters: who writes a slot, who releases it ----------------------------------------
     multicast = [x for st in producers for x in st.op.body.walk()
                  if isinstance(x, O.TmaLoad) and x.multicast]
@@ -272,8 +273,47 @@ def _cluster_overwrite(model: Model, pipe: PipeInfo, p: StepInfo, peers: int, su
                       [P, Rh, Rp, T] + list(model.params.values()), fix=fix)
 
 
-def _totals(model, pipe, pr, cr, tp, tc, subject, sites) -> Obligation:
+def _sums(model: Model, term) -> list:
+    """The applications of Model.steps_over's sums in a step count."""
+    out, todo, seen = {}, [term], set()
+    while todo:
+        t = todo.pop()
+        if t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        if z3.is_app(t) and t.decl().name() in model.step_sums:
+            out[t.get_id()] = t
+        todo.extend(t.children())
+    return list(out.values())
+
+
+def _per_iteration(model: Model, app, t):
+    """What the sum `app` = F(lo, hi, c1'..cn') adds at iteration index t."""
+    var, body, args = model.step_sums[app.decl().name()]
+    pairs = [(var, t)] + [(a, b) for a, b in zip(args, app.children()[2:]) if not a.eq(b)]
+    return z3.substitute(body, *pairs)
+
+
+def _totals(model, pipe, pr, cr, tp, tc, subject, sites):
     loc = pipe.op.loc
+    premises, claims = list(model.premises), [("producer steps == consumer steps", tp == tc)]
+    sp, sc = _sums(model, tp), _sums(model, tc)
+    t = a = b = None
+    if {a.get_id() for a in sp} != {a.get_id() for a in sc}:
+        # steps per iteration that depend on the index, in different forms in the two roles:
+        # the sums are equal when both run the same iterations with equal counts in each
+        if len(sp) != 1 or len(sc) != 1:
+            return Finding("pipe.totals", loc, subject + f": {pr} vs {cr}", "unknown",
+                           "the step counts are sums over loops whose steps per iteration "
+                           "depend on the index, in forms the verifier does not pair")
+        t, a, b = fresh_int("iteration"), sp[0], sc[0]
+        lo, hi = a.children()[0], a.children()[1]
+        premises.append(a == b)   # justified by the two claims below
+        claims = [("same iterations", z3.And(lo == b.children()[0], hi == b.children()[1])),
+                  ("same steps in every iteration",
+                   z3.Implies(z3.And(t >= lo, t < hi),
+                              _per_iteration(model, a, t) == _per_iteration(model, b, t)))
+                  ] + claims
 
     def decode(zm, violated):
         wit = {"shapes": W.shapes(model, zm), "producer_steps": value(zm, tp),
@@ -282,14 +322,25 @@ def _totals(model, pipe, pr, cr, tp, tc, subject, sites) -> Obligation:
                             f"{[str(sc.op.loc) for sc in s.site.loops()]}" for s in sites]}
         if model.grid is not None:
             wit["cta"] = tuple(value(zm, model.sym[v.id]) for v in model.grid.ids)
+        if "same steps in every iteration" in violated or "same iterations" in violated:
+            it, ps, cs = value(zm, t), value(zm, _per_iteration(model, a, t)), \
+                value(zm, _per_iteration(model, b, t))
+            wit.update({"iteration_index": it, "producer_steps_in_iteration": ps,
+                        "consumer_steps_in_iteration": cs})
+            more = "producer" if ps > cs else "consumer"
+            return (f"with {wit['shapes']} the producer role {pr!r} runs {ps} steps in "
+                    f"iteration {it} of its outer loop but consumer role {cr!r} runs {cs}"
+                    if "same iterations" not in violated else
+                    f"with {wit['shapes']} the producer role {pr!r} and consumer role {cr!r} "
+                    f"walk different iterations of the loop whose steps per iteration vary")\
+                + f": the {more} waits forever", wit
         more = "producer" if value(zm, tp) > value(zm, tc) else "consumer"
         msg = (f"with {wit['shapes']} the producer role {pr!r} runs {value(zm, tp)} steps but "
                f"consumer role {cr!r} runs {value(zm, tc)}: the {more} waits forever for a "
                f"slot that is never " + ("released" if more == "producer" else "filled"))
         return msg, wit
-    return Obligation("pipe.totals", loc, subject + f": {pr} vs {cr}", list(model.premises),
-                      [("producer steps == consumer steps", tp == tc)], decode,
-                      minimize=list(model.params.values()))
+    return Obligation("pipe.totals", loc, subject + f": {pr} vs {cr}", premises, claims,
+                      decode, minimize=list(model.params.values()))
 
 
 def _slot(model: Model, pipe: PipeInfo, step: StepInfo, subject: str) -> Obligation:

@@ -163,16 +163,58 @@ def _promoted_into(model: Model, acc_id: int):
     return found
 
 
+def _acc_chain(defs: dict, vid: int) -> list[int]:
+    """The values an accumulator is made of, from the wgmma's operand back to where it was
+    (re)initialized: through variables (`var` takes its initial value) and rescaling by a
+    factor that does not read it (`o * alpha`, FlashAttention's rescale). It stops at the op
+    that made the value (zeros, a load, another wgmma's result)."""
+    chain = [vid]
+    while True:
+        op = defs.get(chain[-1])
+        if isinstance(op, O.Var) and isinstance(op.init.type, TileType):
+            nxt = op.init.id
+        elif isinstance(op, O.Elementwise) and op.fn == "mul" and len(op.args) == 2:
+            shape = tuple(op.result.type.shape)
+            full = [a for a in op.args if isinstance(a.type, TileType)
+                    and tuple(a.type.shape) == shape]
+            if len(full) != 1:
+                break
+            nxt = full[0].id
+        else:
+            break
+        if nxt in chain:
+            break
+        chain.append(nxt)
+    return chain
+
+
+def _carried_across(model: Model, chain: list[int], loop: O.For, defs: dict) -> bool:
+    """Whether the accumulator made of `chain` carries its value from one iteration of
+    `loop` to the next: the wgmma accumulates in place into a value that lives across the
+    loop (defined outside it), or a variable of the chain is defined outside the loop and
+    assigned inside it (the loop-carried update). An accumulator made afresh in every
+    iteration (zeros inside a persistent kernel's tile loop) is not, whatever the nesting."""
+    inside = {id(x) for x in loop.body.walk()}
+    first = defs.get(chain[0])
+    if first is None or id(first) not in inside:
+        return True
+    assigned = {x.dst.id for x in loop.body.walk() if isinstance(x, O.Assign)}
+    return any(isinstance(defs.get(v), O.Var) and id(defs[v]) not in inside and v in assigned
+               for v in chain)
+
+
 def _reduction_loops(model: Model, site: WgmmaSite):
-    """Loops entered after the accumulator was (re)initialized: the ones it sums over (for a
-    partial promoted into a carried variable, the ones that variable sums over)."""
-    def_op = _promoted_into(model, site.op.acc.id) or model.def_ops.get(site.op.acc.id)
-    out = []
-    for s in site.site.loops():
-        if def_op is not None and any(x is def_op for x in s.op.body.walk()):
-            continue
-        out.append(s)
-    return out
+    """The loops the accumulator sums over: those across which it carries its value (for a
+    partial promoted into a carried variable, also the ones that variable sums over). A loop
+    is a reduction loop by the data flow of its accumulator, not by nesting: a persistent
+    kernel's tile loop around a freshly zeroed accumulator is not one."""
+    defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
+    chains = [_acc_chain(defs, site.op.acc.id)]
+    promoted = _promoted_into(model, site.op.acc.id)
+    if promoted is not None:
+        chains.append(_acc_chain(defs, promoted.result.id))
+    return [s for s in site.site.loops()
+            if any(_carried_across(model, c, s.op, defs) for c in chains)]
 
 
 def _k_key(model: Model, site: WgmmaSite, name: str):

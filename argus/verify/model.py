@@ -32,6 +32,7 @@ two writers) without aliasing. Anything the model cannot represent exactly is li
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 from typing import Any
 
@@ -102,6 +103,7 @@ class Model:
         self._def_seq: dict[int, int] = {}
         self.def_ops: dict[int, Op] = {}
         self._nest_decisions: dict[tuple, tuple] = {}   # see _same_loop_nest
+        self.step_sums: dict[str, tuple] = {}   # see steps_over
         Memo.building += 1   # records computed during the walk are not memoized
         try:
             self._build()
@@ -200,13 +202,34 @@ class Model:
                 if _is_zero(inner):
                     continue
                 if op.var.id in self.sym and _mentions_any(inner, [self.sym[op.var.id]]):
-                    raise _Unsupported("pipeline steps per iteration depend on the loop index")
-                total = total + self._trip(op) * inner
+                    total = total + self.steps_over(op, inner)
+                else:
+                    total = total + self._trip(op) * inner
             elif isinstance(op, O.If):
                 inner = self._count(op.body, pipe_id)
                 if not _is_zero(inner):
                     branches.append((self._bool(op.cond), inner))
         return total + _fold_branches(branches)
+
+    def steps_over(self, op: O.For, per, upto=None):
+        """Pipeline steps of the iterations [0, upto) of loop `op` (all of them when upto is
+        None), whose body runs `per` steps at iteration index t, when `per` depends on t (a
+        causal tile's KV block count in a persistent walk): Σ_{t < upto} per(t), which is not
+        linear. It is the application F(0, upto, c1..cn) of an uninterpreted function F named
+        after the text of per(t) with t a placeholder, and c1..cn the constants per mentions
+        (shapes, program ids, outer loop indices): two loops whose per-iteration counts have
+        the same text get the same F, so equal sums are equal terms; `step_sums` keeps what F
+        sums (check_pipeline compares sums of different forms iteration by iteration)."""
+        var = self.sym[op.var.id]
+        start, step = _num(self.scalar(op.start)), _num(self.scalar(op.step))
+        t = z3.Int("steps!t")
+        body = z3.simplify(substitute(_num(per), (var, start + t * step)))
+        args = sorted(_consts(body, exclude=t), key=lambda c: c.decl().name())
+        name = "steps!" + hashlib.sha1(body.sexpr().encode()).hexdigest()[:12]
+        fn = z3.Function(name, *([z3.IntSort()] * (len(args) + 3)))
+        self.step_sums[name] = (t, body, tuple(args))
+        hi = self._trip(op) if upto is None else upto
+        return fn(z3.IntVal(0), _num(hi), *args)
 
     def trip_term(self, op: O.For):
         return _num(self._trip(op))
@@ -623,6 +646,22 @@ def _max0(x):
     if _is_z3(x):
         return z3.If(x > 0, x, 0)
     return max(0, x)
+
+
+def _consts(term, exclude=None) -> list:
+    """The uninterpreted constants of a term (but `exclude`), each once."""
+    out: dict[int, Any] = {}
+    todo, seen = [term], set()
+    while todo:
+        t = todo.pop()
+        if t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            if exclude is None or not t.eq(exclude):
+                out[t.get_id()] = t
+        todo.extend(t.children())
+    return list(out.values())
 
 
 def _mentions_any(term, vars_) -> bool:

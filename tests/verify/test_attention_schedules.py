@@ -7,8 +7,12 @@ rings, the masks under a uniform branch and the GQA head index are all modelled.
 
 The persistent walk (AttentionSchedule(persistent=True)) decodes its tiles with div/mod of
 runtime extents; its obligations must not be violated, and some may come back unknown (z3
-timeouts), which docs/verify.md counts as honest. Under the causal mask the verifier reports a
-pipe.totals violation that is not one (xfail below, with the reason)."""
+timeouts), which docs/verify.md counts as honest. Two false positives it once raised are
+regression tests here: wgmma.k-once counted the unit loop around P V as a k loop (the O
+accumulator is zeroed per unit: a loop is a reduction loop by its accumulator's data flow, not
+by nesting), and pipe.totals compared trip x blocks(unit) of two different units (under the
+causal mask a unit's KV block count depends on the unit: the totals are sums, compared
+iteration by iteration)."""
 
 import dataclasses
 
@@ -62,11 +66,6 @@ def test_ping_pong_verifies_clean(head_dim, causal):
     assert any(d.code.startswith("ordered.") for d in report.proven)
 
 
-@pytest.mark.xfail(reason="verifier false positive since this session's verifier changes: "
-                          "wgmma.k-once counts the persistent unit loop around P V as a k loop "
-                          "(units 0 and 17028 of another batch/head 'multiply sk = 0 twice'), "
-                          "though the O accumulator is fresh per unit; opt-in schedule, the "
-                          "interpreter and the GPU tests check its values", strict=False)
 def test_persistent_walk_has_no_violation():
     kernel = lower_only(attention_kernel(128, ag.bf16, False, False),
                         s=AttentionSchedule(persistent=True))
@@ -74,11 +73,6 @@ def test_persistent_walk_has_no_violation():
     assert not report.errors, "\n".join(str(d) for d in report.errors)
 
 
-@pytest.mark.xfail(reason="verifier false positive: pipe.totals claims the causal persistent "
-                          "walk's producer and consumers run different step counts (e.g. S=129, "
-                          "SK=1); both compute the same _kv_blocks per unit, and the interpreter "
-                          "runs that shape without a hang (tests/interp/test_attention_interp.py)",
-                   strict=False)
 def test_causal_persistent_walk_has_no_violation():
     kernel = lower_only(attention_kernel(128, ag.bf16, True, False),
                         s=AttentionSchedule(persistent=True))

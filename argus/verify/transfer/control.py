@@ -48,8 +48,12 @@ def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
         except _Unsupported as e:
             m.note_unsupported(op.loc, str(e))
             per[pid] = 0
-    inner_counters = {pid: _num(counters.get(pid, 0)) + index * per[pid] for pid in per
-                      if not _is_zero(per[pid])}
+    # a count per iteration that depends on the index (a causal tile's KV blocks in a
+    # persistent walk) adds up to a sum, not trip x count (Model.steps_over)
+    varying = {pid for pid, n in per.items() if mentions(_num(n), var)}
+    inner_counters = {pid: _num(counters.get(pid, 0)) +
+                      (m.steps_over(op, per[pid], index) if pid in varying else index * per[pid])
+                      for pid in per if not _is_zero(per[pid])}
     carried = m._carried_tiles(op.body)
     if carried:
         # dry pass (no recording): the loop-carried tiles' state after one iteration,
@@ -73,7 +77,8 @@ def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
     trip = m._trip(op)
     for pid, n in per.items():
         if not _is_zero(n):
-            counters[pid] = _num(counters.get(pid, 0)) + trip * n
+            counters[pid] = _num(counters.get(pid, 0)) + (
+                m.steps_over(op, n) if pid in varying else trip * n)
 
 
 def if_(m: Model, op: O.If, scopes, role, counters, following) -> None:
