@@ -33,6 +33,7 @@ import os
 import re
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,7 @@ DEFAULT_ARCH = "sm_90a"
 _KEY_VERSION = 1
 
 # Counters for tests and reports (how many real compiles vs cache hits happened).
-_STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0}
+_STATS = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "seconds": 0}  # seconds: compiling
 # Explicit in-process cache: key -> Binary.
 _MEMO: dict[str, Binary] = {}
 
@@ -85,8 +86,9 @@ class Binary:
         raise KeyError(f"no ptxas report for kernel {kernel!r} (arch {self.arch})")
 
 
-def compile_stats() -> dict[str, int]:
-    """Counts of real compiles and of memory / disk cache hits in this process."""
+def compile_stats() -> dict[str, float]:
+    """Counts of real compiles and of memory / disk cache hits in this process, and the
+    seconds spent compiling."""
     return dict(_STATS)
 
 
@@ -419,10 +421,12 @@ def compile_cuda(
                 return binary
 
     _STATS["compiles"] += 1
+    started = time.perf_counter()
     if backend == "nvrtc":
         out = _nvrtc_compile(info, source, filename, all_headers, all_options, kernel_names, arch)
     else:
         out = _nvcc_compile(nvcc, source, filename, all_headers, all_options, kernel_names, arch)
+    _STATS["seconds"] += time.perf_counter() - started
 
     binary = Binary(
         cubin=out.cubin,
