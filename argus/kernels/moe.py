@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import argus as ag
 from argus.kernels.warp_specialized import (OperandRing, Staging, Unit,
-                                            WarpSpecializedSchedule, load_tile,
+                                            WarpSpecializedSchedule, load_tile, store_tile,
                                             store_tile_staged, tile_coords)
 
 
@@ -49,11 +49,18 @@ class MoeSchedule(WarpSpecializedSchedule):
 
     # TMA-store epilogue: columns of the stored tile staged per round (0: all of them)
     store_cols: int = 0
+    # decode (a few tokens per expert): swap-AB, the expert's weight rows are wgmma's M side
+    # (bm = 64 of them per tile, gate and up planes as two accumulators of the gated GEMM) and
+    # its bn tokens the N side (8..64), so every stage carries weights, not mostly-empty token
+    # rows; each expert's segment is padded to bn rows (a token tile), and the units (token
+    # tile, weight tile) of the experts routing counted give every SM weights to stream
+    swap_ab: bool = False
 
     @property
     def pad(self) -> int:
-        """Rows each expert's segment is padded to: the rows of one unit (a cluster's tiles)."""
-        return self.bm * self.cluster_m
+        """Rows each expert's segment is padded to: the rows of one unit (a cluster's tiles),
+        or with swap_ab one token tile."""
+        return self.bn if self.swap_ab else self.bm * self.cluster_m
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
@@ -71,6 +78,13 @@ class MoeSchedule(WarpSpecializedSchedule):
             problems.append("the grouped GEMM is persistent: its unit count is a device value")
         if self.zero_by_wgmma:
             problems.append("zero_by_wgmma is untried in the grouped GEMM")
+        if self.swap_ab and (self.bm, self.consumers, self.cluster_m, self.epilogue,
+                             self.pingpong) != (64, 1, 1, "direct", False):
+            problems.append(f"swap_ab (decode): one consumer warpgroup multiplies 64 weight "
+                            f"rows per plane and stores C^T from registers; needs bm=64, "
+                            f"consumers=1, cluster_m=1, epilogue='direct', pingpong=False "
+                            f"(got bm={self.bm}, consumers={self.consumers}, cluster_m="
+                            f"{self.cluster_m}, epilogue={self.epilogue!r})")
         return problems
 
 
@@ -89,6 +103,17 @@ SMALL = MoeSchedule(bm=64, bn=128, bk=64, stages=4, consumers=1, consumer_regs=2
 # and a deep ring of weight tiles in flight
 TINY = MoeSchedule(bm=64, bn=64, bk=64, stages=8, consumers=1, consumer_regs=240,
                    producer_regs=40)
+
+
+def decode_schedule(bn: int = 8, stages: int = 8) -> MoeSchedule:
+    """The swap-AB decode schedule for token tiles of bn rows: 64 weight rows per plane and
+    stage (16 KB a stage for the gate-up GEMM, 8 KB for the down), `stages` deep, so 64-128 KB
+    of weights are in flight per SM."""
+    return MoeSchedule(bm=64, bn=bn, bk=64, stages=stages, consumers=1, consumer_regs=240,
+                       producer_regs=40, swap_ab=True)
+
+
+DECODE = decode_schedule()
 
 
 def silu_mul(gate, up):
@@ -111,23 +136,11 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
                          Tiles: ag.Tensor[1, 1, ag.i32],
                          C: ag.Tensor["M", "NC", ag.bf16],
                          s: MoeSchedule = PREFILL):
+        _tag_layout(A, W, TileExpert, s.pad, gated)
+        if s.swap_ab:   # decode: the weights are wgmma's M side
+            _decode(A, W, TileExpert, Tiles, C, s, gated)
+            return
         K = A.shape[1]
-        # Tags for the verifier (no code): a row of the layout belongs to expert route(row),
-        # what routing's tile_expert states per m-tile (an assumption: routing's contract);
-        # W's rows are expert e's, so wgmma.agree proves each tile multiplies rows with their
-        # own expert's weights (tests/mutations/moe_mutations.py seeds the bug); store.coords
-        # claims each stored column is the W row it came from (proven, but a seeded gate/up
-        # row mismatch is not caught by it today: the pairing rests on the tile mapping).
-        route, tile_expert = ag.opaque("route"), ag.opaque("tile_expert")
-        ag.tag_tensor(A, expert=lambda r, k: route(r))
-        ag.tag_tensor(TileExpert, value=lambda m, zero: tile_expert(m))
-        # the contiguous layout's contract: every row of unit u (pad rows: one m-tile, or a
-        # cluster's two) is expert tile_expert[u]'s
-        ag.tag_assume(lambda r: route(r) == tile_expert(r // s.pad))
-        if gated:
-            ag.tag_tensor(W, expert=lambda e, plane, r, k: e)
-        else:
-            ag.tag_tensor(W, expert=lambda e, r, k: e)
         # the columns a tile covers: bn/2 gate (and bn/2 up) rows of W, or bn rows
         width = s.bn // 2 if gated else s.bn
         n_tiles = ag.cdiv(C.shape[1], width)
@@ -150,10 +163,9 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
 
         def units(expert: bool):
             """(this CTA's m-tile, n-tile, expert or None) of this CTA's units."""
-            for unit in ag.range(first, m_units * n_tiles, programs):
-                mu, n = tile_coords(unit, m_units, n_tiles, s.group_m)
-                m = mu * cs + rank if cs > 1 else mu
-                yield m, n, ag.load_scalar(TileExpert, (mu, 0)) if expert else None
+            for mu, n, e in _walk(first, programs, m_units, n_tiles, s.group_m, TileExpert,
+                                  expert):
+                yield (mu * cs + rank if cs > 1 else mu), n, e
 
         with ag.role("producer", warpgroups=1, regs=s.producer_regs):
             for m, n, expert in units(True):
@@ -188,6 +200,72 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
 
     name = "moe_gate_up" if gated else "moe_down"
     return ag.kernel(moe_grouped_gemm, name=name)
+
+
+def _tag_layout(A, W, TileExpert, pad: int, gated: bool) -> None:
+    """Tags for the verifier (no code): a row of the layout belongs to expert route(row), what
+    routing's tile_expert states per unit of `pad` rows (an assumption: routing's contract);
+    W's rows are expert e's, so wgmma.agree proves each tile multiplies rows with their own
+    expert's weights (tests/mutations/moe_mutations.py seeds the bug); store.coords claims
+    each stored column is the W row it came from (proven, but a seeded gate/up row mismatch
+    is not caught by it today: the pairing rests on the tile mapping)."""
+    route, tile_expert = ag.opaque("route"), ag.opaque("tile_expert")
+    ag.tag_tensor(A, expert=lambda r, k: route(r))
+    ag.tag_tensor(TileExpert, value=lambda m, zero: tile_expert(m))
+    # the contiguous layout's contract: every row of unit u (pad rows: one m-tile, a
+    # cluster's two, or a decode token tile) is expert tile_expert[u]'s
+    ag.tag_assume(lambda r: route(r) == tile_expert(r // pad))
+    if gated:
+        ag.tag_tensor(W, expert=lambda e, plane, r, k: e)
+    else:
+        ag.tag_tensor(W, expert=lambda e, r, k: e)
+
+
+def _walk(first, programs, m_units, n_tiles, group_m: int, TileExpert, expert: bool):
+    """(unit m-tile, n-tile, its expert or None) of the units first, first + programs, ... of
+    m_units x n_tiles in grouped raster order: the m-tiles routing counted (zero-token
+    experts have none, so they make no units and no weight reads)."""
+    for unit in ag.range(first, m_units * n_tiles, programs):
+        mu, n = tile_coords(unit, m_units, n_tiles, group_m)
+        yield mu, n, ag.load_scalar(TileExpert, (mu, 0)) if expert else None
+
+
+def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool) -> None:
+    """The swap-AB body (s.swap_ab): a unit is (token tile t of bn layout rows, weight tile n
+    of 64 output columns); its stage holds 64 weight rows per plane (gate on top of up for the
+    gated GEMM) as wgmma's A operand and the bn token rows as B, so the ring is nearly all
+    weights. The accumulators are 64 x bn blocks of C^T (one per plane); the gated epilogue
+    multiplies silu(gate) by up elementwise (same layout), and the tile is stored transposed
+    into rows [t * bn, +bn) of C. Grouped raster: the few token tiles of one expert are
+    consecutive units, so a second tile's weight reads hit L2."""
+    K = A.shape[1]
+    planes = 2 if gated else 1
+    n_tiles = ag.cdiv(C.shape[1], s.bm)
+    most = ag.cdiv(A.shape[0], s.pad) * n_tiles           # units of the largest layout
+    programs = ag.minimum(most, s.num_sms)
+    (pid,) = ag.grid(programs)
+    ring = OperandRing.alloc(s.stages, planes * s.bm, s.bn, s.bk, ag.bf16, 1)
+    k_steps = ring.k_steps(K)
+    token_tiles = ag.load_scalar(Tiles, (0, 0))   # read once: every role walks the same units
+
+    with ag.role("producer", warpgroups=1, regs=s.producer_regs):
+        for t, n, expert in _walk(pid, programs, token_tiles, n_tiles, s.group_m, TileExpert,
+                                  True):
+            for k in ag.range(k_steps):
+                with ring.pipe.produce() as stage:
+                    k0 = k * s.bk
+                    for plane in range(planes):
+                        load_tile(ring.a[stage], plane * s.bm, W,
+                                  (expert, plane) if gated else (expert,), n, s.bm, k0, s.bk)
+                    load_tile(ring.b[stage], 0, A, (), t, s.bn, k0, s.bk)
+
+    with ag.role("consumer", warpgroups=1, regs=s.consumer_regs):
+        for t, n, _ in _walk(pid, programs, token_tiles, n_tiles, s.group_m, TileExpert,
+                             False):
+            accs = ring.mma_tile(k_steps)     # one 64 x bn block of C^T per plane
+            out = silu_mul(accs[0], accs[1]) if gated else accs[0]
+            store_tile(C, Unit((), n, t), 0, out, bm=s.bm, bn=s.bn, rows=s.bm,
+                       finish=lambda tile: tile.to(ag.bf16), transposed=True)
 
 
 def _store_gated_staged(C, row0, col0, wg, acc, staging: Staging, width: int) -> None:

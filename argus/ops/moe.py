@@ -35,7 +35,7 @@ import argus as ag
 from argus.errors import LaunchError
 from argus.kernels import moe_routing as R
 from argus.kernels.moe import (PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL, TINY, MoeSchedule,
-                               grouped_gemm_kernel)
+                               decode_schedule, grouped_gemm_kernel)
 
 _WHO = "argus.ops.moe"
 SCORINGS = ("softmax", "sigmoid")
@@ -48,15 +48,34 @@ _MEMO = 256
 _WORKSPACES: OrderedDict = OrderedDict()
 _WORKSPACE_COUNT = 16
 _WORKSPACE_BYTES = 64 << 20
+# decode: at most this many tokens take the swap-AB schedule (the weights as wgmma's M side,
+# token tiles of 8..64 as its N side). Up to 64 tokens every expert's rows fit one N <= 64
+# token tile at the average load of any of the three bench models (Mixtral T = 64: 16 rows
+# per expert, tiles of 32), and the layer is a weight read; past it prefill's 64-row token
+# tiles carry few padding rows
+DECODE_MAX_TOKENS = 64
+
+
+def decode_token_tile(tokens: int, top_k: int, num_experts: int) -> int:
+    """The token tile (wgmma N) of the decode schedule: twice the average rows per touched
+    expert, a multiple of 8 in 8..64, so that most experts' rows fit one tile (an expert with
+    more takes two consecutive units on the same weights, the second read from L2) while a
+    stage carries few padding rows."""
+    entries = tokens * top_k
+    average = entries / max(1, min(num_experts, entries))
+    return min(64, max(8, 8 * -(-int(2 * average) // 8)))
 
 
 def schedule_for(tokens: int, top_k: int, num_experts: int, hidden: int = 0) -> MoeSchedule:
-    """128 x 256 tiles with the TMA-store epilogue when the experts get at least 128 rows each
+    """Decode (tokens <= DECODE_MAX_TOKENS): swap-AB with token tiles of decode_token_tile
+    rows, units (token tile, 64 weight rows) of the touched experts only. Else 128 x 256 tiles with the TMA-store epilogue when the experts get at least 128 rows each
     on average, in CTA pairs sharing weight tiles from 1024 rows (where padding each expert to
     256 rows wastes little); else 64 x 128 (less padding per expert), or 64 x 64 when so few
     experts are touched that the down projection would have fewer units of 128 columns than
     SMs (decode of a few tokens: every SM should stream weights). Untuned: the bench's
     --variants run is the data for these thresholds."""
+    if tokens <= DECODE_MAX_TOKENS:
+        return decode_schedule(decode_token_tile(tokens, top_k, num_experts))
     entries = tokens * top_k
     active = max(1, min(num_experts, entries))
     if entries / active >= 1024:

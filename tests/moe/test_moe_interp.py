@@ -13,7 +13,7 @@ import torch
 from dataclasses import replace
 
 from argus.kernels.moe import (PREFILL, PREFILL_CLUSTER, PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL,
-                              TINY)
+                              TINY, MoeSchedule, decode_schedule)
 
 M = importlib.import_module("argus.ops.moe")   # the module (argus.ops.moe is the function)
 
@@ -47,6 +47,11 @@ def _rel(a, b):
     (130, 4, 2, 128, 128, PREFILL_TMA_CLUSTER),                 # both
     (70, 4, 2, 64, 128, PREFILL_TMA),                           # stmatrix + TMA store
     (50, 4, 2, 64, 128, replace(PREFILL_TMA, store_cols=64)),   # in 64-column rounds
+    # decode (swap-AB): token tiles of 8..64 rows as wgmma N, 64 weight rows as M
+    (1, 4, 2, 64, 64, decode_schedule(8)),                      # one token
+    (13, 6, 3, 128, 72, decode_schedule(16, stages=3)),         # k 3, I past a 64-row tile
+    (37, 5, 2, 64, 128, decode_schedule(8, stages=2)),          # experts of several tiles
+    (64, 8, 2, 128, 64, decode_schedule(32)),
 ])
 def test_layer_matches_float64(T, E, k, H, I, schedule):
     w13, w2 = _weights(E, H, I, seed=T)
@@ -172,9 +177,25 @@ def test_layout_with_chunks_longer_than_one_step():
 
 def test_schedule_choice():
     """Prefill tiles when experts average 128 rows (in CTA pairs from 1024); narrow ones when
-    the down projection of the touched experts would leave SMs idle (Mixtral, one token: 2
-    experts x 4096 columns)."""
+    the down projection of the touched experts would leave SMs idle; swap-AB decode up to
+    DECODE_MAX_TOKENS tokens, its token tile twice the average rows per touched expert."""
     assert M.schedule_for(16384, 2, 8, 4096) == PREFILL_TMA_CLUSTER
     assert M.schedule_for(16384, 8, 256, 7168) == PREFILL_TMA
-    assert M.schedule_for(16, 8, 256, 7168) == SMALL
-    assert M.schedule_for(1, 2, 8, 4096) == TINY
+    assert M.schedule_for(100, 8, 256, 7168) == SMALL
+    assert M.schedule_for(65, 2, 8, 2048) == TINY
+    assert M.DECODE_MAX_TOKENS == 64
+    for T, k, E, bn in [(1, 2, 8, 8), (16, 2, 8, 8), (16, 8, 256, 8), (64, 2, 8, 32),
+                        (64, 8, 128, 8), (40, 4, 4, 64)]:
+        s = M.schedule_for(T, k, E, 4096)
+        assert s.swap_ab and s.bn == bn and s.pad == bn, (T, k, E, s)
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    (dict(bm=128, consumers=2), "bm=64, consumers=1"),
+    (dict(bn=8, cluster_m=2), "cluster_m=1"),
+    (dict(bn=12), "multiple of 8"),
+])
+def test_decode_schedule_refuses_what_it_cannot_run(kwargs, words):
+    base = dict(bm=64, bn=8, consumers=1, swap_ab=True)
+    with pytest.raises(ValueError, match=words):
+        MoeSchedule(**{**base, **kwargs})

@@ -14,8 +14,9 @@ import argus as ag
 from argus import verify
 from argus.compiler import lower_only
 from argus.kernels import moe_routing as R
+from argus.runtime import nvrtc_available
 from argus.kernels.moe import (PREFILL, PREFILL_CLUSTER, PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL,
-                              TINY, grouped_gemm_kernel)
+                              TINY, decode_schedule, grouped_gemm_kernel)
 
 M = importlib.import_module("argus.ops.moe")
 
@@ -32,6 +33,11 @@ KERNELS = [
     ("down 128x256 cluster", lambda: (grouped_gemm_kernel(False), dict(s=PREFILL_CLUSTER))),
     ("gate_up tma cluster", lambda: (grouped_gemm_kernel(True), dict(s=PREFILL_TMA_CLUSTER))),
     ("down tma cluster", lambda: (grouped_gemm_kernel(False), dict(s=PREFILL_TMA_CLUSTER))),
+    ("gate_up decode n8", lambda: (grouped_gemm_kernel(True), dict(s=decode_schedule(8)))),
+    ("down decode n8", lambda: (grouped_gemm_kernel(False), dict(s=decode_schedule(8)))),
+    ("gate_up decode n64", lambda: (grouped_gemm_kernel(True), dict(s=decode_schedule(64)))),
+    ("down decode n32", lambda: (grouped_gemm_kernel(False), dict(s=decode_schedule(32)))),
+    ("layout pad 8", lambda: (R.layout_kernel(256, 8), {})),
     ("topk softmax", lambda: (R.topk_softmax_kernel(ag.bf16, 2, True, 32), {})),
     ("topk softmax k8 E256", lambda: (R.topk_softmax_kernel(ag.f32, 8, False, 256), {})),
     ("topk grouped sigmoid", lambda: (R.topk_sigmoid_grouped_kernel(ag.f32, 8, True, 256, 8, 4,
@@ -51,9 +57,30 @@ def test_moe_kernel_verifies_clean(name, build):
     report = verify.run(lower_only(kernel, **kw))
     assert not report.errors, "\n".join(str(d) for d in report.errors)
     proven = {o.code for o in report.proven}
-    if name.startswith(("gate_up", "down")):
+    if name.startswith(("gate_up", "down")):   # decode too: wgmma.agree with weights as A
         assert {"wgmma.agree", "store.coords", "wgmma.k-once"} <= proven, proven
     if name == "permute":   # the scatter's rows are distinct: position() is injective
         assert "store.once" in proven, proven
     if name == "combine":
         assert "store.coords" in proven, proven
+
+
+needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("gated", [True, False], ids=["gate_up", "down"])
+@pytest.mark.parametrize("bn", [8, 64])
+def test_decode_gemm_builds_for_sm90a(gated, bn):
+    """The swap-AB decode GEMMs compile with NVRTC: wgmma with the token tile as N (m64nBNk16),
+    the weights through the 4-d (gate-up) or 3-d (down) tensor map, no spills."""
+    from argus import codegen
+    from argus.runtime.compile import compile_cuda
+
+    source = codegen.render(lower_only(grouped_gemm_kernel(gated), s=decode_schedule(bn)))
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    assert binary.arch == "sm_90a" and binary.cubin[:4] == b"\x7fELF"
+    assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16" in binary.ptx
+    assert f"cp.async.bulk.tensor.{4 if gated else 3}d" in binary.ptx
+    res = binary.resource(source.name)
+    assert not res.spills, res.summary()
