@@ -4,7 +4,8 @@ mutations marked `# BUG:<name>` in this file), kept in their own file so the sha
 only read:
 
   * no tile reads another expert's weights: the library gate-up GEMM with its B box's expert
-    coordinate replaced (wgmma.agree on the `expert` tag, given routing's contract);
+    coordinate replaced, and the same in the swap-AB decode GEMM, whose weight box is the A
+    operand (wgmma.agree on the `expert` tag, given routing's contract);
   * the permute writes each (token, slot) to its own row: every slot to slot 0's row
     (store.once, given position() injective);
   * padding rows and other tokens' rows never reach a token's output: the combine reading the
@@ -13,8 +14,8 @@ only read:
 
 import argus as ag
 from argus.ir import ops as O
-from argus.kernels.moe import grouped_gemm_kernel
-from tests.mutations.corpus import ACC, Mutation, lowered_mutation
+from argus.kernels.moe import DECODE, grouped_gemm_kernel
+from tests.mutations.corpus import ACC, Mutation, lowered_mutation, rewrite
 
 
 def _gate_up(bug=None):
@@ -74,6 +75,15 @@ def make_combine(bug: str | None = None, top_k: int = 2, bh: int = 1024):
     return moe_combine
 
 
+def _decode_gate_up_with(fn, nth: int):
+    """The library decode gate-up GEMM (swap-AB) lowered, its nth TMA load rewritten by fn."""
+    def build():
+        from argus.compiler import lower_only
+
+        return rewrite(lower_only(grouped_gemm_kernel(True), s=DECODE), O.TmaLoad, fn, nth)
+    return build
+
+
 def _traced(factory, bug):
     return lambda: factory(bug).trace()
 
@@ -86,6 +96,12 @@ MOE_CORPUS: list[Mutation] = [
              ("wgmma.agree",), ACC + ("a_element", "b_element"), ("A.expert == B.expert",),
              None, "the gate box's expert coordinate is its row offset: another expert's "
                    "weights"),
+    # decode (swap-AB): TMA loads 0 the gate box, 1 the up box (wgmma's A), 2 the token rows (B)
+    Mutation("moe/decode_gemm_expert_from_row", "moe", 21,
+             _decode_gate_up_with(lambda op: _with_coord(op, 0, 2), nth=0),
+             ("wgmma.agree",), ACC + ("a_element", "b_element"), ("A.expert == B.expert",),
+             None, "swap-AB: the gate box's expert coordinate is its row offset: another "
+                   "expert's weights as wgmma's A operand"),
     Mutation("moe/permute_slot_collision", "moe", 22, _traced(make_permute, "slot_collision"),
              ("store.once",), ("output",), (), "slot_collision",
              "every slot of a token is written to slot 0's row"),
