@@ -13,14 +13,35 @@ import torch
 
 import argus as ag
 from argus.compose import tile
+from argus.runtime import gpu_gate
 
 
 def run(kernel, tensors, **constexprs):
-    """Compiled for sm_90a on CUDA tensors, interpreted on CPU tensors."""
-    if tensors[0].is_cuda:
-        kernel.compile(**constexprs)(*tensors)
-    else:
+    """Compiled for sm_90a on CUDA tensors, interpreted on CPU tensors. Compiling happens on
+    the first launch of each kernel and launch specialization: under a GPU gate's shared hold
+    (a judge's correctness run beside other processes' timings) that CPU-only stretch lets go
+    of the GPU (`gpu_gate.yielding`), so a timing waiting for the gate does not wait for
+    NVRTC. Past the first launch nothing is compiled and the launch goes straight through."""
+    if not tensors[0].is_cuda:
         kernel.interpret(*tensors, **constexprs)
+        return
+    gate = gpu_gate.gate()
+    if gate.active and gate.holding_shared():
+        with gate.yielding():
+            compiled = kernel.compile(**constexprs)
+            _compile_variant(compiled, tensors)
+        compiled(*tensors)
+        return
+    kernel.compile(**constexprs)(*tensors)
+
+
+def _compile_variant(compiled, tensors) -> None:
+    """Build the launch-specialized variant the first call would build (alignment facts of
+    these tensors). Best effort: a failure is left to the launch, which reports it."""
+    try:
+        compiled.variant(compiled.specialization(tensors, compiled.bind(tensors)))
+    except Exception:  # noqa: BLE001 - the launch itself raises the real error
+        pass
 
 
 _run = run

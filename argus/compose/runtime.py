@@ -11,6 +11,7 @@ state-dict keys and builds one Program per input shapes.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,9 @@ from argus.compose.graph import Node
 from argus.compose.partition import Plan, partition
 
 _SERIAL = [0]
+# Seconds spent lowering models to programs (capture, partition, kernel source) and how many
+# programs were built, in this process: the KernelBench judge reports them per task.
+STATS = {"programs": 0, "lowering_s": 0.0}
 
 
 # ------------------------------------------------------------------------- the program
@@ -210,9 +214,12 @@ class ComposedModel(torch.nn.Module):
         key = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x
                     for x in inputs)
         if key not in self._programs:
+            started = time.perf_counter()
             self._ref.train(self.training)
             with torch.no_grad():
                 self._programs[key] = Program.build(self._ref, list(inputs), self.SCHEDULES)
+            STATS["programs"] += 1
+            STATS["lowering_s"] += time.perf_counter() - started
         return self._programs[key]
 
     def forward(self, *inputs):
