@@ -17,7 +17,8 @@ dtypes are kept as the task made them. When a mixed set makes the float64 refere
 (log or sqrt of a negative, exp overflow), the judge retries with the absolute values and then
 with the task's own distribution; `InputSet.distribution` records what was used.
 
-Invariant: an input set is a pure function of (task module, set index, distribution, seed).
+Invariant: an input set is a pure function of (task module, set index, distribution, seed,
+device): on a GPU the draws come from the GPU's generator (`task_inputs`).
 """
 
 from __future__ import annotations
@@ -65,16 +66,20 @@ def is_categorical(t: torch.Tensor) -> bool:
 
 def _draw(shape: torch.Size, dtype: torch.dtype, distribution: str,
           gen: torch.Generator) -> torch.Tensor:
+    # float64 on the CPU; on a GPU in float32 (a float64 draw of a 1.6 G-element input would
+    # need 25 GB of temporaries), still a pure function of the seed on that device
+    work = torch.float64 if gen.device.type == "cpu" else torch.float32
+    kw = {"generator": gen, "dtype": work, "device": gen.device}
     if distribution == "normal":
-        return torch.randn(shape, generator=gen, dtype=torch.float64)
+        return torch.randn(shape, **kw)
     if distribution == "large":
-        return torch.randn(shape, generator=gen, dtype=torch.float64) * LARGE_SCALE
+        return torch.randn(shape, **kw) * LARGE_SCALE
     if distribution == "signed":
-        return torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1
+        return torch.rand(shape, **kw) * 2 - 1
     if distribution == "heavy":
         # Student-t(2) = Z / sqrt(chi2_2 / 2), chi2_2 = -2 log U.
-        z = torch.randn(shape, generator=gen, dtype=torch.float64)
-        u = torch.rand(shape, generator=gen, dtype=torch.float64).clamp_min(1e-300)
+        z = torch.randn(shape, **kw)
+        u = torch.rand(shape, **kw).clamp_min(torch.finfo(work).tiny)
         return (z / torch.sqrt(-torch.log(u))).clamp(-HEAVY_CLIP, HEAVY_CLIP)
     raise ValueError(f"unknown input distribution {distribution!r}; choose from {DISTRIBUTIONS}")
 
@@ -84,7 +89,9 @@ def transform(inputs: list[Any], distribution: str, seed: int, absolute: bool = 
     """Re-distribute the continuous floating inputs; returns (inputs, per-input description)."""
     if distribution == "task":
         return list(inputs), ["task" if isinstance(x, torch.Tensor) else "scalar" for x in inputs]
-    gen = torch.Generator().manual_seed(seed * 7919 + 3)
+    device = next((x.device for x in inputs if isinstance(x, torch.Tensor)),
+                  torch.device("cpu"))
+    gen = torch.Generator(device=device).manual_seed(seed * 7919 + 3)
     out: list[Any] = []
     kinds: list[str] = []
     for x in inputs:
@@ -99,19 +106,37 @@ def transform(inputs: list[Any], distribution: str, seed: int, absolute: bool = 
         values = _draw(x.shape, x.dtype, distribution, gen)
         if absolute:
             values = values.abs()
-        values = torch.where(x.detach().cpu() == 0, torch.zeros((), dtype=values.dtype), values)
-        out.append(values.to(dtype=x.dtype, device=x.device))
+        if x.device != gen.device:
+            values = values.to(x.device)
+        values = torch.where(x.detach() == 0, torch.zeros((), dtype=values.dtype,
+                                                          device=values.device), values)
+        out.append(values.to(dtype=x.dtype))
         kinds.append(distribution + ("(abs)" if absolute else ""))
     return out, kinds
 
 
-def task_inputs(module: Any, seed: int) -> list[Any]:
-    """The task's own get_inputs() under a seed (on the CPU, as the task makes them)."""
+def task_inputs(module: Any, seed: int, device: str | torch.device | None = None) -> list[Any]:
+    """The task's own get_inputs() under a seed: on the CPU, as the task makes them, or with
+    `device` (a GPU) as the default device of the tensors it creates, so that inputs of many
+    GB are drawn by the GPU's generator in milliseconds instead of minutes on the CPU (a
+    different draw of the same distribution; a pure function of the seed on that device)."""
     torch.manual_seed(seed)
-    inputs = module.get_inputs()
+    if device is not None and torch.device(device).type != "cpu":
+        with torch.device(device):
+            inputs = module.get_inputs()
+        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+    else:
+        inputs = module.get_inputs()
     if not isinstance(inputs, (list, tuple)):
         raise TypeError(f"get_inputs() returned {type(inputs).__name__}, expected a list")
     return list(inputs)
+
+
+def make_set(module: Any, seed: int, distribution: str, absolute: bool = False,
+             device: str | torch.device | None = None) -> tuple[list[Any], list[str]]:
+    """One input set: the task's inputs under `seed` re-distributed as `distribution` (what
+    the reference worker, the candidate and the baselines each compute for themselves)."""
+    return transform(task_inputs(module, seed, device), distribution, seed, absolute)
 
 
 def to_float64(inputs: list[Any]) -> list[Any]:

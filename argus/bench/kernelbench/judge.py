@@ -39,10 +39,12 @@ import torch
 from argus.bench.kernelbench import inputs as kb_inputs
 from argus.bench.kernelbench import probes, provenance, roofline, tolerance
 from argus.bench.kernelbench.baselines import BaselineCache, BaselineRecord, get_or_measure
-from argus.bench.kernelbench.process import Worker, WorkerError
+from argus.bench.kernelbench.process import LocalWorker, Worker, WorkerError
+from argus.bench.kernelbench.worker import same_fingerprints
 from argus.bench.kernelbench.shrink import SizeBudget
 from argus.bench.kernelbench.tasks import KernelBenchError, Task, task_from_path
 from argus.bench.timing import Timing, side_stream_suspect
+from argus.runtime.gpu_gate import gate
 
 REASONS: dict[str, str] = {
     # the task itself
@@ -112,6 +114,12 @@ class JudgeOptions:
     workdir: str | None = None
     keep_files: bool = False
     ref_cache_bytes: int = 1 << 30
+    # direct: the reference runs in the judge's own process and its tensors never leave it;
+    # the candidate makes its input sets itself (the same seeds, on the GPU's generator when
+    # judging on one) and hands its outputs over by CUDA IPC (a file on the CPU, or when the
+    # handles cannot be mapped). Upstream sizes move several GB per set: through files that
+    # took minutes per task. The candidate still runs in its own process.
+    direct: bool = False
 
     def resolved_device(self) -> str:
         if self.device == "auto":
@@ -174,6 +182,7 @@ class Judgment:
     seconds: float = 0.0
     level: int = 0
     problem_id: int = 0
+    phases: dict[str, float] = field(default_factory=dict)   # where `seconds` went
 
     @property
     def reason(self) -> str:
@@ -263,12 +272,22 @@ class _RefSet:
     probe_strict: set[str] = field(default_factory=set)
     probe_relaxed: set[str] = field(default_factory=set)
     probes_done: bool = False
+    inputs: list[Any] | None = None      # direct judging: the inputs, in this process
+
+    @property
+    def present(self) -> bool:
+        return self.ref is not None and (self.inputs is not None or self.inputs_path.exists())
 
 
 class ReferenceSession:
     """The reference side of judging one task; reusable for several solutions of that task."""
 
-    def __init__(self, task: Task | Path | str, options: JudgeOptions = JudgeOptions()):
+    def __init__(self, task: Task | Path | str, options: JudgeOptions = JudgeOptions(), *,
+                 reference: Worker | None = None, candidate: Worker | None = None,
+                 baseline_cache: BaselineCache | None = None):
+        """`reference`: a reference worker to reuse (it stays open at close); `candidate`: a
+        candidate process started ahead (its torch import overlapped other work); both are
+        what a parallel run passes from one task to the next."""
         self.task = task if isinstance(task, Task) else task_from_path(task)
         if options.sets < 5:
             raise KernelBenchError(f"JudgeOptions.sets={options.sets}: a judgment needs at "
@@ -290,8 +309,12 @@ class ReferenceSession:
         self.error: WorkerError | None = None
         self.stochastic = False
         self._started = False
-        self._spare: Worker | None = None
+        self._spare: Worker | None = candidate
         self._candidates_started = 0
+        self._reused_reference = reference
+        self.baseline_cache = baseline_cache
+        self.phases: dict[str, float] = {}
+        self.ipc_error = ""       # why CUDA IPC fell back to files, if it did
 
     def candidate_worker(self) -> Worker:
         """A fresh candidate process; the next one is started now so that its torch import
@@ -318,7 +341,13 @@ class ReferenceSession:
         budget = None
         if self.device == "cpu" and overrides is None and opts.cpu_scale == "auto":
             budget = {"elements": opts.cpu_budget.elements, "flops": opts.cpu_budget.flops}
-        self.worker = Worker("reference", self.dir / "logs" / "reference.log", cwd=self.dir)
+        t0 = time.perf_counter()
+        if opts.direct:
+            self.worker = LocalWorker("reference")
+        elif self._reused_reference is not None and self._reused_reference.proc.poll() is None:
+            self.worker = self._reused_reference
+        else:
+            self.worker = Worker("reference", self.dir / "logs" / "reference.log", cwd=self.dir)
         try:
             self.info = self.worker.request(
                 "init", opts.timeout_s, task_path=str(self.task.path), device=self.device,
@@ -326,12 +355,17 @@ class ReferenceSession:
                 workdir=str(self.dir / "shared"))
         except WorkerError as exc:
             self.error = exc
+        self.add_phase("reference start", time.perf_counter() - t0)
+
+    def add_phase(self, name: str, seconds: float) -> None:
+        self.phases[name] = self.phases.get(name, 0.0) + float(seconds)
 
     def close(self) -> None:
         for worker in (self.worker, self._spare):
-            if worker is not None:
+            if worker is not None and worker is not self._reused_reference:
                 worker.close()
         self.worker = self._spare = None
+        self.sets.clear()           # direct judging: the references and inputs live here
         if not self.options.keep_files:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -346,22 +380,34 @@ class ReferenceSession:
         """Input set `index` with its reference loaded (re-prepared if it was evicted)."""
         assert self.worker is not None and self.info is not None
         cached = self.sets.get(index)
-        if cached is not None and cached.ref is not None and cached.inputs_path.exists():
+        if cached is not None and cached.present:
             return cached
         spec = self.specs[index]
         inputs_path = self.dir / "inputs" / f"set{index}.pt"
         ref_path = self.dir / "refs" / f"set{index}.pt"
+        direct = self.options.direct
+        t0 = time.perf_counter()
         reply = self.worker.request(
             "prepare", self.options.timeout_s, index=index, seed=spec.seed,
-            distribution=spec.distribution, inputs_path=str(inputs_path),
-            ref_path=str(ref_path), calibrate=True, check_stochastic=index == 0)
-        ref = torch.load(ref_path, map_location=self.compare_device, weights_only=False)
-        ref_path.unlink()  # the reference never stays where a candidate could read it
+            distribution=spec.distribution, inputs_path=None if direct else str(inputs_path),
+            ref_path=None if direct else str(ref_path), calibrate=True,
+            check_stochastic=index == 0)
+        inputs = None
+        if direct:
+            tensors = reply.pop("tensors")
+            ref = [r.to(self.compare_device) for r in tensors["ref"]]
+            inputs = tensors["inputs"]
+        else:
+            ref = torch.load(ref_path, map_location=self.compare_device, weights_only=False)
+            ref_path.unlink()  # the reference never stays where a candidate could read it
+        for name, seconds in reply.get("phases", {}).items():
+            self.add_phase(f"reference {name}", seconds)
+        self.add_phase("reference sets", time.perf_counter() - t0)
         if reply.get("stochastic"):
             self.stochastic = True
         tols = [tolerance.strict_tolerance(meta["dtype"], _errors_from_json(native))
                 for meta, native in zip(reply["outputs"], reply["calibration"]["native"])]
-        entry = _RefSet(spec, reply, inputs_path, ref, tols)
+        entry = _RefSet(spec, reply, inputs_path, ref, tols, inputs=inputs)
         if cached is not None:
             entry.probe_strict, entry.probe_relaxed = cached.probe_strict, cached.probe_relaxed
             entry.probes_done = cached.probes_done
@@ -376,6 +422,7 @@ class ReferenceSession:
         nbytes = sum(r.numel() * r.element_size() for r in entry.ref)
         if nbytes * len(self.specs) > self.options.ref_cache_bytes:
             entry.ref = None
+            entry.inputs = None
             if index != 0:
                 entry.inputs_path.unlink(missing_ok=True)
 
@@ -385,8 +432,16 @@ class ReferenceSession:
         return path if path.exists() else self.get(0).inputs_path
 
     def load_inputs(self, entry: _RefSet) -> list[Any]:
+        if entry.inputs is not None:
+            return entry.inputs
         return torch.load(entry.inputs_path, map_location=self.compare_device,
                           weights_only=False)
+
+    def input_args(self, entry: _RefSet) -> dict[str, Any]:
+        """How a candidate gets this set's inputs: made by itself (direct) or from the file."""
+        if self.options.direct:
+            return {"gen": entry.reply["gen"]}
+        return {"inputs_path": str(entry.inputs_path)}
 
     def run_probes(self, entry: _RefSet, inputs: list[Any], previous: _RefSet | None) -> None:
         """Which trivial answers would pass on this set (and stale ones across sets)."""
@@ -467,9 +522,14 @@ def _failure(session: ReferenceSession, solution: str, kind: str, detail: str,
         argus_kernels=static.verdict if static else "unknown",
         argus_evidence=static.evidence if static else "",
         sizes=info.get("sizes", ""), overrides=info.get("overrides", {}) or {},
-        seconds=time.perf_counter() - started, level=task.level, problem_id=task.problem_id)
+        seconds=time.perf_counter() - started, level=task.level, problem_id=task.problem_id,
+        phases=_rounded(session.phases))
     base.update(extra)
     return Judgment(**base)
+
+
+def _rounded(phases: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 3) for k, v in sorted(phases.items(), key=lambda kv: -kv[1])}
 
 
 def judge_with(session: ReferenceSession, solution: Path | str) -> Judgment:
@@ -498,10 +558,17 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
                      out_nbytes: list[int], started: float) -> Judgment:
     opts = session.options
     info = session.info or {}
+    clock = _Clock(session)
+    gen_args = {"task_path": str(session.task.path), "overrides": info.get("overrides")} \
+        if opts.direct else {}
     try:
-        init = cand.request("init", opts.timeout_s, solution_path=solution,
-                            init_path=info["init_path"], state_path=info["state_path"],
-                            seed=opts.seed, device=session.device, out_nbytes=out_nbytes)
+        with clock("candidate init (wait, import, ModelNew)"):
+            init = cand.request("init", opts.timeout_s, solution_path=solution,
+                                init_path=info["init_path"], state_path=info["state_path"],
+                                seed=opts.seed, device=session.device, out_nbytes=out_nbytes,
+                                **gen_args)
+        if init.get("boot_s") is not None:
+            session.add_phase("candidate boot (python, torch, harness)", init["boot_s"])
     except WorkerError as exc:
         return _failure(session, solution, _kind(exc), str(exc), started)
     reasons: set[str] = set()
@@ -528,22 +595,36 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
             return _failure(session, solution, "task_error", f"reference failed on set "
                             f"{spec.index}: {exc}", started)
         inputs = session.load_inputs(entry)
-        session.run_probes(entry, inputs, previous)
+        with clock("probes"), gate().shared():
+            session.run_probes(entry, inputs, previous)
         out_path = session.dir / "outputs" / f"out{spec.index}.pt"
         try:
-            run = cand.request("run", opts.candidate_timeout_s or opts.timeout_s,
-                               index=spec.index, seed=spec.seed,
-                               inputs_path=str(entry.inputs_path), out_path=str(out_path))
+            with clock("candidate first run (incl. lowering, compiles)" if spec.index == 0
+                       else "candidate runs"):
+                run = cand.request("run", opts.candidate_timeout_s or opts.timeout_s,
+                                   index=spec.index, seed=spec.seed, out_path=str(out_path),
+                                   export=opts.direct, **session.input_args(entry))
+            _run_phases(session, run, spec.index == 0)
+            if run.get("fingerprints") is not None and not same_fingerprints(
+                    run["fingerprints"], entry.reply.get("fingerprints") or []):
+                return _failure(session, solution, "runtime_error",
+                                f"set {spec.index}: the inputs the candidate made differ from "
+                                "the reference's (input generation was altered in its "
+                                "process)", started, weights=init.get("weights", ""))
+            with clock("output transfer"):
+                outs = _receive_outputs(session, cand, run, out_path)
         except WorkerError as exc:
             return _failure(session, solution, _kind(exc),
                             f"set {spec.index} ({entry.reply['distribution']}): {exc}", started,
                             weights=init.get("weights", ""))
-        outs = torch.load(out_path, map_location=session.compare_device, weights_only=False)
-        out_path.unlink(missing_ok=True)
         for k, v in run.get("compute_ops", {}).items():
             torch_ops[k] = torch_ops.get(k, 0) + v
         argus_ops += int(run.get("argus_ops", 0))
-        result = _compare_set(entry, inputs, outs, run, fingerprints)
+        with clock("compare"), gate().shared():
+            result = _compare_set(entry, inputs, outs, run, fingerprints)
+            set_prints[spec.index] = [probes.fingerprint(o) for o in outs]
+        del outs
+        _drop_exported(cand, run)
         set_results.append(result[0])
         reasons |= result[1]
         relaxed_reasons |= result[2]
@@ -551,13 +632,13 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         cand_errors.append(result[4])
         ladder.append({name: _worst(entry.reply["calibration"].get(name))
                        for name in ("tf32", "bf16")})
-        set_prints[spec.index] = [probes.fingerprint(o) for o in outs]
         fingerprints.extend(set_prints[spec.index])
         if previous is not None:
             session.release(previous.spec.index)
         previous = entry
-    if previous is not None:
-        session.release(previous.spec.index)
+    want_timing = opts.timing and (session.device != "cpu" or opts.cpu_timing)
+    if previous is not None and not (want_timing and not reasons):
+        session.release(previous.spec.index)   # else kept: the check after timing reuses it
     if session.stochastic:
         reasons.add("stochastic_task")
         relaxed_reasons.add("stochastic_task")
@@ -572,13 +653,17 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
     timing_json = eager = compiled = None
     speedup_eager = speedup_compile = bound = None
     suspect: list[str] = []
-    want_timing = opts.timing and (session.device != "cpu" or opts.cpu_timing)
     if not reasons and want_timing:
         try:
-            timed = cand.request("time", max(opts.candidate_timeout_s or opts.timeout_s, 60.0),
-                                 inputs_path=str(session.inputs_of_set0()),
-                                 trials=opts.trials, warmup=opts.warmup, flush_l2=True,
-                                 profile=opts.profile and session.device != "cpu")
+            set0 = {"gen": session.sets[0].reply["gen"]} if opts.direct and 0 in session.sets \
+                else {"inputs_path": str(session.inputs_of_set0())}
+            with clock("timing (incl. gate wait, profile)"):
+                timed = cand.request("time",
+                                     max(opts.candidate_timeout_s or opts.timeout_s, 60.0),
+                                     trials=opts.trials, warmup=opts.warmup, flush_l2=True,
+                                     profile=opts.profile and session.device != "cpu", **set0)
+            for name, seconds in (timed.get("phases") or {}).items():
+                session.add_phase(f"timing {name}", seconds)
         except WorkerError as exc:
             return _failure(session, solution, _kind(exc), f"while timing: {exc}", started)
         if timed.get("tamper"):
@@ -587,7 +672,8 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         if timed.get("flags"):
             reasons.add("global_state_changed")
             details.append("changed while running: " + "; ".join(timed["flags"]))
-        after = _check_after_timing(session, cand, set_prints)
+        with clock("check after timing"):
+            after = _check_after_timing(session, cand, set_prints)
         if after:
             reasons |= after[0]
             details.extend(after[1])
@@ -605,7 +691,8 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
             if roofline.beyond_roofline(t.median_ms, bound):
                 suspect.append("beyond_roofline")
             if opts.baselines:
-                record = _baseline(session)
+                with clock("baselines (cached or measured)"):
+                    record = _baseline(session)
                 eager, compiled = record.eager, record.compile
                 if record.eager_ms:
                     speedup_eager = record.eager_ms / t.median_ms
@@ -628,7 +715,64 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         torch_ops=tuple(sorted(torch_ops)), timing=timing_json, eager=eager, compiled=compiled,
         speedup_eager=speedup_eager, speedup_compile=speedup_compile, roofline_ms=bound,
         suspect=tuple(suspect), seconds=time.perf_counter() - started,
-        level=session.task.level, problem_id=session.task.problem_id)
+        level=session.task.level, problem_id=session.task.problem_id,
+        phases=_rounded(session.phases))
+
+
+class _Clock:
+    """`with clock(name):` adds the block's seconds to the session's phase table."""
+
+    def __init__(self, session: ReferenceSession):
+        self.session = session
+
+    def __call__(self, name: str) -> Any:
+        import contextlib
+
+        @contextlib.contextmanager
+        def block() -> Any:
+            t0 = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.session.add_phase(name, time.perf_counter() - t0)
+
+        return block()
+
+
+def _run_phases(session: ReferenceSession, run: dict[str, Any], first: bool) -> None:
+    """The candidate's own account of a run (inputs, forward, checks, output transfer, and on
+    the first run the composed program's lowering and the NVRTC compiles it caused)."""
+    for name, seconds in (run.get("phases") or {}).items():
+        label = ("first run " if first else "runs ") + name
+        session.add_phase(label if not name.startswith(("nvrtc", "compose")) else name,
+                          seconds)
+
+
+def _receive_outputs(session: ReferenceSession, cand: Worker, run: dict[str, Any],
+                     out_path: Path) -> list[torch.Tensor]:
+    """The candidate's outputs in this process: mapped from its CUDA IPC handles (direct), or
+    read from the file it wrote (also when the handles cannot be mapped here)."""
+    handles = run.get("ipc")
+    if handles is not None:
+        from argus.bench.kernelbench.worker import open_shared_cuda
+
+        try:
+            return [open_shared_cuda(h).to(session.compare_device) for h in handles]
+        except Exception as exc:  # noqa: BLE001 - fall back to the file
+            session.add_phase("ipc failures", 1.0)
+            session.ipc_error = f"{type(exc).__name__}: {exc}"
+            cand.request("save_exported", session.options.timeout_s, out_path=str(out_path))
+    outs = torch.load(out_path, map_location=session.compare_device, weights_only=False)
+    out_path.unlink(missing_ok=True)
+    return outs
+
+
+def _drop_exported(cand: Worker, run: dict[str, Any]) -> None:
+    if run.get("ipc") is not None:
+        try:
+            cand.request("drop", 60.0)
+        except WorkerError:
+            pass
 
 
 def _check_after_timing(session: ReferenceSession, cand: Worker,
@@ -637,21 +781,24 @@ def _check_after_timing(session: ReferenceSession, cand: Worker,
     """Run one more input set as timing runs the solution (no dispatch mode, no poison): a
     solution that computes only while it is watched, or that returns what it cached while
     being timed on set 0, fails here."""
-    index = 1 if len(session.specs) > 1 else 0
+    # the last set: still held from the correctness runs (no second float64 reference)
+    index = len(session.specs) - 1 if len(session.specs) > 1 else 0
     entry = session.get(index)
     inputs = session.load_inputs(entry)
     out_path = session.dir / "outputs" / f"after{index}.pt"
     opts = session.options
     try:
         run = cand.request("run", opts.candidate_timeout_s or opts.timeout_s, index=index,
-                           seed=entry.spec.seed, inputs_path=str(entry.inputs_path),
-                           out_path=str(out_path), poison=False)
+                           seed=entry.spec.seed, out_path=str(out_path), poison=False,
+                           export=opts.direct, **session.input_args(entry))
+        outs = _receive_outputs(session, cand, run, out_path)
     except WorkerError as exc:
         return {_kind(exc)}, [f"after timing: {exc}"]
-    outs = torch.load(out_path, map_location=session.compare_device, weights_only=False)
-    out_path.unlink(missing_ok=True)
     others = [fp for i, fps in set_prints.items() if i != index for fp in fps]
-    _, reasons, _, details, _ = _compare_set(entry, inputs, outs, run, others)
+    with gate().shared():
+        _, reasons, _, details, _ = _compare_set(entry, inputs, outs, run, others)
+    del outs
+    _drop_exported(cand, run)
     session.release(index)
     return reasons, [f"after timing, unobserved: {d}" for d in details]
 
@@ -669,7 +816,7 @@ def _worst(calib: list[dict[str, Any]] | None) -> tolerance.Errors | None:
 
 def _baseline(session: ReferenceSession) -> BaselineRecord:
     opts = session.options
-    cache = BaselineCache(opts.baseline_cache)
+    cache = session.baseline_cache or BaselineCache(opts.baseline_cache)
     return get_or_measure(session.task, cache, device=session.device, seed=opts.seed,
                           trials=opts.trials, warmup=opts.warmup,
                           timeout_s=max(opts.timeout_s, 900.0), log_dir=session.dir / "logs")

@@ -26,6 +26,8 @@ from argus.bench.kernelbench.tasks import repo_root
 # when its __init__ needs something this Python lacks (a GPU box with only torch), the harness
 # modules are loaded on their own through namespace stubs, and the failure is logged.
 BOOTSTRAP = """
+import time
+_boot = time.perf_counter()
 import os, sys, types
 root = sys.argv[1]
 sys.path.insert(0, root)
@@ -41,7 +43,7 @@ except Exception as exc:
         stub.__path__ = [os.path.join(root, sub)]
         sys.modules[name] = stub
 from argus.bench.kernelbench.worker import ROLES, serve
-sys.exit(serve(sys.argv[2]))
+sys.exit(serve(sys.argv[2], time.perf_counter() - _boot))
 """
 
 
@@ -170,3 +172,59 @@ class Worker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class LocalWorker:
+    """A role run inside this process, behind the same `request` interface as `Worker`: the
+    judge's own reference when judging `direct` (its tensors then never leave the process).
+    No timeout can be enforced on a call in this process; an exception becomes a WorkerError
+    with the role's reason code, like a worker's error reply."""
+
+    def __init__(self, role: str):
+        from argus.bench.kernelbench.worker import ROLES
+
+        self.role = role
+        self.impl = ROLES[role]()
+        self.proc = _Alive()
+
+    def request(self, op: str, timeout: float, **args: Any) -> dict[str, Any]:
+        import torch
+
+        from argus.bench.kernelbench.worker import WorkerFailure
+
+        started = time.perf_counter()
+        try:
+            reply = {"ok": True, **getattr(self.impl, op)(**args)}
+        except WorkerFailure as exc:
+            raise WorkerError(exc.kind, str(exc)) from exc
+        except torch.OutOfMemoryError as exc:  # type: ignore[attr-defined]
+            raise WorkerError("out_of_memory", str(exc)[:2000]) from exc
+        except Exception as exc:
+            raise WorkerError("worker_error", f"{type(exc).__name__}: {exc}") from exc
+        reply["seconds"] = time.perf_counter() - started
+        return reply
+
+    def log_tail(self, chars: int = 2000) -> str:
+        return ""
+
+    def kill(self) -> None:
+        self.impl = None
+
+    def close(self) -> None:
+        self.impl = None
+
+    def __enter__(self) -> LocalWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Alive:
+    """`proc` of a LocalWorker: always running (poll() is None)."""
+
+    pid = os.getpid()
+
+    @staticmethod
+    def poll() -> None:
+        return None

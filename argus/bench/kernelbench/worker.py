@@ -18,11 +18,14 @@ Invariant: the candidate process never receives a reference output.
 
 from __future__ import annotations
 
+import base64
 import copy
 import importlib.util
 import json
 import os
+import pickle
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -36,6 +39,12 @@ from argus.bench.kernelbench import guards, tolerance
 from argus.bench.kernelbench import inputs as kb_inputs
 from argus.bench.kernelbench.shrink import SizeBudget, meta_cost, plan_sizes
 from argus.bench.kernelbench.tasks import load_task
+from argus.runtime.gpu_gate import GpuGate, gate
+
+# The reference role also runs inside the judge's process (`direct` judging, one thread per
+# task): the RNG and the TF32 switches are process-wide, so seeding and the forwards that
+# depend on the seed hold this lock.
+RNG_LOCK = threading.RLock()
 
 
 class WorkerFailure(Exception):
@@ -67,6 +76,82 @@ def _sync(device: torch.device) -> None:
 def _release_cached(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
+
+
+def _gen_device(device: torch.device) -> torch.device | None:
+    """Where input sets are drawn: on the GPU when judging on one (upstream inputs of several
+    GB take minutes with the CPU's generator), else on the CPU as the task makes them."""
+    return device if device.type == "cuda" else None
+
+
+def _fingerprint(value: Any) -> list[Any] | None:
+    """A cheap summary of an input (sum and sum of squares in float64, shape), to check that a
+    candidate made the same inputs as the reference."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    v = value.detach()
+    if v.is_floating_point():
+        return [list(v.shape), float(v.sum(dtype=torch.float64)),
+                float(torch.linalg.vector_norm(v, 2, dtype=torch.float64))]
+    return [list(v.shape), int(v.long().sum())]
+
+
+def same_fingerprints(a: list[Any], b: list[Any]) -> bool:
+    """Fingerprints equal up to float64 summation order."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if (x is None) != (y is None):
+            return False
+        if x is None:
+            continue
+        if list(x[0]) != list(y[0]) or len(x) != len(y):
+            return False
+        for p, q in zip(x[1:], y[1:]):
+            if abs(float(p) - float(q)) > 1e-9 * max(1.0, abs(float(p)), abs(float(q))):
+                return False
+    return True
+
+
+class _Phases:
+    """Adds the seconds of `with clock(name):` blocks to a dict (the judgment's phase table)."""
+
+    def __init__(self, into: dict[str, float]):
+        self.into = into
+
+    def __call__(self, name: str) -> "_Phase":
+        return _Phase(self.into, name)
+
+
+class _Phase:
+    def __init__(self, into: dict[str, float], name: str):
+        self.into, self.name = into, name
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.into[self.name] = self.into.get(self.name, 0.0) + time.perf_counter() - self.t0
+
+
+def _argus_counters() -> dict[str, float]:
+    """Compile counters of Argus in this process, when the solution loaded Argus: NVRTC
+    compiles and their seconds (argus.runtime.compile) and the composed runtime's lowering
+    (argus.compose.runtime). Read from sys.modules: the harness never imports Argus itself."""
+    out: dict[str, float] = {}
+    compile_mod = sys.modules.get("argus.runtime.compile")
+    if compile_mod is not None and hasattr(compile_mod, "compile_stats"):
+        for k, v in compile_mod.compile_stats().items():
+            out[f"nvrtc {k}"] = float(v)
+    compose_mod = sys.modules.get("argus.compose.runtime")
+    if compose_mod is not None and hasattr(compose_mod, "STATS"):
+        for k, v in compose_mod.STATS.items():
+            out[f"compose {k}"] = float(v)
+    return out
+
+
+def _counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before.get(k, 0.0) for k in after if after[k] != before.get(k, 0.0)}
 
 
 def _cpu(outs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -115,10 +200,11 @@ class ReferenceRole:
             self.module = load_task(task_path, self.overrides)
         except Exception as exc:
             raise WorkerFailure("task_error", str(exc)) from exc
-        torch.manual_seed(seed)
-        init_inputs = self.module.get_init_inputs()
-        torch.manual_seed(seed)
-        model = self.module.Model(*init_inputs)
+        with RNG_LOCK:
+            torch.manual_seed(seed)
+            init_inputs = self.module.get_init_inputs()
+            torch.manual_seed(seed)
+            model = self.module.Model(*init_inputs)
         self.model = model.to(self.device)
         self.m64 = copy.deepcopy(self.model).to(torch.float64)
         self.m_tf32 = copy.deepcopy(self.model)
@@ -150,48 +236,74 @@ class ReferenceRole:
         _sync(self.device)
         return outs
 
-    def prepare(self, index: int, seed: int, distribution: str, inputs_path: str,
-                ref_path: str, calibrate: bool = True, check_stochastic: bool = False
+    def prepare(self, index: int, seed: int, distribution: str, inputs_path: str | None,
+                ref_path: str | None, calibrate: bool = True, check_stochastic: bool = False
                 ) -> dict[str, Any]:
-        raw = kb_inputs.task_inputs(self.module, seed)
-        attempts = [(distribution, False)]
-        if distribution != "task":
-            attempts += [(distribution, True), ("task", False)]
-        used, kinds, ref = "task", [], None
-        for dist, absolute in attempts:
-            values, kinds = kb_inputs.transform(raw, dist, seed, absolute)
-            dev_values = _to_device(values, self.device)
-            ref = self._forward(self.m64, kb_inputs.to_float64(dev_values), seed)
-            used = dist + ("(abs)" if absolute else "")
-            finite = all(bool(torch.isfinite(r).all()) for r in ref if r.is_floating_point())
-            if finite or dist == "task":
-                break
-        assert ref is not None
-        with _NoTF32():
-            native = self._forward(self.model, dev_values, seed)
-        calib: dict[str, Any] = {"native": [tolerance.errors(n, r).to_json()
-                                            for n, r in zip(native, ref)]}
-        if calibrate:
-            calib["tf32"] = self._rung(self.m_tf32, [tolerance.round_to_tf32(v)
-                                                     if isinstance(v, torch.Tensor) else v
-                                                     for v in dev_values], ref, seed)
-            calib["bf16"] = self._rung(self.m_bf16, [
-                v.to(torch.bfloat16) if isinstance(v, torch.Tensor) and v.is_floating_point()
-                else v for v in dev_values], ref, seed)
-        stochastic = None
-        if check_stochastic:
-            again = self._forward(self.m64, kb_inputs.to_float64(dev_values), seed + 7777)
-            stochastic = any(not tolerance.errors(a, r).exact and
-                             tolerance.errors(a, r).rel_l2 > 1e-9 for a, r in zip(again, ref))
-        torch.save([v.detach().cpu() if isinstance(v, torch.Tensor) else v for v in values],
-                   inputs_path)
-        torch.save(_cpu(ref), ref_path)
-        meta = [{"shape": list(n.shape), "dtype": str(n.dtype),
-                 "nbytes": n.numel() * n.element_size()} for n in native]
-        del ref, native, dev_values
+        """Input set `index` and its float64 reference. With paths, both are written to files
+        (a reference worker process); without (the role inside the judge's process), the
+        tensors are returned under "tensors" and never leave the process. "gen" says how the
+        inputs were made, so that a candidate can make the very same ones itself."""
+        phases: dict[str, float] = {}
+        clock = _Phases(phases)
+        with RNG_LOCK, gate().shared():
+            with clock("inputs"):
+                raw = kb_inputs.task_inputs(self.module, seed, _gen_device(self.device))
+            attempts = [(distribution, False)]
+            if distribution != "task":
+                attempts += [(distribution, True), ("task", False)]
+            used, kinds, ref, gen = "task", [], None, {}
+            for dist, absolute in attempts:
+                with clock("inputs"):
+                    values, kinds = kb_inputs.transform(raw, dist, seed, absolute)
+                    dev_values = _to_device(values, self.device)
+                with clock("float64 reference"):
+                    ref = self._forward(self.m64, kb_inputs.to_float64(dev_values), seed)
+                used = dist + ("(abs)" if absolute else "")
+                gen = {"seed": seed, "distribution": dist, "absolute": absolute}
+                finite = all(bool(torch.isfinite(r).all()) for r in ref if r.is_floating_point())
+                if finite or dist == "task":
+                    break
+            assert ref is not None
+            del raw
+            with clock("calibration"):
+                with _NoTF32():
+                    native = self._forward(self.model, dev_values, seed)
+                calib: dict[str, Any] = {"native": [tolerance.errors(n, r).to_json()
+                                                    for n, r in zip(native, ref)]}
+                if calibrate:
+                    calib["tf32"] = self._rung(self.m_tf32, [
+                        tolerance.round_to_tf32(v) if isinstance(v, torch.Tensor) else v
+                        for v in dev_values], ref, seed)
+                    calib["bf16"] = self._rung(self.m_bf16, [
+                        v.to(torch.bfloat16) if isinstance(v, torch.Tensor)
+                        and v.is_floating_point() else v for v in dev_values], ref, seed)
+            stochastic = None
+            if check_stochastic:
+                with clock("stochastic check"):
+                    again = self._forward(self.m64, kb_inputs.to_float64(dev_values),
+                                          seed + 7777)
+                    stochastic = any(not tolerance.errors(a, r).exact and
+                                     tolerance.errors(a, r).rel_l2 > 1e-9
+                                     for a, r in zip(again, ref))
+                    del again
+            meta = [{"shape": list(n.shape), "dtype": str(n.dtype),
+                     "nbytes": n.numel() * n.element_size()} for n in native]
+            fingerprints = [_fingerprint(v) for v in dev_values]
+            del native
+            reply: dict[str, Any] = {"distribution": used, "kinds": kinds, "outputs": meta,
+                                     "calibration": calib, "stochastic": stochastic,
+                                     "gen": gen, "fingerprints": fingerprints,
+                                     "phases": phases}
+            if inputs_path is None or ref_path is None:
+                reply["tensors"] = {"inputs": dev_values, "ref": ref}
+                return reply
+            with clock("files"):
+                torch.save([v.detach().cpu() if isinstance(v, torch.Tensor) else v
+                            for v in dev_values], inputs_path)
+                torch.save(_cpu(ref), ref_path)
+        del ref, dev_values
         _release_cached(self.device)  # the judge and the candidate share this GPU
-        return {"distribution": used, "kinds": kinds, "outputs": meta, "calibration": calib,
-                "stochastic": stochastic}
+        return reply
 
     def _rung(self, model: torch.nn.Module, args: list[Any], ref: list[torch.Tensor],
               seed: int) -> list[dict[str, Any]] | None:
@@ -220,9 +332,15 @@ class CandidateRole:
                 "flags": guards.changed_flags(self.flags)}
 
     def init(self, solution_path: str, init_path: str, state_path: str, seed: int, device: str,
-             out_nbytes: list[int]) -> dict[str, Any]:
+             out_nbytes: list[int], task_path: str | None = None,
+             overrides: dict[str, int] | None = None) -> dict[str, Any]:
+        """Import the solution and build ModelNew. With `task_path`, the task module is loaded
+        too (before the solution), so that runs can make their input sets here instead of
+        reading them from files (`gen` of `run` and `time`)."""
         self.device = torch.device(device)
         self.out_nbytes = list(out_nbytes)
+        self.exported: list[torch.Tensor] = []
+        self.task_module = load_task(task_path, dict(overrides or {})) if task_path else None
         if self.device.type == "cuda":
             torch.cuda.init()
         self.flags = guards.capture_flags()
@@ -261,51 +379,183 @@ class CandidateRole:
         self.model = model
         return {"weights": weights, **self._integrity()}
 
-    def run(self, index: int, seed: int, inputs_path: str, out_path: str,
-            poison: bool = True) -> dict[str, Any]:
-        """One forward on an input file. poison=False runs it exactly as timing does (no
-        dispatch mode), to catch solutions that behave only while they are watched."""
-        values = _to_device(torch.load(inputs_path, weights_only=False), self.device)
-        saved = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
-        if self.device.type == "cuda" and poison:
-            guards.poison_cuda_free_memory(self.out_nbytes, self.device)
-        mode = guards.PoisonMode() if poison else guards.NullMode()
-        try:
-            with torch.no_grad(), mode:
-                torch.manual_seed(seed)
-                raw = self.model(*values)
-            _sync(self.device)
-        except Exception as exc:
-            tb = traceback.format_exc(limit=6)
-            raise WorkerFailure("runtime_error", f"forward raised {type(exc).__name__}: {exc}\n"
-                                                 f"{tb}") from exc
-        outs, structure = _as_list(raw)
-        plain = all(type(o) in (torch.Tensor, torch.nn.Parameter) for o in outs)
-        aliased = guards.aliases(outs, values)
-        mutated = [i for i, (v, s) in enumerate(zip(values, saved))
-                   if isinstance(v, torch.Tensor) and not guards.same_bits(v, s)]
-        poison = [guards.poison_count(o) for o in outs]
-        torch.save(_cpu(outs), out_path)
-        devices = [str(o.device) for o in outs]
-        del raw, outs, values, saved
-        _release_cached(self.device)
-        return {"structure": structure, "plain_tensors": plain, "aliases": aliased,
-                "mutated": mutated, "poison": poison, "compute_ops": mode.compute_ops(),
-                "argus_ops": mode.argus_ops, "devices": devices, **self._integrity()}
+    def _inputs(self, inputs_path: str | None, gen: dict[str, Any] | None) -> tuple[list[Any],
+                                                                                  float]:
+        """(inputs on the device, seconds): from a file, or made here as the reference made
+        them (`gen`: seed, distribution, absolute; needs the task module from `init`)."""
+        t0 = time.perf_counter()
+        if gen is not None:
+            if self.task_module is None:
+                raise WorkerFailure("runtime_error", "inputs by generation need task_path at "
+                                                     "init")
+            values, _ = kb_inputs.make_set(self.task_module, int(gen["seed"]),
+                                           gen["distribution"], bool(gen["absolute"]),
+                                           _gen_device(self.device))
+            values = _to_device(values, self.device)
+        else:
+            assert inputs_path is not None
+            values = _to_device(torch.load(inputs_path, weights_only=False), self.device)
+        return values, time.perf_counter() - t0
 
-    def time(self, inputs_path: str, trials: int, warmup: int, flush_l2: bool,
-             profile: bool) -> dict[str, Any]:
-        values = _to_device(torch.load(inputs_path, weights_only=False), self.device)
+    def run(self, index: int, seed: int, inputs_path: str | None = None,
+            out_path: str | None = None, poison: bool = True, gen: dict[str, Any] | None = None,
+            export: bool = False) -> dict[str, Any]:
+        """One forward on an input set (a file, or `gen`: made here). poison=False runs it
+        exactly as timing does (no dispatch mode), to catch solutions that behave only while
+        they are watched. The outputs go to `out_path`, or with `export` (CUDA) stay here and
+        are shared with the judge through CUDA IPC handles (`ipc` in the reply) until the next
+        request; `save_exported` writes them to a file instead when the judge cannot map them."""
+        self.exported = []
+        phases: dict[str, float] = {}
+        counters = _argus_counters()
+        values, phases["inputs"] = self._inputs(inputs_path, gen)
+        fingerprints = [_fingerprint(v) for v in values] if gen is not None else None
+        saved = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+        t0 = time.perf_counter()
+        with gate().shared():
+            if self.device.type == "cuda" and poison:
+                guards.poison_cuda_free_memory(self.out_nbytes, self.device)
+            mode = guards.PoisonMode() if poison else guards.NullMode()
+            try:
+                with torch.no_grad(), mode:
+                    torch.manual_seed(seed)
+                    raw = self.model(*values)
+                _sync(self.device)
+            except Exception as exc:
+                tb = traceback.format_exc(limit=6)
+                raise WorkerFailure("runtime_error", f"forward raised {type(exc).__name__}: "
+                                                     f"{exc}\n{tb}") from exc
+            phases["forward"] = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            outs, structure = _as_list(raw)
+            plain = all(type(o) in (torch.Tensor, torch.nn.Parameter) for o in outs)
+            aliased = guards.aliases(outs, values)
+            mutated = [i for i, (v, s) in enumerate(zip(values, saved))
+                       if isinstance(v, torch.Tensor) and not guards.same_bits(v, s)]
+            poison_counts = [guards.poison_count(o) for o in outs]
+            phases["checks"] = time.perf_counter() - t1
+        devices = [str(o.device) for o in outs]
+        reply: dict[str, Any] = {}
+        t2 = time.perf_counter()
+        if export and self.device.type == "cuda":
+            self.exported = [o.detach().contiguous() if o.device.type == "cuda"
+                             else o.detach().to(self.device).contiguous() for o in outs]
+            reply["ipc"] = [share_cuda(o) for o in self.exported]
+        else:
+            assert out_path is not None
+            torch.save(_cpu(outs), out_path)
+        phases["output transfer"] = time.perf_counter() - t2
+        del raw, outs, values, saved
+        if not self.exported:
+            _release_cached(self.device)
+        phases.update(_counter_delta(counters, _argus_counters()))
+        return {"structure": structure, "plain_tensors": plain, "aliases": aliased,
+                "mutated": mutated, "poison": poison_counts, "compute_ops": mode.compute_ops(),
+                "argus_ops": mode.argus_ops, "devices": devices, "phases": phases,
+                "fingerprints": fingerprints, **reply, **self._integrity()}
+
+    def save_exported(self, out_path: str) -> dict[str, Any]:
+        """The exported outputs of the last run, written to a file (the judge could not map
+        their IPC handles)."""
+        torch.save(_cpu(self.exported), out_path)
+        return {}
+
+    def drop(self) -> dict[str, Any]:
+        """Let go of the exported outputs (the judge has compared them)."""
+        self.exported = []
+        _release_cached(self.device)
+        return {}
+
+    def time(self, trials: int, warmup: int, flush_l2: bool, profile: bool,
+             inputs_path: str | None = None, gen: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
+        """Time the forward on set 0 with the GPU to itself (the gate's exclusive hold), then
+        profile its kernels (shared: the profile only needs kernel names and shares)."""
+        self.exported = []
+        values, _ = self._inputs(inputs_path, gen)
         model = self.model
 
         def call() -> None:
             model(*values)
 
+        phases: dict[str, float] = {}
         with torch.no_grad():
-            t = timing.measure(call, trials=trials, warmup=warmup, flush_l2=flush_l2,
-                               device=self.device, allow_few_trials=True, keep_samples=False)
-            kernels = _profile_kernels(call) if profile and self.device.type == "cuda" else None
-        return {"timing": t.to_json(), "kernels": kernels, **self._integrity()}
+            t0 = time.perf_counter()
+            with gate().shared():
+                call()                      # compiled already; warm outside the exclusive hold
+                _sync(self.device)
+            t1 = time.perf_counter()
+            with gate().exclusive():
+                t2 = time.perf_counter()
+                t = timing.measure(call, trials=trials, warmup=warmup, flush_l2=flush_l2,
+                                   device=self.device, allow_few_trials=True,
+                                   keep_samples=False)
+            t3 = time.perf_counter()
+            kernels = None
+            if profile and self.device.type == "cuda":
+                with gate().shared():
+                    kernels = _profile_kernels(call)
+            t4 = time.perf_counter()
+        phases = {"warm": t1 - t0, "gate wait": t2 - t1, "measure": t3 - t2, "profile": t4 - t3}
+        return {"timing": t.to_json(), "kernels": kernels, "phases": phases,
+                **self._integrity()}
+
+
+def share_cuda(t: torch.Tensor) -> dict[str, Any]:
+    """A CUDA tensor as a CUDA IPC handle another process can map: the fields of torch's own
+    reduction as JSON (bytes in base64), so that the judge never unpickles what a candidate
+    sent. The tensor must stay alive here until the other process has let go of it."""
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
+
+    rebuild, args = reduce_tensor(t)
+    if rebuild is not rebuild_cuda_tensor:
+        raise WorkerFailure("runtime_error", f"output on {t.device} cannot be shared by CUDA "
+                                             "IPC")
+    (_, size, stride, offset, _, dtype, device, handle, size_bytes, offset_bytes, _,
+     counter_handle, counter_offset, event_handle, event_sync) = args
+
+    def b64(x: bytes | None) -> str | None:
+        return None if x is None else base64.b64encode(x).decode("ascii")
+
+    return {"shape": list(size), "stride": list(stride), "offset": int(offset),
+            "dtype": str(dtype), "device": int(device), "handle": b64(handle),
+            "size_bytes": int(size_bytes), "offset_bytes": int(offset_bytes),
+            "counter_handle": b64(counter_handle), "counter_offset": int(counter_offset),
+            "event_handle": b64(event_handle), "event_sync": bool(event_sync)}
+
+
+_DTYPES = {str(d): d for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                               torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+                               torch.bool)}
+
+
+def open_shared_cuda(h: dict[str, Any]) -> torch.Tensor:
+    """The tensor of a `share_cuda` handle from another process (raises when it cannot be
+    mapped). Only plain values are taken from the handle; classes and functions are ours."""
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    def raw(x: str | None) -> bytes | None:
+        return None if x is None else base64.b64decode(x)
+
+    dtype = _DTYPES[str(h["dtype"])]
+    shape = [int(x) for x in h["shape"]]
+    expected, step = [], 1
+    for extent in reversed(shape):          # contiguous strides only
+        expected.insert(0, step)
+        step *= max(extent, 1)
+    numel = 1
+    for extent in shape:
+        numel *= extent
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if [int(x) for x in h["stride"]] != expected or int(h["offset"]) < 0 or \
+            (int(h["offset"]) + numel) * itemsize > int(h["size_bytes"]):
+        raise ValueError("shared output: its shape and strides do not fit its allocation")
+    return rebuild_cuda_tensor(
+        torch.Tensor, torch.Size([int(x) for x in h["shape"]]),
+        tuple(int(x) for x in h["stride"]), int(h["offset"]), torch.storage.TypedStorage, dtype,
+        int(h["device"]), raw(h["handle"]), int(h["size_bytes"]), int(h["offset_bytes"]), False,
+        raw(h["counter_handle"]), int(h["counter_offset"]), raw(h["event_handle"]),
+        bool(h["event_sync"]))
 
 
 def _profile_kernels(call: Callable[[], None], iters: int = 3) -> list[list[Any]]:
@@ -343,24 +593,16 @@ class _GpuLock:
     def __init__(self, path: str | None, timing_cores: list[int] | None,
                  other_cores: list[int] | None):
         self.path, self.timing_cores, self.other_cores = path, timing_cores, other_cores
-        self.fd: int | None = None
+        # the exclusive side of a GpuGate on `path` (or the process's gate without one)
+        self.hold = (GpuGate(path) if path else gate()).exclusive()
 
     def __enter__(self) -> None:
-        if self.path:
-            import fcntl
-
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        self.hold.__enter__()
         self._affinity(self.timing_cores)
 
     def __exit__(self, *exc: object) -> None:
         self._affinity(self.other_cores)
-        if self.fd is not None:
-            import fcntl
-
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
+        self.hold.__exit__(*exc)
 
     @staticmethod
     def _affinity(cores: list[int] | None) -> None:
@@ -388,10 +630,11 @@ class BaselineRole:
         torch.manual_seed(seed)
         init_inputs = module.get_init_inputs()
         torch.manual_seed(seed)
-        model = module.Model(*init_inputs).to(dev)
-        values = _to_device(kb_inputs.task_inputs(
-            module, seed if input_seed is None else input_seed), dev)
-        _sync(dev)
+        with gate().shared():
+            model = module.Model(*init_inputs).to(dev)
+            values = _to_device(kb_inputs.task_inputs(
+                module, seed if input_seed is None else input_seed, _gen_device(dev)), dev)
+            _sync(dev)
         self.loaded = {"model": model, "values": values, "device": dev}
         return {"flags": guards.capture_flags(),
                 "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"}
@@ -447,7 +690,7 @@ class BaselineRole:
         torch.manual_seed(seed)
         model = module.Model(*init_inputs).to(dev)
         values = _to_device(kb_inputs.task_inputs(
-            module, seed if input_seed is None else input_seed), dev)
+            module, seed if input_seed is None else input_seed, _gen_device(dev)), dev)
         result: dict[str, Any] = {"flags": guards.capture_flags()}
         for mode in modes:
             try:
@@ -460,7 +703,7 @@ class BaselineRole:
                         fn(*values)
                     _sync(dev)
                     result["compile_s"] = time.perf_counter() - t0
-                with torch.no_grad():
+                with torch.no_grad(), gate().exclusive():
                     t = timing.measure(lambda: fn(*values), trials=trials, warmup=warmup,
                                        device=dev, allow_few_trials=True, keep_samples=False)
                 result[mode] = t.to_json()
@@ -475,7 +718,9 @@ ROLES: dict[str, Callable[[], Any]] = {"reference": ReferenceRole, "candidate": 
                                        "baseline": BaselineRole}
 
 
-def serve(role_name: str) -> int:
+def serve(role_name: str, boot_s: float | None = None) -> int:
+    """Answer commands until stdin closes. `boot_s`: seconds the process took to start and
+    import torch and the harness, reported with the first reply."""
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # prints from tasks and solutions go to stderr, never into the protocol
     sys.stdout = sys.stderr
@@ -500,6 +745,8 @@ def serve(role_name: str) -> int:
                      "error": f"{type(exc).__name__}: {exc}",
                      "traceback": traceback.format_exc(limit=8)}
         reply["seconds"] = time.perf_counter() - started
+        if boot_s is not None:
+            reply["boot_s"], boot_s = boot_s, None
         proto.write(json.dumps(reply, default=str) + "\n")
         proto.flush()
     return 0
