@@ -27,12 +27,33 @@ def add_solve(verbs, selection, judge_options) -> None:
     s.add_argument("--fresh", action="store_true", help="do not resume an earlier run")
     s.add_argument("--compose-only", action="store_true",
                    help="write the solutions and the composition table; do not judge")
+    s.add_argument("--skip-torch-ops", default="", metavar="OPS",
+                   help="comma-separated op names (substrings, e.g. conv): a task whose "
+                        "composition leaves a matching op to torch is listed but not judged "
+                        "(--skip-torch-ops conv: the non-convolution tasks)")
+    s.add_argument("--jobs", default="1",
+                   help="tasks judged at once (auto: a default for this machine; > 1 judges "
+                        "directly with timings serialized by a GPU gate, see "
+                        "argus/bench/kernelbench/parallel.py)")
+    s.add_argument("--budget-s", type=float, default=None,
+                   help="wall seconds for judging: no task starts after, what runs is stopped "
+                        "(a resumed run judges it)")
+    s.add_argument("--gpu-mem-gb", type=float, default=None,
+                   help="GPU memory the parallel tasks may share (default: the device's less "
+                        "12 GB)")
     judge_options(s)
 
 
-def cmd_solve(args, tasks, options, run_suite) -> int:
-    """`run_suite` is the judge's (argus.bench.kernelbench.runner), passed in by the bench's
-    command line: compose sits below bench and does not import it."""
+def skipped_for(unsupported, skip_ops: str) -> list[str]:
+    """The ops left to torch that --skip-torch-ops names (substring match)."""
+    wanted = [w.strip().lower() for w in skip_ops.split(",") if w.strip()]
+    return [op for op in unsupported if any(w in str(op).lower() for w in wanted)]
+
+
+def cmd_solve(args, tasks, options, run_suite, summarize=None) -> int:
+    """`run_suite` is the judge's (argus.bench.kernelbench.runner, or its parallel form), and
+    `summarize(rows, judged)` the per-level summary, passed in by the bench's command line:
+    compose sits below bench and does not import it."""
     from argus.compose.solution import compose_task
 
     out = Path(args.out)
@@ -43,9 +64,11 @@ def cmd_solve(args, tasks, options, run_suite) -> int:
     for i, task in enumerate(tasks, 1):
         t0 = time.monotonic()
         comp = compose_task(task.path)
+        skip = skipped_for(comp.unsupported, getattr(args, "skip_torch_ops", "") or "")
         row = {"task": task.key, "level": task.level, "id": task.problem_id,
                "name": task.path.stem, "status": comp.status, "steps": comp.steps,
-               "unsupported": list(comp.unsupported), "error": comp.error}
+               "unsupported": list(comp.unsupported), "error": comp.error,
+               "skipped": f"torch runs {', '.join(skip)}" if skip else ""}
         if comp.source:
             target = sol_dir / f"level{task.level}" / task.path.name
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -59,12 +82,18 @@ def cmd_solve(args, tasks, options, run_suite) -> int:
         for row in rows.values():
             f.write(json.dumps(row) + "\n")
     judged: dict[str, Any] = {}
+    selected = [t for t in tasks if not rows[t.key]["skipped"]]
+    if len(selected) < len(tasks):
+        print(f"[solve] {len(tasks) - len(selected)} tasks skipped (--skip-torch-ops "
+              f"{args.skip_torch_ops}), {len(selected)} selected", file=sys.stderr, flush=True)
     if not args.compose_only:
-        with_solution = [t for t in tasks if rows[t.key]["status"] != "no capture"]
+        with_solution = [t for t in selected if rows[t.key]["status"] != "no capture"]
         if with_solution:
             result = run_suite(with_solution, sol_dir, out, options, resume=not args.fresh)
             judged = {j.task: j for j in result.judgments}
     table = solve_table(tasks, rows, judged)
+    if summarize is not None and judged:
+        table += "\n" + summarize(rows, judged)
     (out / "solve.md").write_text(table)
     print(table)
     return 0
@@ -79,6 +108,8 @@ def solve_table(tasks, rows: dict[str, dict[str, Any]], judged: dict[str, Any]) 
         counts[row["status"]] += 1
         j = judged.get(t.key)
         strict = relaxed = argus = "-"
+        if row.get("skipped"):
+            strict = relaxed = "skipped"
         if j is not None:
             strict = "yes" if j.correct else (j.reasons or ("no",))[0]
             relaxed = "yes" if j.correct_relaxed else (j.relaxed_reasons or ("no",))[0]
@@ -98,4 +129,4 @@ def solve_table(tasks, rows: dict[str, dict[str, Any]], judged: dict[str, Any]) 
     return head + "\n\n" + "\n".join(lines) + "\n"
 
 
-__all__ = ["add_solve", "cmd_solve", "solve_table"]
+__all__ = ["add_solve", "cmd_solve", "skipped_for", "solve_table"]

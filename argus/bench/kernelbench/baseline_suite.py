@@ -32,6 +32,7 @@ from argus.bench.kernelbench.baselines import (
     Environment,
     first_set_seed,
 )
+from argus.bench.kernelbench import gpumem
 from argus.bench.kernelbench.process import Worker, WorkerError
 from argus.bench.kernelbench.tasks import Task
 
@@ -71,13 +72,7 @@ class TaskOutcome:
 
 def estimate_bytes(task: Task) -> float:
     """GPU bytes a task needs while compiled and eager copies coexist (rough: 3x its tensors)."""
-    try:
-        from argus.bench.kernelbench.shrink import meta_cost
-
-        cost = meta_cost(task.path)
-        return 4.0 * cost.elements * 3
-    except Exception:
-        return 8e9
+    return gpumem.estimate_bytes(task, gpumem.BASELINE_BYTES_PER_ELEMENT)
 
 
 def run_baselines(tasks: list[Task], options: SuiteOptions = SuiteOptions(), *,
@@ -100,8 +95,8 @@ def run_baselines(tasks: list[Task], options: SuiteOptions = SuiteOptions(), *,
     pending: queue.Queue[Task] = queue.Queue()
     for t in tasks:
         pending.put(t)
-    mem_lock = threading.Condition()
-    in_use = [0.0]
+    memory = gpumem.GpuMemoryBudget(budget_bytes)
+    requeue_lock = threading.Lock()
     done_count = [0]
     print_lock = threading.Lock()
     active: dict[int, Worker] = {}
@@ -129,15 +124,12 @@ def run_baselines(tasks: list[Task], options: SuiteOptions = SuiteOptions(), *,
                 outcome.status = "budget"
                 outcome.error = "not started: time budget exhausted"
                 continue
-            with mem_lock:
-                while in_use[0] > 0 and in_use[0] + need[task.key] > budget_bytes \
-                        and left() >= options.min_start_s:
-                    mem_lock.wait(timeout=1.0)
-                if left() < options.min_start_s:
-                    outcome.status = "budget"
-                    outcome.error = "not started: time budget exhausted"
-                    continue
-                in_use[0] += need[task.key]
+            admitted_need = need[task.key]
+            if not memory.acquire(admitted_need,
+                                  until=deadline - options.min_start_s):
+                outcome.status = "budget"
+                outcome.error = "not started: time budget exhausted"
+                continue
             t0 = time.monotonic()
             requeue = False
             try:
@@ -165,12 +157,11 @@ def run_baselines(tasks: list[Task], options: SuiteOptions = SuiteOptions(), *,
                     outcome.status, outcome.error = "not started", ""
                     requeue = True
             finally:
-                with mem_lock:
-                    in_use[0] -= need[task.key]
-                    if requeue:
+                memory.release(admitted_need)
+                if requeue:
+                    with requeue_lock:
                         need[task.key] = budget_bytes
                         pending.put(task)
-                    mem_lock.notify_all()
                 outcome.seconds = time.monotonic() - t0
                 if requeue:
                     say(f"{task.key} {task.name}: out of GPU memory, retrying alone later")

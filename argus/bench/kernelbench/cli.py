@@ -95,6 +95,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     rep.add_argument("run_dir")
     rep.add_argument("--out", default=None)
 
+    sm = verbs.add_parser("summary", help="per-level summary of a solve folder (solved "
+                                          "strict / relaxed, Argus share, geomean speedups)")
+    sm.add_argument("run_dir")
+
     ls = verbs.add_parser("list", help="list tasks and their size constants")
     _selection(ls)
     from argus.compose.cli import add_solve   # compose the tasks into Argus kernels, judge
@@ -145,7 +149,8 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         verb = {"judge": _cmd_judge, "run": _cmd_run, "baselines": _cmd_baselines,
-                "report": _cmd_report, "list": _cmd_list, "solve": _cmd_solve}[args.kb_verb]
+                "report": _cmd_report, "list": _cmd_list, "solve": _cmd_solve,
+                "summary": _cmd_summary}[args.kb_verb]
         return verb(args)
     except KernelBenchError as exc:
         print(f"argus kernelbench {args.kb_verb}: {exc}", file=sys.stderr)
@@ -214,7 +219,68 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     if not tasks:
         raise KernelBenchError("no task matches the selection",
                                fix="check --root, --level and --ids (see `kernelbench list`)")
-    return cmd_solve(args, tasks, _options(args), run_suite)
+    options = _options(args)
+    jobs = _jobs(args.jobs, options.resolved_device())
+    runner = run_suite
+    if jobs > 1 or args.budget_s:
+        from functools import partial
+
+        from argus.bench.kernelbench.parallel import ParallelOptions, run_parallel
+
+        print(f"[solve] judging with {jobs} parallel slots on {options.resolved_device()}"
+              + (f", budget {args.budget_s:.0f} s" if args.budget_s else ""),
+              file=sys.stderr, flush=True)
+        runner = partial(run_parallel, parallel=ParallelOptions(
+            jobs=jobs, budget_s=args.budget_s, gpu_mem_gb=args.gpu_mem_gb))
+    return cmd_solve(args, tasks, options, runner, summarize=_summarize)
+
+
+def _jobs(value: str, device: str) -> int:
+    from argus.bench.kernelbench.parallel import default_jobs
+
+    if str(value).strip().lower() == "auto":
+        return default_jobs(device)
+    try:
+        return max(1, int(value))
+    except ValueError:
+        from argus.bench.kernelbench.tasks import KernelBenchError
+
+        raise KernelBenchError(f"--jobs {value!r} is neither a number nor auto",
+                               fix="pass --jobs auto or --jobs 8") from None
+
+
+def _summarize(rows: dict[str, dict[str, Any]], judged: dict[str, Any]) -> str:
+    """The per-level summary of a solve run: selected tasks are those not skipped."""
+    from argus.bench.kernelbench.summary import level_rows, markdown
+
+    selected: dict[int, list[str]] = {}
+    for key, row in rows.items():
+        if not row.get("skipped"):
+            selected.setdefault(int(row["level"]), []).append(key)
+    return markdown(level_rows(selected, judged.values()))
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    """The per-level summary of a solve folder from compose.jsonl and results.jsonl (also of
+    a run that was stopped: tasks without a result count as not solved)."""
+    from argus.bench.kernelbench.judge import Judgment
+    from argus.bench.kernelbench.runner import load_results
+    from argus.bench.kernelbench.tasks import KernelBenchError
+
+    folder = Path(args.run_dir)
+    compose = folder / "compose.jsonl"
+    if not compose.exists():
+        raise KernelBenchError(f"no compose.jsonl in {folder}",
+                               fix="pass the --out folder of `argus kernelbench solve`")
+    rows = {}
+    for line in compose.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            rows[row["task"]] = row
+    judged = {k: Judgment.from_json(r["judgment"]) for k, r in load_results(folder).items()
+              if k in rows}
+    print(_summarize(rows, judged), end="")
+    return EXIT_OK
 
 
 def _cmd_baselines(args: argparse.Namespace) -> int:

@@ -1,0 +1,112 @@
+"""GPU memory for tasks that run side by side: an estimate per task and a budget they share.
+
+A task's bytes are estimated from its tensors on the meta device (`shrink.meta_cost`: inputs,
+intermediates and outputs at upstream sizes, as float32 elements). `GpuMemoryBudget` admits a
+task only while the estimates of the tasks running stay within the device's memory; tasks wait
+in order, a smaller one may pass a larger one that does not fit yet, but only a few times (then
+the larger one blocks the queue until it fits), so a large task is never starved.
+
+Invariant: the estimates of admitted tasks never sum above the budget, except for a task whose
+own estimate exceeds the budget, which is admitted only when nothing else runs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+BASELINE_BYTES_PER_ELEMENT = 4.0 * 3   # the Model eager and compiled, inputs, outputs (fp32)
+# Judging directly: the inputs and the float64 reference of two sets kept for the stale probe
+# (4 + 8 bytes each), the reference's float64 copies and calibration runs while preparing, the
+# comparison's float64 temporaries, and the candidate's inputs, their copy and its outputs.
+JUDGE_BYTES_PER_ELEMENT = 28.0
+UNKNOWN_BYTES = 8e9
+
+
+def estimate_bytes(task: Any, bytes_per_element: float = BASELINE_BYTES_PER_ELEMENT) -> float:
+    """GPU bytes `task` needs (meta-device elements x bytes_per_element); UNKNOWN_BYTES when its
+    shapes cannot be evaluated on the meta device."""
+    try:
+        from argus.bench.kernelbench.shrink import meta_cost
+
+        return bytes_per_element * meta_cost(task.path).elements
+    except Exception:  # noqa: BLE001 - a task that does not evaluate on meta: a fixed guess
+        return UNKNOWN_BYTES
+
+
+class GpuMemoryBudget:
+    """Admit tasks by estimated bytes (see the module docstring). `acquire` blocks; `until` (a
+    monotonic time) makes it give up and return False."""
+
+    def __init__(self, budget_bytes: float, max_passes: int = 3):
+        self.budget = float(budget_bytes)
+        self.max_passes = max_passes
+        self.in_use = 0.0
+        self.running = 0
+        self.peak = 0.0
+        self._cond = threading.Condition()
+        self._queue: list[tuple[int, float]] = []    # (ticket, need) in arrival order
+        self._passed: dict[int, int] = {}
+        self._tickets = 0
+
+    def _fits(self, need: float) -> bool:
+        return self.running == 0 or self.in_use + min(need, self.budget) <= self.budget
+
+    def _may_go(self, ticket: int, need: float) -> bool:
+        if not self._fits(need):
+            return False
+        for other, other_need in self._queue:       # those ahead of us
+            if other == ticket:
+                return True
+            if self._passed.get(other, 0) >= self.max_passes:
+                return False                         # it has waited enough: no more passing
+        return True
+
+    def acquire(self, need: float, until: float | None = None) -> bool:
+        with self._cond:
+            self._tickets += 1
+            ticket = self._tickets
+            self._queue.append((ticket, need))
+            try:
+                while not self._may_go(ticket, need):
+                    left = None if until is None else until - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._cond.wait(timeout=1.0 if left is None else min(1.0, left))
+                for other, _ in self._queue:         # everyone we passed
+                    if other == ticket:
+                        break
+                    self._passed[other] = self._passed.get(other, 0) + 1
+                self.in_use += min(need, self.budget)
+                self.running += 1
+                self.peak = max(self.peak, self.in_use)
+                return True
+            finally:
+                self._queue = [(t, n) for t, n in self._queue if t != ticket]
+                self._passed.pop(ticket, None)
+                self._cond.notify_all()
+
+    def release(self, need: float) -> None:
+        with self._cond:
+            self.in_use -= min(need, self.budget)
+            self.running -= 1
+            self._cond.notify_all()
+
+
+def device_budget_bytes(device: str = "cuda", reserve_gb: float = 12.0,
+                        override_gb: float | None = None) -> float:
+    """The memory tasks may share: --gpu-mem-gb, else the device's total less `reserve_gb` (CUDA
+    contexts of the workers, the caching allocators' slack); 1 TB of "memory" on a CPU."""
+    if override_gb:
+        return override_gb * 1e9
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+        return max(total - reserve_gb * 1e9, total * 0.5)
+    return 1e12
+
+
+__all__ = ["BASELINE_BYTES_PER_ELEMENT", "GpuMemoryBudget", "JUDGE_BYTES_PER_ELEMENT",
+           "device_budget_bytes", "estimate_bytes"]

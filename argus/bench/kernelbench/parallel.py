@@ -1,0 +1,291 @@
+"""Judge many tasks at once on one GPU, with clean timings, within a time budget.
+
+`run_parallel` is `runner.run_suite` for a GPU machine: `jobs` slots (threads of this process)
+each judge one task at a time, so that what is slow and does not need the GPU to itself
+overlaps across tasks: process start-up and imports, lowering and NVRTC compiles, torch.compile
+of the baselines. What times the GPU runs alone, through one `GpuGate` (argus/runtime/
+gpu_gate.py) that every process of the run shares by the ARGUS_GPU_GATE file:
+
+- exclusive: the judge's timing of a solution, the eager and torch.compile baselines' timings;
+- shared: references, correctness runs, comparisons, profiles (together, never during a
+  timing); a correctness run lets go of it while Argus compiles a kernel (compose/launch.py).
+
+Per slot, per task: the task's baselines in the slot's baseline process (kept across tasks; the
+judge then reads them from the shared cache), then the judge, `direct` (the reference inside
+this process, the candidate makes its own inputs, outputs by CUDA IPC) with a candidate process
+started while the previous task was judged. Tasks are admitted by their estimated GPU memory
+(gpumem.py: inputs, float64 references, the candidate's copies) so the device never runs out;
+a task that does run out is tried again once, alone. Largest first (they pack worst), smaller
+ones fill the memory left.
+
+Results: one line per task appended to OUT/results.jsonl as soon as it is judged (resumable
+like run_suite); at `budget_s` no task starts any more and what still runs is stopped and left
+out (a resumed run judges it). Invariant: a task's line is written once it is fully judged, or
+never.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TextIO
+
+from argus.bench.kernelbench import gpumem
+from argus.bench.kernelbench.baseline_suite import SuiteOptions, TaskOutcome, _one_task
+from argus.bench.kernelbench.baselines import BaselineCache, BaselineRecord, Environment
+from argus.bench.kernelbench.judge import JudgeOptions, Judgment, ReferenceSession, judge_with
+from argus.bench.kernelbench.process import Worker, WorkerError
+from argus.bench.kernelbench.runner import (
+    RunResult,
+    _append,
+    _sha,
+    find_solution,
+    load_results,
+    missing_judgment,
+)
+from argus.bench.kernelbench.tasks import Task
+from argus.runtime.gpu_gate import ENV as GATE_ENV
+
+
+@dataclass(frozen=True)
+class ParallelOptions:
+    jobs: int = 4
+    budget_s: float | None = None        # wall seconds for the whole run (None: no limit)
+    min_start_s: float = 20.0            # do not start a task with less time than this left
+    gpu_mem_gb: float | None = None      # memory tasks may share (default: the device's less
+    reserve_gb: float = 12.0             # reserve_gb for contexts and allocator slack)
+    baselines_first: bool = True         # time each task's baselines in the slot first
+
+
+def default_jobs(device: str) -> int:
+    """Slots on this machine: a GPU run needs few CPU cores per slot in steady state (NVRTC and
+    torch.compile are single-threaded per process, imports overlap), two cores kept for the
+    timing process and this one."""
+    cores = os.cpu_count() or 2
+    return max(1, min(8 if device.startswith("cuda") else 4, cores // 2))
+
+
+class _Slot:
+    """One slot's processes, kept across its tasks."""
+
+    def __init__(self, index: int, log_dir: Path, scratch: Path):
+        self.index = index
+        self.log_dir = log_dir
+        self.scratch = scratch
+        self.baseline: Worker | None = None
+        self.spare: Worker | None = None
+        self.current: Worker | None = None
+
+    def candidate(self) -> Worker:
+        """The candidate started ahead (or a new one), and the next one started now."""
+        worker = self.spare if self.spare is not None and self.spare.proc.poll() is None \
+            else self._new_candidate()
+        self.spare = self._new_candidate()
+        self.current = worker
+        return worker
+
+    def _new_candidate(self) -> Worker:
+        return Worker("candidate", self.log_dir / f"slot{self.index}-candidate-"
+                      f"{time.time_ns()}.log", cwd=self.scratch)
+
+    def baseline_worker(self) -> Worker:
+        if self.baseline is None or self.baseline.proc.poll() is not None:
+            self.baseline = Worker("baseline", self.log_dir / f"slot{self.index}-baseline.log",
+                                   env={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
+        return self.baseline
+
+    def close(self) -> None:
+        for w in (self.baseline, self.spare, self.current):
+            if w is not None:
+                w.close()
+        self.baseline = self.spare = self.current = None
+
+
+def run_parallel(tasks: list[Task], solutions: Path | str, out_dir: Path | str,
+                 options: JudgeOptions = JudgeOptions(),
+                 parallel: ParallelOptions = ParallelOptions(), *, resume: bool = True,
+                 progress: TextIO | None = sys.stderr, write_reports: bool = True
+                 ) -> RunResult:
+    """Judge every task's solution in `solutions` (a folder, see runner.find_solution) with
+    `parallel.jobs` slots; see the module docstring."""
+    started = time.monotonic()
+    deadline = started + parallel.budget_s if parallel.budget_s else None
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    previous = load_results(out) if resume else {}
+    device = options.resolved_device()
+    work = Path(options.workdir) if options.workdir else Path(tempfile.mkdtemp(
+        prefix="argus-kb-parallel-"))
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    gate_path = str(work / "gpu.gate")
+    saved_gate = os.environ.get(GATE_ENV)
+    os.environ[GATE_ENV] = gate_path      # this process and every worker it starts share it
+    options = replace(options, direct=True, workdir=str(work))
+    cache = BaselineCache(options.baseline_cache)
+    env = Environment.current(device)
+    memory = gpumem.GpuMemoryBudget(gpumem.device_budget_bytes(
+        device, parallel.reserve_gb, parallel.gpu_mem_gb))
+    lock = threading.Lock()
+    stopped = threading.Event()
+    judgments: dict[str, Judgment] = {}
+    resumed: list[str] = []
+    missing: list[str] = []
+    todo: list[tuple[Task, Path]] = []
+    for task in tasks:
+        path = find_solution(task, solutions)
+        if path is None:
+            judgments[task.key] = missing_judgment(task, device)
+            missing.append(task.key)
+            continue
+        record = previous.get(task.key)
+        if record and record.get("sha256") == task.sha256 and \
+                record.get("solution_sha256") == _sha(path):
+            judgments[task.key] = Judgment.from_json(record["judgment"])
+            resumed.append(task.key)
+            continue
+        todo.append((task, path))
+    need = {t.key: gpumem.estimate_bytes(t, gpumem.JUDGE_BYTES_PER_ELEMENT)
+            if device != "cpu" else 0.0 for t, _ in todo}
+    todo.sort(key=lambda tp: -need[tp[0].key])          # largest first; small ones fill in
+    queue = list(todo)
+    retried: set[str] = set()
+    done = [0]
+    slots = [_Slot(i, work / "logs", work / f"slot{i}") for i in range(max(1, parallel.jobs))]
+    for slot in slots:
+        slot.scratch.mkdir(parents=True, exist_ok=True)
+
+    def say(text: str) -> None:
+        if progress is not None:
+            with lock:
+                print(f"[{done[0]}/{len(todo)} {time.monotonic() - started:5.0f}s] {text}",
+                      file=progress, flush=True)
+
+    def left() -> float:
+        return float("inf") if deadline is None else deadline - time.monotonic()
+
+    def next_task() -> tuple[Task, Path] | None:
+        with lock:
+            return queue.pop(0) if queue else None
+
+    def work_slot(slot: _Slot) -> None:
+        while not stopped.is_set():
+            item = next_task()
+            if item is None:
+                return
+            task, path = item
+            if left() < parallel.min_start_s:
+                return
+            until = None if deadline is None else deadline - parallel.min_start_s
+            if not memory.acquire(need[task.key], until=until):
+                return
+            t0 = time.monotonic()
+            try:
+                if options.baselines and options.timing and device != "cpu" and \
+                        parallel.baselines_first:
+                    _measure_baseline(slot, task, options, cache, env, left, gate_path)
+                session = ReferenceSession(task, options, candidate=slot.candidate(),
+                                           baseline_cache=cache)
+                try:
+                    j = judge_with(session, path)
+                finally:
+                    session.close()
+                    slot.current = None
+                    _release_gpu_cache()
+            finally:
+                memory.release(need[task.key])
+            if stopped.is_set():
+                return                                # past the deadline: not recorded
+            if j.reason == "out_of_memory" and task.key not in retried:
+                retried.add(task.key)
+                with lock:
+                    need[task.key] = memory.budget    # once more, alone
+                    queue.append((task, path))
+                say(f"{task.key} {task.name}: out of GPU memory, again later alone")
+                continue
+            with lock:
+                judgments[task.key] = j
+                done[0] += 1
+                _append(out, {"task": task.key, "sha256": task.sha256, "solution": str(path),
+                              "solution_sha256": _sha(path), "solver": False,
+                              "judgment": j.to_json(), "seconds": time.monotonic() - t0,
+                              "slot": slot.index})
+            say(f"{j.summary()} ({time.monotonic() - t0:.1f}s; slowest phases: "
+                f"{_top_phases(j)})")
+
+    threads = [threading.Thread(target=work_slot, args=(s,), daemon=True) for s in slots]
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            while th.is_alive():
+                th.join(timeout=1.0)
+                if left() <= 0 and not stopped.is_set():
+                    stopped.set()
+                    say("time budget reached: stopping the tasks still running")
+                    for slot in slots:
+                        slot.close()
+            if stopped.is_set():
+                break
+    finally:
+        stopped.set()
+        for slot in slots:
+            slot.close()
+        for th in threads:
+            th.join(timeout=5.0)
+        if saved_gate is None:
+            os.environ.pop(GATE_ENV, None)
+        else:
+            os.environ[GATE_ENV] = saved_gate
+    ordered = tuple(judgments[t.key] for t in tasks if t.key in judgments)
+    result = RunResult(out, ordered, tuple(resumed), tuple(missing))
+    if write_reports:
+        from argus.bench.kernelbench.report import write_reports as _write
+
+        _write(list(ordered), out, meta={"device": device, "jobs": parallel.jobs})
+    return result
+
+
+def _measure_baseline(slot: _Slot, task: Task, options: JudgeOptions, cache: BaselineCache,
+                      env: Environment, left, gate_path: str) -> None:
+    """The task's eager and torch.compile times in the slot's baseline process, into the cache
+    (skipped when the cache has them). The timings take the gate's exclusive side; the compile
+    runs beside other slots' work."""
+    hit = cache.get(env, task.sha256)
+    if hit is not None and hit.eager_ms is not None:
+        return
+    outcome = TaskOutcome(task)
+    suite = SuiteOptions(jobs=1, task_timeout_s=max(options.timeout_s, 120.0),
+                         trials=options.trials, warmup=options.warmup, device=options.device
+                         if options.device != "auto" else "cuda", seed=options.seed)
+    try:
+        _one_task(slot.baseline_worker(), task, outcome, suite, gate_path, None, None, left)
+    except WorkerError as exc:
+        outcome.error = f"{exc.kind}: {str(exc)[:1500]}"
+        if slot.baseline is not None:
+            slot.baseline.close()
+            slot.baseline = None
+    if outcome.eager and "median_ms" in outcome.eager:
+        cache.put(BaselineRecord(task.key, task.sha256, env, outcome.eager, outcome.compile,
+                                 outcome.compile_s, flags=outcome.flags))
+
+
+def _release_gpu_cache() -> None:
+    """Give this process's cached GPU blocks back (the direct reference's float64 tensors), so
+    that the memory admitted for the next task is really free."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def _top_phases(j: Judgment, n: int = 3) -> str:
+    items = sorted(j.phases.items(), key=lambda kv: -kv[1])[:n]
+    return ", ".join(f"{k} {v:.1f}s" for k, v in items) or "-"
+
+
+__all__ = ["ParallelOptions", "default_jobs", "run_parallel"]

@@ -1,0 +1,62 @@
+"""The short table a solve run ends with: per level, how many of the selected tasks are solved.
+
+Per level: the tasks selected (`N`), how many were judged, solved on the strict track (correct
+to the task's precision, a verifiable task, Argus kernels not `no`) and on the relaxed track
+(KernelBench's 1e-2 rule, hardened), the Argus share (solved tasks whose GPU time is >= 90% in
+Argus kernels, `argus kernels: yes`), and the geometric mean speedup over eager PyTorch and
+over torch.compile on the tasks solved on the strict track (and timed). Percentages are of all
+selected tasks: a task not judged (the run stopped first) counts as not solved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from argus.bench.timing import geomean
+
+
+def solved_relaxed(j: Any) -> bool:
+    return bool(j.correct_relaxed and not j.degenerate_relaxed and not j.stochastic
+                and j.argus_kernels != "no")
+
+
+def level_rows(selected: dict[int, list[str]], judgments: Iterable[Any]) -> list[dict[str, Any]]:
+    """One row per level: `selected` maps a level to its selected task keys."""
+    by_key = {j.task: j for j in judgments}
+    rows = []
+    for level in sorted(selected):
+        keys = selected[level]
+        js = [by_key[k] for k in keys if k in by_key]
+        strict = [j for j in js if j.solved]
+        relaxed = [j for j in js if solved_relaxed(j)]
+        argus = [j for j in strict if j.argus_kernels == "yes"]
+        eager = [j.speedup_eager for j in strict if j.speedup_eager]
+        comp = [j.speedup_compile for j in strict if j.speedup_compile]
+        rows.append({"level": level, "selected": len(keys), "judged": len(js),
+                     "strict": len(strict), "relaxed": len(relaxed), "argus": len(argus),
+                     "geomean_eager": geomean(eager) if eager else None,
+                     "geomean_compile": geomean(comp) if comp else None,
+                     "timed": len(eager)})
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    def pct(a: int, n: int) -> str:
+        return f"{a}/{n} ({100.0 * a / n:.0f}%)" if n else "-"
+
+    def x(v: float | None) -> str:
+        return f"{v:.2f}x" if v else "-"
+
+    lines = ["| level | tasks | judged | solved strict | solved relaxed | Argus >= 90% of GPU "
+             "time (of strict) | geomean vs eager | geomean vs torch.compile | timed |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['level']} | {r['selected']} | {r['judged']} | "
+                     f"{pct(r['strict'], r['selected'])} | {pct(r['relaxed'], r['selected'])} | "
+                     f"{pct(r['argus'], r['strict'])} | {x(r['geomean_eager'])} | "
+                     f"{x(r['geomean_compile'])} | {r['timed']} |")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["level_rows", "markdown", "solved_relaxed"]
