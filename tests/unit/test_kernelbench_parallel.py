@@ -1,0 +1,339 @@
+"""The parallel KernelBench judge on the CPU: the GPU gate (timings alone, other GPU work
+together, writers first, compiles let go), the memory budget (never above it, a large task is
+not starved), direct judging (reference in the judge's process, inputs made by the candidate)
+against the judge through files, the parallel runner against the serial one, its time budget,
+the task selection by what a composition leaves to torch, and the per-level summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from argus.bench.kernelbench import gpumem  # noqa: E402
+from argus.bench.kernelbench.judge import JudgeOptions, ReferenceSession, judge_with  # noqa: E402
+from argus.bench.kernelbench.runner import load_results, missing_judgment, run_suite  # noqa: E402
+from argus.bench.kernelbench.shrink import SizeBudget  # noqa: E402
+from argus.bench.kernelbench.tasks import discover  # noqa: E402
+from argus.runtime.gpu_gate import GpuGate  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "kernelbench"
+KB_DIR = Path(os.environ.get("ARGUS_KERNELBENCH_DIR", REPO.parent / "shared" / "kernelbench"))
+needs_tasks = pytest.mark.skipif(not (KB_DIR / "level1").is_dir(),
+                                 reason=f"KernelBench tasks not found at {KB_DIR}")
+OPTIONS = JudgeOptions(device="cpu", timeout_s=180,
+                       cpu_budget=SizeBudget(elements=1 << 16, flops=2e7))
+
+
+def _task(level: int, pid: int):
+    return discover(KB_DIR, levels=[level], ids=[pid])[0]
+
+
+# ------------------------------------------------------------------------------- the gate
+class _Log:
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.spans: dict[str, tuple[float, float]] = {}
+
+    def span(self, name: str, hold, seconds: float) -> None:
+        with hold:
+            start = time.monotonic() - self.t0
+            time.sleep(seconds)
+            self.spans[name] = (start, time.monotonic() - self.t0)
+
+
+def _threads(*targets) -> None:
+    threads = []
+    for delay, fn in targets:
+        def run(delay=delay, fn=fn):
+            time.sleep(delay)
+            fn()
+        threads.append(threading.Thread(target=run))
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=30)
+
+
+def test_exclusive_waits_for_shared_holders_and_new_shared_wait_for_it(tmp_path):
+    gate = GpuGate(tmp_path / "g")
+    log = _Log()
+    _threads((0.0, lambda: log.span("reader1", gate.shared(), 0.6)),
+             (0.15, lambda: log.span("timing", gate.exclusive(), 0.3)),
+             (0.3, lambda: log.span("reader2", gate.shared(), 0.1)))
+    r1, t, r2 = log.spans["reader1"], log.spans["timing"], log.spans["reader2"]
+    assert t[0] >= r1[1] - 0.02          # the timing waited for the reader inside
+    assert r2[0] >= t[1] - 0.02          # a reader arriving after the timing waited for it
+
+
+def test_readers_share_the_gate(tmp_path):
+    gate = GpuGate(tmp_path / "g")
+    log = _Log()
+    _threads((0.0, lambda: log.span("a", gate.shared(), 0.5)),
+             (0.1, lambda: log.span("b", gate.shared(), 0.1)))
+    a, b = log.spans["a"], log.spans["b"]
+    assert b[0] < a[1]                   # b ran inside a's hold
+
+
+def test_yielding_lets_a_waiting_timing_in_during_a_compile(tmp_path):
+    gate = GpuGate(tmp_path / "g")
+    log = _Log()
+    marks: dict[str, float] = {}
+
+    def correctness_run():
+        with gate.shared():
+            with gate.yielding():          # a compile: no GPU work
+                marks["compile_start"] = time.monotonic() - log.t0
+                time.sleep(0.6)
+            marks["gpu_again"] = time.monotonic() - log.t0
+
+    _threads((0.0, correctness_run), (0.15, lambda: log.span("timing", gate.exclusive(), 0.2)))
+    t = log.spans["timing"]
+    assert t[0] < marks["compile_start"] + 0.6   # the timing ran during the compile
+    assert marks["gpu_again"] >= t[1] - 0.02     # GPU work resumed only after the timing
+
+
+def test_without_a_path_the_gate_is_a_no_op():
+    gate = GpuGate(None)
+    with gate.exclusive(), gate.shared(), gate.yielding():
+        pass
+    assert not gate.active
+
+
+# ---------------------------------------------------------------------- the memory budget
+def test_memory_budget_is_never_exceeded_and_a_too_large_task_runs_alone():
+    budget = gpumem.GpuMemoryBudget(10.0)
+    lock = threading.Lock()
+    state = {"in_use": 0.0, "max": 0.0, "big_with_others": False, "running": 0, "big": False}
+    rng = random.Random(3)
+    needs = [rng.choice([1, 2, 3, 5, 6]) for _ in range(30)] + [15.0]
+    rng.shuffle(needs)
+
+    def task(need: float) -> None:
+        assert budget.acquire(need)
+        with lock:
+            state["in_use"] += min(need, 10.0)
+            state["running"] += 1
+            state["max"] = max(state["max"], state["in_use"])
+            if need > 10:
+                state["big"] = True
+            if state["big"] and state["running"] > 1:
+                state["big_with_others"] = True
+        time.sleep(rng.random() * 0.03)
+        with lock:
+            if need > 10:
+                state["big"] = False
+            state["in_use"] -= min(need, 10.0)
+            state["running"] -= 1
+        budget.release(need)
+
+    threads = [threading.Thread(target=task, args=(n,)) for n in needs]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    assert state["max"] <= 10.0
+    assert not state["big_with_others"]
+    assert budget.in_use == 0 and budget.running == 0
+
+
+def test_a_large_task_is_passed_only_max_passes_times():
+    budget = gpumem.GpuMemoryBudget(10.0, max_passes=1)
+    order: list[str] = []
+    assert budget.acquire(5)                      # A holds 5
+    admitted = {}
+
+    def wait(name: str, need: float) -> None:
+        assert budget.acquire(need)
+        order.append(name)
+        admitted[name] = need
+
+    big = threading.Thread(target=wait, args=("big", 8))
+    big.start()
+    time.sleep(0.2)
+    small = threading.Thread(target=wait, args=("small", 3))   # fits beside A: passes big
+    small.start()
+    small.join(timeout=5)
+    late = threading.Thread(target=wait, args=("late", 1))     # fits too, but big waited enough
+    late.start()
+    time.sleep(0.3)
+    assert order == ["small"]
+    budget.release(5)
+    budget.release(3)
+    big.join(timeout=5)
+    late.join(timeout=5)
+    assert order == ["small", "big", "late"]
+
+
+def test_acquire_gives_up_at_its_deadline():
+    budget = gpumem.GpuMemoryBudget(10.0)
+    assert budget.acquire(8)
+    t0 = time.monotonic()
+    assert not budget.acquire(5, until=time.monotonic() + 0.3)
+    assert 0.25 <= time.monotonic() - t0 < 3
+    budget.release(8)
+    assert budget.acquire(5, until=time.monotonic() + 0.3)
+
+
+# ---------------------------------------------------------------------- direct judging
+@needs_tasks
+def test_direct_judging_matches_judging_through_files():
+    """The reference in this process and inputs made by the candidate give the same verdict
+    and, on the CPU (the same generator), the same errors per set as the worker-and-files
+    path."""
+    task = _task(1, 19)
+    with ReferenceSession(task, OPTIONS) as session:
+        files = judge_with(session, FIXTURES / "relu_copy.py")
+    with ReferenceSession(task, dataclasses.replace(OPTIONS, direct=True)) as session:
+        direct = judge_with(session, FIXTURES / "relu_copy.py")
+        zeros = judge_with(session, FIXTURES / "zeros.py")
+        echo = judge_with(session, FIXTURES / "echo.py")
+        inplace = judge_with(session, FIXTURES / "inplace.py")
+        empty = judge_with(session, FIXTURES / "empty_like.py")
+    assert files.correct and direct.correct
+    assert [s.distribution for s in files.sets] == [s.distribution for s in direct.sets]
+    assert [s.errors for s in files.sets] == [s.errors for s in direct.sets]
+    assert direct.phases and direct.phases.get("candidate runs", 0) > 0
+    assert zeros.reason == "zeros_output"
+    assert echo.reason == "echo_input"
+    assert inplace.reason == "output_aliases_input"
+    assert empty.reason == "uninitialized_output"
+
+
+@needs_tasks
+def test_direct_judging_catches_a_solution_honest_only_when_watched():
+    options = dataclasses.replace(OPTIONS, direct=True, cpu_timing=True, trials=10, warmup=1)
+    with ReferenceSession(_task(1, 19), options) as session:
+        sneaky = judge_with(session, FIXTURES / "honest_when_watched.py")
+    assert all(s.strict_ok for s in sneaky.sets)
+    assert sneaky.reason == "zeros_output" and "after timing" in sneaky.detail
+    assert "timing measure" in sneaky.phases
+
+
+def test_a_shared_output_handle_that_does_not_fit_is_refused():
+    from argus.bench.kernelbench.worker import open_shared_cuda
+
+    handle = {"shape": [4, 4], "stride": [4, 1], "offset": 0, "dtype": "torch.float32",
+              "device": 0, "handle": None, "size_bytes": 32, "offset_bytes": 0,
+              "counter_handle": None, "counter_offset": 0, "event_handle": None,
+              "event_sync": False}
+    with pytest.raises(ValueError, match="do not fit"):
+        open_shared_cuda(handle)                              # 64 bytes in a 32-byte block
+    with pytest.raises(ValueError, match="do not fit"):
+        open_shared_cuda({**handle, "stride": [1, 4], "size_bytes": 64})   # not contiguous
+
+
+def test_input_fingerprints_compare_values_not_identity():
+    from argus.bench.kernelbench.worker import _fingerprint, same_fingerprints
+
+    x = torch.rand(1000, dtype=torch.float32)
+    a = [_fingerprint(x), None, _fingerprint(torch.arange(5))]
+    assert same_fingerprints(a, [_fingerprint(x.clone()), None, _fingerprint(torch.arange(5))])
+    y = x.clone()
+    y[7] += 0.5
+    assert not same_fingerprints(a, [_fingerprint(y), None, _fingerprint(torch.arange(5))])
+
+
+# ---------------------------------------------------------------------- the parallel runner
+def _solutions(root: Path) -> Path:
+    sol = root / "solutions" / "level1"
+    sol.mkdir(parents=True)
+    (sol / "19_ReLU.py").write_text((FIXTURES / "relu_copy.py").read_text())
+    (sol / "23_Softmax.py").write_text(_task(1, 23).path.read_text() + "\nModelNew = Model\n")
+    (sol / "24_LogSoftmax.py").write_text(_task(1, 24).path.read_text()
+                                          + "\nclass ModelNew(Model):\n"
+                                            "    def forward(self, x):\n"
+                                            "        return torch.zeros_like(x)\n")
+    return root / "solutions"
+
+
+@needs_tasks
+def test_parallel_runner_agrees_with_the_serial_one_and_resumes(tmp_path):
+    from argus.bench.kernelbench.parallel import ParallelOptions, run_parallel
+
+    tasks = [_task(1, 19), _task(1, 23), _task(1, 24), _task(1, 21)]   # 21: no solution
+    sols = _solutions(tmp_path)
+    serial = run_suite(tasks, sols, tmp_path / "serial", OPTIONS, progress=None,
+                       write_reports=False)
+    par = run_parallel(tasks, sols, tmp_path / "par", OPTIONS, ParallelOptions(jobs=2),
+                       progress=None, write_reports=False)
+    by = {j.task: j for j in par.judgments}
+    for j in serial.judgments:
+        p = by[j.task]
+        assert (p.correct, p.correct_relaxed, p.reasons) == (j.correct, j.correct_relaxed,
+                                                            j.reasons), j.task
+        assert [s.errors for s in p.sets] == [s.errors for s in j.sets], j.task
+    assert by["L1/19"].correct and by["L1/23"].correct
+    assert by["L1/24"].reason == "zeros_output"
+    assert par.missing == ("L1/21",)
+    lines = (tmp_path / "par" / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 3                        # one line per judged task, none for missing
+    again = run_parallel(tasks, sols, tmp_path / "par", OPTIONS, ParallelOptions(jobs=2),
+                         progress=None, write_reports=False)
+    assert set(again.resumed) == {"L1/19", "L1/23", "L1/24"}
+    assert len((tmp_path / "par" / "results.jsonl").read_text().splitlines()) == 3
+
+
+@needs_tasks
+def test_parallel_runner_records_nothing_it_did_not_finish_in_its_budget(tmp_path):
+    from argus.bench.kernelbench.parallel import ParallelOptions, run_parallel
+
+    tasks = [_task(1, 19), _task(1, 23)]
+    sols = _solutions(tmp_path)
+    t0 = time.monotonic()
+    run = run_parallel(tasks, sols, tmp_path / "out", OPTIONS,
+                       ParallelOptions(jobs=2, budget_s=3.0, min_start_s=0.0),
+                       progress=None, write_reports=False)
+    assert time.monotonic() - t0 < 30             # stopped at the budget, not at the end
+    assert run.judgments == ()                    # a candidate takes longer than 3 s to start
+    assert load_results(tmp_path / "out") == {}
+    late = run_parallel(tasks, sols, tmp_path / "late", OPTIONS,
+                        ParallelOptions(jobs=2, budget_s=5.0, min_start_s=10.0),
+                        progress=None, write_reports=False)
+    assert late.judgments == ()                   # too little time to start anything
+
+
+# ---------------------------------------------------------------------- selection, summary
+def test_skip_torch_ops_selects_by_what_the_composition_leaves_to_torch():
+    from argus.compose.cli import skipped_for
+
+    assert skipped_for(("conv2d", "dropout"), "conv") == ["conv2d"]
+    assert skipped_for(("conv_transpose3d",), "pool,CONV") == ["conv_transpose3d"]
+    assert skipped_for(("dropout",), "conv") == []
+    assert skipped_for(("conv2d",), "") == []
+
+
+@needs_tasks
+def test_level_summary_counts_and_geomeans():
+    from argus.bench.kernelbench.summary import level_rows, markdown
+
+    base = missing_judgment(_task(1, 19), "cuda")
+
+    def j(key, level, correct, relaxed, argus, eager=None, comp=None, degenerate=()):
+        return dataclasses.replace(base, task=key, level=level, correct=correct,
+                                   correct_relaxed=relaxed, reasons=() if correct else ("x",),
+                                   argus_kernels=argus, speedup_eager=eager,
+                                   speedup_compile=comp, degenerate=degenerate)
+
+    js = [j("L1/1", 1, True, True, "yes", 2.0, 1.5), j("L1/2", 1, True, True, "partial", 0.5),
+          j("L1/3", 1, False, True, "yes"), j("L1/4", 1, True, True, "no", 9.0, 9.0),
+          j("L1/5", 1, True, True, "yes", 4.0, 3.0, degenerate=("zeros",)),
+          j("L2/1", 2, True, True, "yes", 3.0, 2.0)]
+    rows = level_rows({1: ["L1/1", "L1/2", "L1/3", "L1/4", "L1/5", "L1/6"], 2: ["L2/1"]}, js)
+    r1, r2 = rows
+    assert (r1["selected"], r1["judged"], r1["strict"], r1["relaxed"], r1["argus"]) == \
+        (6, 5, 2, 4, 1)
+    assert math.isclose(r1["geomean_eager"], math.sqrt(2.0 * 0.5))
+    assert math.isclose(r1["geomean_compile"], 1.5)
+    assert (r2["strict"], r2["relaxed"]) == (1, 1) and math.isclose(r2["geomean_eager"], 3.0)
+    text = markdown(rows)
+    assert "2/6 (33%)" in text and "1.00x" in text
