@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from argus.ir.core import Op, Region, Value
-from argus.ir.types import TileType
+from argus.ir.types import ScalarType, TileType
 
 # ----------------------------------------------------------------------------- scalars
 
@@ -150,6 +150,9 @@ class PipelineCreate(Op):
 
     NAME = "pipeline"
     RESULTS = ("result",)
+    # the full barriers' init count: one arrive.expect_tx per step, by the one thread that
+    # issues the step's TMA loads (an `elect` of one thread in a one-warpgroup role)
+    FULL_ARRIVALS = 1
     result: Value
     consumers: int
     peers: int = 1
@@ -620,6 +623,40 @@ class TurnPass(Op):
     initial: bool = False
 
 
+@dataclass(frozen=True)
+class Elect(Op):
+    """Thread election: `threads` threads of the executing group (a role's warpgroup, or the
+    CTA outside roles) run `body`, the others skip it. threads = 1 is thread 0 of the group;
+    threads = n > 1 is one thread per group / n consecutive threads (n = 4 in a warpgroup:
+    one per warp, elect.sync's pattern). Placed by lower/elect.py around a role that only
+    issues work one thread does for its warpgroup (index math, scalar reads, produce steps,
+    TMA loads: `electable`); an arrive in the body (a produce step's arrive.expect_tx)
+    arrives once per elected thread, which the verifier counts against the barrier's init
+    count (pipe.producers). Not nested; no warpgroup-collective op (wgmma, barriers,
+    setmaxnreg) and no register tile inside. `note` is a comment for the generated code."""
+
+    NAME = "elect"
+    body: Region
+    threads: int = 1
+    note: str = ""
+
+
+# What one thread may do for its warpgroup inside an `elect`: index math, control, uniform
+# scalar reads from global memory (a producer reading its coordinates: the value feeds only
+# ops inside the elected body), pipeline produce steps and their TMA loads, smem views.
+ELECTABLE = (Const, Arith, For, If, LoadScalar, Produce, TmaLoad, SmemSlice, ClusterRank)
+
+
+def electable(op: Op) -> bool:
+    """One of ELECTABLE, or a loop-carried scalar (`var` / `assign` of a scalar: a producer
+    walking its coordinates, `k = k + 64`, is index math too; a carried tile is not)."""
+    if isinstance(op, Var):
+        return isinstance(op.result.type, ScalarType)
+    if isinstance(op, Assign):
+        return isinstance(op.dst.type, ScalarType)
+    return isinstance(op, ELECTABLE)
+
+
 SYNC_OPS = (WgmmaFence, WgmmaCommit, WgmmaWait, FenceOperands, SlotRelease, ProxyFence,
             GroupBarrier, TmaStoreCommit, TmaStoreWait, SetMaxNReg, ClusterSync)
 # the ordered sections (ag.ordered): recorded by the DSL, barrier ids filled in by lower/sync.py
@@ -647,5 +684,6 @@ ALL_OPS: dict[str, type[Op]] = {
                 SmemSlice,
                 PipelineCreate, Produce, Consume, TmaLoad, TmaStore, Wgmma, StMatrix, LdMatrix,
                 Load, LoadScalar, Store, Full, Elementwise, Convert, Reduce, TileSlice, Var,
-                Assign, ConvertLayout, Arange, ExpandDims, PipeSkip) + SYNC_OPS + ORDERED_OPS
+                Assign, ConvertLayout, Arange, ExpandDims, PipeSkip, Elect) + SYNC_OPS
+    + ORDERED_OPS
 }

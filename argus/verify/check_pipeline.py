@@ -114,6 +114,8 @@ def _pipe(model: Model, pipe: PipeInfo):
                                  f"arrive.expect_tx and {role.warpgroups}x the TMA bytes per "
                                  f"phase on a barrier that expects one",
                                  {"role": role.name, "warpgroups": role.warpgroups}))
+        elif model.kernel.attr("elected", False):
+            finds += _elected_producer(model, step, subject)
     consumer_roles = {id(s.site.role): s.site.role for s in consumers}
     # a role whose warpgroups take turns on the pipe (pipe.skip, ping-pong) releases each step
     # once, by the warpgroup whose turn it is (check_ordered proves the turns)
@@ -198,6 +200,46 @@ def _pipe(model: Model, pipe: PipeInfo):
         for p in producers:
             obs.extend(_protocol(model, pipe, p, c, lag, subject))
     return obs, finds
+
+
+def elected_threads(kernel) -> dict[int, int]:
+    """id(op) -> how many threads of its group run it, for every op inside an `elect` (the
+    elect's thread count; lower/elect.py placed it). An op outside every elect is run by
+    every thread of its group."""
+    out: dict[int, int] = {}
+    for op in kernel.walk():
+        if isinstance(op, O.Elect):
+            for inner in op.body.walk():
+                out[id(inner)] = op.threads
+    return out
+
+
+def _elected_producer(model: Model, step: StepInfo, subject: str) -> list[Finding]:
+    """pipe.producers on the threads: each thread that runs a produce step arrives once on
+    the slot's full barrier (arrive.expect_tx), whose init count is
+    PipelineCreate.FULL_ARRIVALS; a one-warpgroup producer must run the step on exactly that
+    many threads (an `elect` of one thread)."""
+    role = step.site.role
+    group = 128 if role is not None else model.kernel.attr("threads", 128)
+    elected = elected_threads(model.kernel).get(id(step.op))
+    threads = elected if elected is not None else group
+    want = O.PipelineCreate.FULL_ARRIVALS
+    if threads == want:
+        return []
+    who = (f"an elect of {threads} threads" if elected is not None else
+           f"no elect around it: all {group} threads of the "
+           + ("warpgroup" if role is not None else "CTA"))
+    return [Finding("pipe.producers", step.op.loc, subject, "violated",
+                    f"{threads} threads run this produce step ({who}), each arriving with "
+                    f"arrive.expect_tx on a full barrier initialized for {want} arrival per "
+                    f"phase and each issuing the step's TMA copies: the phase completes "
+                    f"after the first arrival with {threads}x the transaction bytes expected, "
+                    f"so the slot's phases no longer follow the steps (a hang, or a consumer "
+                    f"reading a slot before its bytes land)",
+                    {"role": role.name if role is not None else None, "threads": threads,
+                     "full_barrier_count": want},
+                    fix="lower/elect.py elects one thread of the producer warpgroup "
+                        "(elect(threads=1) around the role's body)")]
 
 
 def _cluster_totals(model: Model, pipe: PipeInfo, role_name, kind: str, total, subject):
@@ -564,6 +606,8 @@ def _role_steps(model: Model, pipe: PipeInfo, kind: str, shapes: dict,
             elif isinstance(op, (O.Produce, O.Consume)):
                 if id(op) in by_op:
                     out.append((by_op[id(op)], dict(env)))
+                walk(op.body, env)
+            elif isinstance(op, O.Elect):
                 walk(op.body, env)
     walk(body, {})
     return out

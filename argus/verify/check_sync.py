@@ -92,6 +92,7 @@ class _Checker:
             if isinstance(op, O.Wgmma):
                 self.wgmma_tiles |= {self.tile(v) for v in self._wgmma_regs(op)}
         self.findings: dict[tuple, Finding] = {}
+        self.group = 128  # threads of the group being walked (a warpgroup, or the CTA)
 
     def rt(self, v) -> int:
         return self.root.get(v.id, v.id)
@@ -136,6 +137,9 @@ class _Checker:
             return self.loop(op, st)
         if isinstance(op, O.If):
             return _join(st, self.region(op.body, st.copy()))
+        if isinstance(op, O.Elect):
+            self.elect(op)
+            return self.region(op.body, st)
         if isinstance(op, (O.Produce, O.Consume)):
             return self.region(op.body, st)
         if not isinstance(op, O.SYNC_OPS + (O.TileSlice, O.ExpandDims)) and not is_tag_op(op):
@@ -169,6 +173,20 @@ class _Checker:
         elif isinstance(op, O.SlotRelease):
             self.release(op, st)
         return st
+
+    def elect(self, op: O.Elect) -> None:
+        """sync.elect: the elected threads can do the body's work for their group."""
+        bad = sorted({x.NAME for x in op.body.walk() if not O.electable(x)})
+        why = ""
+        if bad:
+            why = (f"the elect at {op.loc} holds {', '.join(bad)}, which the threads it "
+                   f"elects cannot do for their warpgroup (a collective op hangs, a register "
+                   f"tile is computed for those threads only)")
+        elif op.threads < 1 or self.group % op.threads:
+            why = f"the elect at {op.loc} elects {op.threads} of {self.group} threads"
+        self.report("sync.elect", op, f"elect at {op.loc}", not why, why,
+                    {"ops": bad, "threads": op.threads},
+                    fix="keep the elected body to index math, scalar reads and TMA loads")
 
     def async_read(self, op, views, kind: str, st: _State) -> None:
         for v in views:
@@ -249,7 +267,9 @@ def obligations(model: Model) -> tuple[list, list[Finding]]:
         return turns, turn_findings  # the sync ops are lowering's decision: checked once made
     c = _Checker(kernel)
     top = [op for op in kernel.body.ops if not isinstance(op, O.RoleOp)]
+    c.group = kernel.attr("threads", 128)
     c.region(Region(tuple(top)), _State())
+    c.group = 128  # a role's group is its warpgroup
     for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
         c.region(role.body, _State())
     return turns, turn_findings + list(c.findings.values())

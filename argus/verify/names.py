@@ -14,8 +14,9 @@ zeroing). This module reads, from the kernel alone,
   * for a finding's location, the definitions it depends on: the operands of the ops on that
     line, one more hop through scalar arithmetic, and the bounds of the loops around them,
     each with its name and line (`defined`);
-  * the role, warpgroups and thread that run the op (a TMA copy and an expect_tx are issued by
-    the elected thread 0 of the producer warpgroup; a fence by every writing thread).
+  * the role, warpgroups and thread that run the op (an op inside an `elect`, such as a TMA
+    copy and the expect_tx of a produce step, is run by the elected thread 0 of its
+    warpgroup; a fence by every writing thread).
 
 `annotate(kernel, diagnostics)` rewrites IR names in messages and witnesses to the user's
 names and adds `defined` / role / thread entries where a finding lacks them. It never changes
@@ -37,7 +38,8 @@ _ASSIGN = re.compile(r"^\s*([A-Za-z_][\w]*(?:\s*,\s*[A-Za-z_][\w]*)*)\s*,?\s*(?:
 _FOR = re.compile(r"^\s*for\s+([A-Za-z_]\w*)\s+in\b")
 _WITH_AS = re.compile(r"\bas\s+([A-Za-z_]\w*)\s*:")
 _IR_NAME = re.compile(r"%([A-Za-z_]\w*)\.(\d+)|%(\d+)\b")
-# ops whose thread is the elected one of its warpgroup (codegen issues them from thread 0)
+# ops whose thread is the elected one of its warpgroup in a kernel lowered before thread
+# election was an op (lower/elect.py); once elected, the `elect` around an op says it
 _ELECTED = (O.TmaLoad, O.Produce)
 
 
@@ -45,6 +47,7 @@ _ELECTED = (O.TmaLoad, O.Produce)
 class _Scope:
     role: O.RoleOp | None
     loops: tuple[O.For, ...]
+    elect: O.Elect | None = None
 
 
 class Names:
@@ -56,7 +59,7 @@ class Names:
         self.scope: dict[int, _Scope] = {}        # id(op) -> its role and enclosing loops
         self.by_line: dict[tuple[str, int], list[Op]] = {}
         self.params = {p.value.id: p.name for p in kernel.params}
-        self._walk(kernel.body.ops, None, ())
+        self._walk(kernel.body.ops, None, (), None)
         # in-place writers: TMA copies and stmatrix into a buffer, wgmma into its accumulator,
         # assign into its variable (a view's buffer is its root)
         self.root: dict[int, int] = {}
@@ -81,9 +84,9 @@ class Names:
             counts[n] = counts.get(n, 0) + 1
         self.unique = {n for n, c in counts.items() if c == 1}
 
-    def _walk(self, ops, role, loops) -> None:
+    def _walk(self, ops, role, loops, elect) -> None:
         for op in ops:
-            self.scope[id(op)] = _Scope(role, loops)
+            self.scope[id(op)] = _Scope(role, loops, elect)
             for r in op.results():
                 self.defs[r.id] = op
             for extra in ("index", "stage"):  # role index, pipeline stage: block values
@@ -94,8 +97,9 @@ class Names:
                 self.by_line.setdefault((op.loc.file, op.loc.line), []).append(op)
             inner_role = op if isinstance(op, O.RoleOp) else role
             inner_loops = loops + (op,) if isinstance(op, O.For) else loops
+            inner_elect = op if isinstance(op, O.Elect) else elect
             for region in op.regions():
-                self._walk(region.ops, inner_role, inner_loops)
+                self._walk(region.ops, inner_role, inner_loops, inner_elect)
 
     def _name_line(self, file: str, line: int, ops: list[Op]) -> None:
         text = linecache.getline(file, line)
@@ -234,9 +238,14 @@ class Names:
             out["threads"] = "every thread of the CTA runs it (thread 0 shown)"
             return out
         out["thread"] = 0
-        out["threads"] = ("the elected thread 0 of the warpgroup issues it"
-                          if any(isinstance(op, _ELECTED) for op in ops) else
-                          "every thread of the warpgroup runs it (thread 0 shown)")
+        elected = sc.elect is not None if self.kernel.attr("elected", False) else \
+            any(isinstance(op, _ELECTED) for op in ops)
+        out["threads"] = ("every thread of the warpgroup runs it (thread 0 shown)"
+                          if not elected else
+                          "the elected thread 0 of the warpgroup issues it"
+                          if sc.elect is None or sc.elect.threads == 1 else
+                          f"{sc.elect.threads} elected threads of the warpgroup run it "
+                          f"(thread 0 shown)")
         return out
 
 

@@ -92,6 +92,15 @@ def lowered_mutation(factory, cls, fn, nth=None, attrs=None, **kw) -> Callable[[
     return build
 
 
+def _unelected(kernel: Kernel) -> Kernel:
+    """Every role's `elect` dissolved into its body (the decision lower/elect.py makes, undone)."""
+    def role(op: O.RoleOp) -> O.RoleOp:
+        ops = [x for inner in op.body.ops
+               for x in (inner.body.ops if isinstance(inner, O.Elect) else (inner,))]
+        return op.replace(body=Region(tuple(ops)))
+    return rewrite(kernel, O.RoleOp, role)
+
+
 def _shift_plan(kernel: Kernel, delta: int, which: int = 1) -> dict:
     plan = list(kernel.attr("smem_plan"))
     vid, off, nbytes, align = plan[which]
@@ -221,6 +230,19 @@ CORPUS: list[Mutation] = [
       lowered_mutation(K.make_gemm, O.Consume, lambda op: op.replace(arrivals=1)),
       ("pipe.arrivals",), ("arrivals",), (), None,
       "the lowered consume declares 1 arrival for 2 consumer warpgroups"),
+    M("lowered/elect_two_threads", "gemm", 6,
+      lowered_mutation(K.make_gemm, O.Elect, lambda op: op.replace(threads=2)),
+      ("pipe.producers",), ("threads", "full_barrier_count"), ("2 threads", "arrive.expect_tx"),
+      None, "the producer's elect picks two threads: two arrive.expect_tx per step on a full "
+      "barrier that counts one"),
+    M("lowered/producer_not_elected", "gemm", 6, lambda: _unelected(lowered(K.make_gemm)),
+      ("pipe.producers",), ("threads", "full_barrier_count"), ("128 threads", "no elect"),
+      None, "thread election dropped: all 128 producer threads arrive and issue every copy"),
+    M("lowered/elect_around_consume", "gemm", 13,
+      lowered_mutation(K.make_gemm, O.Consume,
+                       lambda op: O.Elect(Region((op,)), loc=op.loc), nth=0),
+      ("sync.elect",), ("ops",), ("wgmma",), None,
+      "a consume step (wgmma, its waits, the slot release) run by one elected thread"),
     M("lowered/desc_swizzle_64", "gemm", 1,
       lowered_mutation(K.make_gemm, O.Wgmma,
                        lambda op: op.replace(a_desc=(64,) + tuple(op.a_desc[1:]))),
@@ -458,6 +480,46 @@ CORPUS: list[Mutation] = [
     M("cluster/grid_not_multiple", "gemm", 14, traced(K.make_cluster_gemm, "grid_not_multiple"),
       ("grid.cluster",), ("shapes", "extent", "cluster"), ("partial",), "grid_not_multiple",
       "the clustered grid extent cdiv(M, BM) is odd for some M: a partial 2x1 cluster"),
+    # --- persistent grouped-raster GEMM: store coverage and store-once ---------------------
+    M("persistent/raster_full_groups", "gemm", 14,
+      traced(K.make_persistent_gemm, "raster_full_groups"),
+      ("store.coverage",), ("unit", "other_unit", "tile", "thread"), ("both store tile",),
+      "raster_full_groups", "the raster divides by group_m instead of the last group's size: "
+      "in a short last group two units land on one tile and another tile is never stored"),
+    M("persistent/raster_row_repeat", "gemm", 14,
+      traced(K.make_persistent_gemm, "raster_row_repeat"),
+      ("store.once",), ("first", "second", "thread"), ("stored twice",), "raster_row_repeat",
+      "the raster's row within a group is rounded down to even: every odd tile row repeats "
+      "the one above (stored twice), the odd rows are never stored"),
+    M("persistent/stride_past_grid", "gemm", 14,
+      traced(K.make_persistent_gemm, "stride_past_grid"),
+      ("store.coverage",), ("start", "stride", "programs", "thread"), ("never visited",),
+      "stride_past_grid", "the unit loop strides by programs + 1 over a grid of programs "
+      "CTAs: the units congruent to programs are never visited"),
+    # --- online softmax: the running statistics -------------------------------------------
+    M("fa_qonce/rescale_new_max", "attention", 17, traced(K.make_fa_qonce, "rescale_new_max"),
+      ("softmax.stats",), ("thread", "rescale_from", "defined"), ("alpha",),
+      "rescale_new_max", "alpha = exp2(m_new - m_new): the output and sum are never rescaled "
+      "from the previous running max"),
+    M("fa_qonce/l_not_rescaled", "attention", 17, traced(K.make_fa_qonce, "l_not_rescaled"),
+      ("softmax.stats",), ("thread", "left", "right"), ("rescaled",), "l_not_rescaled",
+      "the running sum adds the block's exp(s - m_new) to the sum relative to the old max"),
+    M("fa_qonce/o_not_rescaled", "attention", 17, traced(K.make_fa_qonce, "o_not_rescaled"),
+      ("softmax.stats",), ("thread", "p_relative_to", "accumulator_relative_to"),
+      ("rescaled",), "o_not_rescaled",
+      "P V is accumulated into O without rescaling O to the new max"),
+    M("fa_qonce/no_final_division", "attention", 17,
+      traced(K.make_fa_qonce, "no_final_division"),
+      ("softmax.stats",), ("thread",), ("never divided",), "no_final_division",
+      "O is stored without the final division by the row sum l"),
+    # --- split-K: the sum of the K slices' partials ----------------------------------------
+    M("split_k/missing_slice", "reduction", 2, traced(K.make_split_k_sum, "missing_slice"),
+      ("reduce.slices",), ("slices", "defined", "thread"), ("never added",), None,
+      "the partials' sum stops one slice short (a Python loop unrolled while tracing: its "
+      "bound has no IR line, the witness names every load added)"),
+    M("split_k/slice_twice", "reduction", 2, traced(K.make_split_k_sum, "slice_twice"),
+      ("reduce.slices",), ("slices", "defined", "thread"), ("twice",), "slice_twice",
+      "slice 1 is added twice and slice 2 never"),
 ]
 
 
@@ -508,6 +570,9 @@ CLEAN: list[tuple[str, Callable[[], Kernel]]] = [
     ("batched_kn_gemm_lowered", lambda: lowered(K.make_batched_kn_gemm)),
     ("online_softmax", lambda: K.make_online_softmax().trace()),
     ("row_stats", lambda: K.make_row_stats().trace()),
+    ("split_k_sum", lambda: K.make_split_k_sum().trace()),
+    ("persistent_gemm", lambda: K.make_persistent_gemm().trace()),
+    ("persistent_gemm_lowered", lambda: lowered(K.make_persistent_gemm)),
     ("fa_qonce", lambda: K.make_fa_qonce().trace()),
     ("fa_qonce_lowered", lambda: lowered(K.make_fa_qonce)),
 ]

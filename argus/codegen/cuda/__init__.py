@@ -10,7 +10,7 @@ registry `RULES` (op class -> `(em, op) -> None`) with its dispatch, and `render
 live in files by op family and register themselves with `@rule(OpClass)`:
 
     scalar      const, arith, grid ids, cluster rank, thread index
-    control     for, if, var, assign (roles: render() lays them out)
+    control     for, if, elect, var, assign (roles: render() lays them out)
     memory      load, load.scalar, store (the accumulator store too), vector chunks
     tiles       full, elementwise, convert, tile.slice, convert_layout, arange, expand_dims
     reduce      reduce

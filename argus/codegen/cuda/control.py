@@ -1,4 +1,4 @@
-"""Rendering rules of control flow and variables: for, if, var, assign.
+"""Rendering rules of control flow and variables: for, if, elect, var, assign.
 
 Roles are not here: render() lays them out (EXEMPT in emit.py). A runtime loop is a C `for`; a
 variable is a register array (tile) or a mutable C scalar, updated in place by `assign`.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from argus.codegen.cuda.emit import SCALAR_C, _Emitter, rule
+from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.types import ScalarType
 
@@ -22,13 +23,49 @@ def for_(em: _Emitter, op: O.For) -> None:
         # ag.range rejects a constant step <= 0 at trace time; a runtime one would spin
         # forever (0) or run no iterations (< 0): stop the kernel with an error instead
         em.emit(f"if ({step} <= 0) __trap();  // ag.range needs a positive step")
-    em.block(f"for (int {v} = {em.name(op.start)}; {v} < {em.name(op.stop)}; "
-             f"{v} += {em.name(op.step)})", op.body)
+    head = f"for (int {v} = {em.name(op.start)}; {v} < {em.name(op.stop)}; {v} += {step})"
+    unroll = dict(em.kernel.attr("loop_unroll", ())).get(op.var.id, 1)
+    if unroll == 1:
+        em.block(head, op.body)
+        return
+    # the body `unroll` times per trip, each copy in its own scope, the index advanced and
+    # tested between copies: the iterations and their order are the loop's, and a register
+    # ring that lower/prefetch.py rotates by `assign` needs no copy at the back edge
+    em.emit(f"{head} {{  // unrolled {unroll}x (lower/prefetch.py)")
+    em.indent += 1
+    for u in range(unroll):
+        if u:
+            em.emit(f"{v} += {step};")
+            em.emit(f"if (!({v} < {em.name(op.stop)})) break;")
+        em.emit("{")
+        em.indent += 1
+        em.region(op.body)
+        em.indent -= 1
+        em.emit("}")
+    em.indent -= 1
+    em.emit("}")
 
 
 @rule(O.If)
 def if_(em: _Emitter, op: O.If) -> None:
     em.block(f"if ({em.name(op.cond)})", op.body)
+
+
+@rule(O.Elect)
+def elect(em: _Emitter, op: O.Elect) -> None:
+    """The threads lower/elect.py chose: thread 0 of the group, or one per group / threads
+    consecutive threads (gtid is the thread's index in its warpgroup inside a role, in the
+    CTA outside)."""
+    group = 128 if em.in_role else em.group_threads
+    if op.threads < 1 or group % op.threads:
+        raise CompileError(f"elect of {op.threads} threads in a group of {group}", op.loc,
+                           fix="elect 1 thread, or a divisor of the group's thread count")
+    cond = "gtid == 0" if op.threads == 1 else f"gtid % {group // op.threads} == 0"
+    em.emit(f"if ({cond}) {{" + (f"  // {op.note}" if op.note else ""))
+    em.indent += 1
+    em.region(op.body)
+    em.indent -= 1
+    em.emit("}")
 
 
 @rule(O.Var)

@@ -283,44 +283,6 @@ class _Emitter(metaclass=_RuleNames):
 # ----------------------------------------------------------------------------- the kernel
 
 
-# What a role may do and still run on one elected thread: index math, loops, uniform scalar
-# reads from global memory (a producer reading its coordinates, e.g. the MoE tile -> expert map:
-# the value feeds only ops inside the elected block), pipeline steps and the TMA loads.
-_SINGLE_THREAD_OPS = (O.Const, O.Arith, O.For, O.If, O.LoadScalar, O.Produce, O.TmaLoad,
-                      O.SmemSlice, O.ClusterRank, O.SetMaxNReg)
-
-
-def _single_thread_op(op) -> bool:
-    """One of the ops above, or a loop-carried scalar (`var` / `assign` of a scalar: a producer
-    walking its coordinates, `k = k + 64`, is index math too; a carried tile is not)."""
-    if isinstance(op, O.Var):
-        return isinstance(op.result.type, ScalarType)
-    if isinstance(op, O.Assign):
-        return isinstance(op.dst.type, ScalarType)
-    return isinstance(op, _SINGLE_THREAD_OPS)
-
-
-def _single_thread_role(role: O.RoleOp) -> bool:
-    """A role that only issues TMA copies runs on one elected thread of its warpgroup."""
-    return all(_single_thread_op(op) for op in role.body.walk())
-
-
-def _check_producer_role(role: O.RoleOp) -> None:
-    """A pipeline's full barriers expect one arrival per step (pipeline.create: count 1), so a
-    role that produces must run on one thread: rendered for all 128, each thread would arrive
-    with expect_tx and issue every TMA copy again (128 arrivals, 128x the transaction bytes:
-    the kernel dies with an unspecified launch failure on the GPU, while the interpreter, which
-    runs a role once, is right)."""
-    if not any(isinstance(op, O.Produce) for op in role.body.walk()):
-        return
-    others = sorted({op.NAME for op in role.body.walk() if not _single_thread_op(op)})
-    raise CompileError(f"role {role.name!r} produces into a pipeline but also does "
-                       f"{', '.join(others)}, which one elected thread cannot do for its "
-                       f"warpgroup; the full barriers count one arrival per step",
-                       role.loc, fix="move that work to another role (or before the roles) "
-                       "and keep the producer to index math, scalar reads and TMA loads")
-
-
 def _check_steps_in_roles(ops) -> None:
     """Pipeline steps are rendered for warp roles only: outside a role every thread of the CTA
     would run a produce step (one arrival per thread on a full barrier that counts one, every
@@ -454,15 +416,7 @@ def render(kernel: Kernel) -> Source:
         em.group_threads = 128
         em.in_role = True
         em.role_copies = (count, f"v{role.index.id}") if count > 1 else (1, "")
-        if _single_thread_role(role):
-            em.emit("if (gtid == 0) {  // one thread issues the async copies")
-            em.indent += 1
-            em.region(Region(tuple(body)))
-            em.indent -= 1
-            em.emit("}")
-        else:
-            _check_producer_role(role)
-            em.region(Region(tuple(body)))
+        em.region(Region(tuple(body)))  # an elected role's body is an `elect` (lower/elect)
         em.in_role = False
         em.role_copies = (1, "")
         em.acc_names = False
@@ -493,7 +447,8 @@ def render(kernel: Kernel) -> Source:
                    "1024 B.")
         out.append("    unsigned char* const smem = argus_smem_raw + "
                    "((1024u - (ag::smem_u32(argus_smem_raw) & 1023u)) & 1023u);")
-    out.extend("    " + d for d in em.shared_decls)
+    # once each: a loop unrolled by lower/prefetch.py renders a reduction's scratch twice
+    out.extend("    " + d for d in dict.fromkeys(em.shared_decls))
     out.extend(body)
     out.append("}")
     return Source(symbol, "\n".join(out) + "\n", tuple(abi), threads, dynamic,

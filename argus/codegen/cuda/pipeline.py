@@ -22,7 +22,7 @@ def pipeline_create(em: _Emitter, op: O.PipelineCreate) -> None:
     em.emit(f"ag::uint64_t* const empty{op.result.id} = full{op.result.id} + {stages};")
     em.emit("if (threadIdx.x == 0) {")
     em.emit(f"    for (int s = 0; s < {stages}; ++s) {{")
-    em.emit(f"        ag::mbar_init(&full{op.result.id}[s], 1);")
+    em.emit(f"        ag::mbar_init(&full{op.result.id}[s], {op.FULL_ARRIVALS});")
     em.emit(f"        ag::mbar_init(&empty{op.result.id}[s], {op.consumers * op.peers});")
     em.emit("    }")
     em.emit("    ag::fence_barrier_init();")

@@ -1,4 +1,4 @@
-"""Rules for control flow and mutable values: ag.range, ag.when, roles, var/assign.
+"""Rules for control flow and mutable values: ag.range, ag.when, elect, roles, var/assign.
 
 Invariant: regions run through the machine (`run_region`), so a pipeline step nested in a loop
 or a branch still blocks its coroutine; roles are scheduled by the machine, never run as ops.
@@ -31,6 +31,19 @@ def for_(m: _Interp, g: _Group, op: O.For) -> Iterator[_Blocked]:
 def if_(m: _Interp, g: _Group, op: O.If) -> Iterator[_Blocked]:
     if m.val(g, op.cond):
         yield from m.run_region(g, op.body)
+
+
+@rule(O.Elect)
+def elect(m: _Interp, g: _Group, op: O.Elect) -> Iterator[_Blocked]:
+    """A group runs as one sequential program whose ops act for the whole group, so the work
+    its elected thread does for it runs once. Several elected threads would each run a produce
+    step (each arriving on a full barrier that counts one arrival per step), which this
+    one-program-per-group model cannot show: refused rather than run once and found right."""
+    if op.threads != 1 and any(isinstance(x, O.Produce) for x in op.body.walk()):
+        raise InterpError(f"elect at {op.loc}: {op.threads} threads would each run the produce "
+                          f"steps inside it, arriving {op.threads} times per step on a full "
+                          f"barrier that counts {O.PipelineCreate.FULL_ARRIVALS}")
+    yield from m.run_region(g, op.body)
 
 
 @rule(O.RoleOp)

@@ -11,10 +11,11 @@ step counters of the walk so far (updated in place by steps and loops) and `foll
 after `op` in its region. `EXEMPT` maps the op classes that have no rule to the reason.
 
 The families: scalar (const, arith, grid ids, cluster rank, thread index), control (for, if,
-var, assign), memory (smem alloc/slice, stmatrix, ldmatrix, load, load_scalar, store), tma
-(tma.load, tma.store), pipeline (pipeline, produce, consume), mma (wgmma), tiles (full,
-arange, elementwise, convert, convert_layout, expand_dims, tile slice, reduce), sync (the
-SYNC_OPS: transparent to tags), ordered (ordered.wait/pass, pipe.skip), tags (the tag ops).
+var, assign), elect (thread election: the body is the group's work), memory (smem
+alloc/slice, stmatrix, ldmatrix, load, load_scalar, store), tma (tma.load, tma.store),
+pipeline (pipeline, produce, consume), mma (wgmma), tiles (full, arange, elementwise,
+convert, convert_layout, expand_dims, tile slice, reduce), sync (the SYNC_OPS: transparent
+to tags), ordered (ordered.wait/pass, pipe.skip), tags (the tag ops).
 The records they build are in `domain`.
 
 The rules are the model's own code split by op family, not clients of it: they read and write
@@ -34,8 +35,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from argus.ir import ops as O
-from argus.verify.transfer import (control, memory, mma, ordered, pipeline, scalar, sync, tags,
-                                   tiles, tma)
+from argus.verify.transfer import (control, elect, memory, mma, ordered, pipeline, scalar, sync,
+                                   tags, tiles, tma)
 from argus.verify.transfer.domain import Rule
 
 
@@ -52,8 +53,8 @@ def merge(tables: Iterable[dict[type, Rule]]) -> dict[type, Rule]:
     return out
 
 
-RULES: dict[type, Rule] = merge([scalar.RULES, control.RULES, memory.RULES, tma.RULES,
-                                 pipeline.RULES, mma.RULES, tiles.RULES, sync.RULES,
+RULES: dict[type, Rule] = merge([scalar.RULES, control.RULES, elect.RULES, memory.RULES,
+                                 tma.RULES, pipeline.RULES, mma.RULES, tiles.RULES, sync.RULES,
                                  ordered.RULES, tags.RULES])
 
 EXEMPT: dict[type, str] = {

@@ -1,0 +1,56 @@
+"""Pass: decide which threads of a role issue its work, as an explicit `elect` op.
+
+A role whose every op is one that a single thread does for its warpgroup (ir.ops.electable:
+index math, control, scalar reads, produce steps and their TMA loads: the producer of a TMA
+pipeline) runs on one elected thread: its body, after the leading `setmaxnreg` (a
+warpgroup-wide instruction every thread executes), becomes `elect(threads=1) { ... }`. Every
+other role runs on all its threads. The decision used to be codegen's; as an op, the verifier
+counts the arrivals it implies (check_pipeline's pipe.producers: one arrive.expect_tx per step
+on a full barrier whose init count is PipelineCreate.FULL_ARRIVALS) and codegen renders it.
+
+A role that produces into a pipeline but also does work one thread cannot do for its
+warpgroup (tile math, wgmma, barriers) is refused here: rendered for all 128 threads, each
+would arrive with expect_tx and issue every TMA copy again (128 arrivals, 128x the transaction
+bytes: an unspecified launch failure on the GPU, while the interpreter, which runs a role
+once, is right).
+
+Runs after lower/sync.py, which places the setmaxnreg this pass keeps outside; the kernel gets
+the attribute `elected` (the verifier checks thread counts only once the decision is made).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from argus.errors import CompileError
+from argus.ir import ops as O
+from argus.ir.core import Kernel, Region
+
+NOTE = "one thread issues the async copies"
+
+
+def run(kernel: Kernel) -> Kernel:
+    body = []
+    for op in kernel.body.ops:
+        body.append(_role(op) if isinstance(op, O.RoleOp) else op)
+    return dataclasses.replace(kernel, body=Region(tuple(body))).with_attrs(elected=True)
+
+
+def _role(role: O.RoleOp) -> O.RoleOp:
+    ops = list(role.body.ops)
+    head = []
+    while ops and isinstance(ops[0], O.SetMaxNReg):  # the role's first instruction, all threads
+        head.append(ops.pop(0))
+    if any(isinstance(op, O.Elect) for op in role.body.walk()):
+        return role  # already decided (a kernel lowered twice, or written with elect)
+    if all(O.electable(op) for op in Region(tuple(ops)).walk()):
+        elect = O.Elect(Region(tuple(ops)), threads=1, note=NOTE, loc=role.loc)
+        return role.replace(body=Region((*head, elect)))
+    if any(isinstance(op, O.Produce) for op in ops for op in op.walk()):
+        others = sorted({op.NAME for op in Region(tuple(ops)).walk() if not O.electable(op)})
+        raise CompileError(f"role {role.name!r} produces into a pipeline but also does "
+                           f"{', '.join(others)}, which one elected thread cannot do for its "
+                           f"warpgroup; the full barriers count one arrival per step",
+                           role.loc, fix="move that work to another role (or before the roles) "
+                           "and keep the producer to index math, scalar reads and TMA loads")
+    return role
