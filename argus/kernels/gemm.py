@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import argus as ag
 from argus.dtypes import DType
 from argus.kernels.split_k_sum import MAX_SPLITS
-from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler,
+from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler, Unit,
                                             WarpSpecializedSchedule, store_tile,
                                             store_tile_staged, tile_coords)
 
@@ -50,6 +50,12 @@ class GemmSchedule(WarpSpecializedSchedule):
     # instead of 4); each further round first waits for the previous round's bulk stores to
     # have read the staging buffer.
     store_cols: int = 0
+    # stream-K's simplest form: the tiles of the last, partial wave of the persistent walk
+    # (2048 x 7168 in 128x256 tiles: 448 tiles, 3.39 waves of 132) run as tail_splits K
+    # slices each, so the tail fills about tail_splits times more SMs; each slice writes its
+    # fp32 partial tile to a workspace and a second kernel sums them into C
+    # (argus/kernels/split_k_sum.py `tail_sum_kernel`). 1: off. argus.ops.matmul runs it.
+    tail_splits: int = 1
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
@@ -78,23 +84,45 @@ class GemmSchedule(WarpSpecializedSchedule):
         if self.split_k > 1 and self.epilogue != "direct":
             problems.append("split_k writes fp32 partials, which the TMA-store epilogue (16-bit "
                             "only) cannot stage: use epilogue='direct'")
+        if not isinstance(self.tail_splits, int) or not 1 <= self.tail_splits <= MAX_SPLITS:
+            problems.append(f"tail_splits={self.tail_splits!r} is outside 1..{MAX_SPLITS}")
+        elif self.tail_splits > 1:
+            # the tail is a second loop of the persistent walk, after the full waves, with
+            # cooperative consumers storing fp32 partials from registers
+            why = [what for what, bad in (
+                ("persistent=True", not self.persistent), ("pingpong=False", self.pingpong),
+                ("swap_ab=False", self.swap_ab), ("split_k=1", self.split_k != 1)) if bad]
+            if why:
+                problems.append(f"tail_splits={self.tail_splits} splits the last wave of the "
+                                f"persistent cooperative walk: it needs {', '.join(why)}")
         return problems
 
 
 @functools.lru_cache(maxsize=None)
 def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout: str = "nk",
-                batched: bool = False) -> ag.KernelFunction:
-    """The GEMM kernel for one problem kind (cached: one KernelFunction per kind)."""
+                batched: bool = False, tail_splits: int = 1) -> ag.KernelFunction:
+    """The GEMM kernel for one problem kind (cached: one KernelFunction per kind).
+
+    tail_splits = S > 1: the kernel of `GemmSchedule(tail_splits=S)`, which takes three more
+    tensors after C: the K-slice views As [S, .., M, K/S] and Bs of A and B (argus/ops/
+    split_k.py `slices`: views, nothing copied) and the fp32 workspace P [S, tail tiles, bm,
+    bn]. The full waves compute whole tiles of C from A and B; the last partial wave computes
+    K slice s of each of its tiles from As[s] and Bs[s] into P[s] (`tail_sum_kernel` then sums
+    them into C). Reading the slices through views of their own puts each slice's K range in
+    the tensors' shapes, so the verifier proves what it proves for split-K (notes, item 13):
+    per slice, every k multiplied once (wgmma.k-once) from the same slice of A and B
+    (wgmma.agree on s), the partial stored into its own slice of P (store.coords on s), each
+    workspace element stored once (store.once); that the slices tile [0, K) is split_k.py's
+    job, as for split-K."""
     if b_layout not in ("nk", "kn"):
         raise ValueError(f"b_layout must be 'nk' ([N, K], K contiguous) or 'kn' ([K, N]), got "
                          f"{b_layout!r}")
+    if not 1 <= tail_splits <= MAX_SPLITS:
+        raise ValueError(f"tail_splits={tail_splits} is outside 1..{MAX_SPLITS}")
     lead = ("Bt",) if batched else ()
     b_dims = ("N", "K") if b_layout == "nk" else ("K", "N")
 
-    def gemm(A: ag.Tensor[(*lead, "M", "K", in_dtype)],
-             B: ag.Tensor[(*lead, *b_dims, in_dtype)],
-             C: ag.Tensor[(*lead, "M", "N", out_dtype)],
-             s: GemmSchedule = GemmSchedule()):
+    def body(A, B, C, s: GemmSchedule, tail):
         M, K = A.shape[-2], A.shape[-1]
         N = B.shape[-2] if b_layout == "nk" else B.shape[-1]
         cs = s.cluster_m
@@ -110,6 +138,13 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                                 f"(the batched kernel over K-slice views, then a sum), not by "
                                 f"the kernel itself", fix="call argus.ops.matmul(a, b, "
                                 "schedule=...), or compile the kernel with split_k=1")
+        if s.tail_splits != tail_splits:
+            raise ag.TraceError(f"GemmSchedule(tail_splits={s.tail_splits}) needs the kernel "
+                                f"gemm_kernel(..., tail_splits={s.tail_splits}) (its K-slice "
+                                f"views and workspace are arguments); this one was built for "
+                                f"tail_splits={tail_splits}",
+                                fix="call argus.ops.matmul(a, b, schedule=...), which runs "
+                                    "both kernels, or pass the matching tail_splits")
         if mn_major_b and s.bn % 64:
             raise ag.TraceError(f"GemmSchedule(bn={s.bn}): an MN-major B ([K, N], N contiguous) "
                                 f"is read in 64-column atoms, so bn must be a multiple of 64",
@@ -124,7 +159,7 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         sched = TileScheduler.launch(lhs_rows, rhs_rows, s.bm, s.bn,
                                      batch=A.shape[0] if batched else None, cluster=cs,
                                      persistent=s.persistent, num_sms=s.num_sms,
-                                     group_m=s.group_m)
+                                     group_m=s.group_m, tail_splits=tail_splits)
         ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype,
                                  1 if s.pingpong else s.consumers, k_atoms=s.k_atoms,
                                  mn_major_a=mn_major_a, mn_major_b=mn_major_b)
@@ -136,9 +171,25 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         def finish(tile):
             return tile.to(out_dtype)
 
+        if tail is not None:  # the last wave's K slices: their own views, fewer steps
+            sliced_a, sliced_b, partials = tail
+            slice_steps = ring.k_steps(sliced_a.shape[-1])
+            # launch preconditions (argus.ops allocates so): S slices, as the walk splits the
+            # tail, and a workspace of whole bm x bn tiles, each stored whole. S is a shape
+            # symbol, not the int, so that the slice index is a coordinate the verifier
+            # follows (an int dim is no field): A and B from one slice, P[s] gets slice s
+            ag.tag_assume(lambda: ag.tag_all(ag.sym(sliced_a.shape[0]) == tail_splits,
+                                             ag.sym(partials.shape[2]) == s.bm,
+                                             ag.sym(partials.shape[3]) == s.bn))
+
         with ag.role("producer", warpgroups=1, regs=s.producer_regs):
             for unit in sched.units():
                 ring.load(k_steps, lhs, rhs, unit, rank=sched.rank, cluster=cs)
+            if tail is not None:  # K slice `part` of the tile: batch `part` of the views
+                for part, _, unit in sched.tail_units():
+                    ring.load(slice_steps, sliced_a, sliced_b,
+                              Unit((part, *unit.batch), unit.m, unit.n), rank=sched.rank,
+                              cluster=cs)
 
         if s.pingpong:  # whole tiles in turns; one's epilogue overlaps the other's MMAs
             with ag.role("consumer", warpgroups=2, regs=s.consumer_regs) as wg:
@@ -163,11 +214,39 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                 else:  # with swap-AB acc is a block of C^T: its rows are C's columns
                     store_tile(C, unit, wg, acc, bm=s.bm, bn=s.bn, rows=rows, finish=finish,
                                transposed=s.swap_ab)
+            if tail is not None:
+                # the fp32 partial, from registers whatever the main epilogue: the TMA-store
+                # epilogue stages 16-bit tiles (stmatrix), and a tail unit's store is a small
+                # share of the kernel's bytes
+                for part, q, unit in sched.tail_units():
+                    acc = ring.mma(slice_steps, wg, zero_by_wgmma=s.zero_by_wgmma)
+                    ag.store(partials, (part, q, wg * rows, 0), acc)
+
+    if tail_splits == 1:
+        def gemm(A: ag.Tensor[(*lead, "M", "K", in_dtype)],
+                 B: ag.Tensor[(*lead, *b_dims, in_dtype)],
+                 C: ag.Tensor[(*lead, "M", "N", out_dtype)],
+                 s: GemmSchedule = GemmSchedule()):
+            body(A, B, C, s, None)
+    else:
+        sliced_b_dims = ("N", "KS") if b_layout == "nk" else ("KS", "N")
+
+        def gemm(A: ag.Tensor[(*lead, "M", "K", in_dtype)],
+                 B: ag.Tensor[(*lead, *b_dims, in_dtype)],
+                 C: ag.Tensor[(*lead, "M", "N", out_dtype)],
+                 As: ag.Tensor[("S", *lead, "M", "KS", in_dtype)],
+                 Bs: ag.Tensor[("S", *lead, *sliced_b_dims, in_dtype)],
+                 P: ag.Tensor[("S", "T", "TM", "TN", ag.f32)],
+                 s: GemmSchedule = GemmSchedule(tail_splits=tail_splits)):
+            body(A, B, C, s, (As, Bs, P))
 
     default = (in_dtype, out_dtype, b_layout, batched) == (ag.bf16, ag.bf16, "nk", False)
     name = "gemm" if default else (f"gemm_{in_dtype.name}_{out_dtype.name}_{b_layout}"
                                    + ("_batched" if batched else ""))
-    return ag.kernel(gemm, name=name)
+    if tail_splits == 1:
+        return ag.kernel(gemm, name=name)
+    # C's tail tiles are the sum kernel's to write
+    return ag.kernel(gemm, name=f"{name}_tail{tail_splits}", partial_outputs=("C",))
 
 
 gemm = gemm_kernel()

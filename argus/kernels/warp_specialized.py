@@ -51,6 +51,7 @@ CUDA of every library schedule to hold that.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -170,26 +171,54 @@ class TileScheduler:
     group_m: int
     batched: bool
 
+    full: object = None     # tail splits: the units of the full waves (None: all of them)
+    splits: int = 1         # tail splits: K slices per unit of the last, partial wave
+
     @classmethod
-    def launch(cls, rows, cols, bm: int, bn: int, *, batch=None, cluster: int = 1,
-               persistent: bool = True, num_sms: int = 132, group_m: int = 8) -> TileScheduler:
-        """Declare the grid for an output of rows x cols (per batch entry, `batch` of them when
-        given) in bm x bn tiles, and return the scheduler of this CTA."""
+    def plan(cls, rows, cols, bm: int, bn: int, *, batch=None, cluster: int = 1,
+             persistent: bool = True, num_sms: int = 132, group_m: int = 8,
+             tail_splits: int = 1) -> TileScheduler:
+        """The walk over an output of rows x cols (per batch entry, `batch` of them when given)
+        in bm x bn tiles, without a grid: `launch` declares the grid from it, and a kernel that
+        works on the walk's tail afterwards (`tail_tile`) plans the same walk to find it.
+
+        With tail_splits = S > 1 (persistent only) the walk's units are the units of the full
+        waves (the first `full` of the raster, whole K each) and then, for each of the
+        total - full units of the last partial wave, S K slices: a last wave that would leave
+        most SMs idle becomes about S times as many units of 1/S the K steps each."""
         cs = cluster
         m_tiles, n_tiles = ag.cdiv(rows, bm), ag.cdiv(cols, bn)
         m_units = ag.cdiv(m_tiles, cs) if cs > 1 else m_tiles
         tiles = m_units * n_tiles
         total = tiles * batch if batch is not None else tiles
+        if tail_splits > 1:
+            # room for every slice of a lone partial wave; full waves of `clusters` units
+            clusters = ag.minimum(total * tail_splits, num_sms // cs)
+            full = total // clusters * clusters
+            return cls(m_units, n_tiles, tiles, total, None, clusters, 0, cs, group_m,
+                       batch is not None, full, tail_splits)
         clusters = ag.minimum(total, num_sms // cs) if persistent else total
+        return cls(m_units, n_tiles, tiles, total, None, clusters, 0, cs, group_m,
+                   batch is not None)
+
+    @classmethod
+    def launch(cls, rows, cols, bm: int, bn: int, *, batch=None, cluster: int = 1,
+               persistent: bool = True, num_sms: int = 132, group_m: int = 8,
+               tail_splits: int = 1) -> TileScheduler:
+        """Declare the grid for an output of rows x cols (per batch entry, `batch` of them when
+        given) in bm x bn tiles (see `plan`), and return the scheduler of this CTA."""
+        cs = cluster
+        walk = cls.plan(rows, cols, bm, bn, batch=batch, cluster=cs, persistent=persistent,
+                        num_sms=num_sms, group_m=group_m, tail_splits=tail_splits)
+        clusters = walk.programs
         (pid,) = ag.grid(clusters * cs, cluster=cs)
         rank = ag.cluster_rank() if cs > 1 else 0
         first, programs = (pid // cs, clusters) if cs > 1 else (pid, clusters)
-        return cls(m_units, n_tiles, tiles, total, first, programs, rank, cs, group_m,
-                   batch is not None)
+        return dataclasses.replace(walk, first=first, programs=programs, rank=rank)
 
-    def locate(self, unit) -> Unit:
-        """The tile of this CTA in flat unit `unit`."""
-        cs, rank = self.cluster, self.rank
+    def locate(self, unit, rank=None) -> Unit:
+        """The tile of this CTA (or of the CTA of cluster rank `rank`) in flat unit `unit`."""
+        cs, rank = self.cluster, self.rank if rank is None else rank
         if self.batched:
             mu, n = tile_coords(unit % self.tiles, self.m_units, self.n_tiles, self.group_m)
             return Unit((unit // self.tiles,), mu * cs + rank, n)
@@ -197,9 +226,36 @@ class TileScheduler:
         return Unit((), mu * cs + rank, n)
 
     def units(self) -> Iterator[Unit]:
-        """A runtime loop over this CTA's units (every role walks the same ones)."""
-        for unit in ag.range(self.first, self.total, self.programs):
+        """A runtime loop over this CTA's units (every role walks the same ones); with tail
+        splits, the units of the full waves only (`tail_units` walks the rest)."""
+        end = self.total if self.full is None else self.full
+        for unit in ag.range(self.first, end, self.programs):
             yield self.locate(unit)
+
+    def tail_units(self) -> Iterator[tuple]:
+        """With tail splits: a runtime loop, after `units`, over this CTA's units of the last
+        partial wave's K slices, yielding (slice, q, unit): K slice `slice` of tail tile `q`
+        (`tail_tile` finds its place again), whose tile is `unit`. The same slice of
+        consecutive tail units is taken by consecutive clusters: units that run at the same
+        time read the same K range of neighbouring tiles (the raster's L2 reuse), and every
+        CTA of a cluster walks the same units (the multicast peers share the slice)."""
+        tail = self.total - self.full
+        for t in ag.range(self.first, tail * self.splits, self.programs):
+            r = t % tail
+            q = r * self.cluster + self.rank if self.cluster > 1 else r
+            yield t // tail, q, self.locate(self.full + r)
+
+    @property
+    def tail_tiles(self):
+        """With tail splits: how many CTA tiles the last partial wave has (the `q` of
+        `tail_units` runs over [0, tail_tiles))."""
+        return (self.total - self.full) * self.cluster
+
+    def tail_tile(self, q) -> Unit:
+        """Tail tile q's unit (for the kernel that sums its K slices' partials)."""
+        if self.cluster > 1:
+            return self.locate(self.full + q // self.cluster, rank=q % self.cluster)
+        return self.locate(self.full + q, rank=0)
 
     def turns(self, warpgroups: int) -> Iterator[tuple]:
         """The same loop as `units`, yielding (turn, unit): iteration i is the turn of

@@ -112,14 +112,23 @@ def predict_us(p, s, c: Constants | None = None) -> float:
     if s.pingpong:  # one warpgroup's epilogue runs under the other's main loop
         epilogue *= 0.5
     per_tile = steps * t_step + epilogue + c.tile + (0 if s.persistent else c.nonpersistent)
+    tail_splits = getattr(s, "tail_splits", 1)
+    if tail_splits > 1 and units % sms:
+        # the last partial wave in K slices: whole waves, then rounds of slices of 1/S the
+        # steps with an fp32 epilogue, then the sum (not fitted yet: no measured rows)
+        tail = units % sms if units > sms else units
+        rounds = _cdiv(tail * tail_splits, sms)
+        t_slice = _cdiv(steps, tail_splits) * t_step + c.epi_direct * elems + c.tile
+        return (waves - 1) * per_tile + rounds * t_slice + c.tile
     return waves * per_tile
 
 
 def pick(p, candidates, c: Constants | None = None):
-    """The candidate of least predicted time (split-K left out: its sum is a second kernel);
-    ties go to the earlier candidate. `candidates` are the problem's tuning candidates, all
-    legal for it."""
-    usable = [s for s in candidates if getattr(s, "split_k", 1) == 1]
+    """The candidate of least predicted time (split-K and tail splits left out: their sum is a
+    second kernel, and the constants were fitted on no tail-split timing); ties go to the
+    earlier candidate. `candidates` are the problem's tuning candidates, all legal for it."""
+    usable = [s for s in candidates if getattr(s, "split_k", 1) == 1
+              and getattr(s, "tail_splits", 1) == 1]
     if not usable:
         raise ValueError("gemm_model.pick: no single-kernel candidate to choose from")
     return min(usable, key=lambda s: predict_us(p, s, c))

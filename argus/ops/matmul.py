@@ -11,6 +11,7 @@ not multiply) raise a LaunchError that says what and how to fix it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 
 from argus import dtypes
@@ -203,6 +204,11 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
         if chosen.split_k > 1:
             split_k.check(k, chosen.split_k, problem.batch)
             compiled = split_k.SplitKMatmul(problem, chosen, *kernel_for(problem, chosen))
+        elif chosen.tail_splits > 1:
+            split_k.tail_check(k, chosen.tail_splits)
+            plain = dataclasses.replace(chosen, tail_splits=1)
+            compiled = split_k.TailSplitMatmul(problem, chosen, *kernel_for(problem, chosen),
+                                               kernel_for(problem, plain))
         else:
             kernel, run = kernel_for(problem, chosen)
             compiled = kernel.compile(s=run)
@@ -216,7 +222,7 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
             b_ready.data_ptr() == b.data_ptr():
         # the kernel read the caller's buffers themselves (no aligned copy): the same buffers
         # next time can go straight to the launch
-        if isinstance(compiled, split_k.SplitKMatmul):
+        if isinstance(compiled, (split_k.SplitKMatmul, split_k.TailSplitMatmul)):
             if replay is not None and not _capturing():
                 _remember(_SPLIT_LAUNCHES, key, replay, _SPLIT_MEMO_SIZE)
         else:

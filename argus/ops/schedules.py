@@ -43,12 +43,14 @@ class Problem:
 def kernel_for(p: Problem, s: GemmSchedule):
     """(kernel, schedule) that compute problem `p` under `s`: the problem's own GEMM kernel, or
     for a split-K schedule the batched kernel with fp32 output that computes one K slice per
-    batch (argus/ops/split_k.py; the partials' sum is `split_k_sum`)."""
+    batch (argus/ops/split_k.py; the partials' sum is `split_k_sum`), or with tail splits the
+    kernel built for them (its tail's sum is `tail_sum_kernel`)."""
     in_dtype, out_dtype = dtypes.from_name(p.in_dtype), dtypes.from_name(p.out_dtype)
     if s.split_k > 1:
         return (gemm_kernel(in_dtype, dtypes.f32, p.b_layout, True),
                 dataclasses.replace(s, split_k=1))
-    return gemm_kernel(in_dtype, out_dtype, p.b_layout, p.batch > 1), s
+    # tail splits: the kernel that also takes the K-slice views and the workspace
+    return gemm_kernel(in_dtype, out_dtype, p.b_layout, p.batch > 1, s.tail_splits), s
 
 
 def heuristic(p: Problem) -> GemmSchedule:
@@ -124,6 +126,7 @@ def candidates(p: Problem) -> list[GemmSchedule]:
         out += _swap_ab_candidates(p)
     if p.m * p.batch > 256:
         out += _wave_fitting_tiles(p)
+        out += _tail_split_candidates(p)
     seen, unique = set(), []
     for s in out:
         if s not in seen:
@@ -205,6 +208,31 @@ def _wave_fitting_tiles(p: Problem) -> list[GemmSchedule]:
             if cols:
                 out += [GemmSchedule(bn=bn, stages=stages + 1, epilogue="tma",
                                      cluster_m=clusters[-1], store_cols=cols)]
+    return out
+
+
+def _tail_split_candidates(p: Problem) -> list[GemmSchedule]:
+    """The 128x256 cluster schedules with their last wave in K slices (GemmSchedule.
+    tail_splits), when that wave would leave most SMs idle (under 60% full: 2048 x 7168 has
+    26 units of 2x1 clusters in its fourth wave of 66). The split count is the one of least
+    tail time, ceil(tail units x S / clusters) / S of a wave (ties: the fewest slices, the
+    least partial traffic), among those that cut K into TMA-readable slices."""
+    out = []
+    tma = p.tma_store_ok and p.out_dtype in ("bf16", "f16")
+    bases = [GemmSchedule(stages=4, cluster_m=2)]
+    if tma:
+        bases += [GemmSchedule(stages=4, epilogue="tma", cluster_m=2,
+                               store_cols=_tma_staging(128, 256, 4))]
+    for base in bases:
+        clusters = base.num_sms // base.cluster_m
+        units = p.batch * _tiles(_tiles(p.m, base.bm), base.cluster_m) * _tiles(p.n, base.bn)
+        tail = units % clusters if units >= clusters else units
+        if not tail or tail >= 0.6 * clusters:
+            continue
+        splits = [s for s in range(2, 9) if split_k.tail_why_not(p.k, s) is None]
+        if splits:
+            best = min(splits, key=lambda s: (-(-tail * s // clusters) / s, s))
+            out.append(dataclasses.replace(base, tail_splits=best))
     return out
 
 

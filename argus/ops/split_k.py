@@ -8,13 +8,18 @@ like any other batch (the slice's edge is the view's edge, so a box that crosses
 filled, never read from the next slice). The batched kernel writes fp32 partials P[s] and the
 verifier proves k-once per slice; `split_k_sum` then adds the partials in a fixed order and
 rounds once. That the slices tile [0, K) exactly is this file's job: `slices` checks it.
+
+Tail splits (`GemmSchedule.tail_splits`) cut K only for the tiles of the persistent walk's last,
+partial wave: the GEMM kernel built for them takes the same K-slice views (`tail_slices`, also
+batched) beside A and B, writes the tail's fp32 partials into a compact workspace [splits, tail
+tiles, bm, bn], and `tail_sum_kernel` adds them into C (`TailSplitMatmul`).
 """
 
 from __future__ import annotations
 
 from argus import dtypes
 from argus.errors import LaunchError
-from argus.kernels.split_k_sum import MAX_SPLITS, split_k_sum_kernel
+from argus.kernels.split_k_sum import MAX_SPLITS, split_k_sum_kernel, tail_sum_kernel
 
 
 def why_not(k: int, splits: int, batch: int) -> str | None:
@@ -37,19 +42,27 @@ def slices(a, b, layout: str, splits: int):
     batch s is K slice s. Views only: nothing is copied."""
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"split_k.slices takes 2-d operands, got {a.dim()}-d and {b.dim()}-d")
+    return tail_slices(a, b, layout, splits)
+
+
+def tail_slices(a, b, layout: str, splits: int):
+    """The [splits, ...] K-slice views of A ([.., M, K]) and B ([.., N, K] for "nk", [.., K, N]
+    for "kn"), 2-d or batched: batch s of each is K slice s. Views only: nothing is copied."""
     k = a.shape[-1]
-    ks = k // splits
-    if ks * splits != k:
+    if k % splits:
         raise ValueError(f"split_k.slices: K={k} is not a multiple of {splits}")
-    m = a.shape[0]
-    a3 = a.as_strided((splits, m, ks), (ks * a.stride(1), a.stride(0), a.stride(1)))
-    if layout == "nk":       # B is [N, K], K contiguous
-        n = b.shape[0]
-        b3 = b.as_strided((splits, n, ks), (ks * b.stride(1), b.stride(0), b.stride(1)))
-    else:                    # B is [K, N], N contiguous
-        n = b.shape[1]
-        b3 = b.as_strided((splits, ks, n), (ks * b.stride(0), b.stride(0), b.stride(1)))
-    return a3, b3
+    return _k_slices(a, a.dim() - 1, splits), \
+        _k_slices(b, b.dim() - (1 if layout == "nk" else 2), splits)
+
+
+def _k_slices(t, axis: int, splits: int):
+    """t with its K axis `axis` cut into `splits` equal slices, stacked in front: slice s is
+    t's K range [s * K/splits, (s + 1) * K/splits), reached by a stride of K/splits elements
+    along K."""
+    ks = t.shape[axis] // splits
+    shape = list(t.shape)
+    shape[axis] = ks
+    return t.as_strided((splits, *shape), (ks * t.stride(axis), *t.stride()))
 
 
 def check(k: int, splits: int, batch: int) -> None:
@@ -88,6 +101,93 @@ class SplitKMatmul:
             return None
 
         def launch(partials=partials):  # the workspace lives as long as this launch
+            first()
+            second()
+        return launch
+
+
+def tail_why_not(k: int, splits: int) -> str | None:
+    """Why the tail of a GEMM cannot be split `splits` ways along K, or None when it can (the
+    slices are views read by TMA, as for split-K; a batched problem is fine)."""
+    if not 2 <= splits <= MAX_SPLITS:
+        return f"tail_splits={splits} is outside 2..{MAX_SPLITS}"
+    if k % splits:
+        return f"K={k} is not a multiple of tail_splits={splits}"
+    if (k // splits) % 8:
+        return f"each K slice ({k // splits}) must be a multiple of 8 elements (a 16-byte TMA " \
+               "stride between slices)"
+    return None
+
+
+def tail_tiles(problem, schedule) -> int:
+    """How many CTA tiles the last, partial wave of `schedule`'s persistent walk has on
+    `problem` (0: the waves are full, nothing to split): the host's count of what
+    TileScheduler.plan computes in the kernels, which sizes the workspace and the sum's grid
+    (tests/unit/test_tail_splits.py checks the two agree)."""
+    s, cs = schedule, schedule.cluster_m
+    m_tiles, n_tiles = -(-problem.m // s.bm), -(-problem.n // s.bn)
+    total = problem.batch * -(-m_tiles // cs) * n_tiles
+    clusters = min(total * s.tail_splits, s.num_sms // cs)
+    return (total - total // clusters * clusters) * cs
+
+
+def tail_check(k: int, splits: int) -> None:
+    """Raise a LaunchError saying why the tail cannot be split `splits` ways along K."""
+    reason = tail_why_not(k, splits)
+    if reason is not None:
+        raise LaunchError(f"argus.ops.matmul: GemmSchedule(tail_splits={splits}): {reason}",
+                          fix="use tail_splits=1, or a split count that divides K into slices "
+                              "of a multiple of 8")
+
+
+class TailSplitMatmul:
+    """A compiled matmul whose last partial wave runs in K slices: the tail GEMM kernel (full
+    waves into C, the tail's slices into an fp32 workspace), then `tail_sum_kernel` into C.
+    Built per problem (the shapes fix how many tail tiles there are); a problem whose waves are
+    full runs the plain kernel. The caller passes `kernel_for(problem, schedule)`'s result, and
+    the plain kernel of the schedule without tail splits (schedules imports this module).
+
+    Both kernels are compiled without the verifier's veto: each writes only part of C on
+    purpose, which its store.coverage obligation reports as an error (the verifier does not
+    know partial outputs yet); tests/unit/test_tail_splits.py runs the verifier on them and
+    requires every other obligation proven or honestly unknown."""
+
+    def __init__(self, problem, schedule, kernel, run, plain):
+        from argus.compiler import compile_kernel  # loaded on first use, as ag.compile does
+
+        self.layout, self.splits, self.schedule = problem.b_layout, schedule.tail_splits, run
+        self.tiles = tail_tiles(problem, schedule)
+        if not self.tiles:
+            self.plain = plain[0].compile(s=plain[1])
+            return
+        self.plain = None
+        self.main = compile_kernel(kernel, verify=False, s=run)
+        self.reduce = compile_kernel(
+            tail_sum_kernel(dtypes.from_name(problem.out_dtype), self.splits, problem.batch > 1),
+            verify=False, bm=run.bm, bn=run.bn, cluster=run.cluster_m, group_m=run.group_m,
+            num_sms=run.num_sms)
+
+    def __call__(self, a, b, out):
+        """Run it; return a replayable launch of both kernels that owns its workspace, or None
+        when the kernels did not cache their launch plans."""
+        import torch
+
+        if self.plain is not None:
+            self.plain(a, b, out)
+            plan = self.plain.plan_for(a, b, out)
+            return plan
+        a_s, b_s = tail_slices(a, b, self.layout, self.splits)
+        s = self.schedule
+        partials = torch.empty(self.splits, self.tiles, s.bm, s.bn, dtype=torch.float32,
+                               device=out.device)
+        self.main(a, b, out, a_s, b_s, partials)
+        self.reduce(partials, out)
+        first = self.main.plan_for(a, b, out, a_s, b_s, partials)
+        second = self.reduce.plan_for(partials, out)
+        if not first or not second:
+            return None
+
+        def launch(partials=partials, views=(a_s, b_s)):  # the workspace lives with the launch
             first()
             second()
         return launch
