@@ -16,6 +16,8 @@ All in linear integer arithmetic (products of a program id by a constant tile si
 
 from __future__ import annotations
 
+import dataclasses
+
 import z3
 
 from argus.verify import witness as W
@@ -35,16 +37,21 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
         obs += _coords(model, st)
     for sites in by_tensor.values():
         reps: list[StoreSite] = []
-        for i, a in enumerate(sites):
+        once_sites, tiled = _join_tiled(sites)
+        for i, a in enumerate(once_sites):
+            if id(a) in tiled:   # sites that tile one wider box: that box's store, once
+                obs.append(_joined_once(model, a, tiled[id(a)]))
+                obs += [_once(model, a, b) for b in once_sites[i + 1:]]
+                continue
             # a site that is another one shifted by constant offsets (a Python-unrolled
             # loop of stores) is injective iff that one is, on the whole tile; prove the class
             # once, without the bounds restriction, which makes the claim shift-invariant
             rep = next((r for r in reps if _translate_of(r, a)), None)
             if rep is None:
                 reps.append(a)
-                same_class = [b for b in sites if b is not a and _translate_of(a, b)]
+                same_class = [b for b in once_sites if b is not a and _translate_of(a, b)]
                 obs.append(_once(model, a, a, bounded=not same_class))
-            for b in sites[i + 1:]:
+            for b in once_sites[i + 1:]:
                 obs.append(_once(model, a, b))
         if len(sites) == 1:
             o, f = _coverage(model, sites[0])
@@ -155,6 +162,90 @@ def _translate_of(a: StoreSite, b: StoreSite) -> bool:
         if not z3.is_int_value(d):
             return False
     return True
+
+
+def _join_tiled(sites: list[StoreSite]) -> tuple[list[StoreSite], dict[int, list]]:
+    """Sites for store.once: each class of translates whose offsets step by the tile's own
+    extent along one destination dim (a Python-unrolled loop storing 16-column blocks of one
+    128 x 176 tile) becomes one site storing the joined box, so 11 blocks pose one query
+    instead of 66 pairwise ones. Exact: block j's element (r, c) is the joined box's element
+    (r, j * w + c), a bijection between (block, element) and the box, so the joined store is
+    injective iff every block is and no two blocks (of any instances) meet.
+    Returns the sites (joined ones in place of their blocks) and, per joined site's id, its
+    blocks in order along the dim with the (dim, width) they step by."""
+    out: list[StoreSite] = []
+    tiled: dict[int, list] = {}
+    left = list(sites)
+    while left:
+        a = left.pop(0)
+        cls = [a] + [b for b in left if _translate_of(a, b)]
+        joined = _joined(cls) if len(cls) > 1 else None
+        if joined is None:
+            out.append(a)
+            continue
+        left = [b for b in left if not any(b is c for c in cls)]
+        site, blocks = joined
+        tiled[id(site)] = blocks
+        out.append(site)
+    return out, tiled
+
+
+def _joined(cls: list[StoreSite]):
+    """(joined site, (blocks, dim, width)) when the translates in `cls` tile one box along one
+    dim with no gap or overlap, else None."""
+    a = cls[0]
+    deltas = [[z3.simplify(_num(y) - _num(x)).as_long() for x, y in zip(a.offsets, b.offsets)]
+              for b in cls]
+    moving = {d for dl in deltas for d, v in enumerate(dl) if v}
+    lead = len(a.offsets) - len(a.shape)
+    if len(moving) != 1 or min(moving) < lead:
+        return None
+    (d,) = moving
+    axis = d - lead
+    axis = len(a.shape) - 1 - axis if a.transposed else axis
+    w = a.shape[axis]
+    order = sorted(range(len(cls)), key=lambda i: deltas[i][d])
+    base = deltas[order[0]][d]
+    if [deltas[i][d] - base for i in order] != [j * w for j in range(len(cls))]:
+        return None
+    first = cls[order[0]]
+    shape = tuple(n * len(cls) if k == axis else n for k, n in enumerate(first.shape))
+    return dataclasses.replace(first, shape=shape), ([cls[i] for i in order], axis, w)
+
+
+def _joined_once(model: Model, site: StoreSite, tiled) -> Obligation:
+    """store.once of a joined box (`_join_tiled`); a witness names the block and its own
+    tile element."""
+    blocks, axis, w = tiled
+    ob = _once(model, site, site)
+    decode = ob.decode
+
+    def local(wit: dict) -> None:
+        elem = list(wit.get("tile_element", ()))
+        if len(elem) <= axis:
+            return
+        blk = blocks[elem[axis] // w]
+        elem[axis] %= w
+        wit["tile_element"] = tuple(elem)
+        wit["store"] = str(blk.op.loc)
+        if blk.tile.layout == "wgmma_acc" and len(elem) == 2:
+            wit.update(W.acc_thread(elem[0], elem[1]))
+
+    def block_decode(zm, violated):
+        msg, wit = decode(zm, violated)
+        for part in (wit.get("first"), wit.get("second")):
+            if isinstance(part, dict):
+                local(part)
+        first, second = wit.get("first", {}), wit.get("second", {})
+        return (f"{wit.get('output')} is stored twice: by CTA {first.get('cta')} warpgroup "
+                f"{first.get('warpgroup', 0)} element {first.get('tile_element')} of the store "
+                f"at {first.get('store')} and by CTA {second.get('cta')} warpgroup "
+                f"{second.get('warpgroup', 0)} element {second.get('tile_element')} of the "
+                f"store at {second.get('store')}"), wit
+    ob.decode = block_decode
+    ob.subject = (f"stores to {site.tensor.name} at {blocks[0].op.loc} ({len(blocks)} blocks "
+                  f"of {w} along tile axis {axis}, joined)")
+    return ob
 
 
 def _once(model: Model, a: StoreSite, b: StoreSite, bounded: bool = True) -> Obligation:
