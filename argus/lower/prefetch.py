@@ -1,28 +1,43 @@
-"""Pass: global tile loads in a runtime loop are issued one iteration ahead (register double
-buffering), so their latency overlaps the previous iteration's work.
+"""Pass: global tile loads in a runtime loop are software-pipelined through a ring of `depth`
+register blocks, so `depth` blocks are in flight while one is being worked on.
 
 A loop that loads a block, reduces it across the CTA (shuffles, a shared-memory exchange and
 barriers) and only then loads the next block leaves the memory system idle during every
 reduction; with several blocks per row a looped softmax ran at 67-90% of the copy bandwidth
-where the one-block form ran at 93% (docs/perf/core2.md). This pass rewrites
+where the one-block form ran at 93% (docs/perf/core2.md). With d = depth and s = step:
 
-    for j in range(start, stop, step):              x0 = load(X, offsets(start))
-        x = load(X, offsets(j))               =>    var xv = x0
-        ... uses x ...                              for j in range(start, stop, step):
-                                                        xn = load(X, offsets(j + step))
-                                                        ... uses xv ...
-                                                        assign xv = xn
+    for j in range(start, stop, s):           b_k = load(offsets(start + k*s))   k < d  (var)
+        x = load(offsets(j))            =>    for j in range(start, stop, s):
+        ... uses x ...                            t = load(offsets(j + d*s))
+                                                  ... uses b_0 ...
+                                                  assign b_0 = b_1, ..., b_{d-1} = t
 
-as explicit IR (`var` / `assign`, printed, verified and rendered like any loop-carried tile).
+as explicit IR (`var` / `assign`, printed, verified and rendered like any loop-carried tile;
+the verifier knows each b_k exactly per iteration: verify/transfer/control.py).
+
+The rotation alone would not work on the GPU: the copy b_{d-1} = t at the end of an iteration
+reads registers whose load is still in flight, so the machine waits there for the load it has
+just issued (the SASS of the one-block-ahead form showed the MOVs of the loaded registers at
+the loop's back edge). So the pass also records `loop_unroll` (loop variable id -> depth + 1):
+codegen renders the body depth + 1 times per trip, the index advanced and tested between the
+copies (the same iterations in the same order), and over depth + 1 consecutive iterations
+every `assign` of the ring is a renaming, so the CUDA compiler keeps each block in the
+registers its load writes (modulo variable expansion); the SASS of that form has no copy of
+a loaded register.
+
 Legal for a load at the top level of the loop body whose offsets are computed from values
 defined before the loop and the loop variable by constants and scalar arithmetic only (no
 loop-carried scalar, no load), into a tensor that nothing in the loop stores to (parameters
-do not alias: the kernel's pointers are __restrict__). The extra load past the last
-iteration, and the first one when the loop runs no iteration, are bounds-checked like every
-load: they read in-bounds memory or nothing, and their values are never used.
+do not alias: the kernel's pointers are __restrict__). The loads past the last iteration (and
+the first ones when the loop runs fewer than d iterations) are bounds-checked like every load:
+they read in-bounds memory or nothing, and their values are never used.
 
-Not applied inside warp roles (warp-specialized schedules place their own loads and budget
-their registers), and a loop prefetches at most MAX_PREFETCH_REGS registers per thread.
+The depth is the largest that keeps the ring's depth + 1 blocks within RING_REGS registers per
+thread (at least 1, at most MAX_DEPTH): the looped softmax's ring at BN 2048 (8 registers per
+block) is 3 blocks deep, at BN 4096 (16) one. Not applied inside warp roles (warp-specialized schedules place their own loads and
+budget their registers), to loads of more than MAX_BLOCK_REGS registers per thread per block
+(together), or to a loop that contains loops (its inner loops are pipelined; unrolling it
+would multiply their code).
 """
 
 from __future__ import annotations
@@ -35,55 +50,75 @@ from argus.ir.core import Kernel, Region, Value, map_values
 from argus.ir.types import TileType
 from argus.target import register_layouts as RL
 
-# registers per thread a loop may hold for its next iteration's loads: 16 f32 = 64 bytes in
-# flight per thread, enough to cover the latency; a wider block (the looped softmax at BN 8192
-# holds 32 registers per load) already has that many bytes in flight, and doubling its
-# registers would cost occupancy
-MAX_PREFETCH_REGS = 16
+# registers per thread of one block of a loop's loads, above which the loop is left alone: a
+# wider block (the looped softmax at BN 8192 holds 32 registers per load) already has that many
+# bytes in flight, and a ring of such blocks would cost occupancy
+MAX_BLOCK_REGS = 16
+# registers per thread the ring's depth + 1 blocks may hold: 32 f32 = 128 bytes, what the looped
+# softmax at BN 8192 (one block, no ring) loads at once: 95% of the copy bandwidth at 71
+# registers per thread (docs/perf/core2.md; NVRTC's report for sm_90a)
+RING_REGS = 32
+# blocks ahead at most: the body is rendered depth + 1 times per trip
+MAX_DEPTH = 3
 
 
 def run(kernel: Kernel) -> Kernel:
     ids = itertools.count(1 + max([r.id for op in kernel.walk() for r in op.results()] +
                                   [p.value.id for p in kernel.params] + [0]))
     threads = kernel.attr("threads", 128)
-    return dataclasses.replace(kernel, body=_region(kernel.body, ids, threads))
+    unroll: list[tuple[int, int]] = []    # (loop variable id, times its body is rendered)
+    kernel = dataclasses.replace(kernel, body=_region(kernel.body, ids, threads, unroll))
+    if not unroll:
+        return kernel
+    return kernel.with_attrs(loop_unroll=tuple(kernel.attr("loop_unroll", ())) + tuple(unroll))
 
 
-def _region(region: Region, ids, threads: int) -> Region:
+def _region(region: Region, ids, threads: int, unroll: list) -> Region:
     out: list[O.Op] = []
     for op in region.ops:
         if isinstance(op, O.RoleOp):
             out.append(op)
             continue
-        subs = {f.name: _region(getattr(op, f.name), ids, threads) for f in op.spec_fields()
+        subs = {f.name: _region(getattr(op, f.name), ids, threads, unroll)
+                for f in op.spec_fields()
                 if isinstance(getattr(op, f.name), Region)}
         if subs:
             op = dataclasses.replace(op, **subs)
-        out.extend(_pipeline(op, ids, threads) if isinstance(op, O.For) else [op])
+        out.extend(_pipeline(op, ids, threads, unroll) if isinstance(op, O.For) else [op])
     return Region(tuple(out))
 
 
-def _pipeline(loop: O.For, ids, threads: int) -> list[O.Op]:
+def _pipeline(loop: O.For, ids, threads: int, unroll: list) -> list[O.Op]:
     body = list(loop.body.ops)
+    if any(isinstance(op, O.For) for op in loop.body.walk()):
+        return [loop]   # its inner loops are pipelined; unrolling it would multiply their code
     in_body = {r.id for op in loop.body.walk() for r in op.results()}
     carried = {op.dst.id for op in loop.body.walk() if isinstance(op, O.Assign)}
     stored = {op.tensor.id for op in loop.body.walk() if isinstance(op, (O.Store, O.TmaStore))}
     top = {r.id: k for k, op in enumerate(body) for r in op.results()}
     chosen: list[tuple[int, list[int]]] = []
-    budget = MAX_PREFETCH_REGS
+    regs_per_block = 0
     for k, op in enumerate(body):
         if not isinstance(op, O.Load) or op.tensor.id in stored:
             continue
         regs = _regs_per_thread(op.result.type, threads)
-        if regs is None or regs > budget:
+        if regs is None or regs_per_block + regs > MAX_BLOCK_REGS:
             continue
         slice_ = _offset_slice(op.offsets, body, top, in_body, carried, loop.var)
         if slice_ is None:
             continue
-        budget -= regs
+        regs_per_block += regs
         chosen.append((k, slice_))
     if not chosen:
         return [loop]
+    depth = max(1, min(MAX_DEPTH, RING_REGS // regs_per_block - 1))
+    unroll.append((loop.var.id, depth + 1))
+    return _ring(loop, body, chosen, depth, ids)
+
+
+def _ring(loop: O.For, body: list[O.Op], chosen: list[tuple[int, list[int]]], depth: int,
+          ids) -> list[O.Op]:
+    """The loop with a ring of `depth` register blocks per chosen load (module docstring)."""
 
     def clone(indices: list[int], mapping: dict[int, Value]) -> list[O.Op]:
         out = []
@@ -93,27 +128,43 @@ def _pipeline(loop: O.For, ids, threads: int) -> list[O.Op]:
             out.append(map_values(body[k], lambda v: mapping.get(v.id, v)))
         return out
 
+    def advance(index: Value, out: list[O.Op]) -> Value:
+        nxt = Value(next(ids), index.type, "next")
+        out.append(O.Arith(nxt, "add", index, loop.step, loc=loop.loc))
+        return nxt
+
     before: list[O.Op] = []
-    nxt = Value(next(ids), loop.var.type, "next")
-    step_ops = {chosen[0][0]: [O.Arith(nxt, "add", loop.var, loop.step, loc=loop.loc)]}
-    current: dict[int, Value] = {}   # a load's result -> the variable holding this block
-    last: list[O.Op] = []
+    first = [loop.start]                    # start + k*step, k < depth: the ring's first blocks
+    for _ in range(1, depth):
+        first.append(advance(first[-1], before))
+    ahead: list[O.Op] = []                  # j + depth*step: the block this iteration issues
+    index = loop.var
+    for _ in range(depth):
+        index = advance(index, ahead)
+    step_ops = {chosen[0][0]: ahead}
+    current: dict[int, Value] = {}          # a load's result -> the variable holding block j
+    rotate: list[O.Op] = []
     for k, slice_ in chosen:
         load = body[k]
-        first = clone(slice_ + [k], {loop.var.id: loop.start})
-        var = Value(next(ids), load.result.type, load.result.hint)
-        before += first + [O.Var(var, first[-1].result, loc=load.loc)]
-        ahead = clone(slice_ + [k], {loop.var.id: nxt})
-        step_ops.setdefault(k, []).extend(ahead)
-        current[load.result.id] = var
-        last.append(O.Assign(var, ahead[-1].result, loc=load.loc))
+        ring = []
+        for start in first:
+            ops = clone(slice_ + [k], {loop.var.id: start})
+            var = Value(next(ids), load.result.type, load.result.hint)
+            before += ops + [O.Var(var, ops[-1].result, loc=load.loc)]
+            ring.append(var)
+        issued = clone(slice_ + [k], {loop.var.id: index})
+        step_ops.setdefault(k, []).extend(issued)
+        current[load.result.id] = ring[0]
+        # in order, so each reads the value it replaces: b_0 = b_1, ..., b_{d-1} = the issued
+        rotate += [O.Assign(dst, src, loc=load.loc)
+                   for dst, src in zip(ring, ring[1:] + [issued[-1].result])]
     replaced = {k for k, _ in chosen}
     new_body: list[O.Op] = []
     for k, op in enumerate(body):
-        new_body += step_ops.get(k, [])   # the next block's load where this one's was
+        new_body += step_ops.get(k, [])   # the block `depth` ahead, issued where this one was
         if k not in replaced:
             new_body.append(map_values(op, lambda v: current.get(v.id, v)))
-    new_body += last
+    new_body += rotate
     return before + [dataclasses.replace(loop, body=Region(tuple(new_body)))]
 
 

@@ -1,11 +1,16 @@
-"""lower/prefetch.py: a global tile load in a runtime loop is issued one iteration ahead
-(var / assign in the IR). The rewrite keeps the numbers (the interpreter runs the lowered
-kernel against float64), the verifier proves the prefetched kernel clean and catches a
-prefetch of the wrong block, and the pass leaves alone what it may not move: a load of a
-tensor the loop stores to, a load whose offset is a loop-carried scalar, a load in a warp role.
+"""lower/prefetch.py: a global tile load in a runtime loop is software-pipelined through a ring
+of `depth` register blocks (var / assign in the IR), and codegen renders the loop depth + 1
+times per trip so the ring's rotation is a renaming. The rewrite keeps the numbers (the
+interpreter runs the lowered kernel against float64, with trip counts that are not a multiple
+of the unroll and shorter than the ring), the verifier proves the pipelined kernel clean and
+catches a prefetch of the wrong block and a ring rotated in the wrong order, NVRTC compiles the
+rendered loop for sm_90a (and, where a disassembler is installed, its SASS copies no loaded
+register), and the pass leaves alone what it may not move: a load of a tensor the loop stores
+to, a load whose offset is a loop-carried scalar, a load in a warp role.
 """
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -33,33 +38,82 @@ def online(examples):
     return examples("softmax_online")
 
 
-def test_both_passes_of_the_online_softmax_load_one_block_ahead(online):
-    k = _lowered(online.KERNEL, BN=1024)
-    for loop in _loops(k):
-        loads = [op for op in loop.body.ops if isinstance(op, O.Load)]
-        assigns = [op for op in loop.body.ops if isinstance(op, O.Assign)]
-        assert len(loads) == 1
-        nxt = next(op for op in loop.body.ops if isinstance(op, O.Arith) and op.fn == "add"
-                   and op.lhs.id == loop.var.id)
-        assert nxt.rhs.id == loop.step.id                       # j + step
-        assert any(a.src.id == loads[0].result.id for a in assigns)
+def _chain(loop, start, n):
+    """The values start + k * loop.step (k = 1 .. n) computed by `next` adds in the loop body
+    (n = 0: `start` itself), or None when the chain is not there."""
+    cur = start
+    adds = {op.lhs.id: op for op in loop.body.ops if isinstance(op, O.Arith) and
+            op.fn == "add" and op.rhs.id == loop.step.id}
+    for _ in range(n):
+        if cur.id not in adds:
+            return None
+        cur = adds[cur.id].result
+    return cur
+
+
+@pytest.mark.parametrize("bn, depth", [(1024, 3), (2048, 3), (4096, 1)])
+def test_both_passes_of_the_online_softmax_rotate_a_ring_of_blocks(online, bn, depth):
+    k = _lowered(online.KERNEL, BN=bn)
+    loops = _loops(k)
+    assert len(loops) == 2
+    assert dict(k.attr("loop_unroll")) == {loop.var.id: depth + 1 for loop in loops}
     top = list(k.body.ops)
-    assert sum(isinstance(op, O.Load) for op in top) == 2       # the first block of each pass
-    assert sum(isinstance(op, O.Var) and op.result.type.shape == (1, 1024) for op in top) == 2
+    for loop in loops:
+        (load,) = [op for op in loop.body.ops if isinstance(op, O.Load)]
+        # the block issued in iteration j is j + depth*step, times BN
+        ahead = _chain(loop, loop.var, depth)
+        col = next(op for op in loop.body.ops if op.results() and
+                   op.results()[0].id == load.offsets[-1].id)
+        assert isinstance(col, O.Arith) and col.fn == "mul" and col.lhs.id == ahead.id
+        # the ring: depth variables before the loop, rotated in order, the last from the load
+        ring_ids = [a.dst.id for a in loop.body.ops if isinstance(a, O.Assign)
+                    and a.dst.type == load.result.type]
+        assert len(ring_ids) == depth
+        rotate = [a for a in loop.body.ops if isinstance(a, O.Assign) and a.dst.id in ring_ids]
+        assert [a.src.id for a in rotate] == ring_ids[1:] + [load.result.id]
+        inits = {op.result.id: op for op in top if isinstance(op, O.Var)}
+        assert all(r in inits for r in ring_ids)
+        # nothing in the body reads the load's result but the rotation (it is `depth` ahead)
+        readers = [op for op in loop.body.walk() if load.result.id in
+                   {v.id for v in op.operands()}]
+        assert readers == [rotate[-1]]
+    assert sum(isinstance(op, O.Load) for op in top) == 2 * depth  # the ring's first blocks
 
 
-@pytest.mark.parametrize("bn", [1024, 2048])
-def test_the_lowered_kernel_computes_the_softmax(online, bn):
-    x, y = online.make_inputs("small")           # 9 x 5000: ragged last block
-    x, y = x.numpy(), np.full(y.shape, np.nan, np.float32)
+# trip counts: 5 (a ragged unroll: 4 + 1), 3 and 2 (fewer than the ring), 1, and 8 (two trips)
+@pytest.mark.parametrize("bn, rows, cols", [(1024, 9, 5000), (2048, 9, 5000), (1024, 3, 1500),
+                                            (4096, 3, 5000), (1024, 2, 1000), (1024, 2, 8192)])
+def test_the_lowered_kernel_computes_the_softmax(online, bn, rows, cols):
+    x = (np.random.default_rng(rows * cols).standard_normal((rows, cols)) * 4).astype(np.float32)
+    y = np.full_like(x, np.nan)
     interp.run(_lowered(online.KERNEL, BN=bn), x, y)
-    ref = online.reference(*map(__import__("torch").from_numpy, (x, y))).numpy()
+    ref = np.exp(x - x.max(1, keepdims=True).astype(np.float64))
+    ref /= ref.sum(1, keepdims=True)
     assert np.abs(y - ref).max() < 1e-6
 
 
-def test_the_verifier_proves_the_prefetched_kernel(online):
-    assert [d for d in check(_lowered(online.KERNEL, BN=2048))
+@pytest.mark.parametrize("bn", [1024, 2048, 4096])
+def test_the_verifier_proves_the_prefetched_kernel(online, bn):
+    assert [d for d in check(_lowered(online.KERNEL, BN=bn))
             if d.severity in ("error", "unknown")] == []
+
+
+def _with_loop(k, loop, new_loop):
+    return dataclasses.replace(k, body=Region(tuple(new_loop if op is loop else op
+                                                    for op in k.body.ops)))
+
+
+def test_the_verifier_catches_a_ring_rotated_in_the_wrong_order(online):
+    k = _lowered(online.KERNEL, BN=2048)
+    loop = _loops(k)[-1]   # the normalizing pass: its stores check the coordinates
+    ops = list(loop.body.ops)
+    rotate = [i for i, op in enumerate(ops) if isinstance(op, O.Assign)]
+    # last first: b_{d-1} = the new block, then b_{d-2} = b_{d-1} (already the new one) ...
+    for i, j in zip(rotate, reversed(rotate)):
+        ops[i] = loop.body.ops[j]
+    bad = _with_loop(k, loop, dataclasses.replace(loop, body=Region(tuple(ops))))
+    errors = [d for d in check(bad) if d.severity == "error"]
+    assert errors and "store to Y" in errors[0].message
 
 
 def test_the_verifier_catches_a_prefetch_of_the_wrong_block(online):
@@ -71,9 +125,7 @@ def test_the_verifier_catches_a_prefetch_of_the_wrong_block(online):
             return dataclasses.replace(op, rhs=loop.start)
         return op
     bad_loop = dataclasses.replace(loop, body=Region(tuple(wrong(op) for op in loop.body.ops)))
-    body = tuple(bad_loop if op is loop else op for op in k.body.ops)
-    errors = [d for d in check(dataclasses.replace(k, body=Region(body)))
-              if d.severity == "error"]
+    errors = [d for d in check(_with_loop(k, loop, bad_loop)) if d.severity == "error"]
     assert errors and "store to Y" in errors[0].message
 
 
@@ -118,3 +170,92 @@ def test_the_library_gemm_is_untouched():
 
     k = analysis.infer_layouts(gemm.trace())   # its loops are in warp roles
     assert prefetch.run(k) == k
+
+
+@ag.kernel(threads=256)
+def row_dot(X: ag.Tensor["M", "N", ag.f32], W: ag.Tensor["M", "N", ag.f32],
+            Y: ag.Tensor["M", 1, ag.f32]):
+    """Two loads in one loop (each its own ring), and a loop of step 2 (j = 2b for block b)."""
+    (row,) = ag.grid(X.shape[0])
+    acc = ag.full((1, 1), 0.0)
+    for j in ag.range(0, 2 * ag.cdiv(X.shape[1], 512), 2):
+        x = ag.load(X, (row, j * 256), (1, 512))
+        w = ag.load(W, (row, j * 256), (1, 512))
+        acc = acc + (x * w).sum(axis=1)
+    ag.store(Y, (row, 0), acc)
+
+
+@pytest.mark.parametrize("cols", [512, 2048, 5000, 9000])
+def test_two_loads_and_a_step_of_two(cols):
+    k = _lowered(row_dot)
+    (loop,) = _loops(k)
+    assert dict(k.attr("loop_unroll")) == {loop.var.id: 4}   # 2 + 2 registers: 3 blocks ahead
+    assert sum(isinstance(op, O.Load) for op in loop.body.ops) == 2
+    assert [d for d in check(k) if d.severity in ("error", "unknown")] == []
+    rng = np.random.default_rng(cols)
+    x, w = (rng.standard_normal((3, cols)).astype(np.float32) for _ in range(2))
+    y = np.full((3, 1), np.nan, np.float32)
+    interp.run(k, x, w, y)
+    ref = (x.astype(np.float64) * w).sum(1, keepdims=True)
+    assert np.abs(y - ref).max() < 1e-4
+
+
+def test_codegen_renders_the_ring_loop_unrolled(online):
+    from argus import codegen
+
+    text = codegen.render(_lowered(online.KERNEL, BN=2048)).text
+    assert text.count("// unrolled 4x (lower/prefetch.py)") == 2
+    assert text.count(" break;") == 2 * 3             # between the 4 copies of each pass
+    decls = [line.strip() for line in text.splitlines() if line.strip().startswith("__shared__")]
+    assert decls and len(decls) == len(set(decls))    # each reduction's scratch declared once
+
+
+_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[\w.]*)?\s*([^;]*);")
+
+
+def _ldg_copies(sass: str) -> list[str]:
+    """Register copies (MOV, IMAD.MOV) whose source was last written, in program text order, by
+    a global load: the copy waits for that load. Text order is followed up to an unconditional
+    jump (what follows is reached by a label). The one-block-ahead form of the pass had them at
+    the loop's back edge (MOV R5, R9 ... of the block loaded in that iteration)."""
+    last: dict[str, str] = {}
+    out = []
+    for m in _INSN.finditer(sass):
+        pred, opc, mods, args = m.group(1), m.group(2), m.group(3) or "", m.group(4)
+        if opc in ("BRA", "EXIT", "RET") and not pred:
+            last.clear()
+            continue
+        ops = [a.strip() for a in args.split(",")]
+        src = ops[1] if opc == "MOV" and len(ops) == 2 else \
+            ops[3] if opc == "IMAD" and mods.startswith(".MOV") and len(ops) == 4 else None
+        if src is not None and last.get(src) == "LDG":
+            out.append(m.group(0))
+        if opc.startswith(("ST", "BAR", "BRA", "RED", "ATOM", "CALL", "BSYNC", "BSSY", "WARP")) \
+                or not re.fullmatch(r"R\d+", ops[0]):
+            continue
+        width = 4 if ".128" in mods else 2 if ".64" in mods else 1
+        for i in range(width):
+            last[f"R{int(ops[0][1:]) + i}"] = opc
+    return out
+
+
+@pytest.mark.skipif(not __import__("argus.runtime", fromlist=["x"]).nvrtc_available(),
+                    reason="NVRTC not installed")
+@pytest.mark.parametrize("bn", [1024, 2048, 4096])
+def test_nvrtc_compiles_the_ring_and_its_sass_copies_no_loaded_register(online, bn):
+    from argus import codegen
+    from argus.analysis import alignment
+    from argus.runtime.compile import compile_cuda
+    from argus.runtime.sass import disassemble
+
+    k = _lowered(online.KERNEL, BN=bn)
+    # the variant the benchmark launches: 16-byte aligned tensors, N a multiple of 16
+    src = codegen.render(alignment.specialize(k, alignment.LaunchSpecialization(("X", "Y"),
+                                                                                ("M", "N"))))
+    binary = compile_cuda(src.text, [src.name], filename=f"{src.name}.cu", use_cache=False)
+    assert binary.resource(src.name).spill_stores == 0
+    sass = disassemble(binary.cubin)
+    if sass is None:
+        pytest.skip("no cuobjdump / nvdisasm to read the SASS")
+    assert "LDG.E.128" in sass
+    assert _ldg_copies(sass) == []

@@ -61,12 +61,22 @@ def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
         # iteration sees on entry
         saved, recording = dict(m.tiles), m._recording
         m._recording = False
-        m._walk(op.body, inner_scopes, role, dict(inner_counters))
+        # one dry pass per level of the tiles known exactly per iteration: a register ring
+        # (lower/prefetch.py) rotates b0 = b1, b1 = load(j + 2*step), so b1's entry state must
+        # be known before b0's is (its value at j - step)
+        entry: dict = {}
+        for level in _exact_levels(m, op, carried) or [set()]:
+            m.tiles.clear()
+            m.tiles.update(saved)
+            m.tiles.update(entry)
+            m._walk(op.body, inner_scopes, role, dict(inner_counters))
+            for vid in level:
+                if vid in m.tiles and vid in saved:
+                    entry[vid] = _previous_iteration(saved[vid], m.tiles[vid], var, start, step)
         m._recording = recording
-        exact = _iteration_values(m, op, carried)
         for vid in carried:
-            if vid in m.tiles and vid in saved and vid in exact:
-                m.tiles[vid] = _previous_iteration(saved[vid], m.tiles[vid], var, start, step)
+            if vid in entry:
+                m.tiles[vid] = entry[vid]
             elif vid in m.tiles and vid in saved:
                 m.tiles[vid] = _join(saved[vid], _summarize(m.tiles[vid], var, start,
                                                             stop, op.loc))
@@ -111,16 +121,29 @@ def assign(m: Model, op: O.Assign, scopes, role, counters, following) -> None:
     m._def_seq[op.dst.id] = next(m._seq)
 
 
-def _iteration_values(m: Model, loop: O.For, carried: list[int]) -> set[int]:
+def _exact_levels(m: Model, loop: O.For, carried: list[int]) -> list[set[int]]:
+    """`_iteration_values` to a fixpoint: level k holds the tiles computed from nothing carried
+    but the tiles of the levels before it."""
+    levels: list[set[int]] = []
+    known: set[int] = set()
+    while new := _iteration_values(m, loop, carried, known) - known:
+        levels.append(new)
+        known |= new
+    return levels
+
+
+def _iteration_values(m: Model, loop: O.For, carried: list[int],
+                      known: set[int] = frozenset()) -> set[int]:
     """The carried tiles whose entry state is known exactly: assigned once, at the top level of
-    the loop body, a value computed from nothing carried (no carried tile, no assigned scalar
-    variable: loads and arithmetic of the loop index and loop-invariant values, such as a block
-    that lower/prefetch.py loads one iteration ahead). Iteration j then sees the value the
-    assignment computed at iteration j - step (the initial value at j = start)."""
+    the loop body, a value computed from nothing carried but the `known` tiles (no other
+    carried tile, no assigned scalar variable: loads and arithmetic of the loop index and
+    loop-invariant values, such as a block that lower/prefetch.py loads ahead, or the next
+    block of its ring). Iteration j then sees the value the assignment computed at iteration
+    j - step (the initial value at j = start)."""
     walked = list(loop.body.walk())
     defs = {r.id: op for op in walked for r in op.results()}
     assigned = [op.dst.id for op in walked if isinstance(op, O.Assign)]
-    impure = set(carried) | m._assigned_vars()
+    impure = (set(carried) | m._assigned_vars()) - set(known)
     out = set()
     for op in loop.body.ops:
         if not isinstance(op, O.Assign) or op.dst.id not in carried or \
