@@ -36,8 +36,22 @@ class Region:
     ops: tuple["Op", ...] = ()
 
     def walk(self) -> Iterator["Op"]:
-        for op in self.ops:
-            yield from op.walk()
+        """Every op, then the ops nested in its regions, in program order (pre-order). An
+        explicit stack of iterators: the passes and the verifier walk kernels thousands of
+        times per compile, and nested generators cost a frame per level per op."""
+        stack = [iter(self.ops)]
+        while stack:
+            for op in stack[-1]:
+                yield op
+                names = _region_names(type(op))
+                if names:
+                    inner = [getattr(op, n) for n in names]
+                    inner = [r for r in inner if isinstance(r, Region)]
+                    if inner:
+                        stack.append(iter([o for r in inner for o in r.ops]))
+                        break
+            else:
+                stack.pop()
 
 
 @dataclass(frozen=True)
@@ -50,8 +64,10 @@ class Op:
     loc: Loc = field(default_factory=Loc.unknown, compare=False, kw_only=True)
 
     # --- generic structure -------------------------------------------------------------
+    # The classification of an op class's fields is computed once per class (_fields_of):
+    # dataclasses.fields() builds a new tuple per call, and these are called per op per walk.
     def spec_fields(self) -> list[dataclasses.Field]:
-        return [f for f in dataclasses.fields(self) if f.name != "loc"]
+        return list(_fields_of(type(self))[0])
 
     def results(self) -> tuple[Value, ...]:
         out = []
@@ -65,30 +81,58 @@ class Op:
 
     def operands(self) -> tuple[Value, ...]:
         out: list[Value] = []
-        for f in self.spec_fields():
-            if f.name in self.RESULTS:
-                continue
-            out.extend(_values_in(getattr(self, f.name)))
+        for name in _fields_of(type(self))[1]:
+            v = getattr(self, name)
+            if isinstance(v, Value):
+                out.append(v)
+            elif isinstance(v, tuple):
+                out.extend(_values_in(v))
         return tuple(out)
 
     def regions(self) -> tuple[Region, ...]:
-        return tuple(getattr(self, f.name) for f in self.spec_fields()
-                     if isinstance(getattr(self, f.name), Region))
+        names = _region_names(type(self))
+        if not names:
+            return ()
+        return tuple(r for r in (getattr(self, n) for n in names) if isinstance(r, Region))
 
     def attrs(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in self.spec_fields()
-                if f.name not in self.RESULTS
-                and not isinstance(getattr(self, f.name), Region)
-                and not _values_in(getattr(self, f.name))}
+        return {name: getattr(self, name) for name in _fields_of(type(self))[1]
+                if not isinstance(getattr(self, name), Region)
+                and not _values_in(getattr(self, name))}
 
     def walk(self) -> Iterator["Op"]:
         """This op, then every op nested in its regions, in program order."""
         yield self
-        for region in self.regions():
-            yield from region.walk()
+        regions = self.regions()
+        if regions:
+            yield from Region(tuple(op for r in regions for op in r.ops)).walk()
 
     def replace(self, **changes) -> "Op":
         return dataclasses.replace(self, **changes)
+
+
+_FIELDS: dict[type, tuple[tuple[dataclasses.Field, ...], tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _fields_of(cls: type) -> tuple[tuple[dataclasses.Field, ...], tuple[str, ...],
+                                   tuple[str, ...]]:
+    """(spec fields, names of the fields that are not results, names of the fields that may
+    hold a Region) of an op class, computed once. A field may hold a Region when it is
+    declared one (`body: Region`); a value is still checked to be a Region where it is read,
+    so the answer is the one dataclasses.fields() and isinstance would give."""
+    out = _FIELDS.get(cls)
+    if out is None:
+        spec = tuple(f for f in dataclasses.fields(cls) if f.name != "loc")
+        others = tuple(f.name for f in spec if f.name not in cls.RESULTS)
+        regions = tuple(f.name for f in spec if f.name not in cls.RESULTS
+                        and "Region" in (f.type if isinstance(f.type, str) else
+                                         getattr(f.type, "__name__", str(f.type))))
+        out = _FIELDS[cls] = (spec, others, regions)
+    return out
+
+
+def _region_names(cls: type) -> tuple[str, ...]:
+    return _fields_of(cls)[2]
 
 
 def _values_in(x: Any) -> list[Value]:
