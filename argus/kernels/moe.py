@@ -35,6 +35,7 @@ import functools
 from dataclasses import dataclass
 
 import argus as ag
+from argus.kernels.split_k_sum import MAX_SPLITS
 from argus.kernels.warp_specialized import (OperandRing, Staging, Unit,
                                             WarpSpecializedSchedule, load_tile, store_tile,
                                             store_tile_staged, tile_coords)
@@ -55,6 +56,12 @@ class MoeSchedule(WarpSpecializedSchedule):
     # rows; each expert's segment is padded to bn rows (a token tile), and the units (token
     # tile, weight tile) of the experts routing counted give every SM weights to stream
     swap_ab: bool = False
+    # decode only: K cut into this many equal slices (K-slice views, as argus.ops.matmul's
+    # split-K), each unit (token tile, weight tile, slice) writing fp32 partial sums that the
+    # next kernel adds up (the gate-up's split_finish before SiLU, the down's combine), so
+    # that few touched experts still make units for every SM (one Qwen3 token: 8 experts x
+    # 12 weight tiles of the gate-up for 132 SMs)
+    split_k: int = 1
 
     @property
     def pad(self) -> int:
@@ -85,6 +92,9 @@ class MoeSchedule(WarpSpecializedSchedule):
                             f"consumers=1, cluster_m=1, epilogue='direct', pingpong=False "
                             f"(got bm={self.bm}, consumers={self.consumers}, cluster_m="
                             f"{self.cluster_m}, epilogue={self.epilogue!r})")
+        if not 1 <= self.split_k <= MAX_SPLITS or (self.split_k > 1 and not self.swap_ab):
+            problems.append(f"split_k={self.split_k}: 1..{MAX_SPLITS} K slices, more than one "
+                            f"only with swap_ab (decode)")
         return problems
 
 
@@ -105,12 +115,12 @@ TINY = MoeSchedule(bm=64, bn=64, bk=64, stages=8, consumers=1, consumer_regs=240
                    producer_regs=40)
 
 
-def decode_schedule(bn: int = 8, stages: int = 8) -> MoeSchedule:
+def decode_schedule(bn: int = 8, stages: int = 8, split_k: int = 1) -> MoeSchedule:
     """The swap-AB decode schedule for token tiles of bn rows: 64 weight rows per plane and
     stage (16 KB a stage for the gate-up GEMM, 8 KB for the down), `stages` deep, so 64-128 KB
     of weights are in flight per SM."""
     return MoeSchedule(bm=64, bn=bn, bk=64, stages=stages, consumers=1, consumer_regs=240,
-                       producer_regs=40, swap_ab=True)
+                       producer_regs=40, swap_ab=True, split_k=split_k)
 
 
 DECODE = decode_schedule()
@@ -122,23 +132,37 @@ def silu_mul(gate, up):
 
 
 @functools.lru_cache(maxsize=None)
-def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
-    """The grouped GEMM over the contiguous layout: gate-up with SiLU * up (gated) or down."""
+def grouped_gemm_kernel(gated: bool, partial: bool = False) -> ag.KernelFunction:
+    """The grouped GEMM over the contiguous layout: gate-up with SiLU * up (gated) or down.
+    partial (decode with split_k > 1): A and W are K-slice views with the slice s in front
+    (A [S, M, K/S], W [S, E, .., K/S]: slice s of K, as argus.ops.matmul's split-K), and C
+    holds their fp32 partial sums, [S, M, NC] (the gated GEMM's per gate / up plane:
+    [S, 2, M, NC]), added up by the next kernel. Each slice's K loop covers its view's whole
+    K, so the verifier proves k-once per slice."""
 
     # gate-up: w13 [E, 2I, H] viewed as [E, 2, I, H] (gate, up), so a B tile's two halves are
     # boxes at the same row coordinate of the two planes
     # W's rows are named after C's columns ("NC"): row r of W computes output column r
     w_dims = ("E", 2, "NC", "K") if gated else ("E", "NC", "K")
+    # partial: A, W and C lead with the K slice s (A and W are K-slice views, argus/ops/moe.py)
+    lead = ("S",) if partial else ()
+    c_dims = (*lead, *((2,) if gated else ()), "M", "NC") if partial else ("M", "NC")
+    c_type = ag.f32 if partial else ag.bf16
 
-    def moe_grouped_gemm(A: ag.Tensor["M", "K", ag.bf16],
-                         W: ag.Tensor[(*w_dims, ag.bf16)],
+    def moe_grouped_gemm(A: ag.Tensor[(*lead, "M", "K", ag.bf16)],
+                         W: ag.Tensor[(*lead, *w_dims, ag.bf16)],
                          TileExpert: ag.Tensor["MT", 1, ag.i32],
                          Tiles: ag.Tensor[1, 1, ag.i32],
-                         C: ag.Tensor["M", "NC", ag.bf16],
+                         C: ag.Tensor[(*c_dims, c_type)],
                          s: MoeSchedule = PREFILL):
-        _tag_layout(A, W, TileExpert, s.pad, gated)
+        _tag_layout(A, W, TileExpert, s.pad, gated, partial)
+        if partial != (s.split_k > 1):
+            raise ag.TraceError(f"MoeSchedule(split_k={s.split_k}) needs the "
+                                f"{'partial-sum' if s.split_k > 1 else 'bf16'} kernel",
+                                fix=f"use grouped_gemm_kernel({gated}, "
+                                    f"partial={s.split_k > 1})")
         if s.swap_ab:   # decode: the weights are wgmma's M side
-            _decode(A, W, TileExpert, Tiles, C, s, gated)
+            _decode(A, W, TileExpert, Tiles, C, s, gated, partial)
             return
         K = A.shape[1]
         # the columns a tile covers: bn/2 gate (and bn/2 up) rows of W, or bn rows
@@ -198,11 +222,13 @@ def grouped_gemm_kernel(gated: bool) -> ag.KernelFunction:
                 else:
                     ag.store(C, (row0, n * width), acc.to(ag.bf16))
 
-    name = "moe_gate_up" if gated else "moe_down"
-    return ag.kernel(moe_grouped_gemm, name=name)
+    name = ("moe_gate_up" if gated else "moe_down") + ("_partial" if partial else "")
+    # C is written for the units routing counted only: the layout's worst-case rows past
+    # them are never written (nor read), on purpose
+    return ag.kernel(moe_grouped_gemm, name=name, partial_outputs=("C",))
 
 
-def _tag_layout(A, W, TileExpert, pad: int, gated: bool) -> None:
+def _tag_layout(A, W, TileExpert, pad: int, gated: bool, partial: bool = False) -> None:
     """Tags for the verifier (no code): a row of the layout belongs to expert route(row), what
     routing's tile_expert states per unit of `pad` rows (an assumption: routing's contract);
     W's rows are expert e's, so wgmma.agree proves each tile multiplies rows with their own
@@ -210,13 +236,20 @@ def _tag_layout(A, W, TileExpert, pad: int, gated: bool) -> None:
     each stored column is the W row it came from (proven, but a seeded gate/up row mismatch
     is not caught by it today: the pairing rests on the tile mapping)."""
     route, tile_expert = ag.opaque("route"), ag.opaque("tile_expert")
-    ag.tag_tensor(A, expert=lambda r, k: route(r))
+    if partial:   # K-slice views: the slice leads
+        ag.tag_tensor(A, expert=lambda piece, r, k: route(r))
+    else:
+        ag.tag_tensor(A, expert=lambda r, k: route(r))
     ag.tag_tensor(TileExpert, value=lambda m, zero: tile_expert(m))
     # the contiguous layout's contract: every row of unit u (pad rows: one m-tile, a
     # cluster's two, or a decode token tile) is expert tile_expert[u]'s
     ag.tag_assume(lambda r: route(r) == tile_expert(r // pad))
-    if gated:
+    if gated and partial:
+        ag.tag_tensor(W, expert=lambda piece, e, plane, r, k: e)
+    elif gated:
         ag.tag_tensor(W, expert=lambda e, plane, r, k: e)
+    elif partial:
+        ag.tag_tensor(W, expert=lambda piece, e, r, k: e)
     else:
         ag.tag_tensor(W, expert=lambda e, r, k: e)
 
@@ -230,42 +263,84 @@ def _walk(first, programs, m_units, n_tiles, group_m: int, TileExpert, expert: b
         yield mu, n, ag.load_scalar(TileExpert, (mu, 0)) if expert else None
 
 
-def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool) -> None:
+def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool, partial: bool) -> None:
     """The swap-AB body (s.swap_ab): a unit is (token tile t of bn layout rows, weight tile n
-    of 64 output columns); its stage holds 64 weight rows per plane (gate on top of up for the
-    gated GEMM) as wgmma's A operand and the bn token rows as B, so the ring is nearly all
-    weights. The accumulators are 64 x bn blocks of C^T (one per plane); the gated epilogue
-    multiplies silu(gate) by up elementwise (same layout), and the tile is stored transposed
-    into rows [t * bn, +bn) of C. Grouped raster: the few token tiles of one expert are
-    consecutive units, so a second tile's weight reads hit L2."""
-    K = A.shape[1]
+    of 64 output columns[, K slice]); its stage holds 64 weight rows per plane (gate on top of
+    up for the gated GEMM) as wgmma's A operand and the bn token rows as B, so the ring is
+    nearly all weights. The accumulators are 64 x bn blocks of C^T (one per plane), stored
+    transposed into rows [t * bn, +bn) of C: the gated epilogue first multiplies silu(gate) by
+    up elementwise (same layout); a partial kernel stores each plane's fp32 sum over its K
+    slice instead. The slices of a weight tile are consecutive units, and so are the few
+    token tiles of one expert (grouped raster), so repeated weight reads hit L2."""
+    K = A.shape[-1]
     planes = 2 if gated else 1
-    n_tiles = ag.cdiv(C.shape[1], s.bm)
-    most = ag.cdiv(A.shape[0], s.pad) * n_tiles           # units of the largest layout
+    splits = A.shape[0] if partial else 1   # the K slices: the views' leading dim
+    n_tiles = ag.cdiv(C.shape[-1], s.bm)
+    most = ag.cdiv(A.shape[-2], s.pad) * n_tiles * splits   # units of the largest layout
     programs = ag.minimum(most, s.num_sms)
     (pid,) = ag.grid(programs)
     ring = OperandRing.alloc(s.stages, planes * s.bm, s.bn, s.bk, ag.bf16, 1)
     k_steps = ring.k_steps(K)
     token_tiles = ag.load_scalar(Tiles, (0, 0))   # read once: every role walks the same units
 
+    def units(expert: bool):
+        """(token tile, weight tile, the K slice's coordinates, expert or None)."""
+        for unit in ag.range(pid, token_tiles * n_tiles * splits, programs):
+            t, n = tile_coords(unit // splits if partial else unit, token_tiles, n_tiles,
+                               s.group_m)
+            lead = (unit % splits,) if partial else ()
+            yield t, n, lead, ag.load_scalar(TileExpert, (t, 0)) if expert else None
+
     with ag.role("producer", warpgroups=1, regs=s.producer_regs):
-        for t, n, expert in _walk(pid, programs, token_tiles, n_tiles, s.group_m, TileExpert,
-                                  True):
+        for t, n, lead, expert in units(True):
             for k in ag.range(k_steps):
                 with ring.pipe.produce() as stage:
                     k0 = k * s.bk
                     for plane in range(planes):
                         load_tile(ring.a[stage], plane * s.bm, W,
-                                  (expert, plane) if gated else (expert,), n, s.bm, k0, s.bk)
-                    load_tile(ring.b[stage], 0, A, (), t, s.bn, k0, s.bk)
+                                  (*lead, expert, plane) if gated else (*lead, expert), n,
+                                  s.bm, k0, s.bk)
+                    load_tile(ring.b[stage], 0, A, lead, t, s.bn, k0, s.bk)
 
     with ag.role("consumer", warpgroups=1, regs=s.consumer_regs):
-        for t, n, _ in _walk(pid, programs, token_tiles, n_tiles, s.group_m, TileExpert,
-                             False):
+        for t, n, lead, _ in units(False):
             accs = ring.mma_tile(k_steps)     # one 64 x bn block of C^T per plane
-            out = silu_mul(accs[0], accs[1]) if gated else accs[0]
-            store_tile(C, Unit((), n, t), 0, out, bm=s.bm, bn=s.bn, rows=s.bm,
-                       finish=lambda tile: tile.to(ag.bf16), transposed=True)
+            if partial:                       # fp32 partial sums, one plane each
+                for plane, acc in enumerate(accs):
+                    store_tile(C, Unit((*lead, plane) if gated else lead, n, t), 0, acc,
+                               bm=s.bm, bn=s.bn, rows=s.bm, finish=lambda tile: tile,
+                               transposed=True)
+            else:
+                out = silu_mul(accs[0], accs[1]) if gated else accs[0]
+                store_tile(C, Unit((), n, t), 0, out, bm=s.bm, bn=s.bn, rows=s.bm,
+                           finish=lambda tile: tile.to(ag.bf16), transposed=True)
+
+
+@functools.lru_cache(maxsize=None)
+def split_finish_kernel(splits: int, bn: int) -> ag.KernelFunction:
+    """After the decode gate-up GEMM with split_k = splits: h = silu(sum of the gate partial
+    sums) * (sum of the up partial sums), rounded to bf16 once, for the token tiles routing
+    counted (bn rows each; the grid covers the largest layout, CTAs past tiles[0] do
+    nothing). Tiles of bn x bi = 1024 elements: 8 a thread per operand, no spills."""
+    bi = 1024 // bn
+
+    def moe_split_finish(P: ag.Tensor["S", 2, "M", "I", ag.f32], Tiles: ag.Tensor[1, 1, ag.i32],
+                         H: ag.Tensor["M", "I", ag.bf16]):
+        programs = ag.cdiv(H.shape[0], bn)
+        (pid,) = ag.grid(programs)
+        token_tiles = ag.load_scalar(Tiles, (0, 0))
+        for t in ag.range(pid, token_tiles, programs):   # at most one token tile
+            for c0 in ag.range(0, H.shape[1], bi):
+                gate = ag.load(P, (0, 0, t * bn, c0), (bn, bi))
+                up = ag.load(P, (0, 1, t * bn, c0), (bn, bi))
+                for piece in range(1, splits):
+                    gate = gate + ag.load(P, (piece, 0, t * bn, c0), (bn, bi))
+                    up = up + ag.load(P, (piece, 1, t * bn, c0), (bn, bi))
+                ag.store(H, (t * bn, c0), silu_mul(gate, up).to(ag.bf16))
+
+    # H's rows past the token tiles routing counted are never written (nor read), on purpose
+    return ag.kernel(moe_split_finish, threads=128, name=f"moe_split_finish_s{splits}_{bn}",
+                     partial_outputs=("H",))
 
 
 def _store_gated_staged(C, row0, col0, wg, acc, staging: Staging, width: int) -> None:

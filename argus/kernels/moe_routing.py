@@ -304,14 +304,19 @@ def permute_kernel(top_k: int, bh: int) -> ag.KernelFunction:
             for row in rows:
                 ag.store(Xp, (row, h0), x)
 
-    return ag.kernel(moe_permute, threads=128, name=f"moe_permute_k{top_k}_{bh}")
+    # Xp's padding rows are never written (nor read), on purpose
+    return ag.kernel(moe_permute, threads=128, name=f"moe_permute_k{top_k}_{bh}",
+                     partial_outputs=("Xp",))
 
 
 @functools.lru_cache(maxsize=None)
-def combine_kernel(top_k: int, bh: int) -> ag.KernelFunction:
-    """out[t] = sum over j of weights[t, j] * y[pos[t * k + j]], in fp32, rounded once."""
+def combine_kernel(top_k: int, bh: int, splits: int = 0) -> ag.KernelFunction:
+    """out[t] = sum over j of weights[t, j] * y[pos[t * k + j]], in fp32, rounded once. With
+    splits > 0, y is the down GEMM's fp32 partial sums [splits, M, H] (decode with split_k),
+    added up here too."""
+    y_dims, y_type = (("S", "M", "H"), ag.f32) if splits else (("M", "H"), ag.bf16)
 
-    def moe_combine(Y: ag.Tensor["M", "H", ag.bf16], Pos: ag.Tensor["N", 1, ag.i32],
+    def moe_combine(Y: ag.Tensor[(*y_dims, y_type)], Pos: ag.Tensor["N", 1, ag.i32],
                     Weights: ag.Tensor["T", top_k, ag.f32], Out: ag.Tensor["T", "H", ag.bf16]):
         # For the verifier (no code): row r of the layout holds token token_of(r)'s data, Pos
         # holds position(i), and routing's contract is token_of(position(i)) == i // k; Out's
@@ -320,16 +325,30 @@ def combine_kernel(top_k: int, bh: int) -> ag.KernelFunction:
         # reach it.
         position, token_of = ag.opaque("position"), ag.opaque("token_of")
         ag.tag_tensor(Pos, value=lambda i, zero: position(i))
-        ag.tag_tensor(Y, token=lambda r, h: token_of(r))
+        if splits:
+            ag.tag_tensor(Y, token=lambda piece, r, h: token_of(r))
+        else:
+            ag.tag_tensor(Y, token=lambda r, h: token_of(r))
         ag.tag_tensor(Out, token=lambda t, h: t)
         ag.tag_assume(lambda i: token_of(position(i)) == i // top_k)
         (t,) = ag.grid(Out.shape[0])
         rows = [ag.load_scalar(Pos, (t * top_k + j, 0)) for j in range(top_k)]
         weights = [ag.load_scalar(Weights, (t, j)) for j in range(top_k)]
+
+        def row_of_y(row, h0):
+            """y's row (fp32), its K slices' partial sums added up."""
+            if not splits:
+                return ag.load(Y, (row, h0), (1, bh)).to(ag.f32)
+            y = ag.load(Y, (0, row, h0), (1, bh))
+            for piece in range(1, splits):
+                y = y + ag.load(Y, (piece, row, h0), (1, bh))
+            return y
+
         for h0 in ag.range(0, Out.shape[1], bh):
-            total = ag.load(Y, (rows[0], h0), (1, bh)).to(ag.f32) * weights[0]
+            total = row_of_y(rows[0], h0) * weights[0]
             for row, w in zip(rows[1:], weights[1:]):
-                total = total + ag.load(Y, (row, h0), (1, bh)).to(ag.f32) * w
+                total = total + row_of_y(row, h0) * w
             ag.store(Out, (t, h0), total.to(ag.bf16))
 
-    return ag.kernel(moe_combine, threads=128, name=f"moe_combine_k{top_k}_{bh}")
+    name = f"moe_combine_k{top_k}_{bh}" + (f"_s{splits}" if splits else "")
+    return ag.kernel(moe_combine, threads=128, name=name)

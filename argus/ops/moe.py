@@ -35,7 +35,7 @@ import argus as ag
 from argus.errors import LaunchError
 from argus.kernels import moe_routing as R
 from argus.kernels.moe import (PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL, TINY, MoeSchedule,
-                               decode_schedule, grouped_gemm_kernel)
+                               decode_schedule, grouped_gemm_kernel, split_finish_kernel)
 
 _WHO = "argus.ops.moe"
 SCORINGS = ("softmax", "sigmoid")
@@ -64,6 +64,43 @@ def decode_token_tile(tokens: int, top_k: int, num_experts: int) -> int:
     entries = tokens * top_k
     average = entries / max(1, min(num_experts, entries))
     return min(64, max(8, 8 * -(-int(2 * average) // 8)))
+
+
+def decode_splits(tokens: int, top_k: int, num_experts: int, bn: int, cols: int,
+                  depth: int, num_sms: int = SMALL.num_sms) -> int:
+    """K slices of a decode GEMM with `cols` output columns per expert over K = depth: the
+    fewest (1..4) whose units fill the SMs' last wave best, from the expected number of
+    touched experts under uniform routing (the real count is a device value). A slice keeps
+    at least 8 K steps of 64 and cuts K into whole steps (the slices are views of K, read by
+    TMA), and more slices must save >= 3% (their fp32 partial sums and the extra finishing
+    pass cost some)."""
+    entries = tokens * top_k
+    touched = num_experts * (1 - (1 - top_k / num_experts) ** tokens)
+    units = max(1, round(max(touched, entries / bn))) * -(-cols // 64)
+    k_steps = -(-depth // 64)
+
+    def cost(splits):   # time in full-K units of one SM, the last wave rounded up
+        return -(-units * splits // num_sms) / splits
+    best = 1
+    for splits in (2, 3, 4):
+        if k_steps < 8 * splits:
+            break
+        if depth % (64 * splits):
+            continue
+        if cost(splits) < 0.97 * cost(best):
+            best = splits
+    return best
+
+
+def decode_schedules(tokens: int, top_k: int, num_experts: int, hidden: int,
+                     inter: int) -> tuple[MoeSchedule, MoeSchedule]:
+    """The decode schedules of the gate-up (I columns over K = H) and the down (H columns over
+    K = I) GEMMs: one token tile, each its own K split."""
+    bn = decode_token_tile(tokens, top_k, num_experts)
+    return (decode_schedule(bn, split_k=decode_splits(tokens, top_k, num_experts, bn, inter,
+                                                      hidden)),
+            decode_schedule(bn, split_k=decode_splits(tokens, top_k, num_experts, bn, hidden,
+                                                      inter)))
 
 
 def schedule_for(tokens: int, top_k: int, num_experts: int, hidden: int = 0) -> MoeSchedule:
@@ -181,6 +218,24 @@ class Layer:
     experts: int
     top_k: int
     schedule: MoeSchedule
+    # the down GEMM's, when it differs from the gate-up's (decode: its own K split; the same
+    # token tile, so the same layout)
+    down_schedule: MoeSchedule | None = None
+
+    def __post_init__(self) -> None:
+        if self.down.pad != self.schedule.pad:
+            raise ValueError(f"the down GEMM's schedule pads experts to {self.down.pad} rows, "
+                             f"the gate-up's to {self.schedule.pad}: both read one layout")
+        for gemm, splits, depth in (("gate-up", self.schedule.split_k, self.hidden),
+                                    ("down", self.down.split_k, self.inter)):
+            if depth % splits or (depth // splits) % 8:
+                raise ValueError(f"{_WHO}: the {gemm} GEMM's split_k={splits} must cut its "
+                                 f"K={depth} into equal slices of a multiple of 8 elements "
+                                 f"(K-slice views read by TMA)")
+
+    @property
+    def down(self) -> MoeSchedule:
+        return self.down_schedule or self.schedule
 
     @property
     def entries(self) -> int:
@@ -247,11 +302,38 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
               pos=torch.empty(layer.entries, 1, **i32),
               xp=fill((M, layer.hidden), float("nan"), **bf),
               h=torch.empty(M, layer.inter, **bf), y=torch.empty(M, layer.hidden, **bf))
-    if key is not None and M * (2 * layer.hidden + layer.inter) * 2 <= _WORKSPACE_BYTES:
+    nbytes = M * (2 * layer.hidden + layer.inter) * 2
+    f32 = dict(dtype=torch.float32, device=device)
+    # the decode GEMMs' fp32 partial sums per K slice (split_k > 1)
+    if layer.schedule.split_k > 1:
+        ws["h_parts"] = torch.empty(layer.schedule.split_k, 2, M, layer.inter, **f32)
+        nbytes += ws["h_parts"].numel() * 4
+    if layer.down.split_k > 1:
+        ws["y_parts"] = torch.empty(layer.down.split_k, M, layer.hidden, **f32)
+        nbytes += ws["y_parts"].numel() * 4
+    if key is not None and nbytes <= _WORKSPACE_BYTES:
         _WORKSPACES[key] = ws
         if len(_WORKSPACES) > _WORKSPACE_COUNT:
             _WORKSPACES.popitem(last=False)
     return ws
+
+
+def _combine_width(top_k: int, splits: int) -> int:
+    """Columns per step of the combine over K-slice partials: its k * splits fp32 row pieces
+    are live at once, so at most 64 values a thread (128 threads; more spill), a power of
+    two from 128 to BH."""
+    width = BH
+    while width > 128 and top_k * splits * width > 64 * 128:
+        width //= 2
+    return width
+
+
+def _k_slices(t, splits: int):
+    """t [..., K] with K cut into `splits` equal slices stacked in front ([splits, ..., K/S]):
+    a view, read by TMA like a batch (argus/ops/split_k.py's form); decode_splits only picks
+    counts that cut K into whole 64-column steps."""
+    ks = t.shape[-1] // splits
+    return t.as_strided((splits, *t.shape[:-1], ks), (ks * t.stride(-1), *t.stride()))
 
 
 def route(logits, layer: Layer, *, renormalize: bool = True, scoring: str = "softmax",
@@ -299,9 +381,21 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
     run(R.positions_kernel(be), ids, ids, ws["chunk_base"], ws["expert_start"], pos)
     run(R.permute_kernel(layer.top_k, BH), x, pos, ws["xp"])
     gate_up = w13.view(E, 2, layer.inter, layer.hidden)   # the gate and up planes
-    run(grouped_gemm_kernel(True), ws["xp"], gate_up, tile_expert, tiles, ws["h"], s=s)
-    run(grouped_gemm_kernel(False), ws["h"], w2, tile_expert, tiles, ws["y"], s=s)
-    run(R.combine_kernel(layer.top_k, BH), ws["y"], pos, weights, out)
+    if s.split_k > 1:   # decode: K slices' partial sums, then silu(gate) * up of their sums
+        run(grouped_gemm_kernel(True, True), _k_slices(ws["xp"], s.split_k),
+            _k_slices(gate_up, s.split_k), tile_expert, tiles, ws["h_parts"], s=s)
+        run(split_finish_kernel(s.split_k, s.bn), ws["h_parts"], tiles, ws["h"])
+    else:
+        run(grouped_gemm_kernel(True), ws["xp"], gate_up, tile_expert, tiles, ws["h"], s=s)
+    down = layer.down
+    if down.split_k > 1:   # decode: the combine adds the K slices' partial sums up
+        run(grouped_gemm_kernel(False, True), _k_slices(ws["h"], down.split_k),
+            _k_slices(w2, down.split_k), tile_expert, tiles, ws["y_parts"], s=down)
+        run(R.combine_kernel(layer.top_k, _combine_width(layer.top_k, down.split_k),
+                             down.split_k), ws["y_parts"], pos, weights, out)
+    else:
+        run(grouped_gemm_kernel(False), ws["h"], w2, tile_expert, tiles, ws["y"], s=down)
+        run(R.combine_kernel(layer.top_k, BH), ws["y"], pos, weights, out)
     if scratch is not None:
         scratch.update(ws)
     return out
@@ -314,9 +408,12 @@ def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, top
 
     T, H = x.shape
     E, two_i, _ = w13.shape
-    if schedule is None:
+    down = None
+    if schedule is None and T <= DECODE_MAX_TOKENS:
+        schedule, down = decode_schedules(T, top_k, E, H, two_i // 2)
+    elif schedule is None:
         schedule = schedule_for(T, top_k, E, H)
-    layer = Layer(T, H, two_i // 2, E, top_k, schedule)
+    layer = Layer(T, H, two_i // 2, E, top_k, schedule, down)
     if T == 0:
         return torch.empty(0, H, dtype=torch.bfloat16, device=x.device)
     x = x.contiguous()

@@ -85,6 +85,44 @@ def test_layer_matches_float64(T, E, k, H, I, schedule):
         assert pos[mine].tolist() == list(range(start[e], start[e] + counts[e]))
 
 
+@pytest.mark.parametrize("T,E,k,H,I,gate_up_splits,down_splits", [
+    (3, 5, 2, 128, 192, 2, 3),     # both GEMMs: slices of one 64-column K step each
+    (11, 4, 3, 192, 64, 2, 1),     # the gate-up alone (then split_finish); slices of 96: a
+                                   # box crossing a slice's edge reads zeros, not the next
+    (6, 6, 2, 64, 256, 1, 4),      # the down alone (the combine adds the slices)
+])
+def test_decode_split_k_matches_float64(T, E, k, H, I, gate_up_splits, down_splits):
+    """Decode GEMMs cut along K (K-slice views in front, as the library's split-K): fp32
+    partial sums per slice, added up by split_finish (before SiLU) and by the combine."""
+    w13, w2 = _weights(E, H, I, seed=T + 50)
+    g = torch.Generator().manual_seed(T + 51)
+    x = torch.randn(T, H, generator=g).bfloat16()
+    ids = _ids_skewed(T, E, k, seed=T + 52)
+    weights = torch.rand(T, k, generator=g)
+    layer = M.Layer(T, H, I, E, k, decode_schedule(8, stages=2, split_k=gate_up_splits),
+                    decode_schedule(8, stages=3, split_k=down_splits))
+    out = M.experts(x, w13, w2, ids, weights, layer, interpret=True)
+    exact = M.reference(x, w13, w2, ids, weights)
+    assert not torch.isnan(out).any(), "a padding row reached the output"
+    assert _rel(out, exact) < 1e-2, _rel(out, exact)
+
+
+def test_decode_splits_fill_the_last_wave():
+    """One Qwen3 token: 8 experts x 12 gate-up tiles for 132 SMs, cut in 4 along K (2048 =
+    32 steps); Mixtral at 16 tokens has units enough (8 x 224); a short K is never cut below
+    8 steps a slice."""
+    assert M.decode_splits(1, 8, 128, 8, 768, 2048) == 4
+    assert M.decode_splits(16, 2, 8, 8, 14336, 4096) == 1
+    assert M.decode_splits(1, 8, 128, 8, 768, 64 * 15) == 1
+    gate_up, down = M.decode_schedules(1, 8, 128, 2048, 768)
+    assert (gate_up.split_k, down.split_k, gate_up.pad) == (4, 1, down.pad)
+
+
+def test_split_that_does_not_cut_k_evenly_is_refused():
+    with pytest.raises(ValueError, match="split_k=3 must cut its K=128"):
+        M.Layer(3, 128, 64, 4, 2, decode_schedule(8, split_k=3), decode_schedule(8))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("renormalize", [True, False])
 def test_softmax_topk_matches_torch(dtype, renormalize):
@@ -194,6 +232,7 @@ def test_schedule_choice():
     (dict(bm=128, consumers=2), "bm=64, consumers=1"),
     (dict(bn=8, cluster_m=2), "cluster_m=1"),
     (dict(bn=12), "multiple of 8"),
+    (dict(swap_ab=False, split_k=2), "only with swap_ab"),
 ])
 def test_decode_schedule_refuses_what_it_cannot_run(kwargs, words):
     base = dict(bm=64, bn=8, consumers=1, swap_ab=True)

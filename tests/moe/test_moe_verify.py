@@ -16,7 +16,7 @@ from argus.compiler import lower_only
 from argus.kernels import moe_routing as R
 from argus.runtime import nvrtc_available
 from argus.kernels.moe import (PREFILL, PREFILL_CLUSTER, PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL,
-                              TINY, decode_schedule, grouped_gemm_kernel)
+                              TINY, decode_schedule, grouped_gemm_kernel, split_finish_kernel)
 
 M = importlib.import_module("argus.ops.moe")
 
@@ -37,6 +37,12 @@ KERNELS = [
     ("down decode n8", lambda: (grouped_gemm_kernel(False), dict(s=decode_schedule(8)))),
     ("gate_up decode n64", lambda: (grouped_gemm_kernel(True), dict(s=decode_schedule(64)))),
     ("down decode n32", lambda: (grouped_gemm_kernel(False), dict(s=decode_schedule(32)))),
+    ("gate_up decode split 4", lambda: (grouped_gemm_kernel(True, True),
+                                        dict(s=decode_schedule(8, split_k=4)))),
+    ("down decode split 2", lambda: (grouped_gemm_kernel(False, True),
+                                     dict(s=decode_schedule(16, split_k=2)))),
+    ("split finish", lambda: (split_finish_kernel(4, 8), {})),
+    ("combine split 2", lambda: (R.combine_kernel(8, M.BH, 2), {})),
     ("layout pad 8", lambda: (R.layout_kernel(256, 8), {})),
     ("topk softmax", lambda: (R.topk_softmax_kernel(ag.bf16, 2, True, 32), {})),
     ("topk softmax k8 E256", lambda: (R.topk_softmax_kernel(ag.f32, 8, False, 256), {})),
@@ -61,7 +67,7 @@ def test_moe_kernel_verifies_clean(name, build):
         assert {"wgmma.agree", "store.coords", "wgmma.k-once"} <= proven, proven
     if name == "permute":   # the scatter's rows are distinct: position() is injective
         assert "store.once" in proven, proven
-    if name == "combine":
+    if name.startswith("combine"):
         assert "store.coords" in proven, proven
 
 
@@ -70,17 +76,26 @@ needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not instal
 
 @needs_nvrtc
 @pytest.mark.parametrize("gated", [True, False], ids=["gate_up", "down"])
-@pytest.mark.parametrize("bn", [8, 64])
-def test_decode_gemm_builds_for_sm90a(gated, bn):
+@pytest.mark.parametrize("bn,splits", [(8, 1), (64, 1), (8, 4), (32, 2)])
+def test_decode_gemm_builds_for_sm90a(gated, bn, splits):
     """The swap-AB decode GEMMs compile with NVRTC: wgmma with the token tile as N (m64nBNk16),
-    the weights through the 4-d (gate-up) or 3-d (down) tensor map, no spills."""
+    the weights through the 4-d (gate-up) or 3-d (down) tensor map, one more dim for the K
+    slice of the partial kernels, no spills; and the split's finishing kernels."""
     from argus import codegen
     from argus.runtime.compile import compile_cuda
 
-    source = codegen.render(lower_only(grouped_gemm_kernel(gated), s=decode_schedule(bn)))
-    binary = compile_cuda(source.text, [source.name], use_cache=False)
-    assert binary.arch == "sm_90a" and binary.cubin[:4] == b"\x7fELF"
-    assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16" in binary.ptx
-    assert f"cp.async.bulk.tensor.{4 if gated else 3}d" in binary.ptx
-    res = binary.resource(source.name)
-    assert not res.spills, res.summary()
+    s = decode_schedule(bn, split_k=splits)
+    kernels = [(grouped_gemm_kernel(gated, splits > 1), dict(s=s))]
+    if splits > 1:
+        kernels.append((split_finish_kernel(splits, bn), {}) if gated else
+                       (R.combine_kernel(8, M._combine_width(8, splits), splits), {}))
+    for i, (kernel, kw) in enumerate(kernels):
+        source = codegen.render(lower_only(kernel, **kw))
+        binary = compile_cuda(source.text, [source.name], use_cache=False)
+        assert binary.arch == "sm_90a" and binary.cubin[:4] == b"\x7fELF"
+        res = binary.resource(source.name)
+        assert not res.spills, res.summary()
+        if i == 0:
+            assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16" in binary.ptx
+            rank = (4 if gated else 3) + (splits > 1)
+            assert f"cp.async.bulk.tensor.{rank}d" in binary.ptx
