@@ -4,6 +4,14 @@ timed in alternating rounds (CUDA events, L2 flushed), medians printed as TFLOP/
 ratio to cuBLAS; with --sass, each ping-pong kernel's HGMMA count and spills.
 
     python3 scripts/gpu_gemm_pingpong.py --shapes 2048x7168x2048,512x8192x8192 [--sass]
+
+--tail-splits 1,2,4 runs every listed schedule once per value of GemmSchedule.tail_splits (the
+last partial wave in K slices; 1: as listed), e.g. the cooperative 128x256 schedule with and
+without them:
+
+    python3 scripts/gpu_gemm_pingpong.py --shapes 2048x7168x2048,4096x14336x4096 \
+        --schedules "GemmSchedule(stages=4, epilogue='tma', cluster_m=2, store_cols=128)" \
+        --tail-splits 1,2,4
 """
 
 from __future__ import annotations
@@ -33,6 +41,9 @@ def main() -> int:
     ap.add_argument("--layouts", default="NN,NT")
     ap.add_argument("--schedules", default="all",
                     help="all, pingpong, cooperative, or GemmSchedule(...) texts split by ';'")
+    ap.add_argument("--tail-splits", default="1",
+                    help="comma-separated GemmSchedule.tail_splits values applied to every "
+                         "schedule (1: the schedule as listed)")
     ap.add_argument("--sass", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
@@ -41,6 +52,8 @@ def main() -> int:
     else:
         names = (PINGPONG if args.schedules != "cooperative" else []) + \
             (COOPERATIVE if args.schedules != "pingpong" else [])
+    splits = [int(x) for x in args.tail_splits.split(",")]
+    names = [t if n == 1 else t[:-1] + f", tail_splits={n})" for t in names for n in splits]
     rows = []
     for shape in args.shapes.split(","):
         m, n, k = (int(x) for x in shape.split("x"))
