@@ -24,6 +24,18 @@ stores silu(gate) * up (computed in fp32), bn/2 columns wide, from registers or 
 shared memory and TMA stores (epilogue="tma"). Past I both boxes read TMA's zero fill and the
 store drops those columns.
 
+Decode (MoeSchedule.swap_ab, T <= 64 in argus.ops.moe): a few tokens per expert would leave
+a 64-row token tile mostly empty, so the roles swap (as GemmSchedule.swap_ab): the expert's
+weight rows are wgmma's M side (64 per plane: the gated GEMM's gate and up planes are two
+accumulators of the same 64 output columns) and its token tile its N side (bn = 8..64 rows;
+each expert padded to bn), so every stage carries 8-16 KB of weights and a few token rows.
+Units are (token tile, 64 weight rows[, K slice]) of the token tiles routing counted: an
+expert with no tokens has no tile, hence no unit and no weight read, and ~all 132 SMs stream
+weights (a Mixtral token: 2 experts x 224 gate-up tiles). The accumulators are blocks of C^T,
+stored transposed from registers. With split_k > 1 A and W come as K-slice views (the slice
+in front) and each unit stores fp32 partial sums of its slice, added up by split_finish_kernel
+(silu(sum gate) * sum up) and by the combine (argus/kernels/moe_routing.py).
+
 Invariants: each unit reads weights of its own m-tile's expert only (the B coordinate's
 leading entry is tile_expert[m]; proven by wgmma.agree from tags, tests/moe/test_moe_verify.py);
 producer and consumers walk the same units (one loop bound, read once), so the ring's step

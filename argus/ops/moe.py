@@ -16,8 +16,12 @@ router.
 Everything runs on the GPU as Argus kernels with no host synchronisation (CUDA-graph safe):
 top-k, per-expert counts and prefix sums, the permutation into the contiguous layout padded to
 the GEMM's BLOCK_M (argus/kernels/moe_routing.py), the gate-up grouped GEMM with SiLU * up in
-its epilogue and the down grouped GEMM (argus/kernels/moe.py), and the weighted combine. Buffers
-are sized from shapes only (the padded layout's worst case), never from routing results.
+its epilogue and the down grouped GEMM (argus/kernels/moe.py), and the weighted combine. Up to
+DECODE_MAX_TOKENS = 64 tokens the GEMMs take the swap-AB decode schedules (the weights as
+wgmma's M side, a token tile of 8..64 rows as N, units of the touched experts only, each GEMM
+cut along K when its units would leave the last wave of SMs half empty: decode_schedules).
+Buffers are sized from shapes only (the padded layout's worst case), never from routing
+results.
 
 Bad input (top_k outside 1..E, mismatched shapes, dtypes, devices, non-contiguous weights)
 raises a LaunchError that says what and how to fix it. Precomputed topk_ids must lie in
@@ -105,12 +109,13 @@ def decode_schedules(tokens: int, top_k: int, num_experts: int, hidden: int,
 
 def schedule_for(tokens: int, top_k: int, num_experts: int, hidden: int = 0) -> MoeSchedule:
     """Decode (tokens <= DECODE_MAX_TOKENS): swap-AB with token tiles of decode_token_tile
-    rows, units (token tile, 64 weight rows) of the touched experts only. Else 128 x 256 tiles with the TMA-store epilogue when the experts get at least 128 rows each
-    on average, in CTA pairs sharing weight tiles from 1024 rows (where padding each expert to
-    256 rows wastes little); else 64 x 128 (less padding per expert), or 64 x 64 when so few
-    experts are touched that the down projection would have fewer units of 128 columns than
-    SMs (decode of a few tokens: every SM should stream weights). Untuned: the bench's
-    --variants run is the data for these thresholds."""
+    rows, units (token tile, 64 weight rows) of the touched experts only (argus.ops.moe
+    itself takes decode_schedules: each GEMM with its own K split). Else 128 x 256 tiles
+    with the TMA-store epilogue when the experts get at least 128 rows each on average, in
+    CTA pairs sharing weight tiles from 1024 rows (where padding each expert to 256 rows
+    wastes little); else 64 x 128 (less padding per expert), or 64 x 64 when so few experts
+    are touched that the down projection would have fewer units of 128 columns than SMs.
+    Untuned: the bench's --variants run is the data for these thresholds."""
     if tokens <= DECODE_MAX_TOKENS:
         return decode_schedule(decode_token_tile(tokens, top_k, num_experts))
     entries = tokens * top_k
