@@ -209,3 +209,21 @@ def test_the_default_kernel_is_untouched_by_the_field():
     assert not {"As", "Bs", "P", "S", "KS"} & {p.name for p in plain.params}
     tail = lower_only(gemm_kernel(tail_splits=2), s=dataclasses.replace(s, tail_splits=2))
     assert [p.name for p in tail.params][:6] == ["A", "B", "C", "As", "Bs", "P"]
+
+
+def test_the_verifier_catches_a_partial_stored_into_another_slice(monkeypatch):
+    """A seeded bug: the producer loads K slice s + 1 (of A and B alike) for the unit whose
+    partial goes to P[s]. Every product is still a well-formed slice product, and the sum of
+    all of P still is A @ B when each slice lands once, but P[s] no longer holds slice s:
+    store.coords on the slice index must say so (the proof above is not vacuous)."""
+    from argus.kernels import gemm as gemm_module
+    from argus.kernels.warp_specialized import Unit
+
+    def shifted(batch, m, n):
+        return Unit(((batch[0] + 1) % 2, *batch[1:]), m, n)
+    monkeypatch.setattr(gemm_module, "Unit", shifted)
+    s = GemmSchedule(stages=4, cluster_m=2, tail_splits=2)
+    kernel = gemm_module.gemm_kernel.__wrapped__(ag.bf16, ag.bf16, "nk", False, 2)
+    report = verify.run(lower_only(kernel, s=s))
+    wrong = [d for d in report.errors if d.code == "store.coords" and "P" in d.message]
+    assert wrong, "\n".join(str(d) for d in report.errors)
