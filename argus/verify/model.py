@@ -480,6 +480,8 @@ class Model:
                     return _subst(_subst(t, pre), sub)
                 ranges = [inst(c) for c in step.site.constraints()]
                 active = conj(*ranges, inst(step.counter) == n_r)
+                if len(by_site) > 1 and self._never_active(key, reader, q, active):
+                    continue  # another loop's produce step (its fields are not this slot's)
                 actives.append(active)
                 # the writer's copies range over their loops/warpgroups whether or not this
                 # site is the active one: stating it outside the disjunction bounds every
@@ -513,6 +515,25 @@ class Model:
             cond.append(z3.Or(actives) if actives else z3.BoolVal(False))
         return Record(fields, defined, tuple(cond), f"{view.buffer} (TMA)",
                       tuple(reversed(prov)))
+
+    def _never_active(self, key, reader: Site, peer, active) -> bool:
+        """Whether a produce site provably never fills the slot `reader` consumes: its counter
+        never equals the reader's (the producer walks the main units and then a tail of K
+        slices from other tensors into one ring: a consume step of the main loop reads only
+        the main loop's copies). Without this, a field that only the other site's tensor has
+        (the slice index of a K-slice view) would be read as this slot's, unconstrained. An
+        unknown answer keeps the site (sound: it only adds candidates); decided once per
+        (site, reader, peer), not during the walk (loop bounds may not be known yet)."""
+        if Memo.building:
+            return False
+        memo = self.__dict__.setdefault("_inactive_memo", {})
+        k = (key, reader.seq, peer)
+        if k not in memo:
+            s = z3.Solver()
+            s.set("timeout", 2000)
+            s.add(*self.premises, *reader.constraints(), active)
+            memo[k] = s.check() == z3.unsat
+        return memo[k]
 
     def writer_substitution(self, step: StepInfo, reader: Site, n_r, pre=()) -> list:
         """Variables of the producer's step site, as seen from a consumer at counter n_r
