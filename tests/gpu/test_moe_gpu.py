@@ -1,7 +1,8 @@
 """GPU tier: argus.ops.moe against a float64 torch reference on fresh random data — softmax
 routing (renormalized or not), DeepSeek-V3's grouped sigmoid routing, precomputed routing with
-zero-token experts, both tile schedules, a CUDA-graph capture and replay, torch.compile through
-the custom op — and the clear errors for inputs that cannot be right."""
+zero-token experts, both tile schedules, the swap-AB decode path (T <= 64: token tiles, K
+splits, crowded and empty experts), a CUDA-graph capture and replay (decode-sized), torch.compile
+through the custom op — and the clear errors for inputs that cannot be right."""
 
 import pytest
 
@@ -66,6 +67,51 @@ def test_moe_precomputed_routing_with_empty_experts(schedule):
     w = torch.rand(T, k, generator=g, device="cuda")
     out = moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w,
               schedule=getattr(MK, schedule))
+    assert _rel(out, reference(x, w13, w2, ids, w)) < 1e-2
+
+
+@pytest.mark.parametrize("T,E,k,H,I", [
+    (1, 8, 2, 4096, 1792),     # one token, Mixtral-like H: 2 experts touched
+    (5, 8, 2, 1024, 512),
+    (16, 64, 8, 2048, 768),
+    (64, 8, 2, 1024, 1024),    # token tiles of 32
+    (1, 128, 8, 2048, 768),    # Qwen3-30B-A3B's sizes, one token: the gate-up in 4 K slices
+])
+def test_moe_decode_matches_float64(T, E, k, H, I):
+    """T <= 64 takes the swap-AB decode GEMMs (argus.ops.moe.decode_schedules)."""
+    import importlib
+
+    from argus.ops import moe
+    from argus.ops.moe import reference
+
+    M = importlib.import_module("argus.ops.moe")
+    gate_up, down = M.decode_schedules(T, k, E, H, I)
+    assert gate_up.swap_ab and down.swap_ab
+    if (T, E) == (1, 128):
+        assert gate_up.split_k == 4
+    x, w13, w2, logits = _layer(T, E, H, I, seed=T + E + 100)
+    out = moe(x, w13, w2, logits, k)
+    ids, w = _softmax_topk(logits, k, True)
+    assert _rel(out, reference(x, w13, w2, ids, w)) < 1e-2
+
+
+@pytest.mark.parametrize("bn,splits", [(8, 1), (8, 2), (16, 4), (32, 2), (64, 1)])
+def test_moe_decode_schedules_with_empty_and_crowded_experts(bn, splits):
+    """Every decode schedule (token tile, K split) on routing with three zero-token experts
+    and one expert holding more rows than a token tile (several tiles on the same weights)."""
+    from argus.kernels.moe import decode_schedule
+    from argus.ops import moe
+    from argus.ops.moe import reference
+
+    T, E, k, H, I = 40, 16, 4, 1024, 512
+    x, w13, w2, _ = _layer(T, E, H, I, seed=bn + splits)
+    g = torch.Generator(device="cuda").manual_seed(9)
+    scores = torch.rand(T, E - 3, generator=g, device="cuda")   # experts 13..15 get nothing
+    scores[:, 0] += 1.0                                           # expert 0: every token
+    ids = scores.topk(k, dim=1).indices
+    w = torch.rand(T, k, generator=g, device="cuda")
+    out = moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w,
+              schedule=decode_schedule(bn, split_k=splits))
     assert _rel(out, reference(x, w13, w2, ids, w)) < 1e-2
 
 

@@ -177,6 +177,23 @@ def test_layer_from_logits_end_to_end():
     assert _rel(out, exact) < 1e-2
 
 
+def test_decode_layer_from_logits_picks_swap_ab():
+    """Five tokens with no schedule given: argus.ops.moe's own choice (the swap-AB decode
+    schedules), from the logits, against float64."""
+    T, E, k, H, I = 5, 16, 4, 128, 128
+    w13, w2 = _weights(E, H, I, seed=13)
+    g = torch.Generator().manual_seed(14)
+    x = torch.randn(T, H, generator=g).bfloat16()
+    logits = torch.randn(T, E, generator=g)
+    assert all(s.swap_ab for s in M.decode_schedules(T, k, E, H, I))
+    out = M._run(x, w13, w2, logits, k, True, "softmax", "silu", None, None, None, 0, 0, 1.0,
+                 None, interpret=True)
+    p = torch.softmax(logits.double(), dim=1)
+    tv, ti = p.topk(k, dim=1)
+    exact = M.reference(x, w13, w2, ti, tv / tv.sum(dim=1, keepdim=True))
+    assert _rel(out, exact) < 1e-2
+
+
 def test_layout_with_chunks_longer_than_one_step():
     """4200 entries: chunks of 64 (two 32-entry steps each) over 66 CTAs; pos is the stable
     expert-major order with each segment padded to bm, tile_expert labels every m-tile."""
