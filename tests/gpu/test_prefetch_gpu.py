@@ -1,0 +1,63 @@
+"""GPU tier for lower/prefetch.py's register ring: loops whose loads run `depth` blocks ahead,
+rendered depth + 1 times per trip, give float64's answer on the device, for trip counts that are
+not a multiple of the unroll, shorter than the ring, and for aligned and unaligned launches
+(the unaligned one runs the variant with run-time alignment checks)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.gpu import hopper_only  # noqa: E402
+
+pytestmark = hopper_only()
+
+
+def _softmax64(x):
+    return torch.softmax(x.double(), dim=1)
+
+
+@pytest.mark.parametrize("bn", [1024, 2048, 4096])
+@pytest.mark.parametrize("rows, cols", [(9, 5000), (3, 1500), (130, 8192), (5, 20000)])
+def test_looped_softmax_matches_float64(bn, rows, cols):
+    from argus.compiler import compile_kernel
+    from argus.demo import load_example
+
+    ex = load_example("softmax_online")
+    compiled = compile_kernel(ex.KERNEL, BN=bn)
+    assert dict(compiled.kernel.attr("loop_unroll", ())), "the ring was not applied"
+    g = torch.Generator().manual_seed(rows * cols + bn)
+    x = (torch.randn(rows, cols, generator=g) * 4).cuda()
+    y = torch.full_like(x, float("nan"))
+    compiled(x, y)
+    torch.cuda.synchronize()
+    err = ((y.double() - _softmax64(x)).norm() / _softmax64(x).norm()).item()
+    assert err < 1e-5
+
+
+def test_looped_softmax_unaligned_view_matches_float64():
+    from argus.compiler import compile_kernel
+    from argus.demo import load_example
+
+    ex = load_example("softmax_online")
+    compiled = compile_kernel(ex.KERNEL, BN=2048)
+    g = torch.Generator().manual_seed(11)
+    base = (torch.randn(7, 6001, generator=g) * 4).cuda()
+    x = base[:, 1:]                      # 4-byte aligned rows: the checked variant
+    y = torch.full((7, 6000), float("nan"), device="cuda")
+    compiled(x, y)
+    torch.cuda.synchronize()
+    assert torch.allclose(y.double(), _softmax64(x), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cols", [512, 5000, 9000])
+def test_two_rings_and_a_step_of_two_match_float64(cols):
+    from argus.compiler import compile_kernel
+    from tests.passes.test_prefetch import row_dot
+
+    g = torch.Generator().manual_seed(cols)
+    x, w = (torch.randn(33, cols, generator=g).cuda() for _ in range(2))
+    y = torch.full((33, 1), float("nan"), device="cuda")
+    compile_kernel(row_dot)(x, w, y)
+    torch.cuda.synchronize()
+    ref = (x.double() * w.double()).sum(1, keepdim=True)
+    assert torch.allclose(y.double(), ref, atol=1e-3, rtol=1e-5)
