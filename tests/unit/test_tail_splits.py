@@ -227,3 +227,53 @@ def test_the_verifier_catches_a_partial_stored_into_another_slice(monkeypatch):
     report = verify.run(lower_only(kernel, s=s))
     wrong = [d for d in report.errors if d.code == "store.coords" and "P" in d.message]
     assert wrong, "\n".join(str(d) for d in report.errors)
+
+
+def test_ops_host_path_in_the_interpreter(monkeypatch):
+    """argus.ops' TailSplitMatmul (the K-slice views of the operands as matmul passes them, the
+    workspace, both launches in order) with its two kernels run by the interpreter instead of
+    the GPU: x @ W.T and x @ W, one batched."""
+    import argus.compiler
+
+    class Interpreted:
+        def __init__(self, kernel, verify=None, **constexprs):
+            assert verify is False   # partial outputs: compiled without the verifier's veto
+            self.kernel, self.constexprs = kernel, constexprs
+
+        def __call__(self, *tensors):
+            self.kernel.interpret(*tensors, **self.constexprs)
+
+        def plan_for(self, *tensors):
+            return None
+
+    monkeypatch.setattr(argus.compiler, "compile_kernel", Interpreted)
+    s = GemmSchedule(bm=128, bn=64, stages=2, num_sms=4, tail_splits=2)
+    for layout, batch in (("nk", 1), ("kn", 1), ("nk", 3)):
+        lead = (batch,) if batch > 1 else ()
+        a, w = _rand(*lead, 200, 208, seed=7), _rand(*lead, 300, 208, seed=8)
+        # what matmul hands the kernels: B as [.., N, K] for x @ W.T, [.., K, N] for x @ W
+        b = w if layout == "nk" else w.transpose(-1, -2).contiguous()
+        problem = Problem(200, 300, 208, batch, "bf16", "bf16", layout, True)
+        plain = dataclasses.replace(s, tail_splits=1)
+        run = split_k.TailSplitMatmul(problem, s, *kernel_for(problem, s),
+                                      kernel_for(problem, plain))
+        assert run.tiles == split_k.tail_tiles(problem, s) > 0
+        c = torch.full((*lead, 200, 300), float("nan"), dtype=torch.bfloat16)
+        assert run(a, b, c) is None          # no launch plans: nothing to replay
+        exact = a.double() @ w.double().transpose(-1, -2)
+        assert not torch.isnan(c).any()
+        assert ((c.double() - exact).norm() / exact.norm()).item() < 4e-3
+
+
+def test_the_untuned_model_predicts_tail_splits_but_never_picks_them():
+    from argus.ops import gemm_model
+
+    s = GemmSchedule(stages=4, cluster_m=2)
+    split = dataclasses.replace(s, tail_splits=2)
+    full = Problem(4096, 4096, 4096, 1, "bf16", "bf16", "nk", True)   # 8 x 16 = 128 units
+    wide = dataclasses.replace(s, num_sms=128)                        # 64 clusters: 2 waves
+    assert gemm_model.predict_us(full, dataclasses.replace(wide, tail_splits=2)) == \
+        gemm_model.predict_us(full, wide)                             # nothing to split
+    p = Problem(2048, 7168, 2048, 1, "bf16", "bf16", "nk", True)     # 3 waves + 26 units
+    assert gemm_model.predict_us(p, split) < gemm_model.predict_us(p, s)
+    assert gemm_model.pick(p, candidates(p)).tail_splits == 1
