@@ -229,14 +229,16 @@ class Layer:
 
     def __post_init__(self) -> None:
         if self.down.pad != self.schedule.pad:
-            raise ValueError(f"the down GEMM's schedule pads experts to {self.down.pad} rows, "
-                             f"the gate-up's to {self.schedule.pad}: both read one layout")
+            raise LaunchError(f"{_WHO}: the down GEMM's schedule pads experts to "
+                              f"{self.down.pad} rows, the gate-up's to {self.schedule.pad}: "
+                              f"both read one layout", fix="give both the same token tile")
         for gemm, splits, depth in (("gate-up", self.schedule.split_k, self.hidden),
                                     ("down", self.down.split_k, self.inter)):
             if depth % splits or (depth // splits) % 8:
-                raise ValueError(f"{_WHO}: the {gemm} GEMM's split_k={splits} must cut its "
-                                 f"K={depth} into equal slices of a multiple of 8 elements "
-                                 f"(K-slice views read by TMA)")
+                raise LaunchError(f"{_WHO}: the {gemm} GEMM's split_k={splits} must cut its "
+                                  f"K={depth} into equal slices of a multiple of 8 elements "
+                                  f"(K-slice views read by TMA)",
+                                  fix="use a split_k that divides K into such slices, or 1")
 
     @property
     def down(self) -> MoeSchedule:

@@ -119,7 +119,9 @@ def test_decode_splits_fill_the_last_wave():
 
 
 def test_split_that_does_not_cut_k_evenly_is_refused():
-    with pytest.raises(ValueError, match="split_k=3 must cut its K=128"):
+    from argus.errors import LaunchError
+
+    with pytest.raises(LaunchError, match="split_k=3 must cut its K=128"):
         M.Layer(3, 128, 64, 4, 2, decode_schedule(8, split_k=3), decode_schedule(8))
 
 
