@@ -14,7 +14,8 @@ error; exits 1 when any failed."""
 import subprocess
 import sys
 
-SCHEDULES = ("TINY", "SMALL", "PREFILL", "PREFILL_TMA", "PREFILL_CLUSTER", "PREFILL_TMA_CLUSTER")
+SCHEDULES = ("TINY", "SMALL", "PREFILL", "PREFILL_TMA", "PREFILL_CLUSTER", "PREFILL_TMA_CLUSTER",
+             "DECODE", "DECODE_N32_SPLIT2")
 LAYERS = ((16, 8, 2, 1024, 512), (777, 16, 4, 1024, 512))
 
 
@@ -25,9 +26,11 @@ def one(schedule: str) -> None:
     from argus.ops import moe
     from argus.ops.moe import reference
 
-    s = getattr(MK, schedule)
+    # the swap-AB decode schedules: token tiles of 8, and of 32 with both GEMMs cut in 2 along K
+    s = MK.decode_schedule(32, split_k=2) if schedule == "DECODE_N32_SPLIT2" else \
+        getattr(MK, schedule)
     for gated in (True, False):
-        text = MK.grouped_gemm_kernel(gated).compile(s=s).source.text
+        text = MK.grouped_gemm_kernel(gated, s.split_k > 1).compile(s=s).source.text
         producer = text[text.index("// role producer"):text.index("// role consumer")]
         elected = producer.index("if (gtid == 0)") < producer.index("mbar_arrive_expect_tx")
         print(f"{schedule} {'gate_up' if gated else 'down'}: producer elected: {elected}",
