@@ -10,19 +10,20 @@ A query is "premises ∧ ¬(∧ claims)": UNSAT proves every claim for all value
 variables; SAT gives a witness and the list of claims it violates.
 
 Proofs are remembered per process, keyed by the query up to renaming of its constants
-(alpha-equivalence: the printed formula with every uninterpreted constant renamed, with its
-sort, in order of first occurrence). Schedules of one kernel pose many identical queries (the
-store-injectivity query does not depend on the stage count or on B's layout); an identical
-formula has the same validity, so only proofs are reused — violations and unknowns are always
-solved again. `ARGUS_VERIFY_CACHE=0` turns it off; `clear_cache()` empties it (the timing
-script measures uncached runs).
+(alpha-equivalence: the formula with every uninterpreted constant renamed to `k!i`, with its
+sort, in order of first occurrence; z3 shares equal terms, so the renamed formula's AST id is
+the key). One kernel poses many identical queries (the race check of each of a TMA-store
+epilogue's column blocks, each with fresh instance variables: 187 queries, 21 distinct), and
+schedules of one kernel pose more (the store-injectivity query does not depend on the stage
+count or on B's layout); an identical formula has the same validity, so only proofs are
+reused — violations and unknowns are always solved again. The key is computed before any
+solving (a walk of the formula through the C API and one substitution). `ARGUS_VERIFY_CACHE=0`
+turns it off; `clear_cache()` empties it (the timing script measures runs that start empty).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -100,9 +101,8 @@ def _assert_all(s: z3.Solver, terms: Sequence[z3.BoolRef]) -> None:
         z3.Z3_solver_assert(ctx, s.solver, t.as_ast())
 
 
-_PROOFS: OrderedDict[str, Outcome] = OrderedDict()
+_PROOFS: OrderedDict[tuple[str, int], tuple[z3.ExprRef, Outcome]] = OrderedDict()
 _PROOFS_MAX = 50000
-_TOKEN = re.compile(r"\|[^|]*\||[^\s()]+")
 
 
 def clear_cache() -> None:
@@ -113,39 +113,78 @@ def _cache_on() -> bool:
     return os.environ.get("ARGUS_VERIFY_CACHE", "1") != "0"
 
 
-def _constants(term: z3.ExprRef) -> dict[str, str]:
-    """name -> sort of every uninterpreted constant of a term."""
-    out: dict[str, str] = {}
-    todo, seen = [term], set()
+def canonical(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef]]) \
+        -> z3.BoolRef:
+    """premises ∧ ¬(∧ claims) with its uninterpreted constants renamed `argus!c0`, `argus!c1`,
+    ... in order of first occurrence (pre-order, left to right): alpha-equivalent queries give
+    the same term, hence the same AST id while the term is alive. Opaque functions (arity > 0)
+    keep their names. Built through the C API: the premises of one kernel's queries are the
+    same few terms, whose constants are listed once (`_ordered_consts`)."""
+    goal = z3.Not(z3.And([c for _, c in claims])) if claims else z3.BoolVal(False)
+    parts = list(premises) + [goal]
+    ctx = goal.ctx
+    order: dict[int, object] = {}
+    for p in parts:
+        for i, a in _ordered_consts(p):
+            order.setdefault(i, a)
+    ref = ctx.ref()
+    # wrapped at once: the wrapper holds the reference that keeps a new ast alive
+    f = z3.BoolRef(z3.Z3_mk_and(ref, len(parts), (z3.Ast * len(parts))(
+        *[p.as_ast() for p in parts])), ctx)
+    if not order:
+        return f
+    n = len(order)
+    froms = (z3.Ast * n)(*order.values())
+    tos = (z3.Ast * n)(*[_canonical_const(j, z3.Z3_get_sort(ref, a), ctx)
+                         for j, a in enumerate(order.values())])
+    return z3.BoolRef(z3.Z3_substitute(ref, f.as_ast(), n, froms, tos), ctx)
+
+
+_CONSTS: OrderedDict[int, tuple[z3.ExprRef, list]] = OrderedDict()
+_CANON: dict[tuple[int, int], z3.ExprRef] = {}
+
+
+def _ordered_consts(t: z3.ExprRef) -> list:
+    """(ast id, raw ast) of t's uninterpreted constants in order of first occurrence,
+    remembered per term (the entry keeps the term, so its id is not reused)."""
+    ctx = t.ctx.ref()
+    tid = z3.Z3_get_ast_id(ctx, t.as_ast())
+    hit = _CONSTS.get(tid)
+    if hit is not None:
+        return hit[1]
+    out, seen = [], set()
+    todo = [t.as_ast()]
     while todo:
-        t = todo.pop()
-        i = t.get_id()
+        a = todo.pop()
+        i = z3.Z3_get_ast_id(ctx, a)
         if i in seen:
             continue
         seen.add(i)
-        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-            out[t.decl().name()] = t.sort().sexpr()
-        todo.extend(t.children())
+        kind = z3.Z3_get_ast_kind(ctx, a)
+        if kind == z3.Z3_QUANTIFIER_AST:
+            todo.append(z3.Z3_get_quantifier_body(ctx, a))
+        elif kind == z3.Z3_APP_AST:
+            n = z3.Z3_get_app_num_args(ctx, a)
+            if n:
+                todo.extend(z3.Z3_get_app_arg(ctx, a, k) for k in range(n - 1, -1, -1))
+            elif z3.Z3_get_decl_kind(ctx, z3.Z3_get_app_decl(ctx, a)) == z3.Z3_OP_UNINTERPRETED:
+                out.append((i, a))
+    _CONSTS[tid] = (t, out)
+    if len(_CONSTS) > _PROOFS_MAX:
+        _CONSTS.popitem(last=False)
     return out
 
 
-def query_key(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef]],
-              theory: str) -> str:
-    """A digest of the query that is equal for alpha-equivalent queries (constants renamed,
-    with their sorts, in order of first occurrence in the printed formula)."""
-    f = z3.And(list(premises) + [z3.Not(z3.And([c for _, c in claims]) if claims
-                                        else z3.BoolVal(True))])
-    consts = _constants(f)
-    names: dict[str, str] = {}
-
-    def rename(m: re.Match) -> str:
-        tok = m.group(0)
-        bare = tok[1:-1] if tok.startswith("|") else tok
-        if bare in consts:
-            return names.setdefault(bare, f"c{len(names)}:{consts[bare]}")
-        return tok
-    text = _TOKEN.sub(rename, f.sexpr())
-    return hashlib.sha256(f"{theory}\n{text}".encode()).hexdigest()
+def _canonical_const(j: int, sort, ctx):
+    """The raw ast of canonical constant j of `sort` (kept alive in _CANON)."""
+    ref = ctx.ref()
+    key = (j, z3.Z3_get_ast_id(ref, z3.Z3_sort_to_ast(ref, sort)))
+    c = _CANON.get(key)
+    if c is None:
+        c = z3.z3._to_expr_ref(z3.Z3_mk_const(ref, z3.Z3_mk_string_symbol(ref, f"argus!c{j}"),
+                                              sort), ctx)
+        _CANON[key] = c
+    return c.as_ast()
 
 
 def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef]],
@@ -158,26 +197,31 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
     premises = [_as_bool(p) for p in premises]
     claims = [(n, _as_bool(c)) for n, c in claims]
     t0 = time.perf_counter()
+    # 0. an alpha-equivalent query proven before (in this kernel or an earlier one)
+    term, key = None, None
+    if _cache_on():
+        term = canonical(premises, claims)
+        key = (theory or "", term.get_id())
+        if key in _PROOFS:
+            _PROOFS.move_to_end(key)
+            hit = _PROOFS[key][1]
+            ms = (time.perf_counter() - t0) * 1e3
+            if stats is not None:
+                stats.add(hit.theory, ms)
+                stats.cached += 1
+            return Outcome("proven", ms, theory=hit.theory, reason=hit.reason)
     # 1. a quick proof attempt: most obligations are refuted by the plain SMT core in a few
-    # milliseconds, cheaper than hashing the query for the cache or translating it to bits
-    # (not for non-linear queries, which never finish that fast: step 2)
+    # milliseconds, cheaper than translating them to bits (not for non-linear queries, which
+    # never finish that fast: step 2)
     out = None if theory == "NIA" else \
         _quick_proof(premises, claims, min(QUICK_MS, timeout_ms), timeout_ms, t0)
     if out is not None:
         out.theory = theory or _theory([c for _, c in claims])
         if stats is not None:
             stats.add(out.theory, out.ms)
+        _remember(key, term, out)
         return out
     theory = theory or _theory([c for _, c in claims])
-    key = query_key(premises, claims, theory) if _cache_on() else None
-    if key is not None and key in _PROOFS:
-        _PROOFS.move_to_end(key)
-        hit = _PROOFS[key]
-        ms = (time.perf_counter() - t0) * 1e3
-        if stats is not None:
-            stats.add(hit.theory, ms)
-            stats.cached += 1
-        return Outcome("proven", ms, theory=hit.theory, reason=hit.reason)
     out = None
     if theory == "NIA":
         # 2. non-linear queries (raster orders): the plain SMT core is the one that finishes
@@ -198,11 +242,16 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
         left = timeout_ms - (time.perf_counter() - t0) * 1e3
         out = _prove(premises, claims, max(1, int(left)), minimize, stats,
                      minimize_budget_ms, theory)
+    _remember(key, term, out)
+    return out
+
+
+def _remember(key, term, out: Outcome) -> None:
+    """Keep a proof (with its canonical term, which keeps the key's AST id alive)."""
     if key is not None and out.status == "proven":
-        _PROOFS[key] = out
+        _PROOFS[key] = (term, out)
         if len(_PROOFS) > _PROOFS_MAX:
             _PROOFS.popitem(last=False)
-    return out
 
 
 QUICK_MS = 50      # budget of the quick proof attempt (step 1 of `prove`)
