@@ -106,7 +106,9 @@ _PROOFS_MAX = 50000
 
 
 def clear_cache() -> None:
+    """Forget every proof (and the constants listed per premise): the next query starts cold."""
     _PROOFS.clear()
+    _CONSTS.clear()
 
 
 def _cache_on() -> bool:
