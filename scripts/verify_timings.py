@@ -6,12 +6,18 @@ For every example kernel and every library kernel, trace and lower it once, then
 the median, the number of solver queries, the proven/unknown counts and the slowest query.
 The solver's proof cache is emptied before every run, so each run solves every query (the
 cache only helps when several kernels or schedules are verified in one process).
-Prints a markdown table. Usage: python scripts/verify_timings.py [--repeat 5]
+
+`--set library` times every schedule the library ops can pick, as the clean-verification tests
+enumerate them (tests/verify/test_library_schedules.py: argus.ops.matmul's GEMM schedules;
+tests/unit/test_fp8_*.py: fp8 per-tensor and block-scaled; tests/verify/
+test_attention_schedules.py: attention and ping-pong; tests/moe/test_moe_verify.py: MoE).
+Prints a markdown table. Usage: python scripts/verify_timings.py [--repeat 5] [--set library]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -23,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
 
-def kernels():
+def examples():
     import elementwise
     import flash_attention
     import gemm as gemm_example
@@ -54,33 +60,83 @@ def kernels():
         {"s": G.GemmSchedule(cluster_m=2, epilogue="tma", stages=3, persistent=False)}
 
 
+def _short(s) -> str:
+    default = type(s)()
+    return ",".join(f"{f.name}={getattr(s, f.name)}" for f in dataclasses.fields(s)
+                    if getattr(s, f.name) != getattr(default, f.name)) or "default"
+
+
+def library():
+    """Every library kernel and schedule the clean-verification tests enumerate."""
+    import argus as ag
+    from argus.kernels.attention import attention_kernel, default_schedule
+    from argus.kernels.gemm_fp8 import gemm_fp8_blockscaled_kernel, gemm_fp8_kernel
+    from argus.ops.schedules import kernel_for
+    from tests.moe.test_moe_verify import KERNELS as MOE
+    from tests.unit.test_fp8_blockscaled import BLOCK_CASES
+    from tests.unit.test_fp8_gemm import CASES as FP8
+    from tests.verify.test_attention_schedules import CASES as ATTN
+    from tests.verify.test_library_schedules import CASES as GEMM
+
+    out = {"bf16": ag.bf16, "f16": ag.f16, "f32": ag.f32}
+    for p, s in GEMM:
+        fn, s = kernel_for(p, s)
+        yield f"matmul {p.b_layout}{' batched' if p.batch > 1 else ''} {p.in_dtype}->" \
+              f"{p.out_dtype} {_short(s)}", fn, {"s": s}
+    for p, s in FP8:
+        yield f"fp8 {p.out_dtype} {_short(s)}", gemm_fp8_kernel(out[p.out_dtype]), {"s": s}
+    for p, s in BLOCK_CASES:
+        yield f"fp8 block-scaled {p.out_dtype} {_short(s)}", \
+            gemm_fp8_blockscaled_kernel(out[p.out_dtype]), {"s": s}
+    for d, t, causal, lse, epi in ATTN:
+        s = dataclasses.replace(default_schedule(d, causal), epilogue=epi)
+        yield f"attention d{d} {t.name}{' causal' if causal else ''}{' lse' if lse else ''} " \
+              f"{epi}", attention_kernel(d, t, causal, lse), {"s": s}
+    for d, causal in [(64, True), (128, False), (128, True)]:
+        s = dataclasses.replace(default_schedule(d, causal), ordered=True)
+        yield f"attention ping-pong d{d}{' causal' if causal else ''}", \
+            attention_kernel(d, ag.bf16, causal, False), {"s": s}
+    for name, build in MOE:
+        fn, kw = build()
+        yield f"moe {name}", fn, kw
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--only", default="", help="substring of the kernel names to time")
+    ap.add_argument("--set", choices=("examples", "library", "all"), default="examples")
     args = ap.parse_args()
     from argus import verify
     from argus.compiler import lower_only
     from argus.verify import solver
 
+    sets = {"examples": [examples], "library": [library], "all": [examples, library]}[args.set]
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; "
           f"median of {args.repeat} runs of verify.run on the lowered kernel\n")
     print("| kernel | median s | min s | queries | proven | unknown | slowest query |")
     print("|---|---|---|---|---|---|---|")
-    for name, kernel_fn, cx in kernels():
-        if args.only not in name:
-            continue
-        k = lower_only(kernel_fn, **cx)
-        times, report = [], None
-        for _ in range(args.repeat):
-            solver.clear_cache()
-            t0 = time.perf_counter()
-            report = verify.run(k)
-            times.append(time.perf_counter() - t0)
-        slow = max(report.findings, key=lambda f: f.ms)
-        print(f"| {name} | {statistics.median(times):.2f} | {min(times):.2f} | "
-              f"{report.stats.queries} | {len(report.proven)} | {len(report.unknowns)} | "
-              f"{slow.code} {slow.ms:.0f} ms ({slow.tier}) |")
+    total = []
+    for make in sets:
+        for name, kernel_fn, cx in make():
+            if args.only not in name:
+                continue
+            k = lower_only(kernel_fn, **cx)
+            times, report = [], None
+            for _ in range(args.repeat):
+                solver.clear_cache()
+                t0 = time.perf_counter()
+                report = verify.run(k)
+                times.append(time.perf_counter() - t0)
+            total.append(statistics.median(times))
+            slow = max(report.findings, key=lambda f: f.ms)
+            print(f"| {name} | {statistics.median(times):.2f} | {min(times):.2f} | "
+                  f"{report.stats.queries} | {len(report.proven)} | {len(report.unknowns)} | "
+                  f"{slow.code} {slow.ms:.0f} ms ({slow.tier}) |", flush=True)
+    if total:
+        print(f"\n{len(total)} kernels, {sum(total):.1f} s in total, "
+              f"{sum(t > 1.0 for t in total)} above 1 s; load average now "
+              f"{os.getloadavg()[0]:.2f}")
     return 0
 
 
