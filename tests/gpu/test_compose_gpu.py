@@ -39,7 +39,7 @@ SAMPLE = [
 ]
 
 
-BIG_BYTES = 16e9
+BIG_BYTES = 40e9     # ReLU, softmax, batch norm, 2-D max pooling, argmax, cumsum in SAMPLE
 LOCK = Path(tempfile.gettempdir()) / "argus-test-compose-gpu.lock"
 
 

@@ -337,3 +337,82 @@ def test_level_summary_counts_and_geomeans():
     assert (r2["strict"], r2["relaxed"]) == (1, 1) and math.isclose(r2["geomean_eager"], 3.0)
     text = markdown(rows)
     assert "2/6 (33%)" in text and "1.00x" in text
+
+
+# ------------------------------------------------------------------ chunked measurements
+@pytest.mark.parametrize("case", ["plain", "nonfinite_ref", "mismatch", "zero_ref", "wrong"])
+def test_chunked_errors_equal_the_whole_tensor_errors(case):
+    """Outputs above tolerance.CHUNK elements are measured in chunks (no full-size float64
+    temporaries): the same errors as the whole-tensor computation, chunk borders anywhere."""
+    from argus.bench.kernelbench import tolerance
+
+    g = torch.Generator().manual_seed(5)
+    ref = torch.randn(1000, dtype=torch.float64, generator=g)
+    y = (ref + 1e-7 * torch.randn(1000, dtype=torch.float64, generator=g)).float()
+    if case == "nonfinite_ref":
+        ref[[3, 500]] = float("inf")
+        ref[999] = float("nan")
+        y[[3, 500]] = float("inf")
+        y[999] = float("nan")
+    elif case == "mismatch":
+        y[10] = float("nan")
+    elif case == "zero_ref":
+        ref.zero_()
+        y.zero_()
+        y[7] = 1e-3
+    elif case == "wrong":
+        y[::3] += 0.5
+    whole = tolerance.errors(y, ref, chunk=1 << 30)
+    for chunk in (1, 7, 128, 999):
+        part = tolerance.errors(y, ref, chunk=chunk)
+        assert part.nonfinite_mismatch == whole.nonfinite_mismatch
+        assert part.relaxed_ok == whole.relaxed_ok and part.exact == whole.exact
+        for a, b in ((part.rel_l2, whole.rel_l2), (part.max_elem, whole.max_elem)):
+            assert (math.isinf(a) and math.isinf(b)) or math.isclose(a, b, rel_tol=1e-9,
+                                                                      abs_tol=1e-300)
+
+
+def test_chunked_fingerprint_equals_the_whole_one():
+    from argus.bench.kernelbench import probes
+
+    x = torch.randn(10_001)
+    x[5] = float("nan")
+    whole = probes.fingerprint(x, chunk=1 << 30)
+    assert probes.fingerprint(x, chunk=97) == whole == probes.fingerprint(x.clone(), chunk=4096)
+    y = x.clone()
+    y[9000] = 0.0
+    assert probes.fingerprint(y, chunk=97) != whole
+    big = torch.full((5000,), -1, dtype=torch.int64) * (1 << 62)     # sums wrap around
+    assert probes.fingerprint(big, chunk=3) == probes.fingerprint(big, chunk=1 << 30)
+
+
+def test_first_fit_picks_what_fits_and_stops_passing_the_largest():
+    from argus.bench.kernelbench.parallel import pick_first_fit
+
+    memory = gpumem.GpuMemoryBudget(10.0)
+    assert memory.try_acquire(5)                      # something running holds 5
+    queue = [("big", 8), ("a", 3), ("b", 2), ("c", 1), ("d", 1)]
+    passed = [0]
+
+    def pick():
+        return pick_first_fit(queue, lambda item: item[1], memory, passed, max_passes=2)
+
+    assert pick() == ("a", 3)                         # big does not fit; a passes it
+    assert pick() == ("b", 2)                         # 5 + 3 + 2 = 10
+    assert pick() is False                            # c would fit nowhere, and big has
+    memory.release(3)                                 # been passed twice: c waits
+    assert pick() is False                            # 7 + 1 fits, but no more passing
+    memory.release(2)
+    memory.release(5)
+    assert pick() == ("big", 8)                       # the head, once there is room
+    assert passed == [0]
+    assert pick() == ("c", 1) and pick() == ("d", 1)
+    queue.append(("e", 1))
+    assert pick() is False                            # 10 in use
+    memory.release(8)
+    memory.release(1)
+    memory.release(1)
+    assert pick() == ("e", 1)
+    memory.release(1)
+    assert pick() is None                             # empty queue
+    assert memory.in_use == 0

@@ -98,6 +98,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     sm = verbs.add_parser("summary", help="per-level summary of a solve folder (solved "
                                           "strict / relaxed, Argus share, geomean speedups)")
     sm.add_argument("run_dir")
+    sm.add_argument("--phases", action="store_true",
+                    help="also where the judging time went (seconds per phase)")
 
     ls = verbs.add_parser("list", help="list tasks and their size constants")
     _selection(ls)
@@ -280,6 +282,15 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     judged = {k: Judgment.from_json(r["judgment"]) for k, r in load_results(folder).items()
               if k in rows}
     print(_summarize(rows, judged), end="")
+    selected = [k for k, row in rows.items() if not row.get("skipped")]
+    left = [k for k in selected if k not in judged]
+    print(f"\n{len(judged)} of {len(selected)} selected tasks judged"
+          + (f"; not judged: {', '.join(left)}" if left else ""))
+    if args.phases:
+        from argus.bench.kernelbench.summary import phase_table
+
+        print("\nWhere the judging time went (seconds, summed over tasks judged in parallel):\n")
+        print(phase_table(judged.values()), end="")
     return EXIT_OK
 
 

@@ -17,10 +17,13 @@ import time
 from typing import Any
 
 BASELINE_BYTES_PER_ELEMENT = 4.0 * 3   # the Model eager and compiled, inputs, outputs (fp32)
-# Judging directly: the inputs and the float64 reference of two sets kept for the stale probe
-# (4 + 8 bytes each), the reference's float64 copies and calibration runs while preparing, the
-# comparison's float64 temporaries, and the candidate's inputs, their copy and its outputs.
-JUDGE_BYTES_PER_ELEMENT = 28.0
+# Judging directly, per float32 element of the task's tensors (half inputs, half outputs for an
+# elementwise task): preparing set 0 holds the inputs (4 B), their float64 copy, the float64
+# reference and the stochastic check's second one (8 B each), ~14 B/element; comparing holds
+# the inputs, this set's and the previous set's references (~10 B, the measurements run in
+# chunks), while the candidate holds its inputs, their copy for the mutation check and its
+# output (~6-8 B); plus allocator slack.
+JUDGE_BYTES_PER_ELEMENT = 22.0
 UNKNOWN_BYTES = 8e9
 
 
@@ -86,6 +89,22 @@ class GpuMemoryBudget:
                 self._queue = [(t, n) for t, n in self._queue if t != ticket]
                 self._passed.pop(ticket, None)
                 self._cond.notify_all()
+
+    def try_acquire(self, need: float) -> bool:
+        """Admit now if it fits beside what runs (no waiting, no queue): for a scheduler that
+        picks, among several tasks, the first that fits."""
+        with self._cond:
+            if not self._fits(need):
+                return False
+            self.in_use += min(need, self.budget)
+            self.running += 1
+            self.peak = max(self.peak, self.in_use)
+            return True
+
+    def wait_for_release(self, timeout: float) -> None:
+        """Block until some task releases its memory (or `timeout` seconds pass)."""
+        with self._cond:
+            self._cond.wait(timeout=timeout)
 
     def release(self, need: float) -> None:
         with self._cond:

@@ -426,6 +426,16 @@ class ReferenceSession:
             if index != 0:
                 entry.inputs_path.unlink(missing_ok=True)
 
+    def release_inputs(self, index: int) -> None:
+        """Drop a big set's inputs held in this process (direct judging) once its own
+        comparison is done; its reference stays for the next set's stale probe."""
+        entry = self.sets.get(index)
+        if entry is None or entry.inputs is None or entry.ref is None:
+            return
+        nbytes = sum(r.numel() * r.element_size() for r in entry.ref)
+        if nbytes * len(self.specs) > self.options.ref_cache_bytes:
+            entry.inputs = None
+
     def inputs_of_set0(self) -> Path:
         """Set 0 (the task's own inputs): what solutions and baselines are timed on."""
         path = self.dir / "inputs" / "set0.pt"
@@ -448,7 +458,7 @@ class ReferenceSession:
         assert entry.ref is not None
         if not entry.probes_done:
             for k, (ref, tol) in enumerate(zip(entry.ref, entry.tols)):
-                for name, probe in probes.probe_outputs(ref, inputs).items():
+                for name, probe in probes.iter_probes(ref, inputs):
                     strict, relaxed = probes.probe_passes(probe, ref, tol)
                     if strict:
                         entry.probe_strict.add(name)
@@ -546,8 +556,8 @@ def judge_with(session: ReferenceSession, solution: Path | str) -> Judgment:
         try:
             first = session.get(0)
         except WorkerError as exc:
-            return _failure(session, solution, "task_error", f"reference failed: {exc}",
-                            started)
+            return _failure(session, solution, _reference_kind(exc),
+                            f"reference failed: {exc}", started)
         out_nbytes = [m["nbytes"] for m in first.reply["outputs"]]
         return _judge_candidate(session, cand, solution, out_nbytes, started)
     finally:
@@ -592,8 +602,8 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         try:
             entry = session.get(spec.index)
         except WorkerError as exc:
-            return _failure(session, solution, "task_error", f"reference failed on set "
-                            f"{spec.index}: {exc}", started)
+            return _failure(session, solution, _reference_kind(exc), f"reference failed on "
+                            f"set {spec.index}: {exc}", started)
         inputs = session.load_inputs(entry)
         with clock("probes"), gate().shared():
             session.run_probes(entry, inputs, previous)
@@ -635,6 +645,8 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         fingerprints.extend(set_prints[spec.index])
         if previous is not None:
             session.release(previous.spec.index)
+        if opts.direct and spec.index != session.specs[-1].index:
+            session.release_inputs(spec.index)   # the next set's stale probe needs only ref
         previous = entry
     want_timing = opts.timing and (session.device != "cpu" or opts.cpu_timing)
     if previous is not None and not (want_timing and not reasons):
@@ -741,10 +753,11 @@ class _Clock:
 
 def _run_phases(session: ReferenceSession, run: dict[str, Any], first: bool) -> None:
     """The candidate's own account of a run (inputs, forward, checks, output transfer, and on
-    the first run the composed program's lowering and the NVRTC compiles it caused)."""
+    the first run the composed program's lowering and the NVRTC compiles it caused; names
+    starting with "#" are counts, not seconds)."""
     for name, seconds in (run.get("phases") or {}).items():
         label = ("first run " if first else "runs ") + name
-        session.add_phase(label if not name.startswith(("nvrtc", "compose")) else name,
+        session.add_phase(label if not name.startswith(("nvrtc", "compose", "#")) else name,
                           seconds)
 
 
@@ -759,7 +772,13 @@ def _receive_outputs(session: ReferenceSession, cand: Worker, run: dict[str, Any
         try:
             return [open_shared_cuda(h).to(session.compare_device) for h in handles]
         except Exception as exc:  # noqa: BLE001 - fall back to the file
-            session.add_phase("ipc failures", 1.0)
+            session.add_phase("# ipc fallbacks to files", 1.0)
+            if not session.ipc_error:
+                import sys
+
+                print(f"kernelbench: {session.task.key}: CUDA IPC of the outputs failed "
+                      f"({type(exc).__name__}: {exc}); outputs go through files",
+                      file=sys.stderr, flush=True)
             session.ipc_error = f"{type(exc).__name__}: {exc}"
             cand.request("save_exported", session.options.timeout_s, out_path=str(out_path))
     outs = torch.load(out_path, map_location=session.compare_device, weights_only=False)
@@ -801,6 +820,12 @@ def _check_after_timing(session: ReferenceSession, cand: Worker,
     _drop_exported(cand, run)
     session.release(index)
     return reasons, [f"after timing, unobserved: {d}" for d in details]
+
+
+def _reference_kind(exc: WorkerError) -> str:
+    """A reference that ran out of GPU memory (beside other tasks) is out_of_memory, which a
+    parallel run retries alone; any other reference failure is the task's (task_error)."""
+    return "out_of_memory" if exc.kind == "out_of_memory" else "task_error"
 
 
 def _kind(exc: WorkerError) -> str:

@@ -70,6 +70,26 @@ def default_jobs(device: str) -> int:
     return max(1, min(8 if device.startswith("cuda") else 4, cores // 2))
 
 
+MAX_PASSES = 6   # smaller tasks may start before the largest waiting one this many times
+
+
+def pick_first_fit(queue: list, need_of, memory: gpumem.GpuMemoryBudget,
+                   head_passed: list[int], max_passes: int = MAX_PASSES):
+    """Remove and return the first item of `queue` whose memory fits now (admitted in
+    `memory`); None when the queue is empty, False when nothing fits yet. Items behind the
+    head pass it at most `max_passes` times (`head_passed[0]` counts), then the head waits
+    for its memory and nothing passes it: the largest task is never starved."""
+    if not queue:
+        return None
+    for i, item in enumerate(queue):
+        if i > 0 and head_passed[0] >= max_passes:
+            break
+        if memory.try_acquire(need_of(item)):
+            head_passed[0] = head_passed[0] + 1 if i > 0 else 0
+            return queue.pop(i)
+    return False
+
+
 class _Slot:
     """One slot's processes, kept across its tasks."""
 
@@ -168,21 +188,23 @@ def run_parallel(tasks: list[Task], solutions: Path | str, out_dir: Path | str,
     def left() -> float:
         return float("inf") if deadline is None else deadline - time.monotonic()
 
-    def next_task() -> tuple[Task, Path] | None:
+    head_passed = [0]
+
+    def next_task() -> tuple[Task, Path] | None | bool:
         with lock:
-            return queue.pop(0) if queue else None
+            return pick_first_fit(queue, lambda item: need[item[0].key], memory, head_passed)
 
     def work_slot(slot: _Slot) -> None:
         while not stopped.is_set():
+            if left() < parallel.min_start_s:
+                return
             item = next_task()
             if item is None:
                 return
+            if item is False:
+                memory.wait_for_release(0.5)
+                continue
             task, path = item
-            if left() < parallel.min_start_s:
-                return
-            until = None if deadline is None else deadline - parallel.min_start_s
-            if not memory.acquire(need[task.key], until=until):
-                return
             t0 = time.monotonic()
             try:
                 if options.baselines and options.timing and device != "cpu" and \
@@ -196,6 +218,8 @@ def run_parallel(tasks: list[Task], solutions: Path | str, out_dir: Path | str,
                     session.close()
                     slot.current = None
                     _release_gpu_cache()
+            except Exception as exc:  # noqa: BLE001 - the judge's own failure ends this task
+                j = _judge_failure(task, device, exc)   # only, never the slot
             finally:
                 memory.release(need[task.key])
             if stopped.is_set():
@@ -274,6 +298,17 @@ def _measure_baseline(slot: _Slot, task: Task, options: JudgeOptions, cache: Bas
                                  outcome.compile_s, flags=outcome.flags))
 
 
+def _judge_failure(task: Task, device: str, exc: Exception) -> Judgment:
+    """A judgment for a task whose judging raised in this process (the in-process reference
+    or a comparison ran out of GPU memory beside other tasks: out_of_memory, retried alone)."""
+    import torch
+
+    kind = "out_of_memory" if isinstance(exc, torch.OutOfMemoryError) else "task_error"
+    j = missing_judgment(task, device)
+    return replace(j, reasons=(kind,), relaxed_reasons=(kind,),
+                   detail=f"the judge raised {type(exc).__name__}: {str(exc)[:1500]}")
+
+
 def _release_gpu_cache() -> None:
     """Give this process's cached GPU blocks back (the direct reference's float64 tensors), so
     that the memory admitted for the next task is really free."""
@@ -288,4 +323,4 @@ def _top_phases(j: Judgment, n: int = 3) -> str:
     return ", ".join(f"{k} {v:.1f}s" for k, v in items) or "-"
 
 
-__all__ = ["ParallelOptions", "default_jobs", "run_parallel"]
+__all__ = ["ParallelOptions", "default_jobs", "pick_first_fit", "run_parallel"]

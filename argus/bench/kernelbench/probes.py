@@ -21,6 +21,7 @@ Invariant: probes read references and inputs; they never see the candidate's cod
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -30,16 +31,26 @@ from argus.bench.kernelbench import guards, tolerance
 
 def probe_outputs(ref: torch.Tensor, inputs: list[Any]) -> dict[str, torch.Tensor]:
     """name -> trivial output for one reference output (stale probes are added by the judge)."""
-    probes: dict[str, torch.Tensor] = {"zeros": torch.zeros_like(ref)}
+    return dict(iter_probes(ref, inputs))
+
+
+def iter_probes(ref: torch.Tensor, inputs: list[Any]) -> Iterator[tuple[str, torch.Tensor]]:
+    """The probes of `probe_outputs` one at a time (each as large as the reference: at
+    upstream sizes they should not all live at once)."""
+    yield "zeros", torch.zeros_like(ref)
     if ref.is_floating_point() and ref.numel() > 1:  # a scalar's mean is the answer itself
-        finite = ref[torch.isfinite(ref)]
-        mean = finite.mean() if finite.numel() else torch.zeros((), dtype=ref.dtype)
-        probes["constant"] = torch.full_like(ref, float(mean))
+        total, count = 0.0, 0
+        flat = ref.reshape(-1)
+        for i in range(0, flat.numel(), 1 << 26):        # the mean of the finite values
+            part = flat[i:i + (1 << 26)]
+            part = part[part.isfinite()]
+            total += float(part.double().sum())
+            count += part.numel()
+        yield "constant", torch.full_like(ref, total / count if count else 0.0)
     for i, x in enumerate(inputs):
         if isinstance(x, torch.Tensor) and x.shape == ref.shape and x.is_floating_point() \
                 == ref.is_floating_point():
-            probes[f"echo:{i}"] = x.to(device=ref.device, dtype=ref.dtype)
-    return probes
+            yield f"echo:{i}", x.to(device=ref.device, dtype=ref.dtype)
 
 
 def probe_passes(probe: torch.Tensor, ref: torch.Tensor, tol: tolerance.Tolerance
@@ -50,16 +61,30 @@ def probe_passes(probe: torch.Tensor, ref: torch.Tensor, tol: tolerance.Toleranc
     return strict, err.relaxed_ok or strict
 
 
-def fingerprint(t: torch.Tensor) -> tuple[Any, ...]:
-    """Cheap bitwise fingerprint (shape, dtype and two weighted sums of the raw bits)."""
+def fingerprint(t: torch.Tensor, chunk: int = 1 << 26) -> tuple[Any, ...]:
+    """Cheap bitwise fingerprint (shape, dtype and two weighted sums of the raw bits, in
+    int64 with wrap-around), computed over chunks of `chunk` elements (the int64 copies of a
+    whole multi-GB output would take three times its size again)."""
     flat = t.detach().contiguous().reshape(-1)
     if flat.numel() == 0:
         return (tuple(t.shape), str(t.dtype), 0, 0)
     view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]
-    bits = flat.view(view).to(torch.int64) if flat.dtype != torch.bool else flat.to(torch.int64)
-    weights = torch.arange(bits.numel(), device=bits.device, dtype=torch.int64) % 65521 + 1
-    return (tuple(t.shape), str(t.dtype), int(bits.sum().item()),
-            int((bits * weights).sum().item()))
+    total = weighted = 0
+    for i in range(0, flat.numel(), chunk):
+        part = flat[i:i + chunk]
+        bits = part.view(view).to(torch.int64) if part.dtype != torch.bool else \
+            part.to(torch.int64)
+        weights = torch.arange(i, i + bits.numel(), device=bits.device,
+                               dtype=torch.int64) % 65521 + 1
+        total += int(bits.sum().item())
+        weighted += int((bits * weights).sum().item())
+    return (tuple(t.shape), str(t.dtype), _wrap64(total), _wrap64(weighted))
+
+
+def _wrap64(x: int) -> int:
+    """x modulo 2^64 as a signed int64 (what one torch int64 sum of it all would give)."""
+    x &= (1 << 64) - 1
+    return x - (1 << 64) if x >= 1 << 63 else x
 
 
 def trivial_kind(out: torch.Tensor, ref: torch.Tensor, inputs: list[Any],

@@ -59,4 +59,25 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["level_rows", "markdown", "solved_relaxed"]
+def phase_table(judgments: Iterable[Any], top: int = 14) -> str:
+    """Where the judging time went over these judgments: per phase (Judgment.phases) the
+    total, mean and largest seconds and the task that took longest, biggest totals first."""
+    totals: dict[str, list[tuple[float, str]]] = {}
+    for j in judgments:
+        for name, seconds in (j.phases or {}).items():
+            if name.startswith("#"):
+                continue                      # counts (compiles, programs), not seconds
+            totals.setdefault(name, []).append((float(seconds), j.task))
+    if not totals:
+        return ""
+    lines = ["| phase | tasks | total s | mean s | max s (task) |", "|---|---|---|---|---|"]
+    ranked = sorted(totals.items(), key=lambda kv: -sum(s for s, _ in kv[1]))[:top]
+    for name, values in ranked:
+        total = sum(s for s, _ in values)
+        worst = max(values)
+        lines.append(f"| {name} | {len(values)} | {total:.1f} | {total / len(values):.2f} | "
+                     f"{worst[0]:.1f} ({worst[1]}) |")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["level_rows", "markdown", "phase_table", "solved_relaxed"]

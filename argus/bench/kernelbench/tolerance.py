@@ -81,10 +81,19 @@ def _num(x: float) -> float | str:
     return x if math.isfinite(x) else str(x)
 
 
-def errors(y: torch.Tensor, ref: torch.Tensor) -> Errors:
-    """Errors of `y` against the reference `ref` (same shape; any dtypes)."""
+CHUNK = 1 << 25   # elements: larger outputs are measured in chunks (no full-size fp64 copies)
+
+
+def errors(y: torch.Tensor, ref: torch.Tensor, chunk: int | None = None) -> Errors:
+    """Errors of `y` against the reference `ref` (same shape; any dtypes). Outputs larger
+    than `chunk` elements (default CHUNK) are measured chunk by chunk, in two passes (the
+    norms, then the worst element against the reference's rms): the same quantities without
+    the float64 temporaries of the whole tensor (tens of GB at upstream sizes)."""
     if y.shape != ref.shape:
         raise ValueError(f"errors: shape {tuple(y.shape)} vs reference {tuple(ref.shape)}")
+    chunk = CHUNK if chunk is None else chunk
+    if ref.is_floating_point() and ref.numel() > chunk:
+        return _errors_chunked(y, ref, chunk)
     if not ref.is_floating_point() and not ref.is_complex():
         exact = bool(torch.equal(y.to(ref.dtype), ref)) if not y.is_floating_point() else \
             bool(torch.equal(y, ref.to(y.dtype)))
@@ -123,6 +132,72 @@ def errors(y: torch.Tensor, ref: torch.Tensor) -> Errors:
         max_elem = 0.0 if float(diff.max().item()) == 0 else math.inf
     atol = RELAXED_ATOL * max(1.0, rms)  # upstream's 1e-2 at upstream's unit scale
     relaxed = bool((diff <= atol + RELAXED_RTOL * rf.abs()).all().item()) and mismatch == 0
+    if mismatch:
+        rel_l2, max_elem = math.inf, math.inf
+    return Errors(rel_l2=rel_l2, max_elem=max_elem, relaxed_ok=relaxed,
+                  nonfinite_mismatch=mismatch, exact=exact)
+
+
+def _errors_chunked(y: torch.Tensor, ref: torch.Tensor, chunk: int) -> Errors:
+    """`errors` for a floating reference, over chunks of the flattened tensors."""
+    yf, rf_all = y.detach().reshape(-1), ref.detach().reshape(-1)
+    mismatch = 0
+    exact = True
+    sum_r2 = sum_d2 = 0.0
+    diff_finite = True
+    n_finite = 0
+    max_diff = 0.0
+    spans = range(0, rf_all.numel(), chunk)
+    for i in spans:
+        r = rf_all[i:i + chunk].to(torch.float64)
+        c = yf[i:i + chunk].to(torch.float64)
+        finite_r, finite_c = torch.isfinite(r), torch.isfinite(c)
+        same_nonfinite = (~finite_r) & ((c == r) | (torch.isnan(c) & torch.isnan(r)))
+        mismatch += int(((~finite_r) & ~same_nonfinite).sum().item()
+                        + (finite_r & ~finite_c).sum().item())
+        if not bool(finite_r.all()):
+            r, c = r[finite_r], c[finite_r]
+        exact = exact and bool(torch.equal(c, r))
+        n_finite += r.numel()
+        if r.numel() == 0:
+            continue
+        diff = (c - r).abs()
+        if not bool(torch.isfinite(diff).all()):
+            diff_finite = False
+            max_diff = math.inf
+        else:
+            sum_d2 += float(diff.square().sum().item())
+            max_diff = max(max_diff, float(diff.max().item()))
+        sum_r2 += float(r.square().sum().item())
+    exact = exact and mismatch == 0
+    if n_finite == 0:
+        return Errors(0.0 if mismatch == 0 else math.inf, 0.0 if mismatch == 0 else math.inf,
+                      relaxed_ok=mismatch == 0, nonfinite_mismatch=mismatch, exact=exact)
+    norm_r = math.sqrt(sum_r2)
+    norm_d = math.sqrt(sum_d2) if diff_finite else math.inf
+    if norm_r > 0:
+        rel_l2 = norm_d / norm_r
+    else:
+        rel_l2 = 0.0 if norm_d == 0 else math.inf
+    rms = norm_r / math.sqrt(n_finite)
+    atol = RELAXED_ATOL * max(1.0, rms)
+    max_elem = 0.0
+    relaxed = mismatch == 0
+    for i in spans:                                   # second pass: needs the rms
+        r = rf_all[i:i + chunk].to(torch.float64)
+        c = yf[i:i + chunk].to(torch.float64)
+        finite_r = torch.isfinite(r)
+        if not bool(finite_r.all()):
+            r, c = r[finite_r], c[finite_r]
+        if r.numel() == 0:
+            continue
+        diff = (c - r).abs()
+        diff = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, math.inf))
+        if rms > 0:
+            max_elem = max(max_elem, float((diff / (r.abs() + rms)).max().item()))
+        relaxed = relaxed and bool((diff <= atol + RELAXED_RTOL * r.abs()).all().item())
+    if rms <= 0:
+        max_elem = 0.0 if max_diff == 0 else math.inf
     if mismatch:
         rel_l2, max_elem = math.inf, math.inf
     return Errors(rel_l2=rel_l2, max_elem=max_elem, relaxed_ok=relaxed,

@@ -89,11 +89,18 @@ def _fingerprint(value: Any) -> list[Any] | None:
     candidate made the same inputs as the reference."""
     if not isinstance(value, torch.Tensor):
         return None
-    v = value.detach()
-    if v.is_floating_point():
-        return [list(v.shape), float(v.sum(dtype=torch.float64)),
-                float(torch.linalg.vector_norm(v, 2, dtype=torch.float64))]
-    return [list(v.shape), int(v.long().sum())]
+    v = value.detach().reshape(-1)
+    chunk = 1 << 24          # in chunks: no float64 copy of a multi-GB input
+    total = square = 0.0
+    for i in range(0, v.numel(), chunk):
+        part = v[i:i + chunk]
+        if v.is_floating_point():
+            part = part.double()
+            total += float(part.sum())
+            square += float(part.square().sum())
+        else:
+            total += float(part.long().sum())
+    return [list(value.shape), total, square]
 
 
 def same_fingerprints(a: list[Any], b: list[Any]) -> bool:
@@ -142,11 +149,12 @@ def _argus_counters() -> dict[str, float]:
     compile_mod = sys.modules.get("argus.runtime.compile")
     if compile_mod is not None and hasattr(compile_mod, "compile_stats"):
         for k, v in compile_mod.compile_stats().items():
-            out[f"nvrtc {k}"] = float(v)
+            # seconds are phases; counts are kept beside them under "# ..."
+            out["nvrtc seconds" if k == "seconds" else f"# nvrtc {k}"] = float(v)
     compose_mod = sys.modules.get("argus.compose.runtime")
     if compose_mod is not None and hasattr(compose_mod, "STATS"):
         for k, v in compose_mod.STATS.items():
-            out[f"compose {k}"] = float(v)
+            out["compose lowering" if k == "lowering_s" else f"# compose {k}"] = float(v)
     return out
 
 
@@ -270,6 +278,9 @@ class ReferenceRole:
                     native = self._forward(self.model, dev_values, seed)
                 calib: dict[str, Any] = {"native": [tolerance.errors(n, r).to_json()
                                                     for n, r in zip(native, ref)]}
+                meta = [{"shape": list(n.shape), "dtype": str(n.dtype),
+                         "nbytes": n.numel() * n.element_size()} for n in native]
+                del native                  # before the rungs: at upstream sizes GBs each
                 if calibrate:
                     calib["tf32"] = self._rung(self.m_tf32, [
                         tolerance.round_to_tf32(v) if isinstance(v, torch.Tensor) else v
@@ -286,10 +297,7 @@ class ReferenceRole:
                                      tolerance.errors(a, r).rel_l2 > 1e-9
                                      for a, r in zip(again, ref))
                     del again
-            meta = [{"shape": list(n.shape), "dtype": str(n.dtype),
-                     "nbytes": n.numel() * n.element_size()} for n in native]
             fingerprints = [_fingerprint(v) for v in dev_values]
-            del native
             reply: dict[str, Any] = {"distribution": used, "kinds": kinds, "outputs": meta,
                                      "calibration": calib, "stochastic": stochastic,
                                      "gen": gen, "fingerprints": fingerprints,
@@ -408,11 +416,11 @@ class CandidateRole:
         self.exported = []
         phases: dict[str, float] = {}
         counters = _argus_counters()
-        values, phases["inputs"] = self._inputs(inputs_path, gen)
-        fingerprints = [_fingerprint(v) for v in values] if gen is not None else None
-        saved = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
-        t0 = time.perf_counter()
-        with gate().shared():
+        with gate().shared():       # GPU work from here on (a compile inside lets go of it)
+            values, phases["inputs"] = self._inputs(inputs_path, gen)
+            fingerprints = [_fingerprint(v) for v in values] if gen is not None else None
+            saved = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+            t0 = time.perf_counter()
             if self.device.type == "cuda" and poison:
                 guards.poison_cuda_free_memory(self.out_nbytes, self.device)
             mode = guards.PoisonMode() if poison else guards.NullMode()
@@ -434,20 +442,21 @@ class CandidateRole:
                        if isinstance(v, torch.Tensor) and not guards.same_bits(v, s)]
             poison_counts = [guards.poison_count(o) for o in outs]
             phases["checks"] = time.perf_counter() - t1
-        devices = [str(o.device) for o in outs]
-        reply: dict[str, Any] = {}
-        t2 = time.perf_counter()
-        if export and self.device.type == "cuda":
-            self.exported = [o.detach().contiguous() if o.device.type == "cuda"
-                             else o.detach().to(self.device).contiguous() for o in outs]
-            reply["ipc"] = [share_cuda(o) for o in self.exported]
-        else:
-            assert out_path is not None
-            torch.save(_cpu(outs), out_path)
-        phases["output transfer"] = time.perf_counter() - t2
-        del raw, outs, values, saved
-        if not self.exported:
-            _release_cached(self.device)
+            devices = [str(o.device) for o in outs]
+            reply: dict[str, Any] = {}
+            t2 = time.perf_counter()
+            if export and self.device.type == "cuda":
+                self.exported = [o.detach().contiguous() if o.device.type == "cuda"
+                                 else o.detach().to(self.device).contiguous() for o in outs]
+                reply["ipc"] = [share_cuda(o) for o in self.exported]
+                _sync(self.device)
+            else:
+                assert out_path is not None
+                torch.save(_cpu(outs), out_path)
+            phases["output transfer"] = time.perf_counter() - t2
+            del raw, outs, values, saved
+            if not self.exported:
+                _release_cached(self.device)
         phases.update(_counter_delta(counters, _argus_counters()))
         return {"structure": structure, "plain_tensors": plain, "aliases": aliased,
                 "mutated": mutated, "poison": poison_counts, "compute_ops": mode.compute_ops(),
@@ -463,6 +472,8 @@ class CandidateRole:
     def drop(self) -> dict[str, Any]:
         """Let go of the exported outputs (the judge has compared them)."""
         self.exported = []
+        if self.device.type == "cuda":
+            torch.cuda.ipc_collect()        # blocks the judge has let go of are freed now
         _release_cached(self.device)
         return {}
 
@@ -472,8 +483,8 @@ class CandidateRole:
         """Time the forward on set 0 with the GPU to itself (the gate's exclusive hold), then
         profile its kernels (shared: the profile only needs kernel names and shares)."""
         self.exported = []
-        values, _ = self._inputs(inputs_path, gen)
         model = self.model
+        values: list[Any] = []
 
         def call() -> None:
             model(*values)
@@ -482,6 +493,7 @@ class CandidateRole:
         with torch.no_grad():
             t0 = time.perf_counter()
             with gate().shared():
+                values.extend(self._inputs(inputs_path, gen)[0])
                 call()                      # compiled already; warm outside the exclusive hold
                 _sync(self.device)
             t1 = time.perf_counter()
