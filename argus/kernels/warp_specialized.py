@@ -30,8 +30,15 @@ the main loops are ordered sections, so one warpgroup's epilogue overlaps the ot
             with ag.when(turn != wg):
                 ring.pipe.skip(k_steps)
 
+Tail splits (`TileScheduler.launch(..., tail_splits=S)`): the walk is two loops in every role,
+the full waves' units (`units`) and then S K slices of each unit of the last, partial wave
+(`tail_units`), each slice from K-slice views of the operands with its own step count:
+
+    for unit in sched.units(): ...                     # whole K, as above
+    for part, q, unit in sched.tail_units(): ...       # slice `part` of tail tile q
+
 The blocks: `TileScheduler` (grouped raster `tile_coords`, unit decode with batch and cluster
-rank), `load_tile` and `OperandRing.load` (TMA loads into the ring: MN-major atoms, cluster
+rank, the tail's walk), `load_tile` and `OperandRing.load` (TMA loads into the ring: MN-major atoms, cluster
 multicast, several K slices per stage), `OperandRing.mma` (wgmma over the ring into an fp32
 accumulator), the epilogues `store_tile` (from registers, optionally transposed) and
 `store_tile_staged` (stmatrix + TMA store in staged rounds), and `WarpSpecializedSchedule`, the
@@ -41,7 +48,9 @@ it reads before the unit loop.
 
 Invariant: producer and consumers walk the same units in the same order and every CTA of a
 cluster walks the same units, so the per-role pipeline step counters (architecture notes, item
-4) stay in step across units and multicast peers fill the same stage.
+4) stay in step across units and multicast peers fill the same stage. With tail splits both
+loops are walked by every role, with the same per-unit step counts in each (whole K, then one
+slice's), so the counters still agree (pipe.totals proves it).
 
 The helpers are plain trace-time Python: the IR is the ops they record, in the order their
 expressions are evaluated (the builder does not reorder or deduplicate), so a change here that
