@@ -5,18 +5,18 @@
 # timed in the same run, several tasks at once (argus/bench/kernelbench/parallel.py: timings
 # serialized by a GPU gate, compiles and imports overlapped, GPU memory budgeted).
 #
-#   OUT=/path bash scripts/gpu_kernelbench_solve.sh [BUDGET_S=390] [LEVELS=1,2] [JOBS=auto]
+#   OUT=/path bash scripts/gpu_kernelbench_solve.sh [BUDGET_S=370] [LEVELS=1,2] [JOBS=auto]
 #
 # Run from the repository root with the tasks in $ARGUS_KERNELBENCH_DIR (or ../shared/
 # kernelbench). Results are written as each task finishes ($OUT/solve/results.jsonl, resumable:
 # the same command with the same $OUT judges only what is missing), so a timeout kill keeps
 # them. The judge stops starting tasks at BUDGET_S and stops what still runs; the wall time is
-# about BUDGET_S + 30 s (composition before, reports and the summary after). Printed last: the
+# about BUDGET_S + 40 s (composition before, reports and the summary after). Printed last: the
 # per-level summary (solved strict / relaxed, Argus share, geomean vs eager and
 # torch.compile) and where the judging time went.
 set -u
 OUT=${OUT:-out}
-BUDGET=${1:-390}
+BUDGET=${1:-370}
 LEVELS=${2:-1,2}
 JOBS=${3:-auto}
 mkdir -p "$OUT/solve"

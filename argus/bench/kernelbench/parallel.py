@@ -39,7 +39,7 @@ from argus.bench.kernelbench import gpumem
 from argus.bench.kernelbench.baseline_suite import SuiteOptions, TaskOutcome, _one_task
 from argus.bench.kernelbench.baselines import BaselineCache, BaselineRecord, Environment
 from argus.bench.kernelbench.judge import JudgeOptions, Judgment, ReferenceSession, judge_with
-from argus.bench.kernelbench.process import Worker, WorkerError
+from argus.bench.kernelbench.process import CANDIDATE_PRELOAD, Worker, WorkerError
 from argus.bench.kernelbench.runner import (
     RunResult,
     _append,
@@ -111,7 +111,8 @@ class _Slot:
 
     def _new_candidate(self) -> Worker:
         return Worker("candidate", self.log_dir / f"slot{self.index}-candidate-"
-                      f"{time.time_ns()}.log", cwd=self.scratch)
+                      f"{time.time_ns()}.log", cwd=self.scratch,
+                      env={"ARGUS_KB_PRELOAD": CANDIDATE_PRELOAD})
 
     def baseline_worker(self) -> Worker:
         if self.baseline is None or self.baseline.proc.poll() is not None:
