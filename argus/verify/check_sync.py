@@ -52,20 +52,30 @@ class _State:
     # those wgmma write or read: ("tile", tile id, wgmma site)
     open_reads: frozenset = frozenset()
     groups: tuple = ()                      # committed groups in flight, oldest first
+    # the empty-barrier arrivals owed, as the possible (pipe id, this step's slot, held slot)
+    # of the paths so far: this step's slot "owed" (not released yet) / "done" / "none" (no
+    # step open), the held slot "yes" / "no" (a pipe absent: ("none", "no"))
+    slots: frozenset = frozenset()
 
     def key(self):
-        return (self.written, self.fenced, self.open_reads, self.groups)
+        return (self.written, self.fenced, self.open_reads, self.groups, self.slots)
 
     def copy(self) -> "_State":
-        return _State(self.written, self.fenced, dict(self.writer), self.open_reads, self.groups)
+        return _State(self.written, self.fenced, dict(self.writer), self.open_reads, self.groups,
+                      self.slots)
 
 
 def _join(a: _State, b: _State) -> _State:
     n = max(len(a.groups), len(b.groups))
     ga = ((frozenset(),) * (n - len(a.groups))) + a.groups
     gb = ((frozenset(),) * (n - len(b.groups))) + b.groups
+    pipes = {p for p, _, _ in a.slots | b.slots}
+    # a pipe one side never touched is in its initial state there
+    slots = a.slots | b.slots | {(p, "none", "no") for p in pipes
+                                 if not any(x[0] == p for x in a.slots)
+                                 or not any(x[0] == p for x in b.slots)}
     return _State(a.written | b.written, a.fenced | b.fenced, {**b.writer, **a.writer},
-                  a.open_reads | b.open_reads, tuple(x | y for x, y in zip(ga, gb)))
+                  a.open_reads | b.open_reads, tuple(x | y for x, y in zip(ga, gb)), slots)
 
 
 class _Checker:
@@ -140,7 +150,12 @@ class _Checker:
         if isinstance(op, O.Elect):
             self.elect(op)
             return self.region(op.body, st)
-        if isinstance(op, (O.Produce, O.Consume)):
+        if isinstance(op, O.Consume):
+            self.step_opens(op, st)
+            st = self.region(op.body, st)
+            self.step_closes(op, st)
+            return st
+        if isinstance(op, O.Produce):
             return self.region(op.body, st)
         if not isinstance(op, O.SYNC_OPS + (O.TileSlice, O.ExpandDims)) and not is_tag_op(op):
             self.register_access(op, st)
@@ -236,7 +251,85 @@ class _Checker:
                     fix="lower.sync places wgmma.wait + fence.operands before the first op "
                         "that touches an in-flight accumulator")
 
+    # -- arrivals on the empty barriers (sync.arrive) ---------------------------------------
+    @staticmethod
+    def _states(st: _State, pid: int) -> set:
+        states = {(c, h) for p, c, h in st.slots if p == pid}
+        return states or {("none", "no")}
+
+    @staticmethod
+    def _set(st: _State, pid: int, states: set) -> None:
+        st.slots = frozenset({x for x in st.slots if x[0] != pid} |
+                             {(pid, c, h) for c, h in states})
+
+    def step_opens(self, op: O.Consume, st: _State) -> None:
+        pid = op.pipe.id
+        self._set(st, pid, {("owed", h) for _, h in self._states(st, pid)})
+
+    def step_closes(self, op: O.Consume, st: _State) -> None:
+        """sync.arrive: the step's slot was released (or handed on as the held slot) on
+        every path through the step, so each consumer warpgroup arrives once per phase."""
+        pid = op.pipe.id
+        states = self._states(st, pid)
+        owed = any(c == "owed" for c, _ in states)
+        self.report("sync.arrive", op, f"release of the slot of the consume step at {op.loc}",
+                    not owed, "" if not owed else
+                    f"the slot of the consume step at {op.loc} (pipeline {op.pipe}) is not "
+                    f"released on some path through the step (no pipe.release of it, nor one "
+                    f"that holds it for a later release): its empty barrier gets fewer "
+                    f"arrivals per phase than its init count, so the producer waits on it "
+                    f"forever once the ring wraps (a hang)",
+                    {"consume": str(op.loc), "pipeline": str(op.pipe)},
+                    fix="lower.sync releases every consume step's slot once (pipe.release)")
+        self._set(st, pid, {("none", h) for _, h in states})
+
+    def release_count(self, op: O.SlotRelease, st: _State) -> None:
+        """sync.arrive at a release: it releases a slot that is owed, never one twice."""
+        pid = op.pipe.id
+        states = self._states(st, pid)
+        out, twice, stray = set(), False, False
+        for cur, held in states:
+            if op.previous:  # the held slot (if any: a runtime check) is released; hold cur
+                if op.stage is None:
+                    out.add((cur, "no"))
+                    continue
+                twice |= cur == "done"
+                stray |= cur == "none"
+                out.add(("done", "yes"))
+            else:
+                twice |= cur == "done"
+                stray |= cur == "none"
+                out.add(("done", held))
+        why = ""
+        if twice:
+            why = (f"the release at {op.loc} releases the slot of pipeline {op.pipe} that this "
+                   f"step already released, on some path: each consumer warpgroup arrives "
+                   f"twice in one phase of its empty barrier, whose init count expects one "
+                   f"arrival per warpgroup, so the phase completes while other warpgroups may "
+                   f"still read the slot and the producer refills it under them")
+        elif stray:
+            why = (f"the release at {op.loc} of pipeline {op.pipe} is outside any consume step "
+                   f"of that pipeline on some path: an arrival no phase expects")
+        self.report("sync.arrive", op, f"release of pipeline {op.pipe} at {op.loc}", not why,
+                    why, {"release": str(op.loc), "pipeline": str(op.pipe)},
+                    fix="one pipe.release per consume step (lower.sync places it)")
+        self._set(st, pid, out)
+
+    def role_ends(self, role: O.RoleOp, st: _State) -> None:
+        """sync.arrive: no slot is still held when the role ends (lower.sync releases the last
+        held slot after its wgmma.wait 0): every step's slot was released once."""
+        held = sorted({p for p, _, h in st.slots if h == "yes"})
+        self.report("sync.arrive", role, f"slots held at the end of role {role.name!r}",
+                    not held, "" if not held else
+                    f"role {role.name!r} ends holding the slot of its last consume step of "
+                    f"pipeline(s) {', '.join(f'%{p}' for p in held)} on some path (no release "
+                    f"of the held slot after the last step): the empty barrier of that slot "
+                    f"misses this role's arrivals",
+                    {"role": role.name, "pipelines": [f"%{p}" for p in held]},
+                    fix="release the held slot (pipe.release previous) after the last step")
+
     def release(self, op: O.SlotRelease, st: _State) -> None:
+        self.release_count(op, st)
         pid = op.pipe.id
         which = "held" if op.previous else "cur"
         in_flight = [g for g in st.groups if (pid, which) in g] + \
@@ -271,5 +364,5 @@ def obligations(model: Model) -> tuple[list, list[Finding]]:
     c.region(Region(tuple(top)), _State())
     c.group = 128  # a role's group is its warpgroup
     for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
-        c.region(role.body, _State())
+        c.role_ends(role, c.region(role.body, _State()))
     return turns, turn_findings + list(c.findings.values())
