@@ -8,14 +8,15 @@ Run from the repository root on a Hopper GPU:
 
 For each block width BN of examples/softmax_online.py (more than one block per pass at the
 default 8192 x 8192 fp32) it compiles and times the kernel with the pass off (loads where the
-user wrote them), with the ring forced to depth 1, 2 and 3, and with the pass's own rule, in
-one process, with the same timing and correctness checks as scripts/gpu_memory_bound.py (whose
+user wrote them) and with the ring 1, 2, 3 (the pass's own DEPTH) and 5 blocks deep, in one
+process, with the same timing and correctness checks as scripts/gpu_memory_bound.py (whose
 `run_example` and `copy_bandwidth` it calls: CUDA events, L2 flush, median of >= 100 trials in
-alternating rounds, every variant checked against the float64 reference on two draws). The
-variants differ only in the pass's module constants, set here before each compile.
+rounds alternating with torch eager and torch.compile, every variant checked against the float64
+reference on two draws). The variants differ only in the pass's module constants, set here
+before each compile; they run one after the other, so compare them within the round spread.
 
-Prints one line per variant (ms, % of the copy bandwidth, registers, the pass's depth) and,
-with --out, writes sweep.json and the generated CUDA of each variant.
+Prints one line per variant (ms, % of the copy bandwidth, registers) and, with --out, writes
+sweep.json and the generated CUDA of each variant.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 # (label, module constants of lower/prefetch.py for the variant)
 VARIANTS = (
     ("off", {"MAX_BLOCK_REGS": 0}),
-    ("depth 1", {"MAX_DEPTH": 1, "RING_REGS": 1 << 20}),
-    ("depth 2", {"MAX_DEPTH": 2, "RING_REGS": 1 << 20}),
-    ("depth 3", {"MAX_DEPTH": 3, "RING_REGS": 1 << 20}),
-    ("rule", {}),
+    ("depth 1", {"DEPTH": 1}),
+    ("depth 2", {"DEPTH": 2}),
+    ("depth 3", {"DEPTH": 3}),      # the pass's own choice
+    ("depth 5", {"DEPTH": 5}),
 )
 
 
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from argus.lower import prefetch
 
-    defaults = {k: getattr(prefetch, k) for k in ("MAX_BLOCK_REGS", "MAX_DEPTH", "RING_REGS")}
+    defaults = {k: getattr(prefetch, k) for k in ("MAX_BLOCK_REGS", "DEPTH")}
     out = Path(args.out) if args.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

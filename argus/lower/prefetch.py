@@ -32,12 +32,17 @@ do not alias: the kernel's pointers are __restrict__). The loads past the last i
 the first ones when the loop runs fewer than d iterations) are bounds-checked like every load:
 they read in-bounds memory or nothing, and their values are never used.
 
-The depth is the largest that keeps the ring's depth + 1 blocks within RING_REGS registers per
-thread (at least 1, at most MAX_DEPTH): the looped softmax's ring at BN 2048 (8 registers per
-block) is 3 blocks deep, at BN 4096 (16) one. Not applied inside warp roles (warp-specialized schedules place their own loads and
-budget their registers), to loads of more than MAX_BLOCK_REGS registers per thread per block
-(together), or to a loop that contains loops (its inner loops are pipelined; unrolling it
-would multiply their code).
+The depth is DEPTH blocks. What the memory system sees is the bytes in flight per SM: CTAs per
+SM x threads x depth x registers per block x 4. Measured on the H200 at 8192 x 8192 fp32
+(docs/perf/core2.md), the looped softmax ran at 83.5%, 89.9% and 95.4% of the copy bandwidth
+with at most 40, 64 and 96 KB per SM in flight (BN 2048 and 4096 one block ahead, BN 8192
+one block; registers from NVRTC's report for sm_90a). A ring 3 deep reaches 96 KB at BN 2048
+(64 registers per thread, 4 CTAs per SM) and at BN 4096 (102 registers, 2 CTAs), where one
+block ahead, unrolled, reaches 40 and 48 KB; deeper rings cost more CTAs than they add
+blocks (BN 2048 five deep: 86 registers, 2 CTAs, 80 KB). Not applied inside warp roles
+(warp-specialized schedules place their own loads and budget their registers), to loads of more
+than MAX_BLOCK_REGS registers per thread per block (together), or to a loop that contains loops
+(its inner loops are pipelined; unrolling it would multiply their code).
 """
 
 from __future__ import annotations
@@ -54,12 +59,9 @@ from argus.target import register_layouts as RL
 # wider block (the looped softmax at BN 8192 holds 32 registers per load) already has that many
 # bytes in flight, and a ring of such blocks would cost occupancy
 MAX_BLOCK_REGS = 16
-# registers per thread the ring's depth + 1 blocks may hold: 32 f32 = 128 bytes, what the looped
-# softmax at BN 8192 (one block, no ring) loads at once: 95% of the copy bandwidth at 71
-# registers per thread (docs/perf/core2.md; NVRTC's report for sm_90a)
-RING_REGS = 32
-# blocks ahead at most: the body is rendered depth + 1 times per trip
-MAX_DEPTH = 3
+# blocks in flight ahead of the one being worked on (module docstring); the body is rendered
+# DEPTH + 1 times per trip
+DEPTH = 3
 
 
 def run(kernel: Kernel) -> Kernel:
@@ -111,9 +113,8 @@ def _pipeline(loop: O.For, ids, threads: int, unroll: list) -> list[O.Op]:
         chosen.append((k, slice_))
     if not chosen:
         return [loop]
-    depth = max(1, min(MAX_DEPTH, RING_REGS // regs_per_block - 1))
-    unroll.append((loop.var.id, depth + 1))
-    return _ring(loop, body, chosen, depth, ids)
+    unroll.append((loop.var.id, DEPTH + 1))
+    return _ring(loop, body, chosen, DEPTH, ids)
 
 
 def _ring(loop: O.For, body: list[O.Op], chosen: list[tuple[int, list[int]]], depth: int,
