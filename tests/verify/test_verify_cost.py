@@ -1,0 +1,55 @@
+"""Verification cost guard (issue 13: <= 1 s per library kernel on the 2-core machine, timed by
+scripts/verify_timings.py, docs/verify.md "Timings"). Wall time flakes on a loaded CI machine;
+what the time is made of does not: the number of distinct solver queries a library kernel
+poses (alpha-equivalent obligations are solved once: solver.canonical) and the number of
+non-linear store-injectivity queries. These counts are structural (no solving), so they are
+the same on any machine; a change that multiplies them (pairwise queries over store blocks,
+per-instance copies of one query) fails here before it shows as seconds."""
+
+from __future__ import annotations
+
+import pytest
+import z3
+
+from argus.compiler import lower_only
+from argus.kernels.gemm import GemmSchedule
+from argus.ops.schedules import Problem, kernel_for
+from argus.verify import checker, solver
+from argus.verify.model import Model
+
+WIDE = Problem(2048, 7168, 2048, 1, "bf16", "bf16", "nk", True)
+SQUARE = Problem(4096, 4096, 4096, 1, "bf16", "bf16", "nk", True)
+
+# (problem, schedule, at most this many distinct queries): measured 59, 31 and 21 at the
+# commit that added this test; the bounds leave room for new invariants, not for a blow-up
+CASES = [
+    (WIDE, GemmSchedule(bn=176, stages=4, epilogue="tma"), 90),   # 11 16-column store blocks
+    (SQUARE, GemmSchedule(stages=3, epilogue="tma"), 55),         # 4 64-column store blocks
+    (SQUARE, GemmSchedule(), 40),                                 # direct epilogue
+]
+
+
+@pytest.mark.parametrize("problem,schedule,bound", CASES,
+                         ids=["bn176-tma-store", "bn256-tma-store", "bn256-direct"])
+def test_library_gemm_poses_few_distinct_queries(problem, schedule, bound):
+    fn, schedule = kernel_for(problem, schedule)
+    obs, _ = checker.collect(Model(lower_only(fn, s=schedule)))
+    terms = [solver.canonical(o.premises, o.claims) for o in obs]   # kept alive: ids stay
+    distinct = len({t.get_id() for t in terms})
+    assert distinct <= bound, f"{distinct} distinct solver queries (bound {bound})"
+    # one non-linear store-injectivity query for the output, however many blocks store it
+    once_nia = [o for o in obs if o.code == "store.once" and o.tier == "NIA"]
+    assert len(once_nia) == 1, [o.subject for o in once_nia]
+
+
+def test_alpha_equivalent_queries_are_solved_once():
+    solver.clear_cache()
+    stats = solver.Stats()
+    for name in ("a", "b", "c"):   # the same query with other constant names
+        x, y = z3.Int(f"x_{name}"), z3.Int(f"y_{name}")
+        out = solver.prove([x >= 0, x < 8, y == 2 * x], [("even", y % 2 == 0)], stats=stats)
+        assert out.status == "proven"
+    assert stats.queries == 3 and stats.cached == 2
+    x, y = z3.Int("x_d"), z3.Int("y_d")   # not alpha-equivalent (3 * x): solved, and violated
+    out = solver.prove([x >= 0, x < 8, y == 3 * x], [("even", y % 2 == 0)], stats=stats)
+    assert out.status == "violated" and stats.cached == 2
