@@ -445,12 +445,18 @@ class CandidateRole:
             devices = [str(o.device) for o in outs]
             reply: dict[str, Any] = {}
             t2 = time.perf_counter()
-            if export and self.device.type == "cuda":
-                self.exported = [o.detach().contiguous() if o.device.type == "cuda"
-                                 else o.detach().to(self.device).contiguous() for o in outs]
-                reply["ipc"] = [share_cuda(o) for o in self.exported]
-                _sync(self.device)
-            else:
+            if export and self.device.type == "cuda" and all(o.numel() for o in outs):
+                try:
+                    self.exported = [o.detach().contiguous() if o.device.type == "cuda"
+                                     else o.detach().to(self.device).contiguous() for o in outs]
+                    reply["ipc"] = [share_cuda(o) for o in self.exported]
+                    _sync(self.device)
+                except Exception as exc:  # noqa: BLE001 - not shareable: the file instead
+                    print(f"outputs not shareable by CUDA IPC ({type(exc).__name__}: {exc}); "
+                          "writing them to a file", file=sys.stderr)
+                    self.exported = []
+                    reply.pop("ipc", None)
+            if "ipc" not in reply:
                 assert out_path is not None
                 torch.save(_cpu(outs), out_path)
             phases["output transfer"] = time.perf_counter() - t2
