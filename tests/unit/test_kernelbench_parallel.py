@@ -416,3 +416,42 @@ def test_first_fit_picks_what_fits_and_stops_passing_the_largest():
     memory.release(1)
     assert pick() is None                             # empty queue
     assert memory.in_use == 0
+
+
+@needs_tasks
+def test_a_judge_out_of_memory_is_that_tasks_retryable_failure():
+    """An exception in the judge's own process ends that task, never the slot; running out
+    of GPU memory (the in-process reference beside other tasks) is out_of_memory, which the
+    runner retries alone, any other is task_error."""
+    from argus.bench.kernelbench.judge import _reference_kind
+    from argus.bench.kernelbench.parallel import _judge_failure
+    from argus.bench.kernelbench.process import LocalWorker, WorkerError
+
+    task = _task(1, 19)
+    oom = _judge_failure(task, "cuda", torch.OutOfMemoryError("CUDA out of memory"))
+    other = _judge_failure(task, "cuda", ValueError("bad"))
+    assert oom.reason == "out_of_memory" and not oom.correct and "OutOfMemoryError" in oom.detail
+    assert other.reason == "task_error"
+    assert _reference_kind(WorkerError("out_of_memory", "x")) == "out_of_memory"
+    assert _reference_kind(WorkerError("worker_error", "x")) == "task_error"
+    worker = LocalWorker("reference")
+    with pytest.raises(WorkerError) as info:
+        worker.request("init", 10, task_path=str(KB_DIR / "level1" / "nonexistent.py"),
+                       device="cpu", seed=0, overrides={}, cpu_budget=None, workdir="/tmp")
+    assert info.value.kind == "task_error"
+
+
+def test_holding_shared_is_per_thread(tmp_path):
+    gate = GpuGate(tmp_path / "g")
+    seen = {}
+    with gate.shared():
+        seen["main"] = gate.holding_shared()
+        th = threading.Thread(target=lambda: seen.setdefault("other", gate.holding_shared()))
+        th.start()
+        th.join()
+        with gate.yielding():
+            seen["yielding"] = gate.holding_shared()
+        seen["after"] = gate.holding_shared()
+    seen["outside"] = gate.holding_shared()
+    assert seen == {"main": True, "other": False, "yielding": False, "after": True,
+                    "outside": False}
