@@ -6,6 +6,7 @@
 # serialized by a GPU gate, compiles and imports overlapped, GPU memory budgeted).
 #
 #   OUT=/path bash scripts/gpu_kernelbench_solve.sh [BUDGET_S=370] [LEVELS=1,2] [JOBS=auto]
+#   (PYTHON=.venv/bin/python DEVICE=cpu ... : a smoke test of the script on a CPU machine)
 #
 # Run from the repository root with the tasks in $ARGUS_KERNELBENCH_DIR (or ../shared/
 # kernelbench). Results are written as each task finishes ($OUT/solve/results.jsonl, resumable:
@@ -19,12 +20,14 @@ OUT=${OUT:-out}
 BUDGET=${1:-370}
 LEVELS=${2:-1,2}
 JOBS=${3:-auto}
+DEVICE=${DEVICE:-cuda}     # DEVICE=cpu: a smoke test of this script at reduced sizes
+PY=${PYTHON:-python3}
 mkdir -p "$OUT/solve"
 t0=$SECONDS
 echo "== kernelbench solve: levels $LEVELS, non-convolution, budget ${BUDGET} s, jobs $JOBS"
 echo "   commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)"
-timeout --kill-after=10 $((BUDGET + 60)) python3 -u -m argus.bench.kernelbench solve \
-  --level "$LEVELS" --skip-torch-ops conv --device cuda --jobs "$JOBS" --budget-s "$BUDGET" \
+timeout --kill-after=10 $((BUDGET + 60)) "$PY" -u -m argus.bench.kernelbench solve \
+  --level "$LEVELS" --skip-torch-ops conv --device "$DEVICE" --jobs "$JOBS" --budget-s "$BUDGET" \
   --timeout 180 --out "$OUT/solve" --baseline-cache "$OUT/baselines.json" \
   >"$OUT/solve/solve.log" 2>&1
 rc=$?
@@ -33,4 +36,4 @@ grep -E '^\[[0-9]+/[0-9]+ ' "$OUT/solve/solve.log" | tail -25 | cut -c1-240
 grep -E 'Traceback|Error' "$OUT/solve/solve.log" | grep -v 'runtime_error\|out_of_memory' | head -5
 echo
 echo "== summary ($(date -u +%FT%TZ))"
-python3 -m argus.bench.kernelbench summary "$OUT/solve" --phases
+"$PY" -m argus.bench.kernelbench summary "$OUT/solve" --phases
