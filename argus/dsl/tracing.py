@@ -20,11 +20,25 @@ _INTERNAL_DIRS = tuple(
 )
 
 
+# code file name -> its absolute path, or None for a DSL/IR/contextlib file (every DSL call
+# asks, walking a few frames each: os.path.abspath per frame was a tenth of tracing)
+_USER_FILE: dict[str, str | None] = {}
+
+
+def _user_file(co_filename: str) -> str | None:
+    out = _USER_FILE.get(co_filename, "")
+    if out == "":
+        filename = os.path.abspath(co_filename)
+        internal = filename.startswith(_INTERNAL_DIRS) or "contextlib" in filename
+        out = _USER_FILE[co_filename] = None if internal else filename
+    return out
+
+
 def user_loc() -> Loc:
     frame = sys._getframe(1)
     while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith(_INTERNAL_DIRS) and "contextlib" not in filename:
+        filename = _user_file(frame.f_code.co_filename)
+        if filename is not None:
             return Loc(filename, frame.f_lineno, frame.f_code.co_name)
         frame = frame.f_back
     return Loc.unknown()
