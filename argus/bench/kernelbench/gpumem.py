@@ -18,12 +18,14 @@ from typing import Any
 
 BASELINE_BYTES_PER_ELEMENT = 4.0 * 3   # the Model eager and compiled, inputs, outputs (fp32)
 # Judging directly, per float32 element of the task's tensors (half inputs, half outputs for an
-# elementwise task): preparing set 0 holds the inputs (4 B), their float64 copy, the float64
-# reference and the stochastic check's second one (8 B each), ~14 B/element; comparing holds
-# the inputs, this set's and the previous set's references (~10 B, the measurements run in
-# chunks), while the candidate holds its inputs, their copy for the mutation check and its
-# output (~6-8 B); plus allocator slack.
-JUDGE_BYTES_PER_ELEMENT = 22.0
+# elementwise task), the judge and the candidate taking turns (prepare a set, run it, compare,
+# both give cached blocks back in between): preparing holds the inputs (2 B per element of the
+# task), their float64 copy, this set's float64 reference, the previous set's (kept for the
+# stale probe) and a calibration rung or the stochastic check (4 B each), ~14-18 B; comparing
+# holds the inputs and both references (~10 B, the measurements run in chunks) while the
+# candidate holds its inputs, their copy for the mutation check and its output (~6 B); plus
+# allocator slack.
+JUDGE_BYTES_PER_ELEMENT = 20.0
 UNKNOWN_BYTES = 8e9
 
 
