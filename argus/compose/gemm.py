@@ -87,8 +87,9 @@ def split_cols(X: ag.Tensor["B", "K", "N", ag.f32], Y: ag.Tensor["BC", "TK", "NP
 @ag.kernel(threads=256)
 def sum_chunks(P: ag.Tensor["B", "S", "MN", ag.f32], C: ag.Tensor["B", "MN", ag.f32],
                CHUNKS: int = 1, BN: int = 1024):
-    """C[b] = P[b, 0] + P[b, 1] + ... in fp32, in chunk order."""
-    b, j = ag.grid(P.shape[0], ag.cdiv(P.shape[2], BN))
+    """C[b] = P[b, 0] + P[b, 1] + ... in fp32, in chunk order. The column blocks are the
+    grid's x (up to 2^31 - 1 blocks; y and z stop at 65535: a 2^26-element output is 65536)."""
+    j, b = ag.grid(ag.cdiv(P.shape[2], BN), P.shape[0])
     acc = ag.load(P, (b, 0, j * BN), (1, BN))
     for s in ag.range(1, CHUNKS):      # a device loop: K = 2^19 has 512 chunks
         acc = acc + ag.load(P, (b, s, j * BN), (1, BN))

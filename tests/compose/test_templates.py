@@ -322,3 +322,20 @@ def test_held_out_patterns(case):
         check(f, [randn(4, 8, 6, 10)])
     else:
         check(fn_model(lambda a, b: torch.matmul(a.T, b.T), 2), [randn(30, 20), randn(24, 30)])
+
+
+def test_chunk_sum_grid_fits_large_outputs():
+    """The split-K chunk sum's column blocks are the grid's x: an output of 2^26 elements
+    (KernelBench L2/39 and L2/41 at upstream sizes) is 65536 blocks, past the 65535 that y and
+    z allow; the launch was refused on the H200 ("grid (1, 65536) exceeds 65535 in y or z")."""
+    from argus.compose.gemm import sum_chunks
+    from argus.runtime import nvrtc_available
+
+    if not nvrtc_available():
+        pytest.skip("NVRTC not installed")
+    grid = sum_chunks.compile(CHUNKS=2).grid({"B": 3, "S": 2, "MN": 2 ** 26})
+    assert grid[0] == 2 ** 26 // 1024 and all(g <= 65535 for g in grid[1:])
+    p = torch.randn(2, 3, 2500, dtype=torch.float32)
+    c = torch.full((2, 2500), float("nan"))
+    sum_chunks.interpret(p, c, CHUNKS=3)
+    assert torch.allclose(c, p.sum(1), atol=1e-5)
