@@ -234,7 +234,9 @@ class TmaLoad(Op):
 @dataclass(frozen=True)
 class TmaStore(Op):
     """Bulk tensor copy of smem view `src` to `tensor` at `coords` (out-of-bounds parts are
-    dropped). The source must have been made visible to the async proxy (the lowering fences)."""
+    dropped). The source must have been made visible to the async proxy (the lowering fences).
+    Issued once per executing group, by its thread 0 (as are its commit and wait): a store is
+    no barrier arrival, so who issues it is the op's definition, not an `elect`."""
 
     NAME = "tma.store"
     tensor: Value
