@@ -151,6 +151,7 @@ class CompiledKernel:
         from argus.runtime.tma import make_tensor_map
 
         from argus.runtime.coverage import check_launch
+        from argus.runtime.interp.launch import check_grid
 
         symbols = self.bind(tensors)
         values = dict(_scalars or {})
@@ -159,9 +160,7 @@ class CompiledKernel:
         grid = self.grid({**symbols, **values})
         if any(g <= 0 for g in grid):
             return False  # an empty problem: nothing to compute
-        if any(g > 65535 for g in grid[1:]):
-            raise LaunchError(f"kernel {self.kernel.name}: grid {grid} exceeds 65535 in y or z",
-                              fix="use larger tiles")
+        check_grid(self.kernel, grid)
         source, binary = self.variant(self.specialization(tensors, symbols))
         by_name = {p.name: t for p, t in zip(self.tensor_params(), tensors)}
         args: list[Any] = []

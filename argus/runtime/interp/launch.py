@@ -59,6 +59,11 @@ def run(kernel: Kernel, *arrays, **scalar_args) -> tuple:
             if p.name not in symbols:
                 raise LaunchError(f"kernel {kernel.name}: no value for scalar parameter {p.name}")
             scalars[p.value.id] = symbols[p.name][0]
+    check_grid(kernel, grid_extents(kernel, {name: size for name, (size, _) in symbols.items()}
+                                    | {p.name: v for p in kernel.params
+                                       if (v := runtime.get(p.name)) is not None
+                                       and isinstance(p.value.type, ScalarType)
+                                       and not p.value.type.dtype.is_float}))
     _Interp(kernel, tensors, scalars).run()
     for a, view, writeback in writebacks:
         if writeback:
@@ -112,3 +117,18 @@ def grid_extents(kernel: Kernel, symbols: dict[str, int]) -> tuple[int, ...]:
             for _ in interp.run_op(group, op):
                 pass
     raise LaunchError(f"kernel {kernel.name} declares no grid")
+
+
+# CUDA's launch limits: x up to 2^31 - 1 blocks, y and z up to 65535
+GRID_LIMITS = (2 ** 31 - 1, 65535, 65535)
+
+
+def check_grid(kernel: Kernel, grid: tuple[int, ...]) -> None:
+    """Refuse a grid the GPU cannot launch, the same way for the interpreter and the GPU (one
+    contract: a launch the device would refuse is refused on the CPU too)."""
+    for axis, (extent, limit) in enumerate(zip(grid, GRID_LIMITS)):
+        if extent > limit:
+            raise LaunchError(f"kernel {kernel.name}: grid {grid} has {extent} blocks along "
+                              f"{'xyz'[axis]}, more than the {limit} CUDA allows",
+                              fix="put the longest grid dimension first in ag.grid(...) (x "
+                                  "takes 2^31 - 1 blocks), or use larger tiles")
