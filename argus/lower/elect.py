@@ -43,11 +43,12 @@ def _role(role: O.RoleOp) -> O.RoleOp:
         head.append(ops.pop(0))
     if any(isinstance(op, O.Elect) for op in role.body.walk()):
         return role  # already decided (a kernel lowered twice, or written with elect)
-    if all(O.electable(op) for op in Region(tuple(ops)).walk()):
-        elect = O.Elect(Region(tuple(ops)), threads=1, note=NOTE, loc=role.loc)
+    rest = Region(tuple(ops))
+    if all(O.electable(op) for op in rest.walk()):
+        elect = O.Elect(rest, threads=1, note=NOTE, loc=role.loc)
         return role.replace(body=Region((*head, elect)))
-    if any(isinstance(op, O.Produce) for op in ops for op in op.walk()):
-        others = sorted({op.NAME for op in Region(tuple(ops)).walk() if not O.electable(op)})
+    if any(isinstance(op, O.Produce) for op in rest.walk()):
+        others = sorted({op.NAME for op in rest.walk() if not O.electable(op)})
         raise CompileError(f"role {role.name!r} produces into a pipeline but also does "
                            f"{', '.join(others)}, which one elected thread cannot do for its "
                            f"warpgroup; the full barriers count one arrival per step",
