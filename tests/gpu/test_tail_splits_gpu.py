@@ -12,7 +12,6 @@ from tests.gpu import hopper_only  # noqa: E402
 
 pytestmark = hopper_only()
 
-BENCH = "GemmSchedule(stages=4, epilogue='tma', cluster_m=2, store_cols=128{})"
 
 
 def _rand(*shape, seed=0):
@@ -42,7 +41,8 @@ def _check(a, b, out, s, tol):
 
 
 @pytest.mark.parametrize("splits", [2, 4])
-@pytest.mark.parametrize("epilogue", ["tma", "direct"])
+# the TMA-store epilogue is refused with tail splits: wrong on the H200 at 1000x1500x1056
+@pytest.mark.parametrize("epilogue", ["direct"])
 @pytest.mark.parametrize("m,n,k", [(2048, 7168, 2048), (1000, 1500, 1056)])
 @pytest.mark.parametrize("layout", ["x@W.T", "x@W"])
 def test_tail_splits_match_float64(splits, epilogue, m, n, k, layout):
