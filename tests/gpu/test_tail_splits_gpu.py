@@ -13,7 +13,6 @@ from tests.gpu import hopper_only  # noqa: E402
 pytestmark = hopper_only()
 
 
-
 def _rand(*shape, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     return torch.randn(*shape, generator=g, device="cuda").to(torch.bfloat16)
