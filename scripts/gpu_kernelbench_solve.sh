@@ -14,7 +14,8 @@
 # them. The judge stops starting tasks at BUDGET_S and stops what still runs; the wall time is
 # about BUDGET_S + 40 s (composition before, reports and the summary after). Printed last: the
 # per-level summary (solved strict / relaxed, Argus share, geomean vs eager and
-# torch.compile) and where the judging time went.
+# torch.compile), the tasks not solved with their reason, and where the judging time went.
+# Worker logs (one per slot process) stay in $OUT/work/logs.
 set -u
 OUT=${OUT:-out}
 BUDGET=${1:-370}
@@ -29,6 +30,7 @@ echo "   commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nvidia-
 timeout --kill-after=10 $((BUDGET + 60)) "$PY" -u -m argus.bench.kernelbench solve \
   --level "$LEVELS" --skip-torch-ops conv --device "$DEVICE" --jobs "$JOBS" --budget-s "$BUDGET" \
   --timeout 180 --out "$OUT/solve" --baseline-cache "$OUT/baselines.json" \
+  --workdir "$OUT/work" \
   >"$OUT/solve/solve.log" 2>&1
 rc=$?
 echo "== solve rc=$rc after $((SECONDS - t0)) s; progress (last 25 lines of $OUT/solve/solve.log):"

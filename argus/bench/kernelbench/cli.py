@@ -286,6 +286,16 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     left = [k for k in selected if k not in judged]
     print(f"\n{len(judged)} of {len(selected)} selected tasks judged"
           + (f"; not judged: {', '.join(left)}" if left else ""))
+    unsolved = [j for k, j in sorted(judged.items(), key=lambda kv: (kv[1].level,
+                                                                      kv[1].problem_id))
+                if not j.solved]
+    if unsolved:
+        def why(j: Any) -> str:
+            return j.reason or ("degenerate" if j.degenerate else f"argus {j.argus_kernels}")
+
+        print("not solved (strict): " + "; ".join(
+            f"{j.task} {why(j)}" + (" (relaxed ok)" if j.correct_relaxed else "")
+            for j in unsolved))
     if args.phases:
         from argus.bench.kernelbench.summary import phase_table
 
