@@ -25,9 +25,8 @@ def run(kernel, tensors, **constexprs):
     if not tensors[0].is_cuda:
         kernel.interpret(*tensors, **constexprs)
         return
-    gate = gpu_gate.gate()
-    if gate.active and gate.holding_shared():
-        with gate.yielding():
+    if gpu_gate.holding_shared():     # one thread-local lookup: launches stay cheap
+        with gpu_gate.gate().yielding():
             compiled = kernel.compile(**constexprs)
             _compile_variant(compiled, tensors)
         compiled(*tensors)

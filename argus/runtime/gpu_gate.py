@@ -133,6 +133,12 @@ def _sync_cuda() -> None:
         torch.cuda.synchronize()
 
 
+def holding_shared() -> bool:
+    """Whether this thread is inside a shared hold (of any gate): cheap enough for every
+    kernel launch."""
+    return getattr(_LOCAL, "fd", None) is not None
+
+
 _GATES: dict[str | None, GpuGate] = {}
 
 
@@ -145,4 +151,4 @@ def gate() -> GpuGate:
     return _GATES[path]
 
 
-__all__ = ["ENV", "GpuGate", "gate"]
+__all__ = ["ENV", "GpuGate", "gate", "holding_shared"]
