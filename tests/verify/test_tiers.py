@@ -117,3 +117,16 @@ def test_row_reduction_layout_f2():
         f = check_tiles._reduce_layout(None, _Site(op))
         assert f.status == status, (masks, f.message)
         assert f.tier == "F2"
+
+
+def test_least_point_model_of_premises():
+    """satisfied_at_least_point: a model from the premises' lower bounds (no solver), or no
+    answer; never a claim of satisfiability that is false."""
+    M, i, j = z3.Ints("lp_M lp_i lp_j")
+    chain = [M >= 1, i >= M + 2, j >= 2 * i, j < 10 * M, (j - i) % M == 0]
+    assert solver.satisfied_at_least_point(chain)               # M=1, i=3, j=6
+    assert not solver.satisfied_at_least_point(chain + [i < 3])  # contradictory: no answer
+    assert not solver.satisfied_at_least_point([M >= 1, M != 1])  # satisfiable, not at 1
+    # a non-linear query from contradictory premises is still refused as vacuous
+    out = solver.prove([M >= 1, M * M < 1], [("c", i * M >= 0)], theory="NIA")
+    assert out.status == "unknown" and "contradictory" in out.reason
