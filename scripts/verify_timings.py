@@ -3,9 +3,13 @@
 
 For every example kernel and every library kernel, trace and lower it once, then time
 `argus.verify.run` on the lowered kernel (what `ag.compile` verifies) REPEAT times and report
-the median, the number of solver queries, the proven/unknown counts and the slowest query.
-The solver's proof cache is emptied before every run, so each run solves every query (the
-cache only helps when several kernels or schedules are verified in one process).
+the median wall time, the least CPU time of this process (z3 runs in it; less sensitive to other
+processes on a shared machine than wall time), the number of solver queries and of those
+actually solved (the rest are alpha-equivalent to an earlier proof: solver.canonical), the
+proven/unknown counts and the slowest query.
+The solver's proof cache is emptied before every run, so each run starts cold: only the
+alpha-equivalent queries of the kernel itself are answered from its own earlier proofs (across
+kernels and schedules of one process the cache helps more, which is not measured here).
 
 `--set library` times every schedule the library ops can pick, as the clean-verification tests
 enumerate them (tests/verify/test_library_schedules.py: argus.ops.matmul's GEMM schedules;
@@ -114,24 +118,28 @@ def main() -> int:
     sets = {"examples": [examples], "library": [library], "all": [examples, library]}[args.set]
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; "
           f"median of {args.repeat} runs of verify.run on the lowered kernel\n")
-    print("| kernel | median s | min s | queries | proven | unknown | slowest query |")
-    print("|---|---|---|---|---|---|---|")
+    print("| kernel | median s | min s | CPU s | queries | solved | proven | unknown | "
+          "slowest query |")
+    print("|---|---|---|---|---|---|---|---|---|")
     total = []
     for make in sets:
         for name, kernel_fn, cx in make():
             if args.only not in name:
                 continue
             k = lower_only(kernel_fn, **cx)
-            times, report = [], None
+            times, cpu, report = [], [], None
             for _ in range(args.repeat):
                 solver.clear_cache()
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 report = verify.run(k)
                 times.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
             total.append(statistics.median(times))
             slow = max(report.findings, key=lambda f: f.ms)
+            st = report.stats
             print(f"| {name} | {statistics.median(times):.2f} | {min(times):.2f} | "
-                  f"{report.stats.queries} | {len(report.proven)} | {len(report.unknowns)} | "
+                  f"{min(cpu):.2f} | {st.queries} | {st.queries - st.cached} | "
+                  f"{len(report.proven)} | {len(report.unknowns)} | "
                   f"{slow.code} {slow.ms:.0f} ms ({slow.tier}) |", flush=True)
     if total:
         print(f"\n{len(total)} kernels, {sum(total):.1f} s in total, "
