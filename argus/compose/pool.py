@@ -2,9 +2,11 @@
 stride, padding and dilation (floor mode; average pooling counts the padding, PyTorch's
 default).
 
-A CTA computes BN outputs along the last spatial dim for one (batch x channel, outer output
-coordinates) row; every window offset is one tile load combined into the result (max, or sum
-then the division by the window volume). With stride s the last input dim is seen as
+A CTA computes BN outputs along the last spatial dim for ROWS consecutive (batch x channel,
+outer output coordinates) rows, unrolled (one row of a few dozen outputs per CTA was launch- and
+latency-bound: 2M CTAs of 128 threads, half idle, for a 3-d max pool at 16x32x128^3); every
+window offset is one tile load combined into the result (max, or sum then the division by the
+window volume). With stride s the last input dim is seen as
 [W / s, s]: input column (o + q) * s + r of output column o is element (o + q, r), so the BN
 outputs of one window offset are one [BN, 1] tile load. Offsets left of 0 or past the end read
 -inf (max) or 0 (average): the padding. Earlier spatial dims are scalar coordinates per CTA.
@@ -24,45 +26,54 @@ _KERNELS: dict = {}
 
 
 def _source(kind: str, spatial_in: tuple[int, ...], spatial_out: tuple[int, ...], k, s, p, d,
-            bn: int) -> str:
+            bn: int, rows: int) -> str:
     n = len(spatial_in)
     w_in, w_out = spatial_in[-1], spatial_out[-1]
     sw = s[-1]
     other = "float('-inf')" if kind == "max" else "0.0"
     xdims = ", ".join(map(str, spatial_in[:-1] + (w_in // sw, sw)))
     ydims = ", ".join(map(str, spatial_out + (1,)))
-    lines = [f"@ag.kernel(threads=128)",
+    n_rows = f"X.shape[0] * {math.prod(spatial_out[:-1])}"
+    lines = [f"@ag.kernel(threads={max(32, min(128, bn))})",
              f"def pool(X: ag.Tensor[\"NC\", {xdims}, ag.f32], "
-             f"Y: ag.Tensor[\"NC\", {ydims}, ag.f32], BN: int = {bn}):",
-             f"    p, q = ag.grid(X.shape[0] * {math.prod(spatial_out[:-1])}, "
-             f"ag.cdiv({w_out}, BN))",
+             f"Y: ag.Tensor[\"NC\", {ydims}, ag.f32], BN: int = {bn}, ROWS: int = {rows}):",
+             f"    pb, q = ag.grid(ag.cdiv({n_rows}, ROWS), ag.cdiv({w_out}, BN))",
              "    o_last = q * BN"]
-    rest = "p"
-    outer = []
-    for i in reversed(range(n - 1)):
-        lines.append(f"    o{i} = {rest} % {spatial_out[i]}")
-        lines.append(f"    r{i} = {rest} // {spatial_out[i]}")
-        rest = f"r{i}"
-        outer.append(i)
-    lines.append(f"    nc = {rest}")
-    lines.append(f"    acc = ag.full((BN, 1), {other})")
     import itertools
 
-    for offs in itertools.product(*(range(kk) for kk in k)):
-        idx = ["nc"]
-        for i in range(n - 1):
-            idx.append(f"o{i} * {s[i]} + {offs[i] * d[i] - p[i]}")
-        t = offs[-1] * d[-1] - p[-1]
-        qq, rr = t // sw, t % sw
-        idx.append(f"o_last + {qq}")
-        idx.append(str(rr))
-        lines.append(f"    x = ag.load(X, ({', '.join(idx)}), (BN, 1), other={other})")
-        lines.append("    acc = ag.maximum(acc, x)" if kind == "max" else "    acc = acc + x")
-    if kind == "avg":
-        lines.append(f"    acc = acc * {1.0 / math.prod(k)!r}")
-    out_idx = ["nc"] + [f"o{i}" for i in range(n - 1)] + ["o_last", "0"]
-    lines.append(f"    ag.store(Y, ({', '.join(out_idx)}), acc)")
+    # ROWS output rows per CTA, unrolled: their loads are independent (in flight together)
+    # and the CTA count drops ROWS-fold (one row of a few dozen outputs per CTA is
+    # launch- and latency-bound). A row past the end has nc >= NC: its loads read `other`
+    # and its store is masked by Y's bounds.
+    for j in range(rows):
+        rest = f"(pb * ROWS + {j})"
+        for i in reversed(range(n - 1)):
+            lines.append(f"    o{i} = {rest} % {spatial_out[i]}")
+            lines.append(f"    r{i} = {rest} // {spatial_out[i]}")
+            rest = f"r{i}"
+        lines.append(f"    nc = {rest}")
+        lines.append(f"    acc = ag.full((BN, 1), {other})")
+        for offs in itertools.product(*(range(kk) for kk in k)):
+            idx = ["nc"]
+            for i in range(n - 1):
+                idx.append(f"o{i} * {s[i]} + {offs[i] * d[i] - p[i]}")
+            t = offs[-1] * d[-1] - p[-1]
+            qq, rr = t // sw, t % sw
+            idx.append(f"o_last + {qq}")
+            idx.append(str(rr))
+            lines.append(f"    x = ag.load(X, ({', '.join(idx)}), (BN, 1), other={other})")
+            lines.append("    acc = ag.maximum(acc, x)" if kind == "max" else "    acc = acc + x")
+        if kind == "avg":
+            lines.append(f"    acc = acc * {1.0 / math.prod(k)!r}")
+        out_idx = ["nc"] + [f"o{i}" for i in range(n - 1)] + ["o_last", "0"]
+        lines.append(f"    ag.store(Y, ({', '.join(out_idx)}), acc)")
     return "\n".join(lines) + "\n"
+
+
+def rows_per_cta(bn: int, window: int, n_rows: int) -> int:
+    """Output rows per CTA: about 512 outputs per CTA, at most 8 rows (the unrolled loads:
+    window x rows per thread), never more rows than there are."""
+    return max(1, min(8, 512 // bn, 256 // max(1, window), n_rows))
 
 
 def run_pool(node, x: torch.Tensor) -> torch.Tensor:
@@ -77,8 +88,9 @@ def run_pool(node, x: torch.Tensor) -> torch.Tensor:
         copy_into(x, buf)
         x = buf
     bn = min(256, tile.pow2(spatial_out[-1]))
+    rows = rows_per_cta(bn, math.prod(a["kernel"]), nc * math.prod(spatial_out[:-1]))
     key = (a["kind"], spatial_in, spatial_out, a["kernel"], a["stride"], a["padding"],
-           a["dilation"], bn)
+           a["dilation"], bn, rows)
     if key not in _KERNELS:
         src = _source(*key)
         _KERNELS[key] = (tile.load_source(src, f"pool{len(_KERNELS)}")["pool"], src)

@@ -201,6 +201,7 @@ def test_exclusive_scan_with_cat_and_narrow():
     (lambda: nn.MaxPool2d(3, 1, 1, dilation=2), (2, 3, 12, 14)),
     (lambda: nn.AvgPool2d(2), (2, 3, 12, 14)),
     (lambda: nn.MaxPool3d(3, 2, 1, dilation=2), (1, 2, 8, 10, 12)),
+    (lambda: nn.MaxPool3d(3, 2, 1, dilation=3), (1, 3, 12, 10, 14)),   # 36 rows: 4 past the end
     (lambda: nn.AvgPool3d(3, 2, 1), (1, 2, 8, 6, 10)),
     (lambda: nn.AdaptiveAvgPool2d(1), (2, 3, 7, 9)),
 ])
