@@ -137,6 +137,35 @@ def split_kn(x: torch.Tensor, slots: tuple, chunks: int, kc: int) -> torch.Tenso
     return y
 
 
+# A chunk sum of fewer CTAs than this sums groups of chunks first (a second pass adds the
+# groups): 4 CTAs of 256 threads per SM on 132 SMs keep enough loads in flight for HBM.
+MIN_SUM_CTAS = 4 * 132
+SUM_BN = 1024
+
+
+def chunk_groups(chunks: int, ctas: int, batch: int = 1) -> int:
+    """Chunks per group of the first pass (1: one pass). A large K over a small output (K =
+    2^19, 256 x 256: 512 chunks, 64 CTAs) made the one-pass sum a chain of 512 dependent loads
+    on half the SMs; groups of about sqrt(chunks) chunks (the largest divisor up to it) give
+    both passes CTAs and short chains. The first pass's groups are its grid's y (<= 65535)."""
+    if chunks < 8 or ctas >= MIN_SUM_CTAS:
+        return 1
+    g = max((d for d in range(2, math.isqrt(chunks) + 1) if chunks % d == 0), default=1)
+    return g if batch * (chunks // g) <= 65535 else 1
+
+
+def sum_parts(parts: torch.Tensor, target: torch.Tensor) -> None:
+    """target [B, MN] = the sum over S of parts [B, S, MN], in fp32: one pass, or groups of
+    chunks first (chunk_groups) when one pass has too few CTAs."""
+    nb, chunks, mn = parts.shape
+    g = chunk_groups(chunks, -(-mn // SUM_BN) * nb, nb)
+    if g > 1:
+        groups = torch.empty(nb * (chunks // g), mn, dtype=torch.float32, device=parts.device)
+        run(sum_chunks, (parts.reshape(nb * (chunks // g), g, mn), groups), CHUNKS=g)
+        parts, chunks = groups.view(nb, chunks // g, mn), chunks // g
+    run(sum_chunks, (parts, target), CHUNKS=chunks)
+
+
 def plan_chunks(k: int, terms: int, max_chunk: int = MAX_CHUNK) -> tuple[int, int]:
     """(chunks, kc): chunks of at most max_chunk, kc a multiple of 8 (16-byte bf16 rows)."""
     chunks = max(1, math.ceil(k / max_chunk))
@@ -186,11 +215,11 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
     parts = torch.empty(nb_eff * chunks, rows, n, dtype=torch.float32, device=a.device)
     run(kernel, (pa, pb, parts), s=sched)
     target = c if c is not None else torch.empty(nb_eff, rows, n, device=a.device)
-    run(sum_chunks, (parts.view(nb_eff, chunks, rows * n), target.view(nb_eff, rows * n)),
-        CHUNKS=chunks)
+    sum_parts(parts.view(nb_eff, chunks, rows * n), target.view(nb_eff, rows * n))
     if c is None:
         out.copy_(target.view(out.shape))
     return out
 
 
-__all__ = ["MatmulSchedule", "matmul", "plan_chunks", "split", "sum_chunks", "transpose"]
+__all__ = ["MatmulSchedule", "chunk_groups", "matmul", "plan_chunks", "split", "sum_chunks",
+           "sum_parts", "transpose"]

@@ -340,3 +340,22 @@ def test_chunk_sum_grid_fits_large_outputs():
     c = torch.full((2, 2500), float("nan"))
     sum_chunks.interpret(p, c, CHUNKS=3)
     assert torch.allclose(c, p.sum(1), atol=1e-5)
+
+
+def test_chunk_sum_of_a_small_output_runs_in_two_passes():
+    """A large K over a small output (KernelBench L1/6: K = 2^19, 256 x 256, 512 chunks on 64
+    CTAs) sums groups of chunks first, then the groups: the result is the float64 sum."""
+    from argus.compose.gemm import chunk_groups, sum_parts
+
+    assert chunk_groups(512, 64) == 16 and chunk_groups(32, 4096) == 1 and chunk_groups(7, 1) == 1
+    assert chunk_groups(13, 1) == 1                     # prime: no even groups, one pass
+    p = torch.randn(2, 12, 2500, dtype=torch.float32)
+    c = torch.full((2, 2500), float("nan"))
+    sum_parts(p, c)
+    ref = p.double().sum(1)
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-6
+
+
+def test_large_k_matmul_with_a_two_pass_chunk_sum_is_strict():
+    """K = 9000: 9 chunks of 1000, summed as 3 groups of 3 (a small output)."""
+    check(fn_model(lambda x, y: x @ y, 2), [randn(8, 9000), randn(9000, 6, seed=1)])
