@@ -92,6 +92,7 @@ def test_forwarding_to_torch_behind_an_argus_import(relu):
     ("inplace", "output_aliases_input"),
     ("no_modelnew", "load_error"),
     ("raises", "runtime_error"),
+    ("out_of_memory", "out_of_memory"),
     ("crash", "crash"),
 ])
 def test_adversarial_solution_is_rejected_with_its_reason(relu, fixture, reason):

@@ -243,6 +243,21 @@ def test_input_fingerprints_compare_values_not_identity():
     assert not same_fingerprints(a, [_fingerprint(y), None, _fingerprint(torch.arange(5))])
 
 
+def test_input_fingerprints_allow_the_rounding_of_a_cancelling_sum():
+    """A signed heavy-tailed set's sum cancels to almost nothing; another summation order
+    moves it by ~n * 2^-53 * sum|x|, which is not a different input (a suspected cause of the
+    H200 run's rejections of L1/10, L1/98 and L2/98 on input sets 1-2, under a 1e-9 bound
+    relative to the sum itself; the rejection message now prints both fingerprints)."""
+    from argus.bench.kernelbench.worker import _fingerprint, same_fingerprints
+
+    shape, total, square, magnitude = _fingerprint(torch.tensor([1e6, -1e6, 1e-3]))
+    assert magnitude > 2e6 and abs(total - 1e-3) < 1e-9
+    nudged = [shape, total + 1e-6, square, magnitude]    # 1e-6 against 2e6: rounding
+    assert same_fingerprints([[shape, total, square, magnitude]], [nudged])
+    moved = [shape, total + 0.5, square, magnitude]      # a changed element
+    assert not same_fingerprints([[shape, total, square, magnitude]], [moved])
+
+
 # ---------------------------------------------------------------------- the parallel runner
 def _solutions(root: Path) -> Path:
     sol = root / "solutions" / "level1"

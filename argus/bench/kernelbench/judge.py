@@ -620,7 +620,10 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
                 return _failure(session, solution, "runtime_error",
                                 f"set {spec.index}: the inputs the candidate made differ from "
                                 "the reference's (input generation was altered in its "
-                                "process)", started, weights=init.get("weights", ""))
+                                f"process): fingerprints {run['fingerprints']} vs "
+                                f"{entry.reply.get('fingerprints')} (shape, sum, sum of "
+                                "squares, sum of magnitudes)", started,
+                                weights=init.get("weights", ""))
             with clock("output transfer"):
                 outs = _receive_outputs(session, cand, run, out_path)
         except WorkerError as exc:
