@@ -107,3 +107,16 @@ def test_the_interpreter_refuses_several_threads_producing(gemm):
     bad = rewrite(gemm, O.Elect, lambda op: op.replace(threads=2))
     with pytest.raises(InterpError, match="arriving 2 times per step"):
         interp.run(bad, *_gemm_args())
+
+
+def test_every_election_renders_cuda_nvrtc_builds_for_sm90a(gemm):
+    """The default (one thread) and one thread per warp: both compile for sm_90a, and the
+    full barrier's init count is the op's FULL_ARRIVALS."""
+    from argus.runtime.compile import compile_cuda
+
+    for threads in (1, 4):
+        src = codegen.render(rewrite(gemm, O.Elect, lambda op: op.replace(threads=threads)))
+        assert "mbar_init(&full" in src.text and \
+            f"[s], {O.PipelineCreate.FULL_ARRIVALS});" in src.text
+        binary = compile_cuda(src.text, [src.name], use_cache=False)
+        assert binary.arch == "sm_90a" and binary.cubin[:4] == b"\x7fELF"
