@@ -71,6 +71,18 @@ def attention_kernel(head_dim: int = 64, causal: bool = False) -> ag.KernelFunct
                     if causal:
                         valid = valid & (key <= last_key)
                     s = ag.where(valid, s * (scale * LOG2E), float("-inf"))
+                    # checked, no code: the mask keeps exactly the keys a query may see, and
+                    # the loop reaches all of them (the verifier proves each is seen once)
+                    allowed = ag.tag(s).sk < ag.sym(SK)
+                    if causal:
+                        allowed = ag.tag_all(allowed, ag.tag(s).sk <= ag.tag(s).s + ag.sym(SK)
+                                             - ag.sym(S))
+                        ag.tag_assert(ag.tag_any(ag.sym(blocks) * BN >= ag.sym(SK),
+                                                 ag.sym(blocks) * BN > ag.tag(s).s + ag.sym(SK)
+                                                 - ag.sym(S)),
+                                      message="the KV loop reaches every key a query may see")
+                    ag.tag_assert((ag.tag(s).live == 1) == allowed,
+                                  message="the mask keeps exactly the keys a query may see")
                     m_new = ag.maximum(m, s.max(axis=1))
                     # a row that has seen no key yet keeps m = -inf: subtract 0, not -inf
                     m_use = ag.where(m_new == float("-inf"), 0.0, m_new)

@@ -291,12 +291,26 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                     sc = sc * qk_scale
                     # only the blocks past `unmasked` (the causal diagonal, the key tail) pay
                     # for the mask; the branch is uniform per warpgroup
+                    # checked, no code: the keys a query may see, every one of them
+                    # reached by the loop; the blocks before `unmasked` need no mask
+                    allowed = ag.tag(sc).sk < ag.sym(SK)
+                    if causal:
+                        allowed = ag.tag_all(allowed, ag.tag(sc).sk <= ag.tag(sc).s
+                                             + ag.sym(SK) - ag.sym(S))
+                        ag.tag_assert(ag.tag_any(ag.sym(blocks) * BN >= ag.sym(SK),
+                                                 ag.sym(blocks) * BN > ag.tag(sc).s
+                                                 + ag.sym(SK) - ag.sym(S)),
+                                      message="the KV loop reaches every key a query may see")
+                    ag.tag_assert(ag.tag_any(ag.sym(jb) >= ag.sym(unmasked), allowed),
+                                  message="an unmasked block holds only keys a query may see")
                     with ag.when(jb >= unmasked):
                         key = jb * BN + ag.arange(BN)[None, :]
                         valid = key < SK
                         if causal:
                             valid = valid & (key <= row_last_key)
                         sc = ag.where(valid, sc, neg_inf)
+                        ag.tag_assert((ag.tag(sc).live == 1) == allowed,
+                                      message="the mask keeps exactly the keys a query may see")
                     m_new = ag.maximum(m_i, sc.max(axis=1))
                     # a row that has seen no key yet keeps m = -inf: subtract 0, not -inf
                     m_use = ag.where(m_new == neg_inf, 0.0, m_new)

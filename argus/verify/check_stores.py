@@ -53,7 +53,14 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
                 obs.append(_once(model, a, a, bounded=not same_class))
             for b in once_sites[i + 1:]:
                 obs.append(_once(model, a, b))
-        if len(sites) == 1:
+        partial = sites[0].tensor.name in (model.kernel.attr("partial_outputs", ()) or ())
+        if partial:
+            finds.append(Finding("store.coverage", sites[0].op.loc,
+                                 f"stores to {sites[0].tensor.name}", "unknown",
+                                 f"the kernel declares {sites[0].tensor.name} a partial output "
+                                 f"(@ag.kernel(partial_outputs=...)): it writes part of it on "
+                                 f"purpose, so coverage is not claimed"))
+        elif len(sites) == 1:
             o, f = _coverage(model, sites[0])
             obs += o
             finds += f
@@ -332,11 +339,8 @@ def _coverage(model: Model, st: StoreSite):
         shared = any(str(v) in free_consts(x) for v in dvars if v is not axis_idx[e]
                      for x in dest[:d] + dest[d + 1:])
         if not ok or shared:
-            finds.append(Finding("store.coverage", st.op.loc, subject, "unknown",
-                                 "the destination's variables are not an independent product "
-                                 "(e.g. a raster order or a loop whose range depends on the "
-                                 "program id); coverage is not attempted"))
-            continue
+            # a raster order or a persistent walk: the dims are covered together, tile by tile
+            return _tile_coverage(model, st)
         ext = _num(st.tensor.extent(model, d))
         ren = [(v, fresh_int(f"{v}@2")) for v in dvars]
         dd2 = z3.substitute(dd, *ren)
@@ -383,3 +387,248 @@ def _var_ranges(model: Model, st: StoreSite) -> dict:
             lo, hi = model.scalar(s.op.start), model.scalar(s.op.stop)
             out[str(s.var)] = (lo, hi, model.trip_term(s.op))
     return out
+
+
+# ----------------------------------------------------------------------------- tile coverage
+
+
+def _tile_coverage(model: Model, st: StoreSite):
+    """Coverage of a store whose dims share variables: a grouped raster (m and n tile from one
+    unit index), a persistent walk (units strided by the grid size), a batch decoded from the
+    unit. The destination splits into a tile origin, a function of the *unit* variables
+    (program ids and loops of symbolic range), plus an offset inside the tile, a function of
+    the *within* variables (tile element, warpgroup, cluster rank: constant ranges). Then
+      * store.coverage (offsets) — per dim, the offset maps its within variables one-to-one
+        onto [0, T_d) (T_d the product of their counts: the tile's extent along d);
+      * store.coverage (walk) — a loop `for u in range(start, T, P)` whose start is a
+        program id walks [0, T) exactly once over the grid when the start maps the grid's
+        program ids one-to-one onto [0, P): u replaces (program id, iteration);
+      * store.coverage (tiles) — the tile origins are multiples of T_d, and the map from the
+        unit variables to the tile index q_d = origin_d / T_d is injective into the box
+        [0, cdiv(extent_d, T_d)) with at least as many units as the box has tiles: a
+        bijection (counting), so every tile of the output, hence every element, is stored.
+    Anything outside that shape is reported unknown, never assumed."""
+    idx = [fresh_int(f"e{d}") for d in range(len(st.shape))]
+    dest = [_num(x) for x in _dest(st, idx)]
+    ranges = _var_ranges(model, st)
+    inst = _instance_vars(model, st)
+    names = set().union(*(free_consts(x) for x in dest))
+    subject = f"stores to {st.tensor.name} at {st.op.loc}"
+
+    def unknown(why):
+        return [], [Finding("store.coverage", st.op.loc, subject, "unknown", why)]
+    if any(s.kind == "if" for s in st.site.scopes):
+        return unknown("the store runs under a condition: counting its instances does not "
+                       "show coverage")
+    within, units = list(idx), []
+    for v in inst:
+        r = ranges.get(str(v))
+        if r is None:
+            return unknown(f"{v} has no known range")
+        lo, hi, _ = r
+        (within if _constant(lo) and _constant(hi) else units).append(v)
+    counts = {str(v): ranges[str(v)][2] for v in inst}
+    counts.update({str(i): z3.IntVal(n) for i, n in zip(_placed(st, idx), _placed(st, st.shape))})
+    los = {str(v): _num(ranges[str(v)][0]) for v in inst}
+    los.update({str(i): z3.IntVal(0) for i in idx})
+    # persistent walks: (program id, iteration) -> unit index u in [0, T)
+    obs: list[Obligation] = []
+    walked: dict[str, tuple] = {}      # loop var name -> (scope, T)
+    grid_names = {str(v) for v, _, _ in model.grid_vars}
+    for sc in st.site.scopes:
+        if sc.kind != "loop" or not any(sc.var is u for u in units):
+            continue
+        start, stop, step = (_num(model.scalar(getattr(sc.op, f)))
+                             for f in ("start", "stop", "step"))
+        gs = [v for v, _, _ in model.grid_vars if str(v) in free_consts(start)]
+        if not gs:
+            continue
+        if free_consts(stop) & grid_names or free_consts(step) & grid_names or \
+                any(str(g) in names for g in gs):
+            return unknown(f"the loop at {sc.op.loc} starts at a program id but its bounds or "
+                           f"the destination use the program id otherwise")
+        obs.append(_walk_obligation(model, st, sc, gs, start, step, ranges))
+        walked[str(sc.var)] = (sc, stop)
+        units = [u for u in units if not any(u is g for g in gs)]
+    units = [u for u in units if str(u) in names or str(u) in walked]
+    # split: origin (within variables at their lowest value) + offset
+    at_lo = [(w, los[str(w)]) for w in within]
+    offsets, tiles = [], []
+    for d, dd in enumerate(dest):
+        base = z3.simplify(z3.substitute(dd, *at_lo)) if at_lo else dd
+        off = z3.simplify(dd - base)
+        if any(str(u) in free_consts(off) for u in units):
+            return unknown(f"dim {d}: the offset inside a tile depends on the unit variables")
+        wv = [w for w in within if str(w) in free_consts(off)]
+        size = 1
+        for w in wv:
+            c = z3.simplify(counts[str(w)])
+            if not z3.is_int_value(c):
+                return unknown(f"dim {d}: {w} has no constant range")
+            size *= c.as_long()
+        offsets.append((d, off, wv, size))
+        tiles.append((d, base, size))
+    used = [w for _, _, wv, _ in offsets for w in wv]
+    if len(used) != len({str(w) for w in used}):
+        return unknown("a variable inside the tile moves two dims of the destination")
+    for d, off, wv, size in offsets:
+        if wv:
+            obs.append(_offset_obligation(model, st, d, off, wv, size, los, counts))
+    moving = [(d, base, size) for d, base, size in tiles
+              if any(str(u) in free_consts(base) for u in units)]
+    for d, base, size in tiles:
+        if (d, base, size) not in moving:
+            ext = _num(st.tensor.extent(model, d))
+            obs.append(_fixed_dim(model, st, d, base, size, ext))
+    if moving:
+        obs.append(_tile_obligation(model, st, moving, units, walked, counts))
+    return obs, []
+
+
+def _constant(x) -> bool:
+    return isinstance(x, int) or (isinstance(x, z3.ExprRef) and z3.is_int_value(z3.simplify(x)))
+
+
+def _walk_obligation(model, st, sc, gs, start, step, ranges) -> Obligation:
+    """The start of a persistent loop maps the program ids it uses one-to-one onto [0, step)."""
+    ren = [(g, fresh_int(f"{g}@2")) for g in gs]
+    start2 = z3.substitute(start, *ren)
+    prem = list(model.premises) + [z3.substitute(c, *ren) for c in model.premises]
+    count = z3.IntVal(1)
+    for g in gs:
+        count = count * _num(ranges[str(g)][2])
+    claims = [("distinct program ids start at distinct units",
+               z3.Or(z3.And([a == b for a, b in ren]), start != start2)),
+              ("start in [0, stride)", z3.And(start >= 0, start < step)),
+              ("as many program ids as the stride", count >= step)]
+
+    def decode(zm, violated):
+        wit = {"shapes": W.shapes(model, zm), "start": value(zm, start),
+               "stride": value(zm, step), "programs": value(zm, count)}
+        if "as many program ids as the stride" in violated:
+            msg = (f"the grid has {wit['programs']} program(s) but the loop at {sc.op.loc} "
+                   f"strides by {wit['stride']}: the units u with u % {wit['stride']} >= "
+                   f"{wit['programs']} are never visited")
+        elif "start in [0, stride)" in violated:
+            msg = (f"a program starts the loop at {sc.op.loc} at unit {wit['start']}, outside "
+                   f"[0, {wit['stride']}): its walk skips or repeats units")
+        else:
+            msg = (f"two programs start the loop at {sc.op.loc} at the same unit "
+                   f"{wit['start']}: they store the same tiles")
+        return msg, wit
+    return Obligation("store.coverage", sc.op.loc,
+                      f"the loop at {sc.op.loc} walks every unit once over the grid", prem,
+                      claims, decode, minimize=list(model.params.values()))
+
+
+def _offset_obligation(model, st, d, off, wv, size, los, counts) -> Obligation:
+    ren = [(w, fresh_int(f"{w}@2")) for w in wv]
+    off2 = z3.substitute(off, *ren)
+    rng = []
+    for w, w2 in [(w, w) for w in wv] + ren:
+        lo = los[str(w)]
+        rng += [w2 >= lo, w2 < lo + counts[str(w)]]
+    prem = list(model.premises) + rng
+    claims = [("injective", z3.Or(z3.And([a == b for a, b in ren]), off != off2)),
+              ("offset in [0, tile)", z3.And(off >= 0, off < size))]
+
+    def decode(zm, violated):
+        wit = {"dim": d, "tile": size, "offset": value(zm, off),
+               "within": {str(w): value(zm, w) for w in wv}}
+        return (f"dim {d} inside a tile: the offset {wit['offset']} from {wit['within']} "
+                f"({', '.join(violated)}): the tile's {size} positions along dim {d} are not "
+                f"each stored once"), wit
+    return Obligation("store.coverage", st.op.loc,
+                      f"dim {d} of {st.tensor.name} inside a tile at {st.op.loc}", prem,
+                      claims, decode, minimize=list(wv))
+
+
+def _fixed_dim(model, st, d, base, size, ext) -> Obligation:
+    """A dim no unit variable moves: one tile covers it (a launch precondition if symbolic)."""
+    claims = [("origin 0", base == 0), ("the tile spans the dim", ext <= size)]
+
+    def decode(zm, violated):
+        wit = {"shapes": W.shapes(model, zm), "dim": d, "tile": size,
+               "extent": value(zm, ext), "origin": value(zm, base)}
+        return (f"dim {d} of {st.tensor.name} is stored by one tile at {wit['origin']} of "
+                f"{size} positions but has {wit['extent']}"), wit
+    fix = (f"state the launch precondition {st.tensor.dims[d]} <= {size} with ag.tag_assume, "
+           f"or tile dim {d} over the grid")
+    return Obligation("store.coverage", st.op.loc,
+                      f"dim {d} of {st.tensor.name} stored at {st.op.loc}",
+                      list(model.premises), claims, decode,
+                      minimize=list(model.params.values()), fix=fix,
+                      warn_claims=("the tile spans the dim",))
+
+
+def _tile_obligation(model, st, moving, units, walked, counts) -> Obligation:
+    """Unit variables -> tile index: injective into the output's tile box, with as many
+    units as tiles (NIA: raster orders divide by symbolic group sizes)."""
+    ren = [(u, fresh_int(f"{u}@2")) for u in units]
+
+    def sub(t):
+        return z3.substitute(t, *ren) if ren else t
+    # the unit variables' ranges: a walked loop's index is any unit in [0, T); the rest keep
+    # their own constraints (the grid's program ids are in the premises)
+    own = []
+    n_units = z3.IntVal(1)
+    for sc in st.site.scopes:
+        if sc.kind == "loop" and str(sc.var) in walked:
+            T = walked[str(sc.var)][1]
+            own += [sc.var >= 0, sc.var < T]
+            n_units = n_units * T
+        elif sc.kind == "loop" and any(sc.var is u for u in units):
+            own += list(sc.constraints)
+            n_units = n_units * model.trip_term(sc.op)
+    for u in units:
+        if str(u) not in walked and not any(sc.var is u for sc in st.site.scopes):
+            n_units = n_units * _num(counts[str(u)])
+    prem = list(model.premises) + [sub(c) for c in model.premises] + own + \
+        [sub(c) for c in own]
+    qs, boxes, aligned = [], [], []
+    for d, base, size in moving:
+        ext = _num(st.tensor.extent(model, d))
+        qs.append(base / size if size > 1 else base)
+        boxes.append((ext + size - 1) / size if size > 1 else ext)
+        if size > 1:
+            aligned.append(base % size == 0)
+    n_tiles = z3.IntVal(1)
+    for b in boxes:
+        n_tiles = n_tiles * b
+    claims = [("distinct units store distinct tiles",
+               z3.Or(z3.And([u == v for u, v in ren]), z3.Or([q != sub(q) for q in qs])))]
+    if aligned:
+        claims.append(("tile origins on the tile grid", z3.And(aligned)))
+    claims += [("tile index inside the output", z3.And([z3.And(q >= 0, q < b)
+                                                        for q, b in zip(qs, boxes)])),
+               ("as many units as tiles", n_units >= n_tiles)]
+
+    def label(u) -> str:
+        info = model.vars.get(str(u))
+        return info.label if info is not None else str(u)
+
+    def decode(zm, violated):
+        wit = {"shapes": W.shapes(model, zm), "units": value(zm, n_units),
+               "tiles": value(zm, n_tiles),
+               "unit": {label(u): value(zm, u) for u in units},
+               "tile": tuple(value(zm, q) for q in qs)}
+        if "distinct units store distinct tiles" in violated:
+            other = {label(u): value(zm, v) for u, v in ren}
+            wit["other_unit"] = other
+            msg = (f"units {wit['unit']} and {other} both store tile {wit['tile']} of "
+                   f"{st.tensor.name}: another tile is never stored")
+        elif "as many units as tiles" in violated:
+            msg = (f"{wit['units']} units are walked but {st.tensor.name} has {wit['tiles']} "
+                   f"tiles: some tile is never stored")
+        elif "tile index inside the output" in violated:
+            msg = (f"unit {wit['unit']} stores tile {wit['tile']}, outside the output's "
+                   f"{[value(zm, b) for b in boxes]} tiles (masked away): the count does not "
+                   f"show coverage")
+        else:
+            msg = f"a tile origin is not a multiple of the tile ({', '.join(violated)})"
+        return msg, wit
+    return Obligation("store.coverage", st.op.loc,
+                      f"tiles of {st.tensor.name} stored at {st.op.loc}: each once", prem,
+                      claims, decode, minimize=list(model.params.values()),
+                      timeout_ms=4 * solver_timeout(), tier="NIA",
+                      warn_claims=("tile index inside the output",))

@@ -135,6 +135,14 @@ _RULES = [
     Rule("fill.identity", "a masked load's fill value is the identity of the reduction that "
          "consumes the masked elements (-inf before a max, +inf before a min, 0 before a sum)",
          (15,), "arith", "load with other=<the reduction's identity>"),
+    Rule("softmax.stats", "an online softmax rescales its running sum and output accumulator "
+         "from the running max they are relative to (alpha = exp(m_prev - m_new)), adds only "
+         "terms relative to the same max, and stores the output divided by the row sum carried "
+         "with that max", (17,), "arith",
+         "rescale by exp(m_prev - m_new) before adding the block's terms, and store o / l"),
+    Rule("reduce.slices", "a sum of partials (split-K's second half: C = P[0] + P[1] + ...) "
+         "adds every slice of the partials exactly once: distinct slices, inside the tensor, "
+         "as many as it has", (2, 14), "LIA", "add each slice index once, 0 .. splits - 1"),
     Rule("wgmma.provenance", "each wgmma operand is read from data of the tensor its role "
          "names: A from A's tensor (rows of the output), B from B's (columns), not the other "
          "operand's buffer", (1, 3, 21), "LIA", "pass the buffer the B tensor was loaded into"),

@@ -246,7 +246,10 @@ def _renamed(rec: Record, own: tuple) -> Record:
 
 
 # Fields that are built in for bookkeeping and never compared automatically.
-META_FIELDS = frozenset({"iter", "step", "stage", "tensor"})
+# `value`: the integer value of an index tile element (arange and arithmetic on it); `live`:
+# 1 where a masking `where(c, x, constant)` kept the element, 0 where it put the constant
+# (argus/verify/transfer/tiles.py). Both describe the element, not its data's coordinates.
+META_FIELDS = frozenset({"iter", "step", "stage", "tensor", "value", "live"})
 
 
 def is_coordinate_field(name: str) -> bool:

@@ -488,9 +488,11 @@ CORPUS: list[Mutation] = [
       "in a short last group two units land on one tile and another tile is never stored"),
     M("persistent/raster_row_repeat", "gemm", 14,
       traced(K.make_persistent_gemm, "raster_row_repeat"),
-      ("store.once",), ("first", "second", "thread"), ("stored twice",), "raster_row_repeat",
+      ("store.once", "store.coverage"), ("thread", "defined"), (), "raster_row_repeat",
       "the raster's row within a group is rounded down to even: every odd tile row repeats "
-      "the one above (stored twice), the odd rows are never stored"),
+      "the one above (stored twice: store.once, NIA; or two units on one tile: the tile "
+      "count of store.coverage, whichever the solver answers first), the odd rows are never "
+      "stored"),
     M("persistent/stride_past_grid", "gemm", 14,
       traced(K.make_persistent_gemm, "stride_past_grid"),
       ("store.coverage",), ("start", "stride", "programs", "thread"), ("never visited",),
@@ -512,6 +514,20 @@ CORPUS: list[Mutation] = [
       traced(K.make_fa_qonce, "no_final_division"),
       ("softmax.stats",), ("thread",), ("never divided",), "no_final_division",
       "O is stored without the final division by the row sum l"),
+    # --- causal masks, stated as tag assertions over the mask's `live` field ---------------
+    M("fa_causal/mask_off_by_one", "attention", 19,
+      traced(K.make_fa_qonce, "mask_off_by_one", causal=True),
+      ("tag.assert",), ("thread", "defined"), ("causal mask",), "mask_off_by_one",
+      "the causal mask keeps keys < the diagonal: every query loses its own key"),
+    M("fa_causal/mask_block_offset", "attention", 19,
+      traced(K.make_fa_qonce, "mask_block_offset", causal=True),
+      ("tag.assert",), ("thread", "defined"), ("causal mask",), "mask_block_offset",
+      "the mask compares the key's position in its block, not its key index, with the query"),
+    M("fa_causal/causal_blocks_short", "attention", 19,
+      traced(K.make_fa_qonce, "causal_blocks_short", causal=True),
+      ("tag.assert",), ("thread", "defined"), ("reaches every key",), "causal_blocks_short",
+      "the causal KV loop stops at the tile's first row's diagonal: later rows' last keys "
+      "are never seen"),
     # --- split-K: the sum of the K slices' partials ----------------------------------------
     M("split_k/missing_slice", "reduction", 2, traced(K.make_split_k_sum, "missing_slice"),
       ("reduce.slices",), ("slices", "defined", "thread"), ("never added",), None,
@@ -571,6 +587,8 @@ CLEAN: list[tuple[str, Callable[[], Kernel]]] = [
     ("online_softmax", lambda: K.make_online_softmax().trace()),
     ("row_stats", lambda: K.make_row_stats().trace()),
     ("split_k_sum", lambda: K.make_split_k_sum().trace()),
+    ("fa_causal", lambda: K.make_fa_qonce(causal=True).trace()),
+    ("fa_causal_lowered", lambda: lowered(K.make_fa_qonce, causal=True)),
     ("persistent_gemm", lambda: K.make_persistent_gemm().trace()),
     ("persistent_gemm_lowered", lambda: lowered(K.make_persistent_gemm)),
     ("fa_qonce", lambda: K.make_fa_qonce().trace()),

@@ -92,6 +92,62 @@ def make_gemm(bug: str | None = None, stages: int = 4, consumers: int = 2):
     return ws_gemm
 
 
+def make_persistent_gemm(bug: str | None = None, stages: int = 3, group_m: int = 4,
+                         num_sms: int = 132):
+    """The library GEMM's tile scheduler, spelled out: a persistent grid of min(tiles, SMs)
+    CTAs, each walking units pid, pid + programs, ...; a unit is a tile in grouped raster
+    order (group_m tiles down M before moving along N, the last group shorter)."""
+    BM, BN, BK = 128, 128, 64
+
+    @ag.kernel(name="persistent_gemm")
+    def persistent_gemm(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+                        C: ag.Tensor["M", "N", ag.bf16]):
+        M, K = A.shape
+        N = B.shape[0]
+        m_tiles, n_tiles = ag.cdiv(M, BM), ag.cdiv(N, BN)
+        total = m_tiles * n_tiles
+        programs = ag.minimum(total, num_sms)
+        (pid,) = ag.grid(programs)
+        stride = programs + 1 if bug == "stride_past_grid" else programs  # BUG:stride_past_grid
+        k_tiles = ag.cdiv(K, BK)
+        sA = ag.smem((stages, BM, BK), ag.bf16, swizzle=128)
+        sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
+        pipe = ag.pipeline(stages, consumers=2)
+
+        def tile_of(unit):
+            width = group_m * n_tiles
+            first_m = (unit // width) * group_m
+            group_size = ag.minimum(m_tiles - first_m, group_m)
+            within = unit % width
+            if bug == "raster_full_groups":
+                tile_n = within // group_m  # BUG:raster_full_groups
+            else:
+                tile_n = within // group_size
+            if bug == "raster_row_repeat":
+                tile_m = first_m + within % group_m // 2 * 2  # BUG:raster_row_repeat
+            else:
+                tile_m = first_m + within % group_size
+            return tile_m, tile_n
+
+        with ag.role("producer", warpgroups=1, regs=40):
+            for unit in ag.range(pid, total, stride):
+                tile_m, tile_n = tile_of(unit)
+                for k in ag.range(k_tiles):
+                    with pipe.produce() as st:
+                        ag.tma.load(sA[st], A, (tile_m * BM, k * BK))
+                        ag.tma.load(sB[st], B, (tile_n * BN, k * BK))
+        with ag.role("consumer", warpgroups=2, regs=232) as wg:
+            for unit in ag.range(pid, total, stride):
+                tile_m, tile_n = tile_of(unit)
+                acc = ag.zeros((64, BN), ag.f32)
+                for k in ag.range(k_tiles):
+                    with pipe.consume() as st:
+                        ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)
+                ag.store(C, (tile_m * BM + wg * 64, tile_n * BN), acc.to(ag.bf16))
+
+    return persistent_gemm
+
+
 def make_attention(bug: str | None = None):
     """One Q block of 64 rows per CTA, KV blocks of 64 through a 2-stage ring; head dim 64.
     S = Q K^T, P = exp(S - rowmax(S)) through shared memory, O += P V (V MN-major: one
@@ -343,12 +399,14 @@ def make_batched_kn_gemm(bug: str | None = None, stages: int = 4):
     return batched_kn_gemm
 
 
-def make_fa_qonce(bug: str | None = None, BN: int = 64, stages: int = 2):
+def make_fa_qonce(bug: str | None = None, BN: int = 64, stages: int = 2, causal: bool = False):
     """FlashAttention forward, the FA3 shape: the producer loads the Q tile once through a
     one-stage pipeline and streams K and V through a ring; the consumer waits for Q once, keeps
     reading it for every KV block (S = Q K^T), keeps m and l as loop-carried row statistics and
     multiplies P (registers) by V. One consume step of the Q pipeline per CTA, with a wgmma
-    group kept in flight: a deadlock only with two or more steps. Head dim 64."""
+    group kept in flight: a deadlock only with two or more steps. Head dim 64. `causal`: query
+    i sees keys j <= i + SK - S (bottom-right aligned), blocks past the diagonal are not
+    loaded, and a tag assertion states what the mask keeps."""
     D, atoms = 64, 1
 
     @ag.kernel(name="fa_qonce")
@@ -358,6 +416,11 @@ def make_fa_qonce(bug: str | None = None, BN: int = 64, stages: int = 2):
         pid, bh = ag.grid(ag.cdiv(S, 64), Q.shape[0])
         q0 = pid * 64
         blocks = ag.cdiv(SK, BN)
+        if causal:   # the last row's last key is q0 + 63 + SK - S
+            if bug == "causal_blocks_short":
+                blocks = ag.minimum(blocks, ag.maximum(ag.cdiv(q0 + SK - S, BN), 0))  # BUG:causal_blocks_short
+            else:
+                blocks = ag.minimum(blocks, ag.maximum(ag.cdiv(q0 + 64 + SK - S, BN), 0))
         sQ = ag.smem((1, atoms * 64, 64), ag.bf16, swizzle=128)
         sK = ag.smem((stages, atoms * BN, 64), ag.bf16, swizzle=128)
         sV = ag.smem((stages, atoms * BN, 64), ag.bf16, swizzle=128)
@@ -394,7 +457,26 @@ def make_fa_qonce(bug: str | None = None, BN: int = 64, stages: int = 2):
                                 s = ag.wgmma(sQ[qs].rows_of(a * 64, 64),
                                              sK[st].rows_of(a * BN, BN), s)
                         key = j * BN + ag.arange(BN)[None, :]
-                        if bug == "mask_fill_zero":
+                        if causal:
+                            row = q0 + ag.arange(64)[:, None] + (SK - S)   # its last key
+                            if bug == "mask_off_by_one":
+                                valid = (key < SK) & (key < row)  # BUG:mask_off_by_one
+                            elif bug == "mask_block_offset":
+                                valid = (ag.arange(BN)[None, :] < SK) & (ag.arange(BN)[None, :] <= row)  # BUG:mask_block_offset
+                            else:
+                                valid = (key < SK) & (key <= row)
+                            s = ag.where(valid, s * 1.4426950408889634, -INF)
+                            # the mask keeps exactly the keys up to the query's diagonal
+                            ag.tag_assert((ag.tag(s).live == 1) == ag.tag_all(
+                                ag.tag(s).sk <= ag.tag(s).s + ag.sym(SK) - ag.sym(S),
+                                ag.tag(s).sk < ag.sym(SK)), message="causal mask")
+                            # the loop reaches every key a row may see: with reduce.coverage's
+                            # each-key-once, every allowed key exactly once
+                            ag.tag_assert(ag.tag_any(
+                                ag.sym(blocks) * BN >= ag.sym(SK),
+                                ag.sym(blocks) * BN > ag.tag(s).s + ag.sym(SK) - ag.sym(S)),
+                                message="the KV loop reaches every key the query may see")
+                        elif bug == "mask_fill_zero":
                             s = ag.where(key < SK, s * 1.4426950408889634, 0.0)  # BUG:mask_fill_zero
                         elif bug == "no_mask":
                             s = s * 1.4426950408889634  # BUG:no_mask
@@ -403,13 +485,25 @@ def make_fa_qonce(bug: str | None = None, BN: int = 64, stages: int = 2):
                         m_new = ag.maximum(m, s.max(axis=1))
                         m_use = ag.where(m_new == -INF, 0.0, m_new)
                         p = ag.exp2(s - m_use)
-                        alpha = ag.exp2(m - m_use)
-                        l_sum = l_sum * alpha + p.sum(axis=1)
-                        o = ag.wgmma(p.to(ag.bf16), sV[st], o * alpha, trans_b=True)
+                        if bug == "rescale_new_max":
+                            alpha = ag.exp2(m_use - m_use)  # BUG:rescale_new_max
+                        else:
+                            alpha = ag.exp2(m - m_use)
+                        if bug == "l_not_rescaled":
+                            l_sum = l_sum + p.sum(axis=1)  # BUG:l_not_rescaled
+                        else:
+                            l_sum = l_sum * alpha + p.sum(axis=1)
+                        if bug == "o_not_rescaled":
+                            o = ag.wgmma(p.to(ag.bf16), sV[st], o, trans_b=True)  # BUG:o_not_rescaled
+                        else:
+                            o = ag.wgmma(p.to(ag.bf16), sV[st], o * alpha, trans_b=True)
                         m = m_new
-            o = o / ag.where(l_sum == 0.0, 1.0, l_sum)
+            if bug != "no_final_division":
+                o = o / ag.where(l_sum == 0.0, 1.0, l_sum)
             if bug == "o_wrong_head":
                 ag.store(O, (bh + 1, q0, 0), o.to(ag.bf16))  # BUG:o_wrong_head
+            elif bug == "no_final_division":
+                ag.store(O, (bh, q0, 0), o.to(ag.bf16))  # BUG:no_final_division
             else:
                 ag.store(O, (bh, q0, 0), o.to(ag.bf16))
 
@@ -492,3 +586,24 @@ def make_row_stats(bug: str | None = None, BN: int = 1024, ROWS: int = 2):
         ag.store(L, (pid * ROWS, 0), lo)
 
     return row_stats
+
+
+def make_split_k_sum(bug: str | None = None):
+    """The second half of split-K (argus/kernels/split_k_sum.py): C = P[0] + ... + P[3], the
+    fp32 partial products of 4 K slices, added in a fixed order."""
+    ROWS, BN, splits = 2, 512, 4
+
+    @ag.kernel(threads=256, name="split_k_sum")
+    def split_k_sum(P: ag.Tensor[4, "M", "N", ag.f32], C: ag.Tensor["M", "N", ag.bf16]):
+        pid_m, pid_n = ag.grid(ag.cdiv(C.shape[0], ROWS), ag.cdiv(C.shape[1], BN))
+        row0, col0 = pid_m * ROWS, pid_n * BN
+        total = ag.load(P, (0, row0, col0), (ROWS, BN))
+        last = splits - 1 if bug == "missing_slice" else splits  # BUG:missing_slice
+        for s in range(1, last):
+            if bug == "slice_twice" and s == 2:
+                total = total + ag.load(P, (s - 1, row0, col0), (ROWS, BN))  # BUG:slice_twice
+            else:
+                total = total + ag.load(P, (s, row0, col0), (ROWS, BN))
+        ag.store(C, (row0, col0), total.to(ag.bf16))
+
+    return split_k_sum

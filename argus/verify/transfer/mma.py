@@ -39,7 +39,7 @@ def wgmma(m: Model, op: O.Wgmma, scopes, role, counters, following) -> None:
         fields = dict(prev.fields)
         for rec in (ra, rb):
             for name, val in rec.fields.items():
-                if name in ("tensor", "iter", "step", "stage"):
+                if name in ("tensor", "iter", "step", "stage", "value", "live"):
                     continue
                 val = reduce_over(val, kk, 0, K, f"wgmma k at {op.loc}")
                 if name in fields:

@@ -17,8 +17,8 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import TileType
-from argus.verify.tagdomain import Record, combine, fresh_int, reduce_over
-from argus.verify.transfer.domain import EwSite, ReduceSite, Rule, TileState
+from argus.verify.tagdomain import Record, TagVal, combine, fresh_int, reduce_over
+from argus.verify.transfer.domain import (EwSite, ReduceSite, Rule, TileState, _is_z3, _num)
 
 
 def full(m: Model, op: O.Full, scopes, role, counters, following) -> None:
@@ -26,7 +26,11 @@ def full(m: Model, op: O.Full, scopes, role, counters, following) -> None:
 
 
 def arange(m: Model, op: O.Arange, scopes, role, counters, following) -> None:
-    m._set_tile(op.result, lambda idx: Record(source="an index tile"), op, "an index tile")
+    # an index tile's element holds its own index: the `value` field, which arithmetic and
+    # comparisons on index tiles carry (a causal mask's key and row bounds), so a tag
+    # assertion can state what a mask keeps
+    m._set_tile(op.result, lambda idx: Record({"value": TagVal(idx[0])},
+                                              source="an index tile"), op, "an index tile")
 
 
 def elementwise(m: Model, op: O.Elementwise, scopes, role, counters, following) -> None:
@@ -42,6 +46,9 @@ def elementwise(m: Model, op: O.Elementwise, scopes, role, counters, following) 
         value_ops = operands[1:]  # the condition carries no data into the result
     else:
         value_ops = operands
+    values = _index_values(m, op)
+    masking = op.fn == "where" and len(op.args) == 3 and \
+        isinstance(op.args[0].type, TileType) and not isinstance(op.args[2].type, TileType)
 
     def fn(idx, value_ops=value_ops, shape=shape):
         fields: dict = {}
@@ -52,10 +59,21 @@ def elementwise(m: Model, op: O.Elementwise, scopes, role, counters, following) 
             cond += rec.cond
             defined.append(rec.defined)
             for name, val in rec.fields.items():
-                if name == "tensor":
+                if name in ("tensor", "value", "live"):
                     continue  # computed data is no longer an element of one tensor
                 fields[name] = combine(fields[name], val, f"{op.fn} at {op.loc}") \
                     if name in fields else val
+        if values is not None:
+            fields["value"] = TagVal(values(idx))
+        if masking:
+            c = operands[0][0].fn(_broadcast_index(idx, operands[0][1])).fields.get("value")
+            if c is not None:
+                kept = c.term != 0
+                if len(operands) > 1:
+                    prev = operands[1][0].fn(_broadcast_index(idx, operands[1][1])).fields
+                    if "live" in prev:
+                        kept = z3.And(kept, prev["live"].term != 0)
+                fields["live"] = TagVal(z3.If(kept, 1, 0))
         return Record(fields, z3.And(defined) if defined else z3.BoolVal(True), cond,
                       f"{op.fn} at {op.loc}")
     # without layout inference, a pointwise result of a same-shape accumulator is one too
@@ -63,6 +81,66 @@ def elementwise(m: Model, op: O.Elementwise, scopes, role, counters, following) 
         (st.layout for st, sh in operands if tuple(sh) == tuple(shape) and st.layout), "")
     m.tiles[op.result.id] = TileState(shape, layout, fn, op.loc, f"{op.fn} at {op.loc}")
     m._def_seq[op.result.id] = next(m._seq)
+
+
+_ARITH = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+          "lt": lambda a, b: z3.If(a < b, 1, 0), "le": lambda a, b: z3.If(a <= b, 1, 0),
+          "gt": lambda a, b: z3.If(a > b, 1, 0), "ge": lambda a, b: z3.If(a >= b, 1, 0),
+          "eq": lambda a, b: z3.If(a == b, 1, 0), "ne": lambda a, b: z3.If(a != b, 1, 0),
+          "and": lambda a, b: z3.If(z3.And(a != 0, b != 0), 1, 0),
+          "or": lambda a, b: z3.If(z3.Or(a != 0, b != 0), 1, 0)}
+
+
+def _index_tiles(m: Model) -> set[int]:
+    """Ids of the index tiles: aranges, and what expand_dims, conversions, arithmetic and
+    comparisons make of them and of scalars (computed once per model, from the IR alone)."""
+    got = getattr(m, "_index_tile_ids", None)
+    if got is None:
+        got = set()
+        for op in m.kernel.walk():
+            if isinstance(op, O.Arange):
+                got.add(op.result.id)
+            elif isinstance(op, (O.ExpandDims, O.Convert, O.ConvertLayout)) and \
+                    op.src.id in got:
+                got.add(op.result.id)
+            elif isinstance(op, O.Elementwise) and op.fn in _ARITH and len(op.args) == 2 and \
+                    any(a.id in got for a in op.args) and \
+                    all(a.id in got or not isinstance(a.type, TileType) for a in op.args):
+                got.add(op.result.id)
+        m._index_tile_ids = got
+    return got
+
+
+def _index_values(m: Model, op: O.Elementwise):
+    """idx -> the integer value of the result element, when the op is arithmetic or a
+    comparison of index tiles (their `value` fields) and integer scalars; else None."""
+    fn = _ARITH.get(op.fn)
+    if fn is None or op.result.id not in _index_tiles(m):
+        return None
+    parts = []
+    for a in op.args:
+        if isinstance(a.type, TileType):
+            st = m.tiles.get(a.id)
+            if st is None:
+                return None
+            parts.append(("tile", st, a.type.shape))
+        else:
+            s = m.sym.get(a.id)
+            if s is None or isinstance(s, float) or (_is_z3(s) and not z3.is_int(s)
+                                                      and not z3.is_bool(s)):
+                return None
+            parts.append(("scalar", _num(s), None))
+
+    def values(idx):
+        vals = []
+        for kind, x, shape in parts:
+            if kind == "scalar":
+                vals.append(x)
+                continue
+            v = x.fn(_broadcast_index(idx, shape)).fields.get("value")
+            vals.append(v.term if v is not None else fresh_int("unknown_value"))
+        return fn(*vals)
+    return values
 
 
 def convert(m: Model, op: O.Convert, scopes, role, counters, following) -> None:

@@ -1,0 +1,351 @@
+"""softmax.stats: an online softmax rescales and normalizes with its own running statistics.
+
+Job (INVARIANTS.md §4 class 17, and the "missing final division" the tags cannot see): the
+online softmax keeps, per row, a running max m and a running sum l = sum_j exp(s_j - m) over
+the keys seen so far; the output accumulator O = sum_j exp(s_j - m) v_j is kept relative to
+the *current* m. When a block raises the max to m', both are rescaled by alpha =
+exp(m - m'), the block's P = exp(s - m') is added, and at the end O is divided by l. Three
+things can silently go wrong and give plausible numbers: a rescale that converts from another
+max than the one O (or l) is relative to (a stale or the new max, a forgotten rescale), an
+addition of terms relative to two different maxima, and an output stored without the final
+division (or divided by another statistic's sum).
+
+A small forward data flow over the IR, separate from the tags (as check_fills is), gives each
+tile an abstract value naming the statistic it is relative to, by *identity* (a token per
+value; a `var` starts as its initial value's token and `assign` gives it the source's):
+
+  exp(x - m) with m a broadcast row vector          REL(m)      (P, a row sum of P)
+  exp(a - b) of two row vectors                      RESCALE(a -> b)   (alpha)
+  REL(a) * RESCALE(a -> b)                           REL(b), online    (else: wrong statistics)
+  REL(a) + REL(a), wgmma(P: REL(a), V, O: REL(a))    REL(a)            (else: mixed maxima)
+  1 / l with l: REL(a)                               INV(a)
+  REL(a) * INV(a), REL(a) / l with l: REL(a)         NORMALIZED        (else: other statistics)
+  zeros (an accumulator's start)                     ZERO (relative to anything)
+
+A loop is walked twice: once to learn what its carried variables hold at the end of an
+iteration, whose tokens are then mapped back to the variables that carry them (the running max
+assigned `m = m_new` carries m_new's token into the next iteration), and again from that head
+state, reporting. An online (rescaled) accumulator that reaches a store or a shared-memory
+staging write still REL is stored unnormalized. Values the flow does not recognize are
+unknown and never reported, so kernels without an online softmax have no finding.
+"""
+
+from __future__ import annotations
+
+from argus.ir import ops as O
+from argus.ir.core import Kernel, Region
+from argus.ir.types import TileType
+from argus.verify.obligation import Finding
+
+ZERO, NORM = ("zero",), ("norm",)
+
+
+def obligations(model) -> tuple[list, list[Finding]]:
+    return [], _Flow(model.kernel).findings
+
+
+class _Flow:
+    def __init__(self, kernel: Kernel):
+        self.state: dict[int, tuple] = {}   # value id -> abstract value (absent: unknown)
+        self.tok: dict[int, object] = {}     # value id -> identity token of its content
+        self.const: set[int] = set()         # scalar constants and constant tiles
+        self.buf: dict[int, int] = {}        # smem view id -> buffer id
+        self.defs: dict[int, object] = {r.id: op for op in kernel.walk() for r in op.results()}
+        self.findings: list[Finding] = []
+        self.report = True
+        self._seen: set = set()
+        self._loops = 0
+        self.region(kernel.body)
+
+    # -- helpers ---------------------------------------------------------------------------
+    def t(self, v):
+        return self.tok.get(v.id, v.id)
+
+    def s(self, v):
+        return self.state.get(v.id)
+
+    def set(self, v, st, tok=None) -> None:
+        if st is None:
+            self.state.pop(v.id, None)
+        else:
+            self.state[v.id] = st
+        if tok is not None:
+            self.tok[v.id] = tok
+
+    def name(self, tok) -> str:
+        op = self.defs.get(tok) if isinstance(tok, int) else None
+        if op is not None:
+            return f"this block ({op.loc})"
+        if isinstance(tok, tuple) and tok[0] == "head":
+            op = self.defs.get(tok[1])
+            return f"the previous blocks (running value carried by the loop at {op.loc})" \
+                if op is not None else "the previous blocks"
+        return "another statistic"
+
+    def fail(self, op, what: str, witness: dict, fix: str) -> None:
+        if not self.report:
+            return
+        key = (op.loc.file, op.loc.line, what[:40])
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.findings.append(Finding("softmax.stats", op.loc, f"{op.NAME} at {op.loc}",
+                                     "violated", what, witness, fix=fix))
+
+    # -- the walk --------------------------------------------------------------------------
+    def region(self, r: Region) -> None:
+        for op in r.ops:
+            self.op(op)
+
+    def op(self, op) -> None:
+        if isinstance(op, O.For):
+            self.loop(op)
+            return
+        if isinstance(op, O.Const):
+            self.const.add(op.result.id)
+        elif isinstance(op, O.Full):
+            self.const.add(op.result.id)
+            if op.value == 0:
+                self.set(op.result, ZERO)
+        elif isinstance(op, O.SmemSlice):
+            self.buf[op.result.id] = self.buf.get(op.buffer.id, op.buffer.id)
+        elif isinstance(op, O.StMatrix):
+            self.stored(op, op.src)
+            self.set_buf(op.dst, self.s(op.src), self.t(op.src))
+        elif isinstance(op, O.LdMatrix):
+            b = self.buf.get(op.src.id, op.src.id)
+            self.set(op.result, self.state.get(b), self.tok.get(b))
+        elif isinstance(op, (O.Convert, O.ConvertLayout, O.ExpandDims, O.TileSlice)):
+            self.set(op.result, self.s(op.src), self.t(op.src))
+            if op.src.id in self.const:
+                self.const.add(op.result.id)
+        elif isinstance(op, O.Var):
+            self.set(op.result, self.s(op.init), self.t(op.init))
+        elif isinstance(op, O.Assign):
+            self.state.pop(op.dst.id, None)
+            self.set(op.dst, self.s(op.src), self.t(op.src))
+        elif isinstance(op, O.Elementwise):
+            self.elementwise(op)
+        elif isinstance(op, O.Reduce):
+            src = self.s(op.src)
+            if op.fn == "sum" and src is not None and src[0] == "rel":
+                self.set(op.result, ("rel", src[1], False))
+        elif isinstance(op, O.Wgmma):
+            self.wgmma(op)
+        elif isinstance(op, O.Store):
+            self.stored(op, op.value)
+        for region in op.regions():
+            self.region(region)
+
+    def set_buf(self, view, st, tok) -> None:
+        b = self.buf.get(view.id, view.id)
+        if st is None:
+            self.state.pop(b, None)
+        else:
+            self.state[b] = st
+            self.tok[b] = tok
+
+    def loop(self, op: O.For) -> None:
+        inside = {id(x) for x in op.body.walk()}
+        # variables assigned in the loop, and accumulators a wgmma updates in place there
+        carried = [x.dst for x in op.body.walk() if isinstance(x, O.Assign)
+                   and x.dst.id in self.defs and id(self.defs[x.dst.id]) not in inside] + \
+            [x.acc for x in op.body.walk() if isinstance(x, O.Wgmma)
+             and x.acc.id in self.defs and id(self.defs[x.acc.id]) not in inside]
+        carried = list({v.id: v for v in carried}.values())
+        before_state = {v.id: self.s(v) for v in carried}
+        heads = {v.id: ("head", v.id, id(op)) for v in carried}
+        made = {r.id for x in op.body.walk() for r in x.results()}
+        report = self.report
+        self.report = False
+        self.region(op.body)                      # what an iteration leaves in the carried
+        end = self.mapped(carried, heads, made)
+        for v in carried:
+            self.set(v, _join(before_state[v.id], end[v.id]), heads[v.id])
+        self.report = report
+        self.region(op.body)                      # from the head state, reporting
+        end = self.mapped(carried, heads, made)
+        for v in carried:
+            self.set(v, end[v.id], heads[v.id])
+
+    def mapped(self, carried, heads, made) -> dict:
+        """The carried variables' end-of-iteration states with the tokens of this iteration's
+        statistics replaced by the head tokens of the variables that carry them on."""
+        back = {}
+        for v in carried:
+            back.setdefault(self.t(v), heads[v.id])
+        out = {}
+        for v in carried:
+            st = self.s(v)
+            if st is not None and st[0] in ("rel", "inv"):
+                tok = st[1]
+                if tok in back:
+                    st = (st[0], back[tok]) + st[2:]
+                elif tok in made or tok in heads.values():
+                    st = None   # relative to something this iteration made and dropped
+            out[v.id] = st
+        return out
+
+    # -- ops -------------------------------------------------------------------------------
+    def elementwise(self, op: O.Elementwise) -> None:
+        args, fn, res = op.args, op.fn, op.result
+        tiles = [a for a in args if isinstance(a.type, TileType)]
+        if fn == "where" and len(args) == 3:
+            _, a, b = args
+            if b.id in self.const and a.id not in self.const:
+                self.set(res, self.s(a), self.t(a))
+            elif a.id in self.const and b.id not in self.const:
+                self.set(res, self.s(b), self.t(b))
+            return
+        if all(a.id in self.const for a in args):
+            self.const.add(res.id)
+            return
+        if fn == "sub" and len(args) == 2 and all(isinstance(a.type, TileType) for a in args):
+            a, b = args
+            if _broadcast_row(b.type.shape, a.type.shape):
+                self.set(res, ("shift", self.t(b)))
+            elif tuple(a.type.shape) == tuple(b.type.shape) and 1 in a.type.shape:
+                self.set(res, ("diff", self.t(a), self.t(b)))
+            return
+        if fn == "sub" and len(args) == 2 and args[1].id in self.const and tiles:
+            self.set(res, self.s(args[0]), self.t(args[0]))   # s - c: a shift by a constant
+            return
+        if fn in ("exp", "exp2") and tiles:
+            x = self.s(args[0])
+            if x is not None and x[0] == "shift":
+                self.set(res, ("rel", x[1], False))
+            elif x is not None and x[0] == "diff":
+                self.set(res, ("resc", x[1], x[2], str(op.loc)))
+            return
+        if fn == "recip" and tiles:
+            x = self.s(args[0])
+            if x is not None and x[0] == "rel":
+                self.set(res, ("inv", x[1]))
+            return
+        if fn == "div" and len(args) == 2:
+            a, b = args
+            sa, sb = self.s(a), self.s(b)
+            if a.id in self.const and sb is not None and sb[0] == "rel":
+                self.set(res, ("inv", sb[1]))
+            elif sa is not None and sa[0] == "rel" and sb is not None and sb[0] == "rel":
+                self.normalize(op, sa, sb[1])
+            elif sa is not None and sa[0] == "rel" and b.id in self.const:
+                self.set(res, sa)
+            return
+        if fn == "mul" and len(args) == 2:
+            a, b = args
+            sa, sb = self.s(a), self.s(b)
+            for x, y, sx, sy in ((a, b, sa, sb), (b, a, sb, sa)):
+                if sy is not None and sy[0] == "resc":
+                    self.rescale(op, x, sx, sy)
+                    return
+                if sy is not None and sy[0] == "inv" and sx is not None and sx[0] == "rel":
+                    self.normalize(op, sx, sy[1])
+                    return
+            for x, sx, other in ((a, sa, b), (b, sb, a)):
+                if sx is not None and sx[0] in ("rel", "zero", "norm") and \
+                        self.s(other) is None:
+                    self.set(res, sx)   # scaled by a value that is no statistic
+                    return
+            return
+        if fn == "add" and len(args) == 2:
+            a, b = args
+            sa, sb = self.s(a), self.s(b)
+            if sa == ZERO:
+                self.set(res, sb)
+            elif sb == ZERO:
+                self.set(res, sa)
+            elif sa is not None and sb is not None and sa[0] == "rel" and sb[0] == "rel":
+                if sa[1] == sb[1]:
+                    self.set(res, ("rel", sa[1], sa[2] or sb[2]))
+                else:
+                    one, two = (sa, sb) if sa[2] or not sb[2] else (sb, sa)
+                    self.fail(op, f"adds a term relative to the max of {self.name(one[1])} to "
+                                  f"one relative to the max of {self.name(two[1])}: a running "
+                                  f"sum must be rescaled to the new max (times exp(m_old - "
+                                  f"m_new)) before the block's terms are added",
+                              {"element": "every row", "left": self.name(sa[1]),
+                               "right": self.name(sb[1])},
+                              "rescale the running value by alpha = exp(m_old - m_new) "
+                              "before adding the block's exp(s - m_new) terms")
+            return
+
+    def rescale(self, op, x, sx, resc) -> None:
+        frm, to = resc[1], resc[2]
+        if sx == ZERO:
+            self.set(op.result, ZERO)
+        elif sx is not None and sx[0] == "rel":
+            if sx[1] != frm:
+                self.fail(op, f"rescales by alpha = exp(m_a - m_b) (at {resc[3]}) with m_a the "
+                              f"max of {self.name(frm)} and m_b that of {self.name(to)}, but the "
+                              f"value is relative to the max of {self.name(sx[1])}: alpha must "
+                              f"convert from the max the value was computed with (the running "
+                              f"max before this block) to the new one",
+                          {"element": "every row", "value_relative_to": self.name(sx[1]),
+                           "rescale_from": self.name(frm), "rescale_to": self.name(to),
+                           "defined": {"rescale factor": resc[3]}},
+                          "alpha = exp(m_prev - m_new) with m_prev the running max before "
+                          "this block")
+            self.set(op.result, ("rel", to, True))
+
+    def normalize(self, op, sx, tok) -> None:
+        if sx[1] != tok:
+            self.fail(op, f"divides a value relative to the max of {self.name(sx[1])} by a "
+                          f"row sum relative to {self.name(tok)}: the output is normalized "
+                          f"with another row statistic than the one it was accumulated with",
+                      {"element": "every row", "value_relative_to": self.name(sx[1]),
+                       "sum_relative_to": self.name(tok)},
+                      "divide by the running sum l carried with the same running max")
+        self.set(op.result, NORM)
+
+    def wgmma(self, op: O.Wgmma) -> None:
+        if op.a_in_registers:
+            a = self.s(op.a)
+        else:
+            b = self.buf.get(op.a.id, op.a.id)
+            a = self.state.get(b)
+        acc = self.s(op.acc)
+        if a is None or a[0] != "rel":
+            if acc is not None and acc != ZERO:
+                self.state.pop(op.acc.id, None)
+            return
+        if acc == ZERO:
+            self.set(op.acc, ("rel", a[1], False))
+        elif acc is not None and acc[0] == "rel":
+            if acc[1] != a[1]:
+                self.fail(op, f"accumulates P relative to the max of {self.name(a[1])} into "
+                              f"an accumulator relative to the max of {self.name(acc[1])}: "
+                              f"the accumulator must be rescaled to P's max first",
+                          {"element": "every row", "p_relative_to": self.name(a[1]),
+                           "accumulator_relative_to": self.name(acc[1])},
+                          "pass o * alpha (alpha = exp(m_prev - m_new)) as the accumulator")
+            self.set(op.acc, ("rel", a[1], acc[2]))
+        else:
+            self.state.pop(op.acc.id, None)
+
+    def stored(self, op, v) -> None:
+        st = self.s(v)
+        if st is not None and st[0] == "rel" and st[2]:
+            self.fail(op, f"stores an online-softmax accumulator that is still relative to "
+                          f"the running max of {self.name(st[1])}: it was rescaled across "
+                          f"blocks but never divided by the row sum l",
+                      {"element": "every stored element"},
+                      "divide by the running sum before the store: o / l")
+
+
+def _broadcast_row(small, big) -> bool:
+    """`small` broadcasts along some axis of `big` (a row or column vector of a tile)."""
+    return len(small) == len(big) and tuple(small) != tuple(big) and \
+        all(s == b or s == 1 for s, b in zip(small, big))
+
+
+def _join(a, b):
+    if a == b:
+        return a
+    if a == ZERO:
+        return b
+    if b == ZERO:
+        return a
+    if a is not None and b is not None and a[0] == b[0] == "rel" and a[1] == b[1]:
+        return ("rel", a[1], a[2] or b[2])
+    return None
