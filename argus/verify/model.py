@@ -209,6 +209,8 @@ class Model:
                 inner = self._count(op.body, pipe_id)
                 if not _is_zero(inner):
                     branches.append((self._bool(op.cond), inner))
+            elif isinstance(op, O.Elect):  # the elected thread's steps are its group's
+                total = total + self._count(op.body, pipe_id)
         return total + _fold_branches(branches)
 
     def steps_over(self, op: O.For, per, upto=None):

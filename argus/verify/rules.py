@@ -46,9 +46,12 @@ _RULES = [
     Rule("smem.align", "swizzled buffers and each of their stages start on the swizzle period "
          "(1024 B for 128B); buffers fit the CTA's shared memory and do not overlap", (4,),
          "arith", "align the buffer to the swizzle period and keep stage sizes multiples of it"),
-    Rule("pipe.producers", "one producer warpgroup per pipeline step (the full barrier expects "
-         "one arrive.expect_tx)", (6, 13), "arith",
-         "give the producer role warpgroups=1, or guard the produce with a uniform condition"),
+    Rule("pipe.producers", "one thread arrives on a slot's full barrier per pipeline step: "
+         "one producer warpgroup, and in it the threads of the `elect` around the step (the "
+         "full barrier's init count, PipelineCreate.FULL_ARRIVALS = 1, expects one "
+         "arrive.expect_tx)", (6, 13), "arith",
+         "give the producer role warpgroups=1 (lower/elect.py elects one of its threads), or "
+         "guard the produce with a uniform condition"),
     Rule("pipe.totals", "producer and consumers run the same number of steps, and so do the "
          "CTAs of a cluster whose pipelines are coupled (else the last slots are never filled "
          "or never released: a hang)", (10, 14), "LIA",
@@ -104,6 +107,18 @@ _RULES = [
          "while the group that uses it is still in flight (before the wgmma.wait retiring it)",
          (11,), "arith", "wait for the group (wgmma.wait 0) before the tile is read or "
          "overwritten; lower/sync.py places it before the first such use"),
+    Rule("sync.arrive", "each consume step's slot is released exactly once on every path (a "
+         "pipe.release of it, or one that holds it until the next step's or the role's last "
+         "release): one arrive per consumer warpgroup per phase of its empty barrier, the "
+         "arrival count its init count expects", (6, 8, 23), "arith",
+         "one pipe.release per consume step and a release of the held slot after the last "
+         "step (lower/sync.py places them)"),
+    Rule("sync.elect", "an `elect` holds only work one thread does for its group (index "
+         "math, control, scalar reads, produce steps, TMA loads; ir.ops.electable), is not "
+         "nested, and elects a divisor of the group's threads: a wgmma, barrier or register "
+         "tile op run by some threads of a warpgroup hangs or computes for those threads only",
+         (6, 13), "arith", "keep the elected body to index math, scalar reads and TMA loads; "
+         "lower/elect.py elects only such roles"),
     Rule("sync.fixpoint", "the sync check of a loop settles (else its findings are unknown)",
          (), "arith", "report the kernel: the loop's pending state did not converge"),
     Rule("smem.race", "no two warpgroups touch the same shared bytes unordered (one of them "
