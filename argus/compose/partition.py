@@ -29,6 +29,7 @@ class FusedKernel:
     kept_output: bool                # the root is a reduction: output = domain with axes = 1
     stats: list[Node] = field(default_factory=list)   # in-kernel reductions, dependency order
     leaves: list[Node] = field(default_factory=list)  # materialized inputs
+    aliases: dict = field(default_factory=dict)       # unit view -> the statistic it shows
 
 
 @dataclass(eq=False)
@@ -63,8 +64,12 @@ def partition(g: Graph) -> Plan:
             mat.add(n)
             mat.update(n.inputs())
         elif n.op in VIEW_OPS or n.fn == "shift":
-            mat.update(n.inputs())
+            if not _unit_view(n):         # else materialized where a kernel reads it (_build)
+                mat.update(n.inputs())
     while True:
+        for n in live:                    # a unit view read as a tensor reads its reduction
+            if n in mat and _unit_view(n):
+                mat.add(n.args[0])
         kernels: dict[Node, FusedKernel] = {}
         grown = False
         for n in live:
@@ -85,7 +90,8 @@ def partition(g: Graph) -> Plan:
         if n in kernels:
             steps.append(Step("kernel", n, kernels[n]))
         elif n.op in VIEW_OPS:
-            steps.append(Step(n.op, n))
+            if n in mat or not _unit_view(n):      # else inlined as its statistic
+                steps.append(Step(n.op, n))
         elif n.op in ("matmul", "scan", "pool"):
             steps.append(Step(n.op, n))
         elif n.op in ("torch", "flip", "diag"):
@@ -107,19 +113,92 @@ def _too_few_ctas(k: FusedKernel) -> bool:
     return reduced >= (1 << 16) and kept / per_cta < MIN_CTAS
 
 
+def _squeezed(domain: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for i, d in enumerate(domain) if i not in axes)
+
+
+def _unit_view(n: Node) -> bool:
+    """A view of a reduction that only drops or adds size-1 dims (a keepdim=False sum)."""
+    if n.op != "view" or n.args[0].op != "reduce":
+        return False
+    return tuple(d for d in n.shape if d != 1) == tuple(d for d in n.args[0].shape if d != 1)
+
+
+def _sibling_stats(n: Node, mat: set[Node]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(domain, axes) when the elementwise node n is computed only from two or more
+    reductions over one domain and the same axes (and numbers): n then roots one kernel that
+    reduces them all in one pass over the domain and applies n to the kept rows. A triplet
+    loss's two distances read the anchor twice in two kernels otherwise. Kernels of too few
+    kept rows to fill the GPU keep the split reductions (one per kernel) instead."""
+    if n.op != "ew" or not n.dtype.is_floating_point:
+        return None
+    reds: set[Node] = set()
+    seen: set[Node] = set()
+    stack = [n]
+    while stack:
+        m = stack.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        if m is not n and m in mat or m.fn == "shift":
+            if math.prod(m.shape) > 1:
+                return None
+            continue
+        if _unit_view(m) and m.args[0] not in mat:
+            m = m.args[0]
+        if m.op == "reduce":
+            if m.fn in ("argmax", "argmin"):
+                return None
+            reds.add(m)
+            continue
+        if m.op != "ew":
+            if math.prod(m.shape) > 1:
+                return None
+            continue
+        stack.extend(m.inputs())
+    keys = {(r.args[0].shape, tuple(r.attrs["axes"])) for r in reds}
+    if len(reds) < 2 or len(keys) != 1:
+        return None
+    domain, axes = next(iter(keys))
+    squeezed = _squeezed(domain, axes)
+    if n.shape not in (squeezed, tuple(1 if i in axes else d for i, d in enumerate(domain))):
+        return None
+    if math.prod(squeezed) < 4 * MIN_CTAS or not axes:
+        return None
+    return domain, axes
+
+
 def _build(root: Node, mat: set[Node]) -> tuple[FusedKernel, set[Node]]:
+    sibling = _sibling_stats(root, mat) if root.op == "ew" else None
     if root.op == "reduce":
         k = FusedKernel(root, root.args[0].shape, root.attrs["axes"], True)
+    elif sibling is not None:               # reductions of one pass, applied to kept rows
+        k = FusedKernel(root, sibling[0], sibling[1], True)
     else:
         k = FusedKernel(root, root.shape, (), False)
+    kept_rows = _squeezed(k.domain, k.axes) if sibling is not None else None
     extra: set[Node] = set()
     seen: set[Node] = set()
-    axes: list[tuple[int, ...] | None] = [k.axes if root.op == "reduce" else None]
+    axes: list[tuple[int, ...] | None] = [k.axes if k.kept_output else None]
 
     def visit(n: Node):
         if n in seen:
             return
         seen.add(n)
+        if n is not root and n.op == "ew" and n not in mat:
+            sib = _sibling_stats(n, mat)
+            if sib is not None and sib != (k.domain, tuple(axes[0] or ())):
+                extra.add(n)      # its reductions are another domain's: one kernel of its own
+                return
+        if _unit_view(n) and n not in mat:
+            r = n.args[0]
+            if kept_rows is not None and r not in mat and r.args[0].shape == k.domain and \
+                    tuple(r.attrs["axes"]) == k.axes:
+                k.aliases[n] = r          # the statistic itself, seen without its unit dims
+                visit(r)
+                return
+            extra.update((n, r))          # read as a tensor here: materialized
+            return
         if n is not root and (n in mat or n.op not in ("ew", "reduce") or n.fn == "shift"):
             if n not in k.leaves:
                 k.leaves.append(n)
@@ -139,7 +218,7 @@ def _build(root: Node, mat: set[Node]) -> tuple[FusedKernel, set[Node]]:
         for a in n.inputs():
             if a.op == "reduce" or a in mat or a.op not in ("ew",):
                 visit(a)
-            elif _in_domain(a.shape, k.domain):
+            elif _in_domain(a.shape, k.domain) or a.shape == kept_rows:
                 visit(a)
             else:
                 extra.add(a)

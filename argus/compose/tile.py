@@ -225,6 +225,8 @@ class _Emitter:
         return v
 
     def emit(self, n: Node) -> tuple[str, str]:
+        if n in self.k.aliases:
+            return self.emit(self.k.aliases[n])
         if n in self.memo:
             return self.memo[n]
         if n in self.stat_var and n is not None:
@@ -354,8 +356,8 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
     # loop into `split` slices, one per CTA, each writing a partial that a second kernel
     # combines (two passes; no atomics, so the result is deterministic).
     split, split_axis = 1, -1
-    if k.kept_output and len(k.stats) == 1 and k.root.fn in COMBINE and \
-            grid0 * grid1 < MIN_CTAS:
+    if k.kept_output and len(k.stats) == 1 and k.root.op == "reduce" and \
+            k.root.fn in COMBINE and grid0 * grid1 < MIN_CTAS:
         cands = [(t1_blocks, 1)] if t1.reduced else []
         cands += [(t0_blocks, 0)] if t0.reduced else []
         if cands:
@@ -420,6 +422,8 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
             return (False, False)
         if n in memo_span:
             return memo_span[n]
+        if n in k.aliases:
+            return span(k.aliases[n])
         if n in stats_set and n is not k.root or (n is k.root and k.kept_output):
             out = (not t0.reduced, not t1.reduced)
         elif n in leaf_set and n is not k.root or n.op != "ew":
@@ -525,8 +529,16 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
     out_dtype = DT.get(k.root.dtype, "ag.f32")
     if k.kept_output:
         offs = [("0" if g.reduced else e.coord[i]) for i, g in enumerate(groups)]
-        v = e.stat_var[k.root]
-        if k.root.fn in ("argmax", "argmin"):
+        if k.root in e.stat_var:
+            v = e.stat_var[k.root]
+        else:       # an elementwise root over the statistics (partition: sibling stats)
+            e.memo = {}
+            v, kind = e.emit(k.root)
+            v = e.as_float(v, kind) if kind != "n" else f"ag.full((1, 1), {v})"
+            if k.root.dtype == torch.bool or not k.root.dtype.is_floating_point:
+                raise NotImplementedError(f"{k.root!r}: a non-float root over statistics")
+            v = f"({v} + ag.full({acc_shape}, 0.0))"
+        if k.root.op == "reduce" and k.root.fn in ("argmax", "argmin"):
             v = f"{v}.to({out_dtype})"
         elif out_dtype != "ag.f32":
             v = f"{v}.to({out_dtype})"

@@ -359,3 +359,22 @@ def test_chunk_sum_of_a_small_output_runs_in_two_passes():
 def test_large_k_matmul_with_a_two_pass_chunk_sum_is_strict():
     """K = 9000: 9 chunks of 1000, summed as 3 groups of 3 (a small output)."""
     check(fn_model(lambda x, y: x @ y, 2), [randn(8, 9000), randn(9000, 6, seed=1)])
+
+
+@pytest.mark.parametrize("case", ["triplet", "two_norms_of_one_input", "squeezed_sum_reused"])
+def test_sibling_reductions_share_one_pass(case):
+    """Two reductions over one domain and axes feeding one elementwise result over the kept
+    rows (a triplet loss's two distances, keepdim=False sums) are one kernel: one pass over
+    the domain reads each input once; a squeezed sum read elsewhere too stays materialized."""
+    if case == "triplet":
+        f = fn_model(lambda a, p, n: F.triplet_margin_loss(a, p, n, margin=1.0), 3)
+        prog = check(f, [randn(600, 40), randn(600, 40, seed=1), randn(600, 40, seed=2)])
+        fused = [k for k in prog.launches.values() if "L2:" in k.source]
+        assert len(fused) == 1 and fused[0].source.count("ag.load(") == 3
+    elif case == "two_norms_of_one_input":
+        f = fn_model(lambda x: torch.sqrt((x * x).sum(1)) / (x.abs().sum(1) + 1.0))
+        prog = check(f, [randn(700, 33)])
+        assert len(prog.launches) == 1
+    else:
+        f = fn_model(lambda x: torch.exp(x.sum(1) - x.amax(1)) + x.sum(1).mean())
+        check(f, [randn(700, 33)])
