@@ -3,7 +3,10 @@
 # kernels, each under its own time limit so one slow step cannot eat the call. Logs go to
 # $OUT/<step>.log; the last lines printed are one summary line per step.
 #   bash scripts/gpu_round2.sh [steps...]   (default: tests membound attention moe fp8block)
-# Steps: tests membound attention moe fp8block conv untuned gelu pingpong
+# Steps: tests quick membound attention moe fp8block conv untuned gelu pingpong kb
+#   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
+#   kb: scripts/gpu_kernelbench_solve.sh with KB_BUDGET seconds (default 240); results under
+#       $OUT/solve, resumed from $KB_RESUME/results.jsonl when that is set
 set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -21,9 +24,12 @@ run_step() {  # name, seconds, command...
 for s in "${steps[@]}"; do
   case $s in
     tests) run_step tests 240 python3 -m pytest -q -m "gpu and not slow" -n 8 tests/gpu -p no:cacheprovider --durations=8 -rf ;;
+    quick) run_step quick 120 python3 -m pytest -q -m "gpu and not slow" -n 8 -p no:cacheprovider --durations=5 -rf ;;
+    kb) mkdir -p "$OUT/solve"; [ -n "${KB_RESUME:-}" ] && cp "$KB_RESUME/results.jsonl" "$OUT/solve/"
+        run_step kb $(( ${KB_BUDGET:-240} + 70 )) bash scripts/gpu_kernelbench_solve.sh "${KB_BUDGET:-240}" 1,2 ;;
     membound) run_step membound 90 python3 -u scripts/gpu_memory_bound.py --rounds 2 --out "$OUT/membound" ;;
     attention) run_step attention 110 python3 -u scripts/gpu_attention_bench.py --quick --dims 64,128,256 --variants default,pingpong --kernel-only --out "$OUT/attention" ;;
-    moe) run_step moe 100 python3 -u scripts/gpu_moe_bench.py --quick --out "$OUT/moe" ;;
+    moe) run_step moe 130 python3 -u scripts/gpu_moe_bench.py --quick --out "$OUT/moe" ;;
     fp8block) run_step fp8block 80 python3 -u scripts/gpu_fp8_bench.py --block --shapes 4096x7168x2048,4096x24576x1536,4096x7168x16384,8192x7168x2048 --out "$OUT/fp8block" ;;
     conv) run_step conv 90 python3 -u scripts/gpu_conv_bench.py --quick ;;
     untuned) run_step untuned 120 python3 -u scripts/gpu_gemm_untuned.py --layouts NT --out "$OUT/untuned" ;;
