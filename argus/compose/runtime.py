@@ -45,6 +45,11 @@ class Program:
     scans: dict[int, Any] = field(default_factory=dict)
     schedules: dict[str, Any] = field(default_factory=dict)
     torch_ops: list[str] = field(default_factory=list)                 # at run time (copies)
+    # (node, parameter name or constant) of the graph's parameter and constant leaves, found
+    # once: every forward binds them, and a walk over all nodes per call is host time that a
+    # small kernel's forward cannot hide; constants moved to a device once, per device
+    _bindings: list | None = field(default=None, repr=False)
+    _consts: dict = field(default_factory=dict, repr=False)
 
     @property
     def unsupported(self) -> list[str]:
@@ -84,11 +89,18 @@ class Program:
         for n in g.inputs:
             env[n] = inputs[n.attrs["input"]]
         device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
-        for n in g.nodes:
-            if n.op == "leaf" and "param" in n.attrs:
-                env[n] = _param(model, n.attrs["param"])
-            elif n.op == "leaf" and "const" in n.attrs:
-                env[n] = n.attrs["const"].to(device)
+        if self._bindings is None:
+            self._bindings = [(n, n.attrs["param"] if "param" in n.attrs else None)
+                              for n in g.nodes if n.op == "leaf" and
+                              ("param" in n.attrs or "const" in n.attrs)]
+        for n, param in self._bindings:
+            if param is not None:
+                env[n] = _param(model, param)
+            else:
+                key = (n, device)
+                if key not in self._consts:
+                    self._consts[key] = n.attrs["const"].to(device)
+                env[n] = self._consts[key]
         for i, step in enumerate(self.plan.steps):
             n = step.node
             if step.kind == "kernel":
@@ -123,6 +135,7 @@ class Program:
                 env[n] = _torch_call(n, env)
         out = env[g.output]
         if out.data_ptr() in {t.data_ptr() for t in inputs if isinstance(t, torch.Tensor)} or \
+                any(out.data_ptr() == c.data_ptr() for c in self._consts.values()) or \
                 not out.is_contiguous():
             buf = torch.empty(out.shape, dtype=out.dtype, device=out.device)
             copy_into(out, buf)
@@ -135,6 +148,9 @@ class Program:
         views = []
         for leaf, shape in zip(k.leaves, launch.facts["leaf_views"]):
             t = env[leaf.args[0]] if leaf.fn == "shift" else env[leaf]
+            if t.shape == shape:        # torch.Size against a tuple: already this view
+                views.append(t)
+                continue
             try:
                 views.append(t.view(shape))
             except RuntimeError:       # strides that do not merge: an Argus copy first
@@ -150,7 +166,8 @@ class Program:
             cfn, cfacts = launch.facts["combine"]
             _run(cfn, (parts.view(cfacts["leaf_views"][0]), out.view(cfacts["out_view"])))
             return out
-        _run(launch.fn, (*views, out.view(launch.facts["out_view"])))
+        out_view = launch.facts["out_view"]
+        _run(launch.fn, (*views, out if out.shape == out_view else out.view(out_view)))
         return out
 
 
@@ -211,8 +228,7 @@ class ComposedModel(torch.nn.Module):
         object.__setattr__(self, "_programs", {})
 
     def program(self, inputs) -> Program:
-        key = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x
-                    for x in inputs)
+        key = tuple((x.shape, x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs)
         if key not in self._programs:
             started = time.perf_counter()
             self._ref.train(self.training)
