@@ -54,6 +54,7 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
             for b in once_sites[i + 1:]:
                 obs.append(_once(model, a, b))
         partial = sites[0].tensor.name in (model.kernel.attr("partial_outputs", ()) or ())
+        translates = len(sites) > 1 and all(_translate_of(sites[0], b) for b in sites[1:])
         if partial:
             finds.append(Finding("store.coverage", sites[0].op.loc,
                                  f"stores to {sites[0].tensor.name}", "unknown",
@@ -62,6 +63,12 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
                                  f"purpose, so coverage is not claimed"))
         elif len(sites) == 1:
             o, f = _coverage(model, sites[0])
+            obs += o
+            finds += f
+        elif translates:
+            # one tile stored in blocks at constant offsets (a TMA-store epilogue's column
+            # blocks): the block index is one more variable inside the tile
+            o, f = _tile_coverage(model, sites[0], sites)
             obs += o
             finds += f
         else:
@@ -392,7 +399,7 @@ def _var_ranges(model: Model, st: StoreSite) -> dict:
 # ----------------------------------------------------------------------------- tile coverage
 
 
-def _tile_coverage(model: Model, st: StoreSite):
+def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
     """Coverage of a store whose dims share variables: a grouped raster (m and n tile from one
     unit index), a persistent walk (units strided by the grid size), a batch decoded from the
     unit. The destination splits into a tile origin, a function of the *unit* variables
@@ -407,9 +414,21 @@ def _tile_coverage(model: Model, st: StoreSite):
         unit variables to the tile index q_d = origin_d / T_d is injective into the box
         [0, cdiv(extent_d, T_d)) with at least as many units as the box has tiles: a
         bijection (counting), so every tile of the output, hence every element, is stored.
+    `sites`: stores of one tile in blocks, each `st` shifted by constant offsets (the TMA-store
+    epilogue's column blocks); the block index is a variable inside the tile.
     Anything outside that shape is reported unknown, never assumed."""
     idx = [fresh_int(f"e{d}") for d in range(len(st.shape))]
     dest = [_num(x) for x in _dest(st, idx)]
+    block = None
+    if sites and len(sites) > 1:
+        block = fresh_int("store_site")
+        shifts = [[z3.simplify(_num(y) - _num(x)) for x, y in zip(st.offsets, b.offsets)]
+                  for b in sites]
+        for d in range(len(dest)):
+            delta = z3.IntVal(0)
+            for k in range(len(sites) - 1, 0, -1):
+                delta = z3.If(block == k, shifts[k][d], delta)
+            dest[d] = dest[d] + z3.simplify(delta)
     ranges = _var_ranges(model, st)
     inst = _instance_vars(model, st)
     names = set().union(*(free_consts(x) for x in dest))
@@ -420,7 +439,7 @@ def _tile_coverage(model: Model, st: StoreSite):
     if any(s.kind == "if" for s in st.site.scopes):
         return unknown("the store runs under a condition: counting its instances does not "
                        "show coverage")
-    within, units = list(idx), []
+    within, units = list(idx) + ([block] if block is not None else []), []
     for v in inst:
         r = ranges.get(str(v))
         if r is None:
@@ -431,6 +450,9 @@ def _tile_coverage(model: Model, st: StoreSite):
     counts.update({str(i): z3.IntVal(n) for i, n in zip(_placed(st, idx), _placed(st, st.shape))})
     los = {str(v): _num(ranges[str(v)][0]) for v in inst}
     los.update({str(i): z3.IntVal(0) for i in idx})
+    if block is not None:
+        counts[str(block)] = z3.IntVal(len(sites))
+        los[str(block)] = z3.IntVal(0)
     # persistent walks: (program id, iteration) -> unit index u in [0, T)
     obs: list[Obligation] = []
     walked: dict[str, tuple] = {}      # loop var name -> (scope, T)

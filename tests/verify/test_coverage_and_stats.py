@@ -44,6 +44,15 @@ def test_cluster_and_batched_gemm_coverage_is_proven():
                                        s=GemmSchedule()))
 
 
+def test_tma_store_epilogue_coverage_is_proven():
+    """The staged TMA-store epilogue stores a tile in column blocks from several sites, each
+    the first shifted by a constant: the block index is a variable inside the tile."""
+    assert _coverage_proven(lower_only(gemm_kernel(), s=GemmSchedule(epilogue="tma",
+                                                                      stages=3)))
+    assert _coverage_proven(lower_only(gemm_kernel(), s=GemmSchedule(
+        epilogue="tma", cluster_m=2, store_cols=128, stages=3)))
+
+
 def test_partial_output_coverage_is_not_claimed():
     """A tail-split GEMM leaves its tail tiles to the sum kernel (partial_outputs=("C",)):
     counting its units against C's tiles would be a false alarm."""
