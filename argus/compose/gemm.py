@@ -166,6 +166,43 @@ def sum_parts(parts: torch.Tensor, target: torch.Tensor) -> None:
     run(sum_chunks, (parts, target), CHUNKS=chunks)
 
 
+def groups_pay(pieces: int, a_elems: int, b_elems: int, mn: int, chunks: int) -> bool:
+    """Whether the grouped products (grouped_products) move fewer bytes than one GEMM over
+    all T slots: each operand's split writes `pieces` bf16 slots instead of T (A0..A2 once,
+    not A0 three times), and `pieces` GEMMs write `pieces` times the fp32 partials that the
+    chunk sum reads back (one GEMM of a single chunk writes the output directly). Skinny or
+    long-K problems (weights read once: 128 x 32768 x 32768; K = 2^19 into 256 x 256) win;
+    square ones (partials as large as the operands) do not."""
+    terms = pieces * (pieces + 1) // 2
+    if pieces < 2:
+        return False
+    saved = 2 * (terms - pieces) * (a_elems + b_elems)
+    before = 0 if chunks == 1 else chunks * mn * 8
+    return saved > pieces * chunks * mn * 8 - before
+
+
+def grouped_products(kernel, layout: str, pa: torch.Tensor, pb: torch.Tensor, pieces: int,
+                     chunks: int, kc: int, c: torch.Tensor, schedule: MatmulSchedule) -> None:
+    """C = sum of the products A_i B_j with i + j < pieces, by `pieces` GEMMs over views of
+    pieces stored once: A's slots hold A_0, A_1, ..., B's hold ..., B_1, B_0, so group g
+    (the products with i + j = pieces - 1 - g, smallest first) is A's first pieces - g slots
+    against B's last pieces - g slots, slot by slot. Each group has its own fp32 partials
+    (fewer products per tensor-core accumulator than the T-slot GEMM, within the same
+    bound), summed in fp32 with the chunks."""
+    from argus.ops.schedules import Problem, heuristic
+
+    rows, n = c.shape[-2], c.shape[-1]
+    parts = torch.empty(pieces * chunks, rows, n, dtype=torch.float32, device=pa.device)
+    for g in range(pieces):
+        width = (pieces - g) * kc
+        a_view = pa[..., :width]
+        b_view = pb[..., g * kc:] if layout == "nk" else pb[:, g * kc:, :]
+        sched = schedule.gemm or heuristic(Problem(rows, n, width, chunks, "bf16", "f32",
+                                                   layout, False))
+        run(kernel, (a_view, b_view, parts[g * chunks:(g + 1) * chunks]), s=sched)
+    sum_parts(parts.view(1, pieces * chunks, rows * n), c.view(1, rows * n))
+
+
 def plan_chunks(k: int, terms: int, max_chunk: int = MAX_CHUNK) -> tuple[int, int]:
     """(chunks, kc): chunks of at most max_chunk, kc a multiple of 8 (16-byte bf16 rows)."""
     chunks = max(1, math.ceil(k / max_chunk))
@@ -197,6 +234,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
     a_slots = tuple(p for p, _ in SLOTS[schedule.terms])
     b_slots = tuple(q for _, q in SLOTS[schedule.terms])
     chunks, kc = plan_chunks(k, schedule.terms, schedule.max_chunk)
+    pieces = max(a_slots) + 1
+    if nb_eff == 1 and out.is_contiguous() and groups_pay(
+            pieces, rows * chunks * kc, n * chunks * kc, rows * n, chunks):
+        a_slots, b_slots = tuple(range(pieces)), tuple(reversed(range(pieces)))
+    else:
+        pieces = 0
     pa = split(a_km, a_slots, chunks, kc)                  # [nb*chunks, rows, T*kc]
     bt = b3.transpose(-1, -2)
     if bt.stride(-1) == 1:                                 # B^T is a K-major [N, K]: "nk"
@@ -205,10 +248,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
     else:                                                  # B [K, N], N contiguous: "kn"
         layout = "kn"
         pb = split_kn(b3 if b3.stride(-1) == 1 else k_major(b3), b_slots, chunks, kc)
+    if pieces:
+        pa_once, pb_once, pa = pa, pb, None
     kernel = gemm_kernel(ag.bf16, ag.f32, layout, True)
+    c = out.view(nb_eff, rows, n) if out.is_contiguous() else None
+    if pa is None:                                         # grouped: pieces stored once
+        grouped_products(kernel, layout, pa_once, pb_once, pieces, chunks, kc, c, schedule)
+        return out
     sched = schedule.gemm or heuristic(Problem(rows, n, pa.shape[-1], nb_eff * chunks, "bf16",
                                                "f32", layout, False))
-    c = out.view(nb_eff, rows, n) if out.is_contiguous() else None
     if chunks == 1 and c is not None:
         run(kernel, (pa, pb, c), s=sched)
         return out
@@ -221,5 +269,5 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
     return out
 
 
-__all__ = ["MatmulSchedule", "chunk_groups", "matmul", "plan_chunks", "split", "sum_chunks",
+__all__ = ["MatmulSchedule", "chunk_groups", "grouped_products", "groups_pay", "matmul", "plan_chunks", "split", "sum_chunks",
            "sum_parts", "transpose"]

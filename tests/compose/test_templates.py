@@ -378,3 +378,22 @@ def test_sibling_reductions_share_one_pass(case):
     else:
         f = fn_model(lambda x: torch.exp(x.sum(1) - x.amax(1)) + x.sum(1).mean())
         check(f, [randn(700, 33)])
+
+
+@pytest.mark.parametrize("case", ["linear_kn_chunks", "mm_kn_one_chunk", "linear_nk"])
+def test_grouped_split_products_are_strict(case):
+    """Skinny fp32 GEMMs (a weight read once) store each operand's bf16 pieces once and run
+    one GEMM per product group over views (A's first slots against B's last ones): the same
+    six products, fp32-accurate against float64, fewer bytes written by the split."""
+    from argus.compose.gemm import groups_pay
+
+    if case == "linear_kn_chunks":
+        f, xs = (lambda x, y: x @ y), [randn(4, 3000), randn(3000, 300, seed=1)]
+        assert groups_pay(3, 4 * 3000, 300 * 3000, 4 * 300, 3)
+    elif case == "mm_kn_one_chunk":
+        f, xs = (lambda x, y: x @ y), [randn(6, 500), randn(500, 260, seed=1)]
+        assert groups_pay(3, 6 * 504, 260 * 504, 6 * 260, 1)
+    else:
+        f, xs = (lambda x, w: F.linear(x, w)), [randn(5, 2100), randn(300, 2100, seed=1)]
+    assert not groups_pay(3, 4096 * 4096, 4096 * 4096, 4096 * 4096, 4)   # square: one GEMM
+    check(fn_model(f, 2), xs)

@@ -36,6 +36,11 @@ SAMPLE = [
     ("level2", "30_Gemm_GroupNorm_Hardtanh.py"),
     ("level2", "84_Gemm_BatchNorm_Scaling_Softmax.py"),
     ("level2", "99_Matmul_GELU_Softmax.py"),
+    # the first judge run's slow ones: grouped split products + two-pass chunk sum (L1/6,
+    # L2/56), rows per CTA in pooling (L1/43), a broadcast operand (L1/12)
+    ("level1", "6_Matmul_with_large_K_dimension_.py"),
+    ("level1", "12_Matmul_with_diagonal_matrices_.py"), ("level1", "43_Max_Pooling_3D.py"),
+    ("level2", "56_Matmul_Sigmoid_Sum.py"),
 ]
 
 
