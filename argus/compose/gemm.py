@@ -11,6 +11,10 @@ x = x0 + x1 + x2 with x0 = bf16(x), x1 = bf16(x - x0), x2 = bf16(x - x0 - x1) (e
 those of argus/agent/split_numerics.py (SLOTS), which derives their accuracy; chunks of at most
 1024 K keep the tensor core's truncating accumulation within the strict bound there.
 
+Skinny and long-K problems (groups_pay: a weight read once, K = 2^19 into 256 x 256) store each
+operand's pieces once instead (A0 A1 A2 / B2 B1 B0) and run one GEMM per product group over
+views (grouped_products); chunk partials of a small output are summed in two passes (sum_parts).
+
 An operand whose innermost dim is not K (B = [K, N] row-major, A = X.T) is first transposed by
 an Argus copy kernel (a tile stored transposed), so the split always reads K-contiguous rows.
 The epilogue (bias, activations) runs as a separate fused elementwise kernel: the library
