@@ -7,7 +7,10 @@ from materialized tensors, inlining every elementwise producer (recomputed where
 share it) and every reduction over the kernel's own domain and axes as a *statistic* computed
 in an earlier pass of the same kernel (softmax: max, then sum of exp; layer norm: mean, then
 the mean of squared deviations; then the apply pass). A reduction over another domain or other
-axes is materialized by its own kernel first.
+axes is materialized by its own kernel first, except where an elementwise result is computed
+only from two or more reductions over one domain and axes (a triplet loss's two distances): it
+roots one kernel that reduces them all in one pass and applies itself to the kept rows
+(_sibling_stats; keepdim=False views of those reductions are read as the statistics).
 """
 
 from __future__ import annotations
