@@ -43,7 +43,7 @@ from argus.ir import ops as O
 from argus.ir import tag_ops as T
 from argus.ir.core import Kernel, Op, Region, Value
 from argus.ir.types import ScalarType, SmemType, TensorType, TileType
-from argus.verify import exprs
+from argus.verify import exprs, solver
 from argus.verify.tagdomain import (Memo, Record, TagVal, conj, fresh_int, mentions,
                                    substitute)
 from argus.verify.transfer import RULES
@@ -531,10 +531,18 @@ class Model:
         memo = self.__dict__.setdefault("_inactive_memo", {})
         k = (key, reader.seq, peer)
         if k not in memo:
-            s = z3.Solver()
-            s.set("timeout", 2000)
-            s.add(*self.premises, *reader.constraints(), active)
-            memo[k] = s.check() == z3.unsat
+            # readers of one ring ask alpha-equivalent questions (fresh writer variables per
+            # reader: 80 asked, 4 distinct in a tail-split GEMM): one solver call per distinct
+            # question, keyed by its canonical term (kept alive with the answer)
+            query = [*self.premises, *reader.constraints(), active]
+            term = solver.canonical(query, [])
+            by_term = self.__dict__.setdefault("_inactive_by_term", {})
+            if term.get_id() not in by_term:
+                s = z3.Solver()
+                s.set("timeout", 2000)
+                s.add(*query)
+                by_term[term.get_id()] = (term, s.check() == z3.unsat)
+            memo[k] = by_term[term.get_id()][1]
         return memo[k]
 
     def writer_substitution(self, step: StepInfo, reader: Site, n_r, pre=()) -> list:
