@@ -413,7 +413,10 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
       * store.coverage (tiles) — the tile origins are multiples of T_d, and the map from the
         unit variables to the tile index q_d = origin_d / T_d is injective into the box
         [0, cdiv(extent_d, T_d)) with at least as many units as the box has tiles: a
-        bijection (counting), so every tile of the output, hence every element, is stored.
+        bijection (counting), so every tile of the output, hence every element, is stored;
+      * store.coverage (turn) — a condition `wg == e` around the store on a warpgroup the
+        destination does not name (ping-pong's turn) lets exactly one warpgroup store when
+        e lies in the warpgroups' range.
     `sites`: stores of one tile in blocks, each `st` shifted by constant offsets (the TMA-store
     epilogue's column blocks); the block index is a variable inside the tile.
     Anything outside that shape is reported unknown, never assumed."""
@@ -436,9 +439,6 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
 
     def unknown(why):
         return [], [Finding("store.coverage", st.op.loc, subject, "unknown", why)]
-    if any(s.kind == "if" for s in st.site.scopes):
-        return unknown("the store runs under a condition: counting its instances does not "
-                       "show coverage")
     within, units = list(idx) + ([block] if block is not None else []), []
     for v in inst:
         r = ranges.get(str(v))
@@ -453,8 +453,21 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
     if block is not None:
         counts[str(block)] = z3.IntVal(len(sites))
         los[str(block)] = z3.IntVal(0)
-    # persistent walks: (program id, iteration) -> unit index u in [0, T)
     obs: list[Obligation] = []
+    # a condition `wg == e` on a warpgroup the destination does not name (ping-pong: the
+    # warpgroup whose turn it is stores the unit) lets exactly one of them store when e is in
+    # its range: proven below; any other condition makes the count meaningless
+    for sc in st.site.scopes:
+        if sc.kind != "if":
+            continue
+        for c in sc.constraints:
+            pinned = _pinned(c, within, names)
+            if pinned is None:
+                return unknown("the store runs under a condition other than `warpgroup == "
+                               "turn`: counting its instances does not show coverage")
+            w, e = pinned
+            obs.append(_turn_obligation(model, st, sc, w, e, los[str(w)], counts[str(w)]))
+    # persistent walks: (program id, iteration) -> unit index u in [0, T)
     walked: dict[str, tuple] = {}      # loop var name -> (scope, T)
     grid_names = {str(v) for v, _, _ in model.grid_vars}
     for sc in st.site.scopes:
@@ -505,6 +518,37 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
     if moving:
         obs.append(_tile_obligation(model, st, moving, units, walked, counts))
     return obs, []
+
+
+def _pinned(cond, within, names):
+    """(w, e) when `cond` is w == e for a variable w inside the tile that the destination
+    does not name and e does not mention; else None."""
+    if not z3.is_eq(cond):
+        return None
+    a, b = cond.arg(0), cond.arg(1)
+    for w, e in ((a, b), (b, a)):
+        if any(w.eq(v) for v in within) and str(w) not in names and \
+                str(w) not in free_consts(e):
+            return w, e
+    return None
+
+
+def _turn_obligation(model, st, sc, w, e, lo, count) -> Obligation:
+    prem = list(model.premises) + [c for s in st.site.scopes if s is not sc
+                                   for c in s.constraints]
+    claims = [("exactly one of them stores", z3.And(e >= lo, e < lo + count))]
+
+    info = model.vars.get(str(w))
+    who = info.label if info is not None else str(w)
+
+    def decode(zm, violated):
+        wit = {"shapes": W.shapes(model, zm), "turn": value(zm, e)}
+        return (f"the store at {st.op.loc} runs when the {who} is {wit['turn']}, which no "
+                f"{who} in [{value(zm, lo)}, {value(zm, lo + count)}) is: that unit is never "
+                f"stored"), wit
+    return Obligation("store.coverage", sc.op.loc,
+                      f"the condition at {sc.op.loc} lets exactly one {who} store", prem,
+                      claims, decode, minimize=list(model.params.values()))
 
 
 def _constant(x) -> bool:

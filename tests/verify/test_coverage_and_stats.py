@@ -53,6 +53,14 @@ def test_tma_store_epilogue_coverage_is_proven():
         epilogue="tma", cluster_m=2, store_cols=128, stages=3)))
 
 
+def test_ping_pong_coverage_is_proven():
+    """Ping-pong: the warpgroup whose turn it is stores the unit (ag.when(turn == wg)):
+    exactly one of them, since the turn lies in the warpgroups' range."""
+    proven = _coverage_proven(lower_only(gemm_kernel(), s=GemmSchedule(pingpong=True, bm=128,
+                                                                        bn=128)))
+    assert any("lets exactly one" in d.message for d in proven)
+
+
 def test_partial_output_coverage_is_not_claimed():
     """A tail-split GEMM leaves its tail tiles to the sum kernel (partial_outputs=("C",)):
     counting its units against C's tiles would be a false alarm."""
