@@ -224,7 +224,10 @@ def _joined(cls: list[StoreSite]):
         return None
     first = cls[order[0]]
     shape = tuple(n * len(cls) if k == axis else n for k, n in enumerate(first.shape))
-    return dataclasses.replace(first, shape=shape), ([cls[i] for i in order], axis, w)
+    # the joined box has no register layout of its own (a witness's thread and register are
+    # read off the block's tile, `_joined_once`)
+    box = dataclasses.replace(first, shape=shape, tile=dataclasses.replace(first.tile, layout=""))
+    return box, ([cls[i] for i in order], axis, w)
 
 
 def _joined_once(model: Model, site: StoreSite, tiled) -> Obligation:
