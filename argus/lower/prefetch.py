@@ -34,12 +34,12 @@ they read in-bounds memory or nothing, and their values are never used.
 
 The depth is DEPTH blocks. What the memory system sees is the bytes in flight per SM: CTAs per
 SM x threads x depth x registers per block x 4. Measured on the H200 at 8192 x 8192 fp32
-(docs/perf/core2.md), the looped softmax ran at 83.5%, 89.9% and 95.4% of the copy bandwidth
-with at most 40, 64 and 96 KB per SM in flight (BN 2048 and 4096 one block ahead, BN 8192
-one block; registers from NVRTC's report for sm_90a). A ring 3 deep reaches 96 KB at BN 2048
-(64 registers per thread, 4 CTAs per SM) and at BN 4096 (102 registers, 2 CTAs), where one
-block ahead, unrolled, reaches 40 and 48 KB; deeper rings cost more CTAs than they add
-blocks (BN 2048 five deep: 86 registers, 2 CTAs, 80 KB). Not applied inside warp roles
+(docs/perf/core2.md, scripts/gpu_prefetch_sweep.py), the looped softmax at BN 2048 (8
+registers per block) ran at 80.2% of the copy bandwidth without the ring and 83.8 / 88.3 /
+88.7 / 72.0% with rings 1 / 2 / 3 / 5 deep (48 / 61 / 64 / 86 registers); at BN 4096 (16
+registers per block) at 90.2% without it and 87.9 / 80.2 / 77.6% with rings 1 / 2 / 3 (the
+registers cost more CTAs per SM than the blocks add). Hence depth 3 and blocks of at most
+MAX_BLOCK_REGS = 8 registers. Not applied inside warp roles
 (warp-specialized schedules place their own loads and budget their registers), to loads of more
 than MAX_BLOCK_REGS registers per thread per block (together), or to a loop that contains loops
 (its inner loops are pipelined; unrolling it would multiply their code).
@@ -56,9 +56,9 @@ from argus.ir.types import TileType
 from argus.target import register_layouts as RL
 
 # registers per thread of one block of a loop's loads, above which the loop is left alone: a
-# wider block (the looped softmax at BN 8192 holds 32 registers per load) already has that many
-# bytes in flight, and a ring of such blocks would cost occupancy
-MAX_BLOCK_REGS = 16
+# wider block already has that many bytes in flight, and a ring of such blocks costs occupancy
+# (the looped softmax at BN 4096, 16 registers per block, measured slower with any ring)
+MAX_BLOCK_REGS = 8
 # blocks in flight ahead of the one being worked on (module docstring); the body is rendered
 # DEPTH + 1 times per trip
 DEPTH = 3

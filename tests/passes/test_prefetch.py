@@ -51,7 +51,16 @@ def _chain(loop, start, n):
     return cur
 
 
-@pytest.mark.parametrize("bn, depth", [(1024, 3), (2048, 3), (4096, 3)])
+def test_blocks_wider_than_the_budget_are_left_alone(online):
+    """BN 4096 is 16 registers per thread per block: measured on the H200 faster without a
+    ring (90.2% of copy bandwidth) than with one 1, 2 or 3 deep (87.9 / 80.2 / 77.6%)."""
+    k = _lowered(online.KERNEL, BN=4096)
+    assert not k.attr("loop_unroll")
+    assert not [op for op in k.body.ops if isinstance(op, O.Load)]   # no ring blocks ahead
+    assert [sum(isinstance(op, O.Load) for op in loop.body.ops) for loop in _loops(k)] == [1, 1]
+
+
+@pytest.mark.parametrize("bn, depth", [(1024, 3), (2048, 3)])
 def test_both_passes_of_the_online_softmax_rotate_a_ring_of_blocks(online, bn, depth):
     k = _lowered(online.KERNEL, BN=bn)
     loops = _loops(k)
@@ -241,7 +250,7 @@ def _ldg_copies(sass: str) -> list[str]:
 
 @pytest.mark.skipif(not __import__("argus.runtime", fromlist=["x"]).nvrtc_available(),
                     reason="NVRTC not installed")
-@pytest.mark.parametrize("bn", [1024, 2048, 4096])
+@pytest.mark.parametrize("bn", [1024, 2048])
 def test_nvrtc_compiles_the_ring_and_its_sass_copies_no_loaded_register(online, bn):
     from argus import codegen
     from argus.analysis import alignment
