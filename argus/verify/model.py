@@ -532,16 +532,32 @@ class Model:
         k = (key, reader.seq, peer)
         if k not in memo:
             # readers of one ring ask alpha-equivalent questions (fresh writer variables per
-            # reader: 80 asked, 4 distinct in a tail-split GEMM): one solver call per distinct
-            # question, keyed by its canonical term (kept alive with the answer)
+            # reader: 80 asked, 4 distinct in a tail-split GEMM): a definite answer (sat or
+            # unsat) is remembered per distinct question, keyed by its canonical term (kept
+            # alive with the answer). z3 may answer unknown for one naming of a question and
+            # unsat for another, so an unknown is not remembered, and the canonical naming is
+            # asked as a second opinion. A resource budget, not wall time: the answer must not
+            # depend on the machine's load (a 2 s timeout kept the K-slice site of a tail-split
+            # GEMM under load, and its fields made wgmma.agree a false alarm); the unsat
+            # answers take up to 0.8M units (0.7 s), the budget is 6x that, with a backstop
             query = [*self.premises, *reader.constraints(), active]
-            term = solver.canonical(query, [])
+            # premises ∧ ¬¬active: the query itself, renamed (a term to solve, not only a key)
+            term = solver.canonical(query[:-1], [("never active", z3.Not(active))])
             by_term = self.__dict__.setdefault("_inactive_by_term", {})
             if term.get_id() not in by_term:
-                s = z3.Solver()
-                s.set("timeout", 2000)
-                s.add(*query)
-                by_term[term.get_id()] = (term, s.check() == z3.unsat)
+                res = z3.unknown
+                for form in (query, [term]):
+                    s = z3.Solver()
+                    s.set("rlimit", 5_000_000)
+                    s.set("timeout", 60_000)
+                    s.add(*form)
+                    res = s.check()
+                    if res != z3.unknown:
+                        break
+                if res == z3.unknown:
+                    memo[k] = False   # keep the site (sound); another naming may decide it
+                    return False
+                by_term[term.get_id()] = (term, res == z3.unsat)
             memo[k] = by_term[term.get_id()][1]
         return memo[k]
 
