@@ -7,7 +7,7 @@ partial is legal because a later sum adds it), and a second kernel adds them: C 
 adding P[0] twice and P[1] never, or stopping one slice short, stores right-looking tags.
 
 This check reads the sum itself. For every stored value, the tree of elementwise additions
-under it (through conversions, variables and assignments) has loads of one tensor as leaves;
+under it (through conversions and a variable's initial value) has loads of one tensor as leaves;
 the dims along which the leaves' offsets differ are the summed dims (the slice index). Then
   * distinct leaves read distinct slices (no slice added twice), and
   * every slice index lies in the tensor's extent, and there are as many leaves as slices
@@ -37,7 +37,7 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
         if not isinstance(st, O.Store):
             continue
         leaves: list[O.Load] = []
-        if not _sum_leaves(defs, st.value.id, leaves, top=True) or len(leaves) < 2:
+        if not _sum_leaves(defs, st.value.id, leaves) or len(leaves) < 2:
             continue
         tensors = {ld.tensor.id for ld in leaves}
         info = model.tensors.get(next(iter(tensors)))
@@ -62,7 +62,7 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     return obs, []
 
 
-def _sum_leaves(defs, vid: int, out: list, top: bool = False) -> bool:
+def _sum_leaves(defs, vid: int, out: list) -> bool:
     """Collect the loads added up into value `vid`; False when the tree has another kind of
     node (a product, a max: not a plain sum of partials)."""
     op = defs.get(vid)
