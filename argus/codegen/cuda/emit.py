@@ -447,7 +447,8 @@ def render(kernel: Kernel) -> Source:
                    "1024 B.")
         out.append("    unsigned char* const smem = argus_smem_raw + "
                    "((1024u - (ag::smem_u32(argus_smem_raw) & 1023u)) & 1023u);")
-    # once each: a loop unrolled by lower/prefetch.py renders a reduction's scratch twice
+    # once each: a loop unrolled by lower/prefetch.py renders its body (and a reduction's
+    # scratch declaration in it) once per copy
     out.extend("    " + d for d in dict.fromkeys(em.shared_decls))
     out.extend(body)
     out.append("}")
