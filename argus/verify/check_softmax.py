@@ -54,7 +54,6 @@ class _Flow:
         self.findings: list[Finding] = []
         self.report = True
         self._seen: set = set()
-        self._loops = 0
         self.region(kernel.body)
 
     # -- helpers ---------------------------------------------------------------------------
