@@ -107,8 +107,9 @@ class GpuGate:
 
     @staticmethod
     def holding_shared() -> bool:
-        """Whether this thread is inside a shared hold (of any gate)."""
-        return getattr(_LOCAL, "fd", None) is not None
+        """Whether this thread is inside a shared hold (of any gate): the module's
+        holding_shared()."""
+        return holding_shared()
 
     @contextlib.contextmanager
     def yielding(self) -> Iterator[None]:
