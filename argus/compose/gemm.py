@@ -273,5 +273,5 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
     return out
 
 
-__all__ = ["MatmulSchedule", "chunk_groups", "grouped_products", "groups_pay", "matmul", "plan_chunks", "split", "sum_chunks",
-           "sum_parts", "transpose"]
+__all__ = ["MatmulSchedule", "chunk_groups", "grouped_products", "groups_pay", "matmul",
+           "plan_chunks", "split", "sum_chunks", "sum_parts", "transpose"]
