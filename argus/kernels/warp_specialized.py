@@ -38,9 +38,9 @@ the full waves' units (`units`) and then S K slices of each unit of the last, pa
     for part, q, unit in sched.tail_units(): ...       # slice `part` of tail tile q
 
 The blocks: `TileScheduler` (grouped raster `tile_coords`, unit decode with batch and cluster
-rank, the tail's walk), `load_tile` and `OperandRing.load` (TMA loads into the ring: MN-major atoms, cluster
-multicast, several K slices per stage), `OperandRing.mma` (wgmma over the ring into an fp32
-accumulator), the epilogues `store_tile` (from registers, optionally transposed) and
+rank, the tail's walk), `load_tile` and `OperandRing.load` (TMA loads into the ring: MN-major
+atoms, cluster multicast, several K slices per stage), `OperandRing.mma` (wgmma over the ring
+into an fp32 accumulator), the epilogues `store_tile` (from registers, optionally transposed) and
 `store_tile_staged` (stmatrix + TMA store in staged rounds), and `WarpSpecializedSchedule`, the
 fields and checks every such kernel's schedule has. A kernel adds its own hooks: `finish`
 (accumulator block -> output tile, e.g. per-tensor scales, then the conversion) and whatever
