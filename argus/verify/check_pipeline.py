@@ -34,7 +34,7 @@ from argus.verify import witness as W
 from argus.verify.model import Model, PipeInfo, StepInfo, _num
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
-from argus.verify.tagdomain import fresh_int, mentions
+from argus.verify.tagdomain import fresh_int, mentions, subterms
 
 STAGE_REF = "n % S"
 CONSUMER_PARITY_REF = "(n / S) & 1"
@@ -317,16 +317,7 @@ def _cluster_overwrite(model: Model, pipe: PipeInfo, p: StepInfo, peers: int, su
 
 def _sums(model: Model, term) -> list:
     """The applications of Model.steps_over's sums in a step count."""
-    out, todo, seen = {}, [term], set()
-    while todo:
-        t = todo.pop()
-        if t.get_id() in seen:
-            continue
-        seen.add(t.get_id())
-        if z3.is_app(t) and t.decl().name() in model.step_sums:
-            out[t.get_id()] = t
-        todo.extend(t.children())
-    return list(out.values())
+    return [t for t in subterms(term) if z3.is_app(t) and t.decl().name() in model.step_sums]
 
 
 def _per_iteration(model: Model, app, t):
@@ -430,12 +421,7 @@ def _known_total(model: Model, pipe: PipeInfo, c: StepInfo, T) -> list:
 
 def _linear(term) -> bool:
     """No product of two non-constants, no division or remainder by a non-constant."""
-    todo, seen = [term], set()
-    while todo:
-        t = todo.pop()
-        if t.get_id() in seen:
-            continue
-        seen.add(t.get_id())
+    for t in subterms(term):
         if z3.is_app(t):
             k = t.decl().kind()
             args = t.children()
@@ -444,7 +430,6 @@ def _linear(term) -> bool:
             if k in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD, z3.Z3_OP_DIV, z3.Z3_OP_REM) and \
                     not z3.is_int_value(args[1]):
                 return False
-        todo.extend(t.children())
     return True
 
 

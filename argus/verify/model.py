@@ -45,7 +45,7 @@ from argus.ir.core import Kernel, Op, Region, Value
 from argus.ir.types import ScalarType, SmemType, TensorType, TileType
 from argus.verify import exprs, solver
 from argus.verify.tagdomain import (Memo, Record, TagVal, conj, fresh_int, mentions,
-                                   substitute)
+                                   substitute, subterms)
 from argus.verify.transfer import RULES
 # the records the walk builds and the obligation modules read live with the transfer functions
 # that fill them in (one module below both); the checks import them from here
@@ -697,18 +697,9 @@ def _max0(x):
 
 def _consts(term, exclude=None) -> list:
     """The uninterpreted constants of a term (but `exclude`), each once."""
-    out: dict[int, Any] = {}
-    todo, seen = [term], set()
-    while todo:
-        t = todo.pop()
-        if t.get_id() in seen:
-            continue
-        seen.add(t.get_id())
-        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-            if exclude is None or not t.eq(exclude):
-                out[t.get_id()] = t
-        todo.extend(t.children())
-    return list(out.values())
+    return [t for t in subterms(term)
+            if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED
+            and (exclude is None or not t.eq(exclude))]
 
 
 def _mentions_any(term, vars_) -> bool:

@@ -151,21 +151,25 @@ def term_name(t) -> str:
     return str(t)
 
 
-def free_consts(term) -> set[str]:
-    """Names of the uninterpreted constants in a term."""
-    out: set[str] = set()
-    if not isinstance(term, z3.ExprRef):
-        return out
+def subterms(term):
+    """Every distinct subterm of a z3 term (the term included), each once, depth first (a
+    shared subterm is visited once, not once per path to it)."""
     todo, seen = [term], set()
     while todo:
         t = todo.pop()
         if t.get_id() in seen:
             continue
         seen.add(t.get_id())
-        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-            out.add(t.decl().name())
+        yield t
         todo.extend(t.children())
-    return out
+
+
+def free_consts(term) -> set[str]:
+    """Names of the uninterpreted constants in a term."""
+    if not isinstance(term, z3.ExprRef):
+        return set()
+    return {t.decl().name() for t in subterms(term)
+            if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED}
 
 
 @dataclass(frozen=True)
