@@ -102,7 +102,9 @@ class _Checker:
             if isinstance(op, O.Wgmma):
                 self.wgmma_tiles |= {self.tile(v) for v in self._wgmma_regs(op)}
         self.findings: dict[tuple, Finding] = {}
-        self.group = 128  # threads of the group being walked (a warpgroup, or the CTA)
+        # threads of the group an elect picks from: a role's warpgroup (lower/elect.py elects
+        # in roles only); never set to the CTA's count, unlike codegen's elect outside roles
+        self.group = 128
 
     def rt(self, v) -> int:
         return self.root.get(v.id, v.id)
