@@ -56,7 +56,7 @@ def elect(em: _Emitter, op: O.Elect) -> None:
     """The threads lower/elect.py chose: thread 0 of the group, or one per group / threads
     consecutive threads (gtid is the thread's index in its warpgroup inside a role, in the
     CTA outside)."""
-    group = 128 if em.in_role else em.group_threads
+    group = em.group_threads   # 128 in a role (render sets it), the CTA's threads outside
     if op.threads < 1 or group % op.threads:
         raise CompileError(f"elect of {op.threads} threads in a group of {group}", op.loc,
                            fix="elect 1 thread, or a divisor of the group's thread count")
