@@ -535,11 +535,13 @@ class Model:
             # reader: 80 asked, 4 distinct in a tail-split GEMM): a definite answer (sat or
             # unsat) is remembered per distinct question, keyed by its canonical term (kept
             # alive with the answer). z3 may answer unknown for one naming of a question and
-            # unsat for another, so an unknown is not remembered, and the canonical naming is
-            # asked as a second opinion. A resource budget, not wall time: the answer must not
-            # depend on the machine's load (a 2 s timeout kept the K-slice site of a tail-split
-            # GEMM under load, and its fields made wgmma.agree a false alarm); the unsat
-            # answers take up to 0.8M units (0.7 s), the budget is 6x that, with a backstop
+            # unsat for another, so an unknown is not remembered for the other readers (only
+            # for this one, in `memo`), and the canonical naming is asked as a second opinion.
+            # A resource budget, not wall time: the answer must not depend on the machine's
+            # load (a 2 s timeout kept the K-slice site of a tail-split GEMM under load, and
+            # its fields made wgmma.agree a false alarm); the unsat answers take up to 0.8M
+            # units (0.7 s), the rlimit is about 6x that, and the 60 s timeout is only a
+            # backstop
             query = [*self.premises, *reader.constraints(), active]
             # premises ∧ ¬¬active: the query itself, renamed (a term to solve, not only a key)
             term = solver.canonical(query[:-1], [("never active", z3.Not(active))])
