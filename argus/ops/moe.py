@@ -40,6 +40,7 @@ from argus.errors import LaunchError
 from argus.kernels import moe_routing as R
 from argus.kernels.moe import (PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL, TINY, MoeSchedule,
                                decode_schedule, grouped_gemm_kernel, split_finish_kernel)
+from argus.ops.split_k import k_slices
 
 _WHO = "argus.ops.moe"
 SCORINGS = ("softmax", "sigmoid")
@@ -339,8 +340,7 @@ def _k_slices(t, splits: int):
     """t [..., K] with K cut into `splits` equal slices stacked in front ([splits, ..., K/S]):
     a view, read by TMA like a batch (argus/ops/split_k.py's form); decode_splits only picks
     counts that cut K into whole 64-column steps."""
-    ks = t.shape[-1] // splits
-    return t.as_strided((splits, *t.shape[:-1], ks), (ks * t.stride(-1), *t.stride()))
+    return k_slices(t, t.dim() - 1, splits)
 
 
 def route(logits, layer: Layer, *, renormalize: bool = True, scoring: str = "softmax",

@@ -51,11 +51,11 @@ def tail_slices(a, b, layout: str, splits: int):
     k = a.shape[-1]
     if k % splits:
         raise ValueError(f"split_k.slices: K={k} is not a multiple of {splits}")
-    return _k_slices(a, a.dim() - 1, splits), \
-        _k_slices(b, b.dim() - (1 if layout == "nk" else 2), splits)
+    return k_slices(a, a.dim() - 1, splits), \
+        k_slices(b, b.dim() - (1 if layout == "nk" else 2), splits)
 
 
-def _k_slices(t, axis: int, splits: int):
+def k_slices(t, axis: int, splits: int):
     """t with its K axis `axis` cut into `splits` equal slices, stacked in front: slice s is
     t's K range [s * K/splits, (s + 1) * K/splits), reached by a stride of K/splits elements
     along K."""
