@@ -10,7 +10,7 @@ A query is "premises ∧ ¬(∧ claims)": UNSAT proves every claim for all value
 variables; SAT gives a witness and the list of claims it violates.
 
 Proofs are remembered per process, keyed by the query up to renaming of its constants
-(alpha-equivalence: the formula with every uninterpreted constant renamed to `k!i`, with its
+(alpha-equivalence: the formula with every uninterpreted constant renamed to `argus!c<i>`, with its
 sort, in order of first occurrence; z3 shares equal terms, so the renamed formula's AST id is
 the key). One kernel poses many identical queries (the race check of each of a TMA-store
 epilogue's column blocks, each with fresh instance variables: 187 queries, 21 distinct), and
