@@ -188,7 +188,7 @@ def _acc_chain(defs: dict, vid: int) -> list[int]:
     return chain
 
 
-def _carried_across(model: Model, chain: list[int], loop: O.For, defs: dict) -> bool:
+def _carried_across(chain: list[int], loop: O.For, defs: dict) -> bool:
     """Whether the accumulator made of `chain` carries its value from one iteration of
     `loop` to the next: the wgmma accumulates in place into a value that lives across the
     loop (defined outside it), or a variable of the chain is defined outside the loop and
@@ -214,7 +214,7 @@ def _reduction_loops(model: Model, site: WgmmaSite):
     if promoted is not None:
         chains.append(_acc_chain(defs, promoted.result.id))
     return [s for s in site.site.loops()
-            if any(_carried_across(model, c, s.op, defs) for c in chains)]
+            if any(_carried_across(c, s.op, defs) for c in chains)]
 
 
 def _k_key(model: Model, site: WgmmaSite, name: str):
