@@ -62,8 +62,8 @@ def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
         saved, recording = dict(m.tiles), m._recording
         m._recording = False
         # one dry pass per level of the tiles known exactly per iteration: a register ring
-        # (lower/prefetch.py) rotates b0 = b1, b1 = load(j + 2*step), so b1's entry state must
-        # be known before b0's is (its value at j - step)
+        # (lower/prefetch.py, DEPTH blocks) rotates b0 = b1, ..., b_last = load(j + DEPTH*step),
+        # so b1's entry state must be known before b0's is (its value at j - step), and so on
         entry: dict = {}
         for level in _exact_levels(m, op, carried) or [set()]:
             m.tiles.clear()
