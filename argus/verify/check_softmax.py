@@ -234,14 +234,14 @@ class _Flow:
         if fn == "mul" and len(args) == 2:
             a, b = args
             sa, sb = self.s(a), self.s(b)
-            for x, y, sx, sy in ((a, b, sa, sb), (b, a, sb, sa)):
+            for sx, sy in ((sa, sb), (sb, sa)):
                 if sy is not None and sy[0] == "resc":
-                    self.rescale(op, x, sx, sy)
+                    self.rescale(op, sx, sy)
                     return
                 if sy is not None and sy[0] == "inv" and sx is not None and sx[0] == "rel":
                     self.normalize(op, sx, sy[1])
                     return
-            for x, sx, other in ((a, sa, b), (b, sb, a)):
+            for sx, other in ((sa, b), (sb, a)):
                 if sx is not None and sx[0] in ("rel", "zero", "norm") and \
                         self.s(other) is None:
                     self.set(res, sx)   # scaled by a value that is no statistic
@@ -269,7 +269,7 @@ class _Flow:
                               "before adding the block's exp(s - m_new) terms")
             return
 
-    def rescale(self, op, x, sx, resc) -> None:
+    def rescale(self, op, sx, resc) -> None:
         frm, to = resc[1], resc[2]
         if sx == ZERO:
             self.set(op.result, ZERO)
