@@ -485,7 +485,7 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
                 any(str(g) in names for g in gs):
             return unknown(f"the loop at {sc.op.loc} starts at a program id but its bounds or "
                            f"the destination use the program id otherwise")
-        obs.append(_walk_obligation(model, st, sc, gs, start, step, ranges))
+        obs.append(_walk_obligation(model, sc, gs, start, step, ranges))
         walked[str(sc.var)] = (sc, stop)
         units = [u for u in units if not any(u is g for g in gs)]
     units = [u for u in units if str(u) in names or str(u) in walked]
@@ -558,7 +558,7 @@ def _constant(x) -> bool:
     return isinstance(x, int) or (isinstance(x, z3.ExprRef) and z3.is_int_value(z3.simplify(x)))
 
 
-def _walk_obligation(model, st, sc, gs, start, step, ranges) -> Obligation:
+def _walk_obligation(model, sc, gs, start, step, ranges) -> Obligation:
     """The start of a persistent loop maps the program ids it uses one-to-one onto [0, step)."""
     ren = [(g, fresh_int(f"{g}@2")) for g in gs]
     start2 = z3.substitute(start, *ren)
