@@ -42,7 +42,6 @@ class _Flow:
         self.root: dict[int, int] = {}         # smem view id -> buffer id
         self.findings: list[Finding] = []
         self._seen: set = set()
-        self.defs = {v.id: op for op in kernel.body.walk() for v in op.results()}
         self.region(kernel.body)
 
     def get(self, v) -> object:
@@ -56,36 +55,6 @@ class _Flow:
         if v.id in self.const:
             return self.const[v.id]
         return FINITE
-
-    def _never_partial(self, op) -> bool:
-        """Every axis of the load's tile either spans one element or divides the tensor's
-        concrete extent, at an offset that is a multiple of the tile's extent: each tile lies
-        wholly inside the tensor or wholly outside it (a whole tile outside is a loop-bound
-        question, not a fill one: the register ring of lower/prefetch.py loads such blocks ahead
-        and never reduces them). Without it, a reduction over 8192 columns in 1024-column
-        blocks was refused as if column 8192 could be masked (KernelBench L1/99)."""
-        tile = op.result.type.shape
-        extents = op.tensor.type.shape
-        for t, e, off in zip(tile, extents, op.offsets):
-            if t == 1:
-                continue
-            if not isinstance(e, int) or e % t or not self._multiple_of(off, t):
-                return False
-        return True
-
-    def _multiple_of(self, v, t: int, depth: int = 0) -> bool:
-        """v is provably a multiple of t: a constant, or + / - of multiples, or a product with
-        a multiple (structural, a few levels deep)."""
-        d = self.defs.get(v.id)
-        if depth > 8 or d is None:
-            return False
-        if isinstance(d, O.Const):
-            return isinstance(d.value, int) and not isinstance(d.value, bool) and d.value % t == 0
-        if isinstance(d, O.Arith) and d.fn in ("add", "sub"):
-            return self._multiple_of(d.lhs, t, depth + 1) and self._multiple_of(d.rhs, t, depth + 1)
-        if isinstance(d, O.Arith) and d.fn == "mul":
-            return self._multiple_of(d.lhs, t, depth + 1) or self._multiple_of(d.rhs, t, depth + 1)
-        return False
 
     def region(self, r: Region) -> None:
         for op in r.ops:
@@ -102,9 +71,7 @@ class _Flow:
                 not isinstance(op.value, bool):
             self.const[op.result.id] = float(op.value)
         elif isinstance(op, O.Load):
-            # a tile that can never straddle the tensor's end has no masked element a
-            # reduction of a running loop would see: not a known constant (unknown, no report)
-            self.val[op.result.id] = TOP if self._never_partial(op) else float(op.other)
+            self.val[op.result.id] = float(op.other)
         elif isinstance(op, O.Full):
             self.const[op.result.id] = float(op.value)
         elif isinstance(op, O.SmemSlice):
