@@ -60,6 +60,11 @@ class GpuGate:
         if not self.active:
             yield
             return
+        if holding_shared():
+            # our own shared flock would block the exclusive one forever
+            raise RuntimeError("GpuGate.exclusive() inside a shared hold of the same thread "
+                               "would wait for itself: leave the shared hold first (or wrap "
+                               "the timing in gate().yielding())")
         import fcntl
 
         turn, main = self._open(".turn"), self._open("")

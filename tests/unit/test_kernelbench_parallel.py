@@ -102,6 +102,28 @@ def test_yielding_lets_a_waiting_timing_in_during_a_compile(tmp_path):
     assert marks["gpu_again"] >= t[1] - 0.02     # GPU work resumed only after the timing
 
 
+def test_exclusive_inside_a_shared_hold_fails_fast(tmp_path):
+    """The thread's own shared flock would block its exclusive one forever: an error instead
+    of a hang (and the shared hold survives it)."""
+    gate = GpuGate(tmp_path / "g")
+    with gate.shared():
+        with pytest.raises(RuntimeError, match="wait for itself"):
+            with gate.exclusive():
+                pass
+        assert gate.holding_shared()
+    with gate.exclusive():                 # outside the hold it works
+        pass
+
+
+def test_the_timing_lock_can_be_taken_twice(tmp_path):
+    from argus.bench.kernelbench.worker import _GpuLock
+
+    lock = _GpuLock(str(tmp_path / "g"), None, None)
+    for _ in range(2):
+        with lock:
+            pass
+
+
 def test_without_a_path_the_gate_is_a_no_op():
     gate = GpuGate(None)
     with gate.exclusive(), gate.shared(), gate.yielding():

@@ -629,9 +629,10 @@ class _GpuLock:
                  other_cores: list[int] | None):
         self.path, self.timing_cores, self.other_cores = path, timing_cores, other_cores
         # the exclusive side of a GpuGate on `path` (or the process's gate without one)
-        self.hold = (GpuGate(path) if path else gate()).exclusive()
+        self.gate = GpuGate(path) if path else gate()
 
     def __enter__(self) -> None:
+        self.hold = self.gate.exclusive()     # a fresh context manager per use
         self.hold.__enter__()
         self._affinity(self.timing_cores)
 
