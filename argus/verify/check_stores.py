@@ -65,9 +65,11 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
             o, f = _coverage(model, sites[0])
             obs += o
             finds += f
-        elif translates:
-            # one tile stored in blocks at constant offsets (a TMA-store epilogue's column
-            # blocks): the block index is one more variable inside the tile
+        elif translates and _joined(sites) is not None:
+            # one tile stored in blocks at constant offsets that tile one box without gaps (a
+            # TMA-store epilogue's column blocks): the block index is one more variable inside
+            # the tile. Translates with gaps between them (slots of a wider row, each BN of a
+            # KC-wide slot) are not one tile: the else branch below
             o, f = _tile_coverage(model, sites[0], sites)
             obs += o
             finds += f

@@ -163,6 +163,11 @@ def split_bf16_rows(X: ag.Tensor["R", "K", ag.f32], Y: ag.Tensor["SRT", "KC", ag
     Y = [chunks, R, T*KC] seen as [chunks*R*T, KC]: stores are masked at KC, so a tile never
     spills into the next slot (what it reads past the chunk is simply not stored)."""
     r, s, j = ag.grid(X.shape[0], ag.cdiv(X.shape[1], KC), ag.cdiv(KC, BN))
+    # what the launcher allocates (split_rows below): Y holds exactly the chunks' pieces, so
+    # every row of Y is some (chunk, row, slot) and every column is inside one chunk
+    ag.tag_assume(lambda: ag.tag_all(
+        ag.sym(Y.shape[0]) == ((ag.sym(X.shape[1]) + KC - 1) // KC) * ag.sym(X.shape[0])
+        * len(SLOTS), ag.sym(Y.shape[1]) == KC))
     x = ag.load(X, (r, s * KC + j * BN), (1, BN))
     pieces = [x.to(ag.bf16)]
     rest = x
