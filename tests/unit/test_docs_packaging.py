@@ -56,6 +56,8 @@ def test_ci_runs_the_readmes_two_commands():
 
 
 def test_readme_says_what_a_newcomer_needs():
-    for phrase in ("12 minutes", 'pytest -m "gpu and not slow"', "--system-site-packages",
+    assert re.search(r"test suite: about \d+ minutes on a 2-core machine", README), \
+        "the README must say how long the test suite takes"
+    for phrase in ('pytest -m "gpu and not slow"', "--system-site-packages",
                    "namespace package", "docs/dsl.md", "--debug"):
         assert phrase in README, phrase
