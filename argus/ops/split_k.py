@@ -22,19 +22,25 @@ from argus.errors import LaunchError
 from argus.kernels.split_k_sum import MAX_SPLITS, split_k_sum_kernel, tail_sum_kernel
 
 
-def why_not(k: int, splits: int, batch: int) -> str | None:
-    """Why K cannot be cut into `splits` slices for TMA, or None when it can."""
+def _slicing_why_not(k: int, splits: int, knob: str) -> str | None:
+    """Why K cannot be cut into `splits` views TMA reads (the `knob` schedule field names it),
+    or None when it can: split-K and the tail splits share these rules."""
     if not 2 <= splits <= MAX_SPLITS:
-        return f"split_k={splits} is outside 2..{MAX_SPLITS}"
-    if batch != 1:
-        return "split-K runs the batched kernel over K slices, so the problem itself must be " \
-               "unbatched"
+        return f"{knob}={splits} is outside 2..{MAX_SPLITS}"
     if k % splits:
-        return f"K={k} is not a multiple of split_k={splits}"
+        return f"K={k} is not a multiple of {knob}={splits}"
     if (k // splits) % 8:
         return f"each K slice ({k // splits}) must be a multiple of 8 elements (a 16-byte TMA " \
                "stride between slices)"
     return None
+
+
+def why_not(k: int, splits: int, batch: int) -> str | None:
+    """Why K cannot be cut into `splits` slices for TMA, or None when it can."""
+    if 2 <= splits <= MAX_SPLITS and batch != 1:
+        return "split-K runs the batched kernel over K slices, so the problem itself must be " \
+               "unbatched"
+    return _slicing_why_not(k, splits, "split_k")
 
 
 def slices(a, b, layout: str, splits: int):
@@ -109,14 +115,7 @@ class SplitKMatmul:
 def tail_why_not(k: int, splits: int) -> str | None:
     """Why the tail of a GEMM cannot be split `splits` ways along K, or None when it can (the
     slices are views read by TMA, as for split-K; a batched problem is fine)."""
-    if not 2 <= splits <= MAX_SPLITS:
-        return f"tail_splits={splits} is outside 2..{MAX_SPLITS}"
-    if k % splits:
-        return f"K={k} is not a multiple of tail_splits={splits}"
-    if (k // splits) % 8:
-        return f"each K slice ({k // splits}) must be a multiple of 8 elements (a 16-byte TMA " \
-               "stride between slices)"
-    return None
+    return _slicing_why_not(k, splits, "tail_splits")
 
 
 def tail_tiles(problem, schedule) -> int:
