@@ -332,23 +332,27 @@ def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool, partial: bo
 def split_finish_kernel(splits: int, bn: int) -> ag.KernelFunction:
     """After the decode gate-up GEMM with split_k = splits: h = silu(sum of the gate partial
     sums) * (sum of the up partial sums), rounded to bf16 once, for the token tiles routing
-    counted (bn rows each; the grid covers the largest layout, CTAs past tiles[0] do
-    nothing). Tiles of bn x bi = 1024 elements: 8 a thread per operand, no spills."""
+    counted (bn rows each). One CTA per (token tile, column block of bi = 1024 / bn columns):
+    a bn x bi block, 8 elements a thread per operand, no spills, and every SM takes a share
+    even when a single token makes one or two token tiles (Mixtral T = 1: 2 tiles x 112
+    blocks of I = 14336; a CTA per token tile walking all of I left 130 SMs idle and took
+    longer than the GEMM). The grid covers the largest layout; CTAs past tiles[0] do
+    nothing."""
     bi = 1024 // bn
 
     def moe_split_finish(P: ag.Tensor["S", 2, "M", "I", ag.f32], Tiles: ag.Tensor[1, 1, ag.i32],
                          H: ag.Tensor["M", "I", ag.bf16]):
         programs = ag.cdiv(H.shape[0], bn)
-        (pid,) = ag.grid(programs)
+        pid, block = ag.grid(programs, ag.cdiv(H.shape[1], bi))
+        c0 = block * bi
         token_tiles = ag.load_scalar(Tiles, (0, 0))
         for t in ag.range(pid, token_tiles, programs):   # at most one token tile
-            for c0 in ag.range(0, H.shape[1], bi):
-                gate = ag.load(P, (0, 0, t * bn, c0), (bn, bi))
-                up = ag.load(P, (0, 1, t * bn, c0), (bn, bi))
-                for piece in range(1, splits):
-                    gate = gate + ag.load(P, (piece, 0, t * bn, c0), (bn, bi))
-                    up = up + ag.load(P, (piece, 1, t * bn, c0), (bn, bi))
-                ag.store(H, (t * bn, c0), silu_mul(gate, up).to(ag.bf16))
+            gate = ag.load(P, (0, 0, t * bn, c0), (bn, bi))
+            up = ag.load(P, (0, 1, t * bn, c0), (bn, bi))
+            for piece in range(1, splits):   # a fixed order: the same sum on every run
+                gate = gate + ag.load(P, (piece, 0, t * bn, c0), (bn, bi))
+                up = up + ag.load(P, (piece, 1, t * bn, c0), (bn, bi))
+            ag.store(H, (t * bn, c0), silu_mul(gate, up).to(ag.bf16))
 
     # H's rows past the token tiles routing counted are never written (nor read), on purpose
     return ag.kernel(moe_split_finish, threads=128, name=f"moe_split_finish_s{splits}_{bn}",

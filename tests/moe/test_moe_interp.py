@@ -107,6 +107,30 @@ def test_decode_split_k_matches_float64(T, E, k, H, I, gate_up_splits, down_spli
     assert _rel(out, exact) < 1e-2, _rel(out, exact)
 
 
+@pytest.mark.parametrize("splits,bn,I,tiles", [
+    (2, 8, 320, 3),      # blocks of 128 columns: two whole, one ragged (64)
+    (4, 16, 192, 2),     # blocks of 64 columns: three
+    (3, 64, 40, 1),      # one block of 16 columns wider than I
+])
+def test_split_finish_spreads_column_blocks(splits, bn, I, tiles):
+    """The split finish alone against float64: h = silu(sum of gate slices) * sum of up
+    slices for the counted token tiles, over several (token tile, column block) CTAs; rows
+    past the counted tiles stay untouched."""
+    from argus.kernels.moe import split_finish_kernel
+
+    rows = (tiles + 2) * bn   # the layout holds more rows than the tiles routing counted
+    g = torch.Generator().manual_seed(splits * 100 + bn)
+    parts = torch.randn(splits, 2, rows, I, generator=g)
+    h = torch.full((rows, I), float("nan"), dtype=torch.bfloat16)
+    split_finish_kernel(splits, bn).interpret(parts, torch.tensor([[tiles]], dtype=torch.int32),
+                                              h)
+    gate, up = parts.double().sum(dim=0)
+    want = (gate * torch.sigmoid(gate) * up)[:tiles * bn]
+    got = h[:tiles * bn].double()
+    assert (got - want).abs().max() <= 1e-2 * want.abs().max(), (got - want).abs().max()
+    assert torch.isnan(h[tiles * bn:].float()).all(), "a row past the counted tiles was written"
+
+
 def test_decode_splits_fill_the_last_wave():
     """One Qwen3 token: 8 experts x 12 gate-up tiles for 132 SMs, cut in 4 along K (2048 =
     32 steps); Mixtral at 16 tokens has units enough (8 x 224); a short K is never cut below
