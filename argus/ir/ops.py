@@ -76,7 +76,10 @@ class ThreadIndex(Op):
 
 @dataclass(frozen=True)
 class For(Op):
-    """A runtime loop `for var in range(start, stop, step)`; step > 0. Uniform bounds."""
+    """A runtime loop `for var in range(start, stop, step)`; step > 0. Uniform bounds.
+    `unroll` is how many iterations one trip of the rendered loop runs (the body that many
+    times, the index advanced and tested between copies: the same iterations in the same
+    order); lower/prefetch.py sets it so that its register ring rotates by renaming."""
 
     NAME = "for"
     RESULTS = ("var",)
@@ -85,6 +88,7 @@ class For(Op):
     stop: Value
     step: Value
     body: Region
+    unroll: int = 1
 
 
 @dataclass(frozen=True)

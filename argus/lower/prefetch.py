@@ -18,7 +18,7 @@ the verifier knows each b_k exactly per iteration: verify/transfer/control.py).
 The rotation alone would not work on the GPU: the copy b_{d-1} = t at the end of an iteration
 reads registers whose load is still in flight, so the machine waits there for the load it has
 just issued (the SASS of the one-block-ahead form showed the MOVs of the loaded registers at
-the loop's back edge). So the pass also records `loop_unroll` (loop variable id -> depth + 1):
+the loop's back edge). So the pass also sets the loop's `unroll` field to depth + 1:
 codegen renders the body depth + 1 times per trip, the index advanced and tested between the
 copies (the same iterations in the same order), and over depth + 1 consecutive iterations
 every `assign` of the ring is a renaming, so the CUDA compiler keeps each block in the
@@ -68,29 +68,25 @@ def run(kernel: Kernel) -> Kernel:
     ids = itertools.count(1 + max([r.id for op in kernel.walk() for r in op.results()] +
                                   [p.value.id for p in kernel.params] + [0]))
     threads = kernel.attr("threads", 128)
-    unroll: list[tuple[int, int]] = []    # (loop variable id, times its body is rendered)
-    kernel = dataclasses.replace(kernel, body=_region(kernel.body, ids, threads, unroll))
-    if not unroll:
-        return kernel
-    return kernel.with_attrs(loop_unroll=tuple(kernel.attr("loop_unroll", ())) + tuple(unroll))
+    return dataclasses.replace(kernel, body=_region(kernel.body, ids, threads))
 
 
-def _region(region: Region, ids, threads: int, unroll: list) -> Region:
+def _region(region: Region, ids, threads: int) -> Region:
     out: list[O.Op] = []
     for op in region.ops:
         if isinstance(op, O.RoleOp):
             out.append(op)
             continue
-        subs = {f.name: _region(getattr(op, f.name), ids, threads, unroll)
+        subs = {f.name: _region(getattr(op, f.name), ids, threads)
                 for f in op.spec_fields()
                 if isinstance(getattr(op, f.name), Region)}
         if subs:
             op = dataclasses.replace(op, **subs)
-        out.extend(_pipeline(op, ids, threads, unroll) if isinstance(op, O.For) else [op])
+        out.extend(_pipeline(op, ids, threads) if isinstance(op, O.For) else [op])
     return Region(tuple(out))
 
 
-def _pipeline(loop: O.For, ids, threads: int, unroll: list) -> list[O.Op]:
+def _pipeline(loop: O.For, ids, threads: int) -> list[O.Op]:
     body = list(loop.body.ops)
     if any(isinstance(op, O.For) for op in loop.body.walk()):
         return [loop]   # its inner loops are pipelined; unrolling it would multiply their code
@@ -113,13 +109,13 @@ def _pipeline(loop: O.For, ids, threads: int, unroll: list) -> list[O.Op]:
         chosen.append((k, slice_))
     if not chosen:
         return [loop]
-    unroll.append((loop.var.id, DEPTH + 1))
     return _ring(loop, body, chosen, DEPTH, ids)
 
 
 def _ring(loop: O.For, body: list[O.Op], chosen: list[tuple[int, list[int]]], depth: int,
           ids) -> list[O.Op]:
-    """The loop with a ring of `depth` register blocks per chosen load (module docstring)."""
+    """The loop with a ring of `depth` register blocks per chosen load, rendered `depth` + 1
+    iterations per trip (module docstring)."""
 
     def clone(indices: list[int], mapping: dict[int, Value]) -> list[O.Op]:
         out = []
@@ -166,7 +162,7 @@ def _ring(loop: O.For, body: list[O.Op], chosen: list[tuple[int, list[int]]], de
         if k not in replaced:
             new_body.append(map_values(op, lambda v: current.get(v.id, v)))
     new_body += rotate
-    return before + [dataclasses.replace(loop, body=Region(tuple(new_body)))]
+    return before + [dataclasses.replace(loop, body=Region(tuple(new_body)), unroll=depth + 1)]
 
 
 def _regs_per_thread(t, threads: int) -> int | None:

@@ -55,7 +55,7 @@ def test_blocks_wider_than_the_budget_are_left_alone(online):
     """BN 4096 is 16 registers per thread per block: measured on the H200 faster without a
     ring (90.2% of copy bandwidth) than with one 1, 2 or 3 deep (87.9 / 80.2 / 77.6%)."""
     k = _lowered(online.KERNEL, BN=4096)
-    assert not k.attr("loop_unroll")
+    assert [loop.unroll for loop in _loops(k)] == [1, 1]
     assert not [op for op in k.body.ops if isinstance(op, O.Load)]   # no ring blocks ahead
     assert [sum(isinstance(op, O.Load) for op in loop.body.ops) for loop in _loops(k)] == [1, 1]
 
@@ -65,7 +65,7 @@ def test_both_passes_of_the_online_softmax_rotate_a_ring_of_blocks(online, bn, d
     k = _lowered(online.KERNEL, BN=bn)
     loops = _loops(k)
     assert len(loops) == 2
-    assert dict(k.attr("loop_unroll")) == {loop.var.id: depth + 1 for loop in loops}
+    assert [loop.unroll for loop in loops] == [depth + 1, depth + 1]
     top = list(k.body.ops)
     for loop in loops:
         (load,) = [op for op in loop.body.ops if isinstance(op, O.Load)]
@@ -198,7 +198,7 @@ def row_dot(X: ag.Tensor["M", "N", ag.f32], W: ag.Tensor["M", "N", ag.f32],
 def test_two_loads_and_a_step_of_two(cols):
     k = _lowered(row_dot)
     (loop,) = _loops(k)
-    assert dict(k.attr("loop_unroll")) == {loop.var.id: 4}   # 3 blocks ahead
+    assert loop.unroll == 4   # 3 blocks ahead
     assert sum(isinstance(op, O.Load) for op in loop.body.ops) == 2
     assert [d for d in check(k) if d.severity in ("error", "unknown")] == []
     rng = np.random.default_rng(cols)

@@ -24,7 +24,10 @@ def for_(em: _Emitter, op: O.For) -> None:
         # forever (0) or run no iterations (< 0): stop the kernel with an error instead
         em.emit(f"if ({step} <= 0) __trap();  // ag.range needs a positive step")
     head = f"for (int {v} = {em.name(op.start)}; {v} < {em.name(op.stop)}; {v} += {step})"
-    unroll = dict(em.kernel.attr("loop_unroll", ())).get(op.var.id, 1)
+    unroll = op.unroll
+    if unroll < 1:
+        raise CompileError(f"a loop rendered {unroll} iterations per trip", op.loc,
+                           fix="For.unroll is 1, or the iterations per trip (lower/prefetch.py)")
     if unroll == 1:
         em.block(head, op.body)
         return
