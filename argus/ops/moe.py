@@ -21,7 +21,9 @@ DECODE_MAX_TOKENS = 64 tokens the GEMMs take the swap-AB decode schedules (the w
 wgmma's M side, a token tile of 8..64 rows as N, units of the touched experts only, each GEMM
 cut along K when its units would leave the last wave of SMs half empty: decode_schedules).
 Buffers are sized from shapes only (the padded layout's worst case), never from routing
-results.
+results. Decode is bound by host time (ten launches for tens of microseconds of GPU work), so
+a call repeating an earlier call's shapes, options and argument addresses on the same stream
+replays that call's prepared launch plans (_run).
 
 Bad input (top_k outside 1..E, mismatched shapes, dtypes, devices, non-contiguous weights)
 raises a LaunchError that says what and how to fix it. Precomputed topk_ids must lie in
@@ -31,6 +33,7 @@ call (no CUDA graphs). The layer runs as the torch.library custom op `argus::moe
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -53,6 +56,9 @@ _MEMO = 256
 _WORKSPACES: OrderedDict = OrderedDict()
 _WORKSPACE_COUNT = 16
 _WORKSPACE_BYTES = 64 << 20
+# replayed calls kept per cached workspace (see _run): one per set of argument addresses
+# (the layers of a model share a workspace: each has its own weights, hence its own entry)
+_PROGRAMS = 256
 # decode: at most this many tokens take the swap-AB schedule (the weights as wgmma's M side,
 # token tiles of 8..64 as its N side). Up to 64 tokens every expert's rows fit one N <= 64
 # token tile at the average load of any of the three bench models (Mixtral T = 64: 16 rows
@@ -266,10 +272,11 @@ class Layer:
         return R.max_padded_rows(self.entries, self.experts, self.schedule.pad)
 
 
-def _launcher(interpret: bool):
+def _launcher(interpret: bool, record: list | None = None):
     """run(kernel, *tensors, **compile-time values): the interpreter (CPU tensors, tests) or the
     compiled kernel (verified when compiled, then cached by kernel and values: a repeated call
-    costs one dictionary lookup before the launch)."""
+    costs one dictionary lookup before the launch). `record`, when given, receives each
+    launch's prepared plan (None where there is none), so that the call can be replayed."""
     def run(kernel, *args, **constexprs):
         if interpret:
             return kernel.interpret(*args, **constexprs)
@@ -280,7 +287,9 @@ def _launcher(interpret: bool):
             _COMPILED[key] = compiled
             if len(_COMPILED) > _MEMO:
                 _COMPILED.popitem(last=False)
-        return compiled(*args)
+        compiled(*args)
+        if record is not None:
+            record.append(compiled.plan_for(*args))
     return run
 
 
@@ -291,9 +300,10 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
     captured (the graph must own what it reads)."""
     import torch
 
-    key = None
+    key = stream = None
     if not interpret and not torch.cuda.is_current_stream_capturing():
-        key = (layer, device, torch.cuda.current_stream(device).cuda_stream)
+        stream = torch.cuda.current_stream(device).cuda_stream
+        key = (layer, device, stream)
         found = _WORKSPACES.get(key)
         if found is not None:
             _WORKSPACES.move_to_end(key)
@@ -308,6 +318,9 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
               expert_start=torch.empty(1, E, **i32), totals=torch.empty(1, E, **i32),
               tile_expert=torch.empty(M // pad, 1, **i32), tiles=torch.empty(1, 1, **i32),
               pos=torch.empty(layer.entries, 1, **i32),
+              # the router's result (ids flat: one entry per (token, slot))
+              ids=torch.empty(layer.entries, **i32),
+              weights=torch.empty(layer.tokens, layer.top_k, dtype=torch.float32, device=device),
               xp=fill((M, layer.hidden), float("nan"), **bf),
               h=torch.empty(M, layer.inter, **bf), y=torch.empty(M, layer.hidden, **bf))
     nbytes = M * (2 * layer.hidden + layer.inter) * 2
@@ -320,6 +333,9 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
         ws["y_parts"] = torch.empty(layer.down.split_k, M, layer.hidden, **f32)
         nbytes += ws["y_parts"].numel() * 4
     if key is not None and nbytes <= _WORKSPACE_BYTES:
+        # calls replayed on this workspace (_run): their launch plans hold its addresses, so
+        # they live and go with it
+        ws.update(programs=OrderedDict(), stream=stream)
         _WORKSPACES[key] = ws
         if len(_WORKSPACES) > _WORKSPACE_COUNT:
             _WORKSPACES.popitem(last=False)
@@ -345,14 +361,19 @@ def _k_slices(t, splits: int):
 
 def route(logits, layer: Layer, *, renormalize: bool = True, scoring: str = "softmax",
           bias=None, num_expert_group: int = 0, topk_group: int = 0,
-          routed_scaling_factor: float = 1.0, interpret: bool = False):
-    """(topk_ids int32 [T, k], topk_weights float32 [T, k]) from the router logits."""
+          routed_scaling_factor: float = 1.0, interpret: bool = False, run=None,
+          ws: dict | None = None):
+    """(topk_ids int32 [T, k], topk_weights float32 [T, k]) from the router logits (written
+    into the call's workspace `ws` when given, else new tensors)."""
     import torch
 
-    run = _launcher(interpret)
+    run = run or _launcher(interpret)
     T, E, k = layer.tokens, layer.experts, layer.top_k
-    ids = torch.empty(T, k, dtype=torch.int32, device=logits.device)
-    weights = torch.empty(T, k, dtype=torch.float32, device=logits.device)
+    if ws is not None:
+        ids, weights = ws["ids"].view(T, k), ws["weights"]
+    else:
+        ids = torch.empty(T, k, dtype=torch.int32, device=logits.device)
+        weights = torch.empty(T, k, dtype=torch.float32, device=logits.device)
     dt = ag.bf16 if logits.dtype == torch.bfloat16 else ag.f32
     if scoring == "softmax":
         run(R.topk_softmax_kernel(dt, k, renormalize, layer.block_experts), logits, ids, weights)
@@ -367,19 +388,22 @@ def route(logits, layer: Layer, *, renormalize: bool = True, scoring: str = "sof
 
 
 def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool = False,
-            scratch: dict | None = None):
+            scratch: dict | None = None, run=None, ws: dict | None = None,
+            out=None):
     """The expert half of the layer for given routing: counts, layout, permute, both grouped
-    GEMMs, combine. Returns out [T, H] bf16. `scratch`, when given, receives the
-    intermediate buffers (tests look at the layout)."""
+    GEMMs, combine. Returns out [T, H] bf16 (written into `out` when given). `scratch`, when
+    given, receives the intermediate buffers (tests look at the layout); `ws` is the call's
+    workspace (_workspace), `run` its launcher."""
     import torch
 
-    run = _launcher(interpret)
+    run = run or _launcher(interpret)
     s, E, be, pad = layer.schedule, layer.experts, layer.block_experts, layer.schedule.pad
     ids = topk_ids.to(torch.int32).reshape(-1).contiguous()
     weights = topk_weights.to(torch.float32).contiguous()
-    ws = _workspace(layer, x.device, interpret)
+    ws = ws if ws is not None else _workspace(layer, x.device, interpret)
     tile_expert, tiles, pos = ws["tile_expert"], ws["tiles"], ws["pos"]
-    out = torch.empty(layer.tokens, layer.hidden, dtype=torch.bfloat16, device=x.device)
+    if out is None:
+        out = torch.empty(layer.tokens, layer.hidden, dtype=torch.bfloat16, device=x.device)
 
     run(R.count_kernel(be), ids, ws["counts"])
     run(R.scan_kernel(be), ws["counts"], ws["chunk_base"], ws["totals"])
@@ -408,30 +432,79 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _layer(T: int, H: int, inter: int, E: int, top_k: int,
+           schedule: MoeSchedule | None) -> Layer:
+    """The Layer of a call's shapes (cached: choosing the decode schedules costs more host
+    time than a launch)."""
+    down = None
+    if schedule is None and T <= DECODE_MAX_TOKENS:
+        schedule, down = decode_schedules(T, top_k, E, H, inter)
+    elif schedule is None:
+        schedule = schedule_for(T, top_k, E, H)
+    return Layer(T, H, inter, E, top_k, schedule, down)
+
+
+def _addresses(*tensors) -> tuple:
+    """What a replayed call's launch plans depend on beyond its Layer: each argument's address
+    and dtype (shapes follow from the Layer; x, the logits, the weights and the routing are
+    contiguous when replayed)."""
+    return tuple(None if t is None else (t.data_ptr(), t.dtype) for t in tensors)
+
+
 def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, topk_ids,
          topk_weights, bias, num_expert_group, topk_group, routed_scaling_factor, schedule,
          interpret=False):
+    """The layer. A call like an earlier one on the same stream (the same shapes, options and
+    argument addresses: a decode loop, a benchmark) replays that call's prepared launch plans:
+    the host cost of one cuLaunchKernelEx per kernel instead of the per-launch argument
+    checks, since decode-sized layers are bound by host time (Qwen3-30B-A3B at T = 1: ten
+    launches for ~40 us of GPU work)."""
     import torch
 
     T, H = x.shape
     E, two_i, _ = w13.shape
-    down = None
-    if schedule is None and T <= DECODE_MAX_TOKENS:
-        schedule, down = decode_schedules(T, top_k, E, H, two_i // 2)
-    elif schedule is None:
-        schedule = schedule_for(T, top_k, E, H)
-    layer = Layer(T, H, two_i // 2, E, top_k, schedule, down)
+    layer = _layer(T, H, two_i // 2, E, top_k, schedule)
     if T == 0:
         return torch.empty(0, H, dtype=torch.bfloat16, device=x.device)
     x = x.contiguous()
     if topk_ids is None:
-        topk_ids, topk_weights = route(router_logits.contiguous(), layer,
-                                       renormalize=renormalize, scoring=scoring, bias=bias,
+        router_logits = router_logits.contiguous()
+    ws = _workspace(layer, x.device, interpret)
+    if topk_ids is None and scoring == "sigmoid" and bias is None:   # no correction bias
+        if "zero_bias" not in ws:
+            ws["zero_bias"] = torch.zeros(E, dtype=torch.float32, device=x.device)
+        bias = ws["zero_bias"]
+    out = torch.empty(T, H, dtype=torch.bfloat16, device=x.device)
+    programs, key = ws.get("programs"), None
+    # replayable: the kernels read exactly these tensors (no conversion makes a new one)
+    if programs is not None and (topk_ids is None or (
+            topk_ids.dtype == torch.int32 and topk_weights.dtype == torch.float32
+            and topk_ids.is_contiguous() and topk_weights.is_contiguous())):
+        key = (_addresses(x, w13, w2, router_logits, topk_ids, topk_weights, bias, out),
+               renormalize, scoring, num_expert_group, topk_group, routed_scaling_factor)
+        plans = programs.get(key)
+        if plans is not None:
+            programs.move_to_end(key)
+            for plan in plans:
+                plan(stream=ws["stream"])
+            return out
+    record = [] if key is not None else None
+    run = _launcher(interpret, record)
+    if topk_ids is None:
+        topk_ids, topk_weights = route(router_logits, layer, renormalize=renormalize,
+                                       scoring=scoring, bias=bias,
                                        num_expert_group=num_expert_group or 0,
                                        topk_group=topk_group or 0,
                                        routed_scaling_factor=routed_scaling_factor,
-                                       interpret=interpret)
-    return experts(x, w13, w2, topk_ids, topk_weights, layer, interpret=interpret)
+                                       interpret=interpret, run=run, ws=ws)
+    experts(x, w13, w2, topk_ids, topk_weights, layer, interpret=interpret, run=run, ws=ws,
+            out=out)
+    if record and all(plan is not None for plan in record):
+        programs[key] = tuple(record)
+        if len(programs) > _PROGRAMS:
+            programs.popitem(last=False)
+    return out
 
 
 def moe(x, w13, w2, router_logits, top_k: int, *, renormalize: bool = True,

@@ -1,0 +1,130 @@
+"""argus.ops.moe's replay of decode calls (argus/ops/moe.py, _run): a call with the shapes,
+options and argument addresses of an earlier call on the same stream launches that call's
+recorded plans and nothing else; any other call records its own. Here on the CPU, with the
+launcher replaced by one that records what it would launch and plans that count their calls
+(tests/gpu/test_moe_gpu.py runs the real replay against float64)."""
+
+import importlib
+from collections import OrderedDict
+
+import pytest
+import torch
+
+M = importlib.import_module("argus.ops.moe")
+
+
+class _Plan:
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def __call__(self, stream=None):
+        self.log.append(("replay", self.name, stream))
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """The launches of each call: ("launch", kernel) for a launcher call, ("replay", kernel,
+    stream) for a replayed plan. Workspaces are cached per layer (on "stream 77") and every
+    [2, 64] bf16 output lands at one address, as the CUDA caching allocator hands a freed
+    block back."""
+    log = []
+    workspaces = {}
+    fresh_workspace, empty = M._workspace, torch.empty
+    fixed_out = empty(2, 64, dtype=torch.bfloat16)
+
+    def launcher(interpret, record=None):
+        def run(kernel, *args, **constexprs):
+            log.append(("launch", kernel.name))
+            if record is not None:
+                record.append(_Plan(kernel.name, log))
+        return run
+
+    def workspace(layer, device, interpret):
+        if layer not in workspaces:
+            ws = fresh_workspace(layer, device, True)
+            ws.update(programs=OrderedDict(), stream=77)
+            workspaces[layer] = ws
+        return workspaces[layer]
+
+    def same_out(*shape, **kw):
+        if shape == (2, 64) and kw.get("dtype") == torch.bfloat16:
+            return fixed_out
+        return empty(*shape, **kw)
+
+    monkeypatch.setattr(M, "_launcher", launcher)
+    monkeypatch.setattr(M, "_workspace", workspace)
+    monkeypatch.setattr(torch, "empty", same_out)
+    return log
+
+
+def _call(x, w13, w2, logits, k=8, ids=None, weights=None, scoring="softmax", bias=None):
+    groups = dict(num_expert_group=4, topk_group=2) if scoring == "sigmoid" else {}
+    return M._run(x, w13, w2, None if ids is not None else logits, k, True, scoring, "silu",
+                  ids, weights, bias, groups.get("num_expert_group", 0),
+                  groups.get("topk_group", 0), 1.0, None)
+
+
+def _inputs(T=2, E=16, H=64, I=64):
+    x = torch.randn(T, H).bfloat16()
+    w13 = torch.randn(E, 2 * I, H).bfloat16()
+    w2 = torch.randn(E, H, I).bfloat16()
+    return x, w13, w2, torch.randn(T, E)
+
+
+def test_a_repeated_call_replays_its_plans(launches):
+    x, w13, w2, logits = _inputs()
+    _call(x, w13, w2, logits)
+    first = [name for kind, name in launches]
+    assert first[0].startswith("moe_topk_softmax") and first[-1].startswith("moe_combine")
+    assert all(kind == "launch" for kind, _ in launches)
+    for _ in range(2):   # the same kernels in the same order, on the workspace's stream only
+        launches.clear()
+        _call(x, w13, w2, logits)
+        assert [entry[0] for entry in launches] == ["replay"] * len(first)
+        assert [name for _, name, _ in launches] == first
+        assert {stream for _, _, stream in launches} == {77}
+
+
+def test_other_addresses_record_anew(launches):
+    x, w13, w2, logits = _inputs()
+    _call(x, w13, w2, logits)
+    for other in (dict(x=x.clone()), dict(w13=w13.clone()), dict(logits=logits.clone())):
+        args = {**dict(x=x, w13=w13, w2=w2, logits=logits), **other}
+        launches.clear()
+        _call(**args)
+        assert launches and all(entry[0] == "launch" for entry in launches), other
+        launches.clear()
+        _call(**args)        # then that call replays
+        assert launches and all(entry[0] == "replay" for entry in launches), other
+
+
+def test_precomputed_int32_routing_replays(launches):
+    x, w13, w2, logits = _inputs()
+    ids = torch.softmax(logits, 1).topk(8, dim=1).indices.int()
+    weights = torch.rand(2, 8)
+    _call(x, w13, w2, logits, ids=ids, weights=weights)
+    assert not any(name.startswith("moe_topk") for _, name in launches)
+    launches.clear()
+    _call(x, w13, w2, logits, ids=ids, weights=weights)
+    assert launches and all(entry[0] == "replay" for entry in launches)
+
+
+def test_converted_routing_is_never_replayed(launches):
+    """int64 ids are converted to int32 each call (a new tensor): such calls launch anew."""
+    x, w13, w2, logits = _inputs()
+    ids = torch.softmax(logits, 1).topk(8, dim=1).indices    # int64
+    weights = torch.rand(2, 8)
+    for _ in range(3):
+        launches.clear()
+        _call(x, w13, w2, logits, ids=ids, weights=weights)
+        assert launches and all(kind == "launch" for kind, _ in launches)
+
+
+def test_sigmoid_routing_without_bias_is_replayable(launches):
+    """No correction bias: the router reads the workspace's zero bias (one address), so the
+    call can replay."""
+    x, w13, w2, logits = _inputs()
+    layer = M._layer(2, 64, 64, 16, 8, None)
+    _call(x, w13, w2, logits, scoring="sigmoid")
+    ws = M._workspace(layer, None, False)
+    assert (ws["zero_bias"] == 0).all() and len(ws["programs"]) == 1
