@@ -631,10 +631,12 @@ class TurnPass(Op):
 
 @dataclass(frozen=True)
 class Elect(Op):
-    """Thread election: `threads` threads of the executing group (a role's warpgroup, or the
-    CTA outside roles) run `body`, the others skip it. threads = 1 is thread 0 of the group;
-    threads = n > 1 is one thread per group / n consecutive threads (n = 4 in a warpgroup:
-    one per warp, elect.sync's pattern). Placed by lower/elect.py around a role that only
+    """Thread election: `threads` threads of the executing group of `group` threads (a role's
+    warpgroup, 128, or the CTA outside roles) run `body`, the others skip it. threads = 1 is
+    thread 0 of the group; threads = n > 1 is one thread per group / n consecutive threads
+    (n = 4 in a warpgroup: one per warp, elect.sync's pattern); n divides `group`, which is
+    the group the op runs in (codegen renders from it and the verifier checks it, sync.elect).
+    Placed by lower/elect.py around a role that only
     issues work one thread does for its warpgroup (index math, scalar reads, produce steps,
     TMA loads: `electable`); an arrive in the body (a produce step's arrive.expect_tx)
     arrives once per elected thread, which the verifier counts against the barrier's init
@@ -644,6 +646,7 @@ class Elect(Op):
     NAME = "elect"
     body: Region
     threads: int = 1
+    group: int = 128
     note: str = ""
 
 

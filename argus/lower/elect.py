@@ -3,7 +3,8 @@
 A role whose every op is one that a single thread does for its warpgroup (ir.ops.electable:
 index math, control, scalar reads, produce steps and their TMA loads: the producer of a TMA
 pipeline) runs on one elected thread: its body, after the leading `setmaxnreg` (a
-warpgroup-wide instruction every thread executes), becomes `elect(threads=1) { ... }`. Every
+warpgroup-wide instruction every thread executes), becomes `elect(threads=1) { ... }`, picking
+from the role's warpgroup (`group` = 128: the one datum codegen and the verifier read). Every
 other role runs on all its threads. The decision used to be codegen's; as an op, the verifier
 counts the arrivals it implies (check_pipeline's pipe.producers: one arrive.expect_tx per step
 on a full barrier whose init count is PipelineCreate.FULL_ARRIVALS) and codegen renders it.
@@ -25,6 +26,7 @@ import dataclasses
 from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region
+from argus.target.limits import WARPGROUP_SIZE
 
 NOTE = "one thread issues the async copies"
 
@@ -45,7 +47,7 @@ def _role(role: O.RoleOp) -> O.RoleOp:
         return role  # already decided (a kernel lowered twice, or written with elect)
     rest = Region(tuple(ops))
     if all(O.electable(op) for op in rest.walk()):
-        elect = O.Elect(rest, threads=1, note=NOTE, loc=role.loc)
+        elect = O.Elect(rest, threads=1, group=WARPGROUP_SIZE, note=NOTE, loc=role.loc)
         return role.replace(body=Region((*head, elect)))
     if any(isinstance(op, O.Produce) for op in rest.walk()):
         others = sorted({op.NAME for op in rest.walk() if not O.electable(op)})

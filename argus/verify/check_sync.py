@@ -102,8 +102,9 @@ class _Checker:
             if isinstance(op, O.Wgmma):
                 self.wgmma_tiles |= {self.tile(v) for v in self._wgmma_regs(op)}
         self.findings: dict[tuple, Finding] = {}
-        # threads of the group an elect picks from: a role's warpgroup (lower/elect.py elects
-        # in roles only); never set to the CTA's count, unlike codegen's elect outside roles
+        # threads of the group the walked code runs in (obligations sets it: the CTA at the
+        # top level, a warpgroup in a role); an elect states the group it picks from
+        # (Elect.group, set by lower/elect.py), which must be this one
         self.group = 128
 
     def rt(self, v) -> int:
@@ -199,10 +200,13 @@ class _Checker:
             why = (f"the elect at {op.loc} holds {', '.join(bad)}, which the threads it "
                    f"elects cannot do for their warpgroup (a collective op hangs, a register "
                    f"tile is computed for those threads only)")
-        elif op.threads < 1 or self.group % op.threads:
-            why = f"the elect at {op.loc} elects {op.threads} of {self.group} threads"
+        elif op.threads < 1 or op.group % op.threads:
+            why = f"the elect at {op.loc} elects {op.threads} of {op.group} threads"
+        elif op.group != self.group:
+            why = (f"the elect at {op.loc} picks from a group of {op.group} threads but runs "
+                   f"in a group of {self.group}")
         self.report("sync.elect", op, f"elect at {op.loc}", not why, why,
-                    {"ops": bad, "threads": op.threads},
+                    {"ops": bad, "threads": op.threads, "group": op.group},
                     fix="keep the elected body to index math, scalar reads and TMA loads")
 
     def async_read(self, op, views, kind: str, st: _State) -> None:

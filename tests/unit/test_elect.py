@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import argus as ag
 from argus import codegen, verify
 from argus.compiler import lower_only
 from argus.ir import ops as O
@@ -49,8 +50,28 @@ def test_lowering_elects_the_producer_only(gemm):
 
 def test_elect_prints_and_parses(gemm):
     text = print_kernel(gemm)
-    assert 'elect() {threads=1, note="one thread issues the async copies"} body {' in text
+    assert 'elect() {threads=1, group=128, note="one thread issues the async copies"} body {' \
+        in text
     assert parse_kernel(text) == gemm
+
+
+def test_the_elect_states_its_group_and_both_stages_read_it(gemm):
+    """The group an elect picks from is one datum, Elect.group (lower/elect.py: the role's
+    warpgroup); codegen renders from it and the verifier checks it against the group it runs
+    in: an elect claiming the 256 threads of two warpgroups inside a one-warpgroup role is
+    refused by codegen and is a sync.elect error, not rendered as `gtid % 64`."""
+    (op,) = [op for op in gemm.walk() if isinstance(op, O.Elect)]
+    assert op.group == 128
+    wrong = rewrite(gemm, O.Elect, lambda op: op.replace(group=256, threads=4))
+    with pytest.raises(ag.CompileError, match="group of 256 threads but runs in a group of 128"):
+        codegen.render(wrong)
+    hits = [d for d in verify.run(wrong).errors if d.code == "sync.elect"]
+    assert hits and hits[0].counterexample["group"] == 256, hits
+    # threads that do not divide the group are refused by both, from the same field
+    odd = rewrite(gemm, O.Elect, lambda op: op.replace(threads=3))
+    with pytest.raises(ag.CompileError, match="elect of 3 threads in a group of 128"):
+        codegen.render(odd)
+    assert [d for d in verify.run(odd).errors if d.code == "sync.elect"]
 
 
 def test_a_kernel_lowered_again_keeps_one_elect(gemm):

@@ -56,10 +56,15 @@ def if_(em: _Emitter, op: O.If) -> None:
 
 @rule(O.Elect)
 def elect(em: _Emitter, op: O.Elect) -> None:
-    """The threads lower/elect.py chose: thread 0 of the group, or one per group / threads
-    consecutive threads (gtid is the thread's index in its warpgroup inside a role, in the
-    CTA outside)."""
-    group = em.group_threads   # 128 in a role (render sets it), the CTA's threads outside
+    """The threads lower/elect.py chose: thread 0 of the op's group, or one per group /
+    threads consecutive threads (gtid is the thread's index in its warpgroup inside a role, in
+    the CTA outside: the op's group must be that one)."""
+    group = op.group
+    if group != em.group_threads:
+        raise CompileError(f"elect picks from a group of {group} threads but runs in a group "
+                           f"of {em.group_threads}", op.loc,
+                           fix="Elect.group is the thread count of the group it runs in: 128 "
+                               "in a role, the CTA's threads outside")
     if op.threads < 1 or group % op.threads:
         raise CompileError(f"elect of {op.threads} threads in a group of {group}", op.loc,
                            fix="elect 1 thread, or a divisor of the group's thread count")
