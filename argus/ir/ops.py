@@ -507,8 +507,10 @@ class WgmmaWait(Op):
 
 @dataclass(frozen=True)
 class FenceOperands(Op):
-    """A register fence on the accumulators `tiles` (and with `a_registers`, the register A
-    operand of the enclosing wgmma issue): the compiler may not move their accesses across it.
+    """A register fence on the accumulators `tiles` (and with `a_registers`, the packed
+    register A operand of the wgmma issue it follows, or, placed later in the issue's scope,
+    of the rs wgmma groups accumulating into `tiles` that the wait before it retired: those
+    registers stay allocated until here): the compiler may not move their accesses across it.
     Legal after a `wgmma.wait` that retired the groups writing them. `zero_unwritten`: the
     tile is a scale-d = 0 accumulator (`full` with scale_d_zero) and is zeroed here if no
     wgmma wrote it (a K loop of zero trips)."""

@@ -28,6 +28,15 @@ persistent walk, the epilogues) the way FlashAttention-3 structures its forward
   before the softmax of block j - 1. It runs correctly (interpreter and GPU tests) but does
   not verify yet: the verifier loses the key tags of S carried across the loop's back edge,
   so with verification on (the default) compile refuses it;
+* optionally (`fa3_overlap`), the same overlap in FA3's order (mainloop_fwd_sm90_tma_gmma_ws.hpp,
+  "intra-warpgroup overlapping"): iteration j issues S_j = Q K_j^T, then P_{j-1} V_{j-1} with
+  O rescaled by alpha_{j-1}, then runs the softmax of S_j while P V is still in flight:
+  lower/sync.py's general wait places `wgmma.wait 1` before the softmax (S_j retired, P V
+  not) and `wgmma.wait 0` at the V step's end, and keeps P_{j-1}'s packed A registers alive
+  until then (fence.operands). P_{j-1} (bf16, the A fragment) is the loop-carried value. Its
+  synchronization is proven (sync.*); the key tags of P carried across the back edge are
+  lost by the verifier's loop model as for `intra_wg_overlap`, so compile needs
+  ARGUS_VERIFY=0 for it too;
 * O /= l at the end (rows that saw no key are zeros), stored from registers or by stmatrix +
   TMA store; optionally LSE = ln(sum_j exp(scale * s_j)) per row (-inf for rows without keys).
 
@@ -44,6 +53,7 @@ step across units (warp_specialized.py's invariant); each consumer warpgroup spl
 steps between its unmasked and masked loop at its own row offset.
 """
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -52,7 +62,8 @@ from argus.dtypes import DType
 from argus.kernels.warp_specialized import Staging, Unit, store_tile, store_tile_staged
 from argus.target.limits import NUM_SMS, REGISTERS_PER_SM, SMEM_PER_CTA_OPTIN
 
-__all__ = ["AttentionSchedule", "attention_kernel", "default_schedule", "HEAD_DIMS", "LOG2E"]
+__all__ = ["AttentionSchedule", "attention_kernel", "default_schedule", "fa3_overlap_schedule",
+           "HEAD_DIMS", "LOG2E"]
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -85,6 +96,10 @@ class AttentionSchedule:
     # this one, so the softmax runs while the tensor cores compute (S of two blocks live).
     # Not proven yet (see the module docstring): needs ARGUS_VERIFY=0.
     intra_wg_overlap: bool = False
+    # FA3's order of the overlap: S_j, then P_{j-1} V_{j-1}, then the softmax of S_j while
+    # P V is in flight (wait 1), wait 0 before O and P are touched again. Not proven yet
+    # either (the tags of P carried across the back edge): needs ARGUS_VERIFY=0.
+    fa3_overlap: bool = False
 
     def __post_init__(self) -> None:
         problems = self._problems()
@@ -119,8 +134,12 @@ class AttentionSchedule:
         if self.ordered and self.consumers < 2:
             problems.append("ordered=True (ping-pong) needs 2 or 3 consumer warpgroups to take "
                             "turns")
-        if self.ordered and self.intra_wg_overlap:
-            problems.append("ordered=True and intra_wg_overlap=True are not combined yet")
+        if self.ordered and (self.intra_wg_overlap or self.fa3_overlap):
+            problems.append("ordered=True (ping-pong) is not combined with an intra-warpgroup "
+                            "overlap yet")
+        if self.intra_wg_overlap and self.fa3_overlap:
+            problems.append("intra_wg_overlap and fa3_overlap are two orders of one loop: "
+                            "choose one")
         return problems
 
     def problems_for(self, head_dim: int, dtype: DType = ag.bf16) -> list[str]:
@@ -137,6 +156,8 @@ class AttentionSchedule:
                               f"more than {SMEM_PER_CTA_OPTIN}")
         # fp32 accumulators per thread: O (head_dim / 2) and S (block_n / 2, twice with the
         # overlap), plus P in bf16 (block_n / 4); more than the budget surely spills
+        # (fa3_overlap: P_{j-1}'s packed registers are in flight during the softmax of S_j,
+        # and P_j is made from S_j's registers after they retire: still one P)
         live = head_dim // 2 + self.block_n // 2 * (2 if self.intra_wg_overlap else 1) \
             + self.block_n // 4 + (head_dim // 4 if self.ordered else 0)   # Q's A fragment
         if live > self.consumer_regs - 8:
@@ -168,6 +189,15 @@ def default_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     if head_dim == 256:
         return AttentionSchedule(block_m=128, block_n=64, stages=2)
     return AttentionSchedule(block_m=128, block_n=128, stages=2)
+
+
+def fa3_overlap_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
+    """default_schedule with FA3's overlap order (fa3_overlap), at tile shapes that build
+    without spills (NVRTC, sm_90a): at head_dim 64 the three 160-register warpgroups take
+    64-key blocks (128 spills about 190 bytes per thread: P_{j-1}'s packed registers stay
+    live through the softmax); the other head dims keep default_schedule's shapes."""
+    s = dataclasses.replace(default_schedule(head_dim, causal), fa3_overlap=True)
+    return dataclasses.replace(s, block_n=64) if head_dim == 64 else s
 
 
 def _kv_blocks(q0, block_m: int, block_n: int, S, SK, causal: bool, at_least: int = 0):
@@ -213,7 +243,8 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
             raise ag.TraceError(f"{s} at head_dim={D}: " + "; ".join(problems),
                                 fix="use argus.kernels.attention.default_schedule(head_dim)")
         BM, BN, C = s.block_m, s.block_n, s.consumers
-        first = 1 if s.intra_wg_overlap else 0   # KV blocks every tile loads, seen or not
+        # KV blocks every tile loads, seen or not (an overlapped loop's first step is outside it)
+        first = 1 if s.intra_wg_overlap or s.fa3_overlap else 0
         B, H, S = Q.shape[0], Q.shape[1], Q.shape[2]
         SK = K.shape[2]
         group = H // K.shape[1]          # query heads per kv head (GQA / MQA)
@@ -334,7 +365,26 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                             o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
                 else:
                     with q_pipe.consume() as qs:
-                        if not s.intra_wg_overlap:
+                        if s.fa3_overlap:
+                            # FA3's order: P_{j-1} V_{j-1} is issued right behind S_j and
+                            # stays in flight during the softmax of S_j (whose first read
+                            # waits for S_j alone); pa carries P_{j-1} as the A fragment
+                            # (p and alpha are rebound in the steps, so bound before them)
+                            p, alpha = ag.zeros((ROWS, BN)), ag.full((ROWS, 1), 1.0)
+                            with k_pipe.consume() as ks:
+                                sc = scores(qs, ks)
+                                p, alpha, m_i, l_i = softmax(sc, 0, m_i, l_i)
+                            pa = p.to(dt)
+                            for j in ag.range(1, blocks):
+                                with k_pipe.consume() as ks:
+                                    sc = scores(qs, ks)                      # S_j
+                                    with v_pipe.consume() as vs:             # V_{j-1}
+                                        o = ag.wgmma(pa, sV[vs], o * alpha, trans_b=True)
+                                        p, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
+                                pa = p.to(dt)
+                            with v_pipe.consume() as vs:
+                                o = ag.wgmma(pa, sV[vs], o * alpha, trans_b=True)
+                        elif not s.intra_wg_overlap:
                             for j in ag.range(blocks):
                                 with k_pipe.consume() as ks:
                                     sc = scores(qs, ks)

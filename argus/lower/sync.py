@@ -4,14 +4,22 @@ Runs last, on the kernel as every other pass left it; codegen renders these ops 
 the verifier proves them (verify/check_sync.py). Walking each region in program order, it keeps
 what is in flight and inserts:
 
-* wgmma: `wgmma.fence` before and `wgmma.commit` after every wgmma. Outside a consume step,
-  and for a register-A wgmma (its packed A registers are read until the group retires),
-  `wgmma.wait 0` + `fence.operands` right after. Inside a consume step the group stays open;
-  an op of the step that reads its accumulator first waits for it (wait 0). At the step's end:
-  with `wgmma_in_flight` = 1, `wgmma.wait 1` (retires the previous step's group) and the
-  release of the previous step's slot, this one held; else `wgmma.wait 0` and the release of
-  this step's slot. A held slot is released after `wgmma.wait 0` before the next op that is not
-  pure scalar/control work (the accumulator may be read there) and at the end of the role.
+* wgmma: `wgmma.fence` before and `wgmma.commit` after every wgmma. Outside a consume step
+  `wgmma.wait 0` + `fence.operands` right after. Inside a consume step the group stays in
+  flight, register-A ("rs") groups too, and is retired where it must be, by the general rule:
+  an op that touches a register tile of an in-flight group (its accumulator, or the A tile of
+  an rs group; views included) waits with `wgmma.wait N`, N = the groups committed after the
+  newest such group (groups retire in commit order, PTX ISA "wgmma.wait_group"), then
+  `fence.operands` on every group that wait retired (their packed A registers included). So
+  FlashAttention's softmax of S_j, issued before P_{j-1} V_{j-1}, waits with N = 1 and the
+  P V group stays in flight beside it. An rs group's packed A registers live in the C scope of
+  its issue (codegen declares them there), so such a group is retired before the region that
+  issued it ends (the end of an `ag.when` / loop body, or its consume step's end). At the
+  step's end: with `wgmma_in_flight` = 1 and no rs group open, `wgmma.wait 1` (retires the
+  previous step's group) and the release of the previous step's slot, this one held; else
+  `wgmma.wait N` retiring this step's groups and the release of this step's slot. A held
+  slot is released after `wgmma.wait 0` before the next op that is not pure scalar/control
+  work (the accumulator may be read there) and at the end of the role.
   A loop body is walked with what is in flight when an iteration begins, the previous
   iteration's group included (to a fixpoint), so an op ahead of the consume step reading the
   accumulator waits in iterations 2 and later too; a wgmma accumulating into an in-flight
@@ -78,13 +86,31 @@ def deferrable_store_buffers(kernel: Kernel, root: dict[int, int]) -> set[int]:
             if len(roles) == 1 and writers.get(buf, set()) <= roles}
 
 
+@dataclass(eq=False)
+class _Group:
+    """A committed wgmma group still in flight inside a consume step: its accumulator, its
+    register A tile (rs form, else None), and the region depth it was issued at."""
+
+    acc: Value
+    a: Value | None
+    depth: int
+
+
+A_REGS_NOTE = "the A registers are read until the group retires"
+
+
 @dataclass
 class _State:
     root: dict[int, int]
     deferrable: set[int]
     in_role: bool = False
-    # consume steps being walked: (pipe, accumulators of this step's open wgmma groups)
-    in_consume: list[list[Value]] = field(default_factory=list)
+    # consume steps being walked: the groups each issued that are still in flight
+    in_consume: list[list[_Group]] = field(default_factory=list)
+    # every in-flight group of those steps, in commit order (oldest first): wait N retires
+    # all but the newest N of them
+    inflight: list[_Group] = field(default_factory=list)
+    depth: int = 0                    # regions entered (an rs group retires before its own ends)
+    tile_root: dict[int, int] = field(default_factory=dict)  # register view -> its tile
     # pipe id -> (pipe, accumulators) of a consume step whose last group is still in flight
     pending: dict[int, tuple[Value, list[Value]]] = field(default_factory=dict)
     lazy: set[int] = field(default_factory=set)     # scale-d = 0 accumulators
@@ -102,6 +128,43 @@ class _State:
 
     def rt(self, v: Value) -> int:
         return self.root.get(v.id, v.id)
+
+    def tile(self, v: Value) -> int:
+        return self.tile_root.get(v.id, v.id)
+
+
+def _retire(st: _State, groups: list[_Group], note: str, loc) -> list[O.Op]:
+    """`wgmma.wait N` that retires `groups` (and every older group), N = the in-flight groups
+    committed after the newest of them, then `fence.operands` on all it retired: their
+    accumulators (as listed, once per group) and the packed A registers of rs groups."""
+    newest = max(st.inflight.index(g) for g in groups)
+    retired = st.inflight[:newest + 1]
+    rs = any(g.a is not None for g in retired)
+    accs = tuple(dict.fromkeys(g.acc for g in retired))
+    st.inflight = st.inflight[newest + 1:]
+    for step in st.in_consume:
+        step[:] = [g for g in step if g not in retired]
+    return [O.WgmmaWait(len(st.inflight), note=A_REGS_NOTE if rs else note, loc=loc),
+            O.FenceOperands(accs, a_registers=rs, loc=loc)]
+
+
+def _touches(op: O.Op, st: _State) -> list[_Group]:
+    """The in-flight groups whose register tiles `op` reads or writes (views included): its
+    accumulator, or the A tile of an rs group. A wgmma accumulating into an in-flight
+    accumulator chains behind it (no wait); one taking such an accumulator as A does not."""
+    if isinstance(op, O.Wgmma):
+        a = {st.tile(op.a)} if op.a_in_registers else set()
+        return [g for g in st.inflight if st.tile(g.acc) in a]
+    used = {st.tile(v) for v in op.operands()}
+    return [g for g in st.inflight
+            if st.tile(g.acc) in used or (g.a is not None and st.tile(g.a) in used)]
+
+
+def _retire_scope(st: _State, outer_depth: int, loc) -> list[O.Op]:
+    """Retire the rs groups issued inside a region that ends here: their packed A registers
+    go out of scope with it."""
+    late = [g for g in st.inflight if g.a is not None and g.depth > outer_depth]
+    return _retire(st, late, A_REGS_NOTE, loc) if late else []
 
 
 def _flush(st: _State, loc) -> list[O.Op]:
@@ -167,7 +230,8 @@ def _back_edge_pending(loop: O.For, st: _State) -> dict:
     entry = dict(st.pending)
     while True:
         trial = dataclasses.replace(
-            st, in_consume=[list(accs) for accs in st.in_consume], pending=dict(entry),
+            st, in_consume=[list(gs) for gs in st.in_consume], inflight=list(st.inflight),
+            pending=dict(entry),
             generic_unfenced=set(st.generic_unfenced))
         _region(loop.body.ops, trial)
         nxt = _join_pending(entry, trial.pending)
@@ -191,7 +255,10 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         fresh = st.fresh
         st.fresh = fresh | {v.id for x in op.body.walk() for v in x.results()}
         st.pending = _back_edge_pending(op, st)
+        st.depth += 1
         body = _region(op.body.ops, st)
+        body += _retire_scope(st, st.depth - 1, op.body.ops[-1].loc if op.body.ops else loc)
+        st.depth -= 1
         st.fresh = fresh
         st.pending = _join_pending(held, st.pending)  # a flush in the body may not have run
         st.store_read_pending |= stores or before
@@ -201,7 +268,10 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
     if isinstance(op, O.If):
         before, unfenced = st.store_read_pending, set(st.generic_unfenced)
         held = dict(st.pending)
+        st.depth += 1
         body = _region(op.body.ops, st)
+        body += _retire_scope(st, st.depth - 1, op.body.ops[-1].loc if op.body.ops else loc)
+        st.depth -= 1
         st.store_read_pending |= before  # the body may not have run
         st.pending = {**held, **st.pending}  # nor a flush in it
         st.store_unfenced = True
@@ -211,18 +281,25 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         return [op.replace(body=Region(tuple(_region(op.body.ops, st))))]
     if isinstance(op, O.Consume):
         st.in_consume.append([])
+        st.depth += 1
         body = _region(op.body.ops, st)
-        accs = st.in_consume.pop()
-        if accs and op.wgmma_in_flight == 1:
+        st.depth -= 1
+        mine = list(st.in_consume[-1])
+        accs = [g.acc for g in mine]
+        if mine and op.wgmma_in_flight == 1 and all(g.a is None for g in mine):
             # keep this step's group in flight: wait_group 1 retires the previous step's,
             # whose slot is released now; this one's is held
+            st.in_consume.pop()
+            st.inflight = [g for g in st.inflight if g not in mine]
             body += [O.WgmmaWait(1, loc=loc), O.FenceOperands(tuple(accs), loc=loc),
                      O.SlotRelease(op.pipe, op.stage, previous=True, loc=loc)]
             st.pending[op.pipe.id] = (op.pipe, accs)
         else:
-            if accs:
-                body += [O.WgmmaWait(0, note="retire this step's wgmma before release", loc=loc),
-                         O.FenceOperands(tuple(accs), loc=loc)]
+            # this step's groups retire before its slot is released (an rs group's packed A
+            # registers also end with the step's scope)
+            if mine:
+                body += _retire(st, mine, "retire this step's wgmma before release", loc)
+            st.in_consume.pop()
             body.append(O.SlotRelease(op.pipe, op.stage, loc=loc))
         return [op.replace(body=Region(tuple(body)))]
     if isinstance(op, O.Wgmma):
@@ -230,26 +307,28 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         reads = [op.b] if op.a_in_registers else [op.a, op.b]
         if any(st.rt(v) in st.generic_unfenced for v in reads):
             out += _proxy_fence(st, loc)  # stmatrix'd operand: visible to the tensor cores
-        if op.a_in_registers:
-            return out + [O.WgmmaFence((op.acc,), a_registers=True, loc=loc), op,
-                          O.WgmmaCommit(loc=loc),
-                          O.WgmmaWait(0, note="the A registers are read until the group retires",
-                                      loc=loc),
-                          O.FenceOperands((op.acc,), a_registers=True, loc=loc)]
-        out += [O.WgmmaFence((op.acc,), loc=loc), op, O.WgmmaCommit(loc=loc)]
+        touched = _touches(op, st)   # an in-flight accumulator as this wgmma's A
+        if touched:
+            out += _retire(st, touched, "the accumulator is read as register A", loc)
+        rs = op.a_in_registers
+        out += [O.WgmmaFence((op.acc,), a_registers=rs, loc=loc), op, O.WgmmaCommit(loc=loc)]
         if st.in_consume:
-            st.in_consume[-1].append(op.acc)
+            group = _Group(op.acc, op.a if rs else None, st.depth)
+            st.in_consume[-1].append(group)
+            st.inflight.append(group)
+        elif rs:
+            out += [O.WgmmaWait(0, note=A_REGS_NOTE, loc=loc),
+                    O.FenceOperands((op.acc,), a_registers=True, loc=loc)]
         else:
             out += [O.WgmmaWait(0, loc=loc), O.FenceOperands((op.acc,), loc=loc)]
         return out
     out = []
-    if st.in_consume and not is_tag_op(op):
-        # an accumulator of an open group read (or written) inside its step: retire it first
-        read = [a for a in st.in_consume[-1] if a in op.operands()]
-        if read:
-            out += [O.WgmmaWait(0, note="the accumulator is read inside its step", loc=loc),
-                    O.FenceOperands(tuple(dict.fromkeys(read)), loc=loc)]
-            st.in_consume[-1][:] = [a for a in st.in_consume[-1] if a not in read]
+    if st.inflight and not is_tag_op(op):
+        # a register tile of an in-flight group read (or written) inside a step: retire that
+        # group, and no newer one, first
+        touched = _touches(op, st)
+        if touched:
+            out += _retire(st, touched, "the accumulator is read inside its step", loc)
     if isinstance(op, O.StMatrix):
         # a generic write: wait until deferred bulk stores have read the buffer; fence later
         st.store_unfenced = True
@@ -306,6 +385,9 @@ def run(kernel: Kernel) -> Kernel:
     root = smem_roots(kernel)
     st = _State(root, deferrable_store_buffers(kernel, root))
     st.lazy = {op.result.id for op in kernel.walk() if isinstance(op, O.Full) and op.scale_d_zero}
+    for op in kernel.walk():
+        if isinstance(op, (O.TileSlice, O.ExpandDims)):  # same registers, no copy
+            st.tile_root[op.result.id] = st.tile_root.get(op.src.id, op.src.id)
     threads = kernel.attr("threads")
     cluster = tuple(kernel.attr("cluster", (1, 1, 1)))
     cluster_size = cluster[0] * cluster[1] * cluster[2]

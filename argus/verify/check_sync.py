@@ -16,6 +16,12 @@ skipped and the taken path):
       the newest N): no elementwise, reduce, convert, store, stmatrix, var/assign or anything
       else reads or writes it (or a view of it) while the tensor cores may still write it. A
       wgmma accumulating into the same tile (chaining) and `fence.operands` are no readers.
+      Also, an rs wgmma's group is retired before the region that issued it ends: its packed A
+      registers live in that region's C scope (codegen/cuda/mma.py), and once out of scope
+      ptxas may give them to other values while the tensor cores still read them (the
+      register reuse of 9879b96). So a `wgmma.wait N` that allows the group to stay in flight
+      past its region's end, or past an op touching its tiles, is a violation: N is read as
+      "all but the newest N committed groups retire", whatever N is.
 
 The ordered sections' obligations (ordered.pairs/barriers/turns/skip) are
 verify/check_ordered.py's; they run from here, the turns on traced kernels too.
@@ -129,7 +135,31 @@ class _Checker:
     def region(self, region: Region, st: _State) -> _State:
         for op in region.ops:
             st = self.op(op, st)
+        self.scope_ends(region, st)
         return st
+
+    def scope_ends(self, region: Region, st: _State) -> None:
+        """sync.acc at the end of a region: no rs wgmma issued in it is still in flight (its
+        packed A registers go out of scope here)."""
+        for op in region.ops:
+            if not (isinstance(op, O.Wgmma) and op.a_in_registers):
+                continue
+            live = any(k[2] == id(op) for g in (*st.groups, st.open_reads) for k in g
+                       if len(k) == 3)
+            key = ("sync.acc", "scope", id(op))
+            if not live and key in self.findings:
+                continue  # a violation on some path stays a violation
+            subject = f"register A of the wgmma at {op.loc} at the end of its scope"
+            self.findings[key] = Finding(
+                "sync.acc", op.loc, subject, "violated" if live else "proven",
+                "" if not live else
+                f"the register-A wgmma at {op.loc} may still be in flight when the region that "
+                f"issued it ends (no wgmma.wait retires its group before, on some path): its "
+                f"packed A registers go out of scope there and may be reused while the tensor "
+                f"cores still read them",
+                {"wgmma": str(op.loc), "groups_in_flight": len(st.groups)} if live else {},
+                "lower.sync retires an rs group (wgmma.wait N + fence.operands) before the "
+                "end of the region that issued it")
 
     def loop(self, loop: O.For, st: _State) -> _State:
         head = st

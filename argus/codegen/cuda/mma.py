@@ -29,10 +29,21 @@ def wgmma_issue(em: _Emitter, ops, i: int) -> int:
     tail = ops[i + 3:i + 5]
     waited = (len(tail) == 2 and isinstance(tail[0], O.WgmmaWait) and tail[0].pending == 0
               and isinstance(tail[1], O.FenceOperands) and tail[1].tiles == fence.tiles)
+    ra = "ra"
+    if op.a_in_registers and not waited:
+        # the group stays in flight past this block: its packed A registers live in the
+        # enclosing scope until the fence.operands after the wait that retires it
+        ra = f"ra{em.a_frag_count}"
+        em.a_frag_count += 1
+        k_steps = op.k_extent // (32 // op.a.type.dtype.bytes)
+        em.emit(f"ag::uint32_t {ra}[{k_steps}][4];")
+        em.a_frags.setdefault(op.acc.id, []).append((ra, k_steps))
     em.emit("{")
     em.indent += 1
-    issue = _wgmma_register_a if op.a_in_registers else _wgmma_smem
-    a_regs = issue(em, op, fence)
+    if op.a_in_registers:
+        a_regs = _wgmma_register_a(em, op, fence, ra)
+    else:
+        a_regs = _wgmma_smem(em, op, fence)
     if waited:
         wgmma_wait(em, tail[0])
         fence_operands(em, tail[1], a_regs)
@@ -76,11 +87,12 @@ def _b_descriptor(em: _Emitter, op: O.Wgmma) -> None:
             f"{lbo_b}, {sbo_b});")
 
 
-def _wgmma_register_a(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence) -> int:
+def _wgmma_register_a(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence, ra: str = "ra") -> int:
     """The "rs" form: A is a bf16/f16 [64, K] tile in the A fragment (the accumulator
     pattern of 16 columns, target/fragments.py wgmma_a_coord). k16 step kk reads registers
     8kk .. 8kk+7, packed in pairs into ra[kk], the instruction's four 32-bit A registers
-    (what `wgmma.fence` / `fence.operands` with a_registers name). Returns the k steps."""
+    (what `wgmma.fence` / `fence.operands` with a_registers name; `ra` is declared here, or
+    by the caller when the group outlives this block). Returns the k steps."""
     if op.a.type.layout not in ("wgmma_acc", "wgmma_a"):
         raise CompileError(f"the register A operand {op.a} of this wgmma is in layout "
                            f"{op.a.type.layout!r}, not the wgmma A fragment", op.loc,
@@ -90,15 +102,16 @@ def _wgmma_register_a(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence) -> int:
     dt = op.a.type.dtype
     k_steps = op.k_extent // spec.k
     pack = "ag::pack_bf16x2" if dt.name == "bf16" else "ag::pack_f16x2"
-    em.emit(f"ag::uint32_t ra[{k_steps}][4];")
+    if ra == "ra":
+        em.emit(f"ag::uint32_t ra[{k_steps}][4];")
     for kk in range(k_steps):
         for r in range(4):
             lo = strip_round(em.reg_expr(op.a, 8 * kk + 2 * r), dt)
             hi = strip_round(em.reg_expr(op.a, 8 * kk + 2 * r + 1), dt)
-            em.emit(f"ra[{kk}][{r}] = {pack}({lo}, {hi});")
+            em.emit(f"{ra}[{kk}][{r}] = {pack}({lo}, {hi});")
     _b_descriptor(em, op)
-    wgmma_fence(em, fence, k_steps)
-    return _issue(em, op, spec, lambda kk: f"ra[{kk}]")
+    wgmma_fence(em, fence, k_steps, ra)
+    return _issue(em, op, spec, lambda kk: f"{ra}[{kk}]")
 
 
 def _wgmma_smem(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence) -> int:

@@ -74,22 +74,30 @@ def wgmma_commit(em: _Emitter, op: O.WgmmaCommit) -> None:
 
 
 @rule(O.WgmmaFence)
-def wgmma_fence(em: _Emitter, op: O.WgmmaFence, a_regs: int = 0) -> None:
+def wgmma_fence(em: _Emitter, op: O.WgmmaFence, a_regs: int = 0, ra: str = "ra") -> None:
     if op.a_registers and not a_regs:
         raise CompileError("wgmma.fence of register A outside its wgmma issue", op.loc)
     for t in op.tiles:
         em.emit(f"ag::fence_operands({em.tiles[t.id].name});")
     for kk in range(a_regs if op.a_registers else 0):
-        em.emit(f"ag::fence_operands(ra[{kk}]);")
+        em.emit(f"ag::fence_operands({ra}[{kk}]);")
     em.emit("ag::wgmma_fence();")
 
 
 @rule(O.FenceOperands)
 def fence_operands(em: _Emitter, op: O.FenceOperands, a_regs: int = 0) -> None:
-    if op.a_registers and not a_regs:
-        raise CompileError("fence.operands of register A outside its wgmma issue", op.loc)
     for kk in range(a_regs if op.a_registers else 0):
         em.emit(f"ag::fence_operands(ra[{kk}]);")
+    if op.a_registers and not a_regs:
+        # after the wait that retired rs groups issued earlier in this scope: their packed A
+        # registers stay allocated (and unmoved) until here, then die
+        frags = [f for t in op.tiles for f in em.a_frags.pop(t.id, [])]
+        if not frags:
+            raise CompileError("fence.operands of register A with no rs wgmma group of these "
+                               "accumulators in flight", op.loc)
+        for name, k_steps in frags:
+            for kk in range(k_steps):
+                em.emit(f"ag::fence_operands({name}[{kk}]);")
     for t in op.tiles:
         acc = em.tiles[t.id].name
         em.emit(f"ag::fence_operands({acc});")
