@@ -14,38 +14,89 @@ data only), a float constant, FINITE (some finite value) or TOP (unknown). A vio
 reported only for a known constant that is not the identity: unknown values are never errors.
 `where(c, a, b)` with a constant b is taken as the mask (its condition false exactly on the
 masked elements), which is how kernels write it.
+
+A masked element matters only if one reaches the reduction. When the known wrong value comes
+only from masked lanes of register loads (`ag.load`) through pointwise ops, conversions,
+slices and variables the model knows exactly per iteration (the register ring of
+lower/prefetch.py: block j is the one its load issued DEPTH iterations earlier), the finding is
+an obligation instead of a verdict: every element of the reduced tile, in every iteration and
+CTA, is in bounds (the model's `defined`: each contributing load's offsets plus the element's
+index lie inside the tensor). A row of 8192 columns reduced in 1024-column blocks is proven
+(KernelBench L1/99); a partial last block, or a loop that runs one block past the end, gives
+the element, iteration and thread that reads the fill. A value with any other source (a TMA
+zero fill, a where's own constant, a wgmma, shared memory, a variable summarized over its
+loop) keeps the verdict: its masked elements are not bounded here.
 """
 
 from __future__ import annotations
 
 import math
 
+import z3
+
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region
-from argus.verify.obligation import Finding
+from argus.target import register_layouts as RL
+from argus.verify import witness as W
+from argus.verify.model import Model, ReduceSite
+from argus.verify.obligation import Finding, Obligation
+from argus.verify.solver import value
+from argus.verify.tagdomain import META_FIELDS, fresh_int
+from argus.verify.transfer.control import _exact_levels
 
 NONE, FINITE, TOP = "none", "finite", "top"
+OPAQUE = None   # a masked value that does not come only from register loads' masked lanes
 IDENTITY = {"sum": 0.0, "max": -math.inf, "min": math.inf, "prod": 1.0}
 _WORDS = {"sum": "0", "max": "-inf", "min": "+inf", "prod": "1"}
 _FILL_TEXT = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "prod": "1.0"}
+_HARM = {"max": "wins over every row whose values are all below it",
+         "min": "wins over every row whose values are all above it",
+         "sum": "is added to its row's result", "prod": "multiplies its row's result"}
 
 
-def obligations(model) -> tuple[list, list[Finding]]:
-    flow = _Flow(model.kernel)
-    return [], flow.findings
+def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
+    flow = _Flow(model.kernel, _exact_assigns(model))
+    obs: list[Obligation] = []
+    finds: list[Finding] = []
+    seen: set = set()
+    for op, got, loads in flow.reached.values():
+        sites = [r for r in model.reduces if r.op.result.id == op.result.id]
+        if loads is not None and sites:
+            obs += [_reaches(model, red, got, loads) for red in sites]
+            continue
+        key = (op.loc.file, op.loc.line, op.fn)
+        if key not in seen:
+            seen.add(key)
+            finds.append(_verdict(op, got))
+    return obs, finds
 
 
 class _Flow:
-    def __init__(self, kernel: Kernel):
+    def __init__(self, kernel: Kernel, exact: set[int]):
         self.val: dict[int, object] = {}       # value id -> masked-element value
+        # value id -> the loads whose masked lanes its masked value comes from, or OPAQUE
+        # (another source: a TMA zero fill, a where's constant ...); read through `loads`
+        self.src: dict[int, frozenset | None] = {}
         self.const: dict[int, float] = {}      # value id -> the value of a constant tile
         self.root: dict[int, int] = {}         # smem view id -> buffer id
-        self.findings: list[Finding] = []
-        self._seen: set = set()
+        self.exact = exact                     # assigns the model follows exactly
+        # reduce result id -> (op, wrong masked value, its loads or OPAQUE)
+        self.reached: dict[int, tuple] = {}
         self.region(kernel.body)
 
     def get(self, v) -> object:
         return self.val.get(v.id, NONE)
+
+    def loads(self, vid: int) -> frozenset | None:
+        """The loads whose masked lanes value vid's masked value comes from (empty: it has
+        none)."""
+        if self.val.get(vid, NONE) == NONE:
+            return frozenset()
+        return self.src.get(vid, OPAQUE)
+
+    def set(self, vid: int, val: object, loads: frozenset | None) -> None:
+        self.val[vid] = val
+        self.src[vid] = loads
 
     def point(self, v) -> object:
         """The value operand v has at a masked element of another operand."""
@@ -62,8 +113,12 @@ class _Flow:
 
     def op(self, op) -> None:
         if isinstance(op, O.For):
-            before = dict(self.val)
+            before, before_src = dict(self.val), dict(self.src)
             self.region(op.body)           # once to learn what the loop carries
+            self.src = {k: _join_loads(self.loads(k),
+                                       frozenset() if before.get(k, NONE) == NONE else
+                                       before_src.get(k, OPAQUE))
+                        for k in self.val}
             self.val = {k: _join(before.get(k, NONE), v) for k, v in self.val.items()}
             self.region(op.body)           # again from the joined state
             return
@@ -71,40 +126,47 @@ class _Flow:
                 not isinstance(op.value, bool):
             self.const[op.result.id] = float(op.value)
         elif isinstance(op, O.Load):
-            self.val[op.result.id] = float(op.other)
+            self.set(op.result.id, float(op.other), frozenset([op]))
         elif isinstance(op, O.Full):
             self.const[op.result.id] = float(op.value)
         elif isinstance(op, O.SmemSlice):
             self.root[op.result.id] = self.root.get(op.buffer.id, op.buffer.id)
         elif isinstance(op, O.TmaLoad):
-            self.val[self._buf(op.dst)] = _join(self.val.get(self._buf(op.dst), NONE), 0.0) \
-                if self._buf(op.dst) in self.val else 0.0
+            # TMA zero-fills the box past the tensor's end (not bounded here: OPAQUE)
+            buf = self._buf(op.dst)
+            self.set(buf, _join(self.val[buf], 0.0) if buf in self.val else 0.0, OPAQUE)
         elif isinstance(op, O.StMatrix):
-            self.val[self._buf(op.dst)] = self.get(op.src)
+            self.set(self._buf(op.dst), self.get(op.src), OPAQUE)
         elif isinstance(op, O.LdMatrix):
-            self.val[op.result.id] = self.val.get(self._buf(op.src), NONE)
+            self.set(op.result.id, self.val.get(self._buf(op.src), NONE), OPAQUE)
         elif isinstance(op, O.Wgmma):
             a = self.get(op.a) if op.a_in_registers else self.val.get(self._buf(op.a), NONE)
             b = self.val.get(self._buf(op.b), NONE)
             if a in (NONE, 0.0) and b in (NONE, 0.0):
                 if a == 0.0 or b == 0.0:   # masked rows/columns keep the accumulator's value
-                    self.val[op.acc.id] = self.point(op.acc) if self.get(op.acc) == NONE \
-                        else self.get(op.acc)
+                    self.set(op.acc.id, self.point(op.acc) if self.get(op.acc) == NONE
+                             else self.get(op.acc), OPAQUE)
             else:
-                self.val[op.acc.id] = TOP
+                self.set(op.acc.id, TOP, OPAQUE)
         elif isinstance(op, (O.Convert, O.ConvertLayout, O.ExpandDims, O.TileSlice)):
+            # the same elements (moved, or read at a shifted index): what the model's
+            # `defined` of the result says of the source's
             if op.src.id in self.val:
-                self.val[op.result.id] = self.val[op.src.id]
+                self.set(op.result.id, self.val[op.src.id], self.loads(op.src.id))
             if op.src.id in self.const:
                 self.const[op.result.id] = self.const[op.src.id]
         elif isinstance(op, O.Var):
             if op.init.id in self.val:
-                self.val[op.result.id] = self.val[op.init.id]
+                self.set(op.result.id, self.val[op.init.id], self.loads(op.init.id))
             if op.init.id in self.const:
                 self.const[op.result.id] = self.const[op.init.id]
         elif isinstance(op, O.Assign):
-            self.val[op.dst.id] = _join(self.get(op.dst), self.get(op.src)) \
-                if op.dst.id in self.val or op.src.id in self.val else NONE
+            if op.dst.id in self.val or op.src.id in self.val:
+                # a variable the model summarizes over its loop (not exactly per iteration),
+                # or assigns under a condition, has no bounded masked lanes
+                loads = _join_loads(self.loads(op.dst.id), self.loads(op.src.id))
+                self.set(op.dst.id, _join(self.get(op.dst), self.get(op.src)),
+                         loads if id(op) in self.exact else OPAQUE)
             self.const.pop(op.dst.id, None)
         elif isinstance(op, O.Elementwise):
             self.elementwise(op)
@@ -130,36 +192,121 @@ class _Flow:
             pa, pb = self.point(a), self.point(b)
             if self.get(a) == NONE and self.get(b) == NONE and pa == pb:
                 return
-            # a constant false branch is the mask: the masked elements take it
-            self.val[op.result.id] = pb if isinstance(pb, float) else \
-                (pa if pa == pb else TOP)
+            # a constant false branch is the mask: the masked elements take it. Those are
+            # where the condition is false, in bounds or not: the where's own (OPAQUE)
+            loads = _join_loads(self.loads(a.id), self.loads(b.id))
+            self.set(op.result.id, pb if isinstance(pb, float) else (pa if pa == pb else TOP),
+                     loads if self.get(b) != NONE else OPAQUE)
             return
         vals = [self.point(a) for a in op.args]
-        self.val[op.result.id] = _apply(op.fn, vals)
+        loads: frozenset | None = frozenset()
+        for a in tiles:
+            loads = _join_loads(loads, self.loads(a.id))
+        self.set(op.result.id, _apply(op.fn, vals), loads)
 
     def reduce(self, op: O.Reduce) -> None:
         got = self.get(op.src)
         ident = IDENTITY.get(op.fn)
+        seen = self.reached.get(op.result.id)
+        if seen is not None:   # a loop's second pass: the first wrong value, every source
+            self.reached[op.result.id] = (op, seen[1], _join_loads(seen[2],
+                                                                   self.loads(op.src.id)))
+            return
         if ident is None or not isinstance(got, float) or _same(got, ident):
             return
-        key = (op.loc.file, op.loc.line, op.fn)
-        if key in self._seen:
-            return
-        self._seen.add(key)
-        self.findings.append(Finding(
-            "fill.identity", op.loc, f"{op.fn} over axis {op.axis} at {op.loc}", "violated",
-            f"the masked elements of the reduced tile (past the tensor's end) hold {got} when "
-            f"this {op.fn} consumes them, not its identity {_WORDS[op.fn]}: they "
-            + ("win over every row whose values are all below it" if op.fn == "max" else
-               "win over every row whose values are all above it" if op.fn == "min" else
-               "are added to every row's result" if op.fn == "sum" else
-               "multiply every row's result"),
-            {"fill": got, "identity": _WORDS[op.fn], "reduction": op.fn, "axis": op.axis,
-             "element": f"every element of the reduced axis {op.axis} past the tensor's end "
-                        f"(e.g. column N of a row when N is not a multiple of the tile)"},
-            fix=f"load with other={_FILL_TEXT[op.fn]} (or mask with ag.where before the "
-                f"{op.fn})"))
-        self.val[op.result.id] = NONE
+        self.reached[op.result.id] = (op, got, self.loads(op.src.id))
+
+
+def _exact_assigns(model: Model) -> set[int]:
+    """The assignments (by `id`) after which the model knows the variable's value exactly:
+    one in the region that defines the variable (straight-line code: the model copies the
+    value), or one at the top level of a loop body, when the variable is defined in the region
+    that holds the loop and is one of the loop's exact levels (transfer/control.py: assigned
+    once from loads and arithmetic of the index, such as lower/prefetch.py's register ring;
+    the state at the loop's entry is then the exact initial value). Any other (inside an `if`,
+    or summarized over a loop) leaves its masked lanes unbounded here."""
+    out: set[int] = set()
+
+    def region(r: Region) -> None:
+        here = {op.result.id for op in r.ops if isinstance(op, O.Var)}
+        for op in r.ops:
+            if isinstance(op, O.Assign) and op.dst.id in here:
+                out.add(id(op))
+            if isinstance(op, O.For):
+                exact: set[int] = set()
+                for level in _exact_levels(model, op, model._carried_tiles(op.body)):
+                    exact |= level & here
+                out.update(id(a) for a in op.body.ops
+                           if isinstance(a, O.Assign) and a.dst.id in exact)
+            for inner in op.regions():
+                region(inner)
+    region(model.kernel.body)
+    return out
+
+
+def _reaches(model: Model, red: ReduceSite, got: float, loads: frozenset) -> Obligation:
+    """Every element of the reduced tile is in bounds (model's `defined`): the masked lanes of
+    `loads`, holding `got`, never reach this reduction."""
+    op = red.op
+    shape = op.src.type.shape
+    idx = tuple(fresh_int(f"e{d}") for d in range(len(shape)))
+    rec = red.src.fn(idx)
+    prem = list(model.premises) + red.site.constraints() + list(rec.cond) + \
+        [z3.And(i >= 0, i < n) for i, n in zip(idx, shape)]
+    names = {info.value.id: info.name for info in model.tensors.values()}
+    where = sorted({f"{names.get(x.tensor.id, x.tensor)} (other={x.other}) at {x.loc}"
+                    for x in loads})
+
+    def decode(zm, violated):
+        wit = W.context(model, zm, red.site)
+        element = tuple(value(zm, i) for i in idx)
+        coords = {name: value(zm, f.term) for name, f in sorted(rec.fields.items())
+                  if name not in META_FIELDS and f.is_point}
+        wit.update({"fill": got, "identity": _WORDS[op.fn], "reduction": op.fn,
+                    "axis": op.axis, "element": element, "coordinates": coords,
+                    "masked_load": where})
+        wit.update(_holder(model, op.src.type, element))
+        at = ", ".join(f"{k} = {v}" for k, v in coords.items())
+        return (f"element {element} of the reduced tile is a masked lane (past the tensor's "
+                f"end{', at ' + at if at else ''}) of the load {' / '.join(where)}: it holds "
+                f"{got} when this {op.fn} consumes it, not the identity {_WORDS[op.fn]}, and "
+                f"{_HARM[op.fn]}"), wit
+    return Obligation(
+        "fill.identity", op.loc, f"{op.fn} over axis {op.axis} at {op.loc}: no masked "
+        f"element reaches it", prem, [("every reduced element is in bounds", rec.defined)],
+        decode, minimize=list(idx) + [s.var for s in red.site.loops()],
+        fix=_fix(op.fn) + ", or keep the loop's blocks inside the tensor")
+
+
+def _verdict(op: O.Reduce, got: float) -> Finding:
+    return Finding(
+        "fill.identity", op.loc, f"{op.fn} over axis {op.axis} at {op.loc}", "violated",
+        f"the masked elements of the reduced tile (past the tensor's end) hold {got} when "
+        f"this {op.fn} consumes them, not its identity {_WORDS[op.fn]}: they {_HARM[op.fn]}",
+        {"fill": got, "identity": _WORDS[op.fn], "reduction": op.fn, "axis": op.axis,
+         "element": f"every element of the reduced axis {op.axis} past the tensor's end "
+                    f"(e.g. column N of a row when N is not a multiple of the tile)"},
+        fix=_fix(op.fn))
+
+
+def _fix(fn: str) -> str:
+    return f"load with other={_FILL_TEXT[fn]} (or mask with ag.where before the {fn})"
+
+
+def _holder(model: Model, tile_type, element: tuple) -> dict:
+    """The thread and register holding a tile element (its register layout), when known."""
+    try:
+        if tile_type.layout.startswith("wgmma_acc"):
+            return W.acc_thread(*element)
+        layout = RL.build(tile_type.layout or "blocked", tuple(tile_type.shape), model.threads)
+        t, r = layout.owners()[tuple(element)][0]
+    except Exception:  # noqa: BLE001 - a courtesy: the finding stands without it
+        return {}
+    return {"thread": t, "warp": t // 32, "lane": t % 32, "register": r}
+
+
+def _join_loads(a: frozenset | None, b: frozenset | None) -> frozenset | None:
+    return OPAQUE if a is OPAQUE or b is OPAQUE else a | b
 
 
 def _same(a: float, b: float) -> bool:

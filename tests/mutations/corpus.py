@@ -63,6 +63,13 @@ def lowered(factory, **kw) -> Kernel:
     return lower_only(factory(None, **kw))
 
 
+def ring(factory, bug, **kw) -> Callable[[], Kernel]:
+    """A DSL mutation, lowered: loops of loads go through lower/prefetch.py's register ring."""
+    from argus.compiler import lower_only
+
+    return lambda: lower_only(factory(bug, **kw))
+
+
 def rewrite(kernel: Kernel, cls, fn: Callable[[Op], Op], nth: int | None = None) -> Kernel:
     """Replace every op of class `cls` (or only the nth one, in program order) by fn(op); an
     op for which fn returns None is removed."""
@@ -389,6 +396,15 @@ CORPUS: list[Mutation] = [
       ("reduce.coverage",), ("domain", "extent", "role", "thread"), ("never reduced",),
       "kv_skips_last", "the consumer's KV loop stops one block early: the last keys never "
       "enter the row statistics (and the producer hangs)", also=("pipe.totals",)),
+    M("row_max_ring/ring_past_end", "reduction", 15, ring(K.make_row_max_ring, "ring_past_end"),
+      ("fill.identity",), ("fill", "identity", "element", "iteration", "thread"), ("8192",),
+      "ring_past_end", "the block loop runs one block past the row (blocks divide it): the "
+      "whole last block is masked, its 0 fill wins the max"),
+    M("row_max_ring/ring_partial_block", "reduction", 15,
+      ring(K.make_row_max_ring, "ring_partial_block"), ("fill.identity",),
+      ("fill", "identity", "element", "iteration", "thread"), ("8000",), "ring_partial_block",
+      "8000 columns in blocks of 1024: the last block's masked columns hold the fill 0 when the "
+      "max reduces them"),
     # --- wgmma operand provenance, partial clusters ---------------------------------------
     M("gemm/b_is_a_buffer", "gemm", 3, traced(K.make_gemm, "b_is_a_buffer"),
       ("wgmma.provenance",), ACC + ("a_buffer", "b_buffer"), ("same shared-memory buffer",),
@@ -586,6 +602,8 @@ CLEAN: list[tuple[str, Callable[[], Kernel]]] = [
     ("batched_kn_gemm_lowered", lambda: lowered(K.make_batched_kn_gemm)),
     ("online_softmax", lambda: K.make_online_softmax().trace()),
     ("row_stats", lambda: K.make_row_stats().trace()),
+    ("row_max_ring (L1/99: a 0 fill under a max, blocks divide the row)",
+     lambda: lowered(K.make_row_max_ring)),
     ("split_k_sum", lambda: K.make_split_k_sum().trace()),
     ("fa_causal", lambda: K.make_fa_qonce(causal=True).trace()),
     ("fa_causal_lowered", lambda: lowered(K.make_fa_qonce, causal=True)),

@@ -607,3 +607,28 @@ def make_split_k_sum(bug: str | None = None):
         ag.store(C, (row0, col0), total.to(ag.bf16))
 
     return split_k_sum
+
+
+def make_row_max_ring(bug: str | None = None, BN: int = 1024, ROWS: int = 2):
+    """A row max over 8192 columns in blocks of BN (KernelBench L1/99's composed pattern): the
+    blocks divide the row, so no load is ever masked and the default fill 0 is never reduced.
+    Lowered, its loads go through lower/prefetch.py's register ring (blocks loaded up to 3
+    iterations ahead, past the end in the last ones, and never reduced)."""
+    width = 8000 if bug == "ring_partial_block" else 8192
+
+    def row_max_ring(X, OUT):
+        (pid,) = ag.grid(64 // ROWS)
+        acc = ag.full((ROWS, 1), -INF)
+        blocks = ag.cdiv(width, BN)
+        for j in ag.range(blocks + (bug == "ring_past_end")):  # BUG:ring_past_end
+            if bug == "ring_partial_block":
+                x = ag.load(X, (pid * ROWS, j * BN), (ROWS, BN), other=0.0)  # BUG:ring_partial_block
+            else:
+                x = ag.load(X, (pid * ROWS, j * BN), (ROWS, BN), other=0.0)
+            acc = ag.maximum(acc, x.max(axis=1))
+        ag.store(OUT, (pid * ROWS, 0), acc)
+
+    # the width is the factory's (string annotations cannot name it under `from __future__`)
+    row_max_ring.__annotations__ = {"X": ag.Tensor[64, width, ag.f32],
+                                    "OUT": ag.Tensor[64, 1, ag.f32]}
+    return ag.kernel(row_max_ring, threads=256, name="row_max_ring")
