@@ -10,9 +10,9 @@ The pipeline, for T tokens, E experts, top-k k, N = T * k (token, slot) entries:
     layout       (one CTA)                totals               -> expert_start [1, E] (rows),
                                                                   tile_expert [MT, 1], tiles [1, 1]
     positions    (grid: chunks)           ids, chunk_base, expert_start -> pos [N, 1]
-    permute      (grid: tokens)           x [T, H], pos        -> xp [M_pad, H]
+    permute      (grid: tokens x columns) x [T, H], pos        -> xp [M_pad, H]
     (the grouped GEMMs of argus/kernels/moe.py run over xp's first tiles[0] * BM rows)
-    combine      (grid: tokens)           y [M_pad, H], pos, weights -> out [T, H]
+    combine      (grid: tokens x columns) y [M_pad, H], pos, weights -> out [T, H]
 
 The DSL has no atomics, scans or sorting, and needs none here: a count is the column sum of a
 one-hot tile (ids[:, None] == arange(E)[None, :]); an exclusive prefix sum over E experts is
@@ -286,8 +286,9 @@ def positions_kernel(be: int) -> ag.KernelFunction:
 
 @functools.lru_cache(maxsize=None)
 def permute_kernel(top_k: int, bh: int) -> ag.KernelFunction:
-    """xp[pos[t * k + j]] = x[t] for each slot j: each CTA reads its token's row once (in
-    pieces of bh columns) and writes it to its k rows of the padded layout."""
+    """xp[pos[t * k + j]] = x[t] for each slot j: CTA (t, b) reads columns [b * bh, +bh) of
+    token t's row once and writes them to its k rows of the padded layout (a CTA per column
+    block, not per token: a decode step's few tokens still spread over the SMs)."""
 
     def moe_permute(X: ag.Tensor["T", "H", ag.bf16], Pos: ag.Tensor["N", 1, ag.i32],
                     Xp: ag.Tensor["M", "H", ag.bf16]):
@@ -297,12 +298,11 @@ def permute_kernel(top_k: int, bh: int) -> ag.KernelFunction:
         position = ag.opaque("position")
         ag.tag_tensor(Pos, value=lambda i, zero: position(i))
         ag.tag_assume(lambda a, b: ag.tag_any(a == b, position(a) != position(b)))
-        (t,) = ag.grid(X.shape[0])
-        rows = [ag.load_scalar(Pos, (t * top_k + j, 0)) for j in range(top_k)]
-        for h0 in ag.range(0, X.shape[1], bh):
-            x = ag.load(X, (t, h0), (1, bh))
-            for row in rows:
-                ag.store(Xp, (row, h0), x)
+        t, block = ag.grid(X.shape[0], ag.cdiv(X.shape[1], bh))
+        h0 = block * bh
+        x = ag.load(X, (t, h0), (1, bh))
+        for j in range(top_k):
+            ag.store(Xp, (ag.load_scalar(Pos, (t * top_k + j, 0)), h0), x)
 
     # Xp's padding rows are never written (nor read), on purpose
     return ag.kernel(moe_permute, threads=128, name=f"moe_permute_k{top_k}_{bh}",
@@ -313,7 +313,8 @@ def permute_kernel(top_k: int, bh: int) -> ag.KernelFunction:
 def combine_kernel(top_k: int, bh: int, splits: int = 0) -> ag.KernelFunction:
     """out[t] = sum over j of weights[t, j] * y[pos[t * k + j]], in fp32, rounded once. With
     splits > 0, y is the down GEMM's fp32 partial sums [splits, M, H] (decode with split_k),
-    added up here too."""
+    added up here too. CTA (t, b) makes columns [b * bh, +bh) of token t's row (a CTA per
+    column block: a decode step's few tokens still spread over the SMs)."""
     y_dims, y_type = (("S", "M", "H"), ag.f32) if splits else (("M", "H"), ag.bf16)
 
     def moe_combine(Y: ag.Tensor[(*y_dims, y_type)], Pos: ag.Tensor["N", 1, ag.i32],
@@ -331,7 +332,8 @@ def combine_kernel(top_k: int, bh: int, splits: int = 0) -> ag.KernelFunction:
             ag.tag_tensor(Y, token=lambda r, h: token_of(r))
         ag.tag_tensor(Out, token=lambda t, h: t)
         ag.tag_assume(lambda i: token_of(position(i)) == i // top_k)
-        (t,) = ag.grid(Out.shape[0])
+        t, block = ag.grid(Out.shape[0], ag.cdiv(Out.shape[1], bh))
+        h0 = block * bh
         rows = [ag.load_scalar(Pos, (t * top_k + j, 0)) for j in range(top_k)]
         weights = [ag.load_scalar(Weights, (t, j)) for j in range(top_k)]
 
@@ -344,11 +346,10 @@ def combine_kernel(top_k: int, bh: int, splits: int = 0) -> ag.KernelFunction:
                 y = y + ag.load(Y, (piece, row, h0), (1, bh))
             return y
 
-        for h0 in ag.range(0, Out.shape[1], bh):
-            total = row_of_y(rows[0], h0) * weights[0]
-            for row, w in zip(rows[1:], weights[1:]):
-                total = total + row_of_y(row, h0) * w
-            ag.store(Out, (t, h0), total.to(ag.bf16))
+        total = row_of_y(rows[0], h0) * weights[0]
+        for row, w in zip(rows[1:], weights[1:]):
+            total = total + row_of_y(row, h0) * w
+        ag.store(Out, (t, h0), total.to(ag.bf16))
 
     name = f"moe_combine_k{top_k}_{bh}" + (f"_s{splits}" if splits else "")
     return ag.kernel(moe_combine, threads=128, name=name)

@@ -37,15 +37,15 @@ def make_permute(bug: str | None = None, top_k: int = 2, bh: int = 1024):
         position = ag.opaque("position")
         ag.tag_tensor(Pos, value=lambda i, zero: position(i))
         ag.tag_assume(lambda a, b: ag.tag_any(a == b, position(a) != position(b)))
-        (t,) = ag.grid(X.shape[0])
-        if bug == "slot_collision":
-            rows = [ag.load_scalar(Pos, (t * top_k, 0)) for j in range(top_k)]  # BUG:slot_collision
-        else:
-            rows = [ag.load_scalar(Pos, (t * top_k + j, 0)) for j in range(top_k)]
-        for h0 in ag.range(0, X.shape[1], bh):
-            x = ag.load(X, (t, h0), (1, bh))
-            for row in rows:
-                ag.store(Xp, (row, h0), x)  # BUG:slot_collision
+        t, block = ag.grid(X.shape[0], ag.cdiv(X.shape[1], bh))
+        h0 = block * bh
+        x = ag.load(X, (t, h0), (1, bh))
+        for j in range(top_k):
+            if bug == "slot_collision":
+                row = ag.load_scalar(Pos, (t * top_k, 0))  # BUG:slot_collision
+            else:
+                row = ag.load_scalar(Pos, (t * top_k + j, 0))
+            ag.store(Xp, (row, h0), x)  # BUG:slot_collision
 
     return moe_permute
 
@@ -60,17 +60,17 @@ def make_combine(bug: str | None = None, top_k: int = 2, bh: int = 1024):
         ag.tag_tensor(Y, token=lambda r, h: token_of(r))
         ag.tag_tensor(Out, token=lambda t, h: t)
         ag.tag_assume(lambda i: token_of(position(i)) == i // top_k)
-        (t,) = ag.grid(Out.shape[0])
+        t, block = ag.grid(Out.shape[0], ag.cdiv(Out.shape[1], bh))
+        h0 = block * bh
         rows = [ag.load_scalar(Pos, (t * top_k + j, 0)) for j in range(top_k)]
         weights = [ag.load_scalar(Weights, (t, j)) for j in range(top_k)]
-        for h0 in ag.range(0, Out.shape[1], bh):
-            if bug == "reads_next_row":
-                first = ag.load(Y, (rows[0] + 1, h0), (1, bh))  # BUG:reads_next_row
-            else:
-                first = ag.load(Y, (rows[0], h0), (1, bh))
-            total = first.to(ag.f32) * weights[0]
-            total = total + ag.load(Y, (rows[1], h0), (1, bh)).to(ag.f32) * weights[1]
-            ag.store(Out, (t, h0), total.to(ag.bf16))  # BUG:reads_next_row
+        if bug == "reads_next_row":
+            first = ag.load(Y, (rows[0] + 1, h0), (1, bh))  # BUG:reads_next_row
+        else:
+            first = ag.load(Y, (rows[0], h0), (1, bh))
+        total = first.to(ag.f32) * weights[0]
+        total = total + ag.load(Y, (rows[1], h0), (1, bh)).to(ag.f32) * weights[1]
+        ag.store(Out, (t, h0), total.to(ag.bf16))  # BUG:reads_next_row
 
     return moe_combine
 
