@@ -1,8 +1,9 @@
 """GPU tier: argus.ops.moe against a float64 torch reference on fresh random data — softmax
 routing (renormalized or not), DeepSeek-V3's grouped sigmoid routing, precomputed routing with
 zero-token experts, both tile schedules, the swap-AB decode path (T <= 64: token tiles, K
-splits, crowded and empty experts), a CUDA-graph capture and replay (decode-sized), torch.compile
-through the custom op — and the clear errors for inputs that cannot be right."""
+splits, crowded and empty experts, the split finish at Mixtral's width), repeated decode calls
+replaying their launch plans on new contents, a CUDA-graph capture and replay (decode-sized),
+torch.compile through the custom op — and the clear errors for inputs that cannot be right."""
 
 import pytest
 
@@ -115,6 +116,68 @@ def test_moe_decode_schedules_with_empty_and_crowded_experts(bn, splits):
     assert _rel(out, reference(x, w13, w2, ids, w)) < 1e-2
 
 
+def test_moe_split_finish_at_mixtral_width():
+    """One token on Mixtral's sizes with both GEMMs cut in 2 along K: the split finish spreads
+    two token tiles x 112 column blocks of I = 14336 over the SMs (argus/kernels/moe.py)."""
+    from argus.kernels.moe import decode_schedule
+    from argus.ops import moe
+    from argus.ops.moe import reference
+
+    T, E, k, H, I = 1, 8, 2, 4096, 14336
+    x, w13, w2, logits = _layer(T, E, H, I, seed=61)
+    out = moe(x, w13, w2, logits, k, schedule=decode_schedule(8, split_k=2))
+    ids, w = _softmax_topk(logits, k, True)
+    assert _rel(out, reference(x, w13, w2, ids, w)) < 1e-2
+
+
+def _sigmoid_topk(logits, bias, k, G, TG, scale):
+    """DeepSeek-V3's grouped sigmoid top-k in float64: (ids, weights)."""
+    T, E = logits.shape
+    s = torch.sigmoid(logits.double())
+    choice = s + bias.double()
+    group = choice.view(T, G, E // G).topk(2, dim=2).values.sum(dim=2)
+    keep = torch.zeros(T, G, device="cuda", dtype=torch.float64).scatter_(
+        1, group.topk(TG, dim=1).indices, 1.0)
+    mask = keep.repeat_interleave(E // G, dim=1).bool()
+    ids = choice.masked_fill(~mask, float("-inf")).topk(k, dim=1).indices
+    w = s.gather(1, ids)
+    return ids, w / w.sum(dim=1, keepdim=True) * scale
+
+
+@pytest.mark.parametrize("T,E,k,H,I,scoring", [
+    (1, 8, 2, 4096, 1792, "softmax"),     # Mixtral-like H, one token
+    (4, 128, 8, 2048, 768, "softmax"),    # Qwen3-30B-A3B's sizes: the gate-up cut in K
+    (16, 64, 8, 1024, 256, "sigmoid"),    # grouped sigmoid without a correction bias
+])
+def test_moe_decode_replays_with_new_contents(T, E, k, H, I, scoring):
+    """Repeated decode calls on the same buffers replay the first call's launch plans
+    (argus.ops.moe._run); new tokens and logits written into those buffers, hence new
+    routing, give the right answer on every call (a replay that launched nothing would leave
+    the previous output, the wrong one), and the call was recorded for replay."""
+    import importlib
+
+    from argus.ops import moe
+    from argus.ops.moe import reference
+
+    M = importlib.import_module("argus.ops.moe")
+    x, w13, w2, logits = _layer(T, E, H, I, seed=70 + T)
+    kw = dict(scoring="sigmoid", num_expert_group=8, topk_group=4, routed_scaling_factor=2.5) \
+        if scoring == "sigmoid" else {}
+    g = torch.Generator(device="cuda").manual_seed(71)
+    for _ in range(4):
+        x.copy_(torch.randn(T, H, generator=g, device="cuda").bfloat16())
+        logits.copy_(torch.randn(T, E, generator=g, device="cuda"))
+        out = moe(x, w13, w2, logits, k, **kw)
+        if scoring == "sigmoid":
+            ids, w = _sigmoid_topk(logits, torch.zeros(E, device="cuda"), k, 8, 4, 2.5)
+        else:
+            ids, w = _softmax_topk(logits, k, True)
+        assert _rel(out, reference(x, w13, w2, ids, w)) < 1e-2
+        del out
+    recorded = [key for ws in M._WORKSPACES.values() for key in ws.get("programs", {})]
+    assert any(key[0][0] == (x.data_ptr(), x.dtype) for key in recorded)
+
+
 def test_moe_grouped_sigmoid_routing():
     from argus.ops import moe
     from argus.ops.moe import reference
@@ -124,15 +187,7 @@ def test_moe_grouped_sigmoid_routing():
     bias = torch.randn(E, device="cuda") * 0.1
     out = moe(x, w13, w2, logits, k, scoring="sigmoid", e_score_correction_bias=bias,
               num_expert_group=G, topk_group=TG, routed_scaling_factor=scale)
-    s = torch.sigmoid(logits.double())
-    choice = s + bias.double()
-    group = choice.view(T, G, E // G).topk(2, dim=2).values.sum(dim=2)
-    keep = torch.zeros(T, G, device="cuda", dtype=torch.float64).scatter_(
-        1, group.topk(TG, dim=1).indices, 1.0)
-    mask = keep.repeat_interleave(E // G, dim=1).bool()
-    ids = choice.masked_fill(~mask, float("-inf")).topk(k, dim=1).indices
-    w = s.gather(1, ids)
-    w = w / w.sum(dim=1, keepdim=True) * scale
+    ids, w = _sigmoid_topk(logits, bias, k, G, TG, scale)
     assert _rel(out, reference(x, w13, w2, ids, w)) < 1e-2
 
 
