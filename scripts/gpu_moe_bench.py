@@ -16,8 +16,13 @@ copy bandwidth measured in the same run (a large device-to-device copy, read + w
 so 100% means reading exactly those weights at copy speed. For decode rows the expert GEMMs of
 ours are also timed alone (torch.profiler device time of the moe_gate_up*, moe_split_finish*
 and moe_down* kernels, the swap-AB decode path of argus/kernels/moe.py) against the same
-floor: the issue's bar is >= 95% for them. Every path's output is checked against a float64
-reference on the same routing (relative Frobenius error < 1e-2).
+floor: the issue's bar is >= 95% for them. Decode rows also print where the rest of the
+layer goes: the device time of ours' other kernels (routing, permute, combine), the host time
+of one call (the time to enqueue its launches: decode layers are host-bound when it exceeds
+the device time), and ours timed with the replay of recorded launch plans turned off
+("ours-noreplay": every launch re-checks its arguments, as before argus.ops.moe replayed
+repeated calls). Every path's output is checked against a float64 reference on the same
+routing (relative Frobenius error < 1e-2).
 
     python scripts/gpu_moe_bench.py                 # all models, T = 1 ... 16384
     python scripts/gpu_moe_bench.py --quick         # T = 1, 16, 64 and 4096, fewer trials
@@ -31,9 +36,12 @@ Prints one line per measurement, then a markdown table; writes moe.json and moe.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import importlib
 import json
 import math
+import statistics
 import subprocess
 import sys
 import time
@@ -194,14 +202,52 @@ def kernel_breakdown(fn, reps: int = 10) -> dict:
 GEMM_KERNELS = ("moe_gate_up", "moe_split_finish", "moe_down")
 
 
-def gemm_floor(fn, floor_ms: float) -> tuple[float, dict]:
-    """(percent of the weight-read floor, device us per GEMM kernel) of ours' expert GEMMs
-    alone: the profiler's device time of the kernels named in GEMM_KERNELS."""
+def gemm_floor(fn, floor_ms: float) -> tuple[float, dict, dict]:
+    """(percent of the weight-read floor, device us per GEMM kernel, device us per other
+    kernel) of ours: the floor percent of the expert GEMMs alone, from the profiler's device
+    time of the kernels named in GEMM_KERNELS."""
     per = kernel_breakdown(fn)
     mine = {key: us for key, us in per.items()
             if any(name in key for name in GEMM_KERNELS)}
+    others = {key: us for key, us in per.items() if key not in mine}
     total_ms = sum(mine.values()) / 1e3
-    return (100.0 * floor_ms / total_ms if total_ms else float("nan")), mine
+    return (100.0 * floor_ms / total_ms if total_ms else float("nan")), mine, others
+
+
+def host_us(fn, reps: int = 50) -> float:
+    """Median host time of one call in microseconds, the device idle and its queue empty
+    before each: the time to enqueue the call's launches (they run asynchronously)."""
+    import torch
+
+    fn()
+    samples = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    return statistics.median(samples) * 1e6
+
+
+@contextlib.contextmanager
+def replay_off():
+    """argus.ops.moe without the replay of recorded launch plans (its recorded calls
+    forgotten, none recorded): every launch looks up and checks its arguments."""
+    M = importlib.import_module("argus.ops.moe")
+    saved = M._PROGRAMS
+    for ws in M._WORKSPACES.values():
+        ws.get("programs", {}).clear()
+    M._PROGRAMS = 0
+    try:
+        yield
+    finally:
+        M._PROGRAMS = saved
+
+
+def ours_without_replay(*args, **kw):
+    with replay_off():
+        return ours_layer(*args, **kw)
 
 
 def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=False,
@@ -228,6 +274,8 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
         row = dict(model=name, E=E, k=k, H=H, I=I, T=T, touched_experts=touched,
                    floor_ms=floor_ms, flops=flops)
         paths = [("ours", ours_layer), ("loop", loop_layer), ("grouped", grouped_layer)]
+        if T <= DECODE_MAX:
+            paths.append(("ours-noreplay", ours_without_replay))
         if with_variants:
             paths += [(f"ours@{v}", functools.partial(ours_layer, schedule=sch))
                       for v, sch in variants(T).items()]
@@ -250,12 +298,23 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
             torch.cuda.empty_cache()
         if T <= DECODE_MAX and "ms" in row.get("ours", {}):
             try:
-                pct, mine = gemm_floor(lambda: ours_layer(x, w13, w2, logits, k, routing,
-                                                          bias), floor_ms)
+                def call():
+                    return ours_layer(x, w13, w2, logits, k, routing, bias)
+                pct, mine, others = gemm_floor(call, floor_ms)
                 row["ours_gemms"] = dict(floor_pct=pct, kernels_us=mine)
                 log(f"{name:14s} T={T:6d} ours GEMMs {pct:6.1f}% of floor (" +
                     ", ".join(f"{key.split('(')[0][:32]} {us:.1f} us"
                               for key, us in mine.items()) + ")")
+                host = host_us(call)
+                with replay_off():
+                    host_cold = host_us(call)
+                device = sum(mine.values()) + sum(others.values())
+                row["ours_host"] = dict(host_us=host, host_us_noreplay=host_cold,
+                                        device_us=device, other_kernels_us=others)
+                log(f"{name:14s} T={T:6d} ours host {host:.1f} us a call ({host_cold:.1f} us "
+                    f"without replay), device {device:.1f} us, other kernels " +
+                    ", ".join(f"{key.split('(')[0][:32]} {us:.1f} us"
+                              for key, us in others.items()))
             except Exception as e:  # noqa: BLE001 - a diagnostic
                 log(f"{name:14s} T={T:6d} GEMM timing failed: {type(e).__name__}: {e}")
         if breakdown:
@@ -272,7 +331,8 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
 
 def table(rows) -> str:
     head = ("| model | T | ours ms | loop ms | grouped_mm ms | ours | ours GEMMs | best torch "
-            "| vs best torch |\n|---|---|---|---|---|---|---|---|---|")
+            "| vs best torch | ours no replay ms | host us (no replay) / device us |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         def ms(p):
@@ -291,9 +351,13 @@ def table(rows) -> str:
         speed = f"{best / r['ours']['ms']:.2f}x" if "ms" in r.get("ours", {}) and torch_ms \
             else "-"
         gemms = f"{r['ours_gemms']['floor_pct']:.0f}% floor" if "ours_gemms" in r else "-"
+        h = r.get("ours_host")
+        host = (f"{h['host_us']:.0f} ({h['host_us_noreplay']:.0f}) / {h['device_us']:.0f}"
+                if h else "-")
+        norep = ms("ours-noreplay") if "ours-noreplay" in r else "-"
         lines.append(f"| {r['model']} | {r['T']} | {ms('ours')} | {ms('loop')} | "
                      f"{ms('grouped')} | {metric('ours')} | {gemms} | "
-                     f"{metric(best_p) if best_p else '-'} | {speed} |")
+                     f"{metric(best_p) if best_p else '-'} | {speed} | {norep} | {host} |")
     ratios = []
     for r in rows:
         torch_ms = [r[p]["ms"] for p in ("loop", "grouped") if "ms" in r.get(p, {})]
