@@ -155,6 +155,8 @@ def _touches(op: O.Op, st: _State) -> list[_Group]:
     if isinstance(op, O.Wgmma):
         a = {st.tile(op.a)} if op.a_in_registers else set()
         return [g for g in st.inflight if st.tile(g.acc) in a]
+    if isinstance(op, (O.TileSlice, O.ExpandDims)):
+        return []  # a view names the same registers and accesses none (check_sync agrees)
     used = {st.tile(v) for v in op.operands()}
     return [g for g in st.inflight
             if st.tile(g.acc) in used or (g.a is not None and st.tile(g.a) in used)]
