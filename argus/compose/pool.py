@@ -10,6 +10,9 @@ window volume). With stride s the last input dim is seen as
 [W / s, s]: input column (o + q) * s + r of output column o is element (o + q, r), so the BN
 outputs of one window offset are one [BN, 1] tile load. Offsets left of 0 or past the end read
 -inf (max) or 0 (average): the padding. Earlier spatial dims are scalar coordinates per CTA.
+A last dim W that is not a multiple of s (a kernel of 11 over 2048 columns) is seen as its first
+floor(W / s) * s columns when no window reads past them (a view, nothing copied), else it is
+first copied into rows of ceil(W / s) * s columns whose tail reads as the padding (`pad_rows`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import math
 
 import torch
 
+import argus as ag
 from argus.compose import tile
 from argus.compose.launch import copy_into
 from argus.compose.launch import run as _run
@@ -76,17 +80,48 @@ def rows_per_cta(bn: int, window: int, n_rows: int) -> int:
     return max(1, min(8, 512 // bn, 256 // max(1, window), n_rows))
 
 
+@ag.kernel(threads=256)
+def pad_rows(X: ag.Tensor["R", "W", ag.f32], Y: ag.Tensor["R", "WP", ag.f32], PAD: float = 0.0,
+             BN: int = 1024):
+    """Y[r, :W] = X[r], Y[r, W:] = PAD (the columns past X's end read as PAD)."""
+    r, j = ag.grid(Y.shape[0], ag.cdiv(Y.shape[1], BN))
+    ag.store(Y, (r, j * BN), ag.load(X, (r, j * BN), (1, BN), other=PAD))
+
+
+def last_width(w: int, w_out: int, k: int, s: int, p: int, d: int) -> tuple[int, bool]:
+    """(columns the kernel sees, whether they must be copied with a padded tail): W when s
+    divides it; the first floor(W / s) * s columns when no window reads past them (the last
+    window ends at column (w_out - 1) * s - p + d * (k - 1)); else ceil(W / s) * s columns."""
+    if w % s == 0:
+        return w, False
+    end = (w_out - 1) * s - p + d * (k - 1) + 1
+    if end <= (w // s) * s:
+        return (w // s) * s, False
+    return -(-w // s) * s, True
+
+
 def run_pool(node, x: torch.Tensor) -> torch.Tensor:
     a = node.attrs
     n = a["dims"]
     shape = tuple(x.shape)
-    spatial_in = shape[-n:]
     spatial_out = tuple(node.shape[-n:])
     nc = math.prod(shape[:-n])
     if not x.is_contiguous():
         buf = torch.empty(shape, dtype=torch.float32, device=x.device)
         copy_into(x, buf)
         x = buf
+    width, padded = last_width(shape[-1], spatial_out[-1], a["kernel"][-1], a["stride"][-1],
+                               a["padding"][-1], a["dilation"][-1])
+    if padded:
+        buf = torch.empty(*shape[:-1], width, dtype=torch.float32, device=x.device)
+        rows = math.prod(shape[:-1])
+        _run(pad_rows, (x.view(rows, shape[-1]), buf.view(rows, width)),
+             PAD=float("-inf") if a["kind"] == "max" else 0.0,
+             BN=min(1024, tile.pow2(width)))
+        x = buf
+    elif width != shape[-1]:
+        x = x.narrow(-1, 0, width)             # a view: rows keep their stride
+    spatial_in = shape[-n:-1] + (width,)
     bn = min(256, tile.pow2(spatial_out[-1]))
     rows = rows_per_cta(bn, math.prod(a["kernel"]), nc * math.prod(spatial_out[:-1]))
     key = (a["kind"], spatial_in, spatial_out, a["kernel"], a["stride"], a["padding"],
@@ -97,15 +132,11 @@ def run_pool(node, x: torch.Tensor) -> torch.Tensor:
     fn, _ = _KERNELS[key]
     y = torch.empty(node.shape, dtype=torch.float32, device=x.device)
     sw = a["stride"][-1]
-    xv = x.view(nc, *spatial_in[:-1], spatial_in[-1] // sw, sw)
+    lead = len(shape) - n                  # batch and channel dims: one merged dim (a view)
+    xv = (x.flatten(0, lead - 1) if lead else x.unsqueeze(0)).unflatten(
+        -1, (spatial_in[-1] // sw, sw))
     _run(fn, (xv, y.view(nc, *spatial_out, 1)))
     return y
 
 
-def supported(x_shape, n: int, stride) -> bool:
-    """The last spatial dim must split into [W / s, s]; tensors of rank <= 5 after the
-    split (3-d pooling: [N*C, D, H, W/s, s])."""
-    return x_shape[-1] % stride[-1] == 0
-
-
-__all__ = ["run_pool", "supported"]
+__all__ = ["last_width", "pad_rows", "run_pool"]

@@ -188,6 +188,42 @@ def test_scans(op):
     check(fn_model(op), [1.0 + 0.01 * x])
 
 
+@pytest.mark.parametrize("variant", ["lanes", "in_thread"])
+@pytest.mark.parametrize("segments", [1, 3])
+@pytest.mark.parametrize("fn,reverse,exclusive", [("sum", False, False), ("sum", True, True),
+                                                  ("prod", False, True), ("prod", True, False)])
+def test_scan_rows_schedules(variant, segments, fn, reverse, exclusive):
+    """Every row-scan variant, one pass or segmented (a totals pass, then all segments at
+    once), against torch in float64: 19 rows (a partial CTA) of 77 (a partial block, a
+    partial last segment)."""
+    from argus.compose.scan import ScanSchedule, scan_rows
+
+    x = randn(19, 77) if fn == "sum" else 1.0 + 0.01 * randn(19, 77)
+    y = torch.empty_like(x)
+    ran = scan_rows(x, y, fn, reverse, exclusive, ScanSchedule(variant, rows=8, bn=8,
+                                                                segments=segments))
+    assert ran.segments == segments
+    r = x.double().flip(1) if reverse else x.double()
+    r = r.cumsum(1) if fn == "sum" else r.cumprod(1)
+    if exclusive:
+        r = torch.cat((torch.full_like(r[:, :1], 0.0 if fn == "sum" else 1.0), r[:, :-1]), 1)
+    r = r.flip(1) if reverse else r
+    assert ((y.double() - r).norm() / r.norm()).item() < 1e-6
+
+
+def test_scan_plan_segments_only_few_rows():
+    """A scan of many rows runs in one pass; one of few long rows is segmented until it has
+    enough CTAs, never into segments of fewer than 8 blocks."""
+    from argus.compose.scan import MIN_CTAS, ScanSchedule, plan
+
+    many = plan(ScanSchedule(), 32768 * 8, 32768)
+    assert many.segments == 1
+    few = plan(ScanSchedule(), 16, 1 << 22)
+    assert few.segments > 1 and -(-16 // few.rows) * few.segments >= MIN_CTAS
+    short = plan(ScanSchedule(), 16, 32)         # 8 blocks of 4: two segments would be 4 each
+    assert short.bn == 4 and short.segments == 1
+
+
 def test_exclusive_scan_with_cat_and_narrow():
     def f(x):
         c = torch.cumsum(x.narrow(1, 0, x.size(1) - 1), dim=1)
@@ -206,6 +242,29 @@ def test_exclusive_scan_with_cat_and_narrow():
     (lambda: nn.AdaptiveAvgPool2d(1), (2, 3, 7, 9)),
 ])
 def test_pooling(pool, shape):
+    check(mod_model(pool), [randn(*shape)])
+
+
+# a last dim that the stride does not divide: seen without its unread tail (a view), or copied
+# into rows with a padded tail when the last window reads past floor(W / s) * s
+@pytest.mark.parametrize("pool,shape,copied", [
+    (lambda: nn.AvgPool2d(5), (2, 3, 16, 16), False),
+    (lambda: nn.AvgPool1d(4, 3, 1), (2, 3, 40), False),
+    (lambda: nn.MaxPool2d(3, 2, 1), (2, 3, 9, 11), True),
+    (lambda: nn.MaxPool1d(3, 2, 1, 2), (2, 3, 41), True),
+    (lambda: nn.AvgPool3d(3, 2, 1), (1, 2, 5, 7, 9), True),
+])
+def test_pooling_stride_not_dividing_the_width(pool, shape, copied):
+    from argus.compose.pool import last_width
+
+    p = pool()
+    k, s, pad = (getattr(p, a) for a in ("kernel_size", "stride", "padding"))
+    k, s, pad = (v if isinstance(v, int) else v[-1] for v in (k, s, pad))
+    d = getattr(p, "dilation", 1)
+    d = d if isinstance(d, int) else d[-1]
+    w = shape[-1]
+    w_out = (w + 2 * pad - d * (k - 1) - 1) // s + 1
+    assert w % s and last_width(w, w_out, k, s, pad, d)[1] == copied
     check(mod_model(pool), [randn(*shape)])
 
 
