@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from argus.compose.graph import Graph, Node
 
-TENSOR_OPS = ("matmul", "scan", "pool", "torch", "flip", "diag")   # results are materialized
+TENSOR_OPS = ("matmul", "scan", "pool", "conv", "torch", "flip", "diag")   # materialized
 VIEW_OPS = ("view", "permute", "slice", "select")        # free views of a materialized tensor
 
 
@@ -95,7 +95,7 @@ def partition(g: Graph) -> Plan:
         elif n.op in VIEW_OPS:
             if n in mat or not _unit_view(n):      # else inlined as its statistic
                 steps.append(Step(n.op, n))
-        elif n.op in ("matmul", "scan", "pool"):
+        elif n.op in ("matmul", "scan", "pool", "conv"):
             steps.append(Step(n.op, n))
         elif n.op in ("torch", "flip", "diag"):
             if n.attrs.get("item") is None:   # a tuple's items are named by the tuple

@@ -996,4 +996,49 @@ def _flip(self, result, x, dims):
                       call=("call_function", torch.flip, (x, dims), {}), label="flip")
 
 
+# ================================================================================ convolutions
+def _conv_padding(padding, k, d, n):
+    """torch's padding argument as ints; 'same' only where it is symmetric (even d * (k - 1))."""
+    if padding == "valid":
+        return (0,) * n
+    if padding == "same":
+        total = [dd * (kk - 1) for kk, dd in zip(k, d)]
+        return None if any(t % 2 for t in total) else tuple(t // 2 for t in total)
+    return _tuple(padding, n)
+
+
+def _conv(n):
+    def r(self, result, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        k = tuple(weight.shape[2:])
+        st, dl = _tuple(stride, n), _tuple(dilation, n)
+        if "same" == padding and set(st) != {1}:
+            return NotImplemented
+        pd = _conv_padding(padding, k, dl, n)
+        if pd is None or not isinstance(result, torch.Tensor):
+            return NotImplemented
+        return self.g.add("conv", (x, weight) + ((bias,) if bias is not None else ()),
+                          result.shape, result.dtype, dims=n, transposed=False, stride=st,
+                          padding=pd, dilation=dl, groups=int(groups), output_padding=(0,) * n)
+    return r
+
+
+def _conv_transpose(n):
+    def r(self, result, x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+          dilation=1):
+        if not isinstance(result, torch.Tensor) or isinstance(padding, str):
+            return NotImplemented
+        return self.g.add("conv", (x, weight) + ((bias,) if bias is not None else ()),
+                          result.shape, result.dtype, dims=n, transposed=True,
+                          stride=_tuple(stride, n), padding=_tuple(padding, n),
+                          dilation=_tuple(dilation, n), groups=int(groups),
+                          output_padding=_tuple(output_padding, n))
+    return r
+
+
+for _n in (1, 2, 3):
+    rule(getattr(F, f"conv{_n}d"), getattr(torch, f"conv{_n}d"))(_conv(_n))
+    rule(getattr(F, f"conv_transpose{_n}d"), getattr(torch, f"conv_transpose{_n}d"))(
+        _conv_transpose(_n))
+
+
 __all__ = ["Lowering", "RULES", "rule"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from argus.compose import gemm, pool, scan, tile
+from argus.compose import conv, gemm, pool, scan, tile
 from argus.compose.launch import copy_into, run as _run
 from argus.compose.capture import capture
 from argus.compose.graph import Node
@@ -131,6 +131,10 @@ class Program:
                 env[n] = scan.run_scan(n, env[n.args[0]], self)
             elif step.kind == "pool":
                 env[n] = pool.run_pool(n, env[n.args[0]])
+            elif step.kind == "conv":
+                env[n] = conv.run_conv(n, *(env[a] for a in n.args[:2]),
+                                       env[n.args[2]] if len(n.args) > 2 else None,
+                                       self.schedules.get("conv"))
             else:
                 env[n] = _torch_call(n, env)
         out = env[g.output]

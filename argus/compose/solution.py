@@ -141,7 +141,7 @@ def _composition(name: str, task_source: str, plan: Plan, kernels: str,
     steps: dict[str, int] = {}
     for s in plan.steps:
         kind = {"kernel": "fused kernels", "matmul": "GEMMs", "scan": "scans",
-                "pool": "poolings", "torch": "torch ops"}.get(s.kind)
+                "pool": "poolings", "conv": "convolutions", "torch": "torch ops"}.get(s.kind)
         if kind:
             steps[kind] = steps.get(kind, 0) + 1
     unsupported = tuple(unsupported)
@@ -149,6 +149,10 @@ def _composition(name: str, task_source: str, plan: Plan, kernels: str,
     kinds = ", ".join(f"{v} {k}" for k, v in sorted(steps.items()) if k != "torch ops")
     partial = (f"\nPARTIAL: no template for {', '.join(unsupported)}; torch runs "
                f"{'it' if len(unsupported) == 1 else 'them'}.") if unsupported else ""
+    if "convolutions" in steps:       # argus/compose/conv.py: what torch still does there
+        partial += ("\nConvolutions: the products run in Argus's implicit-GEMM kernel; torch "
+                    "prepares its operands (channels-last copy, bf16 split pieces, weight "
+                    "repack) and interleaves a strided transposed convolution's phases.")
     source = (HEADER.format(name=name, describe=comp.describe(), kinds=kinds or "none",
                             partial=partial)
               + task_source.rstrip() + "\n" + FOOTER.format(schedules=_schedules_text(schedules)))

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import argus as ag
 from argus.dtypes import DType
+from argus.kernels.gemm_fp8 import PROMOTE_MAX_BN, promoted_mma
 from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler,
                                             WarpSpecializedSchedule)
 
@@ -96,9 +97,17 @@ class ConvSchedule(WarpSpecializedSchedule):
     bm: int = 128
     bn: int = 128
     bw: int = 64
+    # each K step's wgmma partial into a fresh accumulator, added into the fp32 main one on the
+    # CUDA cores (gemm_fp8's promotion): the tensor core's truncating accumulation then spans
+    # one bk-deep slice instead of all of K, which the fp32 split's strict track needs on long K
+    # (argus/agent/split_numerics.py: its error grows with the accumulated length)
+    promote: bool = False
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
+        if self.promote and self.bn > PROMOTE_MAX_BN:
+            problems.append(f"promote keeps two fp32 accumulators per consumer: bn={self.bn} "
+                            f"exceeds the register budget (bn <= {PROMOTE_MAX_BN})")
         if self.bw not in (8, 16, 32, 64, 128) or self.bm % self.bw:
             problems.append(f"bw={self.bw}: one box of output columns is 8, 16, 32, 64 or 128 "
                             f"rows of the tile and divides bm={self.bm}")
@@ -241,7 +250,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             for unit in sched.units():
-                acc = ring.mma(k_steps, wg)
+                acc = promoted_mma(ring, k_steps, wg) if s.promote else ring.mma(k_steps, wg)
                 (g,) = unit.batch
                 np0, q0 = tile_origin(unit)
                 y = acc

@@ -11,10 +11,15 @@ pixel pitches: the channels are zero-padded) or when W is not a multiple of stri
 strided view of argus/kernels/conv.py needs whole strides: W is zero-padded).
 
 dtypes: bf16 / fp16 inputs with fp32 accumulation, output in the input dtype. fp32 inputs run
-as a bf16 split: x = xh + xl, w = wh + wl (each part bf16), and xh*wh + xh*wl + xl*wh is one
-implicit GEMM over 3 * Cg channels (the parts side by side in K) with an fp32 output; the
-dropped xl*wl term is ~2^-16 relative: an error of order 1e-5 of the output scale is expected
-(the tests assert 1e-4).
+as a bf16 split (`terms`): x = x0 + x1 + x2 and w = w0 + w1 + w2 (exact remainders, each piece
+bf16), and the products of SPLIT_SLOTS[terms] are one implicit GEMM over terms * Cg channels
+(the pieces side by side in K, smallest products first) with an fp32 output. 3 terms
+(x0*w1 + x1*w0 + x0*w0, the default of the public ops) drop products of ~2^-16 relative: an
+error of order 1e-5 of the output scale (the tests assert 1e-4); 6 terms (every product whose
+pieces sum to at most 2, the strict fp32 track: argus/compose) drop ~2^-24; 1 term is plain
+bf16 (relaxed track only). The table is argus/agent/split_numerics.py's SLOTS, which derives
+their accuracy (ops does not import the agent, so it is repeated here and a unit test holds
+the two equal).
 
 conv1d is conv2d on [N, C, 1, L] with a 1 x K filter; conv3d runs the same kernel with the
 depth taps as more K steps and (n, depth) as the flattened image axis.
@@ -34,6 +39,10 @@ from argus.kernels.conv import ACTIVATIONS, ConvGeometry, ConvSchedule, conv_ker
 _IN = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
 _COMPILED: OrderedDict = OrderedDict()
 _MEMO_SIZE = 256
+# (piece of x, piece of w) per K slot of the fp32 split, smallest products first: the same
+# table as argus/agent/split_numerics.py SLOTS (tests/interp/test_conv_interp.py holds them equal)
+SPLIT_SLOTS = {1: ((0, 0),), 3: ((0, 1), (1, 0), (0, 0)),
+               6: ((0, 2), (1, 1), (2, 0), (0, 1), (1, 0), (0, 0))}
 
 
 def _pair(v, name: str, n: int = 2) -> tuple:
@@ -49,7 +58,7 @@ def schedule_for(x, weight, stride, padding, dilation, groups) -> ConvSchedule:
     """A first heuristic, not tuned: bw = Q rounded up to a power of two in [8, 64] (fewer
     wasted tile rows on narrow layers; below 64 it needs the TMA-store epilogue, so a 16-bit
     output with 16-byte aligned channel rows), bn 128 unless the layer has <= 64 output
-    channels per group."""
+    channels per group; fp32 (split) inputs promote every K step's partial."""
     W, K, S = x.shape[-1], weight.shape[0], weight.shape[-1]
     sw, pw, dw = (_pair(v, name, x.dim() - 2)[-1] for v, name in (
         (stride, "stride"), (padding, "padding"), (dilation, "dilation")))
@@ -60,10 +69,13 @@ def schedule_for(x, weight, stride, padding, dilation, groups) -> ConvSchedule:
     while bw < min(Q, 64):
         bw *= 2
     tma_ok = x.element_size() == 2 and Kg % 8 == 0
+    # fp32 (the bf16 split): promote each K step's partial, so the tensor core's truncating
+    # accumulation spans one 64-deep slice, not all of K (split_numerics: the strict track)
+    promote = x.element_size() == 4
     if bw < 64 and tma_ok:
         return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=4, consumers=2,
                             epilogue="tma")
-    return ConvSchedule(bm=128, bn=bn, bk=64, bw=64, stages=4, consumers=2)
+    return ConvSchedule(bm=128, bn=bn, bk=64, bw=64, stages=4, consumers=2, promote=promote)
 
 
 def check(x, weight, bias, stride, padding, dilation, groups) -> None:
@@ -128,15 +140,73 @@ def _triple(v, name: str, dims: int) -> tuple:
     return (1 if name != "padding" else 0,) * (3 - dims) + _pair(v, name, dims)
 
 
-def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64):
+def _bf16_pieces(t, n: int) -> list:
+    """t (fp32) as n bf16 pieces whose sum approximates it: t0 = bf16(t), t1 = bf16(t - t0),
+    ... (each remainder is exact in fp32)."""
+    import torch
+
+    pieces, rest = [], t
+    for _ in range(n):
+        piece = rest.to(torch.bfloat16)
+        pieces.append(piece)
+        rest = rest - piece.float()
+    return pieces
+
+
+_WEIGHTS: OrderedDict = OrderedDict()
+
+
+def _weight_side(weight, bias, groups: int, terms: int, bk: int):
+    """(Wt [G, Kg, taps * Cgp], Bias [G, Kg] fp32) of a 5-d weight [K, Cg, T, R, S]: the
+    weight's pieces of the fp32 split (terms > 0: SPLIT_SLOTS[terms] side by side along the
+    channels), each tap's channels zero-padded to a multiple of bk. On the GPU they are kept
+    per weight and bias object and version (a module's parameters are repacked once, not per
+    call; an in-place update bumps the version), checked by identity through weak
+    references so a new tensor at a freed address is never mistaken for the old one."""
+    import weakref
+
+    import torch
+
+    key = None
+    # a view (conv1d's and conv2d's unsqueeze) is new per call: its base is the parameter
+    owner = weight if weight._base is None else weight._base
+    if weight.is_cuda:
+        key = (id(owner), weight._version, weight.data_ptr(), tuple(weight.shape),
+               weight.stride(), weight.dtype, id(bias),
+               None if bias is None else bias._version, groups, terms, bk)
+        hit = _WEIGHTS.get(key)
+        if hit is not None and hit[0]() is owner and \
+                (bias is None or hit[1] is not None and hit[1]() is bias):
+            _WEIGHTS.move_to_end(key)
+            return hit[2], hit[3]
+    K, Cg, T, R, S = weight.shape if weight.dim() == 5 else weight.unsqueeze(2).shape
+    G, Kg = groups, K // groups
+    wt = weight.detach().reshape(G, Kg, Cg, T * R * S).permute(0, 3, 1, 2)   # [G, taps, Kg, Cg]
+    if terms:
+        slots = SPLIT_SLOTS[terms]
+        wp = _bf16_pieces(wt, 1 + max(max(pair) for pair in slots))
+        wt = torch.cat([wp[j] for _, j in slots], dim=-1)
+    Wt = weight_operand(wt, bk)
+    b = torch.zeros(G, Kg, dtype=torch.float32, device=weight.device) if bias is None else \
+        bias.detach().float().reshape(G, Kg).contiguous()
+    if key is not None:
+        _WEIGHTS[key] = (weakref.ref(owner), None if bias is None else weakref.ref(bias), Wt, b)
+        if len(_WEIGHTS) > 64:
+            _WEIGHTS.popitem(last=False)
+    return Wt, b
+
+
+def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, terms: int = 3):
     """The kernel's operands for conv2d or conv3d(x, weight, ...) (checked already): (X view,
     Wt, the channels-last result [N, OD, P, Q, K], its [G, N*OD*P, Q, Kg] view, Bias [G, Kg]
     fp32, the runtime scalars (H, P, D, OD), geometry, in dtype, out dtype). A 2-d problem is
-    depth 1. Runs on CPU tensors too (the interpreter tests use it)."""
+    depth 1; `terms` is the fp32 split (SPLIT_SLOTS). Runs on CPU tensors too (the
+    interpreter tests use it)."""
     import torch
     import torch.nn.functional as F
 
     dims = x.dim() - 2
+    weight_in = weight
     if dims == 2:
         x, weight = x.unsqueeze(2), weight.unsqueeze(2)
     N, C, D, H, W = x.shape
@@ -149,16 +219,13 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64):
     P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
     Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
     ndhwc = x.permute(0, 2, 3, 4, 1)                   # a view; contiguous if channels-last
-    wt = weight.reshape(G, Kg, Cg, T * R * S).permute(0, 3, 1, 2)   # [G, taps, Kg, Cg]
-    if x.dtype == torch.float32:                        # bf16 split: [hi, hi, lo] x [hi, lo, hi]
-        xh = ndhwc.to(torch.bfloat16)
-        xl = (ndhwc - xh.float()).to(torch.bfloat16)
-        wh = wt.to(torch.bfloat16)
-        wl = (wt - wh.float()).to(torch.bfloat16)
-        xg = [t.reshape(N, D, H, W, G, Cg) for t in (xh, xh, xl)]
-        ndhwc = torch.cat(xg, dim=-1).reshape(N, D, H, W, G * 3 * Cg)
-        wt = torch.cat([wh, wl, wh], dim=-1)
-        Cg = 3 * Cg
+    Wt, b = _weight_side(weight_in, bias, groups, terms if x.dtype == torch.float32 else 0, bk)
+    if x.dtype == torch.float32:                        # the bf16 split: slot t multiplies
+        slots = SPLIT_SLOTS[terms]                      # x piece slots[t][0] by w piece [1]
+        xp = _bf16_pieces(ndhwc, 1 + max(max(pair) for pair in slots))
+        xg = [xp[i].reshape(N, D, H, W, G, Cg) for i, _ in slots]
+        ndhwc = torch.cat(xg, dim=-1).reshape(N, D, H, W, G * len(slots) * Cg)
+        Cg = len(slots) * Cg
         in_dtype, out_dtype = dtypes.bf16, dtypes.f32
     else:
         in_dtype = out_dtype = _IN[str(x.dtype)]
@@ -168,14 +235,10 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64):
         grouped = ndhwc.reshape(N, D, H, W, G, Cg)
         ndhwc = F.pad(grouped, (0, cpad, 0, 0, 0, wpad)).contiguous().reshape(
             N, D, H, W + wpad, G * (Cg + cpad))       # pad keeps a permuted input's strides
-        wt = F.pad(wt, (0, cpad))
         Cg, W = Cg + cpad, W + wpad
     X = ndhwc.as_strided((N * D * H, sw * G, W // sw, Cg), (W * G * Cg, Cg, sw * G * Cg, 1))
-    Wt = weight_operand(wt, bk)
     out = torch.empty(N, OD, P, Q, K, dtype=out_dtype.torch_dtype(), device=x.device)
     out_view = out.view(N * OD * P, Q, G, Kg).permute(2, 0, 1, 3)
-    b = torch.zeros(G, Kg, dtype=torch.float32, device=x.device) if bias is None else \
-        bias.detach().float().reshape(G, Kg).contiguous()
     geom = ConvGeometry(R, S, sh, sw, ph, pw, dh, dw, G, Wt.shape[2] // (T * R * S), T, sd, pd,
                         dd)
     return X, Wt, out, out_view, b, (H, P, D, OD), geom, in_dtype, out_dtype
@@ -188,41 +251,61 @@ def _result(x, out):
     return y.squeeze(2) if x.dim() == 4 else y
 
 
-def conv2d_interpret(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
-                     activation: str = "none", schedule: ConvSchedule | None = None):
-    """conv2d (conv3d for 5-d x and weight) in the numpy interpreter on CPU tensors (tests;
-    no GPU)."""
+def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+             activation: str = "none", terms: int = 3, schedule: ConvSchedule | None = None):
+    """conv2d (conv3d for 5-d x and weight), checked, with the fp32 split of `terms` products:
+    compiled for sm_90a on CUDA tensors, in the numpy interpreter on CPU tensors (tests; no
+    GPU). The one entry below the torch.library op; argus.compose calls it directly (it picks
+    `terms` for the strict or the relaxed track)."""
     check(x, weight, bias, stride, padding, dilation, groups)
+    if activation not in ACTIVATIONS:
+        raise LaunchError(f"argus.ops.conv: activation={activation!r} is not one of "
+                          f"{ACTIVATIONS}", fix="apply it after the convolution")
+    if terms not in SPLIT_SLOTS:
+        raise LaunchError(f"argus.ops.conv: terms={terms!r} is not one of "
+                          f"{sorted(SPLIT_SLOTS)}", fix="6: strict fp32, 3 or 1: relaxed")
     s = schedule or schedule_for(x, weight, stride, padding, dilation, groups)
     X, Wt, out, view, b, sizes, geom, idt, odt = operands(x, weight, bias, stride, padding,
-                                                          dilation, groups, s.bk)
-    kernel = conv_kernel(idt, odt, bias is not None, activation)
-    kernel.interpret(X, Wt, view, b, *sizes, geom=geom, s=s)
-    return _result(x, out)
-
-
-def _run(x, weight, bias, stride, padding, dilation, groups, activation="none",
-         schedule=None):
-    import torch
-
-    if not x.is_cuda:
-        raise LaunchError(f"argus.ops.conv2d: x is on {x.device}; Argus kernels run on a CUDA "
-                          f"device (sm_90a)", fix="x.cuda(), or torch.nn.functional.conv2d")
-    s = schedule or schedule_for(x, weight, stride, padding, dilation, groups)
-    X, Wt, out, view, b, sizes, geom, idt, odt = operands(x, weight, bias, stride, padding,
-                                                          dilation, groups, s.bk)
+                                                          dilation, groups, s.bk, terms)
     if out.numel() == 0:
         return _result(x, out)
+    kernel = conv_kernel(idt, odt, bias is not None, activation)
+    if not x.is_cuda:
+        kernel.interpret(X, Wt, view, b, *sizes, geom=geom, s=s)
+        return _result(x, out)
+    import torch
+
     key = (idt, odt, bias is not None, activation, geom, s, x.device.index)
     compiled = _COMPILED.get(key)
     if compiled is None:
-        compiled = conv_kernel(idt, odt, bias is not None, activation).compile(geom=geom, s=s)
+        compiled = kernel.compile(geom=geom, s=s)
         _COMPILED[key] = compiled
         if len(_COMPILED) > _MEMO_SIZE:
             _COMPILED.popitem(last=False)
     with torch.cuda.device(x.device):
         compiled(X, Wt, view, b, *sizes)
     return _result(x, out)
+
+
+def conv2d_interpret(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+                     activation: str = "none", schedule: ConvSchedule | None = None,
+                     terms: int = 3):
+    """conv2d (conv3d for 5-d x and weight) in the numpy interpreter on CPU tensors (tests;
+    no GPU)."""
+    if getattr(x, "is_cuda", False):
+        raise LaunchError("argus.ops.conv2d_interpret runs on CPU tensors",
+                          fix="x.cpu(), or argus.ops.conv2d on the GPU")
+    return convolve(x, weight, bias, stride, padding, dilation, groups, activation=activation,
+                    terms=terms, schedule=schedule)
+
+
+def _run(x, weight, bias, stride, padding, dilation, groups, activation="none",
+         schedule=None):
+    if not x.is_cuda:
+        raise LaunchError(f"argus.ops.conv2d: x is on {x.device}; Argus kernels run on a CUDA "
+                          f"device (sm_90a)", fix="x.cuda(), or torch.nn.functional.conv2d")
+    return convolve(x, weight, bias, stride, padding, dilation, groups, activation=activation,
+                    schedule=schedule)
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,

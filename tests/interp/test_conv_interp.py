@@ -7,12 +7,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import argus as ag
 from argus import verify
 from argus.errors import LaunchError
 from argus.kernels.conv import ConvGeometry, ConvSchedule, conv_kernel
 from argus.ops import conv as conv_op
 
 DIRECT = ConvSchedule(bm=128, bn=64, bw=64, stages=2)
+PROMOTED = ConvSchedule(bm=128, bn=64, bw=64, stages=2, promote=True)   # fp32 split's form
 NARROW = ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma")
 
 # (N, C, H, W, K, R, S, stride, padding, dilation, groups)
@@ -96,6 +98,24 @@ def test_fp16():
     _close(y, _reference(x, w, None, 1, 1, 1, 1), 2e-3)
 
 
+def test_promoted_fp32_split_is_strict_accurate():
+    """The strict track's form (6 terms, every K step's partial promoted) on all-positive data,
+    where truncation errors would add up: normwise error far below the 1e-5 floor."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(2, 16, 7, 6, generator=g)
+    w = torch.rand(6, 16, 3, 3, generator=g)
+    b = torch.randn(6, generator=g)
+    y = conv_op.conv2d_interpret(x, w, b, 1, 1, 1, 1, schedule=PROMOTED, terms=6)
+    ref = _reference(x, w, b, 1, 1, 1, 1)
+    assert ((y.double() - ref).norm() / ref.norm()).item() <= 1e-6
+
+
+def test_schedule_for_promotes_fp32_only():
+    x32, w32 = torch.randn(1, 8, 6, 6), torch.randn(8, 8, 3, 3)
+    assert conv_op.schedule_for(x32, w32, 1, 1, 1, 1).promote
+    assert not conv_op.schedule_for(x32.bfloat16(), w32.bfloat16(), 1, 1, 1, 1).promote
+
+
 def test_fp32_bf16_split_is_near_fp32():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(1, 8, 6, 6, generator=g)
@@ -104,6 +124,35 @@ def test_fp32_bf16_split_is_near_fp32():
     assert y.dtype == torch.float32
     # bf16 alone would be ~4e-3 relative; the 3-term split is ~1e-5
     _close(y, _reference(x, w, None, 1, 1, 1, 1), 1e-4)
+
+
+def test_split_slots_are_the_agents_table():
+    from argus.agent.split_numerics import SLOTS
+
+    assert conv_op.SPLIT_SLOTS == SLOTS
+
+
+@pytest.mark.parametrize("terms,bound", [(1, 1e-2), (3, 2e-5), (6, 1e-6)])
+def test_fp32_split_terms(terms, bound):
+    """Normwise error of the fp32 split against float64: 1 term is bf16 (~2e-3), 3 drop the
+    2^-16 products (~5e-6), 6 keep every product down to 2^-16 (the strict track's)."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(2, 12, 7, 6, generator=g)
+    w = torch.randn(10, 12, 3, 3, generator=g)
+    b = torch.randn(10, generator=g)
+    y = conv_op.conv2d_interpret(x, w, b, 1, 1, 1, 1, schedule=DIRECT, terms=terms)
+    ref = _reference(x, w, b, 1, 1, 1, 1)
+    err = ((y.double() - ref).norm() / ref.norm()).item()
+    assert err <= bound, (terms, err)
+    if terms > 1:   # the split is what makes it fp32-like: bf16 alone errs 100x more
+        plain = conv_op.conv2d_interpret(x, w, b, 1, 1, 1, 1, schedule=DIRECT, terms=1)
+        assert ((plain.double() - ref).norm() / ref.norm()).item() > 20 * err
+
+
+def test_bad_terms_is_a_clear_error():
+    x, w = torch.randn(1, 8, 4, 4), torch.randn(8, 8, 3, 3)
+    with pytest.raises(LaunchError, match="terms"):
+        conv_op.conv2d_interpret(x, w, None, 1, 1, 1, 1, terms=2)
 
 
 # the honest unknowns of the warp-specialized GEMM family (tests/verify/test_library_schedules):
@@ -116,11 +165,12 @@ GEOM_3D = ConvGeometry(3, 3, 1, 2, 1, 1, 1, 1, groups=1, cg_padded=64, t=3, stri
                        pad_d=1, dil_d=1)
 
 
-@pytest.mark.parametrize("schedule,geom", [(DIRECT, GEOM_2D), (NARROW, GEOM_2D),
-                                           (NARROW, GEOM_3D)], ids=["direct", "tma_bw8", "3d"])
-def test_kernel_verifies_with_zero_findings(schedule, geom):
-    found = verify.check(conv_kernel(), include_proven=True, timeout_ms=20000, geom=geom,
-                         s=schedule)
+@pytest.mark.parametrize("schedule,geom,dtypes", [
+    (DIRECT, GEOM_2D, ()), (NARROW, GEOM_2D, ()), (NARROW, GEOM_3D, ()),
+    (PROMOTED, GEOM_2D, ("bf16", "f32"))], ids=["direct", "tma_bw8", "3d", "promoted_f32"])
+def test_kernel_verifies_with_zero_findings(schedule, geom, dtypes):
+    kernel = conv_kernel(*(getattr(ag, d) for d in dtypes), bias=bool(dtypes))
+    found = verify.check(kernel, include_proven=True, timeout_ms=20000, geom=geom, s=schedule)
     bad = [d for d in found if d.severity == "error" or
            (d.severity == "unknown" and d.code not in ALLOWED_UNKNOWN)]
     assert bad == [], [str(d) for d in bad]
