@@ -3,7 +3,7 @@ float64 torch reference: sequence lengths that are and are not multiples of the 
 (bottom-right when Sq != Skv, rows without keys zero) and full masks, GQA / MQA, the
 [B, S, H, D] layout read through strided views, the log-sum-exp output, each schedule shape
 (1, 2 and 3 consumer warpgroups, both epilogues, the persistent walk, the intra-warpgroup
-overlap, ping-pong)."""
+overlap in both orders, ping-pong)."""
 
 import math
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import argus as ag
-from argus.kernels.attention import LOG2E, AttentionSchedule, attention_kernel
+from argus.kernels.attention import LOG2E, AttentionSchedule, attention_kernel, fa3_overlap_schedule
 
 SMALL = AttentionSchedule(block_m=128, block_n=64, consumers=2)
 
@@ -66,13 +66,14 @@ def test_lengths_and_masks(S, SK, causal):
     assert_close(*run(1, 2, 2, S, SK, 64, causal, SMALL))
 
 
-@pytest.mark.parametrize("variant", ["default", "overlap", "ping-pong"])
+@pytest.mark.parametrize("variant", ["default", "overlap", "fa3", "ping-pong"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_more_queries_than_keys(causal, variant):
     """S > SK: under the causal mask the first S - SK rows see no key (zeros, LSE -inf), and
     whole tiles of them load no KV block at all."""
     schedule = AttentionSchedule(block_m=128, block_n=64, consumers=2,
                                  intra_wg_overlap=variant == "overlap",
+                                 fa3_overlap=variant == "fa3",
                                  ordered=variant == "ping-pong")
     got, want, got_lse, want_lse = run(1, 1, 1, 200, 40, 64, causal, schedule)
     assert_close(got, want, got_lse, want_lse)
@@ -108,8 +109,13 @@ def test_fp16():
     AttentionSchedule(block_m=128, block_n=64, consumers=2, ordered=True),
     AttentionSchedule(block_m=192, block_n=64, consumers=3, producer_regs=32,
                       consumer_regs=160, ordered=True, persistent=True, num_sms=3),
+    AttentionSchedule(block_m=128, block_n=64, consumers=2, fa3_overlap=True),
+    AttentionSchedule(block_m=64, block_n=32, consumers=1, fa3_overlap=True, stages=3,
+                      persistent=True, num_sms=3),
+    AttentionSchedule(block_m=192, block_n=64, consumers=3, producer_regs=32,
+                      consumer_regs=160, fa3_overlap=True, epilogue="tma"),
 ], ids=["1wg", "3wg", "tma-store", "persistent", "overlap", "overlap-persistent", "ping-pong",
-        "ping-pong-3wg-persistent"])
+        "ping-pong-3wg-persistent", "fa3", "fa3-1wg-persistent", "fa3-3wg-tma"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_schedules(schedule, causal):
     """Every schedule shape computes the same attention (the persistent walk with 3 CTAs
@@ -128,3 +134,12 @@ def test_persistent_causal_walk_with_one_key(num_sms):
     would report a hang), the first tile's rows see no key."""
     schedule = AttentionSchedule(persistent=True, num_sms=num_sms)
     assert_close(*run(1, 1, 1, 129, 1, 128, True, schedule))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fa3_overlap_schedule_per_head_dim(head_dim, causal):
+    """fa3_overlap_schedule (the tile shapes the GPU run takes) at every head dim, GQA 2:1,
+    lengths that are no multiple of the blocks, Sq < Skv (causal bottom-right)."""
+    assert_close(*run(1, 4, 2, 130, 300, head_dim, causal,
+                      fa3_overlap_schedule(head_dim, causal), seed=head_dim))
