@@ -10,6 +10,7 @@ The pipeline, for T tokens, E experts, top-k k, N = T * k (token, slot) entries:
     layout       (one CTA)                totals               -> expert_start [1, E] (rows),
                                                                   tile_expert [MT, 1], tiles [1, 1]
     positions    (grid: chunks)           ids, chunk_base, expert_start -> pos [N, 1]
+    (count, scan, layout and positions are one launch, layout_small, for a few entries)
     permute      (grid: tokens x columns) x [T, H], pos        -> xp [M_pad, H]
     (the grouped GEMMs of argus/kernels/moe.py run over xp's first tiles[0] * BM rows)
     combine      (grid: tokens x columns) y [M_pad, H], pos, weights -> out [T, H]
@@ -41,6 +42,11 @@ from argus.dtypes import DType
 SUB = 32          # entries per inner step of count / positions: [SUB, BE] one-hot tiles
 MAX_CHUNKS = 128  # chunks of entries: the serial loop of `scan` walks this many at most
 EB = 32           # experts (m-tiles) per step of `layout`: [EB, BE] tiles
+# at most this many entries, and tiles of at most SMALL_EXPERTS experts (wider ones spill),
+# take layout_small_kernel: one launch for count, scan, layout and positions, walking the
+# entries twice in steps of SUB
+SMALL_ENTRIES = 256
+SMALL_EXPERTS = 256
 NEG_INF = float("-inf")
 
 
@@ -50,6 +56,11 @@ def block_experts(num_experts: int) -> int:
     while be < num_experts:
         be *= 2
     return be
+
+
+def small_layout(entries: int, num_experts: int) -> bool:
+    """Whether layout_small_kernel takes the layout of `entries` (token, slot) entries."""
+    return entries <= SMALL_ENTRIES and block_experts(num_experts) <= SMALL_EXPERTS
 
 
 def chunk_entries(entries: int) -> int:
@@ -279,6 +290,60 @@ def positions_kernel(be: int) -> ag.KernelFunction:
             base = base + _indicator(hot).sum(axis=0)
 
     return ag.kernel(moe_positions, threads=128, name=f"moe_positions_{be}")
+
+
+@functools.lru_cache(maxsize=None)
+def layout_small_kernel(be: int, bm: int) -> ag.KernelFunction:
+    """One CTA, for a few entries (decode: at most SMALL_ENTRIES): count, scan, layout and
+    positions above in one launch, since a decode layer is bound by its launches, not by
+    these few steps. The counts are one chunk's, so the scan has nothing to add; the prefix
+    over experts takes each block of EB experts' tile counts as a column by summing the
+    diagonal of an [EB, BE] tile (layout_kernel loads that column from memory instead).
+    Outputs as the four kernels': expert_start [1, E], tile_expert [MT, 1], tiles [1, 1],
+    pos [N, 1]."""
+
+    # Peers: the ids again under their own dim (see positions_kernel)
+    def moe_layout_small(Ids: ag.Tensor["N", ag.i32], Peers: ag.Tensor["NP", ag.i32],
+                         ExpertStart: ag.Tensor[1, "E", ag.i32],
+                         TileExpert: ag.Tensor["MT", 1, ag.i32], Tiles: ag.Tensor[1, 1, ag.i32],
+                         Pos: ag.Tensor["N", 1, ag.i32]):
+        (pid,) = ag.grid(1)
+        E, N = ExpertStart.shape[1], Ids.shape[0]
+        cols = ag.arange(be)[None, :]
+        counts = ag.zeros((1, be), ag.i32)
+        for s in ag.range(0, N, SUB):
+            ids = ag.load(Ids, (s,), (SUB,), other=-1)
+            counts = counts + _indicator(_one_hot(ids, be)).sum(axis=0)
+        # m-tiles per expert (integer division; 0 past E)
+        tiles = ag.where(cols < E, (counts + (bm - 1)) / bm, 0)
+        # exclusive prefix sum over experts: start[e] = sum of tiles[e'] for e' < e
+        start = ag.zeros((1, be), ag.i32)
+        for e0 in ag.range(0, E, EB):
+            earlier = ag.arange(EB)[:, None] + e0                        # [EB, 1]: e'
+            block = ag.where(earlier == cols, tiles, 0).sum(axis=1)      # [EB, 1]: tiles[e']
+            start = start + ag.where(earlier < cols, block, 0).sum(axis=0)
+        ag.store(ExpertStart, (0, 0), start * bm)
+        ag.store(Tiles, (0, 0), tiles.sum(axis=1))
+        # the expert of m-tile m: how many segments (of experts < E) end at or before it
+        end = start + tiles
+        for m0 in ag.range(0, TileExpert.shape[0], EB):
+            m = ag.arange(EB)[:, None] + m0                                # [EB, 1]
+            expert = _indicator((end <= m) & (cols < E)).sum(axis=1)
+            ag.store(TileExpert, (m0, 0), ag.where(expert < E, expert, -1))
+        # pos: segment start + earlier entries of the same expert (earlier steps, then the
+        # rank inside the step)
+        base = start * bm
+        earlier = ag.arange(SUB)[None, :] < ag.arange(SUB)[:, None]   # [i, i']: i' before i
+        for s in ag.range(0, N, SUB):
+            ids = ag.load(Ids, (s,), (SUB,), other=-1)
+            mine = ag.load(Ids, (s,), (SUB,), other=-1)
+            peers = ag.load(Peers, (s,), (SUB,), other=-1)
+            hot = _one_hot(ids, be)
+            rank = _indicator((mine[:, None] == peers[None, :]) & earlier).sum(axis=1)
+            ag.store(Pos, (s, 0), ag.where(hot, base, 0).sum(axis=1) + rank)
+            base = base + _indicator(hot).sum(axis=0)
+
+    return ag.kernel(moe_layout_small, threads=128, name=f"moe_layout_small_{be}_{bm}")
 
 
 # ----------------------------------------------------------------------------- gather and combine

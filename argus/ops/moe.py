@@ -405,11 +405,15 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
     if out is None:
         out = torch.empty(layer.tokens, layer.hidden, dtype=torch.bfloat16, device=x.device)
 
-    run(R.count_kernel(be), ids, ws["counts"])
-    run(R.scan_kernel(be), ws["counts"], ws["chunk_base"], ws["totals"])
-    run(R.layout_kernel(be, pad), ws["totals"], ws["totals"].view(E, 1), ws["expert_start"],
-        tile_expert, tiles)
-    run(R.positions_kernel(be), ids, ids, ws["chunk_base"], ws["expert_start"], pos)
+    if R.small_layout(layer.entries, E):   # decode: one launch instead of four
+        run(R.layout_small_kernel(be, pad), ids, ids, ws["expert_start"], tile_expert, tiles,
+            pos)
+    else:
+        run(R.count_kernel(be), ids, ws["counts"])
+        run(R.scan_kernel(be), ws["counts"], ws["chunk_base"], ws["totals"])
+        run(R.layout_kernel(be, pad), ws["totals"], ws["totals"].view(E, 1),
+            ws["expert_start"], tile_expert, tiles)
+        run(R.positions_kernel(be), ids, ids, ws["chunk_base"], ws["expert_start"], pos)
     run(R.permute_kernel(layer.top_k, BH), x, pos, ws["xp"])
     gate_up = w13.view(E, 2, layer.inter, layer.hidden)   # the gate and up planes
     if s.split_k > 1:   # decode: K slices' partial sums, then silu(gate) * up of their sums

@@ -256,6 +256,46 @@ def test_layout_with_chunks_longer_than_one_step():
     assert (te.view(-1)[labels.numel():] == -1).all() and tiles.item() == labels.numel()
 
 
+@pytest.mark.parametrize("T,E,k,bm", [
+    (1, 8, 2, 8),        # one token: one step, two experts
+    (16, 128, 8, 8),     # Qwen3's experts at 16 tokens: 128 entries, four EB blocks
+    (30, 40, 8, 16),     # 240 entries (8 steps), E no power of two, the last expert unused
+])
+def test_small_layout_in_one_launch(T, E, k, bm):
+    """layout_small (decode: count, scan, layout and positions in one CTA) against torch: the
+    stable expert-major order with each segment padded to bm, and every m-tile labelled."""
+    from argus.kernels import moe_routing as R
+
+    ids = _ids_skewed(T, E, k, seed=T + E)
+    N, be = T * k, R.block_experts(E)
+    assert R.small_layout(N, E)
+    i32 = dict(dtype=torch.int32)
+    MT = R.max_padded_rows(N, E, bm) // bm
+    start, tiles = torch.full((1, E), -7, **i32), torch.full((1, 1), -7, **i32)
+    te, pos = torch.full((MT, 1), -7, **i32), torch.full((N, 1), -7, **i32)
+    flat = ids.view(-1)
+    R.layout_small_kernel(be, bm).interpret(flat, flat, start, te, tiles, pos)
+    n = torch.bincount(flat.long(), minlength=E)
+    padded = (n + bm - 1) // bm * bm
+    first = torch.cumsum(padded, 0) - padded
+    assert start.view(-1).tolist() == first.tolist()
+    expect = torch.empty(N, dtype=torch.long)
+    for e in range(E):
+        mine = (flat == e).nonzero().view(-1)
+        expect[mine] = first[e] + torch.arange(n[e])
+    assert pos.view(-1).long().tolist() == expect.tolist()
+    labels = torch.repeat_interleave(torch.arange(E), padded // bm)
+    assert te.view(-1)[:labels.numel()].tolist() == labels.tolist()
+    assert (te.view(-1)[labels.numel():] == -1).all() and tiles.item() == labels.numel()
+
+
+def test_small_layout_threshold():
+    from argus.kernels import moe_routing as R
+
+    assert R.small_layout(256, 256) and not R.small_layout(257, 8)
+    assert not R.small_layout(8, 1024)   # a 1024-wide expert tile spills: the four kernels
+
+
 def test_schedule_choice():
     """Prefill tiles when experts average 128 rows (in CTA pairs from 1024); narrow ones when
     the down projection of the touched experts would leave SMs idle; swap-AB decode up to

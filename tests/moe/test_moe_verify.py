@@ -52,6 +52,8 @@ KERNELS = [
     ("scan", lambda: (R.scan_kernel(256), {})),
     ("layout", lambda: (R.layout_kernel(256, 128), {})),
     ("positions", lambda: (R.positions_kernel(32), {})),
+    ("layout small", lambda: (R.layout_small_kernel(256, 8), {})),
+    ("layout small E32", lambda: (R.layout_small_kernel(32, 16), {})),
     ("combine", lambda: (R.combine_kernel(8, M.BH), {})),
     ("permute", lambda: (R.permute_kernel(8, M.BH), {})),
 ]
@@ -99,3 +101,15 @@ def test_decode_gemm_builds_for_sm90a(gated, bn, splits):
             assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16" in binary.ptx
             rank = (4 if gated else 3) + (splits > 1)
             assert f"cp.async.bulk.tensor.{rank}d" in binary.ptx
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("be", [32, 128, 256])
+def test_small_layout_builds_for_sm90a_without_spills(be):
+    """layout_small at every expert width it takes (R.small_layout): NVRTC, no spills."""
+    from argus import codegen
+    from argus.runtime.compile import compile_cuda
+
+    source = codegen.render(lower_only(R.layout_small_kernel(be, 8)))
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    assert binary.arch == "sm_90a" and not binary.resource(source.name).spills
