@@ -6,11 +6,19 @@ nothing of it is copied into this repository), bf16 and the task's fp32.
 Each row: the layer, our time and cuDNN's (medians, argus.runtime.timing.measure_alternating:
 L2 flushed, alternating rounds), the ratio cuDNN / ours (> 1: we are faster), and the max
 relative error of ours and of cuDNN against a float64 reference on the same fresh data. Tasks
-the ops refuse (LaunchError) are listed as skipped, with the reason.
+the ops refuse (LaunchError) are listed as skipped, with the reason. The ResNet rows also time
+`kernel`: the kernel's prepared launch replayed on fixed operands (no host work: no operand
+preparation, no launch-plan lookup), so host overhead and kernel time can be told apart.
+
+`--fp32`: the same ResNet layers in fp32, ours as the strict bf16 split (6 terms, promoted) and
+the relaxed one (1 term), against cuDNN with TF32 off (torch.backends.cudnn.allow_tf32 = False:
+fp32 accuracy, the strict track's peer) and on (torch's default for convolutions), each with its
+normwise error against float64.
 
     python scripts/gpu_conv_bench.py            # everything (minutes)
     python scripts/gpu_conv_bench.py --quick    # 3 ResNet layers + the 2-d KernelBench tasks
                                                 # at batch 1 (seconds)
+    python scripts/gpu_conv_bench.py --quick --skip-kernelbench --fp32
 """
 
 from __future__ import annotations
@@ -45,14 +53,16 @@ def _rel(out, ref) -> float:
     return ((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
 
 
-def _bench(ours, theirs, quick: bool):
+def _bench(ours, theirs, quick: bool, kernel=None):
+    """Median ms of ours and theirs (and of `kernel`, the prepared launch, when given)."""
     from argus.runtime.timing import measure_alternating
 
-    ours()
-    theirs()
-    t_ours, t_theirs = measure_alternating([ours, theirs], rounds=1 if quick else 3,
-                                           trials=100, warmup=5 if quick else 20)
-    return t_ours.median_ms, t_theirs.median_ms
+    fns = [ours, theirs] + ([kernel] if kernel is not None else [])
+    for f in fns:
+        f()
+    times = measure_alternating(fns, rounds=1 if quick else 3, trials=100,
+                                warmup=5 if quick else 20)
+    return tuple(t.median_ms for t in times)
 
 
 def _row(name, ms_ours, ms_cudnn, err_ours, err_cudnn, flops):
@@ -83,11 +93,72 @@ def resnet(quick: bool) -> list[float]:
         y = ops.conv2d(x, w, None, st, pad)
         err = _rel(y, ref)
         err_c = _rel(F.conv2d(x, w, None, st, pad), ref)
-        ms, ms_c = _bench(lambda: ops.conv2d(x, w, None, st, pad),
-                          lambda: F.conv2d(x, w, None, st, pad), quick)
+        launch = _prepared(x, w, st, pad)
+        ms, ms_c, ms_k = _bench(lambda: ops.conv2d(x, w, None, st, pad),
+                                lambda: F.conv2d(x, w, None, st, pad), quick, launch)
         P, Q = ref.shape[2], ref.shape[3]
-        ratios.append(_row(name, ms, ms_c, err, err_c, 2 * N * P * Q * K * C * R * S))
+        flops = 2 * N * P * Q * K * C * R * S
+        ratios.append(_row(name, ms, ms_c, err, err_c, flops))
+        print(f"{'':58s} kernel {ms_k:9.4f} ms ({flops / (ms_k * 1e-3) / 1e12:6.1f} TF/s)  "
+              f"cudnn/kernel {ms_c / ms_k:5.2f}x  host+prep {ms - ms_k:8.4f} ms", flush=True)
     return ratios
+
+
+def _prepared(x, w, stride, padding):
+    """The conv kernel's launch plan on fixed operands (what ops.conv2d launches for x, w),
+    prepared once: calling it is one cuLaunchKernelEx."""
+    from argus.ops import conv as conv_ops
+
+    s = conv_ops.schedule_for(x, w, stride, padding, 1, 1)
+    X, Wt, _, view, b, sizes, geom, idt, odt = conv_ops.operands(x, w, None, stride, padding,
+                                                                 1, 1, s.bk)
+    compiled = conv_ops.conv_kernel(idt, odt, False, "none").compile(geom=geom, s=s)
+    compiled(X, Wt, view, b, *sizes)
+    plan = compiled.plan_for(X, Wt, view, b, *sizes)
+    keep = (X, Wt, view, b)              # the plan holds raw pointers: keep the buffers alive
+    return lambda: (plan(), keep)
+
+
+def fp32(quick: bool) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from argus.ops.conv import convolve
+
+    print("== ResNet-50 layers, fp32 (NCHW), batch 32: ours strict (6 terms, promoted) and "
+          "relaxed (1 term) vs cuDNN TF32 off / on")
+    for name, N, C, H, W, K, R, S, st, pad in RESNET50:
+        if quick and name not in QUICK:
+            continue
+        g = torch.Generator(device="cuda").manual_seed(1)
+        x = torch.randn(N, C, H, W, device="cuda", generator=g)
+        w = torch.randn(K, C, R, S, device="cuda", generator=g) / math.sqrt(C * R * S)
+        ref = F.conv2d(x.double(), w.double(), None, st, pad)
+
+        def rel(y):
+            return ((y.double() - ref).norm() / ref.norm()).item()
+
+        def cudnn(tf32: bool):
+            def call():
+                old = torch.backends.cudnn.allow_tf32
+                torch.backends.cudnn.allow_tf32 = tf32
+                try:
+                    return F.conv2d(x, w, None, st, pad)
+                finally:
+                    torch.backends.cudnn.allow_tf32 = old
+            return call
+
+        fns = {"ours strict": lambda: convolve(x, w, None, st, pad, terms=6),
+               "ours relaxed": lambda: convolve(x, w, None, st, pad, terms=1),
+               "cudnn fp32": cudnn(False), "cudnn tf32": cudnn(True)}
+        errs = {k: rel(f()) for k, f in fns.items()}
+        from argus.runtime.timing import measure_alternating
+
+        times = measure_alternating(list(fns.values()), rounds=1 if quick else 3, trials=50,
+                                    warmup=5)
+        cells = "  ".join(f"{k} {t.median_ms:8.4f} ms (err {errs[k]:.1e})"
+                          for k, t in zip(fns, times))
+        print(f"{name:20s} {cells}", flush=True)
 
 
 def _load(path: Path):
@@ -162,8 +233,12 @@ def main() -> None:
     ap.add_argument("--kernelbench", type=Path, default=Path("/work/shared/kernelbench"),
                     help="KernelBench checkout (its level1/*conv*.py are read, not copied)")
     ap.add_argument("--skip-kernelbench", action="store_true")
+    ap.add_argument("--fp32", action="store_true", help="also the fp32 table (split vs cuDNN "
+                                                        "with TF32 off and on)")
     args = ap.parse_args()
     ratios = resnet(args.quick)
+    if args.fp32:
+        fp32(args.quick)
     if ratios:
         print(f"ResNet-50 geomean cudnn/ours: "
               f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x")

@@ -47,8 +47,9 @@ def run_conv(node, x: torch.Tensor, weight: torch.Tensor, bias, run: ConvRun | N
     if a["transposed"]:
         fn = {1: conv_ops.conv_transpose1d, 2: conv_ops.conv_transpose2d,
               3: conv_ops.conv_transpose3d}[dims]
+        # conv_transpose1d runs as 2-d on a unit height itself: `run` sees 2-d / 3-d problems
         y = fn(x, weight, bias, a["stride"], a["padding"], a["output_padding"], a["groups"],
-               a["dilation"], run=_nd(conv, dims))
+               a["dilation"], run=conv)
     else:
         y = _nd(conv, dims)(x, weight, bias, a["stride"], a["padding"], a["dilation"],
                             a["groups"])

@@ -1,0 +1,124 @@
+"""GPU tier: the convolution path of argus.compose and of argus.ops.conv.convolve on the H200,
+against float64 references on fresh data.
+
+- the strict form (fp32 as 6 bf16 products, every K step's partial promoted) meets the judge's
+  strict fp32 bounds (normwise 1e-5, worst element 1e-4) on a long-K layer with all-positive
+  data, where the tensor core's truncating accumulation would add up;
+- the weight operand cache notices an in-place update of the weight and a new weight tensor;
+- composed KernelBench convolution tasks (level 1 and 2, at reduced sizes) match the task's
+  Model in float64 within the strict bound, with the convolution on the GPU kernel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.gpu import hopper_only  # noqa: E402
+
+pytestmark = hopper_only()
+
+ROOT = Path(__file__).resolve().parents[2]
+KB = ROOT.parent / "shared" / "kernelbench"
+
+
+def _errors(y, ref):
+    """(normwise, worst element relative to max(|ref_i|, rms(ref))): the judge's measures."""
+    d = (y.double() - ref).abs()
+    rms = ref.pow(2).mean().sqrt()
+    return ((d.norm() / ref.norm()).item(),
+            (d / (ref.abs() + rms)).max().item())
+
+
+@pytest.mark.parametrize("shape", [(2, 256, 14, 14, 256, 3, 3), (1, 64, 56, 56, 64, 3, 3)],
+                         ids=["c4_K2304", "c2_K576"])
+def test_strict_fp32_split_on_positive_data(shape):
+    import torch.nn.functional as F
+
+    from argus.ops.conv import convolve, schedule_for
+
+    N, C, H, W, K, R, S = shape
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.rand(N, C, H, W, device="cuda", generator=g)
+    w = torch.rand(K, C, R, S, device="cuda", generator=g)
+    b = torch.rand(K, device="cuda", generator=g)
+    assert schedule_for(x, w, 1, 1, 1, 1).promote
+    y = convolve(x, w, b, 1, 1, 1, 1, terms=6)
+    ref = F.conv2d(x.double(), w.double(), b.double(), 1, 1)
+    assert y.dtype == torch.float32 and y.shape == ref.shape
+    l2, elem = _errors(y, ref)
+    assert l2 <= 1e-5 and elem <= 1e-4, (l2, elem)
+
+
+def test_weight_cache_sees_inplace_updates_and_new_tensors():
+    import torch.nn.functional as F
+
+    from argus.ops import conv2d
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(2, 64, 16, 16, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(64, 64, 3, 3, device="cuda", generator=g) / 24).bfloat16()
+    y1 = conv2d(x, w, None, 1, 1).double()
+    with torch.no_grad():
+        w.mul_(-2)                                       # same tensor, new version
+    y2 = conv2d(x, w, None, 1, 1).double()
+    assert torch.allclose(y2, -2 * y1, rtol=1e-2, atol=1e-2 * y1.abs().max().item())
+    del w
+    w3 = (torch.randn(64, 64, 3, 3, device="cuda", generator=g) / 24).bfloat16()
+    y3 = conv2d(x, w3, None, 1, 1)                       # may reuse the freed address
+    ref = F.conv2d(x.double(), w3.double(), None, 1, 1)
+    assert ((y3.double() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+
+
+TASKS = [("level1", "67_conv_standard_1D.py"), ("level1", "87_conv_pointwise_2D.py"),
+         ("level1", "82_conv_depthwise_2D_square_input_square_kernel.py"),
+         ("level1", "57_conv_transposed_2D__square_input__square_kernel.py"),
+         ("level1", "60_conv_standard_3D__square_input__asymmetric_kernel.py"),
+         ("level2", "1_Conv2D_ReLU_BiasAdd.py"), ("level2", "73_Conv2d_BatchNorm_Scaling.py"),
+         ("level2", "46_Conv2d_Subtract_Tanh_Subtract_AvgPool.py"),
+         ("level2", "15_ConvTranspose3d_BatchNorm_Subtract.py")]
+
+
+def _import(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(not KB.exists(), reason="KernelBench tasks not found")
+@pytest.mark.parametrize("level,name", TASKS)
+def test_composed_conv_task_is_strict_on_gpu(level, name, tmp_path):
+    from argus.bench.kernelbench.shrink import SizeBudget, plan_sizes
+    from argus.bench.kernelbench.tasks import load_task
+    from argus.compose import compose_task
+
+    path = KB / level / name
+    comp = compose_task(path)
+    assert comp.complete and comp.steps.get("convolutions"), comp.describe()
+    (tmp_path / name).write_text(comp.source)
+    solution = _import(tmp_path / name, f"gpu_sol_{path.stem}")
+    plan = plan_sizes(path, SizeBudget(1 << 22, 2e9))
+    task = load_task(path, plan.overrides)
+    torch.manual_seed(0)
+    init = list(task.get_init_inputs())
+    ref = task.Model(*init).cuda()
+    new = solution.ModelNew(*init).cuda()
+    new.load_state_dict(ref.state_dict())
+    ref = ref.double()
+    torch.manual_seed(1)
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
+    signed = [torch.randn_like(x) if isinstance(x, torch.Tensor) and x.is_floating_point()
+              else x for x in inputs]
+    for xs in (inputs, signed):
+        with torch.no_grad():
+            r = ref(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
+                      else x for x in xs])
+            y = new(*xs)
+        assert y.is_cuda and tuple(y.shape) == tuple(r.shape)
+        l2, _ = _errors(y, r)
+        assert l2 <= 1e-5, (name, l2)
