@@ -19,6 +19,9 @@ normwise error against float64.
     python scripts/gpu_conv_bench.py --quick    # 3 ResNet layers + the 2-d KernelBench tasks
                                                 # at batch 1 (seconds)
     python scripts/gpu_conv_bench.py --quick --skip-kernelbench --fp32
+    python scripts/gpu_conv_bench.py --profile "c4 3x3 256"   # torch.profiler: GPU time per
+                                                # kernel (ours, operand preparation, cuDNN's)
+                                                # and host time per call, for one layer
 """
 
 from __future__ import annotations
@@ -227,6 +230,44 @@ def kernelbench(root: Path, quick: bool) -> list[float]:
     return ratios
 
 
+def profile(layer: str) -> None:
+    """Where one ResNet layer's time goes: torch.profiler over 20 calls of ops.conv2d and 20 of
+    F.conv2d (bf16, channels-last), the CUDA kernels by total GPU time, and the host time per
+    call of each (wall time of the calls without synchronizing, divided by 20)."""
+    import time
+
+    import torch
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    import argus.ops as ops
+
+    row = next((r for r in RESNET50 if r[0] == layer), None)
+    if row is None:
+        raise SystemExit(f"--profile: no layer {layer!r}; one of {[r[0] for r in RESNET50]}")
+    name, N, C, H, W, K, R, S, st, pad = row
+    x = torch.randn(N, C, H, W, device="cuda").bfloat16().to(memory_format=torch.channels_last)
+    w = (torch.randn(K, C, R, S, device="cuda") / math.sqrt(C * R * S)).bfloat16() \
+        .to(memory_format=torch.channels_last)
+    for label, fn in (("ours", lambda: ops.conv2d(x, w, None, st, pad)),
+                      ("cudnn", lambda: F.conv2d(x, w, None, st, pad))):
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(20):
+            fn()
+        host_ms = (time.perf_counter() - t0) / 20 * 1e3
+        torch.cuda.synchronize()
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+        print(f"== {name} {label}: host {host_ms:.4f} ms per call (launch side, unsynchronized)")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a few layers, batch 1 tasks")
@@ -235,7 +276,12 @@ def main() -> None:
     ap.add_argument("--skip-kernelbench", action="store_true")
     ap.add_argument("--fp32", action="store_true", help="also the fp32 table (split vs cuDNN "
                                                         "with TF32 off and on)")
+    ap.add_argument("--profile", metavar="LAYER", default=None,
+                    help="profile one ResNet layer (e.g. 'c4 3x3 256') and stop")
     args = ap.parse_args()
+    if args.profile:
+        profile(args.profile)
+        return
     ratios = resnet(args.quick)
     if args.fp32:
         fp32(args.quick)
