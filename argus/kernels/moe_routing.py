@@ -42,11 +42,13 @@ from argus.dtypes import DType
 SUB = 32          # entries per inner step of count / positions: [SUB, BE] one-hot tiles
 MAX_CHUNKS = 128  # chunks of entries: the serial loop of `scan` walks this many at most
 EB = 32           # experts (m-tiles) per step of `layout`: [EB, BE] tiles
-# at most this many entries, and tiles of at most SMALL_EXPERTS experts (wider ones spill),
-# take layout_small_kernel: one launch for count, scan, layout and positions, walking the
-# entries twice in steps of SUB
+# at most this many entries, and tiles of at most SMALL_EXPERTS experts, take
+# layout_small_kernel: one launch for count, scan, layout and positions, walking the entries
+# twice in steps of SUB. Its serial [EB, BE] steps grow with the expert tile: at 256
+# (DeepSeek-V3) about twice the four kernels' longest chain, for a layer whose GEMMs are long
+# anyway; 1024-wide tiles spill
 SMALL_ENTRIES = 256
-SMALL_EXPERTS = 256
+SMALL_EXPERTS = 128
 NEG_INF = float("-inf")
 
 
