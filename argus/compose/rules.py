@@ -339,6 +339,12 @@ def _where(self, result, c, a=None, b=None):
     return self.ew("where", c, _num(a), _num(b), dtype=result.dtype)
 
 
+@rule(torch.masked_fill, "masked_fill", "masked_fill_")
+def _masked_fill(self, result, x, mask, value):
+    """x with `value` (a number or a 0-d tensor) where the boolean mask holds."""
+    return self.ew("where", mask, _num(value), x, dtype=result.dtype)
+
+
 @rule(torch.logical_and, operator.and_, "logical_and")
 def _and(self, result, a, b):
     return self.ew("and", a, b)

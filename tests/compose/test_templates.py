@@ -99,6 +99,13 @@ def test_broadcasting_many_inputs_and_scalars():
               randn(4, 1, 6, 1, seed=3)])
 
 
+@pytest.mark.parametrize("op", [lambda x, m: x.masked_fill(x > 0.5, -2.0),
+                                lambda x, m: torch.masked_fill(x, m > 0, 0.25) * 2,
+                                lambda x, m: x.masked_fill(m < 0, torch.tensor(3.0)).sum(1)])
+def test_masked_fill(op):
+    check(fn_model(op), [randn(6, 40), randn(6, 40, seed=1)])
+
+
 @pytest.mark.parametrize("op", [torch.triu, torch.tril, lambda x: torch.triu(x, 2),
                                 lambda x: torch.tril(x, -1)])
 def test_index_predicates(op):
