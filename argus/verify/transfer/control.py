@@ -34,8 +34,6 @@ def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
     cons = [var >= _num(start), var < _num(stop)]
     if not (isinstance(step, int) and step == 1):
         cons.append((var - _num(start)) % _num(step) == 0)
-    scope = Scope("loop", op, var, tuple(cons))
-    inner_scopes = scopes + (scope,)
     index = var - _num(start) if isinstance(step, int) and step == 1 else \
         (var - _num(start)) / _num(step)
     # the body's scalars first (inner loop bounds), so its steps per iteration can be
@@ -51,6 +49,11 @@ def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
     # a count per iteration that depends on the index (a causal tile's KV blocks in a
     # persistent walk) adds up to a sum, not trip x count (Model.steps_over)
     varying = {pid for pid, n in per.items() if mentions(_num(n), var)}
+    scope = Scope("loop", op, var, tuple(cons),
+                  _counter_lemmas(index, m._trip(op), step,
+                                  [n for pid, n in per.items()
+                                   if pid not in varying and not _is_zero(n)]))
+    inner_scopes = scopes + (scope,)
     inner_counters = {pid: _num(counters.get(pid, 0)) +
                       (m.steps_over(op, per[pid], index) if pid in varying else index * per[pid])
                       for pid in per if not _is_zero(per[pid])}
@@ -89,6 +92,24 @@ def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
         if not _is_zero(n):
             counters[pid] = _num(counters.get(pid, 0)) + (
                 m.steps_over(op, n) if pid in varying else trip * n)
+
+
+def _counter_lemmas(index, trip, step, counts) -> tuple:
+    """For each count n of pipeline steps per iteration: index*n + n <= trip*n and
+    index*n >= 0, i.e. iteration `index`'s steps lie in the loop's [0, trip*n). True because
+    0 <= index <= trip - 1 inside the body and n >= 0 (stated as conditions, so a lemma can
+    never assume more than the loop gives). With these the solver compares the counters of
+    two loops that run one after the other (a main walk, then a tail walk) linearly, over the
+    products as atoms, instead of searching non-linear arithmetic (seconds, heavy-tailed)."""
+    if isinstance(step, int) and step <= 0:
+        return ()
+    out = []
+    for n in counts:
+        n = _num(n)
+        ok = [n >= 0] + ([_num(step) > 0] if not isinstance(step, int) else [])
+        lemma = z3.And(index * n + n <= _num(trip) * n, index * n >= 0)
+        out.append(z3.Implies(z3.And(ok), lemma))
+    return tuple(out)
 
 
 def if_(m: Model, op: O.If, scopes, role, counters, following) -> None:

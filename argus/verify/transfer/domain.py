@@ -48,6 +48,10 @@ class Scope:
     op: Op
     var: z3.ArithRef | None        # loop index / role index
     constraints: tuple[z3.BoolRef, ...]
+    # a loop's pipeline-counter bounds, true by construction (for_ in transfer/control.py):
+    # the steps of one iteration lie inside the loop's total. Not premises of every query
+    # (they are non-linear); asked where counters of different loops are compared
+    counter_lemmas: tuple[z3.BoolRef, ...] = ()
 
 
 @dataclass
