@@ -57,8 +57,9 @@ _WORKSPACES: OrderedDict = OrderedDict()
 _WORKSPACE_COUNT = 16
 _WORKSPACE_BYTES = 64 << 20
 # replayed calls kept per cached workspace (see _run): one per set of argument addresses
-# (the layers of a model share a workspace: each has its own weights, hence its own entry)
-_PROGRAMS = 256
+# (the layers of a model share a workspace: each has its own weights, hence its own entry;
+# 64 covers Qwen3-30B-A3B's 48 MoE layers, at about 1 KB of packed parameters per launch)
+_PROGRAMS = 64
 # decode: at most this many tokens take the swap-AB schedule (the weights as wgmma's M side,
 # token tiles of 8..64 as its N side). Up to 64 tokens every expert's rows fit one N <= 64
 # token tile at the average load of any of the three bench models (Mixtral T = 64: 16 rows
