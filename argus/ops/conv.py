@@ -257,6 +257,12 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     compiled for sm_90a on CUDA tensors, in the numpy interpreter on CPU tensors (tests; no
     GPU). The one entry below the torch.library op; argus.compose calls it directly (it picks
     `terms` for the strict or the relaxed track)."""
+    repeat = _Repeat.key(x, weight, bias, stride, padding, dilation, groups, activation, terms,
+                         schedule)
+    hit = _REPEATS.get(repeat) if repeat is not None else None
+    if hit is not None and hit.holds(x, weight, bias):
+        _REPEATS.move_to_end(repeat)
+        return hit.launch(x)
     check(x, weight, bias, stride, padding, dilation, groups)
     if activation not in ACTIVATIONS:
         raise LaunchError(f"argus.ops.conv: activation={activation!r} is not one of "
@@ -284,7 +290,73 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
             _COMPILED.popitem(last=False)
     with torch.cuda.device(x.device):
         compiled(X, Wt, view, b, *sizes)
+    if repeat is not None and X.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
+        # X is a view of x itself (no copy, no split): the next call with these tensors
+        # rebuilds the view and launches, skipping the checks and the operand preparation
+        _REPEATS[repeat] = _Repeat.of(x, weight, bias, X, Wt, b, sizes, out, compiled)
+        if len(_REPEATS) > 64:
+            _REPEATS.popitem(last=False)
     return _result(x, out)
+
+
+_REPEATS: OrderedDict = OrderedDict()
+
+
+class _Repeat:
+    """A call's prepared launch, for the next call with the same tensors (measured: the checks
+    and the operand preparation cost more host time than a ResNet layer's kernel runs). Valid
+    only while the same x, weight (its parameter) and bias objects are passed, unchanged in
+    version (weak references: nothing is kept alive); x is re-viewed per call, so its current
+    contents are read, and the output is a new tensor every call."""
+
+    __slots__ = ("refs", "x_view", "Wt", "b", "sizes", "out_shape", "out_dtype", "compiled")
+
+    @staticmethod
+    def key(x, weight, bias, stride, padding, dilation, groups, activation, terms, schedule):
+        if not getattr(x, "is_cuda", False) or not hasattr(weight, "_version"):
+            return None
+        owner = weight if weight._base is None else weight._base
+        try:
+            return (x.data_ptr(), tuple(x.shape), x.stride(), x.dtype, x.device.index,
+                    id(owner), weight._version, weight.data_ptr(), tuple(weight.shape),
+                    weight.stride(), id(bias), None if bias is None else bias._version,
+                    repr(stride), repr(padding), repr(dilation), groups, activation, terms,
+                    schedule)
+        except (AttributeError, TypeError, RuntimeError):
+            return None            # not tensors: the checked path says what is wrong
+
+    @classmethod
+    def of(cls, x, weight, bias, X, Wt, b, sizes, out, compiled) -> "_Repeat":
+        import weakref
+
+        r = cls()
+        owner = weight if weight._base is None else weight._base
+        r.refs = (weakref.ref(x), weakref.ref(owner),
+                  None if bias is None else weakref.ref(bias))
+        r.x_view = (tuple(X.shape), X.stride(), X.storage_offset())
+        r.Wt, r.b, r.sizes, r.compiled = Wt, b, sizes, compiled
+        r.out_shape, r.out_dtype = tuple(out.shape), out.dtype
+        return r
+
+    def holds(self, x, weight, bias) -> bool:
+        owner = weight if weight._base is None else weight._base
+        return self.refs[0]() is x and self.refs[1]() is owner and \
+            (bias is None if self.refs[2] is None else self.refs[2]() is bias)
+
+    def launch(self, x):
+        import torch
+
+        shape, strides, offset = self.x_view
+        X = x.as_strided(shape, strides, offset)
+        out = torch.empty(self.out_shape, dtype=self.out_dtype, device=x.device)
+        G, Kg = self.Wt.shape[0], self.Wt.shape[1]
+        view = out.view(-1, self.out_shape[3], G, Kg).permute(2, 0, 1, 3)
+        if x.device.index == torch.cuda.current_device():
+            self.compiled(X, self.Wt, view, self.b, *self.sizes)
+        else:
+            with torch.cuda.device(x.device):
+                self.compiled(X, self.Wt, view, self.b, *self.sizes)
+        return _result(x, out)
 
 
 def conv2d_interpret(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,

@@ -5,6 +5,7 @@ against float64 references on fresh data.
   strict fp32 bounds (normwise 1e-5, worst element 1e-4) on a long-K layer with all-positive
   data, where the tensor core's truncating accumulation would add up;
 - the weight operand cache notices an in-place update of the weight and a new weight tensor;
+- a repeated call takes the prepared launch and still reads the input's current contents;
 - composed KernelBench convolution tasks (level 1 and 2, at reduced sizes) match the task's
   Model in float64 within the strict bound, with the convolution on the GPU kernel.
 """
@@ -72,6 +73,37 @@ def test_weight_cache_sees_inplace_updates_and_new_tensors():
     y3 = conv2d(x, w3, None, 1, 1)                       # may reuse the freed address
     ref = F.conv2d(x.double(), w3.double(), None, 1, 1)
     assert ((y3.double() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+
+
+def test_repeated_calls_take_the_prepared_launch_and_read_current_data():
+    """The second call with the same tensors skips the preparation (ops.conv._REPEATS) but
+    reads x's current contents; a changed bias object or weight version is a new entry."""
+    import torch.nn.functional as F
+
+    from argus.ops import conv as conv_ops
+
+    g = torch.Generator(device="cuda").manual_seed(2)
+    x = torch.randn(2, 64, 14, 14, device="cuda", generator=g).bfloat16() \
+        .to(memory_format=torch.channels_last)
+    w = (torch.randn(64, 64, 3, 3, device="cuda", generator=g) / 24).bfloat16()
+    b = torch.randn(64, device="cuda", generator=g).bfloat16()
+
+    def check(y):
+        ref = F.conv2d(x.double(), w.double(), b.double(), 1, 1)
+        assert ((y.double() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+
+    conv_ops._REPEATS.clear()
+    check(conv_ops.conv2d(x, w, b, 1, 1))
+    assert len(conv_ops._REPEATS) == 1                  # channels-last bf16: a view of x
+    with torch.no_grad():
+        x.copy_(torch.randn(x.shape, device="cuda", generator=g).bfloat16())
+    y = conv_ops.conv2d(x, w, b, 1, 1)
+    assert len(conv_ops._REPEATS) == 1                  # the same entry served it
+    check(y)
+    with torch.no_grad():
+        w.add_(0.5)                                     # new version: prepared again
+    check(conv_ops.conv2d(x, w, b, 1, 1))
+    assert len(conv_ops._REPEATS) == 2
 
 
 TASKS = [("level1", "67_conv_standard_1D.py"), ("level1", "87_conv_pointwise_2D.py"),
