@@ -368,22 +368,24 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                         if s.fa3_overlap:
                             # FA3's order: P_{j-1} V_{j-1} is issued right behind S_j and
                             # stays in flight during the softmax of S_j (whose first read
-                            # waits for S_j alone); pa carries P_{j-1} as the A fragment
+                            # waits for S_j alone); p carries P_{j-1} across the back edge in
+                            # fp32 and is converted into the packed A registers at the issue
+                            # (a bf16 tile carried instead costs a float register per element
+                            # beside the packed ones, and ptxas then retires P V early)
                             # (p and alpha are rebound in the steps, so bound before them)
                             p, alpha = ag.zeros((ROWS, BN)), ag.full((ROWS, 1), 1.0)
                             with k_pipe.consume() as ks:
                                 sc = scores(qs, ks)
                                 p, alpha, m_i, l_i = softmax(sc, 0, m_i, l_i)
-                            pa = p.to(dt)
                             for j in ag.range(1, blocks):
                                 with k_pipe.consume() as ks:
                                     sc = scores(qs, ks)                      # S_j
                                     with v_pipe.consume() as vs:             # V_{j-1}
-                                        o = ag.wgmma(pa, sV[vs], o * alpha, trans_b=True)
+                                        o = ag.wgmma(p.to(dt), sV[vs], o * alpha,
+                                                     trans_b=True)
                                         p, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
-                                pa = p.to(dt)
                             with v_pipe.consume() as vs:
-                                o = ag.wgmma(pa, sV[vs], o * alpha, trans_b=True)
+                                o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
                         elif not s.intra_wg_overlap:
                             for j in ag.range(blocks):
                                 with k_pipe.consume() as ks:
