@@ -36,7 +36,6 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region
-from argus.target import register_layouts as RL
 from argus.verify import witness as W
 from argus.verify.model import Model, ReduceSite
 from argus.verify.obligation import Finding, Obligation
@@ -265,7 +264,7 @@ def _reaches(model: Model, red: ReduceSite, got: float, loads: frozenset) -> Obl
         wit.update({"fill": got, "identity": _WORDS[op.fn], "reduction": op.fn,
                     "axis": op.axis, "element": element, "coordinates": coords,
                     "masked_load": where})
-        wit.update(_holder(model, op.src.type, element))
+        wit.update(W.holder(model, op.src.type, element))
         at = ", ".join(f"{k} = {v}" for k, v in coords.items())
         return (f"element {element} of the reduced tile is a masked lane (past the tensor's "
                 f"end{', at ' + at if at else ''}) of the load {' / '.join(where)}: it holds "
@@ -291,18 +290,6 @@ def _verdict(op: O.Reduce, got: float) -> Finding:
 
 def _fix(fn: str) -> str:
     return f"load with other={_FILL_TEXT[fn]} (or mask with ag.where before the {fn})"
-
-
-def _holder(model: Model, tile_type, element: tuple) -> dict:
-    """The thread and register holding a tile element (its register layout), when known."""
-    try:
-        if tile_type.layout.startswith("wgmma_acc"):
-            return W.acc_thread(*element)
-        layout = RL.build(tile_type.layout or "blocked", tuple(tile_type.shape), model.threads)
-        t, r = layout.owners()[tuple(element)][0]
-    except Exception:  # noqa: BLE001 - a courtesy: the finding stands without it
-        return {}
-    return {"thread": t, "warp": t // 32, "lane": t % 32, "register": r}
 
 
 def _join_loads(a: frozenset | None, b: frozenset | None) -> frozenset | None:

@@ -13,6 +13,12 @@ coordinate (the field that varies along the axis: n of X[m, n]) must be
     extent (a counting argument, as for wgmma.k-once), so a loop that skips the last block
     (`ag.range(blocks - 1)`) or a block size that does not match the offset is caught.
 
+A block reduced outside the loop into the same accumulator (peeled: the first block before
+the loop as the variable's initial value, `acc = x0.sum()` then `for j in ag.range(1,
+blocks)`, or the last after it, `acc = acc + tail.sum()`) is part of the same row: its
+positions join the domain (|domain| adds its block), and no column may be reduced both there
+and in the loop (a peeled first block with a loop that still starts at 0 adds it twice).
+
 Masked elements (past the tensor's end) count as visited: their value is fill.identity's
 business. A loop whose trip count depends on the CTA (a causal mask stops at the diagonal)
 may stop early on purpose; coverage is then not claimed (injectivity still is) — masks are not
@@ -22,6 +28,8 @@ over the loop and is left alone.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import z3
 
@@ -43,22 +51,88 @@ def obligations(model: Model) -> tuple[list[Obligation], list]:
 def _carried_loops(model: Model, red: ReduceSite) -> list:
     """The enclosing loops across which the reduction's result is carried: some assign in the
     loop body takes a value computed from it, into a var defined outside that loop."""
-    out = []
-    for scope in red.site.loops():
-        body = list(scope.op.body.walk())
-        inside = {r.id for op in body for r in op.results()}
-        tainted = {red.op.result.id}
-        carried = False
-        for op in body:
-            if isinstance(op, O.Assign):
-                if op.src.id in tainted:
-                    tainted.add(op.dst.id)     # the variable now holds it
-                    carried |= op.dst.id not in inside
-            elif any(v.id in tainted for v in op.operands()):
-                tainted.update(r.id for r in op.results())
-        if carried:
-            out.append(scope)
+    return [scope for scope in red.site.loops() if _accumulators(red, scope.op)]
+
+
+def _accumulators(red: ReduceSite, loop: O.For) -> set[int]:
+    """The variables defined outside `loop` that an assign in its body sets to a value computed
+    from the reduction's result."""
+    body = list(loop.body.walk())
+    inside = {r.id for op in body for r in op.results()}
+    tainted = {red.op.result.id}
+    out: set[int] = set()
+    for op in body:
+        if isinstance(op, O.Assign):
+            if op.src.id in tainted:
+                tainted.add(op.dst.id)     # the variable now holds it
+                if op.dst.id not in inside:
+                    out.add(op.dst.id)
+        elif any(v.id in tainted for v in op.operands()):
+            tainted.update(r.id for r in op.results())
     return out
+
+
+# the elementwise op that adds a partial result of each reduction into its accumulator
+_COMBINE = {"sum": "add", "max": "max", "min": "min", "prod": "mul"}
+_THROUGH = (O.Convert, O.ConvertLayout)
+
+
+def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
+    """Reductions of the same kind combined into the accumulators of `loop` outside it: in the
+    variable's initial value (a first block reduced before the loop) or, after the loop, in
+    straight-line combinations with it (a last block reduced after it)."""
+    accs = _accumulators(red, loop)
+    combine = _COMBINE.get(red.op.fn)
+    if not accs or combine is None:
+        return []
+    defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
+    found: list[int] = []
+
+    def leaves(vid: int, depth: int = 0) -> None:
+        d = defs.get(vid)
+        if depth > 16 or d is None:
+            return
+        if isinstance(d, O.Reduce):
+            if d.fn == red.op.fn and d is not red.op:
+                found.append(d.result.id)
+        elif isinstance(d, _THROUGH):
+            leaves(d.src.id, depth + 1)
+        elif isinstance(d, O.Var):
+            leaves(d.init.id, depth + 1)
+        elif isinstance(d, O.Elementwise) and d.fn == combine and len(d.args) == 2:
+            for a in d.args:
+                leaves(a.id, depth + 1)
+    for acc in accs:
+        leaves(acc)                        # before the loop: the initial value
+    region = _region_of(model.kernel.body, loop)
+    if region is not None:                 # after the loop: acc = acc + tail.sum() ...
+        chain = set(accs)
+        after = region.ops[region.ops.index(loop) + 1:]
+        for op in after:
+            if isinstance(op, _THROUGH) and op.src.id in chain:
+                chain.add(op.result.id)
+            elif isinstance(op, O.Elementwise) and op.fn == combine and len(op.args) == 2 \
+                    and any(a.id in chain for a in op.args):
+                chain.add(op.result.id)
+                for a in op.args:
+                    if a.id not in chain:
+                        leaves(a.id)
+    sites = []
+    for vid in dict.fromkeys(found):
+        sites += [r for r in model.reduces if r.op.result.id == vid and r.op.axis is not None]
+    return sites
+
+
+def _region_of(region, target: O.For):
+    """The region whose top level holds `target`."""
+    if any(op is target for op in region.ops):
+        return region
+    for op in region.ops:
+        for inner in op.regions():
+            got = _region_of(inner, target)
+            if got is not None:
+                return got
+    return None
 
 
 def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
@@ -116,6 +190,10 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
                               prem2, [(f"distinct (iteration, position) give distinct {name}",
                                        z3.Or(same, t1 != t2))], decode_dup,
                               minimize=vars_ + [r1]))
+        peeled = _peeled_terms(model, red, loops, name, idx)
+        if peeled:
+            out.append(_peeled_once(model, red, loops, name, idx, prem, r1, t1, peeled,
+                                    subject))
         trips = [model.trip_term(s.op) for s in loops]
         grid = [v for v, _, _ in model.grid_vars]
         if extent is None or any(mentions(t, g) for t in trips for g in grid):
@@ -123,6 +201,9 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
         size = z3.IntVal(shape[axis])
         for t in trips:
             size = size * t
+        for pk in peeled:                  # a block reduced outside the loop adds its positions
+            size = size + pk.size
+            prem = prem + list(pk.prem)
 
         def decode_cov(zm, violated, size=size, extent=extent, t1=t1, name=name):
             wit = W.context(model, zm, red.site)
@@ -138,9 +219,92 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
             return msg, wit
         out.append(Obligation("reduce.coverage", red.op.loc, subject + ": covers the row",
                               prem, [(f"{name} in [0, |domain|)", z3.And(t1 >= 0, t1 < size)),
-                                     ("the loop covers the row", size >= _num(extent))],
+                                     ("the loop covers the row", size >= _num(extent))] +
+                              [(f"{name} of the block reduced at {pk.site.op.loc} in "
+                                f"[0, |domain|)", z3.And(pk.term >= 0, pk.term < size))
+                               for pk in peeled],
                               decode_cov, minimize=list(model.params.values())))
     return out
+
+
+@dataclass(frozen=True)
+class _Peeled:
+    """A block of the row reduced outside the loop (`_peeled`), at position `r` of its axis."""
+
+    site: ReduceSite
+    r: z3.ArithRef
+    term: z3.ArithRef          # the reduced coordinate there
+    prem: tuple                # its scopes and its record's conditions
+    size: int                  # positions along the axis
+
+
+def _peeled_terms(model: Model, red: ReduceSite, loops, name: str, idx) -> list[_Peeled]:
+    """The blocks reduced into the same accumulator outside the loops, read at the loop's row
+    element (the same index off the reduced axis) along field `name`; a block whose tile has
+    another shape off the axis, or does not move `name` along it, is not paired (no claim)."""
+    shape, axis = red.op.src.type.shape, red.op.axis
+    sites: list[ReduceSite] = []
+    for scope in loops:
+        sites += [p for p in _peeled(model, red, scope.op) if p not in sites]
+    out = []
+    for p in sites:
+        pshape = p.op.src.type.shape
+        if p.op.axis != axis or len(pshape) != len(shape) or any(
+                a != b for d, (a, b) in enumerate(zip(pshape, shape)) if d != axis):
+            continue
+        r = fresh_int("r")
+        rec = p.src.fn(tuple(r if d == axis else x for d, x in enumerate(idx)))
+        f = rec.fields.get(name)
+        if f is None or not f.is_point or not mentions(f.term, r):
+            continue
+        prem = tuple(p.site.constraints()) + tuple(rec.cond) + tuple(f.cond) + \
+            (r >= 0, r < pshape[axis])
+        out.append(_Peeled(p, r, f.term, prem, pshape[axis]))
+    return out
+
+
+def _peeled_once(model: Model, red: ReduceSite, loops, name: str, idx, prem, r1, t1,
+                 peeled: list[_Peeled], subject: str) -> Obligation:
+    """No element of the row is reduced both in the loop and in a block outside it, nor in two
+    such blocks."""
+    claims, pairs = [], {}
+    for k, pk in enumerate(peeled):
+        what = f"the loop and the block reduced at {pk.site.op.loc} reduce distinct {name}"
+        claims.append((what, t1 != pk.term))
+        pairs[what] = (None, pk)
+        for pj in peeled[k + 1:]:
+            what = (f"the blocks reduced at {pk.site.op.loc} and {pj.site.op.loc} reduce "
+                    f"distinct {name}")
+            claims.append((what, pk.term != pj.term))
+            pairs[what] = (pk, pj)
+    premises = list(prem) + [c for pk in peeled for c in pk.prem]
+
+    def decode(zm, violated):
+        first, second = pairs[violated[0]]
+        wit = W.context(model, zm, red.site if first is None else first.site)
+        c = value(zm, second.term)
+        if first is None:
+            i1 = {f"loop@{s.op.loc}": value(zm, s.var) for s in loops}
+            one = {"iteration": i1, "position": value(zm, r1), "reduced_at": str(red.op.loc)}
+            said = f"in the loop at iteration {i1} (position {value(zm, r1)})"
+        else:
+            one = {"position": value(zm, first.r), "reduced_at": str(first.site.op.loc)}
+            said = f"by the block reduced at {first.site.op.loc}"
+        two = {"position": value(zm, second.r), "reduced_at": str(second.site.op.loc)}
+        wit.update({"element": tuple(value(zm, i) for i in idx), name: c, "first": one,
+                    "second": two, "peeled_at": str(second.site.op.loc)})
+        wit.update(W.holder(model, red.op.src.type,
+                            tuple(value(zm, r1) if d == red.op.axis else value(zm, i)
+                                  for d, i in enumerate(idx))))
+        return (f"{name} = {c} is reduced twice: {said} and again by the block reduced "
+                f"outside the loop at {second.site.op.loc} (position {value(zm, second.r)}): "
+                f"the {red.op.fn} counts it twice"), wit
+    return Obligation("reduce.coverage", red.op.loc,
+                      subject + ": each once with the blocks reduced outside the loop",
+                      premises, claims, decode,
+                      minimize=[s.var for s in loops] + [r1] + [pk.r for pk in peeled],
+                      fix="start (or end) the loop after the blocks reduced outside it, or "
+                          "drop the peeled block")
 
 
 def _extent(model: Model, name: str):

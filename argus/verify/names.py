@@ -169,7 +169,7 @@ class Names:
         for op in ops:
             for v in op.operands():
                 add(v.id, True)
-        for op in ops[:1]:
+        for op in self._innermost(ops):
             for loop in reversed(self.scope[id(op)].loops):
                 n = self.name(loop.var.id)
                 if n is not None:
@@ -222,8 +222,17 @@ class Names:
                 todo.extend(v.id for v in op.operands())
         return {t: ", ".join(w) for t, w in list(out.items())[:limit]}
 
+    def _innermost(self, ops: list[Op]) -> list[Op]:
+        """The first of `ops` inside the most roles and loops (or none): lowering places ops of
+        its own at a line's location outside them (a reduction's shared-memory scratch), which
+        must not stand for the line."""
+        def depth(op: Op) -> int:
+            sc = self.scope[id(op)]
+            return (sc.role is not None) + len(sc.loops)
+        return sorted(ops, key=lambda o: -depth(o))[:1]
+
     def who(self, loc: Loc) -> dict[str, Any]:
-        ops = self.ops_at(loc)
+        ops = self._innermost(self.ops_at(loc))
         if not ops:
             return {}
         sc = self.scope[id(ops[0])]

@@ -12,6 +12,7 @@ from typing import Any
 
 import z3
 
+from argus.target import register_layouts as RL
 from argus.target import sm90
 from argus.verify.model import Model, Site
 from argus.verify.solver import value
@@ -55,6 +56,19 @@ def acc_thread(row: int, col: int) -> dict[str, int]:
     t, reg = sm90.wgmma_acc_index(row % 64, col)
     t, reg = int(t), int(reg)
     return {"thread": t, "warp": t // 32, "lane": t % 32, "register": f"d[{reg}]"}
+
+
+def holder(model: Model, tile_type, element: tuple) -> dict[str, Any]:
+    """The thread and register holding element `element` of a register tile (its layout), or
+    nothing when the layout is not known here."""
+    try:
+        if tile_type.layout.startswith("wgmma_acc"):
+            return acc_thread(*element)
+        layout = RL.build(tile_type.layout or "blocked", tuple(tile_type.shape), model.threads)
+        t, r = layout.owners()[tuple(element)][0]
+    except Exception:  # noqa: BLE001 - a courtesy: the finding stands without it
+        return {}
+    return {"thread": t, "warp": t // 32, "lane": t % 32, "register": r}
 
 
 def fmt_elem(tensor: str, coords) -> str:

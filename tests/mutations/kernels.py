@@ -632,3 +632,26 @@ def make_row_max_ring(bug: str | None = None, BN: int = 1024, ROWS: int = 2):
     row_max_ring.__annotations__ = {"X": ag.Tensor[64, width, ag.f32],
                                     "OUT": ag.Tensor[64, 1, ag.f32]}
     return ag.kernel(row_max_ring, threads=256, name="row_max_ring")
+
+
+def make_rms_peeled(bug: str | None = None, BN: int = 1024):
+    """RMSNorm's statistic, sum(x * x) over a row, with the first block peeled off the loop
+    (reduced before it, as the accumulator's initial value) and the rest reduced in the loop,
+    which lower/prefetch.py pipelines through its register ring."""
+
+    @ag.kernel(threads=256, name="rms_peeled")
+    def rms_peeled(X: ag.Tensor["M", "N", ag.f32], S: ag.Tensor["M", 1, ag.f32]):
+        (row,) = ag.grid(X.shape[0])
+        blocks = ag.cdiv(X.shape[1], BN)
+        x0 = ag.load(X, (row, 0), (1, BN))
+        ss = (x0 * x0).sum(axis=1)
+        if bug == "peel_skip_last":
+            last = blocks - 1  # BUG:peel_skip_last
+        else:
+            last = blocks
+        for j in ag.range(0 if bug == "peel_loop_from_zero" else 1, last):  # BUG:peel_loop_from_zero
+            x = ag.load(X, (row, j * BN), (1, BN))
+            ss = ss + (x * x).sum(axis=1)
+        ag.store(S, (row, 0), ss)
+
+    return rms_peeled
