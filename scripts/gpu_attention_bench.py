@@ -58,16 +58,18 @@ def check(out, q, k, v, causal, rows=256) -> float:
 
 def variant_schedule(variant: str, head_dim: int, causal: bool):
     """The schedule of an `ours` variant: the default, or the default with the persistent walk,
-    the intra-warpgroup overlap, ping-pong ("pingpong") and/or two consumer warpgroups ("2wg"),
-    joined by "+" (block_n halved until the registers fit)."""
+    the intra-warpgroup overlap ("overlap": S ahead; "fa3": FA3's order, P V in flight during
+    the softmax, fa3_overlap_schedule's tile shapes), ping-pong ("pingpong") and/or two
+    consumer warpgroups ("2wg"), joined by "+" (block_n halved until the registers fit)."""
     import dataclasses
 
-    from argus.kernels.attention import default_schedule
+    from argus.kernels.attention import default_schedule, fa3_overlap_schedule
 
-    s = default_schedule(head_dim, causal)
+    s = (fa3_overlap_schedule if "fa3" in variant else default_schedule)(head_dim, causal)
     if "2wg" in variant:   # two consumer warpgroups of 64 rows (head dim 64 defaults to 3)
         s = dataclasses.replace(s, block_m=128, consumers=2, producer_regs=24,
-                                consumer_regs=240)
+                                consumer_regs=240,
+                                block_n=default_schedule(head_dim, causal).block_n)
     fields = {"persistent": "persistent" in variant, "intra_wg_overlap": "overlap" in variant,
               "ordered": "pingpong" in variant}
     s = dataclasses.replace(s, **fields)
@@ -100,8 +102,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--variants", default="default",
-                        help="comma-separated: default, persistent, overlap, pingpong, 2wg "
-                             "or '+' joins of them (each timed through argus.ops.attention)")
+                        help="comma-separated: default, persistent, overlap, fa3, pingpong, "
+                             "2wg or '+' joins of them (each timed through argus.ops.attention; "
+                             "overlap and fa3 need ARGUS_VERIFY=0)")
     parser.add_argument("--dims", default="", help="head dims, e.g. 64,128,256 (default: "
                                                    "64,128 with --quick, else all three)")
     parser.add_argument("--kernel-only", action="store_true",

@@ -129,6 +129,8 @@ SCHEDULES = {  # the non-default schedules, each on ragged lengths and the causa
                                      consumer_regs=240),
     "intra-wg-overlap": lambda d: dict(intra_wg_overlap=True, block_n=64),
     "ping-pong": lambda d: dict(ordered=True),
+    # FA3's order (P V in flight during the softmax), fa3_overlap_schedule's tile shapes
+    "fa3-overlap": lambda d: dict(fa3_overlap=True, block_n=64 if d == 64 else 128),
 }
 
 
@@ -142,7 +144,7 @@ def test_schedules_match_float64(name, D, monkeypatch):
     import argus.ops
     from argus.kernels.attention import default_schedule
 
-    if name == "intra-wg-overlap":
+    if name in ("intra-wg-overlap", "fa3-overlap"):  # the carried tile's key tags: unproven
         monkeypatch.setenv("ARGUS_VERIFY", "0")
     schedule = dataclasses.replace(default_schedule(D, True), **SCHEDULES[name](D))
     q, k, v = _inputs(2, 4, 2, 777, 1000, D, "bshd", torch.bfloat16, seed=D)
@@ -174,4 +176,24 @@ def test_pingpong_head_dim_128_every_kv_block(causal, dtype):
     want, _ = reference(q, k, v, causal, 1.0 / math.sqrt(128))
     err = (out.double() - want).abs()
     per_block = [err[:, :, r:r + 64].max().item() for r in range(0, 512, 64)]
+    assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fa3_overlap_every_kv_block(D, causal, monkeypatch):
+    """fa3_overlap_schedule (FA3's order: P_{j-1} V_{j-1} in flight while the softmax of S_j
+    runs; its packed A registers live past their issue block until the wait 0) against
+    float64, every 64-row block, GQA 2:1, many KV blocks per tile: a P register reused while
+    its wgmma still reads it, or a wait that lets S or P V run past its reader, shows here."""
+    import argus.ops
+    from argus.kernels.attention import fa3_overlap_schedule
+
+    monkeypatch.setenv("ARGUS_VERIFY", "0")
+    q, k, v = _inputs(2, 4, 2, 1024, 1100, D, "bhsd", torch.bfloat16, seed=D + causal)
+    out = argus.ops.attention(q, k, v, causal=causal,
+                              schedule=fa3_overlap_schedule(D, causal))
+    want, _ = reference(q, k, v, causal, 1.0 / math.sqrt(D))
+    err = (out.double() - want).abs()
+    per_block = [err[:, :, r:r + 64].max().item() for r in range(0, 1024, 64)]
     assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"
