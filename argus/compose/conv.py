@@ -41,6 +41,8 @@ def run_conv(node, x: torch.Tensor, weight: torch.Tensor, bias, run: ConvRun | N
     NCHW-contiguous tensor of the node's shape and dtype."""
     a = node.attrs
     run = run or ConvRun()
+    if depthwise(node, x):
+        return run_depthwise(node, x, weight, bias)
     terms = run.terms if x.dtype == torch.float32 else 1
     conv = functools.partial(conv_ops.convolve, terms=terms, schedule=run.schedule)
     dims = a["dims"]
@@ -86,4 +88,100 @@ def _nchw(y: torch.Tensor) -> torch.Tensor:
     return out
 
 
-__all__ = ["ConvRun", "run_conv"]
+# ------------------------------------------------------------------------- depthwise
+_DEPTHWISE: dict = {}
+
+
+def depthwise(node, x: torch.Tensor) -> bool:
+    """A depthwise convolution (groups = input channels, one input channel per group) in fp32
+    whose last spatial dim splits into [W / stride, stride]: the CUDA-core template, exact
+    fp32. (As a GEMM each group would be an N = multiplier GEMM padded to a 64-wide tile.)"""
+    a = node.attrs
+    w_in = x.shape[-1]
+    return (not a["transposed"] and a["groups"] == x.shape[1] and x.dtype == torch.float32
+            and node.dtype == torch.float32 and w_in % a["stride"][-1] == 0)
+
+
+def _depthwise_source(spatial_in, spatial_out, k, s, p, d, channels: int, mult: int,
+                      bias: bool, bn: int, rows: int) -> str:
+    """The pooling template's walk (argus/compose/pool.py: ROWS output rows per CTA, BN outputs
+    along the last spatial dim, the last input dim seen as [W / s, s], padding read as 0) with
+    a weighted sum: output channel k of image n reads input channel k // mult, and every
+    window offset adds x * w[k, offset]."""
+    import itertools
+    import math
+
+    n = len(spatial_in)
+    sw = s[-1]
+    xdims = ", ".join(map(str, spatial_in[:-1] + (spatial_in[-1] // sw, sw)))
+    ydims = ", ".join(map(str, spatial_out + (1,)))
+    taps = math.prod(k)
+    k_out = channels * mult
+    n_rows = f"Y.shape[0] * {math.prod(spatial_out[:-1])}"
+    bias_arg = ", B: ag.Tensor[\"K\", 1, ag.f32]" if bias else ""
+    lines = [f"@ag.kernel(threads={max(32, min(128, bn))})",
+             f"def depthwise(X: ag.Tensor[\"NC\", {xdims}, ag.f32], "
+             f"Wt: ag.Tensor[\"K\", {taps}, ag.f32]{bias_arg}, "
+             f"Y: ag.Tensor[\"NK\", {ydims}, ag.f32], BN: int = {bn}, ROWS: int = {rows}):",
+             f"    pb, q = ag.grid(ag.cdiv({n_rows}, ROWS), ag.cdiv({spatial_out[-1]}, BN))",
+             "    o_last = q * BN"]
+    for j in range(rows):
+        rest = f"(pb * ROWS + {j})"
+        for i in reversed(range(n - 1)):
+            lines.append(f"    o{i} = {rest} % {spatial_out[i]}")
+            lines.append(f"    r{i} = {rest} // {spatial_out[i]}")
+            rest = f"r{i}"
+        lines.append(f"    nk = {rest}")
+        lines.append(f"    kk = nk % {k_out}")
+        # a row past the end has nk >= N * K, so xr >= N * C: its loads read 0, its store is
+        # masked by Y's bounds
+        lines.append(f"    xr = nk // {k_out} * {channels} + kk // {mult}")
+        lines.append("    acc = ag.full((BN, 1), 0.0)")
+        for t, offs in enumerate(itertools.product(*(range(kk) for kk in k))):
+            idx = ["xr"] + [f"o{i} * {s[i]} + {offs[i] * d[i] - p[i]}" for i in range(n - 1)]
+            last = offs[-1] * d[-1] - p[-1]
+            idx += [f"o_last + {last // sw}", str(last % sw)]
+            lines.append(f"    x = ag.load(X, ({', '.join(idx)}), (BN, 1), other=0.0)")
+            lines.append(f"    acc = acc + x * ag.load(Wt, (kk, {t}), (1, 1))")
+        if bias:
+            lines.append("    acc = acc + ag.load(B, (kk, 0), (1, 1))")
+        out_idx = ["nk"] + [f"o{i}" for i in range(n - 1)] + ["o_last", "0"]
+        lines.append(f"    ag.store(Y, ({', '.join(out_idx)}), acc)")
+    return "\n".join(lines) + "\n"
+
+
+def run_depthwise(node, x: torch.Tensor, weight: torch.Tensor, bias) -> torch.Tensor:
+    """The depthwise template on x (NC + spatial, fp32): the result NCHW-contiguous."""
+    import math
+
+    from argus.compose import pool, tile
+    from argus.compose.launch import copy_into
+
+    a = node.attrs
+    dims = a["dims"]
+    spatial_in, spatial_out = tuple(x.shape[-dims:]), tuple(node.shape[-dims:])
+    channels, k_out = x.shape[1], node.shape[1]
+    if not x.is_contiguous():
+        buf = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        copy_into(x, buf)
+        x = buf
+    bn = min(256, tile.pow2(spatial_out[-1]))
+    n_rows = node.shape[0] * k_out * math.prod(spatial_out[:-1])
+    rows = pool.rows_per_cta(bn, math.prod(a["kernel"]), n_rows)
+    key = (spatial_in, spatial_out, a["kernel"], a["stride"], a["padding"], a["dilation"],
+           channels, k_out // channels, bias is not None, bn, rows)
+    if key not in _DEPTHWISE:
+        src = _depthwise_source(*key)
+        _DEPTHWISE[key] = tile.load_source(src, f"depthwise{len(_DEPTHWISE)}")["depthwise"]
+    sw = a["stride"][-1]
+    xv = x.view(x.shape[0] * channels, *spatial_in[:-1], spatial_in[-1] // sw, sw)
+    wt = weight.detach().reshape(k_out, -1).float().contiguous()
+    y = torch.empty(node.shape, dtype=torch.float32, device=x.device)
+    yv = y.view(node.shape[0] * k_out, *spatial_out, 1)
+    args = (xv, wt) + ((bias.detach().float().reshape(k_out, 1).contiguous(),)
+                       if bias is not None else ()) + (yv,)
+    _run(_DEPTHWISE[key], args)
+    return y
+
+
+__all__ = ["ConvRun", "depthwise", "run_conv", "run_depthwise"]

@@ -1024,7 +1024,8 @@ def _conv(n):
             return NotImplemented
         return self.g.add("conv", (x, weight) + ((bias,) if bias is not None else ()),
                           result.shape, result.dtype, dims=n, transposed=False, stride=st,
-                          padding=pd, dilation=dl, groups=int(groups), output_padding=(0,) * n)
+                          padding=pd, dilation=dl, groups=int(groups), output_padding=(0,) * n,
+                          kernel=k)
     return r
 
 
@@ -1037,7 +1038,8 @@ def _conv_transpose(n):
                           result.shape, result.dtype, dims=n, transposed=True,
                           stride=_tuple(stride, n), padding=_tuple(padding, n),
                           dilation=_tuple(dilation, n), groups=int(groups),
-                          output_padding=_tuple(output_padding, n))
+                          output_padding=_tuple(output_padding, n),
+                          kernel=tuple(weight.shape[2:]))
     return r
 
 

@@ -1,8 +1,9 @@
 """argus.compose lowers convolutions (nn.Conv1d/2d/3d, nn.ConvTranspose1d/2d/3d and their
 functional forms) to the implicit-GEMM kernel: the capture makes one `conv` step per
 convolution (nothing left to torch), and the composed program, interpreted on the CPU at small
-sizes, matches the model in float64 within the strict fp32 bound (the 6-term split); plus
-KernelBench convolution tasks (level 1 and 2) through the solution file the judge loads."""
+sizes, matches the model in float64 within the strict fp32 bound (the 6-term split; depthwise
+convolutions on their CUDA-core template); plus KernelBench convolution tasks (level 1 and 2)
+through the solution file the judge loads."""
 
 from __future__ import annotations
 
@@ -113,6 +114,31 @@ def test_functional_conv3d_with_a_parameter_weight():
     assert _err(y, r) <= 1e-5
 
 
+@pytest.mark.parametrize("module,shape", [
+    (lambda: nn.Conv2d(4, 8, 3, stride=2, padding=1, groups=4), (2, 4, 9, 8)),   # multiplier 2
+    (lambda: nn.Conv2d(4, 4, (3, 2), padding=(2, 0), dilation=(2, 1), groups=4, bias=False),
+     (1, 4, 7, 6)),
+    (lambda: nn.Conv1d(3, 6, 5, padding=2, groups=3), (2, 3, 11)),
+    (lambda: nn.Conv3d(2, 2, 3, stride=(1, 1, 2), padding=1, groups=2), (1, 2, 4, 5, 6))],
+    ids=["2d_mult2_stride2", "2d_dilated_nobias", "1d", "3d_stride_w2"])
+def test_depthwise_runs_on_the_cuda_core_template(module, shape, monkeypatch):
+    """groups = input channels: the depthwise template (exact fp32 on the CUDA cores), not
+    the split GEMM; matches float64 with multiplier, stride, dilation, padding, bias."""
+    from argus.compose import conv
+
+    used = []
+    real = conv.run_depthwise
+    monkeypatch.setattr(conv, "run_depthwise", lambda *a: used.append(1) or real(*a))
+    torch.manual_seed(3)
+    model, x = module(), torch.randn(*shape)
+    prog, convs = _program(model, [x])
+    assert len(convs) == 1 and prog.unsupported == []
+    with torch.no_grad():
+        y = prog.run(model, [x])
+        r = model.double()(x.double())
+    assert used and _err(y, r) <= 1e-6
+
+
 def test_same_padding_with_an_even_kernel_is_left_to_torch():
     """torch pads an even 'same' kernel asymmetrically; the rule declines (torch runs it,
     named as unsupported) instead of computing something else."""
@@ -122,6 +148,7 @@ def test_same_padding_with_an_even_kernel_is_left_to_torch():
 
 
 TASKS = [("level1", "67_conv_standard_1D.py"), ("level1", "74_conv_transposed_1D_dilated.py"),
+         ("level1", "82_conv_depthwise_2D_square_input_square_kernel.py"),
          ("level2", "1_Conv2D_ReLU_BiasAdd.py")]
 
 
