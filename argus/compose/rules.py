@@ -532,7 +532,41 @@ rule(torch.min, "min")(_minmax("min"))
 def _getitem(self, result, x, idx):
     if isinstance(x, tuple):
         return x[idx]
+    if isinstance(x, Node):
+        return _index(self, x, idx)
     return NotImplemented
+
+
+def _index(self, x: Node, idx):
+    """Basic indexing x[...] of ints, unit-step slices, None and Ellipsis as selects, slices
+    and views (free: no kernel); tensor indices and strided slices run in torch."""
+    items = list(idx) if isinstance(idx, tuple) else [idx]
+    if any(i is Ellipsis for i in items):
+        at = items.index(Ellipsis)
+        used = sum(1 for i in items if i is not None and i is not Ellipsis)
+        items[at:at + 1] = [slice(None)] * (len(x.shape) - used)
+    dim = 0
+    for i in items:
+        if i is None:
+            x = self.view(x, x.shape[:dim] + (1,) + x.shape[dim:])
+            dim += 1
+        elif isinstance(i, int) and not isinstance(i, bool):
+            size = x.shape[dim]
+            if not -size <= i < size:
+                return NotImplemented
+            x = self.g.add("select", (x,), x.shape[:dim] + x.shape[dim + 1:], x.dtype, dim=dim,
+                           index=i % size)
+        elif isinstance(i, slice) and i.step in (None, 1) and \
+                all(v is None or isinstance(v, int) for v in (i.start, i.stop)):
+            start, stop, _ = i.indices(x.shape[dim])
+            length = max(0, stop - start)
+            if length != x.shape[dim]:
+                x = self.g.add("slice", (x,), x.shape[:dim] + (length,) + x.shape[dim + 1:],
+                               x.dtype, dim=dim, start=start, length=length)
+            dim += 1
+        else:
+            return NotImplemented
+    return x
 
 
 @rule(torch.var, "var")
@@ -820,6 +854,11 @@ def _addmm(self, result, bias, a, b, beta=1, alpha=1):
     return self.ew("add", y, self.ew("mul", bias, float(beta)) if beta != 1 else bias)
 
 
+@rule(torch.baddbmm, "baddbmm")
+def _baddbmm(self, result, bias, a, b, beta=1, alpha=1):
+    return _addmm(self, result, bias, a, b, beta, alpha)
+
+
 @rule(torch.diag, "diag")
 def _diag(self, result, x, diagonal=0):
     if len(x.shape) == 1 and diagonal == 0:
@@ -1047,6 +1086,94 @@ for _n in (1, 2, 3):
     rule(getattr(F, f"conv{_n}d"), getattr(torch, f"conv{_n}d"))(_conv(_n))
     rule(getattr(F, f"conv_transpose{_n}d"), getattr(torch, f"conv_transpose{_n}d"))(
         _conv_transpose(_n))
+
+
+# ================================================================================ more elementwise
+@rule(torch.exp2, torch.special.exp2, "exp2")
+def _exp2(self, result, x):
+    return self.ew("exp", self.ew("mul", x, math.log(2.0)))
+
+
+@rule(F.tanhshrink)
+def _tanhshrink(self, result, x):
+    return self.ew("sub", x, self.ew("tanh", x))
+
+
+@rule(F.softshrink)
+def _softshrink(self, result, x, lambd=0.5):
+    lam = float(lambd)
+    return self.ew("where", self.ew("gt", x, lam), self.ew("sub", x, lam),
+                   self.ew("where", self.ew("lt", x, -lam), self.ew("add", x, lam), 0.0,
+                           dtype=x.dtype))
+
+
+@rule(F.hardshrink)
+def _hardshrink(self, result, x, lambd=0.5):
+    return self.ew("where", self.ew("gt", self.ew("abs", x), float(lambd)), x, 0.0,
+                   dtype=x.dtype)
+
+
+@rule(torch.lerp, "lerp")
+def _lerp(self, result, a, b, weight):
+    return self.ew("add", a, self.ew("mul", _num(weight), self.ew("sub", b, a)))
+
+
+@rule(F.softmin)
+def _softmin(self, result, x, dim=None, _stacklevel=3, dtype=None):
+    return self.softmax(self.ew("neg", x), dim)
+
+
+@rule(F.prelu)
+def _prelu(self, result, x, weight):
+    w = weight
+    if len(x.shape) >= 2 and weight.numel > 1:       # one slope per channel (dim 1)
+        w = self.view(weight, self.channel_shape(x))
+    return self.ew("where", self.ew("gt", x, 0.0), x, self.ew("mul", w, x))
+
+
+@rule(F.binary_cross_entropy)
+def _bce(self, result, p, t, weight=None, size_average=None, reduce=None, reduction="mean"):
+    if weight is not None:
+        return NotImplemented
+    # torch clamps each log at -100 so that p = 0 or 1 gives a finite loss
+    log_p = self.ew("max", self.ew("log", p), -100.0)
+    log_q = self.ew("max", self.ew("log", self.ew("sub", 1.0, p)), -100.0)
+    loss = self.ew("neg", self.ew("add", self.ew("mul", t, log_p),
+                                  self.ew("mul", self.ew("sub", 1.0, t), log_q)))
+    return self.reduction(loss, reduction)
+
+
+@rule(F.binary_cross_entropy_with_logits)
+def _bce_logits(self, result, x, t, weight=None, size_average=None, reduce=None,
+                reduction="mean", pos_weight=None):
+    if weight is not None or pos_weight is not None:
+        return NotImplemented
+    # max(x, 0) - x t + log(1 + exp(-|x|)): no overflow for large |x|
+    soft = self.ew("log", self.ew("add", self.ew("exp", self.ew("neg", self.ew("abs", x))),
+                                  1.0))
+    loss = self.ew("add", self.ew("sub", self.ew("max", x, 0.0), self.ew("mul", x, t)), soft)
+    return self.reduction(loss, reduction)
+
+
+@rule(F.margin_ranking_loss)
+def _margin_ranking(self, result, a, b, y, margin=0.0, size_average=None, reduce=None,
+                    reduction="mean"):
+    loss = self.ew("max", self.ew("add", self.ew("mul", self.ew("neg", y), self.ew("sub", a, b)),
+                                  float(margin)), 0.0)
+    return self.reduction(loss, reduction)
+
+
+@rule(F.poisson_nll_loss)
+def _poisson_nll(self, result, x, t, log_input=True, full=False, size_average=None, eps=1e-8,
+                 reduce=None, reduction="mean"):
+    if full:
+        return NotImplemented
+    if log_input:
+        loss = self.ew("sub", self.ew("exp", x), self.ew("mul", t, x))
+    else:
+        loss = self.ew("sub", x, self.ew("mul", t, self.ew("log", self.ew("add", x,
+                                                                          float(eps)))))
+    return self.reduction(loss, reduction)
 
 
 __all__ = ["Lowering", "RULES", "rule"]

@@ -106,6 +106,37 @@ def test_masked_fill(op):
     check(fn_model(op), [randn(6, 40), randn(6, 40, seed=1)])
 
 
+# ops found by probing patterns outside the development split (they ran in torch before)
+@pytest.mark.parametrize("op", [
+    lambda x, y: F.tanhshrink(x) + F.softshrink(y, 0.3) + F.hardshrink(x, 0.3),
+    lambda x, y: torch.lerp(x, y, 0.3) + torch.lerp(x, y, torch.sigmoid(y)),
+    lambda x, y: F.softmin(x, dim=1) + torch.exp2(y),
+    lambda x, y: F.binary_cross_entropy(torch.sigmoid(x), torch.sigmoid(y)),
+    lambda x, y: F.binary_cross_entropy_with_logits(30 * x, torch.sigmoid(y), reduction="sum"),
+    lambda x, y: F.poisson_nll_loss(x, y.abs()) + F.poisson_nll_loss(
+        x.abs() + 0.1, y.abs(), log_input=False, reduction="sum"),
+    lambda x, y: F.margin_ranking_loss(x[:, 0], y[:, 0], torch.sign(x[:, 1]), margin=0.2),
+])
+def test_more_elementwise_and_losses(op):
+    check(fn_model(op), [randn(16, 40), randn(16, 40, seed=2)])
+
+
+@pytest.mark.parametrize("op,full", [
+    (lambda x: x[:, 0] * 2 + x[-1, None, 3:7].sum(), True),
+    (lambda x: x[..., 1:4].relu() + x[0, ..., None, 2], True),
+    (lambda x: x[1:-1, ::1] - 1, True),
+    (lambda x: x[:, ::2], False),                    # a strided slice: torch (partial)
+])
+def test_basic_indexing(op, full):
+    check(fn_model(op), [randn(5, 6, 7)], full=full)
+
+
+def test_baddbmm_and_prelu():
+    check(fn_model(lambda i, x, w: torch.baddbmm(i, x, w, beta=0.5, alpha=2.0)),
+          [randn(3, 8, 12), randn(3, 8, 16, seed=1), randn(3, 16, 12, seed=2)])
+    check(mod_model(lambda: nn.PReLU(6, 0.1)), [randn(2, 6, 5, 7)])
+
+
 @pytest.mark.parametrize("op", [torch.triu, torch.tril, lambda x: torch.triu(x, 2),
                                 lambda x: torch.tril(x, -1)])
 def test_index_predicates(op):
