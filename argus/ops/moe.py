@@ -55,7 +55,10 @@ _MEMO = 256
 # (layer, device, stream) -> intermediate buffers of small layers (see _workspace); bounded
 _WORKSPACES: OrderedDict = OrderedDict()
 _WORKSPACE_COUNT = 16
-_WORKSPACE_BYTES = 64 << 20
+# one cached workspace at most (DeepSeek-V3 at T = 64: 75 MB, its padded layout's worst case),
+# and all of them together: a server's decode batch sizes each keep theirs within the budget
+_WORKSPACE_BYTES = 128 << 20
+_WORKSPACE_TOTAL = 512 << 20
 # replayed calls kept per cached workspace (see _run): one per set of argument addresses
 # (the layers of a model share a workspace: each has its own weights, hence its own entry;
 # 64 covers Qwen3-30B-A3B's 48 MoE layers, at about 1 KB of packed parameters per launch)
@@ -336,9 +339,10 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
     if key is not None and nbytes <= _WORKSPACE_BYTES:
         # calls replayed on this workspace (_run): their launch plans hold its addresses, so
         # they live and go with it
-        ws.update(programs=OrderedDict(), stream=stream)
+        ws.update(programs=OrderedDict(), stream=stream, nbytes=nbytes)
         _WORKSPACES[key] = ws
-        if len(_WORKSPACES) > _WORKSPACE_COUNT:
+        while len(_WORKSPACES) > 1 and (len(_WORKSPACES) > _WORKSPACE_COUNT or sum(
+                w["nbytes"] for w in _WORKSPACES.values()) > _WORKSPACE_TOTAL):
             _WORKSPACES.popitem(last=False)
     return ws
 

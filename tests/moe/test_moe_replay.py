@@ -128,3 +128,30 @@ def test_sigmoid_routing_without_bias_is_replayable(launches):
     _call(x, w13, w2, logits, scoring="sigmoid")
     ws = M._workspace(layer, None, False)
     assert (ws["zero_bias"] == 0).all() and len(ws["programs"]) == 1
+
+
+def test_cached_workspaces_keep_to_their_budget(monkeypatch):
+    """Workspaces of small layers are kept per (layer, device, stream), one at most
+    _WORKSPACE_BYTES, all of them at most _WORKSPACE_TOTAL: the oldest go first (with their
+    replayed calls)."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda device=None: SimpleNamespace(cuda_stream=5))
+    monkeypatch.setattr(M, "_WORKSPACES", OrderedDict())
+    layers = [M._layer(T, 256, 128, 16, 4, None) for T in (1, 2, 3, 4)]
+    sizes = [M._workspace(layer, "cpu", False)["nbytes"] for layer in layers]
+    M._WORKSPACES.clear()
+    monkeypatch.setattr(M, "_WORKSPACE_TOTAL", sum(sizes) - 1)   # not room for all four
+    first = M._workspace(layers[0], "cpu", False)
+    assert M._workspace(layers[0], "cpu", False) is first        # cached: the same buffers
+    for layer in layers[1:]:
+        M._workspace(layer, "cpu", False)
+    total = sum(ws["nbytes"] for ws in M._WORKSPACES.values())
+    assert total <= M._WORKSPACE_TOTAL and len(M._WORKSPACES) < len(layers)
+    assert (layers[-1], "cpu", 5) in M._WORKSPACES              # the newest stays
+    assert (layers[0], "cpu", 5) not in M._WORKSPACES           # the oldest went
+    monkeypatch.setattr(M, "_WORKSPACE_BYTES", max(sizes))      # too big to keep: fresh
+    big = M._layer(5, 256, 128, 16, 4, None)
+    assert M._workspace(big, "cpu", False) is not M._workspace(big, "cpu", False)
