@@ -385,7 +385,10 @@ class Reduce(Op):
     """Reduce `src` along `axis` (any axis of a tile of rank 1-4) with fn in REDUCE_FNS,
     keeping the axis with extent 1. argmax/argmin give an i32 tile of indices along the axis
     (ties and NaNs: the smallest index, as numpy and torch); the others keep src's dtype.
-    After layout inference the result's layout is the slice of src's along `axis`."""
+    After layout inference the result's layout is the slice of src's along `axis`. When warps
+    hold parts of the axis, their partials meet in shared memory: `scratch` is that buffer
+    (f32 partials; argmax/argmin add an i32 buffer of their indices), one copy per warpgroup
+    of a role, allocated by lower/smem.py in the shared-memory plan."""
 
     NAME = "reduce"
     RESULTS = ("result",)
@@ -393,18 +396,22 @@ class Reduce(Op):
     src: Value
     fn: str
     axis: int
+    scratch: tuple[Value, ...] = ()
 
 
 @dataclass(frozen=True)
 class ConvertLayout(Op):
     """The tile `src` redistributed into the result's register layout (same shape and dtype;
     only TileType.layout differs). Inserted by layout inference where an op needs an operand
-    in a layout it does not have; rendered through shared memory."""
+    in a layout it does not have; rendered through shared memory: `scratch` is that buffer
+    (the whole tile, one copy per warpgroup of a role), allocated by lower/smem.py in the
+    shared-memory plan."""
 
     NAME = "convert_layout"
     RESULTS = ("result",)
     result: Value
     src: Value
+    scratch: tuple[Value, ...] = ()
 
 
 @dataclass(frozen=True)

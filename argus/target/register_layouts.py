@@ -72,6 +72,25 @@ class ReducePlan:
     other_bits: tuple[int, ...]
     replicated_bits: tuple[int, ...]
 
+    def exchange_warps(self) -> int:
+        """Warps whose partials meet in the shared-memory exchange (0: no exchange): every
+        warp of the group when all warp bits move along the axis, else 2^(warp bits) (which
+        needs a power-of-two group to index densely; ValueError otherwise)."""
+        if not self.warp_bits:
+            return 0
+        threads = self.result.threads
+        if self.warp_bits == tuple(range(LANE_BITS, len(self.result.thread_bases))):
+            return threads // (1 << LANE_BITS)
+        if threads & (threads - 1):
+            raise ValueError(f"a reduction over some of the warps of a {threads}-thread group "
+                             "needs a power-of-two group")
+        return 1 << len(self.warp_bits)
+
+    def exchange_slots(self) -> int:
+        """Shared-memory slots of the exchange: one per (result register, value of the other
+        thread bits, warp along the axis); 0 when the reduction stays inside warps."""
+        return len(self.groups) * (1 << len(self.other_bits)) * self.exchange_warps()
+
 
 @dataclass(frozen=True)
 class RegisterLayout:

@@ -9,8 +9,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_rmsnorm(
     const long long X_s0,
     const long long W_s0,
     const long long Y_s0) {
-    __shared__ float red16[8];
+    extern __shared__ __align__(1024) unsigned char argus_smem_raw[];
+    // Swizzle patterns are anchored to absolute addresses: align the block to 1024 B.
+    unsigned char* const smem = argus_smem_raw + ((1024u - (ag::smem_u32(argus_smem_raw) & 1023u)) & 1023u);
     const int gtid = threadIdx.x;
+    float* const s24 = reinterpret_cast<float*>(smem + 0);
     const int v6 = (M + 1);
     const int v8 = (v6 - 1);
     const int v9 = (int)blockIdx.x;
@@ -199,10 +202,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_rmsnorm(
         t16[0] = (t16[0] + __shfl_xor_sync(0xffffffffu, t16[0], off));
     }
     if (gtid % 32 == 0) {
-        red16[0 + gtid / 32] = t16[0];
+        s24[0 + gtid / 32] = t16[0];
     }
     __syncthreads();
-    t16[0] = (((((((red16[0] + red16[1]) + red16[2]) + red16[3]) + red16[4]) + red16[5]) + red16[6]) + red16[7]);
+    t16[0] = (((((((s24[0] + s24[1]) + s24[2]) + s24[3]) + s24[4]) + s24[5]) + s24[6]) + s24[7]);
     __syncthreads();
     {  // Y: 16-byte chunk of registers 0..3
         const float gv0 = ((t11[0] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[0]);

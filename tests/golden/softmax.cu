@@ -7,9 +7,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_softmax(
     const int N,
     const long long X_s0,
     const long long Y_s0) {
-    __shared__ float red11[8];
-    __shared__ float red14[8];
+    extern __shared__ __align__(1024) unsigned char argus_smem_raw[];
+    // Swizzle patterns are anchored to absolute addresses: align the block to 1024 B.
+    unsigned char* const smem = argus_smem_raw + ((1024u - (ag::smem_u32(argus_smem_raw) & 1023u)) & 1023u);
     const int gtid = threadIdx.x;
+    float* const s17 = reinterpret_cast<float*>(smem + 0);
+    float* const s18 = reinterpret_cast<float*>(smem + 128);
     const int v5 = (M + 1);
     const int v7 = (v5 - 1);
     const int v8 = (int)blockIdx.x;
@@ -65,10 +68,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_softmax(
         t11[0] = ag::max_nan(t11[0], __shfl_xor_sync(0xffffffffu, t11[0], off));
     }
     if (gtid % 32 == 0) {
-        red11[0 + gtid / 32] = t11[0];
+        s17[0 + gtid / 32] = t11[0];
     }
     __syncthreads();
-    t11[0] = ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(red11[0], red11[1]), red11[2]), red11[3]), red11[4]), red11[5]), red11[6]), red11[7]);
+    t11[0] = ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(s17[0], s17[1]), s17[2]), s17[3]), s17[4]), s17[5]), s17[6]), s17[7]);
     __syncthreads();
     float t13[16];
     t13[0] = expf((t10[0] - t11[0]));
@@ -94,10 +97,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_softmax(
         t14[0] = (t14[0] + __shfl_xor_sync(0xffffffffu, t14[0], off));
     }
     if (gtid % 32 == 0) {
-        red14[0 + gtid / 32] = t14[0];
+        s18[0 + gtid / 32] = t14[0];
     }
     __syncthreads();
-    t14[0] = (((((((red14[0] + red14[1]) + red14[2]) + red14[3]) + red14[4]) + red14[5]) + red14[6]) + red14[7]);
+    t14[0] = (((((((s18[0] + s18[1]) + s18[2]) + s18[3]) + s18[4]) + s18[5]) + s18[6]) + s18[7]);
     __syncthreads();
     {  // Y: 16-byte chunk of registers 0..3
         const float gv0 = (t13[0] / t14[0]);

@@ -12,6 +12,7 @@ import pytest
 import argus as ag
 from argus import codegen
 from argus.compiler import compile_kernel, lower_only
+from argus.ir import ops as O
 from tests.unit import reduce_kernels as K
 
 CASES = [(rank, axis, fn) for rank in (1, 2, 3, 4) for axis in range(rank) for fn in K.FNS]
@@ -76,12 +77,14 @@ def test_masks_where_and_runtime_scalars():
 
 
 def test_accumulator_statistics_render_without_shared_memory():
-    src = codegen.render(lower_only(K.acc_softmax)).text
-    shared = [line for line in src.splitlines() if "__shared__ float" in line]
+    lowered = lower_only(K.acc_softmax)
+    src = codegen.render(lowered).text
     # only the column sum (axis 0, across the warps of the warpgroup) uses shared memory;
     # the row max, row sum and the o * alpha rescale stay in registers (2 per thread)
-    assert len(shared) == 1, shared
-    assert "convert_layout" not in str(lower_only(K.acc_softmax))
+    exchanges = [op for op in lowered.walk() if isinstance(op, O.Reduce) and op.scratch]
+    assert [(op.fn, op.axis) for op in exchanges] == [("sum", 0)], exchanges
+    assert "__shared__ float" not in src   # the exchange is a buffer of the smem plan
+    assert "convert_layout" not in str(lowered)
     assert "__shfl_xor_sync(0xffffffffu, t" in src
     c = compile_kernel(K.acc_softmax, verify=False)
     assert c.resources.spill_stores == 0
@@ -135,13 +138,43 @@ def test_warpgroups_of_one_role_reduce_in_their_own_shared_scratch():
     two_warpgroup_rows.interpret(x, s, i)
     np.testing.assert_allclose(s, x.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(i, x.argmax(axis=1)[:, None])
-    text = codegen.render(lower_only(two_warpgroup_rows)).text
+    lowered = lower_only(two_warpgroup_rows)
+    text = codegen.render(lowered).text
     # the partials of both warpgroups meet behind per-warpgroup named barriers only: each
-    # warpgroup must write and read its own copy of the scratch, offset by its role index
-    decls = re.findall(r"__shared__ (?:float|int) (red\d+(?:_i)?)\[(\d+)\];", text)
-    assert decls and all(int(n) == 2 * 16 for _, n in decls), decls
-    for name, _ in decls:
+    # warpgroup must write and read its own copy of the scratch, offset by its role index;
+    # the scratch buffers (partials, and the argmax's indices) are in the smem plan
+    scratch = [v for op in lowered.walk() if isinstance(op, O.Reduce) for v in op.scratch]
+    assert [v.type.dtype.name for v in scratch] == ["f32", "f32", "i32"], scratch
+    assert all(v.type.shape == (2 * 16,) for v in scratch), scratch
+    plan = {vid: (off, nbytes) for vid, off, nbytes, _ in lowered.attr("smem_plan")}
+    assert all(plan[v.id][1] == 2 * 16 * 4 for v in scratch), plan
+    for name in (f"s{v.id}" for v in scratch):
         accesses = re.findall(rf"\b{name}\[([^\]]+)\]", text.split("role rows")[1])
         assert accesses and all(re.match(r"v\d+ \* 16 \+ ", a) for a in accesses), accesses
     c = compile_kernel(two_warpgroup_rows, verify=False)
     assert c.binary.cubin[:4] == b"\x7fELF"
+
+
+def test_exchange_buffers_are_in_the_smem_plan_and_verified():
+    """A cross-warp reduction's exchange is an `smem.alloc` of the plan (lower/smem.py): it
+    counts in smem_bytes (the CTA budget) and the verifier's smem.align places it, alignment
+    and overlaps included, instead of a static array codegen declared outside both."""
+    from argus import verify
+
+    k = lower_only(K.reduce_any, rank=2, axis=1, fn="argmax", in_role=False)
+    (red,) = [op for op in k.walk() if isinstance(op, O.Reduce)]
+    assert [v.type.dtype.name for v in red.scratch] == ["f32", "i32"]
+    allocs = {op.result.id for op in k.walk() if isinstance(op, O.SmemAlloc)}
+    assert {v.id for v in red.scratch} <= allocs
+    plan = {vid: (off, nbytes) for vid, off, nbytes, _ in k.attr("smem_plan")}
+    ends = [plan[v.id][0] + plan[v.id][1] for v in red.scratch]
+    assert k.attr("smem_bytes") >= max(ends)
+    report = verify.run(k, include_proven=True)
+    placed = [f for f in report.proven if f.code == "smem.align" and "scratch" in f.subject]
+    assert len(placed) == 2, [str(f) for f in report.findings if f.code == "smem.align"]
+    # two exchange buffers placed on top of each other: the verifier's overlap check fires
+    a, b = red.scratch
+    bad = k.with_attrs(smem_plan=tuple((vid, plan[a.id][0] if vid == b.id else off, n, al)
+                                       for vid, off, n, al in k.attr("smem_plan")))
+    assert any(f.code == "smem.align" and "overlaps" in f.message
+               for f in verify.run(bad).errors)

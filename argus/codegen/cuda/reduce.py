@@ -115,38 +115,33 @@ def reduce(em: _Emitter, op: O.Reduce) -> None:
 
 def _reduce_warps(em: _Emitter, op, plan, info, vals: str, n: int, arg: bool,
                   combine) -> None:
-    """Combine per-warp partials through shared memory: slot (register, other thread bits,
-    warp bits along the axis); one writer per slot, a group barrier, every thread reads the
-    partials of its row (or column), then a barrier so a loop may reuse the slots."""
-    threads = em.group_threads
-    warps = threads // 32
-    nb = len(plan.result.thread_bases)
-    all_warp = tuple(range(5, nb))
-    if plan.warp_bits == all_warp:
-        nw, wexpr = warps, "gtid / 32"
-    elif threads & (threads - 1) == 0:
-        nw, wexpr = 1 << len(plan.warp_bits), _dense_bits_c(plan.warp_bits)
-    else:
-        raise CompileError(f"a reduction over some of the warps of a {threads}-thread group "
-                           "needs a power-of-two group", op.loc)
+    """Combine per-warp partials through shared memory, in the op's scratch buffer(s) that
+    lower/smem.py placed: slot (register, other thread bits, warp bits along the axis); one
+    writer per slot, a group barrier, every thread reads the partials of its row (or column),
+    then a barrier so a loop may reuse the slots."""
+    try:
+        nw = plan.exchange_warps()
+    except ValueError as e:
+        raise CompileError(str(e), op.loc) from None
+    all_warp = tuple(range(5, len(plan.result.thread_bases)))
+    wexpr = "gtid / 32" if plan.warp_bits == all_warp else _dense_bits_c(plan.warp_bits)
     other = 1 << len(plan.other_bits)
     oexpr = _dense_bits_c(plan.other_bits) if plan.other_bits else ""
     lane_axis = sum(m for m in plan.lane_masks)
     writer_mask = lane_axis | sum(1 << b for b in plan.replicated_bits)
-    scratch = f"red{op.result.id}"
-    size = n * other * nw
+    size = plan.exchange_slots()
     copies, wg = em.role_copies
-    em.shared_decls.append(f"__shared__ float {scratch}[{size * copies}];")
-    if arg:
-        em.shared_decls.append(f"__shared__ int {scratch}_i[{size * copies}];")
+    check_scratch(op, op.scratch, 2 if arg else 1, size * copies)
+    partials = em.name(op.scratch[0])
+    indices = em.name(op.scratch[1]) if arg else ""   # argmax/argmin: the partials' indices
     own = f"{wg} * {size} + " if wg else ""  # this warpgroup's copy
 
-    def slot(k: int, w: str) -> str:
+    def slot(k: int, w: str, array: str = partials) -> str:
         base = k * other * nw
         if oexpr:
-            return f"{scratch}[{own}{base} + ({oexpr}) * {nw} + {w}]"
-        return f"{scratch}[{own}{base + int(w)}]" if w.isdigit() else \
-            f"{scratch}[{own}{base} + {w}]"
+            return f"{array}[{own}{base} + ({oexpr}) * {nw} + {w}]"
+        return f"{array}[{own}{base + int(w)}]" if w.isdigit() else \
+            f"{array}[{own}{base} + {w}]"
 
     cond = "gtid % 32 == 0" if writer_mask == 31 else \
         (f"(gtid & {writer_mask}) == 0" if writer_mask else "true")
@@ -154,8 +149,7 @@ def _reduce_warps(em: _Emitter, op, plan, info, vals: str, n: int, arg: bool,
     for k in range(n):
         em.emit(f"    {slot(k, wexpr)} = {vals}[{k}];")
         if arg:
-            em.emit(f"    {slot(k, wexpr).replace(scratch + '[', scratch + '_i[')} = "
-                    f"{info.name}[{k}];")
+            em.emit(f"    {slot(k, wexpr, indices)} = {info.name}[{k}];")
     em.emit("}")
     em.emit(em.group_barrier())
     for k in range(n):
@@ -166,9 +160,18 @@ def _reduce_warps(em: _Emitter, op, plan, info, vals: str, n: int, arg: bool,
             em.emit(f"{vals}[{k}] = {acc};")
             continue
         em.emit(f"{vals}[{k}] = {slot(k, '0')}; "
-                f"{info.name}[{k}] = {slot(k, '0').replace(scratch + '[', scratch + '_i[')};")
+                f"{info.name}[{k}] = {slot(k, '0', indices)};")
         for w in range(1, nw):
             update = _arg_update_c(op.fn, "v", "i", f"{vals}[{k}]", f"{info.name}[{k}]")
             em.emit(f"{{ const float v = {slot(k, str(w))}; const int i = "
-                    f"{slot(k, str(w)).replace(scratch + '[', scratch + '_i[')}; {update} }}")
+                    f"{slot(k, str(w), indices)}; {update} }}")
     em.emit(em.group_barrier())
+
+
+def check_scratch(op, scratch: tuple, buffers: int, elements: int) -> None:
+    """The exchange buffers lower/smem.py gave `op` are there and hold `elements` each."""
+    if len(scratch) != buffers or any(v.type.shape[0] < elements for v in scratch):
+        raise CompileError(f"{op.NAME}: its shared-memory exchange needs {buffers} buffer(s) "
+                           f"of {elements} elements; lowering gave "
+                           f"{[str(v.type) for v in scratch] or 'none'}", op.loc,
+                           fix="run lower.smem (argus.lower.run) before rendering")

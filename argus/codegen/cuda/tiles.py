@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from argus.codegen.cuda.emit import TileInfo, _Emitter, c_float, rule
 from argus.codegen.cuda.layouts import broadcast_map
+from argus.codegen.cuda.reduce import check_scratch
 from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.target import register_layouts as RL
@@ -136,9 +137,10 @@ def expand_dims(em: _Emitter, op: O.ExpandDims) -> None:
 
 @rule(O.ConvertLayout)
 def convert_layout(em: _Emitter, op: O.ConvertLayout) -> None:
-    """Redistribute through shared memory: every thread class writes its registers at their
-    coordinates (row-major), a group barrier, every thread reads its new registers, and a
-    barrier so the buffer may be rewritten (in a loop)."""
+    """Redistribute through shared memory (the op's scratch buffer, one copy per warpgroup
+    of a role): every thread class writes its registers at their coordinates (row-major), a
+    group barrier, every thread reads its new registers, and a barrier so the buffer may be
+    rewritten (in a loop)."""
     src = em.tiles[op.src.id]
     sl = src.layout
     lay = em.layout(op.result.type, op.loc)
@@ -154,9 +156,8 @@ def convert_layout(em: _Emitter, op: O.ConvertLayout) -> None:
                            op.loc,
                            fix="keep the tile in one layout (e.g. derive row statistics "
                                "from the accumulator itself)")
-    ctype = {"i1": "bool", "i32": "int"}.get(op.result.type.dtype.name, "float")
-    buf = f"cvt{op.result.id}"
-    em.shared_decls.append(f"__shared__ {ctype} {buf}[{size * copies}];")
+    check_scratch(op, op.scratch, 1, size * copies)   # placed by lower/smem.py
+    buf = em.name(op.scratch[0])
 
     def lin(coord) -> str:
         terms, stride = [], 1
