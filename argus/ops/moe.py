@@ -21,9 +21,9 @@ DECODE_MAX_TOKENS = 64 tokens the GEMMs take the swap-AB decode schedules (the w
 wgmma's M side, a token tile of 8..64 rows as N, units of the touched experts only, each GEMM
 cut along K when its units would leave the last wave of SMs half empty: decode_schedules).
 Buffers are sized from shapes only (the padded layout's worst case), never from routing
-results. Decode is bound by host time (ten launches for tens of microseconds of GPU work), so
-a call repeating an earlier call's shapes, options and argument addresses on the same stream
-replays that call's prepared launch plans (_run).
+results. A decode layer is short next to the host time of its launches, so a call repeating
+an earlier call's shapes, options and argument addresses on the same stream replays that
+call's prepared launch plans (_run).
 
 Bad input (top_k outside 1..E, mismatched shapes, dtypes, devices, non-contiguous weights)
 raises a LaunchError that says what and how to fix it. Precomputed topk_ids must lie in
@@ -467,8 +467,8 @@ def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, top
     """The layer. A call like an earlier one on the same stream (the same shapes, options and
     argument addresses: a decode loop, a benchmark) replays that call's prepared launch plans:
     the host cost of one cuLaunchKernelEx per kernel instead of the per-launch argument
-    checks, since decode-sized layers are bound by host time (Qwen3-30B-A3B at T = 1: ten
-    launches for ~40 us of GPU work)."""
+    checks: decode-sized layers are short next to their host time (Qwen3-30B-A3B at T = 1 on
+    the H200: 36 us of expert GEMMs in a 615 us layer of ten launches)."""
     import torch
 
     T, H = x.shape
