@@ -21,8 +21,10 @@ layer goes: the device time of ours' other kernels (routing, permute, combine), 
 of one call (the time to enqueue its launches: decode layers are host-bound when it exceeds
 the device time), and ours timed with the replay of recorded launch plans turned off
 ("ours-noreplay": every launch re-checks its arguments, as before argus.ops.moe replayed
-repeated calls). Every path's output is checked against a float64 reference on the same
-routing (relative Frobenius error < 1e-2).
+repeated calls), and ours captured in a CUDA graph and replayed (no host work at all, calls
+back to back without an L2 flush: what a graph-captured decode loop sees). Every path's
+output is checked against a float64 reference on the same routing (relative Frobenius error
+< 1e-2).
 
     python scripts/gpu_moe_bench.py                 # all models, T = 1 ... 16384
     python scripts/gpu_moe_bench.py --quick         # T = 1, 16, 64 and 4096, fewer trials
@@ -254,7 +256,7 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
               breakdown=False):
     import torch
 
-    from argus.bench.timing import measure
+    from argus.bench.timing import graph_replay_us, measure
 
     E, k, H, I, routing = MODELS[name]
     g = torch.Generator(device="cuda").manual_seed(len(name))
@@ -309,10 +311,13 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
                 with replay_off():
                     host_cold = host_us(call)
                 device = sum(mine.values()) + sum(others.values())
+                graph = graph_replay_us(call, per_graph=10, replays=10)
                 row["ours_host"] = dict(host_us=host, host_us_noreplay=host_cold,
-                                        device_us=device, other_kernels_us=others)
+                                        device_us=device, graph_us=graph,
+                                        other_kernels_us=others)
                 log(f"{name:14s} T={T:6d} ours host {host:.1f} us a call ({host_cold:.1f} us "
-                    f"without replay), device {device:.1f} us, other kernels " +
+                    f"without replay), device {device:.1f} us, CUDA graph {graph:.1f} us a "
+                    f"call, other kernels " +
                     ", ".join(f"{key.split('(')[0][:32]} {us:.1f} us"
                               for key, us in others.items()))
             except Exception as e:  # noqa: BLE001 - a diagnostic
@@ -331,7 +336,7 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
 
 def table(rows) -> str:
     head = ("| model | T | ours ms | loop ms | grouped_mm ms | ours | ours GEMMs | best torch "
-            "| vs best torch | ours no replay ms | host us (no replay) / device us |\n"
+            "| vs best torch | ours no replay ms | host us (no replay) / device us / graph us |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
@@ -352,8 +357,8 @@ def table(rows) -> str:
             else "-"
         gemms = f"{r['ours_gemms']['floor_pct']:.0f}% floor" if "ours_gemms" in r else "-"
         h = r.get("ours_host")
-        host = (f"{h['host_us']:.0f} ({h['host_us_noreplay']:.0f}) / {h['device_us']:.0f}"
-                if h else "-")
+        host = (f"{h['host_us']:.0f} ({h['host_us_noreplay']:.0f}) / {h['device_us']:.0f} / "
+                f"{h['graph_us']:.0f}" if h else "-")
         norep = ms("ours-noreplay") if "ours-noreplay" in r else "-"
         lines.append(f"| {r['model']} | {r['T']} | {ms('ours')} | {ms('loop')} | "
                      f"{ms('grouped')} | {metric('ours')} | {gemms} | "
