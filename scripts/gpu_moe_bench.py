@@ -311,7 +311,11 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
                 with replay_off():
                     host_cold = host_us(call)
                 device = sum(mine.values()) + sum(others.values())
-                graph = graph_replay_us(call, per_graph=10, replays=10)
+                try:
+                    graph = graph_replay_us(call, per_graph=10, replays=10)
+                except Exception as e:  # noqa: BLE001 - a diagnostic of its own
+                    log(f"{name:14s} T={T:6d} CUDA graph timing failed: {type(e).__name__}: {e}")
+                    graph = float("nan")
                 row["ours_host"] = dict(host_us=host, host_us_noreplay=host_cold,
                                         device_us=device, graph_us=graph,
                                         other_kernels_us=others)
