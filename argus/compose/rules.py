@@ -1002,8 +1002,14 @@ rule(torch.avg_pool1d)(_pool("avg", 1))
 
 def _adaptive(kind, n):
     def r(self, result, x, output_size, *a, **k):
-        if any(int(o) != 1 for o in _tuple(output_size, n) if o is not None):
-            return NotImplemented
+        spatial_in, spatial_out = x.shape[-n:], tuple(result.shape[-n:])   # None: as input
+        if any(o != 1 for o in spatial_out):
+            # windows of one size when every output size divides its input size: the pool
+            # template with kernel = stride = input / output (else the windows vary: torch)
+            if any(i % o for i, o in zip(spatial_in, spatial_out)) or any(a) or any(k.values()):
+                return NotImplemented
+            win = tuple(i // o for i, o in zip(spatial_in, spatial_out))
+            return _pool(kind, n)(self, result, x, win, win)
         axes = tuple(range(len(x.shape) - n, len(x.shape)))
         if kind == "avg":
             return self.mean(x, axes, True)

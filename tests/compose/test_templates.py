@@ -278,6 +278,9 @@ def test_exclusive_scan_with_cat_and_narrow():
     (lambda: nn.MaxPool3d(3, 2, 1, dilation=3), (1, 3, 12, 10, 14)),   # 36 rows: 4 past the end
     (lambda: nn.AvgPool3d(3, 2, 1), (1, 2, 8, 6, 10)),
     (lambda: nn.AdaptiveAvgPool2d(1), (2, 3, 7, 9)),
+    (lambda: nn.AdaptiveAvgPool2d((2, 3)), (2, 3, 8, 9)),       # windows 4 x 3
+    (lambda: nn.AdaptiveMaxPool1d(5), (2, 3, 40)),
+    (lambda: nn.AdaptiveAvgPool3d((1, 2, None)), (1, 2, 4, 6, 5)),
 ])
 def test_pooling(pool, shape):
     check(mod_model(pool), [randn(*shape)])
