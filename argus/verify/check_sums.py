@@ -15,6 +15,15 @@ the dims along which the leaves' offsets differ are the summed dims (the slice i
 Only a slice index is claimed: a dim of constant extent that the output does not have, read at
 constant offsets (shifted reads along a dim the output keeps, a stencil or a pooling window,
 are no partial sums). A single load (no sum) is not a sum of partials: no claim.
+
+The sum may run in a runtime loop (`total = ag.load(P, (0, ...))`, then `for s in
+ag.range(1, splits): total = total + ag.load(P, (s, ...))`): a variable whose one assignment,
+at the top level of a loop body, adds loads to itself. Its loads are leaves at every iteration
+(offsets along the slice dim that are functions of the loop index alone), and the claims hold
+for all of them: the loads of two different iterations (or two loads of one) read distinct
+slices, none the slice of a load outside the loop, all inside the tensor, and the count is
+trips x loads per iteration plus the loads outside. So a loop that starts at 0 after the
+initial value read slice 0, or stops one slice short, is refused.
 """
 
 from __future__ import annotations
@@ -28,54 +37,200 @@ from argus.verify import witness as W
 from argus.verify.model import Model, _num
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
+from argus.verify.tagdomain import fresh_int
 
 
 def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
+    looped = _loop_sums(model.kernel, defs)
     obs: list[Obligation] = []
     for st in model.kernel.walk():
         if not isinstance(st, O.Store):
             continue
         leaves: list[O.Load] = []
-        if not _sum_leaves(defs, st.value.id, leaves) or len(leaves) < 2:
+        loops: list[tuple[O.For, list[O.Load]]] = []
+        if not _sum_leaves(defs, st.value.id, leaves, looped, loops) or \
+                len(leaves) + sum(len(x) for _, x in loops) < 2:
             continue
-        tensors = {ld.tensor.id for ld in leaves}
+        tensors = {ld.tensor.id for ld in leaves} | {ld.tensor.id for _, x in loops for ld in x}
         info = model.tensors.get(next(iter(tensors)))
         if len(tensors) != 1 or info is None:
             continue
         try:
             offs = [[_num(model.scalar(o)) for o in ld.offsets] for ld in leaves]
+            per_loop = [(loop, [[_num(model.scalar(o)) for o in ld.offsets] for ld in x], x)
+                        for loop, x in loops]
         except Exception:  # noqa: BLE001 - an offset the model has no term for: no claim
             continue
+        everything = offs + [o for _, lo, _ in per_loop for o in lo]
         summed = [d for d in range(len(info.dims))
-                  if any(not z3.eq(z3.simplify(o[d]), z3.simplify(offs[0][d])) for o in offs)]
+                  if any(not z3.eq(z3.simplify(o[d]), z3.simplify(everything[0][d]))
+                         for o in everything)]
         # a slice index: a dim of constant extent the output does not have, read at constant
-        # offsets (P[s] of split-K); shifted reads along a dim the output keeps (a stencil,
-        # a pooling window) are not partial sums
+        # offsets (P[s] of split-K), or at offsets of a loop's index alone; shifted reads
+        # along a dim the output keeps (a stencil, a pooling window) are not partial sums
         out_rank = len(model.tensors[st.tensor.id].dims) if st.tensor.id in model.tensors \
             else len(info.dims)
         if not summed or len(info.dims) <= out_rank or any(
                 not isinstance(info.dims[d], int) or
-                not all(z3.is_int_value(z3.simplify(o[d])) for o in offs) for d in summed):
+                not all(z3.is_int_value(z3.simplify(o[d])) for o in offs) or
+                not all(_of_index(model, loop, o[d]) for loop, lo, _ in per_loop for o in lo)
+                for d in summed):
             continue
-        obs.append(_slices(model, st, info, leaves, offs, summed))
+        if per_loop:
+            obs.append(_looped_slices(model, st, info, leaves, offs, per_loop, summed))
+        else:
+            obs.append(_slices(model, st, info, leaves, offs, summed))
     return obs, []
 
 
-def _sum_leaves(defs, vid: int, out: list) -> bool:
+def _sum_leaves(defs, vid: int, out: list, looped: dict | None = None,
+                loops: list | None = None) -> bool:
     """Collect the loads added up into value `vid`; False when the tree has another kind of
-    node (a product, a max: not a plain sum of partials)."""
+    node (a product, a max: not a plain sum of partials). A variable summed in a loop
+    (`looped`) adds its initial value's loads to `out` and (loop, its loads) to `loops`."""
     op = defs.get(vid)
     if isinstance(op, O.Load):
         out.append(op)
         return True
+    if isinstance(op, O.Full) and op.value == 0:
+        return True    # a zero tile adds nothing (an accumulator's initial value)
     if isinstance(op, (O.Convert, O.ConvertLayout)):
-        return _sum_leaves(defs, op.src.id, out)
+        return _sum_leaves(defs, op.src.id, out, looped, loops)
     if isinstance(op, O.Var):
-        return _sum_leaves(defs, op.init.id, out)
+        if looped is not None and vid in looped:
+            if loops is None or any(lp is looped[vid][0] for lp, _ in loops):
+                return False
+            loops.append(looped[vid])
+        return _sum_leaves(defs, op.init.id, out, looped, loops)
     if isinstance(op, O.Elementwise) and op.fn == "add" and len(op.args) == 2:
-        return all(_sum_leaves(defs, a.id, out) for a in op.args)
+        return all(_sum_leaves(defs, a.id, out, looped, loops) for a in op.args)
     return False
+
+
+def _loop_sums(kernel, defs) -> dict[int, tuple[O.For, list[O.Load]]]:
+    """Variables summed in a runtime loop: var id -> (the loop, the loads its one assignment,
+    at the top level of the loop body, adds to it each iteration). The assignment's value is
+    an addition tree over the variable itself (once) and loads of the loop's own body."""
+    assigns: dict[int, int] = {}
+    for op in kernel.walk():
+        if isinstance(op, O.Assign):
+            assigns[op.dst.id] = assigns.get(op.dst.id, 0) + 1
+    out = {}
+    for loop in kernel.walk():
+        if not isinstance(loop, O.For):
+            continue
+        inside = {r.id for op in loop.body.walk() for r in op.results()}
+        for op in loop.body.ops:
+            if not isinstance(op, O.Assign) or assigns.get(op.dst.id) != 1 or \
+                    op.dst.id in inside or not isinstance(defs.get(op.dst.id), O.Var):
+                continue
+            loads: list[O.Load] = []
+            selves = [0]
+
+            def tree(vid: int, dst=op.dst.id, loads=loads, selves=selves) -> bool:
+                d = defs.get(vid)
+                if vid == dst:
+                    selves[0] += 1
+                    return True
+                if isinstance(d, O.Load) and vid in inside:
+                    loads.append(d)
+                    return True
+                if isinstance(d, (O.Convert, O.ConvertLayout)):
+                    return tree(d.src.id)
+                if isinstance(d, O.Elementwise) and d.fn == "add" and len(d.args) == 2:
+                    return all(tree(a.id) for a in d.args)
+                return False
+            if tree(op.src.id) and selves[0] == 1 and loads:
+                out[op.dst.id] = (loop, loads)
+    return out
+
+
+def _of_index(model: Model, loop: O.For, term) -> bool:
+    """term is a function of the loop's index and constants only."""
+    var = model.sym.get(loop.var.id)
+    if var is None:
+        return False
+    return z3.is_int_value(z3.simplify(z3.substitute(_num(term), (var, z3.IntVal(0)))))
+
+
+def _looped_slices(model: Model, st: O.Store, info, leaves, offs, per_loop, summed):
+    """`_slices` with loads in runtime loops: each loop load stands for one load per
+    iteration, its slice a function of the loop index (module docstring)."""
+    names = [info.field_names[d] for d in summed]
+    extent = [_num(info.extent(model, d)) for d in summed]
+    count = z3.IntVal(1)
+    for e in extent:
+        count = count * e
+    prem = list(model.premises)
+    claims = []
+    added = z3.IntVal(len(leaves))
+    iters = []    # (loop, index, its second instance)
+    twice: dict[str, tuple] = {}   # a distinctness claim -> (its slice, who reads it twice)
+    for loop, loffs, loads in per_loop:
+        var = model.sym[loop.var.id]
+        var2 = fresh_int(f"{var}@2")
+        start, stop, step = (_num(model.scalar(v)) for v in (loop.start, loop.stop, loop.step))
+        for v in (var, var2):
+            prem += [v >= start, v < stop, (v - start) % step == 0]
+        iters.append((loop, var, var2))
+        added = added + model.trip_term(loop) * len(loads)
+        for a, (oa, la) in enumerate(zip(loffs, loads)):
+            slice_a = [oa[d] for d in summed]
+            claims.append((f"the load at {la.loc} reads a slice inside the tensor",
+                           z3.And([z3.And(x >= 0, x < e) for x, e in zip(slice_a, extent)])))
+            for o, ld in zip(offs, leaves):
+                what = (f"the load at {la.loc} (in the loop) and the load at {ld.loc} read "
+                        f"distinct slices")
+                claims.append((what, z3.Or([x != o[d] for x, d in zip(slice_a, summed)])))
+                twice[what] = (slice_a, f"by the load at {la.loc} in iteration {{i1}} and by "
+                                        f"the load at {ld.loc} before the loop")
+            for b, (ob, lb) in enumerate(zip(loffs, loads)):
+                if b < a:
+                    continue
+                other = [z3.substitute(ob[d], (var, var2)) for d in summed]
+                differ = z3.Or([x != y for x, y in zip(slice_a, other)])
+                what = (f"the loads at {la.loc} and {lb.loc} read distinct slices in different "
+                        f"iterations" + ("" if a == b else " (or the same)"))
+                claims.append((what, differ if a != b else z3.Implies(var != var2, differ)))
+                twice[what] = (slice_a, f"by the load at {la.loc} in iteration {{i1}} and by "
+                                        f"the load at {lb.loc} in iteration {{i2}}")
+    static = _slices(model, st, info, leaves, offs, summed).claims if len(leaves) > 1 else []
+    claims += [c for c in static if c[0] == "each slice added once"] + [
+        ("slices inside the tensor", z3.And([z3.And(o[d] >= 0, o[d] < e)
+                                             for o in offs for d, e in zip(summed, extent)])),
+        ("every slice added", count <= added)]
+
+    def decode(zm, violated):
+        wit = {"shapes": W.shapes(model, zm), "summed": names, "extent": value(zm, count),
+               "added": value(zm, added),
+               "iteration": {f"loop@{lp.loc}": value(zm, v) for lp, v, _ in iters},
+               "second_iteration": {f"loop@{lp.loc}": value(zm, v2) for lp, _, v2 in iters},
+               "slices": [tuple(value(zm, o[d]) for d in summed) for o in offs] +
+               [tuple(value(zm, o[d]) for d in summed) for _, lo, _ in per_loop for o in lo]}
+        what = violated[0]
+        if what == "every slice added":
+            msg = (f"the sum stored at {st.loc} adds {wit['added']} slices of {info.name} but "
+                   f"it has {wit['extent']}: {wit['extent'] - wit['added']} slice(s) never "
+                   f"added")
+        elif "inside" in what:
+            msg = f"the sum stored at {st.loc}: {what} is false (slices {wit['slices']})"
+        elif what in twice:
+            got, who = twice[what]
+            i1 = ", ".join(str(v) for v in wit["iteration"].values())
+            i2 = ", ".join(str(v) for v in wit["second_iteration"].values())
+            msg = (f"the sum stored at {st.loc} adds slice "
+                   f"{dict(zip(names, (value(zm, g) for g in got)))} of {info.name} twice: "
+                   + who.format(i1=i1, i2=i2))
+        else:
+            msg = f"the sum stored at {st.loc} adds a slice of {info.name} twice ({what})"
+        wit["defined"] = {f"loop@{lp.loc}": str(lp.loc) for lp, _, _ in iters}
+        return msg, wit
+    return Obligation("reduce.slices", st.loc,
+                      f"sum of slices of {info.name} stored at {st.loc}, in a runtime loop",
+                      prem, claims, decode,
+                      minimize=[v for _, v, _ in iters] + list(model.params.values()),
+                      fix=f"add every slice of {info.name} along {', '.join(names)} once")
 
 
 def _slices(model: Model, st: O.Store, info, leaves, offs, summed) -> Obligation:

@@ -655,3 +655,21 @@ def make_rms_peeled(bug: str | None = None, BN: int = 1024):
         ag.store(S, (row, 0), ss)
 
     return rms_peeled
+
+
+def make_split_k_loop(bug: str | None = None, splits: int = 4):
+    """The second half of split-K with the partials added in a runtime loop: C = P[0], then
+    C += P[s] for s in ag.range(1, splits)."""
+
+    @ag.kernel(threads=256, name="split_k_loop")
+    def split_k_loop(P: ag.Tensor[4, "M", "N", ag.f32], C: ag.Tensor["M", "N", ag.f32]):
+        pid_m, pid_n = ag.grid(ag.cdiv(C.shape[0], 2), ag.cdiv(C.shape[1], 512))
+        row0, col0 = pid_m * 2, pid_n * 512
+        total = ag.load(P, (0, row0, col0), (2, 512))
+        first = 0 if bug == "loop_from_zero" else 1
+        last = splits - 1 if bug == "loop_skips_last" else splits
+        for s in ag.range(first, last):  # BUG:loop_from_zero BUG:loop_skips_last (the bounds)
+            total = total + ag.load(P, (s, row0, col0), (2, 512))
+        ag.store(C, (row0, col0), total)
+
+    return split_k_loop

@@ -1,0 +1,68 @@
+"""reduce.slices when the partials are added in a runtime loop (ag.range): the loads of every
+iteration are leaves of the sum. Every slice once is proven; a loop that starts at the slice
+the initial value already read, stops one short, or reads two slices per iteration that overlap
+the next iteration's, is refused, with the iteration(s) and the loads' lines."""
+
+from __future__ import annotations
+
+import pytest
+
+import argus as ag
+from argus import verify
+
+SPLITS = 4
+
+
+def _summed(form: str):
+    @ag.kernel(threads=256)
+    def ssum(P: ag.Tensor[SPLITS, "M", "N", ag.f32], C: ag.Tensor["M", "N", ag.f32]):
+        pm, pn = ag.grid(ag.cdiv(C.shape[0], 2), ag.cdiv(C.shape[1], 512))
+        r0, c0 = pm * 2, pn * 512
+        if form in ("pairs", "pairs_overlap"):
+            total = ag.full((2, 512), 0.0)
+            for s in ag.range(SPLITS // 2):
+                second = 2 * s + 1 if form == "pairs" else s + 1
+                total = total + ag.load(P, (2 * s, r0, c0), (2, 512)) + \
+                    ag.load(P, (second, r0, c0), (2, 512))
+        else:
+            total = ag.load(P, (0, r0, c0), (2, 512))
+            lo = 0 if form == "from_zero" else 1
+            hi = SPLITS - 1 if form == "skip_last" else SPLITS
+            for s in ag.range(lo, hi):
+                total = total + ag.load(P, (s, r0, c0), (2, 512))
+        ag.store(C, (r0, c0), total)
+    return ssum
+
+
+def _slices(form: str):
+    report = verify.run(_summed(form).trace(), include_proven=True)
+    return [d for d in report.diagnostics if d.code == "reduce.slices"]
+
+
+@pytest.mark.parametrize("form", ["ok", "pairs"])
+def test_every_slice_once_is_proven(form):
+    found = _slices(form)
+    assert found and all(d.severity == "note" for d in found), [str(d) for d in found]
+
+
+def test_a_loop_that_starts_at_the_initial_slice_adds_it_twice():
+    (d,) = [d for d in _slices("from_zero") if d.severity == "error"]
+    assert "twice" in d.message and d.counterexample["slices"][0] == (0,)
+    (it,) = d.counterexample["iteration"].values()
+    assert it == 0      # the loop's first iteration reads slice 0 again
+
+
+def test_a_loop_one_slice_short_is_refused():
+    (d,) = [d for d in _slices("skip_last") if d.severity == "error"]
+    wit = d.counterexample
+    assert "never added" in d.message and wit["added"] == SPLITS - 1 < wit["extent"] == SPLITS
+
+
+def test_overlapping_slices_of_two_iterations_are_refused():
+    (d,) = [d for d in _slices("pairs_overlap") if d.severity == "error"]
+    wit = d.counterexample
+    assert "twice" in d.message
+    # slices s + 1 and 2 * s' (or s + 1 of one iteration and s' + 1 of another): recomputed
+    (i1,), (i2,) = wit["iteration"].values(), wit["second_iteration"].values()
+    reads = {i: {2 * i, i + 1} for i in (i1, i2)}
+    assert reads[i1] & reads[i2] if i1 != i2 else len(reads[i1]) == 1
