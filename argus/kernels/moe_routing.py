@@ -50,6 +50,10 @@ EB = 32           # experts (m-tiles) per step of `layout`: [EB, BE] tiles
 SMALL_ENTRIES = 256
 SMALL_EXPERTS = 128
 NEG_INF = float("-inf")
+# the routers run one warp per token: their k rounds of row reductions (argmax, max, sums;
+# ~50 for DeepSeek-V3's grouped top-8) are then warp shuffles, with no block-wide barrier and
+# shared-memory exchange each, on the critical path of a decode layer
+ROUTER_THREADS = 32
 
 
 def block_experts(num_experts: int) -> int:
@@ -107,7 +111,7 @@ def topk_softmax_kernel(logit_dtype: DType, top_k: int, renormalize: bool,
         _store_topk(Ids, Weights, row0, picked, renormalize, 1.0)
 
     name = f"moe_topk_softmax_{logit_dtype.name}_k{top_k}" + ("_renorm" if renormalize else "")
-    return ag.kernel(moe_topk_softmax, threads=128, name=name)
+    return ag.kernel(moe_topk_softmax, threads=ROUTER_THREADS, name=name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -154,7 +158,7 @@ def topk_sigmoid_grouped_kernel(logit_dtype: DType, top_k: int, renormalize: boo
 
     name = (f"moe_topk_sigmoid_{logit_dtype.name}_k{top_k}_g{num_groups}_{topk_groups}"
             + ("_renorm" if renormalize else ""))
-    return ag.kernel(moe_topk_sigmoid_grouped, threads=128, name=name)
+    return ag.kernel(moe_topk_sigmoid_grouped, threads=ROUTER_THREADS, name=name)
 
 
 def _store_topk(Ids, Weights, row0, picked, renormalize: bool, scale: float) -> None:

@@ -113,3 +113,25 @@ def test_small_layout_builds_for_sm90a_without_spills(be):
     source = codegen.render(lower_only(R.layout_small_kernel(be, 8)))
     binary = compile_cuda(source.text, [source.name], use_cache=False)
     assert binary.arch == "sm_90a" and not binary.resource(source.name).spills
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("build", [
+    lambda: R.topk_softmax_kernel(ag.f32, 8, True, 128),                 # Qwen3
+    lambda: R.topk_softmax_kernel(ag.bf16, 2, True, 32),                 # Mixtral
+    lambda: R.topk_softmax_kernel(ag.f32, 8, False, 1024),               # the widest router
+    lambda: R.topk_sigmoid_grouped_kernel(ag.f32, 8, True, 256, 8, 4, 2.5),   # DeepSeek-V3
+], ids=["softmax_k8_E128", "softmax_k2_E32", "softmax_k8_E1024", "sigmoid_grouped"])
+def test_routers_are_one_warp_without_block_barriers(build):
+    """The routers run one warp per token (R.ROUTER_THREADS): their dozens of row reductions
+    are warp shuffles, with no block barrier (bar.sync) in the binary, and no spills even at
+    1024 experts."""
+    from argus import codegen
+    from argus.runtime.compile import compile_cuda
+
+    source = codegen.render(lower_only(build()))
+    assert source.threads == R.ROUTER_THREADS == 32
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    res = binary.resource(source.name)
+    assert res.barriers == 0 and not res.spills, res.summary()
+    assert "shfl.sync" in binary.ptx
