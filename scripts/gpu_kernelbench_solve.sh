@@ -7,6 +7,7 @@
 #
 #   OUT=/path bash scripts/gpu_kernelbench_solve.sh [BUDGET_S=370] [LEVELS=1,2] [JOBS=auto]
 #   (PYTHON=.venv/bin/python DEVICE=cpu ... : a smoke test of the script on a CPU machine)
+#   IDS=6,89-93 ... : only these problem ids of the selected levels (the slow-task list)
 #
 # Run from the repository root with the tasks in $ARGUS_KERNELBENCH_DIR (or ../shared/
 # kernelbench). Results are written as each task finishes ($OUT/solve/results.jsonl, resumable:
@@ -23,12 +24,13 @@ LEVELS=${2:-1,2}
 JOBS=${3:-auto}
 DEVICE=${DEVICE:-cuda}     # DEVICE=cpu: a smoke test of this script at reduced sizes
 PY=${PYTHON:-python3}
+IDS=${IDS:-}               # IDS=6,89-93: a subset of each level's problem ids
 mkdir -p "$OUT/solve"
 t0=$SECONDS
-echo "== kernelbench solve: levels $LEVELS, non-convolution, budget ${BUDGET} s, jobs $JOBS"
+echo "== kernelbench solve: levels $LEVELS${IDS:+ ids $IDS}, non-convolution, budget ${BUDGET} s, jobs $JOBS"
 echo "   commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)"
 timeout --kill-after=10 $((BUDGET + 60)) "$PY" -u -m argus.bench.kernelbench solve \
-  --level "$LEVELS" --skip-torch-ops conv --device "$DEVICE" --jobs "$JOBS" --budget-s "$BUDGET" \
+  --level "$LEVELS" ${IDS:+--ids "$IDS"} --skip-torch-ops conv --device "$DEVICE" --jobs "$JOBS" --budget-s "$BUDGET" \
   --timeout 180 --out "$OUT/solve" --baseline-cache "$OUT/baselines.json" \
   --workdir "$OUT/work" \
   >"$OUT/solve/solve.log" 2>&1
