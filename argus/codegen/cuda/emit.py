@@ -181,14 +181,14 @@ class _Emitter(metaclass=_RuleNames):
     pipes: dict[int, int] = field(default_factory=dict)  # pipe id -> stages
     uses: dict[int, int] = field(default_factory=dict)
     inline_ok: set[int] = field(default_factory=set)
-    shared_decls: list[str] = field(default_factory=list)
     tensors: dict[int, str] = field(default_factory=dict)
     lazy_zero: dict[str, int] = field(default_factory=dict)  # tile -> regs, scale-d zeroing
     peers: dict[int, int] = field(default_factory=dict)  # pipe id -> CTAs releasing a slot
     cluster_size: int = 1
     in_role: bool = False        # emitting a warp role's body (group = one warpgroup)
     # a role of several warpgroups: (their count, the C name of this one's index in the role);
-    # each warpgroup gets its own copy of a group's shared scratch (reductions, conversions)
+    # each warpgroup uses its own copy of an exchange buffer (reductions, conversions: the
+    # op's scratch, lower/smem.py)
     role_copies: tuple[int, str] = (1, "")
     acc_names: bool = False      # acc_row / acc_col are declared (a role that runs wgmma)
     current_full: str = ""       # the full barrier of the produce step being emitted
@@ -452,9 +452,6 @@ def render(kernel: Kernel) -> Source:
                    "1024 B.")
         out.append("    unsigned char* const smem = argus_smem_raw + "
                    "((1024u - (ag::smem_u32(argus_smem_raw) & 1023u)) & 1023u);")
-    # once each: a loop unrolled by lower/prefetch.py renders its body (and a reduction's
-    # scratch declaration in it) once per copy
-    out.extend("    " + d for d in dict.fromkeys(em.shared_decls))
     out.extend(body)
     out.append("}")
     return Source(symbol, "\n".join(out) + "\n", tuple(abi), threads, dynamic,
