@@ -9,9 +9,11 @@ with flipped, channel-swapped weights; strided: one per output phase). The resul
 NCHW-contiguous by an Argus transpose ([N, pixels, K] -> [N, K, pixels]), so the fused kernels
 that follow read it as a plain view.
 
-Not Argus work (named in the solution's header): torch prepares the kernel's operands (the
-channels-last copy of an NCHW input, the split pieces, the weight repack, the zero padding of
-channels) and interleaves a strided transposed convolution's phases into its output.
+The fp32 input is packed by Argus kernels (`pack_split`: the NCHW -> NHWC transpose, then
+`split_pieces` writes each slot's bf16 piece into its channels). Not Argus work (named in the
+solution's header): the weight's repack and split (torch, once per parameter and version: the
+cache of argus.ops.conv), a copy when W is not a multiple of the stride, and the interleaving of
+a strided transposed convolution's phases into its output.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+import argus as ag
 from argus.compose.launch import run as _run
 from argus.compose.launch import transpose
 from argus.ops import conv as conv_ops
@@ -44,7 +47,8 @@ def run_conv(node, x: torch.Tensor, weight: torch.Tensor, bias, run: ConvRun | N
     if depthwise(node, x):
         return run_depthwise(node, x, weight, bias)
     terms = run.terms if x.dtype == torch.float32 else 1
-    conv = functools.partial(conv_ops.convolve, terms=terms, schedule=run.schedule)
+    conv = functools.partial(conv_ops.convolve, terms=terms, schedule=run.schedule,
+                             pack_x=pack_split if x.dtype == torch.float32 else None)
     dims = a["dims"]
     if a["transposed"]:
         fn = {1: conv_ops.conv_transpose1d, 2: conv_ops.conv_transpose2d,
@@ -56,6 +60,52 @@ def run_conv(node, x: torch.Tensor, weight: torch.Tensor, bias, run: ConvRun | N
         y = _nd(conv, dims)(x, weight, bias, a["stride"], a["padding"], a["dilation"],
                             a["groups"])
     return _nchw(y.to(node.dtype) if y.dtype != node.dtype else y)
+
+
+@ag.kernel(threads=128)
+def split_pieces(X: ag.Tensor["G", "P", "CG", ag.f32], Y: ag.Tensor["G", "S", "P", "CG", ag.bf16],
+                 SLOTS: tuple = (0,), ROWS: int = 32, BC: int = 64):
+    """Y[g, t, p, c] = piece SLOTS[t] of X[g, p, c]: x0 = bf16(x), x1 = bf16(x - x0),
+    x2 = bf16(x - x0 - x1) (each remainder exact in fp32; argus.ops.conv's split). A tile of
+    ROWS pixels x BC channels of one group per CTA; stores are masked at the pixel and channel
+    extents, so each slot's piece lands in its own Cg columns only."""
+    g, i, j = ag.grid(X.shape[0], ag.cdiv(X.shape[1], ROWS), ag.cdiv(X.shape[2], BC))
+    x = ag.load(X, (g, i * ROWS, j * BC), (ROWS, BC))
+    pieces = [x.to(ag.bf16)]
+    rest = x
+    for _ in range(max(SLOTS)):
+        rest = rest - pieces[-1].to(ag.f32)
+        pieces.append(rest.to(ag.bf16))
+    for t, which in enumerate(SLOTS):
+        ag.store(Y, (g, t, i * ROWS, j * BC), pieces[which])
+
+
+def pack_split(x5: torch.Tensor, slots, groups: int) -> torch.Tensor:
+    """argus.ops.conv's `pack_x` on Argus kernels: the fp32 input [N, C, D, H, W] as the split
+    kernel operand, the contiguous bf16 [N, D, H, W, groups * Cg'] whose group g holds the
+    pieces of its Cg channels per slot side by side (slot t: piece slots[t][0]), zero-padded
+    to Cg' (a multiple of 8). NCHW -> NHWC by the Argus transpose, then `split_pieces`."""
+    from argus.compose.launch import copy_into
+
+    N, C, D, H, W = x5.shape
+    cg, count = C // groups, len(slots)
+    width = count * cg + (-(count * cg) % 8)
+    pixels = N * D * H * W
+    if not x5.is_contiguous():
+        buf = torch.empty(x5.shape, dtype=x5.dtype, device=x5.device)
+        copy_into(x5, buf)
+        x5 = buf
+    nhwc = torch.empty(N, D * H * W, C, dtype=torch.float32, device=x5.device)
+    _run(transpose, (x5.reshape(N, C, D * H * W), nhwc))
+    # zeros: the channels past count * cg of each group are the TMA pitch padding
+    alloc = torch.zeros if width != count * cg else torch.empty
+    out = alloc(pixels * groups * width, dtype=torch.bfloat16, device=x5.device)
+    y = out.as_strided((groups, count, pixels, cg), (width, cg, groups * width, 1))
+    xg = nhwc.view(pixels, groups, cg).permute(1, 0, 2)
+    bc = min(64, max(8, 1 << (cg - 1).bit_length()))
+    _run(split_pieces, (xg, y), SLOTS=tuple(i for i, _ in slots), ROWS=max(1, 2048 // bc // 2),
+         BC=bc)
+    return out.view(N, D, H, W, groups * width)
 
 
 def _nd(conv, dims: int):
@@ -184,4 +234,4 @@ def run_depthwise(node, x: torch.Tensor, weight: torch.Tensor, bias) -> torch.Te
     return y
 
 
-__all__ = ["ConvRun", "depthwise", "run_conv", "run_depthwise"]
+__all__ = ["ConvRun", "depthwise", "pack_split", "run_conv", "run_depthwise", "split_pieces"]

@@ -150,9 +150,9 @@ def _composition(name: str, task_source: str, plan: Plan, kernels: str,
     partial = (f"\nPARTIAL: no template for {', '.join(unsupported)}; torch runs "
                f"{'it' if len(unsupported) == 1 else 'them'}.") if unsupported else ""
     if "convolutions" in steps:       # argus/compose/conv.py: what torch still does there
-        partial += ("\nConvolutions: the products run in Argus's implicit-GEMM kernel; torch "
-                    "prepares its operands (channels-last copy, bf16 split pieces, weight "
-                    "repack) and interleaves a strided transposed convolution's phases.")
+        partial += ("\nConvolutions: Argus kernels pack the input and multiply; torch "
+                    "repacks each weight once (split pieces), pads W to a whole stride where "
+                    "needed and interleaves a strided transposed convolution's phases.")
     source = (HEADER.format(name=name, describe=comp.describe(), kinds=kinds or "none",
                             partial=partial)
               + task_source.rstrip() + "\n" + FOOTER.format(schedules=_schedules_text(schedules)))

@@ -196,11 +196,16 @@ def _weight_side(weight, bias, groups: int, terms: int, bk: int):
     return Wt, b
 
 
-def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, terms: int = 3):
+def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, terms: int = 3,
+             pack_x=None):
     """The kernel's operands for conv2d or conv3d(x, weight, ...) (checked already): (X view,
     Wt, the channels-last result [N, OD, P, Q, K], its [G, N*OD*P, Q, Kg] view, Bias [G, Kg]
     fp32, the runtime scalars (H, P, D, OD), geometry, in dtype, out dtype). A 2-d problem is
-    depth 1; `terms` is the fp32 split (SPLIT_SLOTS). Runs on CPU tensors too (the
+    depth 1; `terms` is the fp32 split (SPLIT_SLOTS). `pack_x(x5, slots, groups)` (fp32 only;
+    None: torch) makes the split input instead: x5 is the [N, C, D, H, W] input, the result
+    the contiguous bf16 [N, D, H, W, G * Cg'] with each group's channels the pieces of
+    slots side by side (slot t: piece slots[t][0] of its Cg channels), zero-padded to Cg', a
+    multiple of 8 (argus.compose packs it with Argus kernels). Runs on CPU tensors too (the
     interpreter tests use it)."""
     import torch
     import torch.nn.functional as F
@@ -220,7 +225,12 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
     Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
     ndhwc = x.permute(0, 2, 3, 4, 1)                   # a view; contiguous if channels-last
     Wt, b = _weight_side(weight_in, bias, groups, terms if x.dtype == torch.float32 else 0, bk)
-    if x.dtype == torch.float32:                        # the bf16 split: slot t multiplies
+    if x.dtype == torch.float32 and pack_x is not None:
+        slots = SPLIT_SLOTS[terms]
+        ndhwc = pack_x(x, slots, G)
+        Cg = ndhwc.shape[-1] // G                       # already a multiple of 8
+        in_dtype, out_dtype = dtypes.bf16, dtypes.f32
+    elif x.dtype == torch.float32:                      # the bf16 split: slot t multiplies
         slots = SPLIT_SLOTS[terms]                      # x piece slots[t][0] by w piece [1]
         xp = _bf16_pieces(ndhwc, 1 + max(max(pair) for pair in slots))
         xg = [xp[i].reshape(N, D, H, W, G, Cg) for i, _ in slots]
@@ -252,11 +262,13 @@ def _result(x, out):
 
 
 def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
-             activation: str = "none", terms: int = 3, schedule: ConvSchedule | None = None):
+             activation: str = "none", terms: int = 3, schedule: ConvSchedule | None = None,
+             pack_x=None):
     """conv2d (conv3d for 5-d x and weight), checked, with the fp32 split of `terms` products:
     compiled for sm_90a on CUDA tensors, in the numpy interpreter on CPU tensors (tests; no
     GPU). The one entry below the torch.library op; argus.compose calls it directly (it picks
-    `terms` for the strict or the relaxed track)."""
+    `terms` for the strict or the relaxed track, and packs fp32 inputs itself: `pack_x`, see
+    `operands`)."""
     repeat = _Repeat.key(x, weight, bias, stride, padding, dilation, groups, activation, terms,
                          schedule)
     hit = _REPEATS.get(repeat) if repeat is not None else None
@@ -272,7 +284,7 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
                           f"{sorted(SPLIT_SLOTS)}", fix="6: strict fp32, 3 or 1: relaxed")
     s = schedule or schedule_for(x, weight, stride, padding, dilation, groups)
     X, Wt, out, view, b, sizes, geom, idt, odt = operands(x, weight, bias, stride, padding,
-                                                          dilation, groups, s.bk, terms)
+                                                          dilation, groups, s.bk, terms, pack_x)
     if out.numel() == 0:
         return _result(x, out)
     kernel = conv_kernel(idt, odt, bias is not None, activation)

@@ -189,3 +189,51 @@ def test_kernelbench_conv_task(level, name, tmp_path):
             y = new(*xs)
         assert tuple(y.shape) == tuple(r.shape)
         assert _err(y, r) <= 1e-5, name
+
+
+def test_pack_split_is_the_ops_split_bit_for_bit():
+    """The Argus packing of an fp32 input (transpose + split_pieces) equals argus.ops.conv's
+    torch packing, for every split and group count (the kernel then reads the same bytes)."""
+    import torch.nn.functional as F
+
+    from argus.compose.conv import pack_split
+    from argus.ops import conv as conv_ops
+
+    x = torch.randn(2, 6, 3, 5, 4, generator=torch.Generator().manual_seed(0))
+    N, C, D, H, W = x.shape
+    for terms, slots in conv_ops.SPLIT_SLOTS.items():
+        for groups in (1, 3):
+            cg = C // groups
+            pieces = conv_ops._bf16_pieces(x.permute(0, 2, 3, 4, 1), 3)
+            ref = torch.cat([pieces[i].reshape(N, D, H, W, groups, cg) for i, _ in slots], -1)
+            ref = F.pad(ref, (0, -(len(slots) * cg) % 8)).reshape(N, D, H, W, -1)
+            assert torch.equal(pack_split(x, slots, groups), ref), (terms, groups)
+
+
+@pytest.mark.parametrize("which", ["split_pieces", "conv_promoted_f32", "depthwise"])
+def test_conv_compose_kernels_compile_for_sm90a(which):
+    """NVRTC compiles the kernels the conv step adds to sm_90a (no GPU needed)."""
+    from argus import codegen
+    from argus.compiler import lower_only
+    from argus.compose import conv
+    from argus.kernels.conv import ConvGeometry, ConvSchedule, conv_kernel
+    from argus.runtime.compile import compile_cuda
+
+    import argus as ag
+
+    if which == "split_pieces":
+        kernel, constexprs = conv.split_pieces, {"SLOTS": (0, 1, 2, 0, 1, 0), "ROWS": 16,
+                                                 "BC": 64}
+    elif which == "conv_promoted_f32":
+        kernel = conv_kernel(ag.bf16, ag.f32, True, "none")
+        constexprs = {"geom": ConvGeometry(3, 3, 1, 1, 1, 1, cg_padded=64),
+                      "s": ConvSchedule(bm=128, bn=64, bw=64, promote=True)}
+    else:
+        from argus.compose import tile
+
+        src = conv._depthwise_source((9, 8), (5, 4), (3, 3), (2, 2), (1, 1), (1, 1), 4, 2,
+                                     True, 4, 2)
+        kernel, constexprs = tile.load_source(src, "depthwise_sm90a")["depthwise"], {}
+    source = codegen.render(lower_only(kernel, **constexprs))
+    binary = compile_cuda(source.text, [source.name], filename=f"{source.name}.cu")
+    assert binary.cubin
