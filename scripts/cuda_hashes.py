@@ -14,7 +14,8 @@ schedules (default, every epilogue, ping-pong), the MoE kernels (tests/moe/test_
 every example at its default constexprs (and the looped/online softmax at several BN, where
 lower/prefetch.py unrolls), the reductions corpus (tests/unit/reduce_kernels.py, outside and
 inside a role) and the random tile programs of tests/random_programs.py. `--only PREFIX`
-restricts to keys that start with PREFIX; `--text DIR` also writes each source to DIR/<hash>.cu (to diff two runs' sources).
+restricts to keys that start with PREFIX; `--text DIR` also writes each source to
+DIR/<hash>.cu (to diff two runs' sources).
 """
 
 from __future__ import annotations
