@@ -23,12 +23,15 @@ at the top level of a loop body, adds loads to itself. Its loads are leaves at e
 for all of them: the loads of two different iterations (or two loads of one) read distinct
 slices, none the slice of a load outside the loop, all inside the tensor, and the count is
 trips x loads per iteration plus the loads outside. So a loop that starts at 0 after the
-initial value read slice 0, or stops one slice short, is refused.
+initial value read slice 0, or stops one slice short, is refused. Lowered, the loop's loads
+may go through lower/prefetch.py's register ring (`_Ring`): the block read at iteration j is
+the one issued `depth` iterations earlier, at offsets(j).
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import z3
 
@@ -44,6 +47,7 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
     looped = _loop_sums(model.kernel, defs)
     obs: list[Obligation] = []
+    finds: list[Finding] = []
     for st in model.kernel.walk():
         if not isinstance(st, O.Store):
             continue
@@ -58,8 +62,12 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
             continue
         try:
             offs = [[_num(model.scalar(o)) for o in ld.offsets] for ld in leaves]
-            per_loop = [(loop, [[_num(model.scalar(o)) for o in ld.offsets] for ld in x], x)
+            per_loop = [(loop, [_leaf_offsets(model, loop, ld) for ld in x], x)
                         for loop, x in loops]
+        except _NoClaim as e:   # a ring this check cannot read: say so, never a pass
+            finds.append(Finding("reduce.slices", st.loc, f"sum stored at {st.loc}", "unknown",
+                                 f"not checked: {e}"))
+            continue
         except Exception:  # noqa: BLE001 - an offset the model has no term for: no claim
             continue
         everything = offs + [o for _, lo, _ in per_loop for o in lo]
@@ -81,7 +89,7 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
             obs.append(_looped_slices(model, st, info, leaves, offs, per_loop, summed))
         else:
             obs.append(_slices(model, st, info, leaves, offs, summed))
-    return obs, []
+    return obs, finds
 
 
 def _sum_leaves(defs, vid: int, out: list, looped: dict | None = None,
@@ -125,10 +133,11 @@ def _loop_sums(kernel, defs) -> dict[int, tuple[O.For, list[O.Load]]]:
             if not isinstance(op, O.Assign) or assigns.get(op.dst.id) != 1 or \
                     op.dst.id in inside or not isinstance(defs.get(op.dst.id), O.Var):
                 continue
-            loads: list[O.Load] = []
+            loads: list = []
             selves = [0]
 
-            def tree(vid: int, dst=op.dst.id, loads=loads, selves=selves) -> bool:
+            def tree(vid: int, dst=op.dst.id, loads=loads, selves=selves, acc=op,
+                     loop=loop, inside=inside) -> bool:
                 d = defs.get(vid)
                 if vid == dst:
                     selves[0] += 1
@@ -136,6 +145,11 @@ def _loop_sums(kernel, defs) -> dict[int, tuple[O.For, list[O.Load]]]:
                 if isinstance(d, O.Load) and vid in inside:
                     loads.append(d)
                     return True
+                if isinstance(d, O.Var) and vid not in inside:
+                    ring = _ring(loop, vid, acc, defs, assigns, inside)
+                    if ring is not None:
+                        loads.append(ring)
+                    return ring is not None
                 if isinstance(d, (O.Convert, O.ConvertLayout)):
                     return tree(d.src.id)
                 if isinstance(d, O.Elementwise) and d.fn == "add" and len(d.args) == 2:
@@ -144,6 +158,77 @@ def _loop_sums(kernel, defs) -> dict[int, tuple[O.For, list[O.Load]]]:
             if tree(op.src.id) and selves[0] == 1 and loads:
                 out[op.dst.id] = (loop, loads)
     return out
+
+
+@dataclass(frozen=True)
+class _Ring:
+    """A block of lower/prefetch.py's register ring read in a loop: the variable holds, on entry
+    to iteration j, the block the load `issued` read `depth` iterations earlier, i.e. at
+    offsets(j) (`issued`'s offsets taken at j - depth * step); the first `depth` iterations
+    read the ring's first blocks `inits` instead (checked to be offsets(start + k * step))."""
+
+    issued: O.Load
+    depth: int
+    inits: tuple[O.Load, ...]
+
+    @property
+    def loc(self):
+        return self.issued.loc
+
+    @property
+    def tensor(self):
+        return self.issued.tensor
+
+
+def _ring(loop: O.For, vid: int, acc: O.Assign, defs, assigns, inside) -> _Ring | None:
+    """The ring whose first variable is `vid`, read by the accumulator's assignment `acc`: at
+    the loop body's top level, after `acc`, in order, b0 = b1, ..., b_last = a load of the
+    body; each variable defined before the loop from a load and assigned only there."""
+    body = list(loop.body.ops)
+    pos = {id(op): i for i, op in enumerate(body)}
+    last, cur, chain = pos[id(acc)], vid, []
+    while len(chain) < 16:
+        mine = [x for x in body if isinstance(x, O.Assign) and x.dst.id == cur]
+        var = defs.get(cur)
+        if len(mine) != 1 or assigns.get(cur) != 1 or cur in inside or \
+                not isinstance(var, O.Var) or pos[id(mine[0])] <= last:
+            return None
+        init = defs.get(var.init.id)
+        if not isinstance(init, O.Load):
+            return None
+        chain.append(init)
+        last = pos[id(mine[0])]
+        src = defs.get(mine[0].src.id)
+        if isinstance(src, O.Load) and id(src) in pos:
+            return _Ring(src, len(chain), tuple(chain))
+        if not isinstance(src, O.Var) or mine[0].src.id in inside:
+            return None
+        cur = mine[0].src.id
+    return None
+
+
+def _leaf_offsets(model: Model, loop: O.For, leaf) -> list:
+    """A loop leaf's offsets at iteration `loop.var`; for a ring block, also that its first
+    blocks are those offsets at the first iterations (else _NoClaim)."""
+    if isinstance(leaf, O.Load):
+        return [_num(model.scalar(o)) for o in leaf.offsets]
+    var = model.sym[loop.var.id]
+    start, step = _num(model.scalar(loop.start)), _num(model.scalar(loop.step))
+    issued = [_num(model.scalar(o)) for o in leaf.issued.offsets]
+    offs = [z3.substitute(t, (var, var - leaf.depth * step)) for t in issued]
+    for k, init in enumerate(leaf.inits):
+        at = [z3.substitute(t, (var, start + k * step)) for t in offs]
+        got = [_num(model.scalar(o)) for o in init.offsets]
+        check = z3.Solver()
+        check.set("timeout", 2000)
+        check.add(*model.premises, z3.Or([a != b for a, b in zip(at, got)]))
+        if check.check() != z3.unsat:
+            raise _NoClaim(f"the ring's block {k} at {init.loc} is not the loop's block {k}")
+    return offs
+
+
+class _NoClaim(Exception):
+    """A sum the check does not read (no claim is made)."""
 
 
 def _of_index(model: Model, loop: O.For, term) -> bool:

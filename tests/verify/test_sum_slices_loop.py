@@ -9,6 +9,7 @@ import pytest
 
 import argus as ag
 from argus import verify
+from argus.compiler import lower_only
 
 SPLITS = 4
 
@@ -34,26 +35,34 @@ def _summed(form: str):
     return ssum
 
 
-def _slices(form: str):
-    report = verify.run(_summed(form).trace(), include_proven=True)
+def _slices(form: str, lowered: bool = False):
+    kernel = _summed(form)
+    report = verify.run(lower_only(kernel) if lowered else kernel.trace(), include_proven=True)
     return [d for d in report.diagnostics if d.code == "reduce.slices"]
 
 
+# lowered, the loop's loads go through lower/prefetch.py's register ring (3 blocks ahead)
+LOWERED = pytest.mark.parametrize("lowered", [False, True], ids=["traced", "ring"])
+
+
+@LOWERED
 @pytest.mark.parametrize("form", ["ok", "pairs"])
-def test_every_slice_once_is_proven(form):
-    found = _slices(form)
+def test_every_slice_once_is_proven(form, lowered):
+    found = _slices(form, lowered)
     assert found and all(d.severity == "note" for d in found), [str(d) for d in found]
 
 
-def test_a_loop_that_starts_at_the_initial_slice_adds_it_twice():
-    (d,) = [d for d in _slices("from_zero") if d.severity == "error"]
+@LOWERED
+def test_a_loop_that_starts_at_the_initial_slice_adds_it_twice(lowered):
+    (d,) = [d for d in _slices("from_zero", lowered) if d.severity == "error"]
     assert "twice" in d.message and d.counterexample["slices"][0] == (0,)
     (it,) = d.counterexample["iteration"].values()
     assert it == 0      # the loop's first iteration reads slice 0 again
 
 
-def test_a_loop_one_slice_short_is_refused():
-    (d,) = [d for d in _slices("skip_last") if d.severity == "error"]
+@LOWERED
+def test_a_loop_one_slice_short_is_refused(lowered):
+    (d,) = [d for d in _slices("skip_last", lowered) if d.severity == "error"]
     wit = d.counterexample
     assert "never added" in d.message and wit["added"] == SPLITS - 1 < wit["extent"] == SPLITS
 
@@ -66,3 +75,20 @@ def test_overlapping_slices_of_two_iterations_are_refused():
     (i1,), (i2,) = wit["iteration"].values(), wit["second_iteration"].values()
     reads = {i: {2 * i, i + 1} for i in (i1, i2)}
     assert reads[i1] & reads[i2] if i1 != i2 else len(reads[i1]) == 1
+
+
+def test_a_ring_whose_first_blocks_are_not_the_loops_is_not_proven():
+    # the ring's second first block rewritten to read the first's slice: slice 1 is added
+    # twice and slice 2 never; the ring no longer reads offsets(j), so no proof (unknown)
+    from argus.ir import ops as O
+    from tests.mutations.corpus import rewrite
+
+    kernel = lower_only(_summed("ok"))
+    loop = next(op for op in kernel.body.ops if isinstance(op, O.For))
+    before = [op for op in kernel.body.ops[:kernel.body.ops.index(loop)]
+              if isinstance(op, O.Load)]
+    assert len(before) == 4          # P[0], then the ring's first blocks: slices 1, 2, 3
+    bad = rewrite(kernel, O.Load, lambda op: op.replace(offsets=before[1].offsets), nth=2)
+    report = verify.run(bad, include_proven=True)
+    found = [d for d in report.diagnostics if d.code == "reduce.slices"]
+    assert found and all(d.severity != "note" for d in found), [str(d) for d in found]
