@@ -31,6 +31,7 @@ loop) keeps the verdict: its masked elements are not bounded here.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import z3
 
@@ -54,7 +55,7 @@ _HARM = {"max": "wins over every row whose values are all below it",
 
 
 def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
-    flow = _Flow(model.kernel, _exact_assigns(model))
+    flow = _Flow(model.kernel, lambda: _exact_assigns(model))
     obs: list[Obligation] = []
     finds: list[Finding] = []
     seen: set = set()
@@ -71,14 +72,15 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
 
 
 class _Flow:
-    def __init__(self, kernel: Kernel, exact: set[int]):
+    def __init__(self, kernel: Kernel, exact: Callable[[], set[int]]):
         self.val: dict[int, object] = {}       # value id -> masked-element value
         # value id -> the loads whose masked lanes its masked value comes from, or OPAQUE
         # (another source: a TMA zero fill, a where's constant ...); read through `loads`
         self.src: dict[int, frozenset | None] = {}
         self.const: dict[int, float] = {}      # value id -> the value of a constant tile
         self.root: dict[int, int] = {}         # smem view id -> buffer id
-        self.exact = exact                     # assigns the model follows exactly
+        self._exact = exact                    # assigns the model follows exactly (lazy)
+        self._exact_ids: set[int] | None = None
         # reduce result id -> (op, wrong masked value, its loads or OPAQUE)
         self.reached: dict[int, tuple] = {}
         self.region(kernel.body)
@@ -92,6 +94,13 @@ class _Flow:
         if self.val.get(vid, NONE) == NONE:
             return frozenset()
         return self.src.get(vid, OPAQUE)
+
+    def exact(self, op: O.Assign) -> bool:
+        """Whether the model follows this assignment exactly (computed once, on first use:
+        only a masked value from loads needs it)."""
+        if self._exact_ids is None:
+            self._exact_ids = self._exact()
+        return id(op) in self._exact_ids
 
     def set(self, vid: int, val: object, loads: frozenset | None) -> None:
         self.val[vid] = val
@@ -165,7 +174,7 @@ class _Flow:
                 # or assigns under a condition, has no bounded masked lanes
                 loads = _join_loads(self.loads(op.dst.id), self.loads(op.src.id))
                 self.set(op.dst.id, _join(self.get(op.dst), self.get(op.src)),
-                         loads if id(op) in self.exact else OPAQUE)
+                         loads if loads and self.exact(op) else OPAQUE)
             self.const.pop(op.dst.id, None)
         elif isinstance(op, O.Elementwise):
             self.elementwise(op)
