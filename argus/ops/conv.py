@@ -502,7 +502,8 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
         .reshape(K, C // groups, *ks)                  # [K, C / groups, *kernel], unflipped
     conv_pad = tuple(d * (k - 1) - p for d, k, p in zip(dl, ks, pd))
     if set(st) == {1} and set(op) == {0} and min(conv_pad) >= 0:
-        flipped = swapped.flip(list(range(2, 2 + dims)))
+        flipped = _derived(weight, ("flip", groups, dims),
+                           lambda: swapped.flip(list(range(2, 2 + dims))))
         return run(x, flipped, bias, 1, conv_pad, dl, groups)
     ins = tuple(x.shape[2:])
     outs = tuple((i - 1) * s_ - 2 * p + d * (k - 1) + o + 1
@@ -519,14 +520,44 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
             target.copy_(torch.zeros_like(target) if bias is None else
                          bias.view(1, K, *(1,) * dims).expand_as(target))
             continue
-        w_phase = swapped
-        for axis, (taps, _, _, _) in enumerate(axes):
-            w_phase = w_phase.index_select(2 + axis, torch.tensor(taps, device=x.device))
-        y = run(x, w_phase.contiguous(), bias, 1, tuple(ax[2] for ax in axes),
+        def select(axes=axes):
+            w = swapped
+            for axis, (taps, _, _, _) in enumerate(axes):
+                w = w.index_select(2 + axis, torch.tensor(taps, device=x.device))
+            return w.contiguous()
+
+        w_phase = _derived(weight, ("phase", groups, tuple(tuple(ax[0]) for ax in axes)),
+                           select)
+        y = run(x, w_phase, bias, 1, tuple(ax[2] for ax in axes),
                 tuple(ax[1] for ax in axes), groups)
         target.copy_(y[(slice(None), slice(None)) + tuple(
             slice(ax[3], ax[3] + n) for ax, n in zip(axes, target.shape[2:]))])
     return out
+
+
+_DERIVED: OrderedDict = OrderedDict()
+
+
+def _derived(weight, what: tuple, make):
+    """A tensor derived from a weight (a transposed convolution's flipped or per-phase
+    weights), kept per weight object and version on the GPU like `_weight_side`'s operands:
+    the same derived tensor object each call, so the operand cache below it hits too."""
+    import weakref
+
+    if not weight.is_cuda:
+        return make()
+    owner = weight if weight._base is None else weight._base   # conv_transpose1d's unsqueeze
+    key = (id(owner), weight._version, weight.data_ptr(), tuple(weight.shape),
+           weight.stride(), weight.dtype, what)
+    hit = _DERIVED.get(key)
+    if hit is not None and hit[0]() is owner:
+        _DERIVED.move_to_end(key)
+        return hit[1]
+    made = make()
+    _DERIVED[key] = (weakref.ref(owner), made)
+    if len(_DERIVED) > 64:
+        _DERIVED.popitem(last=False)
+    return made
 
 
 def _phase(a: int, R: int, st: int, dil: int, pad: int, P: int, H: int):

@@ -106,6 +106,33 @@ def test_repeated_calls_take_the_prepared_launch_and_read_current_data():
     assert len(conv_ops._REPEATS) == 2
 
 
+def test_transposed_weights_are_derived_once_per_version():
+    """conv_transpose2d's flipped / per-phase weights are kept per weight and version: a
+    second call reuses them, an in-place update derives them again (and stays right)."""
+    import torch.nn.functional as F
+
+    from argus.ops import conv as conv_ops
+
+    g = torch.Generator(device="cuda").manual_seed(4)
+    x = torch.randn(2, 32, 9, 9, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(32, 16, 3, 3, device="cuda", generator=g) / 12).bfloat16()
+    for stride in (1, 2):
+        conv_ops._DERIVED.clear()
+        conv_ops.conv_transpose2d(x, w, None, stride, 1)
+        first = len(conv_ops._DERIVED)
+        y = conv_ops.conv_transpose2d(x, w, None, stride, 1)
+        assert first >= 1 and len(conv_ops._DERIVED) == first
+        with torch.no_grad():
+            w.mul_(-1)
+        y2 = conv_ops.conv_transpose2d(x, w, None, stride, 1)
+        assert len(conv_ops._DERIVED) == 2 * first
+        ref = F.conv_transpose2d(x.double(), w.double(), None, stride, 1)
+        assert ((y2.double() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+        assert torch.allclose(y2.double(), -y.double(), atol=1e-2)
+        with torch.no_grad():
+            w.mul_(-1)
+
+
 TASKS = [("level1", "67_conv_standard_1D.py"), ("level1", "87_conv_pointwise_2D.py"),
          ("level1", "82_conv_depthwise_2D_square_input_square_kernel.py"),
          ("level1", "57_conv_transposed_2D__square_input__square_kernel.py"),
