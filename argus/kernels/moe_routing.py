@@ -35,6 +35,7 @@ state routing's contract, tests/moe/test_moe_verify.py):
 """
 
 import functools
+import math
 
 import argus as ag
 from argus.dtypes import DType
@@ -70,9 +71,13 @@ def small_layout(entries: int, num_experts: int) -> bool:
 
 
 def chunk_entries(entries: int) -> int:
-    """Entries per chunk: a multiple of SUB, so that at most MAX_CHUNKS chunks cover them (the
-    kernels compute the same from N with `_chunk`)."""
-    per = -(-entries // MAX_CHUNKS)
+    """Entries per chunk: a multiple of SUB, at most MAX_CHUNKS chunks, and about sqrt(SUB *
+    N / 2) entries, which balances the critical path: count and positions walk a chunk in
+    chunk / SUB steps each, the scan walks the chunks one by one (N / chunk serial steps, a
+    global load each). At N = 4096 that is 16 chunks of 256 (32 steps) instead of 128 chunks
+    of 32 (130). The kernels take the chunk count from their operands' shapes (`_chunk`)."""
+    balanced = math.isqrt(SUB * entries // 2)
+    per = max(-(-entries // MAX_CHUNKS), balanced)
     return max(SUB, -(-per // SUB) * SUB)
 
 
@@ -182,9 +187,12 @@ def _indicator(cond):
     return ag.where(cond, ag.full((1,) * len(cond.shape), 1, ag.i32), 0)
 
 
-def _chunk(entries):
-    """chunk_entries(N) from the runtime N (no scalar parameter: launches stay cached)."""
-    return ag.cdiv(ag.cdiv(entries, MAX_CHUNKS), SUB) * SUB
+def _chunk(entries, chunks):
+    """Entries per chunk from the runtime N and chunk count C (no scalar parameter: launches
+    stay cached): N / C rounded up to a multiple of SUB, so C chunks cover all N entries (the
+    host picked C = ceil(N / chunk_entries(N)); this may come out smaller than that chunk,
+    never too small)."""
+    return ag.cdiv(ag.cdiv(entries, chunks), SUB) * SUB
 
 
 def _one_hot(ids, be: int):
@@ -198,7 +206,7 @@ def count_kernel(be: int) -> ag.KernelFunction:
 
     def moe_count(Ids: ag.Tensor["N", ag.i32], Counts: ag.Tensor["C", "E", ag.i32]):
         (c,) = ag.grid(Counts.shape[0])
-        chunk = _chunk(Ids.shape[0])
+        chunk = _chunk(Ids.shape[0], Counts.shape[0])
         counts = ag.zeros((1, be), ag.i32)
         for s in ag.range(0, chunk, SUB):
             ids = ag.load(Ids, (c * chunk + s,), (SUB,), other=-1)
@@ -282,7 +290,7 @@ def positions_kernel(be: int) -> ag.KernelFunction:
                       ChunkBase: ag.Tensor["C", "E", ag.i32],
                       ExpertStart: ag.Tensor[1, "E", ag.i32], Pos: ag.Tensor["N", 1, ag.i32]):
         (c,) = ag.grid(ChunkBase.shape[0])
-        chunk = _chunk(Ids.shape[0])
+        chunk = _chunk(Ids.shape[0], ChunkBase.shape[0])
         base = ag.load(ChunkBase, (c, 0), (1, be)) + ag.load(ExpertStart, (0, 0), (1, be))
         earlier = ag.arange(SUB)[None, :] < ag.arange(SUB)[:, None]   # [i, i']: i' before i
         for s in ag.range(0, chunk, SUB):

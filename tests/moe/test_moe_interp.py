@@ -221,15 +221,16 @@ def test_decode_layer_from_logits_picks_swap_ab():
 
 
 def test_layout_with_chunks_longer_than_one_step():
-    """4200 entries: chunks of 64 (two 32-entry steps each) over 66 CTAs; pos is the stable
-    expert-major order with each segment padded to bm, tile_expert labels every m-tile."""
+    """4200 entries: 15 chunks of 288 (nine 32-entry steps each, about sqrt(16 N): count and
+    positions walk as many steps as the scan walks chunks); pos is the stable expert-major
+    order with each segment padded to bm, tile_expert labels every m-tile."""
     from argus.kernels import moe_routing as R
 
     T, E, k, bm = 2100, 8, 2, 64
     ids = _ids_skewed(T, E, k, seed=12)
     N, be = T * k, R.block_experts(E)
     chunk = R.chunk_entries(N)
-    assert chunk == 64
+    assert chunk == 288
     C = -(-N // chunk)
     i32 = dict(dtype=torch.int32)
     counts = torch.full((C, E), -7, **i32)
@@ -294,6 +295,23 @@ def test_small_layout_threshold():
 
     assert R.small_layout(256, 128) and not R.small_layout(257, 8)
     assert not R.small_layout(8, 256)    # DeepSeek-V3's 256 experts: the four kernels
+
+
+def test_chunks_balance_the_scan_against_the_steps():
+    """chunk_entries keeps at most MAX_CHUNKS chunks of whole SUB steps, covers every entry
+    with the chunk the kernels derive from N and the chunk count, and keeps the critical path
+    (count's and positions' steps per chunk plus the scan's chunks) short: 32 steps at 4096
+    entries (was 130 with the most chunks allowed)."""
+    from argus.kernels import moe_routing as R
+
+    for N in list(range(1, 3000)) + [4096, 8192, 32768, 131072, 262144]:
+        chunk = R.chunk_entries(N)
+        C = -(-N // chunk)
+        device = -(-(-(-N // C)) // R.SUB) * R.SUB   # _chunk(N, C)
+        assert chunk % R.SUB == 0 and C <= R.MAX_CHUNKS and device * C >= N, N
+        assert device == chunk, N   # the kernels walk the chunks the host sized
+    chunk = R.chunk_entries(4096)
+    assert 2 * chunk // R.SUB + -(-4096 // chunk) == 32
 
 
 def test_schedule_choice():
