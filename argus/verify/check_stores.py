@@ -38,10 +38,11 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     for sites in by_tensor.values():
         reps: list[StoreSite] = []
         once_sites, tiled = _join_tiled(sites)
+        once_obs: list[Obligation] = []
         for i, a in enumerate(once_sites):
             if id(a) in tiled:   # sites that tile one wider box: that box's store, once
-                obs.append(_joined_once(model, a, tiled[id(a)]))
-                obs += [_once(model, a, b) for b in once_sites[i + 1:]]
+                once_obs.append(_joined_once(model, a, tiled[id(a)]))
+                once_obs += [_once(model, a, b) for b in once_sites[i + 1:]]
                 continue
             # a site that is another one shifted by constant offsets (a Python-unrolled
             # loop of stores) is injective iff that one is, on the whole tile; prove the class
@@ -50,33 +51,40 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
             if rep is None:
                 reps.append(a)
                 same_class = [b for b in once_sites if b is not a and _translate_of(a, b)]
-                obs.append(_once(model, a, a, bounded=not same_class))
+                once_obs.append(_once(model, a, a, bounded=not same_class))
             for b in once_sites[i + 1:]:
-                obs.append(_once(model, a, b))
+                once_obs.append(_once(model, a, b))
+        obs += once_obs
         partial = sites[0].tensor.name in (model.kernel.attr("partial_outputs", ()) or ())
         translates = len(sites) > 1 and all(_translate_of(sites[0], b) for b in sites[1:])
+        # one tile stored in blocks at constant offsets that tile one box without gaps (a
+        # TMA-store epilogue's column blocks): the block index is one more variable inside
+        # the tile. Translates with gaps between them (slots of a wider row, each BN of a
+        # KC-wide slot) are not one tile: the else branch below
+        blocks = translates and _joined(sites) is not None
+        once = None   # the coverage claims that imply store.once (`_once_implied`)
         if partial:
             finds.append(Finding("store.coverage", sites[0].op.loc,
                                  f"stores to {sites[0].tensor.name}", "unknown",
                                  f"the kernel declares {sites[0].tensor.name} a partial output "
                                  f"(@ag.kernel(partial_outputs=...)): it writes part of it on "
                                  f"purpose, so coverage is not claimed"))
-        elif len(sites) == 1:
-            o, f = _coverage(model, sites[0])
-            obs += o
-            finds += f
-        elif translates and _joined(sites) is not None:
-            # one tile stored in blocks at constant offsets that tile one box without gaps (a
-            # TMA-store epilogue's column blocks): the block index is one more variable inside
-            # the tile. Translates with gaps between them (slots of a wider row, each BN of a
-            # KC-wide slot) are not one tile: the else branch below
-            o, f = _tile_coverage(model, sites[0], sites)
+            if len(sites) == 1 or blocks:
+                # not reported: only their claims that imply store.once are queried
+                once = _tile_coverage(model, sites[0], sites if blocks else None)[2]
+        elif len(sites) == 1 or blocks:
+            o, f, once = _coverage(model, sites[0]) if len(sites) == 1 else \
+                _tile_coverage(model, sites[0], sites)
             obs += o
             finds += f
         else:
             finds.append(Finding("store.coverage", sites[0].op.loc,
                                  f"stores to {sites[0].tensor.name}", "unknown",
                                  f"{len(sites)} store sites: coverage is only checked for one"))
+        if once and len(once_obs) == 1:
+            once_obs[0].implied_by = once
+            once_obs[0].implied_why = ("implied by the proofs of store.coverage's tile "
+                                       "decomposition (check_stores._once_implied)")
     return obs, finds
 
 
@@ -384,7 +392,7 @@ def _coverage(model: Model, st: StoreSite):
         obs.append(Obligation("store.coverage", st.op.loc, subject, prem, claims, decode,
                               minimize=list(model.params.values()), fix=fix,
                               warn_claims=("|domain| >= extent",) if single_tile else ()))
-    return obs, finds
+    return obs, finds, None
 
 
 def _var_ranges(model: Model, st: StoreSite) -> dict:
@@ -443,7 +451,7 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
     subject = f"stores to {st.tensor.name} at {st.op.loc}"
 
     def unknown(why):
-        return [], [Finding("store.coverage", st.op.loc, subject, "unknown", why)]
+        return [], [Finding("store.coverage", st.op.loc, subject, "unknown", why)], None
     within, units = list(idx) + ([block] if block is not None else []), []
     for v in inst:
         r = ranges.get(str(v))
@@ -451,6 +459,16 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
             return unknown(f"{v} has no known range")
         lo, hi, _ = r
         (within if _constant(lo) and _constant(hi) else units).append(v)
+    all_units = list(units)
+    steps: dict[str, int] = {}   # a loop of constant range inside the tile: its step
+    for sc in st.site.scopes:
+        if sc.kind == "loop" and any(sc.var is w for w in within):
+            step = z3.simplify(_num(model.scalar(sc.op.step)))
+            if not z3.is_int_value(step) or step.as_long() < 1:
+                return unknown(f"the loop at {sc.op.loc} steps by {step}")
+            steps[str(sc.var)] = step.as_long()
+    pinned_vars: dict[str, z3.ExprRef] = {}   # w -> e of a condition `w == e`
+    walks: list[tuple[Obligation, list]] = []   # walk obligations with their program ids
     counts = {str(v): ranges[str(v)][2] for v in inst}
     counts.update({str(i): z3.IntVal(n) for i, n in zip(_placed(st, idx), _placed(st, st.shape))})
     los = {str(v): _num(ranges[str(v)][0]) for v in inst}
@@ -471,6 +489,7 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
                 return unknown("the store runs under a condition other than `warpgroup == "
                                "turn`: counting its instances does not show coverage")
             w, e = pinned
+            pinned_vars[str(w)] = e
             obs.append(_turn_obligation(model, st, sc, w, e, los[str(w)], counts[str(w)]))
     # persistent walks: (program id, iteration) -> unit index u in [0, T)
     walked: dict[str, tuple] = {}      # loop var name -> (scope, T)
@@ -488,6 +507,7 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
             return unknown(f"the loop at {sc.op.loc} starts at a program id but its bounds or "
                            f"the destination use the program id otherwise")
         obs.append(_walk_obligation(model, sc, gs, start, step, ranges))
+        walks.append((obs[-1], gs))
         walked[str(sc.var)] = (sc, stop)
         units = [u for u in units if not any(u is g for g in gs)]
     units = [u for u in units if str(u) in names or str(u) in walked]
@@ -511,18 +531,69 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
     used = [w for _, _, wv, _ in offsets for w in wv]
     if len(used) != len({str(w) for w in used}):
         return unknown("a variable inside the tile moves two dims of the destination")
-    for d, off, wv, size in offsets:
-        if wv:
-            obs.append(_offset_obligation(model, st, d, off, wv, size, los, counts))
+    offset_obs = [_offset_obligation(model, st, d, off, wv, size, los, counts, steps)
+                  for d, off, wv, size in offsets if wv]
+    obs += offset_obs
     moving = [(d, base, size) for d, base, size in tiles
               if any(str(u) in free_consts(base) for u in units)]
     for d, base, size in tiles:
         if (d, base, size) not in moving:
             ext = _num(st.tensor.extent(model, d))
             obs.append(_fixed_dim(model, st, d, base, size, ext))
-    if moving:
-        obs.append(_tile_obligation(model, st, moving, units, walked, counts))
-    return obs, []
+    tile = _tile_obligation(model, st, moving, units, walked, counts) if moving else None
+    if tile is not None:
+        obs.append(tile)
+    once = _once_implied(model, st, within, all_units, units, used, counts, pinned_vars,
+                         walks, offset_obs, tile)
+    return obs, [], once
+
+
+def _once_implied(model, st, within, all_units, units, used, counts, pinned, walks, offset_obs,
+                  tile):
+    """The claims of `_tile_coverage`'s obligations that imply store.once, or None when its
+    decomposition does not account for every instance of the store.
+
+    Argument: each destination coordinate is d = origin + off, where off (a function of the
+    within variables) lies in [0, T) and the origin (a function of the unit variables and
+    shared terms: shapes, loaded scalars) is a multiple of T (or T = 1). Two instances storing
+    the same element therefore have the same origin and offset per dim: equal offsets give
+    equal within variables ("injective" of each dim's offset), equal origins equal unit
+    variables ("distinct units store distinct tiles"), and a walked loop's index u equal
+    program ids (u = start(pid) + k * stride with start(pid) in [0, stride) one-to-one). A
+    variable pinned by a condition `w == e` is equal when the others are. So the instances
+    are equal: the store is injective, on every element, not just the in-bounds ones.
+    Needs: every within variable moves its dim's offset, takes one value, or is pinned (by a
+    term of neither it nor another pinned variable); every unit variable is in the tile map, walked or a
+    walk's program id; the unit loops' bounds and walk starts and strides mention no within
+    variable (those obligations do not rename them)."""
+    within_names = {str(w) for w in within}
+    used_names = {str(w) for w in used}
+    for w in within:
+        if str(w) in used_names or z3.simplify(_num(counts[str(w)])).eq(z3.IntVal(1)):
+            continue   # moves an offset, or takes one value
+        if str(w) not in pinned or free_consts(pinned[str(w)]) & set(pinned):
+            return None
+    for sc in st.site.scopes:
+        if sc.kind == "loop" and any(sc.var is u for u in all_units):
+            bounds = [_num(model.scalar(getattr(sc.op, f))) for f in ("start", "stop", "step")]
+            if set().union(*(free_consts(b) for b in bounds + list(sc.constraints))) & \
+                    within_names:
+                return None
+    walked_pids = {str(g) for _, gs in walks for g in gs}
+    kept = {str(u) for u in units}
+    for u in all_units:
+        if str(u) not in kept and str(u) not in walked_pids:
+            return None
+    if units and tile is None:
+        return None
+    need = [(ob, ("distinct program ids start at distinct units", "start in [0, stride)"))
+            for ob, _ in walks]
+    need += [(ob, ("injective", "offset in [0, tile)")) for ob in offset_obs]
+    if tile is not None:
+        need.append((tile, tuple(n for n, _ in tile.claims
+                                 if n in ("distinct units store distinct tiles",
+                                          "tile origins on the tile grid"))))
+    return tuple(need)
 
 
 def _pinned(cond, within, names):
@@ -592,13 +663,16 @@ def _walk_obligation(model, sc, gs, start, step, ranges) -> Obligation:
                       claims, decode, minimize=list(model.params.values()))
 
 
-def _offset_obligation(model, st, d, off, wv, size, los, counts) -> Obligation:
+def _offset_obligation(model, st, d, off, wv, size, los, counts, steps) -> Obligation:
     ren = [(w, fresh_int(f"{w}@2")) for w in wv]
     off2 = z3.substitute(off, *ren)
     rng = []
     for w, w2 in [(w, w) for w in wv] + ren:
-        lo = los[str(w)]
-        rng += [w2 >= lo, w2 < lo + counts[str(w)]]
+        # the values a variable takes: lo, lo + step, ... (count of them)
+        lo, step = los[str(w)], steps.get(str(w), 1)
+        rng += [w2 >= lo, w2 < lo + counts[str(w)] * step]
+        if step != 1:
+            rng.append((w2 - lo) % step == 0)
     prem = list(model.premises) + rng
     claims = [("injective", z3.Or(z3.And([a == b for a, b in ren]), off != off2)),
               ("offset in [0, tile)", z3.And(off >= 0, off < size))]

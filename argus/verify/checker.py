@@ -145,7 +145,12 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
     # element), then on the CTA and the shapes: small numbers read best
     extra = [v for v, _, _ in model.grid_vars]
     extra += list(model.params.values())
-    for ob in obs:
+    prepared: set[int] = set()
+
+    def prepare(ob: OB.Obligation) -> None:
+        if id(ob) in prepared:
+            return
+        prepared.add(id(ob))
         if ob.minimize is not None:
             seen = {term_name(t) for t in ob.minimize}
             ob.minimize = list(ob.minimize) + [t for t in extra if term_name(t) not in seen]
@@ -153,11 +158,23 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
             # tag.assume axioms, instantiated on the opaque-function terms of this query
             ob.premises = list(ob.premises) + model.axiom_instances(
                 [c for _, c in ob.claims] + list(ob.premises))
+
+    def solve(ob: OB.Obligation) -> OB.Finding:
+        prepare(ob)
         try:
-            findings.append(OB.run(ob, stats, timeout_ms))
+            return OB.run(ob, stats, timeout_ms)
         except Exception as e:  # noqa: BLE001 - a verifier bug is unknown, never proven
-            findings.append(OB.Finding(ob.code, ob.loc, ob.subject, "unknown",
-                                       f"verifier internal error ({type(e).__name__}: {e})"))
+            return OB.Finding(ob.code, ob.loc, ob.subject, "unknown",
+                              f"verifier internal error ({type(e).__name__}: {e})")
+
+    # obligations implied by others (`Obligation.implied_by`) are decided after those
+    decided: dict[int, OB.Finding] = {}
+    results: list[OB.Finding | None] = [None] * len(obs)
+    for i in sorted(range(len(obs)), key=lambda i: bool(obs[i].implied_by)):
+        ob = obs[i]
+        f = _implied(ob, decided, prepare, stats, timeout_ms) if ob.implied_by else None
+        results[i] = decided[id(ob)] = f if f is not None else solve(ob)
+    findings += results
     for loc, why in model.unsupported:
         findings.append(OB.Finding("model", loc, "kernel model", "unknown", why))
     diags = []
@@ -170,6 +187,37 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
     order = {"error": 0, "unknown": 1, "warning": 2, "note": 3}
     diags.sort(key=lambda d: order.get(d.severity, 9))
     return Report(k.name, diags, findings, time.perf_counter() - t0, stats)
+
+
+def _implied(ob: OB.Obligation, decided: dict[int, OB.Finding], prepare, stats: solver.Stats,
+             timeout_ms: int | None) -> OB.Finding | None:
+    """A proof of `ob` from proofs of the claims it is implied by (`ob.implied_by`), or None
+    when one of them is not proven (then `ob` is solved itself). A listed obligation decided
+    in this run counts when proven; when it is not, but has claims besides those needed and
+    its counterexample violates none of these, the needed claims alone are queried. One
+    outside the run (not reported itself) is queried for the needed claims alone."""
+    t0 = time.perf_counter()
+    for dep, need in ob.implied_by:
+        f = decided.get(id(dep))
+        if f is not None and f.status == "proven":
+            continue
+        claims = [(n, c) for n, c in dep.claims if n in need]
+        if len(claims) != len(set(need)):
+            return None
+        if f is not None and (set(f.witness.get("violated", ())) & set(need) or
+                              len(claims) == len(dep.claims)):
+            return None   # a needed claim is violated, or the same query was not proven
+        prepare(dep)
+        try:
+            out = solver.prove(dep.premises, claims, timeout_ms=dep.timeout_ms or timeout_ms,
+                               stats=stats, theory=dep.tier)
+        except Exception:  # noqa: BLE001 - no proof: `ob` is solved itself
+            return None
+        if out.status != "proven":
+            return None
+    stats.derived += 1
+    return OB.Finding(ob.code, ob.loc, ob.subject, "proven", ob.implied_why, tier="derived",
+                      ms=(time.perf_counter() - t0) * 1e3)
 
 
 def _dedupe(findings: list[OB.Finding]) -> list[OB.Finding]:

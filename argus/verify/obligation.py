@@ -35,6 +35,11 @@ class Obligation:
     timeout_ms: int | None = None
     warn_claims: tuple[str, ...] = ()    # claims whose sole violation is only a warning
     tier: str | None = None              # "LIA", "NIA", "QF_BV" (None: read off the claims)
+    # a sufficient condition: when each listed obligation's named claims are proven, this one
+    # holds too (its builder states the argument in `implied_why`) and is not solved; else it
+    # is solved itself, so a violation is always found and decoded from its own query
+    implied_by: tuple[tuple[Obligation, tuple[str, ...]], ...] = ()
+    implied_why: str = ""
 
 
 @dataclass

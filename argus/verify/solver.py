@@ -57,6 +57,7 @@ class Stats:
     queries: int = 0
     ms: float = 0.0
     cached: int = 0          # queries answered by an earlier proof of the same formula
+    derived: int = 0         # obligations proven from proofs of others (not queried)
     by_theory: dict[str, int] = field(default_factory=dict)
 
     def add(self, theory: str, ms: float) -> None:
