@@ -505,11 +505,15 @@ class WgmmaWait(Op):
     """wgmma.wait_group `pending`: blocks until at most `pending` committed groups of this
     warpgroup are in flight. Only then may a retired group's accumulator be read or written
     by other instructions, or the shared memory it read be released or overwritten. `note`
-    is a comment for the generated code."""
+    is a comment for the generated code. `pinned` (lower/sync.py sets it where register-tile
+    work ran while the retired group was in flight): the wait stays behind that work in the
+    machine code too; ptxas moves a wait to the top of its basic block, so codegen renders a
+    block boundary before it (device header: wgmma_wait_pinned)."""
 
     NAME = "wgmma.wait"
     pending: int
     note: str = ""
+    pinned: bool = False
 
 
 @dataclass(frozen=True)

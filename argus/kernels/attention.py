@@ -33,9 +33,10 @@ persistent walk, the epilogues) the way FlashAttention-3 structures its forward
   O rescaled by alpha_{j-1}, then runs the softmax of S_j while P V is still in flight:
   lower/sync.py's general wait places `wgmma.wait 1` before the softmax (S_j retired, P V
   not) and `wgmma.wait 0` at the V step's end, and keeps P_{j-1}'s packed A registers alive
-  until then (fence.operands). P_{j-1} (bf16, the A fragment) is the loop-carried value. Its
-  synchronization is proven (sync.*); the key tags of P carried across the back edge are
-  lost by the verifier's loop model as for `intra_wg_overlap`, so compile needs
+  until then (fence.operands); that wait is pinned, so ptxas keeps the exp2 before it in
+  the SASS too. P_{j-1} (fp32, packed into the A fragment at the issue) is the loop-carried
+  value. Its synchronization is proven (sync.*); the key tags of P carried across the back
+  edge are lost by the verifier's loop model as for `intra_wg_overlap`, so compile needs
   ARGUS_VERIFY=0 for it too;
 * O /= l at the end (rows that saw no key are zeros), stored from registers or by stmatrix +
   TMA store; optionally LSE = ln(sum_j exp(scale * s_j)) per row (-inf for rows without keys).
@@ -193,11 +194,17 @@ def default_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
 
 def fa3_overlap_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     """default_schedule with FA3's overlap order (fa3_overlap), at tile shapes that build
-    without spills (NVRTC, sm_90a): at head_dim 64 the three 160-register warpgroups take
-    64-key blocks (128 spills about 190 bytes per thread: P_{j-1}'s packed registers stay
-    live through the softmax); the other head dims keep default_schedule's shapes."""
+    without spills (NVRTC 13.0, sm_90a) and keep the softmax's exp2 beside P V in the SASS
+    (scripts/sass_attention_overlap.py): at head_dim 64 the three 160-register warpgroups
+    take 64-key blocks (128 spills: P_{j-1}'s packed registers stay live through the
+    softmax), causal head_dim 128 takes 112 (128 spills 8 bytes: the mask's registers); the
+    others keep default_schedule's shapes."""
     s = dataclasses.replace(default_schedule(head_dim, causal), fa3_overlap=True)
-    return dataclasses.replace(s, block_n=64) if head_dim == 64 else s
+    if head_dim == 64:
+        return dataclasses.replace(s, block_n=64)
+    if head_dim == 128 and causal:
+        return dataclasses.replace(s, block_n=112)
+    return s
 
 
 def _kv_blocks(q0, block_m: int, block_n: int, S, SK, causal: bool, at_least: int = 0):

@@ -10,7 +10,9 @@ what is in flight and inserts:
   an op that touches a register tile of an in-flight group (its accumulator, or the A tile of
   an rs group; views included) waits with `wgmma.wait N`, N = the groups committed after the
   newest such group (groups retire in commit order, PTX ISA "wgmma.wait_group"), then
-  `fence.operands` on every group that wait retired (their packed A registers included). So
+  `fence.operands` on every group that wait retired (their packed A registers included); a
+  wait retiring a group beside which register-tile work ran is `pinned` (codegen keeps it
+  behind that work in the machine code, where ptxas would hoist it). So
   FlashAttention's softmax of S_j, issued before P_{j-1} V_{j-1}, waits with N = 1 and the
   P V group stays in flight beside it. An rs group's packed A registers live in the C scope of
   its issue (codegen declares them there), so such a group is retired before the region that
@@ -51,6 +53,7 @@ from argus.errors import CompileError, Loc
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region, Value
 from argus.ir.tag_ops import is_tag_op
+from argus.ir.types import TileType
 from argus.target.limits import NAMED_BARRIERS, REGISTERS_PER_SM, WARPGROUP_SIZE
 
 # Ops that may run while a consumer's last wgmma group is still in flight (no accumulator
@@ -94,6 +97,9 @@ class _Group:
     acc: Value
     a: Value | None
     depth: int
+    # register-tile work ran while the group was in flight: the wait that retires it is
+    # pinned behind that work (WgmmaWait.pinned: ptxas would move it above the work)
+    overlapped: bool = False
 
 
 A_REGS_NOTE = "the A registers are read until the group retires"
@@ -144,7 +150,8 @@ def _retire(st: _State, groups: list[_Group], note: str, loc) -> list[O.Op]:
     st.inflight = st.inflight[newest + 1:]
     for step in st.in_consume:
         step[:] = [g for g in step if g not in retired]
-    return [O.WgmmaWait(len(st.inflight), note=A_REGS_NOTE if rs else note, loc=loc),
+    return [O.WgmmaWait(len(st.inflight), note=A_REGS_NOTE if rs else note,
+                        pinned=retired[-1].overlapped, loc=loc),
             O.FenceOperands(accs, a_registers=rs, loc=loc)]
 
 
@@ -207,6 +214,10 @@ def _region(ops, st: _State) -> list[O.Op]:
                 and not _chains(op, st):
             out += _flush(st, op.loc)
         out += _visit(op, st)
+        if st.inflight and not is_tag_op(op) and \
+                any(isinstance(v.type, TileType) for v in op.results()):
+            for g in st.inflight:   # this work ran beside them
+                g.overlapped = True
         if st.fresh:
             st.fresh = st.fresh - {v.id for v in op.results()}
     return out

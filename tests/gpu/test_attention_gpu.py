@@ -130,7 +130,7 @@ SCHEDULES = {  # the non-default schedules, each on ragged lengths and the causa
     "intra-wg-overlap": lambda d: dict(intra_wg_overlap=True, block_n=64),
     "ping-pong": lambda d: dict(ordered=True),
     # FA3's order (P V in flight during the softmax), fa3_overlap_schedule's tile shapes
-    "fa3-overlap": lambda d: dict(fa3_overlap=True, block_n=64 if d == 64 else 128),
+    "fa3-overlap": lambda d: dict(fa3_overlap=True, block_n=64 if d == 64 else 112),
 }
 
 

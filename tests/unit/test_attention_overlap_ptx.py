@@ -2,14 +2,18 @@
 sm_90a: in the KV loop, P V's register-A wgmma is issued, then `wgmma.wait_group 1`, then the
 softmax's exp2 (one `ex2.approx` per S element of the thread, plus alpha), and only then
 `wgmma.wait_group 0`; every register-A operand is defined right before its wgmma (the fence of
-tests/unit/test_wgmma_register_a_ptx.py). This is what lower/sync.py and codegen promise; what
-ptxas then schedules is scripts/sass_attention_overlap.py's report (docs/perf/attention.md:
-today ptxas hoists the wait 0 above the exp2)."""
+tests/unit/test_wgmma_register_a_ptx.py). This is what lower/sync.py and codegen promise. With
+nvdisasm (NVDISASM= or PATH; pip nvidia-cuda-nvdisasm), the SASS too: ptxas keeps the exp2
+between the P V HGMMA and its wait (the wait is pinned: without it ptxas hoisted the wait above
+the softmax, docs/perf/attention.md)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +85,38 @@ def test_loop_order_reads_runs():
         "wgmma.wait_group.sync.aligned 1;", "ex2.approx.f32 %f2, %f3;",
         "ex2.approx.f32 %f4, %f5;", "wgmma.wait_group.sync.aligned 0;"])
     assert loop_order(ptx) == ["rs", "w1", "e:2", "w0"]
+
+
+def _nvdisasm() -> str | None:
+    found = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
+    return found if found and os.path.exists(found) else None
+
+
+@needs_nvrtc
+@pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm not found (NVDISASM= or PATH)")
+@pytest.mark.parametrize("head_dim,causal", [(64, True), (128, False), (128, True),
+                                             (256, False)])
+def test_sass_keeps_the_softmax_beside_p_v(head_dim, causal):
+    """In the machine code too: ptxas neither serializes the wgmma (C7512) nor moves the
+    pinned wait 0 above the softmax, so the loop's P V group has the exp2 of S_j (block_n/2
+    per thread, and alpha's 2) between its HGMMA and its WARPGROUP.DEPBAR 0x0."""
+    from argus.kernels.attention import fa3_overlap_schedule
+
+    spec = importlib.util.spec_from_file_location(
+        "sass_attention_overlap", Path(__file__).parents[2] / "scripts" /
+        "sass_attention_overlap.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    schedule = fa3_overlap_schedule(head_dim, causal)
+    old = os.environ.get("ARGUS_VERIFY")
+    os.environ["ARGUS_VERIFY"] = "0"
+    try:
+        head, *groups = tool.overlap_report(head_dim, causal, schedule, _nvdisasm())
+    finally:
+        if old is None:
+            os.environ.pop("ARGUS_VERIFY", None)
+        else:
+            os.environ["ARGUS_VERIFY"] = old
+    assert "not serialized" in head, head
+    exps = [int(re.search(r"(\d+) MUFU.EX2", g).group(1)) for g in groups]
+    assert max(exps) >= schedule.block_n // 2 + 2, groups

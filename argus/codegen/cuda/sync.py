@@ -65,7 +65,8 @@ def set_max_nreg(em: _Emitter, op: O.SetMaxNReg) -> None:
 
 @rule(O.WgmmaWait)
 def wgmma_wait(em: _Emitter, op: O.WgmmaWait) -> None:
-    em.emit(f"ag::wgmma_wait<{op.pending}>();" + _note(op.note))
+    pinned = "_pinned" if op.pinned else ""
+    em.emit(f"ag::wgmma_wait{pinned}<{op.pending}>();" + _note(op.note))
 
 
 @rule(O.WgmmaCommit)

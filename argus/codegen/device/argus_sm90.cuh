@@ -545,6 +545,20 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 }
+// The same wait kept behind the work before it (WgmmaWait.pinned). ptxas (NVRTC 13.0) moves a
+// wgmma.wait_group to the top of its basic block, above independent work the wait was placed
+// after: FlashAttention's softmax while P V runs kept no MUFU.EX2 between the P V HGMMA and its
+// WARPGROUP.DEPBAR (scripts/sass_attention_overlap.py). A branch ends the block before the
+// wait; its condition must be one ptxas cannot decide (a compare on %dynamic_smem_size was
+// folded away, its bound is known), so it reads %clock, and the branch, taken once in 2^32
+// visits, only sleeps a nanosecond: a clock read, a compare and a uniform branch.
+template <int N>
+__device__ __forceinline__ void wgmma_wait_pinned() {
+    uint32_t clock;
+    asm volatile("mov.u32 %0, %%clock;" : "=r"(clock));
+    if (clock == 0xffffffffu) asm volatile("nanosleep.u32 1;");
+    wgmma_wait<N>();
+}
 
 // Compiler-only fence on accumulator registers: the wait above names no registers, so without
 // this the compiler could move reads/writes of `d` across it. Costs no instruction.
