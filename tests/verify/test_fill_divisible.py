@@ -8,6 +8,8 @@ divisibility alone was unsound: a loop that runs one whole block past the end, w
 under a max, must still be refused (no other check catches it), and is, with the element,
 iteration and thread that read the fill."""
 
+from pathlib import Path
+
 import pytest
 
 import argus as ag
@@ -121,3 +123,33 @@ def test_a_block_replaced_under_a_condition_is_refused():
     report = verify.run(maybe.trace())
     found = [d for d in report.diagnostics if d.code == "fill.identity"]
     assert found and all(d.severity == "error" for d in found)
+
+
+KB_TASK = Path(__file__).resolve().parents[3] / "shared" / "kernelbench" / "level1" / \
+    "99_TripletMarginLoss.py"
+
+
+@pytest.mark.skipif(not KB_TASK.exists(), reason="KernelBench tasks not found")
+def test_kernelbench_l1_99_composed_kernels_verify_clean():
+    # the composed solution's kernels at the task's row width (8192), few rows: its row sums
+    # load with the default fill 0 in blocks that divide the row (the false alarm's source)
+    import torch
+
+    from argus.compose.runtime import Program
+
+    class Triplet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.loss = torch.nn.TripletMarginLoss(margin=1.0)
+
+        def forward(self, a, p, n):
+            return self.loss(a, p, n)
+    torch.manual_seed(0)
+    program = Program.build(Triplet(), [torch.rand(64, 8192) for _ in range(3)])
+    fns = [fn for launch in program.launches.values()
+           for fn in [launch.fn] + ([launch.facts["combine"][0]] if "combine" in launch.facts
+                                    else [])]
+    assert fns
+    for fn in fns:
+        report = verify.run(lower_only(fn))
+        assert not report.errors, "\n".join(str(d) for d in report.errors)
