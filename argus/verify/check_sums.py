@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import z3
 
 from argus.ir import ops as O
+from argus.verify import solver
 from argus.verify import witness as W
 from argus.verify.model import Model, _num
 from argus.verify.obligation import Finding, Obligation
@@ -219,10 +220,10 @@ def _leaf_offsets(model: Model, loop: O.For, leaf) -> list:
     for k, init in enumerate(leaf.inits):
         at = [z3.substitute(t, (var, start + k * step)) for t in offs]
         got = [_num(model.scalar(o)) for o in init.offsets]
-        check = z3.Solver()
-        check.set("timeout", 2000)
-        check.add(*model.premises, z3.Or([a != b for a, b in zip(at, got)]))
-        if check.check() != z3.unsat:
+        out = solver.prove(list(model.premises),
+                           [(f"ring block {k}", z3.And([a == b for a, b in zip(at, got)]))],
+                           timeout_ms=2000)
+        if out.status != "proven":
             raise _NoClaim(f"the ring's block {k} at {init.loc} is not the loop's block {k}")
     return offs
 
