@@ -58,6 +58,7 @@ everything(const __grid_constant__ TensorMap tm, float* out, bf16* out16, int n)
       + shfl_xor(x, 1) + inf_f32() + neg_inf_f32() + nan_f32() + max_f32();
     uint32_t p = pack_bf16x2(x, x + 1.f) ^ pack_f16x2(x, x) ^ e4m3x2_to_f16x2(pack_e4m3x2(x, x));
     x += bf16x2_lo(p) + bf16x2_hi(p) + bf16_to_f32(f32_to_bf16(x)) + f16_to_f32(f32_to_f16(x));
+    x += e4m3_to_f32(f32_to_e4m3(x));
     uint32_t r0, r1, r2, r3;
     ldmatrix_x4(buf + lane_id() * 16, r0, r1, r2, r3);
     ldmatrix_x4_trans(buf + lane_id() * 16, r0, r1, r2, r3);

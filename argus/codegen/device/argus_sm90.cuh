@@ -126,6 +126,25 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t v) {
     return r;
 }
 
+// One f32 to one e4m3 (what a store of an e4m3 tile element keeps): the low byte of the pair
+// conversion above, so the same rounding (nearest even) and saturation: finite values and
+// infinities beyond +-448 become +-448, NaN stays NaN. This is what cuda_fp8.h's
+// __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3) emits on sm_89+ (this header includes no
+// CUDA header), what the interpreter's argus.dtypes.round_to computes, and torch 2.13's
+// .to(torch.float8_e4m3fn); older torch made |v| > 464 and infinities NaN (pytorch PR 178817).
+__device__ __forceinline__ e4m3 f32_to_e4m3(float v) {
+    e4m3 r;
+    r.x = static_cast<uint8_t>(pack_e4m3x2(v, 0.0f) & 0xFFu);
+    return r;
+}
+
+// One e4m3 to f32: exact (every e4m3 value, subnormals included, is an f16 value).
+__device__ __forceinline__ float e4m3_to_f32(e4m3 v) {
+    f16 h;
+    h.x = static_cast<uint16_t>(e4m3x2_to_f16x2(v.x) & 0xFFFFu);
+    return f16_to_f32(h);
+}
+
 // ------------------------------------------------------------------------------------------
 // Math. NVRTC also provides the CUDA math API without includes (expf, logf, erff, tanhf,
 // sqrtf, fmaxf, rsqrtf, __expf ...); these wrappers pin the exact SFU instruction instead.
