@@ -945,6 +945,46 @@ def _cat(self, result, tensors, dim=0):
     return out
 
 
+@rule(torch.chunk, torch.split, torch.tensor_split, "chunk", "split", "tensor_split")
+def _pieces(self, result, x, *args, dim=0, **kw):
+    """chunk / split along dim: a tuple of slices whose lengths are the result's own."""
+    if not isinstance(result, (tuple, list)) or len(args) > 2:
+        return NotImplemented
+    dim = int(args[1] if len(args) == 2 else dim) % len(x.shape)
+    pieces, start = [], 0
+    for r in result:
+        length = int(r.shape[dim])
+        pieces.append(x if length == x.shape[dim] else self.g.add(
+            "slice", (x,), tuple(r.shape), x.dtype, dim=dim, start=start, length=length))
+        start += length
+    return tuple(pieces)
+
+
+@rule(torch.unbind, "unbind")
+def _unbind(self, result, x, dim=0):
+    dim = dim % len(x.shape)
+    return tuple(self.g.add("select", (x,), x.shape[:dim] + x.shape[dim + 1:], x.dtype, dim=dim,
+                            index=i) for i in range(x.shape[dim]))
+
+
+@rule(torch.stack)
+def _stack(self, result, tensors, dim=0):
+    dim = dim % len(result.shape)
+    views = [self.view(t, t.shape[:dim] + (1,) + t.shape[dim:]) if isinstance(t, Node) else t
+             for t in tensors]
+    return _cat(self, result, views, dim)
+
+
+@rule(F.glu)
+def _glu(self, result, x, dim=-1):
+    dim = dim % len(x.shape)
+    half = x.shape[dim] // 2
+    shape = x.shape[:dim] + (half,) + x.shape[dim + 1:]
+    a = self.g.add("slice", (x,), shape, x.dtype, dim=dim, start=0, length=half)
+    b = self.g.add("slice", (x,), shape, x.dtype, dim=dim, start=half, length=half)
+    return self.ew("mul", a, self.ew("sigmoid", b))
+
+
 def _fill(value_of):
     def r(self, result, *args, **kw):
         value = value_of(args, kw)

@@ -131,6 +131,17 @@ def test_basic_indexing(op, full):
     check(fn_model(op), [randn(5, 6, 7)], full=full)
 
 
+@pytest.mark.parametrize("op", [
+    lambda x, y: torch.chunk(x, 3, dim=1)[0].sum(1) + torch.chunk(x, 3, dim=1)[2].sum(1),
+    lambda x, y: x.chunk(2, 1)[0] * x.chunk(2, 1)[1] + F.glu(y, dim=1),
+    lambda x, y: x.split(15, dim=1)[2].relu() + torch.split(y, [10, 30], dim=1)[0],
+    lambda x, y: torch.unbind(x, 0)[3] * 2 + torch.stack([x, y]).amax(0)[0],
+    lambda x, y: torch.stack([x, y], dim=1).sum(1),
+])
+def test_pieces_and_stack(op):
+    check(fn_model(op), [randn(16, 40), randn(16, 40, seed=2)])
+
+
 def test_baddbmm_and_prelu():
     check(fn_model(lambda i, x, w: torch.baddbmm(i, x, w, beta=0.5, alpha=2.0)),
           [randn(3, 8, 12), randn(3, 8, 16, seed=1), randn(3, 16, 12, seed=2)])
