@@ -44,8 +44,8 @@ from argus.ir import tag_ops as T
 from argus.ir.core import Kernel, Op, Region, Value
 from argus.ir.types import ScalarType, SmemType, TensorType, TileType
 from argus.verify import exprs, solver
-from argus.verify.tagdomain import (Memo, Record, TagVal, conj, fresh_int, mentions,
-                                   substitute, subterms)
+from argus.verify.tagdomain import (Memo, Record, TagVal, conj, fresh_int, instantiate,
+                                   mentions, substitute, subterms, with_fresh)
 from argus.verify.transfer import RULES
 # the records the walk builds and the obligation modules read live with the transfer functions
 # that fill them in (one module below both); the checks import them from here
@@ -421,10 +421,29 @@ class Model:
         tma = [w for w in writes if w.kind == "tma"]
         generic = [w for w in writes if w.kind == "generic" and w.site.seq < reader.seq]
         if tma:
-            return self._read_tma(view, R, j, reader, tma)
+            if Memo.building:
+                return self._read_tma(view, R, j, reader, tma)
+            return self._read_tma_at(view, R, j, reader, tma)
         if generic:
             return self._read_generic(view, R, j, generic)
         return Record({}, z3.BoolVal(False), (), f"nothing was written to {view.buffer}")
+
+    def _read_tma_at(self, view, R, j, reader: Site, writes) -> Record:
+        """`_read_tma` at row R, column j, from one record per (view, reader) built at a
+        symbolic row and column: that record with R and j substituted and its own fresh
+        variables (the writers' loop indices seen from the reader) renamed apart, which is
+        the record a computation at (R, j) builds (it reads R and j only as terms). The
+        operands of one wgmma are read at many indices (359 reads in a d 256 attention
+        kernel), and each computation walks every producer step and TMA copy again."""
+        memo = self.__dict__.setdefault("_tma_reads", {})
+        key = (id(view), id(reader))
+        hit = memo.get(key)
+        if hit is None:
+            row, col = z3.Int("argus.verify.model!row"), z3.Int("argus.verify.model!col")
+            rec, own = with_fresh(lambda: self._read_tma(view, row, col, reader, writes))
+            hit = memo[key] = (view, reader, row, col, rec, own)   # keeps the keys' objects
+        _, _, row, col, rec, own = hit
+        return instantiate(rec, own, [(row, _num(R)), (col, _num(j))])
 
     def _read_generic(self, view, R, j, writes) -> Record:
         rec_fields: dict = {}

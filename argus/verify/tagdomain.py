@@ -234,10 +234,32 @@ def memoized_record(fn):
     return wrapped
 
 
-def _renamed(rec: Record, own: tuple) -> Record:
-    if not own:
+def with_fresh(compute):
+    """(compute(), the fresh variables it created): a computation's own auxiliaries, which a
+    record built from it renames apart per instantiation (`instantiate`)."""
+    global _created
+    outer = _created is None
+    if outer:
+        _created = []
+    start = len(_created)
+    try:
+        out = compute()
+        own = tuple(_created[start:])
+    finally:
+        if outer:
+            _created = None
+    return out, own
+
+
+def instantiate(rec: Record, own: tuple, pairs=()) -> Record:
+    """`rec` with `pairs` substituted and its own fresh variables renamed to new ones."""
+    return _renamed(rec, own, list(pairs))
+
+
+def _renamed(rec: Record, own: tuple, extra: list | None = None) -> Record:
+    if not own and not extra:
         return rec
-    pairs = [(v, fresh_int(term_name(v).split("!")[0])) for v in own]
+    pairs = (extra or []) + [(v, fresh_int(term_name(v).split("!")[0])) for v in own]
 
     def sub(t):
         return substitute(t, *pairs) if isinstance(t, z3.ExprRef) else t
