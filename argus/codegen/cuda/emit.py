@@ -72,7 +72,7 @@ SCALAR_C = {"i32": "int", "i1": "bool", "f32": "float", "i64": "long long", "u32
 
 def strip_round(expr: str, dtype) -> str:
     """`x` for `round(x)` when the consumer rounds to `dtype` itself (round is idempotent)."""
-    if dtype.name not in ("bf16", "f16"):
+    if dtype.name not in ("bf16", "f16", "e4m3"):
         return expr
     prefix = f"ag::{dtype.name}_to_f32(ag::f32_to_{dtype.name}("
     if not (expr.startswith(prefix) and expr.endswith("))")):

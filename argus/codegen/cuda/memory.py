@@ -29,14 +29,19 @@ from argus.ir.types import TensorType
 
 
 def _to_mem_c(expr: str, dtype) -> str:
+    """The stored element of the f32 value `expr`: the float storage types convert (rounding
+    to nearest even; e4m3 saturates to +-448), f32 and the integer types assign."""
     expr = strip_round(expr, dtype)
-    return {"bf16": f"ag::f32_to_bf16({expr})", "f16": f"ag::f32_to_f16({expr})"}.get(
-        dtype.name, expr)
+    if dtype.name in ("bf16", "f16", "e4m3"):
+        return f"ag::f32_to_{dtype.name}({expr})"
+    return expr
 
 
 def _from_mem_c(expr: str, dtype) -> str:
-    return {"bf16": f"ag::bf16_to_f32({expr})", "f16": f"ag::f16_to_f32({expr})"}.get(
-        dtype.name, expr)
+    """The f32 register value of the stored element `expr` (exact widening)."""
+    if dtype.name in ("bf16", "f16", "e4m3"):
+        return f"ag::{dtype.name}_to_f32({expr})"
+    return expr
 
 
 def _vector_access(lay, dtype) -> int:

@@ -43,6 +43,8 @@ def _round_c(expr: str, dtype) -> str:
         return f"ag::bf16_to_f32(ag::f32_to_bf16({expr}))"
     if dtype.name == "f16":
         return f"ag::f16_to_f32(ag::f32_to_f16({expr}))"
+    if dtype.name == "e4m3":  # saturating, as argus.dtypes.round_to
+        return f"ag::e4m3_to_f32(ag::f32_to_e4m3({expr}))"
     if dtype.kind in ("int", "uint"):  # integer tiles live in float registers: truncate
         return f"(float)(int)({expr})"
     return expr
