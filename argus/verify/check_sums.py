@@ -220,9 +220,10 @@ def _leaf_offsets(model: Model, loop: O.For, leaf) -> list:
     for k, init in enumerate(leaf.inits):
         at = [z3.substitute(t, (var, start + k * step)) for t in offs]
         got = [_num(model.scalar(o)) for o in init.offsets]
+        if all(z3.eq(z3.simplify(a), z3.simplify(b)) for a, b in zip(at, got)):
+            continue   # the same term (lower/prefetch.py's clones): no query
         out = solver.prove(list(model.premises),
-                           [(f"ring block {k}", z3.And([a == b for a, b in zip(at, got)]))],
-                           timeout_ms=2000)
+                           [(f"ring block {k}", z3.And([a == b for a, b in zip(at, got)]))])
         if out.status != "proven":
             raise _NoClaim(f"the ring's block {k} at {init.loc} is not the loop's block {k}")
     return offs
