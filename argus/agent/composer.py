@@ -159,8 +159,7 @@ def _compose_general(path: Path, why: NoTemplate) -> TaskSpec:
     io = [n for n in g.nodes if n.op == "leaf"] + [g.output]
     bytes_io = float(sum(n.numel * 4 for n in io))
     flops = float(sum(2 * n.numel * n.args[0].shape[-1] for n in g.nodes if n.op == "matmul"))
-    kernels = len(prog.launches) + sum(1 for s in prog.plan.steps if s.kind in ("matmul",
-                                                                                 "scan"))
+    kernels = prog.plan.argus_steps
     has_mm = any(s.kind == "matmul" for s in prog.plan.steps)
     if kernels == 0:  # every op runs in torch: nothing for the agent to tune or to judge as ours
         raise NoTemplate(f"{path.stem}: no Argus template for this op family: argus.compose "

@@ -52,6 +52,12 @@ class Plan:
     def complete(self) -> bool:
         return not self.unsupported
 
+    @property
+    def argus_steps(self) -> int:
+        """Steps that launch Argus kernels: fused tile kernels and the template ops (GEMM,
+        scan, pool, conv); views are free and torch steps are not ours."""
+        return sum(1 for s in self.steps if s.kind not in VIEW_OPS + ("torch",))
+
 
 def _in_domain(shape: tuple[int, ...], domain: tuple[int, ...]) -> bool:
     if len(shape) > len(domain):
