@@ -502,7 +502,9 @@ def _bv_obligation(model: Model, site: WgmmaSite, operand: str, L: _Layout, subj
                    reader_row0, writes, rank=None) -> Obligation:
     """The same claim with stage, mn, k and the row offsets as 32-bit vectors (QF_BV)."""
     bw = 32
-    st, mn, kk = z3.BitVecs(f"stage!{id(site)} mn!{id(site)} kk!{id(site)}", bw)
+    # fresh names: id() of a Python object can be reused once it is collected, and two
+    # terms with one name are one variable
+    st, mn, kk = (z3.FreshConst(z3.BitVecSort(bw), prefix=p) for p in ("stage", "mn", "kk"))
     prem = [z3.ULT(st, L.stages), z3.ULT(mn, L.MN), z3.ULT(kk, L.K)]
     row0 = _bv_of(model, reader_row0, bw, prem)
     wr = [(w, _bv_of(model, term, bw, prem)) for w, term in writes]
@@ -532,7 +534,7 @@ def _bv_of(model: Model, term, bw: int, prem: list):
     if isinstance(term, int):
         return z3.BitVecVal(term, bw)
     vals = _values_of(model, term, limit=64)
-    v = z3.BitVec(f"row0!{id(term)}", bw)
+    v = z3.FreshConst(z3.BitVecSort(bw), prefix="row0")
     if vals:
         prem.append(z3.Or([v == x for x in vals]))
     return v

@@ -638,7 +638,8 @@ class Model:
                             z3.simplify(n_r)):
                 pairs = cand
         if not Memo.building:   # mid-walk, a loop bound may not be known yet
-            self._nest_decisions[key] = (pairs, n_r, tuple(pre))  # the terms keep their ids
+            # the step and the terms are kept with the decision: their ids stay theirs
+            self._nest_decisions[key] = (pairs, n_r, tuple(pre), step)
         return pairs
 
     # -- tag expressions -------------------------------------------------------------------
