@@ -1,0 +1,129 @@
+"""The fp8 MoE path's activation quantization (argus/kernels/moe_fp8.py): token rows to e4m3
+with one scale per 128 columns, plain and fused into the permute, in the interpreter against
+a torch reference (DeepGEMM's per_token_cast_to_fp8 formula, torch's float8_e4m3fn cast);
+verifier clean with the permute's rows proven distinct; NVRTC builds for sm_90a."""
+
+import numpy as np
+import pytest
+
+import argus as ag
+from argus import verify
+from argus.compiler import lower_only
+from argus.kernels.moe_fp8 import (AMAX_FLOOR, E4M3_MAX, GROUP, permute_quantize_kernel,
+                                   quantize_1x128_kernel)
+from argus.runtime import nvrtc_available
+
+torch = pytest.importorskip("torch")
+
+SENTINEL = -7.0  # what unwritten elements of the outputs keep (not an e4m3 value we produce)
+
+
+def reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x [M, K] f32 -> (e4m3 values [M, K/128, 128] as f32, scales [M, K/128]), in torch f32."""
+    xt = torch.from_numpy(x).view(x.shape[0], -1, GROUP)
+    amax = xt.abs().amax(dim=2).clamp(min=AMAX_FLOOR)
+    # a true f32 division, as the kernel's: torch's `448.0 / amax` is 448 * reciprocal(amax),
+    # one rounding more, which moves products onto the other side of e4m3 midpoints
+    inverse = torch.full_like(amax, E4M3_MAX) / amax
+    q = (xt * inverse.unsqueeze(2)).clamp(-E4M3_MAX, E4M3_MAX)
+    return q.to(torch.float8_e4m3fn).float().numpy(), (amax / E4M3_MAX).numpy()
+
+
+def activations(rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    """Row groups of very different magnitudes, an all-zero group, one group with a single
+    large outlier, and bf16-representable values (the kernels' bf16 inputs)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, cols)) * 10.0 ** rng.uniform(-3, 3, (rows, cols // GROUP, 1)
+                                                                ).repeat(GROUP, axis=2).reshape(
+        rows, cols)
+    x[0, :GROUP] = 0.0
+    x[1, GROUP:2 * GROUP] *= 1e-3
+    x[1, GROUP + 5] = 3e4
+    return torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16).float().numpy()
+
+
+def _check_dequantized(q: np.ndarray, scales: np.ndarray, x: np.ndarray) -> None:
+    """An independent bound: q * scale is x within e4m3's half ulp (2^-4 relative) or, for
+    the group's tiny values, half its subnormal quantum (2^-10 of the scale)."""
+    back = q * scales[:, :, None]
+    err = np.abs(back - x.reshape(q.shape))
+    bound = np.abs(x.reshape(q.shape)) * 2.0 ** -4 + scales[:, :, None] * 2.0 ** -10
+    assert np.all(err <= bound * (1 + 1e-6))
+
+
+@pytest.mark.parametrize("src,groups", [(ag.bf16, 4), (ag.f32, 8), (ag.bf16, 1)])
+def test_quantize_1x128_matches_torch(src, groups):
+    rows, cols, padded = 7, 5 * GROUP, 8       # 5 groups: a ragged last block of groups
+    x = activations(rows, cols)
+    xq = np.full((rows, cols // GROUP, GROUP), SENTINEL, np.float32)
+    scale_t = np.full((cols // GROUP, padded), SENTINEL, np.float32)
+    quantize_1x128_kernel(src, groups).interpret(x.reshape(rows, -1, GROUP), xq, scale_t)
+    q_ref, s_ref = reference(x)
+    np.testing.assert_array_equal(xq, q_ref)
+    np.testing.assert_array_equal(scale_t[:, :rows], s_ref.T)
+    assert np.all(scale_t[:, rows:] == SENTINEL)  # the alignment padding is not written
+    assert np.all(np.abs(xq).max(axis=2) == E4M3_MAX) or np.all(x[0, :GROUP] == 0)
+    _check_dequantized(xq, scale_t[:, :rows].T, x)
+
+
+def test_nan_in_a_group_makes_that_group_nan_only():
+    x = activations(2, 2 * GROUP)
+    x[1, 3] = np.nan
+    xq = np.zeros((2, 2, GROUP), np.float32)
+    scale_t = np.zeros((2, 2), np.float32)
+    quantize_1x128_kernel(ag.f32, 4).interpret(x.reshape(2, -1, GROUP), xq, scale_t)
+    q_ref, s_ref = reference(x)
+    np.testing.assert_array_equal(xq, q_ref)       # NaN positions equal too
+    np.testing.assert_array_equal(scale_t, s_ref.T)
+    assert np.isnan(scale_t[0, 1]) and np.isfinite(scale_t).sum() == 3
+
+
+@pytest.mark.parametrize("top_k,groups", [(2, 4), (8, 2)])
+def test_permute_quantize_matches_torch(top_k, groups):
+    tokens, cols, bm = 9, 3 * GROUP, 8
+    x = activations(tokens, cols, seed=top_k)
+    rng = np.random.default_rng(top_k)
+    entries = tokens * top_k
+    # a padded layout like routing's: entries in a random order, a padding row after every
+    # third entry (never written), the scale buffer one column wider than the layout
+    order = rng.permutation(entries)
+    pos = order + order // 3
+    rows = int(pos.max()) + 1 + bm
+    xq = np.full((rows, cols // GROUP, GROUP), SENTINEL, np.float32)
+    scale_t = np.full((cols // GROUP, rows + 1), SENTINEL, np.float32)
+    permute_quantize_kernel(top_k, groups).interpret(
+        x.reshape(tokens, -1, GROUP), pos.astype(np.int32).reshape(-1, 1), xq, scale_t)
+    q_ref, s_ref = reference(x)
+    token_of = np.arange(entries) // top_k
+    np.testing.assert_array_equal(xq[pos], q_ref[token_of])
+    np.testing.assert_array_equal(scale_t[:, pos], s_ref[token_of].T)
+    unwritten = np.setdiff1d(np.arange(rows), pos)
+    assert np.all(xq[unwritten] == SENTINEL) and np.all(scale_t[:, unwritten] == SENTINEL)
+    assert np.all(scale_t[:, rows] == SENTINEL)
+
+
+@pytest.mark.parametrize("build", [
+    lambda: quantize_1x128_kernel(ag.bf16, 4),
+    lambda: permute_quantize_kernel(8, 4),
+], ids=["quantize_1x128", "permute_quantize"])
+def test_verifies_clean(build):
+    kernel = build()
+    report = verify.run(lower_only(kernel))
+    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    assert "store.once" in {o.code for o in report.proven}
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
+@pytest.mark.parametrize("build", [
+    lambda: quantize_1x128_kernel(ag.bf16, 4),
+    lambda: quantize_1x128_kernel(ag.f32, 8),
+    lambda: permute_quantize_kernel(8, 4),
+], ids=["bf16_4", "f32_8", "permute_k8"])
+def test_builds_for_sm90a_without_spills(build):
+    from argus import codegen
+    from argus.runtime.compile import compile_cuda
+
+    source = codegen.render(lower_only(build()))
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    assert binary.arch == "sm_90a" and not binary.resource(source.name).spills
+    assert "cvt.rn.satfinite.e4m3x2.f32" in binary.ptx
