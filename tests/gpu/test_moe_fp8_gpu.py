@@ -1,0 +1,73 @@
+"""GPU tier: the fp8 MoE path's activation quantization (argus/kernels/moe_fp8.py) on the card,
+bit for bit against the torch reference of tests/moe/test_moe_fp8_interp.py computed on the GPU
+(e4m3 bytes and f32 scales), at DeepSeek-V3's hidden size."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.gpu import hopper_only  # noqa: E402
+from tests.moe.test_moe_fp8_interp import SENTINEL, activations  # noqa: E402
+
+import argus as ag  # noqa: E402
+from argus.kernels.moe_fp8 import (AMAX_FLOOR, E4M3_MAX, GROUP,  # noqa: E402
+                                   permute_quantize_kernel, quantize_1x128_kernel)
+
+pytestmark = hopper_only()
+
+E4M3 = torch.float8_e4m3fn
+
+
+def _reference(x: torch.Tensor):
+    """x [M, K] -> (e4m3 [M, K/128, 128], scales [M, K/128]) with the kernel's f32 ops."""
+    xt = x.float().view(x.shape[0], -1, GROUP)
+    amax = xt.abs().amax(dim=2).clamp(min=AMAX_FLOOR)
+    inverse = torch.full_like(amax, E4M3_MAX) / amax   # a true division, as the kernel's
+    q = (xt * inverse.unsqueeze(2)).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    return q, amax / E4M3_MAX
+
+
+def _bytes_equal(a: torch.Tensor, b: torch.Tensor) -> None:
+    bad = (a.view(torch.uint8) != b.view(torch.uint8)).nonzero()
+    assert bad.numel() == 0, f"{bad.shape[0]} e4m3 bytes differ, first at {bad[0].tolist()}"
+
+
+@pytest.mark.parametrize("src,groups", [(ag.bf16, 4), (ag.f32, 8)])
+@pytest.mark.parametrize("rows", [1, 333, 4096])
+def test_quantize_1x128_matches_torch(src, groups, rows):
+    cols = 7168
+    x = torch.from_numpy(activations(rows, cols)).cuda().to(src.torch_dtype())
+    xq = torch.zeros(rows, cols // GROUP, GROUP, device="cuda").to(E4M3)
+    padded = (rows + 3) // 4 * 4
+    scale_t = torch.full((cols // GROUP, padded), SENTINEL, device="cuda")
+    quantize_1x128_kernel(src, groups)(x.view(rows, -1, GROUP), xq, scale_t)
+    torch.cuda.synchronize()
+    q_ref, s_ref = _reference(x)
+    _bytes_equal(xq, q_ref)
+    assert torch.equal(scale_t[:, :rows], s_ref.T)
+    assert bool((scale_t[:, rows:] == SENTINEL).all())
+
+
+@pytest.mark.parametrize("tokens,top_k", [(16, 8), (1000, 2)])
+def test_permute_quantize_matches_torch(tokens, top_k):
+    cols = 4096
+    x = torch.from_numpy(activations(tokens, cols, seed=top_k)).cuda().to(torch.bfloat16)
+    entries = tokens * top_k
+    order = np.random.default_rng(top_k).permutation(entries)
+    pos_host = order + order // 3          # a padding row after every third entry
+    rows = int(pos_host.max()) + 1
+    pos = torch.from_numpy(pos_host.astype(np.int32)).cuda().view(-1, 1)
+    xq = torch.full((rows, cols // GROUP, GROUP), SENTINEL, device="cuda").to(E4M3)
+    scale_t = torch.full((cols // GROUP, rows), SENTINEL, device="cuda")
+    permute_quantize_kernel(top_k, 4)(x.view(tokens, -1, GROUP), pos, xq, scale_t)
+    torch.cuda.synchronize()
+    q_ref, s_ref = _reference(x)
+    token_of = torch.arange(entries, device="cuda") // top_k
+    index = pos.view(-1).long()
+    _bytes_equal(xq[index], q_ref[token_of])
+    assert torch.equal(scale_t[:, index], s_ref[token_of].T)
+    written = torch.zeros(rows, dtype=torch.bool, device="cuda")
+    written[index] = True
+    assert bool((xq[~written].float() == SENTINEL).all())
+    assert bool((scale_t[:, ~written] == SENTINEL).all())
