@@ -1159,6 +1159,58 @@ def _hardshrink(self, result, x, lambd=0.5):
                    dtype=x.dtype)
 
 
+# Rounding: float -> int32 conversion truncates toward zero (C's cast, and the interpreter's),
+# so trunc(x) = float(int(x)) where |x| < 2^23; larger floats are integers already (and NaN and
+# inf compare false there, passing through unchanged). floor, ceil and round build on it.
+def _trunc_node(self, x):
+    t = self.ew("cast", self.ew("cast", x, dtype=torch.int32, shape=x.shape), dtype=x.dtype,
+                shape=x.shape)
+    return self.ew("where", self.ew("lt", self.ew("abs", x), 8388608.0), t, x)
+
+
+def _step(self, cond, x):
+    return self.ew("where", cond, 1.0, 0.0, dtype=x.dtype)
+
+
+@rule(torch.trunc, torch.fix, "trunc", "fix")
+def _trunc(self, result, x):
+    return _trunc_node(self, x) if x.dtype.is_floating_point else x
+
+
+@rule(torch.floor, "floor")
+def _floor(self, result, x):
+    if not x.dtype.is_floating_point:
+        return x
+    t = _trunc_node(self, x)
+    return self.ew("sub", t, _step(self, self.ew("gt", t, x), x))
+
+
+@rule(torch.ceil, "ceil")
+def _ceil(self, result, x):
+    if not x.dtype.is_floating_point:
+        return x
+    t = _trunc_node(self, x)
+    return self.ew("add", t, _step(self, self.ew("lt", t, x), x))
+
+
+@rule(torch.round, "round")
+def _round(self, result, x, *, decimals=0):
+    """Half to even, as torch: floor(x), plus one above the half, plus one at exactly the
+    half when the floor is odd."""
+    if decimals or not x.dtype.is_floating_point:
+        return NotImplemented if decimals else x
+    f = _floor(self, result, x)
+    d = self.ew("sub", x, f)                      # exact: x and floor(x) are close
+    odd = self.ew("ne", self.ew("mul", _trunc_node(self, self.ew("mul", f, 0.5)), 2.0), f)
+    up = self.ew("or", self.ew("gt", d, 0.5), self.ew("and", self.ew("eq", d, 0.5), odd))
+    return self.ew("add", f, _step(self, up, x))
+
+
+@rule(torch.frac, "frac")
+def _frac(self, result, x):
+    return self.ew("sub", x, _trunc_node(self, x))
+
+
 @rule(torch.lerp, "lerp")
 def _lerp(self, result, a, b, weight):
     return self.ew("add", a, self.ew("mul", _num(weight), self.ew("sub", b, a)))

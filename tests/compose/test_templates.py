@@ -142,6 +142,22 @@ def test_pieces_and_stack(op):
     check(fn_model(op), [randn(16, 40), randn(16, 40, seed=2)])
 
 
+@pytest.mark.parametrize("op", [torch.floor, torch.ceil, torch.round, torch.trunc, torch.frac,
+                                lambda x: torch.round(x * 3) / 3 + torch.floor(x) * 0.5])
+def test_rounding_is_exact(op):
+    """floor / ceil / round (half to even) / trunc / frac from the truncating float -> int
+    conversion, equal to torch's in fp32 bit for bit: ties, negative ties, -0.0, floats past
+    2^23 (integers already), past 2^31 (no int32 overflow), just below and above a half."""
+    special = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.0, -3.0, 1e9, -1e9, 8388609.0,
+                            -0.0, 0.49999997, 2.5000002, 4194304.5, -4194303.5])
+    x = torch.cat([5 * randn(4, 16), special[None]], 0)
+    ref, new = composed(fn_model(op))
+    with torch.no_grad():
+        y = new(x)
+    assert not next(iter(new._programs.values())).unsupported
+    assert torch.equal(y, op(x))
+
+
 def test_baddbmm_and_prelu():
     check(fn_model(lambda i, x, w: torch.baddbmm(i, x, w, beta=0.5, alpha=2.0)),
           [randn(3, 8, 12), randn(3, 8, 16, seed=1), randn(3, 16, 12, seed=2)])
@@ -367,10 +383,10 @@ def test_gemm_with_fused_epilogue_and_norm():
 
 # ------------------------------------------------------------------------------ partial
 def test_an_op_without_template_runs_in_torch_and_is_named():
-    # floor has no DSL elementwise function (convolutions, the example before, now lower)
-    prog = check(fn_model(lambda x: torch.floor(x * 4.0).relu() + x), [randn(2, 3, 20)],
+    # fmod has no rule (convolutions, the example before, now lower)
+    prog = check(fn_model(lambda x: torch.fmod(x * 4.0, 0.7).relu() + x), [randn(2, 3, 20)],
                  full=False)
-    assert prog.unsupported == ["floor"]
+    assert prog.unsupported == ["fmod"]
 
 
 @pytest.mark.parametrize("causal", [False, True])
