@@ -1,6 +1,9 @@
 """The on-disk compile cache: content hash -> compiled artefacts, written atomically.
 
-One job: store and fetch JSON records by key under ARGUS_CACHE_DIR (default ~/.cache/argus).
+One job: store and fetch JSON records by key under ARGUS_CACHE_DIR (default ~/.cache/argus),
+one folder per kind of record: "cubin" (runtime/compile.py: NVRTC's output by content hash) and
+"verified" (argus/compiler.py: the verifier's verdict on one lowered kernel and its CUDA, for
+this Argus, `argus_fingerprint`).
 Invariant: a record is either absent or complete. Each record is one file written to a temporary
 name in the same folder and renamed into place (os.replace is atomic on POSIX), so concurrent
 compiles of the same kernel, or a crash mid-write, never leave a torn entry; a record that fails
@@ -9,6 +12,8 @@ to parse is treated as a miss and overwritten.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import tempfile
@@ -24,14 +29,36 @@ def cache_dir() -> Path:
     return Path(value).expanduser() if value else Path.home() / ".cache" / "argus"
 
 
-def _record_path(key: str, root: Path | None = None) -> Path:
+def _record_path(key: str, root: Path | None = None, kind: str = "cubin") -> Path:
     base = root if root is not None else cache_dir()
-    return base / "cubin" / key[:2] / f"{key}.json"
+    return base / kind / key[:2] / f"{key}.json"
 
 
-def load(key: str) -> dict[str, Any] | None:
+@functools.cache
+def argus_fingerprint() -> str:
+    """sha256 of this Argus: the text of every Python file and device header of the package and
+    the z3 version. A record whose meaning depends on what the compiler does (the verifier's
+    verdict) is keyed by it, so an edited or upgraded Argus never trusts an older one's records.
+    Read once per process (about 30 ms on the 2-core development machine)."""
+    from importlib import metadata
+
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted([*package.rglob("*.py"), *package.rglob("*.cuh")]):
+        digest.update(str(path.relative_to(package)).encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    try:
+        digest.update(metadata.version("z3-solver").encode())
+    except metadata.PackageNotFoundError:
+        digest.update(b"no z3")
+    return digest.hexdigest()
+
+
+def load(key: str, kind: str = "cubin") -> dict[str, Any] | None:
     """The record stored under `key`, or None (absent, unreadable, or another format)."""
-    path = _record_path(key)
+    path = _record_path(key, kind=kind)
     try:
         with open(path, encoding="utf-8") as handle:
             record = json.load(handle)
@@ -42,10 +69,10 @@ def load(key: str) -> dict[str, Any] | None:
     return record
 
 
-def store(key: str, record: dict[str, Any]) -> Path | None:
+def store(key: str, record: dict[str, Any], kind: str = "cubin") -> Path | None:
     """Write `record` under `key` atomically; returns the path, or None if the cache is not
     writable (a cache that cannot be written must never fail a compile)."""
-    path = _record_path(key)
+    path = _record_path(key, kind=kind)
     data = dict(record, format=FORMAT_VERSION)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
