@@ -7,10 +7,11 @@ from argus.ops.conv import (conv1d, conv2d, conv3d, conv_transpose1d, conv_trans
                              conv_transpose3d)
 from argus.ops.matmul import bmm, matmul
 from argus.ops.moe import moe
+from argus.ops.quantize_fp8 import quantize_fp8
 from argus.ops.scaled_matmul import scaled_matmul
 from argus.ops.schedules import Problem, choose, heuristic
 from argus.ops.tune import TuneResult, tune_matmul
 
-__all__ = ["attention", "bmm", "matmul", "moe", "scaled_matmul", "tune_matmul", "TuneResult", "Problem", "choose",
+__all__ = ["attention", "bmm", "matmul", "moe", "quantize_fp8", "scaled_matmul", "tune_matmul", "TuneResult", "Problem", "choose",
            "heuristic", "conv1d", "conv2d", "conv3d",
            "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"]

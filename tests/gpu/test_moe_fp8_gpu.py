@@ -71,3 +71,31 @@ def test_permute_quantize_matches_torch(tokens, top_k):
     written[index] = True
     assert bool((xq[~written].float() == SENTINEL).all())
     assert bool((scale_t[:, ~written] == SENTINEL).all())
+
+
+def test_quantize_fp8_op_feeds_scaled_matmul():
+    """argus.ops.quantize_fp8's (xq, scale) go into argus.ops.scaled_matmul's block-scaled path
+    as they are (scale is MN-major, no copy): the product matches float64 of the dequantized
+    operands, and x @ w.T within fp8's error."""
+    from argus.ops import quantize_fp8, scaled_matmul
+
+    m, n, k = 333, 512, 1024
+    gen = torch.Generator(device="cuda").manual_seed(16)
+    x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", generator=gen)
+    xq, sa = quantize_fp8(x)
+    assert xq.dtype == E4M3 and tuple(sa.shape) == (m, k // GROUP) and sa.stride(0) == 1
+    q_ref, s_ref = _reference(x)
+    _bytes_equal(xq.view(m, -1, GROUP), q_ref)
+    assert torch.equal(sa, s_ref)
+    blocks = w.view(n // GROUP, GROUP, k // GROUP, GROUP)
+    sb = blocks.abs().amax(dim=(1, 3)).clamp(min=AMAX_FLOOR) / E4M3_MAX
+    wq = (blocks / sb[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3).view(n, k)
+    out = scaled_matmul(xq, wq, sa, sb, out_dtype=torch.float32)
+    torch.cuda.synchronize()
+    a64 = xq.double() * sa.double().repeat_interleave(GROUP, 1)
+    b64 = wq.double() * sb.double().repeat_interleave(GROUP, 0).repeat_interleave(GROUP, 1)
+    ref = a64 @ b64.T
+    assert (out.double() - ref).norm() / ref.norm() < 1e-5
+    exact = x.double() @ w.double().T
+    assert (out.double() - exact).norm() / exact.norm() < 0.05

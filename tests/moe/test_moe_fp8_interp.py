@@ -127,3 +127,29 @@ def test_builds_for_sm90a_without_spills(build):
     binary = compile_cuda(source.text, [source.name], use_cache=False)
     assert binary.arch == "sm_90a" and not binary.resource(source.name).spills
     assert "cvt.rn.satfinite.e4m3x2.f32" in binary.ptx
+
+
+
+class _PretendCuda(torch.Tensor):
+    """A CPU tensor whose is_cuda is True: reaches the op's checks after the device check."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: [1.0], "torch.Tensor"),
+    (lambda: torch.zeros(4, 256), "CUDA device"),
+    (lambda: torch.zeros(4, 256, dtype=torch.float16).as_subclass(_PretendCuda),
+     "bfloat16 or torch.float32"),
+    (lambda: torch.zeros(2, 4, 256).as_subclass(_PretendCuda), "2-d"),
+    (lambda: torch.zeros(4, 200).as_subclass(_PretendCuda), "multiple of 128"),
+    (lambda: torch.zeros(256, 4).t().as_subclass(_PretendCuda), "contiguous"),
+], ids=["list", "cpu", "f16", "3d", "ragged_k", "strided"])
+def test_quantize_fp8_op_refuses_bad_input(make, message):
+    from argus.errors import LaunchError
+    from argus.ops import quantize_fp8
+
+    with pytest.raises(LaunchError, match=message):
+        quantize_fp8(make())
