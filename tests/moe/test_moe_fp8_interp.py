@@ -153,3 +153,32 @@ def test_quantize_fp8_op_refuses_bad_input(make, message):
 
     with pytest.raises(LaunchError, match=message):
         quantize_fp8(make())
+
+
+def _permute_quantize_every_slot_to_slot_0(top_k: int = 8, groups: int = 4):
+    """Seeded bug: permute_quantize_kernel, but every slot j writes slot 0's row."""
+    from argus.kernels.moe_fp8 import _quantize_groups
+
+    @ag.kernel(threads=128, name="moe_permute_quantize_mut", partial_outputs=("Xq", "ScaleT"))
+    def moe_permute_quantize(X: ag.Tensor["T", "HG", GROUP, ag.bf16],
+                             Pos: ag.Tensor["N", 1, ag.i32],
+                             Xq: ag.Tensor["M", "HG", GROUP, ag.e4m3],
+                             ScaleT: ag.Tensor["HG", "MS", ag.f32]):
+        position = ag.opaque("position")
+        ag.tag_tensor(Pos, value=lambda i, zero: position(i))
+        ag.tag_assume(lambda a, b: ag.tag_any(a == b, position(a) != position(b)))
+        t, b = ag.grid(X.shape[0], ag.cdiv(X.shape[1], groups))
+        g0 = b * groups
+        x = ag.load(X, (t, g0, 0), (groups, GROUP)).to(ag.f32)
+        q, scale = _quantize_groups(x, g0, X.shape[1])
+        for j in range(top_k):
+            row = ag.load_scalar(Pos, (t * top_k, 0))   # the bug: slot 0's row for every j
+            ag.store(Xq, (row, g0, 0), q)
+            ag.store(ScaleT, (g0, row), scale)
+
+    return moe_permute_quantize
+
+
+def test_verifier_catches_slots_written_to_one_row():
+    report = verify.run(lower_only(_permute_quantize_every_slot_to_slot_0()))
+    assert "store.once" in {d.code for d in report.errors}, [str(d) for d in report.errors]
