@@ -59,6 +59,8 @@ everything(const __grid_constant__ TensorMap tm, float* out, bf16* out16, int n)
     uint32_t p = pack_bf16x2(x, x + 1.f) ^ pack_f16x2(x, x) ^ e4m3x2_to_f16x2(pack_e4m3x2(x, x));
     x += bf16x2_lo(p) + bf16x2_hi(p) + bf16_to_f32(f32_to_bf16(x)) + f16_to_f32(f32_to_f16(x));
     x += e4m3_to_f32(f32_to_e4m3(x));
+    { float a, b, c, e; unpack_e4m3x4(pack_e4m3x4(x, x + 1.f, x + 2.f, x + 3.f), a, b, c, e);
+      x += a + b + c + e; }
     uint32_t r0, r1, r2, r3;
     ldmatrix_x4(buf + lane_id() * 16, r0, r1, r2, r3);
     ldmatrix_x4_trans(buf + lane_id() * 16, r0, r1, r2, r3);

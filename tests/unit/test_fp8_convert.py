@@ -24,10 +24,12 @@ needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not instal
 BM, BN = 16, 128
 
 
-def _quantize_kernel(src):
-    """Y = (X * scale) rounded to e4m3: a `src` tile converted with .to(ag.e4m3) and stored."""
+def _quantize_kernel(src, threads: int = 128):
+    """Y = (X * scale) rounded to e4m3: a `src` tile converted with .to(ag.e4m3) and stored.
+    At 128 threads a thread holds one column of the [16, 128] tile (byte stores); at 32 it
+    holds chunks of 4 consecutive columns (4-byte vector stores of packed e4m3)."""
 
-    @ag.kernel(threads=128, name=f"fp8_quantize_{src.name}")
+    @ag.kernel(threads=threads, name=f"fp8_quantize_{src.name}_{threads}")
     def quantize(X: ag.Tensor["M", "N", src], Y: ag.Tensor["M", "N", ag.e4m3],
                  scale: ag.Scalar[ag.f32]):
         pm, pn = ag.grid(ag.cdiv(X.shape[0], BM), ag.cdiv(X.shape[1], BN))
@@ -38,11 +40,15 @@ def _quantize_kernel(src):
     return quantize
 
 
-@ag.kernel(threads=128)
-def fp8_dequantize(Y: ag.Tensor["M", "N", ag.e4m3], Z: ag.Tensor["M", "N", ag.f32]):
-    """Z = Y widened to f32 (an e4m3 tensor loaded)."""
-    pm, pn = ag.grid(ag.cdiv(Y.shape[0], BM), ag.cdiv(Y.shape[1], BN))
-    ag.store(Z, (pm * BM, pn * BN), ag.load(Y, (pm * BM, pn * BN), (BM, BN)).to(ag.f32))
+def _dequantize_kernel(threads: int = 128):
+    """Z = Y widened to f32 (an e4m3 tensor loaded; 4-byte vector loads at 32 threads)."""
+
+    @ag.kernel(threads=threads, name=f"fp8_dequantize_{threads}")
+    def dequantize(Y: ag.Tensor["M", "N", ag.e4m3], Z: ag.Tensor["M", "N", ag.f32]):
+        pm, pn = ag.grid(ag.cdiv(Y.shape[0], BM), ag.cdiv(Y.shape[1], BN))
+        ag.store(Z, (pm * BM, pn * BN), ag.load(Y, (pm * BM, pn * BN), (BM, BN)).to(ag.f32))
+
+    return dequantize
 
 
 @ag.kernel(threads=128)
@@ -54,6 +60,9 @@ def fp8_round_trip(X: ag.Tensor["M", "N", ag.f32], Z: ag.Tensor["M", "N", ag.f32
 
 
 QUANTIZE = {d.name: _quantize_kernel(d) for d in (ag.f32, ag.bf16)}
+QUANTIZE_VEC = {d.name: _quantize_kernel(d, threads=32) for d in (ag.f32, ag.bf16)}
+fp8_dequantize = _dequantize_kernel()
+fp8_dequantize_vec = _dequantize_kernel(threads=32)
 SPECIAL = [0.0, -0.0, 1e-9, -1e-9, 2.0 ** -10, 2.0 ** -9, 1.5 * 2.0 ** -9, 2.0 ** -6,
            1.0625, 1.1875, 15.5, 440.0, 447.9, 448.0, 449.0, 463.9, 464.0, 464.1, 479.0,
            480.0, 500.0, 1e6, 3e38, np.inf, -np.inf, np.nan, -448.0, -464.1, -1e6]
@@ -131,26 +140,51 @@ def test_dequantize_and_round_trip_interpret_as_torch():
 def test_rendering_converts_once_per_store():
     """A converted tile stored as e4m3 renders one saturating conversion per element (the
     store's, not a round trip before it); a converted tile used in arithmetic renders the round
-    trip; a load widens."""
+    trip; a load widens. Chunks of 4 consecutive e4m3 columns are one 32-bit access."""
     text = codegen.render(lower_only(QUANTIZE["f32"])).text
     assert "ag::f32_to_e4m3(" in text and "ag::e4m3_to_f32(" not in text
+    assert "pack_e4m3x4" not in text  # a column a thread: byte stores
     text = codegen.render(lower_only(fp8_round_trip)).text
     assert "ag::e4m3_to_f32(ag::f32_to_e4m3(" in text
     text = codegen.render(lower_only(fp8_dequantize)).text
     assert "ag::e4m3_to_f32(Y[" in text
+    text = codegen.render(lower_only(QUANTIZE_VEC["bf16"])).text
+    assert "ag::st_global_b32(Y + ge, ag::pack_e4m3x4(gv0, gv1, gv2, gv3));" in text
+    assert "ag::e4m3_to_f32(" not in text   # no round trip before the packed store either
+    assert "ag::f32_to_e4m3(gv3)" in text   # the scalar path of a ragged or unaligned chunk
+    text = codegen.render(lower_only(fp8_dequantize_vec)).text
+    assert "ag::unpack_e4m3x4(gw0, " in text and "ag::e4m3_to_f32(Y[" in text
+
+
+@pytest.mark.parametrize("src", ["f32", "bf16"])
+def test_vector_kernels_interpret_as_torch(src):
+    """The 32-thread kernels (same IR semantics, another layout): the interpreter agrees."""
+    x = conversion_inputs()
+    if src == "bf16":
+        x = _bf16(x)
+    y = np.zeros_like(x)
+    QUANTIZE_VEC[src].interpret(x, y, 0.375)
+    _same(y, torch_e4m3((x * np.float32(0.375)).astype(np.float32)))
+    z = np.zeros_like(y)
+    fp8_dequantize_vec.interpret(y, z)
+    _same(z, y)
+
+
+ALL_KERNELS = [QUANTIZE["f32"], QUANTIZE["bf16"], QUANTIZE_VEC["f32"], QUANTIZE_VEC["bf16"],
+               fp8_dequantize, fp8_dequantize_vec, fp8_round_trip]
+STORES_E4M3 = {k.name for k in ALL_KERNELS if "quantize" in k.name and "de" not in k.name}
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("kernel", [QUANTIZE["f32"], QUANTIZE["bf16"], fp8_dequantize,
-                                    fp8_round_trip], ids=lambda k: k.name)
+@pytest.mark.parametrize("kernel", ALL_KERNELS, ids=lambda k: k.name)
 def test_nvrtc_compiles_e4m3_conversions_for_sm90a(kernel):
     from argus.runtime.compile import compile_cuda
 
     source = codegen.render(lower_only(kernel))
     binary = compile_cuda(source.text, [source.name], use_cache=False)
     assert binary.arch == "sm_90a" and binary.cubin[:4] == b"\x7fELF"
-    if kernel is not fp8_dequantize:
+    if "dequantize" not in kernel.name:
         assert "cvt.rn.satfinite.e4m3x2.f32" in binary.ptx
-    if kernel is not QUANTIZE["f32"] and kernel is not QUANTIZE["bf16"]:
+    if kernel.name not in STORES_E4M3:
         assert "cvt.rn.f16x2.e4m3x2" in binary.ptx
     assert not binary.resource(source.name).spills

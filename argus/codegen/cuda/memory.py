@@ -46,17 +46,27 @@ def _from_mem_c(expr: str, dtype) -> str:
 
 def _vector_access(lay, dtype) -> int:
     """Bytes of one vector global access into a chunk of `lay` (min(16, vec x element bytes)),
-    or 0 where the tile is accessed element by element: non-blocked layouts, vec 1, and dtypes
-    other than f32 / bf16 / f16 (integer and fp8 tiles keep the scalar path)."""
-    if not isinstance(lay, Blocked) or lay.vec < 2 or dtype.name not in ("f32", "bf16", "f16"):
+    or 0 where the tile is accessed element by element: non-blocked layouts, vec 1, dtypes
+    other than f32 / bf16 / f16 / e4m3 (integer tiles keep the scalar path), and chunks under
+    4 bytes (e4m3 with vec 2)."""
+    if not isinstance(lay, Blocked) or lay.vec < 2 or \
+            dtype.name not in ("f32", "bf16", "f16", "e4m3"):
         return 0
-    return min(16, lay.vec * dtype.bytes)
+    width = min(16, lay.vec * dtype.bytes)
+    return width if width >= 4 else 0
 
 
 def _vector_load_c(ptr: str, width: int, dtype, regs: list[str]) -> list[str]:
     """Statements loading `width` bytes at `ptr` (aligned) into the f32 registers `regs`."""
     if dtype.name == "f32":
         return [f"ag::ld_global_f32x{len(regs)}({ptr}, {', '.join(regs)});"]
+    if dtype.name == "e4m3":  # four elements a 32-bit word, the lowest byte first
+        words = [f"gw{k}" for k in range(width // 4)]
+        out = ([f"const ag::uint32_t gw0 = ag::ld_global_b32({ptr});"] if len(words) == 1 else
+               [f"ag::uint32_t {', '.join(words)};",
+                f"ag::ld_global_b32x{len(words)}({ptr}, {', '.join(words)});"])
+        return out + [f"ag::unpack_e4m3x4({w}, {', '.join(regs[4 * k:4 * k + 4])});"
+                      for k, w in enumerate(words)]
     lo, hi = (("ag::bf16x2_lo", "ag::bf16x2_hi") if dtype.name == "bf16"
               else ("ag::f16x2_lo", "ag::f16x2_hi"))
     words = [f"gw{k}" for k in range(width // 4)]
@@ -74,8 +84,13 @@ def _vector_store_c(ptr: str, width: int, dtype, values: list[str]) -> str:
     """One `width`-byte store at `ptr` (aligned) of the f32 values (16-bit dtypes: packed)."""
     if dtype.name == "f32":
         return f"ag::st_global_f32x{len(values)}({ptr}, {', '.join(values)});"
-    pack = "ag::pack_bf16x2" if dtype.name == "bf16" else "ag::pack_f16x2"
-    words = [f"{pack}({values[2 * k]}, {values[2 * k + 1]})" for k in range(len(values) // 2)]
+    if dtype.name == "e4m3":  # four elements a 32-bit word, the lowest byte first
+        words = [f"ag::pack_e4m3x4({', '.join(values[4 * k:4 * k + 4])})"
+                 for k in range(len(values) // 4)]
+    else:
+        pack = "ag::pack_bf16x2" if dtype.name == "bf16" else "ag::pack_f16x2"
+        words = [f"{pack}({values[2 * k]}, {values[2 * k + 1]})"
+                 for k in range(len(values) // 2)]
     if len(words) == 1:
         return f"ag::st_global_b32({ptr}, {words[0]});"
     return f"ag::st_global_b32x{len(words)}({ptr}, {', '.join(words)});"
@@ -117,7 +132,7 @@ def _bounds(em: _Emitter, tensor: Value, offsets, info: TileInfo, i: int,
 def _chunked(em: _Emitter, op, info: TileInfo, dtype, rank: int, scalar, vector,
              prologue=None, outside=None) -> None:
     """Global access of a register tile: element by element (`scalar(i)` -> statement), or,
-    for a blocked tile whose chunks are 4-16 bytes of f32/bf16/f16, one vector access per
+    for a blocked tile whose chunks are 4-16 bytes of f32/bf16/f16/e4m3, one vector access per
     chunk (`vector(ptr, width, regs)` -> statements) where the whole chunk is in bounds and
     its address is aligned to the access, checked at run time per chunk; other chunks
     (ragged edges, unaligned base pointers or row strides, odd column offsets) take the

@@ -145,6 +145,24 @@ __device__ __forceinline__ float e4m3_to_f32(e4m3 v) {
     return f16_to_f32(h);
 }
 
+// Four f32 to four e4m3 in one 32-bit word, a in the lowest byte (memory order: one 4-byte
+// global store of four consecutive elements); conversion as f32_to_e4m3.
+__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
+    return static_cast<uint32_t>(pack_e4m3x2(a, b)) |
+           (static_cast<uint32_t>(pack_e4m3x2(c, d)) << 16);
+}
+
+// The four e4m3 of a 32-bit word (lowest byte first) widened exactly to f32.
+__device__ __forceinline__ void unpack_e4m3x4(uint32_t w, float& a, float& b, float& c,
+                                              float& d) {
+    const uint32_t lo = e4m3x2_to_f16x2(static_cast<uint16_t>(w & 0xFFFFu));
+    const uint32_t hi = e4m3x2_to_f16x2(static_cast<uint16_t>(w >> 16));
+    a = f16_to_f32(f16{static_cast<uint16_t>(lo & 0xFFFFu)});
+    b = f16_to_f32(f16{static_cast<uint16_t>(lo >> 16)});
+    c = f16_to_f32(f16{static_cast<uint16_t>(hi & 0xFFFFu)});
+    d = f16_to_f32(f16{static_cast<uint16_t>(hi >> 16)});
+}
+
 // ------------------------------------------------------------------------------------------
 // Math. NVRTC also provides the CUDA math API without includes (expf, logf, erff, tanhf,
 // sqrtf, fmaxf, rsqrtf, __expf ...); these wrappers pin the exact SFU instruction instead.
