@@ -14,8 +14,10 @@ torch = pytest.importorskip("torch")
 from tests.gpu import hopper_only  # noqa: E402
 from tests.unit.test_fp8_convert import (  # noqa: E402
     QUANTIZE,
+    QUANTIZE_VEC,
     conversion_inputs,
     fp8_dequantize,
+    fp8_dequantize_vec,
     fp8_round_trip,
 )
 
@@ -34,13 +36,14 @@ def _assert_same_e4m3(ours: torch.Tensor, ref: torch.Tensor, what: str) -> None:
                               f"{a[bad[0]].item():#04x} torch {b[bad[0]].item():#04x}")
 
 
+@pytest.mark.parametrize("kernels", [QUANTIZE, QUANTIZE_VEC], ids=["bytes", "packed"])
 @pytest.mark.parametrize("src", ["f32", "bf16"])
 @pytest.mark.parametrize("scale", [1.0, 0.375])
-def test_quantize_matches_torch_bit_for_bit(src, scale):
+def test_quantize_matches_torch_bit_for_bit(kernels, src, scale):
     x32 = conversion_inputs()
     x = torch.from_numpy(x32).cuda().to(torch.float32 if src == "f32" else torch.bfloat16)
     y = torch.full(x.shape, 0.5, device="cuda").to(E4M3)
-    QUANTIZE[src](x, y, scale)
+    kernels[src](x, y, scale)
     torch.cuda.synchronize()
     scaled = x.float() * scale
     _assert_same_e4m3(y, scaled.clamp(-448.0, 448.0).to(E4M3), "vs torch of the clamped value")
@@ -50,14 +53,15 @@ def test_quantize_matches_torch_bit_for_bit(src, scale):
     # the interpreter computes the same bytes
     x_host = x.float().cpu().numpy()
     y_interp = np.zeros_like(x_host)
-    QUANTIZE[src].interpret(x_host, y_interp, scale)
+    kernels[src].interpret(x_host, y_interp, scale)
     _assert_same_e4m3(y.cpu(), torch.from_numpy(y_interp).to(E4M3), "vs the interpreter")
 
 
-def test_dequantize_every_code():
+@pytest.mark.parametrize("kernel", [fp8_dequantize, fp8_dequantize_vec], ids=["bytes", "packed"])
+def test_dequantize_every_code(kernel):
     codes = torch.arange(256, dtype=torch.uint8).view(E4M3).repeat(3, 2).cuda()  # [3, 512]
     z = torch.full(codes.shape, 7.0, device="cuda")
-    fp8_dequantize(codes, z)
+    kernel(codes, z)
     torch.cuda.synchronize()
     ref = codes.float()
     assert torch.equal(torch.isnan(z), torch.isnan(ref))
