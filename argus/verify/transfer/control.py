@@ -58,6 +58,7 @@ def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
                       (m.steps_over(op, per[pid], index) if pid in varying else index * per[pid])
                       for pid in per if not _is_zero(per[pid])}
     carried = m._carried_tiles(op.body)
+    shifted: list[int] = []
     if carried:
         # dry pass (no recording): the loop-carried tiles' state after one iteration,
         # summarized over the loop and joined with the initial state, is the state every
@@ -76,18 +77,41 @@ def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
             for vid in level:
                 if vid in m.tiles and vid in saved:
                     entry[vid] = _previous_iteration(saved[vid], m.tiles[vid], var, start, step)
+        summary = {vid: _join(saved[vid], _summarize(m.tiles[vid], var, start, stop, op.loc))
+                   for vid in carried if vid not in entry and vid in m.tiles and vid in saved}
+        # a tile the body recomputes each iteration from other carried tiles (FA3's P_{j-1},
+        # carried past the softmax of S_j): one more dry pass, every other carried tile at
+        # its entry state, gives its value at any iteration's end; iteration j sees the one
+        # of j - step (`_previous_iteration`), not a summary that loses its index
+        shifted = [vid for vid in _recomputed_values(m, op, carried, set(entry))
+                   if vid in summary]
+        if shifted:
+            m.tiles.clear()
+            m.tiles.update(saved)
+            m.tiles.update(entry)
+            m.tiles.update(summary)
+            m._walk(op.body, inner_scopes, role, dict(inner_counters))
+            for vid in shifted:
+                if vid in m.tiles:
+                    entry[vid] = _previous_iteration(saved[vid], m.tiles[vid], var, start,
+                                                     step)
         m._recording = recording
         for vid in carried:
             if vid in entry:
                 m.tiles[vid] = entry[vid]
-            elif vid in m.tiles and vid in saved:
-                m.tiles[vid] = _join(saved[vid], _summarize(m.tiles[vid], var, start,
-                                                            stop, op.loc))
+            elif vid in summary:
+                m.tiles[vid] = summary[vid]
     m._walk(op.body, inner_scopes, role, dict(inner_counters))
-    for vid in carried:
-        if vid in m.tiles:
-            m.tiles[vid] = _summarize(m.tiles[vid], var, start, stop, op.loc)
     trip = m._trip(op)
+    for vid in carried:
+        if vid in shifted and vid in m.tiles:
+            # after the loop: the entry state of the iteration one past the last (the last
+            # iteration's value, the initial one if the loop runs none)
+            past = _num(start) + _num(trip) * _num(step)
+            m.tiles[vid] = _at(_previous_iteration(saved[vid], m.tiles[vid], var, start, step),
+                               var, past)
+        elif vid in m.tiles:
+            m.tiles[vid] = _summarize(m.tiles[vid], var, start, stop, op.loc)
     for pid, n in per.items():
         if not _is_zero(n):
             counters[pid] = _num(counters.get(pid, 0)) + (
@@ -186,6 +210,61 @@ def _iteration_values(m: Model, loop: O.For, carried: list[int],
     return out
 
 
+def _recomputed_values(m: Model, loop: O.For, carried: list[int], known: set[int]) -> list[int]:
+    """The carried tiles (not in `known`) whose value at an iteration's end is a function of
+    that iteration alone, given the entry states of the *other* carried tiles: assigned once
+    in the body, at its top level (so in every iteration, last), from a value that does not
+    read the tile's own entry value nor an assigned scalar variable. Found by a dependency
+    pass in program order: a variable (or a wgmma accumulator, updated in place) holds the
+    carried tiles its current content was computed from; an update under an `if` or an
+    inner loop may not happen, so it adds to what the variable held (and the condition's
+    dependencies, since the value it picks depends on them)."""
+    body_assigns = [op.dst.id for op in loop.body.walk() if isinstance(op, O.Assign)]
+    scalars = m._assigned_vars()
+    cur: dict[int, frozenset] = {}
+
+    def deps(v) -> frozenset:
+        if v.id in cur:
+            return cur[v.id]
+        if v.id in scalars and isinstance(v.type, ScalarType):
+            return _SCALAR_VARIABLE
+        return frozenset({v.id}) if v.id in carried else frozenset()
+
+    tops: dict[int, frozenset] = {}
+
+    def walk(region, guard: frozenset, maybe: bool) -> None:
+        for op in region.ops:
+            if isinstance(op, O.Var):
+                cur[op.result.id] = deps(op.init) | guard
+            elif isinstance(op, O.Assign):
+                new = deps(op.src) | guard
+                cur[op.dst.id] = (cur.get(op.dst.id, deps(op.dst)) | new) if maybe else new
+                if region is loop.body:
+                    tops[op.dst.id] = new
+            elif isinstance(op, O.Wgmma):
+                cur[op.acc.id] = frozenset().union(*(deps(v) for v in op.operands())) | guard
+            else:
+                got = frozenset().union(*(deps(v) for v in op.operands()), guard)
+                for r in op.results():
+                    cur[r.id] = got
+            for inner in op.regions():
+                if isinstance(op, (O.Produce, O.Consume)):
+                    walk(inner, guard, maybe)        # its body runs once, every time
+                else:                                # an if, an inner loop, an elect
+                    cond = frozenset().union(*(deps(v) for v in op.operands()))
+                    walk(inner, guard | cond, True)
+
+    walk(loop.body, frozenset(), False)
+    return [vid for vid in carried if vid not in known and vid in tops and
+            body_assigns.count(vid) == 1 and vid not in tops[vid] and
+            not (tops[vid] & _SCALAR_VARIABLE)]
+
+
+# what a value read from an assigned scalar variable depends on (`_recomputed_values`): an
+# opaque term that stands for its value at any iteration, so not one to shift by an iteration
+_SCALAR_VARIABLE = frozenset({-1})
+
+
 def _previous_iteration(initial: TileState, after: TileState, var, start, step) -> TileState:
     """Entry state of iteration `var`: `initial` at var = start, else `after` (one iteration's
     assignment, a function of the index) taken at var - step. The shifted premises hold only
@@ -210,6 +289,21 @@ def _previous_iteration(initial: TileState, after: TileState, var, start, step) 
         defined = z3.If(first, a.defined, shift(b.defined))
         return Record(fields, defined, cond, b.source)
     return TileState(after.shape, after.layout, fn, after.loc, after.what)
+
+
+def _at(state: TileState, var, value) -> TileState:
+    """`state` with the loop index `var` taken at `value` (a term of the enclosing scope)."""
+    value = _num(value)
+
+    def at(t):
+        return substitute(t, (var, value))
+
+    def fn(idx, inner=state.fn):
+        rec = inner(idx)
+        fields = {name: TagVal(at(v.term), v.bound, tuple(at(c) for c in v.cond), v.mixed)
+                  for name, v in rec.fields.items()}
+        return Record(fields, at(rec.defined), tuple(at(c) for c in rec.cond), rec.source)
+    return TileState(state.shape, state.layout, fn, state.loc, state.what)
 
 
 def _summarize(state: TileState, var, start, stop, loc) -> TileState:
