@@ -565,7 +565,8 @@ def _once_implied(model, st, within, all_units, units, used, counts, pinned, wal
     Needs: every within variable moves its dim's offset, takes one value, or is pinned (by a
     term of neither it nor another pinned variable); every unit variable is in the tile map, walked or a
     walk's program id; the unit loops' bounds and walk starts and strides mention no within
-    variable (those obligations do not rename them)."""
+    variable, and no premise of the model relates variables of two of these groups (the
+    obligations do not rename them)."""
     within_names = {str(w) for w in within}
     used_names = {str(w) for w in used}
     for w in within:
@@ -586,6 +587,14 @@ def _once_implied(model, st, within, all_units, units, used, counts, pinned, wal
             return None
     if units and tile is None:
         return None
+    # the obligations rename one group of variables each and share the others between their
+    # two copies: a premise relating variables of two groups would make them assume more
+    # than two real instances satisfy
+    groups = [{str(g) for g in gs} for _, gs in walks] + [kept, within_names]
+    for p in model.premises:
+        mentioned = free_consts(p) & (walked_pids | kept | within_names)
+        if mentioned and not any(mentioned <= g for g in groups):
+            return None
     need = [(ob, ("distinct program ids start at distinct units", "start in [0, stride)"))
             for ob, _ in walks]
     need += [(ob, ("injective", "offset in [0, tile)")) for ob in offset_obs]
