@@ -31,6 +31,11 @@ from argus.dtypes import DType
 GROUP = 128          # columns per scale (one 128-deep K block of the block-scaled GEMM)
 E4M3_MAX = 448.0     # the largest finite e4m3 magnitude
 AMAX_FLOOR = 1e-4    # DeepGEMM's clamp: an all-zero group still gets a finite scale
+# One warp a CTA: a lane holds 4 consecutive columns of each group (8-byte bf16 loads, 4-byte
+# packed e4m3 stores) and a group's amax is a warp reduction (shuffles, no block barrier, as
+# moe_routing's one-warp routers). At 128 threads a thread holds one column of each group and
+# every amax crosses warps through shared memory. Not measured yet (no GPU run).
+THREADS = 32
 
 
 def _quantize_groups(x, g0, groups_total):
@@ -45,7 +50,8 @@ def _quantize_groups(x, g0, groups_total):
 
 
 @functools.lru_cache(maxsize=None)
-def quantize_1x128_kernel(src: DType, groups: int = 4) -> ag.KernelFunction:
+def quantize_1x128_kernel(src: DType, groups: int = 4, threads: int = THREADS
+                          ) -> ag.KernelFunction:
     """CTA (r, b) quantizes groups [b * groups, +groups) of row r."""
 
     def quantize_1x128(X: ag.Tensor["M", "KG", GROUP, src],
@@ -59,12 +65,14 @@ def quantize_1x128_kernel(src: DType, groups: int = 4) -> ag.KernelFunction:
         ag.store(ScaleT, (g0, r), scale)
 
     # scale_t's columns past M (M' > M: alignment padding the GEMM never uses) are not written
-    return ag.kernel(quantize_1x128, threads=128, name=f"quantize_1x128_{src.name}_{groups}",
+    return ag.kernel(quantize_1x128, threads=threads,
+                     name=f"quantize_1x128_{src.name}_{groups}_{threads}",
                      partial_outputs=("ScaleT",))
 
 
 @functools.lru_cache(maxsize=None)
-def permute_quantize_kernel(top_k: int, groups: int = 4) -> ag.KernelFunction:
+def permute_quantize_kernel(top_k: int, groups: int = 4, threads: int = THREADS
+                            ) -> ag.KernelFunction:
     """xq[pos[t * k + j]] = e4m3 of x[t] for each slot j, scale_t[:, pos[t * k + j]] its
     scales: CTA (t, b) quantizes groups [b * groups, +groups) of token t once and writes them
     to its k rows of the padded layout (argus/kernels/moe_routing.py's permute, quantized)."""
@@ -88,6 +96,6 @@ def permute_quantize_kernel(top_k: int, groups: int = 4) -> ag.KernelFunction:
             ag.store(ScaleT, (g0, row), scale)
 
     # the padding rows (and their scales) are never written, nor read by the GEMM's results
-    return ag.kernel(moe_permute_quantize, threads=128,
-                     name=f"moe_permute_quantize_k{top_k}_{groups}",
+    return ag.kernel(moe_permute_quantize, threads=threads,
+                     name=f"moe_permute_quantize_k{top_k}_{groups}_{threads}",
                      partial_outputs=("Xq", "ScaleT"))

@@ -33,15 +33,16 @@ def _bytes_equal(a: torch.Tensor, b: torch.Tensor) -> None:
     assert bad.numel() == 0, f"{bad.shape[0]} e4m3 bytes differ, first at {bad[0].tolist()}"
 
 
-@pytest.mark.parametrize("src,groups", [(ag.bf16, 4), (ag.f32, 8)])
+@pytest.mark.parametrize("src,groups,threads", [(ag.bf16, 4, 32), (ag.f32, 8, 32),
+                                                 (ag.bf16, 4, 128)])
 @pytest.mark.parametrize("rows", [1, 333, 4096])
-def test_quantize_1x128_matches_torch(src, groups, rows):
+def test_quantize_1x128_matches_torch(src, groups, threads, rows):
     cols = 7168
     x = torch.from_numpy(activations(rows, cols)).cuda().to(src.torch_dtype())
     xq = torch.zeros(rows, cols // GROUP, GROUP, device="cuda").to(E4M3)
     padded = (rows + 3) // 4 * 4
     scale_t = torch.full((cols // GROUP, padded), SENTINEL, device="cuda")
-    quantize_1x128_kernel(src, groups)(x.view(rows, -1, GROUP), xq, scale_t)
+    quantize_1x128_kernel(src, groups, threads)(x.view(rows, -1, GROUP), xq, scale_t)
     torch.cuda.synchronize()
     q_ref, s_ref = _reference(x)
     _bytes_equal(xq, q_ref)

@@ -114,19 +114,24 @@ def test_verifies_clean(build):
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
-@pytest.mark.parametrize("build", [
-    lambda: quantize_1x128_kernel(ag.bf16, 4),
-    lambda: quantize_1x128_kernel(ag.f32, 8),
-    lambda: permute_quantize_kernel(8, 4),
-], ids=["bf16_4", "f32_8", "permute_k8"])
-def test_builds_for_sm90a_without_spills(build):
+@pytest.mark.parametrize("build,warp", [
+    (lambda: quantize_1x128_kernel(ag.bf16, 4), True),
+    (lambda: quantize_1x128_kernel(ag.f32, 8), True),
+    (lambda: permute_quantize_kernel(8, 4), True),
+    (lambda: quantize_1x128_kernel(ag.bf16, 4, threads=128), False),
+], ids=["bf16_4", "f32_8", "permute_k8", "bf16_4_128_threads"])
+def test_builds_for_sm90a_without_spills(build, warp):
+    """No spills; at one warp a CTA (the default) no block barrier and packed e4m3 stores."""
     from argus import codegen
     from argus.runtime.compile import compile_cuda
 
     source = codegen.render(lower_only(build()))
     binary = compile_cuda(source.text, [source.name], use_cache=False)
-    assert binary.arch == "sm_90a" and not binary.resource(source.name).spills
+    res = binary.resource(source.name)
+    assert binary.arch == "sm_90a" and not res.spills, res.summary()
     assert "cvt.rn.satfinite.e4m3x2.f32" in binary.ptx
+    if warp:
+        assert res.barriers == 0 and "ag::pack_e4m3x4(" in source.text, res.summary()
 
 
 
@@ -157,9 +162,10 @@ def test_quantize_fp8_op_refuses_bad_input(make, message):
 
 def _permute_quantize_every_slot_to_slot_0(top_k: int = 8, groups: int = 4):
     """Seeded bug: permute_quantize_kernel, but every slot j writes slot 0's row."""
-    from argus.kernels.moe_fp8 import _quantize_groups
+    from argus.kernels.moe_fp8 import THREADS, _quantize_groups
 
-    @ag.kernel(threads=128, name="moe_permute_quantize_mut", partial_outputs=("Xq", "ScaleT"))
+    @ag.kernel(threads=THREADS, name="moe_permute_quantize_mut",
+               partial_outputs=("Xq", "ScaleT"))
     def moe_permute_quantize(X: ag.Tensor["T", "HG", GROUP, ag.bf16],
                              Pos: ag.Tensor["N", 1, ag.i32],
                              Xq: ag.Tensor["M", "HG", GROUP, ag.e4m3],
