@@ -23,7 +23,7 @@ from argus.kernels.moe_fp8 import GROUP, quantize_1x128_kernel
 
 _WHO = "argus.ops.quantize_fp8"
 _SOURCES = {"torch.bfloat16": dtypes.bf16, "torch.float32": dtypes.f32}
-# groups of 128 columns per CTA: a [4, 128] tile (4 registers a thread at 128 threads)
+# groups of 128 columns per CTA: a [4, 128] tile, 16 values a lane of its one warp
 GROUPS_PER_CTA = 4
 
 
