@@ -1,4 +1,4 @@
-"""The `argus` command: demo, compile, run, bench, verify, kernelbench, optimize.
+"""The `argus` command: demo, compile, run, bench, verify, prebuild, kernelbench, optimize.
 
 Commands that need the whole pipeline (compile, verify) are defined here, on top of every
 stage, so that no stage imports the compiler or the dsl to serve a command line (ARCHITECTURE.md
@@ -66,6 +66,53 @@ def cmd_run(args, bench: bool = False) -> int:
     if r.tflops:
         print(f"ours {r.tflops:.1f} TFLOP/s, baseline {r.baseline_tflops:.1f} TFLOP/s")
     return 0 if r.ok else 1
+
+
+# -- argus prebuild ----------------------------------------------------------------------------
+# `argus prebuild [--kind bf16:nk:tma ...] [--list]`: compile the kernels argus.ops.matmul's
+# untuned path picks (argus/ops/prebuild.py) into ARGUS_CACHE_DIR, so a shape's first call
+# skips the verifier and NVRTC. Needs NVRTC, not a GPU. --list prints them without compiling.
+
+def _prebuild_kind(text: str):
+    from argus.ops.prebuild import Kind
+
+    parts = text.split(":")
+    if len(parts) != 3 or parts[0] not in ("bf16", "f16") or parts[1] not in ("nk", "kn") \
+            or parts[2] not in ("tma", "direct"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not DTYPE:LAYOUT:EPILOGUE, e.g. bf16:nk:tma (dtype bf16 or f16, "
+            f"layout nk for x @ W.T or kn for x @ W, epilogue tma or direct)")
+    return Kind(parts[0], parts[0], parts[1], parts[2] == "tma")
+
+
+def cmd_prebuild(args) -> int:
+    from argus.ops.prebuild import COMMON_KINDS, common_schedules, prebuild_matmul
+
+    kinds = tuple(args.kind) or COMMON_KINDS
+
+    def name(kind) -> str:
+        return f"{kind.in_dtype}:{kind.b_layout}:{'tma' if kind.tma_store_ok else 'direct'}"
+
+    if args.list:
+        for kind in kinds:
+            for schedule in common_schedules(kind):
+                print(f"{name(kind)}  {schedule}")
+        return 0
+    built = prebuild_matmul(kinds, progress=lambda row: print(
+        f"{name(row.kind)}  {row.seconds:6.2f} s  {row.schedule}", flush=True))
+    print(f"{len(built)} kernels in the cache (ARGUS_CACHE_DIR), "
+          f"{sum(r.seconds for r in built):.1f} s")
+    return 0
+
+
+def _register_prebuild(subparsers) -> None:
+    p = subparsers.add_parser("prebuild", help="compile the untuned matmul's kernels ahead of "
+                                               "time into the cache (needs NVRTC, not a GPU)")
+    p.add_argument("--kind", action="append", type=_prebuild_kind, default=[],
+                   help="DTYPE:LAYOUT:EPILOGUE, e.g. bf16:nk:tma (repeatable; default: bf16 and "
+                        "f16, both layouts, both epilogues)")
+    p.add_argument("--list", action="store_true", help="print the kernels, compile nothing")
+    p.set_defaults(func=cmd_prebuild)
 
 
 # -- argus verify ------------------------------------------------------------------------------
@@ -331,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         p.set_defaults(func=lambda a, bench=bench: cmd_run(a, bench))
 
     _register_verify(sub)
+    _register_prebuild(sub)
     for module_name in ("argus.bench.kernelbench.cli", "argus.agent.cli"):
         try:
             module = __import__(module_name, fromlist=["register"])

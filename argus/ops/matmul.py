@@ -201,17 +201,7 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
             raise LaunchError("argus.ops.matmul: the TMA-store epilogue needs a 16-bit output "
                               "with 16-byte aligned rows",
                               fix="use GemmSchedule(epilogue='direct')")
-        if chosen.split_k > 1:
-            split_k.check(k, chosen.split_k, problem.batch)
-            compiled = split_k.SplitKMatmul(problem, chosen, *kernel_for(problem, chosen))
-        elif chosen.tail_splits > 1:
-            split_k.tail_check(k, chosen.tail_splits)
-            plain = dataclasses.replace(chosen, tail_splits=1)
-            compiled = split_k.TailSplitMatmul(problem, chosen, *kernel_for(problem, chosen),
-                                               kernel_for(problem, plain))
-        else:
-            kernel, run = kernel_for(problem, chosen)
-            compiled = kernel.compile(s=run)
+        compiled = compiled_for(problem, chosen)
         _remember(_CHOSEN, memo_key, compiled)
     if a.device.index == torch.cuda.current_device():
         replay = compiled(a_ready, b_ready, out)
@@ -230,6 +220,23 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
             if plan is not None:
                 _remember(_LAUNCHES, key, plan)
     return out
+
+
+def compiled_for(problem: Problem, chosen: GemmSchedule):
+    """What runs `problem` under `chosen`: the compiled kernel, or the split-K / tail-split
+    runner around its kernels. The host-side cost of a first call (trace, lower, verify or its
+    remembered verdict, NVRTC or its disk cache) is spent here; argus/ops/prebuild.py calls it
+    ahead of time. Needs no GPU."""
+    if chosen.split_k > 1:
+        split_k.check(problem.k, chosen.split_k, problem.batch)
+        return split_k.SplitKMatmul(problem, chosen, *kernel_for(problem, chosen))
+    if chosen.tail_splits > 1:
+        split_k.tail_check(problem.k, chosen.tail_splits)
+        plain = dataclasses.replace(chosen, tail_splits=1)
+        return split_k.TailSplitMatmul(problem, chosen, *kernel_for(problem, chosen),
+                                       kernel_for(problem, plain))
+    kernel, run = kernel_for(problem, chosen)
+    return kernel.compile(s=run)
 
 
 def _shared_weight_flat(a, b, out):
