@@ -28,7 +28,7 @@ for s in "${steps[@]}"; do
     kb) mkdir -p "$OUT/solve"; [ -n "${KB_RESUME:-}" ] && cp "$KB_RESUME/results.jsonl" "$OUT/solve/"
         run_step kb $(( ${KB_BUDGET:-240} + 70 )) bash scripts/gpu_kernelbench_solve.sh "${KB_BUDGET:-240}" 1,2 ;;
     membound) run_step membound 90 python3 -u scripts/gpu_memory_bound.py --rounds 2 --out "$OUT/membound" ;;
-    attention) run_step attention 110 python3 -u scripts/gpu_attention_bench.py --quick --dims 64,128,256 --variants default,pingpong --kernel-only --out "$OUT/attention" ;;
+    attention) run_step attention 150 python3 -u scripts/gpu_attention_bench.py --quick --dims 64,128,256 --variants default,fa3,fa3+2wg,pingpong --kernel-only --out "$OUT/attention" ;;
     moe) run_step moe 130 python3 -u scripts/gpu_moe_bench.py --quick --out "$OUT/moe" ;;
     fp8block) run_step fp8block 80 python3 -u scripts/gpu_fp8_bench.py --block --shapes 4096x7168x2048,4096x24576x1536,4096x7168x16384,8192x7168x2048 --out "$OUT/fp8block" ;;
     conv) run_step conv 90 python3 -u scripts/gpu_conv_bench.py --quick ;;
