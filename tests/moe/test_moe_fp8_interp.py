@@ -188,3 +188,36 @@ def _permute_quantize_every_slot_to_slot_0(top_k: int = 8, groups: int = 4):
 def test_verifier_catches_slots_written_to_one_row():
     report = verify.run(lower_only(_permute_quantize_every_slot_to_slot_0()))
     assert "store.once" in {d.code for d in report.errors}, [str(d) for d in report.errors]
+
+
+@pytest.mark.parametrize("T,E,k,bm", [(16, 8, 2, 8), (5, 32, 8, 16)])
+def test_permute_quantize_after_real_routing(T, E, k, bm):
+    """Routing's own positions (layout_small) into the quantizing permute: every non-padding
+    row of the padded layout is the e4m3 quantization of the bf16 row the library permute puts
+    there, with its scales; padding rows and their scales stay unwritten."""
+    from argus.kernels import moe_routing as R
+
+    H = 3 * GROUP
+    gen = torch.Generator().manual_seed(T * E)
+    ids = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)]).int()
+    N, be = T * k, R.block_experts(E)
+    i32 = dict(dtype=torch.int32)
+    rows = R.max_padded_rows(N, E, bm)
+    start, tiles = torch.full((1, E), -7, **i32), torch.full((1, 1), -7, **i32)
+    te, pos = torch.full((rows // bm, 1), -7, **i32), torch.full((N, 1), -7, **i32)
+    flat = ids.view(-1)
+    R.layout_small_kernel(be, bm).interpret(flat, flat, start, te, tiles, pos)
+    x = torch.from_numpy(activations(T, H, seed=k)).to(torch.bfloat16)
+    xp = torch.full((rows, H), SENTINEL).to(torch.bfloat16)
+    R.permute_kernel(k, GROUP).interpret(x, pos, xp)
+    xq = np.full((rows, H // GROUP, GROUP), SENTINEL, np.float32)
+    scale_t = np.full((H // GROUP, rows), SENTINEL, np.float32)
+    permute_quantize_kernel(k, 2).interpret(x.float().numpy().reshape(T, -1, GROUP), pos, xq,
+                                            scale_t)
+    used = pos.view(-1).long().numpy()
+    q_ref, s_ref = reference(xp.float().numpy()[used])
+    np.testing.assert_array_equal(xq[used], q_ref)
+    np.testing.assert_array_equal(scale_t[:, used], s_ref.T)
+    padding = np.setdiff1d(np.arange(rows), used)
+    assert padding.size and np.all(xq[padding] == SENTINEL)
+    assert np.all(scale_t[:, padding] == SENTINEL)
