@@ -99,6 +99,9 @@ def _round_e4m3(x: np.ndarray) -> np.ndarray:
     `cvt.rn.satfinite.e4m3x2.f32` does (PTX ISA "cvt"): round to nearest even; finite values
     and infinities beyond the range saturate to +-448; NaN stays NaN. Normal binades [2^e,
     2^(e+1)) for e >= -6 have a quantum of 2^(e-3); below 2^-6 the subnormals a quantum of 2^-9.
+    The generated CUDA converts with the same instruction (ag::f32_to_e4m3, the device header).
+    torch 2.13's .to(torch.float8_e4m3fn) saturates alike; older torch made |x| > 464 and
+    infinities NaN (pytorch PR 178817): compare with torch on x.clamp(-448, 448).
     """
     x64 = np.clip(x.astype(np.float64), -E4M3_MAX, E4M3_MAX)  # NaN passes through
     mag = np.abs(x64)
