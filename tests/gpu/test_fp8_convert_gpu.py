@@ -16,9 +16,11 @@ from tests.unit.test_fp8_convert import (  # noqa: E402
     QUANTIZE,
     QUANTIZE_VEC,
     conversion_inputs,
+    fp8_acc_store,
     fp8_dequantize,
     fp8_dequantize_vec,
     fp8_round_trip,
+    small_integers,
 )
 
 pytestmark = hopper_only()
@@ -81,3 +83,14 @@ def test_round_trip_matches_the_interpreter():
     np.testing.assert_array_equal(got, z_interp)
     ok = ~np.isnan(z_interp)
     np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(z_interp[ok]))
+
+
+def test_accumulator_stored_as_e4m3():
+    """A wgmma accumulator stored as e4m3 (16-bit pair stores; the ragged last tile takes the
+    element path): exact integer sums, so torch's conversion of Q K^T is the reference."""
+    q = torch.from_numpy(small_integers((100, 64), 1)).cuda()
+    k = torch.from_numpy(small_integers((64, 64), 2)).cuda()
+    o = torch.full((100, 64), 0.5, device="cuda").to(E4M3)
+    fp8_acc_store(q.to(torch.bfloat16), k.to(torch.bfloat16), o)
+    torch.cuda.synchronize()
+    _assert_same_e4m3(o, (q @ k.T).clamp(-448.0, 448.0).to(E4M3), "accumulator store")

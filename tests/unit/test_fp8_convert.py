@@ -188,3 +188,47 @@ def test_nvrtc_compiles_e4m3_conversions_for_sm90a(kernel):
     if kernel.name not in STORES_E4M3:
         assert "cvt.rn.f16x2.e4m3x2" in binary.ptx
     assert not binary.resource(source.name).spills
+
+
+@ag.kernel
+def fp8_acc_store(Q: ag.Tensor["M", 64, ag.bf16], K: ag.Tensor[64, 64, ag.bf16],
+                  O: ag.Tensor["M", 64, ag.e4m3]):
+    """O = e4m3(Q K^T): a wgmma accumulator stored as e4m3 (pairs of adjacent columns as one
+    16-bit store where aligned, as the gate-up epilogue of the fp8 MoE path will need)."""
+    (pid,) = ag.grid(ag.cdiv(Q.shape[0], 64))
+    sK = ag.smem((1, 64, 64), ag.bf16, swizzle=128)
+    pipe = ag.pipeline(1, consumers=1)
+    with ag.role("producer", warpgroups=1):
+        with pipe.produce() as st:
+            ag.tma.load(sK[st], K, (0, 0))
+    with ag.role("consumer", warpgroups=1):
+        q = ag.load(Q, (pid * 64, 0), (64, 64))
+        s = ag.zeros((64, 64))
+        with pipe.consume() as st:
+            s = ag.wgmma(q, sK[st], s)
+        ag.store(O, (pid * 64, 0), s.to(ag.e4m3))
+
+
+def small_integers(shape, seed: int) -> np.ndarray:
+    """Values in -3..3: every product sum of 64 terms is exact in f32 (order-free)."""
+    return np.random.default_rng(seed).integers(-3, 4, shape).astype(np.float32)
+
+
+def test_accumulator_stored_as_e4m3_interprets_as_torch():
+    q, k = small_integers((100, 64), 1), small_integers((64, 64), 2)
+    o = np.full((100, 64), 7.0, np.float32)
+    fp8_acc_store.interpret(q, k, o)
+    _same(o, torch_e4m3((q.astype(np.float64) @ k.T.astype(np.float64)).astype(np.float32)))
+    text = codegen.render(lower_only(fp8_acc_store)).text
+    assert "ag::st_global_b16(" in text and "ag::pack_e4m3x2(" in text
+    assert "ag::e4m3_to_f32(" not in text   # converted once, by the store
+
+
+@needs_nvrtc
+def test_accumulator_e4m3_store_builds_for_sm90a():
+    from argus.runtime.compile import compile_cuda
+
+    source = codegen.render(lower_only(fp8_acc_store))
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    assert "cvt.rn.satfinite.e4m3x2.f32" in binary.ptx and "st.global.b16" in binary.ptx
+    assert not binary.resource(source.name).spills

@@ -277,7 +277,9 @@ def _store_acc(em: _Emitter, op: O.Store, info: TileInfo) -> None:
     pair_store = {
         "bf16": lambda p, a, b: f"ag::st_global_b32({p}, ag::pack_bf16x2({a}, {b}))",
         "f16": lambda p, a, b: f"ag::st_global_b32({p}, ag::pack_f16x2({a}, {b}))",
-        "f32": lambda p, a, b: f"ag::st_global_f32x2({p}, {a}, {b})"}.get(dtype.name)
+        "f32": lambda p, a, b: f"ag::st_global_f32x2({p}, {a}, {b})",
+        "e4m3": lambda p, a, b: f"ag::st_global_b16({p}, ag::pack_e4m3x2({a}, {b}))",
+    }.get(dtype.name)
     values = [(i, strip_round(em.tile_expr(op.value, i, info.layout), dtype),
                strip_round(em.tile_expr(op.value, i + 1, info.layout), dtype))
               for i in range(0, info.layout.nregs, 2)]
