@@ -105,9 +105,17 @@ def _verified_source(kernel: Kernel, level: int) -> tuple[codegen.Source, list]:
         except (KeyError, TypeError, ValueError):
             pass  # written by another version: verify again
     diagnostics = _verify(kernel, level)
-    if not any(d.severity in ("error", "unknown") for d in diagnostics):
+    if _verifier_present() and not any(d.severity in ("error", "unknown") for d in diagnostics):
         cache.store(key, {"diagnostics": [d.to_json() for d in diagnostics]}, kind="verified")
     return source, diagnostics
+
+
+def _verifier_present() -> bool:
+    """Whether `_verify` really ran the verifier (it returns no finding when the package or
+    z3 is missing, which is no verdict to remember)."""
+    import sys
+
+    return hasattr(sys.modules.get("argus.verify"), "check")
 
 
 def _verified_key(kernel: Kernel, source: codegen.Source) -> str:
