@@ -221,3 +221,50 @@ def test_permute_quantize_after_real_routing(T, E, k, bm):
     padding = np.setdiff1d(np.arange(rows), used)
     assert padding.size and np.all(xq[padding] == SENTINEL)
     assert np.all(scale_t[:, padding] == SENTINEL)
+
+
+@ag.kernel
+def fp8_epilogue_quantize(Q: ag.Tensor["M", 64, ag.bf16], K: ag.Tensor[GROUP, 64, ag.bf16],
+                          O: ag.Tensor["M", GROUP, ag.e4m3], S: ag.Tensor["M", 1, ag.f32]):
+    """The fp8 gate-up epilogue's pieces on a 64 x 128 wgmma accumulator: each row's amax over
+    its 128 columns (a reduction in the accumulator layout), the row quantized to e4m3 and
+    stored from registers (16-bit pair stores), its scale stored; rows past M take the floor
+    (ag.where, as _quantize_groups: their zero fill is not max's identity to the verifier)."""
+    (pid,) = ag.grid(ag.cdiv(Q.shape[0], 64))
+    sK = ag.smem((1, GROUP, 64), ag.bf16, swizzle=128)
+    pipe = ag.pipeline(1, consumers=1)
+    with ag.role("producer", warpgroups=1):
+        with pipe.produce() as st:
+            ag.tma.load(sK[st], K, (0, 0))
+    with ag.role("consumer", warpgroups=1):
+        q = ag.load(Q, (pid * 64, 0), (64, 64))
+        acc = ag.zeros((64, GROUP))
+        with pipe.consume() as st:
+            acc = ag.wgmma(q, sK[st], acc)
+        real = (pid * 64 + ag.arange(64) < Q.shape[0])[:, None]
+        amax = ag.maximum(ag.where(real, ag.abs_(acc), float("-inf")).max(axis=1), AMAX_FLOOR)
+        ag.store(O, (pid * 64, 0), (acc * (E4M3_MAX / amax)).to(ag.e4m3))
+        ag.store(S, (pid * 64, 0), amax / E4M3_MAX)
+
+
+def test_epilogue_quantization_of_an_accumulator():
+    """Interpreter vs torch on exact integer sums, verifier clean, NVRTC (16-bit e4m3 stores)."""
+    rng = np.random.default_rng(5)
+    q = rng.integers(-3, 4, (100, 64)).astype(np.float32)
+    k = rng.integers(-3, 4, (GROUP, 64)).astype(np.float32)
+    o, s = np.zeros((100, GROUP), np.float32), np.zeros((100, 1), np.float32)
+    fp8_epilogue_quantize.interpret(q, k, o, s)
+    acc = torch.from_numpy(q @ k.T)   # exact: integer sums below 2^24
+    q_ref, s_ref = reference(acc.numpy())
+    np.testing.assert_array_equal(o, q_ref.reshape(100, GROUP))
+    np.testing.assert_array_equal(s, s_ref)
+    kernel = lower_only(fp8_epilogue_quantize)
+    report = verify.run(kernel)
+    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    if nvrtc_available():
+        from argus import codegen
+        from argus.runtime.compile import compile_cuda
+
+        source = codegen.render(kernel)
+        binary = compile_cuda(source.text, [source.name], use_cache=False)
+        assert "st.global.b16" in binary.ptx and not binary.resource(source.name).spills
