@@ -218,10 +218,15 @@ def _reduction_loops(model: Model, site: WgmmaSite):
 
 
 def _k_key(model: Model, site: WgmmaSite, name: str):
-    """What a site's A operand reads along k: (tensor index, field) as a simplified term, or
-    None when it does not read one tensor's field `name`."""
+    """What a site reads along k: (tensor index, field) as a simplified term, or None when it
+    does not read one tensor's field `name`. From A, or from B when A holds computed data
+    (FlashAttention's P in registers: its k is the key V's rows are read at)."""
     m, kk = fresh_int("m"), fresh_int("kk")
     rec = model.wgmma_a(site, m, kk)
+    if "tensor" not in rec.fields:
+        n, op = fresh_int("n"), site.op
+        rec = model.read_smem(site.b, b_index(site.b, n, kk, op.k_extent, op.trans_b),
+                              site.site)
     tensor = rec.fields.get("tensor")
     if name not in rec.fields or tensor is None:
         return None
@@ -230,22 +235,34 @@ def _k_key(model: Model, site: WgmmaSite, name: str):
 
 
 def _siblings(model: Model, site: WgmmaSite, name: str) -> list[WgmmaSite]:
-    """The wgmma sites that sum into the same accumulator over the same reduction loops and
-    read the same tensor's k (a stage holding several K slices issues one wgmma per slice):
-    together they must multiply every k once, so k-once is checked over their union. A site
-    reading another tensor (acc = A@B^T + X@Y^T) is a reduction of its own."""
+    """The wgmma sites that sum into one accumulator and read the same tensor's k: together
+    they must multiply every k once, so k-once is checked over their union. Either the same
+    accumulator over the same reduction loops (a stage holding several K slices issues one
+    wgmma per slice), or sites whose accumulators are one chain from the same initial value
+    (`_acc_chain`): a loop's last iteration peeled behind it (FA3-order attention's last
+    P V), each such site outside an `ag.when` the others are not in (the count takes each
+    instance to run once). A site reading another tensor (acc = A@B^T + X@Y^T) is a
+    reduction of its own."""
     loops = [s.op for s in _reduction_loops(model, site)]
     key = _k_key(model, site, name)
     if key is None:
         return [site]
+    defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
+    root = _acc_chain(defs, site.op.acc.id)[-1]
+    whens = {id(sc.op) for sc in site.site.scopes if sc.kind == "if"}
     out = []
     for other in model.wgmmas:
-        if other.op.acc.id != site.op.acc.id or other.acc_def_seq != site.acc_def_seq \
-                or other.site.role is not site.site.role:
+        if other.site.role is not site.site.role or _k_key(model, other, name) != key:
             continue
         other_loops = [s.op for s in _reduction_loops(model, other)]
-        if len(other_loops) == len(loops) and all(x is y for x, y in zip(other_loops, loops)) \
-                and _k_key(model, other, name) == key:
+        same_loops = len(other_loops) == len(loops) and \
+            all(x is y for x, y in zip(other_loops, loops))
+        if other.op.acc.id == site.op.acc.id and other.acc_def_seq == site.acc_def_seq \
+                and same_loops:
+            out.append(other)
+        elif other.op.acc.id != site.op.acc.id and \
+                _acc_chain(defs, other.op.acc.id)[-1] == root and \
+                {id(sc.op) for sc in other.site.scopes if sc.kind == "if"} == whens:
             out.append(other)
     return out if any(o is site for o in out) else [site]
 
@@ -276,7 +293,8 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     subject = (f"k of wgmma at {op.loc} over {len(loops)} loop(s)" +
                (f" and {len(siblings)} wgmma sites" if several else ""))
     # two instances that differ in (site, reduction-loop indices, k); everything else shared
-    ren = [(s.var, fresh_int(f"{s.var}@2")) for s in loops]
+    sibling_loops = {id(s.op): s for o in siblings for s in _reduction_loops(model, o)}
+    ren = [(s.var, fresh_int(f"{s.var}@2")) for s in sibling_loops.values()]
 
     def sub(t):
         return z3.substitute(t, *ren) if ren else t
@@ -301,13 +319,16 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
             [sub(c) for c in r2.cond] + [sub(c) for c in f2.cond] + \
             [kk2 >= 0, kk2 < other.op.k_extent, sub(r2.defined)]
         t2 = sub(f2.term)
-        same_instance = z3.And([kk1 == kk2] + [a == b for a, b in ren]) \
+        same_instance = z3.And([kk1 == kk2] + [a == b for s, (a, b) in
+                                               zip(sibling_loops.values(), ren)
+                                               if any(s.op is x.op for x in loops)]) \
             if other is site else z3.BoolVal(False)
 
         def decode_dup(zm, violated, kk2=kk2, other=other):
             wit = W.context(model, zm, site.site)
             i1 = {str(s.op.loc): value(zm, s.var) for s in loops}
-            i2 = {str(s.op.loc): value(zm, b) for s, (_, b) in zip(loops, ren)}
+            i2 = {str(s.op.loc): value(zm, b) for s, (_, b) in zip(sibling_loops.values(), ren)
+                  if any(s.op is x.op for x in _reduction_loops(model, other))}
             k = value(zm, t1)
             wit.update({"k": k, "first": {"iteration": i1, "k_in_tile": value(zm, kk1)},
                         "second": {"iteration": i2, "k_in_tile": value(zm, kk2),
@@ -322,9 +343,13 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
                               minimize=[s.var for s in loops] + [kk1]))
     # coverage: |domain| = sites x product of trip counts x K, image inside [0, |domain|),
     # |domain| >= K
-    size = z3.IntVal(sum(s.op.k_extent for s in siblings))
-    for s in loops:
-        size = size * model.trip_term(s.op)
+    size = z3.IntVal(0)
+    for o in siblings:   # each site: K values in each iteration of its reduction loops
+        part = z3.IntVal(o.op.k_extent)
+        for s in _reduction_loops(model, o):
+            part = part * model.trip_term(s.op)
+        size = size + part
+    size = z3.simplify(size)
     extent = _field_extent(model, r1, name)
 
     def decode_range(zm, violated):

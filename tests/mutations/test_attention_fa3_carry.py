@@ -1,0 +1,88 @@
+"""The attention loop in FA3's order (AttentionSchedule.fa3_overlap) carries P_{j-1} across the
+KV loop's back edge: iteration j issues S_j, then P_{j-1} V_{j-1}, then the softmax of S_j.
+The verifier's loop model takes the carried P at iteration j's entry as the body's P of
+iteration j - 1 (P of the first block before the loop at j = 1) and, after the loop, as the
+last iteration's (verify/transfer/control.py, `_recomputed_values`), so P V's key index is
+checked against V's row per iteration; the last P V, peeled behind the loop, joins the loop's
+P V in one k-once count (check_wgmma.py, `_siblings`).
+
+  * the unmutated kernels verify without errors (head dims 64, 128, 256; full and causal;
+    GQA is in the shapes the verifier leaves free: H a multiple of HKV);
+  * seeded bug: V loaded one block ahead (the producer's V coordinate (j + 1) * BN): the
+    P_{j-1} V_{j-1} in the loop multiplies P's keys of block j - 1 with V's rows of block j;
+    caught as wgmma.agree (A.sk == B.sk) naming the thread, register and loop iteration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import argus as ag
+from argus import verify
+from argus.compiler import lower_only
+from argus.ir import ops as O
+from argus.ir.core import Region, Value
+from argus.kernels.attention import attention_kernel, fa3_overlap_schedule
+from tests.mutations.corpus import ACC, rewrite
+
+
+def fa3_kernel(head_dim: int = 128, causal: bool = False):
+    return lower_only(attention_kernel(head_dim, ag.bf16, causal, False),
+                      s=fa3_overlap_schedule(head_dim, causal))
+
+
+def v_one_block_ahead(head_dim: int = 128):
+    """The kernel with the producer's V loads at key (j + 1) * BN instead of j * BN: a const
+    BN and an add put in front of the V step's loads."""
+    kernel = fa3_kernel(head_dim)
+    block_n = fa3_overlap_schedule(head_dim).block_n
+    loads = [op for op in kernel.walk() if isinstance(op, O.TmaLoad)]
+    v_loads = loads[-(head_dim // 64):]      # in order: Q's, K's, then V's column atoms
+    assert all(op.tensor.id == v_loads[0].tensor.id != loads[0].tensor.id for op in v_loads)
+    top = max(v.id for op in kernel.walk() for v in (*op.results(), *op.operands()))
+    key = v_loads[0].coords[2]
+    bn = Value(top + 1, key.type, "bug_bn")
+    const = O.Const(bn, block_n, loc=v_loads[0].loc)
+    moved = {}
+    for i, load in enumerate(v_loads):
+        ahead = Value(top + 2 + i, key.type, "bug_ahead")
+        add = O.Arith(ahead, "add", load.coords[2], bn, loc=load.loc)
+        moved[id(load)] = (add, load.replace(coords=load.coords[:2] + (ahead,) +
+                                             load.coords[3:]))
+
+    def shifted(produce):
+        if not any(id(op) in moved for op in produce.body.ops):
+            return produce
+        ops = [const]   # each add right before its load (after the key offset it reads)
+        for op in produce.body.ops:
+            ops += moved.get(id(op), (op,))
+        return dataclasses.replace(produce, body=Region(tuple(ops)))
+    return rewrite(kernel, O.Produce, shifted)
+
+
+@pytest.mark.parametrize("head_dim,causal", [(64, True), (128, False), (128, True),
+                                             (256, False), (256, True)])
+def test_fa3_overlap_schedule_verifies_clean(head_dim, causal):
+    errors = [d for d in verify.run(fa3_kernel(head_dim, causal)).errors]
+    assert not errors, "\n".join(str(d) for d in errors)
+
+
+@pytest.mark.xfail(strict=True, reason="reduce.coverage misses the first block reduced "
+                   "before the loop inside a pipeline step (check_reduce._peeled follows a "
+                   "variable's initial value, not its assignment in the K step before the loop)")
+def test_fa3_overlap_schedule_hd64_full_verifies_clean():
+    errors = [d for d in verify.run(fa3_kernel(64, False)).errors]
+    assert not errors, "\n".join(str(d) for d in errors)
+
+
+def test_v_one_block_ahead_is_caught_per_iteration():
+    report = verify.run(v_one_block_ahead())
+    hits = [d for d in report.errors if d.code == "wgmma.agree" and "A.sk == B.sk" in str(d)
+            and all(k in d.counterexample for k in ACC + ("iteration",))]
+    assert hits, [(d.code, d.message[:160]) for d in report.errors]
+    # the P V inside the KV loop, at an iteration of that loop (not only the peeled last one)
+    in_loop = [d for d in hits if any("loop@" in k for k in d.counterexample["iteration"])
+               and len(d.counterexample["iteration"]) == 2]
+    assert in_loop, [d.counterexample.get("iteration") for d in hits]
