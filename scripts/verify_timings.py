@@ -5,8 +5,11 @@ For every example kernel and every library kernel, trace and lower it once, then
 `argus.verify.run` on the lowered kernel (what `ag.compile` verifies) REPEAT times and report
 the median wall time, the least CPU time of this process (z3 runs in it; less sensitive to other
 processes on a shared machine than wall time), the number of solver queries and of those
-actually solved (the rest are alpha-equivalent to an earlier proof: solver.canonical), the
-proven/unknown counts and the slowest query.
+actually solved (the rest are alpha-equivalent to an earlier proof: solver.canonical; "+N
+derived": obligations proven from other proofs, not queried, `Obligation.implied_by`), the
+proven/unknown counts and the slowest query. Solver budgets are wall-clock: on a loaded
+machine, run with ARGUS_VERIFY_TIMEOUT_MS=20000 so that the answers (and so the work) do not
+depend on the load.
 The solver's proof cache is emptied before every run, so each run starts cold: only the
 alpha-equivalent queries of the kernel itself are answered from its own earlier proofs (across
 kernels and schedules of one process the cache helps more, which is not measured here).
@@ -15,7 +18,7 @@ kernels and schedules of one process the cache helps more, which is not measured
 enumerate them (tests/verify/test_library_schedules.py: argus.ops.matmul's GEMM schedules;
 tests/unit/test_fp8_*.py: fp8 per-tensor and block-scaled; tests/verify/
 test_attention_schedules.py: attention and ping-pong; tests/moe/test_moe_verify.py: MoE).
-Prints a markdown table. Usage: python scripts/verify_timings.py [--repeat 5] [--set library]
+Prints a markdown table. Usage: python scripts/verify_timings.py [--repeat 5] [--set library] [--only TEXT ...]
 """
 
 from __future__ import annotations
@@ -108,7 +111,8 @@ def library():
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--only", default="", help="substring of the kernel names to time")
+    ap.add_argument("--only", action="append", default=[],
+                    help="time the kernels whose name contains this text (repeatable: any)")
     ap.add_argument("--set", choices=("examples", "library", "all"), default="examples")
     args = ap.parse_args()
     from argus import verify
@@ -124,7 +128,7 @@ def main() -> int:
     total = []
     for make in sets:
         for name, kernel_fn, cx in make():
-            if args.only not in name:
+            if args.only and not any(text in name for text in args.only):
                 continue
             k = lower_only(kernel_fn, **cx)
             times, cpu, report = [], [], None
@@ -138,7 +142,8 @@ def main() -> int:
             slow = max(report.findings, key=lambda f: f.ms)
             st = report.stats
             print(f"| {name} | {statistics.median(times):.2f} | {min(times):.2f} | "
-                  f"{min(cpu):.2f} | {st.queries} | {st.queries - st.cached} | "
+                  f"{min(cpu):.2f} | {st.queries} | {st.queries - st.cached}"
+                  f"{f' (+{st.derived} derived)' if st.derived else ''} | "
                   f"{len(report.proven)} | {len(report.unknowns)} | "
                   f"{slow.code} {slow.ms:.0f} ms ({slow.tier}) |", flush=True)
     if total:
