@@ -87,24 +87,49 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
         return []
     defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
     found: list[int] = []
+    region = _region_of(model.kernel.body, loop)
+    # what a variable is set to before the loop in straight-line code (its region, or a
+    # pipeline step in it: a first block reduced in the K step before an overlapped loop)
+    set_before: dict[int, list[int]] = {}
+
+    def straight(ops) -> None:
+        for op in ops:
+            if isinstance(op, O.Assign):
+                set_before.setdefault(op.dst.id, []).append(op.src.id)
+            elif isinstance(op, (O.Produce, O.Consume)):
+                straight(op.body.ops)
+            else:                  # set under an if or in a loop: not known, no peeled block
+                for inner in op.regions():
+                    for x in inner.walk():
+                        if isinstance(x, O.Assign):
+                            set_before.setdefault(x.dst.id, []).append(None)
+    if region is not None:
+        straight(region.ops[:region.ops.index(loop)])
+    seen: set[int] = set()
 
     def leaves(vid: int, depth: int = 0) -> None:
         d = defs.get(vid)
-        if depth > 16 or d is None:
+        if depth > 16 or d is None or vid in seen:
             return
+        seen.add(vid)
         if isinstance(d, O.Reduce):
             if d.fn == red.op.fn and d is not red.op:
                 found.append(d.result.id)
         elif isinstance(d, _THROUGH):
             leaves(d.src.id, depth + 1)
         elif isinstance(d, O.Var):
-            leaves(d.init.id, depth + 1)
+            sets = set_before.get(vid)
+            if sets and None not in sets:   # the last one is its value at the loop
+                leaves(sets[-1], depth + 1)
+            elif sets:
+                return
+            else:
+                leaves(d.init.id, depth + 1)
         elif isinstance(d, O.Elementwise) and d.fn == combine and len(d.args) == 2:
             for a in d.args:
                 leaves(a.id, depth + 1)
     for acc in accs:
         leaves(acc)                        # before the loop: the initial value
-    region = _region_of(model.kernel.body, loop)
     if region is not None:                 # after the loop: acc = acc + tail.sum() ...
         chain = set(accs)
         after = region.ops[region.ops.index(loop) + 1:]
