@@ -104,7 +104,7 @@ def main() -> int:
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default, persistent, overlap, fa3, pingpong, "
                              "2wg or '+' joins of them (each timed through argus.ops.attention; "
-                             "overlap and fa3 need ARGUS_VERIFY=0)")
+                             "overlap needs ARGUS_VERIFY=0)")
     parser.add_argument("--dims", default="", help="head dims, e.g. 64,128,256 (default: "
                                                    "64,128 with --quick, else all three)")
     parser.add_argument("--kernel-only", action="store_true",

@@ -35,9 +35,9 @@ persistent walk, the epilogues) the way FlashAttention-3 structures its forward
   not) and `wgmma.wait 0` at the V step's end, and keeps P_{j-1}'s packed A registers alive
   until then (fence.operands); that wait is pinned, so ptxas keeps the exp2 before it in
   the SASS too. P_{j-1} (fp32, packed into the A fragment at the issue) is the loop-carried
-  value. Its synchronization is proven (sync.*); the key tags of P carried across the back
-  edge are lost by the verifier's loop model as for `intra_wg_overlap`, so compile needs
-  ARGUS_VERIFY=0 for it too;
+  value. Proven like the default: its synchronization (sync.*), and P's key tags across the
+  back edge (the verifier's loop model takes the carried P at iteration j as the body's P of
+  iteration j - 1, verify/transfer/control.py), the peeled last P V counted with the loop's;
 * O /= l at the end (rows that saw no key are zeros), stored from registers or by stmatrix +
   TMA store; optionally LSE = ln(sum_j exp(scale * s_j)) per row (-inf for rows without keys).
 
