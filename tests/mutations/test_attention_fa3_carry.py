@@ -81,3 +81,25 @@ def test_v_one_block_ahead_is_caught_per_iteration():
     in_loop = [d for d in hits if any("loop@" in k for k in d.counterexample["iteration"])
                and len(d.counterexample["iteration"]) == 2]
     assert in_loop, [d.counterexample.get("iteration") for d in hits]
+
+
+def test_only_values_recomputed_each_iteration_are_shifted():
+    """Of the KV loop's carried tiles (m, l, O, P, alpha), only P and alpha are recomputed
+    from the iteration's own S (and the other carried tiles); m, l and O read their own entry
+    value (a running max, sum, accumulator) and keep the loop summary."""
+    import types
+
+    from argus.verify.transfer.control import _recomputed_values
+
+    kernel = fa3_kernel(128)
+    consumer = next(op for op in kernel.body.ops if isinstance(op, O.RoleOp)
+                    and op.name == "consumer")
+    loop = next(op for op in consumer.body.walk() if isinstance(op, O.For)
+                and sum(isinstance(x, O.Consume) for x in op.body.walk()) == 2)
+    carried = [op.dst.id for op in loop.body.ops if isinstance(op, O.Assign)]
+    assert len(carried) == 5
+    assigned = {op.dst.id for op in kernel.walk() if isinstance(op, O.Assign)}
+    model = types.SimpleNamespace(_assigned_vars=lambda: assigned)
+    got = _recomputed_values(model, loop, carried, set())
+    # the carried variables in the kernel's order: m_i, l_i, o, p, alpha
+    assert got == carried[3:], (carried, got)
