@@ -47,6 +47,7 @@ from argus.verify.tagdomain import fresh_int
 def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
     looped = _loop_sums(model.kernel, defs)
+    assigned = {op.dst.id for op in model.kernel.walk() if isinstance(op, O.Assign)}
     obs: list[Obligation] = []
     finds: list[Finding] = []
     for st in model.kernel.walk():
@@ -54,8 +55,11 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
             continue
         leaves: list[O.Load] = []
         loops: list[tuple[O.For, list[O.Load]]] = []
-        if not _sum_leaves(defs, st.value.id, leaves, looped, loops) or \
+        if not _sum_leaves(defs, st.value.id, leaves, looped, loops, assigned) or \
                 len(leaves) + sum(len(x) for _, x in loops) < 2:
+            continue
+        # a store inside a summing loop reads the variable mid-sum (a prefix): no claim
+        if any(st is op for loop, _ in loops for op in loop.body.walk()):
             continue
         tensors = {ld.tensor.id for ld in leaves} | {ld.tensor.id for _, x in loops for ld in x}
         info = model.tensors.get(next(iter(tensors)))
@@ -94,10 +98,11 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
 
 
 def _sum_leaves(defs, vid: int, out: list, looped: dict | None = None,
-                loops: list | None = None) -> bool:
+                loops: list | None = None, assigned: set | None = None) -> bool:
     """Collect the loads added up into value `vid`; False when the tree has another kind of
     node (a product, a max: not a plain sum of partials). A variable summed in a loop
-    (`looped`) adds its initial value's loads to `out` and (loop, its loads) to `loops`."""
+    (`looped`) adds its initial value's loads to `out` and (loop, its loads) to `loops`; any
+    other assigned variable (`assigned`) holds more than its initial value: False."""
     op = defs.get(vid)
     if isinstance(op, O.Load):
         out.append(op)
@@ -105,15 +110,17 @@ def _sum_leaves(defs, vid: int, out: list, looped: dict | None = None,
     if isinstance(op, O.Full) and op.value == 0:
         return True    # a zero tile adds nothing (an accumulator's initial value)
     if isinstance(op, (O.Convert, O.ConvertLayout)):
-        return _sum_leaves(defs, op.src.id, out, looped, loops)
+        return _sum_leaves(defs, op.src.id, out, looped, loops, assigned)
     if isinstance(op, O.Var):
         if looped is not None and vid in looped:
             if loops is None or any(lp is looped[vid][0] for lp, _ in loops):
                 return False
             loops.append(looped[vid])
-        return _sum_leaves(defs, op.init.id, out, looped, loops)
+        elif assigned is not None and vid in assigned:
+            return False
+        return _sum_leaves(defs, op.init.id, out, looped, loops, assigned)
     if isinstance(op, O.Elementwise) and op.fn == "add" and len(op.args) == 2:
-        return all(_sum_leaves(defs, a.id, out, looped, loops) for a in op.args)
+        return all(_sum_leaves(defs, a.id, out, looped, loops, assigned) for a in op.args)
     return False
 
 
@@ -282,6 +289,18 @@ def _looped_slices(model: Model, st: O.Store, info, leaves, offs, per_loop, summ
                 claims.append((what, differ if a != b else z3.Implies(var != var2, differ)))
                 twice[what] = (slice_a, f"by the load at {la.loc} in iteration {{i1}} and by "
                                         f"the load at {lb.loc} in iteration {{i2}}")
+    # two loops' loads: each loop has its own index, so any iterations of the two
+    for (la_loop, loffs_a, loads_a), (lb_loop, loffs_b, loads_b) in \
+            itertools.combinations(per_loop, 2):
+        for oa, la in zip(loffs_a, loads_a):
+            for ob, lb in zip(loffs_b, loads_b):
+                slice_a = [oa[d] for d in summed]
+                what = (f"the loads at {la.loc} and {lb.loc} (in two loops) read distinct "
+                        f"slices")
+                claims.append((what, z3.Or([x != ob[d] for x, d in zip(slice_a, summed)])))
+                twice[what] = (slice_a, f"by the load at {la.loc} in the loop at "
+                                        f"{la_loop.loc} and by the load at {lb.loc} in the "
+                                        f"loop at {lb_loop.loc} (iterations {{i1}})")
     static = _slices(model, st, info, leaves, offs, summed).claims if len(leaves) > 1 else []
     claims += [c for c in static if c[0] == "each slice added once"] + [
         ("slices inside the tensor", z3.And([z3.And(o[d] >= 0, o[d] < e)

@@ -92,3 +92,41 @@ def test_a_ring_whose_first_blocks_are_not_the_loops_is_not_proven():
     report = verify.run(bad, include_proven=True)
     found = [d for d in report.diagnostics if d.code == "reduce.slices"]
     assert found and all(d.severity != "note" for d in found), [str(d) for d in found]
+
+
+def _sum_twice(form: str):
+    """Two loops over slices 1.. (a loop per variable), or the last slice's store placed in the
+    loop before its add (a prefix): neither adds every slice once."""
+    @ag.kernel(threads=256)
+    def twice(P: ag.Tensor[SPLITS, "M", "N", ag.f32], C: ag.Tensor["M", "N", ag.f32]):
+        pm, pn = ag.grid(ag.cdiv(C.shape[0], 2), ag.cdiv(C.shape[1], 512))
+        r0, c0 = pm * 2, pn * 512
+        a = ag.load(P, (0, r0, c0), (2, 512))
+        if form == "two_loops":
+            for s in ag.range(1, SPLITS):
+                a = a + ag.load(P, (s, r0, c0), (2, 512))
+            b = ag.full((2, 512), 0.0)
+            for t in ag.range(1, SPLITS):
+                b = b + ag.load(P, (t, r0, c0), (2, 512))
+            ag.store(C, (r0, c0), a + b)
+        else:
+            for s in ag.range(1, SPLITS):
+                with ag.when(s == SPLITS - 1):
+                    ag.store(C, (r0, c0), a)     # P[0] + ... + P[SPLITS - 2]
+                a = a + ag.load(P, (s, r0, c0), (2, 512))
+    return twice
+
+
+def test_two_loops_adding_the_same_slices_are_refused():
+    report = verify.run(_sum_twice("two_loops").trace(), include_proven=True)
+    (d,) = [d for d in report.diagnostics if d.code == "reduce.slices"]
+    assert d.severity == "error" and "twice" in d.message, str(d)
+    # the slice both loops read, recomputed from the two iterations
+    s, t = d.counterexample["iteration"].values()
+    assert s == t and 1 <= s < SPLITS, d.message
+
+
+def test_a_store_inside_the_summing_loop_is_no_claim():
+    # it reads the variable mid-sum: a prefix, never proven to add every slice
+    report = verify.run(_sum_twice("prefix").trace(), include_proven=True)
+    assert not [d for d in report.diagnostics if d.code == "reduce.slices"]
