@@ -130,3 +130,20 @@ def test_a_store_inside_the_summing_loop_is_no_claim():
     # it reads the variable mid-sum: a prefix, never proven to add every slice
     report = verify.run(_sum_twice("prefix").trace(), include_proven=True)
     assert not [d for d in report.diagnostics if d.code == "reduce.slices"]
+
+
+def test_a_variable_reassigned_in_a_loop_is_no_sum_of_its_initial_value():
+    # t starts as P[0] + ... + P[3] but the loop replaces it by P[0] + P[0]: the stored value
+    # is not the initial one, so no claim (before: 'proven' from the initial value's loads)
+    @ag.kernel(threads=256)
+    def replaced(P: ag.Tensor[SPLITS, "M", "N", ag.f32], C: ag.Tensor["M", "N", ag.f32],
+                 n: ag.Scalar[ag.i32]):
+        pm, pn = ag.grid(ag.cdiv(C.shape[0], 2), ag.cdiv(C.shape[1], 512))
+        r0, c0 = pm * 2, pn * 512
+        t = ag.load(P, (0, r0, c0), (2, 512)) + ag.load(P, (1, r0, c0), (2, 512)) + \
+            ag.load(P, (2, r0, c0), (2, 512)) + ag.load(P, (3, r0, c0), (2, 512))
+        for _ in ag.range(n):
+            t = ag.load(P, (0, r0, c0), (2, 512)) + ag.load(P, (0, r0, c0), (2, 512))
+        ag.store(C, (r0, c0), t)
+    report = verify.run(replaced.trace(), include_proven=True)
+    assert not [d for d in report.diagnostics if d.code == "reduce.slices"]
