@@ -200,6 +200,31 @@ def _one_hot(ids, be: int):
     return ids[:, None] == ag.arange(be)[None, :]
 
 
+def _store_tile_experts(TileExpert, start, tiles, num_experts) -> None:
+    """TileExpert[m] = the expert of m-tile m, -1 past the last: how many segments (of experts
+    < E, segment e = tiles [start[e], start[e] + tiles[e])) end at or before m."""
+    cols = ag.arange(start.shape[1])[None, :]
+    end = start + tiles
+    for m0 in ag.range(0, TileExpert.shape[0], EB):
+        m = ag.arange(EB)[:, None] + m0                                # [EB, 1]
+        expert = _indicator((end <= m) & (cols < num_experts)).sum(axis=1)
+        ag.store(TileExpert, (m0, 0), ag.where(expert < num_experts, expert, -1))
+
+
+def _positions_step(Ids, Peers, Pos, at, base, be: int):
+    """Pos of the SUB entries from `at`: base (each expert's next free row, [1, be]) plus the
+    rank among the step's earlier entries of the same expert; returns base past them. The ids
+    are loaded once per use: each vector then takes the layout of its one user."""
+    earlier = ag.arange(SUB)[None, :] < ag.arange(SUB)[:, None]   # [i, i']: i' before i
+    ids = ag.load(Ids, (at,), (SUB,), other=-1)
+    mine = ag.load(Ids, (at,), (SUB,), other=-1)
+    peers = ag.load(Peers, (at,), (SUB,), other=-1)
+    hot = _one_hot(ids, be)
+    rank = _indicator((mine[:, None] == peers[None, :]) & earlier).sum(axis=1)
+    ag.store(Pos, (at, 0), ag.where(hot, base, 0).sum(axis=1) + rank)
+    return base + _indicator(hot).sum(axis=0)
+
+
 @functools.lru_cache(maxsize=None)
 def count_kernel(be: int) -> ag.KernelFunction:
     """counts[c, e] = entries of chunk c routed to expert e."""
@@ -267,12 +292,7 @@ def layout_kernel(be: int, bm: int) -> ag.KernelFunction:
             start = start + ag.where(earlier < cols, block, 0).sum(axis=0)
         ag.store(ExpertStart, (0, 0), start * bm)
         ag.store(Tiles, (0, 0), tiles.sum(axis=1))
-        # the expert of m-tile m: how many segments (of experts < E) end at or before it
-        end = start + tiles
-        for m0 in ag.range(0, TileExpert.shape[0], EB):
-            m = ag.arange(EB)[:, None] + m0                                # [EB, 1]
-            expert = _indicator((end <= m) & (cols < E)).sum(axis=1)
-            ag.store(TileExpert, (m0, 0), ag.where(expert < E, expert, -1))
+        _store_tile_experts(TileExpert, start, tiles, E)
 
     return ag.kernel(moe_layout, threads=128, name=f"moe_layout_{be}_{bm}")
 
@@ -292,16 +312,8 @@ def positions_kernel(be: int) -> ag.KernelFunction:
         (c,) = ag.grid(ChunkBase.shape[0])
         chunk = _chunk(Ids.shape[0], ChunkBase.shape[0])
         base = ag.load(ChunkBase, (c, 0), (1, be)) + ag.load(ExpertStart, (0, 0), (1, be))
-        earlier = ag.arange(SUB)[None, :] < ag.arange(SUB)[:, None]   # [i, i']: i' before i
         for s in ag.range(0, chunk, SUB):
-            # the ids loaded once per use: each vector then takes the layout of its one user
-            ids = ag.load(Ids, (c * chunk + s,), (SUB,), other=-1)
-            mine = ag.load(Ids, (c * chunk + s,), (SUB,), other=-1)
-            peers = ag.load(Peers, (c * chunk + s,), (SUB,), other=-1)
-            hot = _one_hot(ids, be)
-            rank = _indicator((mine[:, None] == peers[None, :]) & earlier).sum(axis=1)
-            ag.store(Pos, (c * chunk + s, 0), ag.where(hot, base, 0).sum(axis=1) + rank)
-            base = base + _indicator(hot).sum(axis=0)
+            base = _positions_step(Ids, Peers, Pos, c * chunk + s, base, be)
 
     return ag.kernel(moe_positions, threads=128, name=f"moe_positions_{be}")
 
@@ -338,24 +350,12 @@ def layout_small_kernel(be: int, bm: int) -> ag.KernelFunction:
             start = start + ag.where(earlier < cols, block, 0).sum(axis=0)
         ag.store(ExpertStart, (0, 0), start * bm)
         ag.store(Tiles, (0, 0), tiles.sum(axis=1))
-        # the expert of m-tile m: how many segments (of experts < E) end at or before it
-        end = start + tiles
-        for m0 in ag.range(0, TileExpert.shape[0], EB):
-            m = ag.arange(EB)[:, None] + m0                                # [EB, 1]
-            expert = _indicator((end <= m) & (cols < E)).sum(axis=1)
-            ag.store(TileExpert, (m0, 0), ag.where(expert < E, expert, -1))
+        _store_tile_experts(TileExpert, start, tiles, E)
         # pos: segment start + earlier entries of the same expert (earlier steps, then the
         # rank inside the step)
         base = start * bm
-        earlier = ag.arange(SUB)[None, :] < ag.arange(SUB)[:, None]   # [i, i']: i' before i
         for s in ag.range(0, N, SUB):
-            ids = ag.load(Ids, (s,), (SUB,), other=-1)
-            mine = ag.load(Ids, (s,), (SUB,), other=-1)
-            peers = ag.load(Peers, (s,), (SUB,), other=-1)
-            hot = _one_hot(ids, be)
-            rank = _indicator((mine[:, None] == peers[None, :]) & earlier).sum(axis=1)
-            ag.store(Pos, (s, 0), ag.where(hot, base, 0).sum(axis=1) + rank)
-            base = base + _indicator(hot).sum(axis=0)
+            base = _positions_step(Ids, Peers, Pos, s, base, be)
 
     return ag.kernel(moe_layout_small, threads=128, name=f"moe_layout_small_{be}_{bm}")
 
