@@ -98,8 +98,8 @@ class AttentionSchedule:
     # Not proven yet (see the module docstring): needs ARGUS_VERIFY=0.
     intra_wg_overlap: bool = False
     # FA3's order of the overlap: S_j, then P_{j-1} V_{j-1}, then the softmax of S_j while
-    # P V is in flight (wait 1), wait 0 before O and P are touched again. Not proven yet
-    # either (the tags of P carried across the back edge): needs ARGUS_VERIFY=0.
+    # P V is in flight (wait 1), wait 0 before O and P are touched again. Verifies like the
+    # default (module docstring; tests/mutations/test_attention_fa3_carry.py).
     fa3_overlap: bool = False
 
     def __post_init__(self) -> None:
