@@ -133,15 +133,26 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
     if region is not None:                 # after the loop: acc = acc + tail.sum() ...
         chain = set(accs)
         after = region.ops[region.ops.index(loop) + 1:]
+        tails: list[int] = []
         for op in after:
             if isinstance(op, _THROUGH) and op.src.id in chain:
                 chain.add(op.result.id)
             elif isinstance(op, O.Elementwise) and op.fn == combine and len(op.args) == 2 \
                     and any(a.id in chain for a in op.args):
                 chain.add(op.result.id)
-                for a in op.args:
-                    if a.id not in chain:
-                        leaves(a.id)
+                tails += [a.id for a in op.args if a.id not in chain]
+        # the blocks combined after the loop are in the row only if the combination is the
+        # accumulator's one continuation: each value of the chain is read at most once after
+        # the loop, so nothing reads the accumulator (or a partial combination) without them
+        # (`extra = acc + tail.sum()` beside a store of acc: the tail is not in acc's row)
+        reads: dict[int, int] = {}
+        for op in after:
+            for x in [op, *(y for inner in op.regions() for y in inner.walk())]:
+                for v in x.operands():
+                    reads[v.id] = reads.get(v.id, 0) + 1
+        if all(reads.get(v, 0) <= 1 for v in chain):
+            for a in tails:
+                leaves(a)
     sites = []
     for vid in dict.fromkeys(found):
         sites += [r for r in model.reduces if r.op.result.id == vid and r.op.axis is not None]

@@ -68,3 +68,21 @@ def test_a_block_reduced_in_the_peel_and_the_loop_is_refused(form, lowered):
     assert b * BN + wit["first"]["position"] == peeled_block * BN + wit["second"]["position"] \
         == wit["n"]
     assert "thread" in wit and "peeled_at" in wit
+
+
+def test_a_tail_combined_beside_the_stored_accumulator_is_not_in_its_row():
+    # extra = acc + last.sum() is computed, but acc (without the last block) is stored: the
+    # last block must not count for acc's row (before, the loop over blocks - 1 was proven)
+    @ag.kernel(threads=256)
+    def beside(X: ag.Tensor["M", "N", ag.f32], OUT: ag.Tensor["M", 1, ag.f32],
+               OUT2: ag.Tensor["M", 1, ag.f32]):
+        (p,) = ag.grid(X.shape[0])
+        blocks = ag.cdiv(X.shape[1], BN)
+        acc = ag.full((1, 1), 0.0)
+        for b in ag.range(blocks - 1):
+            acc = acc + ag.load(X, (p, b * BN), (1, BN)).sum(axis=1)
+        extra = acc + ag.load(X, (p, (blocks - 1) * BN), (1, BN)).sum(axis=1)
+        ag.store(OUT, (p, 0), acc)
+        ag.store(OUT2, (p, 0), extra)
+    found = [d for d in verify.run(beside.trace()).diagnostics if d.code == "reduce.coverage"]
+    assert any(d.severity == "error" for d in found), [str(d) for d in found]
