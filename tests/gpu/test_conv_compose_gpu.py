@@ -95,10 +95,12 @@ def test_repeated_calls_take_the_prepared_launch_and_read_current_data():
     conv_ops._REPEATS.clear()
     check(conv_ops.conv2d(x, w, b, 1, 1))
     assert len(conv_ops._REPEATS) == 1                  # channels-last bf16: a view of x
+    (entry,) = conv_ops._REPEATS.values()
     with torch.no_grad():
         x.copy_(torch.randn(x.shape, device="cuda", generator=g).bfloat16())
     y = conv_ops.conv2d(x, w, b, 1, 1)
-    assert len(conv_ops._REPEATS) == 1                  # the same entry served it
+    # the same entry served it (a miss would have stored a new one under the same key)
+    assert list(conv_ops._REPEATS.values()) == [entry]
     check(y)
     with torch.no_grad():
         w.add_(0.5)                                     # new version: prepared again
