@@ -162,7 +162,10 @@ def _weight_side(weight, bias, groups: int, terms: int, bk: int):
     channels), each tap's channels zero-padded to a multiple of bk. On the GPU they are kept
     per weight and bias object and version (a module's parameters are repacked once, not per
     call; an in-place update bumps the version), checked by identity through weak
-    references so a new tensor at a freed address is never mistaken for the old one."""
+    references so a new tensor at a freed address is never mistaken for the old one. Not seen:
+    a write through `weight.data` (`.data` has a version counter of its own, so
+    `w.data.mul_(2)` leaves w._version as it was and the old pieces are used); update
+    parameters in place under torch.no_grad() instead."""
     import weakref
 
     import torch
