@@ -109,6 +109,8 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
 
     def leaves(vid: int, depth: int = 0) -> None:
         d = defs.get(vid)
+        if isinstance(d, O.Reduce) and d.fn == red.op.fn and vid in seen:
+            found.append(vid)                  # reached again: combined twice (see below)
         if depth > 16 or d is None or vid in seen:
             return
         seen.add(vid)
@@ -153,6 +155,10 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
         if all(reads.get(v, 0) <= 1 for v in chain):
             for a in tails:
                 leaves(a)
+    if combine in ("add", "mul") and len(accs) == 1 and len(found) != len(set(found)):
+        # one block's result added (multiplied) in twice, `x + x`: no peeled block is paired,
+        # so the loop alone must cover the row (a sum that counts a block twice is refused)
+        return []
     sites = []
     for vid in dict.fromkeys(found):
         sites += [r for r in model.reduces if r.op.result.id == vid and r.op.axis is not None]

@@ -86,3 +86,18 @@ def test_a_tail_combined_beside_the_stored_accumulator_is_not_in_its_row():
         ag.store(OUT2, (p, 0), extra)
     found = [d for d in verify.run(beside.trace()).diagnostics if d.code == "reduce.coverage"]
     assert any(d.severity == "error" for d in found), [str(d) for d in found]
+
+
+def test_a_peeled_block_added_twice_is_refused():
+    # acc starts as x + x with x the first block's sum: block 0 counts twice in the row's sum
+    @ag.kernel(threads=256)
+    def doubled(X: ag.Tensor["M", "N", ag.f32], OUT: ag.Tensor["M", 1, ag.f32]):
+        (p,) = ag.grid(X.shape[0])
+        blocks = ag.cdiv(X.shape[1], BN)
+        x = ag.load(X, (p, 0), (1, BN)).sum(axis=1)
+        acc = x + x
+        for b in ag.range(1, blocks):
+            acc = acc + ag.load(X, (p, b * BN), (1, BN)).sum(axis=1)
+        ag.store(OUT, (p, 0), acc)
+    found = [d for d in verify.run(doubled.trace()).diagnostics if d.code == "reduce.coverage"]
+    assert any(d.severity == "error" for d in found), [str(d) for d in found]
