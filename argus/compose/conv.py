@@ -68,8 +68,9 @@ def split_pieces(X: ag.Tensor["G", "P", "CG", ag.f32], Y: ag.Tensor["G", "S", "P
     """Y[g, t, p, c] = piece SLOTS[t] of X[g, p, c]: x0 = bf16(x), x1 = bf16(x - x0),
     x2 = bf16(x - x0 - x1) (each remainder exact in fp32; argus.ops.conv's split). A tile of
     ROWS pixels x BC channels of one group per CTA; stores are masked at the pixel and channel
-    extents, so each slot's piece lands in its own Cg columns only."""
-    g, i, j = ag.grid(X.shape[0], ag.cdiv(X.shape[1], ROWS), ag.cdiv(X.shape[2], BC))
+    extents, so each slot's piece lands in its own Cg columns only. The pixel blocks (all
+    images' pixels: the long axis) are the grid's x, which alone may exceed 65535."""
+    i, g, j = ag.grid(ag.cdiv(X.shape[1], ROWS), X.shape[0], ag.cdiv(X.shape[2], BC))
     x = ag.load(X, (g, i * ROWS, j * BC), (ROWS, BC))
     pieces = [x.to(ag.bf16)]
     rest = x
