@@ -264,7 +264,63 @@ def _siblings(model: Model, site: WgmmaSite, name: str) -> list[WgmmaSite]:
                 _acc_chain(defs, other.op.acc.id)[-1] == root and \
                 {id(sc.op) for sc in other.site.scopes if sc.kind == "if"} == whens:
             out.append(other)
-    return out if any(o is site for o in out) else [site]
+    if not any(o is site for o in out):
+        return [site]
+    if any(o.op.acc.id != site.op.acc.id for o in out) and \
+            not _one_continuation(model.kernel, defs, out):
+        # sites of one chain count as one reduction only when the chain is the accumulator's
+        # one value: a value read mid-chain (stored before the last product) would miss the
+        # later sites' k, so each site's k-once stands alone
+        return [o for o in out if o.op.acc.id == site.op.acc.id]
+    return out
+
+
+def _one_continuation(kernel, defs: dict, sites: list[WgmmaSite]) -> bool:
+    """Whether every value of the sites' accumulator chains that comes before another site's
+    accumulator is read only to continue the chain (by a wgmma accumulating into it in place,
+    by wgmma synchronization, by an op making another value of the chains: the rescale
+    `o * alpha`, a variable's initial value or assignment), or, for a variable, after all the
+    sites once the chain's newest value has been assigned to it in the same region (a
+    persistent walk's `o` read by the epilogue). Any other read (`acc2 = acc * 1.0;
+    wgmma(.., acc2); store(acc)`) sees a partial product."""
+    chains = [_acc_chain(defs, o.op.acc.id) for o in sites]
+    values = {v for ch in chains for v in ch}
+    before = {v for ch in chains for v in ch[1:]}
+    ops = {id(o.op) for o in sites}
+    seen = [0]
+
+    def region(r, complete: set) -> set | None:
+        """The variables holding the finished product at the region's end, or None when a
+        value is read mid-chain."""
+        complete = set(complete)
+        for op in r.ops:
+            if id(op) in ops:
+                seen[0] += 1
+            if isinstance(op, O.Wgmma):
+                reads = [v for v in op.operands() if v.id in before and v is not op.acc]
+            elif isinstance(op, (O.WgmmaFence, O.FenceOperands)):
+                reads = []
+            elif isinstance(op, O.Assign) and op.dst.id in values:
+                reads = []
+                if seen[0] == len(ops) and op.src.id in values and \
+                        (op.src.id not in before or op.src.id in complete):
+                    complete.add(op.dst.id)    # the variable now holds the finished product
+                else:
+                    complete.discard(op.dst.id)
+            elif any(x.id in values for x in op.results()):
+                reads = []
+            else:
+                reads = [v for v in op.operands() if v.id in before and v.id not in complete]
+            if reads:
+                return None
+            for inner in op.regions():
+                got = region(inner, complete)
+                if got is None:
+                    return None
+                if isinstance(op, (O.Produce, O.Consume)):
+                    complete = got             # its body runs once, every time
+        return complete
+    return region(kernel.body, set()) is not None
 
 
 def _guards(model: Model, site: WgmmaSite) -> list:
