@@ -287,33 +287,49 @@ def _one_continuation(kernel, defs: dict, sites: list[WgmmaSite]) -> bool:
     values = {v for ch in chains for v in ch}
     before = {v for ch in chains for v in ch[1:]}
     ops = {id(o.op) for o in sites}
-    seen = [0]
+    seen: set[int] = set()
+    # a value whose current content a chain op has already continued from (read by a
+    # variable's initial value, a rescale, an assignment): a second such read forks the chain
+    # (two accumulators from one zeros tile, each with part of K) until it is assigned anew
+    consumed: set[int] = set()
 
     def region(r, complete: set) -> set | None:
         """The variables holding the finished product at the region's end, or None when a
-        value is read mid-chain."""
+        value is read mid-chain or continued twice."""
         complete = set(complete)
         for op in r.ops:
             if id(op) in ops:
-                seen[0] += 1
+                seen.add(id(op))
             if isinstance(op, O.Wgmma):
                 reads = [v for v in op.operands() if v.id in before and v is not op.acc]
             elif isinstance(op, (O.WgmmaFence, O.FenceOperands)):
                 reads = []
             elif isinstance(op, O.Assign) and op.dst.id in values:
                 reads = []
-                if seen[0] == len(ops) and op.src.id in values and \
+                if op.src.id in before:
+                    if op.src.id in consumed:
+                        return None
+                    consumed.add(op.src.id)
+                consumed.discard(op.dst.id)
+                if len(seen) == len(ops) and op.src.id in values and \
                         (op.src.id not in before or op.src.id in complete):
                     complete.add(op.dst.id)    # the variable now holds the finished product
                 else:
                     complete.discard(op.dst.id)
             elif any(x.id in values for x in op.results()):
                 reads = []
+                for v in op.operands():
+                    if v.id in before:
+                        if v.id in consumed:
+                            return None
+                        consumed.add(v.id)
             else:
                 reads = [v for v in op.operands() if v.id in before and v.id not in complete]
             if reads:
                 return None
             for inner in op.regions():
+                # one pass, in program order: a loop body that starts a fresh accumulator
+                # from the same zeros each unit (a persistent walk) forks nothing at once
                 got = region(inner, complete)
                 if got is None:
                     return None

@@ -53,3 +53,41 @@ def test_a_peeled_k_step_counts_only_for_the_value_that_holds_it(stored):
         # the loop's site alone: k_tiles - 1 blocks of K, never the last
         assert k_once and any("never multiplied" in d.message for d in k_once), \
             [str(d) for d in report.errors]
+
+
+def _forked_gemm():
+    """Two accumulators from one zeros tile, each multiplying half of the K blocks (the
+    chain forks): only `lo` is stored, so half of K is missing from C."""
+    @ag.kernel(name="forked_gemm")
+    def forked(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+               C: ag.Tensor["M", "N", ag.bf16]):
+        M, K = A.shape
+        N = B.shape[0]
+        pid_m, pid_n = ag.grid(ag.cdiv(M, BM), ag.cdiv(N, BN))
+        sA = ag.smem((STAGES, BM, BK), ag.bf16, swizzle=128)
+        sB = ag.smem((STAGES, BN, BK), ag.bf16, swizzle=128)
+        pipe = ag.pipeline(STAGES, consumers=1)
+        half = ag.cdiv(K, 2 * BK)
+        with ag.role("producer", warpgroups=1, regs=40):
+            for k in ag.range(2 * half):
+                with pipe.produce() as st:
+                    ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
+                    ag.tma.load(sB[st], B, (pid_n * BN, k * BK))
+        with ag.role("consumer", warpgroups=1, regs=232):
+            zero = ag.zeros((64, BN), ag.f32)
+            lo = zero * 1.0
+            for k in ag.range(half):
+                with pipe.consume() as st:
+                    ag.wgmma(sA[st].rows_of(0, 64), sB[st], lo)
+            hi = zero * 1.0
+            for k in ag.range(half):
+                with pipe.consume() as st:
+                    ag.wgmma(sA[st].rows_of(0, 64), sB[st], hi)
+            ag.store(C, (pid_m * BM, pid_n * BN), lo.to(ag.bf16))
+    return forked
+
+
+def test_two_accumulators_forked_from_one_zeros_tile_are_two_reductions():
+    report = verify.run(_forked_gemm().trace())
+    assert any(d.code == "wgmma.k-once" for d in report.errors), \
+        [str(d) for d in report.errors]
