@@ -74,6 +74,8 @@ def capture(model: torch.nn.Module, inputs: list[Any]) -> Graph:
     def mv(a):
         return torch.fx.node.map_arg(a, lambda n: meta[n.name])
 
+    nodes = {n.name: n for n in gm.graph.nodes}
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             x = next(placeholders, None)
@@ -118,7 +120,48 @@ def capture(model: torch.nn.Module, inputs: list[Any]) -> Graph:
             continue
         meta[n.name] = result
         env[n.name] = low.lower(n.op, n.target, ir(n.args), ir(n.kwargs), result)
+        if _written(n) is not None:
+            _rebind_written(n, _written(n), env, meta, nodes, order)
     return g
+
+
+def _rebind_written(n, written, env: dict, meta: dict, nodes: dict, order: dict) -> None:
+    """After `n` wrote `written`'s tensor in place: torch.fx keeps that tensor's own node for
+    its later uses (`b.add_(1); return b * 2` reads `b`), so from here on every node that is
+    that very tensor (b, and c = b.contiguous(), which is b) stands for the written value. A
+    view of it (or of what it views) read after `n` would need the write too: refused."""
+    target = meta[written.name]
+    for name, value in list(meta.items()):
+        if name == n.name or not isinstance(value, torch.Tensor):
+            continue
+        if value is target:
+            env[name] = env[n.name]
+        elif _aliases(value, target) and any(order[u] > order[n] for u in nodes[name].users):
+            raise CaptureError(f"{n.name} ({n.target if isinstance(n.target, str) else n.op}) "
+                               f"writes {written.name} in place, and {name}, a view sharing "
+                               f"its memory, is read afterwards: the compose graph has no "
+                               f"aliasing", fix="write the op out of place (b = b.add(1), "
+                                                 "F.relu(x) without inplace=True)")
+
+
+def _written(n) -> torch.fx.Node | None:
+    """The fx node whose tensor `n` writes in place (x.add_(1), F.relu(x, inplace=True)), or
+    None. (`x += 1` is not one: torch.fx records it as x + 1, a new tensor, so an alias of x
+    taken before it keeps the old value in the traced graph itself.)"""
+    first = n.args[0] if n.args else None
+    if not isinstance(first, torch.fx.Node):
+        return None
+    if n.op == "call_method" and n.target.endswith("_") and not n.target.endswith("__"):
+        return first
+    if n.op == "call_function" and n.kwargs.get("inplace") is True:
+        return first
+    return None
+
+
+def _aliases(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a is a view of b or b of a, or both of one base (meta tensors included)."""
+    base_a, base_b = a._base if a._base is not None else a, b._base if b._base is not None else b
+    return base_a is base_b
 
 
 _MODULE = object()
