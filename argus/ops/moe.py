@@ -21,9 +21,11 @@ DECODE_MAX_TOKENS = 64 tokens the GEMMs take the swap-AB decode schedules (the w
 wgmma's M side, a token tile of 8..64 rows as N, units of the touched experts only, each GEMM
 cut along K when its units would leave the last wave of SMs half empty: decode_schedules).
 Buffers are sized from shapes only (the padded layout's worst case), never from routing
-results. A decode layer is short next to the host time of its launches, so a call repeating
-an earlier call's shapes, options and argument addresses on the same stream replays that
-call's prepared launch plans (_run).
+results. A decode layer is short next to the host time of its launches, so a call that
+passes its output buffer (`out=`) and repeats an earlier call's shapes, options and argument
+addresses on the same stream replays that call's prepared launch plans (_run). Without `out`
+nothing is recorded: a plan keeps its arguments alive, so a fresh output per call would never
+get the recorded address back and every call would pin its tensors in the cache.
 
 Bad input (top_k outside 1..E, mismatched shapes, dtypes, devices, non-contiguous weights)
 raises a LaunchError that says what and how to fix it. Precomputed topk_ids must lie in
@@ -461,11 +463,25 @@ def _addresses(*tensors) -> tuple:
     return tuple(None if t is None else (t.data_ptr(), t.dtype) for t in tensors)
 
 
+def _check_out(x, out) -> None:
+    import torch
+
+    if not isinstance(out, torch.Tensor):
+        raise LaunchError(f"{_WHO}: out must be a torch.Tensor, got {type(out).__name__}")
+    if out.device != x.device or out.dtype != torch.bfloat16 or \
+            tuple(out.shape) != tuple(x.shape) or not out.is_contiguous():
+        raise LaunchError(f"{_WHO}: out is {out.dtype} {tuple(out.shape)} on {out.device}"
+                          f"{'' if out.is_contiguous() else ', not contiguous'}; it must be a "
+                          f"contiguous bfloat16 tensor shaped like x {tuple(x.shape)} on "
+                          f"{x.device}", fix="torch.empty_like(x, dtype=torch.bfloat16)")
+
+
 def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, topk_ids,
          topk_weights, bias, num_expert_group, topk_group, routed_scaling_factor, schedule,
-         interpret=False):
-    """The layer. A call like an earlier one on the same stream (the same shapes, options and
-    argument addresses: a decode loop, a benchmark) replays that call's prepared launch plans:
+         interpret=False, out=None):
+    """The layer, written into `out` when given. A call like an earlier one on the same
+    stream (the same shapes, options and argument addresses, `out` included: a decode loop
+    over static buffers, a benchmark) replays that call's prepared launch plans:
     the host cost of one cuLaunchKernelEx per kernel instead of the per-launch argument
     checks: decode-sized layers are short next to their host time (Qwen3-30B-A3B at T = 1 on
     the H200: 36 us of expert GEMMs in a 615 us layer of ten launches)."""
@@ -484,10 +500,14 @@ def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, top
         if "zero_bias" not in ws:
             ws["zero_bias"] = torch.zeros(E, dtype=torch.float32, device=x.device)
         bias = ws["zero_bias"]
-    out = torch.empty(T, H, dtype=torch.bfloat16, device=x.device)
+    # only a caller's output buffer can come back at one address: the recorded plans keep
+    # their arguments alive, so a fresh output would never be allocated there again
+    replayable = out is not None
+    if out is None:
+        out = torch.empty(T, H, dtype=torch.bfloat16, device=x.device)
     programs, key = ws.get("programs"), None
     # replayable: the kernels read exactly these tensors (no conversion makes a new one)
-    if programs is not None and (topk_ids is None or (
+    if replayable and programs is not None and (topk_ids is None or (
             topk_ids.dtype == torch.int32 and topk_weights.dtype == torch.float32
             and topk_ids.is_contiguous() and topk_weights.is_contiguous())):
         key = (_addresses(x, w13, w2, router_logits, topk_ids, topk_weights, bias, out),
@@ -520,18 +540,22 @@ def moe(x, w13, w2, router_logits, top_k: int, *, renormalize: bool = True,
         scoring: str = "softmax", activation: str = "silu", topk_ids=None, topk_weights=None,
         e_score_correction_bias=None, num_expert_group: int | None = None,
         topk_group: int | None = None, routed_scaling_factor: float = 1.0,
-        schedule: MoeSchedule | None = None):
-    """The MoE layer's output [T, H] (bf16); see the module docstring."""
+        schedule: MoeSchedule | None = None, out=None):
+    """The MoE layer's output [T, H] (bf16); see the module docstring. With `out` (a
+    contiguous bf16 [T, H] buffer) the result is written there and returned, and a repeated
+    call on the same buffers replays its launches."""
     _check(x, w13, w2, router_logits, top_k, scoring, activation, topk_ids, topk_weights,
            e_score_correction_bias, num_expert_group, topk_group)
+    if out is not None:
+        _check_out(x, out)
     import torch
 
-    if schedule is not None or not torch.compiler.is_compiling():
+    if out is not None or schedule is not None or not torch.compiler.is_compiling():
         # eager (and CUDA-graph capture): the implementation itself, without the custom op's
         # dispatch cost; torch.compile traces the custom op below
         return _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation,
                     topk_ids, topk_weights, e_score_correction_bias, num_expert_group,
-                    topk_group, routed_scaling_factor, schedule)
+                    topk_group, routed_scaling_factor, schedule, out=out)
     return _op()(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, topk_ids,
                  topk_weights, e_score_correction_bias, num_expert_group or 0, topk_group or 0,
                  float(routed_scaling_factor))

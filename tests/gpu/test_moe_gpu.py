@@ -166,18 +166,18 @@ def test_moe_decode_replays_with_new_contents(T, E, k, H, I, scoring):
     kw = dict(scoring="sigmoid", num_expert_group=8, topk_group=4, routed_scaling_factor=2.5) \
         if scoring == "sigmoid" else {}
     g = torch.Generator(device="cuda").manual_seed(71)
+    out = torch.empty(T, H, dtype=torch.bfloat16, device="cuda")   # the caller's buffer
     for _ in range(4):
         x.copy_(torch.randn(T, H, generator=g, device="cuda").bfloat16())
         logits.copy_(torch.randn(T, E, generator=g, device="cuda"))
-        out = moe(x, w13, w2, logits, k, **kw)
+        out.fill_(float("nan"))   # a replay that launched nothing would leave NaN
+        assert moe(x, w13, w2, logits, k, out=out, **kw) is out
         if scoring == "sigmoid":
             ids, w = _sigmoid_topk(logits, torch.zeros(E, device="cuda"), k, 8, 4, 2.5)
         else:
             ids, w = _softmax_topk(logits, k, True)
         assert _rel(out, reference(x, w13, w2, ids, w)) < 1e-2
-        del out
-    # one recorded call for these buffers: the first; the other three replayed it (a call that
-    # missed the replay would have recorded its own plans under its own `out` address)
+    # one recorded call for these buffers: the first; the other three replayed it
     mine = (x.data_ptr(), x.dtype), (w13.data_ptr(), w13.dtype)
     recorded = [key for ws in M._WORKSPACES.values() for key in ws.get("programs", {})
                 if key[0][:2] == mine]

@@ -1,6 +1,7 @@
 """argus.ops.moe's replay of decode calls (argus/ops/moe.py, _run): a call with the shapes,
-options and argument addresses of an earlier call on the same stream launches that call's
-recorded plans and nothing else; any other call records its own. Here on the CPU, with the
+options and argument addresses (its `out` buffer included) of an earlier call on the same
+stream launches that call's recorded plans and nothing else; any other call records its own,
+and a call without `out` records nothing. Here on the CPU, with the
 launcher replaced by one that records what it would launch and plans that count their calls
 (tests/gpu/test_moe_gpu.py runs the real replay against float64)."""
 
@@ -24,13 +25,10 @@ class _Plan:
 @pytest.fixture
 def launches(monkeypatch):
     """The launches of each call: ("launch", kernel) for a launcher call, ("replay", kernel,
-    stream) for a replayed plan. Workspaces are cached per layer (on "stream 77") and every
-    [2, 64] bf16 output lands at one address, as the CUDA caching allocator hands a freed
-    block back."""
+    stream) for a replayed plan. Workspaces are cached per layer (on "stream 77")."""
     log = []
     workspaces = {}
-    fresh_workspace, empty = M._workspace, torch.empty
-    fixed_out = empty(2, 64, dtype=torch.bfloat16)
+    fresh_workspace = M._workspace
 
     def launcher(interpret, record=None):
         def run(kernel, *args, **constexprs):
@@ -46,22 +44,40 @@ def launches(monkeypatch):
             workspaces[layer] = ws
         return workspaces[layer]
 
-    def same_out(*shape, **kw):
-        if shape == (2, 64) and kw.get("dtype") == torch.bfloat16:
-            return fixed_out
-        return empty(*shape, **kw)
-
     monkeypatch.setattr(M, "_launcher", launcher)
     monkeypatch.setattr(M, "_workspace", workspace)
-    monkeypatch.setattr(torch, "empty", same_out)
     return log
 
 
-def _call(x, w13, w2, logits, k=8, ids=None, weights=None, scoring="softmax", bias=None):
+OUT = torch.empty(2, 64, dtype=torch.bfloat16)   # the caller's output buffer
+
+
+def _call(x, w13, w2, logits, k=8, ids=None, weights=None, scoring="softmax", bias=None,
+          out=OUT):
     groups = dict(num_expert_group=4, topk_group=2) if scoring == "sigmoid" else {}
     return M._run(x, w13, w2, None if ids is not None else logits, k, True, scoring, "silu",
                   ids, weights, bias, groups.get("num_expert_group", 0),
-                  groups.get("topk_group", 0), 1.0, None)
+                  groups.get("topk_group", 0), 1.0, None, out=out)
+
+
+def test_without_out_nothing_is_recorded(launches):
+    """A fresh output per call never gets a recorded address back (the plans keep it alive):
+    such calls launch every time and pin nothing."""
+    x, w13, w2, logits = _inputs()
+    layer = M._layer(2, 64, 64, 16, 8, None)
+    for _ in range(3):
+        launches.clear()
+        _call(x, w13, w2, logits, out=None)
+        assert launches and all(kind == "launch" for kind, _ in launches)
+    assert not M._workspace(layer, None, False)["programs"]
+
+
+def test_another_out_records_anew(launches):
+    x, w13, w2, logits = _inputs()
+    _call(x, w13, w2, logits)
+    launches.clear()
+    _call(x, w13, w2, logits, out=torch.empty(2, 64, dtype=torch.bfloat16))
+    assert launches and all(kind == "launch" for kind, _ in launches)
 
 
 def _inputs(T=2, E=16, H=64, I=64):
@@ -155,3 +171,16 @@ def test_cached_workspaces_keep_to_their_budget(monkeypatch):
     monkeypatch.setattr(M, "_WORKSPACE_BYTES", max(sizes))      # too big to keep: fresh
     big = M._layer(5, 256, 128, 16, 4, None)
     assert M._workspace(big, "cpu", False) is not M._workspace(big, "cpu", False)
+
+
+@pytest.mark.parametrize("bad,why", [
+    (torch.empty(2, 64, dtype=torch.float32), "float32"),
+    (torch.empty(3, 64, dtype=torch.bfloat16), "(3, 64)"),
+    (torch.empty(64, 2, dtype=torch.bfloat16).T, "not contiguous"),
+])
+def test_a_bad_out_buffer_is_refused(bad, why):
+    from argus.errors import LaunchError
+
+    with pytest.raises(LaunchError, match="out is") as info:
+        M._check_out(torch.empty(2, 64, dtype=torch.bfloat16), bad)
+    assert why in str(info.value) and "empty_like" in str(info.value)
