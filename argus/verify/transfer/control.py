@@ -252,7 +252,10 @@ def _recomputed_values(m: Model, loop: O.For, carried: list[int], known: set[int
                     walk(inner, guard, maybe)        # its body runs once, every time
                 else:                                # an if, an inner loop, an elect
                     cond = frozenset().union(*(deps(v) for v in op.operands()))
-                    walk(inner, guard | cond, True)
+                    # an inner loop twice: a read before a later assignment in its body
+                    # sees that assignment's dependencies across the inner back edge
+                    for _ in range(2 if isinstance(op, O.For) else 1):
+                        walk(inner, guard | cond, True)
 
     walk(loop.body, frozenset(), False)
     return [vid for vid in carried if vid not in known and vid in tops and
