@@ -24,8 +24,10 @@ from dataclasses import dataclass
 import torch
 
 import argus as ag
+from argus.compose.gemm import bf16_pieces
 from argus.compose.launch import run as _run
 from argus.compose.launch import transpose
+from argus.compose.pool import row_decode
 from argus.ops import conv as conv_ops
 
 
@@ -72,11 +74,7 @@ def split_pieces(X: ag.Tensor["G", "P", "CG", ag.f32], Y: ag.Tensor["G", "S", "P
     images' pixels: the long axis) are the grid's x, which alone may exceed 65535."""
     i, g, j = ag.grid(ag.cdiv(X.shape[1], ROWS), X.shape[0], ag.cdiv(X.shape[2], BC))
     x = ag.load(X, (g, i * ROWS, j * BC), (ROWS, BC))
-    pieces = [x.to(ag.bf16)]
-    rest = x
-    for _ in range(max(SLOTS)):
-        rest = rest - pieces[-1].to(ag.f32)
-        pieces.append(rest.to(ag.bf16))
+    pieces = bf16_pieces(x, max(SLOTS) + 1)
     for t, which in enumerate(SLOTS):
         ag.store(Y, (g, t, i * ROWS, j * BC), pieces[which])
 
@@ -177,12 +175,7 @@ def _depthwise_source(spatial_in, spatial_out, k, s, p, d, channels: int, mult: 
              f"    pb, q = ag.grid(ag.cdiv({n_rows}, ROWS), ag.cdiv({spatial_out[-1]}, BN))",
              "    o_last = q * BN"]
     for j in range(rows):
-        rest = f"(pb * ROWS + {j})"
-        for i in reversed(range(n - 1)):
-            lines.append(f"    o{i} = {rest} % {spatial_out[i]}")
-            lines.append(f"    r{i} = {rest} // {spatial_out[i]}")
-            rest = f"r{i}"
-        lines.append(f"    nk = {rest}")
+        lines += row_decode(j, spatial_out, "nk")
         lines.append(f"    kk = nk % {k_out}")
         # a row past the end has nk >= N * K, so xr >= N * C: its loads read 0, its store is
         # masked by Y's bounds

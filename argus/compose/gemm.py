@@ -48,6 +48,17 @@ class MatmulSchedule:
     gemm: GemmSchedule | None = None
 
 
+def bf16_pieces(x, count: int) -> list:
+    """The first `count` bf16 pieces of an fp32 tile: x0 = bf16(x), x1 = bf16(x - x0), ...,
+    each remainder exact in fp32 (traced inside the split kernels)."""
+    pieces = [x.to(ag.bf16)]
+    rest = x
+    for _ in range(count - 1):
+        rest = rest - pieces[-1].to(ag.f32)
+        pieces.append(rest.to(ag.bf16))
+    return pieces
+
+
 @ag.kernel(threads=256)
 def split_rows(X: ag.Tensor["B", "R", "K", ag.f32], Y: ag.Tensor["BCRT", "KC", ag.bf16],
                SLOTS: tuple = (0,), CHUNKS: int = 1, KC: int = 64, BN: int = 256):
@@ -58,11 +69,7 @@ def split_rows(X: ag.Tensor["B", "R", "K", ag.f32], Y: ag.Tensor["BCRT", "KC", a
     br, s, j = ag.grid(X.shape[0] * X.shape[1], CHUNKS, ag.cdiv(KC, BN))
     b, r = br // X.shape[1], br % X.shape[1]
     x = ag.load(X, (b, r, s * KC + j * BN), (1, BN))
-    pieces = [x.to(ag.bf16)]
-    rest = x
-    for _ in range(max(SLOTS)):
-        rest = rest - pieces[-1].to(ag.f32)
-        pieces.append(rest.to(ag.bf16))
+    pieces = bf16_pieces(x, max(SLOTS) + 1)
     for t, i in enumerate(SLOTS):
         ag.store(Y, (((b * CHUNKS + s) * X.shape[1] + r) * len(SLOTS) + t, j * BN), pieces[i])
 
@@ -79,11 +86,7 @@ def split_cols(X: ag.Tensor["B", "K", "N", ag.f32], Y: ag.Tensor["BC", "TK", "NP
     b, rest = p // (CHUNKS * blocks), p % (CHUNKS * blocks)
     s, kb = rest // blocks, rest % blocks
     x = ag.load(X, (b, s * KC + kb * ROWS, q * BN), (ROWS, BN))
-    pieces = [x.to(ag.bf16)]
-    r = x
-    for _ in range(max(SLOTS)):
-        r = r - pieces[-1].to(ag.f32)
-        pieces.append(r.to(ag.bf16))
+    pieces = bf16_pieces(x, max(SLOTS) + 1)
     for t, i in enumerate(SLOTS):
         ag.store(Y, (b * CHUNKS + s, t * KC + kb * ROWS, q * BN), pieces[i])
 

@@ -29,6 +29,19 @@ from argus.compose.launch import run as _run
 _KERNELS: dict = {}
 
 
+def row_decode(j: int, spatial_out, name: str) -> list[str]:
+    """Source lines decoding output row `pb * ROWS + j` of a pooling-style walk into its
+    output coordinates o0..o{n-2} (all but the last spatial dim, innermost last) and the
+    flattened batch-channel row `name`."""
+    lines, rest = [], f"(pb * ROWS + {j})"
+    for i in reversed(range(len(spatial_out) - 1)):
+        lines.append(f"    o{i} = {rest} % {spatial_out[i]}")
+        lines.append(f"    r{i} = {rest} // {spatial_out[i]}")
+        rest = f"r{i}"
+    lines.append(f"    {name} = {rest}")
+    return lines
+
+
 def _source(kind: str, spatial_in: tuple[int, ...], spatial_out: tuple[int, ...], k, s, p, d,
             bn: int, rows: int) -> str:
     n = len(spatial_in)
@@ -50,12 +63,7 @@ def _source(kind: str, spatial_in: tuple[int, ...], spatial_out: tuple[int, ...]
     # launch- and latency-bound). A row past the end has nc >= NC: its loads read `other`
     # and its store is masked by Y's bounds.
     for j in range(rows):
-        rest = f"(pb * ROWS + {j})"
-        for i in reversed(range(n - 1)):
-            lines.append(f"    o{i} = {rest} % {spatial_out[i]}")
-            lines.append(f"    r{i} = {rest} // {spatial_out[i]}")
-            rest = f"r{i}"
-        lines.append(f"    nc = {rest}")
+        lines += row_decode(j, spatial_out, "nc")
         lines.append(f"    acc = ag.full((BN, 1), {other})")
         for offs in itertools.product(*(range(kk) for kk in k)):
             idx = ["nc"]
