@@ -13,7 +13,14 @@ Per row r and 128-column group g (the reference is DeepGEMM's per_token_cast_to_
     scale_t[g, r] = amax / 448                                   (x ~= xq * scale_t[g, r])
 
 so the group's largest magnitude maps to +-448 and nothing overflows; the floor keeps an
-all-zero group finite (its scale is tiny, its values 0). scale_t is MN-major, the layout
+all-zero group finite (its scale is tiny, its values 0). Rounding, bit for bit: 448 / amax and
+amax / 448 are each one correctly rounded f32 division (CUDA's `/` on floats is div.rn.f32
+under NVRTC's default -prec-div=true; the interpreter divides numpy f32 arrays), the product
+one f32 multiply, the cast round-to-nearest-even and saturating. Not amax * (1 / 448): that
+differs in the last bit for about half of all amax values (torch on CUDA evaluates
+`amax / 448.0` that way: aten's div_true_kernel_cuda multiplies by the reciprocal of a
+Python-number divisor); argus.ops.quantize_fp8.reference is this formula in torch on any
+device. scale_t is MN-major, the layout
 argus/kernels/gemm_fp8.py's block-scaled kernel reads (`BlockScales.scale_a_t`): the scales of
 one K block for consecutive rows are contiguous. Columns past K (a ragged last group) are
 read as 0 and never written.

@@ -13,6 +13,16 @@ the layout scaled_matmul reads without a copy: `scaled_matmul(xq, wq, scale, w_s
 
 x: [M, K] bfloat16 or float32 CUDA tensor with a contiguous last dimension, K a multiple of 128.
 Every input that cannot be right raises a LaunchError that says what and how to fix it.
+
+The rounding (argus/kernels/moe_fp8.py, the one definition the kernels, the interpreter and
+`reference` share): amax = max(max |x_group|, 1e-4) in f32; scale = amax / 448 and
+inverse = 448 / amax, each ONE correctly rounded f32 division (the kernel's `/` is div.rn.f32,
+NVRTC's default -prec-div=true; the interpreter's is numpy's f32 division); q = e4m3(x * inverse)
+with one f32 product. DeepGEMM's per_token_cast_to_fp8 writes the same formula in torch, but on
+CUDA torch evaluates `amax / 448.0` (a tensor over a Python number) as amax * fl(1 / 448)
+(aten's div_true_kernel_cuda shortcut, "may lose one bit") and `448.0 / amax` as
+448 * reciprocal(amax): different last bits, depending on the device. `reference` below divides
+in float64 and rounds once to f32, which is the correctly rounded f32 quotient on any device.
 """
 
 from __future__ import annotations
@@ -47,6 +57,27 @@ def _check(x) -> None:
     if x.stride(1) != 1 and x.shape[1] > 1:
         raise LaunchError(f"{_WHO}: x has strides {x.stride()}: the columns must be contiguous",
                           fix="x.contiguous()")
+
+
+def reference(x):
+    """(q [M, K/128, 128] float8_e4m3fn, scale [M, K/128] float32) for x [M, K], in torch eager,
+    rounding for rounding the kernel's formula (module docstring), on the CPU and the GPU alike:
+    the bit-exact definition the tests and scripts/gpu_fp8_quant_bench.py hold the kernels to.
+
+    Both quotients are float64 tensor-over-tensor divisions rounded once to f32: a float64
+    quotient of two f32 values rounds to the correctly rounded f32 quotient (53 >= 2 * 24 + 2
+    bits), and a tensor divisor keeps torch off its multiply-by-reciprocal path for a Python
+    number divisor on CUDA."""
+    import torch
+
+    from argus.kernels.moe_fp8 import AMAX_FLOOR, E4M3_MAX
+
+    xt = x.float().view(x.shape[0], -1, GROUP)
+    amax = xt.abs().amax(dim=2).clamp(min=AMAX_FLOOR).double()
+    e4m3_max = torch.full_like(amax, E4M3_MAX)
+    inverse = (e4m3_max / amax).float()
+    q = (xt * inverse.unsqueeze(2)).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return q, (amax / e4m3_max).float()
 
 
 def quantize_fp8(x):

@@ -9,6 +9,7 @@ import pytest
 import argus as ag
 from argus import verify
 from argus.compiler import lower_only
+from argus.ops.quantize_fp8 import reference as quantize_reference
 from argus.kernels.moe_fp8 import (AMAX_FLOOR, E4M3_MAX, GROUP, permute_quantize_kernel,
                                    quantize_1x128_kernel)
 from argus.runtime import nvrtc_available
@@ -19,14 +20,10 @@ SENTINEL = -7.0  # what unwritten elements of the outputs keep (not an e4m3 valu
 
 
 def reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """x [M, K] f32 -> (e4m3 values [M, K/128, 128] as f32, scales [M, K/128]), in torch f32."""
-    xt = torch.from_numpy(x).view(x.shape[0], -1, GROUP)
-    amax = xt.abs().amax(dim=2).clamp(min=AMAX_FLOOR)
-    # a true f32 division, as the kernel's: torch's `448.0 / amax` is 448 * reciprocal(amax),
-    # one rounding more, which moves products onto the other side of e4m3 midpoints
-    inverse = torch.full_like(amax, E4M3_MAX) / amax
-    q = (xt * inverse.unsqueeze(2)).clamp(-E4M3_MAX, E4M3_MAX)
-    return q.to(torch.float8_e4m3fn).float().numpy(), (amax / E4M3_MAX).numpy()
+    """x [M, K] f32 -> (e4m3 values [M, K/128, 128] as f32, scales [M, K/128]): the library's
+    torch reference (argus.ops.quantize_fp8.reference: correctly rounded f32 divisions)."""
+    q, s = quantize_reference(torch.from_numpy(x))
+    return q.float().numpy(), s.numpy()
 
 
 def activations(rows: int, cols: int, seed: int = 0) -> np.ndarray:
@@ -37,8 +34,9 @@ def activations(rows: int, cols: int, seed: int = 0) -> np.ndarray:
                                                                 ).repeat(GROUP, axis=2).reshape(
         rows, cols)
     x[0, :GROUP] = 0.0
-    x[1, GROUP:2 * GROUP] *= 1e-3
-    x[1, GROUP + 5] = 3e4
+    second = min(1, rows - 1)     # row 1, or row 0's second group when there is one row
+    x[second, GROUP:2 * GROUP] *= 1e-3
+    x[second, GROUP + 5] = 3e4
     return torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16).float().numpy()
 
 
@@ -49,6 +47,61 @@ def _check_dequantized(q: np.ndarray, scales: np.ndarray, x: np.ndarray) -> None
     err = np.abs(back - x.reshape(q.shape))
     bound = np.abs(x.reshape(q.shape)) * 2.0 ** -4 + scales[:, :, None] * 2.0 ** -10
     assert np.all(err <= bound * (1 + 1e-6))
+
+
+def _amaxes_where_division_and_reciprocal_differ(n: int) -> np.ndarray:
+    """n f32 amax values (in [2^-3, 2^12), all above the floor) where amax / 448 and
+    amax * fl(1/448) round to different f32 values, and so do 448 / amax and 448 * fl(1/amax):
+    numpy's f32 arithmetic is IEEE, one rounding an operation."""
+    rng = np.random.default_rng(16)
+    a = np.float32(2.0) ** rng.uniform(-3, 12, 40 * n).astype(np.float32)
+    four48 = np.float32(E4M3_MAX)
+    differ = (a / four48 != a * (np.float32(1) / four48)) & \
+        (four48 / a != four48 * (np.float32(1) / a))
+    assert differ.mean() > 0.05            # not a corner case: a good share of all values
+    return a[differ][:n]
+
+
+def test_scales_are_correctly_rounded_divisions_not_reciprocal_products():
+    """The rounding contract (argus/kernels/moe_fp8.py): the interpreted kernel and the
+    library's torch reference both give scale = fl(amax / 448) and q = e4m3(x * fl(448 / amax)),
+    checked against numpy's f32 formula on groups whose amax is chosen where the reciprocal
+    product (what torch on CUDA computes for `amax / 448.0`) differs in the last bit."""
+    amax = _amaxes_where_division_and_reciprocal_differ(8 * 3)
+    rows, groups = 8, 3
+    rng = np.random.default_rng(3)
+    x = (rng.uniform(-1, 1, (rows, groups, GROUP)) * amax.reshape(rows, groups, 1)
+         ).astype(np.float32)
+    x[:, :, 7] = amax.reshape(rows, groups)  # the group's largest magnitude, exactly amax
+    x = x.reshape(rows, groups * GROUP)
+    four48 = np.float32(E4M3_MAX)
+    scale_div = amax.reshape(rows, groups) / four48
+    inverse = four48 / amax.reshape(rows, groups, 1)
+    assert np.all(scale_div != amax.reshape(rows, groups) * (np.float32(1) / four48))
+    q_div = torch.from_numpy(np.clip(x.reshape(rows, groups, GROUP) * inverse, -448, 448)
+                             ).to(torch.float8_e4m3fn).float().numpy()
+    xq = np.full((rows, groups, GROUP), SENTINEL, np.float32)
+    scale_t = np.full((groups, rows), SENTINEL, np.float32)
+    quantize_1x128_kernel(ag.f32, 2).interpret(x.reshape(rows, groups, GROUP), xq, scale_t)
+    np.testing.assert_array_equal(scale_t.T, scale_div)
+    np.testing.assert_array_equal(xq, q_div)
+    q_ref, s_ref = reference(x)
+    np.testing.assert_array_equal(s_ref, scale_div)
+    np.testing.assert_array_equal(q_ref, q_div)
+
+
+def test_activations_of_one_row():
+    """The GPU tier quantizes a single row too (rows = 1): the zero group and the outlier group
+    both land in row 0."""
+    x = activations(1, 3 * GROUP)
+    assert np.all(x[0, :GROUP] == 0) and np.abs(x[0, GROUP:2 * GROUP]).max() > 1e4
+    xq = np.full((1, 3, GROUP), SENTINEL, np.float32)
+    scale_t = np.full((3, 4), SENTINEL, np.float32)
+    quantize_1x128_kernel(ag.bf16, 4).interpret(x.reshape(1, -1, GROUP), xq, scale_t)
+    q_ref, s_ref = reference(x)
+    np.testing.assert_array_equal(xq, q_ref)
+    np.testing.assert_array_equal(scale_t[:, :1], s_ref.T)
+    assert np.all(scale_t[:, 1:] == SENTINEL)
 
 
 @pytest.mark.parametrize("src,groups", [(ag.bf16, 4), (ag.f32, 8), (ag.bf16, 1)])
@@ -130,6 +183,9 @@ def test_builds_for_sm90a_without_spills(build, warp):
     res = binary.resource(source.name)
     assert binary.arch == "sm_90a" and not res.spills, res.summary()
     assert "cvt.rn.satfinite.e4m3x2.f32" in binary.ptx
+    # the rounding contract: IEEE divisions (div.rn.f32), never approximate ones
+    assert "div.rn.f32" in binary.ptx
+    assert "div.approx" not in binary.ptx and "div.full" not in binary.ptx
     if warp:
         assert res.barriers == 0 and "ag::pack_e4m3x4(" in source.text, res.summary()
 
