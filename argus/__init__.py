@@ -10,7 +10,8 @@
 from argus.dsl.api import (abs_, arange, cdiv, cluster_rank, erf, exp, exp2, full, grid, ldmatrix,
                            load, load_scalar, log, maximum, minimum, ordered, pipeline, range, relu,
                            role,
-                           rsqrt, scalar, sigmoid, smem, sqrt, stmatrix, store, tanh, thread_index,
+                           rsqrt, scalar, scan, sigmoid, smem, sqrt, stmatrix, store, tanh,
+                           thread_index,
                            tma, wgmma, when, where, zeros)
 from argus.dsl.kernel import ScalarParam as Scalar
 from argus.dsl.kernel import Tensor
@@ -34,7 +35,8 @@ def compile(kernel_fn: KernelFunction, *, verify: bool | None = None, **constexp
 __all__ = [
     "abs_", "arange", "Scalar", "cdiv", "cluster_rank", "erf", "exp", "exp2", "full", "grid",
     "ldmatrix", "load", "load_scalar", "log", "maximum",
-    "minimum", "ordered", "pipeline", "range", "relu", "role", "rsqrt", "scalar", "sigmoid",
+    "minimum", "ordered", "pipeline", "range", "relu", "role", "rsqrt", "scalar", "scan",
+    "sigmoid",
     "smem", "sqrt", "stmatrix", "store", "tanh", "thread_index", "tma", "wgmma", "when", "where",
     "zeros",
     "KernelFunction", "Tensor", "kernel", "compile", "bf16", "e4m3", "f16", "f32", "f64", "i1",

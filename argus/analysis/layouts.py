@@ -67,7 +67,7 @@ def infer_layouts(kernel: Kernel) -> Kernel:
         raise CompileError(f"layout inference of kernel {kernel.name} did not settle (an "
                            f"internal error: please report it with the kernel)", None)
     for op in ops:  # flexible tiles no user constrains
-        if isinstance(op, O.Reduce):
+        if isinstance(op, (O.Reduce, O.Scan)):
             continue  # the slice of its source's layout, which this loop or _forward sets
         for r in op.results():
             if isinstance(r.type, TileType) and r.id not in layout:
@@ -176,6 +176,10 @@ def _forward(ops, layout, acc_ids, a_ids, flexible, threads) -> None:
                 layout.setdefault(res.id, layout[op.src.id])
         elif isinstance(op, O.Reduce) and op.src.id in layout and res.id not in layout:
             layout[res.id] = _slice_name(layout[op.src.id], op.src.type, op.axis, n, op)
+        elif isinstance(op, O.Scan) and op.src.id in layout and res.id not in layout:
+            # a scan keeps its source's layout; its total is the slice, as a reduction's
+            layout[res.id] = layout[op.src.id]
+            layout[op.total.id] = _slice_name(layout[op.src.id], op.src.type, op.axis, n, op)
         elif isinstance(op, O.ExpandDims) and op.src.id in layout and res.id not in layout:
             layout[res.id] = RL.expand(_build(layout[op.src.id], op.src.type, n, op),
                                        op.axis).name
@@ -230,6 +234,12 @@ def _backward(ops, layout, flexible, threads) -> None:
             demands[op.init.id] = layout[res.id]
         elif isinstance(op, O.Reduce) and op.src.id in flexible and op.src.id not in demands:
             demands[op.src.id] = BLOCKED
+        elif isinstance(op, O.Scan):
+            if op.src.id in flexible and op.src.id not in demands:
+                demands[op.src.id] = BLOCKED
+            if op.init.id in flexible and op.src.id in layout:
+                demands[op.init.id] = _slice_name(layout[op.src.id], op.src.type, op.axis, n,
+                                                  op)
 
 
 # ----------------------------------------------------------------------------- conversions
@@ -261,6 +271,16 @@ def _needs(op, threads: int):
                 raise ValueError("the result layout is not the source's slice")
         except ValueError:
             out.append((op.src, BLOCKED, f"{op.fn} along axis {op.axis} needs it"))
+    elif isinstance(op, O.Scan):
+        have = RL.build(op.src.type.layout, op.src.type.shape, threads)
+        try:
+            plan = have.scan_plan(op.axis)
+        except ValueError:
+            out.append((op.src, BLOCKED, f"a {op.fn} scan along axis {op.axis} needs it"))
+        else:
+            init = RL.build(op.init.type.layout, op.init.type.shape, threads)
+            if init.broadcast_map(plan.result) is None:
+                out.append((op.init, plan.result.name, "a scan starts from its source's slice"))
     elif isinstance(op, O.StMatrix) and op.src.type.layout != WGMMA_ACC:
         out.append((op.src, WGMMA_ACC, "stmatrix stores the accumulator fragment"))
     elif isinstance(op, O.Wgmma) and op.a_in_registers and op.a.type.layout != WGMMA_ACC:

@@ -1,31 +1,33 @@
-"""The scan template: cumulative sum or product along one axis (inclusive or exclusive, forward or
-reverse), any dims before and after it.
+"""The scan template: cumulative sum, product, max or min along one axis (inclusive or
+exclusive, forward or reverse), any dims before and after it.
 
-The tensor is seen as [O, L, I] (the scanned axis in the middle). A CTA walks L in blocks of
-BN with a carry (the combined blocks before, `ROWS` rows or columns at once); inside a block the
-prefix is a masked reduction (element j combines elements i <= j; i >= j reversed, strict for
-exclusive scans). The DSL has no scan primitive, so the cost of that reduction depends on where
-the block's source axis lies in the register layout (blocked: threads along the last tile axis
-first, leading axes in registers):
+The tensor is seen as [O, L, I] (the scanned axis in the middle).
 
+- I = 1 (`_rows`, the scans of KernelBench): one warp per CTA walks `ROWS` rows along L in
+  blocks of [ROWS, BN] with the carry in registers. A block is a blocked tile of the 32
+  threads (BN = 128: each lane loads and stores one 16-byte vector per row, 4 consecutive
+  elements) and `ag.scan` scans it: a running combine over the lane's 4 registers, a 5-step
+  `__shfl_up_sync` scan of the lanes' totals, the carry added, and the carry moved on by the
+  row's total (one more shuffle). The rows of a block are independent shuffle chains (ILP).
 - I > 1 (`_inner`): the block is [ROWS of L, BN of I] with I last: each thread holds whole
-  columns of the block and the masked reduction is in registers (BN >= the threads: no thread
-  bit spills onto L).
-- I = 1, variant "lanes" (`_rows_lanes`): x [ROWS, BN] is read as is (coalesced) and the
-  [ROWS, BN, BN] masked tile has its source axis last, across lanes: log2(BN) shuffles per
-  result. Small BN keeps that cheap; the carry walks L in more steps.
-- I = 1, variant "in_thread" (`_rows_in_thread`): the block is read through a transposed view
-  of X ([L, O, 1]: the scanned axis first, any stride is legal on a unit innermost dim) as an
-  [BN, ROWS, 1] tile, so the masked [BN, ROWS, BN] tile has its source axis leading, in
-  registers: no shuffles, BN adds per result, a layout conversion through shared memory, and
-  loads that touch ROWS rows per warp instruction.
+  columns of the block and the scan is a masked reduction in registers (element j combines
+  rows i <= j of the block), the carry one row.
 
-Segments (a two-pass scan): with few rows the walk along L is long and has few CTAs. L is then
-cut into S segments (a multiple of BN each): pass 1 (`_totals`) combines each segment of each
-row, pass 2 scans every segment at once, its carry starting from the segments before it (a
-masked reduction of pass 1's totals). `plan` picks the variant, block and segments
+Segments (a two-pass scan, for few long rows: a walk along L per CTA would leave the GPU with
+too few warps): L is cut into S segments of whole blocks; pass 1 (`_totals`) combines each
+segment of each row (an elementwise accumulator of the block's shape, reduced once at the
+end), pass 2 scans every segment at once, its carry starting from the totals of the segments
+before it (after it, reversed). `plan` picks rows, block and segments from the shape
 (`ScanSchedule`, which a caller may also give); scripts/gpu_scan_bench.py times the choices on
 a GPU.
+
+The default, a rule of the shape (no tuning): the H200 needs about 32-64 KB of loads in
+flight per SM to stream at its 4.8 TB/s (Little's law at ~1 us of DRAM latency: ~4.8 MB over
+132 SMs, ~36 KB each). A 32-thread CTA holds one [ROWS, 128] fp32 block of ROWS x 512 bytes;
+an SM runs at most 32 CTAs (sm_90), so ROWS = 2 is 32 KB per SM, and its 8 registers per lane
+let lower/prefetch.py keep a ring of 3 more blocks in flight (128 KB per SM; ROWS = 4 is 16
+registers, past the ring's limit: 64 KB). Segments are added until there are CTAs for every
+warp slot of the GPU (MIN_CTAS = 132 SMs x 32), keeping at least 8 blocks per segment.
 """
 
 from __future__ import annotations
@@ -40,50 +42,93 @@ from argus.compose.launch import copy_into
 from argus.compose.launch import run as _run
 
 _KERNELS: dict = {}
-VARIANTS = ("lanes", "in_thread")
-# CTAs that keep an H200 (132 SMs) busy on a sequential walk: below this a scan is segmented
-MIN_CTAS = 2 * 132
+SMS = 132                       # H200
+CTAS_PER_SM = 32                # sm_90's limit of resident CTAs per SM: 32 one-warp CTAs
+MIN_CTAS = SMS * CTAS_PER_SM    # below this a scan of few rows is segmented
+ROWS, BN = 2, 128               # the default block: 16-byte accesses, 8 registers per lane
+MIN_SEGMENT_BLOCKS = 8          # a segment keeps at least this many blocks to walk
+NEUTRAL = {"sum": "0.0", "prod": "1.0", "max": "float('-inf')", "min": "float('inf')"}
+COMBINE = {"sum": "{a} + {b}", "prod": "{a} * {b}", "max": "ag.maximum({a}, {b})",
+           "min": "ag.minimum({a}, {b})"}
 
 
 @dataclass(frozen=True)
 class ScanSchedule:
-    """How a scan along an axis of I = 1 (the last axis) runs. variant: "lanes" or "in_thread"
-    (module docstring); rows: rows per CTA; bn: elements of a row per block (a power of two);
-    segments: pieces of L scanned at once after a totals pass (1: one pass); 0 for rows, bn or
-    segments: chosen by `plan` for the shape."""
+    """How a scan along an axis of I = 1 (the last axis) runs: rows per CTA (one warp), bn
+    elements of a row per block (a power of two; 128 = one 16-byte vector per lane),
+    segments: pieces of L scanned at once after a totals pass (1: one pass). 0 for any field:
+    chosen by `plan` for the shape."""
 
-    variant: str = "lanes"
     rows: int = 0
     bn: int = 0
     segments: int = 0
 
     def __post_init__(self):
-        if self.variant not in VARIANTS:
-            raise ValueError(f"ScanSchedule.variant={self.variant!r}: one of {VARIANTS}")
-        if self.bn and self.bn & (self.bn - 1):
-            raise ValueError(f"ScanSchedule.bn={self.bn} is not a power of two")
-
-
-# Defaults per variant (rows, bn): a [rows, bn, bn] masked tile of 16 values per thread for
-# "lanes" (2 lane bits on the source axis), [bn, rows, bn] with 16 in registers per result for
-# "in_thread" (16 rows per warp load).
-DEFAULTS = {"lanes": (256, 4), "in_thread": (16, 16)}
+        for name in ("rows", "bn"):
+            v = getattr(self, name)
+            if v < 0 or (v and v & (v - 1)):
+                raise ValueError(f"ScanSchedule.{name}={v} is not a power of two")
+        if self.segments < 0:
+            raise ValueError(f"ScanSchedule.segments={self.segments} is negative")
 
 
 def plan(schedule: ScanSchedule, rows_total: int, length: int) -> ScanSchedule:
-    """The schedule with every 0 filled in for a scan of `rows_total` rows of `length`."""
-    rows0, bn0 = DEFAULTS[schedule.variant]
-    bn = schedule.bn or min(bn0, tile.pow2(length))
-    rows = schedule.rows or rows0
+    """The schedule with every 0 filled in for a scan of `rows_total` rows of `length`
+    (module docstring: the rule)."""
+    bn = schedule.bn or max(32, min(BN, tile.pow2(length)))
+    rows = schedule.rows or min(ROWS, tile.pow2(rows_total))
+    blocks = -(-length // bn)
     segments = schedule.segments
     if not segments:
         ctas = -(-rows_total // rows)
-        blocks = -(-length // bn)
         segments = 1
-        while ctas * segments < MIN_CTAS and blocks // (segments * 2) >= 8:
+        while ctas * segments < MIN_CTAS and blocks // (segments * 2) >= MIN_SEGMENT_BLOCKS:
             segments *= 2
-    segments = max(1, min(segments, -(-length // bn)))
-    return ScanSchedule(schedule.variant, rows, bn, segments)
+    return ScanSchedule(rows, bn, max(1, min(segments, blocks)))
+
+
+def _rows(fn: str, reverse: bool, exclusive: bool, segmented: bool) -> str:
+    neutral, op = NEUTRAL[fn], fn
+    combine = COMBINE[fn].format(a="carry", b="ag.where(before, t, {n}).{op}(axis=1)")
+    t_arg = 'T: ag.Tensor["O", "S", ag.f32], ' if segmented else ""
+    grid = "p, s = ag.grid(ag.cdiv(X.shape[0], ROWS), T.shape[1])" if segmented else \
+        "(p,) = ag.grid(ag.cdiv(X.shape[0], ROWS))\n    s = 0"
+    carry = f"    carry = ag.full((ROWS, 1), {neutral})\n"
+    if segmented:   # the totals of the segments before this one (after it, reversed)
+        carry += f'''    for q in ag.range(ag.cdiv(T.shape[1], TB)):
+        t = ag.load(T, (r0, q * TB), (ROWS, TB), other={neutral})
+        before = ag.arange(TB)[None, :] + q * TB {">" if reverse else "<"} s
+        carry = {combine.format(n=neutral, op=op)}
+'''
+    return f'''@ag.kernel(threads=32)
+def scan(X: ag.Tensor["O", "L", ag.f32], {t_arg}Y: ag.Tensor["O", "L", ag.f32],
+         ROWS: int = 2, BN: int = 128, SEG: int = 128, TB: int = 32):
+    {grid}
+    r0 = p * ROWS
+    nb = {"SEG // BN" if segmented else "ag.cdiv(X.shape[1], BN)"}
+{carry}    for it in ag.range(nb):
+        c0 = s * SEG + ({"nb - 1 - it" if reverse else "it"}) * BN
+        x = ag.load(X, (r0, c0), (ROWS, BN), other={neutral})
+        y, carry = ag.scan(x, "{fn}", 1, carry, reverse={reverse}, exclusive={exclusive})
+        ag.store(Y, (r0, c0), y)
+'''
+
+
+def _totals(fn: str) -> str:
+    neutral = NEUTRAL[fn]
+    return f'''@ag.kernel(threads=32)
+def totals(X: ag.Tensor["O", "L", ag.f32], T: ag.Tensor["O", "S", ag.f32], ROWS: int = 2,
+           BN: int = 128, SEG: int = 128):
+    """T[r, s] = the {fn} of X[r, s*SEG : (s+1)*SEG] (pass 1 of a segmented scan; SEG is a
+    multiple of BN): an accumulator of the block's shape, reduced once at the end."""
+    p, s = ag.grid(ag.cdiv(X.shape[0], ROWS), T.shape[1])
+    r0 = p * ROWS
+    acc = ag.full((ROWS, BN), {neutral})
+    for it in ag.range(SEG // BN):
+        x = ag.load(X, (r0, s * SEG + it * BN), (ROWS, BN), other={neutral})
+        acc = {COMBINE[fn].format(a="acc", b="x")}
+    ag.store(T, (r0, s), acc.{fn}(axis=1))
+'''
 
 
 def _ops(fn: str, reverse: bool, exclusive: bool) -> tuple[str, str, str, str]:
@@ -95,85 +140,6 @@ def _ops(fn: str, reverse: bool, exclusive: bool) -> tuple[str, str, str, str]:
     else:
         rel = "<" if exclusive else "<="
     return op, neutral, combine, rel
-
-
-def _segment_carry(op: str, neutral: str, reverse: bool, lead: str, shape: str) -> str:
-    """Source lines: `carry` = the totals T[rows, S] of the segments before segment s (after it,
-    reversed), combined, as a tile of `shape`; `lead` is the rows' offset."""
-    before = ">" if reverse else "<"
-    return f'''    t = ag.load(T, ({lead}, 0), (ROWS, SP), other={neutral})
-    before = ag.arange(SP)[None, :] {before} s
-    carry = ag.where(before, t, {neutral}).{op}(axis=1){shape}
-'''
-
-
-def _rows_lanes(fn, reverse, exclusive, segmented) -> str:
-    op, neutral, combine, rel = _ops(fn, reverse, exclusive)
-    t_arg = 'T: ag.Tensor["O", "S", ag.f32], ' if segmented else ""
-    carry = _segment_carry(op, neutral, reverse, "r0", "[:, :, None]") if segmented else \
-        f"    carry = ag.full((ROWS, 1, 1), {neutral})\n"
-    grid = "p, s = ag.grid(ag.cdiv(X.shape[0], ROWS), SEGS)" if segmented else \
-        "(p,) = ag.grid(ag.cdiv(X.shape[0], ROWS))\n    s = 0"
-    return f'''@ag.kernel(threads=256)
-def scan(X: ag.Tensor["O", "L", ag.f32], {t_arg}Y: ag.Tensor["O", "L", 1, ag.f32],
-         ROWS: int = 8, BN: int = 32, SEG: int = 32, SEGS: int = 1, SP: int = 1):
-    {grid}
-    r0 = p * ROWS
-    nb = SEG // BN
-{carry}    # source element i (axis 2) enters output element j (axis 1) when i {rel} j
-    tri = ag.arange(BN)[None, None, :] {rel} ag.arange(BN)[None, :, None]
-    for it in ag.range(nb):
-        jb = {"nb - 1 - it" if reverse else "it"}
-        c0 = s * SEG + jb * BN
-        x = ag.load(X, (r0, c0), (ROWS, BN), other={neutral})
-        part = ag.where(tri, x[:, None, :], {neutral}).{op}(axis=2)
-        ag.store(Y, (r0, c0, 0), part {combine} carry)
-        carry = carry {combine} x.{op}(axis=1)[:, :, None]
-'''
-
-
-def _rows_in_thread(fn, reverse, exclusive, segmented) -> str:
-    op, neutral, combine, rel = _ops(fn, reverse, exclusive)
-    t_arg = 'T: ag.Tensor["O", "S", ag.f32], ' if segmented else ""
-    carry = _segment_carry(op, neutral, reverse, "r0", "[None, :, :]") if segmented else \
-        f"    carry = ag.full((1, ROWS, 1), {neutral})\n"
-    grid = "p, s = ag.grid(ag.cdiv(XT.shape[1], ROWS), SEGS)" if segmented else \
-        "(p,) = ag.grid(ag.cdiv(XT.shape[1], ROWS))\n    s = 0"
-    return f'''@ag.kernel(threads=256)
-def scan(XT: ag.Tensor["L", "O", 1, ag.f32], {t_arg}Y: ag.Tensor[1, "O", "L", ag.f32],
-         ROWS: int = 16, BN: int = 16, SEG: int = 16, SEGS: int = 1, SP: int = 1):
-    {grid}
-    r0 = p * ROWS
-    nb = SEG // BN
-{carry}    # source element i (axis 0, in registers) enters output element j (axis 2) when i {rel} j
-    tri = ag.arange(BN)[:, None, None] {rel} ag.arange(BN)[None, None, :]
-    for it in ag.range(nb):
-        jb = {"nb - 1 - it" if reverse else "it"}
-        c0 = s * SEG + jb * BN
-        x = ag.load(XT, (c0, r0, 0), (BN, ROWS, 1), other={neutral})     # x[i, r] = X[r, c0 + i]
-        part = ag.where(tri, x, {neutral}).{op}(axis=0)                    # [1, ROWS, BN]
-        ag.store(Y, (0, r0, c0), part {combine} carry)
-        carry = carry {combine} x.{op}(axis=0)
-'''
-
-
-def _totals(fn) -> str:
-    op, neutral, combine, _ = _ops(fn, False, False)
-    return f'''@ag.kernel(threads=256)
-def totals(X: ag.Tensor["O", "L", ag.f32], T: ag.Tensor["O", "S", ag.f32], ROWS: int = 8,
-           BN: int = 256, SEG: int = 256):
-    """T[r, s] = the {op} of X[r, s*SEG : (s+1)*SEG] (pass 1 of a segmented scan)."""
-    p, s = ag.grid(ag.cdiv(X.shape[0], ROWS), T.shape[1])
-    r0 = p * ROWS
-    acc = ag.full((ROWS, 1), {neutral})
-    for it in ag.range(ag.cdiv(SEG, BN)):
-        c = it * BN
-        x = ag.load(X, (r0, s * SEG + c), (ROWS, BN), other={neutral})
-        # a block past the segment's end reads the next segment: keep only this one's columns
-        x = ag.where(ag.arange(BN)[None, :] < SEG - c, x, {neutral})
-        acc = acc {combine} x.{op}(axis=1)
-    ag.store(T, (r0, s), acc)
-'''
 
 
 def _inner(fn, reverse, exclusive) -> str:
@@ -199,8 +165,8 @@ def scan(X: ag.Tensor["O", "L", "I", ag.f32], Y: ag.Tensor["O", "L", 1, "I", ag.
 
 def kernel(kind: str, fn: str, reverse: bool = False, exclusive: bool = False,
            segmented: bool = False):
-    """(kernel function, DSL source) of one scan kernel: kind "lanes", "in_thread", "inner" or
-    "totals"; the block sizes are constexprs of the launch."""
+    """(kernel function, DSL source) of one scan kernel: kind "rows", "inner" or "totals";
+    the block sizes are constexprs of the launch."""
     key = (kind, fn, reverse, exclusive, segmented)
     if key not in _KERNELS:
         if kind == "totals":
@@ -208,8 +174,7 @@ def kernel(kind: str, fn: str, reverse: bool = False, exclusive: bool = False,
         elif kind == "inner":
             src, name = _inner(fn, reverse, exclusive), "scan"
         else:
-            make = _rows_lanes if kind == "lanes" else _rows_in_thread
-            src, name = make(fn, reverse, exclusive, segmented), "scan"
+            src, name = _rows(fn, reverse, exclusive, segmented), "scan"
         tag = "scan_" + "_".join(str(int(k)) if isinstance(k, bool) else str(k) for k in key)
         _KERNELS[key] = (tile.load_source(src, tag)[name], src)
     return _KERNELS[key]
@@ -218,24 +183,23 @@ def kernel(kind: str, fn: str, reverse: bool = False, exclusive: bool = False,
 def scan_rows(x: torch.Tensor, y: torch.Tensor, fn: str, reverse: bool, exclusive: bool,
               schedule: ScanSchedule = ScanSchedule()) -> ScanSchedule:
     """y [O, L] = the scan of x [O, L] (both contiguous fp32) along L; returns the schedule
-    run (every field filled in)."""
+    run (every field filled in; segments as launched)."""
     o, length = x.shape
     s = plan(schedule, o, length)
-    seg = -(-(-(-length // s.segments)) // s.bn) * s.bn        # a multiple of bn
+    blocks = -(-length // s.bn)
+    seg = -(-blocks // s.segments) * s.bn           # whole blocks per segment
     segs = -(-length // seg)
-    consts = dict(ROWS=s.rows, BN=s.bn, SEG=seg, SEGS=segs, SP=tile.pow2(segs))
-    extra = ()
+    consts = dict(ROWS=s.rows, BN=s.bn, SEG=seg)
     if segs > 1:
         totals = torch.empty(o, segs, dtype=torch.float32, device=x.device)
         tfn, _ = kernel("totals", fn)
-        _run(tfn, (x, totals), ROWS=8, BN=min(256, seg), SEG=seg)
-        extra = (totals,)
-    sfn, _ = kernel(s.variant, fn, reverse, exclusive, segs > 1)
-    if s.variant == "lanes":
-        _run(sfn, (x, *extra, y.view(o, length, 1)), **consts)
+        _run(tfn, (x, totals), **consts)
+        sfn, _ = kernel("rows", fn, reverse, exclusive, True)
+        _run(sfn, (x, totals, y), TB=max(32, min(128, tile.pow2(segs))), **consts)
     else:
-        _run(sfn, (x.t().unsqueeze(-1), *extra, y.unsqueeze(0)), **consts)
-    return ScanSchedule(s.variant, s.rows, s.bn, segs)
+        sfn, _ = kernel("rows", fn, reverse, exclusive, False)
+        _run(sfn, (x, y), **consts)
+    return ScanSchedule(s.rows, s.bn, segs)
 
 
 def run_scan(n, x: torch.Tensor, prog=None) -> torch.Tensor:
@@ -260,4 +224,4 @@ def run_scan(n, x: torch.Tensor, prog=None) -> torch.Tensor:
     return y if n.dtype == torch.float32 else y.to(n.dtype)
 
 
-__all__ = ["DEFAULTS", "ScanSchedule", "VARIANTS", "kernel", "plan", "run_scan", "scan_rows"]
+__all__ = ["MIN_CTAS", "ScanSchedule", "kernel", "plan", "run_scan", "scan_rows"]

@@ -327,6 +327,40 @@ def where(cond: Tile, a, b) -> Tile:
     return elementwise("where", cond, a, b)
 
 
+def scan(x: Tile, fn: str = "sum", axis: int = -1, init=None, *, reverse: bool = False,
+         exclusive: bool = False) -> tuple[Tile, Tile]:
+    """(cumulative `fn` of `x` along `axis`, total): fn is "sum", "prod", "max" or "min";
+    element j combines `init` (a tile of x's shape with extent 1 along axis, or a number;
+    default: fn's identity) with the elements i <= j (i < j when exclusive; i >= j / i > j
+    when reverse). `total` combines init with the whole axis: the carry of a row walked block
+    by block, `y, carry = ag.scan(x, "sum", 1, carry)`. The scanned axis must lie within one
+    warp (registers, then lanes): a blocked tile of a 32-thread kernel, or [rows, 32 x vec]."""
+    ctx = current("ag.scan")
+    loc = user_loc()
+    if not isinstance(x, Tile) or not x.dtype.is_float:
+        raise TraceError("ag.scan takes a float tile", loc)
+    if fn not in O.SCAN_FNS:
+        raise TraceError(f"ag.scan: fn={fn!r} is not one of {O.SCAN_FNS}", loc)
+    rank = len(x.shape)
+    if not -rank <= axis < rank:
+        raise TraceError(f"ag.scan: axis {axis} out of range for a tile of shape {x.shape}", loc)
+    axis %= rank
+    edge = tuple(1 if d == axis else n for d, n in enumerate(x.shape))
+    if init is None or isinstance(init, (int, float)):
+        value = {"sum": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}[fn] \
+            if init is None else float(init)
+        init = full(edge, value, x.dtype)
+    if not isinstance(init, Tile) or init.shape != edge or init.dtype != x.dtype:
+        raise TraceError(f"ag.scan: init must be a {x.dtype} tile of shape {edge} (x's shape "
+                         f"with extent 1 along axis {axis}), got "
+                         f"{getattr(init, 'shape', type(init).__name__)}", loc)
+    result = ctx.builder.fresh(TileType(x.dtype, x.shape))
+    total = ctx.builder.fresh(TileType(x.dtype, edge))
+    ctx.builder.append(O.Scan(result, total, x.value, init.value, fn, axis, bool(reverse),
+                              bool(exclusive), loc=loc))
+    return Tile(result), Tile(total)
+
+
 def maximum(a, b):
     """Elementwise max of tiles, or the max of two scalars."""
     if not isinstance(a, Tile) and not isinstance(b, Tile):
@@ -451,16 +485,22 @@ def _tma_store(tensor: TensorArg, coords, src) -> None:
 tma = SimpleNamespace(load=_tma_load, store=_tma_store)
 
 
-def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False) -> Tile:
+def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
+          overwrite: bool = False) -> Tile:
     """acc += a @ b^T on the tensor cores (one warpgroup). a: [64, K] smem view, b: [N, K]
     smem view (K-major), or with `trans_b=True` a [K, N] tile stored MN-major as N/64 column
     atoms of [K][64] stacked along the rows; acc: [64, N] f32 tile. With `trans_a=True` a is
     a [K, 64] tile stored MN-major the same way (one [K][64] atom for bf16 with a 128-byte
-    swizzle), e.g. the weights of a swap-AB x @ W with W [K, N]. Returns acc, updated in
+    swizzle), e.g. the weights of a swap-AB x @ W with W [K, N]. With `overwrite=True`
+    acc = a @ b^T (its old value is dropped; shared-memory operands only): a K block's partial
+    into a tile that is reused block after block (fp8 promotion). Returns acc, updated in
     place."""
     ctx = current("ag.wgmma")
     loc = user_loc()
     if isinstance(a, Tile):
+        if overwrite:
+            raise TraceError("wgmma(overwrite=True) takes shared-memory operands", loc,
+                             fix="use a shared-memory A view, or a fresh ag.zeros accumulator")
         return _wgmma_register_a(ctx, loc, a, b, acc, trans_b)
     av, bv = _view(a, "wgmma operand a", loc), _view(b, "wgmma operand b", loc)
     if ctx.nonuniform_guards:
@@ -528,7 +568,7 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False) -> T
                          fix=f"store {which} with K contiguous (transpose it in global memory) "
                              f"and pass trans_{which.lower()}=False")
     ctx.builder.append(O.Wgmma(acc.value, av.materialize(), bv.materialize(), trans_b,
-                               trans_a=trans_a, loc=loc))
+                               trans_a=trans_a, overwrite=bool(overwrite), loc=loc))
     return acc
 
 

@@ -94,6 +94,16 @@ def _check_types(op) -> None:
             raise IRError(f"reduce over axis {op.axis} of a {src} tile gives {res}", op.loc)
         if op.fn in ("argmax", "argmin") and op.result.type.dtype.name != "i32":
             raise IRError(f"{op.fn} gives an i32 tile, not {op.result.type.dtype}", op.loc)
+    elif isinstance(op, O.Scan):
+        if op.fn not in O.SCAN_FNS:
+            raise IRError(f"unknown scan {op.fn!r}", op.loc)
+        _expect(op, op.src, (TileType,), "src")
+        src = op.src.type.shape
+        edge = tuple(1 if d == op.axis else n for d, n in enumerate(src))
+        if not 0 <= op.axis < len(src) or op.result.type.shape != src or \
+                op.total.type.shape != edge or op.init.type.shape != edge:
+            raise IRError(f"scan over axis {op.axis} of a {src} tile needs init and total of "
+                          f"{edge}, got {op.init.type.shape} and {op.total.type.shape}", op.loc)
     elif isinstance(op, O.ConvertLayout):
         _expect(op, op.src, (TileType,), "src")
         if (op.src.type.dtype, op.src.type.shape) != (op.result.type.dtype,

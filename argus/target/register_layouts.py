@@ -93,6 +93,21 @@ class ReducePlan:
 
 
 @dataclass(frozen=True)
+class ScanPlan:
+    """How to scan a tile along `axis` inside one warp (the total has layout `result`, the
+    slice along axis). groups[j]: the chunks of result register j's row, in axis order; a
+    chunk is `vec` registers holding consecutive elements, and the `width` lanes of a lane
+    segment (lane bits 0 .. log2(width) - 1) hold consecutive runs of a chunk, lane 0 first:
+    element (chunk c, lane l, register k) sits at c * width * vec + l * vec + k."""
+
+    axis: int
+    result: "RegisterLayout"
+    groups: tuple[tuple[tuple[int, ...], ...], ...]
+    vec: int
+    width: int
+
+
+@dataclass(frozen=True)
 class RegisterLayout:
     name: str
     shape: tuple[int, ...]
@@ -262,6 +277,41 @@ class RegisterLayout:
         return ReducePlan(axis, result, tuple(tuple(g) for g in groups),
                           tuple(1 << b for b in reversed(lanes)), tuple(warps), tuple(other),
                           self.replicated_bits())
+
+    def scan_plan(self, axis: int) -> ScanPlan:
+        """How codegen scans along `axis` (ScanPlan). Raises ValueError unless the thread
+        bits moving along axis are the lowest lane bits in order (a scan over warps would need
+        a shared-memory exchange) and every row's registers are runs of equal length."""
+        if not 0 <= axis < self.rank:
+            raise ValueError(f"axis {axis} out of range for rank {self.rank}")
+        moving = [b for b, img in enumerate(self.thread_bases) if img[axis]]
+        if moving != list(range(len(moving))) or len(moving) > LANE_BITS:
+            raise ValueError(f"layout {self.name}: thread bits {moving} move along axis {axis}"
+                             f"; a scan needs lane bits 0..k-1 only (the axis inside a warp)")
+        result = slice_(self, axis)
+        index = {reg: j for j, reg in enumerate(result.regs)}
+        rows: list[list[int]] = [[] for _ in result.regs]
+        for r, reg in enumerate(self.regs):
+            rows[index[_proj(reg, (axis,))]].append(r)
+        width = 1 << len(moving)
+        offsets = sorted({self.regs[r][axis] for r in rows[0]})
+        vec = next((k for k in range(1, len(offsets)) if offsets[k] != k), len(offsets))
+        for b in moving:
+            img = self.thread_bases[b]
+            if img[axis] != vec << b or any(v for d, v in enumerate(img) if d != axis):
+                raise ValueError(f"layout {self.name}: lane bit {b} moves axis {axis} by "
+                                 f"{img}, not by {vec << b} alone")
+        groups = []
+        for regs in rows:
+            by_offset = {self.regs[r][axis]: r for r in regs}
+            chunks = len(regs) // vec
+            want = [c * width * vec + k for c in range(chunks) for k in range(vec)]
+            if sorted(by_offset) != want or len(by_offset) != len(regs):
+                raise ValueError(f"layout {self.name}: a row's registers sit at "
+                                 f"{sorted(by_offset)} along axis {axis}, not in runs of {vec}")
+            groups.append(tuple(tuple(by_offset[c * width * vec + k] for k in range(vec))
+                                for c in range(chunks)))
+        return ScanPlan(axis, result, tuple(groups), vec, width)
 
     def broadcast_map(self, result: "RegisterLayout") -> tuple[int, ...] | None:
         """For this layout as an operand of shape self.shape broadcast (numpy rules) against a

@@ -5,11 +5,13 @@ unless it says otherwise."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import argus as ag
 from argus.compose.runtime import ComposedModel
 
 
@@ -253,40 +255,86 @@ def test_scans(op):
     check(fn_model(op), [1.0 + 0.01 * x])
 
 
-@pytest.mark.parametrize("variant", ["lanes", "in_thread"])
-@pytest.mark.parametrize("segments", [1, 3])
-@pytest.mark.parametrize("fn,reverse,exclusive", [("sum", False, False), ("sum", True, True),
-                                                  ("prod", False, True), ("prod", True, False)])
-def test_scan_rows_schedules(variant, segments, fn, reverse, exclusive):
-    """Every row-scan variant, one pass or segmented (a totals pass, then all segments at
-    once), against torch in float64: 19 rows (a partial CTA) of 77 (a partial block, a
-    partial last segment)."""
-    from argus.compose.scan import ScanSchedule, scan_rows
-
-    x = randn(19, 77) if fn == "sum" else 1.0 + 0.01 * randn(19, 77)
-    y = torch.empty_like(x)
-    ran = scan_rows(x, y, fn, reverse, exclusive, ScanSchedule(variant, rows=8, bn=8,
-                                                                segments=segments))
-    assert ran.segments == segments
+def _scan_reference(x, fn, reverse, exclusive):
     r = x.double().flip(1) if reverse else x.double()
     r = r.cumsum(1) if fn == "sum" else r.cumprod(1)
     if exclusive:
         r = torch.cat((torch.full_like(r[:, :1], 0.0 if fn == "sum" else 1.0), r[:, :-1]), 1)
-    r = r.flip(1) if reverse else r
+    return r.flip(1) if reverse else r
+
+
+@pytest.mark.parametrize("rows,bn", [(2, 32), (1, 64), (4, 128), (2, 256)])
+@pytest.mark.parametrize("segments", [1, 3])
+@pytest.mark.parametrize("fn,reverse,exclusive", [("sum", False, False), ("sum", True, True),
+                                                  ("prod", False, True), ("prod", True, False)])
+def test_scan_rows_schedules(rows, bn, segments, fn, reverse, exclusive):
+    """Every block shape (one to two chunks of 16-byte runs per lane, 1-2 registers per lane),
+    one pass or segmented (a totals pass, then all segments at once), against torch in
+    float64: 19 rows (a partial CTA) of 601 (a partial block, a partial last segment)."""
+    from argus.compose.scan import ScanSchedule, scan_rows
+
+    x = randn(19, 601) if fn == "sum" else 1.0 + 0.01 * randn(19, 601)
+    y = torch.full_like(x, float("nan"))
+    ran = scan_rows(x, y, fn, reverse, exclusive, ScanSchedule(rows, bn, segments))
+    assert ran == ScanSchedule(rows, bn, segments)
+    r = _scan_reference(x, fn, reverse, exclusive)
     assert ((y.double() - r).norm() / r.norm()).item() < 1e-6
 
 
-def test_scan_plan_segments_only_few_rows():
-    """A scan of many rows runs in one pass; one of few long rows is segmented until it has
-    enough CTAs, never into segments of fewer than 8 blocks."""
+@pytest.mark.parametrize("fn,reverse,exclusive", [("max", False, False), ("min", True, True),
+                                                  ("sum", True, False)])
+def test_scan_primitive_in_a_kernel(fn, reverse, exclusive):
+    """ag.scan itself (the op under the template) in a 32-thread kernel, max/min included:
+    the [3, 256] tile is two chunks of 4 registers per lane, init a [3, 1] tile of values,
+    total the carry; against numpy."""
+    @ag.kernel(threads=32)
+    def k(X: ag.Tensor["R", "C", ag.f32], I: ag.Tensor["R", 1, ag.f32],
+          Y: ag.Tensor["R", "C", ag.f32], T: ag.Tensor["R", 1, ag.f32]):
+        (p,) = ag.grid(1)
+        x = ag.load(X, (0, 0), (3, 256))
+        y, total = ag.scan(x, fn, 1, ag.load(I, (0, 0), (3, 1)), reverse=reverse,
+                           exclusive=exclusive)
+        ag.store(Y, (0, 0), y)
+        ag.store(T, (0, 0), total)
+
+    x, init = randn(3, 256), randn(3, 1)
+    y, t = torch.zeros(3, 256), torch.zeros(3, 1)
+    k.interpret(x, init, y, t)
+    xs = x.double().numpy()[:, ::-1] if reverse else x.double().numpy()
+    acc = {"max": np.maximum, "min": np.minimum, "sum": np.add}[fn].accumulate(
+        np.concatenate((init.double().numpy(), xs), 1), axis=1)
+    want = acc[:, :-1] if exclusive else acc[:, 1:]
+    want = want[:, ::-1] if reverse else want
+    assert np.allclose(y.double().numpy(), want, rtol=1e-6, atol=1e-5)
+    assert np.allclose(t.double().numpy()[:, 0], acc[:, -1], rtol=1e-6, atol=1e-5)
+
+
+def test_scan_primitive_refuses_an_axis_across_warps():
+    """A scan along an axis that warps share (a [1, 1024] blocked tile of 256 threads) would
+    need a shared-memory exchange: layout inference converts the tile, and the blocked layout
+    it gets is still across warps, so the kernel is refused with the fix."""
+    @ag.kernel(threads=256)
+    def k(X: ag.Tensor["R", "C", ag.f32], Y: ag.Tensor["R", "C", ag.f32]):
+        (p,) = ag.grid(1)
+        y, _ = ag.scan(ag.load(X, (0, 0), (1, 1024)), "sum", 1)
+        ag.store(Y, (0, 0), y)
+
+    with pytest.raises(ag.CompileError, match="one warp"):
+        k.front_end()
+
+
+def test_scan_plan_is_a_rule_of_the_shape():
+    """Many rows: one pass, 2 rows x 128 per warp (16-byte accesses, 8 registers per lane);
+    few long rows: segmented until every warp slot of the GPU has a CTA, never into segments
+    of fewer than 8 blocks; short rows: a block no wider than needed (32 lanes at least)."""
     from argus.compose.scan import MIN_CTAS, ScanSchedule, plan
 
-    many = plan(ScanSchedule(), 32768 * 8, 32768)
-    assert many.segments == 1
-    few = plan(ScanSchedule(), 16, 1 << 22)
-    assert few.segments > 1 and -(-16 // few.rows) * few.segments >= MIN_CTAS
-    short = plan(ScanSchedule(), 16, 32)         # 8 blocks of 4: two segments would be 4 each
-    assert short.bn == 4 and short.segments == 1
+    assert plan(ScanSchedule(), 32768, 32768) == ScanSchedule(2, 128, 1)
+    few = plan(ScanSchedule(), 64, 1 << 22)
+    assert few.segments > 1 and -(-64 // few.rows) * few.segments >= MIN_CTAS
+    assert (1 << 22) // few.segments >= 8 * few.bn
+    assert plan(ScanSchedule(), 16, 40) == ScanSchedule(2, 64, 1)
+    assert plan(ScanSchedule(), 1, 10) == ScanSchedule(1, 32, 1)
 
 
 def test_exclusive_scan_with_cat_and_narrow():

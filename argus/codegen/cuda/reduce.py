@@ -1,8 +1,12 @@
-"""Rendering rule of reductions (sum, prod, max, min, argmax, argmin) along any axis.
+"""Rendering rules of reductions (sum, prod, max, min, argmax, argmin) along any axis, and of
+scans (cumulative sum, prod, max, min) along an axis inside one warp.
 
 The plan comes from the layout (RegisterLayout.reduction_plan): registers in-thread, xor
 shuffles over the lane bits along the axis, then partials through shared memory when warp bits
-are. Ties and NaNs of argmax/argmin resolve as numpy and torch do.
+are. Ties and NaNs of argmax/argmin resolve as numpy and torch do. A scan's plan
+(RegisterLayout.scan_plan): a running combine over each thread's run of registers, a
+Kogge-Stone scan of the run totals over the lane segment (`__shfl_up_sync`), and a carry from
+chunk to chunk and into the op's `total`, all in registers.
 """
 
 from __future__ import annotations
@@ -113,12 +117,81 @@ def reduce(em: _Emitter, op: O.Reduce) -> None:
         _reduce_warps(em, op, plan, info, vals, n, arg, combine)
 
 
+@rule(O.Scan)
+def scan(em: _Emitter, op: O.Scan) -> None:
+    """Per row of the plan (one register of `total`), chunk by chunk in scan order: the
+    inclusive combine of the thread's run, a shuffle scan of the run totals over the lane
+    segment (down the lanes when reversed), the carry plus the lanes before, and the carry
+    moves on by the segment's total (its last lane's scan, read with one shuffle)."""
+    src = em.tiles[op.src.id]
+    lay = src.layout
+    try:
+        plan = lay.rl.scan_plan(op.axis)
+    except ValueError as e:
+        raise CompileError(f"cannot scan a {lay} tile along axis {op.axis}: {e}", op.loc,
+                           fix="scan a blocked tile whose axis lies in one warp: a 32-thread "
+                               "kernel, or extents of 32 x 4 along the axis") from None
+    if op.result.type.layout != op.src.type.layout:
+        raise CompileError(f"scan result layout {op.result.type.layout} is not its source's "
+                           f"{op.src.type.layout}", op.loc)
+    out = em.declare_tile(op.result, op.loc)
+    tot = em.declare_tile(op.total, op.loc)
+    m = broadcast_map(plan.result, tot.layout.rl)
+    if m is None or sorted(m) != list(range(tot.layout.nregs)):
+        raise CompileError(f"scan total layout {tot.layout} is not the slice "
+                           f"{plan.result.name} of its source", op.loc)
+    comb = _COMBINE[op.fn]
+    w = plan.width
+    full = "0xffffffffu"
+    shfl = "__shfl_down_sync" if op.reverse else "__shfl_up_sync"
+    first = f"(gtid & {w - 1}) == {w - 1}" if op.reverse else f"(gtid & {w - 1}) == 0"
+    inv = {m[k]: k for k in range(tot.layout.nregs)}
+    for g, chunks in enumerate(plan.groups):
+        k = inv[g]
+        em.emit("{")
+        em.emit(f"    float run = {em.tile_expr(op.init, k, tot.layout)};")
+        for chunk in (reversed(chunks) if op.reverse else chunks):
+            regs = list(reversed(chunk)) if op.reverse else list(chunk)
+            # the thread's run, inclusive, in scan order
+            em.emit(f"    {out.name}[{regs[0]}] = {em.tile_expr(op.src, regs[0], lay)};")
+            for a, b in zip(regs, regs[1:]):
+                em.emit(f"    {out.name}[{b}] = "
+                        f"{comb(f'{out.name}[{a}]', em.tile_expr(op.src, b, lay))};")
+            em.emit("    {")
+            em.emit(f"        float part = {out.name}[{regs[-1]}];")
+            if w > 1:
+                lane = f"(gtid & {w - 1})"
+                em.emit("        #pragma unroll")
+                em.emit(f"        for (int d = 1; d < {w}; d <<= 1) {{")
+                em.emit(f"            const float y = {shfl}({full}, part, d, {w});")
+                cond = f"{lane} + d < {w}" if op.reverse else f"{lane} >= d"
+                em.emit(f"            if ({cond}) part = {comb('y', 'part')};")
+                em.emit("        }")
+                em.emit(f"        const float before = {shfl}({full}, part, 1, {w});")
+                em.emit(f"        const float base = {first} ? run : {comb('run', 'before')};")
+                last = 0 if op.reverse else w - 1
+                em.emit(f"        run = {comb('run', f'__shfl_sync({full}, part, {last}, {w})')};")
+            else:
+                em.emit("        const float base = run;")
+                em.emit(f"        run = {comb('run', 'part')};")
+            if op.exclusive:
+                for a, b in reversed(list(zip(regs, regs[1:]))):
+                    em.emit(f"        {out.name}[{b}] = {comb('base', f'{out.name}[{a}]')};")
+                em.emit(f"        {out.name}[{regs[0]}] = base;")
+            else:
+                for r in regs:
+                    em.emit(f"        {out.name}[{r}] = {comb('base', f'{out.name}[{r}]')};")
+            em.emit("    }")
+        em.emit(f"    {tot.name}[{k}] = run;")
+        em.emit("}")
+
+
 def _reduce_warps(em: _Emitter, op, plan, info, vals: str, n: int, arg: bool,
                   combine) -> None:
     """Combine per-warp partials through shared memory, in the op's scratch buffer(s) that
     lower/smem.py placed: slot (register, other thread bits, warp bits along the axis); one
     writer per slot, a group barrier, every thread reads the partials of its row (or column),
-    then a barrier so a loop may reuse the slots."""
+    then (op.release) a barrier so a loop may reuse the slots."""
     try:
         nw = plan.exchange_warps()
     except ValueError as e:
@@ -152,7 +225,25 @@ def _reduce_warps(em: _Emitter, op, plan, info, vals: str, n: int, arg: bool,
             em.emit(f"    {slot(k, wexpr, indices)} = {info.name}[{k}];")
     em.emit("}")
     em.emit(em.group_barrier())
+    # a row's nw partials are consecutive floats: read 16 B at a time where the slots are
+    # 16-byte aligned (the plan places the buffer on 128 B and the dynamic block's base on
+    # 1024 B), so the reads are LDS.128 rather than nw scalar LDS (the same left fold)
+    quads = not arg and nw % 4 == 0 and em.smem_offset(op.scratch[0].id) % 16 == 0
     for k in range(n):
+        if quads:
+            first = slot(k, "0")
+            parts = []
+            em.emit("{")
+            for q in range(nw // 4):
+                em.emit(f"    const float4 p{q} = *reinterpret_cast<const float4*>("
+                        f"&{first} + {4 * q});")
+                parts += [f"p{q}.{c}" for c in "xyzw"]
+            acc = parts[0]
+            for part in parts[1:]:
+                acc = combine(acc, part)
+            em.emit(f"    {vals}[{k}] = {acc};")
+            em.emit("}")
+            continue
         if not arg:
             acc = slot(k, "0")
             for w in range(1, nw):
@@ -165,7 +256,8 @@ def _reduce_warps(em: _Emitter, op, plan, info, vals: str, n: int, arg: bool,
             update = _arg_update_c(op.fn, "v", "i", f"{vals}[{k}]", f"{info.name}[{k}]")
             em.emit(f"{{ const float v = {slot(k, str(w))}; const int i = "
                     f"{slot(k, str(w), indices)}; {update} }}")
-    em.emit(em.group_barrier())
+    if op.release:   # lower/smem.py leaves it out where nothing rewrites the slots before
+        em.emit(em.group_barrier())   # another barrier
 
 
 def check_scratch(op, scratch: tuple, buffers: int, elements: int) -> None:

@@ -72,6 +72,30 @@ def reduce(m: _Interp, g: _Group, op: O.Reduce) -> None:
     g.env[op.result.id] = _reduce(op.fn, m.val(g, op.src), op.axis, op.result.type.dtype)
 
 
+_SCAN = {"sum": np.cumsum, "prod": np.cumprod, "max": np.maximum.accumulate,
+         "min": np.minimum.accumulate}
+
+
+@rule(O.Scan)
+def scan(m: _Interp, g: _Group, op: O.Scan) -> None:
+    """init, then the elements along the axis in scan order, combined one by one in float32
+    (the device's order differs only by the association of its warp-level steps)."""
+    x = np.asarray(m.val(g, op.src), dtype=np.float32)
+    init = np.broadcast_to(np.asarray(m.val(g, op.init), dtype=np.float32),
+                           op.total.type.shape)
+    if op.reverse:
+        x = np.flip(x, op.axis)
+    with np.errstate(all="ignore"):
+        run = _SCAN[op.fn](np.concatenate((init, x), axis=op.axis), axis=op.axis,
+                           **({} if op.fn in ("max", "min") else {"dtype": np.float32}))
+    n = x.shape[op.axis]
+    part = np.take(run, range(0, n) if op.exclusive else range(1, n + 1), axis=op.axis)
+    if op.reverse:
+        part = np.flip(part, op.axis)
+    g.env[op.result.id] = _round(np.ascontiguousarray(part), op.result.type.dtype)
+    g.env[op.total.id] = _round(np.take(run, [n], axis=op.axis), op.total.type.dtype)
+
+
 @rule(O.ConvertLayout)
 def convert_layout(m: _Interp, g: _Group, op: O.ConvertLayout) -> None:
     g.env[op.result.id] = np.array(m.val(g, op.src), copy=True)  # layouts: no meaning

@@ -194,6 +194,35 @@ def reduce(m: Model, op: O.Reduce, scopes, role, counters, following) -> None:
     m._set_tile(op.result, fn, op, f"{op.fn}-reduction at {op.loc}")
 
 
+def scan(m: Model, op: O.Scan, scopes, role, counters, following) -> None:
+    """A scan keeps positions: element j of the result is the source's element j (its point
+    tags, as `x - max` keeps x's) with the rest of its row mixed in (over-approximated by the
+    whole axis, as a reduction) and its row of `init`. The total is a reduction of the row
+    (a set along the axis) combined with init."""
+    src, init = m.tile(op.src), m.tile(op.init)
+    axis, extent = op.axis, op.src.type.shape[op.axis]
+    note = f"{op.fn}-scan over axis {axis} at {op.loc}"
+
+    def mixed(idx, point: bool, src=src, init=init):
+        v = fresh_int(f"s{op.result.id}")
+        rec = src.fn(tuple(v if d == axis else x for d, x in enumerate(idx)))
+        base = init.fn(tuple(z3.IntVal(0) if d == axis else x for d, x in enumerate(idx)))
+        fields = {name: reduce_over(val, v, 0, extent, note)
+                  for name, val in rec.fields.items() if name != "tensor"}
+        defined, cond = z3.And(rec.defined, base.defined), rec.cond + base.cond
+        if point:
+            own = src.fn(tuple(idx))
+            fields = {name: combine(val, fields[name], note) if name in fields else val
+                      for name, val in own.fields.items() if name != "tensor"}
+            defined, cond = z3.And(defined, own.defined), cond + own.cond
+        for name, val in base.fields.items():
+            if name != "tensor":
+                fields[name] = combine(fields[name], val, note) if name in fields else val
+        return Record(fields, defined, cond, note)
+    m._set_tile(op.result, lambda idx: mixed(idx, True), op, note)
+    m._set_tile(op.total, lambda idx: mixed(idx, False), op, f"total of the {note}")
+
+
 def _broadcast_index(idx: tuple, shape: tuple) -> tuple:
     return tuple(z3.IntVal(0) if s == 1 else x for x, s in zip(idx, shape))
 
@@ -207,4 +236,5 @@ RULES: dict[type, Rule] = {
     O.ExpandDims: expand_dims,
     O.TileSlice: tile_slice,
     O.Reduce: reduce,
+    O.Scan: scan,
 }
