@@ -14,6 +14,15 @@ mbarriers (8 B each: full[S] then empty[S] per pipeline) follow, then the exchan
 (so the others keep the offsets they had before exchanges were planned). The plan is recorded as the
 kernel attribute smem_plan = ((value id, offset, bytes, alignment), …) and smem_bytes; the
 codegen aligns the block's base to 1024 B at run time.
+
+An exchange is: write the slots, a group barrier, read them, and (`Reduce.release`) a second
+barrier so that the op's next write of its slots waits for every read. Each exchange owns its
+buffer, so that next write is the same op's next execution. The second barrier is left out of
+a reduction outside warp roles that runs at most once (in no loop), or that sits at the top of
+a loop body beside another exchange (reduction or layout conversion) at the top of the same
+body: that exchange's first barrier runs between this one's reads and its next write on every
+path (later in the same iteration, or earlier in the next one). The looped online softmax has
+two reductions per iteration: four barriers per block became two.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ def _align(x: int, a: int) -> int:
 
 
 def run(kernel: Kernel) -> Kernel:
-    kernel = _exchange_buffers(kernel)
+    kernel = _release_barriers(_exchange_buffers(kernel))
     exchange = {v.id for op in kernel.walk() if isinstance(op, (O.Reduce, O.ConvertLayout))
                 for v in op.scratch}
     allocs = [op for op in kernel.walk() if isinstance(op, O.SmemAlloc)]
@@ -108,6 +117,34 @@ def _exchange_buffers(kernel: Kernel) -> Kernel:
     if not allocs:
         return kernel
     return dataclasses.replace(kernel, body=Region((*allocs, *body.ops)))
+
+
+def _release_barriers(kernel: Kernel) -> Kernel:
+    """Clear `release` on the reductions that need no barrier after their reads (module
+    docstring). Warp roles keep theirs (their named barriers are per warpgroup)."""
+
+    def exchanges(op: O.Op) -> bool:
+        return isinstance(op, (O.Reduce, O.ConvertLayout)) and bool(op.scratch)
+
+    def region(r: Region, looped: bool, loop_body: bool) -> Region:
+        barriers = sum(exchanges(op) for op in r.ops) if loop_body else 0
+        out = []
+        for op in r.ops:
+            if isinstance(op, O.RoleOp):
+                out.append(op)
+                continue
+            subs = {f.name: region(getattr(op, f.name), looped or isinstance(op, O.For),
+                                   isinstance(op, O.For))
+                    for f in op.spec_fields() if isinstance(getattr(op, f.name), Region)}
+            if subs:
+                op = dataclasses.replace(op, **subs)
+            if isinstance(op, O.Reduce) and op.scratch and op.release and \
+                    (not looped or barriers >= 2):
+                op = op.replace(release=False)
+            out.append(op)
+        return Region(tuple(out))
+
+    return dataclasses.replace(kernel, body=region(kernel.body, False, False))
 
 
 def _scratch_types(op: O.Op, threads: int, copies: int) -> tuple[SmemType, ...]:
