@@ -485,16 +485,22 @@ def _tma_store(tensor: TensorArg, coords, src) -> None:
 tma = SimpleNamespace(load=_tma_load, store=_tma_store)
 
 
-def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False) -> Tile:
+def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
+          overwrite: bool = False) -> Tile:
     """acc += a @ b^T on the tensor cores (one warpgroup). a: [64, K] smem view, b: [N, K]
     smem view (K-major), or with `trans_b=True` a [K, N] tile stored MN-major as N/64 column
     atoms of [K][64] stacked along the rows; acc: [64, N] f32 tile. With `trans_a=True` a is
     a [K, 64] tile stored MN-major the same way (one [K][64] atom for bf16 with a 128-byte
-    swizzle), e.g. the weights of a swap-AB x @ W with W [K, N]. Returns acc, updated in
+    swizzle), e.g. the weights of a swap-AB x @ W with W [K, N]. With `overwrite=True`
+    acc = a @ b^T (its old value is dropped; shared-memory operands only): a K block's partial
+    into a tile that is reused block after block (fp8 promotion). Returns acc, updated in
     place."""
     ctx = current("ag.wgmma")
     loc = user_loc()
     if isinstance(a, Tile):
+        if overwrite:
+            raise TraceError("wgmma(overwrite=True) takes shared-memory operands", loc,
+                             fix="use a shared-memory A view, or a fresh ag.zeros accumulator")
         return _wgmma_register_a(ctx, loc, a, b, acc, trans_b)
     av, bv = _view(a, "wgmma operand a", loc), _view(b, "wgmma operand b", loc)
     if ctx.nonuniform_guards:
@@ -562,7 +568,7 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False) -> T
                          fix=f"store {which} with K contiguous (transpose it in global memory) "
                              f"and pass trans_{which.lower()}=False")
     ctx.builder.append(O.Wgmma(acc.value, av.materialize(), bv.materialize(), trans_b,
-                               trans_a=trans_a, loc=loc))
+                               trans_a=trans_a, overwrite=bool(overwrite), loc=loc))
     return acc
 
 

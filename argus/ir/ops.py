@@ -269,6 +269,10 @@ class Wgmma(Op):
     # a is MN-major: its 64 rows stored as 64 / W column atoms of [K][W] (W = one swizzle
     # span of elements), as TMA writes boxes of a [K, M] tensor (16-bit only)
     trans_a: bool = False
+    # acc = a @ b^T instead of acc += (scale-d = 0 on the first k instruction): the block
+    # partial of fp8 promotion written into a tile that lives across K steps, so the next
+    # block's wgmma can issue into the other of two such tiles before this one is promoted
+    overwrite: bool = False
 
     @property
     def a_in_registers(self) -> bool:
@@ -388,7 +392,10 @@ class Reduce(Op):
     After layout inference the result's layout is the slice of src's along `axis`. When warps
     hold parts of the axis, their partials meet in shared memory: `scratch` is that buffer
     (f32 partials; argmax/argmin add an i32 buffer of their indices), one copy per warpgroup
-    of a role, allocated by lower/smem.py in the shared-memory plan."""
+    of a role, allocated by lower/smem.py in the shared-memory plan. `release`: the exchange
+    ends with a group barrier, so the op's next write of its slots (its next iteration in a
+    loop) waits until every thread has read them; lower/smem.py clears it where no such write
+    can come before another barrier (module docstring there)."""
 
     NAME = "reduce"
     RESULTS = ("result",)
@@ -397,6 +404,7 @@ class Reduce(Op):
     fn: str
     axis: int
     scratch: tuple[Value, ...] = ()
+    release: bool = True
 
 
 @dataclass(frozen=True)

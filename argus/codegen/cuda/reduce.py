@@ -191,7 +191,7 @@ def _reduce_warps(em: _Emitter, op, plan, info, vals: str, n: int, arg: bool,
     """Combine per-warp partials through shared memory, in the op's scratch buffer(s) that
     lower/smem.py placed: slot (register, other thread bits, warp bits along the axis); one
     writer per slot, a group barrier, every thread reads the partials of its row (or column),
-    then a barrier so a loop may reuse the slots."""
+    then (op.release) a barrier so a loop may reuse the slots."""
     try:
         nw = plan.exchange_warps()
     except ValueError as e:
@@ -225,7 +225,25 @@ def _reduce_warps(em: _Emitter, op, plan, info, vals: str, n: int, arg: bool,
             em.emit(f"    {slot(k, wexpr, indices)} = {info.name}[{k}];")
     em.emit("}")
     em.emit(em.group_barrier())
+    # a row's nw partials are consecutive floats: read 16 B at a time where the slots are
+    # 16-byte aligned (the plan places the buffer on 128 B and the dynamic block's base on
+    # 1024 B), so the reads are LDS.128 rather than nw scalar LDS (the same left fold)
+    quads = not arg and nw % 4 == 0 and em.smem_offset(op.scratch[0].id) % 16 == 0
     for k in range(n):
+        if quads:
+            first = slot(k, "0")
+            parts = []
+            em.emit("{")
+            for q in range(nw // 4):
+                em.emit(f"    const float4 p{q} = *reinterpret_cast<const float4*>("
+                        f"&{first} + {4 * q});")
+                parts += [f"p{q}.{c}" for c in "xyzw"]
+            acc = parts[0]
+            for part in parts[1:]:
+                acc = combine(acc, part)
+            em.emit(f"    {vals}[{k}] = {acc};")
+            em.emit("}")
+            continue
         if not arg:
             acc = slot(k, "0")
             for w in range(1, nw):
@@ -238,7 +256,8 @@ def _reduce_warps(em: _Emitter, op, plan, info, vals: str, n: int, arg: bool,
             update = _arg_update_c(op.fn, "v", "i", f"{vals}[{k}]", f"{info.name}[{k}]")
             em.emit(f"{{ const float v = {slot(k, str(w))}; const int i = "
                     f"{slot(k, str(w), indices)}; {update} }}")
-    em.emit(em.group_barrier())
+    if op.release:   # lower/smem.py leaves it out where nothing rewrites the slots before
+        em.emit(em.group_barrier())   # another barrier
 
 
 def check_scratch(op, scratch: tuple, buffers: int, elements: int) -> None:
