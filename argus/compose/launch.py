@@ -52,7 +52,14 @@ def transpose(X: ag.Tensor["B", "R", "C", ag.f32], Y: ag.Tensor["B", "C", "R", a
     """Y[b] = X[b]^T. A loaded tile cannot be stored transposed (only wgmma accumulators can),
     so the [BR, BC] tile is moved through a [BR, BC, BR] selection: element (i, j, k) keeps
     x[i, j] where i == k and the sum over i places it at (j, k), exactly (adding zeros)."""
-    b, i, j = ag.grid(X.shape[0], ag.cdiv(X.shape[1], BR), ag.cdiv(X.shape[2], BC))
+    # one flat grid along x (up to 2^31 - 1 CTAs): y and z stop at 65535, which a batch or a
+    # row count of 2^20 pixels / BR = 16 already passes (conv_pointwise_2D at upstream sizes)
+    tiles_r = ag.cdiv(X.shape[1], BR)
+    tiles_c = ag.cdiv(X.shape[2], BC)
+    (p,) = ag.grid(X.shape[0] * tiles_r * tiles_c)
+    j = p % tiles_c
+    i = (p // tiles_c) % tiles_r
+    b = p // (tiles_c * tiles_r)
     x = ag.load(X, (b, i * BR, j * BC), (BR, BC))
     sel = ag.arange(BR)[:, None, None] == ag.arange(BR)[None, None, :]
     t = ag.where(sel, x[:, :, None], 0.0).sum(axis=0)          # [1, BC, BR]
