@@ -29,6 +29,9 @@ output is checked against a float64 reference on the same routing (relative Frob
     python scripts/gpu_moe_bench.py                 # all models, T = 1 ... 16384
     python scripts/gpu_moe_bench.py --quick         # T = 1, 16, 64 and 4096, fewer trials
     python scripts/gpu_moe_bench.py --models mixtral --tokens 16 16384
+    python scripts/gpu_moe_bench.py --decode        # T = 1, 16, 64 only
+    python scripts/gpu_moe_bench.py --decode --rule-variants --models qwen3-30b-a3b
+                                                    # and the decode rule's alternatives
     python scripts/gpu_moe_bench.py --quick --variants   # also other GEMM schedules
     python scripts/gpu_moe_bench.py --quick --breakdown  # ours' device time per kernel
 
@@ -160,6 +163,25 @@ def variants(tokens: int):
             "64x128-s8": replace(SMALL, stages=8), "64x256": replace(SMALL, bn=256, stages=5)}
 
 
+def decode_rule_variants(T: int, k: int, E: int, H: int, I: int) -> dict:
+    """The decode rule's own alternatives (argus.ops.moe.decode_schedules), one change each,
+    as (gate-up, down) pairs: the down's ring at 8 stages (the rule's decode_stages gives it
+    about twice the gate-up's) and the gate-up cut in 2 or 4 along K (the rule before
+    2026-12-02 08:00 cut it to fill the last wave: Qwen3 T = 1 in 4, T = 16 and 64 in 2,
+    Mixtral T = 1 in 2). Their "GEMMs % of floor" beside ours' says what each change did."""
+    from dataclasses import replace
+
+    M = importlib.import_module("argus.ops.moe")
+    gate_up, down = M.decode_schedules(T, k, E, H, I)
+    out = {}
+    if down.stages != 8:
+        out["down-8-stages"] = (gate_up, replace(down, stages=8))
+    for splits in (2, 4):
+        if splits != gate_up.split_k and H % (64 * splits) == 0 and H // (64 * splits) >= 8:
+            out[f"gate-up-split{splits}"] = (replace(gate_up, split_k=splits), down)
+    return out
+
+
 def reference(x, w13, w2, ids, w):
     """float64, per expert (bounded memory), on the same routing."""
     from argus.ops.moe import reference as ref
@@ -255,7 +277,7 @@ def ours_without_replay(*args, **kw):
 
 
 def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=False,
-              breakdown=False):
+              breakdown=False, decode_variants=False):
     import torch
 
     from argus.bench.timing import graph_replay_us, measure
@@ -333,6 +355,27 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
                               for key, us in others.items()))
             except Exception as e:  # noqa: BLE001 - a diagnostic
                 log(f"{name:14s} T={T:6d} GEMM timing failed: {type(e).__name__}: {e}")
+        if decode_variants and T <= DECODE_MAX and "ours_gemms" in row:
+            base = row["ours_gemms"]["floor_pct"]
+            for v, pair in decode_rule_variants(T, k, E, H, I).items():
+                try:
+                    static = torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
+
+                    def call(pair=pair, static=static):
+                        return ours_layer(x, w13, w2, logits, k, routing, bias, schedule=pair,
+                                          out=static)
+                    out = call()
+                    torch.cuda.synchronize()
+                    err = ((out.double() - exact).norm() / exact.norm()).item()
+                    pct, mine, _ = gemm_floor(call, floor_ms)
+                    row[f"rule@{v}"] = dict(gemm_floor_pct=pct, kernels_us=mine, rel_err=err)
+                    log(f"{name:14s} T={T:6d} rule@{v:16s} GEMMs {pct:6.1f}% of floor "
+                        f"({pct - base:+.1f} vs ours)  rel_err={err:.2e}"
+                        f"{'' if err < 1e-2 else '  WRONG'} (" +
+                        ", ".join(f"{key.split('(')[0][:32]} {us:.1f} us"
+                                  for key, us in mine.items()) + ")")
+                except Exception as e:  # noqa: BLE001 - a variant failing is reported
+                    log(f"{name:14s} T={T:6d} rule@{v} FAILED {type(e).__name__}: {e}")
         if breakdown:
             try:
                 per = kernel_breakdown(lambda: ours_layer(x, w13, w2, logits, k, routing, bias))
@@ -393,6 +436,11 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--tokens", nargs="*", type=int, default=None)
     ap.add_argument("--trials", type=int, default=None)
+    ap.add_argument("--decode", action="store_true",
+                    help="T = 1, 16, 64 only (the decode bar's shapes), 20 trials")
+    ap.add_argument("--rule-variants", action="store_true",
+                    help="decode rows also time the decode rule's alternatives, one change "
+                         "each (rule@<change>: GEMMs %% of floor)")
     ap.add_argument("--variants", action="store_true",
                     help="also time ours with other grouped-GEMM schedules (ours@<name>)")
     ap.add_argument("--breakdown", action="store_true",
@@ -402,8 +450,9 @@ def main() -> None:
 
     import torch
 
-    tokens = args.tokens or (QUICK_TOKENS if args.quick else TOKENS)
-    trials = args.trials or (20 if args.quick else 100)
+    tokens = args.tokens or ([1, 16, 64] if args.decode else
+                             QUICK_TOKENS if args.quick else TOKENS)
+    trials = args.trials or (20 if args.quick or args.decode else 100)
     allow_few = trials < 100
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
@@ -414,7 +463,8 @@ def main() -> None:
     log(f"device copy bandwidth: {copy_bw / 1e12:.2f} TB/s (read + write)")
     rows: list = []
     for name in args.models:
-        run_model(name, tokens, trials, allow_few, copy_bw, rows, args.variants, args.breakdown)
+        run_model(name, tokens, trials, allow_few, copy_bw, rows, args.variants, args.breakdown,
+                  decode_variants=args.rule_variants)
         torch.cuda.empty_cache()
     md = table(rows)
     log("\n" + md)

@@ -19,7 +19,7 @@ the GEMM's BLOCK_M (argus/kernels/moe_routing.py), the gate-up grouped GEMM with
 its epilogue and the down grouped GEMM (argus/kernels/moe.py), and the weighted combine. Up to
 DECODE_MAX_TOKENS = 64 tokens the GEMMs take the swap-AB decode schedules (the weights as
 wgmma's M side, a token tile of 8..64 rows as N, units of the touched experts only, each GEMM
-cut along K when its units would leave the last wave of SMs half empty: decode_schedules).
+cut along K only when its units keep too few SMs streaming to saturate HBM: decode_schedules).
 Buffers are sized from shapes only (the padded layout's worst case), never from routing
 results. A decode layer is short next to the host time of its launches, so a call that
 passes its output buffer (`out=`) and repeats an earlier call's shapes, options and argument
@@ -83,21 +83,68 @@ def decode_token_tile(tokens: int, top_k: int, num_experts: int) -> int:
     return min(64, max(8, 8 * -(-int(2 * average) // 8)))
 
 
+# The decode GEMMs' streaming model (decode_splits). A decode GEMM reads each touched expert's
+# weights once; what a K split can buy is SMs: a unit streams its weights through a ring of
+# `stages` stages, so an SM keeps stages x stage bytes in flight and pulls at most that much per
+# load latency; HBM is saturated when the busy SMs together can pull its rate. A split that
+# only fills the last wave of units buys nothing (the busy SMs of a partial wave already pull
+# the whole rate: a gate-up stage keeps 136 KB in flight, 92 GB/s per SM at 1.5 us, so 45
+# SMs saturate HBM) and costs its finishing pass: the split finish kernel (5.0 us at one
+# token, measured with Mixtral and Qwen3 on the H200: docs/perf/moe.md, 07:49 UTC run: its
+# 5-10 us were what kept Qwen3 at 92-94% of the floor at T = 16 and 64) and the fp32 partial
+# sums, written and read back.
+# what the decode GEMMs streamed on the H200 (the same run: 4.04-4.16 TB/s, in bytes per us)
+DECODE_BYTES_PER_US = 4.1e6
+# load latency of a stage under load (an assumption, not measured here: HBM's idle latency
+# is ~0.6-0.8 us; queueing at full rate about doubles it)
+DECODE_LATENCY_US = 1.5
+# the split finish's fixed time (measured, see above); the down GEMM's partial sums are added
+# by the combine, which runs anyway: its split costs the partial-sum traffic only
+SPLIT_FINISH_US = 5.0
+
+
+def decode_stream_us(units: int, unit_bytes: float, in_flight: int,
+                     num_sms: int = SMALL.num_sms) -> float:
+    """Modelled time of `units` units of `unit_bytes` weight bytes each on a persistent grid of
+    num_sms CTAs (unit u on CTA u % num_sms, so wave w keeps min(num_sms, units left) busy):
+    each wave at HBM's rate, or at its busy SMs' rate (in_flight bytes a load latency each)
+    when that is less."""
+    per_sm = in_flight / DECODE_LATENCY_US
+    full, rest = divmod(units, num_sms)
+    busy = [num_sms] * full + ([rest] if rest else [])
+    return sum(n * unit_bytes / min(DECODE_BYTES_PER_US, n * per_sm) for n in busy)
+
+
 def decode_splits(tokens: int, top_k: int, num_experts: int, bn: int, cols: int,
-                  depth: int, num_sms: int = SMALL.num_sms) -> int:
-    """K slices of a decode GEMM with `cols` output columns per expert over K = depth: the
-    fewest (1..4) whose units fill the SMs' last wave best, from the expected number of
-    touched experts under uniform routing (the real count is a device value). A slice keeps
-    at least 8 K steps of 64 and cuts K into whole steps (the slices are views of K, read by
-    TMA), and more slices must save >= 3% (their fp32 partial sums and the extra finishing
-    pass cost some)."""
+                  depth: int, *, gated: bool, stages: int = 8,
+                  num_sms: int = SMALL.num_sms) -> int:
+    """K slices (1..4) of a decode GEMM with `cols` output columns per expert over K = depth
+    (two weight planes when `gated`: the gate-up), the count whose modelled time is least
+    (decode_stream_us, plus for more than one slice the fp32 partial sums written and read
+    back and, for the gate-up, the split finish), from the expected number of touched
+    experts under uniform routing (the real count is a device value). A slice keeps at least
+    8 K steps of 64 and cuts K into whole steps (the slices are views of K, read by TMA); a
+    split must save >= 3% to be taken (the model is coarse)."""
     entries = tokens * top_k
     touched = num_experts * (1 - (1 - top_k / num_experts) ** tokens)
-    units = max(1, round(max(touched, entries / bn))) * -(-cols // 64)
+    token_tiles = max(1, round(max(touched, entries / bn)))
+    col_tiles = -(-cols // 64)
+    units = token_tiles * col_tiles
+    planes = 2 if gated else 1
     k_steps = -(-depth // 64)
+    # a ring stage: 64 weight rows per plane and bn token rows, 64 deep, bf16
+    in_flight = stages * (planes * 64 + bn) * 64 * 2
+    unit_bytes = planes * 64 * depth * 2
 
-    def cost(splits):   # time in full-K units of one SM, the last wave rounded up
-        return -(-units * splits // num_sms) / splits
+    def cost(splits):
+        if splits == 1:
+            return decode_stream_us(units, unit_bytes, in_flight, num_sms)
+        # fp32 partials [splits, planes, rows, cols] instead of bf16 [rows, cols]: written
+        # by the GEMM and read by the next kernel
+        rows = token_tiles * bn
+        extra = 2 * rows * cols * (planes * splits * 4 - 2) / DECODE_BYTES_PER_US
+        return (decode_stream_us(units * splits, unit_bytes / splits, in_flight, num_sms)
+                + extra + (SPLIT_FINISH_US if gated else 0.0))
     best = 1
     for splits in (2, 3, 4):
         if k_steps < 8 * splits:
@@ -109,15 +156,33 @@ def decode_splits(tokens: int, top_k: int, num_experts: int, bn: int, cols: int,
     return best
 
 
+# bytes a decode GEMM's ring keeps in flight per SM: the gate-up's 8 stages of 2 x 64 weight
+# rows and 8 token rows (136 KB), the ring that streamed at 4.15 TB/s on the H200 (Mixtral and
+# DeepSeek-V3 at T = 1); the down's 8 stages of 64 weight rows held half of it (4.04-4.09 TB/s)
+DECODE_IN_FLIGHT = 8 * (2 * 64 + 8) * 64 * 2
+
+
+def decode_stages(bn: int, gated: bool) -> int:
+    """Ring stages of a decode GEMM: as many as keep DECODE_IN_FLIGHT bytes of weight and
+    token rows in flight (a stage is 64 weight rows per plane and bn token rows, 64 deep), 8 to
+    16: the down GEMM's stages are half the gate-up's, so it takes about twice as many (15 at
+    bn = 8), and an SM pulls about as much from HBM in either GEMM."""
+    stage = ((2 if gated else 1) * 64 + bn) * 64 * 2
+    return max(8, min(16, DECODE_IN_FLIGHT // stage))
+
+
 def decode_schedules(tokens: int, top_k: int, num_experts: int, hidden: int,
                      inter: int) -> tuple[MoeSchedule, MoeSchedule]:
     """The decode schedules of the gate-up (I columns over K = H) and the down (H columns over
-    K = I) GEMMs: one token tile, each its own K split."""
+    K = I) GEMMs: one token tile, each its own ring depth and K split."""
     bn = decode_token_tile(tokens, top_k, num_experts)
-    return (decode_schedule(bn, split_k=decode_splits(tokens, top_k, num_experts, bn, inter,
-                                                      hidden)),
-            decode_schedule(bn, split_k=decode_splits(tokens, top_k, num_experts, bn, hidden,
-                                                      inter)))
+    schedules = []
+    for gated, cols, depth in ((True, inter, hidden), (False, hidden, inter)):
+        stages = decode_stages(bn, gated)
+        splits = decode_splits(tokens, top_k, num_experts, bn, cols, depth, gated=gated,
+                               stages=stages)
+        schedules.append(decode_schedule(bn, stages=stages, split_k=splits))
+    return schedules[0], schedules[1]
 
 
 def schedule_for(tokens: int, top_k: int, num_experts: int, hidden: int = 0) -> MoeSchedule:
@@ -445,11 +510,13 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
 
 @functools.lru_cache(maxsize=256)
 def _layer(T: int, H: int, inter: int, E: int, top_k: int,
-           schedule: MoeSchedule | None) -> Layer:
+           schedule: MoeSchedule | tuple[MoeSchedule, MoeSchedule] | None) -> Layer:
     """The Layer of a call's shapes (cached: choosing the decode schedules costs more host
     time than a launch)."""
     down = None
-    if schedule is None and T <= DECODE_MAX_TOKENS:
+    if isinstance(schedule, tuple):   # (gate-up, down): each GEMM its own (a bench's variants)
+        schedule, down = schedule
+    elif schedule is None and T <= DECODE_MAX_TOKENS:
         schedule, down = decode_schedules(T, top_k, E, H, inter)
     elif schedule is None:
         schedule = schedule_for(T, top_k, E, H)
@@ -540,10 +607,11 @@ def moe(x, w13, w2, router_logits, top_k: int, *, renormalize: bool = True,
         scoring: str = "softmax", activation: str = "silu", topk_ids=None, topk_weights=None,
         e_score_correction_bias=None, num_expert_group: int | None = None,
         topk_group: int | None = None, routed_scaling_factor: float = 1.0,
-        schedule: MoeSchedule | None = None, out=None):
+        schedule: MoeSchedule | tuple[MoeSchedule, MoeSchedule] | None = None, out=None):
     """The MoE layer's output [T, H] (bf16); see the module docstring. With `out` (a
     contiguous bf16 [T, H] buffer) the result is written there and returned, and a repeated
-    call on the same buffers replays its launches."""
+    call on the same buffers replays its launches. `schedule` overrides the GEMMs' schedules
+    (one for both, or a (gate-up, down) pair with the same token tile)."""
     _check(x, w13, w2, router_logits, top_k, scoring, activation, topk_ids, topk_weights,
            e_score_correction_bias, num_expert_group, topk_group)
     if out is not None:

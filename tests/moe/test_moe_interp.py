@@ -131,15 +131,59 @@ def test_split_finish_spreads_column_blocks(splits, bn, I, tiles):
     assert torch.isnan(h[tiles * bn:].float()).all(), "a row past the counted tiles was written"
 
 
-def test_decode_splits_fill_the_last_wave():
-    """One Qwen3 token: 8 experts x 12 gate-up tiles for 132 SMs, cut in 4 along K (2048 =
-    32 steps); Mixtral at 16 tokens has units enough (8 x 224); a short K is never cut below
-    8 steps a slice."""
-    assert M.decode_splits(1, 8, 128, 8, 768, 2048) == 4
-    assert M.decode_splits(16, 2, 8, 8, 14336, 4096) == 1
-    assert M.decode_splits(1, 8, 128, 8, 768, 64 * 15) == 1
-    gate_up, down = M.decode_schedules(1, 8, 128, 2048, 768)
-    assert (gate_up.split_k, down.split_k, gate_up.pad) == (4, 1, down.pad)
+def test_decode_splits_only_where_few_units_cannot_saturate_hbm():
+    """The K split (argus.ops.moe.decode_splits) buys busy SMs, not a full last wave: one Qwen3
+    token's gate-up (8 experts x 12 tiles = 96 units) keeps 96 SMs streaming with 136 KB in
+    flight each, more than HBM's rate needs, so it is not cut (cut in 4 it filled the last
+    wave, and the 5 us split finish held the GEMMs at 61% of the floor on the H200); nor are
+    the bench models' decode GEMMs at T = 1, 16, 64. One expert's two 64-column tiles over
+    K = 16384 keep two SMs busy: cut in 4 (the most). A short K is never cut below 8 steps a
+    slice."""
+    for T, k, E, H, I in [(1, 8, 128, 2048, 768), (16, 8, 128, 2048, 768),
+                          (64, 8, 128, 2048, 768), (1, 2, 8, 4096, 14336),
+                          (16, 2, 8, 4096, 14336), (1, 8, 256, 7168, 2048)]:
+        gate_up, down = M.decode_schedules(T, k, E, H, I)
+        assert (gate_up.split_k, down.split_k, gate_up.pad) == (1, 1, down.pad), (T, E)
+    assert M.decode_splits(1, 1, 8, 8, 128, 16384, gated=True) == 4
+    assert M.decode_splits(1, 1, 8, 8, 128, 16384, gated=False) == 4
+    assert M.decode_splits(1, 1, 8, 8, 128, 64 * 15, gated=True) == 1
+
+
+def test_decode_stages_keep_the_same_bytes_in_flight():
+    """The down GEMM's stages are about half the gate-up's (one weight plane), so its ring is
+    about twice as deep; a ring holds DECODE_IN_FLIGHT bytes to within one stage, or more where
+    the floor of 8 stages rules (wide token tiles), and fits shared memory."""
+    for bn in (8, 16, 32, 64):
+        for gated in (True, False):
+            stages = M.decode_stages(bn, gated)
+            held = stages * ((2 if gated else 1) * 64 + bn) * 64 * 2
+            assert 8 <= stages <= 16 and held <= 200 << 10, (bn, gated, stages)
+            assert stages == 8 or held > M.DECODE_IN_FLIGHT - (((2 if gated else 1) * 64 + bn)
+                                                               * 64 * 2)
+    assert (M.decode_stages(8, True), M.decode_stages(8, False)) == (8, 15)
+
+
+def test_schedule_pair_sets_each_gemm():
+    """moe(schedule=(gate_up, down)) gives each GEMM its own (the bench's rule variants); one
+    schedule is both GEMMs'; none is the decode rule's pair."""
+    gate_up, down = decode_schedule(8, split_k=2), decode_schedule(8, stages=15)
+    layer = M._layer(5, 128, 128, 16, 4, (gate_up, down))
+    assert (layer.schedule, layer.down) == (gate_up, down)
+    assert M._layer(5, 128, 128, 16, 4, gate_up).down == gate_up
+    assert (M._layer(5, 128, 128, 16, 4, None).schedule, M._layer(5, 128, 128, 16, 4, None).down
+            ) == M.decode_schedules(5, 4, 16, 128, 128)
+
+
+def test_decode_stream_model():
+    """decode_stream_us against hand arithmetic: a full wave at HBM's rate, a wave of two SMs
+    at their own rate (in-flight bytes per load latency), the waves added."""
+    bw, lat = M.DECODE_BYTES_PER_US, M.DECODE_LATENCY_US
+    assert M.decode_stream_us(132, 1e6, 136 << 10) == pytest.approx(132e6 / bw)
+    assert M.decode_stream_us(2, 1e6, 136 << 10) == pytest.approx(1e6 / ((136 << 10) / lat))
+    assert M.decode_stream_us(134, 1e6, 136 << 10) == pytest.approx(
+        132e6 / bw + 1e6 / ((136 << 10) / lat))
+    # a partial wave of 96 SMs still saturates: the time of its bytes at HBM's rate
+    assert M.decode_stream_us(96, 1e6, 136 << 10) == pytest.approx(96e6 / bw)
 
 
 def test_split_that_does_not_cut_k_evenly_is_refused():

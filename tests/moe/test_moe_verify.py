@@ -37,6 +37,9 @@ KERNELS = [
     ("down decode n8", lambda: (grouped_gemm_kernel(False), dict(s=decode_schedule(8)))),
     ("gate_up decode n64", lambda: (grouped_gemm_kernel(True), dict(s=decode_schedule(64)))),
     ("down decode n32", lambda: (grouped_gemm_kernel(False), dict(s=decode_schedule(32)))),
+    # argus.ops.moe.decode_stages: the down's ring twice as deep as the gate-up's
+    ("down decode n8 15 stages", lambda: (grouped_gemm_kernel(False),
+                                          dict(s=decode_schedule(8, stages=15)))),
     ("gate_up decode split 4", lambda: (grouped_gemm_kernel(True, True),
                                         dict(s=decode_schedule(8, split_k=4)))),
     ("down decode split 2", lambda: (grouped_gemm_kernel(False, True),
