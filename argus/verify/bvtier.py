@@ -205,7 +205,9 @@ def _translate(premises, claims, extra):
             if not is_uf:
                 lo, hi = iv.of(t)
                 if lo == -_INF or hi == _INF:
-                    raise _Abort(f"unbounded term {t}")
+                    # no term in the message: printing a large term costs seconds (z3's
+                    # printer), and the reason is never shown (translate returns None)
+                    raise _Abort("an unbounded term")
                 worst = max(worst, abs(lo), abs(hi))
         if z3.is_app(t):
             k = t.decl().kind()

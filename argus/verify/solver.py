@@ -1,10 +1,19 @@
-"""Solver queries: prove a claim, or return a minimized model; a timeout is `unknown`.
+"""Solver queries: prove a claim, or return a minimized model; an exhausted budget is `unknown`.
 
 Job: one place where z3 is called, so every obligation gets the same honesty rules
-(INVARIANTS.md §3.6): a per-query timeout (default 1 s, `ARGUS_VERIFY_TIMEOUT_MS` or the
-`timeout_ms` argument), `unknown` never read as `proven`, and counterexamples minimized by
-iterative tightening (push `x < current`, re-check with a small budget; z3.Optimize stalls on
-the non-linear `tile * Kt` terms of persistent kernels, tightening does not).
+(INVARIANTS.md §3.6): a per-query budget, `unknown` never read as `proven`, and counterexamples
+minimized by iterative tightening (push `x < current`, re-check with a small budget;
+z3.Optimize stalls on the non-linear `tile * Kt` terms of persistent kernels, tightening does
+not).
+
+Budgets are z3 resource units (`rlimit`), never wall time: a verdict, and the work done to
+reach it, must not depend on how loaded the machine is (with wall-clock timeouts the verifier
+tests flaked under load: a query that takes 60 ms quiet ran out of the 50 ms quick attempt and
+then of the 1 s budget). The user-facing knob stays "milliseconds" (`timeout_ms=`,
+`ARGUS_VERIFY_TIMEOUT_MS`, default 1000) and is converted at a fixed rate, `UNITS_PER_MS`, so
+the same knob gives the same answers on every machine. z3's effort on a query varies with its
+random seed (heavy-tailed), so the deciding check is asked again with other seeds
+(`SEEDS`) before a query is reported unknown; every seed is fixed, so this is deterministic too.
 
 A query is "premises ∧ ¬(∧ claims)": UNSAT proves every claim for all values of the free
 variables; SAT gives a witness and the list of claims it violates.
@@ -32,10 +41,34 @@ from dataclasses import dataclass, field
 import z3
 
 DEFAULT_TIMEOUT_MS = 1000
+# z3 resource units per millisecond of budget: a calibration only (z3 4.x on this project's
+# 2-core machine spends 3,000-10,000 units per ms of CPU on the verifier's queries, measured
+# on the FA3 attention and GEMM queries; 5,000 makes the default budget about the old 1 s)
+UNITS_PER_MS = 5000
+# the random seeds the deciding check tries, in order, while z3 answers unknown
+SEEDS = (0, 1, 2)
 
 
 def default_timeout_ms() -> int:
+    """ARGUS_VERIFY_TIMEOUT_MS (default 1000): the per-query budget in milliseconds' worth of
+    resource units (`rlimit_of`), not a wall-clock timeout."""
     return int(os.environ.get("ARGUS_VERIFY_TIMEOUT_MS", DEFAULT_TIMEOUT_MS))
+
+
+def rlimit_of(timeout_ms: int) -> int:
+    """The z3 resource limit of a budget of `timeout_ms` (a fixed conversion: no wall clock)."""
+    return max(1, int(timeout_ms)) * UNITS_PER_MS
+
+
+def default_rlimit() -> int:
+    return rlimit_of(default_timeout_ms())
+
+
+def _limit(s, rlimit: int, seed: int = 0):
+    """A solver limited to `rlimit` resource units per check, with a fixed random seed."""
+    s.set("rlimit", max(1, int(rlimit)))
+    s.set("random_seed", seed)
+    return s
 
 
 @dataclass
@@ -121,16 +154,32 @@ def canonical(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.Boo
     """premises ∧ ¬(∧ claims) with its uninterpreted constants renamed `argus!c0`, `argus!c1`,
     ... in order of first occurrence (pre-order, left to right): alpha-equivalent queries give
     the same term, hence the same AST id while the term is alive. Opaque functions (arity > 0)
-    keep their names. Built through the C API: the premises of one kernel's queries are the
-    same few terms, whose constants are listed once (`_ordered_consts`)."""
+    keep their names. Built through the C API.
+
+    One walk per query: a subterm met before (in an earlier premise of this query) is not
+    walked again, since its constants are already ordered (the premises of a tile record
+    share their index terms: the FA3 d 256 kernel's 123 queries visit 47k distinct nodes
+    where walks per premise visited 201k). A premise walked in full (none of its nodes met
+    before) is remembered with its constants (`_CONSTS`): the model's premises, common to
+    every query of a kernel, are walked once."""
     goal = z3.Not(z3.And([c for _, c in claims])) if claims else z3.BoolVal(False)
     parts = list(premises) + [goal]
     ctx = goal.ctx
-    order: dict[int, object] = {}
-    for p in parts:
-        for i, a in _ordered_consts(p):
-            order.setdefault(i, a)
     ref = ctx.ref()
+    order: dict[int, object] = {}
+    seen: set[int] = set()
+    for p in parts:
+        a = p.as_ast()
+        tid = _L.Z3_get_ast_id(ref, a)
+        hit = _CONSTS.get(tid)
+        if hit is None:
+            out: list = []
+            if not _walk_consts(ref, a, seen, out):
+                _remember_consts(tid, p, out)
+            hit = (p, out)
+        for i, c in hit[1]:
+            if i not in order:
+                order[i] = c
     # wrapped at once: the wrapper holds the reference that keeps a new ast alive
     f = z3.BoolRef(z3.Z3_mk_and(ref, len(parts), (z3.Ast * len(parts))(
         *[p.as_ast() for p in parts])), ctx)
@@ -143,38 +192,69 @@ def canonical(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.Boo
     return z3.BoolRef(z3.Z3_substitute(ref, f.as_ast(), n, froms, tos), ctx)
 
 
+
+
+class _Raw:
+    """The raw C functions behind z3core's wrappers (each wrapper keeps its function as the
+    `f` of its default argument): the getters of the walk below cannot fail on a live AST,
+    so the wrappers' per-call error check (half the walk's cost, measured) is skipped."""
+
+    def __getattr__(self, name):
+        f = getattr(z3.z3core, name).__defaults__[0].f
+        setattr(self, name, f)
+        return f
+
+
+_L = _Raw()
 _CONSTS: OrderedDict[int, tuple[z3.ExprRef, list]] = OrderedDict()
 _CANON: dict[tuple[int, int], z3.ExprRef] = {}
+
+
+def _walk_consts(ref, root, seen: set[int], out: list) -> bool:
+    """Append (ast id, raw ast) of the uninterpreted constants under `root` to `out`, in
+    pre-order, not entering nodes in `seen` (and adding the nodes walked to it). Returns
+    whether a node was skipped because it was in `seen` (then `out` is not root's full list)."""
+    skipped = False
+    todo = [root]
+    get_id, kind_of = _L.Z3_get_ast_id, _L.Z3_get_ast_kind
+    nargs, arg = _L.Z3_get_app_num_args, _L.Z3_get_app_arg
+    while todo:
+        a = todo.pop()
+        i = get_id(ref, a)
+        if i in seen:
+            skipped = True
+            continue
+        seen.add(i)
+        kind = kind_of(ref, a)
+        if kind == z3.Z3_QUANTIFIER_AST:
+            todo.append(_L.Z3_get_quantifier_body(ref, a))
+        elif kind == z3.Z3_APP_AST:
+            n = nargs(ref, a)
+            if n:
+                todo.extend(arg(ref, a, k) for k in range(n - 1, -1, -1))
+            elif _L.Z3_get_decl_kind(ref, _L.Z3_get_app_decl(ref, a)) == \
+                    z3.Z3_OP_UNINTERPRETED:
+                out.append((i, a))
+    return skipped
+
+
+def _remember_consts(tid: int, t: z3.ExprRef, out: list) -> None:
+    _CONSTS[tid] = (t, out)
+    if len(_CONSTS) > _PROOFS_MAX:
+        _CONSTS.popitem(last=False)
 
 
 def _ordered_consts(t: z3.ExprRef) -> list:
     """(ast id, raw ast) of t's uninterpreted constants in order of first occurrence,
     remembered per term (the entry keeps the term, so its id is not reused)."""
-    ctx = t.ctx.ref()
-    tid = z3.Z3_get_ast_id(ctx, t.as_ast())
+    ref = t.ctx.ref()
+    tid = _L.Z3_get_ast_id(ref, t.as_ast())
     hit = _CONSTS.get(tid)
     if hit is not None:
         return hit[1]
-    out, seen = [], set()
-    todo = [t.as_ast()]
-    while todo:
-        a = todo.pop()
-        i = z3.Z3_get_ast_id(ctx, a)
-        if i in seen:
-            continue
-        seen.add(i)
-        kind = z3.Z3_get_ast_kind(ctx, a)
-        if kind == z3.Z3_QUANTIFIER_AST:
-            todo.append(z3.Z3_get_quantifier_body(ctx, a))
-        elif kind == z3.Z3_APP_AST:
-            n = z3.Z3_get_app_num_args(ctx, a)
-            if n:
-                todo.extend(z3.Z3_get_app_arg(ctx, a, k) for k in range(n - 1, -1, -1))
-            elif z3.Z3_get_decl_kind(ctx, z3.Z3_get_app_decl(ctx, a)) == z3.Z3_OP_UNINTERPRETED:
-                out.append((i, a))
-    _CONSTS[tid] = (t, out)
-    if len(_CONSTS) > _PROOFS_MAX:
-        _CONSTS.popitem(last=False)
+    out: list = []
+    _walk_consts(ref, t.as_ast(), set(), out)
+    _remember_consts(tid, t, out)
     return out
 
 
@@ -193,10 +273,14 @@ def _canonical_const(j: int, sort, ctx):
 def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef]],
           timeout_ms: int | None = None, minimize: Sequence[z3.ExprRef] = (),
           stats: Stats | None = None, minimize_budget_ms: int = 600,
-          theory: str | None = None) -> Outcome:
+          theory: str | None = None, rlimit: int | None = None) -> Outcome:
     """Prove `premises ⇒ every claim`. On SAT the model is minimized lexicographically over
-    `minimize` (Int or BitVec terms, smallest first) and the violated claim names listed."""
-    timeout_ms = default_timeout_ms() if timeout_ms is None else timeout_ms
+    `minimize` (Int or BitVec terms, smallest first) and the violated claim names listed.
+    Budget: `rlimit` z3 resource units, else `timeout_ms` converted (`rlimit_of`), else the
+    default; `minimize_budget_ms` likewise for the minimization. Nothing reads the clock but
+    the `ms` reported."""
+    if rlimit is None:
+        rlimit = default_rlimit() if timeout_ms is None else rlimit_of(timeout_ms)
     premises = [_as_bool(p) for p in premises]
     claims = [(n, _as_bool(c)) for n, c in claims]
     t0 = time.perf_counter()
@@ -213,11 +297,11 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
                 stats.add(hit.theory, ms)
                 stats.cached += 1
             return Outcome("proven", ms, theory=hit.theory, reason=hit.reason)
-    # 1. a quick proof attempt: most obligations are refuted by the plain SMT core in a few
-    # milliseconds, cheaper than translating them to bits (not for non-linear queries, which
-    # never finish that fast: step 2)
+    # 1. a quick proof attempt: most obligations are proven by the plain SMT core in a few
+    # thousand resource units, cheaper than translating them to bits (not for non-linear
+    # queries, which never finish that fast: step 2)
     out = None if theory == "NIA" else \
-        _quick_proof(premises, claims, min(QUICK_MS, timeout_ms), timeout_ms, t0)
+        _quick_proof(premises, claims, min(QUICK_RLIMIT, rlimit), rlimit, t0)
     if out is not None:
         out.theory = theory or _theory([c for _, c in claims])
         if stats is not None:
@@ -232,8 +316,7 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
         # solver first tried below needs 20 s); a proof attempt only, as in step 1. Without
         # Gröbner-basis reasoning it is 40% faster in total on the store-injectivity queries
         # of the library's schedules (14 sampled: 3.6 s -> 2.2 s, all proven either way)
-        left = timeout_ms - (time.perf_counter() - t0) * 1e3
-        out = _quick_proof(premises, claims, int(left * NIA_SHARE), timeout_ms, t0,
+        out = _quick_proof(premises, claims, int(rlimit * NIA_SHARE), rlimit, t0,
                            NIA_PARAMS, point_first=True)
         if out is not None:
             out.theory = theory
@@ -241,10 +324,9 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
                 stats.add(theory, out.ms)
     if out is None:
         # 3. the full portfolio, unchanged: it alone decides violations, so counterexamples
-        # do not depend on the fast paths above; they count against the query's budget
-        left = timeout_ms - (time.perf_counter() - t0) * 1e3
-        out = _prove(premises, claims, max(1, int(left)), minimize, stats,
-                     minimize_budget_ms, theory)
+        # do not depend on the fast paths above
+        out = _prove(premises, claims, rlimit, minimize, stats,
+                     rlimit_of(minimize_budget_ms), theory)
     _remember(key, term, out)
     return out
 
@@ -257,7 +339,10 @@ def _remember(key, term, out: Outcome) -> None:
             _PROOFS.popitem(last=False)
 
 
-QUICK_MS = 50      # budget of the quick proof attempt (step 1 of `prove`)
+# budget of the quick proof attempt (step 1 of `prove`): the store.coords query of the FA3
+# d 256 kernel (2,800 premises) takes 130k units; most take under 60k
+QUICK_RLIMIT = 400_000
+VACUITY_RLIMIT = 2_500_000   # the premises' satisfiability check after a proof
 NIA_SHARE = 0.5   # share of a non-linear query's budget for the plain core's proof attempt
 # heuristics only: UNSAT stays a proof. Without Horner schemes as well the store-injectivity
 # queries of 10 library GEMM schedules take 2.1-3.4 s CPU in total instead of 3.7-4.3 s, of 10
@@ -267,23 +352,22 @@ NIA_SHARE = 0.5   # share of a non-linear query's budget for the plain core's pr
 NIA_PARAMS = {"arith.nl.grobner": False, "arith.nl.horner": False}
 
 
-def _quick_proof(premises, claims, budget_ms, timeout_ms, t0,
+def _quick_proof(premises, claims, budget, rlimit, t0,
                  params: dict | None = None, point_first: bool = False) -> Outcome | None:
     """Try to prove the query with z3's plain SMT core (`SimpleSolver`: no tactic
-    preprocessing, which is what costs most on small queries) within `budget_ms`. An Outcome
-    only on UNSAT (then "proven", or "unknown" when the premises are contradictory); None on
-    SAT, unknown or timeout: the caller then runs the full path, so a violation is always
-    found, minimized and decoded exactly as without this attempt.
+    preprocessing, which is what costs most on small queries) within `budget` resource units.
+    An Outcome only on UNSAT (then "proven", or "unknown" when the premises are
+    contradictory); None on SAT or unknown: the caller then runs the full path, so a violation
+    is always found, minimized and decoded exactly as without this attempt.
 
     Sound: UNSAT of premises ∧ ¬claims is a proof whichever z3 engine reports it, and a
     vacuous proof is still refused (`_vacuity`); with `point_first` the premises' least point
     is tried as their model before the solver searches one (`satisfied_at_least_point`: worth
     it for non-linear premises, whose model search costs as much as the proof)."""
-    if budget_ms < 5:
+    if budget < 1000:
         return None
     conj = z3.And([c for _, c in claims]) if claims else z3.BoolVal(True)
-    s = z3.SimpleSolver()
-    s.set("timeout", int(budget_ms))
+    s = _limit(z3.SimpleSolver(), budget)
     for k, v in (params or {}).items():
         s.set(k, v)
     _assert_all(s, premises)
@@ -298,11 +382,10 @@ def _quick_proof(premises, claims, budget_ms, timeout_ms, t0,
     elif point_first and satisfied_at_least_point(premises):
         vres = z3.sat
     else:
-        s.set("timeout", int(min(timeout_ms, 500)))
+        s.set("rlimit", int(min(rlimit, VACUITY_RLIMIT)))
         vres = s.check()
         if vres == z3.unknown:  # the old check: the default solver
-            v = z3.Solver()
-            v.set("timeout", int(min(timeout_ms, 500)))
+            v = _limit(z3.Solver(), min(rlimit, VACUITY_RLIMIT))
             _assert_all(v, premises)
             vres = v.check()
     ms = (time.perf_counter() - t0) * 1e3
@@ -366,40 +449,38 @@ def satisfied_at_least_point(premises: Sequence[z3.BoolRef], rounds: int = 6) ->
     return z3.is_true(at_point(z3.And(list(premises))))
 
 
-def _vacuity(premises, timeout_ms, make) -> z3.CheckSatResult:
+def _vacuity(premises, rlimit, make) -> z3.CheckSatResult:
     """Are the premises satisfiable? (a proof from contradictory premises proves nothing.)
     The plain SMT core first (a model in ~1 ms where the default solver's preprocessing takes
     20-40 ms on tile queries); its sat and unsat are both definite answers, and only its
-    unknown falls back to `make()` with the old budget."""
-    v = z3.SimpleSolver()
-    v.set("timeout", int(min(timeout_ms, 100)))
+    unknown falls back to `make()` with the larger budget."""
+    v = _limit(z3.SimpleSolver(), min(rlimit, VACUITY_RLIMIT // 5))
     _assert_all(v, premises)
     res = v.check()
     if res != z3.unknown:
         return res
-    v = make()
-    v.set("timeout", int(min(timeout_ms, 500)))
+    v = _limit(make(), min(rlimit, VACUITY_RLIMIT))
     v.add(*premises)
     return v.check()
 
 
-def _prove(premises, claims, timeout_ms, minimize, stats, minimize_budget_ms,
-           theory) -> Outcome:
+def _prove(premises, claims, rlimit, minimize, stats, minimize_rlimit, theory) -> Outcome:
     conj = z3.And([c for _, c in claims]) if claims else z3.BoolVal(True)
     t0 = time.perf_counter()
     if theory != "QF_BV":
-        out = _prove_bv(premises, claims, timeout_ms, minimize, minimize_budget_ms, theory)
+        out = _prove_bv(premises, claims, rlimit, minimize, minimize_rlimit, theory)
         if out is not None:
             if stats is not None:
                 stats.add(out.theory, out.ms)
             return out
     res, s = z3.unknown, None
-    for make, share in _portfolio(theory):
-        left = timeout_ms - (time.perf_counter() - t0) * 1e3
-        if left <= 5:
-            break
-        s = make()
-        s.set("timeout", int(max(5, min(left, timeout_ms * share))))
+    # each solver of the portfolio in turn, its share of the budget; the last one (which
+    # decides) again with the other seeds while it answers unknown
+    portfolio = _portfolio(theory)
+    tries = [(make, share, 0) for make, share in portfolio] + \
+        [(portfolio[-1][0], portfolio[-1][1], seed) for seed in SEEDS[1:]]
+    for make, share, seed in tries:
+        s = _limit(make(), rlimit * share, seed)
         s.add(*premises)
         s.add(z3.Not(conj))
         res = s.check()
@@ -411,7 +492,7 @@ def _prove(premises, claims, timeout_ms, minimize, stats, minimize_budget_ms,
     if res == z3.unsat:
         # a proof from contradictory premises proves nothing: make sure some instance exists
         t1 = time.perf_counter()
-        vres = _vacuity(premises, timeout_ms, _portfolio(theory)[-1][0])
+        vres = _vacuity(premises, rlimit, portfolio[-1][0])
         ms2 = (time.perf_counter() - t1) * 1e3
         if stats is not None:
             stats.ms += ms2
@@ -420,18 +501,19 @@ def _prove(premises, claims, timeout_ms, minimize, stats, minimize_budget_ms,
         return Outcome("proven", ms + ms2, theory=theory,
                        reason="" if vres == z3.sat else "premises not shown satisfiable")
     if res != z3.sat:
-        why = s.reason_unknown() if s is not None else "no budget left"
-        return Outcome("unknown", ms, reason=f"z3: {why} after {ms:.0f} ms "
-                                              f"(timeout {timeout_ms} ms)", theory=theory)
+        why = s.reason_unknown() if s is not None else "no budget"
+        return Outcome("unknown", ms, reason=f"z3: {why}: out of budget ({rlimit} resource "
+                                              f"units, seeds {', '.join(map(str, SEEDS))}; "
+                                              f"{ms:.0f} ms)", theory=theory)
     model = s.model()
     if minimize:
-        model = _tighten(s, model, minimize, minimize_budget_ms)
+        model = _tighten(s, model, minimize, minimize_rlimit)
     violated = [name for name, c in claims
                 if z3.is_false(model.eval(c, model_completion=True))]
     return Outcome("violated", ms, model=model, violated=violated, theory=theory)
 
 
-def _prove_bv(premises, claims, timeout_ms, minimize, minimize_budget_ms, theory):
+def _prove_bv(premises, claims, rlimit, minimize, minimize_rlimit, theory):
     """Tier 2: the same integer query as exact bit-vectors (bvtier), when every variable is
     bounded and every division is by a power of two. None when not applicable or unknown."""
     from argus.verify import bvtier
@@ -441,8 +523,7 @@ def _prove_bv(premises, claims, timeout_ms, minimize, minimize_budget_ms, theory
         return None
     bp, bc, be, env, width = tr
     t0 = time.perf_counter()
-    s = z3.Solver()
-    s.set("timeout", int(timeout_ms))
+    s = _limit(z3.Solver(), rlimit)
     s.add(*bp)
     s.add(z3.Not(z3.And([c for _, c in bc]) if bc else z3.BoolVal(True)))
     res = s.check()
@@ -450,7 +531,7 @@ def _prove_bv(premises, claims, timeout_ms, minimize, minimize_budget_ms, theory
         return None
     label = f"QF_BV{width}"
     if res == z3.unsat:
-        vres = _vacuity(bp, timeout_ms, z3.Solver)
+        vres = _vacuity(bp, rlimit, z3.Solver)
         ms = (time.perf_counter() - t0) * 1e3
         if vres == z3.unsat:
             return Outcome("unknown", ms, reason=_VACUOUS, theory=label)
@@ -458,12 +539,10 @@ def _prove_bv(premises, claims, timeout_ms, minimize, minimize_budget_ms, theory
     model = s.model()
     objs = [b for b in be if b is not None]
     if objs:
-        model = _tighten(s, model, objs, minimize_budget_ms)
-    ms = (time.perf_counter() - t0) * 1e3
+        model = _tighten(s, model, objs, minimize_rlimit)
     # decode with an integer model: pin the variables to the bit-vector witness
     pins = bvtier.int_model_pins(model, env)
-    si = z3.Solver()
-    si.set("timeout", int(max(200, timeout_ms)))
+    si = _limit(z3.Solver(), max(rlimit_of(200), rlimit))
     si.add(*premises)
     si.add(*pins)
     si.add(z3.Not(z3.And([c for _, c in claims]) if claims else z3.BoolVal(True)))
@@ -486,7 +565,7 @@ def _portfolio(theory: str):
     (counters, tile indices, `row // 512` of an expert map) as a fresh variable with its two
     linear bounds, which z3's arithmetic decides in milliseconds where the plain solver takes
     seconds (measured: 1.7 s -> 0.03 s on the MoE expert query). Non-linear queries (raster
-    orders) do better with the plain solver, which gets the rest of the budget."""
+    orders) do better with the plain solver, which gets the whole budget."""
     if theory == "QF_BV":
         return [(z3.Solver, 1.0)]
     return [(_purified, 0.25), (z3.Solver, 1.0)]
@@ -501,18 +580,20 @@ def _as_bool(x) -> z3.BoolRef:
 
 
 def _tighten(s: z3.Solver, model: z3.ModelRef, objectives: Sequence[z3.ExprRef],
-             budget_ms: int) -> z3.ModelRef:
+             rlimit: int) -> z3.ModelRef:
     """Lexicographic minimization by iterative tightening: for each objective in turn, binary
-    search the smallest value the rest of the model allows (each probe is one `check` with a
-    small budget), then pin it."""
-    t_end = time.perf_counter() + budget_ms / 1e3
-    s.set("timeout", max(50, budget_ms // 8))
+    search the smallest value the rest of the model allows (each probe is one `check` with an
+    eighth of `rlimit` resource units, at most 8 x (objectives + 4) probes: deterministic),
+    then pin it."""
+    s.set("rlimit", max(rlimit_of(50), rlimit // 8))
+    probes = 8 * (len(objectives) + 4)
     for ob in objectives:
-        if time.perf_counter() >= t_end:
+        if probes <= 0:
             break
         best = _num_value(model.eval(ob, model_completion=True))
         lo = min(0, best)
-        while lo < best and time.perf_counter() < t_end:
+        while lo < best and probes > 0:
+            probes -= 1
             mid = (lo + best) // 2 if best - lo > 1 else lo
             s.push()
             s.add(_le(ob, mid))
