@@ -157,7 +157,7 @@ def fp32(quick: bool) -> None:
         errs = {k: rel(f()) for k, f in fns.items()}
         from argus.runtime.timing import measure_alternating
 
-        times = measure_alternating(list(fns.values()), rounds=1 if quick else 3, trials=50,
+        times = measure_alternating(list(fns.values()), rounds=1 if quick else 3, trials=100,
                                     warmup=5)
         cells = "  ".join(f"{k} {t.median_ms:8.4f} ms (err {errs[k]:.1e})"
                           for k, t in zip(fns, times))

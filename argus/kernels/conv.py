@@ -27,7 +27,8 @@ The weights are [G, Kg, R * S * Cgp] (K-major; each tap's Cg channels zero-padde
 multiple of BK, so a K slice never straddles two taps); the output is stored from registers into
 a [G, N * P, Q, Kg] view of the channels-last [N, P, Q, G * Kg] result, so every bw-row block of
 the accumulator is one output row segment, masked at Q and at N * P. The epilogue hook adds a
-per-channel bias and applies an activation before the conversion.
+per-channel bias (in the output dtype, so the op reads the caller's bias in place) and applies
+an activation before the conversion.
 
 Built from the warp-specialized skeleton (argus/kernels/warp_specialized.py): TileScheduler,
 OperandRing (the ring and the wgmma main loop); this file adds the im2col producer and the
@@ -196,7 +197,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
     def conv2d(X: ag.Tensor["NH", "PG", "WV", "CG", in_dtype],   # [N*H, sw*G, W/sw, Cg]
                Wt: ag.Tensor["G", "KG", "KT", in_dtype],         # [G, Kg, R*S*Cgp]
                Out: ag.Tensor["G", "NP", "Q", "KG", out_dtype],   # view of [N, P, Q, G*Kg]
-               Bias: ag.Tensor["G", "KG", ag.f32],
+               Bias: ag.Tensor["G", "KG", out_dtype],            # the bias as given
                H: ag.i32, P: ag.i32, D: ag.i32, OD: ag.i32,
                geom: ConvGeometry = ConvGeometry(1, 1), s: ConvSchedule = ConvSchedule()):
         NH, Cg = X.shape[0], X.shape[3]
@@ -255,7 +256,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                 np0, q0 = tile_origin(unit)
                 y = acc
                 if bias:
-                    y = y + ag.load(Bias, (g, unit.n * s.bn), (1, s.bn))
+                    y = y + ag.load(Bias, (g, unit.n * s.bn), (1, s.bn)).to(ag.f32)
                 y = _activate(y, activation).to(out_dtype)
                 per_wg = rows // s.bw                   # output rows in this warpgroup's rows
                 if s.epilogue == "direct":              # bw == rows: one output row segment
