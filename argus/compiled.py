@@ -137,7 +137,13 @@ class CompiledKernel:
             from argus.analysis import alignment
             from argus.runtime.compile import compile_cuda
 
-            source = codegen.render(alignment.specialize(self.kernel, spec))
+            specialized = alignment.specialize(self.kernel, spec)
+            if not specialized.attr("global_access"):
+                # no access fact (a kernel whose global traffic is all TMA: the GEMMs), and
+                # codegen reads nothing else of a specialization: the text would be the same
+                self._variants[spec] = (self.source, self.binary)
+                return self._variants[spec]
+            source = codegen.render(specialized)
             if source.text == self.source.text:
                 self._variants[spec] = (self.source, self.binary)
             else:
@@ -151,7 +157,7 @@ class CompiledKernel:
         from argus.runtime.tma import make_tensor_map
 
         from argus.runtime.coverage import check_launch
-        from argus.runtime.interp.launch import check_grid
+        from argus.runtime.interp.launch import launch_grid
 
         symbols = self.bind(tensors)
         values = dict(_scalars or {})
@@ -160,7 +166,7 @@ class CompiledKernel:
         grid = self.grid({**symbols, **values})
         if any(g <= 0 for g in grid):
             return False  # an empty problem: nothing to compute
-        check_grid(self.kernel, grid)
+        grid = launch_grid(self.kernel, grid)    # y or z past 65535: folded onto x
         source, binary = self.variant(self.specialization(tensors, symbols))
         by_name = {p.name: t for p, t in zip(self.tensor_params(), tensors)}
         args: list[Any] = []

@@ -1,7 +1,9 @@
 """Compile ahead of time the kernels that `argus.ops.matmul`'s untuned path can pick, so that
 the first call of a shape nobody tuned finds them in the on-disk caches (ARGUS_CACHE_DIR):
-NVRTC's cubin by content hash (runtime/compile.py) and the verifier's verdict by the lowered
-kernel, its CUDA and this Argus's fingerprint (compiler.py `_verified_source`).
+NVRTC's cubin by content hash (runtime/compile.py), the verifier's verdict by the lowered
+kernel, its CUDA and this Argus's fingerprint (compiler.py `_verified_source`), and the launch
+check's finding that the kernel's stores cover every output for every shape (runtime/coverage.py
+`remembered`: without it the first launch builds the verifier's model and imports z3).
 
 Why a small set covers every shape: the GEMM kernels are shape-generic (M, N, K are the
 tensors' runtime extents, kernels/gemm.py), so a kernel is fixed by the dtypes, B's layout,
@@ -14,8 +16,9 @@ as before.
 
 What a first call still costs after a prebuild (CPU, host side; docs/perf/gemm.md): the
 schedule choice, tracing, layout inference, lowering, rendering the CUDA, hashing it for the
-two cache keys, reading two records from disk, loading NVRTC to learn its version (part of the
-cubin key) and, on the GPU, loading the cubin.
+three cache keys, reading three records from disk, loading NVRTC to learn its version (part of
+the cubin key) and, on the GPU, loading the cubin, the TMA descriptors and the launch
+(scripts/gpu_first_call.py prints each phase).
 """
 
 from __future__ import annotations
@@ -78,9 +81,11 @@ class Built:
 
 def prebuild_matmul(kinds: Iterable[Kind] = COMMON_KINDS,
                     progress: Callable[[Built], None] | None = None) -> list[Built]:
-    """Compile (trace, lower, verify, NVRTC) every common schedule of each kind into the
-    on-disk caches; a kernel already there costs a cache hit. Needs NVRTC, not a GPU."""
+    """Compile (trace, lower, verify, NVRTC, the launch check's coverage analysis) every
+    common schedule of each kind into the on-disk caches; a kernel already there costs a cache
+    hit. Needs NVRTC, not a GPU."""
     from argus.ops.matmul import compiled_for  # matmul imports torch lazily; this needs none
+    from argus.runtime import coverage
 
     built, seen = [], set()
     for kind in kinds:
@@ -90,7 +95,7 @@ def prebuild_matmul(kinds: Iterable[Kind] = COMMON_KINDS,
                 continue
             seen.add(kernel)
             start = time.perf_counter()
-            compiled_for(problem, schedule)
+            coverage.remembered(compiled_for(problem, schedule).kernel)
             row = Built(kind, schedule, time.perf_counter() - start)
             built.append(row)
             if progress is not None:

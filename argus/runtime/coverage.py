@@ -12,6 +12,15 @@ so the check is exact for what it refuses: it never refuses a launch that covers
 
 The user's word counts: when the kernel states a launch precondition (ag.tag_assume) that this
 launch breaks, the premise excludes the launch and nothing is refused here.
+
+Most kernels have no requirement at all (their stores walk every dim with the grid or a loop:
+every GEMM), yet finding that out builds the verifier's model of the kernel and imports z3
+(0.2-0.4 s of a first launch on the 2-core CPU, as much as the rest of a prebuilt matmul's first
+call). So that finding is remembered on disk (runtime/cache.py, kind "coverage", keyed like the
+verifier's verdict by the printed kernel and `argus_fingerprint`), and a launch of such a kernel
+in a later process imports neither z3 nor the verifier. Only "no requirement" found by the
+analysis is remembered: a kernel with requirements needs z3 at each launch to evaluate them, and
+one the verifier cannot model is analysed again (a later Argus may model it).
 """
 
 from __future__ import annotations
@@ -19,8 +28,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-
-import z3
 
 from argus.errors import LaunchError, Loc
 from argus.ir.core import Kernel
@@ -57,6 +64,8 @@ class Coverage:
         kernel's partial_outputs, are written partly on purpose)."""
         if not self.requirements:
             return
+        import z3
+
         subst = [(self.symbols[k], z3.IntVal(int(v))) for k, v in values.items()
                  if k in self.symbols]
         for req in self.requirements:
@@ -83,12 +92,16 @@ class Coverage:
 
 
 def _concrete(term, subst) -> int | None:
+    import z3
+
     value = z3.simplify(z3.substitute(term, *subst) if subst else term)
     return value.as_long() if z3.is_int_value(value) else None
 
 
 def _split(claim):
     """(domain, extent) of the claim `domain >= extent` (z3 may have built `extent <= domain`)."""
+    import z3
+
     kind = claim.decl().kind()
     if kind == z3.Z3_OP_GE:
         return claim.arg(0), claim.arg(1)
@@ -100,6 +113,11 @@ def _split(claim):
 def of_kernel(kernel: Kernel) -> Coverage:
     """The coverage requirements of a traced or lowered kernel. A kernel the verifier cannot
     model has none: this check refuses only what it can prove."""
+    return _analyse(kernel)[0]
+
+
+def _analyse(kernel: Kernel) -> tuple[Coverage, bool]:
+    """(`of_kernel(kernel)`, whether the verifier modelled the kernel)."""
     from argus.verify import check_stores
     from argus.verify.model import Model
 
@@ -107,7 +125,7 @@ def of_kernel(kernel: Kernel) -> Coverage:
         model = Model(kernel)
         obligations = check_stores.coverage_obligations(model)
     except Exception:  # noqa: BLE001 - unmodelled: nothing is proven, nothing is refused
-        return Coverage(kernel.name, (), (), {})
+        return Coverage(kernel.name, (), (), {}), False
     reqs = []
     for store, ob in obligations:
         claim = dict(ob.claims).get(_CLAIM)
@@ -122,7 +140,7 @@ def of_kernel(kernel: Kernel) -> Coverage:
         reqs.append(Requirement(store.tensor.name, dim,
                                 str(dims[dim]) if 0 <= dim < len(dims) else "its size",
                                 ob.loc, parts[0], parts[1], ob.fix))
-    return Coverage(kernel.name, tuple(reqs), tuple(model.premises), dict(model.params))
+    return Coverage(kernel.name, tuple(reqs), tuple(model.premises), dict(model.params)), True
 
 
 def _counted(model, store, dim: int) -> bool:
@@ -148,13 +166,45 @@ _CACHE_SIZE = 256
 
 
 def check_launch(kernel: Kernel, values: dict[str, int], exempt: tuple[str, ...] = ()) -> None:
-    """`of_kernel(kernel).check(values, exempt)`, the analysis cached per kernel object."""
+    """`of_kernel(kernel).check(values, exempt)`, the analysis cached per kernel object and,
+    when it finds no requirement, on disk (`remembered`)."""
     hit = _CACHE.get(id(kernel))
     if hit is None or hit[0] is not kernel:
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
-        hit = _CACHE[id(kernel)] = (kernel, of_kernel(kernel))
+        hit = _CACHE[id(kernel)] = (kernel, remembered(kernel))
     hit[1].check(values, exempt)
+
+
+def remembered(kernel: Kernel) -> Coverage:
+    """`of_kernel(kernel)`, except that a kernel this Argus found to have no requirement
+    before (in any process) is not analysed again: no verifier model, no z3. `argus prebuild`
+    calls it, so that a prebuilt kernel's first launch finds the record."""
+    from argus.runtime import cache
+
+    key = _record_key(kernel)
+    record = cache.load(key, kind="coverage")
+    if record is not None and record.get("requirements") == 0:
+        return Coverage(kernel.name, (), (), {})
+    found, modelled = _analyse(kernel)
+    if modelled and not found.requirements:
+        cache.store(key, {"requirements": 0}, kind="coverage")
+    return found
+
+
+def _record_key(kernel: Kernel) -> str:
+    """What the coverage finding depends on: the kernel as printed (ops, layouts, attrs) and
+    this Argus (its sources, z3's version)."""
+    import hashlib
+
+    from argus.ir.printer import print_kernel
+    from argus.runtime.cache import argus_fingerprint
+
+    digest = hashlib.sha256()
+    for part in ("coverage v1", argus_fingerprint(), print_kernel(kernel)):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
 
 
 def shape_values(kernel: Kernel, tensors) -> dict[str, int]:
