@@ -228,6 +228,14 @@ def kernel_breakdown(fn, reps: int = 10) -> dict:
 GEMM_KERNELS = ("moe_gate_up", "moe_split_finish", "moe_down")
 
 
+def gemm_rate(kernel: str, us: float, plane_bytes: int) -> str:
+    """' at N TB/s' for a decode GEMM kernel's weight read (the gate-up reads two planes of
+    the touched experts' weights, the down one; plane_bytes = touched * H * I * 2), '' for
+    other kernels: with the kernel times it shows each GEMM's fixed cost beside its rate."""
+    planes = 2 if "moe_gate_up" in kernel else 1 if "moe_down" in kernel else 0
+    return f" at {planes * plane_bytes / us / 1e6:.2f} TB/s" if planes and us else ""
+
+
 def gemm_floor(fn, floor_ms: float) -> tuple[float, dict, dict]:
     """(percent of the weight-read floor, device us per GEMM kernel, device us per other
     kernel) of ours: the floor percent of the expert GEMMs alone, from the profiler's device
@@ -335,6 +343,7 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
                 row["ours_gemms"] = dict(floor_pct=pct, kernels_us=mine)
                 log(f"{name:14s} T={T:6d} ours GEMMs {pct:6.1f}% of floor (" +
                     ", ".join(f"{key.split('(')[0][:32]} {us:.1f} us"
+                              f"{gemm_rate(key, us, touched * H * I * 2)}"
                               for key, us in mine.items()) + ")")
                 host = host_us(call)
                 with replay_off():
