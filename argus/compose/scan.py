@@ -9,9 +9,9 @@ The tensor is seen as [O, L, I] (the scanned axis in the middle).
   elements) and `ag.scan` scans it: a running combine over the lane's 4 registers, a 5-step
   `__shfl_up_sync` scan of the lanes' totals, the carry added, and the carry moved on by the
   row's total (one more shuffle). The rows of a block are independent shuffle chains (ILP).
-- I > 1 (`_inner`): the block is [ROWS of L, BN of I] with I last: each thread holds whole
-  columns of the block and the scan is a masked reduction in registers (element j combines
-  rows i <= j of the block), the carry one row.
+- I > 1 (`_inner`): the block is [ROWS of L, BN of I] with I last (across the threads): each
+  thread holds whole columns of the block, so `ag.scan` along L runs in its registers, the
+  carry one row.
 
 Segments (a two-pass scan, for few long rows: a walk along L per CTA would leave the GPU with
 too few warps): L is cut into S segments of whole blocks; pass 1 (`_totals`) combines each
@@ -91,8 +91,8 @@ def _rows(fn: str, reverse: bool, exclusive: bool, segmented: bool) -> str:
     neutral, op = NEUTRAL[fn], fn
     combine = COMBINE[fn].format(a="carry", b="ag.where(before, t, {n}).{op}(axis=1)")
     t_arg = 'T: ag.Tensor["O", "S", ag.f32], ' if segmented else ""
-    grid = "p, s = ag.grid(ag.cdiv(X.shape[0], ROWS), T.shape[1])" if segmented else \
-        "(p,) = ag.grid(ag.cdiv(X.shape[0], ROWS))\n    s = 0"
+    grid = "p, s = ag.grid(ag.cdiv(X.shape[0], ROWS), ag.cdiv(X.shape[1], SEG))" \
+        if segmented else "(p,) = ag.grid(ag.cdiv(X.shape[0], ROWS))\n    s = 0"
     carry = f"    carry = ag.full((ROWS, 1), {neutral})\n"
     if segmented:   # the totals of the segments before this one (after it, reversed)
         carry += f'''    for q in ag.range(ag.cdiv(T.shape[1], TB)):
@@ -131,48 +131,34 @@ def totals(X: ag.Tensor["O", "L", ag.f32], T: ag.Tensor["O", "S", ag.f32], ROWS:
 '''
 
 
-def _ops(fn: str, reverse: bool, exclusive: bool) -> tuple[str, str, str, str]:
-    op = {"sum": "sum", "prod": "prod"}[fn]
-    neutral = "0.0" if fn == "sum" else "1.0"
-    combine = "+" if fn == "sum" else "*"
-    if reverse:
-        rel = ">" if exclusive else ">="
-    else:
-        rel = "<" if exclusive else "<="
-    return op, neutral, combine, rel
-
-
-def _inner(fn, reverse, exclusive) -> str:
-    op, neutral, combine, rel = _ops(fn, reverse, exclusive)
-    return f'''@ag.kernel(threads=256)
-def scan(X: ag.Tensor["O", "L", "I", ag.f32], Y: ag.Tensor["O", "L", 1, "I", ag.f32],
+def _inner(fn: str, reverse: bool, exclusive: bool, threads: int) -> str:
+    neutral = NEUTRAL[fn]
+    return f'''@ag.kernel(threads={threads})
+def scan(X: ag.Tensor["O", "L", "I", ag.f32], Y: ag.Tensor["O", "L", "I", ag.f32],
          ROWS: int = 16, BN: int = 256):
     o, q = ag.grid(X.shape[0], ag.cdiv(X.shape[2], BN))
     i0 = q * BN
     nb = ag.cdiv(X.shape[1], ROWS)
-    carry = ag.full((1, 1, BN), {neutral})
-    # source row i (axis 1) enters output row j (axis 0) when i {rel} j
-    tri = ag.arange(ROWS)[None, :, None] {rel} ag.arange(ROWS)[:, None, None]
+    carry = ag.full((1, BN), {neutral})
     for it in ag.range(nb):
-        jb = {"nb - 1 - it" if reverse else "it"}
-        l0 = jb * ROWS
+        l0 = ({"nb - 1 - it" if reverse else "it"}) * ROWS
         x = ag.load(X, (o, l0, i0), (ROWS, BN), other={neutral})
-        part = ag.where(tri, x[None, :, :], {neutral}).{op}(axis=1)      # [ROWS, 1, BN]
-        ag.store(Y, (o, l0, 0, i0), part {combine} carry)
-        carry = carry {combine} x.{op}(axis=0)[:, None, :]
+        # the block's rows are each thread's registers: the scan runs in registers
+        y, carry = ag.scan(x, "{fn}", 0, carry, reverse={reverse}, exclusive={exclusive})
+        ag.store(Y, (o, l0, i0), y)
 '''
 
 
 def kernel(kind: str, fn: str, reverse: bool = False, exclusive: bool = False,
-           segmented: bool = False):
-    """(kernel function, DSL source) of one scan kernel: kind "rows", "inner" or "totals";
-    the block sizes are constexprs of the launch."""
-    key = (kind, fn, reverse, exclusive, segmented)
+           segmented: bool = False, threads: int = 256):
+    """(kernel function, DSL source) of one scan kernel: kind "rows", "inner" (over `threads`
+    threads) or "totals"; the block sizes are constexprs of the launch."""
+    key = (kind, fn, reverse, exclusive, segmented) + ((threads,) if kind == "inner" else ())
     if key not in _KERNELS:
         if kind == "totals":
             src, name = _totals(fn), "totals"
         elif kind == "inner":
-            src, name = _inner(fn, reverse, exclusive), "scan"
+            src, name = _inner(fn, reverse, exclusive, threads), "scan"
         else:
             src, name = _rows(fn, reverse, exclusive, segmented), "scan"
         tag = "scan_" + "_".join(str(int(k)) if isinstance(k, bool) else str(k) for k in key)
@@ -218,9 +204,12 @@ def run_scan(n, x: torch.Tensor, prog=None) -> torch.Tensor:
         scan_rows(x.view(o, length), y.view(o, length), n.fn, n.attrs["reverse"],
                   n.attrs["exclusive"], schedule)
     else:
-        bi = min(256, tile.pow2(inner))
-        fn, src = kernel("inner", n.fn, n.attrs["reverse"], n.attrs["exclusive"])
-        _run(fn, (x.view(o, length, inner), y.view(o, length, 1, inner)), ROWS=16, BN=bi)
+        # one column of I per thread (BN = the threads: no thread bit on L, the scan stays in
+        # registers), 32 to 256 threads as I needs
+        threads = min(256, max(32, tile.pow2(inner)))
+        fn, src = kernel("inner", n.fn, n.attrs["reverse"], n.attrs["exclusive"],
+                         threads=threads)
+        _run(fn, (x.view(o, length, inner), y.view(o, length, inner)), ROWS=16, BN=threads)
     return y if n.dtype == torch.float32 else y.to(n.dtype)
 
 

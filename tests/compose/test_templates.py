@@ -323,6 +323,27 @@ def test_scan_primitive_refuses_an_axis_across_warps():
         k.front_end()
 
 
+@pytest.mark.parametrize("fn,reverse,exclusive", [("sum", True, True), ("prod", False, True),
+                                                  ("sum", False, False)])
+def test_scan_inner_axis(fn, reverse, exclusive):
+    """A scan along a middle axis (I > 1): [3, 37, 300] along 37, blocks of 16 rows of L (a
+    partial last one) and 256 columns of I (a partial second one), in registers; against
+    torch in float64."""
+    from argus.compose.launch import run
+    from argus.compose.scan import kernel
+
+    x = randn(3, 37, 300) if fn == "sum" else 1.0 + 0.01 * randn(3, 37, 300)
+    y = torch.full_like(x, float("nan"))
+    k, _ = kernel("inner", fn, reverse, exclusive, threads=256)
+    run(k, (x, y), ROWS=16, BN=256)
+    r = x.double().flip(1) if reverse else x.double()
+    r = r.cumsum(1) if fn == "sum" else r.cumprod(1)
+    if exclusive:
+        r = torch.cat((torch.full_like(r[:, :1], 0.0 if fn == "sum" else 1.0), r[:, :-1]), 1)
+    r = r.flip(1) if reverse else r
+    assert ((y.double() - r).norm() / r.norm()).item() < 1e-6
+
+
 def test_scan_plan_is_a_rule_of_the_shape():
     """Many rows: one pass, 2 rows x 128 per warp (16-byte accesses, 8 registers per lane);
     few long rows: segmented until every warp slot of the GPU has a CTA, never into segments
