@@ -11,7 +11,8 @@ Job (INVARIANTS.md §3.2–3.3; bug classes 16, 17, 19):
       thread, the registers of its row half and then lanes by xor shuffles (masks (1, 2), the
       quad): tier F2 on the fragment's linear layout (argus.target.sm90.wgmma_acc_f2): every
       generator keeps the row (row image 0) and the generators' column images are independent
-      and span all columns (every column of the row exactly once). Blocked tiles are reduced
+      and span all columns (every column of the row exactly once); for N no power of two
+      (no F2 layout) the same claim on the whole fragment table. Blocked tiles are reduced
       by codegen over whole rows of its blocked layout (by construction).
 """
 
@@ -114,8 +115,8 @@ def _reduce_layout(model: Model, red: ReduceSite) -> Finding | None:
     masks = tuple(getattr(red.op, "shuffle_xor", ()) or QUAD_SHUFFLE_MASKS)
     try:
         lay = sm90.wgmma_acc_f2(n)
-    except ValueError as e:
-        return Finding("reduce.layout", red.op.loc, subject, "unknown", str(e))
+    except ValueError:   # N no power of two (block_n 80, 112, 192...): no F2 layout
+        return _reduce_acc_table(red, n, masks, subject)
     names = [d for d, _ in lay.in_dims]
     reg = lay.bases[names.index("register")]
     lane = lay.bases[names.index("lane")]
@@ -151,6 +152,43 @@ def _reduce_layout(model: Model, red: ReduceSite) -> Finding | None:
                        f"{need} column bits: {missing}",
                        {"masks": masks, "rank": rank, "column_bits": need}, tier="F2")
     return Finding("reduce.layout", red.op.loc, subject, "proven", tier="F2")
+
+
+def _reduce_acc_table(red: ReduceSite, n: int, masks, subject: str) -> Finding:
+    """The F2 claim of `_reduce_layout` checked on the whole fragment table instead, for an
+    accumulator whose N is no power of two: for every warpgroup thread and row half, the
+    registers of that half (combined in-thread) of the lanes its xor masks reach hold one row
+    and each of its N columns exactly once (sm90.wgmma_acc_coord, 128 x N/2 entries)."""
+    span = [0]
+    for m in masks:
+        span += [x ^ m for x in span]
+    for t in range(128):
+        for half in (0, 1):
+            rows, cols = set(), {}
+            for x in span:
+                if (t ^ x) // 32 != t // 32:   # a shuffle stays in its warp
+                    return Finding("reduce.layout", red.op.loc, subject, "violated",
+                                   f"shuffle masks {masks} leave the warp", {"masks": masks},
+                                   tier="exhaustive")
+                for i in range(n // 2):
+                    if (i // 2) % 2 != half:
+                        continue
+                    r, c = sm90.wgmma_acc_coord(t ^ x, i)
+                    rows.add(r)
+                    cols[c] = cols.get(c, 0) + 1
+            if len(rows) != 1:
+                return Finding("reduce.layout", red.op.loc, subject, "violated",
+                               f"thread {t} (row half {half}) combines rows {sorted(rows)}: "
+                               f"the row statistic mixes rows",
+                               {"thread": t, "masks": masks}, tier="exhaustive")
+            if sorted(cols) != list(range(n)) or any(v != 1 for v in cols.values()):
+                missing = "some columns are never seen" if len(cols) < n else \
+                    "some columns count twice"
+                return Finding("reduce.layout", red.op.loc, subject, "violated",
+                               f"with shuffle masks {masks} thread {t} (row half {half}) "
+                               f"sees {len(cols)} of {n} columns: {missing}",
+                               {"thread": t, "masks": masks}, tier="exhaustive")
+    return Finding("reduce.layout", red.op.loc, subject, "proven", tier="exhaustive")
 
 
 def _reduce_plan(model: Model, red: ReduceSite, layout: str) -> Finding | None:

@@ -117,6 +117,14 @@ def test_row_reduction_layout_f2():
         f = check_tiles._reduce_layout(None, _Site(op))
         assert f.status == status, (masks, f.message)
         assert f.tier == "F2"
+    # N no power of two (block_n 192, 112, 80): no F2 layout, the same verdicts from the table
+    for n in (192, 112, 80):
+        wide = Value(1, TileType(dtypes.f32, (64, n), "wgmma_acc"))
+        for masks, status in (((1, 2), "proven"), ((1,), "violated"), ((1, 2, 4), "violated"),
+                              ((2,), "violated")):
+            op = ReduceWithMasks(res, wide, "max", 1, shuffle_xor=masks)
+            f = check_tiles._reduce_layout(None, _Site(op))
+            assert (f.status, f.tier) == (status, "exhaustive"), (n, masks, f.message)
 
 
 def test_least_point_model_of_premises():
