@@ -180,6 +180,13 @@ class _Flow:
             self.elementwise(op)
         elif isinstance(op, O.Reduce):
             self.reduce(op)
+        elif isinstance(op, O.Scan):
+            # a scan combines its masked elements like a reduction (into the elements before
+            # them when reversed, and into its total); its results' masked values: unknown
+            self.reduce(op)
+            if self.get(op.src) != NONE:
+                self.set(op.result.id, TOP, OPAQUE)
+                self.set(op.total.id, TOP, OPAQUE)
         for region in op.regions():
             if not isinstance(op, O.For):
                 self.region(region)
