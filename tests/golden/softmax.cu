@@ -71,8 +71,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_softmax(
         s17[0 + gtid / 32] = t11[0];
     }
     __syncthreads();
-    t11[0] = ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(s17[0], s17[1]), s17[2]), s17[3]), s17[4]), s17[5]), s17[6]), s17[7]);
-    __syncthreads();
+    {
+        const float4 p0 = *reinterpret_cast<const float4*>(&s17[0] + 0);
+        const float4 p1 = *reinterpret_cast<const float4*>(&s17[0] + 4);
+        t11[0] = ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(p0.x, p0.y), p0.z), p0.w), p1.x), p1.y), p1.z), p1.w);
+    }
     float t13[16];
     t13[0] = expf((t10[0] - t11[0]));
     t13[1] = expf((t10[1] - t11[0]));
@@ -100,8 +103,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_softmax(
         s18[0 + gtid / 32] = t14[0];
     }
     __syncthreads();
-    t14[0] = (((((((s18[0] + s18[1]) + s18[2]) + s18[3]) + s18[4]) + s18[5]) + s18[6]) + s18[7]);
-    __syncthreads();
+    {
+        const float4 p0 = *reinterpret_cast<const float4*>(&s18[0] + 0);
+        const float4 p1 = *reinterpret_cast<const float4*>(&s18[0] + 4);
+        t14[0] = (((((((p0.x + p0.y) + p0.z) + p0.w) + p1.x) + p1.y) + p1.z) + p1.w);
+    }
     {  // Y: 16-byte chunk of registers 0..3
         const float gv0 = (t13[0] / t14[0]);
         const float gv1 = (t13[1] / t14[0]);
