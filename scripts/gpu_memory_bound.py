@@ -95,7 +95,10 @@ def sass_widths(binary) -> str:
 
 
 def run_example(name: str, M: int, N: int, rounds: int, trials: int, out: Path | None,
-                overrides: dict | None = None) -> dict:
+                overrides: dict | None = None, with_compile: bool = True) -> dict:
+    """One example timed against eager and (with_compile) torch.compile; the row of the
+    table. Sweeps of one kernel's variants pass with_compile=False: torch.compile of the
+    same baseline is the same number each time."""
     import torch
 
     from argus.compiler import compile_kernel
@@ -138,6 +141,8 @@ def run_example(name: str, M: int, N: int, rounds: int, trials: int, out: Path |
     fns = {"ours": lambda: compiled(*inputs), "eager": lambda: ex.baseline(*inputs)}
     row["err_eager"] = relative_error(ex.baseline(*inputs), ref)
     try:
+        if not with_compile:
+            raise RuntimeError("torch.compile not run (with_compile=False)")
         t0 = time.perf_counter()
         compiled_torch = torch.compile(ex.baseline)
         got = compiled_torch(*inputs)
