@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 # compile without the verifier unless asked (ARGUS_VERIFY=1): the scan kernels verify clean on
-# the CPU (tests/compose/test_templates.py, compiled there), and the 12 kernels of --quick cost
+# the CPU (tests/verify/test_scan_verify.py), and the 12 kernels of --quick cost
 # ~2-6 s of z3 each, which would not fit the step's 60 s
 os.environ.setdefault("ARGUS_VERIFY", "0")
 
