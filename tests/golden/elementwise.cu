@@ -16,8 +16,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_bias_gelu(
     const int v12 = (N + 1024);
     const int v14 = (v12 - 1);
     const int v16 = (v14 / 1024);
-    const int v17 = (int)blockIdx.x;
-    const int v18 = (int)blockIdx.y;
+    const bool grid_folded17 = gridDim.y * gridDim.z == 1u && (unsigned)(v16) > 1u;
+    const int v17 = grid_folded17 ? (int)(blockIdx.x % (unsigned)(v10)) : (int)blockIdx.x;
+    const int v18 = grid_folded17 ? (int)((blockIdx.x / ((unsigned)(v10)))) : (int)blockIdx.y;
     const int v20 = (v17 * 4);
     const int v22 = (v18 * 1024);
     float t23[16];

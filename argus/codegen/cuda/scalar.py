@@ -36,9 +36,27 @@ def arith(em: _Emitter, op: O.Arith) -> None:
 
 @rule(O.GridIds)
 def grid_ids(em: _Emitter, op: O.GridIds) -> None:
-    for axis, v in zip("xyz", op.ids):
+    """Program ids. Without clusters a grid whose y or z passes CUDA's 65535 is launched folded
+    onto x (runtime/interp/launch.py `launch_grid`): then gridDim.y and .z are 1 while the
+    declared y or z extent is not, and the ids are decoded from blockIdx.x (x fastest, the
+    order CUDA numbers CTAs in, so the ids are the same as an unfolded launch's)."""
+    if len(op.ids) == 1 or tuple(op.cluster) != (1, 1, 1):
+        for axis, v in zip("xyz", op.ids):
+            em.names[v.id] = f"v{v.id}"
+            em.emit(f"const int v{v.id} = (int)blockIdx.{axis};")
+        return
+    ext = [f"(unsigned)({em.names[e.id]})" for e in op.extents]
+    folded = f"grid_folded{op.ids[0].id}"
+    em.emit(f"const bool {folded} = gridDim.y * gridDim.z == 1u && "
+            f"{' * '.join(ext[1:])} > 1u;")
+    inner = "1u"
+    for axis, (v, e) in enumerate(zip(op.ids, ext)):
         em.names[v.id] = f"v{v.id}"
-        em.emit(f"const int v{v.id} = (int)blockIdx.{axis};")
+        linear = "blockIdx.x" if axis == 0 else f"(blockIdx.x / ({inner}))"
+        last = axis == len(op.ids) - 1
+        decoded = linear if last else f"{linear} % {e}"
+        em.emit(f"const int v{v.id} = {folded} ? (int)({decoded}) : (int)blockIdx.{'xyz'[axis]};")
+        inner = e if axis == 0 else f"{inner} * {e}"
 
 
 @rule(O.ClusterRank)

@@ -7,6 +7,8 @@ written back in their own dtype, so a caller sees outputs in place as after a de
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from argus.dtypes import DType
@@ -123,12 +125,33 @@ def grid_extents(kernel: Kernel, symbols: dict[str, int]) -> tuple[int, ...]:
 GRID_LIMITS = (2 ** 31 - 1, 65535, 65535)
 
 
+def _cluster(kernel: Kernel) -> tuple[int, ...]:
+    op = next((op for op in kernel.body.ops if isinstance(op, O.GridIds)), None)
+    return tuple(op.cluster) if op is not None else (1, 1, 1)
+
+
+def launch_grid(kernel: Kernel, grid: tuple[int, ...]) -> tuple[int, ...]:
+    """The grid the GPU is launched on for the kernel's declared `grid`: itself, or, when y or
+    z pass CUDA's 65535 and the kernel has no clusters, all of it folded onto x (codegen
+    renders the program ids as the decode of blockIdx.x when gridDim.y and .z are 1, so the
+    ids are the same either way). Raises LaunchError when neither fits."""
+    grid = tuple(grid)
+    if all(e <= lim for e, lim in zip(grid, GRID_LIMITS)):
+        return grid
+    total = math.prod(grid)
+    if _cluster(kernel) == (1, 1, 1) and len(grid) > 1 and total <= GRID_LIMITS[0]:
+        return (total,) + (1,) * (len(grid) - 1)
+    axis = next(i for i, (e, lim) in enumerate(zip(grid, GRID_LIMITS)) if e > lim)
+    why = ("the kernel uses clusters, so the grid cannot be folded onto x"
+           if _cluster(kernel) != (1, 1, 1) and total <= GRID_LIMITS[0] else
+           f"{total} CTAs in all, more than x's {GRID_LIMITS[0]}")
+    raise LaunchError(f"kernel {kernel.name}: grid {grid} has {grid[axis]} blocks along "
+                      f"{'xyz'[axis]}, more than the {GRID_LIMITS[axis]} CUDA allows ({why})",
+                      fix="put the longest grid dimension first in ag.grid(...) (x "
+                          "takes 2^31 - 1 blocks), or use larger tiles")
+
+
 def check_grid(kernel: Kernel, grid: tuple[int, ...]) -> None:
     """Refuse a grid the GPU cannot launch, the same way for the interpreter and the GPU (one
     contract: a launch the device would refuse is refused on the CPU too)."""
-    for axis, (extent, limit) in enumerate(zip(grid, GRID_LIMITS)):
-        if extent > limit:
-            raise LaunchError(f"kernel {kernel.name}: grid {grid} has {extent} blocks along "
-                              f"{'xyz'[axis]}, more than the {limit} CUDA allows",
-                              fix="put the longest grid dimension first in ag.grid(...) (x "
-                                  "takes 2^31 - 1 blocks), or use larger tiles")
+    launch_grid(kernel, grid)
