@@ -3,7 +3,8 @@
 One job: store and fetch JSON records by key under ARGUS_CACHE_DIR (default ~/.cache/argus),
 one folder per kind of record: "cubin" (runtime/compile.py: NVRTC's output by content hash) and
 "verified" (argus/compiler.py: the verifier's verdict on one lowered kernel and its CUDA, for
-this Argus, `argus_fingerprint`).
+this Argus, `argus_fingerprint`) and "coverage" (runtime/coverage.py: a kernel's stores found to
+cover its outputs for every launch, for this Argus).
 Invariant: a record is either absent or complete. Each record is one file written to a temporary
 name in the same folder and renamed into place (os.replace is atomic on POSIX), so concurrent
 compiles of the same kernel, or a crash mid-write, never leave a torn entry; a record that fails
