@@ -30,11 +30,20 @@ _fresh = itertools.count()
 # the fresh variables created since the outermost memoized record computation began (None
 # outside one): a memoized record's own auxiliaries are a slice of it (see `memoized_record`)
 _created: list | None = None
+_INT_SORT: z3.ArithSortRef | None = None   # the Int sort of z3's main context
 
 
 def fresh_int(stem: str) -> z3.ArithRef:
-    """A new Int variable; the suffix keeps instantiations apart."""
-    v = z3.Int(f"{stem}!{next(_fresh)}")
+    """A new Int variable; the suffix keeps instantiations apart. (`z3.Int` through the C API:
+    the wrapper builds the sort and inspects the new constant's sort on every call.)"""
+    global _INT_SORT
+    ctx = z3.main_ctx()
+    ref = ctx.ref()
+    if _INT_SORT is None:
+        _INT_SORT = z3.IntSort(ctx)
+    sort = _INT_SORT
+    v = z3.ArithRef(z3.Z3_mk_const(ref, z3.Z3_mk_string_symbol(ref, f"{stem}!{next(_fresh)}"),
+                                   sort.ast), ctx)
     if _created is not None:
         _created.append(v)
     return v
@@ -115,14 +124,54 @@ def _probe(var) -> z3.ExprRef:
 def substitute(term, *pairs):
     """`z3.substitute(term, *pairs)` without the Python wrapper's per-call checks (Z3 itself
     checks that each pair has one sort and raises otherwise)."""
-    n = len(pairs)
-    if n == 0:
+    if not pairs:
         return term
-    frm, to = (z3.Ast * n)(), (z3.Ast * n)()
-    for i, (a, b) in enumerate(pairs):
-        frm[i], to[i] = a.as_ast(), b.as_ast()
-    ctx = term.ctx
-    return _to_expr_ref(z3.Z3_substitute(ctx.ref(), term.as_ast(), n, frm, to), ctx)
+    return Substitution(pairs)(term)
+
+
+class Substitution:
+    """One substitution applied to many terms (a record's fields, bounds and conditions): the
+    C arrays are built once, and a term that does not mention any replaced constant comes back
+    as the same Python object (no new wrapper). Building a record by renaming a memoized one
+    applies one substitution to every term of the record: per-term arrays and wrappers were
+    a third of the FA3 attention kernels' model building (cProfile)."""
+
+    __slots__ = ("n", "frm", "to", "ctx", "ref", "keep")
+
+    def __init__(self, pairs):
+        pairs = list(pairs)
+        self.n = len(pairs)
+        self.frm, self.to = (z3.Ast * self.n)(), (z3.Ast * self.n)()
+        for i, (a, b) in enumerate(pairs):
+            self.frm[i], self.to[i] = a.as_ast(), b.as_ast()
+        self.ctx = pairs[0][0].ctx if pairs else None
+        self.ref = self.ctx.ref() if pairs else None
+        self.keep = pairs   # the replaced and replacing terms stay alive with the arrays
+
+    def __call__(self, term):
+        if self.n == 0 or not isinstance(term, z3.ExprRef):
+            return term
+        a = term.as_ast()
+        got = z3.Z3_substitute(self.ref, a, self.n, self.frm, self.to)  # raises on a bad sort
+        if _ast_id(self.ref, got) == _ast_id(self.ref, a):
+            return term
+        # the wrapper class _to_expr_ref would pick, without its sort inspection: a
+        # substitution keeps the sort, so a Boolean stays a BoolRef and an integer term that
+        # is not a numeral an ArithRef
+        if isinstance(term, z3.BoolRef) or (type(term) is z3.ArithRef and
+                                            _ast_kind(self.ref, got) != z3.Z3_NUMERAL_AST):
+            return type(term)(got, self.ctx)
+        return _to_expr_ref(got, self.ctx)
+
+
+def _raw(wrapper):
+    """The C function behind a z3core wrapper, without its error check: for getters that
+    cannot fail on a live AST."""
+    return wrapper.__defaults__[0].f
+
+
+_ast_id = _raw(z3.z3core.Z3_get_ast_id)
+_ast_kind = _raw(z3.z3core.Z3_get_ast_kind)
 
 
 def conj(*args) -> z3.BoolRef:
@@ -259,10 +308,8 @@ def instantiate(rec: Record, own: tuple, pairs=()) -> Record:
 def _renamed(rec: Record, own: tuple, extra: list | None = None) -> Record:
     if not own and not extra:
         return rec
-    pairs = (extra or []) + [(v, fresh_int(term_name(v).split("!")[0])) for v in own]
-
-    def sub(t):
-        return substitute(t, *pairs) if isinstance(t, z3.ExprRef) else t
+    sub = Substitution((extra or []) + [(v, fresh_int(term_name(v).split("!")[0]))
+                                        for v in own])
 
     fields = {name: TagVal(sub(v.term), tuple(sub(b) for b in v.bound),
                            tuple(sub(c) for c in v.cond), v.mixed)
