@@ -19,6 +19,8 @@ normwise error against float64.
     python scripts/gpu_conv_bench.py --quick    # 3 ResNet layers + the 2-d KernelBench tasks
                                                 # at batch 1 (seconds)
     python scripts/gpu_conv_bench.py --quick --skip-kernelbench --fp32
+    python scripts/gpu_conv_bench.py --variants   # the quick layers' kernel alone under
+                                                # neighbouring schedules (cluster, stages)
     python scripts/gpu_conv_bench.py --profile "c4 3x3 256"   # torch.profiler: GPU time per
                                                 # kernel (ours, operand preparation, cuDNN's)
                                                 # and host time per call, for one layer
@@ -107,12 +109,12 @@ def resnet(quick: bool) -> list[float]:
     return ratios
 
 
-def _prepared(x, w, stride, padding):
-    """The conv kernel's launch plan on fixed operands (what ops.conv2d launches for x, w),
-    prepared once: calling it is one cuLaunchKernelEx."""
+def _prepared(x, w, stride, padding, schedule=None):
+    """The conv kernel's launch plan on fixed operands (what ops.conv2d launches for x, w, or
+    with `schedule`), prepared once: calling it is one cuLaunchKernelEx."""
     from argus.ops import conv as conv_ops
 
-    s = conv_ops.schedule_for(x, w, stride, padding, 1, 1)
+    s = schedule or conv_ops.schedule_for(x, w, stride, padding, 1, 1)
     X, Wt, _, view, b, sizes, geom, idt, odt = conv_ops.operands(x, w, None, stride, padding,
                                                                  1, 1, s.bk)
     compiled = conv_ops.conv_kernel(idt, odt, False, "none").compile(geom=geom, s=s)
@@ -120,6 +122,55 @@ def _prepared(x, w, stride, padding):
     plan = compiled.plan_for(X, Wt, view, b, *sizes)
     keep = (X, Wt, view, b)              # the plan holds raw pointers: keep the buffers alive
     return lambda: (plan(), keep)
+
+
+def variants() -> None:
+    """The quick ResNet layers' kernel alone (prepared launches, no host work) under the
+    default schedule and its neighbours: the earlier default (no cluster, 4 stages), the
+    default without the 2x1 weight-multicast cluster, and with 4 stages; each checked
+    against float64 once. One compile per row (seconds each)."""
+    import dataclasses
+
+    import torch
+    import torch.nn.functional as F
+
+    from argus.ops import conv as conv_ops
+    from argus.runtime.timing import measure_alternating
+
+    print("== kernel alone per schedule (bf16, channels-last, batch 32); ms, TF/s, vs cuDNN")
+    for name, N, C, H, W, K, R, S, st, pad in RESNET50:
+        if name not in QUICK:
+            continue
+        g = torch.Generator(device="cuda").manual_seed(7)
+        x = torch.randn(N, C, H, W, device="cuda", generator=g).bfloat16() \
+            .to(memory_format=torch.channels_last)
+        w = (torch.randn(K, C, R, S, device="cuda", generator=g) / math.sqrt(C * R * S)) \
+            .bfloat16().to(memory_format=torch.channels_last)
+        ref = F.conv2d(x.double(), w.double(), None, st, pad)
+        base = conv_ops.schedule_for(x, w, st, pad, 1, 1)
+        rows = {"default": base,
+                "previous (cluster 1, 4 stages)": dataclasses.replace(base, cluster_m=1,
+                                                                      stages=4),
+                "default, cluster 1": dataclasses.replace(base, cluster_m=1),
+                "default, 4 stages": dataclasses.replace(base, stages=4)}
+        fns = {}
+        for label, sched in rows.items():
+            y = conv_ops.convolve(x, w, None, st, pad, schedule=sched)
+            err = _rel(y, ref)
+            if err > 1e-2:
+                print(f"{name:14s} {label:32s} WRONG: max rel err {err:.1e}")
+                continue
+            fns[label] = _prepared(x, w, st, pad, sched)
+        fns["cudnn"] = lambda: F.conv2d(x, w, None, st, pad)
+        for f in fns.values():
+            f()
+        times = measure_alternating(list(fns.values()), rounds=1, trials=100, warmup=5)
+        flops = 2 * ref.numel() * C * R * S
+        ms_c = times[-1].median_ms
+        for label, t in zip(fns, times):
+            print(f"{name:14s} {label:32s} {t.median_ms:8.4f} ms "
+                  f"({flops / (t.median_ms * 1e-3) / 1e12:6.1f} TF/s)  cudnn/this "
+                  f"{ms_c / t.median_ms:5.2f}x", flush=True)
 
 
 def fp32(quick: bool) -> None:
@@ -276,11 +327,16 @@ def main() -> None:
     ap.add_argument("--skip-kernelbench", action="store_true")
     ap.add_argument("--fp32", action="store_true", help="also the fp32 table (split vs cuDNN "
                                                         "with TF32 off and on)")
+    ap.add_argument("--variants", action="store_true",
+                    help="the quick layers' kernel alone under neighbouring schedules, and stop")
     ap.add_argument("--profile", metavar="LAYER", default=None,
                     help="profile one ResNet layer (e.g. 'c4 3x3 256') and stop")
     args = ap.parse_args()
     if args.profile:
         profile(args.profile)
+        return
+    if args.variants:
+        variants()
         return
     ratios = resnet(args.quick)
     if args.fp32:

@@ -115,9 +115,12 @@ class ConvSchedule(WarpSpecializedSchedule):
         if self.bw > self.bm // max(self.consumers, 1):
             problems.append(f"bw={self.bw} exceeds a consumer warpgroup's {self.bm} / "
                             f"{self.consumers} rows: its store would split an output row")
-        if self.pingpong or self.cluster_m != 1:
-            problems.append("the convolution runs without ping-pong and clusters: "
-                            "pingpong=False, cluster_m=1")
+        if self.pingpong:
+            problems.append("the convolution runs without ping-pong: pingpong=False")
+        if self.cluster_m > 1 and (self.bn // self.cluster_m) % 8:
+            problems.append(f"cluster_m={self.cluster_m}: each CTA of the cluster multicasts "
+                            f"bn / {self.cluster_m} of the weight tile's rows, a multiple of "
+                            f"8; bn={self.bn}")
         if self.epilogue == "direct" and self.bw != self.bm // max(self.consumers, 1):
             problems.append(f"epilogue='direct' stores a warpgroup's {self.bm} / "
                             f"{self.consumers} accumulator rows as one output row segment: "
@@ -205,9 +208,10 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         NP, Q = Out.shape[1], Out.shape[2]
         row_blocks = s.bm // s.bw                      # output rows per tile
         q_tiles = ag.cdiv(Q, s.bw)
+        cs = s.cluster_m
         sched = TileScheduler.launch(ag.cdiv(NP, row_blocks) * q_tiles * s.bm, Kg, s.bm, s.bn,
-                                     batch=G, persistent=s.persistent, num_sms=s.num_sms,
-                                     group_m=s.group_m)
+                                     batch=G, cluster=cs, persistent=s.persistent,
+                                     num_sms=s.num_sms, group_m=s.group_m)
         ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype, s.consumers)
         if geom.cg_padded % s.bk:
             raise ag.TraceError(f"ConvGeometry(cg_padded={geom.cg_padded}) is not a multiple of "
@@ -246,8 +250,13 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                             ag.tma.load(ring.a[stage].rows_of(j * s.bw, s.bw), X,
                                         _input_coords(geom, g, np0 + j, q0, tap, c0, H, P, NH,
                                                       D, OD))
-                        ag.tma.load(ring.b[stage], Wt,
-                                    _weight_coords(g, unit.n * s.bn, tap, c0, cg_padded))
+                        # the weight tile: the same for the cluster's CTAs (vertically
+                        # adjacent tiles, one group and n): each loads bn / cs of its rows
+                        # and multicasts them to all (L2 reads of the weight / cs)
+                        part = s.bn // cs
+                        ag.tma.load(ring.b[stage].rows_of(sched.rank * part, part), Wt,
+                                    _weight_coords(g, unit.n * s.bn + sched.rank * part, tap,
+                                                   c0, cg_padded), multicast=cs > 1)
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             for unit in sched.units():

@@ -63,11 +63,23 @@ def _pair(v, name: str, n: int = 2) -> tuple:
     return v
 
 
+# shared memory the ring and the staging buffer may take (of the H200's 227 KB per block)
+_SMEM_BUDGET = 200 * 1024
+
+
 def schedule_for(x, weight, stride, padding, dilation, groups) -> ConvSchedule:
     """A first heuristic, not tuned: bw = Q rounded up to a power of two in [8, 64] (fewer
     wasted tile rows on narrow layers; below 64 it needs the TMA-store epilogue, so a 16-bit
     output with 16-byte aligned channel rows), bn 128 unless the layer has <= 64 output
-    channels per group; fp32 (split) inputs promote every K step's partial."""
+    channels per group; fp32 (split) inputs promote every K step's partial.
+
+    16-bit inputs run in 2x1 clusters that multicast the weight tile and with as many stages
+    as fit 200 KB (up to 6). Why: the kernel is bound by L2 -> SM traffic, not by the tensor
+    cores (c4 3x3 256 at batch 32 moved ~129 MB in 46 us on the H200, 2.8 TB/s; c2 and c3
+    ~4.2 TB/s), and a weight tile is read by every m tile: sharing it between two halves the
+    weight's share of that traffic (17-25% of the total on the ResNet 3x3 layers).
+    scripts/gpu_conv_bench.py --variants measures this against the earlier schedule
+    (cluster_m=1, stages=4), which fp32 inputs keep."""
     W, K, S = x.shape[-1], weight.shape[0], weight.shape[-1]
     sw, pw, dw = (_pair(v, name, x.dim() - 2)[-1] for v, name in (
         (stride, "stride"), (padding, "padding"), (dilation, "dilation")))
@@ -77,14 +89,21 @@ def schedule_for(x, weight, stride, padding, dilation, groups) -> ConvSchedule:
     bw = 8
     while bw < min(Q, 64):
         bw *= 2
-    tma_ok = x.element_size() == 2 and Kg % 8 == 0
+    sixteen = x.element_size() == 2
+    tma_ok = sixteen and Kg % 8 == 0
     # fp32 (the bf16 split): promote each K step's partial, so the tensor core's truncating
     # accumulation spans one 64-deep slice, not all of K (split_numerics: the strict track)
     promote = x.element_size() == 4
-    if bw < 64 and tma_ok:
-        return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=4, consumers=2,
-                            epilogue="tma")
-    return ConvSchedule(bm=128, bn=bn, bk=64, bw=64, stages=4, consumers=2, promote=promote)
+    epilogue = "tma" if bw < 64 and tma_ok else "direct"
+    if epilogue == "direct":
+        bw = 64
+    stages, cluster = 4, 1
+    if sixteen:
+        staging = 128 * bn * 2 if epilogue == "tma" else 0
+        stages = max(4, min(6, (_SMEM_BUDGET - staging) // ((128 + bn) * 64 * 2)))
+        cluster = 2
+    return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
+                        epilogue=epilogue, promote=promote, cluster_m=cluster)
 
 
 def check(x, weight, bias, stride, padding, dilation, groups) -> None:

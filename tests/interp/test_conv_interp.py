@@ -16,6 +16,11 @@ from argus.ops import conv as conv_op
 DIRECT = ConvSchedule(bm=128, bn=64, bw=64, stages=2)
 PROMOTED = ConvSchedule(bm=128, bn=64, bw=64, stages=2, promote=True)   # fp32 split's form
 NARROW = ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma")
+# 2x1 clusters multicasting the weight tile; few SMs, so CTAs walk several units and a cluster
+# pairs a last tile with one past the end
+CLUSTER = ConvSchedule(bm=128, bn=64, bw=64, stages=2, cluster_m=2, num_sms=4)
+CLUSTER_NARROW = ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma", cluster_m=2,
+                              num_sms=4)
 
 # (N, C, H, W, K, R, S, stride, padding, dilation, groups)
 CASES = [
@@ -43,6 +48,17 @@ def _close(y, ref, rtol):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
 @pytest.mark.parametrize("schedule", [DIRECT, NARROW], ids=["direct", "tma_bw8"])
 def test_conv2d_bf16_matches_float64(case, schedule):
+    _check_case(case, schedule)
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[4], (3, 8, 3, 5, 16, 3, 3, 1, 1, 1, 1)],
+                         ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("schedule", [CLUSTER, CLUSTER_NARROW], ids=["direct", "tma_bw8"])
+def test_cluster_multicast_weight_matches_float64(case, schedule):
+    _check_case(case, schedule)
+
+
+def _check_case(case, schedule):
     N, C, H, W, K, R, S, stride, padding, dilation, groups = case
     g = torch.Generator().manual_seed(hash(case) % 2**31)
     x = torch.randn(N, C, H, W, generator=g).bfloat16()
@@ -167,7 +183,8 @@ GEOM_3D = ConvGeometry(3, 3, 1, 2, 1, 1, 1, 1, groups=1, cg_padded=64, t=3, stri
 
 @pytest.mark.parametrize("schedule,geom,dtypes", [
     (DIRECT, GEOM_2D, ()), (NARROW, GEOM_2D, ()), (NARROW, GEOM_3D, ()),
-    (PROMOTED, GEOM_2D, ("bf16", "f32"))], ids=["direct", "tma_bw8", "3d", "promoted_f32"])
+    (PROMOTED, GEOM_2D, ("bf16", "f32")), (CLUSTER_NARROW, GEOM_2D, ())],
+    ids=["direct", "tma_bw8", "3d", "promoted_f32", "cluster_tma_bw8"])
 def test_kernel_verifies_with_zero_findings(schedule, geom, dtypes):
     kernel = conv_kernel(*(getattr(ag, d) for d in dtypes), bias=bool(dtypes))
     found = verify.check(kernel, include_proven=True, timeout_ms=20000, geom=geom, s=schedule)
