@@ -34,9 +34,9 @@ a narrower tile wins in the model by filling the last wave (2048 x 7168: 656 128
 was measured on. On the H200 (2026-12-02, untuned run) the two unmeasured tiles the model
 picked ran 5-6% slower than predicted (128x176 at 2048x7168x2048: 90.0 us, predicted 85.7;
 128x192 at 3000x5000x2000: 98 us, predicted 92.6), while the measured 128x224 there ran at
-85.9. A gain from wave quantization smaller than the model's error is no gain. Skinny problems (M * batch <= 256) keep the shape
-heuristic: its weight-streaming schedules are the tuned winners already, and the model knows
-nothing of memory-bound regimes.
+85.9. A gain from wave quantization smaller than the model's error is no gain. Skinny problems
+(M * batch <= 256) keep the shape heuristic: its weight-streaming schedules are the tuned
+winners already, and the model knows nothing of memory-bound regimes.
 """
 
 from __future__ import annotations
