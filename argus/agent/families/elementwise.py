@@ -4,8 +4,9 @@ from a template, with (rows, bn, threads) per CTA as the action space.
 `f` is DSL code (lines ending in `y = ...`) that the composer translated from the task's torch
 ops (a fused chain), so the kernel computes the same formula in fp32 and is judged on the strict
 track. Rules: the blocked register layout gives each thread bn/threads columns (bn must be a
-multiple of the threads), the grid's second extent is at most 65535, and data registers per
-thread are capped.
+multiple of the threads), the grid holds at most 2^31 - 1 CTAs (a second extent past 65535 is
+launched folded onto x, runtime/interp/launch.py `launch_grid`), and data registers per thread
+are capped.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ _RULES = (
     Rule("blocked_layout", lambda p, d: p["bn"] % p["threads"] == 0,
          "bn={bn} is not a multiple of the {threads} threads of a CTA (blocked layout)",
          "use bn = k * threads", "argus/target/register_layouts.py blocked"),
-    Rule("grid_y", lambda p, d: math.ceil(d["cols"] / p["bn"]) <= 65535,
-         "cols={cols} / bn={bn} gives more than 65535 CTAs along the grid's second extent",
-         "use a wider bn", "CUDA gridDim.y <= 65535"),
+    Rule("grid_y", lambda p, d: math.ceil(d["rows"] / p["rows"]) *
+         math.ceil(d["cols"] / p["bn"]) <= 2 ** 31 - 1,
+         "the grid of {cols} columns / bn={bn} holds more than 2^31 - 1 CTAs",
+         "use wider tiles", "CUDA gridDim.x <= 2^31 - 1 (y past 65535 is folded onto x)"),
     Rule("registers", lambda p, d: p["rows"] * p["bn"] // p["threads"] <= MAX_ELEMS_PER_THREAD,
          "rows*bn/threads = {rows}*{bn}/{threads} data registers per thread is more than 128",
          "use fewer rows or a narrower bn", "255 registers per thread (sm_90)"),
