@@ -107,3 +107,23 @@ def test_lowered_kernels_keep_the_numbers(examples, shape):
         if j:
             want = np.maximum(want, blk.max(1, keepdims=True))
     np.testing.assert_allclose(y2, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not __import__("argus.runtime", fromlist=["x"]).nvrtc_available(),
+                    reason="NVRTC not installed")
+def test_sass_of_the_ringed_online_softmax_has_two_barriers_a_block(examples):
+    """BN 2048: the reducing loop is rendered 4 times a trip (the ring, lower/prefetch.py),
+    two barriers each; the normalizing loop has none. Each row of 8 partials is two LDS.128."""
+    from argus.analysis import alignment
+    from argus.runtime.compile import compile_cuda
+    from argus.runtime.sass import disassemble
+
+    k = _lowered(examples("softmax_online").KERNEL, BN=2048)
+    src = codegen.render(alignment.specialize(k, alignment.LaunchSpecialization(("X", "Y"),
+                                                                                ("M", "N"))))
+    binary = compile_cuda(src.text, [src.name], filename=f"{src.name}.cu", use_cache=False)
+    sass = disassemble(binary.cubin)
+    if sass is None:
+        pytest.skip("no cuobjdump / nvdisasm to read the SASS")
+    assert sass.count("BAR.SYNC") == 2 * 4
+    assert sass.count("LDS.128") == 2 * 2 * 4 and " LDS " not in sass
