@@ -41,13 +41,13 @@ def cases():
     for key, kernel, schedule in _cases():
         yield f"library {key}", (lambda k=kernel, s=schedule: (k, {"s": s}))
 
-    from argus.kernels.attention import attention_kernel, default_schedule
+    from argus.kernels.attention import attention_kernel, base_schedule
     from tests.verify.test_attention_schedules import CASES as ATT
 
     for d, dt, causal, lse, epi in ATT:
         for ordered in (False, True):
             def build(d=d, dt=dt, causal=causal, lse=lse, epi=epi, ordered=ordered):
-                s = dataclasses.replace(default_schedule(d, causal), epilogue=epi,
+                s = dataclasses.replace(base_schedule(d), epilogue=epi,
                                         ordered=ordered)
                 return attention_kernel(d, dt, causal, lse), {"s": s}
             yield f"attention d{d} {dt.name} causal={causal} lse={lse} {epi} " \

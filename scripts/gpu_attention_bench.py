@@ -1,7 +1,8 @@
 """argus.ops.attention against torch SDPA with each backend (cuDNN, flash, efficient), in one
 process on this GPU.
 
-    python3 scripts/gpu_attention_bench.py [--quick] [--out DIR]
+    python3 scripts/gpu_attention_bench.py [--quick] [--out DIR] [--dims 64,128]
+        [--lengths 1024,2048] [--mask both|full|causal] [--no-gqa] [--variants ...]
 
 bf16 prefill, 16k total tokens per case (B * S = 16384), heads * head_dim = 2048: head dims 64,
 128, 256 x S 512, 1k, 2k, 4k, 8k, 16k x full / causal, plus GQA 8:1 at head dim 128 (32 query
@@ -9,10 +10,12 @@ heads, 4 kv heads). Causal FLOPs are counted as half of 4 * B * H * S^2 * D. Eac
 checks our output against a float64 reference on fresh random data (256 sampled query rows of
 every head, exact softmax), then times ours and each backend with argus.runtime.timing.measure
 (CUDA events, L2 flushed, medians of 100 trials). --quick: S in {1k, 4k, 16k} at head dims 64
-and 128, full and causal, and the GQA case at 8k. --variants adds our persistent and
-intra-warpgroup-overlap schedules (each checked against float64 too); --kernel-only adds the
-default kernel's prepared launch replayed (no host work per call), which separates host
-overhead from kernel time. Prints a table (TFLOP/s, ours / each backend) and writes
+and 128, full and causal, and the GQA case at 8k. --variants picks our schedules
+(variant_schedule; each checked against float64 too); --dims, --lengths, --mask and
+--no-gqa narrow the cases; --kernel-only adds the
+default schedule's kernel (default_schedule for the case's head dim, mask and S), launch
+prepared once and replayed (no host work per call), which separates host overhead from
+kernel time. Prints a table (TFLOP/s, ours / each backend) and writes
 attention_bench.json to --out.
 """
 
@@ -28,13 +31,13 @@ sys.path.insert(0, str(ROOT))
 TOKENS, HIDDEN = 16384, 2048
 
 
-def cases(quick: bool, dims=None):
-    lengths = (1024, 4096, 16384) if quick else (512, 1024, 2048, 4096, 8192, 16384)
+def cases(quick: bool, dims=None, lengths=None, masks=(False, True), gqa: bool = True):
+    lengths = lengths or ((1024, 4096, 16384) if quick else (512, 1024, 2048, 4096, 8192, 16384))
     dims = dims or ((64, 128) if quick else (64, 128, 256))
     out = [(d, S, causal, HIDDEN // d, HIDDEN // d) for d in dims for S in lengths
-           for causal in (False, True)]
-    for S in ((8192,) if quick else (2048, 8192, 16384)):
-        for causal in (False, True):
+           for causal in masks]
+    for S in ((8192,) if quick else (2048, 8192, 16384)) if gqa else ():
+        for causal in masks:
             out.append((128, S, causal, 32, 4))   # GQA 8:1
     return out
 
@@ -56,30 +59,38 @@ def check(out, q, k, v, causal, rows=256) -> float:
     return ((out[:, :, idx].double() - ref).norm() / ref.norm()).item()
 
 
-def variant_schedule(variant: str, head_dim: int, causal: bool):
-    """The schedule of an `ours` variant: the default, or the default with the persistent walk,
-    the intra-warpgroup overlap ("overlap": S ahead; "fa3": FA3's order, P V in flight during
-    the softmax, fa3_overlap_schedule's tile shapes), ping-pong ("pingpong") and/or two
-    consumer warpgroups ("2wg"), joined by "+" (block_n halved until the registers fit)."""
+def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | None = None):
+    """The schedule of an `ours` variant: "default" is argus.ops.attention's own choice
+    (default_schedule, by head dim, mask and query length); the others start from the plain
+    loop at FA3's tiles (base_schedule; "plain" is that alone) and add, joined by "+": the
+    persistent walk, the intra-warpgroup overlap ("overlap": S ahead; "fa3": FA3's order, P V
+    in flight during the softmax, fa3_overlap_schedule's tile shapes), ping-pong
+    ("pingpong"), two consumer warpgroups ("2wg"), or a key block size ("bn64", "bn192")
+    (block_n halved until the registers fit unless "bnN" fixes it)."""
     import dataclasses
 
-    from argus.kernels.attention import default_schedule, fa3_overlap_schedule
+    from argus.kernels.attention import base_schedule, default_schedule, fa3_overlap_schedule
 
-    s = (fa3_overlap_schedule if "fa3" in variant else default_schedule)(head_dim, causal)
+    if variant == "default":
+        return default_schedule(head_dim, causal, seq_len)
+    s = fa3_overlap_schedule(head_dim, causal) if "fa3" in variant else base_schedule(head_dim)
     if "2wg" in variant:   # two consumer warpgroups of 64 rows (head dim 64 defaults to 3)
         s = dataclasses.replace(s, block_m=128, consumers=2, producer_regs=24,
-                                consumer_regs=240,
-                                block_n=default_schedule(head_dim, causal).block_n)
+                                consumer_regs=240, block_n=base_schedule(head_dim).block_n)
     fields = {"persistent": "persistent" in variant, "intra_wg_overlap": "overlap" in variant,
               "ordered": "pingpong" in variant}
     s = dataclasses.replace(s, **fields)
+    fixed = [int(p[2:]) for p in variant.split("+") if p.startswith("bn")]
+    if fixed:
+        return dataclasses.replace(s, block_n=fixed[0])
     while s.problems_for(head_dim) and s.block_n > 32:
         s = dataclasses.replace(s, block_n=s.block_n // 2)
     return s
 
 
 def kernel_plan(q, k, v, causal):
-    """The default kernel's prepared launch for these tensors (argus.ops.attention's own)."""
+    """The default schedule's kernel, launch prepared for these tensors (argus.ops.attention's
+    own choice for this head dim, mask and query length)."""
     import torch
 
     from argus.kernels.attention import LOG2E, attention_kernel, default_schedule
@@ -87,7 +98,7 @@ def kernel_plan(q, k, v, causal):
     d = q.shape[-1]
     out = torch.empty_like(q)
     kernel = attention_kernel(d, argus_dtype(q), causal, False).compile(
-        s=default_schedule(d, causal))
+        s=default_schedule(d, causal, q.shape[2]))
     return kernel.prepare(q, k, v, out, _scalars={"qk_scale": LOG2E / math.sqrt(d)})
 
 
@@ -102,11 +113,15 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--variants", default="default",
-                        help="comma-separated: default, persistent, overlap, fa3, pingpong, "
-                             "2wg or '+' joins of them (each timed through argus.ops.attention; "
-                             "overlap needs ARGUS_VERIFY=0)")
+                        help="comma-separated: default (the op's choice), plain, persistent, "
+                             "overlap, fa3, pingpong, 2wg, bnN or '+' joins of them (each timed "
+                             "through argus.ops.attention; overlap needs ARGUS_VERIFY=0)")
     parser.add_argument("--dims", default="", help="head dims, e.g. 64,128,256 (default: "
                                                    "64,128 with --quick, else all three)")
+    parser.add_argument("--lengths", default="", help="sequence lengths, e.g. 1024,2048 "
+                                                      "(default: by --quick)")
+    parser.add_argument("--mask", choices=("both", "full", "causal"), default="both")
+    parser.add_argument("--no-gqa", action="store_true", help="leave out the GQA 8:1 cases")
     parser.add_argument("--kernel-only", action="store_true",
                         help="also time the default kernel's prepared launch (no host work)")
     args = parser.parse_args()
@@ -126,7 +141,9 @@ def main() -> int:
           f"{torch.backends.cudnn.version()}", flush=True)
     rows = []
     dims = tuple(int(x) for x in args.dims.split(",")) if args.dims else None
-    for d, S, causal, H, HKV in cases(args.quick, dims):
+    lengths = tuple(int(x) for x in args.lengths.split(",")) if args.lengths else None
+    masks = {"both": (False, True), "full": (False,), "causal": (True,)}[args.mask]
+    for d, S, causal, H, HKV in cases(args.quick, dims, lengths, masks, not args.no_gqa):
         B = max(1, TOKENS // S)
         g = torch.Generator(device="cuda").manual_seed(d + S + causal)
         q = torch.randn(B, H, S, d, device="cuda", generator=g, dtype=torch.bfloat16)
@@ -137,7 +154,7 @@ def main() -> int:
         for variant in variants:
             name = "ours" if variant == "default" else f"ours_{variant}"
             try:
-                schedule = variant_schedule(variant, d, causal)
+                schedule = variant_schedule(variant, d, causal, S)
                 out = argus.ops.attention(q, k, v, causal=causal, schedule=schedule)
                 torch.cuda.synchronize()
                 row[f"{name}_rel_error"] = check(out, q, k, v, causal)

@@ -76,13 +76,14 @@ def _short(s) -> str:
 def library():
     """Every library kernel and schedule the clean-verification tests enumerate."""
     import argus as ag
-    from argus.kernels.attention import attention_kernel, default_schedule
+    from argus.kernels.attention import attention_kernel, base_schedule, default_schedule
     from argus.kernels.gemm_fp8 import gemm_fp8_blockscaled_kernel, gemm_fp8_kernel
     from argus.ops.schedules import kernel_for
     from tests.moe.test_moe_verify import KERNELS as MOE
     from tests.unit.test_fp8_blockscaled import BLOCK_CASES
     from tests.unit.test_fp8_gemm import CASES as FP8
     from tests.verify.test_attention_schedules import CASES as ATTN
+    from tests.verify.test_attention_schedules import DEFAULTS
     from tests.verify.test_library_schedules import CASES as GEMM
 
     out = {"bf16": ag.bf16, "f16": ag.f16, "f32": ag.f32}
@@ -96,13 +97,17 @@ def library():
         yield f"fp8 block-scaled {p.out_dtype} {_short(s)}", \
             gemm_fp8_blockscaled_kernel(out[p.out_dtype]), {"s": s}
     for d, t, causal, lse, epi in ATTN:
-        s = dataclasses.replace(default_schedule(d, causal), epilogue=epi)
+        s = dataclasses.replace(base_schedule(d), epilogue=epi)
         yield f"attention d{d} {t.name}{' causal' if causal else ''}{' lse' if lse else ''} " \
               f"{epi}", attention_kernel(d, t, causal, lse), {"s": s}
     for d, causal in [(64, True), (128, False), (128, True)]:
-        s = dataclasses.replace(default_schedule(d, causal), ordered=True)
+        s = dataclasses.replace(base_schedule(d), ordered=True)
         yield f"attention ping-pong d{d}{' causal' if causal else ''}", \
             attention_kernel(d, ag.bf16, causal, False), {"s": s}
+    for d, causal, seq_len in DEFAULTS:
+        s = default_schedule(d, causal, seq_len)
+        yield f"attention default d{d}{' causal' if causal else ''} S<={seq_len or 'any'} " \
+              f"{_short(s)}", attention_kernel(d, ag.bf16, causal, False), {"s": s}
     for name, build in MOE:
         fn, kw = build()
         yield f"moe {name}", fn, kw

@@ -28,16 +28,18 @@ persistent walk, the epilogues) the way FlashAttention-3 structures its forward
   before the softmax of block j - 1. It runs correctly (interpreter and GPU tests) but does
   not verify yet: the verifier loses the key tags of S carried across the loop's back edge,
   so with verification on (the default) compile refuses it;
-* optionally (`fa3_overlap`), the same overlap in FA3's order (mainloop_fwd_sm90_tma_gmma_ws.hpp,
-  "intra-warpgroup overlapping"): iteration j issues S_j = Q K_j^T, then P_{j-1} V_{j-1} with
-  O rescaled by alpha_{j-1}, then runs the softmax of S_j while P V is still in flight:
-  lower/sync.py's general wait places `wgmma.wait 1` before the softmax (S_j retired, P V
-  not) and `wgmma.wait 0` at the V step's end, and keeps P_{j-1}'s packed A registers alive
-  until then (fence.operands); that wait is pinned, so ptxas keeps the exp2 before it in
-  the SASS too. P_{j-1} (fp32, packed into the A fragment at the issue) is the loop-carried
-  value. Proven like the default: its synchronization (sync.*), and P's key tags across the
-  back edge (the verifier's loop model takes the carried P at iteration j as the body's P of
-  iteration j - 1, verify/transfer/control.py), the peeled last P V counted with the loop's;
+* optionally (`fa3_overlap`; default_schedule's choice at head dims 128 and 256, and at causal
+  head dim 64 for short queries), the same overlap in FA3's order
+  (mainloop_fwd_sm90_tma_gmma_ws.hpp, "intra-warpgroup overlapping"): iteration j issues S_j =
+  Q K_j^T, then P_{j-1} V_{j-1} with O rescaled by alpha_{j-1}, then runs the softmax of S_j
+  while P V is still in flight: lower/sync.py's general wait places `wgmma.wait 1` before the
+  softmax (S_j retired, P V not) and `wgmma.wait 0` at the V step's end, and keeps P_{j-1}'s
+  packed A registers alive until then (fence.operands); that wait is pinned, so ptxas keeps
+  the exp2 before it in the SASS too. P_{j-1} (fp32, packed into the A fragment at the issue)
+  is the loop-carried value. Proven like the plain loop: its synchronization (sync.*), and P's
+  key tags across the back edge (the verifier's loop model takes the carried P at iteration j
+  as the body's P of iteration j - 1, verify/transfer/control.py), the peeled last P V counted
+  with the loop's;
 * O /= l at the end (rows that saw no key are zeros), stored from registers or by stmatrix +
   TMA store; optionally LSE = ln(sum_j exp(scale * s_j)) per row (-inf for rows without keys).
 
@@ -63,8 +65,8 @@ from argus.dtypes import DType
 from argus.kernels.warp_specialized import Staging, Unit, store_tile, store_tile_staged
 from argus.target.limits import NUM_SMS, REGISTERS_PER_SM, SMEM_PER_CTA_OPTIN
 
-__all__ = ["AttentionSchedule", "attention_kernel", "default_schedule", "fa3_overlap_schedule",
-           "HEAD_DIMS", "LOG2E"]
+__all__ = ["AttentionSchedule", "attention_kernel", "base_schedule", "default_schedule",
+           "fa3_overlap_schedule", "HEAD_DIMS", "LOG2E"]
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -158,13 +160,18 @@ class AttentionSchedule:
         # fp32 accumulators per thread: O (head_dim / 2) and S (block_n / 2, twice with the
         # overlap), plus P in bf16 (block_n / 4); more than the budget surely spills
         # (fa3_overlap: P_{j-1}'s packed registers are in flight during the softmax of S_j,
-        # and P_j is made from S_j's registers after they retire: still one P)
+        # and P_j is made from S_j's registers after they retire: still one P). The plain
+        # loop packs P from S as S dies, so P costs nothing beside S: 192 x 192 at head_dim
+        # 64 builds without spills in 3 x 160 registers (NVRTC 13.0), where ping-pong at
+        # 192 x 160 (Q's fragment too) already spills, so only the plain loop drops P's term
+        plain = not (self.intra_wg_overlap or self.fa3_overlap or self.ordered)
+        p_regs = 0 if plain else self.block_n // 4
         live = head_dim // 2 + self.block_n // 2 * (2 if self.intra_wg_overlap else 1) \
-            + self.block_n // 4 + (head_dim // 4 if self.ordered else 0)   # Q's A fragment
+            + p_regs + (head_dim // 4 if self.ordered else 0)   # Q's A fragment
         if live > self.consumer_regs - 8:
             problems.append(f"O ({head_dim // 2}), S ({self.block_n // 2}"
-                            + (" twice" if self.intra_wg_overlap else "") + ") and P "
-                            f"({self.block_n // 4})"
+                            + (" twice" if self.intra_wg_overlap else "") + ")"
+                            + (f" and P ({p_regs})" if p_regs else "")
                             + (f" and Q ({head_dim // 4})" if self.ordered else "")
                             + f" registers per thread do not fit consumer_regs="
                               f"{self.consumer_regs}: use a smaller block_n")
@@ -180,10 +187,12 @@ def smem_bytes(s: AttentionSchedule, head_dim: int, dtype: DType = ag.bf16) -> i
     return q + kv + staging + 1024
 
 
-def default_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
-    """FA3's tile shapes on the H100 where our kernel can run them (HOPPER.md §2.2): three
-    consumer warpgroups of 64 rows at head_dim 64, two at 128 and 256; 128-key blocks, 64 at
-    head_dim 256 (O alone is 128 fp32 registers per thread there)."""
+def base_schedule(head_dim: int) -> AttentionSchedule:
+    """FA3's tile shapes on the H100 where our kernel can run them (HOPPER.md §2.2), in the
+    plain loop (no overlap, no ping-pong): three consumer warpgroups of 64 rows at head_dim 64,
+    two at 128 and 256; 128-key blocks, 64 at head_dim 256 (O alone is 128 fp32 registers per
+    thread there). The shapes the schedule variants (ping-pong, the overlaps, the persistent
+    walk) start from."""
     if head_dim == 64:
         return AttentionSchedule(block_m=192, block_n=128, consumers=3, producer_regs=32,
                                  consumer_regs=160, stages=2)
@@ -192,14 +201,50 @@ def default_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     return AttentionSchedule(block_m=128, block_n=128, stages=2)
 
 
+# At or below this many query rows, causal head_dim 64 takes two consumer warpgroups (see
+# default_schedule); the largest S measured on that side (run 5 measured S 1k, 4k, 16k).
+SHORT_CAUSAL_64 = 1024
+
+
+def default_schedule(head_dim: int, causal: bool = False,
+                     seq_len: int | None = None) -> AttentionSchedule:
+    """The schedule argus.ops.attention runs: per head dim, mask and query length, the fastest
+    of the verified variants measured on the H200 (docs/perf/attention.md, run 5, 2026-12-02,
+    commit f3f997a, bf16, 16k tokens; TFLOP/s at S = 1k / 4k / 16k):
+
+    * head_dim 128 and 256: FA3's overlap order (fa3_overlap) at the base tiles, block_n 128
+      at head_dim 128 for causal masks too (fa3_overlap_schedule's 112 was slower). hd128 full
+      428 / 510 / 526 against the plain loop's 408 / 490 / 499, causal 299 / 462 / 512 against
+      294 / 435 / 490; hd256 full 466 / 546 / 566 against 451 / 550 / 536, causal 338 / 474 /
+      547 against 322 / 454 / 536; GQA 8:1 hd128 at 8k 516 / 491 against 489 / 463.
+    * head_dim 64, full: ping-pong (ordered) at 192 x 128 with three warpgroups: 292 / 353 /
+      410 against the plain loop's 279 / 333 / 387 (run 3: 303 / 399 / 418 against 297 / 379 /
+      402). The overlap at three warpgroups (block_n 64) was slowest (244 / 302 / 334).
+    * head_dim 64, causal: the plain 192 x 128 loop (297 / 384 at 4k / 16k; ping-pong 296 /
+      383, equal), but for short queries (seq_len <= SHORT_CAUSAL_64) two warpgroups of 128
+      x 128 in the overlap order: 204 against 187 at 1k (run 2's plain two-warpgroup loop: 205
+      against 152). 2k was not measured; the threshold is the largest S measured on that side.
+    seq_len None (unknown) takes the long-sequence choice."""
+    base = base_schedule(head_dim)
+    if head_dim == 64:
+        if not causal:
+            return dataclasses.replace(base, ordered=True)
+        if seq_len is not None and seq_len <= SHORT_CAUSAL_64:
+            return AttentionSchedule(block_m=128, block_n=128, consumers=2, producer_regs=24,
+                                     consumer_regs=240, fa3_overlap=True)
+        return base
+    return dataclasses.replace(base, fa3_overlap=True)
+
+
 def fa3_overlap_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
-    """default_schedule with FA3's overlap order (fa3_overlap), at tile shapes that build
+    """base_schedule with FA3's overlap order (fa3_overlap), at tile shapes that build
     without spills (NVRTC 13.0, sm_90a) and keep the softmax's exp2 beside P V in the SASS
     (scripts/sass_attention_overlap.py): at head_dim 64 the three 160-register warpgroups
     take 64-key blocks (128 spills: P_{j-1}'s packed registers stay live through the
     softmax), causal head_dim 128 takes 112 (128 spills 8 bytes: the mask's registers); the
-    others keep default_schedule's shapes."""
-    s = dataclasses.replace(default_schedule(head_dim, causal), fa3_overlap=True)
+    others keep base_schedule's shapes. (default_schedule takes block_n 128 at causal
+    head_dim 128 anyway: measured faster despite the 8 bytes.)"""
+    s = dataclasses.replace(base_schedule(head_dim), fa3_overlap=True)
     if head_dim == 64:
         return dataclasses.replace(s, block_n=64)
     if head_dim == 128 and causal:
@@ -439,7 +484,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                           O: ag.Tensor[("B", "H", "S", D, dt)],
                           LSE: ag.Tensor[("B", "H", "S", 1, ag.f32)],
                           qk_scale: ag.f32,
-                          s: AttentionSchedule = default_schedule(D)):
+                          s: AttentionSchedule = default_schedule(D, causal)):
             body(Q, K, V, O, LSE, qk_scale, s)
         fn = attention_lse
     else:
@@ -448,7 +493,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                       V: ag.Tensor[("B", "HKV", "SK", D, dt)],
                       O: ag.Tensor[("B", "H", "S", D, dt)],
                       qk_scale: ag.f32,
-                      s: AttentionSchedule = default_schedule(D)):
+                      s: AttentionSchedule = default_schedule(D, causal)):
             body(Q, K, V, O, None, qk_scale, s)
         fn = attention
     name = f"attention_d{D}_{dt.name}" + ("_causal" if causal else "") + ("_lse" if lse else "")

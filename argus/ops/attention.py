@@ -174,7 +174,7 @@ def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
         lse.fill_(float("-inf"))
         return out, lse
     dtype = _DTYPES[str(q.dtype)]
-    chosen = schedule or default_schedule(D, causal)
+    chosen = schedule or default_schedule(D, causal, S)   # measured per head dim, mask, S
     kernel = _compiled(D, dtype, causal, return_lse, chosen, q.device)
     args = (qb, kb, vb, ob) + ((lse.unsqueeze(-1),) if return_lse else ())
     # A launch with a runtime scalar is prepared (shapes bound, tensor maps encoded) on every

@@ -122,7 +122,7 @@ def test_unaddressable_strides_get_a_clear_error():
                             [1:1 + q.numel()].view_as(q), k, v)
 
 
-SCHEDULES = {  # the non-default schedules, each on ragged lengths and the causal mask
+SCHEDULES = {  # variants of the plain loop (base_schedule), on ragged lengths, causal
     "tma-store": lambda d: dict(epilogue="tma"),
     "persistent": lambda d: dict(persistent=True),
     "two-warpgroups": lambda d: dict(block_m=128, consumers=2, producer_regs=24,
@@ -142,11 +142,11 @@ def test_schedules_match_float64(name, D, monkeypatch):
     import dataclasses
 
     import argus.ops
-    from argus.kernels.attention import default_schedule
+    from argus.kernels.attention import base_schedule
 
     if name == "intra-wg-overlap":  # reduce.coverage of its peeled last row sum: unproven
         monkeypatch.setenv("ARGUS_VERIFY", "0")
-    schedule = dataclasses.replace(default_schedule(D, True), **SCHEDULES[name](D))
+    schedule = dataclasses.replace(base_schedule(D), **SCHEDULES[name](D))
     q, k, v = _inputs(2, 4, 2, 777, 1000, D, "bshd", torch.bfloat16, seed=D)
     out, lse = argus.ops.attention(q, k, v, causal=True, layout="bshd", return_lse=True,
                                    schedule=schedule)
@@ -168,9 +168,9 @@ def test_pingpong_head_dim_128_every_kv_block(causal, dtype):
     import dataclasses
 
     import argus.ops
-    from argus.kernels.attention import default_schedule
+    from argus.kernels.attention import base_schedule
 
-    schedule = dataclasses.replace(default_schedule(128, causal), ordered=True)
+    schedule = dataclasses.replace(base_schedule(128), ordered=True)
     q, k, v = _inputs(1, 2, 2, 512, 512, 128, "bhsd", dtype, seed=128)
     out = argus.ops.attention(q, k, v, causal=causal, schedule=schedule)
     want, _ = reference(q, k, v, causal, 1.0 / math.sqrt(128))
@@ -195,4 +195,39 @@ def test_fa3_overlap_every_kv_block(D, causal):
     want, _ = reference(q, k, v, causal, 1.0 / math.sqrt(D))
     err = (out.double() - want).abs()
     per_block = [err[:, :, r:r + 64].max().item() for r in range(0, 1024, 64)]
+    assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"
+
+
+@pytest.mark.parametrize("D,causal,S", [(64, False, 1024), (64, True, 1024), (64, True, 1100),
+                                        (128, False, 1024), (128, True, 1100),
+                                        (256, False, 1024), (256, True, 1100)])
+def test_default_schedules_every_kv_block(D, causal, S):
+    """argus.ops.attention's own choice (default_schedule by head dim, mask and query length:
+    ping-pong at full head dim 64, two overlapped warpgroups at short causal head dim 64,
+    FA3's order at 128 and 256) against float64, every 64-row block, GQA 2:1, SK = S + 76."""
+    import argus.ops
+
+    q, k, v = _inputs(2, 4, 2, S, S + 76, D, "bhsd", torch.bfloat16, seed=D + S + causal)
+    out = argus.ops.attention(q, k, v, causal=causal)
+    want, _ = reference(q, k, v, causal, 1.0 / math.sqrt(D))
+    err = (out.double() - want).abs()
+    per_block = [err[:, :, r:r + 64].max().item() for r in range(0, S, 64)]
+    assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_wide_head_dim_64_candidate(causal):
+    """FA3's head-dim-64 tile for full masks, 192 x 192 in three warpgroups, in the plain loop
+    (bench variant `bn192`): every 64-row block against float64, ragged lengths."""
+    import dataclasses
+
+    import argus.ops
+    from argus.kernels.attention import base_schedule
+
+    schedule = dataclasses.replace(base_schedule(64), block_n=192)
+    q, k, v = _inputs(2, 4, 2, 1000, 1111, 64, "bhsd", torch.bfloat16, seed=192 + causal)
+    out = argus.ops.attention(q, k, v, causal=causal, schedule=schedule)
+    want, _ = reference(q, k, v, causal, 1.0 / math.sqrt(64))
+    err = (out.double() - want).abs()
+    per_block = [err[:, :, r:r + 64].max().item() for r in range(0, 1000, 64)]
     assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"

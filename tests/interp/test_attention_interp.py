@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import argus as ag
-from argus.kernels.attention import LOG2E, AttentionSchedule, attention_kernel, fa3_overlap_schedule
+from argus.kernels.attention import (LOG2E, AttentionSchedule, attention_kernel, default_schedule,
+                                     fa3_overlap_schedule)
 
 SMALL = AttentionSchedule(block_m=128, block_n=64, consumers=2)
 
@@ -114,8 +115,10 @@ def test_fp16():
                       persistent=True, num_sms=3),
     AttentionSchedule(block_m=192, block_n=64, consumers=3, producer_regs=32,
                       consumer_regs=160, fa3_overlap=True, epilogue="tma"),
+    AttentionSchedule(block_m=192, block_n=192, consumers=3, producer_regs=32,
+                      consumer_regs=160),
 ], ids=["1wg", "3wg", "tma-store", "persistent", "overlap", "overlap-persistent", "ping-pong",
-        "ping-pong-3wg-persistent", "fa3", "fa3-1wg-persistent", "fa3-3wg-tma"])
+        "ping-pong-3wg-persistent", "fa3", "fa3-1wg-persistent", "fa3-3wg-tma", "3wg-bn192"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_schedules(schedule, causal):
     """Every schedule shape computes the same attention (the persistent walk with 3 CTAs
@@ -143,3 +146,14 @@ def test_fa3_overlap_schedule_per_head_dim(head_dim, causal):
     lengths that are no multiple of the blocks, Sq < Skv (causal bottom-right)."""
     assert_close(*run(1, 4, 2, 130, 300, head_dim, causal,
                       fa3_overlap_schedule(head_dim, causal), seed=head_dim))
+
+
+@pytest.mark.parametrize("head_dim,causal,seq_len", [
+    (64, False, 130), (64, True, 130), (64, True, 4096), (128, False, 130), (128, True, 130),
+    (256, False, 130), (256, True, 130)])
+def test_default_schedules(head_dim, causal, seq_len):
+    """Each schedule argus.ops.attention picks (default_schedule by head dim, mask and query
+    length: at causal head dim 64 short and long queries take different ones), run at 130
+    queries, GQA 2:1, 300 keys."""
+    assert_close(*run(1, 4, 2, 130, 300, head_dim, causal,
+                      default_schedule(head_dim, causal, seq_len), seed=head_dim + causal))

@@ -20,13 +20,14 @@ import argus as ag
 from argus import verify
 from argus.compiler import lower_only
 from argus.ir import ops as O
-from argus.kernels.attention import attention_kernel, default_schedule
+from argus.kernels.attention import attention_kernel, base_schedule
 from tests.mutations.corpus import ACC, Mutation, rewrite
 
 
 def library_attention(causal: bool = False):
-    """The library attention forward, head dim 64 (TMA loads in order: Q, K, V), lowered."""
-    return lower_only(attention_kernel(64, ag.bf16, causal, False), s=default_schedule(64))
+    """The library attention forward, head dim 64, in the plain loop (base_schedule: TMA loads
+    in order Q, K, V), lowered."""
+    return lower_only(attention_kernel(64, ag.bf16, causal, False), s=base_schedule(64))
 
 
 def kv_coordinate(index: int, coordinate):

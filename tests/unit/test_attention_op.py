@@ -61,7 +61,8 @@ def test_schedule_checks():
     assert "registers per thread" in " ".join(AttentionSchedule(block_n=256).problems_for(256))
     for d in (64, 128, 256):
         for causal in (False, True):
-            assert default_schedule(d, causal).problems_for(d) == []
+            for seq_len in (None, 1, 1024, 1025, 65536):
+                assert default_schedule(d, causal, seq_len).problems_for(d) == []
 
 
 def test_kernel_refuses_a_schedule_that_does_not_fit():

@@ -31,11 +31,11 @@ needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not instal
 def _pingpong(head_dim: int, causal: bool):
     """The ping-pong attention kernel as the library compiles it (verification off: this is
     about the machine code, and the proof is tested in tests/verify)."""
-    from argus.kernels.attention import attention_kernel, default_schedule
+    from argus.kernels.attention import attention_kernel, base_schedule
     old = os.environ.get("ARGUS_VERIFY")
     os.environ["ARGUS_VERIFY"] = "0"
     try:
-        s = dataclasses.replace(default_schedule(head_dim, causal), ordered=True)
+        s = dataclasses.replace(base_schedule(head_dim), ordered=True)
         return attention_kernel(head_dim, causal=causal).compile(s=s)
     finally:
         if old is None:

@@ -1,6 +1,7 @@
-"""The library attention kernels verify with zero findings: every default schedule
-argus.ops.attention picks (head dims 64, 128, 256; full and causal; with and without the LSE
-output), both epilogues and fp16, lowered and proven (compile_kernel refuses a kernel on any
+"""The library attention kernels verify with zero findings: every schedule argus.ops.attention
+picks (default_schedule: head dims 64, 128, 256; full and causal; short and long causal
+queries at head dim 64; with and without the LSE output), and the plain loop (base_schedule)
+with both epilogues and fp16, lowered and proven (compile_kernel refuses a kernel on any
 verifier error). Nothing unknown either (but the coverage of several TMA-store sites, as for
 the GEMM): the KV steps nested in Q's step, the separate K and V
 rings, the masks under a uniform branch and the GQA head index are all modelled.
@@ -21,8 +22,10 @@ import pytest
 import argus as ag
 from argus import verify
 from argus.compiler import lower_only
-from argus.kernels.attention import AttentionSchedule, attention_kernel, default_schedule
+from argus.kernels.attention import (SHORT_CAUSAL_64, AttentionSchedule, attention_kernel,
+                                     base_schedule, default_schedule)
 
+# the plain loop (base_schedule): both epilogues, fp16, the LSE output
 CASES = [
     (64, ag.bf16, False, False, "direct"),
     (64, ag.bf16, True, True, "tma"),
@@ -34,13 +37,13 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("head_dim,dtype,causal,lse,epilogue", CASES,
-                         ids=[f"d{d}-{t.name}-{'causal' if c else 'full'}"
-                              f"{'-lse' if l_ else ''}-{e}" for d, t, c, l_, e in CASES])
-def test_attention_schedule_verifies_clean(head_dim, dtype, causal, lse, epilogue):
-    schedule = dataclasses.replace(default_schedule(head_dim, causal), epilogue=epilogue)
-    kernel = lower_only(attention_kernel(head_dim, dtype, causal, lse), s=schedule)
-    report = verify.run(kernel)
+# every schedule default_schedule can return, by (head_dim, causal, query length): the
+# query length matters only for causal head dim 64 (short queries take another schedule)
+DEFAULTS = [(64, False, None), (64, True, None), (64, True, SHORT_CAUSAL_64),
+            (128, False, None), (128, True, None), (256, False, None), (256, True, None)]
+
+
+def _assert_clean(report, epilogue: str = "direct", head_dim: int = 64) -> None:
     assert not report.errors, "\n".join(str(d) for d in report.errors)
     # the TMA-store epilogue stores head_dim / 64 column blocks from as many store sites;
     # coverage over several sites is not attempted (docs/verify.md), as for the GEMM
@@ -53,10 +56,50 @@ def test_attention_schedule_verifies_clean(head_dim, dtype, causal, lse, epilogu
     assert len(report.proven) >= 60
 
 
-@pytest.mark.parametrize("head_dim,causal", [(64, True), (128, False), (128, True)])
+@pytest.mark.parametrize("head_dim,dtype,causal,lse,epilogue", CASES,
+                         ids=[f"d{d}-{t.name}-{'causal' if c else 'full'}"
+                              f"{'-lse' if l_ else ''}-{e}" for d, t, c, l_, e in CASES])
+def test_attention_schedule_verifies_clean(head_dim, dtype, causal, lse, epilogue):
+    schedule = dataclasses.replace(base_schedule(head_dim), epilogue=epilogue)
+    kernel = lower_only(attention_kernel(head_dim, dtype, causal, lse), s=schedule)
+    _assert_clean(verify.run(kernel), epilogue, head_dim)
+
+
+def test_defaults_cover_every_choice():
+    """DEFAULTS reaches every schedule default_schedule returns for the lengths the op sees."""
+    listed = {(d, c, default_schedule(d, c, n)) for d, c, n in DEFAULTS}
+    for d in (64, 128, 256):
+        for causal in (False, True):
+            for seq_len in (1, 100, 1024, 1025, 4096, 65536, None):
+                assert (d, causal, default_schedule(d, causal, seq_len)) in listed
+
+
+@pytest.mark.parametrize("lse", [False, True], ids=["out", "lse"])
+@pytest.mark.parametrize("head_dim,causal,seq_len", DEFAULTS,
+                         ids=[f"d{d}-{'causal' if c else 'full'}-S{n or 'any'}"
+                              for d, c, n in DEFAULTS])
+def test_default_schedule_verifies_clean(head_dim, causal, seq_len, lse):
+    schedule = default_schedule(head_dim, causal, seq_len)
+    kernel = lower_only(attention_kernel(head_dim, ag.bf16, causal, lse), s=schedule)
+    _assert_clean(verify.run(kernel))
+
+
+# FA3's head-dim-64 tile for full masks (hopper/tile_size.h: 192 x 192, three consumer
+# warpgroups) in our plain loop: a bench candidate (`--variants bn192`), not a default yet
+WIDE_64 = dataclasses.replace(base_schedule(64), block_n=192)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_wide_head_dim_64_candidate_verifies_clean(causal):
+    assert WIDE_64.problems_for(64) == []
+    kernel = lower_only(attention_kernel(64, ag.bf16, causal, False), s=WIDE_64)
+    _assert_clean(verify.run(kernel))
+
+
+@pytest.mark.parametrize("head_dim,causal", [(64, False), (64, True), (128, False), (128, True)])
 def test_ping_pong_verifies_clean(head_dim, causal):
     """Ordered sections (turns) around the K steps, Q in registers: proven like the default."""
-    schedule = dataclasses.replace(default_schedule(head_dim, causal), ordered=True)
+    schedule = dataclasses.replace(base_schedule(head_dim), ordered=True)
     report = verify.run(lower_only(attention_kernel(head_dim, ag.bf16, causal, False),
                                    s=schedule))
     assert not report.errors, "\n".join(str(d) for d in report.errors)
