@@ -208,7 +208,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_rmsnorm(
     {
         const float4 p0 = *reinterpret_cast<const float4*>(&s24[0] + 0);
         const float4 p1 = *reinterpret_cast<const float4*>(&s24[0] + 4);
-        t16[0] = (((((((p0.x + p0.y) + p0.z) + p0.w) + p1.x) + p1.y) + p1.z) + p1.w);
+        t16[0] = (((p0.x + p0.y) + (p0.z + p0.w)) + ((p1.x + p1.y) + (p1.z + p1.w)));
     }
     {  // Y: 16-byte chunk of registers 0..3
         const float gv0 = ((t11[0] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[0]);

@@ -74,7 +74,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_softmax(
     {
         const float4 p0 = *reinterpret_cast<const float4*>(&s17[0] + 0);
         const float4 p1 = *reinterpret_cast<const float4*>(&s17[0] + 4);
-        t11[0] = ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(ag::max_nan(p0.x, p0.y), p0.z), p0.w), p1.x), p1.y), p1.z), p1.w);
+        t11[0] = ag::max_nan(ag::max_nan(ag::max_nan(p0.x, p0.y), ag::max_nan(p0.z, p0.w)), ag::max_nan(ag::max_nan(p1.x, p1.y), ag::max_nan(p1.z, p1.w)));
     }
     float t13[16];
     t13[0] = expf((t10[0] - t11[0]));
@@ -106,7 +106,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_softmax(
     {
         const float4 p0 = *reinterpret_cast<const float4*>(&s18[0] + 0);
         const float4 p1 = *reinterpret_cast<const float4*>(&s18[0] + 4);
-        t14[0] = (((((((p0.x + p0.y) + p0.z) + p0.w) + p1.x) + p1.y) + p1.z) + p1.w);
+        t14[0] = (((p0.x + p0.y) + (p0.z + p0.w)) + ((p1.x + p1.y) + (p1.z + p1.w)));
     }
     {  // Y: 16-byte chunk of registers 0..3
         const float gv0 = (t13[0] / t14[0]);

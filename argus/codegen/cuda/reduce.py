@@ -21,6 +21,16 @@ _COMBINE = {"sum": lambda a, b: f"({a} + {b})", "prod": lambda a, b: f"({a} * {b
             "min": lambda a, b: f"ag::min_nan({a}, {b})"}
 
 
+def _tree(combine, terms: list[str]) -> str:
+    """Fold `terms` pairwise, ((t0 . t1) . (t2 . t3)) . ..., as numpy sums: the dependent chain
+    is log2(n) ops deep instead of n - 1 (a reduction in a loop is on the critical path of
+    every block). For the warps' partials, which are all in registers already."""
+    while len(terms) > 1:
+        terms = [combine(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
 def _arg_better(fn: str, v: str, i: str, bv: str, bi: str) -> str:
     """C condition: candidate (v, i) replaces the best (bv, bi) of argmax/argmin. NaN counts as
     the extreme (numpy, torch); equal values keep the smaller index."""
@@ -79,6 +89,8 @@ def reduce(em: _Emitter, op: O.Reduce) -> None:
     for g, regs in enumerate(plan.groups):
         k = order[g]
         if not arg:
+            # in-thread, a chain: one live partial (as a tree, softmax_online's 32-register
+            # row kept more registers live: 72 -> 92 at BN 8192, 3 -> 2 CTAs per SM)
             acc = em.tile_expr(op.src, regs[0], lay)
             for r in regs[1:]:
                 acc = combine(acc, em.tile_expr(op.src, r, lay))
@@ -227,7 +239,7 @@ def _reduce_warps(em: _Emitter, op, plan, info, vals: str, n: int, arg: bool,
     em.emit(em.group_barrier())
     # a row's nw partials are consecutive floats: read 16 B at a time where the slots are
     # 16-byte aligned (the plan places the buffer on 128 B and the dynamic block's base on
-    # 1024 B), so the reads are LDS.128 rather than nw scalar LDS (the same left fold)
+    # 1024 B), so the reads are LDS.128 rather than nw scalar LDS
     quads = not arg and nw % 4 == 0 and em.smem_offset(op.scratch[0].id) % 16 == 0
     for k in range(n):
         if quads:
@@ -238,17 +250,11 @@ def _reduce_warps(em: _Emitter, op, plan, info, vals: str, n: int, arg: bool,
                 em.emit(f"    const float4 p{q} = *reinterpret_cast<const float4*>("
                         f"&{first} + {4 * q});")
                 parts += [f"p{q}.{c}" for c in "xyzw"]
-            acc = parts[0]
-            for part in parts[1:]:
-                acc = combine(acc, part)
-            em.emit(f"    {vals}[{k}] = {acc};")
+            em.emit(f"    {vals}[{k}] = {_tree(combine, parts)};")
             em.emit("}")
             continue
         if not arg:
-            acc = slot(k, "0")
-            for w in range(1, nw):
-                acc = combine(acc, slot(k, str(w)))
-            em.emit(f"{vals}[{k}] = {acc};")
+            em.emit(f"{vals}[{k}] = {_tree(combine, [slot(k, str(w)) for w in range(nw)])};")
             continue
         em.emit(f"{vals}[{k}] = {slot(k, '0')}; "
                 f"{info.name}[{k}] = {slot(k, '0', indices)};")
