@@ -22,6 +22,12 @@ what is in flight and inserts:
   `wgmma.wait N` retiring this step's groups and the release of this step's slot. A held
   slot is released after `wgmma.wait 0` before the next op that is not pure scalar/control
   work (the accumulator may be read there) and at the end of the role.
+  Overwriting wgmma (fp8 promotion with `overlap`): a smem-operand wgmma with
+  `overwrite` into a tile no held or in-flight group writes issues beside the previous step's
+  held group (no flush), and so do `var`/`assign` that touch no held accumulator while every
+  held one is such a partial; the op that reads the held partial then retires it with
+  `wgmma.wait N`, N = the groups issued beside it, so the new block's group stays in flight
+  during the promotion. Kernels without overwriting wgmma are lowered as before.
   A loop body is walked with what is in flight when an iteration begins, the previous
   iteration's group included (to a fixpoint), so an op ahead of the consume step reading the
   accumulator waits in iterations 2 and later too; a wgmma accumulating into an in-flight
@@ -100,6 +106,8 @@ class _Group:
     # register-tile work ran while the group was in flight: the wait that retires it is
     # pinned behind that work (WgmmaWait.pinned: ptxas would move it above the work)
     overlapped: bool = False
+    # an overwriting wgmma issued while an earlier step's group was still held (`_beside`)
+    beside: bool = False
 
 
 A_REGS_NOTE = "the A registers are read until the group retires"
@@ -120,6 +128,7 @@ class _State:
     # pipe id -> (pipe, accumulators) of a consume step whose last group is still in flight
     pending: dict[int, tuple[Value, list[Value]]] = field(default_factory=dict)
     lazy: set[int] = field(default_factory=set)     # scale-d = 0 accumulators
+    overwritten: set[int] = field(default_factory=set)  # tiles of overwriting wgmma
     store_unfenced: bool = True       # generic smem writes since the last proxy fence
     store_read_pending: bool = False  # deferred TMA stores may still read their buffer
     tma_stores: bool = False
@@ -179,10 +188,14 @@ def _retire_scope(st: _State, outer_depth: int, loc) -> list[O.Op]:
 
 
 def _flush(st: _State, loc) -> list[O.Op]:
-    """Retire the in-flight groups and release the slots they held."""
+    """Retire the in-flight groups and release the slots they held. Groups this step issued
+    beside them (`_beside`, committed later) stay in flight: wait N = their count."""
     if not st.pending:
         return []
-    out: list[O.Op] = [O.WgmmaWait(0, note="retire the last in-flight wgmma group", loc=loc)]
+    newer = len(st.inflight) if st.inflight and all(g.beside for g in st.inflight) else 0
+    note = "retire the held group; this step's stays in flight" if newer else \
+        "retire the last in-flight wgmma group"
+    out: list[O.Op] = [O.WgmmaWait(newer, note=note, loc=loc)]
     for _pid, (pipe, accs) in sorted(st.pending.items()):
         for acc in accs:
             if acc.id not in st.fresh:
@@ -209,11 +222,35 @@ def _chains(op: O.Op, st: _State) -> bool:
             and any(op.acc in accs for _pipe, accs in st.pending.values()))
 
 
+def _beside(op: O.Op, st: _State) -> bool:
+    """An overwriting smem-operand wgmma into a tile no held or in-flight group writes: it may
+    issue while the previous step's group is still held (fp8 promotion's next K block into the
+    other partial, before this one is promoted); the op that reads the held group's
+    accumulator later retires it with wait N, N = the groups issued beside it."""
+    if not (isinstance(op, O.Wgmma) and op.overwrite and not op.a_in_registers):
+        return False
+    busy = {st.tile(a) for _pipe, accs in st.pending.values() for a in accs} | \
+        {st.tile(g.acc) for g in st.inflight}
+    return st.tile(op.acc) not in busy
+
+
+def _carries_beside(op: O.Op, st: _State) -> bool:
+    """A loop-carried variable's declaration or update (`var`, `assign`) that touches no held
+    accumulator, while every held accumulator is an overwriting wgmma's partial: it runs
+    beside them (fp8 promotion's sum carried across steps while the next partial computes)."""
+    if not isinstance(op, (O.Var, O.Assign)):
+        return False
+    held = {st.tile(a) for _pipe, accs in st.pending.values() for a in accs}
+    return bool(held) and held <= st.overwritten and \
+        not held & {st.tile(v) for v in op.operands()}
+
+
 def _region(ops, st: _State) -> list[O.Op]:
     out: list[O.Op] = []
     for op in ops:
         if st.pending and not isinstance(op, NO_FLUSH) and not is_tag_op(op) \
-                and not _chains(op, st):
+                and not _chains(op, st) and not _beside(op, st) \
+                and not _carries_beside(op, st):
             out += _flush(st, op.loc)
         out += _visit(op, st)
         if st.inflight and not is_tag_op(op) and \
@@ -328,7 +365,8 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         rs = op.a_in_registers
         out += [O.WgmmaFence((op.acc,), a_registers=rs, loc=loc), op, O.WgmmaCommit(loc=loc)]
         if st.in_consume:
-            group = _Group(op.acc, op.a if rs else None, st.depth)
+            group = _Group(op.acc, op.a if rs else None, st.depth,
+                           beside=bool(st.pending) and _beside(op, st))
             st.in_consume[-1].append(group)
             st.inflight.append(group)
         elif rs:
@@ -400,6 +438,7 @@ def run(kernel: Kernel) -> Kernel:
     root = smem_roots(kernel)
     st = _State(root, deferrable_store_buffers(kernel, root))
     st.lazy = {op.result.id for op in kernel.walk() if isinstance(op, O.Full) and op.scale_d_zero}
+    st.overwritten = {op.acc.id for op in kernel.walk() if isinstance(op, O.Wgmma) and op.overwrite}
     for op in kernel.walk():
         if isinstance(op, (O.TileSlice, O.ExpandDims)):  # same registers, no copy
             st.tile_root[op.result.id] = st.tile_root.get(op.src.id, op.src.id)

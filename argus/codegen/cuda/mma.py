@@ -72,7 +72,8 @@ def _issue(em: _Emitter, op: O.Wgmma, spec: WgmmaSpec, a_operand) -> int:
     k_steps = op.k_extent // spec.k
     lazy = acc.name in em.lazy_zero
     for kk in range(k_steps):
-        scale = f"1 - {acc.name}_zero" if lazy and kk == 0 else "1"
+        scale = "0" if op.overwrite and kk == 0 else \
+            f"1 - {acc.name}_zero" if lazy and kk == 0 else "1"
         em.emit(f"ag::{spec.name}({acc.name}, {a_operand(kk)}, ag::desc_advance(db, "
                 f"{kk * step_b}), {scale});")
     em.emit("ag::wgmma_commit();")

@@ -26,4 +26,6 @@ def wgmma(m: _Interp, g: _Group, op: O.Wgmma) -> None:
         return x.reshape(-1, k, x.shape[1]).transpose(1, 0, 2).reshape(k, -1).T
     b_nk = k_major(b) if op.trans_b else b
     a = k_major(a) if op.trans_a else a
+    if op.overwrite:  # scale-d = 0: the old value is dropped
+        acc[...] = 0.0
     acc += (a.astype(np.float64) @ b_nk.astype(np.float64).T).astype(np.float32)

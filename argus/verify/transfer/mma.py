@@ -35,7 +35,8 @@ def wgmma(m: Model, op: O.Wgmma, scopes, role, counters, following) -> None:
         kk = fresh_int("kk")
         ra = m.wgmma_a(wsite, mm, kk)
         rb = m.read_smem(b, b_index(b, n, kk, K, trans), site)
-        prev = before.fn(idx)
+        # overwrite (scale-d = 0): nothing of the accumulator's old value flows in
+        prev = Record(source="an overwritten accumulator") if op.overwrite else before.fn(idx)
         fields = dict(prev.fields)
         for rec in (ra, rb):
             for name, val in rec.fields.items():
