@@ -216,18 +216,20 @@ def test_default_schedules_every_kv_block(D, causal, S):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_wide_head_dim_64_candidate(causal):
-    """FA3's head-dim-64 tile for full masks, 192 x 192 in three warpgroups, in the plain loop
-    (bench variant `bn192`): every 64-row block against float64, ragged lengths."""
+@pytest.mark.parametrize("D", [64, 128])
+def test_wide_candidate(D, causal):
+    """192-key blocks in the plain loop (bench variant `bn192`): FA3's head-dim-64 tile for
+    full masks (192 x 192, three warpgroups) and 128 x 192 at head dim 128; every 64-row
+    block against float64, ragged lengths."""
     import dataclasses
 
     import argus.ops
     from argus.kernels.attention import base_schedule
 
-    schedule = dataclasses.replace(base_schedule(64), block_n=192)
-    q, k, v = _inputs(2, 4, 2, 1000, 1111, 64, "bhsd", torch.bfloat16, seed=192 + causal)
+    schedule = dataclasses.replace(base_schedule(D), block_n=192)
+    q, k, v = _inputs(2, 4, 2, 1000, 1111, D, "bhsd", torch.bfloat16, seed=192 + D + causal)
     out = argus.ops.attention(q, k, v, causal=causal, schedule=schedule)
-    want, _ = reference(q, k, v, causal, 1.0 / math.sqrt(64))
+    want, _ = reference(q, k, v, causal, 1.0 / math.sqrt(D))
     err = (out.double() - want).abs()
     per_block = [err[:, :, r:r + 64].max().item() for r in range(0, 1000, 64)]
     assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"

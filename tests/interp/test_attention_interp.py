@@ -130,6 +130,14 @@ def test_head_dim_128():
     assert_close(*run(1, 1, 1, 70, 100, 128, True, SMALL))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_dim_128_wide_blocks(causal):
+    """128 x 192 in the plain loop (bench candidate bn192 at head dim 128): 300 keys, a
+    192-key block and a tail block."""
+    schedule = AttentionSchedule(block_m=128, block_n=192, consumers=2)
+    assert_close(*run(1, 2, 1, 130, 300, 128, causal, schedule, seed=7))
+
+
 @pytest.mark.parametrize("num_sms", [1, 2, 3])
 def test_persistent_causal_walk_with_one_key(num_sms):
     """The shape tests/verify/test_attention_schedules.py's xfail names (S = 129, SK = 1): the
