@@ -227,23 +227,33 @@ def overlapped_promoted_mma(ring: OperandRing, k_steps, wg,
     the two consumer warpgroups, released by the same full barrier, promoted at the same
     time. The loop runs two steps per iteration so each partial keeps its registers (a
     carried copy of an in-flight accumulator would make ptxas serialize the wgmma: C7514).
-    Block k's scales are loaded where it is promoted (step k + 1), after block k + 1's wgmma
-    issued; carrying them from a step ahead made the carried scale vectors' layouts blocked
-    (several reads of one variable) and cost a shared-memory conversion per step."""
+    Block k's scales are loaded two steps ahead of its promotion, beside the in-flight
+    partial, so their global-memory latency hides behind the steps in between."""
     rows = ring.bm // ring.consumers
     acc = ag.zeros((rows, ring.bn), ag.f32)
     even = ag.zeros((rows, ring.bn), ag.f32)   # the partials of even and of odd blocks
     odd = ag.zeros((rows, ring.bn), ag.f32)
+    plain = scales is None
+    # the scales of the next even block and of the next odd block, loaded two steps before
+    # their promotion (lower.sync lets the loads run beside the held partial); each carried
+    # name is read once per iteration, so it keeps the accumulator's row layout
+    er, el, eright = (None, None, None) if plain else scales.fetch(0)
+    orow, ol, oright = (None, None, None) if plain else scales.fetch(1)
     with ring.pipe.consume() as stage:
         _overwrite(ring, stage, wg, rows, even)                     # block 0
     for j in ag.range((k_steps - 1) // 2):
         with ring.pipe.consume() as stage:
             _overwrite(ring, stage, wg, rows, odd)                  # block 2j + 1 ...
-            acc = acc + _scaled(even, scales, 2 * j)                # ... beside block 2j
+            acc = acc + (even if plain else even * scales.combine(er, el, eright))  # 2j
+        if not plain:
+            er, el, eright = scales.fetch(2 * j + 2)
         with ring.pipe.consume() as stage:
             _overwrite(ring, stage, wg, rows, even)                 # block 2j + 2 ...
-            acc = acc + _scaled(odd, scales, 2 * j + 1)             # ... beside 2j + 1
-    # `even` holds the last block (odd k_steps) or the one before it (even k_steps)
+            acc = acc + (odd if plain else odd * scales.combine(orow, ol, oright))  # 2j + 1
+        if not plain:
+            orow, ol, oright = scales.fetch(2 * j + 3)
+    # `even` holds the last block (odd k_steps) or the one before it (even k_steps); the
+    # tails load their scales afresh (a second read of a carried name would cost its layout)
     # one predicate and its negation (two separate compares left ptxas a path on which
     # neither tail ran and `even` stayed in flight: it serialized every wgmma, C7514)
     even_steps = k_steps % 2 == 0
@@ -258,8 +268,7 @@ def overlapped_promoted_mma(ring: OperandRing, k_steps, wg,
 
 
 def _scaled(part, scales: "BlockScales | None", k):
-    """Block k's partial times its scales (loaded here, after the next block's wgmma issued:
-    their latency runs beside it), or as is for per-tensor scales."""
+    """Block k's partial times its scales (loaded here), or as is for per-tensor scales."""
     return part if scales is None else part * scales.combine(*scales.fetch(k))
 
 

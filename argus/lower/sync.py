@@ -24,8 +24,8 @@ what is in flight and inserts:
   work (the accumulator may be read there) and at the end of the role.
   Overwriting wgmma (fp8 promotion with `overlap`): a smem-operand wgmma with
   `overwrite` into a tile no held or in-flight group writes issues beside the previous step's
-  held group (no flush), and so do `var`/`assign` that touch no held accumulator while every
-  held one is such a partial; the op that reads the held partial then retires it with
+  held group (no flush), and so do `var`/`assign` and global loads that touch no held
+  accumulator while every held one is such a partial; the op that reads the held partial then retires it with
   `wgmma.wait N`, N = the groups issued beside it, so the new block's group stays in flight
   during the promotion. Kernels without overwriting wgmma are lowered as before.
   A loop body is walked with what is in flight when an iteration begins, the previous
@@ -235,10 +235,11 @@ def _beside(op: O.Op, st: _State) -> bool:
 
 
 def _carries_beside(op: O.Op, st: _State) -> bool:
-    """A loop-carried variable's declaration or update (`var`, `assign`) that touches no held
-    accumulator, while every held accumulator is an overwriting wgmma's partial: it runs
-    beside them (fp8 promotion's sum carried across steps while the next partial computes)."""
-    if not isinstance(op, (O.Var, O.Assign)):
+    """A loop-carried variable's declaration or update (`var`, `assign`) or a global load
+    into new registers that touches no held accumulator, while every held accumulator is an
+    overwriting wgmma's partial: it runs beside them (fp8 promotion's sum carried across
+    steps, the next blocks' scales loaded, while the next partial computes)."""
+    if not isinstance(op, (O.Var, O.Assign, O.Load, O.LoadScalar)):
         return False
     held = {st.tile(a) for _pipe, accs in st.pending.values() for a in accs}
     return bool(held) and held <= st.overwritten and \
