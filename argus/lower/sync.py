@@ -25,9 +25,9 @@ what is in flight and inserts:
   Overwriting wgmma (fp8 promotion with `overlap`): a smem-operand wgmma with
   `overwrite` into a tile no held or in-flight group writes issues beside the previous step's
   held group (no flush), and so do `var`/`assign` and global loads that touch no held
-  accumulator while every held one is such a partial; the op that reads the held partial then retires it with
-  `wgmma.wait N`, N = the groups issued beside it, so the new block's group stays in flight
-  during the promotion. Kernels without overwriting wgmma are lowered as before.
+  accumulator while every held one is such a partial; the op that reads the held partial
+  then retires it with `wgmma.wait N`, N = the groups issued beside it, so the new block's
+  group stays in flight during the promotion. Kernels without overwriting wgmma are lowered as before.
   A loop body is walked with what is in flight when an iteration begins, the previous
   iteration's group included (to a fixpoint), so an op ahead of the consume step reading the
   accumulator waits in iterations 2 and later too; a wgmma accumulating into an in-flight
