@@ -50,6 +50,22 @@ def test_overlapped_blockscaled_matches_float64(m, n, k, out, schedule):
     _check_close(c, a64, w64, out, k)
 
 
+def test_overlapped_promotion_adds_the_same_values_in_the_same_order():
+    """The serial and the overlapped loop add block k's scaled partial into one fp32 sum in K
+    order: bit-identical results (5 K steps: the loop twice and the odd tail)."""
+    m, n, k = 130, 256, 640
+    a, w = _e4m3((m, k), 3.0, 11), _e4m3((n, k), 0.5, 12)
+    sa, sb = _scales((m, k // 128), 3), _scales((2, k // 128), 4)
+    outs = []
+    for overlap in (False, True):
+        c = torch.full((m, n), float("nan"), dtype=torch.float32)
+        gemm_fp8_blockscaled_kernel(ag.f32).interpret(
+            a, w, sa.t().contiguous(), sb, c,
+            s=Fp8GemmSchedule(bn=128, stages=3, promote=True, overlap=overlap))
+        outs.append(c)
+    assert torch.equal(outs[0], outs[1])
+
+
 @pytest.mark.parametrize("k", [128, 384, 512])
 def test_overlapped_per_tensor_promotion_matches_float64(k):
     m, n = 130, 128
