@@ -12,7 +12,7 @@ sync, L2 flush per trial, median), next to torch eager. Printed: one row per sch
 GB/s for one read and one write of the tensor, x eager; above 1 is faster), then per shape the
 fastest correct schedule. A schedule that fails to compile or launch is reported with its
 error and the sweep goes on. --quick (< 60 s on an H200): the default and 3 others, 100
-trials each; the full sweep has 6 others. With --out: scan_bench.json.
+trials each; the full sweep has 7 others. With --out: scan_bench.json.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ os.environ.setdefault("ARGUS_VERIFY", "0")
 
 SHAPES = [(32768, 32768), (64, 1 << 22)]
 QUICK = [(4, 128, 0), (1, 256, 0), (2, 256, 0)]          # (rows, bn, segments); 0: plan's
-SWEEP = QUICK + [(8, 128, 0), (2, 64, 0), (4, 256, 0)]
+SWEEP = QUICK + [(1, 128, 0), (8, 128, 0), (2, 64, 0), (4, 256, 0)]
 
 
 def main(argv=None) -> int:
