@@ -22,21 +22,25 @@ recorded on an H200 in docs/perf/gemm.md (gemm_model_data.json says which rows, 
 commits); they ship as package data (gemm_model.json) for the H100/H200 class (132 SMs).
 
 `pick` chooses among a problem's tuning candidates (so every choice is legal for it: the
-candidate set is built from the problem) the one of least predicted time, leaving out split-K
-(its sum is a second kernel to compile), with one guard: a tile (bm x bn and epilogue) that
-has no measured row in gemm_model_data.json is predicted by extrapolation, and is picked only
-when it beats the best measured tile by more than the model's error (UNMEASURED_MARGIN). Why:
-a narrower tile wins in the model by filling the last wave (2048 x 7168: 656 128x176 tiles are
-4.97 waves of 132 SMs, 512 128x224 tiles 3.88, so 5 x 176 = 880 columns of waves against 4 x
-224 = 896, 2% less), but it also moves more operand bytes per MMA (per k step a CTA reads bm
-+ bn / cluster rows for bm x bn products: +15% bytes per product at 176 against 224, +17% at
-192 against 256) and has more fixed cost per tile, which the fit sees only through the tiles it
-was measured on. On the H200 (2026-12-02, untuned run) the two unmeasured tiles the model
-picked ran 5-6% slower than predicted (128x176 at 2048x7168x2048: 90.0 us, predicted 85.7;
-128x192 at 3000x5000x2000: 98 us, predicted 92.6), while the measured 128x224 there ran at
-85.9. A gain from wave quantization smaller than the model's error is no gain. Skinny problems
-(M * batch <= 256) keep the shape heuristic: its weight-streaming schedules are the tuned
-winners already, and the model knows nothing of memory-bound regimes.
+candidate set is built from the problem), leaving out split-K (its sum is a second kernel to
+compile), the one of least expected time: the prediction times what the measured rows of that
+tile kind (bm x bn, consumers, ping-pong) say of the model there (their mean log residual,
+shrunk toward none by SHRINK pseudo-rows); a kind no row measured is extrapolated and carries
+a risk premium of the model's error (UNMEASURED_MARGIN), so it wins only by more than that.
+Why: a narrower tile wins in the model by filling the last wave (2048 x 7168: 656 128x176
+tiles are 4.97 waves of 132 SMs, 512 128x224 tiles 3.88, so 5 x 176 = 880 columns of waves
+against 4 x 224 = 896, 2% less), but it also moves more operand bytes per MMA (per k step a
+CTA reads bm + bn / cluster rows for bm x bn products: +15% bytes per product at 176 against
+224, +17% at 192 against 256) and has more fixed cost per tile, which the fit sees only
+through the tiles it was measured on. On the H200 (2026-12-02, untuned run) the two
+wave-filling tiles the model picked ran 5-6% slower than predicted (128x176 at
+2048x7168x2048: 90.0 us, predicted 85.7; 128x192, never measured, at 3000x5000x2000: 98 us,
+predicted 92.6), while the measured 128x224 there ran at 85.9; the one recorded 128x176 row
+(4095x4097x4096) ran 5% slower than predicted too. A gain from wave quantization smaller
+than the model's error is no gain.
+
+Skinny problems (M * batch <= 256) keep the shape heuristic: its weight-streaming schedules
+are the tuned winners already, and the model knows nothing of memory-bound regimes.
 """
 
 from __future__ import annotations
@@ -51,8 +55,8 @@ from pathlib import Path
 CONSTANTS_FILE = Path(__file__).with_name("gemm_model.json")
 DATA_FILE = Path(__file__).with_name("gemm_model_data.json")
 SKINNY = 256  # M * batch at or below this: the heuristic decides
-# How much faster than the best measured tile an unmeasured one must be predicted to be picked:
-# about twice the fit's rms error on log time (0.046 over its 74 rows; the tests hold it < 0.08)
+# The risk premium of a tile kind no row measured: about twice the fit's rms error on log time
+# (0.046 over its 74 rows; the tests hold it < 0.08)
 UNMEASURED_MARGIN = 0.10
 
 
@@ -137,42 +141,58 @@ def predict_us(p, s, c: Constants | None = None) -> float:
     return waves * per_tile
 
 
-def pick(p, candidates, c: Constants | None = None, measured: frozenset | None = None):
-    """The candidate of least predicted time (split-K and tail splits left out: their sum is a
-    second kernel, and the constants were fitted on no tail-split timing); ties go to the
-    earlier candidate. `candidates` are the problem's tuning candidates, all legal for it.
-    A candidate whose `tile_kind` is not in `measured` (default: the tiles of the shipped
-    data) must be predicted faster than the best measured one by UNMEASURED_MARGIN."""
+def pick(p, candidates, c: Constants | None = None, rows: list | None = None):
+    """The candidate of least expected time (`expected_us`; split-K and tail splits left out:
+    their sum is a second kernel, and the constants were fitted on no tail-split timing); ties
+    go to the earlier candidate. `candidates` are the problem's tuning candidates, all legal
+    for it. `rows`: the measured points that correct each tile kind (default: the shipped
+    data, M * batch > SKINNY)."""
     usable = [s for s in candidates if getattr(s, "split_k", 1) == 1
               and getattr(s, "tail_splits", 1) == 1]
     if not usable:
         raise ValueError("gemm_model.pick: no single-kernel candidate to choose from")
-    measured = measured_tiles() if measured is None else measured
-    best = min(usable, key=lambda s: predict_us(p, s, c))
-    known = [s for s in usable if tile_kind(s) in measured]
-    if tile_kind(best) in measured or not known:
-        return best
-    safe = min(known, key=lambda s: predict_us(p, s, c))
-    if predict_us(p, best, c) * (1 + UNMEASURED_MARGIN) < predict_us(p, safe, c):
-        return best
-    return safe
+    factors = shipped_corrections() if rows is None and c is None else corrections(
+        _rows() if rows is None else rows, c)
+    return min(usable, key=lambda s: expected_us(p, s, c, factors))
+
+
+def expected_us(p, s, c: Constants | None, factors: dict) -> float:
+    """`predict_us` times what the measured rows of the schedule's tile kind say of the model
+    there (`corrections`), or, for a kind never measured, times 1 + UNMEASURED_MARGIN."""
+    return predict_us(p, s, c) * factors.get(tile_kind(s), 1 + UNMEASURED_MARGIN)
 
 
 def tile_kind(s) -> tuple:
-    """What of a schedule the model extrapolates across when its rows do not have it: the
-    tile, the epilogue and whether it is ping-pong or one consumer (stages, clusters, staging
-    rounds and rasters are factors the fit sees on every tile)."""
-    return (s.bm, s.bn, s.epilogue, bool(s.pingpong), s.consumers, bool(s.swap_ab))
+    """What of a schedule the fit extrapolates across when no row has it: the tile and how its
+    consumers share it (stages, clusters, epilogues, staging rounds and rasters are factors
+    and per-element costs the fit sees on every tile)."""
+    return (s.bm, s.bn, bool(s.pingpong), s.consumers, bool(s.swap_ab))
+
+
+SHRINK = 1.0  # pseudo-rows of "the model is right" in each tile kind's mean residual
+
+
+def corrections(rows, c: Constants | None = None) -> dict:
+    """tile kind -> exp(mean of log(measured / predicted) over its rows), shrunk toward 1 by
+    SHRINK pseudo-rows (one row says less than ten)."""
+    logs: dict = {}
+    for pt in rows:
+        logs.setdefault(tile_kind(pt.schedule), []).append(
+            math.log(pt.us / predict_us(pt, pt.schedule, c)))
+    return {kind: math.exp(sum(v) / (len(v) + SHRINK)) for kind, v in logs.items()}
+
+
+def _rows() -> list:
+    try:
+        return [pt for pt in load_points() if pt.m * pt.batch > SKINNY]
+    except (OSError, ValueError, KeyError):
+        return []
 
 
 @functools.cache
-def measured_tiles() -> frozenset:
-    """The tile kinds of the rows the shipped constants were fitted on (M * batch > SKINNY)."""
-    try:
-        return frozenset(tile_kind(pt.schedule) for pt in load_points()
-                         if pt.m * pt.batch > SKINNY)
-    except (OSError, ValueError, KeyError):
-        return frozenset()
+def shipped_corrections() -> dict:
+    """`corrections` of the shipped constants over the shipped rows."""
+    return corrections(_rows())
 
 
 # ----------------------------------------------------------------------------- fitting

@@ -22,12 +22,12 @@ def points():
     return G.load_points()
 
 
-def _picks(groups, constants):
+def _picks(groups, constants, rows=None):
     """group -> (picked schedule, its measured us, the group's best us)."""
     out = {}
     for name, pts in groups.items():
         best, best_us, times = G.best_measured(pts)
-        pick = G.pick(pts[0], list(times), constants)
+        pick = G.pick(pts[0], list(times), constants, rows)
         out[name] = (pick, times[pick], best_us)
     return out
 
@@ -56,7 +56,7 @@ def test_a_fit_without_some_problems_picks_their_best(points):
     constants = G.fit(train)
     held = {g: pts for g, pts in G.groups(points).items() if g in HELD_OUT}
     assert set(held) == set(HELD_OUT)
-    for name, (pick, us, best_us) in _picks(held, constants).items():
+    for name, (pick, us, best_us) in _picks(held, constants, train).items():
         assert us == best_us, f"{name}: picked {pick} ({us} us), best {best_us} us"
 
 
@@ -91,42 +91,42 @@ def test_the_model_fixes_the_issues_worst_untuned_cases():
     p = Problem(2048, 7168, 2048, 1, "bf16", "bf16", "nk", True)
     s = schedules.untuned(p)
     assert s.bn < 256 and G.predict_us(p, s) < 0.95 * G.predict_us(p, schedules.heuristic(p))
-    assert G.tile_kind(s) in G.measured_tiles()
+    assert G.tile_kind(s) in G.shipped_corrections()
 
 
-def _unmeasured_guard_holds(p, constants=None):
-    """The pick is the least predicted candidate, unless that one's tile kind was never
-    measured and it beats the least predicted measured one by less than the margin."""
-    cands = [s for s in candidates(p) if s.split_k == 1 and s.tail_splits == 1]
-    times = {s: G.predict_us(p, s, constants) for s in cands}
-    best = min(cands, key=times.get)
-    known = [s for s in cands if G.tile_kind(s) in G.measured_tiles()]
-    picked = G.pick(p, candidates(p), constants)
-    if G.tile_kind(best) in G.measured_tiles() or not known:
-        return picked == best
-    safe = min(known, key=times.get)
-    wins = times[best] * (1 + G.UNMEASURED_MARGIN) < times[safe]
-    return picked == (best if wins else safe)
-
-
-def test_an_unmeasured_tile_needs_a_margin_over_the_measured_ones():
+def test_an_unmeasured_tile_carries_the_margin():
     """3000x5000x2000 (held out): 128x192 tiles (648, 4.9 waves; no measured 128x192 row) are
-    predicted 5% faster than 128x256 (480, 3.6 waves), within the model's error: 128x256 is
-    picked. An unmeasured tile predicted far ahead is still picked."""
+    predicted 5% faster than 128x256 (480, 3.6 waves), less than the margin an unmeasured tile
+    kind carries: 128x256 is picked. Without rows (nothing measured, every kind alike) the
+    least predicted one is."""
     p = Problem(3000, 5000, 2000, 1, "bf16", "bf16", "nk", True)
     s = schedules.untuned(p)
     assert (s.bm, s.bn, s.epilogue) == (128, 256, "tma")
     narrow = [c for c in candidates(p) if c.bn == 192]
-    assert narrow and all(G.tile_kind(c) not in G.measured_tiles() for c in narrow)
+    assert narrow and all(G.tile_kind(c) not in G.shipped_corrections() for c in narrow)
     assert min(G.predict_us(p, c) for c in narrow) < G.predict_us(p, s)
-    # with no tile measured the guard has nothing to prefer: the least predicted one
-    assert G.pick(p, candidates(p), measured=frozenset()).bn == 192
-    # with every tile measured, likewise
-    everything = frozenset(G.tile_kind(c) for c in candidates(p))
-    assert G.pick(p, candidates(p), measured=everything).bn == 192
+    assert G.pick(p, candidates(p), rows=[]).bn == 192
+
+
+def test_a_tile_kind_is_corrected_by_its_measured_rows(points):
+    """A kind whose rows ran 20% slower than predicted: exp(log 1.2 / (1 + SHRINK)); a kind
+    without rows: 1 + UNMEASURED_MARGIN; the pick minimizes the corrected time."""
+    s = GemmSchedule(bn=192, stages=4, epilogue="tma", cluster_m=2)
+    pts = [G.Point(m, 5000, 2000, 1, "nk", s, 1.2 * G.predict_us(
+        Problem(m, 5000, 2000, 1, "bf16", "bf16", "nk", True), s), "g") for m in (3000, 4000)]
+    factors = G.corrections(pts)
+    assert factors == {G.tile_kind(s): pytest.approx(math.exp(2 * math.log(1.2) /
+                                                              (2 + G.SHRINK)))}
+    p = Problem(3000, 5000, 2000, 1, "bf16", "bf16", "nk", True)
+    other = GemmSchedule(stages=4, epilogue="tma", cluster_m=2)
+    assert G.expected_us(p, other, None, factors) == pytest.approx(
+        G.predict_us(p, other) * (1 + G.UNMEASURED_MARGIN))
     for q in _problems():
         if q.m * q.batch > G.SKINNY:
-            assert _unmeasured_guard_holds(q), q
+            usable = [c for c in candidates(q) if c.split_k == 1 and c.tail_splits == 1]
+            got = G.expected_us(q, G.pick(q, candidates(q)), None, G.shipped_corrections())
+            assert got == min(G.expected_us(q, c, None, G.shipped_corrections())
+                              for c in usable), q
 
 
 def _problems():

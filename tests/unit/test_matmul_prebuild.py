@@ -36,6 +36,9 @@ needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not instal
 def fresh_cache(tmp_path, monkeypatch):
     """An empty ARGUS_CACHE_DIR and no kernel compiled in this process's memory."""
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
+    # the fingerprint as the sources are now: a value this process read earlier, before an
+    # edit to the working tree, would key records that a fresh process never finds
+    cache.argus_fingerprint.cache_clear()
     _forget_in_memory(PROBLEM, untuned(PROBLEM))
     yield tmp_path / "cache"
     _forget_in_memory(PROBLEM, untuned(PROBLEM))
