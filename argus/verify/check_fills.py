@@ -38,6 +38,7 @@ import z3
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region
 from argus.verify import witness as W
+from argus.verify.identity import ObjectSet
 from argus.verify.model import Model, ReduceSite
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
@@ -80,7 +81,7 @@ class _Flow:
         self.const: dict[int, float] = {}      # value id -> the value of a constant tile
         self.root: dict[int, int] = {}         # smem view id -> buffer id
         self._exact = exact                    # assigns the model follows exactly (lazy)
-        self._exact_ids: set[int] | None = None
+        self._exact_ids: ObjectSet | None = None
         # reduce result id -> (op, wrong masked value, its loads or OPAQUE)
         self.reached: dict[int, tuple] = {}
         self.region(kernel.body)
@@ -100,7 +101,7 @@ class _Flow:
         only a masked value from loads needs it)."""
         if self._exact_ids is None:
             self._exact_ids = self._exact()
-        return id(op) in self._exact_ids
+        return op in self._exact_ids
 
     def set(self, vid: int, val: object, loads: frozenset | None) -> None:
         self.val[vid] = val
@@ -232,26 +233,26 @@ class _Flow:
         self.reached[op.result.id] = (op, got, self.loads(op.src.id))
 
 
-def _exact_assigns(model: Model) -> set[int]:
-    """The assignments (by `id`) after which the model knows the variable's value exactly:
+def _exact_assigns(model: Model) -> ObjectSet:
+    """The assignments (by identity) after which the model knows the variable's value exactly:
     one in the region that defines the variable (straight-line code: the model copies the
     value), or one at the top level of a loop body, when the variable is defined in the region
     that holds the loop and is one of the loop's exact levels (transfer/control.py: assigned
     once from loads and arithmetic of the index, such as lower/prefetch.py's register ring;
     the state at the loop's entry is then the exact initial value). Any other (inside an `if`,
     or summarized over a loop) leaves its masked lanes unbounded here."""
-    out: set[int] = set()
+    out = ObjectSet()
 
     def region(r: Region) -> None:
         here = {op.result.id for op in r.ops if isinstance(op, O.Var)}
         for op in r.ops:
             if isinstance(op, O.Assign) and op.dst.id in here:
-                out.add(id(op))
+                out.add(op)
             if isinstance(op, O.For):
                 exact: set[int] = set()
                 for level in _exact_levels(model, op, model._carried_tiles(op.body)):
                     exact |= level & here
-                out.update(id(a) for a in op.body.ops
+                out.update(a for a in op.body.ops
                            if isinstance(a, O.Assign) and a.dst.id in exact)
             for inner in op.regions():
                 region(inner)

@@ -21,6 +21,7 @@ import dataclasses
 import z3
 
 from argus.verify import witness as W
+from argus.verify.identity import ObjectMap
 from argus.verify.model import Model, StoreSite, _num, trailing
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import default_timeout_ms as solver_timeout
@@ -40,8 +41,8 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
         once_sites, tiled = _join_tiled(sites)
         once_obs: list[Obligation] = []
         for i, a in enumerate(once_sites):
-            if id(a) in tiled:   # sites that tile one wider box: that box's store, once
-                once_obs.append(_joined_once(model, a, tiled[id(a)]))
+            if a in tiled:   # sites that tile one wider box: that box's store, once
+                once_obs.append(_joined_once(model, a, tiled.get(a)))
                 once_obs += [_once(model, a, b) for b in once_sites[i + 1:]]
                 continue
             # a site that is another one shifted by constant offsets (a Python-unrolled
@@ -54,6 +55,7 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
                 once_obs.append(_once(model, a, a, bounded=not same_class))
             for b in once_sites[i + 1:]:
                 once_obs.append(_once(model, a, b))
+        at = len(obs)   # where once_obs go (in place: `implied_by` may be set below)
         obs += once_obs
         partial = sites[0].tensor.name in (model.kernel.attr("partial_outputs", ()) or ())
         translates = len(sites) > 1 and all(_translate_of(sites[0], b) for b in sites[1:])
@@ -82,9 +84,10 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
                                  f"stores to {sites[0].tensor.name}", "unknown",
                                  f"{len(sites)} store sites: coverage is only checked for one"))
         if once and len(once_obs) == 1:
-            once_obs[0].implied_by = once
-            once_obs[0].implied_why = ("implied by the proofs of store.coverage's tile "
-                                       "decomposition (check_stores._once_implied)")
+            obs[at] = dataclasses.replace(
+                once_obs[0], implied_by=once,
+                implied_why=("implied by the proofs of store.coverage's tile decomposition "
+                             "(check_stores._once_implied)"))
     return obs, finds
 
 
@@ -188,17 +191,17 @@ def _translate_of(a: StoreSite, b: StoreSite) -> bool:
     return True
 
 
-def _join_tiled(sites: list[StoreSite]) -> tuple[list[StoreSite], dict[int, list]]:
+def _join_tiled(sites: list[StoreSite]) -> tuple[list[StoreSite], ObjectMap]:
     """Sites for store.once: each class of translates whose offsets step by the tile's own
     extent along one destination dim (a Python-unrolled loop storing 16-column blocks of one
     128 x 176 tile) becomes one site storing the joined box, so 11 blocks pose one query
     instead of 66 pairwise ones. Exact: block j's element (r, c) is the joined box's element
     (r, j * w + c), a bijection between (block, element) and the box, so the joined store is
     injective iff every block is and no two blocks (of any instances) meet.
-    Returns the sites (joined ones in place of their blocks) and, per joined site's id, its
+    Returns the sites (joined ones in place of their blocks) and, per joined site, its
     blocks in order along the dim with the (dim, width) they step by."""
     out: list[StoreSite] = []
-    tiled: dict[int, list] = {}
+    tiled = ObjectMap()   # joined site -> its blocks
     left = list(sites)
     while left:
         a = left.pop(0)
@@ -209,7 +212,7 @@ def _join_tiled(sites: list[StoreSite]) -> tuple[list[StoreSite], dict[int, list
             continue
         left = [b for b in left if not any(b is c for c in cls)]
         site, blocks = joined
-        tiled[id(site)] = blocks
+        tiled[site] = blocks
         out.append(site)
     return out, tiled
 
@@ -269,10 +272,10 @@ def _joined_once(model: Model, site: StoreSite, tiled) -> Obligation:
                 f"at {first.get('store')} and by CTA {second.get('cta')} warpgroup "
                 f"{second.get('warpgroup', 0)} element {second.get('tile_element')} of the "
                 f"store at {second.get('store')}"), wit
-    ob.decode = block_decode
-    ob.subject = (f"stores to {site.tensor.name} at {blocks[0].op.loc} ({len(blocks)} blocks "
-                  f"of {w} along tile axis {axis}, joined)")
-    return ob
+    return dataclasses.replace(
+        ob, decode=block_decode,
+        subject=(f"stores to {site.tensor.name} at {blocks[0].op.loc} ({len(blocks)} blocks "
+                 f"of {w} along tile axis {axis}, joined)"))
 
 
 def _once(model: Model, a: StoreSite, b: StoreSite, bounded: bool = True) -> Obligation:

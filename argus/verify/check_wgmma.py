@@ -19,6 +19,7 @@ import z3
 from argus.ir import ops as O
 from argus.ir.types import TileType
 from argus.verify import witness as W
+from argus.verify.identity import ObjectMap, ObjectSet
 from argus.verify.model import Model, WgmmaSite, _num, b_index
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
@@ -194,12 +195,12 @@ def _carried_across(chain: list[int], loop: O.For, defs: dict) -> bool:
     loop (defined outside it), or a variable of the chain is defined outside the loop and
     assigned inside it (the loop-carried update). An accumulator made afresh in every
     iteration (zeros inside a persistent kernel's tile loop) is not, whatever the nesting."""
-    inside = {id(x) for x in loop.body.walk()}
+    inside = ObjectSet(loop.body.walk())
     first = defs.get(chain[0])
-    if first is None or id(first) not in inside:
+    if first is None or first not in inside:
         return True
     assigned = {x.dst.id for x in loop.body.walk() if isinstance(x, O.Assign)}
-    return any(isinstance(defs.get(v), O.Var) and id(defs[v]) not in inside and v in assigned
+    return any(isinstance(defs.get(v), O.Var) and defs[v] not in inside and v in assigned
                for v in chain)
 
 
@@ -249,7 +250,7 @@ def _siblings(model: Model, site: WgmmaSite, name: str) -> list[WgmmaSite]:
         return [site]
     defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
     root = _acc_chain(defs, site.op.acc.id)[-1]
-    whens = {id(sc.op) for sc in site.site.scopes if sc.kind == "if"}
+    whens = ObjectSet(sc.op for sc in site.site.scopes if sc.kind == "if")
     out = []
     for other in model.wgmmas:
         if other.site.role is not site.site.role or _k_key(model, other, name) != key:
@@ -262,7 +263,7 @@ def _siblings(model: Model, site: WgmmaSite, name: str) -> list[WgmmaSite]:
             out.append(other)
         elif other.op.acc.id != site.op.acc.id and \
                 _acc_chain(defs, other.op.acc.id)[-1] == root and \
-                {id(sc.op) for sc in other.site.scopes if sc.kind == "if"} == whens:
+                ObjectSet(sc.op for sc in other.site.scopes if sc.kind == "if") == whens:
             out.append(other)
     if not any(o is site for o in out):
         return [site]
@@ -286,8 +287,8 @@ def _one_continuation(kernel, defs: dict, sites: list[WgmmaSite]) -> bool:
     chains = [_acc_chain(defs, o.op.acc.id) for o in sites]
     values = {v for ch in chains for v in ch}
     before = {v for ch in chains for v in ch[1:]}
-    ops = {id(o.op) for o in sites}
-    seen: set[int] = set()
+    ops = ObjectSet(o.op for o in sites)
+    seen = ObjectSet()
     # a value whose current content a chain op has already continued from (read by a
     # variable's initial value, a rescale, an assignment): a second such read forks the chain
     # (two accumulators from one zeros tile, each with part of K) until it is assigned anew
@@ -298,8 +299,8 @@ def _one_continuation(kernel, defs: dict, sites: list[WgmmaSite]) -> bool:
         value is read mid-chain or continued twice."""
         complete = set(complete)
         for op in r.ops:
-            if id(op) in ops:
-                seen.add(id(op))
+            if op in ops:
+                seen.add(op)
             if isinstance(op, O.Wgmma):
                 reads = [v for v in op.operands() if v.id in before and v is not op.acc]
             elif isinstance(op, (O.WgmmaFence, O.FenceOperands)):
@@ -365,7 +366,7 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     subject = (f"k of wgmma at {op.loc} over {len(loops)} loop(s)" +
                (f" and {len(siblings)} wgmma sites" if several else ""))
     # two instances that differ in (site, reduction-loop indices, k); everything else shared
-    sibling_loops = {id(s.op): s for o in siblings for s in _reduction_loops(model, o)}
+    sibling_loops = ObjectMap((s.op, s) for o in siblings for s in _reduction_loops(model, o))
     ren = [(s.var, fresh_int(f"{s.var}@2")) for s in sibling_loops.values()]
 
     def sub(t):

@@ -13,6 +13,7 @@ under a launch precondition; "note" = a proven invariant (only with include_prov
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,35 +146,40 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
     # element), then on the CTA and the shapes: small numbers read best
     extra = [v for v, _, _ in model.grid_vars]
     extra += list(model.params.values())
-    prepared: set[int] = set()
+    # the obligation as solved: with the shared minimization order and the tag.assume axiom
+    # instances of its query (frozen obligations: a new one, made once per obligation; the
+    # tables below are keyed by the obligation itself, which compares by identity)
+    prepared: dict[OB.Obligation, OB.Obligation] = {}
 
-    def prepare(ob: OB.Obligation) -> None:
-        if id(ob) in prepared:
-            return
-        prepared.add(id(ob))
+    def prepare(ob: OB.Obligation) -> OB.Obligation:
+        done = prepared.get(ob)
+        if done is not None:
+            return done
+        minimize, premises = ob.minimize, ob.premises
         if ob.minimize is not None:
             seen = {term_name(t) for t in ob.minimize}
-            ob.minimize = list(ob.minimize) + [t for t in extra if term_name(t) not in seen]
+            minimize = list(ob.minimize) + [t for t in extra if term_name(t) not in seen]
         if any(op.nvars for op, _ in model.axioms):
             # tag.assume axioms, instantiated on the opaque-function terms of this query
-            ob.premises = list(ob.premises) + model.axiom_instances(
+            premises = list(ob.premises) + model.axiom_instances(
                 [c for _, c in ob.claims] + list(ob.premises))
+        done = prepared[ob] = dataclasses.replace(ob, minimize=minimize, premises=premises)
+        return done
 
     def solve(ob: OB.Obligation) -> OB.Finding:
-        prepare(ob)
         try:
-            return OB.run(ob, stats, timeout_ms)
+            return OB.run(prepare(ob), stats, timeout_ms)
         except Exception as e:  # noqa: BLE001 - a verifier bug is unknown, never proven
             return OB.Finding(ob.code, ob.loc, ob.subject, "unknown",
                               f"verifier internal error ({type(e).__name__}: {e})")
 
     # obligations implied by others (`Obligation.implied_by`) are decided after those
-    decided: dict[int, OB.Finding] = {}
+    decided: dict[OB.Obligation, OB.Finding] = {}
     results: list[OB.Finding | None] = [None] * len(obs)
     for i in sorted(range(len(obs)), key=lambda i: bool(obs[i].implied_by)):
         ob = obs[i]
         f = _implied(ob, decided, prepare, stats, timeout_ms) if ob.implied_by else None
-        results[i] = decided[id(ob)] = f if f is not None else solve(ob)
+        results[i] = decided[ob] = f if f is not None else solve(ob)
     findings += results
     for loc, why in model.unsupported:
         findings.append(OB.Finding("model", loc, "kernel model", "unknown", why))
@@ -189,8 +195,8 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
     return Report(k.name, diags, findings, time.perf_counter() - t0, stats)
 
 
-def _implied(ob: OB.Obligation, decided: dict[int, OB.Finding], prepare, stats: solver.Stats,
-             timeout_ms: int | None) -> OB.Finding | None:
+def _implied(ob: OB.Obligation, decided: dict[OB.Obligation, OB.Finding], prepare,
+             stats: solver.Stats, timeout_ms: int | None) -> OB.Finding | None:
     """A proof of `ob` from proofs of the claims it is implied by (`ob.implied_by`), or None
     when one of them is not proven (then `ob` is solved itself). A listed obligation decided
     in this run counts when proven; when it is not, but has claims besides those needed and
@@ -198,7 +204,7 @@ def _implied(ob: OB.Obligation, decided: dict[int, OB.Finding], prepare, stats: 
     outside the run (not reported itself) is queried for the needed claims alone."""
     t0 = time.perf_counter()
     for dep, need in ob.implied_by:
-        f = decided.get(id(dep))
+        f = decided.get(dep)
         if f is not None and f.status == "proven":
             continue
         claims = [(n, c) for n, c in dep.claims if n in need]
@@ -207,7 +213,7 @@ def _implied(ob: OB.Obligation, decided: dict[int, OB.Finding], prepare, stats: 
         if f is not None and (set(f.witness.get("violated", ())) & set(need) or
                               len(claims) == len(dep.claims)):
             return None   # a needed claim is violated, or the same query was not proven
-        prepare(dep)
+        dep = prepare(dep)
         try:
             out = solver.prove(dep.premises, claims, timeout_ms=dep.timeout_ms or timeout_ms,
                                stats=stats, theory=dep.tier)

@@ -19,9 +19,13 @@ from argus.verify import solver
 from argus.verify.rules import RULES
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Obligation:
-    """premises ⇒ ∧ claims. `decode(model, violated)` returns (message, witness dict)."""
+    """premises ⇒ ∧ claims. `decode(model, violated)` returns (message, witness dict).
+
+    Frozen (what the checker adds, the axiom instances and the minimization order, makes a
+    new obligation: `dataclasses.replace`), compared and hashed by identity: an obligation is
+    one question, and `implied_by` and the checker's tables refer to it as that object."""
 
     code: str
     loc: Loc
@@ -32,7 +36,7 @@ class Obligation:
     minimize: Sequence[z3.ExprRef] = ()
     fix: str = ""
     confirm: Callable[[dict], dict] | None = None   # concrete replay of a witness
-    timeout_ms: int | None = None
+    timeout_ms: int | None = None   # budget in ms' worth of z3 resource units (solver.rlimit_of)
     warn_claims: tuple[str, ...] = ()    # claims whose sole violation is only a warning
     tier: str | None = None              # "LIA", "NIA", "QF_BV" (None: read off the claims)
     # a sufficient condition: when each listed obligation's named claims are proven, this one
@@ -42,7 +46,7 @@ class Obligation:
     implied_why: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Finding:
     """A result decided without the solver (or already decided): arithmetic checks."""
 
