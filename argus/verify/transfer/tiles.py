@@ -13,11 +13,13 @@ data is no longer an element of one tensor, so the `tensor` tag does not flow th
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import z3
 
 from argus.ir import ops as O
 from argus.ir.types import TileType
-from argus.verify.tagdomain import Record, TagVal, combine, fresh_int, reduce_over
+from argus.verify.tagdomain import Record, TagVal, combine, fresh_int, reduce_over, substitute
 from argus.verify.transfer.domain import (EwSite, ReduceSite, Rule, TileState, _is_z3, _num)
 
 
@@ -185,13 +187,30 @@ def reduce(m: Model, op: O.Reduce, scopes, role, counters, following) -> None:
         v = fresh_int(f"r{op.result.id}")
         inner = tuple(v if d == axis else x for d, x in enumerate(idx))
         rec = src.fn(inner)
-        fields = {name: reduce_over(val, v, 0, extent, f"{op.fn} over axis {axis} at "
-                                                       f"{op.loc}")
-                  for name, val in rec.fields.items() if name != "tensor"}
+        live = rec.fields.get("live")
+        fields = {}
+        for name, val in rec.fields.items():
+            if name == "tensor":
+                continue
+            got = reduce_over(val, v, 0, extent, f"{op.fn} over axis {axis} at {op.loc}")
+            if live is not None and live.is_point and name != "live" and got is not val:
+                got = _kept_only(got, live, v)
+            fields[name] = got
         # cond mentioning v belongs to the fields now; keep the rest
         return Record(fields, rec.defined, tuple(c for c in rec.cond),
                       f"{op.fn} at {op.loc}")
     m._set_tile(op.result, fn, op, f"{op.fn}-reduction at {op.loc}")
+
+
+def _kept_only(reduced: TagVal, live: TagVal, var) -> TagVal:
+    """A reduced field's set restricted to the elements a mask keeps. An element of
+    `where(mask, v, c)` (mask an index predicate, c a scalar) whose mask is false is the
+    constant c and carries no data, so only the kept elements' tags reach the reduction: a
+    sum over i of where(i == k, x[i], 0) carries x[k]'s tags alone (a one-hot selection, the
+    transpose's), while a mask that keeps several i (i <= k) still mixes them. `reduced` is
+    reduce_over's set, its last bound variable the renamed `var`."""
+    kept = substitute(live.term, (var, reduced.bound[-1])) != 0
+    return replace(reduced, cond=reduced.cond + (kept,))
 
 
 def scan(m: Model, op: O.Scan, scopes, role, counters, following) -> None:
