@@ -293,6 +293,33 @@ def make_bias_gelu(bug: str | None = None):
     return bias_act
 
 
+def make_select_transpose(bug: str | None = None):
+    """Y = X^T through a one-hot selection, as argus/compose/launch.py's transpose: element
+    (i, j, k) of the [R, C, R] tile keeps x[i, j] where i == k, and the sum over i places it at
+    (j, k). The sum adds zeros only where the mask pins i to k; a mask that keeps several i, or
+    pins i to another index, stores mixed or foreign rows."""
+    @ag.kernel(threads=128, name="select_transpose")
+    def select_transpose(X: ag.Tensor["B", "R", "C", ag.f32],
+                         Y: ag.Tensor["B", "C", "R", ag.f32]):
+        BR, BC = 16, 32
+        pid_r, pid_c, b = ag.grid(ag.cdiv(X.shape[1], BR), ag.cdiv(X.shape[2], BC), X.shape[0])
+        x = ag.load(X, (b, pid_r * BR, pid_c * BC), (BR, BC))
+        i = ag.arange(BR)[:, None, None]
+        k = ag.arange(BR)[None, None, :]
+        if bug == "mask_keeps_prefix":
+            sel = i <= k  # BUG:mask_keeps_prefix
+        elif bug == "mask_next_row":
+            sel = i == k + 1  # BUG:mask_next_row
+        elif bug == "mask_column":
+            sel = i == ag.arange(BC)[None, :, None]  # BUG:mask_column
+        else:
+            sel = i == k
+        t = ag.where(sel, x[:, :, None], 0.0).sum(axis=0)          # [1, BC, BR]
+        ag.store(Y, (b, pid_c * BC, pid_r * BR), t)
+
+    return select_transpose
+
+
 def make_softmax(bug: str | None = None):
     @ag.kernel(threads=256, name="row_softmax")
     def row_softmax(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["M", "N", ag.f32]):
