@@ -16,6 +16,10 @@ back in the same layout). Hq must be a multiple of Hkv (GQA / MQA: query head h 
 h // (Hq / Hkv)). With return_lse=True the result is (out, lse), lse [B, Hq, Sq] float32, the
 natural-log log-sum-exp of each row of scale * q k^T.
 
+The schedule is `argus.kernels.attention.default_schedule(head_dim, causal, Sq)`, the variant
+measured fastest on the H200 per head dim, mask and query length (docs/perf/attention.md, run
+5); `schedule=` overrides it.
+
 Every input that cannot be right (dtype, head dim, shapes, device, strides TMA cannot address,
 heads that do not divide) raises a LaunchError that says what and how to fix it. The kernel
 runs as the torch.library custom op `argus::attention`, so torch.compile traces through it and
