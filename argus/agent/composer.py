@@ -34,6 +34,10 @@ class NoTemplate(ArgusError):
     """The task's op family has no Argus template (yet)."""
 
 
+class SdpaRefused(NoTemplate):
+    """An SDPA task the attention family cannot run: argus.compose takes it, the note says why."""
+
+
 def _slope(node, default: float, name: str, index: int) -> float:
     if name in node.kwargs:
         return float(node.kwargs[name])
@@ -171,7 +175,8 @@ def _compose_general(path: Path, why: NoTemplate) -> TaskSpec:
                     compute="f32", ops=len(g.live()),
                     metrics=(("bytes", bytes_io), ("flops", flops)),
                     note=comp.describe() + ("" if comp.complete else
-                                            " (PARTIAL: those ops run in torch)"))
+                                            " (PARTIAL: those ops run in torch)")
+                    + (f"; not the attention family: {why}" if isinstance(why, SdpaRefused) else ""))
 
 
 def _match_kernelbench(path: Path) -> TaskSpec:
@@ -202,6 +207,11 @@ def _match_kernelbench(path: Path) -> TaskSpec:
     shapes = {p.name: x for p, x in zip(placeholders, inputs)}
     common = dict(name=name, origin="kernelbench", path=str(path.resolve()),
                   sha256=file_sha256(path))
+    from argus.agent.families.attention import match_kernelbench as match_attention
+
+    attention = match_attention(gm, placeholders, compute, shapes, common)
+    if attention is not None:
+        return attention
     gemm = _match_gemm(gm, placeholders, compute, shapes)
     if gemm is not None:
         M, K, N = gemm

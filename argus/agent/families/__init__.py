@@ -3,14 +3,17 @@ cost model and DSL source (see base.py). `get_family(name)` returns the one inst
 
 from __future__ import annotations
 
+from argus.agent.families.attention import AttentionFamily
 from argus.agent.families.base import Family, Rule, params_key
 from argus.agent.families.composed import ComposedFamily
 from argus.agent.families.elementwise import ElementwiseFamily
 from argus.agent.families.gemm import GemmFamily
 from argus.agent.families.kernel import KernelFamily
+from argus.agent.families.moe import MoeFamily
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (GemmFamily(), ElementwiseFamily(),
-                                                   KernelFamily(), ComposedFamily())}
+                                                   KernelFamily(), ComposedFamily(),
+                                                   AttentionFamily(), MoeFamily())}
 
 
 def get_family(name: str) -> Family:
