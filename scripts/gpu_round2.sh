@@ -4,6 +4,7 @@
 # $OUT/<step>.log; the last lines printed are one summary line per step.
 #   bash scripts/gpu_round2.sh [steps...]   (default: tests membound attention moe fp8block)
 # Steps: tests quick membound attention moe fp8block conv untuned gelu pingpong kb
+#        online convq scan fp8overlap att64 moedecode firstcall fp8quant (one fast bench each, < 70 s)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
 #   kb: scripts/gpu_kernelbench_solve.sh with KB_BUDGET seconds (default 240); results under
 #       $OUT/solve, resumed from $KB_RESUME/results.jsonl when that is set
@@ -35,6 +36,14 @@ for s in "${steps[@]}"; do
     untuned) run_step untuned 120 python3 -u scripts/gpu_gemm_untuned.py --layouts NT --out "$OUT/untuned" ;;
     gelu) run_step gelu 200 python3 -u scripts/gpu_agent.py --tasks gelu --budget-s 130 --out "$OUT/agent" ;;
     pingpong) run_step pingpong 90 python3 -u scripts/gpu_gemm_pingpong.py --shapes 4096x4096x4096,2048x7168x2048 --sass ;;
+    online) run_step online 55 python3 -u scripts/gpu_memory_bound.py --examples softmax_online --online-bn 2048,4096 --rounds 2 --out "$OUT/online" ;;
+    convq) run_step convq 60 python3 -u scripts/gpu_conv_bench.py --quick --skip-kernelbench --fp32 ;;
+    scan) run_step scan 60 python3 -u scripts/gpu_scan_bench.py --quick ;;
+    fp8overlap) run_step fp8overlap 70 python3 -u scripts/gpu_fp8_bench.py --block --overlap --trials 30 --shapes 4096x7168x2048,4096x24576x1536,4096x7168x16384,8192x7168x2048 --out "$OUT/fp8overlap" ;;
+    att64) run_step att64 60 python3 -u scripts/gpu_attention_bench.py --dims 64 --lengths 1024,2048,4096 --variants default,plain,pingpong,fa3+2wg,bn192 --no-gqa --out "$OUT/att64" ;;
+    moedecode) run_step moedecode 50 python3 -u scripts/gpu_moe_bench.py --decode --rule-variants --models qwen3-30b-a3b mixtral --out "$OUT/moedecode" ;;
+    firstcall) run_step firstcall 40 python3 -u scripts/gpu_first_call.py --skip-cold ;;
+    fp8quant) run_step fp8quant 30 python3 -u scripts/gpu_fp8_quant_bench.py --out "$OUT/fp8quant" ;;
     *) echo "unknown step $s" ;;
   esac
 done
