@@ -10,7 +10,8 @@ built-in invariants (wgmma operand agreement, each k once, TMA/descriptor layout
 bytes, the mbarrier protocol for unbounded iterations, release-after-retire, proxy fences,
 races, bounds, output coordinates/coverage) plus every `ag.tag_assert` are proven with z3 in
 three tiers (F2 linear layouts, bit-vectors for addresses, linear integer arithmetic for
-counters). A timeout is reported as "unknown", never as proven. See docs/verify.md.
+counters). A query out of its budget (z3 resource units, never wall time) is reported as
+"unknown", never as proven. See docs/verify.md.
 """
 
 from argus.verify.checker import Report, check, run

@@ -6,9 +6,10 @@ Job: the verifier's one straight-line entry point (ARCHITECTURE.md §3:
 present) or a `KernelFunction` plus compile-time values (then the kernel is traced, and
 lowered too when `lower=True`).
 
-Severity: "error" = a violated invariant with a decoded counterexample; "unknown" = a solver
-timeout or a construct the model cannot represent (never a pass); "warning" = holds only
-under a launch precondition; "note" = a proven invariant (only with include_proven=True).
+Severity: "error" = a violated invariant with a decoded counterexample; "unknown" = a query out
+of its solver budget or a construct the model cannot represent (never a pass); "warning" =
+holds only under a launch precondition; "note" = a proven invariant (only with
+include_proven=True).
 """
 
 from __future__ import annotations
