@@ -134,6 +134,9 @@ _RULES = (
          "qk_terms={qk_terms}: Q K^T split into hi/lo bf16 pieces concatenated along the head "
          "dim needs {qk_terms} x {D} <= 256 columns", "use qk_terms=1",
          "argus/kernels/attention.py HEAD_DIMS", severity="error"),
+    Rule("operand", lambda p, d: p.get("operand", "bf16") in ("bf16", "f16"),
+         "operand={operand}: the attention kernel multiplies bf16 or fp16",
+         "use operand='f16' or 'bf16'", "argus/kernels/attention.py attention_kernel"),
     Rule("schedule_fields", lambda p, d: not _field_problems(p),
          "the kernel refuses this schedule: " + "{field_problems}",
          "see AttentionSchedule's fields: block_m = 64 x consumers, ordered without an "
@@ -174,7 +177,18 @@ class AttentionFamily(Family):
                 "stages": (2, 3, 4), "ordered": (False, True), "fa3_overlap": (False, True),
                 "intra_wg_overlap": (False, True), "persistent": (False, True),
                 "epilogue": ("direct", "tma"), "producer_regs": (24, 32),
-                "consumer_regs": (160, 240), "qk_terms": self.qk_term_choices(task)}
+                "consumer_regs": (160, 240), "qk_terms": self.qk_term_choices(task),
+                "operand": self.operand_choices(task)}
+
+    @staticmethod
+    def operand_choices(task: TaskSpec) -> tuple[str, ...]:
+        """The kernel's 16-bit type: a bf16 or fp16 task keeps its own; a float32 task takes
+        fp16 first (8x finer than bf16: Q, K, P, V and O each round to 2^-11, and a heavy-tailed
+        score of 1e4 moves by ~5 instead of ~40; values past 65504 overflow, which the check
+        catches) or bf16 (fp32's range)."""
+        if task.dtype == "f32":
+            return ("f16", "bf16")
+        return ("f16",) if task.dtype == "f16" else ("bf16",)
 
     @staticmethod
     def qk_term_choices(task: TaskSpec) -> tuple[int, ...]:
@@ -194,7 +208,7 @@ class AttentionFamily(Family):
         terms = max(self.qk_term_choices(task))
         kd = kernel_head_dim(d["D"] * terms) or 128
         return {**dataclasses.asdict(default_schedule(kd, bool(d.get("causal")), d["S"])),
-                "qk_terms": terms}
+                "qk_terms": terms, "operand": self.operand_choices(task)[0]}
 
     def naive_params(self, task: TaskSpec) -> dict[str, Any]:
         """A correct, slow start: one consumer warpgroup of 64 rows, 64-key blocks, the plain
@@ -347,7 +361,7 @@ class AttentionFamily(Family):
         kd = _kd(d, params)
         names = {f.name for f in dataclasses.fields(_schedule_type())}
         fields = ", ".join(f"{k}={params[k]!r}" for k in sorted(params) if k in names)
-        dt = "f16" if task.compute == "f16" else "bf16"
+        dt = params.get("operand", "f16" if task.compute == "f16" else "bf16")
         return (f'"""Attention forward chosen by `argus optimize` for {task.name}: the library '
                 f"kernel\n(argus/kernels/attention.py, read it there) at head dim {kd}, "
                 f"{'causal' if d.get('causal') else 'full'} mask, {dt}, with this schedule.\n"
@@ -366,7 +380,8 @@ class AttentionFamily(Family):
         if task.origin != "kernelbench":
             return None
         o = task.opts
-        dt = "torch.float16" if task.compute == "f16" else "torch.bfloat16"
+        dt = {"f16": "torch.float16", "bf16": "torch.bfloat16"}[
+            (params or {}).get("operand", "f16" if task.compute == "f16" else "bf16")]
         scale = o.get("scale")
         return (kernel_source.rstrip() + "\n\n\n"
                 "# ---- KernelBench adapter: ModelNew(Q, K, V) = SDPA through argus.ops.attention "
@@ -502,7 +517,7 @@ def match_kernelbench(gm, placeholders, compute, shapes, common: dict[str, Any]
                     options=(("scale", None if scale is None else float(scale)),),
                     metrics=(("flops", 4.0 * B * H * pairs * D),
                              ("bytes", float(eb * (2 * B * H * S * D + 2 * B * HKV * SK * D)))),
-                    note=f"SDPA through argus.ops.attention ({compute_dt} kernel at head dim "
+                    note=f"SDPA through argus.ops.attention (16-bit kernel at head dim "
                          f"{kernel_head_dim(D)}"
                          + (f", padded from {D}" if kernel_head_dim(D) != D else "") + ")"
                          + ("; a float32 task on the 16-bit kernel: relaxed track"
