@@ -1,6 +1,6 @@
 """The parallel KernelBench judge on the CPU: the GPU gate (timings alone, other GPU work
 together, writers first, compiles let go), the memory budget (never above it, a large task is
-not starved), direct judging (reference in the judge's process, inputs made by the candidate)
+not starved), direct judging (reference in the judge's process, inputs handed to the candidate)
 against the judge through files, the parallel runner against the serial one, its time budget,
 the task selection by what a composition leaves to torch, and the per-level summary."""
 
@@ -239,6 +239,121 @@ def test_direct_judging_catches_a_solution_honest_only_when_watched():
     assert all(s.strict_ok for s in sneaky.sets)
     assert sneaky.reason == "zeros_output" and "after timing" in sneaky.detail
     assert "timing measure" in sneaky.phases
+
+
+RESEEDS_AND_DRAWS = """
+import torch
+
+_seed = torch.manual_seed
+
+
+def manual_seed(seed):
+    # a stand-in for anything in the candidate's process that consumes the global generator
+    # between a seeding and a draw (a library's lazy initialisation, a background thread)
+    generator = _seed(seed)
+    torch.rand(7)
+    return generator
+
+
+torch.manual_seed = manual_seed
+torch.rand(3)                   # and a draw at import
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.randn(5)          # and one in __init__, after the judge's seeding
+
+    def forward(self, x):
+        return torch.relu(x)
+"""
+
+ALTERS_WHAT_IT_RECEIVES = """
+import torch
+
+_load = torch.load
+
+
+def load(*args, **kwargs):
+    value = _load(*args, **kwargs)
+    if isinstance(value, list) and value and isinstance(value[0], torch.Tensor) \\
+            and value[0].is_floating_point():
+        value[0] = value[0] * 0.5          # the inputs the judge handed over, altered
+    return value
+
+
+torch.load = load
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+"""
+
+
+@needs_tasks
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_candidate_whose_process_draws_other_random_numbers_is_judged_on_the_judges_inputs(
+        tmp_path, direct):
+    """The H200 run rejected honest solutions of L1/44 and L1/74 because the candidate's
+    process drew its input set itself and drew other numbers than the reference worker. The
+    candidate now copies the judge's own inputs: a solution whose process consumes the
+    generator (at import, in __init__, after every seeding) is still judged correct, on every
+    set, and the inputs it received are the reference's (fingerprints)."""
+    solution = tmp_path / "reseeds.py"
+    solution.write_text(RESEEDS_AND_DRAWS)
+    options = dataclasses.replace(OPTIONS, direct=direct)
+    with ReferenceSession(_task(1, 19), options) as session:
+        j = judge_with(session, solution)
+    assert j.correct, (j.reason, j.detail)
+    assert len(j.sets) == options.sets and all(s.strict_ok for s in j.sets)
+    assert all(max(e["rel_l2"] for e in s.errors) == 0.0 for s in j.sets)   # relu is exact
+
+
+@needs_tasks
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_candidate_that_alters_the_inputs_it_received_fails(tmp_path, direct):
+    """Handing over the inputs keeps the check that used to catch an altered generation: what
+    the candidate's process received and ran on must have the reference's fingerprints."""
+    solution = tmp_path / "alters.py"
+    solution.write_text(ALTERS_WHAT_IT_RECEIVES)
+    options = dataclasses.replace(OPTIONS, direct=direct)
+    with ReferenceSession(_task(1, 19), options) as session:
+        j = judge_with(session, solution)
+    assert not j.correct and not j.correct_relaxed
+    assert j.reason == "input_mutated" and "received differ" in j.detail, j.detail
+
+
+def test_tf32_stays_off_while_any_thread_calibrates():
+    """Calibrations of several tasks overlap in the judge's process: TF32 is restored only
+    when the last one leaves, to the value it had before the first entered."""
+    from argus.bench.kernelbench.worker import _NoTF32
+
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        outer, inner = _NoTF32(), _NoTF32()
+        outer.__enter__()
+        inner.__enter__()
+        outer.__exit__(None, None, None)       # the first leaves while the second still runs
+        assert torch.backends.cudnn.allow_tf32 is False
+        inner.__exit__(None, None, None)
+        assert torch.backends.cudnn.allow_tf32 is True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def test_a_shared_input_handle_that_does_not_fit_is_refused():
+    from argus.bench.kernelbench.worker import open_shared_input
+
+    handle = {"shape": [4, 4], "stride": [1, 4], "offset": 0, "dtype": "torch.float32",
+              "device": 0, "handle": None, "size_bytes": 60, "offset_bytes": 0,
+              "counter_handle": None, "counter_offset": 0, "event_handle": None,
+              "event_sync": False}
+    with pytest.raises(ValueError, match="do not fit"):
+        open_shared_input(handle)                  # a transposed view reaching byte 64 of 60
+    with pytest.raises(ValueError, match="do not fit"):
+        open_shared_input({**handle, "size_bytes": 64, "stride": [-4, 1]})
 
 
 def test_a_shared_output_handle_that_does_not_fit_is_refused():

@@ -114,11 +114,11 @@ class JudgeOptions:
     workdir: str | None = None
     keep_files: bool = False
     ref_cache_bytes: int = 1 << 30
-    # direct: the reference runs in the judge's own process and its tensors never leave it;
-    # the candidate makes its input sets itself (the same seeds, on the GPU's generator when
-    # judging on one) and hands its outputs over by CUDA IPC (a file on the CPU, or when the
-    # handles cannot be mapped). Upstream sizes move several GB per set: through files that
-    # took minutes per task. The candidate still runs in its own process.
+    # direct: the reference runs in the judge's own process and its references never leave
+    # it; the candidate copies the judge's input tensors (CUDA IPC handles; a file on the CPU)
+    # and hands its outputs over by CUDA IPC (a file on the CPU, or when the handles cannot be
+    # mapped). Upstream sizes move several GB per set: through files that took minutes per
+    # task. The candidate still runs in its own process.
     direct: bool = False
 
     def resolved_device(self) -> str:
@@ -448,10 +448,69 @@ class ReferenceSession:
                           weights_only=False)
 
     def input_args(self, entry: _RefSet) -> dict[str, Any]:
-        """How a candidate gets this set's inputs: made by itself (direct) or from the file."""
-        if self.options.direct:
-            return {"gen": entry.reply["gen"]}
-        return {"inputs_path": str(entry.inputs_path)}
+        """How a candidate gets this set's inputs: always the judge's own tensors, never a
+        recipe to draw them again (a candidate's process must not have to reproduce the
+        reference's random stream). Through files, or judging `direct` on a GPU by CUDA IPC
+        handles of the tensors this process holds (the candidate copies them before its
+        forward; `shared_intact` checks afterwards that they were not written through the
+        handles)."""
+        if not self.options.direct:
+            return {"inputs_path": str(entry.inputs_path)}
+        assert entry.inputs is not None, "direct judging: the set's inputs are held here"
+        return self.hand_over(entry.inputs, entry.inputs_path)
+
+    def hand_over(self, values: list[Any], path: Path) -> dict[str, Any]:
+        """CUDA IPC handles of `values` (they must stay alive until the candidate's reply), or
+        `values` written to `path` (on the CPU, or when a tensor cannot be shared)."""
+        from argus.bench.kernelbench.worker import share_cuda
+
+        if self.device != "cpu":
+            try:
+                shared = []
+                for v in values:
+                    if isinstance(v, torch.Tensor):
+                        if v.device.type != "cuda" or v.numel() == 0:
+                            raise ValueError(f"a {v.device} tensor of {v.numel()} elements")
+                        shared.append({"ipc": share_cuda(v.detach())})
+                    else:
+                        shared.append({"value": v})
+                import json
+
+                json.dumps(shared)            # plain values only (a scalar input, not an object)
+                return {"shared": shared}
+            except Exception as exc:  # noqa: BLE001 - not shareable: through a file instead
+                self.add_phase("# input hand-overs by file", 1.0)
+                self.ipc_error = self.ipc_error or f"inputs: {type(exc).__name__}: {exc}"
+        if not path.exists():
+            torch.save([v.detach().cpu() if isinstance(v, torch.Tensor) else v
+                        for v in values], path)
+        return {"inputs_path": str(path)}
+
+    def shared_intact(self, entry: _RefSet) -> bool:
+        """Direct judging on a GPU: the inputs this process shared with the candidate still
+        have the fingerprints they were drawn with (the candidate mapped them, and could have
+        written through the mapping)."""
+        from argus.bench.kernelbench.worker import _fingerprint
+
+        if not self.options.direct or self.device == "cpu" or entry.inputs is None:
+            return True
+        return same_fingerprints([_fingerprint(v) for v in entry.inputs],
+                                 entry.reply.get("fingerprints") or [])
+
+    def timing_inputs(self) -> tuple[dict[str, Any], list[Any] | None]:
+        """Set 0's inputs for timing: (arguments of the candidate's `time`, tensors to keep
+        alive until it replies). Direct judging drops a big set's inputs after its comparison;
+        they are drawn again then (no reference needed), in the judge's process."""
+        if not self.options.direct:
+            return {"inputs_path": str(self.inputs_of_set0())}, None
+        entry = self.sets.get(0)
+        values = entry.inputs if entry is not None else None
+        if values is None:
+            assert self.worker is not None
+            gen = (entry.reply if entry is not None else self.get(0).reply)["gen"]
+            values = self.worker.request("make_inputs", self.options.timeout_s,
+                                         **gen)["tensors"]
+        return self.hand_over(values, self.dir / "inputs" / "timing.pt"), values
 
     def run_probes(self, entry: _RefSet, inputs: list[Any], previous: _RefSet | None) -> None:
         """Which trivial answers would pass on this set (and stale ones across sets)."""
@@ -569,14 +628,11 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
     opts = session.options
     info = session.info or {}
     clock = _Clock(session)
-    gen_args = {"task_path": str(session.task.path), "overrides": info.get("overrides")} \
-        if opts.direct else {}
     try:
         with clock("candidate init (wait, import, ModelNew)"):
             init = cand.request("init", opts.timeout_s, solution_path=solution,
                                 init_path=info["init_path"], state_path=info["state_path"],
-                                seed=opts.seed, device=session.device, out_nbytes=out_nbytes,
-                                **gen_args)
+                                seed=opts.seed, device=session.device, out_nbytes=out_nbytes)
         if init.get("boot_s") is not None:
             session.add_phase("candidate boot (python, torch, harness)", init["boot_s"])
     except WorkerError as exc:
@@ -615,14 +671,9 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
                                    index=spec.index, seed=spec.seed, out_path=str(out_path),
                                    export=opts.direct, **session.input_args(entry))
             _run_phases(session, run, spec.index == 0)
-            if run.get("fingerprints") is not None and not same_fingerprints(
-                    run["fingerprints"], entry.reply.get("fingerprints") or []):
-                return _failure(session, solution, "runtime_error",
-                                f"set {spec.index}: the inputs the candidate made differ from "
-                                "the reference's (input generation was altered in its "
-                                f"process): fingerprints {run['fingerprints']} vs "
-                                f"{entry.reply.get('fingerprints')} (shape, sum, sum of "
-                                "squares, sum of magnitudes)", started,
+            altered = _altered_inputs(session, entry, run)
+            if altered:
+                return _failure(session, solution, "input_mutated", altered, started,
                                 weights=init.get("weights", ""))
             with clock("output transfer"):
                 outs = _receive_outputs(session, cand, run, out_path)
@@ -670,13 +721,14 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
     suspect: list[str] = []
     if not reasons and want_timing:
         try:
-            set0 = {"gen": session.sets[0].reply["gen"]} if opts.direct and 0 in session.sets \
-                else {"inputs_path": str(session.inputs_of_set0())}
+            with clock("timing inputs"):
+                set0, held = session.timing_inputs()
             with clock("timing (incl. gate wait, profile)"):
                 timed = cand.request("time",
                                      max(opts.candidate_timeout_s or opts.timeout_s, 60.0),
                                      trials=opts.trials, warmup=opts.warmup, flush_l2=True,
                                      profile=opts.profile and session.device != "cpu", **set0)
+            del held
             for name, seconds in (timed.get("phases") or {}).items():
                 session.add_phase(f"timing {name}", seconds)
         except WorkerError as exc:
@@ -816,6 +868,9 @@ def _check_after_timing(session: ReferenceSession, cand: Worker,
         outs = _receive_outputs(session, cand, run, out_path)
     except WorkerError as exc:
         return {_kind(exc)}, [f"after timing: {exc}"]
+    altered = _altered_inputs(session, entry, run)
+    if altered:
+        return {"input_mutated"}, [f"after timing: {altered}"]
     others = [fp for i, fps in set_prints.items() if i != index for fp in fps]
     with gate().shared():
         _, reasons, _, details, _ = _compare_set(entry, inputs, outs, run, others)
@@ -823,6 +878,24 @@ def _check_after_timing(session: ReferenceSession, cand: Worker,
     _drop_exported(cand, run)
     session.release(index)
     return reasons, [f"after timing, unobserved: {d}" for d in details]
+
+
+def _altered_inputs(session: ReferenceSession, entry: _RefSet, run: dict[str, Any]) -> str:
+    """Why the inputs of a run were not the judge's ("" when they were): what the candidate
+    received (its fingerprints) must be what the reference was computed on, and the judge's
+    own tensors, when it shared them, must be unchanged. The candidate is handed the judge's
+    inputs, so an honest run always matches; a mismatch means something in its process altered
+    them (or wrote into the judge's through the shared mapping)."""
+    want = entry.reply.get("fingerprints") or []
+    if not same_fingerprints(run.get("fingerprints") or [], want):
+        return (f"set {entry.spec.index}: the inputs the candidate received differ from the "
+                f"judge's (altered in its process before the forward): fingerprints "
+                f"{run.get('fingerprints')} vs {want} (shape, sum, sum of squares, sum of "
+                "magnitudes)")
+    if not session.shared_intact(entry):
+        return (f"set {entry.spec.index}: the judge's input tensors, shared with the candidate "
+                "by CUDA IPC, were changed through the mapping")
+    return ""
 
 
 def _reference_kind(exc: WorkerError) -> str:

@@ -12,7 +12,7 @@ gpu_gate.py) that every process of the run shares by the ARGUS_GPU_GATE file:
 
 Per slot, per task: the task's baselines in the slot's baseline process (kept across tasks; the
 judge then reads them from the shared cache), then the judge, `direct` (the reference inside
-this process, the candidate makes its own inputs, outputs by CUDA IPC) with a candidate process
+this process, the candidate copies its inputs, outputs by CUDA IPC) with a candidate process
 started while the previous task was judged. Tasks are admitted by their estimated GPU memory
 (gpumem.py: inputs, float64 references, the candidate's copies) so the device never runs out;
 a task that does run out is tried again once, alone. Largest first (they pack worst), smaller

@@ -175,15 +175,31 @@ def _cpu(outs: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 class _NoTF32:
-    """TF32 off for the duration (the native-precision calibration run)."""
+    """TF32 off for the duration (the calibration runs). The switches are process-wide and the
+    judge's process prepares several tasks' references at once (one thread each): the first to
+    enter switches TF32 off, the last to leave restores it, so no thread turns it back on under
+    another's calibration. Nothing else in that process depends on TF32 (the float64 reference
+    and the comparisons do not; candidates and baselines run in processes of their own)."""
+
+    _lock = threading.Lock()
+    _depth = 0
+    _saved: tuple[bool, bool] = (False, True)
 
     def __enter__(self) -> None:
-        self.saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        with _NoTF32._lock:
+            if _NoTF32._depth == 0:
+                _NoTF32._saved = (torch.backends.cuda.matmul.allow_tf32,
+                                  torch.backends.cudnn.allow_tf32)
+                torch.backends.cuda.matmul.allow_tf32 = False
+                torch.backends.cudnn.allow_tf32 = False
+            _NoTF32._depth += 1
 
     def __exit__(self, *exc: object) -> None:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self.saved
+        with _NoTF32._lock:
+            _NoTF32._depth -= 1
+            if _NoTF32._depth == 0:
+                torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = \
+                    _NoTF32._saved
 
 
 # ----------------------------------------------------------------------------- reference
@@ -246,23 +262,42 @@ class ReferenceRole:
 
     def _forward(self, model: torch.nn.Module, args: list[Any], seed: int
                  ) -> list[torch.Tensor]:
-        torch.manual_seed(seed)
+        # Not seeded: seeding is process-wide and other threads of the judge's process draw
+        # their input sets under RNG_LOCK meanwhile. A forward that draws random numbers
+        # (dropout) differs between two runs, which is what the stochastic check detects.
         with torch.no_grad():
             outs, _ = _as_list(model(*args))
         _sync(self.device)
         return outs
+
+    def make_inputs(self, seed: int, distribution: str, absolute: bool,
+                    inputs_path: str | None = None) -> dict[str, Any]:
+        """An input set without its reference (timing's inputs when the judge no longer holds
+        set 0): returned under "tensors" in the judge's process, or written to `inputs_path`."""
+        with gate().shared():
+            with RNG_LOCK:
+                raw = kb_inputs.task_inputs(self.module, seed, _gen_device(self.device))
+                values, _ = kb_inputs.transform(raw, distribution, seed, absolute)
+            values = _to_device(values, self.device)
+            if inputs_path is None:
+                return {"tensors": values}
+            torch.save([v.detach().cpu() if isinstance(v, torch.Tensor) else v
+                        for v in values], inputs_path)
+            return {}
 
     def prepare(self, index: int, seed: int, distribution: str, inputs_path: str | None,
                 ref_path: str | None, calibrate: bool = True, check_stochastic: bool = False
                 ) -> dict[str, Any]:
         """Input set `index` and its float64 reference. With paths, both are written to files
         (a reference worker process); without (the role inside the judge's process), the
-        tensors are returned under "tensors" and never leave the process. "gen" says how the
-        inputs were made, so that a candidate can make the very same ones itself."""
+        tensors are returned under "tensors" and never leave the process. Either way the
+        candidate gets these very inputs (never draws its own), and "fingerprints" let it and
+        the judge check what it received. RNG_LOCK covers only the drawing (seed, get_inputs,
+        re-distribution): the forwards of several tasks' references run at once."""
         phases: dict[str, float] = {}
         clock = _Phases(phases)
-        with RNG_LOCK, gate().shared():
-            with clock("inputs"):
+        with gate().shared():
+            with clock("inputs"), RNG_LOCK:
                 raw = kb_inputs.task_inputs(self.module, seed, _gen_device(self.device))
             attempts = [(distribution, False)]
             if distribution != "task":
@@ -270,7 +305,8 @@ class ReferenceRole:
             used, kinds, ref, gen = "task", [], None, {}
             for dist, absolute in attempts:
                 with clock("inputs"):
-                    values, kinds = kb_inputs.transform(raw, dist, seed, absolute)
+                    with RNG_LOCK:
+                        values, kinds = kb_inputs.transform(raw, dist, seed, absolute)
                     dev_values = _to_device(values, self.device)
                 with clock("float64 reference"):
                     ref = self._forward(self.m64, kb_inputs.to_float64(dev_values), seed)
@@ -352,15 +388,14 @@ class CandidateRole:
                 "flags": guards.changed_flags(self.flags)}
 
     def init(self, solution_path: str, init_path: str, state_path: str, seed: int, device: str,
-             out_nbytes: list[int], task_path: str | None = None,
-             overrides: dict[str, int] | None = None) -> dict[str, Any]:
-        """Import the solution and build ModelNew. With `task_path`, the task module is loaded
-        too (before the solution), so that runs can make their input sets here instead of
-        reading them from files (`gen` of `run` and `time`)."""
+             out_nbytes: list[int]) -> dict[str, Any]:
+        """Import the solution and build ModelNew. The candidate never makes input sets: it
+        receives the judge's (`run`, `time`), so nothing in its process (a library that draws
+        a random number, a solution that reseeds) can make its inputs differ from the ones
+        the reference was computed on."""
         self.device = torch.device(device)
         self.out_nbytes = list(out_nbytes)
         self.exported: list[torch.Tensor] = []
-        self.task_module = load_task(task_path, dict(overrides or {})) if task_path else None
         if self.device.type == "cuda":
             torch.cuda.init()
         self.flags = guards.capture_flags()
@@ -399,28 +434,26 @@ class CandidateRole:
         self.model = model
         return {"weights": weights, **self._integrity()}
 
-    def _inputs(self, inputs_path: str | None, gen: dict[str, Any] | None) -> tuple[list[Any],
-                                                                                  float]:
-        """(inputs on the device, seconds): from a file, or made here as the reference made
-        them (`gen`: seed, distribution, absolute; needs the task module from `init`)."""
+    def _inputs(self, inputs_path: str | None, shared: list[dict[str, Any]] | None
+                ) -> tuple[list[Any], float]:
+        """(inputs on the device, seconds): read from the judge's file, or copied out of the
+        judge's CUDA tensors (`shared`: per input a CUDA IPC handle or a plain value), into
+        memory of this process; the judge's tensors are let go of before the forward."""
         t0 = time.perf_counter()
-        if gen is not None:
-            if self.task_module is None:
-                raise WorkerFailure("runtime_error", "inputs by generation need task_path at "
-                                                     "init")
-            values, _ = kb_inputs.make_set(self.task_module, int(gen["seed"]),
-                                           gen["distribution"], bool(gen["absolute"]),
-                                           _gen_device(self.device))
-            values = _to_device(values, self.device)
+        if shared is not None:
+            values = [_own_copy(open_shared_input(item["ipc"])) if "ipc" in item
+                      else item["value"] for item in shared]
+            _sync(self.device)
         else:
             assert inputs_path is not None
             values = _to_device(torch.load(inputs_path, weights_only=False), self.device)
         return values, time.perf_counter() - t0
 
     def run(self, index: int, seed: int, inputs_path: str | None = None,
-            out_path: str | None = None, poison: bool = True, gen: dict[str, Any] | None = None,
-            export: bool = False) -> dict[str, Any]:
-        """One forward on an input set (a file, or `gen`: made here). poison=False runs it
+            out_path: str | None = None, poison: bool = True,
+            shared: list[dict[str, Any]] | None = None, export: bool = False) -> dict[str, Any]:
+        """One forward on an input set (the judge's: a file or `shared` CUDA tensors, copied
+        here; "fingerprints" in the reply say what was received). poison=False runs it
         exactly as timing does (no dispatch mode), to catch solutions that behave only while
         they are watched. The outputs go to `out_path`, or with `export` (CUDA) stay here and
         are shared with the judge through CUDA IPC handles (`ipc` in the reply) until the next
@@ -429,8 +462,8 @@ class CandidateRole:
         phases: dict[str, float] = {}
         counters = _argus_counters()
         with gate().shared():       # GPU work from here on (a compile inside lets go of it)
-            values, phases["inputs"] = self._inputs(inputs_path, gen)
-            fingerprints = [_fingerprint(v) for v in values] if gen is not None else None
+            values, phases["inputs"] = self._inputs(inputs_path, shared)
+            fingerprints = [_fingerprint(v) for v in values]
             saved = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
             t0 = time.perf_counter()
             if self.device.type == "cuda" and poison:
@@ -501,7 +534,7 @@ class CandidateRole:
         return {}
 
     def time(self, trials: int, warmup: int, flush_l2: bool, profile: bool,
-             inputs_path: str | None = None, gen: dict[str, Any] | None = None
+             inputs_path: str | None = None, shared: list[dict[str, Any]] | None = None
              ) -> dict[str, Any]:
         """Time the forward on set 0 with the GPU to itself (the gate's exclusive hold), then
         profile its kernels (shared: the profile only needs kernel names and shares)."""
@@ -516,7 +549,7 @@ class CandidateRole:
         with torch.no_grad():
             t0 = time.perf_counter()
             with gate().shared():
-                values.extend(self._inputs(inputs_path, gen)[0])
+                values.extend(self._inputs(inputs_path, shared)[0])
                 call()                      # compiled already; warm outside the exclusive hold
                 _sync(self.device)
             t1 = time.perf_counter()
@@ -591,6 +624,40 @@ def open_shared_cuda(h: dict[str, Any]) -> torch.Tensor:
         int(h["device"]), raw(h["handle"]), int(h["size_bytes"]), int(h["offset_bytes"]), False,
         raw(h["counter_handle"]), int(h["counter_offset"]), raw(h["event_handle"]),
         bool(h["event_sync"]))
+
+
+def open_shared_input(h: dict[str, Any]) -> torch.Tensor:
+    """The judge's input tensor of a `share_cuda` handle, mapped in a candidate (any strides
+    of a view inside its allocation: inputs keep the layout get_inputs gave them)."""
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    def raw(x: str | None) -> bytes | None:
+        return None if x is None else base64.b64decode(x)
+
+    dtype = _DTYPES[str(h["dtype"])]
+    shape, stride, offset = ([int(x) for x in h["shape"]], [int(x) for x in h["stride"]],
+                             int(h["offset"]))
+    last = offset + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else offset
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if offset < 0 or any(s < 0 for s in stride) or len(stride) != len(shape) or \
+            (last + 1) * itemsize > int(h["size_bytes"]):
+        raise ValueError("shared input: its shape and strides do not fit its allocation")
+    return rebuild_cuda_tensor(
+        torch.Tensor, torch.Size(shape), tuple(stride), offset, torch.storage.TypedStorage,
+        dtype, int(h["device"]), raw(h["handle"]), int(h["size_bytes"]),
+        int(h["offset_bytes"]), False, raw(h["counter_handle"]), int(h["counter_offset"]),
+        raw(h["event_handle"]), bool(h["event_sync"]))
+
+
+def _own_copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy in this process's memory with the same strides (a broadcast view, whose
+    elements overlap, becomes a plain clone)."""
+    try:
+        own = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+        own.copy_(t)
+        return own
+    except RuntimeError:
+        return t.clone()
 
 
 def _profile_kernels(call: Callable[[], None], iters: int = 3) -> list[list[Any]]:
