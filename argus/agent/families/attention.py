@@ -507,7 +507,8 @@ def match_kernelbench(gm, placeholders, compute, shapes, common: dict[str, Any]
                          fix="a head-dim split in argus/kernels/attention.py (O's columns "
                              "across CTAs) would bring it to the attention family")
     dtype = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}[q.dtype]
-    compute_dt = "f16" if dtype == "f16" else "bf16"
+    # the default operand type (operand_choices: a float32 task takes fp16 first)
+    compute_dt = "bf16" if dtype == "bf16" else "f16"
     eb = 4 if dtype == "f32" else 2
     pairs = S * SK if not causal else sum(max(0, min(SK, i + 1)) for i in range(S))
     return TaskSpec(family="attention",
