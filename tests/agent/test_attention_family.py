@@ -209,3 +209,46 @@ def test_candidate_runs_in_the_interpreter_and_matches_float64(tmp_path):
         assert got.shape == want.shape and got.dtype == torch.float32
         err = ((got.double() - want).norm() / want.norm()).item()
         assert err < bound, (terms, err)
+
+
+def test_points_the_rules_accept_also_lower():
+    """The rules only prune: a random sample of accepted points lowers (tracing runs the
+    kernel's own checks), so the planner never spends a run on what the compiler rejects."""
+    import random
+
+    from argus.agent.families.attention import schedule_of
+    from argus.compiler import lower_only
+    from argus.kernels.attention import attention_kernel
+    import argus as ag
+
+    rng = random.Random(0)
+    for D, causal in ((64, False), (128, True), (256, False)):
+        t = task(D=D, causal=causal)
+        sp = FAMILY.space(t)
+        accepted = 0
+        for _ in range(5000):
+            p = FAMILY.normalize(t, {k: rng.choice(v) for k, v in sp.items()})
+            if not FAMILY.legal(t, p):
+                continue
+            lower_only(attention_kernel(D, ag.bf16, causal, False), s=schedule_of(p))
+            accepted += 1
+            if accepted == 4:
+                break
+        assert accepted == 4, D
+
+
+def test_attention_cards_name_fields_of_the_space():
+    from argus.agent.knowledge import load_cards
+
+    sp = FAMILY.space(task(D=64, dtype="f32", origin="kernelbench"))
+    cards = [c for c in load_cards() if c.kind == "schedule" and "attention" in c.families]
+    assert len(cards) >= 4
+    for c in cards:
+        for k, v in c.edit.set:
+            assert k in sp and v in sp[k], (c.id, k, v)
+        for name in c.edit.search:
+            assert any(v in sp[name] for v in c.param(name).values), (c.id, name)
+        # the card's search from the library default proposes legal candidates
+        t = task(D=128)
+        cands = FAMILY.expand(t, c, FAMILY.normalize(t, FAMILY.default_params(t)))
+        assert any(FAMILY.legal(t, x) for x in cands), c.id

@@ -87,3 +87,17 @@ def test_candidate_runs_in_the_interpreter_and_matches_float64(T, E, k, H, I, kw
     rel = ((out.double() - exact).norm() / exact.norm()).item()
     assert not torch.isnan(out).any() and rel < 1e-2, rel
     assert "grouped_gemm_kernel(True" in FAMILY.render_kernel(t, p)
+
+
+def test_moe_cards_name_fields_of_the_space():
+    from argus.agent.knowledge import load_cards
+
+    cards = [c for c in load_cards() if c.kind == "schedule" and c.id.startswith("moe.")]
+    assert len(cards) >= 2
+    for t in (moe_task(16, 4096, 14336, 8, 2), moe_task(16384, 4096, 14336, 8, 2)):
+        sp = FAMILY.space(t)
+        usable = [c for c in cards if all(n in sp for n in c.edit.search)]
+        assert usable
+        for c in usable:
+            cands = FAMILY.expand(t, c, FAMILY.default_params(t))
+            assert cands and any(FAMILY.legal(t, x) for x in cands), c.id
