@@ -81,6 +81,11 @@ def split_cols(X: ag.Tensor["B", "K", "N", ag.f32], Y: ag.Tensor["BC", "TK", "NP
     """B [K, N] row-major (N contiguous) -> its pieces in the "kn" layout: rows s*KC + k of
     batch b go to rows t*KC + k of batch b*CHUNKS + s of Y, one slot per piece; ROWS divides
     KC, so a tile never crosses a slot; rows past K read as zeros (padding)."""
+    # the launch's contract (split_kn allocates Y so): Y is X's batches x chunks, T slots of
+    # KC rows, and X's columns; stated for store.coverage, which cannot see the allocation
+    ag.tag_assume(lambda: ag.tag_all(ag.sym(Y.shape[0]) == ag.sym(X.shape[0]) * CHUNKS,
+                                     ag.sym(Y.shape[1]) == len(SLOTS) * KC,
+                                     ag.sym(Y.shape[2]) == ag.sym(X.shape[2])))
     p, q = ag.grid(X.shape[0] * CHUNKS * (KC // ROWS), ag.cdiv(X.shape[2], BN))
     blocks = KC // ROWS
     b, rest = p // (CHUNKS * blocks), p % (CHUNKS * blocks)

@@ -73,6 +73,17 @@ def test_transpose_template_verifies(consts):
     assert not errors, "\n".join(str(d) for d in errors)
 
 
+@pytest.mark.parametrize("kc", [8, 64])
+def test_split_cols_verifies(kc):
+    """The GEMM adapter's B split (L1/11, L1/97: KC = 8 was a store.coverage error, Y's shape
+    unrelated to X's; split_cols now states the launch contract with ag.tag_assume)."""
+    from argus.compose.gemm import split_cols
+
+    errors = [d for d in verify.check(split_cols, lower=True, SLOTS=(2, 1, 0, 1, 0, 0),
+                                      CHUNKS=1, KC=kc, ROWS=8, BN=64) if d.severity == "error"]
+    assert not errors, "\n".join(str(d) for d in errors)
+
+
 # ----------------------------------------------------------------------------- composed
 
 CASES = [
