@@ -13,7 +13,8 @@ from argus.agent.families import get_family
 from argus.agent.families.attention import kernel_head_dim
 from argus.agent.task import TaskSpec
 
-L1_97 = Path(__file__).resolve().parents[3] / "shared/kernelbench/level1/97_ScaledDotProductAttention.py"
+L1_97 = (Path(__file__).resolve().parents[3] / "shared/kernelbench/level1"
+         / "97_ScaledDotProductAttention.py")
 
 SDPA_TASK = """import torch
 import torch.nn as nn
@@ -99,8 +100,7 @@ def test_l1_97_is_recognized_and_refused_with_its_head_dim():
 
 
 def test_sdpa_with_a_mask_tensor_is_not_the_attention_family(tmp_path):
-    from argus.agent.composer import SdpaRefused
-    from argus.agent.composer import _match_kernelbench
+    from argus.agent.composer import SdpaRefused, _match_kernelbench
 
     path = sdpa_file(tmp_path, kwargs=", dropout_p=0.1")
     with pytest.raises(SdpaRefused, match="dropout"):
@@ -216,10 +216,10 @@ def test_points_the_rules_accept_also_lower():
     kernel's own checks), so the planner never spends a run on what the compiler rejects."""
     import random
 
+    import argus as ag
     from argus.agent.families.attention import schedule_of
     from argus.compiler import lower_only
     from argus.kernels.attention import attention_kernel
-    import argus as ag
 
     rng = random.Random(0)
     for D, causal in ((64, False), (128, True), (256, False)):
