@@ -210,8 +210,10 @@ def _match_kernelbench(path: Path) -> TaskSpec:
     from argus.agent.families.attention import match_kernelbench as match_attention
 
     attention = match_attention(gm, placeholders, compute, shapes, common)
-    if attention is not None:
+    if isinstance(attention, TaskSpec):
         return attention
+    if attention is not None:
+        raise SdpaRefused(attention.message, fix=attention.fix)
     gemm = _match_gemm(gm, placeholders, compute, shapes)
     if gemm is not None:
         M, K, N = gemm

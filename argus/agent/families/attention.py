@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from argus.agent import cost_model
@@ -457,16 +458,22 @@ class ModelNew(torch.nn.Module):
 # ----------------------------------------------------------------------------- task matching
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """An SDPA task the kernel cannot run: what and how to fix (the composer raises it as
+    SdpaRefused and falls back to argus.compose)."""
+
+    message: str
+    fix: str = ""
+
+
 def match_kernelbench(gm, placeholders, compute, shapes, common: dict[str, Any]
-                      ) -> TaskSpec | None:
+                      ) -> TaskSpec | Refusal | None:
     """The attention TaskSpec of a KernelBench task whose forward is one
     torch.nn.functional.scaled_dot_product_attention(Q, K, V[, is_causal=..., scale=...]) of its
-    three inputs; None when the graph is something else. Raises NoTemplate for an SDPA the
-    kernel cannot run (a mask tensor, dropout, head dim above 256, ...), so the composer falls
-    back to argus.compose with the reason."""
+    three inputs; None when the graph is something else; a Refusal for an SDPA the kernel
+    cannot run (a mask tensor, dropout, head dim above 256, ...)."""
     import torch
-
-    from argus.agent.composer import SdpaRefused as NoTemplate
 
     if len(compute) != 1 or len(placeholders) != 3:
         return None
@@ -485,30 +492,30 @@ def match_kernelbench(gm, placeholders, compute, shapes, common: dict[str, Any]
             [p.name for p in placeholders]:
         return None
     if bound.get("attn_mask") is not None or float(bound.get("dropout_p", 0.0) or 0.0) != 0.0:
-        raise NoTemplate(f"{name}: SDPA with an attention mask tensor or dropout has no Argus "
+        return Refusal(f"{name}: SDPA with an attention mask tensor or dropout has no Argus "
                          "template (the kernel takes the causal mask only, no dropout)")
     causal = bool(bound.get("is_causal", False))
     scale = bound.get("scale")
     q, k, v = (shapes[p.name] for p in placeholders)
     if q.dim() != 4 or k.dim() != 4 or tuple(k.shape) != tuple(v.shape):
-        raise NoTemplate(f"{name}: SDPA on shapes {tuple(q.shape)}, {tuple(k.shape)}, "
+        return Refusal(f"{name}: SDPA on shapes {tuple(q.shape)}, {tuple(k.shape)}, "
                          f"{tuple(v.shape)}: the attention template takes [B, H, S, D] tensors")
     if q.dtype not in (torch.float32, torch.bfloat16, torch.float16) or k.dtype != q.dtype \
             or v.dtype != q.dtype:
-        raise NoTemplate(f"{name}: SDPA on {q.dtype}: the attention template covers fp32, bf16 "
+        return Refusal(f"{name}: SDPA on {q.dtype}: the attention template covers fp32, bf16 "
                          "and fp16 tasks")
     B, H, S, D = (int(x) for x in q.shape)
     HKV, SK = int(k.shape[1]), int(k.shape[2])
     if k.shape[0] != B or k.shape[3] != D or HKV == 0 or H % HKV or \
             (H != HKV and not bound.get("enable_gqa", False)):
-        raise NoTemplate(f"{name}: SDPA with q {tuple(q.shape)} and k {tuple(k.shape)}: batch "
+        return Refusal(f"{name}: SDPA with q {tuple(q.shape)} and k {tuple(k.shape)}: batch "
                          "and head dim must match and the query heads be the key heads (or a "
                          "multiple of them with enable_gqa=True)")
     if causal and S != SK:
-        raise NoTemplate(f"{name}: causal SDPA with S={S} != SK={SK}: torch aligns the mask "
+        return Refusal(f"{name}: causal SDPA with S={S} != SK={SK}: torch aligns the mask "
                          "top-left, the kernel bottom-right (FlashAttention's convention)")
     if kernel_head_dim(D) is None:
-        raise NoTemplate(f"{name}: SDPA with head dim {D}: the attention kernel takes 64, 128 "
+        return Refusal(f"{name}: SDPA with head dim {D}: the attention kernel takes 64, 128 "
                          "and 256 (smaller head dims are zero-padded); above 256 its output "
                          "accumulator alone exceeds a thread's registers",
                          fix="a head-dim split in argus/kernels/attention.py (O's columns "
@@ -533,4 +540,4 @@ def match_kernelbench(gm, placeholders, compute, shapes, common: dict[str, Any]
                     **common)
 
 
-__all__ = ["AttentionFamily", "kernel_head_dim", "match_kernelbench", "schedule_of"]
+__all__ = ["AttentionFamily", "Refusal", "kernel_head_dim", "match_kernelbench", "schedule_of"]
