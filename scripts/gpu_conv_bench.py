@@ -20,7 +20,7 @@ normwise error against float64.
                                                 # at batch 1 (seconds)
     python scripts/gpu_conv_bench.py --quick --skip-kernelbench --fp32
     python scripts/gpu_conv_bench.py --variants   # the quick layers' kernel alone under
-                                                # neighbouring schedules (cluster, stages)
+                                                # neighbouring schedules (cluster, halo)
     python scripts/gpu_conv_bench.py --profile "c4 3x3 256"   # torch.profiler: GPU time per
                                                 # kernel (ours, operand preparation, cuDNN's)
                                                 # and host time per call, for one layer
@@ -126,9 +126,9 @@ def _prepared(x, w, stride, padding, schedule=None):
 
 def variants() -> None:
     """The quick ResNet layers' kernel alone (prepared launches, no host work) under the
-    default schedule and its neighbours: the earlier default (no cluster, 4 stages), the
-    default without the 2x1 weight-multicast cluster, and with 4 stages; each checked
-    against float64 once. One compile per row (seconds each)."""
+    default schedule and its neighbours: the earlier default (no cluster, no halo, 4 stages),
+    the 2x1 weight-multicast cluster without the halo row reuse, and the halo without the
+    cluster; each checked against float64 once. One compile per row (seconds each)."""
     import dataclasses
 
     import torch
@@ -148,11 +148,14 @@ def variants() -> None:
             .bfloat16().to(memory_format=torch.channels_last)
         ref = F.conv2d(x.double(), w.double(), None, st, pad)
         base = conv_ops.schedule_for(x, w, st, pad, 1, 1)
+        plain = dataclasses.replace(base, halo=False, producer_regs=40, consumer_regs=232,
+                                    stages=6 if base.bn == 64 else 5)
         rows = {"default": base,
-                "previous (cluster 1, 4 stages)": dataclasses.replace(base, cluster_m=1,
-                                                                      stages=4),
-                "default, cluster 1": dataclasses.replace(base, cluster_m=1),
-                "default, 4 stages": dataclasses.replace(base, stages=4)}
+                "previous (no cluster/halo, 4 st)": dataclasses.replace(plain, cluster_m=1,
+                                                                        stages=4),
+                "cluster, no halo": plain}
+        if base.halo:
+            rows["halo, no cluster"] = dataclasses.replace(base, cluster_m=1)
         fns = {}
         for label, sched in rows.items():
             y = conv_ops.convolve(x, w, None, st, pad, schedule=sched)

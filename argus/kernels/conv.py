@@ -103,9 +103,17 @@ class ConvSchedule(WarpSpecializedSchedule):
     # one bk-deep slice instead of all of K, which the fp32 split's strict track needs on long K
     # (argus/agent/split_numerics.py: its error grows with the accumulated length)
     promote: bool = False
+    # input-row reuse across the filter's rows (stride_h 1, 2-d): a tile's rows are output rows
+    # of one image, and a stage holds, for one filter column s and one channel slice, the
+    # halo of bm / bw + (R - 1) * dil_h input rows once, plus the R weight tiles of (r, s);
+    # filter row r's wgmma reads the halo from row r * dil_h on (a whole number of bw-row
+    # boxes, so 1024-byte aligned). A's L2 reads shrink by R * rows / (rows + R - 1).
+    halo: bool = False
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
+        if self.halo and self.promote:
+            problems.append("halo runs the 16-bit kernel: promote=False")
         if self.promote and self.bn > PROMOTE_MAX_BN:
             problems.append(f"promote keeps two fp32 accumulators per consumer: bn={self.bn} "
                             f"exceeds the register budget (bn <= {PROMOTE_MAX_BN})")
@@ -155,10 +163,7 @@ def _input_coords(geom: ConvGeometry, g, out_row, q0, tap, c0, H, P, NH, D, OD) 
     zero-filled)."""
     taps2d = geom.r * geom.s
     dt, r, t = tap // taps2d, (tap % taps2d) // geom.s, tap % geom.s
-    # column offset t * dil_w - pad_w, shifted to >= 0 by whole strides
-    col = t * geom.dil_w + (geom.w_shift * geom.stride_w - geom.pad_w)
-    v = q0 - geom.w_shift + col // geom.stride_w
-    plane = (col % geom.stride_w) * geom.groups + g
+    plane, v = _column(geom, g, q0, t)
     h = (out_row % P) * geom.stride_h + r * geom.dil_h - geom.pad_h
     if geom.t == 1 and geom.stride_d == 1 and geom.pad_d == 0:   # 2-d: depth is the image
         return _row(out_row // P, h, H, NH, geom.pad_h), plane, v, c0
@@ -167,6 +172,15 @@ def _input_coords(geom: ConvGeometry, g, out_row, q0, tap, c0, H, P, NH, D, OD) 
     row = _row((image // OD) * D + depth, h, H, NH, geom.pad_d * H + geom.pad_h,
                _outside(depth, D))
     return row, plane, v, c0
+
+
+def _column(geom: ConvGeometry, g, q0, t) -> tuple:
+    """(plane, v) of X[.., sw*G, W/sw, ..] for output columns q0.. and filter column t: input
+    column w = (q0 + i) * stride_w + t * dil_w - pad_w = stride_w * v + phase."""
+    # column offset t * dil_w - pad_w, shifted to >= 0 by whole strides
+    col = t * geom.dil_w + (geom.w_shift * geom.stride_w - geom.pad_w)
+    v = q0 - geom.w_shift + col // geom.stride_w
+    return (col % geom.stride_w) * geom.groups + g, v
 
 
 def _weight_coords(g, n0, tap, c0, cg_padded: int) -> tuple:
@@ -190,6 +204,64 @@ def _activate(t, activation: str):
                         fix="apply it after the convolution, or add it to ACTIVATIONS")
 
 
+@dataclass(frozen=True)
+class _HaloRing:
+    """The halo schedule's ring: per stage, the halo of one filter column's input rows for one
+    channel slice ([halo rows * bw, bk], 128B-swizzled) and the R weight tiles of that column
+    and slice ([R * bn, bk]), and its mbarrier pipeline."""
+
+    a: object
+    b: object
+    pipe: object
+    s: ConvSchedule
+    r: int              # filter rows
+    dil_h: int
+    halo_rows: int      # input rows per halo: bm / bw + (r - 1) * dil_h
+
+    @classmethod
+    def alloc(cls, s: ConvSchedule, geom: ConvGeometry, dtype: DType) -> "_HaloRing":
+        halo_rows = s.bm // s.bw + (geom.r - 1) * geom.dil_h
+        sA = ag.smem((s.stages, halo_rows * s.bw, s.bk), dtype, swizzle=128)
+        sB = ag.smem((s.stages, geom.r * s.bn, s.bk), dtype, swizzle=128)
+        return cls(sA, sB, ag.pipeline(s.stages, consumers=s.consumers), s, geom.r,
+                   geom.dil_h, halo_rows)
+
+    def load(self, k_steps, c_steps: int, geom: ConvGeometry, X, Wt, g, np0, q0, n, H, P, NH,
+             rank, cs: int) -> None:
+        """The producer's loop for one tile: per (filter column t, channel slice c0), one
+        [bw, bk] box per halo row (input row p0 + i - pad_h of the tile's image; outside
+        [0, H): zero-filled) and the weight tiles of taps (r, t), r < R."""
+        s = self.s
+        image, p0 = np0 // P, np0 % P
+        part = s.bn // cs
+        for k in ag.range(k_steps):
+            with self.pipe.produce() as stage:
+                t = k // c_steps
+                c0 = (k % c_steps) * s.bk
+                plane, v = _column(geom, g, q0, t)
+                for i in range(self.halo_rows):
+                    ag.tma.load(self.a[stage].rows_of(i * s.bw, s.bw), X,
+                                (_row(image, p0 + i - geom.pad_h, H, NH, geom.pad_h), plane, v,
+                                 c0))
+                for r in range(self.r):
+                    ag.tma.load(self.b[stage].rows_of(r * s.bn + rank * part, part), Wt,
+                                _weight_coords(g, n * s.bn + rank * part, r * geom.s + t, c0,
+                                               geom.cg_padded), multicast=cs > 1)
+
+    def mma(self, k_steps, wg):
+        """Warpgroup wg's 64 rows (output rows wg * 64 / bw.. of the tile): filter row r reads
+        the halo from row r * dil_h on."""
+        s = self.s
+        rows = s.bm // s.consumers
+        acc = ag.zeros((rows, s.bn), ag.f32)
+        for k in ag.range(k_steps):
+            with self.pipe.consume() as stage:
+                for r in range(self.r):
+                    ag.wgmma(self.a[stage].rows_of(wg * rows + r * self.dil_h * s.bw, rows),
+                             self.b[stage].rows_of(r * s.bn, s.bn), acc)
+        return acc
+
+
 @functools.lru_cache(maxsize=None)
 def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: bool = False,
                 activation: str = "none") -> ag.KernelFunction:
@@ -209,16 +281,25 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         row_blocks = s.bm // s.bw                      # output rows per tile
         q_tiles = ag.cdiv(Q, s.bw)
         cs = s.cluster_m
-        sched = TileScheduler.launch(ag.cdiv(NP, row_blocks) * q_tiles * s.bm, Kg, s.bm, s.bn,
+        if s.halo and (geom.t != 1 or geom.stride_h != 1):
+            raise ag.TraceError(f"ConvSchedule(halo=True) reuses input rows across the filter's "
+                                f"rows: it needs a 2-d convolution with stride_h 1; got "
+                                f"t={geom.t}, stride_h={geom.stride_h}", fix="halo=False")
+        # halo: a tile's output rows lie in one image (ceil(P / rows) blocks per image, the
+        # last one partly past P: those rows are not stored); else rows of the flattened N * P
+        row_tiles = (NP // P) * ag.cdiv(P, row_blocks) if s.halo else ag.cdiv(NP, row_blocks)
+        sched = TileScheduler.launch(row_tiles * q_tiles * s.bm, Kg, s.bm, s.bn,
                                      batch=G, cluster=cs, persistent=s.persistent,
                                      num_sms=s.num_sms, group_m=s.group_m)
-        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype, s.consumers)
+        ring = _HaloRing.alloc(s, geom, in_dtype) if s.halo else \
+            OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype, s.consumers)
         if geom.cg_padded % s.bk:
             raise ag.TraceError(f"ConvGeometry(cg_padded={geom.cg_padded}) is not a multiple of "
                                 f"bk={s.bk}", fix="pad the weight's channels per tap to a "
                                                   "multiple of bk (argus.ops.conv does)")
         c_steps = geom.cg_padded // s.bk
-        k_steps = c_steps * (geom.t * geom.r * geom.s)
+        # halo: a K step is (filter column, channel slice) and multiplies all R filter rows
+        k_steps = c_steps * (geom.s if s.halo else geom.t * geom.r * geom.s)
         cg_padded = geom.cg_padded
         # launch preconditions the op guarantees: X's channels fit the padded weight's, and
         # G is the geometry's group count
@@ -236,12 +317,27 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
 
         def tile_origin(unit):
             """(first flattened output row n * P + p, first output column) of the unit."""
-            return (unit.m // q_tiles) * row_blocks, (unit.m % q_tiles) * s.bw
+            block, q0 = unit.m // q_tiles, (unit.m % q_tiles) * s.bw
+            if not s.halo:
+                return block * row_blocks, q0
+            per_image = ag.cdiv(P, row_blocks)
+            return (block // per_image) * P + (block % per_image) * row_blocks, q0
+
+        def out_row(np0, i):
+            """The Out row of the tile's output row i: past NP (not stored) when a halo
+            tile's row i lies past its image's P rows."""
+            if not s.halo:
+                return np0 + i
+            return np0 + i + _outside(np0 % P + i, P) * NP
 
         with ag.role("producer", warpgroups=1, regs=s.producer_regs):
             for unit in sched.units():
                 (g,) = unit.batch
                 np0, q0 = tile_origin(unit)
+                if s.halo:
+                    ring.load(k_steps, c_steps, geom, X, Wt, g, np0, q0, unit.n, H, P, NH,
+                              sched.rank, cs)
+                    continue
                 for k in ag.range(k_steps):
                     with ring.pipe.produce() as stage:
                         tap = k // c_steps
@@ -260,7 +356,11 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             for unit in sched.units():
-                acc = promoted_mma(ring, k_steps, wg) if s.promote else ring.mma(k_steps, wg)
+                if s.halo:
+                    acc = ring.mma(k_steps, wg)
+                else:
+                    acc = promoted_mma(ring, k_steps, wg) if s.promote else \
+                        ring.mma(k_steps, wg)
                 (g,) = unit.batch
                 np0, q0 = tile_origin(unit)
                 y = acc
@@ -269,7 +369,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                 y = _activate(y, activation).to(out_dtype)
                 per_wg = rows // s.bw                   # output rows in this warpgroup's rows
                 if s.epilogue == "direct":              # bw == rows: one output row segment
-                    ag.store(Out, (g, np0 + wg, q0, unit.n * s.bn), y)
+                    ag.store(Out, (g, out_row(np0, wg), q0, unit.n * s.bn), y)
                     continue
                 # stage 64-column blocks in shared memory, then one TMA store per output row
                 # segment of bw rows (clipped by the hardware at Q and N * P)
@@ -278,7 +378,8 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                     slot = staging.slot(wg, jc)
                     ag.stmatrix(slot, y[:, w * jc:w * (jc + 1)])
                     for j in range(per_wg):
-                        ag.tma.store(Out, (g, np0 + wg * per_wg + j, q0, unit.n * s.bn + w * jc),
+                        ag.tma.store(Out, (g, out_row(np0, wg * per_wg + j), q0,
+                                           unit.n * s.bn + w * jc),
                                      slot.rows_of(j * s.bw, s.bw))
 
     suffix = "" if (in_dtype, out_dtype) == (ag.bf16, ag.bf16) else \

@@ -73,13 +73,14 @@ def schedule_for(x, weight, stride, padding, dilation, groups) -> ConvSchedule:
     output with 16-byte aligned channel rows), bn 128 unless the layer has <= 64 output
     channels per group; fp32 (split) inputs promote every K step's partial.
 
-    16-bit inputs run in 2x1 clusters that multicast the weight tile and with as many stages
-    as fit 200 KB (up to 6). Why: the kernel is bound by L2 -> SM traffic, not by the tensor
-    cores (c4 3x3 256 at batch 32 moved ~129 MB in 46 us on the H200, 2.8 TB/s; c2 and c3
-    ~4.2 TB/s), and a weight tile is read by every m tile: sharing it between two halves the
-    weight's share of that traffic (17-25% of the total on the ResNet 3x3 layers).
-    scripts/gpu_conv_bench.py --variants measures this against the earlier schedule
-    (cluster_m=1, stages=4), which fp32 inputs keep."""
+    16-bit inputs run in 2x1 clusters that multicast the weight tile, and 2-d convolutions
+    with stride_h 1 and R > 1 reuse each input row across the filter's rows (`halo`), with as
+    many stages as fit 200 KB (halo: 2-4; else up to 6). Why: the kernel is bound by L2 -> SM
+    traffic, not by the tensor cores (c4 3x3 256 at batch 32 moved ~129 MB in 46 us on the
+    H200, 2.8 TB/s; c2 4.8, c3 4.1 TB/s); every m tile reads the weight tile (multicast:
+    half of that) and its A rows once per filter row (halo: once). Not measured yet:
+    scripts/gpu_conv_bench.py --variants times this against the earlier schedule (no
+    cluster, no halo, 4 stages), which fp32 inputs keep."""
     W, K, S = x.shape[-1], weight.shape[0], weight.shape[-1]
     sw, pw, dw = (_pair(v, name, x.dim() - 2)[-1] for v, name in (
         (stride, "stride"), (padding, "padding"), (dilation, "dilation")))
@@ -97,13 +98,24 @@ def schedule_for(x, weight, stride, padding, dilation, groups) -> ConvSchedule:
     epilogue = "tma" if bw < 64 and tma_ok else "direct"
     if epilogue == "direct":
         bw = 64
-    stages, cluster = 4, 1
-    if sixteen:
-        staging = 128 * bn * 2 if epilogue == "tma" else 0
-        stages = max(4, min(6, (_SMEM_BUDGET - staging) // ((128 + bn) * 64 * 2)))
-        cluster = 2
+    if not sixteen:
+        return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=4, consumers=2,
+                            epilogue=epilogue, promote=promote)
+    staging = 128 * bn * 2 if epilogue == "tma" else 0
+    dims = x.dim() - 2
+    R = weight.shape[-2]
+    sh, dh = _pair(stride, "stride", dims)[-2], _pair(dilation, "dilation", dims)[-2]
+    if dims == 2 and sh == 1 and R > 1:
+        # the halo: bm / bw + (R - 1) * dil_h input rows and R weight tiles per stage
+        halo_stage = ((128 // bw + (R - 1) * dh) * bw + R * bn) * 64 * 2
+        stages = min(4, (_SMEM_BUDGET - staging) // halo_stage)
+        if stages >= 2:
+            return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
+                                epilogue=epilogue, cluster_m=2, halo=True, producer_regs=56,
+                                consumer_regs=224)
+    stages = max(4, min(6, (_SMEM_BUDGET - staging) // ((128 + bn) * 64 * 2)))
     return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
-                        epilogue=epilogue, promote=promote, cluster_m=cluster)
+                        epilogue=epilogue, cluster_m=2)
 
 
 def check(x, weight, bias, stride, padding, dilation, groups) -> None:
