@@ -119,7 +119,11 @@ def test_library_attention_softmax_and_masks_are_proven():
         report = verify.run(kernel, include_proven=True)
         assert not report.errors, "\n".join(str(d) for d in report.errors)
         asserts = _codes(report, "tag.assert", "note")
-        assert len(asserts) == (3 if causal else 2), [d.message for d in asserts]
+        # each assertion of the kernel proven, wherever it runs (the FA3-order loop, the
+        # default at head dim 128 since 7abf2ec, runs the mask's at its peeled first step too)
+        assert len({d.loc.line for d in asserts}) == (3 if causal else 2), \
+            [d.message for d in asserts]
+        assert not _codes(report, "tag.assert", "unknown")
 
 
 def test_split_k_sum_adds_every_slice_once():
