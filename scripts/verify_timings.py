@@ -7,9 +7,9 @@ the median wall time, the least CPU time of this process (z3 runs in it; less se
 processes on a shared machine than wall time), the number of solver queries and of those
 actually solved (the rest are alpha-equivalent to an earlier proof: solver.canonical; "+N
 derived": obligations proven from other proofs, not queried, `Obligation.implied_by`), the
-proven/unknown counts and the slowest query. Solver budgets are wall-clock: on a loaded
-machine, run with ARGUS_VERIFY_TIMEOUT_MS=20000 so that the answers (and so the work) do not
-depend on the load.
+proven/unknown counts and the slowest query. Solver budgets are z3 resource units, not wall
+time (docs/verify.md "Budgets"): the answers, and so the work done, are the same at any load;
+on a shared machine compare the CPU column (wall time grows with the load, CPU time much less).
 The solver's proof cache is emptied before every run, so each run starts cold: only the
 alpha-equivalent queries of the kernel itself are answered from its own earlier proofs (across
 kernels and schedules of one process the cache helps more, which is not measured here).
