@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`argus optimize` on an SDPA task through the attention family (device run, < 60 s).
 
-    python3 -u scripts/gpu_agent_attention.py --out "$OUT" --budget-s 55
+    python3 -u scripts/gpu_agent_attention.py --out "$OUT" --budget-s 40
 
 The task is KernelBench L1/97's Model (torch.nn.functional.scaled_dot_product_attention of
 fp32 Q, K, V; batch 32, 32 heads, 512 tokens) at head dim 128 instead of L1/97's 1024: the
@@ -66,7 +66,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "attention-agent-out"))
-    ap.add_argument("--budget-s", type=float, default=55.0)
+    ap.add_argument("--budget-s", type=float, default=40.0,
+                    help="no step starts after this; a step and the artifacts add ~20 s")
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--judge", action="store_true", help="also judge the best (~30 s more)")
@@ -104,7 +105,7 @@ def main() -> int:
             iterations=args.iterations, minutes=loop_s / 60.0, device=args.device,
             check_sets=3, timeout_s=60.0,
             judge="on" if args.judge and args.device == "cuda" else "off",
-            baselines="auto", baseline_timeout_s=30.0, db=str(work / "experience.sqlite"),
+            baselines="auto", baseline_timeout_s=25.0, db=str(work / "experience.sqlite"),
             trials=30, explore="on")
         result = optimize(task, work / "run", cfg)
         results["sdpa_hd128"] = gpu_agent.summarize("sdpa_hd128", result)
