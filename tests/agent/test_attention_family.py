@@ -252,3 +252,19 @@ def test_attention_cards_name_fields_of_the_space():
         t = task(D=128)
         cands = FAMILY.expand(t, c, FAMILY.normalize(t, FAMILY.default_params(t)))
         assert any(FAMILY.legal(t, x) for x in cands), c.id
+
+
+def test_optimize_writes_a_solution_through_argus_ops_attention(tmp_path):
+    """`argus optimize` on a small SDPA task: the attention family's loop runs on the CPU
+    (interpreter checks, estimates) and the solution it writes calls argus.ops.attention."""
+    from argus.agent.composer import compose
+    from argus.agent.loop import OptimizeConfig, optimize
+
+    t = compose(sdpa_file(tmp_path, B=1, H=2, S=64, D=32))
+    cfg = OptimizeConfig(iterations=2, device="cpu", judge="off", baselines="off",
+                         db=str(tmp_path / "exp.sqlite"), timeout_s=300, verbose=False)
+    result = optimize(t, tmp_path / "run", cfg)
+    assert result.best is not None and result.best.outcome.time_kind == "estimate"
+    solution = (tmp_path / "run" / "solution.py").read_text()
+    assert "argus.ops.attention(q, k, v" in solution and "SCHEDULE = AttentionSchedule(" \
+        in solution
