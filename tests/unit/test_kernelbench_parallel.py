@@ -356,6 +356,31 @@ def test_a_shared_input_handle_that_does_not_fit_is_refused():
         open_shared_input({**handle, "size_bytes": 64, "stride": [-4, 1]})
 
 
+def test_forked_candidates_are_separate_processes_killed_and_reaped_by_the_server(tmp_path):
+    """Candidates forked by the fork server (process.Zygote): each is a process of its own
+    with the judge's environment, it answers the protocol, and killing one (its process group,
+    through the server that forked it) leaves the other running."""
+    from argus.bench.kernelbench.process import Worker, WorkerError, _Forked
+
+    a = Worker("candidate", tmp_path / "a.log", env={"ARGUS_KB_TEST_MARK": "a"},
+               cwd=tmp_path, forked=True)
+    b = Worker("candidate", tmp_path / "b.log", forked=True)
+    try:
+        assert isinstance(a.proc, _Forked) and isinstance(b.proc, _Forked)
+        assert a.proc.pid != b.proc.pid and os.getpid() not in (a.proc.pid, b.proc.pid)
+        reply = a.request("drop", 30.0)
+        assert reply["ok"] and reply["boot_s"] < 2.0       # forked, not a fresh interpreter
+        a.kill()
+        assert a.proc.poll() is not None                    # reaped, with its exit code
+        with pytest.raises(WorkerError) as err:
+            a.request("drop", 30.0)
+        assert err.value.kind == "crash" and "killed by SIGKILL" in str(err.value)
+        assert b.request("drop", 30.0)["ok"]
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_shared_output_handle_that_does_not_fit_is_refused():
     from argus.bench.kernelbench.worker import open_shared_cuda
 
@@ -441,12 +466,20 @@ def test_parallel_runner_records_nothing_it_did_not_finish_in_its_budget(tmp_pat
 
     tasks = [_task(1, 19), _task(1, 23)]
     sols = _solutions(tmp_path)
+    for path in (sols / "level1").iterdir():       # forwards slower than the budget (a
+        path.write_text(path.read_text()           # forked candidate starts in milliseconds)
+                        + "\n_fwd = ModelNew.forward\n"
+                          "def _slow(self, *a):\n"
+                          "    import time\n"
+                          "    time.sleep(2.0)\n"
+                          "    return _fwd(self, *a)\n"
+                          "ModelNew.forward = _slow\n")
     t0 = time.monotonic()
     run = run_parallel(tasks, sols, tmp_path / "out", OPTIONS,
                        ParallelOptions(jobs=2, budget_s=3.0, min_start_s=0.0),
                        progress=None, write_reports=False)
     assert time.monotonic() - t0 < 30             # stopped at the budget, not at the end
-    assert run.judgments == ()                    # a candidate takes longer than 3 s to start
+    assert run.judgments == ()                    # 5 sets x 2 s: none finishes within 3 s
     assert load_results(tmp_path / "out") == {}
     late = run_parallel(tasks, sols, tmp_path / "late", OPTIONS,
                         ParallelOptions(jobs=2, budget_s=5.0, min_start_s=10.0),

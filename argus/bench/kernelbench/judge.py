@@ -329,7 +329,7 @@ class ReferenceSession:
 
     def _new_candidate(self) -> Worker:
         return Worker("candidate", self.dir / "logs" / f"candidate-{time.time_ns()}.log",
-                      cwd=self.dir / "outputs")
+                      cwd=self.dir / "outputs", forked=True)
 
     # -- lifecycle
     def start(self) -> None:

@@ -13,7 +13,8 @@ gpu_gate.py) that every process of the run shares by the ARGUS_GPU_GATE file:
 Per slot, per task: the task's baselines in the slot's baseline process (kept across tasks; the
 judge then reads them from the shared cache), then the judge, `direct` (the reference inside
 this process, the candidate copies its inputs, outputs by CUDA IPC) with a candidate process
-started while the previous task was judged. Tasks are admitted by their estimated GPU memory
+forked by the candidates' fork server (process.Zygote: torch and the harness imported once per
+run, a candidate starts in milliseconds) while the previous task was judged. Tasks are admitted by their estimated GPU memory
 (gpumem.py: inputs, float64 references, the candidate's copies) so the device never runs out;
 a task that does run out is tried again once, alone. Largest first (they pack worst), smaller
 ones fill the memory left.
@@ -112,7 +113,7 @@ class _Slot:
     def _new_candidate(self) -> Worker:
         return Worker("candidate", self.log_dir / f"slot{self.index}-candidate-"
                       f"{time.time_ns()}.log", cwd=self.scratch,
-                      env={"ARGUS_KB_PRELOAD": CANDIDATE_PRELOAD})
+                      env={"ARGUS_KB_PRELOAD": CANDIDATE_PRELOAD}, forked=True)
 
     def baseline_worker(self) -> Worker:
         if self.baseline is None or self.baseline.proc.poll() is not None:

@@ -16,6 +16,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,240 @@ sys.exit(serve(sys.argv[2], time.perf_counter() - _boot))
 CANDIDATE_PRELOAD = "torch._dynamo,argus.compose.runtime"
 
 
+# The candidates' fork server: one process per judge that imported Python, torch, the harness
+# and CANDIDATE_PRELOAD once (never CUDA), and forks a fresh candidate on request in
+# milliseconds instead of a new interpreter's seconds of imports (8 s each on the H200 host,
+# 20+ s beside other work on a 2-core machine). Each solution still gets a process of its own,
+# forked from a process that never saw a task, a reference or a solution. Requests, one JSON
+# line each on a Unix socket: spawn (with the child's stdin and stdout as passed descriptors)
+# -> pid; poll -> exit code or null; kill -> kills the child's process group and reaps it. The
+# server signals and reaps only its own children, so a pid is never reused under it.
+ZYGOTE = """
+import time
+import os, sys, types, json, socket, signal, importlib
+root, sock_fd = sys.argv[1], int(sys.argv[2])
+sys.path.insert(0, root)
+try:
+    import argus
+except Exception as exc:
+    for name in [m for m in sys.modules if m == "argus" or m.startswith("argus.")]:
+        del sys.modules[name]
+    for name, sub in (("argus", "argus"), ("argus.bench", os.path.join("argus", "bench"))):
+        stub = types.ModuleType(name)
+        stub.__path__ = [os.path.join(root, sub)]
+        sys.modules[name] = stub
+for name in filter(None, os.environ.get("ARGUS_KB_PRELOAD", "").split(",")):
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+import torch
+from argus.bench.kernelbench import worker
+assert not torch.cuda.is_initialized(), "the fork server must never initialise CUDA"
+sock = socket.socket(fileno=sock_fd)
+probe = os.fork()          # a forked child must be able to use the GPU (no driver state from
+if probe == 0:             # the imports above): try once, else the parent starts interpreters
+    try:
+        os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+        if torch.cuda.is_available():
+            assert float(torch.ones(1, device="cuda").sum()) == 1.0
+        os._exit(0)
+    except BaseException:
+        os._exit(1)
+if os.waitstatus_to_exitcode(os.waitpid(probe, 0)[1]) != 0:
+    sock.sendall(b"forked children cannot use CUDA\\n")
+    sys.exit(0)
+codes = {}
+def status(pid, block=False):
+    if pid not in codes:
+        done, st = os.waitpid(pid, 0 if block else os.WNOHANG)
+        if done:
+            codes[pid] = os.waitstatus_to_exitcode(st)
+    return codes.get(pid)
+buf = b""
+sock.sendall(b"ready\\n")
+while True:
+    msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 4)
+    if not msg:
+        break
+    buf += msg
+    while b"\\n" in buf:
+        line, buf = buf.split(b"\\n", 1)
+        req = json.loads(line)
+        if req["op"] == "spawn":
+            started = time.perf_counter()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    sock.close()
+                    os.setsid()
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    os.dup2(fds[0], 0)
+                    os.dup2(fds[1], 1)
+                    log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                    os.dup2(log, 2)
+                    for fd in (*fds, log):
+                        os.close(fd)
+                    os.environ.clear()
+                    os.environ.update(req["env"])
+                    if req.get("cwd"):
+                        os.chdir(req["cwd"])
+                    code = worker.serve(req["role"], time.perf_counter() - started)
+                except BaseException:
+                    import traceback
+                    traceback.print_exc()
+                    code = 1
+                os._exit(code or 0)
+            for fd in fds:
+                os.close(fd)
+            reply = {"pid": pid}
+        elif req["op"] == "poll":
+            reply = {"code": status(req["pid"])}
+        elif req["op"] == "kill":
+            pid = req["pid"]
+            if status(pid) is None:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            reply = {"code": status(pid, block=True)}
+        else:
+            reply = {"error": "unknown op"}
+        sock.sendall((json.dumps(reply) + "\\n").encode())
+"""
+
+
+class Zygote:
+    """The parent's side of the fork server (see ZYGOTE); thread-safe. `shared()` is the
+    process's one server, started on first use; None where it cannot start (then workers are
+    started as new interpreters)."""
+
+    _shared: Zygote | None = None
+    _shared_failed = False
+    _shared_lock = threading.Lock()
+
+    def __init__(self, log_path: Path):
+        import socket
+
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        root = str(repo_root())
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                    else "")
+        env["ARGUS_KB_PRELOAD"] = CANDIDATE_PRELOAD
+        env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"   # no driver initialisation before forks
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-c", ZYGOTE, root, str(theirs.fileno())],
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, env=env,
+            pass_fds=(theirs.fileno(),), start_new_session=True)
+        theirs.close()
+        self.sock = ours
+        self.lock = threading.Lock()
+        self._buffer = b""
+        answer = self._line(timeout=300.0)
+        if answer != "ready":
+            self.close()
+            raise OSError(f"the candidate fork server did not start ({answer or 'no answer'};"
+                          f" log {log_path})")
+
+    @classmethod
+    def shared(cls) -> Zygote | None:
+        with cls._shared_lock:
+            if cls._shared is not None and cls._shared.proc.poll() is None:
+                return cls._shared
+            if cls._shared_failed:
+                return None
+            try:
+                import tempfile
+
+                log = Path(tempfile.gettempdir()) / f"argus-kb-zygote-{os.getpid()}.log"
+                cls._shared = Zygote(log)
+                import atexit
+
+                atexit.register(cls._shared.close)
+            except (OSError, ValueError) as exc:
+                print(f"kernelbench: candidate fork server unavailable ({exc}); starting "
+                      "candidates as new interpreters", file=sys.stderr)
+                cls._shared_failed = True
+                cls._shared = None
+            return cls._shared
+
+    def _line(self, timeout: float) -> str | None:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except TimeoutError:
+                return None
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+    def request(self, fds: tuple[int, ...] = (), **req: Any) -> dict[str, Any]:
+        import json as _json
+        import socket
+
+        with self.lock:
+            data = (_json.dumps(req) + "\n").encode()
+            if fds:
+                socket.send_fds(self.sock, [data], list(fds))
+            else:
+                self.sock.sendall(data)
+            line = self._line(timeout=60.0)
+        if line is None:
+            raise OSError("the candidate fork server did not answer")
+        return _json.loads(line)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)   # its own session, started above
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+            self.proc.wait(timeout=10)
+        self._log.close()
+
+
+class _Forked:
+    """`proc` of a Worker forked by the Zygote: Popen's interface, through the server."""
+
+    def __init__(self, zygote: Zygote, pid: int, stdin: Any, stdout: Any):
+        self.zygote, self.pid, self.stdin, self.stdout = zygote, pid, stdin, stdout
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                self.returncode = self.zygote.request(op="poll", pid=self.pid)["code"]
+            except OSError:
+                self.returncode = -int(signal.SIGKILL)     # the server is gone, and with it
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("forked worker", timeout or 0)
+            time.sleep(0.02)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill_group(self) -> None:
+        if self.returncode is None:
+            try:
+                self.returncode = self.zygote.request(op="kill", pid=self.pid)["code"]
+            except OSError:
+                pass
+
+
 class WorkerError(Exception):
     """A worker failed: kind is a reason code (timeout, crash, load_error, runtime_error...)."""
 
@@ -70,7 +305,9 @@ class Worker:
     """One live worker process of a role ("reference", "candidate" or "baseline")."""
 
     def __init__(self, role: str, log_path: Path, *, env: dict[str, str] | None = None,
-                 cwd: Path | None = None):
+                 cwd: Path | None = None, forked: bool = False):
+        """`forked`: from the candidates' fork server (Zygote.shared()) when it runs, which
+        has the candidate's preloads imported already; else a new interpreter."""
         self.role = role
         self.log_path = Path(log_path)
         full_env = dict(os.environ)
@@ -80,11 +317,30 @@ class Worker:
         full_env["PYTHONUNBUFFERED"] = "1"
         full_env.update(env or {})
         self._log = open(self.log_path, "ab")
+        self._buffer = b""
+        zygote = Zygote.shared() if forked else None
+        if zygote is not None:
+            child_in, parent_in = os.pipe()
+            parent_out, child_out = os.pipe()
+            try:
+                pid = zygote.request((child_in, child_out), op="spawn", role=role,
+                                     env=full_env, cwd=str(cwd) if cwd else None,
+                                     log=str(self.log_path))["pid"]
+            except OSError:
+                for fd in (parent_in, parent_out):
+                    os.close(fd)
+                zygote = None
+            finally:
+                os.close(child_in)
+                os.close(child_out)
+            if zygote is not None:
+                self.proc: Any = _Forked(zygote, pid, os.fdopen(parent_in, "wb"),
+                                         os.fdopen(parent_out, "rb"))
+                return
         self.proc = subprocess.Popen(
             [sys.executable, "-u", "-c", BOOTSTRAP, root, role],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
             env=full_env, cwd=str(cwd) if cwd else None, start_new_session=True)
-        self._buffer = b""
 
     def log_tail(self, chars: int = 2000) -> str:
         try:
@@ -155,6 +411,9 @@ class Worker:
         return f"{self.role} worker died ({how})\n{self.log_tail()}"
 
     def kill(self) -> None:
+        if isinstance(self.proc, _Forked):
+            self.proc.kill_group()          # the server signals its own child's group
+            return
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)  # our own session, started above
