@@ -386,6 +386,8 @@ class ReferenceSession:
         inputs_path = self.dir / "inputs" / f"set{index}.pt"
         ref_path = self.dir / "refs" / f"set{index}.pt"
         direct = self.options.direct
+        if direct:   # a file handed over before holds the inputs of an earlier preparation
+            inputs_path.unlink(missing_ok=True)
         t0 = time.perf_counter()
         reply = self.worker.request(
             "prepare", self.options.timeout_s, index=index, seed=spec.seed,
@@ -510,7 +512,9 @@ class ReferenceSession:
             gen = (entry.reply if entry is not None else self.get(0).reply)["gen"]
             values = self.worker.request("make_inputs", self.options.timeout_s,
                                          **gen)["tensors"]
-        return self.hand_over(values, self.dir / "inputs" / "timing.pt"), values
+        path = self.dir / "inputs" / "timing.pt"
+        path.unlink(missing_ok=True)
+        return self.hand_over(values, path), values
 
     def run_probes(self, entry: _RefSet, inputs: list[Any], previous: _RefSet | None) -> None:
         """Which trivial answers would pass on this set (and stale ones across sets)."""
