@@ -464,15 +464,17 @@ class ReferenceSession:
     def hand_over(self, values: list[Any], path: Path) -> dict[str, Any]:
         """CUDA IPC handles of `values` (they must stay alive until the candidate's reply), or
         `values` written to `path` (on the CPU, or when a tensor cannot be shared)."""
-        from argus.bench.kernelbench.worker import share_cuda
+        from argus.bench.kernelbench.worker import _DTYPES, share_cuda
 
         if self.device != "cpu":
             try:
                 shared = []
                 for v in values:
                     if isinstance(v, torch.Tensor):
-                        if v.device.type != "cuda" or v.numel() == 0:
-                            raise ValueError(f"a {v.device} tensor of {v.numel()} elements")
+                        if v.device.type != "cuda" or v.numel() == 0 or \
+                                str(v.dtype) not in _DTYPES:
+                            raise ValueError(f"a {v.dtype} {v.device} tensor of {v.numel()} "
+                                             "elements")
                         shared.append({"ipc": share_cuda(v.detach())})
                     else:
                         shared.append({"value": v})
