@@ -21,6 +21,19 @@ NARROW = ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma")
 CLUSTER = ConvSchedule(bm=128, bn=64, bw=64, stages=2, cluster_m=2, num_sms=4)
 CLUSTER_NARROW = ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma", cluster_m=2,
                               num_sms=4)
+# input-row reuse across filter rows. num_sms=2: a CTA's tile whose last rows lie past its
+# image's P is interpreted after the next image's tile (units alternate between the two CTAs),
+# so storing those rows instead of dropping them overwrites right results (checked: 0.75
+# relative error when out_row does not push them past NP)
+HALO = ConvSchedule(bm=128, bn=64, bw=64, stages=2, halo=True, num_sms=2)
+HALO_NARROW = ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma", halo=True,
+                           cluster_m=2, num_sms=4)
+HALO_CASES = [
+    (3, 8, 3, 5, 16, 3, 3, 1, 1, 1, 1),       # P = 3: the second row block is half past P
+    (2, 16, 7, 9, 24, 3, 3, 1, 1, 1, 1),
+    (2, 16, 11, 12, 24, 3, 3, (1, 2), (2, 1), (2, 1), 2),   # dil_h 2, stride_w 2, groups
+    (1, 8, 12, 12, 8, 3, 3, 1, (0, 1), (1, 2), 1),          # no row padding, dil_w 2
+]
 
 # (N, C, H, W, K, R, S, stride, padding, dilation, groups)
 CASES = [
@@ -56,6 +69,19 @@ def test_conv2d_bf16_matches_float64(case, schedule):
 @pytest.mark.parametrize("schedule", [CLUSTER, CLUSTER_NARROW], ids=["direct", "tma_bw8"])
 def test_cluster_multicast_weight_matches_float64(case, schedule):
     _check_case(case, schedule)
+
+
+@pytest.mark.parametrize("case", HALO_CASES, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("schedule", [HALO, HALO_NARROW], ids=["direct", "tma_bw8_cluster"])
+def test_halo_row_reuse_matches_float64(case, schedule):
+    _check_case(case, schedule)
+
+
+def test_halo_needs_unit_row_stride():
+    x = torch.randn(1, 8, 6, 6).bfloat16()
+    w = torch.randn(8, 8, 3, 3).bfloat16()
+    with pytest.raises(ag.TraceError, match="stride_h 1"):
+        conv_op.conv2d_interpret(x, w, None, 2, 1, schedule=HALO)
 
 
 def _check_case(case, schedule):
@@ -183,8 +209,11 @@ GEOM_3D = ConvGeometry(3, 3, 1, 2, 1, 1, 1, 1, groups=1, cg_padded=64, t=3, stri
 
 @pytest.mark.parametrize("schedule,geom,dtypes", [
     (DIRECT, GEOM_2D, ()), (NARROW, GEOM_2D, ()), (NARROW, GEOM_3D, ()),
-    (PROMOTED, GEOM_2D, ("bf16", "f32")), (CLUSTER_NARROW, GEOM_2D, ())],
-    ids=["direct", "tma_bw8", "3d", "promoted_f32", "cluster_tma_bw8"])
+    (PROMOTED, GEOM_2D, ("bf16", "f32")), (CLUSTER_NARROW, GEOM_2D, ()),
+    # ~4 min of solver time on the 2-core machine: the halo's 4 + 3 loads per stage
+    pytest.param(HALO, ConvGeometry(3, 3, 1, 2, 1, 1, 2, 1, groups=2, cg_padded=128), (),
+                 marks=pytest.mark.slow)],
+    ids=["direct", "tma_bw8", "3d", "promoted_f32", "cluster_tma_bw8", "halo_direct"])
 def test_kernel_verifies_with_zero_findings(schedule, geom, dtypes):
     kernel = conv_kernel(*(getattr(ag, d) for d in dtypes), bias=bool(dtypes))
     found = verify.check(kernel, include_proven=True, timeout_ms=20000, geom=geom, s=schedule)
