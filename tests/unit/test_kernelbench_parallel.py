@@ -324,6 +324,34 @@ def test_a_candidate_that_alters_the_inputs_it_received_fails(tmp_path, direct):
     assert j.reason == "input_mutated" and "received differ" in j.detail, j.detail
 
 
+@needs_tasks
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC of the inputs needs a GPU")
+@pytest.mark.parametrize("solution", ["reseeds", "alters"])
+def test_direct_judging_on_the_gpu_hands_over_the_judges_inputs(tmp_path, solution):
+    """On a GPU, direct judging hands the candidate (forked by the fork server) CUDA IPC
+    handles of the judge's inputs; it copies them, the fingerprints agree, and the judge's own
+    tensors are unchanged afterwards. The reseeding solution is correct, the altering one is
+    not (it alters a copy of what it received: here at the forward's start, seen as a wrong
+    output, since IPC inputs never pass through torch.load)."""
+    path = tmp_path / f"{solution}.py"
+    path.write_text(RESEEDS_AND_DRAWS if solution == "reseeds" else
+                    "import torch\n"
+                    "class ModelNew(torch.nn.Module):\n"
+                    "    def forward(self, x):\n"
+                    "        return torch.relu(x * 0.5)\n")
+    options = JudgeOptions(device="cuda", direct=True, timing=False, baselines=False,
+                           overrides={"batch_size": 64, "dim": 65536}, timeout_s=300)
+    with ReferenceSession(_task(1, 19), options) as session:
+        j = judge_with(session, path)
+        assert not session.ipc_error, session.ipc_error
+    if solution == "reseeds":
+        assert j.correct, (j.reason, j.detail)
+        assert all(max(e["rel_l2"] for e in s.errors) == 0.0 for s in j.sets)
+    else:
+        assert not j.correct and j.reason in ("mismatch", "imprecise")
+
+
 def test_tf32_stays_off_while_any_thread_calibrates():
     """Calibrations of several tasks overlap in the judge's process: TF32 is restored only
     when the last one leaves, to the value it had before the first entered."""
