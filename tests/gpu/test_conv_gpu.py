@@ -31,6 +31,10 @@ CASES = [
     (1, 64, 33, 47, 96, 5, 3, (2, 1), (2, 1), (1, 2), 1),
     (2, 64, 20, 20, 64, 3, 3, 1, 1, 1, 4),       # grouped
     (1, 32, 9, 130, 40, 3, 3, 1, 1, 2, 2),       # Q > 64: several column tiles; Kg = 20
+    # the halo row reuse with tiles partly past an image's P rows (c4: bw 16, 8 rows per
+    # tile for P = 14; c5: bw 8, 16 rows for P = 7), odd batch
+    (3, 256, 14, 14, 256, 3, 3, 1, 1, 1, 1),
+    (3, 512, 7, 7, 512, 3, 3, 1, 1, 1, 1),
 ]
 
 
