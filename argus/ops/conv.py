@@ -67,20 +67,24 @@ def _pair(v, name: str, n: int = 2) -> tuple:
 _SMEM_BUDGET = 200 * 1024
 
 
-def schedule_for(x, weight, stride, padding, dilation, groups) -> ConvSchedule:
+def schedule_for(x, weight, stride, padding, dilation, groups, *,
+                 halo: bool = False) -> ConvSchedule:
     """A first heuristic, not tuned: bw = Q rounded up to a power of two in [8, 64] (fewer
     wasted tile rows on narrow layers; below 64 it needs the TMA-store epilogue, so a 16-bit
     output with 16-byte aligned channel rows), bn 128 unless the layer has <= 64 output
     channels per group; fp32 (split) inputs promote every K step's partial.
 
-    16-bit inputs run in 2x1 clusters that multicast the weight tile, and 2-d convolutions
-    with stride_h 1 and R > 1 reuse each input row across the filter's rows (`halo`), with as
-    many stages as fit 200 KB (halo: 2-4; else up to 6). Why: the kernel is bound by L2 -> SM
-    traffic, not by the tensor cores (c4 3x3 256 at batch 32 moved ~129 MB in 46 us on the
-    H200, 2.8 TB/s; c2 4.8, c3 4.1 TB/s); every m tile reads the weight tile (multicast:
-    half of that) and its A rows once per filter row (halo: once). Not measured yet:
-    scripts/gpu_conv_bench.py --variants times this against the earlier schedule (no
-    cluster, no halo, 4 stages), which fp32 inputs keep."""
+    16-bit inputs run in 2x1 clusters that multicast the weight tile, with as many stages as
+    fit 200 KB (up to 6). `halo=True` also reuses each input row across the filter's rows
+    where it applies (2-d, stride_h 1, R > 1; 2-4 stages). Not the default yet: unmeasured
+    on the GPU, and its first compile verifies for minutes (over 7 minutes of solver time
+    for c4 on the 2-core machine; ARGUS_VERIFY=0 skips it). Why: the kernel is bound by
+    L2 -> SM traffic, not by the tensor cores (c4 3x3 256 at batch 32 moved ~129 MB in 46 us
+    on the H200, 2.8 TB/s; c2 4.8, c3 4.1 TB/s); every m tile reads the weight tile
+    (multicast: half of that) and its A rows once per filter row (halo: once). Not measured
+    yet: scripts/gpu_conv_bench.py --variants times this against the earlier schedule (no
+    cluster, no halo, 4 stages), which fp32 inputs keep.
+    """
     W, K, S = x.shape[-1], weight.shape[0], weight.shape[-1]
     sw, pw, dw = (_pair(v, name, x.dim() - 2)[-1] for v, name in (
         (stride, "stride"), (padding, "padding"), (dilation, "dilation")))
@@ -105,7 +109,7 @@ def schedule_for(x, weight, stride, padding, dilation, groups) -> ConvSchedule:
     dims = x.dim() - 2
     R = weight.shape[-2]
     sh, dh = _pair(stride, "stride", dims)[-2], _pair(dilation, "dilation", dims)[-2]
-    if dims == 2 and sh == 1 and R > 1:
+    if halo and dims == 2 and sh == 1 and R > 1:
         # the halo: bm / bw + (R - 1) * dil_h input rows and R weight tiles per stage
         halo_stage = ((128 // bw + (R - 1) * dh) * bw + R * bn) * 64 * 2
         stages = min(4, (_SMEM_BUDGET - staging) // halo_stage)

@@ -31,8 +31,7 @@ CASES = [
     (1, 64, 33, 47, 96, 5, 3, (2, 1), (2, 1), (1, 2), 1),
     (2, 64, 20, 20, 64, 3, 3, 1, 1, 1, 4),       # grouped
     (1, 32, 9, 130, 40, 3, 3, 1, 1, 2, 2),       # Q > 64: several column tiles; Kg = 20
-    # the halo row reuse with tiles partly past an image's P rows (c4: bw 16, 8 rows per
-    # tile for P = 14; c5: bw 8, 16 rows for P = 7), odd batch
+    # c4- and c5-shaped stride-1 3x3 layers at odd batch (test_halo_schedule runs them too)
     (3, 256, 14, 14, 256, 3, 3, 1, 1, 1, 1),
     (3, 512, 7, 7, 512, 3, 3, 1, 1, 1, 1),
 ]
@@ -203,3 +202,26 @@ def test_channels_last_weight_read_in_place_and_replayed(case):
     y = conv_ops.conv2d(x, w, b, *args)
     ref2 = F.conv2d(x.double(), w.double(), b.double(), *args)
     assert _rel(y, ref2) < 1e-2
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[5], CASES[6], CASES[7], CASES[8]],
+                         ids=lambda c: "x".join(map(str, c)))
+def test_halo_schedule(case, monkeypatch):
+    """The halo row reuse (schedule_for(..., halo=True); opt-in until measured): tiles partly
+    past an image's P rows (c4: bw 16, 8 rows per tile for P = 14; c5: bw 8, 16 rows for
+    P = 7), groups, dilation 2, Q > 64, against float64. Compiled without the verifier (it
+    takes minutes on this kernel; tests/interp/test_conv_interp.py runs it)."""
+    import torch.nn.functional as F
+
+    from argus.ops import conv as conv_ops
+
+    monkeypatch.setenv("ARGUS_VERIFY", "0")
+    N, C, H, W, K, R, S, stride, padding, dilation, groups = case
+    x = _rand(N, C, H, W, seed=40).to(memory_format=torch.channels_last)
+    w = _rand(K, C // groups, R, S, seed=41) / (C // groups * R * S) ** 0.5
+    b = _rand(K, seed=42)
+    s = conv_ops.schedule_for(x, w, stride, padding, dilation, groups, halo=True)
+    assert s.halo
+    y = conv_ops.convolve(x, w, b, stride, padding, dilation, groups, schedule=s)
+    ref = F.conv2d(x.double(), w.double(), b.double(), stride, padding, dilation, groups)
+    assert y.shape == ref.shape and _rel(y, ref) < 1e-2
