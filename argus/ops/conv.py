@@ -77,13 +77,13 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     16-bit inputs run in 2x1 clusters that multicast the weight tile, with as many stages as
     fit 200 KB (up to 6). `halo=True` also reuses each input row across the filter's rows
     where it applies (2-d, stride_h 1, R > 1; 2-4 stages). Not the default yet: unmeasured
-    on the GPU, and its first compile verifies for minutes (over 7 minutes of solver time
-    for c4 on the 2-core machine; ARGUS_VERIFY=0 skips it). Why: the kernel is bound by
-    L2 -> SM traffic, not by the tensor cores (c4 3x3 256 at batch 32 moved ~129 MB in 46 us
-    on the H200, 2.8 TB/s; c2 4.8, c3 4.1 TB/s); every m tile reads the weight tile
-    (multicast: half of that) and its A rows once per filter row (halo: once). Not measured
-    yet: scripts/gpu_conv_bench.py --variants times this against the earlier schedule (no
-    cluster, no halo, 4 stages), which fp32 inputs keep.
+    on the GPU, and its first compile verifies for minutes (c4 did not finish in 10 minutes
+    on the 2-core machine, the cluster schedule 6.7 s; ARGUS_VERIFY=0 skips it). Why: the
+    kernel is bound by L2 -> SM traffic, not by the tensor cores (c4 3x3 256 at batch 32
+    moved ~129 MB in 46 us on the H200, 2.8 TB/s; c2 4.8, c3 4.1 TB/s); every m tile reads
+    the weight tile (multicast: half of that) and its A rows once per filter row (halo:
+    once). Not measured yet: scripts/gpu_conv_bench.py --variants times this against the
+    earlier schedule (no cluster, no halo, 4 stages), which fp32 inputs keep.
     """
     W, K, S = x.shape[-1], weight.shape[0], weight.shape[-1]
     sw, pw, dw = (_pair(v, name, x.dim() - 2)[-1] for v, name in (
