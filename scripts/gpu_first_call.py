@@ -219,7 +219,8 @@ def main() -> int:
     kinds = sorted({f"bf16:{layout}:tma" for *_, layout in shapes})
     cmd = [sys.executable, "-m", "argus", "prebuild"] + [x for kd in kinds for x in ("--kind", kd)]
     env = dict(os.environ, ARGUS_CACHE_DIR=prebuilt, ARGUS_VERIFY=args.verify,
-               PYTHONPATH=str(ROOT))
+               PYTHONPATH=os.pathsep.join([str(ROOT)] + [  # keep the caller's site dirs
+                   p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     print(f"verify level {args.verify}{', emulated (no GPU)' if args.emulate else ''}; "
           f"prebuild:", " ".join(cmd[1:]) if not args.prebuilt else f"given, {prebuilt}",
           flush=True)

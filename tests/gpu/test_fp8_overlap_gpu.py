@@ -41,10 +41,14 @@ def test_overlapped_block_scaled_against_float64(m, n, k):
     a, w8, sa, sb = _quantize_blocks(x, torch.randn(n, k, device="cuda") * 0.05)
     ref = _block_ref(a, w8, sa, sb)
     for s in _schedules():
-        out = scaled_matmul(a, w8, sa, sb, schedule=s)
-        assert _rel(out, ref) < 4e-3, s
-        out32 = scaled_matmul(a, w8, sa, sb, out_dtype=torch.float32, schedule=s)
-        assert _rel(out32, ref) < 5e-4, s
+        # the TMA-store epilogue takes 16-bit outputs with 16-byte rows only (scaled_matmul
+        # refuses the rest with a LaunchError, as it should): those cases run direct schedules
+        if s.epilogue != "tma" or (n * 2) % 16 == 0:
+            out = scaled_matmul(a, w8, sa, sb, schedule=s)
+            assert _rel(out, ref) < 4e-3, s
+        if s.epilogue != "tma":
+            out32 = scaled_matmul(a, w8, sa, sb, out_dtype=torch.float32, schedule=s)
+            assert _rel(out32, ref) < 5e-4, s
 
 
 def test_overlapped_promotion_matches_the_serial_one():

@@ -57,7 +57,8 @@ def test_fresh_process_first_call_after_prebuild(tmp_path, monkeypatch, m, n, k,
     prebuild.prebuild_matmul([kind])
     assert any((cache / "coverage").rglob("*.json"))
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(  # keep the caller's entries (site dirs)
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     proc = subprocess.run([sys.executable, "-c", _CHILD.format(shape=(m, n, k, layout))],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -76,7 +76,8 @@ print(json.dumps({{"z3": "z3" in sys.modules,
 
 def _emulated_first_call(cache_dir: Path) -> dict:
     env = dict(os.environ, ARGUS_CACHE_DIR=str(cache_dir), ARGUS_VERIFY="1",
-               PYTHONPATH=str(ROOT))
+               PYTHONPATH=os.pathsep.join(  # keep the caller's site dirs
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     code = _CHILD.format(shape=(PROBLEM.m, PROBLEM.n, PROBLEM.k))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=600)

@@ -127,7 +127,8 @@ def test_prebuilt_kernel_is_a_hit_in_a_fresh_process(fresh_cache):
             "p = prebuild.Kind().problem(3000, 5000, 2000)\n"
             "compiled_for(p, untuned(p))\n"
             "print(json.dumps({'verify': len(calls), **rc.compile_stats()}))\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONHASHSEED="7")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(  # keep the caller's site dirs
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]), PYTHONHASHSEED="7")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
