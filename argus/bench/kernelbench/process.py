@@ -144,6 +144,7 @@ while True:
                 os._exit(code or 0)
             for fd in fds:
                 os.close(fd)
+            codes.pop(pid, None)    # a reused pid: the code kept is the old child's
             reply = {"pid": pid}
         elif req["op"] == "poll":
             reply = {"code": status(req["pid"])}
