@@ -367,6 +367,20 @@ CORPUS: list[Mutation] = [
       traced(K.make_select_transpose, "mask_column"), ("store.coords",),
       ("tile_element", "output", "value_tags"), ("r of the value",), None,
       "the selection pins i to the column j instead of the stored row k"),
+    # found by review: a mask that keeps no i for some k made the reduced set empty (every
+    # claim held vacuously), and index arithmetic was modelled unbounded while the kernel wraps
+    M("transpose/mask_drops_column", "elementwise", 13,
+      traced(K.make_select_transpose, "mask_drops_column"), ("store.coords",),
+      ("tile_element", "output", "value_tags"), (), None,
+      "the selection keeps nothing for k = 15: Y[j, 15] is 0, no row of X"),
+    M("transpose/mask_never", "elementwise", 13,
+      traced(K.make_select_transpose, "mask_never"), ("store.coords",),
+      ("tile_element", "output", "value_tags"), (), None,
+      "the selection keeps nothing: every Y[j, k] is 0"),
+    M("transpose/mask_wraps", "elementwise", 13,
+      traced(K.make_select_transpose, "mask_wraps"), ("store.coords",),
+      ("tile_element", "output", "value_tags"), (), None,
+      "i * 2^32 and k * 2^32 wrap to 0 in i32: the mask keeps every i and the sum mixes rows"),
     # --- loop reductions: every element of the row once; fills vs identities -------------
     M("online_softmax/blocks_skip_last", "reduction", 16,
       traced(K.make_online_softmax, "blocks_skip_last"), ("reduce.coverage",),

@@ -312,6 +312,12 @@ def make_select_transpose(bug: str | None = None):
             sel = i == k + 1  # BUG:mask_next_row
         elif bug == "mask_column":
             sel = i == ag.arange(BC)[None, :, None]  # BUG:mask_column
+        elif bug == "mask_drops_column":
+            sel = (i == k) & (k < BR - 1)  # BUG:mask_drops_column
+        elif bug == "mask_never":
+            sel = i == k + BR  # BUG:mask_never
+        elif bug == "mask_wraps":
+            sel = (i * 65536) * 65536 == (k * 65536) * 65536  # BUG:mask_wraps
         else:
             sel = i == k
         t = ag.where(sel, x[:, :, None], 0.0).sum(axis=0)          # [1, BC, BR]

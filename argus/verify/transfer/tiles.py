@@ -141,13 +141,30 @@ def _index_values(m: Model, op: O.Elementwise):
                 continue
             v = x.fn(_broadcast_index(idx, shape)).fields.get("value")
             vals.append(v.term if v is not None else fresh_int("unknown_value"))
-        return fn(*vals)
+        got = fn(*vals)
+        if op.fn in ("add", "sub", "mul"):
+            # the kernel computes in i32: a result that could leave its range wraps there, so
+            # the model knows it only inside the range (a wrapped a * 2^32 == b * 2^32 keeps
+            # every index in the kernel, not the one the unbounded integers would say)
+            got = z3.If(z3.And(got >= -2 ** 31, got < 2 ** 31), got,
+                        fresh_int(f"wrapped_{op.fn}"))
+        return got
     return values
 
 
 def convert(m: Model, op: O.Convert, scopes, role, counters, following) -> None:
     src = m.tile(op.src)
-    m._set_tile(op.result, src.fn, op, src.what)
+    fn = src.fn
+    dst = op.result.type.dtype if isinstance(op.result.type, TileType) else None
+    if dst is None or dst.is_float or dst.bits != 32:
+        # an index value converted to a float or a narrower integer may round or wrap: the
+        # model no longer knows it (a mask built from it restricts nothing)
+        def fn(idx, src=src):
+            rec = src.fn(idx)
+            if "value" not in rec.fields:
+                return rec
+            return replace(rec, fields={k: v for k, v in rec.fields.items() if k != "value"})
+    m._set_tile(op.result, fn, op, src.what)
     m.tiles[op.result.id].layout = op.result.type.layout or src.layout
 
 
@@ -194,7 +211,7 @@ def reduce(m: Model, op: O.Reduce, scopes, role, counters, following) -> None:
                 continue
             got = reduce_over(val, v, 0, extent, f"{op.fn} over axis {axis} at {op.loc}")
             if live is not None and live.is_point and name != "live" and got is not val:
-                got = _kept_only(got, live, v)
+                got = _kept_only(got, live, v, extent)
             fields[name] = got
         # cond mentioning v belongs to the fields now; keep the rest
         return Record(fields, rec.defined, tuple(c for c in rec.cond),
@@ -202,15 +219,20 @@ def reduce(m: Model, op: O.Reduce, scopes, role, counters, following) -> None:
     m._set_tile(op.result, fn, op, f"{op.fn}-reduction at {op.loc}")
 
 
-def _kept_only(reduced: TagVal, live: TagVal, var) -> TagVal:
+def _kept_only(reduced: TagVal, live: TagVal, var, extent: int) -> TagVal:
     """A reduced field's set restricted to the elements a mask keeps. An element of
     `where(mask, v, c)` (mask an index predicate, c a scalar) whose mask is false is the
     constant c and carries no data, so only the kept elements' tags reach the reduction: a
     sum over i of where(i == k, x[i], 0) carries x[k]'s tags alone (a one-hot selection, the
     transpose's), while a mask that keeps several i (i <= k) still mixes them. `reduced` is
     reduce_over's set, its last bound variable the renamed `var`."""
-    kept = substitute(live.term, (var, reduced.bound[-1])) != 0
-    return replace(reduced, cond=reduced.cond + (kept,))
+    bound = reduced.bound[-1]
+    kept = substitute(live.term, (var, bound)) != 0
+    # only where the mask keeps some element: where it keeps none, the result is c alone and
+    # an empty set would make every claim on it hold vacuously, so the whole axis stays
+    # (found by review: `(i == k) & (k < BR - 1)` dropped a column and verified)
+    some = z3.Or([substitute(live.term, (var, z3.IntVal(w))) != 0 for w in range(extent)])
+    return replace(reduced, cond=reduced.cond + (z3.Or(kept, z3.Not(some)),))
 
 
 def scan(m: Model, op: O.Scan, scopes, role, counters, following) -> None:
