@@ -315,6 +315,7 @@ class ReferenceSession:
         self.baseline_cache = baseline_cache
         self.phases: dict[str, float] = {}
         self.ipc_error = ""       # why CUDA IPC fell back to files, if it did
+        self._handed: tuple[Any, list[Any]] | None = None   # inputs staged for the candidate
 
     def candidate_worker(self) -> Worker:
         """A fresh candidate process; the next one is started now so that its torch import
@@ -366,6 +367,7 @@ class ReferenceSession:
                 worker.close()
         self.worker = self._spare = None
         self.sets.clear()           # direct judging: the references and inputs live here
+        self._handed = None
         if not self.options.keep_files:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -462,20 +464,31 @@ class ReferenceSession:
         return self.hand_over(entry.inputs, entry.inputs_path)
 
     def hand_over(self, values: list[Any], path: Path) -> dict[str, Any]:
-        """CUDA IPC handles of `values` (they must stay alive until the candidate's reply), or
-        `values` written to `path` (on the CPU, or when a tensor cannot be shared)."""
+        """CUDA IPC handles of copies of `values` in a private memory pool (kept alive until the
+        next hand-over), or `values` written to `path` (on the CPU, or when a tensor cannot be
+        shared: any failure here falls back to the file)."""
         from argus.bench.kernelbench.worker import _DTYPES, share_cuda
 
         if self.device != "cpu":
             try:
+                # A CUDA IPC handle opens the whole allocator segment its tensor lies in, and the
+                # judge's segments also hold float64 references and other tasks' sets (found by
+                # review): the candidate gets copies staged in a memory pool of their own, so
+                # the segments it can map hold nothing but these inputs.
+                self._handed = None
+                pool = torch.cuda.MemPool()
+                with torch.cuda.use_mem_pool(pool):
+                    staged = [v.detach().clone() if isinstance(v, torch.Tensor) and
+                              v.device.type == "cuda" else v for v in values]
+                self._handed = (pool, staged)           # alive until the next hand-over
                 shared = []
-                for v in values:
+                for v in staged:
                     if isinstance(v, torch.Tensor):
                         if v.device.type != "cuda" or v.numel() == 0 or \
                                 str(v.dtype) not in _DTYPES:
                             raise ValueError(f"a {v.dtype} {v.device} tensor of {v.numel()} "
                                              "elements")
-                        shared.append({"ipc": share_cuda(v.detach())})
+                        shared.append({"ipc": share_cuda(v)})
                     else:
                         shared.append({"value": v})
                 import json
