@@ -7,7 +7,11 @@ input (NCHW shape, NHWC memory, as `x.to(memory_format=torch.channels_last)` mak
 place. The result has NCHW shape in channels-last memory, like cuDNN's result for a
 channels-last input. A 16-bit channels-last weight whose channels per group are a multiple of
 64 (and every such 1x1 weight) is read in place too, as is the bias; other weights are
-repacked to [G, Kg, taps * Cgp] once per weight object and version (`_weight_side`). A copy
+repacked to [G, Kg, taps * Cgp] once per weight object and version (`_weight_side`).
+**A write that does not bump the tensor's version (`w.data.mul_(2)`, `w.data[...] = ...`) is
+not seen by a repacked weight or a copied bias**: the earlier repack is used. Update weights
+through the tensor (`copy_`, optimizer steps, `load_state_dict`: each bumps the version) or
+keep them 16-bit channels-last with whole 64-channel taps, which are read in place. A copy
 of x is also made when C / groups is not a multiple of 8 (TMA needs 16-byte pixel pitches: the
 channels are zero-padded) or when W is not a multiple of stride_w (the strided view of
 argus/kernels/conv.py needs whole strides: W is zero-padded).
