@@ -1,6 +1,7 @@
-"""Grid limits are one contract: a grid CUDA cannot launch (more than 65535 blocks along y or
-z) is refused by the interpreter exactly as by a GPU launch, before anything runs; a long x
-is fine."""
+"""Grid limits are one contract for the interpreter and a GPU launch: a grid with more than
+65535 blocks along y or z is launched folded onto x (runtime/interp/launch.py `launch_grid`,
+tests/unit/test_grid_fold.py); a grid that cannot be folded (more than 2^31 - 1 CTAs in all)
+is refused before anything runs; a long x is fine."""
 
 from __future__ import annotations
 
@@ -23,12 +24,23 @@ def fill_rows_y(Y: ag.Tensor["R", "C", ag.f32], BC: int = 128):
     ag.store(Y, (r, c * BC), ag.full((1, BC), 1.0))
 
 
-def test_a_y_extent_past_65535_is_refused_before_running():
-    y = np.zeros((1, 128 * 65536), dtype=np.float32)
-    with pytest.raises(LaunchError, match="65536 blocks along y") as info:
-        fill_rows_y.interpret(y)
+def test_a_y_extent_past_65535_is_folded_onto_x():
+    from argus.runtime.interp.launch import grid_extents, launch_grid
+
+    kernel = fill_rows_y.trace()
+    grid = grid_extents(kernel, {"R": 1, "C": 128 * 65536})
+    assert grid == (1, 65536)
+    assert launch_grid(kernel, grid) == (65536, 1)
+
+
+def test_a_grid_past_x_is_refused_before_running():
+    from argus.runtime.interp.launch import grid_extents, launch_grid
+
+    kernel = fill_rows_y.trace()
+    grid = grid_extents(kernel, {"R": 70000, "C": 128 * 70000})
+    with pytest.raises(LaunchError, match="70000 blocks along y") as info:
+        launch_grid(kernel, grid)
     assert "x takes 2^31 - 1" in info.value.fix
-    assert not y.any()          # refused before anything ran
 
 
 def test_the_same_extent_along_x_runs():
