@@ -23,14 +23,11 @@ from typing import Any
 
 from argus.bench.kernelbench.tasks import repo_root
 
-# Starts a worker. The real `argus` package is imported when it can be (solutions need it);
-# when its __init__ needs something this Python lacks (a GPU box with only torch), the harness
-# modules are loaded on their own through namespace stubs, and the failure is logged.
-BOOTSTRAP = """
-import time
-_boot = time.perf_counter()
-import os, sys, types
-root = sys.argv[1]
+# What both start-up scripts do first, with `root` set: import the real `argus` package when
+# it can be (solutions need it); when its __init__ needs something this Python lacks (a GPU box
+# with only torch), load the harness modules on their own through namespace stubs, and log the
+# failure; then import the modules named in ARGUS_KB_PRELOAD.
+_IMPORT_ARGUS = """
 sys.path.insert(0, root)
 try:
     import argus
@@ -49,7 +46,15 @@ for name in filter(None, os.environ.get("ARGUS_KB_PRELOAD", "").split(",")):
         importlib.import_module(name)
     except Exception as exc:
         print(f"preloading {name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-from argus.bench.kernelbench.worker import ROLES, serve
+"""
+
+# Starts a worker (the imports of _IMPORT_ARGUS, then the worker's request loop).
+BOOTSTRAP = """
+import time
+_boot = time.perf_counter()
+import os, sys, types
+root = sys.argv[1]
+""" + _IMPORT_ARGUS + """from argus.bench.kernelbench.worker import ROLES, serve
 sys.exit(serve(sys.argv[2], time.perf_counter() - _boot))
 """
 # Modules a candidate started ahead imports while it waits (ARGUS_KB_PRELOAD): a composed
@@ -68,23 +73,9 @@ CANDIDATE_PRELOAD = "torch._dynamo,argus.compose.runtime"
 # server signals and reaps only its own children, so a pid is never reused under it.
 ZYGOTE = """
 import time
-import os, sys, types, json, socket, signal, importlib
+import os, sys, types, json, socket, signal
 root, sock_fd = sys.argv[1], int(sys.argv[2])
-sys.path.insert(0, root)
-try:
-    import argus
-except Exception as exc:
-    for name in [m for m in sys.modules if m == "argus" or m.startswith("argus.")]:
-        del sys.modules[name]
-    for name, sub in (("argus", "argus"), ("argus.bench", os.path.join("argus", "bench"))):
-        stub = types.ModuleType(name)
-        stub.__path__ = [os.path.join(root, sub)]
-        sys.modules[name] = stub
-for name in filter(None, os.environ.get("ARGUS_KB_PRELOAD", "").split(",")):
-    try:
-        importlib.import_module(name)
-    except Exception:
-        pass
+""" + _IMPORT_ARGUS + """
 import torch
 from argus.bench.kernelbench import worker
 assert not torch.cuda.is_initialized(), "the fork server must never initialise CUDA"
