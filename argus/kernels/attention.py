@@ -202,37 +202,43 @@ def base_schedule(head_dim: int) -> AttentionSchedule:
 
 
 # At or below this many query rows, causal head_dim 64 takes two consumer warpgroups (see
-# default_schedule); the largest S measured on that side (run 5 measured S 1k, 4k, 16k).
+# default_schedule): 1k was faster that way in runs 5 and 6, 2k slower (run 6).
 SHORT_CAUSAL_64 = 1024
 
 
 def default_schedule(head_dim: int, causal: bool = False,
                      seq_len: int | None = None) -> AttentionSchedule:
     """The schedule argus.ops.attention runs: per head dim, mask and query length, the fastest
-    of the verified variants measured on the H200 (docs/perf/attention.md, run 5, 2026-12-02,
-    commit f3f997a, bf16, 16k tokens; TFLOP/s at S = 1k / 4k / 16k):
+    of the verified variants measured on the H200 (docs/perf/attention.md; bf16, 16k tokens,
+    TFLOP/s; tests/unit/test_attention_default_rule.py holds these numbers and checks the rule
+    against them):
 
     * head_dim 128 and 256: FA3's overlap order (fa3_overlap) at the base tiles, block_n 128
-      at head_dim 128 for causal masks too (fa3_overlap_schedule's 112 was slower). hd128 full
-      428 / 510 / 526 against the plain loop's 408 / 490 / 499, causal 299 / 462 / 512 against
-      294 / 435 / 490; hd256 full 466 / 546 / 566 against 451 / 550 / 536, causal 338 / 474 /
-      547 against 322 / 454 / 536; GQA 8:1 hd128 at 8k 516 / 491 against 489 / 463.
-    * head_dim 64, full: ping-pong (ordered) at 192 x 128 with three warpgroups: 292 / 353 /
-      410 against the plain loop's 279 / 333 / 387 (run 3: 303 / 399 / 418 against 297 / 379 /
-      402). The overlap at three warpgroups (block_n 64) was slowest (244 / 302 / 334).
-    * head_dim 64, causal: the plain 192 x 128 loop (297 / 384 at 4k / 16k; ping-pong 296 /
-      383, equal), but for short queries (seq_len <= SHORT_CAUSAL_64) two warpgroups of 128
-      x 128 in the overlap order: 204 against 187 at 1k (run 2's plain two-warpgroup loop: 205
-      against 152). 2k was not measured; the threshold is the largest S measured on that side.
+      at head_dim 128 for causal masks too (fa3_overlap_schedule's 112 was slower). Run 5
+      (2026-12-02, commit f3f997a), S = 1k / 4k / 16k: hd128 full 428 / 510 / 526 against the
+      plain loop's 408 / 490 / 499, causal 299 / 462 / 512 against 294 / 435 / 490; hd256 full
+      466 / 546 / 566 against 451 / 550 / 536, causal 338 / 474 / 547 against 322 / 454 / 536;
+      GQA 8:1 hd128 at 8k 516 / 491 against 489 / 463.
+    * head_dim 64, full: ping-pong (ordered) at 192 x 128 with three warpgroups. Run 5 at 1k /
+      4k / 16k: 292 / 353 / 410 against the plain loop's 279 / 333 / 387 (run 3: 303 / 399 /
+      418 against 297 / 379 / 402); run 6 (2026-12-02 09:35, commit 13eb5ce) at 1k / 2k / 4k:
+      261 / 303 / 375 against plain 269 / 292 / 348 (1k: plain ahead by 3%, behind in runs 3
+      and 5 by 2-5%: kept). The overlap at three warpgroups (block_n 64) was slowest.
+    * head_dim 64, causal, seq_len > SHORT_CAUSAL_64 (or unknown): ping-pong too. Run 6 at 2k
+      / 4k: 263 / 307 against the plain loop's 260 / 280 (and 235 / 264 for the same plain
+      schedule in the `default` column), fa3+2wg 250 / 294; run 5 at 4k / 16k: 296 / 383
+      against plain 297 / 384 (equal). Until run 6 this was the plain loop.
+    * head_dim 64, causal, seq_len <= SHORT_CAUSAL_64: two warpgroups of 128 x 128 in the
+      overlap order: run 5 at 1k 204 against plain 187 and ping-pong 157; run 6 182 (184 in
+      the `default` column) against 172 / 171. At 2k it is behind ping-pong (250 against 263),
+      so the threshold lies between 1k and 2k.
     seq_len None (unknown) takes the long-sequence choice."""
     base = base_schedule(head_dim)
     if head_dim == 64:
-        if not causal:
-            return dataclasses.replace(base, ordered=True)
-        if seq_len is not None and seq_len <= SHORT_CAUSAL_64:
+        if causal and seq_len is not None and seq_len <= SHORT_CAUSAL_64:
             return AttentionSchedule(block_m=128, block_n=128, consumers=2, producer_regs=24,
                                      consumer_regs=240, fa3_overlap=True)
-        return base
+        return dataclasses.replace(base, ordered=True)
     return dataclasses.replace(base, fa3_overlap=True)
 
 

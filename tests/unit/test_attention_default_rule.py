@@ -1,0 +1,85 @@
+"""default_schedule (argus.ops.attention's choice by head dim, mask and query length) against the
+H200 measurements it is taken from (docs/perf/attention.md, bf16, 16k tokens per case, TFLOP/s,
+each schedule through argus.ops.attention). The variant names are the bench's
+(scripts/gpu_attention_bench.py variant_schedule), so a row says which schedule ran. The rule's
+pick must be one of the measured variants and within the run-to-run spread of the row's best:
+TOL, the largest spread seen between two columns that ran the same schedule in one run (run
+2: up to 4% at head dim 256). The `default` columns are left out: they are the rule of their
+day, not a variant of their own.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from argus.kernels.attention import SHORT_CAUSAL_64, default_schedule
+
+ROOT = Path(__file__).resolve().parents[2]
+TOL = 0.04
+
+# (run, head_dim, S, causal) -> {variant: TFLOP/s}
+MEASURED = {
+    # run 5: 2026-12-02, commit f3f997a (--quick --dims 64,128,256 --variants
+    # default,fa3,fa3+2wg,pingpong; "plain" is that day's default column)
+    ("run5", 64, 1024, False): {"plain": 279, "fa3": 244, "fa3+2wg": 276, "pingpong": 292},
+    ("run5", 64, 1024, True): {"plain": 187, "fa3": 173, "fa3+2wg": 204, "pingpong": 157},
+    ("run5", 64, 4096, False): {"plain": 333, "fa3": 302, "fa3+2wg": 327, "pingpong": 353},
+    ("run5", 64, 4096, True): {"plain": 297, "fa3": 258, "fa3+2wg": 282, "pingpong": 296},
+    ("run5", 64, 16384, False): {"plain": 387, "fa3": 334, "fa3+2wg": 346, "pingpong": 410},
+    ("run5", 64, 16384, True): {"plain": 384, "fa3": 318, "fa3+2wg": 343, "pingpong": 383},
+    ("run5", 128, 1024, False): {"plain": 408, "fa3": 429, "fa3+2wg": 428, "pingpong": 377},
+    ("run5", 128, 1024, True): {"plain": 294, "fa3": 278, "fa3+2wg": 299, "pingpong": 263},
+    ("run5", 128, 4096, False): {"plain": 490, "fa3": 516, "fa3+2wg": 510, "pingpong": 474},
+    ("run5", 128, 4096, True): {"plain": 435, "fa3": 439, "fa3+2wg": 462, "pingpong": 401},
+    ("run5", 128, 16384, False): {"plain": 499, "fa3": 512, "fa3+2wg": 526, "pingpong": 475},
+    ("run5", 128, 16384, True): {"plain": 490, "fa3": 493, "fa3+2wg": 512, "pingpong": 472},
+    ("run5", 256, 1024, False): {"plain": 451, "fa3": 467, "fa3+2wg": 466, "pingpong": 315},
+    ("run5", 256, 1024, True): {"plain": 322, "fa3": 338, "fa3+2wg": 338, "pingpong": 212},
+    ("run5", 256, 4096, False): {"plain": 550, "fa3": 550, "fa3+2wg": 546, "pingpong": 384},
+    ("run5", 256, 4096, True): {"plain": 454, "fa3": 478, "fa3+2wg": 474, "pingpong": 300},
+    ("run5", 256, 16384, False): {"plain": 536, "fa3": 548, "fa3+2wg": 566, "pingpong": 401},
+    ("run5", 256, 16384, True): {"plain": 536, "fa3": 548, "fa3+2wg": 547, "pingpong": 379},
+    # run 6: 2026-12-02 09:35 UTC, commit 13eb5ce (--dims 64 --lengths 1024,2048,4096
+    # --variants default,plain,pingpong,fa3+2wg,bn192 --no-gqa)
+    ("run6", 64, 1024, False): {"plain": 269, "pingpong": 261, "fa3+2wg": 238, "bn192": 244},
+    ("run6", 64, 1024, True): {"plain": 172, "pingpong": 171, "fa3+2wg": 182, "bn192": 156},
+    ("run6", 64, 2048, False): {"plain": 292, "pingpong": 303, "fa3+2wg": 271, "bn192": 280},
+    ("run6", 64, 2048, True): {"plain": 260, "pingpong": 263, "fa3+2wg": 250, "bn192": 248},
+    ("run6", 64, 4096, False): {"plain": 348, "pingpong": 375, "fa3+2wg": 328, "bn192": 342},
+    ("run6", 64, 4096, True): {"plain": 280, "pingpong": 307, "fa3+2wg": 294, "bn192": 289},
+}
+
+
+def _variant_schedule():
+    spec = importlib.util.spec_from_file_location(
+        "gpu_attention_bench", ROOT / "scripts" / "gpu_attention_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.variant_schedule
+
+
+@pytest.mark.parametrize("key", list(MEASURED), ids=[f"{r}-d{d}-S{s}-{'causal' if c else 'full'}"
+                                                     for r, d, s, c in MEASURED])
+def test_default_rule_picks_a_best_measured_variant(key):
+    variant_schedule = _variant_schedule()
+    _, d, S, causal = key
+    row = MEASURED[key]
+    pick = default_schedule(d, causal, S)
+    ran = [name for name in row if variant_schedule(name, d, causal, S) == pick]
+    assert ran, f"the rule's pick {pick} was not measured in {key}: {sorted(row)}"
+    best = max(row.values())
+    got = max(row[name] for name in ran)
+    assert got >= (1 - TOL) * best, (
+        f"{key}: the rule picks {ran} ({got} TFLOP/s), the best measured is "
+        f"{max(row, key=row.get)} ({best})")
+
+
+def test_threshold_sits_between_the_measured_lengths():
+    """Causal head dim 64: two warpgroups in the overlap order at 1k, ping-pong from 2k on."""
+    variant_schedule = _variant_schedule()
+    assert 1024 <= SHORT_CAUSAL_64 < 2048
+    assert default_schedule(64, True, 1024) == variant_schedule("fa3+2wg", 64, True, 1024)
+    for S in (2048, 4096, 16384, None):
+        assert default_schedule(64, True, S) == variant_schedule("pingpong", 64, True, S)
+        assert default_schedule(64, False, S) == variant_schedule("pingpong", 64, False, S)
