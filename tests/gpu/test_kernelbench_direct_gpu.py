@@ -43,6 +43,7 @@ def test_direct_judging_on_the_gpu_matches_files_and_uses_ipc():
     assert [s.distribution for s in by_files.sets] == [s.distribution for s in direct.sets]
     assert [s.errors for s in by_files.sets] == [s.errors for s in direct.sets]
     assert "# ipc fallbacks to files" not in direct.phases, direct.phases
+    assert "# input hand-overs by file" not in direct.phases, direct.phases
     assert direct.timing and direct.timing["clock"] == "cuda-events+device-sync"
     assert "timing measure" in direct.phases
     assert empty.reason == "uninitialized_output", (empty.reasons, empty.detail)

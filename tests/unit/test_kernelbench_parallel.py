@@ -371,17 +371,22 @@ def test_tf32_stays_off_while_any_thread_calibrates():
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
-def test_a_shared_input_handle_that_does_not_fit_is_refused():
-    from argus.bench.kernelbench.worker import open_shared_input
+def test_a_staged_input_that_does_not_fit_its_buffer_is_refused_before_mapping():
+    """The candidate checks each staged input against the judge's buffer before it maps
+    anything (no GPU needed: the refusal comes first)."""
+    from argus.bench.kernelbench.cudaipc import CudaIpcError, open_staged
+    from argus.bench.kernelbench.worker import _DTYPES
 
-    handle = {"shape": [4, 4], "stride": [1, 4], "offset": 0, "dtype": "torch.float32",
-              "device": 0, "handle": None, "size_bytes": 60, "offset_bytes": 0,
-              "counter_handle": None, "counter_offset": 0, "event_handle": None,
-              "event_sync": False}
-    with pytest.raises(ValueError, match="do not fit"):
-        open_shared_input(handle)                  # a transposed view reaching byte 64 of 60
-    with pytest.raises(ValueError, match="do not fit"):
-        open_shared_input({**handle, "size_bytes": 64, "stride": [-4, 1]})
+    buffer = {"handle": "AAAA", "nbytes": 60, "device": 0}
+    staged = {"offset_bytes": 0, "shape": [4, 4], "stride": [1, 4], "dtype": "torch.float32",
+              "buffer": buffer}
+    with pytest.raises(CudaIpcError, match="does not fit"):
+        open_staged([{"staged": staged}], _DTYPES)     # a transposed view reaching byte 64 of 60
+    with pytest.raises(CudaIpcError, match="bad shape or stride"):
+        open_staged([{"staged": {**staged, "stride": [-4, 1]}}], _DTYPES)
+    with pytest.raises(CudaIpcError, match="does not fit"):
+        open_staged([{"staged": {**staged, "offset_bytes": -4}}], _DTYPES)
+    assert open_staged([{"value": 3}], _DTYPES) == [3]    # plain values pass through
 
 
 def test_forked_candidates_are_separate_processes_killed_and_reaped_by_the_server(tmp_path):

@@ -315,7 +315,7 @@ class ReferenceSession:
         self.baseline_cache = baseline_cache
         self.phases: dict[str, float] = {}
         self.ipc_error = ""       # why CUDA IPC fell back to files, if it did
-        self._handed: tuple[Any, list[Any]] | None = None   # inputs staged for the candidate
+        self._handed: Any = None   # cudaipc.StagedInputs of the last hand-over
 
     def candidate_worker(self) -> Worker:
         """A fresh candidate process; the next one is started now so that its torch import
@@ -367,7 +367,7 @@ class ReferenceSession:
                 worker.close()
         self.worker = self._spare = None
         self.sets.clear()           # direct judging: the references and inputs live here
-        self._handed = None
+        self._free_handed()
         if not self.options.keep_files:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -464,44 +464,33 @@ class ReferenceSession:
         return self.hand_over(entry.inputs, entry.inputs_path)
 
     def hand_over(self, values: list[Any], path: Path) -> dict[str, Any]:
-        """CUDA IPC handles of copies of `values` in a private memory pool (kept alive until the
-        next hand-over), or `values` written to `path` (on the CPU, or when a tensor cannot be
-        shared: any failure here falls back to the file)."""
-        from argus.bench.kernelbench.worker import _DTYPES, share_cuda
+        """Copies of `values` in a CUDA buffer of their own whose IPC handle the candidate maps
+        (`cudaipc.StagedInputs`, alive until the next hand-over), or `values` written to `path`
+        (on the CPU, or when a tensor cannot be shared: any failure here falls back to the
+        file)."""
+        from argus.bench.kernelbench.cudaipc import StagedInputs
+        from argus.bench.kernelbench.worker import _DTYPES
 
         if self.device != "cpu":
             try:
-                # A CUDA IPC handle opens the whole allocator segment its tensor lies in, and the
-                # judge's segments also hold float64 references and other tasks' sets (found by
-                # review): the candidate gets copies staged in a memory pool of their own, so
-                # the segments it can map hold nothing but these inputs.
-                self._handed = None
-                pool = torch.cuda.MemPool()
-                with torch.cuda.use_mem_pool(pool):
-                    staged = [v.detach().clone() if isinstance(v, torch.Tensor) and
-                              v.device.type == "cuda" else v for v in values]
-                self._handed = (pool, staged)           # alive until the next hand-over
-                shared = []
-                for v in staged:
-                    if isinstance(v, torch.Tensor):
-                        if v.device.type != "cuda" or v.numel() == 0 or \
-                                str(v.dtype) not in _DTYPES:
-                            raise ValueError(f"a {v.dtype} {v.device} tensor of {v.numel()} "
-                                             "elements")
-                        shared.append({"ipc": share_cuda(v)})
-                    else:
-                        shared.append({"value": v})
-                import json
-
-                json.dumps(shared)            # plain values only (a scalar input, not an object)
-                return {"shared": shared}
+                # never a handle of the judge's own tensors: a torch IPC handle opens the whole
+                # allocator segment, which also holds float64 references and other tasks' sets
+                self._free_handed()
+                self._handed = StagedInputs(values, _DTYPES)
+                return {"shared": self._handed.handles}
             except Exception as exc:  # noqa: BLE001 - not shareable: through a file instead
+                self._free_handed()
                 self.add_phase("# input hand-overs by file", 1.0)
                 self.ipc_error = self.ipc_error or f"inputs: {type(exc).__name__}: {exc}"
         if not path.exists():
             torch.save([v.detach().cpu() if isinstance(v, torch.Tensor) else v
                         for v in values], path)
         return {"inputs_path": str(path)}
+
+    def _free_handed(self) -> None:
+        handed, self._handed = self._handed, None
+        if handed is not None:
+            handed.free()
 
     def shared_intact(self, entry: _RefSet) -> bool:
         """Direct judging on a GPU: the inputs this process shared with the candidate still
@@ -523,10 +512,18 @@ class ReferenceSession:
         entry = self.sets.get(0)
         values = entry.inputs if entry is not None else None
         if values is None:
+            from argus.bench.kernelbench.worker import _fingerprint
+
             assert self.worker is not None
-            gen = (entry.reply if entry is not None else self.get(0).reply)["gen"]
+            reply = (entry.reply if entry is not None else self.get(0).reply)
             values = self.worker.request("make_inputs", self.options.timeout_s,
-                                         **gen)["tensors"]
+                                         **reply["gen"])["tensors"]
+            # drawn again: time on the very inputs set 0 was judged on, or not at all
+            if not same_fingerprints([_fingerprint(v) for v in values],
+                                     reply.get("fingerprints") or []):
+                raise WorkerError("task_error", "set 0's inputs drawn again for timing "
+                                  "differ from those it was judged on (the task's get_inputs "
+                                  "is not reproducible from its seed)")
         path = self.dir / "inputs" / "timing.pt"
         path.unlink(missing_ok=True)
         return self.hand_over(values, path), values

@@ -441,8 +441,9 @@ class CandidateRole:
         memory of this process; the judge's tensors are let go of before the forward."""
         t0 = time.perf_counter()
         if shared is not None:
-            values = [_own_copy(open_shared_input(item["ipc"])) if "ipc" in item
-                      else item["value"] for item in shared]
+            from argus.bench.kernelbench.cudaipc import open_staged
+
+            values = open_staged(shared, _DTYPES)
             _sync(self.device)
         else:
             assert inputs_path is not None
@@ -624,40 +625,6 @@ def open_shared_cuda(h: dict[str, Any]) -> torch.Tensor:
         int(h["device"]), raw(h["handle"]), int(h["size_bytes"]), int(h["offset_bytes"]), False,
         raw(h["counter_handle"]), int(h["counter_offset"]), raw(h["event_handle"]),
         bool(h["event_sync"]))
-
-
-def open_shared_input(h: dict[str, Any]) -> torch.Tensor:
-    """The judge's input tensor of a `share_cuda` handle, mapped in a candidate (any strides
-    of a view inside its allocation: inputs keep the layout get_inputs gave them)."""
-    from torch.multiprocessing.reductions import rebuild_cuda_tensor
-
-    def raw(x: str | None) -> bytes | None:
-        return None if x is None else base64.b64decode(x)
-
-    dtype = _DTYPES[str(h["dtype"])]
-    shape, stride, offset = ([int(x) for x in h["shape"]], [int(x) for x in h["stride"]],
-                             int(h["offset"]))
-    last = offset + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else offset
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    if offset < 0 or any(s < 0 for s in stride) or len(stride) != len(shape) or \
-            (last + 1) * itemsize > int(h["size_bytes"]):
-        raise ValueError("shared input: its shape and strides do not fit its allocation")
-    return rebuild_cuda_tensor(
-        torch.Tensor, torch.Size(shape), tuple(stride), offset, torch.storage.TypedStorage,
-        dtype, int(h["device"]), raw(h["handle"]), int(h["size_bytes"]),
-        int(h["offset_bytes"]), False, raw(h["counter_handle"]), int(h["counter_offset"]),
-        raw(h["event_handle"]), bool(h["event_sync"]))
-
-
-def _own_copy(t: torch.Tensor) -> torch.Tensor:
-    """A copy in this process's memory with the same strides (a broadcast view, whose
-    elements overlap, becomes a plain clone)."""
-    try:
-        own = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
-        own.copy_(t)
-        return own
-    except RuntimeError:
-        return t.clone()
 
 
 def _profile_kernels(call: Callable[[], None], iters: int = 3) -> list[list[Any]]:
