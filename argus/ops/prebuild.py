@@ -84,9 +84,6 @@ def prebuild_matmul(kinds: Iterable[Kind] = COMMON_KINDS,
     """Compile (trace, lower, verify, NVRTC, the launch check's coverage analysis) every
     common schedule of each kind into the on-disk caches; a kernel already there costs a cache
     hit. Needs NVRTC, not a GPU."""
-    from argus.ops.matmul import compiled_for  # matmul imports torch lazily; this needs none
-    from argus.runtime import coverage
-
     built, seen = [], set()
     for kind in kinds:
         for schedule, problem in common_schedules(kind).items():
@@ -95,9 +92,33 @@ def prebuild_matmul(kinds: Iterable[Kind] = COMMON_KINDS,
                 continue
             seen.add(kernel)
             start = time.perf_counter()
-            coverage.remembered(compiled_for(problem, schedule).kernel)
+            build(problem, schedule)
             row = Built(kind, schedule, time.perf_counter() - start)
             built.append(row)
             if progress is not None:
                 progress(row)
     return built
+
+
+def build(problem: Problem, schedule: GemmSchedule):
+    """Compile the kernel `argus.ops.matmul` launches for `problem` under `schedule` (a plain
+    schedule: no split-K, no tail splits) through every stage, leaving each record in the
+    on-disk caches in use now: the verifier's verdict (under ARGUS_VERIFY=1), the cubin and the
+    coverage finding. Returns the CompiledKernel. Needs NVRTC, not a GPU.
+
+    Not through the kernel's in-process memo (`KernelFunction.compile`): a kernel this process
+    compiled before, under another ARGUS_CACHE_DIR or with ARGUS_VERIFY=0 (which records no
+    verdict), would come back from memory and leave the new cache without a verdict, so the
+    first call re-verified and recompiled (tests/gpu/test_matmul_prebuild_gpu.py on the H200,
+    2026-12-02, run after test_matmul_first_call_gpu.py had built the same kernels)."""
+    from argus.compiler import compile_kernel
+    from argus.ops.schedules import kernel_for
+    from argus.runtime import coverage
+
+    if schedule.split_k > 1 or schedule.tail_splits > 1:
+        raise ValueError(f"argus.ops.prebuild.build: {schedule} splits K; prebuild compiles the "
+                         f"plain kernels the untuned choice picks (common_schedules)")
+    kernel, run = kernel_for(problem, schedule)
+    compiled = compile_kernel(kernel, s=run)
+    coverage.remembered(compiled.kernel)
+    return compiled

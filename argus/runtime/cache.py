@@ -76,6 +76,11 @@ def load(key: str, kind: str = "cubin") -> dict[str, Any] | None:
     return record
 
 
+def exists(key: str, kind: str = "cubin") -> bool:
+    """Whether a record file is stored under `key` (one stat; its content is not read)."""
+    return _record_path(key, kind=kind).is_file()
+
+
 def store(key: str, record: dict[str, Any], kind: str = "cubin") -> Path | None:
     """Write `record` under `key` atomically; returns the path, or None if the cache is not
     writable (a cache that cannot be written must never fail a compile)."""

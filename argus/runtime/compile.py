@@ -408,6 +408,11 @@ def compile_cuda(
     if use_cache:
         if key in _MEMO:
             _STATS["memory_hits"] += 1
+            if not cache.exists(key):
+                # compiled or loaded under another ARGUS_CACHE_DIR (a prebuild into a fresh
+                # folder, a test): write the record where this process's readers now look, or
+                # a later process misses it (one stat per compile-time hit, none per launch)
+                cache.store(key, _record(_MEMO[key]))
             return _MEMO[key]
         record = cache.load(key)
         if record is not None:

@@ -111,6 +111,59 @@ def test_first_call_after_prebuild_runs_no_verifier_and_no_nvrtc(fresh_cache, co
 
 
 @needs_nvrtc
+def test_prebuild_writes_records_even_when_the_kernel_is_in_memory(fresh_cache, counted,
+                                                                  monkeypatch, tmp_path):
+    """This process compiled the kernel before, with ARGUS_VERIFY=0 into another cache (as
+    tests/gpu/test_matmul_first_call_gpu.py does before test_matmul_prebuild_gpu.py): the
+    prebuild into the cache in use still leaves the verdict and the cubin there, so the first
+    call after it verifies and compiles nothing (on the H200, 2026-12-02, it did both: the
+    prebuild came back from the kernel's in-process memo and wrote nothing)."""
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "earlier"))
+    monkeypatch.setenv("ARGUS_VERIFY", "0")
+    _first_call()                                    # in memory now, no verdict anywhere
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(fresh_cache))
+    monkeypatch.delenv("ARGUS_VERIFY")
+    monkeypatch.setattr(prebuild, "common_schedules",
+                        lambda kind: {untuned(PROBLEM): PROBLEM})
+    prebuild.prebuild_matmul([KIND])
+    assert counted == {"verify": 1, "nvrtc": 1}
+    assert any((fresh_cache / "verified").rglob("*.json"))
+    assert any((fresh_cache / "cubin").rglob("*.json"))
+    assert any((fresh_cache / "coverage").rglob("*.json"))
+
+    _forget_in_memory(PROBLEM, untuned(PROBLEM))
+    compiled = _first_call()
+    assert counted == {"verify": 1, "nvrtc": 1}, "the first call verified or compiled again"
+    assert compiled.binary.from_cache
+
+
+@pytest.mark.parametrize("m,n,k,layout", [(3000, 5000, 2000, "kn"), (2048, 7168, 2000, "nk"),
+                                          (16, 8000, 8000, "nk"), (4095, 4097, 4096, "kn")])
+def test_launch_specialization_of_unaligned_shapes_renders_the_prebuilt_kernel(m, n, k,
+                                                                               layout):
+    """The first launch of a shape whose K, M or N is no multiple of 16 runs the kernel that
+    prebuild compiled, not a launch-specialized variant of it (CompiledKernel.variant builds
+    one only when the launch's alignment facts change the CUDA): the GEMMs move global data by
+    TMA only, so the facts of any launch render the same text."""
+    from argus import codegen
+    from argus.analysis import alignment
+    from argus.compiler import lower_only
+
+    kind = prebuild.Kind("bf16", "bf16", layout, n % 8 == 0)
+    problem = kind.problem(m, n, k)
+    kernel_fn, run = kernel_for(problem, untuned(problem))
+    lowered = lower_only(kernel_fn, s=run)
+    text = codegen.render(lowered).text
+    extents = {"M": m, "N": n, "K": k}
+    for spec in (alignment.LaunchSpecialization(("A", "B", "C"), tuple(
+                     s for s, v in extents.items() if v % alignment.DIVISIBILITY == 0)),
+                 alignment.LaunchSpecialization(("A", "B", "C"), ("K", "M", "N"))):
+        specialized = alignment.specialize(lowered, spec)
+        assert not specialized.attr("global_access") or \
+            codegen.render(specialized).text == text, spec
+
+
+@needs_nvrtc
 def test_prebuilt_kernel_is_a_hit_in_a_fresh_process(fresh_cache):
     """Across processes: the printed IR and CUDA of a kernel (the verdict's key) do not depend
     on the process (no object ids, no hash randomization)."""

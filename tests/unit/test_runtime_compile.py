@@ -75,6 +75,24 @@ def test_second_compile_hits_the_disk_cache_without_nvrtc(monkeypatch, tmp_path)
     assert compile_stats()["memory_hits"] == after["memory_hits"] + 1
 
 
+def test_a_memory_hit_writes_the_record_into_a_new_cache_dir(monkeypatch, tmp_path):
+    """A binary held in memory from a compile under another ARGUS_CACHE_DIR is written into
+    the one in use: a prebuild into a fresh folder must leave the cubin there even when this
+    process compiled the kernel before (the 2026-12-02 H200 run of
+    tests/gpu/test_matmul_prebuild_gpu.py: the first call found no cubin and ran NVRTC)."""
+    first = compile_cuda(KERNEL, ["scale"])
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "other"))
+    assert not disk_cache.exists(first.key)
+    hits = compile_stats()["memory_hits"]
+    assert compile_cuda(KERNEL, ["scale"]) is first
+    assert compile_stats()["memory_hits"] == hits + 1
+    assert disk_cache.exists(first.key)
+    compile_mod.clear_memory_cache()
+    monkeypatch.setattr(compile_mod, "_nvrtc_compile", lambda *a, **k: pytest.fail("NVRTC ran"))
+    again = compile_cuda(KERNEL, ["scale"])
+    assert again.from_cache and again.cubin == first.cubin
+
+
 def test_key_covers_source_options_headers_and_arch():
     base = compile_cuda(KERNEL, ["scale"])
     keys = {
