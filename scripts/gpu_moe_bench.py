@@ -34,6 +34,8 @@ output is checked against a float64 reference on the same routing (relative Frob
                                                     # and the decode rule's alternatives
     python scripts/gpu_moe_bench.py --quick --variants   # also other GEMM schedules
     python scripts/gpu_moe_bench.py --quick --breakdown  # ours' device time per kernel
+    ARGUS_VERIFY=0 python scripts/gpu_moe_bench.py --fp8 # DeepSeek-V3 fp8 (block scales),
+                                                    # T = 4096 and 16384, ~1 min
 
 Prints one line per measurement, then a markdown table; writes moe.json and moe.md under --out.
 """
@@ -397,6 +399,167 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
         del x, logits, exact
 
 
+# ----------------------------------------------------------------------------- fp8 (--fp8)
+
+FP8_MODEL = "deepseek-v3"
+FP8_TOKENS = [4096, 16384]
+FP8_GEMM_KERNELS = ("moe_fp8_gate_up", "moe_fp8_down")
+
+
+def quantize_blocks(w):
+    """w [N, K] bf16 (N, K multiples of 128) -> (e4m3 [N, K], scales [N/128, K/128] f32,
+    dequantized bf16 [N, K]): DeepSeek-V3's 128x128 weight blocks, amax / 448."""
+    import torch
+
+    n, k = w.shape
+    blocks = w.float().view(n // 128, 128, k // 128, 128)
+    scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-4) / 448.0
+    q = (blocks / scale[:, None, :, None]).clamp(-448, 448).to(torch.float8_e4m3fn)
+    deq = (q.float() * scale[:, None, :, None]).view(n, k).bfloat16()
+    return q.view(n, k), scale, deq
+
+
+def fp8_weights(E, H, I, g):
+    """(w13 e4m3, w13_scale, w2 e4m3, w2_scale, w13 dequantized bf16, w2 dequantized bf16),
+    expert by expert (a float32 copy of all of DeepSeek-V3's weights would take 34 GB)."""
+    import torch
+
+    e4m3 = dict(dtype=torch.float8_e4m3fn, device="cuda")
+    w13, w2 = torch.empty(E, 2 * I, H, **e4m3), torch.empty(E, H, I, **e4m3)
+    s13 = torch.empty(E, 2 * I // 128, H // 128, device="cuda")
+    s2 = torch.empty(E, H // 128, I // 128, device="cuda")
+    d13 = torch.empty(E, 2 * I, H, dtype=torch.bfloat16, device="cuda")
+    d2 = torch.empty(E, H, I, dtype=torch.bfloat16, device="cuda")
+    for e in range(E):
+        w13[e], s13[e], d13[e] = quantize_blocks(
+            (torch.randn(2 * I, H, generator=g, device="cuda") / H ** 0.5).bfloat16())
+        w2[e], s2[e], d2[e] = quantize_blocks(
+            (torch.randn(H, I, generator=g, device="cuda") / I ** 0.5).bfloat16())
+    return w13, s13, w2, s2, d13, d2
+
+
+def fp8_variants() -> dict:
+    """The fp8 grouped GEMM's other schedules (both GEMMs): overlapped promotion (not proven
+    by the verifier yet: compiles with ARGUS_VERIFY=0 only), CTA pairs with the TMA-store
+    epilogue (the dense block-scaled kernel's fastest), and both."""
+    from dataclasses import replace
+
+    from argus.kernels.moe_fp8 import FP8_PREFILL
+
+    pair = replace(FP8_PREFILL, stages=5, cluster_m=2, epilogue="tma")
+    return {"overlap": replace(FP8_PREFILL, overlap=True), "cluster_tma": pair,
+            "overlap_cluster_tma": replace(pair, overlap=True)}
+
+
+def run_fp8(tokens, trials, rows, with_variants=True):
+    """DeepSeek-V3 with e4m3 weights and 128x128 block scales: ours fp8 (argus.ops.moe with
+    w13_scale / w2_scale), ours bf16 and torch._grouped_mm on the dequantized weights (the
+    same function in bf16), the whole layer with routing, in one process; fp8 checked against
+    argus.ops.moe.reference_fp8 (float64, the kernels' quantization), the bf16 paths against
+    the float64 layer of the dequantized weights. Also ours fp8's GEMM kernels alone
+    (profiler device time) as TFLOP/s."""
+    import torch
+
+    from argus.bench.timing import measure
+    from argus.ops import moe
+    from argus.ops.moe import reference_fp8
+
+    E, k, H, I, routing = MODELS[FP8_MODEL]
+    _, groups, topk_groups, rscale = routing
+    g = torch.Generator(device="cuda").manual_seed(16)
+    t0 = time.time()
+    w13, s13, w2, s2, d13, d2 = fp8_weights(E, H, I, g)
+    bias = torch.randn(E, generator=g, device="cuda") * 0.1
+    torch.cuda.synchronize()
+    log(f"fp8 weights ({E} experts, 128x128 blocks) in {time.time() - t0:.1f} s")
+
+    def ours_fp8(x, logits, schedule=None):
+        return moe(x, w13, w2, logits, k, scoring="sigmoid", e_score_correction_bias=bias,
+                   num_expert_group=groups, topk_group=topk_groups,
+                   routed_scaling_factor=rscale, w13_scale=s13, w2_scale=s2,
+                   schedule=schedule)
+
+    def ours_bf16(x, logits):
+        return ours_layer(x, d13, d2, logits, k, routing, bias)
+
+    def grouped(x, logits):
+        return grouped_layer(x, d13, d2, logits, k, routing, bias)
+
+    for T in tokens:
+        x = torch.randn(T, H, generator=g, device="cuda").bfloat16()
+        logits = torch.randn(T, E, generator=g, device="cuda")
+        ids, w = torch_route(logits, k, routing, bias)
+        t0 = time.time()
+        exact = {"fp8": reference_fp8(x, w13, w2, s13, s2, ids, w),
+                 "bf16": reference(x, d13, d2, ids, w)}
+        torch.cuda.synchronize()
+        log(f"{FP8_MODEL} T={T}: float64 references in {time.time() - t0:.1f} s")
+        flops = 2.0 * T * k * 3 * H * I
+        row = dict(model=FP8_MODEL, E=E, k=k, H=H, I=I, T=T, flops=flops, fp8=True)
+        paths = [("ours-fp8", "fp8", ours_fp8), ("ours-bf16", "bf16", ours_bf16),
+                 ("grouped", "bf16", grouped)]
+        if with_variants:
+            paths += [(f"ours-fp8@{v}", "fp8", functools.partial(ours_fp8, schedule=sch))
+                      for v, sch in fp8_variants().items()]
+        for path, kind, fn in paths:
+            try:
+                out = fn(x, logits)
+                torch.cuda.synchronize()
+                err = ((out.double() - exact[kind]).norm() / exact[kind].norm()).item()
+                t = measure(lambda: fn(x, logits), trials=trials, warmup=3,
+                            allow_few_trials=True)
+                row[path] = dict(ms=t.median_ms, rel_err=err, ok=err < 1e-2,
+                                 tflops=flops / (t.median_ms * 1e-3) / 1e12)
+                log(f"{FP8_MODEL} T={T:6d} {path:28s} {t.median_ms:8.3f} ms "
+                    f"{row[path]['tflops']:7.1f} TFLOP/s  rel_err={err:.2e}"
+                    f"{'' if err < 1e-2 else '  WRONG'}")
+            except Exception as e:  # noqa: BLE001 - a failing path is reported, not fatal
+                row[path] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
+                log(f"{FP8_MODEL} T={T:6d} {path:28s} FAILED {row[path]['error']}")
+            torch.cuda.empty_cache()
+        if "ms" in row.get("ours-fp8", {}):
+            try:
+                per = kernel_breakdown(lambda: ours_fp8(x, logits), reps=5)
+                gemm_us = sum(us for key, us in per.items()
+                              if any(name in key for name in FP8_GEMM_KERNELS))
+                row["ours-fp8_kernels_us"] = per
+                row["ours-fp8_gemms"] = dict(us=gemm_us, tflops=flops / (gemm_us * 1e-6) / 1e12)
+                log(f"{FP8_MODEL} T={T:6d} ours-fp8 GEMMs {gemm_us / 1e3:.3f} ms "
+                    f"{row['ours-fp8_gemms']['tflops']:.1f} TFLOP/s; by kernel (us): " +
+                    ", ".join(f"{key.split('(')[0][:40]} {us:.1f}" for key, us in per.items()))
+            except Exception as e:  # noqa: BLE001 - the breakdown is a diagnostic
+                log(f"{FP8_MODEL} T={T:6d} breakdown failed: {type(e).__name__}: {e}")
+        rows.append(row)
+        del x, logits, exact
+        torch.cuda.empty_cache()
+
+
+def fp8_table(rows) -> str:
+    paths = sorted({p for r in rows for p in r if p.startswith(("ours-", "grouped"))
+                    and isinstance(r[p], dict) and ("ms" in r[p] or "error" in r[p])},
+                   key=lambda p: (not p.startswith("ours-fp8"), "@" in p, p))
+    lines = ["| model | T | path | ms | TFLOP/s | rel err | vs grouped_mm (bf16) | "
+             "vs ours bf16 |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        base = r.get("grouped", {}).get("ms")
+        bf16 = r.get("ours-bf16", {}).get("ms")
+        for p in paths:
+            d = r.get(p, {})
+            if "ms" not in d:
+                lines.append(f"| {r['model']} | {r['T']} | {p} | fail | - | - | - | - |")
+                continue
+            vs_grouped = f"{base / d['ms']:.2f}x" if base else "-"
+            vs_bf16 = f"{bf16 / d['ms']:.2f}x" if bf16 else "-"
+            lines.append(f"| {r['model']} | {r['T']} | {p} | {d['ms']:.3f} | "
+                         f"{d['tflops']:.0f} | {d['rel_err']:.1e}"
+                         f"{'' if d['ok'] else ' WRONG'} | {vs_grouped} | {vs_bf16} |")
+        if "ours-fp8_gemms" in r:
+            gm = r["ours-fp8_gemms"]
+            lines.append(f"| {r['model']} | {r['T']} | ours-fp8 GEMM kernels only | "
+                         f"{gm['us'] / 1e3:.3f} | {gm['tflops']:.0f} | - | - | - |")
+    return "\n".join(lines)
+
+
 def table(rows) -> str:
     head = ("| model | T | ours ms | loop ms | grouped_mm ms | ours | ours GEMMs | best torch "
             "| vs best torch | ours no replay ms | host us (no replay) / device us / graph us |\n"
@@ -454,10 +617,38 @@ def main() -> None:
                     help="also time ours with other grouped-GEMM schedules (ours@<name>)")
     ap.add_argument("--breakdown", action="store_true",
                     help="print ours' device time per kernel (torch.profiler)")
+    ap.add_argument("--fp8", action="store_true",
+                    help="DeepSeek-V3 with e4m3 weights and 128x128 block scales at T = 4096 "
+                         "and 16384 (--tokens to change): ours fp8 (and its schedule "
+                         "variants, unless --no-variants) against ours bf16 and "
+                         "torch._grouped_mm on the dequantized weights")
+    ap.add_argument("--no-variants", action="store_true",
+                    help="--fp8: time the default fp8 schedule only")
     ap.add_argument("--out", default="bench_out/moe")
     args = ap.parse_args()
 
     import torch
+
+    if args.fp8:
+        trials = args.trials or 20
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip()
+        card = torch.cuda.get_device_name()
+        log(f"# MoE fp8 bench {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit "
+            f"{commit}, {card}, torch {torch.__version__}, trials {trials}")
+        rows: list = []
+        run_fp8(args.tokens or FP8_TOKENS, trials, rows, with_variants=not args.no_variants)
+        md = fp8_table(rows)
+        log("\n" + md)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "moe_fp8.json").write_text(json.dumps(dict(commit=commit, card=card,
+                                                          trials=trials, rows=rows), indent=1))
+        (out / "moe_fp8.md").write_text(md + "\n")
+        if any(r.get("ours-fp8", {}).get("ok") is False for r in rows):
+            log("WRONG RESULTS (ours-fp8)")
+            sys.exit(1)
+        return
 
     tokens = args.tokens or ([1, 16, 64] if args.decode else
                              QUICK_TOKENS if args.quick else TOKENS)

@@ -31,9 +31,14 @@ group per tile row, and each group's amax is a row reduction of the tile.
 """
 
 import functools
+from dataclasses import dataclass
 
 import argus as ag
 from argus.dtypes import DType
+from argus.kernels.gemm_fp8 import (BK_BYTES, OVERLAP_MAX_BN, PROMOTE_MAX_BN, SCALE_BLOCK,
+                                    overlapped_promoted_mma, promoted_mma)
+from argus.kernels.moe import MoeSchedule, _store_gated_staged, _tag_layout, _walk, silu_mul
+from argus.kernels.warp_specialized import OperandRing, Staging, Unit, load_tile, store_tile_staged
 
 GROUP = 128          # columns per scale (one 128-deep K block of the block-scaled GEMM)
 E4M3_MAX = 448.0     # the largest finite e4m3 magnitude
@@ -106,3 +111,200 @@ def permute_quantize_kernel(top_k: int, groups: int = 4, threads: int = THREADS
     return ag.kernel(moe_permute_quantize, threads=threads,
                      name=f"moe_permute_quantize_k{top_k}_{groups}_{threads}",
                      partial_outputs=("Xq", "ScaleT"))
+
+
+# ----------------------------------------------------------------------------- the grouped GEMM
+#
+# The block-scaled fp8 grouped GEMM: argus/kernels/moe.py's persistent walk over the (m-tile,
+# n-tile) units of the contiguous layout (the expert a TMA coordinate of one weight tensor
+# map, read per unit from tile_expert) with argus/kernels/gemm_fp8.py's promoting consumer
+# (each 128-deep K block into a fresh wgmma accumulator, added into the fp32 one times its
+# scales on the CUDA cores). The scales:
+#
+#   A (token rows of the layout):  ScaleAT [K/128, MS] f32, MN-major (MS >= the layout's rows;
+#                                   permute_quantize_kernel / quantize_1x128_kernel write it)
+#   W (expert weights):            ScaleW  [E, N/128, K/128] f32, one per 128x128 block of
+#                                   each expert's [N, K] weight (DeepSeek-V3's
+#                                   weight_scale_inv); the gate-up's viewed [E, 2, I/128, H/128]
+#                                   (its gate and up planes, as W)
+#
+#   C[r, j] = sum_b ScaleAT[b, r] * ScaleW[e(r), j // 128, b] * sum_{k in b} A[r, k] W[e(r), j, k]
+#
+# The gate-up's B tile is bn/2 gate rows on top of the same bn/2 up rows, so the tile's two
+# halves take two weight scales per K block (the gate plane's and the up plane's block of the
+# same rows): bn/2 must divide 128 so neither half straddles a 128-row weight block
+# (MoeFp8Schedule checks it; the op needs I a multiple of 128).
+
+
+@dataclass(frozen=True)
+class MoeFp8Schedule(MoeSchedule):
+    """The fp8 grouped GEMM's schedule: MoeSchedule's tile, ring, roles, raster and cluster
+    fields with bk = 128 e4m3 (one 128-byte swizzle row: one scale block of K per stage), and
+    gemm_fp8's promotion choice (`overlap`: two partials in turns, the next block's wgmma
+    issued before this one is promoted; not proven by the verifier's wgmma.k-once yet, as for
+    the dense kernel). Prefill only (no swap-AB decode form, no K split)."""
+
+    bk: int = BK_BYTES
+    overlap: bool = False
+
+    def _problems(self) -> list[str]:
+        problems = super()._problems()
+        if self.bk != BK_BYTES:
+            problems.append(f"bk={self.bk}: a stage is one 128-byte swizzle row of e4m3 (one "
+                            f"128-deep scale block), bk=128")
+        limit = OVERLAP_MAX_BN if self.overlap else PROMOTE_MAX_BN
+        if self.bn > limit:
+            problems.append(f"promotion keeps {3 if self.overlap else 2} "
+                            f"{self.bm // self.consumers}x{self.bn} fp32 accumulators per "
+                            f"consumer: bn={self.bn} exceeds the register budget "
+                            f"(bn <= {limit}{' with overlap' if self.overlap else ''})")
+        if self.swap_ab or self.split_k != 1:
+            problems.append("the fp8 grouped GEMM has no swap-AB decode form and no K split "
+                            "(swap_ab=False, split_k=1)")
+        if self.pingpong:
+            problems.append("pingpong is built for the bf16/fp16 GEMMs only")
+        return problems
+
+    @property
+    def gate_up_fits(self) -> bool:
+        """Whether the gate-up may run this schedule: each half of its B tile (bn/2 rows of
+        one plane) lies in one 128-row weight-scale block."""
+        return SCALE_BLOCK % (self.bn // 2) == 0
+
+
+# 128 x 128 tiles (64 output columns of the gate-up), 6 stages of 32 KB: gemm_fp8's measured
+# block-scaled tile (docs/perf/fp8.md); the gate-up halves are 64 rows, inside one weight block
+FP8_PREFILL = MoeFp8Schedule(bm=128, bn=128, stages=6, consumers=2)
+# the same with overlapped promotion (the dense kernel's fastest: 836-926 TFLOP/s)
+FP8_PREFILL_OVERLAP = MoeFp8Schedule(bm=128, bn=128, stages=6, consumers=2, overlap=True)
+# few rows per expert: 64-row tiles (half the padding), one consumer warpgroup
+FP8_SMALL = MoeFp8Schedule(bm=64, bn=128, stages=8, consumers=1, consumer_regs=240,
+                           producer_regs=40)
+
+
+@dataclass(frozen=True)
+class GroupedBlockScales:
+    """`gemm_fp8.BlockScales` for a unit of the grouped GEMM: the per-row activation scales of
+    warpgroup wg's rows, and the unit's expert's weight scales: ScaleW[expert, block, k] for a
+    tile inside one 128-column block, two blocks selected per column where the down GEMM's
+    tile straddles one, or (gated) the gate plane's block for the tile's first half and the
+    up plane's for its second. The same fetch / combine interface, so promoted_mma and
+    overlapped_promoted_mma take it as they are."""
+
+    scale_a_t: object
+    scale_w: object
+    expert: object
+    first_row: object
+    first_col: object       # the unit's first output column (of one plane when gated)
+    rows: int
+    bn: int
+    gated: bool
+
+    @property
+    def straddles(self) -> bool:
+        return not self.gated and SCALE_BLOCK % self.bn != 0
+
+    def fetch(self, k):
+        per_row = ag.load(self.scale_a_t, (k, self.first_row), (self.rows,))
+        block = self.first_col // SCALE_BLOCK
+        if self.gated:   # the gate plane's block, then the up plane's block of the same rows
+            return (per_row, ag.load_scalar(self.scale_w, (self.expert, 0, block, k)),
+                    ag.load_scalar(self.scale_w, (self.expert, 1, block, k)))
+        left = ag.load_scalar(self.scale_w, (self.expert, block, k))
+        right = ag.load_scalar(self.scale_w, (self.expert, block + 1, k)) \
+            if self.straddles else None
+        return per_row, left, right
+
+    def combine(self, per_row, left, right):
+        if right is None:
+            return (per_row * left)[:, None]
+        # gated: columns [0, bn/2) are gate products, [bn/2, bn) up products; straddling:
+        # columns before the next weight block's first column take the left block's scale
+        split = self.bn // 2 if self.gated else \
+            (self.first_col // SCALE_BLOCK + 1) * SCALE_BLOCK - self.first_col
+        return per_row[:, None] * ag.where(ag.arange(self.bn)[None, :] < split, left, right)
+
+
+@functools.lru_cache(maxsize=None)
+def grouped_gemm_fp8_kernel(gated: bool) -> ag.KernelFunction:
+    """The block-scaled fp8 grouped GEMM over the contiguous layout (see above): gate-up
+    (gated: h = silu(gate) * up, bf16) or down (y, bf16), with A [M, K] e4m3 and its
+    MN-major 1x128 scales, W e4m3 ([E, 2, I, H] gated, else [E, N, K]) and its 128x128 block
+    scales, tile_expert / tiles from routing."""
+    w_dims = ("E", 2, "NC", "K") if gated else ("E", "NC", "K")
+    s_dims = ("E", 2, "NB", "KB") if gated else ("E", "NB", "KB")
+
+    def moe_fp8_grouped_gemm(A: ag.Tensor["M", "K", ag.e4m3],
+                             W: ag.Tensor[(*w_dims, ag.e4m3)],
+                             ScaleAT: ag.Tensor["KB", "MS", ag.f32],
+                             ScaleW: ag.Tensor[(*s_dims, ag.f32)],
+                             TileExpert: ag.Tensor["MT", 1, ag.i32],
+                             Tiles: ag.Tensor[1, 1, ag.i32],
+                             C: ag.Tensor["M", "NC", ag.bf16],
+                             s: MoeFp8Schedule = FP8_PREFILL):
+        _tag_layout(A, W, TileExpert, s.pad, gated)
+        if gated and not s.gate_up_fits:
+            raise ag.TraceError(f"the gate-up's B tile is bn/2 = {s.bn // 2} gate rows on top "
+                                f"of the same up rows; each half must lie in one 128-row "
+                                f"weight-scale block (bn/2 dividing 128)",
+                                fix="use bn = 64, 128 or 256 / 2^j for the gate-up")
+        K = A.shape[1]
+        width = s.bn // 2 if gated else s.bn
+        n_tiles = ag.cdiv(C.shape[1], width)
+        cs = s.cluster_m
+        most = ag.cdiv(A.shape[0], s.pad) * n_tiles
+        programs = ag.minimum(most, s.num_sms // cs)
+        (pid,) = ag.grid(programs * cs, cluster=cs)
+        rank = ag.cluster_rank() if cs > 1 else 0
+        first = pid // cs if cs > 1 else pid
+        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
+        k_steps = ring.k_steps(K)
+        rows = s.bm // s.consumers
+        if s.epilogue == "tma":
+            staging = Staging.alloc(s.consumers, rows, width, ag.bf16,
+                                    min(s.store_cols, width))
+        m_units = ag.load_scalar(Tiles, (0, 0))
+
+        def units():
+            """(this CTA's m-tile, n-tile, expert) of this CTA's units."""
+            for mu, n, e in _walk(first, programs, m_units, n_tiles, s.group_m, TileExpert,
+                                  True):
+                yield (mu * cs + rank if cs > 1 else mu), n, e
+
+        with ag.role("producer", warpgroups=1, regs=s.producer_regs):
+            for m, n, expert in units():
+                for k in ag.range(k_steps):
+                    with ring.pipe.produce() as stage:
+                        k0 = k * s.bk
+                        load_tile(ring.a[stage], 0, A, (), m, s.bm, k0, s.bk)
+                        if gated:
+                            load_tile(ring.b[stage], 0, W, (expert, 0), n, width, k0, s.bk,
+                                      rank=rank, share=cs)
+                            load_tile(ring.b[stage], width, W, (expert, 1), n, width, k0,
+                                      s.bk, rank=rank, share=cs)
+                        else:
+                            load_tile(ring.b[stage], 0, W, (expert,), n, s.bn, k0, s.bk,
+                                      rank=rank, share=cs)
+
+        # the consumers read the unit's expert too: it indexes the weight scales
+        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
+            for m, n, expert in units():
+                row0 = m * s.bm + wg * rows
+                scales = GroupedBlockScales(ScaleAT, ScaleW, expert, row0, n * width, rows,
+                                            s.bn, gated)
+                acc = (overlapped_promoted_mma if s.overlap else promoted_mma)(
+                    ring, k_steps, wg, scales)
+                if s.epilogue == "tma" and gated:
+                    _store_gated_staged(C, row0, n * width, wg, acc, staging, width)
+                elif s.epilogue == "tma":
+                    store_tile_staged(C, Unit((), m, n), wg, acc, staging, bm=s.bm, bn=s.bn,
+                                      rows=rows, finish=lambda t: t.to(ag.bf16))
+                elif gated:
+                    ag.store(C, (row0, n * width),
+                             silu_mul(acc[:, :width], acc[:, width:]).to(ag.bf16))
+                else:
+                    ag.store(C, (row0, n * width), acc.to(ag.bf16))
+
+    name = "moe_fp8_gate_up" if gated else "moe_fp8_down"
+    # as the bf16 grouped GEMM: C is written for the units routing counted only
+    return ag.kernel(moe_fp8_grouped_gemm, name=name, partial_outputs=("C",))

@@ -27,6 +27,17 @@ addresses on the same stream replays that call's prepared launch plans (_run). W
 nothing is recorded: a plan keeps its arguments alive, so a fresh output per call would never
 get the recorded address back and every call would pin its tensors in the cache.
 
+fp8 (e4m3 weights, DeepSeek-V3 style): w13 and w2 in torch.float8_e4m3fn with float32
+dequantization scales w13_scale and w2_scale, per 128x128 block ([E, 2I/128, H/128] and
+[E, H/128, I/128]: weight = e4m3 value * the scale of its block), per expert ([E]) or per
+tensor (one element; both broadcast to blocks, a small copy per call); H and I multiples of
+128. x stays bf16: the permute quantizes each token row on its way into the padded layout
+(1x128: one scale per 128 columns, amax / 448), the gate-up and down are block-scaled fp8
+grouped GEMMs (argus/kernels/moe_fp8.py: each 128-deep K block's wgmma partial promoted into
+fp32 on the CUDA cores times its two scales), h is stored bf16 and quantized 1x128 again
+before the down GEMM. reference_fp8 is the same computation in float64. No swap-AB decode
+form yet: small T runs 64-row tiles.
+
 Bad input (top_k outside 1..E, mismatched shapes, dtypes, devices, non-contiguous weights)
 raises a LaunchError that says what and how to fix it. Precomputed topk_ids must lie in
 [0, E): their values are not checked, since that would read them back to the host on every
@@ -45,6 +56,9 @@ from argus.errors import LaunchError
 from argus.kernels import moe_routing as R
 from argus.kernels.moe import (PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL, TINY, MoeSchedule,
                                decode_schedule, grouped_gemm_kernel, split_finish_kernel)
+from argus.kernels.moe_fp8 import (FP8_PREFILL, FP8_SMALL, GROUP, MoeFp8Schedule,
+                                   grouped_gemm_fp8_kernel, permute_quantize_kernel,
+                                   quantize_1x128_kernel)
 from argus.ops.split_k import k_slices
 
 _WHO = "argus.ops.moe"
@@ -205,6 +219,16 @@ def schedule_for(tokens: int, top_k: int, num_experts: int, hidden: int = 0) -> 
     return TINY if active * hidden < SMALL.num_sms * SMALL.bn else SMALL
 
 
+def fp8_schedule_for(tokens: int, top_k: int, num_experts: int) -> MoeFp8Schedule:
+    """The fp8 grouped GEMMs' schedule: 128 x 128 tiles (gemm_fp8's block-scaled tile, each
+    expert padded to 128 rows) when the experts get at least 128 rows each on average, else
+    64 x 128 (half the padding). No swap-AB decode form yet: decode sizes take FP8_SMALL.
+    Untuned."""
+    entries = tokens * top_k
+    active = max(1, min(num_experts, entries))
+    return FP8_PREFILL if entries / active >= 128 else FP8_SMALL
+
+
 # ----------------------------------------------------------------------------- checks
 
 
@@ -231,10 +255,16 @@ def _check(x, w13, w2, logits, top_k, scoring, activation, topk_ids, topk_weight
     if activation not in ACTIVATIONS:
         raise LaunchError(f"{_WHO}: activation={activation!r} is not supported (only 'silu': "
                           f"silu(gate) * up)")
+    fp8 = w13.dtype == torch.float8_e4m3fn or w2.dtype == torch.float8_e4m3fn
     for name, t in (("x", x), ("w13", w13), ("w2", w2)):
-        if t.dtype != torch.bfloat16:
-            raise LaunchError(f"{_WHO}: {name} is {t.dtype}; the MoE kernels take bfloat16",
-                              fix=f"{name}.bfloat16()")
+        want = torch.float8_e4m3fn if fp8 and name != "x" else torch.bfloat16
+        if t.dtype != want:
+            raise LaunchError(
+                f"{_WHO}: {name} is {t.dtype}; the MoE kernels take bfloat16 x with bfloat16 "
+                f"weights, or with float8_e4m3fn weights and their scales (w13_scale, "
+                f"w2_scale): w13 and w2 must be both one or both the other",
+                fix=f"{name}.bfloat16()" if name == "x" else
+                f"quantize both weights to e4m3 (or pass both as bfloat16)")
     if x.dim() != 2 or w13.dim() != 3 or w2.dim() != 3:
         raise LaunchError(f"{_WHO}: x must be [T, H], w13 [E, 2I, H] and w2 [E, H, I]; got "
                           f"{tuple(x.shape)}, {tuple(w13.shape)}, {tuple(w2.shape)}")
@@ -288,6 +318,63 @@ def _check(x, w13, w2, logits, top_k, scoring, activation, topk_ids, topk_weight
                               f"got {topk_ids.dtype} and {topk_weights.dtype}")
 
 
+def _check_scales(x, w13, w2, w13_scale, w2_scale) -> bool:
+    """The fp8 path's scales (after _check): whether the weights are e4m3. Weight scales are
+    float32 on x's device, per tensor (one element, or [E]: one per expert) or per 128x128
+    block ([E, 2I/128, H/128] and [E, H/128, I/128]: DeepSeek-V3's weight_scale_inv); H and I
+    must be multiples of 128 (both GEMMs' K blocks; the gate and up planes' weight blocks)."""
+    import torch
+
+    fp8 = w13.dtype == torch.float8_e4m3fn
+    if not fp8:
+        if w13_scale is not None or w2_scale is not None:
+            raise LaunchError(f"{_WHO}: w13_scale / w2_scale are given but the weights are "
+                              f"{w13.dtype}: scales go with float8_e4m3fn weights",
+                              fix="drop the scales, or pass the e4m3 weights they belong to")
+        return False
+    E, two_i, H = w13.shape
+    inter = two_i // 2
+    if H % 128 or inter % 128:
+        raise LaunchError(f"{_WHO}: fp8 weights need H={H} and I={inter} multiples of 128: "
+                          f"both GEMMs scale 128-deep K blocks, and the gate and up planes "
+                          f"must each start a 128-row weight-scale block",
+                          fix="pad H and I with zero weights to multiples of 128")
+    for name, scale, (n, k) in (("w13_scale", w13_scale, (two_i, H)),
+                                ("w2_scale", w2_scale, (H, inter))):
+        block = (E, n // 128, k // 128)
+        forms = (f"one float32 element (per tensor), [E] = [{E}] (per expert) or "
+                 f"[E, N/128, K/128] = {list(block)} (128x128 blocks)")
+        if scale is None:
+            raise LaunchError(f"{_WHO}: the weights are float8_e4m3fn but {name} is None; "
+                              f"pass {name} as {forms}")
+        if not isinstance(scale, torch.Tensor):
+            raise LaunchError(f"{_WHO}: {name} must be a torch.Tensor, got "
+                              f"{type(scale).__name__}")
+        if scale.device != x.device:
+            raise LaunchError(f"{_WHO}: {name} is on {scale.device} but x on {x.device}",
+                              fix=f"{name}.to(x.device)")
+        if scale.dtype != torch.float32:
+            raise LaunchError(f"{_WHO}: {name} is {scale.dtype}; weight scales are float32",
+                              fix=f"{name}.float()")
+        if scale.numel() != 1 and tuple(scale.shape) not in ((E,), block):
+            raise LaunchError(f"{_WHO}: {name} has shape {tuple(scale.shape)}; it must be "
+                              f"{forms}")
+        if tuple(scale.shape) == block and not scale.is_contiguous():
+            raise LaunchError(f"{_WHO}: {name} is not contiguous (strides {scale.stride()})",
+                              fix=f"pass {name}.contiguous() (once, at load time)")
+    return True
+
+
+def _block_scales(scale, E: int, n: int, k: int):
+    """A weight scale as the kernels read it, [E, n/128, k/128] float32: block scales as they
+    are (the caller's tensor: no copy), a per-tensor or per-expert scale broadcast (a copy
+    per call, a few MB at most)."""
+    block = (E, n // 128, k // 128)
+    if tuple(scale.shape) == block:
+        return scale
+    return scale.reshape(-1, 1, 1).expand(block).contiguous()
+
+
 # ----------------------------------------------------------------------------- the layer
 
 
@@ -321,6 +408,11 @@ class Layer:
     @property
     def down(self) -> MoeSchedule:
         return self.down_schedule or self.schedule
+
+    @property
+    def fp8(self) -> bool:
+        """e4m3 weights: the block-scaled grouped GEMMs (argus/kernels/moe_fp8.py)."""
+        return isinstance(self.schedule, MoeFp8Schedule)
 
     @property
     def entries(self) -> int:
@@ -392,10 +484,21 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
               # the router's result (ids flat: one entry per (token, slot))
               ids=torch.empty(layer.entries, **i32),
               weights=torch.empty(layer.tokens, layer.top_k, dtype=torch.float32, device=device),
-              xp=fill((M, layer.hidden), float("nan"), **bf),
               h=torch.empty(M, layer.inter, **bf), y=torch.empty(M, layer.hidden, **bf))
     nbytes = M * (2 * layer.hidden + layer.inter) * 2
     f32 = dict(dtype=torch.float32, device=device)
+    if layer.fp8:
+        # the GEMMs' e4m3 operands and their MN-major 1x128 scales (x's by the quantizing
+        # permute, h's by quantize_1x128 after the gate-up)
+        e4m3 = dict(dtype=torch.float8_e4m3fn, device=device)
+        ws.update(xq=fill((M, layer.hidden), float("nan"), **e4m3),
+                  xs=fill((layer.hidden // GROUP, M), float("nan"), **f32),
+                  hq=torch.empty(M, layer.inter, **e4m3),
+                  hs=torch.empty(layer.inter // GROUP, M, **f32))
+        nbytes = M * (layer.hidden * 3 + layer.inter * 3) + 4 * M * (
+            layer.hidden + layer.inter) // GROUP
+    else:
+        ws["xp"] = fill((M, layer.hidden), float("nan"), **bf)
     # the decode GEMMs' fp32 partial sums per K slice (split_k > 1)
     if layer.schedule.split_k > 1:
         ws["h_parts"] = torch.empty(layer.schedule.split_k, 2, M, layer.inter, **f32)
@@ -461,11 +564,12 @@ def route(logits, layer: Layer, *, renormalize: bool = True, scoring: str = "sof
 
 def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool = False,
             scratch: dict | None = None, run=None, ws: dict | None = None,
-            out=None):
+            out=None, scales: tuple | None = None):
     """The expert half of the layer for given routing: counts, layout, permute, both grouped
     GEMMs, combine. Returns out [T, H] bf16 (written into `out` when given). `scratch`, when
     given, receives the intermediate buffers (tests look at the layout); `ws` is the call's
-    workspace (_workspace), `run` its launcher."""
+    workspace (_workspace), `run` its launcher. fp8 layers (e4m3 weights) take `scales`:
+    (w13_scale, w2_scale) as argus.ops.moe takes them."""
     import torch
 
     run = run or _launcher(interpret)
@@ -486,6 +590,12 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
         run(R.layout_kernel(be, pad), ws["totals"], ws["totals"].view(E, 1),
             ws["expert_start"], tile_expert, tiles)
         run(R.positions_kernel(be), ids, ids, ws["chunk_base"], ws["expert_start"], pos)
+    if layer.fp8:
+        _fp8_gemms(x, w13, w2, scales, layer, run, ws)
+        run(R.combine_kernel(layer.top_k, BH), ws["y"], pos, weights, out)
+        if scratch is not None:
+            scratch.update(ws)
+        return out
     run(R.permute_kernel(layer.top_k, BH), x, pos, ws["xp"])
     gate_up = w13.view(E, 2, layer.inter, layer.hidden)   # the gate and up planes
     if s.split_k > 1:   # decode: K slices' partial sums, then silu(gate) * up of their sums
@@ -508,14 +618,48 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
     return out
 
 
+def _fp8_gemms(x, w13, w2, scales, layer: Layer, run, ws: dict) -> None:
+    """The fp8 expert GEMMs into ws["y"]: x quantized (1x128) on its way into the padded
+    layout, the block-scaled gate-up into h (bf16, silu(gate) * up from fp32), h quantized
+    (1x128), the block-scaled down into y. Padding rows are computed like any row and never
+    read (their scales are never written either: NaN in the interpreter)."""
+    E, H, inter = layer.experts, layer.hidden, layer.inter
+    w13_scale, w2_scale = scales
+    s13 = _block_scales(w13_scale, E, 2 * inter, H).view(E, 2, inter // GROUP, H // GROUP)
+    s2 = _block_scales(w2_scale, E, H, inter)
+    tile_expert, tiles, M = ws["tile_expert"], ws["tiles"], layer.padded_rows
+    run(permute_quantize_kernel(layer.top_k), x.view(layer.tokens, H // GROUP, GROUP),
+        ws["pos"], ws["xq"].view(M, H // GROUP, GROUP), ws["xs"])
+    run(grouped_gemm_fp8_kernel(True), ws["xq"], w13.view(E, 2, inter, H), ws["xs"], s13,
+        tile_expert, tiles, ws["h"], s=layer.schedule)
+    run(quantize_1x128_kernel(ag.bf16), ws["h"].view(M, inter // GROUP, GROUP),
+        ws["hq"].view(M, inter // GROUP, GROUP), ws["hs"])
+    run(grouped_gemm_fp8_kernel(False), ws["hq"], w2, ws["hs"], s2, tile_expert, tiles,
+        ws["y"], s=layer.down)
+
+
 @functools.lru_cache(maxsize=256)
 def _layer(T: int, H: int, inter: int, E: int, top_k: int,
-           schedule: MoeSchedule | tuple[MoeSchedule, MoeSchedule] | None) -> Layer:
+           schedule: MoeSchedule | tuple[MoeSchedule, MoeSchedule] | None,
+           fp8: bool = False) -> Layer:
     """The Layer of a call's shapes (cached: choosing the decode schedules costs more host
-    time than a launch)."""
+    time than a launch); fp8: e4m3 weights (MoeFp8Schedule, no decode form yet)."""
     down = None
     if isinstance(schedule, tuple):   # (gate-up, down): each GEMM its own (a bench's variants)
         schedule, down = schedule
+    given = [t for t in (schedule, down) if t is not None]
+    if any(isinstance(t, MoeFp8Schedule) != fp8 for t in given):
+        raise LaunchError(f"{_WHO}: schedule {given} does not fit "
+                          f"{'e4m3' if fp8 else 'bfloat16'} weights: the fp8 grouped GEMM "
+                          f"takes MoeFp8Schedule, the bf16 one MoeSchedule",
+                          fix="pass MoeFp8Schedule(...) with e4m3 weights" if fp8 else
+                          "pass MoeSchedule(...) with bfloat16 weights")
+    if fp8 and schedule is not None and not schedule.gate_up_fits:
+        raise LaunchError(f"{_WHO}: the gate-up GEMM's {schedule.bn}-row B tile is two "
+                          f"halves (gate, up) that must each lie in one 128-row weight-scale "
+                          f"block: bn/2 must divide 128", fix="use bn=128 or bn=64")
+    if fp8:
+        return Layer(T, H, inter, E, top_k, schedule or fp8_schedule_for(T, top_k, E), down)
     elif schedule is None and T <= DECODE_MAX_TOKENS:
         schedule, down = decode_schedules(T, top_k, E, H, inter)
     elif schedule is None:
@@ -545,7 +689,7 @@ def _check_out(x, out) -> None:
 
 def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, topk_ids,
          topk_weights, bias, num_expert_group, topk_group, routed_scaling_factor, schedule,
-         interpret=False, out=None):
+         interpret=False, out=None, w13_scale=None, w2_scale=None):
     """The layer, written into `out` when given. A call like an earlier one on the same
     stream (the same shapes, options and argument addresses, `out` included: a decode loop
     over static buffers, a benchmark) replays that call's prepared launch plans:
@@ -556,7 +700,8 @@ def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, top
 
     T, H = x.shape
     E, two_i, _ = w13.shape
-    layer = _layer(T, H, two_i // 2, E, top_k, schedule)
+    fp8 = w13_scale is not None
+    layer = _layer(T, H, two_i // 2, E, top_k, schedule, fp8)
     if T == 0:
         return torch.empty(0, H, dtype=torch.bfloat16, device=x.device)
     x = x.contiguous()
@@ -569,7 +714,11 @@ def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, top
         bias = ws["zero_bias"]
     # only a caller's output buffer can come back at one address: the recorded plans keep
     # their arguments alive, so a fresh output would never be allocated there again
-    replayable = out is not None
+    # (and the kernels read the caller's scales: per-tensor scales are broadcast into a
+    # new tensor every call, which a replayed plan would not see change)
+    replayable = out is not None and (not fp8 or (
+        tuple(w13_scale.shape) == (E, two_i // GROUP, H // GROUP)
+        and tuple(w2_scale.shape) == (E, H // GROUP, two_i // 2 // GROUP)))
     if out is None:
         out = torch.empty(T, H, dtype=torch.bfloat16, device=x.device)
     programs, key = ws.get("programs"), None
@@ -577,7 +726,8 @@ def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, top
     if replayable and programs is not None and (topk_ids is None or (
             topk_ids.dtype == torch.int32 and topk_weights.dtype == torch.float32
             and topk_ids.is_contiguous() and topk_weights.is_contiguous())):
-        key = (_addresses(x, w13, w2, router_logits, topk_ids, topk_weights, bias, out),
+        key = (_addresses(x, w13, w2, router_logits, topk_ids, topk_weights, bias, out,
+                          w13_scale, w2_scale),
                renormalize, scoring, num_expert_group, topk_group, routed_scaling_factor)
         plans = programs.get(key)
         if plans is not None:
@@ -595,7 +745,7 @@ def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, top
                                        routed_scaling_factor=routed_scaling_factor,
                                        interpret=interpret, run=run, ws=ws)
     experts(x, w13, w2, topk_ids, topk_weights, layer, interpret=interpret, run=run, ws=ws,
-            out=out)
+            out=out, scales=(w13_scale, w2_scale) if fp8 else None)
     if record and all(plan is not None for plan in record):
         programs[key] = tuple(record)
         if len(programs) > _PROGRAMS:
@@ -607,13 +757,18 @@ def moe(x, w13, w2, router_logits, top_k: int, *, renormalize: bool = True,
         scoring: str = "softmax", activation: str = "silu", topk_ids=None, topk_weights=None,
         e_score_correction_bias=None, num_expert_group: int | None = None,
         topk_group: int | None = None, routed_scaling_factor: float = 1.0,
-        schedule: MoeSchedule | tuple[MoeSchedule, MoeSchedule] | None = None, out=None):
+        schedule: MoeSchedule | tuple[MoeSchedule, MoeSchedule] | None = None, out=None,
+        w13_scale=None, w2_scale=None):
     """The MoE layer's output [T, H] (bf16); see the module docstring. With `out` (a
     contiguous bf16 [T, H] buffer) the result is written there and returned, and a repeated
     call on the same buffers replays its launches. `schedule` overrides the GEMMs' schedules
-    (one for both, or a (gate-up, down) pair with the same token tile)."""
+    (one for both, or a (gate-up, down) pair with the same token tile). fp8: w13 and w2 in
+    float8_e4m3fn with their float32 dequantization scales w13_scale and w2_scale, per tensor
+    (one element or [E]) or per 128x128 block ([E, 2I/128, H/128], [E, H/128, I/128]); see
+    the module docstring."""
     _check(x, w13, w2, router_logits, top_k, scoring, activation, topk_ids, topk_weights,
            e_score_correction_bias, num_expert_group, topk_group)
+    _check_scales(x, w13, w2, w13_scale, w2_scale)
     if out is not None:
         _check_out(x, out)
     import torch
@@ -623,10 +778,11 @@ def moe(x, w13, w2, router_logits, top_k: int, *, renormalize: bool = True,
         # dispatch cost; torch.compile traces the custom op below
         return _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation,
                     topk_ids, topk_weights, e_score_correction_bias, num_expert_group,
-                    topk_group, routed_scaling_factor, schedule, out=out)
+                    topk_group, routed_scaling_factor, schedule, out=out,
+                    w13_scale=w13_scale, w2_scale=w2_scale)
     return _op()(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, topk_ids,
                  topk_weights, e_score_correction_bias, num_expert_group or 0, topk_group or 0,
-                 float(routed_scaling_factor))
+                 float(routed_scaling_factor), w13_scale, w2_scale)
 
 
 def reference(x, w13, w2, topk_ids, topk_weights):
@@ -646,6 +802,39 @@ def reference(x, w13, w2, topk_ids, topk_weights):
     return out
 
 
+def reference_fp8(x, w13, w2, w13_scale, w2_scale, topk_ids, topk_weights):
+    """The fp8 layer in float64 torch for given routing, with the kernels' quantization: x
+    quantized 1x128 (argus.ops.quantize_fp8.reference, bit for bit the permute's), the e4m3
+    weights times their scales (any of the accepted forms), silu(gate) * up rounded to bf16
+    (as the gate-up stores h) and quantized 1x128 again, the down GEMM, the weighted sum. What
+    it leaves to the kernels is fp32 accumulation and the bf16 rounding of y and out."""
+    import torch
+
+    from argus.ops.quantize_fp8 import reference as quantize
+
+    def dequantized(rows):
+        q, sc = quantize(rows)
+        return (q.double() * sc.double()[:, :, None]).view(rows.shape[0], -1)
+
+    E, two_i, H = w13.shape
+    inter = two_i // 2
+    s13 = _block_scales(w13_scale, E, two_i, H).double()
+    s2 = _block_scales(w2_scale, E, H, inter).double()
+    x64 = dequantized(x)
+    out = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
+    for e in range(E):
+        tok, slot = (topk_ids == e).nonzero(as_tuple=True)
+        if tok.numel() == 0:
+            continue
+        w = w13[e].double() * s13[e].repeat_interleave(GROUP, 0).repeat_interleave(GROUP, 1)
+        gate, up = x64[tok] @ w[:inter].T, x64[tok] @ w[inter:].T
+        h = dequantized((gate * torch.sigmoid(gate) * up).to(torch.bfloat16))
+        d = w2[e].double() * s2[e].repeat_interleave(GROUP, 0).repeat_interleave(GROUP, 1)
+        out.index_add_(0, tok, (h @ d.T) * topk_weights[tok, slot].double()[:, None])
+    return out
+
+
+# ----------------------------------------------------------------------------- custom op
 # ----------------------------------------------------------------------------- custom op
 
 _OP = None
@@ -673,18 +862,20 @@ def _register():
         schema="(Tensor x, Tensor w13, Tensor w2, Tensor? router_logits, int top_k, "
                "bool renormalize, str scoring, str activation, Tensor? topk_ids, "
                "Tensor? topk_weights, Tensor? e_score_correction_bias, int num_expert_group, "
-               "int topk_group, float routed_scaling_factor) -> Tensor")
+               "int topk_group, float routed_scaling_factor, Tensor? w13_scale=None, "
+               "Tensor? w2_scale=None) -> Tensor")
     def moe_op(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, topk_ids,
                topk_weights, e_score_correction_bias, num_expert_group, topk_group,
-               routed_scaling_factor):
+               routed_scaling_factor, w13_scale=None, w2_scale=None):
         return _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation,
                     topk_ids, topk_weights, e_score_correction_bias, num_expert_group,
-                    topk_group, routed_scaling_factor, None)
+                    topk_group, routed_scaling_factor, None, w13_scale=w13_scale,
+                    w2_scale=w2_scale)
 
     @moe_op.register_fake
     def _(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, topk_ids,
           topk_weights, e_score_correction_bias, num_expert_group, topk_group,
-          routed_scaling_factor):
+          routed_scaling_factor, w13_scale=None, w2_scale=None):
         return x.new_empty(x.shape)
 
     return moe_op
