@@ -3,6 +3,7 @@ process on this GPU.
 
     python3 scripts/gpu_attention_bench.py [--quick] [--out DIR] [--dims 64,128]
         [--lengths 1024,2048] [--mask both|full|causal] [--no-gqa] [--variants ...]
+        [--backends cudnn,flash,efficient]
 
 bf16 prefill, 16k total tokens per case (B * S = 16384), heads * head_dim = 2048: head dims 64,
 128, 256 x S 512, 1k, 2k, 4k, 8k, 16k x full / causal, plus GQA 8:1 at head dim 128 (32 query
@@ -66,19 +67,24 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     persistent walk, the intra-warpgroup overlap ("overlap": S ahead; "fa3": FA3's order, P V
     in flight during the softmax, fa3_overlap_schedule's tile shapes), ping-pong
     ("pingpong"), two consumer warpgroups ("2wg"), or a key block size ("bn64", "bn192")
-    (block_n halved until the registers fit unless "bnN" fixes it)."""
+    (block_n halved until the registers fit unless "bnN" fixes it). The softmax's
+    instruction diet: "ex2" (approx_exp2: exp2 on the SFU alone), "fold" (fold_scale: the
+    scale folded into the exponent's FFMA), "fast" (both); "default+fast" is the default
+    schedule with both."""
     import dataclasses
 
     from argus.kernels.attention import base_schedule, default_schedule, fa3_overlap_schedule
 
-    if variant == "default":
-        return default_schedule(head_dim, causal, seq_len)
+    diet = {"approx_exp2": "ex2" in variant or "fast" in variant,
+            "fold_scale": "fold" in variant or "fast" in variant}
+    if variant.split("+")[0] == "default":
+        return dataclasses.replace(default_schedule(head_dim, causal, seq_len), **diet)
     s = fa3_overlap_schedule(head_dim, causal) if "fa3" in variant else base_schedule(head_dim)
     if "2wg" in variant:   # two consumer warpgroups of 64 rows (head dim 64 defaults to 3)
         s = dataclasses.replace(s, block_m=128, consumers=2, producer_regs=24,
                                 consumer_regs=240, block_n=base_schedule(head_dim).block_n)
     fields = {"persistent": "persistent" in variant, "intra_wg_overlap": "overlap" in variant,
-              "ordered": "pingpong" in variant}
+              "ordered": "pingpong" in variant, **diet}
     s = dataclasses.replace(s, **fields)
     fixed = [int(p[2:]) for p in variant.split("+") if p.startswith("bn")]
     if fixed:
@@ -114,14 +120,17 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "
-                             "overlap, fa3, pingpong, 2wg, bnN or '+' joins of them (each timed "
-                             "through argus.ops.attention; overlap needs ARGUS_VERIFY=0)")
+                             "overlap, fa3, pingpong, 2wg, bnN, ex2, fold, fast or '+' joins of "
+                             "them (default+fast: the op's choice with the softmax diet; each "
+                             "timed through argus.ops.attention; overlap needs ARGUS_VERIFY=0)")
     parser.add_argument("--dims", default="", help="head dims, e.g. 64,128,256 (default: "
                                                    "64,128 with --quick, else all three)")
     parser.add_argument("--lengths", default="", help="sequence lengths, e.g. 1024,2048 "
                                                       "(default: by --quick)")
     parser.add_argument("--mask", choices=("both", "full", "causal"), default="both")
     parser.add_argument("--no-gqa", action="store_true", help="leave out the GQA 8:1 cases")
+    parser.add_argument("--backends", default="cudnn,flash,efficient",
+                        help="the torch SDPA backends to time (comma-separated)")
     parser.add_argument("--kernel-only", action="store_true",
                         help="also time the default kernel's prepared launch (no host work)")
     args = parser.parse_args()
@@ -136,7 +145,8 @@ def main() -> int:
     backends = {"cudnn": getattr(SDPBackend, "CUDNN_ATTENTION", None),
                 "flash": SDPBackend.FLASH_ATTENTION,
                 "efficient": SDPBackend.EFFICIENT_ATTENTION}
-    backends = {k: v for k, v in backends.items() if v is not None}
+    backends = {k: v for k, v in backends.items()
+                if v is not None and k in args.backends.split(",")}
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
           f"{torch.backends.cudnn.version()}", flush=True)
     rows = []

@@ -387,9 +387,16 @@ def _unary(fn):
     return f
 
 
-exp, exp2, log, sqrt, rsqrt, tanh, erf, sigmoid, relu, abs_ = (
-    _unary(n) for n in ("exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu",
-                        "abs"))
+exp, log, sqrt, rsqrt, tanh, erf, sigmoid, relu, abs_ = (
+    _unary(n) for n in ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "abs"))
+
+
+def exp2(x: Tile, approx: bool = False) -> Tile:
+    """Elementwise 2^x. approx=True: the SFU's ex2.approx.ftz alone (relative error <= 2^-22;
+    results below 2^-126 flush to 0, inputs below it in magnitude read as 0), one instruction
+    where the full-range exp2 (the default) adds a range check and two multiplies on sm_90:
+    what a softmax wants, whose terms below 2^-126 of the row max are lost in any sum."""
+    return elementwise("exp2_approx" if approx else "exp2", x)
 
 # ----------------------------------------------------------------------------- shared memory
 

@@ -719,6 +719,10 @@ ELEMENTWISE_FNS = {
     # arity 1
     "neg": 1, "abs": 1, "exp": 1, "exp2": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1,
     "erf": 1, "sigmoid": 1, "relu": 1, "recip": 1,
+    # 2^x on the SFU alone (PTX ex2.approx.ftz.f32: relative error <= 2^-22, a subnormal
+    # input reads as 0 and a subnormal result is flushed to 0); "exp2" is the full-range
+    # libdevice exp2f, which on sm_90 costs a compare and two predicated multiplies more
+    "exp2_approx": 1,
     # arity 2
     "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2, "pow": 2,
     "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2,

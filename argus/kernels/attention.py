@@ -103,6 +103,15 @@ class AttentionSchedule:
     # P V is in flight (wait 1), wait 0 before O and P are touched again. Verifies like the
     # default (module docstring; tests/mutations/test_attention_fa3_carry.py).
     fa3_overlap: bool = False
+    # The softmax's instruction count (FA3's softmax.h, built with --use_fast_math): exp2 on
+    # the SFU alone (ag.exp2(approx=True), ex2.approx.ftz: libdevice's exp2f adds a range
+    # check and two predicated multiplies per element on sm_90, 3 of the ~9 instructions an S
+    # element costs), and the scale folded into the exponent's FFMA, exp2(s * scale - m *
+    # scale), with the row max taken on the raw scores (one FMUL per element less). Folding
+    # needs scale > 0 (max(s) * scale is the max of s * scale only then): argus.ops.attention
+    # runs the unfolded schedule for any other scale.
+    approx_exp2: bool = False
+    fold_scale: bool = False
 
     def __post_init__(self) -> None:
         problems = self._problems()
@@ -376,8 +385,12 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                     return sc
 
                 def softmax(sc, jb, m_i, l_i):
-                    """The online softmax of block jb: (P, alpha, new row max, new row sum)."""
-                    sc = sc * qk_scale
+                    """The online softmax of block jb: (P, alpha, new row max, new row sum).
+                    m_i is in the units of S * scale * log2(e) either way; with fold_scale
+                    the scores stay raw until the exponent's FFMA (scale > 0: the op's
+                    promise)."""
+                    if not s.fold_scale:
+                        sc = sc * qk_scale
                     # only the blocks past `unmasked` (the causal diagonal, the key tail) pay
                     # for the mask; the branch is uniform per warpgroup
                     # checked, no code: the keys a query may see, every one of them
@@ -400,11 +413,13 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                         sc = ag.where(valid, sc, neg_inf)
                         ag.tag_assert((ag.tag(sc).live == 1) == allowed,
                                       message="the mask keeps exactly the keys a query may see")
-                    m_new = ag.maximum(m_i, sc.max(axis=1))
+                    row_max = sc.max(axis=1)
+                    m_new = ag.maximum(m_i, row_max * qk_scale if s.fold_scale else row_max)
                     # a row that has seen no key yet keeps m = -inf: subtract 0, not -inf
                     m_use = ag.where(m_new == neg_inf, 0.0, m_new)
-                    p = ag.exp2(sc - m_use)
-                    alpha = ag.exp2(m_i - m_use)
+                    x = sc * qk_scale - m_use if s.fold_scale else sc - m_use
+                    p = ag.exp2(x, approx=s.approx_exp2)
+                    alpha = ag.exp2(m_i - m_use, approx=s.approx_exp2)
                     return p, alpha, m_new, l_i * alpha + p.sum(axis=1)
 
                 if s.ordered:

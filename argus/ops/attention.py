@@ -29,6 +29,7 @@ compiles the kernel and loads it, which a capture must not do).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections import OrderedDict
@@ -158,6 +159,16 @@ def _compiled(head_dim: int, dtype, causal: bool, lse: bool, schedule: Attention
     return kernel
 
 
+def for_scale(schedule: AttentionSchedule, scale: float) -> AttentionSchedule:
+    """The schedule to run for this softmax scale: a schedule with fold_scale takes the row
+    max of the raw scores, and max(s) * scale is the max of s * scale only for a positive
+    finite scale (0 would give NaN for masked keys, a negative one the row min), so any other
+    scale runs the same schedule unfolded."""
+    if schedule.fold_scale and not 0.0 < scale < math.inf:
+        return dataclasses.replace(schedule, fold_scale=False)
+    return schedule
+
+
 def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
          schedule: AttentionSchedule | None = None):
     """The eager implementation: (out in q's layout, lse [B, Hq, Sq] fp32 or an empty tensor)."""
@@ -178,7 +189,7 @@ def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
         lse.fill_(float("-inf"))
         return out, lse
     dtype = _DTYPES[str(q.dtype)]
-    chosen = schedule or default_schedule(D, causal, S)   # measured per head dim, mask, S
+    chosen = for_scale(schedule or default_schedule(D, causal, S), scale)
     kernel = _compiled(D, dtype, causal, return_lse, chosen, q.device)
     args = (qb, kb, vb, ob) + ((lse.unsqueeze(-1),) if return_lse else ())
     # A launch with a runtime scalar is prepared (shapes bound, tensor maps encoded) on every

@@ -339,7 +339,7 @@ def _apply(fn: str, vals: list) -> object:
             return TOP
     # some operand is an unknown finite value
     consts = [v for v in vals if isinstance(v, float)]
-    if fn in ("exp", "exp2") and consts:
+    if fn in ("exp", "exp2", "exp2_approx") and consts:
         return {-math.inf: 0.0, math.inf: math.inf}.get(consts[0], FINITE)
     if fn in ("add", "sub") and consts:
         infs = [c for c in consts if math.isinf(c)]
@@ -371,6 +371,9 @@ def _eval(fn: str, v: list) -> float:
         return 0.0 if v[0] == -inf else math.exp(v[0])
     if fn == "exp2":
         return 0.0 if v[0] == -inf else 2.0 ** v[0]
+    if fn == "exp2_approx":   # ftz: results below 2^-126 are 0
+        r = 0.0 if v[0] == -inf else 2.0 ** v[0]
+        return 0.0 if r < 2.0 ** -126 else r
     if fn == "relu":
         return max(v[0], 0.0)
     if fn == "sqrt":

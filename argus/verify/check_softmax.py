@@ -209,7 +209,7 @@ class _Flow:
         if fn == "sub" and len(args) == 2 and args[1].id in self.const and tiles:
             self.set(res, self.s(args[0]), self.t(args[0]))   # s - c: a shift by a constant
             return
-        if fn in ("exp", "exp2") and tiles:
+        if fn in ("exp", "exp2", "exp2_approx") and tiles:
             x = self.s(args[0])
             if x is not None and x[0] == "shift":
                 self.set(res, ("rel", x[1], False))

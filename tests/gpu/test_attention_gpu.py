@@ -233,3 +233,28 @@ def test_wide_candidate(D, causal):
     err = (out.double() - want).abs()
     per_block = [err[:, :, r:r + 64].max().item() for r in range(0, 1000, 64)]
     assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"
+
+
+@pytest.mark.parametrize("scale", [None, -0.05], ids=["default-scale", "negative-scale"])
+@pytest.mark.parametrize("D,causal,S", [(64, False, 1000), (64, True, 1000), (64, True, 3000),
+                                        (128, False, 1000), (128, True, 1000),
+                                        (256, True, 1000)])
+def test_softmax_diet(D, causal, S, scale):
+    """The default schedules with the softmax diet (approx_exp2 + fold_scale, bench variant
+    `default+fast`): every 64-row block and the LSE against float64, ragged lengths, Sq < Skv;
+    a negative scale runs the unfolded schedule (argus.ops.attention.for_scale)."""
+    import dataclasses
+
+    import argus.ops
+    from argus.kernels.attention import default_schedule
+
+    schedule = dataclasses.replace(default_schedule(D, causal, S), approx_exp2=True,
+                                   fold_scale=True)
+    q, k, v = _inputs(2, 4, 2, S, S + 111, D, "bhsd", torch.bfloat16, seed=7 + D + causal)
+    out, lse = argus.ops.attention(q, k, v, causal=causal, scale=scale, schedule=schedule,
+                                   return_lse=True)
+    want, want_lse = reference(q, k, v, causal, scale or 1.0 / math.sqrt(D))
+    err = (out.double() - want).abs()
+    per_block = [err[:, :, r:r + 64].max().item() for r in range(0, S, 64)]
+    assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"
+    assert (lse.double() - want_lse).abs().max().item() < 1e-3

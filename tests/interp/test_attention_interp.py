@@ -165,3 +165,25 @@ def test_default_schedules(head_dim, causal, seq_len):
     queries, GQA 2:1, 300 keys."""
     assert_close(*run(1, 4, 2, 130, 300, head_dim, causal,
                       default_schedule(head_dim, causal, seq_len), seed=head_dim + causal))
+
+
+@pytest.mark.parametrize("head_dim,causal,seq_len", [
+    (64, False, 130), (64, True, 130), (64, True, 4096), (128, False, 130), (128, True, 130),
+    (256, True, 130)])
+def test_default_schedules_with_the_softmax_diet(head_dim, causal, seq_len):
+    """The default schedules with exp2 on the SFU alone (ftz) and the scale folded into the
+    exponent (AttentionSchedule.approx_exp2, fold_scale: the bench's `default+fast`): the row
+    max of the raw scores, masked keys -inf before the scale, rows past the keys zeros, LSE."""
+    import dataclasses
+    schedule = dataclasses.replace(default_schedule(head_dim, causal, seq_len),
+                                   approx_exp2=True, fold_scale=True)
+    assert_close(*run(1, 4, 2, 130, 300, head_dim, causal, schedule, seed=head_dim + causal))
+
+
+def test_softmax_diet_with_queries_past_the_keys():
+    """Causal with Sq > Skv: the first rows see no key (zeros, LSE -inf) under the folded
+    scale too (-inf * scale stays -inf, the guard subtracts 0)."""
+    import dataclasses
+    schedule = dataclasses.replace(fa3_overlap_schedule(128, True), approx_exp2=True,
+                                   fold_scale=True)
+    assert_close(*run(1, 2, 1, 200, 70, 128, True, schedule))

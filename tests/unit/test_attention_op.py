@@ -83,3 +83,20 @@ def test_custom_op_is_registered_with_a_fake():
         qs = mode.from_tensor(q_bshd)
         out, lse = op(qs, fk.transpose(1, 2), fv.transpose(1, 2), False, 0.125, "bshd", False)
         assert tuple(out.shape) == (2, 10, 4, 64) and lse.numel() == 0
+
+
+def test_folded_scale_runs_unfolded_for_a_scale_that_is_not_positive():
+    """fold_scale takes the row max of the raw scores (max(s) * scale = max(s * scale) only
+    for scale > 0): the op runs any other scale with the same schedule unfolded."""
+    import dataclasses
+    import math
+
+    from argus.ops.attention import for_scale
+
+    folded = dataclasses.replace(default_schedule(128), approx_exp2=True, fold_scale=True)
+    assert for_scale(folded, 0.125) is folded
+    for scale in (0.0, -0.125, math.inf, math.nan):
+        got = for_scale(folded, scale)
+        assert got == dataclasses.replace(folded, fold_scale=False), scale
+    plain = default_schedule(128)
+    assert for_scale(plain, -1.0) is plain

@@ -126,3 +126,17 @@ def test_causal_persistent_walk_has_no_violation():
                         s=AttentionSchedule(persistent=True))
     report = verify.run(kernel)
     assert not report.errors, "\n".join(str(d) for d in report.errors)
+
+
+@pytest.mark.parametrize("lse", [False, True], ids=["out", "lse"])
+@pytest.mark.parametrize("head_dim,causal,seq_len", DEFAULTS,
+                         ids=[f"d{d}-{'causal' if c else 'full'}-S{n or 'any'}"
+                              for d, c, n in DEFAULTS])
+def test_softmax_diet_verifies_clean(head_dim, causal, seq_len, lse):
+    """Each default schedule with exp2 on the SFU alone and the scale folded into the
+    exponent (the bench's `default+fast`): the raw scores are masked before the scale, the
+    row max is scaled after the reduction; the statistics (softmax.stats) are the same."""
+    schedule = dataclasses.replace(default_schedule(head_dim, causal, seq_len),
+                                   approx_exp2=True, fold_scale=True)
+    kernel = lower_only(attention_kernel(head_dim, ag.bf16, causal, lse), s=schedule)
+    _assert_clean(verify.run(kernel))
