@@ -441,14 +441,17 @@ def fp8_weights(E, H, I, g):
 def fp8_variants() -> dict:
     """The fp8 grouped GEMM's other schedules (both GEMMs): overlapped promotion (not proven
     by the verifier yet: compiles with ARGUS_VERIFY=0 only), CTA pairs with the TMA-store
-    epilogue (the dense block-scaled kernel's fastest), and both."""
+    epilogue (the dense block-scaled kernel's fastest), both, and 64-row tiles."""
     from dataclasses import replace
 
-    from argus.kernels.moe_fp8 import FP8_PREFILL
+    from argus.kernels.moe_fp8 import FP8_PREFILL, FP8_SMALL
 
     pair = replace(FP8_PREFILL, stages=5, cluster_m=2, epilogue="tma")
     return {"overlap": replace(FP8_PREFILL, overlap=True), "cluster_tma": pair,
-            "overlap_cluster_tma": replace(pair, overlap=True)}
+            "overlap_cluster_tma": replace(pair, overlap=True),
+            # 64-row tiles: half the padding per expert (DeepSeek-V3 at T = 4096 averages
+            # 128 rows an expert, so 128-row padding adds about half again)
+            "small": FP8_SMALL}
 
 
 def run_fp8(tokens, trials, rows, with_variants=True):
@@ -496,6 +499,12 @@ def run_fp8(tokens, trials, rows, with_variants=True):
         log(f"{FP8_MODEL} T={T}: float64 references in {time.time() - t0:.1f} s")
         flops = 2.0 * T * k * 3 * H * I
         row = dict(model=FP8_MODEL, E=E, k=k, H=H, I=I, T=T, flops=flops, fp8=True)
+        # rows the GEMMs compute beyond the routed ones: each expert padded to the tile
+        counts = torch.bincount(ids.reshape(-1), minlength=E)
+        row["padding_pct"] = {pad: 100.0 * (((counts + pad - 1) // pad * pad).sum().item()
+                                            / (T * k) - 1) for pad in (64, 128, 256)}
+        log(f"{FP8_MODEL} T={T}: padding to 64 / 128 / 256 rows adds " +
+            " / ".join(f"{v:.0f}%" for v in row["padding_pct"].values()) + " rows")
         paths = [("ours-fp8", "fp8", ours_fp8), ("ours-bf16", "bf16", ours_bf16),
                  ("grouped", "bf16", grouped)]
         if with_variants:
