@@ -27,6 +27,13 @@ _IPC_HANDLE_BYTES = 64       # sizeof(cudaIpcMemHandle_t)
 _LAZY_PEER_ACCESS = 1        # cudaIpcMemLazyEnablePeerAccess
 
 
+class _IpcMemHandle(ctypes.Structure):
+    """cudaIpcMemHandle_t: 64 opaque bytes, passed BY VALUE to cudaIpcOpenMemHandle (a bare
+    ctypes array would be passed as a pointer: the runtime then reads garbage and answers
+    cudaErrorInvalidValue, as it did on the H200)."""
+    _fields_ = [("reserved", ctypes.c_char * _IPC_HANDLE_BYTES)]
+
+
 class CudaIpcError(RuntimeError):
     """The CUDA runtime refused a call (its error code and name in the message)."""
 
@@ -61,8 +68,8 @@ def _cudart() -> ctypes.CDLL:
         lib.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
         lib.cudaFree.argtypes = [ctypes.c_void_p]
         lib.cudaIpcGetMemHandle.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
-        lib.cudaIpcOpenMemHandle.argtypes = [ctypes.POINTER(ctypes.c_void_p),
-                                             ctypes.c_char * _IPC_HANDLE_BYTES, ctypes.c_uint]
+        lib.cudaIpcOpenMemHandle.argtypes = [ctypes.POINTER(ctypes.c_void_p), _IpcMemHandle,
+                                             ctypes.c_uint]
         lib.cudaIpcCloseMemHandle.argtypes = [ctypes.c_void_p]
         lib.cudaGetErrorName.restype = ctypes.c_char_p
         _LIB = lib
@@ -90,21 +97,19 @@ def _bytes_tensor(ptr: int, nbytes: int, device: int) -> torch.Tensor:
     return torch.as_tensor(_DeviceBytes(ptr, nbytes), device=f"cuda:{device}")
 
 
-def _span(t: torch.Tensor) -> int:
-    """Elements from the first to one past the last that a (non-negative stride) view reads."""
-    if t.numel() == 0:
-        return 0
-    return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-
-
 def _layout(t: torch.Tensor) -> tuple[list[int], list[int]]:
-    """The strides to stage `t` with: its own when they are non-negative and no two elements
-    share memory (a kernel may depend on the layout get_inputs gave), else contiguous."""
-    stride = list(t.stride())
-    dense = all(s > 0 for n, s in zip(t.shape, stride) if n > 1) and \
-        _span(t) >= t.numel() and not torch._debug_has_internal_overlap(t)
-    if dense:
-        return list(t.shape), stride
+    """The strides to stage `t` with: its own when no two of its elements share memory (a
+    kernel may depend on the layout get_inputs gave; a transposed or sliced view keeps it),
+    else contiguous (a broadcast view becomes dense)."""
+    dims = sorted((s, n) for n, s in zip(t.shape, t.stride()) if n > 1)
+    reach, distinct = 1, True
+    for s, n in dims:               # each stride must step past everything the smaller ones reach
+        if s < reach:
+            distinct = False
+            break
+        reach = s * n
+    if distinct:
+        return list(t.shape), list(t.stride())
     contiguous, step = [], 1
     for n in reversed(t.shape):
         contiguous.insert(0, step)
@@ -221,8 +226,8 @@ def open_staged(items: list[dict[str, Any]], dtypes: dict[str, torch.dtype]) -> 
                 ptr = ctypes.c_void_p()
                 with torch.cuda.device(device):
                     _check(_cudart().cudaIpcOpenMemHandle(
-                        ctypes.byref(ptr), (ctypes.c_char * _IPC_HANDLE_BYTES).from_buffer_copy(
-                            raw), _LAZY_PEER_ACCESS), "cudaIpcOpenMemHandle")
+                        ctypes.byref(ptr), _IpcMemHandle.from_buffer_copy(raw),
+                        _LAZY_PEER_ACCESS), "cudaIpcOpenMemHandle")
                 opened[buf["handle"]] = (int(ptr.value or 0), _bytes_tensor(
                     int(ptr.value or 0), nbytes, device))
             whole = opened[buf["handle"]][1]
