@@ -32,6 +32,13 @@ do not alias: the kernel's pointers are __restrict__). The loads past the last i
 the first ones when the loop runs fewer than d iterations) are bounds-checked like every load:
 they read in-bounds memory or nothing, and their values are never used.
 
+A load whose offsets do not involve the loop variable (the finished row max a logsumexp's sum
+pass reads in every block, KernelBench L2/42, 43, 84, 92) reads the same block in every
+iteration: it is hoisted, loaded once before the loop, instead of ringed (a ring of copies of
+one block costs `depth` times its registers and a load per iteration for nothing, and the
+verifier, which knows each ring block per iteration, would see `depth` different values where
+there is one: softmax.stats read exp(x - m) of two iterations as relative to two maxima).
+
 The depth is DEPTH blocks. What the memory system sees is the bytes in flight per SM: CTAs per
 SM x threads x depth x registers per block x 4. Measured on the H200 at 8192 x 8192 fp32
 (docs/perf/core2.md, scripts/gpu_prefetch_sweep.py), the looped softmax at BN 2048 (8
@@ -87,43 +94,90 @@ def _region(region: Region, ids, threads: int) -> Region:
 
 
 def _pipeline(loop: O.For, ids, threads: int) -> list[O.Op]:
-    body = list(loop.body.ops)
     if any(isinstance(op, O.For) for op in loop.body.walk()):
         return [loop]   # its inner loops are pipelined; unrolling it would multiply their code
+    chosen: list[tuple[int, list[int]]] = []
+    invariant: list[tuple[int, list[int]]] = []
+    regs_per_block = 0
+    for k, slice_, regs, varies in _movable(loop, threads):
+        if not varies:
+            invariant.append((k, slice_))   # the same block every iteration: hoisted
+        elif regs_per_block + regs <= MAX_BLOCK_REGS:
+            regs_per_block += regs
+            chosen.append((k, slice_))
+    if not chosen and not invariant:
+        return [loop]
+    body = list(loop.body.ops)
+    gone = {k for k, _ in invariant}
+    hoisted, current = _hoist(body, invariant, ids)
+    # the hoisted loads' readers read the block loaded before the loop (the loads stay in
+    # `body` until they are left out, so the indices of `chosen` still hold)
+    body = [op if k in gone else map_values(op, lambda v: current.get(v.id, v))
+            for k, op in enumerate(body)]
+    if not chosen:
+        return hoisted + [dataclasses.replace(loop, body=Region(tuple(
+            op for k, op in enumerate(body) if k not in gone)))]
+    return hoisted + _ring(loop, body, chosen, DEPTH, ids, drop=gone)
+
+
+def _movable(loop: O.For, threads: int):
+    """(index, offset slice, registers per thread, whether the offsets vary with the loop
+    variable) of each top-level load of the body that may move out of its iteration (module
+    docstring: a tensor the loop does not store to, offsets from the loop variable and values
+    defined before the loop, at most MAX_BLOCK_REGS registers per thread)."""
+    body = list(loop.body.ops)
     in_body = {r.id for op in loop.body.walk() for r in op.results()}
     carried = {op.dst.id for op in loop.body.walk() if isinstance(op, O.Assign)}
     stored = {op.tensor.id for op in loop.body.walk() if isinstance(op, (O.Store, O.TmaStore))}
     top = {r.id: k for k, op in enumerate(body) for r in op.results()}
-    chosen: list[tuple[int, list[int]]] = []
-    regs_per_block = 0
     for k, op in enumerate(body):
         if not isinstance(op, O.Load) or op.tensor.id in stored:
             continue
         regs = _regs_per_thread(op.result.type, threads)
-        if regs is None or regs_per_block + regs > MAX_BLOCK_REGS:
+        if regs is None or regs > MAX_BLOCK_REGS:
             continue
         slice_ = _offset_slice(op.offsets, body, top, in_body, carried, loop.var)
         if slice_ is None:
             continue
-        regs_per_block += regs
-        chosen.append((k, slice_))
-    if not chosen:
-        return [loop]
-    return _ring(loop, body, chosen, DEPTH, ids)
+        varies = any(v.id == loop.var.id for v in op.offsets) or any(
+            v.id == loop.var.id for i in slice_ for v in body[i].operands())
+        yield k, slice_, regs, varies
+
+
+def _hoist(body: list[O.Op], invariant: list[tuple[int, list[int]]],
+           ids) -> tuple[list[O.Op], dict[int, Value]]:
+    """Loop-invariant loads (offsets from values defined before the loop, no loop variable),
+    loaded once before the loop: a ring of copies of one block would cost `depth` times its
+    registers and a load per iteration for nothing. Like the ring's, the load runs even when
+    the loop runs no iteration: it is bounds-checked, and its value is then never used.
+    Returns the ops before the loop and load result id -> the hoisted block."""
+    out: list[O.Op] = []
+    current: dict[int, Value] = {}
+    for k, slice_ in invariant:
+        ops = _clone(body, slice_ + [k], {}, ids)
+        out += ops
+        current[body[k].result.id] = ops[-1].result
+    return out, current
+
+
+def _clone(body: list[O.Op], indices: list[int], mapping: dict[int, Value], ids) -> list[O.Op]:
+    """Copies of body[indices] with fresh result values (`mapping`: old id -> new value,
+    pre-seeded with substitutions such as the loop variable)."""
+    out = []
+    for k in indices:
+        for r in body[k].results():
+            mapping[r.id] = Value(next(ids), r.type, r.hint)
+        out.append(map_values(body[k], lambda v: mapping.get(v.id, v)))
+    return out
 
 
 def _ring(loop: O.For, body: list[O.Op], chosen: list[tuple[int, list[int]]], depth: int,
-          ids) -> list[O.Op]:
+          ids, drop: set[int] = frozenset()) -> list[O.Op]:
     """The loop with a ring of `depth` register blocks per chosen load, rendered `depth` + 1
-    iterations per trip (module docstring)."""
+    iterations per trip (module docstring); the body ops at `drop` (hoisted) are left out."""
 
     def clone(indices: list[int], mapping: dict[int, Value]) -> list[O.Op]:
-        out = []
-        for k in indices:
-            for r in body[k].results():
-                mapping[r.id] = Value(next(ids), r.type, r.hint)
-            out.append(map_values(body[k], lambda v: mapping.get(v.id, v)))
-        return out
+        return _clone(body, indices, mapping, ids)
 
     def advance(index: Value, out: list[O.Op]) -> Value:
         nxt = Value(next(ids), index.type, "next")
@@ -155,7 +209,7 @@ def _ring(loop: O.For, body: list[O.Op], chosen: list[tuple[int, list[int]]], de
         # in order, so each reads the value it replaces: b_0 = b_1, ..., b_{d-1} = the issued
         rotate += [O.Assign(dst, src, loc=load.loc)
                    for dst, src in zip(ring, ring[1:] + [issued[-1].result])]
-    replaced = {k for k, _ in chosen}
+    replaced = {k for k, _ in chosen} | set(drop)
     new_body: list[O.Op] = []
     for k, op in enumerate(body):
         new_body += step_ops.get(k, [])   # the block `depth` ahead, issued where this one was
