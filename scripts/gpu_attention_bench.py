@@ -66,7 +66,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     loop at FA3's tiles (base_schedule; "plain" is that alone) and add, joined by "+": the
     persistent walk, the intra-warpgroup overlap ("overlap": S ahead; "fa3": FA3's order, P V
     in flight during the softmax, fa3_overlap_schedule's tile shapes), ping-pong
-    ("pingpong"), two consumer warpgroups ("2wg"), or a key block size ("bn64", "bn192")
+    ("pingpong"), two or three consumer warpgroups ("2wg", "3wg": 192 query rows in three
+    160-register warpgroups, head dim 64's base shape), or a key block size ("bn64", "bn192")
     (block_n halved until the registers fit unless "bnN" fixes it). The softmax's
     instruction diet: "ex2" (approx_exp2: exp2 on the SFU alone), "fold" (fold_scale: the
     scale folded into the exponent's FFMA), "fast" (both); "default+fast" is the default
@@ -83,6 +84,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     if "2wg" in variant:   # two consumer warpgroups of 64 rows (head dim 64 defaults to 3)
         s = dataclasses.replace(s, block_m=128, consumers=2, producer_regs=24,
                                 consumer_regs=240, block_n=base_schedule(head_dim).block_n)
+    if "3wg" in variant:   # three consumer warpgroups of 64 rows (head dims 128, 256 default to 2)
+        s = dataclasses.replace(s, block_m=192, consumers=3, producer_regs=32, consumer_regs=160)
     fields = {"persistent": "persistent" in variant, "intra_wg_overlap": "overlap" in variant,
               "ordered": "pingpong" in variant, **diet}
     s = dataclasses.replace(s, **fields)
@@ -120,8 +123,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "
-                             "overlap, fa3, pingpong, 2wg, bnN, ex2, fold, fast or '+' joins of "
-                             "them (default+fast: the op's choice with the softmax diet; each "
+                             "overlap, fa3, pingpong, 2wg, 3wg, bnN, ex2, fold, fast or '+' "
+                             "joins of them (default+fast: the op's choice with the softmax "
+                             "diet; each "
                              "timed through argus.ops.attention; overlap needs ARGUS_VERIFY=0)")
     parser.add_argument("--dims", default="", help="head dims, e.g. 64,128,256 (default: "
                                                    "64,128 with --quick, else all three)")

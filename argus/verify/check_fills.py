@@ -12,8 +12,13 @@ zero-filled rows leaves its accumulator's value, `where(valid, s, -inf)` replace
 Abstract value of a tile's masked elements: NONE (the tile has none: computed from unmasked
 data only), a float constant, FINITE (some finite value) or TOP (unknown). A violation is
 reported only for a known constant that is not the identity: unknown values are never errors.
-`where(c, a, b)` with a constant b is taken as the mask (its condition false exactly on the
-masked elements), which is how kernels write it.
+`where(c, a, b)` with a constant b and a condition on indices (computed from an `arange`) is
+taken as the mask (its condition false exactly on the masked elements), which is how kernels
+write it. A condition on data values (`where(t > 0, t * log(t), 0)`, KernelBench L1/98's
+KL divergence) is no mask: where it is false in bounds, b is a value like any other, and at a
+masked lane the condition is evaluated on the masked values like any pointwise op (0 > 0 is
+false: the lane takes b), so the result's masked lanes are its operands' (loads' lanes stay
+bounded by their loads).
 
 A masked element matters only if one reaches the reduction. When the known wrong value comes
 only from masked lanes of register loads (`ag.load`) through pointwise ops, conversions,
@@ -80,6 +85,7 @@ class _Flow:
         self.src: dict[int, frozenset | None] = {}
         self.const: dict[int, float] = {}      # value id -> the value of a constant tile
         self.root: dict[int, int] = {}         # smem view id -> buffer id
+        self.index: set[int] = set()           # tiles computed from an arange (index tiles)
         self._exact = exact                    # assigns the model follows exactly (lazy)
         self._exact_ids: ObjectSet | None = None
         # reduce result id -> (op, wrong masked value, its loads or OPAQUE)
@@ -138,6 +144,8 @@ class _Flow:
             self.set(op.result.id, float(op.other), frozenset([op]))
         elif isinstance(op, O.Full):
             self.const[op.result.id] = float(op.value)
+        elif isinstance(op, O.Arange):
+            self.index.add(op.result.id)
         elif isinstance(op, O.SmemSlice):
             self.root[op.result.id] = self.root.get(op.buffer.id, op.buffer.id)
         elif isinstance(op, O.TmaLoad):
@@ -158,6 +166,8 @@ class _Flow:
             else:
                 self.set(op.acc.id, TOP, OPAQUE)
         elif isinstance(op, (O.Convert, O.ConvertLayout, O.ExpandDims, O.TileSlice)):
+            if op.src.id in self.index:
+                self.index.add(op.result.id)
             # the same elements (moved, or read at a shifted index): what the model's
             # `defined` of the result says of the source's
             if op.src.id in self.val:
@@ -165,6 +175,8 @@ class _Flow:
             if op.src.id in self.const:
                 self.const[op.result.id] = self.const[op.src.id]
         elif isinstance(op, O.Var):
+            if op.init.id in self.index:
+                self.index.add(op.result.id)
             if op.init.id in self.val:
                 self.set(op.result.id, self.val[op.init.id], self.loads(op.init.id))
             if op.init.id in self.const:
@@ -177,7 +189,11 @@ class _Flow:
                 self.set(op.dst.id, _join(self.get(op.dst), self.get(op.src)),
                          loads if loads and self.exact(op) else OPAQUE)
             self.const.pop(op.dst.id, None)
+            if op.src.id in self.index:
+                self.index.add(op.dst.id)
         elif isinstance(op, O.Elementwise):
+            if any(a.id in self.index for a in op.args):
+                self.index.add(op.result.id)
             self.elementwise(op)
         elif isinstance(op, O.Reduce):
             self.reduce(op)
@@ -203,6 +219,16 @@ class _Flow:
                 if isinstance(got, float):
                     self.const[op.result.id] = got
             return
+        if op.fn == "where" and len(op.args) == 3 and self._on_data(op.args[0]):
+            c, a, b = op.args
+            pc, pa, pb = self.point(c), self.point(a), self.point(b)
+            # a select on data, pointwise: at a masked lane, the operand its condition picks
+            got = (pa if pc != 0.0 else pb) if isinstance(pc, float) else _join(pa, pb)
+            loads: frozenset | None = frozenset()
+            for x in tiles:
+                loads = _join_loads(loads, self.loads(x.id))
+            self.set(op.result.id, got, loads)
+            return
         if op.fn == "where" and len(op.args) == 3:
             _, a, b = op.args
             pa, pb = self.point(a), self.point(b)
@@ -219,6 +245,13 @@ class _Flow:
         for a in tiles:
             loads = _join_loads(loads, self.loads(a.id))
         self.set(op.result.id, _apply(op.fn, vals), loads)
+
+    def _on_data(self, cond) -> bool:
+        """Whether a where's condition is a predicate on data values, not on indices: a tile
+        computed from no arange (a condition mixing both stays a mask: the stricter reading)
+        and not a constant."""
+        return hasattr(cond.type, "shape") and cond.id not in self.index and \
+            cond.id not in self.const
 
     def reduce(self, op: O.Reduce) -> None:
         got = self.get(op.src)
@@ -402,4 +435,12 @@ def _eval(fn: str, v: list) -> float:
         return min(v[0], v[1])
     if fn == "pow":
         return v[0] ** v[1]
+    if fn in _COMPARE:   # a boolean tile's element: 1.0 true, 0.0 false (nan compares false)
+        return 1.0 if _COMPARE[fn](*v) else 0.0
     raise ValueError(fn)
+
+
+_COMPARE = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+            "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
+            "and": lambda a, b: a != 0 and b != 0, "or": lambda a, b: a != 0 or b != 0,
+            "not": lambda a: a == 0}

@@ -258,3 +258,20 @@ def test_softmax_diet(D, causal, S, scale):
     per_block = [err[:, :, r:r + 64].max().item() for r in range(0, S, 64)]
     assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"
     assert (lse.double() - want_lse).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_three_warpgroups_at_head_dim_128(causal):
+    """Bench candidate `3wg+fast` (192 x 128, three warpgroups, the plain loop with the softmax
+    diet) at head dim 128: every 64-row block against float64, ragged lengths."""
+    import argus.ops
+    from argus.kernels.attention import AttentionSchedule
+
+    schedule = AttentionSchedule(block_m=192, block_n=128, consumers=3, producer_regs=32,
+                                 consumer_regs=160, approx_exp2=True, fold_scale=True)
+    q, k, v = _inputs(2, 4, 2, 1000, 1111, 128, "bhsd", torch.bfloat16, seed=3 + causal)
+    out = argus.ops.attention(q, k, v, causal=causal, schedule=schedule)
+    want, _ = reference(q, k, v, causal, 1.0 / math.sqrt(128))
+    err = (out.double() - want).abs()
+    per_block = [err[:, :, r:r + 64].max().item() for r in range(0, 1000, 64)]
+    assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"

@@ -187,3 +187,14 @@ def test_softmax_diet_with_queries_past_the_keys():
     schedule = dataclasses.replace(fa3_overlap_schedule(128, True), approx_exp2=True,
                                    fold_scale=True)
     assert_close(*run(1, 2, 1, 200, 70, 128, True, schedule))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_three_warpgroups_at_head_dim_128(causal):
+    """Bench candidate `3wg+fast` at head dim 128: 192 query rows in three 160-register
+    warpgroups, the plain loop (O + S = 128 registers: no spills, NVRTC 13.0) with the
+    softmax diet; 130 queries (a tile partly past the end), GQA 2:1, 300 keys."""
+    import dataclasses
+    schedule = AttentionSchedule(block_m=192, block_n=128, consumers=3, producer_regs=32,
+                                 consumer_regs=160, approx_exp2=True, fold_scale=True)
+    assert_close(*run(1, 4, 2, 130, 300, 128, causal, schedule, seed=3 + causal))

@@ -462,6 +462,19 @@ CORPUS: list[Mutation] = [
       ("fill", "identity", "element", "iteration", "thread"), ("8000",), "ring_partial_block",
       "8000 columns in blocks of 1024: the last block's masked columns hold the fill 0 when the "
       "max reduces them"),
+    M("kl_div/log_fill_zero", "reduction", 15, traced(K.make_kl_div, "log_fill_zero"),
+      ("fill.identity",), ("fill", "identity", "element", "iteration", "thread"), ("nan",),
+      "log_fill_zero", "p loads with the default fill 0 in the partial last block: t * log(p) "
+      "= 0 * -inf = nan at every masked column reaches the sum (the data where does not mask)"),
+    M("kl_div/where_ge_zero", "reduction", 15, traced(K.make_kl_div, "where_ge_zero"),
+      ("fill.identity",), ("fill", "identity", "element", "iteration", "thread"), ("nan",),
+      "where_ge_zero", "the data predicate t >= 0 holds at the masked columns (t = 0, the "
+      "fill): the where picks t * log(t) = nan. Read as an index mask (false exactly on the "
+      "masked columns) it was accepted"),
+    M("kl_div/ring_where_ge_zero", "reduction", 15, ring(K.make_kl_div, "where_ge_zero"),
+      ("fill.identity",), ("fill", "identity", "element", "iteration", "thread"), ("nan",),
+      "where_ge_zero", "lowered through the register ring: t >= 0 picks nan at the masked "
+      "columns"),
     # --- wgmma operand provenance, partial clusters ---------------------------------------
     M("gemm/b_is_a_buffer", "gemm", 3, traced(K.make_gemm, "b_is_a_buffer"),
       ("wgmma.provenance",), ACC + ("a_buffer", "b_buffer"), ("same shared-memory buffer",),
@@ -587,6 +600,12 @@ CORPUS: list[Mutation] = [
       traced(K.make_fa_qonce, "no_final_division"),
       ("softmax.stats",), ("thread",), ("never divided",), "no_final_division",
       "O is stored without the final division by the row sum l"),
+    M("row_logsumexp/ring_max_per_block", "reduction", 17,
+      ring(K.make_row_logsumexp, "max_per_block"), ("softmax.stats",),
+      ("thread", "left", "right"), ("rescaled",), "max_per_block",
+      "lowered (the blocks through the register ring): the sum pass reads a max per block, "
+      "MX[row, j], where the finished row max is MX[row, 0]: the carried sum adds terms "
+      "relative to two different maxima"),
     # --- causal masks, stated as tag assertions over the mask's `live` field ---------------
     M("fa_causal/mask_off_by_one", "attention", 19,
       traced(K.make_fa_qonce, "mask_off_by_one", causal=True),
@@ -664,6 +683,11 @@ CLEAN: list[tuple[str, Callable[[], Kernel]]] = [
     ("row_max_ring (L1/99: a 0 fill under a max, blocks divide the row)",
      lambda: lowered(K.make_row_max_ring)),
     ("rms_peeled (first block reduced before the loop)", lambda: lowered(K.make_rms_peeled)),
+    ("row_logsumexp (the row max read in every block)", lambda: K.make_row_logsumexp().trace()),
+    ("row_logsumexp, lowered (the max hoisted, the blocks ringed)",
+     lambda: lowered(K.make_row_logsumexp)),
+    ("kl_div (a where on data values, a partial last block)", lambda: K.make_kl_div().trace()),
+    ("kl_div, lowered", lambda: lowered(K.make_kl_div)),
     ("rms_peeled, traced", lambda: K.make_rms_peeled().trace()),
     ("split_k_loop (partials added in a runtime loop)", lambda: K.make_split_k_loop().trace()),
     ("split_k_loop, lowered (the register ring)", lambda: lowered(K.make_split_k_loop)),

@@ -667,6 +667,58 @@ def make_row_max_ring(bug: str | None = None, BN: int = 1024, ROWS: int = 2):
     return ag.kernel(row_max_ring, threads=256, name="row_max_ring")
 
 
+def make_row_logsumexp(bug: str | None = None, BN: int = 1024):
+    """logsumexp's sum pass as compose fuses it (KernelBench L2/42, 43, 84, 92): the row max,
+    finished by an earlier kernel, is read from MX in every block and sum(exp(x - max)) is
+    carried over the blocks; Y = log(sum) + max. Lowered, the max's load (offsets fixed over
+    the loop) is hoisted before the loop by lower/prefetch.py, the blocks of X are ringed."""
+
+    @ag.kernel(threads=256, name="row_logsumexp")
+    def row_logsumexp(X: ag.Tensor["M", "N", ag.f32], MX: ag.Tensor["M", "B", ag.f32],
+                      Y: ag.Tensor["M", 1, ag.f32]):
+        (row,) = ag.grid(X.shape[0])
+        acc = ag.full((1, 1), 0.0)
+        for j in ag.range(ag.cdiv(X.shape[1], BN)):
+            x = ag.load(X, (row, j * BN), (1, BN), other=-INF)
+            if bug == "max_per_block":
+                m = ag.load(MX, (row, j), (1, 1))  # BUG:max_per_block
+            else:
+                m = ag.load(MX, (row, 0), (1, 1))
+            acc = acc + ag.exp(x - m).sum(axis=1)
+        ag.store(Y, (row, 0), ag.log(acc) + ag.load(MX, (row, 0), (1, 1)))
+
+    return row_logsumexp
+
+
+def make_kl_div(bug: str | None = None, BN: int = 1024):
+    """KL divergence's row sum as compose fuses it (KernelBench L1/98): the sum of
+    where(t > 0, t * log(t), 0) - t * log(p) over blocks of BN columns of rows of 4000 (the
+    last block partial, no index mask). The `where` is a predicate on data values, not a mask:
+    at the masked columns t = 0 (the fill), so it picks 0, and p's fill 1 makes t * log(p) 0:
+    every masked column adds 0."""
+
+    def kl_div(P, T, OUT):
+        (row,) = ag.grid(64)
+        acc = ag.full((1, 1), 0.0)
+        for j in ag.range(ag.cdiv(4000, BN)):
+            t = ag.load(T, (row, j * BN), (1, BN))
+            if bug == "log_fill_zero":
+                p = ag.load(P, (row, j * BN), (1, BN))  # BUG:log_fill_zero
+            else:
+                p = ag.load(P, (row, j * BN), (1, BN), other=1.0)
+            if bug == "where_ge_zero":
+                pos = t >= 0.0  # BUG:where_ge_zero
+            else:
+                pos = t > 0.0
+            ent = ag.where(pos, t * ag.log(ag.where(pos, t, 1.0)), 0.0)
+            acc = acc + (ent - t * ag.log(p)).sum(axis=1)
+        ag.store(OUT, (row, 0), acc)
+
+    kl_div.__annotations__ = {"P": ag.Tensor[64, 4000, ag.f32], "T": ag.Tensor[64, 4000, ag.f32],
+                              "OUT": ag.Tensor[64, 1, ag.f32]}
+    return ag.kernel(kl_div, threads=256, name="kl_div")
+
+
 def make_rms_peeled(bug: str | None = None, BN: int = 1024):
     """RMSNorm's statistic, sum(x * x) over a row, with the first block peeled off the loop
     (reduced before it, as the accumulator's initial value) and the rest reduced in the loop,

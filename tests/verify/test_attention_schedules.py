@@ -140,3 +140,14 @@ def test_softmax_diet_verifies_clean(head_dim, causal, seq_len, lse):
                                    approx_exp2=True, fold_scale=True)
     kernel = lower_only(attention_kernel(head_dim, ag.bf16, causal, lse), s=schedule)
     _assert_clean(verify.run(kernel))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_three_warpgroups_at_head_dim_128_verify_clean(causal):
+    """Bench candidate `3wg+fast`: the plain loop at 192 x 128 in three warpgroups at head dim
+    128, with the softmax diet."""
+    schedule = AttentionSchedule(block_m=192, block_n=128, consumers=3, producer_regs=32,
+                                 consumer_regs=160, approx_exp2=True, fold_scale=True)
+    assert schedule.problems_for(128) == []
+    kernel = lower_only(attention_kernel(128, ag.bf16, causal, False), s=schedule)
+    _assert_clean(verify.run(kernel), head_dim=128)
