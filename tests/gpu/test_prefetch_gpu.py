@@ -72,3 +72,23 @@ def test_two_rings_and_a_step_of_two_match_float64(cols):
     torch.cuda.synchronize()
     ref = (x.double() * w.double()).sum(1, keepdim=True)
     assert torch.allclose(y.double(), ref, atol=1e-3, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rows, cols", [(9, 5000), (3, 1000), (130, 8192)])
+def test_hoisted_row_max_logsumexp_matches_float64(rows, cols):
+    """logsumexp's sum pass (KernelBench L2/42, 43, 84, 92): the row max's load, the same block
+    in every iteration, is hoisted before the loop (issue 13), X's blocks are ringed."""
+    from argus.compiler import compile_kernel
+    from tests.passes.test_prefetch import row_logsumexp
+
+    compiled = compile_kernel(row_logsumexp)
+    loop = next(op for op in compiled.kernel.walk() if isinstance(op, O.For))
+    assert not any(isinstance(op, O.Load) and op.tensor.hint == "MX" for op in loop.body.ops)
+    g = torch.Generator().manual_seed(rows * cols)
+    x = (torch.randn(rows, cols, generator=g) * 4).cuda()
+    mx = x.max(dim=1, keepdim=True).values
+    y = torch.full((rows, 1), float("nan"), device="cuda")
+    compiled(x, mx, y)
+    torch.cuda.synchronize()
+    ref = torch.logsumexp(x.double(), dim=1, keepdim=True)
+    assert torch.allclose(y.double(), ref, atol=1e-5, rtol=1e-6)
