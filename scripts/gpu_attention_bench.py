@@ -71,14 +71,19 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     (block_n halved until the registers fit unless "bnN" fixes it). The softmax's
     instruction diet: "ex2" (approx_exp2: exp2 on the SFU alone), "fold" (fold_scale: the
     scale folded into the exponent's FFMA), "fast" (both); "default+fast" is the default
-    schedule with both."""
+    schedule with both. "stN" sets the depth of the K and V rings (e.g. "default+fast+st3":
+    three stages fit beside Q at head dim 128, 225 KB)."""
     import dataclasses
 
     from argus.kernels.attention import base_schedule, default_schedule, fa3_overlap_schedule
 
     diet = {"approx_exp2": "ex2" in variant or "fast" in variant,
             "fold_scale": "fold" in variant or "fast" in variant}
-    if variant.split("+")[0] == "default":
+    parts = variant.split("+")
+    depth = [int(p[2:]) for p in parts if p.startswith("st") and p[2:].isdigit()]
+    if depth:
+        diet["stages"] = depth[0]
+    if parts[0] == "default":
         return dataclasses.replace(default_schedule(head_dim, causal, seq_len), **diet)
     s = fa3_overlap_schedule(head_dim, causal) if "fa3" in variant else base_schedule(head_dim)
     if "2wg" in variant:   # two consumer warpgroups of 64 rows (head dim 64 defaults to 3)
@@ -123,7 +128,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "
-                             "overlap, fa3, pingpong, 2wg, 3wg, bnN, ex2, fold, fast or '+' "
+                             "overlap, fa3, pingpong, 2wg, 3wg, bnN, stN, ex2, fold, fast or '+' "
                              "joins of them (default+fast: the op's choice with the softmax "
                              "diet; each "
                              "timed through argus.ops.attention; overlap needs ARGUS_VERIFY=0)")
