@@ -30,6 +30,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -301,17 +302,52 @@ def sass_report(rows) -> dict:
         kernel = gemm_fp8_blockscaled_kernel(ag.bf16) if block else gemm_fp8_kernel(ag.bf16)
         ck = kernel.compile(s=s)
         sass = disassemble(ck.binary.cubin)
-        res = ck.resources
-        entry = {"spill_bytes": res.spill_stores + res.spill_loads, "registers": res.registers}
+        entry = _resources_entry(ck)
         if sass is None:
             entry["check"] = "no disassembler found"
         else:
             hist = instruction_histogram(sass)
+            # spills are local-memory traffic: none in the SASS is the same fact as ptxas's
+            # "0 bytes spill", read from the code itself
             entry.update({op: sum(v for name, v in hist.items() if name == op)
-                          for op in ("QGMMA", "HGMMA", "HMMA")})
-            entry["check"] = str(check_sass(sass, want=("QGMMA",), forbid=("HGMMA", "HMMA")))
+                          for op in ("QGMMA", "HGMMA", "HMMA", "LDL", "STL")})
+            entry["check"] = str(check_sass(sass, want=("QGMMA",),
+                                            forbid=("HGMMA", "HMMA", "LDL", "STL")))
         report[sched] = entry
     return report
+
+
+def _sass_line(sass: dict) -> str:
+    """The SASS report for the markdown (the log diagnostics stay in the JSON)."""
+    return "SASS: " + "; ".join(
+        f"{k}: { {f: v for f, v in e.items() if f != 'log_diagnostics'} }"
+        for k, e in sass.items())
+
+
+def _resources_entry(ck) -> dict:
+    """Registers and spill bytes, and where they come from: ptxas's report in the compiler
+    log, or the cubin's own record (Binary.resource's fallback; on the H200 the log of the
+    block-scaled kernel came back without the report, so the diagnostics of such a log go
+    into the JSON to find out why)."""
+    binary = ck.binary
+    entry: dict = {}
+    if not any(r.name == ck.name for r in binary.resources):
+        entry["report"] = "cubin (ptxas report missing from the log)"
+        entry["log_diagnostics"] = {
+            "log_chars": len(binary.log), "from_cache": binary.from_cache,
+            "compiler": binary.compiler, "symbols": dict(binary.symbols),
+            "entries_in_log": re.findall(r"Compiling entry function '([^']+)'", binary.log),
+            "log_tail": binary.log[-600:]}
+    else:
+        entry["report"] = "ptxas"
+    try:
+        res = ck.resources
+    except KeyError as e:   # no report and a stack frame: the SASS's LDL/STL still tell
+        entry["resources_error"] = str(e)
+        return entry
+    entry.update({"spill_bytes": res.spill_stores + res.spill_loads,
+                  "registers": res.registers, "stack_frame": res.stack_frame})
+    return entry
 
 
 def main() -> int:
@@ -373,7 +409,7 @@ def main() -> int:
                      f"{r['rel_error']:.1e} / {r['torch_rel_error']:.1e} |")
     lines.append(f"\ngeomean ratio vs torch._scaled_mm {geo:.3f}; wall "
                  f"{time.time() - started:.0f} s")
-    lines.append("SASS: " + "; ".join(f"{k}: {v}" for k, v in sass.items()))
+    lines.append(_sass_line(sass))
     text = "\n".join(lines)
     (args.out / "fp8.md").write_text(text + "\n")
     print(text)
@@ -398,8 +434,7 @@ def main_block(args, shapes, started) -> int:
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows,
               "sass": sass, "wall_s": time.time() - started}
     (args.out / "fp8_block.json").write_text(json.dumps(result, indent=1, default=str))
-    text = block_table(rows, started) + "\nSASS: " + "; ".join(
-        f"{k}: {v}" for k, v in sass.items())
+    text = block_table(rows, started) + "\n" + _sass_line(sass)
     (args.out / "fp8_block.md").write_text(text + "\n")
     print(text)
     return 0

@@ -41,7 +41,7 @@ from typing import Any
 
 from argus.errors import CompileError
 from argus.runtime import cache
-from argus.runtime.resources import KernelResources, kernel_resources
+from argus.runtime.resources import KernelResources, cubin_resources, kernel_resources
 from argus.runtime.toolkit import NvrtcInfo, ToolNotFound, find_tool, load_nvrtc, tool_version
 
 DEFAULT_ARCH = "sm_90a"
@@ -79,11 +79,19 @@ class Binary:
         raise KeyError(f"kernel {kernel!r} is not in this binary; it has {list(self.kernels)}")
 
     def resource(self, kernel: str) -> KernelResources:
-        """The ptxas report for `kernel` (KeyError for PTX-only binaries)."""
+        """The ptxas report for `kernel`; where the compiler log lacks it (seen on the H200 host
+        for some binaries, cause not found), what the cubin itself records when that proves
+        there are no spills (resources.cubin_resources). KeyError for PTX-only binaries."""
         for res in self.resources:
             if res.name == kernel:
                 return res
-        raise KeyError(f"no ptxas report for kernel {kernel!r} (arch {self.arch})")
+        symbol = dict(self.symbols).get(kernel)
+        found = cubin_resources(self.cubin, kernel, symbol) if symbol and self.cubin else None
+        if found is not None:
+            return found
+        raise KeyError(f"no ptxas report for kernel {kernel!r} (arch {self.arch}; symbols "
+                       f"{dict(self.symbols)}, reports for "
+                       f"{[r.name for r in self.resources]}, log of {len(self.log)} chars)")
 
 
 def compile_stats() -> dict[str, float]:

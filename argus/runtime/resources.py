@@ -10,6 +10,7 @@ warpgroup that spills its accumulators loses most of its speed (HOPPER.md §2).
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass
 
 
@@ -94,3 +95,78 @@ def kernel_resources(log: str, symbols: dict[str, str]) -> tuple[KernelResources
         if stats is not None:
             out.append(KernelResources(name=name, symbol=symbol, **stats))
     return tuple(out)
+
+
+# Attributes of the CUDA ELF's .nv.info sections (the EIATTR_* codes cuobjdump names): the
+# global section keys them by symbol index, a function's own section (.nv.info.<symbol>) holds
+# its barrier count
+_EIATTR_FRAME_SIZE, _EIATTR_REGCOUNT, _EIATTR_NUM_BARRIERS = 0x11, 0x2F, 0x4C
+_EIFMT_SVAL = 0x04          # a record with a 16-bit size and that many bytes; others are 4 bytes
+
+
+def cubin_resources(cubin: bytes, name: str, symbol: str) -> KernelResources | None:
+    """What the cubin itself records about entry `symbol`, for a binary whose compiler log
+    lacks its ptxas report: registers and stack frame (the global .nv.info's EIATTR_REGCOUNT
+    and EIATTR_FRAME_SIZE of the symbol) and barriers (EIATTR_NUM_BARRIERS of .nv.info.<symbol>).
+    The cubin does not record spill bytes, but spills live in the stack frame, so a frame of 0
+    proves there are none; with a frame, or anything unreadable, the answer is None (unknown).
+    smem_static and cmem0 are left 0 (not read)."""
+    try:
+        sections, symbols = _elf(cubin)
+        index = symbols.index(symbol)
+        regs = frame = None
+        for attr, value in _nv_info(cubin, sections.get(".nv.info")):
+            if attr in (_EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE) and len(value) == 8:
+                sym, number = struct.unpack("<II", value)
+                if sym == index and attr == _EIATTR_REGCOUNT:
+                    regs = number
+                elif sym == index:
+                    frame = number
+        barriers = 0
+        for attr, value in _nv_info(cubin, sections.get(f".nv.info.{symbol}")):
+            if attr == _EIATTR_NUM_BARRIERS:
+                barriers = value[0]
+    except (struct.error, ValueError, IndexError, KeyError):
+        return None
+    if regs is None or frame != 0:
+        return None
+    return KernelResources(name=name, symbol=symbol, registers=regs, stack_frame=0,
+                           barriers=barriers)
+
+
+def _elf(cubin: bytes) -> tuple[dict[str, tuple[int, int]], list[str]]:
+    """(section name -> (offset, size), symbol names by index) of a 64-bit little-endian ELF."""
+    if cubin[:4] != b"\x7fELF" or cubin[4] != 2 or cubin[5] != 1:
+        raise ValueError("not a 64-bit little-endian ELF")
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    entsize, count, names_at = struct.unpack_from("<HHH", cubin, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * entsize)
+               for i in range(count)]
+
+    def string(table: int, at: int) -> str:
+        start = headers[table][4] + at
+        return cubin[start:cubin.index(b"\0", start)].decode()
+
+    sections = {string(names_at, h[0]): (h[4], h[5]) for h in headers}
+    symbols: list[str] = []
+    for h in headers:
+        if h[1] == 2:                                  # SHT_SYMTAB, its names in section h[6]
+            for at in range(h[4], h[4] + h[5], 24):    # Elf64_Sym: 24 bytes, st_name first
+                symbols.append(string(h[6], struct.unpack_from("<I", cubin, at)[0]))
+    return sections, symbols
+
+
+def _nv_info(cubin: bytes, section: tuple[int, int] | None):
+    """(attribute, value bytes) of each record of an .nv.info section."""
+    if section is None:
+        return
+    at, end = section[0], section[0] + section[1]
+    while at + 4 <= end:
+        fmt, attr = cubin[at], cubin[at + 1]
+        if fmt == _EIFMT_SVAL:
+            size, = struct.unpack_from("<H", cubin, at + 2)
+            yield attr, cubin[at + 4:at + 4 + size]
+            at += 4 + size
+        else:
+            yield attr, cubin[at + 2:at + 4]
+            at += 4

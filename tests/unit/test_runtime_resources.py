@@ -55,3 +55,83 @@ def test_kernel_resources_maps_names_to_symbols():
 
 def test_empty_log():
     assert parse_ptxas_log("") == {}
+
+
+# ---------------------------------------------------------------- the cubin's own record
+_TWO = r"""
+extern "C" __global__ void plain(float* x) { x[threadIdx.x] *= 2.0f; }
+extern "C" __global__ void framed(float* x, int n) {
+    float a[64];                      // indexed at run time: a local array in the stack frame
+    for (int i = 0; i < 64; i++) a[i] = x[(i * n) % 4096];
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[(i * 7) % 64] * a[(i * 13) % 64];
+    x[threadIdx.x] = s;
+}
+"""
+
+
+def _nvrtc():
+    import pytest
+
+    from argus.runtime import nvrtc_available
+
+    if not nvrtc_available():
+        pytest.skip("NVRTC not installed")
+
+
+def _block_scaled_binary():
+    import argus as ag
+    from argus import codegen
+    from argus.compiler import lower_only
+    from argus.kernels.gemm_fp8 import Fp8GemmSchedule, gemm_fp8_blockscaled_kernel
+    from argus.runtime.compile import compile_cuda
+
+    source = codegen.render(lower_only(gemm_fp8_blockscaled_kernel(ag.bf16),
+                                       s=Fp8GemmSchedule(bn=128, stages=5, promote=True,
+                                                         cluster_m=2, epilogue="tma")))
+    return source.name, compile_cuda(source.text, [source.name], use_cache=False)
+
+
+def test_cubin_records_what_ptxas_reports():
+    """Registers, frame and barriers read from the cubin equal ptxas's report (the block-scaled
+    fp8 GEMM, whose report the H200 host's log lacked, and a plain kernel); a kernel with a
+    stack frame gets None: the cubin cannot tell its spills."""
+    _nvrtc()
+    import dataclasses
+
+    from argus.runtime.compile import compile_cuda
+    from argus.runtime.resources import cubin_resources
+
+    name, binary = _block_scaled_binary()
+    reported = binary.resource(name)
+    assert reported.registers > 100 and reported.barriers > 1   # setmaxnreg, a TMA ring
+    from_cubin = cubin_resources(binary.cubin, name, name)
+    assert from_cubin == dataclasses.replace(reported, smem_static=0, cmem0=0)
+    two = compile_cuda(_TWO, ["plain", "framed"], use_cache=False)
+    plain, framed = two.resource("plain"), two.resource("framed")
+    assert cubin_resources(two.cubin, "plain", "plain") == \
+        dataclasses.replace(plain, smem_static=0, cmem0=0)
+    assert framed.stack_frame > 0 and cubin_resources(two.cubin, "framed", "framed") is None
+    assert cubin_resources(b"not an elf", "plain", "plain") is None
+
+
+def test_a_binary_without_its_ptxas_report_reads_the_cubin():
+    """`Binary.resource` of a binary whose log lacks the report (what the H200 host returned
+    for the block-scaled kernel: scripts/gpu_fp8_bench.py --block stopped on the KeyError)."""
+    _nvrtc()
+    import dataclasses
+
+    import pytest
+
+    from argus.runtime.compile import compile_cuda
+
+    name, binary = _block_scaled_binary()
+    bare = dataclasses.replace(binary, log="", resources=())
+    res = bare.resource(name)
+    assert res.registers == binary.resource(name).registers and not res.spills
+    two = dataclasses.replace(compile_cuda(_TWO, ["plain", "framed"], use_cache=False),
+                              log="", resources=())
+    assert two.resource("plain").registers == compile_cuda(_TWO, ["plain", "framed"]) \
+        .resource("plain").registers
+    with pytest.raises(KeyError, match="no ptxas report for kernel 'framed'"):
+        two.resource("framed")
