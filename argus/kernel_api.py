@@ -57,6 +57,11 @@ class KernelFunction(KernelDef):
             self._compiled[key] = compiler.compile_kernel(self, **constexprs)
         return self._compiled[key]
 
+    def built(self, **constexprs: Any):
+        """The CompiledKernel for these compile-time values if `compile` built it already in
+        this process, else None (nothing is built here)."""
+        return self._compiled.get(self.cache_key(**constexprs))
+
     def lower(self, **constexprs: Any):
         """Trace, infer layouts and lower (no verification, no compilation): the lowered
         `ir.Kernel` that `argus.verify.run(kernel_fn, lower=True)` checks."""

@@ -17,18 +17,27 @@ from argus.runtime import gpu_gate
 
 
 def run(kernel, tensors, **constexprs):
-    """Compiled for sm_90a on CUDA tensors, interpreted on CPU tensors. Compiling happens on
+    """Compiled for sm_90a on CUDA tensors, interpreted on CPU tensors, only compiled on meta
+    tensors (`CompiledKernel.build_for`: the compile cache filled ahead of time). Compiling happens on
     the first launch of each kernel and launch specialization: under a GPU gate's shared hold
     (a judge's correctness run beside other processes' timings) that CPU-only stretch lets go
     of the GPU (`gpu_gate.yielding`), so a timing waiting for the gate does not wait for
-    NVRTC. Past the first launch nothing is compiled and the launch goes straight through."""
+    NVRTC. Past the first launch nothing is compiled and the launch goes straight through,
+    holding the gate (`CompiledKernel.ready_for`)."""
+    if tensors[0].is_meta:            # ahead-of-time compile (no GPU): build, launch nothing
+        kernel.compile(**constexprs).build_for(*tensors)
+        return
     if not tensors[0].is_cuda:
         kernel.interpret(*tensors, **constexprs)
         return
     if gpu_gate.holding_shared():     # one thread-local lookup: launches stay cheap
-        with gpu_gate.gate().yielding():
-            compiled = kernel.compile(**constexprs)
-            _compile_variant(compiled, tensors)
+        compiled = kernel.built(**constexprs)
+        if compiled is None or not compiled.ready_for(tensors):
+            # only a launch that compiles lets go (a yield syncs the device and, with a timing
+            # queued, waits for it to finish: per launch, that was most of a judged run's time)
+            with gpu_gate.gate().yielding():
+                compiled = kernel.compile(**constexprs)
+                _compile_variant(compiled, tensors)
         compiled(*tensors)
         return
     kernel.compile(**constexprs)(*tensors)

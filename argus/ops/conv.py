@@ -384,7 +384,7 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     if out.numel() == 0:
         return out
     kernel = conv_kernel(idt, odt, bias is not None, activation)
-    if x.is_cuda:
+    if x.is_cuda or x.is_meta:          # meta: compiled only (ahead of time), never launched
         key = (idt, odt, bias is not None, activation, geom, s, x.device.index)
         compiled = _COMPILED.get(key)
         if compiled is None:
@@ -440,6 +440,9 @@ class _Repeat:
                 return None
             import torch
 
+            if device.type == "meta":
+                self.compiled.build_for(X, Wt, view, b, *sizes)
+                return None
             if device.index == torch.cuda.current_device():
                 self.compiled(X, Wt, view, b, *sizes)
             else:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Iterator
 
 ENV = "ARGUS_GPU_GATE"
@@ -69,11 +70,13 @@ class GpuGate:
 
         turn, main = self._open(".turn"), self._open("")
         try:
+            t0 = time.perf_counter()
             _flock(turn, fcntl.LOCK_EX)         # new shared requests queue behind us
             try:
                 _flock(main, fcntl.LOCK_EX)     # the shared holders inside finish
             finally:
                 _flock(turn, fcntl.LOCK_UN)
+            _count("exclusive wait s", time.perf_counter() - t0)
             try:
                 yield
             finally:
@@ -87,9 +90,12 @@ class GpuGate:
 
         turn, main = self._open(".turn"), self._open("")
         try:
+            t0 = time.perf_counter()
             _flock(turn, fcntl.LOCK_EX)         # pass the turnstile (blocked while a
             _flock(turn, fcntl.LOCK_UN)         # writer waits or runs)
             _flock(main, fcntl.LOCK_SH)
+            _count("shared wait s", time.perf_counter() - t0)
+            _count("shared entries", 1)
         except BaseException:
             os.close(main)
             raise
@@ -122,6 +128,7 @@ class GpuGate:
         if not self.active or fd is None:
             yield
             return
+        _count("yields", 1)
         _sync_cuda()        # our queued kernels must not run into someone else's timing
         os.close(fd)
         _LOCAL.fd = None
@@ -137,6 +144,20 @@ def _sync_cuda() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
+
+
+def _count(name: str, value: float) -> None:
+    counts = getattr(_LOCAL, "counts", None)
+    if counts is None:
+        counts = _LOCAL.counts = {}
+    counts[name] = counts.get(name, 0.0) + value
+
+
+def wait_counts() -> dict[str, float]:
+    """This thread's totals on every gate: seconds waited to enter shared holds ("shared wait
+    s") and exclusive ones ("exclusive wait s"), shared entries and yields. Per thread: the
+    judge's process judges one task per thread, and each task's account is its own."""
+    return dict(getattr(_LOCAL, "counts", None) or {})
 
 
 def holding_shared() -> bool:
@@ -157,4 +178,4 @@ def gate() -> GpuGate:
     return _GATES[path]
 
 
-__all__ = ["ENV", "GpuGate", "gate", "holding_shared"]
+__all__ = ["ENV", "GpuGate", "gate", "holding_shared", "wait_counts"]

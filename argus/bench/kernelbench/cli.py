@@ -5,6 +5,7 @@
     argus kernelbench baselines --level 1 --level 2 [--jobs 8 --budget-s 420 --out DIR]
     argus kernelbench report RUN_DIR
     argus kernelbench list --level 1
+    argus kernelbench prebuild --level 1,2 --solutions DIR   (no GPU: kernels into ARGUS_CACHE_DIR)
 
 `register(subparsers)` adds the command to an argparse subparsers object; `main(args)` runs a
 parsed namespace. Importing this module does not import torch (so `argus --help` stays fast).
@@ -101,6 +102,15 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     sm.add_argument("--phases", action="store_true",
                     help="also where the judging time went (seconds per phase)")
 
+    pb = verbs.add_parser("prebuild", help="compile the kernels of every task's solution "
+                                           "ahead of time, without a GPU, into the compile "
+                                           "cache (ARGUS_CACHE_DIR) a GPU judge then loads")
+    _selection(pb)
+    pb.add_argument("--solutions", required=True, help="folder of solutions (as for `run`; "
+                    "`solve --compose-only --out D` writes them to D/solutions)")
+    pb.add_argument("--jobs", type=int, default=2, help="tasks built at once (processes)")
+    pb.add_argument("--timeout", type=float, default=600.0, help="seconds per task")
+
     ls = verbs.add_parser("list", help="list tasks and their size constants")
     _selection(ls)
     from argus.compose.cli import add_solve   # compose the tasks into Argus kernels, judge
@@ -152,6 +162,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         verb = {"judge": _cmd_judge, "run": _cmd_run, "baselines": _cmd_baselines,
                 "report": _cmd_report, "list": _cmd_list, "solve": _cmd_solve,
+                "prebuild": _cmd_prebuild,
                 "summary": _cmd_summary}[args.kb_verb]
         return verb(args)
     except KernelBenchError as exc:
@@ -209,6 +220,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
     solved = sum(1 for j in result.judgments if j.solved)
     print(f"{solved}/{len(result.judgments)} solved; {len(result.resumed)} resumed, "
           f"{len(result.missing)} without a solution; reports in {args.out}")
+    return EXIT_OK
+
+
+def _cmd_prebuild(args: argparse.Namespace) -> int:
+    from argus.bench.kernelbench.prebuild import compiler_id, prebuild_all
+    from argus.bench.kernelbench.tasks import KernelBenchError, discover, parse_ids
+    from argus.runtime.cache import cache_dir
+
+    tasks = discover(args.root, levels=_levels(args), ids=parse_ids(args.ids))
+    if not tasks:
+        raise KernelBenchError("no task matches the selection",
+                               fix="check --root, --level and --ids (see `kernelbench list`)")
+    print(f"[prebuild] {len(tasks)} tasks into {cache_dir()} with {compiler_id() or 'no NVRTC'}",
+          file=sys.stderr, flush=True)
+    results = prebuild_all(tasks, args.solutions, jobs=args.jobs, timeout_s=args.timeout)
+    failed = {k: r["error"] for k, r in results.items() if "error" in r}
+    built = sum(r.get("compiles", 0) for r in results.values())
+    print(f"{len(results) - len(failed)}/{len(results)} solutions built ({built} kernels "
+          f"compiled) into {cache_dir()}" + (f"; failed: {', '.join(sorted(failed))}"
+                                             if failed else ""))
+    for key, why in sorted(failed.items()):
+        print(f"  {key}: {why}")
     return EXIT_OK
 
 

@@ -44,7 +44,7 @@ from argus.bench.kernelbench.worker import same_fingerprints
 from argus.bench.kernelbench.shrink import SizeBudget
 from argus.bench.kernelbench.tasks import KernelBenchError, Task, task_from_path
 from argus.bench.timing import Timing, side_stream_suspect
-from argus.runtime.gpu_gate import gate
+from argus.runtime.gpu_gate import gate, wait_counts
 
 REASONS: dict[str, str] = {
     # the task itself
@@ -621,22 +621,40 @@ def judge_with(session: ReferenceSession, solution: Path | str) -> Judgment:
     """Judge a solution against a (possibly shared) reference session."""
     started = time.perf_counter()
     solution = str(Path(solution).resolve())
+    waited = wait_counts()
     cand = session.candidate_worker()  # starts importing torch while the reference works
     try:
-        session.start()
-        if session.error is not None:
-            kind = session.error.kind if session.error.kind in REASONS else "task_error"
-            return _failure(session, solution, kind, str(session.error), started)
-        assert session.info is not None
-        try:
-            first = session.get(0)
-        except WorkerError as exc:
-            return _failure(session, solution, _reference_kind(exc),
-                            f"reference failed: {exc}", started)
-        out_nbytes = [m["nbytes"] for m in first.reply["outputs"]]
-        return _judge_candidate(session, cand, solution, out_nbytes, started)
+        return _with_gate_waits(_judge_with(session, solution, cand, started), waited)
     finally:
         cand.close()
+
+
+def _with_gate_waits(j: Judgment, before: dict[str, float]) -> Judgment:
+    """The judgment with what this thread (the judge's side of the task: references, probes,
+    comparisons) waited at the GPU gate added to its phase table (the candidate's waits come
+    with its runs' phases)."""
+    phases = dict(j.phases)
+    for k, v in wait_counts().items():
+        delta = v - before.get(k, 0.0)
+        if delta:
+            phases[f"judge gate {k[:-2]}" if k.endswith(" s") else f"# judge gate {k}"] = delta
+    return dataclasses.replace(j, phases=_rounded(phases))
+
+
+def _judge_with(session: ReferenceSession, solution: str, cand: Worker, started: float
+                ) -> Judgment:
+    session.start()
+    if session.error is not None:
+        kind = session.error.kind if session.error.kind in REASONS else "task_error"
+        return _failure(session, solution, kind, str(session.error), started)
+    assert session.info is not None
+    try:
+        first = session.get(0)
+    except WorkerError as exc:
+        return _failure(session, solution, _reference_kind(exc),
+                        f"reference failed: {exc}", started)
+    out_nbytes = [m["nbytes"] for m in first.reply["outputs"]]
+    return _judge_candidate(session, cand, solution, out_nbytes, started)
 
 
 def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,

@@ -39,7 +39,7 @@ from argus.bench.kernelbench import guards, tolerance
 from argus.bench.kernelbench import inputs as kb_inputs
 from argus.bench.kernelbench.shrink import SizeBudget, meta_cost, plan_sizes
 from argus.bench.kernelbench.tasks import load_task
-from argus.runtime.gpu_gate import GpuGate, gate
+from argus.runtime.gpu_gate import GpuGate, gate, wait_counts
 
 # The reference role also runs inside the judge's process (`direct` judging, one thread per
 # task): the RNG and the TF32 switches are process-wide, so seeding and the forwards that
@@ -163,6 +163,10 @@ def _argus_counters() -> dict[str, float]:
     if compose_mod is not None and hasattr(compose_mod, "STATS"):
         for k, v in compose_mod.STATS.items():
             out["compose lowering" if k == "lowering_s" else f"# compose {k}"] = float(v)
+    # the GPU gate: seconds this thread waited to enter it (behind queued timings) and how often
+    # it entered or let go around a compile
+    for k, v in wait_counts().items():
+        out[f"gate {k[:-2]}" if k.endswith(" s") else f"# gate {k}"] = float(v)
     return out
 
 
