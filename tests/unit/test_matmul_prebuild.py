@@ -163,6 +163,31 @@ def test_launch_specialization_of_unaligned_shapes_renders_the_prebuilt_kernel(m
             codegen.render(specialized).text == text, spec
 
 
+def test_no_launch_specialization_changes_a_prebuilt_kernel():
+    """Every kernel prebuild compiles is the one every launch runs: for each common schedule of
+    each kind and every launch specialization (operands 16-byte aligned or C not, any of M, N,
+    K a multiple of 16 or not), the specialized kernel renders the same CUDA, so no launch
+    compiles a variant that prebuild did not build."""
+    import itertools
+
+    from argus import codegen
+    from argus.analysis import alignment
+    from argus.compiler import lower_only
+
+    specs = [alignment.LaunchSpecialization(aligned, divisible)
+             for aligned in (("A", "B", "C"), ("A", "B"))
+             for r in range(4) for divisible in itertools.combinations(("K", "M", "N"), r)]
+    for kind in prebuild.COMMON_KINDS:
+        for schedule, problem in prebuild.common_schedules(kind).items():
+            kernel_fn, run = kernel_for(problem, schedule)
+            lowered = lower_only(kernel_fn, s=run)
+            text = codegen.render(lowered).text
+            for spec in specs:
+                specialized = alignment.specialize(lowered, spec)
+                assert not specialized.attr("global_access") or \
+                    codegen.render(specialized).text == text, (kind, schedule, spec)
+
+
 @needs_nvrtc
 def test_prebuilt_kernel_is_a_hit_in_a_fresh_process(fresh_cache):
     """Across processes: the printed IR and CUDA of a kernel (the verdict's key) do not depend
