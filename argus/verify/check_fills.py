@@ -31,6 +31,17 @@ index lie inside the tensor). A row of 8192 columns reduced in 1024-column block
 the element, iteration and thread that reads the fill. A value with any other source (a TMA
 zero fill, a where's own constant, a wgmma, shared memory, a variable summarized over its
 loop) keeps the verdict: its masked elements are not bounded here.
+
+Nor does a masked element matter if what it changes is never stored. Element e of the reduced
+tile goes into one result element (e with the reduced axis at 0); the obligation's claim is
+that e is in bounds OR that result element reaches no element a store writes in bounds
+(outflow.py follows it through pointwise ops, broadcasts, variables and further reductions to
+the stores, with its index). A masked element on an axis the reduction keeps (a max over the
+rows of a block whose last columns are past the end: KernelBench L1/49, L2/24) sits in a
+column whose result is past the end too and whose store is masked: proven. One on the reduced
+axis shares its result with elements in bounds, which are stored: the counterexample names the
+output element the fill reaches. A use outflow.py does not follow (a wgmma operand, shared
+memory) leaves the claim "every reduced element is in bounds".
 """
 
 from __future__ import annotations
@@ -43,11 +54,13 @@ import z3
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region
 from argus.verify import witness as W
+from argus.verify.check_stores import _dest, _inb
 from argus.verify.identity import ObjectSet
 from argus.verify.model import Model, ReduceSite
 from argus.verify.obligation import Finding, Obligation
+from argus.verify.outflow import Uses
 from argus.verify.solver import value
-from argus.verify.tagdomain import META_FIELDS, fresh_int
+from argus.verify.tagdomain import META_FIELDS, fresh_int, substitute
 from argus.verify.transfer.control import _exact_levels
 
 NONE, FINITE, TOP = "none", "finite", "top"
@@ -65,10 +78,14 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     obs: list[Obligation] = []
     finds: list[Finding] = []
     seen: set = set()
+    uses: list[Uses] = []   # the kernel's readers, built on first use
     for op, got, loads in flow.reached.values():
         sites = [r for r in model.reduces if r.op.result.id == op.result.id]
         if loads is not None and sites:
-            obs += [_reaches(model, red, got, loads) for red in sites]
+            if not uses:
+                uses.append(Uses(model.kernel))
+            obs += [_reaches(model, red, got, loads, uses[0].stores_reached(op))
+                    for red in sites]
             continue
         key = (op.loc.file, op.loc.line, op.fn)
         if key not in seen:
@@ -293,9 +310,16 @@ def _exact_assigns(model: Model) -> ObjectSet:
     return out
 
 
-def _reaches(model: Model, red: ReduceSite, got: float, loads: frozenset) -> Obligation:
-    """Every element of the reduced tile is in bounds (model's `defined`): the masked lanes of
-    `loads`, holding `got`, never reach this reduction."""
+def _reaches(model: Model, red: ReduceSite, got: float, loads: frozenset,
+             reached: list | None) -> Obligation:
+    """The masked lanes of `loads`, holding `got`, change no stored output through this
+    reduction: every element e of the reduced tile is in bounds (model's `defined`), or the
+    result element e goes into (e with the reduced axis at 0) reaches no element that a store
+    writes in bounds. `reached` (outflow.py) says which store elements a result element can
+    reach; None (a use it does not follow) leaves the first disjunct alone. So a masked lane
+    on an axis the reduction keeps (a column max over rows of a block whose last columns are
+    past the end) is no error where its column's result is only stored masked, while one on
+    the reduced axis mixes the fill into a result next to elements in bounds, which is stored."""
     op = red.op
     shape = op.src.type.shape
     idx = tuple(fresh_int(f"e{d}") for d in range(len(shape)))
@@ -305,6 +329,13 @@ def _reaches(model: Model, red: ReduceSite, got: float, loads: frozenset) -> Obl
     names = {info.value.id: info.name for info in model.tensors.values()}
     where = sorted({f"{names.get(x.tensor.id, x.tensor)} (other={x.other}) at {x.loc}"
                     for x in loads})
+    outs = None if reached is None else _outputs(model, red, idx, reached)
+    if outs is None:
+        claim = ("every reduced element is in bounds", rec.defined)
+    else:
+        stored = z3.Or([o[0] for o in outs]) if outs else z3.BoolVal(False)
+        claim = ("every reduced element is in bounds, or its result is stored nowhere in "
+                 "bounds", z3.Or(rec.defined, z3.Not(stored)))
 
     def decode(zm, violated):
         wit = W.context(model, zm, red.site)
@@ -316,15 +347,60 @@ def _reaches(model: Model, red: ReduceSite, got: float, loads: frozenset) -> Obl
                     "masked_load": where})
         wit.update(W.holder(model, op.src.type, element))
         at = ", ".join(f"{k} = {v}" for k, v in coords.items())
+        out = ""
+        for cond, st, dest in outs or ():
+            if z3.is_true(zm.eval(cond, model_completion=True)):
+                wit["output"] = W.fmt_elem(st.tensor.name, [value(zm, d) for d in dest])
+                wit["store"] = str(st.op.loc)
+                out = (f"; the result reaches {wit['output']}, which the store at "
+                       f"{st.op.loc} writes")
+                break
         return (f"element {element} of the reduced tile is a masked lane (past the tensor's "
                 f"end{', at ' + at if at else ''}) of the load {' / '.join(where)}: it holds "
                 f"{got} when this {op.fn} consumes it, not the identity {_WORDS[op.fn]}, and "
-                f"{_HARM[op.fn]}"), wit
+                f"{_HARM[op.fn]}{out}"), wit
     return Obligation(
         "fill.identity", op.loc, f"{op.fn} over axis {op.axis} at {op.loc}: no masked "
-        f"element reaches it", prem, [("every reduced element is in bounds", rec.defined)],
+        f"element reaches it", prem, [claim],
         decode, minimize=list(idx) + [s.var for s in red.site.loops()],
         fix=_fix(op.fn) + ", or keep the loop's blocks inside the tensor")
+
+
+def _outputs(model: Model, red: ReduceSite, idx: tuple, reached: list) -> list | None:
+    """(condition, store site, destination) per store site that a result element of `red`
+    can reach (outflow.py): the condition holds when the result element of reduced element
+    `idx` reaches a tile element of the stored value whose destination is in bounds, in some
+    instance of the store's site. A store reached through an assignment may run in a later
+    iteration of a loop enclosing both: its indices of such loops are renamed apart, to any
+    iteration not before the reduction's (lexicographically, outermost loop first: a value
+    flows forward in time, and the model's loop indices increase), and after it when the
+    store precedes the reduction in the loop body. None: a store the model has no site of
+    (nothing bounds it)."""
+    mine = {s.var.get_id() for s in red.site.loops()}
+    out = []
+    for store, axes, crossed in reached:
+        sites = [st for st in model.stores if st.op is store]
+        if not sites:
+            return None
+        for st in sites:
+            sidx = [fresh_int(f"o{d}") for d in range(len(st.shape))]
+            conds = [z3.And(i >= 0, i < n) for i, n in zip(sidx, st.shape)]
+            conds += [i == idx[a[0]] + a[1] for i, a in zip(sidx, axes) if a is not None]
+            dest = _dest(st, sidx)
+            conds += st.site.constraints() + _inb(model, st, dest)
+            if crossed:
+                apart = [(s.var, fresh_int("iter")) for s in st.site.loops()
+                         if s.var.get_id() in mine]
+                conds = [substitute(c, *apart) for c in conds]
+                dest = [substitute(d, *apart) for d in dest]
+                # in the same iteration of every one only if the store comes after the
+                # reduction in the body (sites are numbered in program order)
+                later = z3.BoolVal(st.site.seq > red.site.seq)
+                for old, new in reversed(apart):
+                    later = z3.Or(new > old, z3.And(new == old, later))
+                conds.append(later)
+            out.append((z3.And(conds), st, dest))
+    return out
 
 
 def _verdict(op: O.Reduce, got: float) -> Finding:

@@ -413,6 +413,19 @@ CORPUS: list[Mutation] = [
       traced(K.make_row_stats, "min_block_stride"), ("reduce.coverage",), ("domain",), (),
       "min_block_stride", "the row min steps by 2 blocks per iteration: every other block "
       "is skipped"),
+    # fill.identity keeps masked elements on a kept axis apart from those on the reduced axis:
+    # col_max's clean kernel (masked columns, a max over rows: KernelBench L1/49) verifies
+    M("col_max/rows_partial", "reduction", 15, traced(K.make_col_max, "rows_partial"),
+      ("fill.identity",), ("fill", "identity", "element", "output"), ("-inf", "dim0 = 60"),
+      "rows_partial", "60 rows in blocks of 16: the last block's rows past the end are on the "
+      "axis the max reduces, so their 0 fill enters the column max that is stored"),
+    M("col_max/ring_rows_partial", "reduction", 15, ring(K.make_col_max, "rows_partial"),
+      ("fill.identity",), ("fill", "identity", "element", "output", "thread"), ("-inf",),
+      "rows_partial", "lowered through the register ring: rows past the end reach the max"),
+    M("col_max/out_padded", "reduction", 15, traced(K.make_col_max, "out_padded"),
+      ("fill.identity",), ("fill", "identity", "element", "output"), ("OUT[0, 10",),
+      "out_padded", "the output is padded to whole blocks (1024 columns for 1000): the masked "
+      "columns' results, the max of their 0 fills, are stored in bounds"),
     M("fa_qonce/mask_fill_zero", "attention", 15, traced(K.make_fa_qonce, "mask_fill_zero"),
       ("fill.identity",), ("fill", "identity", "role", "thread"), ("max",), "mask_fill_zero",
       "keys past the sequence end are masked with 0 instead of -inf before the row max"),
@@ -692,6 +705,9 @@ CLEAN: list[tuple[str, Callable[[], Kernel]]] = [
     ("split_k_loop (partials added in a runtime loop)", lambda: K.make_split_k_loop().trace()),
     ("split_k_loop, lowered (the register ring)", lambda: lowered(K.make_split_k_loop)),
     ("split_k_sum", lambda: K.make_split_k_sum().trace()),
+    ("col_max (masked columns on the axis a max over rows keeps: L1/49)",
+     lambda: K.make_col_max().trace()),
+    ("col_max, lowered (the register ring)", lambda: lowered(K.make_col_max)),
     ("fa_causal", lambda: K.make_fa_qonce(causal=True).trace()),
     ("fa_causal_lowered", lambda: lowered(K.make_fa_qonce, causal=True)),
     ("persistent_gemm", lambda: K.make_persistent_gemm().trace()),

@@ -621,6 +621,36 @@ def make_row_stats(bug: str | None = None, BN: int = 1024, ROWS: int = 2):
     return row_stats
 
 
+def make_col_max(bug: str | None = None, ROWS: int = 16, BN: int = 128):
+    """A column max over the rows of X [64, 1000] in [ROWS, BN] blocks, loaded with the default
+    fill 0, as compose fuses a max over a non-innermost axis (KernelBench L1/49, L2/24): the
+    last block's columns past 1000 are masked, but on the axis the max keeps, and their results
+    are stored masked too, so the 0 never reaches an output. The bugs move the masked elements
+    where it does: onto the reduced axis (rows past the end in the last row block), or into the
+    output (an output padded to whole blocks stores the masked columns' results)."""
+    rows = 60 if bug == "rows_partial" else 64
+    width = 1024 if bug == "out_padded" else 1000
+
+    def col_max(X, OUT):
+        (pid,) = ag.grid(ag.cdiv(1000, BN))
+        acc = ag.full((1, BN), -INF)
+        for b in ag.range(ag.cdiv(rows, ROWS)):
+            if bug == "rows_partial":
+                x = ag.load(X, (b * ROWS, pid * BN), (ROWS, BN))  # BUG:rows_partial
+            else:
+                x = ag.load(X, (b * ROWS, pid * BN), (ROWS, BN))
+            acc = ag.maximum(acc, x.max(axis=0))
+        if bug == "out_padded":
+            ag.store(OUT, (0, pid * BN), acc)  # BUG:out_padded
+        else:
+            ag.store(OUT, (0, pid * BN), acc)
+
+    # the sizes are the factory's (string annotations cannot name them under `from __future__`)
+    col_max.__annotations__ = {"X": ag.Tensor[rows, 1000, ag.f32],
+                               "OUT": ag.Tensor[1, width, ag.f32]}
+    return ag.kernel(col_max, threads=256, name="col_max")
+
+
 def make_split_k_sum(bug: str | None = None):
     """The second half of split-K (argus/kernels/split_k_sum.py): C = P[0] + ... + P[3], the
     fp32 partial products of 4 K slices, added in a fixed order."""
