@@ -441,7 +441,9 @@ def fp8_weights(E, H, I, g):
 def fp8_variants() -> dict:
     """The fp8 grouped GEMM's other schedules (both GEMMs): overlapped promotion (not proven
     by the verifier yet: compiles with ARGUS_VERIFY=0 only), CTA pairs with the TMA-store
-    epilogue (the dense block-scaled kernel's fastest), both, and 64-row tiles."""
+    epilogue (the dense block-scaled kernel's fastest), both, the stage released after the
+    promotion (gemm_fp8.promoted_mma's order; the default releases it before), and 64-row
+    tiles."""
     from dataclasses import replace
 
     from argus.kernels.moe_fp8 import FP8_PREFILL, FP8_SMALL
@@ -449,6 +451,8 @@ def fp8_variants() -> dict:
     pair = replace(FP8_PREFILL, stages=5, cluster_m=2, epilogue="tma")
     return {"overlap": replace(FP8_PREFILL, overlap=True), "cluster_tma": pair,
             "overlap_cluster_tma": replace(pair, overlap=True),
+            # the dense kernel's serial order: the stage released after the promotion
+            "late_release": replace(FP8_PREFILL, late_release=True),
             # 64-row tiles: half the padding per expert (DeepSeek-V3 at T = 4096 averages
             # 128 rows an expert, so 128-row padding adds about half again)
             "small": FP8_SMALL}

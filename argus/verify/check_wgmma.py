@@ -210,7 +210,10 @@ def _reduction_loops(model: Model, site: WgmmaSite):
     is a reduction loop by the data flow of its accumulator, not by nesting: a persistent
     kernel's tile loop around a freshly zeroed accumulator is not one."""
     defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
-    chains = [_acc_chain(defs, site.op.acc.id)]
+    # an overwriting wgmma (scale-d = 0) keeps nothing of its accumulator's old value, so
+    # that accumulator sums over no loop, wherever it is defined: only a variable it is
+    # promoted into carries its K blocks across iterations
+    chains = [] if site.op.overwrite else [_acc_chain(defs, site.op.acc.id)]
     promoted = _promoted_into(model, site.op.acc.id)
     if promoted is not None:
         chains.append(_acc_chain(defs, promoted.result.id))

@@ -63,6 +63,7 @@ def _rel(a, b):
     (37, 4, 2, 256, 256, FP8_SMALL, "block"),                    # 64-row tiles
     (150, 4, 2, 256, 256, FP8_PREFILL, "block"),                 # 128 x 128, 2 consumers
     (150, 4, 2, 256, 128, FP8_PREFILL_OVERLAP, "block"),         # overlapped promotion
+    (150, 4, 2, 128, 128, replace(FP8_PREFILL, late_release=True), "block"),  # dense order
     (150, 4, 2, 128, 256, replace(FP8_PREFILL, stages=3, cluster_m=2, epilogue="tma"),
      "block"),                                                   # CTA pairs, TMA store
     (70, 5, 3, 256, 128, FP8_SMALL, "expert"),                   # per-expert scales
@@ -269,3 +270,84 @@ def test_fp8_grouped_gemm_builds_without_spills(gated, schedule):
     assert f"wgmma.mma_async.sync.aligned.m64n{schedule.bn}k32.f32.e4m3.e4m3" in binary.ptx
     res = binary.resource(source.name)
     assert not res.spills, res.summary()
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
+@pytest.mark.parametrize("late", [False, True], ids=["early", "late"])
+def test_stage_released_before_the_promotion(late):
+    """The default serial promotion releases each stage once its wgmma group has retired and
+    promotes after (PTX: the mbarrier.arrive comes before the first fma following the
+    wgmma wait); late_release keeps gemm_fp8.promoted_mma's order (the FMAs first)."""
+    import re
+
+    from argus.runtime.compile import compile_cuda
+
+    s = replace(FP8_PREFILL, late_release=late)
+    source = codegen.render(lower_only(grouped_gemm_fp8_kernel(False), s=s))
+    ptx = compile_cuda(source.text, [source.name], use_cache=False).ptx
+    loop = ptx[ptx.index("wgmma.wait_group", ptx.index("wgmma.mma_async")):]
+    arrive = re.search(r"mbarrier\.arrive", loop).start()
+    fma = re.search(r"fma\.rn\.f32", loop).start()
+    assert (arrive < fma) != late, (arrive, fma)
+
+
+def test_verifier_catches_an_early_release_promotion_that_overwrites(monkeypatch):
+    """Seeded bug: the early-release loop with `acc = part * s` (the last K block only)
+    instead of `acc = acc + part * s`: wgmma.k-once reports it; the real loop verifies."""
+    import argus.kernels.moe_fp8 as MF
+
+    def overwrites(ring, k_steps, wg, scales):
+        rows = ring.bm // ring.consumers
+        acc = ag.zeros((rows, ring.bn), ag.f32)
+        part = ag.zeros((rows, ring.bn), ag.f32)
+        for k in ag.range(k_steps):
+            with ring.pipe.consume() as stage:
+                ag.wgmma(ring.a[stage].rows_of(wg * rows, rows),
+                         ring.b[stage].rows_of(0, ring.bn), part, overwrite=True)
+            acc = part * scales.combine(*scales.fetch(k))
+        return acc
+
+    fresh = MF.grouped_gemm_fp8_kernel.__wrapped__   # a new KernelFunction: no cached trace
+    clean = verify.run(lower_only(fresh(False), s=FP8_PREFILL))
+    assert not clean.errors and "wgmma.k-once" in {o.code for o in clean.proven}
+    monkeypatch.setattr(MF, "early_release_promoted_mma", overwrites)
+    codes = {d.code for d in verify.run(lower_only(fresh(False), s=FP8_PREFILL)).errors}
+    assert "wgmma.k-once" in codes
+
+
+def test_verifier_k_once_sees_an_overwriting_wgmma_in_a_k_loop():
+    """A wgmma with overwrite=True (scale-d = 0) in the K loop keeps only its last block:
+    stored as it is, or added into a variable made afresh each step, it misses K. The rule
+    used to count the accumulator's loop as a reduction because the accumulator was defined
+    outside it (the early-release promotion's seeded bug verified clean)."""
+    from argus.kernels.warp_specialized import OperandRing, TileScheduler, store_tile
+
+    def variant(mode: str):
+        def k_loop(A: ag.Tensor["M", "K", ag.e4m3], W: ag.Tensor["N", "K", ag.e4m3],
+                   C: ag.Tensor["M", "N", ag.f32]):
+            M_, K = A.shape
+            sched = TileScheduler.launch(M_, W.shape[0], 128, 128)
+            ring = OperandRing.alloc(2, 128, 128, 128, ag.e4m3, 2)
+            k_steps = ring.k_steps(K)
+            with ag.role("producer", warpgroups=1, regs=40):
+                for unit in sched.units():
+                    ring.load(k_steps, A, W, unit)
+            with ag.role("consumer", warpgroups=2, regs=232) as wg:
+                for unit in sched.units():
+                    acc = ag.zeros((64, 128), ag.f32)
+                    part = ag.zeros((64, 128), ag.f32)
+                    for k in ag.range(k_steps):
+                        with ring.pipe.consume() as stage:
+                            ag.wgmma(ring.a[stage].rows_of(wg * 64, 64),
+                                     ring.b[stage].rows_of(0, 128), part,
+                                     overwrite=mode != "accumulate")
+                        if mode == "promote":
+                            acc = acc + part * 0.5
+                    store_tile(C, unit, wg, acc if mode == "promote" else part, bm=128,
+                               bn=128, rows=64, finish=lambda t: t)
+            return None
+        return ag.kernel(k_loop, name=f"k_loop_{mode}")
+
+    for mode, bad in (("overwrite", True), ("promote", False), ("accumulate", False)):
+        codes = {d.code for d in verify.run(lower_only(variant(mode))).errors}
+        assert ("wgmma.k-once" in codes) == bad, (mode, codes)
