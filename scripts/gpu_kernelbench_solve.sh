@@ -43,7 +43,7 @@ if [ -n "$KB_CACHE" ]; then
   export ARGUS_CACHE_DIR=${ARGUS_CACHE_DIR:-$OUT/work/argus-cache}
   mkdir -p "$ARGUS_CACHE_DIR"
   [ -f "$KB_CACHE/argus-cache.tgz" ] && tar xzf "$KB_CACHE/argus-cache.tgz" -C "$ARGUS_CACHE_DIR"
-  [ -f "$KB_CACHE/baselines.json" ] && [ ! -f "$OUT/baselines.json" ] && cp "$KB_CACHE/baselines.json" "$OUT/baselines.json"
+  [ -f "$KB_CACHE/baselines.json" ] && [ ! -f "$OUT/baselines.json" ] && cp "$KB_CACHE/baselines.json" "$OUT/baselines.json" && chmod u+w "$OUT/baselines.json"
   echo "   cache $KB_CACHE: $(find "$ARGUS_CACHE_DIR/cubin" -name '*.json' 2>/dev/null | wc -l) cubins, baselines of $(grep -c '"task":' "$OUT/baselines.json" 2>/dev/null || echo 0) tasks"
   echo "   $("$PY" -c 'from argus.bench.kernelbench.prebuild import check_manifest; print(check_manifest())' 2>&1 | tail -1)"
 fi

@@ -75,6 +75,26 @@ def test_parallel_suite_on_cpu_records_every_task(toy_tasks, tmp_path):
     assert "| L1/1 | Toy1 |" in text and "## Not finished" in text and "L1/4 Broken" in text
 
 
+def test_a_second_suite_measures_only_what_the_cache_lacks(toy_tasks, tmp_path):
+    """The baselines of a device call are carried to the next (keyed by card, torch and
+    task text): a repeated run takes cached tasks from the cache, measures the rest."""
+    options = SuiteOptions(jobs=1, budget_s=120, trials=5, warmup=1, device="cpu",
+                           compile=False, min_start_s=1)
+    cache = BaselineCache(tmp_path / "cache.json")
+    run_baselines(toy_tasks[:2], options, log_dir=tmp_path / "a", cache=cache, progress=None)
+    first = {r.task_key: r.measured_at for r in cache.records()}
+    assert set(first) == {"L1/1", "L1/2"}
+    outcomes, env = run_baselines(toy_tasks[:3], options, log_dir=tmp_path / "b",
+                                  cache=BaselineCache(tmp_path / "cache.json"), progress=None)
+    by_key = {o.task.key: o for o in outcomes}
+    assert by_key["L1/1"].status == by_key["L1/2"].status == "cached"
+    assert by_key["L1/1"].eager["median_ms"] > 0
+    assert by_key["L1/3"].status == "done"
+    again = {r.task_key: r.measured_at for r in BaselineCache(tmp_path / "cache.json").records()}
+    assert again["L1/1"] == first["L1/1"] and "L1/3" in again      # not measured again
+    assert "3 with both numbers" in markdown(outcomes, env, options, 1.0)
+
+
 def test_suite_stops_at_its_budget(toy_tasks, tmp_path):
     options = SuiteOptions(jobs=1, budget_s=0.5, trials=5, warmup=1, device="cpu",
                            compile=False, min_start_s=5)

@@ -321,7 +321,8 @@ def _release_gpu_cache() -> None:
 
 
 def _top_phases(j: Judgment, n: int = 3) -> str:
-    items = sorted(j.phases.items(), key=lambda kv: -kv[1])[:n]
+    items = sorted(((k, v) for k, v in j.phases.items() if not k.startswith("#")),
+                   key=lambda kv: -kv[1])[:n]                   # "# ..." are counts
     return ", ".join(f"{k} {v:.1f}s" for k, v in items) or "-"
 
 
