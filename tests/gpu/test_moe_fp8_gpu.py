@@ -148,7 +148,7 @@ def _fp8_layer(T, E, H, I, seed, form="block"):
     (16, 8, 2, 512, 256, "block"),              # decode-sized: the 64-row schedule
     (300, 8, 2, 512, 256, "expert"),
     (300, 8, 2, 512, 256, "tensor"),
-    (512, 256, 8, 7168, 2048, "block"),         # DeepSeek-V3's sizes, T = 512
+    (512, 32, 8, 7168, 2048, "block"),          # DeepSeek-V3's H and I (32 of its experts)
 ])
 def test_moe_fp8_matches_float64(T, E, k, H, I, form):
     """argus.ops.moe with e4m3 weights against float64 with the same quantization
