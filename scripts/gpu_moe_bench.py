@@ -441,15 +441,17 @@ def fp8_weights(E, H, I, g):
 def fp8_variants() -> dict:
     """The fp8 grouped GEMM's other schedules (both GEMMs): overlapped promotion (not proven
     by the verifier yet: compiles with ARGUS_VERIFY=0 only), CTA pairs with the TMA-store
-    epilogue (the dense block-scaled kernel's fastest), both, the stage released after the
-    promotion (gemm_fp8.promoted_mma's order; the default releases it before), and 64-row
-    tiles."""
+    epilogue (the dense block-scaled kernel's fastest), the TMA store alone, overlap with
+    both, the stage released after the promotion (gemm_fp8.promoted_mma's order; the default
+    releases it before), and 64-row tiles."""
     from dataclasses import replace
 
     from argus.kernels.moe_fp8 import FP8_PREFILL, FP8_SMALL
 
     pair = replace(FP8_PREFILL, stages=5, cluster_m=2, epilogue="tma")
+    # the TMA-store epilogue without clusters keeps 128-row padding (pairs pad to 256)
     return {"overlap": replace(FP8_PREFILL, overlap=True), "cluster_tma": pair,
+            "tma": replace(FP8_PREFILL, stages=5, epilogue="tma"),
             "overlap_cluster_tma": replace(pair, overlap=True),
             # the dense kernel's serial order: the stage released after the promotion
             "late_release": replace(FP8_PREFILL, late_release=True),
