@@ -71,7 +71,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     (block_n halved until the registers fit unless "bnN" fixes it). The softmax's
     instruction diet: "ex2" (approx_exp2: exp2 on the SFU alone), "fold" (fold_scale: the
     scale folded into the exponent's FFMA), "fast" (both); "default+fast" is the default
-    schedule with both. "stN" sets the depth of the K and V rings (e.g. "default+fast+st3":
+    schedule with both (the default schedule has it already; "default+exact" turns it off).
+    "stN" sets the depth of the K and V rings (e.g. "default+fast+st3":
     three stages fit beside Q at head dim 128, 225 KB)."""
     import dataclasses
 
@@ -79,6 +80,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
 
     diet = {"approx_exp2": "ex2" in variant or "fast" in variant,
             "fold_scale": "fold" in variant or "fast" in variant}
+    if "exact" in variant.split("+"):     # the diet off (the default schedule has it on)
+        diet = {"approx_exp2": False, "fold_scale": False}
     parts = variant.split("+")
     depth = [int(p[2:]) for p in parts if p.startswith("st") and p[2:].isdigit()]
     if depth:

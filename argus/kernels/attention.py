@@ -241,14 +241,22 @@ def default_schedule(head_dim: int, causal: bool = False,
       overlap order: run 5 at 1k 204 against plain 187 and ping-pong 157; run 6 182 (184 in
       the `default` column) against 172 / 171. At 2k it is behind ping-pong (250 against 263),
       so the threshold lies between 1k and 2k.
-    seq_len None (unknown) takes the long-sequence choice."""
+    seq_len None (unknown) takes the long-sequence choice.
+
+    Every choice takes the softmax diet (approx_exp2 + fold_scale): on the H200 (2026-12-02
+    12:10, commit 8bcfae2, docs/perf/attention.md) it gained 6-9% at hd128, S 2k / 8k, full and
+    causal, at the same error against float64 (2.1-2.3e-3); the bench's "exact" token turns it
+    off for comparison."""
     base = base_schedule(head_dim)
     if head_dim == 64:
         if causal and seq_len is not None and seq_len <= SHORT_CAUSAL_64:
-            return AttentionSchedule(block_m=128, block_n=128, consumers=2, producer_regs=24,
-                                     consumer_regs=240, fa3_overlap=True)
-        return dataclasses.replace(base, ordered=True)
-    return dataclasses.replace(base, fa3_overlap=True)
+            choice = AttentionSchedule(block_m=128, block_n=128, consumers=2, producer_regs=24,
+                                       consumer_regs=240, fa3_overlap=True)
+        else:
+            choice = dataclasses.replace(base, ordered=True)
+    else:
+        choice = dataclasses.replace(base, fa3_overlap=True)
+    return dataclasses.replace(choice, approx_exp2=True, fold_scale=True)
 
 
 def fa3_overlap_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:

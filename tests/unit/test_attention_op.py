@@ -98,5 +98,5 @@ def test_folded_scale_runs_unfolded_for_a_scale_that_is_not_positive():
     for scale in (0.0, -0.125, math.inf, math.nan):
         got = for_scale(folded, scale)
         assert got == dataclasses.replace(folded, fold_scale=False), scale
-    plain = default_schedule(128)
+    plain = dataclasses.replace(default_schedule(128), fold_scale=False)
     assert for_scale(plain, -1.0) is plain
