@@ -152,3 +152,31 @@ def test_gate_wait_counts_are_per_thread_and_count_a_wait(tmp_path):
     th.join()
     assert seen["entries"] == 1 and seen["waited"] >= 0.2, seen
     assert wait_counts().get("shared entries", 0) == main_before.get("shared entries", 0)
+
+
+KB_DIR = __import__("pathlib").Path(__file__).resolve().parents[3] / "shared" / "kernelbench"
+
+
+@pytest.mark.skipif(not (KB_DIR / "level1").is_dir(), reason="KernelBench tasks not found")
+def test_parallel_judge_enters_the_gate_once_a_set(tmp_path):
+    """The judge's thread keeps its shared hold of the GPU gate from a set's comparison
+    through the next set's reference and probes: about one entry per set (before: three, each
+    waiting behind every queued timing), and the judgment is the same (correct)."""
+    from argus.bench.kernelbench.judge import JudgeOptions
+    from argus.bench.kernelbench.parallel import ParallelOptions, run_parallel
+    from argus.bench.kernelbench.shrink import SizeBudget
+    from argus.bench.kernelbench.tasks import discover
+
+    task = discover(KB_DIR, levels=[1], ids=[23])[0]
+    sol = tmp_path / "solutions" / "level1"
+    sol.mkdir(parents=True)
+    (sol / task.path.name).write_text(task.path.read_text() + "\nModelNew = Model\n")
+    options = JudgeOptions(device="cpu", timeout_s=180,
+                           cpu_budget=SizeBudget(elements=1 << 16, flops=2e7))
+    run = run_parallel([task], tmp_path / "solutions", tmp_path / "out", options,
+                       ParallelOptions(jobs=1), progress=None, write_reports=False)
+    (j,) = run.judgments
+    assert j.correct, j.reasons
+    sets = len(j.sets)
+    entries = j.phases["# judge gate shared entries"]
+    assert entries <= sets + 2, (entries, sets)      # set 0 up front, then one per set

@@ -394,7 +394,7 @@ class ReferenceSession:
         reply = self.worker.request(
             "prepare", self.options.timeout_s, index=index, seed=spec.seed,
             distribution=spec.distribution, inputs_path=None if direct else str(inputs_path),
-            ref_path=None if direct else str(ref_path), calibrate=True,
+            ref_path=None if direct else str(ref_path), calibrate=False,
             check_stochastic=index == 0)
         inputs = None
         if direct:
@@ -417,6 +417,33 @@ class ReferenceSession:
             entry.probes_done = cached.probes_done
         self.sets[index] = entry
         return entry
+
+    def rungs(self, index: int) -> dict[str, tolerance.Errors | None]:
+        """PyTorch's own errors at TF32 and at bf16 on set `index`, worst output first: what
+        places a solution that fails the strict track in its precision class. `get` skips
+        them (a correct solution is fp32 whatever they are, and at upstream sizes they cost
+        two more forwards and comparisons per set); the set is prepared again with them here,
+        a pure function of its seed, and its tensors dropped at once."""
+        assert self.worker is not None
+        spec = self.specs[index]
+        direct = self.options.direct
+        inputs_path = self.dir / "inputs" / f"rungs{index}.pt"
+        ref_path = self.dir / "refs" / f"rungs{index}.pt"
+        t0 = time.perf_counter()
+        try:
+            reply = self.worker.request(
+                "prepare", self.options.timeout_s, index=index, seed=spec.seed,
+                distribution=spec.distribution,
+                inputs_path=None if direct else str(inputs_path),
+                ref_path=None if direct else str(ref_path), calibrate=True,
+                check_stochastic=False)
+        finally:
+            inputs_path.unlink(missing_ok=True)
+            ref_path.unlink(missing_ok=True)
+        reply.pop("tensors", None)
+        self.add_phase("reference rungs (precision class)", time.perf_counter() - t0)
+        calib = reply["calibration"]
+        return {name: _worst(calib.get(name)) for name in ("tf32", "bf16")}
 
     def release(self, index: int) -> None:
         """Drop a big reference from memory (it is re-prepared when needed again)."""
@@ -671,6 +698,23 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
             session.add_phase("candidate boot (python, torch, harness)", init["boot_s"])
     except WorkerError as exc:
         return _failure(session, solution, _kind(exc), str(exc), started)
+    # The judge's shared hold of the GPU gate runs from a set's comparison through the next
+    # set's reference and probes: one entry per set instead of three (each entry waits behind
+    # every timing queued at the gate). Never held across a candidate's request that enters
+    # the gate itself: a timing queued at the turnstile would wait for this hold while this
+    # thread waits for the candidate, which waits for the timing.
+    hold = _SharedHold()
+    try:
+        return _judge_sets(session, cand, solution, started, init, hold)
+    finally:
+        hold.leave()
+
+
+def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started: float,
+                init: dict[str, Any], hold: "_SharedHold") -> Judgment:
+    opts = session.options
+    info = session.info or {}
+    clock = _Clock(session)
     reasons: set[str] = set()
     relaxed_reasons: set[str] = set()
     details: list[str] = []
@@ -689,14 +733,16 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
     argus_ops = 0
     previous: _RefSet | None = None
     for spec in session.specs:
+        hold.enter()
         try:
             entry = session.get(spec.index)
         except WorkerError as exc:
             return _failure(session, solution, _reference_kind(exc), f"reference failed on "
                             f"set {spec.index}: {exc}", started)
         inputs = session.load_inputs(entry)
-        with clock("probes"), gate().shared():
+        with clock("probes"):
             session.run_probes(entry, inputs, previous)
+        hold.leave()                         # the candidate's run enters the gate itself
         out_path = session.dir / "outputs" / f"out{spec.index}.pt"
         try:
             with clock("candidate first run (incl. lowering, compiles)" if spec.index == 0
@@ -718,7 +764,8 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         for k, v in run.get("compute_ops", {}).items():
             torch_ops[k] = torch_ops.get(k, 0) + v
         argus_ops += int(run.get("argus_ops", 0))
-        with clock("compare"), gate().shared():
+        with clock("compare"):
+            hold.enter()                    # kept through the next set's reference
             result = _compare_set(entry, inputs, outs, run, fingerprints)
             set_prints[spec.index] = [probes.fingerprint(o) for o in outs]
         del outs
@@ -736,6 +783,7 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         if opts.direct and spec.index != session.specs[-1].index:
             session.release_inputs(spec.index)   # the next set's stale probe needs only ref
         previous = entry
+    hold.leave()            # before timing: its exclusive hold would wait for this one
     want_timing = opts.timing and (session.device != "cpu" or opts.cpu_timing)
     if previous is not None and not (want_timing and not reasons):
         session.release(previous.spec.index)   # else kept: the check after timing reuses it
@@ -744,6 +792,11 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         relaxed_reasons.add("stochastic_task")
     deg, deg_relaxed = session.degenerate()
     strict_all = all(s.strict_ok for s in set_results) and not reasons
+    if not strict_all and cand_errors:
+        try:                # the lower-precision rungs, only for a class below fp32
+            ladder = [session.rungs(spec.index) for spec in session.specs[:len(cand_errors)]]
+        except WorkerError:
+            pass            # without them the class is "worse than bf16"
     precision = tolerance.precision_class(cand_errors, ladder, strict_all)
 
     # provenance: static first, then the profiler on a GPU
@@ -818,6 +871,25 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         suspect=tuple(suspect), seconds=time.perf_counter() - started,
         level=session.task.level, problem_id=session.task.problem_id,
         phases=_rounded(session.phases))
+
+
+class _SharedHold:
+    """The judge thread's shared hold of the GPU gate, entered at most once at a time and left
+    explicitly (see `_judge_candidate`)."""
+
+    def __init__(self) -> None:
+        self._held: Any = None
+
+    def enter(self) -> None:
+        if self._held is None:
+            held = gate().shared()
+            held.__enter__()
+            self._held = held
+
+    def leave(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.__exit__(None, None, None)
 
 
 class _Clock:
