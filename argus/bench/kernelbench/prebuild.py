@@ -201,10 +201,19 @@ def prebuild_all(tasks: list, solutions: Path | str, *, jobs: int = 2,
     batches = [[(t.path, p) for t, p in todo[i::jobs]] for i in range(jobs)]
     with ThreadPoolExecutor(jobs) as pool:
         list(pool.map(lambda b: _run_batch(b, timeout_s, done), batches))
-    manifest = {"compiler": compiler_id(), "arch": "sm_90a", "built_at": time.time(),
-                "tasks": {k: results[k] for k in sorted(results)}}
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
+    here = compiler_id()
+    tasks_built: dict[str, Any] = {}
+    try:                    # an earlier build with the same NVRTC: its tasks' records stay
+        earlier = json.loads((folder / MANIFEST).read_text())
+        if earlier.get("compiler") == here:
+            tasks_built.update(earlier.get("tasks", {}))
+    except (OSError, ValueError):
+        pass
+    tasks_built.update(results)
+    manifest = {"compiler": here, "arch": "sm_90a", "built_at": time.time(),
+                "tasks": {k: tasks_built[k] for k in sorted(tasks_built)}}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return results
 
