@@ -180,3 +180,18 @@ def test_parallel_judge_enters_the_gate_once_a_set(tmp_path):
     sets = len(j.sets)
     entries = j.phases["# judge gate shared entries"]
     assert entries <= sets + 2, (entries, sets)      # set 0 up front, then one per set
+
+
+def test_phase_table_sums_the_counts():
+    """The device script's phase table ends with the counts summed over tasks: NVRTC compiles
+    against disk hits is how a GPU run shows whether the prebuilt kernels were found."""
+    from types import SimpleNamespace
+
+    from argus.bench.kernelbench.summary import phase_table
+
+    js = [SimpleNamespace(task="L1/1", phases={"probes": 1.0, "# nvrtc compiles": 2.0,
+                                               "# nvrtc disk_hits": 5.0}),
+          SimpleNamespace(task="L1/2", phases={"probes": 0.5, "# nvrtc compiles": 1.0})]
+    text = phase_table(js)
+    assert "| probes | 2 | 1.5 |" in text
+    assert text.rstrip().endswith("Counts over these tasks: nvrtc compiles 3, nvrtc disk_hits 5")

@@ -59,14 +59,18 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def phase_table(judgments: Iterable[Any], top: int = 14) -> str:
+def phase_table(judgments: Iterable[Any], top: int = 20) -> str:
     """Where the judging time went over these judgments: per phase (Judgment.phases) the
-    total, mean and largest seconds and the task that took longest, biggest totals first."""
+    total, mean and largest seconds and the task that took longest, biggest totals first;
+    then the counts summed (NVRTC compiles against cache hits: whether prebuilt kernels were
+    found; gate entries and yields)."""
     totals: dict[str, list[tuple[float, str]]] = {}
+    counts: dict[str, float] = {}
     for j in judgments:
         for name, seconds in (j.phases or {}).items():
-            if name.startswith("#"):
-                continue                      # counts (compiles, programs), not seconds
+            if name.startswith("#"):          # counts (compiles, programs), not seconds
+                counts[name[1:].strip()] = counts.get(name[1:].strip(), 0.0) + float(seconds)
+                continue
             totals.setdefault(name, []).append((float(seconds), j.task))
     if not totals:
         return ""
@@ -77,6 +81,9 @@ def phase_table(judgments: Iterable[Any], top: int = 14) -> str:
         worst = max(values)
         lines.append(f"| {name} | {len(values)} | {total:.1f} | {total / len(values):.2f} | "
                      f"{worst[0]:.1f} ({worst[1]}) |")
+    if counts:
+        lines += ["", "Counts over these tasks: " + ", ".join(
+            f"{name} {value:g}" for name, value in sorted(counts.items()))]
     return "\n".join(lines) + "\n"
 
 
