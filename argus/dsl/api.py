@@ -447,9 +447,15 @@ def _view(x, what: str, loc) -> SmemView:
     return x
 
 
-def _tma_load(dst, tensor: TensorArg, coords, multicast: bool = False) -> None:
+def _tma_load(dst, tensor: TensorArg, coords, multicast: bool = False, box=None) -> None:
     """TMA box copy into `dst`; with multicast=True the box also lands, at the same offset,
-    in every other CTA of the cluster (which all run the same code)."""
+    in every other CTA of the cluster (which all run the same code).
+
+    `box` (one extent per tensor dim, outermost first; default: unit leading dims, then the
+    view's rows and columns): a box with several non-unit outer dims, e.g. (1, 8, 16, 64) of
+    an [N, H, W, C] tensor, lands in the view row-major (the TMA unit writes the box densely,
+    innermost dim first), so box[-1] is the view's columns and the product of the outer
+    extents its rows; each outer dim is zero-filled where it leaves the tensor on its own."""
     ctx = current("ag.tma.load")
     loc = user_loc()
     if multicast and ctx.cluster == (1, 1, 1):
@@ -463,12 +469,26 @@ def _tma_load(dst, tensor: TensorArg, coords, multicast: bool = False) -> None:
     if view.buffer.type.dtype != tensor.dtype:
         raise TraceError(f"TMA from {tensor.name} ({tensor.dtype}) into a "
                          f"{view.buffer.type.dtype} buffer", loc)
-    if any(d > 256 for d in view.shape):
+    if box is None and any(d > 256 for d in view.shape):
         raise TraceError(f"TMA box {view.shape} exceeds 256 elements in a dimension", loc,
                          fix="split the copy into boxes of at most 256 rows")
     coords_v = _offsets(tensor, coords, loc)
+    if box is not None:
+        box = tuple(box)
+        rows = 1
+        for e in box[:-1]:
+            rows *= e if isinstance(e, int) else 0
+        if len(box) != len(tensor.shape) or not all(
+                isinstance(e, int) and not isinstance(e, bool) and 1 <= e <= 256 for e in box) \
+                or box[-1] != view.shape[1] or rows != view.shape[0]:
+            raise TraceError(f"TMA box {box} into a view of {view.shape[0]} rows x "
+                             f"{view.shape[1]} columns: a box has one int extent in [1, 256] "
+                             f"per dim of {tensor.name} ({len(tensor.shape)}), its last extent "
+                             f"is the view's columns and the product of the others its rows",
+                             loc, fix="size the view to the box (rows = the product of the "
+                                      "outer extents)")
     ctx.builder.append(O.TmaLoad(view.materialize(), tensor.value, coords_v,
-                                 multicast=bool(multicast), loc=loc))
+                                 box=box or (), multicast=bool(multicast), loc=loc))
 
 
 def _group_wide(what: str, ctx, loc) -> None:

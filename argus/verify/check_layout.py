@@ -89,12 +89,15 @@ def _tma_fields(model: Model) -> list[Finding]:
             e = t.dtype.bytes
             subject = f"TMA load of {w.tensor.name} into {view.buffer} at {op.loc}"
             box = tuple(op.box)
-            want = (1,) * (len(box) - 2) + (view.rows, view.cols)
-            if box != want:
+            want = (view.rows, view.cols)
+            # the box lands row-major (the TMA unit writes it densely, innermost dim first):
+            # its outer extents multiply to the view's rows (the model unravels a view row
+            # into the box's outer coordinates), its inner extent is the view's columns
+            if (int(np.prod(box[:-1])), box[-1]) != want:
                 out.append(Finding("tma.box", op.loc, subject, "violated",
-                                   f"the tensor map's box {box} is not the smem view's shape "
-                                   f"{want}: the copy writes {int(np.prod(box)) * e} bytes "
-                                   f"laid out with a row pitch of {box[-1] * e} B into a view "
+                                   f"the tensor map's box {box} does not fill the smem view "
+                                   f"{want} row-major: the copy writes "
+                                   f"{int(np.prod(box)) * e} bytes laid out with a row pitch of {box[-1] * e} B into a view "
                                    f"of {view.rows} rows of {view.cols * e} B",
                                    {"box": box, "view": want}))
             elif box[-1] * e > SPAN.get(op.swizzle, 1 << 30):

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import math
 from typing import Any
 
 import z3
@@ -523,8 +524,31 @@ class Model:
                                   R >= w_row0, R < w_row0 + W.rows, j >= 0, j < W.cols)
                     r, c = R - w_row0, j
                     coords = [inst(_num(x)) for x in w.coords]
-                    coords[-2] = coords[-2] + r
                     coords[-1] = coords[-1] + c
+                    outer = list(tuple(w.op.box)[:-1]) or [1] * (len(coords) - 1)
+                    if sum(e > 1 for e in outer) <= 1:
+                        # at most one non-unit outer extent: it is the view's rows
+                        d = next((i for i, e in enumerate(outer) if e > 1), len(outer) - 1)
+                        coords[d] = coords[d] + r
+                    else:
+                        # a box with several non-unit outer dims lands row-major: view row r
+                        # is the box's outer index r unravelled (innermost outer dim fastest).
+                        # Only 0 <= r < the box's rows matters (`covers`), where r // e is
+                        # the count of multiples of e in (0, r]: a sum of linear Ifs, which
+                        # the solver handles far better than integer div / mod (a conv
+                        # kernel's verification went from seconds to over 15 minutes)
+                        q, left = r, math.prod(outer)
+                        for d in range(len(outer) - 1, -1, -1):
+                            e = outer[d]
+                            if e == 1:
+                                continue
+                            left //= e
+                            if left == 1:
+                                coords[d] = coords[d] + q
+                                break
+                            quot = z3.Sum([z3.If(q >= i * e, 1, 0) for i in range(1, left)])
+                            coords[d] = coords[d] + (q - quot * e)
+                            q = quot
                     loops = w.site.loops()
                     it = inst(loops[-1].var) if loops else None
                     who = f"TMA copy of {w.tensor.name} at {w.op.loc}" + (

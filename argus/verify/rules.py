@@ -35,7 +35,8 @@ _RULES = [
          (1, 2, 3, 4, 5), "F2/QF_BV",
          "make the descriptor match the buffer: swizzle = the tensor map's, SBO = 8 rows x "
          "row bytes, k16 advance = 32 bytes (bf16, K-major)"),
-    Rule("tma.box", "a TMA box is the smem view's shape and fits the swizzle span", (5,),
+    Rule("tma.box", "a TMA box fills the smem view row-major (inner extent = the view's "
+         "columns, outer extents multiply to its rows) and fits the swizzle span", (5,),
          "arith", "set box = view shape (outermost first); inner box bytes <= swizzle span"),
     Rule("tma.swizzle", "the tensor map's swizzle equals the buffer's (which its readers use)",
          (1,), "arith", "use the buffer's swizzle in the tensor map"),

@@ -16,7 +16,10 @@ from argus.runtime.interp.registry import rule
 def tma_load(m: _Interp, g: _Group, op: O.TmaLoad) -> None:
     view: _View = m.val(g, op.dst)
     coords = [m.val(g, c) for c in op.coords]
-    box = m._box(op.tensor, coords, view.array().shape, 0.0)
+    shape = view.array().shape
+    # an explicit box (several non-unit outer dims) lands in the view row-major
+    box = m._box(op.tensor, coords, op.box, 0.0).reshape(shape) if op.box else \
+        m._box(op.tensor, coords, shape, 0.0)
     targets = ([view.on(peer[view.buffer_id]) for peer in g.peers]
                if op.multicast else [view])
     for target in targets:
