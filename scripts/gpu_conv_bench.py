@@ -20,7 +20,8 @@ normwise error against float64.
                                                 # at batch 1 (seconds)
     python scripts/gpu_conv_bench.py --quick --skip-kernelbench --fp32
     python scripts/gpu_conv_bench.py --variants   # the quick layers' kernel alone under
-                                                # neighbouring schedules (cluster, halo)
+                                                # neighbouring schedules (cluster, rowbox, halo)
+    python scripts/gpu_conv_bench.py --variants default,rowbox    # some of them
     python scripts/gpu_conv_bench.py --profile "c4 3x3 256"   # torch.profiler: GPU time per
                                                 # kernel (ours, operand preparation, cuDNN's)
                                                 # and host time per call, for one layer
@@ -116,7 +117,7 @@ def _prepared(x, w, stride, padding, schedule=None):
 
     s = schedule or conv_ops.schedule_for(x, w, stride, padding, 1, 1)
     X, Wt, _, view, b, sizes, geom, idt, odt = conv_ops.operands(x, w, None, stride, padding,
-                                                                 1, 1, s.bk)
+                                                                 1, 1, s.bk, rowbox=s.rowbox)
     compiled = conv_ops.conv_kernel(idt, odt, False, "none").compile(geom=geom, s=s)
     compiled(X, Wt, view, b, *sizes)
     plan = compiled.plan_for(X, Wt, view, b, *sizes)
@@ -124,12 +125,18 @@ def _prepared(x, w, stride, padding, schedule=None):
     return lambda: (plan(), keep)
 
 
-def variants() -> None:
+VARIANTS = ("default", "previous", "rowbox", "rowbox-nocluster", "halo", "halo-nocluster",
+            "gemm")
+
+
+def variants(which: tuple[str, ...] = VARIANTS) -> None:
     """The quick ResNet layers' kernel alone (prepared launches, no host work) under the
     default schedule (2x1 weight-multicast cluster) and its neighbours: the earlier default
-    (no cluster, 4 stages), the halo row reuse with and without the cluster; each checked
-    against float64 once. One compile per row: run with ARGUS_VERIFY=0 (the halo kernel's
-    verification takes minutes)."""
+    (no cluster, 4 stages), the whole A tile as one TMA box per K step (rowbox) with and
+    without the cluster, the halo row reuse with and without the cluster; each checked
+    against float64 once; `gemm`: the same GEMM shape on pre-gathered operands (ours, cuBLAS).
+    `which`: the rows to run (names of VARIANTS). One compile per row:
+    run with ARGUS_VERIFY=0 (the halo kernel's verification takes minutes)."""
     import dataclasses
 
     import torch
@@ -150,12 +157,18 @@ def variants() -> None:
         ref = F.conv2d(x.double(), w.double(), None, st, pad)
         base = conv_ops.schedule_for(x, w, st, pad, 1, 1)
         halo = conv_ops.schedule_for(x, w, st, pad, 1, 1, halo=True)
-        rows = {"default (cluster, no halo)": base,
-                "previous (no cluster, 4 stages)": dataclasses.replace(base, cluster_m=1,
-                                                                       stages=4)}
+        rowbox = conv_ops.schedule_for(x, w, st, pad, 1, 1, rowbox=True)
+        rows = {"default (cluster, no halo)": ("default", base),
+                "previous (no cluster, 4 stages)": (
+                    "previous", dataclasses.replace(base, cluster_m=1, stages=4))}
+        if rowbox.rowbox:
+            rows["rowbox + cluster"] = ("rowbox", rowbox)
+            rows["rowbox, no cluster"] = ("rowbox-nocluster",
+                                          dataclasses.replace(rowbox, cluster_m=1))
         if halo.halo:
-            rows["halo + cluster"] = halo
-            rows["halo, no cluster"] = dataclasses.replace(halo, cluster_m=1)
+            rows["halo + cluster"] = ("halo", halo)
+            rows["halo, no cluster"] = ("halo-nocluster", dataclasses.replace(halo, cluster_m=1))
+        rows = {label: sched for label, (key, sched) in rows.items() if key in which}
         fns = {}
         for label, sched in rows.items():
             y = conv_ops.convolve(x, w, None, st, pad, schedule=sched)
@@ -163,7 +176,31 @@ def variants() -> None:
             if err > 1e-2:
                 print(f"{name:14s} {label:32s} WRONG: max rel err {err:.1e}")
                 continue
+            print(f"{name:14s} {label:32s} bn {sched.bn} bw {sched.bw} stages {sched.stages} "
+                  f"cluster {sched.cluster_m} epilogue {sched.epilogue}", flush=True)
             fns[label] = _prepared(x, w, st, pad, sched)
+        if "gemm" in which:
+            # the same GEMM (M = N*P*Q, N = K, K = C*R*S) with A already im2col'd: what our
+            # GEMM kernel (its tuned default, and the conv's 128 x bn tile) and cuBLAS take
+            # without any gather; tells a slow producer from a slow main loop / tile shape
+            from argus.kernels.gemm import GemmSchedule
+            from argus.ops import matmul
+
+            M, Kd = ref.numel() // K, C * R * S
+            a = torch.randn(M, Kd, device="cuda", generator=g).bfloat16()
+            bt = torch.randn(K, Kd, device="cuda", generator=g).bfloat16()
+            c = torch.empty(M, K, device="cuda", dtype=torch.bfloat16)
+            gemms = {f"gemm {M}x{K}x{Kd} ours (default)": None,
+                     f"gemm ours 128x{base.bn}, {base.stages} st": GemmSchedule(
+                         bm=128, bn=base.bn, stages=base.stages)}
+            for label, gs in gemms.items():
+                try:
+                    matmul(a, bt.T, c, schedule=gs)
+                except Exception as e:      # a schedule the GEMM refuses: say so, go on
+                    print(f"{name:14s} {label:32s} skipped: {str(e).splitlines()[0][:90]}")
+                    continue
+                fns[label] = lambda gs=gs: matmul(a, bt.T, c, schedule=gs)
+            fns["gemm cuBLAS"] = lambda: torch.matmul(a, bt.T)
         fns["cudnn"] = lambda: F.conv2d(x, w, None, st, pad)
         for f in fns.values():
             f()
@@ -330,8 +367,10 @@ def main() -> None:
     ap.add_argument("--skip-kernelbench", action="store_true")
     ap.add_argument("--fp32", action="store_true", help="also the fp32 table (split vs cuDNN "
                                                         "with TF32 off and on)")
-    ap.add_argument("--variants", action="store_true",
-                    help="the quick layers' kernel alone under neighbouring schedules, and stop")
+    ap.add_argument("--variants", nargs="?", const=",".join(VARIANTS), default=None,
+                    metavar="LIST",
+                    help="the quick layers' kernel alone under neighbouring schedules, and "
+                         f"stop; LIST: comma-separated rows of {','.join(VARIANTS)} (all)")
     ap.add_argument("--profile", metavar="LAYER", default=None,
                     help="profile one ResNet layer (e.g. 'c4 3x3 256') and stop")
     args = ap.parse_args()
@@ -339,7 +378,11 @@ def main() -> None:
         profile(args.profile)
         return
     if args.variants:
-        variants()
+        which = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+        bad = [v for v in which if v not in VARIANTS]
+        if bad:
+            raise SystemExit(f"--variants: unknown rows {bad}; choose from {VARIANTS}")
+        variants(which)
         return
     ratios = resnet(args.quick)
     if args.fp32:

@@ -109,11 +109,21 @@ class ConvSchedule(WarpSpecializedSchedule):
     # filter row r's wgmma reads the halo from row r * dil_h on (a whole number of bw-row
     # boxes, so 1024-byte aligned). A's L2 reads shrink by R * rows / (rows + R - 1).
     halo: bool = False
+    # one TMA box per K step for the whole A tile (2-d, stride 1, one group): a tile's rows
+    # are output rows of one image, as for `halo`, and X is the [N, H, W, C] input, so the
+    # tile's rows x bw columns x bk channels at tap (r, s) are one 4-d box (1, rows, bw, bk)
+    # at (n, p0 + r * dil_h - pad_h, q0 + s * dil_w - pad_w, c0): rows outside [0, H) and
+    # columns outside [0, W) are zero-filled by the TMA unit along their own dims (padding).
+    # The producer issues 2 copies per stage (A, weight) instead of bm / bw + 1, and its
+    # coordinates are additions (no per-row division by P in the K loop).
+    rowbox: bool = False
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
         if self.halo and self.promote:
             problems.append("halo runs the 16-bit kernel: promote=False")
+        if self.halo and self.rowbox:
+            problems.append("halo and rowbox are two A producers: pick one")
         if self.promote and self.bn > PROMOTE_MAX_BN:
             problems.append(f"promote keeps two fp32 accumulators per consumer: bn={self.bn} "
                             f"exceeds the register budget (bn <= {PROMOTE_MAX_BN})")
@@ -270,6 +280,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
 
     def conv2d(X: ag.Tensor["NH", "PG", "WV", "CG", in_dtype],   # [N*H, sw*G, W/sw, Cg]
+               # (s.rowbox: [N, H, W, C], argus.ops.conv.operands(rowbox=True))
                Wt: ag.Tensor["G", "KG", "KT", in_dtype],         # [G, Kg, R*S*Cgp]
                Out: ag.Tensor["G", "NP", "Q", "KG", out_dtype],   # view of [N, P, Q, G*Kg]
                Bias: ag.Tensor["G", "KG", out_dtype],            # the bias as given
@@ -285,9 +296,18 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
             raise ag.TraceError(f"ConvSchedule(halo=True) reuses input rows across the filter's "
                                 f"rows: it needs a 2-d convolution with stride_h 1; got "
                                 f"t={geom.t}, stride_h={geom.stride_h}", fix="halo=False")
-        # halo: a tile's output rows lie in one image (ceil(P / rows) blocks per image, the
-        # last one partly past P: those rows are not stored); else rows of the flattened N * P
-        row_tiles = (NP // P) * ag.cdiv(P, row_blocks) if s.halo else ag.cdiv(NP, row_blocks)
+        if s.rowbox and (geom.t, geom.stride_h, geom.stride_w, geom.groups) != (1, 1, 1, 1):
+            raise ag.TraceError(f"ConvSchedule(rowbox=True) loads a tile's input rows as one "
+                                f"box of the [N, H, W, C] input: it needs a 2-d convolution "
+                                f"with stride 1 and one group; got t={geom.t}, stride "
+                                f"({geom.stride_h}, {geom.stride_w}), groups={geom.groups}",
+                                fix="rowbox=False")
+        # halo / rowbox: a tile's output rows lie in one image (ceil(P / rows) blocks per
+        # image, the last one partly past P: those rows are not stored); else rows of the
+        # flattened N * P
+        image_tiles = s.halo or s.rowbox
+        row_tiles = (NP // P) * ag.cdiv(P, row_blocks) if image_tiles else \
+            ag.cdiv(NP, row_blocks)
         sched = TileScheduler.launch(row_tiles * q_tiles * s.bm, Kg, s.bm, s.bn,
                                      batch=G, cluster=cs, persistent=s.persistent,
                                      num_sms=s.num_sms, group_m=s.group_m)
@@ -318,7 +338,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         def tile_origin(unit):
             """(first flattened output row n * P + p, first output column) of the unit."""
             block, q0 = unit.m // q_tiles, (unit.m % q_tiles) * s.bw
-            if not s.halo:
+            if not image_tiles:
                 return block * row_blocks, q0
             per_image = ag.cdiv(P, row_blocks)
             return (block // per_image) * P + (block % per_image) * row_blocks, q0
@@ -326,7 +346,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         def out_row(np0, i):
             """The Out row of the tile's output row i: past NP (not stored) when a halo
             tile's row i lies past its image's P rows."""
-            if not s.halo:
+            if not image_tiles:
                 return np0 + i
             return np0 + i + _outside(np0 % P + i, P) * NP
 
@@ -337,6 +357,23 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                 if s.halo:
                     ring.load(k_steps, c_steps, geom, X, Wt, g, np0, q0, unit.n, H, P, NH,
                               sched.rank, cs)
+                    continue
+                if s.rowbox:
+                    # X is [N, H, W, C]: the tile's image and first row, once per tile
+                    image, p0 = np0 // P, np0 % P
+                    for k in ag.range(k_steps):
+                        with ring.pipe.produce() as stage:
+                            tap = k // c_steps
+                            c0 = (k % c_steps) * s.bk
+                            r, t = tap // geom.s, tap % geom.s
+                            ag.tma.load(ring.a[stage], X,
+                                        (image, p0 + (r * geom.dil_h - geom.pad_h),
+                                         q0 + (t * geom.dil_w - geom.pad_w), c0),
+                                        box=(1, row_blocks, s.bw, s.bk))
+                            part = s.bn // cs
+                            ag.tma.load(ring.b[stage].rows_of(sched.rank * part, part), Wt,
+                                        _weight_coords(g, unit.n * s.bn + sched.rank * part,
+                                                       tap, c0, cg_padded), multicast=cs > 1)
                     continue
                 for k in ag.range(k_steps):
                     with ring.pipe.produce() as stage:

@@ -72,7 +72,7 @@ _SMEM_BUDGET = 200 * 1024
 
 
 def schedule_for(x, weight, stride, padding, dilation, groups, *,
-                 halo: bool = False) -> ConvSchedule:
+                 halo: bool = False, rowbox: bool = False) -> ConvSchedule:
     """A first heuristic, not tuned: bw = Q rounded up to a power of two in [8, 64] (fewer
     wasted tile rows on narrow layers; below 64 it needs the TMA-store epilogue, so a 16-bit
     output with 16-byte aligned channel rows), bn 128 unless the layer has <= 64 output
@@ -88,6 +88,13 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     the weight tile (multicast: half of that) and its A rows once per filter row (halo:
     once). Not measured yet: scripts/gpu_conv_bench.py --variants times this against the
     earlier schedule (no cluster, no halo, 4 stages), which fp32 inputs keep.
+
+    `rowbox=True` (16-bit, 2-d, stride 1, one group; else ignored): the default schedule with
+    the whole A tile as one TMA box per K step (ConvSchedule.rowbox). Why: the producer of
+    the default schedule issues bm / bw boxes per stage with a runtime division by P each
+    (~40 SASS instructions per box: 383 per K step for c4, one thread), which may be what
+    keeps the kernel at 1.4 TF/s per SM (c4: 1.35 us per 128x128x64 step, the tensor cores
+    need 0.28 us); unmeasured: `gpu_conv_bench.py --variants`.
     """
     W, K, S = x.shape[-1], weight.shape[0], weight.shape[-1]
     sw, pw, dw = (_pair(v, name, x.dim() - 2)[-1] for v, name in (
@@ -122,8 +129,10 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
                                 epilogue=epilogue, cluster_m=2, halo=True, producer_regs=56,
                                 consumer_regs=224)
     stages = max(4, min(6, (_SMEM_BUDGET - staging) // ((128 + bn) * 64 * 2)))
+    sw = _pair(stride, "stride", dims)[-1]
     return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
-                        epilogue=epilogue, cluster_m=2)
+                        epilogue=epilogue, cluster_m=2,
+                        rowbox=rowbox and (dims, sh, sw, groups) == (2, 1, 1, 1))
 
 
 def check(x, weight, bias, stride, padding, dilation, groups) -> None:
@@ -300,7 +309,7 @@ def _result_layout(N: int, K: int, spatial: tuple) -> tuple:
 
 
 def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, terms: int = 3,
-             pack_x=None):
+             pack_x=None, rowbox: bool = False):
     """The kernel's operands for conv2d or conv3d(x, weight, ...) (checked already): (X view,
     Wt, the result (NC(D)HW shape, channels-last memory, x's dtype), its [G, N*OD*P, Q, Kg]
     view, Bias [G, Kg] in the output dtype, the runtime scalars (H, P, D, OD), geometry, in
@@ -310,7 +319,8 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
     the contiguous bf16 [N, D, H, W, G * Cg'] with each group's channels the pieces of
     slots side by side (slot t: piece slots[t][0] of its Cg channels), zero-padded to Cg', a
     multiple of 8 (argus.compose packs it with Argus kernels). Runs on CPU tensors too (the
-    interpreter tests use it)."""
+    interpreter tests use it). `rowbox` (ConvSchedule.rowbox: 2-d, stride 1, one group): X is
+    the [N, H, W, C] input instead (a view as well)."""
     import torch
     import torch.nn.functional as F
 
@@ -350,7 +360,15 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
         ndhwc = F.pad(grouped, (0, cpad, 0, 0, 0, wpad)).contiguous().reshape(
             N, D, H, W + wpad, G * (Cg + cpad))       # pad keeps a permuted input's strides
         Cg, W = Cg + cpad, W + wpad
-    X = ndhwc.as_strided((N * D * H, sw * G, W // sw, Cg), (W * G * Cg, Cg, sw * G * Cg, 1))
+    if rowbox:
+        if (dims, D, sh, sw, G) != (2, 1, 1, 1, 1):
+            raise LaunchError(f"argus.ops.conv: ConvSchedule(rowbox=True) needs a 2-d "
+                              f"convolution with stride 1 and one group; got stride "
+                              f"{(sh, sw)}, groups={G}", fix="rowbox=False")
+        X = ndhwc.as_strided((N, H, W, Cg), (H * W * Cg, W * Cg, Cg, 1))
+    else:
+        X = ndhwc.as_strided((N * D * H, sw * G, W // sw, Cg),
+                             (W * G * Cg, Cg, sw * G * Cg, 1))
     shape, strides = _result_layout(N, K, (OD, P, Q) if dims == 3 else (P, Q))
     out = torch.empty_strided(shape, strides, dtype=out_dtype.torch_dtype(), device=x.device)
     b = _bias_operand(bias, G, Kg, out.dtype, x.device)
@@ -380,7 +398,8 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
                           f"{sorted(SPLIT_SLOTS)}", fix="6: strict fp32, 3 or 1: relaxed")
     s = schedule or schedule_for(x, weight, stride, padding, dilation, groups)
     X, Wt, out, view, b, sizes, geom, idt, odt = operands(x, weight, bias, stride, padding,
-                                                          dilation, groups, s.bk, terms, pack_x)
+                                                          dilation, groups, s.bk, terms, pack_x,
+                                                          rowbox=s.rowbox)
     if out.numel() == 0:
         return out
     kernel = conv_kernel(idt, odt, bias is not None, activation)

@@ -534,9 +534,8 @@ class Model:
                         # a box with several non-unit outer dims lands row-major: view row r
                         # is the box's outer index r unravelled (innermost outer dim fastest).
                         # Only 0 <= r < the box's rows matters (`covers`), where r // e is
-                        # the count of multiples of e in (0, r]: a sum of linear Ifs, which
-                        # the solver handles far better than integer div / mod (a conv
-                        # kernel's verification went from seconds to over 15 minutes)
+                        # the count of multiples of e in (0, r]: a sum of linear Ifs (kept
+                        # in linear arithmetic: no integer div / mod terms in the queries)
                         q, left = r, math.prod(outer)
                         for d in range(len(outer) - 1, -1, -1):
                             e = outer[d]

@@ -34,6 +34,20 @@ HALO_CASES = [
     (2, 16, 11, 12, 24, 3, 3, (1, 2), (2, 1), (2, 1), 2),   # dil_h 2, stride_w 2, groups
     (1, 8, 12, 12, 8, 3, 3, 1, (0, 1), (1, 2), 1),          # no row padding, dil_w 2
 ]
+# the whole A tile as one (1, rows, bw, bk) box of the [N, H, W, C] input (2-d, stride 1, one
+# group); tiles per image as for the halo, so the same num_sms=2 alternation checks that rows
+# past P are dropped, and padding rows / columns come from the box leaving the tensor
+ROWBOX = ConvSchedule(bm=128, bn=64, bw=64, stages=2, rowbox=True, num_sms=2)
+ROWBOX_NARROW = ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma", rowbox=True,
+                             cluster_m=2, num_sms=4)
+ROWBOX_CASES = [
+    (3, 8, 3, 5, 16, 3, 3, 1, 1, 1, 1),       # P = 3: the second row block is half past P
+    (2, 16, 7, 9, 24, 3, 3, 1, 1, 1, 1),
+    (2, 16, 11, 12, 24, 3, 3, 1, (2, 1), (2, 1), 1),       # dil_h 2, padding 2
+    (1, 8, 12, 12, 8, 3, 3, 1, (0, 1), (1, 2), 1),          # no row padding, dil_w 2
+    (2, 72, 6, 7, 16, 1, 1, 1, 0, 1, 1),                    # 1x1, C past one 64-channel slice
+    (1, 12, 5, 6, 8, 2, 3, 1, (1, 0), 1, 1),                # C not a multiple of 8, R even
+]
 
 # (N, C, H, W, K, R, S, stride, padding, dilation, groups)
 CASES = [
@@ -75,6 +89,25 @@ def test_cluster_multicast_weight_matches_float64(case, schedule):
 @pytest.mark.parametrize("schedule", [HALO, HALO_NARROW], ids=["direct", "tma_bw8_cluster"])
 def test_halo_row_reuse_matches_float64(case, schedule):
     _check_case(case, schedule)
+
+
+@pytest.mark.parametrize("case", ROWBOX_CASES, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("schedule", [ROWBOX, ROWBOX_NARROW],
+                         ids=["direct", "tma_bw8_cluster"])
+def test_rowbox_one_box_per_k_step_matches_float64(case, schedule):
+    _check_case(case, schedule)
+
+
+@pytest.mark.parametrize("stride,groups", [(2, 1), ((1, 2), 1), (1, 2)])
+def test_rowbox_needs_unit_stride_and_one_group(stride, groups):
+    x = torch.randn(1, 8, 6, 6).bfloat16()
+    w = torch.randn(8, 8 // groups, 3, 3).bfloat16()
+    with pytest.raises(LaunchError, match="rowbox"):
+        conv_op.conv2d_interpret(x, w, None, stride, 1, 1, groups, schedule=ROWBOX)
+    # schedule_for only asks for it where it applies
+    assert not conv_op.schedule_for(x, w, stride, 1, 1, groups, rowbox=True).rowbox
+    assert conv_op.schedule_for(x, torch.randn(8, 8, 3, 3).bfloat16(), 1, 1, 1, 1,
+                                rowbox=True).rowbox
 
 
 def test_halo_needs_unit_row_stride():
