@@ -18,6 +18,9 @@ Job (INVARIANTS.md §3.2–3.3; bug classes 16, 17, 19):
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import z3
 
 from argus.target import sm90
@@ -159,6 +162,21 @@ def _reduce_acc_table(red: ReduceSite, n: int, masks, subject: str) -> Finding:
     accumulator whose N is no power of two: for every warpgroup thread and row half, the
     registers of that half (combined in-thread) of the lanes its xor masks reach hold one row
     and each of its N columns exactly once (sm90.wgmma_acc_coord, 128 x N/2 entries)."""
+    status, why, witness = _acc_table_verdict(n, tuple(masks))
+    return Finding("reduce.layout", red.op.loc, subject, status, why, dict(witness),
+                   tier="exhaustive")
+
+
+@functools.cache
+def _acc_table_verdict(n: int, masks: tuple) -> tuple[str, str, dict]:
+    """(status, message, witness) of `_reduce_acc_table`: a function of N and the masks alone,
+    so decided once per process (an attention kernel at block_n 112 reduces its accumulator
+    four times; the walk over the table through the generic layout arithmetic was a third of
+    its verification time). The table is read through wgmma_acc_coord on numpy arrays (the
+    formula codegen renders), once."""
+    rows_t, cols_t = sm90.wgmma_acc_coord(np.arange(128)[:, None], np.arange(n // 2)[None, :])
+    rows_t, cols_t = np.broadcast_to(rows_t, (128, n // 2)).tolist(), \
+        np.broadcast_to(cols_t, (128, n // 2)).tolist()
     span = [0]
     for m in masks:
         span += [x ^ m for x in span]
@@ -167,28 +185,24 @@ def _reduce_acc_table(red: ReduceSite, n: int, masks, subject: str) -> Finding:
             rows, cols = set(), {}
             for x in span:
                 if (t ^ x) // 32 != t // 32:   # a shuffle stays in its warp
-                    return Finding("reduce.layout", red.op.loc, subject, "violated",
-                                   f"shuffle masks {masks} leave the warp", {"masks": masks},
-                                   tier="exhaustive")
+                    return "violated", f"shuffle masks {masks} leave the warp", {"masks": masks}
                 for i in range(n // 2):
                     if (i // 2) % 2 != half:
                         continue
-                    r, c = sm90.wgmma_acc_coord(t ^ x, i)
+                    r, c = rows_t[t ^ x][i], cols_t[t ^ x][i]
                     rows.add(r)
                     cols[c] = cols.get(c, 0) + 1
             if len(rows) != 1:
-                return Finding("reduce.layout", red.op.loc, subject, "violated",
-                               f"thread {t} (row half {half}) combines rows {sorted(rows)}: "
-                               f"the row statistic mixes rows",
-                               {"thread": t, "masks": masks}, tier="exhaustive")
+                return "violated", (f"thread {t} (row half {half}) combines rows "
+                                    f"{sorted(rows)}: the row statistic mixes rows"), \
+                    {"thread": t, "masks": masks}
             if sorted(cols) != list(range(n)) or any(v != 1 for v in cols.values()):
                 missing = "some columns are never seen" if len(cols) < n else \
                     "some columns count twice"
-                return Finding("reduce.layout", red.op.loc, subject, "violated",
-                               f"with shuffle masks {masks} thread {t} (row half {half}) "
-                               f"sees {len(cols)} of {n} columns: {missing}",
-                               {"thread": t, "masks": masks}, tier="exhaustive")
-    return Finding("reduce.layout", red.op.loc, subject, "proven", tier="exhaustive")
+                return "violated", (f"with shuffle masks {masks} thread {t} (row half {half}) "
+                                    f"sees {len(cols)} of {n} columns: {missing}"), \
+                    {"thread": t, "masks": masks}
+    return "proven", "", {}
 
 
 def _reduce_plan(model: Model, red: ReduceSite, layout: str) -> Finding | None:
