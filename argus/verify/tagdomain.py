@@ -42,10 +42,12 @@ def fresh_int(stem: str) -> z3.ArithRef:
     if _INT_SORT is None:
         _INT_SORT = z3.IntSort(ctx)
     sort = _INT_SORT
-    v = z3.ArithRef(z3.Z3_mk_const(ref, z3.Z3_mk_string_symbol(ref, f"{stem}!{next(_fresh)}"),
-                                   sort.ast), ctx)
+    # "!g": created after the model was built, so no transfer function's closure holds it
+    # (`memoized_record` may generalize a record over it); "!": during the walk
+    name = f"{stem}{'!' if Memo.building else '!g'}{next(_fresh)}"
+    v = z3.ArithRef(z3.Z3_mk_const(ref, z3.Z3_mk_string_symbol(ref, name), sort.ast), ctx)
     if _created is not None:
-        _created.append(v)
+        _created.append((v, stem))   # the stem names its renamings (`_renamed`)
     return v
 
 
@@ -153,15 +155,68 @@ class Substitution:
             return term
         a = term.as_ast()
         got = z3.Z3_substitute(self.ref, a, self.n, self.frm, self.to)  # raises on a bad sort
-        if _ast_id(self.ref, got) == _ast_id(self.ref, a):
-            return term
         # the wrapper class _to_expr_ref would pick, without its sort inspection: a
         # substitution keeps the sort, so a Boolean stays a BoolRef and an integer term that
         # is not a numeral an ArithRef
+        return self._wrap(term, got)
+
+    def _wrap(self, term, got):
+        if _ast_id(self.ref, got) == _ast_id(self.ref, term.as_ast()):
+            return term
         if isinstance(term, z3.BoolRef) or (type(term) is z3.ArithRef and
                                             _ast_kind(self.ref, got) != z3.Z3_NUMERAL_AST):
             return type(term)(got, self.ctx)
         return _to_expr_ref(got, self.ctx)
+
+    def many(self, terms: list) -> list:
+        """[self(t) for t in terms], in one pass of Z3's substitution over all of them: the
+        terms of a record share most of their subterms (the index arithmetic, the writers'
+        conditions), and each Z3_substitute call walks its term with a cache of its own, so
+        per-term calls walked the shared part once per term (the renaming of memoized records
+        was most of the FA3 attention kernels' model building). The terms are packed as the
+        arguments of one application of an uninterpreted Boolean function over their sorts
+        (never asserted or solved: a carrier, read back argument by argument)."""
+        at = [i for i, t in enumerate(terms) if isinstance(t, z3.ExprRef)]
+        if self.n == 0 or len(at) < 2:
+            return [self(t) for t in terms]
+        ref = self.ref
+        app = _pack(self.ctx, [terms[i] for i in at])
+        got = z3.BoolRef(z3.Z3_substitute(ref, app.as_ast(), self.n, self.frm, self.to),
+                         self.ctx)   # raises on a bad sort; the wrapper keeps `got` alive
+        out = list(terms)
+        g = got.as_ast()
+        for k, i in enumerate(at):
+            out[i] = self._wrap(terms[i], _app_arg(ref, g, k))
+        return out
+
+
+def _pack(ctx, terms: list) -> z3.BoolRef:
+    """One term holding `terms` (z3 terms of any sorts) as its arguments, in order: an
+    application of an uninterpreted Boolean function over their sorts (`_carrier`), never
+    asserted or solved, so that one pass of a C-level operation covers them all."""
+    ref = ctx.ref()
+    args = (z3.Ast * len(terms))(*[t.as_ast() for t in terms])
+    sorts = tuple(_get_sort(ref, args[k]) for k in range(len(terms)))
+    return z3.BoolRef(z3.Z3_mk_app(ref, _carrier(ctx, sorts), len(terms), args), ctx)
+
+
+_CARRIERS: dict = {}
+
+
+def _carrier(ctx, sorts: tuple):
+    """The function declaration `Substitution.many` packs terms of these sorts with (raw
+    decl, kept alive with its sorts), one per context and sort signature."""
+    ref = ctx.ref()
+    # the sorts' addresses: unique while they live, and the entry keeps them alive
+    key = (id(ctx),) + tuple(s.value for s in sorts)
+    hit = _CARRIERS.get(key)
+    if hit is None:
+        doms = (z3.Sort * len(sorts))(*sorts)
+        decl = z3.FuncDeclRef(z3.Z3_mk_func_decl(
+            ref, z3.Z3_mk_string_symbol(ref, f"argus.verify.tagdomain!carrier{len(_CARRIERS)}"),
+            len(sorts), doms, z3.BoolSort(ctx).ast), ctx)
+        hit = _CARRIERS[key] = (decl, [z3.SortRef(s, ctx) for s in sorts])
+    return hit[0].ast
 
 
 def _raw(wrapper):
@@ -172,6 +227,11 @@ def _raw(wrapper):
 
 _ast_id = _raw(z3.z3core.Z3_get_ast_id)
 _ast_kind = _raw(z3.z3core.Z3_get_ast_kind)
+_get_sort = _raw(z3.z3core.Z3_get_sort)
+_num_args = _raw(z3.z3core.Z3_get_app_num_args)
+_app_arg = _raw(z3.z3core.Z3_get_app_arg)
+_app_decl = _raw(z3.z3core.Z3_get_app_decl)
+_decl_kind = _raw(z3.z3core.Z3_get_decl_kind)
 
 
 def conj(*args) -> z3.BoolRef:
@@ -252,8 +312,18 @@ def memoized_record(fn):
     call gets the first record with every fresh variable its computation created renamed to a
     new fresh one, which is the record a second computation would build. Variables created
     outside it (model variables, opaque scalars) are shared, as a recomputation shares them.
-    Keyed by the index terms' ids (z3 hash-conses terms: equal ids, equal terms); the index is
-    kept alive with the entry so an id is never reused for another term."""
+
+    Keyed by the index up to a renaming of its fresh variables (`_index_key`): the checks ask
+    for an element at fresh index variables (each obligation its own m, n, kk), so keyed by
+    the terms alone every obligation rebuilt the whole record DAG below a tile (the softmax and
+    the second wgmma of an attention kernel: two thirds of its verification). A fresh variable
+    made after the model was built (named "!g", `fresh_int`) is held by no transfer function's
+    closure, so `fn` sees it only through the index and treats it as an opaque term: the record
+    at index vars (y1, ..) is the record at (x1, ..) with x_i replaced by y_i (one simultaneous
+    substitution, with the auxiliaries renamed as above). Model variables, the walk's own fresh
+    variables and numerals are keyed by identity (z3 hash-conses terms: equal ids, equal
+    terms); the index is kept alive with the entry so an id is never reused for another
+    term."""
     if getattr(fn, "memoized", False):
         return fn
     memo: dict = {}
@@ -262,10 +332,13 @@ def memoized_record(fn):
         global _created
         if Memo.building:
             return fn(idx)
-        key = tuple((0, x.get_id()) if isinstance(x, z3.AstRef) else (1, x) for x in idx)
+        key, gen, keep = _index_key(idx)
         hit = memo.get(key)
         if hit is not None:
-            return _renamed(hit[1], hit[2])
+            _, rec, own, first = hit
+            pairs = [(a, b) for a, b in zip(first, gen) if _ast_id(a.ctx_ref(), a.as_ast()) !=
+                     _ast_id(b.ctx_ref(), b.as_ast())]
+            return _renamed(rec, own, pairs)
         outer = _created is None
         if outer:
             _created = []
@@ -276,16 +349,97 @@ def memoized_record(fn):
         finally:
             if outer:
                 _created = None
-        memo[key] = (tuple(idx), rec, own)
+        memo[key] = ((tuple(idx), keep), rec, own, gen)
         return rec
 
     wrapped.memoized = True
     return wrapped
 
 
+# canonical stand-ins for the fresh variables of an index term (`_index_key`): never in a
+# record, only in memo keys
+_PLACEHOLDERS: list = []
+
+
+def _placeholder(i: int):
+    while len(_PLACEHOLDERS) <= i:
+        _PLACEHOLDERS.append(z3.Int(f"argus.verify.tagdomain!index{len(_PLACEHOLDERS)}"))
+    return _PLACEHOLDERS[i]
+
+
+def _generalizable(ref, a) -> bool:
+    """Whether raw ast `a` is a fresh Int variable made after the model was built ("!g")."""
+    if _ast_kind(ref, a) != z3.Z3_APP_AST or _num_args(ref, a) != 0:
+        return False
+    d = _app_decl(ref, a)
+    if _decl_kind(ref, d) != z3.Z3_OP_UNINTERPRETED:
+        return False
+    sym = z3.Z3_get_decl_name(ref, d)
+    if z3.Z3_get_symbol_kind(ref, sym) != z3.Z3_STRING_SYMBOL:
+        return False
+    name = z3.Z3_get_symbol_string(ref, sym)
+    at = name.rfind("!g")
+    return at >= 0 and name[at + 2:].isdigit()
+
+
+def _index_key(idx) -> tuple:
+    """(key, gen, keep) of an element index: `gen` its generalizable fresh variables in order
+    of first occurrence, `key` the index with each replaced by its position (an index term
+    that contains one but is not one, `kk + 64`, by the id of the term with placeholders
+    substituted, kept alive in `keep`), numerals and other terms by id."""
+    key, gen, keep = [], [], []
+    pos: dict[int, int] = {}
+    for x in idx:
+        if not isinstance(x, z3.AstRef):
+            key.append((1, x))
+            continue
+        ref, a = x.ctx_ref(), x.as_ast()
+        if _generalizable(ref, a):
+            i = _ast_id(ref, a)
+            if i not in pos:
+                pos[i] = len(gen)
+                gen.append(x)
+            key.append((2, pos[i]))
+            continue
+        found: list = []
+        _gen_consts(ref, a, found)
+        if not found:
+            key.append((0, _ast_id(ref, a)))
+            continue
+        for i, c in found:
+            if i not in pos:
+                pos[i] = len(gen)
+                gen.append(_to_expr_ref(c, x.ctx))
+        sub = Substitution([(gen[pos[i]], _placeholder(pos[i])) for i, _ in found])
+        t = sub(x)
+        keep.append(t)
+        key.append((3, _ast_id(ref, t.as_ast())))
+    return tuple(key), tuple(gen), tuple(keep)
+
+
+def _gen_consts(ref, root, found: list) -> None:
+    """(id, raw ast) of the generalizable variables under `root`, in order of first
+    occurrence (an index term: a handful of nodes)."""
+    todo, seen = [root], set()
+    while todo:
+        a = todo.pop()
+        i = _ast_id(ref, a)
+        if i in seen:
+            continue
+        seen.add(i)
+        if _ast_kind(ref, a) != z3.Z3_APP_AST:
+            continue
+        n = _num_args(ref, a)
+        if n:
+            todo.extend([_app_arg(ref, a, k) for k in range(n - 1, -1, -1)])
+        elif _generalizable(ref, a):
+            found.append((i, a))
+
+
 def with_fresh(compute):
-    """(compute(), the fresh variables it created): a computation's own auxiliaries, which a
-    record built from it renames apart per instantiation (`instantiate`)."""
+    """(compute(), the fresh variables it created, each with the stem of its name): a
+    computation's own auxiliaries, which a record built from it renames apart per
+    instantiation (`instantiate`)."""
     global _created
     outer = _created is None
     if outer:
@@ -300,6 +454,20 @@ def with_fresh(compute):
     return out, own
 
 
+def _record_terms(rec: Record) -> list:
+    """Every term of a record, in the order `_renamed` reads them back: per field its term,
+    bounds and conditions; then defined, cond, provenance."""
+    terms: list = []
+    for v in rec.fields.values():
+        terms.append(v.term)
+        terms.extend(v.bound)
+        terms.extend(v.cond)
+    terms.append(rec.defined)
+    terms.extend(rec.cond)
+    terms.extend(c for c, _ in rec.provenance)
+    return terms
+
+
 def instantiate(rec: Record, own: tuple, pairs=()) -> Record:
     """`rec` with `pairs` substituted and its own fresh variables renamed to new ones."""
     return _renamed(rec, own, list(pairs))
@@ -308,14 +476,19 @@ def instantiate(rec: Record, own: tuple, pairs=()) -> Record:
 def _renamed(rec: Record, own: tuple, extra: list | None = None) -> Record:
     if not own and not extra:
         return rec
-    sub = Substitution((extra or []) + [(v, fresh_int(term_name(v).split("!")[0]))
-                                        for v in own])
-
-    fields = {name: TagVal(sub(v.term), tuple(sub(b) for b in v.bound),
-                           tuple(sub(c) for c in v.cond), v.mixed)
-              for name, v in rec.fields.items()}
-    return Record(fields, sub(rec.defined), tuple(sub(c) for c in rec.cond), rec.source,
-                  tuple((sub(c), who) for c, who in rec.provenance))
+    sub = Substitution((extra or []) + [(v, fresh_int(stem)) for v, stem in own])
+    # every term of the record through one substitution pass (Substitution.many)
+    got = iter(sub.many(_record_terms(rec)))
+    fields = {}
+    for name, v in rec.fields.items():
+        term = next(got)
+        bound = tuple(next(got) for _ in v.bound)
+        cond = tuple(next(got) for _ in v.cond)
+        fields[name] = TagVal(term, bound, cond, v.mixed)
+    defined = next(got)
+    cond = tuple(next(got) for _ in rec.cond)
+    return Record(fields, defined, cond, rec.source,
+                  tuple((next(got), who) for _, who in rec.provenance))
 
 
 # Fields that are built in for bookkeeping and never compared automatically.

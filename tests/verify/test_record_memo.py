@@ -51,12 +51,75 @@ def test_other_indices_and_nested_records_are_separate():
     outer = memoized_record(outer_fn)
     i, j = fresh_int("e0"), fresh_int("e0")
     o1, o2, o3 = outer((i,)), outer((i,)), outer((j,))
-    assert len(calls) == 2                                 # (i,) once, (j,) once
+    # (i,) once: (j,) is the same record with the fresh index variable i renamed to j
+    # (generalized over fresh index variables, see the tests below)
+    assert len(calls) == 1
     # the outer hit renames the inner hit's variables too: no variable of o1 in o2
     v1 = {b.get_id() for f in o1.fields.values() for b in f.bound}
     v2 = {b.get_id() for f in o2.fields.values() for b in f.bound}
     assert len(v1) == 2 and len(v2) == 2 and not v1 & v2
     assert o3.fields["k"].term.eq(j * 8 + o3.fields["k"].bound[0])
+    v3 = {b.get_id() for f in o3.fields.values() for b in f.bound}
+    assert len(v3) == 2 and not v3 & (v1 | v2)
+    assert not TD.mentions(o3.fields["k"].term, i) and not TD.mentions(o3.defined, i)
+
+
+def _pair_record():
+    """Element (a, b)'s record, its fields naming each index position; counts its calls."""
+    calls = []
+
+    def fn(idx):
+        calls.append(idx)
+        r = fresh_int("r")
+        a, b = idx
+        return Record({"a": TagVal(a), "b": TagVal(b * 8 + r, (r,), (r >= 0, r < 8))},
+                      z3.And(a >= 0, b >= 0), (), "test")
+    return memoized_record(fn), calls
+
+
+def _same(rec, a, b) -> bool:
+    """rec's fields are exactly those of element (a, b) (up to its own reduction variable)."""
+    (r,) = rec.fields["b"].bound
+    return rec.fields["a"].term.eq(a) and rec.fields["b"].term.eq(b * 8 + r) and \
+        rec.defined.eq(z3.And(a >= 0, b >= 0))
+
+
+def test_fresh_index_variables_are_generalized_positionally():
+    rec, calls = _pair_record()
+    i, j, k = fresh_int("m"), fresh_int("kk"), fresh_int("m")
+    assert _same(rec((i, j)), i, j)
+    assert _same(rec((k, i)), k, i)        # (i, j) renamed: i -> k and j -> i at once
+    assert _same(rec((j, i)), j, i)        # a swap
+    assert len(calls) == 1
+    # a repeated variable is another index pattern: (i, i) is not an instance of (i, j)
+    assert _same(rec((i, i)), i, i)
+    assert len(calls) == 2
+    # an index term built from fresh variables: generalized over them, keyed by its shape
+    assert _same(rec((i, j + 64)), i, j + 64)
+    assert _same(rec((k, i + 64)), k, i + 64)
+    assert len(calls) == 3
+    assert _same(rec((k, i + 32)), k, i + 32)
+    assert len(calls) == 4
+
+
+def test_model_variables_and_the_walks_fresh_variables_are_not_generalized():
+    """Only fresh variables made after the model was built: a model variable (a loop index,
+    a program id) or a fresh variable of the walk (an opaque scalar) may also occur in the
+    transfer functions' closures, so the record at one is not the record at another renamed."""
+    rec, calls = _pair_record()
+    i = fresh_int("m")
+    TD.Memo.building += 1
+    try:
+        w1, w2 = fresh_int("var"), fresh_int("var")
+    finally:
+        TD.Memo.building -= 1
+    m1, m2 = z3.Int("i12"), z3.Int("i13")
+    for x in (m1, m2, w1, w2):
+        assert _same(rec((i, x)), i, x)
+    assert len(calls) == 4
+    f = fresh_int("m")
+    assert _same(rec((f, m1)), f, m1)      # (i, m1) with i renamed: m1 stays
+    assert len(calls) == 4
 
 
 def test_nothing_is_memoized_while_a_model_is_built():
