@@ -224,7 +224,19 @@ def _reduction_loops(model: Model, site: WgmmaSite):
 def _k_key(model: Model, site: WgmmaSite, name: str):
     """What a site reads along k: (tensor index, field) as a simplified term, or None when it
     does not read one tensor's field `name`. From A, or from B when A holds computed data
-    (FlashAttention's P in registers: its k is the key V's rows are read at)."""
+    (FlashAttention's P in registers: its k is the key V's rows are read at). A structural
+    fact of the site: decided once per (site, field) and model (k-once asks it for every
+    sibling candidate of every site, and each answer builds a whole operand record)."""
+    memo = model.__dict__.setdefault("_wgmma_k_keys", ObjectMap())
+    per_site = memo.get(site.op)
+    if per_site is None:
+        per_site = memo[site.op] = {}
+    if name not in per_site:
+        per_site[name] = _k_key_of(model, site, name)
+    return per_site[name]
+
+
+def _k_key_of(model: Model, site: WgmmaSite, name: str):
     m, kk = fresh_int("m"), fresh_int("kk")
     rec = model.wgmma_a(site, m, kk)
     if "tensor" not in rec.fields:

@@ -137,6 +137,12 @@ def _assert_all(s: z3.Solver, terms: Sequence[z3.BoolRef]) -> None:
 
 _PROOFS: OrderedDict[tuple[str, int], tuple[z3.ExprRef, Outcome]] = OrderedDict()
 _PROOFS_MAX = 50000
+# queries with more premises skip the proof cache (no key, nothing kept): those are the ones
+# carrying whole tile records (an attention kernel's broadcast, k-once and store queries:
+# 500-2,800 premises), whose fresh record variables are never alpha-equivalent to another
+# query's (none hit, in the attention, GEMM and MoE schedules measured: every hit had <= 30
+# premises), and whose canonical walk was a tenth of the FA3 d 256 kernel's verification
+CACHE_MAX_PREMISES = 256
 
 
 def clear_cache() -> None:
@@ -286,7 +292,7 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
     t0 = time.perf_counter()
     # 0. an alpha-equivalent query proven before (in this kernel or an earlier one)
     term, key = None, None
-    if _cache_on():
+    if _cache_on() and len(premises) <= CACHE_MAX_PREMISES:
         term = canonical(premises, claims)
         key = (theory or "", term.get_id())
         if key in _PROOFS:
