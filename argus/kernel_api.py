@@ -38,6 +38,7 @@ class KernelFunction(KernelDef):
                              f"{', '.join(sorted(unknown))}, which are not tensor parameters",
                              fix=f"name some of {', '.join(self.tensor_specs)}")
         self._compiled: dict[Any, Any] = {}
+        self._verified: dict[Any, bool] = {}   # whether each compiled entry was verified
         self._front_ends: dict[Any, Any] = {}  # codegen.Source per compile-time values
 
     def trace(self, **constexprs: Any):
@@ -52,9 +53,15 @@ class KernelFunction(KernelDef):
         """The CompiledKernel for these compile-time values (built once, then cached)."""
         from argus import compiler  # loaded on first use: `import argus` stays light
 
+        from argus import config
+
         key = self.cache_key(**constexprs)
-        if key not in self._compiled:
+        verified = config.verify_level() >= 1
+        # a kernel built unverified (ARGUS_VERIFY=0) is not handed out to a later compile that
+        # asks for verification: that one builds (and verifies) it again
+        if key not in self._compiled or (verified and not self._verified.get(key, False)):
             self._compiled[key] = compiler.compile_kernel(self, **constexprs)
+            self._verified[key] = verified
         return self._compiled[key]
 
     def built(self, **constexprs: Any):
