@@ -1,12 +1,16 @@
 """Launching compose kernels, and the copies every template may need.
 
 `run` compiles a kernel for sm_90a on CUDA tensors and interprets it on CPU tensors. `copy_into`
-makes a strided tensor contiguous with an Argus kernel: a row copy when the innermost dim is
-contiguous, the selection transpose when it is the second-innermost that is.
+makes a strided tensor (any rank, permutation, step slice or expanded dim) contiguous with Argus
+kernels: a row copy when the innermost dim of its merged layout is contiguous, the selection
+transpose from the dim that is contiguous otherwise. Every kernel reads rows contiguously (both
+launches refuse another inner stride: runtime/args.check_inner_stride), so a strided input
+goes through `copy_into` before a kernel sees it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -101,31 +105,88 @@ def _copy_kernel(rank: int):
     return _COPY[rank]
 
 
+# ranks the row copy is generated for; a tensor whose layout keeps more dims after merging is
+# copied one outermost index at a time
+_COPY_MAX_RANK = 4
+
+
+def _layout(t: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shape, strides) of `t` with extent-1 dims dropped and each dim merged into the one
+    outside it where the pair is row-major in memory (stride[i] == stride[i+1] * shape[i+1]):
+    the fewest dims (at least 2) that address the same elements in the same order."""
+    dims = [(n, s) for n, s in zip(t.shape, t.stride()) if n != 1]
+    merged: list[tuple[int, int]] = []
+    for n, s in dims:
+        if merged and merged[-1][1] == s * n:
+            merged[-1] = (merged[-1][0] * n, s)
+        else:
+            merged.append((n, s))
+    if not merged:
+        merged = [(1, 1)]
+    if len(merged) == 1:            # the kernels take at least 2 dims: rows of one row
+        merged.insert(0, (1, max(1, merged[0][0] * merged[0][1])))
+    return tuple(n for n, _ in merged), tuple(s for _, s in merged)
+
+
 def copy_into(src: torch.Tensor, dst: torch.Tensor) -> None:
-    """dst (contiguous) = src (any strides): an Argus copy kernel, transposing when src's
-    innermost dim is strided."""
-    if src.dim() >= 2 and src.stride(-1) != 1 and src.stride(-2) == 1 and src.shape[-1] > 1:
-        s3 = src.transpose(-1, -2).reshape(-1, src.shape[-1], src.shape[-2]) \
-            if src.dim() == 2 or _viewable(src.transpose(-1, -2)) else None
-        if s3 is not None and s3.stride(-1) == 1:
-            _run(transpose, (s3, dst.view(-1, src.shape[-2], src.shape[-1])))
-            return
-    s = src if src.dim() >= 2 else src.reshape(1, -1)
-    d = dst.view(s.shape)
-    if s.dim() > 4 or (s.stride(-1) != 1 and s.shape[-1] > 1) or s.dtype != torch.float32:
-        d.copy_(s)                      # no template: torch
+    """dst (contiguous) = src (any strides: a permutation, a slice with a step, an expanded
+    dim; any rank), with Argus layout kernels only: the row copy where src's merged layout has
+    a contiguous innermost dim, else the selection transpose from the dim that is contiguous
+    (through a row copy to a scratch buffer when the other dims do not merge), else (no
+    contiguous dim at all) the transpose of src seen with a trailing extent-1 dim of stride 1.
+    The views are torch's (`as_strided`, no compute). Other dtypes than float32 have no
+    template: torch copies them."""
+    if src.dtype != torch.float32 or dst.dtype != torch.float32:
+        dst.view(src.shape).copy_(src)          # no template: torch
         return
-    _run(_copy_kernel(s.dim()), (s, d), BN=min(1024, tile.pow2(s.shape[-1])))
+    if src.numel() == 0:
+        return
+    shape, strides = _layout(src)
+    s = src.as_strided(shape, strides)
+    d = dst.view(shape)
+    rank = len(shape)
+    if rank > _COPY_MAX_RANK or (strides[-1] != 1 and 1 not in strides and rank > 2):
+        # one launch per outermost index: the rest has fewer dims (or merges)
+        for i in range(shape[0]):
+            copy_into(s[i], d[i])
+        return
+    if strides[-1] == 1:
+        _run(_copy_kernel(rank), (s, d), BN=min(1024, tile.pow2(shape[-1])))
+        return
+    if 1 not in strides:
+        # no dim is contiguous: rows of one element (extent 1, stride 1) transposed into place
+        outer = shape[0] if rank == 2 else 1
+        x = src.as_strided((outer, shape[-1], 1), (strides[0] if rank == 2 else 0,
+                                                    strides[-1], 1))
+        _run(transpose, (x, d.view(outer, 1, shape[-1])))
+        return
+    k = strides.index(1)                        # the contiguous dim, not the innermost
+    outer, n = math.prod(shape[:k]), shape[k]
+    inner = math.prod(shape[k + 1:])
+    rest_shape, rest_strides = shape[:k] + shape[k + 1:], strides[:k] + strides[k + 1:]
+    x = _as_3d(src, (outer, inner, n), rest_shape, rest_strides, k)
+    if x is None:                               # the other dims do not merge: rows first
+        scratch = torch.empty(rest_shape + (n,), dtype=src.dtype, device=src.device)
+        copy_into(s.movedim(k, -1), scratch)
+        x = scratch.view(outer, inner, n)
+    _run(transpose, (x, d.view(outer, n, inner)))
 
 
-def _viewable(t: torch.Tensor) -> bool:
-    try:
-        t.view(-1, t.shape[-2], t.shape[-1])
-        return True
-    except RuntimeError:
-        return False
-
-
+def _as_3d(src, shape3, rest_shape, rest_strides, k):
+    """src seen as [outer, inner, n] (n the contiguous dim k; outer the dims before it, inner
+    the dims after it, each merged into one stride), or None where they do not merge."""
+    def merge(sh, st):
+        if not sh:
+            return 0
+        for i in range(len(sh) - 1):
+            if st[i] != st[i + 1] * sh[i + 1]:
+                return None
+        return st[-1]
+    so = merge(rest_shape[:k], rest_strides[:k])
+    si = merge(rest_shape[k:], rest_strides[k:])
+    if so is None or si is None:
+        return None
+    return src.as_strided(shape3, (so, si, 1))
 
 
 __all__ = ["copy_into", "run", "transpose"]

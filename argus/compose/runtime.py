@@ -152,15 +152,18 @@ class Program:
         views = []
         for leaf, shape in zip(k.leaves, launch.facts["leaf_views"]):
             t = env[leaf.args[0]] if leaf.fn == "shift" else env[leaf]
-            if t.shape == shape:        # torch.Size against a tuple: already this view
-                views.append(t)
-                continue
-            try:
-                views.append(t.view(shape))
-            except RuntimeError:       # strides that do not merge: an Argus copy first
+            try:                        # torch.Size against a tuple: already this view
+                v = t if t.shape == shape else t.view(shape)
+            except RuntimeError:        # strides that do not merge
+                v = None
+            # a kernel reads rows contiguously (check_inner_stride refuses the launch): a
+            # transposed input or view, a slice with a step, an expanded inner dim is copied
+            # into a contiguous buffer by an Argus layout kernel first
+            if v is None or (v.dim() and v.shape[-1] > 1 and v.stride(-1) != 1):
                 buf = torch.empty(t.shape, dtype=t.dtype, device=t.device)
                 copy_into(t, buf)
-                views.append(buf.view(shape))
+                v = buf.view(shape)
+            views.append(v)
         device = views[0].device if views else next(
             t.device for t in env.values() if isinstance(t, torch.Tensor))
         out = torch.empty(k.root.shape, dtype=k.root.dtype, device=device)

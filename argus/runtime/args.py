@@ -66,19 +66,29 @@ def check_tensor_arg(value: Any, *, kernel: str, param: str, dtype: DType, ndim:
             fixes.append(f"reshape {param} to {ndim} dims ({param}.view(...))")
         raise LaunchError(f"{where}: expected {wanted}, got {got}", fix="; ".join(fixes))
 
-    if inner_contiguous and value.dim() > 0 and value.shape[-1] > 1 and value.stride(-1) != 1:
-        raise LaunchError(
-            f"{where}: the innermost dim has stride {value.stride(-1)} (shape "
-            f"{tuple(value.shape)}, strides {tuple(value.stride())}); the kernel reads rows "
-            "contiguously",
-            fix=f"{param}.contiguous()  (a transposed view needs a copy, or the kernel "
-                "variant for the other major-ness)")
+    if inner_contiguous:
+        check_inner_stride(tuple(value.shape), tuple(value.stride()), kernel=kernel, param=param)
     if align_bytes > 1 and value.data_ptr() % align_bytes:
         raise LaunchError(
             f"{where}: data pointer {value.data_ptr():#x} is not {align_bytes}-byte aligned "
             f"(storage offset {value.storage_offset()} elements)",
             fix=f"{param}.clone()  (fresh allocations are 256-byte aligned), or slice at a "
                 f"multiple of {align_bytes} bytes")
+
+
+def check_inner_stride(shape: Sequence[int], strides: Sequence[int], *, kernel: str,
+                       param: str) -> None:
+    """Raise LaunchError unless the innermost dim is contiguous (stride 1 in elements, or
+    extent <= 1). Kernels address a tensor as outer strides times the tile's contiguous rows:
+    the compiled launch (`check_tensor_arg`) and the interpreter (interp/launch.py) refuse a
+    strided inner dim here, with this one message, so a CPU test fails where the GPU would."""
+    if len(shape) > 0 and shape[-1] > 1 and strides[-1] != 1:
+        raise LaunchError(
+            f"kernel {kernel}, parameter {param}: the innermost dim has stride {strides[-1]} "
+            f"(shape {tuple(shape)}, strides {tuple(strides)}); the kernel reads rows "
+            "contiguously",
+            fix=f"{param}.contiguous()  (a transposed view needs a copy, or the kernel "
+                "variant for the other major-ness)")
 
 
 def _shape_of(value: Any) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ from argus.errors import LaunchError
 from argus.ir import ops as O
 from argus.ir.core import Kernel
 from argus.ir.types import ScalarType, TensorType
-from argus.runtime.args import split_runtime_args
+from argus.runtime.args import check_inner_stride, split_runtime_args
 from argus.runtime.interp.machine import _Group, _Interp
 
 
@@ -35,6 +35,7 @@ def run(kernel: Kernel, *arrays, **scalar_args) -> tuple:
     writebacks = []
     for p, a in zip(tensor_params, arrays):
         t: TensorType = p.value.type
+        _check_inner_stride(a, kernel.name, p.name)
         np_view, writeback = _as_numpy(a, t.dtype, kernel.name, p.name)
         if np_view.ndim != len(t.shape):
             raise LaunchError(f"kernel {kernel.name}, parameter {p.name}: expected "
@@ -73,6 +74,20 @@ def run(kernel: Kernel, *arrays, **scalar_args) -> tuple:
     return arrays
 
 
+def _check_inner_stride(a, kernel: str, param: str) -> None:
+    """The compiled launch's inner-stride check (runtime/args.py), on a torch tensor (strides
+    in elements) or a numpy array (strides in bytes): the interpreter copies its arguments,
+    so it could read any strides, but a kernel it accepts must launch on the GPU too."""
+    shape = getattr(a, "shape", None)
+    if shape is None or not hasattr(a, "stride" if not isinstance(a, np.ndarray) else "strides"):
+        return                          # not an array: _as_numpy says what is wrong
+    if isinstance(a, np.ndarray):
+        strides = tuple(s // a.itemsize for s in a.strides) if a.itemsize else a.strides
+    else:
+        strides = tuple(a.stride())
+    check_inner_stride(tuple(shape), strides, kernel=kernel, param=param)
+
+
 def _as_numpy(a, dtype: DType, kernel: str, param: str):
     if isinstance(a, np.ndarray):
         if (a.dtype.kind == "f") != dtype.is_float:
@@ -100,7 +115,11 @@ def _as_numpy(a, dtype: DType, kernel: str, param: str):
             a.detach().numpy().copy()
 
         def writeback(view, a=a):
-            a.copy_(torch.from_numpy(np.ascontiguousarray(view)).to(a.dtype))
+            new = torch.from_numpy(np.ascontiguousarray(view)).to(a.dtype)
+            if 0 in a.stride() and torch.allclose(new, a, rtol=0, atol=0, equal_nan=True):
+                return      # an expanded (stride-0) input the kernel only read: torch
+                #             refuses to write overlapping elements, and nothing changed
+            a.copy_(new)
         return arr, writeback
     raise LaunchError(f"kernel {kernel}, parameter {param}: expected a numpy array or torch "
                       f"tensor, got {type(a).__name__}")
