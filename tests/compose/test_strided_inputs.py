@@ -108,3 +108,19 @@ def test_copy_into_any_layout_with_argus_kernels(src, monkeypatch):
     launch.copy_into(src, dst)
     assert names and set(names) <= {"transpose"} | {f"copy{r}" for r in range(2, 5)}, names
     assert torch.equal(dst, src)
+
+
+def test_meta_prebuild_of_a_transposed_input(tmp_path, monkeypatch):
+    """The ahead-of-time build on meta tensors (kernelbench prebuild) runs the compiled launch's
+    argument checks: a transposed input raised "innermost dim has stride 64" there before the
+    runtime copied it; now the copy kernel and the fused kernel build."""
+    from argus.runtime import nvrtc_available
+
+    if not nvrtc_available():
+        pytest.skip("NVRTC not installed")
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    _, new = _composed(RowSoftmax)
+    names = _launches(monkeypatch)
+    with torch.no_grad():
+        y = new(torch.empty(128, 64, device="meta").t())
+    assert y.shape == (64, 128) and "transpose" in names
