@@ -90,7 +90,10 @@ def _through(op, v, axes: tuple) -> list | None:
             return None                      # a tile as an offset: not followed
         return [(None, axes)]
     if isinstance(op, O.Elementwise):
-        return [(op.result, _broadcast(axes, v.type.shape, op.result.type.shape))]
+        out_shape = getattr(op.result.type, "shape", None)
+        if out_shape is None:
+            return None                      # a scalar made of tile data: not followed
+        return [(op.result, _broadcast(axes, v.type.shape, out_shape))]
     if isinstance(op, (O.Convert, O.ConvertLayout)):
         return [(op.result, axes)]
     if isinstance(op, O.Var):
