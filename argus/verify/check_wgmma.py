@@ -23,7 +23,7 @@ from argus.verify.identity import ObjectMap, ObjectSet
 from argus.verify.model import Model, WgmmaSite, _num, b_index
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
-from argus.verify.tagdomain import fresh_int, is_coordinate_field, mentions
+from argus.verify.tagdomain import Substitution, fresh_int, is_coordinate_field, mentions
 
 
 def _coords_text(zm, rec, model: Model) -> str:
@@ -383,9 +383,7 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     # two instances that differ in (site, reduction-loop indices, k); everything else shared
     sibling_loops = ObjectMap((s.op, s) for o in siblings for s in _reduction_loops(model, o))
     ren = [(s.var, fresh_int(f"{s.var}@2")) for s in sibling_loops.values()]
-
-    def sub(t):
-        return z3.substitute(t, *ren) if ren else t
+    sub = Substitution(ren)   # the second instance's terms (one set of C arrays for all)
     kk1, m = fresh_int("kk"), fresh_int("m")
     r1 = model.wgmma_a(site, m, kk1)
     f1 = r1.fields.get(name)

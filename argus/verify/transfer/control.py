@@ -22,7 +22,7 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import ScalarType
-from argus.verify.tagdomain import Record, TagVal, fresh_int, mentions, reduce_over, substitute
+from argus.verify.tagdomain import Record, Substitution, TagVal, fresh_int, mentions, reduce_over
 from argus.verify.transfer.domain import (Rule, Scope, TileState, VarInfo, _is_zero, _num,
                                           _same, _Unsupported)
 
@@ -273,9 +273,7 @@ def _previous_iteration(initial: TileState, after: TileState, var, start, step) 
     assignment, a function of the index) taken at var - step. The shifted premises hold only
     past the first iteration, so they are stated under that condition."""
     prev, first = var - _num(step), var == _num(start)
-
-    def shift(t):
-        return substitute(t, (var, prev))
+    shift = Substitution([(var, prev)])   # one set of C arrays for every term shifted
 
     def fn(idx):
         a, b = initial.fn(idx), after.fn(idx)
@@ -297,9 +295,7 @@ def _previous_iteration(initial: TileState, after: TileState, var, start, step) 
 def _at(state: TileState, var, value) -> TileState:
     """`state` with the loop index `var` taken at `value` (a term of the enclosing scope)."""
     value = _num(value)
-
-    def at(t):
-        return substitute(t, (var, value))
+    at = Substitution([(var, value)])
 
     def fn(idx, inner=state.fn):
         rec = inner(idx)
@@ -317,8 +313,10 @@ def _summarize(state: TileState, var, start, stop, loc) -> TileState:
                   for name, val in rec.fields.items()}
         # premises that mention the finished loop's index range over all its iterations
         other = fresh_int(f"{var}@all")
-        cond = tuple(z3.substitute(c, (var, other)) for c in rec.cond)
-        if any(mentions(c, other) for c in cond):
+        cond = tuple(Substitution([(var, other)]).many(list(rec.cond)))
+        # a condition the substitution changed mentioned the index (it comes back as the
+        # same object otherwise), so it mentions `other` now
+        if any(new is not old for new, old in zip(cond, rec.cond)):
             cond += (other >= _num(start), other < _num(stop))
         return Record(fields, rec.defined, cond, rec.source)
     return TileState(state.shape, state.layout, fn, state.loc, state.what)
