@@ -185,3 +185,30 @@ def test_cli_judge_exit_codes_and_json(tmp_path, capsys):
                          capture_output=True, text=True, env=env, timeout=300)
     assert bad.returncode == 1 and "zeros_output" in bad.stdout, bad.stdout + bad.stderr
     assert json.loads(out.read_text())["reasons"][0] == "zeros_output"
+
+
+def test_no_gate_hold_across_a_reference_worker_request(tmp_path, monkeypatch):
+    """Judging through a reference worker process (not `direct`) with a GPU gate: the judge's
+    thread holds no shared hold while it waits for that process, which enters the gate itself.
+    Else a timing queued at the turnstile waits for the judge's hold, the worker waits at the
+    turnstile and the judge waits for the worker: a deadlock until the request times out (the
+    hold kept from a set's comparison through the next set's reference did this)."""
+    from argus.runtime.gpu_gate import holding_shared
+
+    monkeypatch.setenv("ARGUS_GPU_GATE", str(tmp_path / "gpu.gate"))
+    with ReferenceSession(_task(1, 19), OPTIONS) as session:
+        assert not session.options.direct
+        session.start()
+        worker, seen = session.worker, []
+        plain = worker.request
+
+        def request(op, timeout, **args):
+            seen.append((op, args.get("index"), holding_shared()))
+            return plain(op, timeout, **args)
+
+        worker.request = request
+        j = judge_with(session, FIXTURES / "relu_copy.py")
+    assert j.correct, (j.reasons, j.detail)
+    prepared = [s for s in seen if s[0] == "prepare"]
+    assert len(prepared) >= 2, seen                   # the sets after set 0 were prepared here
+    assert not any(held for _, _, held in seen), seen

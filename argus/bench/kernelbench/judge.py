@@ -700,9 +700,10 @@ def _judge_candidate(session: ReferenceSession, cand: Worker, solution: str,
         return _failure(session, solution, _kind(exc), str(exc), started)
     # The judge's shared hold of the GPU gate runs from a set's comparison through the next
     # set's reference and probes: one entry per set instead of three (each entry waits behind
-    # every timing queued at the gate). Never held across a candidate's request that enters
-    # the gate itself: a timing queued at the turnstile would wait for this hold while this
-    # thread waits for the candidate, which waits for the timing.
+    # every timing queued at the gate). Never held across a request to another process that
+    # enters the gate itself (the candidate, and the reference worker when not judging
+    # `direct`): a timing queued at the turnstile would wait for this hold while this thread
+    # waits for that process, which waits for the timing.
     hold = _SharedHold()
     try:
         return _judge_sets(session, cand, solution, started, init, hold)
@@ -733,12 +734,14 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
     argus_ops = 0
     previous: _RefSet | None = None
     for spec in session.specs:
-        hold.enter()
+        if not opts.direct:
+            hold.leave()        # the reference worker process enters the gate itself
         try:
             entry = session.get(spec.index)
         except WorkerError as exc:
             return _failure(session, solution, _reference_kind(exc), f"reference failed on "
                             f"set {spec.index}: {exc}", started)
+        hold.enter()
         inputs = session.load_inputs(entry)
         with clock("probes"):
             session.run_probes(entry, inputs, previous)
