@@ -65,9 +65,17 @@ class KernelFunction(KernelDef):
         return self._compiled[key]
 
     def built(self, **constexprs: Any):
-        """The CompiledKernel for these compile-time values if `compile` built it already in
-        this process, else None (nothing is built here)."""
-        return self._compiled.get(self.cache_key(**constexprs))
+        """The CompiledKernel `compile` would return for these compile-time values if it built
+        it already in this process, else None (nothing is built here). A kernel built
+        unverified is None while verification is asked (compile builds and verifies it again):
+        launches that look here first (compose.launch.run under the GPU gate) must not run a
+        kernel the verifier never saw."""
+        from argus import config
+
+        key = self.cache_key(**constexprs)
+        if config.verify_level() >= 1 and not self._verified.get(key, False):
+            return None
+        return self._compiled.get(key)
 
     def lower(self, **constexprs: Any):
         """Trace, infer layouts and lower (no verification, no compilation): the lowered

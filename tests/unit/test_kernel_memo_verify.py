@@ -29,3 +29,20 @@ def test_a_kernel_built_unverified_is_built_again_when_verification_is_asked(mon
     assert seen == [0, 1] and verified is not first
     monkeypatch.setenv("ARGUS_VERIFY", "0")             # a verified kernel serves either level
     assert plus_one.compile(BN=64) is verified and seen == [0, 1]
+
+
+def test_built_hands_out_no_unverified_kernel_when_verification_is_asked(monkeypatch):
+    """`built` is the memo lookup of compose.launch.run's launches under the GPU gate (a
+    judged candidate): it answers as `compile` would, so an unverified build is not launched
+    once verification is asked (before, it returned any entry and the launch skipped the
+    verifier that `compile` would have run)."""
+    monkeypatch.setenv("ARGUS_VERIFY", "0")
+    assert plus_one.built(BN=32) is None
+    first = plus_one.compile(BN=32)
+    assert plus_one.built(BN=32) is first
+    monkeypatch.setenv("ARGUS_VERIFY", "1")
+    assert plus_one.built(BN=32) is None                # compile would build it again
+    verified = plus_one.compile(BN=32)
+    assert plus_one.built(BN=32) is verified is not first
+    monkeypatch.setenv("ARGUS_VERIFY", "0")
+    assert plus_one.built(BN=32) is verified
