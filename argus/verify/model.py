@@ -536,18 +536,20 @@ class Model:
                         # Only 0 <= r < the box's rows matters (`covers`), where r // e is
                         # the count of multiples of e in (0, r]: a sum of linear Ifs (kept
                         # in linear arithmetic: no integer div / mod terms in the queries)
-                        q, left = r, math.prod(outer)
+                        # (`rest`, not `q`: q is the peer rank of the enclosing loop,
+                        # which the writers after this one are filtered by)
+                        rest, left = r, math.prod(outer)
                         for d in range(len(outer) - 1, -1, -1):
                             e = outer[d]
                             if e == 1:
                                 continue
                             left //= e
                             if left == 1:
-                                coords[d] = coords[d] + q
+                                coords[d] = coords[d] + rest
                                 break
-                            quot = z3.Sum([z3.If(q >= i * e, 1, 0) for i in range(1, left)])
-                            coords[d] = coords[d] + (q - quot * e)
-                            q = quot
+                            quot = z3.Sum([z3.If(rest >= i * e, 1, 0) for i in range(1, left)])
+                            coords[d] = coords[d] + (rest - quot * e)
+                            rest = quot
                     loops = w.site.loops()
                     it = inst(loops[-1].var) if loops else None
                     who = f"TMA copy of {w.tensor.name} at {w.op.loc}" + (
