@@ -106,3 +106,31 @@ def test_staging_from_threads_while_they_allocate_neither_crashes_nor_leaks():
     torch.cuda.empty_cache()
     # every staged buffer was returned to the driver (allow the allocator's own slack)
     assert torch.cuda.mem_get_info()[0] >= free_before - (64 << 20)
+
+
+def test_the_buffer_holds_zeros_where_no_input_was_copied(monkeypatch):
+    """A sliced view is staged with its strides, so its gaps (and the alignment padding) are
+    never written: they must be zeros, not what the judge's process freed there before (its
+    float64 references after empty_cache), since a candidate can map the whole buffer. The
+    stale memory is simulated: the buffer is filled with 0xAB when it is wrapped."""
+    from argus.bench.kernelbench import cudaipc
+    from argus.bench.kernelbench.worker import _DTYPES
+
+    wrap = cudaipc._bytes_tensor
+
+    def stale(ptr, nbytes, device):
+        t = wrap(ptr, nbytes, device)
+        t.fill_(0xAB)
+        return t
+
+    monkeypatch.setattr(cudaipc, "_bytes_tensor", stale)
+    base = torch.randn(300, 500, device="cuda")
+    view = base[:, 3:400]                              # 103 elements of gap per row
+    staged = cudaipc.StagedInputs([view], _DTYPES)
+    try:
+        whole = wrap(staged.ptr, staged.buffer["nbytes"], staged.device).clone()
+    finally:
+        staged.free()
+    want = torch.zeros(staged.buffer["nbytes"] // 4, dtype=torch.float32, device="cuda")
+    want.as_strided(view.shape, view.stride()).copy_(view)
+    assert torch.equal(whole.view(torch.int32), want.view(torch.int32))

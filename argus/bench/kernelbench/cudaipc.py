@@ -149,6 +149,11 @@ class StagedInputs:
             self.ptr, self.device = int(ptr.value or 0), device
             try:
                 buffer = _bytes_tensor(self.ptr, max(total, _ALIGN), device)
+                # cudaMalloc may hand back memory this process freed before (the judge's
+                # float64 references after empty_cache): the alignment padding and the gaps of
+                # a sliced view staged with its strides are never copied to, and a candidate
+                # can map the whole buffer, so it starts zeroed
+                buffer.zero_()
                 for v, slot in zip(values, plan):
                     if slot is None:
                         self.handles.append({"value": v})
