@@ -389,6 +389,67 @@ def test_a_staged_input_that_does_not_fit_its_buffer_is_refused_before_mapping()
     assert open_staged([{"value": 3}], _DTYPES) == [3]    # plain values pass through
 
 
+class _FakeIpc:
+    """The CUDA runtime calls open_staged makes, on the CPU: a mapping at address 4096, and
+    a log of the mappings closed and of device synchronizations, in order."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def cudaIpcOpenMemHandle(self, ptr, handle, flags):
+        ptr._obj.value = 4096
+        self.log.append("open")
+        return 0
+
+    def cudaIpcCloseMemHandle(self, ptr):
+        self.log.append(f"close {ptr.value}")
+        return 0
+
+
+@pytest.mark.parametrize("fails", ["wrap", "second copy"])
+def test_open_staged_closes_every_mapping_after_the_copies_when_a_step_fails(monkeypatch, fails):
+    """A failure after the mapping was opened (wrapping it, or allocating the candidate's own
+    copy of a later input: out of memory) still closes it, and only after the device finished
+    the copies already queued from it (before: a failed wrap left it mapped, and a failed later
+    input closed it without waiting, so a queued copy read unmapped memory: an illegal
+    address, a sticky error in place of the out-of-memory one)."""
+    import base64
+    import contextlib
+
+    from argus.bench.kernelbench import cudaipc
+    from argus.bench.kernelbench.worker import _DTYPES
+
+    log: list[str] = []
+    monkeypatch.setattr(cudaipc, "_cudart", lambda: _FakeIpc(log))
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: log.append("synchronize"))
+
+    def wrap(ptr, nbytes, device):
+        if fails == "wrap":
+            raise RuntimeError("wrap failed")
+        return torch.zeros(nbytes, dtype=torch.uint8)
+
+    monkeypatch.setattr(cudaipc, "_bytes_tensor", wrap)
+    allocate = torch.empty_strided
+
+    def empty_strided(*args, **kwargs):
+        if log.count("allocated") == 1:
+            raise torch.OutOfMemoryError("out of memory")
+        log.append("allocated")
+        return allocate(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "empty_strided", empty_strided)
+    buffer = {"handle": base64.b64encode(bytes(64)).decode(), "nbytes": 512, "device": 0}
+    item = {"offset_bytes": 0, "shape": [4, 4], "stride": [4, 1], "dtype": "torch.float32",
+            "buffer": buffer}
+    with pytest.raises((RuntimeError, torch.OutOfMemoryError), match="wrap failed|out of memory"):
+        cudaipc.open_staged([{"staged": item}, {"staged": {**item, "offset_bytes": 256}}],
+                            _DTYPES)
+    assert log[0] == "open" and log[-1] == "close 4096" and log.count("close 4096") == 1, log
+    if fails == "second copy":
+        assert log.index("synchronize") < log.index("close 4096"), log
+
+
 def test_forked_candidates_are_separate_processes_killed_and_reaped_by_the_server(tmp_path):
     """Candidates forked by the fork server (process.Zygote): each is a process of its own
     with the judge's environment, it answers the protocol, and killing one (its process group,

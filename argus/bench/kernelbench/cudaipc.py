@@ -216,7 +216,8 @@ def open_staged(items: list[dict[str, Any]], dtypes: dict[str, torch.dtype]) -> 
     plans = [_staged_view_plan(item["staged"], dtypes) if "staged" in item else None
              for item in items]
     values: list[Any] = [None] * len(items)
-    opened: dict[str, tuple[int, torch.Tensor]] = {}
+    mapped: list[int] = []                      # every mapping opened, closed in `finally`
+    wholes: dict[str, torch.Tensor] = {}
     try:
         for i, (item, plan) in enumerate(zip(items, plans)):
             if plan is None:
@@ -224,7 +225,7 @@ def open_staged(items: list[dict[str, Any]], dtypes: dict[str, torch.dtype]) -> 
                 continue
             buf = item["staged"]["buffer"]
             device, nbytes = int(buf["device"]), int(buf["nbytes"])
-            if buf["handle"] not in opened:
+            if buf["handle"] not in wholes:
                 raw = base64.b64decode(buf["handle"])
                 if len(raw) != _IPC_HANDLE_BYTES:
                     raise CudaIpcError("a staged input's IPC handle has the wrong size")
@@ -233,17 +234,22 @@ def open_staged(items: list[dict[str, Any]], dtypes: dict[str, torch.dtype]) -> 
                     _check(_cudart().cudaIpcOpenMemHandle(
                         ctypes.byref(ptr), _IpcMemHandle.from_buffer_copy(raw),
                         _LAZY_PEER_ACCESS), "cudaIpcOpenMemHandle")
-                opened[buf["handle"]] = (int(ptr.value or 0), _bytes_tensor(
-                    int(ptr.value or 0), nbytes, device))
-            whole = opened[buf["handle"]][1]
+                mapped.append(int(ptr.value or 0))
+                wholes[buf["handle"]] = _bytes_tensor(mapped[-1], nbytes, device)
             dtype, shape, stride, offset, span = plan
-            view = whole[offset:offset + span].view(dtype).as_strided(shape, stride)
+            view = wholes[buf["handle"]][offset:offset + span].view(dtype).as_strided(
+                shape, stride)
             own = torch.empty_strided(shape, stride, dtype=dtype, device=view.device)
             own.copy_(view)
             values[i] = own
-        if opened:
-            torch.cuda.synchronize()      # every copy done before the judge's buffer is unmapped
     finally:
-        for ptr, _ in opened.values():
-            _cudart().cudaIpcCloseMemHandle(ctypes.c_void_p(ptr))
+        if mapped:
+            # every copy done before the judge's buffer is unmapped, also when a later one
+            # failed (out of memory): a copy still reading an unmapped buffer is an illegal
+            # address, a sticky error that would replace the real one
+            try:
+                torch.cuda.synchronize()
+            finally:
+                for ptr in mapped:
+                    _cudart().cudaIpcCloseMemHandle(ctypes.c_void_p(ptr))
     return values
