@@ -93,7 +93,16 @@ def _tma_fields(model: Model) -> list[Finding]:
             # the box lands row-major (the TMA unit writes it densely, innermost dim first):
             # its outer extents multiply to the view's rows (the model unravels a view row
             # into the box's outer coordinates), its inner extent is the view's columns
-            if (int(np.prod(box[:-1])), box[-1]) != want:
+            rank = len(op.tensor.type.shape)
+            if len(box) != rank:
+                # the model places the box's dims on the tensor's, outermost first: a box of
+                # another rank would put rows on the wrong dim (the DSL and lowering never
+                # make one; a hand-lowered or rewritten op could)
+                out.append(Finding("tma.box", op.loc, subject, "violated",
+                                   f"the tensor map's box {box} has {len(box)} dims but "
+                                   f"{w.tensor.name} has {rank}",
+                                   {"box": box, "rank": rank}))
+            elif (int(np.prod(box[:-1])), box[-1]) != want:
                 out.append(Finding("tma.box", op.loc, subject, "violated",
                                    f"the tensor map's box {box} does not fill the smem view "
                                    f"{want} row-major: the copy writes "

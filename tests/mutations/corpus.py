@@ -275,6 +275,12 @@ CORPUS: list[Mutation] = [
                        nth=0),
       ("tma.box", "wgmma.defined", "wgmma.smem-layout"), (), (), None,
       "A's box covers 64 of the view's 128 rows"),
+    M("lowered/tma_box_rank", "gemm", 5,
+      lowered_mutation(K.make_gemm, O.TmaLoad,
+                       lambda op: op.replace(box=(1,) + tuple(op.box)), nth=0),
+      ("tma.box",), ("rank",), (), None,
+      "A's box has a unit dim too many (3 dims for the 2-d A): the rows would be read as "
+      "another dim's (the product rule alone accepted it)"),
     M("lowered/smem_misaligned", "gemm", 4,
       lowered_mutation(K.make_gemm, O.Const, lambda op: op, attrs=lambda k: _shift_plan(k, 512)),
       ("smem.align", "wgmma.smem-layout"), ("offset", "period"), ("1024",), None,
