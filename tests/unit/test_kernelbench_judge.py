@@ -212,3 +212,34 @@ def test_no_gate_hold_across_a_reference_worker_request(tmp_path, monkeypatch):
     prepared = [s for s in seen if s[0] == "prepare"]
     assert len(prepared) >= 2, seen                   # the sets after set 0 were prepared here
     assert not any(held for _, _, held in seen), seen
+
+
+class _RunsCode:
+    """A pickle that calls Path.touch(marker) when it is loaded."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_candidates_outputs_file_is_never_unpickled(tmp_path):
+    """The outputs file comes from the candidate's process, whose code can write anything
+    there: the judge reads tensors only (weights_only), and an object in it fails the
+    candidate instead of running code in the judge (before: torch.load(weights_only=False)
+    called the pickle's Path.touch)."""
+    from argus.bench.kernelbench.judge import _receive_outputs
+    from argus.bench.kernelbench.process import WorkerError
+
+    class Session:
+        compare_device = torch.device("cpu")
+
+    marker, out = tmp_path / "ran-in-the-judge", tmp_path / "out0.pt"
+    torch.save([torch.ones(3)], out)
+    (got,) = _receive_outputs(Session(), None, {}, out)
+    assert torch.equal(got, torch.ones(3)) and not out.exists()
+    torch.save([torch.ones(3), _RunsCode(marker)], out)
+    with pytest.raises(WorkerError) as err:
+        _receive_outputs(Session(), None, {}, out)
+    assert err.value.kind == "shape_mismatch" and not marker.exists() and not out.exists()

@@ -402,7 +402,8 @@ class ReferenceSession:
             ref = [r.to(self.compare_device) for r in tensors["ref"]]
             inputs = tensors["inputs"]
         else:
-            ref = torch.load(ref_path, map_location=self.compare_device, weights_only=False)
+            # tensors only (weights_only): the file lies where a candidate's process can write
+            ref = torch.load(ref_path, map_location=self.compare_device, weights_only=True)
             ref_path.unlink()  # the reference never stays where a candidate could read it
         for name, seconds in reply.get("phases", {}).items():
             self.add_phase(f"reference {name}", seconds)
@@ -476,7 +477,7 @@ class ReferenceSession:
         if entry.inputs is not None:
             return entry.inputs
         return torch.load(entry.inputs_path, map_location=self.compare_device,
-                          weights_only=False)
+                          weights_only=True)    # plain values: a candidate can write there
 
     def input_args(self, entry: _RefSet) -> dict[str, Any]:
         """How a candidate gets this set's inputs: always the judge's own tensors, never a
@@ -945,8 +946,15 @@ def _receive_outputs(session: ReferenceSession, cand: Worker, run: dict[str, Any
                       file=sys.stderr, flush=True)
             session.ipc_error = f"{type(exc).__name__}: {exc}"
             cand.request("save_exported", session.options.timeout_s, out_path=str(out_path))
-    outs = torch.load(out_path, map_location=session.compare_device, weights_only=False)
-    out_path.unlink(missing_ok=True)
+    # the file comes from the candidate's process (its code can write it): tensors only, never
+    # an unpickled object, which could run code in the judge
+    try:
+        outs = torch.load(out_path, map_location=session.compare_device, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the candidate's failure
+        raise WorkerError("shape_mismatch", "the candidate's outputs file is not a list of "
+                          f"tensors: {type(exc).__name__}: {str(exc)[:300]}") from exc
+    finally:
+        out_path.unlink(missing_ok=True)
     return outs
 
 
