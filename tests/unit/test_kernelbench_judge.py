@@ -243,3 +243,30 @@ def test_a_candidates_outputs_file_is_never_unpickled(tmp_path):
     with pytest.raises(WorkerError) as err:
         _receive_outputs(Session(), None, {}, out)
     assert err.value.kind == "shape_mismatch" and not marker.exists() and not out.exists()
+
+
+def test_the_input_hand_over_copies_inside_the_gate(tmp_path, monkeypatch):
+    """The hand-over stages copies of the inputs on the GPU (cudaipc.StagedInputs) just before
+    the candidate's request, where the judge holds no gate: it enters the gate's shared hold
+    for them, so they never run beside another process's timing (before: outside any hold)."""
+    from argus.bench.kernelbench import cudaipc
+    from argus.runtime.gpu_gate import holding_shared
+
+    seen = []
+
+    class Staged:
+        def __init__(self, values, dtypes):
+            seen.append(holding_shared())
+            self.handles = [{"value": v} for v in values]
+
+        def free(self):
+            seen.append(("free", holding_shared()))
+
+    monkeypatch.setattr(cudaipc, "StagedInputs", Staged)
+    monkeypatch.setenv("ARGUS_GPU_GATE", str(tmp_path / "gpu.gate"))
+    session = ReferenceSession.__new__(ReferenceSession)
+    session.device, session._handed, session.ipc_error, session.phases = "cuda", None, "", {}
+    assert session.hand_over([1, 2], tmp_path / "x.pt") == {"shared": [{"value": 1},
+                                                                       {"value": 2}]}
+    session.hand_over([3], tmp_path / "x.pt")
+    assert seen == [True, ("free", True), True] and not holding_shared()

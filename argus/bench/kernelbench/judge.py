@@ -502,9 +502,12 @@ class ReferenceSession:
         if self.device != "cpu":
             try:
                 # never a handle of the judge's own tensors: a torch IPC handle opens the whole
-                # allocator segment, which also holds float64 references and other tasks' sets
-                self._free_handed()
-                self._handed = StagedInputs(values, _DTYPES)
+                # allocator segment, which also holds float64 references and other tasks' sets.
+                # The copies are GPU work: inside the gate (callers hand over outside the
+                # judge's hold, just before the candidate's request), not beside a timing
+                with gate().shared():
+                    self._free_handed()
+                    self._handed = StagedInputs(values, _DTYPES)
                 return {"shared": self._handed.handles}
             except Exception as exc:  # noqa: BLE001 - not shareable: through a file instead
                 self._free_handed()
