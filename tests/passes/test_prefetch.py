@@ -342,3 +342,58 @@ def test_nvrtc_compiles_the_ring_and_its_sass_copies_no_loaded_register(online, 
         pytest.skip("no cuobjdump / nvdisasm to read the SASS")
     assert "LDG.E.128" in sass
     assert _ldg_copies(sass) == []
+
+
+@ag.kernel(threads=256)
+def invariant_accumulate(X: ag.Tensor["M", 1024, ag.f32], Y: ag.Tensor["M", "N", ag.f32]):
+    """X's row is read and written back in every iteration (a running sum kept in global
+    memory): the same offsets each time, but each read must see the last write."""
+    (row,) = ag.grid(X.shape[0])
+    for j in ag.range(ag.cdiv(Y.shape[1], 1024)):
+        acc = ag.load(X, (row, 0), (1, 1024))
+        y = ag.load(Y, (row, j * 1024), (1, 1024))
+        ag.store(X, (row, 0), acc + y)
+
+
+@ag.kernel(threads=256)
+def invariant_stored_under_if(X: ag.Tensor["M", 1024, ag.f32], Y: ag.Tensor["M", "N", ag.f32]):
+    """The write-back sits in a `when` of the body: still a store to X in the loop."""
+    (row,) = ag.grid(X.shape[0])
+    for j in ag.range(ag.cdiv(Y.shape[1], 1024)):
+        acc = ag.load(X, (row, 0), (1, 1024))
+        y = ag.load(Y, (row, j * 1024), (1, 1024))
+        with ag.when(j > 0):
+            ag.store(X, (row, 0), acc + y)
+
+
+@ag.kernel(threads=256)
+def invariant_carried_offset(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["M", "N", ag.f32]):
+    """The offset is a carried scalar that the body reassigns (here to itself plus nothing the
+    pass can see is zero): no loop variable in it, but not the same in every iteration."""
+    (row,) = ag.grid(X.shape[0])
+    col = row * 0
+    for j in ag.range(ag.cdiv(Y.shape[1], 1024)):
+        x = ag.load(X, (row, col), (1, 1024))
+        ag.store(Y, (row, j * 1024), x)
+        col = col + 1024
+
+
+@pytest.mark.parametrize("fn", [invariant_accumulate, invariant_stored_under_if,
+                                invariant_carried_offset])
+def test_an_invariant_looking_load_that_the_loop_changes_is_not_hoisted(fn):
+    """Review 2026-12-02: a load whose offsets name no loop variable is hoisted only when
+    nothing in the loop stores to its tensor (anywhere in the body) and no offset is
+    carried; hoisting these would read X's row once, before the loop's writes."""
+    k = _lowered(fn)
+    (loop,) = _loops(k)
+    top = list(k.body.ops)
+    assert _load_of(top[:top.index(loop)], "X") == []
+    assert len([op for op in loop.body.walk() if isinstance(op, O.Load)
+                and op.tensor.hint == "X"]) == 1
+
+
+def test_the_in_place_accumulation_computes_the_running_sum():
+    y = np.random.default_rng(1).standard_normal((2, 3072)).astype(np.float32)
+    x = np.zeros((2, 1024), np.float32)
+    interp.run(_lowered(invariant_accumulate), x, y)
+    assert np.allclose(x, y.reshape(2, 3, 1024).sum(1), atol=1e-5)
