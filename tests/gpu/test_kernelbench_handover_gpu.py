@@ -6,6 +6,7 @@ judge on the H200 with `captures_underway.empty()`)."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import subprocess
 import sys
@@ -134,3 +135,55 @@ def test_the_buffer_holds_zeros_where_no_input_was_copied(monkeypatch):
     want = torch.zeros(staged.buffer["nbytes"] // 4, dtype=torch.float32, device="cuda")
     want.as_strided(view.shape, view.stride()).copy_(view)
     assert torch.equal(whole.view(torch.int32), want.view(torch.int32))
+
+
+_KEEPS_MAPPING = r"""
+import base64, ctypes, json, sys, torch
+from argus.bench.kernelbench import cudaipc
+buf = json.loads(sys.stdin.readline())
+ptr = ctypes.c_void_p()
+cudaipc._check(cudaipc._cudart().cudaIpcOpenMemHandle(
+    ctypes.byref(ptr), cudaipc._IpcMemHandle.from_buffer_copy(base64.b64decode(buf["handle"])),
+    1), "open")
+print("opened", flush=True)
+sys.stdin.readline()                                  # the judge freed it and allocated again
+whole = cudaipc._bytes_tensor(int(ptr.value), int(buf["nbytes"]), int(buf["device"]))
+seen = int((whole.view(torch.int32) == 0x5A5A5A5A).sum())
+print(json.dumps({"pattern_words": seen}), flush=True)
+"""
+
+
+def test_a_mapping_kept_past_the_hand_over_sees_nothing_allocated_later():
+    """A candidate's code holds the handle of the staged buffer and can keep it mapped (the
+    honest harness closes it at once; CUDA calls freeing an exported buffer still mapped
+    elsewhere undefined). After the judge frees the buffer and allocates again in its place
+    (the next set's float64 reference, say), that mapping must not show the new data. If this
+    fails, staged buffers must stay allocated until the candidate process has exited."""
+    from argus.bench.kernelbench.cudaipc import StagedInputs, _bytes_tensor, _check, _cudart
+    from argus.bench.kernelbench.worker import _DTYPES
+
+    x = torch.randn(1 << 22, device="cuda")
+    staged = StagedInputs([x], _DTYPES)
+    nbytes = staged.buffer["nbytes"]
+    child = subprocess.Popen([sys.executable, "-c", _KEEPS_MAPPING], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, cwd=REPO)
+    again = ctypes.c_void_p()
+    try:
+        child.stdin.write(json.dumps(staged.buffer) + "\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "opened"
+        staged.free()
+        _check(_cudart().cudaMalloc(ctypes.byref(again), nbytes), "cudaMalloc")
+        _bytes_tensor(int(again.value), nbytes, torch.cuda.current_device()).fill_(0x5A)
+        reference = torch.full((1 << 24,), 0x5A5A5A5A, dtype=torch.int32, device="cuda")
+        torch.cuda.synchronize()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        seen = json.loads(child.stdout.readline())
+    finally:
+        child.kill()
+        child.wait()
+        if again.value:
+            _cudart().cudaFree(again)
+    del reference
+    assert seen["pattern_words"] == 0, seen
