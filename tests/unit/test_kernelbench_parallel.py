@@ -734,3 +734,27 @@ def test_holding_shared_is_per_thread(tmp_path):
     seen["outside"] = gate.holding_shared()
     assert seen == {"main": True, "other": False, "yielding": False, "after": True,
                     "outside": False}
+
+
+def test_a_cuda_out_of_memory_error_of_any_kind_is_retried_alone():
+    """On the H200 a CUDA 'out of memory' raised as torch.AcceleratorError (a kernel launch or
+    a non-torch allocation) was judged task_error / init_error instead of being retried alone
+    like torch's OutOfMemoryError."""
+    import torch
+
+    from argus.bench.kernelbench.parallel import _judge_failure
+    from argus.bench.kernelbench.tasks import Task
+    from argus.bench.kernelbench.worker import out_of_memory
+
+    accelerator = getattr(torch, "AcceleratorError", RuntimeError)
+    try:
+        launch = accelerator("CUDA error: out of memory\nSearch for `cudaErrorMemoryAllocation'")
+    except TypeError:                       # a constructor that wants an error code first
+        launch = RuntimeError("CUDA error: out of memory")
+    assert out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"))
+    assert out_of_memory(launch)
+    assert not out_of_memory(RuntimeError("CUDA error: an illegal memory access"))
+    assert not out_of_memory(ValueError("out of memory"))      # not a CUDA runtime error
+    task = Task(level=1, problem_id=19, name="ReLU", path=Path("19_ReLU.py"), sha256="0" * 64)
+    assert _judge_failure(task, "cuda", launch).reasons == ("out_of_memory",)
+    assert _judge_failure(task, "cuda", RuntimeError("boom")).reasons == ("task_error",)

@@ -368,6 +368,11 @@ class ReferenceSession:
         self.worker = self._spare = None
         self.sets.clear()           # direct judging: the references and inputs live here
         self._free_handed()
+        if self.options.direct and self.device != "cpu":
+            # this task's references and inputs go back to the driver, not to this process's
+            # cache: on the H200 the judge's cache grew to 124 GB of the card's 140 while
+            # candidates and the hand-over buffers (cudaMalloc, outside the cache) ran out
+            torch.cuda.empty_cache()
         if not self.options.keep_files:
             shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -303,9 +303,9 @@ def _measure_baseline(slot: _Slot, task: Task, options: JudgeOptions, cache: Bas
 def _judge_failure(task: Task, device: str, exc: Exception) -> Judgment:
     """A judgment for a task whose judging raised in this process (the in-process reference
     or a comparison ran out of GPU memory beside other tasks: out_of_memory, retried alone)."""
-    import torch
+    from argus.bench.kernelbench.worker import out_of_memory
 
-    kind = "out_of_memory" if isinstance(exc, torch.OutOfMemoryError) else "task_error"
+    kind = "out_of_memory" if out_of_memory(exc) else "task_error"
     j = missing_judgment(task, device)
     return replace(j, reasons=(kind,), relaxed_reasons=(kind,),
                    detail=f"the judge raised {type(exc).__name__}: {str(exc)[:1500]}")

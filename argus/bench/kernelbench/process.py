@@ -458,9 +458,11 @@ class LocalWorker:
             reply = {"ok": True, **getattr(self.impl, op)(**args)}
         except WorkerFailure as exc:
             raise WorkerError(exc.kind, str(exc)) from exc
-        except torch.OutOfMemoryError as exc:  # type: ignore[attr-defined]
-            raise WorkerError("out_of_memory", str(exc)[:2000]) from exc
         except Exception as exc:
+            from argus.bench.kernelbench.worker import out_of_memory
+
+            if out_of_memory(exc):
+                raise WorkerError("out_of_memory", str(exc)[:2000]) from exc
             raise WorkerError("worker_error", f"{type(exc).__name__}: {exc}") from exc
         reply["seconds"] = time.perf_counter() - started
         return reply

@@ -55,6 +55,16 @@ class WorkerFailure(Exception):
         self.kind = kind
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` says the GPU ran out of memory: torch's OutOfMemoryError from its caching
+    allocator, or a CUDA error raised by a kernel launch or another library's allocation
+    (torch.AcceleratorError "CUDA error: out of memory"), which beside other judged tasks
+    is the card being full, not the task's fault: both are retried alone."""
+    if isinstance(exc, torch.OutOfMemoryError):  # type: ignore[attr-defined]
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
 def _as_list(out: Any) -> tuple[list[torch.Tensor], str]:
     if isinstance(out, torch.Tensor):
         return [out], "tensor"
@@ -425,6 +435,9 @@ class CandidateRole:
             if isinstance(model, torch.nn.Module):
                 model = model.to(self.device)
         except Exception as exc:
+            if out_of_memory(exc):
+                raise WorkerFailure("out_of_memory", "ModelNew(*get_init_inputs()) ran out of "
+                                                     f"GPU memory: {str(exc)[:600]}") from exc
             raise WorkerFailure("init_error", f"ModelNew(*get_init_inputs()) failed: "
                                               f"{type(exc).__name__}: {exc}") from exc
         weights = "seeded init"
@@ -479,12 +492,12 @@ class CandidateRole:
                     torch.manual_seed(seed)
                     raw = self.model(*values)
                 _sync(self.device)
-            except torch.OutOfMemoryError as exc:  # type: ignore[attr-defined]
+            except Exception as exc:
                 # beside other judged tasks the card can be full: out_of_memory is retried
                 # alone by the parallel judge (alone, it is the solution's failure)
-                raise WorkerFailure("out_of_memory", f"forward ran out of GPU memory: "
-                                                     f"{str(exc)[:600]}") from exc
-            except Exception as exc:
+                if out_of_memory(exc):
+                    raise WorkerFailure("out_of_memory", f"forward ran out of GPU memory: "
+                                                         f"{str(exc)[:600]}") from exc
                 tb = traceback.format_exc(limit=6)
                 raise WorkerFailure("runtime_error", f"forward raised {type(exc).__name__}: "
                                                      f"{exc}\n{tb}") from exc
@@ -812,12 +825,13 @@ def serve(role_name: str, boot_s: float | None = None) -> int:
             reply = {"ok": True, **getattr(role, op)(**cmd)}
         except WorkerFailure as exc:
             reply = {"ok": False, "kind": exc.kind, "error": str(exc)}
-        except torch.OutOfMemoryError as exc:  # type: ignore[attr-defined]
-            reply = {"ok": False, "kind": "out_of_memory", "error": str(exc)[:2000]}
         except Exception as exc:
-            reply = {"ok": False, "kind": "worker_error",
-                     "error": f"{type(exc).__name__}: {exc}",
-                     "traceback": traceback.format_exc(limit=8)}
+            if out_of_memory(exc):
+                reply = {"ok": False, "kind": "out_of_memory", "error": str(exc)[:2000]}
+            else:
+                reply = {"ok": False, "kind": "worker_error",
+                         "error": f"{type(exc).__name__}: {exc}",
+                         "traceback": traceback.format_exc(limit=8)}
         reply["seconds"] = time.perf_counter() - started
         if boot_s is not None:
             reply["boot_s"], boot_s = boot_s, None
