@@ -270,3 +270,26 @@ def test_the_input_hand_over_copies_inside_the_gate(tmp_path, monkeypatch):
                                                                        {"value": 2}]}
     session.hand_over([3], tmp_path / "x.pt")
     assert seen == [True, ("free", True), True] and not holding_shared()
+
+
+def test_a_hand_over_of_an_object_goes_through_the_file(tmp_path, monkeypatch):
+    """An input that is not a tensor nor a plain JSON value (a dtype) cannot travel in the
+    request (its JSON writes str() of what it cannot encode: the candidate would get the
+    string "torch.float16"): the hand-over falls back to the file, which keeps the object."""
+    from argus.bench.kernelbench import cudaipc
+
+    class Staged:
+        def __init__(self, values, dtypes):
+            self.handles = [{"staged": {"shape": list(v.shape)}} if isinstance(v, torch.Tensor)
+                            else {"value": v} for v in values]
+
+        def free(self):
+            pass
+
+    monkeypatch.setattr(cudaipc, "StagedInputs", Staged)
+    session = ReferenceSession.__new__(ReferenceSession)
+    session.device, session._handed, session.ipc_error, session.phases = "cuda", None, "", {}
+    assert "shared" in session.hand_over([torch.zeros(2), 3, [4, 5]], tmp_path / "a.pt")
+    got = session.hand_over([torch.zeros(2), torch.float16], tmp_path / "b.pt")
+    assert got == {"inputs_path": str(tmp_path / "b.pt")}
+    assert torch.load(tmp_path / "b.pt", weights_only=True)[1] is torch.float16

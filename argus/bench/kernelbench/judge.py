@@ -25,6 +25,7 @@ correct when any input set failed the strict track.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import shutil
 import tempfile
@@ -513,6 +514,9 @@ class ReferenceSession:
                 with gate().shared():
                     self._free_handed()
                     self._handed = StagedInputs(values, _DTYPES)
+                # plain values only: the request's JSON would turn any other object (a dtype)
+                # into its str(), and the candidate's forward would get that string
+                json.dumps(self._handed.handles)
                 return {"shared": self._handed.handles}
             except Exception as exc:  # noqa: BLE001 - not shareable: through a file instead
                 self._free_handed()
