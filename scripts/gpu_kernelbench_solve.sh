@@ -40,7 +40,7 @@ export ARGUS_VERIFY=${ARGUS_VERIFY:-0}
 mkdir -p "$OUT/solve"
 t0=$SECONDS
 if [ -n "$KB_CACHE" ]; then
-  export ARGUS_CACHE_DIR=${ARGUS_CACHE_DIR:-$OUT/work/argus-cache}
+  export ARGUS_CACHE_DIR=${ARGUS_CACHE_DIR:-${TMPDIR:-/tmp}/argus-kb-cache}   # not under $OUT: it would all come back
   mkdir -p "$ARGUS_CACHE_DIR"
   [ -f "$KB_CACHE/argus-cache.tgz" ] && tar xzf "$KB_CACHE/argus-cache.tgz" -C "$ARGUS_CACHE_DIR"
   [ -f "$KB_CACHE/baselines.json" ] && [ ! -f "$OUT/baselines.json" ] && cp "$KB_CACHE/baselines.json" "$OUT/baselines.json" && chmod u+w "$OUT/baselines.json"
@@ -60,7 +60,10 @@ grep -E '^\[[0-9]+/[0-9]+ ' "$OUT/solve/solve.log" | tail -25 | cut -c1-240
 grep -E 'Traceback|Error' "$OUT/solve/solve.log" | grep -v 'runtime_error\|out_of_memory' | head -5
 if [ -n "$KB_CACHE" ]; then   # what the GPU compiled on a miss comes back for the next call
   tar czf "$OUT/argus-cache.tgz" -C "$ARGUS_CACHE_DIR" . 2>/dev/null
-  [ "$(stat -c %s "$OUT/argus-cache.tgz" 2>/dev/null || echo 0)" -gt 16000000 ] && rm -f "$OUT/argus-cache.tgz"
+  if [ "$(stat -c %s "$OUT/argus-cache.tgz" 2>/dev/null || echo 0)" -gt 16000000 ]; then
+    echo "   the kernel cache is over 16 MB packed: not returned (rebuild it with argus kernelbench prebuild)"
+    rm -f "$OUT/argus-cache.tgz"
+  fi
 fi
 echo
 echo "== summary ($(date -u +%FT%TZ))"
