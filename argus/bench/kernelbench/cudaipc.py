@@ -97,7 +97,7 @@ def _bytes_tensor(ptr: int, nbytes: int, device: int) -> torch.Tensor:
     return torch.as_tensor(_DeviceBytes(ptr, nbytes), device=f"cuda:{device}")
 
 
-def _layout(t: torch.Tensor) -> tuple[list[int], list[int]]:
+def _staging_layout(t: torch.Tensor) -> tuple[list[int], list[int]]:
     """The strides to stage `t` with: its own when no two of its elements share memory (a
     kernel may depend on the layout get_inputs gave; a transposed or sliced view keeps it),
     else contiguous (a broadcast view becomes dense)."""
@@ -138,7 +138,7 @@ class StagedInputs:
             if not isinstance(v, torch.Tensor):
                 plan.append(None)
                 continue
-            shape, stride = _layout(v)
+            shape, stride = _staging_layout(v)
             span = 1 + sum((n - 1) * s for n, s in zip(shape, stride))
             plan.append((total, shape, stride, span))
             total += -(-span * v.element_size() // _ALIGN) * _ALIGN
