@@ -611,6 +611,7 @@ class Model:
                     s = z3.Solver()
                     s.set("random_seed", seed)
                     s.set("rlimit", 5_000_000)
+                    s.set("timeout", solver.backstop_ms(5_000_000))
                     s.add(*form)
                     res = s.check()
                     if res != z3.unknown:

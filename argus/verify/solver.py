@@ -64,9 +64,28 @@ def default_rlimit() -> int:
     return rlimit_of(default_timeout_ms())
 
 
+# A wall-clock backstop behind the resource limit, far above what the budget costs (see
+# `_limit`): z3's non-linear arithmetic (nlsat) can run for many minutes between resource-limit
+# checkpoints, so its rlimit is not a bound there. Seen on 2026-12-02: a conv kernel's
+# store.once query under one hash seed ran 15 minutes in one check with rlimit 20M (about 4 s
+# of nominal budget) and stalled the CI suite; under another seed it took seconds.
+BACKSTOP_FACTOR = 20
+BACKSTOP_MIN_MS = 10_000
+
+
+def backstop_ms(rlimit: int) -> int:
+    """The wall-clock cap of a check with `rlimit` units: BACKSTOP_FACTOR times the budget's
+    nominal milliseconds, at least BACKSTOP_MIN_MS."""
+    return max(BACKSTOP_MIN_MS, BACKSTOP_FACTOR * max(1, int(rlimit)) // UNITS_PER_MS)
+
+
 def _limit(s, rlimit: int, seed: int = 0):
-    """A solver limited to `rlimit` resource units per check, with a fixed random seed."""
+    """A solver limited to `rlimit` resource units per check, with a fixed random seed, and a
+    wall-clock backstop (`backstop_ms`) that only a check z3 cannot bound by its rlimit ever
+    reaches: then the answer is unknown instead of a hang (the one place a verdict can depend
+    on the machine's speed; every check that respects its rlimit stays deterministic)."""
     s.set("rlimit", max(1, int(rlimit)))
+    s.set("timeout", backstop_ms(rlimit))
     s.set("random_seed", seed)
     return s
 
@@ -389,6 +408,7 @@ def _quick_proof(premises, claims, budget, rlimit, t0,
         vres = z3.sat
     else:
         s.set("rlimit", int(min(rlimit, VACUITY_RLIMIT)))
+        s.set("timeout", backstop_ms(int(min(rlimit, VACUITY_RLIMIT))))
         vres = s.check()
         if vres == z3.unknown:  # the old check: the default solver
             v = _limit(z3.Solver(), min(rlimit, VACUITY_RLIMIT))
@@ -592,6 +612,7 @@ def _tighten(s: z3.Solver, model: z3.ModelRef, objectives: Sequence[z3.ExprRef],
     eighth of `rlimit` resource units, at most 8 x (objectives + 4) probes: deterministic),
     then pin it."""
     s.set("rlimit", max(rlimit_of(50), rlimit // 8))
+    s.set("timeout", backstop_ms(max(rlimit_of(50), rlimit // 8)))
     probes = 8 * (len(objectives) + 4)
     for ob in objectives:
         if probes <= 0:
