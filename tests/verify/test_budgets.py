@@ -49,21 +49,28 @@ def test_answers_do_not_depend_on_the_clock(monkeypatch):
 
 def test_no_solver_gets_a_wall_clock_timeout(monkeypatch, examples):
     """Every z3 solver set up while verifying a kernel with pipelines, stores and a
-    non-linear raster query: resource limits only."""
+    non-linear raster query: resource limits, each with only its wall-clock backstop."""
     from argus.compiler import lower_only
 
     gemm = examples("gemm")
 
-    params: list[str] = []
+    calls: list[tuple[str, object]] = []
     real = z3.Solver.set
 
     def record(self, *args, **keys):
-        params.extend(str(a) for a in args[:1])
-        params.extend(keys)
+        if len(args) >= 2:
+            calls.append((str(args[0]), args[1]))
+        calls.extend(keys.items())
         return real(self, *args, **keys)
     monkeypatch.setattr(z3.Solver, "set", record)
     solver.clear_cache()
     report = verify.run(lower_only(gemm.KERNEL))
     assert not report.errors
-    assert "rlimit" in params
-    assert "timeout" not in params, "a wall-clock timeout makes the verdict depend on load"
+    limits = [v for k, v in calls if k == "rlimit"]
+    assert limits
+    # the only wall-clock timeouts are the backstops behind resource limits (solver.backstop_ms:
+    # 20x the budget, for z3 checks that do not honour rlimit), never a budget of their own
+    timeouts = [v for k, v in calls if k == "timeout"]
+    allowed = {solver.backstop_ms(int(r)) for r in limits}
+    assert all(t in allowed for t in timeouts), (timeouts, sorted(allowed))
+    assert all(t >= solver.BACKSTOP_MIN_MS for t in timeouts)
