@@ -117,6 +117,41 @@ def _staging_layout(t: torch.Tensor) -> tuple[list[int], list[int]]:
     return list(t.shape), contiguous
 
 
+# one tensor's place in the staging buffer: (byte offset, shape, stride, elements spanned)
+_Slot = tuple[int, list[int], list[int], int]
+
+
+def _handover_device(values: list[Any], dtypes: dict[str, torch.dtype]) -> int:
+    """The one device all the hand-over's tensors are on (the current one when there are none);
+    refused unless every tensor is a non-empty CUDA tensor of a dtype the candidate knows."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    for t in tensors:
+        if t.device.type != "cuda" or t.numel() == 0 or str(t.dtype) not in dtypes:
+            raise CudaIpcError(f"a {t.dtype} {t.device} tensor of {t.numel()} elements "
+                               "cannot be handed over by CUDA IPC")
+    devices = {t.device.index for t in tensors}
+    if len(devices) > 1:
+        raise CudaIpcError(f"inputs on several devices {sorted(devices)}")
+    return devices.pop() if devices else torch.cuda.current_device()
+
+
+def _staging_plan(values: list[Any]) -> tuple[list[_Slot | None], int]:
+    """Each value's slot in the buffer (None for a plain value), every slot _ALIGN-aligned,
+    and the buffer's size in bytes (at least _ALIGN: a hand-over without tensors still has a
+    buffer to export)."""
+    plan: list[_Slot | None] = []
+    total = 0
+    for v in values:
+        if not isinstance(v, torch.Tensor):
+            plan.append(None)
+            continue
+        shape, stride = _staging_layout(v)
+        span = 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+        plan.append((total, shape, stride, span))
+        total += -(-span * v.element_size() // _ALIGN) * _ALIGN
+    return plan, max(total, _ALIGN)
+
+
 class StagedInputs:
     """Copies of a hand-over's CUDA tensors in one cudaMalloc buffer, and the handles a
     candidate opens them by. `free()` (or the next hand-over) releases the buffer."""
@@ -124,61 +159,57 @@ class StagedInputs:
     def __init__(self, values: list[Any], dtypes: dict[str, torch.dtype]) -> None:
         self.ptr: int | None = None
         self.handles: list[dict[str, Any]] = []
-        tensors = [v for v in values if isinstance(v, torch.Tensor)]
-        for t in tensors:
-            if t.device.type != "cuda" or t.numel() == 0 or str(t.dtype) not in dtypes:
-                raise CudaIpcError(f"a {t.dtype} {t.device} tensor of {t.numel()} elements "
-                                   "cannot be handed over by CUDA IPC")
-        devices = {t.device.index for t in tensors}
-        if len(devices) > 1:
-            raise CudaIpcError(f"inputs on several devices {sorted(devices)}")
-        device = devices.pop() if devices else torch.cuda.current_device()
-        plan, total = [], 0
-        for v in values:
-            if not isinstance(v, torch.Tensor):
-                plan.append(None)
-                continue
-            shape, stride = _staging_layout(v)
-            span = 1 + sum((n - 1) * s for n, s in zip(shape, stride))
-            plan.append((total, shape, stride, span))
-            total += -(-span * v.element_size() // _ALIGN) * _ALIGN
-        lib = _cudart()
+        device = _handover_device(values, dtypes)
+        plan, nbytes = _staging_plan(values)
         with torch.cuda.device(device):
-            ptr = ctypes.c_void_p()
-            _check(lib.cudaMalloc(ctypes.byref(ptr), max(total, _ALIGN)), "cudaMalloc")
-            self.ptr, self.device = int(ptr.value or 0), device
+            self._allocate(nbytes, device)
             try:
-                buffer = _bytes_tensor(self.ptr, max(total, _ALIGN), device)
-                # cudaMalloc may hand back memory this process freed before (the judge's
-                # float64 references after empty_cache): the alignment padding and the gaps of
-                # a sliced view staged with its strides are never copied to, and a candidate
-                # can map the whole buffer, so it starts zeroed
-                buffer.zero_()
-                for v, slot in zip(values, plan):
-                    if slot is None:
-                        self.handles.append({"value": v})
-                        continue
-                    offset, shape, stride, span = slot
-                    nbytes = span * v.element_size()
-                    dst = buffer[offset:offset + nbytes].view(v.dtype).as_strided(shape, stride)
-                    dst.copy_(v.detach())
-                    self.handles.append({"staged": {
-                        "offset_bytes": offset, "shape": shape, "stride": stride,
-                        "dtype": str(v.dtype)}})
-                # the candidate reads on its own stream in another process: the copies must be
-                # complete before any handle leaves this process
-                torch.cuda.current_stream(device).synchronize()
-                raw = ctypes.create_string_buffer(_IPC_HANDLE_BYTES)
-                _check(lib.cudaIpcGetMemHandle(raw, ctypes.c_void_p(self.ptr)),
-                       "cudaIpcGetMemHandle")
+                self._copy_in(values, plan, nbytes)
+                handle = self._export()
             except BaseException:
                 self.free()
                 raise
-        self.buffer = {"handle": base64.b64encode(raw.raw).decode("ascii"),
-                       "nbytes": max(total, _ALIGN), "device": device}
+        self.buffer = {"handle": handle, "nbytes": nbytes, "device": device}
         for h in self.handles:
             if "staged" in h:
                 h["staged"]["buffer"] = self.buffer
+
+    def _allocate(self, nbytes: int, device: int) -> None:
+        """The buffer, from cudaMalloc (outside torch's caching allocator: see the module)."""
+        ptr = ctypes.c_void_p()
+        _check(_cudart().cudaMalloc(ctypes.byref(ptr), nbytes), "cudaMalloc")
+        self.ptr, self.device = int(ptr.value or 0), device
+
+    def _copy_in(self, values: list[Any], plan: list[_Slot | None], nbytes: int) -> None:
+        """Zero the buffer, copy each tensor into its slot and record every value's handle."""
+        assert self.ptr is not None
+        buffer = _bytes_tensor(self.ptr, nbytes, self.device)
+        # cudaMalloc may hand back memory this process freed before (the judge's
+        # float64 references after empty_cache): the alignment padding and the gaps of
+        # a sliced view staged with its strides are never copied to, and a candidate
+        # can map the whole buffer, so it starts zeroed
+        buffer.zero_()
+        for v, slot in zip(values, plan):
+            if slot is None:
+                self.handles.append({"value": v})
+                continue
+            offset, shape, stride, span = slot
+            size = span * v.element_size()
+            dst = buffer[offset:offset + size].view(v.dtype).as_strided(shape, stride)
+            dst.copy_(v.detach())
+            self.handles.append({"staged": {
+                "offset_bytes": offset, "shape": shape, "stride": stride,
+                "dtype": str(v.dtype)}})
+        # the candidate reads on its own stream in another process: the copies must be
+        # complete before any handle leaves this process
+        torch.cuda.current_stream(self.device).synchronize()
+
+    def _export(self) -> str:
+        """The buffer's IPC handle, base64 (it travels in the candidate's JSON request)."""
+        raw = ctypes.create_string_buffer(_IPC_HANDLE_BYTES)
+        _check(_cudart().cudaIpcGetMemHandle(raw, ctypes.c_void_p(self.ptr)),
+               "cudaIpcGetMemHandle")
+        return base64.b64encode(raw.raw).decode("ascii")
 
     def free(self) -> None:
         if self.ptr is not None:
