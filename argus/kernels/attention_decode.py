@@ -1,0 +1,352 @@
+"""Decode attention (flash-decoding): 1..16 query tokens per sequence against a long KV cache.
+
+Decode reads every K and V element once and does little arithmetic with it, so the kernel is
+bound by memory bandwidth and its job is to keep HBM busy. Two ideas do that (FlashAttention's
+`flash_fwd_splitkv` / FA3's `pack_gqa`, FlashInfer's decode kernels; ideas only, no code):
+
+* **GQA packing.** All query heads of one KV head and all query tokens are packed as the M side
+  of one tile: Q is viewed as [B, HKV, GS, D] with GS = (Hq / HKV) x Sq packed rows, row
+  r = g * Sq + t for query head hk * G + g and token t (a free view of a [B, Hq, Sq, D] tensor
+  contiguous in its last three dims). One KV block read from memory then serves the whole
+  group: the cache is read once, not G times.
+* **Split KV.** When B x HKV x row tiles does not fill the 132 SMs (batch 1 decoding), the KV
+  length is split across `splits` CTAs (`num_splits` picks how many, by wave efficiency); each
+  writes its normalized partial output and the log-sum-exp of its keys (fp32), and
+  `decode_combine_kernel` merges the splits by LSE. With one split the decode kernel writes the
+  final output (and LSE) itself: no second launch.
+
+Each CTA is one producer warpgroup streaming its KV blocks through separate K and V TMA rings
+(several stages deep: the bytes in flight are what a memory-bound kernel needs) and 1 or 2
+consumer warpgroups of 64 packed rows each running the online softmax of the prefill kernel
+(argus/kernels/attention.py): S = Q K^T by wgmma from shared memory, running row max and sum
+in fp32, exp2 with scale * log2(e), -inf guards for rows that have seen no key, P from
+registers into the P V wgmma. Q is loaded once per CTA through a one-stage TMA pipeline (TMA
+zero-fills the packed rows past GS, which are never stored).
+
+Causal masks (FlashAttention's bottom-right convention): query token t of Sq sees the keys
+j <= SK - Sq + t. Only key blocks past the first token's last key pay for the mask (a branch
+uniform per warpgroup), as do the blocks past SK's end (the key tail).
+
+Invariant: the producer and the consumer warpgroups of a CTA walk the same KV blocks
+[kb0, kb0 + n) of the CTA's split (same `_split_blocks`), so the pipeline step counts agree;
+the splits of one (batch, kv head) are disjoint and cover [0, cdiv(SK, block_n)) (split s owns
+blocks [s * per, min((s + 1) * per, blocks)), per = cdiv(blocks, splits)); a split without
+blocks writes a zero output and LSE -inf, which the combine weighs 0.
+"""
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+import argus as ag
+from argus.dtypes import DType
+from argus.kernels.attention import HEAD_DIMS, LN2, LOG2E, ROWS
+from argus.target.limits import NUM_SMS, REGISTERS_PER_SM, SMEM_PER_CTA_OPTIN
+
+__all__ = ["DecodeSchedule", "MAX_QUERIES", "decode_kernel", "decode_combine_kernel",
+           "default_decode_schedule", "num_splits", "decode_smem_bytes"]
+
+# The decode path takes up to this many query tokens per sequence (speculative decoding).
+MAX_QUERIES = 16
+MAX_SPLITS = 128
+
+
+@dataclass(frozen=True)
+class DecodeSchedule:
+    """What the decode kernel lets a tuner choose."""
+
+    block_n: int = 128        # keys per KV block (one TMA box of rows; wgmma N of Q K^T)
+    stages: int = 3           # depth of each of the K and V rings
+    consumers: int = 1        # consumer warpgroups, 64 packed query rows each
+    producer_regs: int = 24
+    consumer_regs: int = 240
+    approx_exp2: bool = True  # ex2.approx.ftz alone (see AttentionSchedule.approx_exp2)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.consumers not in (1, 2):
+            problems.append(f"consumers={self.consumers}: 1 or 2 warpgroups of 64 packed rows")
+        if self.block_n % 16 or not 16 <= self.block_n <= 256:
+            problems.append(f"block_n={self.block_n}: a multiple of 16 in [16, 256]")
+        if not 2 <= self.stages <= 8:
+            problems.append(f"stages={self.stages} is outside 2..8")
+        for name in ("producer_regs", "consumer_regs"):
+            regs = getattr(self, name)
+            if regs % 8 or not 24 <= regs <= 256:
+                problems.append(f"{name}={regs} is not a multiple of 8 in [24, 256] (setmaxnreg)")
+        if 128 * (self.producer_regs + self.consumers * self.consumer_regs) > REGISTERS_PER_SM:
+            problems.append("the warpgroups' registers exceed an SM's")
+        if problems:
+            raise ValueError("DecodeSchedule: " + "; ".join(problems))
+
+    @property
+    def block_m(self) -> int:
+        return ROWS * self.consumers
+
+    def problems_for(self, head_dim: int, dtype: DType = ag.bf16) -> list[str]:
+        """What makes this schedule illegal at a head dimension (shared memory, registers)."""
+        if head_dim not in HEAD_DIMS:
+            return [f"head_dim={head_dim} is not one of {HEAD_DIMS}"]
+        problems = []
+        need = decode_smem_bytes(self, head_dim, dtype)
+        if need > SMEM_PER_CTA_OPTIN:
+            problems.append(f"Q and {self.stages} K and V stages need {need} bytes of shared "
+                            f"memory at head_dim={head_dim}, more than {SMEM_PER_CTA_OPTIN}")
+        # fp32 O (head_dim / 2) and S (block_n / 2) per thread, plus P packed (block_n / 4)
+        live = head_dim // 2 + self.block_n // 2 + self.block_n // 4
+        if live > self.consumer_regs - 16:
+            problems.append(f"O ({head_dim // 2}), S ({self.block_n // 2}) and P "
+                            f"({self.block_n // 4}) registers per thread do not fit "
+                            f"consumer_regs={self.consumer_regs}: use a smaller block_n")
+        return problems
+
+
+def decode_smem_bytes(s: DecodeSchedule, head_dim: int, dtype: DType = ag.bf16) -> int:
+    """Shared memory of the decode kernel's buffers (Q, the K and V rings; 1 KB for barriers
+    and alignment)."""
+    eb = dtype.bytes
+    return s.block_m * head_dim * eb + 2 * s.stages * s.block_n * head_dim * eb + 1024
+
+
+def default_decode_schedule(head_dim: int, rows: int = 1,
+                            dtype: DType = ag.bf16) -> DecodeSchedule:
+    """The decode schedule for `rows` packed query rows (GQA group x query tokens): one
+    consumer warpgroup up to 64 rows, two above; 128-key blocks (64 at head dim 256, where O
+    alone is 128 registers per thread), and the deepest K and V rings that fit beside Q
+    (up to 6 stages): a memory-bound kernel needs bytes in flight, about 190 KB per SM here.
+    Not measured on the H200 yet (docs/perf/attention.md)."""
+    consumers = 1 if rows <= ROWS else 2
+    block_n = 64 if head_dim == 256 else 128
+    s = DecodeSchedule(block_n=block_n, stages=2, consumers=consumers)
+    for stages in range(6, 1, -1):
+        candidate = dataclasses.replace(s, stages=stages)
+        if not candidate.problems_for(head_dim, dtype):
+            return candidate
+    return s
+
+
+def num_splits(units: int, kv_blocks: int, *, num_sms: int = NUM_SMS,
+               max_splits: int = MAX_SPLITS, min_blocks: int = 2) -> int:
+    """How many KV splits to run for `units` CTAs' worth of (batch, kv head, row tile) work
+    over `kv_blocks` key blocks each (flash-decoding's wave heuristic, as FlashAttention
+    describes it): one split when the units nearly fill the SMs already (>= 80%); else the
+    fewest splits whose wave efficiency (waves / whole waves, one CTA per SM) is within 85% of
+    the best, each split keeping at least `min_blocks` blocks (a split's pipeline fill and its
+    partial output cost about a block's time) and no two counts giving the same blocks per
+    split."""
+    if units <= 0 or kv_blocks <= 0 or units >= 0.8 * num_sms:
+        return 1
+    top = max(1, min(max_splits, num_sms, kv_blocks // max(1, min_blocks)))
+
+    def efficiency(s: int) -> float:
+        waves = units * s / num_sms
+        return waves / -(-units * s // num_sms)
+
+    def distinct(s: int) -> bool:   # s splits give fewer blocks per split than s - 1
+        return s == 1 or -(-kv_blocks // s) != -(-kv_blocks // (s - 1))
+
+    candidates = [s for s in range(1, top + 1) if distinct(s)]
+    best = max(efficiency(s) for s in candidates)
+    for s in candidates:
+        if efficiency(s) >= 0.85 * best:
+            # as many splits as give each its blocks (no empty trailing split)
+            per = -(-kv_blocks // s)
+            return -(-kv_blocks // per)
+    return 1
+
+
+def _split_blocks(split, splits, SK, block_n: int):
+    """The KV blocks [kb0, kb0 + n) of split `split` of `splits` (n may be 0 for a trailing
+    split when splits do not divide the blocks)."""
+    blocks = ag.cdiv(SK, block_n)
+    per = ag.cdiv(blocks, splits)
+    kb0 = split * per
+    n = ag.maximum(ag.minimum(per, blocks - kb0), 0)
+    return kb0, n
+
+
+@functools.lru_cache(maxsize=None)
+def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = False,
+                  split: bool = True) -> ag.KernelFunction:
+    """The decode kernel for one head dim, dtype and mask (cached).
+
+    split=True: Q [B, HKV, GS, D], K and V [B, HKV, SK, D], OP [B * HKV, SPLITS, GS, D] fp32
+    (each split's normalized partial output; index b * HKV + hk) and LP [B * HKV, SPLITS, GS,
+    1] fp32 (each split's log-sum-exp in log2 units, -inf for a split without keys); the grid
+    is SPLITS x HKV x B. split=False: O [B, HKV, GS, D] in the input dtype and LSE
+    [B, HKV, GS, 1] fp32 (natural log) directly, one CTA per (kv head, batch). Runtime scalars:
+    qk_scale = softmax scale * log2(e), q_len = Sq (packed row r is token r % Sq; read only
+    under the causal mask)."""
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head_dim={head_dim}: the decode kernel takes {HEAD_DIMS}")
+    if dtype not in (ag.bf16, ag.f16):
+        raise ValueError(f"dtype {dtype}: the decode kernel takes bf16 or f16")
+    D, dt = head_dim, dtype
+    atoms = D // 64   # Q, K and V tiles are D / 64 column atoms of 64 (128-byte rows)
+    neg_inf = float("-inf")
+
+    def body(Q, K, V, O, L, qk_scale, q_len, s: DecodeSchedule):
+        problems = s.problems_for(D, dt)
+        if problems:
+            raise ag.TraceError(f"{s} at head_dim={D}: " + "; ".join(problems),
+                                fix="use argus.kernels.attention_decode."
+                                    "default_decode_schedule(head_dim, rows)")
+        BM, BN, C = s.block_m, s.block_n, s.consumers
+        HKV, GS = Q.shape[1], Q.shape[2]
+        SK = K.shape[2]
+        # packed rows beyond one tile would need a row-tile grid dim; the op splits them
+        ag.tag_assume(lambda: ag.sym(GS) <= BM)
+        if split:
+            splits = O.shape[1]
+            sp, hk, b = ag.grid(splits, HKV, Q.shape[0])
+        else:
+            splits = 1
+            hk, b = ag.grid(HKV, Q.shape[0])
+            sp = 0
+        kb0, n = _split_blocks(sp, splits, SK, BN)
+        # blocks every row sees whole: inside the sequence and, causal, up to the first
+        # token's last key SK - Sq
+        whole = SK // BN
+        if causal:
+            whole = ag.minimum(whole, ag.maximum(SK - q_len + 1, 0) // BN)
+
+        sQ = ag.smem((1, atoms * BM, 64), dt, swizzle=128)
+        sK = ag.smem((s.stages, atoms * BN, 64), dt, swizzle=128)
+        sV = ag.smem((s.stages, atoms * BN, 64), dt, swizzle=128)
+        q_pipe = ag.pipeline(1, consumers=C)
+        k_pipe = ag.pipeline(s.stages, consumers=C)
+        v_pipe = ag.pipeline(s.stages, consumers=C)
+
+        with ag.role("producer", warpgroups=1, regs=s.producer_regs):
+            with q_pipe.produce() as st:
+                for a in range(atoms):
+                    ag.tma.load(sQ[st].rows_of(a * BM, BM), Q, (b, hk, 0, 64 * a))
+            for j in ag.range(n):
+                with k_pipe.produce() as st:
+                    for a in range(atoms):
+                        ag.tma.load(sK[st].rows_of(a * BN, BN), K, (b, hk, (kb0 + j) * BN, 64 * a))
+                with v_pipe.produce() as st:
+                    for a in range(atoms):
+                        ag.tma.load(sV[st].rows_of(a * BN, BN), V, (b, hk, (kb0 + j) * BN, 64 * a))
+
+        with ag.role("consumer", warpgroups=C, regs=s.consumer_regs) as wg:
+            r0 = wg * ROWS                                  # this warpgroup's first packed row
+            if causal:
+                # packed row r is token t = r % Sq, whose last key is SK - Sq + t. Tiles have
+                # no integer division: t = r - Sq * trunc((r + 1/2) / Sq) in fp32 (integer
+                # tiles live in float registers anyway), exact as (t + 1/2) / Sq lies in
+                # (0, 1) at least 1 / (2 Sq) from both ends and r < 2^24
+                r = (r0 + ag.arange(ROWS)[:, None]).to(ag.f32)
+                token = r - q_len * ((r + 0.5) / q_len).to(ag.i32).to(ag.f32)
+                row_last_key = token + (SK - q_len)
+            m_i = ag.full((ROWS, 1), neg_inf)   # running row max of S * scale * log2(e)
+            l_i = ag.full((ROWS, 1), 0.0)       # running row sum of exp2(S - m)
+            o = ag.zeros((ROWS, D))
+            with q_pipe.consume() as qs:
+                for j in ag.range(n):
+                    jb = kb0 + j
+                    with k_pipe.consume() as ks:
+                        sc = ag.zeros((ROWS, BN))
+                        for a in range(atoms):
+                            sc = ag.wgmma(sQ[qs].rows_of(a * BM + wg * ROWS, ROWS),
+                                          sK[ks].rows_of(a * BN, BN), sc)
+                        sc = sc * qk_scale
+                        # checked, no code: the keys a query may see
+                        allowed = ag.tag(sc).sk < ag.sym(SK)
+                        ag.tag_assert(ag.tag_any(ag.sym(jb) >= ag.sym(whole), allowed),
+                                      message="an unmasked block holds only keys every "
+                                              "query may see")
+                        # only blocks past `whole` (the causal diagonal, the key tail) pay for
+                        # the mask; the branch is uniform per warpgroup
+                        with ag.when(jb >= whole):
+                            key = jb * BN + ag.arange(BN)[None, :]
+                            valid = key < SK
+                            if causal:
+                                valid = valid & (key.to(ag.f32) <= row_last_key)
+                            sc = ag.where(valid, sc, neg_inf)
+                        row_max = sc.max(axis=1)
+                        m_new = ag.maximum(m_i, row_max)
+                        # a row that has seen no key yet keeps m = -inf: subtract 0, not -inf
+                        m_use = ag.where(m_new == neg_inf, 0.0, m_new)
+                        p = ag.exp2(sc - m_use, approx=s.approx_exp2)
+                        alpha = ag.exp2(m_i - m_use, approx=s.approx_exp2)
+                        l_i = l_i * alpha + p.sum(axis=1)
+                        m_i = m_new
+                        with v_pipe.consume() as vs:
+                            # P's k index is this block's key, V's row too
+                            o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+            no_key = l_i == 0.0
+            o = o * (1.0 / ag.where(no_key, 1.0, l_i))     # rows that saw no key: zeros
+            if split:
+                bh = b * HKV + hk
+                ag.store(O, (bh, sp, r0, 0), o)
+                ag.store(L, (bh, sp, r0, 0), ag.where(no_key, neg_inf,
+                                                      m_i + ag.log(l_i) * LOG2E))
+            else:
+                ag.store(O, (b, hk, r0, 0), o.to(dt))
+                ag.store(L, (b, hk, r0, 0), ag.where(no_key, neg_inf, m_i * LN2 + ag.log(l_i)))
+
+    if split:
+        def attention_decode_split(Q: ag.Tensor[("B", "HKV", "GS", D, dt)],
+                                   K: ag.Tensor[("B", "HKV", "SK", D, dt)],
+                                   V: ag.Tensor[("B", "HKV", "SK", D, dt)],
+                                   OP: ag.Tensor[("BH", "SPLITS", "GS", D, ag.f32)],
+                                   LP: ag.Tensor[("BH", "SPLITS", "GS", 1, ag.f32)],
+                                   qk_scale: ag.f32, q_len: ag.i32,
+                                   s: DecodeSchedule = default_decode_schedule(D, 1, dt)):
+            body(Q, K, V, OP, LP, qk_scale, q_len, s)
+        fn = attention_decode_split
+    else:
+        def attention_decode(Q: ag.Tensor[("B", "HKV", "GS", D, dt)],
+                             K: ag.Tensor[("B", "HKV", "SK", D, dt)],
+                             V: ag.Tensor[("B", "HKV", "SK", D, dt)],
+                             O: ag.Tensor[("B", "HKV", "GS", D, dt)],
+                             LSE: ag.Tensor[("B", "HKV", "GS", 1, ag.f32)],
+                             qk_scale: ag.f32, q_len: ag.i32,
+                             s: DecodeSchedule = default_decode_schedule(D, 1, dt)):
+            body(Q, K, V, O, LSE, qk_scale, q_len, s)
+        fn = attention_decode
+    name = f"attention_decode_d{D}_{dt.name}" + ("_causal" if causal else "") \
+        + ("_split" if split else "")
+    return ag.kernel(fn, name=name)
+
+
+@functools.lru_cache(maxsize=None)
+def decode_combine_kernel(head_dim: int = 128, dtype: DType = ag.bf16,
+                          rows: int = 16) -> ag.KernelFunction:
+    """The second half of split decoding: O = sum_s w_s O_s / sum_s w_s with
+    w_s = 2^(LP_s - max_s LP_s), merged online over the splits in a fixed order (the same
+    result on every run); LSE = ln 2 x (max + log2(sum w)), -inf (and O zeros) for a row no
+    split saw a key of. OP [B * HKV, SPLITS, GS, D], LP [B * HKV, SPLITS, GS, 1] fp32 as the
+    decode kernel wrote them; O [B, HKV, GS, D] in `dtype`, LSE [B, HKV, GS, 1] fp32. One
+    CTA of 128 threads per `rows` packed rows of one (kv head, batch)."""
+    D, dt = head_dim, dtype
+    neg_inf = float("-inf")
+
+    def attention_decode_combine(OP: ag.Tensor[("BH", "SPLITS", "GS", D, ag.f32)],
+                                 LP: ag.Tensor[("BH", "SPLITS", "GS", 1, ag.f32)],
+                                 O: ag.Tensor[("B", "HKV", "GS", D, dt)],
+                                 LSE: ag.Tensor[("B", "HKV", "GS", 1, ag.f32)]):
+        HKV, GS = O.shape[1], O.shape[2]
+        rb, hk, b = ag.grid(ag.cdiv(GS, rows), HKV, O.shape[0])
+        bh = b * HKV + hk
+        r0 = rb * rows
+        m = ag.full((rows, 1), neg_inf)     # running max of the splits' LSE (log2 units)
+        w_sum = ag.full((rows, 1), 0.0)     # running sum of 2^(LSE_s - m)
+        acc = ag.zeros((rows, D))
+        for sp in ag.range(OP.shape[1]):
+            lse = ag.load(LP, (bh, sp, r0, 0), (rows, 1), other=neg_inf)
+            m_new = ag.maximum(m, lse)
+            m_use = ag.where(m_new == neg_inf, 0.0, m_new)   # no split with keys yet
+            alpha = ag.exp2(m - m_use)
+            w = ag.exp2(lse - m_use)
+            acc = acc * alpha + ag.load(OP, (bh, sp, r0, 0), (rows, D)) * w
+            w_sum = w_sum * alpha + w
+            m = m_new
+        no_key = w_sum == 0.0
+        ag.store(O, (b, hk, r0, 0), (acc * (1.0 / ag.where(no_key, 1.0, w_sum))).to(dt))
+        ag.store(LSE, (b, hk, r0, 0),
+                 ag.where(no_key, neg_inf, (m + ag.log(w_sum) * LOG2E) * LN2))
+
+    return ag.kernel(attention_decode_combine, threads=128,
+                     name=f"attention_decode_combine_d{D}_{dt.name}_r{rows}")
