@@ -6,11 +6,14 @@ One job: for a given (N, A/B/accumulator dtypes, A source, transposes) emit one
 wrappers cannot, because PTX needs one asm operand per accumulator register (128 for m64n256 f32).
 
 Invariants the generated text keeps:
-  * the shape is m64nNk16 for f16/bf16 and m64nNk32 for e4m3/e5m2, N a multiple of 8 in [8, 256];
+  * the shape is m64nNk16 for f16/bf16, m64nNk8 for tf32 and m64nNk32 for e4m3/e5m2, N a
+    multiple of 8 in [8, 256] (32 bytes of K per instruction in every case);
   * `scale_d` is a runtime int turned into the predicate operand (`setp.ne.b32 p, scale_d, 0`), so
     scale_d == 0 computes D = A*B (overwrites) and scale_d != 0 computes D = A*B + D;
   * transposes follow PTX: imm-trans-a/b = 0 means K-major (K innermost in smem), 1 means MN-major;
-    only f16/bf16 may be transposed; the register-A form ("rs") has no imm-trans-a;
+    only f16/bf16 may be transposed (tf32 and fp8 operands are K-major, and their
+    instructions take no transpose immediates at all); the register-A form ("rs") has no
+    imm-trans-a;
   * the functions are meant to be placed inside `namespace ag` after the header (they use its
     `uint32_t` / `uint64_t`); `wgmma_prelude` does that for a set of shapes.
 """
@@ -24,6 +27,9 @@ from argus.dtypes import DType
 
 _F16_INPUTS = ("f16", "bf16")
 _F8_INPUTS = ("e4m3", "e5m2")
+# fp32 data read by the tensor core with a 10-bit mantissa (PTX type .tf32: 32-bit elements,
+# the low 13 mantissa bits not used); accumulates in f32 only
+_TF32_INPUTS = ("tf32",)
 _ACCUMULATORS = ("f32", "f16")
 
 
@@ -62,9 +68,15 @@ class WgmmaSpec:
         elif a in _F8_INPUTS:
             if b not in _F8_INPUTS:
                 raise ValueError(f"{where}: an fp8 A needs an fp8 B (e4m3 or e5m2)")
+        elif a in _TF32_INPUTS:
+            if b != a:
+                raise ValueError(f"{where}: a tf32 A needs a tf32 B (fp32 data in shared "
+                                 f"memory); fix: keep B in fp32")
+            if acc != "f32":
+                raise ValueError(f"{where}: tf32 inputs accumulate in f32 only (PTX wgmma .tf32)")
         else:
             raise ValueError(f"{where}: unsupported input type {a!r}; supported: "
-                             f"{', '.join(_F16_INPUTS + _F8_INPUTS)}")
+                             f"{', '.join(_F16_INPUTS + _TF32_INPUTS + _F8_INPUTS)}")
         if acc not in _ACCUMULATORS:
             raise ValueError(f"{where}: unsupported accumulator {acc!r}; supported: f32, f16")
         if a == "bf16" and acc != "f32":
@@ -76,14 +88,24 @@ class WgmmaSpec:
         if (self.trans_a or self.trans_b) and a in _F8_INPUTS:
             raise ValueError(f"{where}: fp8 operands must be K-major (PTX has no transpose for "
                              "8-bit wgmma); fix: transpose the tensor in memory")
+        if (self.trans_a or self.trans_b) and a in _TF32_INPUTS:
+            raise ValueError(f"{where}: tf32 operands must be K-major (PTX has no transpose "
+                             "for tf32 wgmma); fix: transpose the tensor in memory")
+        if a in _TF32_INPUTS and self.a_source == "regs":
+            raise ValueError(f"{where}: a tf32 A from registers is not supported (its m64k8 "
+                             "fragment is not the 16-bit one codegen packs); fix: read A from "
+                             "shared memory")
         if self.trans_a and self.a_source == "regs":
             raise ValueError(f"{where}: A from registers has no transpose (imm-trans-a exists "
                              "only for A in shared memory)")
 
     @property
     def k(self) -> int:
-        """K per instruction: 32 bytes of K per row, i.e. 16 f16/bf16 or 32 fp8 elements."""
-        return 32 if self.a_dtype in _F8_INPUTS else 16
+        """K per instruction: 32 bytes of K per row, i.e. 16 f16/bf16, 8 tf32 or 32 fp8
+        elements."""
+        if self.a_dtype in _F8_INPUTS:
+            return 32
+        return 8 if self.a_dtype in _TF32_INPUTS else 16
 
     @property
     def num_acc_regs(self) -> int:

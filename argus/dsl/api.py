@@ -513,7 +513,7 @@ tma = SimpleNamespace(load=_tma_load, store=_tma_store)
 
 
 def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
-          overwrite: bool = False) -> Tile:
+          overwrite: bool = False, precision: str | None = None) -> Tile:
     """acc += a @ b^T on the tensor cores (one warpgroup). a: [64, K] smem view, b: [N, K]
     smem view (K-major), or with `trans_b=True` a [K, N] tile stored MN-major as N/64 column
     atoms of [K][64] stacked along the rows; acc: [64, N] f32 tile. With `trans_a=True` a is
@@ -521,15 +521,34 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
     swizzle), e.g. the weights of a swap-AB x @ W with W [K, N]. With `overwrite=True`
     acc = a @ b^T (its old value is dropped; shared-memory operands only): a K block's partial
     into a tile that is reused block after block (fp8 promotion). Returns acc, updated in
-    place."""
+    place.
+
+    f32 operands (K-major views, K a multiple of 8) need `precision="tf32"`: the tensor core
+    reads fp32 data with a 10-bit mantissa (PTX wgmma `.tf32`, fp32 accumulation), the
+    arithmetic of PyTorch with allow_tf32 on. The data stays fp32 in memory; the request says
+    that the product, not the storage, is reduced, so it is named on the product."""
     ctx = current("ag.wgmma")
     loc = user_loc()
+    if precision not in (None, "tf32"):
+        raise TraceError(f"wgmma precision={precision!r}: the only reduced precision is "
+                         f"'tf32' (f32 operands read with a 10-bit mantissa)", loc,
+                         fix="pass precision='tf32' with f32 operands, or leave it out")
     if isinstance(a, Tile):
+        if precision is not None:
+            raise TraceError("a tf32 wgmma reads A from shared memory: a register A operand "
+                             "is a bf16/f16 tile", loc,
+                             fix="store A into a 128B-swizzled f32 buffer and pass the view")
         if overwrite:
             raise TraceError("wgmma(overwrite=True) takes shared-memory operands", loc,
                              fix="use a shared-memory A view, or a fresh ag.zeros accumulator")
         return _wgmma_register_a(ctx, loc, a, b, acc, trans_b)
     av, bv = _view(a, "wgmma operand a", loc), _view(b, "wgmma operand b", loc)
+    if (trans_a or trans_b) and dtypes.f32 in (av.buffer.type.dtype, bv.buffer.type.dtype):
+        which = "A" if trans_a else "B"
+        raise TraceError(f"a tf32 wgmma {which} operand must be K-major: PTX has no transpose "
+                         "for tf32 inputs", loc,
+                         fix=f"store {which} with K contiguous (transpose it in global memory) "
+                             f"and pass trans_{which.lower()}=False")
     if ctx.nonuniform_guards:
         raise TraceError("wgmma is guarded by a condition that differs between threads", loc,
                          fix="wgmma is warpgroup-wide (.sync.aligned): all 128 threads must "
@@ -579,11 +598,23 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
         raise TraceError(f"wgmma shapes disagree: a is 64x{k}, b gives N={bn}, K={bk}, acc is "
                          f"64x{n}", loc)
     in_dtype = av.buffer.type.dtype
-    if in_dtype not in (dtypes.bf16, dtypes.f16, dtypes.e4m3) or \
+    if in_dtype not in (dtypes.bf16, dtypes.f16, dtypes.e4m3, dtypes.f32) or \
             bv.buffer.type.dtype != in_dtype:
-        raise TraceError(f"wgmma operands must both be bf16, both f16 or both e4m3, got "
-                         f"{in_dtype} and {bv.buffer.type.dtype}", loc)
-    # one instruction covers 32 bytes of K (PTX ISA wgmma: k16 for 16-bit, k32 for fp8)
+        raise TraceError(f"wgmma operands must both be bf16, both f16, both e4m3 or both f32 "
+                         f"(with precision='tf32'), got {in_dtype} and "
+                         f"{bv.buffer.type.dtype}", loc)
+    if in_dtype == dtypes.f32 and precision != "tf32":
+        raise TraceError("wgmma of f32 operands runs as tf32 on the tensor cores (a 10-bit "
+                         "mantissa: each operand rounded by up to 2^-11, not fp32 accuracy)",
+                         loc, fix="pass precision='tf32' to accept that, or split the operands "
+                                  "into bf16 pieces (argus.ops.conv's fp32 split) for fp32 "
+                                  "accuracy")
+    if precision == "tf32" and in_dtype != dtypes.f32:
+        raise TraceError(f"wgmma precision='tf32' takes f32 operands, got {in_dtype}", loc,
+                         fix="allocate the operand buffers as ag.f32 (32 per 128-byte row), "
+                             "or leave precision out")
+    # one instruction covers 32 bytes of K (PTX ISA wgmma: k16 for 16-bit, k8 for tf32,
+    # k32 for fp8)
     k_step = 32 // in_dtype.bytes
     if k % k_step:
         raise TraceError(f"wgmma K={k} must be a multiple of {k_step} for {in_dtype} inputs",

@@ -254,7 +254,10 @@ class Wgmma(Op):
     or `a` a bf16/f16 [64, K] register tile held in the A fragment, see a_in_registers;
     `trans_b` means b is [K, N], MN-major; `trans_a` means a is [K, M] MN-major, with a K-major
     b). Executed by a whole warpgroup; M = 64 per warpgroup, N in 8..256 step 8, K a multiple
-    of 32 bytes (16 bf16/f16, 32 e4m3); e4m3 operands are K-major only. Lowering fills
+    of 32 bytes (16 bf16/f16, 8 f32, 32 e4m3); e4m3 and f32 operands are K-major only. f32
+    views are multiplied as tf32 (PTX wgmma `.tf32`, the only wgmma over 32-bit elements: a
+    10-bit mantissa, fp32 accumulation), which the DSL admits only under `precision="tf32"`;
+    the interpreter rounds them with dtypes.round_to_tf32. Lowering fills
     `a_desc`/`b_desc` = (swizzle_bytes, lbo_bytes, sbo_bytes, k_step_advance_bytes), the
     advance per instruction (32 bytes of K into a K-major row, 16 rows of an MN-major atom):
     the matrix-descriptor fields codegen encodes (PTX ISA "Matrix Descriptor Format")."""

@@ -103,8 +103,14 @@ class GemmSchedule(WarpSpecializedSchedule):
 
 @functools.lru_cache(maxsize=None)
 def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout: str = "nk",
-                batched: bool = False, tail_splits: int = 1) -> ag.KernelFunction:
+                batched: bool = False, tail_splits: int = 1,
+                precision: str | None = None) -> ag.KernelFunction:
     """The GEMM kernel for one problem kind (cached: one KernelFunction per kind).
+
+    precision="tf32" (fp32 inputs only): the product runs as wgmma `.tf32` on the fp32 data
+    (10-bit mantissa, fp32 accumulation: PyTorch's allow_tf32 arithmetic, not fp32-accurate).
+    tf32 operands are K-major only (b_layout "nk") and fill a 128-byte swizzled row with 32
+    elements, so its schedules have bk = 32.
 
     tail_splits = S > 1: the kernel of `GemmSchedule(tail_splits=S)`, which takes three more
     tensors after C: the K-slice views As [S, .., M, K/S] and Bs of A and B (argus/ops/
@@ -122,6 +128,14 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                          f"{b_layout!r}")
     if not 1 <= tail_splits <= MAX_SPLITS:
         raise ValueError(f"tail_splits={tail_splits} is outside 1..{MAX_SPLITS}")
+    if (in_dtype == ag.f32) != (precision == "tf32") or precision not in (None, "tf32"):
+        raise ValueError(f"gemm_kernel(in_dtype={in_dtype}, precision={precision!r}): fp32 "
+                         f"inputs run only as tf32 (precision='tf32'), and tf32 only on fp32 "
+                         f"inputs")
+    if precision == "tf32" and b_layout != "nk":
+        raise ValueError("gemm_kernel(precision='tf32', b_layout='kn'): tf32 wgmma has no "
+                         "transpose, so B must be [N, K] with K contiguous; fix: pass "
+                         "B transposed (W.T.contiguous()) as b_layout='nk'")
     lead = ("Bt",) if batched else ()
     b_dims = ("N", "K") if b_layout == "nk" else ("K", "N")
 
@@ -136,6 +150,10 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         lhs_rows, rhs_rows = (N, M) if s.swap_ab else (M, N)
         mn_major_a = s.swap_ab and b_layout == "kn"
         mn_major_b = not s.swap_ab and b_layout == "kn"
+        if precision == "tf32" and s.bk != 32:
+            raise ag.TraceError(f"GemmSchedule(bk={s.bk}) with tf32: a 128-byte swizzled row "
+                                f"holds 32 fp32 values", fix="use bk=32 (the same bytes per "
+                                "stage as bk=64 of bf16)")
         if s.split_k != 1:
             raise ag.TraceError(f"GemmSchedule(split_k={s.split_k}) is run by argus.ops.matmul "
                                 f"(the batched kernel over K-slice views, then a sum), not by "
@@ -165,7 +183,8 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                                      group_m=s.group_m, tail_splits=tail_splits)
         ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype,
                                  1 if s.pingpong else s.consumers, k_atoms=s.k_atoms,
-                                 mn_major_a=mn_major_a, mn_major_b=mn_major_b)
+                                 mn_major_a=mn_major_a, mn_major_b=mn_major_b,
+                                 precision=precision)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
         if s.epilogue == "tma":
@@ -244,7 +263,8 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
             body(A, B, C, s, (As, Bs, P))
 
     default = (in_dtype, out_dtype, b_layout, batched) == (ag.bf16, ag.bf16, "nk", False)
-    name = "gemm" if default else (f"gemm_{in_dtype.name}_{out_dtype.name}_{b_layout}"
+    in_name = precision or in_dtype.name
+    name = "gemm" if default else (f"gemm_{in_name}_{out_dtype.name}_{b_layout}"
                                    + ("_batched" if batched else ""))
     if tail_splits == 1:
         return ag.kernel(gemm, name=name)

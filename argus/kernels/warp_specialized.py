@@ -314,6 +314,7 @@ class OperandRing:
     consumers: int
     mn_major_a: bool
     mn_major_b: bool
+    precision: str | None = None   # ag.wgmma's: "tf32" for f32 operands (K-major only)
 
     @property
     def a_rows(self) -> int:
@@ -325,15 +326,18 @@ class OperandRing:
 
     @classmethod
     def alloc(cls, stages: int, bm: int, bn: int, bk: int, dtype: DType, consumers: int, *,
-              k_atoms: int = 1, mn_major_a: bool = False,
-              mn_major_b: bool = False) -> OperandRing:
-        """Allocate the ring (A, then B, then the pipeline released by `consumers`)."""
+              k_atoms: int = 1, mn_major_a: bool = False, mn_major_b: bool = False,
+              precision: str | None = None) -> OperandRing:
+        """Allocate the ring (A, then B, then the pipeline released by `consumers`).
+        `precision` is ag.wgmma's (f32 operands need "tf32": 32 of them per 128-byte row,
+        so bk = 32)."""
         sA = ag.smem((stages, k_atoms * _atom_rows(bm, bk, mn_major_a), 64 if mn_major_a else bk),
                      dtype, swizzle=128)
         sB = ag.smem((stages, k_atoms * _atom_rows(bn, bk, mn_major_b), 64 if mn_major_b else bk),
                      dtype, swizzle=128)
         pipe = ag.pipeline(stages, consumers=consumers)
-        return cls(sA, sB, pipe, bm, bn, bk, k_atoms, consumers, mn_major_a, mn_major_b)
+        return cls(sA, sB, pipe, bm, bn, bk, k_atoms, consumers, mn_major_a, mn_major_b,
+                   precision)
 
     def k_steps(self, K):
         """Pipeline steps over K: each consumes k_atoms * bk of it."""
@@ -367,7 +371,8 @@ class OperandRing:
                         if self.mn_major_a else \
                         self.a[stage].rows_of(atom * self.bm + wg * rows, rows)
                     ag.wgmma(a_view, self.b[stage].rows_of(atom * self.b_rows, self.b_rows), acc,
-                             trans_b=self.mn_major_b, trans_a=self.mn_major_a)
+                             trans_b=self.mn_major_b, trans_a=self.mn_major_a,
+                             precision=self.precision)
         return acc
 
     def mma_tile(self, k_steps, *, zero_by_wgmma: bool = False) -> list:
@@ -384,7 +389,7 @@ class OperandRing:
                                                        self.bk) if self.mn_major_a else \
                             self.a[stage].rows_of(atom * self.bm + j * 64, 64)
                         ag.wgmma(a_view, b_view, acc, trans_b=self.mn_major_b,
-                                 trans_a=self.mn_major_a)
+                                 trans_a=self.mn_major_a, precision=self.precision)
         return accs
 
 

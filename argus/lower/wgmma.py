@@ -4,7 +4,7 @@ For a K-major operand in a 128/64/32-byte swizzled buffer whose rows are exactly
 span (the only layout `ag.smem` admits for wgmma), PTX ISA "Matrix Descriptor Format" and the
 canonical layouts of INVARIANTS.md §2.2 give: LBO unused (encoded as 16), SBO = 8 rows x span
 (the distance between 8-row core-matrix groups), and each instruction's K step (k16 for 16-bit
-inputs, k32 for fp8: 32 bytes either way) moves the start address by 32 bytes inside the
+inputs, k8 for tf32, k32 for fp8: 32 bytes each way) moves the start address by 32 bytes inside the
 swizzle atom (the XOR applies to the absolute address, so this stays correct). An MN-major B
 (`trans_b`, 16-bit only) is read as column atoms, see `mn_major_descriptor_fields`; so is
 an MN-major A (`trans_a`): the canonical layouts of A and B are the same with M for N.
@@ -29,7 +29,8 @@ def descriptor_fields(view_type, loc) -> tuple[int, int, int, int]:
     if row_bytes != swizzle:
         raise CompileError(f"wgmma operand rows are {row_bytes} B but the swizzle span is "
                            f"{swizzle} B", loc)
-    # one instruction covers 32 bytes of K (k16 bf16/f16, k32 e4m3): the next one starts there
+    # one instruction covers 32 bytes of K (k16 bf16/f16, k8 tf32, k32 e4m3): the next one
+    # starts there
     return (swizzle, 16, 8 * swizzle, WGMMA_K_BYTES)
 
 
@@ -47,6 +48,12 @@ def _descs(op: O.Wgmma, _ctx):
     if op.b_desc:
         return None
     k = op.k_extent
+    if (op.trans_a or op.trans_b) and op.b.type.dtype.bits != 16:
+        which = "A" if op.trans_a else "B"
+        raise CompileError(f"an MN-major {which} operand of a {op.b.type.dtype} wgmma: PTX "
+                           f"transposes 16-bit operands only (tf32 and fp8 are K-major)",
+                           op.loc, fix=f"store {which} with K contiguous (transpose it in "
+                                       f"global memory) and pass trans_{which.lower()}=False")
     b_desc = (mn_major_descriptor_fields(op.b.type, k, op.loc) if op.trans_b
               else descriptor_fields(op.b.type, op.loc))
     if op.a_in_registers:  # the "rs" form: only B has a descriptor

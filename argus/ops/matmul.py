@@ -1,8 +1,12 @@
 """`argus.ops.matmul(a, b, out=None)`: C = A @ B on Hopper with Argus's verified GEMM kernels.
 
-bf16 or fp16 inputs, fp32 accumulation, bf16 / fp16 / fp32 output. A is [M, K] or [batch, M, K]
+bf16 or fp16 inputs, fp32 accumulation, bf16 / fp16 / fp32 output; fp32 inputs with
+`precision="tf32"` (the tensor cores' tf32 product: 10-bit mantissa inputs, fp32 accumulation,
+as PyTorch computes with allow_tf32 on; relaxed accuracy, about 1e-3 relative, not fp32's,
+so it is never chosen without being asked for). A is [M, K] or [batch, M, K]
 with K contiguous; B is [K, N] (or batched) in either memory layout: a transposed view of a
-row-major [N, K] weight (`x @ W.T`) runs K-major, a row-major [K, N] (`x @ W`) runs MN-major.
+row-major [N, K] weight (`x @ W.T`) runs K-major, a row-major [K, N] (`x @ W`) runs MN-major
+(tf32 has no MN-major operands: such a B is copied K-major first, once per call).
 Anything the tensor-memory accelerator cannot address directly (a strided inner dimension, a
 row pitch or pointer that is not 16-byte aligned) is copied into an aligned buffer first, so the
 result is always right; inputs that cannot be right (CPU tensors, mixed dtypes, shapes that do
@@ -70,9 +74,24 @@ def _overlap(x, y) -> bool:
     return a0 < b1 and b0 < a1
 
 
-def _check(a, b, out) -> None:
+def _check(a, b, out, precision: str | None = None) -> None:
     import torch
 
+    if precision not in (None, "tf32"):
+        raise LaunchError(f"argus.ops.matmul: precision={precision!r}; the only choice is "
+                          f"'tf32' (fp32 inputs on the tensor cores with a 10-bit mantissa)")
+    # what the request asks for, before where it runs (a CPU test can see these)
+    dt = getattr(a, "dtype", None), getattr(b, "dtype", None)
+    if dt == (torch.float32, torch.float32) and precision != "tf32":
+        raise LaunchError("argus.ops.matmul: float32 inputs run only as tf32 (a 10-bit "
+                          "mantissa, about 1e-3 relative error, what torch.matmul gives with "
+                          "torch.backends.cuda.matmul.allow_tf32 = True)",
+                          fix="pass precision='tf32' to accept that, or torch.matmul for "
+                              "fp32 accuracy")
+    if precision == "tf32" and dt != (torch.float32, torch.float32):
+        raise LaunchError(f"argus.ops.matmul: precision='tf32' takes float32 inputs, got "
+                          f"{dt[0]} and {dt[1]}", fix="pass float32 tensors, or leave "
+                                                          "precision out")
     for name, t in (("a", a), ("b", b)) + ((("out", out),) if out is not None else ()):
         if not isinstance(t, torch.Tensor):
             raise LaunchError(f"argus.ops.matmul: {name} must be a torch.Tensor, got "
@@ -81,7 +100,7 @@ def _check(a, b, out) -> None:
             raise LaunchError(f"argus.ops.matmul: {name} is on {t.device}; Argus kernels run on "
                               f"a CUDA device (sm_90a)", fix=f"{name}.cuda(), or torch.matmul "
                                                              f"on the CPU")
-    if str(a.dtype) not in _IN or a.dtype != b.dtype:
+    if precision != "tf32" and (str(a.dtype) not in _IN or a.dtype != b.dtype):
         raise LaunchError(f"argus.ops.matmul: inputs must both be bfloat16 or both float16, got "
                           f"{a.dtype} and {b.dtype}", fix="cast both, e.g. a.bfloat16(), "
                                                           "b.bfloat16()")
@@ -115,18 +134,21 @@ def _remember(memo: OrderedDict, key, value, size: int = _MEMO_SIZE) -> None:
         memo.popitem(last=False)
 
 
-def _launch_key(a, b, out, schedule):
+def _launch_key(a, b, out, schedule, precision=None):
     try:
         return (a.data_ptr(), b.data_ptr(), out.data_ptr(), a.shape, b.shape, out.shape,
                 a.stride(), b.stride(), out.stride(), a.dtype, b.dtype, out.dtype, a.device,
-                b.device, out.device, schedule)
+                b.device, out.device, schedule, precision)
     except (AttributeError, TypeError, RuntimeError):
         return None  # not tensors: the checks below say what is wrong
 
 
-def matmul(a, b, out=None, *, schedule: GemmSchedule | None = None):
-    """Return a @ b (and write it into `out` when given)."""
-    key = _launch_key(a, b, out, schedule) if out is not None else None
+def matmul(a, b, out=None, *, schedule: GemmSchedule | None = None,
+           precision: str | None = None):
+    """Return a @ b (and write it into `out` when given). precision="tf32": fp32 a and b
+    multiplied as tf32 (see the module docstring); the result is fp32 unless `out` says
+    otherwise."""
+    key = _launch_key(a, b, out, schedule, precision) if out is not None else None
     launch = _LAUNCHES.get(key) if key is not None else None
     if launch is None and key in _SPLIT_LAUNCHES and not _capturing():
         _SPLIT_LAUNCHES.move_to_end(key)
@@ -134,7 +156,7 @@ def matmul(a, b, out=None, *, schedule: GemmSchedule | None = None):
     if launch is not None:
         launch()
         return out
-    return _matmul(a, b, out, schedule, key)
+    return _matmul(a, b, out, schedule, key, precision)
 
 
 def _capturing() -> bool:
@@ -143,14 +165,15 @@ def _capturing() -> bool:
     return torch.cuda.is_current_stream_capturing()
 
 
-def _matmul(a, b, out, schedule: GemmSchedule | None, key):
+def _matmul(a, b, out, schedule: GemmSchedule | None, key, precision=None):
     """The checked path; `key` (None: do not cache) names the launch for the fast path."""
     import torch
 
-    _check(a, b, out)
+    _check(a, b, out, precision)
     if a.dim() == 3 and b.dim() == 3 and a.shape[0] == 1:
         # a batch of one is the 2-d problem (its kernels, schedules and tuning entries)
-        flat = matmul(a[0], b[0], None if out is None else out[0], schedule=schedule)
+        flat = matmul(a[0], b[0], None if out is None else out[0], schedule=schedule,
+                      precision=precision)
         return flat.unsqueeze(0) if out is None else out
     batched = a.dim() == 3
     if batched and b.dim() == 2:
@@ -160,7 +183,7 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
             raise LaunchError(f"argus.ops.matmul: out has shape {tuple(out.shape)}, expected "
                               f"{(*a.shape[:-1], b.shape[-1])}")
         flat_a, flat_out, copy_back = _shared_weight_flat(a, b, out)
-        matmul(flat_a, b, flat_out, schedule=schedule)
+        matmul(flat_a, b, flat_out, schedule=schedule, precision=precision)
         if out is None:
             return flat_out.view(*a.shape[:-1], b.shape[-1])
         if copy_back:
@@ -184,12 +207,15 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
     if k == 0:
         return out.zero_()
 
-    problem = _problem(a, b, out)
-    in_dtype, out_dtype = _IN[str(a.dtype)], _OUT[str(out.dtype)]
+    problem = _problem(a, b, out, precision)
+    in_dtype, out_dtype = _in_dtype(a, precision), _OUT[str(out.dtype)]
     eb = in_dtype.bytes
     a_ready = _tma_ready(a, eb)
-    if problem.b_layout == "nk":
+    if problem.b_layout == "nk" and _b_is_nk(b):
         b_ready = _tma_ready(b.transpose(-1, -2), eb)   # x @ W.T: W [N, K], K contiguous
+    elif problem.b_layout == "nk":
+        # tf32 reads B K-major only: the [K, N] row-major B is copied to [N, K] (not cached)
+        b_ready = b.transpose(-1, -2).contiguous()
     else:
         b_ready = _tma_ready(b, eb)                     # x @ W: W [K, N]
     tma_store_ok = problem.tma_store_ok
@@ -197,6 +223,12 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key):
     compiled = _CHOSEN.get(memo_key)
     if compiled is None:
         chosen = schedule or choose(problem, device_name(a.device))
+        if precision == "tf32" and (chosen.split_k > 1 or chosen.tail_splits > 1 or
+                                    chosen.bk != 32):
+            raise LaunchError("argus.ops.matmul(precision='tf32'): the tf32 kernel runs whole "
+                              "K (no split_k or tail_splits yet) with bk=32 (a 128-byte row "
+                              "of fp32)", fix="GemmSchedule(bk=32, split_k=1, tail_splits=1), "
+                                              "or schedule=None")
         if chosen.epilogue == "tma" and not (tma_store_ok and out_dtype.bits == 16):
             raise LaunchError("argus.ops.matmul: the TMA-store epilogue needs a 16-bit output "
                               "with 16-byte aligned rows",
@@ -253,26 +285,39 @@ def _shared_weight_flat(a, b, out):
     return flat_a, flat_out, out is not None
 
 
-def _problem(a, b, out) -> Problem:
-    """The kernel kind and tuning key of a 2-d or batched (batch > 1) a @ b into out."""
+def _in_dtype(a, precision: str | None):
+    return dtypes.f32 if precision == "tf32" else _IN[str(a.dtype)]
+
+
+def _b_is_nk(b) -> bool:
+    """b [.., K, N] is a transposed view of a row-major [.., N, K] (K contiguous)."""
+    n = b.shape[-1]
+    return b.stride(-2) == 1 and b.stride(-1) != 1 or (b.stride(-2) == 1 and n == 1)
+
+
+def _problem(a, b, out, precision: str | None = None) -> Problem:
+    """The kernel kind and tuning key of a 2-d or batched (batch > 1) a @ b into out. A tf32
+    problem's in_dtype is "tf32" (its own kernels and tuning entries) and its B is always
+    read K-major ("nk")."""
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    in_dtype, out_dtype = _IN[str(a.dtype)], _OUT[str(out.dtype)]
-    nk = b.stride(-2) == 1 and b.stride(-1) != 1 or (b.stride(-2) == 1 and n == 1)
-    return Problem(m, n, k, a.shape[0] if a.dim() == 3 else 1, in_dtype.name, out_dtype.name,
+    out_dtype = _OUT[str(out.dtype)]
+    in_name = "tf32" if precision == "tf32" else _IN[str(a.dtype)].name
+    nk = _b_is_nk(b) or precision == "tf32"
+    return Problem(m, n, k, a.shape[0] if a.dim() == 3 else 1, in_name, out_dtype.name,
                    "nk" if nk else "kn", _aligned(out, out_dtype.bytes))
 
 
-def problem_of(a, b, out):
+def problem_of(a, b, out, precision: str | None = None):
     """(Problem, (a, b, out)): the problem `matmul(a, b, out)` runs, which keys its kernel and
     its tuning entry, and the operands in that problem's shape. A batch of one and a weight
     shared by every batch are 2-d problems (out may come back as a buffer of its own, as
     matmul uses when out cannot be flattened)."""
     if a.dim() == 3 and b.dim() == 3 and a.shape[0] == 1:
-        return problem_of(a[0], b[0], out[0])
+        return problem_of(a[0], b[0], out[0], precision)
     if a.dim() == 3 and b.dim() == 2:
         flat_a, flat_out, _ = _shared_weight_flat(a, b, out)
-        return problem_of(flat_a, b, flat_out)
-    return _problem(a, b, out), (a, b, out)
+        return problem_of(flat_a, b, flat_out, precision)
+    return _problem(a, b, out, precision), (a, b, out)
 
 
 def forget_choices() -> None:
@@ -282,8 +327,9 @@ def forget_choices() -> None:
     _SPLIT_LAUNCHES.clear()
 
 
-def bmm(a, b, out=None, *, schedule: GemmSchedule | None = None):
+def bmm(a, b, out=None, *, schedule: GemmSchedule | None = None,
+        precision: str | None = None):
     """Batched matmul: a [batch, M, K] @ b [batch, K, N]."""
     if a.dim() != 3 or b.dim() != 3:
         raise LaunchError(f"argus.ops.bmm takes 3-d tensors, got {a.dim()}-d and {b.dim()}-d")
-    return matmul(a, b, out, schedule=schedule)
+    return matmul(a, b, out, schedule=schedule, precision=precision)

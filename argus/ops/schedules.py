@@ -44,17 +44,36 @@ def kernel_for(p: Problem, s: GemmSchedule):
     """(kernel, schedule) that compute problem `p` under `s`: the problem's own GEMM kernel, or
     for a split-K schedule the batched kernel with fp32 output that computes one K slice per
     batch (argus/ops/split_k.py; the partials' sum is `split_k_sum`), or with tail splits the
-    kernel built for them (its tail's sum is `tail_sum_kernel`)."""
-    in_dtype, out_dtype = dtypes.from_name(p.in_dtype), dtypes.from_name(p.out_dtype)
+    kernel built for them (its tail's sum is `tail_sum_kernel`). A "tf32" problem runs the
+    fp32 kernel with precision="tf32"."""
+    precision = "tf32" if p.in_dtype == "tf32" else None
+    in_dtype = dtypes.f32 if precision else dtypes.from_name(p.in_dtype)
+    out_dtype = dtypes.from_name(p.out_dtype)
     if s.split_k > 1:
-        return (gemm_kernel(in_dtype, dtypes.f32, p.b_layout, True),
+        return (gemm_kernel(in_dtype, dtypes.f32, p.b_layout, True, precision=precision),
                 dataclasses.replace(s, split_k=1))
     # tail splits: the kernel that also takes the K-slice views and the workspace
-    return gemm_kernel(in_dtype, out_dtype, p.b_layout, p.batch > 1, s.tail_splits), s
+    return gemm_kernel(in_dtype, out_dtype, p.b_layout, p.batch > 1, s.tail_splits,
+                       precision=precision), s
 
 
 def heuristic(p: Problem) -> GemmSchedule:
     """A good schedule without measuring (HOPPER.md §2.1 recipe, skinny-M variants)."""
+    return _fit_tf32(p, _heuristic(p))
+
+
+def _fit_tf32(p: Problem, s: GemmSchedule) -> GemmSchedule | None:
+    """A schedule for bf16 made to fit a tf32 problem: bk = 32 (a 128-byte row of fp32: the
+    same bytes per stage as bf16's 64); None for what tf32 does not run yet (split-K, tail
+    splits: their K-slice checks assume 16-bit elements). Other problems: `s` itself."""
+    if p.in_dtype != "tf32":
+        return s
+    if s.split_k > 1 or s.tail_splits > 1:
+        return None
+    return dataclasses.replace(s, bk=32)
+
+
+def _heuristic(p: Problem) -> GemmSchedule:
     epilogue = "tma" if p.tma_store_ok and p.out_dtype in ("bf16", "f16") else "direct"
     if p.m * p.batch <= 32:
         # Weight streaming with few tokens: swap-AB, 64 weight rows per tile and a ring of
@@ -129,8 +148,8 @@ def candidates(p: Problem) -> list[GemmSchedule]:
         # _tail_split_candidates(p) are not tuning candidates: slower than the plain kernel in
         # every case measured on the H200 (docs/perf/gemm.md run 5)
     seen, unique = set(), []
-    for s in out:
-        if s not in seen:
+    for s in (_fit_tf32(p, s) for s in out):
+        if s is not None and s not in seen:
             seen.add(s)
             unique.append(s)
     return unique

@@ -55,7 +55,9 @@ def wgmma_issue(em: _Emitter, ops, i: int) -> int:
 def _spec(em: _Emitter, op: O.Wgmma, a_source: str) -> WgmmaSpec:
     """The instruction variant of `op`, recorded for the kernel's prelude (codegen/wgmma.py)."""
     dt = op.a.type.dtype
-    spec = WgmmaSpec(n=op.acc.type.shape[1], a_dtype=dt.name, b_dtype=dt.name,
+    # f32 views are read as tf32 (the only wgmma over 32-bit elements; see O.Wgmma)
+    name = "tf32" if dt.name == "f32" else dt.name
+    spec = WgmmaSpec(n=op.acc.type.shape[1], a_dtype=name, b_dtype=name,
                      acc_dtype="f32", a_source=a_source, trans_b=op.trans_b,
                      trans_a=op.trans_a)
     if spec not in em.wgmma_specs:
@@ -64,7 +66,8 @@ def _spec(em: _Emitter, op: O.Wgmma, a_source: str) -> WgmmaSpec:
 
 
 def _issue(em: _Emitter, op: O.Wgmma, spec: WgmmaSpec, a_operand) -> int:
-    """One instruction per k step (k16 for 16-bit inputs, k32 for fp8) and the commit;
+    """One instruction per k step (k16 for 16-bit inputs, k8 for tf32, k32 for fp8) and the
+    commit;
     `a_operand(kk)` is step kk's A argument. A scale-d = 0 accumulator (lazy zero) is
     overwritten by the first step. Returns the number of k steps."""
     acc = em.tiles[op.acc.id]
