@@ -14,9 +14,10 @@ Per slot, per task: the task's baselines in the slot's baseline process (kept ac
 judge then reads them from the shared cache), then the judge, `direct` (the reference inside
 this process, the candidate copies its inputs, outputs by CUDA IPC) with a candidate process
 forked by the candidates' fork server (process.Zygote: torch and the harness imported once per
-run, a candidate starts in milliseconds) while the previous task was judged. Tasks are admitted by their estimated GPU memory
-(gpumem.py: inputs, float64 references, the candidate's copies) so the device never runs out;
-a task that does run out is tried again once, alone. Largest first (they pack worst), smaller
+run, a candidate starts in milliseconds) while the previous task was judged. Tasks are admitted
+by their estimated GPU memory (gpumem.py: inputs, float64 references, the candidate's copies) and
+by the device's free memory, so the device rarely runs out; a task that does run out is tried
+again as if it needed twice its estimate, then alone. Largest first (they pack worst), smaller
 ones fill the memory left.
 
 Results: one line per task appended to OUT/results.jsonl as soon as it is judged (resumable
@@ -91,6 +92,18 @@ def pick_first_fit(queue: list, need_of, memory: gpumem.GpuMemoryBudget,
     return False
 
 
+def out_of_memory_retry(need: float, budget: float, tries: int) -> float | None:
+    """The memory to admit a task with again after it ran out of GPU memory with `need` for the
+    `tries`-th time, or None when it already ran alone (out of memory is then its verdict). Twice
+    the estimate first:
+    most tasks that run out do so because a neighbour overshot its own estimate (run 7 on the
+    H200 ran all 62 such tasks alone, one after another, and judged none of them in its
+    budget); then alone."""
+    if need >= budget:
+        return None
+    return budget if tries > 1 or need * 2 >= budget or need <= 0 else need * 2
+
+
 class _Slot:
     """One slot's processes, kept across its tasks."""
 
@@ -150,8 +163,9 @@ def run_parallel(tasks: list[Task], solutions: Path | str, out_dir: Path | str,
     options = replace(options, direct=True, workdir=str(work))
     cache = BaselineCache(options.baseline_cache)
     env = Environment.current(device)
-    memory = gpumem.GpuMemoryBudget(gpumem.device_budget_bytes(
-        device, parallel.reserve_gb, parallel.gpu_mem_gb))
+    memory = gpumem.GpuMemoryBudget(
+        gpumem.device_budget_bytes(device, parallel.reserve_gb, parallel.gpu_mem_gb),
+        free_bytes=gpumem.device_free_bytes(device) if parallel.gpu_mem_gb is None else None)
     lock = threading.Lock()
     stopped = threading.Event()
     judgments: dict[str, Judgment] = {}
@@ -175,7 +189,7 @@ def run_parallel(tasks: list[Task], solutions: Path | str, out_dir: Path | str,
             if device != "cpu" else 0.0 for t, _ in todo}
     todo.sort(key=lambda tp: -need[tp[0].key])          # largest first; small ones fill in
     queue = list(todo)
-    retried: set[str] = set()
+    oom_tries: dict[str, int] = {}
     done = [0]
     slots = [_Slot(i, work / "logs", work / f"slot{i}") for i in range(max(1, parallel.jobs))]
     for slot in slots:
@@ -226,12 +240,16 @@ def run_parallel(tasks: list[Task], solutions: Path | str, out_dir: Path | str,
                 memory.release(need[task.key])
             if stopped.is_set():
                 return                                # past the deadline: not recorded
-            if j.reason == "out_of_memory" and task.key not in retried:
-                retried.add(task.key)
+            again = None
+            if j.reason == "out_of_memory":
+                oom_tries[task.key] = oom_tries.get(task.key, 0) + 1
+                again = out_of_memory_retry(need[task.key], memory.budget, oom_tries[task.key])
+            if again is not None:
                 with lock:
-                    need[task.key] = memory.budget    # once more, alone
+                    need[task.key] = again
                     queue.append((task, path))
-                say(f"{task.key} {task.name}: out of GPU memory, again later alone")
+                say(f"{task.key} {task.name}: out of GPU memory, again later " +
+                    ("alone" if again >= memory.budget else f"as if it needed {again / 1e9:.0f} GB"))
                 continue
             with lock:
                 judgments[task.key] = j
@@ -302,7 +320,7 @@ def _measure_baseline(slot: _Slot, task: Task, options: JudgeOptions, cache: Bas
 
 def _judge_failure(task: Task, device: str, exc: Exception) -> Judgment:
     """A judgment for a task whose judging raised in this process (the in-process reference
-    or a comparison ran out of GPU memory beside other tasks: out_of_memory, retried alone)."""
+    or a comparison ran out of GPU memory beside other tasks: out_of_memory, retried with more memory, then alone)."""
     from argus.bench.kernelbench.worker import out_of_memory
 
     kind = "out_of_memory" if out_of_memory(exc) else "task_error"
