@@ -20,6 +20,14 @@ The schedule is `argus.kernels.attention.default_schedule(head_dim, causal, Sq)`
 measured fastest on the H200 per head dim, mask and query length (docs/perf/attention.md, run
 5); `schedule=` overrides it.
 
+Decoding: a query of at most 16 tokens (Sq <= MAX_QUERIES; decoding and speculative decoding
+against a KV cache) runs the flash-decoding kernels instead (argus/ops/attention_decode.py:
+the GQA group x tokens packed into one tile per KV read, the KV length split over CTAs when the
+batch does not fill the SMs, the splits merged by LSE), with the same semantics and outputs;
+`schedule=` with a prefill AttentionSchedule forces the prefill kernel, a DecodeSchedule the
+decode kernels. `argus.ops.attention_decode` is the same path by name (it also takes
+`splits=`).
+
 Every input that cannot be right (dtype, head dim, shapes, device, strides TMA cannot address,
 heads that do not divide) raises a LaunchError that says what and how to fix it. The kernel
 runs as the torch.library custom op `argus::attention`, so torch.compile traces through it and
@@ -38,6 +46,8 @@ from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.attention import (HEAD_DIMS, LOG2E, AttentionSchedule, attention_kernel,
                                      default_schedule)
+from argus.kernels.attention_decode import MAX_QUERIES, DecodeSchedule
+from argus.ops.attention_decode import run_decode
 
 _WHO = "argus.ops.attention"
 _DTYPES = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16}
@@ -52,13 +62,16 @@ _LAUNCHES: OrderedDict = OrderedDict()
 
 def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
               layout: str = "bhsd", return_lse: bool = False,
-              schedule: AttentionSchedule | None = None):
+              schedule: AttentionSchedule | DecodeSchedule | None = None):
     """softmax(scale * q k^T [+ causal mask]) v; (out, lse) with return_lse=True. See the
     module docstring for shapes, layouts and the two conventions that differ from torch."""
     check(q, k, v, layout=layout)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    if schedule is not None:
+    if isinstance(schedule, DecodeSchedule):   # the decode kernels with a forced schedule
+        out, lse = run_decode(q, k, v, bool(causal), float(scale), layout, bool(return_lse),
+                              schedule=schedule)
+    elif schedule is not None:
         out, lse = _run(q, k, v, bool(causal), float(scale), layout, bool(return_lse), schedule)
     else:
         out, lse = _op()(q, k, v, bool(causal), float(scale), layout, bool(return_lse))
@@ -68,9 +81,10 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
 # ----------------------------------------------------------------------------- checks
 
 
-def check(q, k, v, *, layout: str = "bhsd") -> None:
+def check(q, k, v, *, layout: str = "bhsd", device: bool = True) -> None:
     """Raise a LaunchError for inputs the kernel cannot compute right. Shapes and dtypes are
-    checked before devices, so the messages are the same for CPU tensors."""
+    checked before devices, so the messages are the same for CPU tensors (device=False skips
+    the device checks: the interpreter runs on CPU tensors)."""
     import torch
 
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -111,11 +125,11 @@ def check(q, k, v, *, layout: str = "bhsd") -> None:
                           f"a multiple of the key/value heads (GQA / MQA)",
                           fix=f"check the head dimension of the layout ({layout!r}: heads are "
                               f"dim {1 if layout == 'bhsd' else 2})")
-    for name, t in (("q", q), ("k", k), ("v", v)):
+    for name, t in (("q", q), ("k", k), ("v", v)) if device else ():
         if not t.is_cuda:
             raise LaunchError(f"{_WHO}: {name} is on {t.device}; Argus kernels run on a CUDA "
                               f"device (sm_90a)", fix=f"{name}.cuda(), or torch SDPA on the CPU")
-    if k.device != q.device or v.device != q.device:
+    if device and (k.device != q.device or v.device != q.device):
         raise LaunchError(f"{_WHO}: q, k and v are on different devices ({q.device}, "
                           f"{k.device}, {v.device})", fix="move them to one GPU")
 
@@ -175,6 +189,9 @@ def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
     import torch
 
     check(q, k, v, layout=layout)
+    if schedule is None and _bhsd(q, layout).shape[2] <= MAX_QUERIES:
+        # decoding (1..16 query tokens): split-KV with the GQA group packed per KV read
+        return run_decode(q, k, v, causal, scale, layout, return_lse)
     _check_strides((("q", q), ("k", k), ("v", v)))
     qb, kb, vb = _bhsd(q, layout), _bhsd(k, layout), _bhsd(v, layout)
     B, H, S, D = qb.shape

@@ -1,0 +1,116 @@
+"""Decode attention (argus/kernels/attention_decode.py through argus/ops/attention_decode.py's
+host path) in the numpy interpreter against a float64 reference: 1, 8 and 16 query tokens,
+GQA / MQA (the group x tokens packed as one tile's rows, two consumer warpgroups above 64
+rows, row chunks above 128), KV lengths that are not multiples of the block, splits > 1
+(chosen by num_splits, forced, and one split left without blocks), the direct one-split path,
+causal masks (bottom-right: the last Sq positions), tokens that see no key, the [B, S, H, D]
+layout, fp16, head dims 64 / 128 / 256 and the log-sum-exp."""
+
+import math
+
+import pytest
+import torch
+
+from argus.kernels.attention_decode import DecodeSchedule, num_splits
+from argus.ops.attention_decode import run_decode
+
+
+def interpret(kernel_fn, compile_time, tensors, scalars):
+    kernel_fn.interpret(*tensors, **scalars, **compile_time)
+
+
+def reference(q, k, v, causal: bool):
+    """float64 attention in [B, H, S, D] with GQA and FlashAttention's bottom-right causal
+    mask; rows without a key are zero and their log-sum-exp -inf."""
+    group = q.shape[1] // k.shape[1]
+    kd = k.double().repeat_interleave(group, 1)
+    vd = v.double().repeat_interleave(group, 1)
+    s = q.double() @ kd.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        S, SK = q.shape[-2], k.shape[-2]
+        keep = torch.ones(S, SK, dtype=torch.bool).tril(SK - S)
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, -1).nan_to_num(0.0) @ vd, torch.logsumexp(s, -1)
+
+
+def run(B, H, HKV, S, SK, D, causal, *, layout="bhsd", dtype=torch.bfloat16, splits=None,
+        schedule=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if layout == "bhsd":
+        q = torch.randn(B, H, S, D, generator=g).to(dtype)
+        k, v = (torch.randn(B, HKV, SK, D, generator=g).to(dtype) for _ in range(2))
+        views = q, k, v
+    else:  # [B, S, H, D] storage
+        q = torch.randn(B, S, H, D, generator=g).to(dtype)
+        k, v = (torch.randn(B, SK, HKV, D, generator=g).to(dtype) for _ in range(2))
+        views = tuple(t.transpose(1, 2) for t in (q, k, v))
+    out, lse = run_decode(q, k, v, causal, 1.0 / math.sqrt(D), layout, True, splits=splits,
+                          schedule=schedule, execute=interpret)
+    want, want_lse = reference(*views, causal)
+    got = out if layout == "bhsd" else out.transpose(1, 2)
+    assert tuple(out.shape) == tuple(q.shape)
+    return got, want, lse, want_lse
+
+
+def assert_close(got, want, got_lse, want_lse):
+    assert not torch.isnan(got.float()).any(), "rows left unwritten (NaN)"
+    err = (got.double() - want).abs().max().item()
+    assert err < 2e-2 * max(1.0, want.abs().max().item()), f"max abs error {err}"
+    finite = torch.isfinite(want_lse)
+    assert torch.equal(torch.isfinite(got_lse), finite), "LSE -inf exactly where no key is seen"
+    assert (got_lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("S", [1, 8, 16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_tokens_and_masks(S, causal):
+    """GQA 4:1 (4 x S packed rows), 1001 keys (not a multiple of 128), splits chosen by the
+    heuristic (two (batch, kv head) units: more than one split)."""
+    assert num_splits(2, math.ceil(1001 / 128)) > 1
+    assert_close(*run(1, 8, 2, S, 1001, 64, causal))
+
+
+@pytest.mark.parametrize("splits", [1, 2, 4])
+def test_forced_splits(splits):
+    """splits=1: the direct path (no combine); 4 splits of 5 blocks: 2, 2, 1 and an empty
+    split (zeros, LSE -inf, weighed 0 by the combine)."""
+    schedule = DecodeSchedule(block_n=64, stages=2)
+    assert_close(*run(2, 4, 2, 2, 300, 64, True, splits=splits, schedule=schedule))
+
+
+def test_mqa_two_warpgroups():
+    """MQA: 8 query heads x 16 tokens = 128 packed rows, two consumer warpgroups."""
+    assert_close(*run(1, 8, 1, 16, 200, 64, True))
+
+
+def test_row_chunks():
+    """32 query heads on one kv head x 5 tokens = 160 packed rows: two launches over row
+    chunks of 125 and 35 rows (chunks start at a multiple of Sq, so tokens stay r % Sq)."""
+    assert_close(*run(1, 32, 1, 5, 150, 64, True))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_more_tokens_than_keys(causal):
+    """Sq = 8 > Skv = 5: under the causal mask the first 3 tokens see no key (zeros, -inf)."""
+    assert_close(*run(1, 2, 1, 8, 5, 64, causal))
+
+
+@pytest.mark.parametrize("S", [1, 4])
+def test_bshd_layout(S):
+    """[B, S, H, D] in place for k and v; q's packed rows are a copy when S > 1 (two strides),
+    and the output comes back in [B, S, H, D]."""
+    assert_close(*run(2, 4, 2, S, 130, 64, True, layout="bshd"))
+
+
+def test_fp16():
+    assert_close(*run(1, 4, 2, 3, 129, 64, False, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("D", [128, 256])
+def test_head_dims(D):
+    assert_close(*run(1, 4, 1, 2, 140, D, True, splits=2))
+
+
+def test_no_keys():
+    got, want, lse, _ = run(1, 2, 1, 1, 0, 64, False)
+    assert torch.equal(got, torch.zeros_like(got)) and torch.isinf(lse).all()
