@@ -189,9 +189,9 @@ def grouped_gemm_kernel(gated: bool, partial: bool = False) -> ag.KernelFunction
         ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.bf16, s.consumers)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
-        if s.epilogue == "tma":   # staging for the stored tile: width columns per warpgroup
-            staging = Staging.alloc(s.consumers, rows, width, ag.bf16,
-                                    min(s.store_cols, width))
+        # staging for the stored tile: width columns per warpgroup
+        staging = Staging.alloc(s.consumers, rows, width, ag.bf16, min(s.store_cols, width)) \
+            if s.epilogue == "tma" else None
 
         # the units (pad-row blocks) routing counted, read once for every role: both walk the
         # same units, and so do the CTAs of a cluster
@@ -203,41 +203,62 @@ def grouped_gemm_kernel(gated: bool, partial: bool = False) -> ag.KernelFunction
                                   expert):
                 yield (mu * cs + rank if cs > 1 else mu), n, e
 
-        with ag.role("producer", warpgroups=1, regs=s.producer_regs):
-            for m, n, expert in units(True):
-                for k in ag.range(k_steps):
-                    with ring.pipe.produce() as stage:
-                        k0 = k * s.bk
-                        load_tile(ring.a[stage], 0, A, (), m, s.bm, k0, s.bk)
-                        # B is shared by the cluster's CTAs: each loads 1/cs of every box
-                        if gated:   # gate rows, then the matching up rows, in one B tile
-                            load_tile(ring.b[stage], 0, W, (expert, 0), n, width, k0, s.bk,
-                                      rank=rank, share=cs)
-                            load_tile(ring.b[stage], width, W, (expert, 1), n, width, k0,
-                                      s.bk, rank=rank, share=cs)
-                        else:
-                            load_tile(ring.b[stage], 0, W, (expert,), n, s.bn, k0, s.bk,
-                                      rank=rank, share=cs)
+        produce_units(ring, units(True), A, W, s, k_steps, gated, rank)
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             for m, n, _ in units(False):
                 acc = ring.mma(k_steps, wg)
                 row0 = m * s.bm + wg * rows
-                if s.epilogue == "tma" and gated:
-                    _store_gated_staged(C, row0, n * width, wg, acc, staging, width)
-                elif s.epilogue == "tma":
-                    store_tile_staged(C, Unit((), m, n), wg, acc, staging, bm=s.bm, bn=s.bn,
-                                      rows=rows, finish=lambda t: t.to(ag.bf16))
-                elif gated:
-                    out = silu_mul(acc[:, :width], acc[:, width:])
-                    ag.store(C, (row0, n * width), out.to(ag.bf16))
-                else:
-                    ag.store(C, (row0, n * width), acc.to(ag.bf16))
+                store_unit(C, s, m, n, row0, wg, acc, staging, gated)
 
     name = ("moe_gate_up" if gated else "moe_down") + ("_partial" if partial else "")
     # C is written for the units routing counted only: the layout's worst-case rows past
     # them are never written (nor read), on purpose
     return ag.kernel(moe_grouped_gemm, name=name, partial_outputs=("C",))
+
+
+def produce_units(ring: OperandRing, units, A, W, s: MoeSchedule, k_steps, gated: bool,
+                  rank) -> None:
+    """The producer warpgroup of the prefill grouped GEMMs (bf16 here, fp8 in moe_fp8.py):
+    per unit (m-tile, n-tile, expert) of `units` and K step, A's bm rows and the expert's B
+    tile into the ring's next stage (the gated GEMM's: bn/2 gate rows on top of the matching
+    bn/2 up rows)."""
+    width = s.bn // 2 if gated else s.bn
+    cs = s.cluster_m
+    with ag.role("producer", warpgroups=1, regs=s.producer_regs):
+        for m, n, expert in units:
+            for k in ag.range(k_steps):
+                with ring.pipe.produce() as stage:
+                    k0 = k * s.bk
+                    load_tile(ring.a[stage], 0, A, (), m, s.bm, k0, s.bk)
+                    # B is shared by the cluster's CTAs: each loads 1/cs of every box
+                    if gated:   # gate rows, then the matching up rows, in one B tile
+                        load_tile(ring.b[stage], 0, W, (expert, 0), n, width, k0, s.bk,
+                                  rank=rank, share=cs)
+                        load_tile(ring.b[stage], width, W, (expert, 1), n, width, k0, s.bk,
+                                  rank=rank, share=cs)
+                    else:
+                        load_tile(ring.b[stage], 0, W, (expert,), n, s.bn, k0, s.bk,
+                                  rank=rank, share=cs)
+
+
+def store_unit(C, s: MoeSchedule, m, n, row0, wg, acc, staging: Staging | None,
+               gated: bool) -> None:
+    """The prefill grouped GEMMs' epilogue (bf16 and fp8): consumer wg's rows of unit (m, n)
+    from its fp32 accumulator, starting at row `row0` of C: silu(gate) * up of the gated
+    GEMM (bn/2 columns), else the tile, in bf16, from registers or through `staging` and TMA
+    stores (epilogue="tma")."""
+    width = s.bn // 2 if gated else s.bn
+    if s.epilogue == "tma" and gated:
+        _store_gated_staged(C, row0, n * width, wg, acc, staging, width)
+    elif s.epilogue == "tma":
+        store_tile_staged(C, Unit((), m, n), wg, acc, staging, bm=s.bm, bn=s.bn,
+                          rows=s.bm // s.consumers, finish=lambda t: t.to(ag.bf16))
+    elif gated:
+        out = silu_mul(acc[:, :width], acc[:, width:])
+        ag.store(C, (row0, n * width), out.to(ag.bf16))
+    else:
+        ag.store(C, (row0, n * width), acc.to(ag.bf16))
 
 
 def _tag_layout(A, W, TileExpert, pad: int, gated: bool, partial: bool = False) -> None:

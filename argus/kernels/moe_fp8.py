@@ -37,8 +37,8 @@ import argus as ag
 from argus.dtypes import DType
 from argus.kernels.gemm_fp8 import (BK_BYTES, OVERLAP_MAX_BN, PROMOTE_MAX_BN, SCALE_BLOCK,
                                     overlapped_promoted_mma, promoted_mma)
-from argus.kernels.moe import MoeSchedule, _store_gated_staged, _tag_layout, _walk, silu_mul
-from argus.kernels.warp_specialized import OperandRing, Staging, Unit, load_tile, store_tile_staged
+from argus.kernels.moe import MoeSchedule, _tag_layout, _walk, produce_units, store_unit
+from argus.kernels.warp_specialized import OperandRing, Staging
 
 GROUP = 128          # columns per scale (one 128-deep K block of the block-scaled GEMM)
 E4M3_MAX = 448.0     # the largest finite e4m3 magnitude
@@ -296,9 +296,8 @@ def grouped_gemm_fp8_kernel(gated: bool) -> ag.KernelFunction:
         ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
-        if s.epilogue == "tma":
-            staging = Staging.alloc(s.consumers, rows, width, ag.bf16,
-                                    min(s.store_cols, width))
+        staging = Staging.alloc(s.consumers, rows, width, ag.bf16, min(s.store_cols, width)) \
+            if s.epilogue == "tma" else None
         m_units = ag.load_scalar(Tiles, (0, 0))
 
         def units():
@@ -307,20 +306,7 @@ def grouped_gemm_fp8_kernel(gated: bool) -> ag.KernelFunction:
                                   True):
                 yield (mu * cs + rank if cs > 1 else mu), n, e
 
-        with ag.role("producer", warpgroups=1, regs=s.producer_regs):
-            for m, n, expert in units():
-                for k in ag.range(k_steps):
-                    with ring.pipe.produce() as stage:
-                        k0 = k * s.bk
-                        load_tile(ring.a[stage], 0, A, (), m, s.bm, k0, s.bk)
-                        if gated:
-                            load_tile(ring.b[stage], 0, W, (expert, 0), n, width, k0, s.bk,
-                                      rank=rank, share=cs)
-                            load_tile(ring.b[stage], width, W, (expert, 1), n, width, k0,
-                                      s.bk, rank=rank, share=cs)
-                        else:
-                            load_tile(ring.b[stage], 0, W, (expert,), n, s.bn, k0, s.bk,
-                                      rank=rank, share=cs)
+        produce_units(ring, units(), A, W, s, k_steps, gated, rank)
 
         # the consumers read the unit's expert too: it indexes the weight scales
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
@@ -329,16 +315,7 @@ def grouped_gemm_fp8_kernel(gated: bool) -> ag.KernelFunction:
                 scales = GroupedBlockScales(ScaleAT, ScaleW, expert, row0, n * width, rows,
                                             s.bn, gated)
                 acc = _promotion(s)(ring, k_steps, wg, scales)
-                if s.epilogue == "tma" and gated:
-                    _store_gated_staged(C, row0, n * width, wg, acc, staging, width)
-                elif s.epilogue == "tma":
-                    store_tile_staged(C, Unit((), m, n), wg, acc, staging, bm=s.bm, bn=s.bn,
-                                      rows=rows, finish=lambda t: t.to(ag.bf16))
-                elif gated:
-                    ag.store(C, (row0, n * width),
-                             silu_mul(acc[:, :width], acc[:, width:]).to(ag.bf16))
-                else:
-                    ag.store(C, (row0, n * width), acc.to(ag.bf16))
+                store_unit(C, s, m, n, row0, wg, acc, staging, gated)
 
     name = "moe_fp8_gate_up" if gated else "moe_fp8_down"
     # as the bf16 grouped GEMM: C is written for the units routing counted only
