@@ -18,6 +18,21 @@ default schedule's kernel (default_schedule for the case's head dim, mask and S)
 prepared once and replayed (no host work per call), which separates host overhead from
 kernel time. Prints a table (TFLOP/s, ours / each backend) and writes
 attention_bench.json to --out.
+
+    python3 scripts/gpu_attention_bench.py --decode [--batches 1,32,64,128] [--kv 8192,32768]
+        [--queries 1,16] [--dims 128] [--heads 32:8] [--backends cudnn,flash,efficient,math]
+
+--decode: the decode sweep (argus.ops.attention's split-KV path for Sq <= 16): bf16, GQA 32:8
+(--heads), non-causal (torch's is_causal aligns a short query top-left, ours bottom-right; the
+mask changes no bytes), batch x KV length x query tokens. Per case, on fresh torch.randn data:
+ours through the public op (host work included), `kernel` (our launches prepared once and
+replayed: no host work), every SDPA backend that runs the case, and a device copy of the same
+bytes as K and V (`dst.copy_(src)`, the copy bandwidth counts read + write: 2 x bytes / time),
+each timed by argus.runtime.timing.measure (256 MB L2 flush before every trial, median of 100).
+Prints KV bytes read per second (K + V bytes / time) as % of the copy bandwidth, ours against
+each backend, the splits chosen, and the error against float64 (the first 4 sequences). Writes
+attention_decode_bench.json to --out. The bar (issue 14): >= 1.0x cuDNN at batch >= 32 and
+KV >= 8k; >= 60% of copy bandwidth with 8-16 query tokens; >= 75% at batch 1.
 """
 
 import argparse
@@ -125,9 +140,175 @@ def argus_dtype(t):
     return ag.bf16 if str(t.dtype) == "torch.bfloat16" else ag.f16
 
 
+def decode_plans(q, k, v):
+    """Our decode launches for these tensors, compiled and prepared once (the op's own host
+    path recording instead of launching): a function replaying them, no host work per call
+    but the launches. Holds the partial buffers the op allocated."""
+    import torch
+
+    from argus.ops.attention_decode import run_decode
+
+    plans, held = [], []
+
+    def record(kernel_fn, compile_time, tensors, scalars):
+        held.append(tensors)
+        plan = kernel_fn.compile(**compile_time).prepare(*tensors, _scalars=scalars)
+        if plan is not False:
+            plans.append(plan)
+
+    out, _ = run_decode(q, k, v, False, 1.0 / math.sqrt(q.shape[-1]), "bhsd", False,
+                        execute=record)
+    torch.cuda.synchronize()
+
+    def replay():
+        for plan in plans:
+            plan()
+    replay.held = (held, out)
+    replay.launches = len(plans)
+    return replay
+
+
+def decode_check(out, q, k, v, batches: int = 4) -> float:
+    """Relative error of the first `batches` sequences against float64 (non-causal)."""
+    import torch
+
+    qd, kd, vd = (t[:batches].double() for t in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    kd, vd = kd.repeat_interleave(group, 1), vd.repeat_interleave(group, 1)
+    ref = torch.softmax(qd @ kd.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1) @ vd
+    return ((out[:batches].double() - ref).norm() / ref.norm()).item()
+
+
+def decode_main(args) -> int:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import argus.ops
+    from argus.kernels.attention_decode import default_decode_schedule, num_splits
+    from argus.runtime.timing import measure
+
+    backends = {"cudnn": getattr(SDPBackend, "CUDNN_ATTENTION", None),
+                "flash": SDPBackend.FLASH_ATTENTION,
+                "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                "math": SDPBackend.MATH}
+    wanted = args.backends.split(",") if args.backends else list(backends)
+    backends = {n: b for n, b in backends.items() if b is not None and n in wanted}
+    batches = [int(x) for x in args.batches.split(",")]
+    kvs = [int(x) for x in args.kv.split(",")]
+    queries = [int(x) for x in args.queries.split(",")]
+    dims = [int(x) for x in args.dims.split(",")] if args.dims else [128]
+    H, HKV = (int(x) for x in args.heads.split(":"))
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
+          f"{torch.backends.cudnn.version()}; decode, bf16, GQA {H}:{HKV}", flush=True)
+    rows = []
+    for d in dims:
+        for B in batches:
+            for SK in kvs:
+                for S in queries:
+                    rows.append(decode_case(B, SK, S, d, H, HKV, backends, measure, sdpa_kernel,
+                                            default_decode_schedule, num_splits))
+                    print(json.dumps(rows[-1]), flush=True)
+    (args.out / "attention_decode_bench.json").write_text(json.dumps(rows, indent=2))
+    print_decode_table(rows, list(backends))
+    return 0
+
+
+def print_decode_table(rows, names) -> None:
+    print("\n| hd | B | KV | Sq | splits | rel err | copy TB/s | ours % | kernel % | "
+          + " | ".join(f"{n} %" for n in names) + " | "
+          + " | ".join(f"ours x {n}" for n in names) + " | ours us | kernel us | "
+          + " | ".join(f"{n} us" for n in names) + " |")
+    print("|---|---|---|---|---|---|---|---|---|" + "---|" * (3 * len(names) + 2))
+
+    def pct(r, n):
+        return f"{r[f'{n}_pct']:.0f}" if r.get(f"{n}_pct") else r.get(f"{n}_error", "n/a")[:40]
+
+    def us(r, n):
+        return f"{1000 * r[f'{n}_ms']:.1f}" if r.get(f"{n}_ms") else "n/a"
+    for r in rows:
+        ratio = [f"{r[f'{n}_ms'] / r['ours_ms']:.2f}" if r.get("ours_ms") and r.get(f"{n}_ms")
+                 else "n/a" for n in names]
+        print(f"| {r['head_dim']} | {r['B']} | {r['SK']} | {r['S']} | {r.get('splits')} | "
+              f"{r.get('rel_error', float('nan')):.1e} | {r.get('copy_tbps', 0):.2f} | "
+              f"{pct(r, 'ours')} | {pct(r, 'kernel')} | "
+              + " | ".join(pct(r, n) for n in names) + " | " + " | ".join(ratio) + " | "
+              + f"{us(r, 'ours')} | {us(r, 'kernel')} | "
+              + " | ".join(us(r, n) for n in names) + " |")
+
+
+def decode_case(B, SK, S, d, H, HKV, backends, measure, sdpa_kernel, default_decode_schedule,
+                num_splits) -> dict:
+    """One decode case: ours, our replayed launches, each SDPA backend and the copy, timed on
+    fresh random data; KV bytes per second as % of the copy bandwidth of the same bytes."""
+    import torch
+
+    import argus.ops
+
+    g = torch.Generator(device="cuda").manual_seed(B * 1000003 + SK * 101 + S * 7 + d)
+    q = torch.randn(B, H, S, d, device="cuda", generator=g, dtype=torch.bfloat16)
+    k, v = (torch.randn(B, HKV, SK, d, device="cuda", generator=g, dtype=torch.bfloat16)
+            for _ in range(2))
+    kv_bytes = 2 * k.numel() * k.element_size()
+    schedule = default_decode_schedule(d, H // HKV * S)
+    row = {"head_dim": d, "B": B, "SK": SK, "S": S, "H": H, "HKV": HKV, "kv_bytes": kv_bytes,
+           "splits": num_splits(B * HKV, -(-SK // schedule.block_n)), "schedule": repr(schedule)}
+
+    def timed(name, fn):
+        try:
+            fn()
+            torch.cuda.synchronize()
+            t = measure(fn, trials=100, warmup=5)
+            row[f"{name}_ms"] = t.median_ms
+            row[f"{name}_tbps"] = kv_bytes / t.median_ms / 1e9
+        except Exception as e:  # noqa: BLE001 - report and go on (a backend may refuse)
+            row[f"{name}_ms"] = None
+            row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+            torch.cuda.empty_cache()
+
+    # the copy bandwidth of the same bytes (read + write counted), fresh random source
+    src = torch.randn(kv_bytes // 2, device="cuda", generator=g, dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    timed("copy", lambda: dst.copy_(src))
+    del src, dst
+    copy_tbps = 2 * row["copy_tbps"] if row.get("copy_ms") else float("nan")
+    row["copy_tbps"] = copy_tbps
+    try:
+        out = argus.ops.attention(q, k, v)
+        torch.cuda.synchronize()
+        row["rel_error"] = decode_check(out, q, k, v)
+        del out
+    except Exception as e:  # noqa: BLE001
+        row["ours_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+    if "ours_error" not in row:
+        timed("ours", lambda: argus.ops.attention(q, k, v))
+        try:
+            replay = decode_plans(q, k, v)
+            row["launches"] = replay.launches
+            timed("kernel", replay)
+            del replay
+        except Exception as e:  # noqa: BLE001
+            row["kernel_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+    for name, backend in backends.items():
+        with sdpa_kernel([backend]):
+            timed(name, lambda: torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, enable_gqa=H != HKV))
+    for name in ["ours", "kernel", *backends]:
+        if row.get(f"{name}_ms"):
+            row[f"{name}_pct"] = 100.0 * row[f"{name}_tbps"] / copy_tbps
+    del q, k, v
+    torch.cuda.empty_cache()
+    return row
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--decode", action="store_true",
+                        help="the decode sweep (Sq <= 16 against a KV cache; see the docstring)")
+    parser.add_argument("--batches", default="1,32,64,128", help="--decode: batch sizes")
+    parser.add_argument("--kv", default="8192,32768", help="--decode: KV lengths")
+    parser.add_argument("--queries", default="1,16", help="--decode: query tokens (<= 16)")
+    parser.add_argument("--heads", default="32:8", help="--decode: query heads:kv heads")
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "
@@ -141,13 +322,17 @@ def main() -> int:
                                                       "(default: by --quick)")
     parser.add_argument("--mask", choices=("both", "full", "causal"), default="both")
     parser.add_argument("--no-gqa", action="store_true", help="leave out the GQA 8:1 cases")
-    parser.add_argument("--backends", default="cudnn,flash,efficient",
-                        help="the torch SDPA backends to time (comma-separated)")
+    parser.add_argument("--backends", default="",
+                        help="the torch SDPA backends to time (comma-separated; default "
+                             "cudnn,flash,efficient, and math too with --decode)")
     parser.add_argument("--kernel-only", action="store_true",
                         help="also time the default kernel's prepared launch (no host work)")
     args = parser.parse_args()
     variants = args.variants.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.decode:
+        return decode_main(args)
+    args.backends = args.backends or "cudnn,flash,efficient"
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
