@@ -43,7 +43,8 @@ from argus.dtypes import DType
 from argus.kernels.attention import HEAD_DIMS, LN2, LOG2E, ROWS
 from argus.target.limits import NUM_SMS, REGISTERS_PER_SM, SMEM_PER_CTA_OPTIN
 
-__all__ = ["DecodeSchedule", "MAX_QUERIES", "decode_kernel", "decode_combine_kernel",
+__all__ = ["DecodeSchedule", "MAX_QUERIES", "combine_shape", "decode_kernel",
+           "decode_combine_kernel",
            "default_decode_schedule", "num_splits", "decode_smem_bytes"]
 
 # The decode path takes up to this many query tokens per sequence (speculative decoding).
@@ -313,16 +314,31 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
     return ag.kernel(fn, name=name)
 
 
+def combine_shape(splits: int, head_dim: int) -> tuple[int, int]:
+    """(splits_pad, rows) of the combine kernel for `splits` splits: the splits rounded up to a
+    power of two (at least 2), and packed rows per CTA such that the loaded tile of
+    splits_pad x rows x head_dim fp32 stays within 64 registers a thread (256 threads)."""
+    pad = max(2, 1 << (max(1, splits) - 1).bit_length())
+    rows = max(1, min(16, COMBINE_ELEMENTS // (pad * head_dim)))
+    return pad, 1 << (rows.bit_length() - 1)
+
+
+COMBINE_THREADS = 256
+COMBINE_ELEMENTS = 64 * COMBINE_THREADS
+
+
 @functools.lru_cache(maxsize=None)
-def decode_combine_kernel(head_dim: int = 128, dtype: DType = ag.bf16,
-                          rows: int = 16) -> ag.KernelFunction:
+def decode_combine_kernel(head_dim: int = 128, dtype: DType = ag.bf16, splits_pad: int = 16,
+                          rows: int = 4) -> ag.KernelFunction:
     """The second half of split decoding: O = sum_s w_s O_s / sum_s w_s with
-    w_s = 2^(LP_s - max_s LP_s), merged online over the splits in a fixed order (the same
-    result on every run); LSE = ln 2 x (max + log2(sum w)), -inf (and O zeros) for a row no
-    split saw a key of. OP [B * HKV, SPLITS, GS, D], LP [B * HKV, SPLITS, GS, 1] fp32 as the
-    decode kernel wrote them; O [B, HKV, GS, D] in `dtype`, LSE [B, HKV, GS, 1] fp32. One
-    CTA of 128 threads per `rows` packed rows of one (kv head, batch)."""
-    D, dt = head_dim, dtype
+    w_s = 2^(LP_s - max_s LP_s); LSE = ln 2 x (max + log2(sum w)), -inf (and O zeros) for a
+    row no split saw a key of. OP [B * HKV, SPLITS, GS, D], LP [B * HKV, SPLITS, GS, 1] fp32 as
+    the decode kernel wrote them (SPLITS <= splits_pad); O [B, HKV, GS, D] in `dtype`, LSE
+    [B, HKV, GS, 1] fp32. One CTA per `rows` packed rows of one (kv head, batch) loads every
+    split of its rows at once (a [splits_pad, rows, D] tile, splits past SPLITS read as LSE
+    -inf, weight 0) and reduces over the splits: no loop of dependent loads, so the kernel
+    costs about one memory latency (combine_shape picks splits_pad and rows)."""
+    D, dt, SP = head_dim, dtype, splits_pad
     neg_inf = float("-inf")
 
     def attention_decode_combine(OP: ag.Tensor[("BH", "SPLITS", "GS", D, ag.f32)],
@@ -331,24 +347,19 @@ def decode_combine_kernel(head_dim: int = 128, dtype: DType = ag.bf16,
                                  LSE: ag.Tensor[("B", "HKV", "GS", 1, ag.f32)]):
         HKV, GS = O.shape[1], O.shape[2]
         rb, hk, b = ag.grid(ag.cdiv(GS, rows), HKV, O.shape[0])
+        ag.tag_assume(lambda: ag.sym(OP.shape[1]) <= SP)
         bh = b * HKV + hk
         r0 = rb * rows
-        m = ag.full((rows, 1), neg_inf)     # running max of the splits' LSE (log2 units)
-        w_sum = ag.full((rows, 1), 0.0)     # running sum of 2^(LSE_s - m)
-        acc = ag.zeros((rows, D))
-        for sp in ag.range(OP.shape[1]):
-            lse = ag.load(LP, (bh, sp, r0, 0), (rows, 1), other=neg_inf)
-            m_new = ag.maximum(m, lse)
-            m_use = ag.where(m_new == neg_inf, 0.0, m_new)   # no split with keys yet
-            alpha = ag.exp2(m - m_use)
-            w = ag.exp2(lse - m_use)
-            acc = acc * alpha + ag.load(OP, (bh, sp, r0, 0), (rows, D)) * w
-            w_sum = w_sum * alpha + w
-            m = m_new
+        lse = ag.load(LP, (bh, 0, r0, 0), (SP, rows, 1), other=neg_inf)   # log2 units
+        m = lse.max(axis=0)
+        m_use = ag.where(m == neg_inf, 0.0, m)          # a row no split saw a key of
+        w = ag.exp2(lse - m_use)                        # 0 for splits past SPLITS
+        w_sum = w.sum(axis=0)
+        o = (ag.load(OP, (bh, 0, r0, 0), (SP, rows, D), other=0.0) * w).sum(axis=0)
         no_key = w_sum == 0.0
-        ag.store(O, (b, hk, r0, 0), (acc * (1.0 / ag.where(no_key, 1.0, w_sum))).to(dt))
+        ag.store(O, (b, hk, r0, 0), (o * (1.0 / ag.where(no_key, 1.0, w_sum))).to(dt))
         ag.store(LSE, (b, hk, r0, 0),
                  ag.where(no_key, neg_inf, (m + ag.log(w_sum) * LOG2E) * LN2))
 
-    return ag.kernel(attention_decode_combine, threads=128,
-                     name=f"attention_decode_combine_d{D}_{dt.name}_r{rows}")
+    return ag.kernel(attention_decode_combine, threads=COMBINE_THREADS,
+                     name=f"attention_decode_combine_d{D}_{dt.name}_s{SP}_r{rows}")

@@ -34,7 +34,7 @@ from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.attention import LOG2E, ROWS
 from argus.kernels.attention_decode import (MAX_QUERIES, MAX_SPLITS, DecodeSchedule,
-                                            decode_combine_kernel, decode_kernel,
+                                            combine_shape, decode_combine_kernel, decode_kernel,
                                             default_decode_schedule, num_splits)
 
 _WHO = "argus.ops.attention_decode"
@@ -132,16 +132,11 @@ def run_decode(q, k, v, causal: bool, scale: float, layout: str, return_lse: boo
                              device=q.device)
         _execute(execute, decode_kernel(D, dt, causal, True), {"s": s},
                  (qc, kb, vb, o_part, l_part), scalars, q.device)
-        _execute(execute, decode_combine_kernel(D, dt, _combine_rows(rows)), {},
+        _execute(execute, decode_combine_kernel(D, dt, *combine_shape(n_splits, D)), {},
                  (o_part, l_part, oc, lc), {}, q.device)
     if o_copy is not None:
         ob.copy_(o_copy.view(B, H, S, D))
     return out, lse if return_lse else lse.new_empty((0,))
-
-
-def _combine_rows(rows: int) -> int:
-    """Rows per combine CTA: the packed rows rounded up to a power of two, at most 16."""
-    return min(16, 1 << max(0, rows - 1).bit_length())
 
 
 def _tma_ready(t) -> bool:
