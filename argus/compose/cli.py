@@ -41,6 +41,12 @@ def add_solve(verbs, selection, judge_options) -> None:
     s.add_argument("--gpu-mem-gb", type=float, default=None,
                    help="GPU memory the parallel tasks may share (default: the device's less "
                         "12 GB)")
+    s.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
+                   help="fp32 convolutions: fp32 (default) runs the bf16 split, fp32-accurate "
+                        "(strict track); tf32 runs ONE tf32 product (argus.compose.conv "
+                        "ConvRun(precision='tf32')): the arithmetic of PyTorch eager's cuDNN "
+                        "convolution with TF32, a relaxed-track result that fails the strict "
+                        "track by design. Use another --out than the fp32 run's")
     judge_options(s)
 
 
@@ -50,11 +56,26 @@ def skipped_for(unsupported, skip_ops: str) -> list[str]:
     return [op for op in unsupported if any(w in str(op).lower() for w in wanted)]
 
 
+def solve_schedules(precision: str) -> dict[str, Any] | None:
+    """The SCHEDULES a solution is composed with for `--precision`: None (the defaults: fp32
+    convolutions as the strict bf16 split) or, for "tf32", every convolution as one tf32
+    product (relaxed track)."""
+    if precision == "fp32":
+        return None
+    if precision == "tf32":
+        from argus.compose.conv import ConvRun
+
+        return {"conv": ConvRun(precision="tf32")}
+    raise ValueError(f"--precision {precision!r}: fp32 or tf32")
+
+
 def cmd_solve(args, tasks, options, run_suite, summarize=None) -> int:
     """`run_suite` is the judge's (argus.bench.kernelbench.runner, or its parallel form), and
     `summarize(rows, judged)` the per-level summary, passed in by the bench's command line:
     compose sits below bench and does not import it."""
     from argus.compose.solution import compose_task
+
+    schedules = solve_schedules(getattr(args, "precision", "fp32") or "fp32")
 
     out = Path(args.out)
     sol_dir = out / "solutions"
@@ -63,7 +84,7 @@ def cmd_solve(args, tasks, options, run_suite, summarize=None) -> int:
     started = time.monotonic()
     for i, task in enumerate(tasks, 1):
         t0 = time.monotonic()
-        comp = compose_task(task.path)
+        comp = compose_task(task.path, schedules)
         skip = skipped_for(comp.unsupported, getattr(args, "skip_torch_ops", "") or "")
         row = {"task": task.key, "level": task.level, "id": task.problem_id,
                "name": task.path.stem, "status": comp.status, "steps": comp.steps,

@@ -3,7 +3,10 @@ functional forms) on Argus's implicit-GEMM kernel (argus/kernels/conv.py through
 argus.ops.conv.convolve), compiled on CUDA tensors and interpreted on CPU tensors.
 
 fp32 tasks run as the bf16 split of `ConvRun.terms` products (6: every product whose pieces sum
-to at most 2, the strict track; 3 or 1: relaxed only), the bias in the kernel's fp32 epilogue.
+to at most 2, the strict track; 3 or 1: relaxed only), the bias in the kernel's fp32 epilogue;
+or, with `ConvRun.precision = "tf32"` (relaxed track only, opt-in), as ONE product of the fp32
+data read as tf32: the arithmetic of PyTorch eager's own cuDNN convolution (allow_tf32 is on by
+default for cuDNN), as accurate as eager, not fp32-accurate.
 A transposed convolution is the gradient form of argus.ops.conv (stride 1: one convolution
 with flipped, channel-swapped weights; strided: one per output phase). The result is made
 NCHW-contiguous by an Argus transpose ([N, pixels, K] -> [N, K, pixels]), so the fused kernels
@@ -34,10 +37,18 @@ from argus.ops import conv as conv_ops
 @dataclass(frozen=True)
 class ConvRun:
     """What the agent may tune: the fp32 split (6: strict, 3 / 1: relaxed only) and the
-    kernel's schedule (None: argus.ops.conv.schedule_for)."""
+    kernel's schedule (None: argus.ops.conv.schedule_for). precision="tf32": fp32 tasks run
+    as one tf32 product instead of the split (`terms` unused; relaxed track only: about
+    1e-3 relative, cuDNN's own TF32 accuracy); 16-bit tasks are unaffected."""
 
     terms: int = 6
     schedule: object = None
+    precision: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.precision not in (None, "tf32"):
+            raise ValueError(f"ConvRun(precision={self.precision!r}): the one choice is "
+                             f"'tf32' (None: the bf16 split of `terms` products)")
 
 
 def run_conv(node, x: torch.Tensor, weight: torch.Tensor, bias, run: ConvRun | None = None
@@ -49,8 +60,12 @@ def run_conv(node, x: torch.Tensor, weight: torch.Tensor, bias, run: ConvRun | N
     if depthwise(node, x):
         return run_depthwise(node, x, weight, bias)
     terms = run.terms if x.dtype == torch.float32 else 1
-    conv = functools.partial(conv_ops.convolve, terms=terms, schedule=run.schedule,
-                             pack_x=pack_split if x.dtype == torch.float32 else None)
+    if run.precision == "tf32" and x.dtype == torch.float32:
+        # one tf32 product on the fp32 data: no split, no packing
+        conv = functools.partial(conv_ops.convolve, schedule=run.schedule, precision="tf32")
+    else:
+        conv = functools.partial(conv_ops.convolve, terms=terms, schedule=run.schedule,
+                                 pack_x=pack_split if x.dtype == torch.float32 else None)
     dims = a["dims"]
     if a["transposed"]:
         fn = {1: conv_ops.conv_transpose1d, 2: conv_ops.conv_transpose2d,

@@ -274,10 +274,17 @@ class _HaloRing:
 
 @functools.lru_cache(maxsize=None)
 def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: bool = False,
-                activation: str = "none") -> ag.KernelFunction:
-    """The 2-d implicit-GEMM convolution kernel for one problem kind (cached)."""
+                activation: str = "none", precision: str | None = None) -> ag.KernelFunction:
+    """The 2-d implicit-GEMM convolution kernel for one problem kind (cached).
+    precision="tf32": fp32 X and Wt multiplied as tf32 (wgmma `.tf32`, fp32 accumulation: the
+    arithmetic of cuDNN with allow_tf32, relaxed accuracy), bk = 32 (a 128-byte row of fp32),
+    neither halo nor promote."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if (in_dtype == ag.f32) != (precision == "tf32") or precision not in (None, "tf32"):
+        raise ValueError(f"conv_kernel(in_dtype={in_dtype}, precision={precision!r}): fp32 "
+                         f"inputs run only as tf32 (precision='tf32'), and tf32 only on fp32 "
+                         f"inputs (the strict fp32 track is the bf16 split: bf16 inputs)")
 
     def conv2d(X: ag.Tensor["NH", "PG", "WV", "CG", in_dtype],   # [N*H, sw*G, W/sw, Cg]
                # (s.rowbox: [N, H, W, C], argus.ops.conv.operands(rowbox=True))
@@ -296,6 +303,12 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
             raise ag.TraceError(f"ConvSchedule(halo=True) reuses input rows across the filter's "
                                 f"rows: it needs a 2-d convolution with stride_h 1; got "
                                 f"t={geom.t}, stride_h={geom.stride_h}", fix="halo=False")
+        if precision == "tf32" and (s.halo or s.promote or s.bk != 32):
+            raise ag.TraceError(f"ConvSchedule(bk={s.bk}, halo={s.halo}, promote={s.promote}) "
+                                f"with tf32: a 128-byte row holds 32 fp32, and halo / promote "
+                                f"are not wired for tf32",
+                                fix="ConvSchedule(bk=32, halo=False, promote=False) "
+                                    "(argus.ops.conv.schedule_for(..., precision='tf32'))")
         if s.rowbox and (geom.t, geom.stride_h, geom.stride_w, geom.groups) != (1, 1, 1, 1):
             raise ag.TraceError(f"ConvSchedule(rowbox=True) loads a tile's input rows as one "
                                 f"box of the [N, H, W, C] input: it needs a 2-d convolution "
@@ -312,7 +325,8 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                                      batch=G, cluster=cs, persistent=s.persistent,
                                      num_sms=s.num_sms, group_m=s.group_m)
         ring = _HaloRing.alloc(s, geom, in_dtype) if s.halo else \
-            OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype, s.consumers)
+            OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype, s.consumers,
+                              precision=precision)
         if geom.cg_padded % s.bk:
             raise ag.TraceError(f"ConvGeometry(cg_padded={geom.cg_padded}) is not a multiple of "
                                 f"bk={s.bk}", fix="pad the weight's channels per tap to a "
@@ -420,6 +434,6 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                                      slot.rows_of(j * s.bw, s.bw))
 
     suffix = "" if (in_dtype, out_dtype) == (ag.bf16, ag.bf16) else \
-        f"_{in_dtype.name}_{out_dtype.name}"
+        f"_{precision or in_dtype.name}_{out_dtype.name}"
     epi = ("_bias" if bias else "") + ("" if activation == "none" else f"_{activation}")
     return ag.kernel(conv2d, name=f"conv2d{suffix}{epi}")

@@ -28,7 +28,10 @@ bf16), and the products of SPLIT_SLOTS[terms] are one implicit GEMM over terms *
 (x0*w1 + x1*w0 + x0*w0, the default of the public ops) drop products of ~2^-16 relative: an
 error of order 1e-5 of the output scale (the tests assert 1e-4); 6 terms (every product whose
 pieces sum to at most 2, the strict fp32 track: argus/compose) drop ~2^-24; 1 term is plain
-bf16 (relaxed track only). The table is argus/agent/split_numerics.py's SLOTS, which derives
+bf16 (relaxed track only). fp32 inputs with `precision="tf32"` (`convolve`, compose's
+ConvRun) run as ONE product instead, the fp32 data read as tf32 by wgmma `.tf32` (bk = 32,
+fp32 output): the arithmetic of PyTorch eager's cuDNN convolution (allow_tf32 is on for cuDNN
+by default), about 1e-3 relative, relaxed track only. The table is argus/agent/split_numerics.py's SLOTS, which derives
 their accuracy (ops does not import the agent, so it is repeated here and a unit test holds
 the two equal).
 
@@ -72,7 +75,8 @@ _SMEM_BUDGET = 200 * 1024
 
 
 def schedule_for(x, weight, stride, padding, dilation, groups, *,
-                 halo: bool = False, rowbox: bool = False) -> ConvSchedule:
+                 halo: bool = False, rowbox: bool = False,
+                 precision: str | None = None) -> ConvSchedule:
     """A first heuristic, not tuned: bw = Q rounded up to a power of two in [8, 64] (fewer
     wasted tile rows on narrow layers; below 64 it needs the TMA-store epilogue, so a 16-bit
     output with 16-byte aligned channel rows), bn 128 unless the layer has <= 64 output
@@ -95,6 +99,11 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     (~40 SASS instructions per box: 383 per K step for c4, one thread), which may be what
     keeps the kernel at 1.4 TF/s per SM (c4: 1.35 us per 128x128x64 step, the tensor cores
     need 0.28 us); unmeasured: `gpu_conv_bench.py --variants`.
+
+    `precision="tf32"` (fp32 inputs read as tf32, `convolve`): the 16-bit default's tile,
+    cluster and ring depth with bk = 32 (a 128-byte row of fp32: the same bytes per stage as
+    bf16's 64), bw = 64 and the direct epilogue (an fp32 output), no promotion; rowbox as
+    above. Unmeasured: `gpu_conv_bench.py --tf32`.
     """
     W, K, S = x.shape[-1], weight.shape[0], weight.shape[-1]
     sw, pw, dw = (_pair(v, name, x.dim() - 2)[-1] for v, name in (
@@ -113,11 +122,17 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     epilogue = "tma" if bw < 64 and tma_ok else "direct"
     if epilogue == "direct":
         bw = 64
+    dims = x.dim() - 2
+    if precision == "tf32":
+        sh, sw = _pair(stride, "stride", dims)[-2:]
+        stages = max(4, min(6, _SMEM_BUDGET // ((128 + bn) * 32 * 4)))
+        return ConvSchedule(bm=128, bn=bn, bk=32, bw=64, stages=stages, consumers=2,
+                            epilogue="direct", cluster_m=2,
+                            rowbox=rowbox and (dims, sh, sw, groups) == (2, 1, 1, 1))
     if not sixteen:
         return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=4, consumers=2,
                             epilogue=epilogue, promote=promote)
     staging = 128 * bn * 2 if epilogue == "tma" else 0
-    dims = x.dim() - 2
     R = weight.shape[-2]
     sh, dh = _pair(stride, "stride", dims)[-2], _pair(dilation, "dilation", dims)[-2]
     if halo and dims == 2 and sh == 1 and R > 1:
@@ -309,7 +324,7 @@ def _result_layout(N: int, K: int, spatial: tuple) -> tuple:
 
 
 def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, terms: int = 3,
-             pack_x=None, rowbox: bool = False):
+             pack_x=None, rowbox: bool = False, precision: str | None = None):
     """The kernel's operands for conv2d or conv3d(x, weight, ...) (checked already): (X view,
     Wt, the result (NC(D)HW shape, channels-last memory, x's dtype), its [G, N*OD*P, Q, Kg]
     view, Bias [G, Kg] in the output dtype, the runtime scalars (H, P, D, OD), geometry, in
@@ -320,7 +335,8 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
     slots side by side (slot t: piece slots[t][0] of its Cg channels), zero-padded to Cg', a
     multiple of 8 (argus.compose packs it with Argus kernels). Runs on CPU tensors too (the
     interpreter tests use it). `rowbox` (ConvSchedule.rowbox: 2-d, stride 1, one group): X is
-    the [N, H, W, C] input instead (a view as well)."""
+    the [N, H, W, C] input instead (a view as well). `precision="tf32"` (fp32 only): no split,
+    X and Wt stay fp32 (the kernel reads them as tf32); `terms` and `pack_x` are unused."""
     import torch
     import torch.nn.functional as F
 
@@ -338,8 +354,12 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
     P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
     Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
     ndhwc = x.permute(0, 2, 3, 4, 1)                   # a view; contiguous if channels-last
-    Wt = _weight_side(weight_in, groups, terms if x.dtype == torch.float32 else 0, bk)
-    if x.dtype == torch.float32 and pack_x is not None:
+    tf32 = precision == "tf32"
+    Wt = _weight_side(weight_in, groups, terms if x.dtype == torch.float32 and not tf32 else 0,
+                      bk)
+    if tf32:                                            # one product, the fp32 data itself
+        in_dtype = out_dtype = dtypes.f32
+    elif x.dtype == torch.float32 and pack_x is not None:
         slots = SPLIT_SLOTS[terms]
         ndhwc = pack_x(x, slots, G)
         Cg = ndhwc.shape[-1] // G                       # already a multiple of 8
@@ -353,7 +373,7 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
         in_dtype, out_dtype = dtypes.bf16, dtypes.f32
     else:
         in_dtype = out_dtype = _IN[str(x.dtype)]
-    cpad = -Cg % 8                                      # 16-byte pixel pitch for TMA
+    cpad = -Cg % (16 // ndhwc.element_size())          # 16-byte pixel pitch for TMA
     wpad = -W % sw                                      # whole strides along W
     if cpad or wpad or not ndhwc.is_contiguous():
         grouped = ndhwc.reshape(N, D, H, W, G, Cg)
@@ -379,13 +399,17 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
 
 def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
              activation: str = "none", terms: int = 3, schedule: ConvSchedule | None = None,
-             pack_x=None):
+             pack_x=None, precision: str | None = None):
     """conv2d (conv3d for 5-d x and weight), checked, with the fp32 split of `terms` products:
     compiled for sm_90a on CUDA tensors, in the numpy interpreter on CPU tensors (tests; no
     GPU). The one entry below the torch.library op; argus.compose calls it directly (it picks
     `terms` for the strict or the relaxed track, and packs fp32 inputs itself: `pack_x`, see
-    `operands`). A repeated call with the same tensors replays its prepared launch (`_Repeat`)."""
-    args = (stride, padding, dilation, groups, activation, terms, schedule, pack_x)
+    `operands`). A repeated call with the same tensors replays its prepared launch (`_Repeat`).
+
+    precision="tf32" (fp32 x and weight): ONE product on the fp32 data read as tf32 instead of
+    the bf16 split (`terms` is then unused): the arithmetic of PyTorch's own cuDNN convolution
+    with allow_tf32 (its default), about 1e-3 relative, so relaxed track only."""
+    args = (stride, padding, dilation, groups, activation, terms, schedule, pack_x, precision)
     hit = _Repeat.find(x, weight, bias, args)
     if hit is not None:
         return hit.launch(x, weight)
@@ -396,15 +420,20 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     if terms not in SPLIT_SLOTS:
         raise LaunchError(f"argus.ops.conv: terms={terms!r} is not one of "
                           f"{sorted(SPLIT_SLOTS)}", fix="6: strict fp32, 3 or 1: relaxed")
-    s = schedule or schedule_for(x, weight, stride, padding, dilation, groups)
+    if precision not in (None, "tf32") or (precision and str(x.dtype) != "torch.float32"):
+        raise LaunchError(f"argus.ops.conv: precision={precision!r} with {x.dtype} inputs; "
+                          f"the one choice is 'tf32', for float32 inputs",
+                          fix="leave precision out (16-bit inputs, or the fp32 bf16 split)")
+    s = schedule or schedule_for(x, weight, stride, padding, dilation, groups,
+                                 precision=precision)
     X, Wt, out, view, b, sizes, geom, idt, odt = operands(x, weight, bias, stride, padding,
                                                           dilation, groups, s.bk, terms, pack_x,
-                                                          rowbox=s.rowbox)
+                                                          rowbox=s.rowbox, precision=precision)
     if out.numel() == 0:
         return out
-    kernel = conv_kernel(idt, odt, bias is not None, activation)
+    kernel = conv_kernel(idt, odt, bias is not None, activation, precision)
     if x.is_cuda or x.is_meta:          # meta: compiled only (ahead of time), never launched
-        key = (idt, odt, bias is not None, activation, geom, s, x.device.index)
+        key = (idt, odt, bias is not None, activation, geom, s, x.device.index, precision)
         compiled = _COMPILED.get(key)
         if compiled is None:
             compiled = kernel.compile(geom=geom, s=s)
@@ -545,14 +574,14 @@ class _Repeat:
 
 def conv2d_interpret(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
                      activation: str = "none", schedule: ConvSchedule | None = None,
-                     terms: int = 3):
+                     terms: int = 3, precision: str | None = None):
     """conv2d (conv3d for 5-d x and weight) in the numpy interpreter on CPU tensors (tests;
     no GPU)."""
     if getattr(x, "is_cuda", False):
         raise LaunchError("argus.ops.conv2d_interpret runs on CPU tensors",
                           fix="x.cpu(), or argus.ops.conv2d on the GPU")
     return convolve(x, weight, bias, stride, padding, dilation, groups, activation=activation,
-                    terms=terms, schedule=schedule)
+                    terms=terms, schedule=schedule, precision=precision)
 
 
 def _run(x, weight, bias, stride, padding, dilation, groups, activation="none",

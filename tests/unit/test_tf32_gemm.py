@@ -209,7 +209,11 @@ def _cases():
     for p in PROBLEMS:
         for s in schedules.candidates(p):
             out.setdefault(s, p)
-    return [(p, s) for s, p in out.items()]
+    # a bf16 output: the stmatrix + TMA-store epilogue beside the fp32 ring
+    bf16_out = Problem(4096, 4096, 4096, 1, "tf32", "bf16", "nk", True)
+    tma = [s for s in schedules.candidates(bf16_out) if s.epilogue == "tma"]
+    assert tma
+    return [(p, s) for s, p in out.items()] + [(bf16_out, s) for s in tma]
 
 
 CASES = _cases()
@@ -226,9 +230,9 @@ def test_tf32_problems_get_tf32_schedules():
 
 
 @pytest.mark.parametrize("problem,schedule", CASES,
-                         ids=[f"{p.m}-{s.bm}x{s.bn}-st{s.stages}-c{s.cluster_m}"
+                         ids=[f"{p.m}-{p.out_dtype}-{s.bm}x{s.bn}-st{s.stages}-c{s.cluster_m}"
                               f"{'-swap' if s.swap_ab else ''}{'-pp' if s.pingpong else ''}"
-                              f"-ka{s.k_atoms}" for p, s in CASES])
+                              f"-ka{s.k_atoms}-{s.epilogue}" for p, s in CASES])
 def test_schedules_lower_and_verify_with_zero_findings(problem, schedule):
     from argus import verify
 

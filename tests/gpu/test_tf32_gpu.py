@@ -1,0 +1,137 @@
+"""GPU tier: the tf32 products on the tensor cores (wgmma `.tf32`) against float64 and against
+cuBLAS / cuDNN with TF32 on: argus.ops.matmul(..., precision="tf32") (both B layouts, ragged
+shapes, batches, a bf16 output, swap-AB's skinny M) and the fp32 convolution as one tf32
+product (argus.ops.conv.convolve(..., precision="tf32"), compose's ConvRun). The bound is
+tf32's (each operand off by at most 2^-11 relative: normwise ~3e-4 on signed data), checked
+against PyTorch's own TF32 error on the same data (ours within 4x of it, the judge's class
+margin), and the result must not be fp32-accurate (it is tf32, not a silent fp32 path)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.gpu import hopper_only  # noqa: E402
+
+pytestmark = hopper_only()
+
+
+def _rel(out, ref):
+    return ((out.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def _rand(*shape, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(*shape, generator=g, device="cuda")
+
+
+def _torch_tf32(fn):
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        return fn()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 257, 64), (7, 129, 72), (129, 300, 200),
+                                   (16, 4096, 4096), (4095, 511, 256), (2048, 2048, 2048)])
+@pytest.mark.parametrize("layout", ["x@W.T", "x@W"])
+def test_matmul_tf32(m, n, k, layout):
+    from argus.ops import matmul
+
+    a = _rand(m, k, seed=m)
+    w = _rand(n, k, seed=n) if layout == "x@W.T" else _rand(k, n, seed=n)
+    b = w.T if layout == "x@W.T" else w
+    out = matmul(a, b, precision="tf32")
+    assert out.dtype == torch.float32 and out.shape == (m, n)
+    ref = a.double() @ b.double()
+    err = _rel(out, ref)
+    theirs = _rel(_torch_tf32(lambda: a @ b), ref)
+    assert err <= max(4 * theirs, 1e-5) and err < 2e-3, (err, theirs)
+    if k >= 200:   # tf32, not fp32: fp32 arithmetic errs ~1e-6 here
+        assert err > 2e-5, err
+
+
+def test_matmul_tf32_batched_and_bf16_out():
+    from argus.ops import bmm, matmul
+
+    a, b = _rand(3, 130, 96, seed=1), _rand(3, 96, 70, seed=2)
+    assert _rel(bmm(a, b, precision="tf32"), a.double() @ b.double()) < 2e-3
+    out = torch.empty(130, 70, device="cuda", dtype=torch.bfloat16)
+    matmul(a[0], b[0], out, precision="tf32")
+    assert _rel(out, a[0].double() @ b[0].double()) < 1e-2
+    # a repeated call with the same buffers replays the launch, and stays tf32
+    c = torch.empty(130, 70, device="cuda")
+    for _ in range(2):
+        matmul(a[0], b[0], c, precision="tf32")
+    assert _rel(c, a[0].double() @ b[0].double()) < 2e-3
+    from argus.errors import LaunchError
+    with pytest.raises(LaunchError, match="float32 inputs run only as tf32"):
+        matmul(a[0], b[0], c)   # the same buffers without the request: refused, not replayed
+
+
+# (N, C, H, W, K, R, S, stride, padding, dilation, groups)
+CONVS = [(8, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1), (4, 32, 17, 19, 48, 3, 3, 2, 1, 1, 1),
+         (2, 64, 14, 14, 128, 1, 1, 1, 0, 1, 1), (2, 24, 12, 12, 32, 5, 5, 1, 2, 2, 2),
+         (2, 3, 64, 64, 16, 7, 7, 2, 3, 1, 1)]
+
+
+@pytest.mark.parametrize("case", CONVS, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_conv_tf32(case, channels_last):
+    import torch.nn.functional as F
+
+    from argus.ops.conv import convolve
+
+    N, C, H, W, K, R, S, stride, padding, dilation, groups = case
+    x = _rand(N, C, H, W, seed=N * C)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    w = _rand(K, C // groups, R, S, seed=K) / (C * R * S / groups) ** 0.5
+    b = _rand(K, seed=3)
+    args = (stride, padding, dilation, groups)
+    y = convolve(x, w, b, *args, precision="tf32")
+    ref = F.conv2d(x.double(), w.double(), b.double(), *args)
+    err = _rel(y, ref)
+    theirs = _rel(_torch_tf32(lambda: F.conv2d(x, w, b, *args)), ref)
+    assert err <= max(4 * theirs, 1e-5) and err < 2e-3, (err, theirs)
+    assert err > 2e-5 or C * R * S // groups < 64, err   # tf32, not a silent fp32 path
+    again = convolve(x, w, b, *args, precision="tf32")   # the replayed launch
+    assert torch.equal(again, y)
+
+
+def test_conv3d_and_transposed_tf32():
+    import functools
+
+    import torch.nn.functional as F
+
+    from argus.ops import conv as conv_ops
+
+    run = functools.partial(conv_ops.convolve, precision="tf32")
+    x, w = _rand(2, 16, 6, 10, 12, seed=4), _rand(24, 16, 3, 3, 3, seed=5) / 12
+    assert _rel(run(x, w, None, 1, 1, 1, 1), F.conv3d(x.double(), w.double(), None, 1, 1)) \
+        < 2e-3
+    v, wt = _rand(2, 16, 9, 11, seed=6), _rand(16, 8, 3, 3, seed=7) / 12
+    y = conv_ops.conv_transpose2d(v, wt, None, 2, 1, 1, run=run)
+    assert _rel(y, F.conv_transpose2d(v.double(), wt.double(), None, 2, 1, 1)) < 2e-3
+
+
+def test_composed_conv_tf32_is_eager_accurate():
+    """A composed model with ConvRun(precision="tf32"): as accurate as eager's cuDNN with
+    TF32 (within 4x), on the relaxed track."""
+    import torch.nn as nn
+
+    from argus.compose.conv import ConvRun
+    from argus.compose.runtime import Program
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(64, 32, 3, stride=2)).cuda()
+    x = torch.randn(4, 32, 20, 20, device="cuda")
+    with torch.no_grad():
+        want = model.double()(x.double())
+        model.float()
+        prog = Program.build(model, [x], {"conv": ConvRun(precision="tf32")})
+        err = _rel(prog.run(model, [x]), want)
+        theirs = _rel(_torch_tf32(lambda: model(x)), want)
+    assert err <= max(4 * theirs, 1e-5) and err < 2e-3, (err, theirs)

@@ -1,0 +1,226 @@
+"""The fp32 convolution as ONE tf32 product (argus.ops.conv `precision="tf32"`, compose's
+ConvRun(precision="tf32"), the solve CLI's --precision tf32): the implicit-GEMM kernel in the
+numpy interpreter against torch float64 F.conv2d / conv3d of the tf32-rounded inputs (fp32
+accumulation only) and of the exact inputs (the tf32 bound, relaxed track), the schedule it
+gets, its refusals, the verifier (zero findings) and NVRTC (`wgmma ... .tf32` in the PTX)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import argus as ag
+from argus import verify
+from argus.bench.kernelbench.tolerance import round_to_tf32
+from argus.errors import LaunchError
+from argus.kernels.conv import ConvGeometry, ConvSchedule, conv_kernel
+from argus.ops import conv as conv_op
+from argus.runtime import nvrtc_available
+
+TF32 = ConvSchedule(bm=128, bn=64, bk=32, bw=64, stages=2)
+TF32_CLUSTER = ConvSchedule(bm=128, bn=64, bk=32, bw=64, stages=2, cluster_m=2, num_sms=4)
+TF32_ROWBOX = ConvSchedule(bm=128, bn=64, bk=32, bw=64, stages=2, rowbox=True, num_sms=2)
+
+# (N, C, H, W, K, R, S, stride, padding, dilation, groups)
+CASES = [
+    (1, 8, 6, 6, 8, 3, 3, 1, 1, 1, 1),
+    (2, 16, 7, 9, 24, 3, 3, 2, 1, 1, 1),      # stride 2, W odd (padded copy), two images
+    (1, 12, 5, 6, 8, 2, 3, 1, (1, 0), 1, 1),  # C not a multiple of 4: zero-padded channels
+    (1, 40, 9, 10, 32, 5, 5, 2, 2, 1, 2),     # 5x5 stride 2 grouped, Cg = 20 (one bk slice)
+    (2, 6, 5, 5, 8, 3, 3, 1, 1, 1, 2),        # Cg = 3: pitch padded to 4 fp32 (16 bytes)
+    (1, 72, 4, 5, 16, 1, 1, 1, 0, 1, 1),      # 1x1, C past two 32-channel slices
+]
+
+
+def _errors(y, x, w, b, *args, conv=F.conv2d):
+    """(normwise error against the tf32-rounded inputs in float64, against the exact ones)."""
+    bias = None if b is None else b.double()
+    ref_t = conv(round_to_tf32(x).double(), round_to_tf32(w).double(), bias, *args)
+    ref = conv(x.double(), w.double(), bias, *args)
+    rel = lambda r: ((y.double() - r).norm() / r.norm()).item()   # noqa: E731
+    return rel(ref_t), rel(ref)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("schedule", [TF32, TF32_CLUSTER], ids=["direct", "cluster"])
+def test_tf32_conv_matches_float64(case, schedule):
+    N, C, H, W, K, R, S, stride, padding, dilation, groups = case
+    g = torch.Generator().manual_seed(sum(case[:7]))
+    x = torch.randn(N, C, H, W, generator=g)
+    w = torch.randn(K, C // groups, R, S, generator=g)
+    b = torch.randn(K, generator=g)
+    y = conv_op.conv2d_interpret(x, w, b, stride, padding, dilation, groups,
+                                 schedule=schedule, precision="tf32")
+    assert y.dtype == torch.float32
+    exact_inputs, exact = _errors(y, x, w, b, stride, padding, dilation, groups)
+    # fp32 accumulation of the tf32 products: ~1e-7; the tf32 rounding itself: ~3e-4 on
+    # signed data (KernelBench's tf32 rung), far inside the relaxed track's 1e-2
+    assert exact_inputs <= 1e-6, exact_inputs
+    assert 3e-5 <= exact <= 2e-3, exact
+
+
+@pytest.mark.parametrize("case", [CASES[0], (2, 16, 7, 9, 24, 3, 3, 1, (2, 1), (2, 1), 1)],
+                         ids=["3x3", "dilated"])
+def test_tf32_conv_rowbox(case):
+    N, C, H, W, K, R, S, stride, padding, dilation, groups = case
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(N, C, H, W, generator=g)
+    w = torch.randn(K, C // groups, R, S, generator=g)
+    y = conv_op.conv2d_interpret(x, w, None, stride, padding, dilation, groups,
+                                 schedule=TF32_ROWBOX, precision="tf32")
+    exact_inputs, _ = _errors(y, x, w, None, stride, padding, dilation, groups)
+    assert exact_inputs <= 1e-6
+
+
+def test_tf32_conv3d_bias_and_activation():
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(1, 8, 4, 5, 6, generator=g)
+    w = torch.randn(8, 8, 3, 3, 3, generator=g)
+    b = torch.randn(8, generator=g)
+    y = conv_op.conv2d_interpret(x, w, b, 1, 1, 1, 1, schedule=TF32, precision="tf32")
+    exact_inputs, _ = _errors(y, x, w, b, 1, 1, 1, 1, conv=F.conv3d)
+    assert exact_inputs <= 1e-6
+    relu = conv_op.conv2d_interpret(x[..., :4, :5, :6], w, b, 1, 1, 1, 1, schedule=TF32,
+                                    activation="relu", precision="tf32")
+    assert torch.equal(relu, relu.clamp_min(0)) and (relu > 0).any()
+
+
+def test_tf32_is_not_the_split():
+    """precision="tf32" really is one tf32 product: the 3-term split of the same call is ~100x
+    closer to fp32 (a test that would pass with the split in place of tf32 proves nothing)."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(2, 12, 7, 6, generator=g)
+    w = torch.randn(10, 12, 3, 3, generator=g)
+    tf32 = conv_op.conv2d_interpret(x, w, None, 1, 1, 1, 1, schedule=TF32, precision="tf32")
+    split = conv_op.conv2d_interpret(x, w, None, 1, 1, 1, 1,
+                                     schedule=ConvSchedule(bm=128, bn=64, bw=64, stages=2),
+                                     terms=3)
+    ref = F.conv2d(x.double(), w.double(), None, 1, 1)
+    err = lambda y: ((y.double() - ref).norm() / ref.norm()).item()   # noqa: E731
+    assert err(tf32) > 20 * err(split)
+
+
+def test_schedule_for_tf32():
+    x, w = torch.randn(2, 64, 16, 16), torch.randn(128, 64, 3, 3)
+    s = conv_op.schedule_for(x, w, 1, 1, 1, 1, precision="tf32")
+    assert (s.bk, s.bw, s.epilogue, s.promote, s.halo) == (32, 64, "direct", False, False)
+    assert (128 + s.bn) * s.bk * 4 * s.stages <= 200 * 1024
+    assert conv_op.schedule_for(x, w, 1, 1, 1, 1, precision="tf32", rowbox=True).rowbox
+    assert conv_op.schedule_for(x, w, 1, 1, 1, 1).bk == 64      # the split keeps its own
+
+
+def test_refusals():
+    x, w = torch.randn(1, 8, 6, 6), torch.randn(8, 8, 3, 3)
+    with pytest.raises(LaunchError, match="the one choice is 'tf32', for float32 inputs"):
+        conv_op.conv2d_interpret(x.bfloat16(), w.bfloat16(), None, 1, 1, precision="tf32")
+    with pytest.raises(LaunchError, match="precision='bf16x3'"):
+        conv_op.conv2d_interpret(x, w, None, 1, 1, precision="bf16x3")
+    with pytest.raises(ag.TraceError, match="bk=64") as info:
+        conv_op.conv2d_interpret(x, w, None, 1, 1, schedule=ConvSchedule(bm=128, bn=64, bw=64,
+                                                                         stages=2),
+                                 precision="tf32")
+    assert "bk=32" in str(info.value.fix)
+    with pytest.raises(ValueError, match="fp32 inputs run only as tf32"):
+        conv_kernel(ag.f32, ag.f32)
+    from argus.compose.conv import ConvRun
+    with pytest.raises(ValueError, match="the one choice is 'tf32'"):
+        ConvRun(precision="fp16")
+
+
+# ----------------------------------------------------------------------------- compose
+
+
+def test_compose_conv_run_tf32_on_the_interpreter():
+    """A composed Conv2d task with ConvRun(precision="tf32"): one tf32 product (the split's
+    error is ~100x smaller), within the relaxed track."""
+    import torch.nn as nn
+
+    from argus.compose.conv import ConvRun
+    from argus.compose.runtime import Program
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(6, 8, 3, padding=1, groups=2), nn.ReLU(),
+                          nn.Conv2d(8, 4, (1, 3), stride=(1, 2)))
+    x = torch.randn(2, 6, 5, 7)
+    with torch.no_grad():
+        want = model.double()(x.double())
+        model.float()
+        got = {}
+        for name, sched in (("tf32", {"conv": ConvRun(precision="tf32")}),
+                            ("split", {"conv": ConvRun(terms=6)})):
+            prog = Program.build(model, [x], sched)
+            got[name] = ((prog.run(model, [x]).double() - want).norm() / want.norm()).item()
+    assert got["tf32"] <= 2e-3 and got["tf32"] > 20 * got["split"], got
+
+
+def test_solve_cli_precision_option():
+    import argparse
+
+    from argus.compose.cli import add_solve, solve_schedules
+    from argus.compose.conv import ConvRun
+    from argus.compose.solution import _composition
+
+    parser = argparse.ArgumentParser()
+    verbs = parser.add_subparsers(dest="verb")
+    add_solve(verbs, lambda p: None, lambda p: None)
+    assert parser.parse_args(["solve"]).precision == "fp32"
+    assert parser.parse_args(["solve", "--precision", "tf32"]).precision == "tf32"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["solve", "--precision", "bf16"])
+    assert solve_schedules("fp32") is None
+    sched = solve_schedules("tf32")
+    assert sched == {"conv": ConvRun(precision="tf32")}
+    # the solution file imports ConvRun and says which track it is for; the default one is
+    # unchanged (no import line)
+    class _Plan:    # what _composition reads of a Plan: the steps' kinds
+        steps = [type("S", (), {"kind": "conv"})()]
+
+    src = _composition("t", "class Model: pass\n", _Plan(), "", sched, ()).source
+    assert "from argus.compose.conv import ConvRun" in src and "relaxed track only" in src
+    assert "SCHEDULES = {'conv': ConvRun(terms=6, schedule=None, precision='tf32')}" in src
+    plain = _composition("t", "class Model: pass\n", _Plan(), "", None, ()).source
+    assert "ConvRun" not in plain and "SCHEDULES = {}" in plain
+    ns: dict = {}
+    lines = [ln for ln in src.splitlines()
+             if ln.startswith(("from argus.compose.conv import", "SCHEDULES ="))]
+    exec(compile("\n".join(lines), "solution", "exec"), ns)   # the footer's two lines run
+    assert ns["SCHEDULES"] == sched
+
+
+# ----------------------------------------------------------------------------- verifier, NVRTC
+
+GEOM = ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, groups=2, cg_padded=64)
+
+
+def test_tf32_kernel_verifies_with_zero_findings():
+    """The lowered kernel: TMA boxes of 32 fp32, the tf32 descriptors' k8 steps of 32 bytes
+    (wgmma.smem-layout), groups never mixed (wgmma.agree on grp), every product defined."""
+    from argus.compiler import lower_only
+
+    kernel = lower_only(conv_kernel(ag.f32, ag.f32, bias=True, precision="tf32"), geom=GEOM,
+                        s=TF32)
+    report = verify.run(kernel)
+    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    # the honest unknowns of the conv family (tests/interp/test_conv_interp.py)
+    assert {d.code for d in report.unknowns} <= {"store.coverage", "store.once"}, \
+        "\n".join(str(d) for d in report.unknowns)
+    proven = {d.code for d in report.proven}
+    assert {"wgmma.smem-layout", "wgmma.agree", "wgmma.defined", "tma.box"} <= proven, proven
+    assert any(d.code == "wgmma.agree" and "A.grp == B.grp" in d.subject
+               for d in report.proven)
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
+def test_nvrtc_builds_the_tf32_conv_for_sm90a(tmp_path, monkeypatch):
+    from argus import codegen
+    from argus.compiler import lower_only
+    from argus.runtime.compile import compile_cuda
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    s = ConvSchedule(bm=128, bn=128, bk=32, bw=64, stages=6, cluster_m=2)
+    source = codegen.render(lower_only(conv_kernel(ag.f32, ag.f32, bias=True,
+                                                   precision="tf32"), geom=GEOM, s=s))
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    assert binary.arch == "sm_90a"
+    assert "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in binary.ptx
+    assert ".bf16.bf16" not in binary.ptx
+    assert not binary.resource(source.name).spills
