@@ -218,6 +218,11 @@ def run_parallel(tasks: list[Task], solutions: Path | str, out_dir: Path | str,
             if item is None:
                 return
             if item is False:
+    # A task estimated above half the memory runs alone from the start: beside it only small
+    # tasks would fit, and the estimates of such tasks fell short on the H200 (L1/38 and L1/39,
+    # 94.5 GB, ran out of memory alone within 128 GB; while the 71 GB activations ran, their
+    # neighbours ran out), so pairing them cost more retries than it saved.
+    need = {key: memory.budget if n > memory.budget / 2 else n for key, n in need.items()}
                 memory.wait_for_release(0.5)
                 continue
             task, path = item
