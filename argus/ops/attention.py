@@ -44,14 +44,13 @@ from collections import OrderedDict
 
 from argus import dtypes
 from argus.errors import LaunchError
-from argus.kernels.attention import (HEAD_DIMS, LOG2E, AttentionSchedule, attention_kernel,
-                                     default_schedule)
+from argus.kernels.attention import LOG2E, AttentionSchedule, attention_kernel, default_schedule
 from argus.kernels.attention_decode import MAX_QUERIES, DecodeSchedule
 from argus.ops.attention_decode import run_decode
+from argus.ops.attention_inputs import LAYOUTS, _bhsd, _check_strides, check  # noqa: F401
 
 _WHO = "argus.ops.attention"
 _DTYPES = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16}
-LAYOUTS = ("bhsd", "bshd")
 # (head dim, dtype, causal, lse, schedule, device) -> compiled kernel; bounded.
 _COMPILED: OrderedDict = OrderedDict()
 _MEMO_SIZE = 64
@@ -76,81 +75,6 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
     else:
         out, lse = _op()(q, k, v, bool(causal), float(scale), layout, bool(return_lse))
     return (out, lse) if return_lse else out
-
-
-# ----------------------------------------------------------------------------- checks
-
-
-def check(q, k, v, *, layout: str = "bhsd", device: bool = True) -> None:
-    """Raise a LaunchError for inputs the kernel cannot compute right. Shapes and dtypes are
-    checked before devices, so the messages are the same for CPU tensors (device=False skips
-    the device checks: the interpreter runs on CPU tensors)."""
-    import torch
-
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise LaunchError(f"{_WHO}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if layout not in LAYOUTS:
-        raise LaunchError(f"{_WHO}: layout={layout!r} is not one of {LAYOUTS}",
-                          fix="'bhsd' for [batch, heads, seq, head_dim], 'bshd' for [batch, "
-                              "seq, heads, head_dim]")
-    if str(q.dtype) not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise LaunchError(f"{_WHO}: q, k and v must all be bfloat16 or all float16, got "
-                          f"{q.dtype}, {k.dtype}, {v.dtype}",
-                          fix="cast them, e.g. q.bfloat16(), k.bfloat16(), v.bfloat16()")
-    dims = "[B, H, S, D]" if layout == "bhsd" else "[B, S, H, D]"
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dim() != 4:
-            raise LaunchError(f"{_WHO}: {name} has shape {tuple(t.shape)}; layout={layout!r} "
-                              f"takes 4-d tensors {dims}",
-                              fix="add the missing batch or head dimension with unsqueeze")
-    if tuple(k.shape) != tuple(v.shape):
-        raise LaunchError(f"{_WHO}: k {tuple(k.shape)} and v {tuple(v.shape)} differ; they must "
-                          f"have the same shape {dims}")
-    qb, kb = _bhsd(q, layout), _bhsd(k, layout)
-    head_dim = q.shape[-1]
-    if head_dim not in HEAD_DIMS:
-        raise LaunchError(f"{_WHO}: head dim {head_dim} is not supported (the kernel takes "
-                          f"{HEAD_DIMS})", fix="pad q, k and v with zeros to the next "
-                                               "supported head dim, or use torch SDPA")
-    if k.shape[-1] != head_dim:
-        raise LaunchError(f"{_WHO}: q has head dim {head_dim}, k and v have {k.shape[-1]}; "
-                          f"they must match")
-    if qb.shape[0] != kb.shape[0]:
-        raise LaunchError(f"{_WHO}: batch sizes differ: q {qb.shape[0]}, k/v {kb.shape[0]}",
-                          fix="broadcast with expand() to one batch size")
-    hq, hkv = qb.shape[1], kb.shape[1]
-    if hkv == 0 or hq % hkv:
-        raise LaunchError(f"{_WHO}: q has {hq} heads, k and v {hkv}; the query heads must be "
-                          f"a multiple of the key/value heads (GQA / MQA)",
-                          fix=f"check the head dimension of the layout ({layout!r}: heads are "
-                              f"dim {1 if layout == 'bhsd' else 2})")
-    for name, t in (("q", q), ("k", k), ("v", v)) if device else ():
-        if not t.is_cuda:
-            raise LaunchError(f"{_WHO}: {name} is on {t.device}; Argus kernels run on a CUDA "
-                              f"device (sm_90a)", fix=f"{name}.cuda(), or torch SDPA on the CPU")
-    if device and (k.device != q.device or v.device != q.device):
-        raise LaunchError(f"{_WHO}: q, k and v are on different devices ({q.device}, "
-                          f"{k.device}, {v.device})", fix="move them to one GPU")
-
-
-def _bhsd(t, layout: str):
-    """The [B, H, S, D] view of a tensor in `layout` (a permuted view, never a copy)."""
-    return t if layout == "bhsd" else t.transpose(1, 2)
-
-
-def _check_strides(named) -> None:
-    """TMA reads each tensor through a tensor map: unit inner stride, 16-byte aligned pointer
-    and outer strides (dims of extent 1 are never stepped over)."""
-    for name, t in named:
-        eb = t.element_size()
-        bad = t.stride(-1) != 1 or t.data_ptr() % 16 or any(
-            (t.stride(d) * eb) % 16 for d in range(t.dim() - 1) if t.shape[d] > 1)
-        if bad:
-            raise LaunchError(f"{_WHO}: {name} (shape {tuple(t.shape)}, strides {t.stride()}) "
-                              f"cannot be read by TMA: it needs a contiguous head dim, a "
-                              f"16-byte aligned pointer and outer strides that are multiples "
-                              f"of 16 bytes", fix=f"pass {name}.contiguous()")
 
 
 # ----------------------------------------------------------------------------- the launch

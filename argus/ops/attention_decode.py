@@ -36,6 +36,7 @@ from argus.kernels.attention import LOG2E, ROWS
 from argus.kernels.attention_decode import (MAX_QUERIES, MAX_SPLITS, DecodeSchedule,
                                             combine_shape, decode_combine_kernel, decode_kernel,
                                             default_decode_schedule, num_splits)
+from argus.ops.attention_inputs import _bhsd, _check_strides, check
 
 _WHO = "argus.ops.attention_decode"
 _DTYPES = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16}
@@ -50,8 +51,6 @@ def attention_decode(q, k, v, *, causal: bool = False, scale: float | None = Non
                      schedule: DecodeSchedule | None = None):
     """softmax(scale * q k^T [+ causal mask]) v for Sq <= 16 query tokens; (out, lse) with
     return_lse=True (lse [B, Hq, Sq] fp32, natural log). See the module docstring."""
-    from argus.ops.attention import check
-
     check(q, k, v, layout=layout)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
@@ -68,8 +67,6 @@ def run_decode(q, k, v, causal: bool, scale: float, layout: str, return_lse: boo
     the GPU (tests pass the interpreter, with CPU tensors, to check everything around the
     kernels)."""
     import torch
-
-    from argus.ops.attention import _bhsd, _check_strides, check
 
     check(q, k, v, layout=layout, device=execute is None)
     qb, kb, vb = _bhsd(q, layout), _bhsd(k, layout), _bhsd(v, layout)
