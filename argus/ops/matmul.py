@@ -215,7 +215,7 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key, precision=None):
         b_ready = _tma_ready(b.transpose(-1, -2), eb)   # x @ W.T: W [N, K], K contiguous
     elif problem.b_layout == "nk":
         # tf32 reads B K-major only: the [K, N] row-major B is copied to [N, K] (not cached)
-        b_ready = b.transpose(-1, -2).contiguous()
+        b_ready = _tma_ready(b.transpose(-1, -2).contiguous(), eb)
     else:
         b_ready = _tma_ready(b, eb)                     # x @ W: W [K, N]
     tma_store_ok = problem.tma_store_ok
