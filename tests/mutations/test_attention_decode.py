@@ -1,0 +1,76 @@
+"""Seeded bugs in the decode attention kernels (argus/kernels/attention_decode.py), lowered and
+then rewritten, each caught by the invariant meant to catch it (INVARIANTS.md §4), with a
+counterexample that names what it should; the unmutated kernels verify without a violation.
+
+  * P's key index is V's row: V loaded at the packed query rows' coordinate (0) instead of the
+    KV block's first key (wgmma.agree on P V: A.sk == B.sk);
+  * each packed query row attends every key of its split exactly once: every KV step loads
+    K's block 0, so keys 0..BN-1 are multiplied once per step and the others never
+    (wgmma.k-once), in the direct kernel and in the split kernel.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import argus as ag
+from argus import verify
+from argus.compiler import lower_only
+from argus.ir import ops as O
+from argus.kernels.attention_decode import decode_kernel, default_decode_schedule
+from tests.mutations.corpus import ACC, Mutation, rewrite
+
+
+def decode(split: bool, causal: bool = False):
+    """The decode kernel, head dim 64 (one column atom: TMA loads in order Q, K, V), lowered."""
+    return lower_only(decode_kernel(64, ag.bf16, causal, split),
+                      s=default_decode_schedule(64, 1))
+
+
+def kv_coordinate(split: bool, index: int, coordinate):
+    """The kernel with the key coordinate (dim 2) of its `index`-th TMA load replaced by
+    `coordinate(loads)`, a value the producer has at that point."""
+    def build():
+        kernel = decode(split)
+        loads = [op for op in kernel.walk() if isinstance(op, O.TmaLoad)]
+        value = coordinate(loads)
+        return rewrite(kernel, O.TmaLoad,
+                       lambda op: op.replace(coords=op.coords[:2] + (value,) + op.coords[3:]),
+                       nth=index)
+    return build
+
+
+MUTATIONS = [
+    Mutation(f"attention_decode/{kind}/v_rows_are_queries", "attention", 18,
+             kv_coordinate(split, 2, lambda loads: loads[0].coords[2]), ("wgmma.agree",),
+             ACC + ("a_element", "b_element"), ("A.sk == B.sk",),
+             note="V at the packed query rows: P's key index is not V's row")
+    for split, kind in ((False, "direct"), (True, "split"))
+] + [
+    Mutation(f"attention_decode/{kind}/k_block_fixed", "attention", 2,
+             kv_coordinate(split, 1, lambda loads: loads[1].coords[3]), ("wgmma.k-once",),
+             ("first", "second", "k"), ("multiplied twice",),
+             note="K's block 0 at every step: keys attended repeatedly or never",
+             also=("wgmma.agree",))
+    for split, kind in ((False, "direct"), (True, "split"))
+]
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.name for m in MUTATIONS])
+def test_decode_mutation_is_caught(mutation):
+    report = verify.run(mutation.build())
+    found = [d for d in report.diagnostics if d.severity == "error"]
+    hits = [d for d in found if d.code in mutation.codes and
+            all(k in d.counterexample for k in mutation.witness) and
+            all(w in str(d) for w in mutation.words)]
+    assert hits, (f"{mutation.name}: expected {mutation.codes} naming {mutation.witness} / "
+                  f"{mutation.words}, got {[(d.code, d.message[:120]) for d in found]}")
+    for code in mutation.also:
+        assert any(d.code == code for d in found), f"{mutation.name}: {code} not reported"
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_decode_base_is_clean(split, causal):
+    errors = [d for d in verify.check(decode(split, causal)) if d.severity == "error"]
+    assert not errors, "\n".join(str(d) for d in errors)
