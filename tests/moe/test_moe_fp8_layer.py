@@ -16,6 +16,7 @@ from argus.errors import LaunchError
 from argus.kernels.moe_fp8 import (FP8_PREFILL, FP8_PREFILL_OVERLAP, FP8_SMALL,
                                    MoeFp8Schedule, grouped_gemm_fp8_kernel)
 from argus.runtime import nvrtc_available
+from tests.fp8_k_loops import k_loop_kernel
 
 torch = pytest.importorskip("torch")
 M = importlib.import_module("argus.ops.moe")   # the module (argus.ops.moe is the function)
@@ -320,33 +321,18 @@ def test_verifier_k_once_sees_an_overwriting_wgmma_in_a_k_loop():
     stored as it is, or added into a variable made afresh each step, it misses K. The rule
     used to count the accumulator's loop as a reduction because the accumulator was defined
     outside it (the early-release promotion's seeded bug verified clean)."""
-    from argus.kernels.warp_specialized import OperandRing, TileScheduler, store_tile
-
     def variant(mode: str):
-        def k_loop(A: ag.Tensor["M", "K", ag.e4m3], W: ag.Tensor["N", "K", ag.e4m3],
-                   C: ag.Tensor["M", "N", ag.f32]):
-            M_, K = A.shape
-            sched = TileScheduler.launch(M_, W.shape[0], 128, 128)
-            ring = OperandRing.alloc(2, 128, 128, 128, ag.e4m3, 2)
-            k_steps = ring.k_steps(K)
-            with ag.role("producer", warpgroups=1, regs=40):
-                for unit in sched.units():
-                    ring.load(k_steps, A, W, unit)
-            with ag.role("consumer", warpgroups=2, regs=232) as wg:
-                for unit in sched.units():
-                    acc = ag.zeros((64, 128), ag.f32)
-                    part = ag.zeros((64, 128), ag.f32)
-                    for k in ag.range(k_steps):
-                        with ring.pipe.consume() as stage:
-                            ag.wgmma(ring.a[stage].rows_of(wg * 64, 64),
-                                     ring.b[stage].rows_of(0, 128), part,
-                                     overwrite=mode != "accumulate")
-                        if mode == "promote":
-                            acc = acc + part * 0.5
-                    store_tile(C, unit, wg, acc if mode == "promote" else part, bm=128,
-                               bn=128, rows=64, finish=lambda t: t)
-            return None
-        return ag.kernel(k_loop, name=f"k_loop_{mode}")
+        def k_loop(ring, k_steps, wg):
+            acc = ag.zeros((64, 128), ag.f32)
+            part = ag.zeros((64, 128), ag.f32)
+            for k in ag.range(k_steps):
+                with ring.pipe.consume() as stage:
+                    ag.wgmma(ring.a[stage].rows_of(wg * 64, 64), ring.b[stage].rows_of(0, 128),
+                             part, overwrite=mode != "accumulate")
+                if mode == "promote":
+                    acc = acc + part * 0.5
+            return acc if mode == "promote" else part
+        return k_loop_kernel(f"k_loop_{mode}", k_loop)
 
     for mode, bad in (("overwrite", True), ("promote", False), ("accumulate", False)):
         codes = {d.code for d in verify.run(lower_only(variant(mode))).errors}

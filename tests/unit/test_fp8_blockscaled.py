@@ -18,6 +18,7 @@ from argus.kernels.gemm_fp8 import (Fp8GemmSchedule, gemm_fp8_blockscaled_kernel
 from argus.ops import fp8_schedules
 from argus.ops.fp8_schedules import Fp8Problem
 from argus.runtime import nvrtc_available
+from tests.fp8_k_loops import k_loop_kernel
 
 torch = pytest.importorskip("torch")
 
@@ -155,30 +156,18 @@ def test_verifier_catches_a_promotion_that_overwrites():
     """`acc = part * s` instead of `acc = acc + part * s` keeps only the last K block: the
     partial is no longer summed over the K loop, so k-once sees 128 of K values."""
     from argus import verify
-    from argus.kernels.warp_specialized import OperandRing, TileScheduler, store_tile
 
     def variant(add: bool):
-        def promo(A: ag.Tensor["M", "K", ag.e4m3], W: ag.Tensor["N", "K", ag.e4m3],
-                  C: ag.Tensor["M", "N", ag.f32]):
-            M, K = A.shape
-            sched = TileScheduler.launch(M, W.shape[0], 128, 128)
-            ring = OperandRing.alloc(2, 128, 128, 128, ag.e4m3, 2)
-            k_steps = ring.k_steps(K)
-            with ag.role("producer", warpgroups=1, regs=40):
-                for unit in sched.units():
-                    ring.load(k_steps, A, W, unit)
-            with ag.role("consumer", warpgroups=2, regs=232) as wg:
-                for unit in sched.units():
-                    acc = ag.zeros((64, 128), ag.f32)
-                    for k in ag.range(k_steps):
-                        with ring.pipe.consume() as stage:
-                            part = ag.zeros((64, 128), ag.f32, by_wgmma=True)
-                            ag.wgmma(ring.a[stage].rows_of(wg * 64, 64),
-                                     ring.b[stage].rows_of(0, 128), part)
-                            acc = (acc + part * 0.5) if add else part * 0.5
-                    store_tile(C, unit, wg, acc, bm=128, bn=128, rows=64,
-                               finish=lambda t: t)
-        return ag.kernel(promo, name=f"promo_{'add' if add else 'overwrite'}")
+        def k_loop(ring, k_steps, wg):
+            acc = ag.zeros((64, 128), ag.f32)
+            for k in ag.range(k_steps):
+                with ring.pipe.consume() as stage:
+                    part = ag.zeros((64, 128), ag.f32, by_wgmma=True)
+                    ag.wgmma(ring.a[stage].rows_of(wg * 64, 64), ring.b[stage].rows_of(0, 128),
+                             part)
+                    acc = (acc + part * 0.5) if add else part * 0.5
+            return acc
+        return k_loop_kernel(f"promo_{'add' if add else 'overwrite'}", k_loop)
 
     codes = {d.code for d in verify.run(lower_only(variant(False))).errors}
     assert "wgmma.k-once" in codes
