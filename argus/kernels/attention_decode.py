@@ -109,6 +109,7 @@ def decode_smem_bytes(s: DecodeSchedule, head_dim: int, dtype: DType = ag.bf16) 
     return s.block_m * head_dim * eb + 2 * s.stages * s.block_n * head_dim * eb + 1024
 
 
+@functools.lru_cache(maxsize=1024)   # on the op's host path, every call
 def default_decode_schedule(head_dim: int, rows: int = 1,
                             dtype: DType = ag.bf16) -> DecodeSchedule:
     """The decode schedule for `rows` packed query rows (GQA group x query tokens): one
@@ -126,6 +127,7 @@ def default_decode_schedule(head_dim: int, rows: int = 1,
     return s
 
 
+@functools.lru_cache(maxsize=4096)   # on the op's host path, every call
 def num_splits(units: int, kv_blocks: int, *, num_sms: int = NUM_SMS,
                max_splits: int = MAX_SPLITS, min_blocks: int = 2) -> int:
     """How many KV splits to run for `units` CTAs' worth of (batch, kv head, row tile) work

@@ -117,7 +117,8 @@ def run_decode(q, k, v, causal: bool, scale: float, layout: str, return_lse: boo
                               fix="use default_decode_schedule(head_dim, rows)")
         n_splits = splits or num_splits(B * HKV, -(-SK // s.block_n))
         n_splits = min(n_splits, -(-SK // s.block_n))
-        qc, oc, lc = (t[:, :, r0:r0 + rows] for t in (q_rows, o_rows, l_rows))
+        qc, oc, lc = (q_rows, o_rows, l_rows) if rows == GS else \
+            (t[:, :, r0:r0 + rows] for t in (q_rows, o_rows, l_rows))
         scalars = {"qk_scale": scale * LOG2E, "q_len": S}
         if n_splits == 1:
             _execute(execute, decode_kernel(D, dt, causal, False), {"s": s},
