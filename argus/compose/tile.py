@@ -321,6 +321,36 @@ def _online_partner(st: Node, stats: list[Node]) -> Node | None:
     return None
 
 
+def _variance_partner(st: Node, stats: list[Node]) -> Node | None:
+    """The statistic S = sum(X) when st is sum(D * D) with D = X - M and M = S * c or S / c
+    (a variance's sum of squared deviations from the mean), else None."""
+    if st.fn != "sum":
+        return None
+    center = _deviation_center(st)
+    if center is None or not (isinstance(center, Node) and center.op == "ew" and
+                              center.fn in ("mul", "div") and len(center.args) == 2):
+        return None
+    s, c = center.args
+    if center.fn == "mul" and not isinstance(s, Node):
+        s, c = c, s
+    if isinstance(c, Node) or not isinstance(s, Node) or s not in stats or s.fn != "sum":
+        return None
+    x = st.args[0].args[0].args[0]
+    return s if s.args[0] is x and s.attrs.get("axes") == st.attrs.get("axes") else None
+
+
+def _deviation_center(st: Node):
+    """M when st is sum(D * D) with D = X - M, else None."""
+    sq = st.args[0]
+    if not (isinstance(sq, Node) and sq.op == "ew" and sq.fn == "mul" and len(sq.args) == 2
+            and sq.args[0] is sq.args[1]):
+        return None
+    d = sq.args[0]
+    if not (isinstance(d, Node) and d.op == "ew" and d.fn == "sub" and len(d.args) == 2):
+        return None
+    return d.args[1]
+
+
 def _stat_deps(k: FusedKernel, s: Node) -> set[Node]:
     stats, leaves = set(k.stats), set(k.leaves)
     out, seen, stack = set(), set(), list(s.inputs())
@@ -446,6 +476,13 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
     # Online softmax: sum(exp(X - max(X))) joins the pass of max(X): when the running maximum
     # grows, the running sum is rescaled by exp(m_old - m_new) (one read of X, not two).
     online: dict[Node, Node] = {}          # the max statistic -> its sum of exponentials
+    # One-pass variance: sum((X - M)^2) with M = sum(X) * c joins the pass of sum(X): every
+    # lane keeps a running mean and sum of squared deviations (Welford), combined across lanes
+    # after the loops (Chan et al.) and moved to M exactly: sum((X - M)^2) = M2 + N (mean - M)^2.
+    # A norm reads X twice (statistics, apply), not three times. Only where no element of a
+    # reduced tile dim is masked (every lane sees the same count).
+    masked = (t0.reduced and t0.size % s.rows != 0) or (t1.reduced and t1.size % s.bn != 0)
+    welford: dict[Node, Node] = {}         # the squared-deviation sum -> its sum(X)
     for st in k.stats:
         deps = _stat_deps(k, st)
         partner = _online_partner(st, k.stats)
@@ -453,24 +490,82 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
             online[partner] = st
             level[st] = level[partner]
             continue
+        mean_sum = _variance_partner(st, k.stats)
+        if mean_sum is not None and split <= 1 and not masked and \
+                mean_sum not in welford.values():
+            welford[st] = mean_sum
+            level[st] = level[mean_sum]
+            continue
         level[st] = 1 + max((level[d] for d in deps), default=-1)
+    red_lanes = (("ROWS",) if t0.reduced else ()) + (("BN",) if t1.reduced else ())
+
     for p in range(max(level.values(), default=-1) + 1):
         batch = [st for st in k.stats if level[st] == p]
+        lanewise = {st for st in batch if st.fn in COMBINE and st not in online and
+                    st not in online.values() and st not in welford}
+        count = None
         for st in batch:
             a = e.fresh("acc")
             if st.fn in ("argmax", "argmin"):
                 e.line(f"{a}_v = ag.full({acc_shape}, {NEUTRAL[st.fn]})")
                 e.line(f"{a} = ag.full({acc_shape}, 0, ag.i32)")
+            elif st in lanewise:
+                # Lane-wise: each thread combines its own elements across the blocks and the
+                # lanes are reduced once after the loops (a reduction across the CTA in every
+                # block cost two barriers a block and drained the loads in flight).
+                e.line(f"{a} = ag.full((ROWS, BN), {NEUTRAL[st.fn]})")
+            elif st in welford:
+                # the lanes run on X - K, K the mean of the first block (a pilot close to the
+                # data): lane means then keep fp32 digits relative to the spread, not to |mean|
+                saved = dict(e.coord)
+                for gi, g in enumerate(groups):
+                    if g.reduced:
+                        e.coord[gi] = "0"
+                e.memo = {}
+                x0, x0k = e.emit(welford[st].args[0])
+                e.line(f"{a}_k = {e.as_float(x0, x0k)} + ag.full((ROWS, BN), 0.0)")
+                for ax, g in ((1, t1), (0, t0)):
+                    if g.reduced:
+                        e.line(f"{a}_k = {a}_k.sum(axis={ax})")
+                e.line(f"{a}_k = {a}_k * (1.0 / ({' * '.join(red_lanes) or '1'}))")
+                e.coord, e.memo = saved, {}
+                e.line(f"{a}_m = ag.full((ROWS, BN), 0.0)")
+                e.line(f"{a}_q = ag.full((ROWS, BN), 0.0)")
+                if count is None:
+                    count = e.fresh("cnt")
+                    e.line(f"{count} = ag.full((1, 1), 0.0)")
             else:
                 e.line(f"{a} = ag.full({acc_shape}, {NEUTRAL[st.fn]})")
             st.attrs["_acc"] = a
 
-        def body(batch=batch):
+        def body(batch=batch, lanewise=lanewise, count=count):
+            if count is not None:
+                e.line(f"{count} = {count} + 1.0")
+                e.line(f"inv_{count} = 1.0 / {count}")
             for st in batch:
                 if st in online.values():
                     continue            # updated together with its maximum, below
+                a = st.attrs["_acc"]
+                if st in welford:
+                    x = e.fresh("xc")
+                    e.line(f"{x} = {e.as_float(*e.emit(welford[st].args[0]))} - {a}_k")
+                    d = e.fresh("d")
+                    e.line(f"{d} = {x} - {a}_m")
+                    e.line(f"{a}_m = {a}_m + {d} * inv_{count}")
+                    e.line(f"{a}_q = {a}_q + {d} * ({x} - {a}_m)")
+                    continue
                 v, kind = e.emit(st.args[0])
                 v = e.as_float(v, kind)
+                if st in lanewise:
+                    # every element past the tensor's end along either tile dim holds the
+                    # identity before it joins the lanes: the verifier (fill.identity) does not
+                    # follow a load's masked lanes through a loop-carried accumulator
+                    bounds = [f"(ag.arange(ROWS)[:, None] + o{last - 1} < {t0.size})",
+                              f"(ag.arange(BN)[None, :] + o{last} < {t1.size})"]
+                    m = e.fresh("m")
+                    e.line(f"{m} = ag.where({' & '.join(bounds)}, {v}, {NEUTRAL[st.fn]})")
+                    e.line(f"{a} = {COMBINE[st.fn].format(a=a, b=m)}")
+                    continue
                 masks = []
                 if t0.reduced and (t0.size % s.rows or split_axis == 0):
                     masks.append(f"(ag.arange(ROWS)[:, None] + o{last - 1} < {t0.size})")
@@ -480,7 +575,6 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
                     m = e.fresh("m")
                     e.line(f"{m} = ag.where({' & '.join(masks)}, {v}, {NEUTRAL[st.fn]})")
                     v = m
-                a = st.attrs["_acc"]
                 if st.fn in ("argmax", "argmin"):
                     base = st.fn[3:]
                     cmp = ">" if base == "max" else "<"
@@ -523,8 +617,43 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
                 e.line(f"{a} = {COMBINE[st.fn].format(a=a, b=v)}")
 
         loops(body)
+        for st in batch:            # lanes reduced once, after the loops
+            a = st.attrs["_acc"]
+            if st in lanewise:
+                for ax, g in ((1, t1), (0, t0)):
+                    if g.reduced:
+                        e.line(f"{a} = {a}.{st.fn}(axis={ax})")
+            elif st in welford:
+                # lane means and squared deviations, each over `count` elements, combined
+                lanes = " * ".join(red_lanes) or "1"
+                mu = e.fresh("mu")
+                e.line(f"{mu} = {a}_m")
+                e.line(f"{a} = {a}_q")
+                dev = e.fresh("dev")
+                for ax, g in ((1, t1), (0, t0)):
+                    if g.reduced:
+                        e.line(f"{mu} = {mu}.sum(axis={ax})")
+                        e.line(f"{a} = {a}.sum(axis={ax})")
+                e.line(f"{mu} = {mu} * (1.0 / ({lanes}))")
+                e.line(f"{dev} = ({a}_m - {mu}) * ({a}_m - {mu})")
+                for ax, g in ((1, t1), (0, t0)):
+                    if g.reduced:
+                        e.line(f"{dev} = {dev}.sum(axis={ax})")
+                e.line(f"{a} = {a} + {count} * {dev}")
+                st.attrs["_mu"] = mu
         for st in batch:
             e.stat_var[st] = st.attrs.pop("_acc")
+        for st in batch:
+            if st in welford:
+                # sum((X - M)^2) = M2 + N (mean - M)^2, M as the kernel computes it
+                a, mu = e.stat_var[st], st.attrs.pop("_mu")
+                e.memo = {}
+                m_val, m_kind = e.emit(_deviation_center(st))
+                m_val = e.as_float(m_val, m_kind)
+                lanes = " * ".join(red_lanes) or "1"
+                shift = e.fresh("shift")
+                e.line(f"{shift} = ({a}_k - {m_val}) + {mu}")
+                e.line(f"{a} = {a} + ({count} * ({lanes})) * ({shift} * {shift})")
     # ------------------------------------------------------------------ output
     out_dtype = DT.get(k.root.dtype, "ag.f32")
     if k.kept_output:
