@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""The compose pooling template's rows per CTA against torch eager on a GPU (device run).
+
+    python3 -u scripts/gpu_pool_sweep.py [--quick] [--out DIR]
+
+Why: KernelBench L1/43 (MaxPool3d k3 s2 p1 d3 over 16x32x128^3 fp32) ran at 0.57x eager on
+the H200 (6.84 ms vs 3.92) and L1/44 (AvgPool1d k8 s1 over 64x128x65536) at 0.46x
+torch.compile. The template (argus/compose/pool.py) issues one 4-byte load per window offset
+per output (27 per output for L1/43, lanes 8 bytes apart at stride 2) and unrolls up to 8
+output rows per thread: with 18 CTAs of 64 threads an SM (56 registers) the window rows in
+flight are ~0.6 MB per SM, past the L1, so the 3 loads of one input row per window row (and
+rows shared by neighbouring outputs) go to L2 again: ~27 GB of L2 reads for a 4.3 GB input.
+The hypothesis to test: fewer rows per CTA (a smaller L1 footprint) is faster. For each
+shape, every `rows` in the sweep (the template's default marked *) is checked against torch's
+pooling (max error) and timed with argus.bench.timing.measure (CUDA events, L2 flush,
+median), next to torch eager: ms, GB/s over one read of the input and one write of the output,
+x eager. What to look for: whether a smaller `rows` beats the default; if so,
+`pool.rows_per_cta` should bound the rows by window size x row bytes (the L1 footprint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("ARGUS_VERIFY", "0")
+
+# (name, input shape, kind, kernel, stride, padding, dilation): KernelBench L1/41-46's
+# configurations at upstream sizes (the task files' numbers, not their code)
+CASES = [
+    ("L1/43 max3d", (16, 32, 128, 128, 128), "max", 3, 2, 1, 3),
+    ("L1/46 avg3d", (16, 32, 128, 128, 256), "avg", 3, 2, 1, 1),
+    ("L1/42 max2d", (32, 64, 512, 512), "max", 4, 1, 1, 1),
+    ("L1/44 avg1d", (64, 128, 65536), "avg", 8, 1, 4, 1),
+    ("L1/41 max1d", (64, 192, 65536), "max", 8, 1, 4, 3),
+]
+ROWS = [1, 2, 4, 8]
+
+
+def torch_pool(x, kind, k, s, p, d):
+    import torch.nn.functional as F
+
+    n = x.dim() - 2
+    if kind == "max":
+        f = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[n - 1]
+        return f(x, k, s, p, d)
+    f = (F.avg_pool1d, F.avg_pool2d, F.avg_pool3d)[n - 1]
+    return f(x, k, s, p)
+
+
+def main(argv=None) -> int:
+    import torch
+
+    import argus.compose.pool as pool
+    from argus.bench.timing import measure
+    from argus.compose.graph import Node
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="L1/43 and L1/44 only")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to time")
+        return 1
+    start = time.time()
+    print(f"== pool sweep on {torch.cuda.get_device_name()}")
+    default_rows = pool.rows_per_cta
+    out = []
+    for name, shape, kind, k, s, p, d in CASES:
+        if args.quick and not name.startswith(("L1/43", "L1/44")):
+            continue
+        torch.manual_seed(0)
+        x = torch.rand(shape, device="cuda")
+        n = x.dim() - 2
+        ref = torch_pool(x, kind, k, s, p, d)
+        node = Node("pool", (), tuple(ref.shape), torch.float32,
+                    {"kind": kind, "dims": n, "kernel": (k,) * n, "stride": (s,) * n,
+                     "padding": (p,) * n, "dilation": (d,) * n})
+        eager = measure(lambda: torch_pool(x, kind, k, s, p, d)).median_ms
+        gbs = lambda ms: (x.numel() + ref.numel()) * 4 / ms / 1e6         # noqa: E731
+        print(f"\n-- {name} {tuple(shape)}: torch eager {eager:.3f} ms ({gbs(eager):.0f} GB/s)")
+        nrows = ref.numel() // ref.shape[-1]
+        window = k ** n
+        bn = min(256, 1 << max(0, (ref.shape[-1] - 1).bit_length()))
+        dflt = default_rows(bn, window, nrows)
+        for rows in sorted(set(ROWS + [dflt])):
+            pool.rows_per_cta = lambda *_a, r=rows: r
+            tag = f"rows={rows}{' *' if rows == dflt else ''}"
+            try:
+                y = pool.run_pool(node, x)
+                torch.cuda.synchronize()
+                err = (y - ref).abs().max().item()
+                ms = measure(lambda: pool.run_pool(node, x)).median_ms
+            except Exception as exc:  # noqa: BLE001 - one schedule's failure is its row
+                print(f"   {tag}: FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+                traceback.print_exc(limit=2)
+                continue
+            finally:
+                pool.rows_per_cta = default_rows
+            print(f"   {tag:9s}: {ms:8.3f} ms {gbs(ms):6.0f} GB/s  {eager / ms:5.2f}x eager  "
+                  f"max err {err:.1e}", flush=True)
+            out.append({"case": name, "rows": rows, "default": rows == dflt, "ms": ms,
+                        "eager_ms": eager, "max_err": err})
+        del x, ref
+        torch.cuda.empty_cache()
+    print(f"\n({time.time() - start:.0f} s)")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "pool_sweep.json").write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
