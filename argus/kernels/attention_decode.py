@@ -269,6 +269,10 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
                             if causal:
                                 valid = valid & (key.to(ag.f32) <= row_last_key)
                             sc = ag.where(valid, sc, neg_inf)
+                            if not causal:   # (the causal bound names r % Sq: not stated)
+                                ag.tag_assert((ag.tag(sc).live == 1) == allowed,
+                                              message="the mask keeps exactly the keys a "
+                                                      "query may see")
                         row_max = sc.max(axis=1)
                         m_new = ag.maximum(m_i, row_max)
                         # a row that has seen no key yet keeps m = -inf: subtract 0, not -inf
