@@ -124,12 +124,15 @@ def summarize(samples_ms: list[float], *, warmup: int, clock: str, l2_flush: boo
 def measure(fn: Callable[[], Any], *, trials: int = MIN_TRIALS, warmup: int = 10,
             flush_l2: bool = True, device: torch.device | str | None = None,
             l2_flush_bytes: int = L2_FLUSH_BYTES, keep_samples: bool = True,
-            allow_few_trials: bool = False) -> Timing:
+            allow_few_trials: bool = False, setup: Callable[[], Any] | None = None) -> Timing:
     """Time `fn()` (no arguments; its result is ignored) and return a `Timing`.
 
     device: a CUDA device (default: the current one when CUDA is available) or "cpu" for the
         labelled perf_counter fallback.
     trials: timed calls; at least 100 unless `allow_few_trials` (for tests and smoke runs).
+    setup: called before every warm-up and timed call of `fn`, before the L2 flush and outside
+        the timed region (the KernelBench judge refills the inputs there, so that no call can
+        return a result cached from an earlier one).
     """
     if trials < MIN_TRIALS and not allow_few_trials:
         raise ValueError(f"measure: trials={trials} is below the minimum of {MIN_TRIALS}; "
@@ -139,9 +142,10 @@ def measure(fn: Callable[[], Any], *, trials: int = MIN_TRIALS, warmup: int = 10
     dev = _resolve_device(device)
     if dev.type == "cuda":
         return _measure_cuda(fn, trials=trials, warmup=warmup, flush_l2=flush_l2, device=dev,
-                             l2_flush_bytes=l2_flush_bytes, keep_samples=keep_samples)
+                             l2_flush_bytes=l2_flush_bytes, keep_samples=keep_samples,
+                             setup=setup)
     return _measure_cpu(fn, trials=trials, warmup=warmup, flush_l2=flush_l2,
-                        keep_samples=keep_samples)
+                        keep_samples=keep_samples, setup=setup)
 
 
 def _resolve_device(device: torch.device | str | None) -> torch.device:
@@ -157,13 +161,16 @@ def _resolve_device(device: torch.device | str | None) -> torch.device:
 
 
 def _measure_cuda(fn: Callable[[], Any], *, trials: int, warmup: int, flush_l2: bool,
-                  device: torch.device, l2_flush_bytes: int, keep_samples: bool) -> Timing:
+                  device: torch.device, l2_flush_bytes: int, keep_samples: bool,
+                  setup: Callable[[], Any] | None = None) -> Timing:
     flush_buf = torch.empty(max(1, l2_flush_bytes // 4), dtype=torch.int32, device=device) \
         if flush_l2 else None
     stream = _CudaStream(device=device)
     _cuda_synchronize(device)
     with _cuda_stream_ctx(stream):
         for _ in range(warmup):
+            if setup is not None:
+                setup()
             if flush_buf is not None:
                 flush_buf.zero_()
             fn()
@@ -172,7 +179,7 @@ def _measure_cuda(fn: Callable[[], Any], *, trials: int, warmup: int, flush_l2: 
                                 device=device, flush_buf=None)
         overhead_ms = statistics.median(overhead[1])
         stream_ms, device_ms = _cuda_trials(fn, trials=trials, stream=stream, device=device,
-                                            flush_buf=flush_buf)
+                                            flush_buf=flush_buf, setup=setup)
     samples = [max(s, d - overhead_ms) for s, d in zip(stream_ms, device_ms)]
     return summarize(samples, warmup=warmup, clock=CLOCK_CUDA, l2_flush=flush_l2,
                      device=torch.cuda.get_device_name(device), stream_samples_ms=stream_ms,
@@ -180,13 +187,15 @@ def _measure_cuda(fn: Callable[[], Any], *, trials: int, warmup: int, flush_l2: 
 
 
 def _cuda_trials(fn: Callable[[], Any], *, trials: int, stream: torch.cuda.Stream,
-                 device: torch.device, flush_buf: torch.Tensor | None
-                 ) -> tuple[list[float], list[float]]:
+                 device: torch.device, flush_buf: torch.Tensor | None,
+                 setup: Callable[[], Any] | None = None) -> tuple[list[float], list[float]]:
     """Per trial: (launch-stream time, whole-device time incl. sync cost), in milliseconds."""
     starts = [_CudaEvent(enable_timing=True) for _ in range(trials)]
     ends_stream = [_CudaEvent(enable_timing=True) for _ in range(trials)]
     ends_device = [_CudaEvent(enable_timing=True) for _ in range(trials)]
     for i in range(trials):
+        if setup is not None:
+            setup()
         if flush_buf is not None:
             flush_buf.zero_()
         _event_record(starts[i], stream)
@@ -201,12 +210,16 @@ def _cuda_trials(fn: Callable[[], Any], *, trials: int, stream: torch.cuda.Strea
 
 
 def _measure_cpu(fn: Callable[[], Any], *, trials: int, warmup: int, flush_l2: bool,
-                 keep_samples: bool) -> Timing:
+                 keep_samples: bool, setup: Callable[[], Any] | None = None) -> Timing:
     flush_buf = torch.empty(CPU_FLUSH_BYTES // 4, dtype=torch.int32) if flush_l2 else None
     for _ in range(warmup):
+        if setup is not None:
+            setup()
         fn()
     samples = []
     for _ in range(trials):
+        if setup is not None:
+            setup()
         if flush_buf is not None:
             flush_buf.zero_()
         t0 = _perf_counter()

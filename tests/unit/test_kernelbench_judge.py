@@ -116,14 +116,60 @@ def test_inplace_also_reports_mutation(relu):
     assert {"output_aliases_input", "input_mutated"} <= set(j.reasons)
 
 
-def test_solution_that_behaves_only_when_watched_is_caught_after_timing():
+def test_solution_that_behaves_only_when_watched_is_caught_in_its_timed_calls():
     options = dataclasses.replace(OPTIONS, cpu_timing=True, trials=10, warmup=1)
     with ReferenceSession(_task(1, 19), options) as session:
         honest = judge_with(session, FIXTURES / "relu_copy.py")
         sneaky = judge_with(session, FIXTURES / "honest_when_watched.py")
     assert honest.correct and honest.timing["clock"] == "cpu-perf-counter"
     assert all(s.strict_ok for s in sneaky.sets)  # every watched run was right
-    assert sneaky.reason == "zeros_output" and "after timing" in sneaky.detail
+    assert sneaky.reason == "timed_output_wrong", (sneaky.reasons, sneaky.detail)
+    assert "timed call" in sneaky.detail and "[zeros_output]" in sneaky.detail
+    assert not sneaky.correct_relaxed
+
+
+def test_solution_that_caches_by_input_identity_is_caught_in_its_timed_calls():
+    """The reviewer's hole: a forward that returns what it computed for the very same tensor
+    object (a weak reference, keyed by data_ptr too) passes every correctness run (each gets
+    new tensors) and, timed on one set of tensors, measured a lookup. Timing now refills the
+    same tensors with two unseen sets in a shuffled order and checks one timed call of each:
+    the cached answer belongs to the other set. Judged correct before the fix."""
+    options = dataclasses.replace(OPTIONS, cpu_timing=True, trials=10, warmup=1)
+    with ReferenceSession(_task(1, 19), options) as session:
+        honest = judge_with(session, FIXTURES / "relu_copy.py")
+        cheat = judge_with(session, FIXTURES / "cached_by_identity.py")
+    assert honest.correct and honest.timing is not None
+    assert "check of the timed calls" in honest.phases
+    assert all(s.strict_ok for s in cheat.sets)  # every watched run was right
+    assert not cheat.correct and not cheat.correct_relaxed
+    assert cheat.reason == "timed_output_wrong", (cheat.reasons, cheat.detail)
+    assert "timed call" in cheat.detail and "unseen" in cheat.detail
+
+
+INPLACE_WHEN_UNWATCHED = """
+import torch
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        if torch._C._len_torch_dispatch_stack() > 0:
+            return torch.relu(x)
+        return x.relu_()          # unwatched (timed): the input is the output
+"""
+
+
+def test_a_timed_call_that_writes_its_input_is_caught(tmp_path):
+    """The timed calls get the aliasing and mutation checks of the watched runs: the check
+    copies the outputs before the next call refills the inputs, so an in-place forward's
+    output is right, and only these checks see it."""
+    solution = tmp_path / "inplace_unwatched.py"
+    solution.write_text(INPLACE_WHEN_UNWATCHED)
+    options = dataclasses.replace(OPTIONS, cpu_timing=True, trials=10, warmup=1)
+    with ReferenceSession(_task(1, 19), options) as session:
+        j = judge_with(session, solution)
+    assert all(s.strict_ok for s in j.sets)
+    assert {"output_aliases_input", "input_mutated"} <= set(j.reasons), (j.reasons, j.detail)
+    assert "timed_output_wrong" not in j.reasons and "timed call" in j.detail
 
 
 def test_hang_is_a_timeout():
@@ -293,3 +339,73 @@ def test_a_hand_over_of_an_object_goes_through_the_file(tmp_path, monkeypatch):
     got = session.hand_over([torch.zeros(2), torch.float16], tmp_path / "b.pt")
     assert got == {"inputs_path": str(tmp_path / "b.pt")}
     assert torch.load(tmp_path / "b.pt", weights_only=True)[1] is torch.float16
+
+
+class _ExportingCandidate:
+    """An in-process stand-in for a candidate worker that hands its outputs over by "CUDA IPC"
+    (handles of tensors it keeps, mapped by a patched open_shared_cuda) and can write to them
+    after the hand-over, as a candidate's thread could. Records where each request came from."""
+
+    def __init__(self, holding_shared):
+        self.holding_shared = holding_shared
+        self.exported: dict[int, torch.Tensor] = {}
+        self.seen: list[tuple[str, bool, float]] = []
+
+    def open(self, handle):
+        return self.exported[handle["id"]]
+
+    def write_after_hand_over(self):
+        for out in self.exported.values():
+            out.fill_(7.0)
+
+    def request(self, op, timeout, **args):
+        from argus.bench.kernelbench.worker import _fingerprint
+
+        self.seen.append((op, self.holding_shared(), timeout))
+        if op == "init":
+            return {"weights": "seeded init"}
+        if op == "drop":
+            self.write_after_hand_over()
+            self.exported.clear()
+            return {}
+        assert op == "run", op
+        inputs = torch.load(args["inputs_path"], weights_only=True)
+        out = torch.relu(inputs[0])
+        self.exported[len(self.exported)] = out
+        return {"ipc": [{"id": len(self.exported) - 1}],
+                "fingerprints": [_fingerprint(v) for v in inputs], "poison": [0]}
+
+    def close(self):
+        pass
+
+
+def test_exported_outputs_are_copied_and_let_go_of_outside_the_gate(tmp_path, monkeypatch):
+    """Outputs handed over by CUDA IPC stay the candidate's memory: the judge compares a copy
+    taken on receipt (the stand-in writes 7s into them while the judge compares, and when
+    told to let go: compared in place, every set failed), and the candidate's `drop` is
+    requested right after the copy, outside
+    the judge's shared hold of the GPU gate and with a bounded wait (before: under the hold,
+    up to 60 s, while timings of other tasks queued behind it)."""
+    from argus.bench.kernelbench import judge as judge_mod
+    from argus.bench.kernelbench import worker as worker_mod
+    from argus.runtime.gpu_gate import holding_shared
+
+    monkeypatch.setenv("ARGUS_GPU_GATE", str(tmp_path / "gpu.gate"))
+    fake = _ExportingCandidate(holding_shared)
+    monkeypatch.setattr(worker_mod, "open_shared_cuda", fake.open)
+    monkeypatch.setattr(ReferenceSession, "candidate_worker", lambda self: fake)
+    compare = judge_mod._compare_set
+
+    def compare_while_written(*args, **kwargs):
+        fake.write_after_hand_over()        # the candidate's thread, during the comparison
+        return compare(*args, **kwargs)
+
+    monkeypatch.setattr(judge_mod, "_compare_set", compare_while_written)
+    options = dataclasses.replace(OPTIONS, timing=False)
+    with ReferenceSession(_task(1, 19), options) as session:
+        j = judge_with(session, FIXTURES / "relu_copy.py")
+    assert j.correct, (j.reasons, j.detail)
+    drops = [s for s in fake.seen if s[0] == "drop"]
+    assert len(drops) == len(j.sets), fake.seen
+    assert not any(held for _, held, _ in drops), fake.seen
+    assert all(timeout <= judge_mod.DROP_TIMEOUT_S <= 30 for _, _, timeout in drops)

@@ -232,13 +232,20 @@ def test_direct_judging_matches_judging_through_files():
 
 
 @needs_tasks
-def test_direct_judging_catches_a_solution_honest_only_when_watched():
+def test_direct_judging_catches_solutions_that_fake_their_timed_calls():
+    """Honest only while watched, or caching by input identity (the reviewer's hole): both
+    right on every watched run, both wrong in the timed calls that are checked."""
     options = dataclasses.replace(OPTIONS, direct=True, cpu_timing=True, trials=10, warmup=1)
     with ReferenceSession(_task(1, 19), options) as session:
         sneaky = judge_with(session, FIXTURES / "honest_when_watched.py")
-    assert all(s.strict_ok for s in sneaky.sets)
-    assert sneaky.reason == "zeros_output" and "after timing" in sneaky.detail
+        cheat = judge_with(session, FIXTURES / "cached_by_identity.py")
+        honest = judge_with(session, FIXTURES / "relu_copy.py")
+    for j in (sneaky, cheat):
+        assert all(s.strict_ok for s in j.sets)
+        assert j.reason == "timed_output_wrong" and "timed call" in j.detail, j.detail
+    assert "[zeros_output]" in sneaky.detail
     assert "timing measure" in sneaky.phases
+    assert honest.correct and honest.timing is not None
 
 
 RESEEDS_AND_DRAWS = """

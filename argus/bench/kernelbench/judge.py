@@ -11,8 +11,11 @@
    on each input file with poisoned allocations; it never receives a reference.
 3. The judge compares every output with the reference (tolerance.py), runs the probes
    (probes.py) and gathers reasons. The strict track decides `correct`.
-4. On a GPU, a correct solution is timed (timing.py, whole device, L2 flush, >= 100 trials), its
-   kernels are profiled (provenance.py), and baselines come from the cache or are measured.
+4. On a GPU, a correct solution is timed (timing.py, whole device, L2 flush, >= 100 trials) on
+   two input sets it has not seen, refilled into the same argument tensors before every call,
+   and one timed call per set is checked against that set's reference (`timing_sets`,
+   `_check_timed`); its kernels are profiled (provenance.py), and baselines come from the
+   cache or are measured.
 
 Reason codes (REASONS) are stable strings; `Judgment.reasons` lists them by priority, the first
 being the main one. `correct` is True iff there is no reason. `solved` additionally needs a
@@ -81,11 +84,16 @@ REASONS: dict[str, str] = {
     "constant_output": "the output is one constant and the reference is not",
     "echo_input": "the output is an input returned unchanged",
     "cached_output": "the output is bitwise the output for an earlier, different input set",
+    "timed_output_wrong": "an output of a timed call is wrong although the watched runs were "
+                          "right (a result cached across calls on the same tensors, or work "
+                          "done only while watched)",
     "mismatch": "the output is wrong (fails even the relaxed 1e-2 allclose)",
     "imprecise": "the output passes the relaxed track but is not accurate to the task's dtype "
                  "(e.g. TF32 or bf16 arithmetic on an fp32 task)",
 }
 _PRIORITY = {name: i for i, name in enumerate(REASONS)}
+# The distributions of the input sets a solution is timed on (`ReferenceSession.timing_sets`).
+TIMING_DISTRIBUTIONS = ("task", "normal")
 # Reasons that fail both tracks (the others are about accuracy and are judged per track).
 INTEGRITY_REASONS = frozenset(
     list(REASONS)[:list(REASONS).index("input_mutated") + 1]
@@ -390,7 +398,17 @@ class ReferenceSession:
         cached = self.sets.get(index)
         if cached is not None and cached.present:
             return cached
-        spec = self.specs[index]
+        entry = self._prepare(self.specs[index], check_stochastic=index == 0)
+        if cached is not None:
+            entry.probe_strict, entry.probe_relaxed = cached.probe_strict, cached.probe_relaxed
+            entry.probes_done = cached.probes_done
+        self.sets[index] = entry
+        return entry
+
+    def _prepare(self, spec: kb_inputs.InputSpec, check_stochastic: bool = False) -> _RefSet:
+        """Input set `spec` and its float64 reference, from the reference worker."""
+        assert self.worker is not None and self.info is not None
+        index = spec.index
         inputs_path = self.dir / "inputs" / f"set{index}.pt"
         ref_path = self.dir / "refs" / f"set{index}.pt"
         direct = self.options.direct
@@ -401,7 +419,7 @@ class ReferenceSession:
             "prepare", self.options.timeout_s, index=index, seed=spec.seed,
             distribution=spec.distribution, inputs_path=None if direct else str(inputs_path),
             ref_path=None if direct else str(ref_path), calibrate=False,
-            check_stochastic=index == 0)
+            check_stochastic=check_stochastic)
         inputs = None
         if direct:
             tensors = reply.pop("tensors")
@@ -418,12 +436,7 @@ class ReferenceSession:
             self.stochastic = True
         tols = [tolerance.strict_tolerance(meta["dtype"], _errors_from_json(native))
                 for meta, native in zip(reply["outputs"], reply["calibration"]["native"])]
-        entry = _RefSet(spec, reply, inputs_path, ref, tols, inputs=inputs)
-        if cached is not None:
-            entry.probe_strict, entry.probe_relaxed = cached.probe_strict, cached.probe_relaxed
-            entry.probes_done = cached.probes_done
-        self.sets[index] = entry
-        return entry
+        return _RefSet(spec, reply, inputs_path, ref, tols, inputs=inputs)
 
     def rungs(self, index: int) -> dict[str, tolerance.Errors | None]:
         """PyTorch's own errors at TF32 and at bf16 on set `index`, worst output first: what
@@ -468,16 +481,16 @@ class ReferenceSession:
         """Drop a big set's inputs held in this process (direct judging) once its own
         comparison is done; its reference stays for the next set's stale probe."""
         entry = self.sets.get(index)
-        if entry is None or entry.inputs is None or entry.ref is None:
+        if entry is not None:
+            self.drop_big_inputs(entry)
+
+    def drop_big_inputs(self, entry: _RefSet) -> None:
+        """`release_inputs` for any set (a timing set too)."""
+        if entry.inputs is None or entry.ref is None:
             return
         nbytes = sum(r.numel() * r.element_size() for r in entry.ref)
         if nbytes * len(self.specs) > self.options.ref_cache_bytes:
             entry.inputs = None
-
-    def inputs_of_set0(self) -> Path:
-        """Set 0 (the task's own inputs): what solutions and baselines are timed on."""
-        path = self.dir / "inputs" / "set0.pt"
-        return path if path.exists() else self.get(0).inputs_path
 
     def load_inputs(self, entry: _RefSet) -> list[Any]:
         if entry.inputs is not None:
@@ -543,30 +556,30 @@ class ReferenceSession:
         return same_fingerprints([_fingerprint(v) for v in entry.inputs],
                                  entry.reply.get("fingerprints") or [])
 
-    def timing_inputs(self) -> tuple[dict[str, Any], list[Any] | None]:
-        """Set 0's inputs for timing: (arguments of the candidate's `time`, tensors to keep
-        alive until it replies). Direct judging drops a big set's inputs after its comparison;
-        they are drawn again then (no reference needed), in the judge's process."""
-        if not self.options.direct:
-            return {"inputs_path": str(self.inputs_of_set0())}, None
-        entry = self.sets.get(0)
-        values = entry.inputs if entry is not None else None
-        if values is None:
-            from argus.bench.kernelbench.worker import _fingerprint
-
-            assert self.worker is not None
-            reply = (entry.reply if entry is not None else self.get(0).reply)
-            values = self.worker.request("make_inputs", self.options.timeout_s,
-                                         **reply["gen"])["tensors"]
-            # drawn again: time on the very inputs set 0 was judged on, or not at all
-            if not same_fingerprints([_fingerprint(v) for v in values],
-                                     reply.get("fingerprints") or []):
-                raise WorkerError("task_error", "set 0's inputs drawn again for timing "
-                                  "differ from those it was judged on (the task's get_inputs "
-                                  "is not reproducible from its seed)")
+    def timing_sets(self) -> tuple[dict[str, Any], list[_RefSet]]:
+        """What the candidate is timed on: input sets it has not seen (new seeds; the task's
+        own distribution, which is what upstream and the baselines time, and a signed one, so
+        that one set's answer is wrong for the other), with their references. Returns the
+        arguments of the candidate's `time` (the sets' inputs concatenated, handed over in one
+        piece) and the sets. The candidate refills one set of argument tensors with them in a
+        shuffled order and hands back the outputs of one timed call per set; a solution that
+        caches by tensor identity returns the other set's answer there (`_check_timed`)."""
+        n = len(self.specs)
+        specs = [kb_inputs.InputSpec(n + k, self.options.seed * 1000 + 17 * (n + k) + 1, dist)
+                 for k, dist in enumerate(TIMING_DISTRIBUTIONS)]
+        entries = [self._prepare(spec) for spec in specs]
+        values = [v for e in entries for v in self.load_inputs(e)]
         path = self.dir / "inputs" / "timing.pt"
         path.unlink(missing_ok=True)
-        return self.hand_over(values, path), values
+        if self.options.direct:
+            args = self.hand_over(values, path)
+            for entry in entries:       # handed over: the candidate has its copies now
+                self.drop_big_inputs(entry)
+        else:
+            torch.save([v.detach().cpu() if isinstance(v, torch.Tensor) else v
+                        for v in values], path)
+            args = {"inputs_path": str(path)}
+        return {**args, "sets": len(entries)}, entries
 
     def run_probes(self, entry: _RefSet, inputs: list[Any], previous: _RefSet | None) -> None:
         """Which trivial answers would pass on this set (and stale ones across sets)."""
@@ -785,7 +798,6 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
             result = _compare_set(entry, inputs, outs, run, fingerprints)
             set_prints[spec.index] = [probes.fingerprint(o) for o in outs]
         del outs
-        _drop_exported(cand, run)
         set_results.append(result[0])
         reasons |= result[1]
         relaxed_reasons |= result[2]
@@ -801,8 +813,8 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
         previous = entry
     hold.leave()            # before timing: its exclusive hold would wait for this one
     want_timing = opts.timing and (session.device != "cpu" or opts.cpu_timing)
-    if previous is not None and not (want_timing and not reasons):
-        session.release(previous.spec.index)   # else kept: the check after timing reuses it
+    if previous is not None:
+        session.release(previous.spec.index)
     if session.stochastic:
         reasons.add("stochastic_task")
         relaxed_reasons.add("stochastic_task")
@@ -824,16 +836,25 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
     suspect: list[str] = []
     if not reasons and want_timing:
         try:
-            with clock("timing inputs"):
-                set0, held = session.timing_inputs()
+            with clock("timing sets (inputs, float64 references)"):
+                timing_args, timing_sets = session.timing_sets()
+            out_path = session.dir / "outputs" / "timed.pt"
             with clock("timing (incl. gate wait, profile)"):
                 timed = cand.request("time",
                                      max(opts.candidate_timeout_s or opts.timeout_s, 60.0),
                                      trials=opts.trials, warmup=opts.warmup, flush_l2=True,
-                                     profile=opts.profile and session.device != "cpu", **set0)
-            del held
+                                     profile=opts.profile and session.device != "cpu",
+                                     out_path=str(out_path), export=opts.direct,
+                                     **timing_args)
             for name, seconds in (timed.get("phases") or {}).items():
                 session.add_phase(f"timing {name}", seconds)
+            with clock("check of the timed calls"):
+                wrong = _check_timed(session, cand, timed, out_path, timing_sets, fingerprints)
+            del timing_sets
+            if wrong:
+                reasons |= wrong[0]
+                relaxed_reasons |= wrong[1]
+                details.extend(wrong[2])
         except WorkerError as exc:
             return _failure(session, solution, _kind(exc), f"while timing: {exc}", started)
         if timed.get("tamper"):
@@ -842,11 +863,6 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
         if timed.get("flags"):
             reasons.add("global_state_changed")
             details.append("changed while running: " + "; ".join(timed["flags"]))
-        with clock("check after timing"):
-            after = _check_after_timing(session, cand, set_prints)
-        if after:
-            reasons |= after[0]
-            details.extend(after[1])
         timing_json = timed["timing"]
         t = Timing.from_json(timing_json)
         if side_stream_suspect(t):
@@ -944,10 +960,8 @@ def _receive_outputs(session: ReferenceSession, cand: Worker, run: dict[str, Any
     read from the file it wrote (also when the handles cannot be mapped here)."""
     handles = run.get("ipc")
     if handles is not None:
-        from argus.bench.kernelbench.worker import open_shared_cuda
-
         try:
-            return [open_shared_cuda(h).to(session.compare_device) for h in handles]
+            return _copy_exported(session, cand, handles)
         except Exception as exc:  # noqa: BLE001 - fall back to the file
             session.add_phase("# ipc fallbacks to files", 1.0)
             if not session.ipc_error:
@@ -970,43 +984,79 @@ def _receive_outputs(session: ReferenceSession, cand: Worker, run: dict[str, Any
     return outs
 
 
-def _drop_exported(cand: Worker, run: dict[str, Any]) -> None:
-    if run.get("ipc") is not None:
-        try:
-            cand.request("drop", 60.0)
-        except WorkerError:
-            pass
+def _copy_exported(session: ReferenceSession, cand: Worker, handles: list[dict[str, Any]]
+                   ) -> list[torch.Tensor]:
+    """Copies of the outputs the candidate exported (CUDA IPC), in this process's memory. The
+    candidate keeps the exported memory and its code could still write there after handing it
+    over (a thread, a kernel queued on another stream): what is compared is this snapshot,
+    never the mapping. The mapping is let go of, and the candidate told so, at once."""
+    from argus.bench.kernelbench.worker import open_shared_cuda
+
+    with gate().shared():           # GPU work: the copies
+        mapped = [open_shared_cuda(h) for h in handles]
+        outs = [m.to(session.compare_device, copy=True) for m in mapped]
+        if any(o.is_cuda for o in outs):
+            torch.cuda.current_stream(outs[0].device).synchronize()   # before unmapping
+        del mapped
+    _drop_exported(cand)
+    return outs
 
 
-def _check_after_timing(session: ReferenceSession, cand: Worker,
-                        set_prints: dict[int, list[tuple[Any, ...]]]
-                        ) -> tuple[set[str], list[str]] | None:
-    """Run one more input set as timing runs the solution (no dispatch mode, no poison): a
-    solution that computes only while it is watched, or that returns what it cached while
-    being timed on set 0, fails here."""
-    # the last set: still held from the correctness runs (no second float64 reference)
-    index = len(session.specs) - 1 if len(session.specs) > 1 else 0
-    entry = session.get(index)
-    inputs = session.load_inputs(entry)
-    out_path = session.dir / "outputs" / f"after{index}.pt"
-    opts = session.options
+# How long the candidate may take to let go of its exported outputs (torch.cuda.ipc_collect and
+# empty_cache: milliseconds). Never waited for inside the GPU gate: a candidate that stalls
+# here holds up nothing but its own judgment (its next request finds it killed).
+DROP_TIMEOUT_S = 20.0
+
+
+def _drop_exported(cand: Worker) -> None:
     try:
-        run = cand.request("run", opts.candidate_timeout_s or opts.timeout_s, index=index,
-                           seed=entry.spec.seed, out_path=str(out_path), poison=False,
-                           export=opts.direct, **session.input_args(entry))
-        outs = _receive_outputs(session, cand, run, out_path)
-    except WorkerError as exc:
-        return {_kind(exc)}, [f"after timing: {exc}"]
-    altered = _altered_inputs(session, entry, run)
-    if altered:
-        return {"input_mutated"}, [f"after timing: {altered}"]
-    others = [fp for i, fps in set_prints.items() if i != index for fp in fps]
-    with gate().shared():
-        _, reasons, _, details, _ = _compare_set(entry, inputs, outs, run, others)
-    del outs
-    _drop_exported(cand, run)
-    session.release(index)
-    return reasons, [f"after timing, unobserved: {d}" for d in details]
+        cand.request("drop", DROP_TIMEOUT_S)
+    except WorkerError:
+        pass
+
+
+def _check_timed(session: ReferenceSession, cand: Worker, timed: dict[str, Any],
+                 out_path: Path, sets: list[_RefSet], fingerprints: list[tuple[Any, ...]]
+                 ) -> tuple[set[str], set[str], list[str]] | None:
+    """Compare the outputs the candidate kept from its timed calls (one call per timing set,
+    picked at random there) with those sets' references: (strict reasons, relaxed reasons,
+    details), None when all are right. A timed call that fails the relaxed track too is
+    `timed_output_wrong` on both tracks (the same solution was right on every watched run);
+    one accurate only to the relaxed track is judged like any set (`imprecise`)."""
+    checked = timed.get("checked") or []
+    if not checked:
+        return ({"timed_output_wrong"}, {"timed_output_wrong"},
+                ["the timing kept no output of a timed call to check"])
+    outs = _receive_outputs(session, cand, timed, out_path)
+    per_call = len(outs) // len(checked)
+    if per_call * len(checked) != len(outs):
+        return ({"shape_mismatch"}, {"shape_mismatch"},
+                [f"timed calls: {len(outs)} outputs do not split into {len(checked)} calls"])
+    strict: set[str] = set()
+    relaxed: set[str] = set()
+    details: list[str] = []
+    for i, pick in enumerate(checked):
+        entry = sets[int(pick["set"])]
+        assert entry.ref is not None
+        # the judge's copy of a big set's inputs is dropped once handed over (direct judging):
+        # they serve only the echo probe
+        inputs = session.load_inputs(entry) if entry.present else []
+        run = {"aliases": pick.get("aliases") or [], "mutated": pick.get("mutated") or []}
+        with gate().shared():
+            _, s_reasons, r_reasons, s_details, _ = _compare_set(
+                entry, inputs, outs[i * per_call:(i + 1) * per_call], run, fingerprints)
+        where = (f"timed call {pick['call']} (an unseen {entry.reply['distribution']} set, "
+                 f"refilled into the tensors of every call)")
+        integrity = s_reasons & INTEGRITY_REASONS
+        strict |= integrity
+        relaxed |= integrity
+        if r_reasons - integrity:
+            strict.add("timed_output_wrong")
+            relaxed.add("timed_output_wrong")
+        else:
+            strict |= s_reasons
+        details.extend(f"{where}: {d}" for d in s_details)
+    return (strict, relaxed, details) if strict or relaxed else None
 
 
 def _altered_inputs(session: ReferenceSession, entry: _RefSet, run: dict[str, Any]) -> str:

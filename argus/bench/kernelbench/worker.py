@@ -511,22 +511,8 @@ class CandidateRole:
             poison_counts = [guards.poison_count(o) for o in outs]
             phases["checks"] = time.perf_counter() - t1
             devices = [str(o.device) for o in outs]
-            reply: dict[str, Any] = {}
             t2 = time.perf_counter()
-            if export and self.device.type == "cuda" and all(o.numel() for o in outs):
-                try:
-                    self.exported = [o.detach().contiguous() if o.device.type == "cuda"
-                                     else o.detach().to(self.device).contiguous() for o in outs]
-                    reply["ipc"] = [share_cuda(o) for o in self.exported]
-                    _sync(self.device)
-                except Exception as exc:  # noqa: BLE001 - not shareable: the file instead
-                    print(f"outputs not shareable by CUDA IPC ({type(exc).__name__}: {exc}); "
-                          "writing them to a file", file=sys.stderr)
-                    self.exported = []
-                    reply.pop("ipc", None)
-            if "ipc" not in reply:
-                assert out_path is not None
-                torch.save(_cpu(outs), out_path)
+            reply = self._hand_outputs(outs, out_path, export)
             phases["output transfer"] = time.perf_counter() - t2
             del raw, outs, values, saved
             if not self.exported:
@@ -536,6 +522,27 @@ class CandidateRole:
                 "mutated": mutated, "poison": poison_counts, "compute_ops": mode.compute_ops(),
                 "argus_ops": mode.argus_ops, "devices": devices, "phases": phases,
                 "fingerprints": fingerprints, **reply, **self._integrity()}
+
+    def _hand_outputs(self, outs: list[torch.Tensor], out_path: str | None, export: bool
+                      ) -> dict[str, Any]:
+        """Hand `outs` to the judge: with `export` (CUDA) kept here and shared by CUDA IPC
+        handles ({"ipc": [...]}, until the next request), else written to `out_path`."""
+        reply: dict[str, Any] = {}
+        if export and self.device.type == "cuda" and all(o.numel() for o in outs):
+            try:
+                self.exported = [o.detach().contiguous() if o.device.type == "cuda"
+                                 else o.detach().to(self.device).contiguous() for o in outs]
+                reply["ipc"] = [share_cuda(o) for o in self.exported]
+                _sync(self.device)
+            except Exception as exc:  # noqa: BLE001 - not shareable: the file instead
+                print(f"outputs not shareable by CUDA IPC ({type(exc).__name__}: {exc}); "
+                      "writing them to a file", file=sys.stderr)
+                self.exported = []
+                reply.pop("ipc", None)
+        if "ipc" not in reply:
+            assert out_path is not None
+            torch.save(_cpu(outs), out_path)
+        return reply
 
     def save_exported(self, out_path: str) -> dict[str, Any]:
         """The exported outputs of the last run, written to a file (the judge could not map
@@ -552,39 +559,102 @@ class CandidateRole:
         return {}
 
     def time(self, trials: int, warmup: int, flush_l2: bool, profile: bool,
-             inputs_path: str | None = None, shared: list[dict[str, Any]] | None = None
+             inputs_path: str | None = None, shared: list[dict[str, Any]] | None = None,
+             sets: int = 1, out_path: str | None = None, export: bool = False
              ) -> dict[str, Any]:
-        """Time the forward on set 0 with the GPU to itself (the gate's exclusive hold), then
-        profile its kernels (shared: the profile only needs kernel names and shares)."""
+        """Time the forward with the GPU to itself (the gate's exclusive hold), then profile
+        its kernels (shared: the profile only needs kernel names and shares).
+
+        The inputs are `sets` input sets, concatenated. Every call (warm-up and timed) gets the
+        same argument tensors, refilled before it (outside the timed region) with one of the
+        sets in a shuffled order: a solution that returns what it computed for these very
+        tensors (cached by identity, data_ptr or a weak reference) returns another set's answer.
+        For each set, the outputs of one timed call picked at random are kept and handed to the
+        judge (`_hand_outputs`; "checked" in the reply says which set and call each is), which
+        compares them with that set's reference."""
+        import random
+
         self.exported = []
         model = self.model
-        values: list[Any] = []
-
-        def call() -> None:
-            model(*values)
-
+        rng = random.Random(int.from_bytes(os.urandom(8), "little"))
         phases: dict[str, float] = {}
         with torch.no_grad():
             t0 = time.perf_counter()
             with gate().shared():
-                values.extend(self._inputs(inputs_path, shared)[0])
+                loaded = self._inputs(inputs_path, shared)[0]
+                if sets < 1 or len(loaded) % sets:
+                    raise WorkerFailure("worker_error", f"time: {len(loaded)} inputs do not "
+                                                        f"make {sets} sets")
+                n = len(loaded) // sets
+                pool = [loaded[k * n:(k + 1) * n] for k in range(sets)]
+                # the storage the solution sees in every call: refilled, never replaced
+                values = [v.clone() if isinstance(v, torch.Tensor) else v for v in pool[0]]
+                calls = warmup + trials
+                order = [k % sets for k in range(calls)]
+                rng.shuffle(order)
+                picks = {k: rng.choice([c for c in range(warmup, calls) if order[c] == k])
+                         for k in range(sets) if any(order[c] == k for c in range(warmup, calls))}
+                kept: dict[int, list[torch.Tensor]] = {}
+                checks: dict[int, dict[str, Any]] = {}
+                state: dict[str, Any] = {"calls": 0, "out": None}
+
+                def keep_last() -> None:
+                    done = state["calls"] - 1       # the call that produced state["out"]
+                    if done in picks.values() and done not in kept:
+                        outs, _ = _as_list(state["out"])
+                        src = pool[order[done]]
+                        # unwatched, as in the correctness runs: shared memory, changed inputs
+                        checks[done] = {
+                            "set": order[done], "call": done - warmup,
+                            "aliases": guards.aliases(outs, values),
+                            "mutated": [i for i, (v, w) in enumerate(zip(values, src))
+                                        if isinstance(v, torch.Tensor)
+                                        and not guards.same_bits(v, w)]}
+                        kept[done] = [o.detach().clone() for o in outs]
+
+                def setup() -> None:
+                    keep_last()
+                    state["out"] = None             # the solution's outputs are not kept alive
+                    src = pool[order[state["calls"] % calls]]
+                    for i, v in enumerate(src):
+                        if isinstance(v, torch.Tensor):
+                            values[i].copy_(v)
+                        else:
+                            values[i] = v
+
+                def call() -> None:
+                    state["out"] = model(*values)
+                    state["calls"] += 1
+
+                setup()
                 call()                      # compiled already; warm outside the exclusive hold
                 _sync(self.device)
+                state["calls"] = 0          # the measured sequence starts now
             t1 = time.perf_counter()
             with gate().exclusive():
                 t2 = time.perf_counter()
                 t = timing.measure(call, trials=trials, warmup=warmup, flush_l2=flush_l2,
                                    device=self.device, allow_few_trials=True,
-                                   keep_samples=False)
+                                   keep_samples=False, setup=setup)
+                keep_last()
+                state["out"] = None
             t3 = time.perf_counter()
             kernels = None
             if profile and self.device.type == "cuda":
                 with gate().shared():
                     kernels = _profile_kernels(call)
             t4 = time.perf_counter()
-        phases = {"warm": t1 - t0, "gate wait": t2 - t1, "measure": t3 - t2, "profile": t4 - t3}
+            state["out"] = None
+            checked = [checks[c] for c in sorted(kept)]
+            with gate().shared():
+                reply = self._hand_outputs([o for c in sorted(kept) for o in kept[c]],
+                                           out_path, export) if kept else {}
+            del kept, pool, loaded
+            t5 = time.perf_counter()
+        phases = {"warm": t1 - t0, "gate wait": t2 - t1, "measure": t3 - t2, "profile": t4 - t3,
+                  "output transfer": t5 - t4}
         return {"timing": t.to_json(), "kernels": kernels, "phases": phases,
-                **self._integrity()}
+                "checked": checked, **reply, **self._integrity()}
 
 
 def share_cuda(t: torch.Tensor) -> dict[str, Any]:
