@@ -104,8 +104,14 @@ def out_of_memory_retry(need: float, budget: float, tries: int) -> float | None:
     return budget if tries > 1 or need * 2 >= budget or need <= 0 else need * 2
 
 
+class SlotClosed(RuntimeError):
+    """The run stopped (its time budget): a closed slot starts no process any more."""
+
+
 class _Slot:
-    """One slot's processes, kept across its tasks."""
+    """One slot's processes, kept across its tasks. Once closed (the budget reached, from the
+    run's main thread) it starts none: a worker started meanwhile by the slot's thread is
+    killed at once, so no task goes on past the budget in processes nobody stops."""
 
     def __init__(self, index: int, log_dir: Path, scratch: Path):
         self.index = index
@@ -114,13 +120,29 @@ class _Slot:
         self.baseline: Worker | None = None
         self.spare: Worker | None = None
         self.current: Worker | None = None
+        self.closed = False
+        self._lock = threading.Lock()
+
+    def _adopt(self, worker: Worker) -> Worker:
+        """`worker`, unless the slot was closed while it started (then killed, SlotClosed)."""
+        with self._lock:
+            if not self.closed:
+                return worker
+        worker.close()
+        raise SlotClosed(f"slot {self.index} is closed (the run's time budget was reached)")
 
     def candidate(self) -> Worker:
         """The candidate started ahead (or a new one), and the next one started now."""
         worker = self.spare if self.spare is not None and self.spare.proc.poll() is None \
-            else self._new_candidate()
-        self.spare = self._new_candidate()
-        self.current = worker
+            else self._adopt(self._new_candidate())
+        spare = self._adopt(self._new_candidate())
+        with self._lock:
+            if self.closed:
+                spare.close()
+                worker.close()
+                raise SlotClosed(f"slot {self.index} is closed (the run's time budget was "
+                                 "reached)")
+            self.spare, self.current = spare, worker
         return worker
 
     def _new_candidate(self) -> Worker:
@@ -130,15 +152,24 @@ class _Slot:
 
     def baseline_worker(self) -> Worker:
         if self.baseline is None or self.baseline.proc.poll() is not None:
-            self.baseline = Worker("baseline", self.log_dir / f"slot{self.index}-baseline.log",
-                                   env={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
+            worker = self._adopt(Worker("baseline", self.log_dir / f"slot{self.index}-"
+                                        "baseline.log",
+                                        env={"TORCHINDUCTOR_COMPILE_THREADS": "1"}))
+            with self._lock:
+                if self.closed:
+                    worker.close()
+                    raise SlotClosed(f"slot {self.index} is closed")
+                self.baseline = worker
         return self.baseline
 
     def close(self) -> None:
-        for w in (self.baseline, self.spare, self.current):
+        with self._lock:
+            self.closed = True
+            workers = (self.baseline, self.spare, self.current)
+            self.baseline = self.spare = self.current = None
+        for w in workers:
             if w is not None:
                 w.close()
-        self.baseline = self.spare = self.current = None
 
 
 def run_parallel(tasks: list[Task], solutions: Path | str, out_dir: Path | str,
@@ -187,6 +218,11 @@ def run_parallel(tasks: list[Task], solutions: Path | str, out_dir: Path | str,
         todo.append((task, path))
     need = {t.key: gpumem.estimate_bytes(t, gpumem.JUDGE_BYTES_PER_ELEMENT)
             if device != "cpu" else 0.0 for t, _ in todo}
+    # A task estimated above half the memory runs alone from the start: beside it only small
+    # tasks would fit, and the estimates of such tasks fell short on the H200 (L1/38 and L1/39,
+    # 94.5 GB, ran out of memory alone within 128 GB; while the 71 GB activations ran, their
+    # neighbours ran out), so pairing them cost more retries than it saved.
+    need = {key: memory.budget if n > memory.budget / 2 else n for key, n in need.items()}
     todo.sort(key=lambda tp: -need[tp[0].key])          # largest first; small ones fill in
     queue = list(todo)
     oom_tries: dict[str, int] = {}
@@ -218,11 +254,6 @@ def run_parallel(tasks: list[Task], solutions: Path | str, out_dir: Path | str,
             if item is None:
                 return
             if item is False:
-    # A task estimated above half the memory runs alone from the start: beside it only small
-    # tasks would fit, and the estimates of such tasks fell short on the H200 (L1/38 and L1/39,
-    # 94.5 GB, ran out of memory alone within 128 GB; while the 71 GB activations ran, their
-    # neighbours ran out), so pairing them cost more retries than it saved.
-    need = {key: memory.budget if n > memory.budget / 2 else n for key, n in need.items()}
                 memory.wait_for_release(0.5)
                 continue
             task, path = item
@@ -271,7 +302,7 @@ def run_parallel(tasks: list[Task], solutions: Path | str, out_dir: Path | str,
         for th in threads:
             th.start()
         for th in threads:
-            while th.is_alive():
+            while th.is_alive() and not stopped.is_set():
                 th.join(timeout=1.0)
                 if left() <= 0 and not stopped.is_set():
                     stopped.set()
@@ -279,7 +310,7 @@ def run_parallel(tasks: list[Task], solutions: Path | str, out_dir: Path | str,
                     for slot in slots:
                         slot.close()
             if stopped.is_set():
-                break
+                break       # the threads end on their own (their processes are killed)
     finally:
         stopped.set()
         for slot in slots:
