@@ -140,10 +140,37 @@ def argus_dtype(t):
     return ag.bf16 if str(t.dtype) == "torch.bfloat16" else ag.f16
 
 
-def decode_plans(q, k, v):
+def decode_variant(variant: str, head_dim: int, rows: int):
+    """(schedule, splits) of a decode variant: "default" is the op's own choice; else '+'
+    joins of "bnN" (block_n), "stN" (ring stages), "wgN" (consumer warpgroups), "sN" (N
+    splits instead of num_splits' choice), "exact" (the full-range exp2) applied to
+    default_decode_schedule(head_dim, rows)."""
+    import dataclasses
+
+    from argus.kernels.attention_decode import default_decode_schedule
+
+    s, splits = default_decode_schedule(head_dim, rows), None
+    fields = {}
+    for part in variant.split("+"):
+        if part == "default":
+            continue
+        if part == "exact":
+            fields["approx_exp2"] = False
+        elif part[:2] in ("bn", "st", "wg") and part[2:].isdigit():
+            fields[{"bn": "block_n", "st": "stages", "wg": "consumers"}[part[:2]]] = \
+                int(part[2:])
+        elif part[:1] == "s" and part[1:].isdigit():
+            splits = int(part[1:])
+        else:
+            raise ValueError(f"decode variant {variant!r}: unknown token {part!r}")
+    return (dataclasses.replace(s, **fields) if fields else None), splits
+
+
+def decode_plans(q, k, v, schedule=None, splits=None):
     """Our decode launches for these tensors, compiled and prepared once (the op's own host
     path recording instead of launching): a function replaying them, no host work per call
-    but the launches. Holds the partial buffers the op allocated."""
+    but the launches. Holds the partial buffers the op allocated; `replay.out` is the output
+    the launches write."""
     import torch
 
     from argus.ops.attention_decode import run_decode
@@ -157,13 +184,13 @@ def decode_plans(q, k, v):
             plans.append(plan)
 
     out, _ = run_decode(q, k, v, False, 1.0 / math.sqrt(q.shape[-1]), "bhsd", False,
-                        execute=record)
+                        schedule=schedule, splits=splits, execute=record)
     torch.cuda.synchronize()
 
     def replay():
         for plan in plans:
             plan()
-    replay.held = (held, out)
+    replay.held, replay.out = held, out
     replay.launches = len(plans)
     return replay
 
@@ -198,6 +225,7 @@ def decode_main(args) -> int:
     queries = [int(x) for x in args.queries.split(",")]
     dims = [int(x) for x in args.dims.split(",")] if args.dims else [128]
     H, HKV = (int(x) for x in args.heads.split(":"))
+    variants = ["default"] + [x for x in args.decode_variants.split(",") if x and x != "default"]
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
           f"{torch.backends.cudnn.version()}; decode, bf16, GQA {H}:{HKV}", flush=True)
     rows = []
@@ -206,19 +234,21 @@ def decode_main(args) -> int:
             for SK in kvs:
                 for S in queries:
                     rows.append(decode_case(B, SK, S, d, H, HKV, backends, measure, sdpa_kernel,
-                                            default_decode_schedule, num_splits))
+                                            default_decode_schedule, num_splits, variants))
                     print(json.dumps(rows[-1]), flush=True)
     (args.out / "attention_decode_bench.json").write_text(json.dumps(rows, indent=2))
-    print_decode_table(rows, list(backends))
+    print_decode_table(rows, list(backends), variants)
     return 0
 
 
-def print_decode_table(rows, names) -> None:
+def print_decode_table(rows, names, variants=("default",)) -> None:
+    extra = [f"kernel_{x}" for x in variants if x != "default"]
     print("\n| hd | B | KV | Sq | splits | rel err | copy TB/s | ours % | kernel % | "
+          + "".join(f"{x[7:]} % | " for x in extra)
           + " | ".join(f"{n} %" for n in names) + " | "
           + " | ".join(f"ours x {n}" for n in names) + " | ours us | kernel us | "
           + " | ".join(f"{n} us" for n in names) + " |")
-    print("|---|---|---|---|---|---|---|---|---|" + "---|" * (3 * len(names) + 2))
+    print("|---|---|---|---|---|---|---|---|---|" + "---|" * (3 * len(names) + 2 + len(extra)))
 
     def pct(r, n):
         return f"{r[f'{n}_pct']:.0f}" if r.get(f"{n}_pct") else r.get(f"{n}_error", "n/a")[:40]
@@ -231,13 +261,14 @@ def print_decode_table(rows, names) -> None:
         print(f"| {r['head_dim']} | {r['B']} | {r['SK']} | {r['S']} | {r.get('splits')} | "
               f"{r.get('rel_error', float('nan')):.1e} | {r.get('copy_tbps', 0):.2f} | "
               f"{pct(r, 'ours')} | {pct(r, 'kernel')} | "
+              + "".join(f"{pct(r, x)} | " for x in extra)
               + " | ".join(pct(r, n) for n in names) + " | " + " | ".join(ratio) + " | "
               + f"{us(r, 'ours')} | {us(r, 'kernel')} | "
               + " | ".join(us(r, n) for n in names) + " |")
 
 
 def decode_case(B, SK, S, d, H, HKV, backends, measure, sdpa_kernel, default_decode_schedule,
-                num_splits) -> dict:
+                num_splits, variants=("default",)) -> dict:
     """One decode case: ours, our replayed launches, each SDPA backend and the copy, timed on
     fresh random data; KV bytes per second as % of the copy bandwidth of the same bytes."""
     import torch
@@ -281,18 +312,27 @@ def decode_case(B, SK, S, d, H, HKV, backends, measure, sdpa_kernel, default_dec
         row["ours_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
     if "ours_error" not in row:
         timed("ours", lambda: argus.ops.attention(q, k, v))
+    for variant in variants:
+        name = "kernel" if variant == "default" else f"kernel_{variant}"
+        if "ours_error" in row and variant == "default":
+            continue
         try:
-            replay = decode_plans(q, k, v)
-            row["launches"] = replay.launches
-            timed("kernel", replay)
+            schedule, splits = decode_variant(variant, d, H // HKV * S)
+            replay = decode_plans(q, k, v, schedule, splits)
+            replay()
+            torch.cuda.synchronize()
+            row[f"{name}_rel_error"] = decode_check(replay.out, q, k, v)
+            row[f"{name}_launches"] = replay.launches
+            timed(name, replay)
             del replay
         except Exception as e:  # noqa: BLE001
-            row["kernel_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+            row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
     for name, backend in backends.items():
         with sdpa_kernel([backend]):
             timed(name, lambda: torch.nn.functional.scaled_dot_product_attention(
                 q, k, v, enable_gqa=H != HKV))
-    for name in ["ours", "kernel", *backends]:
+    mine = ["kernel" if x == "default" else f"kernel_{x}" for x in variants]
+    for name in ["ours", *mine, *backends]:
         if row.get(f"{name}_ms"):
             row[f"{name}_pct"] = 100.0 * row[f"{name}_tbps"] / copy_tbps
     del q, k, v
@@ -309,6 +349,11 @@ def main() -> int:
     parser.add_argument("--kv", default="8192,32768", help="--decode: KV lengths")
     parser.add_argument("--queries", default="1,16", help="--decode: query tokens (<= 16)")
     parser.add_argument("--heads", default="32:8", help="--decode: query heads:kv heads")
+    parser.add_argument("--decode-variants", default="default",
+                        help="--decode: our launches with other schedules, comma-separated "
+                             "'+' joins of bnN, stN, wgN, sN (N splits), exact (e.g. "
+                             "st2,st4,bn64+st6,s8); each checked against float64 and timed "
+                             "as replayed launches")
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "
