@@ -54,14 +54,15 @@ def _stderr(line: str) -> None:
 
 
 def tune_matmul(a, b, out=None, *, trials: int = 20, finalists: int = 3, rounds: int = 3,
-                record: bool = True, progress: Callable[[str], None] | None = _stderr
-                ) -> TuneResult:
+                record: bool = True, progress: Callable[[str], None] | None = _stderr,
+                precision: str | None = None) -> TuneResult:
     """Tune `a @ b` (into `out`, or a new tensor of a's dtype) over
     `argus.ops.schedules.candidates` and, with `record`, store the winner for this GPU.
 
     trials: calls per candidate in the screen; finalists: how many of the fastest are timed
     again, in `rounds` alternating rounds of 100 calls; progress: called with one line per
-    candidate (None: silent)."""
+    candidate (None: silent); precision: matmul's ("tf32" for fp32 inputs: the tf32 problem's
+    own candidates and tuning entry)."""
     import torch
 
     from argus.ops import matmul
@@ -72,17 +73,22 @@ def tune_matmul(a, b, out=None, *, trials: int = 20, finalists: int = 3, rounds:
                          f"rounds={rounds} must all be >= 1")
     # checks the inputs (clear errors), with a schedule every problem can run: not the cached
     # choice, which may be the stale entry this tuning is meant to replace
-    out = matmul(a, b, out, schedule=GemmSchedule())
-    problem, (a, b, out) = problem_of(a, b, out)
+    # only a tf32 request passes precision on (the plain call stays what it was)
+    kw = {"precision": precision} if precision is not None else {}
+    out = matmul(a, b, out, schedule=GemmSchedule(bk=32) if precision == "tf32" else
+                 GemmSchedule(), **kw)
+    problem, (a, b, out) = problem_of(a, b, out, *kw.values())
     if min(problem.m, problem.n, problem.k) == 0:
         raise ValueError(f"tune_matmul: nothing to tune for the empty problem {problem.key} "
                          f"(M, N or K is 0; matmul returns at once)")
     # time where the operands live, whichever device is current
     with torch.cuda.device(out.device) if out.is_cuda else contextlib.nullcontext():
-        return _tune(problem, a, b, out, trials, finalists, rounds, record, progress)
+        return _tune(problem, a, b, out, trials, finalists, rounds, record, progress,
+                     precision)
 
 
-def _tune(problem, a, b, out, trials, finalists, rounds, record, progress) -> TuneResult:
+def _tune(problem, a, b, out, trials, finalists, rounds, record, progress,
+          precision=None) -> TuneResult:
     """tune_matmul's two passes on checked, problem-shaped operands."""
     import torch
 
@@ -90,6 +96,7 @@ def _tune(problem, a, b, out, trials, finalists, rounds, record, progress) -> Tu
     from argus.ops import matmul
     from argus.ops.matmul import device_name, forget_choices
 
+    kw = {"precision": precision} if precision is not None else {}
     say = progress or (lambda line: None)
     todo = candidates(problem)
     bar = None
@@ -102,7 +109,8 @@ def _tune(problem, a, b, out, trials, finalists, rounds, record, progress) -> Tu
     screened, failed = [], []
     for i, s in enumerate(todo, 1):
         try:
-            t = measure(lambda s=s: matmul(a, b, out, schedule=s), trials=trials, warmup=5,
+            t = measure(lambda s=s: matmul(a, b, out, schedule=s, **kw),
+                        trials=trials, warmup=5,
                         allow_few_trials=True)
         except Exception as e:  # noqa: BLE001 - a candidate that cannot run is reported, skipped
             failed.append((s, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
@@ -119,7 +127,8 @@ def _tune(problem, a, b, out, trials, finalists, rounds, record, progress) -> Tu
     top = [s for _, s in screened[:finalists]]
     if len(top) > 1:
         timings = measure_alternating(
-            [lambda s=s: matmul(a, b, out, schedule=s) for s in top], rounds=rounds,
+            [lambda s=s: matmul(a, b, out, schedule=s, **kw) for s in top],
+            rounds=rounds,
             trials=MIN_TRIALS, warmup=5,
             on_round=lambda r, so_far: say(f"final round {r + 1}/{rounds}: " + ", ".join(
                 f"{t.median_ms * 1e3:.1f} us" for t in so_far)))

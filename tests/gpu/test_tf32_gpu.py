@@ -135,3 +135,15 @@ def test_composed_conv_tf32_is_eager_accurate():
         err = _rel(prog.run(model, [x]), want)
         theirs = _rel(_torch_tf32(lambda: model(x)), want)
     assert err <= max(4 * theirs, 1e-5) and err < 2e-3, (err, theirs)
+
+
+def test_tune_matmul_tf32(tmp_path, monkeypatch):
+    """tune_matmul(precision="tf32") times the tf32 problem's own candidates (bk = 32) and
+    records under its own key; the next matmul(precision="tf32") uses the choice."""
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    from argus.ops import matmul, tune_matmul
+
+    a, b = _rand(512, 256, seed=8), _rand(256, 384, seed=9)
+    res = tune_matmul(a, b, precision="tf32", trials=3, finalists=2, rounds=1, progress=None)
+    assert res.problem.in_dtype == "tf32" and res.best.bk == 32 and not res.failed, res.table()
+    assert _rel(matmul(a, b, precision="tf32"), a.double() @ b.double()) < 2e-3
