@@ -8,6 +8,7 @@
 #   OUT=/path bash scripts/gpu_kernelbench_solve.sh [BUDGET_S=370] [LEVELS=1,2] [JOBS=auto]
 #   (PYTHON=.venv/bin/python DEVICE=cpu ... : a smoke test of the script on a CPU machine)
 #   IDS=6,89-93 ... : only these problem ids of the selected levels (the slow-task list)
+#   PRECISION=tf32 ... : fp32 convolutions as one tf32 product (relaxed track; solve --precision)
 #
 # Run from the repository root with the tasks in $ARGUS_KERNELBENCH_DIR (or ../shared/
 # kernelbench). Results are written as each task finishes ($OUT/solve/results.jsonl, resumable:
@@ -33,6 +34,7 @@ JOBS=${3:-auto}
 DEVICE=${DEVICE:-cuda}     # DEVICE=cpu: a smoke test of this script at reduced sizes
 PY=${PYTHON:-python3}
 IDS=${IDS:-}               # IDS=6,89-93: a subset of each level's problem ids
+PRECISION=${PRECISION:-fp32}   # tf32: fp32 convolutions as one tf32 product (relaxed track)
 KB_CACHE=${KB_CACHE:-}
 # The judge checks outputs; the verifier runs in CI (its verdicts are keyed by this Argus and
 # z3 build, so a device call would verify every kernel again, minutes of z3 on the first runs).
@@ -51,7 +53,7 @@ echo "== kernelbench solve: levels $LEVELS${IDS:+ ids $IDS}, non-convolution, bu
 echo "   commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)"
 timeout --kill-after=10 $((BUDGET + 60)) "$PY" -u -m argus.bench.kernelbench solve \
   --level "$LEVELS" ${IDS:+--ids "$IDS"} --skip-torch-ops conv --device "$DEVICE" --jobs "$JOBS" --budget-s "$BUDGET" \
-  --timeout 180 --out "$OUT/solve" --baseline-cache "$OUT/baselines.json" \
+  --timeout 180 --out "$OUT/solve" --baseline-cache "$OUT/baselines.json" --precision "$PRECISION" \
   --workdir "$OUT/work" \
   >"$OUT/solve/solve.log" 2>&1
 rc=$?
