@@ -81,16 +81,41 @@ def transpose(X: ag.Tensor["B", "R", "C", ag.f32], Y: ag.Tensor["B", "C", "R", a
 
 
 # ------------------------------------------------------------------------- strided copy
-_COPY: dict[int, Any] = {}
+# The dtypes the layout copies have kernels for (the DSL name, and the zero the transpose's
+# selection adds): the dtypes KernelBench tasks hand a composed kernel (float32, the half
+# types, index tensors). A copy moves values and never rounds: the selection sums one value
+# with zeros, exact in each of these types. float64 is left out: no task uses it, and the
+# interpreter (float32 working copies) cannot show its copies exact.
+_COPY_DTYPES: dict[torch.dtype, tuple[str, str]] = {
+    torch.float32: ("f32", "0.0"), torch.float16: ("f16", "0.0"),
+    torch.bfloat16: ("bf16", "0.0"), torch.int64: ("i64", "0"), torch.int32: ("i32", "0")}
+_COPY: dict[tuple[int, torch.dtype], Any] = {}
+_TRANSPOSE: dict[torch.dtype, Any] = {torch.float32: transpose}
 
 
-def _copy_kernel(rank: int):
+def _copy_dtype(src: torch.Tensor) -> str:
+    """The DSL name of the copy's dtype, or LaunchError (what, which dtype, how to fix)."""
+    from argus.errors import LaunchError
+
+    if src.dtype not in _COPY_DTYPES:
+        names = ", ".join(str(d).removeprefix("torch.") for d in _COPY_DTYPES)
+        raise LaunchError(f"compose copy_into: no Argus copy kernel for a strided "
+                          f"{src.dtype} tensor of shape {tuple(src.shape)} and strides "
+                          f"{tuple(src.stride())} (layout copies exist for {names}); fix: make "
+                          "the tensor contiguous before the composed model reads it, or add "
+                          "the dtype to argus/compose/launch.py _COPY_DTYPES")
+    return _COPY_DTYPES[src.dtype][0]
+
+
+def _copy_kernel(rank: int, dtype: torch.dtype = torch.float32):
     """dst = src for rank-`rank` tensors, src with any outer strides (inner stride 1)."""
-    if rank not in _COPY:
+    if (rank, dtype) not in _COPY:
+        dt = _COPY_DTYPES[dtype][0]
+        name = f"copy{rank}" if dtype == torch.float32 else f"copy{rank}_{dt}"
         dims = ", ".join(f'"D{i}"' for i in range(rank))
         idx = ", ".join(f"i{i}" for i in range(rank - 1))
         lines = [f"@ag.kernel(threads=256)",
-                 f"def copy{rank}(S: ag.Tensor[{dims}, ag.f32], D: ag.Tensor[{dims}, ag.f32], "
+                 f"def {name}(S: ag.Tensor[{dims}, ag.{dt}], D: ag.Tensor[{dims}, ag.{dt}], "
                  f"BN: int = 1024):",
                  f"    p, j = ag.grid({' * '.join(f'S.shape[{i}]' for i in range(rank - 1)) or 1}"
                  f", ag.cdiv(S.shape[{rank - 1}], BN))"]
@@ -101,8 +126,31 @@ def _copy_kernel(rank: int):
             rest = f"r{i}"
         off = f"{idx}, j * BN" if idx else "j * BN"
         lines.append(f"    ag.store(D, ({off},), ag.load(S, ({off},), (1, BN)))")
-        _COPY[rank] = tile.load_source("\n".join(lines) + "\n", f"copy{rank}")[f"copy{rank}"]
-    return _COPY[rank]
+        _COPY[(rank, dtype)] = tile.load_source("\n".join(lines) + "\n", name)[name]
+    return _COPY[(rank, dtype)]
+
+
+def _transpose_kernel(dtype: torch.dtype):
+    """`transpose` for `dtype` (the float32 kernel itself for float32)."""
+    if dtype not in _TRANSPOSE:
+        dt, zero = _COPY_DTYPES[dtype]
+        name = f"transpose_{dt}"
+        src = (f"@ag.kernel(threads=256)\n"
+               f"def {name}(X: ag.Tensor[\"B\", \"R\", \"C\", ag.{dt}],\n"
+               f"        Y: ag.Tensor[\"B\", \"C\", \"R\", ag.{dt}], BR: int = 16, "
+               f"BC: int = 32):\n"
+               f"    tiles_r = ag.cdiv(X.shape[1], BR)\n"
+               f"    tiles_c = ag.cdiv(X.shape[2], BC)\n"
+               f"    (p,) = ag.grid(X.shape[0] * tiles_r * tiles_c)\n"
+               f"    j = p % tiles_c\n"
+               f"    i = (p // tiles_c) % tiles_r\n"
+               f"    b = p // (tiles_c * tiles_r)\n"
+               f"    x = ag.load(X, (b, i * BR, j * BC), (BR, BC))\n"
+               f"    sel = ag.arange(BR)[:, None, None] == ag.arange(BR)[None, None, :]\n"
+               f"    t = ag.where(sel, x[:, :, None], {zero}).sum(axis=0)\n"
+               f"    ag.store(Y, (b, j * BC, i * BR), t)\n")
+        _TRANSPOSE[dtype] = tile.load_source(src, name)[name]
+    return _TRANSPOSE[dtype]
 
 
 # ranks the row copy is generated for; a tensor whose layout keeps more dims after merging is
@@ -134,11 +182,14 @@ def copy_into(src: torch.Tensor, dst: torch.Tensor) -> None:
     a contiguous innermost dim, else the selection transpose from the dim that is contiguous
     (through a row copy to a scratch buffer when the other dims do not merge), else (no
     contiguous dim at all) the transpose of src seen with a trailing extent-1 dim of stride 1.
-    The views are torch's (`as_strided`, no compute). Other dtypes than float32 have no
-    template: torch copies them."""
-    if src.dtype != torch.float32 or dst.dtype != torch.float32:
-        dst.view(src.shape).copy_(src)          # no template: torch
+    The views are torch's (`as_strided`, no compute). Every dtype of `_COPY_DTYPES` has the
+    kernels; another (bool, float64, 8- or 16-bit integers) is a LaunchError saying so. A
+    copy that converts (pool and the GEMM adapter stage inputs in a float32 buffer) is not a
+    layout copy: torch converts."""
+    if src.dtype != dst.dtype:
+        dst.view(src.shape).copy_(src)          # a conversion, no layout template: torch
         return
+    _copy_dtype(src)
     if src.numel() == 0:
         return
     shape, strides = _layout(src)
@@ -151,14 +202,14 @@ def copy_into(src: torch.Tensor, dst: torch.Tensor) -> None:
             copy_into(s[i], d[i])
         return
     if strides[-1] == 1:
-        _run(_copy_kernel(rank), (s, d), BN=min(1024, tile.pow2(shape[-1])))
+        _run(_copy_kernel(rank, src.dtype), (s, d), BN=min(1024, tile.pow2(shape[-1])))
         return
     if 1 not in strides:
         # no dim is contiguous: rows of one element (extent 1, stride 1) transposed into place
         outer = shape[0] if rank == 2 else 1
         x = src.as_strided((outer, shape[-1], 1), (strides[0] if rank == 2 else 0,
                                                     strides[-1], 1))
-        _run(transpose, (x, d.view(outer, 1, shape[-1])))
+        _run(_transpose_kernel(src.dtype), (x, d.view(outer, 1, shape[-1])))
         return
     k = strides.index(1)                        # the contiguous dim, not the innermost
     outer, n = math.prod(shape[:k]), shape[k]
@@ -169,7 +220,7 @@ def copy_into(src: torch.Tensor, dst: torch.Tensor) -> None:
         scratch = torch.empty(rest_shape + (n,), dtype=src.dtype, device=src.device)
         copy_into(s.movedim(k, -1), scratch)
         x = scratch.view(outer, inner, n)
-    _run(transpose, (x, d.view(outer, n, inner)))
+    _run(_transpose_kernel(src.dtype), (x, d.view(outer, n, inner)))
 
 
 def _as_3d(src, shape3, rest_shape, rest_strides, k):

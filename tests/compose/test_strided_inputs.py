@@ -110,6 +110,58 @@ def test_copy_into_any_layout_with_argus_kernels(src, monkeypatch):
     assert torch.equal(dst, src)
 
 
+def _like(t: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """`values` laid out in memory as `t` is (same strides over a storage of t's size)."""
+    storage = torch.zeros(t.untyped_storage().nbytes() // t.element_size(), dtype=values.dtype)
+    view = storage.as_strided(t.shape, t.stride(), t.storage_offset())
+    if 0 not in t.stride():
+        view.copy_(values)
+    else:                               # an expanded dim: every copy holds the same values
+        index = tuple(0 if s == 0 else slice(None) for s in t.stride())
+        storage.as_strided(t.shape, t.stride(), t.storage_offset())[index] = values[index]
+    return view
+
+
+_DTYPE_CASES = [torch.randn(3, 4, 5, 6).permute(3, 1, 0, 2), torch.randn(3, 4, 5, 6)[:, :, ::2],
+                torch.randn(12, 20).t(), torch.randn(12, 20)[::3, ::2],
+                torch.randn(5, 1).expand(5, 9), torch.randn(7)[::2],
+                torch.randn(2, 3, 4, 5, 3, 2).permute(5, 3, 1, 0, 2, 4)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int64, torch.int32],
+                         ids=str)
+@pytest.mark.parametrize("case", range(len(_DTYPE_CASES)))
+def test_copy_into_every_task_dtype_with_argus_kernels(dtype, case, monkeypatch):
+    """The layout copies cover the dtypes composed kernels read (half types, index tensors), with Argus kernels of that dtype: before, anything but float32 fell back to
+    torch's copy_ (GPU time outside Argus). Bitwise equal; the destination starts as a value
+    no element has."""
+    layout = _DTYPE_CASES[case]
+    # distinct signed values (positions must move, not just values); integers within +-2^24:
+    # the interpreter's tiles are float32, larger index values are exact on the device only
+    ramp = torch.arange(layout.numel(), dtype=torch.float64).reshape(layout.shape)
+    src = _like(layout, (ramp / 8 - 3.3 if dtype.is_floating_point else ramp * 3 - 50)
+                .to(dtype))
+    dst = torch.full(src.shape, 9999, dtype=dtype)
+    names = _launches(monkeypatch)
+    launch.copy_into(src, dst)
+    assert names and all(n.startswith(("copy", "transpose")) for n in names), names
+    tag = str(dtype).removeprefix("torch.")
+    assert all(n.endswith({"float16": "_f16", "bfloat16": "_bf16", "int64": "_i64",
+                           "int32": "_i32"}[tag]) for n in names), names
+    assert torch.equal(dst, src.contiguous())
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float64, torch.int16, torch.uint8],
+                         ids=str)
+def test_copy_into_refuses_a_dtype_without_kernels(dtype):
+    """bool, float64 and 8/16-bit integers have no layout copy: a LaunchError that names the
+    dtype, the tensor and the fix (before: a silent torch copy)."""
+    src = torch.ones(4, 6, dtype=dtype).t()
+    with pytest.raises(LaunchError, match=rf"no Argus copy kernel for a strided {dtype} "
+                                          r"tensor of shape \(6, 4\).*fix:"):
+        launch.copy_into(src, torch.empty(6, 4, dtype=dtype))
+
+
 def test_meta_prebuild_of_a_transposed_input(tmp_path, monkeypatch):
     """The ahead-of-time build on meta tensors (kernelbench prebuild) runs the compiled launch's
     argument checks: a transposed input raised "innermost dim has stride 64" there before the
