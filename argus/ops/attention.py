@@ -69,7 +69,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
         scale = 1.0 / math.sqrt(q.shape[-1])
     if isinstance(schedule, DecodeSchedule):   # the decode kernels with a forced schedule
         out, lse = run_decode(q, k, v, bool(causal), float(scale), layout, bool(return_lse),
-                              schedule=schedule)
+                              schedule=schedule, checked=True)
     elif schedule is not None:
         out, lse = _run(q, k, v, bool(causal), float(scale), layout, bool(return_lse), schedule)
     else:
@@ -115,7 +115,7 @@ def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
     check(q, k, v, layout=layout)
     if schedule is None and _bhsd(q, layout).shape[2] <= MAX_QUERIES:
         # decoding (1..16 query tokens): split-KV with the GQA group packed per KV read
-        return run_decode(q, k, v, causal, scale, layout, return_lse)
+        return run_decode(q, k, v, causal, scale, layout, return_lse, checked=True)
     _check_strides((("q", q), ("k", k), ("v", v)))
     qb, kb, vb = _bhsd(q, layout), _bhsd(k, layout), _bhsd(v, layout)
     B, H, S, D = qb.shape

@@ -55,20 +55,22 @@ def attention_decode(q, k, v, *, causal: bool = False, scale: float | None = Non
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     out, lse = run_decode(q, k, v, bool(causal), float(scale), layout, bool(return_lse),
-                          splits=splits, schedule=schedule)
+                          splits=splits, schedule=schedule, checked=True)
     return (out, lse) if return_lse else out
 
 
 def run_decode(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool, *,
                splits: int | None = None, schedule: DecodeSchedule | None = None,
-               execute=None):
+               execute=None, checked: bool = False):
     """The eager implementation: (out in q's layout, lse [B, Hq, Sq] fp32 or an empty tensor).
     `execute(kernel_fn, compile_time, tensors, scalars)` runs one kernel; None launches it on
     the GPU (tests pass the interpreter, with CPU tensors, to check everything around the
-    kernels)."""
+    kernels). checked=True: the caller ran check() on these tensors already (the host path
+    is on every decoding step's critical path)."""
     import torch
 
-    check(q, k, v, layout=layout, device=execute is None)
+    if not checked:
+        check(q, k, v, layout=layout, device=execute is None)
     qb, kb, vb = _bhsd(q, layout), _bhsd(k, layout), _bhsd(v, layout)
     B, H, S, D = qb.shape
     HKV, SK = kb.shape[1], kb.shape[2]
