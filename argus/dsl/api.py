@@ -560,8 +560,7 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
     m, n = acc.shape
     k = av.cols
     if trans_a:
-        span = av.buffer.type.swizzle // av.buffer.type.dtype.bytes if av.buffer.type.swizzle \
-            else 0
+        span = _swizzle_span(av)
         k = bv.cols
         if trans_b or not span or av.cols != span or m % span or av.rows != (m // span) * k:
             raise TraceError(f"an MN-major wgmma A operand for M={m}, K={k} must be a swizzled "
@@ -571,17 +570,9 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
                              fix="allocate ag.smem((stages, BK, 64), ag.bf16, swizzle=128) and "
                                  "TMA-load one [BK, 64] box of the [K, M] tensor")
     if trans_b:
-        # MN-major B: the [K, N] tile is stored as N/W column atoms of [K rows][W columns],
-        # W = one swizzle span of elements, stacked along the view's rows (the layout TMA
-        # writes when each atom is one box).
-        span = bv.buffer.type.swizzle // bv.buffer.type.dtype.bytes if bv.buffer.type.swizzle \
-            else 0
-        if not span or bv.cols != span or n % span or bv.rows != (n // span) * k:
-            raise TraceError(f"an MN-major wgmma B operand for N={n}, K={k} must be a swizzled "
-                             f"view of ({n} // W) * {k} rows x W columns, W = one swizzle span "
-                             f"of elements; got {bv.rows} x {bv.cols}", loc,
-                             fix="allocate ag.smem((stages, (BN // 64) * BK, 64), ag.bf16, "
-                                 "swizzle=128) and TMA-load one [BK, 64] box per 64 columns")
+        _check_mn_major_b(bv, n, k, loc,
+                          fix="allocate ag.smem((stages, (BN // 64) * BK, 64), ag.bf16, "
+                              "swizzle=128) and TMA-load one [BK, 64] box per 64 columns")
         bn, bk = n, k
     else:
         bn, bk = bv.rows, bv.cols
@@ -630,6 +621,24 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
     return acc
 
 
+def _swizzle_span(view) -> int:
+    """Elements in one swizzle span of `view`'s buffer (0 when the buffer is not swizzled)."""
+    t = view.buffer.type
+    return t.swizzle // t.dtype.bytes if t.swizzle else 0
+
+
+def _check_mn_major_b(bv, n: int, k: int, loc, fix: str) -> None:
+    """An MN-major wgmma B operand ([K, N], trans_b=True) must be stored as N/W column atoms
+    of [K rows][W columns], W = one swizzle span of elements, stacked along the view's rows
+    (the layout TMA writes when each atom is one box); shared by both wgmma forms, each with
+    its own `fix`."""
+    span = _swizzle_span(bv)
+    if not span or bv.cols != span or n % span or bv.rows != (n // span) * k:
+        raise TraceError(f"an MN-major wgmma B operand for N={n}, K={k} must be a swizzled "
+                         f"view of ({n} // W) * {k} rows x W columns, W = one swizzle span "
+                         f"of elements; got {bv.rows} x {bv.cols}", loc, fix=fix)
+
+
 def _wgmma_register_a(ctx, loc, a: Tile, b, acc: Tile, trans_b: bool) -> Tile:
     """acc += a @ b^T with `a` a bf16/f16 [64, K] register tile (wgmma's "rs" form): the A
     operand never touches shared memory. A tile converted from a 64-row accumulator (P of
@@ -657,13 +666,8 @@ def _wgmma_register_a(ctx, loc, a: Tile, b, acc: Tile, trans_b: bool) -> Tile:
         raise TraceError(f"wgmma operands must have one dtype: A is {a.dtype}, B is "
                          f"{bv.buffer.type.dtype}", loc)
     if trans_b:
-        span = bv.buffer.type.swizzle // bv.buffer.type.dtype.bytes if bv.buffer.type.swizzle \
-            else 0
-        if not span or bv.cols != span or n % span or bv.rows != (n // span) * k:
-            raise TraceError(f"an MN-major wgmma B operand for N={n}, K={k} must be a swizzled "
-                             f"view of ({n} // W) * {k} rows x W columns, W = one swizzle span "
-                             f"of elements; got {bv.rows} x {bv.cols}", loc,
-                             fix="load V [K, N] as N/64 boxes of [K][64] (128-byte swizzle)")
+        _check_mn_major_b(bv, n, k, loc,
+                          fix="load V [K, N] as N/64 boxes of [K][64] (128-byte swizzle)")
     elif (bv.rows, bv.cols) != (n, k):
         raise TraceError(f"wgmma shapes disagree: a is 64x{k}, b is {bv.rows}x{bv.cols} "
                          f"(need {n}x{k}), acc is 64x{n}", loc)

@@ -157,6 +157,30 @@ def test_mn_major_a_operand_requests_are_checked():
         kernel(64, dtype=ag.e4m3).trace()
 
 
+def test_mn_major_b_operand_requests_are_checked():
+    """trans_b needs the [K, N] tile as N/W atoms of [K][W] stacked along the rows (W = one
+    swizzle span), for A in shared memory and A in registers alike, each form with its fix."""
+    def kernel(b_rows, swizzle=128, register_a=False):
+        @ag.kernel(threads=128)
+        def k(X: ag.Tensor["M", "N", ag.f32]):
+            ag.grid(1)
+            sb = ag.smem((b_rows, 64), ag.bf16, swizzle=swizzle)
+            if register_a:
+                with ag.role("consumer", warpgroups=1):
+                    a = ag.zeros((64, 16)).to(ag.bf16)
+                    ag.wgmma(a, sb, ag.zeros((64, 64), ag.f32), trans_b=True)
+            else:
+                sa = ag.smem((64, 16), ag.bf16)
+                ag.wgmma(sa, sb, ag.zeros((64, 64), ag.f32), trans_b=True)
+        return k
+    for register_a, fix in ((False, "box per 64 columns"), (True, "N/64 boxes of")):
+        kernel(16, register_a=register_a).trace()        # one [16][64] atom: N = 64, K = 16
+        for rows, swizzle in ((32, 128), (16, 0)):       # a second atom K does not fill; no span
+            with pytest.raises(TraceError, match="MN-major wgmma B") as err:
+                kernel(rows, swizzle, register_a).trace()
+            assert fix in str(err.value), (register_a, str(err.value))
+
+
 @pytest.mark.parametrize("layout", ["nk", "kn"])
 def test_untuned_skinny_problems_start_swapped(layout):
     """Without a tuning entry, M <= 32 gets the swap-AB schedule that won on the H200, with the
