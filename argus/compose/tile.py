@@ -44,11 +44,16 @@ MIN_CTAS = 132          # one wave on an H100/H200 (target/limits.py NUM_SMS)
 
 @dataclass(frozen=True)
 class TileSchedule:
-    """What the agent may tune: the tile (ROWS x BN, both powers of two) and the CTA size."""
+    """What the agent may tune: the tile (ROWS x BN, both powers of two), the CTA size, and the
+    order of the CTAs: "cols" launches the column blocks of a row block one after another
+    (consecutive CTAs stream consecutive memory, as torch's and Inductor's elementwise grids
+    do), "rows" the row blocks of a column block (consecutive CTAs a whole row block apart: a
+    power-of-two stride of 64 KB for rows of 8192 floats)."""
 
     rows: int = 8
     bn: int = 512
     threads: int = 256
+    order: str = "cols"
 
 
 @dataclass(frozen=True)
@@ -132,7 +137,7 @@ def fit(s: TileSchedule, groups: list[Group]) -> TileSchedule:
     threads = s.threads
     while threads > 32 and rows * bn < threads:
         threads //= 2
-    return TileSchedule(rows, bn, max(32, threads))
+    return TileSchedule(rows, bn, max(32, threads), s.order)
 
 
 class _Emitter:
@@ -399,7 +404,8 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
     if split > 1:
         e.line(f"p0, p1, ps = ag.grid({grid0}, {grid1}, {split})")
     else:
-        e.line(f"p0, p1 = ag.grid({grid0}, {grid1})")
+        e.line(f"p1, p0 = ag.grid({grid1}, {grid0})" if s.order == "cols" and grid1 > 1 else
+               f"p0, p1 = ag.grid({grid0}, {grid1})")
     rest = "p0"
     if not t0.reduced:
         e.line(f"o{last - 1} = (p0 % {t0_blocks}) * ROWS")
