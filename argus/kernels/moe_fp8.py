@@ -38,6 +38,7 @@ from argus.dtypes import DType
 from argus.kernels.gemm_fp8 import (BK_BYTES, OVERLAP_MAX_BN, PROMOTE_MAX_BN, SCALE_BLOCK,
                                     overlapped_promoted_mma, promoted_mma)
 from argus.kernels.moe import MoeSchedule, _tag_layout, _walk, produce_units, store_unit
+from argus.kernels.moe_routing import tag_positions
 from argus.kernels.warp_specialized import OperandRing, Staging
 
 GROUP = 128          # columns per scale (one 128-deep K block of the block-scaled GEMM)
@@ -93,11 +94,7 @@ def permute_quantize_kernel(top_k: int, groups: int = 4, threads: int = THREADS
                              Pos: ag.Tensor["N", 1, ag.i32],
                              Xq: ag.Tensor["M", "HG", GROUP, ag.e4m3],
                              ScaleT: ag.Tensor["HG", "MS", ag.f32]):
-        # For the verifier (no code): Pos holds position(i), injective (the positions kernel
-        # computes a bijection onto the layout's non-padding rows), as in moe_permute.
-        position = ag.opaque("position")
-        ag.tag_tensor(Pos, value=lambda i, zero: position(i))
-        ag.tag_assume(lambda a, b: ag.tag_any(a == b, position(a) != position(b)))
+        tag_positions(Pos)
         t, b = ag.grid(X.shape[0], ag.cdiv(X.shape[1], groups))
         g0 = b * groups
         x = ag.load(X, (t, g0, 0), (groups, GROUP)).to(ag.f32)

@@ -363,6 +363,16 @@ def layout_small_kernel(be: int, bm: int) -> ag.KernelFunction:
 # ----------------------------------------------------------------------------- gather and combine
 
 
+def tag_positions(Pos) -> None:
+    """Tags for the verifier (no code) of a scatter through Pos [N, 1] (permute, and the fp8
+    path's permute_quantize): Pos[i] holds position(i), an injective map (what the positions
+    kernel computes: a bijection onto the layout's non-padding rows), so the rows the scatter
+    writes are distinct."""
+    position = ag.opaque("position")
+    ag.tag_tensor(Pos, value=lambda i, zero: position(i))
+    ag.tag_assume(lambda a, b: ag.tag_any(a == b, position(a) != position(b)))
+
+
 @functools.lru_cache(maxsize=None)
 def permute_kernel(top_k: int, bh: int) -> ag.KernelFunction:
     """xp[pos[t * k + j]] = x[t] for each slot j: CTA (t, b) reads columns [b * bh, +bh) of
@@ -371,12 +381,7 @@ def permute_kernel(top_k: int, bh: int) -> ag.KernelFunction:
 
     def moe_permute(X: ag.Tensor["T", "H", ag.bf16], Pos: ag.Tensor["N", 1, ag.i32],
                     Xp: ag.Tensor["M", "H", ag.bf16]):
-        # For the verifier (no code): Pos holds position(i), an injective map (what the
-        # positions kernel computes: a bijection onto the layout's non-padding rows), so the
-        # rows this scatter writes are distinct.
-        position = ag.opaque("position")
-        ag.tag_tensor(Pos, value=lambda i, zero: position(i))
-        ag.tag_assume(lambda a, b: ag.tag_any(a == b, position(a) != position(b)))
+        tag_positions(Pos)
         t, block = ag.grid(X.shape[0], ag.cdiv(X.shape[1], bh))
         h0 = block * bh
         x = ag.load(X, (t, h0), (1, bh))
