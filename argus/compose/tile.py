@@ -39,6 +39,7 @@ CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
 SPLIT_LAST = 8192
+LOG2E = 1.4426950408889634
 MIN_CTAS = 132          # one wave on an H100/H200 (target/limits.py NUM_SMS)
 
 
@@ -515,6 +516,10 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
             if st.fn in ("argmax", "argmin"):
                 e.line(f"{a}_v = ag.full({acc_shape}, {NEUTRAL[st.fn]})")
                 e.line(f"{a} = ag.full({acc_shape}, 0, ag.i32)")
+            elif st in online or st in online.values():
+                # the online softmax lane-wise too: every lane keeps its own running maximum
+                # and rescaled sum; the lanes are combined after the loops
+                e.line(f"{a} = ag.full((ROWS, BN), {NEUTRAL[st.fn]})")
             elif st in lanewise:
                 # Lane-wise: each thread combines its own elements across the blocks and the
                 # lanes are reduced once after the loops (a reduction across the CTA in every
@@ -562,6 +567,26 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
                     continue
                 v, kind = e.emit(st.args[0])
                 v = e.as_float(v, kind)
+                if st in online:
+                    # masked lanes hold -inf (the maximum's identity) and add exactly 0; a
+                    # lane that has seen only -inf so far adds 0 (exp(-inf - -inf) is NaN)
+                    bounds = [f"(ag.arange(ROWS)[:, None] + o{last - 1} < {t0.size})",
+                              f"(ag.arange(BN)[None, :] + o{last} < {t1.size})"]
+                    inb = " & ".join(bounds)
+                    mx, mn, ex, al = e.fresh("mx"), e.fresh("mnew"), e.fresh("ex"), e.fresh("al")
+                    b = online[st].attrs["_acc"]
+                    e.line(f"{mx} = ag.where({inb}, {v}, float('-inf'))")
+                    e.line(f"{mn} = ag.maximum({a}, {mx})")
+                    # two exponentials an element (the term and the lane's rescale), each
+                    # one SFU ex2.approx (relative error <= 2^-22, ftz: terms below 2^-126 of
+                    # the lane's maximum are lost, as in any fp32 sum of them)
+                    e.line(f"{ex} = ag.where({inb} & ({mn} > float('-inf')), "
+                           f"ag.exp2(({mx} - {mn}) * {LOG2E!r}, approx=True), 0.0)")
+                    e.line(f"{al} = ag.where({mn} > float('-inf'), "
+                           f"ag.exp2(({a} - {mn}) * {LOG2E!r}, approx=True), 0.0)")
+                    e.line(f"{b} = {b} * {al} + {ex}")
+                    e.line(f"{a} = {mn}")
+                    continue
                 if st in lanewise:
                     # every element past the tensor's end along either tile dim holds the
                     # identity before it joins the lanes: the verifier (fill.identity) does not
@@ -625,6 +650,20 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
         loops(body)
         for st in batch:            # lanes reduced once, after the loops
             a = st.attrs["_acc"]
+            if st in online:
+                # sum = sum over lanes of sum_lane * exp(max_lane - max): an all -inf row
+                # gives NaN, as torch's softmax does
+                b = online[st].attrs["_acc"]
+                mt = e.fresh("mrow")
+                e.line(f"{mt} = {a}")
+                for ax, g in ((1, t1), (0, t0)):
+                    if g.reduced:
+                        e.line(f"{mt} = {mt}.max(axis={ax})")
+                e.line(f"{b} = {b} * ag.exp({a} - {mt})")
+                for ax, g in ((1, t1), (0, t0)):
+                    if g.reduced:
+                        e.line(f"{b} = {b}.sum(axis={ax})")
+                e.line(f"{a} = {mt}")
             if st in lanewise:
                 for ax, g in ((1, t1), (0, t0)):
                     if g.reduced:

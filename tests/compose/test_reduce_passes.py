@@ -3,6 +3,8 @@ CPU interpreter against float64:
 
 - a looped reduction combines each thread's elements lane-wise across the blocks and reduces
   across the CTA once, after its loops (no cross-thread reduction inside the block loop);
+- the online softmax keeps a running maximum and rescaled sum per lane, combined after the
+  loop (one pass for both statistics, no CTA-wide reduction in it);
 - a variance's sum of squared deviations joins the pass of its mean (Welford lanes combined
   after the loop), so a norm reads its input twice (statistics, apply), not three times,
   and stays fp32-accurate where the naive sum of squares cancels (large mean, small spread).
@@ -67,7 +69,8 @@ LOOPED = TileSchedule(rows=2, bn=64, threads=64)      # rows of 512: 8 blocks a 
                                 lambda x: x.amin(-1, keepdim=True),
                                 lambda x: (x * 0.01 + 1).prod(-1),
                                 lambda x: x / x.abs().sum(-1, keepdim=True),
-                                lambda x: x.mean(0)])
+                                lambda x: x.mean(0), lambda x: torch.softmax(x, -1),
+                                lambda x: torch.logsumexp(x, -1)])
 @pytest.mark.parametrize("n", [512, 500])             # 500: a masked tail block
 def test_looped_reductions_combine_lanes_after_the_loop(op, n):
     prog, err = run(op, [randn(6, n)], LOOPED)
@@ -137,3 +140,15 @@ def test_variance_over_an_outer_loop_and_the_tile():
     assert err <= 2e-6, err
     (src,) = [s for s in sources(prog) if "_m = " in s]
     assert src.count("in ag.range") == 2, src
+
+
+@pytest.mark.parametrize("n", [512, 500])
+def test_online_softmax_lanes_that_start_at_minus_infinity(n):
+    """The first half of every row is -inf (a mask): each lane's running maximum is -inf for
+    its first blocks, where exp(-inf - -inf) would poison its sum with NaN."""
+    x = randn(6, n) * 4
+    x[:, : n // 2] = float("-inf")
+    prog, err = run(lambda t: torch.softmax(t, -1), [x], LOOPED)
+    assert err <= 2e-6, err
+    (src,) = sources(prog)
+    assert "mnew" in src and len([b for b in loop_bodies(src) if "ag.load(" in b]) == 2, src
