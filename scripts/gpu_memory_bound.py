@@ -10,7 +10,10 @@ In one process, on M x N fp32 (default 8192 x 8192), it measures
   - examples/elementwise.py (bias + tanh-GELU), examples/rmsnorm.py (one CTA per row, the whole
     row in one tile), examples/softmax.py (one CTA per row, N columns in one tile) and
     examples/softmax_online.py (one CTA per row walking it in blocks of BN columns: the
-    example's own BN, then each --online-bn width that gives more than one block per pass),
+    example's own BN, then each --online-bn width that gives more than one block per pass) and
+    examples/softmax_lanes.py (the same walk with the running maximum and sum kept per lane,
+    combined after the loop: no reduction across threads inside it; BN 4096, then each
+    --online-bn width),
 each side by side with its torch eager baseline (the example's `baseline`) and torch.compile of
 that same function. Timing: argus.bench.timing.measure (CUDA events, whole-device sync, 256 MB
 L2 flush before every trial, median of >= 100 trials), in alternating rounds so that clock drift
@@ -42,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 TOL_F32 = 1e-5
-EXAMPLES = ("elementwise", "rmsnorm", "softmax", "softmax_online")
+EXAMPLES = ("elementwise", "rmsnorm", "softmax", "softmax_online", "softmax_lanes")
 # softmax_online walks rows of any length in column blocks (loop-carried running max and sum);
 # the one-tile softmax stops at the largest row that fits in registers.
 PENDING: tuple = ()
@@ -205,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--examples", default=",".join(EXAMPLES))
     parser.add_argument("--online-bn", default="2048,4096",
-                        help="softmax_online block widths measured besides the example's own "
+                        help="softmax_online / softmax_lanes block widths measured besides "
+                             "the example's own "
                              "(those below the row length: more than one block per pass)")
     parser.add_argument("--out", default=None, help="folder for memory_bound.json and the .cu")
     args = parser.parse_args(argv)
@@ -225,9 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"copy: {copy['gbs']:.0f} GB/s", flush=True)
     rows = []
     runs = [(name, None) for name in args.examples.split(",")]
-    if "softmax_online" in args.examples.split(","):
-        runs += [("softmax_online", {"BN": int(bn)}) for bn in args.online_bn.split(",")
-                 if bn and int(bn) < args.cols]
+    for looped in ("softmax_online", "softmax_lanes"):     # lanes: statistics kept per lane
+        if looped in args.examples.split(","):
+            runs += [(looped, {"BN": int(bn)}) for bn in args.online_bn.split(",")
+                     if bn and int(bn) < args.cols]
     for name, overrides in runs:
         print(f"[{name}{'' if not overrides else f' {overrides}'}] ...", flush=True)
         try:
