@@ -24,6 +24,8 @@ from argus.verify import witness as W
 from argus.verify.identity import ObjectMap
 from argus.verify.model import Model, StoreSite, _num, trailing
 from argus.verify.obligation import Finding, Obligation
+from argus.verify.once_split import (LowerBounds, Radix, normalized, pushed_out, radix,
+                                     sign_facts, split_launch_factor, summands)
 from argus.verify.solver import default_timeout_ms as solver_timeout
 from argus.verify.solver import value
 from argus.verify.tagdomain import free_consts, fresh_int, is_coordinate_field
@@ -38,23 +40,29 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
         obs += _coords(model, st)
     for sites in by_tensor.values():
         reps: list[StoreSite] = []
-        once_sites, tiled = _join_tiled(sites)
+        # store.once on in-bounds elements: summands that push an element out of bounds are
+        # dropped first (once_split.pushed_out), so per-image row blocks become translates
+        extra = ObjectMap()
+        once_sites, tiled = _join_tiled([_unpushed(model, st, extra) for st in sites], extra)
         once_obs: list[Obligation] = []
         for i, a in enumerate(once_sites):
             if a in tiled:   # sites that tile one wider box: that box's store, once
-                once_obs.append(_joined_once(model, a, tiled.get(a)))
-                once_obs += [_once(model, a, b) for b in once_sites[i + 1:]]
+                once_obs.append(_joined_once(model, a, tiled, extra))
+                once_obs += [_once(model, a, b, extra=extra) for b in once_sites[i + 1:]]
                 continue
             # a site that is another one shifted by constant offsets (a Python-unrolled
             # loop of stores) is injective iff that one is, on the whole tile; prove the class
             # once, without the bounds restriction, which makes the claim shift-invariant
+            # (not for sites with in-bounds premises: they restrict the tile)
             rep = next((r for r in reps if _translate_of(r, a)), None)
             if rep is None:
-                reps.append(a)
                 same_class = [b for b in once_sites if b is not a and _translate_of(a, b)]
-                once_obs.append(_once(model, a, a, bounded=not same_class))
+                bounded = not same_class or a in extra
+                if not bounded:
+                    reps.append(a)
+                once_obs.append(_once(model, a, a, bounded=bounded, extra=extra))
             for b in once_sites[i + 1:]:
-                once_obs.append(_once(model, a, b))
+                once_obs.append(_once(model, a, b, extra=extra))
         at = len(obs)   # where once_obs go (in place: `implied_by` may be set below)
         obs += once_obs
         partial = sites[0].tensor.name in (model.kernel.attr("partial_outputs", ()) or ())
@@ -191,74 +199,169 @@ def _translate_of(a: StoreSite, b: StoreSite) -> bool:
     return True
 
 
-def _join_tiled(sites: list[StoreSite]) -> tuple[list[StoreSite], ObjectMap]:
+def _unpushed(model: Model, st: StoreSite, extra: ObjectMap) -> StoreSite:
+    """st for store.once: the summands of its offsets that are 0 on every in-bounds element
+    (a row block's rows past its image pushed past the tensor: once_split.pushed_out) dropped,
+    each as the premise `summand == 0` of the new site (`extra`); st itself when none is."""
+    inst = {str(v) for v in _instance_vars(model, st)}
+    if not any(split_launch_factor(t, inst) for o in st.offsets for t in summands(_num(o))):
+        return st
+    # the tile origin's digits first (`np0 % P` of np0 = image * P + p0 is p0), on every
+    # instance; then the summands that are 0 on every in-bounds element
+    site_prem = list(model.premises) + st.site.constraints()
+    norm = [normalized(_num(o), inst, site_prem) for o in st.offsets]
+    st = dataclasses.replace(st, offsets=tuple(norm)) \
+        if any(not a.eq(z3.simplify(_num(b))) for a, b in zip(norm, st.offsets)) else st
+    idx = [fresh_int(f"e{d}") for d in range(len(st.shape))]
+    dest = _dest(st, idx)
+    prem = site_prem + _inb(model, st, dest) + \
+        [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)]
+    prem += sign_facts(dest, LowerBounds(prem))
+    offsets, zero = [], []
+    for off in st.offsets:
+        o, z = pushed_out(_num(off), inst, prem)
+        offsets.append(o if z else off)
+        zero += z
+    if not zero:
+        return st
+    out = dataclasses.replace(st, offsets=tuple(offsets))
+    extra[out] = lambda idx, zero=tuple(zero): list(zero)
+    return out
+
+
+def _join_tiled(sites: list[StoreSite], extra: ObjectMap | None = None) \
+        -> tuple[list[StoreSite], ObjectMap]:
     """Sites for store.once: each class of translates whose offsets step by the tile's own
     extent along one destination dim (a Python-unrolled loop storing 16-column blocks of one
-    128 x 176 tile) becomes one site storing the joined box, so 11 blocks pose one query
-    instead of 66 pairwise ones. Exact: block j's element (r, c) is the joined box's element
-    (r, j * w + c), a bijection between (block, element) and the box, so the joined store is
-    injective iff every block is and no two blocks (of any instances) meet.
+    128 x 176 tile), or by 1 along the dim just before the tile's (one row segment per output
+    row of a tile), becomes one site storing the joined box, so 11 blocks pose one query
+    instead of 66 pairwise ones; joined boxes that are translates again join again (row
+    segments of column blocks). Exact: block j's element (r, c) is the joined box's element
+    (r, j * w + c) (or (j, r, c)), a bijection between (block, element) and the box, so the
+    joined store is injective iff every block is and no two blocks (of any instances) meet.
     Returns the sites (joined ones in place of their blocks) and, per joined site, its
-    blocks in order along the dim with the (dim, width) they step by."""
-    out: list[StoreSite] = []
+    blocks in order along the dim with the (axis, width) they step by. `extra`: in-bounds
+    premises per site (`_unpushed`); a joined box's are its blocks', each under its block."""
     tiled = ObjectMap()   # joined site -> its blocks
-    left = list(sites)
-    while left:
-        a = left.pop(0)
-        cls = [a] + [b for b in left if _translate_of(a, b)]
-        joined = _joined(cls) if len(cls) > 1 else None
-        if joined is None:
-            out.append(a)
-            continue
-        left = [b for b in left if not any(b is c for c in cls)]
-        site, blocks = joined
-        tiled[site] = blocks
-        out.append(site)
-    return out, tiled
+    current = list(sites)
+    changed = True
+    while changed:
+        changed = False
+        out: list[StoreSite] = []
+        left = list(current)
+        while left:
+            a = left.pop(0)
+            cls = [a] + [b for b in left if _translate_of(a, b)]
+            joined = _join_class(cls) if len(cls) > 1 else None
+            if joined is None:
+                out.append(a)
+                continue
+            site, (blocks, axis, w) = joined
+            left = [b for b in left if not any(b is c for c in blocks)]
+            tiled[site] = (blocks, axis, w)
+            if extra is not None and any(blk in extra for blk in blocks):
+                extra[site] = _joined_extra(site, blocks, axis, w, extra)
+            out.append(site)
+            changed = True
+        current = out
+    return current, tiled
 
 
-def _joined(cls: list[StoreSite]):
-    """(joined site, (blocks, dim, width)) when the translates in `cls` tile one box along one
-    dim with no gap or overlap, else None."""
+def _join_class(cls: list[StoreSite]):
+    """`_joined` of the class, or of its largest subclass that moves along one dim only
+    (trailing dims first: column blocks join before row segments)."""
+    joined = _joined(cls, leading=True)
+    if joined is not None:
+        return joined
+    a = cls[0]
+    deltas = [[z3.simplify(_num(y) - _num(x)).as_long() for x, y in zip(a.offsets, b.offsets)]
+              for b in cls]
+    for d in sorted({d for dl in deltas for d, v in enumerate(dl) if v}, reverse=True):
+        sub = [b for b, dl in zip(cls, deltas) if all(v == 0 for k, v in enumerate(dl) if k != d)]
+        joined = _joined(sub, leading=True) if len(sub) > 1 else None
+        if joined is not None:
+            return joined
+    return None
+
+
+def _joined_extra(site: StoreSite, blocks, axis: int, w: int, extra: ObjectMap):
+    """The in-bounds premises of a joined box: block j's, on the box's elements of block j."""
+    new_axis = len(blocks[0].shape) < len(site.shape)
+
+    def premises(idx):
+        out = []
+        for j, blk in enumerate(blocks):
+            if blk not in extra:
+                continue
+            if new_axis:
+                sel, local = idx[axis] == j, list(idx[:axis]) + list(idx[axis + 1:])
+            else:
+                sel = z3.And(idx[axis] >= j * w, idx[axis] < (j + 1) * w)
+                local = [i - j * w if k == axis else i for k, i in enumerate(idx)]
+            out += [z3.Implies(sel, p) for p in extra.get(blk)(local)]
+        return out
+    return premises
+
+
+def _joined(cls: list[StoreSite], leading: bool = False):
+    """(joined site, (blocks, axis, width)) when the translates in `cls` tile one box along
+    one dim with no gap or overlap, else None. With `leading`, also translates by 0, 1, ..
+    along the dim just before the tile's dims: the box gets a new first axis (width 1)."""
     a = cls[0]
     deltas = [[z3.simplify(_num(y) - _num(x)).as_long() for x, y in zip(a.offsets, b.offsets)]
               for b in cls]
     moving = {d for dl in deltas for d, v in enumerate(dl) if v}
     lead = len(a.offsets) - len(a.shape)
-    if len(moving) != 1 or min(moving) < lead:
+    if len(moving) != 1:
         return None
     (d,) = moving
-    axis = d - lead
-    axis = len(a.shape) - 1 - axis if a.transposed else axis
-    w = a.shape[axis]
     order = sorted(range(len(cls)), key=lambda i: deltas[i][d])
     base = deltas[order[0]][d]
-    if [deltas[i][d] - base for i in order] != [j * w for j in range(len(cls))]:
-        return None
+    steps = [deltas[i][d] - base for i in order]
     first = cls[order[0]]
-    shape = tuple(n * len(cls) if k == axis else n for k, n in enumerate(first.shape))
+    if d >= lead:
+        axis = d - lead
+        axis = len(a.shape) - 1 - axis if a.transposed else axis
+        w = a.shape[axis]
+        if steps != [j * w for j in range(len(cls))]:
+            return None
+        shape = tuple(n * len(cls) if k == axis else n for k, n in enumerate(first.shape))
+    elif leading and d == lead - 1 and not a.transposed and steps == list(range(len(cls))):
+        axis, w = 0, 1
+        shape = (len(cls),) + tuple(first.shape)
+    else:
+        return None
     # the joined box has no register layout of its own (a witness's thread and register are
     # read off the block's tile, `_joined_once`)
     box = dataclasses.replace(first, shape=shape, tile=dataclasses.replace(first.tile, layout=""))
     return box, ([cls[i] for i in order], axis, w)
 
 
-def _joined_once(model: Model, site: StoreSite, tiled) -> Obligation:
+def _joined_once(model: Model, site: StoreSite, tiled: ObjectMap,
+                 extra: ObjectMap | None = None) -> Obligation:
     """store.once of a joined box (`_join_tiled`); a witness names the block and its own
     tile element."""
-    blocks, axis, w = tiled
-    ob = _once(model, site, site)
+    blocks, axis, w = tiled.get(site)
+    ob = _once(model, site, site, extra=extra,
+               what=(f"stores to {site.tensor.name} at {blocks[0].op.loc} ({len(blocks)} "
+                     f"blocks of {w} along tile axis {axis}, joined)"))
     decode = ob.decode
 
     def local(wit: dict) -> None:
-        elem = list(wit.get("tile_element", ()))
-        if len(elem) <= axis:
-            return
-        blk = blocks[elem[axis] // w]
-        elem[axis] %= w
+        elem, at = list(wit.get("tile_element", ())), site
+        while at in tiled:
+            bl, ax, wd = tiled.get(at)
+            if len(elem) <= ax:
+                return
+            blk = bl[elem[ax] // wd]
+            if len(blk.shape) < len(at.shape):
+                del elem[ax]
+            else:
+                elem[ax] %= wd
+            at = blk
         wit["tile_element"] = tuple(elem)
-        wit["store"] = str(blk.op.loc)
-        if blk.tile.layout == "wgmma_acc" and len(elem) == 2:
+        wit["store"] = str(at.op.loc)
+        if at.tile.layout == "wgmma_acc" and len(elem) == 2:
             wit.update(W.acc_thread(elem[0], elem[1]))
 
     def block_decode(zm, violated):
@@ -272,13 +375,11 @@ def _joined_once(model: Model, site: StoreSite, tiled) -> Obligation:
                 f"at {first.get('store')} and by CTA {second.get('cta')} warpgroup "
                 f"{second.get('warpgroup', 0)} element {second.get('tile_element')} of the "
                 f"store at {second.get('store')}"), wit
-    return dataclasses.replace(
-        ob, decode=block_decode,
-        subject=(f"stores to {site.tensor.name} at {blocks[0].op.loc} ({len(blocks)} blocks "
-                 f"of {w} along tile axis {axis}, joined)"))
+    return dataclasses.replace(ob, decode=block_decode)
 
 
-def _once(model: Model, a: StoreSite, b: StoreSite, bounded: bool = True) -> Obligation:
+def _once(model: Model, a: StoreSite, b: StoreSite, bounded: bool = True,
+          extra: ObjectMap | None = None, what: str | None = None) -> Obligation:
     same_site = a is b
     idx1 = [fresh_int(f"e{d}") for d in range(len(a.shape))]
     idx2 = [fresh_int(f"e{d}'") for d in range(len(b.shape))]
@@ -288,19 +389,37 @@ def _once(model: Model, a: StoreSite, b: StoreSite, bounded: bool = True) -> Obl
     def sub(t):
         t = t if isinstance(t, z3.BoolRef) else _num(t)
         return z3.substitute(t, *ren) if ren else t
+    extra = extra if extra is not None else ObjectMap()
     d1 = _dest(a, idx1)
     d2 = [sub(x) for x in _dest(b, idx2)]
     inb = (_inb(model, a, d1) + [sub(c) for c in _inb(model, b, _dest(b, idx2))]) \
         if bounded else []
+    # in-bounds premises of sites whose pushed-out summands were dropped (`_unpushed`)
+    pushed = (list(extra.get(a)(idx1)) if a in extra else []) + \
+        ([sub(p) for p in extra.get(b)(idx2)] if b in extra else [])
     prem = list(model.premises) + [sub(p) for p in model.premises] + a.site.constraints() + \
-        [sub(c) for c in b.site.constraints()] + inb + \
+        [sub(c) for c in b.site.constraints()] + inb + pushed + \
         [z3.And(i >= 0, i < n) for i, n in zip(idx1, a.shape)] + \
         [z3.And(i >= 0, i < n) for i, n in zip(idx2, b.shape)]
     same = z3.And([x == y for x, y in zip(idx1, idx2)] + [v == w for v, w in ren]) \
         if same_site else z3.BoolVal(False)
-    claim = z3.Or(same, z3.Or([x != y for x, y in zip(d1, d2)]))
-    subject = f"stores to {a.tensor.name} at {a.op.loc}" + ("" if same_site else
-                                                            f" and {b.op.loc}")
+    differ = [x != y for x, y in zip(d1, d2)]
+    notes = ["rows pushed past the tensor dropped: 0 in bounds, proven"] if pushed else []
+    if bounded:
+        # a coordinate F * A + C with 0 <= C < F in bounds (proven) differs iff A or C does
+        for k, (r1, r2) in enumerate(_radices(model, a, b, idx1, idx2, extra)):
+            if r1 is None or r2 is None or not r1.f.eq(r2.f):
+                continue
+            a2, c2 = sub(r2.a), sub(r2.c)
+            differ[k] = z3.Or(r1.a != a2, r1.c != c2)
+            prem += [r1.c >= 0, r1.c < r1.f, c2 >= 0, c2 < r1.f]
+            notes.append(f"dim {k} = {r1.f} * q + r with r in [0, {r1.f}), proven")
+        if notes:
+            prem += sign_facts(d1 + d2, LowerBounds(prem))
+    claim = z3.Or(same, z3.Or(differ))
+    subject = (what or f"stores to {a.tensor.name} at {a.op.loc}" +
+               ("" if same_site else f" and {b.op.loc}")) + \
+        (f" ({'; '.join(notes)})" if notes else "")
 
     def decode(zm, violated):
         w1 = _elem_wit(model, zm, a, idx1, d1)
@@ -327,6 +446,32 @@ def _once(model: Model, a: StoreSite, b: StoreSite, bounded: bool = True) -> Obl
                       decode, minimize=list(model.params.values()),
                       timeout_ms=4 * solver_timeout() if nonlinear else None,
                       tier="NIA" if nonlinear else "LIA")
+
+
+def _radices(model: Model, a: StoreSite, b: StoreSite, idx1, idx2, extra: ObjectMap):
+    """Per destination dim, the symbolic radix split (once_split.radix) of site a's and of
+    site b's coordinate (b's over its own, not yet renamed, variables), each proven for its
+    site's in-bounds elements; (None, None) where a dim has none."""
+    def split(st: StoreSite, idx):
+        inst = {str(v) for v in _instance_vars(model, st)} | {str(i) for i in idx}
+        dest = [_num(x) for x in _dest(st, idx)]
+        cands = [k for k, x in enumerate(dest)
+                 if any(split_launch_factor(t, inst) for t in summands(x))]
+        if not cands:
+            return [None] * len(dest)
+        prem = list(model.premises) + st.site.constraints() + _inb(model, st, dest) + \
+            (list(extra.get(st)(idx)) if st in extra else []) + \
+            [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)]
+        lb = LowerBounds(prem)
+        prem += sign_facts(dest, lb)
+        return [radix(x, inst, prem, lb) if k in cands else None for k, x in enumerate(dest)]
+    r1 = split(a, idx1)
+    r2 = r1 if a is b else split(b, idx2)
+    if a is b:
+        back = list(zip(idx1, idx2))
+        r2 = [None if r is None else Radix(r.f, z3.substitute(r.a, *back),
+                                           z3.substitute(r.c, *back)) for r in r1]
+    return list(zip(r1, r2))
 
 
 def _coverage(model: Model, st: StoreSite):

@@ -236,6 +236,9 @@ ALLOWED_UNKNOWN = {"store.coverage", "store.once"}
 
 
 GEOM_2D = ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, groups=2, cg_padded=128)
+# 2-d, stride 1, one group (rowbox); dilation 2 and padding 2 along H
+GEOM_ROWBOX = ConvGeometry(3, 3, 1, 1, 2, 1, 2, 1, groups=1, cg_padded=128)
+ROWBOX_PROMOTED = ConvSchedule(bm=128, bn=64, bw=64, stages=2, rowbox=True, promote=True)
 GEOM_3D = ConvGeometry(3, 3, 1, 2, 1, 1, 1, 1, groups=1, cg_padded=64, t=3, stride_d=2,
                        pad_d=1, dil_d=1)
 
@@ -245,14 +248,21 @@ GEOM_3D = ConvGeometry(3, 3, 1, 2, 1, 1, 1, 1, groups=1, cg_padded=64, t=3, stri
     (PROMOTED, GEOM_2D, ("bf16", "f32")), (CLUSTER_NARROW, GEOM_2D, ()),
     # ~4 min of solver time on the 2-core machine: the halo's 4 + 3 loads per stage
     pytest.param(HALO, ConvGeometry(3, 3, 1, 2, 1, 1, 2, 1, groups=2, cg_padded=128), (),
-                 marks=pytest.mark.slow)],
-    ids=["direct", "tma_bw8", "3d", "promoted_f32", "cluster_tma_bw8", "halo_direct"])
+                 marks=pytest.mark.slow),
+    # per-image row blocks: store.once is proven (argus/verify/once_split.py), not unknown
+    (ROWBOX, GEOM_ROWBOX, ()), (ROWBOX_NARROW, GEOM_ROWBOX, ()),
+    (ROWBOX_PROMOTED, GEOM_ROWBOX, ("bf16", "f32"))],
+    ids=["direct", "tma_bw8", "3d", "promoted_f32", "cluster_tma_bw8", "halo_direct",
+         "rowbox_direct", "rowbox_tma_bw8_cluster", "rowbox_promoted_f32"])
 def test_kernel_verifies_with_zero_findings(schedule, geom, dtypes):
     kernel = conv_kernel(*(getattr(ag, d) for d in dtypes), bias=bool(dtypes))
     found = verify.check(kernel, include_proven=True, timeout_ms=20000, geom=geom, s=schedule)
     bad = [d for d in found if d.severity == "error" or
            (d.severity == "unknown" and d.code not in ALLOWED_UNKNOWN)]
     assert bad == [], [str(d) for d in bad]
+    if schedule.rowbox:
+        once = [d for d in found if d.code == "store.once"]
+        assert once and all(d.severity == "note" for d in once), [str(d) for d in once]
     # groups never mix: proven, not skipped
     assert any(d.code == "wgmma.agree" and "A.grp == B.grp" in d.message and d.severity == "note"
                for d in found), [f"{d.severity} {d.code}" for d in found]

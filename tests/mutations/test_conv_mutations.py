@@ -7,7 +7,9 @@ fresh, uncached kernel is traced with them.
   * a wrong padding offset (rows above / below the image read as the neighbouring image's
     rows instead of zeros) and a wrong stride (stride_h ignored): the verifier's tags do not
     carry the tap yet (docs/perf/conv.md), so these are caught by the interpreter against
-    float64 F.conv2d, which these tests check does fail.
+    float64 F.conv2d, which these tests check does fail;
+  * per-image row blocks (rowbox) storing their rows past P into the next image: the
+    verifier, store.once (an error naming the element stored twice).
 """
 
 import dataclasses
@@ -81,3 +83,25 @@ def test_wrong_stride_is_caught_by_the_interpreter(monkeypatch):
     x = torch.randn(1, 8, 9, 8, generator=g).bfloat16()
     w = torch.randn(8, 8, 3, 3, generator=g).bfloat16()
     assert _error(x, w, 2, 1, 1) > 0.05
+
+
+ROWBOX_SCHEDULES = [
+    ConvSchedule(bm=128, bn=64, bw=64, stages=2, rowbox=True, num_sms=2),
+    # narrow tiles: one TMA store per output row, joined into one box for store.once
+    ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma", rowbox=True, cluster_m=2,
+                 num_sms=4)]
+
+
+@pytest.mark.parametrize("schedule", ROWBOX_SCHEDULES, ids=["direct", "tma_bw8_cluster"])
+def test_rowbox_rows_past_p_stored_into_the_next_image_is_a_store_once_error(monkeypatch,
+                                                                              schedule):
+    """Per-image row blocks (ConvSchedule.rowbox): a block's rows past its image's P rows must
+    not be stored (out_row pushes them past the tensor); stored, they overwrite the next
+    image's first rows. store.once proves the correct kernel through the decomposition of
+    argus/verify/once_split.py (the push dropped in bounds, row = image * P + p); with the push
+    gone that decomposition does not hold, and the double store must still be found."""
+    monkeypatch.setattr(K, "_outside", lambda i, extent: 0)   # BUG: rows past P are stored
+    kernel = K.conv_kernel.__wrapped__()
+    found = verify.check(kernel, geom=ConvGeometry(3, 3, 1, 1, 1, 1, 1, 1, 1, 64), s=schedule)
+    assert any(d.code == "store.once" and d.severity == "error" and "stored twice" in d.message
+               for d in found), [f"{d.severity} {d.code}: {d.message[:120]}" for d in found]

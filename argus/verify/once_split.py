@@ -1,0 +1,316 @@
+"""store.once's decomposition of a destination coordinate before z3: pushed-out summands and
+symbolic radices.
+
+Job: turn the non-linear injectivity query of a store whose rows are per-image tiles into
+small linear steps, each a proof. A convolution that tiles each image's P output rows
+(ConvSchedule.halo / rowbox) stores row `image * P + p`, and a tile's rows past P are pushed
+past the tensor: `+ NP * outside(p, P)`. Asked directly, "distinct instances write distinct
+rows" makes z3's non-linear core derive image1 == image2 from image1 * P + p1 == image2 * P +
+p2 through the tile scheduler's raster decode, which ran for minutes. Two steps, each proven
+by the solver first (a step whose proof fails is not taken: the query stays as it was):
+
+  * pushed-out summands: a summand F * T of a destination coordinate (F a launch constant, T a
+    piecewise term of the instance: a sum of If terms) that is 0 on every in-bounds element
+    (`inb => F * T == 0`, proven with the sign facts below) is dropped from the coordinate,
+    and `F * T == 0` becomes a premise of the instance. Exact on in-bounds elements: there the
+    coordinate is unchanged, and store.once only speaks of in-bounds elements;
+  * symbolic radix: a coordinate d = F * A + C (F a launch constant >= 1, A a term of the
+    instance) with 0 <= C < F on every in-bounds element (proven) is the pair (A, C): two
+    instances write the same d iff they have the same A and the same C (integer division by
+    F). The claim "d1 != d2" becomes "A1 != A2 or C1 != C2": linear in the instance once
+    the radix is gone, and a counterexample to it is one to the original claim (equal pairs
+    give equal coordinates), so a violation is still a real double store.
+
+Sign facts: a product summand whose factors have non-negative lower bounds (interval
+arithmetic over the premises' syntactic bounds, with division and remainder by a launch
+constant >= 1) is >= 0; stated as premises, they spare z3's non-linear core the sign
+reasoning through the raster's divisions (a fact derived from the premises, never assumed).
+
+Invariant kept: every premise added holds for every in-bounds instance of the store (it was
+proven, or is a sign fact of the premises), and every claim replaced is equivalent to the
+original under them; nothing is weakened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import z3
+
+from argus.verify import bvtier, solver
+from argus.verify.tagdomain import free_consts
+
+# the budget of each step's proof (ms' worth of resource units): the steps are linear or
+# nearly so once the sign facts are stated (0.1 s measured); a step that needs more is not
+# taken, and the plain query is posed instead
+STEP_TIMEOUT_MS = 1000
+
+
+def summands(t: z3.ArithRef) -> list[z3.ArithRef]:
+    t = z3.simplify(t)
+    return list(t.children()) if z3.is_add(t) else [t]
+
+
+def factors(t: z3.ArithRef) -> list[z3.ArithRef]:
+    return list(t.children()) if z3.is_mul(t) else [t]
+
+
+def _product(fs: Sequence[z3.ArithRef]) -> z3.ArithRef:
+    out = fs[0]
+    for f in fs[1:]:
+        out = out * f
+    return out
+
+
+class LowerBounds:
+    """Constant lower bounds of integer terms: the premises' syntactic bounds on variables
+    (to a fixed point), then interval arithmetic, with integer division and remainder by
+    terms known >= 1 (z3's div is floor division and its mod in [0, |y|) for y != 0)."""
+
+    def __init__(self, premises: Sequence[z3.BoolRef], rounds: int = 6):
+        try:
+            self.bounds = bvtier._bounds(list(premises))
+        except (z3.Z3Exception, AttributeError):
+            self.bounds = {}
+        self.vars: dict[str, int] = {}
+        self.cache: dict[int, int | None] = {}
+        for _ in range(rounds):
+            changed = False
+            self.cache = {}
+            for name, bl in self.bounds.items():
+                for kind, e in bl:
+                    lo = self.of(e) if kind == "ge" else None
+                    if lo is not None and lo > self.vars.get(name, lo - 1):
+                        self.vars[name] = lo
+                        changed = True
+            if not changed:
+                break
+        self.cache = {}
+
+    def of(self, t) -> int | None:
+        key = t.get_id()
+        if key not in self.cache:
+            self.cache[key] = self._of(t)
+        return self.cache[key]
+
+    def _of(self, t) -> int | None:
+        if z3.is_int_value(t):
+            return t.as_long()
+        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            return self.vars.get(t.decl().name())
+        if not z3.is_app(t):
+            return None
+        k = t.decl().kind()
+        ch = [self.of(c) for c in t.children()]
+        if k == z3.Z3_OP_ADD:
+            return None if None in ch else sum(ch)
+        if k == z3.Z3_OP_SUB and all(z3.is_int_value(c) for c in t.children()[1:]):
+            return None if ch[0] is None else ch[0] - sum(c.as_long() for c in t.children()[1:])
+        if k == z3.Z3_OP_MUL:
+            if None in ch or min(ch) < 0:
+                return None
+            out = 1
+            for c in ch:
+                out *= c
+            return out
+        if k == z3.Z3_OP_IDIV:
+            x, y = ch
+            if x is None or y is None or y < 1 or x < 0:
+                return None
+            return x // y if z3.is_int_value(t.arg(1)) else 0
+        if k == z3.Z3_OP_MOD:
+            return 0 if ch[1] is not None and ch[1] >= 1 else None
+        if k == z3.Z3_OP_ITE:
+            a, b = ch[1], ch[2]
+            return None if a is None or b is None else min(a, b)
+        return None
+
+
+def sign_facts(terms: Sequence[z3.ArithRef], lb: LowerBounds) -> list[z3.BoolRef]:
+    """`s >= 0` for every product summand of `terms` whose factors all have lower bounds
+    >= 0 and one of them is not a numeral (a linear summand needs no fact)."""
+    out, seen = [], set()
+    for t in terms:
+        for s in summands(t):
+            fs = factors(s)
+            if len(fs) < 2 or sum(not z3.is_int_value(f) for f in fs) < 2:
+                continue
+            if s.get_id() in seen:
+                continue
+            lows = [lb.of(f) for f in fs]
+            if None not in lows and min(lows) >= 0:
+                seen.add(s.get_id())
+                out.append(s >= 0)
+    return out
+
+
+@dataclass(frozen=True)
+class Radix:
+    """d = F * A + C with 0 <= C < F on every in-bounds element (proven)."""
+
+    f: z3.ArithRef
+    a: z3.ArithRef
+    c: z3.ArithRef
+
+
+def split_launch_factor(s: z3.ArithRef, instance: set[str]):
+    """(F, T) when the summand s is F * T with F a launch constant (no instance variable)
+    that is not a numeral and T the product of the remaining factors, which mentions an
+    instance variable; else None. With several launch factors, F is their product."""
+    fs = factors(s)
+    launch = [f for f in fs if not (free_consts(f) & instance) and not z3.is_int_value(f)]
+    rest = [f for f in fs if not any(f.eq(g) for g in launch)]
+    if not launch or not rest or not any(free_consts(f) & instance for f in rest):
+        return None
+    return _product(launch), _product(rest)
+
+
+def _piecewise(t: z3.ArithRef) -> bool:
+    """A sum of If terms (and numerals): a flag such as `outside(p, P)`, not a coordinate."""
+    parts = summands(t)
+    return any(z3.is_app(p) and p.decl().kind() == z3.Z3_OP_ITE for p in parts) and all(
+        z3.is_int_value(p) or (z3.is_app(p) and p.decl().kind() == z3.Z3_OP_ITE)
+        for p in parts)
+
+
+def pushed_out(coord: z3.ArithRef, instance: set[str], prem: list,
+               stats=None) -> tuple[z3.ArithRef, list[z3.BoolRef]]:
+    """The coordinate without its summands that are 0 on every in-bounds element, and the
+    premises `summand == 0` (each proven from `prem`, which states the element in bounds)."""
+    kept, zero = [], []
+    lb = LowerBounds(prem)
+    for s in summands(coord):
+        ft = split_launch_factor(s, instance)
+        if ft is not None and _piecewise(ft[1]):
+            # F >= 1: the flag itself is 0 (a linear premise, where F * T == 0 is not)
+            z = ft[1] == 0 if (lb.of(ft[0]) or 0) >= 1 else s == 0
+            if _proven(prem, [("pushed out of bounds", z)], instance, stats):
+                zero.append(z)
+                continue
+        kept.append(s)
+    if not zero:
+        return coord, []
+    return (z3.simplify(z3.Sum(kept)) if kept else z3.IntVal(0)), zero
+
+
+def radix(coord: z3.ArithRef, instance: set[str], prem: list, lb: LowerBounds,
+          stats=None) -> Radix | None:
+    """coord as F * A + C with 0 <= C < F proven from `prem` (the element in bounds), for the
+    first launch factor F >= 1 of a summand for which that holds; else None."""
+    parts = summands(coord)
+    for i, s in enumerate(parts):
+        ft = split_launch_factor(s, instance)
+        if ft is None or (lb.of(ft[0]) or 0) < 1:
+            continue
+        f, a = ft
+        rest = parts[:i] + parts[i + 1:]
+        c = z3.simplify(z3.Sum(rest)) if rest else z3.IntVal(0)
+        if _proven(prem, [("remainder in [0, radix)", z3.And(c >= 0, c < f))], instance,
+                   stats):
+            return Radix(f, a, c)
+    return None
+
+
+def normalized(t: z3.ArithRef, instance: set[str], prem: list, stats=None) -> z3.ArithRef:
+    """t with every (F * A + C) % F rewritten to C and (F * A + C) / F to A, for F a launch
+    term and 0 <= C < F proven from `prem` (layout algebra: the radix F's digit and the rest;
+    `np0 % P` of a tile origin np0 = image * P + p0 is p0). Equal to t wherever the premises
+    hold, so the rewritten coordinate is the same function of the instance."""
+    memo: dict[int, z3.ExprRef] = {}
+
+    def walk(t):
+        key = t.get_id()
+        if key in memo:
+            return memo[key]
+        out = t
+        if z3.is_app(t) and t.num_args() > 0:
+            kids = [walk(c) for c in t.children()]
+            out = t.decl()(*kids) if any(not a.eq(b) for a, b in zip(kids, t.children())) \
+                else t
+            k = t.decl().kind()
+            if k in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and not z3.is_int_value(kids[1]) and \
+                    not free_consts(kids[1]) & instance:
+                digit = _digit(kids[0], kids[1], instance, prem, stats)
+                if digit is not None:
+                    out = digit[0] if k == z3.Z3_OP_IDIV else digit[1]
+        memo[key] = out
+        return out
+    return z3.simplify(walk(z3.simplify(t)))
+
+
+def _digit(x, f, instance, prem, stats):
+    """(A, C) when x = F * A + C (a summand of x is f times A) with 0 <= C < f proven."""
+    parts = summands(x)
+    for i, s in enumerate(parts):
+        ft = split_launch_factor(s, instance)
+        if ft is None or not z3.simplify(ft[0] - f).eq(z3.IntVal(0)):
+            continue
+        rest = parts[:i] + parts[i + 1:]
+        c = z3.simplify(z3.Sum(rest)) if rest else z3.IntVal(0)
+        if _proven(prem, [("digit in [0, radix)", z3.And(c >= 0, c < f))], instance, stats):
+            return ft[1], c
+    return None
+
+
+def _proven(prem, claims, instance: set[str], stats=None) -> bool:
+    """A step's claims proven from `prem`: first generalized and sliced (`generalize`), which
+    turns most steps linear; the plain query is not tried (a step not proven is not taken)."""
+    prem, claims = generalize(prem, claims, instance)
+    out = solver.prove(prem, claims, timeout_ms=STEP_TIMEOUT_MS, stats=stats)
+    return out.status == "proven"
+
+
+def generalize(prem: Sequence[z3.BoolRef], claims, instance: set[str]):
+    """The query with the integer divisions and remainders of an instance term by a launch
+    term (the tile scheduler's decode: `block / per_image`, `block % per_image`) whose sign
+    and range are known replaced by a fresh variable that keeps only those (q >= 0 for a
+    quotient of a term >= 0 by one >= 1; 0 <= r < y for a remainder by y >= 1; any other
+    stays as it is), and only the premises connected to
+    the claims through instance or fresh variables. Sound for proofs: every model of the
+    query extends to one of the generalized query (the variable takes the term's value, which
+    has that sign and range), and dropping premises only strengthens the claim. So a proof of
+    the generalized query proves the query; a failed one proves nothing (not a violation)."""
+    lb = LowerBounds(prem)
+    fresh: dict[int, z3.ArithRef] = {}
+    facts: list[z3.BoolRef] = []
+    memo: dict[int, z3.ExprRef] = {}
+
+    def rewrite(t):
+        key = t.get_id()
+        if key in memo:
+            return memo[key]
+        out = t
+        if z3.is_app(t) and t.num_args() > 0:
+            k = t.decl().kind()
+            x, y = (t.arg(0), t.arg(1)) if t.num_args() == 2 else (None, None)
+            ly = lb.of(y) if y is not None else None
+            lx = lb.of(x) if x is not None else None
+            # only terms whose sign and range are known (else z3 keeps the term itself)
+            known = ly is not None and ly >= 1 and (k == z3.Z3_OP_MOD or
+                                                    (lx is not None and lx >= 0))
+            if k in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and not z3.is_int_value(y) and known and \
+                    free_consts(x) & instance and not free_consts(y) & instance:
+                v = fresh.get(key)
+                if v is None:
+                    v = fresh[key] = z3.FreshInt("q" if k == z3.Z3_OP_IDIV else "r")
+                    facts.extend([v >= 0, v < y] if k == z3.Z3_OP_MOD else [v >= 0])
+                out = v
+            else:
+                out = t.decl()(*[rewrite(c) for c in t.children()])
+        memo[key] = out
+        return out
+    claims = [(n, rewrite(c)) for n, c in claims]
+    prem = [rewrite(p) for p in prem] + facts
+    # the premises connected to the claims through instance or fresh variables
+    names = instance | {str(v) for v in fresh.values()}
+    var = [free_consts(p) & names for p in prem]
+    reach = set().union(*(free_consts(c) & names for _, c in claims))
+    grown = True
+    while grown:
+        grown = False
+        for vs in var:
+            if vs & reach and not vs <= reach:
+                reach |= vs
+                grown = True
+    return [p for p, vs in zip(prem, var) if not vs or vs & reach], claims
