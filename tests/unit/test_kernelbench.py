@@ -214,6 +214,67 @@ def test_precision_class_uses_the_ladder():
     assert tolerance.precision_class(wrong, ladder, strict_pass=True) == "fp32"
 
 
+def _eager_class(candidate, ladder, strict_pass):
+    """precision_class as it was before it became lazy: every set's rungs, class by class."""
+    if strict_pass:
+        return "fp32"
+    for name in ("tf32", "bf16"):
+        ok = True
+        for err, rungs in zip(candidate, ladder):
+            rung = rungs.get(name)
+            if rung is None or not math.isfinite(rung.rel_l2):
+                ok = False
+                break
+            bound = max(tolerance.CLASS_MARGIN * rung.rel_l2,
+                        tolerance.FLOORS["torch.float32"][0])
+            if not (err.nonfinite_mismatch == 0 and err.rel_l2 <= bound):
+                ok = False
+                break
+        if ok:
+            return name
+    return "worse than bf16"
+
+
+def test_lazy_precision_class_equals_the_eager_one_and_stops_early():
+    """precision_class_lazy computes set i's rungs only while a class is still possible: the
+    same class as precision_class on every case (NaN errors, missing rungs, non-finite
+    mismatches included), and a plainly wrong solution costs one set's rungs, a non-finite
+    one none (the judge re-prepared all 5 sets with three extra forwards each before)."""
+    import random
+
+    rng = random.Random(7)
+    values = [1e-7, 2e-5, 3e-4, 1.1e-3, 5e-3, 2e-2, 0.5, float("nan"), float("inf")]
+    for _ in range(2000):
+        n = rng.randint(0, 4)
+        cand = [tolerance.Errors(rng.choice(values), 1.0, True,
+                                 nonfinite_mismatch=int(rng.random() < 0.1)) for _ in range(n)]
+        ladder = [{name: None if rng.random() < 0.1 else
+                   tolerance.Errors(rng.choice(values), 1.0, True) for name in ("tf32", "bf16")}
+                  for _ in range(n)]
+        calls: list[int] = []
+
+        def rung(i, ladder=ladder, calls=calls):
+            calls.append(i)
+            return ladder[i]
+
+        for strict in (False, True):
+            want = _eager_class(cand, ladder, strict)
+            assert tolerance.precision_class_lazy(cand, rung, strict) == want, \
+                (cand, ladder, strict)
+            assert tolerance.precision_class(cand, ladder, strict) == want
+    ladder = [{"tf32": tolerance.Errors(3e-4, 1e-3, True),
+               "bf16": tolerance.Errors(3e-3, 1e-2, True)}] * 5
+    calls = []
+    wrong = [tolerance.Errors(0.5, 1.0, False)] * 5
+    assert tolerance.precision_class_lazy(wrong, lambda i: calls.append(i) or ladder[i],
+                                          False) == "worse than bf16"
+    assert calls == [0]
+    nonfinite = [tolerance.Errors(0.5, 1.0, False, nonfinite_mismatch=3)] * 5
+    assert tolerance.precision_class_lazy(nonfinite, lambda i: calls.append(i) or ladder[i],
+                                          False) == "worse than bf16"
+    assert calls == [0]
+
+
 # ----------------------------------------------------------------------------- probes
 
 

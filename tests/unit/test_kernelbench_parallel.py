@@ -779,3 +779,27 @@ def test_a_cuda_out_of_memory_error_of_any_kind_is_retried_alone():
     task = Task(level=1, problem_id=19, name="ReLU", path=Path("19_ReLU.py"), sha256="0" * 64)
     assert _judge_failure(task, "cuda", launch).reasons == ("out_of_memory",)
     assert _judge_failure(task, "cuda", RuntimeError("boom")).reasons == ("task_error",)
+
+
+@needs_tasks
+def test_sets_prepared_ahead_give_the_same_judgment(tmp_path, monkeypatch):
+    """Direct judging prepares the next set (and, after the last, the timing sets) in a
+    thread while the candidate runs (`ReferenceSession.prefetch`): the verdicts and per-set
+    errors equal those of a session that prepares each set when it needs it (ref_cache_bytes
+    0: no task is small enough to prefetch), the waits are in the phase table, and the judge
+    never waits for a preparation while it holds the gate (which raises)."""
+    monkeypatch.setenv("ARGUS_GPU_GATE", str(tmp_path / "gpu.gate"))
+    task = _task(1, 19)
+    options = dataclasses.replace(OPTIONS, direct=True, cpu_timing=True, trials=10, warmup=1)
+    with ReferenceSession(task, dataclasses.replace(options, ref_cache_bytes=0)) as session:
+        plain = judge_with(session, FIXTURES / "relu_copy.py")
+    with ReferenceSession(task, options) as session:
+        ahead = judge_with(session, FIXTURES / "relu_copy.py")
+        zeros = judge_with(session, FIXTURES / "zeros.py")
+        cheat = judge_with(session, FIXTURES / "cached_by_identity.py")
+    assert plain.correct and ahead.correct, (ahead.reasons, ahead.detail)
+    assert [s.errors for s in plain.sets] == [s.errors for s in ahead.sets]
+    assert "reference sets waited for (prepared ahead)" in ahead.phases, ahead.phases
+    assert "reference sets waited for (prepared ahead)" not in plain.phases
+    assert zeros.reason == "zeros_output"
+    assert cheat.reason == "timed_output_wrong"

@@ -32,6 +32,7 @@ import json
 import math
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -288,8 +289,22 @@ class _RefSet:
         return self.ref is not None and (self.inputs is not None or self.inputs_path.exists())
 
 
+def _no_hold_while_waiting_for(thread: threading.Thread) -> None:
+    """A thread preparing a set enters the GPU gate; waiting for it while this thread holds
+    the gate's shared hold deadlocks once a timing queues at the turnstile (it waits for this
+    hold, the preparation waits behind it). A caller that does is a bug: said at once."""
+    from argus.runtime.gpu_gate import holding_shared
+
+    if thread.is_alive() and holding_shared():
+        raise RuntimeError("kernelbench judge: waiting for a set prepared ahead while holding "
+                           "the GPU gate's shared hold (a deadlock once a timing queues); fix: "
+                           "leave the hold first (_judge_sets: hold.leave())")
+
+
 class ReferenceSession:
     """The reference side of judging one task; reusable for several solutions of that task."""
+
+    _phase_lock = threading.Lock()  # phases are added by the judge's and prefetch threads
 
     def __init__(self, task: Task | Path | str, options: JudgeOptions = JudgeOptions(), *,
                  reference: Worker | None = None, candidate: Worker | None = None,
@@ -325,6 +340,10 @@ class ReferenceSession:
         self.phases: dict[str, float] = {}
         self.ipc_error = ""       # why CUDA IPC fell back to files, if it did
         self._handed: Any = None   # cudaipc.StagedInputs of the last hand-over
+        # sets being prepared ahead in a thread of their own (`prefetch`): key -> (thread,
+        # box with "entries" or "error"); the reference worker serves one request at a time,
+        # so every other request of this session waits for them first (`_join_ahead`)
+        self._ahead: dict[Any, tuple[threading.Thread, dict[str, Any]]] = {}
 
     def candidate_worker(self) -> Worker:
         """A fresh candidate process; the next one is started now so that its torch import
@@ -368,9 +387,11 @@ class ReferenceSession:
         self.add_phase("reference start", time.perf_counter() - t0)
 
     def add_phase(self, name: str, seconds: float) -> None:
-        self.phases[name] = self.phases.get(name, 0.0) + float(seconds)
+        with self._phase_lock:      # a prefetch thread adds its reference phases too
+            self.phases[name] = self.phases.get(name, 0.0) + float(seconds)
 
     def close(self) -> None:
+        self._drop_ahead()
         for worker in (self.worker, self._spare):
             if worker is not None and worker is not self._reused_reference:
                 worker.close()
@@ -398,12 +419,73 @@ class ReferenceSession:
         cached = self.sets.get(index)
         if cached is not None and cached.present:
             return cached
-        entry = self._prepare(self.specs[index], check_stochastic=index == 0)
+        ahead = self._take_ahead(index)
+        self._join_ahead()          # the worker serves one request at a time
+        entry = ahead[0] if ahead else self._prepare(self.specs[index],
+                                                     check_stochastic=index == 0)
         if cached is not None:
             entry.probe_strict, entry.probe_relaxed = cached.probe_strict, cached.probe_relaxed
             entry.probes_done = cached.probes_done
         self.sets[index] = entry
         return entry
+
+    # -- preparing ahead
+    def small(self, entry: _RefSet) -> bool:
+        """Whether the task's references are small enough to prepare sets ahead: all its sets'
+        float64 references fit `ref_cache_bytes` (what the session keeps anyway), so one more
+        set in memory while the candidate runs is little beside the memory estimate
+        (gpumem.JUDGE_BYTES_PER_ELEMENT, which does not count one)."""
+        if entry.ref is None:
+            return False
+        nbytes = sum(r.numel() * r.element_size() for r in entry.ref)
+        return nbytes * (len(self.specs) + len(TIMING_DISTRIBUTIONS)) <= \
+            self.options.ref_cache_bytes
+
+    def prefetch(self, key: Any) -> None:
+        """Prepare set `key` (an index) or the timing sets ("timing") in a thread of its own,
+        while the candidate runs: its float64 reference (and its gate waits) then overlap the
+        candidate's work instead of following it. `get` / `timing_sets` take the result; a
+        failure is raised there, as if prepared then."""
+        if key in self._ahead or (isinstance(key, int) and (
+                key >= len(self.specs) or (key in self.sets and self.sets[key].present))):
+            return
+        self._join_ahead()          # one request at a time
+        specs = self._timing_specs() if key == "timing" else [self.specs[key]]
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["entries"] = [self._prepare(spec) for spec in specs]
+            except BaseException as exc:  # noqa: BLE001 - re-raised where the set is taken
+                box["error"] = exc
+
+        thread = threading.Thread(target=work, name=f"kb-prefetch-{key}", daemon=True)
+        thread.start()
+        self._ahead[key] = (thread, box)
+
+    def _take_ahead(self, key: Any) -> list[_RefSet] | None:
+        """The sets prepared ahead under `key` (waited for), None when none were asked."""
+        item = self._ahead.pop(key, None)
+        if item is None:
+            return None
+        thread, box = item
+        t0 = time.perf_counter()
+        _no_hold_while_waiting_for(thread)
+        thread.join()
+        self.add_phase("reference sets waited for (prepared ahead)", time.perf_counter() - t0)
+        if "error" in box:
+            raise box["error"]
+        return box["entries"]
+
+    def preparing(self) -> bool:
+        """Whether a set is being prepared ahead right now (a thread that enters the gate)."""
+        return any(thread.is_alive() for thread, _ in self._ahead.values())
+
+    def _join_ahead(self) -> None:
+        """Wait for every preparation still running (their results stay to be taken)."""
+        for thread, _ in list(self._ahead.values()):
+            _no_hold_while_waiting_for(thread)
+            thread.join()
 
     def _prepare(self, spec: kb_inputs.InputSpec, check_stochastic: bool = False) -> _RefSet:
         """Input set `spec` and its float64 reference, from the reference worker."""
@@ -445,6 +527,7 @@ class ReferenceSession:
         two more forwards and comparisons per set); the set is prepared again with them here,
         a pure function of its seed, and its tensors dropped at once."""
         assert self.worker is not None
+        self._join_ahead()          # the worker serves one request at a time
         spec = self.specs[index]
         direct = self.options.direct
         inputs_path = self.dir / "inputs" / f"rungs{index}.pt"
@@ -556,6 +639,16 @@ class ReferenceSession:
         return same_fingerprints([_fingerprint(v) for v in entry.inputs],
                                  entry.reply.get("fingerprints") or [])
 
+    def _timing_specs(self) -> list[kb_inputs.InputSpec]:
+        n = len(self.specs)
+        return [kb_inputs.InputSpec(n + k, self.options.seed * 1000 + 17 * (n + k) + 1, dist)
+                for k, dist in enumerate(TIMING_DISTRIBUTIONS)]
+
+    def _drop_ahead(self) -> None:
+        """Forget finished preparations nobody took (their tensors go)."""
+        self._join_ahead()
+        self._ahead.clear()
+
     def timing_sets(self) -> tuple[dict[str, Any], list[_RefSet]]:
         """What the candidate is timed on: input sets it has not seen (new seeds; the task's
         own distribution, which is what upstream and the baselines time, and a signed one, so
@@ -564,10 +657,11 @@ class ReferenceSession:
         piece) and the sets. The candidate refills one set of argument tensors with them in a
         shuffled order and hands back the outputs of one timed call per set; a solution that
         caches by tensor identity returns the other set's answer there (`_check_timed`)."""
-        n = len(self.specs)
-        specs = [kb_inputs.InputSpec(n + k, self.options.seed * 1000 + 17 * (n + k) + 1, dist)
-                 for k, dist in enumerate(TIMING_DISTRIBUTIONS)]
-        entries = [self._prepare(spec) for spec in specs]
+        entries = self._take_ahead("timing")
+        self._join_ahead()
+        self._drop_ahead()
+        if entries is None:
+            entries = [self._prepare(spec) for spec in self._timing_specs()]
         values = [v for e in entries for v in self.load_inputs(e)]
         path = self.dir / "inputs" / "timing.pt"
         path.unlink(missing_ok=True)
@@ -753,15 +847,17 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
         details.append("changed at import: " + "; ".join(init["flags"]))
     set_results: list[SetResult] = []
     cand_errors: list[tolerance.Errors] = []
-    ladder: list[dict[str, tolerance.Errors | None]] = []
     fingerprints: list[tuple[Any, ...]] = []
     set_prints: dict[int, list[tuple[Any, ...]]] = {}
     torch_ops: dict[str, int] = {}
     argus_ops = 0
     previous: _RefSet | None = None
+    want_timing = opts.timing and (session.device != "cpu" or opts.cpu_timing)
     for spec in session.specs:
-        if not opts.direct:
-            hold.leave()        # the reference worker process enters the gate itself
+        if not opts.direct or session.preparing():
+            # the reference worker process (or the thread preparing this set ahead, waited
+            # for in `get`) enters the gate itself
+            hold.leave()
         try:
             entry = session.get(spec.index)
         except WorkerError as exc:
@@ -772,6 +868,13 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
         with clock("probes"):
             session.run_probes(entry, inputs, previous)
         hold.leave()                         # the candidate's run enters the gate itself
+        if session.small(entry):
+            # the next set's reference (after the last set, the timing sets', unless the
+            # solution already failed) is prepared while the candidate runs this one
+            if spec.index + 1 < len(session.specs):
+                session.prefetch(spec.index + 1)
+            elif want_timing and not reasons:
+                session.prefetch("timing")
         out_path = session.dir / "outputs" / f"out{spec.index}.pt"
         try:
             with clock("candidate first run (incl. lowering, compiles)" if spec.index == 0
@@ -803,8 +906,6 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
         relaxed_reasons |= result[2]
         details.extend(result[3])
         cand_errors.append(result[4])
-        ladder.append({name: _worst(entry.reply["calibration"].get(name))
-                       for name in ("tf32", "bf16")})
         fingerprints.extend(set_prints[spec.index])
         if previous is not None:
             session.release(previous.spec.index)
@@ -812,7 +913,6 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
             session.release_inputs(spec.index)   # the next set's stale probe needs only ref
         previous = entry
     hold.leave()            # before timing: its exclusive hold would wait for this one
-    want_timing = opts.timing and (session.device != "cpu" or opts.cpu_timing)
     if previous is not None:
         session.release(previous.spec.index)
     if session.stochastic:
@@ -820,12 +920,20 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
         relaxed_reasons.add("stochastic_task")
     deg, deg_relaxed = session.degenerate()
     strict_all = all(s.strict_ok for s in set_results) and not reasons
-    if not strict_all and cand_errors:
-        try:                # the lower-precision rungs, only for a class below fp32
-            ladder = [session.rungs(spec.index) for spec in session.specs[:len(cand_errors)]]
-        except WorkerError:
-            pass            # without them the class is "worse than bf16"
-    precision = tolerance.precision_class(cand_errors, ladder, strict_all)
+    failed_rungs: list[str] = []
+
+    def rung(i: int) -> dict[str, tolerance.Errors | None]:
+        """The lower-precision rungs of set i, only for a class below fp32 and only as far as
+        the class is undecided (`precision_class_lazy`)."""
+        if failed_rungs:
+            return {}
+        try:
+            return session.rungs(session.specs[i].index)
+        except WorkerError as exc:
+            failed_rungs.append(str(exc))   # without them the class is "worse than bf16"
+            return {}
+
+    precision = tolerance.precision_class_lazy(cand_errors, rung, strict_all)
 
     # provenance: static first, then the profiler on a GPU
     prov = provenance.static_verdict(Path(solution))
@@ -972,6 +1080,7 @@ def _receive_outputs(session: ReferenceSession, cand: Worker, run: dict[str, Any
                       file=sys.stderr, flush=True)
             session.ipc_error = f"{type(exc).__name__}: {exc}"
             cand.request("save_exported", session.options.timeout_s, out_path=str(out_path))
+            _drop_exported(cand)            # written to the file: the candidate lets go
     # the file comes from the candidate's process (its code can write it): tensors only, never
     # an unpickled object, which could run code in the judge
     try:

@@ -31,6 +31,8 @@ Invariant: these functions never modify their arguments and work on any device.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import math
 from dataclasses import dataclass
 
@@ -246,19 +248,28 @@ def precision_class(candidate: list[Errors], ladder: list[dict[str, Errors | Non
     when that run was impossible). A candidate is in the lowest class whose errors it stays
     within (times a margin of 4) on every set.
     """
+    return precision_class_lazy(candidate, ladder.__getitem__, strict_pass)
+
+
+def precision_class_lazy(candidate: list[Errors],
+                         rung: Callable[[int], dict[str, Errors | None]],
+                         strict_pass: bool) -> str:
+    """`precision_class` with set i's rungs computed on demand (`rung(i)`: at upstream sizes a
+    float64 reference and three forwards per set), set by set, stopping once no class is left:
+    the same answer, and a solution that is plainly wrong costs one set's rungs (a non-finite
+    mismatch none) instead of every set's."""
     if strict_pass:
         return "fp32"
-    for name in ("tf32", "bf16"):
-        ok = True
-        for err, rungs in zip(candidate, ladder):
-            rung = rungs.get(name)
-            if rung is None or not math.isfinite(rung.rel_l2):
-                ok = False
-                break
-            bound = max(CLASS_MARGIN * rung.rel_l2, FLOORS["torch.float32"][0])
-            if not (err.nonfinite_mismatch == 0 and err.rel_l2 <= bound):
-                ok = False
-                break
-        if ok:
-            return name
-    return "worse than bf16"
+    alive = ["tf32", "bf16"]
+    for i, err in enumerate(candidate):
+        if err.nonfinite_mismatch:
+            return "worse than bf16"
+        rungs = rung(i)
+        for name in list(alive):
+            r = rungs.get(name)
+            if r is None or not math.isfinite(r.rel_l2) or \
+                    not err.rel_l2 <= max(CLASS_MARGIN * r.rel_l2, FLOORS["torch.float32"][0]):
+                alive.remove(name)
+        if not alive:
+            return "worse than bf16"
+    return alive[0]
