@@ -6,16 +6,15 @@
 Why: KernelBench L1/43 (MaxPool3d k3 s2 p1 d3 over 16x32x128^3 fp32) ran at 0.57x eager on
 the H200 (6.84 ms vs 3.92) and L1/44 (AvgPool1d k8 s1 over 64x128x65536) at 0.46x
 torch.compile. The template (argus/compose/pool.py) issues one 4-byte load per window offset
-per output (27 per output for L1/43, lanes 8 bytes apart at stride 2) and unrolls up to 8
-output rows per thread: with 18 CTAs of 64 threads an SM (56 registers) the window rows in
-flight are ~0.6 MB per SM, past the L1, so the 3 loads of one input row per window row (and
-rows shared by neighbouring outputs) go to L2 again: ~27 GB of L2 reads for a 4.3 GB input.
-The hypothesis to test: fewer rows per CTA (a smaller L1 footprint) is faster. For each
-shape, every `rows` in the sweep (the template's default marked *) is checked against torch's
-pooling (max error) and timed with argus.bench.timing.measure (CUDA events, L2 flush,
-median), next to torch eager: ms, GB/s over one read of the input and one write of the output,
-x eager. What to look for: whether a smaller `rows` beats the default; if so,
-`pool.rows_per_cta` should bound the rows by window size x row bytes (the L1 footprint).
+per output; its CUDA computed each load's 64-bit offset behind a branch per load (38 SASS
+instructions a load, 8304 a thread at 8 rows: issue-bound). 69b8dc7 computes the offsets
+outside the conditions (17 a load, predicated) and bounds the unrolled loads to 64 a thread
+(L1/43: 2 rows, 64 registers; 8 rows would take 214). For each shape, every `rows` in the
+sweep (the template's default marked *) is checked against torch's pooling (max error) and
+timed with argus.bench.timing.measure (CUDA events, L2 flush, median), next to torch eager:
+ms, GB/s over one read of the input and one write of the output, x eager. What to look for:
+L1/43 at the default above 1.0x eager, and whether another `rows` beats the default (then
+`pool.rows_per_cta` should pick it).
 """
 
 from __future__ import annotations
