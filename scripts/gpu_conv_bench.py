@@ -22,6 +22,9 @@ normwise error against float64.
     python scripts/gpu_conv_bench.py --variants   # the quick layers' kernel alone under
                                                 # neighbouring schedules (cluster, rowbox, halo)
     python scripts/gpu_conv_bench.py --variants default,rowbox    # some of them
+    python scripts/gpu_conv_bench.py --rowbox   # all ResNet-50 layers, kernel alone: the
+                                                # default (rowbox where it applies) vs
+                                                # rowbox=False vs cuDNN, with geomeans
     python scripts/gpu_conv_bench.py --profile "c4 3x3 256"   # torch.profiler: GPU time per
                                                 # kernel (ours, operand preparation, cuDNN's)
                                                 # and host time per call, for one layer
@@ -125,14 +128,84 @@ def _prepared(x, w, stride, padding, schedule=None):
     return lambda: (plan(), keep)
 
 
-VARIANTS = ("default", "previous", "rowbox", "rowbox-nocluster", "halo", "halo-nocluster",
-            "gemm")
+VARIANTS = ("default", "previous", "rowbox", "rowbox-nocluster", "norowbox", "halo",
+            "halo-nocluster", "gemm")
+
+
+def _layer(N, C, H, W, K, R, S, seed: int):
+    """bf16 channels-last input and weight of one ResNet layer."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(N, C, H, W, device="cuda", generator=g).bfloat16() \
+        .to(memory_format=torch.channels_last)
+    w = (torch.randn(K, C, R, S, device="cuda", generator=g) / math.sqrt(C * R * S)) \
+        .bfloat16().to(memory_format=torch.channels_last)
+    return x, w
+
+
+def rowbox_table() -> None:
+    """Every ResNet-50 layer (bf16, channels-last, batch 32), the kernel alone (prepared
+    launches, no host work), each checked against float64 first: the default schedule
+    (rowbox where it applies: 2-d, stride 1, one group), the same with rowbox=False (one TMA
+    box per output row, the default before), and cuDNN; the geomeans of cuDNN / ours over all
+    layers and over the layers rowbox takes. Run with the default ARGUS_VERIFY=1 to see the
+    compile (and verification) time of each schedule too; ARGUS_VERIFY=0 times the same
+    kernels."""
+    import time
+
+    import torch.nn.functional as F
+
+    from argus.ops import conv as conv_ops
+    from argus.runtime.timing import measure_alternating
+
+    print("== ResNet-50, kernel alone: default (rowbox where it applies) vs rowbox=False vs "
+          "cuDNN (bf16, channels-last, batch 32)")
+    ratios: dict[str, list] = {"default": [], "rowbox=False": [], "default, rowbox layers": [],
+                               "rowbox=False, rowbox layers": []}
+    for i, (name, N, C, H, W, K, R, S, st, pad) in enumerate(RESNET50):
+        x, w = _layer(N, C, H, W, K, R, S, i)
+        ref = F.conv2d(x.double(), w.double(), None, st, pad)
+        scheds = {"default": conv_ops.schedule_for(x, w, st, pad, 1, 1),
+                  "rowbox=False": conv_ops.schedule_for(x, w, st, pad, 1, 1, rowbox=False)}
+        fns, ok = {}, True
+        for label, sched in scheds.items():
+            t0 = time.perf_counter()
+            err = _rel(conv_ops.convolve(x, w, None, st, pad, schedule=sched), ref)
+            first = time.perf_counter() - t0
+            print(f"{name:18s} {label:13s} rowbox {sched.rowbox!s:5s} bn {sched.bn} bw "
+                  f"{sched.bw} stages {sched.stages} epilogue {sched.epilogue}; first call "
+                  f"(compile, verify) {first:6.1f} s; max rel err {err:.1e}", flush=True)
+            if err > 1e-2:
+                print(f"{name:18s} {label:13s} WRONG")
+                ok = False
+            fns[label] = _prepared(x, w, st, pad, sched)
+        if not ok:
+            continue
+        fns["cudnn"] = lambda x=x, w=w, st=st, pad=pad: F.conv2d(x, w, None, st, pad)
+        times = measure_alternating(list(fns.values()), rounds=3, trials=100, warmup=20)
+        ms = {label: t.median_ms for label, t in zip(fns, times)}
+        flops = 2 * ref.numel() * C * R * S
+        cells = "  ".join(f"{label} {t:8.4f} ms ({flops / (t * 1e-3) / 1e12:6.1f} TF/s)"
+                          for label, t in ms.items())
+        took = scheds["default"].rowbox
+        print(f"{name:18s} {cells}  cudnn/default {ms['cudnn'] / ms['default']:5.2f}x  "
+              f"cudnn/rowbox=False {ms['cudnn'] / ms['rowbox=False']:5.2f}x", flush=True)
+        for label in ("default", "rowbox=False"):
+            ratios[label].append(ms["cudnn"] / ms[label])
+            if took:
+                ratios[f"{label}, rowbox layers"].append(ms["cudnn"] / ms[label])
+    for label, rs in ratios.items():
+        if rs:
+            print(f"geomean cudnn/ours, {label}: "
+                  f"{math.exp(sum(map(math.log, rs)) / len(rs)):.3f}x over {len(rs)} layers")
 
 
 def variants(which: tuple[str, ...] = VARIANTS) -> None:
     """The quick ResNet layers' kernel alone (prepared launches, no host work) under the
-    default schedule (2x1 weight-multicast cluster) and its neighbours: the earlier default
-    (no cluster, 4 stages), the whole A tile as one TMA box per K step (rowbox) with and
+    default schedule (2x1 weight-multicast cluster, rowbox where it applies) and its
+    neighbours: the earlier default (per-row boxes, no cluster, 4 stages), rowbox=False (the
+    per-row boxes with the default's cluster and stages), the whole A tile as one TMA box per K step (rowbox) with and
     without the cluster, the halo row reuse with and without the cluster; each checked
     against float64 once; `gemm`: the same GEMM shape on pre-gathered operands (ours, cuBLAS).
     `which`: the rows to run (names of VARIANTS). One compile per row:
@@ -158,9 +231,11 @@ def variants(which: tuple[str, ...] = VARIANTS) -> None:
         base = conv_ops.schedule_for(x, w, st, pad, 1, 1)
         halo = conv_ops.schedule_for(x, w, st, pad, 1, 1, halo=True)
         rowbox = conv_ops.schedule_for(x, w, st, pad, 1, 1, rowbox=True)
+        per_row = conv_ops.schedule_for(x, w, st, pad, 1, 1, rowbox=False)
         rows = {"default (cluster, no halo)": ("default", base),
                 "previous (no cluster, 4 stages)": (
-                    "previous", dataclasses.replace(base, cluster_m=1, stages=4))}
+                    "previous", dataclasses.replace(per_row, cluster_m=1, stages=4)),
+                "rowbox=False (per-row boxes)": ("norowbox", per_row)}
         if rowbox.rowbox:
             rows["rowbox + cluster"] = ("rowbox", rowbox)
             rows["rowbox, no cluster"] = ("rowbox-nocluster",
@@ -371,11 +446,17 @@ def main() -> None:
                     metavar="LIST",
                     help="the quick layers' kernel alone under neighbouring schedules, and "
                          f"stop; LIST: comma-separated rows of {','.join(VARIANTS)} (all)")
+    ap.add_argument("--rowbox", action="store_true",
+                    help="all ResNet-50 layers, kernel alone: the default (rowbox where it "
+                         "applies) vs rowbox=False vs cuDNN, and stop")
     ap.add_argument("--profile", metavar="LAYER", default=None,
                     help="profile one ResNet layer (e.g. 'c4 3x3 256') and stop")
     args = ap.parse_args()
     if args.profile:
         profile(args.profile)
+        return
+    if args.rowbox:
+        rowbox_table()
         return
     if args.variants:
         which = tuple(v.strip() for v in args.variants.split(",") if v.strip())

@@ -75,7 +75,7 @@ _SMEM_BUDGET = 200 * 1024
 
 
 def schedule_for(x, weight, stride, padding, dilation, groups, *,
-                 halo: bool = False, rowbox: bool = False,
+                 halo: bool = False, rowbox: bool | None = None,
                  precision: str | None = None) -> ConvSchedule:
     """A first heuristic, not tuned: bw = Q rounded up to a power of two in [8, 64] (fewer
     wasted tile rows on narrow layers; below 64 it needs the TMA-store epilogue, so a 16-bit
@@ -93,17 +93,21 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     once). Not measured yet: scripts/gpu_conv_bench.py --variants times this against the
     earlier schedule (no cluster, no halo, 4 stages), which fp32 inputs keep.
 
-    `rowbox=True` (16-bit, 2-d, stride 1, one group; else ignored): the default schedule with
-    the whole A tile as one TMA box per K step (ConvSchedule.rowbox). Why: the producer of
-    the default schedule issues bm / bw boxes per stage with a runtime division by P each
-    (~40 SASS instructions per box: 383 per K step for c4, one thread), which may be what
-    keeps the kernel at 1.4 TF/s per SM (c4: 1.35 us per 128x128x64 step, the tensor cores
-    need 0.28 us); unmeasured: `gpu_conv_bench.py --variants`.
+    `rowbox` (ConvSchedule.rowbox: the whole A tile as one TMA box per K step) is the default
+    where it applies: 2-d, stride 1, one group, 16-bit operands (bf16 / fp16 inputs, and the
+    fp32 bf16 split, which runs the same kernel on bf16 pieces); `rowbox=False` opts out
+    (the per-output-row boxes), and it is ignored where it does not apply. Why: the per-row
+    producer issues bm / bw boxes per stage with a runtime division by P each (383 SASS
+    instructions per K step for c4, one thread): on the H200 the kernel alone went from
+    0.66 / 0.63 / 0.42x cuDNN (c2 / c3 / c4) to 0.74 / 0.88 / 0.94x with rowbox
+    (docs/perf/conv.md). Its store.once proof is argus/verify/once_split.py's (seconds; it
+    ran for minutes before). fp32 split schedules with rowbox are not measured on the GPU.
 
     `precision="tf32"` (fp32 inputs read as tf32, `convolve`): the 16-bit default's tile,
     cluster and ring depth with bk = 32 (a 128-byte row of fp32: the same bytes per stage as
-    bf16's 64), bw = 64 and the direct epilogue (an fp32 output), no promotion; rowbox as
-    above. Unmeasured: `gpu_conv_bench.py --tf32`.
+    bf16's 64), bw = 64 and the direct epilogue (an fp32 output), no promotion; rowbox only
+    when asked (rowbox=True: fp32 operands, not measured). Unmeasured: `gpu_conv_bench.py
+    --tf32`.
     """
     W, K, S = x.shape[-1], weight.shape[0], weight.shape[-1]
     sw, pw, dw = (_pair(v, name, x.dim() - 2)[-1] for v, name in (
@@ -123,18 +127,19 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     if epilogue == "direct":
         bw = 64
     dims = x.dim() - 2
+    sh, sw = _pair(stride, "stride", dims)[-2:]
+    # one box of the [N, H, W, C] input per K step (see above)
+    box = (dims, sh, sw, groups) == (2, 1, 1, 1) and rowbox is not False
     if precision == "tf32":
-        sh, sw = _pair(stride, "stride", dims)[-2:]
         stages = max(4, min(6, _SMEM_BUDGET // ((128 + bn) * 32 * 4)))
         return ConvSchedule(bm=128, bn=bn, bk=32, bw=64, stages=stages, consumers=2,
-                            epilogue="direct", cluster_m=2,
-                            rowbox=rowbox and (dims, sh, sw, groups) == (2, 1, 1, 1))
-    if not sixteen:
+                            epilogue="direct", cluster_m=2, rowbox=box and rowbox is True)
+    if not sixteen:   # the fp32 bf16 split: bf16 pieces, the 16-bit kernel with an fp32 output
         return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=4, consumers=2,
-                            epilogue=epilogue, promote=promote)
+                            epilogue=epilogue, promote=promote, rowbox=box)
     staging = 128 * bn * 2 if epilogue == "tma" else 0
     R = weight.shape[-2]
-    sh, dh = _pair(stride, "stride", dims)[-2], _pair(dilation, "dilation", dims)[-2]
+    dh = _pair(dilation, "dilation", dims)[-2]
     if halo and dims == 2 and sh == 1 and R > 1:
         # the halo: bm / bw + (R - 1) * dil_h input rows and R weight tiles per stage
         halo_stage = ((128 // bw + (R - 1) * dh) * bw + R * bn) * 64 * 2
@@ -144,10 +149,8 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
                                 epilogue=epilogue, cluster_m=2, halo=True, producer_regs=56,
                                 consumer_regs=224)
     stages = max(4, min(6, (_SMEM_BUDGET - staging) // ((128 + bn) * 64 * 2)))
-    sw = _pair(stride, "stride", dims)[-1]
     return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
-                        epilogue=epilogue, cluster_m=2,
-                        rowbox=rowbox and (dims, sh, sw, groups) == (2, 1, 1, 1))
+                        epilogue=epilogue, cluster_m=2, rowbox=box)
 
 
 def check(x, weight, bias, stride, padding, dilation, groups) -> None:

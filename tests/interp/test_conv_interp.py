@@ -106,8 +106,25 @@ def test_rowbox_needs_unit_stride_and_one_group(stride, groups):
         conv_op.conv2d_interpret(x, w, None, stride, 1, 1, groups, schedule=ROWBOX)
     # schedule_for only asks for it where it applies
     assert not conv_op.schedule_for(x, w, stride, 1, 1, groups, rowbox=True).rowbox
+    assert not conv_op.schedule_for(x, w, stride, 1, 1, groups).rowbox
     assert conv_op.schedule_for(x, torch.randn(8, 8, 3, 3).bfloat16(), 1, 1, 1, 1,
                                 rowbox=True).rowbox
+
+
+def test_rowbox_is_the_default_where_it_applies():
+    """2-d, stride 1, one group: bf16 / fp16 and the fp32 bf16 split (its pieces run the
+    same 16-bit kernel) take rowbox unless rowbox=False; tf32 (fp32 operands) only when
+    asked; 3-d never."""
+    w = torch.randn(8, 8, 3, 3)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        x = torch.randn(1, 8, 6, 6, dtype=dtype)
+        assert conv_op.schedule_for(x, w.to(dtype), 1, 1, 1, 1).rowbox, dtype
+        assert not conv_op.schedule_for(x, w.to(dtype), 1, 1, 1, 1, rowbox=False).rowbox
+    x = torch.randn(1, 8, 6, 6)
+    assert not conv_op.schedule_for(x, w, 1, 1, 1, 1, precision="tf32").rowbox
+    assert conv_op.schedule_for(x, w, 1, 1, 1, 1, precision="tf32", rowbox=True).rowbox
+    x3, w3 = torch.randn(1, 8, 4, 6, 6).bfloat16(), torch.randn(8, 8, 3, 3, 3).bfloat16()
+    assert not conv_op.schedule_for(x3, w3, 1, 1, 1, 1).rowbox
 
 
 def test_halo_needs_unit_row_stride():
