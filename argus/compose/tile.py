@@ -505,18 +505,23 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
             continue
         level[st] = 1 + max((level[d] for d in deps), default=-1)
     red_lanes = (("ROWS",) if t0.reduced else ()) + (("BN",) if t1.reduced else ())
+    # Lane-wise accumulation pays where a block's reduction crosses threads: along BN (the
+    # threads of a blocked tile span its rows, 16 bytes each), or along ROWS when a row is
+    # narrower than the CTA (its rows spread over threads). A reduction over ROWS whose rows
+    # each thread holds whole stays in registers, and a lane-wise accumulator only costs more.
+    lanes_pay = t1.reduced or (t0.reduced and s.bn // 4 < s.threads)
 
     for p in range(max(level.values(), default=-1) + 1):
         batch = [st for st in k.stats if level[st] == p]
         lanewise = {st for st in batch if st.fn in COMBINE and st not in online and
-                    st not in online.values() and st not in welford}
+                    st not in online.values() and st not in welford} if lanes_pay else set()
         count = None
         for st in batch:
             a = e.fresh("acc")
             if st.fn in ("argmax", "argmin"):
                 e.line(f"{a}_v = ag.full({acc_shape}, {NEUTRAL[st.fn]})")
                 e.line(f"{a} = ag.full({acc_shape}, 0, ag.i32)")
-            elif st in online or st in online.values():
+            elif lanes_pay and (st in online or st in online.values()):
                 # the online softmax lane-wise too: every lane keeps its own running maximum
                 # and rescaled sum; the lanes are combined after the loops
                 e.line(f"{a} = ag.full((ROWS, BN), {NEUTRAL[st.fn]})")
@@ -567,7 +572,7 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
                     continue
                 v, kind = e.emit(st.args[0])
                 v = e.as_float(v, kind)
-                if st in online:
+                if st in online and lanes_pay:
                     # masked lanes hold -inf (the maximum's identity) and add exactly 0; a
                     # lane that has seen only -inf so far adds 0 (exp(-inf - -inf) is NaN)
                     bounds = [f"(ag.arange(ROWS)[:, None] + o{last - 1} < {t0.size})",
@@ -650,7 +655,7 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
         loops(body)
         for st in batch:            # lanes reduced once, after the loops
             a = st.attrs["_acc"]
-            if st in online:
+            if st in online and lanes_pay:
                 # sum = sum over lanes of sum_lane * exp(max_lane - max): an all -inf row
                 # gives NaN, as torch's softmax does
                 b = online[st].attrs["_acc"]

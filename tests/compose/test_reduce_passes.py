@@ -152,3 +152,14 @@ def test_online_softmax_lanes_that_start_at_minus_infinity(n):
     assert err <= 2e-6, err
     (src,) = sources(prog)
     assert "mnew" in src and len([b for b in loop_bodies(src) if "ag.load(" in b]) == 2, src
+
+
+def test_rows_a_thread_holds_whole_keep_their_in_register_reduction():
+    """A reduction over ROWS alone whose rows each thread holds whole (BN / 4 columns of 16
+    bytes = the CTA's threads) reduces in registers every block: no lane-wise accumulator
+    (it would only cost registers)."""
+    prog, err = run(lambda x: x.mean(0), [randn(40, 256)],
+                    TileSchedule(rows=4, bn=256, threads=64))
+    assert err <= 2e-6, err
+    src = next(s for s in sources(prog) if "ag.range" in s)
+    assert any(".sum(axis=0)" in b for b in loop_bodies(src)), src
