@@ -132,9 +132,10 @@ _DTYPE_CASES = [torch.randn(3, 4, 5, 6).permute(3, 1, 0, 2), torch.randn(3, 4, 5
                          ids=str)
 @pytest.mark.parametrize("case", range(len(_DTYPE_CASES)))
 def test_copy_into_every_task_dtype_with_argus_kernels(dtype, case, monkeypatch):
-    """The layout copies cover the dtypes composed kernels read (half types, index tensors), with Argus kernels of that dtype: before, anything but float32 fell back to
-    torch's copy_ (GPU time outside Argus). Bitwise equal; the destination starts as a value
-    no element has."""
+    """The layout copies cover the dtypes composed kernels read (half types, index tensors),
+    with Argus kernels of that dtype: before, anything but float32 fell back to torch's copy_
+    (GPU time outside Argus). Bitwise equal; the destination starts as a value no element
+    has."""
     layout = _DTYPE_CASES[case]
     # distinct signed values (positions must move, not just values); integers within +-2^24:
     # the interpreter's tiles are float32, larger index values are exact on the device only

@@ -171,7 +171,10 @@ def test_parallel_judge_enters_the_gate_once_a_set(tmp_path):
     sol = tmp_path / "solutions" / "level1"
     sol.mkdir(parents=True)
     (sol / task.path.name).write_text(task.path.read_text() + "\nModelNew = Model\n")
-    options = JudgeOptions(device="cpu", timeout_s=180,
+    # sets prepared in this thread (ref_cache_bytes=0: none ahead): a set prepared ahead that
+    # is not ready yet is waited for outside the hold and costs one more entry (see
+    # test_kernelbench_parallel.py::test_sets_prepared_ahead_give_the_same_judgment)
+    options = JudgeOptions(device="cpu", timeout_s=180, ref_cache_bytes=0,
                            cpu_budget=SizeBudget(elements=1 << 16, flops=2e7))
     run = run_parallel([task], tmp_path / "solutions", tmp_path / "out", options,
                        ParallelOptions(jobs=1), progress=None, write_reports=False)

@@ -867,6 +867,9 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
         inputs = session.load_inputs(entry)
         with clock("probes"):
             session.run_probes(entry, inputs, previous)
+        with clock("input hand-over"):
+            # staged inside this hold (its copies are GPU work): no gate entry of its own
+            args = session.input_args(entry)
         hold.leave()                         # the candidate's run enters the gate itself
         if session.small(entry):
             # the next set's reference (after the last set, the timing sets', unless the
@@ -881,7 +884,7 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
                        else "candidate runs"):
                 run = cand.request("run", opts.candidate_timeout_s or opts.timeout_s,
                                    index=spec.index, seed=spec.seed, out_path=str(out_path),
-                                   export=opts.direct, **session.input_args(entry))
+                                   export=opts.direct, **args)
             _run_phases(session, run, spec.index == 0)
             altered = _altered_inputs(session, entry, run)
             if altered:
@@ -1144,28 +1147,36 @@ def _check_timed(session: ReferenceSession, cand: Worker, timed: dict[str, Any],
     strict: set[str] = set()
     relaxed: set[str] = set()
     details: list[str] = []
-    for i, pick in enumerate(checked):
-        entry = sets[int(pick["set"])]
-        assert entry.ref is not None
-        # the judge's copy of a big set's inputs is dropped once handed over (direct judging):
-        # they serve only the echo probe
-        inputs = session.load_inputs(entry) if entry.present else []
-        run = {"aliases": pick.get("aliases") or [], "mutated": pick.get("mutated") or []}
-        with gate().shared():
-            _, s_reasons, r_reasons, s_details, _ = _compare_set(
-                entry, inputs, outs[i * per_call:(i + 1) * per_call], run, fingerprints)
-        where = (f"timed call {pick['call']} (an unseen {entry.reply['distribution']} set, "
-                 f"refilled into the tensors of every call)")
-        integrity = s_reasons & INTEGRITY_REASONS
-        strict |= integrity
-        relaxed |= integrity
-        if r_reasons - integrity:
-            strict.add("timed_output_wrong")
-            relaxed.add("timed_output_wrong")
-        else:
-            strict |= s_reasons
-        details.extend(f"{where}: {d}" for d in s_details)
+    with gate().shared():           # one entry for every comparison
+        for i, pick in enumerate(checked):
+            _check_timed_call(session, sets, pick, outs[i * per_call:(i + 1) * per_call],
+                              fingerprints, strict, relaxed, details)
     return (strict, relaxed, details) if strict or relaxed else None
+
+
+def _check_timed_call(session: ReferenceSession, sets: list[_RefSet], pick: dict[str, Any],
+                      outs: list[torch.Tensor], fingerprints: list[tuple[Any, ...]],
+                      strict: set[str], relaxed: set[str], details: list[str]) -> None:
+    """One kept timed call of `_check_timed`, its reasons and details added to the sets."""
+    entry = sets[int(pick["set"])]
+    assert entry.ref is not None
+    # the judge's copy of a big set's inputs is dropped once handed over (direct judging):
+    # they serve only the echo probe
+    inputs = session.load_inputs(entry) if entry.present else []
+    run = {"aliases": pick.get("aliases") or [], "mutated": pick.get("mutated") or []}
+    _, s_reasons, r_reasons, s_details, _ = _compare_set(entry, inputs, outs, run,
+                                                         fingerprints)
+    where = (f"timed call {pick['call']} (an unseen {entry.reply['distribution']} set, "
+             f"refilled into the tensors of every call)")
+    integrity = s_reasons & INTEGRITY_REASONS
+    strict |= integrity
+    relaxed |= integrity
+    if r_reasons - integrity:
+        strict.add("timed_output_wrong")
+        relaxed.add("timed_output_wrong")
+    else:
+        strict |= s_reasons
+    details.extend(f"{where}: {d}" for d in s_details)
 
 
 def _altered_inputs(session: ReferenceSession, entry: _RefSet, run: dict[str, Any]) -> str:
