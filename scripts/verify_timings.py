@@ -147,7 +147,7 @@ def main() -> int:
             slow = max(report.findings, key=lambda f: f.ms)
             st = report.stats
             print(f"| {name} | {statistics.median(times):.2f} | {min(times):.2f} | "
-                  f"{min(cpu):.2f} | {st.queries} | {st.queries - st.cached}"
+                  f"{min(cpu):.2f} | {st.queries} | {st.queries - st.cached - st.rewritten}"
                   f"{f' (+{st.derived} derived)' if st.derived else ''} | "
                   f"{len(report.proven)} | {len(report.unknowns)} | "
                   f"{slow.code} {slow.ms:.0f} ms ({slow.tier}) |", flush=True)

@@ -103,6 +103,15 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
     return obs
 
 
+def _defs(model: Model) -> dict:
+    """value id -> the op defining it: one walk of the kernel per model (the k-once and
+    sibling checks asked for it once per wgmma site and per pair of sites). Read only."""
+    got = model.__dict__.get("_wgmma_defs")
+    if got is None:
+        got = model._wgmma_defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
+    return got
+
+
 def _user_fields(model: Model) -> set[str]:
     out: set[str] = set()
     for info in model.tensors.values():
@@ -119,7 +128,7 @@ def _promoted_into(model: Model, acc_id: int):
     once into a loop-carried variable, `v = v + part` or `v = v + part * s` (a scale s that
     does not read the partial), as fp8 promotion does per K block. Its sum then runs over the
     loops `v` is carried through, not only the partial's own (a K slice with a later sum)."""
-    defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
+    defs = _defs(model)
 
     def reads(vid: int, target: int) -> bool:
         if vid == target:
@@ -208,8 +217,17 @@ def _reduction_loops(model: Model, site: WgmmaSite):
     """The loops the accumulator sums over: those across which it carries its value (for a
     partial promoted into a carried variable, also the ones that variable sums over). A loop
     is a reduction loop by the data flow of its accumulator, not by nesting: a persistent
-    kernel's tile loop around a freshly zeroed accumulator is not one."""
-    defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
+    kernel's tile loop around a freshly zeroed accumulator is not one. A fact of the IR,
+    decided once per site and model (`_siblings` asks it of every pair of sites)."""
+    memo = model.__dict__.setdefault("_wgmma_reduction_loops", ObjectMap())
+    got = memo.get(site.op)
+    if got is None:
+        got = memo[site.op] = _reduction_loops_of(model, site)
+    return list(got)
+
+
+def _reduction_loops_of(model: Model, site: WgmmaSite):
+    defs = _defs(model)
     # an overwriting wgmma (scale-d = 0) keeps nothing of its accumulator's old value, so
     # that accumulator sums over no loop, wherever it is defined: only a variable it is
     # promoted into carries its K blocks across iterations
@@ -263,7 +281,7 @@ def _siblings(model: Model, site: WgmmaSite, name: str) -> list[WgmmaSite]:
     key = _k_key(model, site, name)
     if key is None:
         return [site]
-    defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
+    defs = _defs(model)
     root = _acc_chain(defs, site.op.acc.id)[-1]
     whens = ObjectSet(sc.op for sc in site.site.scopes if sc.kind == "if")
     out = []

@@ -46,7 +46,7 @@ from argus.ir.core import Kernel, Op, Region, Value
 from argus.ir.types import ScalarType, SmemType, TensorType, TileType
 from argus.verify import exprs, solver
 from argus.verify.tagdomain import (Memo, Record, TagVal, conj, fresh_int, instantiate,
-                                   mentions, substitute, subterms, with_fresh)
+                                   mentions, occurring, substitute, subterms, with_fresh)
 from argus.verify.transfer import RULES
 # the records the walk builds and the obligation modules read live with the transfer functions
 # that fill them in (one module below both); the checks import them from here
@@ -442,6 +442,7 @@ class Model:
         if hit is None:
             row, col = z3.Int("argus.verify.model!row"), z3.Int("argus.verify.model!col")
             rec, own = with_fresh(lambda: self._read_tma(view, row, col, reader, writes))
+            own = occurring(rec, own)   # renamed per read: only the variables rec holds
             hit = memo[key] = (view, reader, row, col, rec, own)   # keeps the keys' objects
         _, _, row, col, rec, own = hit
         return instantiate(rec, own, [(row, _num(R)), (col, _num(j))])

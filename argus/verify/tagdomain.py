@@ -232,6 +232,8 @@ _num_args = _raw(z3.z3core.Z3_get_app_num_args)
 _app_arg = _raw(z3.z3core.Z3_get_app_arg)
 _app_decl = _raw(z3.z3core.Z3_get_app_decl)
 _decl_kind = _raw(z3.z3core.Z3_get_decl_kind)
+_decl_name = _raw(z3.z3core.Z3_get_decl_name)
+_symbol_string = z3.z3core.Z3_get_symbol_string   # (the wrapper decodes the C string)
 
 
 def conj(*args) -> z3.BoolRef:
@@ -335,7 +337,11 @@ def memoized_record(fn):
         key, gen, keep = _index_key(idx)
         hit = memo.get(key)
         if hit is not None:
-            _, rec, own, first = hit
+            keys, rec, own, first, filtered = hit
+            if not filtered:
+                # at the first hit (a record never asked for again is never printed)
+                own = occurring(rec, own)
+                memo[key] = (keys, rec, own, first, True)
             pairs = [(a, b) for a, b in zip(first, gen) if _ast_id(a.ctx_ref(), a.as_ast()) !=
                      _ast_id(b.ctx_ref(), b.as_ast())]
             return _renamed(rec, own, pairs)
@@ -349,7 +355,8 @@ def memoized_record(fn):
         finally:
             if outer:
                 _created = None
-        memo[key] = ((tuple(idx), keep), rec, own, gen)
+        # renamed at each hit: only the auxiliaries the record holds (`occurring`)
+        memo[key] = ((tuple(idx), keep), rec, own, gen, False)
         return rec
 
     wrapped.memoized = True
@@ -452,6 +459,56 @@ def with_fresh(compute):
         if outer:
             _created = None
     return out, own
+
+
+# below this many auxiliaries a record renames them all (printing it costs more)
+OCCURRING_MIN = 16
+
+
+def occurring(rec: Record, own: tuple) -> tuple:
+    """The (variable, stem) pairs of `own` that occur in `rec`'s terms, or a superset.
+
+    A computation creates auxiliaries for every sub-record it builds, and most never reach its
+    result (a wgmma's k variable is replaced by the reduction's bound one; a writer's loop
+    index of a field that is dropped): of the 27k variables the renamings of the FA3 d 256
+    causal kernel created, 80% occurred nowhere in their record, and since each memoized
+    record's auxiliaries include what its sub-records' renamings created, the unused ones
+    compounded. Renaming a variable that does not occur is the identity, so only these are
+    renamed per instance (`memoized_record`, `Model._read_tma_at`).
+
+    The constants of the record's terms are listed by Z3's SMT-LIB printer (its declarations;
+    one C-level pass over the shared DAG, about 100x faster than a walk through the Python
+    API). Never fewer than occur: a variable whose printed symbol this does not recognize
+    (an unusual name) counts as occurring."""
+    if len(own) < OCCURRING_MIN:
+        return own
+    terms = [t for t in _record_terms(rec) if isinstance(t, z3.ExprRef)]
+    if not terms:
+        return ()
+    ctx = terms[0].ctx
+    app = _pack(ctx, terms)
+    text = z3.Z3_benchmark_to_smtlib_string(ctx.ref(), "", "", "unknown", "", 0, None,
+                                            app.as_ast())
+    declared = set()
+    end = text.find("\n(assert")   # the declarations come first
+    for line in text[:end if end >= 0 else len(text)].split("\n"):
+        if line.startswith("(declare-fun ") and " () " in line:
+            declared.add(line[len("(declare-fun "):line.rindex(" () ")])
+    out = []
+    ref = ctx.ref()
+    for v, stem in own:
+        # the constant's name (`term_name`, through the raw getters: a fresh variable has a
+        # string symbol)
+        name = _symbol_string(ref, _decl_name(ref, _app_decl(ref, v.as_ast())))
+        if name in declared or f"|{name}|" in declared or not _plain(name):
+            out.append((v, stem))
+    return tuple(out)
+
+
+def _plain(name: str) -> bool:
+    """Whether the SMT-LIB printer writes `name` as itself or as |name| (printable ASCII, no
+    bar or backslash, which it would escape)."""
+    return name.isascii() and name.isprintable() and "|" not in name and "\\" not in name
 
 
 def _record_terms(rec: Record) -> list:
