@@ -41,7 +41,105 @@ ZERO, NORM = ("zero",), ("norm",)
 
 
 def obligations(model) -> tuple[list, list[Finding]]:
-    return [], _Flow(model.kernel).findings
+    return [], _Flow(model.kernel).findings + _fold_findings(model.kernel)
+
+
+def _fold_findings(kernel: Kernel) -> list[Finding]:
+    """The folded scale (FA3's softmax diet: `exp2(s * c - m)` with the running max m taken
+    of the raw scores and scaled after, `maximum(m_i, max(s) * c)`): max(s) * c is the max of
+    s * c only for c > 0. For c < 0 it is the row's minimum, every exponent is >= 0 and grows
+    with the spread of the scores (inf, then NaN), and a masked -inf score times c is +inf.
+    A compile-time c is decided here (c <= 0: violated); a runtime scalar's sign is not known
+    when the kernel is compiled (the model's `>= 1` premise on scalar parameters describes
+    shapes, not a float's sign), so the fold holds only under the launch precondition c > 0:
+    a warning naming it (argus.ops.attention guarantees it: `for_scale` runs any other scale
+    unfolded)."""
+    defs = {r.id: op for op in kernel.walk() for r in op.results()}
+    params = {p.value.id: p.name for p in kernel.params}
+    assigned: dict[int, list] = {}
+    for op in kernel.walk():
+        if isinstance(op, O.Assign):
+            assigned.setdefault(op.dst.id, []).append(op.src)
+
+    def scaled(v):
+        """(tile, scalar) when v = tile * scalar with a scalar (not tile) operand."""
+        op = defs.get(v.id)
+        if isinstance(op, O.Elementwise) and op.fn == "mul" and len(op.args) == 2:
+            a, b = op.args
+            if isinstance(a.type, TileType) and not isinstance(b.type, TileType):
+                return a, b
+            if isinstance(b.type, TileType) and not isinstance(a.type, TileType):
+                return b, a
+        return None
+
+    def max_scaled_by(v, seen) -> list:
+        """The scalars c with v = max(x) * c for some row max max(x), through maximum, a
+        masking where, conversions and loop-carried variables."""
+        if v.id in seen:
+            return []
+        seen.add(v.id)
+        got = scaled(v)
+        if got is not None:
+            src = defs.get(got[0].id)
+            return [got[1]] if isinstance(src, O.Reduce) and src.fn == "max" else []
+        op = defs.get(v.id)
+        nxt: list = []
+        if isinstance(op, O.Elementwise) and op.fn == "max":
+            nxt = list(op.args)
+        elif isinstance(op, O.Elementwise) and op.fn == "where" and len(op.args) == 3:
+            nxt = list(op.args[1:])
+        elif isinstance(op, (O.Convert, O.ConvertLayout, O.ExpandDims)):
+            nxt = [op.src]
+        elif isinstance(op, O.Var):
+            nxt = [op.init] + assigned.get(v.id, [])
+        return [c for x in nxt if isinstance(x.type, TileType) for c in max_scaled_by(x, seen)]
+
+    out: list[Finding] = []
+    done: set = set()
+    for op in kernel.walk():
+        if not (isinstance(op, O.Elementwise) and op.fn in ("exp", "exp2", "exp2_approx")):
+            continue
+        arg = defs.get(op.args[0].id)
+        if not (isinstance(arg, O.Elementwise) and arg.fn == "sub" and len(arg.args) == 2):
+            continue
+        a, m = arg.args
+        got = scaled(a)
+        if got is None or not isinstance(m.type, TileType):
+            continue
+        c = got[1]
+        if not any(x.id == c.id for x in max_scaled_by(m, set())):
+            continue
+        key = (op.loc.file, op.loc.line)
+        if key in done:
+            continue
+        done.add(key)
+        subject = f"{op.fn} at {op.loc}: exponent s * c - m with m the row max of s times c"
+        const = defs.get(c.id)
+        if isinstance(const, O.Const):
+            if float(const.value) > 0:
+                out.append(Finding("softmax.stats", op.loc, subject, "proven"))
+            else:
+                out.append(Finding(
+                    "softmax.stats", op.loc, subject, "violated",
+                    f"the scale c = {const.value} is not positive: max(s) * c is then the "
+                    f"row's minimum of s * c, not its maximum, so exp(s * c - m) is not <= 1 "
+                    f"(it overflows, and a masked -inf score gives +inf)",
+                    {"element": "every row", "scale": const.value},
+                    fix="take the row max after scaling (max(s * c)), or fold only a "
+                        "positive scale"))
+            continue
+        who = params.get(c.id) or (f"the scalar defined at {defs[c.id].loc}" if c.id in defs
+                                   else "a runtime scalar")
+        out.append(Finding(
+            "softmax.stats", op.loc, subject, "warning",
+            f"the row max is taken of the raw scores and scaled after by the runtime scalar "
+            f"c = {who}: max(s) * c is the max of s * c only for c > 0, which the kernel does "
+            f"not check; launch it with {who} > 0 only (for c < 0 every exponent is >= 0 "
+            f"and overflows; a masked -inf score times c is +inf)",
+            {"element": "every row", "precondition": f"{who} > 0"},
+            fix="launch with a positive scale (argus.ops.attention runs any other scale "
+                "unfolded: argus.ops.attention.for_scale), or take the row max after scaling"))
+    return out
 
 
 class _Flow:
