@@ -214,12 +214,13 @@ def _unpushed(model: Model, st: StoreSite, extra: ObjectMap) -> StoreSite:
         if any(not a.eq(z3.simplify(_num(b))) for a, b in zip(norm, st.offsets)) else st
     idx = [fresh_int(f"e{d}") for d in range(len(st.shape))]
     dest = _dest(st, idx)
-    prem = site_prem + _inb(model, st, dest) + \
-        [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)]
-    prem += sign_facts(dest, LowerBounds(prem))
+    inb = _inb(model, st, dest)
+    prem = site_prem + [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)]
+    lb = LowerBounds(prem)
     offsets, zero = [], []
-    for off in st.offsets:
-        o, z = pushed_out(_num(off), inst, prem)
+    for k, off in enumerate(st.offsets):
+        # the dim's own bounds only: the column blocks of one row pose one query (cached)
+        o, z = pushed_out(_num(off), inst, prem + [inb[k]], lb)
         offsets.append(o if z else off)
         zero += z
     if not zero:

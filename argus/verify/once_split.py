@@ -47,6 +47,24 @@ from argus.verify.tagdomain import free_consts
 STEP_TIMEOUT_MS = 1000
 
 
+# free constants per AST id; the entry keeps its term alive, so an id is never reused for
+# another term while it is cached (the decomposition asks again and again about the raster's
+# large terms)
+_CONSTS: dict[int, tuple[z3.ExprRef, frozenset]] = {}
+
+
+def consts(t) -> frozenset:
+    """free_consts(t), memoized."""
+    if not isinstance(t, z3.ExprRef):
+        return frozenset()
+    hit = _CONSTS.get(t.get_id())
+    if hit is None:
+        if len(_CONSTS) > 50_000:
+            _CONSTS.clear()
+        hit = _CONSTS[t.get_id()] = (t, frozenset(free_consts(t)))
+    return hit[1]
+
+
 def summands(t: z3.ArithRef) -> list[z3.ArithRef]:
     t = z3.simplify(t)
     return list(t.children()) if z3.is_add(t) else [t]
@@ -159,9 +177,9 @@ def split_launch_factor(s: z3.ArithRef, instance: set[str]):
     that is not a numeral and T the product of the remaining factors, which mentions an
     instance variable; else None. With several launch factors, F is their product."""
     fs = factors(s)
-    launch = [f for f in fs if not (free_consts(f) & instance) and not z3.is_int_value(f)]
+    launch = [f for f in fs if not (consts(f) & instance) and not z3.is_int_value(f)]
     rest = [f for f in fs if not any(f.eq(g) for g in launch)]
-    if not launch or not rest or not any(free_consts(f) & instance for f in rest):
+    if not launch or not rest or not any(consts(f) & instance for f in rest):
         return None
     return _product(launch), _product(rest)
 
@@ -174,18 +192,23 @@ def _piecewise(t: z3.ArithRef) -> bool:
         for p in parts)
 
 
-def pushed_out(coord: z3.ArithRef, instance: set[str], prem: list,
+def pushed_out(coord: z3.ArithRef, instance: set[str], prem: list, lb: LowerBounds | None = None,
                stats=None) -> tuple[z3.ArithRef, list[z3.BoolRef]]:
     """The coordinate without its summands that are 0 on every in-bounds element, and the
     premises `summand == 0` (each proven from `prem`, which states the element in bounds)."""
+    parts = summands(coord)
+    cands = [s for s in parts if (ft := split_launch_factor(s, instance)) and _piecewise(ft[1])]
+    if not cands:
+        return coord, []
     kept, zero = [], []
-    lb = LowerBounds(prem)
-    for s in summands(coord):
+    lb = lb or LowerBounds(prem)
+    prem = prem + sign_facts([coord], lb)
+    for s in parts:
         ft = split_launch_factor(s, instance)
-        if ft is not None and _piecewise(ft[1]):
+        if any(s.eq(c) for c in cands):
             # F >= 1: the flag itself is 0 (a linear premise, where F * T == 0 is not)
             z = ft[1] == 0 if (lb.of(ft[0]) or 0) >= 1 else s == 0
-            if _proven(prem, [("pushed out of bounds", z)], instance, stats):
+            if _proven(prem, [("pushed out of bounds", z)], instance, stats, lb):
                 zero.append(z)
                 continue
         kept.append(s)
@@ -207,7 +230,7 @@ def radix(coord: z3.ArithRef, instance: set[str], prem: list, lb: LowerBounds,
         rest = parts[:i] + parts[i + 1:]
         c = z3.simplify(z3.Sum(rest)) if rest else z3.IntVal(0)
         if _proven(prem, [("remainder in [0, radix)", z3.And(c >= 0, c < f))], instance,
-                   stats):
+                   stats, lb):
             return Radix(f, a, c)
     return None
 
@@ -230,7 +253,7 @@ def normalized(t: z3.ArithRef, instance: set[str], prem: list, stats=None) -> z3
                 else t
             k = t.decl().kind()
             if k in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and not z3.is_int_value(kids[1]) and \
-                    not free_consts(kids[1]) & instance:
+                    not consts(kids[1]) & instance:
                 digit = _digit(kids[0], kids[1], instance, prem, stats)
                 if digit is not None:
                     out = digit[0] if k == z3.Z3_OP_IDIV else digit[1]
@@ -253,15 +276,16 @@ def _digit(x, f, instance, prem, stats):
     return None
 
 
-def _proven(prem, claims, instance: set[str], stats=None) -> bool:
+def _proven(prem, claims, instance: set[str], stats=None, lb=None) -> bool:
     """A step's claims proven from `prem`: first generalized and sliced (`generalize`), which
     turns most steps linear; the plain query is not tried (a step not proven is not taken)."""
-    prem, claims = generalize(prem, claims, instance)
+    prem, claims = generalize(prem, claims, instance, lb)
     out = solver.prove(prem, claims, timeout_ms=STEP_TIMEOUT_MS, stats=stats)
     return out.status == "proven"
 
 
-def generalize(prem: Sequence[z3.BoolRef], claims, instance: set[str]):
+def generalize(prem: Sequence[z3.BoolRef], claims, instance: set[str],
+               lb: LowerBounds | None = None):
     """The query with the integer divisions and remainders of an instance term by a launch
     term (the tile scheduler's decode: `block / per_image`, `block % per_image`) whose sign
     and range are known replaced by a fresh variable that keeps only those (q >= 0 for a
@@ -271,7 +295,7 @@ def generalize(prem: Sequence[z3.BoolRef], claims, instance: set[str]):
     query extends to one of the generalized query (the variable takes the term's value, which
     has that sign and range), and dropping premises only strengthens the claim. So a proof of
     the generalized query proves the query; a failed one proves nothing (not a violation)."""
-    lb = LowerBounds(prem)
+    lb = lb or LowerBounds(prem)   # bounds of a subset of the premises hold under them all
     fresh: dict[int, z3.ArithRef] = {}
     facts: list[z3.BoolRef] = []
     memo: dict[int, z3.ExprRef] = {}
@@ -290,7 +314,7 @@ def generalize(prem: Sequence[z3.BoolRef], claims, instance: set[str]):
             known = ly is not None and ly >= 1 and (k == z3.Z3_OP_MOD or
                                                     (lx is not None and lx >= 0))
             if k in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and not z3.is_int_value(y) and known and \
-                    free_consts(x) & instance and not free_consts(y) & instance:
+                    consts(x) & instance and not consts(y) & instance:
                 v = fresh.get(key)
                 if v is None:
                     v = fresh[key] = z3.FreshInt("q" if k == z3.Z3_OP_IDIV else "r")
@@ -304,8 +328,8 @@ def generalize(prem: Sequence[z3.BoolRef], claims, instance: set[str]):
     prem = [rewrite(p) for p in prem] + facts
     # the premises connected to the claims through instance or fresh variables
     names = instance | {str(v) for v in fresh.values()}
-    var = [free_consts(p) & names for p in prem]
-    reach = set().union(*(free_consts(c) & names for _, c in claims))
+    var = [consts(p) & names for p in prem]
+    reach = set().union(*(consts(c) & names for _, c in claims))
     grown = True
     while grown:
         grown = False
