@@ -141,10 +141,12 @@ def run_decode(q, k, v, causal: bool, scale: float, layout: str, return_lse: boo
 
 def _tma_ready(t) -> bool:
     """Whether TMA can read `t` as it is: unit inner stride, 16-byte aligned pointer and
-    outer strides (dims of extent 1 are never stepped over)."""
+    outer strides, positive (an expand()ed dim has stride 0, which a tensor map cannot
+    have); dims of extent 1 are never stepped over."""
     eb = t.element_size()
     return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(
-        (t.stride(d) * eb) % 16 == 0 for d in range(t.dim() - 1) if t.shape[d] > 1)
+        (t.stride(d) * eb) % 16 == 0 and t.stride(d) > 0
+        for d in range(t.dim() - 1) if t.shape[d] > 1)
 
 
 def _execute(execute, kernel_fn, compile_time: dict, tensors: tuple, scalars: dict, device):

@@ -49,7 +49,7 @@ def check(q, k, v, *, layout: str = "bhsd", device: bool = True) -> None:
                           f"they must match")
     if qb.shape[0] != kb.shape[0]:
         raise LaunchError(f"{_WHO}: batch sizes differ: q {qb.shape[0]}, k/v {kb.shape[0]}",
-                          fix="broadcast with expand() to one batch size")
+                          fix="repeat the smaller batch to one batch size (x.expand(...).contiguous())")
     hq, hkv = qb.shape[1], kb.shape[1]
     if hkv == 0 or hq % hkv:
         raise LaunchError(f"{_WHO}: q has {hq} heads, k and v {hkv}; the query heads must be "
@@ -72,13 +72,16 @@ def _bhsd(t, layout: str):
 
 def _check_strides(named) -> None:
     """TMA reads each tensor through a tensor map: unit inner stride, 16-byte aligned pointer
-    and outer strides (dims of extent 1 are never stepped over)."""
+    and outer strides (dims of extent 1 are never stepped over), positive: a tensor map has
+    no stride 0 (an expand()ed dim), argus/runtime/tma.py."""
     for name, t in named:
         eb = t.element_size()
         bad = t.stride(-1) != 1 or t.data_ptr() % 16 or any(
-            (t.stride(d) * eb) % 16 for d in range(t.dim() - 1) if t.shape[d] > 1)
+            (t.stride(d) * eb) % 16 or t.stride(d) <= 0
+            for d in range(t.dim() - 1) if t.shape[d] > 1)
         if bad:
             raise LaunchError(f"{_WHO}: {name} (shape {tuple(t.shape)}, strides {t.stride()}) "
                               f"cannot be read by TMA: it needs a contiguous head dim, a "
-                              f"16-byte aligned pointer and outer strides that are multiples "
-                              f"of 16 bytes", fix=f"pass {name}.contiguous()")
+                              f"16-byte aligned pointer and outer strides that are positive "
+                              f"multiples of 16 bytes (no expand()ed dim)",
+                              fix=f"pass {name}.contiguous()")

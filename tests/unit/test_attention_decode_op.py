@@ -103,3 +103,25 @@ def test_attention_takes_the_decode_path_for_short_queries(monkeypatch):
     q, k, v = _qkv(S=16)
     assert attention_mod._run(q, k, v, True, 0.125, "bhsd", False) == ("out", "lse")
     assert calls == [q.shape]
+
+
+def test_broadcast_kv_is_refused_and_a_broadcast_q_is_copied():
+    """A tensor expanded along a dim (stride 0: one KV cache shared by every sequence, as the
+    batch-size error's fix suggests) cannot be read through a tensor map (strides must be
+    positive multiples of 16 bytes: argus/runtime/tma.py), so k / v say so up front with the
+    .contiguous() fix instead of failing at the launch with the tensor map's 'pad the inner
+    dim' advice; q's packed rows are copied like any other view TMA cannot read."""
+    from argus.ops.attention_decode import _tma_ready
+    from argus.ops.attention_inputs import _check_strides
+
+    q, k, v = _qkv(B=1)
+    k2, v2 = k.expand(3, -1, -1, -1), v.expand(3, -1, -1, -1)
+    assert k2.stride(0) == 0
+    with pytest.raises(LaunchError, match="k .* cannot be read by TMA"):
+        _check_strides((("k", k2), ("v", v2)))
+    with pytest.raises(LaunchError, match="k .* cannot be read by TMA"):
+        run_decode(q.expand(3, -1, -1, -1), k2, v2, False, 0.125, "bhsd", False,
+                   execute=_interpret)
+    _check_strides((("k", k), ("v", v)))            # extent-1 dims are never stepped over
+    assert not _tma_ready(q.expand(3, -1, -1, -1).reshape(3, 2, 2, 64))
+    assert _tma_ready(q.reshape(1, 2, 2, 64))
