@@ -49,7 +49,8 @@ def check(q, k, v, *, layout: str = "bhsd", device: bool = True) -> None:
                           f"they must match")
     if qb.shape[0] != kb.shape[0]:
         raise LaunchError(f"{_WHO}: batch sizes differ: q {qb.shape[0]}, k/v {kb.shape[0]}",
-                          fix="repeat the smaller batch to one batch size (x.expand(...).contiguous())")
+                          fix="repeat the smaller batch to one batch size "
+                              "(x.expand(...).contiguous())")
     hq, hkv = qb.shape[1], kb.shape[1]
     if hkv == 0 or hq % hkv:
         raise LaunchError(f"{_WHO}: q has {hq} heads, k and v {hkv}; the query heads must be "
