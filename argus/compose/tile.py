@@ -56,6 +56,12 @@ class TileSchedule:
     threads: int = 256
     order: str = "cols"
 
+    def __post_init__(self) -> None:
+        # `render` tests order == "cols": any other string would silently launch "rows"
+        if self.order not in ("cols", "rows"):
+            raise ValueError(f"TileSchedule(order={self.order!r}): the CTA order is 'cols' "
+                             "(a row block's column blocks consecutive, the default) or 'rows'")
+
 
 @dataclass(frozen=True)
 class Group:

@@ -40,3 +40,9 @@ def test_orders_compute_the_same(f, order):
     # the column blocks are the grid's first (fastest) extent in "cols" order
     assert grid.startswith(f"p1, p0 = ag.grid({col_blocks}," if order == "cols" else
                            "p0, p1 = ag.grid("), grid
+
+
+def test_an_unknown_order_is_refused():
+    """render() tests order == "cols", so a misspelt order launched "rows" without a word."""
+    with pytest.raises(ValueError, match=r"order='col'.*'cols'.*'rows'"):
+        TileSchedule(order="col")
