@@ -285,7 +285,8 @@ def run_parallel(tasks: list[Task], solutions: Path | str, out_dir: Path | str,
                     need[task.key] = again
                     queue.append((task, path))
                 say(f"{task.key} {task.name}: out of GPU memory, again later " +
-                    ("alone" if again >= memory.budget else f"as if it needed {again / 1e9:.0f} GB"))
+                    ("alone" if again >= memory.budget
+                     else f"as if it needed {again / 1e9:.0f} GB"))
                 continue
             with lock:
                 judgments[task.key] = j
@@ -356,7 +357,8 @@ def _measure_baseline(slot: _Slot, task: Task, options: JudgeOptions, cache: Bas
 
 def _judge_failure(task: Task, device: str, exc: Exception) -> Judgment:
     """A judgment for a task whose judging raised in this process (the in-process reference
-    or a comparison ran out of GPU memory beside other tasks: out_of_memory, retried with more memory, then alone)."""
+    or a comparison ran out of GPU memory beside other tasks: out_of_memory, retried with more
+    memory, then alone)."""
     from argus.bench.kernelbench.worker import out_of_memory
 
     kind = "out_of_memory" if out_of_memory(exc) else "task_error"

@@ -59,7 +59,8 @@ def out_of_memory(exc: BaseException) -> bool:
     """Whether `exc` says the GPU ran out of memory: torch's OutOfMemoryError from its caching
     allocator, or a CUDA error raised by a kernel launch or another library's allocation
     (torch.AcceleratorError "CUDA error: out of memory"), which beside other judged tasks
-    is the card being full, not the task's fault: both are retried alone."""
+    is the card being full, not the task's fault: both are retried (parallel.py
+    `out_of_memory_retry`: twice the estimate, then alone)."""
     if isinstance(exc, torch.OutOfMemoryError):  # type: ignore[attr-defined]
         return True
     return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
