@@ -44,10 +44,12 @@ _OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float
 
 
 def _aligned(t, elem_bytes: int) -> bool:
-    """TMA can address `t`: inner stride 1, 16-byte base and outer strides."""
+    """TMA can address `t`: inner stride 1, 16-byte base and outer strides, positive (a
+    tensor map has no stride 0: an expand()ed operand is copied)."""
     if t.stride(-1) != 1 or t.data_ptr() % 16:
         return False
-    return all((t.stride(d) * elem_bytes) % 16 == 0 for d in range(t.dim() - 1) if t.shape[d] > 1)
+    return all((t.stride(d) * elem_bytes) % 16 == 0 and t.stride(d) > 0
+               for d in range(t.dim() - 1) if t.shape[d] > 1)
 
 
 def _tma_ready(t, elem_bytes: int):
