@@ -234,7 +234,17 @@ def _parameter_owner(b: torch.Tensor) -> torch.Tensor | None:
     return owner if isinstance(owner, torch.nn.Parameter) else None
 
 
+def _drop_dead_parameters() -> None:
+    """Forget the pieces of parameters that are gone (their model freed): at the next GEMM,
+    not once 16 newer entries have pushed them out (16 dead copies of L2/55's weight pieces
+    are 100 GB). Not from a weakref callback: it could run in the middle of an iteration of
+    the dict, which then raises."""
+    for k in [k for k, (ref, _) in _PARAMETER_PIECES.items() if ref() is None]:
+        del _PARAMETER_PIECES[k]
+
+
 def _parameter_pieces(b: torch.Tensor, key: tuple) -> torch.Tensor | None:
+    _drop_dead_parameters()
     owner = _parameter_owner(b)
     if owner is None:
         return None

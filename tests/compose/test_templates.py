@@ -629,3 +629,24 @@ def test_a_linear_weight_is_split_once_per_parameter_version(monkeypatch):
         ref.m.weight.mul_(-3.0)
     assert forward_and_error() < 2e-6                       # stale pieces would fail this
     assert len(splits) == first + 3
+
+
+def test_the_pieces_of_a_freed_parameter_are_let_go_of_at_the_next_gemm():
+    """A model freed leaves no pieces behind once another GEMM runs (before: its entry, with
+    GBs of bf16 pieces at upstream sizes, stayed until 16 newer ones pushed it out)."""
+    import gc
+
+    from argus.compose import gemm
+
+    gemm._PARAMETER_PIECES.clear()
+    _, new = composed(mod_model(lambda: nn.Linear(40, 24, bias=False)))
+    with torch.no_grad():
+        new(randn(6, 40))
+    assert len(gemm._PARAMETER_PIECES) == 1
+    del new
+    gc.collect()
+    _, other = composed(mod_model(lambda: nn.Linear(40, 16, bias=False)))
+    with torch.no_grad():
+        other(randn(6, 40))
+    entries = list(gemm._PARAMETER_PIECES.values())
+    assert len(entries) == 1 and entries[0][0]() is other.m.weight, entries
