@@ -49,13 +49,15 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
     base = list(model.premises) + site.site.constraints() + ranges + list(ra.cond) + \
         list(rb.cond)
     subject = f"wgmma at {op.loc} (a = {site.a_name}, b = {site.b.buffer})"
+    # K of one instruction: 32 bytes of a row (k16 for 16-bit inputs, k8 tf32, k32 fp8)
+    k_inst = 32 // op.b.type.dtype.bytes
 
     def decode(zm, violated):
         mv, nv, kv = value(zm, m), value(zm, n), value(zm, kk)
         wit = W.context(model, zm, site.site)
         wit.update(W.acc_thread(mv, nv))
-        wit.update({"accumulator": (mv, nv), "k_in_tile": kv, "k_block": kv // 16,
-                    "k_in_block": kv % 16})
+        wit.update({"accumulator": (mv, nv), "k_in_tile": kv, "k_block": kv // k_inst,
+                    "k_in_block": kv % k_inst})
         a_txt = _coords_text(zm, ra, model) if z3.is_true(zm.eval(ra.defined, True)) else \
             "nothing written there in this step"
         b_txt = _coords_text(zm, rb, model) if z3.is_true(zm.eval(rb.defined, True)) else \
@@ -69,7 +71,7 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
                     break
         msg = (f"warpgroup thread {wit['thread']} (warp {wit['warp']}, lane {wit['lane']}), "
                f"accumulator {wit['register']} = tile element ({mv}, {nv}), k {kv} of the tile "
-               f"(k-block {kv // 16}): A operand holds {a_txt}"
+               f"(k-block {kv // k_inst}): A operand holds {a_txt}"
                f"{' (' + wit['a_written_by'] + ')' if 'a_written_by' in wit else ''}, B operand "
                f"holds {b_txt}{' (' + wit['b_written_by'] + ')' if 'b_written_by' in wit else ''}; "
                f"violated: {', '.join(violated)}")

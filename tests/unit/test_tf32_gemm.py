@@ -263,6 +263,33 @@ def test_verifier_refuses_a_wrong_k_step_on_tf32_operands(advance):
     assert "wgmma.smem-layout" in {d.code for d in verify.run(wrong).errors}
 
 
+@pytest.mark.parametrize("in_dtype,k,block", [(ag.f32, 12, (1, 4)), (ag.bf16, 12, (0, 12))])
+def test_wgmma_witness_names_the_instructions_k_block(in_dtype, k, block):
+    """A wgmma counterexample names the K block of the instruction that reads k: k8 for tf32
+    (k 12 is element 4 of block 1), k16 for bf16 (element 12 of block 0). It said k // 16
+    for every dtype, so a tf32 witness named the wrong instruction."""
+    import z3
+
+    from argus.verify import check_wgmma
+    from argus.verify.model import Model
+
+    kw = TF32 if in_dtype == ag.f32 else {}
+    kernel = lower_only(gemm_kernel(in_dtype, ag.f32, **kw),
+                        s=GemmSchedule(bm=128, bn=128, bk=128 // in_dtype.bytes, stages=2,
+                                       epilogue="direct"))
+    model = Model(kernel)
+    ob = next(o for o in check_wgmma.obligations(model, model.wgmmas[0])
+              if o.code == "wgmma.defined")
+    kk = ob.minimize[-1]
+    s = z3.Solver()
+    s.add(*ob.premises)
+    s.add(kk == k)
+    assert s.check() == z3.sat
+    msg, wit = ob.decode(s.model(), ["A element defined"])
+    assert (wit["k_in_tile"], wit["k_block"], wit["k_in_block"]) == (k, *block)
+    assert f"(k-block {block[0]})" in msg
+
+
 # ----------------------------------------------------------------------------- NVRTC
 
 
