@@ -15,8 +15,8 @@ from argus.dsl.api import (abs_, arange, cdiv, cluster_rank, erf, exp, exp2, ful
                            tma, wgmma, when, where, zeros)
 from argus.dsl.kernel import ScalarParam as Scalar
 from argus.dsl.kernel import Tensor
-from argus.dsl.tags import (opaque, sym, tag, tag_all, tag_any, tag_assert, tag_assume, tag_fn,
-                            tag_tensor)
+from argus.dsl.tags import (opaque, require, sym, tag, tag_all, tag_any, tag_assert, tag_assume,
+                            tag_fn, tag_tensor)
 from argus.dtypes import bf16, e4m3, f16, f32, f64, i1, i32, i64, u32
 from argus.errors import (ArgusError, CompileError, Diagnostic, IRError, LaunchError, TraceError,
                           VerificationError)
@@ -42,6 +42,6 @@ __all__ = [
     "KernelFunction", "Tensor", "kernel", "compile", "bf16", "e4m3", "f16", "f32", "f64", "i1",
     "i32", "i64", "u32", "ArgusError", "CompileError", "Diagnostic", "IRError", "LaunchError",
     "TraceError", "VerificationError",
-    "opaque", "sym", "tag", "tag_all", "tag_any", "tag_assert", "tag_assume", "tag_fn",
+    "opaque", "require", "sym", "tag", "tag_all", "tag_any", "tag_assert", "tag_assume", "tag_fn",
     "tag_tensor",
 ]

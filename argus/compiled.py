@@ -172,10 +172,12 @@ class CompiledKernel:
         a meta tensor's base address 0), so the variant and its cache key are the GPU's. Used
         to fill the compile cache ahead of time on a machine without a GPU (the KernelBench
         judge's prebuild); the same checks as a launch run first."""
+        from argus.runtime import preconditions
         from argus.runtime.coverage import check_launch
 
         tensors, values = self._split(args, scalars)
         symbols = self.bind(tensors, device="meta")
+        preconditions.check(self.kernel, {**symbols, **values})   # ag.require
         check_launch(self.kernel, {**symbols, **values},
                      exempt=getattr(self.kernel_fn, "partial_outputs", ()))
         if any(g <= 0 for g in self.grid({**symbols, **values})):
@@ -184,7 +186,7 @@ class CompiledKernel:
 
     def prepare(self, *tensors, _scalars=None):
         """Validate the arguments and build the launch plan (False for an empty problem)."""
-        from argus.runtime import driver
+        from argus.runtime import driver, preconditions
         from argus.runtime.tma import make_tensor_map
 
         from argus.runtime.coverage import check_launch
@@ -192,6 +194,9 @@ class CompiledKernel:
 
         symbols = self.bind(tensors)
         values = dict(_scalars or {})
+        # ag.require: the stated preconditions, on the actual values (a plan is cached per
+        # runtime scalar values, so every launch ran this check on its values once)
+        preconditions.check(self.kernel, {**symbols, **values})
         check_launch(self.kernel, {**symbols, **values},  # no silently partial output
                      exempt=getattr(self.kernel_fn, "partial_outputs", ()))
         grid = self.grid({**symbols, **values})

@@ -94,14 +94,15 @@ class KernelFunction(KernelDef):
         Runtime scalars (ag.Scalar parameters) go positionally in signature order or by
         keyword; other keywords are compile-time values. Compile's front end runs first (once
         per compile-time values), so a kernel compile refuses is refused here, identically."""
-        from argus.runtime import coverage, interp
+        from argus.runtime import coverage, interp, preconditions
 
         scalars, constexprs = self._split(kw)
         self.front_end(**constexprs)
         kernel = self.trace(**constexprs)
         tensors, values = interp.split_runtime_args(kernel, arrays, scalars)
-        coverage.check_launch(kernel, {**coverage.shape_values(kernel, tensors), **values},
-                              exempt=self.partial_outputs)
+        values = {**coverage.shape_values(kernel, tensors), **values}
+        preconditions.check(kernel, values)      # ag.require, first: as a compiled launch
+        coverage.check_launch(kernel, values, exempt=self.partial_outputs)
         return interp.run(kernel, *arrays, **scalars)
 
     def front_end(self, **constexprs: Any):

@@ -199,6 +199,7 @@ class KernelDef:
             params.append(Param(pname, sv))
             args[pname] = Scalar(sv)
         args.update(constexprs)
+        ctx.param_ids = frozenset(p.value.id for p in params)
         tracing.push(ctx)
         try:
             self.fn(**args)

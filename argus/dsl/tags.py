@@ -27,6 +27,7 @@ from argus.dsl.tracing import current, user_loc
 from argus.dsl.values import Scalar, SmemBuffer, SmemView, TensorArg, Tile
 from argus.errors import TraceError
 from argus.ir import tag_ops as T
+from argus.ir.types import ScalarType
 
 # ----------------------------------------------------------------------------- expressions
 
@@ -302,6 +303,36 @@ def tag_assume(fn: Callable) -> None:
     ctx.builder.append(T.TagAssume(text, nvars, tuple(refs.values), loc=loc))
 
 
+def require(cond, why: str) -> None:
+    """A launch precondition on the kernel's scalar parameters (runtime scalars, shape symbols),
+    e.g. `ag.require(ag.sym(qk_scale) > 0, "the scale is folded into exp2")`. Unlike
+    `ag.tag_assume` it is checked: every launch (compiled and interpreted) evaluates it on the
+    actual values first and raises LaunchError with `why` when it is false; so the verifier
+    takes it as a premise. Generates no code."""
+    ctx = current("ag.require")
+    loc = user_loc()
+    if not isinstance(cond, TagExpr):
+        raise TraceError(f"ag.require takes a condition on scalar parameters written with "
+                         f"ag.sym (e.g. ag.sym(scale) > 0), got {type(cond).__name__}", loc,
+                         fix="wrap each runtime scalar in ag.sym(...)")
+    if not why:
+        raise TraceError("ag.require needs a reason (`why`): it is shown to the caller "
+                         "whose launch breaks the precondition", loc)
+    refs = _Refs()
+    text = _render(cond.node, refs)
+    if refs.fns:
+        raise TraceError("ag.require's condition calls tag functions; it must be computable "
+                         "on the host from the scalar arguments alone", loc)
+    for v in refs.values:
+        if not isinstance(getattr(v, "type", None), ScalarType) or v.id not in ctx.param_ids:
+            raise TraceError("ag.require's condition may name only the kernel's scalar "
+                             "parameters (runtime scalars, shape symbols), not values the "
+                             "kernel computes or tiles", loc,
+                             fix="state the condition on the parameters themselves")
+    # top level: a fact about the launch, read before anything runs
+    ctx.builder._stack[0].append(T.Require(text, why, tuple(refs.values), loc=loc))
+
+
 def tag_assert(*conds, message: str = "") -> None:
     """Every condition must hold here, for all threads, elements, iterations and CTAs; the
     verifier proves it or returns a counterexample. Generates no code."""
@@ -327,6 +358,7 @@ __all__ = [
     "opaque",
     "sym",
     "tag",
+    "require",
     "tag_all",
     "tag_any",
     "tag_assert",

@@ -62,6 +62,7 @@ class TraceContext:
     role_warpgroups: int = 0            # warpgroups of the role being traced (0: none)
     ordered_open: str | None = None     # the ordered section being traced (ag.ordered)
     ordered_names: set[str] = field(default_factory=set)  # sections of the current role
+    param_ids: frozenset[int] = frozenset()   # the kernel's parameters' value ids (ag.require)
 
 
 _STACK: list[TraceContext] = []

@@ -78,7 +78,23 @@ class TagAssert(Op):
     message: str = ""
 
 
-TAG_OPS: tuple[type[Op], ...] = (TagFn, TagTensor, TagAssume, TagAssert)
+@dataclass(frozen=True)
+class Require(Op):
+    """A launch precondition the kernel states on its scalar parameters (runtime scalars and
+    shape symbols, the operands `args` = $0, $1, …), e.g. `$0 > 0` for a folded softmax scale:
+    unlike `tag.assume` it is *checked*, on the host from the actual values before every
+    launch (argus/runtime/preconditions.py; a compiled launch and the interpreter both), and
+    a launch that breaks it raises LaunchError with `why`. Because it is checked, the verifier
+    may take it as a premise. Top level only (a fact about the launch, not a program point);
+    generates no code."""
+
+    NAME = "require"
+    expr: str
+    why: str
+    args: tuple[Value, ...] = ()
+
+
+TAG_OPS: tuple[type[Op], ...] = (TagFn, TagTensor, TagAssume, TagAssert, Require)
 
 
 def is_tag_op(op: Op) -> bool:

@@ -317,6 +317,16 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
         if problems:
             raise ag.TraceError(f"{s} at head_dim={D}: " + "; ".join(problems),
                                 fix="use argus.kernels.attention.default_schedule(head_dim)")
+        if s.fold_scale:
+            # the folded scale takes the row max of the raw scores and scales it after:
+            # max(s) * c is the max of s * c only for c > 0 (softmax.stats); every launch
+            # checks it, so the verifier may rely on it
+            ag.require(ag.sym(qk_scale) > 0,
+                       "this schedule folds the softmax scale into exp2 (fold_scale), which "
+                       "takes the row max before scaling and is right only for a positive "
+                       "scale; argus.ops.attention runs any other scale unfolded "
+                       "(argus.ops.attention.for_scale), or launch a schedule with "
+                       "fold_scale=False")
         BM, BN, C = s.block_m, s.block_n, s.consumers
         # KV blocks every tile loads, seen or not (an overlapped loop's first step is outside it)
         first = 1 if s.intra_wg_overlap or s.fa3_overlap else 0

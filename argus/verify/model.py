@@ -86,6 +86,8 @@ class Model:
         self.turns: list[Site] = []   # ordered.wait sites (ag.ordered), for check_ordered
         self.tag_fns: dict[str, Any] = {}
         self.axioms: list[tuple[T.TagAssume, Site]] = []
+        # ag.require preconditions: checked on the host before every launch, so premises
+        self.requires: list[T.Require] = []
         self.tiles: dict[int, TileState] = {}
         self.unsupported: list[tuple[Loc, str]] = []
         self.grid: O.GridIds | None = None
@@ -156,6 +158,12 @@ class Model:
             self._walk_role(role)
         for op, _site in self.axioms:
             if op.nvars == 0:  # a launch precondition over shape parameters: assumed everywhere
+                self.premises.append(_as_bool(self.eval_tag_expr(op.expr, op.args)))
+        for op in self.requires:
+            # over integer scalars only: a float parameter has no exact Int term here (its
+            # requires are read by the rules that need them, e.g. check_softmax's fold)
+            if all(isinstance(a.type, ScalarType) and not a.type.dtype.is_float
+                   for a in op.args):
                 self.premises.append(_as_bool(self.eval_tag_expr(op.expr, op.args)))
         if not self.roles:
             for pid, n in counters.items():

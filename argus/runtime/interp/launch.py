@@ -16,6 +16,7 @@ from argus.errors import LaunchError
 from argus.ir import ops as O
 from argus.ir.core import Kernel
 from argus.ir.types import ScalarType, TensorType
+from argus.runtime import preconditions
 from argus.runtime.args import check_inner_stride, split_runtime_args
 from argus.runtime.interp.machine import _Group, _Interp
 
@@ -62,6 +63,8 @@ def run(kernel: Kernel, *arrays, **scalar_args) -> tuple:
             if p.name not in symbols:
                 raise LaunchError(f"kernel {kernel.name}: no value for scalar parameter {p.name}")
             scalars[p.value.id] = symbols[p.name][0]
+    # ag.require: the kernel's stated launch preconditions, as a compiled launch checks them
+    preconditions.check(kernel, {name: size for name, (size, _) in symbols.items()} | runtime)
     check_grid(kernel, grid_extents(kernel, {name: size for name, (size, _) in symbols.items()}
                                     | {p.name: v for p in kernel.params
                                        if (v := runtime.get(p.name)) is not None

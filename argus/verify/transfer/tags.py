@@ -4,7 +4,8 @@ tag.assert.
 Job: tag functions and tensor tag fields are declarations, read by the model before the walk
 (`Model._build`, since they may appear after their first use in nested regions), so their
 rules do nothing; an assumption is recorded with its site (a launch precondition when it binds
-no variables, else an axiom instantiated on ground terms); an assertion is recorded with its
+no variables, else an axiom instantiated on ground terms); a `require` (checked at every launch,
+runtime/preconditions.py) is recorded as a premise; an assertion is recorded with its
 site, the ops after it in its region (for use-site pairing) and the states of the tiles it
 refers to at that point.
 
@@ -29,6 +30,11 @@ def assume(m: Model, op: T.TagAssume, scopes, role, counters, following) -> None
         m.axioms.append((op, m._site(op, scopes, role)))
 
 
+def require(m: Model, op: T.Require, scopes, role, counters, following) -> None:
+    if m._recording:
+        m.requires.append(op)
+
+
 def assert_(m: Model, op: T.TagAssert, scopes, role, counters, following) -> None:
     if m._recording:
         m.asserts.append(AssertSite(op, m._site(op, scopes, role), tuple(following),
@@ -41,4 +47,5 @@ RULES: dict[type, Rule] = {
     T.TagTensor: declaration,
     T.TagAssume: assume,
     T.TagAssert: assert_,
+    T.Require: require,
 }
