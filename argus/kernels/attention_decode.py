@@ -323,7 +323,8 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
 def combine_shape(splits: int, head_dim: int) -> tuple[int, int]:
     """(splits_pad, rows) of the combine kernel for `splits` splits: the splits rounded up to a
     power of two (at least 2), and packed rows per CTA such that the loaded tile of
-    splits_pad x rows x head_dim fp32 stays within 64 registers a thread (256 threads)."""
+    splits_pad x rows x head_dim fp32 stays within 64 registers a thread (256 threads), at
+    least one row: more than 64 splits at head dim 256 hold 128 a thread (one row)."""
     pad = max(2, 1 << (max(1, splits) - 1).bit_length())
     rows = max(1, min(16, COMBINE_ELEMENTS // (pad * head_dim)))
     return pad, 1 << (rows.bit_length() - 1)
