@@ -409,3 +409,55 @@ def test_exported_outputs_are_copied_and_let_go_of_outside_the_gate(tmp_path, mo
     assert len(drops) == len(j.sets), fake.seen
     assert not any(held for _, held, _ in drops), fake.seen
     assert all(timeout <= judge_mod.DROP_TIMEOUT_S <= 30 for _, _, timeout in drops)
+
+
+def test_staged_inputs_are_freed_once_the_candidate_has_read_them(monkeypatch):
+    """Direct judging on a GPU stages each hand-over in a buffer of its own (cudaipc): it is
+    freed once the request that read it has returned, before the next set's reference is
+    prepared, and the two timing sets' buffer before the check of the timed calls (before:
+    each was held until the next hand-over, the timing sets' until the session closed,
+    through the check and the baselines). A stand-in buffer records when it is freed."""
+    from argus.bench.kernelbench import judge as judge_mod
+
+    events: list[tuple[str, object]] = []
+
+    class Staged:
+        def __init__(self, n):
+            self.n = n
+
+        def free(self):
+            events.append(("free", self.n))
+
+    real_hand_over, real_prepare = ReferenceSession.hand_over, ReferenceSession._prepare
+    real_timed = judge_mod._check_timed
+
+    def hand_over(self, values, path):
+        got = real_hand_over(self, values, path)
+        self._free_handed()
+        self._handed = Staged(sum(1 for e in events if e[0] == "hand"))
+        events.append(("hand", self._handed.n))
+        return got
+
+    def prepare(self, spec, *args, **kwargs):
+        events.append(("prepare", spec.index))
+        return real_prepare(self, spec, *args, **kwargs)
+
+    def check_timed(*args, **kwargs):
+        events.append(("check", None))
+        return real_timed(*args, **kwargs)
+
+    monkeypatch.setattr(ReferenceSession, "hand_over", hand_over)
+    monkeypatch.setattr(ReferenceSession, "_prepare", prepare)
+    monkeypatch.setattr(judge_mod, "_check_timed", check_timed)
+    options = dataclasses.replace(OPTIONS, direct=True, cpu_timing=True, trials=10, warmup=1,
+                                  ref_cache_bytes=0)        # no set prepared ahead
+    with ReferenceSession(_task(1, 19), options) as session:
+        j = judge_with(session, FIXTURES / "relu_copy.py")
+        events.append(("judged", None))
+    assert j.correct, (j.reasons, j.detail)
+    hands = [n for kind, n in events if kind == "hand"]
+    assert len(hands) == len(j.sets) + 1, events             # every set, then the timing sets
+    for n in hands:                 # freed before the next set's reference, the check, the end
+        start = events.index(("hand", n))
+        after = next(k for k in range(start + 1, len(events)) if events[k][0] != "free")
+        assert events.index(("free", n)) < after, (n, events)

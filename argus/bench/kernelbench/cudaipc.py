@@ -10,7 +10,8 @@ allocator, seen on the H200 on 2026-12-02), and the pools' memory was not return
 other tasks (most big tasks then ran out of GPU memory).
 
 So each hand-over copies its tensors into ONE buffer of its own from cudaMalloc (outside the
-caching allocator), exports that buffer's IPC handle, and frees it when the next hand-over
+caching allocator), exports that buffer's IPC handle, and frees it once the candidate's
+request has returned (judge.ReferenceSession.free_hand_over), else when the next hand-over
 replaces it or the session closes. The candidate maps the buffer, copies each tensor into its
 own memory (same strides), and unmaps it before its forward runs."""
 from __future__ import annotations

@@ -30,11 +30,12 @@ BASELINE_BYTES_PER_ELEMENT = 4.0 * 3   # the Model eager and compiled, inputs, o
 # stale probe) and a calibration rung or the stochastic check (4 B each), ~14-18 B; comparing
 # holds the inputs and both references (~10 B, the measurements run in chunks) while the
 # candidate holds its inputs, their copy for the mutation check and its output (~6 B); the
-# hand-over stages one more copy of the inputs outside the caching allocator until the next
-# hand-over (cudaipc.StagedInputs, ~2 B); plus allocator slack. Timing holds two unseen sets'
-# float64 references (8 B) and their staged inputs (4 B; the judge's own copies are dropped
-# once handed over), while the candidate holds both sets (4 B), the argument tensors they are
-# refilled into (2 B), an output and the copies of two timed calls' outputs (~6 B): ~24 B.
+# hand-over stages one more copy of the inputs outside the caching allocator while the
+# candidate's run reads them (cudaipc.StagedInputs, ~2 B); plus allocator slack. Timing holds
+# two unseen sets' float64 references (8 B) and, while the candidate copies them, their staged
+# inputs (4 B; the judge's own copies are dropped once handed over), while the candidate holds
+# both sets (4 B), the argument tensors they are refilled into (2 B), an output and the copies
+# of two timed calls' outputs (~6 B): ~24 B.
 JUDGE_BYTES_PER_ELEMENT = 26.0
 UNKNOWN_BYTES = 8e9
 

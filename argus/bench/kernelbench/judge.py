@@ -595,9 +595,9 @@ class ReferenceSession:
 
     def hand_over(self, values: list[Any], path: Path) -> dict[str, Any]:
         """Copies of `values` in a CUDA buffer of their own whose IPC handle the candidate maps
-        (`cudaipc.StagedInputs`, alive until the next hand-over), or `values` written to `path`
-        (on the CPU, or when a tensor cannot be shared: any failure here falls back to the
-        file)."""
+        (`cudaipc.StagedInputs`, alive until `free_hand_over` or the next hand-over), or
+        `values` written to `path` (on the CPU, or when a tensor cannot be shared: any failure
+        here falls back to the file)."""
         from argus.bench.kernelbench.cudaipc import StagedInputs
         from argus.bench.kernelbench.worker import _DTYPES
 
@@ -627,6 +627,15 @@ class ReferenceSession:
         handed, self._handed = self._handed, None
         if handed is not None:
             handed.free()
+
+    def free_hand_over(self) -> None:
+        """Free the staged copies of the last hand-over once the candidate's request that read
+        them has returned (the candidate copies them and unmaps the buffer before its
+        forward): not held through the comparison and the next set's reference, nor, for the
+        two timing sets, through the check and the baselines until the session closes."""
+        if self._handed is not None:
+            with gate().shared():       # re-entrant: no entry of its own inside a hold
+                self._free_handed()
 
     def shared_intact(self, entry: _RefSet) -> bool:
         """Direct judging on a GPU: the inputs this process shared with the candidate still
@@ -901,6 +910,7 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
         argus_ops += int(run.get("argus_ops", 0))
         with clock("compare"):
             hold.enter()                    # kept through the next set's reference
+            session.free_hand_over()        # read by the run: not kept to the next hand-over
             result = _compare_set(entry, inputs, outs, run, fingerprints)
             set_prints[spec.index] = [probes.fingerprint(o) for o in outs]
         del outs
@@ -957,6 +967,9 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
                                      profile=opts.profile and session.device != "cpu",
                                      out_path=str(out_path), export=opts.direct,
                                      **timing_args)
+            # the two sets' staged inputs, read at the call's start (after a failure they go
+            # at close, once the candidate is closed)
+            session.free_hand_over()
             for name, seconds in (timed.get("phases") or {}).items():
                 session.add_phase(f"timing {name}", seconds)
             with clock("check of the timed calls"):
