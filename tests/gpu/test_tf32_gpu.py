@@ -3,8 +3,11 @@ cuBLAS / cuDNN with TF32 on: argus.ops.matmul(..., precision="tf32") (both B lay
 shapes, batches, a bf16 output, swap-AB's skinny M) and the fp32 convolution as one tf32
 product (argus.ops.conv.convolve(..., precision="tf32"), compose's ConvRun). The bound is
 tf32's (each operand off by at most 2^-11 relative: normwise ~3e-4 on signed data), checked
-against PyTorch's own TF32 error on the same data (ours within 4x of it, the judge's class
-margin), and the result must not be fp32-accurate (it is tf32, not a silent fp32 path)."""
+against the error of the tf32 model itself (the float64 product of the operands rounded to
+tf32: ours within 4x of it, the judge's class margin; the tensor core may truncate instead of
+round), and the result must not be fp32-accurate (it is tf32, not a silent fp32 path).
+PyTorch's own TF32 error is no yardstick: at small shapes cuBLAS and cuDNN pick fp32 kernels
+even with TF32 on (the H200 run of 2026-12-02: torch's "tf32" 1 x 257 x 64 erred 6.7e-8)."""
 
 import pytest
 
@@ -22,6 +25,13 @@ def _rel(out, ref):
 def _rand(*shape, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     return torch.randn(*shape, generator=g, device="cuda")
+
+
+def _tf32(t):
+    """t's values as a tf32 operand (argus.dtypes.round_to_tf32, on the GPU)."""
+    bits = t.contiguous().view(torch.int32)
+    rounded = ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+    return torch.where(torch.isfinite(t), rounded, t)
 
 
 def _torch_tf32(fn):
@@ -46,8 +56,8 @@ def test_matmul_tf32(m, n, k, layout):
     assert out.dtype == torch.float32 and out.shape == (m, n)
     ref = a.double() @ b.double()
     err = _rel(out, ref)
-    theirs = _rel(_torch_tf32(lambda: a @ b), ref)
-    assert err <= max(4 * theirs, 1e-5) and err < 2e-3, (err, theirs)
+    model = _rel(_tf32(a).double() @ _tf32(b).double(), ref)
+    assert err <= max(4 * model, 1e-5) and err < 2e-3, (err, model)
     if k >= 200:   # tf32, not fp32: fp32 arithmetic errs ~1e-6 here
         assert err > 2e-5, err
 
@@ -93,8 +103,8 @@ def test_conv_tf32(case, channels_last):
     y = convolve(x, w, b, *args, precision="tf32")
     ref = F.conv2d(x.double(), w.double(), b.double(), *args)
     err = _rel(y, ref)
-    theirs = _rel(_torch_tf32(lambda: F.conv2d(x, w, b, *args)), ref)
-    assert err <= max(4 * theirs, 1e-5) and err < 2e-3, (err, theirs)
+    model = _rel(F.conv2d(_tf32(x).double(), _tf32(w).double(), b.double(), *args), ref)
+    assert err <= max(4 * model, 1e-5) and err < 2e-3, (err, model)
     assert err > 2e-5 or C * R * S // groups < 64, err   # tf32, not a silent fp32 path
     again = convolve(x, w, b, *args, precision="tf32")   # the replayed launch
     assert torch.equal(again, y)
@@ -134,7 +144,9 @@ def test_composed_conv_tf32_is_eager_accurate():
         prog = Program.build(model, [x], {"conv": ConvRun(precision="tf32")})
         err = _rel(prog.run(model, [x]), want)
         theirs = _rel(_torch_tf32(lambda: model(x)), want)
-    assert err <= max(4 * theirs, 1e-5) and err < 2e-3, (err, theirs)
+    # cuDNN may pick an fp32 kernel even with TF32 on: tf32's own normwise error on signed
+    # data (~3e-4) is the floor of the yardstick
+    assert err <= 4 * max(theirs, 3e-4) and err < 2e-3, (err, theirs)
 
 
 def test_tune_matmul_tf32(tmp_path, monkeypatch):
