@@ -463,6 +463,8 @@ def with_fresh(compute):
 
 # below this many auxiliaries a record renames them all (printing it costs more)
 OCCURRING_MIN = 16
+# a constant `occurring` prints with every record and must find among the declarations
+_SENTINEL = "argus.verify.tagdomain!occurring"
 
 
 def occurring(rec: Record, own: tuple) -> tuple:
@@ -479,14 +481,16 @@ def occurring(rec: Record, own: tuple) -> tuple:
     The constants of the record's terms are listed by Z3's SMT-LIB printer (its declarations;
     one C-level pass over the shared DAG, about 100x faster than a walk through the Python
     API). Never fewer than occur: a variable whose printed symbol this does not recognize
-    (an unusual name) counts as occurring."""
+    (an unusual name) counts as occurring, and a sentinel constant packed with the terms must
+    be recognized, else every variable counts (a printer that declares constants some other
+    way would otherwise drop them all: not renamed, instances would share them)."""
     if len(own) < OCCURRING_MIN:
         return own
     terms = [t for t in _record_terms(rec) if isinstance(t, z3.ExprRef)]
     if not terms:
         return ()
     ctx = terms[0].ctx
-    app = _pack(ctx, terms)
+    app = _pack(ctx, terms + [z3.Int(_SENTINEL, ctx)])
     text = z3.Z3_benchmark_to_smtlib_string(ctx.ref(), "", "", "unknown", "", 0, None,
                                             app.as_ast())
     declared = set()
@@ -494,6 +498,10 @@ def occurring(rec: Record, own: tuple) -> tuple:
     for line in text[:end if end >= 0 else len(text)].split("\n"):
         if line.startswith("(declare-fun ") and " () " in line:
             declared.add(line[len("(declare-fun "):line.rindex(" () ")])
+        elif line.startswith("(declare-const ") and line.count(" ") == 2:
+            declared.add(line[len("(declare-const "):line.rindex(" ")])
+    if _SENTINEL not in declared:
+        return own   # declarations this does not read: rename every auxiliary
     out = []
     ref = ctx.ref()
     for v, stem in own:
