@@ -461,3 +461,31 @@ def test_staged_inputs_are_freed_once_the_candidate_has_read_them(monkeypatch):
         start = events.index(("hand", n))
         after = next(k for k in range(start + 1, len(events)) if events[k][0] != "free")
         assert events.index(("free", n)) < after, (n, events)
+
+
+def test_a_preparation_ahead_that_failed_is_done_again_in_the_judges_thread(monkeypatch):
+    """A set prepared ahead runs beside the candidate (which may hold the memory it lacked)
+    and a session judges several solutions: a failed preparation is done again when the set
+    is taken, not raised there (before: the judgment failed with the reference's error, and a
+    session would replay a failure kept ahead to a later solution)."""
+    import threading
+
+    from argus.bench.kernelbench.process import WorkerError
+
+    real_prepare = ReferenceSession._prepare
+    failed: list[int] = []
+
+    def prepare(self, spec, *args, **kwargs):
+        if threading.current_thread().name.startswith("kb-prefetch") and \
+                spec.index not in failed:
+            failed.append(spec.index)        # each set's first preparation ahead fails
+            raise WorkerError("out_of_memory", "CUDA out of memory beside the candidate")
+        return real_prepare(self, spec, *args, **kwargs)
+
+    monkeypatch.setattr(ReferenceSession, "_prepare", prepare)
+    options = dataclasses.replace(OPTIONS, direct=True, cpu_timing=True, trials=10, warmup=1)
+    with ReferenceSession(_task(1, 19), options) as session:
+        j = judge_with(session, FIXTURES / "relu_copy.py")
+    assert failed, "no set was prepared ahead"
+    assert j.correct and j.timing is not None, (j.reasons, j.detail)
+    assert j.phases.get("# preparations ahead failed, done again", 0) >= 2, j.phases

@@ -445,7 +445,10 @@ class ReferenceSession:
         """Prepare set `key` (an index) or the timing sets ("timing") in a thread of its own,
         while the candidate runs: its float64 reference (and its gate waits) then overlap the
         candidate's work instead of following it. `get` / `timing_sets` take the result; a
-        failure is raised there, as if prepared then."""
+        preparation that failed is done again there, in the judge's thread (it ran beside the
+        candidate, which may have held the memory it lacked; and a session judges several
+        solutions, so a failure kept would be replayed to a later one): what fails then is
+        raised, as if prepared then."""
         if key in self._ahead or (isinstance(key, int) and (
                 key >= len(self.specs) or (key in self.sets and self.sets[key].present))):
             return
@@ -464,7 +467,8 @@ class ReferenceSession:
         self._ahead[key] = (thread, box)
 
     def _take_ahead(self, key: Any) -> list[_RefSet] | None:
-        """The sets prepared ahead under `key` (waited for), None when none were asked."""
+        """The sets prepared ahead under `key` (waited for), None when none were asked or the
+        preparation failed (the caller prepares them now: `prefetch`)."""
         item = self._ahead.pop(key, None)
         if item is None:
             return None
@@ -474,7 +478,8 @@ class ReferenceSession:
         thread.join()
         self.add_phase("reference sets waited for (prepared ahead)", time.perf_counter() - t0)
         if "error" in box:
-            raise box["error"]
+            self.add_phase("# preparations ahead failed, done again", 1.0)
+            return None
         return box["entries"]
 
     def preparing(self) -> bool:
