@@ -225,8 +225,10 @@ def grouped_products(kernel, layout: str, pa: torch.Tensor, pb: torch.Tensor, pi
 # bumps it; views share it) and the split's layout. Activations are never kept: a new tensor
 # every call. Not seen: a write through `param.data` (its own version counter), as in
 # argus.ops.conv's weight repack.
+# Bounded by bytes, not entries: a model with more Linear weights than a count bound, called
+# layer after layer, would evict each weight's pieces before its next use and never hit.
 _PARAMETER_PIECES: OrderedDict = OrderedDict()
-_PARAMETER_PIECES_MAX = 16
+_PARAMETER_PIECES_SHARE = 0.25       # of the device's memory (8 GB off a GPU)
 
 
 def _parameter_owner(b: torch.Tensor) -> torch.Tensor | None:
@@ -236,8 +238,8 @@ def _parameter_owner(b: torch.Tensor) -> torch.Tensor | None:
 
 def _drop_dead_parameters() -> None:
     """Forget the pieces of parameters that are gone (their model freed): at the next GEMM,
-    not once 16 newer entries have pushed them out (16 dead copies of L2/55's weight pieces
-    are 100 GB). Not from a weakref callback: it could run in the middle of an iteration of
+    not once newer entries have pushed them out (each dead copy of L2/55's weight pieces is
+    6.4 GB). Not from a weakref callback: it could run in the middle of an iteration of
     the dict, which then raises."""
     for k in [k for k, (ref, _) in _PARAMETER_PIECES.items() if ref() is None]:
         del _PARAMETER_PIECES[k]
@@ -264,8 +266,16 @@ def _keep_parameter_pieces(b: torch.Tensor, key: tuple, pieces: torch.Tensor) ->
     for k in stale:                    # an earlier version of this parameter: its memory back
         del _PARAMETER_PIECES[k]
     _PARAMETER_PIECES[(id(owner), b._version, b.data_ptr(), key)] = (weakref.ref(owner), pieces)
-    while len(_PARAMETER_PIECES) > _PARAMETER_PIECES_MAX:
-        _PARAMETER_PIECES.popitem(last=False)
+    limit = _pieces_budget(pieces.device)
+    while len(_PARAMETER_PIECES) > 1 and sum(
+            p.numel() * p.element_size() for _, p in _PARAMETER_PIECES.values()) > limit:
+        _PARAMETER_PIECES.popitem(last=False)      # the least recently used first
+
+
+def _pieces_budget(device: torch.device) -> float:
+    if device.type == "cuda":
+        return _PARAMETER_PIECES_SHARE * torch.cuda.get_device_properties(device).total_memory
+    return 8e9
 
 
 def plan_chunks(k: int, terms: int, max_chunk: int = MAX_CHUNK) -> tuple[int, int]:

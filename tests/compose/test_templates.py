@@ -650,3 +650,34 @@ def test_the_pieces_of_a_freed_parameter_are_let_go_of_at_the_next_gemm():
         other(randn(6, 40))
     entries = list(gemm._PARAMETER_PIECES.values())
     assert len(entries) == 1 and entries[0][0]() is other.m.weight, entries
+
+
+def test_more_linear_weights_than_a_count_bound_keep_their_pieces(monkeypatch):
+    """The parameter-pieces cache is bounded by bytes: 20 Linear layers called in order hit
+    on the second forward (a 16-entry bound evicted each weight before its next use)."""
+    from argus.compose import gemm
+
+    splits = []
+    real_split = gemm.split
+    monkeypatch.setattr(gemm, "split", lambda x, *a: splits.append(1) or real_split(x, *a))
+    layers = 20
+
+    class Deep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.fcs = nn.ModuleList(nn.Linear(16, 16, bias=False) for _ in range(layers))
+
+        def forward(self, x):
+            for fc in self.fcs:
+                x = fc(x)
+            return x
+
+    _, new = composed(Deep)
+    x = randn(4, 16)
+    with torch.no_grad():
+        new(x)
+        first = len(splits)
+        new(x)
+    assert first >= 2 * layers                      # each layer: its input and its weight
+    assert len(splits) - first == layers            # again: only the inputs

@@ -530,3 +530,20 @@ def test_cli_list(capsys):
 def test_task_from_path_errors(tmp_path):
     with pytest.raises(KernelBenchError, match="does not exist"):
         task_from_path(tmp_path / "missing.py")
+
+
+def test_replacing_the_random_draw_of_the_checked_timed_calls_is_tampering():
+    """The judge picks which timed calls it checks with os.urandom and random.Random: a
+    solution that replaced them could predict the checked calls (review of 0e0cdf3)."""
+    import os
+    import random
+
+    snap = guards.capture_clocks()
+    saved_urandom, saved_shuffle = os.urandom, random.Random.shuffle
+    try:
+        os.urandom = lambda n: b"\0" * n
+        random.Random.shuffle = lambda self, x: None
+        assert {"os.urandom", "random.Random.shuffle"} <= set(guards.changed_clocks(snap))
+    finally:
+        os.urandom, random.Random.shuffle = saved_urandom, saved_shuffle
+    assert guards.changed_clocks(snap) == []

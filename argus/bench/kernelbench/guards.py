@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import time
 from collections.abc import Callable
@@ -52,6 +53,12 @@ def _clock_targets() -> list[tuple[str, Any, str]]:
     for attr in ("save", "load", "equal", "allclose"):
         targets.append((f"torch.{attr}", torch, attr))
     targets.append(("torch.profiler.profile", torch.profiler, "profile"))
+    # which timed calls the judge checks is drawn from these: a solution that replaced them
+    # could predict the checked calls and compute only those
+    targets.append(("os.urandom", os, "urandom"))
+    targets.append(("random.Random", random, "Random"))
+    for attr in ("shuffle", "choice", "seed", "random", "getrandbits", "__init__"):
+        targets.append((f"random.Random.{attr}", random.Random, attr))
     targets.append(("json.dumps", json, "dumps"))
     for module in (runtime_timing, timing):
         for attr in sorted(vars(module)):

@@ -580,10 +580,12 @@ class ReferenceSession:
         if nbytes * len(self.specs) > self.options.ref_cache_bytes:
             entry.inputs = None
 
-    def load_inputs(self, entry: _RefSet) -> list[Any]:
+    def load_inputs(self, entry: _RefSet, device: Any = None) -> list[Any]:
+        """The set's inputs: those held here, else read from its file onto `device` (default:
+        the comparison's device)."""
         if entry.inputs is not None:
             return entry.inputs
-        return torch.load(entry.inputs_path, map_location=self.compare_device,
+        return torch.load(entry.inputs_path, map_location=device or self.compare_device,
                           weights_only=True)    # plain values: a candidate can write there
 
     def input_args(self, entry: _RefSet) -> dict[str, Any]:
@@ -676,7 +678,9 @@ class ReferenceSession:
         self._drop_ahead()
         if entries is None:
             entries = [self._prepare(spec) for spec in self._timing_specs()]
-        values = [v for e in entries for v in self.load_inputs(e)]
+        # through files, the sets only go from one file to another: never onto the GPU
+        values = [v for e in entries
+                  for v in self.load_inputs(e, None if self.options.direct else "cpu")]
         path = self.dir / "inputs" / "timing.pt"
         path.unlink(missing_ok=True)
         if self.options.direct:
