@@ -23,7 +23,8 @@ from argus.verify.identity import ObjectMap, ObjectSet
 from argus.verify.model import Model, WgmmaSite, _num, b_index
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
-from argus.verify.tagdomain import Substitution, fresh_int, is_coordinate_field, mentions
+from argus.verify.tagdomain import (Substitution, free_consts, fresh_int, is_coordinate_field,
+                                    mentions)
 
 
 def _coords_text(zm, rec, model: Model) -> str:
@@ -474,17 +475,28 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
             msg = f"{name} = {k} lies outside [0, {d}) (the {d} k values the loop visits)"
         return msg, wit
 
-    claims = [(f"{name} in [0, |domain|)", z3.And(t1 >= 0, t1 < size))]
-    if extent is not None and index == 0:
-        claims.append(("k range covers the tensor", size >= _num(extent)))
+    split = _split_grid(model, site, t1, size, loops, kk1) if extent is not None else None
+    if split is not None:
+        # the reduction is split over a grid dimension (split-KV decode: each CTA owns a
+        # contiguous range of K blocks, its partial is merged by another kernel): the CTA's
+        # image is its own interval, and the intervals of consecutive program ids tile
+        # [0, K) (a proof by induction over the program id, so no sum over the grid)
+        obs.extend(_split_cover(model, site, subject, first_prem, t1, size, extent, split,
+                                name, decode_range, index))
+        claims = None
+    else:
+        claims = [(f"{name} in [0, |domain|)", z3.And(t1 >= 0, t1 < size))]
+        if extent is not None and index == 0:
+            claims.append(("k range covers the tensor", size >= _num(extent)))
     # An A operand computed in registers (FlashAttention's P) may skip k values on purpose:
     # a causal loop stops at the diagonal because the keys past it are masked to zero. The
     # model does not track masked values yet, so a short reduction there is a warning (shown,
     # never proven), not an error; from shared memory (a GEMM) it stays an error.
     warn = ("k range covers the tensor",) if site.a_tile is not None else ()
-    obs.append(Obligation("wgmma.k-once", op.loc, subject + ": covers [0, K)", first_prem,
-                          claims, decode_range, minimize=list(model.params.values()),
-                          warn_claims=warn))
+    if claims is not None:
+        obs.append(Obligation("wgmma.k-once", op.loc, subject + ": covers [0, K)", first_prem,
+                              claims, decode_range, minimize=list(model.params.values()),
+                              warn_claims=warn))
     guards = _guards(model, site)
     if guards:
         # the count above assumes the wgmma runs in every iteration of its reduction loops
@@ -500,6 +512,77 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
                               list(model.premises) + outer,
                               [("every enclosing ag.when holds", z3.And(guards))],
                               decode_guard, minimize=[s.var for s in loops]))
+    return obs
+
+
+def _split_grid(model: Model, site: WgmmaSite, t1, size, loops, kk1):
+    """(program id, its extent, lo) when the k a CTA multiplies starts at an offset, and runs
+    for a length, that depend on exactly one program id (a split-K / split-KV grid
+    dimension), else None. `lo` is k at the first iteration of every reduction loop and
+    k-in-tile 0: the CTA's interval is claimed to be [lo, lo + |domain|). Only when lo and |domain| are terms of that program id
+    and the kernel's scalar parameters (nothing per thread or per iteration), so the claims
+    below are about the grid alone."""
+    pids = [(v, hi) for v, lo, hi in model.grid_vars
+            if model.vars.get(str(v)) is not None and model.vars[str(v)].kind == "pid"
+            and isinstance(lo, int) and lo == 0 and mentions(t1, v)]
+    if len(pids) != 1 or any(mentions(t1, v) for v, _, _ in model.grid_vars
+                             if v is not pids[0][0] and not v.eq(pids[0][0])):
+        return None
+    pid, hi = pids[0]
+    starts = [(s.var, _num(model.scalar(s.op.start))) for s in loops] + [(kk1, z3.IntVal(0))]
+    lo = z3.simplify(z3.substitute(t1, *starts))
+    allowed = {str(v) for v in model.params.values()} | {str(pid)}
+    for term in (lo, size):
+        if not free_consts(term) <= allowed:
+            return None
+    # a split's share is a function of its id (its first k and, with a shorter last split,
+    # its length): a CTA whose start depends on its id but whose length does not (a walk
+    # that rotates the whole K per CTA) keeps the per-CTA coverage claim
+    if not (mentions(lo, pid) and mentions(z3.simplify(size), pid)):
+        return None
+    return pid, _num(hi), lo
+
+
+def _split_cover(model: Model, site: WgmmaSite, subject, first_prem, t1, size, extent, split,
+                 name, decode_range, index) -> list[Obligation]:
+    """k-once's coverage for a reduction split over program id `pid` (see _split_grid): each
+    CTA multiplies k in [lo(pid), lo(pid) + size(pid)) (with injectivity: exactly that
+    interval), the first program id starts at 0 and has keys, a CTA with keys follows one with
+    keys that ends where it starts (no gap, no overlap: together with the interval claim the
+    CTAs' k are disjoint), and the last CTA with keys reaches the tensor's extent."""
+    op = site.op
+    pid, hi, lo = split
+    nxt = pid + 1
+    lo_n, size_n = z3.substitute(lo, (pid, nxt)), z3.substitute(size, (pid, nxt))
+    lo_0, size_0 = z3.substitute(lo, (pid, z3.IntVal(0))), z3.substitute(size, (pid, z3.IntVal(0)))
+    ext = _num(extent)
+    cover = "k range covers the tensor"
+    warn = (cover,) if site.a_tile is not None else ()
+    obs = [Obligation("wgmma.k-once", op.loc, subject + f": k of this CTA in [lo, lo + |domain|)"
+                      f" of program id {pid}", first_prem,
+                      [(f"{name} in [lo, lo + |domain|)", z3.And(t1 >= 0, t1 >= lo,
+                                                                 t1 < lo + size))],
+                      decode_range, minimize=list(model.params.values()))]
+    if index != 0:
+        return obs
+
+    def decode_split(zm, violated):
+        wit = {"program_id": value(zm, pid), "lo": value(zm, lo), "domain": value(zm, size),
+               "next_lo": value(zm, lo_n), "next_domain": value(zm, size_n),
+               "extent": value(zm, ext)}
+        return (f"program id {pid} = {wit['program_id']} multiplies {name} in [{wit['lo']}, "
+                f"{wit['lo'] + wit['domain']}), the next one [{wit['next_lo']}, "
+                f"{wit['next_lo'] + wit['next_domain']}), the tensor has {wit['extent']}: "
+                f"violated: {', '.join(violated)}"), wit
+    last = z3.And(size > 0, z3.Or(nxt >= hi, size_n <= 0))
+    claims = [("the program ids' k ranges are disjoint", z3.Implies(
+        z3.And(nxt < hi, size > 0, size_n > 0), lo_n >= lo + size)), (cover, z3.And(
+        lo_0 <= 0, size_0 > 0,
+        z3.Implies(z3.And(nxt < hi, size_n > 0), z3.And(size > 0, lo_n == lo + size)),
+        z3.Implies(last, lo + size >= ext)))]
+    obs.append(Obligation("wgmma.k-once", op.loc, subject + f": covers [0, K) over program id "
+                          f"{pid}", list(model.premises), claims, decode_split,
+                          minimize=list(model.params.values()), warn_claims=warn))
     return obs
 
 
