@@ -7,15 +7,17 @@ Job: the verifier takes a stated precondition as a premise (e.g. the folded soft
 which raises LaunchError naming the kernel, the condition, the values and the reason.
 
 Invariant kept: the check costs next to nothing. Each kernel's predicates are parsed once
-(cached per kernel object) into (parameter names, AST) pairs and evaluated on the Python
-scalars; a compiled launch checks only when it prepares a plan, and its plans are keyed by
+(cached per kernel object) into (parameter names, AST) pairs and evaluated on the actual
+values read as the verifier reads them (exact z3 constants: `_holds`); a compiled launch checks only when it prepares a plan, and its plans are keyed by
 the runtime scalar values (compiled.py `_signature`), so a cached plan exists only for values
 that passed.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from argus.errors import LaunchError
@@ -27,6 +29,7 @@ from argus.ir.core import Kernel
 class Precondition:
     expr: str               # as stated, over $0, $1, ... (ir/tag_ops.Require)
     names: tuple[str, ...]  # the parameter each operand is
+    floats: tuple[bool, ...]  # whether each operand is a float parameter (a Real to the verifier)
     why: str
     node: Any               # the parsed expression (argus.verify.exprs)
     loc: Any = None         # where the kernel states it
@@ -74,8 +77,50 @@ def _parse(kernel: Kernel) -> tuple[Precondition, ...]:
     from argus.verify import exprs
 
     params = {p.value.id: p.name for p in kernel.params}
-    return tuple(Precondition(op.expr, tuple(params[a.id] for a in op.args), op.why,
+    return tuple(Precondition(op.expr, tuple(params[a.id] for a in op.args),
+                              tuple(bool(a.type.dtype.is_float) for a in op.args), op.why,
                               exprs.parse(op.expr), op.loc) for op in ops)
+
+
+def _exact(value: Any, is_float: bool):
+    """The value as the verifier's term sort reads it (a z3 Real for a float parameter, a z3
+    Int for an integer one), or None where it has no such reading: NaN and +-inf are no
+    reals, and a fraction passed for an integer parameter is not the integer launched."""
+    import z3
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            value = value.item()          # a numpy / torch scalar
+        except AttributeError:
+            return None
+    if is_float:
+        value = float(value)
+        return z3.RealVal(Fraction(value)) if math.isfinite(value) else None
+    if isinstance(value, float):
+        if not value.is_integer():
+            return None
+        value = int(value)
+    return z3.IntVal(int(value))
+
+
+def _holds(pre: Precondition, got: tuple) -> bool:
+    """Whether the precondition holds for these values, with the verifier's meaning: z3
+    evaluates it on exact constants of the sorts the verifier gives the parameters (model.py,
+    check_softmax._required_positive), so `/` floors, a float is a real number, and a value
+    with no such reading (NaN, inf, a fraction for an int) does not satisfy it. (Python's own
+    arithmetic differs: `/` truncated, NaN satisfies `!(c <= 0)`.)"""
+    import z3
+
+    from argus.verify import exprs
+
+    terms = tuple(_exact(v, f) for v, f in zip(got, pre.floats))
+    if any(t is None for t in terms):
+        return False
+    try:
+        value = z3.simplify(exprs._as_bool(exprs.evaluate(pre.node, exprs.Env({}, terms))))
+    except (exprs.ExprError, z3.Z3Exception):
+        return False
+    return z3.is_true(value)
 
 
 def check(kernel: Kernel, values: dict[str, Any]) -> None:
@@ -84,11 +129,9 @@ def check(kernel: Kernel, values: dict[str, Any]) -> None:
     pres = of_kernel(kernel)
     if not pres:
         return
-    from argus.verify import exprs
-
     for pre in pres:
         got = tuple(values[n] for n in pre.names)
-        if not exprs.evaluate(pre.node, exprs.Env({}, got)):
+        if not _holds(pre, got):
             shown = ", ".join(f"{n} = {v!r}" for n, v in zip(pre.names, got))
             raise LaunchError(
                 f"kernel {kernel.name}: launch precondition {pre.text()} does not hold "

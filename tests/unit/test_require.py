@@ -143,3 +143,39 @@ def test_an_integer_precondition_is_a_verifier_premise(stated):
     if stated:
         with pytest.raises(ag.LaunchError, match=r"n >= M does not hold \(n = 100, M = 128\)"):
             covered.interpret(x, y, 100)
+
+
+
+def _stating(which):
+    @ag.kernel
+    def stating(X: ag.Tensor["M", 64, ag.f32], Y: ag.Tensor["M", 64, ag.f32], scale: ag.f32,
+                n: ag.i32):
+        (pid,) = ag.grid(ag.cdiv(X.shape[0], 64))
+        # over the reals / z3's integers (the verifier's reading) each implies scale > 0 or n >= 1
+        if which == "scale/2":
+            ag.require(ag.tag_all(ag.sym(scale) // 2 >= 0, ag.sym(scale) != 0), "scale > 0")
+        elif which == "n/2":
+            ag.require(ag.tag_all(ag.sym(n) // 2 >= 0, ag.sym(n) != 0), "n >= 1")
+        else:
+            ag.require(~(ag.sym(scale) <= 0), "scale > 0")
+        ag.store(Y, (pid * 64, 0), ag.load(X, (pid * 64, 0), (64, 64)) * scale)
+    return stating
+
+
+@pytest.mark.parametrize("which, scale, n", [
+    ("scale/2", -0.5, 4), ("n/2", 1.0, -1), ("n/2", 1.0, 0.5), ("!(scale<=0)", float("nan"), 4),
+    ("!(scale<=0)", float("inf"), 4)],
+    ids=["float-division", "int-division", "fraction-for-an-int", "nan", "inf"])
+def test_the_host_reads_a_precondition_as_the_verifier_does(which, scale, n):
+    """The verifier reads a precondition over the reals (a float parameter) and z3's integers
+    (`/` floors), so the host check must too: C-truncating `/` on the host accepted scale =
+    -0.5 for `scale / 2 >= 0 && scale != 0` (trunc(-0.25) = -0.0), n = -1 for
+    `n / 2 >= 0 && n != 0`, n = 0.5 for an i32 (0 on the device), and Python's NaN satisfied
+    `!(scale <= 0)`: each a launch the verifier had assumed away (scale > 0, n >= 1)."""
+    x, y = _arrays()
+    kernel = _stating(which)
+    with pytest.raises(ag.LaunchError, match="does not hold"):
+        kernel.interpret(x, y, scale, n)
+    assert (y == 0).all()
+    kernel.interpret(x, y, 0.5, 1)
+    assert (y == 0.5).all()
