@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+
 from argus.errors import LaunchError
 from argus.ir import tag_ops as T
 from argus.ir.core import Kernel
@@ -30,6 +32,7 @@ class Precondition:
     expr: str               # as stated, over $0, $1, ... (ir/tag_ops.Require)
     names: tuple[str, ...]  # the parameter each operand is
     floats: tuple[bool, ...]  # whether each operand is a float parameter (a Real to the verifier)
+    wide: tuple[bool, ...]    # whether that float is an f64 (else launched as a float32)
     why: str
     node: Any               # the parsed expression (argus.verify.exprs)
     loc: Any = None         # where the kernel states it
@@ -78,14 +81,18 @@ def _parse(kernel: Kernel) -> tuple[Precondition, ...]:
 
     params = {p.value.id: p.name for p in kernel.params}
     return tuple(Precondition(op.expr, tuple(params[a.id] for a in op.args),
-                              tuple(bool(a.type.dtype.is_float) for a in op.args), op.why,
+                              tuple(bool(a.type.dtype.is_float) for a in op.args),
+                              tuple(a.type.dtype.name == "f64" for a in op.args), op.why,
                               exprs.parse(op.expr), op.loc) for op in ops)
 
 
-def _exact(value: Any, is_float: bool):
+def _exact(value: Any, is_float: bool, wide: bool = False):
     """The value as the verifier's term sort reads it (a z3 Real for a float parameter, a z3
     Int for an integer one), or None where it has no such reading: NaN and +-inf are no
-    reals, and a fraction passed for an integer parameter is not the integer launched."""
+    reals, and a fraction passed for an integer parameter is not the integer launched. A float
+    is read as launched: the driver passes a Python float as a float32 (driver.py) and the
+    interpreter computes with np.float32 (interp/launch.py), so 1e-50 is the 0 the kernel sees
+    and 1e39 its inf."""
     import z3
 
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -94,7 +101,8 @@ def _exact(value: Any, is_float: bool):
         except AttributeError:
             return None
     if is_float:
-        value = float(value)
+        with np.errstate(over="ignore"):     # 1e39 is inf as a float32: refused below
+            value = float(value) if wide else float(np.float32(value))
         return z3.RealVal(Fraction(value)) if math.isfinite(value) else None
     if isinstance(value, float):
         if not value.is_integer():
@@ -113,7 +121,7 @@ def _holds(pre: Precondition, got: tuple) -> bool:
 
     from argus.verify import exprs
 
-    terms = tuple(_exact(v, f) for v, f in zip(got, pre.floats))
+    terms = tuple(_exact(v, f, w) for v, f, w in zip(got, pre.floats, pre.wide))
     if any(t is None for t in terms):
         return False
     try:

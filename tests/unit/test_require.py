@@ -179,3 +179,13 @@ def test_the_host_reads_a_precondition_as_the_verifier_does(which, scale, n):
     assert (y == 0).all()
     kernel.interpret(x, y, 0.5, 1)
     assert (y == 0.5).all()
+
+
+@pytest.mark.parametrize("scale", [1e-50, 1e39])
+def test_a_float_is_checked_as_the_float32_launched(scale):
+    """A Python float is launched as a float32 (driver.py, the interpreter's np.float32): 1e-50
+    is the kernel's 0 and 1e39 its inf, so `scale > 0` (a premise: scale > 0 over the reals)
+    must refuse them, though the Python float is positive."""
+    x, y = _arrays()
+    with pytest.raises(ag.LaunchError, match="scale > 0 does not hold"):
+        scaled.interpret(x, y, scale)
