@@ -101,8 +101,14 @@ def for_scale(schedule: AttentionSchedule, scale: float) -> AttentionSchedule:
     """The schedule to run for this softmax scale: a schedule with fold_scale takes the row
     max of the raw scores, and max(s) * scale is the max of s * scale only for a positive
     finite scale (0 would give NaN for masked keys, a negative one the row min), so any other
-    scale runs the same schedule unfolded."""
-    if schedule.fold_scale and not 0.0 < scale < math.inf:
+    scale runs the same schedule unfolded. Decided on the float32 the kernel gets,
+    qk_scale = float32(scale * LOG2E) (its ag.require checks that value): a positive double
+    below ~1e-45 is a float32 0 there, one above ~2.4e38 an inf."""
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        folded = float(np.float32(scale * LOG2E))
+    if schedule.fold_scale and not 0.0 < folded < math.inf:
         return dataclasses.replace(schedule, fold_scale=False)
     return schedule
 

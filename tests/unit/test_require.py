@@ -189,3 +189,18 @@ def test_a_float_is_checked_as_the_float32_launched(scale):
     x, y = _arrays()
     with pytest.raises(ag.LaunchError, match="scale > 0 does not hold"):
         scaled.interpret(x, y, scale)
+
+
+@pytest.mark.parametrize("scale", [1e-46, 3e38])
+def test_for_scale_unfolds_a_scale_the_float32_cannot_hold(scale):
+    """argus.ops.attention folds only a scale whose float32 qk_scale (scale * log2 e, what the
+    kernel gets and its ag.require checks) is positive and finite; a tiny or huge positive
+    double runs unfolded instead of being refused by the precondition."""
+    from argus.kernels.attention import attention_kernel, default_schedule
+    from argus.ops.attention import for_scale
+
+    folded = dataclasses.replace(default_schedule(64, False), fold_scale=True)
+    chosen = for_scale(folded, scale)
+    assert not chosen.fold_scale
+    fn = attention_kernel(64, ag.bf16, False, False)
+    assert preconditions.of_kernel(fn.trace(s=chosen)) == ()
