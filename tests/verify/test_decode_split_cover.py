@@ -63,3 +63,20 @@ def test_splits_with_a_gap_are_caught(monkeypatch, bug):
              + _k_once(_report(monkeypatch, bug), "error")
              if "k range covers the tensor" in d.message]
     assert found
+
+
+def _twice_skipping(split, splits, SK, block_n):
+    # even splits own blocks [(split // 4) * per, + per), odd ones none: splits 0 and 2 both
+    # own the first `per` blocks, yet no two consecutive splits both have blocks
+    blocks = ag.cdiv(SK, block_n)
+    per = ag.cdiv(blocks, splits)
+    kb0 = (split // 4) * per
+    return kb0, ag.maximum(ag.minimum(per, blocks - kb0), 0) * (1 - split % 2)
+
+
+def test_overlap_across_an_empty_split_is_an_error(monkeypatch):
+    """Disjointness between consecutive program ids alone lets a key sit in two partials
+    when an empty split lies between them (splits 0 and 2 here): an error, not the coverage
+    warning a register-A site gets for a gap."""
+    found = _k_once(_report(monkeypatch, _twice_skipping), "error")
+    assert any("disjoint" in d.message for d in found), found
