@@ -547,3 +547,25 @@ def test_replacing_the_random_draw_of_the_checked_timed_calls_is_tampering():
     finally:
         os.urandom, random.Random.shuffle = saved_urandom, saved_shuffle
     assert guards.changed_clocks(snap) == []
+
+
+@pytest.mark.parametrize("how", ["_randbelow", "module"])
+def test_replacing_what_shuffle_and_choice_draw_from_is_tampering(how):
+    """Random.shuffle and Random.choice draw through Random._randbelow (a Python method the
+    class looks up on every call), and the worker's `import random` reads sys.modules: a
+    solution that replaced either (e.g. `_randbelow = lambda self, n: 0`) fixed the order and
+    the picked calls without touching a guarded name."""
+    import random
+    import sys
+
+    snap = guards.capture_clocks()
+    saved = random.Random._randbelow, sys.modules["random"]
+    try:
+        if how == "_randbelow":
+            random.Random._randbelow = lambda self, n: 0
+        else:
+            sys.modules["random"] = type(sys)("random")
+        assert guards.changed_clocks(snap)
+    finally:
+        random.Random._randbelow, sys.modules["random"] = saved
+    assert guards.changed_clocks(snap) == []

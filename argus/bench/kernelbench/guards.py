@@ -57,8 +57,12 @@ def _clock_targets() -> list[tuple[str, Any, str]]:
     # could predict the checked calls and compute only those
     targets.append(("os.urandom", os, "urandom"))
     targets.append(("random.Random", random, "Random"))
-    for attr in ("shuffle", "choice", "seed", "random", "getrandbits", "__init__"):
+    # shuffle and choice draw through _randbelow (a Python method, looked up per call)
+    for attr in ("shuffle", "choice", "seed", "random", "getrandbits", "__init__",
+                 "_randbelow", "_randbelow_with_getrandbits"):
         targets.append((f"random.Random.{attr}", random.Random, attr))
+    # the worker's `import random` reads sys.modules: a module put in its place is another
+    targets.append(("sys.modules['random']", sys.modules, "random"))
     targets.append(("json.dumps", json, "dumps"))
     for module in (runtime_timing, timing):
         for attr in sorted(vars(module)):
@@ -71,6 +75,9 @@ def capture_clocks() -> dict[str, Any]:
     """Identity snapshot of the clock and judging functions (take it before importing code)."""
     snap: dict[str, Any] = {}
     for label, owner, attr in _clock_targets():
+        if isinstance(owner, dict):             # sys.modules
+            snap[label] = owner.get(attr)
+            continue
         snap[label] = owner.__dict__.get(attr, getattr(owner, attr, None)) \
             if isinstance(owner, type) else getattr(owner, attr, None)
     return snap
