@@ -245,10 +245,22 @@ def _drop_dead_parameters() -> None:
         del _PARAMETER_PIECES[k]
 
 
+def _capturing() -> bool:
+    """Whether a CUDA graph is being captured on the current stream. Then the cache is not
+    used: a hit would capture a read of the pieces, so a replay after an in-place update of the
+    weight computes with the old one (a graph reads the weight's current memory, the split
+    included), and pieces kept from a capture are only recorded, not computed, until the
+    graph is replayed (an eager call hitting them reads garbage)."""
+    try:
+        return bool(torch.cuda.is_current_stream_capturing())
+    except (RuntimeError, AssertionError, AttributeError):   # no CUDA in this torch
+        return False
+
+
 def _parameter_pieces(b: torch.Tensor, key: tuple) -> torch.Tensor | None:
     _drop_dead_parameters()
     owner = _parameter_owner(b)
-    if owner is None:
+    if owner is None or _capturing():
         return None
     full = (id(owner), b._version, b.data_ptr(), key)
     hit = _PARAMETER_PIECES.get(full)
@@ -260,7 +272,7 @@ def _parameter_pieces(b: torch.Tensor, key: tuple) -> torch.Tensor | None:
 
 def _keep_parameter_pieces(b: torch.Tensor, key: tuple, pieces: torch.Tensor) -> None:
     owner = _parameter_owner(b)
-    if owner is None:
+    if owner is None or _capturing():
         return
     stale = [k for k in _PARAMETER_PIECES if k[0] == id(owner) and k[3] == key]
     for k in stale:                    # an earlier version of this parameter: its memory back

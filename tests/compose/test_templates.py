@@ -681,3 +681,29 @@ def test_more_linear_weights_than_a_count_bound_keep_their_pieces(monkeypatch):
         new(x)
     assert first >= 2 * layers                      # each layer: its input and its weight
     assert len(splits) - first == layers            # again: only the inputs
+
+
+def test_no_parameter_pieces_are_kept_or_used_while_a_cuda_graph_is_captured(monkeypatch):
+    """Under CUDA graph capture the weight is split in the graph (a replay follows in-place
+    updates of the weight, as torch's own graphs do) and nothing is kept: pieces made in a
+    capture are recorded, not computed, until a replay, so a later eager call that hit them
+    would read garbage; and a hit in the capture would freeze the weight's old pieces into
+    every replay."""
+    from argus.compose import gemm
+
+    splits = []
+    real_split = gemm.split
+    monkeypatch.setattr(gemm, "split", lambda x, *a: splits.append(1) or real_split(x, *a))
+    _, new = composed(mod_model(lambda: nn.Linear(40, 24, bias=False)))
+    x = randn(6, 40)
+    gemm._PARAMETER_PIECES.clear()
+    with torch.no_grad():
+        new(x)                                              # eager: the weight's pieces kept
+        assert len(gemm._PARAMETER_PIECES) == 1
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+        before = len(splits)
+        new(x)                                              # "captured": split again
+        assert len(splits) - before == 2
+        gemm._PARAMETER_PIECES.clear()
+        new(x)
+        assert not gemm._PARAMETER_PIECES                   # nothing kept from a capture
