@@ -4,7 +4,8 @@
 # $OUT/<step>.log; the last lines printed are one summary line per step.
 #   bash scripts/gpu_round2.sh [steps...]   (default: tests membound attention moe fp8block)
 # Steps: tests quick membound attention moe fp8block conv untuned gelu pingpong kb
-#        online convq scan fp8overlap att64 moedecode firstcall fp8quant (one fast bench each, < 70 s)
+#        online convq scan fp8overlap att64 moedecode firstcall fp8quant decode tf32 rowbox lanes
+#        tileorder poolsweep (one bench each, 30-120 s)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
 #   kb: scripts/gpu_kernelbench_solve.sh with KB_BUDGET seconds (default 240); results under
 #       $OUT/solve, resumed from $KB_RESUME/results.jsonl when that is set
@@ -44,6 +45,12 @@ for s in "${steps[@]}"; do
     moedecode) run_step moedecode 50 python3 -u scripts/gpu_moe_bench.py --decode --rule-variants --models qwen3-30b-a3b mixtral --out "$OUT/moedecode" ;;
     firstcall) run_step firstcall 40 python3 -u scripts/gpu_first_call.py --skip-cold ;;
     fp8quant) run_step fp8quant 30 python3 -u scripts/gpu_fp8_quant_bench.py --out "$OUT/fp8quant" ;;
+    decode) run_step decode 120 python3 -u scripts/gpu_attention_bench.py --decode --decode-variants st2,bn64+st4,s8 --out "$OUT/decode" ;;
+    tf32) run_step tf32 90 python3 -u scripts/gpu_tf32_bench.py --quick ;;
+    rowbox) run_step rowbox 60 python3 -u scripts/gpu_conv_bench.py --rowbox --skip-kernelbench ;;
+    lanes) run_step lanes 60 python3 -u scripts/gpu_memory_bound.py --examples softmax_online,softmax_lanes --rounds 2 --out "$OUT/lanes" ;;
+    tileorder) run_step tileorder 60 python3 -u scripts/gpu_tile_order.py --out "$OUT/tileorder" ;;
+    poolsweep) run_step poolsweep 60 python3 -u scripts/gpu_pool_sweep.py --out "$OUT/poolsweep" ;;
     *) echo "unknown step $s" ;;
   esac
 done
