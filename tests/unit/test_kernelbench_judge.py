@@ -489,3 +489,27 @@ def test_a_preparation_ahead_that_failed_is_done_again_in_the_judges_thread(monk
     assert failed, "no set was prepared ahead"
     assert j.correct and j.timing is not None, (j.reasons, j.detail)
     assert j.phases.get("# preparations ahead failed, done again", 0) >= 2, j.phases
+
+
+def test_closing_a_session_frees_its_workers_and_folder_when_dropping_a_preparation_fails():
+    """A preparation ahead that raises while the session closes (review of 2a96afe) still
+    leaves no worker process running and no folder behind; the error is not swallowed."""
+    session = ReferenceSession(_task(1, 19), OPTIONS)
+    closed = []
+
+    class FakeWorker:
+        def close(self):
+            closed.append(self)
+
+    session.worker, session._spare = FakeWorker(), FakeWorker()
+
+    def fails():
+        raise RuntimeError("a preparation ahead failed")
+
+    session._drop_ahead = fails
+    folder = session.dir
+    assert folder.is_dir()
+    with pytest.raises(RuntimeError, match="preparation ahead"):
+        session.close()
+    assert len(closed) == 2 and session.worker is None and session._spare is None
+    assert not folder.exists()

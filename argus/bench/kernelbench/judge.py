@@ -391,20 +391,25 @@ class ReferenceSession:
             self.phases[name] = self.phases.get(name, 0.0) + float(seconds)
 
     def close(self) -> None:
-        self._drop_ahead()
-        for worker in (self.worker, self._spare):
-            if worker is not None and worker is not self._reused_reference:
-                worker.close()
-        self.worker = self._spare = None
-        self.sets.clear()           # direct judging: the references and inputs live here
-        self._free_handed()
-        if self.options.direct and self.device != "cpu":
-            # this task's references and inputs go back to the driver, not to this process's
-            # cache: on the H200 the judge's cache grew to 124 GB of the card's 140 while
-            # candidates and the hand-over buffers (cudaMalloc, outside the cache) ran out
-            torch.cuda.empty_cache()
-        if not self.options.keep_files:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        # the workers, the buffers and the folder go whatever fails first (a preparation
+        # ahead that raises in _drop_ahead left the worker processes running)
+        try:
+            self._drop_ahead()
+        finally:
+            for worker in (self.worker, self._spare):
+                if worker is not None and worker is not self._reused_reference:
+                    worker.close()
+            self.worker = self._spare = None
+            self.sets.clear()           # direct judging: the references and inputs live here
+            self._free_handed()
+            if self.options.direct and self.device != "cpu":
+                # this task's references and inputs go back to the driver, not to this
+                # process's cache: on the H200 the judge's cache grew to 124 GB of the card's
+                # 140 while candidates and the hand-over buffers (cudaMalloc, outside the
+                # cache) ran out
+                torch.cuda.empty_cache()
+            if not self.options.keep_files:
+                shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> ReferenceSession:
         return self
