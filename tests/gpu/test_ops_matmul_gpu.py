@@ -89,8 +89,11 @@ def test_clear_errors():
         matmul(a.cpu(), a.cpu())
     with pytest.raises(LaunchError, match="must both be bfloat16 or both float16"):
         matmul(a, a.half())
-    with pytest.raises(LaunchError, match="must both be bfloat16 or both float16"):
+    # fp32 runs only as tf32, and only when asked: the refusal names the opt-in
+    with pytest.raises(LaunchError, match="precision='tf32'"):
         matmul(a.float(), a.float())
+    with pytest.raises(LaunchError, match="takes float32 inputs"):
+        matmul(a.float(), a, precision="tf32")
     with pytest.raises(LaunchError, match="do not multiply"):
         matmul(a, _rand(32, 64))
     with pytest.raises(LaunchError, match="out has shape"):
