@@ -75,20 +75,26 @@ def transpose(X: ag.Tensor["B", "R", "C", ag.f32], Y: ag.Tensor["B", "C", "R", a
     b = p // (tiles_c * tiles_r)
     x = ag.load(X, (b, i * BR, j * BC), (BR, BC))
     sel = ag.arange(BR)[:, None, None] == ag.arange(BR)[None, None, :]
-    t = ag.where(sel, x[:, :, None], 0.0).sum(axis=0)          # [1, BC, BR]
+    # a max over -inf fills, not a sum over zeros: x + 0.0 turns x = -0.0 into +0.0 (and a sum
+    # of -0.0 only is +0.0 in torch and numpy), while max(x, -inf) is x for every x, -0.0,
+    # -inf and NaN included (max.NaN propagates it)
+    t = ag.where(sel, x[:, :, None], float("-inf")).max(axis=0)     # [1, BC, BR]
     ag.store(Y, (b, j * BC, i * BR), t)
 
 
 
 # ------------------------------------------------------------------------- strided copy
-# The dtypes the layout copies have kernels for (the DSL name, and the zero the transpose's
-# selection adds): the dtypes KernelBench tasks hand a composed kernel (float32, the half
-# types, index tensors). A copy moves values and never rounds: the selection sums one value
-# with zeros, exact in each of these types. float64 is left out: no task uses it, and the
-# interpreter (float32 working copies) cannot show its copies exact.
-_COPY_DTYPES: dict[torch.dtype, tuple[str, str]] = {
-    torch.float32: ("f32", "0.0"), torch.float16: ("f16", "0.0"),
-    torch.bfloat16: ("bf16", "0.0"), torch.int64: ("i64", "0"), torch.int32: ("i32", "0")}
+# The dtypes the layout copies have kernels for (the DSL name, the fill of the transpose's
+# selection and the reduction that keeps the one selected value): the dtypes KernelBench tasks
+# hand a composed kernel (float32, the half types, index tensors). A copy moves values and
+# never rounds: floats take the max of one value and -inf fills (exact, and -0.0 stays -0.0: a
+# sum with +0.0 made it +0.0), integers the sum of one value and zeros. float64 is left out:
+# no task uses it, and the interpreter (float32 working copies) cannot show its copies exact.
+_FLOAT_SELECT = ('float("-inf")', "max")
+_COPY_DTYPES: dict[torch.dtype, tuple[str, tuple[str, str]]] = {
+    torch.float32: ("f32", _FLOAT_SELECT), torch.float16: ("f16", _FLOAT_SELECT),
+    torch.bfloat16: ("bf16", _FLOAT_SELECT), torch.int64: ("i64", ("0", "sum")),
+    torch.int32: ("i32", ("0", "sum"))}
 _COPY: dict[tuple[int, torch.dtype], Any] = {}
 _TRANSPOSE: dict[torch.dtype, Any] = {torch.float32: transpose}
 
@@ -133,7 +139,7 @@ def _copy_kernel(rank: int, dtype: torch.dtype = torch.float32):
 def _transpose_kernel(dtype: torch.dtype):
     """`transpose` for `dtype` (the float32 kernel itself for float32)."""
     if dtype not in _TRANSPOSE:
-        dt, zero = _COPY_DTYPES[dtype]
+        dt, (fill, select) = _COPY_DTYPES[dtype]
         name = f"transpose_{dt}"
         src = (f"@ag.kernel(threads=256)\n"
                f"def {name}(X: ag.Tensor[\"B\", \"R\", \"C\", ag.{dt}],\n"
@@ -147,7 +153,7 @@ def _transpose_kernel(dtype: torch.dtype):
                f"    b = p // (tiles_c * tiles_r)\n"
                f"    x = ag.load(X, (b, i * BR, j * BC), (BR, BC))\n"
                f"    sel = ag.arange(BR)[:, None, None] == ag.arange(BR)[None, None, :]\n"
-               f"    t = ag.where(sel, x[:, :, None], {zero}).sum(axis=0)\n"
+               f"    t = ag.where(sel, x[:, :, None], {fill}).{select}(axis=0)\n"
                f"    ag.store(Y, (b, j * BC, i * BR), t)\n")
         _TRANSPOSE[dtype] = tile.load_source(src, name)[name]
     return _TRANSPOSE[dtype]

@@ -177,3 +177,29 @@ def test_meta_prebuild_of_a_transposed_input(tmp_path, monkeypatch):
     with torch.no_grad():
         y = new(torch.empty(128, 64, device="meta").t())
     assert y.shape == (64, 128) and "transpose" in names
+
+
+_SPECIALS = [-0.0, 0.0, float("-inf"), float("inf"), float("nan"), -1.5, 2.25]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layout", ["t", "permute", "no_unit_stride"])
+def test_layout_copies_keep_negative_zero_and_specials(dtype, layout):
+    """A transposed copy moves bits: -0.0 stays -0.0 (the selection transpose summed each value
+    with +0.0 fills, and -0.0 + 0.0 is +0.0), infinities and NaN stay. Compared bitwise (NaN:
+    where it is)."""
+    values = torch.tensor(_SPECIALS * 40, dtype=dtype)
+    if layout == "t":
+        src = values[:24 * 10].view(24, 10).t()
+    elif layout == "permute":
+        src = values[:4 * 6 * 10].view(4, 6, 10).permute(2, 0, 1)
+    else:
+        src = values[::2][:7 * 5].view(7, 5).t()        # no dim of stride 1
+    dst = torch.full(src.shape, 7.0, dtype=dtype)
+    launch.copy_into(src, dst)
+    want = src.contiguous()
+    bits = torch.int16 if dtype != torch.float32 else torch.int32
+    nan = want.isnan()          # a NaN's payload is not a layout fact (bf16 rounding sets it)
+    assert torch.equal(dst.isnan(), nan)
+    assert torch.equal(dst.view(bits)[~nan], want.view(bits)[~nan])
+    assert torch.signbit(dst[~nan]).sum() == torch.signbit(want[~nan]).sum() > 0
