@@ -14,7 +14,7 @@ sweep (the template's default marked *) is checked against torch's pooling (max 
 timed with argus.bench.timing.measure (CUDA events, L2 flush, median), next to torch eager:
 ms, GB/s over one read of the input and one write of the output, x eager. What to look for:
 L1/43 at the default above 1.0x eager, and whether another `rows` beats the default (then
-`pool.rows_per_cta` should pick it).
+`pool.pool_rows_per_cta` should pick it).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
         return 1
     start = time.time()
     print(f"== pool sweep on {torch.cuda.get_device_name()}")
-    default_rows = pool.rows_per_cta
+    default_rows = pool.pool_rows_per_cta
     out = []
     for name, shape, kind, k, s, p, d in CASES:
         if args.quick and not name.startswith(("L1/43", "L1/44")):
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
         bn = min(256, 1 << max(0, (ref.shape[-1] - 1).bit_length()))
         dflt = default_rows(bn, window, nrows)
         for rows in sorted(set(ROWS + [dflt])):
-            pool.rows_per_cta = lambda *_a, r=rows: r
+            pool.pool_rows_per_cta = lambda *_a, r=rows: r
             tag = f"rows={rows}{' *' if rows == dflt else ''}"
             try:
                 y = pool.run_pool(node, x)
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
                 traceback.print_exc(limit=2)
                 continue
             finally:
-                pool.rows_per_cta = default_rows
+                pool.pool_rows_per_cta = default_rows
             print(f"   {tag:9s}: {ms:8.3f} ms {gbs(ms):6.0f} GB/s  {eager / ms:5.2f}x eager  "
                   f"max err {err:.1e}", flush=True)
             out.append({"case": name, "rows": rows, "default": rows == dflt, "ms": ms,

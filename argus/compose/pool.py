@@ -90,6 +90,15 @@ def rows_per_cta(bn: int, window: int, n_rows: int) -> int:
     return max(1, min(8, 512 // bn, 64 // max(1, window), n_rows))
 
 
+def pool_rows_per_cta(bn: int, window: int, n_rows: int) -> int:
+    """Output rows per CTA of the pooling template: one. Measured on the H200 (2026-12-02,
+    scripts/gpu_pool_sweep.py, docs/perf/core2.md) over L1/41-46's upstream shapes, one row was
+    the fastest or within 2% of it on all five (geomean 3% above rows_per_cta's pick; more rows
+    only lengthen each CTA's serial tail when the grid already fills the machine). The
+    depthwise convolution keeps rows_per_cta: it was not measured."""
+    return 1
+
+
 @ag.kernel(threads=256)
 def pad_rows(X: ag.Tensor["R", "W", ag.f32], Y: ag.Tensor["R", "WP", ag.f32], PAD: float = 0.0,
              BN: int = 1024):
@@ -133,7 +142,7 @@ def run_pool(node, x: torch.Tensor) -> torch.Tensor:
         x = x.narrow(-1, 0, width)             # a view: rows keep their stride
     spatial_in = shape[-n:-1] + (width,)
     bn = min(256, tile.pow2(spatial_out[-1]))
-    rows = rows_per_cta(bn, math.prod(a["kernel"]), nc * math.prod(spatial_out[:-1]))
+    rows = pool_rows_per_cta(bn, math.prod(a["kernel"]), nc * math.prod(spatial_out[:-1]))
     key = (a["kind"], spatial_in, spatial_out, a["kernel"], a["stride"], a["padding"],
            a["dilation"], bn, rows)
     if key not in _KERNELS:
