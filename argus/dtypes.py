@@ -92,16 +92,28 @@ def round_to(values: np.ndarray, dtype: DType) -> np.ndarray:
 
 
 def round_to_tf32(values: np.ndarray) -> np.ndarray:
-    """float32 values as a tf32 wgmma reads them (the interpreter's model of `.tf32`
-    operands): 10 mantissa bits, rounded half away from zero, as
+    """float32 values rounded to tf32 as PTX cvt.rna.tf32.f32 rounds them (the interpreter's
+    model of ag.round_tf32): 10 mantissa bits, to nearest, ties away from zero, as
     argus/bench/kernelbench/tolerance.py `round_to_tf32` does (the calibration run the judge
-    classes tf32 candidates by). Non-finite values pass unchanged. The tensor core itself may
-    drop the 13 low bits instead (round toward zero): at most one tf32 ulp apart per operand,
-    which the tf32 tests' tolerance (a few 2^-11 of sum |a||b|) admits either way."""
+    classes tf32 candidates by) and as cuBLAS / cuDNN round their operands before a tf32 MMA.
+    Non-finite values pass unchanged. A tf32 wgmma reading an unrounded operand drops the 13
+    low bits instead: `truncate_to_tf32`."""
     x = np.asarray(values, dtype=np.float32)
     bits = x.view(np.uint32)
     rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
     return np.where(np.isfinite(x), rounded, x).astype(np.float32)
+
+
+def truncate_to_tf32(values: np.ndarray) -> np.ndarray:
+    """float32 values as a tf32 wgmma reads an unrounded operand (the interpreter's model of
+    `.tf32`): the 13 low mantissa bits dropped, toward zero. The H200 measured it (2026-12-02,
+    docs/perf/conv.md): raw fp32 operands erred 7-8e-4 normwise where operands rounded first
+    (cuBLAS / cuDNN: cvt.rna) err 2.9e-4; dropping the bits is a bias toward zero that does not
+    average out over K. An operand rounded first (`round_to_tf32`, ag.round_tf32) has those
+    bits zero already and is read exactly. Non-finite values pass unchanged."""
+    x = np.asarray(values, dtype=np.float32)
+    dropped = (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(x), dropped, x).astype(np.float32)
 
 
 E4M3_MAX = 448.0

@@ -391,6 +391,18 @@ exp, log, sqrt, rsqrt, tanh, erf, sigmoid, relu, abs_ = (
     _unary(n) for n in ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "relu", "abs"))
 
 
+def round_tf32(x: Tile) -> Tile:
+    """Elementwise: an f32 tile rounded to tf32 (10 mantissa bits, to nearest, ties away from
+    zero: PTX cvt.rna.tf32.f32), still an f32 tile. Round a tf32 wgmma's operands with it
+    before they reach shared memory: the tensor core reads an unrounded f32 by dropping its 13
+    low bits, a bias toward zero that does not average out over K (normwise ~8e-4 on signed
+    data against rounding's ~3e-4)."""
+    if x.dtype != dtypes.f32:
+        raise TraceError(f"ag.round_tf32 rounds f32 tiles, got {x.dtype}", user_loc(),
+                         fix="convert with .to(ag.f32) first")
+    return elementwise("round_tf32", x)
+
+
 def exp2(x: Tile, approx: bool = False) -> Tile:
     """Elementwise 2^x. approx=True: the SFU's ex2.approx.ftz alone (relative error <= 2^-22;
     results below 2^-126 flush to 0, inputs below it in magnitude read as 0), one instruction

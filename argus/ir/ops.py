@@ -257,7 +257,7 @@ class Wgmma(Op):
     of 32 bytes (16 bf16/f16, 8 f32, 32 e4m3); e4m3 and f32 operands are K-major only. f32
     views are multiplied as tf32 (PTX wgmma `.tf32`, the only wgmma over 32-bit elements: a
     10-bit mantissa, fp32 accumulation), which the DSL admits only under `precision="tf32"`;
-    the interpreter rounds them with dtypes.round_to_tf32. Lowering fills
+    the interpreter drops their 13 low bits (dtypes.truncate_to_tf32). Lowering fills
     `a_desc`/`b_desc` = (swizzle_bytes, lbo_bytes, sbo_bytes, k_step_advance_bytes), the
     advance per instruction (32 bytes of K into a K-major row, 16 rows of an MN-major atom):
     the matrix-descriptor fields codegen encodes (PTX ISA "Matrix Descriptor Format")."""
@@ -726,6 +726,10 @@ ELEMENTWISE_FNS = {
     # input reads as 0 and a subnormal result is flushed to 0); "exp2" is the full-range
     # libdevice exp2f, which on sm_90 costs a compare and two predicated multiplies more
     "exp2_approx": 1,
+    # an f32 value rounded to tf32 (10 mantissa bits), to nearest with ties away from zero:
+    # PTX cvt.rna.tf32.f32, what a tf32 wgmma operand should hold (the tensor core drops the
+    # 13 low bits of an unrounded one)
+    "round_tf32": 1,
     # arity 2
     "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2, "pow": 2,
     "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2,

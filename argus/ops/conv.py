@@ -31,9 +31,12 @@ pieces sum to at most 2, the strict fp32 track: argus/compose) drop ~2^-24; 1 te
 bf16 (relaxed track only). fp32 inputs with `precision="tf32"` (`convolve`, compose's
 ConvRun) run as ONE product instead, the fp32 data read as tf32 by wgmma `.tf32` (bk = 32,
 fp32 output): the arithmetic of PyTorch eager's cuDNN convolution (allow_tf32 is on for cuDNN
-by default), about 1e-3 relative, relaxed track only. The table is argus/agent/split_numerics.py's SLOTS, which derives
-their accuracy (ops does not import the agent, so it is repeated here and a unit test holds
-the two equal).
+by default), about 3e-4 relative, relaxed track only: both operands are rounded to tf32 to
+nearest first (cvt.rna, as cuDNN does; the tensor core would drop an unrounded operand's 13
+low bits, ~8e-4 normwise), the input by one Argus pass (its channels-last copy:
+`_tf32_input`), the weight in its repack (once per version). The split's table is
+argus/agent/split_numerics.py's SLOTS, which derives their accuracy (ops does not import the
+agent, so it is repeated here and a unit test holds the two equal).
 
 conv1d is conv2d on [N, C, 1, L] with a 1 x K filter; conv3d runs the same kernel with the
 depth taps as more K steps and (n, depth) as the flattened image axis.
@@ -263,7 +266,7 @@ def _bias_operand(bias, groups: int, Kg: int, dtype, device):
     return _NO_BIAS[key]
 
 
-def _weight_side(weight, groups: int, terms: int, bk: int):
+def _weight_side(weight, groups: int, terms: int, bk: int, tf32: bool = False):
     """Wt [G, Kg, taps * Cgp] of a 4-d or 5-d weight [K, Cg, (T,) R, S]: a view of the weight
     when its layout allows (`_weight_view`), else the repack (with the fp32 split's pieces,
     SPLIT_SLOTS[terms] side by side along the channels, when terms > 0), each tap's channels
@@ -273,12 +276,13 @@ def _weight_side(weight, groups: int, terms: int, bk: int):
     is never mistaken for the old one. Not seen by a repack: a write through `weight.data`
     (`.data` has a version counter of its own, so `w.data.mul_(2)` leaves w._version as it
     was); update parameters in place under torch.no_grad(), or store 16-bit weights
-    channels-last (read in place, nothing cached)."""
+    channels-last (read in place, nothing cached). `tf32`: the fp32 weight rounded to tf32 to
+    nearest (`round_to_tf32`) in the repack, so the tensor core reads it exactly."""
     import weakref
 
     import torch
 
-    if not terms:
+    if not terms and not tf32:
         view = _weight_view(weight, groups, bk)
         if view is not None:
             return view
@@ -287,7 +291,7 @@ def _weight_side(weight, groups: int, terms: int, bk: int):
     owner = weight if weight._base is None else weight._base
     if weight.is_cuda:
         key = (id(owner), weight._version, weight.data_ptr(), tuple(weight.shape),
-               weight.stride(), weight.dtype, groups, terms, bk)
+               weight.stride(), weight.dtype, groups, terms, bk, tf32)
         hit = _WEIGHTS.get(key)
         if hit is not None and hit[0]() is owner:
             _WEIGHTS.move_to_end(key)
@@ -300,6 +304,8 @@ def _weight_side(weight, groups: int, terms: int, bk: int):
         wp = _bf16_pieces(wt, 1 + max(max(pair) for pair in slots))
         wt = torch.cat([wp[j] for _, j in slots], dim=-1)
     Wt = weight_operand(wt, bk)
+    if tf32:
+        Wt = round_to_tf32(Wt)
     if key is not None:
         _WEIGHTS[key] = (weakref.ref(owner), Wt)
         if len(_WEIGHTS) > 64:
@@ -339,7 +345,9 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
     multiple of 8 (argus.compose packs it with Argus kernels). Runs on CPU tensors too (the
     interpreter tests use it). `rowbox` (ConvSchedule.rowbox: 2-d, stride 1, one group): X is
     the [N, H, W, C] input instead (a view as well). `precision="tf32"` (fp32 only): no split,
-    X and Wt stay fp32 (the kernel reads them as tf32); `terms` and `pack_x` are unused."""
+    X and Wt stay fp32, rounded to tf32 to nearest (cvt.rna: X by `_tf32_input`'s Argus
+    kernel, a copy; Wt in its repack), which the tensor core then reads exactly; `terms` and
+    `pack_x` are unused."""
     import torch
     import torch.nn.functional as F
 
@@ -359,8 +367,8 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
     ndhwc = x.permute(0, 2, 3, 4, 1)                   # a view; contiguous if channels-last
     tf32 = precision == "tf32"
     Wt = _weight_side(weight_in, groups, terms if x.dtype == torch.float32 and not tf32 else 0,
-                      bk)
-    if tf32:                                            # one product, the fp32 data itself
+                      bk, tf32)
+    if tf32:                          # one product of the fp32 data rounded to tf32 (below)
         in_dtype = out_dtype = dtypes.f32
     elif x.dtype == torch.float32 and pack_x is not None:
         slots = SPLIT_SLOTS[terms]
@@ -378,7 +386,10 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
         in_dtype = out_dtype = _IN[str(x.dtype)]
     cpad = -Cg % (16 // ndhwc.element_size())          # 16-byte pixel pitch for TMA
     wpad = -W % sw                                      # whole strides along W
-    if cpad or wpad or not ndhwc.is_contiguous():
+    if tf32:                                            # rounded to tf32 on the way (a copy)
+        ndhwc = _tf32_input(x, G, cpad, wpad)
+        Cg, W = Cg + cpad, W + wpad
+    elif cpad or wpad or not ndhwc.is_contiguous():
         grouped = ndhwc.reshape(N, D, H, W, G, Cg)
         ndhwc = F.pad(grouped, (0, cpad, 0, 0, 0, wpad)).contiguous().reshape(
             N, D, H, W + wpad, G * (Cg + cpad))       # pad keeps a permuted input's strides
@@ -400,6 +411,61 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
     return X, Wt, out, _out_view(out, G), b, (H, P, D, OD), geom, in_dtype, out_dtype
 
 
+def _launch(kernel, src, dst) -> None:
+    """A helper kernel of the op: compiled on CUDA tensors, only built on meta tensors, in the
+    interpreter on CPU tensors (on a copy of `src`: the interpreter writes every argument
+    back, and the caller's x keeps its version counter)."""
+    if dst.is_meta:
+        kernel.compile().build_for(src, dst)
+    elif dst.is_cuda:
+        kernel.compile()(src, dst)
+    else:
+        kernel.interpret(src if src.data_ptr() == dst.data_ptr() else src.clone(), dst)
+
+
+def _tf32_input(x5, groups: int, cpad: int, wpad: int):
+    """The tf32 kernel's X: the fp32 input [N, C, D, H, W] as a contiguous channels-last
+    [N, D, H, W + wpad, G * (C / G + cpad)], every value rounded to tf32 to nearest by an
+    Argus kernel (argus/kernels/conv_tf32.py says why the kernel cannot round it itself).
+    An NCHW-contiguous x: one pass that transposes and rounds (the copy the op makes for such
+    an input anyway); a channels-last x: one rounding copy; else (W not a multiple of the
+    stride, or each group's channels padded) torch's padded copy, rounded in place."""
+    import torch
+    import torch.nn.functional as F
+
+    from argus.kernels.conv_tf32 import round_nhwc, round_rows
+
+    N, C, D, H, W = x5.shape
+    pixels = D * H * W
+    ndhwc = x5.permute(0, 2, 3, 4, 1)
+    if not wpad and (groups == 1 or not cpad) and (x5.is_contiguous() or
+                                                    ndhwc.is_contiguous()):
+        out = torch.empty(N, D, H, W, C + cpad, dtype=torch.float32, device=x5.device)
+        if x5.is_contiguous():
+            _launch(round_nhwc, x5.reshape(N, C, pixels), out.view(N, pixels, C + cpad))
+        else:
+            _launch(round_rows, ndhwc.reshape(N, pixels, C), out.view(N, pixels, C + cpad))
+        return out
+    Cg = C // groups
+    grouped = ndhwc.reshape(N, D, H, W, groups, Cg)
+    out = F.pad(grouped, (0, cpad, 0, 0, 0, wpad)).contiguous().reshape(
+        N, D, H, W + wpad, groups * (Cg + cpad))
+    flat = out.view(1, -1, out.shape[-1])
+    _launch(round_rows, flat, flat)
+    return out
+
+
+def round_to_tf32(t):
+    """A torch fp32 tensor rounded to tf32 to nearest, ties away from zero (cvt.rna.tf32.f32;
+    argus.dtypes.round_to_tf32's bits): the tf32 kernel's weight operand, rounded once per
+    repack (per weight object and version) in torch."""
+    import torch
+
+    bits = t.contiguous().view(torch.int32)
+    rounded = ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+    return torch.where(torch.isfinite(t), rounded, t)
+
+
 def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
              activation: str = "none", terms: int = 3, schedule: ConvSchedule | None = None,
              pack_x=None, precision: str | None = None):
@@ -411,7 +477,8 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
 
     precision="tf32" (fp32 x and weight): ONE product on the fp32 data read as tf32 instead of
     the bf16 split (`terms` is then unused): the arithmetic of PyTorch's own cuDNN convolution
-    with allow_tf32 (its default), about 1e-3 relative, so relaxed track only."""
+    with allow_tf32 (its default), about 3e-4 relative, so relaxed track only. Both operands
+    are rounded to tf32 to nearest first (`_tf32_input`, `_weight_side`), as cuDNN rounds."""
     args = (stride, padding, dilation, groups, activation, terms, schedule, pack_x, precision)
     hit = _Repeat.find(x, weight, bias, args)
     if hit is not None:

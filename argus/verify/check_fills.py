@@ -465,7 +465,7 @@ def _apply(fn: str, vals: list) -> object:
     if fn == "min" and consts:
         return FINITE if consts[0] == math.inf else (-math.inf if consts[0] == -math.inf
                                                      else FINITE)
-    if fn in ("neg", "abs", "tanh", "sigmoid", "relu", "erf") or not consts:
+    if fn in ("neg", "abs", "tanh", "sigmoid", "relu", "erf", "round_tf32") or not consts:
         return FINITE
     return TOP
 

@@ -71,6 +71,136 @@ def test_tf32_conv_rowbox(case):
     assert exact_inputs <= 1e-6
 
 
+def _raw_tf32(monkeypatch):
+    """argus.ops.conv's tf32 path as it was before its operands were rounded: the input's
+    channels-last copy and the weight's repack hold the raw fp32 bits (the kernel's wgmma then
+    drops their 13 low bits)."""
+    def raw_input(x5, groups, cpad, wpad):
+        N, C, D, H, W = x5.shape
+        cg = C // groups
+        grouped = x5.permute(0, 2, 3, 4, 1).reshape(N, D, H, W, groups, cg)
+        return F.pad(grouped, (0, cpad, 0, 0, 0, wpad)).contiguous().reshape(
+            N, D, H, W + wpad, groups * (cg + cpad))
+    monkeypatch.setattr(conv_op, "_tf32_input", raw_input)
+    monkeypatch.setattr(conv_op, "round_to_tf32", lambda t: t)
+
+
+def test_rounded_operands_halve_the_tf32_error(monkeypatch):
+    """The tensor core (and the interpreter's wgmma: dtypes.truncate_to_tf32) reads an
+    unrounded fp32 operand by dropping its 13 low bits, a bias toward zero: the raw operands
+    err ~2.5x more normwise than operands rounded to nearest first (cvt.rna), which the op now
+    does (the input by argus/kernels/conv_tf32.py, the weight in its repack). The rounded
+    result is the float64 convolution of the rounded operands (cuDNN's TF32 arithmetic); the
+    raw one that of the truncated operands."""
+    from argus.dtypes import truncate_to_tf32
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 32, 8, 8, generator=g)
+    w = torch.randn(32, 32, 3, 3, generator=g) / 17
+    args = (1, 1, 1, 1)
+    ref = F.conv2d(x.double(), w.double(), None, *args)
+    rel = lambda y, r: ((y.double() - r).norm() / r.norm()).item()   # noqa: E731
+    rounded = conv_op.conv2d_interpret(x, w, None, *args, schedule=TF32, precision="tf32")
+    with monkeypatch.context() as m:
+        _raw_tf32(m)
+        raw = conv_op.conv2d_interpret(x, w, None, *args, schedule=TF32, precision="tf32")
+    trunc = lambda t: torch.from_numpy(truncate_to_tf32(t.numpy()))   # noqa: E731
+    ref_trunc = F.conv2d(trunc(x).double(), trunc(w).double(), None, *args)
+    ref_round = F.conv2d(round_to_tf32(x).double(), round_to_tf32(w).double(), None, *args)
+    assert rel(raw, ref_trunc) <= 1e-6 and rel(rounded, ref_round) <= 1e-6
+    err_raw, err_rounded = rel(raw, ref), rel(rounded, ref)
+    assert err_raw > 2 * err_rounded, (err_raw, err_rounded)
+    assert 1e-4 < err_rounded < 4e-4, err_rounded      # tf32's own error on signed data
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last", "grouped_pad", "stride_pad"])
+def test_tf32_input_is_rounded_bit_for_bit(layout):
+    """`_tf32_input` (the kernel's X): every value round_to_tf32 of the input's, in
+    channels-last order, the TMA pitch padding zero, from each of its branches (the
+    transposing kernel, the row kernel, torch's padded copy rounded in place)."""
+    g = torch.Generator().manual_seed(1)
+    groups, cpad, wpad = {"nchw": (1, 2, 0), "channels_last": (1, 3, 0),
+                          "grouped_pad": (2, 1, 0), "stride_pad": (1, 0, 1)}[layout]
+    C = {"nchw": 6, "channels_last": 5, "grouped_pad": 6, "stride_pad": 8}[layout]
+    x = torch.randn(2, C, 1, 5, 7, generator=g) * 3
+    x[0, 0, 0, 0, :3] = torch.tensor([1 + 2 ** -11, -(1 + 2 ** -11), 1 + 2 ** -12])  # ties
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last_3d)
+    before = x.clone()
+    X = conv_op._tf32_input(x, groups, cpad, wpad)
+    assert torch.equal(x, before)                                 # the input is not touched
+    N, _, D, H, W = x.shape
+    cg = C // groups
+    want = F.pad(round_to_tf32(x).permute(0, 2, 3, 4, 1).reshape(N, D, H, W, groups, cg),
+                 (0, cpad, 0, 0, 0, wpad)).reshape(N, D, H, W + wpad, groups * (cg + cpad))
+    assert X.is_contiguous() and X.shape == want.shape
+    assert torch.equal(X.view(torch.int32), want.contiguous().view(torch.int32))
+    assert X[0, 0, 0, 0, :1].item() == 1 + 2 ** -10                  # a tie rounds away
+    assert torch.equal(conv_op.round_to_tf32(x).view(torch.int32),
+                       round_to_tf32(x).contiguous().view(torch.int32))
+
+
+def test_tf32_weight_is_rounded_once_per_version(monkeypatch):
+    """The weight's repack holds round_to_tf32 of the weight (cached on the GPU per version:
+    the rounding is not a per-call cost)."""
+    g = torch.Generator().manual_seed(2)
+    w = torch.randn(8, 12, 3, 3, generator=g)
+    Wt = conv_op._weight_side(w, 1, 0, 32, tf32=True)
+    want = conv_op.weight_operand(round_to_tf32(w).reshape(1, 8, 12, 9).permute(0, 3, 1, 2), 32)
+    assert torch.equal(Wt, want)
+    assert not torch.equal(conv_op._weight_side(w, 1, 0, 32), want)   # not tf32: raw bits
+
+
+def test_compose_tf32_chain_is_as_accurate_as_cudnn_tf32():
+    """The CPU analog of tests/gpu/test_tf32_gpu.py::test_composed_conv_tf32_is_eager_accurate
+    (which failed on the GPU with raw operands: 1.47e-3 against its bar of 1.2e-3): the
+    composed Conv -> ReLU -> strided Conv under ConvRun(precision="tf32") errs what cuDNN's TF32
+    arithmetic errs (every convolution's operands rounded to tf32 to nearest, float64 after),
+    within 25%, and clearly less than with truncated operands."""
+    import torch.nn as nn
+
+    from argus.compose.conv import ConvRun
+    from argus.compose.runtime import Program
+    from argus.dtypes import truncate_to_tf32
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(32, 16, 3, stride=2))
+    x = torch.randn(2, 16, 8, 8)
+    with torch.no_grad():
+        want = model.double()(x.double())
+        model.float()
+        prog = Program.build(model, [x], {"conv": ConvRun(precision="tf32")})
+        got = prog.run(model, [x])
+
+        def emulate(rnd):
+            c1, c2 = model[0], model[2]
+            y = F.conv2d(rnd(x).double(), rnd(c1.weight).double(), c1.bias.double(), 1, 1)
+            y = torch.relu(y).float()
+            return F.conv2d(rnd(y).double(), rnd(c2.weight).double(), c2.bias.double(), 2)
+
+        trunc = lambda t: torch.from_numpy(truncate_to_tf32(t.numpy()))   # noqa: E731
+        rel = lambda y: ((y.double() - want).norm() / want.norm()).item()   # noqa: E731
+        ours, cudnn, truncated = rel(got), rel(emulate(round_to_tf32)), rel(emulate(trunc))
+    assert ours <= 1.25 * cudnn and truncated > 1.8 * ours, (ours, cudnn, truncated)
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
+def test_nvrtc_builds_the_rounding_kernels(tmp_path, monkeypatch):
+    """The input kernels compile for sm_90a and round with cvt.rna.tf32.f32."""
+    from argus import codegen
+    from argus.compiler import lower_only
+    from argus.kernels.conv_tf32 import round_nhwc, round_rows
+    from argus.runtime.compile import compile_cuda
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    for kernel in (round_nhwc, round_rows):
+        source = codegen.render(lower_only(kernel))
+        binary = compile_cuda(source.text, [source.name], use_cache=False)
+        assert "cvt.rna.tf32.f32" in binary.ptx
+        assert not binary.resource(source.name).spills
+
+
 def test_tf32_conv3d_bias_and_activation():
     g = torch.Generator().manual_seed(11)
     x = torch.randn(1, 8, 4, 5, 6, generator=g)

@@ -174,27 +174,84 @@ TF32_CASES = [
 @pytest.mark.parametrize("m,n,k,out,schedule", TF32_CASES,
                          ids=[f"{m}x{n}x{k}-{o.name}" for m, n, k, o, _ in TF32_CASES])
 def test_interpreter_matches_float64_reference(m, n, k, out, schedule):
+    """The GEMM kernel reads its fp32 operands as they are: the interpreter's tf32 wgmma drops
+    their 13 low bits (the tensor core's reading of an unrounded operand), so the result is the
+    fp32 sum of the truncated operands' products; operands rounded first (cvt.rna,
+    dtypes.round_to_tf32) are read exactly and give the rounded model, closer to the exact
+    product. (argus.ops.matmul's tf32 GEMM does not round its operands yet: truncation.)"""
     a, w = _f32((m, k), m, 3.0), _f32((n, k), n, 0.5)
-    c = torch.full((m, n), float("nan"), dtype=out.torch_dtype())
-    gemm_kernel(ag.f32, out, **TF32).interpret(a, w, c, s=schedule)
-    got = c.float().numpy().astype(np.float64)
-    assert not np.isnan(got).any()
     a64, w64 = a.double().numpy(), w.double().numpy()
     bound = np.abs(a64) @ np.abs(w64).T
-    # the products of the tf32-rounded inputs, summed in fp32: at most K f32 roundings of
-    # partial sums bounded by sum |a||w|, and one rounding of the output
-    ta = dtypes.round_to_tf32(a.numpy()).astype(np.float64)
-    tw = dtypes.round_to_tf32(w.numpy()).astype(np.float64)
-    want = ta @ tw.T
-    ulp = {"bf16": 2.0 ** -8, "f32": 2.0 ** -23}[out.name]
-    tol = ulp * np.abs(want) + k * 2.0 ** -24 * bound + 1e-30
-    assert (np.abs(got - want) <= tol).all(), np.max(np.abs(got - want) / tol)
-    # against the exact fp32 inputs: within the tf32 bound (each operand off by at most
-    # 2^-11 relative), and really rounded (the fp32 product is not what comes out)
     exact = a64 @ w64.T
-    assert (np.abs(got - exact) <= 2 * 2.0 ** -11 * bound + tol).all()
-    if out == ag.f32:
-        assert np.abs(got - exact).max() > 10 * np.abs(got - want).max()
+    ulp = {"bf16": 2.0 ** -8, "f32": 2.0 ** -23}[out.name]
+    errs = {}
+    for name, model in (("truncated", dtypes.truncate_to_tf32),
+                        ("rounded", dtypes.round_to_tf32)):
+        ops = (a, w) if name == "truncated" else \
+            (torch.from_numpy(model(a.numpy())), torch.from_numpy(model(w.numpy())))
+        c = torch.full((m, n), float("nan"), dtype=out.torch_dtype())
+        gemm_kernel(ag.f32, out, **TF32).interpret(*ops, c, s=schedule)
+        got = c.float().numpy().astype(np.float64)
+        assert not np.isnan(got).any()
+        # the products of the tf32 operands, summed in fp32: at most K f32 roundings of
+        # partial sums bounded by sum |a||w|, and one rounding of the output
+        want = model(a.numpy()).astype(np.float64) @ model(w.numpy()).astype(np.float64).T
+        tol = ulp * np.abs(want) + k * 2.0 ** -24 * bound + 1e-30
+        assert (np.abs(got - want) <= tol).all(), (name, np.max(np.abs(got - want) / tol))
+        # against the exact fp32 inputs: within the tf32 bound (each operand off by less than
+        # one tf32 ulp, 2^-10 relative, truncated; half of it rounded), and really tf32 (the
+        # fp32 product is not what comes out)
+        per_operand = 2.0 ** -10 if name == "truncated" else 2.0 ** -11
+        assert (np.abs(got - exact) <= 2 * per_operand * bound + tol).all()
+        if out == ag.f32:
+            assert np.abs(got - exact).max() > 10 * np.abs(got - want).max()
+        errs[name] = np.linalg.norm(got - exact) / np.linalg.norm(exact)
+    if out == ag.f32:   # truncation's bias toward zero does not average out over K
+        assert errs["truncated"] > 1.5 * errs["rounded"], errs
+
+
+def test_interpreter_models_truncation_and_rounding():
+    """dtypes.truncate_to_tf32 (a tf32 wgmma reading an unrounded f32) drops the 13 low bits
+    toward zero; round_to_tf32 (cvt.rna, ag.round_tf32) rounds to nearest, ties away; a rounded
+    value is read unchanged by the truncation."""
+    one = np.float32(1.0)
+    ulp = np.float32(2.0 ** -10)
+    below_half, above_half = one + np.float32(2.0 ** -12), one + np.float32(3 * 2.0 ** -12)
+    x = np.array([below_half, above_half, -above_half, one + ulp - np.float32(2.0 ** -23)],
+                 dtype=np.float32)
+    assert dtypes.truncate_to_tf32(x).tolist() == [1.0, 1.0, -1.0, 1.0]
+    assert dtypes.round_to_tf32(x).tolist() == [1.0, 1 + ulp, -(1 + ulp), 1 + ulp]
+    g = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    r = dtypes.round_to_tf32(g)
+    assert np.array_equal(dtypes.truncate_to_tf32(r), r)
+    assert np.all(np.abs(dtypes.truncate_to_tf32(g)) <= np.abs(g))
+    special = np.array([np.inf, -np.inf, np.nan], dtype=np.float32)
+    assert np.array_equal(dtypes.truncate_to_tf32(special), special, equal_nan=True)
+
+
+def test_round_tf32_in_a_kernel_is_cvt_rna():
+    """ag.round_tf32: the interpreter rounds as round_to_tf32, and the generated CUDA calls
+    the device header's cvt.rna.tf32.f32."""
+    @ag.kernel(threads=128)
+    def rnd(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["M", "N", ag.f32], BN: int = 128):
+        (i,) = ag.grid(X.shape[0])
+        ag.store(Y, (i, 0), ag.round_tf32(ag.load(X, (i, 0), (1, BN))))
+
+    x = _f32((4, 128), 3) * 7.0
+    y = torch.zeros_like(x)
+    rnd.interpret(x, y)
+    assert np.array_equal(y.numpy().view(np.uint32), dtypes.round_to_tf32(x.numpy())
+                          .view(np.uint32))
+    text = codegen.render(lower_only(rnd)).text
+    assert "ag::round_tf32(" in text
+    from pathlib import Path
+    header = (Path(ag.__file__).parent / "codegen" / "device" / "argus_sm90.cuh").read_text()
+    assert "cvt.rna.tf32.f32" in header
+    with pytest.raises(ag.TraceError, match="rounds f32 tiles"):
+        @ag.kernel(threads=128)
+        def bad(X: ag.Tensor["M", "N", ag.bf16], Y: ag.Tensor["M", "N", ag.bf16]):
+            ag.store(Y, (0, 0), ag.round_tf32(ag.load(X, (0, 0), (1, 128))))
+        bad.trace()
 
 
 # ----------------------------------------------------------------------------- verifier

@@ -26,6 +26,7 @@ def _ew_c(fn: str, a: list[str]) -> str:
         "neg": lambda: f"(-{a[0]})", "abs": lambda: f"fabsf({a[0]})",
         "exp": lambda: f"expf({a[0]})", "exp2": lambda: f"exp2f({a[0]})",
         "exp2_approx": lambda: f"ag::exp2_approx({a[0]})",
+        "round_tf32": lambda: f"ag::round_tf32({a[0]})",
         "log": lambda: f"logf({a[0]})", "sqrt": lambda: f"sqrtf({a[0]})",
         "rsqrt": lambda: f"rsqrtf({a[0]})", "tanh": lambda: f"tanhf({a[0]})",
         "erf": lambda: f"erff({a[0]})", "sigmoid": lambda: f"(1.0f / (1.0f + expf(-{a[0]})))",

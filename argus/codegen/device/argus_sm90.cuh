@@ -196,6 +196,15 @@ __device__ __forceinline__ float exp2_approx(float x) {
     return r;
 }
 
+// PTX ISA "cvt" (Data Movement and Conversion Instructions): cvt.rna.tf32.f32, an f32 rounded
+// to tf32 (10 mantissa bits, to nearest, ties away from zero), returned as the f32 it is. A
+// tf32 wgmma reads an unrounded f32 operand by dropping its 13 low bits (toward zero).
+__device__ __forceinline__ float round_tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+}
+
 // e^x = 2^(x * log2(e)): one FMUL + one ex2 (what softmax uses, with the scale folded in).
 __device__ __forceinline__ float exp_fast(float x) { return exp2_approx(x * 1.4426950408889634f); }
 

@@ -3,14 +3,16 @@
 Invariant: products are summed in float64 and added to the float32 accumulator in place; A comes
 from registers or a shared-memory view, B from a view; a transposed (MN-major) operand is stored
 in column atoms [MN/W][K][W] and is read back K-major first. f32 operands are the tf32
-product (O.Wgmma): both are rounded to 10 mantissa bits first (dtypes.round_to_tf32).
+product (O.Wgmma): the tensor core reads 10 mantissa bits of each, the 13 low bits dropped
+(dtypes.truncate_to_tf32, toward zero: what the H200 measured); operands rounded to nearest
+first (ag.round_tf32, cvt.rna) are read exactly.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from argus.dtypes import round_to_tf32
+from argus.dtypes import truncate_to_tf32
 from argus.ir import ops as O
 from argus.runtime.interp.machine import _Group, _Interp
 from argus.runtime.interp.registry import rule
@@ -29,7 +31,7 @@ def wgmma(m: _Interp, g: _Group, op: O.Wgmma) -> None:
     b_nk = k_major(b) if op.trans_b else b
     a = k_major(a) if op.trans_a else a
     if op.b.type.dtype.name == "f32":  # wgmma .tf32: the tensor core sees 10 mantissa bits
-        a, b_nk = round_to_tf32(a), round_to_tf32(b_nk)
+        a, b_nk = truncate_to_tf32(a), truncate_to_tf32(b_nk)
     if op.overwrite:  # scale-d = 0: the old value is dropped
         acc[...] = 0.0
     acc += (a.astype(np.float64) @ b_nk.astype(np.float64).T).astype(np.float32)

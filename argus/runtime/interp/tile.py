@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from argus import dtypes
-from argus.dtypes import DType
+from argus.dtypes import DType, round_to_tf32
 from argus.ir import ops as O
 from argus.ir.types import TileType
 from argus.runtime.interp.machine import _Group, _Interp, _round
@@ -31,6 +31,7 @@ _EW = {
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0),
     "recip": lambda x: 1.0 / x,
     "exp2_approx": lambda x: _flush_subnormal(np.exp2(_flush_subnormal(np.float32(x)))),
+    "round_tf32": round_to_tf32,
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
     "max": np.maximum, "min": np.minimum, "pow": np.power,
     "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
