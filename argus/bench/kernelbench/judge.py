@@ -316,6 +316,11 @@ class ReferenceSession:
         if options.sets < 5:
             raise KernelBenchError(f"JudgeOptions.sets={options.sets}: a judgment needs at "
                                    "least 5 input sets", fix="use sets>=5 (the default is 5)")
+        if options.timing and options.trials < len(TIMING_DISTRIBUTIONS):
+            raise KernelBenchError(f"JudgeOptions.trials={options.trials}: the timed calls "
+                                   f"must check each of the {len(TIMING_DISTRIBUTIONS)} timing "
+                                   "sets", fix=f"use trials>={len(TIMING_DISTRIBUTIONS)} (the "
+                                   "default is 100) or timing=False")
         self.options = options
         self.device = options.resolved_device()
         self.compare_device = torch.device(self.device)
@@ -1163,9 +1168,13 @@ def _check_timed(session: ReferenceSession, cand: Worker, timed: dict[str, Any],
     `timed_output_wrong` on both tracks (the same solution was right on every watched run);
     one accurate only to the relaxed track is judged like any set (`imprecise`)."""
     checked = timed.get("checked") or []
-    if not checked:
+    seen = sorted(int(pick["set"]) for pick in checked)
+    if seen != list(range(len(sets))):
+        if timed.get("ipc") is not None:
+            _drop_exported(cand)            # nothing of it is compared
         return ({"timed_output_wrong"}, {"timed_output_wrong"},
-                ["the timing kept no output of a timed call to check"])
+                [f"the timing kept outputs of timed calls on sets {seen}, not one of each of "
+                 f"the {len(sets)} timing sets: a set whose timed calls were never checked"])
     outs = _receive_outputs(session, cand, timed, out_path)
     per_call = len(outs) // len(checked)
     if per_call * len(checked) != len(outs):

@@ -591,10 +591,18 @@ class CandidateRole:
                 # the storage the solution sees in every call: refilled, never replaced
                 values = [v.clone() if isinstance(v, torch.Tensor) else v for v in pool[0]]
                 calls = warmup + trials
-                order = [k % sets for k in range(calls)]
-                rng.shuffle(order)
+                if trials < sets:
+                    raise WorkerFailure("worker_error", f"time: {trials} timed calls cannot "
+                                                        f"check each of {sets} input sets")
+                # warm-up and timed calls shuffled apart: every set has timed calls, one of
+                # which is checked (one shuffle of all calls could leave a set to warm-up only)
+                warm = [k % sets for k in range(warmup)]
+                timed = [k % sets for k in range(trials)]
+                rng.shuffle(warm)
+                rng.shuffle(timed)
+                order = warm + timed
                 picks = {k: rng.choice([c for c in range(warmup, calls) if order[c] == k])
-                         for k in range(sets) if any(order[c] == k for c in range(warmup, calls))}
+                         for k in range(sets)}
                 kept: dict[int, list[torch.Tensor]] = {}
                 checks: dict[int, dict[str, Any]] = {}
                 state: dict[str, Any] = {"calls": 0, "out": None}

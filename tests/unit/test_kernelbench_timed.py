@@ -1,0 +1,71 @@
+"""The judge's timed calls (judge.py `timing_sets`, `_check_timed`; worker.py
+CandidateRole.time), on the CPU: which calls are checked, what data each call gets, and
+what the judge holds while they run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from argus.bench.kernelbench import judge as judge_mod
+from argus.bench.kernelbench.judge import JudgeOptions, ReferenceSession
+from argus.bench.kernelbench.tasks import KernelBenchError, discover
+from argus.bench.kernelbench.worker import CandidateRole
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "kernelbench"
+KB_DIR = Path(os.environ.get("ARGUS_KERNELBENCH_DIR", REPO.parent / "shared" / "kernelbench"))
+needs_tasks = pytest.mark.skipif(not (KB_DIR / "level1").is_dir(),
+                                 reason=f"KernelBench tasks not found at {KB_DIR}")
+
+
+def _candidate(model: torch.nn.Module) -> CandidateRole:
+    """A candidate role in this process around `model` (what `init` makes of a solution)."""
+    role = CandidateRole()
+    role.model = model
+    role.device = torch.device("cpu")
+    role.exported = []
+    return role
+
+
+def _time(role: CandidateRole, sets: list[list[torch.Tensor]], tmp_path: Path, **kw):
+    path = tmp_path / "timing.pt"
+    torch.save([v for s in sets for v in s], path)
+    args = dict(trials=2, warmup=3, flush_l2=False, profile=False, inputs_path=str(path),
+                sets=len(sets), out_path=str(tmp_path / "timed.pt"))
+    args.update(kw)
+    return role.time(**args)
+
+
+def test_every_timing_set_has_a_checked_timed_call(tmp_path):
+    """With two sets and two timed calls after three warm-up calls, one shuffle of all five
+    calls left both timed calls on one set 40% of the time, and the other set's timed calls
+    (none) were never checked. Warm-up and timed calls are shuffled apart now: each set has a
+    timed call, and one of each is checked, every time (20 draws: 0.6**20 before)."""
+    role = _candidate(torch.nn.ReLU())
+    sets = [[torch.rand(64)], [torch.randn(64)]]
+    for _ in range(20):
+        reply = _time(role, sets, tmp_path)
+        assert sorted(c["set"] for c in reply["checked"]) == [0, 1], reply["checked"]
+        assert all(c["call"] >= 0 for c in reply["checked"])     # timed calls, not warm-up
+
+
+def test_a_timing_whose_checked_calls_miss_a_set_is_wrong():
+    """A reply that checked only set 0 of two (a harness that lost a set, or fewer timed
+    calls than sets) is timed_output_wrong: before, a set with no checked call passed."""
+    timed = {"checked": [{"set": 0, "call": 1}]}
+    wrong = judge_mod._check_timed(None, None, timed, Path("unused.pt"), [object(), object()],
+                                   [])
+    assert wrong is not None and wrong[0] == {"timed_output_wrong"} == wrong[1], wrong
+    assert "sets [0]" in wrong[2][0]
+
+
+@needs_tasks
+def test_fewer_trials_than_timing_sets_is_refused():
+    task = discover(KB_DIR, levels=[1], ids=[19])[0]
+    with pytest.raises(KernelBenchError, match="trials=1"):
+        ReferenceSession(task, JudgeOptions(device="cpu", trials=1))
+    ReferenceSession(task, JudgeOptions(device="cpu", trials=1, timing=False)).close()
