@@ -185,6 +185,18 @@ def test_compose_tf32_chain_is_as_accurate_as_cudnn_tf32():
     assert ours <= 1.25 * cudnn and truncated > 1.8 * ours, (ours, cudnn, truncated)
 
 
+def test_rounding_kernels_verify_with_zero_findings():
+    """The input kernels' loads and stores (the transpose's selection, the padding columns
+    written as zeros, masked edges) prove with neither errors nor unknowns."""
+    from argus.compiler import lower_only
+    from argus.kernels.conv_tf32 import round_nhwc, round_rows
+
+    for kernel in (round_nhwc, round_rows):
+        report = verify.run(lower_only(kernel))
+        assert not report.errors and not report.unknowns, \
+            "\n".join(str(d) for d in report.errors + report.unknowns)
+
+
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
 def test_nvrtc_builds_the_rounding_kernels(tmp_path, monkeypatch):
     """The input kernels compile for sm_90a and round with cvt.rna.tf32.f32."""
