@@ -110,17 +110,22 @@ def decode_smem_bytes(s: DecodeSchedule, head_dim: int, dtype: DType = ag.bf16) 
 
 
 @functools.lru_cache(maxsize=1024)   # on the op's host path, every call
-def default_decode_schedule(head_dim: int, rows: int = 1,
-                            dtype: DType = ag.bf16) -> DecodeSchedule:
+def default_decode_schedule(head_dim: int, rows: int = 1, dtype: DType = ag.bf16,
+                            page_size: int = 0) -> DecodeSchedule:
     """The decode schedule for `rows` packed query rows (GQA group x query tokens): one
     consumer warpgroup up to 64 rows, two above; 128-key blocks (64 at head dim 256, where O
     alone is 128 registers per thread), and the deepest K and V rings that fit beside Q
     (up to 6 stages): a memory-bound kernel needs bytes in flight, about 190 KB per SM here.
-    Not measured on the H200 yet (docs/perf/attention.md)."""
+    A paged cache (page_size > 0) whose pages are smaller than that block takes blocks of one
+    page (a block never crosses a page) and up to 8 stages (the bytes in flight shrink with
+    the block). Measured on the H200: docs/perf/attention.md, "Decode on the H200"."""
     consumers = 1 if rows <= ROWS else 2
     block_n = 64 if head_dim == 256 else 128
+    deepest = 6
+    if 0 < page_size < block_n:
+        block_n, deepest = page_size, 8
     s = DecodeSchedule(block_n=block_n, stages=2, consumers=consumers)
-    for stages in range(6, 1, -1):
+    for stages in range(deepest, 1, -1):
         candidate = dataclasses.replace(s, stages=stages)
         if not candidate.problems_for(head_dim, dtype):
             return candidate
@@ -172,7 +177,7 @@ def _split_blocks(split, splits, SK, block_n: int):
 
 @functools.lru_cache(maxsize=None)
 def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = False,
-                  split: bool = True) -> ag.KernelFunction:
+                  split: bool = True, page_size: int = 0) -> ag.KernelFunction:
     """The decode kernel for one head dim, dtype and mask (cached).
 
     split=True: Q [B, HKV, GS, D], K and V [B, HKV, SK, D], OP [B * HKV, SPLITS, GS, D] fp32
@@ -181,24 +186,38 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
     is SPLITS x HKV x B. split=False: O [B, HKV, GS, D] in the input dtype and LSE
     [B, HKV, GS, 1] fp32 (natural log) directly, one CTA per (kv head, batch). Runtime scalars:
     qk_scale = softmax scale * log2(e), q_len = Sq (packed row r is token r % Sq; read only
-    under the causal mask)."""
+    under the causal mask).
+
+    page_size > 0: the paged KV cache (vLLM / FlashInfer). K and V are [HKV, SLOTS, D] views
+    of the caches [pages, page_size, HKV, D] (slot = page * page_size + row in page, a free
+    view), BT [B, MB] int32 the block table (sequence b's logical page i is physical page
+    BT[b, i]) and SL [B, 1] int32 its length in keys (the Sq queries are its last tokens).
+    The producer reads the page id of each KV block (block_n divides page_size: a block never
+    crosses a page) and loads slot page * page_size + (block's offset in the page); lengths
+    are clamped to MB * page_size (never a read past the sequence's row of the table), and
+    blocks past a sequence's length are masked as the key tail is."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim={head_dim}: the decode kernel takes {HEAD_DIMS}")
     if dtype not in (ag.bf16, ag.f16):
         raise ValueError(f"dtype {dtype}: the decode kernel takes bf16 or f16")
+    if page_size < 0 or page_size & (page_size - 1) or 0 < page_size < 16:
+        raise ValueError(f"page_size={page_size}: a power of two >= 16 (0: no paging)")
+    paged = page_size > 0
     D, dt = head_dim, dtype
     atoms = D // 64   # Q, K and V tiles are D / 64 column atoms of 64 (128-byte rows)
     neg_inf = float("-inf")
 
-    def body(Q, K, V, O, L, qk_scale, q_len, s: DecodeSchedule):
+    def body(Q, K, V, BT, SL, O, L, qk_scale, q_len, s: DecodeSchedule):
         problems = s.problems_for(D, dt)
+        if paged and page_size % s.block_n:
+            problems.append(f"block_n={s.block_n} does not divide page_size={page_size} "
+                            f"(a KV block must not cross a page)")
         if problems:
             raise ag.TraceError(f"{s} at head_dim={D}: " + "; ".join(problems),
                                 fix="use argus.kernels.attention_decode."
-                                    "default_decode_schedule(head_dim, rows)")
+                                    "default_decode_schedule(head_dim, rows, page_size=...)")
         BM, BN, C = s.block_m, s.block_n, s.consumers
         HKV, GS = Q.shape[1], Q.shape[2]
-        SK = K.shape[2]
         # packed rows beyond one tile would need a row-tile grid dim; the op splits them
         ag.tag_assume(lambda: ag.sym(GS) <= BM)
         if split:
@@ -208,7 +227,21 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
             splits = 1
             hk, b = ag.grid(HKV, Q.shape[0])
             sp = 0
+        if paged:
+            per_page = page_size // BN
+            # read once, by every role: all walk the same blocks. Clamped to the table's
+            # pages: a length past them never makes a read outside the sequence's row
+            SK = ag.maximum(ag.minimum(ag.load_scalar(SL, (b, 0)), BT.shape[1] * page_size), 0)
+            _tag_pages(K, V, BT, page_size)
+        else:
+            SK = K.shape[2]
         kb0, n = _split_blocks(sp, splits, SK, BN)
+
+        def kv_coords(jb, a, page):
+            """TMA coordinates of column atom a of KV block jb (on physical `page`, paged)."""
+            if not paged:
+                return (b, hk, jb * BN, 64 * a)
+            return (hk, page * page_size + (jb % per_page) * BN, 64 * a)
         # blocks every row sees whole: inside the sequence and, causal, up to the first
         # token's last key SK - Sq
         whole = SK // BN
@@ -227,12 +260,13 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
                 for a in range(atoms):
                     ag.tma.load(sQ[st].rows_of(a * BM, BM), Q, (b, hk, 0, 64 * a))
             for j in ag.range(n):
+                page = ag.load_scalar(BT, (b, (kb0 + j) // per_page)) if paged else None
                 with k_pipe.produce() as st:
                     for a in range(atoms):
-                        ag.tma.load(sK[st].rows_of(a * BN, BN), K, (b, hk, (kb0 + j) * BN, 64 * a))
+                        ag.tma.load(sK[st].rows_of(a * BN, BN), K, kv_coords(kb0 + j, a, page))
                 with v_pipe.produce() as st:
                     for a in range(atoms):
-                        ag.tma.load(sV[st].rows_of(a * BN, BN), V, (b, hk, (kb0 + j) * BN, 64 * a))
+                        ag.tma.load(sV[st].rows_of(a * BN, BN), V, kv_coords(kb0 + j, a, page))
 
         with ag.role("consumer", warpgroups=C, regs=s.consumer_regs) as wg:
             r0 = wg * ROWS                                  # this warpgroup's first packed row
@@ -257,7 +291,7 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
                                           sK[ks].rows_of(a * BN, BN), sc)
                         sc = sc * qk_scale
                         # checked, no code: the keys a query may see
-                        allowed = ag.tag(sc).sk < ag.sym(SK)
+                        allowed = (ag.tag(sc).key if paged else ag.tag(sc).sk) < ag.sym(SK)
                         ag.tag_assert(ag.tag_any(ag.sym(jb) >= ag.sym(whole), allowed),
                                       message="an unmasked block holds only keys every "
                                               "query may see")
@@ -295,7 +329,23 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
                 ag.store(O, (b, hk, r0, 0), o.to(dt))
                 ag.store(L, (b, hk, r0, 0), ag.where(no_key, neg_inf, m_i * LN2 + ag.log(l_i)))
 
-    if split:
+    if paged:   # O and L as the split or the direct kernel writes them
+        out_t = ag.Tensor[("BH", "SPLITS", "GS", D, ag.f32)] if split else \
+            ag.Tensor[("B", "HKV", "GS", D, dt)]
+        lse_t = ag.Tensor[("BH", "SPLITS", "GS", 1, ag.f32)] if split else \
+            ag.Tensor[("B", "HKV", "GS", 1, ag.f32)]
+
+        def attention_decode_paged(Q: ag.Tensor[("B", "HKV", "GS", D, dt)],
+                                   K: ag.Tensor[("HKV", "SLOTS", D, dt)],
+                                   V: ag.Tensor[("HKV", "SLOTS", D, dt)],
+                                   BT: ag.Tensor[("B", "MB", ag.i32)],
+                                   SL: ag.Tensor[("B", 1, ag.i32)],
+                                   O: out_t, L: lse_t,
+                                   qk_scale: ag.f32, q_len: ag.i32,
+                                   s: DecodeSchedule = default_decode_schedule(D, 1, dt)):
+            body(Q, K, V, BT, SL, O, L, qk_scale, q_len, s)
+        fn = attention_decode_paged
+    elif split:
         def attention_decode_split(Q: ag.Tensor[("B", "HKV", "GS", D, dt)],
                                    K: ag.Tensor[("B", "HKV", "SK", D, dt)],
                                    V: ag.Tensor[("B", "HKV", "SK", D, dt)],
@@ -303,7 +353,7 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
                                    LP: ag.Tensor[("BH", "SPLITS", "GS", 1, ag.f32)],
                                    qk_scale: ag.f32, q_len: ag.i32,
                                    s: DecodeSchedule = default_decode_schedule(D, 1, dt)):
-            body(Q, K, V, OP, LP, qk_scale, q_len, s)
+            body(Q, K, V, None, None, OP, LP, qk_scale, q_len, s)
         fn = attention_decode_split
     else:
         def attention_decode(Q: ag.Tensor[("B", "HKV", "GS", D, dt)],
@@ -313,11 +363,25 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
                              LSE: ag.Tensor[("B", "HKV", "GS", 1, ag.f32)],
                              qk_scale: ag.f32, q_len: ag.i32,
                              s: DecodeSchedule = default_decode_schedule(D, 1, dt)):
-            body(Q, K, V, O, LSE, qk_scale, q_len, s)
+            body(Q, K, V, None, None, O, LSE, qk_scale, q_len, s)
         fn = attention_decode
     name = f"attention_decode_d{D}_{dt.name}" + ("_causal" if causal else "") \
-        + ("_split" if split else "")
+        + ("_split" if split else "") + (f"_paged{page_size}" if paged else "")
     return ag.kernel(fn, name=name)
+
+
+def _tag_pages(K, V, BT, page_size: int) -> None:
+    """Tags for the verifier (no code): the block table's entry (b, i) is page(b, i), and the
+    logical key of slot t of K and V is pos(t // page_size) * page_size + t % page_size, where
+    pos(page(b, i)) == i is the table's contract (trusted, ag.tag_assume): a physical page
+    holds one logical page index, in every sequence that lists it (so no sequence lists a
+    page twice; shared prefix pages sit at the same index in each). The mask and the key
+    claims are then stated over the logical key, as in the contiguous kernel."""
+    page, pos = ag.opaque("page", 2), ag.opaque("page_pos")
+    ag.tag_tensor(BT, value=lambda b, i: page(b, i))
+    ag.tag_assume(lambda b, i: pos(page(b, i)) == i)
+    for T in (K, V):
+        ag.tag_tensor(T, key=lambda h, t, d: pos(t // page_size) * page_size + t % page_size)
 
 
 def combine_shape(splits: int, head_dim: int) -> tuple[int, int]:
