@@ -24,8 +24,6 @@ GEMM's epilogue hook takes no expression yet.
 from __future__ import annotations
 
 import math
-import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +31,7 @@ import torch
 import argus as ag
 from argus.compose.launch import copy_into, run, transpose
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
+from argus.ops.weight_cache import DerivedCache
 
 # (piece of A, piece of B) per K' slot, smallest products first (argus/agent/split_numerics.py)
 SLOTS = {1: ((0, 0),), 3: ((0, 1), (1, 0), (0, 0)),
@@ -219,75 +218,15 @@ def grouped_products(kernel, layout: str, pa: torch.Tensor, pb: torch.Tensor, pi
 
 # B's pieces when B is (a view of) a parameter: an nn.Linear's weight is split once per
 # parameter version, not on every forward (L2/55's 32768 x 32768 weight: 4.3 GB read and
-# 6.4 GB written per call, ~2.6 ms of its 6.75 ms on the H200). Keyed by the parameter's
-# identity (checked through a weak reference: a new tensor at a freed address or id is never
-# taken for the old one), its version counter (an in-place update, load_state_dict's copy_,
-# bumps it; views share it) and the split's layout. Activations are never kept: a new tensor
-# every call. Not seen: a write through `param.data` (its own version counter), as in
-# argus.ops.conv's weight repack.
-# Bounded by bytes, not entries: a model with more Linear weights than a count bound, called
-# layer after layer, would evict each weight's pieces before its next use and never hit.
-_PARAMETER_PIECES: OrderedDict = OrderedDict()
-_PARAMETER_PIECES_SHARE = 0.25       # of the device's memory (8 GB off a GPU)
-
-
-def _parameter_owner(b: torch.Tensor) -> torch.Tensor | None:
-    owner = b if b._base is None else b._base
-    return owner if isinstance(owner, torch.nn.Parameter) else None
-
-
-def _drop_dead_parameters() -> None:
-    """Forget the pieces of parameters that are gone (their model freed): at the next GEMM,
-    not once newer entries have pushed them out (each dead copy of L2/55's weight pieces is
-    6.4 GB). Not from a weakref callback: it could run in the middle of an iteration of
-    the dict, which then raises."""
-    for k in [k for k, (ref, _) in _PARAMETER_PIECES.items() if ref() is None]:
-        del _PARAMETER_PIECES[k]
-
-
-def _capturing() -> bool:
-    """Whether a CUDA graph is being captured on the current stream. Then the cache is not
-    used: a hit would capture a read of the pieces, so a replay after an in-place update of the
-    weight computes with the old one (a graph reads the weight's current memory, the split
-    included), and pieces kept from a capture are only recorded, not computed, until the
-    graph is replayed (an eager call hitting them reads garbage)."""
-    try:
-        return bool(torch.cuda.is_current_stream_capturing())
-    except (RuntimeError, AssertionError, AttributeError):   # no CUDA in this torch
-        return False
-
-
-def _parameter_pieces(b: torch.Tensor, key: tuple) -> torch.Tensor | None:
-    _drop_dead_parameters()
-    owner = _parameter_owner(b)
-    if owner is None or _capturing():
-        return None
-    full = (id(owner), b._version, b.data_ptr(), key)
-    hit = _PARAMETER_PIECES.get(full)
-    if hit is None or hit[0]() is not owner:
-        return None
-    _PARAMETER_PIECES.move_to_end(full)
-    return hit[1]
-
-
-def _keep_parameter_pieces(b: torch.Tensor, key: tuple, pieces: torch.Tensor) -> None:
-    owner = _parameter_owner(b)
-    if owner is None or _capturing():
-        return
-    stale = [k for k in _PARAMETER_PIECES if k[0] == id(owner) and k[3] == key]
-    for k in stale:                    # an earlier version of this parameter: its memory back
-        del _PARAMETER_PIECES[k]
-    _PARAMETER_PIECES[(id(owner), b._version, b.data_ptr(), key)] = (weakref.ref(owner), pieces)
-    limit = _pieces_budget(pieces.device)
-    while len(_PARAMETER_PIECES) > 1 and sum(
-            p.numel() * p.element_size() for _, p in _PARAMETER_PIECES.values()) > limit:
-        _PARAMETER_PIECES.popitem(last=False)      # the least recently used first
-
-
-def _pieces_budget(device: torch.device) -> float:
-    if device.type == "cuda":
-        return _PARAMETER_PIECES_SHARE * torch.cuda.get_device_properties(device).total_memory
-    return 8e9
+# 6.4 GB written per call, ~2.6 ms of its 6.75 ms on the H200). Kept in argus.ops.weight_cache
+# (shared with argus.ops.conv's weight repacks): by the parameter's identity (a weak
+# reference), its version counter and the split's layout; an earlier version's pieces are let
+# go of when a new one is kept, a freed parameter's at the next GEMM; bounded by bytes (a
+# quarter of the GPU's memory); neither used nor filled while a CUDA graph is captured.
+# Activations are never kept: a new tensor every call. Not seen: a write through `param.data`
+# (its own version counter), as in argus.ops.conv's weight repack.
+_PARAMETER_PIECES = DerivedCache("compose.gemm: a parameter's bf16 pieces",
+                                 parameters_only=True)
 
 
 def plan_chunks(k: int, terms: int, max_chunk: int = MAX_CHUNK) -> tuple[int, int]:
@@ -331,13 +270,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
     bt = b3.transpose(-1, -2)
     layout = "nk" if bt.stride(-1) == 1 else "kn"   # B^T a K-major [N, K], or B [K, N]
     key = (layout, b_slots, chunks, kc, tuple(b3.shape), b3.stride())
-    pb = _parameter_pieces(b, key)
+    pb = _PARAMETER_PIECES.get(b, key)
     if pb is None:
         if layout == "nk":
             pb = split(k_major(bt), b_slots, chunks, kc)   # [nb*chunks, N, T*kc]
         else:
             pb = split_kn(b3 if b3.stride(-1) == 1 else k_major(b3), b_slots, chunks, kc)
-        _keep_parameter_pieces(b, key, pb)
+        _PARAMETER_PIECES.put(b, key, pb)
     if pieces:
         pa_once, pb_once, pa = pa, pb, None
     kernel = gemm_kernel(ag.bf16, ag.f32, layout, True)

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.conv import ACTIVATIONS, ConvGeometry, ConvSchedule, conv_kernel
+from argus.ops.weight_cache import DerivedCache, capturing
 
 _IN = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
 _COMPILED: OrderedDict = OrderedDict()
@@ -231,7 +232,12 @@ def _bf16_pieces(t, n: int) -> list:
     return pieces
 
 
-_WEIGHTS: OrderedDict = OrderedDict()
+# the repacked weights (`_weight_side`) and a transposed convolution's flipped / per-phase
+# weights (`_derived`), per weight object and version, GPU tensors only (argus.ops.weight_cache:
+# shared with compose's GEMM pieces, one purge of freed weights, one byte bound, nothing used or
+# kept while a CUDA graph is captured)
+_WEIGHTS = DerivedCache("ops.conv: a weight's repack", cpu=False)
+_DERIVED = DerivedCache("ops.conv: a transposed convolution's weights", cpu=False)
 _NO_BIAS: dict = {}
 
 
@@ -262,7 +268,10 @@ def _bias_operand(bias, groups: int, Kg: int, dtype, device):
         return b.reshape(groups, Kg) if b.is_contiguous() else b.contiguous().reshape(groups, Kg)
     key = (groups, Kg, dtype, device)
     if key not in _NO_BIAS:
-        _NO_BIAS[key] = torch.zeros(groups, Kg, dtype=dtype, device=device)
+        zeros = torch.zeros(groups, Kg, dtype=dtype, device=device)
+        if capturing():       # made in a capture: not written until a replay, so not kept
+            return zeros
+        _NO_BIAS[key] = zeros
     return _NO_BIAS[key]
 
 
@@ -272,30 +281,25 @@ def _weight_side(weight, groups: int, terms: int, bk: int, tf32: bool = False):
     SPLIT_SLOTS[terms] side by side along the channels, when terms > 0), each tap's channels
     zero-padded to a multiple of bk. A repack on the GPU is kept per weight object and version
     (a module's parameters are repacked once, not per call; an in-place update bumps the
-    version), checked by identity through weak references so a new tensor at a freed address
-    is never mistaken for the old one. Not seen by a repack: a write through `weight.data`
-    (`.data` has a version counter of its own, so `w.data.mul_(2)` leaves w._version as it
-    was); update parameters in place under torch.no_grad(), or store 16-bit weights
-    channels-last (read in place, nothing cached). `tf32`: the fp32 weight rounded to tf32 to
-    nearest (`round_to_tf32`) in the repack, so the tensor core reads it exactly."""
-    import weakref
-
-    import torch
-
+    version) in argus.ops.weight_cache (`_WEIGHTS`), checked by identity through weak
+    references so a new tensor at a freed address is never mistaken for the old one. Not seen
+    by a repack: a write through `weight.data` (`.data` has a version counter of its own, so
+    `w.data.mul_(2)` leaves w._version as it was); update parameters in place under
+    torch.no_grad(), or store 16-bit weights channels-last (read in place, nothing cached).
+    `tf32`: the fp32 weight rounded to tf32 to nearest (`round_to_tf32`) in the repack, so the
+    tensor core reads it exactly."""
     if not terms and not tf32:
         view = _weight_view(weight, groups, bk)
         if view is not None:
             return view
-    key = None
-    # a view (conv1d's and conv2d's unsqueeze) is new per call: its base is the parameter
-    owner = weight if weight._base is None else weight._base
-    if weight.is_cuda:
-        key = (id(owner), weight._version, weight.data_ptr(), tuple(weight.shape),
-               weight.stride(), weight.dtype, groups, terms, bk, tf32)
-        hit = _WEIGHTS.get(key)
-        if hit is not None and hit[0]() is owner:
-            _WEIGHTS.move_to_end(key)
-            return hit[1]
+    # a view (conv1d's and conv2d's unsqueeze) is new per call: the cache keeps its base
+    return _WEIGHTS.get_or_make(weight, (groups, terms, bk, tf32),
+                                lambda: _repack(weight, groups, terms, bk, tf32))
+
+
+def _repack(weight, groups: int, terms: int, bk: int, tf32: bool):
+    import torch
+
     K, Cg, T, R, S = weight.shape if weight.dim() == 5 else weight.unsqueeze(2).shape
     G, Kg = groups, K // groups
     wt = weight.detach().reshape(G, Kg, Cg, T * R * S).permute(0, 3, 1, 2)   # [G, taps, Kg, Cg]
@@ -304,13 +308,7 @@ def _weight_side(weight, groups: int, terms: int, bk: int, tf32: bool = False):
         wp = _bf16_pieces(wt, 1 + max(max(pair) for pair in slots))
         wt = torch.cat([wp[j] for _, j in slots], dim=-1)
     Wt = weight_operand(wt, bk)
-    if tf32:
-        Wt = round_to_tf32(Wt)
-    if key is not None:
-        _WEIGHTS[key] = (weakref.ref(owner), Wt)
-        if len(_WEIGHTS) > 64:
-            _WEIGHTS.popitem(last=False)
-    return Wt
+    return round_to_tf32(Wt) if tf32 else Wt
 
 
 def _out_view(out, groups: int):
@@ -532,10 +530,13 @@ class _Repeat:
     references check identity, nothing is kept alive but a repacked weight); x is read where it
     is, so its current contents count, and the result is a new tensor every call. The kernel's
     launch plans are kept here by the result's address (everything else a plan holds is fixed
-    by the key): a repeated call costs the key, an allocation and one cuLaunchKernelEx."""
+    by the key): a repeated call costs the key, an allocation and one cuLaunchKernelEx.
+    Under CUDA graph capture nothing is remembered, and an entry holding a repack or a bias
+    copy is not replayed (argus.ops.weight_cache says why); one reading the weight and bias in
+    place is."""
 
-    __slots__ = ("refs", "state", "args", "x_view", "Wt", "b", "sizes", "out_layout", "groups",
-                 "run", "plans")
+    __slots__ = ("refs", "state", "args", "x_view", "Wt", "b", "derived", "sizes", "out_layout",
+                 "groups", "run", "plans")
 
     PLANS = 8        # result addresses per entry (the caching allocator hands back a few)
     ENTRIES = 64
@@ -593,7 +594,11 @@ class _Repeat:
             if refs[0]() is not x or refs[1]() is not owner or \
                     (refs[2] is not None and refs[2]() is not bias):
                 return None
-            return entry if entry.state == cls._state(x, weight, bias) else None
+            if entry.state != cls._state(x, weight, bias):
+                return None
+            # under CUDA graph capture a held repack or bias copy would be frozen into every
+            # replay (an in-place update of the weight between replays not seen): prepare anew
+            return None if entry.derived and capturing() else entry
         except (AttributeError, TypeError, RuntimeError):
             return None            # not tensors: the checked path says what is wrong
 
@@ -601,6 +606,8 @@ class _Repeat:
     def remember(cls, x, weight, bias, args, X, Wt, b, sizes, out, groups: int, run) -> None:
         import weakref
 
+        if capturing():     # what a capture made is not written until a replay: keep none
+            return
         r = cls()
         owner = weight if weight._base is None else weight._base
         r.refs = (weakref.ref(x), weakref.ref(owner),
@@ -612,6 +619,8 @@ class _Repeat:
         r.Wt = None if Wt.untyped_storage().data_ptr() == \
             weight.untyped_storage().data_ptr() else Wt
         r.b = b
+        r.derived = r.Wt is not None or (bias is not None and b.untyped_storage().data_ptr()
+                                         != bias.untyped_storage().data_ptr())
         r.sizes, r.groups, r.run, r.plans = sizes, groups, run, {}
         r.out_layout = (tuple(out.shape), out.stride(), out.dtype)
         key = (id(x), id(owner), id(bias))
@@ -824,29 +833,12 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
     return out
 
 
-_DERIVED: OrderedDict = OrderedDict()
-
-
 def _derived(weight, what: tuple, make):
     """A tensor derived from a weight (a transposed convolution's flipped or per-phase
-    weights), kept per weight object and version on the GPU like `_weight_side`'s operands:
-    the same derived tensor object each call, so the operand cache below it hits too."""
-    import weakref
-
-    if not weight.is_cuda:
-        return make()
-    owner = weight if weight._base is None else weight._base   # conv_transpose1d's unsqueeze
-    key = (id(owner), weight._version, weight.data_ptr(), tuple(weight.shape),
-           weight.stride(), weight.dtype, what)
-    hit = _DERIVED.get(key)
-    if hit is not None and hit[0]() is owner:
-        _DERIVED.move_to_end(key)
-        return hit[1]
-    made = make()
-    _DERIVED[key] = (weakref.ref(owner), made)
-    if len(_DERIVED) > 64:
-        _DERIVED.popitem(last=False)
-    return made
+    weights), kept per weight object and version on the GPU like `_weight_side`'s operands
+    (`_DERIVED`; conv_transpose1d's unsqueezed weight is kept for its base): the same derived
+    tensor object each call, so the repack cache below it hits too."""
+    return _DERIVED.get_or_make(weight, what, make)
 
 
 def _phase(a: int, R: int, st: int, dil: int, pad: int, P: int, H: int):
