@@ -74,10 +74,16 @@ class Program:
                     default_schedule(step.kernel)
                 src, facts = tile.render(step.kernel, name, sched)
                 fn = tile.load_source(src, f"{_SERIAL[0]}_{name}")[name]
+                csrc = None
                 if facts["split"] > 1:
                     cname = f"{name}_combine"
                     csrc, cfacts = tile.combine_kernel(step.kernel.root.fn, facts["split"],
                                                        step.node.numel, cname)
+                elif "fold" in facts:       # rows folded for 16-byte rows: the slices' sum
+                    cname = f"{name}_fold"
+                    csrc, cfacts = tile.fold_kernel(step.kernel.root.fn, facts["out_view"],
+                                                    *facts["fold"], cname)
+                if csrc is not None:        # a second pass: partials, then this kernel
                     cfn = tile.load_source(csrc, f"{_SERIAL[0]}_{cname}")[cname]
                     facts["combine"] = (cfn, cfacts)
                     src = src + "\n\n" + csrc
@@ -220,7 +226,7 @@ class _KernelCall:
             t.device for t in env.values() if isinstance(t, torch.Tensor))
         out = torch.empty(self.out_shape, dtype=self.out_dtype, device=device)
         launch = self.launch
-        if launch.facts["split"] > 1:       # partials, then the combining pass
+        if "combine" in launch.facts:       # partials, then the combining pass
             parts = torch.empty(launch.facts["out_view"], dtype=torch.float32, device=device)
             _run(launch.fn, (*views, parts))
             cfn, cfacts = launch.facts["combine"]

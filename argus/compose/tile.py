@@ -16,6 +16,7 @@ masked to the reduction's neutral value. The output is then stored from the last
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import math
 from dataclasses import dataclass
@@ -55,6 +56,9 @@ class TileSchedule:
     bn: int = 512
     threads: int = 256
     order: str = "cols"
+    # fold a reduction's rows into rows of whole 16-byte chunks where they are not (`fold_rows`:
+    # a mean over the middle dim of 4095-float rows), summing the slices in a second pass
+    fold: bool = True
 
     def __post_init__(self) -> None:
         # `render` tests order == "cols": any other string would silently launch "rows"
@@ -144,7 +148,7 @@ def fit(s: TileSchedule, groups: list[Group]) -> TileSchedule:
     threads = s.threads
     while threads > 32 and rows * bn < threads:
         threads //= 2
-    return TileSchedule(rows, bn, max(32, threads), s.order)
+    return TileSchedule(rows, bn, max(32, threads), s.order, s.fold)
 
 
 class _Emitter:
@@ -380,9 +384,44 @@ def _stat_deps(k: FusedKernel, s: Node) -> set[Node]:
     return out
 
 
+def fold_rows(k: FusedKernel, groups: list[Group]) -> int:
+    """How many reduced rows to fold into one (1: none). A reduction over the tile's rows
+    (a middle axis: L1/48, mean over dim 1 of 128 x 4096 x 4095) whose kept rows are not a
+    whole number of 16-byte chunks (4095 floats) starts three rows in four off a 16-byte
+    boundary, and the codegen loads those rows 4 bytes at a time. f consecutive rows of C
+    columns are one row of f * C elements that is (f * C * bytes a multiple of 16): the
+    reduction over R rows of C is one over R / f rows of f * C, then a sum of the f slices of
+    C (`fold_kernel`, a pass over the small output). Every row then starts 16-byte aligned
+    (when the tensor does). Only for a lone combinable statistic (sum, max, min, prod) that
+    is the fp32 output, over leaves that all span both tile groups (one with size 1 there
+    would have to repeat), with no index predicate, and where R divides by f."""
+    if len(groups) < 2 or not k.kept_output or len(k.stats) != 1 or k.root.op != "reduce":
+        return 1
+    t0, t1 = groups[-2], groups[-1]
+    if not t0.reduced or t1.reduced or k.root.fn not in COMBINE or \
+            k.root.dtype != torch.float32 or not k.leaves:
+        return 1
+    if not all(t0.flags) or not all(t1.flags) or any(g.iota >= 0 for g in groups) or \
+            any(n.fn in ("iota", "shift") for n in _nodes(k)):
+        return 1
+    f = 1
+    for leaf in k.leaves:
+        f = math.lcm(f, 16 // math.gcd(t1.size * leaf.dtype.itemsize, 16))
+    if f == 1 or t0.size % f or t0.size // f < 2:
+        return 1
+    return f
+
+
 def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple[str, dict]:
-    """(DSL source of the kernel, its launch facts: group sizes, leaf views, output view)."""
+    """(DSL source of the kernel, its launch facts: group sizes, leaf views, output view; with
+    rows folded (`fold_rows`), "fold": (f, C) and an output of [.., 1, f * C] partials)."""
     groups = groups_of(k)
+    folded = fold_rows(k, groups) if s.fold else 1
+    if folded > 1:
+        t0, t1 = groups[-2], groups[-1]
+        groups = groups[:-2] + [Group(t0.size // folded, True, t0.flags, -1),
+                                Group(t1.size * folded, False, t1.flags, -1)]
+    unfolded = s
     s = fit(s, groups)
     e = _Emitter(k, groups, s)
     last = len(groups) - 1
@@ -407,6 +446,11 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
             split = min(-(-4 * MIN_CTAS // (grid0 * grid1)), blocks // 4, 1024)
             if split < 2:
                 split, split_axis = 1, -1
+    if folded > 1 and (split > 1 or render(k, name, dataclasses.replace(
+            unfolded, fold=False))[1]["split"] > 1):
+        # too few CTAs for the GPU, folded or not: what pays there is the split over CTAs
+        # (split-R, its own second pass), not 16-byte rows; one second pass at most
+        return render(k, name, dataclasses.replace(unfolded, fold=False))
     per = {0: -(-t0_blocks // split), 1: -(-t1_blocks // split)}
     if split > 1:
         e.line(f"p0, p1, ps = ag.grid({grid0}, {grid1}, {split})")
@@ -759,8 +803,10 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
               f"    # {k.root!r}: domain {list(k.domain)}, reduced axes {list(k.axes)}, groups "
               f"{[(g.size, 'R' if g.reduced else 'K') for g in groups]}\n")
     src = header + "\n".join(e.lines) + "\n"
-    return src, {"leaf_views": views, "out_view": tuple(out_sizes), "schedule": s,
-                 "split": split}
+    facts = {"leaf_views": views, "out_view": tuple(out_sizes), "schedule": s, "split": split}
+    if folded > 1:
+        facts["fold"] = (folded, groups[-1].size // folded)
+    return src, facts
 
 
 def combine_kernel(fn: str, split: int, size: int, name: str) -> tuple[str, dict]:
@@ -769,7 +815,23 @@ def combine_kernel(fn: str, split: int, size: int, name: str) -> tuple[str, dict
     root = Node("reduce", (part,), (1, size), torch.float32, {"fn": fn, "axes": (0,)},
                 name="combined")
     k = FusedKernel(root, (split, size), (0,), True, [root], [part])
-    return render(k, name, TileSchedule(rows=min(64, pow2(split)), bn=256, threads=256))
+    # not folded: the runtime runs one second pass, and this is it
+    return render(k, name, TileSchedule(rows=min(64, pow2(split)), bn=256, threads=256,
+                                        fold=False))
+
+
+def fold_kernel(fn: str, out_view: tuple[int, ...], fold: int, size: int,
+                name: str) -> tuple[str, dict]:
+    """The second pass of a folded reduction (`fold_rows`): partials [.., 1, fold * size] seen
+    as [P, fold, size] (P the kept outer elements) -> [P, 1, size], the fold slices combined
+    in order."""
+    outer = math.prod(out_view[:-2])
+    part = Node("leaf", (), (outer, fold, size), torch.float32, {}, name="partials")
+    root = Node("reduce", (part,), (outer, 1, size), torch.float32, {"fn": fn, "axes": (1,)},
+                name="folded")
+    k = FusedKernel(root, (outer, fold, size), (1,), True, [root], [part])
+    return render(k, name, TileSchedule(rows=pow2(fold), bn=min(1024, pow2(size)),
+                                        threads=256, fold=False))
 
 
 PRELUDE = "import argus as ag\nfrom argus.dsl.values import elementwise as _ew  # noqa: F401\n\n\n"
@@ -785,4 +847,5 @@ def load_source(src: str, tag: str) -> dict:
     return ns
 
 
-__all__ = ["Group", "TileSchedule", "groups_of", "load_source", "render"]
+__all__ = ["Group", "TileSchedule", "fold_kernel", "fold_rows", "groups_of", "load_source",
+           "render"]

@@ -104,6 +104,10 @@ CASES = [
     # reduction keeps, their results' stores are masked (argus/verify/outflow.py)
     ("max_over_middle_axis", fn_model(lambda a: torch.max(a, dim=1)[0]),
      [torch.randn(16, 16, 15)], (), "fused"),
+    # L1/48 (mean over dim 1 of 4095-float rows): rows folded four at a time into 16-byte
+    # rows (compose/tile.py fold_rows), then the fold's second pass
+    ("mean_over_middle_axis_folded", fn_model(lambda a: torch.mean(a, dim=1)),
+     [torch.randn(4, 16, 33)], (), "fused0_fold"),
     ("argmin_over_middle_axis", fn_model(lambda a: torch.argmin(a, dim=1)),
      [torch.randn(16, 16, 15)], (), "fused"),
     ("softmax_over_middle_axis", fn_model(lambda a: torch.softmax(a, dim=1)),
