@@ -44,6 +44,7 @@ tokens).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -74,7 +75,7 @@ def attention_decode(q, k, v, block_table=None, seq_lens=None, *, causal: bool =
     v are paged caches [num_pages, page_size, Hkv, D]. See the module docstring."""
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    if block_table is not None and not _eager(q) and splits is None and schedule is None:
+    if block_table is not None and not _eager(q, k, v) and splits is None and schedule is None:
         # traced (torch.compile): the paged path as one opaque op
         out, lse = _paged_op()(q, k, v, block_table, seq_lens, bool(causal), float(scale),
                                layout, bool(return_lse))
@@ -85,20 +86,25 @@ def attention_decode(q, k, v, block_table=None, seq_lens=None, *, causal: bool =
     return (out, lse) if return_lse else out
 
 
-def _eager(q) -> bool:
+def _eager(q, k=None, v=None) -> bool:
     """Whether a call runs the implementation directly instead of through a torch.library
-    op: everywhere but under torch.compile (which traces the op) and on tensor subclasses
-    (fake tensors of a tracer); the op has no backward, so neither path records one."""
+    op: everywhere but under torch.compile (which traces the op), on tensor subclasses (fake
+    tensors of a tracer) and where autograd would record the call (the op then says that it
+    has no backward). The op's dispatch costs 15-20 us of host time a call."""
     import torch
 
-    return type(q) is torch.Tensor and not torch.compiler.is_compiling()
+    if type(q) is not torch.Tensor or torch.compiler.is_compiling():
+        return False
+    return not torch.is_grad_enabled() or not (
+        q.requires_grad or getattr(k, "requires_grad", False) or
+        getattr(v, "requires_grad", False))
 
 
 def run_decode(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool, *,
                block_table=None, seq_lens=None, splits: int | None = None,
                schedule: DecodeSchedule | None = None, execute=None, checked: bool = False,
                check_values: bool = False):
-    """The eager implementation: (out in q's layout, lse [B, Hq, Sq] fp32 or an empty tensor).
+    """The eager implementation: (out in q's layout, lse [B, Hq, Sq] fp32 or None).
     `execute(kernel_fn, compile_time, tensors, scalars)` runs one kernel; None launches it on
     the GPU (tests pass the interpreter, with CPU tensors, to check everything around the
     kernels). On the GPU a repeated signature takes `_repeat` (no checks, no decisions: they
@@ -140,9 +146,11 @@ def run_decode(q, k, v, causal: bool, scale: float, layout: str, return_lse: boo
     out, ws = call.allocate()
     plans = []
     copied = call.run(out, ws, lambda *a: plans.append(_prepare(*a, device=q.device)))
-    for plan in plans:
-        if plan is not False:
-            plan()
+    if any(plan is not False for plan in plans):
+        stream = _current_stream(q.device.index)    # the plans' device (torch's stream)
+        for plan in plans:
+            if plan is not False:
+                plan(stream)
     if entry is not None and not copied:   # launches that read q, k, v where they are
         entry.remember(_pointers(q, k, v, block_table, seq_lens, out, ws), plans)
     return out, call.lse(ws, return_lse)
@@ -207,7 +215,7 @@ class _Entry:
         for plan in plans:
             plan(stream)
         return out, (ws[:_numel(self.lse_shape)].view(self.lse_shape) if return_lse
-                     else ws[:0])
+                     else None)
 
     def remember(self, pointers: tuple, plans: list) -> None:
         self.plans[pointers] = tuple(p for p in plans if p is not False)
@@ -216,12 +224,18 @@ class _Entry:
 
 
 def _current_stream(index: int) -> int:
-    """The raw handle of torch's current stream on device `index` (the private accessor is
-    a C call; torch.cuda.current_stream builds a Python Stream object per call)."""
+    """The raw handle of torch's current stream on device `index`."""
+    return _raw_stream()(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _raw_stream():
+    """torch's private C accessor of the current raw stream when there is one (one C call;
+    torch.cuda.current_stream builds a Python Stream object per call), else the public one."""
     import torch
 
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+    return raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
 
 
 def _numel(shape) -> int:
@@ -314,7 +328,7 @@ class _Call:
 
     def lse(self, ws, return_lse: bool):
         n = _numel(self.lse_shape)
-        return ws[:n].view(self.lse_shape) if return_lse else ws[:0]
+        return ws[:n].view(self.lse_shape) if return_lse else None
 
     def run(self, out, ws, execute) -> bool:
         """Run every launch through `execute`; True when a copy of q or of the output was
@@ -517,7 +531,7 @@ def _register_paged():
     def paged_op(q, k_cache, v_cache, block_table, seq_lens, causal, scale, layout, return_lse):
         out, lse = run_decode(q, k_cache, v_cache, causal, scale, layout, return_lse,
                               block_table=block_table, seq_lens=seq_lens)
-        return out, lse.clone() if return_lse else lse.new_empty((0,))
+        return out, lse.clone() if return_lse else out.new_empty((0,), dtype=torch.float32)
 
     @paged_op.register_fake
     def _(q, k_cache, v_cache, block_table, seq_lens, causal, scale, layout, return_lse):
