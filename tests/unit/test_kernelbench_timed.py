@@ -69,3 +69,25 @@ def test_fewer_trials_than_timing_sets_is_refused():
     with pytest.raises(KernelBenchError, match="trials=1"):
         ReferenceSession(task, JudgeOptions(device="cpu", trials=1))
     ReferenceSession(task, JudgeOptions(device="cpu", trials=1, timing=False)).close()
+
+
+@needs_tasks
+def test_a_result_cached_by_value_never_serves_a_timed_call():
+    """The reviewer's second hole: a cache keyed by the input's values (not its identity)
+    returned the right answer for every timed call after the first call on each of the two
+    timing sets, so its timing measured a lookup (median ~0.1 ms against 25 ms of work).
+    Every call is reflected by a key of its own now: the cache never hits, every timed call
+    does the work, and the solution stays correct (what it returns is right)."""
+    from argus.bench.kernelbench.judge import judge_with
+    from argus.bench.kernelbench.shrink import SizeBudget
+
+    options = JudgeOptions(device="cpu", timeout_s=180, cpu_timing=True, trials=10, warmup=2,
+                           cpu_budget=SizeBudget(elements=1 << 16, flops=5e7))
+    with ReferenceSession(discover(KB_DIR, levels=[1], ids=[19])[0], options) as session:
+        cheat = judge_with(session, FIXTURES / "cached_by_value.py")
+        honest = judge_with(session, FIXTURES / "relu_copy.py")
+    assert cheat.correct and honest.correct, (cheat.reasons, cheat.detail, honest.detail)
+    assert cheat.timing is not None
+    assert cheat.timing["median_ms"] >= 20.0, cheat.timing        # the work, every call
+    assert "timed call" not in cheat.detail
+

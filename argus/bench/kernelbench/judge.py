@@ -12,10 +12,12 @@
 3. The judge compares every output with the reference (tolerance.py), runs the probes
    (probes.py) and gathers reasons. The strict track decides `correct`.
 4. On a GPU, a correct solution is timed (timing.py, whole device, L2 flush, >= 100 trials) on
-   two input sets it has not seen, refilled into the same argument tensors before every call,
-   and one timed call per set is checked against that set's reference (`timing_sets`,
-   `_check_timed`); its kernels are profiled (provenance.py), and baselines come from the
-   cache or are measured.
+   two input sets it has not seen, refilled into the same argument tensors before every call
+   and reflected there by a key of each call's own (inputs.reflect: no two calls see the same
+   values, so neither a result cached by tensor identity nor one cached by value serves a
+   call), and one timed call per set is checked against a reference of that call's inputs,
+   recomputed here (`timing_sets`, `_check_timed`); its kernels are profiled
+   (provenance.py), and baselines come from the cache or are measured.
 
 Reason codes (REASONS) are stable strings; `Judgment.reasons` lists them by priority, the first
 being the main one. `correct` is True iff there is no reason. `solved` additionally needs a
@@ -289,6 +291,16 @@ class _RefSet:
         return self.ref is not None and (self.inputs is not None or self.inputs_path.exists())
 
 
+@dataclass(frozen=True)
+class _TimingBase:
+    """A timing set: its spec and how it was drawn (the distribution and absolute values of
+    the correctness set of the same distribution, fallbacks included)."""
+
+    spec: kb_inputs.InputSpec
+    distribution: str
+    absolute: bool
+
+
 def _no_hold_while_waiting_for(thread: threading.Thread) -> None:
     """A thread preparing a set enters the GPU gate; waiting for it while this thread holds
     the gate's shared hold deadlocks once a timing queues at the turnstile (it waits for this
@@ -452,9 +464,9 @@ class ReferenceSession:
             self.options.ref_cache_bytes
 
     def prefetch(self, key: Any) -> None:
-        """Prepare set `key` (an index) or the timing sets ("timing") in a thread of its own,
-        while the candidate runs: its float64 reference (and its gate waits) then overlap the
-        candidate's work instead of following it. `get` / `timing_sets` take the result; a
+        """Prepare set `key` (an index) in a thread of its own, while the candidate runs: its
+        float64 reference (and its gate waits) then overlap the candidate's work instead of
+        following it. `get` takes the result; a
         preparation that failed is done again there, in the judge's thread (it ran beside the
         candidate, which may have held the memory it lacked; and a session judges several
         solutions, so a failure kept would be replayed to a later one): what fails then is
@@ -463,7 +475,7 @@ class ReferenceSession:
                 key >= len(self.specs) or (key in self.sets and self.sets[key].present))):
             return
         self._join_ahead()          # one request at a time
-        specs = self._timing_specs() if key == "timing" else [self.specs[key]]
+        specs = [self.specs[key]]
         box: dict[str, Any] = {}
 
         def work() -> None:
@@ -502,8 +514,11 @@ class ReferenceSession:
             _no_hold_while_waiting_for(thread)
             thread.join()
 
-    def _prepare(self, spec: kb_inputs.InputSpec, check_stochastic: bool = False) -> _RefSet:
-        """Input set `spec` and its float64 reference, from the reference worker."""
+    def _prepare(self, spec: kb_inputs.InputSpec, check_stochastic: bool = False, *,
+                 absolute: bool = False, reflect: int | None = None,
+                 distribution: str | None = None) -> _RefSet:
+        """Input set `spec` and its float64 reference, from the reference worker (`reflect`:
+        a timed call's, see `timed_reference`)."""
         assert self.worker is not None and self.info is not None
         index = spec.index
         inputs_path = self.dir / "inputs" / f"set{index}.pt"
@@ -514,9 +529,10 @@ class ReferenceSession:
         t0 = time.perf_counter()
         reply = self.worker.request(
             "prepare", self.options.timeout_s, index=index, seed=spec.seed,
-            distribution=spec.distribution, inputs_path=None if direct else str(inputs_path),
+            distribution=distribution or spec.distribution,
+            inputs_path=None if direct else str(inputs_path),
             ref_path=None if direct else str(ref_path), calibrate=False,
-            check_stochastic=check_stochastic)
+            check_stochastic=check_stochastic, absolute=absolute, reflect=reflect)
         inputs = None
         if direct:
             tensors = reply.pop("tensors")
@@ -675,33 +691,59 @@ class ReferenceSession:
         self._join_ahead()
         self._ahead.clear()
 
-    def timing_sets(self) -> tuple[dict[str, Any], list[_RefSet]]:
+    def timing_sets(self) -> tuple[dict[str, Any], list[_TimingBase]]:
         """What the candidate is timed on: input sets it has not seen (new seeds; the task's
-        own distribution, which is what upstream and the baselines time, and a signed one, so
-        that one set's answer is wrong for the other), with their references. Returns the
-        arguments of the candidate's `time` (the sets' inputs concatenated, handed over in one
-        piece) and the sets. The candidate refills one set of argument tensors with them in a
-        shuffled order and hands back the outputs of one timed call per set; a solution that
-        caches by tensor identity returns the other set's answer there (`_check_timed`)."""
-        entries = self._take_ahead("timing")
+        own distribution, which is what upstream and the baselines time, and a normal one, so
+        that a signed set is timed too), drawn as the correctness set of the same distribution
+        was (its fallback to absolute values or the task's own), without a reference: the
+        candidate reflects a set by a key of its own for every call (`inputs.reflect`), and
+        the judge computes references only for the calls it checks (`timed_reference`).
+        Returns the arguments of the candidate's `time` (the sets' inputs concatenated, handed
+        over in one piece; the judge keeps none of them) and the sets."""
         self._join_ahead()
         self._drop_ahead()
-        if entries is None:
-            entries = [self._prepare(spec) for spec in self._timing_specs()]
-        # through files, the sets only go from one file to another: never onto the GPU
-        values = [v for e in entries
-                  for v in self.load_inputs(e, None if self.options.direct else "cpu")]
+        assert self.worker is not None
+        bases = []
+        values: list[Any] = []
+        t0 = time.perf_counter()
+        for spec in self._timing_specs():
+            drawn = next((e.reply.get("gen") or {} for e in self.sets.values()
+                          if e.spec.distribution == spec.distribution), {})
+            base = _TimingBase(spec, str(drawn.get("distribution", spec.distribution)),
+                               bool(drawn.get("absolute", False)))
+            path = self.dir / "inputs" / f"set{spec.index}.pt"
+            path.unlink(missing_ok=True)
+            reply = self.worker.request(
+                "make_inputs", self.options.timeout_s, seed=spec.seed,
+                distribution=base.distribution, absolute=base.absolute,
+                inputs_path=None if self.options.direct else str(path))
+            # through files, the sets only go from one file to another: never onto the GPU
+            values += reply["tensors"] if self.options.direct else \
+                torch.load(path, map_location="cpu", weights_only=True)
+            path.unlink(missing_ok=True)
+            bases.append(base)
+        self.add_phase("reference timing sets (inputs)", time.perf_counter() - t0)
         path = self.dir / "inputs" / "timing.pt"
         path.unlink(missing_ok=True)
         if self.options.direct:
             args = self.hand_over(values, path)
-            for entry in entries:       # handed over: the candidate has its copies now
-                self.drop_big_inputs(entry)
         else:
             torch.save([v.detach().cpu() if isinstance(v, torch.Tensor) else v
                         for v in values], path)
             args = {"inputs_path": str(path)}
-        return {**args, "sets": len(entries)}, entries
+        del values                  # handed over: the candidate has its copies now
+        return {**args, "sets": len(bases)}, bases
+
+    def drop_timed(self, entry: _RefSet) -> None:
+        """Forget a checked timed call's inputs and reference (and their file)."""
+        entry.ref = entry.inputs = None
+        entry.inputs_path.unlink(missing_ok=True)
+
+    def timed_reference(self, base: _TimingBase, key: int) -> _RefSet:
+        """The inputs of a checked timed call (timing set `base` reflected by `key`, as the
+        candidate reflected it) and their float64 reference."""
+        return self._prepare(base.spec, absolute=base.absolute, reflect=key,
+                             distribution=base.distribution)
 
     def run_probes(self, entry: _RefSet, inputs: list[Any], previous: _RefSet | None) -> None:
         """Which trivial answers would pass on this set (and stale ones across sets)."""
@@ -899,13 +941,9 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
             # staged inside this hold (its copies are GPU work): no gate entry of its own
             args = session.input_args(entry)
         hold.leave()                         # the candidate's run enters the gate itself
-        if session.small(entry):
-            # the next set's reference (after the last set, the timing sets', unless the
-            # solution already failed) is prepared while the candidate runs this one
-            if spec.index + 1 < len(session.specs):
-                session.prefetch(spec.index + 1)
-            elif want_timing and not reasons:
-                session.prefetch("timing")
+        if session.small(entry) and spec.index + 1 < len(session.specs):
+            # the next set's reference is prepared while the candidate runs this one
+            session.prefetch(spec.index + 1)
         out_path = session.dir / "outputs" / f"out{spec.index}.pt"
         try:
             with clock("candidate first run (incl. lowering, compiles)" if spec.index == 0
@@ -976,7 +1014,7 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
     suspect: list[str] = []
     if not reasons and want_timing:
         try:
-            with clock("timing sets (inputs, float64 references)"):
+            with clock("timing sets (inputs)"):
                 timing_args, timing_sets = session.timing_sets()
             out_path = session.dir / "outputs" / "timed.pt"
             with clock("timing (incl. gate wait, profile)"):
@@ -993,7 +1031,6 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
                 session.add_phase(f"timing {name}", seconds)
             with clock("check of the timed calls"):
                 wrong = _check_timed(session, cand, timed, out_path, timing_sets, fingerprints)
-            del timing_sets
             if wrong:
                 reasons |= wrong[0]
                 relaxed_reasons |= wrong[1]
@@ -1160,13 +1197,15 @@ def _drop_exported(cand: Worker) -> None:
 
 
 def _check_timed(session: ReferenceSession, cand: Worker, timed: dict[str, Any],
-                 out_path: Path, sets: list[_RefSet], fingerprints: list[tuple[Any, ...]]
-                 ) -> tuple[set[str], set[str], list[str]] | None:
+                 out_path: Path, sets: list[_TimingBase], fingerprints: list[tuple[Any, ...]]
+                 ) -> tuple[set[str], set[str], list[str], list[tolerance.Errors]] | None:
     """Compare the outputs the candidate kept from its timed calls (one call per timing set,
-    picked at random there) with those sets' references: (strict reasons, relaxed reasons,
-    details), None when all are right. A timed call that fails the relaxed track too is
+    picked at random there) with references of those calls' inputs (the set reflected by the
+    call's key, recomputed here): (strict reasons, relaxed reasons, details, worst errors per
+    call), None when all are right. A timed call that fails the relaxed track too is
     `timed_output_wrong` on both tracks (the same solution was right on every watched run);
-    one accurate only to the relaxed track is judged like any set (`imprecise`)."""
+    one accurate only to the relaxed track is judged like any set (`imprecise`). One call's
+    reference at a time, each dropped once compared."""
     checked = timed.get("checked") or []
     seen = sorted(int(pick["set"]) for pick in checked)
     if seen != list(range(len(sets))):
@@ -1174,36 +1213,50 @@ def _check_timed(session: ReferenceSession, cand: Worker, timed: dict[str, Any],
             _drop_exported(cand)            # nothing of it is compared
         return ({"timed_output_wrong"}, {"timed_output_wrong"},
                 [f"the timing kept outputs of timed calls on sets {seen}, not one of each of "
-                 f"the {len(sets)} timing sets: a set whose timed calls were never checked"])
+                 f"the {len(sets)} timing sets: a set whose timed calls were never checked"],
+                [])
     outs = _receive_outputs(session, cand, timed, out_path)
     per_call = len(outs) // len(checked)
     if per_call * len(checked) != len(outs):
         return ({"shape_mismatch"}, {"shape_mismatch"},
-                [f"timed calls: {len(outs)} outputs do not split into {len(checked)} calls"])
+                [f"timed calls: {len(outs)} outputs do not split into {len(checked)} calls"], [])
     strict: set[str] = set()
     relaxed: set[str] = set()
     details: list[str] = []
-    with gate().shared():           # one entry for every comparison
-        for i, pick in enumerate(checked):
-            _check_timed_call(session, sets, pick, outs[i * per_call:(i + 1) * per_call],
-                              fingerprints, strict, relaxed, details)
-    return (strict, relaxed, details) if strict or relaxed else None
+    errors: list[tolerance.Errors] = []
+    for i, pick in enumerate(checked):
+        entry = session.timed_reference(sets[int(pick["set"])], int(pick["key"]))
+        with gate().shared():           # one entry per call's comparison
+            errors.append(_check_timed_call(session, entry, pick, outs[i * per_call:
+                                                                       (i + 1) * per_call],
+                                            fingerprints, strict, relaxed, details))
+        for k in range(i * per_call, (i + 1) * per_call):
+            outs[k] = None              # compared: not held through the next reference
+        session.drop_timed(entry)
+        del entry
+    return (strict, relaxed, details, errors) if strict or relaxed else None
 
 
-def _check_timed_call(session: ReferenceSession, sets: list[_RefSet], pick: dict[str, Any],
+def _check_timed_call(session: ReferenceSession, entry: _RefSet, pick: dict[str, Any],
                       outs: list[torch.Tensor], fingerprints: list[tuple[Any, ...]],
-                      strict: set[str], relaxed: set[str], details: list[str]) -> None:
-    """One kept timed call of `_check_timed`, its reasons and details added to the sets."""
-    entry = sets[int(pick["set"])]
+                      strict: set[str], relaxed: set[str], details: list[str]
+                      ) -> tolerance.Errors:
+    """One kept timed call of `_check_timed`, its reasons and details added to the sets; its
+    worst errors returned."""
     assert entry.ref is not None
-    # the judge's copy of a big set's inputs is dropped once handed over (direct judging):
-    # they serve only the echo probe
-    inputs = session.load_inputs(entry) if entry.present else []
-    run = {"aliases": pick.get("aliases") or [], "mutated": pick.get("mutated") or []}
-    _, s_reasons, r_reasons, s_details, _ = _compare_set(entry, inputs, outs, run,
-                                                         fingerprints)
+    inputs = session.load_inputs(entry)
     where = (f"timed call {pick['call']} (an unseen {entry.reply['distribution']} set, "
-             f"refilled into the tensors of every call)")
+             f"reflected by the call's key, in the tensors of every call)")
+    if not same_fingerprints(pick.get("fingerprints") or [],
+                             entry.reply.get("fingerprints") or []):
+        strict.add("input_mutated")
+        relaxed.add("input_mutated")
+        details.append(f"{where}: its inputs differ from the judge's for that set and key "
+                       f"(fingerprints {pick.get('fingerprints')} vs "
+                       f"{entry.reply.get('fingerprints')}): altered in the candidate's process")
+    run = {"aliases": pick.get("aliases") or [], "mutated": pick.get("mutated") or []}
+    _, s_reasons, r_reasons, s_details, worst = _compare_set(entry, inputs, outs, run,
+                                                             fingerprints)
     integrity = s_reasons & INTEGRITY_REASONS
     strict |= integrity
     relaxed |= integrity
@@ -1213,6 +1266,7 @@ def _check_timed_call(session: ReferenceSession, sets: list[_RefSet], pick: dict
     else:
         strict |= s_reasons
     details.extend(f"{where}: {d}" for d in s_details)
+    return worst
 
 
 def _altered_inputs(session: ReferenceSession, entry: _RefSet, run: dict[str, Any]) -> str:

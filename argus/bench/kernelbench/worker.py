@@ -301,21 +301,24 @@ class ReferenceRole:
             return {}
 
     def prepare(self, index: int, seed: int, distribution: str, inputs_path: str | None,
-                ref_path: str | None, calibrate: bool = True, check_stochastic: bool = False
-                ) -> dict[str, Any]:
+                ref_path: str | None, calibrate: bool = True, check_stochastic: bool = False,
+                absolute: bool = False, reflect: int | None = None) -> dict[str, Any]:
         """Input set `index` and its float64 reference. With paths, both are written to files
         (a reference worker process); without (the role inside the judge's process), the
         tensors are returned under "tensors" and never leave the process. Either way the
         candidate gets these very inputs (never draws its own), and "fingerprints" let it and
         the judge check what it received. RNG_LOCK covers only the drawing (seed, get_inputs,
-        re-distribution): the forwards of several tasks' references run at once."""
+        re-distribution): the forwards of several tasks' references run at once.
+
+        `reflect`: a timed call's inputs, the set (`distribution`, `absolute` as the timing
+        drew it, no other tried) reflected by that call's key (`inputs.reflect`)."""
         phases: dict[str, float] = {}
         clock = _Phases(phases)
         with gate().shared():
             with clock("inputs"), RNG_LOCK:
                 raw = kb_inputs.task_inputs(self.module, seed, _gen_device(self.device))
-            attempts = [(distribution, False)]
-            if distribution != "task":
+            attempts = [(distribution, absolute)]
+            if distribution != "task" and reflect is None and not absolute:
                 attempts += [(distribution, True), ("task", False)]
             used, kinds, ref, gen = "task", [], None, {}
             for dist, absolute in attempts:
@@ -323,6 +326,12 @@ class ReferenceRole:
                     with RNG_LOCK:
                         values, kinds = kb_inputs.transform(raw, dist, seed, absolute)
                     dev_values = _to_device(values, self.device)
+                    if reflect is not None:
+                        dev_values = kb_inputs.reflect(
+                            dev_values, kb_inputs.reflection_plan(dev_values), reflect,
+                            out=[v.clone() if isinstance(v, torch.Tensor) and v is r else v
+                                 for v, r in zip(dev_values, raw)])
+                        kinds = [k + " reflected" for k in kinds]
                 with clock("float64 reference"):
                     ref = self._forward(self.m64, kb_inputs.to_float64(dev_values), seed)
                 used = dist + ("(abs)" if absolute else "")
@@ -568,11 +577,12 @@ class CandidateRole:
 
         The inputs are `sets` input sets, concatenated. Every call (warm-up and timed) gets the
         same argument tensors, refilled before it (outside the timed region) with one of the
-        sets in a shuffled order: a solution that returns what it computed for these very
-        tensors (cached by identity, data_ptr or a weak reference) returns another set's answer.
-        For each set, the outputs of one timed call picked at random are kept and handed to the
-        judge (`_hand_outputs`; "checked" in the reply says which set and call each is), which
-        compares them with that set's reference."""
+        sets in a shuffled order, reflected by a key of the call's own (`inputs.reflect`): no
+        two calls see the same values, so a result cached by the tensors' identity is another
+        call's answer and one cached by their values is never a hit. For each set, the outputs
+        of one timed call picked at random are kept and handed to the judge (`_hand_outputs`;
+        "checked" in the reply says which set, call and key each is, with the fingerprints of
+        its inputs), which recomputes that call's inputs and their reference and compares."""
         import random
 
         self.exported = []
@@ -590,6 +600,7 @@ class CandidateRole:
                 pool = [loaded[k * n:(k + 1) * n] for k in range(sets)]
                 # the storage the solution sees in every call: refilled, never replaced
                 values = [v.clone() if isinstance(v, torch.Tensor) else v for v in pool[0]]
+                plans = [kb_inputs.reflection_plan(p) for p in pool]
                 calls = warmup + trials
                 if trials < sets:
                     raise WorkerFailure("worker_error", f"time: {trials} timed calls cannot "
@@ -601,35 +612,40 @@ class CandidateRole:
                 rng.shuffle(warm)
                 rng.shuffle(timed)
                 order = warm + timed
+                # a key per call, and one for the call that warms up before the measurement
+                keys = [rng.getrandbits(62) for _ in range(calls + 1)]
                 picks = {k: rng.choice([c for c in range(warmup, calls) if order[c] == k])
                          for k in range(sets)}
+                picked = set(picks.values())
                 kept: dict[int, list[torch.Tensor]] = {}
                 checks: dict[int, dict[str, Any]] = {}
-                state: dict[str, Any] = {"calls": 0, "out": None}
+                state: dict[str, Any] = {"calls": 0, "out": None, "warming": True,
+                                         "prints": None}
 
                 def keep_last() -> None:
                     done = state["calls"] - 1       # the call that produced state["out"]
-                    if done in picks.values() and done not in kept:
+                    if done in picked and done not in kept and not state["warming"]:
                         outs, _ = _as_list(state["out"])
-                        src = pool[order[done]]
+                        before = state["prints"]
                         # unwatched, as in the correctness runs: shared memory, changed inputs
                         checks[done] = {
-                            "set": order[done], "call": done - warmup,
+                            "set": order[done], "call": done - warmup, "key": keys[done],
+                            "fingerprints": before,
                             "aliases": guards.aliases(outs, values),
-                            "mutated": [i for i, (v, w) in enumerate(zip(values, src))
+                            "mutated": [i for i, (v, p) in enumerate(zip(values, before))
                                         if isinstance(v, torch.Tensor)
-                                        and not guards.same_bits(v, w)]}
+                                        and not same_fingerprints([_fingerprint(v)], [p])]}
                         kept[done] = [o.detach().clone() for o in outs]
 
                 def setup() -> None:
                     keep_last()
                     state["out"] = None             # the solution's outputs are not kept alive
-                    src = pool[order[state["calls"] % calls]]
-                    for i, v in enumerate(src):
-                        if isinstance(v, torch.Tensor):
-                            values[i].copy_(v)
-                        else:
-                            values[i] = v
+                    c = 0 if state["warming"] else state["calls"] % calls
+                    key = keys[calls] if state["warming"] else keys[c]
+                    values[:] = kb_inputs.reflect(pool[order[c]], plans[order[c]], key,
+                                                  out=values)
+                    state["prints"] = [_fingerprint(v) for v in values] \
+                        if c in picked and not state["warming"] else None
 
                 def call() -> None:
                     state["out"] = model(*values)
@@ -639,6 +655,7 @@ class CandidateRole:
                 call()                      # compiled already; warm outside the exclusive hold
                 _sync(self.device)
                 state["calls"] = 0          # the measured sequence starts now
+                state["warming"] = False
             t1 = time.perf_counter()
             with gate().exclusive():
                 t2 = time.perf_counter()
@@ -658,7 +675,9 @@ class CandidateRole:
             with gate().shared():
                 reply = self._hand_outputs([o for c in sorted(kept) for o in kept[c]],
                                            out_path, export) if kept else {}
-            del kept, pool, loaded
+            del kept, pool, loaded, values
+            if not self.exported:           # exported outputs go back at the judge's drop
+                _release_cached(self.device)
             t5 = time.perf_counter()
         phases = {"warm": t1 - t0, "gate wait": t2 - t1, "measure": t3 - t2, "profile": t4 - t3,
                   "output transfer": t5 - t4}
