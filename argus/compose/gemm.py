@@ -23,6 +23,7 @@ GEMM's epilogue hook takes no expression yet.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -41,12 +42,15 @@ MAX_CHUNK = 1024
 
 @dataclass(frozen=True)
 class MatmulSchedule:
-    """What the agent may tune: the split (6: strict, 3 / 1: relaxed only), the K chunk, and the
-    library GEMM's schedule (None: argus.ops.schedules.heuristic for the problem)."""
+    """What the agent may tune: the split (6: strict, 3 / 1: relaxed only), the K chunk, the
+    number of K chunks (split-K: 0 lets `plan_split`'s cost rule choose; n >= 1 asks for at
+    least n, never fewer than the K chunk bound gives), and the library GEMM's schedule (None:
+    argus.ops.schedules.heuristic for the problem)."""
 
     terms: int = 6
     max_chunk: int = MAX_CHUNK
     gemm: GemmSchedule | None = None
+    split_k: int = 0
 
 
 def bf16_pieces(x, count: int) -> list:
@@ -229,11 +233,64 @@ _PARAMETER_PIECES = DerivedCache("compose.gemm: a parameter's bf16 pieces",
                                  parameters_only=True)
 
 
-def plan_chunks(k: int, terms: int, max_chunk: int = MAX_CHUNK) -> tuple[int, int]:
-    """(chunks, kc): chunks of at most max_chunk, kc a multiple of 8 (16-byte bf16 rows)."""
-    chunks = max(1, math.ceil(k / max_chunk))
+def plan_chunks(k: int, terms: int, max_chunk: int = MAX_CHUNK,
+                chunks: int = 0) -> tuple[int, int]:
+    """(chunks, kc): chunks of at most max_chunk (at least `chunks` of them), kc a multiple of
+    8 (16-byte bf16 rows)."""
+    chunks = max(1, math.ceil(k / max_chunk), chunks)
     kc = -(-math.ceil(k / chunks) // 8) * 8
     return chunks, kc
+
+
+# Split-K. The K chunks are the batch of one GEMM (or of one GEMM per product group), so each
+# chunk is a K slice of its own CTAs, and their fp32 partials are summed in a fixed order
+# (sum_parts: the same result on every run). The accuracy bound (max_chunk) fixes the fewest
+# chunks; a small output over a long K (256 x 256 x 8192: 8 chunks of 2 tiles, 16 CTAs on
+# 132 SMs) then leaves most SMs idle, and more chunks put them to work at the price of more
+# partials to write and sum. `plan_split` weighs the two: the library GEMM's time model
+# (argus/ops/gemm_model.py: units, waves, k-steps, for the schedule the heuristic picks) plus
+# the partials' bytes at PARTIAL_BYTES_PER_US, over chunk counts that double up to
+# SPLIT_GROWTH times the bound's while a chunk keeps MIN_KC of K.
+MIN_KC = 128
+SPLIT_GROWTH = 16
+PARTIAL_BYTES_PER_US = 3.0e6      # ~3 TB/s: what a streaming pass reaches on an H100
+
+
+@functools.lru_cache(maxsize=4096)
+def plan_split(rows: int, n: int, k: int, nb: int, layout: str, terms: int,
+               max_chunk: int = MAX_CHUNK, may_group: bool = True,
+               at_least: int = 0) -> tuple[int, int, bool]:
+    """(chunks, kc, grouped) of least predicted time for an [nb x] rows x K @ K x n product
+    split into `terms` bf16 products (grouped: `grouped_products`, where `groups_pay` and
+    may_group say so). The SM count is the GEMM schedule's (`num_sms`, 132 on an H100 / H200:
+    the model's waves). Cached: one decision per problem, not per call."""
+    from argus.ops import gemm_model
+    from argus.ops.schedules import Problem, heuristic
+
+    pieces = max(max(pair) for pair in SLOTS[terms]) + 1
+    first, _ = plan_chunks(k, terms, max_chunk, at_least)
+    best = None
+    chunks = first
+    while chunks <= first * SPLIT_GROWTH:
+        c, kc = plan_chunks(k, terms, max_chunk, chunks)
+        if c != chunks or (c > first and kc < MIN_KC):
+            break
+        grouped = may_group and nb == 1 and groups_pay(pieces, rows * c * kc, n * c * kc,
+                                                       rows * n, c)
+        widths = [(pieces - g) * kc for g in range(pieces)] if grouped else [terms * kc]
+        us = 0.0
+        for width in widths:
+            problem = Problem(rows, n, width, nb * c, "bf16", "f32", layout, False)
+            us += gemm_model.predict_us(problem, heuristic(problem), None)
+        written = (pieces if grouped else (c > 1)) * nb * c * rows * n * 4
+        us += 2 * written / PARTIAL_BYTES_PER_US          # written, then read by the sum
+        # the split kernels write the pieces of both operands (chunk padding included)
+        slots = pieces if grouped else terms
+        us += slots * 2 * (rows + n) * nb * c * kc / PARTIAL_BYTES_PER_US
+        if best is None or us < best[0]:
+            best = (us, c, kc, grouped)
+        chunks *= 2
+    return best[1], best[2], best[3]
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
@@ -259,16 +316,17 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
     a_km = k_major(a3)                                     # [nb, rows, K]
     a_slots = tuple(p for p, _ in SLOTS[schedule.terms])
     b_slots = tuple(q for _, q in SLOTS[schedule.terms])
-    chunks, kc = plan_chunks(k, schedule.terms, schedule.max_chunk)
+    bt = b3.transpose(-1, -2)
+    layout = "nk" if bt.stride(-1) == 1 else "kn"   # B^T a K-major [N, K], or B [K, N]
+    chunks, kc, grouped = plan_split(rows, n, k, nb_eff, layout, schedule.terms,
+                                     schedule.max_chunk, out.is_contiguous(),
+                                     schedule.split_k)
     pieces = max(a_slots) + 1
-    if nb_eff == 1 and out.is_contiguous() and groups_pay(
-            pieces, rows * chunks * kc, n * chunks * kc, rows * n, chunks):
+    if grouped:
         a_slots, b_slots = tuple(range(pieces)), tuple(reversed(range(pieces)))
     else:
         pieces = 0
     pa = split(a_km, a_slots, chunks, kc)                  # [nb*chunks, rows, T*kc]
-    bt = b3.transpose(-1, -2)
-    layout = "nk" if bt.stride(-1) == 1 else "kn"   # B^T a K-major [N, K], or B [K, N]
     key = (layout, b_slots, chunks, kc, tuple(b3.shape), b3.stride())
     pb = _PARAMETER_PIECES.get(b, key)
     if pb is None:
@@ -299,4 +357,4 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
 
 
 __all__ = ["MatmulSchedule", "chunk_groups", "grouped_products", "groups_pay", "matmul",
-           "plan_chunks", "split", "sum_chunks", "sum_parts", "transpose"]
+           "plan_chunks", "plan_split", "split", "sum_chunks", "sum_parts", "transpose"]

@@ -555,7 +555,8 @@ def test_chunk_sum_of_a_small_output_runs_in_two_passes():
 
 
 def test_large_k_matmul_with_a_two_pass_chunk_sum_is_strict():
-    """K = 9000: 9 chunks of 1000, summed as 3 groups of 3 (a small output)."""
+    """K = 9000 over a small output: the bound's 9 chunks of 1000 (the split-K cost rule takes
+    more, shorter ones here), their partials summed in two passes."""
     check(fn_model(lambda x, y: x @ y, 2), [randn(8, 9000), randn(9000, 6, seed=1)])
 
 
@@ -707,3 +708,45 @@ def test_no_parameter_pieces_are_kept_or_used_while_a_cuda_graph_is_captured(mon
         gemm._PARAMETER_PIECES.clear()
         new(x)
         assert not gemm._PARAMETER_PIECES                   # nothing kept from a capture
+
+
+# ------------------------------------------------------------------------------ split-K
+def test_split_k_cost_rule_fills_the_sms_of_a_small_output():
+    """The GEMM adapter's K chunks are its split-K (the batch of the GEMM, partials summed in
+    a fixed order). The accuracy bound alone gives 256 x 256 x 8192 8 chunks: 16 tiles of
+    128 x 256 on 132 SMs. The cost rule (gemm_model time + partial bytes) takes more chunks
+    there; where the bound's chunks already fill the GPU (L1/6: 512 chunks, 1024 tiles) or
+    the output is large, it keeps them."""
+    from argus.compose.gemm import plan_chunks, plan_split
+    from argus.ops.schedules import Problem, heuristic
+
+    chunks, kc, grouped = plan_split(256, 256, 8192, 1, "kn", 6)
+    assert chunks > plan_chunks(8192, 6)[0] and chunks * kc >= 8192 and kc % 8 == 0
+    width = (3 if grouped else 6) * kc
+    s = heuristic(Problem(256, 256, width, chunks, "bf16", "f32", "kn", False))
+    assert chunks * -(-256 // s.bm) * -(-256 // s.bn) >= 0.9 * 132     # about one wave, not 16
+    assert plan_split(256, 256, 2 ** 19, 1, "kn", 6) == (512, 1024, True)      # L1/6
+    assert plan_split(4096, 4096, 4096, 1, "kn", 6)[0] == 4
+    assert plan_split(2048, 2048, 2048, 1, "nk", 6)[0] == 2
+    # an agent's split_k asks for at least that many chunks; never fewer than the bound's
+    assert plan_split(4096, 4096, 4096, 1, "kn", 6, at_least=16)[0] >= 16
+    assert plan_split(256, 256, 2 ** 19, 1, "kn", 6, at_least=2)[0] >= 512
+
+
+@pytest.mark.parametrize("terms_chunks", [(6, 0), (6, 8), (3, 4)])
+def test_split_k_matmul_is_accurate_and_deterministic(terms_chunks):
+    """More chunks than the bound (the cost rule's choice at 32 x 48 x 1024, or an explicit
+    split_k): fp32-accurate against float64 on the strict split, and the same bits on a
+    second run (the partials are summed in a fixed order, no atomics)."""
+    from argus.compose.gemm import MatmulSchedule, matmul, plan_split
+
+    terms, split_k = terms_chunks
+    a, b = randn(32, 1024), randn(1024, 48, seed=1)
+    if split_k == 0:
+        assert plan_split(32, 48, 1024, 1, "kn", terms)[0] > 1
+    sched = MatmulSchedule(terms=terms, split_k=split_k)
+    out = [matmul(a, b, torch.full((32, 48), float("nan")), sched) for _ in range(2)]
+    ref = a.double() @ b.double()
+    err = ((out[0].double() - ref).norm() / ref.norm()).item()
+    assert err < (2e-6 if terms == 6 else 2e-5), err
+    assert torch.equal(out[0], out[1])

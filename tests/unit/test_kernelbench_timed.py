@@ -91,3 +91,37 @@ def test_a_result_cached_by_value_never_serves_a_timed_call():
     assert cheat.timing["median_ms"] >= 20.0, cheat.timing        # the work, every call
     assert "timed call" not in cheat.detail
 
+
+BF16_WHEN_UNWATCHED = """
+import torch
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)
+        if torch._C._len_torch_dispatch_stack() > 0:
+            return y
+        return y.to(torch.bfloat16).to(x.dtype)     # unwatched (timed): bf16-accurate
+"""
+
+
+@needs_tasks
+def test_the_precision_class_counts_the_timed_calls(tmp_path):
+    """The precision class was computed from the watched runs alone: a solution right on them
+    and wrong (or bf16-accurate) in its timed calls was reported 'fp32' beside the reasons
+    timed_output_wrong (or imprecise). The timed calls' errors are classed too now."""
+    from argus.bench.kernelbench.judge import judge_with
+    from argus.bench.kernelbench.shrink import SizeBudget
+
+    solution = tmp_path / "bf16_unwatched.py"
+    solution.write_text(BF16_WHEN_UNWATCHED)
+    options = JudgeOptions(device="cpu", timeout_s=180, cpu_timing=True, trials=10, warmup=1,
+                           cpu_budget=SizeBudget(elements=1 << 16, flops=5e7))
+    with ReferenceSession(discover(KB_DIR, levels=[1], ids=[19])[0], options) as session:
+        zeros = judge_with(session, FIXTURES / "honest_when_watched.py")
+        bf16 = judge_with(session, solution)
+    assert all(s.strict_ok for s in zeros.sets + bf16.sets)       # watched runs: right
+    assert zeros.reason == "timed_output_wrong" and not zeros.solved
+    assert zeros.precision == "worse than bf16", zeros.precision
+    assert bf16.reasons == ("imprecise",) and bf16.correct_relaxed, (bf16.reasons, bf16.detail)
+    assert not bf16.solved and bf16.precision == "bf16", bf16.precision

@@ -1035,6 +1035,7 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
                 reasons |= wrong[0]
                 relaxed_reasons |= wrong[1]
                 details.extend(wrong[2])
+                precision = _timed_precision(precision, wrong, cand_errors, rung)
         except WorkerError as exc:
             return _failure(session, solution, _kind(exc), f"while timing: {exc}", started)
         if timed.get("tamper"):
@@ -1198,11 +1199,13 @@ def _drop_exported(cand: Worker) -> None:
 
 def _check_timed(session: ReferenceSession, cand: Worker, timed: dict[str, Any],
                  out_path: Path, sets: list[_TimingBase], fingerprints: list[tuple[Any, ...]]
-                 ) -> tuple[set[str], set[str], list[str], list[tolerance.Errors]] | None:
+                 ) -> tuple[set[str], set[str], list[str],
+                            list[tuple[tolerance.Errors, int, bool]]] | None:
     """Compare the outputs the candidate kept from its timed calls (one call per timing set,
     picked at random there) with references of those calls' inputs (the set reflected by the
     call's key, recomputed here): (strict reasons, relaxed reasons, details, worst errors per
-    call), None when all are right. A timed call that fails the relaxed track too is
+    call with the watched set whose precision rungs it is classed by and whether it passed
+    the strict track), None when all are right. A timed call that fails the relaxed track is
     `timed_output_wrong` on both tracks (the same solution was right on every watched run);
     one accurate only to the relaxed track is judged like any set (`imprecise`). One call's
     reference at a time, each dropped once compared."""
@@ -1223,13 +1226,18 @@ def _check_timed(session: ReferenceSession, cand: Worker, timed: dict[str, Any],
     strict: set[str] = set()
     relaxed: set[str] = set()
     details: list[str] = []
-    errors: list[tolerance.Errors] = []
+    errors: list[tuple[tolerance.Errors, int, bool]] = []
     for i, pick in enumerate(checked):
-        entry = session.timed_reference(sets[int(pick["set"])], int(pick["key"]))
+        base = sets[int(pick["set"])]
+        entry = session.timed_reference(base, int(pick["key"]))
+        # the precision rungs of a timed call are those of the watched set of its distribution
+        like = next((k for k, spec in enumerate(session.specs)
+                     if spec.distribution == base.spec.distribution), 0)
         with gate().shared():           # one entry per call's comparison
-            errors.append(_check_timed_call(session, entry, pick, outs[i * per_call:
-                                                                       (i + 1) * per_call],
-                                            fingerprints, strict, relaxed, details))
+            worst, accurate = _check_timed_call(session, entry, pick,
+                                                outs[i * per_call:(i + 1) * per_call],
+                                                fingerprints, strict, relaxed, details)
+        errors.append((worst, like, accurate))
         for k in range(i * per_call, (i + 1) * per_call):
             outs[k] = None              # compared: not held through the next reference
         session.drop_timed(entry)
@@ -1237,12 +1245,29 @@ def _check_timed(session: ReferenceSession, cand: Worker, timed: dict[str, Any],
     return (strict, relaxed, details, errors) if strict or relaxed else None
 
 
+def _timed_precision(precision: str, wrong: tuple[set[str], set[str], list[str],
+                                                  list[tuple[tolerance.Errors, int, bool]]],
+                     watched: list[tolerance.Errors],
+                     rung: Callable[[int], dict[str, tolerance.Errors | None]]) -> str:
+    """The precision class once the timed calls are checked: the watched sets' errors and the
+    timed calls' together (a timed call classed by the rungs of the watched set of its
+    distribution), so that a timed call's failure is never reported as an fp32 solution."""
+    calls = wrong[3]
+    if "timed_output_wrong" in wrong[0] and not calls:
+        return "worse than bf16"            # no call could be compared: nothing is known
+    if all(accurate for _, _, accurate in calls):
+        return precision                    # the timed outputs were fp32-accurate
+    rungs_of = list(range(len(watched))) + [like for _, like, _ in calls]
+    return tolerance.precision_class_lazy(watched + [e for e, _, _ in calls],
+                                          lambda i: rung(rungs_of[i]), False)
+
+
 def _check_timed_call(session: ReferenceSession, entry: _RefSet, pick: dict[str, Any],
                       outs: list[torch.Tensor], fingerprints: list[tuple[Any, ...]],
                       strict: set[str], relaxed: set[str], details: list[str]
-                      ) -> tolerance.Errors:
+                      ) -> tuple[tolerance.Errors, bool]:
     """One kept timed call of `_check_timed`, its reasons and details added to the sets; its
-    worst errors returned."""
+    worst errors returned, and whether its outputs passed the strict track."""
     assert entry.ref is not None
     inputs = session.load_inputs(entry)
     where = (f"timed call {pick['call']} (an unseen {entry.reply['distribution']} set, "
@@ -1266,7 +1291,7 @@ def _check_timed_call(session: ReferenceSession, entry: _RefSet, pick: dict[str,
     else:
         strict |= s_reasons
     details.extend(f"{where}: {d}" for d in s_details)
-    return worst
+    return worst, not (s_reasons - integrity)
 
 
 def _altered_inputs(session: ReferenceSession, entry: _RefSet, run: dict[str, Any]) -> str:
