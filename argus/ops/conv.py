@@ -109,9 +109,10 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
 
     `precision="tf32"` (fp32 inputs read as tf32, `convolve`): the 16-bit default's tile,
     cluster and ring depth with bk = 32 (a 128-byte row of fp32: the same bytes per stage as
-    bf16's 64), bw = 64 and the direct epilogue (an fp32 output), no promotion; rowbox only
-    when asked (rowbox=True: fp32 operands, not measured). Unmeasured: `gpu_conv_bench.py
-    --tf32`.
+    bf16's 64), bw = 64 and the direct epilogue (an fp32 output), no promotion; rowbox where
+    it applies, as for 16-bit inputs (a (1, 2, 64, 32) box of the rounded fp32 input per K
+    step; rowbox=False opts out). Not measured on the GPU yet with rowbox:
+    `gpu_tf32_bench.py --quick`.
     """
     W, K, S = x.shape[-1], weight.shape[0], weight.shape[-1]
     sw, pw, dw = (_pair(v, name, x.dim() - 2)[-1] for v, name in (
@@ -137,7 +138,7 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     if precision == "tf32":
         stages = max(4, min(6, _SMEM_BUDGET // ((128 + bn) * 32 * 4)))
         return ConvSchedule(bm=128, bn=bn, bk=32, bw=64, stages=stages, consumers=2,
-                            epilogue="direct", cluster_m=2, rowbox=box and rowbox is True)
+                            epilogue="direct", cluster_m=2, rowbox=box)
     if not sixteen:   # the fp32 bf16 split: bf16 pieces, the 16-bit kernel with an fp32 output
         return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=4, consumers=2,
                             epilogue=epilogue, promote=promote, rowbox=box)

@@ -164,6 +164,29 @@ def test_tensor_core_truncates_unrounded_tf32_operands(monkeypatch):
     assert _rel(raw, ref) > 2 * _rel(rounded, ref), (_rel(raw, ref), _rel(rounded, ref))
 
 
+@pytest.mark.parametrize("shape", [(8, 64, 28, 28, 64, 3), (4, 128, 14, 14, 256, 1),
+                                   (2, 32, 9, 100, 48, 3)], ids=["c2", "1x1", "wide"])
+def test_conv_tf32_rowbox_default_and_opt_out(shape):
+    """tf32 takes the rowbox producer by default for 2-d stride-1 one-group convolutions; it
+    and rowbox=False (the per-row boxes) both give the rounded model's error."""
+    import torch.nn.functional as F
+
+    from argus.ops.conv import convolve, schedule_for
+
+    N, C, H, W, K, R = shape
+    x = _rand(N, C, H, W, seed=C)
+    w = _rand(K, C, R, R, seed=K) / (C * R * R) ** 0.5
+    pad = R // 2
+    ref = F.conv2d(x.double(), w.double(), None, 1, pad)
+    model = _rel(F.conv2d(_tf32(x).double(), _tf32(w).double(), None, 1, pad), ref)
+    default = schedule_for(x, w, 1, pad, 1, 1, precision="tf32")
+    per_row = schedule_for(x, w, 1, pad, 1, 1, precision="tf32", rowbox=False)
+    assert default.rowbox and not per_row.rowbox
+    for s in (default, per_row):
+        err = _rel(convolve(x, w, None, 1, pad, schedule=s, precision="tf32"), ref)
+        assert err <= 1.25 * model + 1e-6, (s, err, model)
+
+
 def test_conv3d_and_transposed_tf32():
     import functools
 

@@ -113,16 +113,19 @@ def test_rowbox_needs_unit_stride_and_one_group(stride, groups):
 
 def test_rowbox_is_the_default_where_it_applies():
     """2-d, stride 1, one group: bf16 / fp16 and the fp32 bf16 split (its pieces run the
-    same 16-bit kernel) take rowbox unless rowbox=False; tf32 (fp32 operands) only when
-    asked; 3-d never."""
+    same 16-bit kernel) and tf32 (fp32 operands) take rowbox unless rowbox=False; 3-d
+    never, nor a strided or grouped tf32 convolution."""
     w = torch.randn(8, 8, 3, 3)
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         x = torch.randn(1, 8, 6, 6, dtype=dtype)
         assert conv_op.schedule_for(x, w.to(dtype), 1, 1, 1, 1).rowbox, dtype
         assert not conv_op.schedule_for(x, w.to(dtype), 1, 1, 1, 1, rowbox=False).rowbox
     x = torch.randn(1, 8, 6, 6)
-    assert not conv_op.schedule_for(x, w, 1, 1, 1, 1, precision="tf32").rowbox
-    assert conv_op.schedule_for(x, w, 1, 1, 1, 1, precision="tf32", rowbox=True).rowbox
+    assert conv_op.schedule_for(x, w, 1, 1, 1, 1, precision="tf32").rowbox
+    assert not conv_op.schedule_for(x, w, 1, 1, 1, 1, precision="tf32", rowbox=False).rowbox
+    assert not conv_op.schedule_for(x, w, 2, 1, 1, 1, precision="tf32").rowbox
+    assert not conv_op.schedule_for(torch.randn(1, 16, 6, 6), w, 1, 1, 1, 2,
+                                    precision="tf32").rowbox
     x3, w3 = torch.randn(1, 8, 4, 6, 6).bfloat16(), torch.randn(8, 8, 3, 3, 3).bfloat16()
     assert not conv_op.schedule_for(x3, w3, 1, 1, 1, 1).rowbox
 

@@ -58,17 +58,60 @@ def test_tf32_conv_matches_float64(case, schedule):
     assert 3e-5 <= exact <= 2e-3, exact
 
 
-@pytest.mark.parametrize("case", [CASES[0], (2, 16, 7, 9, 24, 3, 3, 1, (2, 1), (2, 1), 1)],
-                         ids=["3x3", "dilated"])
-def test_tf32_conv_rowbox(case):
+TF32_ROWBOX_CLUSTER = ConvSchedule(bm=128, bn=64, bk=32, bw=64, stages=3, rowbox=True,
+                                   cluster_m=2, num_sms=4)
+ROWBOX_CASES = [
+    CASES[0],
+    (2, 16, 7, 9, 24, 3, 3, 1, (2, 1), (2, 1), 1),    # dilated, padding 2 x 1
+    (1, 8, 3, 70, 16, 3, 3, 1, 1, 1, 1),              # P = 3: a row block half past P; Q > 64
+    (2, 72, 4, 5, 16, 1, 1, 1, 0, 1, 1),              # 1x1 over 72 channels (three bk slices)
+    (1, 12, 5, 6, 8, 2, 3, 1, (1, 0), 1, 1),          # C = 12 (pitch-padded), R = 2
+]
+
+
+@pytest.mark.parametrize("case", ROWBOX_CASES, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("schedule", [TF32_ROWBOX, TF32_ROWBOX_CLUSTER, None],
+                         ids=["rowbox", "rowbox-cluster", "schedule_for"])
+def test_tf32_conv_rowbox(case, schedule):
+    """tf32 on the rowbox producer (one (1, rows, 64, 32) box of the rounded fp32 input per K
+    step), schedule_for's default for 2-d stride-1 one-group convolutions: the float64
+    convolution of the tf32-rounded operands."""
     N, C, H, W, K, R, S, stride, padding, dilation, groups = case
     g = torch.Generator().manual_seed(5)
     x = torch.randn(N, C, H, W, generator=g)
     w = torch.randn(K, C // groups, R, S, generator=g)
-    y = conv_op.conv2d_interpret(x, w, None, stride, padding, dilation, groups,
-                                 schedule=TF32_ROWBOX, precision="tf32")
-    exact_inputs, _ = _errors(y, x, w, None, stride, padding, dilation, groups)
-    assert exact_inputs <= 1e-6
+    b = torch.randn(K, generator=g)
+    if schedule is None:
+        schedule = conv_op.schedule_for(x, w, stride, padding, dilation, groups,
+                                        precision="tf32")
+        assert schedule.rowbox and schedule.cluster_m == 2
+    y = conv_op.conv2d_interpret(x, w, b, stride, padding, dilation, groups,
+                                 schedule=schedule, precision="tf32")
+    exact_inputs, exact = _errors(y, x, w, b, stride, padding, dilation, groups)
+    assert exact_inputs <= 1e-6 and exact <= 2e-3, (exact_inputs, exact)
+
+
+def test_tf32_conv1d_runs_on_rowbox():
+    """A 1-d convolution is 2-d on a unit height: rowbox by default for tf32 too, as compose
+    runs nn.Conv1d under ConvRun(precision="tf32")."""
+    import torch.nn as nn
+
+    from argus.compose.conv import ConvRun
+    from argus.compose.runtime import Program
+
+    x = torch.randn(2, 16, 40, generator=torch.Generator().manual_seed(6))
+    w = torch.randn(24, 16, 5, generator=torch.Generator().manual_seed(7))
+    s = conv_op.schedule_for(x.unsqueeze(2), w.unsqueeze(2), (1, 1), (0, 2), (1, 1), 1,
+                             precision="tf32")
+    assert s.rowbox
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv1d(16, 24, 5, padding=2), nn.ReLU())
+    with torch.no_grad():
+        got = Program.build(model, [x], {"conv": ConvRun(precision="tf32")}).run(model, [x])
+        c = model[0]
+        ref_t = torch.relu(F.conv1d(round_to_tf32(x).double(), round_to_tf32(c.weight).double(),
+                                    c.bias.double(), padding=2))
+    assert ((got.double() - ref_t).norm() / ref_t.norm()).item() <= 1e-6
 
 
 def _raw_tf32(monkeypatch):
@@ -263,6 +306,7 @@ def test_schedule_for_tf32():
     x, w = torch.randn(2, 64, 16, 16), torch.randn(128, 64, 3, 3)
     s = conv_op.schedule_for(x, w, 1, 1, 1, 1, precision="tf32")
     assert (s.bk, s.bw, s.epilogue, s.promote, s.halo) == (32, 64, "direct", False, False)
+    assert s.rowbox      # 2-d, stride 1, one group: the rowbox producer, as for 16-bit inputs
     assert (128 + s.bn) * s.bk * 4 * s.stages <= 200 * 1024
     assert conv_op.schedule_for(x, w, 1, 1, 1, 1, precision="tf32", rowbox=True).rowbox
     assert conv_op.schedule_for(x, w, 1, 1, 1, 1).bk == 64      # the split keeps its own
@@ -369,6 +413,23 @@ def test_tf32_kernel_verifies_with_zero_findings():
                for d in report.proven)
 
 
+def test_tf32_rowbox_kernel_verifies_with_zero_errors():
+    """The rowbox tf32 kernel as schedule_for builds it (2x1 cluster, bk 32, the (1, 2, 64,
+    32) fp32 box): no errors; store.once proven (argus/verify/once_split.py); store.coverage
+    is the per-image tiles' known unknown (docs/perf/conv.md)."""
+    from argus.compiler import lower_only
+
+    geom = ConvGeometry(3, 3, 1, 1, 1, 1, 1, 1, groups=1, cg_padded=64)
+    s = ConvSchedule(bm=128, bn=128, bk=32, bw=64, stages=4, cluster_m=2, rowbox=True)
+    report = verify.run(lower_only(conv_kernel(ag.f32, ag.f32, bias=True, precision="tf32"),
+                                   geom=geom, s=s))
+    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    assert {d.code for d in report.unknowns} <= {"store.coverage"}, \
+        "\n".join(str(d) for d in report.unknowns)
+    proven = {d.code for d in report.proven}
+    assert {"wgmma.smem-layout", "tma.box", "store.once"} <= proven, proven
+
+
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
 def test_nvrtc_builds_the_tf32_conv_for_sm90a(tmp_path, monkeypatch):
     from argus import codegen
@@ -383,4 +444,25 @@ def test_nvrtc_builds_the_tf32_conv_for_sm90a(tmp_path, monkeypatch):
     assert binary.arch == "sm_90a"
     assert "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in binary.ptx
     assert ".bf16.bf16" not in binary.ptx
+    assert not binary.resource(source.name).spills
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
+def test_nvrtc_builds_the_tf32_rowbox_conv_for_sm90a(tmp_path, monkeypatch):
+    """schedule_for's tf32 rowbox kernel for a ResNet c3-like layer: tf32 wgmma, the A tile
+    as one 4-d TMA box per K step (multicast weight), no spills."""
+    from argus import codegen
+    from argus.compiler import lower_only
+    from argus.runtime.compile import compile_cuda
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    x, w = torch.randn(2, 128, 28, 28), torch.randn(128, 128, 3, 3)
+    s = conv_op.schedule_for(x, w, 1, 1, 1, 1, precision="tf32")
+    assert s.rowbox
+    geom = ConvGeometry(3, 3, 1, 1, 1, 1, 1, 1, groups=1, cg_padded=128)
+    source = codegen.render(lower_only(conv_kernel(ag.f32, ag.f32, bias=True,
+                                                   precision="tf32"), geom=geom, s=s))
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    assert "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in binary.ptx
+    assert "cp.async.bulk.tensor.4d" in binary.ptx
     assert not binary.resource(source.name).spills
