@@ -35,6 +35,10 @@ def register(subparsers) -> None:
                    help="starting schedule (auto: naive for KernelBench, the file's own "
                         "otherwise)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--gpus", default=None, metavar="N|all",
+                   help="GPUs for the candidates: 1 runs on the first GPU this process sees "
+                        "(CUDA_VISIBLE_DEVICES set for the run and its workers); more than one "
+                        "is refused for now (the loop evaluates one candidate at a time)")
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds per candidate before the worker is killed (300)")
     p.add_argument("--check-sets", type=int, default=3, help="input sets per correctness check")
@@ -71,6 +75,31 @@ def _list_cards() -> int:
     return 0
 
 
+def _pin_gpus(spec: str) -> int:
+    """`--gpus`: this run (and the workers it starts, which inherit the environment) sees the
+    one GPU asked for; 0, or the exit code of a refusal. Counting the GPUs reads NVML and
+    does not initialise CUDA here, so CUDA_VISIBLE_DEVICES still applies to this process."""
+    import os
+
+    from argus.bench.kernelbench.gpus import resolve_gpus
+    from argus.bench.kernelbench.tasks import KernelBenchError
+
+    try:
+        gpus = resolve_gpus(spec)
+    except KernelBenchError as exc:
+        print(f"argus optimize: {exc}", file=sys.stderr)
+        return 2
+    if len(gpus) > 1:
+        print(f"argus optimize: --gpus {spec} asks for {len(gpus)} GPUs, but the loop "
+              "evaluates one candidate at a time, so more than one GPU would sit idle\n"
+              "  fix: pass --gpus 1, or run one `argus optimize` per task with "
+              "CUDA_VISIBLE_DEVICES=<gpu> each (or `argus kernelbench solve --gpus N`, which "
+              "spreads tasks over GPUs)", file=sys.stderr)
+        return 2
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpus[0]
+    return 0
+
+
 def cmd_optimize(args) -> int:
     if args.list_cards:
         return _list_cards()
@@ -80,6 +109,10 @@ def cmd_optimize(args) -> int:
     from argus.agent.composer import NoTemplate, compose
     from argus.agent.loop import OptimizeConfig, optimize, resolve_device
 
+    if getattr(args, "gpus", None):
+        code = _pin_gpus(args.gpus)
+        if code:
+            return code
     task_path = Path(args.task)
     if task_path.is_file() and task_path.suffix == ".py":    # a syntax error is the user's (2)
         compile(task_path.read_text(), str(task_path), "exec", dont_inherit=True)

@@ -1,8 +1,9 @@
 """The `argus kernelbench` command: judge, run, baselines, report, list.
 
     argus kernelbench judge TASK.py SOLUTION.py [--json OUT.json]    exit 0 iff correct
-    argus kernelbench run --level 1 --ids 1-10 --solutions DIR --out RUN_DIR
+    argus kernelbench run --level 1 --ids 1-10 --solutions DIR --out RUN_DIR [--gpus N|all]
     argus kernelbench baselines --level 1 --level 2 [--jobs 8 --budget-s 420 --out DIR]
+    argus kernelbench solve --level 1 --device cuda --gpus all --jobs auto --out DIR
     argus kernelbench report RUN_DIR
     argus kernelbench list --level 1
     argus kernelbench prebuild --level 1,2 --solutions DIR   (no GPU: kernels into ARGUS_CACHE_DIR)
@@ -78,6 +79,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    help="run folder: results.jsonl, report.* (default ./kernelbench-run); "
                         "running the same command again resumes")
     r.add_argument("--fresh", action="store_true", help="do not resume an earlier run")
+    r.add_argument("--jobs", default="1",
+                   help="tasks judged at once per GPU (auto: a default for this machine; > 1 "
+                        "judges directly with timings serialized by a GPU gate, see "
+                        "argus/bench/kernelbench/parallel.py)")
+    r.add_argument("--budget-s", type=float, default=None,
+                   help="wall seconds for judging: no task starts after, what runs is stopped "
+                        "(a resumed run judges it)")
+    _gpus_option(r)
     _judge_options(r)
 
     b = verbs.add_parser("baselines", help="measure eager and torch.compile times (GPU)")
@@ -91,6 +100,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=int, default=10)
     b.add_argument("--no-compile", action="store_true")
     b.add_argument("--device", default="cuda")
+    _gpus_option(b, what="compile workers per GPU (--jobs)")
 
     rep = verbs.add_parser("report", help="rewrite report.md/json/svg of a run folder")
     rep.add_argument("run_dir")
@@ -116,8 +126,17 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     from argus.compose.cli import add_solve   # compose the tasks into Argus kernels, judge
 
     add_solve(verbs, _selection, _judge_options)
+    _gpus_option(verbs.choices["solve"])
     p.set_defaults(func=main)
     return p
+
+
+def _gpus_option(p: argparse.ArgumentParser, what: str = "--jobs slots") -> None:
+    p.add_argument("--gpus", default=None, metavar="N|all",
+                   help=f"one worker process per GPU (the first N this process sees, or all; "
+                        f"choose them with CUDA_VISIBLE_DEVICES), each with {what}; tasks go "
+                        "to idle GPUs, results into the same --out (see docs/kernelbench.md, "
+                        "Several GPUs)")
 
 
 def _selection(p: argparse.ArgumentParser) -> None:
@@ -216,7 +235,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not tasks:
         raise KernelBenchError("no task matches the selection",
                                fix="check --root, --level and --ids (see `kernelbench list`)")
-    result = run_suite(tasks, args.solutions, args.out, _options(args), resume=not args.fresh)
+    options = _options(args)
+    runner = _runner(args, options, "run")
+    if runner is None:
+        runner = run_suite
+    result = runner(tasks, args.solutions, args.out, options, resume=not args.fresh)
     solved = sum(1 for j in result.judgments if j.solved)
     print(f"{solved}/{len(result.judgments)} solved; {len(result.resumed)} resumed, "
           f"{len(result.missing)} without a solution; reports in {args.out}")
@@ -255,26 +278,40 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         raise KernelBenchError("no task matches the selection",
                                fix="check --root, --level and --ids (see `kernelbench list`)")
     options = _options(args)
-    jobs = _jobs(args.jobs, options.resolved_device())
-    runner = run_suite
-    if jobs > 1 or args.budget_s:
-        from functools import partial
-
-        from argus.bench.kernelbench.parallel import ParallelOptions, run_parallel
-
-        print(f"[solve] judging with {jobs} parallel slots on {options.resolved_device()}"
-              + (f", budget {args.budget_s:.0f} s" if args.budget_s else ""),
-              file=sys.stderr, flush=True)
-        runner = partial(run_parallel, parallel=ParallelOptions(
-            jobs=jobs, budget_s=args.budget_s, gpu_mem_gb=args.gpu_mem_gb))
-    return cmd_solve(args, tasks, options, runner, summarize=_summarize)
+    return cmd_solve(args, tasks, options, _runner(args, options, "solve") or run_suite,
+                     summarize=_summarize)
 
 
-def _jobs(value: str, device: str) -> int:
+def _runner(args: argparse.Namespace, options: Any, verb: str) -> Any:
+    """run_parallel with the command's --jobs, --budget-s, --gpu-mem-gb and --gpus, or None
+    for the serial runner (one slot, no budget, no --gpus)."""
+    from argus.bench.kernelbench.gpus import check_device, resolve_gpus
+
+    gpus = resolve_gpus(args.gpus)
+    check_device(options.device, gpus)
+    device = "cuda" if gpus else options.resolved_device()
+    jobs = _jobs(args.jobs, device, max(1, len(gpus)))
+    if jobs <= 1 and not args.budget_s and not gpus:
+        return None
+    from functools import partial
+
+    from argus.bench.kernelbench.parallel import ParallelOptions, run_parallel
+
+    where = f"{len(gpus)} GPU(s) (CUDA_VISIBLE_DEVICES={','.join(gpus)}), {jobs} slot(s) " \
+            "each" if gpus else f"{jobs} parallel slots on {device}"
+    print(f"[{verb}] judging with {where}"
+          + (f", budget {args.budget_s:.0f} s" if args.budget_s else ""),
+          file=sys.stderr, flush=True)
+    return partial(run_parallel, parallel=ParallelOptions(
+        jobs=jobs, budget_s=args.budget_s, gpu_mem_gb=getattr(args, "gpu_mem_gb", None),
+        gpus=gpus))
+
+
+def _jobs(value: str, device: str, gpus: int = 1) -> int:
     from argus.bench.kernelbench.parallel import default_jobs
 
     if str(value).strip().lower() == "auto":
-        return default_jobs(device)
+        return default_jobs(device, gpus)
     try:
         return max(1, int(value))
     except ValueError:
@@ -355,9 +392,18 @@ def _cmd_baselines(args: argparse.Namespace) -> int:
     cache = BaselineCache(args.cache)
     import time
 
+    from argus.bench.kernelbench.gpus import baselines_on_gpus, resolve_gpus
+
+    gpus = resolve_gpus(args.gpus)
     t0 = time.monotonic()
-    outcomes, env = run_baselines(tasks, options, cache=cache,
-                                  log_dir=Path(args.out) / "logs" if args.out else None)
+    log_dir = Path(args.out) / "logs" if args.out else None
+    if gpus:
+        outcomes, env = baselines_on_gpus(
+            tasks, options, gpus, cache=cache, log_dir=log_dir,
+            say=lambda text: print(f"[baselines {time.monotonic() - t0:5.0f}s] {text}",
+                                   file=sys.stderr, flush=True))
+    else:
+        outcomes, env = run_baselines(tasks, options, cache=cache, log_dir=log_dir)
     text = markdown(outcomes, env, options, time.monotonic() - t0)
     if args.out:
         out = Path(args.out)
