@@ -227,8 +227,15 @@ def full(shape, value: float, dtype: DType = dtypes.f32) -> Tile:
     ctx = current("ag.full")
     shape = _check_tile_shape(shape, user_loc())
     v = ctx.builder.fresh(TileType(dtype, shape))
-    ctx.builder.append(O.Full(v, float(value), loc=user_loc()))
-    return Tile(v)
+    if dtype.is_float or dtype == dtypes.i1:
+        ctx.builder.append(O.Full(v, float(value), loc=user_loc()))
+        return Tile(v)
+    if not float(value).is_integer():
+        raise TraceError(f"ag.full of an {dtype} tile with the value {value!r}", user_loc(),
+                         fix="give an integer value, or a float dtype")
+    # an integer fill stays an int in the IR: exact at any size (a float is exact to 2^53)
+    ctx.builder.append(O.Full(v, int(value), loc=user_loc()))
+    return Tile(v, (int(value), int(value)))
 
 
 def arange(n: int) -> Tile:
@@ -241,7 +248,7 @@ def arange(n: int) -> Tile:
         raise TraceError(f"ag.arange takes a positive trace-time int, got {n!r}", loc)
     v = ctx.builder.fresh(TileType(dtypes.i32, (n,)))
     ctx.builder.append(O.Arange(v, loc=loc))
-    return Tile(v)
+    return Tile(v, (0, n - 1))
 
 
 def zeros(shape, dtype: DType = dtypes.f32, by_wgmma: bool = False) -> Tile:

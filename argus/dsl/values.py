@@ -14,6 +14,9 @@ from argus.errors import TraceError
 from argus.dsl.tracing import current, user_loc
 from argus.ir import ops as O
 from argus.ir.core import Value
+from argus.ir.numeric import COMPARES as O_COMPARES
+from argus.ir.numeric import INT_NATIVE as O_INT_NATIVE
+from argus.ir.numeric import common_dtype, int_result
 from argus.ir.types import ScalarType, SmemType, SmemViewType, TileType
 
 Number = int | float
@@ -141,10 +144,14 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 
 class Tile:
-    """A register tile: elementwise math, conversions and reductions record IR ops."""
+    """A register tile: elementwise math, conversions and reductions record IR ops.
+    `bound`: the static interval of an integer tile's values where the trace knows it
+    (ag.arange, ag.full, integer math over them), else None; it picks i32 or i64 for integer
+    arithmetic (argus/ir/numeric.py)."""
 
-    def __init__(self, value: Value):
+    def __init__(self, value: Value, bound: tuple[int, int] | None = None):
         self.value = value
+        self.bound = bound
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -235,7 +242,7 @@ class Tile:
         shape = self.shape[:axis] + (1,) + self.shape[axis:]
         v = current().builder.fresh(TileType(self.dtype, shape))
         _emit(O.ExpandDims(v, self.value, axis, loc=user_loc()))
-        return Tile(v)
+        return Tile(v, self.bound)
 
     def __getitem__(self, key) -> "Tile":
         """A static window of the tile, e.g. acc[:, 64:128] (no copy)."""
@@ -266,21 +273,49 @@ class Tile:
         shape = tuple(stop - start if i == axis else d for i, d in enumerate(self.shape))
         v = current().builder.fresh(TileType(self.dtype, shape))
         _emit(O.TileSlice(v, self.value, axis, start, loc=user_loc()))
-        return Tile(v)
+        return Tile(v, self.bound)
 
     def __repr__(self) -> str:
         return f"Tile({self.value}: {self.value.type})"
 
 
-def _operand(x, like: Tile | None) -> Value:
+def _is_int(dtype: DType) -> bool:
+    return dtype.kind in ("int", "uint")
+
+
+def _operand(x, like: Tile | None, fn: str) -> Value:
     if isinstance(x, Tile):
         return x.value
     if isinstance(x, Scalar):
         return x.value
     if isinstance(x, (bool, int, float)):
+        if like is not None and _is_int(like.dtype) and not isinstance(x, bool):
+            if float(x).is_integer():   # 2.0 beside an integer tile is the integer 2
+                n = int(x)
+                wide = not -(1 << 31) <= n < (1 << 31)
+                return const_scalar(n, dtypes.i64 if wide else like.dtype).value
+            if fn not in O_COMPARES:
+                raise TraceError(f"{fn} of an {like.dtype} tile and the float {x!r}",
+                                 user_loc(), fix="convert the tile first: t.to(ag.f32)")
+            return const_scalar(float(x), dtypes.f32).value
         dtype = dtypes.f32 if (like is None or like.dtype.is_float) else like.dtype
         return const_scalar(float(x) if dtype.is_float else x, dtype).value
     raise TraceError(f"cannot use {type(x).__name__} as a tile operand", user_loc())
+
+
+def _int_operand(x) -> tuple[DType, tuple[int, int] | None, bool] | None:
+    """(dtype, bound, is_constant) of an integer operand (argus/ir/numeric.int_result); None
+    for a float or boolean one."""
+    if isinstance(x, Tile):
+        return (x.dtype, x.bound, False) if _is_int(x.dtype) else None
+    if isinstance(x, Scalar):
+        return (x.dtype, None, False) if _is_int(x.dtype) else None
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer()):
+        return (dtypes.i32 if -(1 << 31) <= x < (1 << 31) else dtypes.i64, (int(x), int(x)),
+                True)
+    return None
 
 
 def elementwise(fn: str, *args) -> Tile:
@@ -293,17 +328,32 @@ def elementwise(fn: str, *args) -> Tile:
     value_args = args[1:] if fn == "where" else args
     value_tiles = [a for a in value_args if isinstance(a, Tile)]
     dtype = value_tiles[0].dtype if value_tiles else dtypes.f32
-    for t in value_tiles[1:]:
-        if t.dtype != dtype:
-            raise TraceError(f"{fn} mixes tile dtypes {dtype} and {t.dtype}", user_loc(),
-                             fix="convert one operand with .to(dtype)")
-    if fn in ("lt", "le", "gt", "ge", "eq", "ne"):
-        dtype = dtypes.i1
+    bound = None
+    ints = [_int_operand(a) for a in value_args]
+    if value_tiles and all(_is_int(t.dtype) for t in value_tiles) and \
+            not any(isinstance(a, Scalar) and a.dtype.is_float for a in value_args):
+        # integer tiles of any width combine (i32 with i64 gives i64); the result type and
+        # its bound follow argus/ir/numeric.py (i64 where a bound says i32 could overflow)
+        if fn in O_INT_NATIVE and all(i is not None for i in ints):
+            dtype, bound = int_result(fn, ints)
+        else:
+            dtype = common_dtype([i[0] for i in ints if i is not None])
+    else:
+        for t in value_tiles[1:]:
+            if t.dtype != dtype:
+                raise TraceError(f"{fn} mixes tile dtypes {dtype} and {t.dtype}", user_loc(),
+                                 fix="convert one operand with .to(dtype)")
+    if fn in O_COMPARES:
+        dtype, bound = dtypes.i1, None
+    elif _is_int(dtype) and any(isinstance(a, Scalar) and a.dtype.is_float
+                                for a in value_args):
+        raise TraceError(f"{fn} of an {dtype} tile and an f32 scalar", user_loc(),
+                         fix="convert the tile first: t.to(ag.f32)")
     like = value_tiles[0] if value_tiles else tiles[0]
-    operands = tuple(_operand(a, like) for a in args)
+    operands = tuple(_operand(a, like, fn) for a in args)
     v = current().builder.fresh(TileType(dtype, shape))
     _emit(O.Elementwise(v, fn, operands, loc=user_loc()))
-    return Tile(v)
+    return Tile(v, bound)
 
 
 class TensorArg:

@@ -352,7 +352,8 @@ class Store(Op):
 
 @dataclass(frozen=True)
 class Full(Op):
-    """A register tile filled with a constant (zeros are `full 0.0`).
+    """A register tile filled with a constant (zeros are `full 0.0`); an integer tile's value
+    is an int (exact at any size).
 
     `scale_d_zero` (set by lowering for a zero accumulator whose first writer is a pipelined
     wgmma): the registers are not zeroed; the first wgmma runs with scale-d = 0 and overwrites
@@ -361,7 +362,7 @@ class Full(Op):
     NAME = "full"
     RESULTS = ("result",)
     result: Value
-    value: float
+    value: int | float
     scale_d_zero: bool = False
 
 

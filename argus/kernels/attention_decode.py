@@ -188,14 +188,14 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
     qk_scale = softmax scale * log2(e), q_len = Sq (packed row r is token r % Sq; read only
     under the causal mask).
 
-    page_size > 0: the paged KV cache (vLLM / FlashInfer). K and V are [HKV, SLOTS, D] views
-    of the caches [pages, page_size, HKV, D] (slot = page * page_size + row in page, a free
-    view), BT [B, MB] int32 the block table (sequence b's logical page i is physical page
-    BT[b, i]) and SL [B, 1] int32 its length in keys (the Sq queries are its last tokens).
-    The producer reads the page id of each KV block (block_n divides page_size: a block never
-    crosses a page) and loads slot page * page_size + (block's offset in the page); lengths
-    are clamped to MB * page_size (never a read past the sequence's row of the table), and
-    blocks past a sequence's length are masked as the key tail is."""
+    page_size > 0: the paged KV cache (vLLM / FlashInfer). K and V are [PAGES, HKV,
+    page_size, D] views of the caches [pages, page_size, HKV, D] (a transpose, no copy; the
+    page size is a compile-time extent), BT [B, MB] int32 the block table (sequence b's
+    logical page i is physical page BT[b, i]) and SL [B, 1] int32 its length in keys (the Sq
+    queries are its last tokens). The producer reads the page id of each KV block (block_n
+    divides page_size: a block never crosses a page) and loads that page's rows; lengths are
+    clamped to MB * page_size (never a read past the sequence's row of the table), and keys
+    past a sequence's length are masked as the key tail is."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim={head_dim}: the decode kernel takes {HEAD_DIMS}")
     if dtype not in (ag.bf16, ag.f16):
@@ -229,6 +229,11 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
             sp = 0
         if paged:
             per_page = page_size // BN
+            # key indices are int32 (the mask's jb * BN + column): a table of at most 2^30
+            # keys per sequence keeps every key and block end far from overflow
+            ag.require(ag.sym(BT.shape[1]) * page_size <= 2 ** 30,
+                       "a sequence's keys (max_pages x page_size) are counted in int32: at most "
+                       "2^30 keys per sequence")
             # read once, by every role: all walk the same blocks. Clamped to the table's
             # pages: a length past them never makes a read outside the sequence's row
             SK = ag.maximum(ag.minimum(ag.load_scalar(SL, (b, 0)), BT.shape[1] * page_size), 0)
@@ -241,7 +246,7 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
             """TMA coordinates of column atom a of KV block jb (on physical `page`, paged)."""
             if not paged:
                 return (b, hk, jb * BN, 64 * a)
-            return (hk, page * page_size + (jb % per_page) * BN, 64 * a)
+            return (page, hk, (jb % per_page) * BN, 64 * a)
         # blocks every row sees whole: inside the sequence and, causal, up to the first
         # token's last key SK - Sq
         whole = SK // BN
@@ -336,8 +341,8 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
             ag.Tensor[("B", "HKV", "GS", 1, ag.f32)]
 
         def attention_decode_paged(Q: ag.Tensor[("B", "HKV", "GS", D, dt)],
-                                   K: ag.Tensor[("HKV", "SLOTS", D, dt)],
-                                   V: ag.Tensor[("HKV", "SLOTS", D, dt)],
+                                   K: ag.Tensor[("PAGES", "HKV", page_size, D, dt)],
+                                   V: ag.Tensor[("PAGES", "HKV", page_size, D, dt)],
                                    BT: ag.Tensor[("B", "MB", ag.i32)],
                                    SL: ag.Tensor[("B", 1, ag.i32)],
                                    O: out_t, L: lse_t,
@@ -372,16 +377,18 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
 
 def _tag_pages(K, V, BT, page_size: int) -> None:
     """Tags for the verifier (no code): the block table's entry (b, i) is page(b, i), and the
-    logical key of slot t of K and V is pos(t // page_size) * page_size + t % page_size, where
+    logical key of row r of page g of K and V is pos(g) * page_size + r, where
     pos(page(b, i)) == i is the table's contract (trusted, ag.tag_assume): a physical page
     holds one logical page index, in every sequence that lists it (so no sequence lists a
     page twice; shared prefix pages sit at the same index in each). The mask and the key
-    claims are then stated over the logical key, as in the contiguous kernel."""
+    claims (wgmma.k-once over `key`: the page's row is an integer extent, not a coordinate
+    the reduction is counted over) are then stated over the logical key, as in the
+    contiguous kernel."""
     page, pos = ag.opaque("page", 2), ag.opaque("page_pos")
     ag.tag_tensor(BT, value=lambda b, i: page(b, i))
     ag.tag_assume(lambda b, i: pos(page(b, i)) == i)
     for T in (K, V):
-        ag.tag_tensor(T, key=lambda h, t, d: pos(t // page_size) * page_size + t % page_size)
+        ag.tag_tensor(T, key=lambda g, h, r, d: pos(g) * page_size + r)
 
 
 def combine_shape(splits: int, head_dim: int) -> tuple[int, int]:

@@ -156,7 +156,8 @@ def _scratch_types(op: O.Op, threads: int, copies: int) -> tuple[SmemType, ...]:
         size = 1
         for n in t.shape:
             size *= n
-        dtype = t.dtype if t.dtype.name in ("i1", "i32") else f32   # registers hold f32
+        # the registers' own type: integers and booleans as they are, every float as f32
+        dtype = f32 if t.dtype.is_float else t.dtype
         return (SmemType(dtype, (size * copies,)),)
     if not isinstance(op, O.Reduce):
         return ()
@@ -168,6 +169,8 @@ def _scratch_types(op: O.Op, threads: int, copies: int) -> tuple[SmemType, ...]:
         return ()
     if not slots:
         return ()
-    values = SmemType(f32, (slots * copies,))
+    # partials in the source registers' type: f32 for floats, an integer tile's own integer
+    # type (an f32 partial is exact only to 2^24)
+    values = SmemType(f32 if t.dtype.is_float else t.dtype, (slots * copies,))
     return (values, SmemType(i32, (slots * copies,))) if op.fn in ("argmax", "argmin") \
         else (values,)

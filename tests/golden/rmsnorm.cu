@@ -211,10 +211,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_rmsnorm(
         t16[0] = (((p0.x + p0.y) + (p0.z + p0.w)) + ((p1.x + p1.y) + (p1.z + p1.w)));
     }
     {  // Y: 16-byte chunk of registers 0..3
-        const float gv0 = ((t11[0] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[0]);
-        const float gv1 = ((t11[1] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[1]);
-        const float gv2 = ((t11[2] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[2]);
-        const float gv3 = ((t11[3] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[3]);
+        const float gv0 = ((t11[0] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[0]);
+        const float gv1 = ((t11[1] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[1]);
+        const float gv2 = ((t11[2] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[2]);
+        const float gv3 = ((t11[3] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[3]);
         const long long ge = (0 + (gtid * 4 + 0)) + (long long)(v9 + 0) * Y_s0;
         if ((0 + (gtid * 4 + 0)) >= 0 && (0 + (gtid * 4 + 0)) + 4 <= N && (v9 + 0) >= 0 && (v9 + 0) < M && ag::aligned_to(Y + ge, 16)) {
             ag::st_global_f32x4(Y + ge, gv0, gv1, gv2, gv3);
@@ -226,10 +226,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_rmsnorm(
         }
     }
     {  // Y: 16-byte chunk of registers 4..7
-        const float gv0 = ((t11[4] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[4]);
-        const float gv1 = ((t11[5] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[5]);
-        const float gv2 = ((t11[6] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[6]);
-        const float gv3 = ((t11[7] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[7]);
+        const float gv0 = ((t11[4] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[4]);
+        const float gv1 = ((t11[5] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[5]);
+        const float gv2 = ((t11[6] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[6]);
+        const float gv3 = ((t11[7] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[7]);
         const long long ge = (0 + (gtid * 4 + 1024)) + (long long)(v9 + 0) * Y_s0;
         if ((0 + (gtid * 4 + 1024)) >= 0 && (0 + (gtid * 4 + 1024)) + 4 <= N && (v9 + 0) >= 0 && (v9 + 0) < M && ag::aligned_to(Y + ge, 16)) {
             ag::st_global_f32x4(Y + ge, gv0, gv1, gv2, gv3);
@@ -241,10 +241,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_rmsnorm(
         }
     }
     {  // Y: 16-byte chunk of registers 8..11
-        const float gv0 = ((t11[8] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[8]);
-        const float gv1 = ((t11[9] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[9]);
-        const float gv2 = ((t11[10] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[10]);
-        const float gv3 = ((t11[11] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[11]);
+        const float gv0 = ((t11[8] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[8]);
+        const float gv1 = ((t11[9] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[9]);
+        const float gv2 = ((t11[10] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[10]);
+        const float gv3 = ((t11[11] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[11]);
         const long long ge = (0 + (gtid * 4 + 2048)) + (long long)(v9 + 0) * Y_s0;
         if ((0 + (gtid * 4 + 2048)) >= 0 && (0 + (gtid * 4 + 2048)) + 4 <= N && (v9 + 0) >= 0 && (v9 + 0) < M && ag::aligned_to(Y + ge, 16)) {
             ag::st_global_f32x4(Y + ge, gv0, gv1, gv2, gv3);
@@ -256,10 +256,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_rmsnorm(
         }
     }
     {  // Y: 16-byte chunk of registers 12..15
-        const float gv0 = ((t11[12] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[12]);
-        const float gv1 = ((t11[13] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[13]);
-        const float gv2 = ((t11[14] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[14]);
-        const float gv3 = ((t11[15] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[15]);
+        const float gv0 = ((t11[12] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[12]);
+        const float gv1 = ((t11[13] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[13]);
+        const float gv2 = ((t11[14] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[14]);
+        const float gv3 = ((t11[15] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[15]);
         const long long ge = (0 + (gtid * 4 + 3072)) + (long long)(v9 + 0) * Y_s0;
         if ((0 + (gtid * 4 + 3072)) >= 0 && (0 + (gtid * 4 + 3072)) + 4 <= N && (v9 + 0) >= 0 && (v9 + 0) < M && ag::aligned_to(Y + ge, 16)) {
             ag::st_global_f32x4(Y + ge, gv0, gv1, gv2, gv3);
@@ -271,10 +271,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_rmsnorm(
         }
     }
     {  // Y: 16-byte chunk of registers 16..19
-        const float gv0 = ((t11[16] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[16]);
-        const float gv1 = ((t11[17] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[17]);
-        const float gv2 = ((t11[18] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[18]);
-        const float gv3 = ((t11[19] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[19]);
+        const float gv0 = ((t11[16] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[16]);
+        const float gv1 = ((t11[17] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[17]);
+        const float gv2 = ((t11[18] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[18]);
+        const float gv3 = ((t11[19] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[19]);
         const long long ge = (0 + (gtid * 4 + 4096)) + (long long)(v9 + 0) * Y_s0;
         if ((0 + (gtid * 4 + 4096)) >= 0 && (0 + (gtid * 4 + 4096)) + 4 <= N && (v9 + 0) >= 0 && (v9 + 0) < M && ag::aligned_to(Y + ge, 16)) {
             ag::st_global_f32x4(Y + ge, gv0, gv1, gv2, gv3);
@@ -286,10 +286,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_rmsnorm(
         }
     }
     {  // Y: 16-byte chunk of registers 20..23
-        const float gv0 = ((t11[20] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[20]);
-        const float gv1 = ((t11[21] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[21]);
-        const float gv2 = ((t11[22] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[22]);
-        const float gv3 = ((t11[23] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[23]);
+        const float gv0 = ((t11[20] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[20]);
+        const float gv1 = ((t11[21] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[21]);
+        const float gv2 = ((t11[22] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[22]);
+        const float gv3 = ((t11[23] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[23]);
         const long long ge = (0 + (gtid * 4 + 5120)) + (long long)(v9 + 0) * Y_s0;
         if ((0 + (gtid * 4 + 5120)) >= 0 && (0 + (gtid * 4 + 5120)) + 4 <= N && (v9 + 0) >= 0 && (v9 + 0) < M && ag::aligned_to(Y + ge, 16)) {
             ag::st_global_f32x4(Y + ge, gv0, gv1, gv2, gv3);
@@ -301,10 +301,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_rmsnorm(
         }
     }
     {  // Y: 16-byte chunk of registers 24..27
-        const float gv0 = ((t11[24] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[24]);
-        const float gv1 = ((t11[25] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[25]);
-        const float gv2 = ((t11[26] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[26]);
-        const float gv3 = ((t11[27] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[27]);
+        const float gv0 = ((t11[24] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[24]);
+        const float gv1 = ((t11[25] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[25]);
+        const float gv2 = ((t11[26] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[26]);
+        const float gv3 = ((t11[27] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[27]);
         const long long ge = (0 + (gtid * 4 + 6144)) + (long long)(v9 + 0) * Y_s0;
         if ((0 + (gtid * 4 + 6144)) >= 0 && (0 + (gtid * 4 + 6144)) + 4 <= N && (v9 + 0) >= 0 && (v9 + 0) < M && ag::aligned_to(Y + ge, 16)) {
             ag::st_global_f32x4(Y + ge, gv0, gv1, gv2, gv3);
@@ -316,10 +316,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) argus_rmsnorm(
         }
     }
     {  // Y: 16-byte chunk of registers 28..31
-        const float gv0 = ((t11[28] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[28]);
-        const float gv1 = ((t11[29] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[29]);
-        const float gv2 = ((t11[30] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[30]);
-        const float gv3 = ((t11[31] * rsqrtf(((t16[0] / N) + 1e-06f))) * t14[31]);
+        const float gv0 = ((t11[28] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[28]);
+        const float gv1 = ((t11[29] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[29]);
+        const float gv2 = ((t11[30] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[30]);
+        const float gv3 = ((t11[31] * rsqrtf(((t16[0] / (float)N) + 1e-06f))) * t14[31]);
         const long long ge = (0 + (gtid * 4 + 7168)) + (long long)(v9 + 0) * Y_s0;
         if ((0 + (gtid * 4 + 7168)) >= 0 && (0 + (gtid * 4 + 7168)) + 4 <= N && (v9 + 0) >= 0 && (v9 + 0) < M && ag::aligned_to(Y + ge, 16)) {
             ag::st_global_f32x4(Y + ge, gv0, gv1, gv2, gv3);

@@ -74,3 +74,23 @@ def test_decode_mutation_is_caught(mutation):
 def test_decode_base_is_clean(split, causal):
     errors = [d for d in verify.check(decode(split, causal)) if d.severity == "error"]
     assert not errors, "\n".join(str(d) for d in errors)
+
+
+def paged_v_row_fixed():
+    """The paged direct kernel (head dim 64, pages of 256 keys: two 128-key blocks a page)
+    with V's row in its page fixed at 0: odd blocks multiply P (keys 128..255 of the page)
+    with V's rows 0..127."""
+    kernel = lower_only(decode_kernel(64, ag.bf16, False, False, 256),
+                        s=default_decode_schedule(64, 1, page_size=256))
+    loads = [op for op in kernel.walk() if isinstance(op, O.TmaLoad)]
+    zero = loads[0].coords[2]           # Q's row coordinate: 0
+    return rewrite(kernel, O.TmaLoad,
+                   lambda op: op.replace(coords=op.coords[:2] + (zero,) + op.coords[3:]), nth=2)
+
+
+def test_paged_v_rows_not_p_keys_is_caught():
+    """P's key index is V's row over the logical key of a paged cache (wgmma.agree on the
+    `key` tag: pos(page) * page_size + row)."""
+    report = verify.run(paged_v_row_fixed())
+    hits = [d for d in report.errors if d.code == "wgmma.agree" and "A.key == B.key" in str(d)]
+    assert hits, [(d.code, d.message[:160]) for d in report.errors]

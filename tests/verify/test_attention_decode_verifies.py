@@ -48,3 +48,41 @@ def test_decode_kernel_verifies_clean(head_dim, causal, split, rows, dtype):
 def test_combine_kernel_verifies_clean(head_dim, splits):
     kernel = decode_combine_kernel(head_dim, ag.bf16, *combine_shape(splits, head_dim))
     _assert_clean(verify.run(lower_only(kernel)))
+
+
+# The paged kernels (page_size > 0: K and V read from the pages a block table names).
+PAGED = [(d, causal, ps) for d in (64, 128, 256) for causal in (False, True)
+         for ps in (16, 128, 256)]
+
+
+@pytest.mark.parametrize("head_dim,causal,page_size", PAGED,
+                         ids=[f"d{d}-{'causal' if c else 'full'}-page{p}" for d, c, p in PAGED])
+def test_paged_direct_kernel_verifies_clean(head_dim, causal, page_size):
+    """One CTA per (kv head, sequence): every claim proven over the logical key tag (the
+    table's contract pos(page(b, i)) == i, attention_decode._tag_pages): the mask keeps
+    exactly the keys below the sequence's length read from seq_lens, P's keys are V's rows,
+    and each key of the sequence is multiplied once."""
+    schedule = default_decode_schedule(head_dim, 4, page_size=page_size)
+    kernel = decode_kernel(head_dim, ag.bf16, causal, False, page_size)
+    _assert_clean(verify.run(lower_only(kernel, s=schedule)))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_paged_split_kernel_has_one_known_gap(causal):
+    """The split paged kernel: everything is proven but one claim, wgmma.k-once's coverage of
+    the logical key over the split program id. Each split's range [s * per, ...) is built
+    from the sequence's length, which the kernel reads from seq_lens (per = cdiv(blocks(len),
+    splits)): check_wgmma._split_grid takes a split grid only when a split's first key and
+    length are terms of its program id and scalar parameters, so it falls back to the
+    per-CTA claim 'key in [0, |domain|)', false for split >= 1. Nothing else is unproven.
+    When the verifier learns split ranges over a per-CTA value read once from memory, this
+    test fails: make the paged split kernel part of the clean tests above."""
+    schedule = default_decode_schedule(128, 4, page_size=128)
+    report = verify.run(lower_only(decode_kernel(128, ag.bf16, causal, True, 128), s=schedule))
+    open_findings = [f for f in report.findings if f.status != "proven"]
+    assert [(f.code, f.subject.split(": ")[-1]) for f in open_findings] == \
+        [("wgmma.k-once", "covers [0, K)")], open_findings
+    assert [d.code for d in report.errors] == ["wgmma.k-once"]
+    assert "key = " in report.errors[0].message and "lies outside [0, " in \
+        report.errors[0].message
+    assert len(report.proven) >= 100

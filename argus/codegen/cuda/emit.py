@@ -67,6 +67,17 @@ def c_float(x: float) -> str:
     return repr(float(x)) + "f"
 
 
+def literal_c(value, dtype) -> str:
+    """A constant of `dtype`: an integer literal for integer tiles (exact; a float literal
+    is exact only to 2^24), true/false for booleans, a float literal otherwise."""
+    if dtype.name == "i1":
+        return "true" if value else "false"
+    if dtype.is_float:
+        return c_float(value)
+    n = int(value)
+    return f"{n}LL" if dtype.name == "i64" else (f"{n}u" if dtype.kind == "uint" else str(n))
+
+
 SCALAR_C = {"i32": "int", "i1": "bool", "f32": "float", "i64": "long long", "u32": "unsigned"}
 
 
@@ -91,6 +102,15 @@ def elem_c(dtype) -> str:
     return {"bf16": "ag::bf16", "f16": "ag::f16", "e4m3": "ag::e4m3", "f32": "float",
             "i32": "int", "f64": "double", "i64": "long long", "u32": "unsigned",
             "i1": "bool"}[dtype.name]
+
+
+def tile_c(dtype) -> str:
+    """The C type of one register of a tile of `dtype`: integer tiles live in integer
+    registers of their width (exact at any index: a float register is exact only to 2^24),
+    booleans in bool, every float dtype in a float register (bf16/f16/e4m3 values are rounded
+    f32 values, rounded again where a store or a convert says so)."""
+    return {"i1": "bool", "i32": "int", "i64": "long long", "u32": "unsigned"}.get(
+        dtype.name, "float")
 
 
 def dtype_ptr(dtype) -> str:
@@ -240,8 +260,7 @@ class _Emitter(metaclass=_RuleNames):
         t: TileType = v.type
         info = TileInfo(self.layout(t, loc), t.dtype, name=f"t{v.id}")
         self.tiles[v.id] = info
-        ctype = {"i1": "bool", "i32": "int"}.get(t.dtype.name, "float")
-        self.emit(f"{ctype} {info.name}[{info.layout.nregs}];")
+        self.emit(f"{tile_c(t.dtype)} {info.name}[{info.layout.nregs}];")
         return info
 
     def group_barrier(self) -> str:

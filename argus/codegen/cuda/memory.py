@@ -18,6 +18,7 @@ from argus.codegen.cuda.emit import (
     _Emitter,
     c_float,
     dtype_ptr,
+    literal_c,
     rule,
     strip_round,
 )
@@ -190,11 +191,12 @@ def load(em: _Emitter, op: O.Load) -> None:
     name = em.tensors[op.tensor.id]
     dtype = op.tensor.type.dtype
     rank = len(op.result.type.shape)
+    other = literal_c(op.other, op.result.type.dtype)   # an integer literal for integer tiles
 
     def scalar(i: int) -> str:
         cond, idx = _bounds(em, op.tensor, op.offsets, info, i, rank)
         return (f"{info.name}[{i}] = ({cond}) ? {_from_mem_c(f'{name}[{idx}]', dtype)} : "
-                f"{c_float(op.other)};")
+                f"{other};")
 
     if not _vector_access(info.layout, dtype):
         # A tile with no vector access (a column of one element a thread: the pooling
@@ -206,13 +208,13 @@ def load(em: _Emitter, op: O.Load) -> None:
         for i in range(info.layout.nregs):
             cond, idx = _bounds(em, op.tensor, op.offsets, info, i, rank)
             em.emit(f"{{ const long long ge = {idx}; {info.name}[{i}] = ({cond}) ? "
-                    f"{_from_mem_c(f'{name}[ge]', dtype)} : {c_float(op.other)}; }}")
+                    f"{_from_mem_c(f'{name}[ge]', dtype)} : {other}; }}")
         return
 
     _chunked(em, op, info, dtype, rank, scalar,
              lambda ptr, width, regs: _vector_load_c(
                  ptr, width, dtype, [f"{info.name}[{i}]" for i in regs]),
-             outside=lambda regs: [f"{info.name}[{i}] = {c_float(op.other)};" for i in regs])
+             outside=lambda regs: [f"{info.name}[{i}] = {other};" for i in regs])
 
 
 @rule(O.LoadScalar)

@@ -11,7 +11,7 @@ chunk to chunk and into the op's `total`, all in registers.
 
 from __future__ import annotations
 
-from argus.codegen.cuda.emit import _Emitter, rule
+from argus.codegen.cuda.emit import _Emitter, rule, tile_c
 from argus.codegen.cuda.layouts import broadcast_map
 from argus.errors import CompileError
 from argus.ir import ops as O
@@ -19,6 +19,13 @@ from argus.ir import ops as O
 _COMBINE = {"sum": lambda a, b: f"({a} + {b})", "prod": lambda a, b: f"({a} * {b})",
             "max": lambda a, b: f"ag::max_nan({a}, {b})",
             "min": lambda a, b: f"ag::min_nan({a}, {b})"}
+# integer tiles reduce in their own integer registers (exact; CUDA's integer max / min)
+_INT_COMBINE = {**_COMBINE, "max": lambda a, b: f"max({a}, {b})",
+                "min": lambda a, b: f"min({a}, {b})"}
+
+
+def _combine(fn: str, dtype):
+    return (_COMBINE if dtype.is_float else _INT_COMBINE).get(fn)
 
 
 def _tree(combine, terms: list[str]) -> str:
@@ -80,9 +87,10 @@ def reduce(em: _Emitter, op: O.Reduce) -> None:
     info = em.declare_tile(op.result, op.loc)
     arg = op.fn in ("argmax", "argmin")
     vals = f"{info.name}_v" if arg else info.name
+    vtype = tile_c(op.src.type.dtype)   # the partials' C type: the source's registers
     if arg:
-        em.emit(f"float {vals}[{res.nregs}];")
-    combine = _COMBINE.get(op.fn)
+        em.emit(f"{vtype} {vals}[{res.nregs}];")
+    combine = _combine(op.fn, op.src.type.dtype)
     # result register k of the declared layout takes plan group inv[k]
     inv = {m[k]: k for k in range(res.nregs)}
     order = [inv[g] for g in range(len(plan.groups))]
@@ -100,7 +108,7 @@ def reduce(em: _Emitter, op: O.Reduce) -> None:
                 f"{info.name}[{k}] = {lay.coord(regs[0])[op.axis]};")
         for r in regs[1:]:
             em.emit("{")
-            em.emit(f"    const float v = {em.tile_expr(op.src, r, lay)}; "
+            em.emit(f"    const {vtype} v = {em.tile_expr(op.src, r, lay)}; "
                     f"const int i = {lay.coord(r)[op.axis]};")
             em.emit("    " + _arg_update_c(op.fn, "v", "i", f"{vals}[{k}]",
                                                f"{info.name}[{k}]"))
@@ -124,7 +132,7 @@ def reduce(em: _Emitter, op: O.Reduce) -> None:
                     oi = f"__shfl_xor_sync(0xffffffffu, {info.name}[{k}], {mask})"
                     update = _arg_update_c(op.fn, "v", "i", f"{vals}[{k}]",
                                            f"{info.name}[{k}]")
-                    em.emit(f"{{ const float v = {other}; const int i = {oi}; {update} }}")
+                    em.emit(f"{{ const {vtype} v = {other}; const int i = {oi}; {update} }}")
     if plan.warp_bits:
         _reduce_warps(em, op, plan, info, vals, n, arg, combine)
 
@@ -240,14 +248,16 @@ def _reduce_warps(em: _Emitter, op, plan, info, vals: str, n: int, arg: bool,
     # a row's nw partials are consecutive floats: read 16 B at a time where the slots are
     # 16-byte aligned (the plan places the buffer on 128 B and the dynamic block's base on
     # 1024 B), so the reads are LDS.128 rather than nw scalar LDS
-    quads = not arg and nw % 4 == 0 and em.smem_offset(op.scratch[0].id) % 16 == 0
+    vtype = tile_c(op.src.type.dtype)
+    vec4 = {"float": "float4", "int": "int4", "unsigned": "uint4"}.get(vtype)
+    quads = not arg and vec4 and nw % 4 == 0 and em.smem_offset(op.scratch[0].id) % 16 == 0
     for k in range(n):
         if quads:
             first = slot(k, "0")
             parts = []
             em.emit("{")
             for q in range(nw // 4):
-                em.emit(f"    const float4 p{q} = *reinterpret_cast<const float4*>("
+                em.emit(f"    const {vec4} p{q} = *reinterpret_cast<const {vec4}*>("
                         f"&{first} + {4 * q});")
                 parts += [f"p{q}.{c}" for c in "xyzw"]
             em.emit(f"    {vals}[{k}] = {_tree(combine, parts)};")
@@ -260,7 +270,7 @@ def _reduce_warps(em: _Emitter, op, plan, info, vals: str, n: int, arg: bool,
                 f"{info.name}[{k}] = {slot(k, '0', indices)};")
         for w in range(1, nw):
             update = _arg_update_c(op.fn, "v", "i", f"{vals}[{k}]", f"{info.name}[{k}]")
-            em.emit(f"{{ const float v = {slot(k, str(w))}; const int i = "
+            em.emit(f"{{ const {vtype} v = {slot(k, str(w))}; const int i = "
                     f"{slot(k, str(w), indices)}; {update} }}")
     if op.release:   # lower/smem.py leaves it out where nothing rewrites the slots before
         em.emit(em.group_barrier())   # another barrier

@@ -5,23 +5,42 @@ A register tile is a per-thread array unrolled at generation time (register i of
 holds a static coordinate of its layout). A pointwise tile used once, right after it is made,
 is not stored: its expression is inlined at the use (`acc.to(bf16)` feeding a store costs no
 registers). Views (slices, expand_dims, arange) are expressions over their source's registers.
+
+Integer tiles are integer C++ end to end (emit.tile_c: i32 `int`, i64 `long long`, u32
+`unsigned`): index tiles, masks built from them and their compares stay exact at any index
+(a float register is exact only to 2^24). Every change of C type is an explicit cast at the
+use (`(float)(idx)` where an index feeds float math), never a silent promotion; the rule for
+the type an op computes in is argus.ir.numeric.work_dtype, which the interpreter reads too.
 """
 
 from __future__ import annotations
 
-from argus.codegen.cuda.emit import TileInfo, _Emitter, c_float, rule
+import re
+
+from argus.codegen.cuda.emit import TileInfo, _Emitter, c_float, literal_c, rule, tile_c
 from argus.codegen.cuda.layouts import broadcast_map
 from argus.codegen.cuda.reduce import check_scratch
 from argus.errors import CompileError
 from argus.ir import ops as O
+from argus.ir.numeric import work_dtype
 from argus.target import register_layouts as RL
 
+_BINOPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=",
+           "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
-def _ew_c(fn: str, a: list[str]) -> str:
-    binops = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=",
-              "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-    if fn in binops:
-        return f"({a[0]} {binops[fn]} {a[1]})"
+
+def _ew_c(fn: str, a: list[str], work) -> str:
+    """C expression of `fn` over operand expressions `a`, all already of the C type of
+    `work` (except a `where` condition and the operands of & | ~, which are bool)."""
+    if fn in _BINOPS:
+        return f"({a[0]} {_BINOPS[fn]} {a[1]})"
+    if not work.is_float and fn in ("abs", "max", "min", "relu"):
+        if fn == "abs":
+            return f"({a[0]})" if work.kind == "uint" else \
+                f"{'llabs' if work.name == 'i64' else 'abs'}({a[0]})"
+        if fn == "relu":
+            return f"max({a[0]}, ({tile_c(work)})0)"
+        return f"{fn}({a[0]}, {a[1]})"   # CUDA's integer overloads of max / min
     return {
         "neg": lambda: f"(-{a[0]})", "abs": lambda: f"fabsf({a[0]})",
         "exp": lambda: f"expf({a[0]})", "exp2": lambda: f"exp2f({a[0]})",
@@ -39,17 +58,41 @@ def _ew_c(fn: str, a: list[str]) -> str:
     }[fn]()
 
 
+def cast_c(expr: str, src, dst) -> str:
+    """`expr` (of dtype `src`) as the C type of `dst`: unchanged when the C types agree, an
+    integer literal respelled, an explicit cast otherwise (never C's implicit promotion)."""
+    if tile_c(src) == tile_c(dst):
+        return expr
+    if re.fullmatch(r"-?\d+", expr):
+        if dst.is_float:
+            return c_float(float(int(expr)))
+        if dst.name == "i64":
+            return f"{expr}LL"
+    if re.fullmatch(r"[A-Za-z_]\w*(\[\d+\])?", expr):   # a name or a register: no parens
+        return f"({tile_c(dst)}){expr}"
+    return f"(({tile_c(dst)})({expr}))"
+
+
 def _round_c(expr: str, dtype) -> str:
-    """The float value `expr` after a round trip through `dtype` (what a device store keeps)."""
+    """The float value `expr` after a round trip through float `dtype` (what a device store
+    keeps); integer values never pass through here (they have registers of their own)."""
     if dtype.name == "bf16":
         return f"ag::bf16_to_f32(ag::f32_to_bf16({expr}))"
     if dtype.name == "f16":
         return f"ag::f16_to_f32(ag::f32_to_f16({expr}))"
     if dtype.name == "e4m3":  # saturating, as argus.dtypes.round_to
         return f"ag::e4m3_to_f32(ag::f32_to_e4m3({expr}))"
-    if dtype.kind in ("int", "uint"):  # integer tiles live in float registers: truncate
-        return f"(float)(int)({expr})"
     return expr
+
+
+def convert_c(expr: str, src, dst) -> str:
+    """`expr` (a register value of dtype `src`) converted to `dst`: an explicit cast between
+    C types (an integer to a float rounds to nearest, a float to an integer truncates toward
+    zero as C and numpy's astype do, a wider integer wraps), then the float rounding of a
+    bf16/f16/e4m3 destination. A boolean is 1 / 0; a value becomes a boolean where nonzero."""
+    if dst.name == "i1" and src.name != "i1":
+        return f"({expr} != 0)"
+    return _round_c(cast_c(expr, src, dst), dst) if dst.is_float else cast_c(expr, src, dst)
 
 
 @rule(O.Full)
@@ -62,17 +105,26 @@ def full(em: _Emitter, op: O.Full) -> None:
         return
     em.emit("#pragma unroll")
     em.emit(f"for (int i = 0; i < {info.layout.nregs}; ++i) {info.name}[i] = "
-            f"{c_float(op.value)};")
+            f"{literal_c(op.value, op.result.type.dtype)};")
 
 
 @rule(O.Elementwise)
 def elementwise(em: _Emitter, op: O.Elementwise) -> None:
     lay = em.layout(op.result.type, op.loc)
     dtype = op.result.type.dtype
+    work = work_dtype(op.fn, [a.type.dtype for a in op.args], dtype)
+
+    def arg(k: int, a, i: int) -> str:
+        e = em.operand_expr(a, i, lay)
+        if op.fn == "where" and k == 0:   # the condition stays bool
+            return e
+        return cast_c(e, a.type.dtype, work)
 
     def expr(i: int) -> str:
-        e = _ew_c(op.fn, [em.operand_expr(a, i, lay) for a in op.args])
-        return e if dtype.name == "i1" else _round_c(e, dtype)
+        e = _ew_c(op.fn, [arg(k, a, i) for k, a in enumerate(op.args)], work)
+        if dtype.name == "i1":
+            return e
+        return _round_c(e, dtype) if dtype.is_float else cast_c(e, work, dtype)
 
     _define_pointwise(em, op, lay, expr)
 
@@ -80,8 +132,9 @@ def elementwise(em: _Emitter, op: O.Elementwise) -> None:
 @rule(O.Convert)
 def convert(em: _Emitter, op: O.Convert) -> None:
     lay = em.layout(op.result.type, op.loc)
-    dtype = op.result.type.dtype
-    _define_pointwise(em, op, lay, lambda i: _round_c(em.operand_expr(op.src, i, lay), dtype))
+    src, dst = op.src.type.dtype, op.result.type.dtype
+    _define_pointwise(em, op, lay,
+                      lambda i: convert_c(em.operand_expr(op.src, i, lay), src, dst))
 
 
 def _define_pointwise(em: _Emitter, op, lay, expr) -> None:

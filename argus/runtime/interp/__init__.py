@@ -6,9 +6,10 @@ exactly as the mbarrier ring does on the hardware (a producer waits until its sl
 as often as it was filled; a consumer waits until the slot holds its iteration's fill), so a
 protocol that would hang on the GPU is reported as a deadlock here.
 
-Numerics: tiles compute in float32 (bf16/f16 values are stored rounded, as on the device);
-integer `floordiv`/`mod` on runtime scalars follow C (truncate toward zero), like the
-generated CUDA.
+Numerics: float tiles compute in float32 (bf16/f16 values are stored rounded, as on the
+device); integer tiles in their own integer type, exactly (argus/ir/numeric.py says which type
+an op computes in, for the interpreter and codegen alike); integer `floordiv`/`mod` on runtime
+scalars and `/` on integer tiles follow C (truncate toward zero), like the generated CUDA.
 
 Layout: `machine` (state, views, pipeline state, CTA/cluster scheduling, deadlock detection),
 `launch` (arguments in, results out), `registry` (RULES: one rule per op class, EXEMPT), and

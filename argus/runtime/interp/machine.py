@@ -126,7 +126,8 @@ class _Interp:
         lead = len(offsets) - len(shape)  # a 2-D box of a batched tensor: unit leading dims
         if lead > 0:
             return self._box(tensor, offsets, (1,) * lead + tuple(shape), fill).reshape(shape)
-        out = np.full(shape, fill, dtype=np.float32)
+        # float tensors widen to float32 registers; integer ones keep their type (exact)
+        out = np.full(shape, fill, dtype=np.float32 if src.dtype.kind == "f" else src.dtype)
         src_sl, dst_sl = [], []
         for off, n, dim in zip(offsets, shape, src.shape):
             lo, hi = max(off, 0), min(off + n, dim)

@@ -1,8 +1,10 @@
 """Rules for register tiles: full, elementwise, convert, reduce, slice, layout conversion,
 arange, expand_dims.
 
-Invariant: tiles compute in float32 and store bf16/f16 values rounded, as on the device; i1
-tiles are numpy bools; layouts have no meaning here (a layout conversion copies the values).
+Invariant: float tiles compute in float32 and store bf16/f16 values rounded, as on the device;
+integer tiles hold and compute in their own integer type (exact at any index, as the
+generated code's integer registers); i1 tiles are numpy bools; layouts have no meaning here
+(a layout conversion copies the values).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 from argus import dtypes
 from argus.dtypes import DType, round_to_tf32
 from argus.ir import ops as O
+from argus.ir.numeric import work_dtype
 from argus.ir.types import TileType
 from argus.runtime.interp.machine import _Group, _Interp, _round
 from argus.runtime.interp.registry import rule
@@ -57,15 +60,35 @@ def _reduce(fn: str, x: np.ndarray, axis: int, dtype: DType) -> np.ndarray:
 @rule(O.Full)
 def full(m: _Interp, g: _Group, op: O.Full) -> None:
     t: TileType = op.result.type
-    g.env[op.result.id] = np.full(t.shape, op.value, dtype=np.float32)
+    # an integer tile holds its value exactly (in float32 it would be exact only to 2^24)
+    g.env[op.result.id] = np.full(t.shape, op.value, dtype=np.float32 if t.dtype.is_float
+                                  else t.dtype.np_dtype())
+
+
+def _c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer division truncating toward zero, as C (and the scalar `floordiv`); a zero
+    divisor gives 0 here (undefined on the device)."""
+    q = np.abs(a) // np.where(b == 0, 1, np.abs(b))
+    return np.where(b == 0, 0, np.where((a < 0) != (b < 0), -q, q)).astype(a.dtype)
 
 
 @rule(O.Elementwise)
 def elementwise(m: _Interp, g: _Group, op: O.Elementwise) -> None:
-    args = [m.val(g, a) for a in op.args]
-    with np.errstate(all="ignore"):
-        r = _EW[op.fn](*[np.float32(a) if isinstance(a, float) else a for a in args])
+    """Each operand cast to the type the op computes in (argus.ir.numeric.work_dtype, as the
+    generated code casts it): integer math in the integer type itself (exact at any index,
+    wrapping as two's complement, division truncating), float math in float32."""
     t = op.result.type
+    work = work_dtype(op.fn, [a.type.dtype for a in op.args], t.dtype)
+    args = [m.val(g, a) for a in op.args]
+    if work.name != "i1":
+        np_work = np.float32 if work.is_float else work.np_dtype()
+        args = [a if (op.fn == "where" and k == 0) else np.asarray(a).astype(np_work)
+                for k, a in enumerate(args)]
+    with np.errstate(all="ignore"):
+        if op.fn == "div" and not work.is_float:
+            r = _c_div(*np.broadcast_arrays(*args))
+        else:
+            r = _EW[op.fn](*args)
     g.env[op.result.id] = (np.asarray(r, dtype=bool) if t.dtype == dtypes.i1
                            else _round(np.broadcast_to(r, t.shape), t.dtype))
 
