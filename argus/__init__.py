@@ -8,7 +8,8 @@
 """
 
 from argus.dsl.api import (abs_, arange, cdiv, cluster_rank, erf, exp, exp2, full, grid, ldmatrix,
-                           load, load_scalar, log, maximum, minimum, ordered, pipeline, range, relu,
+                           load, load_scalar, load_shared, log, maximum, minimum, ordered,
+                           pipeline, range, relu,
                            role, round_tf32,
                            rsqrt, scalar, scan, sigmoid, smem, sqrt, stmatrix, store, tanh,
                            thread_index,
@@ -34,7 +35,7 @@ def compile(kernel_fn: KernelFunction, *, verify: bool | None = None, **constexp
 
 __all__ = [
     "abs_", "arange", "Scalar", "cdiv", "cluster_rank", "erf", "exp", "exp2", "full", "grid",
-    "ldmatrix", "load", "load_scalar", "log", "maximum",
+    "ldmatrix", "load", "load_scalar", "load_shared", "log", "maximum",
     "minimum", "ordered", "pipeline", "range", "relu", "role", "round_tf32", "rsqrt", "scalar",
     "scan",
     "sigmoid",

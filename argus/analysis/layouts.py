@@ -17,6 +17,9 @@ argus.target.register_layouts.build turns into a RegisterLayout) and inserts exp
   against a tile (a per-row scale of an accumulator, `acc * scale[:, None]`): loaded in the
   accumulator's slice, each thread reads the few elements it combines, instead of a blocked
   load and a conversion through shared memory;
+- a 32-bit shared-memory read (`ag.load_shared`, the ldmatrix op of an f32 view) is flexible
+  too, and so is a one-wide window of it (TileSlice): the read takes the window's layout
+  widened along the sliced axis (RL.widen), so the window needs no code;
 - then every operand that cannot broadcast into its user's layout in the same thread
   (RegisterLayout.broadcast_map) gets a `convert_layout` into the layout it needs.
 Errors name the op, the line and why.
@@ -105,10 +108,15 @@ def _flexible(kernel: Kernel, pinned: set[int]) -> set[int]:
     flex: set[int] = set()
     users: dict[int, int] = {}
     reads: dict[int, int] = {}   # uses other than as the variable an assign overwrites
+    smem_reads: set[int] = set()  # 32-bit shared-memory reads and windows of them
+    var_ids = {op.result.id for op in kernel.walk() if isinstance(op, O.Var)}
     for op in kernel.walk():
         for a in op.operands():
             users[a.id] = users.get(a.id, 0) + 1
-            if not (isinstance(op, O.Assign) and a is op.dst):
+            # a variable copied into another one (a value carried out of a pipeline step and
+            # then out of the loop: var inside var) is not read by the copy: the two take one
+            # layout (Assign's rules), so the copy puts no demand of its own on it
+            if not (isinstance(op, O.Assign) and (a is op.dst or a.id in var_ids)):
                 reads[a.id] = reads.get(a.id, 0) + 1
     for op in kernel.walk():
         if isinstance(op, _FLEXIBLE_SOURCES) and op.result.id not in pinned:
@@ -119,6 +127,17 @@ def _flexible(kernel: Kernel, pinned: set[int]) -> set[int]:
             # e.g. ids[:, None] and ids[None, :], no one layout serves both: it stays blocked
             # and each use converts)
             flex.add(op.result.id)
+        elif isinstance(op, O.LdMatrix) and op.result.type.dtype.bits == 32 and \
+                op.result.id not in pinned:
+            # a 32-bit shared-memory read (ag.load_shared: block scales) is read in whatever
+            # layout its user needs, as a rank-1 global load
+            flex.add(op.result.id)
+            smem_reads.add(op.result.id)
+        elif isinstance(op, O.TileSlice) and op.src.id in smem_reads and \
+                op.result.id not in pinned:
+            # a window of such a read (its first column: a TMA box is at least 16 bytes wide)
+            flex.add(op.result.id)
+            smem_reads.add(op.result.id)
         elif isinstance(op, (O.Elementwise, O.ExpandDims, O.Convert)):
             tiles = [a for a in op.operands() if isinstance(a.type, TileType)]
             if tiles and all(a.id in flex for a in tiles) and op.result.id not in pinned:
@@ -169,7 +188,7 @@ def _forward(ops, layout, acc_ids, a_ids, flexible, threads) -> None:
             acc = op.result.id in acc_ids | a_ids
             _set(layout, op.result, WGMMA_ACC if acc else BLOCKED, op,
                  "a register wgmma operand" if acc else "a global load")
-        elif isinstance(op, O.LdMatrix):
+        elif isinstance(op, O.LdMatrix) and op.result.id not in flexible:
             _set(layout, op.result, WGMMA_ACC, op, "the m8n8.x4 fragment (§2.4)")
         elif isinstance(op, (O.TileSlice, O.Convert)) and op.src.id in layout:
             if res.id not in flexible or res.id not in layout:
@@ -228,6 +247,12 @@ def _backward(ops, layout, flexible, threads) -> None:
             demands[op.src.id] = RL.squeeze(rl, op.axis).name
         elif isinstance(op, O.Convert) and res.id in layout and op.src.id in flexible:
             demands[op.src.id] = layout[res.id]
+        elif isinstance(op, O.TileSlice) and res.id in layout and op.src.id in flexible and \
+                res.type.shape[op.axis] == 1:
+            # a one-wide window of a flexible read: the read holds the window's layout grown
+            # along the axis in registers, so the window is a register view (no code)
+            rl = _build(layout[res.id], res.type, n, op)
+            demands[op.src.id] = RL.widen(rl, op.axis, op.src.type.shape[op.axis]).name
         elif isinstance(op, O.Assign) and op.dst.id in layout and op.src.id in flexible:
             demands[op.src.id] = layout[op.dst.id]
         elif isinstance(op, O.Var) and res.id in layout and op.init.id in flexible:

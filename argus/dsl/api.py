@@ -708,6 +708,28 @@ def stmatrix(dst, tile: Tile) -> None:
     ctx.builder.append(O.StMatrix(view.materialize(), tile.value, loc=loc))
 
 
+def load_shared(src) -> Tile:
+    """Read a 32-bit tile (f32 or i32) from an unswizzled shared-memory view, e.g. block
+    scales a producer copied by TMA with each pipeline stage, inside the consume step that
+    reads them. Recorded as the IR's shared-memory read (the `ldmatrix` op, which the
+    interpreter and the verifier read element by element whatever its type) and rendered as
+    one ld.shared per register, in the layout the tile's user needs: a one-wide window of it
+    (`t[:, 0:1]`, the first of the four f32 a 16-byte TMA box holds) broadcast against an
+    accumulator reads only the elements each thread multiplies."""
+    ctx = current("ag.load_shared")
+    loc = user_loc()
+    view = _view(src, "load_shared source", loc)
+    dtype = view.buffer.type.dtype
+    if dtype.bits != 32 or view.buffer.type.swizzle:
+        raise TraceError(f"ag.load_shared reads 32-bit unswizzled views, got "
+                         f"{dtype} with swizzle {view.buffer.type.swizzle}", loc,
+                         fix="16-bit tiles in the accumulator fragment: ag.ldmatrix; "
+                             "allocate the buffer with swizzle=0")
+    v = ctx.builder.fresh(TileType(dtype, view.shape))
+    ctx.builder.append(O.LdMatrix(v, view.materialize(), loc=loc))
+    return Tile(v)
+
+
 def ldmatrix(src) -> Tile:
     """Load a 16-bit tile from a shared-memory view (ldmatrix.m8n8.x4)."""
     ctx = current("ag.ldmatrix")

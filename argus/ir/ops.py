@@ -301,7 +301,10 @@ class StMatrix(Op):
 
 @dataclass(frozen=True)
 class LdMatrix(Op):
-    """Load a 16-bit register tile from smem view `src` through ldmatrix.m8n8.x4."""
+    """Load a register tile from smem view `src`: a 16-bit tile in the accumulator fragment
+    through ldmatrix.m8n8.x4, or a 32-bit tile of an unswizzled view (`ag.load_shared`:
+    block scales) by ld.shared in whatever layout its user needs. Element (i, j) of the
+    result is element (i, j) of the view (so interpreter and verifier read any type)."""
 
     NAME = "ldmatrix"
     RESULTS = ("result",)

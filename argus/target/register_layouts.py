@@ -458,6 +458,21 @@ def squeeze(parent: RegisterLayout, axis: int) -> RegisterLayout:
                           tuple(rm(r) for r in parent.regs))
 
 
+def widen(parent: RegisterLayout, axis: int, extent: int) -> RegisterLayout:
+    """`parent` (extent 1 along `axis`) grown to `extent` along it in registers: each thread
+    also holds the `extent - 1` next elements of each of its elements along `axis`, so a
+    window [0, 1) of the result (TileSlice) is `parent` in the same threads. The layout of a
+    shared-memory read whose user needs only its first column (a TMA box is at least 16
+    bytes wide: four f32 block scales of which a K step uses one)."""
+    if parent.shape[axis] != 1:
+        raise ValueError(f"widen: dim {axis} of {parent.shape} is not 1")
+    regs = tuple(tuple(o + (c if d == axis else 0) for d, o in enumerate(reg))
+                 for c in range(extent) for reg in parent.regs)
+    return RegisterLayout(f"widen({parent.name},{axis},{extent})",
+                          tuple(extent if d == axis else n for d, n in enumerate(parent.shape)),
+                          parent.threads, parent.thread_bases, regs)
+
+
 def broadcast_layout(result: RegisterLayout, shape) -> RegisterLayout:
     """The layout an operand of `shape` (1 where it broadcasts) needs to feed `result` with no
     conversion: `result` sliced along every broadcast dim."""
@@ -518,6 +533,12 @@ def build(name: str, shape: tuple[int, ...], threads: int) -> RegisterLayout:
         if not 0 <= axis < len(shape) or shape[axis] != 1:
             raise ValueError(f"{name}: dim {axis} of {shape} must be 1")
         return expand(build(args[0], shape[:axis] + shape[axis + 1:], threads), axis)
+    if head == "widen" and len(args) == 3:
+        axis, extent = int(args[1]), int(args[2])
+        if not 0 <= axis < len(shape) or shape[axis] != extent:
+            raise ValueError(f"{name}: dim {axis} of {shape} must be {extent}")
+        return widen(build(args[0], shape[:axis] + (1,) + shape[axis + 1:], threads), axis,
+                     extent)
     if head == "squeeze" and len(args) == 2:
         axis = int(args[1])
         return squeeze(build(args[0], shape[:axis] + (1,) + shape[axis:], threads), axis)

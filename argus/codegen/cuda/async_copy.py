@@ -1,5 +1,6 @@
 """Rendering rules of shared memory and the async copies: smem alloc / slice, tma.load,
-tma.store (with the commit and read-wait that follow it), ldmatrix, stmatrix.
+tma.store (with the commit and read-wait that follow it), ldmatrix (and the 32-bit
+shared-memory read ag.load_shared records as the same op), stmatrix.
 
 Offsets come from the smem plan, boxes and swizzles from lowering; each distinct (tensor, box,
 swizzle) becomes one CUtensorMap kernel parameter, numbered in the order first used.
@@ -136,8 +137,28 @@ def stmatrix(em: _Emitter, op: O.StMatrix) -> None:
     em.emit("}")
 
 
+def _load_shared_32(em: _Emitter, op: O.LdMatrix) -> None:
+    """A 32-bit tile read from an unswizzled view (ag.load_shared): each register is one
+    ld.shared of the element its layout names (layout inference chose the layout the tile's
+    user needs). Registers that no user reads are loads the C++ compiler drops."""
+    t: SmemViewType = op.src.type
+    if t.swizzle:
+        raise CompileError(f"ag.load_shared reads unswizzled buffers; this view has a "
+                           f"{t.swizzle}B swizzle", op.loc,
+                           fix="allocate the buffer with swizzle=0 (TMA writes it row-major)")
+    info = em.declare_tile(op.result, op.loc)
+    lay = info.layout
+    cols = t.shape[1]
+    view = em.name(op.src)
+    for i in range(lay.nregs):
+        em.emit(f"{info.name}[{i}] = {view}[({lay.row(i)}) * {cols} + {lay.col(i)}];")
+
+
 @rule(O.LdMatrix)
 def ldmatrix(em: _Emitter, op: O.LdMatrix) -> None:
+    if op.result.type.dtype.bits == 32:
+        _load_shared_32(em, op)
+        return
     _check_matrix_view(em, op.src, op.result.type, op.loc)
     info = em.declare_tile(op.result, op.loc)
     base, _ = _matrix_addresses(em, op.src)
