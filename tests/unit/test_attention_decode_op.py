@@ -195,7 +195,7 @@ def _stub_the_device(monkeypatch):
 def test_a_repeated_call_only_allocates_and_launches(monkeypatch, paged):
     """Host work of a repeated decode call (a decoding step's critical path; measured on the
     H200 at 80-150 us a call before): after the first call of a signature, no check, no
-    decision, no prepare, no custom-op dispatch; the same launches (split + combine) on the
+    decision, no prepare, no custom-op dispatch; the same launches on the
     current stream. Timed against the first call's path (checks, decisions, prepares with the
     launch stubbed), so a loaded machine slows both alike."""
     import time
@@ -215,12 +215,14 @@ def test_a_repeated_call_only_allocates_and_launches(monkeypatch, paged):
 
         def call():
             return attention_mod.attention(q, k, v)
+    # dense: split + combine; paged: the direct kernel (the split one is not proven yet)
+    n = 1 if paged else 2
     out = call()
-    assert calls == {"prepare": 2, "launch": 2, "check": 1, "decide": 1}, calls
+    assert calls == {"prepare": n, "launch": n, "check": 1, "decide": 1}, calls
     assert tuple(out.shape) == tuple(q.shape)
     for _ in range(50):
         call()
-    assert calls == {"prepare": 2, "launch": 102, "check": 1, "decide": 1}, calls
+    assert calls == {"prepare": n, "launch": 51 * n, "check": 1, "decide": 1}, calls
 
     def per_call(fn, n=200):
         best = float("inf")
