@@ -18,7 +18,8 @@ argus/kernels/conv.py needs whole strides: W is zero-padded).
 
 Host time: a call with the same tensors as an earlier one (x read in place) replays that
 call's launch (`_Repeat`: no checks, no operand preparation, no launch-plan lookup; an
-allocation and one cuLaunchKernelEx), and eager calls do not go through the torch.library op
+allocation and one cuLaunchKernelEx; a tf32 call whose input one rounding kernel copies:
+two allocations and two launches), and eager calls do not go through the torch.library op
 (its dispatch alone cost more than a ResNet layer's kernel).
 
 dtypes: bf16 / fp16 inputs with fp32 accumulation, output in the input dtype. fp32 inputs run
@@ -432,18 +433,14 @@ def _tf32_input(x5, groups: int, cpad: int, wpad: int):
     import torch
     import torch.nn.functional as F
 
-    from argus.kernels.conv_tf32 import round_nhwc, round_rows
+    from argus.kernels.conv_tf32 import round_rows
 
     N, C, D, H, W = x5.shape
-    pixels = D * H * W
     ndhwc = x5.permute(0, 2, 3, 4, 1)
-    if not wpad and (groups == 1 or not cpad) and (x5.is_contiguous() or
-                                                    ndhwc.is_contiguous()):
-        out = torch.empty(N, D, H, W, C + cpad, dtype=torch.float32, device=x5.device)
-        if x5.is_contiguous():
-            _launch(round_nhwc, x5.reshape(N, C, pixels), out.view(N, pixels, C + cpad))
-        else:
-            _launch(round_rows, ndhwc.reshape(N, pixels, C), out.view(N, pixels, C + cpad))
+    prep = _TF32Prep.of(x5, groups, cpad, wpad)
+    if prep is not None:
+        out = torch.empty(prep.shape, dtype=torch.float32, device=x5.device)
+        _launch(prep.kernel(), prep.source(x5), prep.target(out))
         return out
     Cg = C // groups
     grouped = ndhwc.reshape(N, D, H, W, groups, Cg)
@@ -452,6 +449,48 @@ def _tf32_input(x5, groups: int, cpad: int, wpad: int):
     flat = out.view(1, -1, out.shape[-1])
     _launch(round_rows, flat, flat)
     return out
+
+
+@dataclass(frozen=True)
+class _TF32Prep:
+    """`_tf32_input`'s one-kernel branches as data, so a replayed launch (`_Repeat`) rounds
+    the caller's current x again without the checks: `transpose` (an NCHW-contiguous x:
+    round_nhwc over [N, C, pixels]) or not (a channels-last x: round_rows over [N, pixels,
+    C]), into a new [N, D, H, W, C + cpad] buffer."""
+
+    transpose: bool
+    n: int
+    c: int
+    pixels: int
+    cp: int
+    shape: tuple
+
+    @classmethod
+    def of(cls, x5, groups: int, cpad: int, wpad: int) -> "_TF32Prep | None":
+        N, C, D, H, W = x5.shape
+        if wpad or (groups > 1 and cpad):
+            return None
+        if x5.is_contiguous():
+            transpose = True
+        elif x5.permute(0, 2, 3, 4, 1).is_contiguous():
+            transpose = False
+        else:
+            return None
+        return cls(transpose, N, C, D * H * W, C + cpad, (N, D, H, W, C + cpad))
+
+    def kernel(self):
+        from argus.kernels.conv_tf32 import round_nhwc, round_rows
+
+        return round_nhwc if self.transpose else round_rows
+
+    def source(self, x5):
+        """The kernel's input: a view of x ([N, C, pixels] or [N, pixels, C])."""
+        if self.transpose:
+            return x5.reshape(self.n, self.c, self.pixels)
+        return x5.permute(0, 2, 3, 4, 1).reshape(self.n, self.pixels, self.c)
+
+    def target(self, out):
+        return out.view(self.n, self.pixels, self.cp)
 
 
 def round_to_tf32(t):
@@ -517,6 +556,13 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         # X is a view of x itself (no copy, no split): the next call with these tensors
         # launches again without the checks and the operand preparation
         _Repeat.remember(x, weight, bias, args, X, Wt, b, sizes, out, groups, run)
+    elif precision == "tf32":
+        # X is one rounding kernel's copy of x: the replay rounds x again into a new buffer
+        x5 = x if x.dim() == 5 else x.unsqueeze(2)
+        sw = _triple(stride, "stride", x.dim() - 2)[-1]
+        prep = _TF32Prep.of(x5, groups, -(x.shape[1] // groups) % 4, -x.shape[-1] % sw)
+        if prep is not None and X.storage_offset() == 0:
+            _Repeat.remember(x, weight, bias, args, X, Wt, b, sizes, out, groups, run, prep)
     return out
 
 
@@ -531,13 +577,15 @@ class _Repeat:
     references check identity, nothing is kept alive but a repacked weight); x is read where it
     is, so its current contents count, and the result is a new tensor every call. The kernel's
     launch plans are kept here by the result's address (everything else a plan holds is fixed
-    by the key): a repeated call costs the key, an allocation and one cuLaunchKernelEx.
+    by the key): a repeated call costs the key, an allocation and one cuLaunchKernelEx (a tf32
+    call, `prep`: the rounding kernel's launch into a new X buffer first, plans kept by the
+    buffer's and the result's addresses).
     Under CUDA graph capture nothing is remembered, and an entry holding a repack or a bias
     copy is not replayed (argus.ops.weight_cache says why); one reading the weight and bias in
     place is."""
 
     __slots__ = ("refs", "state", "args", "x_view", "Wt", "b", "derived", "sizes", "out_layout",
-                 "groups", "run", "plans")
+                 "groups", "run", "plans", "prep", "prep_plans")
 
     PLANS = 8        # result addresses per entry (the caching allocator hands back a few)
     ENTRIES = 64
@@ -604,7 +652,10 @@ class _Repeat:
             return None            # not tensors: the checked path says what is wrong
 
     @classmethod
-    def remember(cls, x, weight, bias, args, X, Wt, b, sizes, out, groups: int, run) -> None:
+    def remember(cls, x, weight, bias, args, X, Wt, b, sizes, out, groups: int, run,
+                 prep: _TF32Prep | None = None) -> None:
+        """`prep`: X is not a view of x but the tf32 rounding kernel's copy of it (X then a view
+        of that buffer), made again by each replay."""
         import weakref
 
         if capturing():     # what a capture made is not written until a replay: keep none
@@ -623,6 +674,7 @@ class _Repeat:
         r.derived = r.Wt is not None or (bias is not None and b.untyped_storage().data_ptr()
                                          != bias.untyped_storage().data_ptr())
         r.sizes, r.groups, r.run, r.plans = sizes, groups, run, {}
+        r.prep, r.prep_plans = prep, {}
         r.out_layout = (tuple(out.shape), out.stride(), out.dtype)
         key = (id(x), id(owner), id(bias))
         _REPEATS.pop(key, None)
@@ -635,12 +687,14 @@ class _Repeat:
 
         shape, strides, dtype = self.out_layout
         out = torch.empty_strided(shape, strides, dtype=dtype, device=x.device)
-        plan = self.plans.get(out.data_ptr())
+        base = x if self.prep is None else self._round(x)
+        key = (base.data_ptr(), out.data_ptr())
+        plan = self.plans.get(key)
         if plan is not None:
             plan()
             return out
         # a result address not seen yet (or the interpreter): the operands once more
-        X = x.as_strided(*self.x_view)
+        X = base.as_strided(*self.x_view)
         Wt = self.Wt
         if Wt is None:
             Wt = _weight_view(weight, self.groups, self.run.schedule.bk)
@@ -648,8 +702,30 @@ class _Repeat:
         if plan is not None:
             if len(self.plans) >= self.PLANS:
                 self.plans.pop(next(iter(self.plans)))
-            self.plans[out.data_ptr()] = plan
+            self.plans[key] = plan
         return out
+
+    def _round(self, x):
+        """The tf32 X buffer: x's current values rounded by the prepared kernel (its launch
+        plan kept by the buffer's address, which the caching allocator hands back)."""
+        import torch
+
+        p = self.prep
+        buf = torch.empty(p.shape, dtype=torch.float32, device=x.device)
+        plan = self.prep_plans.get(buf.data_ptr())
+        if plan is not None:
+            plan()
+            return buf
+        x5 = x if x.dim() == 5 else x.unsqueeze(2)
+        src, dst = p.source(x5), p.target(buf)
+        _launch(p.kernel(), src, dst)
+        if x.is_cuda:
+            plan = p.kernel().compile().plan_for(src, dst)
+            if plan is not None:
+                if len(self.prep_plans) >= self.PLANS:
+                    self.prep_plans.pop(next(iter(self.prep_plans)))
+                self.prep_plans[buf.data_ptr()] = plan
+        return buf
 
 
 def conv2d_interpret(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,

@@ -154,6 +154,7 @@ def test_tensor_core_truncates_unrounded_tf32_operands(monkeypatch):
         return x5.permute(0, 2, 3, 4, 1).contiguous()
     monkeypatch.setattr(conv_ops, "_tf32_input", raw_input)
     monkeypatch.setattr(conv_ops, "round_to_tf32", lambda t: t)
+    monkeypatch.setattr(conv_ops, "_REPEATS", {})    # no replay of the rounded call
     w_raw = w.clone()               # a new weight object: no repack kept from the call above
     raw = conv_ops.convolve(x, w_raw, None, 1, 1, precision="tf32")
     trunc = lambda t: (t.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)  # noqa
@@ -185,6 +186,31 @@ def test_conv_tf32_rowbox_default_and_opt_out(shape):
     for s in (default, per_row):
         err = _rel(convolve(x, w, None, 1, pad, schedule=s, precision="tf32"), ref)
         assert err <= 1.25 * model + 1e-6, (s, err, model)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_conv_tf32_replay_rounds_the_current_x(channels_last):
+    """A repeated tf32 call replays its launch with the rounding step (argus.ops.conv
+    _Repeat.prep: the rounding kernel's and the conv kernel's launch plans) and reads x's
+    current values: the same bits as a freshly prepared call."""
+    from argus.ops import conv as conv_ops
+
+    x = _rand(4, 64, 20, 20, seed=11)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    w = _rand(64, 64, 3, 3, seed=12) / 24
+    conv_ops._REPEATS.clear()
+    conv_ops.convolve(x, w, None, 1, 1, precision="tf32")
+    (entry,) = conv_ops._REPEATS.values()
+    assert entry.prep is not None
+    for seed in (13, 14, 15):
+        x.copy_(_rand(*x.shape, seed=seed))
+        y = conv_ops.convolve(x, w, None, 1, 1, precision="tf32")      # replayed
+        assert list(conv_ops._REPEATS.values()) == [entry]
+        conv_ops._REPEATS.clear()
+        fresh = conv_ops.convolve(x, w, None, 1, 1, precision="tf32")   # prepared
+        assert torch.equal(y, fresh)
+        (entry,) = conv_ops._REPEATS.values()
 
 
 def test_conv3d_and_transposed_tf32():

@@ -126,6 +126,7 @@ def _raw_tf32(monkeypatch):
             N, D, H, W + wpad, groups * (cg + cpad))
     monkeypatch.setattr(conv_op, "_tf32_input", raw_input)
     monkeypatch.setattr(conv_op, "round_to_tf32", lambda t: t)
+    monkeypatch.setattr(conv_op, "_REPEATS", {})     # no replay of a rounded call
 
 
 def test_rounded_operands_halve_the_tf32_error(monkeypatch):
@@ -466,3 +467,43 @@ def test_nvrtc_builds_the_tf32_rowbox_conv_for_sm90a(tmp_path, monkeypatch):
     assert "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in binary.ptx
     assert "cp.async.bulk.tensor.4d" in binary.ptx
     assert not binary.resource(source.name).spills
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last", "pitch_padded"])
+def test_tf32_call_is_replayed_and_rounds_the_current_x(layout, monkeypatch):
+    """A repeated tf32 call with the same tensors replays its launch (`_Repeat` with the
+    rounding step: no checks, no operand preparation) and rounds x's current values again;
+    a new weight version is prepared again. Grouped channel padding or W not a multiple of
+    the stride (torch's padded copy) is not replayed."""
+    conv_op._REPEATS.clear()
+    C = 6 if layout == "pitch_padded" else 8
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(2, C, 5, 6, generator=g)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    w = torch.randn(8, C, 3, 3, generator=g)
+    run = lambda: conv_op.conv2d_interpret(x, w, None, 1, 1, schedule=TF32_ROWBOX,  # noqa
+                                           precision="tf32")
+    check = lambda y: _errors(y, x, w, None, 1, 1, 1, 1)[0] <= 1e-6   # noqa: E731
+    assert check(run())
+    (entry,) = conv_op._REPEATS.values()
+    assert entry.prep is not None and entry.prep.transpose == (layout != "channels_last")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a repeated call prepared its operands again")
+
+    with monkeypatch.context() as m:
+        m.setattr(conv_op, "check", refuse)
+        m.setattr(conv_op, "operands", refuse)
+        x.copy_(torch.randn(x.shape, generator=g) * 3)
+        assert check(run())
+    with torch.no_grad():
+        w.mul_(-2)                                       # a new weight version
+    assert check(run())
+    (again,) = conv_op._REPEATS.values()
+    assert again is not entry
+    conv_op._REPEATS.clear()
+    # torch's padded copy (groups with padded channels): no replay
+    xg, wg = torch.randn(1, 6, 4, 4, generator=g), torch.randn(4, 3, 3, 3, generator=g)
+    conv_op.conv2d_interpret(xg, wg, None, 1, 1, 1, 2, schedule=TF32, precision="tf32")
+    assert not conv_op._REPEATS
