@@ -187,7 +187,10 @@ class _Emitter:
             offs.append(coord)
         r, c = self.tile_shape(flags)
         v = self.fresh("x")
-        self.line(f"{v} = ag.load(L{i}, ({', '.join(offs)},), ({r}, {c}))")
+        # a cat piece (shift) is the sum of its pieces, each masked outside its range: a float
+        # piece reads -0.0 there, the exact identity of the sum (+0.0 made a -0.0 +0.0)
+        other = ", -0.0" if n.fn == "shift" and n.dtype.is_floating_point else ""
+        self.line(f"{v} = ag.load(L{i}, ({', '.join(offs)},), ({r}, {c}){other})")
         if n.dtype in (torch.float16, torch.bfloat16, torch.float64):
             self.line(f"{v} = {v}.to(ag.f32)")
             return v, "f"
@@ -299,7 +302,7 @@ class _Emitter:
         if fn in UNARY:
             text = f"{UNARY[fn]}({ops[0]})"
         elif fn == "neg":
-            text = f"(-{ops[0]})" if kinds[0] != "n" else f"(0.0 - {ops[0]})"
+            text = f"(-{ops[0]})" if kinds[0] != "n" else f"(-1.0 * {ops[0]})"   # -(0.0) = -0.0
         elif fn in BINOP:
             text = f"({ops[0]} {BINOP[fn]} {ops[1]})"
         elif fn == "max":
@@ -766,7 +769,7 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
             v = e.as_float(v, kind) if kind != "n" else f"ag.full((1, 1), {v})"
             if k.root.dtype == torch.bool or not k.root.dtype.is_floating_point:
                 raise NotImplementedError(f"{k.root!r}: a non-float root over statistics")
-            v = f"({v} + ag.full({acc_shape}, 0.0))"
+            v = f"({v} + ag.full({acc_shape}, -0.0))"     # -0.0: x + -0.0 is x, -0.0 too
         if k.root.op == "reduce" and k.root.fn in ("argmax", "argmin"):
             v = f"{v}.to({out_dtype})"
         elif out_dtype != "ag.f32":
@@ -787,7 +790,9 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
                     v = f"{v}.to({out_dtype})"
             full = span(k.root)
             if (not full[0] and s.rows > 1) or (not full[1] and s.bn > 1) or kind == "n":
-                v = f"({v} + ag.full((ROWS, BN), 0.0))"
+                # broadcast to the tile by adding -0.0: x + -0.0 is x for every x (a broadcast
+                # copy of -0.0, x.expand(...).contiguous(), came out +0.0 with 0.0)
+                v = f"({v} + ag.full((ROWS, BN), -0.0))"
             offs = [e.coord[i] for i in range(len(groups))]
             e.line(f"ag.store(OUT, ({', '.join(offs)},), {v})")
         loops(apply)

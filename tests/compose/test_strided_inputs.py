@@ -203,3 +203,33 @@ def test_layout_copies_keep_negative_zero_and_specials(dtype, layout):
     assert torch.equal(dst.isnan(), nan)
     assert torch.equal(dst.view(bits)[~nan], want.view(bits)[~nan])
     assert torch.signbit(dst[~nan]).sum() == torch.signbit(want[~nan]).sum() > 0
+
+
+class _BroadcastCopy(nn.Module):
+    def forward(self, x):
+        return x.unsqueeze(1).expand(4, 6, 5).contiguous()
+
+
+class _Cat(nn.Module):
+    def forward(self, x):
+        return torch.cat([x, x.flip(0), x[:2].t().reshape(2, 5) * -1.0], 0)
+
+
+class _TransposedCopy(nn.Module):
+    def forward(self, x):
+        return x.t().contiguous()
+
+
+@pytest.mark.parametrize("model", [_BroadcastCopy, _Cat, _TransposedCopy],
+                         ids=lambda m: m.__name__)
+def test_composed_layout_ops_keep_negative_zero(model):
+    """Layout ops move bits: a broadcast copy (the tile broadcast by adding a fill), a cat (a
+    sum of masked pieces) and a transposed copy keep -0.0 (each turned it into +0.0: x + 0.0
+    is +0.0 for x = -0.0; the fills are -0.0 now, the transpose a max over -inf)."""
+    x = torch.tensor([[-0.0, 1.0, -0.0, 2.0, -0.0]] * 4)
+    x[1] = torch.tensor([0.0, -0.0, -3.0, -0.0, 0.0])
+    new = type("New", (ComposedModel,), {"MODEL": model})()
+    with torch.no_grad():
+        y, ref = new(x), model()(x)
+    assert torch.equal(y, ref)
+    assert torch.equal(torch.signbit(y), torch.signbit(ref)) and torch.signbit(ref).any()
