@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import functools
 import math
+from os import environ as _environ
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -169,7 +170,7 @@ def _signature(q, k, v, block_table, seq_lens, causal, scale, layout, splits, sc
     try:
         key = (q.shape, q.stride(), q.dtype, q.get_device(), k.shape, k.stride(), k.dtype,
                k.get_device(), v.shape, v.stride(), v.dtype, v.get_device(), causal, scale,
-               layout, splits, schedule)
+               layout, splits, schedule, _verify_flag())
         if block_table is not None or seq_lens is not None:
             key += (block_table.shape, block_table.stride(), block_table.dtype,
                     block_table.get_device(), seq_lens.shape, seq_lens.stride(),
@@ -177,6 +178,12 @@ def _signature(q, k, v, block_table, seq_lens, causal, scale, layout, splits, sc
         return key
     except (AttributeError, TypeError):
         return None
+
+
+def _verify_flag() -> str | None:
+    """ARGUS_VERIFY as set (a plan prepared from a kernel built unverified is not replayed
+    for a call made with verification on; the paged split choice depends on it too)."""
+    return _environ.get("ARGUS_VERIFY")
 
 
 def _pointers(q, k, v, block_table, seq_lens, out, ws) -> tuple:
@@ -249,10 +256,14 @@ def _numel(shape) -> int:
 
 
 def _prepare(kernel_fn, compile_time: dict, tensors: tuple, scalars: dict, *, device):
-    """The launch plan of one kernel on these tensors (compiled once per kernel and device)."""
+    """The launch plan of one kernel on these tensors (compiled once per kernel, device and
+    verification level: a kernel built with ARGUS_VERIFY=0 is not handed to a verified call)."""
     import torch
 
-    key = (id(kernel_fn), tuple(sorted(compile_time.items(), key=str)), device.index)
+    from argus import config
+
+    key = (id(kernel_fn), tuple(sorted(compile_time.items(), key=str)), device.index,
+           config.verify_level())
     compiled = _COMPILED.get(key)
     if compiled is None:
         compiled = kernel_fn.compile(**compile_time)

@@ -260,3 +260,10 @@ def test_a_new_signature_or_buffer_is_prepared_again(monkeypatch):
     assert calls["check"] == 4 and calls["prepare"] == prepared + 2
     with pytest.raises(LaunchError, match="all be bfloat16 or all float16"):
         attention_mod.attention(q, k.half(), v)
+    # plans prepared from kernels built unverified are not replayed with verification on
+    checks = calls["check"]
+    monkeypatch.setenv("ARGUS_VERIFY", "0")
+    attention_mod.attention(q, k, v)
+    monkeypatch.setenv("ARGUS_VERIFY", "1")
+    attention_mod.attention(q, k, v)
+    assert calls["check"] == checks + 2
