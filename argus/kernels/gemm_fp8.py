@@ -29,21 +29,29 @@ kernel takes scale_a as its MN-major transpose [K/128, M'] (M' >= M: rows of one
 contiguous, DeepGEMM's TMA-friendly layout); each consumer reads the 2 scales of the rows it
 holds per K block straight into its accumulator's row layout, and scale_b as one scalar per
 block (two where a tile straddles a 128-column weight block: selected per column).
+`gemm_fp8_blockscaled_smem_kernel` (smem_scales=True) takes scale_a K-major instead and brings
+both scales through shared memory with each ring stage (`SharedBlockScales`). The serial
+promotion releases each stage before its FFMAs (`early_release_promoted_mma`) unless
+late_release=True.
 """
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field, fields
 
 import argus as ag
 from argus.dtypes import DType
 from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler, Unit,
-                                            WarpSpecializedSchedule, store_tile,
+                                            WarpSpecializedSchedule, load_tile, store_tile,
                                             store_tile_staged)
 
 BK_BYTES = 128  # one 128-byte swizzle row of e4m3: the K depth of a stage
 SCALE_BLOCK = 128  # K (and weight N) extent of one block scale: one stage of K
 # promotion holds a main and a partial accumulator: 2 x bn / 2 registers per consumer thread
 PROMOTE_MAX_BN = 160
+# block scales a TMA box holds per row: 16 bytes of f32 (TMA's least inner extent), the K
+# step's own block scale first; the other three are read by nobody (the compiler drops them)
+SCALE_BOX = 4
 # overlapped promotion holds the main one and two partials: 3 x bn / 2 registers (192 at 128)
 OVERLAP_MAX_BN = 128
 
@@ -63,13 +71,34 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
     # stay as they were. Not among the tuning candidates yet: the verifier's wgmma.k-once
     # does not follow K blocks split over two overwritten partials (its sync checks pass)
     overlap: bool = field(default=False, repr=False)
+    # serial promotion with the stage released after the promotion's FFMAs (`promoted_mma`,
+    # the order measured at 794-947 TFLOP/s, docs/perf/fp8.md) instead of right after the
+    # block's wgmma group has retired (`early_release_promoted_mma`, the default, DeepGEMM's
+    # order); kept to measure one against the other. Out of repr when False, as overlap
+    late_release: bool = field(default=False, repr=False)
+    # block scales through shared memory (`SharedBlockScales`, DeepGEMM's path): the producer
+    # TMA-loads each stage's activation and weight scales beside its operand tiles and the
+    # consumers read them there, instead of every consumer thread loading them from global
+    # memory one step ahead. Block-scaled kernel only, serial early-release promotion; the
+    # kernel then takes scale_a K-major (`gemm_fp8_blockscaled_smem_kernel`). Out of repr
+    # when False, as overlap. Not measured yet, so not a default
+    smem_scales: bool = field(default=False, repr=False)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
-        return f"{type(self).__name__}({shown}{', overlap=True' if self.overlap else ''})"
+        extra = "".join(f", {name}=True" for name in ("overlap", "late_release",
+                                                        "smem_scales") if getattr(self, name))
+        return f"{type(self).__name__}({shown}{extra})"
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
+        if self.late_release and (self.overlap or not self.promote):
+            problems.append("late_release orders the serial promotion: it needs promote=True "
+                            "and overlap=False")
+        if self.smem_scales and (self.overlap or self.late_release or not self.promote):
+            problems.append("smem_scales reads each stage's block scales in its consume step: "
+                            "it needs the serial early-release promotion (promote=True, "
+                            "overlap=False, late_release=False)")
         if self.overlap and not self.promote:
             problems.append("overlap overlaps promotion with the next wgmma: it needs "
                             "promote=True")
@@ -101,7 +130,8 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
         """Shared memory of the tiles (the compiler adds barriers and alignment)."""
         ring = self.stages * (self.bm + self.bn) * self.bk
         staging = self.bm * self.bn * 2 if self.epilogue == "tma" else 0
-        return ring + staging
+        scales = self.stages * (self.bm + 2) * SCALE_BOX * 4 if self.smem_scales else 0
+        return ring + staging + scales
 
 
 @dataclass(frozen=True)
@@ -133,13 +163,18 @@ class _Fp8Gemm:
             if s.epilogue == "tma" else None
         return cls(s, sched, ring, k_steps, rows, staging)
 
-    def produce(self, A, W) -> None:
-        """The producer role: every unit's A and W tiles through the ring."""
+    def produce(self, A, W, scales: "SharedBlockScales | None" = None) -> None:
+        """The producer role: every unit's A and W tiles through the ring (with each stage's
+        block scales when `scales` is given)."""
         s = self.s
         with ag.role("producer", warpgroups=1, regs=s.producer_regs):
             for unit in self.sched.units():
-                self.ring.load(self.k_steps, A, W, unit, rank=self.sched.rank,
-                               cluster=s.cluster_m)
+                if scales is None:
+                    self.ring.load(self.k_steps, A, W, unit, rank=self.sched.rank,
+                                   cluster=s.cluster_m)
+                else:
+                    scales.load(self.ring, self.k_steps, A, W, unit, rank=self.sched.rank,
+                                cluster=s.cluster_m)
 
     def store(self, C, unit: Unit, wg, acc, finish) -> None:
         """Warpgroup wg's rows of the unit's tile, from registers or staged for TMA."""
@@ -211,9 +246,50 @@ def promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | None" = 
     return acc
 
 
+def early_release_promoted_mma(ring: OperandRing, k_steps, wg,
+                               scales: "BlockScales | None" = None):
+    """`promoted_mma` with the stage released before the promotion (DeepGEMM's order): each
+    K block's wgmma overwrites one partial (scale-d = 0) inside the pipeline step, whose end
+    waits for that group and releases the slot, and the partial is added into the fp32
+    accumulator, times its scales, after it; so the producer refills the slot while the CUDA
+    cores promote (SASS per block: QGMMA x4, WARPGROUP.DEPBAR.LE gsb0 0x0, the release's
+    SYNCS.ARRIVE, then the FFMAs; promoted_mma's release comes after the FFMAs). The scales
+    of block k + 1 are loaded during step k, as in promoted_mma."""
+    rows = ring.bm // ring.consumers
+    acc = ag.zeros((rows, ring.bn), ag.f32)
+    part = ag.zeros((rows, ring.bn), ag.f32)
+    if scales is None:
+        for k in ag.range(k_steps):
+            with ring.pipe.consume() as stage:
+                _overwrite(ring, stage, wg, rows, part)
+            acc = acc + part
+        return acc
+    if isinstance(scales, SharedBlockScales):
+        # the stage's scales are read from shared memory before the slot is released and
+        # applied after it (carried out of the step by name: a value made inside a step is
+        # local to it)
+        per_row, left, right = scales.initial()
+        for k in ag.range(k_steps):
+            with ring.pipe.consume() as stage:
+                per_row, left, right = scales.read(stage, wg, right is not None)
+                _overwrite(ring, stage, wg, rows, part)
+            acc = acc + part * scales.combine(per_row, left, right)
+        return acc
+    per_row, left, right = scales.fetch(0)
+    for k in ag.range(k_steps):
+        next_row, next_left, next_right = scales.fetch(k + 1)  # past the end: zeros
+        with ring.pipe.consume() as stage:
+            _overwrite(ring, stage, wg, rows, part)
+        acc = acc + part * scales.combine(per_row, left, right)
+        per_row, left, right = next_row, next_left, next_right
+    return acc
+
+
 def _promote(s: Fp8GemmSchedule):
     """The promoting main loop the schedule asks for."""
-    return overlapped_promoted_mma if s.overlap else promoted_mma
+    if s.overlap:
+        return overlapped_promoted_mma
+    return promoted_mma if s.late_release else early_release_promoted_mma
 
 
 def overlapped_promoted_mma(ring: OperandRing, k_steps, wg,
@@ -326,6 +402,88 @@ class BlockScales:
         return per_row[:, None] * ag.where(ag.arange(self.bn)[None, :] < split, left, right)
 
 
+@dataclass(frozen=True)
+class SharedBlockScales:
+    """Block scales through shared memory (DeepGEMM's path): with each ring stage the producer
+    TMA-loads the activation scales of the unit's bm rows for the step's K block and the
+    weight scales of the tile's one or two 128-column blocks (two where a tile straddles a
+    weight block, or the gate and up planes of the MoE gate-up), and the consumer reads them
+    in its consume step, before the slot is released.
+
+    A TMA box is at least 16 bytes wide, so each row of a box holds SCALE_BOX f32: the K
+    step's block scale first, then the next blocks' (or TMA's zero fill past K), which no
+    one reads. Hence scale_a K-major ([M, K/128] with 16-byte row pitches: the box is one
+    column of it, bm rows deep) and scale_b as it is ([N/128, K/128], rows 16-byte pitched).
+    Rows past M and blocks past N or K read TMA's zeros, as the global loads' fill did."""
+
+    sa: object               # SmemBuffer (stages, bm, SCALE_BOX) f32
+    sb: object               # SmemBuffer (stages, planes, SCALE_BOX) f32
+    scale_a: object          # [M, K/128] f32 (K-major)
+    scale_b: object          # [N/128, K/128] f32, or a grouped kernel's per-expert tensor
+    bm: int
+    bn: int
+    rows: int
+    planes: int              # 1, or 2: a straddling tile / the gate-up's two planes
+    split: object = None     # planes == 2: the tile's first column of the second scale
+
+    @classmethod
+    def alloc(cls, s: Fp8GemmSchedule, scale_a, scale_b, *,
+              planes: int | None = None) -> "SharedBlockScales":
+        """The per-stage scale buffers of schedule s (allocated after the ring)."""
+        planes = planes or (1 if SCALE_BLOCK % s.bn == 0 else 2)
+        sa = ag.smem((s.stages, s.bm, SCALE_BOX), ag.f32)
+        sb = ag.smem((s.stages, planes, SCALE_BOX), ag.f32)
+        return cls(sa, sb, scale_a, scale_b, s.bm, s.bn, s.bm // s.consumers, planes)
+
+    def load(self, ring: OperandRing, k_steps, A, W, unit: Unit, *, rank=0,
+             cluster: int = 1, b_coords=None) -> None:
+        """The producer's loop for one unit: OperandRing.load's A and W tiles, and in the same
+        stage (one full barrier, its bytes counted) block k's scales. `b_coords(k)`: the
+        weight scales' box origin (default: the tile's first 128-column block)."""
+        for k in ag.range(k_steps):
+            with ring.pipe.produce() as stage:
+                k0 = k * ring.bk
+                load_tile(ring.a[stage], 0, A, unit.batch, unit.m, ring.bm, k0, ring.bk)
+                load_tile(ring.b[stage], 0, W, unit.batch, unit.n, ring.bn, k0, ring.bk,
+                          rank=rank, share=cluster)
+                ag.tma.load(self.sa[stage], self.scale_a, (unit.m * self.bm, k))
+                coords = b_coords(k) if b_coords is not None else \
+                    (unit.n * self.bn // SCALE_BLOCK, k)
+                box = (1,) * (len(coords) - 2) + (self.planes, SCALE_BOX)
+                ag.tma.load(self.sb[stage], self.scale_b, coords, box=box)
+
+    def initial(self):
+        """Placeholders for `read`'s results before the first step (never used as scales)."""
+        one = ag.zeros((1, 1), ag.f32)
+        return (ag.zeros((self.rows, 1), ag.f32), one,
+                ag.zeros((1, 1), ag.f32) if self.planes == 2 else None)
+
+    def read(self, stage, wg, two: bool):
+        """Warpgroup wg's scales of this stage's K block, read from shared memory: its rows'
+        activation scales [rows, 1] and the weight scale(s) [1, 1] (the second None unless
+        the tile takes two: `two`)."""
+        per_row = ag.load_shared(self.sa[stage].rows_of(wg * self.rows, self.rows))[:, 0:1]
+        w = ag.load_shared(self.sb[stage])
+        if not two:
+            return per_row, w[:, 0:1], None
+        return per_row, w[0:1, :][:, 0:1], w[1:2, :][:, 0:1]
+
+    def for_unit(self, first_col) -> "SharedBlockScales":
+        """These buffers for the unit whose tile starts at output column `first_col`: where
+        the tile straddles a weight block, its columns before the next block's first take
+        the first scale."""
+        if self.planes == 1:
+            return self
+        split = (first_col // SCALE_BLOCK + 1) * SCALE_BLOCK - first_col
+        return dataclasses.replace(self, split=split)
+
+    def combine(self, per_row, left, right):
+        """The block's scale as a tile that broadcasts against a rows x bn partial."""
+        if right is None:
+            return per_row * left
+        return per_row * ag.where(ag.arange(self.bn)[None, :] < self.split, left, right)
+
+
 @functools.cache
 def gemm_fp8_blockscaled_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
     """The block-scaled fp8 GEMM for one output type (see the module docstring): 1x128
@@ -342,10 +500,12 @@ def gemm_fp8_blockscaled_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction
                              C: ag.Tensor["M", "N", out_dtype],
                              s: Fp8GemmSchedule = Fp8GemmSchedule(bn=128, stages=6,
                                                                   promote=True)):
-        if not s.promote:
+        if not s.promote or s.smem_scales:
             raise ag.TraceError("block scales are applied when each K block's partial is "
-                                "promoted: the block-scaled kernel needs promote=True",
-                                fix="pass Fp8GemmSchedule(..., promote=True)")
+                                "promoted: the block-scaled kernel needs promote=True "
+                                "(and smem_scales=False: that kernel reads scale_a K-major)",
+                                fix="pass Fp8GemmSchedule(..., promote=True), or "
+                                    "gemm_fp8_blockscaled_smem_kernel for smem_scales")
         g = _Fp8Gemm.launch(s, A, W, out_dtype)
         g.produce(A, W)
 
@@ -361,3 +521,41 @@ def gemm_fp8_blockscaled_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction
     name = "gemm_fp8_blockscaled" if out_dtype == ag.bf16 else \
         f"gemm_fp8_blockscaled_{out_dtype.name}"
     return ag.kernel(gemm_fp8_blockscaled, name=name)
+
+
+@functools.cache
+def gemm_fp8_blockscaled_smem_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
+    """`gemm_fp8_blockscaled_kernel` with the block scales through shared memory
+    (`SharedBlockScales`; Fp8GemmSchedule(promote=True, smem_scales=True)): ScaleA [M, K/128]
+    K-major (1x128 activation scales, rows 16-byte pitched: K/128 padded to a multiple of 4 in
+    the row stride), ScaleB [N/128, K/128] (rows 16-byte pitched); K a multiple of 128."""
+    if out_dtype not in (ag.bf16, ag.f16, ag.f32):
+        raise ValueError(f"the fp8 GEMM writes bf16, f16 or f32, not {out_dtype}")
+
+    def gemm_fp8_blockscaled_smem(A: ag.Tensor["M", "K", ag.e4m3],
+                                  W: ag.Tensor["N", "K", ag.e4m3],
+                                  ScaleA: ag.Tensor["M", "KB", ag.f32],
+                                  ScaleB: ag.Tensor["NB", "KB", ag.f32],
+                                  C: ag.Tensor["M", "N", out_dtype],
+                                  s: Fp8GemmSchedule = Fp8GemmSchedule(
+                                      bn=128, stages=6, promote=True, smem_scales=True)):
+        if not s.smem_scales:
+            raise ag.TraceError("this kernel reads the block scales from shared memory: it "
+                                "needs smem_scales=True",
+                                fix="pass Fp8GemmSchedule(..., promote=True, smem_scales=True)")
+        g = _Fp8Gemm.launch(s, A, W, out_dtype)
+        scales = SharedBlockScales.alloc(s, ScaleA, ScaleB)
+        g.produce(A, W, scales)
+
+        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
+            def finish(tile):
+                return tile.to(out_dtype)
+
+            for unit in g.sched.units():
+                acc = early_release_promoted_mma(g.ring, g.k_steps, wg,
+                                                 scales.for_unit(unit.n * s.bn))
+                g.store(C, unit, wg, acc, finish)
+
+    name = "gemm_fp8_blockscaled_smem" if out_dtype == ag.bf16 else \
+        f"gemm_fp8_blockscaled_smem_{out_dtype.name}"
+    return ag.kernel(gemm_fp8_blockscaled_smem, name=name)

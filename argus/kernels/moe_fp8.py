@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import argus as ag
 from argus.dtypes import DType
 from argus.kernels.gemm_fp8 import (BK_BYTES, OVERLAP_MAX_BN, PROMOTE_MAX_BN, SCALE_BLOCK,
-                                    overlapped_promoted_mma, promoted_mma)
+                                    early_release_promoted_mma, overlapped_promoted_mma,
+                                    promoted_mma)
 from argus.kernels.moe import MoeSchedule, _tag_layout, _walk, produce_units, store_unit
 from argus.kernels.moe_routing import tag_positions
 from argus.kernels.warp_specialized import OperandRing, Staging
@@ -227,28 +228,6 @@ class GroupedBlockScales:
         split = self.bn // 2 if self.gated else \
             (self.first_col // SCALE_BLOCK + 1) * SCALE_BLOCK - self.first_col
         return per_row[:, None] * ag.where(ag.arange(self.bn)[None, :] < split, left, right)
-
-
-def early_release_promoted_mma(ring: OperandRing, k_steps, wg, scales):
-    """gemm_fp8.promoted_mma with the stage released before the promotion (DeepGEMM's
-    order): each K block's wgmma overwrites one partial (scale-d = 0) inside the pipeline
-    step, whose end waits for that group and releases the slot, and the partial is added into
-    the fp32 accumulator, times its scales, after it; so the producer refills the slot while
-    the CUDA cores promote (SASS per block: QGMMA x4, WARPGROUP.DEPBAR.LE gsb0 0x0, the
-    release's SYNCS.ARRIVE, then the 64 FFMAs; promoted_mma's release came after the FFMAs).
-    The scales of block k + 1 are loaded during step k, as in promoted_mma."""
-    rows = ring.bm // ring.consumers
-    acc = ag.zeros((rows, ring.bn), ag.f32)
-    part = ag.zeros((rows, ring.bn), ag.f32)
-    per_row, left, right = scales.fetch(0)
-    for k in ag.range(k_steps):
-        next_row, next_left, next_right = scales.fetch(k + 1)  # past the end: zeros
-        with ring.pipe.consume() as stage:
-            ag.wgmma(ring.a[stage].rows_of(wg * rows, rows), ring.b[stage].rows_of(0, ring.bn),
-                     part, overwrite=True)
-        acc = acc + part * scales.combine(per_row, left, right)
-        per_row, left, right = next_row, next_left, next_right
-    return acc
 
 
 def _promotion(s: MoeFp8Schedule):

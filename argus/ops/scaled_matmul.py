@@ -37,7 +37,7 @@ from collections import OrderedDict
 from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm_fp8 import (SCALE_BLOCK, Fp8GemmSchedule, gemm_fp8_blockscaled_kernel,
-                                    gemm_fp8_kernel)
+                                    gemm_fp8_blockscaled_smem_kernel, gemm_fp8_kernel)
 from argus.ops.fp8_schedules import Fp8Problem, choose
 from argus.ops.matmul import _overlap, _remember, device_name  # one definition for both
 
@@ -167,6 +167,25 @@ def _block_scale_views(scale_a, scale_b):
     return at, bt
 
 
+def _kmajor_block_scales(scale_a, scale_b):
+    """The smem-scales kernel's scale operands (`gemm_fp8_blockscaled_smem_kernel`): scale_a
+    [M, K/128] and scale_b [N/128, K/128], each K-major with rows 16-byte pitched and a
+    16-byte aligned start, as TMA reads them: the tensors themselves when they are (K/128 a
+    multiple of 4, row-major), else the views [:, :K/128] of zero-padded copies."""
+    import torch
+
+    out = []
+    for t in (scale_a, scale_b):
+        rows, kb = t.shape
+        if t.stride(-1) == 1 and (t.stride(0) * 4) % 16 == 0 and t.data_ptr() % 16 == 0:
+            out.append(t)
+            continue
+        padded = torch.zeros(rows, -(-kb // 4) * 4, dtype=t.dtype, device=t.device)
+        padded[:, :kb] = t
+        out.append(padded[:, :kb])
+    return tuple(out)
+
+
 def _tma_ready(t):
     """`t` itself when TMA can read it, else an aligned contiguous copy."""
     import torch
@@ -211,13 +230,10 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
 
     out_type = _OUT[str(out.dtype)]
     a_ready, b_ready = _tma_ready(a), _tma_ready(b)
-    if block:
-        sa, sb = _block_scale_views(scale_a, scale_b)
-    else:
-        sa, sb = scale_a.reshape(1), scale_b.reshape(1)
     problem = Fp8Problem(m, n, k, out_type.name, _aligned(out, out_type.bytes), block)
     memo_key = (problem, a.device.index, schedule)
-    compiled = _CHOSEN.get(memo_key)
+    memo = _CHOSEN.get(memo_key)
+    compiled, smem_scales = memo if memo is not None else (None, False)
     if compiled is None:
         chosen = schedule or choose(problem, device_name(a.device))
         if chosen.epilogue == "tma" and not problem.tma_epilogue_ok:
@@ -226,9 +242,20 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
         if block and not chosen.promote:
             raise LaunchError(f"{_WHO}: block scales are applied by promotion: the schedule "
                               f"needs promote=True", fix="pass Fp8GemmSchedule(..., promote=True)")
-        kernel = gemm_fp8_blockscaled_kernel(out_type) if block else gemm_fp8_kernel(out_type)
-        compiled = kernel.compile(s=chosen)
-        _remember(_CHOSEN, memo_key, compiled)
+        if chosen.smem_scales and not block:
+            raise LaunchError(f"{_WHO}: smem_scales reads block scales from shared memory; "
+                              f"these are per-tensor scales",
+                              fix="drop smem_scales from the schedule")
+        kernel = (gemm_fp8_blockscaled_smem_kernel(out_type) if chosen.smem_scales
+                  else gemm_fp8_blockscaled_kernel(out_type)) if block else \
+            gemm_fp8_kernel(out_type)
+        compiled, smem_scales = kernel.compile(s=chosen), chosen.smem_scales
+        _remember(_CHOSEN, memo_key, (compiled, smem_scales))
+    if block:   # the smem-scales kernel reads scale_a K-major, the other one MN-major
+        sa, sb = _kmajor_block_scales(scale_a, scale_b) if smem_scales else \
+            _block_scale_views(scale_a, scale_b)
+    else:
+        sa, sb = scale_a.reshape(1), scale_b.reshape(1)
     if a.device.index == torch.cuda.current_device():
         compiled(a_ready, b_ready, sa, sb, out)
     else:
