@@ -33,6 +33,11 @@ Prints KV bytes read per second (K + V bytes / time) as % of the copy bandwidth,
 each backend, the splits chosen, and the error against float64 (the first 4 sequences). Writes
 attention_decode_bench.json to --out. The bar (issue 14): >= 1.0x cuDNN at batch >= 32 and
 KV >= 8k; >= 60% of copy bandwidth with 8-16 query tokens; >= 75% at batch 1.
+
+--paged 16,128: ours on paged copies of the same K and V too (attention_decode with a block
+table over a random page permutation; one split per sequence while the split paged kernel is
+not proven, unless ARGUS_VERIFY=0). --graph: ours captured in a CUDA graph (device time without
+host work) and the op's host time per repeated call (CPU clock).
 """
 
 import argparse
@@ -226,6 +231,7 @@ def decode_main(args) -> int:
     dims = [int(x) for x in args.dims.split(",")] if args.dims else [128]
     H, HKV = (int(x) for x in args.heads.split(":"))
     variants = ["default"] + [x for x in args.decode_variants.split(",") if x and x != "default"]
+    pages = [int(x) for x in args.paged.split(",") if x]
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
           f"{torch.backends.cudnn.version()}; decode, bf16, GQA {H}:{HKV}", flush=True)
     rows = []
@@ -234,17 +240,19 @@ def decode_main(args) -> int:
             for SK in kvs:
                 for S in queries:
                     rows.append(decode_case(B, SK, S, d, H, HKV, backends, measure, sdpa_kernel,
-                                            default_decode_schedule, num_splits, variants))
+                                            default_decode_schedule, num_splits, variants,
+                                            paged=pages, graph=args.graph))
                     print(json.dumps(rows[-1]), flush=True)
     (args.out / "attention_decode_bench.json").write_text(json.dumps(rows, indent=2))
-    print_decode_table(rows, list(backends), variants)
+    mine = [f"paged{p}" for p in pages] + (["graph"] if args.graph else [])
+    print_decode_table(rows, list(backends), variants, mine)
     return 0
 
 
-def print_decode_table(rows, names, variants=("default",)) -> None:
-    extra = [f"kernel_{x}" for x in variants if x != "default"]
+def print_decode_table(rows, names, variants=("default",), mine=()) -> None:
+    extra = [f"kernel_{x}" for x in variants if x != "default"] + list(mine)
     print("\n| hd | B | KV | Sq | splits | rel err | copy TB/s | ours % | kernel % | "
-          + "".join(f"{x[7:]} % | " for x in extra)
+          + "".join(f"{x[7:] if x.startswith('kernel_') else x} % | " for x in extra)
           + " | ".join(f"{n} %" for n in names) + " | "
           + " | ".join(f"ours x {n}" for n in names) + " | ours us | kernel us | "
           + " | ".join(f"{n} us" for n in names) + " |")
@@ -255,6 +263,10 @@ def print_decode_table(rows, names, variants=("default",)) -> None:
 
     def us(r, n):
         return f"{1000 * r[f'{n}_ms']:.1f}" if r.get(f"{n}_ms") else "n/a"
+    if any("host_us" in r for r in rows):
+        print("\nhost time of a repeated call through argus.ops.attention (us): "
+              + ", ".join(f"B{r['B']} KV{r['SK']} Sq{r['S']}: {r['host_us']:.1f}"
+                          for r in rows if "host_us" in r))
     for r in rows:
         ratio = [f"{r[f'{n}_ms'] / r['ours_ms']:.2f}" if r.get("ours_ms") and r.get(f"{n}_ms")
                  else "n/a" for n in names]
@@ -267,10 +279,50 @@ def print_decode_table(rows, names, variants=("default",)) -> None:
               + " | ".join(us(r, n) for n in names) + " |")
 
 
+def paged_copy(k, v, page_size: int, g):
+    """k and v [B, HKV, SK, D] as paged caches [pages, page_size, HKV, D] on a random page
+    permutation (a few spare pages), the block table and seq_lens: the same keys."""
+    import torch
+
+    B, HKV, SK, D = k.shape
+    per = -(-SK // page_size)
+    pages = B * per + 7
+    order = torch.randperm(pages, device=k.device, generator=g)[:B * per].view(B, per)
+    caches = []
+    for t in (k, v):
+        cache = torch.zeros(pages, page_size, HKV, D, device=k.device, dtype=k.dtype)
+        padded = torch.zeros(B, per * page_size, HKV, D, device=k.device, dtype=k.dtype)
+        padded[:, :SK] = t.transpose(1, 2)
+        cache[order.reshape(-1)] = padded.view(B * per, page_size, HKV, D)
+        caches.append(cache)
+    lens = torch.full((B,), SK, dtype=torch.int32, device=k.device)
+    return caches[0], caches[1], order.int().contiguous(), lens
+
+
+def host_time_us(fn, calls: int = 200) -> float:
+    """CPU time per call of `fn` over calls whose kernels the GPU runs faster than the host
+    issues them (best of 5 rounds; a sync between rounds)."""
+    import time
+
+    import torch
+
+    best = float("inf")
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    torch.cuda.synchronize()
+    return 1e6 * best
+
+
 def decode_case(B, SK, S, d, H, HKV, backends, measure, sdpa_kernel, default_decode_schedule,
-                num_splits, variants=("default",)) -> dict:
+                num_splits, variants=("default",), paged=(), graph=False) -> dict:
     """One decode case: ours, our replayed launches, each SDPA backend and the copy, timed on
-    fresh random data; KV bytes per second as % of the copy bandwidth of the same bytes."""
+    fresh random data; KV bytes per second as % of the copy bandwidth of the same bytes.
+    paged: page sizes at which ours also runs on a paged copy of K and V; graph: ours also
+    captured in a CUDA graph and replayed, and the op's host time per repeated call."""
     import torch
 
     import argus.ops
@@ -327,11 +379,33 @@ def decode_case(B, SK, S, d, H, HKV, backends, measure, sdpa_kernel, default_dec
             del replay
         except Exception as e:  # noqa: BLE001
             row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+    for page_size in paged:
+        name = f"paged{page_size}"
+        try:
+            kc, vc, table, lens = paged_copy(k, v, page_size, g)
+            out = argus.ops.attention_decode(q, kc, vc, table, lens)
+            torch.cuda.synchronize()
+            row[f"{name}_rel_error"] = decode_check(out, q, k, v)
+            timed(name, lambda: argus.ops.attention_decode(q, kc, vc, table, lens))
+            del kc, vc, out
+        except Exception as e:  # noqa: BLE001
+            row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+    if graph and "ours_error" not in row:
+        try:
+            row["host_us"] = host_time_us(lambda: argus.ops.attention(q, k, v))
+            captured = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(captured):
+                argus.ops.attention(q, k, v)
+            timed("graph", captured.replay)
+            del captured
+        except Exception as e:  # noqa: BLE001
+            row["graph_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
     for name, backend in backends.items():
         with sdpa_kernel([backend]):
             timed(name, lambda: torch.nn.functional.scaled_dot_product_attention(
                 q, k, v, enable_gqa=H != HKV))
     mine = ["kernel" if x == "default" else f"kernel_{x}" for x in variants]
+    mine += [f"paged{p}" for p in paged] + (["graph"] if graph else [])
     for name in ["ours", *mine, *backends]:
         if row.get(f"{name}_ms"):
             row[f"{name}_pct"] = 100.0 * row[f"{name}_tbps"] / copy_tbps
@@ -354,6 +428,14 @@ def main() -> int:
                              "'+' joins of bnN, stN, wgN, sN (N splits), exact (e.g. "
                              "st2,st4,bn64+st6,s8); each checked against float64 and timed "
                              "as replayed launches")
+    parser.add_argument("--paged", default="",
+                        help="--decode: also time the paged path (attention_decode with a "
+                             "block table) at these page sizes, e.g. 16,128 (the same K and V "
+                             "on a random page permutation)")
+    parser.add_argument("--graph", action="store_true",
+                        help="--decode: also time ours captured in a CUDA graph (device time "
+                             "without the op's host work) and measure the op's host time per "
+                             "repeated call")
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "

@@ -1,9 +1,9 @@
 """`argus.ops.attention_decode(q, k, v, block_table=None, seq_lens=None, *, causal=False,
 scale=None, layout="bhsd", return_lse=False, splits=None, schedule=None)`: attention for 1..16
 query tokens per sequence against a long KV cache (decoding, speculative decoding), with the
-flash-decoding kernels of argus/kernels/attention_decode.py. `argus.ops.attention` takes this path by itself whenever
-the query length is at most 16 (and no prefill schedule is forced), so most callers never name
-it.
+flash-decoding kernels of argus/kernels/attention_decode.py. `argus.ops.attention` takes this
+path by itself whenever the query length is at most 16 (and no prefill schedule is forced), so
+most callers never name it.
 
 Semantics are argus.ops.attention's (torch SDPA with enable_gqa=True): q [B, Hq, Sq, D], k and
 v [B, Hkv, Skv, D] (layout="bshd": [B, S, H, D], read in place), bf16 or fp16, head dim 64, 128
