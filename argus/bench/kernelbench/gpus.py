@@ -13,10 +13,10 @@ store and of the baseline cache (each worker reads and writes a copy of the cach
 records come back with the job and are merged here).
 
 A worker that dies (exit, signal, no `ready` in time) is a GPU failure: recorded with its log
-tail, its unfinished jobs queued again (first in line), the worker started again on the same
-GPU up to `restarts` times, then the GPU is retired. A job that was on a dying worker
-`job_crashes` times is given up (the caller records it as failed) so that one task that kills
-its worker cannot take every GPU down. At the budget no job starts; what still runs is
+tail, its unfinished jobs queued again (first in line, for another GPU while one is live), the
+worker started again on the same GPU up to `restarts` times, then the GPU is retired. A job
+that was on a dying worker `job_crashes` times is given up (the caller records it as failed)
+so that one task that kills its worker cannot take every GPU down. At the budget no job starts; what still runs is
 stopped and left out (a resumed run does it).
 
 Protocol, one JSON line each: parent -> worker `start` (runner, pickled config), `job` (id,
@@ -278,6 +278,7 @@ class GpuPool:
         pending: deque[tuple[str, Any]] = deque(jobs)
         finished: set[str] = set()
         crashes: Counter[str] = Counter()
+        crashed_on: dict[str, set[str]] = {}        # job -> GPUs whose worker died with it
         deaths: Counter[str] = Counter()
         per_gpu: Counter[str] = Counter()
         failures: list[GpuFailure] = []
@@ -306,6 +307,7 @@ class GpuPool:
             requeued, dropped = [], []
             for job_id, payload in reversed(list(worker.assigned.items())):
                 crashes[job_id] += 1
+                crashed_on.setdefault(job_id, set()).add(worker.gpu)
                 if crashes[job_id] >= opts.job_crashes:
                     dropped.append(job_id)
                     finished.add(job_id)
@@ -322,6 +324,16 @@ class GpuPool:
                      + (", GPU retired" if retired else ", worker started again"))
             if not retired and left() > opts.min_start_s:
                 start(self.gpus.index(worker.gpu), worker.gpu)
+
+        def take_for(gpu: str) -> tuple[str, Any] | None:
+            """The first pending job for this GPU: one whose worker died on it waits for
+            another GPU while one is live (a failing GPU must not get good jobs given up)."""
+            elsewhere = any(g != gpu and not w.ended for g, w in live.items())
+            for i, (job_id, payload) in enumerate(pending):
+                if not elsewhere or gpu not in crashed_on.get(job_id, ()):
+                    del pending[i]
+                    return job_id, payload
+            return None
 
         def ended(worker: _GpuWorker) -> None:
             """Its stdout closed: a clean exit after `end`, or a death."""
@@ -346,7 +358,10 @@ class GpuPool:
                 for worker in list(live.values()):
                     while may_start and pending and not worker.ended and \
                             len(worker.assigned) < opts.slots:
-                        job_id, payload = pending.popleft()
+                        item = take_for(worker.gpu)
+                        if item is None:
+                            break
+                        job_id, payload = item
                         worker.assigned[job_id] = payload
                         if not worker.send({"op": "job", "id": job_id,
                                             "job": _pack(payload)}):
