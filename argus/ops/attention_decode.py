@@ -360,7 +360,8 @@ class _Call:
             return True
         qb = _bhsd(self.q, self.layout)
         q_rows = qb.reshape(B, HKV, GS, D)          # a view when heads and tokens are contiguous
-        copied = False
+        # a copy ([B, S, H, D] with G > 1 and S > 1) is this call's: never replayed
+        copied = q_rows.untyped_storage().data_ptr() != qb.untyped_storage().data_ptr()
         if not _tma_ready(q_rows):
             q_rows, copied = q_rows.contiguous(), True
         ob = _bhsd(out, self.layout)

@@ -267,3 +267,21 @@ def test_a_new_signature_or_buffer_is_prepared_again(monkeypatch):
     monkeypatch.setenv("ARGUS_VERIFY", "1")
     attention_mod.attention(q, k, v)
     assert calls["check"] == checks + 2
+
+
+def test_a_call_that_copies_q_is_never_replayed(monkeypatch):
+    """A [B, H, S, D] q viewed from [B, S, H, D] storage with GQA and several tokens: the
+    packed rows are a copy of q made by the call (reshape cannot view them), so its launches
+    read this call's copy and are not kept for the next call (which would read the old copy):
+    prepared every time. So is a q that TMA cannot read (an odd address)."""
+    calls = _stub_the_device(monkeypatch)
+    q = torch.randn(1, 2, 8, 64).bfloat16().transpose(1, 2)      # [B, H, S, D] view
+    k, v = (torch.randn(1, 2, 500, 64).bfloat16() for _ in range(2))
+    for n in range(1, 4):
+        attention_mod.attention(q, k, v)
+        assert calls["prepare"] == 2 * n, calls
+    odd = torch.randn(1, 4 * 64 + 1).bfloat16()[:, 1:].view(1, 4, 1, 64)   # 2-byte offset
+    before = calls["prepare"]
+    attention_mod.attention(odd, k, v)
+    attention_mod.attention(odd, k, v)
+    assert calls["prepare"] == before + 4
