@@ -136,17 +136,31 @@ def default_decode_schedule(head_dim: int, rows: int = 1, dtype: DType = ag.bf16
 def num_splits(units: int, kv_blocks: int, *, num_sms: int = NUM_SMS,
                max_splits: int = MAX_SPLITS, min_blocks: int = 2) -> int:
     """How many KV splits to run for `units` CTAs' worth of (batch, kv head, row tile) work
-    over `kv_blocks` key blocks each (flash-decoding's wave heuristic, as FlashAttention
-    describes it): one split when the units nearly fill the SMs already (>= 80%); else the
-    fewest splits whose wave efficiency (waves / whole waves, one CTA per SM) is within 95% of
-    the best, each split keeping at least `min_blocks` blocks (a split's pipeline fill and its
-    partial output cost about a block's time) and no two counts giving the same blocks per
-    split. (FlashAttention takes the fewest within 85% of the best; a decode CTA is one SM's
-    memory stream, so 14 splits of 8 units, 85% of the SMs, would leave 15% of the bandwidth
-    idle where 16 use 97%: the bar here is 95%.)"""
+    over `kv_blocks` key blocks each. A decode CTA fills its SM's shared memory (one CTA per
+    SM) and is one memory stream, so the bandwidth follows the SMs that hold a CTA: measured
+    on the H200 (docs/perf/attention.md, batch 1 x 8 kv heads), 64 CTAs read K and V at
+    38% / 57% of copy at 8k / 32k keys, 128 CTAs at 40% / 63%.
+
+    * one split when the units nearly fill the SMs already (>= 80%);
+    * else, when one wave of splits can fill >= 90% of the SMs: the split count that puts the
+      most CTAs on the SMs in one wave (fewest splits among equals), each split keeping at
+      least `min_blocks` blocks (a split's pipeline fill and its partial output cost about a
+      block's time) and no split empty. Batch 1 with 8 kv heads: 16 splits (128 CTAs) from 4k
+      keys on; 2 kv heads at 128k: 64 (128 CTAs; the wave rule below took 61, 122 CTAs);
+    * else (units between ~66 and 105, or too few blocks for one full wave) the wave rule of
+      flash-decoding (as FlashAttention describes it): the fewest splits whose wave
+      efficiency (waves / whole waves) is within 95% of the best, no two counts giving the
+      same blocks per split (FlashAttention takes 85%; a split CTA is an SM's stream here)."""
     if units <= 0 or kv_blocks <= 0 or units >= 0.8 * num_sms:
         return 1
     top = max(1, min(max_splits, num_sms, kv_blocks // max(1, min_blocks)))
+
+    def effective(s: int) -> int:   # splits that get blocks (per = cdiv(blocks, s) each)
+        return -(-kv_blocks // -(-kv_blocks // s))
+
+    one_wave = [effective(s) for s in range(1, top + 1) if units * effective(s) <= num_sms]
+    if one_wave and units * max(one_wave) >= 0.9 * num_sms:
+        return max(one_wave)
 
     def efficiency(s: int) -> float:
         waves = units * s / num_sms
@@ -159,9 +173,7 @@ def num_splits(units: int, kv_blocks: int, *, num_sms: int = NUM_SMS,
     best = max(efficiency(s) for s in candidates)
     for s in candidates:
         if efficiency(s) >= 0.95 * best:
-            # as many splits as give each its blocks (no empty trailing split)
-            per = -(-kv_blocks // s)
-            return -(-kv_blocks // per)
+            return effective(s)
     return 1
 
 

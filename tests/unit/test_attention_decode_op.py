@@ -285,3 +285,31 @@ def test_a_call_that_copies_q_is_never_replayed(monkeypatch):
     attention_mod.attention(odd, k, v)
     attention_mod.attention(odd, k, v)
     assert calls["prepare"] == before + 4
+
+
+def test_split_rule_fills_the_sms_in_one_wave():
+    """num_splits from the SM count (132) and the KV length: where one wave of splits can
+    hold >= 90% of the SMs, the rule takes the most CTAs one wave holds (a decode CTA is one
+    SM's memory stream: bandwidth follows the SMs in use; 61 splits x 2 units = 122 CTAs were
+    chosen before where 64 give 128); every split keeps >= 2 blocks and none is empty; short
+    caches get fewer splits (the 2-block floor), long ones no more than 128."""
+    sms = 132
+    # batch 1, GQA 32:8 at head dim 128 (128-key blocks): 16 splits = 128 CTAs from 4k keys on
+    for kv in (4096, 8192, 32768, 131072):
+        assert num_splits(8, kv // 128) == 16
+    assert num_splits(8, 1024 // 128) == 4              # 8 blocks: 2 a split
+    assert num_splits(2, 131072 // 128) == 64           # 128 CTAs (the wave rule: 61)
+    assert num_splits(1, 131072 // 128) == 128          # MAX_SPLITS
+    for units in range(1, 106):
+        for blocks in (1, 2, 5, 8, 33, 64, 100, 256, 1000, 1024):
+            s = num_splits(units, blocks)
+            per = math.ceil(blocks / s)
+            assert s == 1 or (blocks // s >= 2 and (s - 1) * per < blocks), (units, blocks, s)
+            if units * s > sms:
+                continue
+            # no other split count that one wave holds puts more CTAs on the SMs
+            fills = [units * math.ceil(blocks / math.ceil(blocks / t))
+                     for t in range(1, min(128, blocks // 2) + 1)]
+            best = max([f for f in fills if f <= sms] or [units])
+            if best >= 0.9 * sms:
+                assert units * s == best, (units, blocks, s, best)
