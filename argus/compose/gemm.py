@@ -254,6 +254,7 @@ def plan_chunks(k: int, terms: int, max_chunk: int = MAX_CHUNK,
 MIN_KC = 128
 SPLIT_GROWTH = 16
 PARTIAL_BYTES_PER_US = 3.0e6      # ~3 TB/s: what a streaming pass reaches on an H100
+SUM_LAUNCH_US = 5.0               # a chunk-sum pass's launch (host and device), each pass
 
 
 @functools.lru_cache(maxsize=4096)
@@ -282,8 +283,11 @@ def plan_split(rows: int, n: int, k: int, nb: int, layout: str, terms: int,
         for width in widths:
             problem = Problem(rows, n, width, nb * c, "bf16", "f32", layout, False)
             us += gemm_model.predict_us(problem, heuristic(problem), None)
-        written = (pieces if grouped else (c > 1)) * nb * c * rows * n * 4
-        us += 2 * written / PARTIAL_BYTES_PER_US          # written, then read by the sum
+        parts = (pieces if grouped else (c > 1)) * c
+        us += 2 * parts * nb * rows * n * 4 / PARTIAL_BYTES_PER_US  # written, read by the sum
+        if parts:
+            passes = 2 if chunk_groups(parts, -(-rows * n // SUM_BN) * nb, nb) > 1 else 1
+            us += passes * SUM_LAUNCH_US
         # the split kernels write the pieces of both operands (chunk padding included)
         slots = pieces if grouped else terms
         us += slots * 2 * (rows + n) * nb * c * kc / PARTIAL_BYTES_PER_US

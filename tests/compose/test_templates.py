@@ -733,19 +733,19 @@ def test_split_k_cost_rule_fills_the_sms_of_a_small_output():
     assert plan_split(256, 256, 2 ** 19, 1, "kn", 6, at_least=2)[0] >= 512
 
 
-@pytest.mark.parametrize("terms_chunks", [(6, 0), (6, 8), (3, 4)])
+@pytest.mark.parametrize("terms_chunks", [(6, 0), (6, 8), (3, 8)])
 def test_split_k_matmul_is_accurate_and_deterministic(terms_chunks):
-    """More chunks than the bound (the cost rule's choice at 32 x 48 x 1024, or an explicit
+    """More chunks than the bound (the cost rule's choice at 16 x 16 x 4096, or an explicit
     split_k): fp32-accurate against float64 on the strict split, and the same bits on a
     second run (the partials are summed in a fixed order, no atomics)."""
-    from argus.compose.gemm import MatmulSchedule, matmul, plan_split
+    from argus.compose.gemm import MatmulSchedule, matmul, plan_chunks, plan_split
 
     terms, split_k = terms_chunks
-    a, b = randn(32, 1024), randn(1024, 48, seed=1)
+    a, b = randn(16, 4096), randn(4096, 16, seed=1)
     if split_k == 0:
-        assert plan_split(32, 48, 1024, 1, "kn", terms)[0] > 1
+        assert plan_split(16, 16, 4096, 1, "kn", terms)[0] > plan_chunks(4096, terms)[0]
     sched = MatmulSchedule(terms=terms, split_k=split_k)
-    out = [matmul(a, b, torch.full((32, 48), float("nan")), sched) for _ in range(2)]
+    out = [matmul(a, b, torch.full((16, 16), float("nan")), sched) for _ in range(2)]
     ref = a.double() @ b.double()
     err = ((out[0].double() - ref).norm() / ref.norm()).item()
     assert err < (2e-6 if terms == 6 else 2e-5), err
