@@ -449,11 +449,13 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
             split = min(-(-4 * MIN_CTAS // (grid0 * grid1)), blocks // 4, 1024)
             if split < 2:
                 split, split_axis = 1, -1
-    if folded > 1 and (split > 1 or render(k, name, dataclasses.replace(
-            unfolded, fold=False))[1]["split"] > 1):
-        # too few CTAs for the GPU, folded or not: what pays there is the split over CTAs
-        # (split-R, its own second pass), not 16-byte rows; one second pass at most
-        return render(k, name, dataclasses.replace(unfolded, fold=False))
+    if folded > 1 and grid0 * grid1 < MIN_CTAS:
+        # short of CTAs even folded (f times the column blocks): the unfolded kernel split
+        # over more CTAs (split-R, its own second pass) pays more than 16-byte rows, and a
+        # folded kernel that splits too would need two second passes
+        plain = render(k, name, dataclasses.replace(unfolded, fold=False))
+        if split > 1 or plain[1]["ctas"] > grid0 * grid1:
+            return plain
     per = {0: -(-t0_blocks // split), 1: -(-t1_blocks // split)}
     if split > 1:
         e.line(f"p0, p1, ps = ag.grid({grid0}, {grid1}, {split})")
@@ -808,7 +810,8 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
               f"    # {k.root!r}: domain {list(k.domain)}, reduced axes {list(k.axes)}, groups "
               f"{[(g.size, 'R' if g.reduced else 'K') for g in groups]}\n")
     src = header + "\n".join(e.lines) + "\n"
-    facts = {"leaf_views": views, "out_view": tuple(out_sizes), "schedule": s, "split": split}
+    facts = {"leaf_views": views, "out_view": tuple(out_sizes), "schedule": s, "split": split,
+             "ctas": grid0 * grid1 * split}
     if folded > 1:
         facts["fold"] = (folded, groups[-1].size // folded)
     return src, facts

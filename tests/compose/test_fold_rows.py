@@ -121,3 +121,15 @@ def test_l1_48_shape_is_folded_into_16_byte_rows():
     assert folded[0]["out_view"] == (128, 1, 16380)
     _, cfacts = folded[0]["combine"]
     assert cfacts["leaf_views"] == [(128, 4, 4095)] and cfacts["out_view"] == (128, 1, 4095)
+
+
+@pytest.mark.parametrize("shape, folds", [((16, 512, 4095), True), ((2, 4096, 4095), False)])
+def test_fold_or_split_whichever_has_more_ctas(shape, folds):
+    """16 x 512 x 4095: 64 CTAs unfolded (split-R would cut the rows), 256 folded (f times the
+    column blocks): folded. 2 x 4096 x 4095: 32 CTAs folded, still short: split-R unfolded,
+    one second pass (the split's), never two."""
+    prog = runtime.Program.build(Reduce("sum", 1), [torch.empty(shape, device="meta")])
+    (facts,) = [launch.facts for launch in prog.launches.values()]
+    assert ("fold" in facts) == folds
+    assert (facts["split"] > 1) != folds
+    assert facts["ctas"] >= tile.MIN_CTAS
