@@ -1,6 +1,6 @@
 """On a Hopper GPU: integer tiles past 2^24 (index tiles, masks at 2^24 + 1, integer fills and
-cross-warp sums, i64 element offsets) give exactly what the interpreter gives
-(tests/unit/test_integer_tiles.py holds the kernels)."""
+cross-warp sums, i64 element offsets, float -> integer conversions at the range's ends) give
+exactly what the interpreter gives (tests/unit/test_integer_tiles.py holds the kernels)."""
 
 import numpy as np
 import pytest
@@ -43,3 +43,13 @@ def test_i64_element_offsets():
     assert torch.equal(gOff.cpu(), Off)
     assert int(Off.max()) > 2 ** 32 and np.array_equal(Off.numpy()[0, :2], [5 * (1 << 30),
                                                                          5 * (1 << 30) + 1])
+
+
+def test_float_to_integer_conversion():
+    X = torch.from_numpy(K.CONVERT_X)
+    Y, Z = torch.zeros(1, 8, dtype=torch.int32), torch.zeros(1, 8, dtype=torch.int64)
+    K.float_to_int.interpret(X, Y, Z)
+    gY, gZ = torch.zeros_like(Y).cuda(), torch.zeros_like(Z).cuda()
+    K.float_to_int(X.cuda(), gY, gZ)
+    torch.cuda.synchronize()
+    assert torch.equal(gY.cpu(), Y) and torch.equal(gZ.cpu(), Z)

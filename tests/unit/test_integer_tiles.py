@@ -152,3 +152,28 @@ def test_float_operands_of_integer_math_are_refused():
 
     with pytest.raises(TraceError, match=r"to\(ag.f32\)"):
         k.interpret(np.zeros((1, 256), np.int32))
+
+
+@ag.kernel
+def float_to_int(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["M", "N", ag.i32],
+                 Z: ag.Tensor["M", "N", ag.i64]):
+    (b,) = ag.grid(1)
+    x = ag.load(X, (0, 0), (1, 8))
+    ag.store(Y, (0, 0), x.to(ag.i32))
+    ag.store(Z, (0, 0), x.to(ag.i64))
+
+
+CONVERT_X = np.array([[-2.7, 2.7, 3e9, -3e9, np.nan, np.inf, 2.0 ** 40, -0.5]], np.float32)
+
+
+def test_float_to_integer_conversion_is_the_devices_cvt_rzi():
+    """Toward zero, clamped to the integer's range, NaN to 0 (PTX cvt.rzi), in the
+    interpreter as the generated `(int)` / `(long long)` casts do on the device."""
+    Y, Z = np.zeros((1, 8), np.int32), np.zeros((1, 8), np.int64)
+    float_to_int.interpret(CONVERT_X, Y, Z)
+    imax, imin = 2 ** 31 - 1, -2 ** 31
+    np.testing.assert_array_equal(Y[0], [-2, 2, imax, imin, 0, imax, imax, 0])
+    np.testing.assert_array_equal(Z[0], [-2, 2, 3_000_000_000, -3_000_000_000, 0,
+                                         2 ** 63 - 1, 2 ** 40, 0])
+    src = codegen.render(lower_only(float_to_int)).text
+    assert "(int)t" in src and "(long long)t" in src

@@ -95,7 +95,18 @@ def elementwise(m: _Interp, g: _Group, op: O.Elementwise) -> None:
 
 @rule(O.Convert)
 def convert(m: _Interp, g: _Group, op: O.Convert) -> None:
-    g.env[op.result.id] = _round(m.val(g, op.src), op.result.type.dtype)
+    src, dst = op.src.type.dtype, op.result.type.dtype
+    x = m.val(g, op.src)
+    if src.is_float and dst.kind in ("int", "uint"):
+        # as the device's cvt.rzi (PTX ISA "cvt"): toward zero, clamped to the destination's
+        # range, NaN to 0 (numpy's astype leaves those undefined)
+        info = np.iinfo(dst.np_dtype())
+        t = np.nan_to_num(np.trunc(np.asarray(x, np.float64)), nan=0.0, posinf=np.inf,
+                          neginf=-np.inf)
+        inside = np.clip(t, -2.0 ** 62, 2.0 ** 62).astype(np.int64)   # then the exact ends
+        x = np.where(t >= float(info.max), info.max, np.where(t <= float(info.min), info.min,
+                                                              inside)).astype(dst.np_dtype())
+    g.env[op.result.id] = _round(x, dst)
 
 
 @rule(O.Reduce)
