@@ -127,8 +127,9 @@ class Scalar:
 
 
 # Scalar operators that become elementwise tile ops when the other operand is a tile.
-_TILE_FNS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "lt": "lt", "le": "le",
-             "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne", "max": "max", "min": "min"}
+_TILE_FNS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "mod": "mod", "lt": "lt",
+             "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne", "max": "max",
+             "min": "min"}
 
 
 def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -172,6 +173,8 @@ class Tile:
     def __rmul__(self, o): return self._ew("mul", o, reverse=True)
     def __truediv__(self, o): return self._ew("div", o)
     def __rtruediv__(self, o): return self._ew("div", o, reverse=True)
+    def __mod__(self, o): return self._ew("mod", o)
+    def __rmod__(self, o): return self._ew("mod", o, reverse=True)
     def __neg__(self): return self._ew("neg")
     def __lt__(self, o): return self._ew("lt", o)
     def __le__(self, o): return self._ew("le", o)
@@ -343,6 +346,10 @@ def elementwise(fn: str, *args) -> Tile:
             if t.dtype != dtype:
                 raise TraceError(f"{fn} mixes tile dtypes {dtype} and {t.dtype}", user_loc(),
                                  fix="convert one operand with .to(dtype)")
+    if fn == "mod" and not _is_int(dtype):
+        raise TraceError(f"% takes integer tiles (C's remainder of `/`), got {dtype}",
+                         user_loc(), fix="compute x - y * (x / y).to(ag.i32).to(x.dtype) "
+                                         "for floats, or convert to ag.i32 first")
     if fn in O_COMPARES:
         dtype, bound = dtypes.i1, None
     elif _is_int(dtype) and any(isinstance(a, Scalar) and a.dtype.is_float

@@ -31,7 +31,7 @@ Bound = tuple[int, int] | None
 COMPARES = ("lt", "le", "gt", "ge", "eq", "ne")
 # the functions an integer tile computes natively in its integer type; the others (exp,
 # sqrt, ...) take f32 operands and give the truncating cast of their f32 result
-INT_NATIVE = frozenset({"add", "sub", "mul", "div", "neg", "abs", "max", "min", "relu",
+INT_NATIVE = frozenset({"add", "sub", "mul", "div", "mod", "neg", "abs", "max", "min", "relu",
                         "where", *COMPARES})
 
 
@@ -83,6 +83,10 @@ def _interval(fn: str, bounds: list[tuple[int, int]]) -> tuple[int, int] | None:
     if fn == "div":   # truncating: |a / b| <= |a| for b != 0
         m = max(abs(bounds[0][0]), abs(bounds[0][1]))
         return -m, m
+    if fn == "mod":   # the dividend's sign, |a % b| < |b| and <= |a|
+        (a0, a1), (b0, b1) = bounds
+        m = min(max(abs(a0), abs(a1)), max(abs(b0), abs(b1), 1) - 1)
+        return (0 if a0 >= 0 else -m), (0 if a1 <= 0 else m)
     return None
 
 
@@ -100,4 +104,7 @@ def int_result(fn: str, operands: list[tuple[DType, Bound, bool]]) -> tuple[DTyp
     runtime = [not const for _, _, const in operands]
     if fn == "mul" and all(runtime) and dtype.name == "i32":
         return dtypes.i64, None   # a coordinate times a runtime value: an element offset
+    if fn == "mod" and bounds[1] is not None:   # a coordinate modulo a known divisor
+        m = max(abs(bounds[1][0]), abs(bounds[1][1]), 1) - 1
+        return dtype, (-m, m)
     return dtype, None

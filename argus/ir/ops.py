@@ -739,6 +739,8 @@ ELEMENTWISE_FNS = {
     "round_tf32": 1,
     # arity 2
     "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2, "pow": 2,
+    # integer tiles only: the remainder of `div` (truncating), with the dividend's sign, as C
+    "mod": 2,
     "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2,
     # boolean (i1) tiles: & | ~
     "and": 2, "or": 2, "not": 1,

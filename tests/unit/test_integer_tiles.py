@@ -177,3 +177,58 @@ def test_float_to_integer_conversion_is_the_devices_cvt_rzi():
                                          2 ** 63 - 1, 2 ** 40, 0])
     src = codegen.render(lower_only(float_to_int)).text
     assert "(int)t" in src and "(long long)t" in src
+
+
+@ag.kernel
+def decode_causal_mask(Keep: ag.Tensor["M", "N", ag.i32], r0: ag.Scalar[ag.i32],
+                       q_len: ag.Scalar[ag.i32], k0: ag.Scalar[ag.i32], SK: ag.Scalar[ag.i32]):
+    """A decode causal mask past 2^24 keys, in integers: packed row r is token r % q_len,
+    whose last key is SK - q_len + token; key k is kept when k <= that."""
+    (b,) = ag.grid(1)
+    token = (r0 + ag.arange(8)[:, None]) % q_len
+    key = k0 + ag.arange(256)[None, :]
+    ag.store(Keep, (0, 0), ag.where(key <= token + (SK - q_len), ag.full((1, 1), 1, ag.i32), 0))
+
+
+def test_remainder_of_integer_tiles_builds_an_exact_decode_mask():
+    assert _tile_types(decode_causal_mask)["mod"] == "i32"   # no product: stays i32
+    Keep = np.zeros((8, 256), np.int32)
+    SK, q_len = (1 << 24) + 3, 4
+    r0, k0 = 9, SK - 200
+    decode_causal_mask.interpret(Keep, r0, q_len, k0, SK)
+    token = (r0 + np.arange(8)[:, None]) % q_len
+    ref = (k0 + np.arange(256)[None, :] <= token + SK - q_len).astype(np.int32)
+    np.testing.assert_array_equal(Keep, ref)
+    assert 0 < ref.sum() < ref.size
+    src = codegen.render(lower_only(decode_causal_mask)).text
+    assert re.search(r"% q_len\)", src) and "(float)" not in src
+    compile_kernel(decode_causal_mask, verify=False)
+    with pytest.raises(TraceError, match="integer tiles"):
+        @ag.kernel
+        def k(Y: ag.Tensor["M", "N", ag.f32]):
+            (b,) = ag.grid(1)
+            ag.store(Y, (0, 0), ag.full((1, 256), 3.0) % 2.0)
+
+        k.interpret(np.zeros((1, 256), np.float32))
+
+
+def test_negative_remainders_follow_c():
+    @ag.kernel
+    def k(Y: ag.Tensor["M", "N", ag.i32]):
+        (b,) = ag.grid(1)
+        x = ag.arange(256)[None, :] - 128
+        ag.store(Y, (0, 0), x % 7 + (x / 7) * 7 - x)   # C: (x / y) * y + x % y == x
+
+    Y = np.ones((1, 256), np.int32)
+    k.interpret(Y)
+    np.testing.assert_array_equal(Y, 0)
+    x = np.arange(256) - 128
+    Y2 = np.zeros((1, 256), np.int32)
+
+    @ag.kernel
+    def r(Y: ag.Tensor["M", "N", ag.i32]):
+        (b,) = ag.grid(1)
+        ag.store(Y, (0, 0), (ag.arange(256)[None, :] - 128) % 7)
+
+    r.interpret(Y2)
+    np.testing.assert_array_equal(Y2[0], np.fmod(x, 7))

@@ -25,7 +25,7 @@ from argus.ir import ops as O
 from argus.ir.numeric import work_dtype
 from argus.target import register_layouts as RL
 
-_BINOPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=",
+_BINOPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<", "le": "<=",
            "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
@@ -87,8 +87,9 @@ def _round_c(expr: str, dtype) -> str:
 
 def convert_c(expr: str, src, dst) -> str:
     """`expr` (a register value of dtype `src`) converted to `dst`: an explicit cast between
-    C types (an integer to a float rounds to nearest, a float to an integer truncates toward
-    zero as C and numpy's astype do, a wider integer wraps), then the float rounding of a
+    C types (an integer to a float rounds to nearest; a float to an integer is cvt.rzi:
+    toward zero, clamped to the range, NaN to 0, as the interpreter's convert; a narrower
+    integer wraps), then the float rounding of a
     bf16/f16/e4m3 destination. A boolean is 1 / 0; a value becomes a boolean where nonzero."""
     if dst.name == "i1" and src.name != "i1":
         return f"({expr} != 0)"

@@ -87,6 +87,9 @@ def elementwise(m: _Interp, g: _Group, op: O.Elementwise) -> None:
     with np.errstate(all="ignore"):
         if op.fn == "div" and not work.is_float:
             r = _c_div(*np.broadcast_arrays(*args))
+        elif op.fn == "mod":   # integer tiles only (the DSL refuses floats): C's remainder
+            a, b = np.broadcast_arrays(*args)
+            r = a - _c_div(a, b) * b
         else:
             r = _EW[op.fn](*args)
     g.env[op.result.id] = (np.asarray(r, dtype=bool) if t.dtype == dtypes.i1
