@@ -1,6 +1,7 @@
 """On a Hopper GPU: integer tiles past 2^24 (index tiles, masks at 2^24 + 1, integer fills and
-cross-warp sums, i64 element offsets, float -> integer conversions at the range's ends) give
-exactly what the interpreter gives (tests/unit/test_integer_tiles.py holds the kernels)."""
+cross-warp sums, i64 element offsets, float -> integer conversions at the range's ends, a
+decode causal mask by remainders past 2^24 keys) give exactly what the interpreter gives
+(tests/unit/test_integer_tiles.py holds the kernels)."""
 
 import numpy as np
 import pytest
@@ -53,3 +54,14 @@ def test_float_to_integer_conversion():
     K.float_to_int(X.cuda(), gY, gZ)
     torch.cuda.synchronize()
     assert torch.equal(gY.cpu(), Y) and torch.equal(gZ.cpu(), Z)
+
+
+def test_decode_causal_mask_past_2_24_keys():
+    SK, q_len = (1 << 24) + 3, 4
+    args = (9, q_len, SK - 200, SK)
+    Keep = torch.zeros(8, 256, dtype=torch.int32)
+    K.decode_causal_mask.interpret(Keep, *args)
+    gKeep = torch.zeros_like(Keep).cuda()
+    K.decode_causal_mask(gKeep, *args)
+    torch.cuda.synchronize()
+    assert torch.equal(gKeep.cpu(), Keep) and 0 < int(Keep.sum()) < Keep.numel()
