@@ -336,7 +336,8 @@ def where(cond: Tile, a, b) -> Tile:
 
 def scan(x: Tile, fn: str = "sum", axis: int = -1, init=None, *, reverse: bool = False,
          exclusive: bool = False) -> tuple[Tile, Tile]:
-    """(cumulative `fn` of `x` along `axis`, total): fn is "sum", "prod", "max" or "min";
+    """(cumulative `fn` of `x` along `axis`, total): fn is "sum", "prod", "max" or "min"
+    over a float or an integer tile (integers exactly, in their own type);
     element j combines `init` (a tile of x's shape with extent 1 along axis, or a number;
     default: fn's identity) with the elements i <= j (i < j when exclusive; i >= j / i > j
     when reverse). `total` combines init with the whole axis: the carry of a row walked block
@@ -344,8 +345,8 @@ def scan(x: Tile, fn: str = "sum", axis: int = -1, init=None, *, reverse: bool =
     warp (registers, then lanes): a blocked tile of a 32-thread kernel, or [rows, 32 x vec]."""
     ctx = current("ag.scan")
     loc = user_loc()
-    if not isinstance(x, Tile) or not x.dtype.is_float:
-        raise TraceError("ag.scan takes a float tile", loc)
+    if not isinstance(x, Tile) or x.dtype.kind not in ("float", "int", "uint"):
+        raise TraceError("ag.scan takes a float or integer tile", loc)
     if fn not in O.SCAN_FNS:
         raise TraceError(f"ag.scan: fn={fn!r} is not one of {O.SCAN_FNS}", loc)
     rank = len(x.shape)
@@ -354,8 +355,14 @@ def scan(x: Tile, fn: str = "sum", axis: int = -1, init=None, *, reverse: bool =
     axis %= rank
     edge = tuple(1 if d == axis else n for d, n in enumerate(x.shape))
     if init is None or isinstance(init, (int, float)):
-        value = {"sum": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}[fn] \
-            if init is None else float(init)
+        if x.dtype.is_float:
+            value = {"sum": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}[fn] \
+                if init is None else float(init)
+        else:   # an integer scan starts from its type's identity (the extremes for max / min)
+            bits = x.dtype.bits
+            lo, hi = (0, (1 << bits) - 1) if x.dtype.kind == "uint" else \
+                (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+            value = {"sum": 0, "prod": 1, "max": lo, "min": hi}[fn] if init is None else init
         init = full(edge, value, x.dtype)
     if not isinstance(init, Tile) or init.shape != edge or init.dtype != x.dtype:
         raise TraceError(f"ag.scan: init must be a {x.dtype} tile of shape {edge} (x's shape "

@@ -232,3 +232,35 @@ def test_negative_remainders_follow_c():
 
     r.interpret(Y2)
     np.testing.assert_array_equal(Y2[0], np.fmod(x, 7))
+
+
+@ag.kernel(threads=32)
+def int_cumsum(X: ag.Tensor["M", "N", ag.i32], Y: ag.Tensor["M", "N", ag.i32],
+               E: ag.Tensor["M", 128, ag.i32], T: ag.Tensor["M", 1, ag.i32]):
+    """Integer scans: a running sum carried over blocks past 2^24, a reverse exclusive max
+    (its identity the i32 minimum)."""
+    (p,) = ag.grid(1)
+    carry = ag.full((4, 1), 0, ag.i32)
+    for j in ag.range(ag.cdiv(X.shape[1], 128)):
+        x = ag.load(X, (0, j * 128), (4, 128), other=0)
+        y, carry = ag.scan(x, "sum", 1, carry)
+        ag.store(Y, (0, j * 128), y)
+    x = ag.load(X, (0, 0), (4, 128), other=0)
+    e, _ = ag.scan(x, fn="max", axis=1, reverse=True, exclusive=True)
+    ag.store(E, (0, 0), e)
+    ag.store(T, (0, 0), carry)
+
+
+def test_integer_scans_are_exact():
+    X = (np.random.default_rng(1).integers(0, 3, (4, 300)) + (1 << 17)).astype(np.int32)
+    Y, E, T = np.zeros_like(X), np.zeros((4, 128), np.int32), np.zeros((4, 1), np.int32)
+    int_cumsum.interpret(X, Y, E, T)
+    np.testing.assert_array_equal(Y, np.cumsum(X.astype(np.int64), 1))
+    assert Y.max() > BIG   # past 2^24 (300 x 2^17): odd sums a float could not hold
+    np.testing.assert_array_equal(T[:, 0], X.astype(np.int64).sum(1))
+    suffix = np.maximum.accumulate(X[:, :128][:, ::-1], 1)[:, ::-1]
+    np.testing.assert_array_equal(E[:, :127], suffix[:, 1:])
+    assert (E[:, 127] == -2 ** 31).all()
+    src = codegen.render(lower_only(int_cumsum)).text
+    assert "int run" in src and "float run" not in src and "max(" in src
+    compile_kernel(int_cumsum, verify=False)

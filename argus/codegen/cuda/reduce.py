@@ -160,7 +160,8 @@ def scan(em: _Emitter, op: O.Scan) -> None:
     if m is None or sorted(m) != list(range(tot.layout.nregs)):
         raise CompileError(f"scan total layout {tot.layout} is not the slice "
                            f"{plan.result.name} of its source", op.loc)
-    comb = _COMBINE[op.fn]
+    comb = _combine(op.fn, op.src.type.dtype)
+    vtype = tile_c(op.src.type.dtype)   # the running values' C type: the source's registers
     w = plan.width
     full = "0xffffffffu"
     shfl = "__shfl_down_sync" if op.reverse else "__shfl_up_sync"
@@ -169,7 +170,7 @@ def scan(em: _Emitter, op: O.Scan) -> None:
     for g, chunks in enumerate(plan.groups):
         k = inv[g]
         em.emit("{")
-        em.emit(f"    float run = {em.tile_expr(op.init, k, tot.layout)};")
+        em.emit(f"    {vtype} run = {em.tile_expr(op.init, k, tot.layout)};")
         for chunk in (reversed(chunks) if op.reverse else chunks):
             regs = list(reversed(chunk)) if op.reverse else list(chunk)
             # the thread's run, inclusive, in scan order
@@ -178,21 +179,21 @@ def scan(em: _Emitter, op: O.Scan) -> None:
                 em.emit(f"    {out.name}[{b}] = "
                         f"{comb(f'{out.name}[{a}]', em.tile_expr(op.src, b, lay))};")
             em.emit("    {")
-            em.emit(f"        float part = {out.name}[{regs[-1]}];")
+            em.emit(f"        {vtype} part = {out.name}[{regs[-1]}];")
             if w > 1:
                 lane = f"(gtid & {w - 1})"
                 em.emit("        #pragma unroll")
                 em.emit(f"        for (int d = 1; d < {w}; d <<= 1) {{")
-                em.emit(f"            const float y = {shfl}({full}, part, d, {w});")
+                em.emit(f"            const {vtype} y = {shfl}({full}, part, d, {w});")
                 cond = f"{lane} + d < {w}" if op.reverse else f"{lane} >= d"
                 em.emit(f"            if ({cond}) part = {comb('y', 'part')};")
                 em.emit("        }")
-                em.emit(f"        const float before = {shfl}({full}, part, 1, {w});")
-                em.emit(f"        const float base = {first} ? run : {comb('run', 'before')};")
+                em.emit(f"        const {vtype} before = {shfl}({full}, part, 1, {w});")
+                em.emit(f"        const {vtype} base = {first} ? run : {comb('run', 'before')};")
                 last = 0 if op.reverse else w - 1
                 em.emit(f"        run = {comb('run', f'__shfl_sync({full}, part, {last}, {w})')};")
             else:
-                em.emit("        const float base = run;")
+                em.emit(f"        const {vtype} base = run;")
                 em.emit(f"        run = {comb('run', 'part')};")
             if op.exclusive:
                 for a, b in reversed(list(zip(regs, regs[1:]))):

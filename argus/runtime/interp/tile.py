@@ -124,15 +124,19 @@ _SCAN = {"sum": np.cumsum, "prod": np.cumprod, "max": np.maximum.accumulate,
 @rule(O.Scan)
 def scan(m: _Interp, g: _Group, op: O.Scan) -> None:
     """init, then the elements along the axis in scan order, combined one by one in float32
-    (the device's order differs only by the association of its warp-level steps)."""
-    x = np.asarray(m.val(g, op.src), dtype=np.float32)
-    init = np.broadcast_to(np.asarray(m.val(g, op.init), dtype=np.float32),
-                           op.total.type.shape)
+    (the device's order differs only by the association of its warp-level steps); integer
+    tiles exactly (any order gives the same integers)."""
+    dtype = op.src.type.dtype
+    # floats in float32; integers in int64, which wraps to the device's i32 sums and products
+    # when cast back (arithmetic modulo 2^32 commutes with the cast), and is exact for i64
+    work = np.float32 if dtype.is_float else np.int64
+    x = np.asarray(m.val(g, op.src), dtype=work)
+    init = np.broadcast_to(np.asarray(m.val(g, op.init), dtype=work), op.total.type.shape)
     if op.reverse:
         x = np.flip(x, op.axis)
     with np.errstate(all="ignore"):
         run = _SCAN[op.fn](np.concatenate((init, x), axis=op.axis), axis=op.axis,
-                           **({} if op.fn in ("max", "min") else {"dtype": np.float32}))
+                           **({} if op.fn in ("max", "min") else {"dtype": work}))
     n = x.shape[op.axis]
     part = np.take(run, range(0, n) if op.exclusive else range(1, n + 1), axis=op.axis)
     if op.reverse:
