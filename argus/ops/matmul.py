@@ -2,11 +2,13 @@
 
 bf16 or fp16 inputs, fp32 accumulation, bf16 / fp16 / fp32 output; fp32 inputs with
 `precision="tf32"` (the tensor cores' tf32 product: 10-bit mantissa inputs, fp32 accumulation,
-as PyTorch computes with allow_tf32 on; relaxed accuracy, about 1e-3 relative, not fp32's,
-so it is never chosen without being asked for). A is [M, K] or [batch, M, K]
+as PyTorch computes with allow_tf32 on; relaxed accuracy, about 3e-4 relative, not fp32's,
+so it is never chosen without being asked for; both operands are rounded to tf32 to nearest
+first, as cuBLAS does: `tf32_operands`). A is [M, K] or [batch, M, K]
 with K contiguous; B is [K, N] (or batched) in either memory layout: a transposed view of a
 row-major [N, K] weight (`x @ W.T`) runs K-major, a row-major [K, N] (`x @ W`) runs MN-major
-(tf32 has no MN-major operands: such a B is copied K-major first, once per call).
+(tf32 has no MN-major operands: such a B is made K-major in its rounding pass, kept per
+parameter version when B is an nn.Parameter or a view of one).
 Anything the tensor-memory accelerator cannot address directly (a strided inner dimension, a
 row pitch or pointer that is not 16-byte aligned) is copied into an aligned buffer first, so the
 result is always right; inputs that cannot be right (CPU tensors, mixed dtypes, shapes that do
@@ -22,6 +24,7 @@ from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm import GemmSchedule
 from argus.ops import split_k
+from argus.ops.weight_cache import DerivedCache
 from argus.ops.schedules import Problem, choose, kernel_for
 
 _IN = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16}
@@ -212,14 +215,13 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key, precision=None):
     problem = _problem(a, b, out, precision)
     in_dtype, out_dtype = _in_dtype(a, precision), _OUT[str(out.dtype)]
     eb = in_dtype.bytes
-    a_ready = _tma_ready(a, eb)
-    if problem.b_layout == "nk" and _b_is_nk(b):
-        b_ready = _tma_ready(b.transpose(-1, -2), eb)   # x @ W.T: W [N, K], K contiguous
+    if precision == "tf32":
+        # both operands rounded to tf32 to nearest on their way to TMA (tf32_operands says why)
+        a_ready, b_ready = tf32_operands(a, b)
     elif problem.b_layout == "nk":
-        # tf32 reads B K-major only: the [K, N] row-major B is copied to [N, K] (not cached)
-        b_ready = _tma_ready(b.transpose(-1, -2).contiguous(), eb)
+        a_ready, b_ready = _tma_ready(a, eb), _tma_ready(b.transpose(-1, -2), eb)  # x @ W.T
     else:
-        b_ready = _tma_ready(b, eb)                     # x @ W: W [K, N]
+        a_ready, b_ready = _tma_ready(a, eb), _tma_ready(b, eb)                    # x @ W
     tma_store_ok = problem.tma_store_ok
     memo_key = (problem, a.device.index, schedule)
     compiled = _CHOSEN.get(memo_key)
@@ -295,6 +297,77 @@ def _b_is_nk(b) -> bool:
     """b [.., K, N] is a transposed view of a row-major [.., N, K] (K contiguous)."""
     n = b.shape[-1]
     return b.stride(-2) == 1 and b.stride(-1) != 1 or (b.stride(-2) == 1 and n == 1)
+
+
+# The tf32 operands derived from a parameter (B of x @ W or x @ W.T; A of W @ x), rounded and
+# K-major, kept per parameter version (argus/ops/weight_cache.py: one store, byte bound and
+# CUDA-graph guard with conv's and compose's weight derivations). Activations are not kept.
+_TF32_OPERANDS = DerivedCache("matmul.tf32", parameters_only=True)
+
+
+def tf32_operands(a, b):
+    """(A, B) for the tf32 kernel: a [.., M, K] as [.., M, K] and b [.., K, N] as K-major
+    [.., N, K], every value rounded to tf32 to nearest (cvt.rna.tf32.f32, ties away from
+    zero), each in an aligned buffer whose row pitch is K padded to 16 bytes (the padding
+    zero, never read).
+
+    Why: the kernel's producer moves both operands by TMA straight into shared memory and wgmma
+    reads A and B from there (tf32 has no register A in the DSL), so no instruction of the GEMM
+    touches an input value; the tensor core reads an unrounded fp32 operand by dropping its 13
+    low bits, a bias toward zero that does not average out over K (normwise 7.8e-4 on the
+    H200, against 2.9e-4 for cuBLAS TF32, which rounds first). So each operand takes one Argus
+    pass (argus/kernels/conv_tf32.py) that reads it, rounds it and writes it where the GEMM
+    reads it: a K-contiguous operand by `round_rows` (the aligned copy an unaligned operand
+    needed anyway, or one extra read and write of it), an M- or N-contiguous one by
+    `round_nhwc`, which also transposes it (a [K, N] B becomes K-major in the same pass: tf32
+    has no MN-major operand). An operand derived from an nn.Parameter (or a view of one) is kept
+    per parameter version (`_TF32_OPERANDS`), so x @ W rounds and transposes W once, not every
+    call; any other operand (an activation, a non-leaf, a changing buffer) is derived anew each
+    call. On CPU tensors the passes run in the interpreter (the CPU tests), on meta tensors
+    they are only built."""
+    return (_TF32_OPERANDS.get_or_make(a, "tf32 A", lambda: _tf32_k_major(a, False)),
+            _TF32_OPERANDS.get_or_make(b, "tf32 B^T", lambda: _tf32_k_major(b, True)))
+
+
+def _tf32_k_major(t, transposed: bool):
+    """round_tf32(t) (or of t^T when `transposed`) as [.., rows, K] with K contiguous, in a
+    [.., rows, K padded to 4] buffer: one rounding pass from t's own layout."""
+    import torch
+
+    from argus.kernels.conv_tf32 import round_nhwc, round_rows
+
+    x = t if t.dim() == 3 else t.unsqueeze(0)
+    rows_k = x.transpose(-1, -2) if transposed else x          # [B, rows, K], a view
+    batch, rows, k = rows_k.shape
+    buf = torch.empty(batch, rows, -(-k // 4) * 4, dtype=torch.float32, device=t.device)
+    if rows_k.stride(-1) == 1 or k == 1:
+        _launch_pass(round_rows, rows_k, buf)
+    else:
+        # K is the outer dim of the source ([B, K, rows] read row by row, transposed in the
+        # tile); a source strided in both dims is made row-contiguous first
+        k_rows = rows_k.transpose(-1, -2)
+        if k_rows.stride(-1) != 1 and rows > 1:
+            k_rows = k_rows.contiguous()
+        _launch_pass(round_nhwc, k_rows, buf)
+    ready = buf[..., :k]
+    return ready if t.dim() == 3 else ready[0]
+
+
+def _launch_pass(kernel, src, dst) -> None:
+    """One of tf32_operands' passes: compiled on CUDA tensors (on the source's device), only
+    built on meta tensors, interpreted on CPU tensors (on a copy of `src`: the interpreter
+    writes every argument back, and the caller's tensor keeps its contents and version)."""
+    import torch
+
+    if dst.is_meta:
+        kernel.compile().build_for(src, dst)
+    elif not dst.is_cuda:
+        kernel.interpret(src.clone(), dst)
+    elif dst.device.index == torch.cuda.current_device():
+        kernel.compile()(src, dst)
+    else:
+        with torch.cuda.device(dst.device):
+            kernel.compile()(src, dst)
 
 
 def _problem(a, b, out, precision: str | None = None) -> Problem:

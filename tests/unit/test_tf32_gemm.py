@@ -178,7 +178,7 @@ def test_interpreter_matches_float64_reference(m, n, k, out, schedule):
     their 13 low bits (the tensor core's reading of an unrounded operand), so the result is the
     fp32 sum of the truncated operands' products; operands rounded first (cvt.rna,
     dtypes.round_to_tf32) are read exactly and give the rounded model, closer to the exact
-    product. (argus.ops.matmul's tf32 GEMM does not round its operands yet: truncation.)"""
+    product. (argus.ops.matmul rounds its operands first: tf32_operands, tested below.)"""
     a, w = _f32((m, k), m, 3.0), _f32((n, k), n, 0.5)
     a64, w64 = a.double().numpy(), w.double().numpy()
     bound = np.abs(a64) @ np.abs(w64).T
@@ -397,8 +397,8 @@ def test_matmul_precision_errors_without_a_gpu():
 
 
 def test_matmul_tf32_problem_reads_b_k_major():
-    """Either layout of B is a K-major ("nk") tf32 problem: a row-major [K, N] B is copied
-    to [N, K] rather than read MN-major (tf32 has no transpose)."""
+    """Either layout of B is a K-major ("nk") tf32 problem: a row-major [K, N] B is made
+    [N, K] in its rounding pass rather than read MN-major (tf32 has no transpose)."""
     from argus.ops.matmul import _problem
 
     a = torch.randn(64, 32)
@@ -407,3 +407,150 @@ def test_matmul_tf32_problem_reads_b_k_major():
         p = _problem(a, b, out, "tf32")
         assert (p.in_dtype, p.b_layout) == ("tf32", "nk")
     assert dataclasses.replace(p, in_dtype="bf16").key != p.key
+
+
+# ----------------------------------------------------------------------------- tf32 operands
+
+
+def _bits(t):
+    return t.contiguous().numpy().view(np.uint32)
+
+
+def _rounded(t):
+    return dtypes.round_to_tf32(t.contiguous().numpy())
+
+
+def _check_k_major(ready, want):
+    """`ready` holds round_tf32 of `want` bit for bit, K contiguous in a 16-byte row pitch whose
+    padding is zero (TMA reads it; the kernel's bounds never use it)."""
+    assert tuple(ready.shape) == tuple(want.shape) and ready.stride(-1) == 1
+    assert ready.stride(-2) % 4 == 0 and ready.data_ptr() % 16 == 0
+    assert np.array_equal(_bits(ready), _rounded(want).view(np.uint32))
+    k = want.shape[-1]
+    pitch = ready.stride(-2)
+    full = torch.as_strided(ready, (*ready.shape[:-1], pitch), ready.stride())
+    assert not full[..., k:].any()
+
+
+A_LAYOUTS = {
+    "contiguous": lambda t: t,
+    "unaligned-k": lambda t: t[..., :37],               # row pitch 37 floats: not TMA-ready
+    "m-major": lambda t: t.transpose(-1, -2).contiguous().transpose(-1, -2),
+    "strided-both": lambda t: t[..., ::2, ::3],
+}
+
+
+@pytest.mark.parametrize("layout", sorted(A_LAYOUTS))
+@pytest.mark.parametrize("batched", [False, True], ids=["2d", "3d"])
+def test_tf32_operands_round_a_to_nearest_from_every_layout(layout, batched):
+    """matmul's A (argus.ops.matmul.tf32_operands): round_tf32 of a's values in a K-major
+    aligned buffer, from a K-contiguous, M-contiguous (the transposing pass), unaligned or
+    doubly strided a; the caller's a is not written."""
+    from argus.ops.matmul import tf32_operands
+
+    base = _f32((3, 70, 100) if batched else (70, 100), 1, 5.0)
+    a = A_LAYOUTS[layout](base)
+    before = base.clone()
+    ready, _ = tf32_operands(a, _f32((a.shape[-1], 8), 2))
+    _check_k_major(ready, a)
+    assert torch.equal(base, before)
+
+
+B_LAYOUTS = {
+    "x@W (row-major [K, N])": lambda k, n: _f32((k, n), 3),
+    "x@W.T (a view of [N, K])": lambda k, n: _f32((n, k), 4).T,
+    "strided-both": lambda k, n: _f32((2 * k, 3 * n), 5)[::2, ::3],
+    "batched [K, N]": lambda k, n: _f32((2, k, n), 6),
+    "batched W.T": lambda k, n: _f32((2, n, k), 7).transpose(-1, -2),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(B_LAYOUTS))
+def test_tf32_operands_make_b_k_major_and_round_it_in_one_pass(layout):
+    """matmul's B [.., K, N] comes back K-major [.., N, K], rounded to tf32 to nearest, from
+    either memory layout (tf32 has no MN-major operand: a row-major [K, N] is transposed in its
+    rounding pass); K = 45 is not a multiple of 4, so the row pitch is padded."""
+    from argus.ops.matmul import tf32_operands
+
+    k, n = 45, 70
+    b = B_LAYOUTS[layout](k, n)
+    a = _f32((*b.shape[:-2], 9, k), 8)
+    _, ready = tf32_operands(a, b)
+    _check_k_major(ready, b.transpose(-1, -2))
+
+
+def _gemm_tf32(a_ready, b_ready, schedule):
+    """The tf32 GEMM kernel (the one argus.ops.matmul runs) in the interpreter on K-major
+    operands: a [M, K], b [N, K]."""
+    m, n, k = a_ready.shape[0], b_ready.shape[0], a_ready.shape[1]
+    problem = Problem(m, n, k, 1, "tf32", "f32", "nk", True)
+    kernel_fn, run = kernel_for(problem, schedule)
+    c = torch.full((m, n), float("nan"))
+    kernel_fn.interpret(a_ready.clone(), b_ready.clone(), c, s=run)
+    assert not torch.isnan(c).any()
+    return c.double().numpy()
+
+
+@pytest.mark.parametrize("layout", ["x@W.T", "x@W"])
+def test_tf32_matmul_error_falls_to_the_rounded_models(layout):
+    """The interpreter reads an unrounded operand as the tensor core does (its 13 low bits
+    dropped: dtypes.truncate_to_tf32). The GEMM on matmul's operands (tf32_operands: rounded to
+    nearest first) errs what the rounded model (float64 product of the rounded operands) errs,
+    as cuBLAS TF32 does; the raw operands err ~2.5x more (the H200: 7.8e-4 raw, 2.9e-4 cuBLAS).
+    Before the rounding, matmul fed the raw bits (the 'raw' line below is that kernel call)."""
+    from argus.ops.matmul import tf32_operands
+
+    m, n, k = 96, 80, 512
+    schedule = GemmSchedule(bm=64, bn=80, bk=32, consumers=1, stages=2, epilogue="direct",
+                            persistent=False)
+    a = _f32((m, k), 11)
+    w = _f32((n, k), 12) if layout == "x@W.T" else _f32((k, n), 12)
+    b = w.T if layout == "x@W.T" else w
+    exact = a.double().numpy() @ b.double().numpy()
+
+    def err(c):
+        return np.linalg.norm(c - exact) / np.linalg.norm(exact)
+
+    model = _rounded(a).astype(np.float64) @ _rounded(b).astype(np.float64)
+    ours = _gemm_tf32(*tf32_operands(a, b), schedule)
+    raw = _gemm_tf32(a, b.T.contiguous(), schedule)
+    # ours is the rounded model up to the fp32 accumulation (K roundings of sums <= |a||b|)
+    bound = np.abs(a.double().numpy()) @ np.abs(b.double().numpy())
+    assert (np.abs(ours - model) <= k * 2.0 ** -24 * bound + 2.0 ** -23 * np.abs(model)).all()
+    assert err(ours) <= 1.05 * err(model), (err(ours), err(model))
+    assert err(raw) > 1.8 * err(ours), (err(raw), err(ours))
+
+
+def test_tf32_b_is_kept_per_parameter_version():
+    """A B derived from an nn.Parameter (x @ W, x @ W.T) is rounded and made K-major once per
+    parameter version (argus/ops/weight_cache.py): a repeated call gets the same tensor, an
+    in-place update (an optimizer step) a new one with the new values and the old one's memory
+    back. Anything else (an activation A, a non-leaf B, a plain tensor rewritten between calls)
+    is derived every call, so a changed value is never read stale."""
+    import importlib
+
+    mm = importlib.import_module("argus.ops.matmul")   # the module (argus.ops.matmul: the op)
+    mm._TF32_OPERANDS.clear()
+    k, n = 64, 48
+    a = _f32((16, k), 21)
+    for w in (torch.nn.Parameter(_f32((k, n), 22)), torch.nn.Parameter(_f32((n, k), 23))):
+        b = w if w.shape == (k, n) else w.T            # x @ W, x @ W.T (a view of W)
+        first = mm.tf32_operands(a, b)[1]
+        assert mm.tf32_operands(a, b)[1] is first      # kept: no second pass
+        _check_k_major(first, b.detach().T)
+        with torch.no_grad():
+            w.mul_(-3.0)                                # a new version of the weight
+        second = mm.tf32_operands(a, b)[1]
+        assert second is not first
+        _check_k_major(second, b.detach().T)
+        assert len([1 for ref, _ in mm._TF32_OPERANDS.values() if ref() is w]) == 1
+    assert mm.tf32_operands(a, b)[0] is not mm.tf32_operands(a, b)[0]   # A: an activation
+    n_kept = len(mm._TF32_OPERANDS)
+    transient = b * 1.0                                 # non-leaf: derived anew, not kept
+    _check_k_major(mm.tf32_operands(a, transient)[1], transient.detach().T)
+    plain = _f32((k, n), 24)
+    _check_k_major(mm.tf32_operands(a, plain)[1], plain.T)
+    plain.mul_(0.5)                                     # same buffer, new values
+    _check_k_major(mm.tf32_operands(a, plain)[1], plain.T)
+    assert len(mm._TF32_OPERANDS) == n_kept
+    mm._TF32_OPERANDS.clear()
