@@ -9,11 +9,12 @@
   the composed forward with the host path of 919392b (run plan, compiled-kernel cache), and
   the per-call wall time of back-to-back forwards without a sync (host microseconds a call:
   above the kernel's time means the GPU waits for Python).
-* fold (L1/48, mean over dim 1 of 128 x 4096 x 4095; 0.76x eager): TileSchedule(fold=True),
-  the default since 2b0aa3c (rows folded four at a time into 16-byte rows, then the fold
-  pass) against fold=False (the kernel before), and the aligned 128 x 4096 x 4096 control
-  (never folded; 0.97x eager in scripts/gpu_tile_order.py). What to look for: fold=True at or
-  above the control's x-eager; if below fold=False, turn the default off (TileSchedule.fold).
+* fold (L1/48, mean over dim 1 of 128 x 4096 x 4095; 0.76x eager): the default tile now
+  (rows folded four at a time into 16-byte rows, 2b0aa3c; the long loop split toward
+  LONG_LOOP_CTAS CTAs, the slices summed in the fold pass), each half alone, and neither (the
+  kernel before), on the task's shape and the aligned 128 x 4096 x 4096 control (never
+  folded; 0.97x eager in scripts/gpu_tile_order.py). What to look for: the default at or
+  above the others; else set TileSchedule.fold / .ctas defaults to the winner.
 * splitk (5475946, split-K by plan_split): 256 x 256 x 8192 and 128 x 128 x 65536 (fp32
   strict adapter) with the cost rule's chunks against the accuracy bound's (plan_split
   patched to the bound), each with its max relative error against float64.
@@ -78,7 +79,7 @@ def case_fold(out: list) -> None:
     import torch
 
     from argus.bench.timing import measure
-    from argus.compose.tile import TileSchedule
+    from argus.compose.tile import LONG_LOOP_CTAS, TileSchedule
 
     for shape in ((128, 4096, 4095), (128, 4096, 4096)):
         x = torch.rand(shape, device="cuda")
@@ -86,20 +87,25 @@ def case_fold(out: list) -> None:
         eager = measure(lambda: torch.mean(x, 1)).median_ms
         print(f"-- mean over dim 1 of {shape}: eager {eager:.3f} ms "
               f"({x.numel() * 4 / eager / 1e6:.0f} GB/s)")
-        # default_schedule's tile, folded and not; and folded at BN 512 (twice the CTAs: the
-        # folded 2048 CTAs of 80 registers are 5.2 waves of 3 per SM, a thin last wave)
-        for fold, bn in ((True, 1024), (False, 1024), (True, 512)):
-            base = TileSchedule(rows=2, bn=bn, threads=256, fold=fold)
+        # default_schedule's tile: the default now (folded, the long loop split toward
+        # LONG_LOOP_CTAS), folded only, split only, neither (before this session), and the
+        # default at BN 512
+        for fold, bn, ctas in ((True, 1024, LONG_LOOP_CTAS), (True, 1024, 0),
+                               (False, 1024, LONG_LOOP_CTAS), (False, 1024, 0),
+                               (True, 512, LONG_LOOP_CTAS)):
+            base = TileSchedule(rows=2, bn=bn, threads=256, fold=fold, ctas=ctas)
             new = composed(lambda self, a: torch.mean(a, 1), {"tile": base})
             with torch.no_grad():
                 err = rel_err(new(x), ref)
                 ms = measure(lambda: new(x)).median_ms
                 prog = next(iter(new._programs.values()))
-                folded = [k.facts.get("fold") for k in prog.launches.values()]
-            print(f"   fold={fold} bn={bn}: {ms:.3f} ms ({x.numel() * 4 / ms / 1e6:.0f} GB/s) "
-                  f"{eager / ms:.2f}x eager, rel err {err:.1e}, folds {folded}", flush=True)
-            out.append({"case": "fold", "shape": shape, "fold": fold, "bn": bn, "ms": ms,
-                        "eager_ms": eager, "err": err})
+                folded = [(k.facts.get("fold"), k.facts["split"]) for k in
+                          prog.launches.values()]
+            print(f"   fold={fold} bn={bn} ctas={ctas}: {ms:.3f} ms "
+                  f"({x.numel() * 4 / ms / 1e6:.0f} GB/s) {eager / ms:.2f}x eager, rel err "
+                  f"{err:.1e}, (fold, split) {folded}", flush=True)
+            out.append({"case": "fold", "shape": shape, "fold": fold, "bn": bn, "ctas": ctas,
+                        "ms": ms, "eager_ms": eager, "err": err})
         del x, ref
         torch.cuda.empty_cache()
 

@@ -75,14 +75,14 @@ class Program:
                 src, facts = tile.render(step.kernel, name, sched)
                 fn = tile.load_source(src, f"{_SERIAL[0]}_{name}")[name]
                 csrc = None
-                if facts["split"] > 1:
+                if "fold" in facts:         # rows folded for 16-byte rows (and split): one pass
+                    cname = f"{name}_fold"
+                    csrc, cfacts = tile.fold_kernel(step.kernel.root.fn, facts["out_view"],
+                                                    *facts["fold"], cname, facts["split"])
+                elif facts["split"] > 1:
                     cname = f"{name}_combine"
                     csrc, cfacts = tile.combine_kernel(step.kernel.root.fn, facts["split"],
                                                        step.node.numel, cname)
-                elif "fold" in facts:       # rows folded for 16-byte rows: the slices' sum
-                    cname = f"{name}_fold"
-                    csrc, cfacts = tile.fold_kernel(step.kernel.root.fn, facts["out_view"],
-                                                    *facts["fold"], cname)
                 if csrc is not None:        # a second pass: partials, then this kernel
                     cfn = tile.load_source(csrc, f"{_SERIAL[0]}_{cname}")[cname]
                     facts["combine"] = (cfn, cfacts)

@@ -42,6 +42,14 @@ CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 SPLIT_LAST = 8192
 LOG2E = 1.4426950408889634
 MIN_CTAS = 132          # one wave on an H100/H200 (target/limits.py NUM_SMS)
+# Long reduction loops. A kept-output reduction's CTAs each stream a long loop of equal work
+# (L1/47-53, 128 x 4096 x 4095 over dim 1: 512 CTAs of 2048 blocks); at 70 registers a
+# thread 3 CTAs of 256 threads fit an SM, 396 on the GPU, so 116 CTAs ran as a second wave of
+# the full length on a GPU less than a third busy. Split over >= LONG_LOOP_CTAS CTAs (about
+# 10 waves at 3 per SM, 4 at 8), each keeping >= LONG_LOOP_BLOCKS blocks of the loop, the
+# last wave is a small share; the partials cost split / rows of the input's bytes (3 / 4096).
+LONG_LOOP_CTAS = 32 * MIN_CTAS
+LONG_LOOP_BLOCKS = 32
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,9 @@ class TileSchedule:
     # fold a reduction's rows into rows of whole 16-byte chunks where they are not (`fold_rows`:
     # a mean over the middle dim of 4095-float rows), summing the slices in a second pass
     fold: bool = True
+    # a long reduction loop is split over at least this many CTAs (0: only where the grid is
+    # short of one wave): see LONG_LOOP_CTAS
+    ctas: int = LONG_LOOP_CTAS
 
     def __post_init__(self) -> None:
         # `render` tests order == "cols": any other string would silently launch "rows"
@@ -148,7 +159,7 @@ def fit(s: TileSchedule, groups: list[Group]) -> TileSchedule:
     threads = s.threads
     while threads > 32 and rows * bn < threads:
         threads //= 2
-    return TileSchedule(rows, bn, max(32, threads), s.order, s.fold)
+    return TileSchedule(rows, bn, max(32, threads), s.order, s.fold, s.ctas)
 
 
 class _Emitter:
@@ -441,24 +452,29 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
     # combines (two passes; no atomics, so the result is deterministic).
     split, split_axis = 1, -1
     if k.kept_output and len(k.stats) == 1 and k.root.op == "reduce" and \
-            k.root.fn in COMBINE and grid0 * grid1 < MIN_CTAS:
+            k.root.fn in COMBINE and grid0 * grid1 < max(MIN_CTAS, s.ctas):
         cands = [(t1_blocks, 1)] if t1.reduced else []
         cands += [(t0_blocks, 0)] if t0.reduced else []
         if cands:
             blocks, split_axis = max(cands)
-            split = min(-(-4 * MIN_CTAS // (grid0 * grid1)), blocks // 4, 1024)
+            if grid0 * grid1 < MIN_CTAS:
+                split = min(-(-4 * MIN_CTAS // (grid0 * grid1)), blocks // 4, 1024)
+            else:       # a long loop (LONG_LOOP_CTAS)
+                split = min(-(-s.ctas // (grid0 * grid1)), blocks // LONG_LOOP_BLOCKS, 1024)
             if split < 2:
                 split, split_axis = 1, -1
     if folded > 1 and grid0 * grid1 < MIN_CTAS:
         # short of CTAs even folded (f times the column blocks): the unfolded kernel split
-        # over more CTAs (split-R, its own second pass) pays more than 16-byte rows, and a
-        # folded kernel that splits too would need two second passes
+        # over more CTAs (split-R, its own second pass) pays more than 16-byte rows
         plain = render(k, name, dataclasses.replace(unfolded, fold=False))
-        if split > 1 or plain[1]["ctas"] > grid0 * grid1:
+        if plain[1]["ctas"] > grid0 * grid1 * split:
             return plain
     per = {0: -(-t0_blocks // split), 1: -(-t1_blocks // split)}
     if split > 1:
-        e.line(f"p0, p1, ps = ag.grid({grid0}, {grid1}, {split})")
+        # column blocks first where there are several (consecutive CTAs on consecutive
+        # memory, as `order` "cols" below), the slices last
+        e.line(f"p1, p0, ps = ag.grid({grid1}, {grid0}, {split})" if s.order == "cols" and
+               grid1 > 1 else f"p0, p1, ps = ag.grid({grid0}, {grid1}, {split})")
     else:
         e.line(f"p1, p0 = ag.grid({grid1}, {grid0})" if s.order == "cols" and grid1 > 1 else
                f"p0, p1 = ag.grid({grid0}, {grid1})")
@@ -825,21 +841,23 @@ def combine_kernel(fn: str, split: int, size: int, name: str) -> tuple[str, dict
     k = FusedKernel(root, (split, size), (0,), True, [root], [part])
     # not folded: the runtime runs one second pass, and this is it
     return render(k, name, TileSchedule(rows=min(64, pow2(split)), bn=256, threads=256,
-                                        fold=False))
+                                        fold=False, ctas=0))
 
 
-def fold_kernel(fn: str, out_view: tuple[int, ...], fold: int, size: int,
-                name: str) -> tuple[str, dict]:
+def fold_kernel(fn: str, out_view: tuple[int, ...], fold: int, size: int, name: str,
+                split: int = 1) -> tuple[str, dict]:
     """The second pass of a folded reduction (`fold_rows`): partials [.., 1, fold * size] seen
     as [P, fold, size] (P the kept outer elements) -> [P, 1, size], the fold slices combined
-    in order."""
-    outer = math.prod(out_view[:-2])
-    part = Node("leaf", (), (outer, fold, size), torch.float32, {}, name="partials")
-    root = Node("reduce", (part,), (outer, 1, size), torch.float32, {"fn": fn, "axes": (1,)},
-                name="folded")
-    k = FusedKernel(root, (outer, fold, size), (1,), True, [root], [part])
+    in order; with `split` slices of a split loop too ([split, P, fold, size], the slices an
+    outer loop), in one pass."""
+    outer = math.prod(out_view[(1 if split > 1 else 0):-2])
+    domain, axes = (split, outer, fold, size), (0, 2)
+    part = Node("leaf", (), domain, torch.float32, {}, name="partials")
+    root = Node("reduce", (part,), (1, outer, 1, size), torch.float32,
+                {"fn": fn, "axes": axes}, name="folded")
+    k = FusedKernel(root, domain, axes, True, [root], [part])
     return render(k, name, TileSchedule(rows=pow2(fold), bn=min(1024, pow2(size)),
-                                        threads=256, fold=False))
+                                        threads=256, fold=False, ctas=0))
 
 
 PRELUDE = "import argus as ag\nfrom argus.dsl.values import elementwise as _ew  # noqa: F401\n\n\n"

@@ -111,25 +111,49 @@ def test_fold_is_a_schedule_choice():
 
 def test_l1_48_shape_is_folded_into_16_byte_rows():
     """The task's own sizes on meta tensors (nothing runs): the first pass reads
-    [128, 1024, 16380] into [128, 1, 16380], the fold pass [128, 4, 4095] into the output."""
+    [128, 1024, 16380] into [3, 128, 1, 16380] (three slices of the loop), the fold pass
+    [3, 128, 4, 4095] into the output."""
     prog = runtime.Program.build(Reduce("mean", 1), [torch.empty(128, 4096, 4095,
                                                                  device="meta")])
     facts = [launch.facts for launch in prog.launches.values()]
     folded = [f for f in facts if "fold" in f]
     assert len(folded) == 1
     assert folded[0]["leaf_views"] == [(128, 1024, 16380)]
-    assert folded[0]["out_view"] == (128, 1, 16380)
+    # the loop of 512 blocks split in 3 (LONG_LOOP_CTAS: 6144 CTAs, not 2048)
+    assert folded[0]["out_view"] == (3, 128, 1, 16380)
     _, cfacts = folded[0]["combine"]
-    assert cfacts["leaf_views"] == [(128, 4, 4095)] and cfacts["out_view"] == (128, 1, 4095)
+    assert cfacts["leaf_views"] == [(3, 128, 4, 4095)] and cfacts["out_view"] == (1, 128, 1, 4095)
 
 
-@pytest.mark.parametrize("shape, folds", [((16, 512, 4095), True), ((2, 4096, 4095), False)])
-def test_fold_or_split_whichever_has_more_ctas(shape, folds):
-    """16 x 512 x 4095: 64 CTAs unfolded (split-R would cut the rows), 256 folded (f times the
-    column blocks): folded. 2 x 4096 x 4095: 32 CTAs folded, still short: split-R unfolded,
-    one second pass (the split's), never two."""
+@pytest.mark.parametrize("shape, folds, split", [
+    ((16, 512, 4095), True, 2),     # 256 CTAs folded (64 unfolded); the loop split in two
+    ((2, 4096, 4095), True, 17),    # 32 CTAs folded, short of a wave: split-R on top
+    ((1, 4096, 5), False, 4),       # one folded CTA, 4 split unfolded: unfolded
+    ((128, 4096, 4096), False, 9),  # L1/47-like, aligned: 512 CTAs of 2048 blocks, split 9
+])
+def test_fold_and_split_choices(shape, folds, split):
+    """Fold where the folded kernel has at least the CTAs the unfolded one would get; split
+    the loop where the grid is short of a wave (split-R) or the loop is long
+    (LONG_LOOP_CTAS); one second pass either way (the fold pass combines the slices too)."""
     prog = runtime.Program.build(Reduce("sum", 1), [torch.empty(shape, device="meta")])
     (facts,) = [launch.facts for launch in prog.launches.values()]
-    assert ("fold" in facts) == folds
-    assert (facts["split"] > 1) != folds
-    assert facts["ctas"] >= tile.MIN_CTAS
+    assert ("fold" in facts) == folds and facts["split"] == split, facts
+    assert facts["ctas"] >= tile.MIN_CTAS or shape[0] * shape[-1] < 64
+    _, cfacts = facts["combine"]
+    assert cfacts["split"] == 1 and "fold" not in cfacts and "combine" not in cfacts
+
+
+@pytest.mark.parametrize("fn", ["sum", "amax", "prod"])
+@pytest.mark.parametrize("ctas", [0, 4096])
+def test_long_loop_split_with_fold_in_one_second_pass(fn, ctas):
+    """A folded reduction whose loop is split (the schedule's ctas: a target the 132 folded
+    CTAs of 66 x 512 x 21 are short of) sums the slices and the fold in one pass, against
+    torch."""
+    torch.manual_seed(1)
+    x = torch.rand(66, 512, 21) + 0.5
+    model = Reduce(fn, 1)
+    sched = tile.TileSchedule(rows=2, bn=64, ctas=ctas)
+    y, facts = _run(model, x, sched)
+    torch.testing.assert_close(y, model(x), rtol=2e-5, atol=1e-5)
+    (main,) = [f for f in facts if "combine" in f]
+    assert main["fold"] == (4, 21) and (main["split"] > 1) == bool(ctas), main
