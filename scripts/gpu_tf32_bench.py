@@ -2,8 +2,12 @@
 in one run, with every result checked against float64.
 
 GEMM: argus.ops.matmul(a, b, precision="tf32") vs torch.matmul with
-torch.backends.cuda.matmul.allow_tf32 = True (x @ W.T and x @ W; ours copies an [K, N] W to
-K-major first, which its time includes). Convolution: argus.ops.conv.convolve(...,
+torch.backends.cuda.matmul.allow_tf32 = True, three rows per shape, every time including our
+rounding passes (argus.ops.matmul.tf32_operands: both operands rounded to tf32 to nearest, as
+cuBLAS does): "x@W.T" (W [N, K] a plain tensor: A and W each rounded every call), "x@W" (a
+plain [K, N] W, rounded and made K-major every call: a transient B), "x@W param" (W an
+nn.Parameter [K, N]: rounded and made K-major once, kept per version by argus/ops/weight_cache,
+so repeated calls round only A). After each shape, the A pass alone (ms, GB/s). Convolution: argus.ops.conv.convolve(...,
 precision="tf32") (compose's ConvRun(precision="tf32"), `argus kernelbench solve --precision
 tf32`) vs F.conv* with torch.backends.cudnn.allow_tf32 = True (PyTorch eager's default for
 convolutions: what KernelBench's fp32 conv tasks are timed against), on fp32 ResNet-50 layers
@@ -94,24 +98,30 @@ def gemm(quick: bool) -> list[float]:
     import torch
 
     from argus.ops import matmul
+    from argus.ops.matmul import tf32_operands
 
     print("== GEMM fp32 inputs: ours tf32 vs cuBLAS TF32 on")
     ratios = []
     for m, n, k in QUICK_GEMMS if quick else GEMMS:
         g = torch.Generator(device="cuda").manual_seed(m + n + k)
         a = torch.randn(m, k, device="cuda", generator=g)
-        for layout in ("x@W.T", "x@W"):
+        for layout in ("x@W.T", "x@W", "x@W param"):
             w = torch.randn(n, k, device="cuda", generator=g) if layout == "x@W.T" else \
                 torch.randn(k, n, device="cuda", generator=g)
             b = w.T if layout == "x@W.T" else w
-            ref = a.double() @ b.double()
+            if layout == "x@W param":
+                b = torch.nn.Parameter(w)
+            ref = a.double() @ b.detach().double()
             out = torch.empty(m, n, device="cuda")
             fns = {"ours tf32": lambda: matmul(a, b, out, precision="tf32"),
-                   "cublas tf32": _with_tf32(lambda: torch.matmul(a, b))}
+                   "cublas tf32": _with_tf32(lambda: torch.matmul(a, b.detach()))}
             errs = {key: _rel(f(), ref) for key, f in fns.items()}
             ms = _time(fns, quick)
             ratios.append(_print(f"{m}x{n}x{k} {layout}", ms, errs, 2.0 * m * n * k,
                                  "ours tf32", "cublas tf32"))
+        ms = _time({"A pass": lambda: tf32_operands(a, b)}, quick)["A pass"]
+        print(f"{'':44s} A's rounding pass alone (B kept): {ms:8.4f} ms "
+              f"({2 * a.numel() * 4 / (ms * 1e-3) / 1e9:6.0f} GB/s)", flush=True)
     return ratios
 
 

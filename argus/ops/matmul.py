@@ -42,6 +42,11 @@ _MEMO_SIZE = 512
 # first out), and none while a CUDA graph is being captured: a captured launch would keep the
 # workspace's address after the memo dropped it.
 _SPLIT_MEMO_SIZE = 32
+# A tf32 launch replays its rounding passes too (_Tf32Replay) and owns their buffers (an
+# activation's rounded copy each): bounded by count as the split-K launches and by the bytes
+# of those buffers, least recently used first out; none kept while a graph is captured.
+_TF32_LAUNCHES: OrderedDict = OrderedDict()
+_TF32_MEMO_BYTES = 1 << 30
 _DEVICE_NAMES: dict = {}
 _OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
 
@@ -158,6 +163,10 @@ def matmul(a, b, out=None, *, schedule: GemmSchedule | None = None,
     if launch is None and key in _SPLIT_LAUNCHES and not _capturing():
         _SPLIT_LAUNCHES.move_to_end(key)
         launch = _SPLIT_LAUNCHES[key]
+    if launch is None and key in _TF32_LAUNCHES and not _capturing():
+        _TF32_LAUNCHES.move_to_end(key)
+        if _TF32_LAUNCHES[key](a, b):
+            return out
     if launch is not None:
         launch()
         return out
@@ -217,7 +226,7 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key, precision=None):
     eb = in_dtype.bytes
     if precision == "tf32":
         # both operands rounded to tf32 to nearest on their way to TMA (tf32_operands says why)
-        a_ready, b_ready = tf32_operands(a, b)
+        (a_ready, a_step), (b_ready, b_step) = _tf32_prepared(a, b)
     elif problem.b_layout == "nk":
         a_ready, b_ready = _tma_ready(a, eb), _tma_ready(b.transpose(-1, -2), eb)  # x @ W.T
     else:
@@ -244,6 +253,13 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key, precision=None):
     else:
         with torch.cuda.device(a.device):
             replay = compiled(a_ready, b_ready, out)
+    if precision == "tf32":
+        if key is not None and not _capturing() and a_step and b_step and \
+                not isinstance(compiled, (split_k.SplitKMatmul, split_k.TailSplitMatmul)):
+            plan = compiled.plan_for(a_ready, b_ready, out)
+            if plan is not None:
+                _remember_tf32(key, _Tf32Replay((a_step, b_step), plan))
+        return out
     if key is not None and a_ready.data_ptr() == a.data_ptr() and \
             b_ready.data_ptr() == b.data_ptr():
         # the kernel read the caller's buffers themselves (no aligned copy): the same buffers
@@ -256,6 +272,13 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key, precision=None):
             if plan is not None:
                 _remember(_LAUNCHES, key, plan)
     return out
+
+
+def _remember_tf32(key, replay) -> None:
+    _remember(_TF32_LAUNCHES, key, replay, _SPLIT_MEMO_SIZE)
+    total = sum(r.nbytes for r in _TF32_LAUNCHES.values())
+    while total > _TF32_MEMO_BYTES and len(_TF32_LAUNCHES) > 1:
+        total -= _TF32_LAUNCHES.popitem(last=False)[1].nbytes
 
 
 def compiled_for(problem: Problem, chosen: GemmSchedule):
@@ -325,32 +348,114 @@ def tf32_operands(a, b):
     call; any other operand (an activation, a non-leaf, a changing buffer) is derived anew each
     call. On CPU tensors the passes run in the interpreter (the CPU tests), on meta tensors
     they are only built."""
-    return (_TF32_OPERANDS.get_or_make(a, "tf32 A", lambda: _tf32_k_major(a, False)),
-            _TF32_OPERANDS.get_or_make(b, "tf32 B^T", lambda: _tf32_k_major(b, True)))
+    (a_ready, _), (b_ready, _) = _tf32_prepared(a, b)
+    return a_ready, b_ready
+
+
+def _tf32_prepared(a, b):
+    """tf32_operands' (A, B), each with how a repeated call gets it again (`_tf32_operand`)."""
+    return _tf32_operand(a, "tf32 A", False), _tf32_operand(b, "tf32 B^T", True)
+
+
+def _tf32_operand(t, what: str, transposed: bool):
+    """(ready, step): t's tf32 operand, and how a call with the same tensor gets it again: a
+    `_Kept` (the store's tensor for t's current version), a `_Pass` (the rounding pass that read
+    t itself, replayed into the same buffer), or None (a pass over a contiguous copy of t:
+    nothing to replay)."""
+    import weakref
+
+    hit = _TF32_OPERANDS.get(t, what)
+    if hit is not None:
+        return hit, _Kept(what, weakref.ref(hit))
+    ready, step = _tf32_k_major(t, transposed)
+    _TF32_OPERANDS.put(t, what, ready)
+    if _TF32_OPERANDS.get(t, what) is ready:
+        return ready, _Kept(what, weakref.ref(ready))
+    return ready, step
 
 
 def _tf32_k_major(t, transposed: bool):
-    """round_tf32(t) (or of t^T when `transposed`) as [.., rows, K] with K contiguous, in a
-    [.., rows, K padded to 4] buffer: one rounding pass from t's own layout."""
+    """(round_tf32(t) (or of t^T when `transposed`) as [.., rows, K] with K contiguous, in a
+    [.., rows, K padded to 4] buffer, made by one rounding pass from t's own layout; that pass
+    as a `_Pass` when it read t itself on the GPU, else None)."""
     import torch
 
     from argus.kernels.conv_tf32 import round_nhwc, round_rows
 
-    x = t if t.dim() == 3 else t.unsqueeze(0)
+    x = t.detach() if t.dim() == 3 else t.detach().unsqueeze(0)   # data only: no autograd
     rows_k = x.transpose(-1, -2) if transposed else x          # [B, rows, K], a view
     batch, rows, k = rows_k.shape
     buf = torch.empty(batch, rows, -(-k // 4) * 4, dtype=torch.float32, device=t.device)
-    if rows_k.stride(-1) == 1 or k == 1:
-        _launch_pass(round_rows, rows_k, buf)
-    else:
+    kernel, src = round_rows, rows_k
+    if rows_k.stride(-1) != 1 and k > 1:
         # K is the outer dim of the source ([B, K, rows] read row by row, transposed in the
         # tile); a source strided in both dims is made row-contiguous first
-        k_rows = rows_k.transpose(-1, -2)
-        if k_rows.stride(-1) != 1 and rows > 1:
-            k_rows = k_rows.contiguous()
-        _launch_pass(round_nhwc, k_rows, buf)
+        kernel, src = round_nhwc, rows_k.transpose(-1, -2)
+        if src.stride(-1) != 1 and rows > 1:
+            src = src.contiguous()
+    _launch_pass(kernel, src, buf)
     ready = buf[..., :k]
-    return ready if t.dim() == 3 else ready[0]
+    plan = kernel.compile().plan_for(src, buf) if buf.is_cuda and \
+        src.data_ptr() == x.data_ptr() else None
+    return ready if t.dim() == 3 else ready[0], None if plan is None else _Pass(plan, buf)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kept:
+    """A replayed call's operand is the store's tensor for the operand's current version: the
+    one the launch was prepared with (`ready`, weakly: the store decides how long it lives),
+    else the replay is refused (the weight was updated, evicted or freed)."""
+
+    what: str
+    ready: object     # weakref.ref to the tensor
+
+    def check(self, t) -> bool:
+        ready = self.ready()
+        return ready is not None and _TF32_OPERANDS.get(t, self.what) is ready
+
+    def __call__(self) -> None:
+        pass
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pass:
+    """A rounding pass that read the operand where the caller keeps it: its launch plan into
+    `dst` (owned here while a replay keeps it), so a repeated call with the same buffers rounds
+    their current values again."""
+
+    plan: object
+    dst: object
+
+    def check(self, _t) -> bool:
+        return True
+
+    def __call__(self) -> None:
+        self.plan()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tf32Replay:
+    """A tf32 call prepared once, for the next call with the same buffers, layouts, dtypes,
+    schedule and out (matmul's launch key): the operands' steps (their rounding passes again, or
+    the kept weight operand checked still current) and the GEMM's launch plan on the same
+    operand buffers. Called with the call's (a, b): False, and nothing launched, when a kept
+    operand is no longer the store's (the slow path prepares the call again)."""
+
+    steps: tuple
+    gemm: object
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the rounding passes' buffers this replay owns."""
+        return sum(s.dst.numel() * 4 for s in self.steps if isinstance(s, _Pass))
+
+    def __call__(self, a, b) -> bool:
+        if not all(step.check(t) for step, t in zip(self.steps, (a, b))):
+            return False
+        for step in self.steps:
+            step()
+        self.gemm()
+        return True
 
 
 def _launch_pass(kernel, src, dst) -> None:
@@ -400,6 +505,7 @@ def forget_choices() -> None:
     _CHOSEN.clear()
     _LAUNCHES.clear()
     _SPLIT_LAUNCHES.clear()
+    _TF32_LAUNCHES.clear()
 
 
 def bmm(a, b, out=None, *, schedule: GemmSchedule | None = None,

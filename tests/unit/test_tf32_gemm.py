@@ -554,3 +554,48 @@ def test_tf32_b_is_kept_per_parameter_version():
     _check_k_major(mm.tf32_operands(a, plain)[1], plain.T)
     assert len(mm._TF32_OPERANDS) == n_kept
     mm._TF32_OPERANDS.clear()
+
+
+def test_tf32_replay_checks_kept_operands_and_replays_passes():
+    """A repeated tf32 call with the same buffers (argus.ops.matmul's _Tf32Replay) launches the
+    operands' rounding passes again and the GEMM, in that order; an operand kept for a
+    parameter is checked to be still the store's for its current version first, and an update
+    of the parameter refuses the replay with nothing launched (the checked path prepares the
+    call again). The replays own the passes' buffers: bounded by their bytes."""
+    import importlib
+    import weakref
+
+    mm = importlib.import_module("argus.ops.matmul")
+    mm._TF32_OPERANDS.clear()
+    w = torch.nn.Parameter(_f32((48, 64), 31))
+    _, kept = mm._tf32_operand(w.T, "tf32 B^T", True)
+    assert isinstance(kept, mm._Kept) and kept.check(w.T)
+    _, again = mm._tf32_operand(w.T, "tf32 B^T", True)          # a hit: the same tensor
+    assert again.ready() is kept.ready()
+    assert mm._tf32_operand(_f32((16, 64), 32), "tf32 A", False)[1] is None  # CPU: no plan
+    log = []
+    buf = torch.empty(16, 64)
+    replay = mm._Tf32Replay((mm._Pass(lambda: log.append("round a"), buf), kept),
+                            lambda: log.append("gemm"))
+    assert replay.nbytes == buf.numel() * 4
+    assert replay(None, w.T) and log == ["round a", "gemm"]
+    with torch.no_grad():
+        w.add_(1.0)                                     # a new version: the kept one is stale
+    log.clear()
+    assert not replay(None, w.T) and log == []
+    assert not kept.check(w.T)
+    dead = mm._Kept("tf32 B^T", weakref.ref(torch.empty(1)))   # freed: refused
+    assert not dead.check(w.T)
+    # the byte bound: the least recently used replays go first, the newest stays
+    saved = dict(mm._TF32_LAUNCHES), mm._TF32_MEMO_BYTES
+    try:
+        mm._TF32_LAUNCHES.clear()
+        mm._TF32_MEMO_BYTES = 2 * buf.numel() * 4
+        for key in range(3):
+            mm._remember_tf32(key, replay)
+        assert list(mm._TF32_LAUNCHES) == [1, 2]
+    finally:
+        mm._TF32_LAUNCHES.clear()
+        mm._TF32_LAUNCHES.update(saved[0])
+        mm._TF32_MEMO_BYTES = saved[1]
+        mm._TF32_OPERANDS.clear()
