@@ -24,7 +24,7 @@ from argus.verify.model import Model, WgmmaSite, _num, b_index
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import (Substitution, free_consts, fresh_int, is_coordinate_field,
-                                    mentions)
+                                    mentions, occurring_in, substitute, with_fresh)
 
 
 def _coords_text(zm, rec, model: Model) -> str:
@@ -43,9 +43,7 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
     op = site.op
     N = op.acc.type.shape[1]
     K = op.k_extent
-    m, n, kk = fresh_int("m"), fresh_int("n"), fresh_int("kk")
-    ra = model.wgmma_a(site, m, kk)
-    rb = model.read_smem(site.b, b_index(site.b, n, kk, K, op.trans_b), site.site)
+    m, n, kk, ra, rb, _ = _operands(model, site)
     ranges = [m >= 0, m < 64, n >= 0, n < N, kk >= 0, kk < K]
     base = list(model.premises) + site.site.constraints() + ranges + list(ra.cond) + \
         list(rb.cond)
@@ -257,13 +255,27 @@ def _k_key(model: Model, site: WgmmaSite, name: str):
     return per_site[name]
 
 
+def _operands(model: Model, site: WgmmaSite):
+    """(m, n, kk, A's record at (m, kk), B's at (n, kk), the fresh variables A's computation
+    created) of a site, once per model and site: the site's obligations and the structural
+    questions other sites' k-once asks of it (`_k_key_of`) read the same records (each was
+    built again per question: a register A operand is the whole softmax's record)."""
+    memo = model.__dict__.setdefault("_wgmma_operands", ObjectMap())
+    got = memo.get(site.op)
+    if got is None:
+        op = site.op
+        m, n, kk = fresh_int("m"), fresh_int("n"), fresh_int("kk")
+        ra, own_a = with_fresh(lambda: model.wgmma_a(site, m, kk))
+        rb = model.read_smem(site.b, b_index(site.b, n, kk, op.k_extent, op.trans_b),
+                             site.site)
+        got = memo[site.op] = (m, n, kk, ra, rb, own_a)
+    return got
+
+
 def _k_key_of(model: Model, site: WgmmaSite, name: str):
-    m, kk = fresh_int("m"), fresh_int("kk")
-    rec = model.wgmma_a(site, m, kk)
+    _, _, _, rec, rb, _ = _operands(model, site)
     if "tensor" not in rec.fields:
-        n, op = fresh_int("n"), site.op
-        rec = model.read_smem(site.b, b_index(site.b, n, kk, op.k_extent, op.trans_b),
-                              site.site)
+        rec = rb
     tensor = rec.fields.get("tensor")
     if name not in rec.fields or tensor is None:
         return None
@@ -405,8 +417,8 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     sibling_loops = ObjectMap((s.op, s) for o in siblings for s in _reduction_loops(model, o))
     ren = [(s.var, fresh_int(f"{s.var}@2")) for s in sibling_loops.values()]
     sub = Substitution(ren)   # the second instance's terms (one set of C arrays for all)
-    kk1, m = fresh_int("kk"), fresh_int("m")
-    r1 = model.wgmma_a(site, m, kk1)
+    # the first instance: the site's own operand record (its obligations' m and k)
+    m, _, kk1, r1, _, own1 = _operands(model, site)
     f1 = r1.fields.get(name)
     if f1 is None:
         return []
@@ -415,6 +427,7 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     first_prem = list(model.premises) + cons1 + list(r1.cond) + list(f1.cond) + \
         [m >= 0, m < 64, kk1 >= 0, kk1 < K, r1.defined]
     obs = []
+    self_pair = None   # (premises, second instance's k, kk and loop variables) of site vs itself
     # injectivity against this site itself and every later sibling
     for other in siblings[index:]:
         kk2 = fresh_int("kk")
@@ -426,6 +439,8 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
             [sub(c) for c in r2.cond] + [sub(c) for c in f2.cond] + \
             [kk2 >= 0, kk2 < other.op.k_extent, sub(r2.defined)]
         t2 = sub(f2.term)
+        if other is site:
+            self_pair = (prem, t2, kk2)
         same_instance = z3.And([kk1 == kk2] + [a == b for s, (a, b) in
                                                zip(sibling_loops.values(), ren)
                                                if any(s.op is x.op for x in loops)]) \
@@ -469,8 +484,9 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
                    f"{value(zm, extent)}: {name} = {d} .. {value(zm, extent) - 1} are never "
                    f"multiplied")
             if site.a_tile is not None:
-                msg += (" (legal only if the A operand is zero there, e.g. a causal mask; the "
-                        "verifier does not model masked values yet)")
+                msg += (" (legal only where the A operand is zero: a causal mask's -inf "
+                        "through exp; the verifier could not show A is zero there at the "
+                        "iterations past the loop's end that would multiply them)")
         else:
             msg = f"{name} = {k} lies outside [0, {d}) (the {d} k values the loop visits)"
         return msg, wit
@@ -489,14 +505,31 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
         if extent is not None and index == 0:
             claims.append(("k range covers the tensor", size >= _num(extent)))
     # An A operand computed in registers (FlashAttention's P) may skip k values on purpose:
-    # a causal loop stops at the diagonal because the keys past it are masked to zero. The
-    # model does not track masked values yet, so a short reduction there is a warning (shown,
-    # never proven), not an error; from shared memory (a GEMM) it stays an error.
-    warn = ("k range covers the tensor",) if site.a_tile is not None else ()
+    # a causal loop stops at the diagonal because the keys past it are masked to zero. A short
+    # reduction there is proven when the skipped k are zero in A at the iterations that would
+    # hold them (`_masked_past_the_loop`), else a warning (a mask the value facts do not
+    # follow); from shared memory (a GEMM) it stays an error.
+    cover = "k range covers the tensor"
+    warn = (cover,) if site.a_tile is not None else ()
     if claims is not None:
-        obs.append(Obligation("wgmma.k-once", op.loc, subject + ": covers [0, K)", first_prem,
-                              claims, decode_range, minimize=list(model.params.values()),
-                              warn_claims=warn))
+        implied = _masked_past_the_loop(model, site, subject, loops, r1, own1, t1, kk1,
+                                        first_prem, size, extent, self_pair, ren) \
+            if site.a_tile is not None and len(claims) == 2 else None
+        if implied is None:
+            obs.append(Obligation("wgmma.k-once", op.loc, subject + ": covers [0, K)",
+                                  first_prem, claims, decode_range,
+                                  minimize=list(model.params.values()), warn_claims=warn))
+        else:
+            obs.append(Obligation("wgmma.k-once", op.loc, subject + ": k in [0, |domain|)",
+                                  first_prem, claims[:1], decode_range,
+                                  minimize=list(model.params.values())))
+            obs.append(Obligation(
+                "wgmma.k-once", op.loc, subject + ": covers [0, K)", first_prem, claims[1:],
+                decode_range, minimize=list(model.params.values()), warn_claims=warn,
+                implied_by=implied, implied_why=(
+                    "the k past the loop's end are zero in A: the map (iteration, k in tile) "
+                    "-> k is affine, and at every iteration past the last one whose k lies "
+                    "in [|domain|, K) the A operand is zero (a mask's -inf through exp)")))
     guards = _guards(model, site)
     if guards:
         # the count above assumes the wgmma runs in every iteration of its reduction loops
@@ -513,6 +546,56 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
                               [("every enclosing ag.when holds", z3.And(guards))],
                               decode_guard, minimize=[s.var for s in loops]))
     return obs
+
+
+def _masked_past_the_loop(model: Model, site: WgmmaSite, subject, loops, r1, own1, t1, kk1,
+                          first_prem, size, extent, self_pair, ren):
+    """`implied_by` of k-once's coverage claim for an A operand in registers whose reduction
+    loop stops short of K (a causal loop at the diagonal), or None when the argument does not
+    apply. Two obligations, solved only for this (not reported themselves: the coverage claim
+    is, proven from them or solved on its own):
+
+      * affine: k = lo + (j - start) * K_tile + kk over the loop's iterations j (two instances
+        of the site), so its k are one contiguous run and the iteration j + e would multiply
+        k + e * K_tile;
+      * masked: for every iteration j, k in tile and e >= 1 whose k + e * K_tile lies in
+        [|domain|, K), A is zero at iteration j + e (its `is_zero` fact, transfer/values.py:
+        a mask's -inf through a positive scale, a subtraction and exp).
+
+    With the proven injectivity and range (the loop's k are exactly [0, |domain|)), every k of
+    [|domain|, K) is then one the loop, run further, would multiply by zero: skipping those
+    iterations changes no sum. The zero fact is a function of the iteration and the element
+    (index values and the model's variables) and of no auxiliary of the record's conditions,
+    so it can be taken at an iteration the loop does not run."""
+    if len(loops) != 1 or self_pair is None:
+        return None
+    loop = loops[0]
+    if not (isinstance(model.scalar(loop.op.step), int) and model.scalar(loop.op.step) == 1):
+        return None
+    zero = r1.fields.get("is_zero")
+    if zero is None or not zero.is_point:
+        return None
+    z = zero.term
+    held = occurring_in([z], own1)
+    if held and occurring_in(list(r1.cond) + [r1.defined], held):
+        return None   # the fact reads an auxiliary the record's conditions constrain
+    j = loop.var
+    prem2, t2, kk2 = self_pair
+    j2 = next((b for a, b in ren if a.eq(j)), None)
+    if j2 is None:
+        return None
+    K = site.op.k_extent
+    affine = Obligation("wgmma.k-once", site.op.loc, subject + ": affine in the iteration",
+                        prem2, [("affine", t1 - t2 == (j - j2) * K + (kk1 - kk2))],
+                        lambda zm, v: ("not affine", {}))
+    e = fresh_int("past")
+    key = t1 + e * K
+    masked = Obligation("wgmma.k-once", site.op.loc, subject + ": zero past the loop",
+                        list(first_prem) + [e >= 1],
+                        [("masked", z3.Or(key < size, key >= _num(extent),
+                                          substitute(z, (j, j + e)) != 0))],
+                        lambda zm, v: ("not masked", {}))
+    return ((affine, ("affine",)), (masked, ("masked",)))
 
 
 def _split_grid(model: Model, site: WgmmaSite, t1, size, loops, kk1):

@@ -55,6 +55,7 @@ from argus.verify.transfer.domain import (AssertSite, EwSite, PipeInfo, ReadSite
                                           TileState, VarInfo, ViewInfo, WgmmaSite, WriteSite,
                                           _is_z3, _is_zero, _num, _Unsupported, b_index)
 from argus.verify.transfer.domain import trailing as trailing  # re-exported (check_stores)
+from argus.verify.transfer.values import FACTS
 
 SHAPE_BOUND = 1 << 24   # runtime shape parameters are assumed in [1, 2^24)
 
@@ -472,6 +473,8 @@ class Model:
             rec = w.tile.fn((R - _num(W.row0), j))
             cond += rec.cond
             for name, val in rec.fields.items():
+                if name in FACTS:
+                    continue   # (value facts are of register tiles: transfer/values.py)
                 rec_fields[name] = _select(covers, val, rec_fields.get(name))
             defined = z3.Or(covers, defined)
             prov.append((covers, f"stmatrix at {w.op.loc}"))

@@ -124,29 +124,21 @@ class Stats:
 def _theory(terms: Sequence[z3.ExprRef]) -> str:
     """QF_BV when bit-vectors appear, LIA/NIA otherwise (for reports and the portfolio).
 
-    Walks the raw ASTs through the C API (a Python ExprRef per node costs ~10x more); a
-    child stays alive as long as the term holding it."""
+    Z3's probe of a goal's bit-vector constants, in C (a walk of the claims through the Python
+    API, even the raw one, cost 5% of an attention kernel's verification, 100x the probe): a
+    bit-vector term without a bit-vector constant is ground and simplifies to a numeral."""
     if not terms:
         return "LIA"
-    ctx = terms[0].ctx.ref()
-    todo = [t.as_ast() for t in terms]
-    visited = set()
-    while todo:
-        a = todo.pop()
-        i = z3.Z3_get_ast_id(ctx, a)
-        if i in visited:
-            continue
-        visited.add(i)
-        kind = z3.Z3_get_ast_kind(ctx, a)
-        if kind == z3.Z3_QUANTIFIER_AST:
-            todo.append(z3.Z3_get_quantifier_body(ctx, a))
-            continue
-        if z3.Z3_get_sort_kind(ctx, z3.Z3_get_sort(ctx, a)) == z3.Z3_BV_SORT:
-            return "QF_BV"
-        if kind == z3.Z3_APP_AST:
-            todo.extend(z3.Z3_get_app_arg(ctx, a, k)
-                        for k in range(z3.Z3_get_app_num_args(ctx, a)))
-    return "LIA"
+    global _BV_CONSTS
+    if _BV_CONSTS is None:
+        _BV_CONSTS = z3.Probe("num-bv-consts")
+    g = z3.Goal(ctx=terms[0].ctx)
+    for t in terms:
+        g.add(t)
+    return "QF_BV" if _BV_CONSTS(g) > 0 else "LIA"
+
+
+_BV_CONSTS = None   # the probe, made at the first use (no z3 work at import)
 
 
 def _assert_all(s: z3.Solver, terms: Sequence[z3.BoolRef]) -> None:
@@ -163,14 +155,33 @@ _PROOFS_MAX = 50000
 # carrying whole tile records (an attention kernel's broadcast, k-once and store queries:
 # 500-2,800 premises), whose fresh record variables are never alpha-equivalent to another
 # query's (none hit, in the attention, GEMM and MoE schedules measured: every hit had <= 30
-# premises), and whose canonical walk was a tenth of the FA3 d 256 kernel's verification
-CACHE_MAX_PREMISES = 256
+# premises; 13-31 in the TMA-store GEMM and FA3 d 256 causal, 2026-12-02), and whose
+# canonical walk was a tenth of the FA3 d 256 kernel's verification. 64, not 256, since
+# records keep only the conditions their terms reference (tagdomain.referenced_conds): the
+# attention kernels' record queries shrank to 60-550 premises, and walking them for a key no
+# other query shares cost 7% of the FA3 d 256 causal kernel's verification
+CACHE_MAX_PREMISES = 64
 
 
 def clear_cache() -> None:
-    """Forget every proof (and the constants listed per premise): the next query starts cold."""
+    """Forget every proof (and the constants listed per premise, and the facts decided without
+    the solver: `fact_cache`): the next query starts cold."""
     _PROOFS.clear()
     _CONSTS.clear()
+    _FACTS.clear()
+
+
+# decisions made without the solver that are functions of plain numbers (check_layout's
+# static layout instances), per kind; emptied with the proofs so timings start cold
+_FACTS: dict[str, dict] = {}
+
+
+def fact_cache(kind: str) -> dict:
+    """The process's table of `kind` decisions (key: the numbers they are a function of)."""
+    table = _FACTS.setdefault(kind, {})
+    if len(table) > _PROOFS_MAX:
+        table.clear()
+    return table
 
 
 def _cache_on() -> bool:

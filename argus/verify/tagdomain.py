@@ -486,7 +486,15 @@ def occurring(rec: Record, own: tuple) -> tuple:
     way would otherwise drop them all: not renamed, instances would share them)."""
     if len(own) < OCCURRING_MIN:
         return own
-    terms = [t for t in _record_terms(rec) if isinstance(t, z3.ExprRef)]
+    return occurring_in(_record_terms(rec), own)
+
+
+def occurring_in(terms: list, own: tuple) -> tuple:
+    """The (variable, stem) pairs of `own` that occur in `terms`, or a superset (`occurring`,
+    without its size threshold)."""
+    if not own:
+        return ()
+    terms = [t for t in terms if isinstance(t, z3.ExprRef)]
     if not terms:
         return ()
     ctx = terms[0].ctx
@@ -511,6 +519,53 @@ def occurring(rec: Record, own: tuple) -> tuple:
         if name in declared or f"|{name}|" in declared or not _plain(name):
             out.append((v, stem))
     return tuple(out)
+
+
+def referenced_conds(fields: dict, defined, provenance, parts) -> tuple:
+    """The conditions a record built from sub-records keeps: of each part (a sub-record, the
+    fresh variables its computation created), all of them when one of those variables occurs
+    in the record's fields, `defined` or provenance, else none.
+
+    A part's conditions constrain its own auxiliaries (a TMA read's writer loop indices, a
+    reduction's variables) and the model's variables. When a combination dropped every term
+    that holds those auxiliaries (`combine` keeps one point lineage of a field: the K reads of
+    a wgmma's other k-slices, a broadcast row sum's lineage beside the accumulator's), the
+    conditions only say that some value of them exists, and every query carried them to the
+    solver (a store of the FA3 d 256 kernel's output: 2,800 premises, most of them about
+    auxiliaries no claim can see). Dropping premises is sound: a proof from fewer premises is
+    a proof from all of them.
+
+    The first part a field of the record holds a term of (the very object: the lineage
+    `combine` kept) keeps its conditions unsearched; another part's auxiliaries can only be in
+    the record's terms that are that part's objects (a model term every read shares, a field
+    only it has) or no part's (`defined`, provenance, fields computed anew: a mask's `live`),
+    which alone are searched (`occurring_in`: one print of those terms, not of the whole
+    record)."""
+    def field_terms(fs):
+        for v in fs.values():
+            yield v.term
+            yield from v.bound
+            yield from v.cond
+
+    held = {id(t): t for t in field_terms(fields)}
+    keep, search, first = [], [], True
+    for rec, own in parts:
+        mine = [held[id(t)] for t in field_terms(rec.fields) if id(t) in held]
+        if not own or (first and mine):
+            first = first and not mine
+            keep.append(True)
+            continue
+        keep.append(False)
+        search.extend(mine)
+    if not all(keep):
+        mine = {id(t) for rec, _ in parts for t in field_terms(rec.fields)}
+        search += [t for t in field_terms(fields) if id(t) not in mine]
+        search += [defined] + [c for c, _ in provenance]
+        own_all = tuple(x for (_, o), k in zip(parts, keep) if not k for x in o)
+        live = {_ast_id(v.ctx_ref(), v.as_ast()) for v, _ in occurring_in(search, own_all)}
+        keep = [k or any(_ast_id(v.ctx_ref(), v.as_ast()) in live for v, _ in o)
+                for (_, o), k in zip(parts, keep)]
+    return tuple(c for (rec, _), k in zip(parts, keep) if k for c in rec.cond)
 
 
 def _plain(name: str) -> bool:
@@ -559,8 +614,12 @@ def _renamed(rec: Record, own: tuple, extra: list | None = None) -> Record:
 # Fields that are built in for bookkeeping and never compared automatically.
 # `value`: the integer value of an index tile element (arange and arithmetic on it); `live`:
 # 1 where a masking `where(c, x, constant)` kept the element, 0 where it put the constant
-# (argus/verify/transfer/tiles.py). Both describe the element, not its data's coordinates.
-META_FIELDS = frozenset({"iter", "step", "stage", "tensor", "value", "live"})
+# (argus/verify/transfer/tiles.py); `is_neg_inf`, `is_zero`, `not_neg_inf`: 1 where the
+# element's value certainly is -inf, 0, not -inf (argus/verify/transfer/values.py). All of
+# them describe the element, not its data's coordinates.
+META_FIELDS = frozenset({"iter", "step", "stage", "tensor", "value", "live",
+                         # what the element's value is (transfer/values.py)
+                         "is_neg_inf", "is_zero", "not_neg_inf"})
 
 
 def is_coordinate_field(name: str) -> bool:

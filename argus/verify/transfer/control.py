@@ -25,6 +25,7 @@ from argus.ir.types import ScalarType
 from argus.verify.tagdomain import Record, Substitution, TagVal, fresh_int, mentions, reduce_over
 from argus.verify.transfer.domain import (Rule, Scope, TileState, VarInfo, _is_zero, _num,
                                           _same, _Unsupported)
+from argus.verify.transfer.values import FACTS
 
 
 def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
@@ -139,11 +140,46 @@ def _counter_lemmas(index, trip, step, counts) -> tuple:
 def if_(m: Model, op: O.If, scopes, role, counters, following) -> None:
     cond = m._bool(op.cond)
     inner = dict(counters)
+    before = dict(m.tiles)
     m._walk(op.body, scopes + (Scope("if", op, None, (cond,)),), role, inner)
+    for vid, state in list(m.tiles.items()):
+        if vid in before and before[vid] is not state:
+            # a tile the body assigned: its tags stay the body's (an over-approximation of
+            # both paths' lineages), but what the body made of its value (a mask's `live`,
+            # -inf, 0) holds only where the body ran
+            m.tiles[vid] = _facts_where(cond, state, before[vid])
     for pid, n in inner.items():
         before = counters.get(pid, 0)
         if not _same(n, before):
             counters[pid] = z3.If(cond, _num(n), _num(before))
+
+
+# the value facts of an element and what each is when nothing assigned it (`_facts_where`)
+_FACT_DEFAULTS = {"live": 1, "is_neg_inf": 0, "is_zero": 0, "not_neg_inf": 0}
+
+
+def _facts_where(cond, after: TileState, before: TileState) -> TileState:
+    """`after` (the state an `ag.when` body left) with its value facts (`live`, values.py's)
+    taken from `after` where `cond` holds and from `before` elsewhere."""
+    def fn(idx):
+        rec = after.fn(idx)
+        if not any(k in rec.fields for k in _FACT_DEFAULTS):
+            return rec
+        old = before.fn(idx).fields
+        fields = dict(rec.fields)
+        for name, default in _FACT_DEFAULTS.items():
+            a, b = rec.fields.get(name), old.get(name)
+            if a is None and b is None:
+                continue
+            ta = a.term if a is not None and a.is_point else None
+            tb = b.term if b is not None and b.is_point else None
+            if (a is not None and ta is None) or (b is not None and tb is None):
+                fields.pop(name, None)   # a set, not a point: nothing known
+                continue
+            fields[name] = TagVal(z3.If(cond, ta if ta is not None else z3.IntVal(default),
+                                        tb if tb is not None else z3.IntVal(default)))
+        return Record(fields, rec.defined, rec.cond, rec.source, rec.provenance)
+    return TileState(after.shape, after.layout, fn, after.loc, after.what)
 
 
 def var(m: Model, op: O.Var, scopes, role, counters, following) -> None:
@@ -327,6 +363,15 @@ def _join(initial: TileState, summary: TileState) -> TileState:
         a, b = initial.fn(idx), summary.fn(idx)
         fields = dict(b.fields)
         for name, val in a.fields.items():
+            if name in FACTS:
+                # a value fact holds on entry only where both the initial value and every
+                # iteration's have it (points: a summary's set says nothing)
+                other = b.fields.get(name)
+                if other is None or not (val.is_point and other.is_point):
+                    fields.pop(name, None)
+                else:
+                    fields[name] = TagVal(z3.If(z3.And(val.term != 0, other.term != 0), 1, 0))
+                continue
             fields.setdefault(name, val)
         return Record(fields, b.defined, a.cond + b.cond, b.source)
     return TileState(summary.shape, summary.layout, fn, summary.loc, summary.what)

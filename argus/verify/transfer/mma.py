@@ -13,8 +13,10 @@ flow into the accumulator, only the data's tags; A and B are resolved at the wgm
 from __future__ import annotations
 
 from argus.ir import ops as O
-from argus.verify.tagdomain import Record, combine, fresh_int, reduce_over
+from argus.verify.tagdomain import (Record, combine, fresh_int, reduce_over,
+                                    referenced_conds, with_fresh)
 from argus.verify.transfer.domain import ReadSite, Rule, TileState, WgmmaSite, b_index
+from argus.verify.transfer.values import FACTS
 
 
 def wgmma(m: Model, op: O.Wgmma, scopes, role, counters, following) -> None:
@@ -33,11 +35,12 @@ def wgmma(m: Model, op: O.Wgmma, scopes, role, counters, following) -> None:
     def fn(idx, a=a, b=b, before=before, site=site, trans=op.trans_b):
         mm, n = idx
         kk = fresh_int("kk")
-        ra = m.wgmma_a(wsite, mm, kk)
-        rb = m.read_smem(b, b_index(b, n, kk, K, trans), site)
+        ra, own_a = with_fresh(lambda: m.wgmma_a(wsite, mm, kk))
+        rb, own_b = with_fresh(lambda: m.read_smem(b, b_index(b, n, kk, K, trans), site))
         # overwrite (scale-d = 0): nothing of the accumulator's old value flows in
         prev = Record(source="an overwritten accumulator") if op.overwrite else before.fn(idx)
-        fields = dict(prev.fields)
+        # (the product is no longer the value the accumulator had: its value facts go)
+        fields = {k: v for k, v in prev.fields.items() if k not in FACTS}
         for rec in (ra, rb):
             for name, val in rec.fields.items():
                 if name in ("tensor", "iter", "step", "stage", "value", "live"):
@@ -47,8 +50,11 @@ def wgmma(m: Model, op: O.Wgmma, scopes, role, counters, following) -> None:
                     fields[name] = combine(fields[name], val, f"wgmma at {op.loc}")
                 else:
                     fields[name] = val
-        return Record(fields, prev.defined, prev.cond + ra.cond + rb.cond,
-                      f"wgmma accumulator at {op.loc}")
+        # the operands' conditions stay where their auxiliaries do (a k-slice whose lineage
+        # `combine` dropped leaves none: referenced_conds)
+        return Record(fields, prev.defined, prev.cond + referenced_conds(
+            fields, prev.defined, (), [(ra, own_a), (rb, own_b)]),
+            f"wgmma accumulator at {op.loc}")
     m.tiles[op.acc.id] = TileState(before.shape, "wgmma_acc", fn, op.loc,
                                    f"wgmma accumulator at {op.loc}")
 

@@ -19,12 +19,17 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import TileType
-from argus.verify.tagdomain import Record, TagVal, combine, fresh_int, reduce_over, substitute
+from argus.verify.tagdomain import (Record, TagVal, combine, fresh_int, reduce_over,
+                                    referenced_conds, substitute, with_fresh)
+from argus.verify.transfer import values as V
 from argus.verify.transfer.domain import (EwSite, ReduceSite, Rule, TileState, _is_z3, _num)
 
 
 def full(m: Model, op: O.Full, scopes, role, counters, following) -> None:
-    m._set_tile(op.result, lambda idx: Record(source="a constant tile"), op, "a constant tile")
+    # a constant carries no tags, only what its value is (-inf, 0: transfer/values.py)
+    facts = V.of_constant(op.value)
+    m._set_tile(op.result, lambda idx: Record(dict(facts), source="a constant tile"), op,
+                "a constant tile")
 
 
 def arange(m: Model, op: O.Arange, scopes, role, counters, following) -> None:
@@ -44,39 +49,53 @@ def elementwise(m: Model, op: O.Elementwise, scopes, role, counters, following) 
     site = m._site(op, scopes, role)
     if m._recording and len(operands) > 1:
         m.ews.append(EwSite(op, site, operands))
-    if op.fn == "where" and operands and isinstance(op.args[0].type, TileType):
-        value_ops = operands[1:]  # the condition carries no data into the result
-    else:
-        value_ops = operands
     values = _index_values(m, op)
     masking = op.fn == "where" and len(op.args) == 3 and \
         isinstance(op.args[0].type, TileType) and not isinstance(op.args[2].type, TileType)
+    selects = op.fn == "where" and len(op.args) == 3 and isinstance(op.args[0].type, TileType)
+    facts = V.elementwise_rule(m, op)   # is_neg_inf / is_zero / not_neg_inf (values.py)
+    # the operands whose tags flow into the result (a where's condition carries no data)
+    tile_args = [(i, m.tile(a), a.type.shape) for i, a in enumerate(op.args)
+                 if isinstance(a.type, TileType) and not (selects and i == 0)]
 
-    def fn(idx, value_ops=value_ops, shape=shape):
+    def fn(idx, shape=shape):
         fields: dict = {}
-        cond: tuple = ()
+        parts: list = []
         defined = []
-        for state, oshape in value_ops:
-            rec = state.fn(_broadcast_index(idx, oshape))
-            cond += rec.cond
+        combined = False   # whether `combine` dropped an operand's lineage of a field
+        by_arg: list = [None] * len(op.args)
+        for i, state, oshape in tile_args:
+            rec, own = with_fresh(lambda state=state, oshape=oshape:
+                                  state.fn(_broadcast_index(idx, oshape)))
+            by_arg[i] = rec
+            parts.append((rec, own))
             defined.append(rec.defined)
             for name, val in rec.fields.items():
-                if name in ("tensor", "value", "live"):
+                if name in ("tensor", "value", "live") or name in V.FACTS:
                     continue  # computed data is no longer an element of one tensor
+                combined = combined or name in fields
                 fields[name] = combine(fields[name], val, f"{op.fn} at {op.loc}") \
                     if name in fields else val
         if values is not None:
             fields["value"] = TagVal(values(idx))
-        if masking:
+        mask = None
+        if selects:
             c = operands[0][0].fn(_broadcast_index(idx, operands[0][1])).fields.get("value")
-            if c is not None:
-                kept = c.term != 0
-                if len(operands) > 1:
-                    prev = operands[1][0].fn(_broadcast_index(idx, operands[1][1])).fields
-                    if "live" in prev:
-                        kept = z3.And(kept, prev["live"].term != 0)
-                fields["live"] = TagVal(z3.If(kept, 1, 0))
-        return Record(fields, z3.And(defined) if defined else z3.BoolVal(True), cond,
+            mask = c.term != 0 if c is not None else None
+        if masking and mask is not None:
+            kept = mask
+            prev = by_arg[1].fields if by_arg[1] is not None else {}
+            if "live" in prev:
+                kept = z3.And(kept, prev["live"].term != 0)
+            fields["live"] = TagVal(z3.If(kept, 1, 0))
+        if facts is not None:
+            for name, t in facts(by_arg, mask).items():
+                fields[name] = TagVal(_num(t))
+        defined = z3.And(defined) if defined else z3.BoolVal(True)
+        # an operand's conditions stay where its auxiliaries do (a broadcast row sum whose
+        # lineage `combine` dropped leaves none: referenced_conds)
+        return Record(fields, defined, referenced_conds(fields, defined, (), parts) if
+                      combined else tuple(c for p in parts for c in p[0].cond),
                       f"{op.fn} at {op.loc}")
     # without layout inference, a pointwise result of a same-shape accumulator is one too
     layout = op.result.type.layout or next(
@@ -156,14 +175,19 @@ def convert(m: Model, op: O.Convert, scopes, role, counters, following) -> None:
     src = m.tile(op.src)
     fn = src.fn
     dst = op.result.type.dtype if isinstance(op.result.type, TileType) else None
+    drop: tuple = ()
     if dst is None or dst.is_float or dst.bits != 32:
         # an index value converted to a float or a narrower integer may round or wrap: the
         # model no longer knows it (a mask built from it restricts nothing)
+        drop += ("value",)
+    if dst is None or not dst.is_float:
+        drop += V.FACTS   # -inf and 0 are kept by a float conversion only
+    if drop:
         def fn(idx, src=src):
             rec = src.fn(idx)
-            if "value" not in rec.fields:
+            if not any(k in rec.fields for k in drop):
                 return rec
-            return replace(rec, fields={k: v for k, v in rec.fields.items() if k != "value"})
+            return replace(rec, fields={k: v for k, v in rec.fields.items() if k not in drop})
     m._set_tile(op.result, fn, op, src.what)
     m.tiles[op.result.id].layout = op.result.type.layout or src.layout
 
@@ -207,8 +231,8 @@ def reduce(m: Model, op: O.Reduce, scopes, role, counters, following) -> None:
         live = rec.fields.get("live")
         fields = {}
         for name, val in rec.fields.items():
-            if name == "tensor":
-                continue
+            if name == "tensor" or name in V.FACTS:
+                continue   # (what a reduction's value is, is not known from its elements')
             got = reduce_over(val, v, 0, extent, f"{op.fn} over axis {axis} at {op.loc}")
             if live is not None and live.is_point and name != "live" and got is not val:
                 got = _kept_only(got, live, v, extent)
@@ -249,15 +273,17 @@ def scan(m: Model, op: O.Scan, scopes, role, counters, following) -> None:
         rec = src.fn(tuple(v if d == axis else x for d, x in enumerate(idx)))
         base = init.fn(tuple(z3.IntVal(0) if d == axis else x for d, x in enumerate(idx)))
         fields = {name: reduce_over(val, v, 0, extent, note)
-                  for name, val in rec.fields.items() if name != "tensor"}
+                  for name, val in rec.fields.items() if name != "tensor" and
+                  name not in V.FACTS}
         defined, cond = z3.And(rec.defined, base.defined), rec.cond + base.cond
         if point:
             own = src.fn(tuple(idx))
             fields = {name: combine(val, fields[name], note) if name in fields else val
-                      for name, val in own.fields.items() if name != "tensor"}
+                      for name, val in own.fields.items() if name != "tensor" and
+                      name not in V.FACTS}
             defined, cond = z3.And(defined, own.defined), cond + own.cond
         for name, val in base.fields.items():
-            if name != "tensor":
+            if name != "tensor" and name not in V.FACTS:
                 fields[name] = combine(fields[name], val, note) if name in fields else val
         return Record(fields, defined, cond, note)
     m._set_tile(op.result, lambda idx: mixed(idx, True), op, note)
