@@ -375,3 +375,57 @@ def test_optimize_takes_one_gpu_and_refuses_several(monkeypatch, capsys):
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "3,5"
     assert agent_cli._pin_gpus("1") == 0
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+# ------------------------------------------------------------------------------- baselines
+TINY_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x) * {scale}
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.slow
+def test_baselines_on_two_gpu_workers_measure_every_task_into_one_cache(tmp_path):
+    """`baselines --gpus`: the eager times of two tiny tasks measured by two workers (CPU
+    clock here; torch.compile off), every task once, the cache written by this process only,
+    and a second call takes both from the cache without starting a measurement."""
+    pytest.importorskip("torch")
+    from argus.bench.kernelbench.baseline_suite import SuiteOptions
+    from argus.bench.kernelbench.baselines import BaselineCache, Environment
+    from argus.bench.kernelbench.gpus import baselines_on_gpus
+
+    (tmp_path / "level1").mkdir()
+    tasks = []
+    for i in (1, 2):
+        path = tmp_path / "level1" / f"{i}_Tiny.py"
+        path.write_text(TINY_TASK.format(scale=i))
+        tasks.append(Task(1, i, f"{i}_Tiny", path, hashlib.sha256(path.read_bytes()).hexdigest()))
+    options = SuiteOptions(jobs=1, budget_s=300, task_timeout_s=120, trials=3, warmup=1,
+                           compile=False, device="cpu", min_start_s=0.0)
+    cache = BaselineCache(tmp_path / "cache.json")
+    outcomes, env = baselines_on_gpus(tasks, options, ("f0", "f1"), cache=cache,
+                                      log_dir=tmp_path / "logs")
+    assert [o.status for o in outcomes] == ["done", "done"], [o.error for o in outcomes]
+    assert all(o.eager["median_ms"] > 0 for o in outcomes)
+    fresh = BaselineCache(tmp_path / "cache.json")          # what the file holds
+    for t in tasks:
+        assert fresh.get(Environment.current("cpu"), t.sha256).eager_ms is not None
+    again, _ = baselines_on_gpus(tasks, options, ("f0", "f1"), cache=fresh,
+                                 log_dir=tmp_path / "logs2")
+    assert [o.status for o in again] == ["cached", "cached"]
+    assert not list((tmp_path / "logs2").glob("gpu*.log"))    # no worker was started

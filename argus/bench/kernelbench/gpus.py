@@ -272,6 +272,8 @@ class GpuPool:
             give_up: Callable[[str, str], None]) -> PoolResult:
         """Do `jobs` ((id, payload), in the order they should start); `done(id, record, gpu)`
         for each finished one, `give_up(id, why)` for one that took too many workers down."""
+        if not jobs:
+            return PoolResult((), (), {})          # nothing to do: no worker is started
         opts = self.options
         started = time.monotonic()
         deadline = started + opts.budget_s if opts.budget_s else None
