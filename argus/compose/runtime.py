@@ -75,14 +75,16 @@ class Program:
                 src, facts = tile.render(step.kernel, name, sched)
                 fn = tile.load_source(src, f"{_SERIAL[0]}_{name}")[name]
                 csrc = None
+                root = step.kernel.root
                 if "fold" in facts:         # rows folded for 16-byte rows (and split): one pass
                     cname = f"{name}_fold"
-                    csrc, cfacts = tile.fold_kernel(step.kernel.root.fn, facts["out_view"],
-                                                    *facts["fold"], cname, facts["split"])
+                    csrc, cfacts = tile.fold_kernel(root.fn, facts["out_view"], *facts["fold"],
+                                                    cname, facts["split"], root.dtype,
+                                                    facts["partial_dtype"])
                 elif facts["split"] > 1:
                     cname = f"{name}_combine"
-                    csrc, cfacts = tile.combine_kernel(step.kernel.root.fn, facts["split"],
-                                                       step.node.numel, cname)
+                    csrc, cfacts = tile.combine_kernel(root.fn, facts["split"], step.node.numel,
+                                                       cname, root.dtype, facts["partial_dtype"])
                 if csrc is not None:        # a second pass: partials, then this kernel
                     cfn = tile.load_source(csrc, f"{_SERIAL[0]}_{cname}")[cname]
                     facts["combine"] = (cfn, cfacts)
@@ -227,7 +229,8 @@ class _KernelCall:
         out = torch.empty(self.out_shape, dtype=self.out_dtype, device=device)
         launch = self.launch
         if "combine" in launch.facts:       # partials, then the combining pass
-            parts = torch.empty(launch.facts["out_view"], dtype=torch.float32, device=device)
+            parts = torch.empty(launch.facts["out_view"], dtype=launch.facts["partial_dtype"],
+                                device=device)
             _run(launch.fn, (*views, parts))
             cfn, cfacts = launch.facts["combine"]
             _run(cfn, (parts.view(cfacts["leaf_views"][0]), out.view(cfacts["out_view"])))

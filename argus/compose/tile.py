@@ -407,13 +407,14 @@ def fold_rows(k: FusedKernel, groups: list[Group]) -> int:
     reduction over R rows of C is one over R / f rows of f * C, then a sum of the f slices of
     C (`fold_kernel`, a pass over the small output). Every row then starts 16-byte aligned
     (when the tensor does). Only for a lone combinable statistic (sum, max, min, prod) that
-    is the fp32 output, over leaves that all span both tile groups (one with size 1 there
-    would have to repeat), with no index predicate, and where R divides by f."""
+    is the float output (fp32 partials, rounded once by the fold pass), over leaves that all
+    span both tile groups (one with size 1 there would have to repeat), with no index
+    predicate, and where R divides by f."""
     if len(groups) < 2 or not k.kept_output or len(k.stats) != 1 or k.root.op != "reduce":
         return 1
     t0, t1 = groups[-2], groups[-1]
     if not t0.reduced or t1.reduced or k.root.fn not in COMBINE or \
-            k.root.dtype != torch.float32 or not k.leaves:
+            not k.root.dtype.is_floating_point or not k.leaves:
         return 1
     if not all(t0.flags) or not all(t1.flags) or any(g.iota >= 0 for g in groups) or \
             any(n.fn in ("iota", "shift") for n in _nodes(k)):
@@ -777,6 +778,11 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
                 e.line(f"{a} = {a} + ({count} * ({lanes})) * ({shift} * {shift})")
     # ------------------------------------------------------------------ output
     out_dtype = DT.get(k.root.dtype, "ag.f32")
+    # partials of a split or folded reduction stay fp32 for a float result (rounded once, by
+    # the second pass, to the result's dtype); an integer result's in its own type
+    partial_dtype = torch.float32 if k.root.dtype.is_floating_point else k.root.dtype
+    if split > 1 or folded > 1:
+        out_dtype = DT[partial_dtype]
     if k.kept_output:
         offs = [("0" if g.reduced else e.coord[i]) for i, g in enumerate(groups)]
         if k.root in e.stat_var:
@@ -827,16 +833,19 @@ def render(k: FusedKernel, name: str, s: TileSchedule = TileSchedule()) -> tuple
               f"{[(g.size, 'R' if g.reduced else 'K') for g in groups]}\n")
     src = header + "\n".join(e.lines) + "\n"
     facts = {"leaf_views": views, "out_view": tuple(out_sizes), "schedule": s, "split": split,
-             "ctas": grid0 * grid1 * split}
+             "ctas": grid0 * grid1 * split, "partial_dtype": partial_dtype}
     if folded > 1:
         facts["fold"] = (folded, groups[-1].size // folded)
     return src, facts
 
 
-def combine_kernel(fn: str, split: int, size: int, name: str) -> tuple[str, dict]:
-    """The second pass of a split reduction: [split, size] partials -> [1, size]."""
-    part = Node("leaf", (), (split, size), torch.float32, {}, name="partials")
-    root = Node("reduce", (part,), (1, size), torch.float32, {"fn": fn, "axes": (0,)},
+def combine_kernel(fn: str, split: int, size: int, name: str,
+                   dtype: torch.dtype = torch.float32,
+                   partial_dtype: torch.dtype = torch.float32) -> tuple[str, dict]:
+    """The second pass of a split reduction: [split, size] partials -> [1, size] of `dtype`
+    (a bf16 sum's partials are fp32, rounded once here)."""
+    part = Node("leaf", (), (split, size), partial_dtype, {}, name="partials")
+    root = Node("reduce", (part,), (1, size), dtype, {"fn": fn, "axes": (0,)},
                 name="combined")
     k = FusedKernel(root, (split, size), (0,), True, [root], [part])
     # not folded: the runtime runs one second pass, and this is it
@@ -845,15 +854,16 @@ def combine_kernel(fn: str, split: int, size: int, name: str) -> tuple[str, dict
 
 
 def fold_kernel(fn: str, out_view: tuple[int, ...], fold: int, size: int, name: str,
-                split: int = 1) -> tuple[str, dict]:
+                split: int = 1, dtype: torch.dtype = torch.float32,
+                partial_dtype: torch.dtype = torch.float32) -> tuple[str, dict]:
     """The second pass of a folded reduction (`fold_rows`): partials [.., 1, fold * size] seen
-    as [P, fold, size] (P the kept outer elements) -> [P, 1, size], the fold slices combined
-    in order; with `split` slices of a split loop too ([split, P, fold, size], the slices an
-    outer loop), in one pass."""
+    as [P, fold, size] (P the kept outer elements) -> [P, 1, size] of `dtype`, the fold slices
+    combined in order; with `split` slices of a split loop too ([split, P, fold, size], the
+    slices an outer loop), in one pass."""
     outer = math.prod(out_view[(1 if split > 1 else 0):-2])
     domain, axes = (split, outer, fold, size), (0, 2)
-    part = Node("leaf", (), domain, torch.float32, {}, name="partials")
-    root = Node("reduce", (part,), (1, outer, 1, size), torch.float32,
+    part = Node("leaf", (), domain, partial_dtype, {}, name="partials")
+    root = Node("reduce", (part,), (1, outer, 1, size), dtype,
                 {"fn": fn, "axes": axes}, name="folded")
     k = FusedKernel(root, domain, axes, True, [root], [part])
     return render(k, name, TileSchedule(rows=pow2(fold), bn=min(1024, pow2(size)),

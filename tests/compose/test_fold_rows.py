@@ -157,3 +157,30 @@ def test_long_loop_split_with_fold_in_one_second_pass(fn, ctas):
     torch.testing.assert_close(y, model(x), rtol=2e-5, atol=1e-5)
     (main,) = [f for f in facts if "combine" in f]
     assert main["fold"] == (4, 21) and (main["split"] > 1) == bool(ctas), main
+
+
+class _Sum(nn.Module):
+    def forward(self, a):
+        return a.sum(1)
+
+
+@pytest.mark.parametrize("dtype, cols, how", [(torch.bfloat16, 64, "split"),
+                                              (torch.bfloat16, 21, "fold"),
+                                              (torch.float16, 21, "fold"),
+                                              (torch.float16, 64, "split")])
+def test_half_precision_partials_are_fp32(dtype, cols, how):
+    """A split or folded bf16 / fp16 sum keeps its partials in fp32 and rounds once in the
+    second pass, as torch does (before: the first pass declared bf16 partials that the runtime
+    allocated as fp32, a LaunchError, which the long-loop split made reachable)."""
+    torch.manual_seed(2)
+    x = (torch.randn(66, 512, cols) * 4).to(dtype)
+    new = type("New", (runtime.ComposedModel,), {
+        "MODEL": _Sum, "SCHEDULES": {"tile": tile.TileSchedule(2, 64, 256, ctas=4096)}})()
+    with torch.no_grad():
+        y = new(x)
+    (facts,) = [launch.facts for launch in next(iter(new._programs.values())).launches.values()]
+    assert (facts["split"] > 1) if how == "split" else ("fold" in facts), facts
+    assert facts["partial_dtype"] == torch.float32
+    ref = x.sum(1)
+    assert y.dtype == ref.dtype
+    torch.testing.assert_close(y.float(), ref.float(), rtol=0, atol=0)
