@@ -85,7 +85,10 @@ class Lowering:
     def reduce(self, fn: str, x: Node, dims, keepdim: bool, result=None):
         axes = _dims(x, dims)
         kshape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-        dtype = torch.int64 if fn in ("argmax", "argmin") else x.dtype
+        # torch's types: indices int64, and a sum or product of integers or booleans int64
+        integral = not x.dtype.is_floating_point and not x.dtype.is_complex
+        dtype = torch.int64 if fn in ("argmax", "argmin") or (
+            fn in ("sum", "prod") and integral) else x.dtype
         r = self.g.add("reduce", (x,), kshape, dtype, fn=fn, axes=axes)
         if keepdim:
             return r

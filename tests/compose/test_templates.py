@@ -750,3 +750,17 @@ def test_split_k_matmul_is_accurate_and_deterministic(terms_chunks):
     err = ((out[0].double() - ref).norm() / ref.norm()).item()
     assert err < (2e-6 if terms == 6 else 2e-5), err
     assert torch.equal(out[0], out[1])
+
+
+@pytest.mark.parametrize("case", ["int32_sum", "bool_count", "int32_prod", "int32_max"])
+def test_integer_reductions_have_torch_dtypes(case):
+    """torch sums and multiplies integers and booleans into int64 (max / min keep the type);
+    the composed reduction returned int32 for an int32 sum."""
+    torch.manual_seed(0)
+    x = (torch.randn(6, 50, 21) * 4).to(torch.int32)
+    f = {"int32_sum": lambda a: a.sum(1), "bool_count": lambda a: (a > 0).sum(-1),
+         "int32_prod": lambda a: (a % 3 + 1).prod(-1), "int32_max": lambda a: a.amax(1)}[case]
+    ref, new = composed(fn_model(f))
+    with torch.no_grad():
+        y, want = new(x), ref(x)
+    assert y.dtype == want.dtype and torch.equal(y, want)
