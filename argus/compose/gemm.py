@@ -14,6 +14,8 @@ those of argus/agent/split_numerics.py (SLOTS), which derives their accuracy; ch
 Skinny and long-K problems (groups_pay: a weight read once, K = 2^19 into 256 x 256) store each
 operand's pieces once instead (A0 A1 A2 / B2 B1 B0) and run one GEMM per product group over
 views (grouped_products); chunk partials of a small output are summed in two passes (sum_parts).
+The K chunks are the GEMM's split-K: `plan_split` takes more of them than the accuracy bound
+needs where a small output would leave SMs idle (a cost rule over the GEMM time model).
 
 An operand whose innermost dim is not K (B = [K, N] row-major, A = X.T) is first transposed by
 an Argus copy kernel (a tile stored transposed), so the split always reads K-contiguous rows.
