@@ -12,6 +12,11 @@ Reductions run in passes: a pass accumulates every statistic whose operands are 
 row maximum, then the sum of exp(x - max)); out-of-bounds elements of reduced tile dims are
 masked to the reduction's neutral value. The output is then stored from the last statistic
 (a reduction) or from an apply pass over the domain (softmax, norms).
+
+A lone reduction may take two kernels: its block loop split over CTAs (split-R, where the grid
+is short of a wave or the loop long: LONG_LOOP_CTAS) and its rows folded into rows of whole
+16-byte chunks (`fold_rows`); the first writes fp32 partials, the second combines them in a
+fixed order (`combine_kernel`, `fold_kernel`).
 """
 
 from __future__ import annotations
