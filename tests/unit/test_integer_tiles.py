@@ -264,3 +264,16 @@ def test_integer_scans_are_exact():
     src = codegen.render(lower_only(int_cumsum)).text
     assert "int run" in src and "float run" not in src and "max(" in src
     compile_kernel(int_cumsum, verify=False)
+
+
+def test_scalar_integer_arithmetic_wraps_as_on_the_device():
+    """An i32 scalar product past 2^31 wraps in the generated `int` arithmetic; the
+    interpreter computes the same (an i64 tile product keeps it: the rule's point)."""
+    @ag.kernel
+    def k(Y: ag.Tensor["M", "N", ag.i32], a: ag.Scalar[ag.i32], b: ag.Scalar[ag.i32]):
+        (p,) = ag.grid(1)
+        ag.store(Y, (0, 0), ag.full((1, 2), 0, ag.i32) + (a * b + 1) // 65536)
+
+    Y = np.zeros((1, 2), np.int32)
+    k.interpret(Y, 1 << 16, (1 << 15) + 1)   # 2^31 + 2^16 + 1 wraps to -2^31 + 2^16 + 1
+    np.testing.assert_array_equal(Y, -32766)   # C division of the wrapped value (not 32769)

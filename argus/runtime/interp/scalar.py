@@ -1,7 +1,8 @@
 """Rules for scalar ops: constants, scalar arithmetic, grid ids, thread index, cluster rank.
 
 Invariant: integer `floordiv`/`mod` follow C (truncate toward zero), like the generated CUDA;
-an int-typed result stays a Python int.
+an int-typed result stays a Python int, wrapped to its type's width as the device's register
+(an i32 `pid * N` past 2^31 wraps there too).
 """
 
 from __future__ import annotations
@@ -42,9 +43,18 @@ def const(m: _Interp, g: _Group, op: O.Const) -> None:
 def arith(m: _Interp, g: _Group, op: O.Arith) -> None:
     a, b = m.val(g, op.lhs), m.val(g, op.rhs)
     r = _ARITH[op.fn](a, b)
-    if isinstance(op.result.type, ScalarType) and op.result.type.dtype.kind == "int":
-        r = int(r)
+    t = op.result.type.dtype if isinstance(op.result.type, ScalarType) else None
+    if t is not None and t.kind in ("int", "uint"):
+        r = _wrap(int(r), t)
     g.env[op.result.id] = r
+
+
+def _wrap(r: int, dtype) -> int:
+    """`r` in the C type of `dtype`, two's complement (an i32 product that overflows wraps
+    on the device; the interpreter reports what the device computes, not the true value)."""
+    mod = 1 << dtype.bits
+    r %= mod
+    return r - mod if dtype.kind == "int" and r >= mod // 2 else r
 
 
 @rule(O.GridIds)
