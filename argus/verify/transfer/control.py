@@ -165,7 +165,7 @@ def _facts_where(cond, after: TileState, before: TileState) -> TileState:
         rec = after.fn(idx)
         if not any(k in rec.fields for k in _FACT_DEFAULTS):
             return rec
-        old = before.fn(idx).fields
+        old = before.fn(idx).fields if before.valued else {}
         fields = dict(rec.fields)
         for name, default in _FACT_DEFAULTS.items():
             a, b = rec.fields.get(name), old.get(name)
@@ -190,7 +190,8 @@ def var(m: Model, op: O.Var, scopes, role, counters, following) -> None:
                                m._assigned_vars() else m.scalar(op.init))
         return
     src = m.tile(op.init)
-    m.tiles[op.result.id] = TileState(src.shape, src.layout, src.fn, op.loc, src.what)
+    m.tiles[op.result.id] = TileState(src.shape, src.layout, src.fn, op.loc, src.what,
+                                      valued=src.valued)
     m._def_seq[op.result.id] = next(m._seq)
 
 
@@ -198,7 +199,8 @@ def assign(m: Model, op: O.Assign, scopes, role, counters, following) -> None:
     if isinstance(op.dst.type, ScalarType):
         return  # the variable is opaque (see `var` above)
     src = m.tile(op.src)
-    m.tiles[op.dst.id] = TileState(m.tile(op.dst).shape, src.layout, src.fn, op.loc, src.what)
+    m.tiles[op.dst.id] = TileState(m.tile(op.dst).shape, src.layout, src.fn, op.loc, src.what,
+                                   valued=src.valued)
     m._def_seq[op.dst.id] = next(m._seq)
 
 

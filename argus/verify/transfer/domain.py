@@ -152,6 +152,9 @@ class TileState:
     fn: Callable[[tuple], Record]
     loc: Loc
     what: str
+    # False when no element can carry a value fact (transfer/values.py): a wgmma accumulator
+    # (the product drops them), so an `ag.when` merge need not build its record to look
+    valued: bool = True
 
     def __post_init__(self) -> None:
         # the same element's record is asked for by several checks (and by several consumers

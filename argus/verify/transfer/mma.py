@@ -56,7 +56,7 @@ def wgmma(m: Model, op: O.Wgmma, scopes, role, counters, following) -> None:
             fields, prev.defined, (), [(ra, own_a), (rb, own_b)]),
             f"wgmma accumulator at {op.loc}")
     m.tiles[op.acc.id] = TileState(before.shape, "wgmma_acc", fn, op.loc,
-                                   f"wgmma accumulator at {op.loc}")
+                                   f"wgmma accumulator at {op.loc}", valued=False)
 
 
 RULES: dict[type, Rule] = {
