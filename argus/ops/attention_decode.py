@@ -149,12 +149,19 @@ def run_decode(q, k, v, causal: bool, scale: float, layout: str, return_lse: boo
             _ENTRIES.pop(next(iter(_ENTRIES)))
     out, ws = call.allocate()
     plans = []
-    copied = call.run(out, ws, lambda *a: plans.append(_prepare(*a, device=q.device)))
-    if any(plan is not False for plan in plans):
-        stream = _current_stream(q.device.index)    # the plans' device (torch's stream)
-        for plan in plans:
-            if plan is not False:
-                plan(stream)
+    stream = _current_stream(q.device.index)    # the plans' device (torch's stream)
+
+    def launch(*args):
+        # launched as prepared, inside call.run: a plan holds raw pointers only, and run's
+        # temporaries (a copy of q, the packed output copied back into out after the last
+        # launch) live only there; launched after run returns, the copy-back read the output
+        # copy before any kernel wrote it (NaN on the device) and q's copy was freed
+        plan = _prepare(*args, device=q.device)
+        plans.append(plan)
+        if plan is not False:
+            plan(stream)
+
+    copied = call.run(out, ws, launch)
     if entry is not None and not copied:   # launches that read q, k, v where they are
         entry.remember(_pointers(q, k, v, block_table, seq_lens, out, ws), plans)
     return out, call.lse(ws, return_lse)

@@ -287,6 +287,41 @@ def test_a_call_that_copies_q_is_never_replayed(monkeypatch):
     assert calls["prepare"] == before + 4
 
 
+@pytest.mark.parametrize("SK", [100, 8192])    # the direct kernel; split + combine
+def test_the_output_copy_is_made_after_the_launches(monkeypatch, SK):
+    """bshd q with GQA and several tokens: the kernels write a packed copy of the output that
+    the call copies into out. The launches must run before that copy (a plan holds raw
+    pointers only, so run's temporaries live only while it runs); a6fc02f prepared every plan
+    inside run and launched them after it returned, so out got the copy's uninitialized
+    memory (NaN / relative error 1.58 in tests/gpu/test_attention_decode_gpu.py)."""
+    calls = _stub_the_device(monkeypatch)
+    mod = importlib.import_module("argus.ops.attention_decode")
+
+    def prepare(kernel_fn, compile_time, tensors, scalars, *, device):
+        calls["prepare"] += 1
+
+        def launch(stream):   # the kernel writing its output rows (O is second to last)
+            calls["launch"] += 1
+            tensors[-2].fill_(1.0)
+        return launch
+
+    monkeypatch.setattr(mod, "_prepare", prepare)
+    full, nan = torch.full, float("nan")
+
+    def shape(a):
+        return tuple(a[0]) if len(a) == 1 and not isinstance(a[0], int) else tuple(a)
+    # new buffers hold NaN (the device's uninitialized memory, made visible)
+    monkeypatch.setattr(torch, "empty", lambda *a, dtype=None, device=None:
+                        full(shape(a), nan, dtype=dtype, device=device))
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *a, **kw:
+                        full(shape(a), nan, dtype=self.dtype, device=self.device))
+    q = torch.randn(1, 4, 8, 64).bfloat16()                        # [B, S, H, D]
+    k, v = (torch.randn(1, SK, 2, 64).bfloat16() for _ in range(2))
+    out = attention_decode(q, k, v, layout="bshd")
+    assert calls["launch"] == calls["prepare"] >= 1
+    assert torch.equal(out, torch.ones_like(out)), "out copied before the kernels wrote it"
+
+
 def test_split_rule_fills_the_sms_in_one_wave():
     """num_splits from the SM count (132) and the KV length: where one wave of splits can
     hold >= 90% of the SMs, the rule takes the most CTAs one wave holds (a decode CTA is one
