@@ -52,6 +52,7 @@ PROMOTE_MAX_BN = 160
 # block scales a TMA box holds per row: 16 bytes of f32 (TMA's least inner extent), the K
 # step's own block scale first; the other three are read by nobody (the compiler drops them)
 SCALE_BOX = 4
+SB_ROWS = 128 // (4 * SCALE_BOX)   # f32 rows of SCALE_BOX in 128 B: one weight-scale stage
 # overlapped promotion holds the main one and two partials: 3 x bn / 2 registers (192 at 128)
 OVERLAP_MAX_BN = 128
 
@@ -130,7 +131,7 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
         """Shared memory of the tiles (the compiler adds barriers and alignment)."""
         ring = self.stages * (self.bm + self.bn) * self.bk
         staging = self.bm * self.bn * 2 if self.epilogue == "tma" else 0
-        scales = self.stages * (self.bm + 2) * SCALE_BOX * 4 if self.smem_scales else 0
+        scales = self.stages * (self.bm + SB_ROWS) * SCALE_BOX * 4 if self.smem_scales else 0
         return ring + staging + scales
 
 
@@ -417,7 +418,7 @@ class SharedBlockScales:
     Rows past M and blocks past N or K read TMA's zeros, as the global loads' fill did."""
 
     sa: object               # SmemBuffer (stages, bm, SCALE_BOX) f32
-    sb: object               # SmemBuffer (stages, planes, SCALE_BOX) f32
+    sb: object               # SmemBuffer (stages, SB_ROWS, SCALE_BOX) f32: planes rows used
     scale_a: object          # [M, K/128] f32 (K-major)
     scale_b: object          # [N/128, K/128] f32, or a grouped kernel's per-expert tensor
     bm: int
@@ -432,7 +433,10 @@ class SharedBlockScales:
         """The per-stage scale buffers of schedule s (allocated after the ring)."""
         planes = planes or (1 if SCALE_BLOCK % s.bn == 0 else 2)
         sa = ag.smem((s.stages, s.bm, SCALE_BOX), ag.f32)
-        sb = ag.smem((s.stages, planes, SCALE_BOX), ag.f32)
+        # a TMA destination starts on 128 B (CUDA Programming Guide, TMA alignment: the shared
+        # memory address; DeepGEMM asserts it for its scale stages): a stage of `planes` rows
+        # of 16 B would put stages 1.. at 16 B steps, so each stage takes SB_ROWS rows
+        sb = ag.smem((s.stages, SB_ROWS, SCALE_BOX), ag.f32)
         return cls(sa, sb, scale_a, scale_b, s.bm, s.bn, s.bm // s.consumers, planes)
 
     def load(self, ring: OperandRing, k_steps, A, W, unit: Unit, *, rank=0,
@@ -450,7 +454,8 @@ class SharedBlockScales:
                 coords = b_coords(k) if b_coords is not None else \
                     (unit.n * self.bn // SCALE_BLOCK, k)
                 box = (1,) * (len(coords) - 2) + (self.planes, SCALE_BOX)
-                ag.tma.load(self.sb[stage], self.scale_b, coords, box=box)
+                ag.tma.load(self.sb[stage].rows_of(0, self.planes), self.scale_b, coords,
+                            box=box)
 
     def initial(self):
         """Placeholders for `read`'s results before the first step (never used as scales)."""
@@ -463,7 +468,7 @@ class SharedBlockScales:
         activation scales [rows, 1] and the weight scale(s) [1, 1] (the second None unless
         the tile takes two: `two`)."""
         per_row = ag.load_shared(self.sa[stage].rows_of(wg * self.rows, self.rows))[:, 0:1]
-        w = ag.load_shared(self.sb[stage])
+        w = ag.load_shared(self.sb[stage].rows_of(0, self.planes))
         if not two:
             return per_row, w[:, 0:1], None
         return per_row, w[0:1, :][:, 0:1], w[1:2, :][:, 0:1]

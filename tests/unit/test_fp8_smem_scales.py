@@ -88,6 +88,30 @@ def test_rendered_consumers_read_the_scales_from_shared_memory(schedule):
     assert loop.index("ag::wgmma_wait<0>();") < loop.rindex("mbar_arrive", 0, promote)
 
 
+_C_BYTES = {"float": 4, "ag::e4m3": 1, "ag::bf16": 2, "ag::f16": 2}
+
+
+@pytest.mark.parametrize("schedule", [_smem(bn=128, stages=6), _smem(bn=112, stages=5),
+                                      _smem(bn=128, stages=5, cluster_m=2, epilogue="tma")])
+def test_every_tma_destination_stage_is_128_byte_aligned(schedule):
+    """A TMA copy's shared-memory destination starts on 128 B (CUDA Programming Guide, TMA
+    alignment requirements; DeepGEMM asserts it for its scale stages). The weight scales'
+    stages were 16 B apart (planes x 4 f32), so stages 1.. were misaligned (a device fault:
+    the likely 'illegal instruction' of tests/gpu/test_fp8_smem_scales_gpu.py); smem.align
+    checks the stage step of swizzled buffers only."""
+    text, _ = _consumer_source(schedule)
+    base = {m[1]: int(m[2]) for m in re.finditer(
+        r"const (s\d+) = reinterpret_cast<[^>]+>\(smem \+ (\d+)\)", text)}
+    dests = re.findall(r"ag::tma_load\w*\(&tmap\d+, (v\d+),", text)
+    assert len(dests) >= 4, dests
+    for d in dests:
+        m = re.search(rf"([\w:]+)\* const {d} = (s\d+) \+ v\d+ \* (\d+)"
+                      rf"(?: \+ \(v\d+\) \* (\d+))?;", text)
+        assert m, f"{d}: destination not of the form buffer + stage * step [+ row * pitch]"
+        steps = [int(x) * _C_BYTES[m[1]] for x in (m[3], m[4]) if x]
+        assert base[m[2]] % 128 == 0 and all(b % 128 == 0 for b in steps), (m[0], steps)
+
+
 def test_smem_scales_verify_clean():
     from tests.unit.test_fp8_blockscaled import _verify_clean
 
@@ -117,9 +141,10 @@ def test_smem_scales_schedule_checks_and_repr():
     assert "smem_scales" not in repr(Fp8GemmSchedule(bn=128, promote=True))
     s = _smem(bn=128, stages=5)
     assert eval(repr(s), {"Fp8GemmSchedule": Fp8GemmSchedule}) == s
-    # the scale boxes' shared memory is counted: (bm + 2) rows of 16 bytes per stage
+    # the scale boxes' shared memory is counted: bm rows of 16 bytes per stage, and the
+    # weight scales' 128 B (a TMA destination's alignment)
     assert s.smem_bytes == Fp8GemmSchedule(bn=128, stages=5, promote=True).smem_bytes \
-        + 5 * 130 * 16
+        + 5 * (128 * 16 + 128)
     # each kernel refuses the other's schedules
     with pytest.raises(ag.TraceError, match="smem_scales"):
         lower_only(gemm_fp8_blockscaled_kernel(ag.bf16), s=s)
