@@ -1,11 +1,14 @@
 """GPU tier for the judge's timed-call check (argus/bench/kernelbench/judge.py `timing_sets`,
 `_check_timed`; worker.py CandidateRole.time): the solution is timed on one set of argument
-tensors refilled with two input sets it has not seen, in a shuffled order, and one timed call
-of each set is compared with that set's float64 reference. On a reduced ReLU (512 x 65536),
-through files and judging `direct` (inputs staged by CUDA IPC, the timed calls' outputs handed
-back by IPC and copied on receipt): an honest copy is correct and timed with CUDA events, a
-solution that caches its output by input tensor identity and one that computes only while
-watched both fail with `timed_output_wrong`, though every watched run was right."""
+tensors refilled with two input sets it has not seen, in a shuffled order, each call's set
+reflected by a key of its own (inputs.reflect, drawn on the GPU), and one timed call of each
+set is compared with a float64 reference of that call's inputs, recomputed by the judge. On a
+reduced ReLU (512 x 65536), through files and judging `direct` (inputs staged by CUDA IPC, the
+timed calls' outputs handed back by IPC and copied on receipt): an honest copy is correct and
+timed with CUDA events (the judge recomputes the candidate's reflections bit for bit: no
+input_mutated), a solution that caches its output by input tensor identity and one that
+computes only while watched both fail with `timed_output_wrong`, though every watched run was
+right, and one that caches by value never hits its cache (timed on its 25 ms of work)."""
 
 from __future__ import annotations
 
@@ -41,7 +44,10 @@ def test_timed_calls_are_checked_on_unseen_sets(direct):
         honest = judge_with(session, FIXTURES / "relu_copy.py")
         cheat = judge_with(session, FIXTURES / "cached_by_identity.py")
         sneaky = judge_with(session, FIXTURES / "honest_when_watched.py")
+        by_value = judge_with(session, FIXTURES / "cached_by_value.py")
     assert honest.correct, (honest.reasons, honest.detail)
+    assert by_value.correct, (by_value.reasons, by_value.detail)
+    assert by_value.timing["median_ms"] >= 20.0, by_value.timing
     assert honest.timing and honest.timing["clock"] == "cuda-events+device-sync"
     assert "check of the timed calls" in honest.phases, honest.phases
     if direct:
@@ -50,3 +56,4 @@ def test_timed_calls_are_checked_on_unseen_sets(direct):
         assert all(s.strict_ok for s in j.sets), j.detail        # watched runs: right
         assert j.reason == "timed_output_wrong", (j.reasons, j.detail)
         assert "timed call" in j.detail and not j.correct_relaxed
+        assert j.precision == "worse than bf16", j.precision

@@ -68,19 +68,22 @@ def _draw(shape: torch.Size, dtype: torch.dtype, distribution: str,
           gen: torch.Generator) -> torch.Tensor:
     # float64 on the CPU; on a GPU in float32 (a float64 draw of a 1.6 G-element input would
     # need 25 GB of temporaries), still a pure function of the seed on that device
+    # in place: at most two draws of the input's size live at once (the same values as the
+    # out-of-place arithmetic, op for op)
     work = torch.float64 if gen.device.type == "cpu" else torch.float32
     kw = {"generator": gen, "dtype": work, "device": gen.device}
     if distribution == "normal":
         return torch.randn(shape, **kw)
     if distribution == "large":
-        return torch.randn(shape, **kw) * LARGE_SCALE
+        return torch.randn(shape, **kw).mul_(LARGE_SCALE)
     if distribution == "signed":
-        return torch.rand(shape, **kw) * 2 - 1
+        return torch.rand(shape, **kw).mul_(2).sub_(1)
     if distribution == "heavy":
         # Student-t(2) = Z / sqrt(chi2_2 / 2), chi2_2 = -2 log U.
         z = torch.randn(shape, **kw)
-        u = torch.rand(shape, **kw).clamp_min(torch.finfo(work).tiny)
-        return (z / torch.sqrt(-torch.log(u))).clamp(-HEAVY_CLIP, HEAVY_CLIP)
+        u = torch.rand(shape, **kw).clamp_min_(torch.finfo(work).tiny)
+        u.log_().neg_().sqrt_()
+        return z.div_(u).clamp_(-HEAVY_CLIP, HEAVY_CLIP)
     raise ValueError(f"unknown input distribution {distribution!r}; choose from {DISTRIBUTIONS}")
 
 
@@ -105,12 +108,12 @@ def transform(inputs: list[Any], distribution: str, seed: int, absolute: bool = 
             continue
         values = _draw(x.shape, x.dtype, distribution, gen)
         if absolute:
-            values = values.abs()
+            values.abs_()
         if x.device != gen.device:
             values = values.to(x.device)
-        values = torch.where(x.detach() == 0, torch.zeros((), dtype=values.dtype,
-                                                          device=values.device), values)
+        values.masked_fill_(x.detach() == 0, 0)
         out.append(values.to(dtype=x.dtype))
+        del values
         kinds.append(distribution + ("(abs)" if absolute else ""))
     return out, kinds
 

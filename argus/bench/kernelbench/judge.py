@@ -47,7 +47,7 @@ from argus.bench.kernelbench import inputs as kb_inputs
 from argus.bench.kernelbench import probes, provenance, roofline, tolerance
 from argus.bench.kernelbench.baselines import BaselineCache, BaselineRecord, get_or_measure
 from argus.bench.kernelbench.process import LocalWorker, Worker, WorkerError
-from argus.bench.kernelbench.worker import same_fingerprints
+from argus.bench.kernelbench.worker import _DTYPES, same_fingerprints
 from argus.bench.kernelbench.shrink import SizeBudget
 from argus.bench.kernelbench.tasks import KernelBenchError, Task, task_from_path
 from argus.bench.timing import Timing, side_stream_suspect
@@ -285,6 +285,9 @@ class _RefSet:
     probe_relaxed: set[str] = field(default_factory=set)
     probes_done: bool = False
     inputs: list[Any] | None = None      # direct judging: the inputs, in this process
+    # a big set once compared: its reference in the outputs' dtypes, for the next set's stale
+    # probe only (`ReferenceSession.keep_stale`; the float64 reference is gone)
+    stale: list[torch.Tensor] | None = None
 
     @property
     def present(self) -> bool:
@@ -579,10 +582,32 @@ class ReferenceSession:
         calib = reply["calibration"]
         return {name: _worst(calib.get(name)) for name in ("tf32", "bf16")}
 
+    def keep_stale(self, index: int) -> None:
+        """Once set `index` is compared, a big set keeps only what the next set's stale probe
+        needs: its reference in the outputs' dtypes (half a float32 task's float64 bytes; a
+        stale answer would be returned in them), never a reference to compare with again."""
+        entry = self.sets.get(index)
+        if entry is None or entry.ref is None or not self._big(entry):
+            return
+        entry.stale = [r.to(_DTYPES.get(meta["dtype"], r.dtype))
+                       for r, meta in zip(entry.ref, entry.reply["outputs"])]
+        entry.ref = None
+
+    def _big(self, entry: _RefSet) -> bool:
+        assert entry.ref is not None
+        nbytes = sum(r.numel() * r.element_size() for r in entry.ref)
+        return nbytes * len(self.specs) > self.options.ref_cache_bytes
+
     def release(self, index: int) -> None:
         """Drop a big reference from memory (it is re-prepared when needed again)."""
         entry = self.sets.get(index)
-        if entry is None or entry.ref is None:
+        if entry is None:
+            return
+        if entry.stale is not None:     # big, and its reference gone already (`keep_stale`)
+            entry.stale = entry.inputs = None
+            if index != 0:
+                entry.inputs_path.unlink(missing_ok=True)
+        if entry.ref is None:
             return
         nbytes = sum(r.numel() * r.element_size() for r in entry.ref)
         if nbytes * len(self.specs) > self.options.ref_cache_bytes:
@@ -706,31 +731,39 @@ class ReferenceSession:
         bases = []
         values: list[Any] = []
         t0 = time.perf_counter()
-        for spec in self._timing_specs():
-            drawn = next((e.reply.get("gen") or {} for e in self.sets.values()
-                          if e.spec.distribution == spec.distribution), {})
-            base = _TimingBase(spec, str(drawn.get("distribution", spec.distribution)),
-                               bool(drawn.get("absolute", False)))
-            path = self.dir / "inputs" / f"set{spec.index}.pt"
+        # direct judging draws them in this thread: one shared hold for both sets and the
+        # hand-over's copies (a reference worker process enters the gate itself)
+        hold = _SharedHold()
+        try:
+            if self.options.direct:
+                hold.enter()
+            for spec in self._timing_specs():
+                drawn = next((e.reply.get("gen") or {} for e in self.sets.values()
+                              if e.spec.distribution == spec.distribution), {})
+                base = _TimingBase(spec, str(drawn.get("distribution", spec.distribution)),
+                                   bool(drawn.get("absolute", False)))
+                path = self.dir / "inputs" / f"set{spec.index}.pt"
+                path.unlink(missing_ok=True)
+                reply = self.worker.request(
+                    "make_inputs", self.options.timeout_s, seed=spec.seed,
+                    distribution=base.distribution, absolute=base.absolute,
+                    inputs_path=None if self.options.direct else str(path))
+                # through files, the sets only go from one file to another: never onto the GPU
+                values += reply["tensors"] if self.options.direct else \
+                    torch.load(path, map_location="cpu", weights_only=True)
+                path.unlink(missing_ok=True)
+                bases.append(base)
+            self.add_phase("reference timing sets (inputs)", time.perf_counter() - t0)
+            path = self.dir / "inputs" / "timing.pt"
             path.unlink(missing_ok=True)
-            reply = self.worker.request(
-                "make_inputs", self.options.timeout_s, seed=spec.seed,
-                distribution=base.distribution, absolute=base.absolute,
-                inputs_path=None if self.options.direct else str(path))
-            # through files, the sets only go from one file to another: never onto the GPU
-            values += reply["tensors"] if self.options.direct else \
-                torch.load(path, map_location="cpu", weights_only=True)
-            path.unlink(missing_ok=True)
-            bases.append(base)
-        self.add_phase("reference timing sets (inputs)", time.perf_counter() - t0)
-        path = self.dir / "inputs" / "timing.pt"
-        path.unlink(missing_ok=True)
-        if self.options.direct:
-            args = self.hand_over(values, path)
-        else:
-            torch.save([v.detach().cpu() if isinstance(v, torch.Tensor) else v
-                        for v in values], path)
-            args = {"inputs_path": str(path)}
+            if self.options.direct:
+                args = self.hand_over(values, path)
+            else:
+                torch.save([v.detach().cpu() if isinstance(v, torch.Tensor) else v
+                            for v in values], path)
+                args = {"inputs_path": str(path)}
+        finally:
+            hold.leave()
         del values                  # handed over: the candidate has its copies now
         return {**args, "sets": len(bases)}, bases
 
@@ -750,24 +783,30 @@ class ReferenceSession:
         assert entry.ref is not None
         if not entry.probes_done:
             for k, (ref, tol) in enumerate(zip(entry.ref, entry.tols)):
-                for name, probe in probes.iter_probes(ref, inputs):
+                dtype = _DTYPES.get(entry.reply["outputs"][k]["dtype"])
+                for name, probe in probes.iter_probes(ref, inputs, dtype):
                     strict, relaxed = probes.probe_passes(probe, ref, tol)
                     if strict:
                         entry.probe_strict.add(name)
                     if relaxed:
                         entry.probe_relaxed.add(name)
             entry.probes_done = True
-        if previous is not None and previous.ref is not None:
-            for a, b in ((entry, previous), (previous, entry)):
-                assert a.ref is not None and b.ref is not None
-                for ra, rb, tol in zip(a.ref, b.ref, a.tols):
+        # a big previous set is held only as its stale answer (`keep_stale`): compared in
+        # both directions as it is, or the two would hold 16 bytes an element
+        earlier = previous.ref if previous is not None and previous.ref is not None else \
+            previous.stale if previous is not None else None
+        if previous is not None and earlier is not None:
+            for a, b in ((entry.ref, earlier), (earlier, entry.ref)):
+                tols = entry.tols if a is entry.ref else previous.tols
+                target = entry if a is entry.ref else previous
+                for ra, rb, tol in zip(a, b, tols):
                     if ra.shape != rb.shape:
                         continue
                     strict, relaxed = probes.probe_passes(rb, ra, tol)
                     if strict:
-                        a.probe_strict.add("stale")
+                        target.probe_strict.add("stale")
                     if relaxed:
-                        a.probe_relaxed.add("stale")
+                        target.probe_relaxed.add("stale")
 
     def degenerate(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """Probes passing on every set (strict, relaxed)."""
@@ -981,6 +1020,8 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
             session.release(previous.spec.index)
         if opts.direct and spec.index != session.specs[-1].index:
             session.release_inputs(spec.index)   # the next set's stale probe needs only ref
+        if spec.index != session.specs[-1].index:
+            session.keep_stale(spec.index)
         previous = entry
     hold.leave()            # before timing: its exclusive hold would wait for this one
     if previous is not None:
@@ -1218,30 +1259,49 @@ def _check_timed(session: ReferenceSession, cand: Worker, timed: dict[str, Any],
                 [f"the timing kept outputs of timed calls on sets {seen}, not one of each of "
                  f"the {len(sets)} timing sets: a set whose timed calls were never checked"],
                 [])
-    outs = _receive_outputs(session, cand, timed, out_path)
-    per_call = len(outs) // len(checked)
-    if per_call * len(checked) != len(outs):
-        return ({"shape_mismatch"}, {"shape_mismatch"},
-                [f"timed calls: {len(outs)} outputs do not split into {len(checked)} calls"], [])
     strict: set[str] = set()
     relaxed: set[str] = set()
     details: list[str] = []
     errors: list[tuple[tolerance.Errors, int, bool]] = []
-    for i, pick in enumerate(checked):
-        base = sets[int(pick["set"])]
-        entry = session.timed_reference(base, int(pick["key"]))
-        # the precision rungs of a timed call are those of the watched set of its distribution
-        like = next((k for k, spec in enumerate(session.specs)
-                     if spec.distribution == base.spec.distribution), 0)
-        with gate().shared():           # one entry per call's comparison
+    outs: list[Any] | None = None
+    per_call = 0
+    # direct judging prepares the references in this thread: one shared hold before the
+    # outputs are received, one from there on (never across a request to another process
+    # that enters the gate: a reference worker's, or the candidate's drop)
+    hold = _SharedHold()
+    try:
+        for i, pick in enumerate(checked):
+            base = sets[int(pick["set"])]
+            if session.options.direct:
+                hold.enter()
+            entry = session.timed_reference(base, int(pick["key"]))
+            if outs is None:
+                # received after the first call's reference: that float64 forward does not
+                # run beside every kept output in this process (the candidate's copies are let
+                # go of once received)
+                hold.leave()
+                outs = _receive_outputs(session, cand, timed, out_path)
+                per_call = len(outs) // len(checked)
+                if per_call * len(checked) != len(outs):
+                    return ({"shape_mismatch"}, {"shape_mismatch"},
+                            [f"timed calls: {len(outs)} outputs do not split into "
+                             f"{len(checked)} calls"], [])
+            # the precision rungs of a timed call: those of the watched set of its distribution
+            like = next((k for k, spec in enumerate(session.specs)
+                         if spec.distribution == base.spec.distribution), 0)
+            hold.enter()
             worst, accurate = _check_timed_call(session, entry, pick,
                                                 outs[i * per_call:(i + 1) * per_call],
                                                 fingerprints, strict, relaxed, details)
-        errors.append((worst, like, accurate))
-        for k in range(i * per_call, (i + 1) * per_call):
-            outs[k] = None              # compared: not held through the next reference
-        session.drop_timed(entry)
-        del entry
+            if not session.options.direct:
+                hold.leave()            # the next reference comes from the worker process
+            errors.append((worst, like, accurate))
+            for k in range(i * per_call, (i + 1) * per_call):
+                outs[k] = None          # compared: not held through the next reference
+            session.drop_timed(entry)
+            del entry
+    finally:
+        hold.leave()
     return (strict, relaxed, details, errors) if strict or relaxed else None
 
 

@@ -29,28 +29,37 @@ import torch
 from argus.bench.kernelbench import guards, tolerance
 
 
+# Elements per chunk of a pass over a whole output (the constant probe's mean, fingerprints):
+# no temporary of the whole tensor (at upstream sizes several GB).
+CHUNK = 1 << 26
+
+
 def probe_outputs(ref: torch.Tensor, inputs: list[Any]) -> dict[str, torch.Tensor]:
     """name -> trivial output for one reference output (stale probes are added by the judge)."""
     return dict(iter_probes(ref, inputs))
 
 
-def iter_probes(ref: torch.Tensor, inputs: list[Any]) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_probes(ref: torch.Tensor, inputs: list[Any], dtype: torch.dtype | None = None
+                ) -> Iterator[tuple[str, torch.Tensor]]:
     """The probes of `probe_outputs` one at a time (each as large as the reference: at
-    upstream sizes they should not all live at once)."""
-    yield "zeros", torch.zeros_like(ref)
+    upstream sizes they should not all live at once), in `dtype` (default the reference's):
+    the output's dtype, which is what a trivial answer would be returned in, and half the
+    bytes of a float64 probe of a float32 task."""
+    dtype = dtype or ref.dtype
+    yield "zeros", torch.zeros_like(ref, dtype=dtype)
     if ref.is_floating_point() and ref.numel() > 1:  # a scalar's mean is the answer itself
         total, count = 0.0, 0
         flat = ref.reshape(-1)
-        for i in range(0, flat.numel(), 1 << 26):        # the mean of the finite values
-            part = flat[i:i + (1 << 26)]
+        for i in range(0, flat.numel(), CHUNK):          # the mean of the finite values
+            part = flat[i:i + CHUNK]
             part = part[part.isfinite()]
             total += float(part.double().sum())
             count += part.numel()
-        yield "constant", torch.full_like(ref, total / count if count else 0.0)
+        yield "constant", torch.full_like(ref, total / count if count else 0.0, dtype=dtype)
     for i, x in enumerate(inputs):
         if isinstance(x, torch.Tensor) and x.shape == ref.shape and x.is_floating_point() \
                 == ref.is_floating_point():
-            yield f"echo:{i}", x.to(device=ref.device, dtype=ref.dtype)
+            yield f"echo:{i}", x.to(device=ref.device, dtype=dtype)
 
 
 def probe_passes(probe: torch.Tensor, ref: torch.Tensor, tol: tolerance.Tolerance
@@ -61,10 +70,11 @@ def probe_passes(probe: torch.Tensor, ref: torch.Tensor, tol: tolerance.Toleranc
     return strict, err.relaxed_ok or strict
 
 
-def fingerprint(t: torch.Tensor, chunk: int = 1 << 26) -> tuple[Any, ...]:
+def fingerprint(t: torch.Tensor, chunk: int | None = None) -> tuple[Any, ...]:
     """Cheap bitwise fingerprint (shape, dtype and two weighted sums of the raw bits, in
     int64 with wrap-around), computed over chunks of `chunk` elements (the int64 copies of a
     whole multi-GB output would take three times its size again)."""
+    chunk = chunk or CHUNK
     flat = t.detach().contiguous().reshape(-1)
     if flat.numel() == 0:
         return (tuple(t.shape), str(t.dtype), 0, 0)

@@ -95,6 +95,9 @@ def _gen_device(device: torch.device) -> torch.device | None:
     return device if device.type == "cuda" else None
 
 
+FINGERPRINT_CHUNK = 1 << 24      # elements: no float64 copy of a multi-GB input
+
+
 def _fingerprint(value: Any) -> list[Any] | None:
     """A cheap summary of an input (shape, then sum, sum of squares and sum of magnitudes in
     float64), to check that a candidate made the same inputs as the reference. The sum of
@@ -103,7 +106,7 @@ def _fingerprint(value: Any) -> list[Any] | None:
     if not isinstance(value, torch.Tensor):
         return None
     v = value.detach().reshape(-1)
-    chunk = 1 << 24          # in chunks: no float64 copy of a multi-GB input
+    chunk = FINGERPRINT_CHUNK
     total = square = magnitude = 0.0
     for i in range(0, v.numel(), chunk):
         part = v[i:i + chunk]
@@ -316,22 +319,33 @@ class ReferenceRole:
         clock = _Phases(phases)
         with gate().shared():
             with clock("inputs"), RNG_LOCK:
-                raw = kb_inputs.task_inputs(self.module, seed, _gen_device(self.device))
+                drawn: list[Any] | None = kb_inputs.task_inputs(self.module, seed,
+                                                                _gen_device(self.device))
             attempts = [(distribution, absolute)]
             if distribution != "task" and reflect is None and not absolute:
                 attempts += [(distribution, True), ("task", False)]
             used, kinds, ref, gen = "task", [], None, {}
             for dist, absolute in attempts:
+                ref = dev_values = None     # a failed attempt's go before the next one's
                 with clock("inputs"):
+                    if drawn is None:       # dropped for an earlier attempt's forward
+                        with RNG_LOCK:
+                            drawn = kb_inputs.task_inputs(self.module, seed,
+                                                          _gen_device(self.device))
                     with RNG_LOCK:
-                        values, kinds = kb_inputs.transform(raw, dist, seed, absolute)
+                        values, kinds = kb_inputs.transform(drawn, dist, seed, absolute)
                     dev_values = _to_device(values, self.device)
                     if reflect is not None:
                         dev_values = kb_inputs.reflect(
                             dev_values, kb_inputs.reflection_plan(dev_values), reflect,
                             out=[v.clone() if isinstance(v, torch.Tensor) and v is r else v
-                                 for v, r in zip(dev_values, raw)])
+                                 for v, r in zip(dev_values, drawn)])
                         kinds = [k + " reflected" for k in kinds]
+                    # the task's own draw is not held through the float64 forward (4 bytes a
+                    # float32 element): an attempt after this one draws it again (a pure
+                    # function of the seed)
+                    del values
+                    drawn = None
                 with clock("float64 reference"):
                     ref = self._forward(self.m64, kb_inputs.to_float64(dev_values), seed)
                 used = dist + ("(abs)" if absolute else "")
@@ -339,8 +353,7 @@ class ReferenceRole:
                 finite = all(bool(torch.isfinite(r).all()) for r in ref if r.is_floating_point())
                 if finite or dist == "task":
                     break
-            assert ref is not None
-            del raw
+            assert ref is not None and dev_values is not None
             with clock("calibration"):
                 with _NoTF32():
                     native = self._forward(self.model, dev_values, seed)
@@ -676,8 +689,10 @@ class CandidateRole:
                 reply = self._hand_outputs([o for c in sorted(kept) for o in kept[c]],
                                            out_path, export) if kept else {}
             del kept, pool, loaded, values
-            if not self.exported:           # exported outputs go back at the judge's drop
-                _release_cached(self.device)
+            # the sets, the argument tensors and the solution's blocks go back now (exported
+            # outputs stay allocated until the judge's drop): the judge computes the first
+            # checked call's reference before it receives them
+            _release_cached(self.device)
             t5 = time.perf_counter()
         phases = {"warm": t1 - t0, "gate wait": t2 - t1, "measure": t3 - t2, "profile": t4 - t3,
                   "output transfer": t5 - t4}
