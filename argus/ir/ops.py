@@ -384,9 +384,9 @@ class Elementwise(Op):
 @dataclass(frozen=True)
 class Convert(Op):
     """Convert a tile to the result's dtype: to a float, round to nearest even; a float to an
-    integer, toward zero, clamped to the integer's range, NaN to 0 (PTX cvt.rzi); an integer
-    to a narrower one wraps; to i1, nonzero. The only way a tile changes type besides the
-    operand casts of argus/ir/numeric.work_dtype."""
+    integer, toward zero, clamped to the integer's range, NaN to 0 (INT64_MIN into i64: PTX
+    cvt.rzi); an integer to a narrower one wraps; to i1, nonzero. The only way a tile changes
+    type besides the operand casts of argus/ir/numeric.work_dtype."""
 
     NAME = "convert"
     RESULTS = ("result",)

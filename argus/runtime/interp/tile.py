@@ -102,13 +102,18 @@ def convert(m: _Interp, g: _Group, op: O.Convert) -> None:
     x = m.val(g, op.src)
     if src.is_float and dst.kind in ("int", "uint"):
         # as the device's cvt.rzi (PTX ISA "cvt"): toward zero, clamped to the destination's
-        # range, NaN to 0 (numpy's astype leaves those undefined)
+        # range; NaN to 0, except into a 64-bit integer or from an f64, where NaN gives
+        # 1 << (bits - 1) (INT64_MIN for i64; PTX ISA 9.0, cvt's notes). numpy's astype leaves
+        # those undefined
         info = np.iinfo(dst.np_dtype())
-        t = np.nan_to_num(np.trunc(np.asarray(x, np.float64)), nan=0.0, posinf=np.inf,
-                          neginf=-np.inf)
+        a = np.asarray(x, np.float64)
+        t = np.nan_to_num(np.trunc(a), nan=0.0, posinf=np.inf, neginf=-np.inf)
         inside = np.clip(t, -2.0 ** 62, 2.0 ** 62).astype(np.int64)   # then the exact ends
         x = np.where(t >= float(info.max), info.max, np.where(t <= float(info.min), info.min,
                                                               inside)).astype(dst.np_dtype())
+        if info.bits == 64 or src.name == "f64":
+            nan = info.min if info.kind == "i" else np.uint64(1 << (info.bits - 1))
+            x = np.where(np.isnan(a), nan, x).astype(dst.np_dtype())
     g.env[op.result.id] = _round(x, dst)
 
 
