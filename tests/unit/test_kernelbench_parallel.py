@@ -724,7 +724,7 @@ def test_a_judge_out_of_memory_is_that_tasks_retryable_failure():
     of GPU memory (the in-process reference beside other tasks) is out_of_memory, which the
     runner retries alone, any other is task_error."""
     from argus.bench.kernelbench.judge import _reference_kind
-    from argus.bench.kernelbench.parallel import _judge_failure
+    from argus.bench.kernelbench.runner import judge_failure as _judge_failure
     from argus.bench.kernelbench.process import LocalWorker, WorkerError
 
     task = _task(1, 19)
@@ -763,7 +763,7 @@ def test_a_cuda_out_of_memory_error_of_any_kind_is_retried_alone():
     like torch's OutOfMemoryError."""
     import torch
 
-    from argus.bench.kernelbench.parallel import _judge_failure
+    from argus.bench.kernelbench.runner import judge_failure as _judge_failure
     from argus.bench.kernelbench.tasks import Task
     from argus.bench.kernelbench.worker import out_of_memory
 

@@ -420,7 +420,7 @@ def judge_on_gpus(todo: list, options: Any, parallel: Any, record: Callable[...,
     from argus.bench.kernelbench import gpumem
     from argus.bench.kernelbench.baselines import BaselineCache, BaselineRecord
     from argus.bench.kernelbench.judge import Judgment
-    from argus.bench.kernelbench.parallel import _judge_failure
+    from argus.bench.kernelbench.runner import judge_failure
     from argus.bench.kernelbench.runner import _sha
 
     check_device(options.device, parallel.gpus)
@@ -458,7 +458,7 @@ def judge_on_gpus(todo: list, options: Any, parallel: Any, record: Callable[...,
 
     def give_up(key: str, why: str) -> None:
         task, path = by_key[key]
-        j = _judge_failure(task, options.device, RuntimeError(why))
+        j = judge_failure(task, options.device, RuntimeError(why))
         record(task, j, {"task": task.key, "sha256": task.sha256, "solution": str(path),
                          "solution_sha256": _sha(path), "solver": False,
                          "judgment": j.to_json(), "seconds": 0.0, "gpu": None})

@@ -52,6 +52,7 @@ from argus.bench.kernelbench.runner import (
     _append,
     _sha,
     find_solution,
+    judge_failure,
     load_results,
     missing_judgment,
 )
@@ -390,7 +391,7 @@ def judge_tasks(todo: list[tuple[Task, Path]], options: JudgeOptions,
                         slot.current = None
                         _release_gpu_cache()
             except Exception as exc:  # noqa: BLE001 - the judge's own failure ends this task
-                j = _judge_failure(task, device, exc)   # only, never the slot
+                j = judge_failure(task, device, exc)   # only, never the slot
             finally:
                 memory.release(need)
             if stopped.is_set():
@@ -495,18 +496,6 @@ def _measure_baseline(slot: _Slot, task: Task, options: JudgeOptions, cache: Bas
     if outcome.eager and "median_ms" in outcome.eager:
         cache.put(BaselineRecord(task.key, task.sha256, env, outcome.eager, outcome.compile,
                                  outcome.compile_s, flags=outcome.flags))
-
-
-def _judge_failure(task: Task, device: str, exc: Exception) -> Judgment:
-    """A judgment for a task whose judging raised in this process (the in-process reference
-    or a comparison ran out of GPU memory beside other tasks: out_of_memory, retried with more
-    memory, then alone)."""
-    from argus.bench.kernelbench.worker import out_of_memory
-
-    kind = "out_of_memory" if out_of_memory(exc) else "task_error"
-    j = missing_judgment(task, device)
-    return replace(j, reasons=(kind,), relaxed_reasons=(kind,),
-                   detail=f"the judge raised {type(exc).__name__}: {str(exc)[:1500]}")
 
 
 def _release_gpu_cache() -> None:

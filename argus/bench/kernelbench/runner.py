@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -94,6 +94,18 @@ def missing_judgment(task: Task, device: str) -> Judgment:
                     argus_kernels="n/a", argus_evidence="", sizes="", level=task.level,
                     problem_id=task.problem_id)
 
+
+
+def judge_failure(task: Task, device: str, exc: Exception) -> Judgment:
+    """A judgment for a task whose judging raised in this process (the in-process reference
+    or a comparison ran out of GPU memory beside other tasks: out_of_memory, retried with more
+    memory, then alone)."""
+    from argus.bench.kernelbench.worker import out_of_memory
+
+    kind = "out_of_memory" if out_of_memory(exc) else "task_error"
+    j = missing_judgment(task, device)
+    return replace(j, reasons=(kind,), relaxed_reasons=(kind,),
+                   detail=f"the judge raised {type(exc).__name__}: {str(exc)[:1500]}")
 
 def _fmt_s(seconds: float) -> str:
     seconds = max(0, int(seconds))
