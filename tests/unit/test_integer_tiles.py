@@ -279,3 +279,22 @@ def test_scalar_integer_arithmetic_wraps_as_on_the_device():
     Y = np.zeros((1, 2), np.int32)
     k.interpret(Y, 1 << 16, (1 << 15) + 1)   # 2^31 + 2^16 + 1 wraps to -2^31 + 2^16 + 1
     np.testing.assert_array_equal(Y, -32766)   # C division of the wrapped value (not 32769)
+
+
+@ag.kernel
+def int_minimum_fills(Y: ag.Tensor["M", "N", ag.i32], Z: ag.Tensor["M", "N", ag.i64]):
+    (b,) = ag.grid(1)
+    ag.store(Y, (0, 0), ag.full((1, 8), -2 ** 31, ag.i32))
+    ag.store(Z, (0, 0), ag.full((1, 8), -2 ** 63, ag.i64))
+
+
+def test_integer_minimum_literals_keep_their_signed_type():
+    """-9223372036854775808LL is the negation of an unsigned literal in C++ (the magnitude does
+    not fit a long long), and -2147483648 that of a long long: a compare or max() against one
+    inlined would change type. The type's minimum is spelled (-MAX - 1)."""
+    src = codegen.render(lower_only(int_minimum_fills)).text
+    assert "9223372036854775808" not in src and "2147483648" not in src
+    assert "(-9223372036854775807LL - 1)" in src and "(-2147483647 - 1)" in src
+    Y, Z = np.zeros((1, 8), np.int32), np.zeros((1, 8), np.int64)
+    int_minimum_fills.interpret(Y, Z)
+    assert (Y == -2 ** 31).all() and (Z == -2 ** 63).all()

@@ -75,6 +75,12 @@ def literal_c(value, dtype) -> str:
     if dtype.is_float:
         return c_float(value)
     n = int(value)
+    if dtype.name == "i64" and n == -(1 << 63):
+        # 9223372036854775808LL does not fit a long long: C++ makes it unsigned, and its
+        # negation stays unsigned (a compare or max() against it would be unsigned)
+        return "(-9223372036854775807LL - 1)"
+    if dtype.name == "i32" and n == -(1 << 31):
+        return "(-2147483647 - 1)"       # the same for int: 2147483648 is a long long
     return f"{n}LL" if dtype.name == "i64" else (f"{n}u" if dtype.kind == "uint" else str(n))
 
 
