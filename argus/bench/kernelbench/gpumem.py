@@ -46,9 +46,9 @@ BASELINE_BYTES_PER_ELEMENT = 4.0 * 3   # the Model eager and compiled, inputs, o
 # sets' float64 references held through the timing. JUDGE_PROCESS_BYTES_PER_ELEMENT is the
 # judge's process alone: planned 28 n B (set 0's stochastic check), 14 B per element; what
 # tests/unit/test_kernelbench_memory.py measures on the CPU (which draws the mixed sets in
-# float64): 15.4 (24 before these changes).
+# float64): 15.4 to 16.6 from run to run (24 before these changes).
 JUDGE_BYTES_PER_ELEMENT = 20.0
-JUDGE_PROCESS_BYTES_PER_ELEMENT = 16.0
+JUDGE_PROCESS_BYTES_PER_ELEMENT = 18.0
 UNKNOWN_BYTES = 8e9
 
 
