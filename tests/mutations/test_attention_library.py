@@ -7,9 +7,10 @@ counterexample that names what it should; the unmutated kernels verify without a
   * each query row attends every allowed key exactly once: every KV step loads K's first
     block, so keys 0..BN-1 are multiplied once per block and the others never (wgmma.k-once).
 
-The causal invariant (no key beyond the query's position) is not here: the verifier does not
-model masked values yet (a flipped causal compare leaves only the k-once warning that the
-correct causal kernel has too), so such a mutation could not be caught.
+The causal invariant (no key beyond the query's position) is not here. Since 9857311 the
+verifier models masked values (-inf through scale, subtract and exp2 to 0) and proves that the
+iterations a causal loop skips contribute nothing (k-once without a warning), but no claim
+states which keys a row may see, so a flipped causal compare inside the loop is not caught.
 """
 
 from __future__ import annotations
