@@ -222,12 +222,26 @@ def _smem_plan(model: Model) -> list[Finding]:
             problems.append(f"stage {bad} starts at byte {off + bad * stage_bytes} "
                             f"(stage size {stage_bytes} B is not a multiple of {period})")
             wit["misaligned_stage"] = bad
+        tma_problem = None
+        if not problems and not (len(t.shape) == 3 and t.swizzle and stage_bytes % period):
+            tma_problem = _tma_view_alignment(model, vid, t, off, stage_bytes)
+        if tma_problem is not None:
+            problems.append(tma_problem[0])
+            wit.update(tma_problem[1])
         if nbytes < t.bytes:
             problems.append(f"the plan gives it {nbytes} B but it needs {t.bytes} B")
         spans.append((off, off + max(nbytes, t.bytes), str(alloc.result), alloc.loc))
         if problems:
+            padded = -(-stage_bytes // TMA_SMEM_ALIGN) * TMA_SMEM_ALIGN
+            if tma_problem is None:
+                fix = f"place the buffer at a multiple of {period} B"
+            elif "misaligned_stage" in wit:
+                fix = (f"pad each stage to a multiple of {TMA_SMEM_ALIGN} bytes (stage size "
+                       f"{stage_bytes} B -> {padded} B)")
+            else:
+                fix = f"start every TMA view of the buffer at a multiple of {TMA_SMEM_ALIGN} B"
             out.append(Finding("smem.align", alloc.loc, subject, "violated", "; ".join(problems),
-                               wit, fix=f"place the buffer at a multiple of {period} B"))
+                               wit, fix=fix))
         else:
             out.append(Finding("smem.align", alloc.loc, subject, "proven"))
     spans.sort()
@@ -244,6 +258,65 @@ def _smem_plan(model: Model) -> list[Finding]:
                            f"{smem_bytes} B of shared memory exceed the "
                            f"{sm90.limits.SMEM_PER_CTA_OPTIN} B a CTA may use"))
     return out
+
+
+# the shared-memory address of a cp.async.bulk.tensor copy (either direction) must be a
+# multiple of 128 B (CUDA C++ Programming Guide, "Tensor Memory Access", alignment
+# requirements): an unswizzled buffer whose stages are not 128-B multiples puts every odd
+# stage's copy off it, which faults on the device (921453c: the fp8 kernel's [stages, 2, 4]
+# f32 scale stages of 32 B)
+TMA_SMEM_ALIGN = 128
+
+
+def _tma_views(model: Model, vid: int) -> list[tuple[ViewInfo, O.Op, str]]:
+    """The views of buffer `vid` a TMA copy moves: tma.load destinations and tma.store
+    sources, with the op and its name."""
+    out = [(w.view, w.op, "tma.load") for w in model.writes.get(vid, []) if w.kind == "tma"]
+    out += [(r.view, r.op, "tma.store") for r in model.reads
+            if r.kind == "tma-store" and r.view.buffer.id == vid]
+    return out
+
+
+def _tma_view_alignment(model: Model, vid: int, t, off: int, stage_bytes: int):
+    """None when every TMA copy touching buffer `vid` starts on a 128-B boundary at every
+    stage it may use (all stages: the stage is the pipeline slot, which cycles through all of
+    them) and every row offset it takes; else (message, witness) for the first that does not.
+    A row offset the model cannot enumerate is proven with the solver over all integers: a
+    multiple of 128 B whatever it is, or reported."""
+    row_bytes = t.shape[-1] * t.dtype.bytes
+    stages = t.shape[0] if len(t.shape) == 3 else 1
+    for view, op, what in _tma_views(model, vid):
+        used = range(stages) if view.stage is not None else [0]
+        row0s = _values_of(model, view.row0)
+        if row0s is None:
+            r = _num(view.row0)
+            s = z3.Solver()
+            s.set("timeout", 2000)
+            # is there a value of the row offset whose byte offset is off the boundary?
+            s.add((r * row_bytes) % TMA_SMEM_ALIGN != 0)
+            if s.check() != z3.unsat:
+                return (f"the {what} at {op.loc} copies rows from offset {view.row0} of a "
+                        f"stage ({row_bytes} B rows): its shared-memory address is not shown "
+                        f"to be a multiple of {TMA_SMEM_ALIGN} B, as TMA requires",
+                        {"tma_view_offset": str(view.row0), "row_bytes": row_bytes})
+            row0s = [0]
+        for st in used:
+            for r0 in row0s:
+                addr = off + st * stage_bytes + r0 * row_bytes
+                if addr % TMA_SMEM_ALIGN:
+                    wit = {"tma_view_offset": addr, "stage": st, "row0": r0,
+                           "row_bytes": row_bytes}
+                    if (st * stage_bytes) % TMA_SMEM_ALIGN:
+                        wit["misaligned_stage"] = st
+                        why = (f"the stage size {stage_bytes} B is not a multiple of "
+                               f"{TMA_SMEM_ALIGN}")
+                    else:
+                        why = f"row {r0} of {row_bytes} B rows is {r0 * row_bytes} B in"
+                    return (f"the {what} at {op.loc} copies stage {st}, row {r0} at byte "
+                            f"{addr} = {addr % TMA_SMEM_ALIGN} mod {TMA_SMEM_ALIGN} ({why}); "
+                            f"TMA needs its shared-memory address {TMA_SMEM_ALIGN}-B aligned",
+                            wit)
+    return None
 
 
 # ----------------------------------------------------------------------------- TMA ∘ wgmma

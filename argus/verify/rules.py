@@ -45,8 +45,11 @@ _RULES = [
          "cluster)", (6,), "arith",
          "tx_bytes = own box bytes + cluster size x multicast box bytes of the produce step"),
     Rule("smem.align", "swizzled buffers and each of their stages start on the swizzle period "
-         "(1024 B for 128B); buffers fit the CTA's shared memory and do not overlap", (4,),
-         "arith", "align the buffer to the swizzle period and keep stage sizes multiples of it"),
+         "(1024 B for 128B); every stage and row offset a tma.load or tma.store copies, "
+         "swizzled or not, starts on 128 B; buffers fit the CTA's shared memory and do not "
+         "overlap", (4,), "arith",
+         "align the buffer to the swizzle period and keep stage sizes multiples of it; pad "
+         "each TMA-copied stage to a multiple of 128 bytes"),
     Rule("pipe.producers", "one thread arrives on a slot's full barrier per pipeline step: "
          "one producer warpgroup, and in it the threads of the `elect` around the step (the "
          "full barrier's init count, PipelineCreate.FULL_ARRIVALS = 1, expects one "
