@@ -27,8 +27,11 @@ needs_device_opt_in = pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def _smem_scales_on_device(monkeypatch):
-    import argus.ops.scaled_matmul as op
+    import importlib
 
+    # the module, not the function argus.ops re-exports under the same name (which `import
+    # argus.ops.scaled_matmul as op` binds: an attribute lookup on the package)
+    op = importlib.import_module("argus.ops.scaled_matmul")
     monkeypatch.setattr(op, "SMEM_SCALES_ON_DEVICE", ON_DEVICE)
 
 
