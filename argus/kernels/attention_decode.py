@@ -288,12 +288,9 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
         with ag.role("consumer", warpgroups=C, regs=s.consumer_regs) as wg:
             r0 = wg * ROWS                                  # this warpgroup's first packed row
             if causal:
-                # packed row r is token t = r % Sq, whose last key is SK - Sq + t. Tiles have
-                # no integer division: t = r - Sq * trunc((r + 1/2) / Sq) in fp32 (integer
-                # tiles live in float registers anyway), exact as (t + 1/2) / Sq lies in
-                # (0, 1) at least 1 / (2 Sq) from both ends and r < 2^24
-                r = (r0 + ag.arange(ROWS)[:, None]).to(ag.f32)
-                token = r - q_len * ((r + 0.5) / q_len).to(ag.i32).to(ag.f32)
+                # packed row r is token t = r % Sq, whose last key is SK - Sq + t: integer
+                # tiles, exact for every sequence length (the float form was exact below 2^24)
+                token = (r0 + ag.arange(ROWS)[:, None]) % q_len
                 row_last_key = token + (SK - q_len)
             m_i = ag.full((ROWS, 1), neg_inf)   # running row max of S * scale * log2(e)
             l_i = ag.full((ROWS, 1), 0.0)       # running row sum of exp2(S - m)
@@ -318,7 +315,7 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
                             key = jb * BN + ag.arange(BN)[None, :]
                             valid = key < SK
                             if causal:
-                                valid = valid & (key.to(ag.f32) <= row_last_key)
+                                valid = valid & (key <= row_last_key)
                             sc = ag.where(valid, sc, neg_inf)
                             if not causal:   # (the causal bound names r % Sq: not stated)
                                 ag.tag_assert((ag.tag(sc).live == 1) == allowed,
