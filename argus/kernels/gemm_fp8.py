@@ -49,8 +49,10 @@ BK_BYTES = 128  # one 128-byte swizzle row of e4m3: the K depth of a stage
 SCALE_BLOCK = 128  # K (and weight N) extent of one block scale: one stage of K
 # promotion holds a main and a partial accumulator: 2 x bn / 2 registers per consumer thread
 PROMOTE_MAX_BN = 160
-# block scales a TMA box holds per row: 16 bytes of f32 (TMA's least inner extent), the K
-# step's own block scale first; the other three are read by nobody (the compiler drops them)
+# block scales a TMA box holds per row: 16 bytes of f32 (TMA's least inner extent), the
+# four K blocks 4j .. 4j + 3 of the K step's block 4j + i: a TMA copy's innermost coordinate
+# must start 16-byte aligned (else an illegal instruction on Hopper: see SharedBlockScales), so
+# the box starts at the aligned block 4j and the consumer picks column i
 SCALE_BOX = 4
 SB_ROWS = 128 // (4 * SCALE_BOX)   # f32 rows of SCALE_BOX in 128 B: one weight-scale stage
 # overlapped promotion holds the main one and two partials: 3 x bn / 2 registers (192 at 128)
@@ -272,7 +274,7 @@ def early_release_promoted_mma(ring: OperandRing, k_steps, wg,
         per_row, left, right = scales.initial()
         for k in ag.range(k_steps):
             with ring.pipe.consume() as stage:
-                per_row, left, right = scales.read(stage, wg, right is not None)
+                per_row, left, right = scales.read(stage, wg, right is not None, k)
                 _overwrite(ring, stage, wg, rows, part)
             acc = acc + part * scales.combine(per_row, left, right)
         return acc
@@ -411,11 +413,18 @@ class SharedBlockScales:
     weight block, or the gate and up planes of the MoE gate-up), and the consumer reads them
     in its consume step, before the slot is released.
 
-    A TMA box is at least 16 bytes wide, so each row of a box holds SCALE_BOX f32: the K
-    step's block scale first, then the next blocks' (or TMA's zero fill past K), which no
-    one reads. Hence scale_a K-major ([M, K/128] with 16-byte row pitches: the box is one
-    column of it, bm rows deep) and scale_b as it is ([N/128, K/128], rows 16-byte pitched).
-    Rows past M and blocks past N or K read TMA's zeros, as the global loads' fill did."""
+    A TMA box is at least 16 bytes wide, so each row of a box holds SCALE_BOX f32: the four
+    K blocks 4j .. 4j + 3 around the step's block k = 4j + i (TMA's zero fill past K), of
+    which the consumer reads column i. The box starts at block 4j, not k: a TMA tile copy
+    whose innermost coordinate times the element size is not a multiple of 16 bytes stops
+    the kernel with an illegal instruction on Hopper (cuTensorMapEncodeTiled cannot refuse
+    it: coordinates are runtime values; found by Triton, triton-lang/triton#7385, and
+    TileLang, tile-ai/tilelang#2527; DeepGEMM keeps the K block an outer coordinate of its
+    scale copies). Loading at k trapped on the H200 at every k % 4 != 0 (issue 18,
+    compute-sanitizer 2026-12-03: the scale_a copy of 1000x300x640). Hence scale_a K-major
+    ([M, K/128] with 16-byte row pitches: the box is four columns of it, bm rows deep) and
+    scale_b as it is ([N/128, K/128], rows 16-byte pitched). Rows past M and blocks past N
+    or K read TMA's zeros, as the global loads' fill did."""
 
     sa: object               # SmemBuffer (stages, bm, SCALE_BOX) f32
     sb: object               # SmemBuffer (stages, SB_ROWS, SCALE_BOX) f32: planes rows used
@@ -442,17 +451,21 @@ class SharedBlockScales:
     def load(self, ring: OperandRing, k_steps, A, W, unit: Unit, *, rank=0,
              cluster: int = 1, b_coords=None) -> None:
         """The producer's loop for one unit: OperandRing.load's A and W tiles, and in the same
-        stage (one full barrier, its bytes counted) block k's scales. `b_coords(k)`: the
-        weight scales' box origin (default: the tile's first 128-column block)."""
+        stage (one full barrier, its bytes counted) the scale boxes of block k's group of
+        SCALE_BOX blocks. `b_coords(kq)`: the weight scales' box origin for the group's first
+        block kq (default: the tile's first 128-column block, kq)."""
         for k in ag.range(k_steps):
             with ring.pipe.produce() as stage:
                 k0 = k * ring.bk
                 load_tile(ring.a[stage], 0, A, unit.batch, unit.m, ring.bm, k0, ring.bk)
                 load_tile(ring.b[stage], 0, W, unit.batch, unit.n, ring.bn, k0, ring.bk,
                           rank=rank, share=cluster)
-                ag.tma.load(self.sa[stage], self.scale_a, (unit.m * self.bm, k))
-                coords = b_coords(k) if b_coords is not None else \
-                    (unit.n * self.bn // SCALE_BLOCK, k)
+                # the boxes start at the 16-byte aligned block 4j of k = 4j + i (`read`
+                # takes column i): an unaligned innermost coordinate traps (class docstring)
+                kq = k // SCALE_BOX * SCALE_BOX
+                ag.tma.load(self.sa[stage], self.scale_a, (unit.m * self.bm, kq))
+                coords = b_coords(kq) if b_coords is not None else \
+                    (unit.n * self.bn // SCALE_BLOCK, kq)
                 box = (1,) * (len(coords) - 2) + (self.planes, SCALE_BOX)
                 ag.tma.load(self.sb[stage].rows_of(0, self.planes), self.scale_b, coords,
                             box=box)
@@ -463,15 +476,16 @@ class SharedBlockScales:
         return (ag.zeros((self.rows, 1), ag.f32), one,
                 ag.zeros((1, 1), ag.f32) if self.planes == 2 else None)
 
-    def read(self, stage, wg, two: bool):
-        """Warpgroup wg's scales of this stage's K block, read from shared memory: its rows'
+    def read(self, stage, wg, two: bool, k):
+        """Warpgroup wg's scales of this stage's K block k, read from shared memory: its rows'
         activation scales [rows, 1] and the weight scale(s) [1, 1] (the second None unless
-        the tile takes two: `two`)."""
-        per_row = ag.load_shared(self.sa[stage].rows_of(wg * self.rows, self.rows))[:, 0:1]
+        the tile takes two: `two`), column k % SCALE_BOX of the stage's boxes (`load`)."""
+        i = k % SCALE_BOX
+        per_row = _column(ag.load_shared(self.sa[stage].rows_of(wg * self.rows, self.rows)), i)
         w = ag.load_shared(self.sb[stage].rows_of(0, self.planes))
         if not two:
-            return per_row, w[:, 0:1], None
-        return per_row, w[0:1, :][:, 0:1], w[1:2, :][:, 0:1]
+            return per_row, _column(w, i), None
+        return per_row, _column(w[0:1, :], i), _column(w[1:2, :], i)
 
     def for_unit(self, first_col) -> "SharedBlockScales":
         """These buffers for the unit whose tile starts at output column `first_col`: where
@@ -487,6 +501,16 @@ class SharedBlockScales:
         if right is None:
             return per_row * left
         return per_row * ag.where(ag.arange(self.bn)[None, :] < self.split, left, right)
+
+
+def _column(box, i):
+    """Column i (a runtime index in [0, SCALE_BOX)) of a [rows, SCALE_BOX] tile read from a
+    scale box, as [rows, 1]: a select over the four one-wide windows (tile slices take
+    trace-time bounds), each of which reads only the rows its user multiplies."""
+    pick = box[:, SCALE_BOX - 1:SCALE_BOX]
+    for j in range(SCALE_BOX - 2, -1, -1):
+        pick = ag.where(ag.full((1, 1), 0, ag.i32) + i == j, box[:, j:j + 1], pick)
+    return pick
 
 
 @functools.cache

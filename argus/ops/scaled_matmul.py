@@ -198,8 +198,11 @@ def _tma_ready(t):
 # The shared-memory block-scale kernel (Fp8GemmSchedule(smem_scales=True)) is correct in the
 # interpreter and verifies, but on the H200 it stopped with CUDA_ERROR_ILLEGAL_INSTRUCTION on
 # shapes with several K blocks (tests/gpu/test_fp8_smem_scales_gpu.py, 2026-12-02, before and
-# after 921453c aligned its scale stages to 128 B). A trap poisons the CUDA context of the
-# whole process, so the op refuses the schedule on the device until the cause is found; set
+# after 921453c aligned its scale stages to 128 B). The cause found on 2026-12-03 (issue 18):
+# its scale copies' innermost TMA coordinate was the K block k, 4 k bytes into a row, and a
+# TMA copy traps unless that offset is 16-byte aligned; SharedBlockScales now starts them at
+# k - k % 4. A trap poisons the CUDA context of the whole process, so the op refuses the
+# schedule on the device until the GPU confirms the fix (scripts/gpu_fp8_smem_diag2.sh); set
 # this True to run it (the GPU tests do, in a process of their own).
 SMEM_SCALES_ON_DEVICE = False
 

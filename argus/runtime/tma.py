@@ -18,6 +18,12 @@ CUDA_ERROR_INVALID_VALUE (HOPPER.md §2.4 hazard 11, INVARIANTS.md §2.3):
     swizzled (128B swizzle: at most 64 bf16 per row).
 Out-of-bounds box elements are zero-filled on load (FLOAT_OOB_FILL_NONE) and still count toward
 the mbarrier transaction bytes.
+
+Not checkable here, because coordinates are runtime values: each copy's innermost coordinate
+times the element size must be a multiple of 16 bytes, or the copy stops the kernel with an
+illegal instruction (Hopper; triton-lang/triton#7385, tile-ai/tilelang#2527; Argus issue 18,
+the fp8 kernel's f32 scale boxes at K block k). Device code keeps its innermost coordinates
+aligned (argus/kernels/gemm_fp8.py, SharedBlockScales.load).
 """
 
 from __future__ import annotations

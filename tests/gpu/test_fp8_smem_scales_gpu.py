@@ -18,6 +18,9 @@ pytestmark = hopper_only()
 
 # The kernel trapped on the H200 (illegal instruction, 2026-12-02: see SMEM_SCALES_ON_DEVICE in
 # argus/ops/scaled_matmul.py), and a trap poisons every later test of its worker process. The
+# cause found (2026-12-03, issue 18): its scale copies started at innermost coordinate k, 4 k
+# bytes into a row, and TMA traps unless that is 16-byte aligned (SharedBlockScales now loads
+# at k - k % 4; tests/unit/test_fp8_smem_tma_coords.py). Until the device confirms it, the
 # device tests below run only when asked for, in a process of their own:
 #   ARGUS_FP8_SMEM_DEVICE=1 python -m pytest -p no:xdist -m gpu tests/gpu/test_fp8_smem_scales_gpu.py
 ON_DEVICE = os.environ.get("ARGUS_FP8_SMEM_DEVICE") == "1"
@@ -57,8 +60,8 @@ def _schedules():
 
 
 @needs_device_opt_in
-@pytest.mark.parametrize("m,n,k", [(129, 384, 128), (1000, 300, 640), (4095, 7168, 2048),
-                                   (777, 2112, 1920)])
+@pytest.mark.parametrize("m,n,k", [(129, 384, 128), (1000, 300, 640), (1024, 384, 512),
+                                   (4095, 7168, 2048), (777, 2112, 1920)])
 def test_smem_scales_against_float64(m, n, k):
     from argus.ops import scaled_matmul
 
