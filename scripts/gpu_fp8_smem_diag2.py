@@ -99,7 +99,9 @@ def probe(name: str) -> str:
     from argus.runtime import compile_cuda, make_tensor_map, prepare_launch
 
     rows, pitch, cols, box, coords, l2 = PROBES[name]
-    base = torch.zeros(rows, pitch, device="cuda")
+    # the padding past the view holds a sentinel: a box that read it instead of TMA's zero
+    # fill past the view's dims would show
+    base = torch.full((rows, pitch), -7.0, device="cuda")
     base[:, :cols] = torch.arange(rows * cols, device="cuda", dtype=torch.float32).view(
         rows, cols) + 1
     t = base[:, :cols]
