@@ -1,9 +1,29 @@
 """Ping-pong vs cooperative GEMM schedules vs cuBLAS on chosen shapes (H200), without the
 whole tuning sweep of scripts/gpu_gemm_bench.py: each listed schedule and torch.matmul are
 timed in alternating rounds (CUDA events, L2 flushed), medians printed as TFLOP/s and the
-ratio to cuBLAS; with --sass, each ping-pong kernel's HGMMA count and spills.
+ratio to cuBLAS, then per schedule the geomean and lowest ratio over the cases; with --sass,
+each ping-pong kernel's HGMMA count, registers and spills.
 
     python3 scripts/gpu_gemm_pingpong.py --shapes 2048x7168x2048,512x8192x8192 [--sass]
+
+--compare is the one-call comparison of issues 12 and 18 (about a minute on the H200): the
+old ping-pong schedules, the new ones and the best cooperative schedule on 4096^3,
+2048x7168x2048 and 8192^3, NN and NT, then (a second process) the 128-row ping-pong tiles
+with the whole-step wgmma wait (below), every ping-pong kernel's SASS line, JSON in $OUT:
+
+    python3 -u scripts/gpu_gemm_pingpong.py --compare
+
+--whole-step-wait is an experiment on the lowering, not a library path: a 128-row ping-pong
+tile issues two wgmma groups per K step (one per 64-row accumulator), and lower/sync.py ends
+a step that keeps its wgmma in flight with `wgmma.wait_group 1`, which retires the step's
+first group too, so only half a step (4 of 8 m64n128k16) stays queued on the tensor cores
+while the warpgroup releases the slot, waits for the next full barrier and builds the next
+descriptors. CUTLASS commits one batch per k tile and waits with K_PIPE_MMAS = 1 (include/
+cutlass/gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized.hpp, `mma`: the k loop's
+warpgroup_commit_batch / warpgroup_wait<K_PIPE_MMAS>), a whole k tile in flight. The option
+rewrites the lowered IR after the sync pass so that wait is N = the groups the step committed
+(`whole_step_wait`), which the verifier proves like any other wait (tests/unit/
+test_gemm_pingpong_script.py). If it pays, the change belongs in lower/sync.py.
 
 --tail-splits 1,2,4 runs every listed schedule once per value of GemmSchedule.tail_splits (the
 last partial wave in K slices; 1: as listed), e.g. the cooperative 128x256 schedule with and
@@ -17,8 +37,13 @@ without them:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import os
+import re
+import subprocess
+import sys
 import time
 
 COOPERATIVE = ["GemmSchedule(stages=4, epilogue='tma', cluster_m=2, store_cols=128)",
@@ -28,36 +53,130 @@ PINGPONG = ["GemmSchedule(bm=128, bn=128, stages=6, pingpong=True)",
             "GemmSchedule(bm=64, bn=256, stages=5, pingpong=True)",
             "GemmSchedule(bm=64, bn=256, stages=4, pingpong=True, group_m=16)"]
 
+# --compare: the shapes of docs/perf/gemm.md "Ping-pong vs cooperative" (2026-12-02 07:55)
+COMPARE_SHAPES = "4096x4096x4096,2048x7168x2048,8192x8192x8192"
+# in the first process: the old ping-pong schedules, the best cooperative one, and the new
+# ping-pong schedules that need no lowering change (7 stages: 7 x 32 KB of 128x128 stages fit
+# 227 KB without a staging buffer, as CUTLASS's StageCountAutoCarveout would fill it)
+COMPARE_SCHEDULES = [
+    "GemmSchedule(bm=128, bn=128, stages=6, pingpong=True)",
+    "GemmSchedule(bm=64, bn=256, stages=4, pingpong=True, group_m=16)",
+    "GemmSchedule(bm=128, bn=128, stages=7, pingpong=True)",
+    "GemmSchedule(stages=4, epilogue='tma', cluster_m=2, store_cols=128)",
+]
+# in the second process, with --whole-step-wait
+COMPARE_WHOLE_STEP = [
+    "GemmSchedule(bm=128, bn=128, stages=6, pingpong=True)",
+    "GemmSchedule(bm=128, bn=128, stages=7, pingpong=True)",
+]
 
-def main() -> int:
+
+# ----------------------------------------------------------------------------- experiment
+
+
+def whole_step_wait(kernel):
+    """The lowered kernel with every consume step that keeps its wgmma in flight ending in
+    `wgmma.wait_group N`, N = the groups that step committed (lower/sync.py writes 1): the
+    wait then retires exactly the previous steps' groups, whose slot the step releases, and
+    leaves all of this step's groups queued. Steps with one group are unchanged."""
+    from argus.ir import ops as O
+    from argus.ir.core import Region
+
+    def own_commits(region) -> int:  # not those of consume steps nested in the step
+        count = 0
+        for op in region.ops:
+            if isinstance(op, O.WgmmaCommit):
+                count += 1
+            elif not isinstance(op, O.Consume):
+                count += sum(own_commits(r) for r in _regions(op).values())
+        return count
+
+    def region(r):
+        ops = []
+        for op in r.ops:
+            inner = _regions(op)
+            if inner:
+                op = op.replace(**{name: region(sub) for name, sub in inner.items()})
+            if isinstance(op, O.Consume) and op.wgmma_in_flight == 1:
+                groups = own_commits(op.body)
+                body = tuple(x.replace(pending=groups)
+                             if isinstance(x, O.WgmmaWait) and x.pending == 1 else x
+                             for x in op.body.ops)
+                op = op.replace(body=Region(body))
+            ops.append(op)
+        return Region(tuple(ops))
+
+    return dataclasses.replace(kernel, body=region(kernel.body))
+
+
+def _regions(op) -> dict:
+    from argus.ir.core import Region
+
+    return {f.name: getattr(op, f.name) for f in dataclasses.fields(op)
+            if isinstance(getattr(op, f.name), Region)}
+
+
+def install_whole_step_wait() -> None:
+    """Run `whole_step_wait` right after the sync pass, in this process (and so before the
+    verifier, codegen and the caches, which all key on what comes out)."""
+    import argus.lower as lower
+
+    if any(name == "whole_step_wait" for name, _ in lower.PASSES):
+        return
+    passes = []
+    for name, fn in lower.PASSES:
+        passes.append((name, fn))
+        if name == "sync":
+            passes.append(("whole_step_wait", whole_step_wait))
+    lower.PASSES = tuple(passes)
+
+
+# ----------------------------------------------------------------------------- measurement
+
+
+def sass_line(text: str, b_layout: str = "nk") -> str:
+    """`SASS <schedule>: HGMMA n, registers r, spills s` for the kernel of one schedule."""
+    import argus as ag
+    from argus.kernels.gemm import GemmSchedule, gemm_kernel
+    from argus.runtime.sass import disassemble, instruction_histogram
+
+    s = eval(text, {"GemmSchedule": GemmSchedule})  # noqa: S307 - our own list
+    ck = gemm_kernel(ag.bf16, ag.bf16, b_layout).compile(s=s)
+    sass = disassemble(ck.binary.cubin)
+    hist = instruction_histogram(sass or "")
+    hgmma = sum(v for x, v in hist.items() if x.startswith("HGMMA")) if sass else "n/a"
+    waits = "n/a"
+    if sass:  # WARPGROUP.DEPBAR.LE gsb0, 0xN: the wgmma waits the kernel ends its steps with
+        waits = ",".join(sorted(set(re.findall(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*(0x[0-9a-f]+)",
+                                               sass)))) or "none"
+    res = ck.resources
+    return (f"SASS {text} [{b_layout}]: HGMMA {hgmma}, registers {res.registers}, spills "
+            f"{res.spill_stores + res.spill_loads}, wgmma waits {waits}")
+
+
+def summarize(rows: list[dict], tag: str = "") -> None:
+    """Per schedule: geomean and lowest Argus / cuBLAS ratio over its measured cases."""
+    by: dict[str, list[float]] = {}
+    for row in rows:
+        by.setdefault(row["schedule"], []).append(row["ratio"])
+    for text, ratios in by.items():
+        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        print(f"SUMMARY{tag} {text:70} geomean {geo:.3f}  min {min(ratios):.3f}  "
+              f"({len(ratios)} cases)", flush=True)
+
+
+def measure_rows(shapes: str, layouts: str, names: list[str], trials: int,
+                 variant: str) -> list[dict]:
     import torch
 
     from argus.kernels.gemm import GemmSchedule
     from argus.ops import matmul
     from argus.runtime.timing import measure_alternating
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", default="2048x7168x2048")
-    ap.add_argument("--layouts", default="NN,NT")
-    ap.add_argument("--schedules", default="all",
-                    help="all, pingpong, cooperative, or GemmSchedule(...) texts split by ';'")
-    ap.add_argument("--tail-splits", default="1",
-                    help="comma-separated GemmSchedule.tail_splits values applied to every "
-                         "schedule (1: the schedule as listed)")
-    ap.add_argument("--sass", action="store_true")
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    args = ap.parse_args()
-    if args.schedules.startswith("GemmSchedule"):
-        names = [t.strip() for t in args.schedules.split(";") if t.strip()]
-    else:
-        names = (PINGPONG if args.schedules != "cooperative" else []) + \
-            (COOPERATIVE if args.schedules != "pingpong" else [])
-    splits = [int(x) for x in args.tail_splits.split(",")]
-    names = [t if n == 1 else t[:-1] + f", tail_splits={n})" for t in names for n in splits]
     rows = []
-    for shape in args.shapes.split(","):
+    for shape in shapes.split(","):
         m, n, k = (int(x) for x in shape.split("x"))
-        for layout in args.layouts.split(","):
+        for layout in layouts.split(","):
             a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
             w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
             b = w.T if layout == "NT" else w.T.contiguous()  # NT: x @ W.T, NN: x @ W
@@ -70,34 +189,84 @@ def main() -> int:
                     matmul(a, b, out, schedule=s)
                     err = ((out.double() - ref).norm() / ref.norm()).item()
                     ours, base = measure_alternating([lambda: matmul(a, b, out, schedule=s),
-                                                      lambda: torch.matmul(a, b)], rounds=3)
+                                                      lambda: torch.matmul(a, b)], rounds=3,
+                                                     trials=trials)
                 except Exception as e:  # noqa: BLE001 - record and go on
                     print(f"{layout} {shape} {text}: FAILED {type(e).__name__}: {e}", flush=True)
                     continue
                 flop = 2 * m * n * k
-                row = {"shape": shape, "layout": layout, "schedule": text, "rel_err": err,
-                       "ours_ms": ours.median_ms, "cublas_ms": base.median_ms,
+                row = {"shape": shape, "layout": layout, "schedule": text, "variant": variant,
+                       "rel_err": err, "ours_ms": ours.median_ms, "cublas_ms": base.median_ms,
                        "ours_tflops": flop / ours.median_ms / 1e9,
                        "cublas_tflops": flop / base.median_ms / 1e9,
                        "ratio": base.median_ms / ours.median_ms}
                 rows.append(row)
-                print(f"{layout} {shape:>16} {text:70} {row['ours_tflops']:6.0f} vs "
-                      f"{row['cublas_tflops']:6.0f} TFLOP/s  {row['ratio']:.3f}x  "
-                      f"err {err:.1e}", flush=True)
+                bad = "  WRONG" if not err < 1e-2 else ""
+                print(f"{layout} {shape:>16} {variant:10} {text:70} "
+                      f"{row['ours_tflops']:6.0f} vs {row['cublas_tflops']:6.0f} TFLOP/s  "
+                      f"{row['ratio']:.3f}x  err {err:.1e}{bad}", flush=True)
+            del a, w, b, out, ref
+            torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="2048x7168x2048")
+    ap.add_argument("--layouts", default="NN,NT")
+    ap.add_argument("--schedules", default="all",
+                    help="all, pingpong, cooperative, or GemmSchedule(...) texts split by ';'")
+    ap.add_argument("--tail-splits", default="1",
+                    help="comma-separated GemmSchedule.tail_splits values applied to every "
+                         "schedule (1: the schedule as listed)")
+    ap.add_argument("--trials", type=int, default=100, help="timed calls per round")
+    ap.add_argument("--sass", action="store_true")
+    ap.add_argument("--whole-step-wait", action="store_true",
+                    help="experiment: wgmma.wait_group N = the groups of the step (module doc)")
+    ap.add_argument("--compare", action="store_true",
+                    help="the one-call comparison of issues 12 and 18 (module doc)")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    started = time.time()
+    if args.compare:
+        args.shapes, args.layouts, args.sass = COMPARE_SHAPES, "NN,NT", True
+        args.schedules = ";".join(COMPARE_SCHEDULES)
+        args.trials = min(args.trials, 50)
+    if args.whole_step_wait:
+        install_whole_step_wait()
+    variant = "whole-step" if args.whole_step_wait else "as-lowered"
+    if args.schedules.startswith("GemmSchedule"):
+        names = [t.strip() for t in args.schedules.split(";") if t.strip()]
+    else:
+        names = (PINGPONG if args.schedules != "cooperative" else []) + \
+            (COOPERATIVE if args.schedules != "pingpong" else [])
+    splits = [int(x) for x in args.tail_splits.split(",")]
+    names = [t if n == 1 else t[:-1] + f", tail_splits={n})" for t in names for n in splits]
+
+    import torch
+
+    rows = measure_rows(args.shapes, args.layouts, names, args.trials, variant)
+    summarize(rows, f" [{variant}]")
     if args.sass:
-        from argus.kernels.gemm import gemm_kernel
-        from argus.runtime.sass import disassemble, instruction_histogram
         for text in [t for t in names if "pingpong=True" in t]:
-            s = eval(text, {"GemmSchedule": GemmSchedule})  # noqa: S307
-            ck = gemm_kernel().compile(s=s)
-            hist = instruction_histogram(disassemble(ck.binary.cubin) or "")
-            res = ck.resources
-            print(f"SASS {text}: HGMMA {sum(v for x, v in hist.items() if x.startswith('HGMMA'))}"
-                  f", registers {res.registers}, spills {res.spill_stores + res.spill_loads}",
-                  flush=True)
-    with open(os.path.join(args.out, "pingpong.json"), "w") as f:
+            try:
+                print(sass_line(text), flush=True)
+            except Exception as e:  # noqa: BLE001
+                print(f"SASS {text}: FAILED {type(e).__name__}: {e}", flush=True)
+    name = "pingpong_whole_step.json" if args.whole_step_wait else "pingpong.json"
+    with open(os.path.join(args.out, name), "w") as f:
         json.dump({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                   "gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+                   "gpu": torch.cuda.get_device_name(), "variant": variant, "rows": rows}, f,
+                  indent=1)
+    if args.compare:  # the lowering experiment in a process of its own (its own caches)
+        child = [sys.executable, "-u", os.path.abspath(__file__), "--whole-step-wait", "--sass",
+                 "--shapes", args.shapes, "--layouts", args.layouts, "--trials",
+                 str(args.trials), "--out", args.out,
+                 "--schedules", ";".join(COMPARE_WHOLE_STEP)]
+        code = subprocess.run(child, check=False).returncode
+        print(f"compare: done in {time.time() - started:.0f} s (whole-step process exit "
+              f"{code})", flush=True)
+        return code
     return 0
 
 
