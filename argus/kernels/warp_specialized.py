@@ -30,6 +30,21 @@ the main loops are ordered sections, so one warpgroup's epilogue overlaps the ot
             with ag.when(turn != wg):
                 ring.pipe.skip(k_steps)
 
+This is the structure of CUTLASS's KernelTmaWarpSpecializedPingpong (include/cutlass/gemm/
+kernel/sm90_gemm_tma_warpspecialized_pingpong.hpp, compared 2026-12-03): each warpgroup takes
+every other unit of the CTA's persistent walk (its consumer 1 starts one unit on, both advance
+by two), the whole main loop is one ordered turn (the order barrier's wait before `mma`, its
+arrive after the last K step is issued and before `mma_tail`'s wait_group 0 and last release),
+the warpgroup that skips advances its step counter by the other's K steps, one producer loads
+the units in walk order through the shared ring, registers 40 / 232. What differs: CUTLASS also
+orders the epilogues (a 2-stage OrderedSequenceBarrier; here `ordered_epilogue`, opt-in) and
+stores through shared memory by TMA, waiting for its stores (`store_tail`) before passing the
+epilogue turn, where this one stores from registers; it zeroes by ScaleOut::Zero (here
+`zero_by_wgmma`, opt-in); and it commits one wgmma batch per k tile and waits with
+K_PIPE_MMAS = 1, a whole k tile in flight, where a 128-row tile here commits one group per
+64-row accumulator and lower/sync.py's wait_group 1 keeps only the second in flight
+(scripts/gpu_gemm_pingpong.py --whole-step-wait measures wait_group 2).
+
 Tail splits (`TileScheduler.launch(..., tail_splits=S)`): the walk is two loops in every role,
 the full waves' units (`units`) and then S K slices of each unit of the last, partial wave
 (`tail_units`), each slice from K-slice views of the operands with its own step count:
@@ -377,7 +392,9 @@ class OperandRing:
 
     def mma_tile(self, k_steps, *, zero_by_wgmma: bool = False) -> list:
         """A ping-pong consumer's main loop for one unit: this warpgroup multiplies the whole
-        bm x bn tile, as bm / 64 accumulators of 64 rows (one m64 wgmma each per K slice)."""
+        bm x bn tile, as bm / 64 accumulators of 64 rows (one m64 wgmma each per K slice).
+        Each wgmma is a commit group of its own, so a 128-row tile's step commits two, and the
+        step's end (lower/sync.py: wait_group 1) leaves only the second in flight."""
         accs = [ag.zeros((64, self.bn), ag.f32, by_wgmma=zero_by_wgmma)
                 for _ in range(self.bm // 64)]
         for k in ag.range(k_steps):
