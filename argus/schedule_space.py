@@ -126,7 +126,8 @@ class Constraint:
             return None
         return Diagnostic(self.severity, self.code, _text(self.message, values, facts),
                           kernel=kernel,
-                          counterexample={k: values[k] for k in sorted(values)},
+                          counterexample={k: values[k] for k in sorted(self.reads or values)
+                                          if k in values},
                           fix=f"{_text(self.fix, values, facts)} (rule: {self.rule})")
 
 

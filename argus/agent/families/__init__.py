@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from argus.agent.families.attention import AttentionFamily
 from argus.agent.families.base import Family, Rule, params_key
+from argus.agent.families.schedule import ScheduleFamily
 from argus.agent.families.composed import ComposedFamily
 from argus.agent.families.elementwise import ElementwiseFamily
 from argus.agent.families.gemm import GemmFamily
@@ -22,4 +23,4 @@ def get_family(name: str) -> Family:
     return FAMILIES[name]
 
 
-__all__ = ["FAMILIES", "Family", "Rule", "get_family", "params_key"]
+__all__ = ["FAMILIES", "Family", "Rule", "ScheduleFamily", "get_family", "params_key"]

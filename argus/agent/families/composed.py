@@ -13,50 +13,42 @@ from typing import Any
 
 from argus.agent import cost_model
 from argus.agent.cost_model import Estimate
-from argus.agent.families.base import Family, Rule
+from argus.agent.families.schedule import Part, ScheduleFamily
 from argus.agent.task import TaskSpec
 
-_RULES = (
-    Rule("tile_registers", lambda p, d: p["rows"] * p["bn"] // p["threads"] <= 64,
-         "rows*bn/threads = {rows}*{bn}/{threads} values per thread per tile: the fused "
-         "kernels keep several such tiles live (statistics, loop-carried accumulators)",
-         "use fewer rows or a narrower bn", "255 registers per thread (sm_90)"),
-    Rule("threads", lambda p, d: p["threads"] in (128, 256, 512),
-         "threads={threads} must be 128, 256 or 512", "use 128, 256 or 512 threads",
-         "CUDA block size; one warpgroup = 128 threads"),
-)
+
+def _tile_schedule() -> type:
+    from argus.compose.tile import TileSchedule
+
+    return TileSchedule
 
 
-class ComposedFamily(Family):
+def _matmul_schedule() -> type:
+    from argus.compose.gemm import MatmulSchedule
+
+    return MatmulSchedule
+
+
+def _has_matmul(task: TaskSpec) -> bool:
+    return bool(task.dims.get("matmuls"))
+
+
+class ComposedFamily(ScheduleFamily):
     name = "composed"
-    rules = _RULES
+    # the fused kernels' tile and CTA size; the GEMM adapter's split when the task has a GEMM
+    parts = (Part(_tile_schedule, exposed=("rows", "bn", "threads")),
+             Part(_matmul_schedule, when=_has_matmul, exposed=("terms",)))
 
-    def space(self, task: TaskSpec) -> dict[str, tuple[Any, ...]]:
-        out = {"rows": (1, 2, 4, 8, 16), "bn": (128, 256, 512, 1024, 2048),
-               "threads": (128, 256, 512)}
-        if task.dims.get("matmuls"):
-            out["terms"] = (6, 3, 1)
-        return out
-
-    def default_params(self, task: TaskSpec) -> dict[str, Any]:
-        out = {"rows": 4, "bn": 512, "threads": 256}
-        if task.dims.get("matmuls"):
-            out["terms"] = 6
-        return out
+    def start(self, task: TaskSpec) -> dict[str, Any]:
+        return {"rows": 4, "bn": 512, "threads": 256}
 
     def naive_params(self, task: TaskSpec) -> dict[str, Any]:
         return {**self.default_params(task), "rows": 1, "bn": 256}
 
-    @staticmethod
-    def schedules(params: dict[str, Any]) -> dict[str, Any]:
-        from argus.compose.gemm import MatmulSchedule
-        from argus.compose.tile import TileSchedule
-
-        out: dict[str, Any] = {"tile": TileSchedule(params["rows"], params["bn"],
-                                                    params["threads"])}
-        if "terms" in params:
-            out["matmul"] = MatmulSchedule(terms=params["terms"])
-        return out
+    def compose_schedules(self, task: TaskSpec, params: dict[str, Any]) -> dict[str, Any]:
+        """The compose schedules of `params` by role ("tile", and "matmul" with a GEMM); the
+        classes' own checks raise ValueError."""
+        return dict(zip(("tile", "matmul"), self.schedules(task, params)))
 
     def estimate(self, task: TaskSpec, params: dict[str, Any],
                  resources: dict[str, Any] | None = None) -> Estimate | None:
@@ -78,7 +70,7 @@ class ComposedFamily(Family):
         from argus.compose import plan_task
         from argus.compose.tile import PRELUDE
 
-        prog, _ = plan_task(task.path, self.schedules(params))
+        prog, _ = plan_task(task.path, self.compose_schedules(task, params))
         first = next(iter(prog.launches.values()), None)
         if first is None:   # GEMMs and scans only: the split kernel stands for them
             return (PRELUDE + "from argus.compose.gemm import split_rows\n\n"
@@ -89,7 +81,8 @@ class ComposedFamily(Family):
                         params: dict[str, Any] | None = None) -> str | None:
         from argus.compose import compose_task
 
-        comp = compose_task(task.path, self.schedules(params or self.default_params(task)))
+        comp = compose_task(task.path, self.compose_schedules(
+            task, params or self.default_params(task)))
         return (comp.source.rstrip() + "\n\n\n# ---- the kernel `argus optimize` lowers, "
                 "verifies and compiles for this candidate ----\n" + kernel_source)
 

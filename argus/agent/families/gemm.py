@@ -1,10 +1,11 @@
 """The GEMM family: the library kernels of argus/kernels/gemm.py (`gemm_kernel(in, out, B layout)`)
-with `GemmSchedule` as the action space, its static legality rules, its cost model, and its
-KernelBench adapter.
+with `GemmSchedule` (and, for a KernelBench fp32 task, the adapter's `SplitSchedule`) as the
+action space, its cost model, and its KernelBench adapter.
 
-The rules mirror what tracing and lowering reject (wgmma rows per warpgroup, the 128-byte
-swizzle row, shared-memory and register budgets, TMA box limits), so the planner prunes
-illegal schedules without lowering them; the lowering stays the ground truth.
+The space and the legality are the Schedule classes' declarations (families/declared.py: wgmma
+rows per warpgroup, the 128-byte swizzle row, TMA box limits, setmaxnreg, the split's accuracy)
+read by the generic family (families/schedule.py), which then lowers the schedule: shared memory
+and the register budget come from the lowering, not from a copy of its arithmetic here.
 
 KernelBench GEMM tasks are fp32; the kernel multiplies bf16 operands with fp32 accumulation and
 writes fp32 (the "kn" kernel reads B = [K, N] as given). The adapter splits A and B into bf16
@@ -23,105 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 from typing import Any
 
 from argus.agent import cost_model, split_numerics
 from argus.agent.cost_model import Estimate
-from argus.agent.families.base import LAUNCH_HELPER, Family, Rule
+from argus.agent.families.base import LAUNCH_HELPER
+from argus.agent.families.declared import SplitSchedule
+from argus.agent.families.schedule import Part, ScheduleFamily
 from argus.agent.task import TaskSpec
-
-SMEM_LIMIT = 232448
-SMEM_OVERHEAD = 1024          # barriers and alignment (plus 16 B per stage, below)
-REGS_PER_SM = 65536
-
-_RULES = (
-    Rule("wgmma_rows", lambda p, d: p["bm"] == 64 * p["consumers"],
-         "bm={bm} with {consumers} consumer warpgroup(s): each warpgroup's wgmma covers exactly "
-         "64 rows", "set consumers = bm // 64", "PTX wgmma: M = 64 per warpgroup"),
-    Rule("swizzle_row", lambda p, d: p["bk"] * 2 == 128,
-         "bk={bk}: a 128B-swizzled bf16 tile needs rows of 64 elements",
-         "use bk = 64", "TMA/wgmma 128-byte swizzle atom (HOPPER.md invariant 10)"),
-    Rule("wgmma_n", lambda p, d: p["bn"] % 64 == 0 and 64 <= p["bn"] <= 256
-         or (p.get("swap_ab") and p["bn"] in (16, 32)),
-         "bn={bn}: the kernel tiles N in 64-column blocks up to wgmma's N <= 256 (16 or 32 "
-         "token columns only with swap_ab)",
-         "use bn in 64, 128, 192, 256", "PTX wgmma shapes m64nNk16; kernels/gemm.py blocks"),
-    Rule("swap_ab", lambda p, d: not p.get("swap_ab") or (
-            p.get("epilogue", "direct") == "direct" and p.get("cluster_m", 1) == 1),
-         "swap_ab with epilogue={epilogue}, cluster_m={cluster_m}: the swapped kernel stores "
-         "C^T from registers, and its token tile is too small to share across a cluster",
-         "use epilogue='direct' and cluster_m=1 with swap_ab",
-         "kernels/gemm.py (transposed accumulator store)"),
-    Rule("tma_box", lambda p, d: p["bm"] <= 256 and p["bn"] <= 256,
-         "tile {bm}x{bn}: a TMA box dimension is at most 256", "use bm, bn <= 256",
-         "cuTensorMapEncodeTiled boxDim <= 256"),
-    Rule("stages", lambda p, d: p["stages"] >= 1, "stages={stages} must be >= 1",
-         "use 2-8 stages", "pipeline ring"),
-    Rule("smem", lambda p, d: smem_bytes(p) <= SMEM_LIMIT,
-         "{stages} stages of ({bm}+{bn})x{bk} bf16 (plus the epilogue staging) need more than "
-         "the 232448 B of shared memory a CTA may use", "use fewer stages or smaller tiles",
-         "sm_90 smem per CTA (opt-in)"),
-    Rule("regs_budget", lambda p, d: 128 * (p["producer_regs"] + p["consumers"]
-                                            * p["consumer_regs"]) <= REGS_PER_SM,
-         "128 x ({producer_regs} + {consumers} x {consumer_regs}) registers exceed the 65536 of "
-         "an SM", "lower consumer_regs (or producer_regs)", "setmaxnreg budget (PTX ISA)"),
-    Rule("regs_granularity", lambda p, d: all(r % 8 == 0 and 24 <= r <= 256 for r in
-                                              (p["producer_regs"], p["consumer_regs"])),
-         "setmaxnreg values {producer_regs}/{consumer_regs} must be multiples of 8 in [24, 256]",
-         "round the register counts to multiples of 8", "PTX setmaxnreg"),
-    Rule("tma_epilogue", lambda p, d: p.get("epilogue", "direct") == "direct"
-         or d.get("out_bits", 16) == 16,
-         "epilogue={epilogue}: the stmatrix + TMA-store epilogue needs a 16-bit output",
-         "use epilogue='direct' for an fp32 output", "PTX stmatrix (b16 only)"),
-    Rule("store_cols", lambda p, d: not p.get("store_cols") or (
-            p.get("epilogue", "direct") == "tma" and p["store_cols"] % 64 == 0
-            and p["store_cols"] <= p["bn"]),
-         "store_cols={store_cols} with epilogue={epilogue}, bn={bn}: the staging rounds of the "
-         "TMA-store epilogue are whole 64-column blocks of the tile",
-         "use store_cols 0 (the whole tile), 64 or 128 <= bn, with epilogue='tma'",
-         "kernels/gemm.py (TMA-store staging in rounds)"),
-    Rule("cluster", lambda p, d: p.get("cluster_m", 1) in (1, 2)
-         and p["num_sms"] % p.get("cluster_m", 1) == 0,
-         "cluster_m={cluster_m}: the kernel pairs at most 2 CTAs, and the persistent grid "
-         "({num_sms}) must be a whole number of clusters", "use cluster_m 1 or 2",
-         "HOPPER.md 2.1 (clusters > 2 lost performance; DeepGEMM supports 2)"),
-    Rule("cluster_split", lambda p, d: p.get("cluster_m", 1) == 1 or (
-            (p["bn"] // p["cluster_m"]) % 8 == 0
-            and (d.get("b_layout", "nk") == "nk" or (p["bn"] // 64) % p["cluster_m"] == 0)),
-         "bn={bn}, cluster_m={cluster_m}: each CTA multicasts an equal share of B made of whole "
-         "TMA boxes (64-column atoms when B is [K, N])", "use bn 128 or 256 with cluster_m=2",
-         "kernels/gemm.py cluster split"),
-    Rule("k_alignment", lambda p, d: d["K"] % 8 == 0,
-         "K={K}: TMA needs row strides that are multiples of 16 bytes (K % 8 == 0 for bf16)",
-         "pad K to a multiple of 8", "cuTensorMapEncodeTiled globalStrides % 16 == 0"),
-    Rule("k_chunks", lambda p, d: not d.get("split")
-         or split_numerics.chunk_ok(d["K"], p.get("k_chunks", 1)),
-         "k_chunks={k_chunks}: K={K} does not split into equal chunks of a multiple of 8 "
-         "elements (the chunks' bf16 rows must stay 16-byte aligned)",
-         "use a k_chunks that divides K / 8", "cuTensorMapEncodeTiled globalStrides % 16 == 0"),
-    Rule("split_accuracy", lambda p, d: not d.get("split") or not d.get("strict")
-         or split_numerics.strict_ok(p.get("split_terms", 6), d["K"], p.get("k_chunks", 1)),
-         "split_terms={split_terms}, k_chunks={k_chunks}: predicted rel_l2 {predicted} on the "
-         "tensor cores, more than half the strict fp32 bound (1e-5): wgmma truncates every "
-         "addend of its fp32 accumulator, so the error grows with the K range one accumulator "
-         "sums (K / k_chunks = {K} / {k_chunks}), and fewer than 6 terms lose the split's "
-         "2^-16 pieces", "use split_terms=6 and k_chunks >= {min_chunks}",
-         "argus/agent/split_numerics.py (H100/H200 tensor-core model, measured H200 errors)"),
-    Rule("predicted_spill", lambda p, d: not cost_model.predicted_spill(p["bn"],
-                                                                        p["consumer_regs"]),
-         "bn={bn} needs ~{bn}/2 + 40 registers per consumer thread; consumer_regs="
-         "{consumer_regs} will likely spill", "raise consumer_regs or narrow bn",
-         "accumulator fragment of m64nNk16: N/2 fp32 per thread", severity="warning"),
-)
-
-
-def smem_bytes(p: dict[str, Any]) -> int:
-    """Shared memory of the library kernel: the ring, barriers, and the TMA-store staging."""
-    ring = p["stages"] * ((p["bm"] + p["bn"]) * p["bk"] * 2 + 16) + SMEM_OVERHEAD
-    staged = p.get("store_cols") or p["bn"]   # columns staged per round
-    return ring + (p["bm"] * staged * 2 if p.get("epilogue", "direct") == "tma" else 0)
-
+from argus.target.limits import REGISTERS_PER_SM
 
 SPLIT_SOURCE = '''
 
@@ -256,9 +167,20 @@ class ModelNew(torch.nn.Module):
 '''
 
 
-class GemmFamily(Family):
+def _split_task(task: TaskSpec) -> bool:
+    """A KernelBench fp32 task: the adapter splits the operands into bf16 pieces."""
+    return task.origin == "kernelbench" and task.dtype == "f32"
+
+
+def _gemm_schedule() -> type:
+    from argus.kernels.gemm import GemmSchedule
+
+    return GemmSchedule
+
+
+class GemmFamily(ScheduleFamily):
     name = "gemm"
-    rules = _RULES
+    parts = (Part(_gemm_schedule), Part(lambda: SplitSchedule, when=_split_task))
 
     def kernel_args(self, task: TaskSpec, params: dict[str, Any] | None = None
                     ) -> tuple[str, str, str, bool]:
@@ -270,24 +192,24 @@ class GemmFamily(Family):
             batched = batched or int(params.get("k_chunks", 1)) > 1
         return (o.get("in", "bf16"), o.get("out", "bf16"), o.get("b_layout", "nk"), batched)
 
-    def space(self, task: TaskSpec) -> dict[str, tuple[Any, ...]]:
-        out16 = self.kernel_args(task)[1] in ("bf16", "f16")
-        extra = {"split_terms": split_numerics.TERMS, "k_chunks": split_numerics.K_CHUNKS} \
-            if self._split(task) else {}
-        return {**extra, "bm": (64, 128, 192, 256), "bn": (16, 32, 64, 128, 192, 256),
-                "bk": (64,),
-                "stages": (1, 2, 3, 4, 5, 6, 7, 8), "consumers": (1, 2, 3, 4),
-                "producer_regs": (24, 32, 40),
-                "consumer_regs": tuple(range(104, 241, 8)),
-                "persistent": (False, True), "num_sms": (132,), "group_m": (1, 2, 4, 8, 16),
-                "epilogue": ("direct", "tma") if out16 else ("direct",), "cluster_m": (1, 2),
-                "zero_by_wgmma": (False, True), "swap_ab": (False, True),
-                "store_cols": (0, 64, 128) if out16 else (0,)}
+    def facts(self, task: TaskSpec) -> dict[str, Any]:
+        """What the declared constraints read: the shape, the output's width, B's layout, the
+        operand width, and for a split task its track."""
+        _, out, layout, _ = self.kernel_args(task)
+        return {**task.dims, "out_bits": 32 if out == "f32" else 16, "b_layout": layout,
+                "in_bytes": 2, "strict": self._split(task) and task.track == "strict"}
+
+    def build(self, task: TaskSpec, params: dict[str, Any]):
+        import argus as ag
+        from argus.kernels.gemm import gemm_kernel
+
+        in_dt, out_dt, layout, batched = self.kernel_args(task, params)
+        gemm = self.schedules(task, params)[0]
+        return gemm_kernel(getattr(ag, in_dt), getattr(ag, out_dt), layout, batched), {"s": gemm}
 
     @staticmethod
     def _split(task: TaskSpec) -> bool:
-        """A KernelBench fp32 task: the adapter splits the operands into bf16 pieces."""
-        return task.origin == "kernelbench" and task.dtype == "f32"
+        return _split_task(task)
 
     @staticmethod
     def split_defaults(task: TaskSpec) -> dict[str, int]:
@@ -303,13 +225,8 @@ class GemmFamily(Family):
                 or max(legal, default=1)
         return {"split_terms": terms, "k_chunks": chunks}
 
-    def default_params(self, task: TaskSpec) -> dict[str, Any]:
-        from argus.kernels.gemm import GemmSchedule
-
-        p = dataclasses.asdict(GemmSchedule())
-        if self._split(task):
-            p.update(self.split_defaults(task))
-        return p
+    def start(self, task: TaskSpec) -> dict[str, Any]:
+        return self.split_defaults(task) if self._split(task) else {}
 
     def naive_params(self, task: TaskSpec) -> dict[str, Any]:
         """A correct but slow start: 64x64 tiles, one consumer, a 2-deep ring, one CTA per tile
@@ -335,28 +252,12 @@ class GemmFamily(Family):
                 p.setdefault(k, v)
         if p["bm"] % 64 == 0:
             p["consumers"] = max(1, min(4, p["bm"] // 64))
-        budget = (REGS_PER_SM // 128 - p["producer_regs"]) // max(1, p["consumers"])
+        budget = (REGISTERS_PER_SM // 128 - p["producer_regs"]) // max(1, p["consumers"])
         budget = min(240, budget - budget % 8)
         p["consumer_regs"] = min(p["consumer_regs"], budget)
         if p.get("epilogue", "direct") != "tma":
             p["store_cols"] = 0
         return p
-
-    def static_check(self, task: TaskSpec, params: dict[str, Any]):
-        dims: dict[str, Any] = dict(task.dims)
-        dims["out_bits"] = 32 if self.kernel_args(task)[1] == "f32" else 16
-        dims["b_layout"] = self.kernel_args(task)[2]
-        if self._split(task):
-            k = task.dims["K"]
-            terms, chunks = params.get("split_terms", 6), params.get("k_chunks", 1)
-            predicted = split_numerics.predicted_rel_l2(terms, k, chunks) \
-                if terms in split_numerics.SLOTS else math.inf
-            dims.update(split=True, strict=task.track == "strict", predicted=f"{predicted:.1e}",
-                        min_chunks=split_numerics.min_strict_chunks(k) or
-                        f"(none up to {max(split_numerics.K_CHUNKS)}: for K = {k} no split is "
-                        f"predicted strict-correct; judge the task on the relaxed track)")
-        return [d for d in (r.diagnose(params, dims, kernel=task.name) for r in self.rules)
-                if d is not None]
 
     def glue(self, task: TaskSpec, params: dict[str, Any]) -> tuple[int, int]:
         """Bytes and launches of the KernelBench adapter around the GEMM: the split (read 4 B,

@@ -1,0 +1,200 @@
+"""The legal ranges and constraints of the library's Schedule classes that do not declare them in
+their own field metadata yet (argus/schedule_space.py): the warp-specialized skeleton, the GEMM,
+and the composed family's tile and matmul schedules, plus the agent's own `SplitSchedule` (the
+KernelBench fp32 adapter's split, declared in its fields, as every Schedule eventually will be).
+
+When a kernel module adopts the metadata (`bm: int = field(default=128, metadata=legal(...))`
+and a CONSTRAINTS tuple), its entry here goes away: `space_of` reads the class first.
+
+Every range and constraint names the rule it mirrors; they only prune (the class's own checks,
+the lowering and the verifier stay the ground truth: tests/agent/test_schedule_family.py lowers
+a random sample of what they accept). Shared memory and the register budget are not declared
+here: the generic family reads them from the lowering (argus/agent/families/schedule.py).
+`declare_library()` registers them once (an explicit cache, no import-time side effect).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from argus.agent import cost_model, split_numerics
+from argus.schedule_space import Constraint, declare, fixed, legal
+from argus.target import limits
+
+
+@dataclass(frozen=True)
+class SplitSchedule:
+    """How the KernelBench fp32 GEMM adapter splits its operands into bf16 pieces: split_terms
+    products (6: fp32-accurate, the strict track; 3 and 1: relaxed only) in k_chunks fp32
+    accumulators (split_numerics.py says why both matter)."""
+
+    split_terms: int = field(default=6, metadata=legal(
+        split_numerics.TERMS, rule="argus/agent/split_numerics.py SLOTS (6, 3 or 1 products)"))
+    k_chunks: int = field(default=1, metadata=legal(
+        split_numerics.K_CHUNKS, rule="argus/agent/split_numerics.py K_CHUNKS"))
+
+    CONSTRAINTS = (
+        Constraint("k_chunks", lambda s, f: split_numerics.chunk_ok(f["K"], s["k_chunks"]),
+                   "k_chunks={k_chunks}: K={K} does not split into equal chunks of a multiple "
+                   "of 8 elements (the chunks' bf16 rows must stay 16-byte aligned)",
+                   "use a k_chunks that divides K / 8",
+                   "cuTensorMapEncodeTiled globalStrides % 16 == 0", reads=("k_chunks",)),
+        Constraint("split_accuracy", lambda s, f: not f.get("strict") or split_numerics.strict_ok(
+            s["split_terms"], f["K"], s["k_chunks"]),
+            lambda s, f: (
+                f"split_terms={s['split_terms']}, k_chunks={s['k_chunks']}: predicted rel_l2 "
+                f"{_predicted(s, f):.1e} on the tensor cores, more than half the strict fp32 "
+                "bound (1e-5): wgmma truncates every addend of its fp32 accumulator, so the "
+                "error grows with the K range one accumulator sums (K / k_chunks = "
+                f"{f['K']} / {s['k_chunks']}), and fewer than 6 terms lose the split's 2^-16 "
+                "pieces"),
+            lambda s, f: "use split_terms=6 and k_chunks >= " + str(
+                split_numerics.min_strict_chunks(f["K"]) or
+                f"(none up to {max(split_numerics.K_CHUNKS)}: for K = {f['K']} no split is "
+                "predicted strict-correct; judge the task on the relaxed track)"),
+            "argus/agent/split_numerics.py (H100/H200 tensor-core model, measured H200 errors)",
+            reads=("split_terms", "k_chunks")),
+    )
+
+
+def _predicted(s, f) -> float:
+    if s["split_terms"] not in split_numerics.SLOTS:
+        return float("inf")
+    return split_numerics.predicted_rel_l2(s["split_terms"], f["K"], s["k_chunks"])
+
+
+REGS = dict(multiple=limits.SETMAXNREG_STEP, low=limits.SETMAXNREG_MIN,
+            high=limits.SETMAXNREG_MAX)
+
+WARP_SPECIALIZED = dict(
+    bm=legal((64, 128, 192, 256), multiple=64, low=64, high=limits.TMA_BOX_DIM_MAX,
+             rule="64 rows per consumer warpgroup (PTX wgmma M = 64); TMA boxDim <= 256"),
+    stages=legal(range(1, 9), low=1, rule="the TMA ring has at least one stage (deeper ones are "
+                 "accepted; shared memory is read from the lowering)"),
+    consumers=legal((1, 2, 3, 4), rule="consumer warpgroups of a CTA (PTX wgmma: M = 64 each)"),
+    producer_regs=legal((24, 32, 40), **REGS, rule="PTX setmaxnreg: a multiple of 8 in [24, 256]"),
+    consumer_regs=legal(range(104, 241, 8), **REGS,
+                        rule="PTX setmaxnreg: a multiple of 8 in [24, 256]"),
+    persistent=legal((False, True)),
+    num_sms=legal((limits.NUM_SMS,), low=1, rule="H100/H200 SXM: 132 SMs"),
+    group_m=legal((1, 2, 4, 8, 16), low=1, rule="grouped raster: tiles down M per group"),
+    epilogue=legal(("direct", "tma"), rule="st.global from registers, or stmatrix + TMA store"),
+    cluster_m=legal((1, 2), rule="HOPPER.md 2.1 (clusters > 2 lost performance; DeepGEMM "
+                    "supports 2)"),
+    zero_by_wgmma=legal((False, True)),
+    pingpong=fixed("not searched yet (no card)"),
+    ordered_epilogue=fixed("not searched yet (no card)"),
+)
+
+WARP_SPECIALIZED_CONSTRAINTS = (
+    Constraint("wgmma_rows", lambda s, f: s["pingpong"] or s["bm"] == 64 * s["consumers"],
+               "bm={bm} with {consumers} consumer warpgroup(s): each warpgroup's wgmma covers "
+               "exactly 64 rows", "set consumers = bm // 64", "PTX wgmma: M = 64 per warpgroup",
+               reads=("bm", "consumers", "pingpong")),
+    Constraint("tma_epilogue", lambda s, f: s["epilogue"] == "direct" or f["out_bits"] == 16,
+               "epilogue={epilogue}: the stmatrix + TMA-store epilogue needs a 16-bit output",
+               "use epilogue='direct' for an fp32 output", "PTX stmatrix (b16 only)",
+               reads=("epilogue",)),
+    Constraint("cluster", lambda s, f: s["num_sms"] % s["cluster_m"] == 0,
+               "cluster_m={cluster_m}: the persistent grid ({num_sms}) must be a whole number of "
+               "clusters", "use cluster_m 1 or 2", "kernels/warp_specialized.py TileScheduler",
+               reads=("num_sms", "cluster_m")),
+    Constraint("predicted_spill", lambda s, f: not cost_model.predicted_spill(
+        s["bn"], s["consumer_regs"]),
+        "bn={bn} needs ~{bn}/2 + 40 registers per consumer thread; consumer_regs="
+        "{consumer_regs} will likely spill", "raise consumer_regs or narrow bn",
+        "accumulator fragment of m64nNk16: N/2 fp32 per thread", reads=("bn", "consumer_regs"),
+        severity="warning"),
+)
+
+GEMM = dict(
+    bn=legal((16, 32, 64, 128, 192, 256), multiple=limits.WGMMA_N_STEP, low=16,
+             high=limits.WGMMA_N_MAX, rule="PTX wgmma shapes m64nNk16: N <= 256"),
+    bk=legal((64,), rule="TMA/wgmma 128-byte swizzle atom: a row of 64 bf16 (HOPPER.md "
+             "invariant 10)"),
+    swap_ab=legal((False, True)),
+    store_cols=legal((0, 64, 128), rule="kernels/gemm.py (TMA-store staging in rounds)"),
+    k_atoms=fixed("not searched yet (no card)"),
+    split_k=fixed("argus.ops.matmul runs the split, not the kernel"),
+    tail_splits=fixed("argus.ops.matmul runs the tail's second kernel, not the kernel"),
+)
+
+GEMM_CONSTRAINTS = (
+    Constraint("swizzle_row", lambda s, f: s["bk"] * f.get("in_bytes", 2) == 128,
+               "bk={bk}: a 128B-swizzled tile needs rows of 128 bytes", "use bk = 64 for bf16",
+               "TMA/wgmma 128-byte swizzle atom (HOPPER.md invariant 10)", reads=("bk",)),
+    Constraint("wgmma_n", lambda s, f: s["bn"] % 64 == 0 and 64 <= s["bn"] <= 256
+               or (s["swap_ab"] and s["bn"] in (16, 32)),
+               "bn={bn}: the kernel tiles N in 64-column blocks up to wgmma's N <= 256 (16 or "
+               "32 token columns only with swap_ab)", "use bn in 64, 128, 192, 256",
+               "PTX wgmma shapes m64nNk16; kernels/gemm.py blocks", reads=("bn", "swap_ab")),
+    Constraint("swap_ab", lambda s, f: not s["swap_ab"] or (
+        s["epilogue"] == "direct" and s["cluster_m"] == 1),
+        "swap_ab with epilogue={epilogue}, cluster_m={cluster_m}: the swapped kernel stores "
+        "C^T from registers, and its token tile is too small to share across a cluster",
+        "use epilogue='direct' and cluster_m=1 with swap_ab",
+        "kernels/gemm.py (transposed accumulator store)",
+        reads=("swap_ab", "epilogue", "cluster_m")),
+    Constraint("store_cols", lambda s, f: not s["store_cols"] or (
+        s["epilogue"] == "tma" and s["store_cols"] % 64 == 0 and s["store_cols"] <= s["bn"]),
+        "store_cols={store_cols} with epilogue={epilogue}, bn={bn}: the staging rounds of the "
+        "TMA-store epilogue are whole 64-column blocks of the tile",
+        "use store_cols 0 (the whole tile), 64 or 128 <= bn, with epilogue='tma'",
+        "kernels/gemm.py (TMA-store staging in rounds)", reads=("store_cols", "epilogue", "bn")),
+    Constraint("store_cols_16bit", lambda s, f: not s["store_cols"] or f["out_bits"] == 16,
+               "store_cols={store_cols}: staging rounds belong to the TMA-store epilogue, which "
+               "needs a 16-bit output", "use store_cols=0", "PTX stmatrix (b16 only)",
+               reads=("store_cols",)),
+    Constraint("cluster_split", lambda s, f: s["cluster_m"] == 1 or (
+        (s["bn"] // s["cluster_m"]) % 8 == 0
+        and (f.get("b_layout", "nk") == "nk" or (s["bn"] // 64) % s["cluster_m"] == 0)),
+        "bn={bn}, cluster_m={cluster_m}: each CTA multicasts an equal share of B made of whole "
+        "TMA boxes (64-column atoms when B is [K, N])", "use bn 128 or 256 with cluster_m=2",
+        "kernels/gemm.py cluster split", reads=("bn", "cluster_m")),
+    Constraint("k_alignment", lambda s, f: f["K"] % 8 == 0,
+               "K={K}: TMA needs row strides that are multiples of 16 bytes (K % 8 == 0 for "
+               "bf16)", "pad K to a multiple of 8",
+               "cuTensorMapEncodeTiled globalStrides % 16 == 0"),
+)
+
+TILE = dict(
+    rows=legal((1, 2, 4, 8, 16), rule="rows of a CTA's tile (a power of two)"),
+    bn=legal((128, 256, 512, 1024, 2048), rule="columns of a CTA's tile (a power of two)"),
+    threads=legal((128, 256, 512), rule="CUDA block size; one warpgroup = 128 threads"),
+    order=fixed("not searched yet"), fold=fixed("not searched yet"),
+    ctas=fixed("not searched yet"),
+)
+
+TILE_CONSTRAINTS = (
+    Constraint("tile_registers", lambda s, f: s["rows"] * s["bn"] // s["threads"] <= 64,
+               "rows*bn/threads = {rows}*{bn}/{threads} values per thread per tile: the fused "
+               "kernels keep several such tiles live (statistics, loop-carried accumulators)",
+               "use fewer rows or a narrower bn",
+               f"{limits.MAX_REGISTERS_PER_THREAD} registers per thread (sm_90)",
+               reads=("rows", "bn", "threads")),
+)
+
+MATMUL = dict(
+    terms=legal(split_numerics.TERMS, rule="argus/agent/split_numerics.py (6: strict; 3, 1: "
+                "relaxed only)"),
+    max_chunk=fixed("not searched yet"), gemm=fixed("the heuristic's GEMM schedule"),
+    split_k=fixed("plan_split's cost rule chooses"),
+)
+
+
+@functools.cache
+def declare_library() -> None:
+    """Register the declarations above (once per process)."""
+    from argus.compose.gemm import MatmulSchedule
+    from argus.compose.tile import TileSchedule
+    from argus.kernels.gemm import GemmSchedule
+    from argus.kernels.warp_specialized import WarpSpecializedSchedule
+
+    declare(WarpSpecializedSchedule, WARP_SPECIALIZED, WARP_SPECIALIZED_CONSTRAINTS)
+    declare(GemmSchedule, GEMM, GEMM_CONSTRAINTS)
+    declare(TileSchedule, TILE, TILE_CONSTRAINTS)
+    declare(MatmulSchedule, MATMUL)
+
+
+__all__ = ["SplitSchedule", "declare_library"]

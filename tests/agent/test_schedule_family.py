@@ -1,0 +1,144 @@
+"""The generic family over Schedule classes (argus/agent/families/schedule.py): the GEMM and the
+composed family derive their space and legality from the Schedule classes' declarations
+(families/declared.py), with no dict rules of their own; their resources come from the lowering;
+and, as base.py's invariant promises, every schedule the declarations accept lowers on a random
+sample (the GEMM's refusals past the declarations are shared-memory ones only, which the family
+reads from the lowering instead of declaring)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import argus as ag
+from argus.agent.composer import compose
+from argus.agent.evaluate import import_source
+from argus.agent.families import ScheduleFamily, get_family
+from argus.agent.families.declared import declare_library
+from argus.agent.task import TaskSpec
+from argus.compiler import lower_only
+from argus.errors import CompileError
+from argus.kernels.gemm import GemmSchedule, gemm_kernel
+from argus.schedule_space import space_of
+
+SOFTMAX_TASK = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.softmax(x, dim=1) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(16, 300)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def gemm_task(out="bf16", layout="nk", M=1024, N=1024, K=1024):
+    return TaskSpec("gemm", "t", "argus", "x", (("M", M), ("N", N), ("K", K)), out, "bf16",
+                    options=(("in", "bf16"), ("out", out), ("b_layout", layout)))
+
+
+def test_gemm_and_composed_have_no_rules_of_their_own():
+    for name in ("gemm", "composed"):
+        family = get_family(name)
+        assert isinstance(family, ScheduleFamily) and family.rules == (), name
+    declare_library()
+    family, task = get_family("gemm"), gemm_task()
+    declared = space_of(GemmSchedule).choices(family.facts(task))
+    assert family.space(task) == declared                 # the space is the declaration
+    assert get_family("gemm").space(gemm_task(out="f32"))["epilogue"] == ("direct",)
+
+
+@pytest.mark.parametrize("out,layout", [("bf16", "nk"), ("f32", "kn")])
+def test_what_the_gemm_declarations_accept_lowers_or_runs_out_of_shared_memory(out, layout):
+    """The declarations leave no structural hole: a random schedule they accept either lowers
+    or is refused by the shared-memory plan, which the family reads from the lowering (and
+    then reports as 'smem'); what the family calls legal always lowers."""
+    family, task = get_family("gemm"), gemm_task(out, layout)
+    declare_library()
+    space = space_of(GemmSchedule)
+    facts = family.facts(task)
+    kernel = gemm_kernel(ag.bf16, getattr(ag, out), layout, False)
+    rng = random.Random(11)
+    accepted = lowered = smem = 0
+    for _ in range(150):
+        p = family.space(task)
+        p = {k: rng.choice(v) for k, v in p.items()}
+        if rng.random() < 0.6:
+            p = family.normalize(task, p)
+        if not space.accepts(p, facts):
+            continue
+        try:
+            s = GemmSchedule(**p)
+        except ValueError:
+            continue      # the class's own checks (the family reports them as 'schedule')
+        accepted += 1
+        try:
+            lower_only(kernel, s=s)
+            lowered += 1
+            assert family.legal(task, p), family.static_check(task, p)
+        except CompileError as exc:
+            assert "shared memory" in str(exc), (p, exc)
+            smem += 1
+            assert [d.code for d in family.static_check(task, p)
+                    if d.severity == "error"] == ["smem"]
+    assert accepted >= 30 and lowered >= 15 and smem >= 1, (accepted, lowered, smem)
+
+
+def test_gemm_resources_come_from_the_lowering():
+    family, task = get_family("gemm"), gemm_task()
+    p = family.normalize(task, family.default_params(task))
+    res = family.resources(task, p)
+    assert res["threads"] == 384 and res["registers_per_cta"] == 128 * (40 + 2 * 232)
+    # the ring of 4 stages of (128 + 256) x 64 bf16 is most of it
+    assert 4 * (128 + 256) * 64 * 2 < res["smem"] < 232448
+    deeper = family.resources(task, dict(p, stages=3))
+    assert deeper["smem"] < res["smem"]
+    found = family.static_check(task, dict(p, consumer_regs=248, producer_regs=56))
+    assert [d.code for d in found if d.severity == "error"] == ["regs_budget"], found
+
+
+def test_neighbors_are_one_declared_step_away():
+    family, task = get_family("gemm"), gemm_task()
+    p = family.normalize(task, family.default_params(task))
+    near = family.neighbors(task, p)
+    assert near and p not in near
+    space = family.space(task)
+    for q in near:
+        # one field one step along its choices; the fields that follow it (normalize) follow
+        assert any(abs(space[k].index(q[k]) - space[k].index(p[k])) == 1
+                   and family.normalize(task, {**p, k: q[k]}) == q
+                   for k in space if q[k] != p[k]), (p, q)
+
+
+def test_composed_schedules_the_declarations_accept_lower(tmp_path):
+    """Composed family: a random sample of the tile schedules its declarations accept; each
+    renders (argus.compose plans the program with it) and the candidate's kernel lowers."""
+    path = tmp_path / "softmax_task.py"
+    path.write_text(SOFTMAX_TASK)
+    task = compose(path)
+    family = get_family("composed")
+    assert task.family == "composed" and set(family.space(task)) == {"rows", "bn", "threads"}
+    rng = random.Random(3)
+    tried, seen = 0, set()
+    while tried < 4:
+        p = {k: rng.choice(v) for k, v in family.space(task).items()}
+        key = tuple(sorted(p.items()))
+        if key in seen or not family.legal(task, p):
+            continue
+        seen.add(key)
+        tried += 1
+        module = import_source(family.render_kernel(task, p), tmp_path, f"k{tried}")
+        lower_only(module.KERNEL, **module.CONSTEXPRS)
+    bad = dict(family.default_params(task), rows=16, bn=2048, threads=128)
+    assert [d.code for d in family.static_check(task, bad)] == ["tile_registers"]
