@@ -25,7 +25,7 @@ from argus.dtypes import DType
 from argus.kernels.split_k_sum import MAX_SPLITS
 from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler, Unit,
                                             WarpSpecializedSchedule, store_tile,
-                                            store_tile_staged, tile_coords)
+                                            store_tile_stacked, store_tile_staged, tile_coords)
 
 __all__ = ["GemmSchedule", "gemm", "gemm_kernel", "tile_coords"]  # tile_coords: examples/gemm.py
 
@@ -187,8 +187,9 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                                  precision=precision)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
-        if s.epilogue == "tma":
-            staging = Staging.alloc(s.consumers, rows, s.bn, out_dtype, s.store_cols)
+        if s.epilogue == "tma":  # a ping-pong warpgroup stages its whole tile: bm rows
+            staging = Staging.alloc(s.consumers, s.bm if s.pingpong else rows, s.bn, out_dtype,
+                                    s.store_cols)
 
         def finish(tile):
             return tile.to(out_dtype)
@@ -220,9 +221,13 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                         with ag.ordered("mma"):
                             accs = ring.mma_tile(k_steps, zero_by_wgmma=s.zero_by_wgmma)
                         with ag.ordered("epilogue") if s.ordered_epilogue else nullcontext():
-                            for j, acc in enumerate(accs):  # 64-row blocks of the tile
-                                store_tile(C, unit, j, acc, bm=s.bm, bn=s.bn, rows=64,
-                                           finish=finish, transposed=s.swap_ab)
+                            if s.epilogue == "tma":  # through this warpgroup's slots
+                                store_tile_stacked(C, unit, wg, accs, staging, bm=s.bm,
+                                                   bn=s.bn, finish=finish)
+                            else:
+                                for j, acc in enumerate(accs):  # 64-row blocks of the tile
+                                    store_tile(C, unit, j, acc, bm=s.bm, bn=s.bn, rows=64,
+                                               finish=finish, transposed=s.swap_ab)
                     with ag.when(turn != wg):
                         ring.pipe.skip(k_steps)  # the other warpgroup's unit
             return

@@ -1,7 +1,8 @@
 """GPU tier: the ping-pong GEMM schedule (two consumer warpgroups on whole tiles in turns,
 ordered main loops: argus/kernels/gemm.py, ag.ordered) against a float64 reference, through
 argus.ops.matmul, for both tile shapes, both B layouts, ragged edges and a persistent grid
-where every CTA runs several units (both warpgroups take turns)."""
+where every CTA runs several units (both warpgroups take turns), with the register and the
+TMA-store epilogues."""
 
 import pytest
 
@@ -19,7 +20,10 @@ def _rand(*shape, seed=0):
 
 @pytest.mark.parametrize("bm,bn,stages,extra", [
     (128, 128, 6, {}), (64, 256, 5, {}), (64, 128, 6, {}), (64, 256, 4, {"group_m": 16}),
-    (128, 128, 6, {"ordered_epilogue": True})])
+    (128, 128, 6, {"ordered_epilogue": True}),
+    # the TMA-store epilogue (a warpgroup's whole tile through its own staging slots)
+    (128, 128, 6, {"epilogue": "tma", "store_cols": 64}), (128, 128, 5, {"epilogue": "tma"}),
+    (64, 256, 4, {"epilogue": "tma", "group_m": 16})])
 @pytest.mark.parametrize("m,n,k", [(2048, 7168, 2048), (1000, 1500, 136), (4096, 4096, 64)])
 @pytest.mark.parametrize("layout", ["x@W.T", "x@W"])
 def test_pingpong_matches_float64(bm, bn, stages, extra, m, n, k, layout):
