@@ -7,9 +7,11 @@ each ping-pong kernel's HGMMA count, registers and spills.
     python3 scripts/gpu_gemm_pingpong.py --shapes 2048x7168x2048,512x8192x8192 [--sass]
 
 --compare is the one-call comparison of issues 12 and 18 (about a minute on the H200): the
-old ping-pong schedules, the new ones and the best cooperative schedule on 4096^3,
-2048x7168x2048 and 8192^3, NN and NT, then (a second process) the 128-row ping-pong tiles
-with the whole-step wgmma wait (below), every ping-pong kernel's SASS line, JSON in $OUT:
+new schedules first checked against float64 on ragged shapes (CHECK lines), then the old
+ping-pong schedules, the new ones (TMA-store epilogue, 7 stages) and the best cooperative
+schedule timed on 4096^3, 2048x7168x2048 and 8192^3, NN and NT, then (a second process) the
+128-row ping-pong tiles with the whole-step wgmma wait (below); every ping-pong kernel's SASS
+line; JSON in $OUT:
 
     python3 -u scripts/gpu_gemm_pingpong.py --compare
 
@@ -55,12 +57,17 @@ PINGPONG = ["GemmSchedule(bm=128, bn=128, stages=6, pingpong=True)",
 
 # --compare: the shapes of docs/perf/gemm.md "Ping-pong vs cooperative" (2026-12-02 07:55)
 COMPARE_SHAPES = "4096x4096x4096,2048x7168x2048,8192x8192x8192"
-# in the first process: the old ping-pong schedules, the best cooperative one, and the new
-# ping-pong schedules that need no lowering change (7 stages: 7 x 32 KB of 128x128 stages fit
+# in the first process: the old ping-pong schedules (register epilogue), the best cooperative
+# one, and the new ping-pong schedules that need no lowering change: the TMA-store epilogue
+# (CUTLASS's ping-pong stores through shared memory by TMA; a warpgroup's whole tile staged in
+# its own slots, 64 or 128 columns at a time) and 7 stages (7 x 32 KB of 128x128 stages fit
 # 227 KB without a staging buffer, as CUTLASS's StageCountAutoCarveout would fill it)
 COMPARE_SCHEDULES = [
     "GemmSchedule(bm=128, bn=128, stages=6, pingpong=True)",
     "GemmSchedule(bm=64, bn=256, stages=4, pingpong=True, group_m=16)",
+    "GemmSchedule(bm=128, bn=128, stages=6, pingpong=True, epilogue='tma', store_cols=64)",
+    "GemmSchedule(bm=128, bn=128, stages=5, pingpong=True, epilogue='tma')",
+    "GemmSchedule(bm=64, bn=256, stages=4, pingpong=True, epilogue='tma', group_m=16)",
     "GemmSchedule(bm=128, bn=128, stages=7, pingpong=True)",
     "GemmSchedule(stages=4, epilogue='tma', cluster_m=2, store_cols=128)",
 ]
@@ -68,7 +75,13 @@ COMPARE_SCHEDULES = [
 COMPARE_WHOLE_STEP = [
     "GemmSchedule(bm=128, bn=128, stages=6, pingpong=True)",
     "GemmSchedule(bm=128, bn=128, stages=7, pingpong=True)",
+    "GemmSchedule(bm=128, bn=128, stages=6, pingpong=True, epilogue='tma', store_cols=64)",
 ]
+# --compare checks the new schedules first on ragged shapes (M, N and K no multiple of the
+# tile; 2.4 and 7.3 units per CTA of the 132-CTA grid at 128x128, so both warpgroups take
+# turns), with the very kernels it then times: the TMA-store + cluster ping-pong variant
+# failed a ragged case on the card (docs/perf/gemm.md run 3)
+RAGGED_SHAPES = "2900x1700x136,3000x5000x1056"
 
 
 # ----------------------------------------------------------------------------- experiment
@@ -165,6 +178,40 @@ def summarize(rows: list[dict], tag: str = "") -> None:
               f"({len(ratios)} cases)", flush=True)
 
 
+def check_rows(shapes: str, layouts: str, names: list[str], variant: str) -> int:
+    """Each schedule against float64 on each shape and layout (C filled with NaN first):
+    prints one CHECK line per case and returns how many were wrong or failed."""
+    import torch
+
+    from argus.kernels.gemm import GemmSchedule
+    from argus.ops import matmul
+
+    bad = 0
+    for shape in shapes.split(","):
+        m, n, k = (int(x) for x in shape.split("x"))
+        for layout in layouts.split(","):
+            g = torch.Generator(device="cuda").manual_seed(m + n + k)
+            a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+            w = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
+            b = w.T if layout == "NT" else w.T.contiguous()
+            ref = a.double() @ b.double()
+            for text in names:
+                s = eval(text, {"GemmSchedule": GemmSchedule})  # noqa: S307 - our own list
+                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                try:
+                    matmul(a, b, out, schedule=s)
+                    torch.cuda.synchronize()
+                    err = ((out.double() - ref).norm() / ref.norm()).item()
+                    ok = not torch.isnan(out).any().item() and err < 1e-2
+                    what = f"err {err:.1e}"
+                except Exception as e:  # noqa: BLE001 - record and go on
+                    ok, what = False, f"{type(e).__name__}: {e}"
+                bad += not ok
+                print(f"CHECK {layout} {shape:>14} {variant:10} {text:70} "
+                      f"{'ok' if ok else 'WRONG'}  {what}", flush=True)
+    return bad
+
+
 def measure_rows(shapes: str, layouts: str, names: list[str], trials: int,
                  variant: str) -> list[dict]:
     import torch
@@ -226,12 +273,16 @@ def main() -> int:
     ap.add_argument("--compare", action="store_true",
                     help="the one-call comparison of issues 12 and 18 (module doc)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--check", default="",
+                    help="ragged shapes (MxNxK,...) to check every schedule on first "
+                         f"(--compare: the new schedules on {RAGGED_SHAPES})")
     args = ap.parse_args()
     started = time.time()
     if args.compare:
         args.shapes, args.layouts, args.sass = COMPARE_SHAPES, "NN,NT", True
         args.schedules = ";".join(COMPARE_SCHEDULES)
-        args.trials = min(args.trials, 50)
+        args.trials = min(args.trials, 30)
+        args.check = args.check or RAGGED_SHAPES
     if args.whole_step_wait:
         install_whole_step_wait()
     variant = "whole-step" if args.whole_step_wait else "as-lowered"
@@ -245,6 +296,10 @@ def main() -> int:
 
     import torch
 
+    if args.check:  # the schedules that are new here (all of them outside --compare)
+        old = set(PINGPONG + COOPERATIVE) if args.compare else set()
+        wrong = check_rows(args.check, "NN,NT", [t for t in names if t not in old], variant)
+        print(f"CHECK [{variant}]: {wrong} wrong or failed", flush=True)
     rows = measure_rows(args.shapes, args.layouts, names, args.trials, variant)
     summarize(rows, f" [{variant}]")
     if args.sass:
@@ -261,7 +316,7 @@ def main() -> int:
     if args.compare:  # the lowering experiment in a process of its own (its own caches)
         child = [sys.executable, "-u", os.path.abspath(__file__), "--whole-step-wait", "--sass",
                  "--shapes", args.shapes, "--layouts", args.layouts, "--trials",
-                 str(args.trials), "--out", args.out,
+                 str(args.trials), "--out", args.out, "--check", args.check,
                  "--schedules", ";".join(COMPARE_WHOLE_STEP)]
         code = subprocess.run(child, check=False).returncode
         print(f"compare: done in {time.time() - started:.0f} s (whole-step process exit "
