@@ -70,6 +70,9 @@ COMPARE_SCHEDULES = [
     "GemmSchedule(bm=64, bn=256, stages=4, pingpong=True, epilogue='tma', group_m=16)",
     "GemmSchedule(bm=128, bn=128, stages=7, pingpong=True)",
     "GemmSchedule(stages=4, epilogue='tma', cluster_m=2, store_cols=128)",
+    # the control: a cooperative tile with the ping-pong 128x128 tile's shared-memory bytes
+    # per MMA (B read by two m64n128 per k16, 128 + 128 rows filled per 128x128 outputs)
+    "GemmSchedule(bn=128, stages=6, epilogue='tma', cluster_m=2)",
 ]
 # in the second process, with --whole-step-wait
 COMPARE_WHOLE_STEP = [
