@@ -38,8 +38,10 @@ arrive after the last K step is issued and before `mma_tail`'s wait_group 0 and 
 the warpgroup that skips advances its step counter by the other's K steps, one producer loads
 the units in walk order through the shared ring, registers 40 / 232. What differs: CUTLASS also
 orders the epilogues (a 2-stage OrderedSequenceBarrier; here `ordered_epilogue`, opt-in) and
-stores through shared memory by TMA, waiting for its stores (`store_tail`) before passing the
-epilogue turn, where this one stores from registers; it zeroes by ScaleOut::Zero (here
+stores through one shared staging buffer by TMA, waiting for its stores (`store_tail`) before
+passing the epilogue turn; here the default stores from registers, and epilogue='tma'
+(`store_tile_stacked`) stages each warpgroup's tile in slots of its own, so no wait on bulk
+stores crosses warpgroups and the epilogues need no order; it zeroes by ScaleOut::Zero (here
 `zero_by_wgmma`, opt-in); and it commits one wgmma batch per k tile and waits with
 K_PIPE_MMAS = 1, a whole k tile in flight, where a 128-row tile here commits one group per
 64-row accumulator and lower/sync.py's wait_group 1 keeps only the second in flight
@@ -56,8 +58,9 @@ The blocks: `TileScheduler` (grouped raster `tile_coords`, unit decode with batc
 rank, the tail's walk), `load_tile` and `OperandRing.load` (TMA loads into the ring: MN-major
 atoms, cluster multicast, several K slices per stage), `OperandRing.mma` (wgmma over the ring
 into an fp32 accumulator), the epilogues `store_tile` (from registers, optionally transposed) and
-`store_tile_staged` (stmatrix + TMA store in staged rounds), and `WarpSpecializedSchedule`, the
-fields and checks every such kernel's schedule has. A kernel adds its own hooks: `finish`
+`store_tile_staged` (stmatrix + TMA store in staged rounds; `store_tile_stacked`, its ping-pong
+form for a warpgroup's whole tile), and `WarpSpecializedSchedule`, the fields and checks every
+such kernel's schedule has. A kernel adds its own hooks: `finish`
 (accumulator block -> output tile, e.g. per-tensor scales, then the conversion) and whatever
 it reads before the unit loop.
 
