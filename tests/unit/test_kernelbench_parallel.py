@@ -810,3 +810,24 @@ def test_sets_prepared_ahead_give_the_same_judgment(tmp_path, monkeypatch):
     assert entries <= 2 * len(ahead.sets) + 1 + 3, (entries, ahead.phases)
     assert zeros.reason == "zeros_output"
     assert cheat.reason == "timed_output_wrong"
+
+
+def test_a_set_with_big_inputs_is_not_prepared_ahead():
+    """A reduction's reference is small while its inputs are not: preparing its next set beside
+    the candidate holds the inputs, their float64 copies and the rungs' (L1/47-53, 8 GB of
+    inputs, ran out of memory alone on the H200 with the judge's process at 116 GB). Only a
+    set whose reference and preparation both fit ref_cache_bytes is prepared ahead."""
+    import types
+
+    from argus.bench.kernelbench.judge import ReferenceSession, _RefSet
+
+    def entry(ref_elems: int, input_elems: int) -> _RefSet:
+        return _RefSet(spec=None, reply={}, inputs_path=Path("/nonexistent"),
+                       ref=[torch.zeros(ref_elems)], tols=[],
+                       inputs=[torch.zeros(input_elems), 3])
+    fake = types.SimpleNamespace(
+        options=dataclasses.replace(OPTIONS, ref_cache_bytes=1 << 20), specs=[None] * 5,
+        _input_bytes=ReferenceSession._input_bytes)
+    assert ReferenceSession.small(fake, entry(16, 1024))            # both small: ahead
+    assert not ReferenceSession.small(fake, entry(16, 1 << 18))     # 1 MB of inputs: not
+    assert not ReferenceSession.small(fake, entry(1 << 16, 16))     # a big reference: not

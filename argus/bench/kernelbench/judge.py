@@ -97,6 +97,9 @@ REASONS: dict[str, str] = {
 _PRIORITY = {name: i for i, name in enumerate(REASONS)}
 # The distributions of the input sets a solution is timed on (`ReferenceSession.timing_sets`).
 TIMING_DISTRIBUTIONS = ("task", "normal")
+# What preparing a set holds per byte of its inputs at its peak: the inputs, their float64
+# copies (2) and the tf32 and bf16 rungs' copies (1 and 0.5), rounded up.
+_PREPARE_BYTES_PER_INPUT_BYTE = 5
 # Reasons that fail both tracks (the others are about accuracy and are judged per track).
 INTEGRITY_REASONS = frozenset(
     list(REASONS)[:list(REASONS).index("input_mutated") + 1]
@@ -456,15 +459,41 @@ class ReferenceSession:
 
     # -- preparing ahead
     def small(self, entry: _RefSet) -> bool:
-        """Whether the task's references are small enough to prepare sets ahead: all its sets'
-        float64 references fit `ref_cache_bytes` (what the session keeps anyway), so one more
-        set in memory while the candidate runs is little beside the memory estimate
+        """Whether the task's sets are small enough to prepare ahead: all its sets' float64
+        references fit `ref_cache_bytes` (what the session keeps anyway), and so does what
+        preparing one set holds at its peak (its inputs, their float64 copies, the rungs'), so
+        one more set in memory while the candidate runs is little beside the memory estimate
         (gpumem.JUDGE_BYTES_PER_ELEMENT, which does not count one)."""
         if entry.ref is None:
             return False
         nbytes = sum(r.numel() * r.element_size() for r in entry.ref)
+        # preparing a set holds its inputs, their float64 copies (twice the bytes) and the
+        # precision rungs' copies at once, beside the candidate's run: a reduction's reference
+        # is small while its inputs are not (L1/47-53 at 8 GB of inputs ran out of memory on
+        # the H200 with the judge's process at 116 GB, every one of them alone)
+        ahead = _PREPARE_BYTES_PER_INPUT_BYTE * self._input_bytes(entry)
         return nbytes * (len(self.specs) + len(TIMING_DISTRIBUTIONS)) <= \
-            self.options.ref_cache_bytes
+            self.options.ref_cache_bytes and ahead <= self.options.ref_cache_bytes
+
+    def give_back_cached(self) -> None:
+        """Return this process's cached GPU blocks (the comparison's and the references'
+        temporaries) to the device before a big set's candidate call: cached blocks are memory
+        no other process can use (L1/21 ran out of memory alone on the H200, the candidate at
+        24.6 GB wanting 12 more while the judge's process held 104 GB). Milliseconds; for
+        small sets the call is skipped (they are prepared ahead instead, in use)."""
+        if self.device != "cpu" and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+
+    @staticmethod
+    def _input_bytes(entry: _RefSet) -> int:
+        """The bytes of a set's inputs: in this process (direct judging) or in their file."""
+        if entry.inputs is not None:
+            return sum(v.numel() * v.element_size() for v in entry.inputs
+                       if isinstance(v, torch.Tensor))
+        try:
+            return entry.inputs_path.stat().st_size
+        except OSError:
+            return 0
 
     def prefetch(self, key: Any) -> None:
         """Prepare set `key` (an index) in a thread of its own, while the candidate runs: its
@@ -983,6 +1012,8 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
         if session.small(entry) and spec.index + 1 < len(session.specs):
             # the next set's reference is prepared while the candidate runs this one
             session.prefetch(spec.index + 1)
+        else:
+            session.give_back_cached()
         out_path = session.dir / "outputs" / f"out{spec.index}.pt"
         try:
             with clock("candidate first run (incl. lowering, compiles)" if spec.index == 0
@@ -1058,6 +1089,7 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
             with clock("timing sets (inputs)"):
                 timing_args, timing_sets = session.timing_sets()
             out_path = session.dir / "outputs" / "timed.pt"
+            session.give_back_cached()
             with clock("timing (incl. gate wait, profile)"):
                 timed = cand.request("time",
                                      max(opts.candidate_timeout_s or opts.timeout_s, 60.0),
