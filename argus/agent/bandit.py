@@ -12,12 +12,16 @@ candidates already tried are skipped; in dense mode the family's static rules dr
 (recorded as pruned, with the rule as the reason); the cost model ranks the rest and drops those
 predicted PRUNE_RATIO times slower than the incumbent; then the verifier screens them in order
 (lower + verify in the worker, no compile, no run), and the first one that passes is proposed.
-Arms are first searched for candidates the cost model predicts to beat the incumbent; only when
-none has one does the planner explore the rest, and only when times are measured (`explore`):
-without a GPU the "measurement" is the same cost model, so exploring could not teach anything
-and the planner stops instead.
-An arm with nothing left is skipped for this proposal; when no arm has anything, the planner
-returns None and the loop stops early ("search space exhausted").
+Arms are first searched for candidates the cost model predicts to beat the incumbent; when none
+has one, the planner explores (`explore`, on unless switched off): it proposes the best-predicted
+untried candidate of the whole neighbourhood, every arm's expansion plus, for a family over
+Schedule classes, the schedules one declared step away (`ScheduleFamily.neighbors`, which also
+gives a family without cards a move set). So a run spends its budget instead of stopping at the
+first step where the model predicts no gain: on a GPU the measurement may disagree with the
+model, and without one each explored candidate is still verified, compiled and re-estimated with
+the compiler's resources (registers, spills) that the ranking here does not know.
+An arm with nothing left is skipped for this proposal; when nothing is left anywhere, the planner
+returns None and the loop stops early ("nothing left to try").
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ NOISE = 0.25             # observation noise of a gain (log units)
 PRUNE_RATIO = 1.5        # drop candidates the cost model predicts this much slower
 UCB_C = 0.6
 MIN_PREDICTED_GAIN = 0.01   # first pass: candidates predicted at least 1% faster
+NEIGHBORS = "space.neighbors"   # the card name of a one-step move along the declared space
 
 
 @dataclass
@@ -109,27 +114,90 @@ class BanditPlanner:
 
     # -- choosing ------------------------------------------------------------------------------
     def propose(self, state: PlanState, seed: int) -> Proposal | None:
-        """Arms in sampled order. First pass: only candidates the cost model predicts to beat
-        the incumbent (by MIN_PREDICTED_GAIN); when no arm has one, a second pass explores
-        anything within PRUNE_RATIO (the model is a guide, and on a GPU the measurement may
-        disagree with it)."""
+        """Arms in sampled order, for a candidate the cost model predicts to beat the incumbent
+        (by MIN_PREDICTED_GAIN). When no arm has one and `explore` is on, the best-predicted
+        untried candidate of the whole neighbourhood: every arm's expansion and, for a family
+        over Schedule classes, the schedules one declared step away (`neighbors`; the move set
+        of a family without cards). The model is a guide: on a GPU the measurement may disagree
+        with it, and without one each explored candidate is still verified, compiled and
+        re-estimated with the compiler's resources (registers, spills), which the ranking here
+        does not know."""
         rng = random.Random(seed)
         incumbent = state.incumbent_params
         inc_est = self.family.estimate(self.task, incumbent)
         pruned: list[dict[str, Any]] = []
         budget = [self.screen_limit]
         order = self.scores(rng)
-        for improving in (True, False) if self.explore else (True,):
-            for score, arm in order:
-                prop = self._from_arm(arm, score, state, incumbent, inc_est, pruned, budget,
-                                      improving)
-                if prop is not None:
-                    return prop
+        for score, arm in order:
+            prop = self._from_arm(arm, score, state, incumbent, inc_est, pruned, budget)
+            if prop is not None:
+                return prop
+        if not self.explore:
+            return None
+        return self._explore(order, state, incumbent, inc_est, pruned, budget)
+
+    def _explore(self, order: list[tuple[float, Arm]], state: PlanState,
+                 incumbent: dict[str, Any], inc_est, pruned: list[dict[str, Any]],
+                 budget: list[int]) -> Proposal | None:
+        """The best-predicted untried candidate of every arm's expansion and the family's
+        neighbours (ties: arms in sampled order, then neighbours), legal and screened."""
+        pool: dict[str, tuple[dict[str, Any], str]] = {}
+        moves = [(arm.card.id, self.family.expand(self.task, arm.card, incumbent))
+                 for _, arm in order]
+        neighbors = getattr(self.family, "neighbors", None)
+        if neighbors is not None:
+            moves.append((NEIGHBORS, neighbors(self.task, incumbent)))
+        for card, cands in moves:
+            for c in cands:
+                key = Candidate.of(c).key
+                if key not in state.tried and key not in pool:
+                    pool[key] = (c, card)
+        ranked = []
+        for i, (c, card) in enumerate(pool.values()):
+            est = self.family.estimate(self.task, c)
+            ranked.append((est.ms if est is not None else math.inf, i, c, card))
+        ranked.sort(key=lambda r: (r[0], r[1]))
+        for ms, _, c, card in ranked:
+            cand = Candidate.of(c, card=card)
+            if state.dense:
+                errors = [d for d in self.family.static_check(self.task, c)
+                          if d.severity == "error"]
+                if errors:
+                    pruned.append(_pruned(c, card, "rule", errors[0].code,
+                                          str(errors[0]).splitlines()[0]))
+                    state.tried.add(cand.key)
+                    continue
+                # past the screening budget the candidate goes unscreened: its evaluation
+                # verifies it anyway, and stopping here would leave the run's budget unspent
+                if state.screen is not None and budget[0] > 0:
+                    budget[0] -= 1
+                    outcome = state.screen(cand)
+                    if not outcome.ok:
+                        first = next((d for d in outcome.diagnostics
+                                      if d.get("severity") == "error"), {})
+                        pruned.append(_pruned(c, card, outcome.status,
+                                              first.get("code", outcome.stage),
+                                              outcome.message.splitlines()[0][:300]
+                                              if outcome.message else ""))
+                        state.tried.add(cand.key)
+                        continue
+            arm = self.arms.get(card)
+            who = (f"{card} (posterior mean gain {arm.mean:+.3f} over {arm.n} tries)"
+                   if arm is not None else "a one-step move along the declared schedule space")
+            why = (f"exploring: no untried candidate is predicted to beat the incumbent; the "
+                   f"best-predicted of {len(ranked)} untried ones, from {who}; "
+                   f"{_diff(incumbent, c)}")
+            if math.isfinite(ms):
+                why += f"; cost model: {ms:.4f} ms (estimate)"
+                if inc_est is not None:
+                    why += f" vs incumbent {inc_est.ms:.4f} ms"
+            return Proposal(cand, card, self.name, why, pruned=tuple(pruned))
         return None
 
     def _from_arm(self, arm: Arm, score: float, state: PlanState, incumbent: dict[str, Any],
-                  inc_est, pruned: list[dict[str, Any]], budget: list[int],
-                  improving: bool) -> Proposal | None:
+                  inc_est, pruned: list[dict[str, Any]], budget: list[int]
+                  ) -> Proposal | None:
+        """The arm's best-ranked candidate predicted to beat the incumbent (legal, screened)."""
         cands = [c for c in self.family.expand(self.task, arm.card, incumbent)
                  if Candidate.of(c, card=arm.card.id).key not in state.tried]
         if not cands:
@@ -147,7 +215,7 @@ class BanditPlanner:
                     legal.append(c)
             cands = legal
         ranked = self._rank(cands, inc_est, arm, pruned, state)
-        if improving and inc_est is not None:
+        if inc_est is not None:
             ranked = [c for c in ranked if (e := self.family.estimate(self.task, c)) is not None
                       and e.ms < inc_est.ms * (1 - MIN_PREDICTED_GAIN)]
         for c in ranked:
@@ -171,8 +239,6 @@ class BanditPlanner:
             est = self.family.estimate(self.task, c)
             if est is not None:
                 why += f"; cost model: {est.ms:.4f} ms (estimate)"
-            if not improving:
-                why += "; exploring (no candidate is predicted to beat the incumbent)"
             return Proposal(cand, arm.card.id, self.name, why, pruned=tuple(pruned))
         return None
 

@@ -55,8 +55,9 @@ def register(subparsers) -> None:
     p.add_argument("--no-warm-start", action="store_true",
                    help="do not try the store's best schedule for this task first")
     p.add_argument("--explore", choices=("auto", "on", "off"), default="auto",
-                   help="also try candidates the cost model does not predict to be faster "
-                        "(auto: with a GPU, where measurements can disagree with the model)")
+                   help="when nothing is predicted to be faster, try the best-predicted "
+                        "untried candidates until the budget is spent (auto = on; off stops "
+                        "at the first step where the cost model predicts no gain)")
     p.add_argument("--llm-provider", choices=("openai", "anthropic"))
     p.add_argument("--llm-model")
     p.add_argument("--llm-base-url")

@@ -40,8 +40,8 @@ class OptimizeConfig:
     trials: int = 100
     screen_limit: int = 6
     warm_start: bool = True
-    explore: str = "auto"            # auto (on with a GPU) | on | off: try candidates the cost
-                                     # model does not predict to be faster
+    explore: str = "auto"            # auto (= on) | on | off: when nothing is predicted to be
+                                     # faster, try the best-predicted untried candidates
     llm_provider: str | None = None
     llm_model: str | None = None
     llm_base_url: str | None = None

@@ -123,3 +123,92 @@ def test_an_arm_whose_candidates_are_all_ruled_out_is_skipped(tmp_path):
                          explore="on", judge="off")
     result = optimize(compose(path), tmp_path / "out", cfg)
     assert result.best is not None and len(result.steps) >= 2
+
+
+# ----------------------------------------------------------------------------- exploring
+
+
+def _drive(family, task, start_params, planner, proposals):
+    """Run `proposals` planner steps in process, the cost model standing in for the measurement;
+    returns (state, proposals made)."""
+    start = Candidate.of(start_params, card="start")
+    state = PlanState(task, family, "dense", start)
+    made = []
+
+    def run(cand, idx, card):
+        est = family.estimate(task, cand.params_dict)
+        o = Outcome("ok", "measure", time_ms=est.ms if est else None,
+                    time_kind="estimate" if est else "")
+        inc = state.incumbent
+        step = Step(idx, "bandit", card, cand, o, 0.0,
+                    gain(o, inc.outcome.time_ms if inc else None))
+        planner.observe(state.add(step), state)
+
+    run(start, 0, "start")
+    for i in range(1, proposals + 1):
+        prop = planner.propose(state, seed=i)
+        if prop is None:
+            break
+        made.append(prop)
+        run(prop.candidate, i, prop.card)
+    return state, made
+
+
+def test_the_planner_explores_when_nothing_is_predicted_faster():
+    """Issue 15: the planner used to stop once the cost model predicted nothing to beat the
+    incumbent (always on a CPU). Now it proposes the best-predicted untried candidates: from
+    the GEMM's best predicted point, every proposal is new and legal, the exploring ones come
+    in order of their estimate while the incumbent stands, and they say why."""
+    family = get_family("gemm")
+    planner = BanditPlanner(TASK, family, explore=True)
+    state, made = _drive(family, TASK, family.normalize(TASK, family.default_params(TASK)),
+                         planner, 12)
+    assert len(made) == 12
+    keys = [p.candidate.key for p in made]
+    assert len(set(keys)) == 12
+    assert all(family.legal(TASK, p.candidate.params_dict) for p in made)
+    exploring = [p for p in made if p.rationale.startswith("exploring")]
+    assert len(exploring) >= 4, [p.rationale[:60] for p in made]
+    inc_ms = state.incumbent.outcome.time_ms
+    ests = [family.estimate(TASK, p.candidate.params_dict).ms for p in exploring]
+    assert all(e >= inc_ms for e in ests)
+    # the incumbent did not move after the first exploring proposal (none was faster), so the
+    # best-predicted untried one can only get slower
+    assert ests == sorted(ests), ests
+    assert "best-predicted" in exploring[0].rationale
+    # switched off: the early stop of before
+    off = BanditPlanner(TASK, family, explore=False)
+    _, made_off = _drive(family, TASK, state.incumbent.candidate.params_dict, off, 3)
+    assert len(made_off) < 3
+
+
+def test_a_family_without_cards_explores_its_declared_space():
+    """The composed family has no schedule cards: it used to stop after its start. It now
+    moves one declared step at a time along its Schedule classes' fields."""
+    family = get_family("composed")
+    task = TaskSpec("composed", "t", "kernelbench", "x", (("kernels", 2),), "f32", "f32",
+                    metrics=(("bytes", 1 << 26),))
+    planner = BanditPlanner(task, family, explore=True)
+    assert not planner.arms
+    start = family.normalize(task, family.naive_params(task))
+    state, made = _drive(family, task, start, planner, 5)
+    assert len(made) == 5 and {p.card for p in made} == {"space.neighbors"}
+    assert len({p.candidate.key for p in made}) == 5
+    assert all(family.legal(task, p.candidate.params_dict) for p in made)
+
+
+def test_the_loop_spends_its_budget_on_a_cpu(tmp_path):
+    """End to end without a GPU (explore=auto): a composed task (no cards; every estimate the
+    same) runs all its iterations instead of stopping after the start."""
+    from tests.agent.test_schedule_family import SOFTMAX_TASK
+
+    path = tmp_path / "softmax_task.py"
+    path.write_text(SOFTMAX_TASK)
+    task = compose(path)
+    cfg = OptimizeConfig(iterations=3, device="cpu", check_sets=1, screen_limit=2,
+                         db=str(tmp_path / "store.sqlite"), verbose=False, timeout_s=240,
+                         judge="off")
+    result = optimize(task, tmp_path / "out", cfg)
+    assert len(result.steps) == 3, (result.stop_reason, [s.card for s in result.steps])
+    assert [s.card for s in result.steps[1:]] == ["space.neighbors"] * 2
+    assert all(s.outcome.ok for s in result.steps), [s.outcome.failure() for s in result.steps]

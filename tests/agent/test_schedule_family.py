@@ -142,3 +142,20 @@ def test_composed_schedules_the_declarations_accept_lower(tmp_path):
         lower_only(module.KERNEL, **module.CONSTEXPRS)
     bad = dict(family.default_params(task), rows=16, bn=2048, threads=128)
     assert [d.code for d in family.static_check(task, bad)] == ["tile_registers"]
+
+
+def test_the_llm_prompt_carries_the_declared_constraints():
+    """The constraints are data, so a planner can read them: the LLM prompt lists each with its
+    message template and the rule it cites."""
+    from argus.agent.candidate import Candidate
+    from argus.agent.llm.prompt import build_prompt
+    from argus.agent.planner import PlanState
+
+    family, task = get_family("gemm"), gemm_task()
+    state = PlanState(task, family, "dense",
+                      Candidate.of(family.normalize(task, family.default_params(task))))
+    text = build_prompt(state, [], [], [])
+    section = text.split("## Constraints between fields")[1].split("##")[0]
+    assert "wgmma_rows (error; GemmSchedule): bm={bm} with {consumers}" in section
+    assert "[rule: PTX wgmma: M = 64 per warpgroup]" in section
+    assert "k_alignment" in section and "predicted_spill (warning" in section

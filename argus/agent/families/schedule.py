@@ -114,6 +114,17 @@ class ScheduleFamily(Family):
         out.update(self.start(task))
         return out
 
+    def constraint_notes(self, task: TaskSpec) -> list[str]:
+        """The declared constraints as text (code, the condition's message, the rule it cites),
+        for a planner that reads them (the LLM prompt)."""
+        out = []
+        for _, space in self.spaces(task):
+            for c in space.constraints:
+                what = c.message if isinstance(c.message, str) else ", ".join(c.reads)
+                out.append(f"{c.code} ({c.severity}; {space.schedule.__name__}): {what} "
+                           f"[rule: {c.rule}]")
+        return out
+
     def schedules(self, task: TaskSpec, params: dict[str, Any]) -> list[Any]:
         """The Schedule objects of `params` (one per part the task uses); the classes' own
         checks raise ValueError."""

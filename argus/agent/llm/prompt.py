@@ -190,6 +190,11 @@ def build_prompt(state: PlanState, cards: list[Card], experience: list[dict[str,
     space = state.family.space(task)
     parts.append("## Schedule space (field: legal values)\n" + "\n".join(
         f"- {k}: {list(v)}" for k, v in space.items()))
+    notes_of = getattr(state.family, "constraint_notes", None)
+    if notes_of is not None:    # a family over Schedule classes declares its constraints
+        parts.append("## Constraints between fields (violations are pruned before running; "
+                     "the message's {fields} are the schedule's values)\n"
+                     + "\n".join(f"- {n}" for n in notes_of(task)))
     parts.append("## Knowledge cards (actions)\n" + "\n\n".join(c.render(full=c.kind == "source")
                                                                 for c in cards))
     parts.append("## Trajectory of this run\n" + trajectory_table(state))
