@@ -39,6 +39,14 @@ low bits, ~8e-4 normwise), the input by one Argus pass (its channels-last copy:
 argus/agent/split_numerics.py's SLOTS, which derives their accuracy (ops does not import the
 agent, so it is repeated here and a unit test holds the two equal).
 
+Dispatch (`route`): fp32 depthwise convolutions (one input channel per group, 2-d / 1-d) run
+on their own kernel (argus/kernels/conv_depthwise.py: exact fp32 on the CUDA cores, under tf32
+and the split alike; NCHW-contiguous input read in place, result NCHW-contiguous), and fp32 1x1
+convolutions under tf32 (stride 1, no padding, one group, no bias or activation) as the plain
+GEMM [N*H*W, C] x [C, K] on argus.ops.matmul's tf32 kernel (`_pointwise_tf32`: the input
+rounded by the same one pass, no other layout pass); everything else, and any call given a
+ConvSchedule, runs the implicit GEMM below.
+
 conv1d is conv2d on [N, C, 1, L] with a 1 x K filter; conv3d runs the same kernel with the
 depth taps as more K steps and (n, depth) as the flattened image axis.
 
@@ -532,6 +540,16 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         raise LaunchError(f"argus.ops.conv: precision={precision!r} with {x.dtype} inputs; "
                           f"the one choice is 'tf32', for float32 inputs",
                           fix="leave precision out (16-bit inputs, or the fp32 bf16 split)")
+    kind = route(x, weight, bias, stride, padding, groups, activation, schedule, precision)
+    if kind == "depthwise":
+        out, replay = _depthwise(x, weight, bias, stride, padding, dilation, activation)
+        _RouteRepeat.remember(x, weight, bias, args, replay)
+        return out
+    if kind == "pointwise":
+        out, replay = _pointwise_tf32(x, weight)
+        if out is not None:
+            _RouteRepeat.remember(x, weight, bias, args, replay)
+            return out
     s = schedule or schedule_for(x, weight, stride, padding, dilation, groups,
                                  precision=precision)
     X, Wt, out, view, b, sizes, geom, idt, odt = operands(x, weight, bias, stride, padding,
@@ -564,6 +582,281 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         if prep is not None and X.storage_offset() == 0:
             _Repeat.remember(x, weight, bias, args, X, Wt, b, sizes, out, groups, run, prep)
     return out
+
+
+ROUTES = ("depthwise", "pointwise", "implicit_gemm")
+
+
+def route(x, weight, bias, stride, padding, groups, activation: str = "none", schedule=None,
+          precision: str | None = None) -> str:
+    """Which kernel family `convolve` runs a (checked) problem on; a function of shapes,
+    dtypes and arguments only (the custom op's fake calls it for the result's layout).
+
+    - "depthwise": fp32 2-d (and 1-d) with one input channel per group (groups = C), under
+      any fp32 precision (tf32, the split): argus/kernels/conv_depthwise.py, exact fp32 on the
+      CUDA cores. As a GEMM each group has K = R * S and N = the multiplier, padded to a
+      64-wide tile: 0.02-0.07x cuDNN TF32 on the H200 (docs/perf/conv.md, 2baa4ab).
+      Result NCHW-contiguous.
+    - "pointwise": fp32 under precision="tf32", a 2-d 1x1 filter, stride 1, no padding, one
+      group, no bias or activation: a plain GEMM [N*H*W, C] x [C, K] on argus.ops.matmul's tf32
+      kernel (`_pointwise_tf32`). The implicit GEMM's tiles are bw = 64 output columns of one
+      output row, so a 14- or 7-wide layer (ResNet c4 / c5) wastes 78% / 89% of each tile;
+      the flat GEMM wastes none. Result channels-last, as the implicit GEMM's.
+    - "implicit_gemm": everything else, and any call that passes a ConvSchedule (which only
+      that kernel takes)."""
+    if schedule is not None:
+        return "implicit_gemm"
+    fp32 = str(x.dtype) == "torch.float32"
+    dims = x.dim() - 2
+    if fp32 and dims == 2 and weight.shape[1] == 1 and groups == x.shape[1]:
+        return "depthwise"
+    if fp32 and precision == "tf32" and dims == 2 and tuple(weight.shape[2:]) == (1, 1) and \
+            groups == 1 and bias is None and activation == "none" and \
+            _pair(stride, "stride") == (1, 1) and _pair(padding, "padding") == (0, 0):
+        return "pointwise"
+    return "implicit_gemm"
+
+
+_DEPTHWISE: OrderedDict = OrderedDict()
+
+
+def _depthwise(x, weight, bias, stride, padding, dilation, activation: str):
+    """conv2d(x, weight, bias, ..., groups=C) (fp32, checked) on the depthwise kernel: x read
+    in place when NCHW-contiguous with H and W multiples of the strides (else one copy, zero
+    rows and columns past the end: never read as anything but padding), the weight as its
+    [K, R * S] view, the result NCHW-contiguous. Compiled on CUDA tensors (memoized per
+    problem kind), only built on meta tensors, interpreted on CPU tensors. Returns (the
+    result, how a repeated call with the same tensors launches again, or None when x was
+    copied)."""
+    import torch
+    import torch.nn.functional as F
+
+    from argus.kernels.conv_depthwise import DepthwiseGeometry, depthwise_kernel, depthwise_tile
+
+    N, C, H, W = x.shape
+    K, _, R, S = weight.shape
+    (sh, sw), (ph, pw), (dh, dw) = (_pair(stride, "stride"), _pair(padding, "padding"),
+                                    _pair(dilation, "dilation"))
+    P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
+    Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
+    hp, wp = -H % sh, -W % sw
+    xc = x.detach()
+    if hp or wp:
+        xc = F.pad(xc, (0, wp, 0, hp))
+    if not xc.is_contiguous():
+        xc = xc.contiguous()
+    X = xc.view(N * C, (H + hp) // sh, sh, (W + wp) // sw, sw)
+    Wt = weight.detach().reshape(K, R * S)
+    if not Wt.is_contiguous():
+        Wt = Wt.contiguous()
+    b = _bias_operand(bias, K, 1, torch.float32, x.device)
+    geom = DepthwiseGeometry(R, S, sh, sw, ph, pw, dh, dw, K // C)
+    bh, bw = depthwise_tile(P, Q, geom)
+    kernel = depthwise_kernel(bias is not None, activation, bw)
+    if x.is_cuda or x.is_meta:
+        key = (bias is not None, activation, geom, bh, bw, x.device.index)
+        compiled = _DEPTHWISE.get(key)
+        if compiled is None:
+            compiled = kernel.compile(geom=geom, BH=bh, BW=bw)
+            _DEPTHWISE[key] = compiled
+            if len(_DEPTHWISE) > _MEMO_SIZE:
+                _DEPTHWISE.popitem(last=False)
+    else:
+        compiled = None
+    x_view = (tuple(X.shape), X.stride(), X.storage_offset())
+    w_own = None if Wt.untyped_storage().data_ptr() == \
+        weight.untyped_storage().data_ptr() else Wt      # a view is rebuilt from the weight
+    plans: dict = {}
+
+    def launch(x, weight, X=None):
+        """One call on x's and the weight's current values (X: x's kernel view, rebuilt from x
+        when not given): a new result, its launch plan kept by the result's address (as
+        _Repeat's)."""
+        out = torch.empty(N, K, P, Q, dtype=torch.float32, device=x.device)
+        if out.numel() == 0:
+            return out
+        plan = plans.get(out.data_ptr())
+        if plan is not None:
+            plan()
+            return out
+        X = x.detach().as_strided(*x_view) if X is None else X
+        Wt = w_own if w_own is not None else weight.detach().reshape(K, R * S)
+        Y = out.view(N * K, P, 1, Q, 1)
+        if compiled is None:
+            # the interpreter writes every argument back: copies keep the caller's versions
+            kernel.interpret(X.clone(), Wt.clone(), b.clone(), Y, geom=geom, BH=bh, BW=bw)
+            return out
+        if x.is_meta:
+            compiled.build_for(X, Wt, b, Y)
+            return out
+        if x.device.index == torch.cuda.current_device():
+            compiled(X, Wt, b, Y)
+        else:
+            with torch.cuda.device(x.device):
+                compiled(X, Wt, b, Y)
+        plan = compiled.plan_for(X, Wt, b, Y)
+        if plan is not None:
+            if len(plans) >= _Repeat.PLANS:
+                plans.pop(next(iter(plans)))
+            plans[out.data_ptr()] = plan
+        return out
+
+    out = launch(x, weight, X)
+    # x read in place (no copy): a repeated call replays `launch` on the caller's x
+    in_place = xc.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    return out, _RouteRepeat.Replay(launch, w_own is not None, b) if in_place else None
+
+
+_POINTWISE: OrderedDict = OrderedDict()
+
+
+def pointwise_gemm(A, Bt, out2):
+    """(the GEMM's schedule, its runner) for out2 [M, K_out] = A [M, C] @ Bt[K_out, C]^T on
+    argus.ops.matmul's tf32 kernel, the operands already rounded to tf32 (so none of matmul's
+    rounding passes: the conv prepared them): its tuned or heuristic schedule for the problem
+    (argus.ops.schedules.choose), memoized per problem and device, or None when that schedule
+    is one the tf32 kernel does not run (split-K, tail splits). The runner is the compiled
+    kernel on CUDA and meta tensors, (kernel, its schedule) for the interpreter on CPU."""
+    from argus.ops.matmul import compiled_for, device_name, problem_of
+    from argus.ops.schedules import choose, heuristic, kernel_for
+
+    problem, _ = problem_of(A, Bt.t(), out2, "tf32")
+    # choose() reads the tuning files and may rank candidates in the analytic model: once
+    key = (problem, A.device.type, A.device.index)
+    memo = _POINTWISE.get(key)
+    if memo is None:
+        chosen = choose(problem, device_name(A.device) if A.is_cuda else None)
+        if chosen.split_k > 1 or chosen.tail_splits > 1 or chosen.bk != 32:
+            chosen = heuristic(problem)
+        if chosen is None:
+            memo = None
+        elif A.is_cuda or A.is_meta:
+            memo = (chosen, compiled_for(problem, chosen))
+        else:
+            memo = (chosen, kernel_for(problem, chosen))
+        _POINTWISE[key] = memo
+        if len(_POINTWISE) > _MEMO_SIZE:
+            _POINTWISE.popitem(last=False)
+    return memo
+
+
+def _pointwise_tf32(x, weight):
+    """conv2d(x, weight) for a 1x1 filter, stride 1, no padding, one group, fp32 under tf32
+    (checked): the GEMM [N*H*W, C] x [C, K] on argus.ops.matmul's tf32 kernel. A is x rounded
+    to tf32 as the implicit GEMM's input is (`_tf32_input`: an NCHW x transposed and rounded in
+    one pass, a channels-last x rounded in one copy; channels zero-padded to a multiple of 4),
+    B the weight rounded once per version (`_weight_side`, its channels zero-padded: the
+    padding columns multiply zeros). The result is the channels-last [N, K, H, W] (its
+    [N*H*W, K] view is the GEMM's output): no layout pass beyond the rounding one. Returns
+    (the result, how a repeated call with the same tensors launches again: the rounding
+    kernel's and the GEMM's launch plans, or None), or (None, None) when the GEMM has no tf32
+    schedule for the problem (the caller runs the implicit GEMM)."""
+    import torch
+
+    N, C, H, W = x.shape
+    K, M = weight.shape[0], N * H * W
+    cpad = -C % 4
+    Cp = C + cpad
+    Wt = _weight_side(weight, 1, 0, 32, tf32=True)          # [1, K, C padded to 32]
+    Bt = Wt[0, :, :Cp]
+    shape, strides = _result_layout(N, K, (H, W))
+    first = torch.empty_strided(shape, strides, dtype=torch.float32, device=x.device)
+    if first.numel() == 0:
+        return first, None
+    A5 = _tf32_input(x.unsqueeze(2), 1, cpad, 0)
+    # the problem (shapes, alignment) of every call: the first call's buffers
+    gemm = pointwise_gemm(A5.view(M, Cp), Bt, first.permute(0, 2, 3, 1).reshape(M, K))
+    if gemm is None:
+        return None, None
+    _, runner = gemm
+    prep = _TF32Prep.of(x.unsqueeze(2), 1, cpad, 0)
+    prep_plans: dict = {}
+    gemm_plans: dict = {}
+
+    def launch(x, weight, A5=None, out=None):
+        """One call on x's current values (A5: x already rounded; else rounded again by the
+        prepared kernel) into `out` (else a new result), the launch plans kept by the
+        buffers' addresses."""
+        if out is None:
+            out = torch.empty_strided(shape, strides, dtype=torch.float32, device=x.device)
+        if A5 is None:
+            A5 = torch.empty(prep.shape, dtype=torch.float32, device=x.device)
+            plan = prep_plans.get(A5.data_ptr())
+            if plan is not None:
+                plan()
+            else:
+                src, dst = prep.source(x.unsqueeze(2)), prep.target(A5)
+                _launch(prep.kernel(), src, dst)
+                if x.is_cuda:
+                    _keep(prep_plans, A5.data_ptr(), prep.kernel().compile().plan_for(src, dst))
+        A = A5.view(M, Cp)
+        plan = gemm_plans.get((A.data_ptr(), out.data_ptr()))
+        if plan is not None:
+            plan()
+            return out
+        out2 = out.permute(0, 2, 3, 1).reshape(M, K)          # a view: channels-last
+        if not (x.is_cuda or x.is_meta):
+            kernel, s = runner
+            kernel.interpret(A.clone(), Bt.clone(), out2, s=s)
+        elif x.is_meta:
+            runner.build_for(A, Bt, out2)
+        else:
+            if x.device.index == torch.cuda.current_device():
+                runner(A, Bt, out2)
+            else:
+                with torch.cuda.device(x.device):
+                    runner(A, Bt, out2)
+            _keep(gemm_plans, (A.data_ptr(), out.data_ptr()), runner.plan_for(A, Bt, out2))
+        return out
+
+    out = launch(x, weight, A5, first)
+    return out, None if prep is None else _RouteRepeat.Replay(launch, True, None)
+
+
+def _keep(plans: dict, key, plan) -> None:
+    """A launch plan kept by its buffers' addresses, at most _Repeat.PLANS of them."""
+    if plan is None:
+        return
+    if len(plans) >= _Repeat.PLANS:
+        plans.pop(next(iter(plans)))
+    plans[key] = plan
+
+
+class _RouteRepeat:
+    """A depthwise or pointwise call prepared once, for the next call with the same tensors and
+    arguments: kept in _REPEATS under _Repeat's key and found by `_Repeat.find` (the same
+    identity, state and capture rules), replayed by its `launch(x, weight)`."""
+
+    __slots__ = ("refs", "state", "args", "derived", "launch")
+
+    @dataclass(frozen=True)
+    class Replay:
+        """What a route returns for its replay: `launch(x, weight)`, whether it holds a weight
+        copy or repack, and the bias operand it reads (None: no bias)."""
+
+        launch: object
+        weight_copy: bool
+        b: object
+
+    @classmethod
+    def remember(cls, x, weight, bias, args, replay: "_RouteRepeat.Replay | None") -> None:
+        import weakref
+
+        if replay is None or capturing():
+            return
+        r = cls()
+        owner = weight if weight._base is None else weight._base
+        r.refs = (weakref.ref(x), weakref.ref(owner),
+                  None if bias is None else weakref.ref(bias))
+        r.state, r.args, r.launch = _Repeat._state(x, weight, bias), args, replay.launch
+        r.derived = replay.weight_copy or (bias is not None and replay.b is not None and
+                                           replay.b.untyped_storage().data_ptr() !=
+                                           bias.untyped_storage().data_ptr())
+        key = (id(x), id(owner), id(bias))
+        _REPEATS.pop(key, None)
+        _REPEATS[key] = r
+        if len(_REPEATS) > _Repeat.ENTRIES:
+            _REPEATS.pop(next(iter(_REPEATS)))
 
 
 _REPEATS: dict = {}
@@ -969,6 +1262,8 @@ def _register():
     def _(x, weight, bias, stride, padding, dilation, groups, activation):
         out = [(n + 2 * p - d * (k - 1) - 1) // s_ + 1 for n, k, s_, p, d in
                zip(x.shape[2:], weight.shape[2:], stride, padding, dilation)]
+        if route(x, weight, bias, stride, padding, groups, activation) == "depthwise":
+            return x.new_empty((x.shape[0], weight.shape[0], *out))   # NCHW-contiguous
         y = x.new_empty((x.shape[0], *out, weight.shape[0]))
         return y.permute(0, y.dim() - 1, *range(1, y.dim() - 1))
 
