@@ -215,7 +215,7 @@ def check_rows(shapes: str, layouts: str, names: list[str], variant: str) -> int
     return bad
 
 
-def measure_rows(shapes: str, layouts: str, names: list[str], trials: int,
+def measure_rows(shapes: str, layouts: str, names: list[str], rounds: int,
                  variant: str) -> list[dict]:
     import torch
 
@@ -239,8 +239,8 @@ def measure_rows(shapes: str, layouts: str, names: list[str], trials: int,
                     matmul(a, b, out, schedule=s)
                     err = ((out.double() - ref).norm() / ref.norm()).item()
                     ours, base = measure_alternating([lambda: matmul(a, b, out, schedule=s),
-                                                      lambda: torch.matmul(a, b)], rounds=3,
-                                                     trials=trials)
+                                                      lambda: torch.matmul(a, b)],
+                                                     rounds=rounds)
                 except Exception as e:  # noqa: BLE001 - record and go on
                     print(f"{layout} {shape} {text}: FAILED {type(e).__name__}: {e}", flush=True)
                     continue
@@ -269,7 +269,8 @@ def main() -> int:
     ap.add_argument("--tail-splits", default="1",
                     help="comma-separated GemmSchedule.tail_splits values applied to every "
                          "schedule (1: the schedule as listed)")
-    ap.add_argument("--trials", type=int, default=100, help="timed calls per round")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternating rounds of 100 timed calls each (runtime/timing.py)")
     ap.add_argument("--sass", action="store_true")
     ap.add_argument("--whole-step-wait", action="store_true",
                     help="experiment: wgmma.wait_group N = the groups of the step (module doc)")
@@ -284,7 +285,7 @@ def main() -> int:
     if args.compare:
         args.shapes, args.layouts, args.sass = COMPARE_SHAPES, "NN,NT", True
         args.schedules = ";".join(COMPARE_SCHEDULES)
-        args.trials = min(args.trials, 30)
+        args.rounds = min(args.rounds, 2)  # ~1 minute in all
         args.check = args.check or RAGGED_SHAPES
     if args.whole_step_wait:
         install_whole_step_wait()
@@ -303,7 +304,7 @@ def main() -> int:
         old = set(PINGPONG + COOPERATIVE) if args.compare else set()
         wrong = check_rows(args.check, "NN,NT", [t for t in names if t not in old], variant)
         print(f"CHECK [{variant}]: {wrong} wrong or failed", flush=True)
-    rows = measure_rows(args.shapes, args.layouts, names, args.trials, variant)
+    rows = measure_rows(args.shapes, args.layouts, names, args.rounds, variant)
     summarize(rows, f" [{variant}]")
     if args.sass:
         for text in [t for t in names if "pingpong=True" in t]:
@@ -318,8 +319,8 @@ def main() -> int:
                   indent=1)
     if args.compare:  # the lowering experiment in a process of its own (its own caches)
         child = [sys.executable, "-u", os.path.abspath(__file__), "--whole-step-wait", "--sass",
-                 "--shapes", args.shapes, "--layouts", args.layouts, "--trials",
-                 str(args.trials), "--out", args.out, "--check", args.check,
+                 "--shapes", args.shapes, "--layouts", args.layouts, "--rounds",
+                 str(args.rounds), "--out", args.out, "--check", args.check,
                  "--schedules", ";".join(COMPARE_WHOLE_STEP)]
         code = subprocess.run(child, check=False).returncode
         print(f"compare: done in {time.time() - started:.0f} s (whole-step process exit "
