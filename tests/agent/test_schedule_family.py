@@ -159,3 +159,28 @@ def test_the_llm_prompt_carries_the_declared_constraints():
     assert "wgmma_rows (error; GemmSchedule): bm={bm} with {consumers}" in section
     assert "[rule: PTX wgmma: M = 64 per warpgroup]" in section
     assert "k_alignment" in section and "predicted_spill (warning" in section
+
+
+def test_elementwise_schedule_declares_its_space_in_its_fields(tmp_path):
+    """ElementwiseSchedule carries legal() metadata and CONSTRAINTS itself (no declare()); the
+    family's space is that declaration, and what it accepts renders and lowers."""
+    from argus.agent.families.elementwise import ElementwiseSchedule
+
+    family = get_family("elementwise")
+    task = TaskSpec("elementwise", "e", "kernelbench", "x", (("rows", 64), ("cols", 3000)), "f32",
+                    "f32", expr="y = ag.maximum(x, 0.0)")
+    assert family.rules == () and ElementwiseSchedule.__dataclass_fields__["bn"].metadata
+    assert family.space(task) == space_of(ElementwiseSchedule).choices(family.facts(task))
+    rng = random.Random(5)
+    tried, seen = 0, set()
+    while tried < 4:
+        p = {k: rng.choice(v) for k, v in family.space(task).items()}
+        key = tuple(sorted(p.items()))
+        if key in seen or not family.legal(task, p):
+            continue
+        seen.add(key)
+        tried += 1
+        module = import_source(family.render_kernel(task, p), tmp_path, f"e{tried}")
+        lower_only(module.KERNEL, **module.CONSTEXPRS)
+    assert [d.code for d in family.static_check(task, {"rows": 1, "bn": 384, "threads": 256})] \
+        == ["blocked_layout"]

@@ -3,39 +3,64 @@ from a template, with (rows, bn, threads) per CTA as the action space.
 
 `f` is DSL code (lines ending in `y = ...`) that the composer translated from the task's torch
 ops (a fused chain), so the kernel computes the same formula in fp32 and is judged on the strict
-track. Rules: the blocked register layout gives each thread bn/threads columns (bn must be a
-multiple of the threads), the grid holds at most 2^31 - 1 CTAs (a second extent past 65535 is
-launched folded onto x, runtime/interp/launch.py `launch_grid`), and data registers per thread
-are capped.
+track. `ElementwiseSchedule` declares the space and its constraints (argus/schedule_space.py):
+the blocked register layout gives each thread bn/threads columns (bn must be a multiple of the
+threads), the grid holds at most 2^31 - 1 CTAs (a second extent past 65535 is launched folded
+onto x, runtime/interp/launch.py `launch_grid`), and data registers per thread are capped. The
+family has no kernel builder here (its kernel is a rendered template): the worker's lowering and
+compile report its resources.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from argus.agent import cost_model
 from argus.agent.cost_model import Estimate
-from argus.agent.families.base import LAUNCH_HELPER, Family, Rule
+from argus.agent.families.base import LAUNCH_HELPER
+from argus.agent.families.schedule import Part, ScheduleFamily
 from argus.agent.task import TaskSpec
+from argus.schedule_space import Constraint, legal
+from argus.target.limits import (MAX_GRID_DIM_X, MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_CTA,
+                                 WARPGROUP_SIZE)
 
 MAX_ELEMS_PER_THREAD = 128
 
-_RULES = (
-    Rule("blocked_layout", lambda p, d: p["bn"] % p["threads"] == 0,
-         "bn={bn} is not a multiple of the {threads} threads of a CTA (blocked layout)",
-         "use bn = k * threads", "argus/target/register_layouts.py blocked"),
-    Rule("grid_y", lambda p, d: math.ceil(d["rows"] / p["rows"]) *
-         math.ceil(d["cols"] / p["bn"]) <= 2 ** 31 - 1,
-         "the grid of {cols} columns / bn={bn} holds more than 2^31 - 1 CTAs",
-         "use wider tiles", "CUDA gridDim.x <= 2^31 - 1 (y past 65535 is folded onto x)"),
-    Rule("registers", lambda p, d: p["rows"] * p["bn"] // p["threads"] <= MAX_ELEMS_PER_THREAD,
-         "rows*bn/threads = {rows}*{bn}/{threads} data registers per thread is more than 128",
-         "use fewer rows or a narrower bn", "255 registers per thread (sm_90)"),
-    Rule("threads", lambda p, d: p["threads"] % 128 == 0 and p["threads"] <= 1024,
-         "threads={threads} must be a multiple of 128 and at most 1024",
-         "use 128, 256 or 512 threads", "CUDA block size; one warpgroup = 128 threads"),
-)
+
+@dataclass(frozen=True)
+class ElementwiseSchedule:
+    """The template's tunables: a CTA of `threads` threads handles a rows x bn tile."""
+
+    rows: int = field(default=4, metadata=legal((1, 2, 4, 8, 16), low=1,
+                                                rule="rows of a CTA's tile"))
+    bn: int = field(default=1024, metadata=legal((128, 256, 512, 1024, 2048, 4096), low=1,
+                                                 rule="columns of a CTA's tile"))
+    threads: int = field(default=256, metadata=legal(
+        (128, 256, 512), multiple=WARPGROUP_SIZE, low=WARPGROUP_SIZE, high=MAX_THREADS_PER_CTA,
+        rule="CUDA block size, a multiple of 128 up to 1024; one warpgroup = 128 threads"))
+
+    CONSTRAINTS = (
+        Constraint("blocked_layout", lambda s, f: s["bn"] % s["threads"] == 0,
+                   "bn={bn} is not a multiple of the {threads} threads of a CTA (blocked layout)",
+                   "use bn = k * threads", "argus/target/register_layouts.py blocked",
+                   reads=("bn", "threads")),
+        Constraint("grid_y", lambda s, f: math.ceil(f["rows"] / s["rows"])
+                   * math.ceil(f["cols"] / s["bn"]) <= MAX_GRID_DIM_X,
+                   lambda s, f: f"the grid of {f['rows']} x {f['cols']} in {s['rows']} x "
+                                f"{s['bn']} tiles holds more than 2^31 - 1 CTAs",
+                   "use wider tiles",
+                   "CUDA gridDim.x <= 2^31 - 1 (y past 65535 is folded onto x)",
+                   reads=("rows", "bn")),
+        Constraint("registers", lambda s, f: s["rows"] * s["bn"] // s["threads"]
+                   <= MAX_ELEMS_PER_THREAD,
+                   "rows*bn/threads = {rows}*{bn}/{threads} data registers per thread is more "
+                   "than 128", "use fewer rows or a narrower bn",
+                   f"{MAX_REGISTERS_PER_THREAD} registers per thread (sm_90)",
+                   reads=("rows", "bn", "threads")),
+    )
+
 
 TEMPLATE = '''"""Elementwise kernel written by `argus optimize`: y = f(x) on an fp32 (M x N) tensor.
 
@@ -76,16 +101,9 @@ class ModelNew(torch.nn.Module):
 '''
 
 
-class ElementwiseFamily(Family):
+class ElementwiseFamily(ScheduleFamily):
     name = "elementwise"
-    rules = _RULES
-
-    def space(self, task: TaskSpec) -> dict[str, tuple[Any, ...]]:
-        return {"rows": (1, 2, 4, 8, 16), "bn": (128, 256, 512, 1024, 2048, 4096),
-                "threads": (128, 256, 512)}
-
-    def default_params(self, task: TaskSpec) -> dict[str, Any]:
-        return {"rows": 4, "bn": 1024, "threads": 256}
+    parts = (Part(lambda: ElementwiseSchedule),)
 
     def naive_params(self, task: TaskSpec) -> dict[str, Any]:
         """One element per thread, one row per CTA."""
