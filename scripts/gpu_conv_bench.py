@@ -25,6 +25,10 @@ normwise error against float64.
     python scripts/gpu_conv_bench.py --rowbox   # all ResNet-50 layers, kernel alone: the
                                                 # default (rowbox where it applies) vs
                                                 # rowbox=False vs cuDNN, with geomeans
+    python scripts/gpu_conv_bench.py --cases depthwise,pointwise   # fp32 under tf32: the
+                                                # depthwise and 1x1 routes vs cuDNN TF32 (~1 min
+                                                # with ARGUS_VERIFY=0; --before adds the implicit
+                                                # GEMM they left and compose's depthwise template)
     python scripts/gpu_conv_bench.py --profile "c4 3x3 256"   # torch.profiler: GPU time per
                                                 # kernel (ours, operand preparation, cuDNN's)
                                                 # and host time per call, for one layer
@@ -205,11 +209,11 @@ def variants(which: tuple[str, ...] = VARIANTS) -> None:
     """The quick ResNet layers' kernel alone (prepared launches, no host work) under the
     default schedule (2x1 weight-multicast cluster, rowbox where it applies) and its
     neighbours: the earlier default (per-row boxes, no cluster, 4 stages), rowbox=False (the
-    per-row boxes with the default's cluster and stages), the whole A tile as one TMA box per K step (rowbox) with and
-    without the cluster, the halo row reuse with and without the cluster; each checked
-    against float64 once; `gemm`: the same GEMM shape on pre-gathered operands (ours, cuBLAS).
-    `which`: the rows to run (names of VARIANTS). One compile per row:
-    run with ARGUS_VERIFY=0 (the halo kernel's verification takes minutes)."""
+    per-row boxes with the default's cluster and stages), the whole A tile as one TMA box per
+    K step (rowbox) with and without the cluster, the halo row reuse with and without the
+    cluster; each checked against float64 once; `gemm`: the same GEMM shape on pre-gathered
+    operands (ours, cuBLAS). `which`: the rows to run (names of VARIANTS). One compile per
+    row: run with ARGUS_VERIFY=0 (the halo kernel's verification takes minutes)."""
     import dataclasses
 
     import torch
@@ -396,6 +400,133 @@ def kernelbench(root: Path, quick: bool) -> list[float]:
     return ratios
 
 
+# --cases: (name, N, C, H, W, multiplier, R, S, stride, padding, dilation), fp32 NCHW.
+# KernelBench L1/82-85 at batch 1 (the tasks' own channels and sizes; --quick's batch, so the
+# rows compare with docs/perf/conv.md's 2baa4ab table) and MobileNetV2-like layers at batch 32.
+DEPTHWISE = [
+    ("L1/82 dw 3x3 64x512x512", 1, 64, 512, 512, 1, 3, 3, 1, 0, 1),
+    ("L1/83 dw 3x1 8x512x512", 1, 8, 512, 512, 1, 3, 1, 1, 0, 1),
+    ("L1/84 dw 3x3 128x256x512", 1, 128, 256, 512, 1, 3, 3, 1, 0, 1),
+    ("L1/85 dw 3x7 128x128x256", 1, 128, 128, 256, 1, 3, 7, 1, 0, 1),
+    ("mbv2 dw 3x3 144x56x56", 32, 144, 56, 56, 1, 3, 3, 1, 1, 1),
+    ("mbv2 dw 3x3/2 96x112x112", 32, 96, 112, 112, 1, 3, 3, 2, 1, 1),
+    ("mbv2 dw 3x3 576x14x14", 32, 576, 14, 14, 1, 3, 3, 1, 1, 1),
+]
+# (name, N, C, H, W, K, channels_last): 1x1, stride 1, no padding, no bias, fp32
+POINTWISE = [
+    ("L1/87 pw 64->128 1024x1024", 1, 64, 1024, 1024, 128, False),
+    ("c2 1x1 64->256 56x56", 32, 64, 56, 56, 256, False),
+    ("c4 1x1 1024->256 14x14", 32, 1024, 14, 14, 256, False),
+    ("c5 1x1 512->2048 7x7", 32, 512, 7, 7, 2048, False),
+    ("c4 1x1 1024->256 14x14 NHWC", 32, 1024, 14, 14, 256, True),
+]
+CASES = ("depthwise", "pointwise")
+
+
+def _tf32_cudnn(fn):
+    """fn with cuDNN's TF32 switch on for the call (PyTorch's default for convolutions)."""
+    import torch
+
+    def call():
+        old = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = True
+        try:
+            return fn()
+        finally:
+            torch.backends.cudnn.allow_tf32 = old
+    return call
+
+
+def _norm_rel(y, ref) -> float:
+    return ((y.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def _case_row(name: str, fns: dict, ref, flops: float) -> float:
+    """Time every entry of fns (L2 flushed, alternating; entries that raise are reported and
+    dropped), print one row (ms, normwise error against float64 of each, cuDNN / ours) and
+    return cuDNN / ours."""
+    errs, ok = {}, {}
+    for key, f in fns.items():
+        try:
+            errs[key] = _norm_rel(f(), ref)
+            ok[key] = f
+        except Exception as e:  # noqa: BLE001 - a failing column is reported, the row goes on
+            print(f"{name:30s} {key}: failed: {str(e).splitlines()[0][:120]}", flush=True)
+    if "ours" not in ok or "cudnn tf32" not in ok:
+        return float("nan")
+    from argus.runtime.timing import measure_alternating
+
+    times = measure_alternating(list(ok.values()), rounds=1, trials=100, warmup=5)
+    ms = {k: t.median_ms for k, t in zip(ok, times)}
+    cells = "  ".join(f"{k} {ms[k]:8.4f} ms (err {errs[k]:.1e})" for k in ok)
+    ratio = ms["cudnn tf32"] / ms["ours"]
+    extra = "  ".join(f"cudnn/{k} {ms['cudnn tf32'] / ms[k]:5.2f}x" for k in ok
+                      if k not in ("ours", "cudnn tf32"))
+    print(f"{name:30s} {cells}  cudnn/ours {ratio:5.2f}x ({flops / (ms['ours'] * 1e-3) / 1e9:.0f}"
+          f" GF/s)  {extra}", flush=True)
+    return ratio
+
+
+def cases(which: tuple[str, ...], before: bool) -> None:
+    """--cases: the depthwise and pointwise convolutions under tf32 (fp32 NCHW inputs, as
+    KernelBench passes them) through argus.ops.conv.convolve(precision="tf32") and its dispatch
+    (`route`: "ours"), against cuDNN with TF32 on, in the same run. `before` adds the
+    implicit GEMM that both took at 2baa4ab (a ConvSchedule passed: "gemm") and, for the
+    depthwise rows, compose's CUDA-core template ("compose dw", which compose still runs for
+    fp32 depthwise nodes); each adds its compiles (seconds each) to the run."""
+    import types
+
+    import torch
+    import torch.nn.functional as F
+
+    from argus.compose.conv import run_depthwise
+    from argus.ops import conv as conv_ops
+
+    ratios = []
+    if "depthwise" in which:
+        print("== depthwise fp32 NCHW under tf32: ours (route depthwise) vs cuDNN TF32")
+        for name, N, C, H, W, mult, R, S, st, pad, dil in DEPTHWISE:
+            g = torch.Generator(device="cuda").manual_seed(len(ratios))
+            x = torch.randn(N, C, H, W, device="cuda", generator=g)
+            w = torch.randn(C * mult, 1, R, S, device="cuda", generator=g) / math.sqrt(R * S)
+            args = (None, st, pad, dil, C)
+            ref = F.conv2d(x.double(), w.double(), *args)
+            assert conv_ops.route(x, w, None, st, pad, C, precision="tf32") == "depthwise"
+            node = types.SimpleNamespace(
+                attrs={"dims": 2, "kernel": (R, S), "stride": (st, st), "padding": (pad, pad),
+                       "dilation": (dil, dil), "transposed": False, "groups": C},
+                shape=tuple(ref.shape), dtype=torch.float32)
+            fns = {"ours": lambda: conv_ops.convolve(x, w, *args, precision="tf32"),
+                   "cudnn tf32": _tf32_cudnn(lambda: F.conv2d(x, w, *args))}
+            if before:
+                fns["compose dw"] = lambda: run_depthwise(node, x, w, None)
+                s = conv_ops.schedule_for(x, w, st, pad, dil, C, precision="tf32")
+                fns["gemm"] = lambda: conv_ops.convolve(x, w, *args, schedule=s,
+                                                        precision="tf32")
+            ratios.append(_case_row(name, fns, ref, 2.0 * ref.numel() * R * S))
+    if "pointwise" in which:
+        print("== pointwise 1x1 fp32 under tf32: ours (route pointwise: matmul's tf32 GEMM) "
+              "vs cuDNN TF32")
+        for name, N, C, H, W, K, cl in POINTWISE:
+            g = torch.Generator(device="cuda").manual_seed(len(ratios))
+            x = torch.randn(N, C, H, W, device="cuda", generator=g)
+            if cl:
+                x = x.to(memory_format=torch.channels_last)
+            w = torch.randn(K, C, 1, 1, device="cuda", generator=g) / math.sqrt(C)
+            ref = F.conv2d(x.double(), w.double())
+            assert conv_ops.route(x, w, None, 1, 0, 1, precision="tf32") == "pointwise"
+            fns = {"ours": lambda: conv_ops.convolve(x, w, precision="tf32"),
+                   "cudnn tf32": _tf32_cudnn(lambda: F.conv2d(x, w))}
+            if before:
+                s = conv_ops.schedule_for(x, w, 1, 0, 1, 1, precision="tf32")
+                fns["gemm"] = lambda: conv_ops.convolve(x, w, schedule=s, precision="tf32")
+            ratios.append(_case_row(name, fns, ref, 2.0 * ref.numel() * C))
+    good = [r for r in ratios if r == r]
+    if good:
+        print(f"--cases geomean cudnn/ours: {math.exp(sum(map(math.log, good)) / len(good)):.3f}x "
+              f"over {len(good)} rows")
+
+
 def profile(layer: str) -> None:
     """Where one ResNet layer's time goes: torch.profiler over 20 calls of ops.conv2d and 20 of
     F.conv2d (bf16, channels-last), the CUDA kernels by total GPU time, and the host time per
@@ -451,7 +582,20 @@ def main() -> None:
                          "applies) vs rowbox=False vs cuDNN, and stop")
     ap.add_argument("--profile", metavar="LAYER", default=None,
                     help="profile one ResNet layer (e.g. 'c4 3x3 256') and stop")
+    ap.add_argument("--cases", metavar="LIST", default=None,
+                    help="the depthwise / pointwise convolutions under tf32 against cuDNN "
+                         f"TF32 (comma-separated of {','.join(CASES)}), and stop")
+    ap.add_argument("--before", action="store_true",
+                    help="with --cases: also time the implicit GEMM both took before the "
+                         "dispatch (a ConvSchedule passed) and compose's depthwise template")
     args = ap.parse_args()
+    if args.cases:
+        which = tuple(v.strip() for v in args.cases.split(",") if v.strip())
+        bad = [v for v in which if v not in CASES]
+        if bad:
+            raise SystemExit(f"--cases: unknown {bad}; choose from {CASES}")
+        cases(which, args.before)
+        return
     if args.profile:
         profile(args.profile)
         return
