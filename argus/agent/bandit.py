@@ -132,15 +132,16 @@ class BanditPlanner:
             prop = self._from_arm(arm, score, state, incumbent, inc_est, pruned, budget)
             if prop is not None:
                 return prop
-        if not self.explore:
-            return None
-        return self._explore(order, state, incumbent, inc_est, pruned, budget)
+        return self._explore(order, state, incumbent, inc_est, pruned, budget,
+                             only_improving=not self.explore)
 
     def _explore(self, order: list[tuple[float, Arm]], state: PlanState,
                  incumbent: dict[str, Any], inc_est, pruned: list[dict[str, Any]],
-                 budget: list[int]) -> Proposal | None:
+                 budget: list[int], only_improving: bool = False) -> Proposal | None:
         """The best-predicted untried candidate of every arm's expansion and the family's
-        neighbours (ties: arms in sampled order, then neighbours), legal and screened."""
+        neighbours (ties: arms in sampled order, then neighbours), legal and screened; with
+        `only_improving` (exploration off), only one predicted to beat the incumbent (a
+        neighbour may be: the arms' pass above does not see the neighbours)."""
         pool: dict[str, tuple[dict[str, Any], str]] = {}
         moves = [(arm.card.id, self.family.expand(self.task, arm.card, incumbent))
                  for _, arm in order]
@@ -157,6 +158,10 @@ class BanditPlanner:
             est = self.family.estimate(self.task, c)
             ranked.append((est.ms if est is not None else math.inf, i, c, card))
         ranked.sort(key=lambda r: (r[0], r[1]))
+        if only_improving:
+            if inc_est is None:
+                return None
+            ranked = [r for r in ranked if r[0] < inc_est.ms * (1 - MIN_PREDICTED_GAIN)]
         for ms, _, c, card in ranked:
             cand = Candidate.of(c, card=card)
             if state.dense:
@@ -184,9 +189,12 @@ class BanditPlanner:
             arm = self.arms.get(card)
             who = (f"{card} (posterior mean gain {arm.mean:+.3f} over {arm.n} tries)"
                    if arm is not None else "a one-step move along the declared schedule space")
-            why = (f"exploring: no untried candidate is predicted to beat the incumbent; the "
-                   f"best-predicted of {len(ranked)} untried ones, from {who}; "
-                   f"{_diff(incumbent, c)}")
+            faster = inc_est is not None and ms < inc_est.ms * (1 - MIN_PREDICTED_GAIN)
+            why = ((f"the best-predicted of {len(ranked)} untried candidates, predicted to beat "
+                    "the incumbent" if faster else
+                    "exploring: no untried candidate is predicted to beat the incumbent; the "
+                    f"best-predicted of {len(ranked)} untried ones")
+                   + f", from {who}; {_diff(incumbent, c)}")
             if math.isfinite(ms):
                 why += f"; cost model: {ms:.4f} ms (estimate)"
                 if inc_est is not None:

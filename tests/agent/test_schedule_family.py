@@ -184,3 +184,24 @@ def test_elementwise_schedule_declares_its_space_in_its_fields(tmp_path):
         lower_only(module.KERNEL, **module.CONSTEXPRS)
     assert [d.code for d in family.static_check(task, {"rows": 1, "bn": 384, "threads": 256})] \
         == ["blocked_layout"]
+
+
+def test_composed_estimate_follows_the_schedule_and_the_strict_split():
+    """The composed estimate ranks tiles (one element per thread streams too few bytes to cover
+    HBM latency), charges the split's products, and takes the compiler's registers; on the
+    strict track only the 6-term split is legal (3 terms pass the exact CPU interpreter but
+    not the tensor cores), so the planner cannot trade accuracy for the estimate's speed."""
+    family = get_family("composed")
+    task = TaskSpec("composed", "t", "kernelbench", "x", (("kernels", 2), ("matmuls", 1)), "f32",
+                    "f32", metrics=(("bytes", float(1 << 28)), ("flops", 2.0 * 4096 ** 3)))
+    naive = family.naive_params(task)
+    est = lambda **kw: family.estimate(task, {**naive, **kw}).ms   # noqa: E731
+    assert est(rows=4, bn=1024) < est()                        # 16 values per thread vs 1
+    assert est(terms=1) < est(terms=6)
+    assert est(rows=4, bn=1024) < family.estimate(task, {**naive, "rows": 4, "bn": 1024},
+                                                  {"registers": 255}).ms
+    assert family.space(task)["terms"] == (6,)
+    assert [d.code for d in family.static_check(task, {**naive, "terms": 3})] == ["strict_split"]
+    relaxed = TaskSpec("composed", "t", "kernelbench", "x", (("kernels", 2), ("matmuls", 1)),
+                       "f32", "bf16", metrics=task.metrics)
+    assert relaxed.track == "relaxed" and family.space(relaxed)["terms"] == (6, 3, 1)

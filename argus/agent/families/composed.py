@@ -9,12 +9,16 @@ solution's first fused kernel; the check and the timing run the whole ModelNew.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from argus.agent import cost_model
 from argus.agent.cost_model import Estimate
 from argus.agent.families.schedule import Part, ScheduleFamily
 from argus.agent.task import TaskSpec
+
+
+MMA_EFFICIENCY = 0.7    # share of the bf16 tensor peak the split GEMMs sustain (the GEMM model)
 
 
 def _tile_schedule() -> type:
@@ -50,15 +54,32 @@ class ComposedFamily(ScheduleFamily):
         classes' own checks raise ValueError."""
         return dict(zip(("tile", "matmul"), self.schedules(task, params)))
 
+    def facts(self, task: TaskSpec) -> dict[str, Any]:
+        return {**task.dims, "strict": task.track == "strict"}
+
     def estimate(self, task: TaskSpec, params: dict[str, Any],
                  resources: dict[str, Any] | None = None) -> Estimate | None:
+        """The fused kernels as one memory-bound stream of the task's bytes in rows x bn tiles
+        of `threads` threads (the cost model's Little's-law model, with the compiler's registers
+        when the worker reports them), the GEMMs' split products at the tensor cores' bf16 rate
+        (`terms` times the task's flops), and a launch per further kernel. A ranking model: the
+        per-kernel clamping of the tile to its domain is not modelled."""
         metrics = dict(task.metrics)
         if not metrics.get("bytes"):
             return None
         kernels = max(1, task.dims.get("kernels", 1))
-        est = cost_model.copy_bound_ms(int(metrics["bytes"]))
-        return Estimate(est.ms + (kernels - 1) * cost_model.H200.launch_s * 1e3, "memory",
-                        {"kernels": kernels})
+        tile = params["rows"] * params["bn"]
+        stream = cost_model.memory_bound_estimate(
+            bytes_moved=int(metrics["bytes"]), ctas=max(1, math.ceil(metrics["bytes"] / 8 / tile)),
+            threads=params["threads"], elems_per_thread=max(1, tile // params["threads"]),
+            regs=(resources or {}).get("registers") or None)
+        flops = float(metrics.get("flops") or 0.0) * int(params.get("terms", 1))
+        mma_ms = cost_model.roofline_ms(flops=flops, flop_rate=MMA_EFFICIENCY
+                                        * cost_model.H200.bf16_flops) if flops else 0.0
+        launches = (kernels - 1) * cost_model.H200.launch_s * 1e3
+        return Estimate(stream.ms + mma_ms + launches,
+                        stream.bound if stream.ms >= mma_ms else "compute",
+                        {**stream.detail, "kernels": kernels, "mma_ms": mma_ms})
 
     def baseline_estimates(self, task: TaskSpec) -> dict[str, Estimate]:
         metrics = dict(task.metrics)
