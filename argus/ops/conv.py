@@ -44,7 +44,8 @@ on their own kernel (argus/kernels/conv_depthwise.py: exact fp32 on the CUDA cor
 and the split alike; NCHW-contiguous input read in place, result NCHW-contiguous), and fp32 1x1
 convolutions under tf32 (stride 1, no padding, one group, no bias or activation) as the plain
 GEMM [N*H*W, C] x [C, K] on argus.ops.matmul's tf32 kernel (`_pointwise_tf32`: the input
-rounded by the same one pass, no other layout pass); everything else, and any call given a
+rounded by the same one pass, no other layout pass; an NCHW input of large images runs one
+GEMM per image into an NCHW result instead); everything else, and any call given a
 ConvSchedule, runs the implicit GEMM below.
 
 conv1d is conv2d on [N, C, 1, L] with a 1 x K filter; conv3d runs the same kernel with the
@@ -601,7 +602,8 @@ def route(x, weight, bias, stride, padding, groups, activation: str = "none", sc
       group, no bias or activation: a plain GEMM [N*H*W, C] x [C, K] on argus.ops.matmul's tf32
       kernel (`_pointwise_tf32`). The implicit GEMM's tiles are bw = 64 output columns of one
       output row, so a 14- or 7-wide layer (ResNet c4 / c5) wastes 78% / 89% of each tile;
-      the flat GEMM wastes none. Result channels-last, as the implicit GEMM's.
+      the flat GEMM wastes none. Result channels-last, as the implicit GEMM's, but for an
+      NCHW x of NCHW_POINTWISE_PIXELS or more pixels per image (one GEMM per image: NCHW).
     - "implicit_gemm": everything else, and any call that passes a ConvSchedule (which only
       that kernel takes)."""
     if schedule is not None:
@@ -740,76 +742,100 @@ def pointwise_gemm(A, Bt, out2):
     return memo
 
 
+# an NCHW x with at least this many pixels per image gets an NCHW result (`_pointwise_tf32`)
+NCHW_POINTWISE_PIXELS = 16384
+
+
 def _pointwise_tf32(x, weight):
     """conv2d(x, weight) for a 1x1 filter, stride 1, no padding, one group, fp32 under tf32
-    (checked): the GEMM [N*H*W, C] x [C, K] on argus.ops.matmul's tf32 kernel. A is x rounded
-    to tf32 as the implicit GEMM's input is (`_tf32_input`: an NCHW x transposed and rounded in
-    one pass, a channels-last x rounded in one copy; channels zero-padded to a multiple of 4),
-    B the weight rounded once per version (`_weight_side`, its channels zero-padded: the
-    padding columns multiply zeros). The result is the channels-last [N, K, H, W] (its
-    [N*H*W, K] view is the GEMM's output): no layout pass beyond the rounding one. Returns
-    (the result, how a repeated call with the same tensors launches again: the rounding
-    kernel's and the GEMM's launch plans, or None), or (None, None) when the GEMM has no tf32
-    schedule for the problem (the caller runs the implicit GEMM)."""
+    (checked) on argus.ops.matmul's tf32 kernel. A is x rounded to tf32 as the implicit GEMM's
+    input is (`_tf32_input`: an NCHW x transposed and rounded in one pass, a channels-last x
+    rounded in one copy; channels zero-padded to a multiple of 4: Xr [N, H*W, Cp]), Wr the
+    weight rounded once per version (`_weight_side`, [K, Cp] with zero padding columns). Two
+    forms, no layout pass beyond the rounding one in either:
+
+    - the flat GEMM [N*H*W, Cp] x [Cp, K] into the channels-last result (its [N*H*W, K] view);
+    - an NCHW-contiguous x with H*W >= NCHW_POINTWISE_PIXELS (KernelBench's L1/87 form): one
+      GEMM per image, Y[n] = Wr @ Xr[n]^T ([K, H*W]: Xr[n] is K-major, wgmma's B as it is), into
+      an NCHW-contiguous result, as cuDNN returns for an NCHW input; compose then needs no
+      transpose of a result that is twice the input here. Small images keep the flat GEMM
+      (N launches of a small GEMM each would cost more than the layout).
+
+    Returns (the result, how a repeated call with the same tensors launches again: the
+    rounding kernel's and the GEMMs' launch plans, or None), or (None, None) when the GEMM has
+    no tf32 schedule for the problem (the caller runs the implicit GEMM)."""
     import torch
 
     N, C, H, W = x.shape
-    K, M = weight.shape[0], N * H * W
+    K, HW = weight.shape[0], H * W
     cpad = -C % 4
     Cp = C + cpad
     Wt = _weight_side(weight, 1, 0, 32, tf32=True)          # [1, K, C padded to 32]
-    Bt = Wt[0, :, :Cp]
-    shape, strides = _result_layout(N, K, (H, W))
+    Wr = Wt[0, :, :Cp]
+    prep = _TF32Prep.of(x.unsqueeze(2), 1, cpad, 0)
+    nchw = prep is not None and prep.transpose and HW >= NCHW_POINTWISE_PIXELS
+    if nchw:
+        shape, strides = (N, K, H, W), (K * HW, HW, W, 1)
+    else:
+        shape, strides = _result_layout(N, K, (H, W))
+
+    def gemms(Xr, out) -> list:
+        """The (A, Bt, out2) of each GEMM out2 = A @ Bt^T of one call."""
+        if nchw:
+            return [(Wr, Xr[n], out[n].view(K, HW)) for n in range(N)]
+        return [(Xr.view(N * HW, Cp), Wr, out.permute(0, 2, 3, 1).reshape(N * HW, K))]
+
     first = torch.empty_strided(shape, strides, dtype=torch.float32, device=x.device)
     if first.numel() == 0:
         return first, None
-    A5 = _tf32_input(x.unsqueeze(2), 1, cpad, 0)
-    # the problem (shapes, alignment) of every call: the first call's buffers
-    gemm = pointwise_gemm(A5.view(M, Cp), Bt, first.permute(0, 2, 3, 1).reshape(M, K))
+    Xr = _tf32_input(x.unsqueeze(2), 1, cpad, 0).view(N, HW, Cp)
+    # the problem (shapes, alignment) of every call and GEMM: the first call's first one
+    gemm = pointwise_gemm(*gemms(Xr, first)[0])
     if gemm is None:
         return None, None
     _, runner = gemm
-    prep = _TF32Prep.of(x.unsqueeze(2), 1, cpad, 0)
     prep_plans: dict = {}
     gemm_plans: dict = {}
 
-    def launch(x, weight, A5=None, out=None):
-        """One call on x's current values (A5: x already rounded; else rounded again by the
+    def launch(x, weight, Xr=None, out=None):
+        """One call on x's current values (Xr: x already rounded; else rounded again by the
         prepared kernel) into `out` (else a new result), the launch plans kept by the
         buffers' addresses."""
         if out is None:
             out = torch.empty_strided(shape, strides, dtype=torch.float32, device=x.device)
-        if A5 is None:
-            A5 = torch.empty(prep.shape, dtype=torch.float32, device=x.device)
-            plan = prep_plans.get(A5.data_ptr())
+        if Xr is None:
+            Xr = torch.empty(prep.shape, dtype=torch.float32, device=x.device).view(N, HW, Cp)
+            plan = prep_plans.get(Xr.data_ptr())
             if plan is not None:
                 plan()
             else:
-                src, dst = prep.source(x.unsqueeze(2)), prep.target(A5)
+                src, dst = prep.source(x.unsqueeze(2)), Xr
                 _launch(prep.kernel(), src, dst)
                 if x.is_cuda:
-                    _keep(prep_plans, A5.data_ptr(), prep.kernel().compile().plan_for(src, dst))
-        A = A5.view(M, Cp)
-        plan = gemm_plans.get((A.data_ptr(), out.data_ptr()))
-        if plan is not None:
-            plan()
+                    _keep(prep_plans, Xr.data_ptr(), prep.kernel().compile().plan_for(src, dst))
+        plans = gemm_plans.get((Xr.data_ptr(), out.data_ptr()))
+        if plans is not None:
+            for plan in plans:
+                plan()
             return out
-        out2 = out.permute(0, 2, 3, 1).reshape(M, K)          # a view: channels-last
+        calls = gemms(Xr, out)
         if not (x.is_cuda or x.is_meta):
             kernel, s = runner
-            kernel.interpret(A.clone(), Bt.clone(), out2, s=s)
-        elif x.is_meta:
-            runner.build_for(A, Bt, out2)
-        else:
-            if x.device.index == torch.cuda.current_device():
-                runner(A, Bt, out2)
-            else:
-                with torch.cuda.device(x.device):
-                    runner(A, Bt, out2)
-            _keep(gemm_plans, (A.data_ptr(), out.data_ptr()), runner.plan_for(A, Bt, out2))
+            for A, Bt, out2 in calls:
+                kernel.interpret(A.clone(), Bt.clone(), out2, s=s)
+            return out
+        if x.is_meta:
+            runner.build_for(*calls[0])
+            return out
+        with torch.cuda.device(x.device):
+            for call in calls:
+                runner(*call)
+        plans = [runner.plan_for(*call) for call in calls]
+        if all(plan is not None for plan in plans):
+            _keep(gemm_plans, (Xr.data_ptr(), out.data_ptr()), plans)
         return out
 
-    out = launch(x, weight, A5, first)
+    out = launch(x, weight, Xr, first)
     return out, None if prep is None else _RouteRepeat.Replay(launch, True, None)
 
 

@@ -194,7 +194,8 @@ POINTWISE = [
 def test_pointwise_matches_float64(case):
     """The GEMM of the tf32-rounded operands with fp32 accumulation: ~1e-7 against the float64
     convolution of the rounded inputs, the tf32 bound (~3e-4) against the exact ones; the
-    result channels-last (NCHW shape), as the implicit GEMM's."""
+    result channels-last (NCHW shape), as the implicit GEMM's (images this small take the
+    flat GEMM whatever x's layout)."""
     N, C, H, W, K, cl = case
     x, w = _t(N, C, H, W, seed=14), _t(K, C, 1, 1, seed=15)
     if cl:
@@ -205,6 +206,40 @@ def test_pointwise_matches_float64(case):
     assert y.shape == ref.shape and y.permute(0, 2, 3, 1).is_contiguous()
     assert _rel(y, ref_t) <= 1e-6
     assert _rel(y, ref) <= 2e-3
+
+
+@pytest.mark.parametrize("case", POINTWISE[:3], ids=lambda c: "x".join(map(str, c)))
+def test_pointwise_nchw_form_matches_float64(case, monkeypatch):
+    """An NCHW x with NCHW_POINTWISE_PIXELS or more pixels per image (lowered here to reach the
+    form at interpreter sizes): one GEMM per image, Y[n] = Wr @ Xr[n]^T (M = K, N = H * W,
+    K = C padded to 4), into an NCHW-contiguous result; a channels-last x keeps the flat GEMM
+    and its channels-last result. Both the tf32 model's result, also when replayed."""
+    monkeypatch.setattr(conv_op, "NCHW_POINTWISE_PIXELS", 8)
+    monkeypatch.setattr(conv_op, "_POINTWISE", type(conv_op._POINTWISE)())
+    monkeypatch.setattr(conv_op, "_REPEATS", {})
+    problems = []
+    real = conv_op.pointwise_gemm
+    monkeypatch.setattr(conv_op, "pointwise_gemm", lambda *a: problems.append(
+        tuple(t.shape for t in a)) or real(*a))
+    N, C, H, W, K, cl = case
+    x, w = _t(N, C, H, W, seed=24), _t(K, C, 1, 1, seed=25)
+    if cl:
+        x = x.to(memory_format=torch.channels_last)
+    y = conv_op.conv2d_interpret(x, w, precision="tf32")
+    ref_t = F.conv2d(round_to_tf32(x).double(), round_to_tf32(w).double())
+    assert _rel(y, ref_t) <= 1e-6
+    Cp = C + (-C % 4)
+    if cl:
+        assert y.permute(0, 2, 3, 1).is_contiguous()
+        assert problems == [((N * H * W, Cp), (K, Cp), (N * H * W, K))]
+    else:
+        assert y.is_contiguous()
+        assert problems == [((K, Cp), (H * W, Cp), (K, H * W))]
+    x.copy_(_t(*x.shape, seed=26))
+    replayed = conv_op.conv2d_interpret(x, w, precision="tf32")
+    assert len(problems) == 1           # replayed: no preparation
+    ref_t = F.conv2d(round_to_tf32(x).double(), round_to_tf32(w).double())
+    assert _rel(replayed, ref_t) <= 1e-6 and replayed.stride() == y.stride()
 
 
 def test_custom_op_fake_matches_the_routes_layout():
