@@ -441,9 +441,10 @@ def _norm_rel(y, ref) -> float:
     return ((y.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
-def _case_row(name: str, fns: dict, ref, flops: float) -> float:
+def _case_row(name: str, fns: dict, ref, flops: float, nbytes: float) -> float:
     """Time every entry of fns (L2 flushed, alternating; entries that raise are reported and
-    dropped), print one row (ms, normwise error against float64 of each, cuDNN / ours) and
+    dropped), print one row (ms, normwise error against float64 of each, cuDNN / ours, ours'
+    GF/s and GB/s of the least traffic: the input read and the output written once) and
     return cuDNN / ours."""
     errs, ok = {}, {}
     for key, f in fns.items():
@@ -462,8 +463,9 @@ def _case_row(name: str, fns: dict, ref, flops: float) -> float:
     ratio = ms["cudnn tf32"] / ms["ours"]
     extra = "  ".join(f"cudnn/{k} {ms['cudnn tf32'] / ms[k]:5.2f}x" for k in ok
                       if k not in ("ours", "cudnn tf32"))
-    print(f"{name:30s} {cells}  cudnn/ours {ratio:5.2f}x ({flops / (ms['ours'] * 1e-3) / 1e9:.0f}"
-          f" GF/s)  {extra}", flush=True)
+    sec = ms["ours"] * 1e-3
+    print(f"{name:30s} {cells}  cudnn/ours {ratio:5.2f}x (ours {flops / sec / 1e9:.0f} GF/s, "
+          f"{nbytes / sec / 1e9:.0f} GB/s)  {extra}", flush=True)
     return ratio
 
 
@@ -503,7 +505,8 @@ def cases(which: tuple[str, ...], before: bool) -> None:
                 s = conv_ops.schedule_for(x, w, st, pad, dil, C, precision="tf32")
                 fns["gemm"] = lambda: conv_ops.convolve(x, w, *args, schedule=s,
                                                         precision="tf32")
-            ratios.append(_case_row(name, fns, ref, 2.0 * ref.numel() * R * S))
+            ratios.append(_case_row(name, fns, ref, 2.0 * ref.numel() * R * S,
+                                    4.0 * (x.numel() + ref.numel())))
     if "pointwise" in which:
         print("== pointwise 1x1 fp32 under tf32: ours (route pointwise: matmul's tf32 GEMM) "
               "vs cuDNN TF32")
@@ -520,7 +523,8 @@ def cases(which: tuple[str, ...], before: bool) -> None:
             if before:
                 s = conv_ops.schedule_for(x, w, 1, 0, 1, 1, precision="tf32")
                 fns["gemm"] = lambda: conv_ops.convolve(x, w, schedule=s, precision="tf32")
-            ratios.append(_case_row(name, fns, ref, 2.0 * ref.numel() * C))
+            ratios.append(_case_row(name, fns, ref, 2.0 * ref.numel() * C,
+                                    4.0 * (x.numel() + ref.numel())))
     good = [r for r in ratios if r == r]
     if good:
         print(f"--cases geomean cudnn/ours: {math.exp(sum(map(math.log, good)) / len(good)):.3f}x "
