@@ -26,9 +26,10 @@ normwise error against float64.
                                                 # default (rowbox where it applies) vs
                                                 # rowbox=False vs cuDNN, with geomeans
     python scripts/gpu_conv_bench.py --cases depthwise,pointwise   # fp32 under tf32: the
-                                                # depthwise and 1x1 routes vs cuDNN TF32 (~1 min
-                                                # with ARGUS_VERIFY=0; --before adds the implicit
-                                                # GEMM they left and compose's depthwise template)
+                                                # depthwise and 1x1 routes (and compose's
+                                                # depthwise template) vs cuDNN TF32, < 1 min with
+                                                # ARGUS_VERIFY=0; --before adds the implicit GEMM
+                                                # they left
     python scripts/gpu_conv_bench.py --profile "c4 3x3 256"   # torch.profiler: GPU time per
                                                 # kernel (ours, operand preparation, cuDNN's)
                                                 # and host time per call, for one layer
@@ -472,10 +473,10 @@ def _case_row(name: str, fns: dict, ref, flops: float, nbytes: float) -> float:
 def cases(which: tuple[str, ...], before: bool) -> None:
     """--cases: the depthwise and pointwise convolutions under tf32 (fp32 NCHW inputs, as
     KernelBench passes them) through argus.ops.conv.convolve(precision="tf32") and its dispatch
-    (`route`: "ours"), against cuDNN with TF32 on, in the same run. `before` adds the
-    implicit GEMM that both took at 2baa4ab (a ConvSchedule passed: "gemm") and, for the
-    depthwise rows, compose's CUDA-core template ("compose dw", which compose still runs for
-    fp32 depthwise nodes); each adds its compiles (seconds each) to the run."""
+    (`route`: "ours"), against cuDNN with TF32 on, in the same run; the depthwise rows also
+    time compose's CUDA-core template ("compose dw", which compose's run_conv still runs for
+    fp32 depthwise nodes: whether it should take the new kernel instead). `before` adds the
+    implicit GEMM that both took at 2baa4ab (a ConvSchedule passed: "gemm")."""
     import types
 
     import torch
@@ -499,9 +500,9 @@ def cases(which: tuple[str, ...], before: bool) -> None:
                        "dilation": (dil, dil), "transposed": False, "groups": C},
                 shape=tuple(ref.shape), dtype=torch.float32)
             fns = {"ours": lambda: conv_ops.convolve(x, w, *args, precision="tf32"),
-                   "cudnn tf32": _tf32_cudnn(lambda: F.conv2d(x, w, *args))}
+                   "cudnn tf32": _tf32_cudnn(lambda: F.conv2d(x, w, *args)),
+                   "compose dw": lambda: run_depthwise(node, x, w, None)}
             if before:
-                fns["compose dw"] = lambda: run_depthwise(node, x, w, None)
                 s = conv_ops.schedule_for(x, w, st, pad, dil, C, precision="tf32")
                 fns["gemm"] = lambda: conv_ops.convolve(x, w, *args, schedule=s,
                                                         precision="tf32")
@@ -591,7 +592,7 @@ def main() -> None:
                          f"TF32 (comma-separated of {','.join(CASES)}), and stop")
     ap.add_argument("--before", action="store_true",
                     help="with --cases: also time the implicit GEMM both took before the "
-                         "dispatch (a ConvSchedule passed) and compose's depthwise template")
+                         "dispatch (a ConvSchedule passed)")
     args = ap.parse_args()
     if args.cases:
         which = tuple(v.strip() for v in args.cases.split(",") if v.strip())
