@@ -81,7 +81,7 @@ def test_what_the_gemm_declarations_accept_lowers_or_runs_out_of_shared_memory(o
         try:
             s = GemmSchedule(**p)
         except ValueError:
-            continue      # the class's own checks (the family reports them as 'schedule')
+            continue      # the class's own checks (the family reports 'schedule_fields')
         accepted += 1
         try:
             lower_only(kernel, s=s)
@@ -205,3 +205,25 @@ def test_composed_estimate_follows_the_schedule_and_the_strict_split():
     relaxed = TaskSpec("composed", "t", "kernelbench", "x", (("kernels", 2), ("matmuls", 1)),
                        "f32", "bf16", metrics=task.metrics)
     assert relaxed.track == "relaxed" and family.space(relaxed)["terms"] == (6, 3, 1)
+
+
+def test_attention_space_is_declared_and_narrowed_per_task():
+    """Attention: AttentionSchedule (declared by class) and AttentionPrecision (field
+    metadata); one-field constraints narrow the precision knobs to the task's dtype and head
+    dim, and the unprovable overlap order out of the search."""
+    family = get_family("attention")
+    assert isinstance(family, ScheduleFamily) and family.rules == ()
+
+    def t(D, dtype):
+        return TaskSpec("attention", "a", "kernelbench", "x",
+                        (("B", 1), ("H", 2), ("HKV", 2), ("S", 256), ("SK", 256), ("D", D),
+                         ("causal", 0)), dtype, "bf16")
+
+    sp = family.space(t(64, "f32"))
+    assert sp["qk_terms"] == (1, 3) and sp["operand"] == ("f16", "bf16")
+    assert sp["intra_wg_overlap"] == (False,)
+    assert family.space(t(128, "f32"))["qk_terms"] == (1,)          # 3 x 128 > 256
+    assert family.space(t(64, "bf16"))["operand"] == ("bf16",)
+    p = family.normalize(t(64, "bf16"), family.default_params(t(64, "bf16")))
+    assert [d.code for d in family.static_check(t(64, "bf16"), dict(p, operand="f16"))] == \
+        ["operand"]

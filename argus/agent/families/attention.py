@@ -7,12 +7,14 @@ intra-warpgroup overlap orders (fa3_overlap; intra_wg_overlap, which the verifie
 yet), the persistent walk and the epilogue. There is no decode path in argus yet (no
 attention_decode, no KV splits), so no split axis.
 
-Rules are the kernel's own refusals, not a copy of them: `AttentionSchedule._problems` (field
-combinations the kernel refuses for any problem) and `problems_for` (shared memory against
-227 KB, registers per consumer thread for O, S and P at the head dim), plus what the loop must
-know beforehand: the head dims the kernel takes (a smaller one is zero-padded to the next),
-the overlap order the verifier cannot prove yet (compile refuses it with verification on), and
-the persistent walk whose unit decode leaves obligations unknown (a warning).
+Legality is declared, not written as family rules: AttentionSchedule's ranges and constraints
+(families/declared.py: the fields' legal values, the overlap order the verifier cannot prove yet,
+the persistent walk whose unit decode leaves obligations unknown, a warning) and the adapter's
+`AttentionPrecision` (the head dims the kernel takes, a smaller one zero-padded to the next; the
+Q K^T split; the operand type per task dtype), read by the generic ScheduleFamily; then the
+class's own refusals (`AttentionSchedule._problems`, code schedule_fields) and the kernel's
+resource report at the head dim it runs (`problems_for`: shared memory against 227 KB,
+registers per consumer thread for O, S and P; codes smem, registers).
 
 Cost model (an estimate, labelled so): per tile, its visible KV blocks (all, or under the
 causal mask those up to its last row's last key, FlashAttention's bottom-right alignment), each
@@ -44,13 +46,15 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from argus.agent import cost_model
 from argus.agent.cost_model import Estimate
-from argus.agent.families.base import Family, Rule
+from argus.agent.families.schedule import Part, ScheduleFamily
 from argus.agent.task import TaskSpec
+from argus.errors import Diagnostic
+from argus.schedule_space import Constraint, legal
 
 # SFU throughput of exp2 (MUFU.EX2): 16 per clock per SM (4 per SM sub-partition) at the
 # H200's 1.755 GHz sustained clock: ~0.5 of an hd128 block's MMA time, FA3's motivation
@@ -92,121 +96,75 @@ def _field_problems(p: dict[str, Any]) -> list[str]:
     return []
 
 
-def _kernel_problems(p: dict[str, Any], d: dict[str, Any]) -> list[str]:
-    """problems_for at the kernel's head dim (shared memory, registers), [] when the fields
-    themselves are illegal (the fields rule reports those)."""
-    from argus.kernels.attention import smem_bytes
-
-    try:
-        s = schedule_of(p)
-    except ValueError:
-        return []
-    kd = kernel_head_dim(d["D"] * p.get("qk_terms", 1))
-    if kd is None:
-        return []
-    problems = s.problems_for(kd)
-    if smem_bytes(s, kd) > _smem_limit():   # the smem rule reports that one
-        problems = problems[1:]
-    return problems
-
-
-def _smem_limit() -> int:
-    from argus.target.limits import SMEM_PER_CTA_OPTIN
-
-    return SMEM_PER_CTA_OPTIN
-
-
-def _smem(p: dict[str, Any], d: dict[str, Any]) -> int:
-    from argus.kernels.attention import smem_bytes
-
-    return smem_bytes(schedule_of(p), _kd(d, p))
-
-
 def _kd(d: dict[str, Any], p: dict[str, Any]) -> int:
     """The kernel's head dim: the task's, times the Q K^T split's pieces, padded."""
     width = d["D"] * p.get("qk_terms", 1)
     return kernel_head_dim(width) or width
 
 
-_RULES = (
-    Rule("head_dim", lambda p, d: kernel_head_dim(d["D"]) is not None,
-         "head dim {D}: the attention kernel takes 64, 128 and 256 (smaller head dims are "
-         "zero-padded to the next); above 256 the output accumulator alone is {D}/2 fp32 "
-         "registers per consumer thread, more than a thread has",
-         "run it on torch SDPA or argus.compose (two GEMMs and a softmax), or extend the kernel "
-         "with a head-dim split (O's columns across CTAs, S accumulated over D/64 steps)",
-         "argus/kernels/attention.py HEAD_DIMS; 255 registers per thread (sm_90)"),
-    Rule("qk_terms", lambda p, d: p.get("qk_terms", 1) in (1, 3) and (
-            kernel_head_dim(d["D"]) is None
-            or kernel_head_dim(d["D"] * p.get("qk_terms", 1)) is not None),
-         "qk_terms={qk_terms}: Q K^T split into hi/lo bf16 pieces concatenated along the head "
-         "dim needs {qk_terms} x {D} <= 256 columns", "use qk_terms=1",
-         "argus/kernels/attention.py HEAD_DIMS", severity="error"),
-    Rule("operand", lambda p, d: p.get("operand", "bf16") in ("bf16", "f16"),
-         "operand={operand}: the attention kernel multiplies bf16 or fp16",
-         "use operand='f16' or 'bf16'", "argus/kernels/attention.py attention_kernel"),
-    Rule("schedule_fields", lambda p, d: not _field_problems(p),
-         "the kernel refuses this schedule: " + "{field_problems}",
-         "see AttentionSchedule's fields: block_m = 64 x consumers, ordered without an "
-         "overlap, one overlap order at a time",
-         "argus/kernels/attention.py AttentionSchedule._problems"),
-    Rule("smem", lambda p, d: _field_problems(p) or kernel_head_dim(d["D"]) is None
-         or kernel_head_dim(d["D"] * p.get("qk_terms", 1)) is None
-         or _smem(p, d) <= _smem_limit(),
-         "Q, {stages} stages of K and V ({block_n} x {kd} each) and the staging need "
-         "{smem_need} B of shared memory, more than the {smem_limit} B a CTA may use",
-         "use fewer stages or a smaller block_n (or ordered=True: Q in registers)",
-         "sm_90 shared memory per CTA (opt-in), kernels/attention.py smem_bytes"),
-    Rule("registers", lambda p, d: not _kernel_problems(p, d),
-         "{kernel_problems}", "use a smaller block_n, or fewer live tiles (no ping-pong)",
-         "AttentionSchedule.problems_for: O (D/2), S (block_n/2) and P (block_n/4) fp32 per "
-         "consumer thread under setmaxnreg"),
-    Rule("unproven", lambda p, d: not p.get("intra_wg_overlap"),
-         "intra_wg_overlap=True: the verifier loses the key tags of S carried across the "
-         "loop's back edge, so compile refuses this order with verification on",
-         "use fa3_overlap=True (the same overlap in FA3's order, proven)",
-         "argus/kernels/attention.py (module docstring: not proven yet)"),
-    Rule("persistent_unknown", lambda p, d: not p.get("persistent"),
-         "persistent=True: the walk's div/mod unit decode leaves some verifier obligations "
-         "unknown (z3 timeouts), never violated; the one-CTA-per-tile grid is proven clean",
-         "keep persistent=False for a fully proven kernel",
-         "argus/kernels/attention.py AttentionSchedule.persistent", severity="warning"),
-)
+def _qk_fits(s, f) -> bool:
+    """qk_terms pieces of the head dim fit the kernel (and a split is for float32 tasks)."""
+    if kernel_head_dim(f["D"]) is None:
+        return True     # the head_dim constraint reports that one
+    return kernel_head_dim(f["D"] * s["qk_terms"]) is not None and (
+        s["qk_terms"] == 1 or f["dtype"] == "f32")
 
 
-class AttentionFamily(Family):
+def _operand_types(dtype: str) -> tuple[str, ...]:
+    """The kernel's 16-bit type: a bf16 or fp16 task keeps its own; a float32 task takes fp16
+    first (8x finer than bf16: Q, K, P, V and O each round to 2^-11, and a heavy-tailed score of
+    1e4 moves by ~5 instead of ~40; values past 65504 overflow, which the check catches) or
+    bf16 (fp32's range)."""
+    if dtype == "f32":
+        return ("f16", "bf16")
+    return ("f16",) if dtype == "f16" else ("bf16",)
+
+
+@dataclass(frozen=True)
+class AttentionPrecision:
+    """The adapter's precision knobs beside AttentionSchedule: the kernel's 16-bit operand
+    type, and Q K^T split into qk_terms bf16 hi/lo pieces along the head dim (3: S = Qh Kh^T
+    + Qh Kl^T + Ql Kh^T as one product over [Qh, Qh, Ql] . [Kh, Kl, Kh], S to ~2^-16 instead
+    of bf16's 2^-9, which heavy-tailed inputs need; P, V and O stay 16-bit)."""
+
+    qk_terms: int = field(default=1, metadata=legal((1, 3), rule="1 or 3 pieces of Q K^T"))
+    operand: str = field(default="bf16", metadata=legal(
+        ("f16", "bf16"), rule="argus/kernels/attention.py attention_kernel (16-bit operands)"))
+
+    CONSTRAINTS = (
+        Constraint("head_dim", lambda s, f: kernel_head_dim(f["D"]) is not None,
+                   "head dim {D}: the attention kernel takes 64, 128 and 256 (smaller head dims "
+                   "are zero-padded to the next); above 256 the output accumulator alone is "
+                   "{D}/2 fp32 registers per consumer thread, more than a thread has",
+                   "run it on torch SDPA or argus.compose (two GEMMs and a softmax), or extend "
+                   "the kernel with a head-dim split (O's columns across CTAs, S accumulated "
+                   "over D/64 steps)",
+                   "argus/kernels/attention.py HEAD_DIMS; 255 registers per thread (sm_90)"),
+        Constraint("qk_terms", _qk_fits,
+                   "qk_terms={qk_terms}: Q K^T split into hi/lo bf16 pieces concatenated along "
+                   "the head dim needs {qk_terms} x {D} <= 256 columns (and a float32 task)",
+                   "use qk_terms=1", "argus/kernels/attention.py HEAD_DIMS",
+                   reads=("qk_terms",)),
+        Constraint("operand", lambda s, f: s["operand"] in _operand_types(f["dtype"]),
+                   "operand={operand} for a {dtype} task: the kernel multiplies bf16 or fp16, a "
+                   "16-bit task in its own type", "use operand='f16' or 'bf16'",
+                   "argus/kernels/attention.py attention_kernel", reads=("operand",)),
+    )
+
+
+class AttentionFamily(ScheduleFamily):
     name = "attention"
-    rules = _RULES
+    parts = (Part(lambda: _schedule_type()), Part(lambda: AttentionPrecision))
 
     # -- the schedule space -------------------------------------------------------------------
-    def space(self, task: TaskSpec) -> dict[str, tuple[Any, ...]]:
-        return {"block_m": (64, 128, 192), "consumers": (1, 2, 3),
-                "block_n": (64, 80, 96, 112, 128, 144, 160, 176, 192, 256),
-                "stages": (2, 3, 4), "ordered": (False, True), "fa3_overlap": (False, True),
-                "intra_wg_overlap": (False, True), "persistent": (False, True),
-                "epilogue": ("direct", "tma"), "producer_regs": (24, 32),
-                "consumer_regs": (160, 240), "qk_terms": self.qk_term_choices(task),
-                "operand": self.operand_choices(task)}
+    def facts(self, task: TaskSpec) -> dict[str, Any]:
+        return {**task.dims, "dtype": task.dtype}
 
-    @staticmethod
-    def operand_choices(task: TaskSpec) -> tuple[str, ...]:
-        """The kernel's 16-bit type: a bf16 or fp16 task keeps its own; a float32 task takes
-        fp16 first (8x finer than bf16: Q, K, P, V and O each round to 2^-11, and a heavy-tailed
-        score of 1e4 moves by ~5 instead of ~40; values past 65504 overflow, which the check
-        catches) or bf16 (fp32's range)."""
-        if task.dtype == "f32":
-            return ("f16", "bf16")
-        return ("f16",) if task.dtype == "f16" else ("bf16",)
+    def operand_choices(self, task: TaskSpec) -> tuple[str, ...]:
+        return self.space(task)["operand"]
 
-    @staticmethod
-    def qk_term_choices(task: TaskSpec) -> tuple[int, ...]:
-        """A float32 task may split Q and K into bf16 hi/lo pieces, S = Qh Kh^T + Qh Kl^T +
-        Ql Kh^T as one product over the head dim [Qh, Qh, Ql] . [Kh, Kl, Kh] (3 x D <= 256):
-        S to ~2^-16 instead of bf16's 2^-9, which heavy-tailed inputs need (a score of 1e4
-        off by 0.4% moves the softmax); P, V and O stay 16-bit (relaxed track)."""
-        if task.dtype == "f32" and kernel_head_dim(3 * task.dims["D"]) is not None:
-            return (1, 3)
-        return (1,)
+    def qk_term_choices(self, task: TaskSpec) -> tuple[int, ...]:
+        return self.space(task)["qk_terms"]
 
     def default_params(self, task: TaskSpec) -> dict[str, Any]:
         """The library's measured choice for this head dim, mask and query length."""
@@ -241,20 +199,24 @@ class AttentionFamily(Family):
         p.setdefault("num_sms", 132)
         return p
 
-    def static_check(self, task: TaskSpec, params: dict[str, Any]):
-        from argus.kernels.attention import smem_bytes
-
-        dims: dict[str, Any] = dict(task.dims)
-        dims.update(kd=_kd(dims, params), smem_limit=_smem_limit(),
-                    field_problems="; ".join(_field_problems(params)),
-                    kernel_problems="; ".join(_kernel_problems(params, dims)))
-        try:
-            dims["smem_need"] = smem_bytes(schedule_of(params), dims["kd"])
-            dims.setdefault("qk_terms", params.get("qk_terms", 1))
-        except (ValueError, TypeError):
-            dims["smem_need"] = "?"
-        return [d for d in (r.diagnose(params, dims, kernel=task.name) for r in self.rules)
-                if d is not None]
+    def resource_check(self, task: TaskSpec, params: dict[str, Any]) -> list[Diagnostic]:
+        """The kernel's own resource report at the head dim it runs (`problems_for`: shared
+        memory against 227 KB, registers per consumer thread for O, S and P)."""
+        kd = kernel_head_dim(task.dims["D"] * params.get("qk_terms", 1))
+        if kd is None:
+            return []      # the head_dim and qk_terms constraints report it
+        out = []
+        for problem in schedule_of(params).problems_for(kd):
+            smem = "shared memory" in problem
+            out.append(Diagnostic(
+                "error", "smem" if smem else "registers", problem, kernel=task.name,
+                counterexample=dict(sorted(params.items())),
+                fix=("use fewer stages or a smaller block_n (or ordered=True: Q in registers)"
+                     if smem else "use a smaller block_n, or fewer live tiles (no ping-pong)")
+                + " (rule: AttentionSchedule.problems_for: sm_90 shared memory per CTA; O "
+                  "(D/2), S (block_n/2) and P (block_n/4) fp32 per consumer thread under "
+                  "setmaxnreg)"))
+        return out
 
     # -- cost ------------------------------------------------------------------------------------
     def tile_blocks(self, task: TaskSpec, block_m: int, block_n: int) -> list[int]:

@@ -1,6 +1,6 @@
 """The legal ranges and constraints of the library's Schedule classes that do not declare them in
 their own field metadata yet (argus/schedule_space.py): the warp-specialized skeleton, the GEMM,
-and the composed family's tile and matmul schedules, plus the agent's own `SplitSchedule` (the
+the attention forward, and the composed family's tile and matmul schedules, plus the agent's own `SplitSchedule` (the
 KernelBench fp32 adapter's split, declared in its fields, as every Schedule eventually will be).
 
 When a kernel module adopts the metadata (`bm: int = field(default=128, metadata=legal(...))`
@@ -192,10 +192,44 @@ MATMUL = dict(
 )
 
 
+ATTENTION = dict(
+    block_m=legal((64, 128, 192), multiple=64, low=64, high=192,
+                  rule="64 query rows per consumer warpgroup (PTX wgmma M = 64), 1-3 of them"),
+    consumers=legal((1, 2, 3), rule="consumer warpgroups of a CTA"),
+    block_n=legal((64, 80, 96, 112, 128, 144, 160, 176, 192, 256), multiple=16, low=16,
+                  high=limits.WGMMA_N_MAX, rule="wgmma N of Q K^T, k16 steps of P V, one TMA "
+                  "box of rows: a multiple of 16 in [16, 256]"),
+    stages=legal((2, 3, 4), low=2, high=8, rule="K and V ring depth (kernels/attention.py)"),
+    ordered=legal((False, True)), fa3_overlap=legal((False, True)),
+    intra_wg_overlap=legal((False, True)), persistent=legal((False, True)),
+    epilogue=legal(("direct", "tma"), rule="st.global from registers, or stmatrix + TMA store"),
+    producer_regs=legal((24, 32), **REGS, rule="PTX setmaxnreg: a multiple of 8 in [24, 256]"),
+    consumer_regs=legal((160, 240), **REGS, rule="PTX setmaxnreg: a multiple of 8 in [24, 256]"),
+    num_sms=fixed("H100/H200 SXM: 132 SMs"), approx_exp2=fixed("not searched yet"),
+    fold_scale=fixed("not searched yet"),
+)
+
+ATTENTION_CONSTRAINTS = (
+    Constraint("unproven", lambda s, f: not s["intra_wg_overlap"],
+               "intra_wg_overlap=True: the verifier loses the key tags of S carried across the "
+               "loop's back edge, so compile refuses this order with verification on",
+               "use fa3_overlap=True (the same overlap in FA3's order, proven)",
+               "argus/kernels/attention.py (module docstring: not proven yet)",
+               reads=("intra_wg_overlap",)),
+    Constraint("persistent_unknown", lambda s, f: not s["persistent"],
+               "persistent=True: the walk's div/mod unit decode leaves some verifier obligations "
+               "unknown (z3 timeouts), never violated; the one-CTA-per-tile grid is proven clean",
+               "keep persistent=False for a fully proven kernel",
+               "argus/kernels/attention.py AttentionSchedule.persistent",
+               reads=("persistent",), severity="warning"),
+)
+
+
 @functools.cache
 def declare_library() -> None:
     """Register the declarations above (once per process)."""
     from argus.compose.gemm import MatmulSchedule
+    from argus.kernels.attention import AttentionSchedule
     from argus.compose.tile import TileSchedule
     from argus.kernels.gemm import GemmSchedule
     from argus.kernels.warp_specialized import WarpSpecializedSchedule
@@ -204,6 +238,7 @@ def declare_library() -> None:
     declare(GemmSchedule, GEMM, GEMM_CONSTRAINTS)
     declare(TileSchedule, TILE, TILE_CONSTRAINTS)
     declare(MatmulSchedule, MATMUL, MATMUL_CONSTRAINTS)
+    declare(AttentionSchedule, ATTENTION, ATTENTION_CONSTRAINTS)
 
 
 __all__ = ["SplitSchedule", "declare_library"]

@@ -147,16 +147,20 @@ class ScheduleFamily(Family):
                 space.build({**space.default_values(),
                              **{k: params[k] for k in space.names if k in params}})
             except (ValueError, TypeError) as exc:
-                out.append(Diagnostic("error", "schedule", str(exc), kernel=task.name,
+                out.append(Diagnostic("error", "schedule_fields", str(exc), kernel=task.name,
                                       counterexample=dict(sorted(params.items())),
                                       fix=f"change the fields {space.schedule.__name__} names "
                                           "(its own checks refused them)"))
         if _errors(out):
             return out
+        return out + self.resource_check(task, params)
+
+    def resource_check(self, task: TaskSpec, params: dict[str, Any]) -> list[Diagnostic]:
+        """The compiler's resource verdict on schedules the declarations and the classes accept:
+        by default the lowering's refusal, if any (a family whose kernel reports its resources
+        otherwise overrides this)."""
         lowered = self.resources(task, params)
-        if isinstance(lowered, Diagnostic):
-            out.append(lowered)
-        return out
+        return [lowered] if isinstance(lowered, Diagnostic) else []
 
     def resources(self, task: TaskSpec, params: dict[str, Any]
                   ) -> dict[str, Any] | Diagnostic | None:
