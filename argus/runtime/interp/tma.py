@@ -2,20 +2,37 @@
 
 Invariant: a load fills the whole view (out-of-bounds elements read 0, as the TMA unit zero-fills);
 a multicast load writes the same window of every CTA of the cluster; a store is clipped at the
-tensor's edges and rounds to its dtype.
+tensor's edges and rounds to its dtype. Every copy's innermost start is 16-byte aligned: the
+device traps (CUDA_ERROR_ILLEGAL_INSTRUCTION) on one that is not, which no descriptor check can see
+since the coordinates are runtime values (seen on the H200: the fp8 kernel's block-scale loads at
+K-block k of an f32 tensor; Triton issue 7385 and its Gluon TMA tutorial state the rule).
 """
 
 from __future__ import annotations
 
 from argus.ir import ops as O
-from argus.runtime.interp.machine import _Group, _Interp, _View
+from argus.runtime.interp.machine import InterpError, _Group, _Interp, _View
 from argus.runtime.interp.registry import rule
+
+
+def _check_inner_alignment(op: O.TmaLoad | O.TmaStore, coords: list) -> None:
+    elem_bytes = op.tensor.type.dtype.bytes
+    start = int(coords[-1]) * elem_bytes
+    if start % 16:
+        what = "load from" if isinstance(op, O.TmaLoad) else "store to"
+        raise InterpError(
+            f"TMA {what} {op.tensor.hint or 'a tensor'} at {op.loc}: the innermost coordinate "
+            f"{int(coords[-1])} starts {start} bytes into a row ({elem_bytes}-byte elements), "
+            "not a multiple of 16: the device stops with an illegal instruction. Fix: start "
+            f"the box at a multiple of {max(1, 16 // elem_bytes)} elements along the innermost "
+            "dim (round the coordinate down and pick the wanted column from the box)")
 
 
 @rule(O.TmaLoad)
 def tma_load(m: _Interp, g: _Group, op: O.TmaLoad) -> None:
     view: _View = m.val(g, op.dst)
     coords = [m.val(g, c) for c in op.coords]
+    _check_inner_alignment(op, coords)
     shape = view.array().shape
     # an explicit box (several non-unit outer dims) lands in the view row-major
     box = m._box(op.tensor, coords, op.box, 0.0).reshape(shape) if op.box else \
@@ -30,4 +47,5 @@ def tma_load(m: _Interp, g: _Group, op: O.TmaLoad) -> None:
 def tma_store(m: _Interp, g: _Group, op: O.TmaStore) -> None:
     view = m.val(g, op.src)
     coords = [m.val(g, c) for c in op.coords]
+    _check_inner_alignment(op, coords)
     m._write(op.tensor, coords, view.array())
