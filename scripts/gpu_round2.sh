@@ -6,6 +6,8 @@
 # Steps: tests quick membound attention moe fp8block conv untuned gelu pingpong kb
 #        online convq scan fp8overlap att64 moedecode firstcall fp8quant decode tf32 rowbox lanes
 #        tileorder poolsweep (one bench each, 30-120 s)
+#        rejudge (KB_IDS=ids [KB_LEVEL=1] [KB_BUDGET=120] [KB_RESUME=results.jsonl]: judge these again)
+#        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
 #   kb: scripts/gpu_kernelbench_solve.sh with KB_BUDGET seconds (default 240); results under
 #       $OUT/solve, resumed from $KB_RESUME/results.jsonl when that is set
@@ -51,6 +53,13 @@ for s in "${steps[@]}"; do
     lanes) run_step lanes 60 python3 -u scripts/gpu_memory_bound.py --examples softmax_online,softmax_lanes --rounds 2 --out "$OUT/lanes" ;;
     tileorder) run_step tileorder 60 python3 -u scripts/gpu_tile_order.py --out "$OUT/tileorder" ;;
     poolsweep) run_step poolsweep 60 python3 -u scripts/gpu_pool_sweep.py --out "$OUT/poolsweep" ;;
+    rejudge) mkdir -p "$OUT/solve"; [ -n "${KB_RESUME:-}" ] && cp "$KB_RESUME" "$OUT/solve/results.jsonl"
+        run_step rejudge $(( ${KB_BUDGET:-120} + 70 )) env IDS="${KB_IDS:?KB_IDS=ids to judge again}" \
+          bash scripts/gpu_kernelbench_solve.sh "${KB_BUDGET:-120}" "${KB_LEVEL:-1}" ;;
+    smemdiag) run_step smemdiag 150 env OUT=/tmp/smemdiag bash scripts/gpu_fp8_smem_diag2.sh ;;
+    ppcompare) run_step ppcompare 150 python3 -u scripts/gpu_gemm_pingpong.py --compare --out "$OUT/pingpong" ;;
+    convcases) run_step convcases 90 python3 -u scripts/gpu_conv_bench.py --cases depthwise,pointwise ;;
+    fp8smem) run_step fp8smem 90 env ARGUS_FP8_SMEM_DEVICE=1 python3 -m pytest -q -p no:xdist -p no:cacheprovider -m gpu tests/gpu/test_fp8_smem_scales_gpu.py -rf ;;
     *) echo "unknown step $s" ;;
   esac
 done
