@@ -831,3 +831,23 @@ def test_a_set_with_big_inputs_is_not_prepared_ahead():
     assert ReferenceSession.small(fake, entry(16, 1024))            # both small: ahead
     assert not ReferenceSession.small(fake, entry(16, 1 << 18))     # 1 MB of inputs: not
     assert not ReferenceSession.small(fake, entry(1 << 16, 16))     # a big reference: not
+
+
+def test_a_set_of_unknown_input_size_is_not_prepared_ahead(tmp_path):
+    """When the size of a set's inputs cannot be read (its file is gone or unreadable), the set
+    is not prepared ahead: an unknown size counted as 0 bytes would always pass the bound, the
+    direction that ran the judge out of memory (L1/47-53)."""
+    import types
+
+    from argus.bench.kernelbench.judge import ReferenceSession, _RefSet
+
+    fake = types.SimpleNamespace(
+        options=dataclasses.replace(OPTIONS, ref_cache_bytes=1 << 20), specs=[None] * 5,
+        _input_bytes=ReferenceSession._input_bytes)
+    on_disk = tmp_path / "set0.pt"
+    on_disk.write_bytes(b"\0" * 1024)
+    known = _RefSet(spec=None, reply={}, inputs_path=on_disk, ref=[torch.zeros(16)], tols=[])
+    gone = _RefSet(spec=None, reply={}, inputs_path=tmp_path / "missing.pt",
+                   ref=[torch.zeros(16)], tols=[])
+    assert ReferenceSession.small(fake, known)       # a small file: prepared ahead
+    assert not ReferenceSession.small(fake, gone)    # unknown: not prepared ahead

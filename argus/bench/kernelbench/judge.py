@@ -471,7 +471,10 @@ class ReferenceSession:
         # precision rungs' copies at once, beside the candidate's run: a reduction's reference
         # is small while its inputs are not (L1/47-53 at 8 GB of inputs ran out of memory on
         # the H200 with the judge's process at 116 GB, every one of them alone)
-        ahead = _PREPARE_BYTES_PER_INPUT_BYTE * self._input_bytes(entry)
+        inputs = self._input_bytes(entry)
+        if inputs is None:   # unknown: not prepared ahead (0 would always pass the bound)
+            return False
+        ahead = _PREPARE_BYTES_PER_INPUT_BYTE * inputs
         return nbytes * (len(self.specs) + len(TIMING_DISTRIBUTIONS)) <= \
             self.options.ref_cache_bytes and ahead <= self.options.ref_cache_bytes
 
@@ -485,15 +488,16 @@ class ReferenceSession:
             torch.cuda.empty_cache()
 
     @staticmethod
-    def _input_bytes(entry: _RefSet) -> int:
-        """The bytes of a set's inputs: in this process (direct judging) or in their file."""
+    def _input_bytes(entry: _RefSet) -> int | None:
+        """The bytes of a set's inputs: in this process (direct judging) or in their file;
+        None when the file cannot be read (the caller then does not prepare ahead)."""
         if entry.inputs is not None:
             return sum(v.numel() * v.element_size() for v in entry.inputs
                        if isinstance(v, torch.Tensor))
         try:
             return entry.inputs_path.stat().st_size
         except OSError:
-            return 0
+            return None
 
     def prefetch(self, key: Any) -> None:
         """Prepare set `key` (an index) in a thread of its own, while the candidate runs: its
