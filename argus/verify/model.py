@@ -514,11 +514,12 @@ class Model:
             actives = []
             for key, step in by_site.items():
                 sub = self.writer_substitution(step, reader, n_r, pre)
+                w_side, r_side = self.counter_equation(step, reader, n_r, pre)
 
                 def inst(t, pre=pre, sub=sub):
                     return _subst(_subst(t, pre), sub)
                 ranges = [inst(c) for c in step.site.constraints()]
-                active = conj(*ranges, inst(step.counter) == n_r)
+                active = conj(*ranges, inst(w_side) == r_side)
                 lemmas = [inst(c) for sc in step.site.scopes for c in sc.counter_lemmas]
                 if len(by_site) > 1 and self._never_active(key, reader, q, active, lemmas):
                     continue  # another loop's produce step (its fields are not this slot's)
@@ -532,7 +533,15 @@ class Model:
                         continue  # own copies once; multicast copies once per CTA of the cluster
                     W = w.view
                     w_row0 = inst(_num(W.row0))
-                    covers = conj(active, _stage_eq(inst(W.stage), view.stage),
+                    # both views at their own step's slot (n % S): equal under `active`
+                    # (equal counters), which the solver would otherwise have to see through
+                    # n % S of two counters with products in them
+                    same_slot = W.stage is not None and view.stage is not None and \
+                        _is_z3(W.stage) and _is_z3(view.stage) and \
+                        z3.eq(W.stage, step.stage_term) and \
+                        z3.eq(view.stage, self.steps_by_stage[consume.op.stage.id].stage_term)
+                    covers = conj(active, z3.BoolVal(True) if same_slot else
+                                  _stage_eq(inst(W.stage), view.stage),
                                   R >= w_row0, R < w_row0 + W.rows, j >= 0, j < W.cols)
                     r, c = R - w_row0, j
                     coords = [inst(_num(x)) for x in w.coords]
@@ -645,39 +654,101 @@ class Model:
         are then the consumer's, which keeps queries linear where `tile * k_tiles` would not
         be. Other variables (warpgroup indices, unmatched loops) get fresh copies, tied to the
         consumer by the counter equation alone."""
-        pairs = list(self._same_loop_nest(step, reader, n_r, pre))
+        pairs = list(self._same_loop_nest(step, reader, n_r, pre)[0])
         for v in step.site.scope_vars():
             if not any(v.eq(a) for a, _ in pairs):
                 pairs.append((v, fresh_int(f"{v}@w")))
         return pairs
 
-    def _same_loop_nest(self, step: StepInfo, reader: Site, n_r, pre) -> list:
-        """The (producer loop index, consumer loop index) pairs writer_substitution identifies,
-        or []: a structural decision on model terms only (no fresh variables), so it is made
-        once per producer step, reader, counter and peer substitution."""
+    def counter_equation(self, step: StepInfo, reader: Site, n_r, pre=()) -> tuple:
+        """(writer's side, reader's side) of the equation "the producer step's counter is the
+        reader's n_r", the writer's side in the producer's own variables (to be taken through
+        `pre` and writer_substitution). Both counters themselves, unless the two roles share
+        outer loops but not the whole nest (`_same_loop_nest`): then each counter's offset in
+        the iteration of the innermost shared loop."""
+        _, w_side, r_side = self._same_loop_nest(step, reader, n_r, pre)
+        return w_side, r_side
+
+    def _same_loop_nest(self, step: StepInfo, reader: Site, n_r, pre) -> tuple:
+        """(the (producer loop index, consumer loop index) pairs writer_substitution
+        identifies, or []; the writer's and the reader's side of the counter equation): a
+        structural decision on model terms only (no fresh variables), so it is made once per
+        producer step, reader, counter and peer substitution.
+
+        The whole nest when both walk the same loops and the counters become one term. Else
+        the longest prefix of outer loops with equal bounds whose steps per iteration and
+        counters before the loop are equal for both roles (a persistent kernel's unit loop
+        around a producer's K loop and a consumer's K loop unrolled by two with a prologue
+        and a tail): a step in iteration t of such a loop has counter before + t * per + off
+        with 0 <= off < per (the steps of one iteration: the scope's counter lemmas), so two
+        counters are equal exactly when the iterations are and the offsets are. The offsets
+        compared then are linear where before + t * per (t times a per that depends on K)
+        was not: equal counters made z3 prove the unit indices equal through the product."""
         key = (id(step), reader.seq, _term_key(n_r),
                tuple(_term_key(a) + _term_key(b) for a, b in pre))
         hit = self._nest_decisions.get(key)
         if hit is not None:
-            return hit[0]
+            return hit[0], hit[4], hit[5]
         wl, rl = step.site.loops(), reader.loops()
         pairs: list = []
+        w_side, r_side = step.counter, n_r
+
+        def same_bounds(a, b, cand) -> bool:
+            for f in ("start", "stop", "step"):
+                ta = _subst(_subst(_num(self.scalar(getattr(a.op, f))), list(pre)), cand)
+                tb = _num(self.scalar(getattr(b.op, f)))
+                if not z3.eq(z3.simplify(ta), z3.simplify(tb)):
+                    return False
+            return True
         if len(wl) == len(rl) and wl:
             cand = [(a.var, b.var) for a, b in zip(wl, rl)]
-            ok = True
-            for a, b in zip(wl, rl):
-                for f in ("start", "stop", "step"):
-                    ta = _subst(_subst(_num(self.scalar(getattr(a.op, f))), list(pre)), cand)
-                    tb = _num(self.scalar(getattr(b.op, f)))
-                    if not z3.eq(z3.simplify(ta), z3.simplify(tb)):
-                        ok = False
+            ok = all(same_bounds(a, b, cand) for a, b in zip(wl, rl))
             if ok and z3.eq(z3.simplify(_subst(_subst(step.counter, list(pre)), cand)),
                             z3.simplify(n_r)):
                 pairs = cand
+        if not pairs and not Memo.building:
+            pid = step.pipe.id
+            cand = []
+            for a, b in zip(wl, rl):
+                trial = cand + [(a.var, b.var)]
+                if not same_bounds(a, b, trial):
+                    break
+                sa = next((x for x in a.steps if x[0] == pid), None)
+                sb = next((x for x in b.steps if x[0] == pid), None)
+                if sa is None or sb is None:
+                    break
+
+                def w(t, trial=trial):
+                    return _subst(_subst(t, list(pre)), trial)
+                if not (self.provably_equal(w(sa[1]), sb[1]) and
+                        self.provably_equal(w(sa[3]), sb[3])):
+                    break
+                cand = trial
+                pairs = list(cand)
+                w_side = z3.simplify(step.counter - sa[2], som=True)
+                r_side = z3.simplify(n_r - sb[2], som=True)
         if not Memo.building:   # mid-walk, a loop bound may not be known yet
             # the step and the terms are kept with the decision: their ids stay theirs
-            self._nest_decisions[key] = (pairs, n_r, tuple(pre), step)
-        return pairs
+            self._nest_decisions[key] = (pairs, n_r, tuple(pre), step, w_side, r_side)
+        return pairs, w_side, r_side
+
+    def provably_equal(self, a, b) -> bool:
+        """Whether a == b for every launch the premises allow: the same term, or an unsat
+        a != b under the premises (a resource budget, not wall time: the answer must not
+        depend on the machine's load; an unknown is "not equal", which only keeps queries as
+        they were). Remembered per pair of terms."""
+        a, b = z3.simplify(_num(a)), z3.simplify(_num(b))
+        if z3.eq(a, b):
+            return True
+        memo = self.__dict__.setdefault("_equal_memo", {})
+        k = (a.get_id(), b.get_id())
+        if k not in memo:
+            s = z3.Solver()
+            s.set("rlimit", 2_000_000)
+            s.set("timeout", solver.backstop_ms(2_000_000))
+            s.add(*self.premises, a != b)
+            memo[k] = (a, b, s.check() == z3.unsat)   # the terms keep their ids alive
+        return memo[k][2]
 
     # -- tag expressions -------------------------------------------------------------------
     def eval_tag_expr(self, text: str, args: tuple, coords=(), xs=(), ref_values=None,

@@ -53,10 +53,16 @@ def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
     scope = Scope("loop", op, var, tuple(cons),
                   _counter_lemmas(index, m._trip(op), step,
                                   [n for pid, n in per.items()
-                                   if pid not in varying and not _is_zero(n)]))
+                                   if pid not in varying and not _is_zero(n)]),
+                  tuple((pid, _num(counters.get(pid, 0)),
+                         _num(counters.get(pid, 0)) + index * _num(n), _num(n))
+                        for pid, n in per.items() if pid not in varying and not _is_zero(n)))
     inner_scopes = scopes + (scope,)
-    inner_counters = {pid: _num(counters.get(pid, 0)) +
-                      (m.steps_over(op, per[pid], index) if pid in varying else index * per[pid])
+    # (the same terms as the scope's `steps`: a step's offset in its iteration is its
+    # counter minus these, Model._counter_match)
+    before = {pid: b for pid, _, b, _ in scope.steps}
+    inner_counters = {pid: before[pid] if pid in before else _num(counters.get(pid, 0)) +
+                      m.steps_over(op, per[pid], index)
                       for pid in per if not _is_zero(per[pid])}
     carried = m._carried_tiles(op.body)
     shifted: list[int] = []

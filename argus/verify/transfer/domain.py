@@ -52,6 +52,11 @@ class Scope:
     # the steps of one iteration lie inside the loop's total. Not premises of every query
     # (they are non-linear); asked where counters of different loops are compared
     counter_lemmas: tuple[z3.BoolRef, ...] = ()
+    # a loop's (pipe id, the role's counter before the loop, at the start of the iteration =
+    # before + index * per, steps per iteration `per`) for each pipeline whose steps per
+    # iteration do not depend on the index: a step inside the loop has counter
+    # start + offset with 0 <= offset < per (Model._counter_match)
+    steps: tuple[tuple[int, Any, Any, Any], ...] = ()   # (pipe id, before, start, per)
 
 
 @dataclass
