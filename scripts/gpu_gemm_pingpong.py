@@ -313,6 +313,7 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001
                 print(f"SASS {text}: FAILED {type(e).__name__}: {e}", flush=True)
     name = "pingpong_whole_step.json" if args.whole_step_wait else "pingpong.json"
+    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, name), "w") as f:
         json.dump({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                    "gpu": torch.cuda.get_device_name(), "variant": variant, "rows": rows}, f,
