@@ -18,6 +18,7 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import TileType
+from argus.verify import promotion
 from argus.verify import witness as W
 from argus.verify.identity import ObjectMap, ObjectSet
 from argus.verify.model import Model, WgmmaSite, _num, b_index
@@ -405,6 +406,11 @@ def _guards(model: Model, site: WgmmaSite) -> list:
 
 
 def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
+    # an overwriting wgmma whose partial is promoted into an accumulator: k-once is the
+    # promoted sum's (argus/verify/promotion.py), stated once for all its sites
+    promoted = promotion.k_once(model, site, name)
+    if promoted is not None:
+        return promoted
     op = site.op
     K = op.k_extent
     loops = _reduction_loops(model, site)
