@@ -115,19 +115,39 @@ class Constraint:
     severity: str = "error"
 
     def holds(self, values: Mapping[str, Any], facts: Mapping[str, Any]) -> bool:
+        return self._evaluate(values, facts) is True
+
+    def _evaluate(self, values: Mapping[str, Any], facts: Mapping[str, Any]
+                  ) -> bool | Exception:
+        """The check's verdict, or the exception that stopped it (a rule that cannot read
+        what it needs does not vouch for the schedule: `holds` is then False)."""
         try:
             return bool(self.check(values, facts))
-        except (KeyError, ZeroDivisionError, TypeError):
-            return False   # a rule that cannot read what it needs does not vouch for it
+        except (KeyError, ZeroDivisionError, TypeError) as exc:
+            return exc
 
     def diagnose(self, values: Mapping[str, Any], facts: Mapping[str, Any], kernel: str = ""
                  ) -> Diagnostic | None:
-        if self.holds(values, facts):
+        verdict = self._evaluate(values, facts)
+        if verdict is True:
             return None
+        counterexample = {k: values[k] for k in sorted(self.reads or values) if k in values}
+        if isinstance(verdict, Exception):
+            # the rule's own message would state a condition nobody checked: say what stopped it
+            missing = isinstance(verdict, KeyError) and verdict.args and \
+                verdict.args[0] not in values
+            what = (f"reads {verdict.args[0]!r}, which is neither a field of the schedule nor "
+                    f"a fact the tuner passed (facts: {', '.join(sorted(facts)) or 'none'})"
+                    if missing else f"raised {type(verdict).__name__}: {verdict}")
+            return Diagnostic(
+                self.severity, self.code, f"constraint {self.code} could not be evaluated: "
+                f"it {what}; the schedule is refused, as no rule vouches for it",
+                kernel=kernel, counterexample=counterexample,
+                fix=(f"pass {verdict.args[0]!r} in the facts (a family's facts()), or "
+                     f"guard the constraint's check" if missing else
+                     "fix the constraint's check for these values") + f" (rule: {self.rule})")
         return Diagnostic(self.severity, self.code, _text(self.message, values, facts),
-                          kernel=kernel,
-                          counterexample={k: values[k] for k in sorted(self.reads or values)
-                                          if k in values},
+                          kernel=kernel, counterexample=counterexample,
                           fix=f"{_text(self.fix, values, facts)} (rule: {self.rule})")
 
 
@@ -182,7 +202,8 @@ class Space:
 
     def choices(self, facts: Mapping[str, Any] | None = None) -> dict[str, tuple[Any, ...]]:
         """Each field's search values for a problem: the declared choices, narrowed by the
-        constraints that read that field alone (evaluated with the other fields' defaults)."""
+        constraints that read that field alone (evaluated with the other fields' defaults;
+        one that cannot be evaluated for want of a fact narrows nothing)."""
         facts = facts or {}
         defaults = self.default_values()
         out = {}
@@ -190,8 +211,11 @@ class Space:
             values = leg.choices if leg.searched else (defaults[name],)
             unary = [c for c in self.constraints if c.reads == (name,)
                      and c.severity == "error"]
+            # a constraint that cannot be evaluated (a fact not passed) does not prune here:
+            # `diagnose` refuses the schedule and says what it could not read
             kept = tuple(v for v in values
-                         if all(c.holds({**defaults, name: v}, facts) for c in unary))
+                         if all(c._evaluate({**defaults, name: v}, facts) is not False
+                                for c in unary))
             out[name] = kept or values[:1]
         return out
 

@@ -115,3 +115,24 @@ def test_legal_needs_values():
     with pytest.raises(ValueError, match="no choices"):
         legal(())
     assert isinstance(legal((1,))["argus.legal"], Legal)
+
+
+def test_a_constraint_that_cannot_read_a_fact_says_which():
+    """A constraint whose check reads a fact the tuner did not pass refuses the schedule (it
+    cannot vouch for it), and its finding names the missing fact and how to supply it, instead
+    of the constraint's own message (here: "epilogue=tma with {out_bits}-bit output", a claim
+    about an output width nobody gave). The narrowing of a field's choices keeps its values
+    then, so the search space does not silently collapse to the field's first choice."""
+    space = space_of(Declared)
+    found = [d for d in space.diagnose({"epilogue": "tma"}, {}) if d.code == "out16"]
+    assert len(found) == 1, found
+    text = str(found[0])
+    assert "'out_bits'" in text and "could not be evaluated" in text, text
+    assert "facts" in (found[0].fix or ""), found[0].fix
+    # with the fact given, the constraint's own message again
+    found = [d for d in space.diagnose({"epilogue": "tma"}, {"out_bits": 32})
+             if d.code == "out16"]
+    assert found and "32-bit output" in str(found[0]), found
+    # unreadable facts do not narrow: both epilogues stay search choices
+    assert space.choices({})["epilogue"] == ("direct", "tma")
+    assert space.choices({"out_bits": 32})["epilogue"] == ("direct",)
