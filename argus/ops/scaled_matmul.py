@@ -195,16 +195,15 @@ def _tma_ready(t):
     return t.clone(memory_format=torch.contiguous_format)
 
 
-# The shared-memory block-scale kernel (Fp8GemmSchedule(smem_scales=True)) is correct in the
-# interpreter and verifies, but on the H200 it stopped with CUDA_ERROR_ILLEGAL_INSTRUCTION on
-# shapes with several K blocks (tests/gpu/test_fp8_smem_scales_gpu.py, 2026-12-02, before and
-# after 921453c aligned its scale stages to 128 B). The cause found on 2026-12-03 (issue 18):
-# its scale copies' innermost TMA coordinate was the K block k, 4 k bytes into a row, and a
-# TMA copy traps unless that offset is 16-byte aligned; SharedBlockScales now starts them at
-# k - k % 4. A trap poisons the CUDA context of the whole process, so the op refuses the
-# schedule on the device until the GPU confirms the fix (scripts/gpu_fp8_smem_diag2.sh); set
-# this True to run it (the GPU tests do, in a process of their own).
-SMEM_SCALES_ON_DEVICE = False
+# The shared-memory block-scale kernel (Fp8GemmSchedule(smem_scales=True)) stopped with
+# CUDA_ERROR_ILLEGAL_INSTRUCTION on the H200 on shapes with several K blocks (2026-12-02): its
+# scale copies' innermost TMA coordinate was the K block k, 4 k bytes into a row, and a TMA copy
+# traps unless that offset is 16-byte aligned. SharedBlockScales starts them at k - k % 4
+# (77a82d4); on the H200 (2026-12-03 03:40 UTC) scripts/gpu_fp8_smem_diag2.sh trapped every
+# misaligned probe and passed every aligned one and the three smem GEMMs, and
+# tests/gpu/test_fp8_smem_scales_gpu.py passed 6 of 6. The interpreter now refuses a misaligned
+# copy (argus/runtime/interp/tma.py). A kill switch: False makes the op refuse the schedule.
+SMEM_SCALES_ON_DEVICE = True
 
 
 def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
@@ -259,12 +258,11 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
                               f"these are per-tensor scales",
                               fix="drop smem_scales from the schedule")
         if chosen.smem_scales and not SMEM_SCALES_ON_DEVICE:
-            raise LaunchError(f"{_WHO}: smem_scales=True is not run on the device yet: its "
-                              f"kernel stopped with an illegal instruction on the H200 "
-                              f"(2026-12-02, 1000x300x640: several K blocks) and a kernel "
-                              f"that traps poisons the process's CUDA context; it runs in "
-                              f"the interpreter (gemm_fp8_blockscaled_smem_kernel.interpret)",
-                              fix="drop smem_scales from the schedule")
+            raise LaunchError(f"{_WHO}: smem_scales=True is not run on the device: "
+                              f"argus.ops.scaled_matmul.SMEM_SCALES_ON_DEVICE is False (the "
+                              f"kill switch); it runs in the interpreter "
+                              f"(gemm_fp8_blockscaled_smem_kernel.interpret)",
+                              fix="drop smem_scales from the schedule, or set the switch True")
         kernel = (gemm_fp8_blockscaled_smem_kernel(out_type) if chosen.smem_scales
                   else gemm_fp8_blockscaled_kernel(out_type)) if block else \
             gemm_fp8_kernel(out_type)

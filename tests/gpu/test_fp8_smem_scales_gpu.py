@@ -5,8 +5,6 @@ straddling 160-wide tiles, clusters, the TMA-store epilogue), scale_a in both la
 (row-major and DeepGEMM's MN-major), and bit for bit against the global-scale kernel (same
 partials, same scales, same order of adds). Verified kernels (ARGUS_VERIFY as set)."""
 
-import os
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -16,37 +14,22 @@ from tests.gpu.test_ops_scaled_matmul_gpu import _block_ref, _quantize_blocks, _
 
 pytestmark = hopper_only()
 
-# The kernel trapped on the H200 (illegal instruction, 2026-12-02: see SMEM_SCALES_ON_DEVICE in
-# argus/ops/scaled_matmul.py), and a trap poisons every later test of its worker process. The
-# cause found (2026-12-03, issue 18): its scale copies started at innermost coordinate k, 4 k
-# bytes into a row, and TMA traps unless that is 16-byte aligned (SharedBlockScales now loads
-# at k - k % 4; tests/unit/test_fp8_smem_tma_coords.py). Until the device confirms it, the
-# device tests below run only when asked for, in a process of their own:
-#   ARGUS_FP8_SMEM_DEVICE=1 python -m pytest -p no:xdist -m gpu tests/gpu/test_fp8_smem_scales_gpu.py
-ON_DEVICE = os.environ.get("ARGUS_FP8_SMEM_DEVICE") == "1"
-needs_device_opt_in = pytest.mark.skipif(
-    not ON_DEVICE, reason="smem_scales traps on the H200: ARGUS_FP8_SMEM_DEVICE=1 runs it alone")
+# The kernel trapped on the H200 until its scale copies' innermost TMA coordinate was 16-byte
+# aligned (2026-12-03, issue 18: see SMEM_SCALES_ON_DEVICE in argus/ops/scaled_matmul.py).
 
 
-@pytest.fixture(autouse=True)
-def _smem_scales_on_device(monkeypatch):
+def test_the_kill_switch_refuses_smem_scales(monkeypatch):
     import importlib
 
-    # the module, not the function argus.ops re-exports under the same name (which `import
-    # argus.ops.scaled_matmul as op` binds: an attribute lookup on the package)
-    op = importlib.import_module("argus.ops.scaled_matmul")
-    monkeypatch.setattr(op, "SMEM_SCALES_ON_DEVICE", ON_DEVICE)
-
-
-def test_the_op_refuses_smem_scales_on_the_device_until_they_run():
     from argus.errors import LaunchError
     from argus.ops import scaled_matmul
 
-    if ON_DEVICE:
-        pytest.skip("asked to run the kernel")
+    # the module, not the function argus.ops re-exports under the same name
+    monkeypatch.setattr(importlib.import_module("argus.ops.scaled_matmul"),
+                        "SMEM_SCALES_ON_DEVICE", False)
     a, w8, sa, sb = _quantize_blocks(torch.randn(128, 256, device="cuda"),
                                      torch.randn(128, 256, device="cuda") * 0.05)
-    with pytest.raises(LaunchError, match="not run on the device yet"):
+    with pytest.raises(LaunchError, match="not run on the device"):
         scaled_matmul(a, w8, sa, sb, schedule=_schedules()[0])
 
 
@@ -59,7 +42,6 @@ def _schedules():
             Fp8GemmSchedule(bn=160, stages=5, promote=True, smem_scales=True)]
 
 
-@needs_device_opt_in
 @pytest.mark.parametrize("m,n,k", [(129, 384, 128), (1000, 300, 640), (1024, 384, 512),
                                    (4095, 7168, 2048), (777, 2112, 1920)])
 def test_smem_scales_against_float64(m, n, k):
@@ -79,7 +61,6 @@ def test_smem_scales_against_float64(m, n, k):
             assert _rel(out32, ref) < 5e-4, s
 
 
-@needs_device_opt_in
 def test_smem_scales_match_the_global_scale_kernel():
     from argus.kernels.gemm_fp8 import Fp8GemmSchedule
     from argus.ops import scaled_matmul
