@@ -57,7 +57,10 @@ def run_conv(node, x: torch.Tensor, weight: torch.Tensor, bias, run: ConvRun | N
     NCHW-contiguous tensor of the node's shape and dtype."""
     a = node.attrs
     run = run or ConvRun()
-    if depthwise(node, x):
+    if depthwise(node, x) and a["dims"] == 3:
+        # 1-d and 2-d take argus.ops.conv's depthwise route below (its own kernel, exact fp32,
+        # the split's terms unused): faster than this template on every row measured on the
+        # H200 (docs/perf/conv.md, 2026-12-03: 1.97x vs 1.29x cuDNN on L1/82); 3-d stays here
         return run_depthwise(node, x, weight, bias)
     terms = run.terms if x.dtype == torch.float32 else 1
     if run.precision == "tf32" and x.dtype == torch.float32:

@@ -121,14 +121,20 @@ def test_functional_conv3d_with_a_parameter_weight():
     (lambda: nn.Conv1d(3, 6, 5, padding=2, groups=3), (2, 3, 11)),
     (lambda: nn.Conv3d(2, 2, 3, stride=(1, 1, 2), padding=1, groups=2), (1, 2, 4, 5, 6))],
     ids=["2d_mult2_stride2", "2d_dilated_nobias", "1d", "3d_stride_w2"])
-def test_depthwise_runs_on_the_cuda_core_template(module, shape, monkeypatch):
-    """groups = input channels: the depthwise template (exact fp32 on the CUDA cores), not
-    the split GEMM; matches float64 with multiplier, stride, dilation, padding, bias."""
+def test_depthwise_runs_on_the_cuda_core_kernels(module, shape, monkeypatch):
+    """groups = input channels: exact fp32 on the CUDA cores, not the split GEMM: 1-d and 2-d
+    on argus.ops.conv's depthwise route (its kernel beat compose's template on every row on the
+    H200, docs/perf/conv.md 2026-12-03), 3-d on compose's template; matches float64 with
+    multiplier, stride, dilation, padding, bias."""
     from argus.compose import conv
+    from argus.ops import conv as conv_ops
 
     used = []
-    real = conv.run_depthwise
-    monkeypatch.setattr(conv, "run_depthwise", lambda *a: used.append(1) or real(*a))
+    real_template, real_route = conv.run_depthwise, conv_ops._depthwise
+    monkeypatch.setattr(conv, "run_depthwise",
+                        lambda *a: used.append("template") or real_template(*a))
+    monkeypatch.setattr(conv_ops, "_depthwise",
+                        lambda *a: used.append("route") or real_route(*a))
     torch.manual_seed(3)
     model, x = module(), torch.randn(*shape)
     prog, convs = _program(model, [x])
@@ -136,7 +142,8 @@ def test_depthwise_runs_on_the_cuda_core_template(module, shape, monkeypatch):
     with torch.no_grad():
         y = prog.run(model, [x])
         r = model.double()(x.double())
-    assert used and _err(y, r) <= 1e-6
+    assert used == (["template"] if x.dim() == 5 else ["route"]), used
+    assert _err(y, r) <= 1e-6
 
 
 def test_same_padding_with_an_even_kernel_is_left_to_torch():
