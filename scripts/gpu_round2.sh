@@ -7,7 +7,8 @@
 #        online convq scan fp8overlap att64 moedecode firstcall fp8quant decode tf32 rowbox lanes
 #        tileorder poolsweep (one bench each, 30-120 s)
 #        rejudge (KB_IDS=ids [KB_LEVEL=1] [KB_BUDGET=120] [KB_RESUME=results.jsonl]: judge these again)
-#        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process)
+#        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
+#        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
 #   kb: scripts/gpu_kernelbench_solve.sh with KB_BUDGET seconds (default 240); results under
 #       $OUT/solve, resumed from $KB_RESUME/results.jsonl when that is set

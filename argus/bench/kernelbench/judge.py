@@ -97,9 +97,11 @@ REASONS: dict[str, str] = {
 _PRIORITY = {name: i for i, name in enumerate(REASONS)}
 # The distributions of the input sets a solution is timed on (`ReferenceSession.timing_sets`).
 TIMING_DISTRIBUTIONS = ("task", "normal")
-# What preparing a set holds per byte of its inputs at its peak: the inputs, their float64
-# copies (2) and the tf32 and bf16 rungs' copies (1 and 0.5), rounded up.
-_PREPARE_BYTES_PER_INPUT_BYTE = 5
+# What preparing a set holds per element of a floating input beside the input itself, at its
+# peak: its float64 copy (8), the tf32 rung's fp32 copy (4) and the bf16 rung's (2). Inputs in
+# a file (their dtypes unknown here) count 8 bytes per byte: a 16-bit input's share.
+_PREPARE_EXTRA_BYTES_PER_FLOAT = 8 + 4 + 2
+_PREPARE_BYTES_PER_FILE_BYTE = 8
 # Reasons that fail both tracks (the others are about accuracy and are judged per track).
 INTEGRITY_REASONS = frozenset(
     list(REASONS)[:list(REASONS).index("input_mutated") + 1]
@@ -474,7 +476,7 @@ class ReferenceSession:
         inputs = self._input_bytes(entry)
         if inputs is None:   # unknown: not prepared ahead (0 would always pass the bound)
             return False
-        ahead = _PREPARE_BYTES_PER_INPUT_BYTE * inputs
+        ahead = inputs
         return nbytes * (len(self.specs) + len(TIMING_DISTRIBUTIONS)) <= \
             self.options.ref_cache_bytes and ahead <= self.options.ref_cache_bytes
 
@@ -489,13 +491,15 @@ class ReferenceSession:
 
     @staticmethod
     def _input_bytes(entry: _RefSet) -> int | None:
-        """The bytes of a set's inputs: in this process (direct judging) or in their file;
+        """What preparing the set holds at its peak, from its inputs in this process (direct
+        judging: per tensor, a floating one with its float64 and rung copies) or in their file;
         None when the file cannot be read (the caller then does not prepare ahead)."""
         if entry.inputs is not None:
-            return sum(v.numel() * v.element_size() for v in entry.inputs
-                       if isinstance(v, torch.Tensor))
+            return sum(v.numel() * (v.element_size() + (_PREPARE_EXTRA_BYTES_PER_FLOAT
+                                                        if v.is_floating_point() else 0))
+                       for v in entry.inputs if isinstance(v, torch.Tensor))
         try:
-            return entry.inputs_path.stat().st_size
+            return _PREPARE_BYTES_PER_FILE_BYTE * entry.inputs_path.stat().st_size
         except OSError:
             return None
 
