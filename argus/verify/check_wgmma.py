@@ -19,13 +19,15 @@ import z3
 from argus.ir import ops as O
 from argus.ir.types import TileType
 from argus.verify import promotion
+from argus.verify.wgmma_facts import (_acc_chain, _carried_across, _defs, _field_extent, _k_key,
+                                      _minimize, _operands)
 from argus.verify import witness as W
 from argus.verify.identity import ObjectMap, ObjectSet
-from argus.verify.model import Model, WgmmaSite, _num, b_index
+from argus.verify.model import Model, WgmmaSite, _num
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import (Substitution, free_consts, fresh_int, is_coordinate_field,
-                                    mentions, occurring_in, substitute, with_fresh)
+                                    mentions, occurring_in, substitute)
 
 
 def _coords_text(zm, rec, model: Model) -> str:
@@ -105,24 +107,11 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
     return obs
 
 
-def _defs(model: Model) -> dict:
-    """value id -> the op defining it: one walk of the kernel per model (the k-once and
-    sibling checks asked for it once per wgmma site and per pair of sites). Read only."""
-    got = model.__dict__.get("_wgmma_defs")
-    if got is None:
-        got = model._wgmma_defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
-    return got
-
-
 def _user_fields(model: Model) -> set[str]:
     out: set[str] = set()
     for info in model.tensors.values():
         out |= set(info.user_fields)
     return out
-
-
-def _minimize(site: WgmmaSite) -> list:
-    return [s.var for s in site.site.scopes if s.kind == "loop"]
 
 
 def _promoted_into(model: Model, acc_id: int):
@@ -175,46 +164,6 @@ def _promoted_into(model: Model, acc_id: int):
     return found
 
 
-def _acc_chain(defs: dict, vid: int) -> list[int]:
-    """The values an accumulator is made of, from the wgmma's operand back to where it was
-    (re)initialized: through variables (`var` takes its initial value) and rescaling by a
-    factor that does not read it (`o * alpha`, FlashAttention's rescale). It stops at the op
-    that made the value (zeros, a load, another wgmma's result)."""
-    chain = [vid]
-    while True:
-        op = defs.get(chain[-1])
-        if isinstance(op, O.Var) and isinstance(op.init.type, TileType):
-            nxt = op.init.id
-        elif isinstance(op, O.Elementwise) and op.fn == "mul" and len(op.args) == 2:
-            shape = tuple(op.result.type.shape)
-            full = [a for a in op.args if isinstance(a.type, TileType)
-                    and tuple(a.type.shape) == shape]
-            if len(full) != 1:
-                break
-            nxt = full[0].id
-        else:
-            break
-        if nxt in chain:
-            break
-        chain.append(nxt)
-    return chain
-
-
-def _carried_across(chain: list[int], loop: O.For, defs: dict) -> bool:
-    """Whether the accumulator made of `chain` carries its value from one iteration of
-    `loop` to the next: the wgmma accumulates in place into a value that lives across the
-    loop (defined outside it), or a variable of the chain is defined outside the loop and
-    assigned inside it (the loop-carried update). An accumulator made afresh in every
-    iteration (zeros inside a persistent kernel's tile loop) is not, whatever the nesting."""
-    inside = ObjectSet(loop.body.walk())
-    first = defs.get(chain[0])
-    if first is None or first not in inside:
-        return True
-    assigned = {x.dst.id for x in loop.body.walk() if isinstance(x, O.Assign)}
-    return any(isinstance(defs.get(v), O.Var) and defs[v] not in inside and v in assigned
-               for v in chain)
-
-
 def _reduction_loops(model: Model, site: WgmmaSite):
     """The loops the accumulator sums over: those across which it carries its value (for a
     partial promoted into a carried variable, also the ones that variable sums over). A loop
@@ -239,49 +188,6 @@ def _reduction_loops_of(model: Model, site: WgmmaSite):
         chains.append(_acc_chain(defs, promoted.result.id))
     return [s for s in site.site.loops()
             if any(_carried_across(c, s.op, defs) for c in chains)]
-
-
-def _k_key(model: Model, site: WgmmaSite, name: str):
-    """What a site reads along k: (tensor index, field) as a simplified term, or None when it
-    does not read one tensor's field `name`. From A, or from B when A holds computed data
-    (FlashAttention's P in registers: its k is the key V's rows are read at). A structural
-    fact of the site: decided once per (site, field) and model (k-once asks it for every
-    sibling candidate of every site, and each answer builds a whole operand record)."""
-    memo = model.__dict__.setdefault("_wgmma_k_keys", ObjectMap())
-    per_site = memo.get(site.op)
-    if per_site is None:
-        per_site = memo[site.op] = {}
-    if name not in per_site:
-        per_site[name] = _k_key_of(model, site, name)
-    return per_site[name]
-
-
-def _operands(model: Model, site: WgmmaSite):
-    """(m, n, kk, A's record at (m, kk), B's at (n, kk), the fresh variables A's computation
-    created) of a site, once per model and site: the site's obligations and the structural
-    questions other sites' k-once asks of it (`_k_key_of`) read the same records (each was
-    built again per question: a register A operand is the whole softmax's record)."""
-    memo = model.__dict__.setdefault("_wgmma_operands", ObjectMap())
-    got = memo.get(site.op)
-    if got is None:
-        op = site.op
-        m, n, kk = fresh_int("m"), fresh_int("n"), fresh_int("kk")
-        ra, own_a = with_fresh(lambda: model.wgmma_a(site, m, kk))
-        rb = model.read_smem(site.b, b_index(site.b, n, kk, op.k_extent, op.trans_b),
-                             site.site)
-        got = memo[site.op] = (m, n, kk, ra, rb, own_a)
-    return got
-
-
-def _k_key_of(model: Model, site: WgmmaSite, name: str):
-    _, _, _, rec, rb, _ = _operands(model, site)
-    if "tensor" not in rec.fields:
-        rec = rb
-    tensor = rec.fields.get("tensor")
-    if name not in rec.fields or tensor is None:
-        return None
-    t = z3.simplify(tensor.term)
-    return (t.as_long(), name) if z3.is_int_value(t) else None
 
 
 def _siblings(model: Model, site: WgmmaSite, name: str) -> list[WgmmaSite]:
@@ -682,9 +588,3 @@ def _split_cover(model: Model, site: WgmmaSite, subject, first_prem, t1, size, e
     return obs
 
 
-def _field_extent(model: Model, rec, name: str):
-    for info in model.tensors.values():
-        if name in info.field_names:
-            d = info.field_names.index(name)
-            return info.extent(model, d)
-    return None

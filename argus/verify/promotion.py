@@ -36,7 +36,7 @@ before the first) never makes the premises vacuous.
 
 Applies when the structure is the one above (see `group_of`): every write of each partial is an
 overwriting wgmma, the partial is read only by promotions (and wgmma fences), the promotions
-of a destination share its chain (`check_wgmma._acc_chain`) and the destination is read
+of a destination share its chain (`wgmma_facts._acc_chain`) and the destination is read
 otherwise only after every promotion and outside their loops, and the reaching writes are found
 (a loop whose body writes the partial only under a condition is not followed). Else None, and
 check_wgmma keeps its per-site k-once, which then reports what it sees.
@@ -118,7 +118,7 @@ def group_of(model: Model, site: WgmmaSite) -> Group | None:
 
 
 def _defs(model: Model) -> dict:
-    from argus.verify.check_wgmma import _defs as defs
+    from argus.verify.wgmma_facts import _defs as defs
     return defs(model)
 
 
@@ -169,7 +169,7 @@ def _sum_of(defs: dict, vid: int, root: int, partials: set[int]):
     """(x, [(partial, the op reading it, the add adding it)]) when value `vid` is x plus
     partials (each times factors that do not read it), x a value of the chain from `root`;
     else None."""
-    from argus.verify.check_wgmma import _acc_chain
+    from argus.verify.wgmma_facts import _acc_chain
 
     if vid not in partials and _acc_chain(defs, vid)[-1] == root:
         return vid, []
@@ -185,7 +185,7 @@ def _sum_of(defs: dict, vid: int, root: int, partials: set[int]):
 
 
 def _groups(model: Model) -> list[Group]:
-    from argus.verify.check_wgmma import _acc_chain, _carried_across
+    from argus.verify.wgmma_facts import _acc_chain, _carried_across
 
     defs = _defs(model)
     sites = ObjectMap((s.op, s) for s in model.wgmmas)
@@ -292,7 +292,7 @@ def _linear(model, defs, root, made, sums, order) -> bool:
     intersection with the set at its end: it may run any number of times). A read elsewhere
     (an observer) must see a variable of the set, after the last promotion, outside the
     promotions' loops."""
-    from argus.verify.check_wgmma import _acc_chain
+    from argus.verify.wgmma_facts import _acc_chain
 
     chain = {root}
     for op in model.kernel.walk():
@@ -520,7 +520,7 @@ def k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation] | None:
     its promoted reduction (made once, at the group's first site: [] at the others), or None
     when the site is not one (then check_wgmma's per-site claims apply). Every site of the
     group must read one tensor's `name` along k; else None for all of them."""
-    from argus.verify.check_wgmma import _k_key
+    from argus.verify.wgmma_facts import _k_key
 
     if not site.op.overwrite:
         return None
@@ -542,7 +542,7 @@ def k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation] | None:
 def obligations(model: Model, group: Group, name: str) -> list[Obligation]:
     """wgmma.k-once over the group's promotions (the module docstring); `name` is the field
     along k (`k`)."""
-    from argus.verify.check_wgmma import _field_extent, _minimize
+    from argus.verify.wgmma_facts import _field_extent, _minimize
 
     first = group.sites[0]
     K = first.op.k_extent
