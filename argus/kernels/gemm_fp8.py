@@ -71,8 +71,9 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
     # promotion overlapped with the next K block's wgmma (`overlapped_promoted_mma`): two
     # partials in turns, block k's wgmma issued before block k - 1 is promoted. Left out of
     # repr when False, so the keys of every earlier schedule (tuning cache, golden hashes)
-    # stay as they were. Not among the tuning candidates yet: the verifier's wgmma.k-once
-    # does not follow K blocks split over two overwritten partials (its sync checks pass)
+    # stay as they were. Proven by the verifier's promoted-sum k-once (argus/verify/
+    # promotion.py) and the block-scaled default where the TMA epilogue fits
+    # (argus/ops/fp8_schedules.py)
     overlap: bool = field(default=False, repr=False)
     # serial promotion with the stage released after the promotion's FFMAs (`promoted_mma`,
     # the order measured at 794-947 TFLOP/s, docs/perf/fp8.md) instead of right after the

@@ -79,7 +79,19 @@ def _block_heuristic(p: Fp8Problem) -> Fp8GemmSchedule:
     if p.m <= 256:
         return Fp8GemmSchedule(bm=128, bn=64, stages=8, promote=True)
     bn = _block_widths(p)[0]
+    if p.tma_epilogue_ok and bn >= 128:
+        # the overlapped promotion (block k's wgmma issued before block k - 1 is promoted):
+        # 836 / 926 TFLOP/s against the tuned serial kernel's 742 / 637 at 4096x7168x2048 and
+        # 4096x24576x1536 on the H200 (docs/perf/fp8.md, "Overlapped promotion"); verified
+        # since the promoted-sum k-once (argus/verify/promotion.py). Not where a narrower
+        # tile fills the last wave better (2112 columns: 112), which was not measured
+        return _OVERLAP_TMA
     return Fp8GemmSchedule(bn=bn, stages=_block_stages(128, bn), promote=True)
+
+
+# three fp32 accumulators per consumer (bn <= 128), 5 stages beside the 32 KB staging buffer
+_OVERLAP_TMA = Fp8GemmSchedule(bn=128, stages=_block_stages(128, 128, 128 * 128 * 2),
+                               promote=True, overlap=True, cluster_m=2, epilogue="tma")
 
 
 def _block_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
@@ -90,7 +102,10 @@ def _block_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
                                     cluster_m=c) for c in (1, 2)]
         if p.tma_epilogue_ok:
             out += [Fp8GemmSchedule(bn=128, stages=_block_stages(128, 128, 128 * 128 * 2),
-                                    promote=True, epilogue="tma", cluster_m=2)]
+                                    promote=True, epilogue="tma", cluster_m=2), _OVERLAP_TMA]
+        # the overlapped promotion with the direct epilogue: 737 / 746 TFLOP/s against 742 /
+        # 637 serial on the same shapes (docs/perf/fp8.md): a candidate, not a default
+        out += [Fp8GemmSchedule(bn=128, stages=6, promote=True, overlap=True, cluster_m=2)]
     else:
         out += [Fp8GemmSchedule(bm=64, bn=128, consumers=1, stages=8, promote=True),
                 Fp8GemmSchedule(bm=128, bn=128, stages=6, promote=True)]
