@@ -257,7 +257,9 @@ class Space:
 def space_of(schedule: type) -> Space:
     """The declared space of a schedule class: field metadata (`legal(...)` / `fixed()`), then
     declarations made with `declare` for it or its bases; constraints from the class's
-    CONSTRAINTS attribute and the declarations, each code once (the most derived wins)."""
+    CONSTRAINTS attribute and the declarations, each code once (the most derived wins). A
+    field's own metadata wins over every `declare`, a subclass's included: `declare` is for
+    classes whose fields carry none (review 2026-12-03: this was unsaid)."""
     if not dataclasses.is_dataclass(schedule):
         raise TypeError(f"space_of({schedule!r}): a Schedule is a dataclass")
     declared: dict[str, Legal] = {}
