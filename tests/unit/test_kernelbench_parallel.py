@@ -827,7 +827,7 @@ def test_a_set_with_big_inputs_is_not_prepared_ahead():
                        inputs=[torch.zeros(input_elems), 3])
     fake = types.SimpleNamespace(
         options=dataclasses.replace(OPTIONS, ref_cache_bytes=1 << 20), specs=[None] * 5,
-        _input_bytes=ReferenceSession._input_bytes)
+        _preparation_bytes=ReferenceSession._preparation_bytes)
     assert ReferenceSession.small(fake, entry(16, 1024))            # both small: ahead
     assert not ReferenceSession.small(fake, entry(16, 1 << 18))     # 1 MB of inputs: not
     assert not ReferenceSession.small(fake, entry(1 << 16, 16))     # a big reference: not
@@ -843,7 +843,7 @@ def test_a_set_of_unknown_input_size_is_not_prepared_ahead(tmp_path):
 
     fake = types.SimpleNamespace(
         options=dataclasses.replace(OPTIONS, ref_cache_bytes=1 << 20), specs=[None] * 5,
-        _input_bytes=ReferenceSession._input_bytes)
+        _preparation_bytes=ReferenceSession._preparation_bytes)
     on_disk = tmp_path / "set0.pt"
     on_disk.write_bytes(b"\0" * 1024)
     known = _RefSet(spec=None, reply={}, inputs_path=on_disk, ref=[torch.zeros(16)], tols=[])

@@ -469,16 +469,15 @@ class ReferenceSession:
         if entry.ref is None:
             return False
         nbytes = sum(r.numel() * r.element_size() for r in entry.ref)
-        # preparing a set holds its inputs, their float64 copies (twice the bytes) and the
-        # precision rungs' copies at once, beside the candidate's run: a reduction's reference
-        # is small while its inputs are not (L1/47-53 at 8 GB of inputs ran out of memory on
-        # the H200 with the judge's process at 116 GB, every one of them alone)
-        inputs = self._input_bytes(entry)
-        if inputs is None:   # unknown: not prepared ahead (0 would always pass the bound)
+        # preparing a set holds its inputs, their float64 copies and the precision rungs'
+        # copies at once, beside the candidate's run: a reduction's reference is small while
+        # its inputs are not (L1/47-53 at 8 GB of inputs ran out of memory on the H200 with
+        # the judge's process at 116 GB, every one of them alone)
+        preparing = self._preparation_bytes(entry)
+        if preparing is None:   # unknown: not prepared ahead (0 would always pass the bound)
             return False
-        ahead = inputs
         return nbytes * (len(self.specs) + len(TIMING_DISTRIBUTIONS)) <= \
-            self.options.ref_cache_bytes and ahead <= self.options.ref_cache_bytes
+            self.options.ref_cache_bytes and preparing <= self.options.ref_cache_bytes
 
     def give_back_cached(self) -> None:
         """Return this process's cached GPU blocks (the comparison's and the references'
@@ -490,7 +489,7 @@ class ReferenceSession:
             torch.cuda.empty_cache()
 
     @staticmethod
-    def _input_bytes(entry: _RefSet) -> int | None:
+    def _preparation_bytes(entry: _RefSet) -> int | None:
         """What preparing the set holds at its peak, from its inputs in this process (direct
         judging: per tensor, a floating one with its float64 and rung copies) or in their file;
         None when the file cannot be read (the caller then does not prepare ahead)."""
