@@ -87,6 +87,7 @@ def collect(model: Model) -> tuple[list[OB.Obligation], list[OB.Finding]]:
         check_sums,
         check_sync,
         check_tiles,
+        check_tma_align,
         check_wgmma,
     )
 
@@ -95,6 +96,7 @@ def collect(model: Model) -> tuple[list[OB.Obligation], list[OB.Finding]]:
     steps = [("wgmma operands", lambda: ([o for s in model.wgmmas
                                           for o in check_wgmma.obligations(model, s)], [])),
              ("shared-memory layouts", lambda: check_layout.obligations(model)),
+             ("TMA coordinates", lambda: check_tma_align.obligations(model)),
              ("pipelines", lambda: check_pipeline.obligations(model)),
              ("shared-memory accesses", lambda: check_smem.obligations(model)),
              ("synchronization", lambda: check_sync.obligations(model)),

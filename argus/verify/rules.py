@@ -50,6 +50,12 @@ _RULES = [
          "overlap", (4,), "arith",
          "align the buffer to the swizzle period and keep stage sizes multiples of it; pad "
          "each TMA-copied stage to a multiple of 128 bytes"),
+    Rule("tma.inner-align", "every tma.load / tma.store starts its box on a 16-byte boundary "
+         "of the row: innermost coordinate x element bytes is a multiple of 16 for every "
+         "runtime value (loop indices, program ids, parameters under their requires); else "
+         "the device stops with an illegal instruction", (5,), "LIA",
+         "start the box at a multiple of 16 / element-bytes elements along the innermost dim "
+         "(round the coordinate down and pick the wanted column from the box)"),
     Rule("pipe.producers", "one thread arrives on a slot's full barrier per pipeline step: "
          "one producer warpgroup, and in it the threads of the `elect` around the step (the "
          "full barrier's init count, PipelineCreate.FULL_ARRIVALS = 1, expects one "
