@@ -119,7 +119,10 @@ def test_the_fp8_kernels_scale_loads_at_k_are_refused(monkeypatch):
     from argus.kernels.gemm_fp8 import Fp8GemmSchedule, SharedBlockScales
 
     s = Fp8GemmSchedule(promote=True, smem_scales=True, bn=128, stages=4)
-    clean = verify.run(lower_only(gemm_fp8.gemm_fp8_blockscaled_smem_kernel(ag.bf16), s=s))
+    # fresh kernel functions (`__wrapped__`), not the cached one: its trace cache would keep
+    # this schedule's trace for other tests that patch the module (test_tma_smem_align)
+    clean = verify.run(lower_only(gemm_fp8.gemm_fp8_blockscaled_smem_kernel.__wrapped__(ag.bf16),
+                                  s=s))
     assert not _errors(clean), [str(d) for d in _errors(clean)]
     src = textwrap.dedent(inspect.getsource(SharedBlockScales.load))
     fixed = "kq = k // SCALE_BOX * SCALE_BOX"
@@ -129,7 +132,7 @@ def test_the_fp8_kernels_scale_loads_at_k_are_refused(monkeypatch):
     ns: dict = {}
     exec(code, vars(gemm_fp8), ns)  # noqa: S102 - the library's own method, one line changed
     monkeypatch.setattr(SharedBlockScales, "load", ns["load"])
-    fresh = gemm_fp8.gemm_fp8_blockscaled_smem_kernel.__wrapped__(ag.bf16)   # not the cache
+    fresh = gemm_fp8.gemm_fp8_blockscaled_smem_kernel.__wrapped__(ag.bf16)
     errs = _errors(verify.run(lower_only(fresh, s=s)))
     assert errs, "the scale loads at block k verified clean"
     assert all(d.counterexample["byte_offset"] % 16 == 4 for d in errs), \
