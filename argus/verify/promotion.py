@@ -390,20 +390,13 @@ def _before(model: Model, sites, writes, vid: int, region, index: int):
     cases: list[Case] = []
     pending = z3.BoolVal(True)   # no write found after this point yet
     while True:
-        for op in reversed(region.ops[:index]):
-            if any(r.id == vid for r in op.results()):
-                cases.append(Case(pending, None))   # the register as it was made
-                return cases
-            got = _last_in(model, sites, op, vid)
-            if got is None:
-                return None
-            if got is _NONE:
-                continue
-            inner, complete = got
-            cases += [c.under(pending) for c in inner]
-            pending = z3.And(pending, z3.Not(complete))
-            if z3.is_true(z3.simplify(complete)):
-                return cases
+        got = _scan_back(model, sites, region.ops[:index], vid, pending, from_definition=True)
+        if got is None:
+            return None
+        found, pending, finished = got
+        cases += found
+        if finished:
+            return cases
         _, owner = parent[id(region)]
         if owner is None:
             return None
@@ -468,10 +461,16 @@ def _last_in(model: Model, sites, op, vid: int):
     return None
 
 
-def _last_in_region(model: Model, sites, region, vid: int):
+def _scan_back(model: Model, sites, ops, vid: int, pending, *, from_definition: bool = False):
+    """Walk `ops` backwards for the partial's writes: (the cases found, each under `pending`
+    and no later write; the condition that none of them wrote; whether the walk ended at a
+    write that always happens, or, `from_definition`, at the op that made the register), or
+    None (not followed)."""
     cases: list[Case] = []
-    pending = z3.BoolVal(True)
-    for op in reversed(region.ops):
+    for op in reversed(ops):
+        if from_definition and any(r.id == vid for r in op.results()):
+            cases.append(Case(pending, None))   # the register as it was made
+            return cases, pending, True
         got = _last_in(model, sites, op, vid)
         if got is None:
             return None
@@ -481,7 +480,17 @@ def _last_in_region(model: Model, sites, region, vid: int):
         cases += [c.under(pending) for c in inner]
         pending = z3.And(pending, z3.Not(complete))
         if z3.is_true(z3.simplify(complete)):
-            return cases, z3.BoolVal(True)
+            return cases, pending, True
+    return cases, pending, False
+
+
+def _last_in_region(model: Model, sites, region, vid: int):
+    got = _scan_back(model, sites, region.ops, vid, z3.BoolVal(True))
+    if got is None:
+        return None
+    cases, pending, finished = got
+    if finished:
+        return cases, z3.BoolVal(True)
     if not cases:
         return _NONE
     return cases, z3.Not(pending)
