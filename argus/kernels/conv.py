@@ -50,6 +50,16 @@ __all__ = ["ACTIVATIONS", "ConvGeometry", "ConvSchedule", "conv_kernel"]
 ACTIVATIONS = ("none", "relu", "gelu_tanh", "sigmoid", "tanh")
 
 
+def check_geometry_fields(geom, what: str) -> None:
+    """A convolution geometry's fields are ints, paddings >= 0 and every other field (`what`
+    names them for the message) >= 1: raises ValueError naming the class and the bad fields."""
+    bad = [f"{k}={v}" for k, v in vars(geom).items()
+           if not isinstance(v, int) or v < (0 if k.startswith("pad") else 1)]
+    if bad:
+        raise ValueError(f"{type(geom).__name__}: {', '.join(bad)} ({what} are ints >= 1, "
+                         f"paddings ints >= 0)")
+
+
 @dataclass(frozen=True)
 class ConvGeometry:
     """What the problem fixes at compile time: the filter size and the index map of a 2-d
@@ -76,11 +86,7 @@ class ConvGeometry:
     dil_d: int = 1
 
     def __post_init__(self) -> None:
-        bad = [f"{k}={v}" for k, v in vars(self).items()
-               if not isinstance(v, int) or v < (0 if k.startswith("pad") else 1)]
-        if bad:
-            raise ValueError(f"ConvGeometry: {', '.join(bad)} (sizes, strides and dilations are "
-                             f"ints >= 1, paddings ints >= 0)")
+        check_geometry_fields(self, "sizes, strides and dilations")
 
     @property
     def w_shift(self) -> int:

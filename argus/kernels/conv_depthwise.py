@@ -30,7 +30,7 @@ import functools
 from dataclasses import dataclass
 
 import argus as ag
-from argus.kernels.conv import ACTIVATIONS, _activate
+from argus.kernels.conv import ACTIVATIONS, _activate, check_geometry_fields
 
 __all__ = ["DepthwiseGeometry", "depthwise_kernel", "depthwise_tile", "input_rows"]
 
@@ -52,11 +52,7 @@ class DepthwiseGeometry:
     mult: int = 1
 
     def __post_init__(self) -> None:
-        bad = [f"{k}={v}" for k, v in vars(self).items()
-               if not isinstance(v, int) or v < (0 if k.startswith("pad") else 1)]
-        if bad:
-            raise ValueError(f"DepthwiseGeometry: {', '.join(bad)} (sizes, strides, dilations "
-                             f"and the multiplier are ints >= 1, paddings ints >= 0)")
+        check_geometry_fields(self, "sizes, strides, dilations and the multiplier")
 
 
 # input-row loads per thread (distinct input rows x filter columns) a tile may take: NVCC
