@@ -48,6 +48,23 @@ def gemm_task(out="bf16", layout="nk", M=1024, N=1024, K=1024):
                     options=(("in", "bf16"), ("out", out), ("b_layout", layout)))
 
 
+def _legal_samples_render_and_lower(family, task, tmp_path, *, seed: int, prefix: str,
+                                    count: int = 4) -> None:
+    """`count` distinct random schedules of the family's space that it calls legal: each
+    renders and its kernel lowers (raises otherwise)."""
+    rng = random.Random(seed)
+    tried, seen = 0, set()
+    while tried < count:
+        p = {k: rng.choice(v) for k, v in family.space(task).items()}
+        key = tuple(sorted(p.items()))
+        if key in seen or not family.legal(task, p):
+            continue
+        seen.add(key)
+        tried += 1
+        module = import_source(family.render_kernel(task, p), tmp_path, f"{prefix}{tried}")
+        lower_only(module.KERNEL, **module.CONSTEXPRS)
+
+
 def test_gemm_and_composed_have_no_rules_of_their_own():
     for name in ("gemm", "composed"):
         family = get_family(name)
@@ -129,17 +146,7 @@ def test_composed_schedules_the_declarations_accept_lower(tmp_path):
     task = compose(path)
     family = get_family("composed")
     assert task.family == "composed" and set(family.space(task)) == {"rows", "bn", "threads"}
-    rng = random.Random(3)
-    tried, seen = 0, set()
-    while tried < 4:
-        p = {k: rng.choice(v) for k, v in family.space(task).items()}
-        key = tuple(sorted(p.items()))
-        if key in seen or not family.legal(task, p):
-            continue
-        seen.add(key)
-        tried += 1
-        module = import_source(family.render_kernel(task, p), tmp_path, f"k{tried}")
-        lower_only(module.KERNEL, **module.CONSTEXPRS)
+    _legal_samples_render_and_lower(family, task, tmp_path, seed=3, prefix="k")
     bad = dict(family.default_params(task), rows=16, bn=2048, threads=128)
     assert [d.code for d in family.static_check(task, bad)] == ["tile_registers"]
 
@@ -171,17 +178,7 @@ def test_elementwise_schedule_declares_its_space_in_its_fields(tmp_path):
                     "f32", expr="y = ag.maximum(x, 0.0)")
     assert family.rules == () and ElementwiseSchedule.__dataclass_fields__["bn"].metadata
     assert family.space(task) == space_of(ElementwiseSchedule).choices(family.facts(task))
-    rng = random.Random(5)
-    tried, seen = 0, set()
-    while tried < 4:
-        p = {k: rng.choice(v) for k, v in family.space(task).items()}
-        key = tuple(sorted(p.items()))
-        if key in seen or not family.legal(task, p):
-            continue
-        seen.add(key)
-        tried += 1
-        module = import_source(family.render_kernel(task, p), tmp_path, f"e{tried}")
-        lower_only(module.KERNEL, **module.CONSTEXPRS)
+    _legal_samples_render_and_lower(family, task, tmp_path, seed=5, prefix="e")
     assert [d.code for d in family.static_check(task, {"rows": 1, "bn": 384, "threads": 256})] \
         == ["blocked_layout"]
 
