@@ -696,11 +696,7 @@ def _depthwise(x, weight, bias, stride, padding, dilation, activation: str):
         else:
             with torch.cuda.device(x.device):
                 compiled(X, Wt, b, Y)
-        plan = compiled.plan_for(X, Wt, b, Y)
-        if plan is not None:
-            if len(plans) >= _Repeat.PLANS:
-                plans.pop(next(iter(plans)))
-            plans[out.data_ptr()] = plan
+        _keep(plans, out.data_ptr(), compiled.plan_for(X, Wt, b, Y))
         return out
 
     out = launch(x, weight, X)
