@@ -569,3 +569,31 @@ def test_replacing_what_shuffle_and_choice_draw_from_is_tampering(how):
     finally:
         random.Random._randbelow, sys.modules["random"] = saved
     assert guards.changed_clocks(snap) == []
+
+
+def test_relaxed_track_falls_back_to_strict_where_1e2_cannot_verify():
+    """A strict pass is a relaxed pass: a task whose constant probe passes 1e-2 on every set
+    (degenerate on the relaxed track only) counts on the relaxed track when the strict check,
+    whose probes fail, passes; never when only the relaxed check passed, and never on a task
+    degenerate on both tracks or stochastic."""
+    strict_pass = _judgment("L2/56", 2, 56, degenerate_relaxed=("constant",))
+    relaxed_only = _judgment("L2/57", 2, 57, correct=False, reasons=("imprecise",),
+                             degenerate_relaxed=("constant",))
+    both = _judgment("L2/80", 2, 80, degenerate=("zeros",), degenerate_relaxed=("zeros",))
+    stochastic = _judgment("L2/66", 2, 66, correct=False, reasons=("stochastic_task",),
+                           stochastic=True)
+    imprecise = _judgment("L2/12", 2, 12, correct=False, reasons=("imprecise",))
+    torch_work = _judgment("L2/13", 2, 13, argus_kernels="no")
+    assert strict_pass.solved and strict_pass.solved_relaxed
+    assert not relaxed_only.solved_relaxed
+    assert not both.solved and not both.solved_relaxed
+    assert not stochastic.solved_relaxed
+    assert imprecise.solved_relaxed and not imprecise.solved
+    assert not torch_work.solved_relaxed
+    js = [strict_pass, relaxed_only, both, stochastic, imprecise, torch_work]
+    (l2,) = summarize_levels(js)
+    assert l2.correct_relaxed == 2 and l2.solved == 1
+    from argus.bench.kernelbench.summary import level_rows
+    (row,) = level_rows({2: [j.task for j in js]}, js)
+    assert (row["strict"], row["relaxed"]) == (1, 2)
+    assert Judgment.from_json(strict_pass.to_json()) == strict_pass

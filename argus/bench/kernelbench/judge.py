@@ -214,10 +214,23 @@ class Judgment:
         """Correct on a verifiable task, and not shown to run PyTorch instead of Argus."""
         return self.correct and self.verifiable and self.argus_kernels != "no"
 
+    @property
+    def solved_relaxed(self) -> bool:
+        """Solved on the relaxed track: correct at KernelBench's 1e-2 on a task that check can
+        verify (no probe passes it on every set), or solved on the strict track. A strict pass
+        is a relaxed pass (tolerance.py); where 1e-2 cannot tell a trivial answer from the
+        right one (L2/56: a sum of 32768 sigmoids is within 0.6% of its mean for any input, so
+        a constant passes 1e-2) the relaxed track falls back to the strict check, whose probes
+        fail. A task degenerate on the strict track too, or stochastic, is never solved."""
+        relaxed_verifiable = not self.degenerate_relaxed and not self.stochastic
+        return self.argus_kernels != "no" and (
+            (self.correct_relaxed and relaxed_verifiable) or self.solved)
+
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["sets"] = [dataclasses.asdict(s) for s in self.sets]
         data["solved"] = self.solved
+        data["solved_relaxed"] = self.solved_relaxed
         data["verifiable"] = self.verifiable
         return _jsonable(data)
 

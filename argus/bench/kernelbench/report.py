@@ -68,7 +68,7 @@ def summarize_levels(judgments: list[Judgment]) -> list[LevelSummary]:
         out.append(LevelSummary(
             level=level, tasks=n, solved=len(solved),
             correct_any_code=sum(1 for j in js if j.correct and j.verifiable),
-            correct_relaxed=sum(1 for j in js if j.correct_relaxed and j.verifiable),
+            correct_relaxed=sum(1 for j in js if j.solved_relaxed),
             fast_0=len(solved) / n if n else 0.0, fast_1_eager=f1e, fast_1_compile=f1c,
             geomean_eager=_finite(geomean([j.speedup_eager for j in timed])) if timed else None,
             geomean_compile=_finite(geomean([j.speedup_compile for j in timed_c]))
