@@ -134,12 +134,20 @@ def default_decode_schedule(head_dim: int, rows: int = 1, dtype: DType = ag.bf16
 
 @functools.lru_cache(maxsize=4096)   # on the op's host path, every call
 def num_splits(units: int, kv_blocks: int, *, num_sms: int = NUM_SMS,
-               max_splits: int = MAX_SPLITS, min_blocks: int = 2) -> int:
+               max_splits: int = MAX_SPLITS, min_blocks: int = 2, ctas_per_sm: int = 1) -> int:
     """How many KV splits to run for `units` CTAs' worth of (batch, kv head, row tile) work
     over `kv_blocks` key blocks each. A decode CTA fills its SM's shared memory (one CTA per
     SM) and is one memory stream, so the bandwidth follows the SMs that hold a CTA: measured
     on the H200 (docs/perf/attention.md, batch 1 x 8 kv heads), 64 CTAs read K and V at
     38% / 57% of copy at 8k / 32k keys, 128 CTAs at 40% / 63%.
+
+    ctas_per_sm: the CTA slots of one SM the rule fills (the grid it aims at is
+    ctas_per_sm x num_sms CTAs, FlashInfer's max_grid_size = blocks per SM x SMs). Today's
+    decode kernels hold one SM each (255 registers a thread at launch: the codegen's
+    __launch_bounds__(threads, 1)), so 1 is the op's rule; 2 asks for the shorter splits of
+    two waves (batch 1, 8 kv heads: 32 splits, 256 CTAs), the `cta2` variant of
+    scripts/gpu_attention_bench.py --decode-variants, and is the rule for a kernel that two
+    CTAs share an SM with. The rules below read "the SMs" as those slots.
 
     * one split when the units nearly fill the SMs already (>= 80%);
     * else, when one wave of splits can fill >= 90% of the SMs: the split count that puts the
@@ -151,6 +159,9 @@ def num_splits(units: int, kv_blocks: int, *, num_sms: int = NUM_SMS,
       flash-decoding (as FlashAttention describes it): the fewest splits whose wave
       efficiency (waves / whole waves) is within 95% of the best, no two counts giving the
       same blocks per split (FlashAttention takes 85%; a split CTA is an SM's stream here)."""
+    if ctas_per_sm < 1:
+        raise ValueError(f"num_splits: ctas_per_sm={ctas_per_sm} must be >= 1")
+    num_sms *= ctas_per_sm       # CTA slots: the rules below fill slots, not SMs
     if units <= 0 or kv_blocks <= 0 or units >= 0.8 * num_sms:
         return 1
     top = max(1, min(max_splits, num_sms, kv_blocks // max(1, min_blocks)))

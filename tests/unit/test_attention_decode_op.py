@@ -348,3 +348,32 @@ def test_split_rule_fills_the_sms_in_one_wave():
             best = max([f for f in fills if f <= sms] or [units])
             if best >= 0.9 * sms:
                 assert units * s == best, (units, blocks, s, best)
+
+
+def test_split_rule_for_two_ctas_per_sm():
+    """ctas_per_sm=2 fills 2 x 132 CTA slots instead of 132 SMs (the `cta2` bench variant:
+    shorter splits in two waves today, the rule for a kernel two CTAs share an SM with);
+    ctas_per_sm=1 is the op's rule unchanged."""
+    for units in (1, 2, 8, 16, 40, 100, 106, 256):
+        for blocks in (1, 4, 64, 256, 1024):
+            assert num_splits(units, blocks, ctas_per_sm=1) == num_splits(units, blocks)
+    # batch 1, GQA 32:8, 128-key blocks, 8k to 128k keys: 32 splits, 256 CTAs (16 at one a SM)
+    for kv in (8192, 32768, 131072):
+        assert num_splits(8, kv // 128, ctas_per_sm=2) == 32
+        assert num_splits(8, kv // 128) == 16
+    # 128 units (batch 16) fill 97% of the SMs but not 80% of 264 slots: 2 splits, 256 CTAs
+    assert num_splits(128, 64) == 1 and num_splits(128, 64, ctas_per_sm=2) == 2
+    assert num_splits(256, 64, ctas_per_sm=2) == 1          # batch 32: one split either way
+    for units in (1, 3, 8, 50):
+        for blocks in (2, 9, 64, 300):
+            s = num_splits(units, blocks, ctas_per_sm=2)
+            per = math.ceil(blocks / s)
+            assert s == 1 or (blocks // s >= 2 and (s - 1) * per < blocks), (units, blocks, s)
+            # where one wave of splits fills >= 90% of the 264 slots, the rule takes the most
+            fills = [units * math.ceil(blocks / math.ceil(blocks / t))
+                     for t in range(1, min(128, blocks // 2) + 1)]
+            best = max([f for f in fills if f <= 2 * 132] or [units])
+            if best >= 0.9 * 2 * 132:
+                assert units * s == best, (units, blocks, s, best)
+    with pytest.raises(ValueError, match="ctas_per_sm=0"):
+        num_splits(8, 64, ctas_per_sm=0)
