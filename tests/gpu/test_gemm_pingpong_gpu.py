@@ -35,6 +35,14 @@ def test_pingpong_matches_float64(bm, bn, stages, extra, m, n, k, layout):
     b = w.T if layout == "x@W.T" else w
     s = GemmSchedule(bm=bm, bn=bn, stages=stages, pingpong=True, num_sms=32, **extra)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    if extra.get("epilogue") == "tma" and (n * out.element_size()) % 16:
+        # a TMA store needs 16-byte aligned output rows (1500 bf16 = 3000 bytes): the op refuses
+        # the schedule with a fix instead of launching it (the ragged rows run the register
+        # epilogue, covered by the rows above)
+        from argus.errors import LaunchError
+        with pytest.raises(LaunchError, match="16-byte aligned rows"):
+            matmul(a, b, out=out, schedule=s)
+        return
     matmul(a, b, out=out, schedule=s)
     ref = a.double() @ b.double()
     assert not torch.isnan(out).any()
