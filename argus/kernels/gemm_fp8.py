@@ -57,6 +57,9 @@ SCALE_BOX = 4
 SB_ROWS = 128 // (4 * SCALE_BOX)   # f32 rows of SCALE_BOX in 128 B: one weight-scale stage
 # overlapped promotion holds the main one and two partials: 3 x bn / 2 registers (192 at 128)
 OVERLAP_MAX_BN = 128
+# the N-split promotion's accumulator registers per consumer thread (the sums and the live
+# partials): the overlapped promotion's 192, which built without spills at 232 registers
+SPLIT_MAX_REGS = 192
 
 
 @dataclass(frozen=True)
@@ -87,12 +90,32 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
     # kernel then takes scale_a K-major (`gemm_fp8_blockscaled_smem_kernel`). Out of repr
     # when False, as overlap. Not measured yet, so not a default
     smem_scales: bool = field(default=False, repr=False)
+    # the promoting K step split along N (`split_promoted_mma`): each K block's wgmma is two
+    # of bn / 2 columns, each into its own partial and added into its own fp32 accumulator,
+    # the first promoted before the second is issued, so one partial is live at a time: a
+    # 128 x 256 tile holds 128 + 64 accumulator registers per thread, the budget of
+    # DeepGEMM's 256 x 128 tile (two 64-row waves per warpgroup, PR #81: 1500 TFLOP/s on an
+    # H800 at 4096x7168x16384 against 1404 at 128 x 128). 1 or 2; out of repr when 1
+    n_split: int = field(default=1, repr=False)
+    # with n_split = 2: the second half's wgmma is issued before the first half is promoted
+    # (both partials live: bn / 2 + bn accumulator registers, so bn <= 128 + 64); out of
+    # repr when False
+    split_overlap: bool = field(default=False, repr=False)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
         extra = "".join(f", {name}=True" for name in ("overlap", "late_release",
                                                         "smem_scales") if getattr(self, name))
+        if self.n_split != 1:
+            extra += f", n_split={self.n_split}"
+        if self.split_overlap:
+            extra += ", split_overlap=True"
         return f"{type(self).__name__}({shown}{extra})"
+
+    @property
+    def piece(self) -> int:
+        """Columns of one accumulator: bn, or bn / 2 with n_split = 2."""
+        return self.bn // self.n_split
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
@@ -111,7 +134,8 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
                             f"accumulators per consumer (the sum and two block partials): "
                             f"bn={self.bn} exceeds the register budget "
                             f"(bn <= {OVERLAP_MAX_BN})")
-        if self.promote and self.bn > PROMOTE_MAX_BN:
+        problems += self._split_problems()
+        if self.promote and self.bn > PROMOTE_MAX_BN and self.n_split == 1:
             problems.append(f"promote keeps two {self.bm // self.consumers}x{self.bn} fp32 "
                             f"accumulators per consumer (the main one and the block's "
                             f"partial): bn={self.bn} exceeds the register budget "
@@ -122,18 +146,45 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
         if self.bk != BK_BYTES:
             problems.append(f"bk={self.bk}: a stage is one 128-byte swizzle row of e4m3, "
                             f"bk=128")
-        if self.bn % 64 and self.epilogue == "tma":
-            problems.append(f"the TMA-store epilogue stores 64-column blocks; bn={self.bn}")
+        if self.piece % 16 and self.epilogue == "tma":
+            problems.append(f"the TMA-store epilogue stores blocks of 64, 32 or 16 columns "
+                            f"(128-, 64- or 32-byte swizzle); an accumulator of {self.piece} "
+                            f"columns (bn={self.bn}, n_split={self.n_split}) is none of them")
         if self.cluster_m == 2 and (self.bn // 2) % 8:
             problems.append(f"cluster_m=2 multicasts half of W's {self.bn} rows per CTA: bn "
                             f"must be a multiple of 16")
+        return problems
+
+    def _split_problems(self) -> list[str]:
+        if self.n_split not in (1, 2):
+            return [f"n_split={self.n_split}: the K step is split into 1 or 2 column halves"]
+        if self.n_split == 1:
+            return ["split_overlap orders the two halves of n_split=2"] \
+                if self.split_overlap else []
+        problems = []
+        if not self.promote or self.overlap or self.late_release or self.smem_scales:
+            problems.append("n_split=2 is a promoting loop of its own (the stage released after "
+                            "the second half's wgmma): it needs promote=True and none of "
+                            "overlap, late_release, smem_scales")
+        if self.bn % 16:
+            problems.append(f"n_split=2 takes halves of bn={self.bn}: each a wgmma N, a "
+                            f"multiple of 8, so bn a multiple of 16")
+        # per thread: bn / 2 registers of the two halves' sums, bn / 4 of each live partial
+        regs = self.bn // 2 + (2 if self.split_overlap else 1) * self.bn // 4
+        if regs > SPLIT_MAX_REGS:
+            live = "both halves' partials" if self.split_overlap else "one half's partial"
+            problems.append(f"n_split=2 keeps the {self.bm // self.consumers}x{self.bn} sum and "
+                            f"{live} in registers: {regs} per thread exceeds the budget of "
+                            f"{SPLIT_MAX_REGS} (bn <= {4 * SPLIT_MAX_REGS // 3} serial, "
+                            f"<= {SPLIT_MAX_REGS} with split_overlap)")
         return problems
 
     @property
     def smem_bytes(self) -> int:
         """Shared memory of the tiles (the compiler adds barriers and alignment)."""
         ring = self.stages * (self.bm + self.bn) * self.bk
-        staging = self.bm * self.bn * 2 if self.epilogue == "tma" else 0
+        # the TMA-store staging holds one accumulator's columns (the halves take turns)
+        staging = self.bm * self.piece * 2 if self.epilogue == "tma" else 0
         scales = self.stages * (self.bm + SB_ROWS) * SCALE_BOX * 4 if self.smem_scales else 0
         return ring + staging + scales
 
@@ -162,8 +213,9 @@ class _Fp8Gemm:
         ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
-        # one 128B-swizzled 64 x 64 staging block per 64 columns
-        staging = Staging.alloc(s.consumers, rows, s.bn, out_dtype) \
+        # one 128B-swizzled 64 x 64 staging block per 64 columns of one accumulator (the
+        # halves of n_split = 2 take turns in it)
+        staging = Staging.alloc(s.consumers, rows, s.piece, out_dtype) \
             if s.epilogue == "tma" else None
         return cls(s, sched, ring, k_steps, rows, staging)
 
@@ -181,8 +233,20 @@ class _Fp8Gemm:
                                 cluster=s.cluster_m)
 
     def store(self, C, unit: Unit, wg, acc, finish) -> None:
-        """Warpgroup wg's rows of the unit's tile, from registers or staged for TMA."""
+        """Warpgroup wg's rows of the unit's tile, from registers or staged for TMA; `acc` is
+        one accumulator, or with n_split = 2 the tuple of the two column halves' (each stored
+        as the tile of bn / 2 columns it is: unit column index 2 n + j)."""
         s = self.s
+        if isinstance(acc, tuple):
+            for j, half in enumerate(acc):
+                piece = Unit(unit.batch, unit.m, unit.n * len(acc) + j)
+                if self.staging is not None:
+                    store_tile_staged(C, piece, wg, half, self.staging, bm=s.bm, bn=s.piece,
+                                      rows=self.rows, finish=finish, run=1)
+                else:
+                    store_tile(C, piece, wg, half, bm=s.bm, bn=s.piece, rows=self.rows,
+                               finish=finish)
+            return
         if self.staging is not None:
             # each block stored as soon as it is staged (the order measured on the GPU; the
             # bf16 GEMM's whole-round runs are untried here)
@@ -291,9 +355,95 @@ def early_release_promoted_mma(ring: OperandRing, k_steps, wg,
 
 def _promote(s: Fp8GemmSchedule):
     """The promoting main loop the schedule asks for."""
+    if s.n_split == 2:
+        return functools.partial(split_promoted_mma, overlap=s.split_overlap)
     if s.overlap:
         return overlapped_promoted_mma
     return promoted_mma if s.late_release else early_release_promoted_mma
+
+
+def split_promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | None" = None, *,
+                       overlap: bool = False):
+    """The promoting main loop with each K block split into two column halves (n_split = 2):
+    half j's wgmma (B rows [j bn / 2, (j + 1) bn / 2) of the stage) goes into a fresh partial
+    that is added, times the block's scales, into the fp32 sum of half j.
+
+    Serial (DeepGEMM's order for its two 64-row waves, but the stage released after both
+    promotions): half 0 is issued, waited for and promoted, then half 1 is issued, waited for
+    and promoted, and the stage released. Each partial is made inside the step (scale-d = 0
+    on its first wgmma, `_block_partial`), so its registers are live only from its wgmma to
+    its promotion and the two share registers: a 128 x 256 tile costs 128 + 64 accumulator
+    registers. (A partial kept across steps, as the early-release loop's, stays live all the
+    loop: the wgmma's accumulator operands are read-write, so ptxas keeps the previous
+    step's values; two of them beside 128 were 256 registers and spilled.) This warpgroup's
+    tensor cores idle while it promotes; the other consumer warpgroup's wgmma fill the gap.
+
+    `overlap`: half 1 is issued before half 0 is promoted (wait 1), both partials live across
+    steps (bn / 2 + bn registers, so bn <= 192), and half 1 is promoted after the stage is
+    released. The scales of block k + 1 are loaded during step k, each half's on its own (the
+    activation scales twice, the second time from L1: one value read by both halves'
+    promotions took a blocked layout, converted into the accumulator's through shared memory
+    every step). Returns (sum of half 0, sum of half 1)."""
+    rows = ring.bm // ring.consumers
+    width = ring.bn // 2
+    acc0 = ag.zeros((rows, width), ag.f32)
+    acc1 = ag.zeros((rows, width), ag.f32)
+    plain = scales is None
+    half0 = half1 = None
+    row0 = l0 = r0 = row1 = l1 = r1 = None
+    if not plain:
+        half0, half1 = scales.piece(0, width), scales.piece(1, width)
+        row0, l0, r0 = half0.fetch(0)
+        row1, l1, r1 = half1.fetch(0)
+
+    def scaled0(part):
+        return part if plain else part * half0.combine(row0, l0, r0)
+
+    def scaled1(part):
+        return part if plain else part * half1.combine(row1, l1, r1)
+
+    if overlap:
+        part0 = ag.zeros((rows, width), ag.f32)
+        part1 = ag.zeros((rows, width), ag.f32)
+    for k in ag.range(k_steps):
+        if not plain:   # past the end: zeros
+            next_row0, next_l0, next_r0 = half0.fetch(k + 1)
+            next_row1, next_l1, next_r1 = half1.fetch(k + 1)
+        if overlap:
+            with ring.pipe.consume() as stage:
+                _half(ring, stage, wg, rows, 0, part0)
+                _half(ring, stage, wg, rows, 1, part1)
+                acc0 = acc0 + scaled0(part0)
+            acc1 = acc1 + scaled1(part1)
+        else:
+            with ring.pipe.consume() as stage:
+                first = _half(ring, stage, wg, rows, 0)
+                # a one-trip loop as a sequence point: codegen inlines a promotion's pointwise
+                # expression into the carried assignment at the end of the region that holds
+                # it, which would put half 0's FFMAs after half 1's wgmma (both partials
+                # live); this loop's end comes before that wgmma
+                for _ in ag.range(1):
+                    acc0 = acc0 + scaled0(first)
+                second = _half(ring, stage, wg, rows, 1)
+                acc1 = acc1 + scaled1(second)
+        if not plain:
+            row0, l0, r0 = next_row0, next_l0, next_r0
+            row1, l1, r1 = next_row1, next_l1, next_r1
+    return acc0, acc1
+
+
+def _half(ring: OperandRing, stage, wg, rows: int, j: int, part=None):
+    """Column half j of this step's K block for warpgroup wg's rows: into `part`, overwriting
+    it (scale-d = 0), or into a fresh partial made here (returned)."""
+    width = ring.bn // 2
+    a = ring.a[stage].rows_of(wg * rows, rows)
+    b = ring.b[stage].rows_of(j * width, width)
+    if part is not None:
+        ag.wgmma(a, b, part, overwrite=True)
+        return part
+    fresh = ag.zeros((rows, width), ag.f32, by_wgmma=True)
+    ag.wgmma(a, b, fresh)
+    return fresh
 
 
 def overlapped_promoted_mma(ring: OperandRing, k_steps, wg,
@@ -396,6 +546,10 @@ class BlockScales:
         left = ag.load_scalar(self.scale_b, (block, k))
         right = ag.load_scalar(self.scale_b, (block + 1, k)) if self.straddles else None
         return per_row, left, right
+
+    def piece(self, j: int, width: int) -> "BlockScales":
+        """These scales for the j-th `width`-column piece of the tile (n_split halves)."""
+        return dataclasses.replace(self, first_col=self.first_col + j * width, bn=width)
 
     def combine(self, per_row, left, right):
         """The block's scale as a tile that broadcasts against a 64 x bn partial."""

@@ -1,0 +1,199 @@
+"""The N-split promoting loop (Fp8GemmSchedule(promote=True, n_split=2)) without a GPU: each K
+block's wgmma as two column halves, each into its own partial and fp32 sum, so a 128 x 256 tile
+fits the registers (DeepGEMM's 256 x 128 budget). The interpreter against a float64 reference
+(aligned and ragged shapes, halves that straddle 128-column weight blocks, clusters, both
+epilogues with halves taking turns in the staging buffer, persistent wrap-around, per-tensor
+scales), bit-identical to the unsplit loop; the schedule's checks; the verifier proving each
+half's promoted sum k-once; the serial form promoting half 0 before half 1 is issued (CUDA
+order and SASS); NVRTC building it without spills in the K loop."""
+
+import re
+
+import pytest
+
+import argus as ag
+from argus import codegen
+from argus.compiler import lower_only
+from argus.kernels.gemm_fp8 import (Fp8GemmSchedule, gemm_fp8_blockscaled_kernel,
+                                    gemm_fp8_kernel)
+from argus.runtime import nvrtc_available
+
+torch = pytest.importorskip("torch")
+
+from tests.unit.test_fp8_blockscaled import (_check_close, _dequantized, _e4m3,  # noqa: E402
+                                             _scales)
+
+
+def _split(**kw) -> Fp8GemmSchedule:
+    return Fp8GemmSchedule(promote=True, n_split=2, **kw)
+
+
+@pytest.mark.parametrize("m,n,k,out,schedule", [
+    (128, 256, 384, ag.f32, _split(bn=256, stages=2)),                 # halves = weight blocks
+    # 96-wide halves straddle weight blocks at every other tile; ragged M and N; 32-wide
+    # staging blocks; cluster; both halves in flight
+    (200, 300, 256, ag.bf16, _split(bn=192, stages=3, split_overlap=True, cluster_m=2,
+                                    epilogue="tma")),
+    (130, 250, 640, ag.f32, _split(bn=176, stages=3)),                 # 88-wide halves
+    # 8 tiles on 2 persistent CTAs: the ring, the sums and the staging wrap across tiles
+    (256, 512, 384, ag.bf16, _split(bn=256, stages=3, epilogue="tma", num_sms=2, group_m=1)),
+    (190, 512, 256, ag.bf16, _split(bn=256, stages=2, cluster_m=2, epilogue="tma")),
+])
+def test_split_blockscaled_matches_float64(m, n, k, out, schedule):
+    a, w = _e4m3((m, k), 3.0, m), _e4m3((n, k), 0.5, n)
+    sa, sb = _scales((m, k // 128), 1), _scales((-(-n // 128), k // 128), 2)
+    c = torch.full((m, n), float("nan"), dtype=out.torch_dtype())
+    gemm_fp8_blockscaled_kernel(out).interpret(a, w, sa.t().contiguous(), sb, c, s=schedule)
+    a64, w64 = _dequantized(a, w, sa, sb)
+    _check_close(c, a64, w64, out, k)
+
+
+def test_split_adds_the_same_values_as_the_unsplit_loop():
+    """Each output element sums the same block partials, times the same scales, in K order,
+    whether its K block's wgmma spans 128 or 256 columns and whether halves overlap: the
+    results are bit-identical (5 K steps, 4 weight blocks)."""
+    m, n, k = 130, 512, 640
+    a, w = _e4m3((m, k), 3.0, 11), _e4m3((n, k), 0.5, 12)
+    sa, sb = _scales((m, k // 128), 3), _scales((4, k // 128), 4)
+    outs = []
+    for s in (Fp8GemmSchedule(bn=128, stages=3, promote=True), _split(bn=256, stages=2),
+              _split(bn=128, stages=3, split_overlap=True, cluster_m=2)):
+        c = torch.full((m, n), float("nan"), dtype=torch.float32)
+        gemm_fp8_blockscaled_kernel(ag.f32).interpret(a, w, sa.t().contiguous(), sb, c, s=s)
+        outs.append(c)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+
+
+def test_split_per_tensor_promotion_matches_float64():
+    m, n, k = 130, 256, 384
+    a, w = _e4m3((m, k), 3.0, 5), _e4m3((n, k), 0.5, 6)
+    c = torch.full((m, n), float("nan"), dtype=torch.float32)
+    gemm_fp8_kernel(ag.f32).interpret(a, w, torch.tensor([0.25]), torch.tensor([1.5]), c,
+                                      s=_split(bn=256, stages=2))
+    _check_close(c, a.double() * 0.25, w.double() * 1.5, ag.f32, k)
+
+
+def test_tma_epilogue_takes_32_and_16_column_blocks():
+    """bn = 96 and 160 (32-wide blocks) and 144 (16-wide) may store by TMA now; widths that
+    are no multiple of 16 may not."""
+    for bn in (96, 144, 160):
+        assert Fp8GemmSchedule(bn=bn, promote=True, epilogue="tma").piece == bn
+    m, n, k = 190, 330, 384
+    a, w = _e4m3((m, k), 3.0, m), _e4m3((n, k), 0.5, n)
+    sa, sb = _scales((m, k // 128), 1), _scales((-(-n // 128), k // 128), 2)
+    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    gemm_fp8_blockscaled_kernel(ag.bf16).interpret(
+        a, w, sa.t().contiguous(), sb, c,
+        s=Fp8GemmSchedule(bn=144, stages=3, promote=True, epilogue="tma", cluster_m=2))
+    a64, w64 = _dequantized(a, w, sa, sb)
+    _check_close(c, a64, w64, ag.bf16, k)
+    with pytest.raises(ValueError, match="64, 32 or 16 columns"):
+        Fp8GemmSchedule(bn=104, promote=True, epilogue="tma")
+    with pytest.raises(ValueError, match="accumulator of 88 columns"):
+        _split(bn=176, epilogue="tma")
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"n_split": 3, "bn": 192}, "1 or 2 column halves"),
+    ({"n_split": 2, "bn": 256}, "needs promote=True"),
+    ({"n_split": 2, "bn": 128, "promote": True, "overlap": True}, "none of"),
+    ({"n_split": 2, "bn": 128, "promote": True, "late_release": True}, "none of"),
+    ({"n_split": 2, "bn": 128, "promote": True, "smem_scales": True}, "none of"),
+    ({"n_split": 2, "bn": 200, "promote": True}, "multiple of 16"),
+    ({"n_split": 2, "bn": 256, "promote": True, "split_overlap": True},
+     "256 per thread exceeds the budget of 192"),
+    ({"split_overlap": True, "bn": 128, "promote": True}, "split_overlap orders"),
+])
+def test_split_schedule_checks(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Fp8GemmSchedule(**kwargs)
+
+
+def test_split_schedule_repr_and_budget():
+    # the halves lift the promoting loop's bn <= 160; repr names n_split only when set
+    s = _split(bn=256, epilogue="tma")
+    assert s.piece == 128 and s.smem_bytes == 4 * 384 * 128 + 128 * 128 * 2
+    assert eval(repr(s), {"Fp8GemmSchedule": Fp8GemmSchedule}) == s
+    assert "n_split" not in repr(Fp8GemmSchedule(bn=128, promote=True))
+    o = _split(bn=192, split_overlap=True)
+    assert "split_overlap=True" in repr(o)
+    assert eval(repr(o), {"Fp8GemmSchedule": Fp8GemmSchedule}) == o
+
+
+@pytest.mark.parametrize("schedule", [
+    _split(bn=256, stages=3, epilogue="tma"),
+    _split(bn=192, stages=4, split_overlap=True, cluster_m=2, epilogue="tma"),
+])
+def test_split_verifies_clean(schedule):
+    from argus import verify
+
+    report = verify.run(lower_only(gemm_fp8_blockscaled_kernel(ag.bf16), s=schedule))
+    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    assert {d.code for d in report.unknowns} <= {"store.coverage", "store.once"}, \
+        "\n".join(str(d) for d in report.unknowns)
+    k_once = [d for d in report.proven if d.code == "wgmma.k-once"]
+    # both halves' reductions: the serial form's fresh partials are per-site k-once (2 claims
+    # each), the overlapped form's overwritten ones the promoted sums into acc0 and acc1
+    assert len(k_once) >= 4, [d.subject for d in k_once]
+    if schedule.split_overlap:
+        assert {"acc0", "acc1"} <= {name for d in k_once for name in ("acc0", "acc1")
+                                    if f"promoted into {name}" in d.subject}
+
+
+def test_serial_split_promotes_the_first_half_before_issuing_the_second():
+    """The CUDA of the serial form's K step: half 0's wgmma group, a wait for it, its FFMAs
+    (the one-trip loop), then half 1's group: one partial live at a time."""
+    text = codegen.render(lower_only(gemm_fp8_blockscaled_kernel(ag.bf16),
+                                     s=_split(bn=256, stages=3, epilogue="tma"))).text
+    lines = text.splitlines()
+    calls = [i for i, line in enumerate(lines) if "wgmma_m64n128k32" in line and "(t" in line]
+    # the consumer's K loop: 8 calls, two groups of 4 on two partials
+    first, second = calls[:4], calls[4:8]
+    part0 = re.search(r"\((t\d+),", lines[first[0]]).group(1)
+    part1 = re.search(r"\((t\d+),", lines[second[0]]).group(1)
+    assert part0 != part1
+    between = lines[first[-1]:second[0]]
+    assert any("wgmma_wait" in line and "<0>" in line for line in between), "\n".join(between)
+    assert sum(f"{part0}[" in line and " * " in line for line in between) == 64, \
+        "\n".join(between)
+
+
+needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
+
+
+def _k_loop_spills(sass: str) -> int:
+    """Local-memory instructions between the first and the last QGMMA (the K loops)."""
+    lines = sass.splitlines()
+    q = [i for i, line in enumerate(lines) if "QGMMA" in line]
+    return sum(bool(re.search(r"\b(LDL|STL)\b", line)) for line in lines[q[0]:q[-1]])
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("schedule", [
+    _split(bn=256, stages=3, epilogue="tma"),
+    _split(bn=256, stages=4),
+    _split(bn=192, stages=4, split_overlap=True, cluster_m=2, epilogue="tma"),
+])
+def test_nvrtc_builds_split_without_k_loop_spills(schedule):
+    from argus.runtime.compile import compile_cuda
+    from argus.runtime.sass import disassemble
+
+    source = codegen.render(lower_only(gemm_fp8_blockscaled_kernel(ag.bf16), s=schedule))
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    assert "C7514" not in binary.log and "C7517" not in binary.log, binary.log
+    if schedule.split_overlap:
+        assert not binary.resource(source.name).spills
+    sass = disassemble(binary.cubin)
+    if sass is None:
+        pytest.skip("no disassembler (cuobjdump / nvdisasm) for the SASS checks")
+    # ptxas keeps a few tile-loop values in local memory around the epilogue at bn = 256;
+    # the K loop itself has none
+    assert _k_loop_spills(sass) == 0
+    n = schedule.bn // 2
+    seq = re.findall(rf"QGMMA\.64x{n}x32|WARPGROUP\.DEPBAR\.LE gsb0, 0x[0-9]|FFMA", sass)
+    text = " ".join("Q" if x.startswith("QGMMA") else "W" + x[-1] if "DEPBAR" in x else "F"
+                    for x in seq)
+    if not schedule.split_overlap:
+        # the serial step: group, wait 0, the first half's 64 x n / 128 FFMAs, the next
+        # group (ptxas may hoist its first QGMMA above the last few FFMAs)
+        assert re.search(rf"Q Q Q Q W0 (F ){{{n // 2 - 8}}}(F )*Q (F )*Q Q Q W0", text), text
