@@ -62,6 +62,13 @@ class DecodeSchedule:
     producer_regs: int = 24
     consumer_regs: int = 240
     approx_exp2: bool = True  # ex2.approx.ftz alone (see AttentionSchedule.approx_exp2)
+    # Staggered walk (a bench variant for the direct kernel, docs/perf/attention.md "Decode:
+    # bytes in flight"):
+    # CTA u starts its blocks at min((u % STAGGER_PHASES) * stagger, n) and wraps around, so
+    # the CTAs that run together do not all read the same offset of their (batch, kv head)
+    # at the same time (every CTA streams in lockstep otherwise). The online softmax is
+    # order-free; 0 walks the blocks in order (the default, the same code as before).
+    stagger: int = 0
 
     def __post_init__(self) -> None:
         problems = []
@@ -71,6 +78,8 @@ class DecodeSchedule:
             problems.append(f"block_n={self.block_n}: a multiple of 16 in [16, 256]")
         if not 2 <= self.stages <= 8:
             problems.append(f"stages={self.stages} is outside 2..8")
+        if not 0 <= self.stagger <= 64:
+            problems.append(f"stagger={self.stagger} is outside 0..64 blocks")
         for name in ("producer_regs", "consumer_regs"):
             regs = getattr(self, name)
             if regs % 8 or not 24 <= regs <= 256:
@@ -188,6 +197,20 @@ def num_splits(units: int, kv_blocks: int, *, num_sms: int = NUM_SMS,
     return 1
 
 
+STAGGER_PHASES = 8
+
+
+def _order(n, unit, stagger: int):
+    """j -> the j-th block a CTA walks, relative to its first block: in order, or with
+    stagger > 0 rotated, (j + rot) % n with rot = min((unit() % STAGGER_PHASES) * stagger, n):
+    every block of 0 .. n - 1 once (the producer and the consumers walk the same order).
+    `unit` is called only when staggering (an unused index would be dead code)."""
+    if not stagger:
+        return lambda j: j
+    rot = ag.minimum((unit() % STAGGER_PHASES) * stagger, n)
+    return lambda j: (j + rot) % n
+
+
 def _split_blocks(split, splits, SK, block_n: int):
     """The KV blocks [kb0, kb0 + n) of split `split` of `splits` (n may be 0 for a trailing
     split when splits do not divide the blocks)."""
@@ -235,6 +258,12 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
         if paged and page_size % s.block_n:
             problems.append(f"block_n={s.block_n} does not divide page_size={page_size} "
                             f"(a KV block must not cross a page)")
+        if s.stagger and (split or paged):
+            # the verifier proves the rotated walk of the direct kernel; the splits' cover
+            # proof (check_wgmma._split_cover) reads each split's keys as kb0 + j, in order
+            problems.append(f"stagger={s.stagger}: the staggered walk is for the direct "
+                            f"(one split), contiguous kernel; use stagger=0 with splits or "
+                            f"pages")
         if problems:
             raise ag.TraceError(f"{s} at head_dim={D}: " + "; ".join(problems),
                                 fix="use argus.kernels.attention_decode."
@@ -264,6 +293,8 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
         else:
             SK = K.shape[2]
         kb0, n = _split_blocks(sp, splits, SK, BN)
+        # the CTA's place in the launch order (traced only when staggering: no dead code)
+        order = _order(n, lambda: (b * HKV + hk) * splits + sp, s.stagger)
 
         def kv_coords(jb, a, page):
             """TMA coordinates of column atom a of KV block jb (on physical `page`, paged)."""
@@ -288,13 +319,14 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
                 for a in range(atoms):
                     ag.tma.load(sQ[st].rows_of(a * BM, BM), Q, (b, hk, 0, 64 * a))
             for j in ag.range(n):
-                page = ag.load_scalar(BT, (b, (kb0 + j) // per_page)) if paged else None
+                jb = kb0 + order(j)
+                page = ag.load_scalar(BT, (b, jb // per_page)) if paged else None
                 with k_pipe.produce() as st:
                     for a in range(atoms):
-                        ag.tma.load(sK[st].rows_of(a * BN, BN), K, kv_coords(kb0 + j, a, page))
+                        ag.tma.load(sK[st].rows_of(a * BN, BN), K, kv_coords(jb, a, page))
                 with v_pipe.produce() as st:
                     for a in range(atoms):
-                        ag.tma.load(sV[st].rows_of(a * BN, BN), V, kv_coords(kb0 + j, a, page))
+                        ag.tma.load(sV[st].rows_of(a * BN, BN), V, kv_coords(jb, a, page))
 
         with ag.role("consumer", warpgroups=C, regs=s.consumer_regs) as wg:
             r0 = wg * ROWS                                  # this warpgroup's first packed row
@@ -308,7 +340,7 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
             o = ag.zeros((ROWS, D))
             with q_pipe.consume() as qs:
                 for j in ag.range(n):
-                    jb = kb0 + j
+                    jb = kb0 + order(j)
                     with k_pipe.consume() as ks:
                         sc = ag.zeros((ROWS, BN))
                         for a in range(atoms):

@@ -114,3 +114,24 @@ def test_head_dims(D):
 def test_no_keys():
     got, want, lse, _ = run(1, 2, 1, 1, 0, 64, False)
     assert torch.equal(got, torch.zeros_like(got)) and torch.isinf(lse).all()
+
+
+@pytest.mark.parametrize("stagger", [3, 7])
+@pytest.mark.parametrize("causal", [False, True])
+def test_staggered_walk(stagger, causal):
+    """DecodeSchedule.stagger: CTA u walks its 16 blocks from min((u % 8) x stagger, 16) and
+    wraps (the tail block and, causal, the diagonal block land mid-walk); 6 (batch, kv head)
+    CTAs take 6 different rotations (stagger 7: 0, 7, 14, then 16 = in order). One split: the
+    staggered walk is for the direct kernel."""
+    schedule = DecodeSchedule(block_n=64, stages=2, stagger=stagger)
+    assert_close(*run(3, 8, 2, 4, 1001, 64, causal, splits=1, schedule=schedule))
+
+
+@pytest.mark.parametrize("block_n,stagger,splits,causal", [(176, 0, 3, False),
+                                                           (176, 2, 1, True),
+                                                           (192, 0, 1, True)])
+def test_blocks_of_176_and_192_keys(block_n, stagger, splits, causal):
+    """The bench's bn176+st2 / bn192+st2 variants (FA3's 176-key blocks at hd128): blocks that
+    are not a power of two, split (1001 keys: 6 blocks, 2 a split) or direct and staggered."""
+    schedule = DecodeSchedule(block_n=block_n, stages=2, stagger=stagger)
+    assert_close(*run(2, 8, 2, 3, 1001, 128, causal, splits=splits, schedule=schedule))
