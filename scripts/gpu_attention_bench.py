@@ -34,6 +34,11 @@ each backend, the splits chosen, and the error against float64 (the first 4 sequ
 attention_decode_bench.json to --out. The bar (issue 14): >= 1.0x cuDNN at batch >= 32 and
 KV >= 8k; >= 60% of copy bandwidth with 8-16 query tokens; >= 75% at batch 1.
 
+--decode-variants: our launches at other schedules beside the default (decode_variant: ring
+depth, key block, consumer warpgroups, forced or occupancy-rule splits, the staggered walk, the
+split kernel without its combine). --flush read: the L2 emptied by a 256 MB read instead of
+measure's 256 MB write before each timed call (no dirty lines to write back during the call).
+
 --paged 16,128: ours on paged copies of the same K and V too (attention_decode with a block
 table over a random page permutation; one split per sequence while the split paged kernel is
 not proven, unless ARGUS_VERIFY=0). --graph: ours captured in a CUDA graph (device time without
@@ -145,37 +150,54 @@ def argus_dtype(t):
     return ag.bf16 if str(t.dtype) == "torch.bfloat16" else ag.f16
 
 
-def decode_variant(variant: str, head_dim: int, rows: int):
-    """(schedule, splits) of a decode variant: "default" is the op's own choice; else '+'
-    joins of "bnN" (block_n), "stN" (ring stages), "wgN" (consumer warpgroups), "sN" (N
-    splits instead of num_splits' choice), "exact" (the full-range exp2) applied to
-    default_decode_schedule(head_dim, rows)."""
+def decode_variant(variant: str, head_dim: int, rows: int, units: int = 1, keys: int = 0):
+    """(schedule, splits, launches) of a decode variant for `units` (batch x kv heads) CTAs'
+    work over `keys` keys: "default" is the op's own choice; else '+' joins of
+    "bnN" (block_n), "stN" (ring stages), "wgN" (consumer warpgroups), "exact" (the
+    full-range exp2), "staggerN" (DecodeSchedule.stagger = N blocks: the direct kernel's CTAs
+    start their walks at 8 different offsets; with one split only, so "s1" with it at batch 1)
+    applied to default_decode_schedule(head_dim, rows); "sN" (N splits instead of num_splits'
+    choice), "ctaN" (num_splits(..., ctas_per_sm=N): a grid of N CTAs per SM, shorter splits);
+    "nocombine" (time the first launch only: the split kernel without the combine, so the
+    combine's cost is the difference; launches is then 1, else None: all)."""
     import dataclasses
 
-    from argus.kernels.attention_decode import default_decode_schedule
+    from argus.kernels.attention_decode import default_decode_schedule, num_splits
 
-    s, splits = default_decode_schedule(head_dim, rows), None
+    s, splits, launches, per_sm = default_decode_schedule(head_dim, rows), None, None, None
     fields = {}
     for part in variant.split("+"):
         if part == "default":
             continue
         if part == "exact":
             fields["approx_exp2"] = False
+        elif part == "nocombine":
+            launches = 1
         elif part[:2] in ("bn", "st", "wg") and part[2:].isdigit():
             fields[{"bn": "block_n", "st": "stages", "wg": "consumers"}[part[:2]]] = \
                 int(part[2:])
+        elif part.startswith("stagger") and part[7:].isdigit():
+            fields["stagger"] = int(part[7:])
+        elif part.startswith("cta") and part[3:].isdigit():
+            per_sm = int(part[3:])
         elif part[:1] == "s" and part[1:].isdigit():
             splits = int(part[1:])
         else:
             raise ValueError(f"decode variant {variant!r}: unknown token {part!r}")
-    return (dataclasses.replace(s, **fields) if fields else None), splits
+    schedule = dataclasses.replace(s, **fields) if fields else None
+    if per_sm is not None:
+        if splits is not None:
+            raise ValueError(f"decode variant {variant!r}: ctaN and sN both set the splits")
+        block_n = (schedule or s).block_n
+        splits = num_splits(units, max(1, -(-keys // block_n)), ctas_per_sm=per_sm)
+    return schedule, splits, launches
 
 
-def decode_plans(q, k, v, schedule=None, splits=None):
+def decode_plans(q, k, v, schedule=None, splits=None, launches=None):
     """Our decode launches for these tensors, compiled and prepared once (the op's own host
-    path recording instead of launching): a function replaying them, no host work per call
-    but the launches. Holds the partial buffers the op allocated; `replay.out` is the output
-    the launches write."""
+    path recording instead of launching): a function replaying them (the first `launches`
+    of them; None: all), no host work per call but the launches. Holds the partial buffers
+    the op allocated; `replay.out` is the output the launches write."""
     import torch
 
     from argus.ops.attention_decode import run_decode
@@ -191,12 +213,13 @@ def decode_plans(q, k, v, schedule=None, splits=None):
     out, _ = run_decode(q, k, v, False, 1.0 / math.sqrt(q.shape[-1]), "bhsd", False,
                         schedule=schedule, splits=splits, execute=record)
     torch.cuda.synchronize()
+    total, plans = len(plans), plans[:launches]
 
     def replay():
         for plan in plans:
             plan()
     replay.held, replay.out = held, out
-    replay.launches = len(plans)
+    replay.launches, replay.total = len(plans), total
     return replay
 
 
@@ -233,7 +256,8 @@ def decode_main(args) -> int:
     variants = ["default"] + [x for x in args.decode_variants.split(",") if x and x != "default"]
     pages = [int(x) for x in args.paged.split(",") if x]
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
-          f"{torch.backends.cudnn.version()}; decode, bf16, GQA {H}:{HKV}", flush=True)
+          f"{torch.backends.cudnn.version()}; decode, bf16, GQA {H}:{HKV}; L2 flush: "
+          f"{args.flush}", flush=True)
     rows = []
     for d in dims:
         for B in batches:
@@ -241,7 +265,7 @@ def decode_main(args) -> int:
                 for S in queries:
                     rows.append(decode_case(B, SK, S, d, H, HKV, backends, measure, sdpa_kernel,
                                             default_decode_schedule, num_splits, variants,
-                                            paged=pages, graph=args.graph))
+                                            paged=pages, graph=args.graph, flush=args.flush))
                     print(json.dumps(rows[-1]), flush=True)
     (args.out / "attention_decode_bench.json").write_text(json.dumps(rows, indent=2))
     mine = [f"paged{p}" for p in pages] + (["graph"] if args.graph else [])
@@ -318,11 +342,16 @@ def host_time_us(fn, calls: int = 200) -> float:
 
 
 def decode_case(B, SK, S, d, H, HKV, backends, measure, sdpa_kernel, default_decode_schedule,
-                num_splits, variants=("default",), paged=(), graph=False) -> dict:
+                num_splits, variants=("default",), paged=(), graph=False,
+                flush: str = "write") -> dict:
     """One decode case: ours, our replayed launches, each SDPA backend and the copy, timed on
     fresh random data; KV bytes per second as % of the copy bandwidth of the same bytes.
     paged: page sizes at which ours also runs on a paged copy of K and V; graph: ours also
-    captured in a CUDA graph and replayed, and the op's host time per repeated call."""
+    captured in a CUDA graph and replayed, and the op's host time per repeated call.
+    flush: "write" (measure's own L2 flush: it writes 256 MB, so the timed call starts with
+    the L2 full of dirty lines, whose write-back shares HBM with the call's reads) or "read"
+    (before each trial, outside the timed region, a read of a 256 MB buffer nobody writes:
+    the L2 holds clean lines, so a read-only kernel's time is its reads alone)."""
     import torch
 
     import argus.ops
@@ -334,13 +363,23 @@ def decode_case(B, SK, S, d, H, HKV, backends, measure, sdpa_kernel, default_dec
     kv_bytes = 2 * k.numel() * k.element_size()
     schedule = default_decode_schedule(d, H // HKV * S)
     row = {"head_dim": d, "B": B, "SK": SK, "S": S, "H": H, "HKV": HKV, "kv_bytes": kv_bytes,
+           "flush": flush,
            "splits": num_splits(B * HKV, -(-SK // schedule.block_n)), "schedule": repr(schedule)}
+
+    clean = torch.ones(256 << 20, device="cuda", dtype=torch.uint8) if flush == "read" \
+        else None
+
+    def read_flush():
+        torch.amax(clean)   # reads all 256 MB: every dirty L2 line is written back first
 
     def timed(name, fn):
         try:
             fn()
             torch.cuda.synchronize()
-            t = measure(fn, trials=100, warmup=5)
+            if clean is None:
+                t = measure(fn, trials=100, warmup=5)
+            else:
+                t = measure(fn, trials=100, warmup=5, flush_l2=False, setup=read_flush)
             row[f"{name}_ms"] = t.median_ms
             row[f"{name}_tbps"] = kv_bytes / t.median_ms / 1e9
         except Exception as e:  # noqa: BLE001 - report and go on (a backend may refuse)
@@ -369,12 +408,14 @@ def decode_case(B, SK, S, d, H, HKV, backends, measure, sdpa_kernel, default_dec
         if "ours_error" in row and variant == "default":
             continue
         try:
-            schedule, splits = decode_variant(variant, d, H // HKV * S)
-            replay = decode_plans(q, k, v, schedule, splits)
+            schedule, splits, launches = decode_variant(variant, d, H // HKV * S, B * HKV, SK)
+            replay = decode_plans(q, k, v, schedule, splits, launches)
             replay()
             torch.cuda.synchronize()
-            row[f"{name}_rel_error"] = decode_check(replay.out, q, k, v)
+            if replay.launches == replay.total:   # "nocombine" leaves the output unwritten
+                row[f"{name}_rel_error"] = decode_check(replay.out, q, k, v)
             row[f"{name}_launches"] = replay.launches
+            row[f"{name}_splits"] = splits
             timed(name, replay)
             del replay
         except Exception as e:  # noqa: BLE001
@@ -409,7 +450,7 @@ def decode_case(B, SK, S, d, H, HKV, backends, measure, sdpa_kernel, default_dec
     for name in ["ours", *mine, *backends]:
         if row.get(f"{name}_ms"):
             row[f"{name}_pct"] = 100.0 * row[f"{name}_tbps"] / copy_tbps
-    del q, k, v
+    del q, k, v, clean
     torch.cuda.empty_cache()
     return row
 
@@ -423,11 +464,17 @@ def main() -> int:
     parser.add_argument("--kv", default="8192,32768", help="--decode: KV lengths")
     parser.add_argument("--queries", default="1,16", help="--decode: query tokens (<= 16)")
     parser.add_argument("--heads", default="32:8", help="--decode: query heads:kv heads")
+    parser.add_argument("--flush", default="write", choices=("write", "read"),
+                        help="--decode: how the L2 is flushed before each timed call: 'write' "
+                             "(measure's 256 MB write, dirty lines left) or 'read' (a read of "
+                             "256 MB, clean lines left; see decode_case)")
     parser.add_argument("--decode-variants", default="default",
                         help="--decode: our launches with other schedules, comma-separated "
-                             "'+' joins of bnN, stN, wgN, sN (N splits), exact (e.g. "
-                             "st2,st4,bn64+st6,s8); each checked against float64 and timed "
-                             "as replayed launches")
+                             "'+' joins of bnN, stN, wgN, sN (N splits), ctaN (num_splits "
+                             "for N CTAs per SM), staggerN (rotated walks, one split), exact, "
+                             "nocombine (the split kernel alone) (e.g. st2,bn176+st2,cta2,"
+                             "s1+stagger2); each checked against float64 (but nocombine) and "
+                             "timed as replayed launches (decode_variant)")
     parser.add_argument("--paged", default="",
                         help="--decode: also time the paged path (attention_decode with a "
                              "block table) at these page sizes, e.g. 16,128 (the same K and V "

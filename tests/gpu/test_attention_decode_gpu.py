@@ -2,7 +2,8 @@
 the split-KV kernels and the combine on the device against float64 on fresh random data
 (batch 1 with many splits, batch 32 with one, 1 / 8 / 16 query tokens, GQA and MQA, causal
 bottom-right, KV lengths off the block, both layouts, fp16, every head dim, more packed rows
-than one tile), against torch SDPA, and inside a CUDA graph."""
+than one tile), against torch SDPA, and inside a CUDA graph; and every schedule the decode
+bench's --decode-variants time (176/192/64-key blocks, the staggered walk, cta2 splits)."""
 
 import math
 
@@ -72,6 +73,52 @@ def test_matches_float64(B, H, HKV, S, SK, D, causal, layout, dtype, splits):
     if splits is None:   # the public op takes the same path
         again = argus.ops.attention(q, k, v, causal=causal, layout=layout)
         torch.testing.assert_close(again, out, rtol=0, atol=0)
+
+
+def _variant(name, B, HKV, SK, rows):
+    """(schedule, splits) of a --decode-variants token of scripts/gpu_attention_bench.py,
+    for the (batch x kv heads) units and keys of a case."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "gpu_attention_bench.py"
+    spec = importlib.util.spec_from_file_location("gpu_attention_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    schedule, splits, _ = module.decode_variant(name, 128, rows, B * HKV, SK)
+    return schedule, splits
+
+
+VARIANTS = [  # variant, B, S, SK, causal: the schedules the decode bench times beside ours
+    ("bn176+st2", 1, 1, 8191, False),     # 176-key blocks, 16 splits (47 blocks: uneven)
+    ("bn192+st2", 32, 16, 8193, True),    # 192-key blocks, direct, causal, key tail
+    ("bn64+st6", 1, 4, 5000, True),
+    ("wg2+st2", 4, 1, 3001, False),       # a second consumer warpgroup of padding rows
+    ("stagger2", 32, 1, 8191, False),     # rotated walks: 8 start offsets, tail mid-walk
+    ("stagger8+bn176+st2", 40, 4, 3000, True),   # rotations past n (clamped), causal
+    ("cta2", 1, 1, 8192, False),          # 32 splits of 2 blocks
+    ("cta2", 1, 16, 32768, True),
+]
+
+
+@pytest.mark.parametrize("variant,B,S,SK,causal", VARIANTS)
+def test_bench_variants_match_float64(variant, B, S, SK, causal):
+    """Every schedule and split count the decode bench's variants run (GQA 32:8, hd128) on
+    the device against float64, through argus.ops.attention_decode(schedule=, splits=)."""
+    import argus.ops
+
+    H, HKV, D = 32, 8, 128
+    schedule, splits = _variant(variant, B, HKV, SK, H // HKV * S)
+    q, k, v = _inputs(B, H, HKV, S, SK, D, "bhsd", torch.bfloat16, seed=B + S + SK)
+    out, lse = argus.ops.attention_decode(q, k, v, causal=causal, return_lse=True,
+                                          splits=splits, schedule=schedule)
+    torch.cuda.synchronize()
+    want, want_lse = reference(q, k, v, causal, 1.0 / math.sqrt(D))
+    assert not torch.isnan(out).any()
+    err = ((out.double() - want).norm() / want.norm()).item()
+    assert err < 1e-2, f"{variant}: relative error {err}"
+    finite = torch.isfinite(want_lse)
+    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
 
 
 @pytest.mark.parametrize("S", [1, 16])

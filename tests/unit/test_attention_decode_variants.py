@@ -1,0 +1,57 @@
+"""The decode variants of scripts/gpu_attention_bench.py --decode-variants (decode_variant):
+each token maps to the schedule, split count and launches the bench times beside the default,
+so a row of the GPU table says what ran (docs/perf/attention.md, "Decode: bytes in flight")."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from argus.kernels.attention_decode import default_decode_schedule, num_splits
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def decode_variant():
+    spec = importlib.util.spec_from_file_location(
+        "gpu_attention_bench", ROOT / "scripts" / "gpu_attention_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.decode_variant
+
+
+def test_default_and_schedule_fields(decode_variant):
+    assert decode_variant("default", 128, 4) == (None, None, None)
+    s, splits, launches = decode_variant("bn176+st2", 128, 4)
+    assert (s.block_n, s.stages, splits, launches) == (176, 2, None, None)
+    assert s.problems_for(128) == []                 # 176-key blocks fit, 2 stages
+    s, splits, _ = decode_variant("s1+stagger2", 128, 4)
+    assert s.stagger == 2 and s.block_n == default_decode_schedule(128, 4).block_n
+    assert splits == 1
+    s, _, _ = decode_variant("wg2+st2+exact", 128, 4)
+    assert (s.consumers, s.stages, s.approx_exp2) == (2, 2, False)
+
+
+def test_occupancy_rule_splits(decode_variant):
+    """ctaN: num_splits at N CTAs per SM for the case's units and keys, over the variant's
+    block size: batch 1 x 8 kv heads at 8k keys takes 32 splits (16 by the op's rule)."""
+    assert decode_variant("cta2", 128, 4, units=8, keys=8192)[1] == 32
+    assert decode_variant("cta1", 128, 4, units=8, keys=8192)[1] == num_splits(8, 64) == 16
+    assert decode_variant("cta2", 128, 4, units=256, keys=8192)[1] == 1
+    # 64-key blocks: 128 blocks of 8k keys, the same 32 splits of 4 blocks each
+    s, splits, _ = decode_variant("bn64+st6+cta2", 128, 4, units=8, keys=8192)
+    assert s.block_n == 64 and splits == num_splits(8, 128, ctas_per_sm=2) == 32
+
+
+def test_nocombine_times_the_first_launch(decode_variant):
+    assert decode_variant("nocombine", 128, 4) == (None, None, 1)
+    assert decode_variant("s32+nocombine", 128, 4)[1:] == (32, 1)
+
+
+@pytest.mark.parametrize("variant,words", [("bn64+foo", "unknown token 'foo'"),
+                                           ("cta2+s4", "ctaN and sN both set the splits"),
+                                           ("stagger", "unknown token 'stagger'")])
+def test_bad_variants_say_which_token(decode_variant, variant, words):
+    with pytest.raises(ValueError, match=words):
+        decode_variant(variant, 128, 4, units=8, keys=8192)
