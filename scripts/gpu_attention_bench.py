@@ -301,6 +301,26 @@ def print_decode_table(rows, names, variants=("default",), mine=()) -> None:
               + " | ".join(pct(r, n) for n in names) + " | " + " | ".join(ratio) + " | "
               + f"{us(r, 'ours')} | {us(r, 'kernel')} | "
               + " | ".join(us(r, n) for n in names) + " |")
+    print_speedups(rows, [x for x in variants if x != "default"], names)
+
+
+def print_speedups(rows, variants, names) -> None:
+    """Each variant's and each backend's speed against our default launches on the same data
+    (default kernel time / its time: > 1 is faster), free of the copy reference's own noise
+    (the % columns divide by a copy timed separately in each case)."""
+    if not variants and not names:
+        return
+    cols = [f"kernel_{x}" for x in variants] + list(names)
+    print("\n| B | KV | Sq | kernel us | "
+          + " | ".join(f"{c[7:] if c.startswith('kernel_') else c} x kernel" for c in cols)
+          + " |")
+    print("|---|---|---|---|" + "---|" * len(cols))
+    for r in rows:
+        base = r.get("kernel_ms")
+        cells = [f"{base / r[f'{c}_ms']:.3f}" if base and r.get(f"{c}_ms") else "n/a"
+                 for c in cols]
+        print(f"| {r['B']} | {r['SK']} | {r['S']} | "
+              + (f"{1000 * base:.1f}" if base else "n/a") + " | " + " | ".join(cells) + " |")
 
 
 def paged_copy(k, v, page_size: int, g):
