@@ -267,9 +267,33 @@ def decode_main(args) -> int:
                                             default_decode_schedule, num_splits, variants,
                                             paged=pages, graph=args.graph, flush=args.flush))
                     print(json.dumps(rows[-1]), flush=True)
-    (args.out / "attention_decode_bench.json").write_text(json.dumps(rows, indent=2))
+                    # after every case: a run cut by its time limit keeps what it measured
+                    (args.out / "attention_decode_bench.json").write_text(
+                        json.dumps(rows, indent=2))
     mine = [f"paged{p}" for p in pages] + (["graph"] if args.graph else [])
     print_decode_table(rows, list(backends), variants, mine)
+    return 0
+
+
+def decode_table_from(path: Path) -> int:
+    """The --decode tables of a saved attention_decode_bench.json: the variants and backends
+    are read back from its keys (kernel_<variant>_*, <backend>_ms)."""
+    rows = json.loads(Path(path).read_text())
+    ours = {"ours", "kernel", "copy", "graph"}
+    variants, names, mine = ["default"], [], []
+    for r in rows:
+        for key in r:
+            if not key.endswith(("_ms", "_error")) or key.endswith("rel_error"):
+                continue
+            name = key.rsplit("_", 1)[0]
+            if name.startswith("kernel_") and name[7:] not in variants:
+                variants.append(name[7:])
+            elif name.startswith(("paged", "graph")) and name not in mine:
+                mine.append(name)
+            elif name not in ours and not name.startswith(("kernel", "paged")) \
+                    and name not in names:
+                names.append(name)
+    print_decode_table(rows, names, variants, mine)
     return 0
 
 
@@ -484,6 +508,9 @@ def main() -> int:
     parser.add_argument("--kv", default="8192,32768", help="--decode: KV lengths")
     parser.add_argument("--queries", default="1,16", help="--decode: query tokens (<= 16)")
     parser.add_argument("--heads", default="32:8", help="--decode: query heads:kv heads")
+    parser.add_argument("--table-from", type=Path, default=None,
+                        help="print the --decode tables of an attention_decode_bench.json "
+                             "(written after every case: a run cut short keeps its rows)")
     parser.add_argument("--flush", default="write", choices=("write", "read"),
                         help="--decode: how the L2 is flushed before each timed call: 'write' "
                              "(measure's 256 MB write, dirty lines left) or 'read' (a read of "
@@ -524,6 +551,8 @@ def main() -> int:
     args = parser.parse_args()
     variants = args.variants.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.table_from:
+        return decode_table_from(args.table_from)
     if args.decode:
         return decode_main(args)
     args.backends = args.backends or "cudnn,flash,efficient"

@@ -13,12 +13,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def decode_variant():
+def bench():
     spec = importlib.util.spec_from_file_location(
         "gpu_attention_bench", ROOT / "scripts" / "gpu_attention_bench.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.decode_variant
+    return module
+
+
+@pytest.fixture(scope="module")
+def decode_variant(bench):
+    return bench.decode_variant
 
 
 def test_default_and_schedule_fields(decode_variant):
@@ -55,3 +60,22 @@ def test_nocombine_times_the_first_launch(decode_variant):
 def test_bad_variants_say_which_token(decode_variant, variant, words):
     with pytest.raises(ValueError, match=words):
         decode_variant(variant, 128, 4, units=8, keys=8192)
+
+
+def test_tables_from_a_saved_run(bench, tmp_path, capsys):
+    """--table-from: the tables of a run cut short, variants and backends read back from the
+    saved rows' keys; `x kernel` is the default kernel's time over the column's."""
+    import json
+
+    row = {"head_dim": 128, "B": 32, "SK": 8192, "S": 1, "splits": 1, "rel_error": 2e-3,
+           "copy_tbps": 4.2, "copy_ms": 0.5, "ours_ms": 0.28, "ours_pct": 91.0,
+           "kernel_ms": 0.277, "kernel_pct": 92.0, "kernel_stagger2_ms": 0.25,
+           "kernel_stagger2_pct": 102.0, "kernel_stagger2_rel_error": 2e-3,
+           "kernel_cta2_error": "LaunchError: x", "cudnn_ms": 0.249, "cudnn_pct": 102.0}
+    path = tmp_path / "attention_decode_bench.json"
+    path.write_text(json.dumps([row]))
+    assert bench.decode_table_from(path) == 0
+    out = capsys.readouterr().out
+    assert "| stagger2 % | cta2 % | cudnn % |" in out
+    assert "| stagger2 x kernel | cta2 x kernel | cudnn x kernel |" in out
+    assert f"| 32 | 8192 | 1 | 277.0 | {0.277 / 0.25:.3f} | n/a | {0.277 / 0.249:.3f} |" in out
