@@ -236,6 +236,10 @@ def variant_schedules() -> list[tuple[str, object]]:
                                     split_overlap=True, cluster_m=2, epilogue="tma")),
         ("split 128x256 st3", S(bn=256, stages=3, promote=True, n_split=2, epilogue="tma")),
         ("split 128x256 st4", S(bn=256, stages=4, promote=True, n_split=2, epilogue="tma")),
+        # DeepGEMM's raster groups 8 or 16 tiles, whichever wave reads fewer operand rows:
+        # 16 x 128 rows of A + 9 x 256 of W at 128 x 256, against 8 x 128 + 17 x 256
+        ("split 128x256 st4 g16", S(bn=256, stages=4, promote=True, n_split=2, group_m=16,
+                                    epilogue="tma")),
         ("split 128x256 direct", S(bn=256, stages=4, promote=True, n_split=2)),
         # multicast W at 128 x 256: ptxas spills a few registers in the K loop (CPU build)
         ("split 128x256 cluster", S(bn=256, stages=3, promote=True, n_split=2, cluster_m=2,
