@@ -37,6 +37,7 @@ late_release=True.
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass, field, fields
 
 import argus as ag
@@ -668,6 +669,24 @@ def _column(box, i):
     return pick
 
 
+def weight_blocks_spanned(width: int) -> int:
+    """The most 128-column weight blocks one `width`-column accumulator can span: its first
+    column is a multiple of gcd(width, 128) past a block's start, at worst 128 - gcd."""
+    return -(-(SCALE_BLOCK - math.gcd(width, SCALE_BLOCK) + width) // SCALE_BLOCK)
+
+
+def _check_weight_blocks(s: Fp8GemmSchedule, width: int, who: str) -> None:
+    """Block scales take one or two weight scales per accumulator (`who`'s left and right):
+    refuse a width whose accumulators can span three blocks (bn = 152: the tile at column 760
+    spans 760..911, blocks 5, 6 and 7, and 896..911 took block 6's scale)."""
+    if weight_blocks_spanned(width) > 2:
+        ok = [w for w in range(8, 257, 8) if weight_blocks_spanned(w) <= 2 and w > 128]
+        raise ag.TraceError(f"block scales: a {width}-column accumulator (bn={s.bn}, "
+                            f"n_split={s.n_split}) can span three 128-column weight blocks, and "
+                            f"{who} applies at most two weight scales to one",
+                            fix=f"use bn <= 128 or one of {ok}, or n_split=2")
+
+
 @functools.cache
 def gemm_fp8_blockscaled_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
     """The block-scaled fp8 GEMM for one output type (see the module docstring): 1x128
@@ -690,6 +709,7 @@ def gemm_fp8_blockscaled_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction
                                 "(and smem_scales=False: that kernel reads scale_a K-major)",
                                 fix="pass Fp8GemmSchedule(..., promote=True), or "
                                     "gemm_fp8_blockscaled_smem_kernel for smem_scales")
+        _check_weight_blocks(s, s.piece, "BlockScales")
         g = _Fp8Gemm.launch(s, A, W, out_dtype)
         g.produce(A, W)
 
@@ -727,6 +747,8 @@ def gemm_fp8_blockscaled_smem_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFun
             raise ag.TraceError("this kernel reads the block scales from shared memory: it "
                                 "needs smem_scales=True",
                                 fix="pass Fp8GemmSchedule(..., promote=True, smem_scales=True)")
+        # the stage holds the weight scales of two blocks for the whole tile
+        _check_weight_blocks(s, s.bn, "SharedBlockScales")
         g = _Fp8Gemm.launch(s, A, W, out_dtype)
         scales = SharedBlockScales.alloc(s, ScaleA, ScaleB)
         g.produce(A, W, scales)

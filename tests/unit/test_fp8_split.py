@@ -197,3 +197,22 @@ def test_nvrtc_builds_split_without_k_loop_spills(schedule):
         # the serial step: group, wait 0, the first half's 64 x n / 128 FFMAs, the next
         # group (ptxas may hoist its first QGMMA above the last few FFMAs)
         assert re.search(rf"Q Q Q Q W0 (F ){{{n // 2 - 8}}}(F )*Q (F )*Q Q Q W0", text), text
+
+
+def test_block_scaled_kernels_refuse_tiles_spanning_three_weight_blocks():
+    """A 152-wide tile at column 760 spans weight blocks 5, 6 and 7 (760..911), and the two
+    scales a tile takes gave columns 896..911 block 6's: the kernels refuse such widths; the
+    split halves of a 256-wide tile never span three; per-tensor scales do not care."""
+    from argus.kernels.gemm_fp8 import (gemm_fp8_blockscaled_smem_kernel,
+                                        weight_blocks_spanned)
+
+    assert [w for w in range(8, 161, 8) if weight_blocks_spanned(w) > 2] == [152]
+    assert all(weight_blocks_spanned(w) <= 2 for w in range(8, 129, 8))
+    s = Fp8GemmSchedule(bn=152, stages=2, promote=True)
+    with pytest.raises(ag.TraceError, match="three 128-column weight blocks"):
+        gemm_fp8_blockscaled_kernel(ag.f32).trace(s=s)
+    with pytest.raises(ag.TraceError, match="three 128-column weight blocks"):
+        gemm_fp8_blockscaled_smem_kernel(ag.f32).trace(
+            s=Fp8GemmSchedule(bn=152, stages=2, promote=True, smem_scales=True))
+    gemm_fp8_kernel(ag.f32).trace(s=s)
+    gemm_fp8_blockscaled_kernel(ag.f32).trace(s=_split(bn=176, stages=2))
