@@ -200,15 +200,30 @@ class Space:
     def default_values(self) -> dict[str, Any]:
         return dict(self.defaults)
 
-    def choices(self, facts: Mapping[str, Any] | None = None) -> dict[str, tuple[Any, ...]]:
-        """Each field's search values for a problem: the declared choices, narrowed by the
+    def choices(self, facts: Mapping[str, Any] | None = None,
+                search: Mapping[str, tuple[Any, ...]] | None = None
+                ) -> dict[str, tuple[Any, ...]]:
+        """Each field's search values for a problem: the declared choices (or, for a field in
+        `search`, those values: a tuner that uses the class in a narrower role, e.g. MoE decode's
+        token tiles, searches fewer; each must be accepted by the declaration), narrowed by the
         constraints that read that field alone (evaluated with the other fields' defaults;
         one that cannot be evaluated for want of a fact narrows nothing)."""
         facts = facts or {}
+        search = search or {}
         defaults = self.default_values()
+        for name, values in search.items():
+            leg = dict(self.fields).get(name)
+            if leg is None:
+                raise ValueError(f"{self.schedule.__name__} has no field {name!r} to search; its "
+                                 f"fields are {', '.join(self.names)}")
+            refused = [v for v in values if leg.searched and not leg.accepts(v)]
+            if refused or not values:
+                raise ValueError(f"search values {refused or 'none'} of {self.schedule.__name__}."
+                                 f"{name} are outside its declared values ({leg.describe()}): "
+                                 "a tuner may search fewer values than declared, never others")
         out = {}
         for name, leg in self.fields:
-            values = leg.choices if leg.searched else (defaults[name],)
+            values = search.get(name) or (leg.choices if leg.searched else (defaults[name],))
             unary = [c for c in self.constraints if c.reads == (name,)
                      and c.severity == "error"]
             # a constraint that cannot be evaluated (a fact not passed) does not prune here:

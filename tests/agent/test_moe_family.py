@@ -37,7 +37,8 @@ def test_defaults_are_argus_ops_moes_own_choice():
     (moe_task(4096, 4096, 14336, 8, 2), dict(bm=128, bn=256, stages=8), "smem",
      "shared memory"),
     (moe_task(16, 4096, 200, 8, 2), dict(down_split=3), "k_slices", "split_k=3"),
-    (moe_task(16, 4096, 14336, 8, 2), dict(bn=12), "schedule_fields", "multiple of 8"),
+    # refused by MoeSchedule's declared range (wgmma N) before the class's own check
+    (moe_task(16, 4096, 14336, 8, 2), dict(bn=12), "range", "multiple of 8"),
 ])
 def test_rules_refuse_illegal_points_with_reasons(t, kw, code, words):
     p = {**FAMILY.default_params(t), **kw}
@@ -101,3 +102,84 @@ def test_moe_cards_name_fields_of_the_space():
         for c in usable:
             cands = FAMILY.expand(t, c, FAMILY.default_params(t))
             assert cands and any(FAMILY.legal(t, x) for x in cands), c.id
+
+
+DEC, PRE = moe_task(16, 4096, 14336, 8, 2), moe_task(4096, 4096, 14336, 8, 2)
+# the field of MoeSchedule each decode parameter holds (the gate-up's and the down's)
+FIELD = {"gate_stages": "stages", "down_stages": "stages", "gate_split": "split_k",
+         "down_split": "split_k"}
+
+
+def test_the_space_is_moeschedules_declaration_in_its_two_roles():
+    """MoeSchedule declares its ranges (families/declared.py, plus the warp-specialized
+    skeleton's it inherits); prefill uses one schedule for both GEMMs, decode the gate-up's and
+    the down's under their own parameter names, sharing the token tile. Every value the space
+    searches is accepted by the declaration, and the pair is the kernel's own decode_schedule."""
+    from argus.kernels.moe import MoeSchedule, decode_schedule
+    from argus.schedule_space import space_of
+
+    declared = space_of(MoeSchedule)
+    assert set(FAMILY.space(DEC)) == {"swap_ab", "bn", "gate_stages", "down_stages",
+                                      "gate_split", "down_split"}
+    assert set(FAMILY.space(PRE)) == {"swap_ab", "bm", "bn", "stages", "epilogue", "cluster_m"}
+    for t in (DEC, PRE):
+        for name, values in FAMILY.space(t).items():
+            legal = declared.legal_of(FIELD.get(name, name))
+            assert values and all(legal.accepts(v) for v in values), (name, values)
+    p = dict(FAMILY.default_params(DEC), bn=16, gate_stages=6, down_stages=12, gate_split=2,
+             down_split=1)
+    assert pair(DEC, p) == (decode_schedule(16, 6, 2), decode_schedule(16, 12, 1))
+
+
+@pytest.mark.parametrize("t", [DEC, PRE], ids=["decode", "prefill"])
+def test_neighbors_are_one_declared_step_and_legal_or_out_of_shared_memory(t):
+    p = FAMILY.default_params(t)
+    near = FAMILY.neighbors(t, p)
+    space = FAMILY.space(t)
+    assert len(near) >= 5 and p not in near
+    legal = 0
+    for q in near:
+        moved = [k for k in q if q[k] != p[k]]
+        assert len(moved) == 1 and abs(space[moved[0]].index(q[moved[0]])
+                                       - space[moved[0]].index(p[moved[0]])) == 1, (p, q)
+        codes = [d.code for d in FAMILY.static_check(t, q) if d.severity == "error"]
+        assert codes in ([], ["smem"]), (q, codes)
+        legal += not codes
+    assert legal >= len(near) - 1
+
+
+def test_a_role_field_out_of_its_declared_range_is_refused_under_its_parameter_name():
+    p = FAMILY.default_params(DEC)
+    found = errors(DEC, dict(p, down_stages=0))
+    assert [d.code for d in found] == ["range"] and found[0].counterexample == {"down_stages": 0}
+    assert found[0].message.startswith("down: MoeSchedule.stages=0 is outside its declared "
+                                       "values (>= 1)") and "down_stages" in found[0].message
+    found = errors(DEC, dict(p, gate_split=17))
+    assert [d.code for d in found] == ["range"] and "gate-up" in found[0].message \
+        and "<= 16" in found[0].message and "gate_split" in found[0].fix
+    # a shared field (the token tile) is one finding, not one per GEMM
+    assert [d.code for d in errors(DEC, dict(p, bn=12))] == ["range"]
+
+
+def test_shared_memory_comes_from_lowering_both_grouped_gemms():
+    """No ring formula here: the lowering of both kernels reports it. With the TMA-store
+    epilogue the down stages bn columns per tile and the gate-up bn/2 (silu(gate) * up)."""
+    p = FAMILY.default_params(PRE)
+    assert p["epilogue"] == "tma" and p["bm"] == 128 and p["bn"] == 256
+    res = FAMILY.resources(PRE, p)
+    gate_up, down = (k["smem"] for k in res["kernels"])
+    assert down - gate_up == (256 - 128) * 128 * 2 and res["smem"] == down
+    found = errors(PRE, dict(p, stages=8))
+    assert [d.code for d in found] == ["smem"] and "smem_plan" in found[0].message
+
+
+def test_a_role_searches_fewer_values_than_declared_never_others():
+    from argus.agent.families.declared import declare_library
+    from argus.kernels.moe import MoeSchedule
+    from argus.schedule_space import space_of
+
+    declare_library()
+    space = space_of(MoeSchedule)
+    assert space.choices({"out_bits": 16}, {"bn": (16, 32)})["bn"] == (16, 32)
+    with pytest.raises(ValueError, match=r"MoeSchedule.bn are outside its declared values"):
+        space.choices({"out_bits": 16}, {"bn": (12,)})

@@ -1,8 +1,8 @@
 """The legal ranges and constraints of the library's Schedule classes that do not declare them in
 their own field metadata yet (argus/schedule_space.py): the warp-specialized skeleton, the GEMM,
-the attention forward, and the composed family's tile and matmul schedules, plus the agent's own
-`SplitSchedule` (the KernelBench fp32 adapter's split, declared in its fields, as every Schedule
-eventually will be).
+the MoE grouped GEMM, the attention forward, and the composed family's tile and matmul
+schedules, plus the agent's own `SplitSchedule` (the KernelBench fp32 adapter's split, declared
+in its fields, as every Schedule eventually will be).
 
 When a kernel module adopts the metadata (`bm: int = field(default=128, metadata=legal(...))`
 and a CONSTRAINTS tuple), its entry here goes away: `space_of` reads the class first.
@@ -20,6 +20,7 @@ import functools
 from dataclasses import dataclass, field
 
 from argus.agent import cost_model, split_numerics
+from argus.kernels.split_k_sum import MAX_SPLITS
 from argus.schedule_space import Constraint, declare, fixed, legal
 from argus.target import limits
 
@@ -226,6 +227,27 @@ ATTENTION_CONSTRAINTS = (
 )
 
 
+MOE = dict(
+    bn=legal((8, 16, 24, 32, 48, 64, 128, 192, 256), multiple=limits.WGMMA_N_STEP, low=8,
+             high=limits.WGMMA_N_MAX, rule="PTX wgmma shapes m64nNk16: N a multiple of 8 in "
+             "[8, 256] (decode's token tile is N; prefill tiles N in 64-column blocks)"),
+    bk=legal((64,), rule="TMA/wgmma 128-byte swizzle atom: a row of 64 bf16 (HOPPER.md "
+             "invariant 10)"),
+    swap_ab=legal((False, True), rule="argus/kernels/moe.py (decode: the weights as wgmma's M)"),
+    split_k=legal((1, 2, 3, 4), low=1, high=MAX_SPLITS,
+                  rule="argus/kernels/split_k_sum.py MAX_SPLITS (K slices of a decode GEMM)"),
+    store_cols=fixed("not searched by the agent yet"),
+)
+
+MOE_CONSTRAINTS = (
+    Constraint("decode_threshold", lambda s, f: s["swap_ab"] == (f["T"] <= f["decode_max"]),
+               "swap_ab={swap_ab} at T={T} tokens: argus.ops.moe takes the swap-AB decode "
+               "schedules up to {decode_max} tokens and prefill tiles above",
+               "use swap_ab=True for T <= {decode_max}, False above",
+               "argus/ops/moe.py DECODE_MAX_TOKENS", reads=("swap_ab",), severity="warning"),
+)
+
+
 @functools.cache
 def declare_library() -> None:
     """Register the declarations above (once per process)."""
@@ -233,6 +255,7 @@ def declare_library() -> None:
     from argus.kernels.attention import AttentionSchedule
     from argus.compose.tile import TileSchedule
     from argus.kernels.gemm import GemmSchedule
+    from argus.kernels.moe import MoeSchedule
     from argus.kernels.warp_specialized import WarpSpecializedSchedule
 
     declare(WarpSpecializedSchedule, WARP_SPECIALIZED, WARP_SPECIALIZED_CONSTRAINTS)
@@ -240,6 +263,7 @@ def declare_library() -> None:
     declare(TileSchedule, TILE, TILE_CONSTRAINTS)
     declare(MatmulSchedule, MATMUL, MATMUL_CONSTRAINTS)
     declare(AttentionSchedule, ATTENTION, ATTENTION_CONSTRAINTS)
+    declare(MoeSchedule, MOE, MOE_CONSTRAINTS)
 
 
 __all__ = ["SplitSchedule", "declare_library"]

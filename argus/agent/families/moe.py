@@ -9,11 +9,16 @@ Action space (flat parameters, `pair` turns them into the two MoeSchedules):
     token tile (shared: both GEMMs read one layout padded to it), and per GEMM its ring depth
     (gate_stages, down_stages) and its K split (gate_split, down_split).
 
-Rules are the kernel's and the layer's own refusals (MoeSchedule._problems via its constructor,
-argus.ops.moe.Layer's K-slice rule, the pair's one layout), plus the shared-memory budget of the
-ring and the TMA-store staging, and argus.ops.moe's decode threshold (swap-AB up to
-DECODE_MAX_TOKENS tokens; a warning: legal past it, but a token tile of <= 64 rows leaves
-prefill's work on too many units).
+Legality is declared, not written as family rules: MoeSchedule's ranges (families/declared.py,
+with the warp-specialized skeleton's it inherits) read by the generic ScheduleFamily, which uses
+the class in its roles (the prefill schedule both GEMMs share; in decode the gate-up's and the
+down's, each with its own ring depth and K split under its own parameter names, one token tile).
+Then the class's own refusals (MoeSchedule._problems: bm = 64 x consumers, a TMA-store epilogue
+needs bn % 128 == 0, cluster_m=2 needs bn % 32 == 0; code schedule_fields), argus.ops.moe.Layer's
+(equal K slices of a multiple of 8 elements; code k_slices), and the lowering of both grouped
+GEMMs, whose shared-memory plan (the ring and the TMA-store staging) is the compiler's (code
+smem). argus.ops.moe's decode threshold (swap-AB up to DECODE_MAX_TOKENS tokens) is a declared
+warning: legal past it, but a token tile of <= 64 rows leaves prefill's work on too many units.
 
 Cost model (an estimate): decode by argus.ops.moe's own streaming model (decode_stream_us: each
 wave of (token tile, 64 weight rows[, K slice]) units at HBM's rate or at what its busy SMs'
@@ -34,70 +39,56 @@ from typing import Any
 
 from argus.agent import cost_model
 from argus.agent.cost_model import Estimate
-from argus.agent.families.base import Family, Rule
+from argus.agent.families.schedule import Part, ScheduleFamily
 from argus.agent.task import TaskSpec
+from argus.errors import Diagnostic
 
-SMEM_OVERHEAD = 1024
-PREFILL_FIELDS = ("bm", "bn", "stages", "epilogue", "cluster_m")
-DECODE_FIELDS = ("bn", "gate_stages", "down_stages", "gate_split", "down_split")
+
+def _moe_schedule() -> type:
+    from argus.kernels.moe import MoeSchedule
+
+    return MoeSchedule
+
+
+def _prefill_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """Prefill: 64 rows per consumer warpgroup, a 64-deep K step; one warpgroup takes 240
+    registers (its producer 40), as argus/kernels/moe.py SMALL and TINY."""
+    consumers = max(1, values["bm"] // 64)
+    return {**values, "bk": 64, "consumers": consumers,
+            **({"consumer_regs": 240, "producer_regs": 40} if consumers == 1 else {})}
+
+
+def _decode_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """Decode (argus/kernels/moe.py decode_schedule): one consumer warpgroup multiplies 64
+    weight rows per plane."""
+    return {**values, "bm": 64, "bk": 64, "consumers": 1, "consumer_regs": 240,
+            "producer_regs": 40}
+
+
+# the values each role searches (argus.ops.moe's tiles, rings and splits; the declaration
+# accepts more): prefill shares one schedule between both GEMMs (one padded layout)
+PREFILL = Part(_moe_schedule, exposed=("swap_ab", "bm", "bn", "stages", "epilogue", "cluster_m"),
+               search=(("swap_ab", (False,)), ("bm", (64, 128)), ("bn", (64, 128, 256)),
+                       ("stages", (2, 3, 4, 5, 6, 8)), ("epilogue", ("direct", "tma")),
+                       ("cluster_m", (1, 2))),
+               derive=_prefill_fields)
+# decode: both GEMMs read one layout padded to the token tile (bn, shared: the down reads the
+# gate-up's), each its own ring depth and K split
+GATE_UP = Part(_moe_schedule, exposed=("swap_ab", "bn", "stages", "split_k"), role="gate-up",
+               rename=(("stages", "gate_stages"), ("split_k", "gate_split")),
+               search=(("swap_ab", (True,)), ("bn", (8, 16, 24, 32, 48, 64)),
+                       ("stages", (4, 6, 8, 10, 12, 16)), ("split_k", (1, 2, 3, 4))),
+               derive=_decode_fields)
+DOWN = Part(_moe_schedule, exposed=("stages", "split_k"), role="down",
+            rename=(("stages", "down_stages"), ("split_k", "down_split")),
+            search=(("stages", (4, 8, 12, 15, 16)), ("split_k", (1, 2, 3, 4))),
+            derive=_decode_fields)
 
 
 def pair(task: TaskSpec, params: dict[str, Any]):
     """(gate_up, down) MoeSchedules of a parameter dict (ValueError: the kernel's reasons)."""
-    from argus.kernels.moe import MoeSchedule, decode_schedule
-
-    p = params
-    if p.get("swap_ab"):
-        return (decode_schedule(p["bn"], stages=p["gate_stages"], split_k=p["gate_split"]),
-                decode_schedule(p["bn"], stages=p["down_stages"], split_k=p["down_split"]))
-    consumers = max(1, p["bm"] // 64)
-    s = MoeSchedule(bm=p["bm"], bn=p["bn"], bk=64, stages=p["stages"], consumers=consumers,
-                    epilogue=p["epilogue"], cluster_m=p["cluster_m"],
-                    **({"consumer_regs": 240, "producer_regs": 40} if consumers == 1 else {}))
-    return s, s
-
-
-def _pair_problems(task: TaskSpec, p: dict[str, Any]) -> list[str]:
-    try:
-        pair(task, p)
-    except ValueError as exc:
-        return [str(exc)]
-    except KeyError as exc:
-        return [f"missing schedule field {exc}"]
-    return []
-
-
-def _layer_problems(task: TaskSpec, p: dict[str, Any]) -> list[str]:
-    """argus.ops.moe.Layer's refusals of the pair at the task's shapes (K slices, one layout)."""
-    from argus.errors import LaunchError
-    from argus.ops.moe import Layer
-
-    d = task.dims
-    try:
-        gate_up, down = pair(task, p)
-        Layer(d["T"], d["H"], d["I"], d["E"], d["top_k"], gate_up, down)
-    except ValueError:
-        return []   # the schedule rule reports it
-    except LaunchError as exc:
-        return [str(exc).split("\n")[0]]
-    return []
-
-
-def ring_smem(p: dict[str, Any], gated: bool) -> int:
-    """Shared memory of one grouped GEMM: the ring (A rows and B rows of bk = 64 bf16 per
-    stage) plus the TMA-store staging (the gate-up stores bn/2 columns)."""
-    if p.get("swap_ab"):
-        stages = p["gate_stages"] if gated else p["down_stages"]
-        return stages * (((2 if gated else 1) * 64 + p["bn"]) * 64 * 2 + 16) + SMEM_OVERHEAD
-    ring = p["stages"] * ((p["bm"] + p["bn"]) * 64 * 2 + 16) + SMEM_OVERHEAD
-    staged = (p["bn"] // 2 if gated else p["bn"]) * p["bm"] * 2
-    return ring + (staged if p.get("epilogue") == "tma" else 0)
-
-
-def _smem_limit() -> int:
-    from argus.target.limits import SMEM_PER_CTA_OPTIN
-
-    return SMEM_PER_CTA_OPTIN
+    schedules = MoeFamily().schedules(task, params)
+    return schedules[0], schedules[-1]
 
 
 def _decode_max() -> int:
@@ -106,43 +97,26 @@ def _decode_max() -> int:
     return DECODE_MAX_TOKENS
 
 
-_RULES = (
-    Rule("schedule_fields", lambda p, d: not d["pair_problems"],
-         "the grouped GEMM refuses this schedule: {pair_problems}",
-         "see MoeSchedule: bm = 64 x consumers, a TMA-store epilogue needs bn % 128 == 0, "
-         "cluster_m=2 needs bn % 32 == 0, swap_ab takes bm 64 and one consumer",
-         "argus/kernels/moe.py MoeSchedule._problems"),
-    Rule("k_slices", lambda p, d: not d["layer_problems"], "{layer_problems}",
-         "use a split that cuts K into equal slices of a multiple of 8 elements, or 1",
-         "argus/ops/moe.py Layer (K-slice views read by TMA)"),
-    Rule("smem", lambda p, d: max(ring_smem(p, True), ring_smem(p, False)) <= d["smem_limit"],
-         "the ring ({smem_need} B with the TMA-store staging) exceeds the {smem_limit} B of "
-         "shared memory a CTA may use", "use fewer stages or a narrower tile",
-         "sm_90 smem per CTA (opt-in)"),
-    Rule("decode_threshold", lambda p, d: bool(p.get("swap_ab")) == (d["T"] <= d["decode_max"]),
-         "swap_ab={swap_ab} at T={T} tokens: argus.ops.moe takes the swap-AB decode schedules "
-         "up to {decode_max} tokens and prefill tiles above",
-         "use swap_ab=True for T <= {decode_max}, False above",
-         "argus/ops/moe.py DECODE_MAX_TOKENS", severity="warning"),
-)
-
-
-class MoeFamily(Family):
+class MoeFamily(ScheduleFamily):
     name = "moe"
-    rules = _RULES
+    parts = (PREFILL, GATE_UP, DOWN)
 
     def decode(self, task: TaskSpec) -> bool:
         return task.dims["T"] <= _decode_max()
 
     # -- the schedule space -------------------------------------------------------------------
-    def space(self, task: TaskSpec) -> dict[str, tuple[Any, ...]]:
-        if self.decode(task):
-            return {"swap_ab": (True,), "bn": (8, 16, 24, 32, 48, 64),
-                    "gate_stages": (4, 6, 8, 10, 12, 16), "down_stages": (4, 8, 12, 15, 16),
-                    "gate_split": (1, 2, 3, 4), "down_split": (1, 2, 3, 4)}
-        return {"swap_ab": (False,), "bm": (64, 128), "bn": (64, 128, 256),
-                "stages": (2, 3, 4, 5, 6, 8), "epilogue": ("direct", "tma"),
-                "cluster_m": (1, 2)}
+    def parts_for(self, task: TaskSpec, params: dict[str, Any] | None = None
+                  ) -> tuple[Part, ...]:
+        """The decode pair when the parameters say swap_ab (or, without parameters, when the
+        task is decode-sized), else the prefill schedule: parameters of the other mode than
+        the task's are judged as what they are (the decode_threshold warning says so)."""
+        decode = bool(params["swap_ab"]) if params and "swap_ab" in params \
+            else self.decode(task)
+        return (GATE_UP, DOWN) if decode else (PREFILL,)
+
+    def facts(self, task: TaskSpec) -> dict[str, Any]:
+        """The shapes, the bf16 outputs (the TMA-store epilogue's rule), the decode threshold."""
+        return {**task.dims, "out_bits": 16, "decode_max": _decode_max()}
 
     def default_params(self, task: TaskSpec) -> dict[str, Any]:
         """argus.ops.moe's own choice for these shapes (decode_schedules / schedule_for)."""
@@ -164,22 +138,39 @@ class MoeFamily(Family):
         return {"swap_ab": False, "bm": 64, "bn": 64, "stages": 2, "epilogue": "direct",
                 "cluster_m": 1}
 
-    def static_check(self, task: TaskSpec, params: dict[str, Any]):
-        dims: dict[str, Any] = dict(task.dims)
-        dims.update(pair_problems="; ".join(_pair_problems(task, params)),
-                    layer_problems="; ".join(_layer_problems(task, params)),
-                    smem_limit=_smem_limit(), decode_max=_decode_max())
+    def build(self, task: TaskSpec, params: dict[str, Any]):
+        """Both grouped GEMMs (the gate-up stages bn/2 columns for its TMA store, the down bn),
+        each with its schedule."""
+        from argus.kernels.moe import grouped_gemm_kernel
+
+        gate_up, down = pair(task, params)
+        return [(grouped_gemm_kernel(True, gate_up.split_k > 1), {"s": gate_up}),
+                (grouped_gemm_kernel(False, down.split_k > 1), {"s": down})]
+
+    def resource_check(self, task: TaskSpec, params: dict[str, Any]) -> list[Diagnostic]:
+        """argus.ops.moe.Layer's refusals at the task's shapes (equal K slices of a multiple
+        of 8 elements, one layout for both GEMMs), then the lowering's (shared memory)."""
+        from argus.errors import LaunchError
+        from argus.ops.moe import Layer
+
+        d = task.dims
+        gate_up, down = pair(task, params)
         try:
-            dims["smem_need"] = max(ring_smem(params, True), ring_smem(params, False))
-        except (KeyError, TypeError):
-            dims["smem_need"] = "?"
-        return [d for d in (r.diagnose(params, dims, kernel=task.name) for r in self.rules)
-                if d is not None]
+            Layer(d["T"], d["H"], d["I"], d["E"], d["top_k"], gate_up, down)
+        except LaunchError as exc:
+            return [Diagnostic("error", "k_slices", str(exc).split("\n")[0], kernel=task.name,
+                               counterexample=dict(sorted(params.items())),
+                               fix="use a split that cuts K into equal slices of a multiple of "
+                                   "8 elements, or 1 (rule: argus/ops/moe.py Layer: K-slice "
+                                   "views read by TMA)")]
+        return super().resource_check(task, params)
 
     # -- cost ------------------------------------------------------------------------------------
     def estimate(self, task: TaskSpec, params: dict[str, Any],
                  resources: dict[str, Any] | None = None) -> Estimate | None:
-        if _pair_problems(task, params):
+        try:
+            pair(task, params)
+        except ValueError:
             return None
         d = task.dims
         T, H, I, E, k = d["T"], d["H"], d["I"], d["E"], d["top_k"]
@@ -274,4 +265,4 @@ def moe_task(T: int, H: int, I: int, E: int, top_k: int, name: str = "moe") -> T
                     metrics=(("flops", 2.0 * T * top_k * 3 * H * I),))
 
 
-__all__ = ["MoeFamily", "moe_task", "pair", "ring_smem"]
+__all__ = ["MoeFamily", "moe_task", "pair"]
