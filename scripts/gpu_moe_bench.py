@@ -34,6 +34,10 @@ output is checked against a float64 reference on the same routing (relative Frob
                                                     # and the decode rule's alternatives
     python scripts/gpu_moe_bench.py --quick --variants   # also other GEMM schedules
     python scripts/gpu_moe_bench.py --quick --breakdown  # ours' device time per kernel
+    ARGUS_VERIFY=0 python scripts/gpu_moe_bench.py --models mixtral --tokens 16384 \
+        --trials 10 --prefill-variants      # issue 16's prefill bar: the rule's schedules and
+                                            # prefill_variants(), each by kernel, and dense
+                                            # references of the same FLOPs (~2 min)
     ARGUS_VERIFY=0 python scripts/gpu_moe_bench.py --fp8 # DeepSeek-V3 fp8 (block scales),
                                                     # T = 4096 and 16384, ~1 min
 
@@ -165,6 +169,185 @@ def variants(tokens: int):
             "64x128-s8": replace(SMALL, stages=8), "64x256": replace(SMALL, bn=256, stages=5)}
 
 
+def prefill_variants() -> dict:
+    """The prefill GEMMs' schedule alternatives timed with --prefill-variants, as (gate-up,
+    down) pairs (name -> pair), one change each against the rule's PREFILL_TMA_CLUSTER
+    (128x256, 3 stages, TMA store, 2x1 clusters) where possible: the dense GEMM's fastest ring
+    (4 stages; the down's TMA store in rounds of 128 columns to make room for it), the
+    grouped raster's group_m (m-units of 256 rows walked down before moving along N: 4, 8 =
+    the rule's, 16 = about one Mixtral expert at T = 16384), 128-row padding without
+    clusters, the register epilogue with clusters, and the gate-up's SiLU on the SFU
+    (fast_silu: its epilogue runs while no wgmma issues). The data for docs/perf/moe.md's
+    T = 16384 accounting (issue 16's >= 700 TFLOP/s bar)."""
+    from dataclasses import replace
+
+    from argus.kernels.moe import (PREFILL_CLUSTER, PREFILL_DOWN_S4, PREFILL_GATE_UP_S4,
+                                   PREFILL_TMA, PREFILL_TMA_CLUSTER)
+
+    base = PREFILL_TMA_CLUSTER
+    best = (PREFILL_GATE_UP_S4, PREFILL_DOWN_S4)
+    return {"gate-up-4st": (PREFILL_GATE_UP_S4, base),
+            "down-4st-c128": (base, PREFILL_DOWN_S4),
+            "both-4st": best,
+            # the gated epilogue's SiLU on the SFU's ex2.approx (MoeSchedule.fast_silu)
+            "both-4st-fast-silu": (replace(PREFILL_GATE_UP_S4, fast_silu=True),
+                                   PREFILL_DOWN_S4),
+            "both-4st-g4": tuple(replace(s, group_m=4) for s in best),
+            "both-4st-g16": tuple(replace(s, group_m=16) for s in best),
+            "both-4st-nocluster": (replace(PREFILL_TMA, stages=4),
+                                   replace(PREFILL_TMA, stages=4, store_cols=128)),
+            "register-epilogue-cluster": (PREFILL_CLUSTER, PREFILL_CLUSTER)}
+
+
+def split_gemm_time(per: dict) -> tuple[float, float, float]:
+    """(gate-up us, down us, every other kernel's us) of a kernel_breakdown."""
+    gate_up = sum(us for key, us in per.items() if "moe_gate_up" in key)
+    down = sum(us for key, us in per.items() if "moe_down" in key)
+    return gate_up, down, sum(per.values()) - gate_up - down
+
+
+def padded_rows(ids, E: int, pad: int) -> int:
+    """Rows the grouped GEMMs compute for routing `ids`: each expert's rows padded to `pad`."""
+    import torch
+
+    counts = torch.bincount(ids.reshape(-1), minlength=E)
+    return int(((counts + pad - 1) // pad * pad).sum().item())
+
+
+def prefill_breakdown(label: str, fn, N: int, H: int, I: int, rows: int, reps: int = 3) -> dict:
+    """Device time per kernel of one prefill layer call (torch.profiler) and each GEMM's
+    TFLOP/s on the routed rows (N = T * k; the bar's count) and on the rows it computes
+    (`rows`, padding included), logged as one line."""
+    per = kernel_breakdown(fn, reps=reps)
+    gate_up, down, other = split_gemm_time(per)
+    flops_gu, flops_dn = 2.0 * N * H * 2 * I, 2.0 * N * I * H
+    out = dict(kernels_us=per, gate_up_us=gate_up, down_us=down, other_us=other,
+               padded_rows=rows, routed_rows=N)
+    for name, us, flops in (("gate_up", gate_up, flops_gu), ("down", down, flops_dn)):
+        out[f"{name}_tflops"] = flops / (us * 1e-6) / 1e12 if us else float("nan")
+        out[f"{name}_tflops_padded"] = out[f"{name}_tflops"] * rows / N
+    log(f"{label}: gate-up {gate_up:.0f} us ({out['gate_up_tflops']:.0f} TFLOP/s routed, "
+        f"{out['gate_up_tflops_padded']:.0f} on {rows} padded rows), down {down:.0f} us "
+        f"({out['down_tflops']:.0f} / {out['down_tflops_padded']:.0f}), other kernels "
+        f"{other:.0f} us: " + ", ".join(f"{key.split('(')[0][:36]} {us:.1f}"
+                                        for key, us in per.items()
+                                        if "moe_gate_up" not in key and "moe_down" not in key))
+    return out
+
+
+def dense_references(N: int, H: int, I: int, w13, w2, trials: int, allow_few: bool) -> dict:
+    """The same FLOPs as one dense GEMM each, in the same run: cuBLAS (torch.mm) and Argus's
+    dense kernel with the grouped GEMM's schedules (argus.ops.matmul, fixed schedule, no
+    tuning), x [N, H] @ w13[0].T -> [N, 2I] and h [N, I] @ w2[0].T -> [N, H]: what the card
+    sustains on these sizes, so that the grouped GEMMs' rates read against a ceiling measured
+    beside them (sustained rates of long GEMMs sit below short ones': clocks)."""
+    import torch
+
+    from argus.bench.timing import measure
+    from argus.kernels.gemm import GemmSchedule
+    from argus.ops import matmul
+
+    g = torch.Generator(device="cuda").manual_seed(7)
+    a = torch.randn(N, H, generator=g, device="cuda").bfloat16()
+    h = torch.randn(N, I, generator=g, device="cuda").bfloat16()
+    shapes = {"gate-up": (a, w13[0].T, 2.0 * N * H * 2 * I),
+              "down": (h, w2[0].T, 2.0 * N * I * H)}
+    kinds = {"cublas": None,
+             "argus-3st": GemmSchedule(stages=3, epilogue="tma", cluster_m=2),
+             "argus-4st-c128": GemmSchedule(stages=4, epilogue="tma", cluster_m=2,
+                                            store_cols=128)}
+    out: dict = {}
+    for shape, (lhs, rhs, flops) in shapes.items():
+        for kind, sched in kinds.items():
+            label = f"dense {shape} {N}x{rhs.shape[1]}x{lhs.shape[1]} {kind}"
+            try:
+                fn = (lambda lhs=lhs, rhs=rhs: torch.mm(lhs, rhs)) if sched is None else \
+                    (lambda lhs=lhs, rhs=rhs, sched=sched: matmul(lhs, rhs, schedule=sched))
+                fn()
+                torch.cuda.synchronize()
+                t = measure(fn, trials=trials, allow_few_trials=allow_few)
+                out[f"{shape} {kind}"] = dict(ms=t.median_ms,
+                                              tflops=flops / (t.median_ms * 1e-3) / 1e12)
+                log(f"{label}: {t.median_ms:.3f} ms {out[f'{shape} {kind}']['tflops']:.0f} "
+                    f"TFLOP/s")
+            except Exception as e:  # noqa: BLE001 - a reference failing is reported
+                out[f"{shape} {kind}"] = dict(error=f"{type(e).__name__}: {str(e)[:200]}")
+                log(f"{label}: FAILED {out[f'{shape} {kind}']['error']}")
+            torch.cuda.empty_cache()
+    return out
+
+
+def run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exact, trials,
+                         allow_few, row) -> None:
+    """--prefill-variants at one prefill shape: ours with the rule's schedule and each pair of
+    prefill_variants(), every one timed as a whole layer (L2-flushed CUDA-event medians) and
+    broken down by kernel (profiler), checked against float64; then the dense references.
+    Fills row["prefill"]; prefill_table() renders it."""
+    import torch
+
+    from argus.bench.timing import measure
+    from argus.ops.moe import schedule_for
+
+    E, _, H, I, _ = MODELS[name]
+    N = T * k
+    flops = 2.0 * N * 3 * H * I
+    result: dict = {}
+    for v, pair in [("rule", None), *prefill_variants().items()]:
+        label = f"{name} T={T} prefill {v}"
+        try:
+            pad = (pair[0] if pair else schedule_for(T, k, E, H)).pad
+
+            def call(pair=pair):
+                return ours_layer(x, w13, w2, logits, k, routing, bias, schedule=pair)
+            out = call()
+            torch.cuda.synchronize()
+            err = ((out.double() - exact).norm() / exact.norm()).item()
+            t = measure(call, trials=trials, allow_few_trials=allow_few)
+            entry = dict(ms=t.median_ms, tflops=flops / (t.median_ms * 1e-3) / 1e12,
+                         rel_err=err, ok=err < 1e-2,
+                         schedules=[repr(s) for s in pair] if pair else None)
+            log(f"{label}: {t.median_ms:.3f} ms {entry['tflops']:.0f} TFLOP/s (whole layer) "
+                f"rel_err={err:.2e}{'' if err < 1e-2 else '  WRONG'}")
+            entry.update(prefill_breakdown(label, call, N, H, I, padded_rows(ids, E, pad)))
+            result[v] = entry
+        except Exception as e:  # noqa: BLE001 - a variant failing is reported, not fatal
+            result[v] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
+            log(f"{label}: FAILED {result[v]['error']}")
+        torch.cuda.empty_cache()
+    result["dense"] = dense_references(N, H, I, w13, w2, trials, allow_few)
+    row["prefill"] = result
+
+
+def prefill_table(rows) -> str:
+    """The --prefill-variants table: per variant the whole layer and each kernel group."""
+    lines = []
+    for r in rows:
+        res = r.get("prefill")
+        if not res:
+            continue
+        lines += [f"\n{r['model']} T = {r['T']} (routed rows {r['T'] * r['k']}):",
+                  "| variant | layer ms | layer TFLOP/s | gate-up us (TFLOP/s routed / padded) "
+                  "| down us (TFLOP/s routed / padded) | other kernels us | rel err |",
+                  "|---|---|---|---|---|---|---|"]
+        for v, d in res.items():
+            if v == "dense":
+                continue
+            if "ms" not in d:
+                lines.append(f"| {v} | fail | - | - | - | - | {d.get('error', '')[:60]} |")
+                continue
+            lines.append(
+                f"| {v} | {d['ms']:.3f} | {d['tflops']:.0f} | {d['gate_up_us']:.0f} "
+                f"({d['gate_up_tflops']:.0f} / {d['gate_up_tflops_padded']:.0f}) | "
+                f"{d['down_us']:.0f} ({d['down_tflops']:.0f} / {d['down_tflops_padded']:.0f}) "
+                f"| {d['other_us']:.0f} | {d['rel_err']:.1e}{'' if d['ok'] else ' WRONG'} |")
+        dense = res.get("dense", {})
+        if dense:
+            lines.append("\ndense references (same FLOPs, one GEMM): " + "; ".join(
+                f"{key} {d['ms']:.3f} ms {d['tflops']:.0f} TFLOP/s" if "ms" in d else
+                f"{key} failed" for key, d in dense.items()))
+    return "\n".join(lines)
+
+
 def decode_rule_variants(T: int, k: int, E: int, H: int, I: int) -> dict:
     """The decode rule's own alternatives (argus.ops.moe.decode_schedules), one change each,
     as (gate-up, down) pairs: the down's ring at 8 stages (the rule's decode_stages gives it
@@ -287,7 +470,7 @@ def ours_without_replay(*args, **kw):
 
 
 def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=False,
-              breakdown=False, decode_variants=False):
+              breakdown=False, decode_variants=False, prefill_variants_too=False):
     import torch
 
     from argus.bench.timing import graph_replay_us, measure
@@ -387,6 +570,9 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
                                   for key, us in mine.items()) + ")")
                 except Exception as e:  # noqa: BLE001 - a variant failing is reported
                     log(f"{name:14s} T={T:6d} rule@{v} FAILED {type(e).__name__}: {e}")
+        if prefill_variants_too and T > DECODE_MAX:
+            run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exact,
+                                 trials, allow_few, row)
         if breakdown:
             try:
                 per = kernel_breakdown(lambda: ours_layer(x, w13, w2, logits, k, routing, bias))
@@ -638,6 +824,12 @@ def main() -> None:
                          "each (rule@<change>: GEMMs %% of floor)")
     ap.add_argument("--variants", action="store_true",
                     help="also time ours with other grouped-GEMM schedules (ours@<name>)")
+    ap.add_argument("--prefill-variants", action="store_true",
+                    help="prefill rows (T > 64) also time the prefill GEMMs' schedule pairs "
+                         "(prefill_variants: stages, store rounds, group_m, clusters), each "
+                         "broken down by kernel, and dense references of the same FLOPs "
+                         "(cuBLAS, Argus's dense GEMM); with --models mixtral --tokens 16384: "
+                         "issue 16's prefill bar, ~2 min")
     ap.add_argument("--breakdown", action="store_true",
                     help="print ours' device time per kernel (torch.profiler)")
     ap.add_argument("--fp8", action="store_true",
@@ -687,9 +879,10 @@ def main() -> None:
     rows: list = []
     for name in args.models:
         run_model(name, tokens, trials, allow_few, copy_bw, rows, args.variants, args.breakdown,
-                  decode_variants=args.rule_variants)
+                  decode_variants=args.rule_variants,
+                  prefill_variants_too=args.prefill_variants)
         torch.cuda.empty_cache()
-    md = table(rows)
+    md = table(rows) + ("\n" + prefill_table(rows) if args.prefill_variants else "")
     log("\n" + md)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

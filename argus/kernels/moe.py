@@ -74,6 +74,14 @@ class MoeSchedule(WarpSpecializedSchedule):
     # that few touched experts still make units for every SM (one Qwen3 token: 8 experts x
     # 12 weight tiles of the gate-up for 132 SMs)
     split_k: int = 1
+    # the gated epilogue's SiLU as g / (1 + 2^(-g log2 e)) on the SFU's ex2.approx (one FMUL
+    # and one MUFU.EX2 where expf's full-range form takes about eight instructions) instead of
+    # g / (1 + expf(-g)): the cooperative kernel's two consumer warpgroups run the epilogue
+    # together while no wgmma issues, so its instructions are time off the tensor cores
+    # (docs/perf/moe.md, 2026-12-03 accounting). ex2.approx's relative error is <= 2^-22, far
+    # below h's bf16 rounding (2^-9); a gate below about -87 gives 2^126+ -> the quotient
+    # rounds to -0, as silu does; results below 2^-126 flush to zero
+    fast_silu: bool = False
 
     @property
     def pad(self) -> int:
@@ -119,6 +127,17 @@ PREFILL_CLUSTER = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2, clus
 # both: the library GEMM's fastest kind at large M (docs/perf/gemm.md)
 PREFILL_TMA_CLUSTER = MoeSchedule(bm=128, bn=256, bk=64, stages=3, consumers=2, cluster_m=2,
                                   epilogue="tma")
+# Per-GEMM forms of PREFILL_TMA_CLUSTER with the dense GEMM's fastest ring at large aligned
+# shapes (docs/perf/gemm.md: 128x256, 4 stages, TMA store of 128 columns a round, 2x1
+# cluster). The gate-up stores bn/2 = 128 columns of h, so its staging is 32 KB and a fourth
+# 48 KB stage fits as it is (224 KB); the down stores all 256 columns, so it needs the staged
+# rounds of 128 columns to make room for the fourth stage (4 stages with 64 KB of staging is
+# 257 KB: over the 227 KB a CTA may take). A (gate-up, down) pair: both pad experts to 256
+# rows, so they read one layout.
+PREFILL_GATE_UP_S4 = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2, cluster_m=2,
+                                 epilogue="tma")
+PREFILL_DOWN_S4 = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2, cluster_m=2,
+                              epilogue="tma", store_cols=128)
 SMALL = MoeSchedule(bm=64, bn=128, bk=64, stages=4, consumers=1, consumer_regs=240,
                     producer_regs=40)
 # a few tokens on a few experts: narrow tiles, so the down projection has units for every SM,
@@ -138,8 +157,14 @@ def decode_schedule(bn: int = 8, stages: int = 8, split_k: int = 1) -> MoeSchedu
 DECODE = decode_schedule()
 
 
-def silu_mul(gate, up):
-    """silu(gate) * up, in fp32."""
+LOG2E = 1.4426950408889634
+
+
+def silu_mul(gate, up, fast: bool = False):
+    """silu(gate) * up, in fp32; fast: silu through the SFU's ex2.approx (MoeSchedule's
+    fast_silu), gate / (1 + 2^(-gate log2 e))."""
+    if fast:
+        return gate / (1.0 + ag.exp2(gate * -LOG2E, approx=True)) * up
     return gate * ag.sigmoid(gate) * up
 
 
@@ -250,12 +275,12 @@ def store_unit(C, s: MoeSchedule, m, n, row0, wg, acc, staging: Staging | None,
     stores (epilogue="tma")."""
     width = s.bn // 2 if gated else s.bn
     if s.epilogue == "tma" and gated:
-        _store_gated_staged(C, row0, n * width, wg, acc, staging, width)
+        _store_gated_staged(C, row0, n * width, wg, acc, staging, width, s.fast_silu)
     elif s.epilogue == "tma":
         store_tile_staged(C, Unit((), m, n), wg, acc, staging, bm=s.bm, bn=s.bn,
                           rows=s.bm // s.consumers, finish=lambda t: t.to(ag.bf16))
     elif gated:
-        out = silu_mul(acc[:, :width], acc[:, width:])
+        out = silu_mul(acc[:, :width], acc[:, width:], s.fast_silu)
         ag.store(C, (row0, n * width), out.to(ag.bf16))
     else:
         ag.store(C, (row0, n * width), acc.to(ag.bf16))
@@ -344,7 +369,7 @@ def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool, partial: bo
                                bm=s.bm, bn=s.bn, rows=s.bm, finish=lambda tile: tile,
                                transposed=True)
             else:
-                out = silu_mul(accs[0], accs[1]) if gated else accs[0]
+                out = silu_mul(accs[0], accs[1], s.fast_silu) if gated else accs[0]
                 store_tile(C, Unit((), n, t), 0, out, bm=s.bm, bn=s.bn, rows=s.bm,
                            finish=lambda tile: tile.to(ag.bf16), transposed=True)
 
@@ -380,7 +405,8 @@ def split_finish_kernel(splits: int, bn: int) -> ag.KernelFunction:
                      partial_outputs=("H",))
 
 
-def _store_gated_staged(C, row0, col0, wg, acc, staging: Staging, width: int) -> None:
+def _store_gated_staged(C, row0, col0, wg, acc, staging: Staging, width: int,
+                        fast_silu: bool = False) -> None:
     """The gate-up epilogue through shared memory: per 64-column block j of the output,
     silu(gate block j) * (up block j) stmatrix'ed into warpgroup wg's staging slots, then
     TMA-stored; in rounds of `staging.staged` blocks (store_tile_staged's order)."""
@@ -390,7 +416,7 @@ def _store_gated_staged(C, row0, col0, wg, acc, staging: Staging, width: int) ->
         for j in blocks:
             gate = acc[:, w * j:w * (j + 1)]
             up = acc[:, width + w * j:width + w * (j + 1)]
-            ag.stmatrix(staging.slot(wg, j), silu_mul(gate, up).to(ag.bf16))
+            ag.stmatrix(staging.slot(wg, j), silu_mul(gate, up, fast_silu).to(ag.bf16))
         for j in blocks:
             ag.tma.store(C, (row0, col0 + w * j), staging.slot(wg, j))
 

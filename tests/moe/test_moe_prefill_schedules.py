@@ -1,0 +1,143 @@
+"""The prefill grouped GEMMs' schedule alternatives before they spend device time (issue 16's
+Mixtral T = 16384 bar, docs/perf/moe.md 2026-12-03): the per-GEMM 4-stage forms
+(PREFILL_GATE_UP_S4, PREFILL_DOWN_S4) and the fast SiLU match float64 in the interpreter as a
+(gate-up, down) pair, verify clean, and every pair that scripts/gpu_moe_bench.py
+--prefill-variants times compiles for sm_90a within shared memory and without spills; the
+bench's bookkeeping (padded rows, kernel groups, table) is checked on made-up numbers."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from argus import codegen, verify
+from argus.compiler import lower_only
+from argus.errors import CompileError
+from argus.kernels.moe import (PREFILL_DOWN_S4, PREFILL_GATE_UP_S4, PREFILL_TMA_CLUSTER,
+                               grouped_gemm_kernel)
+from argus.runtime import nvrtc_available
+
+_PATH = Path(__file__).resolve().parents[2] / "scripts" / "gpu_moe_bench.py"
+_SPEC = importlib.util.spec_from_file_location("gpu_moe_bench", _PATH)
+bench = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(bench)
+
+M = importlib.import_module("argus.ops.moe")   # the module (argus.ops.moe is the function)
+FAST = replace(PREFILL_GATE_UP_S4, fast_silu=True)
+
+
+def _weights(E, H, I, seed):
+    g = torch.Generator().manual_seed(seed)
+    w13 = (torch.randn(E, 2 * I, H, generator=g) / H ** 0.5).bfloat16()
+    w2 = (torch.randn(E, H, I, generator=g) / I ** 0.5).bfloat16()
+    return w13, w2
+
+
+@pytest.mark.parametrize("gate_up", [PREFILL_GATE_UP_S4, FAST], ids=["exact", "fast_silu"])
+def test_prefill_pair_matches_float64(gate_up):
+    """The 4-stage gate-up (and its fast SiLU) with the down's 4 stages and 128-column store
+    rounds, as one layer: H = 256 makes the down store two rounds per tile, 140 tokens over 4
+    experts make several 256-row units per expert and a partial last one."""
+    T, E, k, H, I = 140, 4, 2, 256, 128
+    w13, w2 = _weights(E, H, I, seed=3)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(T, H, generator=g).bfloat16() * 4   # gates of a few units: both tails
+    ids = torch.rand(T, E, generator=g).topk(k, dim=1).indices.int()
+    weights = torch.rand(T, k, generator=g)
+    layer = M.Layer(T, H, I, E, k, gate_up, PREFILL_DOWN_S4)
+    out = M.experts(x, w13, w2, ids, weights, layer, interpret=True)
+    exact = M.reference(x, w13, w2, ids, weights)
+    assert not torch.isnan(out).any(), "a padding row reached the output"
+    rel = ((out.double() - exact).norm() / exact.norm()).item()
+    assert rel < 1e-2, rel
+
+
+@pytest.mark.parametrize("gated,schedule", [(True, PREFILL_GATE_UP_S4), (False, PREFILL_DOWN_S4),
+                                            (True, FAST)],
+                         ids=["gate_up_s4", "down_s4_c128", "gate_up_fast_silu"])
+def test_prefill_schedules_verify_clean(gated, schedule):
+    report = verify.run(lower_only(grouped_gemm_kernel(gated), s=schedule))
+    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    proven = {o.code for o in report.proven}
+    assert {"wgmma.agree", "store.coords", "wgmma.k-once"} <= proven, proven
+
+
+def test_fast_silu_renders_the_sfu_exponential():
+    """fast_silu changes the gated epilogue only: ex2.approx instead of expf; the default
+    keeps expf (its generated CUDA is what tests/golden hashes)."""
+    fast = codegen.render(lower_only(grouped_gemm_kernel(True), s=FAST)).text
+    exact = codegen.render(lower_only(grouped_gemm_kernel(True), s=PREFILL_GATE_UP_S4)).text
+    assert "ag::exp2_approx" in fast and "expf(" not in fast
+    assert "expf(" in exact and "ag::exp2_approx" not in exact
+
+
+def test_bench_prefill_variants_are_pairs_on_one_layout():
+    """Every --prefill-variants pair reads one layout (equal padding) and is a legal
+    (gate-up, down) schedule pair for argus.ops.moe at Mixtral T = 16384."""
+    variants = bench.prefill_variants()
+    assert {"gate-up-4st", "down-4st-c128", "both-4st", "both-4st-fast-silu"} <= set(variants)
+    for name, (gate_up, down) in variants.items():
+        assert gate_up.pad == down.pad, name
+        layer = M._layer(16384, 4096, 14336, 8, 2, (gate_up, down))
+        assert (layer.schedule, layer.down) == (gate_up, down), name
+    assert M._layer(16384, 4096, 14336, 8, 2, None).schedule == PREFILL_TMA_CLUSTER
+
+
+needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
+
+
+def _compile(gated: bool, schedule):
+    from argus.runtime.compile import compile_cuda
+
+    source = codegen.render(lower_only(grouped_gemm_kernel(gated), s=schedule))
+    return compile_cuda(source.text, [source.name], use_cache=False).resource(source.name)
+
+
+@needs_nvrtc
+def test_bench_prefill_variants_build_for_sm90a():
+    """Each schedule the bench times compiles within a CTA's shared memory, without spills."""
+    seen = set()
+    for gate_up, down in bench.prefill_variants().values():
+        for gated, schedule in ((True, gate_up), (False, down)):
+            if (gated, schedule) in seen:
+                continue
+            seen.add((gated, schedule))
+            res = _compile(gated, schedule)
+            assert not res.spills, (schedule, res.summary())
+    assert len(seen) >= 8
+
+
+@needs_nvrtc
+def test_down_needs_store_rounds_for_a_fourth_stage():
+    """Why PREFILL_DOWN_S4 stores in 128-column rounds: four 48 KB stages and the down's
+    256-column staging (64 KB) exceed a CTA's shared memory; the gate-up's 128-column staging
+    fits beside four stages as it is."""
+    with pytest.raises(CompileError, match="shared memory"):
+        _compile(False, replace(PREFILL_DOWN_S4, store_cols=0))
+    assert not _compile(True, PREFILL_GATE_UP_S4).spills
+
+
+def test_bench_bookkeeping():
+    """padded_rows pads each expert's count; split_gemm_time groups the profiler's kernels;
+    prefill_table renders a row (made-up numbers: the arithmetic, not a measurement)."""
+    ids = torch.tensor([[0, 1], [0, 2], [0, 1]])   # counts 3, 2, 1, 0
+    assert bench.padded_rows(ids, 4, 256) == 3 * 256
+    assert bench.padded_rows(ids, 4, 2) == 4 + 2 + 2
+    per = {"argus_moe_gate_up(...)": 100.0, "argus_moe_down(...)": 50.0, "argus_moe_permute": 7.0,
+           "argus_moe_combine": 3.0}
+    assert bench.split_gemm_time(per) == (100.0, 50.0, 10.0)
+    entry = dict(ms=1.0, tflops=500.0, rel_err=3e-3, ok=True, gate_up_us=100.0, down_us=50.0,
+                 other_us=10.0, gate_up_tflops=600.0, gate_up_tflops_padded=620.0,
+                 down_tflops=590.0, down_tflops_padded=610.0)
+    row = dict(model="mixtral", T=16384, k=2, prefill={
+        "rule": entry, "both-4st": dict(error="LaunchError: x"),
+        "dense": {"gate-up cublas": dict(ms=2.0, tflops=680.0), "down cublas": dict(error="x")}})
+    text = bench.prefill_table([row])
+    assert "| rule | 1.000 | 500 | 100 (600 / 620) | 50 (590 / 610) | 10 | 3.0e-03 |" in text
+    assert "| both-4st | fail |" in text
+    assert "gate-up cublas 2.000 ms 680 TFLOP/s; down cublas failed" in text
