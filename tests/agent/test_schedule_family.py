@@ -14,7 +14,7 @@ import pytest
 import argus as ag
 from argus.agent.composer import compose
 from argus.agent.evaluate import import_source
-from argus.agent.families import ScheduleFamily, get_family
+from argus.agent.families import ScheduleFamily, get_family, params_key
 from argus.agent.families.declared import declare_library
 from argus.agent.task import TaskSpec
 from argus.compiler import lower_only
@@ -65,10 +65,21 @@ def _legal_samples_render_and_lower(family, task, tmp_path, *, seed: int, prefix
         lower_only(module.KERNEL, **module.CONSTEXPRS)
 
 
-def test_gemm_and_composed_have_no_rules_of_their_own():
-    for name in ("gemm", "composed"):
-        family = get_family(name)
-        assert isinstance(family, ScheduleFamily) and family.rules == (), name
+def test_every_family_is_a_schedule_family_without_rules_of_its_own():
+    """One generic family: every family's legality is ScheduleFamily's (declared ranges and
+    constraints, the classes' checks, the compiler's resources); the dict rules are gone."""
+    import argus.agent.families.base as base
+    from argus.agent.families import FAMILIES
+
+    assert set(FAMILIES) == {"gemm", "elementwise", "kernel", "composed", "attention", "moe"}
+    for name, family in FAMILIES.items():
+        assert isinstance(family, ScheduleFamily), name
+        assert type(family).static_check is ScheduleFamily.static_check, name
+        assert not hasattr(family, "rules"), name
+    assert not hasattr(base, "Rule")
+
+
+def test_the_gemm_space_is_the_declaration():
     declare_library()
     family, task = get_family("gemm"), gemm_task()
     declared = space_of(GemmSchedule).choices(family.facts(task))
@@ -176,7 +187,7 @@ def test_elementwise_schedule_declares_its_space_in_its_fields(tmp_path):
     family = get_family("elementwise")
     task = TaskSpec("elementwise", "e", "kernelbench", "x", (("rows", 64), ("cols", 3000)), "f32",
                     "f32", expr="y = ag.maximum(x, 0.0)")
-    assert family.rules == () and ElementwiseSchedule.__dataclass_fields__["bn"].metadata
+    assert ElementwiseSchedule.__dataclass_fields__["bn"].metadata
     assert family.space(task) == space_of(ElementwiseSchedule).choices(family.facts(task))
     _legal_samples_render_and_lower(family, task, tmp_path, seed=5, prefix="e")
     assert [d.code for d in family.static_check(task, {"rows": 1, "bn": 384, "threads": 256})] \
@@ -209,7 +220,7 @@ def test_attention_space_is_declared_and_narrowed_per_task():
     metadata); one-field constraints narrow the precision knobs to the task's dtype and head
     dim, and the unprovable overlap order out of the search."""
     family = get_family("attention")
-    assert isinstance(family, ScheduleFamily) and family.rules == ()
+    assert isinstance(family, ScheduleFamily)
 
     def t(D, dtype):
         return TaskSpec("attention", "a", "kernelbench", "x",
@@ -224,3 +235,80 @@ def test_attention_space_is_declared_and_narrowed_per_task():
     p = family.normalize(t(64, "bf16"), family.default_params(t(64, "bf16")))
     assert [d.code for d in family.static_check(t(64, "bf16"), dict(p, operand="f16"))] == \
         ["operand"]
+
+
+CAPPED_KERNEL = '''"""A kernel that refuses BN > 2048 at trace time (its own Argus error)."""
+import argus as ag
+
+
+@ag.kernel(threads=128)
+def capped(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["M", "N", ag.f32], BN: int = 512,
+           ROWS: int = 2):
+    if BN > 2048:
+        raise ag.TraceError(f"BN={BN}: this kernel takes at most 2048 columns",
+                            fix="use BN <= 2048")
+    pid_m, pid_n = ag.grid(ag.cdiv(X.shape[0], ROWS), ag.cdiv(X.shape[1], BN))
+    x = ag.load(X, (pid_m * ROWS, pid_n * BN), (ROWS, BN))
+    ag.store(Y, (pid_m * ROWS, pid_n * BN), x * 2.0)
+
+
+KERNEL = capped
+OUTPUT = 1
+
+
+def make_inputs(size="small", seed=0, device="cpu"):
+    import torch
+
+    M, N = (8, 1000) if size == "small" else (512, 4096)
+    return torch.randn(M, N).to(device), torch.empty(M, N).to(device)
+
+
+def reference(x, y):
+    return x.double() * 2
+
+
+def bytes_moved(x, y):
+    return 2 * x.numel() * 4
+'''
+
+
+def test_a_user_kernels_knobs_are_a_declared_schedule(tmp_path):
+    """The generic kernel family: the kernel's power-of-two int compile-time parameters become
+    a Schedule class whose fields declare their legal values; the space is that declaration, a
+    neighbour is one step along one knob and legal, a value off the declaration is refused
+    with the knob named, and the resources (the launch grid at the task's shape) and so the
+    estimate come from lowering the file's own kernel."""
+    from pathlib import Path
+
+    from argus.agent.families.kernel import kernel_schedule
+
+    family = get_family("kernel")
+    task = compose(Path(__file__).parents[2] / "examples" / "elementwise.py")
+    schedule = kernel_schedule(task.constexprs)
+    assert schedule.__dataclass_fields__["BN"].metadata
+    space = family.space(task)
+    assert space == space_of(schedule).choices(family.facts(task))
+    assert space == {"ROWS": (1, 2, 4, 8, 16, 32), "BN": (256, 512, 1024, 2048, 4096, 8192)}
+    p = family.default_params(task)
+    assert p == {"ROWS": 4, "BN": 1024} and family.legal(task, p)
+    near = family.neighbors(task, p)
+    assert sorted(map(params_key, near)) == sorted(map(params_key, (
+        {"ROWS": 2, "BN": 1024}, {"ROWS": 8, "BN": 1024}, {"ROWS": 4, "BN": 512},
+        {"ROWS": 4, "BN": 2048})))
+    assert all(family.legal(task, q) for q in near)
+    bad = family.static_check(task, dict(p, BN=96))
+    assert [d.code for d in bad] == ["positive_pow2"] and bad[0].message.startswith("BN=96:")
+    assert [d.code for d in family.static_check(task, dict(p, ROWS=0))][0] == "range"
+    res = family.resources(task, p)
+    assert res["threads"] == 256 and res["grid"] == [8192 // 4, 8192 // 1024]
+    # without a worker's report the planner still ranks: one element per thread is slower
+    assert family.estimate(task, {"ROWS": 1, "BN": 256}).ms > family.estimate(task, p).ms
+
+    path = tmp_path / "capped.py"
+    path.write_text(CAPPED_KERNEL)
+    capped = compose(path)
+    assert capped.family == "kernel" and family.space(capped)["BN"][-1] == 4096
+    found = family.static_check(capped, {"BN": 4096, "ROWS": 2})
+    assert [d.code for d in found] == ["lower"] and "at most 2048 columns" in found[0].message
+    assert family.legal(capped, {"BN": 2048, "ROWS": 2})
+    assert family.estimate(capped, {"BN": 4096, "ROWS": 2}) is None

@@ -1,10 +1,11 @@
-"""Op families the agent can optimize: each maps a task to a schedule space, legality rules, a
-cost model and DSL source (see base.py). `get_family(name)` returns the one instance."""
+"""Op families the agent can optimize: each maps a task to a schedule space and its legality (its
+Schedule classes' declarations, schedule.py), a cost model and DSL source (see base.py).
+`get_family(name)` returns the one instance."""
 
 from __future__ import annotations
 
 from argus.agent.families.attention import AttentionFamily
-from argus.agent.families.base import Family, Rule, params_key
+from argus.agent.families.base import Family, params_key
 from argus.agent.families.schedule import ScheduleFamily
 from argus.agent.families.composed import ComposedFamily
 from argus.agent.families.elementwise import ElementwiseFamily
@@ -23,4 +24,4 @@ def get_family(name: str) -> Family:
     return FAMILIES[name]
 
 
-__all__ = ["FAMILIES", "Family", "Rule", "ScheduleFamily", "get_family", "params_key"]
+__all__ = ["FAMILIES", "Family", "ScheduleFamily", "get_family", "params_key"]

@@ -1,18 +1,19 @@
-"""What every op family gives the agent: a schedule space with legal values, static legality
-rules as data, the bounded parameter search a schedule card expands to, a cost estimate, and the
-DSL source (plus a KernelBench ModelNew adapter) of a candidate.
+"""What every op family gives the agent: a schedule space with legal values, a static legality
+check, the bounded parameter search a schedule card expands to, a cost estimate, and the DSL
+source (plus a KernelBench ModelNew adapter) of a candidate. Every family is a ScheduleFamily
+(schedule.py): its space and legality are its Schedule classes' declared ranges and constraints
+(argus/schedule_space.py), its resources the compiler's.
 
-Invariant: a family's static rules only *prune*; the lowering and the verifier remain the
-ground truth. The rules may be stricter than the lowering (they never claim more than the
-hardware rule they cite), and a test checks on a random sample that every schedule the rules
-accept also lowers, so the rules never waste a run on a schedule the compiler would reject.
+Invariant: a family's static check only *prunes*; the lowering and the verifier remain the
+ground truth. The declarations may be stricter than the lowering (they never claim more than
+the hardware rule they cite), and a test checks on a random sample that every schedule they
+accept also lowers, so the check never wastes a run on a schedule the compiler would reject.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from argus.agent.cost_model import Estimate
 from argus.agent.knowledge import Card
@@ -22,36 +23,10 @@ from argus.errors import Diagnostic
 MAX_EXPANSION = 64   # candidates one card may propose from one incumbent (bounded search)
 
 
-@dataclass(frozen=True)
-class Rule:
-    """One static legality rule: `check(params, dims)` is True when the schedule is legal."""
-
-    code: str
-    check: Callable[[dict[str, Any], dict[str, int]], bool]
-    message: str          # formatted with **params, **dims
-    fix: str
-    source: str           # the hardware or compiler rule it mirrors
-    severity: str = "error"
-
-    def diagnose(self, params: dict[str, Any], dims: dict[str, int], kernel: str
-                 ) -> Diagnostic | None:
-        try:
-            ok = self.check(params, dims)
-        except (KeyError, ZeroDivisionError, TypeError):
-            ok = False
-        if ok:
-            return None
-        values = {**dims, **params}
-        return Diagnostic(self.severity, self.code, self.message.format(**values), kernel=kernel,
-                          counterexample={k: params[k] for k in sorted(params)},
-                          fix=self.fix.format(**values) + f" (rule: {self.source})")
-
-
 class Family:
-    """Base class; subclasses fill in the space, rules, estimate and rendering."""
+    """Base class; subclasses fill in the space, the static check, estimate and rendering."""
 
     name = "base"
-    rules: tuple[Rule, ...] = ()
 
     # -- the schedule space -------------------------------------------------------------------
     def space(self, task: TaskSpec) -> dict[str, tuple[Any, ...]]:
@@ -68,13 +43,8 @@ class Family:
         return dict(params)
 
     def static_check(self, task: TaskSpec, params: dict[str, Any]) -> list[Diagnostic]:
-        dims = task.dims
-        out = []
-        for rule in self.rules:
-            d = rule.diagnose(params, dims, kernel=task.name)
-            if d is not None:
-                out.append(d)
-        return out
+        """Findings about `params` before anything is compiled (errors make them illegal)."""
+        raise NotImplementedError
 
     def legal(self, task: TaskSpec, params: dict[str, Any]) -> bool:
         return not any(d.severity == "error" for d in self.static_check(task, params))
