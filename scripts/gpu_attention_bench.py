@@ -155,7 +155,8 @@ def decode_variant(variant: str, head_dim: int, rows: int, units: int = 1, keys:
     work over `keys` keys: "default" is the op's own choice; else '+' joins of
     "bnN" (block_n), "stN" (ring stages), "wgN" (consumer warpgroups), "exact" (the
     full-range exp2), "staggerN" (DecodeSchedule.stagger = N blocks: the direct kernel's CTAs
-    start their walks at 8 different offsets; with one split only, so "s1" with it at batch 1)
+    start their walks at 8 different offsets), "streams2" (DecodeSchedule.streams: the direct
+    kernel walks the two halves of its blocks alternately; these two with one split only)
     applied to default_decode_schedule(head_dim, rows); "sN" (N splits instead of num_splits'
     choice), "ctaN" (num_splits(..., ctas_per_sm=N): a grid of N CTAs per SM, shorter splits);
     "nocombine" (time the first launch only: the split kernel without the combine, so the
@@ -178,6 +179,8 @@ def decode_variant(variant: str, head_dim: int, rows: int, units: int = 1, keys:
                 int(part[2:])
         elif part.startswith("stagger") and part[7:].isdigit():
             fields["stagger"] = int(part[7:])
+        elif part.startswith("streams") and part[7:].isdigit():
+            fields["streams"] = int(part[7:])
         elif part.startswith("cta") and part[3:].isdigit():
             per_sm = int(part[3:])
         elif part[:1] == "s" and part[1:].isdigit():
@@ -518,7 +521,8 @@ def main() -> int:
     parser.add_argument("--decode-variants", default="default",
                         help="--decode: our launches with other schedules, comma-separated "
                              "'+' joins of bnN, stN, wgN, sN (N splits), ctaN (num_splits "
-                             "for N CTAs per SM), staggerN (rotated walks, one split), exact, "
+                             "for N CTAs per SM), staggerN / streams2 (rotated / two-stream "
+                             "walks, one split), exact, "
                              "nocombine (the split kernel alone) (e.g. st2,bn176+st2,cta2,"
                              "s1+stagger2); each checked against float64 (but nocombine) and "
                              "timed as replayed launches (decode_variant)")

@@ -69,6 +69,11 @@ class DecodeSchedule:
     # at the same time (every CTA streams in lockstep otherwise). The online softmax is
     # order-free; 0 walks the blocks in order (the default, the same code as before).
     stagger: int = 0
+    # Two streams (a bench variant for the direct kernel): the CTA walks the first and the
+    # second half of its blocks alternately (0, h, 1, h + 1, ... with h = cdiv(n, 2)), so
+    # each SM keeps two sequential reads of K and two of V going instead of one of each
+    # (cuDNN runs several CTAs a SM: more concurrent streams at the same bytes in flight).
+    streams: int = 1
 
     def __post_init__(self) -> None:
         problems = []
@@ -80,6 +85,8 @@ class DecodeSchedule:
             problems.append(f"stages={self.stages} is outside 2..8")
         if not 0 <= self.stagger <= 64:
             problems.append(f"stagger={self.stagger} is outside 0..64 blocks")
+        if self.streams not in (1, 2):
+            problems.append(f"streams={self.streams}: 1 or 2 interleaved block streams")
         for name in ("producer_regs", "consumer_regs"):
             regs = getattr(self, name)
             if regs % 8 or not 24 <= regs <= 256:
@@ -200,15 +207,24 @@ def num_splits(units: int, kv_blocks: int, *, num_sms: int = NUM_SMS,
 STAGGER_PHASES = 8
 
 
-def _order(n, unit, stagger: int):
-    """j -> the j-th block a CTA walks, relative to its first block: in order, or with
-    stagger > 0 rotated, (j + rot) % n with rot = min((unit() % STAGGER_PHASES) * stagger, n):
-    every block of 0 .. n - 1 once (the producer and the consumers walk the same order).
+def _order(n, unit, stagger: int, streams: int = 1):
+    """j -> the j-th block a CTA walks, relative to its first block: in order; with
+    stagger > 0 rotated, (j + rot) % n with rot = min((unit() % STAGGER_PHASES) * stagger, n);
+    with streams = 2 the two halves alternately, (i % 2) * cdiv(n, 2) + i // 2 of the
+    (rotated) i: a permutation of 0 .. n - 1 for every n (the even i give 0 .. cdiv(n, 2) - 1,
+    the odd ones cdiv(n, 2) .. n - 1). The producer and the consumers walk the same order.
     `unit` is called only when staggering (an unused index would be dead code)."""
-    if not stagger:
-        return lambda j: j
-    rot = ag.minimum((unit() % STAGGER_PHASES) * stagger, n)
-    return lambda j: (j + rot) % n
+    def rotated(j):
+        return j
+    if stagger:
+        rot = ag.minimum((unit() % STAGGER_PHASES) * stagger, n)
+
+        def rotated(j):
+            return (j + rot) % n
+    if streams == 1:
+        return rotated
+    half = ag.cdiv(n, 2)
+    return lambda j: (rotated(j) % 2) * half + rotated(j) // 2
 
 
 def _split_blocks(split, splits, SK, block_n: int):
@@ -258,12 +274,12 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
         if paged and page_size % s.block_n:
             problems.append(f"block_n={s.block_n} does not divide page_size={page_size} "
                             f"(a KV block must not cross a page)")
-        if s.stagger and (split or paged):
-            # the verifier proves the rotated walk of the direct kernel; the splits' cover
+        if (s.stagger or s.streams > 1) and (split or paged):
+            # the verifier proves the reordered walks of the direct kernel; the splits' cover
             # proof (check_wgmma._split_cover) reads each split's keys as kb0 + j, in order
-            problems.append(f"stagger={s.stagger}: the staggered walk is for the direct "
-                            f"(one split), contiguous kernel; use stagger=0 with splits or "
-                            f"pages")
+            problems.append(f"stagger={s.stagger}, streams={s.streams}: the staggered walk "
+                            f"and the two streams are for the direct (one split), contiguous "
+                            f"kernel; use stagger=0 and streams=1 with splits or pages")
         if problems:
             raise ag.TraceError(f"{s} at head_dim={D}: " + "; ".join(problems),
                                 fix="use argus.kernels.attention_decode."
@@ -294,7 +310,7 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
             SK = K.shape[2]
         kb0, n = _split_blocks(sp, splits, SK, BN)
         # the CTA's place in the launch order (traced only when staggering: no dead code)
-        order = _order(n, lambda: (b * HKV + hk) * splits + sp, s.stagger)
+        order = _order(n, lambda: (b * HKV + hk) * splits + sp, s.stagger, s.streams)
 
         def kv_coords(jb, a, page):
             """TMA coordinates of column atom a of KV block jb (on physical `page`, paged)."""

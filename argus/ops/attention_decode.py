@@ -335,12 +335,12 @@ class _Call:
             n = min(splits or num_splits(B * HKV, blocks), max(1, blocks))
             if self.paged and splits is None and not _paged_splits_run():
                 n = 1            # the one paged kernel the verifier proves (see below)
-            if s.stagger and (n > 1 or self.paged):
-                raise LaunchError(f"{_WHO}: {s} staggers the walk of the direct kernel, but "
+            if (s.stagger or s.streams > 1) and (n > 1 or self.paged):
+                raise LaunchError(f"{_WHO}: {s} reorders the walk of the direct kernel, but "
                                   f"this call runs " + (f"{n} splits" if n > 1 else
                                                         "a paged cache"),
-                                  fix="pass splits=1 with a staggered schedule (contiguous "
-                                      "K and V), or stagger=0")
+                                  fix="pass splits=1 with a staggered or two-stream schedule "
+                                      "(contiguous K and V), or stagger=0 and streams=1")
 
             self.chunks.append((r0, rows, s, n))
             if n > 1:

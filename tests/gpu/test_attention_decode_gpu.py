@@ -3,7 +3,8 @@ the split-KV kernels and the combine on the device against float64 on fresh rand
 (batch 1 with many splits, batch 32 with one, 1 / 8 / 16 query tokens, GQA and MQA, causal
 bottom-right, KV lengths off the block, both layouts, fp16, every head dim, more packed rows
 than one tile), against torch SDPA, and inside a CUDA graph; and every schedule the decode
-bench's --decode-variants time (176/192/64-key blocks, the staggered walk, cta2 splits)."""
+bench's --decode-variants time (176/192/64-key blocks, the staggered and two-stream walks,
+cta2 splits)."""
 
 import math
 
@@ -96,6 +97,8 @@ VARIANTS = [  # variant, B, S, SK, causal: the schedules the decode bench times 
     ("wg2+st2", 4, 1, 3001, False),       # a second consumer warpgroup of padding rows
     ("stagger2", 32, 1, 8191, False),     # rotated walks: 8 start offsets, tail mid-walk
     ("stagger8+bn176+st2", 40, 4, 3000, True),   # rotations past n (clamped), causal
+    ("streams2", 32, 1, 8191, False),     # two interleaved halves, odd block count
+    ("streams2+stagger2", 33, 8, 1000, True),
     ("cta2", 1, 1, 8192, False),          # 32 splits of 2 blocks
     ("cta2", 1, 16, 32768, True),
 ]

@@ -135,3 +135,13 @@ def test_blocks_of_176_and_192_keys(block_n, stagger, splits, causal):
     are not a power of two, split (1001 keys: 6 blocks, 2 a split) or direct and staggered."""
     schedule = DecodeSchedule(block_n=block_n, stages=2, stagger=stagger)
     assert_close(*run(2, 8, 2, 3, 1001, 128, causal, splits=splits, schedule=schedule))
+
+
+@pytest.mark.parametrize("blocks", [1, 2, 5, 16])
+@pytest.mark.parametrize("stagger", [0, 3])
+def test_two_streams(blocks, stagger):
+    """DecodeSchedule.streams=2: the direct kernel walks its two halves alternately (0, h, 1,
+    h + 1, ...), alone or after the staggered rotation, odd and even block counts (the key
+    tail block lands mid-walk), causal."""
+    schedule = DecodeSchedule(block_n=64, stages=2, stagger=stagger, streams=2)
+    assert_close(*run(3, 8, 2, 2, 64 * blocks - 7, 64, True, splits=1, schedule=schedule))

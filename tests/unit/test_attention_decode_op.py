@@ -380,22 +380,30 @@ def test_split_rule_for_two_ctas_per_sm():
 
 
 def test_stagger_is_for_the_direct_kernel():
-    """DecodeSchedule.stagger (a bench variant) rotates the direct kernel's walk; the split
-    kernel's cover proof reads keys in order, so a staggered schedule with splits (or pages)
-    is refused by the op and by the kernel's trace, and stagger is bounded."""
+    """DecodeSchedule.stagger and .streams (bench variants) reorder the direct kernel's walk;
+    the split kernel's cover proof reads keys in order, so such a schedule with splits (or
+    pages) is refused by the op and by the kernel's trace; both fields are bounded."""
     from argus.compiler import lower_only
     from argus.errors import TraceError
     from argus.kernels.attention_decode import decode_kernel
 
     staggered = DecodeSchedule(block_n=64, stages=2, stagger=2)
     q, k, v = _qkv(SK=300)
-    with pytest.raises(LaunchError, match="pass splits=1 with a staggered schedule"):
+    with pytest.raises(LaunchError, match="pass splits=1 with a staggered or two-stream schedule"):
         run_decode(q, k, v, False, 0.125, "bhsd", False, splits=2, schedule=staggered,
                    execute=_interpret)
     out, _ = run_decode(q, k, v, False, 0.125, "bhsd", False, splits=1, schedule=staggered,
                         execute=_interpret)
     assert not torch.isnan(out.float()).any()
-    with pytest.raises(TraceError, match="staggered walk is for the direct"):
+    with pytest.raises(TraceError, match="are for the direct"):
         lower_only(decode_kernel(64, split=True), s=staggered)
+    two = DecodeSchedule(block_n=64, stages=2, streams=2)
+    with pytest.raises(LaunchError, match="reorders the walk of the direct kernel"):
+        run_decode(q, k, v, False, 0.125, "bhsd", False, splits=3, schedule=two,
+                   execute=_interpret)
+    with pytest.raises(TraceError, match="are for the direct"):
+        lower_only(decode_kernel(64, split=True), s=two)
     with pytest.raises(ValueError, match="stagger=65"):
         DecodeSchedule(stagger=65)
+    with pytest.raises(ValueError, match="streams=3"):
+        DecodeSchedule(streams=3)

@@ -34,6 +34,8 @@ def test_default_and_schedule_fields(decode_variant):
     s, splits, _ = decode_variant("s1+stagger2", 128, 4)
     assert s.stagger == 2 and s.block_n == default_decode_schedule(128, 4).block_n
     assert splits == 1
+    s, splits, _ = decode_variant("streams2+stagger8", 128, 4)
+    assert (s.streams, s.stagger, s.stages, splits) == (2, 8, 3, None)
     s, _, _ = decode_variant("wg2+st2+exact", 128, 4)
     assert (s.consumers, s.stages, s.approx_exp2) == (2, 2, False)
 

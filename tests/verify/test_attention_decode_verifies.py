@@ -88,14 +88,16 @@ def test_paged_split_kernel_has_one_known_gap(causal):
     assert len(report.proven) >= 100
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_staggered_direct_kernel_verifies_clean(causal):
-    """DecodeSchedule.stagger (the bench's `stagger` variant): the direct kernel walking its
-    blocks from (j + rot) % n is as clean as the in-order walk (wgmma.k-once proves the
-    rotated keys cover [0, SK) once)."""
+@pytest.mark.parametrize("causal,stagger,streams", [(False, 2, 1), (True, 2, 1), (False, 0, 2),
+                                                    (True, 2, 2)])
+def test_staggered_direct_kernel_verifies_clean(causal, stagger, streams):
+    """DecodeSchedule.stagger / .streams (the bench's `stagger` and `streams2` variants): the
+    direct kernel walking its blocks from (j + rot) % n, or its two halves alternately, is as
+    clean as the in-order walk (wgmma.k-once proves the reordered keys cover [0, SK) once)."""
     import dataclasses
 
-    schedule = dataclasses.replace(default_decode_schedule(128, 4), stagger=2)
+    schedule = dataclasses.replace(default_decode_schedule(128, 4), stagger=stagger,
+                                   streams=streams)
     report = verify.run(lower_only(decode_kernel(128, ag.bf16, causal, False), s=schedule))
     _assert_clean(report)
     assert len(report.proven) >= 60
