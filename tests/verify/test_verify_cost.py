@@ -77,3 +77,23 @@ def test_staged_store_reads_only_its_own_block():
     for st in staged:
         rec = st.tile.fn(tuple(z3.Int(f"e{d}") for d in range(len(st.shape))))
         assert len(rec.provenance) == 1, [who for _, who in rec.provenance]
+
+
+def test_symbolic_division_queries_skip_the_portfolio(monkeypatch):
+    """A linear-tier query that divides by a symbolic size as well as by constants (the
+    batched GEMM's store.coords: a grouped raster's tile index under the unit's batch decode)
+    defeats purify-arith, and used to fall through to the full portfolio (0.3-0.8 s each, the
+    largest cost of the batched MN-major GEMMs and MoE's routing query). The plain core proves
+    them in a quick attempt: structural, no timing — the portfolio is never reached."""
+    batched_kn = Problem(1024, 2048, 512, 8, "bf16", "bf16", "kn", True)
+    fn, schedule = kernel_for(batched_kn, GemmSchedule(bn=128, stages=6, pingpong=True))
+    obs, _ = checker.collect(Model(lower_only(fn, s=schedule)))
+    coords = [o for o in obs if o.code == "store.coords"]
+    assert coords and all(solver._nonlinear(list(o.premises)) for o in coords)
+
+    def portfolio(*args, **kwargs):
+        raise AssertionError("the full portfolio was reached")
+    monkeypatch.setattr(solver, "_prove", portfolio)
+    solver.clear_cache()
+    for o in coords:
+        assert solver.prove(o.premises, o.claims, timeout_ms=o.timeout_ms).status == "proven"
