@@ -72,6 +72,10 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
         # the tile. Translates with gaps between them (slots of a wider row, each BN of a
         # KC-wide slot) are not one tile: the else branch below
         blocks = translates and _joined(sites) is not None
+        # translates by 0, 1, .. along the dim before the tile's (a gate and an up half of
+        # one output row, stored by two sites): coverage is not claimed for them (below), but
+        # store.once follows from the same decomposition with the site index inside the tile
+        rows = translates and not blocks and _joined(sites, leading=True) is not None
         once = None   # the coverage claims that imply store.once (`_once_implied`)
         if partial:
             finds.append(Finding("store.coverage", sites[0].op.loc,
@@ -79,9 +83,9 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
                                  f"the kernel declares {sites[0].tensor.name} a partial output "
                                  f"(@ag.kernel(partial_outputs=...)): it writes part of it on "
                                  f"purpose, so coverage is not claimed"))
-            if len(sites) == 1 or blocks:
+            if len(sites) == 1 or blocks or rows:
                 # not reported: only their claims that imply store.once are queried
-                once = _tile_coverage(model, sites[0], sites if blocks else None)[2]
+                once = _tile_coverage(model, sites[0], sites if blocks or rows else None)[2]
         elif len(sites) == 1 or blocks:
             o, f, once = _coverage(model, sites[0]) if len(sites) == 1 else \
                 _tile_coverage(model, sites[0], sites)
@@ -91,6 +95,9 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
             finds.append(Finding("store.coverage", sites[0].op.loc,
                                  f"stores to {sites[0].tensor.name}", "unknown",
                                  f"{len(sites)} store sites: coverage is only checked for one"))
+            if rows:
+                # not reported: only their claims that imply store.once are queried
+                once = _tile_coverage(model, sites[0], sites)[2]
         if once and len(once_obs) == 1:
             obs[at] = dataclasses.replace(
                 once_obs[0], implied_by=once,
@@ -307,7 +314,8 @@ def _joined_extra(site: StoreSite, blocks, axis: int, w: int, extra: ObjectMap):
 def _joined(cls: list[StoreSite], leading: bool = False):
     """(joined site, (blocks, axis, width)) when the translates in `cls` tile one box along
     one dim with no gap or overlap, else None. With `leading`, also translates by 0, 1, ..
-    along the dim just before the tile's dims: the box gets a new first axis (width 1)."""
+    along the dim just before the tile's dims: the box gets a new axis (width 1), first, or
+    last for a transposed store."""
     a = cls[0]
     deltas = [[z3.simplify(_num(y) - _num(x)).as_long() for x, y in zip(a.offsets, b.offsets)]
               for b in cls]
@@ -327,9 +335,12 @@ def _joined(cls: list[StoreSite], leading: bool = False):
         if steps != [j * w for j in range(len(cls))]:
             return None
         shape = tuple(n * len(cls) if k == axis else n for k, n in enumerate(first.shape))
-    elif leading and d == lead - 1 and not a.transposed and steps == list(range(len(cls))):
-        axis, w = 0, 1
-        shape = (len(cls),) + tuple(first.shape)
+    elif leading and d == lead - 1 and steps == list(range(len(cls))):
+        # the new axis lands on dim d: first in the tile's axes, or last when the store is
+        # transposed (`_placed` reverses every axis, the new one too)
+        axis, w = (len(first.shape) if a.transposed else 0), 1
+        shape = tuple(first.shape) + (len(cls),) if a.transposed else \
+            (len(cls),) + tuple(first.shape)
     else:
         return None
     # the joined box has no register layout of its own (a witness's thread and register are

@@ -54,3 +54,37 @@ def test_joined_box_colliding_across_ctas_names_the_block():
     # the two instances write the same output element
     row = lambda p, cta: cta[0] * 4 + p["tile_element"][0]   # noqa: E731
     assert row(wit["first"], wit["first"]["cta"]) == row(wit["second"], wit["second"]["cta"])
+
+
+def halves_transposed(row_step: int):
+    """Y[h] = X^T for h in 0, 1, stored by two transposed sites one apart along Y's first dim
+    (the shape of the MoE decode kernels' gate and up halves under swap-AB); CTA pid_m's tile
+    starts at row pid_m * row_step of X."""
+    @ag.kernel(threads=128)
+    def halves(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor[2, "N", "M", ag.f32]):
+        pid_m, pid_n = ag.grid(ag.cdiv(X.shape[0], 4), ag.cdiv(X.shape[1], 16))
+        x = ag.load(X, (pid_m * row_step, pid_n * 16), (4, 16))
+        for h in range(2):
+            ag.store(Y, (h, pid_n * 16, pid_m * row_step), x, transposed=True)
+    return halves
+
+
+def test_transposed_halves_join_and_store_once_is_derived():
+    """The two transposed sites join into one box (the new axis last, where `_placed` puts it
+    on Y's first dim), and store.once follows from the tile decomposition with the site index
+    inside the tile: no non-linear query of its own."""
+    report = verify.run(halves_transposed(4))
+    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    once = _once(report)
+    assert len(once) == 1 and once[0].status == "proven", once
+    assert "2 blocks of 1" in once[0].subject and once[0].tier == "derived", once[0]
+
+
+def test_transposed_halves_colliding_across_ctas_are_caught():
+    report = verify.run(halves_transposed(2))   # CTA m + 1's rows overlap CTA m's
+    once = _once(report)
+    assert len(once) == 1 and once[0].status == "violated", once
+    wit = once[0].witness
+    for part in (wit["first"], wit["second"]):
+        assert len(part["tile_element"]) == 2, part   # the site's own (row, column) element
+        assert "test_store_blocks.py" in part["store"]
