@@ -245,6 +245,11 @@ def variant_schedules() -> list[tuple[str, object]]:
         ("split 128x256 cluster", S(bn=256, stages=3, promote=True, n_split=2, cluster_m=2,
                                     epilogue="tma")),
         ("split 128x176 direct", S(bn=176, stages=5, promote=True, n_split=2, cluster_m=2)),
+        # block scales through shared memory with each stage (DeepGEMM's path for scale_a)
+        ("serial 128x128 smem scales", S(bn=128, stages=5, promote=True, smem_scales=True,
+                                         cluster_m=2, epilogue="tma")),
+        ("split 128x256 smem scales", S(bn=256, stages=3, promote=True, n_split=2,
+                                        smem_scales=True, epilogue="tma")),
     ]
 
 
@@ -329,7 +334,8 @@ def main_variants(args, shapes, started) -> int:
     import torch
 
     import argus as ag
-    from argus.kernels.gemm_fp8 import gemm_fp8_blockscaled_kernel
+    from argus.kernels.gemm_fp8 import (gemm_fp8_blockscaled_kernel,
+                                        gemm_fp8_blockscaled_smem_kernel)
 
     variants = variant_schedules()
     rows = []
@@ -343,7 +349,9 @@ def main_variants(args, shapes, started) -> int:
     resources = {}
     for name, s in variants:
         try:   # the op compiled these already: the compile cache answers
-            resources[name] = _resources_entry(gemm_fp8_blockscaled_kernel(ag.bf16).compile(s=s))
+            kernel = gemm_fp8_blockscaled_smem_kernel if s.smem_scales else \
+                gemm_fp8_blockscaled_kernel
+            resources[name] = _resources_entry(kernel(ag.bf16).compile(s=s))
         except Exception as e:  # noqa: BLE001
             resources[name] = {"error": repr(e)[:200]}
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,

@@ -163,10 +163,12 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
             return ["split_overlap orders the two halves of n_split=2"] \
                 if self.split_overlap else []
         problems = []
-        if not self.promote or self.overlap or self.late_release or self.smem_scales:
+        if not self.promote or self.overlap or self.late_release or \
+                self.smem_scales and self.split_overlap:
             problems.append("n_split=2 is a promoting loop of its own (the stage released after "
                             "the second half's wgmma): it needs promote=True and none of "
-                            "overlap, late_release, smem_scales")
+                            "overlap, late_release, smem_scales with split_overlap (the "
+                            "shared-memory scales are read in the serial form's step)")
         if self.bn % 16:
             problems.append(f"n_split=2 takes halves of bn={self.bn}: each a wgmma N, a "
                             f"multiple of 8, so bn a multiple of 16")
@@ -390,10 +392,13 @@ def split_promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | No
     acc0 = ag.zeros((rows, width), ag.f32)
     acc1 = ag.zeros((rows, width), ag.f32)
     plain = scales is None
+    # SharedBlockScales (serial form only): each step reads its stage's scales, once per half
+    shared = isinstance(scales, SharedBlockScales)
     half0 = half1 = None
     row0 = l0 = r0 = row1 = l1 = r1 = None
     if not plain:
         half0, half1 = scales.piece(0, width), scales.piece(1, width)
+    if not plain and not shared:
         row0, l0, r0 = half0.fetch(0)
         row1, l1, r1 = half1.fetch(0)
 
@@ -407,7 +412,7 @@ def split_promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | No
         part0 = ag.zeros((rows, width), ag.f32)
         part1 = ag.zeros((rows, width), ag.f32)
     for k in ag.range(k_steps):
-        if not plain:   # past the end: zeros
+        if not plain and not shared:   # past the end: zeros
             next_row0, next_l0, next_r0 = half0.fetch(k + 1)
             next_row1, next_l1, next_r1 = half1.fetch(k + 1)
         if overlap:
@@ -418,6 +423,9 @@ def split_promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | No
             acc1 = acc1 + scaled1(part1)
         else:
             with ring.pipe.consume() as stage:
+                if shared:   # read twice: one value read by both halves would be converted
+                    row0, l0, r0 = half0.read(stage, wg, half0.planes == 2, k)
+                    row1, l1, r1 = half1.read(stage, wg, half1.planes == 2, k)
                 first = _half(ring, stage, wg, rows, 0)
                 # a one-trip loop as a sequence point: codegen inlines a promotion's pointwise
                 # expression into the carried assignment at the end of the region that holds
@@ -427,7 +435,7 @@ def split_promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | No
                     acc0 = acc0 + scaled0(first)
                 second = _half(ring, stage, wg, rows, 1)
                 acc1 = acc1 + scaled1(second)
-        if not plain:
+        if not plain and not shared:
             row0, l0, r0 = next_row0, next_l0, next_r0
             row1, l1, r1 = next_row1, next_l1, next_r1
     return acc0, acc1
@@ -652,6 +660,13 @@ class SharedBlockScales:
         split = (first_col // SCALE_BLOCK + 1) * SCALE_BLOCK - first_col
         return dataclasses.replace(self, split=split)
 
+    def piece(self, j: int, width: int) -> "SharedBlockScales":
+        """These scales for the j-th `width`-column piece of the unit's tile (n_split halves):
+        its columns before the second plane's first take the first plane's scale."""
+        if self.planes == 1:
+            return dataclasses.replace(self, bn=width)
+        return dataclasses.replace(self, bn=width, split=self.split - j * width)
+
     def combine(self, per_row, left, right):
         """The block's scale as a tile that broadcasts against a rows x bn partial."""
         if right is None:
@@ -758,8 +773,8 @@ def gemm_fp8_blockscaled_smem_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFun
                 return tile.to(out_dtype)
 
             for unit in g.sched.units():
-                acc = early_release_promoted_mma(g.ring, g.k_steps, wg,
-                                                 scales.for_unit(unit.n * s.bn))
+                loop = split_promoted_mma if s.n_split == 2 else early_release_promoted_mma
+                acc = loop(g.ring, g.k_steps, wg, scales.for_unit(unit.n * s.bn))
                 g.store(C, unit, wg, acc, finish)
 
     name = "gemm_fp8_blockscaled_smem" if out_dtype == ag.bf16 else \

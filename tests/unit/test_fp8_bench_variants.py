@@ -10,7 +10,7 @@ import pytest
 
 import argus as ag
 from argus.compiler import lower_only
-from argus.kernels.gemm_fp8 import gemm_fp8_blockscaled_kernel
+from argus.kernels.gemm_fp8 import gemm_fp8_blockscaled_kernel, gemm_fp8_blockscaled_smem_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,9 @@ def test_variants_are_distinct_and_start_with_the_default():
 def test_variant_lowers_and_verifies_clean(name, schedule):
     from argus import verify
 
-    kernel = lower_only(gemm_fp8_blockscaled_kernel(ag.bf16), s=schedule)   # smem fits
+    kf = gemm_fp8_blockscaled_smem_kernel if schedule.smem_scales else \
+        gemm_fp8_blockscaled_kernel
+    kernel = lower_only(kf(ag.bf16), s=schedule)   # shared memory fits
     report = verify.run(kernel)
     assert not report.errors, "\n".join(str(d) for d in report.errors)
     assert {d.code for d in report.unknowns} <= {"store.coverage", "store.once"}, \
