@@ -176,13 +176,15 @@ def prefill_variants() -> dict:
     (4 stages; the down's TMA store in rounds of 128 columns to make room for it), the
     grouped raster's group_m (m-units of 256 rows walked down before moving along N: 4, 8 =
     the rule's, 16 = about one Mixtral expert at T = 16384), 128-row padding without
-    clusters, the register epilogue with clusters, and the gate-up's SiLU on the SFU
-    (fast_silu: its epilogue runs while no wgmma issues). The data for docs/perf/moe.md's
+    clusters, the register epilogue with clusters, the gate-up's SiLU on the SFU
+    (fast_silu: its epilogue runs while no wgmma issues), and CTA pairs along N (cluster_n=2:
+    the pair shares the token tile, experts pad to 128 rows) last. The data for docs/perf/moe.md's
     T = 16384 accounting (issue 16's >= 700 TFLOP/s bar)."""
     from dataclasses import replace
 
-    from argus.kernels.moe import (PREFILL_CLUSTER, PREFILL_DOWN_S4, PREFILL_GATE_UP_S4,
-                                   PREFILL_TMA, PREFILL_TMA_CLUSTER)
+    from argus.kernels.moe import (PREFILL_CLUSTER, PREFILL_DOWN_PAIR_N, PREFILL_DOWN_S4,
+                                   PREFILL_GATE_UP_PAIR_N, PREFILL_GATE_UP_S4, PREFILL_TMA,
+                                   PREFILL_TMA_CLUSTER)
 
     base = PREFILL_TMA_CLUSTER
     best = (PREFILL_GATE_UP_S4, PREFILL_DOWN_S4)
@@ -196,7 +198,13 @@ def prefill_variants() -> dict:
             "both-4st-g16": tuple(replace(s, group_m=16) for s in best),
             "both-4st-nocluster": (replace(PREFILL_TMA, stages=4),
                                    replace(PREFILL_TMA, stages=4, store_cols=128)),
-            "register-epilogue-cluster": (PREFILL_CLUSTER, PREFILL_CLUSTER)}
+            "register-epilogue-cluster": (PREFILL_CLUSTER, PREFILL_CLUSTER),
+            # last (never run on a GPU before; not proven by the verifier's wgmma.k-once: run
+            # with ARGUS_VERIFY=0): CTA pairs along N sharing the token tile, 128-row padding;
+            # group_m 16 walks the same 2048 rows per group as the rule's 8 units of 256
+            "both-4st-pair-n": (PREFILL_GATE_UP_PAIR_N, PREFILL_DOWN_PAIR_N),
+            "both-4st-pair-n-g16": (replace(PREFILL_GATE_UP_PAIR_N, group_m=16),
+                                    replace(PREFILL_DOWN_PAIR_N, group_m=16))}
 
 
 def split_gemm_time(per: dict) -> tuple[float, float, float]:
@@ -281,7 +289,7 @@ def run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exa
                          allow_few, row) -> None:
     """--prefill-variants at one prefill shape: ours with the rule's schedule and each pair of
     prefill_variants(), every one timed as a whole layer (L2-flushed CUDA-event medians) and
-    broken down by kernel (profiler), checked against float64; then the dense references.
+    broken down by kernel (profiler), checked against float64, after the dense references.
     Fills row["prefill"]; prefill_table() renders it."""
     import torch
 
@@ -291,7 +299,9 @@ def run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exa
     E, _, H, I, _ = MODELS[name]
     N = T * k
     flops = 2.0 * N * 3 * H * I
-    result: dict = {}
+    # the dense references first: a variant that faults the device (the pair-n ones have
+    # not run on a GPU yet) would take every later measurement of the process with it
+    result: dict = {"dense": dense_references(N, H, I, w13, w2, trials, allow_few)}
     for v, pair in [("rule", None), *prefill_variants().items()]:
         label = f"{name} T={T} prefill {v}"
         try:
@@ -313,9 +323,9 @@ def run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exa
         except Exception as e:  # noqa: BLE001 - a variant failing is reported, not fatal
             result[v] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
             log(f"{label}: FAILED {result[v]['error']}")
-        torch.cuda.empty_cache()
-    result["dense"] = dense_references(N, H, I, w13, w2, trials, allow_few)
-    row["prefill"] = result
+        with contextlib.suppress(RuntimeError):   # a faulted context fails here too
+            torch.cuda.empty_cache()
+        row["prefill"] = result   # kept per variant: a later fault leaves the earlier ones
 
 
 def prefill_table(rows) -> str:
