@@ -288,12 +288,12 @@ def dense_references(N: int, H: int, I: int, w13, w2, trials: int, allow_few: bo
 def run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exact, trials,
                          allow_few, row) -> None:
     """--prefill-variants at one prefill shape: ours with the rule's schedule and each pair of
-    prefill_variants(), every one timed as a whole layer (L2-flushed CUDA-event medians) and
-    broken down by kernel (profiler), checked against float64, after the dense references.
-    Fills row["prefill"]; prefill_table() renders it."""
+    prefill_variants(), every one checked against float64 and broken down by kernel
+    (profiler), then all timed as whole layers in alternating rounds (L2-flushed CUDA-event
+    medians), after the dense references. Fills row["prefill"]; prefill_table() renders
+    it."""
     import torch
 
-    from argus.bench.timing import measure
     from argus.ops.moe import schedule_for
 
     E, _, H, I, _ = MODELS[name]
@@ -302,6 +302,8 @@ def run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exa
     # the dense references first: a variant that faults the device (the pair-n ones have
     # not run on a GPU yet) would take every later measurement of the process with it
     result: dict = {"dense": dense_references(N, H, I, w13, w2, trials, allow_few)}
+    row["prefill"] = result
+    calls = {}
     for v, pair in [("rule", None), *prefill_variants().items()]:
         label = f"{name} T={T} prefill {v}"
         try:
@@ -312,20 +314,48 @@ def run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exa
             out = call()
             torch.cuda.synchronize()
             err = ((out.double() - exact).norm() / exact.norm()).item()
-            t = measure(call, trials=trials, allow_few_trials=allow_few)
-            entry = dict(ms=t.median_ms, tflops=flops / (t.median_ms * 1e-3) / 1e12,
-                         rel_err=err, ok=err < 1e-2,
+            del out
+            entry = dict(rel_err=err, ok=err < 1e-2,
                          schedules=[repr(s) for s in pair] if pair else None)
-            log(f"{label}: {t.median_ms:.3f} ms {entry['tflops']:.0f} TFLOP/s (whole layer) "
-                f"rel_err={err:.2e}{'' if err < 1e-2 else '  WRONG'}")
+            log(f"{label}: rel_err={err:.2e}{'' if err < 1e-2 else '  WRONG'}")
             entry.update(prefill_breakdown(label, call, N, H, I, padded_rows(ids, E, pad)))
             result[v] = entry
+            calls[v] = call
         except Exception as e:  # noqa: BLE001 - a variant failing is reported, not fatal
             result[v] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
             log(f"{label}: FAILED {result[v]['error']}")
         with contextlib.suppress(RuntimeError):   # a faulted context fails here too
             torch.cuda.empty_cache()
-        row["prefill"] = result   # kept per variant: a later fault leaves the earlier ones
+    # the whole layers timed in alternating rounds (as argus.bench.timing.measure_alternating,
+    # which insists on 100 trials a round): clock and power drift over the run falls on every
+    # variant alike, not on the last ones
+    for v, ms in zip(calls, alternating_ms(list(calls.values()), 3, trials, allow_few)):
+        if ms is None:
+            log(f"{name} T={T} prefill {v}: timing failed")
+            continue
+        result[v].update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12)
+        log(f"{name} T={T} prefill {v}: {ms:.3f} ms {result[v]['tflops']:.0f} TFLOP/s "
+            f"(whole layer)")
+
+
+def alternating_ms(fns, rounds: int, trials: int, allow_few: bool) -> list:
+    """Median ms of each of `fns` over `rounds` alternating rounds of `trials` L2-flushed
+    timed calls each (argus.bench.timing.measure), the rounds' samples pooled; None for one
+    that fails."""
+    from argus.bench.timing import measure
+
+    samples: list = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            if samples[i] is None:
+                continue
+            try:
+                t = measure(fn, trials=trials, warmup=3, allow_few_trials=allow_few)
+                samples[i] += list(t.samples_ms)
+            except Exception as e:  # noqa: BLE001 - reported as a missing time
+                log(f"timing failed: {type(e).__name__}: {str(e)[:200]}")
+                samples[i] = None
+    return [statistics.median(x) if x else None for x in samples]
 
 
 def prefill_table(rows) -> str:
@@ -343,7 +373,7 @@ def prefill_table(rows) -> str:
             if v == "dense":
                 continue
             if "ms" not in d:
-                lines.append(f"| {v} | fail | - | - | - | - | {d.get('error', '')[:60]} |")
+                lines.append(f"| {v} | fail | - | - | - | - | {d.get('error', 'no time')[:60]} |")
                 continue
             lines.append(
                 f"| {v} | {d['ms']:.3f} | {d['tflops']:.0f} | {d['gate_up_us']:.0f} "

@@ -199,3 +199,7 @@ def test_bench_bookkeeping():
     assert "| rule | 1.000 | 500 | 100 (600 / 620) | 50 (590 / 610) | 10 | 3.0e-03 |" in text
     assert "| both-4st | fail |" in text
     assert "gate-up cublas 2.000 ms 680 TFLOP/s; down cublas failed" in text
+    calls = []
+    times = bench.alternating_ms([lambda: calls.append(1), lambda: 1 / 0], 2, 3, True)
+    assert times[0] is not None and times[0] >= 0 and times[1] is None
+    assert len(calls) == 2 * (3 + 3)   # two rounds of 3 warm-up and 3 timed calls
