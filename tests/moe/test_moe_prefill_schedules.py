@@ -203,3 +203,49 @@ def test_bench_bookkeeping():
     times = bench.alternating_ms([lambda: calls.append(1), lambda: 1 / 0], 2, 3, True)
     assert times[0] is not None and times[0] >= 0 and times[1] is None
     assert len(calls) == 2 * (3 + 3)   # two rounds of 3 warm-up and 3 timed calls
+
+
+def test_bench_prefill_run_plumbing(monkeypatch):
+    """run_prefill_variants' control flow on the CPU with the device parts faked (the layer,
+    the profiler, the dense references): every variant gets its error, breakdown and time, a
+    variant that raises is reported and the rest still run, and the table renders them."""
+    E, k, H, I, routing = bench.MODELS["mixtral"]
+    T = 8
+    exact = torch.ones(T, H, dtype=torch.float64)
+    ids = torch.tensor([[0, 1]] * T)
+    seen = []
+
+    def fake_layer(x, w13, w2, logits, k, routing, bias, schedule=None, out=None):
+        seen.append(schedule)
+        if schedule is not None and schedule[0].cluster_n == 2:
+            raise RuntimeError("device fault (faked)")
+        return torch.ones(T, H)
+
+    monkeypatch.setattr(bench, "ours_layer", fake_layer)
+    monkeypatch.setattr(bench, "kernel_breakdown", lambda fn, reps=10: (fn(), {
+        "argus_moe_gate_up": 1000.0, "argus_moe_down": 500.0, "argus_moe_permute": 50.0})[1])
+    monkeypatch.setattr(bench, "dense_references",
+                        lambda *a: {"gate-up cublas": dict(ms=1.0, tflops=680.0)})
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    row = dict(model="mixtral", T=T, k=k)
+    bench.run_prefill_variants("mixtral", T, None, None, None, None, k, routing, None, ids,
+                               exact, 3, True, row)
+    res = row["prefill"]
+    names = ["rule", *bench.prefill_variants()]
+    assert set(res) == {"dense", *names}
+    assert None in seen   # the rule's own schedule
+    for name in names:
+        if name.startswith("both-4st-pair-n"):
+            assert "device fault" in res[name]["error"]
+            continue
+        d = res[name]
+        assert d["ok"] and d["rel_err"] == 0.0 and d["ms"] >= 0
+        assert (d["gate_up_us"], d["down_us"], d["other_us"]) == (1000.0, 500.0, 50.0)
+        # 2 * N * H * 2I FLOPs in 1 ms
+        assert d["gate_up_tflops"] == pytest.approx(2 * T * k * H * 2 * I / 1e-3 / 1e12)
+        # every entry of ids is expert 0 or 1: T rows each, padded to the schedule's pad (the
+        # rule's at T = 8 is the decode token tile: 2 * T * k / E = 4 rows -> 8)
+        pad = {"rule": 8, "both-4st-nocluster": 128}.get(name, 256)
+        assert d["padded_rows"] == 2 * pad, (name, d["padded_rows"])
+    text = bench.prefill_table([row])
+    assert text.count("| both-4st-pair-n") == 2 and "| rule | " in text
