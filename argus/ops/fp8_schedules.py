@@ -94,6 +94,13 @@ _OVERLAP_TMA = Fp8GemmSchedule(bn=128, stages=_block_stages(128, 128, 128 * 128 
                                promote=True, overlap=True, cluster_m=2, epilogue="tma")
 
 
+# two 128-column halves per K block, one partial live at a time (gemm_fp8.split_promoted_mma):
+# 4 stages beside the 32 KB staging buffer of one half, without multicast (with it ptxas spills
+# in the K loop at 128 x 256)
+_SPLIT_256_TMA = Fp8GemmSchedule(bn=256, stages=4, promote=True, n_split=2, epilogue="tma")
+_SPLIT_256 = Fp8GemmSchedule(bn=256, stages=4, promote=True, n_split=2)
+
+
 def _block_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
     out = [_block_heuristic(p)]
     if p.m > 256:
@@ -106,6 +113,10 @@ def _block_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
         # the overlapped promotion with the direct epilogue: 737 / 746 TFLOP/s against 742 /
         # 637 serial on the same shapes (docs/perf/fp8.md): a candidate, not a default
         out += [Fp8GemmSchedule(bn=128, stages=6, promote=True, overlap=True, cluster_m=2)]
+        if p.n >= 256:
+            # the 128 x 256 tile of the N-split loop (DeepGEMM's 256 x 128 register budget;
+            # docs/perf/fp8.md "DeepGEMM compared"): measured nowhere yet, so a candidate
+            out += [_SPLIT_256_TMA if p.tma_epilogue_ok else _SPLIT_256]
     else:
         out += [Fp8GemmSchedule(bm=64, bn=128, consumers=1, stages=8, promote=True),
                 Fp8GemmSchedule(bm=128, bn=128, stages=6, promote=True)]

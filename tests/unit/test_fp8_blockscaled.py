@@ -143,7 +143,7 @@ def _verify_clean(kernel):
                          ids=[f"{p.out_dtype}-{s.bm}x{s.bn}-st{s.stages}-{s.epilogue}"
                               f"-c{s.cluster_m}" for p, s in BLOCK_CASES])
 def test_blockscaled_candidates_verify_clean(problem, schedule):
-    assert schedule.promote and schedule.bn <= 160
+    assert schedule.promote and (schedule.bn <= 160 or schedule.n_split == 2)
     _verify_clean(lower_only(gemm_fp8_blockscaled_kernel(OUT[problem.out_dtype]), s=schedule))
 
 
