@@ -1,6 +1,6 @@
 """The offline planner: a contextual bandit over knowledge-card actions with a bounded parameter
-search inside each action, pruned by the family's rules, the verifier and the cost model before
-anything runs. It needs no network; it is what CI runs and the baseline an LLM planner must beat.
+search inside each action, pruned by the family's static check, the verifier and the cost model
+before anything runs. It needs no network; it is what CI runs and the baseline an LLM planner must beat.
 
 Arms are the schedule cards that apply to the task (conditions over its features, the context).
 Each arm keeps a Gaussian posterior over the gain it buys (log improvement over the incumbent):
@@ -8,8 +8,8 @@ prior mean from the experience store (the card's mean gain on earlier runs of th
 with no history, the card's own `expected_gain`; prior weight up to PRIOR_WEIGHT pseudo-steps.
 Thompson sampling draws one value per arm (or UCB scores each arm), and arms are tried in that
 order. Inside an arm, `Family.expand` gives the bounded parameter search from the incumbent;
-candidates already tried are skipped; in dense mode the family's static rules drop illegal ones
-(recorded as pruned, with the rule as the reason); the cost model ranks the rest and drops those
+candidates already tried are skipped; in dense mode the family's static check (declared
+ranges, then the lowering) drops illegal ones (recorded as pruned, with the finding as the reason); the cost model ranks the rest and drops those
 predicted PRUNE_RATIO times slower than the incumbent; then the verifier screens them in order
 (lower + verify in the worker, no compile, no run), and the first one that passes is proposed.
 Arms are first searched for candidates the cost model predicts to beat the incumbent; when none

@@ -1,5 +1,6 @@
-"""Evaluate one candidate stage by stage, inside the worker process: load its DSL source, check the
-family's static rules, lower, verify, compile (NVRTC), check correctness, and measure.
+"""Evaluate one candidate stage by stage, inside the worker process: load its DSL source, run the
+family's static check (declared ranges, then the lowering), lower, verify, compile (NVRTC),
+check correctness, and measure.
 
 Dense feedback is the point: every stage that fails returns at once with its class and its
 diagnostics (a verifier counterexample comes back before anything is compiled or run), and a
