@@ -9,9 +9,10 @@ with no history, the card's own `expected_gain`; prior weight up to PRIOR_WEIGHT
 Thompson sampling draws one value per arm (or UCB scores each arm), and arms are tried in that
 order. Inside an arm, `Family.expand` gives the bounded parameter search from the incumbent;
 candidates already tried are skipped; in dense mode the family's static check (declared
-ranges, then the lowering) drops illegal ones (recorded as pruned, with the finding as the reason); the cost model ranks the rest and drops those
-predicted PRUNE_RATIO times slower than the incumbent; then the verifier screens them in order
-(lower + verify in the worker, no compile, no run), and the first one that passes is proposed.
+ranges, then the lowering) drops illegal ones (recorded as pruned, with the finding as the
+reason); the cost model ranks the rest and drops those predicted PRUNE_RATIO times slower
+than the incumbent; then the verifier screens them in order (lower + verify in the worker, no
+compile, no run), and the first one that passes is proposed.
 Arms are first searched for candidates the cost model predicts to beat the incumbent; when none
 has one, the planner explores (`explore`, on unless switched off): it proposes the best-predicted
 untried candidate of the whole neighbourhood, every arm's expansion plus, for a family over
