@@ -32,7 +32,10 @@ block (two where a tile straddles a 128-column weight block: selected per column
 `gemm_fp8_blockscaled_smem_kernel` (smem_scales=True) takes scale_a K-major instead and brings
 both scales through shared memory with each ring stage (`SharedBlockScales`). The serial
 promotion releases each stage before its FFMAs (`early_release_promoted_mma`) unless
-late_release=True.
+late_release=True. `n_split=2` (`split_promoted_mma`) splits each K block's wgmma into two
+column halves with their own partials and sums, one partial live at a time, so a 128 x 256
+tile fits the registers (DeepGEMM's 256 x 128 budget); a block-scaled accumulator never
+spans more than two weight blocks (`weight_blocks_spanned`).
 """
 
 import dataclasses
