@@ -204,7 +204,11 @@ def prefill_variants() -> dict:
             # group_m 16 walks the same 2048 rows per group as the rule's 8 units of 256
             "both-4st-pair-n": (PREFILL_GATE_UP_PAIR_N, PREFILL_DOWN_PAIR_N),
             "both-4st-pair-n-g16": (replace(PREFILL_GATE_UP_PAIR_N, group_m=16),
-                                    replace(PREFILL_DOWN_PAIR_N, group_m=16))}
+                                    replace(PREFILL_DOWN_PAIR_N, group_m=16)),
+            # every candidate at once: what they add up to in the same run
+            "pair-n-g16-fast-silu": (replace(PREFILL_GATE_UP_PAIR_N, group_m=16,
+                                             fast_silu=True),
+                                     replace(PREFILL_DOWN_PAIR_N, group_m=16))}
 
 
 def split_gemm_time(per: dict) -> tuple[float, float, float]:
