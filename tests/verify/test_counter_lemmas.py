@@ -13,6 +13,7 @@ from argus import verify
 from argus.compiler import lower_only
 from argus.kernels.gemm import GemmSchedule
 from argus.ops.schedules import Problem, kernel_for
+from argus.verify import checker, solver
 from argus.verify.model import Model
 
 
@@ -52,3 +53,24 @@ def test_tail_split_gemm_verifies_without_false_alarm():
     fn, schedule = kernel_for(problem, GemmSchedule(cluster_m=2, tail_splits=2))
     report = verify.run(lower_only(fn, s=schedule))
     assert not [d for d in report.errors if d.code.startswith("wgmma")], report.errors
+
+
+
+def test_never_active_questions_are_decided_by_the_plain_core():
+    """`Model._never_active` asks the plain core (non-linear settings) first: on the tail-split
+    GEMM it must decide every distinct question (an unknown falls back on the default solver,
+    20-120 ms each) and agree with the default solver (a dropped produce site must really never
+    fill the slot: unsat), both for the question as posed and its canonical renaming."""
+    model = _model()
+    checker.collect(model)
+    questions = list(model.__dict__.get("_inactive_by_term", {}).values())
+    assert len(questions) >= 2 and any(never for _, never in questions)
+    for term, never in questions:
+        plain = z3.SimpleSolver()
+        for name, v in solver.NIA_PARAMS.items():
+            plain.set(name, v)
+        full = z3.Solver()
+        for s in (plain, full):
+            s.set("rlimit", 5_000_000)
+            s.add(term)
+        assert plain.check() == full.check() == (z3.unsat if never else z3.sat), term
