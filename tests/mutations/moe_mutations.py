@@ -9,12 +9,15 @@ only read:
   * the permute writes each (token, slot) to its own row: every slot to slot 0's row
     (store.once, given position() injective);
   * padding rows and other tokens' rows never reach a token's output: the combine reading the
-    row after a slot's position (store.coords on the `token` tag).
+    row after a slot's position (store.coords on the `token` tag);
+  * each k multiplied once with CTA pairs along N (cluster_n=2, the token tile multicast in
+    halves): the producer's K walk stepping half a block (wgmma.k-once on `k`, which the
+    halves' `expert` tag, mentioning k without following it, must not hide or fake).
 """
 
 import argus as ag
 from argus.ir import ops as O
-from argus.kernels.moe import DECODE, grouped_gemm_kernel
+from argus.kernels.moe import DECODE, PREFILL_GATE_UP_PAIR_N, grouped_gemm_kernel
 from tests.mutations.corpus import ACC, Mutation, lowered_mutation, rewrite
 
 
@@ -84,6 +87,27 @@ def _decode_gate_up_with(fn, nth: int):
     return build
 
 
+def pair_n_half_k_step():
+    """The pair-N gate-up GEMM (PREFILL_GATE_UP_PAIR_N) lowered, its producer's K walk
+    k0 = k * bk stepping bk / 2: step k loads the columns [k * bk/2, k * bk/2 + bk) of A and W,
+    so the upper half of each step's block is multiplied again as the next step's lower half
+    (and the last K / 2 columns never)."""
+    from argus.compiler import lower_only
+
+    kernel = lower_only(grouped_gemm_kernel(True), s=PREFILL_GATE_UP_PAIR_N)
+    defs = {r.id: op for op in kernel.walk() for r in op.results()}
+    loads = [op for op in kernel.walk() if isinstance(op, O.TmaLoad)]
+    k0 = defs[loads[0].coords[-1].id]   # A's (row, k0): k0 = k * bk
+    assert all(ld.coords[-1].id == k0.result.id for ld in loads), "A and W share k0"
+    assert isinstance(k0, O.Arith) and k0.fn == "mul", k0
+    bk = defs[k0.rhs.id]
+    assert isinstance(bk, O.Const) and sum(
+        bk.result.id in {v.id for v in op.operands()} for op in kernel.walk()) == 1, \
+        "the bk constant is k0's alone"
+    return rewrite(kernel, O.Const, lambda op: op.replace(value=op.value // 2)
+                   if op.result.id == bk.result.id else op)
+
+
 def _traced(factory, bug):
     return lambda: factory(bug).trace()
 
@@ -108,6 +132,10 @@ MOE_CORPUS: list[Mutation] = [
     Mutation("moe/combine_reads_next_row", "moe", 22, _traced(make_combine, "reads_next_row"),
              ("store.coords",), ("output", "value_tags"), ("token",), "reads_next_row",
              "the combine reads the row after a slot's position: padding or another token"),
+    Mutation("moe/pair_n_k_walk_half_step", "moe", 2, pair_n_half_k_step,
+             ("wgmma.k-once",), ("k", "first", "second"), ("global k =", "multiplied twice"),
+             None, "cluster_n=2: the producer's K walk steps half a block, so every block's "
+                   "upper half is multiplied twice"),
 ]
 
 MOE_CLEAN = [
