@@ -6,6 +6,8 @@ all k inside the instruction's K, every iteration, warpgroup and CTA:
     step this consume owns, or by an earlier shared-memory store);
   * wgmma.agree — fields present on both sides agree: the contracted coordinate (the field
     that varies with k, e.g. `k` of A["M","K"] and B["N","K"]) and every user tag (`expert`);
+    a field is a reduction coordinate when its value can differ between two k of one
+    instruction, not when its term merely mentions k (`_reduction_fields`);
   * wgmma.k-once — the map (reduction-loop iteration, k in tile) -> k is injective with image
     [0, |domain|) and |domain| >= K, so every k of [0, K) is multiplied exactly once. A
     deliberate permutation of k stays legal (the stronger "k == it*BK + kk" is not required).
@@ -18,12 +20,12 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import TileType
-from argus.verify import promotion
+from argus.verify import promotion, solver
 from argus.verify.wgmma_facts import (_acc_chain, _carried_across, _defs, _field_extent, _k_key,
                                       _minimize, _operands)
 from argus.verify import witness as W
 from argus.verify.identity import ObjectMap, ObjectSet
-from argus.verify.model import Model, WgmmaSite, _num
+from argus.verify.model import Model, WgmmaSite, _num, b_index
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import (Substitution, free_consts, fresh_int, is_coordinate_field,
@@ -83,7 +85,7 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
                       [("A element defined", ra.defined), ("B element defined", rb.defined)],
                       decode, minimize=_minimize(site) + [m, n, kk])]
     claims = []
-    k_fields = []
+    k_fields = []   # candidates: their terms mention kk (`_reduction_fields` decides)
     for name in sorted(set(ra.fields) & set(rb.fields)):
         if not is_coordinate_field(name) and name not in _user_fields(model):
             continue
@@ -102,9 +104,63 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
     for claim in claims:  # one query per field: each stays small
         obs.append(Obligation("wgmma.agree", op.loc, subject + f": {claim[0]}", base + defined,
                               [claim], decode, minimize=_minimize(site) + [m, n, kk]))
-    for name in k_fields:
+    for name in _reduction_fields(model, site, k_fields):
         obs.extend(_k_once(model, site, name))
     return obs
+
+
+def _reduction_fields(model: Model, site: WgmmaSite, names: list[str]) -> list[str]:
+    """The fields of `names` (shared coordinates whose term mentions the instruction's k) that
+    are reduction coordinates: those whose value may differ between two k of one instruction
+    with the iteration, CTA, thread and (m, n) fixed. A field proven independent of k (the
+    same value at kk and at any other kk2) is no reduction index (its agreement is
+    wgmma.agree's): k-once on it could only fail, since (iteration, kk) -> field is never
+    injective when the instruction's K > 1. The multicast A tile of a CTA pair (MoE's
+    cluster_n=2) has one: its `expert` term is an If over which CTA's TMA half wrote the row,
+    guarded by `0 <= kk < 64`, which every kk meets.
+
+    Sound: only fields proven independent are dropped, and when every candidate is (no field
+    follows k: the instruction multiplies one k K times) all are kept, so k-once reports it as
+    it did. Cheap: with one candidate nothing is asked (it is kept either way); each candidate
+    is first decided by rewriting alone (z3's simplifier is equivalence-preserving: the
+    records at kk and kk2, auxiliaries renamed apart, simplify to one term), and the solver is
+    asked only while two or more stay undecided."""
+    if len(names) < 2:
+        return list(names)
+    op = site.op
+    m, n, kk, ra, rb, _ = _operands(model, site)
+    kk2 = fresh_int("kk")
+    # the records at a second k, built as k-once builds its second instance (fresh auxiliaries)
+    ra2 = model.wgmma_a(site, m, kk2)
+    rb2 = model.read_smem(site.b, b_index(site.b, n, kk2, op.k_extent, op.trans_b), site.site)
+    pairs = ((ra, ra2), (rb, rb2))
+
+    def same(name: str):
+        """The claim `name` of A and of B are equal at kk and kk2 (None: a record lacks it)."""
+        got = [(r.fields.get(name), r2.fields.get(name)) for r, r2 in pairs]
+        if any(f is None or f2 is None for f, f2 in got):
+            return None
+        return z3.And([f.term == f2.term for f, f2 in got]), \
+            [c for f, f2 in got for c in f.cond + f2.cond]
+
+    claims = {x: same(x) for x in names}
+    undecided = [x for x in names
+                 if claims[x] is None or not z3.is_true(z3.simplify(claims[x][0]))]
+    if len(undecided) > 1:
+        prem = list(model.premises) + site.site.constraints() + \
+            [m >= 0, m < 64, n >= 0, n < op.acc.type.shape[1], kk >= 0, kk < op.k_extent,
+             kk2 >= 0, kk2 < op.k_extent] + \
+            [c for r, r2 in pairs for c in (r.defined, r2.defined) + r.cond + r2.cond]
+        kept = []
+        for x in undecided:
+            if claims[x] is not None:
+                claim, conds = claims[x]
+                out = solver.prove(prem + conds, [(f"{x} independent of k", claim)])
+                if out.status == "proven":
+                    continue
+            kept.append(x)   # varies with k, or not decided: k-once asks it, as before
+        undecided = kept
+    return undecided or list(names)
 
 
 def _user_fields(model: Model) -> set[str]:

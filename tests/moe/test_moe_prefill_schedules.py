@@ -1,8 +1,9 @@
 """The prefill grouped GEMMs' schedule alternatives before they spend device time (issue 16's
 Mixtral T = 16384 bar, docs/perf/moe.md 2026-12-03): the per-GEMM 4-stage forms
 (PREFILL_GATE_UP_S4, PREFILL_DOWN_S4) and the fast SiLU match float64 in the interpreter as a
-(gate-up, down) pair and verify clean; CTA pairs along N (cluster_n=2) match float64, and the
-verifier's gap on them is recorded (strict xfail); every pair that scripts/gpu_moe_bench.py
+(gate-up, down) pair and verify clean; CTA pairs along N (cluster_n=2) match float64 and verify
+clean (k-once included: the multicast A tile's `expert` is no k coordinate, check_wgmma's
+_reduction_fields); every pair that scripts/gpu_moe_bench.py
 --prefill-variants times compiles for sm_90a within shared memory and without spills; the
 bench's bookkeeping (padded rows, kernel groups, table) is checked on made-up numbers."""
 
@@ -93,33 +94,17 @@ def test_pairs_along_n_refuse_what_they_cannot_run(kwargs, words):
         MoeSchedule(**{**base, **kwargs})
 
 
-class KnownVerifierGap(AssertionError):
-    """The one finding the pair-n schedules are known to get (any other is a real failure)."""
-
-
-# Diagnosed (2026-12-03, by patching the check in a scratch run): check_wgmma.obligations
-# takes a field as a reduction coordinate when its term merely mentions kk (`varies`,
-# syntactic); with the multicast A tile the `expert` tag's term mentions kk without depending
-# on it, so `expert` gets a k-once obligation it cannot meet. With `varies` decided
-# semantically (the term differs for some other kk) both kernels verify with zero findings,
-# k-once proven for k. argus/verify is not this test's owner's to change.
-@pytest.mark.xfail(strict=True, raises=KnownVerifierGap, reason="verifier: wgmma.k-once "
-                   "takes the `expert` tag as a k coordinate of the multicast A tile (its "
-                   "term mentions kk syntactically); the interpreter matches float64 "
-                   "(test_pairs_along_n_match_float64). Strict: a verifier that decides it "
-                   "makes this XPASS, and the pair-n schedules can drop their ARGUS_VERIFY=0 "
-                   "note")
 @pytest.mark.parametrize("gated,schedule", [(True, PREFILL_GATE_UP_PAIR_N),
                                             (False, PREFILL_DOWN_PAIR_N)],
                          ids=["gate_up", "down"])
 def test_pairs_along_n_verify_clean(gated, schedule):
+    # the multicast A tile's `expert` term mentions k without depending on it: no reduction
+    # coordinate (check_wgmma._reduction_fields), so k-once is proven for `k` alone
     report = verify.run(lower_only(grouped_gemm_kernel(gated), s=schedule))
-    codes = {d.code for d in report.errors}
-    assert codes <= {"wgmma.k-once"}, "\n".join(str(d) for d in report.errors)
+    assert not report.errors, "\n".join(str(d) for d in report.errors)
     proven = {o.code for o in report.proven}
-    assert {"wgmma.agree", "store.coords"} <= proven, proven   # no other expert's weights
-    if codes:
-        raise KnownVerifierGap("\n".join(str(d) for d in report.errors))
+    # wgmma.agree: no tile reads another expert's weights
+    assert {"wgmma.agree", "store.coords", "wgmma.k-once"} <= proven, proven
 
 
 @pytest.mark.parametrize("gated,schedule", [(True, PREFILL_GATE_UP_S4), (False, PREFILL_DOWN_S4),
