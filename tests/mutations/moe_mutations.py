@@ -10,9 +10,10 @@ only read:
     (store.once, given position() injective);
   * padding rows and other tokens' rows never reach a token's output: the combine reading the
     row after a slot's position (store.coords on the `token` tag);
-  * each k multiplied once with CTA pairs along N (cluster_n=2, the token tile multicast in
-    halves): the producer's K walk stepping half a block (wgmma.k-once on `k`, which the
-    halves' `expert` tag, mentioning k without following it, must not hide or fake).
+  * with CTA pairs along N (cluster_n=2, the token tile multicast in halves), whose `expert`
+    tag mentions k without following it: another expert's weights are still caught
+    (wgmma.agree), and so is the producer's K walk stepping half a block (wgmma.k-once on
+    `k`).
 """
 
 import argus as ag
@@ -87,6 +88,17 @@ def _decode_gate_up_with(fn, nth: int):
     return build
 
 
+def _pair_n_gate_up_with(fn, nth: int):
+    """The pair-N gate-up GEMM (PREFILL_GATE_UP_PAIR_N) lowered, its nth TMA load rewritten by
+    fn."""
+    def build():
+        from argus.compiler import lower_only
+
+        return rewrite(lower_only(grouped_gemm_kernel(True), s=PREFILL_GATE_UP_PAIR_N),
+                       O.TmaLoad, fn, nth)
+    return build
+
+
 def pair_n_half_k_step():
     """The pair-N gate-up GEMM (PREFILL_GATE_UP_PAIR_N) lowered, its producer's K walk
     k0 = k * bk stepping bk / 2: step k loads the columns [k * bk/2, k * bk/2 + bk) of A and W,
@@ -132,6 +144,13 @@ MOE_CORPUS: list[Mutation] = [
     Mutation("moe/combine_reads_next_row", "moe", 22, _traced(make_combine, "reads_next_row"),
              ("store.coords",), ("output", "value_tags"), ("token",), "reads_next_row",
              "the combine reads the row after a slot's position: padding or another token"),
+    # pair-N: the token tile's `expert` mentions k without following it, so it is no k
+    # coordinate (check_wgmma._reduction_fields); its agreement with the weights' is still asked
+    Mutation("moe/pair_n_expert_from_row", "moe", 21,
+             _pair_n_gate_up_with(lambda op: _with_coord(op, 0, 2), nth=1),
+             ("wgmma.agree",), ACC + ("a_element", "b_element"), ("A.expert == B.expert",),
+             None, "cluster_n=2: the gate box's expert coordinate is its row offset: another "
+                   "expert's weights against the multicast token tile"),
     Mutation("moe/pair_n_k_walk_half_step", "moe", 2, pair_n_half_k_step,
              ("wgmma.k-once",), ("k", "first", "second"), ("global k =", "multiplied twice"),
              None, "cluster_n=2: the producer's K walk steps half a block, so every block's "
