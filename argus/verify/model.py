@@ -889,7 +889,32 @@ def _stage_eq(a, b) -> z3.BoolRef:
         return z3.BoolVal(False)
     # simplified: the same step's stage on both sides folds to True, which keeps `n % 3` out
     # of the query (and the query in the bit-vector tier)
-    return z3.simplify(_num(a) == _num(b))
+    eq = z3.simplify(_num(a) == _num(b))
+    if z3.is_bool(eq) and not (z3.is_true(eq) or z3.is_false(eq)) and _never_equal(a, b):
+        return z3.BoolVal(False)
+    return eq
+
+
+def _never_equal(a, b) -> bool:
+    """Whether integer terms a and b differ for every value of their variables, by the gcd
+    test: a - b = sum(c_i * t_i) + k with integer coefficients c_i (t_i any integer-valued
+    subterms) is never 0 when gcd(c_i) does not divide k. The stages of a TMA-store
+    epilogue's staged blocks, 8 * wg + j and 8 * wg' + j' (j != j' mod 8), are such: their
+    race checks then fold to true without a query (bn 176 TMA-store GEMM: 187 pairs, 31 left)."""
+    a, b = _num(a), _num(b)
+    if not (z3.is_int(a) and z3.is_int(b)):
+        return False
+    d = z3.simplify(a - b)
+    terms = d.children() if z3.is_add(d) else [d]
+    k, g = 0, 0
+    for t in terms:
+        if z3.is_int_value(t):
+            k += t.as_long()
+        elif z3.is_mul(t) and t.num_args() == 2 and z3.is_int_value(t.arg(0)):
+            g = math.gcd(g, t.arg(0).as_long())
+        else:
+            g = math.gcd(g, 1)
+    return g > 1 and k % g != 0
 
 
 def smem_type(model: Model, buffer: Value) -> SmemType:
