@@ -151,9 +151,9 @@ PREFILL_DOWN_S4 = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2, clus
                               epilogue="tma", store_cols=128)
 # The same with CTA pairs along N (cluster_n=2: two n-tiles of one m-tile share its token
 # rows by multicast), so experts pad to 128 rows instead of 256. Interpreter-checked against
-# float64; the verifier's wgmma.k-once takes the `expert` tag of the multicast A tile for a k
-# coordinate (its term mentions kk syntactically: tests/moe/test_moe_prefill_schedules.py
-# records it), so these compile with ARGUS_VERIFY=0 only, as the fp8 overlap schedule does.
+# float64 and verified clean (k-once proven since the verifier decides k coordinates by
+# dependence, 38036b2). Measured on the H200 (docs/perf/moe.md): 2-4% slower than the
+# default at Mixtral T = 16384, so not the rule's pick.
 PREFILL_GATE_UP_PAIR_N = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2,
                                      epilogue="tma", cluster_n=2)
 PREFILL_DOWN_PAIR_N = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2,
