@@ -1,6 +1,7 @@
 """The offline planner: a contextual bandit over knowledge-card actions with a bounded parameter
 search inside each action, pruned by the family's static check, the verifier and the cost model
-before anything runs. It needs no network; it is what CI runs and the baseline an LLM planner must beat.
+before anything runs. It needs no network; it is what CI runs and the baseline an LLM planner
+must beat.
 
 Arms are the schedule cards that apply to the task (conditions over its features, the context).
 Each arm keeps a Gaussian posterior over the gain it buys (log improvement over the incumbent):
