@@ -199,9 +199,9 @@ def prefill_variants() -> dict:
             "both-4st-nocluster": (replace(PREFILL_TMA, stages=4),
                                    replace(PREFILL_TMA, stages=4, store_cols=128)),
             "register-epilogue-cluster": (PREFILL_CLUSTER, PREFILL_CLUSTER),
-            # last (never run on a GPU before; not proven by the verifier's wgmma.k-once: run
-            # with ARGUS_VERIFY=0): CTA pairs along N sharing the token tile, 128-row padding;
-            # group_m 16 walks the same 2048 rows per group as the rule's 8 units of 256
+            # last (the newest kernels: a device fault would not cost the earlier numbers):
+            # CTA pairs along N sharing the token tile, 128-row padding; group_m 16 walks the
+            # same 2048 rows per group as the rule's 8 units of 256
             "both-4st-pair-n": (PREFILL_GATE_UP_PAIR_N, PREFILL_DOWN_PAIR_N),
             "both-4st-pair-n-g16": (replace(PREFILL_GATE_UP_PAIR_N, group_m=16),
                                     replace(PREFILL_DOWN_PAIR_N, group_m=16)),
@@ -303,8 +303,8 @@ def run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exa
     E, _, H, I, _ = MODELS[name]
     N = T * k
     flops = 2.0 * N * 3 * H * I
-    # the dense references first: a variant that faults the device (the pair-n ones have
-    # not run on a GPU yet) would take every later measurement of the process with it
+    # the dense references first: a variant that faults the device would take every later
+    # measurement of the process with it
     result: dict = {"dense": dense_references(N, H, I, w13, w2, trials, allow_few)}
     row["prefill"] = result
     calls = {}
