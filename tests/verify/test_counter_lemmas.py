@@ -55,7 +55,6 @@ def test_tail_split_gemm_verifies_without_false_alarm():
     assert not [d for d in report.errors if d.code.startswith("wgmma")], report.errors
 
 
-
 def test_never_active_questions_are_decided_by_the_plain_core():
     """`Model._never_active` asks the plain core (non-linear settings) first: on the tail-split
     GEMM it must decide every distinct question (an unknown falls back on the default solver,
