@@ -7,7 +7,7 @@ correctness, timings or cost-model estimates) and keeps what it learns.
     print(result.best.candidate.params_dict, result.best.outcome.time_ms)
 
 Pieces (one job per file): knowledge.py + cards/ (the technique cards), task.py and composer.py
-(what a task is, and KernelBench -> op family), families/ (schedule spaces, rules, rendering),
+(what a task is, and KernelBench -> op family), families/ (schedule spaces, legality, rendering),
 cost_model.py, candidate.py, evaluate.py + worker.py (stage-by-stage evaluation in a subprocess),
 planner.py, bandit.py, llm/ (planners), store.py (experience SQLite; publishes measured GEMM
 winners to argus.ops's tuning cache), loop.py, report.py + plot.py (outputs), cli.py (`argus

@@ -36,7 +36,7 @@ from argus.agent.task import TaskSpec
 from argus.errors import ArgusError, CompileError, Diagnostic, TraceError
 
 RESOURCE_CODES = frozenset({"smem", "regs_budget", "registers", "grid_y", "tma_box"})
-# Static rules that predict a wrong answer (not an illegal schedule): a correctness failure.
+# Static-check codes that predict a wrong answer (not an illegal schedule): a correctness failure.
 ACCURACY_CODES = frozenset({"split_accuracy"})
 
 

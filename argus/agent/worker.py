@@ -7,7 +7,7 @@ the worker's whole process group (`WorkerTimeout`); a worker that dies (segfault
 illegal address taking the process down) raises `WorkerCrash` with its exit signal and the tail
 of its log. Either way the next request starts a fresh worker.
 
-Worker side (`python -m argus.agent.worker`): answers "ping", "screen" (load, rules, lower,
+Worker side (`python -m argus.agent.worker`): answers "ping", "screen" (load, static check, lower,
 verify, estimate), "evaluate" (all stages, see evaluate.py), "artifacts" (the best candidate's
 sources, CUDA and proven invariants) and "baseline" (an Argus example's PyTorch baseline). It
 protects the protocol channel from prints (stdout is redirected to the log), dies with its
