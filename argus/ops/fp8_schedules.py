@@ -115,7 +115,9 @@ def _block_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
         out += [Fp8GemmSchedule(bn=128, stages=6, promote=True, overlap=True, cluster_m=2)]
         if p.n >= 256:
             # the 128 x 256 tile of the N-split loop (DeepGEMM's 256 x 128 register budget;
-            # docs/perf/fp8.md "DeepGEMM compared"): measured nowhere yet, so a candidate
+            # docs/perf/fp8.md "DeepGEMM compared"): 941-1079 TFLOP/s at three of five
+            # DeepSeek-V3 shapes on the H200 (--variants at 4dd5330), behind the overlap default
+            # at the other two: a candidate until a rule separates the shapes
             out += [_SPLIT_256_TMA if p.tma_epilogue_ok else _SPLIT_256]
     else:
         out += [Fp8GemmSchedule(bm=64, bn=128, consumers=1, stages=8, promote=True),
