@@ -90,9 +90,12 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
     # block scales through shared memory (`SharedBlockScales`, DeepGEMM's path): the producer
     # TMA-loads each stage's activation and weight scales beside its operand tiles and the
     # consumers read them there, instead of every consumer thread loading them from global
-    # memory one step ahead. Block-scaled kernel only, serial early-release promotion; the
-    # kernel then takes scale_a K-major (`gemm_fp8_blockscaled_smem_kernel`). Out of repr
-    # when False, as overlap. Not measured yet, so not a default
+    # memory one step ahead. Block-scaled kernel only, serial promotion (early release, or
+    # n_split=2's serial form); the kernel then takes scale_a K-major
+    # (`gemm_fp8_blockscaled_smem_kernel`). Out of repr when False, as overlap. Not a
+    # default: on the H200 (docs/perf/fp8.md, 4dd5330) it beat the global loads in the
+    # serial 128 x 128 loop (819 vs 719 TFLOP/s geomean) but not in the split 128 x 256 one
+    # (864 vs 898), and neither beat the overlap default (834) at every shape
     smem_scales: bool = field(default=False, repr=False)
     # the promoting K step split along N (`split_promoted_mma`): each K block's wgmma is two
     # of bn / 2 columns, each into its own partial and added into its own fp32 accumulator,
