@@ -590,6 +590,11 @@ def test_relaxed_track_falls_back_to_strict_where_1e2_cannot_verify():
     assert not stochastic.solved_relaxed
     assert imprecise.solved_relaxed and not imprecise.solved
     assert not torch_work.solved_relaxed
+    # degenerate on the strict track is never solved on the relaxed one, even where the
+    # judgment lists no relaxed probe (tolerance.py makes that impossible in a real run)
+    strict_probe_only = _judgment("L2/81", 2, 81, correct=False, reasons=("imprecise",),
+                                  degenerate=("zeros",))
+    assert not strict_probe_only.solved_relaxed
     js = [strict_pass, relaxed_only, both, stochastic, imprecise, torch_work]
     (l2,) = summarize_levels(js)
     assert l2.correct_relaxed == 2 and l2.solved == 1

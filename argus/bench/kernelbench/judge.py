@@ -221,8 +221,10 @@ class Judgment:
         is a relaxed pass (tolerance.py); where 1e-2 cannot tell a trivial answer from the
         right one (L2/56: a sum of 32768 sigmoids is within 0.6% of its mean for any input, so
         a constant passes 1e-2) the relaxed track falls back to the strict check, whose probes
-        fail. A task degenerate on the strict track too, or stochastic, is never solved."""
-        relaxed_verifiable = not self.degenerate_relaxed and not self.stochastic
+        fail. A task degenerate on the strict track too, or stochastic, is never solved: by
+        `verifiable` here, not only through tolerance.py making a strict probe pass a relaxed
+        one (a judgment built or read with degenerate but no degenerate_relaxed stays out)."""
+        relaxed_verifiable = self.verifiable and not self.degenerate_relaxed
         return self.argus_kernels != "no" and (
             (self.correct_relaxed and relaxed_verifiable) or self.solved)
 
