@@ -26,7 +26,7 @@ import operator
 from pathlib import Path
 from typing import Any, Callable
 
-from argus.agent.task import TaskSpec, file_sha256
+from argus.agent.task import TaskSpec, file_sha256, is_pow2_int
 from argus.errors import ArgusError
 
 
@@ -364,13 +364,10 @@ def compose_argus(path: Path) -> TaskSpec:
                         dtype=out_dt, compute=in_dt,
                         options=(("in", in_dt), ("out", out_dt), ("b_layout", layout)),
                         kernel="KERNEL", **common)
-    import inspect
-
     tunable = []
     for pname in kernel_fn.constexpr_names:
         default = kernel_fn.signature.parameters[pname].default
-        if isinstance(default, int) and not isinstance(default, bool) and default > 0 \
-                and default & (default - 1) == 0 and default is not inspect.Parameter.empty:
+        if is_pow2_int(default):
             tunable.append((pname, default))
     if not tunable:
         raise NoTemplate(f"{path}: kernel {kernel_fn.name} has no power-of-two int compile-time "

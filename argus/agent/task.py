@@ -129,7 +129,7 @@ class TaskSpec:
         if self.family == "elementwise":
             f["numel"] = self.dims["rows"] * self.dims["cols"]
         if self.family == "kernel":
-            f["int_constexprs"] = sum(1 for _, v in self.constexprs if _is_pow2_int(v))
+            f["int_constexprs"] = sum(1 for _, v in self.constexprs if is_pow2_int(v))
         return f
 
     def to_json(self) -> dict[str, Any]:
@@ -167,7 +167,8 @@ def gemm_signature(task: "TaskSpec") -> str:
             f"{out}:{o.get('b_layout', 'nk')}:{'tma' if tma_ok else 'direct'}")
 
 
-def _is_pow2_int(v: Any) -> bool:
+def is_pow2_int(v: Any) -> bool:
+    """A positive power-of-two int (not a bool): what the kernel family tunes."""
     return isinstance(v, int) and not isinstance(v, bool) and v > 0 and v & (v - 1) == 0
 
 

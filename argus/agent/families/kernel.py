@@ -28,19 +28,15 @@ from argus.agent.cost_model import Estimate
 from argus.agent.families.base import MAX_EXPANSION
 from argus.agent.families.schedule import Part, ScheduleFamily
 from argus.agent.knowledge import Card
-from argus.agent.task import TaskSpec
+from argus.agent.task import TaskSpec, is_pow2_int
 from argus.schedule_space import Constraint, legal
 
 MAX_VALUE = 1 << 13
 RULE = "kernel family search space: tile sizes are powers of two"
 
 
-def _pow2(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0 and v & (v - 1) == 0
-
-
 def _not_pow2(values) -> str:
-    bad = ", ".join(f"{k}={v!r}" for k, v in values.items() if not _pow2(v))
+    bad = ", ".join(f"{k}={v!r}" for k, v in values.items() if not is_pow2_int(v))
     return (f"{bad}: the kernel's tunable compile-time parameters stay positive powers of two "
             "(the values the family searches; its tiles divide into warps and lanes)")
 
@@ -57,7 +53,7 @@ def kernel_schedule(constexprs: tuple[tuple[str, int], ...]) -> type:
                                       value * 8) if 1 <= v <= MAX_VALUE})
         fields.append((name, int, dataclasses.field(default=value, metadata=legal(
             choices or (value,), low=1, rule=RULE))))
-    positive_pow2 = Constraint("positive_pow2", lambda s, f: all(_pow2(s[n]) for n in names),
+    positive_pow2 = Constraint("positive_pow2", lambda s, f: all(is_pow2_int(s[n]) for n in names),
                                lambda s, f: _not_pow2({n: s[n] for n in names}),
                                "use 1, 2, 4, ...", RULE, reads=names)
     return dataclasses.make_dataclass("KernelSchedule", fields, frozen=True,
