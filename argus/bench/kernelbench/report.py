@@ -34,7 +34,7 @@ class LevelSummary:
     tasks: int
     solved: int
     correct_any_code: int
-    correct_relaxed: int
+    solved_relaxed: int     # Judgment.solved_relaxed: the relaxed track's solved count
     fast_0: float
     fast_1_eager: float | None
     fast_1_compile: float | None
@@ -68,7 +68,7 @@ def summarize_levels(judgments: list[Judgment]) -> list[LevelSummary]:
         out.append(LevelSummary(
             level=level, tasks=n, solved=len(solved),
             correct_any_code=sum(1 for j in js if j.correct and j.verifiable),
-            correct_relaxed=sum(1 for j in js if j.solved_relaxed),
+            solved_relaxed=sum(1 for j in js if j.solved_relaxed),
             fast_0=len(solved) / n if n else 0.0, fast_1_eager=f1e, fast_1_compile=f1c,
             geomean_eager=_finite(geomean([j.speedup_eager for j in timed])) if timed else None,
             geomean_compile=_finite(geomean([j.speedup_compile for j in timed_c]))
@@ -129,7 +129,7 @@ def markdown(judgments: list[Judgment], meta: dict[str, Any] | None = None) -> s
         lines.append(
             f"| {s.level} | {s.tasks} | {_pct(s.fast_0)} ({s.solved}) | {_pct(s.fast_1_eager)} "
             f"| {_pct(s.fast_1_compile)} | {_x(s.geomean_eager)} | {_x(s.geomean_compile)} | "
-            f"{s.correct_any_code} | {s.correct_relaxed} | {len(s.degenerate)} | "
+            f"{s.correct_any_code} | {s.solved_relaxed} | {len(s.degenerate)} | "
             f"{len(s.stochastic)} |")
     for s in levels:
         if s.degenerate or s.stochastic:
