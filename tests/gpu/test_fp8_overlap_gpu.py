@@ -11,8 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.gpu import hopper_only  # noqa: E402
-from tests.gpu.test_ops_scaled_matmul_gpu import (_block_ref, _fp8, _quantize_blocks,  # noqa: E402
-                                                  _ref, _rel, _scale)
+from tests.gpu.test_ops_scaled_matmul_gpu import (_check_block_scaled_schedules,  # noqa: E402
+                                                  _fp8, _quantize_blocks, _ref, _rel,
+                                                  _scale)
 
 pytestmark = hopper_only()
 
@@ -35,20 +36,7 @@ def _schedules():
 @pytest.mark.parametrize("m,n,k", [(129, 384, 128), (1000, 300, 256), (4095, 7168, 2048),
                                    (777, 2112, 1920), (256, 256, 640)])
 def test_overlapped_block_scaled_against_float64(m, n, k):
-    from argus.ops import scaled_matmul
-
-    x = torch.randn(m, k, device="cuda") * torch.rand(m, 1, device="cuda") * 4
-    a, w8, sa, sb = _quantize_blocks(x, torch.randn(n, k, device="cuda") * 0.05)
-    ref = _block_ref(a, w8, sa, sb)
-    for s in _schedules():
-        # the TMA-store epilogue takes 16-bit outputs with 16-byte rows only (scaled_matmul
-        # refuses the rest with a LaunchError, as it should): those cases run direct schedules
-        if s.epilogue != "tma" or (n * 2) % 16 == 0:
-            out = scaled_matmul(a, w8, sa, sb, schedule=s)
-            assert _rel(out, ref) < 4e-3, s
-        if s.epilogue != "tma":
-            out32 = scaled_matmul(a, w8, sa, sb, out_dtype=torch.float32, schedule=s)
-            assert _rel(out32, ref) < 5e-4, s
+    _check_block_scaled_schedules(m, n, k, _schedules())
 
 
 def test_overlapped_promotion_matches_the_serial_one():

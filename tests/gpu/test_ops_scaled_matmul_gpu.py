@@ -232,6 +232,24 @@ def _block_ref(a, w8, sa, sb):
     return a64 @ w64.T
 
 
+def _check_block_scaled_schedules(m, n, k, schedules):
+    """Each schedule on row-scaled data against float64: bf16 output within 4e-3 (where the
+    TMA-store epilogue applies: 16-bit outputs with 16-byte rows; scaled_matmul refuses the
+    rest with a LaunchError), fp32 output within 5e-4 for the direct-epilogue schedules."""
+    from argus.ops import scaled_matmul
+
+    x = torch.randn(m, k, device="cuda") * torch.rand(m, 1, device="cuda") * 4
+    a, w8, sa, sb = _quantize_blocks(x, torch.randn(n, k, device="cuda") * 0.05)
+    ref = _block_ref(a, w8, sa, sb)
+    for s in schedules:
+        if s.epilogue != "tma" or (n * 2) % 16 == 0:
+            out = scaled_matmul(a, w8, sa, sb, schedule=s)
+            assert _rel(out, ref) < 4e-3, s
+        if s.epilogue != "tma":
+            out32 = scaled_matmul(a, w8, sa, sb, out_dtype=torch.float32, schedule=s)
+            assert _rel(out32, ref) < 5e-4, s
+
+
 @pytest.mark.parametrize("m,n,k", [(128, 256, 256), (129, 384, 512), (1, 2112, 7168),
                                    (77, 4096, 1536), (4095, 7168, 2048), (4096, 2112, 7168),
                                    (1000, 300, 640)])
