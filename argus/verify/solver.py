@@ -429,9 +429,10 @@ NIA_PARAMS = {"arith.nl.grobner": False, "arith.nl.horner": False}
 PURIFY_MAX_PREMISES = 64
 
 
-def _divides_by_constant(terms: Sequence[z3.ExprRef]) -> bool:
-    """Whether an integer division or remainder by a numeral occurs in `terms` (raw C API
-    walk, as `_theory`)."""
+def _any_app(terms: Sequence[z3.ExprRef], hit) -> bool:
+    """Whether `hit(ctx, decl_kind, args)` holds for some application in `terms` (a raw C API
+    walk over the shared DAG, each node once, as `_theory`: z3's Python wrappers cost more
+    than the query on large premises)."""
     if not terms:
         return False
     ctx = terms[0].ctx.ref()
@@ -445,44 +446,34 @@ def _divides_by_constant(terms: Sequence[z3.ExprRef]) -> bool:
         visited.add(i)
         if _L.Z3_get_ast_kind(ctx, a) != z3.Z3_APP_AST:
             continue
-        n = _L.Z3_get_app_num_args(ctx, a)
-        if n == 2 and _L.Z3_get_decl_kind(ctx, _L.Z3_get_app_decl(ctx, a)) in _DIVMOD and \
-                _L.Z3_get_ast_kind(ctx, _L.Z3_get_app_arg(ctx, a, 1)) == z3.Z3_NUMERAL_AST:
+        args = [_L.Z3_get_app_arg(ctx, a, k) for k in range(_L.Z3_get_app_num_args(ctx, a))]
+        if hit(ctx, _L.Z3_get_decl_kind(ctx, _L.Z3_get_app_decl(ctx, a)), args):
             return True
-        todo.extend(_L.Z3_get_app_arg(ctx, a, k) for k in range(n))
+        todo.extend(args)
     return False
 
 
 _DIVMOD = (z3.Z3_OP_IDIV, z3.Z3_OP_MOD, z3.Z3_OP_REM)
 
 
+def _is_numeral(ctx, a) -> bool:
+    return _L.Z3_get_ast_kind(ctx, a) == z3.Z3_NUMERAL_AST
+
+
+def _divides_by_constant(terms: Sequence[z3.ExprRef]) -> bool:
+    """Whether an integer division or remainder by a numeral occurs in `terms`."""
+    return _any_app(terms, lambda ctx, kind, args: kind in _DIVMOD and len(args) == 2
+                    and _is_numeral(ctx, args[1]))
+
+
 def _nonlinear(terms: Sequence[z3.ExprRef]) -> bool:
     """Whether a product of two non-numerals, or a division or remainder by a non-numeral,
-    occurs in `terms` (raw C API walk, as `_divides_by_constant`)."""
-    if not terms:
-        return False
-    ctx = terms[0].ctx.ref()
-    todo = [t.as_ast() for t in terms]
-    visited = set()
-    while todo:
-        a = todo.pop()
-        i = _L.Z3_get_ast_id(ctx, a)
-        if i in visited:
-            continue
-        visited.add(i)
-        if _L.Z3_get_ast_kind(ctx, a) != z3.Z3_APP_AST:
-            continue
-        n = _L.Z3_get_app_num_args(ctx, a)
-        args = [_L.Z3_get_app_arg(ctx, a, k) for k in range(n)]
-        kind = _L.Z3_get_decl_kind(ctx, _L.Z3_get_app_decl(ctx, a))
-        if kind in _DIVMOD and n == 2 and \
-                _L.Z3_get_ast_kind(ctx, args[1]) != z3.Z3_NUMERAL_AST:
-            return True
-        if kind == z3.Z3_OP_MUL and \
-                sum(_L.Z3_get_ast_kind(ctx, x) != z3.Z3_NUMERAL_AST for x in args) > 1:
-            return True
-        todo.extend(args)
-    return False
+    occurs in `terms`."""
+    def hit(ctx, kind, args) -> bool:
+        if kind in _DIVMOD and len(args) == 2:
+            return not _is_numeral(ctx, args[1])
+        return kind == z3.Z3_OP_MUL and sum(not _is_numeral(ctx, x) for x in args) > 1
+    return _any_app(terms, hit)
 
 
 def _quick_proof(premises, claims, budget, rlimit, t0,
