@@ -224,9 +224,10 @@ BOUND_CPU_S = 1.5
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["tensor", "block"])
 def test_the_overlapped_kernels_verify_within_the_bar(kernel):
-    report, times = least_cpu_verify(lower_only(_library(kernel), s=OVERLAP["st6"]), 3,
-                                     BOUND_CPU_S)
+    report, times, bound = least_cpu_verify(lower_only(_library(kernel), s=OVERLAP["st6"]), 3,
+                                            BOUND_CPU_S)
     assert not report.errors and not report.unknowns, report.diagnostics
-    assert min(times) <= BOUND_CPU_S, (
+    assert min(times) <= bound, (
         f"verify.run of the overlapped fp8 {kernel} kernel took "
-        f"{', '.join(f'{t:.2f}' for t in times)} s CPU, bound {BOUND_CPU_S} s")
+        f"{', '.join(f'{t:.2f}' for t in times)} s CPU, bound {bound:.2f} s "
+        f"({BOUND_CPU_S} s on the development machine, timing.machine_slowdown)")

@@ -36,8 +36,9 @@ MAX_RECORD_COMPUTATIONS = 400   # 194 measured (2,564 when every obligation rebu
 # (HEAD 72dae26) -> after the conditions pruning, the causal k-once proof and the caches
 # (tagdomain.referenced_conds, check_wgmma._masked_past_the_loop, _operands):
 #   d128 causal 1.18 -> 0.59 s, d256 1.09 -> 0.70 s, d256 causal 1.66 -> 0.84 s.
-# The bound is 1.5x the bar: a loaded CI machine must not flake it, and a change that undoes
-# one of these (1.1-1.7 s then) fails it more often than not
+# The bound is 1.5x the bar on the development machine, scaled by timing.machine_slowdown on a
+# slower one (the CI machine ran these at 1.8-2.4 s): a loaded CI machine must not flake it,
+# and a change that undoes one of these (1.1-1.7 s then) fails it more often than not
 ATTENTION_OVER_THE_BAR = [(128, True), (256, False), (256, True)]
 BAR_BOUND_CPU_S = 1.5
 # the largest solver query of each (premises): 1,446 (d128 causal) and 2,814 (d256, the
@@ -52,13 +53,14 @@ def _kernel():
 
 @pytest.mark.slow
 def test_attention_kernel_verifies_within_the_time_bound():
-    report, times = least_cpu_verify(_kernel(), RUNS, BOUND_CPU_S)
+    report, times, bound = least_cpu_verify(_kernel(), RUNS, BOUND_CPU_S)
     # the time of a verification that proves the kernel, not of one that gave up early
     assert not report.errors and not report.unknowns, report.diagnostics
     assert len(report.proven) > 100
-    assert min(times) <= BOUND_CPU_S, (
+    assert min(times) <= bound, (
         f"verify.run of the hd128 causal attention kernel took "
-        f"{', '.join(f'{t:.2f}' for t in times)} s CPU, bound {BOUND_CPU_S} s: profile it "
+        f"{', '.join(f'{t:.2f}' for t in times)} s CPU, bound {bound:.2f} s ({BOUND_CPU_S} s "
+        f"on the development machine, timing.machine_slowdown): profile it "
         f"(docs/verify.md 'Timings') before raising the bound")
 
 
@@ -94,11 +96,12 @@ def test_attention_schedules_verify_near_the_bar(head_dim, causal):
     """verify.run's CPU time of the default schedules that were over issue 13's 1 s bar, cold
     proof cache, least of up to three runs; the verification proves the kernel (no open
     finding: the causal k-once coverage is proven, not a warning)."""
-    report, times = least_cpu_verify(_attention(head_dim, causal), RUNS, BAR_BOUND_CPU_S)
+    report, times, bound = least_cpu_verify(_attention(head_dim, causal), RUNS, BAR_BOUND_CPU_S)
     assert not [d for d in report.diagnostics if d.severity != "note"], report.diagnostics
-    assert min(times) <= BAR_BOUND_CPU_S, (
+    assert min(times) <= bound, (
         f"verify.run of attention d{head_dim}{' causal' if causal else ''} took "
-        f"{', '.join(f'{t:.2f}' for t in times)} s CPU, bound {BAR_BOUND_CPU_S} s (bar 1 s): "
+        f"{', '.join(f'{t:.2f}' for t in times)} s CPU, bound {bound:.2f} s ({BAR_BOUND_CPU_S} "
+        f"s on the development machine, timing.machine_slowdown; bar 1 s): "
         f"profile it (docs/verify.md 'Timings')")
 
 
