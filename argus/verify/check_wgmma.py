@@ -6,8 +6,9 @@ all k inside the instruction's K, every iteration, warpgroup and CTA:
     step this consume owns, or by an earlier shared-memory store);
   * wgmma.agree — fields present on both sides agree: the contracted coordinate (the field
     that varies with k, e.g. `k` of A["M","K"] and B["N","K"]) and every user tag (`expert`);
-    a field is a reduction coordinate when its value can differ between two k of one
-    instruction, not when its term merely mentions k (`_reduction_fields`);
+    a user tag is a reduction coordinate when its value can differ between two k of one
+    instruction, not when its term merely mentions k; a tensor coordinate that mentions k
+    always is (`_reduction_fields`: the contracted coordinate is never dropped);
   * wgmma.k-once — the map (reduction-loop iteration, k in tile) -> k is injective with image
     [0, |domain|) and |domain| >= K, so every k of [0, K) is multiplied exactly once. A
     deliberate permutation of k stays legal (the stronger "k == it*BK + kk" is not required).
@@ -119,16 +120,23 @@ def _reduction_fields(model: Model, site: WgmmaSite, names: list[str]) -> list[s
     cluster_n=2) has one: its `expert` term is an If over which CTA's TMA half wrote the row,
     guarded by `0 <= kk < 64`, which every kk meets.
 
-    Sound: only fields proven independent are dropped, and when every candidate is (no field
-    follows k: the instruction multiplies one k K times) all are kept, so k-once reports it as
-    it did. Cheap: with one candidate nothing is asked (it is kept either way); each candidate
-    is first decided by rewriting alone (z3's simplifier is equivalence-preserving: the
-    records at kk and kk2, auxiliaries renamed apart, simplify to one term), and the solver is
-    asked only while two or more stay undecided."""
+    Sound: only user tags (`ag.tag_tensor` fields such as `expert`) proven independent are
+    dropped, and only beside a coordinate of an operand's tensor, which is always kept. The
+    contracted coordinate is never dropped: a coordinate (`k` of A["M","K"]) constant in k
+    beside a tag that moves with k (one K column read K times) keeps its k-once, which
+    reports the duplicate; without a coordinate candidate (paged KV, whose contracted
+    coordinate is the user tag `key`) every candidate is kept. Cheap: with one candidate, or
+    no tag beside a coordinate, nothing is asked; each tag is first decided by rewriting
+    alone (z3's simplifier is equivalence-preserving: the records at kk and kk2, auxiliaries
+    renamed apart, simplify to one term), the solver only for a tag rewriting leaves open."""
     if len(names) < 2:
         return list(names)
     op = site.op
     m, n, kk, ra, rb, _ = _operands(model, site)
+    coordinates = _tensor_coordinates(model, (ra, rb))
+    tags = [x for x in names if x not in coordinates]
+    if not tags or len(tags) == len(names):
+        return list(names)
     kk2 = fresh_int("kk")
     # the records at a second k, built as k-once builds its second instance (fresh auxiliaries)
     ra2 = model.wgmma_a(site, m, kk2)
@@ -143,10 +151,10 @@ def _reduction_fields(model: Model, site: WgmmaSite, names: list[str]) -> list[s
         return z3.And([f.term == f2.term for f, f2 in got]), \
             [c for f, f2 in got for c in f.cond + f2.cond]
 
-    claims = {x: same(x) for x in names}
-    undecided = [x for x in names
+    claims = {x: same(x) for x in tags}
+    undecided = [x for x in tags
                  if claims[x] is None or not z3.is_true(z3.simplify(claims[x][0]))]
-    if len(undecided) > 1:
+    if undecided:
         prem = list(model.premises) + site.site.constraints() + \
             [m >= 0, m < 64, n >= 0, n < op.acc.type.shape[1], kk >= 0, kk < op.k_extent,
              kk2 >= 0, kk2 < op.k_extent] + \
@@ -160,7 +168,23 @@ def _reduction_fields(model: Model, site: WgmmaSite, names: list[str]) -> list[s
                     continue
             kept.append(x)   # varies with k, or not decided: k-once asks it, as before
         undecided = kept
-    return undecided or list(names)
+    return [x for x in names if x in coordinates or x in undecided]
+
+
+def _tensor_coordinates(model: Model, records) -> set[str]:
+    """The coordinate fields (shape symbols) of the tensors the records were read from: every
+    tensor's when a record's tensor is not one constant (then no field counts as a tag)."""
+    out: set[str] = set()
+    infos = list(model.tensors.values())
+    for rec in records:
+        t = rec.fields.get("tensor")
+        if t is None:
+            continue   # computed data (a register A operand): B's tensor names the coordinates
+        t = z3.simplify(t.term)
+        known = z3.is_int_value(t) and 0 <= t.as_long() < len(infos)
+        for info in ([infos[t.as_long()]] if known else infos):
+            out |= {x for x in info.field_names if is_coordinate_field(x)}
+    return out
 
 
 def _user_fields(model: Model) -> set[str]:

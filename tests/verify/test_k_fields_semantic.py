@@ -79,9 +79,10 @@ def test_pair_n_k_walk_half_step_is_caught_on_k():
 K = 64
 
 
-def _fake(a_fields, b_fields=None, a_cond=None):
+def _fake(a_fields, b_fields=None, a_cond=None, coordinates=("m", "n", "k")):
     """(model, site): a_fields(kk, aux) -> {name: term}; a_cond(kk, aux) -> record conditions;
-    b_fields likewise (default: the same as A's)."""
+    b_fields likewise (default: the same as A's). Both records read one tensor whose
+    coordinate fields are `coordinates`; the other fields are user tags (`ag.tag_tensor`)."""
     b_fields = b_fields or a_fields
     a_cond = a_cond or (lambda kk, aux: [])
     op = SimpleNamespace(k_extent=K, trans_b=False,
@@ -90,11 +91,13 @@ def _fake(a_fields, b_fields=None, a_cond=None):
 
     def record(fields, kk, cond=lambda kk, aux: []):
         aux = fresh_int("aux")
-        return Record({x: TagVal(t) for x, t in fields(kk, aux).items()},
-                      cond=tuple(cond(kk, aux)))
+        tags = {x: TagVal(t) for x, t in fields(kk, aux).items()}
+        tags["tensor"] = TagVal(z3.IntVal(0))
+        return Record(tags, cond=tuple(cond(kk, aux)))
 
     class FakeModel:
         premises: list = []
+        tensors = {0: SimpleNamespace(field_names=tuple(coordinates))}
 
         def wgmma_a(self, s, m, kk):
             return record(a_fields, kk, a_cond)
@@ -120,7 +123,8 @@ def test_guarded_constant_is_dropped_by_the_solver(fake_b_index, queries):
     e = z3.Int("e")
     model, site = _fake(lambda kk, aux: {"k": kk, "expert": z3.If(z3.And(kk >= 0, kk < K), e, -1)})
     assert check_wgmma._reduction_fields(model, site, ["expert", "k"]) == ["k"]
-    assert sorted(q[0] for q in queries) == ["expert independent of k", "k independent of k"]
+    # only the user tag is asked: the coordinate `k` is kept without a question
+    assert [q[0] for q in queries] == ["expert independent of k"]
 
 
 def test_dependence_through_an_auxiliary_is_kept(fake_b_index):
@@ -132,16 +136,38 @@ def test_dependence_through_an_auxiliary_is_kept(fake_b_index):
     assert check_wgmma._reduction_fields(model, site, ["j", "k"]) == ["j", "k"]
 
 
-def test_no_field_following_k_keeps_every_candidate(fake_b_index):
+def test_no_field_following_k_keeps_the_coordinate(fake_b_index):
     """Every candidate the same at all k: the instruction multiplies one k K times, and
-    k-once must still be asked (it reports it), so nothing is dropped."""
+    k-once must still be asked (it reports it): the coordinate `k` is kept (the constant
+    user tag may go: k-once on `k` already fails)."""
     e = z3.Int("e")
     model, site = _fake(lambda kk, aux: {"k": kk * 0 + 3, "expert": z3.If(kk < K, e, e)})
-    assert check_wgmma._reduction_fields(model, site, ["expert", "k"]) == ["expert", "k"]
+    assert check_wgmma._reduction_fields(model, site, ["expert", "k"]) == ["k"]
 
 
 def test_one_candidate_asks_nothing(fake_b_index, queries):
     model, site = _fake(lambda kk, aux: {"k": kk})
     assert check_wgmma._reduction_fields(model, site, ["k"]) == ["k"]
     assert check_wgmma._reduction_fields(model, site, []) == []
+    assert queries == []
+
+
+def test_seeded_constant_k_beside_a_moving_tag_is_kept(fake_b_index):
+    """Seeded bug (issue 13): one K column read at every k of the instruction (the contracted
+    coordinate `k` is a guarded constant, as the multicast tile's terms are) while a user tag
+    `lane` moves with k. Dropping `k` as 'independent of k' left k-once to `lane` alone, which
+    is injective: the duplicate reads were never reported. The contracted coordinate (a
+    coordinate of the tensor read) is kept whatever its dependence on k."""
+    model, site = _fake(lambda kk, aux: {"k": z3.If(z3.And(kk >= 0, kk < K), 7, -1),
+                                         "lane": kk})
+    assert check_wgmma._reduction_fields(model, site, ["k", "lane"]) == ["k", "lane"]
+
+
+def test_a_user_tag_alone_is_never_dropped(fake_b_index, queries):
+    """No coordinate of the tensor among the candidates (paged KV: the contracted coordinate
+    is the user tag `key`, the page row an integer extent): every candidate is kept and
+    nothing is asked, so a constant `key` beside another moving tag still gets k-once."""
+    model, site = _fake(lambda kk, aux: {"key": z3.If(kk < K, 5, 5), "lane": kk},
+                        coordinates=("pages", "hkv"))
+    assert check_wgmma._reduction_fields(model, site, ["key", "lane"]) == ["key", "lane"]
     assert queries == []
