@@ -312,3 +312,47 @@ def test_a_user_kernels_knobs_are_a_declared_schedule(tmp_path):
     assert [d.code for d in found] == ["lower"] and "at most 2048 columns" in found[0].message
     assert family.legal(capped, {"BN": 2048, "ROWS": 2})
     assert family.estimate(capped, {"BN": 4096, "ROWS": 2}) is None
+
+
+@pytest.mark.parametrize("where", ["lower.run", "analysis.infer_layouts"])
+def test_a_compiler_bug_is_not_a_refused_schedule(monkeypatch, where):
+    """Only the kernel's own Python (its trace) and Argus errors refuse a schedule: a KeyError
+    out of layout inference or a lowering pass is a compiler bug, and it reaches the caller
+    (the worker reports it as an "error" outcome, the planner stops) instead of pruning the
+    schedule as if the compiler had refused it."""
+    import argus.analysis
+    import argus.lower
+    from argus.agent.families.schedule import lower_resources
+
+    family, task = get_family("gemm"), gemm_task(M=1536)    # a task no other test caches
+    p = family.normalize(task, family.default_params(task))
+    kernel_fn, constexprs = family.build(task, p)
+    assert isinstance(lower_resources(kernel_fn, constexprs, params=p), dict)
+
+    def broken(*args, **kwargs):
+        raise KeyError("a compiler bug")
+
+    module, name = where.split(".")
+    monkeypatch.setattr({"lower": argus.lower, "analysis": argus.analysis}[module], name, broken)
+    with pytest.raises(KeyError, match="a compiler bug"):
+        lower_resources(kernel_fn, constexprs, params=p)
+    with pytest.raises(KeyError, match="a compiler bug"):
+        family.static_check(task, p)
+
+
+def test_the_kernels_own_python_refuses_a_schedule(tmp_path):
+    """A kernel whose Python raises a plain exception at trace time refuses those values: a
+    "lower" finding that names the exception, not a crash of the planner."""
+    from argus.agent.families.schedule import lower_resources
+
+    source = CAPPED_KERNEL.replace(
+        'raise ag.TraceError(f"BN={BN}: this kernel takes at most 2048 columns",\n'
+        '                            fix="use BN <= 2048")', 'raise ValueError("too wide")')
+    assert 'raise ValueError("too wide")' in source
+    kernel_fn = import_source(source + "\nCONSTEXPRS = {}\n", tmp_path, "picky").KERNEL
+    found = lower_resources(kernel_fn, {"BN": 4096, "ROWS": 2}, kernel="picky",
+                            params={"BN": 4096})
+    assert found.code == "lower" and found.severity == "error"
+    assert "raised ValueError: too wide" in found.message
+    assert found.counterexample == {"BN": 4096}
+    assert isinstance(lower_resources(kernel_fn, {"BN": 1024, "ROWS": 2}), dict)

@@ -289,38 +289,50 @@ def _errors(found: list[Diagnostic]) -> bool:
     return any(d.severity == "error" for d in found)
 
 
+def _refusal(exc: ArgusError, failed: str, kernel: str,
+             counterexample: dict[str, Any]) -> Diagnostic:
+    """The compiler's refusal of a schedule, coded by the resource of the pass that refused."""
+    first = str(exc).splitlines()[0]
+    return Diagnostic("error", RESOURCE_PASSES.get(failed, "lower"), "the compiler refused the "
+                      f"schedule ({failed}): {first}", kernel=kernel,
+                      counterexample=counterexample,
+                      fix=exc.fix or "change the schedule's tile, stages or roles")
+
+
 def lower_resources(kernel_fn, constexprs: dict[str, Any], *, kernel: str = "",
                     params: dict[str, Any] | None = None,
                     symbols: dict[str, int] | None = None) -> dict[str, Any] | Diagnostic:
     """Trace, infer layouts and lower (no verifier, no NVRTC); the lowered kernel's resource
     attributes (with `symbols`, the shape sizes, also its launch grid and CTA count), or the
     refusal as a Diagnostic coded by the pass that refused. A kernel's trace runs its author's
-    Python: an exception other than Argus's refuses the schedule too (code "lower"), as the
-    worker's lowering would."""
+    Python: any exception there refuses the schedule (code "lower"), as the worker's lowering
+    would. Past the trace, only an ArgusError is a refusal: any other exception from layout
+    inference or a lowering pass is a compiler bug and propagates (a worker reports it as an
+    "error" outcome with its traceback, the planner stops), never a quietly pruned schedule."""
     from argus import analysis, lower
 
-    done: list[str] = []
-    stage = "trace"
+    counterexample = dict(sorted((params or {}).items()))
     try:
-        traced = analysis.infer_layouts(kernel_fn.trace(**constexprs))
-        stage = "lower"
-        lowered = lower.run(traced, on_step=lambda name, _k: done.append(name))
+        traced = kernel_fn.trace(**constexprs)
     except ArgusError as exc:
-        names = [name for name, _ in lower.PASSES]
-        failed = names[len(done)] if stage == "lower" and len(done) < len(names) else stage
-        code = RESOURCE_PASSES.get(failed, "lower")
-        first = str(exc).splitlines()[0]
-        return Diagnostic("error", code, f"the compiler refused the schedule ({failed}): "
-                          f"{first}", kernel=kernel,
-                          counterexample=dict(sorted((params or {}).items())),
-                          fix=exc.fix or "change the schedule's tile, stages or roles")
+        return _refusal(exc, "trace", kernel, counterexample)
     except Exception as exc:  # noqa: BLE001 - the kernel's own Python refused these values
-        return Diagnostic("error", "lower", f"{stage} of {getattr(kernel_fn, 'name', kernel)} "
+        return Diagnostic("error", "lower", f"trace of {getattr(kernel_fn, 'name', kernel)} "
                           f"raised {type(exc).__name__}: {exc}", kernel=kernel,
-                          counterexample=dict(sorted((params or {}).items())),
+                          counterexample=counterexample,
                           fix="the kernel's Python does not take these compile-time values: "
                               "choose others, or make the kernel raise an Argus error that "
                               "says which values it takes")
+    done: list[str] = []
+    stage = "infer_layouts"
+    try:
+        laid_out = analysis.infer_layouts(traced)
+        stage = "lower"
+        lowered = lower.run(laid_out, on_step=lambda name, _k: done.append(name))
+    except ArgusError as exc:
+        names = [name for name, _ in lower.PASSES]
+        failed = names[len(done)] if stage == "lower" and len(done) < len(names) else stage
+        return _refusal(exc, failed, kernel, counterexample)
     attrs = dict(lowered.attrs)
     roles = attrs.get("role_plan", ())
     threads = int(attrs.get("threads") or 0)
