@@ -330,9 +330,8 @@ def run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exa
             log(f"{label}: FAILED {result[v]['error']}")
         with contextlib.suppress(RuntimeError):   # a faulted context fails here too
             torch.cuda.empty_cache()
-    # the whole layers timed in alternating rounds (as argus.bench.timing.measure_alternating,
-    # which insists on 100 trials a round): clock and power drift over the run falls on every
-    # variant alike, not on the last ones
+    # the whole layers timed in alternating rounds: clock and power drift over the run falls
+    # on every variant alike, not on the last ones
     for v, ms in zip(calls, alternating_ms(list(calls.values()), 3, trials, allow_few)):
         if ms is None:
             log(f"{name} T={T} prefill {v}: timing failed")
@@ -344,22 +343,18 @@ def run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exa
 
 def alternating_ms(fns, rounds: int, trials: int, allow_few: bool) -> list:
     """Median ms of each of `fns` over `rounds` alternating rounds of `trials` L2-flushed
-    timed calls each (argus.bench.timing.measure), the rounds' samples pooled; None for one
-    that fails."""
-    from argus.bench.timing import measure
+    timed calls each (argus.bench.timing.measure_alternating, the rounds' samples pooled);
+    all None when the timing fails (a device fault, surfacing at a synchronize, takes every
+    later measurement of the process with it, whichever function it is charged to)."""
+    from argus.bench.timing import measure_alternating
 
-    samples: list = [[] for _ in fns]
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            if samples[i] is None:
-                continue
-            try:
-                t = measure(fn, trials=trials, warmup=3, allow_few_trials=allow_few)
-                samples[i] += list(t.samples_ms)
-            except Exception as e:  # noqa: BLE001 - reported as a missing time
-                log(f"timing failed: {type(e).__name__}: {str(e)[:200]}")
-                samples[i] = None
-    return [statistics.median(x) if x else None for x in samples]
+    try:
+        pooled = measure_alternating(fns, rounds=rounds, trials=trials, warmup=3,
+                                     allow_few_trials=allow_few)
+    except Exception as e:  # noqa: BLE001 - reported as missing times
+        log(f"timing failed: {type(e).__name__}: {str(e)[:200]}")
+        return [None] * len(fns)
+    return [t.median_ms for t in pooled]
 
 
 def prefill_table(rows) -> str:
