@@ -124,24 +124,19 @@ def bench_case(m, n, k, trials):
     theirs = _scaled_mm(a, w, sa, sb, fast=False)
     torch.cuda.synchronize()
     ref = (a.double() * sa.double()) @ (w.double() * sb.double()).T
-    err = ((out.double() - ref).norm() / ref.norm()).item()
-    err_torch = ((theirs.double() - ref).norm() / ref.norm()).item()
-    del ref, theirs
+    err = rel_error(out, ref)
+    err_torch = rel_error(theirs, ref)
+    del theirs
     ours = measure(lambda: scaled_matmul(a, w, sa, sb, out=out), trials=trials, warmup=10)
     base = measure(lambda: _scaled_mm(a, w, sa, sb, fast=False), trials=trials, warmup=10)
     fast = measure(lambda: _scaled_mm(a, w, sa, sb, fast=True), trials=trials, warmup=10)
     flops = 2 * m * n * k
     promoted = []
     for s in _promoted_schedules(m):
-        ref = (a.double() * sa.double()) @ (w.double() * sb.double()).T
-        p_out = scaled_matmul(a, w, sa, sb, schedule=s)
-        p_err = ((p_out.double() - ref).norm() / ref.norm()).item()
-        del ref
-        t = measure(lambda s=s: scaled_matmul(a, w, sa, sb, out=p_out, schedule=s),
-                    trials=trials, warmup=10)
-        promoted.append({"schedule": repr(s), "rel_error": p_err,
-                         "tflops": flops / t.median_ms / 1e9})
-        log(f"    promoted {s}: {promoted[-1]['tflops']:.0f} TFLOP/s, err {p_err:.1e}")
+        p_err, tflops = check_and_time(a, w, sa, sb, ref, s, out, trials)
+        promoted.append({"schedule": repr(s), "rel_error": p_err, "tflops": tflops})
+        log(f"    promoted {s}: {tflops:.0f} TFLOP/s, err {p_err:.1e}")
+    del ref
     row = {"M": m, "N": n, "K": k, "rel_error": err, "torch_rel_error": err_torch,
            "ours_ms": ours.median_ms, "torch_ms": base.median_ms, "torch_fast_ms": fast.median_ms,
            "ours_tflops": flops / ours.median_ms / 1e9,
@@ -182,6 +177,48 @@ def quantize_blocks(x, w):
     sb = (wb.abs().amax(dim=(1, 3)) / 448).clamp_min(1e-12)
     w8 = (wb / sb[:, None, :, None]).to(torch.float8_e4m3fn).view(npad, k)[:n].contiguous()
     return a, w8, sa.t().contiguous().t(), sb.contiguous()
+
+
+def block_inputs(m, n, k):
+    """A block-scaled shape's inputs, seeded by the shape (activations ~ N(0, 3^2), weights ~
+    N(0, 0.05^2), quantized by quantize_blocks), and the float64 product of their dequantized
+    values that every schedule is checked against: (a, w8, scale_a, scale_b, ref)."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator(device=device).manual_seed(m * 7 + n * 3 + k)
+    x = torch.randn(m, k, device=device, generator=g) * 3.0
+    wf = torch.randn(n, k, device=device, generator=g) * 0.05
+    a, w, sa, sb = quantize_blocks(x, wf)
+    del x, wf
+    a64 = a.double() * sa.double().repeat_interleave(128, 1)
+    w64 = w.double() * sb.double().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)
+    return a, w, sa, sb, a64 @ w64.T
+
+
+def rel_error(out, ref) -> float:
+    """Relative Frobenius error of `out` against the float64 `ref` (NaN where out has one)."""
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def check_and_time(a, w, sa, sb, ref, schedule, out, trials: int) -> tuple[float, float]:
+    """One schedule: its output into `out` (NaN-filled first, so a tile it never writes
+    shows) against `ref`, then its L2-flushed median call: (relative error, TFLOP/s). A
+    schedule reading its block scales through shared memory gets them K-major (rows 16-byte
+    pitched at these K), the layout it loads, so that no timed call copies them."""
+    import torch
+
+    from argus.bench.timing import measure
+    from argus.ops import scaled_matmul
+
+    scale_a = sa.contiguous() if getattr(schedule, "smem_scales", False) else sa
+    out.fill_(float("nan"))
+    scaled_matmul(a, w, scale_a, sb, out=out, schedule=schedule)
+    torch.cuda.synchronize()
+    err = rel_error(out, ref)
+    t = measure(lambda: scaled_matmul(a, w, scale_a, sb, out=out, schedule=schedule),
+                trials=trials, warmup=10)
+    return err, 2 * a.shape[0] * w.shape[0] * a.shape[1] / t.median_ms / 1e9
 
 
 def _overlap_schedules():
@@ -258,37 +295,17 @@ def bench_variants_case(m, n, k, trials, variants) -> dict:
     import torch
 
     from argus.bench.timing import measure
-    from argus.ops import scaled_matmul
 
-    g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
-    x = torch.randn(m, k, device="cuda", generator=g) * 3.0
-    wf = torch.randn(n, k, device="cuda", generator=g) * 0.05
-    a, w, sa, sb = quantize_blocks(x, wf)
-    del x, wf
-    a64 = a.double() * sa.double().repeat_interleave(128, 1)
-    w64 = w.double() * sb.double().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)
-    ref = a64 @ w64.T
-    del a64, w64
+    a, w, sa, sb, ref = block_inputs(m, n, k)
     flops = 2 * m * n * k
     row = {"M": m, "N": n, "K": k, "variants": {}}
     out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
-    # each kernel's own scale_a layout, so that no call copies it: MN-major for the global
-    # loads, K-major (rows 16-byte pitched at these K) for the shared-memory path
-    sa_kmajor = sa.contiguous()
     for name, s in variants:
-        scale_a = sa_kmajor if s.smem_scales else sa
         try:
-            out.fill_(float("nan"))
-            scaled_matmul(a, w, scale_a, sb, out=out, schedule=s)
-            torch.cuda.synchronize()
-            err = ((out.double() - ref).norm() / ref.norm()).item()
-            t = measure(lambda s=s, scale_a=scale_a: scaled_matmul(a, w, scale_a, sb, out=out,
-                                                                   schedule=s),
-                        trials=trials, warmup=10)
+            err, tflops = check_and_time(a, w, sa, sb, ref, s, out, trials)
             ok = bool(err <= VARIANT_MAX_ERR)   # NaN compares False
-            row["variants"][name] = {"tflops": flops / t.median_ms / 1e9, "rel_error": err,
-                                     "ok": ok}
-            log(f"  {m}x{n}x{k} {name:28s} {flops / t.median_ms / 1e9:6.0f} TFLOP/s "
+            row["variants"][name] = {"tflops": tflops, "rel_error": err, "ok": ok}
+            log(f"  {m}x{n}x{k} {name:28s} {tflops:6.0f} TFLOP/s "
                 f"err {err:.1e}{'' if ok else ' WRONG'}")
         except Exception as e:  # noqa: BLE001 - record and go on
             first = (str(e).splitlines() or [""])[0]
@@ -381,21 +398,13 @@ def bench_block_case(m, n, k, trials, overlap: bool = False, smem: bool = False)
     from argus.bench.timing import measure
     from argus.ops import scaled_matmul
 
-    g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
-    x = torch.randn(m, k, device="cuda", generator=g) * 3.0
-    wf = torch.randn(n, k, device="cuda", generator=g) * 0.05
-    a, w, sa, sb = quantize_blocks(x, wf)
-    del x, wf
+    a, w, sa, sb, ref = block_inputs(m, n, k)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     best, tried = tune(a, w, sa, sb, out, trials=10, block=True)
     out.fill_(float("nan"))
     scaled_matmul(a, w, sa, sb, out=out)
     torch.cuda.synchronize()
-    a64 = a.double() * sa.double().repeat_interleave(128, 1)
-    w64 = w.double() * sb.double().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)
-    ref = a64 @ w64.T
-    del a64, w64
-    err = ((out.double() - ref).norm() / ref.norm()).item()
+    err = rel_error(out, ref)
     flops = 2 * m * n * k
     ours = measure(lambda: scaled_matmul(a, w, sa, sb, out=out), trials=trials, warmup=10)
     row = {"M": m, "N": n, "K": k, "rel_error": err, "ours_ms": ours.median_ms,
@@ -405,7 +414,7 @@ def bench_block_case(m, n, k, trials, overlap: bool = False, smem: bool = False)
         theirs = torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb.t(),
                                   out_dtype=torch.bfloat16)
         theirs = theirs[0] if isinstance(theirs, tuple) else theirs
-        row["torch_block_rel_error"] = ((theirs.double() - ref).norm() / ref.norm()).item()
+        row["torch_block_rel_error"] = rel_error(theirs, ref)
         t = measure(lambda: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb.t(),
                                              out_dtype=torch.bfloat16), trials=trials, warmup=10)
         row["torch_block_tflops"] = flops / t.median_ms / 1e9
@@ -419,17 +428,11 @@ def bench_block_case(m, n, k, trials, overlap: bool = False, smem: bool = False)
         row["overlap"] = []   # every variant schedule (the key predates --smem)
         for s in variants:
             try:
-                o_out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-                scaled_matmul(a, w, sa, sb, out=o_out, schedule=s)
-                torch.cuda.synchronize()
-                o_err = ((o_out.double() - ref).norm() / ref.norm()).item()
-                t = measure(lambda s=s, o_out=o_out: scaled_matmul(a, w, sa, sb, out=o_out,
-                                                                  schedule=s),
-                            trials=trials, warmup=10)
+                o_err, tflops = check_and_time(a, w, sa, sb, ref, s, out, trials)
                 row["overlap"].append({"schedule": repr(s), "rel_error": o_err,
-                                       "tflops": flops / t.median_ms / 1e9,
+                                       "tflops": tflops,
                                        "ok": bool(o_err <= 2 * max(err, 1e-3))})
-                log(f"    variant {flops / t.median_ms / 1e9:6.0f} TFLOP/s, err {o_err:.1e} "
+                log(f"    variant {tflops:6.0f} TFLOP/s, err {o_err:.1e} "
                     f"{'' if row['overlap'][-1]['ok'] else 'WRONG '}{s}")
             except Exception as e:  # noqa: BLE001 - record and go on
                 row["overlap"].append({"schedule": repr(s), "error": repr(e)[:300]})

@@ -4,6 +4,7 @@ FAILED), and the table reads its rows right (WRONG and FAILED cells, geomean ove
 ones only, the best per shape)."""
 
 import importlib.util
+import math
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,23 @@ def test_variants_table_reads_its_rows():
     assert lines[4] == "| c | FAILED |  |  | ? / ? |"   # failed here, did not run there
     assert lines[5].startswith("| torch._scaled_mm block | 1000 | n/a")
     assert lines[6] == "| best | 900 (a) | 1200 (b) | | |"
+
+
+def test_block_inputs_reference_is_the_dequantized_product():
+    """The float64 reference every --block / --variants schedule is checked against is the
+    product of the dequantized inputs (activation scales per 1x128 of K, weight scales per
+    128x128 block, N not a multiple of 128), written here with explicit block indices; the
+    shape seeds the inputs; rel_error is NaN for an output a kernel never wrote."""
+    import torch
+
+    m, n, k = 64, 200, 384
+    a, w, sa, sb, ref = BENCH.block_inputs(m, n, k)
+    assert a.dtype == w.dtype == torch.float8_e4m3fn and sa.shape == (m, k // 128)
+    assert sb.shape == (2, k // 128)
+    kb, nb = torch.arange(k) // 128, torch.arange(n) // 128
+    a64 = a.double() * sa.double()[:, kb]
+    w64 = w.double() * sb.double()[nb][:, kb]
+    assert torch.allclose(ref, a64 @ w64.T, rtol=1e-12, atol=1e-9)
+    assert torch.equal(BENCH.block_inputs(m, n, k)[4], ref)
+    assert 0 < BENCH.rel_error(ref.to(torch.bfloat16), ref) < 8e-3
+    assert math.isnan(BENCH.rel_error(torch.full_like(ref, float("nan")), ref))
