@@ -8,7 +8,8 @@
 """
 
 from argus.dsl.api import (abs_, arange, cdiv, cluster_rank, erf, exp, exp2, full, grid, ldmatrix,
-                           load, load_scalar, load_shared, log, maximum, minimum, ordered,
+                           load, load_scalar, load_shared, log, maximum, minimum, occupancy,
+                           ordered,
                            pipeline, range, relu,
                            role, round_tf32,
                            rsqrt, scalar, scan, sigmoid, smem, sqrt, stmatrix, store, tanh,
@@ -36,7 +37,8 @@ def compile(kernel_fn: KernelFunction, *, verify: bool | None = None, **constexp
 __all__ = [
     "abs_", "arange", "Scalar", "cdiv", "cluster_rank", "erf", "exp", "exp2", "full", "grid",
     "ldmatrix", "load", "load_scalar", "load_shared", "log", "maximum",
-    "minimum", "ordered", "pipeline", "range", "relu", "role", "round_tf32", "rsqrt", "scalar",
+    "minimum", "occupancy", "ordered", "pipeline", "range", "relu", "role", "round_tf32",
+    "rsqrt", "scalar",
     "scan",
     "sigmoid",
     "smem", "sqrt", "stmatrix", "store", "tanh", "thread_index", "tma", "wgmma", "when", "where",

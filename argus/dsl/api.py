@@ -57,6 +57,25 @@ def grid(*extents, cluster: int | tuple[int, ...] = 1) -> tuple[Scalar, ...]:
     return tuple(Scalar(i) for i in ids)
 
 
+def occupancy(ctas_per_sm: int) -> None:
+    """The kernel's occupancy hint: at least `ctas_per_sm` CTAs share an SM (1 to 8; rendered
+    `__launch_bounds__(threads, ctas_per_sm)`, so ptxas fits a thread in 65536 / (threads x
+    ctas_per_sm) registers at launch). Lowering checks that the roles' registers and the
+    shared memory of that many CTAs fit an SM, and refuses the kernel otherwise. Call it once,
+    at the top level."""
+    ctx = current("ag.occupancy")
+    loc = user_loc()
+    if isinstance(ctas_per_sm, bool) or not isinstance(ctas_per_sm, int) or \
+            not 1 <= ctas_per_sm <= 8:
+        raise TraceError(f"ag.occupancy({ctas_per_sm!r}): the minimum CTAs per SM is an int "
+                         f"in 1..8", loc, fix="ag.occupancy(2) for two CTAs per SM")
+    if ctx.builder.depth:
+        raise TraceError("ag.occupancy must be called at the top level of the kernel", loc)
+    if ctx.min_ctas_per_sm is not None:
+        raise TraceError("ag.occupancy was called twice", loc, fix="state the hint once")
+    ctx.min_ctas_per_sm = ctas_per_sm
+
+
 def cluster_rank() -> Scalar:
     """This CTA's rank in its cluster (0 .. cluster size - 1)."""
     ctx = current("ag.cluster_rank")

@@ -216,6 +216,8 @@ class KernelDef:
                              _fn_loc(self.fn), fix="call `pid = ag.grid(extent, ...)` once")
         attrs = dict(threads=threads, cluster=tuple(ctx.cluster),
                      constexprs=tuple((k, _freeze(v)) for k, v in sorted(constexprs.items())))
+        if ctx.min_ctas_per_sm is not None:   # ag.occupancy: rendered in __launch_bounds__
+            attrs["min_ctas_per_sm"] = ctx.min_ctas_per_sm
         if self.scalar_specs:  # runtime scalars: the launch order of tensors and scalars
             attrs["runtime_args"] = tuple(self.runtime_names)
         kernel = Kernel(self.name, tuple(params), body, tuple(sorted(attrs.items())))

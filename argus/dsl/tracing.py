@@ -63,6 +63,7 @@ class TraceContext:
     ordered_open: str | None = None     # the ordered section being traced (ag.ordered)
     ordered_names: set[str] = field(default_factory=set)  # sections of the current role
     param_ids: frozenset[int] = frozenset()   # the kernel's parameters' value ids (ag.require)
+    min_ctas_per_sm: int | None = None        # the occupancy hint (ag.occupancy)
 
 
 _STACK: list[TraceContext] = []

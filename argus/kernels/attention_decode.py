@@ -41,7 +41,8 @@ from dataclasses import dataclass
 import argus as ag
 from argus.dtypes import DType
 from argus.kernels.attention import HEAD_DIMS, LN2, LOG2E, ROWS
-from argus.target.limits import NUM_SMS, REGISTERS_PER_SM, SMEM_PER_CTA_OPTIN
+from argus.target.limits import (NUM_SMS, REGISTERS_PER_SM, SMEM_PER_CTA_OPTIN,
+                                 smem_per_sm_share)
 
 __all__ = ["DecodeSchedule", "MAX_QUERIES", "combine_shape", "decode_kernel",
            "decode_combine_kernel",
@@ -74,6 +75,14 @@ class DecodeSchedule:
     # each SM keeps two sequential reads of K and two of V going instead of one of each
     # (cuDNN runs several CTAs a SM: more concurrent streams at the same bytes in flight).
     streams: int = 1
+    # The occupancy hint (ag.occupancy): the minimum CTAs an SM holds at once. 1 (the default)
+    # gives a CTA the whole register file (255 registers a thread at launch); 2 renders
+    # __launch_bounds__(threads, 2), so two CTAs share an SM: registers 128 a thread at launch
+    # (producer_regs + consumers x consumer_regs <= 256) and shared memory at most
+    # smem_per_sm_share(2) per CTA (bn64+st2 or bn80+st2 at hd128). Two CTAs are two memory
+    # streams an SM, the question of docs/perf/attention.md "Decode: bytes in flight"
+    # (the `occ2` variant of scripts/gpu_attention_bench.py --decode-variants).
+    ctas_per_sm: int = 1
 
     def __post_init__(self) -> None:
         problems = []
@@ -87,12 +96,19 @@ class DecodeSchedule:
             problems.append(f"stagger={self.stagger} is outside 0..64 blocks")
         if self.streams not in (1, 2):
             problems.append(f"streams={self.streams}: 1 or 2 interleaved block streams")
+        if self.ctas_per_sm not in (1, 2):
+            problems.append(f"ctas_per_sm={self.ctas_per_sm}: 1 or 2 CTAs per SM")
         for name in ("producer_regs", "consumer_regs"):
             regs = getattr(self, name)
             if regs % 8 or not 24 <= regs <= 256:
                 problems.append(f"{name}={regs} is not a multiple of 8 in [24, 256] (setmaxnreg)")
-        if 128 * (self.producer_regs + self.consumers * self.consumer_regs) > REGISTERS_PER_SM:
-            problems.append("the warpgroups' registers exceed an SM's")
+        if 128 * (self.producer_regs + self.consumers * self.consumer_regs) > \
+                REGISTERS_PER_SM // self.ctas_per_sm:
+            problems.append("the warpgroups' registers exceed an SM's" if self.ctas_per_sm == 1
+                            else f"the warpgroups' registers exceed 1/{self.ctas_per_sm} of an "
+                                 f"SM's (ctas_per_sm={self.ctas_per_sm}: producer_regs + "
+                                 f"consumers x consumer_regs <= "
+                                 f"{REGISTERS_PER_SM // self.ctas_per_sm // 128})")
         if problems:
             raise ValueError("DecodeSchedule: " + "; ".join(problems))
 
@@ -109,6 +125,11 @@ class DecodeSchedule:
         if need > SMEM_PER_CTA_OPTIN:
             problems.append(f"Q and {self.stages} K and V stages need {need} bytes of shared "
                             f"memory at head_dim={head_dim}, more than {SMEM_PER_CTA_OPTIN}")
+        elif need > smem_per_sm_share(self.ctas_per_sm):
+            problems.append(f"Q and {self.stages} K and V stages need {need} bytes of shared "
+                            f"memory at head_dim={head_dim}; {self.ctas_per_sm} CTAs per SM "
+                            f"leave {smem_per_sm_share(self.ctas_per_sm)} each: use fewer "
+                            f"stages or a smaller block_n")
         # fp32 O (head_dim / 2) and S (block_n / 2) per thread, plus P packed (block_n / 4)
         live = head_dim // 2 + self.block_n // 2 + self.block_n // 4
         if live > self.consumer_regs - 16:
@@ -119,10 +140,11 @@ class DecodeSchedule:
 
 
 def decode_smem_bytes(s: DecodeSchedule, head_dim: int, dtype: DType = ag.bf16) -> int:
-    """Shared memory of the decode kernel's buffers (Q, the K and V rings; 1 KB for barriers
-    and alignment)."""
+    """Shared memory of the decode kernel (Q, the K and V rings, their mbarriers: 16 bytes a
+    stage of the Q, K and V pipelines; 1 KB of alignment slack), as lower/smem.py plans it."""
     eb = dtype.bytes
-    return s.block_m * head_dim * eb + 2 * s.stages * s.block_n * head_dim * eb + 1024
+    return s.block_m * head_dim * eb + 2 * s.stages * s.block_n * head_dim * eb \
+        + 16 * (1 + 2 * s.stages) + 1024
 
 
 @functools.lru_cache(maxsize=1024)   # on the op's host path, every call
@@ -286,6 +308,8 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
                                     "default_decode_schedule(head_dim, rows, page_size=...)")
         BM, BN, C = s.block_m, s.block_n, s.consumers
         HKV, GS = Q.shape[1], Q.shape[2]
+        if s.ctas_per_sm > 1:
+            ag.occupancy(s.ctas_per_sm)
         # packed rows beyond one tile would need a row-tile grid dim; the op splits them
         ag.tag_assume(lambda: ag.sym(GS) <= BM)
         if split:

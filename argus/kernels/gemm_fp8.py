@@ -433,12 +433,9 @@ def split_promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | No
                     row0, l0, r0 = half0.read(stage, wg, half0.planes == 2, k)
                     row1, l1, r1 = half1.read(stage, wg, half1.planes == 2, k)
                 first = _half(ring, stage, wg, rows, 0)
-                # a one-trip loop as a sequence point: codegen inlines a promotion's pointwise
-                # expression into the carried assignment at the end of the region that holds
-                # it, which would put half 0's FFMAs after half 1's wgmma (both partials
-                # live); this loop's end comes before that wgmma
-                for _ in ag.range(1):
-                    acc0 = acc0 + scaled0(first)
+                # promoted before half 1's wgmma is issued: lower/carried.py places the
+                # carried update right after it is made, so one partial is live at a time
+                acc0 = acc0 + scaled0(first)
                 second = _half(ring, stage, wg, rows, 1)
                 acc1 = acc1 + scaled1(second)
         if not plain and not shared:

@@ -1,13 +1,14 @@
 """Lowering: one pass per file, each Kernel -> Kernel, filling in the decisions codegen renders
 (and the verifier proves): TMA boxes, wgmma descriptors, the mbarrier protocol, scale-d
-accumulator zeroing, the shared memory plan, the role/register plan, every synchronization op
+accumulator zeroing, the shared memory plan, the role/register plan, where a promotion's carried
+update runs (carried.py), every synchronization op
 (sync.py) and, last, which threads of a role issue its work (elect.py)."""
 
 from __future__ import annotations
 
 from argus.ir.core import Kernel
-from argus.lower import (accumulators, elect, pipeline, prefetch, roles, smem, sync, tma,
-                         wgmma)
+from argus.lower import (accumulators, carried, elect, pipeline, prefetch, roles, smem, sync,
+                         tma, wgmma)
 
 PASSES = (
     ("tma_boxes", tma.run),
@@ -17,6 +18,7 @@ PASSES = (
     ("prefetch", prefetch.run),
     ("smem_plan", smem.run),
     ("role_plan", roles.run),
+    ("carried_updates", carried.run),
     ("sync", sync.run),
     ("elect", elect.run),
 )

@@ -36,7 +36,8 @@ from argus.ir import ops as O
 from argus.ir.core import Kernel, Region, Value
 from argus.ir.types import SmemType, TileType
 from argus.target import register_layouts as RL
-from argus.target.limits import SMEM_PER_CTA_OPTIN, WARPGROUP_SIZE
+from argus.target.limits import (SMEM_PER_CTA_OPTIN, SMEM_PER_SM, SMEM_RESERVED_PER_CTA,
+                                 WARPGROUP_SIZE, smem_per_sm_share)
 
 
 def _align(x: int, a: int) -> int:
@@ -69,6 +70,18 @@ def run(kernel: Kernel) -> Kernel:
                            f"(with 1024 B of alignment slack); a CTA may "
                            f"use at most {SMEM_PER_CTA_OPTIN} B", None,
                            fix="use fewer pipeline stages or smaller tiles")
+    ctas = kernel.attr("min_ctas_per_sm", 1)
+    if ctas > 1 and offset + slack > smem_per_sm_share(ctas):
+        # the occupancy hint is a promise __launch_bounds__ makes to ptxas about registers
+        # only; shared memory it cannot shrink, so a hint that smem breaks is refused here
+        raise CompileError(f"kernel {kernel.name}: the occupancy hint asks for {ctas} CTAs per "
+                           f"SM, but each needs {offset + slack} B of shared memory (with "
+                           f"1024 B of alignment slack), more than the "
+                           f"{smem_per_sm_share(ctas)} B a CTA gets when {ctas} share the "
+                           f"SM's {SMEM_PER_SM} B ({SMEM_RESERVED_PER_CTA} B reserved per CTA)",
+                           None, fix=f"use fewer stages or smaller tiles (at most "
+                                     f"{smem_per_sm_share(ctas) - slack} B of buffers), or "
+                                     f"lower the hint (ag.occupancy)")
     return kernel.with_attrs(smem_plan=tuple(plan), smem_bytes=offset)
 
 

@@ -60,7 +60,7 @@ from argus.ir import ops as O
 from argus.ir.core import Kernel, Region, Value
 from argus.ir.tag_ops import is_tag_op
 from argus.ir.types import TileType
-from argus.target.limits import NAMED_BARRIERS, REGISTERS_PER_SM, WARPGROUP_SIZE
+from argus.target.limits import NAMED_BARRIERS, WARPGROUP_SIZE, entry_registers
 
 # Ops that may run while a consumer's last wgmma group is still in flight (no accumulator
 # read, no shared-memory write): pure scalar work and control whose bodies are walked.
@@ -457,7 +457,7 @@ def run(kernel: Kernel) -> Kernel:
         out.append(O.GroupBarrier("cta", note="barriers initialized before any role uses them",
                                   loc=loc))
     plan = {name: regs for name, _first, _count, regs in kernel.attr("role_plan", ())}
-    entry = (REGISTERS_PER_SM // threads) // 8 * 8
+    entry = entry_registers(threads, kernel.attr("min_ctas_per_sm", 1))
     turns = _turn_barriers(roles, threads)
     for role in roles:
         head: list[O.Op] = []

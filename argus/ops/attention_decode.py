@@ -332,7 +332,8 @@ class _Call:
                                   fix="use default_decode_schedule(head_dim, rows"
                                       + (", page_size=page_size)" if page_size else ")"))
             blocks = -(-keys // s.block_n)
-            n = min(splits or num_splits(B * HKV, blocks), max(1, blocks))
+            n = min(splits or num_splits(B * HKV, blocks, ctas_per_sm=s.ctas_per_sm),
+                    max(1, blocks))
             if self.paged and splits is None and not _paged_splits_run():
                 n = 1            # the one paged kernel the verifier proves (see below)
             if (s.stagger or s.streams > 1) and (n > 1 or self.paged):

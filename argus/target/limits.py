@@ -99,6 +99,23 @@ def check_register_split(regs_per_warpgroup: Sequence[int]) -> None:
             "(e.g. 240/240/24 = 64512)")
 
 
+def entry_registers(threads: int, ctas_per_sm: int = 1) -> int:
+    """Registers per thread at kernel entry for `__launch_bounds__(threads, ctas_per_sm)`:
+    the register file shared by `ctas_per_sm` CTAs of `threads` threads, rounded down to the
+    allocation unit of 8 (256 for one CTA of 256 threads: the 255 a thread addresses occupy
+    256 in the file). setmaxnreg moves a warpgroup's budget up or down from this value (it
+    must know which: `.inc` or `.dec`)."""
+    return REGISTERS_PER_SM // (threads * ctas_per_sm) // SETMAXNREG_STEP * SETMAXNREG_STEP
+
+
+def smem_per_sm_share(ctas_per_sm: int) -> int:
+    """Dynamic shared memory one CTA may use so that `ctas_per_sm` CTAs fit on one SM: the
+    SM's 228 KB less the 1 KB the system reserves per CTA, split evenly (CUDA Guide, cc 9.0;
+    one CTA: the 227 KB opt-in limit)."""
+    share = SMEM_PER_SM // ctas_per_sm - SMEM_RESERVED_PER_CTA
+    return min(share, SMEM_PER_CTA_OPTIN)
+
+
 def wgmma_n_is_valid(n: int) -> bool:
     """Dense wgmma N for 16-bit, tf32 and fp8 inputs: a multiple of 8 in [8, 256]."""
     return WGMMA_N_MIN <= n <= WGMMA_N_MAX and n % WGMMA_N_STEP == 0

@@ -469,7 +469,10 @@ def render(kernel: Kernel) -> Source:
     if em.wgmma_specs:
         out.append(wgmma_prelude(em.wgmma_specs))
     sig = ",\n    ".join(params_c)
-    out.append(f'extern "C" __global__ void __launch_bounds__({threads}, 1) '
+    # the minimum CTAs per SM is the kernel's occupancy hint (ag.occupancy), decided and
+    # checked against registers and shared memory in lowering (lower/roles.py, smem.py)
+    ctas = kernel.attr("min_ctas_per_sm", 1)
+    out.append(f'extern "C" __global__ void __launch_bounds__({threads}, {ctas}) '
                f'{symbol}(\n    {sig}) {{')
     if smem_bytes:
         out.append("    extern __shared__ __align__(1024) unsigned char argus_smem_raw[];")
