@@ -6,26 +6,32 @@ each ping-pong kernel's HGMMA count, registers and spills.
 
     python3 scripts/gpu_gemm_pingpong.py --shapes 2048x7168x2048,512x8192x8192 [--sass]
 
---compare is the one-call comparison of issues 12 and 18 (about a minute on the H200): the
-new schedules first checked against float64 on ragged shapes (CHECK lines), then the old
-ping-pong schedules, the new ones (TMA-store epilogue, 7 stages) and the best cooperative
-schedule timed on 4096^3, 2048x7168x2048 and 8192^3, NN and NT, then (a second process) the
-128-row ping-pong tiles with the whole-step wgmma wait (below); every ping-pong kernel's SASS
-line; JSON in $OUT:
+--compare is the one-call comparison of issues 12 and 18 (about a minute on the H200): every
+schedule first checked against float64 on ragged shapes (a CHECK line for each case that is
+not ok: WRONG, or REFUSED where argus.ops.matmul refuses the schedule for that problem by
+design, the TMA-store epilogue for C rows that are not 16-byte aligned, N = 1700; then one
+count line; every case in the JSON), then the ping-pong schedules
+(register and TMA-store epilogues, 5-7 stages) and the best cooperative schedule timed on
+4096^3, 2048x7168x2048 and 8192^3, NN and NT, then (a second process) the 128-row ping-pong
+tiles with the former last-group wgmma wait (below); every ping-pong kernel's SASS line; JSON
+in $OUT:
 
     python3 -u scripts/gpu_gemm_pingpong.py --compare
 
---whole-step-wait is an experiment on the lowering, not a library path: a 128-row ping-pong
-tile issues two wgmma groups per K step (one per 64-row accumulator), and lower/sync.py ends
-a step that keeps its wgmma in flight with `wgmma.wait_group 1`, which retires the step's
-first group too, so only half a step (4 of 8 m64n128k16) stays queued on the tensor cores
-while the warpgroup releases the slot, waits for the next full barrier and builds the next
-descriptors. CUTLASS commits one batch per k tile and waits with K_PIPE_MMAS = 1 (include/
-cutlass/gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized.hpp, `mma`: the k loop's
-warpgroup_commit_batch / warpgroup_wait<K_PIPE_MMAS>), a whole k tile in flight. The option
-rewrites the lowered IR after the sync pass so that wait is N = the groups the step committed
-(`whole_step_wait`), which the verifier proves like any other wait (tests/unit/
-test_gemm_pingpong_script.py). If it pays, the change belongs in lower/sync.py.
+A 128-row ping-pong tile issues two wgmma groups per K step (one per 64-row accumulator).
+Its steps are whole steps (warp_specialized.py `mma_tile`: `consume(whole_step=True)`), so
+lower/sync.py ends each with `wgmma.wait_group 2`: both stay queued on the tensor cores while
+the warpgroup releases the previous slot, waits for the next full barrier and builds the next
+descriptors, and the wait still retires every group of the previous step before its slot is
+released (verifier: sync.release). CUTLASS does the same: one batch per k tile, waited with
+K_PIPE_MMAS = 1 (include/cutlass/gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized.hpp,
+`mma`: warpgroup_commit_batch / warpgroup_wait<K_PIPE_MMAS>). --last-group-wait is the A/B
+experiment: it clears `whole_step` before the sync pass, so the step ends with the former
+`wgmma.wait_group 1`, which retires the step's first group too (half a step in flight).
+History: the first H200 run of the wait_group 2 form (docs/perf/gemm.md, 2026-12-03 03:42,
+then an IR rewrite named --whole-step-wait) printed "2 wrong or failed": those were the
+TMA-store schedule's two refusals on 2900x1700x136 (NN, NT), which the CHECK lines counted as
+failures; no wrong result (tests/unit/test_gemm_pingpong_script.py reproduces the refusal).
 
 --tail-splits 1,2,4 runs every listed schedule once per value of GemmSchedule.tail_splits (the
 last partial wave in K slices; 1: as listed), e.g. the cooperative 128x256 schedule with and
@@ -74,38 +80,31 @@ COMPARE_SCHEDULES = [
     # per MMA (B read by two m64n128 per k16, 128 + 128 rows filled per 128x128 outputs)
     "GemmSchedule(bn=128, stages=6, epilogue='tma', cluster_m=2)",
 ]
-# in the second process, with --whole-step-wait
-COMPARE_WHOLE_STEP = [
+# in the second process, with --last-group-wait (the former wait_group 1 of 128-row steps)
+COMPARE_LAST_GROUP = [
     "GemmSchedule(bm=128, bn=128, stages=6, pingpong=True)",
     "GemmSchedule(bm=128, bn=128, stages=7, pingpong=True)",
     "GemmSchedule(bm=128, bn=128, stages=6, pingpong=True, epilogue='tma', store_cols=64)",
 ]
-# --compare checks the new schedules first on ragged shapes (M, N and K no multiple of the
-# tile; 2.4 and 7.3 units per CTA of the 132-CTA grid at 128x128, so both warpgroups take
-# turns), with the very kernels it then times: the TMA-store + cluster ping-pong variant
-# failed a ragged case on the card (docs/perf/gemm.md run 3)
-RAGGED_SHAPES = "2900x1700x136,3000x5000x1056"
+# --compare checks every schedule first on ragged shapes (M, N and K no multiple of the tile;
+# 2.4 and 7.3 units per CTA of the 132-CTA grid at 128x128, so both warpgroups take turns),
+# with the very kernels it then times: the TMA-store + cluster ping-pong variant failed a
+# ragged case on the card (docs/perf/gemm.md run 3). N = 1700 gives C rows of 3400 bytes, which
+# the TMA-store epilogue refuses (argus.ops.matmul: 16-byte aligned rows), so N = 1704 (3408
+# bytes, still no multiple of 8 tiles' width) checks those schedules on the same ragged grid
+RAGGED_SHAPES = "2900x1700x136,2900x1704x136,3000x5000x1056"
 
 
 # ----------------------------------------------------------------------------- experiment
 
 
-def whole_step_wait(kernel):
-    """The lowered kernel with every consume step that keeps its wgmma in flight ending in
-    `wgmma.wait_group N`, N = the groups that step committed (lower/sync.py writes 1): the
-    wait then retires exactly the previous steps' groups, whose slot the step releases, and
-    leaves all of this step's groups queued. Steps with one group are unchanged."""
+def last_group_wait(kernel):
+    """The kernel with no consume step marked `whole_step` (run before the sync pass): every
+    step that keeps its wgmma in flight then ends in `wgmma.wait_group 1`, which leaves only
+    its last group queued (the lowering before whole steps). Steps with one group are
+    unchanged either way."""
     from argus.ir import ops as O
     from argus.ir.core import Region
-
-    def own_commits(region) -> int:  # not those of consume steps nested in the step
-        count = 0
-        for op in region.ops:
-            if isinstance(op, O.WgmmaCommit):
-                count += 1
-            elif not isinstance(op, O.Consume):
-                count += sum(own_commits(r) for r in _regions(op).values())
-        return count
 
     def region(r):
         ops = []
@@ -113,12 +112,8 @@ def whole_step_wait(kernel):
             inner = _regions(op)
             if inner:
                 op = op.replace(**{name: region(sub) for name, sub in inner.items()})
-            if isinstance(op, O.Consume) and op.wgmma_in_flight == 1:
-                groups = own_commits(op.body)
-                body = tuple(x.replace(pending=groups)
-                             if isinstance(x, O.WgmmaWait) and x.pending == 1 else x
-                             for x in op.body.ops)
-                op = op.replace(body=Region(body))
+            if isinstance(op, O.Consume) and op.whole_step:
+                op = op.replace(whole_step=False)
             ops.append(op)
         return Region(tuple(ops))
 
@@ -132,18 +127,18 @@ def _regions(op) -> dict:
             if isinstance(getattr(op, f.name), Region)}
 
 
-def install_whole_step_wait() -> None:
-    """Run `whole_step_wait` right after the sync pass, in this process (and so before the
+def install_last_group_wait() -> None:
+    """Run `last_group_wait` right before the sync pass, in this process (and so before the
     verifier, codegen and the caches, which all key on what comes out)."""
     import argus.lower as lower
 
-    if any(name == "whole_step_wait" for name, _ in lower.PASSES):
+    if any(name == "last_group_wait" for name, _ in lower.PASSES):
         return
     passes = []
     for name, fn in lower.PASSES:
-        passes.append((name, fn))
         if name == "sync":
-            passes.append(("whole_step_wait", whole_step_wait))
+            passes.append(("last_group_wait", last_group_wait))
+        passes.append((name, fn))
     lower.PASSES = tuple(passes)
 
 
@@ -181,15 +176,23 @@ def summarize(rows: list[dict], tag: str = "") -> None:
               f"({len(ratios)} cases)", flush=True)
 
 
-def check_rows(shapes: str, layouts: str, names: list[str], variant: str) -> int:
-    """Each schedule against float64 on each shape and layout (C filled with NaN first):
-    prints one CHECK line per case and returns how many were wrong or failed."""
+# argus.ops.matmul's refusal of a schedule for a problem (a LaunchError before any launch):
+# the TMA-store epilogue stores C by rows of 16-byte aligned bulk copies
+REFUSAL = "the TMA-store epilogue needs a 16-bit output with 16-byte aligned rows"
+
+
+def check_rows(shapes: str, layouts: str, names: list[str], variant: str) -> list[dict]:
+    """Each schedule against float64 on each shape and layout (C filled with NaN first), one
+    row per case with its verdict: ok, WRONG (a wrong value, NaN left in C, or an error), or
+    REFUSED (argus.ops.matmul refused the schedule for this problem by design: REFUSAL; no
+    kernel ran, so nothing was checked). Prints the rows that are not ok."""
     import torch
 
+    from argus.errors import LaunchError
     from argus.kernels.gemm import GemmSchedule
     from argus.ops import matmul
 
-    bad = 0
+    rows = []
     for shape in shapes.split(","):
         m, n, k = (int(x) for x in shape.split("x"))
         for layout in layouts.split(","):
@@ -206,13 +209,25 @@ def check_rows(shapes: str, layouts: str, names: list[str], variant: str) -> int
                     torch.cuda.synchronize()
                     err = ((out.double() - ref).norm() / ref.norm()).item()
                     ok = not torch.isnan(out).any().item() and err < 1e-2
-                    what = f"err {err:.1e}"
+                    verdict, what = "ok" if ok else "WRONG", f"err {err:.1e}"
+                except LaunchError as e:
+                    verdict = "REFUSED" if REFUSAL in str(e) else "WRONG"
+                    what = f"LaunchError: {str(e).splitlines()[0]}"
                 except Exception as e:  # noqa: BLE001 - record and go on
-                    ok, what = False, f"{type(e).__name__}: {e}"
-                bad += not ok
-                print(f"CHECK {layout} {shape:>14} {variant:10} {text:70} "
-                      f"{'ok' if ok else 'WRONG'}  {what}", flush=True)
-    return bad
+                    verdict, what = "WRONG", f"{type(e).__name__}: {e}"
+                rows.append({"shape": shape, "layout": layout, "schedule": text,
+                             "variant": variant, "verdict": verdict, "what": what})
+                if verdict != "ok":
+                    print(f"CHECK {layout} {shape:>14} {variant:10} {text:70} {verdict}  "
+                          f"{what}", flush=True)
+    return rows
+
+
+def check_summary(rows: list[dict], variant: str) -> str:
+    """`CHECK [variant]: ok o, WRONG w, REFUSED r of n` (the log keeps it when rows are cut)."""
+    count = {v: sum(r["verdict"] == v for r in rows) for v in ("ok", "WRONG", "REFUSED")}
+    return (f"CHECK [{variant}]: ok {count['ok']}, WRONG {count['WRONG']}, REFUSED "
+            f"{count['REFUSED']} (argus.ops.matmul refuses, not run) of {len(rows)}")
 
 
 def measure_rows(shapes: str, layouts: str, names: list[str], rounds: int,
@@ -272,8 +287,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3,
                     help="alternating rounds of 100 timed calls each (runtime/timing.py)")
     ap.add_argument("--sass", action="store_true")
-    ap.add_argument("--whole-step-wait", action="store_true",
-                    help="experiment: wgmma.wait_group N = the groups of the step (module doc)")
+    ap.add_argument("--last-group-wait", action="store_true",
+                    help="experiment: 128-row ping-pong steps end in the former wait_group 1 "
+                         "(module doc)")
     ap.add_argument("--compare", action="store_true",
                     help="the one-call comparison of issues 12 and 18 (module doc)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -287,9 +303,9 @@ def main() -> int:
         args.schedules = ";".join(COMPARE_SCHEDULES)
         args.rounds = min(args.rounds, 2)  # ~1 minute in all
         args.check = args.check or RAGGED_SHAPES
-    if args.whole_step_wait:
-        install_whole_step_wait()
-    variant = "whole-step" if args.whole_step_wait else "as-lowered"
+    if args.last_group_wait:
+        install_last_group_wait()
+    variant = "last-group" if args.last_group_wait else "as-lowered"
     if args.schedules.startswith("GemmSchedule"):
         names = [t.strip() for t in args.schedules.split(";") if t.strip()]
     else:
@@ -300,10 +316,10 @@ def main() -> int:
 
     import torch
 
-    if args.check:  # the schedules that are new here (all of them outside --compare)
-        old = set(PINGPONG + COOPERATIVE) if args.compare else set()
-        wrong = check_rows(args.check, "NN,NT", [t for t in names if t not in old], variant)
-        print(f"CHECK [{variant}]: {wrong} wrong or failed", flush=True)
+    checks = []
+    if args.check:  # every schedule timed below, on each ragged shape
+        checks = check_rows(args.check, "NN,NT", names, variant)
+        print(check_summary(checks, variant), flush=True)
     rows = measure_rows(args.shapes, args.layouts, names, args.rounds, variant)
     summarize(rows, f" [{variant}]")
     if args.sass:
@@ -312,19 +328,19 @@ def main() -> int:
                 print(sass_line(text), flush=True)
             except Exception as e:  # noqa: BLE001
                 print(f"SASS {text}: FAILED {type(e).__name__}: {e}", flush=True)
-    name = "pingpong_whole_step.json" if args.whole_step_wait else "pingpong.json"
+    name = "pingpong_last_group.json" if args.last_group_wait else "pingpong.json"
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, name), "w") as f:
         json.dump({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                   "gpu": torch.cuda.get_device_name(), "variant": variant, "rows": rows}, f,
-                  indent=1)
+                   "gpu": torch.cuda.get_device_name(), "variant": variant, "rows": rows,
+                   "checks": checks}, f, indent=1)
     if args.compare:  # the lowering experiment in a process of its own (its own caches)
-        child = [sys.executable, "-u", os.path.abspath(__file__), "--whole-step-wait", "--sass",
+        child = [sys.executable, "-u", os.path.abspath(__file__), "--last-group-wait", "--sass",
                  "--shapes", args.shapes, "--layouts", args.layouts, "--rounds",
                  str(args.rounds), "--out", args.out, "--check", args.check,
-                 "--schedules", ";".join(COMPARE_WHOLE_STEP)]
+                 "--schedules", ";".join(COMPARE_LAST_GROUP)]
         code = subprocess.run(child, check=False).returncode
-        print(f"compare: done in {time.time() - started:.0f} s (whole-step process exit "
+        print(f"compare: done in {time.time() - started:.0f} s (last-group process exit "
               f"{code})", flush=True)
         return code
     return 0

@@ -36,7 +36,7 @@ class Pipe:
     def stages(self) -> int:
         return self.value.type.stages
 
-    def _step(self, cls) -> Iterator[Scalar]:
+    def _step(self, cls, **fields) -> Iterator[Scalar]:
         ctx = current()
         loc = user_loc()
         if ctx.in_role is None and ctx.any_role:
@@ -57,7 +57,7 @@ class Pipe:
         before, ops = scope.close(list(body), loc, induction=(stage,))
         for op in before:
             _emit(op)
-        _emit(cls(stage, self.value, Region(tuple(ops)), loc=loc))
+        _emit(cls(stage, self.value, Region(tuple(ops)), loc=loc, **fields))
 
     def skip(self, steps) -> None:
         """Move this warpgroup's step counter past `steps` steps that another warpgroup of
@@ -92,5 +92,12 @@ class Pipe:
         yield from self._step(O.Produce)
 
     @contextlib.contextmanager
-    def consume(self) -> Iterator[Scalar]:
-        yield from self._step(O.Consume)
+    def consume(self, whole_step: bool = False) -> Iterator[Scalar]:
+        """whole_step: where the compiler keeps the step's wgmma in flight past its end (the
+        next step's wgmma issue behind it), keep every group the step commits, not only its
+        last (ir.ops.Consume.whole_step): a step of two m64 wgmma then ends in wait_group 2,
+        which still retires the whole previous step before its slot is released."""
+        if not isinstance(whole_step, bool):
+            raise TraceError(f"pipe.consume(whole_step={whole_step!r}): whole_step is True or "
+                             f"False", user_loc())
+        yield from self._step(O.Consume, whole_step=whole_step)

@@ -188,7 +188,13 @@ class Consume(Op):
     release the slot at the end of the step; 1 = keep this step's wgmma group in flight, wait
     with wait_group 1 (which retires the previous step's group) and release the previous
     step's slot then; the last slot is released after a wait_group 0 before the accumulator
-    is read. Either way a slot is released only after the wgmma that read it retired."""
+    is read. Either way a slot is released only after the wgmma that read it retired.
+    `whole_step` (set by the kernel, `pipe.consume(whole_step=True)`): with wgmma_in_flight =
+    1, every group this step commits stays in flight at its end, not only its last: the wait
+    is wait_group N, N = the step's groups still in flight, the deepest that still retires
+    every group of the previous step (whose slot is released right after it). A 128-row
+    ping-pong tile commits two m64 groups per step; wait_group 1 would retire the first of
+    them too (CUTLASS keeps a whole k tile in flight). No effect with wgmma_in_flight = 0."""
 
     NAME = "consume"
     RESULTS = ("stage",)
@@ -199,6 +205,7 @@ class Consume(Op):
     parity_expr: str = ""
     arrivals: int = 0
     wgmma_in_flight: int = 0
+    whole_step: bool = False
 
 
 @dataclass(frozen=True)

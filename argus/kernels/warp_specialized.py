@@ -44,8 +44,9 @@ passing the epilogue turn; here the default stores from registers, and epilogue=
 stores crosses warpgroups and the epilogues need no order; it zeroes by ScaleOut::Zero (here
 `zero_by_wgmma`, opt-in); and it commits one wgmma batch per k tile and waits with
 K_PIPE_MMAS = 1, a whole k tile in flight, where a 128-row tile here commits one group per
-64-row accumulator and lower/sync.py's wait_group 1 keeps only the second in flight
-(scripts/gpu_gemm_pingpong.py --whole-step-wait measures wait_group 2).
+64-row accumulator: its steps are whole steps (`consume(whole_step=True)`), so lower/sync.py
+ends each with wait_group 2 and both stay in flight too (scripts/gpu_gemm_pingpong.py
+--last-group-wait measures the former wait_group 1, which kept only the second).
 
 Tail splits (`TileScheduler.launch(..., tail_splits=S)`): the walk is two loops in every role,
 the full waves' units (`units`) and then S K slices of each unit of the last, partial wave
@@ -395,12 +396,16 @@ class OperandRing:
     def mma_tile(self, k_steps, *, zero_by_wgmma: bool = False) -> list:
         """A ping-pong consumer's main loop for one unit: this warpgroup multiplies the whole
         bm x bn tile, as bm / 64 accumulators of 64 rows (one m64 wgmma each per K slice).
-        Each wgmma is a commit group of its own, so a 128-row tile's step commits two, and the
-        step's end (lower/sync.py: wait_group 1) leaves only the second in flight."""
+        Each wgmma is a commit group of its own, so a 128-row tile's step commits two; the
+        step is a whole step (`consume(whole_step=True)`): its end waits with wait_group 2,
+        leaving both in flight while the next full barrier is awaited, as CUTLASS keeps a
+        whole k tile in flight (wait_group 1 would retire the first). The previous step's
+        groups are retired by that wait before its slot is released (the verifier proves it:
+        sync.release)."""
         accs = [ag.zeros((64, self.bn), ag.f32, by_wgmma=zero_by_wgmma)
                 for _ in range(self.bm // 64)]
         for k in ag.range(k_steps):
-            with self.pipe.consume() as stage:
+            with self.pipe.consume(whole_step=True) as stage:
                 for atom in range(self.k_atoms):
                     b_view = self.b[stage].rows_of(atom * self.b_rows, self.b_rows)
                     for j, acc in enumerate(accs):

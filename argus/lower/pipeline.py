@@ -10,7 +10,8 @@ empty[s] expects one arrival per consumer warpgroup.
 
 A consumer step that issues wgmma keeps its group in flight (wgmma_in_flight=1): the next step
 waits with wait_group 1, which retires the previous group, and only then releases the previous
-slot, so the tensor cores never idle between steps and no slot is released early. Not when a
+slot, so the tensor cores never idle between steps and no slot is released early (a step the
+kernel marks `whole_step` keeps all of its groups: wait_group N, lower/sync.py). Not when a
 wgmma of the step reads a buffer that stmatrix writes (P of attention through shared memory):
 the next step's stmatrix would overwrite what the in-flight group still reads, so such a step
 retires its groups (wait_group 0) before it ends.
@@ -96,12 +97,15 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
                            parity_expr=op.parity_expr or PRODUCER_PARITY)
         elif isinstance(op, O.Consume):
             has_wgmma = any(isinstance(inner, O.Wgmma) for inner in _own_ops(op.body))
+            in_flight = 1 if has_wgmma and wgmma_overlap and not reads_generic(op) else 0
             updates.update(stage_expr=op.stage_expr or STAGE_EXPR,
                            parity_expr=op.parity_expr or CONSUMER_PARITY,
                            arrivals=op.arrivals or pipes[op.pipe.id].consumers
                            * (cluster_size if op.pipe.id in multicast_pipes else 1),
-                           wgmma_in_flight=1 if has_wgmma and wgmma_overlap
-                           and not reads_generic(op) else 0)
+                           wgmma_in_flight=in_flight,
+                           # a step that keeps nothing in flight keeps no whole step either:
+                           # the IR states what runs
+                           whole_step=op.whole_step and bool(in_flight))
         return dataclasses.replace(op, **updates) if updates else op
 
     return dataclasses.replace(kernel, body=region(kernel.body))

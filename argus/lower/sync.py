@@ -18,7 +18,10 @@ what is in flight and inserts:
   its issue (codegen declares them there), so such a group is retired before the region that
   issued it ends (the end of an `ag.when` / loop body, or its consume step's end). At the
   step's end: with `wgmma_in_flight` = 1 and no rs group open, `wgmma.wait 1` (retires the
-  previous step's group) and the release of the previous step's slot, this one held; else
+  previous step's group) and the release of the previous step's slot, this one held (a
+  `whole_step` step: `wgmma.wait N`, N = its groups still in flight, so none of them retires
+  there and every group of the previous step does: the deepest wait before that release,
+  CUTLASS's whole k tile in flight; at most WGMMA_WAIT_MAX); else
   `wgmma.wait N` retiring this step's groups and the release of this step's slot. A held
   slot is released after `wgmma.wait 0` before the next op that is not pure scalar/control
   work (the accumulator may be read there) and at the end of the role.
@@ -60,7 +63,8 @@ from argus.ir import ops as O
 from argus.ir.core import Kernel, Region, Value
 from argus.ir.tag_ops import is_tag_op
 from argus.ir.types import TileType
-from argus.target.limits import NAMED_BARRIERS, WARPGROUP_SIZE, entry_registers
+from argus.target.limits import (NAMED_BARRIERS, WARPGROUP_SIZE, WGMMA_WAIT_MAX,
+                                 entry_registers)
 
 # Ops that may run while a consumer's last wgmma group is still in flight (no accumulator
 # read, no shared-memory write): pure scalar work and control whose bodies are walked.
@@ -341,10 +345,15 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         accs = [g.acc for g in mine]
         if mine and op.wgmma_in_flight == 1 and all(g.a is None for g in mine):
             # keep this step's group in flight: wait_group 1 retires the previous step's,
-            # whose slot is released now; this one's is held
+            # whose slot is released now; this one's is held. A whole step keeps every group
+            # it committed (`mine`: those still in flight, the newest of all): wait N, N =
+            # their count, retires exactly what is older, the previous step's groups among it
+            keep = min(len(mine), WGMMA_WAIT_MAX) if op.whole_step else 1
             st.in_consume.pop()
             st.inflight = [g for g in st.inflight if g not in mine]
-            body += [O.WgmmaWait(1, loc=loc), O.FenceOperands(tuple(accs), loc=loc),
+            body += [O.WgmmaWait(keep, note="keep this step's groups in flight"
+                                 if keep > 1 else "", loc=loc),
+                     O.FenceOperands(tuple(accs), loc=loc),
                      O.SlotRelease(op.pipe, op.stage, previous=True, loc=loc)]
             st.pending[op.pipe.id] = (op.pipe, accs)
         else:

@@ -75,6 +75,9 @@ WGMMA_N_STEP = 8               # dense f16/bf16/tf32/fp8 N: multiples of 8 in [8
 WGMMA_K_BYTES = 32             # K per instruction is 32 bytes of A: k16 bf16/f16, k8 tf32, k32 fp8
 WGMMA_K_BY_ELEM_BYTES = {4: 8, 2: 16, 1: 32}
 WGMMA_SMEM_ADDR_ALIGN = 16     # descriptor start, LBO and SBO are 16-byte aligned (§9.7.15.5.1.2.2)
+# wgmma.wait_group N: the most groups a wait may leave pending (CUTLASS's warpgroup_wait<N>
+# asserts N in [0, 7], cute/arch/mma_sm90_gmma.hpp)
+WGMMA_WAIT_MAX = 7
 
 
 def check_setmaxnreg(n: int) -> None:
