@@ -13,6 +13,8 @@ import argus as ag
 from argus.compiler import lower_only
 from argus.kernels.gemm_fp8 import gemm_fp8_blockscaled_kernel, gemm_fp8_blockscaled_smem_kernel
 
+from tests.fp8_blockscaled import verify_clean
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -41,16 +43,9 @@ def test_variants_are_distinct_and_start_with_the_default():
 
 @pytest.mark.parametrize("name,schedule", VARIANTS, ids=[name for name, _ in VARIANTS])
 def test_variant_lowers_and_verifies_clean(name, schedule):
-    from argus import verify
-
     kf = gemm_fp8_blockscaled_smem_kernel if schedule.smem_scales else \
         gemm_fp8_blockscaled_kernel
-    kernel = lower_only(kf(ag.bf16), s=schedule)   # shared memory fits
-    report = verify.run(kernel)
-    assert not report.errors, "\n".join(str(d) for d in report.errors)
-    assert {d.code for d in report.unknowns} <= {"store.coverage", "store.once"}, \
-        "\n".join(str(d) for d in report.unknowns)
-    assert any(d.code == "wgmma.k-once" for d in report.proven)
+    verify_clean(lower_only(kf(ag.bf16), s=schedule))   # shared memory fits
 
 
 def test_variants_table_reads_its_rows():

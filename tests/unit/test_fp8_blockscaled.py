@@ -22,40 +22,8 @@ from tests.fp8_k_loops import k_loop_kernel
 
 torch = pytest.importorskip("torch")
 
-ULP = {"bf16": 2.0 ** -8, "f16": 2.0 ** -10, "f32": 2.0 ** -23}
-
-
-def _e4m3(shape, scale, seed):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*shape, generator=g) * scale).to(torch.float8_e4m3fn)
-
-
-def _scales(shape, seed):
-    """Scales spread over two orders of magnitude, so that a scale applied to the wrong block
-    (row, or weight block, or K block) shows."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.exp(torch.rand(*shape, generator=g) * 4.6 - 2.3)
-
-
-def _dequantized(a, w, sa, sb):
-    """float64 a * scale_a (1x128) and w * scale_b (128x128): the reference's operands."""
-    m, k = a.shape
-    n = w.shape[0]
-    a64 = a.double() * sa.double().repeat_interleave(128, 1)[:, :k]
-    w64 = w.double() * sb.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:n, :k]
-    return a64, w64
-
-
-def _check_close(got, a64, w64, out, k):
-    want = (a64 @ w64.T).numpy()
-    got = got.double().numpy()
-    assert not np.isnan(got).any()
-    # one rounding of the output plus fp32 accumulation (of the partials and across blocks)
-    bound = (a64.abs() @ w64.abs().T).numpy()
-    tol = ULP[out.name] * np.abs(want) + (k + 128) * 2.0 ** -24 * bound + 1e-30
-    err = np.abs(got - want)
-    assert (err <= tol).all(), float(np.max(err / tol))
-
+from tests.fp8_blockscaled import (blockscaled_inputs, check_close, e4m3,  # noqa: E402
+                                   interpret_blockscaled, verify_clean)
 
 @pytest.mark.parametrize("m,n,k,out,schedule", [
     (128, 128, 256, ag.f32, Fp8GemmSchedule(bn=128, stages=2, promote=True)),
@@ -72,13 +40,9 @@ def _check_close(got, a64, w64, out, k):
                                              promote=True)),
 ])
 def test_blockscaled_interpreter_matches_float64(m, n, k, out, schedule):
-    a, w = _e4m3((m, k), 3.0, m), _e4m3((n, k), 0.5, n)
-    sa, sb = _scales((m, k // 128), 1), _scales((-(-n // 128), k // 128), 2)
-    c = torch.full((m, n), float("nan"), dtype=out.torch_dtype())
-    gemm_fp8_blockscaled_kernel(out).interpret(a, w, sa.t().contiguous(), sb, c, s=schedule)
-    a64, w64 = _dequantized(a, w, sa, sb)
-    _check_close(c, a64, w64, out, k)
+    c = interpret_blockscaled(m, n, k, out, schedule)
     # the per-block scales matter: one per-tensor scale would be far off
+    a, w, sa, sb = blockscaled_inputs(m, n, k)
     flat = (a.double() @ w.double().T) * sa.mean().item() * sb.mean().item()
     assert (c.double() - flat).abs().max() > 0.1 * flat.abs().max()
 
@@ -89,12 +53,12 @@ def test_blockscaled_interpreter_matches_float64(m, n, k, out, schedule):
 ])
 def test_per_tensor_promotion_in_the_interpreter(schedule):
     m, n, k = 190, 256, 384
-    a, w = _e4m3((m, k), 3.0, 5), _e4m3((n, k), 0.5, 6)
+    a, w = e4m3((m, k), 3.0, 5), e4m3((n, k), 0.5, 6)
     c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
     gemm_fp8_kernel(ag.bf16).interpret(a, w, torch.tensor([0.37]), torch.tensor([1.9]), c,
                                        s=schedule)
     scale = float(np.float32(np.float32(0.37) * np.float32(1.9)))
-    _check_close(c, a.double() * scale, w.double(), ag.bf16, k)
+    check_close(c, a.double() * scale, w.double(), ag.bf16, k)
 
 
 def test_schedule_refuses_promotion_past_the_register_budget():
@@ -128,27 +92,16 @@ BLOCK_CASES = _block_cases()
 OUT = {"bf16": ag.bf16, "f16": ag.f16, "f32": ag.f32}
 
 
-def _verify_clean(kernel):
-    from argus import verify
-
-    report = verify.run(kernel)
-    assert not report.errors, "\n".join(str(d) for d in report.errors)
-    assert {d.code for d in report.unknowns} <= {"store.coverage", "store.once"}, \
-        "\n".join(str(d) for d in report.unknowns)
-    assert any(d.code == "wgmma.k-once" for d in report.proven)
-    return report
-
-
 @pytest.mark.parametrize("problem,schedule", BLOCK_CASES,
                          ids=[f"{p.out_dtype}-{s.bm}x{s.bn}-st{s.stages}-{s.epilogue}"
                               f"-c{s.cluster_m}" for p, s in BLOCK_CASES])
 def test_blockscaled_candidates_verify_clean(problem, schedule):
     assert schedule.promote and (schedule.bn <= 160 or schedule.n_split == 2)
-    _verify_clean(lower_only(gemm_fp8_blockscaled_kernel(OUT[problem.out_dtype]), s=schedule))
+    verify_clean(lower_only(gemm_fp8_blockscaled_kernel(OUT[problem.out_dtype]), s=schedule))
 
 
 def test_per_tensor_promotion_verifies_clean():
-    _verify_clean(lower_only(gemm_fp8_kernel(ag.bf16),
+    verify_clean(lower_only(gemm_fp8_kernel(ag.bf16),
                              s=Fp8GemmSchedule(bn=128, stages=6, promote=True)))
 
 
@@ -234,7 +187,7 @@ def test_scaled_matmul_block_scale_errors_without_a_gpu():
     from argus.errors import LaunchError
     from argus.ops import scaled_matmul
 
-    a, w = _e4m3((64, 256), 1.0, 0), _e4m3((200, 256), 1.0, 1)
+    a, w = e4m3((64, 256), 1.0, 0), e4m3((200, 256), 1.0, 1)
     sa, sb, one = torch.ones(64, 2), torch.ones(2, 2), torch.tensor(1.0)
     cases = [
         ((a, w, sa, one), "scale_b has shape \\(\\); .*scale_b \\[ceil\\(N/128\\), "
@@ -244,7 +197,7 @@ def test_scaled_matmul_block_scale_errors_without_a_gpu():
         ((a, w, sa, torch.ones(1, 2)), "scale_b has shape \\(1, 2\\)"),
         ((a, w, sa.double(), sb), "scale_a must be float32.*\n  fix: pass scale_a.float"),
         ((a, w, sa, sb.half()), "scale_b must be float32"),
-        ((_e4m3((64, 144), 1.0, 2), _e4m3((200, 144), 1.0, 3), sa, sb),
+        ((e4m3((64, 144), 1.0, 2), e4m3((200, 144), 1.0, 3), sa, sb),
          "K = 144 is not a multiple of 128"),
         ((a, w, sa, sb), "a is on cpu; Argus kernels run on a CUDA device"),
     ]
@@ -256,7 +209,7 @@ def test_scaled_matmul_block_scale_errors_without_a_gpu():
 def test_one_element_scales_of_any_rank_are_per_tensor():
     from argus.ops.scaled_matmul import _check_scales
 
-    a, w = _e4m3((64, 256), 1.0, 0), _e4m3((200, 256), 1.0, 1)
+    a, w = e4m3((64, 256), 1.0, 0), e4m3((200, 256), 1.0, 1)
     for sa, sb in ((torch.tensor(1.0), torch.tensor([2.0])),
                    (torch.ones(1, 1), torch.ones(1, 1))):
         assert _check_scales(a, w, sa, sb) is False

@@ -20,6 +20,8 @@ from argus.runtime import nvrtc_available
 
 torch = pytest.importorskip("torch")
 
+from tests.fp8_blockscaled import ULP, e4m3  # noqa: E402
+
 
 # ----------------------------------------------------------------------------- e4m3 rounding
 
@@ -199,11 +201,6 @@ def test_schedule_cache_roundtrip(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- interpreter
 
 
-def _e4m3(shape, scale, seed):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*shape, generator=g) * scale).to(torch.float8_e4m3fn)
-
-
 @pytest.mark.parametrize("m,n,k,out,schedule", [
     (64, 256, 256, ag.bf16, Fp8GemmSchedule()),
     (200, 256, 256, ag.bf16, Fp8GemmSchedule(bn=128)),                     # ragged M
@@ -218,7 +215,7 @@ def _e4m3(shape, scale, seed):
     (70, 256, 128, ag.bf16, Fp8GemmSchedule(bn=128, cluster_m=2, epilogue="tma", stages=3)),
 ])
 def test_interpreter_matches_float64_reference(m, n, k, out, schedule):
-    a, w = _e4m3((m, k), 3.0, m), _e4m3((n, k), 0.5, n)
+    a, w = e4m3((m, k), 3.0, m), e4m3((n, k), 0.5, n)
     sa, sb = torch.tensor([0.37]), torch.tensor([1.9])
     c = torch.full((m, n), float("nan"), dtype=out.torch_dtype())
     gemm_fp8_kernel(out).interpret(a, w, sa, sb, c, s=schedule)
@@ -230,7 +227,7 @@ def test_interpreter_matches_float64_reference(m, n, k, out, schedule):
     assert not np.isnan(got).any()
     # one rounding of the output, plus fp32 accumulation: at most K f32 roundings of partial
     # sums bounded by sum |a||w| (the products themselves are exact in f32)
-    ulp = {"bf16": 2.0 ** -8, "f16": 2.0 ** -10, "f32": 2.0 ** -23}[out.name]
+    ulp = ULP[out.name]
     bound = (a.double().abs() @ w.double().abs().T).numpy() * float(scale)
     tol = ulp * np.abs(want) + k * 2.0 ** -24 * bound + 1e-30
     assert (np.abs(got - want) <= tol).all(), np.max(np.abs(got - want) / tol)
@@ -273,12 +270,12 @@ def test_scaled_matmul_errors_without_a_gpu():
     from argus.errors import LaunchError
     from argus.ops import scaled_matmul
 
-    a, w, s = _e4m3((64, 128), 1.0, 0), _e4m3((96, 128), 1.0, 1), torch.tensor(1.0)
+    a, w, s = e4m3((64, 128), 1.0, 0), e4m3((96, 128), 1.0, 1), torch.tensor(1.0)
     cases = [
-        ((a, _e4m3((128, 128), 1.0, 2).t(), s, s), "K-major.*\n  fix: pass b.contiguous()"),
+        ((a, e4m3((128, 128), 1.0, 2).t(), s, s), "K-major.*\n  fix: pass b.contiguous()"),
         ((a.t().contiguous().t(), w, s, s), "a \\(64, 128\\) has strides"),
         ((a, w.t(), s, s), "torch._scaled_mm's b .*\n  fix: pass the weight W itself"),
-        ((a, _e4m3((96, 64), 1.0, 3), s, s), "do not match"),
+        ((a, e4m3((96, 64), 1.0, 3), s, s), "do not match"),
         ((a.float(), w, s, s), "a must be torch.float8_e4m3fn, got torch.float32"),
         ((a, w.float().to(torch.float8_e5m2), s, s), "e5m2 is not supported yet"),
         ((a[None], w, s, s), "a must be 2-d"),
@@ -286,7 +283,7 @@ def test_scaled_matmul_errors_without_a_gpu():
         ((a, w, s, s.double()), "scale_b must be float32"),
         ((a, w, 0.5, s),
          "scale_a must be a torch.Tensor, got float\n  fix: wrap it: torch.tensor\\(0.5"),
-        ((_e4m3((64, 40), 1.0, 4), _e4m3((96, 40), 1.0, 5), s, s), "K = 40 is not a multiple"),
+        ((e4m3((64, 40), 1.0, 4), e4m3((96, 40), 1.0, 5), s, s), "K = 40 is not a multiple"),
         ((a, w, s, s), "a is on cpu; Argus kernels run on a CUDA device"),
     ]
     for args, message in cases:

@@ -10,7 +10,6 @@ before the promotion's FFMAs."""
 
 import re
 
-import numpy as np
 import pytest
 
 import argus as ag
@@ -23,7 +22,7 @@ from argus.runtime import nvrtc_available
 
 torch = pytest.importorskip("torch")
 
-from tests.unit.test_fp8_blockscaled import _check_close, _dequantized, _e4m3, _scales  # noqa: E402
+from tests.fp8_blockscaled import check_close, e4m3, interpret_blockscaled, scales  # noqa: E402
 
 
 def _overlap(**kw) -> Fp8GemmSchedule:
@@ -42,20 +41,15 @@ def _overlap(**kw) -> Fp8GemmSchedule:
     (256, 256, 384, ag.bf16, _overlap(bn=64, stages=2, num_sms=2, group_m=1)),
 ])
 def test_overlapped_blockscaled_matches_float64(m, n, k, out, schedule):
-    a, w = _e4m3((m, k), 3.0, m), _e4m3((n, k), 0.5, n)
-    sa, sb = _scales((m, k // 128), 1), _scales((-(-n // 128), k // 128), 2)
-    c = torch.full((m, n), float("nan"), dtype=out.torch_dtype())
-    gemm_fp8_blockscaled_kernel(out).interpret(a, w, sa.t().contiguous(), sb, c, s=schedule)
-    a64, w64 = _dequantized(a, w, sa, sb)
-    _check_close(c, a64, w64, out, k)
+    interpret_blockscaled(m, n, k, out, schedule)
 
 
 def test_overlapped_promotion_adds_the_same_values_in_the_same_order():
     """The serial and the overlapped loop add block k's scaled partial into one fp32 sum in K
     order: bit-identical results (5 K steps: the loop twice and the odd tail)."""
     m, n, k = 130, 256, 640
-    a, w = _e4m3((m, k), 3.0, 11), _e4m3((n, k), 0.5, 12)
-    sa, sb = _scales((m, k // 128), 3), _scales((2, k // 128), 4)
+    a, w = e4m3((m, k), 3.0, 11), e4m3((n, k), 0.5, 12)
+    sa, sb = scales((m, k // 128), 3), scales((2, k // 128), 4)
     outs = []
     for overlap in (False, True):
         c = torch.full((m, n), float("nan"), dtype=torch.float32)
@@ -69,13 +63,13 @@ def test_overlapped_promotion_adds_the_same_values_in_the_same_order():
 @pytest.mark.parametrize("k", [128, 384, 512])
 def test_overlapped_per_tensor_promotion_matches_float64(k):
     m, n = 130, 128
-    a, w = _e4m3((m, k), 3.0, 5), _e4m3((n, k), 0.5, 6)
+    a, w = e4m3((m, k), 3.0, 5), e4m3((n, k), 0.5, 6)
     scale_a, scale_b = torch.tensor([0.25]), torch.tensor([1.5])
     c = torch.full((m, n), float("nan"), dtype=torch.float32)
     gemm_fp8_kernel(ag.f32).interpret(a, w, scale_a, scale_b, c,
                                       s=_overlap(bn=128, stages=2))
     a64, w64 = a.double() * 0.25, w.double() * 1.5
-    _check_close(c, a64, w64, ag.f32, k)
+    check_close(c, a64, w64, ag.f32, k)
 
 
 def test_overlap_schedule_checks():

@@ -17,7 +17,8 @@ from argus.runtime import nvrtc_available
 
 torch = pytest.importorskip("torch")
 
-from tests.unit.test_fp8_blockscaled import _check_close, _dequantized, _e4m3, _scales  # noqa: E402
+from tests.fp8_blockscaled import (check_close, dequantized, e4m3, scales,  # noqa: E402
+                                   verify_clean)
 
 
 def _k_loop(kernel) -> list:
@@ -68,8 +69,8 @@ def test_late_release_schedule_checks():
 ])
 def test_early_and_late_release_add_the_same_values(m, n, k, schedule):
     """Same partials, same scales, same order of adds: bitwise equal, and close to float64."""
-    a, w = _e4m3((m, k), 3.0, 21), _e4m3((n, k), 0.5, 22)
-    sa, sb = _scales((m, k // 128), 23), _scales((-(-n // 128), k // 128), 24)
+    a, w = e4m3((m, k), 3.0, 21), e4m3((n, k), 0.5, 22)
+    sa, sb = scales((m, k // 128), 23), scales((-(-n // 128), k // 128), 24)
     outs = []
     for late in (False, True):
         c = torch.full((m, n), float("nan"), dtype=torch.float32)
@@ -79,13 +80,11 @@ def test_early_and_late_release_add_the_same_values(m, n, k, schedule):
         gemm_fp8_blockscaled_kernel(ag.f32).interpret(a, w, sa.t().contiguous(), sb, c, s=s)
         outs.append(c)
     assert torch.equal(outs[0], outs[1])
-    _check_close(outs[0], *_dequantized(a, w, sa, sb), ag.f32, k)
+    check_close(outs[0], *dequantized(a, w, sa, sb), ag.f32, k)
 
 
 def test_early_release_verifies_clean():
-    from tests.unit.test_fp8_blockscaled import _verify_clean
-
-    _verify_clean(lower_only(gemm_fp8_blockscaled_kernel(ag.bf16), s=Fp8GemmSchedule(
+    verify_clean(lower_only(gemm_fp8_blockscaled_kernel(ag.bf16), s=Fp8GemmSchedule(
         bn=128, stages=5, promote=True, cluster_m=2, epilogue="tma")))
 
 

@@ -22,20 +22,11 @@ from argus.target import register_layouts as RL
 
 torch = pytest.importorskip("torch")
 
-from tests.unit.test_fp8_blockscaled import _check_close, _dequantized, _e4m3, _scales  # noqa: E402
+from tests.fp8_blockscaled import interpret_blockscaled, verify_clean  # noqa: E402
 
 
 def _smem(**kw) -> Fp8GemmSchedule:
     return Fp8GemmSchedule(promote=True, smem_scales=True, **kw)
-
-
-def _kmajor(t):
-    """t [rows, kb] as the smem kernel takes it: rows 16-byte pitched (a view of a padded
-    buffer, as argus.ops.scaled_matmul makes it)."""
-    rows, kb = t.shape
-    padded = torch.zeros(rows, -(-kb // 4) * 4)
-    padded[:, :kb] = t
-    return padded[:, :kb]
 
 
 CASES = [
@@ -50,17 +41,10 @@ CASES = [
 
 @pytest.mark.parametrize("m,n,k,out,schedule", CASES)
 def test_smem_scales_match_float64_and_the_global_scale_kernel(m, n, k, out, schedule):
-    a, w = _e4m3((m, k), 3.0, m), _e4m3((n, k), 0.5, n)
-    sa, sb = _scales((m, k // 128), 1), _scales((-(-n // 128), k // 128), 2)
-    c = torch.full((m, n), float("nan"), dtype=out.torch_dtype())
-    gemm_fp8_blockscaled_smem_kernel(out).interpret(a, w, _kmajor(sa), _kmajor(sb), c,
-                                                    s=schedule)
-    _check_close(c, *_dequantized(a, w, sa, sb), out, k)
-    ref = torch.full((m, n), float("nan"), dtype=out.torch_dtype())
+    c = interpret_blockscaled(m, n, k, out, schedule)
     plain = Fp8GemmSchedule(**{f: getattr(schedule, f) for f in (
         "bn", "stages", "cluster_m", "epilogue", "num_sms", "group_m")}, promote=True)
-    gemm_fp8_blockscaled_kernel(out).interpret(a, w, sa.t().contiguous(), sb, ref, s=plain)
-    assert torch.equal(c, ref)
+    assert torch.equal(c, interpret_blockscaled(m, n, k, out, plain))
 
 
 def _consumer_source(schedule) -> tuple[str, str]:
@@ -113,10 +97,8 @@ def test_every_tma_destination_stage_is_128_byte_aligned(schedule):
 
 
 def test_smem_scales_verify_clean():
-    from tests.unit.test_fp8_blockscaled import _verify_clean
-
     for s in (_smem(bn=128, stages=5, cluster_m=2, epilogue="tma"), _smem(bn=160, stages=4)):
-        _verify_clean(lower_only(gemm_fp8_blockscaled_smem_kernel(ag.bf16), s=s))
+        verify_clean(lower_only(gemm_fp8_blockscaled_smem_kernel(ag.bf16), s=s))
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")

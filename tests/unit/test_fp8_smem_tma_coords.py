@@ -24,9 +24,8 @@ from argus.runtime.interp import registry
 
 torch = pytest.importorskip("torch")
 
-from tests.unit.test_fp8_blockscaled import (_check_close, _dequantized, _e4m3,  # noqa: E402
-                                             _scales)
-from tests.unit.test_fp8_smem_scales import _kmajor  # noqa: E402
+from tests.fp8_blockscaled import (blockscaled_inputs, check_close,  # noqa: E402
+                                   dequantized, kmajor)
 
 TMA_ALIGN = 16   # bytes: the innermost coordinate's alignment (see the module docstring)
 
@@ -51,10 +50,9 @@ def tma_loads(monkeypatch):
 
 
 def _run(m, n, k, schedule, out=ag.f32):
-    a, w = _e4m3((m, k), 3.0, m), _e4m3((n, k), 0.5, n)
-    sa, sb = _scales((m, k // 128), 1), _scales((-(-n // 128), k // 128), 2)
+    a, w, sa, sb = blockscaled_inputs(m, n, k)
     c = torch.full((m, n), float("nan"), dtype=out.torch_dtype())
-    gemm_fp8_blockscaled_smem_kernel(out).interpret(a, w, _kmajor(sa), _kmajor(sb), c,
+    gemm_fp8_blockscaled_smem_kernel(out).interpret(a, w, kmajor(sa), kmajor(sb), c,
                                                     s=schedule)
     return c, a, w, sa, sb
 
@@ -72,4 +70,4 @@ def test_every_tma_copy_starts_16_byte_aligned_innermost(tma_loads, m, n, k, sch
                   if coord * dtype.bytes % TMA_ALIGN})
     assert not bad, f"innermost TMA coordinates {TMA_ALIGN}-B misaligned (tensor, coord): {bad}"
     # and the scales of every K block still reach the right partials
-    _check_close(c, *_dequantized(a, w, sa, sb), ag.f32, k)
+    check_close(c, *dequantized(a, w, sa, sb), ag.f32, k)

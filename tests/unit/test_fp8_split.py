@@ -20,8 +20,7 @@ from argus.runtime import nvrtc_available
 
 torch = pytest.importorskip("torch")
 
-from tests.unit.test_fp8_blockscaled import (_check_close, _dequantized, _e4m3,  # noqa: E402
-                                             _scales)
+from tests.fp8_blockscaled import check_close, e4m3, interpret_blockscaled, scales  # noqa: E402
 
 
 def _split(**kw) -> Fp8GemmSchedule:
@@ -40,12 +39,7 @@ def _split(**kw) -> Fp8GemmSchedule:
     (190, 512, 256, ag.bf16, _split(bn=256, stages=2, cluster_m=2, epilogue="tma")),
 ])
 def test_split_blockscaled_matches_float64(m, n, k, out, schedule):
-    a, w = _e4m3((m, k), 3.0, m), _e4m3((n, k), 0.5, n)
-    sa, sb = _scales((m, k // 128), 1), _scales((-(-n // 128), k // 128), 2)
-    c = torch.full((m, n), float("nan"), dtype=out.torch_dtype())
-    gemm_fp8_blockscaled_kernel(out).interpret(a, w, sa.t().contiguous(), sb, c, s=schedule)
-    a64, w64 = _dequantized(a, w, sa, sb)
-    _check_close(c, a64, w64, out, k)
+    interpret_blockscaled(m, n, k, out, schedule)
 
 
 def test_split_adds_the_same_values_as_the_unsplit_loop():
@@ -53,8 +47,8 @@ def test_split_adds_the_same_values_as_the_unsplit_loop():
     whether its K block's wgmma spans 128 or 256 columns and whether halves overlap: the
     results are bit-identical (5 K steps, 4 weight blocks)."""
     m, n, k = 130, 512, 640
-    a, w = _e4m3((m, k), 3.0, 11), _e4m3((n, k), 0.5, 12)
-    sa, sb = _scales((m, k // 128), 3), _scales((4, k // 128), 4)
+    a, w = e4m3((m, k), 3.0, 11), e4m3((n, k), 0.5, 12)
+    sa, sb = scales((m, k // 128), 3), scales((4, k // 128), 4)
     outs = []
     for s in (Fp8GemmSchedule(bn=128, stages=3, promote=True), _split(bn=256, stages=2),
               _split(bn=128, stages=3, split_overlap=True, cluster_m=2)):
@@ -66,11 +60,11 @@ def test_split_adds_the_same_values_as_the_unsplit_loop():
 
 def test_split_per_tensor_promotion_matches_float64():
     m, n, k = 130, 256, 384
-    a, w = _e4m3((m, k), 3.0, 5), _e4m3((n, k), 0.5, 6)
+    a, w = e4m3((m, k), 3.0, 5), e4m3((n, k), 0.5, 6)
     c = torch.full((m, n), float("nan"), dtype=torch.float32)
     gemm_fp8_kernel(ag.f32).interpret(a, w, torch.tensor([0.25]), torch.tensor([1.5]), c,
                                       s=_split(bn=256, stages=2))
-    _check_close(c, a.double() * 0.25, w.double() * 1.5, ag.f32, k)
+    check_close(c, a.double() * 0.25, w.double() * 1.5, ag.f32, k)
 
 
 def test_tma_epilogue_takes_32_and_16_column_blocks():
@@ -78,15 +72,8 @@ def test_tma_epilogue_takes_32_and_16_column_blocks():
     are no multiple of 16 may not."""
     for bn in (96, 144, 160):
         assert Fp8GemmSchedule(bn=bn, promote=True, epilogue="tma").piece == bn
-    m, n, k = 190, 330, 384
-    a, w = _e4m3((m, k), 3.0, m), _e4m3((n, k), 0.5, n)
-    sa, sb = _scales((m, k // 128), 1), _scales((-(-n // 128), k // 128), 2)
-    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
-    gemm_fp8_blockscaled_kernel(ag.bf16).interpret(
-        a, w, sa.t().contiguous(), sb, c,
-        s=Fp8GemmSchedule(bn=144, stages=3, promote=True, epilogue="tma", cluster_m=2))
-    a64, w64 = _dequantized(a, w, sa, sb)
-    _check_close(c, a64, w64, ag.bf16, k)
+    interpret_blockscaled(190, 330, 384, ag.bf16, Fp8GemmSchedule(
+        bn=144, stages=3, promote=True, epilogue="tma", cluster_m=2))
     with pytest.raises(ValueError, match="64, 32 or 16 columns"):
         Fp8GemmSchedule(bn=104, promote=True, epilogue="tma")
     with pytest.raises(ValueError, match="accumulator of 88 columns"):
@@ -241,21 +228,10 @@ def test_split_with_shared_memory_scales(m, n, k, out, schedule):
     """The serial split reading each stage's block scales from shared memory
     (gemm_fp8_blockscaled_smem_kernel): float64 agreement and bit-identical to the global
     scales' split loop."""
-    from argus.kernels.gemm_fp8 import gemm_fp8_blockscaled_smem_kernel
-    from tests.unit.test_fp8_smem_scales import _kmajor
-
-    a, w = _e4m3((m, k), 3.0, m), _e4m3((n, k), 0.5, n)
-    sa, sb = _scales((m, k // 128), 1), _scales((-(-n // 128), k // 128), 2)
-    c = torch.full((m, n), float("nan"), dtype=out.torch_dtype())
-    gemm_fp8_blockscaled_smem_kernel(out).interpret(a, w, _kmajor(sa), _kmajor(sb), c,
-                                                    s=schedule)
-    _check_close(c, *_dequantized(a, w, sa, sb), out, k)
-    ref = torch.full((m, n), float("nan"), dtype=out.torch_dtype())
-    gemm_fp8_blockscaled_kernel(out).interpret(
-        a, w, sa.t().contiguous(), sb, ref,
-        s=Fp8GemmSchedule(**{f: getattr(schedule, f) for f in (
-            "bn", "stages", "cluster_m", "epilogue")}, promote=True, n_split=2))
-    assert torch.equal(c, ref)
+    c = interpret_blockscaled(m, n, k, out, schedule)
+    global_scales = Fp8GemmSchedule(**{f: getattr(schedule, f) for f in (
+        "bn", "stages", "cluster_m", "epilogue")}, promote=True, n_split=2)
+    assert torch.equal(c, interpret_blockscaled(m, n, k, out, global_scales))
 
 
 def test_split_with_shared_memory_scales_verifies_and_builds():
