@@ -371,13 +371,10 @@ class _Checker:
         in_flight = [g for g in st.groups if (pid, which) in g] + \
             ([st.open_reads] if (pid, which) in st.open_reads else [])
         subject = f"release of pipeline {op.pipe} at {op.loc}"
-        self.report("sync.release", op, subject, not in_flight,
-                    "" if not in_flight else
-                    f"the slot of pipeline {op.pipe} is released at {op.loc} while a wgmma group "
-                    f"reading it may still be in flight (no wgmma.wait retires it first): the "
-                    f"producer may refill the slot under the tensor cores",
-                    {"release": str(op.loc), "groups_in_flight": len(st.groups)},
-                    fix="wgmma.wait before pipe.release (lower.sync)")
+        if not in_flight:
+            self.report("sync.release", op, subject, True)
+        else:
+            self.release_violated(op, st, in_flight, which, subject)
         if op.previous:  # the held slot is gone; this step's slot is held from now on
             def relabel(g):
                 g = g - {(pid, "held")}
@@ -386,6 +383,30 @@ class _Checker:
                 return g
             st.groups = tuple(relabel(g) for g in st.groups)
             st.open_reads = relabel(st.open_reads)
+
+    def release_violated(self, op: O.SlotRelease, st: _State, in_flight: list, which: str,
+                         subject: str) -> None:
+        """sync.release's counterexample: the wgmma sites of the groups still reading the
+        slot, which step's slot it is, and who arrives."""
+        # the wgmma of those groups (each group's tile keys name its wgmma sites), and which
+        # step read the slot: the held slot is the previous step's, else the step's own
+        sites = sorted({self.sites[k[2]].loc for g in in_flight for k in g
+                        if len(k) == 3 and k[2] in self.sites}, key=lambda loc: loc.line)
+        readers = ", ".join(str(loc) for loc in sites) or "a wgmma"
+        read_by, steps = ("n - 1", "n >= 1") if which == "held" else ("n", "n >= 0")
+        self.report("sync.release", op, subject, False,
+                    f"the slot of pipeline {op.pipe} that consume step {read_by} read is "
+                    f"released at {op.loc} in step n (every {steps}) while the wgmma at "
+                    f"{readers} that read it may still be in flight (no wgmma.wait retires its "
+                    f"group first; up to {len(st.groups)} groups pending there): thread 0 of "
+                    f"the warpgroup arrives on the slot's empty barrier, so the producer may "
+                    f"refill it under the tensor cores",
+                    {"release": str(op.loc), "wgmma": readers,
+                     "iteration": f"released in step n ({steps}), read by step {read_by}",
+                     "thread": "0 of the consumer warpgroup (the empty-barrier arrive); the "
+                               "wgmma is the warpgroup's 128 threads",
+                     "groups_in_flight": len(st.groups)},
+                    fix="wgmma.wait before pipe.release (lower.sync)")
 
 
 def obligations(model: Model) -> tuple[list, list[Finding]]:

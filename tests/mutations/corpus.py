@@ -159,6 +159,29 @@ def _library_gemm():
     return lower_only(G.gemm)
 
 
+def _pingpong_gemm():
+    """The library's 128x128 ping-pong GEMM: its K steps are whole steps (two m64 groups,
+    wait_group 2 before the previous slot's release)."""
+    from argus.compiler import lower_only
+    from argus.kernels import gemm as G
+
+    return lower_only(G.gemm, s=G.GemmSchedule(bm=128, bn=128, stages=3, pingpong=True,
+                                               num_sms=4))
+
+
+def _release_before_wait(kernel: Kernel) -> Kernel:
+    """Each consume step's slot release moved ahead of the step's closing wgmma.wait: the
+    previous step's groups may still read the slot when its empty barrier is arrived on."""
+    def step(op: O.Consume) -> O.Consume:
+        ops = list(op.body.ops)
+        wait = max(i for i, x in enumerate(ops) if isinstance(x, O.WgmmaWait))
+        release = max(i for i, x in enumerate(ops) if isinstance(x, O.SlotRelease))
+        assert wait < release, "the lowered step releases after its wait"
+        ops.insert(wait, ops.pop(release))
+        return op.replace(body=Region(tuple(ops)))
+    return rewrite(kernel, O.Consume, step)
+
+
 # ----------------------------------------------------------------------------- the corpus
 
 ACC = ("thread", "warp", "lane", "register")
@@ -290,6 +313,11 @@ CORPUS: list[Mutation] = [
                        stages=1),
       ("pipe.deadlock", "pipe.no-overwrite", "pipe.data"), ("replay",), ("DEADLOCK",), None,
       "a 1-stage ring keeping one wgmma group in flight never releases the slot it needs"),
+    M("lowered/pingpong_release_before_wait", "gemm", 11,
+      lambda: _release_before_wait(_pingpong_gemm()), ("sync.release",),
+      ("release", "wgmma", "iteration", "thread"), ("step n - 1", "in flight"), None,
+      "a ping-pong whole step (wait_group 2) arrives on the previous step's empty barrier "
+      "before its wait: both of that step's m64 groups may still read the slot"),
     M("lowered/tma_store_unfenced", "gemm", 12,
       lambda: rewrite(_gemm_tma_epilogue(), O.ProxyFence, lambda op: None), ("proxy.fence",),
       ("writer", "reader"), ("stmatrix",), None,
@@ -692,6 +720,7 @@ CLEAN: list[tuple[str, Callable[[], Kernel]]] = [
     ("select_transpose (one-hot selection, as compose's transpose)",
      lambda: K.make_select_transpose().trace()),
     ("library gemm, tma epilogue", _gemm_tma_epilogue),
+    ("library gemm, ping-pong 128x128 (whole steps: wait_group 2)", _pingpong_gemm),
     ("library gemm, B [K, N]", _gemm_kn),
     ("cluster_gemm (2x1 cluster, B multicast)", lambda: K.make_cluster_gemm().trace()),
     ("cluster_gemm_lowered", lambda: lowered(K.make_cluster_gemm)),
