@@ -7,7 +7,8 @@
         ag.store(Y, (row, 0), x * 2.0)
 """
 
-from argus.dsl.api import (abs_, arange, cdiv, cluster_rank, erf, exp, exp2, full, grid, ldmatrix,
+from argus.dsl.api import (abs_, arange, atomic_add, atomic_fetch_add, cdiv, cluster_rank, erf,
+                           exp, exp2, fence, full, grid, ldmatrix,
                            load, load_scalar, load_shared, log, maximum, minimum, occupancy,
                            ordered,
                            pipeline, range, relu,
@@ -35,7 +36,8 @@ def compile(kernel_fn: KernelFunction, *, verify: bool | None = None, **constexp
     return compile_kernel(kernel_fn, verify=verify, **constexprs)
 
 __all__ = [
-    "abs_", "arange", "Scalar", "cdiv", "cluster_rank", "erf", "exp", "exp2", "full", "grid",
+    "abs_", "arange", "atomic_add", "atomic_fetch_add", "Scalar", "cdiv", "cluster_rank", "erf",
+    "exp", "exp2", "fence", "full", "grid",
     "ldmatrix", "load", "load_scalar", "load_shared", "log", "maximum",
     "minimum", "occupancy", "ordered", "pipeline", "range", "relu", "role", "round_tf32",
     "rsqrt", "scalar",

@@ -344,6 +344,71 @@ def store(tensor: TensorArg, offsets, tile: Tile, *, transposed: bool = False) -
     ctx.builder.append(O.Store(tensor.value, offs, tile.value, transposed, loc=loc))
 
 
+def atomic_add(tensor: TensorArg, offsets, tile: Tile) -> None:
+    """Add `tile` elementwise into `tensor` at `offsets` with atomic reductions (PTX
+    red.global.add: f32 or i32, the tensor's dtype); elements outside the tensor are dropped.
+    Additions from any threads and CTAs to one element all land (in some order: f32 sums are
+    exact up to that order's rounding). Not a store: see docs/verify.md for what is proven."""
+    ctx = current("ag.atomic_add")
+    loc = user_loc()
+    if not isinstance(tile, Tile):
+        raise TraceError("ag.atomic_add needs a tile", loc,
+                         fix="make one with ag.full((1,), value) for a single element")
+    if tensor.dtype not in (dtypes.f32, dtypes.i32) or tile.dtype != tensor.dtype:
+        raise TraceError(f"ag.atomic_add adds f32 or i32 tiles into a tensor of the same dtype; "
+                         f"got a {tile.dtype} tile into {tensor.name} ({tensor.dtype})", loc,
+                         fix="accumulate in a float32 (or int32) tensor, converting the tile "
+                             "with .to(ag.f32)")
+    if len(tile.shape) > len(tensor.shape):
+        raise TraceError(f"a rank-{len(tile.shape)} tile into a rank-{len(tensor.shape)} tensor",
+                         loc)
+    offs = _offsets(tensor, offsets, loc)
+    ctx.builder.append(O.AtomicAdd(tensor.value, offs, tile.value, loc=loc))
+
+
+def atomic_fetch_add(tensor: TensorArg, offsets, value=1, *, wrap=None) -> Scalar:
+    """Atomically add the uniform int `value` to one element of an i32 tensor, once for the
+    executing group (the CTA, or this warpgroup inside a role), and return the element's old
+    value to every thread (PTX atom.global.add.u32). With `wrap` (value 1): a counter that
+    resets itself, atom.global.inc.u32: the element becomes 0 when it was wrap - 1, so wrap
+    arrivals leave it as they found it and exactly one of them reads wrap - 1 (the last CTA
+    to finish a unit of work). Offsets outside the tensor: no atomic, -1."""
+    ctx = current("ag.atomic_fetch_add")
+    loc = user_loc()
+    _group_wide("ag.atomic_fetch_add", ctx, loc)
+    if tensor.dtype != dtypes.i32:
+        raise TraceError(f"ag.atomic_fetch_add counts in an int32 tensor; {tensor.name} is "
+                         f"{tensor.dtype}", loc, fix="allocate the counters as torch.int32")
+    if wrap is not None and not (isinstance(value, int) and value == 1):
+        raise TraceError(f"ag.atomic_fetch_add(..., wrap=...) increments by 1 "
+                         f"(atom.inc); got value={value!r}", loc)
+    v = as_scalar(value)
+    if v.dtype != dtypes.i32 or not v.uniform:
+        raise TraceError("ag.atomic_fetch_add adds a uniform int32 scalar", loc)
+    w = None
+    if wrap is not None:
+        w = as_scalar(wrap)
+        if w.dtype != dtypes.i32 or not w.uniform:
+            raise TraceError("ag.atomic_fetch_add's wrap is a uniform int32 scalar", loc)
+        w = w.value
+    offs = _offsets(tensor, offsets, loc)
+    if not all(o.uniform for o in offsets if isinstance(o, Scalar)):
+        raise TraceError("ag.atomic_fetch_add's offsets differ between threads", loc,
+                         fix="one atomic runs for the whole group: use uniform offsets")
+    r = ctx.builder.fresh(ScalarType(dtypes.i32), "old")
+    ctx.builder.append(O.AtomicFetchAdd(r, tensor.value, offs, v.value, w, loc=loc))
+    return Scalar(r)
+
+
+def fence() -> None:
+    """fence.acq_rel.gpu by every thread: its memory operations before the fence are ordered
+    before those after it for any thread of the GPU that synchronizes with it. Put one between
+    global stores and the ag.atomic_fetch_add that tells other CTAs they are done (release),
+    and one between that atomic's answer and loads of what the others stored (acquire)."""
+    ctx = current("ag.fence")
+    ctx.builder.append(O.Fence(loc=user_loc()))
+
+
 def where(cond: Tile, a, b) -> Tile:
     """Elementwise `a` where `cond` (a boolean tile) holds, else `b`; a and b are tiles or
     scalars and broadcast like numpy."""

@@ -361,6 +361,60 @@ class Store(Op):
 
 
 @dataclass(frozen=True)
+class AtomicAdd(Op):
+    """Add tile `value` elementwise into a global tensor at `offsets` by atomic reductions
+    (PTX red.global.add.f32 / .s32: relaxed, GPU scope), elements outside the tensor dropped.
+    Each element of the tile is added once (by one thread of each replica class of the tile's
+    layout: a replicated element is not added twice). Legal for f32 and i32 tensors, with the
+    tile of the tensor's dtype. Not a store: the additions of any threads and CTAs to one
+    element commute and none is lost, so store.once does not apply; the verifier records it
+    as an atomic site, never as a store (verify/check_atomics.py says what it proves)."""
+
+    NAME = "atomic.add"
+    tensor: Value
+    offsets: tuple[Value, ...]
+    value: Value
+
+
+@dataclass(frozen=True)
+class AtomicFetchAdd(Op):
+    """One atomic read-modify-write of one element of an i32 global tensor for the executing
+    group (the CTA, or one warpgroup of a role): a group barrier (every thread of the group
+    has run the ops before it, so a `fence` each ran is ordered before the atomic: the release
+    pattern of the PTX memory model), then one thread runs PTX atom.global.add.u32 of the
+    uniform i32 scalar `value` at `offsets` (relaxed, GPU scope), or with `wrap`
+    atom.global.inc.u32 (value 1; the element becomes 0 when it was >= wrap - 1, else old + 1:
+    a counter of wrap arrivals that resets itself), and `result`, the element's old value, is
+    broadcast to the group through `scratch` (one i32 shared-memory slot per warpgroup copy,
+    placed by lower/smem.py) and a second group barrier. Offsets outside the tensor: no
+    atomic, result -1. Legal where the whole group reaches it (not under a per-thread guard).
+    The old values one element returns are distinct while it takes fewer than wrap (2^32
+    without wrap) additions; verify/check_atomics.py proves when that is so."""
+
+    NAME = "atomic.fetch_add"
+    RESULTS = ("result",)
+    result: Value
+    tensor: Value
+    offsets: tuple[Value, ...]
+    value: Value
+    wrap: Value | None = None
+    scratch: tuple[Value, ...] = ()
+
+
+@dataclass(frozen=True)
+class Fence(Op):
+    """fence.acq_rel.gpu by every thread of the executing group (PTX ISA "membar / fence";
+    memory consistency model, release and acquire patterns): the thread's memory operations
+    before it are ordered before those after it for every thread of the GPU that synchronizes
+    with it. Written by the user (ag.fence) where global data crosses CTAs: between a split's
+    partial stores and the atomic that counts it (release), and between the atomic that says
+    every split has arrived and the loads of their partials (acquire)."""
+
+    NAME = "fence"
+    scope: str = "gpu"
+
+
+@dataclass(frozen=True)
 class Full(Op):
     """A register tile filled with a constant (zeros are `full 0.0`); an integer tile's value
     is an int (exact at any size).
@@ -763,7 +817,7 @@ ALL_OPS: dict[str, type[Op]] = {
     for cls in (Const, Arith, GridIds, ClusterRank, ThreadIndex, For, If, RoleOp, SmemAlloc,
                 SmemSlice,
                 PipelineCreate, Produce, Consume, TmaLoad, TmaStore, Wgmma, StMatrix, LdMatrix,
-                Load, LoadScalar, Store, Full, Elementwise, Convert, Reduce, Scan, TileSlice, Var,
-                Assign, ConvertLayout, Arange, ExpandDims, PipeSkip, Elect) + SYNC_OPS
+                Load, LoadScalar, Store, AtomicAdd, AtomicFetchAdd, Fence, Full, Elementwise,
+                Convert, Reduce, Scan, TileSlice, Var, Assign, ConvertLayout, Arange, ExpandDims, PipeSkip, Elect) + SYNC_OPS
     + ORDERED_OPS
 }

@@ -2,7 +2,8 @@
 
 First the buffers codegen's register exchanges need become buffers like any other: a
 reduction whose warps hold parts of its axis combines their partials through shared memory,
-and a layout conversion redistributes its tile through it; each gets an `smem.alloc` at the
+a layout conversion redistributes its tile through it, and an atomic.fetch_add broadcasts
+the old value one thread read; each gets an `smem.alloc` at the
 top of the kernel, named by the op's `scratch` field (one copy per warpgroup of a role), so the
 plan places it, the CTA budget below counts it and the verifier's smem.align sees it (they
 were static `__shared__` arrays of codegen's before, outside all three).
@@ -46,8 +47,7 @@ def _align(x: int, a: int) -> int:
 
 def run(kernel: Kernel) -> Kernel:
     kernel = _release_barriers(_exchange_buffers(kernel))
-    exchange = {v.id for op in kernel.walk() if isinstance(op, (O.Reduce, O.ConvertLayout))
-                for v in op.scratch}
+    exchange = {v.id for op in kernel.walk() if isinstance(op, _EXCHANGES) for v in op.scratch}
     allocs = [op for op in kernel.walk() if isinstance(op, O.SmemAlloc)]
     plan: list[tuple[int, int, int, int]] = []
     offset = 0
@@ -99,6 +99,10 @@ def _place(op: O.SmemAlloc, offset: int, plan: list) -> int:
     return offset + t.bytes
 
 
+# ops whose rendering exchanges registers through a buffer of their own (`scratch`)
+_EXCHANGES = (O.Reduce, O.ConvertLayout, O.AtomicFetchAdd)
+
+
 def _exchange_buffers(kernel: Kernel) -> Kernel:
     """The kernel with an `smem.alloc` at its top for every reduction exchange and layout
     conversion (module docstring), each op naming its buffers in `scratch`."""
@@ -118,7 +122,7 @@ def _exchange_buffers(kernel: Kernel) -> Kernel:
             if subs:
                 op = dataclasses.replace(op, **subs)
             types = _scratch_types(op, threads, copies) \
-                if isinstance(op, (O.Reduce, O.ConvertLayout)) and not op.scratch else ()
+                if isinstance(op, _EXCHANGES) and not op.scratch else ()
             if types:
                 values = tuple(Value(next(ids), t, "scratch") for t in types)
                 allocs.extend(O.SmemAlloc(v, loc=op.loc) for v in values)
@@ -164,6 +168,8 @@ def _scratch_types(op: O.Op, threads: int, copies: int) -> tuple[SmemType, ...]:
     """The buffers `op` exchanges registers through, over a group of `threads` threads with
     `copies` warpgroups each using its own copy; () when it needs none or its layout is one
     codegen refuses (with its own message)."""
+    if isinstance(op, O.AtomicFetchAdd):   # the old value, one slot per warpgroup copy
+        return (SmemType(i32, (copies,)),)
     if isinstance(op, O.ConvertLayout):
         t: TileType = op.result.type
         size = 1

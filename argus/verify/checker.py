@@ -75,6 +75,7 @@ def collect(model: Model) -> tuple[list[OB.Obligation], list[OB.Finding]]:
     """Every obligation and arithmetic finding of a kernel, in a stable order."""
     from argus.verify import (
         check_asserts,
+        check_atomics,
         check_fills,
         check_grid,
         check_layout,
@@ -101,6 +102,7 @@ def collect(model: Model) -> tuple[list[OB.Obligation], list[OB.Finding]]:
              ("shared-memory accesses", lambda: check_smem.obligations(model)),
              ("synchronization", lambda: check_sync.obligations(model)),
              ("stores", lambda: check_stores.obligations(model)),
+             ("atomics", lambda: check_atomics.obligations(model)),
              ("register tiles", lambda: check_tiles.obligations(model)),
              ("masked fills", lambda: check_fills.obligations(model)),
              ("online softmax", lambda: check_softmax.obligations(model)),

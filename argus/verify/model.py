@@ -80,6 +80,7 @@ class Model:
         self.writes: dict[int, list[WriteSite]] = {}
         self.reads: list[ReadSite] = []
         self.stores: list[StoreSite] = []
+        self.atomics: list = []   # AtomicSite: atomic.add / atomic.fetch_add (check_atomics)
         self.wgmmas: list[WgmmaSite] = []
         self.ews: list[EwSite] = []
         self.reduces: list[ReduceSite] = []

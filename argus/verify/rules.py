@@ -174,6 +174,13 @@ _RULES = [
     Rule("grid.cluster", "every clustered grid extent is a multiple of the cluster size for "
          "every shape (a partial cluster cannot launch)", (14,), "LIA",
          "round the extent up: ag.cdiv(M, cluster * BM) * cluster"),
+    Rule("atomic.exclusive", "a tensor that atomics update is not also stored, TMA-stored or "
+         "read by a plain load in the kernel (a plain access racing other CTAs' atomics)",
+         (14,), "arith", "keep counters and atomic accumulators in tensors of their own"),
+    Rule("atomic.tickets", "a self-resetting counter (atomic_fetch_add with wrap) is reached "
+         "unconditionally by exactly `wrap` instances per element, so they draw the old values "
+         "0 .. wrap - 1 once each (one draws wrap - 1) and leave it at 0", (14,), "LIA",
+         "index the counter by every program id but one, whose grid extent is the wrap"),
     Rule("lower", "the kernel lowers (a lowering pass rejects a construct it cannot compile)",
          (), "-", "see the message: the pass says what to change"),
     Rule("tag.assert", "a user tag assertion", (), "LIA/UF", "see the assertion's message"),

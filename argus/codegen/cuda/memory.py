@@ -1,5 +1,6 @@
 """Rendering rules of global-memory access: load, load.scalar, store (the accumulator store
-too), with the bounds checks and the vector chunk accesses of blocked tiles.
+too), with the bounds checks and the vector chunk accesses of blocked tiles, and the global
+atomics (atomic.add, atomic.fetch_add).
 
 Every access is bounds-checked per element, or per chunk where a blocked tile's registers are
 consecutive columns (one 4-16 byte vector access when the chunk is in bounds and aligned, the
@@ -354,3 +355,50 @@ def _store_acc(em: _Emitter, op: O.Store, info: TileInfo) -> None:
         em.emit("}")
     em.indent -= 1
     em.emit("}")
+
+
+@rule(O.AtomicAdd)
+def atomic_add(em: _Emitter, op: O.AtomicAdd) -> None:
+    """One atomicAdd per element and replica class (nvcc makes RED.E.ADD of an unused
+    result: PTX red.global.add.f32 / .s32); a layout that replicates an element over threads
+    adds it from the thread whose replicated bits are 0, so each element is added once."""
+    info = em.tiles[op.value.id]
+    name = em.tensors[op.tensor.id]
+    lay = info.layout
+    rank = len(op.value.type.shape)
+    mask = sum(1 << b for b in lay.rl.replicated_bits())
+    once = f"(gtid & {mask}) == 0 && " if mask else ""
+    for i in range(lay.nregs):
+        cond, idx = _bounds(em, op.tensor, op.offsets, info, i, rank)
+        val = em.tile_expr(op.value, i, lay)
+        em.emit(f"if ({once}{cond}) atomicAdd(&{name}[{idx}], {val});")
+
+
+@rule(O.AtomicFetchAdd)
+def atomic_fetch_add(em: _Emitter, op: O.AtomicFetchAdd) -> None:
+    """A group barrier, thread 0 of the group runs the atomic (atom.global.add.u32, or
+    atom.global.inc.u32 with wrap) into this group's slot of the op's scratch, a group barrier,
+    every thread reads the slot (ir.ops.AtomicFetchAdd). The slot's next write (the op's next
+    execution) comes after that execution's first barrier, which every reader has passed."""
+    if len(op.scratch) != 1:
+        raise CompileError("atomic.fetch_add: its broadcast slot was not placed", op.loc,
+                           fix="run lower.smem (argus.lower.run) before rendering")
+    t: TensorType = op.tensor.type
+    name = em.tensors[op.tensor.id]
+    conds, terms = [], []
+    rank = len(t.shape)
+    for d, o in enumerate(op.offsets):
+        off = em.name(o)
+        conds.append(f"{off} >= 0 && {off} < {_dim(t, d)}")
+        terms.append(f"(long long){off}" + (f" * {name}_s{d}" if d < rank - 1 else ""))
+    ptr = f"reinterpret_cast<unsigned int*>(&{name}[{' + '.join(terms)}])"
+    atom = (f"atomicInc({ptr}, (unsigned int)({em.name(op.wrap)} - 1))" if op.wrap is not None
+            else f"atomicAdd({ptr}, (unsigned int){em.name(op.value)})")
+    copies, wg = em.role_copies
+    slot = f"{em.name(op.scratch[0])}[{wg if copies > 1 else 0}]"
+    em.emit(em.group_barrier() + "  // the group's earlier ops (and fences) before the atomic")
+    em.emit(f"if (gtid == 0) {slot} = ({' && '.join(conds)}) ? (int){atom} : -1;")
+    em.emit(em.group_barrier() + "  // the old value in the slot before any thread reads it")
+    n = f"v{op.result.id}"
+    em.emit(f"const int {n} = {slot};")
+    em.names[op.result.id] = n

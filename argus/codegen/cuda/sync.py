@@ -1,6 +1,6 @@
 """Rendering rules of the synchronization ops (ir.ops.SYNC_OPS): wgmma fence / commit / wait,
 operand fences, slot releases, proxy fences, group and cluster barriers, TMA-store commit and
-wait, setmaxnreg.
+wait, setmaxnreg; and the user's global fence (ag.fence: fence.acq_rel.gpu).
 
 lower/sync.py placed each of them; they render one for one (the verifier proves what runs).
 wgmma.fence and fence.operands also render inside a wgmma issue block (mma.py), where the
@@ -149,3 +149,10 @@ def turn_pass(em: _Emitter, op: O.TurnPass) -> None:
     if op.initial:  # the last warpgroup hands warpgroup 0 its first turn
         line = f"if ({wg} == {count - 1}) {line}"
     em.emit(line)
+
+
+@rule(O.Fence)
+def fence(em: _Emitter, op: O.Fence) -> None:
+    if op.scope != "gpu":
+        raise CompileError(f"fence: scope {op.scope!r} is not rendered (only 'gpu')", op.loc)
+    em.emit('asm volatile("fence.acq_rel.gpu;" ::: "memory");')

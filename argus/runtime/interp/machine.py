@@ -138,7 +138,10 @@ class _Interp:
         out[tuple(dst_sl)] = src[tuple(src_sl)]
         return out
 
-    def _write(self, tensor: Value, offsets: list[int], tile: np.ndarray) -> None:
+    def _write(self, tensor: Value, offsets: list[int], tile: np.ndarray,
+               add: bool = False) -> None:
+        """Store `tile` at `offsets` (clipped at the tensor's edges); add=True adds it to the
+        elements there instead (an atomic add: this machine runs one group at a time)."""
         dst = self.tensors[tensor.id]
         lead = len(offsets) - tile.ndim
         if lead > 0:
@@ -150,7 +153,10 @@ class _Interp:
                 return
             dst_sl.append(slice(lo, hi))
             src_sl.append(slice(lo - off, hi - off))
-        dst[tuple(dst_sl)] = _round(tile[tuple(src_sl)], tensor.type.dtype)
+        part = tile[tuple(src_sl)]
+        if add:
+            part = dst[tuple(dst_sl)] + part.astype(dst.dtype)
+        dst[tuple(dst_sl)] = _round(part, tensor.type.dtype)
 
     # -- CTAs -------------------------------------------------------------------------------
     def run(self) -> None:

@@ -1,8 +1,11 @@
-"""Rules for shared-memory buffers and views, global loads/stores, ldmatrix/stmatrix.
+"""Rules for shared-memory buffers and views, global loads/stores and atomics,
+ldmatrix/stmatrix.
 
 Invariant: shared memory starts as NaN (reading an unwritten element shows up in the result);
 global accesses are clipped at the tensor's edges (loads fill `other`, stores drop), and stores
-round to the tensor's dtype.
+round to the tensor's dtype. Atomics act at once on the tensor: the machine runs one group
+(CTA or warpgroup) at a time, so each is indivisible, and the order in which the groups run is
+one order the GPU may take.
 """
 
 from __future__ import annotations
@@ -60,3 +63,29 @@ def store(m: _Interp, g: _Group, op: O.Store) -> None:
     offs = [m.val(g, o) for o in op.offsets]
     value = m.val(g, op.value)
     m._write(op.tensor, offs, value.T if op.transposed else value)
+
+
+@rule(O.AtomicAdd)
+def atomic_add(m: _Interp, g: _Group, op: O.AtomicAdd) -> None:
+    offs = [m.val(g, o) for o in op.offsets]
+    m._write(op.tensor, offs, np.asarray(m.val(g, op.value)), add=True)
+
+
+@rule(O.AtomicFetchAdd)
+def atomic_fetch_add(m: _Interp, g: _Group, op: O.AtomicFetchAdd) -> None:
+    """Once per executing group, as on the device (one thread of the group runs the atomic);
+    atom.inc's wrap: old >= wrap - 1 gives 0, as PTX (unsigned compare)."""
+    offs = [m.val(g, o) for o in op.offsets]
+    dst = m.tensors[op.tensor.id]
+    if not all(0 <= o < n for o, n in zip(offs, dst.shape)):
+        g.env[op.result.id] = -1
+        return
+    old = int(dst[tuple(offs)])
+    if op.wrap is None:
+        new = (old + int(m.val(g, op.value))) & 0xFFFFFFFF
+        new = new - (1 << 32) if new >= 1 << 31 else new   # stored back as int32
+    else:
+        wrap = int(m.val(g, op.wrap))
+        new = 0 if (old & 0xFFFFFFFF) >= ((wrap - 1) & 0xFFFFFFFF) else old + 1
+    dst[tuple(offs)] = new
+    g.env[op.result.id] = old

@@ -22,3 +22,8 @@ from argus.runtime.interp.registry import rule
 @rule(*O.SYNC_OPS)
 def sync_no_op(m: _Interp, g: _Group, op: O.Op) -> None:
     """Fences, waits, barriers, slot releases, setmaxnreg: no-ops (see the module docstring)."""
+
+
+@rule(O.Fence)
+def fence(m: _Interp, g: _Group, op: O.Fence) -> None:
+    """A no-op: the machine runs one group at a time, every write visible at once."""

@@ -195,6 +195,23 @@ class StoreSite:
 
 
 @dataclass
+class AtomicSite:
+    """A global atomic (atomic.add, atomic.fetch_add): not a store, so no store.* claim is
+    made of it; verify/check_atomics.py checks its tensor and its tickets. `ticket` is the
+    fetch's old value as a term of the instance (`args`), None for atomic.add; `inverses`
+    the functions that recover each instance variable from (cell, ticket)."""
+
+    kind: str                        # add / fetch_add
+    op: Op
+    site: Site
+    tensor: TensorInfo
+    offsets: tuple
+    args: tuple = ()
+    ticket: Any = None
+    inverses: tuple = ()
+
+
+@dataclass
 class EwSite:
     op: O.Elementwise
     site: Site

@@ -1,11 +1,17 @@
 """Transfer functions of memory ops other than TMA: shared-memory buffers and views,
-stmatrix/ldmatrix, and global loads and stores.
+stmatrix/ldmatrix, global loads and stores, and global atomics.
 
 Job: name shared-memory buffers and the views into them (stage, first row, shape); record
 stmatrix as a generic-proxy write of its source tile's tags and ldmatrix as a read resolved
 against the buffer's writes (`Model.read_smem`); give a loaded tile the tags of the tensor
 elements it reads (`Model.element_record`: coordinates, user tag fields, the iteration), and
-record every store with the tags of what it writes.
+record every store with the tags of what it writes. An atomic is recorded as an atomic site,
+never as a store (store.* claims nothing of it; verify/check_atomics.py checks it), and an
+atomic.fetch_add's old value is a ticket: an uninterpreted function of the instance (program
+ids, warpgroup, loop indices); for a self-resetting counter (`wrap`) the premise that the
+instance is a function of (cell, ticket), inverse functions naming it, states that two
+instances at one cell draw different tickets, which check_atomics' atomic.tickets obligation
+justifies (at most `wrap` instances reach one cell).
 
 Invariant kept: a read is resolved lazily, at the reader's site (its scopes and sequence
 number), so it sees exactly the writes the model allows it to (earlier generic writes, or the
@@ -18,7 +24,8 @@ import z3
 
 from argus.ir import ops as O
 from argus.verify.tagdomain import fresh_int
-from argus.verify.transfer.domain import ReadSite, Rule, StoreSite, ViewInfo, WriteSite, trailing
+from argus.verify.transfer.domain import (AtomicSite, ReadSite, Rule, StoreSite, ViewInfo,
+                                         WriteSite, _num, trailing)
 
 
 def smem_alloc(m: Model, op: O.SmemAlloc, scopes, role, counters, following) -> None:
@@ -88,6 +95,36 @@ def store(m: Model, op: O.Store, scopes, role, counters, following) -> None:
                                   op.transposed))
 
 
+def atomic_add(m: Model, op: O.AtomicAdd, scopes, role, counters, following) -> None:
+    site = m._site(op, scopes, role)
+    if m._recording:
+        m.atomics.append(AtomicSite("add", op, site, m.tensors[op.tensor.id],
+                                    tuple(m.scalar(o) for o in op.offsets)))
+
+
+def atomic_fetch_add(m: Model, op: O.AtomicFetchAdd, scopes, role, counters,
+                     following) -> None:
+    site = m._site(op, scopes, role)
+    info = m.tensors[op.tensor.id]
+    offs = tuple(_num(m.scalar(o)) for o in op.offsets)
+    args = tuple(site.scope_vars()) + tuple(v for v, _, _ in m.grid_vars)
+    name = f"ticket{op.result.id}"
+    ticket = z3.Function(name, *([z3.IntSort()] * len(args)), z3.IntSort())(*args) \
+        if args else fresh_int(name)
+    m.sym[op.result.id] = ticket
+    inverses: tuple = ()
+    inside = z3.And([z3.And(o >= 0, o < _num(info.extent(m, d))) for d, o in enumerate(offs)])
+    m.premises.append(z3.Implies(z3.Not(inside), ticket == -1))   # no atomic: -1
+    if op.wrap is not None:
+        inverses = tuple(z3.Function(f"{name}_inv{k}", *([z3.IntSort()] * (len(offs) + 1)),
+                                     z3.IntSort()) for k in range(len(args)))
+        m.premises.append(z3.Implies(inside, z3.And(
+            [inv(*offs, ticket) == a for inv, a in zip(inverses, args)] +
+            [ticket >= 0, ticket < _num(m.scalar(op.wrap))])))
+    if m._recording:
+        m.atomics.append(AtomicSite("fetch_add", op, site, info, offs, args, ticket, inverses))
+
+
 RULES: dict[type, Rule] = {
     O.SmemAlloc: smem_alloc,
     O.SmemSlice: smem_slice,
@@ -96,4 +133,6 @@ RULES: dict[type, Rule] = {
     O.Load: load,
     O.LoadScalar: load_scalar,
     O.Store: store,
+    O.AtomicAdd: atomic_add,
+    O.AtomicFetchAdd: atomic_fetch_add,
 }

@@ -25,4 +25,8 @@ def transparent(m: Model, op: Op, scopes, role, counters, following) -> None:
     pass  # no data: verify/check_sync.py proves them on the IR
 
 
-RULES: dict[type, Rule] = {cls: transparent for cls in O.SYNC_OPS}
+def fence(m: Model, op: O.Fence, scopes, role, counters, following) -> None:
+    pass  # no data; the order it buys across CTAs is what check_atomics' claims rely on
+
+
+RULES: dict[type, Rule] = {cls: transparent for cls in O.SYNC_OPS} | {O.Fence: fence}

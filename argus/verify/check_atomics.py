@@ -1,0 +1,147 @@
+"""Global atomics: what the verifier proves of atomic.add and atomic.fetch_add.
+
+Job: an atomic is not a store. The additions of many threads and CTAs to one element commute
+and none is lost (the hardware's guarantee), so store.once and store.coverage claim nothing of
+them (transfer/memory.py records them as atomic sites, never as stores). Two claims remain:
+
+  atomic.exclusive — a tensor that atomics update is not also stored (plain or TMA) nor read
+      by a plain load (tile, scalar or TMA) anywhere in the kernel: such an access would race
+      with other CTAs' atomics (the result depends on the order). Decided on the IR.
+  atomic.tickets — a counter with wrap (atom.inc: it resets itself after wrap arrivals) is
+      reached by exactly `wrap` instances per element. With the counter at 0 at launch (the
+      caller's contract: zeroed once; every launch then leaves it at 0), the instances at one
+      element draw the old values 0 .. wrap - 1, each once. Distinctness is the premise
+      transfer/memory.py states (the instance as a function of (cell, ticket)), which lets
+      store.once prove that only one instance passes a guard `old == wrap - 1` (the last CTA
+      merges). Proven in LIA for two instances renamed apart: the atomic is under no
+      condition; the element's coordinates are a function of the program ids, warpgroup and
+      loop indices, of which at most one program id, the free one, may differ between two
+      instances at one element; and its grid extent is wrap (none free: wrap is 1).
+
+What is not claimed: the ordering of the plain stores before a counter's atomic and the loads
+after it (the `fence`s around it) is the memory model's release/acquire pattern, which the
+kernel author writes (ag.fence) and the verifier does not check; nor that the instance that
+merges is the last to arrive (the guard's wrap - 1; an `old == 0` guard would merge first and
+still store once); nor the counters' initial zeros (a launch contract). A fetch without wrap
+gives an opaque old value (no premise), as does an atomic.add's element.
+"""
+
+from __future__ import annotations
+
+import z3
+
+from argus.ir import ops as O
+from argus.verify import witness as W
+from argus.verify.model import Model, _num
+from argus.verify.obligation import Finding, Obligation
+from argus.verify.solver import value
+from argus.verify.tagdomain import fresh_int, mentions
+
+# ops that access a global tensor other than by an atomic: (class, the field naming it)
+_PLAIN = ((O.Store, "store"), (O.TmaStore, "TMA store"), (O.Load, "load"),
+          (O.LoadScalar, "scalar load"), (O.TmaLoad, "TMA load"))
+
+
+def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
+    if not model.atomics:
+        return [], []
+    finds = _exclusive(model)
+    obs = [_tickets(model, a) for a in model.atomics
+           if a.kind == "fetch_add" and a.op.wrap is not None]
+    return obs, finds
+
+
+def _exclusive(model: Model) -> list[Finding]:
+    targets = {a.tensor.value.id: a for a in model.atomics}
+    out = []
+    for tid, a in targets.items():
+        plain = [(what, op) for op in model.kernel.walk() for cls, what in _PLAIN
+                 if isinstance(op, cls) and op.tensor.id == tid]
+        subject = f"atomics on {a.tensor.name} at {a.op.loc}"
+        if plain:
+            what, op = plain[0]
+            out.append(Finding("atomic.exclusive", op.loc, subject, "violated",
+                               f"{a.tensor.name} is updated by atomics ({a.op.loc}) and "
+                               f"accessed by a plain {what} at {op.loc}: the {what} races "
+                               f"with other CTAs' atomics",
+                               {"tensor": a.tensor.name, "atomic": str(a.op.loc),
+                                "access": str(op.loc)},
+                               fix="keep counters and atomic accumulators in tensors of their "
+                                   "own; read a result in a later launch"))
+        else:
+            out.append(Finding("atomic.exclusive", a.op.loc, subject, "proven"))
+    return out
+
+
+def _tickets(model: Model, a) -> Obligation:
+    """atomic.tickets for one counter site (module docstring)."""
+    args = list(a.args)
+    ren = [(v, fresh_int(f"{v}@2")) for v in args]
+
+    def sub(t):
+        t = t if isinstance(t, z3.BoolRef) else _num(t)
+        return z3.substitute(t, *ren) if ren else t
+    # the ticket premises are what this obligation justifies: never its premises
+    own = [p for p in model.premises if not _mentions_ticket(p, model)]
+    cell1 = [_num(o) for o in a.offsets]
+    cell2 = [sub(o) for o in cell1]
+    inside = [z3.And(o >= 0, o < _num(a.tensor.extent(model, d))) for d, o in enumerate(cell1)]
+    prem = own + [sub(p) for p in own] + a.site.constraints() + \
+        [sub(c) for c in a.site.constraints()] + inside + \
+        [c1 == c2 for c1, c2 in zip(cell1, cell2)]
+    grid = [v for v, _, _ in model.grid_vars]
+    free = [v for v in grid if not any(mentions(o, v) for o in cell1)]
+    wrap = _num(model.scalar(a.op.wrap))
+    claims = []
+    if len(free) > 1:
+        claims.append((f"one program id ({', '.join(map(str, free))}) absent from the cell",
+                       z3.BoolVal(False)))
+    for v, w in ren:
+        if not any(v.eq(f) for f in free):
+            claims.append((f"{v} is the same for two instances at one element", v == w))
+    # every instance arrives (no guard around the atomic): the arrivals at one element are
+    # then exactly the free id's extent, which must be wrap for the counter to return to 0
+    # and for exactly one arrival to draw wrap - 1
+    guarded = [sc for sc in a.site.scopes if sc.kind == "if"]
+    if guarded:
+        claims.append((f"the counter is reached under no condition (one at "
+                       f"{guarded[0].op.loc})", z3.BoolVal(False)))
+    if free:
+        d = next(k for k, v in enumerate(grid) if v.eq(free[0]))
+        extent = _num(model.scalar(model.grid.extents[d])) if d < len(model.grid.extents) \
+            else None
+        if extent is None:
+            claims.append(("the free program id is a grid dimension", z3.BoolVal(False)))
+        else:
+            claims.append((f"grid extent {d} == wrap", extent == wrap))
+    else:
+        claims.append(("wrap == 1 (one instance an element)", wrap == 1))
+
+    def decode(zm, violated):
+        wit = {"shapes": W.shapes(model, zm), "violated": violated,
+               "first": {str(v): value(zm, v) for v in args},
+               "second": {str(v): value(zm, w) for v, w in ren}}
+        return (f"counter {a.tensor.name} at {a.op.loc} may be reached by more than wrap "
+                f"instances at one element ({'; '.join(violated)}): two instances "
+                f"{wit['first']} and {wit['second']} share an element, so their old values "
+                f"can repeat and more than one can see wrap - 1"), wit
+    return Obligation("atomic.tickets", a.op.loc, f"counter {a.tensor.name} at {a.op.loc}",
+                      prem, claims, decode,
+                      fix="index the counter by every program id but the one that counts "
+                          "arrivals, and give the counter that id's grid extent as wrap")
+
+
+def _mentions_ticket(p, model: Model) -> bool:
+    return any(a.ticket is not None and _has_app(p, a.ticket.decl()) for a in model.atomics
+               if a.kind == "fetch_add" and z3.is_app(a.ticket))
+
+
+def _has_app(term, decl) -> bool:
+    stack = [term]
+    while stack:
+        t = stack.pop()
+        if z3.is_app(t):
+            if t.decl().eq(decl):
+                return True
+            stack.extend(t.children())
+    return False
