@@ -329,7 +329,7 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
             # read once, by every role: all walk the same blocks. Clamped to the table's
             # pages: a length past them never makes a read outside the sequence's row
             SK = ag.maximum(ag.minimum(ag.load_scalar(SL, (b, 0)), BT.shape[1] * page_size), 0)
-            _tag_pages(K, V, BT, page_size)
+            _tag_pages(K, V, BT, page_size, SK)
         else:
             SK = K.shape[2]
         kb0, n = _split_blocks(sp, splits, SK, BN)
@@ -467,7 +467,7 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
     return ag.kernel(fn, name=name)
 
 
-def _tag_pages(K, V, BT, page_size: int) -> None:
+def _tag_pages(K, V, BT, page_size: int, SK) -> None:
     """Tags for the verifier (no code): the block table's entry (b, i) is page(b, i), and the
     logical key of row r of page g of K and V is pos(g) * page_size + r, where
     pos(page(b, i)) == i is the table's contract (trusted, ag.tag_assume): a physical page
@@ -475,12 +475,15 @@ def _tag_pages(K, V, BT, page_size: int) -> None:
     page twice; shared prefix pages sit at the same index in each). The mask and the key
     claims (wgmma.k-once over `key`: the page's row is an integer extent, not a coordinate
     the reduction is counted over) are then stated over the logical key, as in the
-    contiguous kernel."""
+    contiguous kernel. `key_extent` is the sequence's length SK as the reading CTA knows it
+    (read from seq_lens): the keys [0, SK) that wgmma.k-once must see multiplied once, over
+    the splits' program id too (a user coordinate has no tensor dim to take it from)."""
     page, pos = ag.opaque("page", 2), ag.opaque("page_pos")
     ag.tag_tensor(BT, value=lambda b, i: page(b, i))
     ag.tag_assume(lambda b, i: pos(page(b, i)) == i)
     for T in (K, V):
-        ag.tag_tensor(T, key=lambda g, h, r, d: pos(g) * page_size + r)
+        ag.tag_tensor(T, key=lambda g, h, r, d: pos(g) * page_size + r,
+                      key_extent=lambda g, h, r, d: ag.sym(SK))
 
 
 def combine_shape(splits: int, head_dim: int) -> tuple[int, int]:

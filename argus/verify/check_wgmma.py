@@ -483,7 +483,8 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
             msg = f"{name} = {k} lies outside [0, {d}) (the {d} k values the loop visits)"
         return msg, wit
 
-    split = _split_grid(model, site, t1, size, loops, kk1) if extent is not None else None
+    split = _split_grid(model, site, t1, size, loops, kk1, extent) if extent is not None \
+        else None
     if split is not None:
         # the reduction is split over a grid dimension (split-KV decode: each CTA owns a
         # contiguous range of K blocks, its partial is merged by another kernel): the CTA's
@@ -590,31 +591,37 @@ def _masked_past_the_loop(model: Model, site: WgmmaSite, subject, loops, r1, own
     return ((affine, ("affine",)), (masked, ("masked",)))
 
 
-def _split_grid(model: Model, site: WgmmaSite, t1, size, loops, kk1):
+def _split_grid(model: Model, site: WgmmaSite, t1, size, loops, kk1, extent):
     """(program id, its extent, lo) when the k a CTA multiplies starts at an offset, and runs
-    for a length, that depend on exactly one program id (a split-K / split-KV grid
-    dimension), else None. `lo` is k at the first iteration of every reduction loop and
-    k-in-tile 0: the CTA's interval is claimed to be [lo, lo + |domain|). Only when lo and |domain| are terms of that program id
-    and the kernel's scalar parameters (nothing per thread or per iteration), so the claims
-    below are about the grid alone."""
-    pids = [(v, hi) for v, lo, hi in model.grid_vars
-            if model.vars.get(str(v)) is not None and model.vars[str(v)].kind == "pid"
-            and isinstance(lo, int) and lo == 0 and mentions(t1, v)]
-    if len(pids) != 1 or any(mentions(t1, v) for v, _, _ in model.grid_vars
-                             if v is not pids[0][0] and not v.eq(pids[0][0])):
-        return None
-    pid, hi = pids[0]
+    for a length, that depend on one program id that the reduction's extent does not (a
+    split-K / split-KV grid dimension), else None. `lo` is k at the first iteration of every
+    reduction loop and k-in-tile 0: the CTA's interval is claimed to be [lo, lo + |domain|).
+    Only when lo, |domain| and the extent are terms of the program ids and the kernel's scalar
+    parameters, through values read from memory at addresses of those alone (paged decode's
+    sequence length seq_lens[b], its block table), nothing per thread or per iteration: the
+    claims below then speak of the grid alone, every other program id fixed. A program id
+    the extent depends on (paged decode's sequence b: its length is its own) indexes
+    separate reductions, never the split."""
+    pid_vars = [(v, hi) for v, lo, hi in model.grid_vars
+                if model.vars.get(str(v)) is not None and model.vars[str(v)].kind == "pid"
+                and isinstance(lo, int) and lo == 0]
     starts = [(s.var, _num(model.scalar(s.op.start))) for s in loops] + [(kk1, z3.IntVal(0))]
     lo = z3.simplify(z3.substitute(t1, *starts))
-    allowed = {str(v) for v in model.params.values()} | {str(pid)}
-    for term in (lo, size):
-        if not free_consts(term) <= allowed:
-            return None
+    ext = _num(extent)
     # a split's share is a function of its id (its first k and, with a shorter last split,
     # its length): a CTA whose start depends on its id but whose length does not (a walk
     # that rotates the whole K per CTA) keeps the per-CTA coverage claim
-    if not (mentions(lo, pid) and mentions(z3.simplify(size), pid)):
+    size_s = z3.simplify(size)
+    pids = [(v, hi) for v, hi in pid_vars if mentions(t1, v) and mentions(lo, v)
+            and mentions(size_s, v) and not mentions(ext, v)]
+    if len(pids) != 1:
         return None
+    pid, hi = pids[0]
+    # the other program ids are fixed between neighbouring splits; nothing else may appear
+    allowed = {str(v) for v in model.params.values()} | {str(v) for v, _ in pid_vars}
+    for term in (lo, size_s, ext):
+        if not free_consts(term) <= allowed:
+            return None
     return pid, _num(hi), lo
 
 
@@ -657,11 +664,13 @@ def _split_cover(model: Model, site: WgmmaSite, subject, first_prem, t1, size, e
     # claim between consecutive CTAs with keys alone let two CTAs share keys across an empty
     # one between them (a key in two partials), which the coverage claim caught only as a
     # warning where A is in registers
+    # (an empty reduction, extent 0, has nothing to cover: a paged sequence of length 0)
     claims = [("the program ids' k ranges are disjoint", z3.Implies(
-        z3.And(nxt < hi, size_n > 0), z3.And(size > 0, lo_n >= lo + size))), (cover, z3.And(
-        lo_0 <= 0, size_0 > 0,
-        z3.Implies(z3.And(nxt < hi, size_n > 0), z3.And(size > 0, lo_n == lo + size)),
-        z3.Implies(last, lo + size >= ext)))]
+        z3.And(nxt < hi, size_n > 0), z3.And(size > 0, lo_n >= lo + size))), (cover, z3.Or(
+        ext <= 0, z3.And(
+            lo_0 <= 0, size_0 > 0,
+            z3.Implies(z3.And(nxt < hi, size_n > 0), z3.And(size > 0, lo_n == lo + size)),
+            z3.Implies(last, lo + size >= ext))))]
     obs.append(Obligation("wgmma.k-once", op.loc, subject + f": covers [0, K) over program id "
                           f"{pid}", list(model.premises), claims, decode_split,
                           minimize=list(model.params.values()), warn_claims=warn))

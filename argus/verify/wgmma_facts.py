@@ -113,8 +113,12 @@ def _k_key_of(model: Model, site: WgmmaSite, name: str):
 
 
 def _field_extent(model: Model, rec, name: str):
+    """The extent of coordinate `name`: its tensor dim's, or for a user coordinate (no dim:
+    paged KV's logical `key`) the record's own `<name>_extent` user tag where the kernel
+    states one (`ag.tag_tensor(K, key=..., key_extent=...)`), else None."""
     for info in model.tensors.values():
         if name in info.field_names:
             d = info.field_names.index(name)
             return info.extent(model, d)
-    return None
+    declared = rec.fields.get(f"{name}_extent") if rec is not None else None
+    return declared.term if declared is not None and declared.is_point else None

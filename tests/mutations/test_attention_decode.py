@@ -94,3 +94,67 @@ def test_paged_v_rows_not_p_keys_is_caught():
     report = verify.run(paged_v_row_fixed())
     hits = [d for d in report.errors if d.code == "wgmma.agree" and "A.key == B.key" in str(d)]
     assert hits, [(d.code, d.message[:160]) for d in report.errors]
+
+
+# Seeded bugs in the paged kernels' split of the keys (issue 13): a split's block range
+# built wrong. `_split_blocks` is the one helper the producer and the consumers take their
+# range from; a fresh KernelFunction (decode_kernel's uncached body) is traced while it is
+# replaced, so no cached trace sees the mutation.
+def _paged_with_blocks(split: bool, blocks_fn, causal: bool = False):
+    import argus.kernels.attention_decode as AD
+
+    real = AD._split_blocks
+    AD._split_blocks = blocks_fn
+    try:
+        fn = AD.decode_kernel.__wrapped__(128, ag.bf16, causal, split, 128)
+        return lower_only(fn, s=default_decode_schedule(128, 4, page_size=128))
+    finally:
+        AD._split_blocks = real
+
+
+def _overlapping_splits(sp, splits, SK, block_n):
+    """Each split also takes the first block of the next: that block's keys in two partials."""
+    blocks = ag.cdiv(SK, block_n)
+    per = ag.cdiv(blocks, splits)
+    kb0 = sp * per
+    return kb0, ag.maximum(ag.minimum(per + 1, blocks - kb0), 0)
+
+
+def _floor_blocks(sp, splits, SK, block_n):
+    """SK // block_n blocks: the sequence's last, partly filled block (page) is never read."""
+    blocks = SK // block_n
+    per = ag.cdiv(blocks, splits)
+    kb0 = sp * per
+    return kb0, ag.maximum(ag.minimum(per, blocks - kb0), 0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_paged_split_ranges_overlap_is_caught(causal):
+    """Before issue 13's fix the split paged kernel had one open finding, 'key in [0,
+    |domain|)' per CTA, the same with and without this bug: no claim related two splits
+    (check_wgmma._split_grid took no split range built from a length read from seq_lens, and
+    the logical `key` had no extent). Now the split cover runs over the split program id and
+    its disjointness claim fails, with both splits' key ranges in the counterexample."""
+    report = verify.run(_paged_with_blocks(True, _overlapping_splits, causal))
+    hits = [d for d in report.errors if d.code == "wgmma.k-once"
+            and "the program ids' k ranges are disjoint" in str(d)]
+    assert hits, [(d.code, d.message[:200]) for d in report.diagnostics]
+    cx = hits[0].counterexample
+    assert cx["next_lo"] < cx["lo"] + cx["domain"]        # the next split starts inside
+
+
+def test_paged_direct_skips_last_block_is_reported():
+    """The direct paged kernel walking SK // block_n blocks: keys past the last whole block
+    are never multiplied. Before issue 13's fix no k-once claim bounded the logical key from
+    below the sequence's length (only 'key in [0, |domain|)', which the short walk meets):
+    no error or warning about it. Now k-once's coverage over `key_extent` (the length read
+    from seq_lens) names the keys never multiplied; a warning, as every coverage shortfall
+    of a register A operand is (a causal loop may stop short where A is zero)."""
+    report = verify.run(_paged_with_blocks(False, _floor_blocks))
+    hits = [d for d in report.diagnostics if d.code == "wgmma.k-once"
+            and "are never multiplied" in str(d)]
+    assert hits, [(d.code, d.message[:200]) for d in report.diagnostics]
+    import re
+
+    got = re.search(r"multiplies (\d+) values of key but the tensor has (\d+)", str(hits[0]))
+    assert got and int(got[1]) < int(got[2]), str(hits[0])    # a short walk, keys left over
