@@ -45,8 +45,11 @@ and the split alike; NCHW-contiguous input read in place, result NCHW-contiguous
 convolutions under tf32 (stride 1, no padding, one group, no bias or activation) as the plain
 GEMM [N*H*W, C] x [C, K] on argus.ops.matmul's tf32 kernel (`_pointwise_tf32`: the input
 rounded by the same one pass, no other layout pass; an NCHW input of large images runs one
-GEMM per image into an NCHW result instead); everything else, and any call given a
-ConvSchedule, runs the implicit GEMM below.
+GEMM per image into an NCHW result instead); bf16 / fp16 1x1 convolutions with the same
+restrictions and C a multiple of 8 as the same flat GEMM on matmul's 16-bit kernel
+(`_pointwise_16bit`: a channels-last x and the weight read in place, an NCHW x copied to
+channels-last once, as the implicit GEMM copies it; the result channels-last as the implicit
+GEMM's); everything else, and any call given a ConvSchedule, runs the implicit GEMM below.
 
 conv1d is conv2d on [N, C, 1, L] with a 1 x K filter; conv3d runs the same kernel with the
 depth taps as more K steps and (n, depth) as the flattened image axis.
@@ -547,7 +550,8 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         _RouteRepeat.remember(x, weight, bias, args, replay)
         return out
     if kind == "pointwise":
-        out, replay = _pointwise_tf32(x, weight)
+        fp32 = str(x.dtype) == "torch.float32"
+        out, replay = _pointwise_tf32(x, weight) if fp32 else _pointwise_16bit(x, weight)
         if out is not None:
             _RouteRepeat.remember(x, weight, bias, args, replay)
             return out
@@ -598,23 +602,32 @@ def route(x, weight, bias, stride, padding, groups, activation: str = "none", sc
       CUDA cores. As a GEMM each group has K = R * S and N = the multiplier, padded to a
       64-wide tile: 0.02-0.07x cuDNN TF32 on the H200 (docs/perf/conv.md, 2baa4ab).
       Result NCHW-contiguous.
-    - "pointwise": fp32 under precision="tf32", a 2-d 1x1 filter, stride 1, no padding, one
-      group, no bias or activation: a plain GEMM [N*H*W, C] x [C, K] on argus.ops.matmul's tf32
-      kernel (`_pointwise_tf32`). The implicit GEMM's tiles are bw = 64 output columns of one
-      output row, so a 14- or 7-wide layer (ResNet c4 / c5) wastes 78% / 89% of each tile;
-      the flat GEMM wastes none. Result channels-last, as the implicit GEMM's, but for an
-      NCHW x of NCHW_POINTWISE_PIXELS or more pixels per image (one GEMM per image: NCHW).
+    - "pointwise": a 2-d 1x1 filter, stride 1, no padding, one group, no bias or activation
+      (argus.ops.matmul's kernels have no bias or activation epilogue), as the plain GEMM
+      [N*H*W, C] x [C, K] on argus.ops.matmul's kernel with its tuned or modelled schedule.
+      The implicit GEMM's tiles are bw output columns of one output row, so a 14- or 7-wide
+      layer (ResNet c4 / c5) wastes much of each tile; the flat GEMM wastes none (bf16 on the
+      H200: 0.37-0.74x cuDNN on ResNet-50's 1x1 layers in the implicit GEMM, 8c072d7).
+      Two dtypes:
+        fp32 under precision="tf32" (`_pointwise_tf32`): result channels-last, but for an NCHW
+        x of NCHW_POINTWISE_PIXELS or more pixels per image (one GEMM per image: NCHW);
+        bf16 / fp16 with C a multiple of 8 (16-byte pixel rows: TMA reads a channels-last x in
+        place; other C take the implicit GEMM, which pads the channels) (`_pointwise_16bit`):
+        result channels-last always, as the implicit GEMM's.
     - "implicit_gemm": everything else, and any call that passes a ConvSchedule (which only
-      that kernel takes)."""
+      that kernel takes: the opt-out that scripts/gpu_conv_bench.py times the routes with)."""
     if schedule is not None:
         return "implicit_gemm"
     fp32 = str(x.dtype) == "torch.float32"
     dims = x.dim() - 2
     if fp32 and dims == 2 and weight.shape[1] == 1 and groups == x.shape[1]:
         return "depthwise"
-    if fp32 and precision == "tf32" and dims == 2 and tuple(weight.shape[2:]) == (1, 1) and \
-            groups == 1 and bias is None and activation == "none" and \
-            _pair(stride, "stride") == (1, 1) and _pair(padding, "padding") == (0, 0):
+    one_by_one = dims == 2 and tuple(weight.shape[2:]) == (1, 1) and groups == 1 and \
+        bias is None and activation == "none" and _pair(stride, "stride") == (1, 1) and \
+        _pair(padding, "padding") == (0, 0)
+    if one_by_one and fp32 and precision == "tf32":
+        return "pointwise"
+    if one_by_one and not fp32 and x.shape[1] % 8 == 0 and x.shape[1] > 0:
         return "pointwise"
     return "implicit_gemm"
 
@@ -710,21 +723,27 @@ _POINTWISE: OrderedDict = OrderedDict()
 
 def pointwise_gemm(A, Bt, out2):
     """(the GEMM's schedule, its runner) for out2 [M, K_out] = A [M, C] @ Bt[K_out, C]^T on
-    argus.ops.matmul's tf32 kernel, the operands already rounded to tf32 (so none of matmul's
-    rounding passes: the conv prepared them): its tuned or heuristic schedule for the problem
-    (argus.ops.schedules.choose), memoized per problem and device, or None when that schedule
-    is one the tf32 kernel does not run (split-K, tail splits). The runner is the compiled
-    kernel on CUDA and meta tensors, (kernel, its schedule) for the interpreter on CPU."""
+    argus.ops.matmul's kernel: its tf32 kernel for fp32 operands, already rounded to tf32 (so
+    none of matmul's rounding passes: the conv prepared them), its bf16 / fp16 kernel for
+    16-bit ones (B K-major: matmul's x @ W.T). The tuned or modelled schedule for the problem
+    (argus.ops.schedules.choose), memoized per problem and device; when that schedule is a
+    split-K or tail-split one, the problem's heuristic schedule instead (those run two kernels
+    and a workspace: no one launch plan to replay, nothing to build on meta tensors; neither
+    the heuristic nor matmul's untuned model splits K, and split-K is a tuning candidate only
+    up to M = 64, so only a tuned entry for such a problem meets this), and for tf32 None when
+    that schedule is one the tf32 kernel does not run. The runner is the compiled kernel on CUDA and meta tensors,
+    (kernel, its schedule) for the interpreter on CPU."""
     from argus.ops.matmul import compiled_for, device_name, problem_of
     from argus.ops.schedules import choose, heuristic, kernel_for
 
-    problem, _ = problem_of(A, Bt.t(), out2, "tf32")
+    tf32 = str(A.dtype) == "torch.float32"
+    problem, _ = problem_of(A, Bt.t(), out2, "tf32" if tf32 else None)
     # choose() reads the tuning files and may rank candidates in the analytic model: once
     key = (problem, A.device.type, A.device.index)
     memo = _POINTWISE.get(key)
     if memo is None:
         chosen = choose(problem, device_name(A.device) if A.is_cuda else None)
-        if chosen.split_k > 1 or chosen.tail_splits > 1 or chosen.bk != 32:
+        if chosen.split_k > 1 or chosen.tail_splits > 1 or (tf32 and chosen.bk != 32):
             chosen = heuristic(problem)
         if chosen is None:
             memo = None
@@ -833,6 +852,98 @@ def _pointwise_tf32(x, weight):
 
     out = launch(x, weight, Xr, first)
     return out, None if prep is None else _RouteRepeat.Replay(launch, True, None)
+
+
+def _pointwise_16bit(x, weight):
+    """conv2d(x, weight) for a 1x1 filter, stride 1, no padding, one group, bf16 / fp16 with
+    C a multiple of 8 (checked; `route`), as the one GEMM out2 [N*H*W, K] = A [N*H*W, C] @
+    Wk [K, C]^T on argus.ops.matmul's 16-bit kernel (`pointwise_gemm`: the schedule matmul
+    itself would choose for that problem, persistent with the TMA-store epilogue where the
+    output allows it), fp32 accumulation, the result in x's dtype:
+
+    - A: a channels-last x read in place (its [N*H*W, C] view, no copy); any other x (an
+      NCHW-contiguous one) copied to channels-last once per call: the copy the implicit GEMM
+      makes of such an x too (`operands`), so that input costs what it did, less the slower
+      kernel. Not the per-image GEMM Y[n] = Wk @ X[n] ([K, C] @ [C, H*W], B MN-major, which
+      matmul runs) that `_pointwise_tf32` takes for large NCHW images: it writes an NCHW result,
+      and the result's memory format would then depend on x's (today it is channels-last for
+      every 16-bit input, and the custom op's fake says so); it is N launches (a batched
+      GEMM would need Wk repeated N times: a TMA map has no zero stride), and ResNet-50 at
+      batch 32 has N = 32 images of 7x7 to 56x56 pixels. A channels-last result from an NCHW
+      x, without the copy, would need an M-major A, which matmul does not take.
+    - Wk: the weight's [K, C] view (the K-major B of x @ W.T), no copy: a 1x1 weight stored
+      NCHW-contiguous or channels-last is the same memory; a weight in another layout is
+      copied per call (never cached: every update is seen).
+    - the result: NCHW shape in channels-last memory (`_result_layout`), as the implicit GEMM
+      returns it; the GEMM writes its [N*H*W, K] view.
+
+    Compiled on CUDA tensors (memoized per problem and device), only built on meta tensors,
+    interpreted on CPU tensors. Returns (the result, how a repeated call with the same
+    tensors launches again: the GEMM's launch plans kept by the buffers' addresses)."""
+    import torch
+
+    from argus.ops.matmul import _tma_ready
+
+    N, C, H, W = x.shape
+    K, M = weight.shape[0], N * H * W
+    shape, strides = _result_layout(N, K, (H, W))
+
+    def gemm_operands(x, weight):
+        """(A, Wk) of one call on x's and the weight's current values: views, or copies."""
+        A = x.detach().permute(0, 2, 3, 1).reshape(M, C)
+        if A.stride(-1) != 1:       # a one-image NCHW x: reshape gives a channel-strided view
+            A = A.contiguous()
+        # matmul's own rule for what TMA reads in place (rows contiguous, 16-byte aligned base
+        # and pitch), else an aligned copy (a view at an odd offset, a strided weight)
+        return _tma_ready(A, x.element_size()), \
+            _tma_ready(weight.detach().reshape(K, C), x.element_size())
+
+    first = torch.empty_strided(shape, strides, dtype=x.dtype, device=x.device)
+    if first.numel() == 0:
+        return first, None
+    A, Wk = gemm_operands(x, weight)
+    # both operands the caller's own memory: a replay (same buffers, `_Repeat._state`) needs
+    # no operand views at all, only the result's address to find its launch plan
+    in_place = A.data_ptr() == x.data_ptr() and Wk.data_ptr() == weight.data_ptr()
+    _, runner = pointwise_gemm(A, Wk, first.permute(0, 2, 3, 1).view(M, K))
+    plans: dict = {}
+
+    def launch(x, weight, operands=None, out=None):
+        """One call on x's and the weight's current values (`operands`: their (A, Wk), made
+        anew when not given) into `out` (else a new result)."""
+        if out is None:
+            out = torch.empty_strided(shape, strides, dtype=x.dtype, device=x.device)
+        if in_place:
+            plan = plans.get(out.data_ptr())
+            if plan is not None:
+                plan()
+                return out
+        A, Wk = gemm_operands(x, weight) if operands is None else operands
+        key = out.data_ptr() if in_place else (A.data_ptr(), Wk.data_ptr(), out.data_ptr())
+        plan = None if in_place else plans.get(key)
+        if plan is not None:
+            plan()
+            return out
+        out2 = out.permute(0, 2, 3, 1).view(M, K)
+        if not (x.is_cuda or x.is_meta):
+            kernel, s = runner
+            # the interpreter writes every argument back: copies keep the caller's versions
+            kernel.interpret(A.clone(), Wk.clone(), out2, s=s)
+            return out
+        if x.is_meta:
+            runner.build_for(A, Wk, out2)
+            return out
+        if x.device.index == torch.cuda.current_device():
+            runner(A, Wk, out2)
+        else:
+            with torch.cuda.device(x.device):
+                runner(A, Wk, out2)
+        _keep(plans, key, runner.plan_for(A, Wk, out2))
+        return out
+
+    out = launch(x, weight, (A, Wk), first)
+    # a copied x or weight is copied again by each replay, from the current values
+    return out, _RouteRepeat.Replay(launch, False, None)
 
 
 def _keep(plans: dict, key, plan) -> None:

@@ -4,9 +4,11 @@ two routes besides the implicit GEMM, in the numpy interpreter against torch flo
 - "depthwise" (fp32, one input channel per group, 2-d / 1-d): argus/kernels/conv_depthwise.py,
   exact fp32 on the CUDA cores, under tf32 and the split alike (before: the implicit GEMM, one
   group per 64-wide tile: 0.02-0.07x cuDNN TF32 on the H200 at 2baa4ab);
-- "pointwise" (fp32 under tf32, 1x1, stride 1, no padding, one group, no bias or activation):
-  argus.ops.matmul's tf32 GEMM on [N*H*W, C] x [C, K] (before: the implicit GEMM, 0.39x on
-  L1/87), on operands rounded once by the conv's own pass.
+- "pointwise" (1x1, stride 1, no padding, one group, no bias or activation): argus.ops.matmul's
+  GEMM on [N*H*W, C] x [C, K]: fp32 under tf32 on operands rounded once by the conv's own pass
+  (before: the implicit GEMM, 0.39x on L1/87), and bf16 / fp16 with C a multiple of 8 on x read
+  in place when channels-last (before: the implicit GEMM, 0.37-0.74x cuDNN on ResNet-50's 1x1
+  layers at 8c072d7), the result channels-last as the implicit GEMM's.
 """
 
 import pytest
@@ -51,8 +53,37 @@ ROUTES = [
      torch.float32, True, "pointwise"),
     ("pointwise split", (2, 16, 5, 7), (24, 16, 1, 1), False, 1, 0, 1, "none", None, None,
      torch.float32, False, "implicit_gemm"),
-    ("pointwise bf16", (2, 16, 5, 7), (24, 16, 1, 1), False, 1, 0, 1, "none", None, None,
+    ("pointwise bf16 NCHW", (2, 16, 5, 7), (24, 16, 1, 1), False, 1, 0, 1, "none", None, None,
+     torch.bfloat16, False, "pointwise"),
+    ("pointwise bf16 NHWC", (2, 16, 5, 7), (24, 16, 1, 1), False, 1, 0, 1, "none", None, None,
+     torch.bfloat16, True, "pointwise"),
+    ("pointwise fp16 NHWC", (2, 64, 5, 7), (20, 64, 1, 1), False, (1, 1), (0, 0), 1, "none",
+     None, None, torch.float16, True, "pointwise"),
+    ("pointwise bf16 conv1d form", (2, 16, 1, 9), (24, 16, 1, 1), False, 1, 0, 1, "none", None,
+     None, torch.bfloat16, False, "pointwise"),
+    ("pointwise bf16, C not a multiple of 8", (2, 12, 5, 7), (24, 12, 1, 1), False, 1, 0, 1,
+     "none", None, None, torch.bfloat16, True, "implicit_gemm"),
+    ("pointwise bf16 with bias", (2, 16, 5, 7), (24, 16, 1, 1), True, 1, 0, 1, "none", None,
+     None, torch.bfloat16, True, "implicit_gemm"),
+    ("pointwise bf16 relu", (2, 16, 5, 7), (24, 16, 1, 1), False, 1, 0, 1, "relu", None, None,
+     torch.bfloat16, True, "implicit_gemm"),
+    ("pointwise bf16 with a schedule", (2, 16, 5, 7), (24, 16, 1, 1), False, 1, 0, 1, "none",
+     ConvSchedule(bm=128, bn=64, bk=64, bw=8, stages=4, epilogue="tma"), None, torch.bfloat16,
+     True, "implicit_gemm"),
+    ("1x1 bf16 stride 2", (2, 16, 6, 8), (24, 16, 1, 1), False, 2, 0, 1, "none", None, None,
+     torch.bfloat16, True, "implicit_gemm"),
+    ("1x1 bf16 stride (1, 2)", (2, 16, 6, 8), (24, 16, 1, 1), False, (1, 2), 0, 1, "none", None,
+     None, torch.bfloat16, True, "implicit_gemm"),
+    ("1x1 bf16 padded", (2, 16, 5, 7), (24, 16, 1, 1), False, 1, (0, 1), 1, "none", None, None,
+     torch.bfloat16, True, "implicit_gemm"),
+    ("1x1 bf16 grouped", (2, 16, 5, 7), (24, 8, 1, 1), False, 1, 0, 2, "none", None, None,
+     torch.bfloat16, True, "implicit_gemm"),
+    ("1x1x1 bf16 3-d", (2, 16, 3, 5, 7), (24, 16, 1, 1, 1), False, 1, 0, 1, "none", None, None,
      torch.bfloat16, False, "implicit_gemm"),
+    ("3x3 bf16", (2, 16, 5, 7), (24, 16, 3, 3), False, 1, 1, 1, "none", None, None,
+     torch.bfloat16, True, "implicit_gemm"),
+    ("1x3 bf16", (2, 16, 5, 7), (24, 16, 1, 3), False, 1, 0, 1, "none", None, None,
+     torch.bfloat16, True, "implicit_gemm"),
     ("pointwise with bias", (2, 16, 5, 7), (24, 16, 1, 1), True, 1, 0, 1, "none", None, "tf32",
      torch.float32, False, "implicit_gemm"),
     ("pointwise relu", (2, 16, 5, 7), (24, 16, 1, 1), False, 1, 0, 1, "relu", None, "tf32",
@@ -86,7 +117,7 @@ def _spy(monkeypatch):
     implicit GEMM's kernel lookup."""
     taken = []
     for name, label in (("_depthwise", "depthwise"), ("_pointwise_tf32", "pointwise"),
-                        ("conv_kernel", "implicit_gemm")):
+                        ("_pointwise_16bit", "pointwise"), ("conv_kernel", "implicit_gemm")):
         real = getattr(conv_op, name)
         monkeypatch.setattr(conv_op, name,
                             lambda *a, _r=real, _l=label, **k: taken.append(_l) or _r(*a, **k))
@@ -324,3 +355,162 @@ def test_copied_input_is_not_replayed(monkeypatch):
     for _ in range(2):
         conv_op.conv2d_interpret(x, w, None, 2, 1, 1, 3)
     assert taken == ["depthwise", "depthwise"] and not conv_op._REPEATS
+
+
+# bf16 / fp16 1x1 convolutions on matmul's 16-bit GEMM: (N, C, H, W, K, channels_last, dtype)
+POINTWISE_16 = [
+    (2, 64, 12, 12, 40, True, torch.bfloat16),   # M = 288: the modelled 128-row tiles, TMA store
+    (1, 72, 4, 5, 40, True, torch.float16),      # M = 20: swap-AB; C past one 64-deep slice
+    (2, 8, 3, 3, 8, False, torch.bfloat16),      # NCHW x: copied to channels-last once
+    (2, 16, 5, 7, 20, True, torch.bfloat16),     # K = 20: rows not 16-byte aligned, direct store
+    (1, 24, 3, 5, 12, False, torch.float16),
+]
+# one rounding of a 16-bit result (2^-8 / 2^-11 relative at most) plus fp32 accumulation
+_ROUNDING = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+
+
+def _x16(N, C, H, W, cl, dtype, seed):
+    x = _t(N, C, H, W, seed=seed).to(dtype)
+    return x.to(memory_format=torch.channels_last) if cl else x
+
+
+@pytest.mark.parametrize("case", POINTWISE_16, ids=lambda c: "x".join(map(str, c[:6])) +
+                         str(c[6])[6:])
+def test_pointwise_16bit_matches_float64(case, monkeypatch):
+    """A bf16 / fp16 1x1 convolution on the pointwise route: the float64 convolution of the
+    same 16-bit inputs rounded once to the dtype (normwise within one rounding), the result in
+    x's dtype with NCHW shape in channels-last memory, the same layout and (within one
+    rounding) the same values as the implicit GEMM (a ConvSchedule passed: the opt-out); the
+    GEMM reads a channels-last x and the weight in place (their own memory), an NCHW x from one
+    channels-last copy."""
+    monkeypatch.setattr(conv_op, "_POINTWISE", type(conv_op._POINTWISE)())
+    monkeypatch.setattr(conv_op, "_REPEATS", {})
+    taken = _spy(monkeypatch)
+    seen = []
+    real = conv_op.pointwise_gemm
+    monkeypatch.setattr(conv_op, "pointwise_gemm",
+                        lambda *a: seen.append(tuple(a)) or real(*a))
+    N, C, H, W, K, cl, dtype = case
+    x = _x16(N, C, H, W, cl, dtype, seed=30)
+    w = (_t(K, C, 1, 1, seed=31) / C ** 0.5).to(dtype)
+    y = conv_op.conv2d_interpret(x, w)
+    assert taken == ["pointwise"]
+    ref = F.conv2d(x.double(), w.double())
+    assert y.shape == ref.shape and y.dtype == dtype
+    assert y.permute(0, 2, 3, 1).is_contiguous()
+    assert _rel(y, ref) <= _ROUNDING[dtype]
+    ((A, Wk, out2),) = seen
+    assert tuple(A.shape) == (N * H * W, C) and tuple(Wk.shape) == (K, C)
+    assert tuple(out2.shape) == (N * H * W, K)
+    assert (A.data_ptr() == x.data_ptr()) == cl            # in place iff channels-last
+    assert Wk.data_ptr() == w.data_ptr()
+    s = conv_op.schedule_for(x, w, 1, 0, 1, 1)
+    implicit = conv_op.conv2d_interpret(x, w, schedule=s)
+    assert taken == ["pointwise", "implicit_gemm"]
+    assert implicit.stride() == y.stride() and implicit.dtype == y.dtype
+    assert _rel(y, implicit.double()) <= _ROUNDING[dtype]
+
+
+def test_pointwise_16bit_runs_matmuls_gemm(monkeypatch):
+    """The 16-bit 1x1 route runs argus.ops.matmul's 16-bit GEMM kernel (schedules.kernel_for)
+    on the problem x @ W.T (B K-major, M = N*H*W, N = K, K = C) with the schedule matmul would
+    choose, never the implicit GEMM."""
+    from argus.ops import schedules
+
+    taken = _spy(monkeypatch)
+    monkeypatch.setattr(conv_op, "_POINTWISE", type(conv_op._POINTWISE)())
+    gemms = []
+    real = schedules.kernel_for
+    monkeypatch.setattr(schedules, "kernel_for",
+                        lambda *a: gemms.append(a) or real(*a))
+    x = _x16(2, 32, 5, 7, True, torch.bfloat16, seed=32)
+    w = _t(24, 32, 1, 1, seed=33).bfloat16()
+    y = conv_op.conv2d_interpret(x, w)
+    assert taken == ["pointwise"]
+    ((problem, chosen),) = gemms
+    assert (problem.m, problem.n, problem.k, problem.batch, problem.in_dtype,
+            problem.out_dtype, problem.b_layout) == (70, 24, 32, 1, "bf16", "bf16", "nk")
+    assert chosen == schedules.choose(problem, None)
+    assert _rel(y, F.conv2d(x.double(), w.double())) <= _ROUNDING[torch.bfloat16]
+
+
+def test_pointwise_gemm_never_takes_a_split_k_schedule(monkeypatch):
+    """A tuned split-K (or tail-split) choice for the GEMM's problem gives way to the problem's
+    heuristic schedule (one kernel: one launch plan, buildable on meta tensors), and the
+    result is still the convolution."""
+    import dataclasses
+
+    from argus.ops import schedules
+
+    monkeypatch.setattr(conv_op, "_POINTWISE", type(conv_op._POINTWISE)())
+    monkeypatch.setattr(conv_op, "_REPEATS", {})
+    split = schedules.GemmSchedule(bm=64, bn=64, consumers=1, stages=4, split_k=2,
+                                   epilogue="direct")
+    monkeypatch.setattr(schedules, "choose", lambda p, gpu: split)
+    x = _x16(1, 32, 4, 4, True, torch.bfloat16, seed=34)
+    w = _t(16, 32, 1, 1, seed=35).bfloat16()
+    y = conv_op.conv2d_interpret(x, w)
+    ((problem, (chosen, _)),) = conv_op._POINTWISE.items()
+    assert chosen == schedules.heuristic(problem[0])
+    assert chosen.split_k == 1 and chosen.tail_splits == 1
+    assert chosen != dataclasses.replace(split, split_k=1)
+    assert _rel(y, F.conv2d(x.double(), w.double())) <= _ROUNDING[torch.bfloat16]
+
+
+@pytest.mark.parametrize("cl", [True, False], ids=["nhwc", "nchw"])
+def test_pointwise_16bit_replays_and_reads_the_current_tensors(cl, monkeypatch):
+    """A repeated bf16 1x1 call with the same tensors replays (`_RouteRepeat`: no checks, no
+    preparation) on x's current values, a channels-last x in place and an NCHW x copied again;
+    an in-place update of the weight (its version) is a new call, prepared afresh and seen."""
+    taken = _spy(monkeypatch)
+    x = _x16(2, 16, 5, 6, cl, torch.bfloat16, seed=36)
+    w = _t(24, 16, 1, 1, seed=37).bfloat16()
+    first = conv_op.conv2d_interpret(x, w)
+    assert taken == ["pointwise"] and len(conv_op._REPEATS) == 1
+    again = conv_op.conv2d_interpret(x, w)
+    assert taken == ["pointwise"] and torch.equal(again, first)       # replayed
+    assert again.stride() == first.stride()
+    x.copy_(_x16(2, 16, 5, 6, cl, torch.bfloat16, seed=38))
+    replayed = conv_op.conv2d_interpret(x, w)
+    assert taken == ["pointwise"]
+    assert _rel(replayed, F.conv2d(x.double(), w.double())) <= _ROUNDING[torch.bfloat16]
+    assert not torch.equal(replayed, first)
+    with torch.no_grad():
+        w.mul_(-2)                                                     # bumps w's version
+    updated = conv_op.conv2d_interpret(x, w)
+    assert taken == ["pointwise", "pointwise"]                         # prepared again
+    assert torch.equal(updated, -2 * replayed)                         # exact: a power of 2
+
+
+def test_custom_op_fake_matches_the_16bit_pointwise_layout():
+    """The torch.library op's fake says channels-last for a bf16 1x1 convolution (routed
+    pointwise), NCHW or channels-last x alike: the strides the route's result has."""
+    op = conv_op._op()
+    for cl in (False, True):
+        x = _x16(2, 16, 5, 7, cl, torch.bfloat16, seed=39)
+        w = _t(24, 16, 1, 1, seed=40).bfloat16()
+        assert conv_op.route(x, w, None, 1, 0, 1) == "pointwise"
+        fake = op(x.to("meta"), w.to("meta"), None, [1, 1], [0, 0], [1, 1], 1, "none")
+        real = conv_op.conv2d_interpret(x, w)
+        assert fake.shape == real.shape and fake.stride() == real.stride()
+        assert fake.dtype == real.dtype == torch.bfloat16
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
+def test_pointwise_16bit_builds_on_meta_tensors(monkeypatch):
+    """convolve on meta tensors (ahead-of-time compile, no GPU) builds the GEMM the route
+    launches on the GPU and returns the result's layout; nothing runs."""
+    monkeypatch.setattr(conv_op, "_POINTWISE", type(conv_op._POINTWISE)())
+    monkeypatch.setattr(conv_op, "_REPEATS", {})
+    x = torch.empty(4, 64, 14, 14, dtype=torch.bfloat16, device="meta") \
+        .to(memory_format=torch.channels_last)
+    w = torch.empty(256, 64, 1, 1, dtype=torch.bfloat16, device="meta")
+    from argus.compiled import CompiledKernel
+
+    built = []
+    real = CompiledKernel.build_for
+    monkeypatch.setattr(CompiledKernel, "build_for", lambda self, *a: built.append(
+        (self.kernel.name, tuple(tuple(t.shape) for t in a))) or real(self, *a))
+    y = conv_op.convolve(x, w)
+    assert y.is_meta and y.shape == (4, 256, 14, 14) and y.permute(0, 2, 3, 1).is_contiguous()
+    assert built == [("gemm", ((784, 64), (256, 64), (784, 256)))]
