@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from argus.bench.kernelbench.process import close_pipes, how_it_ended, kill_session
+
 _SECRET = re.compile(r"(API_KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
 
 
@@ -98,25 +100,13 @@ class WorkerClient:
     def kill(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            pass
+        kill_session(self.proc)
         self._close_pipes()
         self.proc = None
 
     def _close_pipes(self) -> None:
-        for stream in (self.proc.stdin, self.proc.stdout) if self.proc else ():
-            try:
-                if stream:
-                    stream.close()
-            except OSError:
-                pass
+        if self.proc:
+            close_pipes(self.proc)
         if self._log:
             self._log.close()
             self._log = None
@@ -169,12 +159,10 @@ class WorkerClient:
             except queue.Empty:
                 continue
             if line is None:
-                code = self.proc.wait()
-                what = (f"killed by signal {signal.Signals(-code).name}" if code < 0
-                        else f"exited with status {code}")
+                what = how_it_ended(self.proc.wait())
                 tail = self.log_tail()
                 self.kill()
-                raise WorkerCrash(f"the worker {what} during {op!r}; log tail:\n{tail}")
+                raise WorkerCrash(f"the worker died ({what}) during {op!r}; log tail:\n{tail}")
             try:
                 return json.loads(line)
             except ValueError:

@@ -39,7 +39,6 @@ import os
 import pickle
 import queue
 import selectors
-import signal
 import subprocess
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from argus.bench.kernelbench.process import close_pipes, how_it_ended, kill_session
 from argus.bench.kernelbench.tasks import KernelBenchError, repo_root
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
@@ -214,35 +214,16 @@ class _GpuWorker:
 
     def status(self) -> str:
         try:
-            code = self.proc.wait(timeout=5)
+            return how_it_ended(self.proc.wait(timeout=5))
         except subprocess.TimeoutExpired:
-            return "still running"
-        if code < 0:
-            try:
-                return f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        return f"exit code {code}"
+            return how_it_ended(None)
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)   # its own session, started above
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        kill_session(self.proc)
 
     def close(self) -> None:
         self.kill()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                if stream:
-                    stream.close()
-            except OSError:
-                pass
+        close_pipes(self.proc)
         self._log.close()
 
 

@@ -153,6 +153,44 @@ while True:
 """
 
 
+def kill_session(proc: Any) -> None:
+    """SIGKILL the process group `proc` leads (a child started here with
+    start_new_session=True, so the group holds it and its children only), or the child alone
+    where the group is gone or not ours; then reap it, waiting 10 s at most."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def close_pipes(proc: Any) -> None:
+    """Close our ends of `proc`'s stdin and stdout (either may be None or closed already)."""
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            if stream:
+                stream.close()
+        except OSError:
+            pass
+
+
+def how_it_ended(code: int | None) -> str:
+    """A child's return code in words: "exit code 1", "killed by SIGKILL", "still running"
+    (None: it had not ended when asked)."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
 class Zygote:
     """The parent's side of the fork server (see ZYGOTE); thread-safe. `shared()` is the
     process's one server, started on first use; None where it cannot start (then workers are
@@ -243,12 +281,7 @@ class Zygote:
             self.sock.close()
         except OSError:
             pass
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)   # its own session, started above
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
-            self.proc.wait(timeout=10)
+        kill_session(self.proc)
         self._log.close()
 
 
@@ -394,38 +427,19 @@ class Worker:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
-        how = f"exit code {code}"
-        if code is not None and code < 0:
-            try:
-                how = f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
-        return f"{self.role} worker died ({how})\n{self.log_tail()}"
+        return f"{self.role} worker died ({how_it_ended(code)})\n{self.log_tail()}"
 
     def kill(self) -> None:
         if isinstance(self.proc, _Forked):
             self.proc.kill_group()          # the server signals its own child's group
             return
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # our own session, started above
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        kill_session(self.proc)
 
     def close(self) -> None:
         """End the worker. It holds nothing worth a graceful exit (its log is unbuffered), and
         torch's interpreter teardown costs most of a second, so it is killed."""
         self.kill()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                if stream:
-                    stream.close()
-            except OSError:
-                pass
+        close_pipes(self.proc)
         self._log.close()
 
     def __enter__(self) -> Worker:
