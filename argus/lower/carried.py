@@ -10,7 +10,8 @@ registers), and the kernel had to put a one-trip loop around the promotion as a 
 
 Rule: in every region, an `assign` of a register tile whose source is a pointwise tile made in
 the same region, whose operand tree (pointwise ops of the region) reads the accumulator of a
-wgmma of that region (a promotion of a partial), moves to right after the source's
+wgmma of that region made fresh there (`ag.zeros(..., by_wgmma=True)`: a K block's partial),
+and that a later wgmma issue separates from its source, moves to right after the source's
 definition, which lower/sync.py then places after the wgmma wait that makes the partial
 available. Legal when no op between the source's definition and the assign reads or writes
 the destination (the variable keeps its old value for every reader before the assign's old
@@ -54,7 +55,10 @@ def _region(region: Region) -> Region:
                 if isinstance(getattr(op, f.name), Region)}
         ops.append(dataclasses.replace(op, **subs) if subs else op)
     defs = {r.id: op for op in ops for r in op.results()}
-    partials = {o.acc.id for op in ops for o in op.walk() if isinstance(o, O.Wgmma)}
+    # fresh partials: wgmma accumulators made in this region (scale-d = 0 zero tiles)
+    fresh = {op.result.id for op in ops if isinstance(op, O.Full) and op.scale_d_zero}
+    partials = {o.acc.id for op in ops for o in op.walk()
+                if isinstance(o, O.Wgmma) and o.acc.id in fresh}
     if not partials:
         return Region(tuple(ops))
     j = 0
@@ -70,7 +74,11 @@ def _region(region: Region) -> Region:
         between = ops[at + 1:j]
         touched = {v.id for o in between for x in o.walk()
                    for v in (*x.operands(), *x.results())}
-        if at < j - 1 and op.dst.id not in touched:
+        # only across a later wgmma issue: what the move is for (the partial retired before
+        # the next one is made); other orders are left as the DSL wrote them (FlashAttention's
+        # overlapped softmax relies on its updates staying behind the next wgmma)
+        issues = any(isinstance(x, O.Wgmma) for o in between for x in o.walk())
+        if issues and op.dst.id not in touched:
             ops[at + 1:j + 1] = [op, *between]
         j += 1
     return Region(tuple(ops))
