@@ -8,7 +8,8 @@ L2 flushed, alternating rounds), the ratio cuDNN / ours (> 1: we are faster), an
 relative error of ours and of cuDNN against a float64 reference on the same fresh data. Tasks
 the ops refuse (LaunchError) are listed as skipped, with the reason. The ResNet rows also time
 `kernel`: the kernel's prepared launch replayed on fixed operands (no host work: no operand
-preparation, no launch-plan lookup), so host overhead and kernel time can be told apart.
+preparation, no launch-plan lookup), so host overhead and kernel time can be told apart (the
+stride-1 1x1 rows: matmul's GEMM kernel, which argus.ops.conv's pointwise route runs them on).
 
 `--fp32`: the same ResNet layers in fp32, ours as the strict bf16 split (6 terms, promoted) and
 the relaxed one (1 term), against cuDNN with TF32 off (torch.backends.cudnn.allow_tf32 = False:
@@ -30,6 +31,11 @@ normwise error against float64.
                                                 # depthwise template) vs cuDNN TF32, < 1 min with
                                                 # ARGUS_VERIFY=0; --before adds the implicit GEMM
                                                 # they left
+    python scripts/gpu_conv_bench.py --pointwise16   # ResNet-50's stride-1 1x1 layers (bf16,
+                                                # channels-last, batch 32): the pointwise route
+                                                # (matmul's GEMM) vs the implicit GEMM vs cuDNN,
+                                                # and the GEMM alone vs cuBLAS; --tune first
+                                                # tunes each GEMM problem (tune_matmul)
     python scripts/gpu_conv_bench.py --profile "c4 3x3 256"   # torch.profiler: GPU time per
                                                 # kernel (ours, operand preparation, cuDNN's)
                                                 # and host time per call, for one layer
@@ -120,9 +126,22 @@ def resnet(quick: bool) -> list[float]:
 
 def _prepared(x, w, stride, padding, schedule=None):
     """The conv kernel's launch plan on fixed operands (what ops.conv2d launches for x, w, or
-    with `schedule`), prepared once: calling it is one cuLaunchKernelEx."""
+    with `schedule`: the implicit GEMM), prepared once: calling it is one cuLaunchKernelEx.
+    A layer `route` sends to "pointwise" (bf16 1x1, no schedule) launches matmul's GEMM on
+    x's [N*H*W, C] view instead: that kernel's plan."""
+    import torch
+
     from argus.ops import conv as conv_ops
 
+    if schedule is None and conv_ops.route(x, w, None, stride, padding, 1) == "pointwise":
+        N, C, H, W = x.shape
+        K = w.shape[0]
+        A, Wk = x.permute(0, 2, 3, 1).reshape(N * H * W, C), w.reshape(K, C)
+        out2 = torch.empty(N * H * W, K, dtype=x.dtype, device=x.device)
+        _, runner = conv_ops.pointwise_gemm(A, Wk, out2)
+        runner(A, Wk, out2)
+        plan = runner.plan_for(A, Wk, out2)
+        return lambda: (plan(), (A, Wk, out2))
     s = schedule or conv_ops.schedule_for(x, w, stride, padding, 1, 1)
     X, Wt, _, view, b, sizes, geom, idt, odt = conv_ops.operands(x, w, None, stride, padding,
                                                                  1, 1, s.bk, rowbox=s.rowbox)
@@ -532,6 +551,108 @@ def cases(which: tuple[str, ...], before: bool) -> None:
               f"over {len(good)} rows")
 
 
+# (name, N, C, H, W, K): ResNet-50's stride-1 1x1 convolutions at batch 32 (the v1.5
+# bottlenecks' reductions and expansions; the first five are RESNET50's 1x1 rows, same names),
+# bf16 channels-last unless the name says; the 1x1 / 2 projections stay on the implicit GEMM
+POINTWISE_16 = [
+    ("c2 1x1 64->64", 32, 64, 56, 56, 64),
+    ("c2 1x1 64->256", 32, 64, 56, 56, 256),
+    ("c3 1x1 512->128", 32, 512, 28, 28, 128),
+    ("c4 1x1 1024->256", 32, 1024, 14, 14, 256),
+    ("c5 1x1 512->2048", 32, 512, 7, 7, 2048),
+    ("c2 1x1 256->64", 32, 256, 56, 56, 64),
+    ("c3 1x1 128->512", 32, 128, 28, 28, 512),
+    ("c4 1x1 256->1024", 32, 256, 14, 14, 1024),
+    ("c5 1x1 2048->512", 32, 2048, 7, 7, 512),
+    ("c4 1x1 1024->256 fp16", 32, 1024, 14, 14, 256),
+    ("c4 1x1 1024->256 NCHW x", 32, 1024, 14, 14, 256),
+]
+
+
+def pointwise16(tune: bool) -> None:
+    """--pointwise16: ResNet-50's stride-1 1x1 convolutions in bf16 (channels-last, batch 32;
+    one fp16 row, one NCHW-input row) on argus.ops.conv's pointwise route ("ours":
+    `convolve`, routed to matmul's 16-bit GEMM on x's [N*H*W, C] view), on the implicit GEMM
+    they took before (a ConvSchedule passed: "implicit", schedule_for's), against cuDNN, in one
+    run (L2 flushed, alternating rounds); then the same GEMM alone: argus.ops.matmul into a
+    preallocated output ("gemm": its replayed launch, no conv host path) and cuBLAS
+    (torch.matmul, "cublas"), which bound what the route can reach. Each column's normwise
+    error against float64 first (a wrong column is reported, not timed). `tune`: tune_matmul
+    each GEMM problem first (records the winner in the tuning cache, which the route reads)."""
+    import torch
+    import torch.nn.functional as F
+
+    from argus.ops import conv as conv_ops
+    from argus.ops import matmul as ops_matmul
+    from argus.ops import tune_matmul
+    from argus.ops.matmul import forget_choices
+    from argus.runtime.timing import measure_alternating
+
+    print("== ResNet-50 1x1 (stride 1), bf16 channels-last, batch 32: ours (route pointwise: "
+          "matmul's GEMM) vs implicit GEMM vs cuDNN; the GEMM alone vs cuBLAS")
+    ratios: dict[str, list] = {"cudnn/ours": [], "cudnn/implicit": [], "cublas/gemm": [],
+                               "gemm/ours": []}
+    for i, (name, N, C, H, W, K) in enumerate(POINTWISE_16):
+        dtype = torch.float16 if "fp16" in name else torch.bfloat16
+        g = torch.Generator(device="cuda").manual_seed(100 + i)
+        x = torch.randn(N, C, H, W, device="cuda", generator=g).to(dtype)
+        if "NCHW" not in name:
+            x = x.to(memory_format=torch.channels_last)
+        w = (torch.randn(K, C, 1, 1, device="cuda", generator=g) / math.sqrt(C)).to(dtype)
+        assert conv_ops.route(x, w, None, 1, 0, 1) == "pointwise", name
+        M = N * H * W
+        A = x.permute(0, 2, 3, 1).reshape(M, C)        # a view when channels-last
+        if A.stride(-1) != 1:
+            A = A.contiguous()
+        Wk = w.reshape(K, C)
+        c = torch.empty(M, K, device="cuda", dtype=dtype)
+        if tune:
+            result = tune_matmul(A, Wk.t(), c, progress=None)
+            print(f"{name:26s} tuned {result.problem.key}: {result.best_ms * 1e3:.1f} us "
+                  f"{result.best}", flush=True)
+            forget_choices()
+            conv_ops._POINTWISE.clear()
+            conv_ops._REPEATS.clear()
+        ref = F.conv2d(x.double(), w.double())
+        sched = conv_ops.schedule_for(x, w, 1, 0, 1, 1)
+        fns = {"ours": lambda: conv_ops.convolve(x, w),
+               "implicit": lambda: conv_ops.convolve(x, w, schedule=sched),
+               "cudnn": lambda: F.conv2d(x, w),
+               "gemm": lambda: ops_matmul(A, Wk.t(), c),
+               "cublas": lambda: torch.matmul(A, Wk.t())}
+        errs, ok = {}, {}
+        for key, f in fns.items():
+            try:
+                y = f()
+                y = y.view(N, H, W, K).permute(0, 3, 1, 2) if y.dim() == 2 else y
+                errs[key] = _norm_rel(y, ref)
+            except Exception as e:  # noqa: BLE001 - a failing column is reported, the row goes on
+                print(f"{name:26s} {key}: failed: {str(e).splitlines()[0][:120]}", flush=True)
+                continue
+            if errs[key] > 1e-2:
+                print(f"{name:26s} {key}: WRONG (normwise error {errs[key]:.1e})", flush=True)
+                continue
+            ok[key] = f
+        chosen, _ = conv_ops.pointwise_gemm(A, Wk, c)
+        print(f"{name:26s} GEMM {M}x{K}x{C}: {chosen}", flush=True)
+        times = measure_alternating(list(ok.values()), rounds=3, trials=100, warmup=20)
+        ms = {k: t.median_ms for k, t in zip(ok, times)}
+        flops = 2.0 * M * K * C
+        cells = "  ".join(f"{k} {ms[k]:7.4f} ms ({flops / (ms[k] * 1e-3) / 1e12:5.1f} TF/s, "
+                          f"err {errs[k]:.1e})" for k in ok)
+        for label in ratios:
+            theirs, mine = label.split("/")
+            if theirs in ms and mine in ms:
+                ratios[label].append(ms[theirs] / ms[mine])
+        pairs = "  ".join(f"{label} {ms[label.split('/')[0]] / ms[label.split('/')[1]]:5.2f}x"
+                          for label in ratios if all(k in ms for k in label.split("/")))
+        print(f"{name:26s} {cells}  {pairs}", flush=True)
+    for label, rs in ratios.items():
+        if rs:
+            print(f"geomean {label}: {math.exp(sum(map(math.log, rs)) / len(rs)):.3f}x over "
+                  f"{len(rs)} rows")
+
+
 def profile(layer: str) -> None:
     """Where one ResNet layer's time goes: torch.profiler over 20 calls of ops.conv2d and 20 of
     F.conv2d (bf16, channels-last), the CUDA kernels by total GPU time, and the host time per
@@ -590,6 +711,11 @@ def main() -> None:
     ap.add_argument("--cases", metavar="LIST", default=None,
                     help="the depthwise / pointwise convolutions under tf32 against cuDNN "
                          f"TF32 (comma-separated of {','.join(CASES)}), and stop")
+    ap.add_argument("--pointwise16", action="store_true",
+                    help="ResNet-50's stride-1 1x1 layers in bf16: the pointwise route vs the "
+                         "implicit GEMM vs cuDNN, the GEMM alone vs cuBLAS, and stop")
+    ap.add_argument("--tune", action="store_true",
+                    help="with --pointwise16: tune_matmul each GEMM problem first")
     ap.add_argument("--before", action="store_true",
                     help="with --cases: also time the implicit GEMM both took before the "
                          "dispatch (a ConvSchedule passed)")
@@ -600,6 +726,9 @@ def main() -> None:
         if bad:
             raise SystemExit(f"--cases: unknown {bad}; choose from {CASES}")
         cases(which, args.before)
+        return
+    if args.pointwise16:
+        pointwise16(args.tune)
         return
     if args.profile:
         profile(args.profile)
