@@ -41,6 +41,17 @@ what is in flight and inserts:
 * TMA stores: `tma.store.commit` after each store; the read-wait right after it, unless only
   this role's stmatrix writes the buffer (then it waits at the role's next stmatrix, behind a
   barrier: architecture note 9), and `tma.store.wait` (completion) at the end of the role.
+  That deferred read-wait waits only for the stores that may read the slot being written:
+  the issuing thread's bulk groups retire in commit order (PTX ISA
+  "cp.async.bulk.wait_group": `.read N` leaves at most the newest N reading), so before an
+  stmatrix into a slot it is `wait_group.read N`, N = the groups committed after the newest
+  one whose source may be that slot (same buffer, stage not provably different: stages are
+  compared as affine forms over their leaves, `2 wg + 1` vs `2 wg`), and no wait at all
+  where none may be. An epilogue staging 64-column blocks in two slots waits `read 1`
+  before reusing a slot while the other slot's store keeps reading. Paths are tracked one by
+  one (a loop to a fixpoint around its back edge, where a stage mentioning a value the body
+  defines, or the induction variable, may be any slot; an `if` taken or not); past
+  MAX_STORE_PATHS paths or loop passes it waits `read 0` as before.
 * roles: `setmaxnreg` first in each role with a register budget (inc above the entry budget,
   dec below), a CTA barrier (or a cluster barrier) after the pipelines' init, and a cluster
   barrier before exit.
@@ -135,6 +146,11 @@ class _State:
     overwritten: set[int] = field(default_factory=set)  # tiles of overwriting wgmma
     store_unfenced: bool = True       # generic smem writes since the last proxy fence
     store_read_pending: bool = False  # deferred TMA stores may still read their buffer
+    # those deferred stores' groups in commit order, as their source slots: one tuple per
+    # path that reaches here; None where too many paths (then `read 0`)
+    store_paths: frozenset | None = frozenset({()})
+    defs: dict = field(default_factory=dict)  # value id -> its defining op (stage arithmetic)
+    runs: dict = field(default_factory=dict)  # id(stmatrix) -> the views its run writes
     tma_stores: bool = False
     generic_unfenced: set[int] = field(default_factory=set)  # buffers written, not fenced
     # values an enclosing loop body defines that this walk has not reached: at the top of an
@@ -250,6 +266,129 @@ def _carries_beside(op: O.Op, st: _State) -> bool:
         not held & {st.tile(v) for v in op.operands()}
 
 
+MAX_STORE_PATHS = 16   # store paths tracked one by one; more: wait for every store
+
+
+def _affine(v: Value, st: _State) -> tuple:
+    """`v` as (constant, ((leaf id, coefficient), ...)) through const, add, sub and
+    multiplication by a constant; any other value is a leaf."""
+    op = st.defs.get(v.id)
+    if isinstance(op, O.Const) and isinstance(op.value, int):
+        return op.value, ()
+    if isinstance(op, O.Arith) and op.fn in ("add", "sub", "mul"):
+        (c1, t1), (c2, t2) = _affine(op.lhs, st), _affine(op.rhs, st)
+        if op.fn == "mul":
+            if t1 and t2:
+                return 0, ((v.id, 1),)
+            k, (c, t) = (c2, (c1, t1)) if not t2 else (c1, (c2, t2))
+            return c * k, tuple((x, a * k) for x, a in t if a * k)
+        sign = 1 if op.fn == "add" else -1
+        terms = dict(t1)
+        for x, a in t2:
+            terms[x] = terms.get(x, 0) + sign * a
+        return c1 + sign * c2, tuple(sorted((x, a) for x, a in terms.items() if a))
+    return 0, ((v.id, 1),)
+
+
+def _slot(view: Value, st: _State) -> tuple:
+    """(buffer, stage) of a shared-memory view: the stage as `_affine` gives it (None for
+    an unstaged buffer)."""
+    v, stage = view, None
+    while isinstance(op := st.defs.get(v.id), O.SmemSlice):
+        if stage is None and op.stage is not None:
+            stage = _affine(op.stage, st)
+        v = op.buffer
+    return st.rt(view), stage
+
+
+def _may_alias(a: tuple, b: tuple | None) -> bool:
+    """Two slots may be the same bytes: same buffer and stages not provably different
+    (unstaged, unknown, or not a nonzero constant apart)."""
+    if a[0] != b[0]:
+        return False
+    if a[1] is None or b[1] is None:
+        return True
+    return a[1][1] != b[1][1] or a[1][0] == b[1][0]
+
+
+def _join_paths(a, b):
+    if a is None or b is None:
+        return None
+    out = a | b
+    return out if len(out) <= MAX_STORE_PATHS else None
+
+
+def _forget(paths, ids: set[int]):
+    """Around a back edge: a slot whose stage mentions a value redefined by the body (or
+    the induction variable) may be any slot of its buffer in the next iteration."""
+    if paths is None:
+        return None
+    return frozenset(tuple((b, None) if stage is not None and any(x in ids for x, _ in stage[1])
+                           else (b, stage) for b, stage in path) for path in paths)
+
+
+def _store_back_edge(loop: O.For, st: _State):
+    """The store paths when an iteration begins: before the loop, or left by the previous
+    iteration, to a fixpoint (walks copies); None if it does not settle."""
+    ids = {v.id for x in loop.body.walk() for v in x.results()} | \
+        {v.id for v in loop.results()}
+    entry = st.store_paths
+    for _ in range(8):
+        trial = dataclasses.replace(
+            st, in_consume=[list(gs) for gs in st.in_consume], inflight=list(st.inflight),
+            pending=dict(st.pending), generic_unfenced=set(st.generic_unfenced),
+            store_paths=entry, store_read_pending=True)
+        _region(loop.body.ops, trial)
+        nxt = _join_paths(entry, _forget(trial.store_paths, ids))
+        if nxt == entry:
+            return entry
+        entry = nxt
+    return None
+
+
+def _stmatrix_runs(region: Region) -> dict[int, tuple[Value, ...]]:
+    """id(stmatrix) -> the destinations of it and the stmatrix after it in its region, up to
+    the next TMA store (the slots one read-wait before it must cover)."""
+    out: dict[int, tuple[Value, ...]] = {}
+    for op in region.ops:
+        for sub in op.regions():
+            out.update(_stmatrix_runs(sub))
+    ops = region.ops
+    for i, op in enumerate(ops):
+        if isinstance(op, O.StMatrix):
+            run = []
+            for x in ops[i:]:
+                if isinstance(x, O.TmaStore):
+                    break
+                run += [x.dst] if isinstance(x, O.StMatrix) else []
+            out[id(op)] = tuple(run)
+    return out
+
+
+def _store_read_wait(op: O.StMatrix, st: _State) -> list[O.Op]:
+    """The read-wait before an stmatrix into a slot deferred stores may still read."""
+    loc = op.loc
+    if st.store_paths is None:
+        st.store_paths = frozenset({()})
+        return [O.TmaStoreWait(0, note="earlier bulk stores have read their smem", loc=loc),
+                O.GroupBarrier(st.scope(), loc=loc)]
+    # one wait for the run of stmatrix this one starts (up to the next store): a wait per
+    # slot of a run would add a barrier each
+    slots = [_slot(v, st) for v in st.runs.get(id(op), (op.dst,))]
+    need = None
+    for path in st.store_paths:
+        hits = [i for i, s in enumerate(path) if any(_may_alias(x, s) for x in slots)]
+        if hits:
+            n = len(path) - hits[-1] - 1
+            need = n if need is None else min(need, n)
+    if need is None:
+        return []   # no store that may read this slot is in flight
+    st.store_paths = frozenset(path[len(path) - need:] if need else () for path in st.store_paths)
+    note = "earlier bulk stores have read their smem" if not need else \
+        f"the stores of this slot have read it; the newest {need} may still read theirs"
+    return [O.TmaStoreWait(need, note=note, loc=loc), O.GroupBarrier(st.scope(), loc=loc)]
+
+
 def _region(ops, st: _State) -> list[O.Op]:
     out: list[O.Op] = []
     for op in ops:
@@ -304,6 +443,9 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         # an iteration may begin with the previous one's stores in flight and its writes
         # unfenced; the loop may also run zero times, leaving what was pending before it
         before, held = st.store_read_pending, dict(st.pending)
+        paths = st.store_paths
+        if stores or before:
+            st.store_paths = _store_back_edge(op, st)
         st.store_read_pending |= stores
         st.store_unfenced = True
         st.generic_unfenced |= _generic_writes(op.body, st)
@@ -319,17 +461,19 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         st.fresh = fresh
         st.pending = _join_pending(held, st.pending)  # a flush in the body may not have run
         st.store_read_pending |= stores or before
+        st.store_paths = _join_paths(paths, st.store_paths)   # it may run zero times
         st.store_unfenced = True
         st.generic_unfenced |= _generic_writes(op.body, st)
         return [op.replace(body=Region(tuple(body)))]
     if isinstance(op, O.If):
         before, unfenced = st.store_read_pending, set(st.generic_unfenced)
-        held = dict(st.pending)
+        held, paths = dict(st.pending), st.store_paths
         st.depth += 1
         body = _region(op.body.ops, st)
         body += _retire_scope(st, st.depth - 1, op.body.ops[-1].loc if op.body.ops else loc)
         st.depth -= 1
         st.store_read_pending |= before  # the body may not have run
+        st.store_paths = _join_paths(paths, st.store_paths)
         st.pending = {**held, **st.pending}  # nor a flush in it
         st.store_unfenced = True
         st.generic_unfenced |= unfenced
@@ -396,9 +540,8 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         # a generic write: wait until deferred bulk stores have read the buffer; fence later
         st.store_unfenced = True
         if st.store_read_pending:
-            out += [O.TmaStoreWait(0, note="earlier bulk stores have read their smem", loc=loc),
-                    O.GroupBarrier(st.scope(), loc=loc)]
-            st.store_read_pending = False
+            out += _store_read_wait(op, st)
+            st.store_read_pending = st.store_paths is None or any(st.store_paths)
         st.generic_unfenced.add(st.rt(op.dst))
         return out + [op]
     if isinstance(op, (O.TurnWait, O.TurnPass)):
@@ -413,6 +556,9 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         out += [op, O.TmaStoreCommit(loc=loc)]
         if deferred:
             st.store_read_pending = True
+            slot = _slot(op.src, st)
+            st.store_paths = None if st.store_paths is None else \
+                frozenset(path + (slot,) for path in st.store_paths)
         else:
             out += [O.TmaStoreWait(0, loc=loc), O.GroupBarrier(st.scope(), loc=loc)]
         st.tma_stores = True
@@ -447,6 +593,8 @@ def run(kernel: Kernel) -> Kernel:
         return kernel  # already synchronized
     root = smem_roots(kernel)
     st = _State(root, deferrable_store_buffers(kernel, root))
+    st.defs = {r.id: op for op in kernel.walk() for r in op.results()}
+    st.runs = _stmatrix_runs(kernel.body)
     st.lazy = {op.result.id for op in kernel.walk() if isinstance(op, O.Full) and op.scale_d_zero}
     st.overwritten = {op.acc.id for op in kernel.walk() if isinstance(op, O.Wgmma) and op.overwrite}
     for op in kernel.walk():
@@ -478,6 +626,7 @@ def run(kernel: Kernel) -> Kernel:
             head.append(O.TurnPass(name, ids, 2 * WARPGROUP_SIZE, initial=True, loc=role.loc))
         st.in_role = True
         st.tma_stores, st.store_unfenced, st.store_read_pending = False, True, False
+        st.store_paths = frozenset({()})
         st.generic_unfenced = set()
         body = head + _region(role.body.ops, st)
         end = role.body.ops[-1].loc if role.body.ops else role.loc

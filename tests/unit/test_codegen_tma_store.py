@@ -149,11 +149,16 @@ def test_staging_in_rounds_waits_between_rounds_and_matches_float64():
         width = next(w for w in (64, 32, 16) if bn % w == 0)
         rounds = -(-bn // cols)
         issues = [x.start() for x in re.finditer(r"ag::tma_store_2d\(", body)]
-        waits = [x.start() for x in re.finditer(r"tma_store_wait_read<0>", body)]
+        waits = [(x.start(), int(x.group(1)))
+                 for x in re.finditer(r"tma_store_wait_read<(\d+)>", body)]
         assert len(issues) == bn // width
         assert len(waits) == rounds               # one before each round's first stmatrix
-        for later in waits[1:]:                   # ... the later ones after earlier stores
-            assert any(i < later for i in issues)
+        staged = cols // width
+        for r, (later, pending) in enumerate(waits[1:], 1):   # ... the later ones after
+            assert any(i < later for i in issues)             # earlier stores, leaving in
+            prev = min(staged, bn // width - (r - 1) * staged)  # flight only the previous
+            cur = min(staged, bn // width - r * staged)         # round's stores of slots
+            assert pending == max(0, prev - cur), (bn, cols, r, pending)  # this one skips
     full = GemmSchedule(bn=176, epilogue="tma")
     staged = GemmSchedule(bn=176, epilogue="tma", store_cols=112)
     smem = {x: codegen.render(lower_only(gemm_kernel(), s=x)).dynamic_smem
