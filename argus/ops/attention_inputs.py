@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from argus.errors import LaunchError
 from argus.kernels.attention import HEAD_DIMS
+from argus.runtime.args import check_on_one_gpu
 
 _WHO = "argus.ops.attention"
 _DTYPES = {"torch.bfloat16", "torch.float16"}
@@ -57,13 +58,9 @@ def check(q, k, v, *, layout: str = "bhsd", device: bool = True) -> None:
                           f"a multiple of the key/value heads (GQA / MQA)",
                           fix=f"check the head dimension of the layout ({layout!r}: heads are "
                               f"dim {1 if layout == 'bhsd' else 2})")
-    for name, t in (("q", q), ("k", k), ("v", v)) if device else ():
-        if not t.is_cuda:
-            raise LaunchError(f"{_WHO}: {name} is on {t.device}; Argus kernels run on a CUDA "
-                              f"device (sm_90a)", fix=f"{name}.cuda(), or torch SDPA on the CPU")
-    if device and (k.device != q.device or v.device != q.device):
-        raise LaunchError(f"{_WHO}: q, k and v are on different devices ({q.device}, "
-                          f"{k.device}, {v.device})", fix="move them to one GPU")
+    if device:
+        check_on_one_gpu(_WHO, (("q", q), ("k", k), ("v", v)),
+                         fix_cpu="{name}.cuda(), or torch SDPA on the CPU")
 
 
 def _bhsd(t, layout: str):

@@ -60,6 +60,7 @@ from argus.kernels.moe_fp8 import (FP8_PREFILL, FP8_SMALL, GROUP, MoeFp8Schedule
                                    grouped_gemm_fp8_kernel, permute_quantize_kernel,
                                    quantize_1x128_kernel)
 from argus.ops.split_k import k_slices
+from argus.runtime.args import check_on_one_gpu
 
 _WHO = "argus.ops.moe"
 SCORINGS = ("softmax", "sigmoid")
@@ -243,13 +244,7 @@ def _check(x, w13, w2, logits, top_k, scoring, activation, topk_ids, topk_weight
     for name, t in named:
         if not isinstance(t, torch.Tensor):
             raise LaunchError(f"{_WHO}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    for name, t in named:
-        if not t.is_cuda:
-            raise LaunchError(f"{_WHO}: {name} is on {t.device}; Argus kernels run on a CUDA "
-                              f"device (sm_90a)", fix=f"{name}.cuda()")
-        if t.device != x.device:
-            raise LaunchError(f"{_WHO}: {name} is on {t.device} but x on {x.device}",
-                              fix="move every input to one GPU")
+    check_on_one_gpu(_WHO, named)
     if scoring not in SCORINGS:
         raise LaunchError(f"{_WHO}: scoring={scoring!r} is not one of {SCORINGS}")
     if activation not in ACTIVATIONS:

@@ -40,6 +40,7 @@ from argus.kernels.gemm_fp8 import (SCALE_BLOCK, Fp8GemmSchedule, gemm_fp8_block
                                     gemm_fp8_blockscaled_smem_kernel, gemm_fp8_kernel)
 from argus.ops.fp8_schedules import Fp8Problem, choose
 from argus.ops.matmul import _overlap, _remember, device_name  # one definition for both
+from argus.runtime.args import check_on_one_gpu
 
 _OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
 _FP8 = "torch.float8_e4m3fn"
@@ -65,18 +66,6 @@ def _check_types(named) -> None:
                 and isinstance(t, (int, float)) else ""
             raise LaunchError(f"{_WHO}: {name} must be a torch.Tensor, got {type(t).__name__}",
                               fix=fix)
-
-
-def _check_devices(named) -> None:
-    for name, t in named:
-        if not t.is_cuda:
-            raise LaunchError(f"{_WHO}: {name} is on {t.device}; Argus kernels run on a CUDA "
-                              f"device (sm_90a)", fix=f"{name}.cuda()")
-    device = named[0][1].device
-    for name, t in named[1:]:
-        if t.device != device:
-            raise LaunchError(f"{_WHO}: {name} is on {t.device} but a is on {device}",
-                              fix="move every tensor, the scales too, to one GPU")
 
 
 def _check(a, b, scale_a, scale_b, out) -> bool:
@@ -124,7 +113,7 @@ def _check(a, b, scale_a, scale_b, out) -> bool:
                           fix="zero-pad K of both a and b to a multiple of 16, e.g. "
                               "torch.nn.functional.pad(a.view(torch.uint8), (0, pad))"
                               ".view(torch.float8_e4m3fn)")
-    _check_devices(named)
+    check_on_one_gpu(_WHO, named)
     return block
 
 

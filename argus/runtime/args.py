@@ -76,6 +76,22 @@ def check_tensor_arg(value: Any, *, kernel: str, param: str, dtype: DType, ndim:
                 f"multiple of {align_bytes} bytes")
 
 
+def check_on_one_gpu(who: str, named: Sequence[tuple[str, Any]], *,
+                     fix_cpu: str = "{name}.cuda()") -> None:
+    """Raise LaunchError unless every (name, tensor) of `named` is on a CUDA device, all on the
+    first one's: an op's inputs before it launches (`who` names the op; `fix_cpu`, formatted
+    with the tensor's name, says what to do about a CPU tensor)."""
+    for name, t in named:
+        if not t.is_cuda:
+            raise LaunchError(f"{who}: {name} is on {t.device}; Argus kernels run on a CUDA "
+                              f"device (sm_90a)", fix=fix_cpu.format(name=name))
+    first, device = named[0][0], named[0][1].device
+    for name, t in named[1:]:
+        if t.device != device:
+            raise LaunchError(f"{who}: {name} is on {t.device} but {first} is on {device}",
+                              fix="move every input to one GPU")
+
+
 def check_inner_stride(shape: Sequence[int], strides: Sequence[int], *, kernel: str,
                        param: str) -> None:
     """Raise LaunchError unless the innermost dim is contiguous (stride 1 in elements, or

@@ -80,3 +80,25 @@ def test_bind_shapes_rank_literal_and_missing():
         bind_shapes({"bias": ("N", 1)}, {"bias": (4, 3)})
     with pytest.raises(LaunchError, match="parameter C was not given"):
         bind_shapes({"C": ("M",)}, {})
+
+
+def test_check_on_one_gpu_names_the_op_the_tensor_and_both_devices():
+    """The device check argus.ops.scaled_matmul, moe and attention share: a CPU tensor is
+    named with the op's fix, a tensor on another GPU than the first input with both devices."""
+    from types import SimpleNamespace
+
+    from argus.runtime.args import check_on_one_gpu
+
+    on = [SimpleNamespace(is_cuda=True, device=torch.device("cuda", i)) for i in (0, 1)]
+    check_on_one_gpu("argus.ops.x", [("a", on[0]), ("b", on[0])])
+    with pytest.raises(LaunchError) as info:
+        check_on_one_gpu("argus.ops.x", [("a", on[0]), ("scale_b", torch.zeros(2))])
+    assert str(info.value).startswith("argus.ops.x: scale_b is on cpu; Argus kernels run on a "
+                                      "CUDA device (sm_90a)")
+    assert info.value.fix == "scale_b.cuda()"
+    with pytest.raises(LaunchError) as info:
+        check_on_one_gpu("argus.ops.attention", [("q", torch.zeros(2))],
+                         fix_cpu="{name}.cuda(), or torch SDPA on the CPU")
+    assert info.value.fix == "q.cuda(), or torch SDPA on the CPU"
+    with pytest.raises(LaunchError, match="argus.ops.x: w is on cuda:1 but x is on cuda:0"):
+        check_on_one_gpu("argus.ops.x", [("x", on[0]), ("y", on[0]), ("w", on[1])])
