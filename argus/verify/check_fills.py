@@ -55,7 +55,6 @@ from argus.ir import ops as O
 from argus.ir.core import Kernel, Region
 from argus.verify import witness as W
 from argus.verify.check_stores import _dest, _inb
-from argus.verify.identity import ObjectSet
 from argus.verify.model import Model, ReduceSite
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.outflow import Uses
@@ -95,7 +94,7 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
 
 
 class _Flow:
-    def __init__(self, kernel: Kernel, exact: Callable[[], set[int]]):
+    def __init__(self, kernel: Kernel, exact: Callable[[], set[tuple[int, ...]]]):
         self.val: dict[int, object] = {}       # value id -> masked-element value
         # value id -> the loads whose masked lanes its masked value comes from, or OPAQUE
         # (another source: a TMA zero fill, a where's constant ...); read through `loads`
@@ -104,10 +103,10 @@ class _Flow:
         self.root: dict[int, int] = {}         # smem view id -> buffer id
         self.index: set[int] = set()           # tiles computed from an arange (index tiles)
         self._exact = exact                    # assigns the model follows exactly (lazy)
-        self._exact_ids: ObjectSet | None = None
+        self._exact_points: set[tuple[int, ...]] | None = None
         # reduce result id -> (op, wrong masked value, its loads or OPAQUE)
         self.reached: dict[int, tuple] = {}
-        self.region(kernel.body)
+        self.region(kernel.body, ())
 
     def get(self, v) -> object:
         return self.val.get(v.id, NONE)
@@ -119,12 +118,12 @@ class _Flow:
             return frozenset()
         return self.src.get(vid, OPAQUE)
 
-    def exact(self, op: O.Assign) -> bool:
-        """Whether the model follows this assignment exactly (computed once, on first use:
-        only a masked value from loads needs it)."""
-        if self._exact_ids is None:
-            self._exact_ids = self._exact()
-        return op in self._exact_ids
+    def exact(self, point: tuple[int, ...]) -> bool:
+        """Whether the model follows the assignment at program point `point` exactly
+        (computed once, on first use: only a masked value from loads needs it)."""
+        if self._exact_points is None:
+            self._exact_points = self._exact()
+        return point in self._exact_points
 
     def set(self, vid: int, val: object, loads: frozenset | None) -> None:
         self.val[vid] = val
@@ -139,20 +138,22 @@ class _Flow:
             return self.const[v.id]
         return FINITE
 
-    def region(self, r: Region) -> None:
-        for op in r.ops:
-            self.op(op)
+    def region(self, r: Region, point: tuple[int, ...]) -> None:
+        """`point`: the region's program point (`_program_points`)."""
+        for i, op in enumerate(r.ops):
+            self.op(op, point + (i,))
 
-    def op(self, op) -> None:
+    def op(self, op, point: tuple[int, ...]) -> None:
         if isinstance(op, O.For):
+            body = point + (_body_index(op),)
             before, before_src = dict(self.val), dict(self.src)
-            self.region(op.body)           # once to learn what the loop carries
+            self.region(op.body, body)     # once to learn what the loop carries
             self.src = {k: _join_loads(self.loads(k),
                                        frozenset() if before.get(k, NONE) == NONE else
                                        before_src.get(k, OPAQUE))
                         for k in self.val}
             self.val = {k: _join(before.get(k, NONE), v) for k, v in self.val.items()}
-            self.region(op.body)           # again from the joined state
+            self.region(op.body, body)     # again from the joined state
             return
         if isinstance(op, O.Const) and isinstance(op.value, (int, float)) and \
                 not isinstance(op.value, bool):
@@ -204,7 +205,7 @@ class _Flow:
                 # or assigns under a condition, has no bounded masked lanes
                 loads = _join_loads(self.loads(op.dst.id), self.loads(op.src.id))
                 self.set(op.dst.id, _join(self.get(op.dst), self.get(op.src)),
-                         loads if loads and self.exact(op) else OPAQUE)
+                         loads if loads and self.exact(point) else OPAQUE)
             self.const.pop(op.dst.id, None)
             if op.src.id in self.index:
                 self.index.add(op.dst.id)
@@ -221,9 +222,9 @@ class _Flow:
             if self.get(op.src) != NONE:
                 self.set(op.result.id, TOP, OPAQUE)
                 self.set(op.total.id, TOP, OPAQUE)
-        for region in op.regions():
+        for j, region in enumerate(op.regions()):
             if not isinstance(op, O.For):
-                self.region(region)
+                self.region(region, point + (j,))
 
     def _buf(self, v) -> int:
         return self.root.get(v.id, v.id)
@@ -283,30 +284,42 @@ class _Flow:
         self.reached[op.result.id] = (op, got, self.loads(op.src.id))
 
 
-def _exact_assigns(model: Model) -> ObjectSet:
-    """The assignments (by identity) after which the model knows the variable's value exactly:
-    one in the region that defines the variable (straight-line code: the model copies the
-    value), or one at the top level of a loop body, when the variable is defined in the region
-    that holds the loop and is one of the loop's exact levels (transfer/control.py: assigned
-    once from loads and arithmetic of the index, such as lower/prefetch.py's register ring;
-    the state at the loop's entry is then the exact initial value). Any other (inside an `if`,
-    or summarized over a loop) leaves its masked lanes unbounded here."""
-    out = ObjectSet()
+def _body_index(loop: O.For) -> int:
+    """The index of a loop's body among its regions (by identity: regions compare by value)."""
+    return next(j for j, r in enumerate(loop.regions()) if r is loop.body)
 
-    def region(r: Region) -> None:
+
+def _exact_assigns(model: Model) -> set[tuple[int, ...]]:
+    """The program points of the assignments after which the model knows the variable's
+    value exactly: one in the region that defines the variable (straight-line code: the model
+    copies the value), or one at the top level of a loop body, when the variable is defined in
+    the region that holds the loop and is one of the loop's exact levels (transfer/control.py:
+    assigned once from loads and arithmetic of the index, such as lower/prefetch.py's register
+    ring; the state at the loop's entry is then the exact initial value). Any other (inside an
+    `if`, or summarized over a loop) leaves its masked lanes unbounded here.
+
+    A program point is a value, stable while the kernel lives: the path of (op index in its
+    region, region index in its op) from the kernel's body, e.g. (3, 0, 5) for the sixth op
+    of the first region of the body's fourth op. An assign has no result to name it by, and
+    two equal assigns (one value copied into one variable twice, once under an `if`) are two
+    points, so neither an IR name nor the op's value would do."""
+    out: set[tuple[int, ...]] = set()
+
+    def region(r: Region, point: tuple[int, ...]) -> None:
         here = {op.result.id for op in r.ops if isinstance(op, O.Var)}
-        for op in r.ops:
+        for i, op in enumerate(r.ops):
             if isinstance(op, O.Assign) and op.dst.id in here:
-                out.add(op)
+                out.add(point + (i,))
             if isinstance(op, O.For):
                 exact: set[int] = set()
                 for level in _exact_levels(model, op, model._carried_tiles(op.body)):
                     exact |= level & here
-                out.update(a for a in op.body.ops
+                body = point + (i, _body_index(op))
+                out.update(body + (k,) for k, a in enumerate(op.body.ops)
                            if isinstance(a, O.Assign) and a.dst.id in exact)
-            for inner in op.regions():
-                region(inner)
-    region(model.kernel.body)
+            for j, inner in enumerate(op.regions()):
+                region(inner, point + (i, j))
+    region(model.kernel.body, ())
     return out
 
 

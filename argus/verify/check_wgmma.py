@@ -406,7 +406,8 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     subject = (f"k of wgmma at {op.loc} over {len(loops)} loop(s)" +
                (f" and {len(siblings)} wgmma sites" if several else ""))
     # two instances that differ in (site, reduction-loop indices, k); everything else shared
-    sibling_loops = ObjectMap((s.op, s) for o in siblings for s in _reduction_loops(model, o))
+    # keyed by the loop's index variable, its IR name (a value, stable while the kernel lives)
+    sibling_loops = {s.op.var.id: s for o in siblings for s in _reduction_loops(model, o)}
     ren = [(s.var, fresh_int(f"{s.var}@2")) for s in sibling_loops.values()]
     sub = Substitution(ren)   # the second instance's terms (one set of C arrays for all)
     # the first instance: the site's own operand record (its obligations' m and k)
