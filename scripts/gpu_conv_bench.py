@@ -576,12 +576,15 @@ def pointwise16(tune: bool) -> None:
     they took before (a ConvSchedule passed: "implicit", schedule_for's), against cuDNN, in one
     run (L2 flushed, alternating rounds); then the same GEMM alone: argus.ops.matmul into a
     preallocated output ("gemm": its replayed launch, no conv host path) and cuBLAS
-    (torch.matmul, "cublas"), which bound what the route can reach. Each column's normwise
+    (torch.matmul, "cublas"), which bound what the route can reach, and for 64 output
+    channels the GEMM on a 128x64 tile ("gemm 128x64": not among matmul's candidates for so
+    many rows, which all compute 128 or more columns a tile). Each column's normwise
     error against float64 first (a wrong column is reported, not timed). `tune`: tune_matmul
     each GEMM problem first (records the winner in the tuning cache, which the route reads)."""
     import torch
     import torch.nn.functional as F
 
+    from argus.kernels.gemm import GemmSchedule
     from argus.ops import conv as conv_ops
     from argus.ops import matmul as ops_matmul
     from argus.ops import tune_matmul
@@ -620,6 +623,11 @@ def pointwise16(tune: bool) -> None:
                "cudnn": lambda: F.conv2d(x, w),
                "gemm": lambda: ops_matmul(A, Wk.t(), c),
                "cublas": lambda: torch.matmul(A, Wk.t())}
+        if K <= 64:
+            # matmul's candidates have no tile narrower than 128 columns for M > 256, so an
+            # N = 64 GEMM computes half its wgmma columns on padding: does a 128x64 tile pay?
+            narrow = GemmSchedule(bm=128, bn=64, stages=6, epilogue="tma")
+            fns["gemm 128x64"] = lambda: ops_matmul(A, Wk.t(), c, schedule=narrow)
         errs, ok = {}, {}
         for key, f in fns.items():
             try:
