@@ -295,7 +295,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--check", default="",
                     help="ragged shapes (MxNxK,...) to check every schedule on first "
-                         f"(--compare: the new schedules on {RAGGED_SHAPES})")
+                         f"(--compare: every schedule on {RAGGED_SHAPES})")
     args = ap.parse_args()
     started = time.time()
     if args.compare:

@@ -141,3 +141,10 @@ def test_the_two_failed_ragged_checks_were_refusals(monkeypatch):
     assert "2900x1704x136" in script.RAGGED_SHAPES.split(",")
     for layout in ("NN", "NT"):
         assert problem_of(*_ragged("2900x1704x136", layout))[0].tma_store_ok
+
+
+def test_the_check_count_line_separates_refusals_from_wrong_results():
+    rows = [{"verdict": v} for v in ("ok", "ok", "REFUSED", "WRONG", "REFUSED")]
+    line = script.check_summary(rows, "as-lowered")
+    assert line.startswith("CHECK [as-lowered]: ok 2, WRONG 1, REFUSED 2 ")
+    assert line.endswith("of 5")
