@@ -162,6 +162,7 @@ def test_pointwise_16bit_public_ops_compile_and_graph():
     z = compiled(x, w)
     assert _rel(z, ref.relu()) <= 2.0 ** -8
     conv_ops.convolve(x, w)                 # prepared (and remembered) before the capture
+    torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = conv_ops.convolve(x, w)
