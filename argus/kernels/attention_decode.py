@@ -45,7 +45,7 @@ from argus.target.limits import (NUM_SMS, REGISTERS_PER_SM, SMEM_PER_CTA_OPTIN,
                                  smem_per_sm_share)
 
 __all__ = ["DecodeSchedule", "MAX_QUERIES", "combine_shape", "decode_kernel",
-           "decode_combine_kernel",
+           "decode_combine_kernel", "merge_rows", "with_fused_combine",
            "default_decode_schedule", "num_splits", "decode_smem_bytes"]
 
 # The decode path takes up to this many query tokens per sequence (speculative decoding).
@@ -83,6 +83,11 @@ class DecodeSchedule:
     # streams an SM, the question of docs/perf/attention.md "Decode: bytes in flight"
     # (the `occ2` variant of scripts/gpu_attention_bench.py --decode-variants).
     ctas_per_sm: int = 1
+    # The split kernel merges its splits itself (`fused` bench variant; the split kernel
+    # only): each split writes its partial O and LSE, a release fence, an atomic ticket per
+    # (batch x kv head, warpgroup); the warpgroup that draws the last ticket merges every
+    # split of its rows (after an acquire fence) and writes O and LSE. No combine launch.
+    fused_combine: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -98,6 +103,11 @@ class DecodeSchedule:
             problems.append(f"streams={self.streams}: 1 or 2 interleaved block streams")
         if self.ctas_per_sm not in (1, 2):
             problems.append(f"ctas_per_sm={self.ctas_per_sm}: 1 or 2 CTAs per SM")
+        if self.fused_combine and self.consumers != 1:
+            # the verifier's store.coverage counts a merge chunk loop whose start depends on
+            # the warpgroup as 64 rows (tests/verify/test_attention_decode_fused_verifies.py)
+            problems.append("fused_combine: the fused merge is built for one consumer "
+                            "warpgroup (at most 64 packed rows)")
         for name in ("producer_regs", "consumer_regs"):
             regs = getattr(self, name)
             if regs % 8 or not 24 <= regs <= 256:
@@ -144,7 +154,23 @@ def decode_smem_bytes(s: DecodeSchedule, head_dim: int, dtype: DType = ag.bf16) 
     stage of the Q, K and V pipelines; 1 KB of alignment slack), as lower/smem.py plans it."""
     eb = dtype.bytes
     return s.block_m * head_dim * eb + 2 * s.stages * s.block_n * head_dim * eb \
-        + 16 * (1 + 2 * s.stages) + 1024
+        + 16 * (1 + 2 * s.stages) + 1024 + (FUSED_SCRATCH if s.fused_combine else 0)
+
+
+# The fused merge's shared memory: the ticket's broadcast slot and its reductions' and layout
+# conversions' exchange buffers (lower/smem.py), measured at most 1456 bytes (hd 64-256, 1 or
+# 2 consumers, 2-128 splits)
+FUSED_SCRATCH = 2048
+
+
+def with_fused_combine(s: DecodeSchedule, head_dim: int,
+                       dtype: DType = ag.bf16) -> DecodeSchedule:
+    """`s` with the fused combine (one consumer warpgroup: DecodeSchedule's rule), its K and
+    V rings made shallower until the merge's shared memory fits beside them."""
+    out = dataclasses.replace(s, fused_combine=True)
+    while out.problems_for(head_dim, dtype) and out.stages > 2:
+        out = dataclasses.replace(out, stages=out.stages - 1)
+    return out
 
 
 @functools.lru_cache(maxsize=1024)   # on the op's host path, every call
@@ -261,7 +287,8 @@ def _split_blocks(split, splits, SK, block_n: int):
 
 @functools.lru_cache(maxsize=None)
 def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = False,
-                  split: bool = True, page_size: int = 0) -> ag.KernelFunction:
+                  split: bool = True, page_size: int = 0,
+                  fused: bool = False) -> ag.KernelFunction:
     """The decode kernel for one head dim, dtype and mask (cached).
 
     split=True: Q [B, HKV, GS, D], K and V [B, HKV, SK, D], OP [B * HKV, SPLITS, GS, D] fp32
@@ -279,20 +306,36 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
     queries are its last tokens). The producer reads the page id of each KV block (block_n
     divides page_size: a block never crosses a page) and loads that page's rows; lengths are
     clamped to MB * page_size (never a read past the sequence's row of the table), and keys
-    past a sequence's length are masked as the key tail is."""
+    past a sequence's length are masked as the key tail is.
+
+    fused=True (split, contiguous; schedule fused_combine=True): the split kernel also takes
+    O [B, HKV, GS, D] and LSE [B, HKV, GS, 1] (as the direct kernel writes them), CNT
+    [B, HKV, 2] int32 (zeros at the first launch; every launch leaves them zero) and the
+    compile-time splits_pad >= SPLITS. After writing its partial, each consumer warpgroup
+    fences (release), draws a ticket from CNT[b, hk, wg] (atom.inc, wrap SPLITS) and the one
+    that draws SPLITS - 1 (the last split of its rows to finish) fences (acquire) and merges
+    every split's partial of its 64 rows into O and LSE, as decode_combine_kernel does: no
+    second launch."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim={head_dim}: the decode kernel takes {HEAD_DIMS}")
     if dtype not in (ag.bf16, ag.f16):
         raise ValueError(f"dtype {dtype}: the decode kernel takes bf16 or f16")
     if page_size < 0 or page_size & (page_size - 1) or 0 < page_size < 16:
         raise ValueError(f"page_size={page_size}: a power of two >= 16 (0: no paging)")
+    if fused and (not split or page_size):
+        raise ValueError("fused=True is the split kernel over a contiguous cache (split=True, "
+                         "page_size=0)")
     paged = page_size > 0
     D, dt = head_dim, dtype
     atoms = D // 64   # Q, K and V tiles are D / 64 column atoms of 64 (128-byte rows)
     neg_inf = float("-inf")
 
-    def body(Q, K, V, BT, SL, O, L, qk_scale, q_len, s: DecodeSchedule):
+    def body(Q, K, V, BT, SL, O, L, qk_scale, q_len, s: DecodeSchedule, merge=None):
         problems = s.problems_for(D, dt)
+        if s.fused_combine != fused:
+            problems.append(f"fused_combine={s.fused_combine} needs the "
+                            + ("fused split kernel (decode_kernel(..., fused=True))"
+                               if s.fused_combine else "unfused kernel (fused=False)"))
         if paged and page_size % s.block_n:
             problems.append(f"block_n={s.block_n} does not divide page_size={page_size} "
                             f"(a KV block must not cross a page)")
@@ -422,6 +465,8 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
                 ag.store(O, (bh, sp, r0, 0), o)
                 ag.store(L, (bh, sp, r0, 0), ag.where(no_key, neg_inf,
                                                       m_i + ag.log(l_i) * LOG2E))
+                if merge is not None:
+                    _merge_last(O, L, *merge, b, hk, wg, splits, D, dt)
             else:
                 ag.store(O, (b, hk, r0, 0), o.to(dt))
                 ag.store(L, (b, hk, r0, 0), ag.where(no_key, neg_inf, m_i * LN2 + ag.log(l_i)))
@@ -442,6 +487,24 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
                                    s: DecodeSchedule = default_decode_schedule(D, 1, dt)):
             body(Q, K, V, BT, SL, O, L, qk_scale, q_len, s)
         fn = attention_decode_paged
+    elif fused:
+        def attention_decode_split_fused(Q: ag.Tensor[("B", "HKV", "GS", D, dt)],
+                                         K: ag.Tensor[("B", "HKV", "SK", D, dt)],
+                                         V: ag.Tensor[("B", "HKV", "SK", D, dt)],
+                                         OP: ag.Tensor[("BH", "SPLITS", "GS", D, ag.f32)],
+                                         LP: ag.Tensor[("BH", "SPLITS", "GS", 1, ag.f32)],
+                                         O: ag.Tensor[("B", "HKV", "GS", D, dt)],
+                                         LSE: ag.Tensor[("B", "HKV", "GS", 1, ag.f32)],
+                                         CNT: ag.Tensor[("B", "HKV", 2, ag.i32)],
+                                         qk_scale: ag.f32, q_len: ag.i32,
+                                         s: DecodeSchedule = with_fused_combine(
+                                             default_decode_schedule(D, 1, dt), D, dt),
+                                         splits_pad: int = 16):
+            ag.require(ag.sym(OP.shape[1]) <= splits_pad,
+                       "the fused merge reads splits_pad splits: SPLITS <= splits_pad")
+            body(Q, K, V, None, None, OP, LP, qk_scale, q_len, s,
+                 merge=(O, LSE, CNT, splits_pad))
+        fn = attention_decode_split_fused
     elif split:
         def attention_decode_split(Q: ag.Tensor[("B", "HKV", "GS", D, dt)],
                                    K: ag.Tensor[("B", "HKV", "SK", D, dt)],
@@ -463,8 +526,54 @@ def decode_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = Fa
             body(Q, K, V, None, None, O, LSE, qk_scale, q_len, s)
         fn = attention_decode
     name = f"attention_decode_d{D}_{dt.name}" + ("_causal" if causal else "") \
-        + ("_split" if split else "") + (f"_paged{page_size}" if paged else "")
+        + ("_split" if split else "") + (f"_paged{page_size}" if paged else "") \
+        + ("_fused" if fused else "")
     return ag.kernel(fn, name=name)
+
+
+def merge_rows(splits_pad: int, head_dim: int) -> int:
+    """Packed rows the fused merge takes at once: its [splits_pad, rows, head_dim] fp32 tile
+    stays within 64 registers a thread of one warpgroup (the combine kernel's budget at half
+    its threads), a power of two in 1..16 (so chunks never cross a warpgroup's 64 rows)."""
+    rows = max(1, min(16, MERGE_ELEMENTS // (splits_pad * head_dim)))
+    return 1 << (rows.bit_length() - 1)
+
+
+MERGE_ELEMENTS = 64 * ROWS * 2      # 64 registers x 128 threads
+
+
+def _merge_last(OP, LP, O, LSE, CNT, splits_pad: int, b, hk, wg, splits, D: int,
+                dt: DType) -> None:
+    """The fused combine (decode_kernel(..., fused=True)), for the ROWS packed rows of
+    consumer warpgroup wg after it stored its split's partial: a release fence, a ticket from
+    the (b, hk, wg) counter that resets itself after `splits` arrivals, and the warpgroup that
+    draws the last ticket (every split has stored these rows) merges them after an acquire
+    fence, as the combine kernel does: O = sum_k w_k O_k / sum_k w_k, w_k = 2^(LP_k -
+    max LP), over chunks of merge_rows packed rows that exist (rows past GS are skipped: one
+    chunk for a 4-row GQA group), each a [splits_pad, rows, D] tile loaded at once (splits
+    past SPLITS read as LSE -inf, weight 0): one memory latency a chunk, not one a split."""
+    neg_inf = float("-inf")
+    R = merge_rows(splits_pad, D)
+    r0 = wg * ROWS
+    bh = b * O.shape[1] + hk
+    ag.fence()                     # release: this warpgroup's partial before its ticket
+    ticket = ag.atomic_fetch_add(CNT, (b, hk, wg), wrap=splits)
+    with ag.when(ticket == splits - 1):
+        ag.fence()                 # acquire: every split's partial before the loads
+        # the chunks of R rows of this warpgroup's 64 that exist (none past GS)
+        per = ROWS // R
+        for c in ag.range(wg * per, ag.minimum(ag.cdiv(O.shape[2], R), wg * per + per)):
+            rr = c * R
+            lse = ag.load(LP, (bh, 0, rr, 0), (splits_pad, R, 1), other=neg_inf)
+            m = lse.max(axis=0)
+            m_use = ag.where(m == neg_inf, 0.0, m)        # a row no split saw a key of
+            w = ag.exp2(lse - m_use)
+            w_sum = w.sum(axis=0)
+            o = (ag.load(OP, (bh, 0, rr, 0), (splits_pad, R, D), other=0.0) * w).sum(axis=0)
+            no_key = w_sum == 0.0
+            ag.store(O, (b, hk, rr, 0), (o * (1.0 / ag.where(no_key, 1.0, w_sum))).to(dt))
+            ag.store(LSE, (b, hk, rr, 0),
+                     ag.where(no_key, neg_inf, (m + ag.log(w_sum) * LOG2E) * LN2))
 
 
 def _tag_pages(K, V, BT, page_size: int, SK) -> None:

@@ -51,7 +51,7 @@ import functools
 import math
 from os import environ as _environ
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from argus import dtypes
 from argus.errors import LaunchError
@@ -200,6 +200,7 @@ def _pointers(q, k, v, block_table, seq_lens, out, ws) -> tuple:
 
 
 _ENTRIES: dict = {}
+_COUNTERS: dict = {}    # (device, stream, B, HKV) -> the fused kernel's counters (_Call.counters)
 
 
 @dataclass(frozen=True)
@@ -336,6 +337,12 @@ class _Call:
                     max(1, blocks))
             if self.paged and splits is None and not _paged_splits_run():
                 n = 1            # the one paged kernel the verifier proves (see below)
+            if s.fused_combine and self.paged:
+                raise LaunchError(f"{_WHO}: {s} merges its splits in the split kernel "
+                                  f"(fused_combine), which is built for a contiguous cache "
+                                  f"only", fix="use fused_combine=False with a paged cache")
+            if s.fused_combine and n == 1:
+                s = replace(s, fused_combine=False)   # one split: the direct kernel
             if (s.stagger or s.streams > 1) and (n > 1 or self.paged):
                 raise LaunchError(f"{_WHO}: {s} reorders the walk of the direct kernel, but "
                                   f"this call runs " + (f"{n} splits" if n > 1 else
@@ -349,6 +356,23 @@ class _Call:
         lse = _numel(self.lse_shape)
         self.lse_pad = -(-lse // _ALIGN) * _ALIGN
         self.ws_numel = max(1, self.lse_pad + most + _ALIGN)
+
+    def counters(self, ws):
+        """The fused kernel's arrival counters [B, HKV, 2] int32 (ws's device): zeros once,
+        then left zero by every launch (each counter resets itself after its SPLITS
+        arrivals), so they are kept per (device, stream, B, HKV) and never freed (prepared
+        launch plans hold their address). Two calls running at once on one stream cannot
+        happen; on two streams they get two sets. The interpreter gets fresh zeros."""
+        import torch
+
+        shape = (self.B, self.HKV, 2)
+        if not ws.is_cuda:
+            return torch.zeros(shape, dtype=torch.int32)
+        key = (ws.device.index, _current_stream(ws.device.index), *shape)
+        cnt = _COUNTERS.get(key)
+        if cnt is None:
+            cnt = _COUNTERS[key] = torch.zeros(shape, dtype=torch.int32, device=ws.device)
+        return cnt
 
     def allocate(self):
         import torch
@@ -401,6 +425,11 @@ class _Call:
             l_part = ws[base:base + B * HKV * n * rows].view(B * HKV, n, rows, 1)
             base = -(-(base + l_part.numel()) // _ALIGN) * _ALIGN
             o_part = ws[base:base + B * HKV * n * rows * D].view(B * HKV, n, rows, D)
+            if s.fused_combine:   # the last split of each row tile merges: one launch
+                execute(decode_kernel(D, self.dt, self.causal, True, ps, True),
+                        {"s": s, "splits_pad": combine_shape(n, D)[0]},
+                        (qc, *kv, o_part, l_part, oc, lc, self.counters(ws)), self.scalars)
+                continue
             execute(decode_kernel(D, self.dt, self.causal, True, ps), {"s": s},
                     (qc, *kv, o_part, l_part), self.scalars)
             execute(decode_combine_kernel(D, self.dt, *combine_shape(n, D)), {},
