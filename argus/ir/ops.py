@@ -818,6 +818,7 @@ ALL_OPS: dict[str, type[Op]] = {
                 SmemSlice,
                 PipelineCreate, Produce, Consume, TmaLoad, TmaStore, Wgmma, StMatrix, LdMatrix,
                 Load, LoadScalar, Store, AtomicAdd, AtomicFetchAdd, Fence, Full, Elementwise,
-                Convert, Reduce, Scan, TileSlice, Var, Assign, ConvertLayout, Arange, ExpandDims, PipeSkip, Elect) + SYNC_OPS
+                Convert, Reduce, Scan, TileSlice, Var, Assign, ConvertLayout, Arange,
+                ExpandDims, PipeSkip, Elect) + SYNC_OPS
     + ORDERED_OPS
 }
