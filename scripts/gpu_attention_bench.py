@@ -36,8 +36,10 @@ KV >= 8k; >= 60% of copy bandwidth with 8-16 query tokens; >= 75% at batch 1.
 
 --decode-variants: our launches at other schedules beside the default (decode_variant: ring
 depth, key block, consumer warpgroups, forced or occupancy-rule splits, the staggered walk, the
-split kernel without its combine). --flush read: the L2 emptied by a 256 MB read instead of
-measure's 256 MB write before each timed call (no dirty lines to write back during the call).
+split kernel without its combine, two CTAs an SM by the occupancy hint (bn64+st2+occ2), the
+combine fused into the split kernel (fused)). --flush read: the L2 emptied by a 256 MB read
+instead of measure's 256 MB write before each timed call (no dirty lines to write back during
+the call).
 
 --paged 16,128: ours on paged copies of the same K and V too (attention_decode with a block
 table over a random page permutation; one split per sequence while the split paged kernel is
@@ -160,10 +162,17 @@ def decode_variant(variant: str, head_dim: int, rows: int, units: int = 1, keys:
     applied to default_decode_schedule(head_dim, rows); "sN" (N splits instead of num_splits'
     choice), "ctaN" (num_splits(..., ctas_per_sm=N): a grid of N CTAs per SM, shorter splits);
     "nocombine" (time the first launch only: the split kernel without the combine, so the
-    combine's cost is the difference; launches is then 1, else None: all)."""
+    combine's cost is the difference; launches is then 1, else None: all); "occN"
+    (DecodeSchedule.ctas_per_sm = N, the occupancy hint: __launch_bounds__(256, N), the
+    consumers' registers cut to their share of 65536 / N (232 at N = 2 with one consumer
+    warpgroup beside the 24 of the producer), and the op's split rule fills N CTA
+    slots an SM; give it a ring that fits 1/N of the shared memory, e.g. bn64+st2+occ2);
+    "fused" (DecodeSchedule.fused_combine: the last split of each head merges, one launch;
+    the rings made shallower where the merge's buffers need it, with_fused_combine)."""
     import dataclasses
 
-    from argus.kernels.attention_decode import default_decode_schedule, num_splits
+    from argus.kernels.attention_decode import (default_decode_schedule, num_splits,
+                                                with_fused_combine)
 
     s, splits, launches, per_sm = default_decode_schedule(head_dim, rows), None, None, None
     fields = {}
@@ -183,11 +192,21 @@ def decode_variant(variant: str, head_dim: int, rows: int, units: int = 1, keys:
             fields["streams"] = int(part[7:])
         elif part.startswith("cta") and part[3:].isdigit():
             per_sm = int(part[3:])
+        elif part.startswith("occ") and part[3:].isdigit():
+            fields["ctas_per_sm"] = int(part[3:])
+        elif part == "fused":
+            fields["fused_combine"] = True
         elif part[:1] == "s" and part[1:].isdigit():
             splits = int(part[1:])
         else:
             raise ValueError(f"decode variant {variant!r}: unknown token {part!r}")
+    if fields.get("ctas_per_sm", 1) > 1:   # the consumers' share of 65536 / N registers
+        per_wg = 65536 // 128 // fields["ctas_per_sm"] - s.producer_regs
+        fields["consumer_regs"] = min(s.consumer_regs,
+                                      per_wg // fields.get("consumers", s.consumers) // 8 * 8)
     schedule = dataclasses.replace(s, **fields) if fields else None
+    if schedule is not None and schedule.fused_combine:
+        schedule = with_fused_combine(schedule, head_dim)
     if per_sm is not None:
         if splits is not None:
             raise ValueError(f"decode variant {variant!r}: ctaN and sN both set the splits")

@@ -4,7 +4,7 @@ the split-KV kernels and the combine on the device against float64 on fresh rand
 bottom-right, KV lengths off the block, both layouts, fp16, every head dim, more packed rows
 than one tile), against torch SDPA, and inside a CUDA graph; and every schedule the decode
 bench's --decode-variants time (176/192/64-key blocks, the staggered and two-stream walks,
-cta2 splits)."""
+cta2 splits, two CTAs an SM by the occupancy hint, the fused combine and its counters)."""
 
 import math
 
@@ -101,7 +101,52 @@ VARIANTS = [  # variant, B, S, SK, causal: the schedules the decode bench times 
     ("streams2+stagger2", 33, 8, 1000, True),
     ("cta2", 1, 1, 8192, False),          # 32 splits of 2 blocks
     ("cta2", 1, 16, 32768, True),
+    ("bn64+st2+occ2", 1, 1, 8191, False),   # two CTAs an SM: 32 splits, 128 registers
+    ("bn64+st2+occ2", 32, 16, 8193, True),  # two CTAs an SM, direct
+    ("fused", 1, 1, 8191, False),         # the last split of each head merges (atomics)
+    ("fused", 1, 16, 8193, True),         # 64 packed rows: 16 merge chunks, causal
+    ("bn64+st2+occ2+fused", 1, 1, 32768, False),
 ]
+
+
+@pytest.mark.parametrize("variant", ["fused", "bn64+st2+occ2+fused"])
+def test_fused_counters_repeat_and_stay_zero(variant):
+    """The fused kernel's counters (argus/ops/attention_decode._COUNTERS) reset themselves:
+    ten calls in a row on the same stream, each against float64, and the counters are zero
+    after every one (a counter left off zero would make the next call's wrong CTA merge)."""
+    import argus.ops
+    from argus.ops import attention_decode as opmod
+
+    H, HKV, D, B, S, SK = 32, 8, 128, 1, 1, 8191
+    schedule, splits = _variant(variant, B, HKV, SK, H // HKV * S)
+    q, k, v = _inputs(B, H, HKV, S, SK, D, "bhsd", torch.bfloat16, seed=7)
+    want, _ = reference(q, k, v, False, 1.0 / math.sqrt(D))
+    for _ in range(10):
+        out = argus.ops.attention_decode(q, k, v, splits=splits, schedule=schedule)
+        torch.cuda.synchronize()
+        err = ((out.double() - want).norm() / want.norm()).item()
+        assert err < 1e-2, f"{variant}: relative error {err}"
+        counters = [c for key, c in opmod._COUNTERS.items() if key[-2:] == (B, HKV)]
+        assert counters and all(int(c.abs().sum()) == 0 for c in counters)
+
+
+def test_two_ctas_an_sm_occupancy():
+    """The occupancy hint holds on the device: the driver's occupancy calculator puts two
+    CTAs of the bn64+st2+occ2 split kernel on an SM (its dynamic shared memory included)."""
+    import argus as ag
+    from argus.kernels.attention_decode import decode_kernel
+    from argus.runtime import driver as D
+    from argus.runtime.context import _driver
+
+    schedule, _ = _variant("bn64+st2+occ2", 1, 8, 8192, 4)
+    c = ag.compile(decode_kernel(128, ag.bf16, False, True), s=schedule)
+    device = torch.cuda.current_device()
+    fn = D.get_function(c.binary, c.source.name, device)
+    D._opt_in_smem(c.binary, c.source.name, device, fn, c.source.dynamic_smem)
+    err, blocks = _driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        fn, c.source.threads, c.source.dynamic_smem)
+    assert int(err) == 0 and blocks >= 2, (err, blocks)
+    assert c.resources.registers <= 128 and not c.resources.spills
 
 
 @pytest.mark.parametrize("variant,B,S,SK,causal", VARIANTS)

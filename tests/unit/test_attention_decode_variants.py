@@ -51,6 +51,21 @@ def test_occupancy_rule_splits(decode_variant):
     assert s.block_n == 64 and splits == num_splits(8, 128, ctas_per_sm=2) == 32
 
 
+def test_occupancy_and_fused_variants(decode_variant):
+    """occ2: two CTAs an SM (the hint, the consumer's registers at 256 - 24, the op's split
+    rule at 2 CTA slots: schedule.ctas_per_sm); fused: the combine in the split kernel, its
+    rings shallower where the merge's buffers need it; both legal schedules."""
+    s, splits, _ = decode_variant("bn64+st2+occ2", 128, 4, units=8, keys=8192)
+    assert (s.block_n, s.stages, s.ctas_per_sm, s.consumer_regs, splits) == (64, 2, 2, 232,
+                                                                             None)
+    assert s.problems_for(128) == []
+    s, _, _ = decode_variant("fused", 128, 4)
+    assert s.fused_combine and s.problems_for(128) == [] and s.consumers == 1
+    s, _, _ = decode_variant("bn64+st2+occ2+fused", 128, 64)
+    assert (s.ctas_per_sm, s.fused_combine, s.stages) == (2, True, 2)
+    assert s.problems_for(128) == []
+
+
 def test_nocombine_times_the_first_launch(decode_variant):
     assert decode_variant("nocombine", 128, 4) == (None, None, 1)
     assert decode_variant("s32+nocombine", 128, 4)[1:] == (32, 1)

@@ -4,7 +4,8 @@ by the one warpgroup that draws its counter's last ticket, and covered: that tic
 the counter's tickets (atomic.tickets: reached unconditionally by exactly SPLITS arrivals per
 (batch, kv head, warpgroup)), and no plain access to the counters (atomic.exclusive); hd 64 /
 128 / 256, causal or not, one consumer warpgroup (the fused merge's scope: at most 64 packed
-rows), 2 / 16 / 128 padded splits, and two CTAs an SM. Seeded bugs: a counter shared by the kv heads, a wrap one past the splits."""
+rows), 2 / 16 / 128 padded splits, and two CTAs an SM. Seeded bugs: a counter shared by the
+kv heads, a wrap one past the splits."""
 
 import dataclasses
 
