@@ -25,7 +25,6 @@ from argus.verify import promotion, solver
 from argus.verify.wgmma_facts import (_acc_chain, _carried_across, _defs, _field_extent, _k_key,
                                       _minimize, _operands)
 from argus.verify import witness as W
-from argus.verify.identity import ObjectMap, ObjectSet
 from argus.verify.model import Model, WgmmaSite, _num, b_index
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
@@ -250,10 +249,11 @@ def _reduction_loops(model: Model, site: WgmmaSite):
     is a reduction loop by the data flow of its accumulator, not by nesting: a persistent
     kernel's tile loop around a freshly zeroed accumulator is not one. A fact of the IR,
     decided once per site and model (`_siblings` asks it of every pair of sites)."""
-    memo = model.__dict__.setdefault("_wgmma_reduction_loops", ObjectMap())
-    got = memo.get(site.op)
+    # keyed by the site's program point (Site.seq, a value; one site per wgmma op)
+    memo = model.__dict__.setdefault("_wgmma_reduction_loops", {})
+    got = memo.get(site.site.seq)
     if got is None:
-        got = memo[site.op] = _reduction_loops_of(model, site)
+        got = memo[site.site.seq] = _reduction_loops_of(model, site)
     return list(got)
 
 
@@ -285,7 +285,9 @@ def _siblings(model: Model, site: WgmmaSite, name: str) -> list[WgmmaSite]:
         return [site]
     defs = _defs(model)
     root = _acc_chain(defs, site.op.acc.id)[-1]
-    whens = ObjectSet(sc.op for sc in site.site.scopes if sc.kind == "if")
+    # the `ag.when` blocks around a site, by their condition's IR name: blocks on one
+    # condition run together, which is what the count of instances below needs
+    whens = {sc.op.cond.id for sc in site.site.scopes if sc.kind == "if"}
     out = []
     for other in model.wgmmas:
         if other.site.role is not site.site.role or _k_key(model, other, name) != key:
@@ -298,7 +300,7 @@ def _siblings(model: Model, site: WgmmaSite, name: str) -> list[WgmmaSite]:
             out.append(other)
         elif other.op.acc.id != site.op.acc.id and \
                 _acc_chain(defs, other.op.acc.id)[-1] == root and \
-                ObjectSet(sc.op for sc in other.site.scopes if sc.kind == "if") == whens:
+                {sc.op.cond.id for sc in other.site.scopes if sc.kind == "if"} == whens:
             out.append(other)
     if not any(o is site for o in out):
         return [site]
@@ -322,20 +324,22 @@ def _one_continuation(kernel, defs: dict, sites: list[WgmmaSite]) -> bool:
     chains = [_acc_chain(defs, o.op.acc.id) for o in sites]
     values = {v for ch in chains for v in ch}
     before = {v for ch in chains for v in ch[1:]}
-    ops = ObjectSet(o.op for o in sites)
-    seen = ObjectSet()
+    # the sites' wgmma ops by program point (a value: the path of op and region indices from
+    # the kernel's body, as check_fills numbers assignments); a wgmma has no result to name it
+    ops = _points_of(kernel, [o.op for o in sites])
+    seen: set[tuple[int, ...]] = set()
     # a value whose current content a chain op has already continued from (read by a
     # variable's initial value, a rescale, an assignment): a second such read forks the chain
     # (two accumulators from one zeros tile, each with part of K) until it is assigned anew
     consumed: set[int] = set()
 
-    def region(r, complete: set) -> set | None:
+    def region(r, point: tuple[int, ...], complete: set) -> set | None:
         """The variables holding the finished product at the region's end, or None when a
         value is read mid-chain or continued twice."""
         complete = set(complete)
-        for op in r.ops:
-            if op in ops:
-                seen.add(op)
+        for i, op in enumerate(r.ops):
+            if point + (i,) in ops:
+                seen.add(point + (i,))
             if isinstance(op, O.Wgmma):
                 reads = [v for v in op.operands() if v.id in before and v is not op.acc]
             elif isinstance(op, (O.WgmmaFence, O.FenceOperands)):
@@ -363,16 +367,31 @@ def _one_continuation(kernel, defs: dict, sites: list[WgmmaSite]) -> bool:
                 reads = [v for v in op.operands() if v.id in before and v.id not in complete]
             if reads:
                 return None
-            for inner in op.regions():
+            for j, inner in enumerate(op.regions()):
                 # one pass, in program order: a loop body that starts a fresh accumulator
                 # from the same zeros each unit (a persistent walk) forks nothing at once
-                got = region(inner, complete)
+                got = region(inner, point + (i, j), complete)
                 if got is None:
                     return None
                 if isinstance(op, (O.Produce, O.Consume)):
                     complete = got             # its body runs once, every time
         return complete
-    return region(kernel.body, set()) is not None
+    return region(kernel.body, (), set()) is not None
+
+
+def _points_of(kernel, targets: list) -> set[tuple[int, ...]]:
+    """The program points of the ops in `targets` (found by identity: equal wgmma ops at two
+    places are two points)."""
+    out: set[tuple[int, ...]] = set()
+
+    def region(r, point: tuple[int, ...]) -> None:
+        for i, op in enumerate(r.ops):
+            if isinstance(op, O.Wgmma) and any(op is t for t in targets):
+                out.add(point + (i,))
+            for j, inner in enumerate(op.regions()):
+                region(inner, point + (i, j))
+    region(kernel.body, ())
+    return out
 
 
 def _guards(model: Model, site: WgmmaSite) -> list:

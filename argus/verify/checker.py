@@ -152,12 +152,15 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
     extra = [v for v, _, _ in model.grid_vars]
     extra += list(model.params.values())
     # the obligation as solved: with the shared minimization order and the tag.assume axiom
-    # instances of its query (frozen obligations: a new one, made once per obligation; the
-    # tables below are keyed by the obligation itself, which compares by identity)
-    prepared: dict[OB.Obligation, OB.Obligation] = {}
+    # instances of its query (frozen obligations: a new one, made once per obligation). The
+    # tables below are keyed by the obligation's position in `obs`, a value: an obligation
+    # compares by identity, and (code, line, subject) does not single one out
+    prepared: dict[int, OB.Obligation] = {}
 
-    def prepare(ob: OB.Obligation) -> OB.Obligation:
-        done = prepared.get(ob)
+    def prepare(ob: OB.Obligation, at: int | None = None) -> OB.Obligation:
+        """`ob` as solved; `at`: its position in `obs` (None: one outside the run, made
+        afresh each time it is asked, which only `implied_by` does)."""
+        done = prepared.get(at) if at is not None else None
         if done is not None:
             return done
         minimize, premises = ob.minimize, ob.premises
@@ -168,23 +171,26 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
             # tag.assume axioms, instantiated on the opaque-function terms of this query
             premises = list(ob.premises) + model.axiom_instances(
                 [c for _, c in ob.claims] + list(ob.premises))
-        done = prepared[ob] = dataclasses.replace(ob, minimize=minimize, premises=premises)
+        done = dataclasses.replace(ob, minimize=minimize, premises=premises)
+        if at is not None:
+            prepared[at] = done
         return done
 
-    def solve(ob: OB.Obligation) -> OB.Finding:
+    def solve(i: int) -> OB.Finding:
+        ob = obs[i]
         try:
-            return OB.run(prepare(ob), stats, timeout_ms)
+            return OB.run(prepare(ob, i), stats, timeout_ms)
         except Exception as e:  # noqa: BLE001 - a verifier bug is unknown, never proven
             return OB.Finding(ob.code, ob.loc, ob.subject, "unknown",
                               f"verifier internal error ({type(e).__name__}: {e})")
 
     # obligations implied by others (`Obligation.implied_by`) are decided after those
-    decided: dict[OB.Obligation, OB.Finding] = {}
     results: list[OB.Finding | None] = [None] * len(obs)
     for i in sorted(range(len(obs)), key=lambda i: bool(obs[i].implied_by)):
         ob = obs[i]
-        f = _implied(ob, decided, prepare, stats, timeout_ms) if ob.implied_by else None
-        results[i] = decided[ob] = f if f is not None else solve(ob)
+        f = _implied(ob, _positions(obs, ob), results, prepare, stats, timeout_ms) \
+            if ob.implied_by else None
+        results[i] = f if f is not None else solve(i)
     findings += results
     for loc, why in model.unsupported:
         findings.append(OB.Finding("model", loc, "kernel model", "unknown", why))
@@ -200,16 +206,23 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
     return Report(k.name, diags, findings, time.perf_counter() - t0, stats)
 
 
-def _implied(ob: OB.Obligation, decided: dict[OB.Obligation, OB.Finding], prepare,
-             stats: solver.Stats, timeout_ms: int | None) -> OB.Finding | None:
+def _positions(obs: list[OB.Obligation], ob: OB.Obligation) -> list[int | None]:
+    """The position in `obs` of each obligation `ob` is implied by (None: outside the run).
+    Found by identity, which is what an obligation is: a scan, as implied_by lists are few
+    (k-once's coverage, store.once) and short."""
+    return [next((j for j, o in enumerate(obs) if o is dep), None) for dep, _ in ob.implied_by]
+
+
+def _implied(ob: OB.Obligation, at: list[int | None], decided: list[OB.Finding | None],
+             prepare, stats: solver.Stats, timeout_ms: int | None) -> OB.Finding | None:
     """A proof of `ob` from proofs of the claims it is implied by (`ob.implied_by`), or None
     when one of them is not proven (then `ob` is solved itself). A listed obligation decided
     in this run counts when proven; when it is not, but has claims besides those needed and
     its counterexample violates none of these, the needed claims alone are queried. One
     outside the run (not reported itself) is queried for the needed claims alone."""
     t0 = time.perf_counter()
-    for dep, need in ob.implied_by:
-        f = decided.get(dep)
+    for (dep, need), j in zip(ob.implied_by, at):
+        f = decided[j] if j is not None else None   # decided in this run (or not yet: None)
         if f is not None and f.status == "proven":
             continue
         claims = [(n, c) for n, c in dep.claims if n in need]
@@ -218,7 +231,7 @@ def _implied(ob: OB.Obligation, decided: dict[OB.Obligation, OB.Finding], prepar
         if f is not None and (set(f.witness.get("violated", ())) & set(need) or
                               len(claims) == len(dep.claims)):
             return None   # a needed claim is violated, or the same query was not proven
-        dep = prepare(dep)
+        dep = prepare(dep, j)
         try:
             out = solver.prove(dep.premises, claims, timeout_ms=dep.timeout_ms or timeout_ms,
                                stats=stats, theory=dep.tier)

@@ -11,7 +11,6 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import TileType
-from argus.verify.identity import ObjectMap, ObjectSet
 from argus.verify.model import Model, WgmmaSite, b_index
 from argus.verify.tagdomain import fresh_int, with_fresh
 
@@ -60,12 +59,12 @@ def _carried_across(chain: list[int], loop: O.For, defs: dict) -> bool:
     loop (defined outside it), or a variable of the chain is defined outside the loop and
     assigned inside it (the loop-carried update). An accumulator made afresh in every
     iteration (zeros inside a persistent kernel's tile loop) is not, whatever the nesting."""
-    inside = ObjectSet(loop.body.walk())
-    first = defs.get(chain[0])
-    if first is None or first not in inside:
+    # the values defined inside the loop, by IR name (a value is inside iff its def op is)
+    inside = {v.id for x in loop.body.walk() for v in x.results()}
+    if chain[0] not in defs or chain[0] not in inside:
         return True
     assigned = {x.dst.id for x in loop.body.walk() if isinstance(x, O.Assign)}
-    return any(isinstance(defs.get(v), O.Var) and defs[v] not in inside and v in assigned
+    return any(isinstance(defs.get(v), O.Var) and v not in inside and v in assigned
                for v in chain)
 
 
@@ -75,10 +74,11 @@ def _k_key(model: Model, site: WgmmaSite, name: str):
     (FlashAttention's P in registers: its k is the key V's rows are read at). A structural
     fact of the site: decided once per (site, field) and model (k-once asks it for every
     sibling candidate of every site, and each answer builds a whole operand record)."""
-    memo = model.__dict__.setdefault("_wgmma_k_keys", ObjectMap())
-    per_site = memo.get(site.op)
+    # keyed by the site's program point (Site.seq, a value; one site per wgmma op)
+    memo = model.__dict__.setdefault("_wgmma_k_keys", {})
+    per_site = memo.get(site.site.seq)
     if per_site is None:
-        per_site = memo[site.op] = {}
+        per_site = memo[site.site.seq] = {}
     if name not in per_site:
         per_site[name] = _k_key_of(model, site, name)
     return per_site[name]
@@ -89,15 +89,15 @@ def _operands(model: Model, site: WgmmaSite):
     created) of a site, once per model and site: the site's obligations and the structural
     questions other sites' k-once asks of it (`_k_key_of`) read the same records (each was
     built again per question: a register A operand is the whole softmax's record)."""
-    memo = model.__dict__.setdefault("_wgmma_operands", ObjectMap())
-    got = memo.get(site.op)
+    memo = model.__dict__.setdefault("_wgmma_operands", {})   # by Site.seq, as _k_key's
+    got = memo.get(site.site.seq)
     if got is None:
         op = site.op
         m, n, kk = fresh_int("m"), fresh_int("n"), fresh_int("kk")
         ra, own_a = with_fresh(lambda: model.wgmma_a(site, m, kk))
         rb = model.read_smem(site.b, b_index(site.b, n, kk, op.k_extent, op.trans_b),
                              site.site)
-        got = memo[site.op] = (m, n, kk, ra, rb, own_a)
+        got = memo[site.site.seq] = (m, n, kk, ra, rb, own_a)
     return got
 
 

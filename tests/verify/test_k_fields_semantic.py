@@ -15,7 +15,6 @@ from argus import verify
 from argus.compiler import lower_only
 from argus.kernels.moe import PREFILL_DOWN_PAIR_N, PREFILL_GATE_UP_PAIR_N, grouped_gemm_kernel
 from argus.verify import check_wgmma, solver
-from argus.verify.identity import ObjectMap
 from argus.verify.model import Model
 from argus.verify.tagdomain import Record, TagVal, fresh_int, is_coordinate_field, mentions
 from argus.verify.wgmma_facts import _operands
@@ -87,7 +86,7 @@ def _fake(a_fields, b_fields=None, a_cond=None, coordinates=("m", "n", "k")):
     a_cond = a_cond or (lambda kk, aux: [])
     op = SimpleNamespace(k_extent=K, trans_b=False,
                          acc=SimpleNamespace(type=SimpleNamespace(shape=(64, 128))))
-    site = SimpleNamespace(op=op, b=None, site=SimpleNamespace(constraints=lambda: []))
+    site = SimpleNamespace(op=op, b=None, site=SimpleNamespace(constraints=lambda: [], seq=0))
 
     def record(fields, kk, cond=lambda kk, aux: []):
         aux = fresh_int("aux")
@@ -107,8 +106,9 @@ def _fake(a_fields, b_fields=None, a_cond=None, coordinates=("m", "n", "k")):
 
     model = FakeModel()
     m, n, kk = fresh_int("m"), fresh_int("n"), fresh_int("kk")
-    memo = model.__dict__.setdefault("_wgmma_operands", ObjectMap())
-    memo[op] = (m, n, kk, model.wgmma_a(site, m, kk), model.read_smem(None, (n, kk), None), ())
+    memo = model.__dict__.setdefault("_wgmma_operands", {})   # keyed by Site.seq
+    memo[site.site.seq] = (m, n, kk, model.wgmma_a(site, m, kk),
+                           model.read_smem(None, (n, kk), None), ())
     return model, site
 
 
