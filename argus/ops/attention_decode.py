@@ -29,9 +29,9 @@ per sequence). Lengths are read on the device (no host sync): a length past
 max_pages * page_size is clamped to it, and a page id outside [0, num_pages) reads zeros (TMA
 bounds), never other memory; `check_values=True` checks both on the host (a device sync),
 and the interpreter always does. The splits are chosen for max_pages * page_size keys;
-while the verifier does not prove the split paged kernel (PAGED_SPLITS_VERIFIED, below), a
-paged call with verification on runs one split per (sequence, kv head) unless `splits=` asks
-for more.
+the verifier proves the split paged kernel (PAGED_SPLITS_VERIFIED, below: each key of a
+sequence multiplied once across its splits and pages), so a paged call splits as a contiguous
+one does.
 
 Host time (a decoding step's critical path): a call whose signature (shapes, strides, dtypes,
 devices, flags) was seen before skips the checks and every decision (they follow from the
@@ -439,14 +439,13 @@ class _Call:
         return copied
 
 
-# The split paged kernel is not proven yet: wgmma.k-once's coverage over the split program id
-# (each split's first key comes from the sequence's length, read on the device; check_wgmma
-# takes a split grid only over scalar parameters). Everything else about it is proven, and
-# tests/verify/test_attention_decode_verifies.py::test_paged_split_kernel_has_one_known_gap
-# fails once the verifier proves it: then set this True. Until then a paged call runs one
-# split (the direct kernel, proven) unless verification is off (ARGUS_VERIFY=0) or the caller
-# forces splits= (which compiles the split kernel through the verifier, and fails there).
-PAGED_SPLITS_VERIFIED = False
+# The split paged kernel is proven since issue 13 closed its gap (wgmma.k-once's coverage over
+# the split program id: each split's first key comes from the sequence's length, read on the
+# device, and the logical key's extent is that length, attention_decode._tag_pages);
+# tests/verify/test_attention_decode_verifies.py::test_paged_split_kernel_verifies_clean.
+# False (a switch kept for a kernel change the verifier does not prove yet) runs one split
+# (the direct kernel) for a paged call with verification on.
+PAGED_SPLITS_VERIFIED = True
 
 
 def _paged_splits_run() -> bool:

@@ -163,8 +163,9 @@ def test_bad_paged_inputs_get_clear_errors():
 
 
 def test_splits_run_where_allowed(monkeypatch):
-    """While the split paged kernel is not proven (PAGED_SPLITS_VERIFIED), a paged call with
-    verification on runs one split; with verification off (or once proven) num_splits
+    """With the split paged kernel not proven (PAGED_SPLITS_VERIFIED False, the switch kept
+    for a kernel change the verifier does not prove yet), a paged call with verification on
+    runs one split; proven (the default since issue 13) or with verification off num_splits
     chooses, here 4 splits of a 16-block table for 2 (sequence, kv head) units, two of them
     empty for the short sequence."""
     import importlib
@@ -179,7 +180,13 @@ def test_splits_run_where_allowed(monkeypatch):
         interpret(kernel_fn, compile_time, tensors, scalars)
 
     q, kc, vc, table, sl, _ = paged_inputs([100, 1000], 4, 1, 1, 64, 64, max_pages=16)
+    assert mod.PAGED_SPLITS_VERIFIED
     monkeypatch.setenv("ARGUS_VERIFY", "1")
+    run_decode(q, kc, vc, False, 0.125, "bhsd", False, block_table=table, seq_lens=sl,
+               execute=count)
+    assert len(launches) == 2 and launches[0][1] == num_splits(2, 16)   # split + combine
+    monkeypatch.setattr(mod, "PAGED_SPLITS_VERIFIED", False)
+    launches.clear()
     run_decode(q, kc, vc, False, 0.125, "bhsd", False, block_table=table, seq_lens=sl,
                execute=count)
     assert len(launches) == 1                          # the direct kernel alone

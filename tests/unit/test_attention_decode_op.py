@@ -215,8 +215,8 @@ def test_a_repeated_call_only_allocates_and_launches(monkeypatch, paged):
 
         def call():
             return attention_mod.attention(q, k, v)
-    # dense: split + combine; paged: the direct kernel (the split one is not proven yet)
-    n = 1 if paged else 2
+    # split + combine, dense or paged (the split paged kernel is proven since issue 13)
+    n = 2
     out = call()
     assert calls == {"prepare": n, "launch": n, "check": 1, "decide": 1}, calls
     assert tuple(out.shape) == tuple(q.shape)
