@@ -93,3 +93,25 @@ def test_one_split_takes_the_direct_kernel():
     got, launches = run_fused(1, 4, 2, 1, 100, 64, False, splits=1)
     assert_close(*got)
     assert [n for n, _ in launches] == ["attention_decode_d64_bf16"]
+
+
+@pytest.mark.parametrize("order", ["reversed", "shuffled"])
+def test_any_split_may_arrive_last(order, monkeypatch):
+    """The interpreter runs CTAs in grid order (split 0 first, so the last split merges);
+    run them reversed (split 0 arrives last and merges) and shuffled: the same answer."""
+    import itertools
+    import random
+    import types
+
+    from argus.runtime.interp import machine
+
+    def product(*ranges):
+        items = list(itertools.product(*ranges))
+        if order == "reversed":
+            return iter(items[::-1])
+        random.Random(5).shuffle(items)
+        return iter(items)
+    monkeypatch.setattr(machine, "itertools", types.SimpleNamespace(product=product))
+    got, launches = run_fused(2, 8, 2, 1, 1001, 64, True, splits=5)
+    assert_close(*got)
+    _check(launches, 1)
