@@ -269,14 +269,21 @@ def _carries_beside(op: O.Op, st: _State) -> bool:
 MAX_STORE_PATHS = 16   # store paths tracked one by one; more: wait for every store
 
 
-def _affine(v: Value, st: _State) -> tuple:
+def _affine(v: Value, st: _State) -> tuple | None:
     """`v` as (constant, ((leaf id, coefficient), ...)) through const, add, sub and
-    multiplication by a constant; any other value is a leaf."""
+    multiplication by a constant; any other value is a leaf. None where it reads a `var`:
+    one value id holds each assignment in turn (ir.ops.Var), so two forms over it are not
+    comparable (a store of slot `s`, then `s = s + 1`: the next `s - 1` is that slot)."""
     op = st.defs.get(v.id)
+    if isinstance(op, O.Var):
+        return None
     if isinstance(op, O.Const) and isinstance(op.value, int):
         return op.value, ()
     if isinstance(op, O.Arith) and op.fn in ("add", "sub", "mul"):
-        (c1, t1), (c2, t2) = _affine(op.lhs, st), _affine(op.rhs, st)
+        lhs, rhs = _affine(op.lhs, st), _affine(op.rhs, st)
+        if lhs is None or rhs is None:
+            return None
+        (c1, t1), (c2, t2) = lhs, rhs
         if op.fn == "mul":
             if t1 and t2:
                 return 0, ((v.id, 1),)
@@ -290,15 +297,18 @@ def _affine(v: Value, st: _State) -> tuple:
     return 0, ((v.id, 1),)
 
 
+_UNKNOWN_STAGE = object()   # a staged view whose stage `_affine` cannot state
+
+
 def _slot(view: Value, st: _State) -> tuple:
     """(buffer, stage) of a shared-memory view: the stage as `_affine` gives it (None for
-    an unstaged buffer)."""
+    an unstaged buffer or a stage that reads a `var`: any slot of the buffer)."""
     v, stage = view, None
     while isinstance(op := st.defs.get(v.id), O.SmemSlice):
         if stage is None and op.stage is not None:
-            stage = _affine(op.stage, st)
+            stage = _affine(op.stage, st) or _UNKNOWN_STAGE
         v = op.buffer
-    return st.rt(view), stage
+    return st.rt(view), None if stage is _UNKNOWN_STAGE else stage
 
 
 def _may_alias(a: tuple, b: tuple | None) -> bool:

@@ -49,3 +49,31 @@ def test_a_run_of_stmatrix_into_every_slot_takes_one_wait():
     lowered = lower_only(kernel, s=schedule)
     waits = [op.pending for op in lowered.walk() if isinstance(op, O.TmaStoreWait) and op.read]
     assert waits == [0], waits
+
+
+@ag.kernel
+def _rolling_slots(A: ag.Tensor["M", "K", ag.bf16], C: ag.Tensor["M", "N", ag.bf16]):
+    """Each iteration stages slots s and s + 1 and stores both, then s = s + 1: the next
+    iteration's first stmatrix writes the slot the previous iteration's last store reads."""
+    (pid,) = ag.grid(ag.cdiv(A.shape[0], 64))
+    sC = ag.smem((4, 64, 64), ag.bf16, swizzle=128)
+    with ag.role("consumer", warpgroups=1):
+        x = ag.zeros((64, 64), ag.f32)
+        s = ag.scalar(0)
+        for i in ag.range(2):
+            ag.stmatrix(sC[s], x.to(ag.bf16))
+            ag.tma.store(C, (pid * 64, i * 64), sC[s])
+            ag.stmatrix(sC[s + 1], x.to(ag.bf16))
+            ag.tma.store(C, (pid * 64, i * 64 + 64), sC[s + 1])
+            s = s + 1
+
+
+def test_a_stage_read_from_a_var_may_be_any_slot():
+    """Review finding (e319e38): `s` is a var (one value id, each assignment in turn), so the
+    stored slot `s` and the next iteration's `s` are not one slot, nor `s + 1` another: the
+    affine comparison read the first stmatrix of iteration i + 1 (slot s_i + 1) as apart from
+    iteration i's second store (slot s_i + 1) and waited read 1, leaving that store reading
+    the slot being written. A stage over a var may alias any slot: read 0."""
+    body = next(op for op in lower_only(_rolling_slots).walk() if isinstance(op, O.For)).body
+    waits = [op.pending for op in body.ops if isinstance(op, O.TmaStoreWait) and op.read]
+    assert waits == [0, 0], waits
