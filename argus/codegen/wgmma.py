@@ -10,6 +10,10 @@ Invariants the generated text keeps:
     multiple of 8 in [8, 256] (32 bytes of K per instruction in every case);
   * `scale_d` is a runtime int turned into the predicate operand (`setp.ne.b32 p, scale_d, 0`), so
     scale_d == 0 computes D = A*B (overwrites) and scale_d != 0 computes D = A*B + D;
+  * a `write_only` variant (name suffix `_wo`) takes no scale_d: it always overwrites
+    (scale-d = 0) and binds the accumulator registers as outputs only ("=f" / "=r"), so the
+    compiler is not asked to keep (or zero) values the instruction never reads; codegen uses
+    it where lowering marked the instruction so (ir.ops.Wgmma.acc_write_only);
   * transposes follow PTX: imm-trans-a/b = 0 means K-major (K innermost in smem), 1 means MN-major;
     only f16/bf16 may be transposed (tf32 and fp8 operands are K-major, and their
     instructions take no transpose immediates at all); the register-A form ("rs") has no
@@ -54,6 +58,7 @@ class WgmmaSpec:
     a_source: str = "smem"
     trans_a: bool = False
     trans_b: bool = False
+    write_only: bool = False   # always scale-d = 0, accumulator registers output-only
 
     def __post_init__(self) -> None:
         self.validate()
@@ -116,7 +121,8 @@ class WgmmaSpec:
     def name(self) -> str:
         types = self.a_dtype if self.a_dtype == self.b_dtype else f"{self.a_dtype}_{self.b_dtype}"
         form = "ss" if self.a_source == "smem" else "rs"
-        suffix = ("_ta" if self.trans_a else "") + ("_tb" if self.trans_b else "")
+        suffix = ("_ta" if self.trans_a else "") + ("_tb" if self.trans_b else "") + \
+            ("_wo" if self.write_only else "")
         return f"wgmma_m64n{self.n}k{self.k}_{self.acc_dtype}_{types}_{form}{suffix}"
 
     @property
@@ -136,7 +142,7 @@ def _operand_list(first: int, count: int, per_line: int = 8) -> list[str]:
 
 def _render(spec: WgmmaSpec) -> str:
     acc_c = "float" if spec.acc_dtype == "f32" else "uint32_t"
-    acc_constraint = "+f" if spec.acc_dtype == "f32" else "+r"
+    acc_constraint = ("=" if spec.write_only else "+") + ("f" if spec.acc_dtype == "f32" else "r")
     nacc = spec.num_acc_regs
     regs_a = spec.a_source == "regs"
 
@@ -166,7 +172,7 @@ def _render(spec: WgmmaSpec) -> str:
 
     outputs = [f'"{acc_constraint}"(d[{i}])' for i in range(nacc)]
     inputs = [f'"r"(a[{i}])' for i in range(4)] if regs_a else ['"l"(desc_a)']
-    inputs += ['"l"(desc_b)', '"r"(scale_d)']
+    inputs += ['"l"(desc_b)', '"r"(0)' if spec.write_only else '"r"(scale_d)']
 
     def wrap(items: list[str], per_line: int) -> str:
         rows = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
@@ -175,12 +181,15 @@ def _render(spec: WgmmaSpec) -> str:
     a_kind = "A fragment in registers" if regs_a else ("A MN-major in smem" if spec.trans_a
                                                        else "A K-major in smem")
     b_kind = "B MN-major" if spec.trans_b else "B K-major"
+    what = "D = A * B, D's registers written only (scale-d = 0)" if spec.write_only else \
+        "scale_d == 0 overwrites D (no zero-fill needed), else accumulates"
+    scale_param = "" if spec.write_only else ", int scale_d"
     return (
         f"// PTX ISA §9.7.15.5.2 \"wgmma.mma_async\": {spec.ptx_opcode}\n"
         f"// D[64x{spec.n}] {{=, +=}} A[64x{spec.k}] * B[{spec.k}x{spec.n}]; {a_kind}, {b_kind}.\n"
-        f"// scale_d == 0 overwrites D (no zero-fill needed), else accumulates.\n"
+        f"// {what}.\n"
         f"__device__ __forceinline__ void {spec.name}({acc_c} (&d)[{nacc}], {a_param},\n"
-        f"    uint64_t desc_b, int scale_d) {{\n"
+        f"    uint64_t desc_b{scale_param}) {{\n"
         f"    asm volatile(\n"
         + "".join(f"        {line}\n" for line in asm)
         + f"        : {wrap(outputs, 6)}\n"

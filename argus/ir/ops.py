@@ -283,6 +283,10 @@ class Wgmma(Op):
     # partial of fp8 promotion written into a tile that lives across K steps, so the next
     # block's wgmma can issue into the other of two such tiles before this one is promoted
     overwrite: bool = False
+    # lowering's finding (lower/accumulators.py), no change of meaning: the group's first k
+    # instruction reads nothing of `acc` (scale-d = 0: `overwrite`, or the first wgmma into a
+    # by_wgmma zero tile, right after it), so codegen binds its registers write-only ("=f")
+    acc_write_only: bool = False
 
     @property
     def a_in_registers(self) -> bool:

@@ -9,6 +9,11 @@ of D = A·B + D. The codegen keeps a "still zero" flag and zeroes the registers 
 loop ran no iteration.
 Semantics are unchanged (the interpreter ignores the flag); it removes 128 moves and a register
 dependency per tile.
+
+It also marks each wgmma whose first k instruction reads nothing of its accumulator
+(`Wgmma.acc_write_only`): an overwriting wgmma (scale-d = 0), and the wgmma that follows a
+by_wgmma zero tile right away (a fresh partial per step); codegen then binds those registers
+write-only ("=f" instead of "+f"), so nothing asks the compiler to keep their old values.
 """
 
 from __future__ import annotations
@@ -48,10 +53,15 @@ def _region(region: Region) -> Region:
                 if isinstance(getattr(op, f.name), Region)}
         if subs:
             op = ops[j] = dataclasses.replace(op, **subs)
+        if isinstance(op, O.Wgmma) and op.overwrite and not op.acc_write_only:
+            ops[j] = op.replace(acc_write_only=True)
         if not (isinstance(op, O.Full) and op.scale_d_zero):
             continue
         vid = op.result.id
-        nxt = next((o for o in ops[j + 1:] if _touches(o, vid)), None)
+        at, nxt = next(((i, o) for i, o in enumerate(ops[j + 1:], j + 1) if _touches(o, vid)),
+                       (None, None))
+        if isinstance(nxt, O.Wgmma) and nxt.acc.id == vid:
+            ops[at] = nxt = nxt.replace(acc_write_only=True)
         first_writer = (isinstance(nxt, O.For) and _only_pipelined_wgmma(nxt, vid)) or \
             (isinstance(nxt, O.Wgmma) and nxt.acc.id == vid)
         legal = op.value == 0.0 and op.result.type.layout == "wgmma_acc" and first_writer

@@ -52,14 +52,15 @@ def wgmma_issue(em: _Emitter, ops, i: int) -> int:
     return i + (5 if waited else 3)
 
 
-def _spec(em: _Emitter, op: O.Wgmma, a_source: str) -> WgmmaSpec:
-    """The instruction variant of `op`, recorded for the kernel's prelude (codegen/wgmma.py)."""
+def _spec(em: _Emitter, op: O.Wgmma, a_source: str, write_only: bool = False) -> WgmmaSpec:
+    """The instruction variant of `op`, recorded for the kernel's prelude (codegen/wgmma.py);
+    `write_only`: its always-overwriting variant with output-only accumulator registers."""
     dt = op.a.type.dtype
     # f32 views are read as tf32 (the only wgmma over 32-bit elements; see O.Wgmma)
     name = "tf32" if dt.name == "f32" else dt.name
     spec = WgmmaSpec(n=op.acc.type.shape[1], a_dtype=name, b_dtype=name,
                      acc_dtype="f32", a_source=a_source, trans_b=op.trans_b,
-                     trans_a=op.trans_a)
+                     trans_a=op.trans_a, write_only=write_only)
     if spec not in em.wgmma_specs:
         em.wgmma_specs.append(spec)
     return spec
@@ -69,16 +70,22 @@ def _issue(em: _Emitter, op: O.Wgmma, spec: WgmmaSpec, a_operand) -> int:
     """One instruction per k step (k16 for 16-bit inputs, k8 for tf32, k32 for fp8) and the
     commit;
     `a_operand(kk)` is step kk's A argument. A scale-d = 0 accumulator (lazy zero) is
-    overwritten by the first step. Returns the number of k steps."""
+    overwritten by the first step. The first step of a wgmma that lowering marked
+    `acc_write_only` calls the write-only variant (no scale-d: it overwrites). Returns the
+    number of k steps."""
     acc = em.tiles[op.acc.id]
     step_b = op.b_desc[3]
     k_steps = op.k_extent // spec.k
     lazy = acc.name in em.lazy_zero
     for kk in range(k_steps):
+        b = f"ag::desc_advance(db, {kk * step_b})"
+        if kk == 0 and op.acc_write_only:
+            wo = _spec(em, op, spec.a_source, write_only=True)
+            em.emit(f"ag::{wo.name}({acc.name}, {a_operand(kk)}, {b});")
+            continue
         scale = "0" if op.overwrite and kk == 0 else \
             f"1 - {acc.name}_zero" if lazy and kk == 0 else "1"
-        em.emit(f"ag::{spec.name}({acc.name}, {a_operand(kk)}, ag::desc_advance(db, "
-                f"{kk * step_b}), {scale});")
+        em.emit(f"ag::{spec.name}({acc.name}, {a_operand(kk)}, {b}, {scale});")
     em.emit("ag::wgmma_commit();")
     if lazy:
         em.emit(f"{acc.name}_zero = 0;")
