@@ -14,9 +14,10 @@ them (transfer/memory.py records them as atomic sites, never as stores). Two cla
       transfer/memory.py states (the instance as a function of (cell, ticket)), which lets
       store.once prove that only one instance passes a guard `old == wrap - 1` (the last CTA
       merges). Proven in LIA for two instances renamed apart: the atomic is under no
-      condition; the element's coordinates are a function of the program ids, warpgroup and
-      loop indices, of which at most one program id, the free one, may differ between two
-      instances at one element; and its grid extent is wrap (none free: wrap is 1).
+      condition and in no runtime loop (a trip count may leave an instance out); the
+      element's coordinates are a function of the program ids and warpgroup, of which at
+      most one program id, the free one, may differ between two instances at one element;
+      and its grid extent is wrap (none free: wrap is 1).
 
 What is not claimed: the ordering of the plain stores before a counter's atomic and the loads
 after it (the `fence`s around it) is the memory model's release/acquire pattern, which the
@@ -101,11 +102,14 @@ def _tickets(model: Model, a) -> Obligation:
             claims.append((f"{v} is the same for two instances at one element", v == w))
     # every instance arrives (no guard around the atomic): the arrivals at one element are
     # then exactly the free id's extent, which must be wrap for the counter to return to 0
-    # and for exactly one arrival to draw wrap - 1
-    guarded = [sc for sc in a.site.scopes if sc.kind == "if"]
+    # and for exactly one arrival to draw wrap - 1. A runtime loop is a condition too: its
+    # trip count may depend on the free id or on data (`ag.range(ag.minimum(pid, 1))` skips
+    # pid 0), and the claims above, over two instances that do arrive, cannot see an
+    # instance that never does
+    guarded = [sc for sc in a.site.scopes if sc.kind in ("if", "loop")]
     if guarded:
-        claims.append((f"the counter is reached under no condition (one at "
-                       f"{guarded[0].op.loc})", z3.BoolVal(False)))
+        claims.append((f"the counter is reached under no condition and in no runtime loop "
+                       f"(the {guarded[0].kind} at {guarded[0].op.loc})", z3.BoolVal(False)))
     if free:
         d = next(k for k, v in enumerate(grid) if v.eq(free[0]))
         extent = _num(model.scalar(model.grid.extents[d])) if d < len(model.grid.extents) \

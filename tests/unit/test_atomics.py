@@ -174,3 +174,31 @@ def test_an_opaque_old_value_proves_nothing():
             ag.store(P, (0,), ag.full((1,), 1.0))
     found, r = _diag(opaque_guard)
     assert ("store.once", "error") in found
+
+
+@ag.kernel(partial_outputs=("P",))
+def _skip_first_block(X: ag.Tensor["M", "N", ag.f32], P: ag.Tensor["M", 16, ag.f32],
+                      CNT: ag.Tensor["M", ag.i32], Y: ag.Tensor["M", 1, ag.f32]):
+    """last_writes with the ticket inside a runtime loop that column block 0 runs zero times:
+    each row's counter sees blocks - 1 arrivals, never resets, and nobody draws the last
+    ticket (Y unwritten, the next launch's tickets shifted)."""
+    blocks = ag.cdiv(X.shape[1], BN)
+    nb, row = ag.grid(blocks, X.shape[0])
+    ag.require(ag.sym(X.shape[1]) <= 16 * BN, "at most 16 column blocks")
+    ag.store(P, (row, nb), ag.load(X, (row, nb * BN), (1, BN)).sum(axis=1))
+    ag.fence()
+    for _ in ag.range(ag.minimum(nb, 1)):
+        old = ag.atomic_fetch_add(CNT, (row,), wrap=blocks)
+        with ag.when(old == blocks - 1):
+            ag.fence()
+            ag.store(Y, (row, 0), ag.load(P, (row, 0), (1, 16)).sum(axis=1))
+
+
+def test_a_counter_in_a_runtime_loop_is_not_reached_unconditionally():
+    """Review finding (0a5a292): atomic.tickets read only `ag.when` scopes as conditions, so a
+    loop whose trip count depends on the free program id (here zero trips for block 0) was
+    proven: its claims compare two instances that arrive and cannot see one that never does."""
+    found, r = _diag(_skip_first_block)
+    assert ("atomic.tickets", "error") in found, sorted(found)
+    msg = next(d.message for d in r.errors if d.code == "atomic.tickets")
+    assert "no runtime loop" in msg, msg
