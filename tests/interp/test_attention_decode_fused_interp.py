@@ -115,3 +115,18 @@ def test_any_split_may_arrive_last(order, monkeypatch):
     got, launches = run_fused(2, 8, 2, 1, 1001, 64, True, splits=5)
     assert_close(*got)
     _check(launches, 1)
+
+
+def test_two_ctas_an_sm_schedule_through_the_op():
+    """DecodeSchedule.ctas_per_sm = 2 (the bench's bn64+st2+occ2): the op's split rule fills
+    two CTA slots an SM (num_splits(..., ctas_per_sm=2)), fused or not; the interpreter
+    ignores the occupancy hint itself, so this checks the host path and the kernels'
+    arithmetic at that split count against float64."""
+    for fused in (False, True):
+        s = DecodeSchedule(block_n=64, stages=2, consumer_regs=232, ctas_per_sm=2,
+                           fused_combine=fused)
+        got, launches = run_fused(1, 8, 8, 1, 4096, 64, False, schedule=s)
+        assert_close(*got)
+        part = launches[0][1][3]                     # OP [B * HKV, SPLITS, GS, D]
+        assert part.shape[1] == num_splits(8, 64, ctas_per_sm=2) == 2 * num_splits(8, 64)
+        assert len(launches) == (1 if fused else 2)
