@@ -384,13 +384,17 @@ class AtomicAdd(Op):
 class AtomicFetchAdd(Op):
     """One atomic read-modify-write of one element of an i32 global tensor for the executing
     group (the CTA, or one warpgroup of a role): a group barrier (every thread of the group
-    has run the ops before it, so a `fence` each ran is ordered before the atomic: the release
-    pattern of the PTX memory model), then one thread runs PTX atom.global.add.u32 of the
-    uniform i32 scalar `value` at `offsets` (relaxed, GPU scope), or with `wrap`
-    atom.global.inc.u32 (value 1; the element becomes 0 when it was >= wrap - 1, else old + 1:
-    a counter of wrap arrivals that resets itself), and `result`, the element's old value, is
-    broadcast to the group through `scratch` (one i32 shared-memory slot per warpgroup copy,
-    placed by lower/smem.py) and a second group barrier. Offsets outside the tensor: no
+    has run the ops before it), then one thread runs PTX atom.acq_rel.gpu.global.add.u32 of
+    the uniform i32 scalar `value` at `offsets`, or with `wrap` atom.acq_rel.gpu.global.inc.u32
+    (value 1; the element becomes 0 when it was >= wrap - 1, else old + 1: a counter of wrap
+    arrivals that resets itself), and `result`, the element's old value, is broadcast to the
+    group through `scratch` (one i32 shared-memory slot per warpgroup copy, placed by
+    lower/smem.py) and a second group barrier. acq_rel because the PTX memory model's release
+    and acquire patterns are per thread: the group's stores reach that one thread through the
+    first barrier, so the release must be its own and after it (a `fence` each thread ran
+    before the barrier precedes no strong write of that thread), and the group's later loads
+    see what it acquired through the second barrier (CUTLASS's barrier: red.release by thread
+    0 after __syncthreads, ld.acquire by thread 0 before it). Offsets outside the tensor: no
     atomic, result -1. Legal where the whole group reaches it (not under a per-thread guard).
     The old values one element returns are distinct while it takes fewer than wrap (2^32
     without wrap) additions; verify/check_atomics.py proves when that is so."""

@@ -100,9 +100,14 @@ def test_fetch_add_renders_one_atomic_and_a_broadcast():
     fetch = [op for op in k.walk() if isinstance(op, O.AtomicFetchAdd)]
     assert fetch and all(len(op.scratch) == 1 for op in fetch)   # placed by lower/smem
     text = render(k).text
-    assert "atomicInc(reinterpret_cast<unsigned int*>(&C[" in text
+    # acq_rel in the one thread that runs it, after the group barrier (the release of the
+    # group's stores) and before the broadcast barrier (the acquire for the group's loads):
+    # the relaxed atomicInc left both patterns to fences of other threads (review of 0a5a292)
+    assert "ag::atom_inc_acq_rel_gpu(reinterpret_cast<ag::uint32_t*>(&C[" in text
+    assert "atomicInc(" not in text
     assert "if (gtid == 0) s" in text and text.count("__syncthreads();") >= 4
-    assert "atomicAdd(reinterpret_cast<unsigned int*>(&C[" in render(tickets.lower()).text
+    assert "ag::atom_add_acq_rel_gpu(reinterpret_cast<ag::uint32_t*>(&C[" in \
+        render(tickets.lower()).text
     fence = render(last_writes.lower()).text
     assert fence.count('asm volatile("fence.acq_rel.gpu;" ::: "memory");') == 2
     assert not ag.compile(last_writes, verify=False).resources.spills

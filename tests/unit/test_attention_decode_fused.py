@@ -22,7 +22,7 @@ def test_fused_kernel_compiles_without_spills(head_dim, pad, two):
     assert r.spill_stores == 0 and r.spill_loads == 0, r.summary()
     assert r.registers <= (128 if two else 255), r.summary()
     text = c.source.text
-    assert text.count("atomicInc(") == 1 and text.count("fence.acq_rel.gpu") == 2
+    assert text.count("ag::atom_inc_acq_rel_gpu(") == 1 and text.count("fence.acq_rel.gpu") == 2
     assert f"__launch_bounds__(128, {2 if two else 1})" in text or \
         f"__launch_bounds__(256, {2 if two else 1})" in text
 

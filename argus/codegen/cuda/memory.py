@@ -376,8 +376,8 @@ def atomic_add(em: _Emitter, op: O.AtomicAdd) -> None:
 
 @rule(O.AtomicFetchAdd)
 def atomic_fetch_add(em: _Emitter, op: O.AtomicFetchAdd) -> None:
-    """A group barrier, thread 0 of the group runs the atomic (atom.global.add.u32, or
-    atom.global.inc.u32 with wrap) into this group's slot of the op's scratch, a group barrier,
+    """A group barrier, thread 0 of the group runs the atomic (atom.acq_rel.gpu.global.add.u32,
+    or .inc.u32 with wrap) into this group's slot of the op's scratch, a group barrier,
     every thread reads the slot (ir.ops.AtomicFetchAdd). The slot's next write (the op's next
     execution) comes after that execution's first barrier, which every reader has passed."""
     if len(op.scratch) != 1:
@@ -391,9 +391,12 @@ def atomic_fetch_add(em: _Emitter, op: O.AtomicFetchAdd) -> None:
         off = em.name(o)
         conds.append(f"{off} >= 0 && {off} < {_dim(t, d)}")
         terms.append(f"(long long){off}" + (f" * {name}_s{d}" if d < rank - 1 else ""))
-    ptr = f"reinterpret_cast<unsigned int*>(&{name}[{' + '.join(terms)}])"
-    atom = (f"atomicInc({ptr}, (unsigned int)({em.name(op.wrap)} - 1))" if op.wrap is not None
-            else f"atomicAdd({ptr}, (unsigned int){em.name(op.value)})")
+    ptr = f"reinterpret_cast<ag::uint32_t*>(&{name}[{' + '.join(terms)}])"
+    # acq_rel, not atomicInc's relaxed: the release and acquire patterns of the group's
+    # stores and loads around it live in this one thread (ir.ops.AtomicFetchAdd)
+    atom = (f"ag::atom_inc_acq_rel_gpu({ptr}, (ag::uint32_t)({em.name(op.wrap)} - 1))"
+            if op.wrap is not None
+            else f"ag::atom_add_acq_rel_gpu({ptr}, (ag::uint32_t){em.name(op.value)})")
     copies, wg = em.role_copies
     slot = f"{em.name(op.scratch[0])}[{wg if copies > 1 else 0}]"
     em.emit(em.group_barrier() + "  // the group's earlier ops (and fences) before the atomic")

@@ -829,4 +829,24 @@ __device__ __forceinline__ float f16x2_hi(uint32_t v) {
     return f16_to_f32(f16{(uint16_t)(v >> 16)});
 }
 
+// PTX ISA "atom" (Parallel Synchronization and Communication Instructions) with .acq_rel .gpu
+// semantics: atom.acq_rel.gpu.global.inc.u32 / .add.u32. ir.ops.AtomicFetchAdd runs its atomic
+// in one thread of the group between two group barriers; the memory model's release pattern
+// needs the release in the thread that writes the flag, after the barrier that orders the
+// group's earlier stores (the others' own fences precede no strong write of theirs), and its
+// acquire pattern needs the acquire in the thread that read the flag, before the barrier that
+// hands the answer on: an acq_rel atomic is both (CUTLASS's red.release / ld.acquire + barrier).
+__device__ __forceinline__ uint32_t atom_inc_acq_rel_gpu(uint32_t* ptr, uint32_t bound) {
+    uint32_t old;
+    asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
+                 : "=r"(old) : "l"(ptr), "r"(bound) : "memory");
+    return old;
+}
+__device__ __forceinline__ uint32_t atom_add_acq_rel_gpu(uint32_t* ptr, uint32_t value) {
+    uint32_t old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;"
+                 : "=r"(old) : "l"(ptr), "r"(value) : "memory");
+    return old;
+}
+
 }  // namespace ag
