@@ -78,6 +78,8 @@ def _block_heuristic(p: Fp8Problem) -> Fp8GemmSchedule:
         return Fp8GemmSchedule(bm=64, bn=64, consumers=1, stages=12, promote=True)
     if p.m <= 256:
         return Fp8GemmSchedule(bm=128, bn=64, stages=8, promote=True)
+    if p.tma_epilogue_ok and _split_measured_best(p):
+        return _SPLIT_256_TMA
     bn = _block_widths(p)[0]
     if p.tma_epilogue_ok and bn >= 128:
         # the overlapped promotion (block k's wgmma issued before block k - 1 is promoted):
@@ -99,6 +101,17 @@ _OVERLAP_TMA = Fp8GemmSchedule(bn=128, stages=_block_stages(128, 128, 128 * 128 
 # in the K loop at 128 x 256)
 _SPLIT_256_TMA = Fp8GemmSchedule(bn=256, stages=4, promote=True, n_split=2, epilogue="tma")
 _SPLIT_256 = Fp8GemmSchedule(bn=256, stages=4, promote=True, n_split=2)
+
+
+def _split_measured_best(p: Fp8Problem) -> bool:
+    """Where the split 128 x 256 (4 stages, TMA epilogue) beat the overlapped 128 x 128 on the
+    H200 (docs/perf/fp8.md, --variants at 4dd5330, TFLOP/s split / overlap): 4096x7168x2048
+    967 / 700, 4096x7168x16384 1013 / 906, 4096x4096x7168 1065 / 1023; it lost at
+    4096x24576x1536 (737 / 946). The rule is the box around the measured wins and nothing
+    more: M >= 4096, N <= 7168 in whole 256-column tiles (N = 2112 keeps its wave-filling
+    width, which that run did not measure), K >= 2048 (the loss had K = 1536 and N = 24576;
+    which of the two decides was not measured)."""
+    return p.m >= 4096 and p.n <= 7168 and p.n % 256 == 0 and p.k >= 2048
 
 
 def _block_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:

@@ -30,14 +30,19 @@ BENCH = _bench()
 VARIANTS = BENCH.variant_schedules()
 
 
-def test_variants_are_distinct_and_start_with_the_default():
+def test_variants_are_distinct_and_hold_the_default_of_each_shape():
     from argus.ops.fp8_schedules import Fp8Problem, heuristic
 
     names = [name for name, _ in VARIANTS]
     assert len(set(names)) == len(names)
     assert len({s for _, s in VARIANTS}) == len(VARIANTS)
-    m, n, k = BENCH.VARIANT_SHAPES[0]
-    assert VARIANTS[0][1] == heuristic(Fp8Problem(m, n, k, "bf16", True, True))
+    schedules = [s for _, s in VARIANTS]
+    # the default at every measured shape but N = 2112 (its wave-filling width) is a variant:
+    # the split 128 x 256 where it measured best, the overlap 128 x 128 elsewhere
+    defaults = {(m, n, k): heuristic(Fp8Problem(m, n, k, "bf16", True, True))
+                for m, n, k in BENCH.VARIANT_SHAPES if n != 2112}
+    assert all(d in schedules for d in defaults.values()), defaults
+    assert defaults[(4096, 24576, 1536)] == VARIANTS[0][1]
     assert all(s.promote for _, s in VARIANTS)
 
 

@@ -166,6 +166,22 @@ def test_block_candidates_are_legal_and_promote():
     assert fp8_schedules.heuristic(BLOCK_PROBLEMS[1]).bn == 112
 
 
+def test_block_heuristic_picks_the_split_tile_where_it_measured_best():
+    """docs/perf/fp8.md (H200, --variants at 4dd5330): the split 128 x 256 beat the overlap
+    128 x 128 at 4096x7168x2048, 4096x7168x16384 and 4096x4096x7168, lost at
+    4096x24576x1536; shapes outside that box keep the overlap default (or their width)."""
+    split = {(4096, 7168, 2048), (4096, 7168, 16384), (4096, 4096, 7168), (8192, 7168, 2048)}
+    for m, n, k in split:
+        s = fp8_schedules.heuristic(Fp8Problem(m, n, k, "bf16", True, True))
+        assert (s.bn, s.n_split, s.epilogue, s.stages) == (256, 2, "tma", 4), (m, n, k)
+    for m, n, k in ((4096, 24576, 1536), (2048, 7168, 2048), (4096, 7168, 1536),
+                    (4096, 2112, 7168)):
+        s = fp8_schedules.heuristic(Fp8Problem(m, n, k, "bf16", True, True))
+        assert s.n_split == 1, (m, n, k)
+    # the direct epilogue (f32 out) is not where it was measured: unchanged
+    assert fp8_schedules.heuristic(Fp8Problem(4096, 7168, 2048, "f32", True, True)).n_split == 1
+
+
 def test_block_problems_have_their_own_cache_entries(tmp_path, monkeypatch):
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
     p = Fp8Problem(4096, 4096, 4096, "bf16", True)
