@@ -616,12 +616,12 @@ def _split_grid(model: Model, site: WgmmaSite, t1, size, loops, kk1, extent):
     for a length, that depend on one program id that the reduction's extent does not (a
     split-K / split-KV grid dimension), else None. `lo` is k at the first iteration of every
     reduction loop and k-in-tile 0: the CTA's interval is claimed to be [lo, lo + |domain|).
-    Only when lo, |domain| and the extent are terms of the program ids and the kernel's scalar
-    parameters, through values read from memory at addresses of those alone (paged decode's
-    sequence length seq_lens[b], its block table), nothing per thread or per iteration: the
-    claims below then speak of the grid alone, every other program id fixed. A program id
-    the extent depends on (paged decode's sequence b: its length is its own) indexes
-    separate reductions, never the split."""
+    Only when lo, |domain| and the extent are terms of that program id, of the program ids
+    the extent depends on and of the kernel's scalar parameters, through values read from
+    memory at addresses of those alone (paged decode's sequence length seq_lens[b], its block
+    table), nothing per thread or per iteration: the claims below then speak of the grid
+    alone, every other program id fixed. A program id the extent depends on (paged decode's
+    sequence b: its length is its own) indexes separate reductions, never the split."""
     pid_vars = [(v, hi) for v, lo, hi in model.grid_vars
                 if model.vars.get(str(v)) is not None and model.vars[str(v)].kind == "pid"
                 and isinstance(lo, int) and lo == 0]
@@ -637,8 +637,11 @@ def _split_grid(model: Model, site: WgmmaSite, t1, size, loops, kk1, extent):
     if len(pids) != 1:
         return None
     pid, hi = pids[0]
-    # the other program ids are fixed between neighbouring splits; nothing else may appear
-    allowed = {str(v) for v in model.params.values()} | {str(v) for v, _ in pid_vars}
+    # the other program ids are fixed between neighbouring splits; a split's range may depend
+    # on one only where the extent does too (its own reduction: paged decode's sequence),
+    # never on one that K does not follow (a CTA's keys shifted by its head: per-CTA claims)
+    allowed = {str(v) for v in model.params.values()} | {str(pid)} | \
+        {str(v) for v, _ in pid_vars if mentions(ext, v)}
     for term in (lo, size_s, ext):
         if not free_consts(term) <= allowed:
             return None

@@ -80,3 +80,16 @@ def test_overlap_across_an_empty_split_is_an_error(monkeypatch):
     warning a register-A site gets for a gap."""
     found = _k_once(_report(monkeypatch, _twice_skipping), "error")
     assert any("disjoint" in d.message for d in found), found
+
+
+def test_keys_shifted_by_another_program_id_stay_an_error(monkeypatch):
+    """Seeded bug: the CTAs of odd (sequence, kv head) units walk their blocks one later
+    (`_order` shifted by the unit), so their keys depend on a program id the key extent does
+    not. _split_grid takes a split range over another program id only where the extent
+    depends on it too (paged decode's sequence); here it keeps the per-CTA claim, an error,
+    instead of a split cover whose coverage shortfall would be only a warning."""
+    def shifted(n, unit, stagger, streams=1):
+        return lambda j: j + (unit() // 2) % 2
+    monkeypatch.setattr(AD, "_order", shifted)
+    found = _k_once(_report(monkeypatch), "error")
+    assert found, "a unit-dependent key shift must be an error"
