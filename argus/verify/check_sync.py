@@ -1,6 +1,6 @@
 """Synchronization obligations, read from the explicit sync ops that lower/sync.py placed.
 
-Job (INVARIANTS.md §2.6, bug classes 5, 12, 24), on a kernel the sync pass ran on (attribute
+Job (INVARIANTS.md §2.6, bug classes 5, 11, 12, 24), on a kernel the sync pass ran on (attribute
 `synchronized`), per role, over every path (loops iterate to a fixpoint, an `if` joins the
 skipped and the taken path):
 
@@ -23,6 +23,20 @@ skipped and the taken path):
       past its region's end, or past an op touching its tiles, is a violation: N is read as
       "all but the newest N committed groups retire", whatever N is.
 
+  sync.store-read — a shared-memory write (stmatrix, a TMA load) of a slot that a bulk
+      tensor store may still read comes after that store's group retired: the issuing
+      thread's bulk groups retire in commit order (PTX ISA "cp.async.bulk.wait_group":
+      `.read N` waits until at most the newest N committed groups may still read their
+      source), so the store's group is older than the newest N at a preceding
+      `tma.store.wait N` (a store not yet committed is never retired), and a group barrier
+      after that wait orders the other threads' writes. Slots compare by buffer and stage as
+      affine forms over their leaves (never equal when they differ by a constant the gcd of
+      their coefficients does not divide, as model._never_equal: no solver query); a stage
+      over a `var`, an unstaged buffer, or a stage over a value a loop redefines once the
+      walk crosses that loop's back edge may be any slot of its buffer. Rows within a slot
+      are not compared (two row ranges of one slot alias). Another warpgroup's writes are
+      not this check's (each walk is one warpgroup's program).
+
 The ordered sections' obligations (ordered.pairs/barriers/turns/skip) are
 verify/check_ordered.py's; they run from here, the turns on traced kernels too.
 
@@ -34,6 +48,7 @@ here is what runs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from argus.ir import ops as O
@@ -62,13 +77,22 @@ class _State:
     # of the paths so far: this step's slot "owed" (not released yet) / "done" / "none" (no
     # step open), the held slot "yes" / "no" (a pipe absent: ("none", "no"))
     slots: frozenset = frozenset()
+    # bulk (TMA) stores of the walked group's thread 0 that may still read their source slot,
+    # as reads (buffer root, stage form or None = any slot, store loc, "same"/"earlier"
+    # iteration): issued and not committed yet; committed groups in commit order, oldest
+    # first; retired by thread 0's wait_group but not yet behind a group barrier (the other
+    # threads may still run ahead of that wait)
+    bulk_open: frozenset = frozenset()
+    bulk: tuple = ()
+    bulk_unbarriered: frozenset = frozenset()
 
     def key(self):
-        return (self.written, self.fenced, self.open_reads, self.groups, self.slots)
+        return (self.written, self.fenced, self.open_reads, self.groups, self.slots,
+                self.bulk_open, self.bulk, self.bulk_unbarriered)
 
     def copy(self) -> "_State":
         return _State(self.written, self.fenced, dict(self.writer), self.open_reads, self.groups,
-                      self.slots)
+                      self.slots, self.bulk_open, self.bulk, self.bulk_unbarriered)
 
 
 def _join(a: _State, b: _State) -> _State:
@@ -80,8 +104,18 @@ def _join(a: _State, b: _State) -> _State:
     slots = a.slots | b.slots | {(p, "none", "no") for p in pipes
                                  if not any(x[0] == p for x in a.slots)
                                  or not any(x[0] == p for x in b.slots)}
+    m = max(len(a.bulk), len(b.bulk))  # aligned on the newest: wait N keeps the newest N
+    ba = ((frozenset(),) * (m - len(a.bulk))) + a.bulk
+    bb = ((frozenset(),) * (m - len(b.bulk))) + b.bulk
     return _State(a.written | b.written, a.fenced | b.fenced, {**b.writer, **a.writer},
-                  a.open_reads | b.open_reads, tuple(x | y for x, y in zip(ga, gb)), slots)
+                  a.open_reads | b.open_reads, tuple(x | y for x, y in zip(ga, gb)), slots,
+                  a.bulk_open | b.bulk_open, tuple(x | y for x, y in zip(ba, bb)),
+                  a.bulk_unbarriered | b.bulk_unbarriered)
+
+
+def _merge_oldest(groups: tuple) -> tuple:
+    """At most MAX_GROUPS groups: the two oldest merge (kept in flight while either is)."""
+    return (groups[0] | groups[1],) + groups[2:] if len(groups) > MAX_GROUPS else groups
 
 
 class _Checker:
@@ -107,6 +141,11 @@ class _Checker:
         for op in kernel.walk():
             if isinstance(op, O.Wgmma):
                 self.wgmma_tiles |= {self.tile(v) for v in self._wgmma_regs(op)}
+        self.defs = {r.id: op for op in kernel.walk() for r in op.results()}
+        self.forms: dict[int, tuple | None] = {}   # stage value id -> its affine form
+        self.loop_ids: dict[int, set[int]] = {}    # id(loop) -> values its iterations redefine
+        # buffers some bulk store reads: a write elsewhere needs no store-read check
+        self.store_bufs = {self.rt(op.src) for op in kernel.walk() if isinstance(op, O.TmaStore)}
         self.findings: dict[tuple, Finding] = {}
         # threads of the group the walked code runs in (obligations sets it: the CTA at the
         # top level, a warpgroup in a role); an elect states the group it picks from
@@ -164,7 +203,7 @@ class _Checker:
     def loop(self, loop: O.For, st: _State) -> _State:
         head = st
         for _ in range(MAX_LOOP_PASSES):
-            out = self.region(loop.body, head.copy())
+            out = self.back_edge(loop, self.region(loop.body, head.copy()))
             nxt = _join(head, out)
             if nxt.key() == head.key():
                 return head  # zero or more iterations
@@ -192,6 +231,8 @@ class _Checker:
             return self.region(op.body, st)
         if not isinstance(op, O.SYNC_OPS + (O.TileSlice, O.ExpandDims)) and not is_tag_op(op):
             self.register_access(op, st)
+        if isinstance(op, (O.StMatrix, O.TmaLoad)):
+            self.store_read(op, st)
         if isinstance(op, O.StMatrix):
             b = self.rt(op.dst)
             st.written, st.fenced = st.written | {b}, st.fenced - {b}
@@ -200,8 +241,22 @@ class _Checker:
             st.written, st.fenced = frozenset(), st.fenced | st.written
         elif isinstance(op, O.GroupBarrier):
             st.fenced = frozenset()
+            st.bulk_unbarriered = frozenset()  # every thread is past thread 0's wait now
         elif isinstance(op, O.TmaStore):
             self.async_read(op, [op.src], "tma-store", st)
+            st.bulk_open = st.bulk_open | {(self.rt(op.src), self.stage_form(op.src), op.loc,
+                                            None)}
+        elif isinstance(op, O.TmaStoreCommit):
+            if st.bulk_open:
+                st.bulk = _merge_oldest(st.bulk + (st.bulk_open,))
+            st.bulk_open = frozenset()
+        elif isinstance(op, O.TmaStoreWait):
+            # thread 0's committed groups but the newest `pending` have read their smem (a
+            # completion wait, read=False, implies it); stores not committed are not waited
+            keep = len(st.bulk) - op.pending if op.pending else len(st.bulk)
+            keep = max(0, keep)
+            retired = frozenset().union(*st.bulk[:keep])
+            st.bulk, st.bulk_unbarriered = st.bulk[keep:], st.bulk_unbarriered | retired
         elif isinstance(op, O.Wgmma):
             views = [op.b] if op.a_in_registers else [op.a, op.b]
             self.async_read(op, views, "wgmma", st)
@@ -221,6 +276,127 @@ class _Checker:
         elif isinstance(op, O.SlotRelease):
             self.release(op, st)
         return st
+
+    # -- bulk stores still reading their source (sync.store-read) --------------------------
+    def stage_form(self, view) -> tuple | None:
+        """The stage of a shared-memory view as an affine form (constant, ((leaf value id,
+        coefficient), ...)), through const, add, sub and multiplication by a constant; None
+        for any slot of the buffer (an unstaged buffer, or a stage that reads a `var`: one
+        value id holds each assignment in turn, so two forms over it are not comparable)."""
+        sid = self.stage_of.get(view.id)
+        return None if sid is None else self.affine(sid)
+
+    def affine(self, vid: int) -> tuple | None:
+        if vid in self.forms:
+            return self.forms[vid]
+        op, form = self.defs.get(vid), (0, ((vid, 1),))
+        if isinstance(op, O.Var):
+            form = None
+        elif isinstance(op, O.Const) and isinstance(op.value, int):
+            form = (op.value, ())
+        elif isinstance(op, O.Arith) and op.fn in ("add", "sub", "mul"):
+            lhs, rhs = self.affine(op.lhs.id), self.affine(op.rhs.id)
+            if lhs is None or rhs is None:
+                form = None
+            elif op.fn == "mul":
+                if not lhs[1] or not rhs[1]:
+                    (k, _), (c, t) = (lhs, rhs) if not lhs[1] else (rhs, lhs)
+                    form = (c * k, tuple((x, a * k) for x, a in t if a * k))
+            else:
+                sign, terms = (1 if op.fn == "add" else -1), dict(lhs[1])
+                for x, a in rhs[1]:
+                    terms[x] = terms.get(x, 0) + sign * a
+                form = (lhs[0] + sign * rhs[0],
+                        tuple(sorted((x, a) for x, a in terms.items() if a)))
+        self.forms[vid] = form
+        return form
+
+    @staticmethod
+    def never_equal(a: tuple, b: tuple) -> bool:
+        """Two affine stages differ for every value of their leaves: their difference is a
+        nonzero constant, or (the gcd test, as model._never_equal) a sum of terms whose
+        coefficients' gcd does not divide its constant."""
+        terms = dict(a[1])
+        for x, c in b[1]:
+            terms[x] = terms.get(x, 0) - c
+        k, g = a[0] - b[0], 0
+        for c in terms.values():
+            g = math.gcd(g, c)
+        return k != 0 if g == 0 else k % g != 0
+
+    def may_alias(self, buf: int, form, read: tuple) -> bool:
+        if read[0] != buf:
+            return False
+        return form is None or read[1] is None or not self.never_equal(form, read[1])
+
+    def back_edge(self, loop: O.For, st: _State) -> _State:
+        """Around a back edge a stage over a value the body redefines (or the induction
+        variable) may be any slot in the next iteration; every store read is then an earlier
+        iteration's."""
+        ids = self.loop_ids.get(id(loop))
+        if ids is None:
+            ids = {v.id for x in loop.body.walk() for v in x.results()} | \
+                {v.id for v in loop.results()}
+            self.loop_ids[id(loop)] = ids
+
+        def forget(reads: frozenset) -> frozenset:
+            return frozenset((b, None if form is None or any(x in ids for x, _ in form[1])
+                              else form, loc, loop.loc) for b, form, loc, _ in reads)
+        st.bulk_open, st.bulk_unbarriered = forget(st.bulk_open), forget(st.bulk_unbarriered)
+        st.bulk = tuple(forget(g) for g in st.bulk)
+        return st
+
+    def store_read(self, op, st: _State) -> None:
+        """sync.store-read: a write of shared memory (stmatrix, a TMA load) comes after every
+        bulk store that may read the same slot has read it: thread 0 (which issued and
+        committed the stores) waited `wait_group.read N` with the store's group older than
+        the newest N, and a group barrier since then orders the other threads' writes."""
+        b = self.rt(op.dst)
+        if b not in self.store_bufs:
+            return
+        form = self.stage_form(op.dst)
+        subject = f"{op.NAME} into {op.dst} at {op.loc} after bulk stores of its buffer"
+        pending = [(i, r) for i, g in enumerate((*st.bulk, st.bulk_open)) for r in g
+                   if self.may_alias(b, form, r)]
+        early = [r for r in st.bulk_unbarriered if self.may_alias(b, form, r)]
+        if not pending and not early:
+            self.report("sync.store-read", op, subject, True)
+            return
+        n = len(st.bulk)
+        if pending:
+            i, r = min(pending, key=lambda x: (x[0], x[1][2].line))
+            newer = n - i - 1 if i < n else None
+            thread = "0 (it issued the store) and every other thread of the group"
+            why = ("that store was never committed (no cp.async.bulk.commit_group), so no "
+                   "wait_group retires it" if newer is None else
+                   f"no wait_group.read retires its group first ({newer} group(s) were "
+                   f"committed after it: wait_group.read N with N <= {newer} would)")
+        else:
+            r = min(early, key=lambda x: x[2].line)
+            thread = f"1 .. {self.group - 1} (every thread but 0)"
+            why = ("thread 0 waited for it, but no group barrier after that wait orders the "
+                   "other threads' writes behind it")
+        iteration = (f"the store in an earlier iteration of the loop at {r[3]}, the write in a "
+                     f"later one" if r[3] is not None else "the store and the write in the "
+                     "same iteration")
+        self.report("sync.store-read", op, subject, False,
+                    f"{op.NAME} at {op.loc} writes {op.dst} (slot {self.slot_text(form)} of "
+                    f"its buffer) while the bulk store at {r[2]} (slot {self.slot_text(r[1])}) "
+                    f"may still be reading the same shared memory ({iteration}): {why}. The "
+                    f"TMA unit may copy the new bytes to global memory instead of the old ones",
+                    {"thread": thread, "iteration": iteration, "write": str(op.loc),
+                     "store": str(r[2]), "groups_in_flight": n},
+                    fix="lower.sync waits cp.async.bulk.wait_group.read N, N = the groups "
+                        "committed after the newest store of an aliasing slot, then a group "
+                        "barrier, before the write")
+
+    def slot_text(self, form) -> str:
+        if form is None:
+            return "any"
+        c, terms = form
+        parts = [f"{a}*%{x}" if a != 1 else f"%{x}" for x, a in terms] + ([str(c)] if c or
+                                                                           not terms else [])
+        return " + ".join(parts)
 
     def elect(self, op: O.Elect) -> None:
         """sync.elect: the elected threads can do the body's work for their group."""

@@ -129,6 +129,13 @@ _RULES = [
          "tile op run by some threads of a warpgroup hangs or computes for those threads only",
          (6, 13), "arith", "keep the elected body to index math, scalar reads and TMA loads; "
          "lower/elect.py elects only such roles"),
+    Rule("sync.store-read", "a shared-memory write (stmatrix, a TMA load) follows every bulk "
+         "tensor store that may read the same slot: the issuing thread's "
+         "cp.async.bulk.wait_group.read N retired the store's group (older than the newest N, "
+         "in commit order) and a group barrier since then orders the other threads' writes",
+         (11,), "arith", "wait_group.read N (N = the groups committed after the newest store "
+         "of an aliasing slot) and a group barrier before the write (lower/sync.py places "
+         "them)"),
     Rule("sync.fixpoint", "the sync check of a loop settles (else its findings are unknown)",
          (), "arith", "report the kernel: the loop's pending state did not converge"),
     Rule("smem.race", "no two warpgroups touch the same shared bytes unordered (one of them "

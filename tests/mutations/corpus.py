@@ -169,6 +169,40 @@ def _pingpong_gemm():
                                                num_sms=4))
 
 
+def _fp8_split_tma_epilogue():
+    """The block-scaled fp8 GEMM's split 128x256 TMA epilogue: four 64-column blocks a tile
+    through two slots per warpgroup, each stmatrix behind `wait_group.read 1` (the newest
+    store reads the other slot)."""
+    import argus as ag
+    from argus.compiler import lower_only
+    from argus.kernels.gemm_fp8 import Fp8GemmSchedule, gemm_fp8_blockscaled_kernel
+
+    s = Fp8GemmSchedule(bn=256, stages=3, promote=True, n_split=2, epilogue="tma")
+    return lower_only(gemm_fp8_blockscaled_kernel(ag.bf16), s=s)
+
+
+def _read_wait(pending: int):
+    """Every TMA-store read-wait waits `pending` (the completion wait at the exit stays)."""
+    return lambda op: op.replace(pending=pending) if op.read else op
+
+
+def _barrier_after_read_wait_dropped(kernel: Kernel) -> Kernel:
+    """The group barrier after each TMA-store read-wait removed: thread 0 waits, the other
+    threads of the warpgroup run ahead into the stmatrix."""
+    def region(r: Region) -> Region:
+        out: list[Op] = []
+        for op in r.ops:
+            subs = {f.name: region(getattr(op, f.name)) for f in op.spec_fields()
+                    if isinstance(getattr(op, f.name), Region)}
+            op = dataclasses.replace(op, **subs) if subs else op
+            if isinstance(op, O.GroupBarrier) and out and isinstance(out[-1], O.TmaStoreWait) \
+                    and out[-1].read:
+                continue
+            out.append(op)
+        return Region(tuple(out))
+    return dataclasses.replace(kernel, body=region(kernel.body))
+
+
 def _release_before_wait(kernel: Kernel) -> Kernel:
     """Each consume step's slot release moved ahead of the step's closing wgmma.wait: the
     previous step's groups may still read the slot when its empty barrier is arrived on."""
@@ -322,6 +356,29 @@ CORPUS: list[Mutation] = [
       lambda: rewrite(_gemm_tma_epilogue(), O.ProxyFence, lambda op: None), ("proxy.fence",),
       ("writer", "reader"), ("stmatrix",), None,
       "stmatrix writes the staging tile, the TMA store reads it without fence.proxy.async"),
+    M("lowered/tma_store_read_wait_one_short", "gemm", 11,
+      lambda: rewrite(_gemm_tma_epilogue(), O.TmaStoreWait, _read_wait(1)),
+      ("sync.store-read",), ("thread", "iteration", "write", "store"),
+      ("stmatrix", "bulk store", "earlier iteration", "wait_group.read N with N <= 0"), None,
+      "the bf16 TMA epilogue's next tile writes every staging slot behind wait_group.read 1: "
+      "the newest group (the previous tile's last block) still reads the slot it rewrites"),
+    M("lowered/tma_store_read_wait_removed", "gemm", 11,
+      lambda: rewrite(_fp8_split_tma_epilogue(), O.TmaStoreWait, lambda op: None, nth=2),
+      ("sync.store-read",), ("thread", "iteration", "write", "store"),
+      ("same iteration", "0 (it issued the store)"), None,
+      "the fp8 split epilogue's third block (slot 0 again) written with no read-wait: block "
+      "one's store of that slot and block two's are both still in flight"),
+    M("lowered/tma_store_read_wait_too_lax", "gemm", 11,
+      lambda: rewrite(_fp8_split_tma_epilogue(), O.TmaStoreWait, _read_wait(2)),
+      ("sync.store-read",), ("thread", "iteration", "write", "store"),
+      ("wait_group.read N with N <= 1",), None,
+      "read 2 where read 1 is needed: the store two blocks back, of the same slot, may still "
+      "read it"),
+    M("lowered/tma_store_read_wait_unbarriered", "gemm", 11,
+      lambda: _barrier_after_read_wait_dropped(_fp8_split_tma_epilogue()),
+      ("sync.store-read",), ("thread", "write", "store"), ("1 .. 127", "no group barrier"),
+      None, "thread 0 waits wait_group.read 1, but no barrier holds the other 127 threads "
+      "behind its wait before they rewrite the slot"),
     M("lowered/mn_major_lbo_wrong", "gemm", 3,
       lambda: rewrite(_gemm_kn(), O.Wgmma,
                       lambda op: op.replace(b_desc=(op.b_desc[0], op.b_desc[1] // 2)
