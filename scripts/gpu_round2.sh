@@ -7,6 +7,7 @@
 #        online convq scan fp8overlap att64 moedecode firstcall fp8quant decode tf32 rowbox lanes
 #        tileorder poolsweep (one bench each, 30-120 s)
 #        rejudge (KB_IDS=ids [KB_LEVEL=1] [KB_BUDGET=120] [KB_RESUME=results.jsonl]: judge these again)
+#        owedtests pointwise16 decodefused fp8variants fp8op pagedsplit (CPU-built, GPU-owed)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -61,6 +62,19 @@ for s in "${steps[@]}"; do
     ppcompare) run_step ppcompare 150 python3 -u scripts/gpu_gemm_pingpong.py --compare --out "$OUT/pingpong" ;;
     convcases) run_step convcases 90 python3 -u scripts/gpu_conv_bench.py --cases depthwise,pointwise ;;
     fp8smem) run_step fp8smem 90 env ARGUS_FP8_SMEM_DEVICE=1 python3 -m pytest -q -p no:xdist -p no:cacheprovider -m gpu tests/gpu/test_fp8_smem_scales_gpu.py -rf ;;
+    # owed by the 2026-12-03 10:15 session (no device time then): each ran only on the CPU
+    owedtests) run_step owedtests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_gemm_pingpong_gpu.py tests/gpu/test_attention_decode_gpu.py \
+        tests/gpu/test_conv_dispatch_gpu.py tests/gpu/test_fp8_split_gpu.py \
+        tests/gpu/test_ops_scaled_matmul_gpu.py tests/gpu/test_fp8_overlap_gpu.py \
+        tests/gpu/test_fp8_smem_scales_gpu.py tests/gpu/test_moe_fp8_gpu.py \
+        tests/gpu/test_tail_splits_gpu.py tests/gpu/test_plan_cache_gpu.py ;;
+    pointwise16) run_step pointwise16 120 python3 -u scripts/gpu_conv_bench.py --pointwise16 ;;
+    decodefused) run_step decodefused 240 python3 -u scripts/gpu_attention_bench.py --decode --backends cudnn \
+        --out "$OUT/decode" --decode-variants st2,nocombine,fused,bn64+st2,bn64+st2+occ2,bn64+st2+occ2+fused,cta2 ;;
+    fp8variants) run_step fp8variants 120 python3 -u scripts/gpu_fp8_bench.py --variants --out "$OUT/fp8variants" ;;
+    fp8op) run_step fp8op 90 python3 -u scripts/gpu_fp8_bench.py --block --out "$OUT/fp8op" ;;
+    pagedsplit) run_step pagedsplit 90 python3 -u scripts/gpu_attention_bench.py --decode --paged 16,128 --out "$OUT/paged" ;;
     *) echo "unknown step $s" ;;
   esac
 done
