@@ -97,3 +97,57 @@ def test_symbolic_division_queries_skip_the_portfolio(monkeypatch):
     solver.clear_cache()
     for o in coords:
         assert solver.prove(o.premises, o.claims, timeout_ms=o.timeout_ms).status == "proven"
+
+
+def test_routing_query_retries_the_canonical_naming_before_the_portfolio(monkeypatch):
+    """MoE's routing query (A.expert == B.expert through a grouped raster) is heavy-tailed in
+    z3 by the names of its constants, which depend on what the process verified before: when
+    both quick attempts missed, the portfolio took 0.4-0.8 s (docs/verify.md, eighth pass).
+    A miss of both is simulated here (every quick attempt on the query as named fails); the
+    same query renamed canonically is tried on the plain core before the portfolio, which is
+    never reached. Structural: no timing."""
+    from argus.kernels.moe import PREFILL_TMA, grouped_gemm_kernel
+
+    model = Model(lower_only(grouped_gemm_kernel(True), s=PREFILL_TMA))
+    obs, _ = checker.collect(model)
+    # with the routing contract's tag.assume instances, as verify.run poses it
+    routing = [(list(o.premises) + model.axiom_instances([c for _, c in o.claims] +
+                                                         list(o.premises)), o.claims)
+               for o in obs if any(n == "A.expert == B.expert" for n, _ in o.claims)]
+    assert routing
+    quick = solver._quick_proof
+    renamed = []
+
+    def as_named_fails(premises, claims, *args, **kwargs):
+        names = {z3.z3._to_expr_ref(a, c.ctx).decl().name()
+                 for _, c in claims for _, a in solver._ordered_consts(c)}
+        if not all(n.startswith("argus!c") for n in names):
+            return None
+        renamed.append(claims)
+        return quick(premises, claims, *args, **kwargs)
+
+    def portfolio(*args, **kwargs):
+        raise AssertionError("the full portfolio was reached")
+    monkeypatch.setattr(solver, "_quick_proof", as_named_fails)
+    monkeypatch.setattr(solver, "_prove", portfolio)
+    monkeypatch.setenv("ARGUS_VERIFY_CACHE", "0")
+    for premises, claims in routing:
+        assert solver.prove(premises, claims).status == "proven"
+    assert len(renamed) == len(routing)
+
+
+def test_renamed_query_is_the_canonical_query():
+    """`solver._renamed` renames premises and claims as `canonical` names the whole query
+    (same constants, same order), keeping each term apart; opaque functions keep their
+    names."""
+    x, y, n = z3.Ints("x y n")
+    f = z3.Function("route", z3.IntSort(), z3.IntSort())
+    premises = [n >= 1, x >= 0, x < n, y == x / n]
+    claims = [("routed", f(y) == f(x / n)), ("bounded", x - y * n < n)]
+    p2, c2 = solver._renamed(premises, claims)
+    assert [n for n, _ in c2] == ["routed", "bounded"]
+    assert solver.canonical(p2, c2).eq(solver.canonical(premises, claims))
+    consts = {z3.z3._to_expr_ref(a, x.ctx).decl().name()
+              for t in p2 + [c for _, c in c2] for _, a in solver._ordered_consts(t)}
+    assert consts == {"argus!c0", "argus!c1", "argus!c2"}
+    assert "route" in str(c2[0][1])
