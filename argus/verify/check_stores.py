@@ -20,6 +20,7 @@ import dataclasses
 
 import z3
 
+from argus.verify import store_guards as guards
 from argus.verify import witness as W
 from argus.verify.identity import ObjectMap
 from argus.verify.model import Model, StoreSite, _num, trailing
@@ -525,8 +526,8 @@ def _coverage(model: Model, st: StoreSite):
         ren = [(v, fresh_int(f"{v}@2")) for v in dvars]
         dd2 = z3.substitute(dd, *ren)
         prem = list(model.premises) + [z3.substitute(c, *ren) for c in model.premises] + \
-            st.site.constraints() + \
-            [z3.substitute(c, *ren) for c in st.site.constraints()] + \
+            guards.unguarded(st) + \
+            [z3.substitute(c, *ren) for c in guards.unguarded(st)] + \
             [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)] + \
             [z3.And(b >= 0, b < axis_len[e]) for a, b in ren if a is axis_idx[e]]
         same = z3.And([a == b for a, b in ren])
@@ -552,6 +553,10 @@ def _coverage(model: Model, st: StoreSite):
         obs.append(Obligation("store.coverage", st.op.loc, subject, prem, claims, decode,
                               minimize=list(model.params.values()), fix=fix,
                               warn_claims=("|domain| >= extent",) if single_tile else ()))
+    # the count above is over every instance, the `ag.when`s around the store left out of
+    # its premises (an injective map on the instances that pass a condition covers nothing):
+    # each condition must let through the instances the count relies on (store_guards)
+    obs += guards.obligations(model, st)
     return obs, finds, None
 
 

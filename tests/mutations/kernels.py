@@ -788,3 +788,62 @@ def make_split_k_loop(bug: str | None = None, splits: int = 4):
         ag.store(C, (row0, col0), total)
 
     return split_k_loop
+
+
+def make_guarded_store(bug: str | None = None):
+    """Y = relu(X) stored under an `ag.when`: the clean kernel's condition (the row block starts
+    inside X) holds for every CTA of the grid, so coverage stands. The bugs store only where a
+    value read at run time allows it (a flag, a per-row-block count, an atomic's old value:
+    store.coverage cannot count such instances), or skip the ragged last row block."""
+
+    @ag.kernel(threads=128, name="guarded_store")
+    def guarded_store(X: ag.Tensor["M", "N", ag.f32], F: ag.Tensor["RB", ag.i32],
+                      CNT: ag.Tensor["RB", ag.i32], Y: ag.Tensor["M", "N", ag.f32]):
+        ROWS, BN = 4, 256
+        pid_m, pid_n = ag.grid(ag.cdiv(X.shape[0], ROWS), ag.cdiv(X.shape[1], BN))
+        y = ag.relu(ag.load(X, (pid_m * ROWS, pid_n * BN), (ROWS, BN)))
+        if bug == "flag_positive":
+            cond = ag.load_scalar(F, (0,)) > 0
+        elif bug == "count_positive":
+            cond = ag.load_scalar(F, (pid_m,)) > 0
+        elif bug == "first_ticket":
+            cond = ag.atomic_fetch_add(CNT, (pid_m,)) == 0
+        elif bug == "tail_skipped":
+            cond = pid_m * ROWS + ROWS <= X.shape[0]
+        else:
+            cond = pid_m * ROWS < X.shape[0]
+        with ag.when(cond):  # BUG:flag_positive BUG:count_positive BUG:first_ticket BUG:tail_skipped
+            ag.store(Y, (pid_m * ROWS, pid_n * BN), y)
+
+    return guarded_store
+
+
+def make_last_split_stores(bug: str | None = None, splits: int = 4):
+    """Split-K's fix-up in one launch, as the fused decode combine does it: each split pid_s
+    stores its partial, draws a ticket from its tile's counter (wrap = splits: the counter
+    resets itself), and the split that draws the last ticket sums the partials into C. Exactly
+    one split per tile passes the condition (atomic.tickets), so C is covered. Bug: the
+    condition compares the ticket with `splits`, which no arrival draws (0 .. splits - 1): C
+    is never written."""
+
+    @ag.kernel(threads=128, name="last_split_stores")
+    def last_split_stores(X: ag.Tensor["S", "M", "N", ag.f32],
+                          P: ag.Tensor["S", "M", "N", ag.f32],
+                          CNT: ag.Tensor["MB", "NB", ag.i32], C: ag.Tensor["M", "N", ag.f32]):
+        ROWS, BN = 4, 256
+        pid_m, pid_n, pid_s = ag.grid(ag.cdiv(C.shape[0], ROWS), ag.cdiv(C.shape[1], BN),
+                                      splits)
+        ag.tag_assume(lambda: ag.sym(X.shape[0]) == splits)
+        r0, c0 = pid_m * ROWS, pid_n * BN
+        ag.store(P, (pid_s, r0, c0), ag.load(X, (pid_s, r0, c0), (ROWS, BN)))
+        ag.fence()
+        ticket = ag.atomic_fetch_add(CNT, (pid_m, pid_n), wrap=splits)
+        last = splits if bug == "ticket_past_last" else splits - 1
+        with ag.when(ticket == last):  # BUG:ticket_past_last
+            ag.fence()
+            total = ag.load(P, (0, r0, c0), (ROWS, BN))
+            for s in range(1, splits):
+                total = total + ag.load(P, (s, r0, c0), (ROWS, BN))
+            ag.store(C, (r0, c0), total)
+
+    return last_split_stores
