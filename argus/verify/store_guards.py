@@ -28,7 +28,7 @@ from __future__ import annotations
 import z3
 
 from argus.verify import witness as W
-from argus.verify.check_atomics import _tickets
+from argus.verify.check_atomics import _mentions_ticket, _tickets
 from argus.verify.model import Model, StoreSite, _num, trailing
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
@@ -51,8 +51,11 @@ def obligations(model: Model, st: StoreSite, conds: list | None = None) -> list[
     out = []
     for sc, c in (conditions(st) if conds is None else conds):
         ticket = _ticket_form(model, st, c)
-        out.append(_ticket_obligation(model, st, sc, *ticket) if ticket is not None
-                   else _holds(model, st, sc, c))
+        if ticket is None:
+            out.append(_holds(model, st, sc, c))
+        else:
+            out += [_ticket_obligation(model, st, sc, *ticket),
+                    _counter_inside(model, st, sc, ticket[0])]
     return out
 
 
@@ -138,6 +141,40 @@ def _ticket_form(model: Model, st: StoreSite, cond):
             return None
         return a, k, free[0]
     return None
+
+
+def _counter_inside(model: Model, st: StoreSite, sc, a) -> Obligation:
+    """The counter element of every instance that stores an in-bounds element lies inside
+    the counter tensor: outside it no atomic runs and the old value is -1, which no ticket
+    condition passes, while atomic.tickets and the ticket obligation take the element inside
+    (their premises), so a counter tensor shorter than the cells the stores need would leave
+    those stores out unseen."""
+    idx = [fresh_int(f"e{d}") for d in range(len(st.shape))]
+    dest = _dest(st, idx)
+    inb = [z3.And(d >= 0, d < _num(st.tensor.extent(model, k))) for k, d in enumerate(dest)]
+    prem = [p for p in model.premises if not _mentions_ticket(p, model)] + unguarded(st) + \
+        a.site.constraints() + inb + [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)]
+    cell = [_num(o) for o in a.offsets]
+    inside = z3.And([z3.And(o >= 0, o < _num(a.tensor.extent(model, d)))
+                     for d, o in enumerate(cell)])
+    name = a.tensor.name
+
+    def decode(zm, violated):
+        wit = W.context(model, zm, st.site)
+        wit["counter_element"] = W.fmt_elem(name, [value(zm, o) for o in cell])
+        wit["output"] = W.fmt_elem(st.tensor.name, [value(zm, d) for d in dest])
+        return (f"the store at {st.op.loc} of {wit['output']} runs only where the condition at "
+                f"{sc.op.loc} passes, but its counter element {wit['counter_element']} "
+                f"({a.op.loc}) lies outside {name}: no atomic runs there, the old value is -1 "
+                f"and the store never does"), wit
+    return Obligation("store.coverage", sc.op.loc,
+                      f"the counter element of {name} ({a.op.loc}) that the condition at "
+                      f"{sc.op.loc} reads lies inside {name} for every store to "
+                      f"{st.tensor.name} at {st.op.loc}", prem,
+                      [(f"the counter element lies inside {name}", inside)], decode,
+                      minimize=list(idx) + list(st.site.scope_vars()),
+                      fix=f"give {name} a cell for every unit that stores (its shape from the "
+                          f"same symbols as the grid), or index it within its shape")
 
 
 def _ticket_obligation(model: Model, st: StoreSite, sc, a, k, free) -> Obligation:

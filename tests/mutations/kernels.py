@@ -834,6 +834,9 @@ def make_last_split_stores(bug: str | None = None, splits: int = 4):
         pid_m, pid_n, pid_s = ag.grid(ag.cdiv(C.shape[0], ROWS), ag.cdiv(C.shape[1], BN),
                                       splits)
         ag.tag_assume(lambda: ag.sym(X.shape[0]) == splits)
+        # a counter for every tile (a shorter CNT: those tiles draw -1 and never store C)
+        ag.require(ag.sym(CNT.shape[0]) * ROWS >= ag.sym(C.shape[0]), "a counter row per tile")
+        ag.require(ag.sym(CNT.shape[1]) * BN >= ag.sym(C.shape[1]), "a counter per tile column")
         r0, c0 = pid_m * ROWS, pid_n * BN
         ag.store(P, (pid_s, r0, c0), ag.load(X, (pid_s, r0, c0), (ROWS, BN)))
         ag.fence()

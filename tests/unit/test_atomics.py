@@ -207,3 +207,31 @@ def test_a_counter_in_a_runtime_loop_is_not_reached_unconditionally():
     assert ("atomic.tickets", "error") in found, sorted(found)
     msg = next(d.message for d in r.errors if d.code == "atomic.tickets")
     assert "no runtime loop" in msg, msg
+
+
+@ag.kernel(partial_outputs=("P",))
+def _short_counters(X: ag.Tensor["M", "N", ag.f32], P: ag.Tensor["M", 16, ag.f32],
+                    CNT: ag.Tensor["R", ag.i32], Y: ag.Tensor["M", 1, ag.f32]):
+    """last_writes with a counter tensor of its own length R: rows >= R run no atomic, read
+    -1, and never store Y."""
+    blocks = ag.cdiv(X.shape[1], BN)
+    nb, row = ag.grid(blocks, X.shape[0])
+    ag.require(ag.sym(X.shape[1]) <= 16 * BN, "at most 16 column blocks")
+    ag.store(P, (row, nb), ag.load(X, (row, nb * BN), (1, BN)).sum(axis=1))
+    ag.fence()
+    old = ag.atomic_fetch_add(CNT, (row,), wrap=blocks)
+    with ag.when(old == blocks - 1):
+        ag.fence()
+        ag.store(Y, (row, 0), ag.load(P, (row, 0), (1, 16)).sum(axis=1))
+
+
+def test_a_counter_shorter_than_the_stores_need_is_no_coverage():
+    """Review finding (66c7d27): the ticket obligation restates atomic.tickets' query, whose
+    premises take the counter element inside its tensor, so Y's coverage was proven although
+    rows >= R draw no ticket (old = -1) and never store."""
+    found, r = _diag(_short_counters)
+    errs = [d for d in r.errors if d.code == "store.coverage"]
+    assert errs and "lies outside CNT" in errs[0].message, sorted(found)
+    # the counter sized by the rows (last_writes) keeps its coverage proven
+    _, clean = _diag(last_writes)
+    assert not clean.errors, [str(d) for d in clean.errors]
