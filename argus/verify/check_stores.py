@@ -594,7 +594,8 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
         bijection (counting), so every tile of the output, hence every element, is stored;
       * store.coverage (turn) — a condition `wg == e` around the store on a warpgroup the
         destination does not name (ping-pong's turn) lets exactly one warpgroup store when
-        e lies in the warpgroups' range.
+        e lies in the warpgroups' range; any other condition is store_guards' (it holds at
+        every instance storing an in-bounds element, or is a counter's last ticket).
     `sites`: stores of one tile in blocks, each `st` shifted by constant offsets (the TMA-store
     epilogue's column blocks); the block index is a variable inside the tile.
     Anything outside that shape is reported unknown, never assumed."""
@@ -644,18 +645,18 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
     obs: list[Obligation] = []
     # a condition `wg == e` on a warpgroup the destination does not name (ping-pong: the
     # warpgroup whose turn it is stores the unit) lets exactly one of them store when e is in
-    # its range: proven below; any other condition makes the count meaningless
-    for sc in st.site.scopes:
-        if sc.kind != "if":
-            continue
-        for c in sc.constraints:
-            pinned = _pinned(c, within, names)
-            if pinned is None:
-                return unknown("the store runs under a condition other than `warpgroup == "
-                               "turn`: counting its instances does not show coverage")
+    # its range: proven below; any other condition must let through every instance that
+    # stores an in-bounds element, or be a counter's last ticket (store_guards: the counts
+    # below are over every instance, none of them takes a condition as a premise)
+    conds = [(sc, c, _pinned(c, within, names)) for sc, c in guards.conditions(st)]
+    guarded = [(sc, c) for sc, c, pinned in conds if pinned is None]
+    for sc, c, pinned in conds:
+        if pinned is not None:
             w, e = pinned
             pinned_vars[str(w)] = e
-            obs.append(_turn_obligation(model, st, sc, w, e, los[str(w)], counts[str(w)]))
+            obs.append(_turn_obligation(model, st, sc, w, e, los[str(w)], counts[str(w)],
+                                        [p for _, p, q in conds if q is not None and p is not c]))
+    obs += guards.obligations(model, st, guarded)
     # persistent walks: (program id, iteration) -> unit index u in [0, T)
     walked: dict[str, tuple] = {}      # loop var name -> (scope, T)
     grid_names = {str(v) for v, _, _ in model.grid_vars}
@@ -783,9 +784,10 @@ def _pinned(cond, within, names):
     return None
 
 
-def _turn_obligation(model, st, sc, w, e, lo, count) -> Obligation:
-    prem = list(model.premises) + [c for s in st.site.scopes if s is not sc
-                                   for c in s.constraints]
+def _turn_obligation(model, st, sc, w, e, lo, count, turns) -> Obligation:
+    # premises: the store's loops and warpgroups and its other turns, not its other
+    # conditions (store_guards proves those separately, over every instance)
+    prem = list(model.premises) + guards.unguarded(st) + list(turns)
     claims = [("exactly one of them stores", z3.And(e >= lo, e < lo + count))]
 
     info = model.vars.get(str(w))
