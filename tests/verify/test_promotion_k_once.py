@@ -217,8 +217,9 @@ def test_a_serial_partial_promoted_twice_is_caught():
 
 # issue 13's bar is <= 1 s per library kernel; the overlapped kernels took 17-24 s CPU before
 # (per-site k-once, and counters compared through the unit loop's product), 0.4-0.7 s after
-# (least of 3, cold proof cache, load average ~3). 1.5x the bar, as test_verify_time.py's
-BOUND_CPU_S = 1.5
+# (least of 3, cold proof cache, load average ~3). 3x the bar, as test_verify_time.py's (a
+# shared CI machine runs the verifier 2-3x slower than a quiet one)
+BOUND_CPU_S = 3.0
 
 
 @pytest.mark.slow

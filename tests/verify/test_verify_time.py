@@ -36,11 +36,15 @@ MAX_RECORD_COMPUTATIONS = 400   # 194 measured (2,564 when every obligation rebu
 # (HEAD 72dae26) -> after the conditions pruning, the causal k-once proof and the caches
 # (tagdomain.referenced_conds, check_wgmma._masked_past_the_loop, _operands):
 #   d128 causal 1.18 -> 0.59 s, d256 1.09 -> 0.70 s, d256 causal 1.66 -> 0.84 s.
-# The bound is 1.5x the bar on the development machine, scaled by timing.slowdown_now on a
-# slower one (the CI machine ran these at 1.8-2.4 s): a loaded CI machine must not flake it,
-# and a change that undoes one of these (1.1-1.7 s then) fails it more often than not
+# The bar itself is measured on a quiet machine with scripts/verify_timings.py (docs/verify.md
+# 'Timings'); this guard is 3x it, scaled by timing.slowdown_now. A 1.5 s bound failed every
+# time the suite shared a machine: the CI machine ran these at 1.8-2.5 s CPU (CI of cbde2ce),
+# and so did this 2-core machine under five other test sessions (2.0-2.3 s), while the same
+# full suite at load 2.5-4 ran them at 0.46-0.92 s; the reference workload did not slow down
+# with them (1.15-1.3x). What undoes the pruning or the caches is caught at any load by the
+# structural guards below (premises per query, record computations)
 ATTENTION_OVER_THE_BAR = [(128, True), (256, False), (256, True)]
-BAR_BOUND_CPU_S = 1.5
+BAR_BOUND_CPU_S = 3.0
 # the largest solver query of each (premises): 1,446 (d128 causal) and 2,814 (d256, the
 # output store's record) before the conditions pruning, 164 and 244 after; a structural
 # guard, the same at any load
@@ -93,14 +97,14 @@ def _attention(head_dim: int, causal: bool):
                          ids=[f"d{d}{'-causal' if c else ''}" for d, c in ATTENTION_OVER_THE_BAR])
 def test_attention_schedules_verify_near_the_bar(head_dim, causal):
     """verify.run's CPU time of the default schedules that were over issue 13's 1 s bar, cold
-    proof cache, least of up to three runs; the verification proves the kernel (no open
-    finding: the causal k-once coverage is proven, not a warning)."""
+    proof cache, least of up to three runs, within 3x the bar; the verification proves the
+    kernel (no open finding: the causal k-once coverage is proven, not a warning)."""
     report, times, bounds = least_cpu_verify(_attention(head_dim, causal), RUNS, BAR_BOUND_CPU_S)
     assert not [d for d in report.diagnostics if d.severity != "note"], report.diagnostics
     assert within(times, bounds), (
         f"verify.run of attention d{head_dim}{' causal' if causal else ''} took "
-        f"{runs_text(times, bounds)} CPU ({BAR_BOUND_CPU_S} s on the development machine, "
-        f"scaled by timing.slowdown_now; bar 1 s): "
+        f"{runs_text(times, bounds)} CPU ({BAR_BOUND_CPU_S} s, 3x the 1 s bar, scaled by "
+        f"timing.slowdown_now): "
         f"profile it (docs/verify.md 'Timings')")
 
 
