@@ -218,16 +218,25 @@ def load(em: _Emitter, op: O.Load) -> None:
              outside=lambda regs: [f"{info.name}[{i}] = {other};" for i in regs])
 
 
+def _element_at(em: _Emitter, tensor, offsets) -> tuple[list[str], list[str]]:
+    """(bounds conditions, index terms) of one element of a global tensor at `offsets`, one
+    per dim: the last dim contiguous, the others offset x stride (64-bit)."""
+    t: TensorType = tensor.type
+    name = em.tensors[tensor.id]
+    rank = len(t.shape)
+    conds, terms = [], []
+    for d, o in enumerate(offsets):
+        off = em.name(o)
+        conds.append(f"{off} >= 0 && {off} < {_dim(t, d)}")
+        terms.append(f"(long long){off}" + (f" * {name}_s{d}" if d < rank - 1 else ""))
+    return conds, terms
+
+
 @rule(O.LoadScalar)
 def load_scalar(em: _Emitter, op: O.LoadScalar) -> None:
     t: TensorType = op.tensor.type
     name = em.tensors[op.tensor.id]
-    conds, terms = [], []
-    rank = len(t.shape)
-    for d, o in enumerate(op.offsets):
-        off = em.name(o)
-        conds.append(f"{off} >= 0 && {off} < {_dim(t, d)}")
-        terms.append(f"(long long){off}" + (f" * {name}_s{d}" if d < rank - 1 else ""))
+    conds, terms = _element_at(em, op.tensor, op.offsets)
     ctype = SCALAR_C[op.result.type.dtype.name]
     n = f"v{op.result.id}"
     other = c_float(op.other) if t.dtype.is_float else str(int(op.other))
@@ -385,12 +394,7 @@ def atomic_fetch_add(em: _Emitter, op: O.AtomicFetchAdd) -> None:
                            fix="run lower.smem (argus.lower.run) before rendering")
     t: TensorType = op.tensor.type
     name = em.tensors[op.tensor.id]
-    conds, terms = [], []
-    rank = len(t.shape)
-    for d, o in enumerate(op.offsets):
-        off = em.name(o)
-        conds.append(f"{off} >= 0 && {off} < {_dim(t, d)}")
-        terms.append(f"(long long){off}" + (f" * {name}_s{d}" if d < rank - 1 else ""))
+    conds, terms = _element_at(em, op.tensor, op.offsets)
     ptr = f"reinterpret_cast<ag::uint32_t*>(&{name}[{' + '.join(terms)}])"
     # acq_rel, not atomicInc's relaxed: the release and acquire patterns of the group's
     # stores and loads around it live in this one thread (ir.ops.AtomicFetchAdd)
