@@ -116,7 +116,9 @@ def _pipe(model: Model, pipe: PipeInfo):
                                  {"role": role.name, "warpgroups": role.warpgroups}))
         elif model.kernel.attr("elected", False):
             finds += _elected_producer(model, step, subject)
-    consumer_roles = {id(s.site.role): s.site.role for s in consumers}
+    # by the role's warpgroup index, its IR name (a value; each role op defines its own)
+    consumer_roles = {s.site.role.index.id if s.site.role is not None else None: s.site.role
+                      for s in consumers}
     # a role whose warpgroups take turns on the pipe (pipe.skip, ping-pong) releases each step
     # once, by the warpgroup whose turn it is (check_ordered proves the turns)
     consumer_wgs = sum(1 if any(isinstance(x, O.PipeSkip) and x.pipe.id == create.result.id
@@ -202,15 +204,17 @@ def _pipe(model: Model, pipe: PipeInfo):
     return obs, finds
 
 
-def elected_threads(kernel) -> dict[int, int]:
-    """id(op) -> how many threads of its group run it, for every op inside an `elect` (the
-    elect's thread count; lower/elect.py placed it). An op outside every elect is run by
-    every thread of its group."""
+def elected_steps(kernel) -> dict[int, int]:
+    """The pipeline steps inside an `elect`, by the step's stage value (its IR name: a
+    value, one per produce/consume op) -> how many threads of its group run it (the elect's
+    thread count; lower/elect.py placed it). A step outside every elect is run by every
+    thread of its group."""
     out: dict[int, int] = {}
     for op in kernel.walk():
         if isinstance(op, O.Elect):
             for inner in op.body.walk():
-                out[id(inner)] = op.threads
+                if isinstance(inner, (O.Produce, O.Consume)):
+                    out[inner.stage.id] = op.threads
     return out
 
 
@@ -221,7 +225,7 @@ def _elected_producer(model: Model, step: StepInfo, subject: str) -> list[Findin
     many threads (an `elect` of one thread)."""
     role = step.site.role
     group = 128 if role is not None else model.kernel.attr("threads", 128)
-    elected = elected_threads(model.kernel).get(id(step.op))
+    elected = elected_steps(model.kernel).get(step.op.stage.id)
     threads = elected if elected is not None else group
     want = O.PipelineCreate.FULL_ARRIVALS
     if threads == want:
@@ -282,7 +286,9 @@ def _cluster_overwrite(model: Model, pipe: PipeInfo, p: StepInfo, peers: int, su
     pp = protocol(p)
     cs = model.cluster_size
     uses_loops = any(_uses_loop_values(t) for t in (pp.stage, pp.parity))
-    P, Rh, Rp, T = z3.Ints(f"Pq!{id(p)} Rhere!{id(p)} Rpeer!{id(p)} Tq!{id(p)}")
+    # named by the step's program point (Site.seq): the same names in every run
+    q = p.site.seq
+    P, Rh, Rp, T = z3.Ints(f"Pq!{q} Rhere!{q} Rpeer!{q} Tq!{q}")
     seen = z3.If(Rp < Rh, Rp, Rh) if peers >= cs else Rp
     base = [P >= 0, T >= 0, P <= T, Rh >= 0, Rp >= 0, Rh <= T, Rp <= T,
             Rh <= P]                       # this CTA reads nothing the peer has not sent
@@ -449,7 +455,8 @@ def _protocol(model: Model, pipe: PipeInfo, p: StepInfo, c: StepInfo, lag: int, 
     S = pipe.stages
     pp, cp = protocol(p), protocol(c)
     uses_loops = any(_uses_loop_values(t) for t in (pp.stage, pp.parity, cp.stage, cp.parity))
-    P, C, T = z3.Ints(f"P!{id(p)} C!{id(c)} T!{id(c)}")
+    # named by the steps' program points (Site.seq): the same query text in every run
+    P, C, T = z3.Ints(f"P!{p.site.seq} C!{c.site.seq} T!{c.site.seq}")
     R = z3.If(C == T, T, z3.If(C - lag > 0, C - lag, 0)) if lag else C
     base = [P >= 0, C >= 0, T >= 0, C <= T, P <= T] + _known_total(model, pipe, c, T)
     inv = [R <= P, P <= R + S, C <= P]
@@ -563,7 +570,7 @@ def _role_steps(model: Model, pipe: PipeInfo, kind: str, shapes: dict,
     if role is not None:
         subs.append((model.sym[role.index.id], z3.IntVal(0)))
     out: list = []
-    by_op = {id(s.op): s for s in steps}
+    by_stage = {s.op.stage.id: s for s in steps}   # by the step's stage value (IR name)
 
     def ev(term, env):
         t = _num(term)
@@ -589,8 +596,8 @@ def _role_steps(model: Model, pipe: PipeInfo, kind: str, shapes: dict,
                         *(subs + [(model.sym[k], z3.IntVal(v)) for k, v in env.items()])))):
                     walk(op.body, env)
             elif isinstance(op, (O.Produce, O.Consume)):
-                if id(op) in by_op:
-                    out.append((by_op[id(op)], dict(env)))
+                if op.stage.id in by_stage:
+                    out.append((by_stage[op.stage.id], dict(env)))
                 walk(op.body, env)
             elif isinstance(op, O.Elect):
                 walk(op.body, env)
