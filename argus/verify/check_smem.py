@@ -213,7 +213,8 @@ def _tma_overlaps(model: Model):
                     for w2, q2, a2, s2, g2 in inst[i + 1:]:
                         if w1.view.buffer.id != w2.view.buffer.id:
                             continue
-                        key = (id(w1), q1, id(w2), q2)
+                        # the pair by the writes' program points (Site.seq, values)
+                        key = (w1.site.seq, q1, w2.site.seq, q2)
                         if key in seen:
                             continue
                         seen.add(key)
