@@ -286,16 +286,18 @@ class _Flow:
             self.tok[b] = tok
 
     def loop(self, op: O.For) -> None:
-        inside = {id(x) for x in op.body.walk()}
+        # the values defined inside the loop, by IR name (a value is made inside iff its
+        # defining op is: SSA)
+        made = {r.id for x in op.body.walk() for r in x.results()}
         # variables assigned in the loop, and accumulators a wgmma updates in place there
         carried = [x.dst for x in op.body.walk() if isinstance(x, O.Assign)
-                   and x.dst.id in self.defs and id(self.defs[x.dst.id]) not in inside] + \
+                   and x.dst.id in self.defs and x.dst.id not in made] + \
             [x.acc for x in op.body.walk() if isinstance(x, O.Wgmma)
-             and x.acc.id in self.defs and id(self.defs[x.acc.id]) not in inside]
+             and x.acc.id in self.defs and x.acc.id not in made]
         carried = list({v.id: v for v in carried}.values())
         before_state = {v.id: self.s(v) for v in carried}
-        heads = {v.id: ("head", v.id, id(op)) for v in carried}
-        made = {r.id for x in op.body.walk() for r in x.results()}
+        # a head token names the variable and the loop, by its index's IR name (a value)
+        heads = {v.id: ("head", v.id, op.var.id) for v in carried}
         report = self.report
         self.report = False
         self.region(op.body)                      # what an iteration leaves in the carried
