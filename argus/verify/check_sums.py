@@ -137,14 +137,14 @@ def _loop_sums(kernel, defs) -> dict[int, tuple[O.For, list[O.Load]]]:
         if not isinstance(loop, O.For):
             continue
         inside = {r.id for op in loop.body.walk() for r in op.results()}
-        for op in loop.body.ops:
+        for at, op in enumerate(loop.body.ops):
             if not isinstance(op, O.Assign) or assigns.get(op.dst.id) != 1 or \
                     op.dst.id in inside or not isinstance(defs.get(op.dst.id), O.Var):
                 continue
             loads: list = []
             selves = [0]
 
-            def tree(vid: int, dst=op.dst.id, loads=loads, selves=selves, acc=op,
+            def tree(vid: int, dst=op.dst.id, loads=loads, selves=selves, acc=at,
                      loop=loop, inside=inside) -> bool:
                 d = defs.get(vid)
                 if vid == dst:
@@ -188,30 +188,33 @@ class _Ring:
         return self.issued.tensor
 
 
-def _ring(loop: O.For, vid: int, acc: O.Assign, defs, assigns, inside) -> _Ring | None:
-    """The ring whose first variable is `vid`, read by the accumulator's assignment `acc`: at
-    the loop body's top level, after `acc`, in order, b0 = b1, ..., b_last = a load of the
-    body; each variable defined before the loop from a load and assigned only there."""
-    body = list(loop.body.ops)
-    pos = {id(op): i for i, op in enumerate(body)}
-    last, cur, chain = pos[id(acc)], vid, []
+def _ring(loop: O.For, vid: int, acc: int, defs, assigns, inside) -> _Ring | None:
+    """The ring whose first variable is `vid`, read by the accumulator's assignment, the op
+    at index `acc` of the loop body: at the body's top level, after it, in order, b0 = b1,
+    ..., b_last = a load of the body; each variable defined before the loop from a load and
+    assigned only there. Ops are placed by their index in the body (an assign has no result
+    to be named by, and two equal assigns are two ops), loads by their result's IR name."""
+    body = loop.body.ops
+    top = {r.id for op in body for r in op.results()}   # values the body's top level makes
+    last, cur, chain = acc, vid, []
     while len(chain) < 16:
-        mine = [x for x in body if isinstance(x, O.Assign) and x.dst.id == cur]
+        mine = [(i, x) for i, x in enumerate(body) if isinstance(x, O.Assign) and
+                x.dst.id == cur]
         var = defs.get(cur)
         if len(mine) != 1 or assigns.get(cur) != 1 or cur in inside or \
-                not isinstance(var, O.Var) or pos[id(mine[0])] <= last:
+                not isinstance(var, O.Var) or mine[0][0] <= last:
             return None
         init = defs.get(var.init.id)
         if not isinstance(init, O.Load):
             return None
         chain.append(init)
-        last = pos[id(mine[0])]
-        src = defs.get(mine[0].src.id)
-        if isinstance(src, O.Load) and id(src) in pos:
+        last, assign = mine[0]
+        src = defs.get(assign.src.id)
+        if isinstance(src, O.Load) and assign.src.id in top:
             return _Ring(src, len(chain), tuple(chain))
-        if not isinstance(src, O.Var) or mine[0].src.id in inside:
+        if not isinstance(src, O.Var) or assign.src.id in inside:
             return None
-        cur = mine[0].src.id
+        cur = assign.src.id
     return None
 
 
