@@ -76,7 +76,7 @@ class _State:
     fenced: frozenset = frozenset()         # fenced, not yet behind a barrier
     writer: dict = field(default_factory=dict)  # buffer -> loc of its last generic write
     # slots read by wgmma not yet committed: (pipe id, "cur"/"held"), and the register tiles
-    # those wgmma write or read: ("tile", tile id, wgmma site)
+    # those wgmma write or read: ("tile", tile id, the wgmma's program point)
     open_reads: frozenset = frozenset()
     groups: tuple = ()                      # committed groups in flight, oldest first
     # the empty-barrier arrivals owed, as the possible (pipe id, this step's slot, held slot)
@@ -124,6 +124,12 @@ def _merge_oldest(groups: tuple) -> tuple:
     return (groups[0] | groups[1],) + groups[2:] if len(groups) > MAX_BULK_GROUPS else groups
 
 
+def _body_point(op, at: tuple) -> tuple:
+    """The program point of `op.body`, for the op at point `at`: its index among the op's
+    regions (found by identity: regions compare by value)."""
+    return at + (next(j for j, r in enumerate(op.regions()) if r is op.body),)
+
+
 class _Checker:
     def __init__(self, kernel):
         self.root: dict[int, int] = {}
@@ -138,7 +144,7 @@ class _Checker:
         self.steps: dict[int, int] = {}      # consume stage value id -> pipe id
         self.tile_root: dict[int, int] = {}  # view id -> the register tile it is a view of
         self.wgmma_tiles: set[int] = set()   # tiles a wgmma writes (acc) or reads (register A)
-        self.sites: dict[int, O.Wgmma] = {}  # id(wgmma) -> the op
+        self.sites: dict[tuple, O.Wgmma] = {}  # program point of a wgmma -> the op
         for op in kernel.walk():
             if isinstance(op, O.Consume):
                 self.steps[op.stage.id] = op.pipe.id
@@ -149,7 +155,8 @@ class _Checker:
                 self.wgmma_tiles |= {self.tile(v) for v in self._wgmma_regs(op)}
         self.defs = {r.id: op for op in kernel.walk() for r in op.results()}
         self.forms: dict[int, tuple | None] = {}   # stage value id -> its affine form
-        self.loop_ids: dict[int, set[int]] = {}    # id(loop) -> values its iterations redefine
+        # a loop's index value id -> the values its iterations redefine
+        self.loop_ids: dict[int, set[int]] = {}
         # buffers some bulk store reads: a write elsewhere needs no store-read check
         self.store_bufs = {self.rt(op.src) for op in kernel.walk() if isinstance(op, O.TmaStore)}
         self.findings: dict[tuple, Finding] = {}
@@ -157,6 +164,10 @@ class _Checker:
         # top level, a warpgroup in a role); an elect states the group it picks from
         # (Elect.group, set by lower/elect.py), which must be this one
         self.group = 128
+        # the program point of the op being walked (the path of op and region indices from
+        # the kernel's body, as check_fills numbers assignments): the findings are keyed by
+        # it, a value (two equal ops, or one op object placed twice, are two points)
+        self.at: tuple[int, ...] = ()
 
     def rt(self, v) -> int:
         return self.root.get(v.id, v.id)
@@ -170,28 +181,34 @@ class _Checker:
         return [op.acc, op.a] if op.a_in_registers else [op.acc]
 
     def report(self, code, op, subject, ok: bool, msg="", witness=None, fix=""):
-        key = (code, id(op))
+        """A finding on `op`, the op at the walk's current point `self.at`."""
+        key = (code, self.at)
         if ok and key in self.findings:
             return  # a violation on some path stays a violation
         self.findings[key] = Finding(code, op.loc, subject, "proven" if ok else "violated",
                                      msg, witness or {}, fix)
 
     # -- transfer ------------------------------------------------------------------------
-    def region(self, region: Region, st: _State) -> _State:
-        for op in region.ops:
-            st = self.op(op, st)
-        self.scope_ends(region, st)
+    def region(self, region: Region, point: tuple, st: _State) -> _State:
+        """Walk `region`, whose program point is `point`."""
+        return self.ops([(point + (i,), op) for i, op in enumerate(region.ops)], st)
+
+    def ops(self, placed: list, st: _State) -> _State:
+        """Walk the ops of one region, given as (program point, op) in program order."""
+        for at, op in placed:
+            st = self.op(op, at, st)
+        self.scope_ends(placed, st)
         return st
 
-    def scope_ends(self, region: Region, st: _State) -> None:
-        """sync.acc at the end of a region: no rs wgmma issued in it is still in flight (its
-        packed A registers go out of scope here)."""
-        for op in region.ops:
+    def scope_ends(self, placed: list, st: _State) -> None:
+        """sync.acc at the end of a region (its ops as (program point, op)): no rs wgmma
+        issued in it is still in flight (its packed A registers go out of scope here)."""
+        for at, op in placed:
             if not (isinstance(op, O.Wgmma) and op.a_in_registers):
                 continue
-            live = any(k[2] == id(op) for g in (*st.groups, st.open_reads) for k in g
+            live = any(k[2] == at for g in (*st.groups, st.open_reads) for k in g
                        if len(k) == 3)
-            key = ("sync.acc", "scope", id(op))
+            key = ("sync.acc", "scope", at)
             if not live and key in self.findings:
                 continue  # a violation on some path stays a violation
             subject = f"register A of the wgmma at {op.loc} at the end of its scope"
@@ -206,35 +223,44 @@ class _Checker:
                 "lower.sync retires an rs group (wgmma.wait N + fence.operands) before the "
                 "end of the region that issued it")
 
-    def loop(self, loop: O.For, st: _State) -> _State:
-        head = st
+    def loop(self, loop: O.For, at: tuple, st: _State) -> _State:
+        head, body = st, _body_point(loop, at)
         for _ in range(MAX_LOOP_PASSES):
-            out = self.back_edge(loop, self.region(loop.body, head.copy()))
+            out = self.back_edge(loop, self.region(loop.body, body, head.copy()))
             nxt = _join(head, out)
             if nxt.key() == head.key():
                 return head  # zero or more iterations
             head = nxt
-        self.findings[("sync.fixpoint", id(loop))] = Finding(
+        self.findings[("sync.fixpoint", at)] = Finding(
             "sync.fixpoint", loop.loc, f"loop at {loop.loc}", "unknown",
             f"the synchronization state of this loop did not settle in {MAX_LOOP_PASSES} "
             f"passes: what is proven inside it holds for those iterations only")
         return head
 
-    def op(self, op, st: _State) -> _State:  # noqa: C901 - a dispatcher over the sync ops
+    def op(self, op, at: tuple, st: _State) -> _State:
+        """The state after `op`, at program point `at` (findings on it are keyed by `at`)."""
+        outer, self.at = self.at, at
+        try:
+            return self._op(op, at, st)
+        finally:
+            self.at = outer
+
+    def _op(self, op, at: tuple, st: _State) -> _State:  # noqa: C901 - a dispatcher
         if isinstance(op, O.For):
-            return self.loop(op, st)
+            return self.loop(op, at, st)
         if isinstance(op, O.If):
-            return _join(st, self.region(op.body, st.copy()))
+            return _join(st, self.region(op.body, _body_point(op, at), st.copy()))
         if isinstance(op, O.Elect):
             self.elect(op)
-            return self.region(op.body, st)
+            return self.region(op.body, _body_point(op, at), st)
         if isinstance(op, O.Consume):
             self.step_opens(op, st)
-            st = self.region(op.body, st)
+            st = self.region(op.body, _body_point(op, at), st)
+            self.at = at   # the inner walk set it to the body's ops
             self.step_closes(op, st)
             return st
         if isinstance(op, O.Produce):
-            return self.region(op.body, st)
+            return self.region(op.body, _body_point(op, at), st)
         if not isinstance(op, O.SYNC_OPS + (O.TileSlice, O.ExpandDims)) and not is_tag_op(op):
             self.register_access(op, st)
         if isinstance(op, (O.StMatrix, O.TmaLoad)):
@@ -268,8 +294,8 @@ class _Checker:
             self.async_read(op, views, "wgmma", st)
             slots = {(self.steps[self.stage_of[v.id]], "cur") for v in views
                      if self.stage_of.get(v.id) in self.steps}
-            tiles = {("tile", self.tile(v), id(op)) for v in self._wgmma_regs(op)}
-            self.sites[id(op)] = op
+            tiles = {("tile", self.tile(v), at) for v in self._wgmma_regs(op)}
+            self.sites[at] = op
             st.open_reads = st.open_reads | slots | tiles
         elif isinstance(op, O.WgmmaCommit):
             groups = st.groups + (st.open_reads,)
@@ -339,11 +365,11 @@ class _Checker:
         """Around a back edge a stage over a value the body redefines (or the induction
         variable) may be any slot in the next iteration; every store read is then an earlier
         iteration's."""
-        ids = self.loop_ids.get(id(loop))
+        ids = self.loop_ids.get(loop.var.id)
         if ids is None:
             ids = {v.id for x in loop.body.walk() for v in x.results()} | \
                 {v.id for v in loop.results()}
-            self.loop_ids[id(loop)] = ids
+            self.loop_ids[loop.var.id] = ids
 
         def forget(reads: frozenset) -> frozenset:
             return frozenset((b, None if form is None or any(x in ids for x, _ in form[1])
@@ -598,10 +624,14 @@ def obligations(model: Model) -> tuple[list, list[Finding]]:
     if not kernel.attr("synchronized", False):
         return turns, turn_findings  # the sync ops are lowering's decision: checked once made
     c = _Checker(kernel)
-    top = [op for op in kernel.body.ops if not isinstance(op, O.RoleOp)]
+    # program points are numbered on the kernel's body, roles included
+    top = [((i,), op) for i, op in enumerate(kernel.body.ops) if not isinstance(op, O.RoleOp)]
     c.group = kernel.attr("threads", 128)
-    c.region(Region(tuple(top)), _State())
+    c.ops(top, _State())
     c.group = 128  # a role's group is its warpgroup
-    for role in (op for op in kernel.body.ops if isinstance(op, O.RoleOp)):
-        c.role_ends(role, c.region(role.body, _State()))
+    for i, role in enumerate(kernel.body.ops):
+        if isinstance(role, O.RoleOp):
+            end = c.region(role.body, _body_point(role, (i,)), _State())
+            c.at = (i,)
+            c.role_ends(role, end)
     return turns, turn_findings + list(c.findings.values())

@@ -124,7 +124,7 @@ def test_a_wait_for_more_groups_than_are_in_flight_retires_none():
     c = _Checker(_tma_gemm())
     groups = (frozenset({(1, "cur")}), frozenset({(2, "cur")}), frozenset({(3, "cur")}))
     for pending, left in ((5, groups), (3, groups), (2, groups[1:]), (0, ())):
-        st = c.op(O.WgmmaWait(pending), _State(groups=groups))
+        st = c.op(O.WgmmaWait(pending), (0,), _State(groups=groups))
         assert st.groups == left, (pending, st.groups)
 
 
