@@ -56,8 +56,11 @@ class Names:
     def __init__(self, kernel: Kernel):
         self.kernel = kernel
         self.defs: dict[int, Op] = {}
-        self.scope: dict[int, _Scope] = {}        # id(op) -> its role and enclosing loops
         self.by_line: dict[tuple[str, int], list[Op]] = {}
+        # the role and enclosing loops of each op of `by_line`, at the same place: an op's
+        # key is its line and its place in the line's list (values; one op object placed
+        # twice, or two equal ops, are two entries)
+        self.line_scopes: dict[tuple[str, int], list[_Scope]] = {}
         self.params = {p.value.id: p.name for p in kernel.params}
         self._walk(kernel.body.ops, None, (), None)
         # in-place writers: TMA copies and stmatrix into a buffer, wgmma into its accumulator,
@@ -86,7 +89,6 @@ class Names:
 
     def _walk(self, ops, role, loops, elect) -> None:
         for op in ops:
-            self.scope[id(op)] = _Scope(role, loops, elect)
             for r in op.results():
                 self.defs[r.id] = op
             for extra in ("index", "stage"):  # role index, pipeline stage: block values
@@ -95,6 +97,8 @@ class Names:
                     self.defs[v.id] = op
             if op.loc.line:
                 self.by_line.setdefault((op.loc.file, op.loc.line), []).append(op)
+                self.line_scopes.setdefault((op.loc.file, op.loc.line), []).append(
+                    _Scope(role, loops, elect))
             inner_role = op if isinstance(op, O.RoleOp) else role
             inner_loops = loops + (op,) if isinstance(op, O.For) else loops
             inner_elect = op if isinstance(op, O.Elect) else elect
@@ -169,8 +173,8 @@ class Names:
         for op in ops:
             for v in op.operands():
                 add(v.id, True)
-        for op in self._innermost(ops):
-            for loop in reversed(self.scope[id(op)].loops):
+        for _, sc in self._innermost(loc):
+            for loop in reversed(sc.loops):
                 n = self.name(loop.var.id)
                 if n is not None:
                     out.setdefault(f"loop {n}", str(loop.loc))
@@ -222,20 +226,23 @@ class Names:
                 todo.extend(v.id for v in op.operands())
         return {t: ", ".join(w) for t, w in list(out.items())[:limit]}
 
-    def _innermost(self, ops: list[Op]) -> list[Op]:
-        """The first of `ops` inside the most roles and loops (or none): lowering places ops of
-        its own at a line's location outside them (a reduction's shared-memory scratch), which
-        must not stand for the line."""
-        def depth(op: Op) -> int:
-            sc = self.scope[id(op)]
+    def _innermost(self, loc: Loc) -> list[tuple[Op, _Scope]]:
+        """The first op at `loc` inside the most roles and loops, with its scope (or none):
+        lowering places ops of its own at a line's location outside them (a reduction's
+        shared-memory scratch), which must not stand for the line."""
+        key = (loc.file, loc.line)
+        placed = list(zip(self.by_line.get(key, []), self.line_scopes.get(key, [])))
+
+        def depth(sc: _Scope) -> int:
             return (sc.role is not None) + len(sc.loops)
-        return sorted(ops, key=lambda o: -depth(o))[:1]
+        return sorted(placed, key=lambda p: -depth(p[1]))[:1]
 
     def who(self, loc: Loc) -> dict[str, Any]:
-        ops = self._innermost(self.ops_at(loc))
-        if not ops:
+        placed = self._innermost(loc)
+        if not placed:
             return {}
-        sc = self.scope[id(ops[0])]
+        ops = [op for op, _ in placed]
+        sc = placed[0][1]
         out: dict[str, Any] = {}
         if sc.role is not None:
             out["role"] = sc.role.name
