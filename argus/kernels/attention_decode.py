@@ -45,7 +45,7 @@ from argus.target.limits import (NUM_SMS, REGISTERS_PER_SM, SMEM_PER_CTA_OPTIN,
                                  smem_per_sm_share)
 
 __all__ = ["DecodeSchedule", "MAX_QUERIES", "combine_shape", "decode_kernel",
-           "decode_combine_kernel", "merge_rows", "with_fused_combine",
+           "decode_combine_kernel", "merge_rows", "with_fused_combine", "fused_combine_pays",
            "default_decode_schedule", "num_splits", "decode_smem_bytes"]
 
 # The decode path takes up to this many query tokens per sequence (speculative decoding).
@@ -171,6 +171,20 @@ def with_fused_combine(s: DecodeSchedule, head_dim: int,
     while out.problems_for(head_dim, dtype) and out.stages > 2:
         out = dataclasses.replace(out, stages=out.stages - 1)
     return out
+
+
+def fused_combine_pays(s: DecodeSchedule, splits: int, rows: int, head_dim: int,
+                       paged: bool = False) -> bool:
+    """Whether the op's default merges `splits` splits of `rows` packed rows in the split
+    kernel (fused_combine) instead of a second launch: when the merge is one chunk of
+    merge_rows rows (one memory latency for the last-arriving warpgroup) on a contiguous
+    cache with one consumer warpgroup. Measured on the H200 (docs/perf/attention.md,
+    "Fused combine on the H200"): one chunk (GQA 4 rows, 16 splits) is 1.13x / 1.07x the
+    two launches at 8k / 32k keys; 16 chunks (64 rows) 0.47x / 0.66x, about 2 us a chunk
+    against the ~3 us a second launch costs, so more than one chunk does not pay."""
+    if splits <= 1 or paged or s.consumers != 1 or s.stagger or s.streams > 1:
+        return False
+    return rows <= merge_rows(combine_shape(splits, head_dim)[0], head_dim)
 
 
 @functools.lru_cache(maxsize=1024)   # on the op's host path, every call

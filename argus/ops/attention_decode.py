@@ -58,7 +58,8 @@ from argus.errors import LaunchError
 from argus.kernels.attention import LOG2E, ROWS
 from argus.kernels.attention_decode import (MAX_QUERIES, MAX_SPLITS, DecodeSchedule,
                                             combine_shape, decode_combine_kernel, decode_kernel,
-                                            default_decode_schedule, num_splits)
+                                            default_decode_schedule, fused_combine_pays,
+                                            num_splits, with_fused_combine)
 from argus.ops.attention_inputs import _bhsd, _check_strides, check
 
 _WHO = "argus.ops.attention_decode"
@@ -343,6 +344,8 @@ class _Call:
                                   f"only", fix="use fused_combine=False with a paged cache")
             if s.fused_combine and n == 1:
                 s = replace(s, fused_combine=False)   # one split: the direct kernel
+            if schedule is None and fused_combine_pays(s, n, rows, D, self.paged):
+                s = with_fused_combine(s, D, self.dt)  # one launch where the merge is short
             if (s.stagger or s.streams > 1) and (n > 1 or self.paged):
                 raise LaunchError(f"{_WHO}: {s} reorders the walk of the direct kernel, but "
                                   f"this call runs " + (f"{n} splits" if n > 1 else

@@ -215,8 +215,9 @@ def test_a_repeated_call_only_allocates_and_launches(monkeypatch, paged):
 
         def call():
             return attention_mod.attention(q, k, v)
-    # split + combine, dense or paged (the split paged kernel is proven since issue 13)
-    n = 2
+    # dense: one launch (4 GQA rows, 16 splits: the merge is one chunk, fused_combine_pays);
+    # paged: split + combine (the split paged kernel is proven since issue 13)
+    n = 2 if paged else 1
     out = call()
     assert calls == {"prepare": n, "launch": n, "check": 1, "decide": 1}, calls
     assert tuple(out.shape) == tuple(q.shape)
@@ -252,12 +253,14 @@ def test_a_new_signature_or_buffer_is_prepared_again(monkeypatch):
     calls = _stub_the_device(monkeypatch)
     q, k, v = _qkv(H=8, HKV=2, S=1, SK=1000, D=64)
     attention_mod.attention(q, k, v)
+    per_call = calls["launch"]      # the split kernel (its merge fused or a combine launch)
+    assert per_call >= 1
     attention_mod.attention(q, k, v, scale=0.5)
     attention_mod.attention(q, k, v, causal=True)
     assert calls["check"] == 3 and calls["decide"] == 3
     prepared = calls["prepare"]
     attention_mod.attention(q, k.clone(), v)
-    assert calls["check"] == 4 and calls["prepare"] == prepared + 2
+    assert calls["check"] == 4 and calls["prepare"] == prepared + per_call
     with pytest.raises(LaunchError, match="all be bfloat16 or all float16"):
         attention_mod.attention(q, k.half(), v)
     # plans prepared from kernels built unverified are not replayed with verification on
@@ -277,14 +280,18 @@ def test_a_call_that_copies_q_is_never_replayed(monkeypatch):
     calls = _stub_the_device(monkeypatch)
     q = torch.randn(1, 2, 8, 64).bfloat16().transpose(1, 2)      # [B, H, S, D] view
     k, v = (torch.randn(1, 2, 500, 64).bfloat16() for _ in range(2))
-    for n in range(1, 4):
+    attention_mod.attention(q, k, v)
+    per_call = calls["launch"]
+    assert per_call >= 1 and calls["prepare"] == per_call
+    for n in range(2, 4):
         attention_mod.attention(q, k, v)
-        assert calls["prepare"] == 2 * n, calls
+        assert calls["prepare"] == per_call * n, calls
     odd = torch.randn(1, 4 * 64 + 1).bfloat16()[:, 1:].view(1, 4, 1, 64)   # 2-byte offset
-    before = calls["prepare"]
+    before, launched = calls["prepare"], calls["launch"]
     attention_mod.attention(odd, k, v)
     attention_mod.attention(odd, k, v)
-    assert calls["prepare"] == before + 4
+    assert calls["launch"] > launched
+    assert calls["prepare"] - before == calls["launch"] - launched
 
 
 @pytest.mark.parametrize("SK", [100, 8192])    # the direct kernel; split + combine
@@ -407,3 +414,33 @@ def test_stagger_is_for_the_direct_kernel():
         DecodeSchedule(stagger=65)
     with pytest.raises(ValueError, match="streams=3"):
         DecodeSchedule(streams=3)
+
+
+@pytest.mark.parametrize("S,D,SK,fused", [
+    (1, 128, 8192, True),     # 4 GQA rows, 16 splits: the merge is one chunk
+    (16, 128, 8192, False),   # 64 rows: 16 chunks of 4, slower than a combine launch
+    (1, 256, 32768, False),   # 4 rows at head dim 256: two chunks of 2
+    (1, 64, 32768, True),
+    (1, 128, 100, False),     # one block: one split, the direct kernel
+])
+def test_default_fuses_the_combine_only_where_the_merge_is_one_chunk(S, D, SK, fused):
+    """The op's default decision (fused_combine_pays): the split kernel merges its splits
+    itself when the last warpgroup's merge is one chunk of merge_rows rows, else a combine
+    launch follows; an explicit schedule is taken as given."""
+    from argus.kernels.attention_decode import (default_decode_schedule, fused_combine_pays,
+                                                merge_rows, combine_shape)
+
+    mod = importlib.import_module("argus.ops.attention_decode")
+    q, k, v = _qkv(H=32, HKV=8, S=S, SK=SK, D=D)
+    call = mod._Call(q, k, v, None, None, False, 1.0, "bhsd", None, None)
+    [(r0, rows, s, n)] = call.chunks
+    assert rows == 4 * S
+    assert s.fused_combine is fused, (s, n)
+    assert fused_combine_pays(s, n, rows, D) is fused or n == 1
+    if fused:
+        assert n > 1 and rows <= merge_rows(combine_shape(n, D)[0], D)
+    given = default_decode_schedule(D, rows)
+    call = mod._Call(q, k, v, None, None, False, 1.0, "bhsd", None, given)
+    assert not call.chunks[0][2].fused_combine      # a schedule passed in is kept
+    # a paged cache never fuses (the fused kernel reads a contiguous cache)
+    assert not fused_combine_pays(given, 16, 4, D, paged=True)
