@@ -8,6 +8,7 @@
 #        tileorder poolsweep (one bench each, 30-120 s)
 #        rejudge (KB_IDS=ids [KB_LEVEL=1] [KB_BUDGET=120] [KB_RESUME=results.jsonl]: judge these again)
 #        owedtests pointwise16 decodefused fp8variants fp8op pagedsplit (CPU-built, GPU-owed)
+#        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES), decodetests
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -75,6 +76,15 @@ for s in "${steps[@]}"; do
     fp8variants) run_step fp8variants 120 python3 -u scripts/gpu_fp8_bench.py --variants --out "$OUT/fp8variants" ;;
     fp8op) run_step fp8op 90 python3 -u scripts/gpu_fp8_bench.py --block --out "$OUT/fp8op" ;;
     pagedsplit) run_step pagedsplit 90 python3 -u scripts/gpu_attention_bench.py --decode --paged 16,128 --out "$OUT/paged" ;;
+    # Nsight Compute on one case's kernels, ours beside the baseline's (scripts/gpu_profile.py)
+    profile) for c in ${PROFILE_CASES:-decode32 decode1 gemm4096}; do
+        run_step "ncu_$c" 150 ncu --clock-control none --profile-from-start off --csv --page raw \
+            --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+            --section Occupancy --section LaunchStats python3 -u scripts/gpu_profile.py --case "$c"
+        python3 scripts/gpu_profile.py --summarize "$OUT/ncu_$c.log" | tee "$OUT/ncu_$c.txt"
+      done ;;
+    decodetests) run_step decodetests 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_attention_decode_gpu.py ;;
     *) echo "unknown step $s" ;;
   esac
 done

@@ -1,0 +1,143 @@
+"""One case's kernels, ours beside the baseline's, under Nsight Compute's hardware counters:
+where the time goes inside a kernel (DRAM and L2 throughput, tensor-pipe use, why warps
+stall), which timing alone cannot say. Each case first runs every call once outside the
+profiled range (NVRTC builds, cuDNN plans, cuBLAS heuristics), then runs each call once
+between cudaProfilerStart and Stop, so ncu (--profile-from-start off) sees only those
+launches. ncu flushes the caches before each profiled kernel (its default cache control).
+
+    ncu --clock-control none --profile-from-start off --csv --page raw \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+        --section Occupancy --section LaunchStats \
+        python3 scripts/gpu_profile.py --case decode32 > decode32.csv
+    python3 scripts/gpu_profile.py --summarize decode32.csv
+
+Cases (bf16): decode32 / decode1 (argus.ops.attention decode, GQA 32:8, hd128, one token,
+batch 32 x 8k keys / batch 1 x 32k keys, against torch SDPA's cuDNN backend), gemm4096
+(argus.ops.matmul's 128x128 ping-pong TMA-store schedule and its cooperative 128x256
+default against torch.matmul, 4096^3). --summarize prints one line per kernel: duration,
+DRAM and L2 throughput, tensor-pipe use, issue slots, and the top stall reasons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+
+# metric (ncu raw name) -> short label for --summarize; stall reasons are found by prefix
+SUMMARY = [
+    ("gpu__time_duration.sum", "us"),
+    ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "dram%"),
+    ("dram__bytes_read.sum.per_second", "dram_rd/s"),
+    ("lts__throughput.avg.pct_of_peak_sustained_elapsed", "l2%"),
+    ("lts__t_sector_hit_rate.pct", "l2hit%"),
+    ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "tensor%"),
+    ("sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active", "gmma%"),
+    ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "sm%"),
+    ("smsp__issue_active.avg.pct_of_peak_sustained_active", "issue%"),
+    ("launch__registers_per_thread", "regs"),
+    ("launch__grid_size", "grid"),
+    ("sm__warps_active.avg.pct_of_peak_sustained_active", "occ%"),
+]
+STALL_PREFIX = "smsp__average_warp_latency_issue_stalled_"
+STALL_PREFIX2 = "smsp__average_warps_issue_stalled_"
+
+
+def run_case(case: str) -> None:
+    import torch
+
+    import argus.ops
+
+    torch.manual_seed(0)
+    calls = []
+    if case.startswith("decode"):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        B, SK = (32, 8192) if case == "decode32" else (1, 32768)
+        H, HKV, D = 32, 8, 128
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(B, HKV, SK, D, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(B, HKV, SK, D, device="cuda", dtype=torch.bfloat16)
+
+        def cudnn():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v,
+                                                                        enable_gqa=True)
+        calls = [("ours", lambda: argus.ops.attention(q, k, v)), ("cudnn", cudnn)]
+    elif case == "gemm4096":
+        from argus.kernels.gemm import GemmSchedule
+
+        a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        pp = GemmSchedule(bm=128, bn=128, stages=6, pingpong=True, epilogue="tma",
+                          store_cols=64)
+        coop = GemmSchedule(stages=4, epilogue="tma", cluster_m=2, store_cols=128)
+        calls = [("pingpong", lambda: argus.ops.matmul(a, b, out, schedule=pp)),
+                 ("coop", lambda: argus.ops.matmul(a, b, out, schedule=coop)),
+                 ("cublas", lambda: torch.matmul(a, b))]
+    else:
+        raise SystemExit(f"unknown case {case!r}")
+    for _, fn in calls:          # builds, plans and heuristics outside the profiled range
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for name, fn in calls:
+        torch.cuda.nvtx.range_push(name)
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+    torch.cuda.profiler.stop()
+    print(f"# {case}: profiled " + ", ".join(n for n, _ in calls), file=sys.stderr)
+
+
+def summarize(path: str) -> None:
+    with open(path, newline="") as f:
+        lines = [line for line in f if line.startswith('"')]
+    rows = list(csv.reader(lines))
+    if len(rows) < 3:
+        print(f"{path}: no kernel rows")
+        return
+    head, units, data = rows[0], rows[1], rows[2:]
+    col = {name: i for i, name in enumerate(head)}
+    for r in data:
+        name = r[col.get("Kernel Name", 0)][:60]
+        parts = []
+        for metric, label in SUMMARY:
+            if metric in col and r[col[metric]] not in ("", "n/a"):
+                value = r[col[metric]].replace(",", "")
+                unit = units[col[metric]]
+                if metric == "gpu__time_duration.sum":
+                    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit, 1.0)
+                    value = f"{float(value) * scale:.1f}"
+                parts.append(f"{label}={value}")
+        stalls = []
+        for i, metric in enumerate(head):
+            if metric.startswith((STALL_PREFIX, STALL_PREFIX2)) and metric.endswith(".ratio") \
+                    and r[i] not in ("", "n/a"):
+                try:
+                    stalls.append((float(r[i].replace(",", "")),
+                                   metric.split("stalled_")[1].split("_per")[0]))
+                except ValueError:
+                    pass
+        stalls.sort(reverse=True)
+        parts.append("stalls " + " ".join(f"{n}={v:.2f}" for v, n in stalls[:6]))
+        print(f"{name:60s} " + " ".join(parts))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", choices=["decode32", "decode1", "gemm4096"])
+    parser.add_argument("--summarize", metavar="CSV")
+    args = parser.parse_args()
+    if args.summarize:
+        summarize(args.summarize)
+    elif args.case:
+        run_case(args.case)
+    else:
+        parser.error("give --case or --summarize")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
