@@ -556,8 +556,8 @@ def _coverage(model: Model, st: StoreSite):
     # the count above is over every instance, the `ag.when`s around the store left out of
     # its premises (an injective map on the instances that pass a condition covers nothing):
     # each condition must let through the instances the count relies on (store_guards)
-    obs += guards.obligations(model, st)
-    return obs, finds, None
+    o, f = guards.obligations(model, st)
+    return obs + o, finds + f, None
 
 
 def _var_ranges(model: Model, st: StoreSite) -> dict:
@@ -656,7 +656,8 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
             pinned_vars[str(w)] = e
             obs.append(_turn_obligation(model, st, sc, w, e, los[str(w)], counts[str(w)],
                                         [p for _, p, q in conds if q is not None and p is not c]))
-    obs += guards.obligations(model, st, guarded)
+    guard_obs, guard_finds = guards.obligations(model, st, guarded)
+    obs += guard_obs
     # persistent walks: (program id, iteration) -> unit index u in [0, T)
     walked: dict[str, tuple] = {}      # loop var name -> (scope, T)
     grid_names = {str(v) for v, _, _ in model.grid_vars}
@@ -711,7 +712,7 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
         obs.append(tile)
     once = _once_implied(model, st, within, all_units, units, used, counts, pinned_vars,
                          walks, offset_obs, tile)
-    return obs, [], once
+    return obs, guard_finds, once
 
 
 def _once_implied(model, st, within, all_units, units, used, counts, pinned, walks, offset_obs,

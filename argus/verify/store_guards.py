@@ -12,6 +12,19 @@ adds, per condition around the store, one obligation from here:
     The loaded values are free in the query, so a condition on data is violated with the
     values that skip the store (a counterexample, not a guess: some input does that), unless
     the kernel states the data's contract (ag.tag_tensor value=, ag.tag_assume);
+  * a condition on the thread index (`ag.when(ag.thread_index() < 1)`, a per-thread mask
+    `pid * 128 + tid < N`) — read per element, at the threads that hold it: codegen stores a
+    register tile from every thread, each thread the registers it holds under the tile's
+    layout (codegen/cuda/memory.py: replicas of an element store it too), so element e is
+    written when the condition holds at one of its holders. The holders come from the layout
+    (target/register_layouts.py): thread t0(e), whose replicated bits are 0, and t0 | m for m
+    over the replicated bits; the query takes t0's other bits as 0/1 variables with e =
+    thread_part(t0) + regs[r] (one register r: the layout holds each element once per
+    replica class, checked), and claims the condition at t0 | m for some m. A one-element
+    tile is held by every thread under any layout; a larger tile of a kernel whose layouts
+    are not inferred yet (a traced, not lowered, kernel) is unknown. A thread index taken
+    outside the store's role, or a store that is not a register tile's, reads the condition
+    at every thread (the thread free: sound, and strict);
   * a ticket condition `old == k` on the old value of a self-resetting counter
     (`ag.atomic_fetch_add(CNT, cell, wrap=W)`: the fused split-decode combine, where the last
     of W splits merges) — exactly one of the W arrivals at a counter element passes it when
@@ -25,12 +38,17 @@ adds, per condition around the store, one obligation from here:
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
+
 import z3
 
+from argus.ir import ops as O
+from argus.target import register_layouts as RL
 from argus.verify import witness as W
 from argus.verify.check_atomics import _mentions_ticket, _tickets
 from argus.verify.model import Model, StoreSite, _num, trailing
-from argus.verify.obligation import Obligation
+from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import free_consts, fresh_int
 
@@ -45,18 +63,44 @@ def unguarded(st: StoreSite) -> list[z3.BoolRef]:
     return [c for sc in st.site.scopes if sc.kind != "if" for c in sc.constraints]
 
 
-def obligations(model: Model, st: StoreSite, conds: list | None = None) -> list[Obligation]:
-    """One store.coverage obligation per condition in `conds` (all of the store's by
-    default): see the module docstring."""
-    out = []
+def obligations(model: Model, st: StoreSite, conds: list | None = None) \
+        -> tuple[list[Obligation], list[Finding]]:
+    """The store.coverage obligations of the conditions in `conds` (all of the store's by
+    default), and an unknown finding for a condition on the thread index whose holders are
+    not known: see the module docstring. The conditions on the thread index that resolve
+    through the tile's layout are one obligation (one replica of the element must pass them
+    all; each passed by another replica stores nothing); every other condition is its own."""
+    obs: list[Obligation] = []
+    finds: list[Finding] = []
+    held: list = []   # (scope, condition, holders) resolved through the layout
     for sc, c in (conditions(st) if conds is None else conds):
         ticket = _ticket_form(model, st, c)
-        if ticket is None:
-            out.append(_holds(model, st, sc, c))
-        else:
-            out += [_ticket_obligation(model, st, sc, *ticket),
+        if ticket is not None:
+            obs += [_ticket_obligation(model, st, sc, *ticket),
                     _counter_inside(model, st, sc, ticket[0])]
-    return out
+            continue
+        h = _holders(model, st, c)
+        if isinstance(h, str):
+            finds.append(Finding(
+                "store.coverage", sc.op.loc, _subject(st, [(sc, c)]), "unknown",
+                f"the condition reads the thread index, and {h}",
+                fix="verify the lowered kernel (verify.run(kernel, lower=True); ag.compile "
+                    "verifies it), where every tile has its register layout"))
+        elif h is not None and h.layout is not None:
+            held.append((sc, c, h))
+        else:
+            obs.append(_holds(model, st, [(sc, c)], h))
+    if held:
+        tids = {str(t): t for _, _, h in held for t in h.tids}
+        obs.append(_holds(model, st, [(sc, c) for sc, c, _ in held],
+                          _Holders(tuple(tids.values()), held[0][2].layout)))
+    return obs, finds
+
+
+def _subject(st: StoreSite, conds: list) -> str:
+    lines = ", ".join(str(sc.op.loc) for sc, _ in conds)
+    return (f"the condition{'s' if len(conds) > 1 else ''} at {lines} around the store to "
+            f"{st.tensor.name} at {st.op.loc}")
 
 
 def _dest(st: StoreSite, idx) -> list:
@@ -64,39 +108,54 @@ def _dest(st: StoreSite, idx) -> list:
     return [_num(x) for x in trailing(st.offsets, seq)]
 
 
-def _holds(model: Model, st: StoreSite, sc, cond) -> Obligation:
-    """The condition holds at every instance that stores an in-bounds element."""
+def _stored(model: Model, st: StoreSite):
+    """(tile element variables, destination, premises): an element of the tile whose
+    destination lies inside the tensor, the elements that a condition must let through."""
     idx = [fresh_int(f"e{d}") for d in range(len(st.shape))]
     dest = _dest(st, idx)
-    inb = [z3.And(d >= 0, d < _num(st.tensor.extent(model, k))) for k, d in enumerate(dest)]
-    prem = list(model.premises) + unguarded(st) + inb + \
-        [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)]
+    inside = [z3.And(d >= 0, d < _num(st.tensor.extent(model, k))) for k, d in enumerate(dest)]
+    return idx, dest, inside + [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)]
+
+
+def _holds(model: Model, st: StoreSite, conds: list, h: _Holders | None) -> Obligation:
+    """The conditions `conds` hold at every instance that stores an in-bounds element (at a
+    thread holding the element, for conditions on the thread index: `_holding`)."""
+    idx, dest, stored = _stored(model, st)
+    held, thread, claims = _holding(h, idx, conds)
+    prem = list(model.premises) + unguarded(st) + stored + held
     name = st.tensor.name
 
     def decode(zm, violated):
+        # the conditions violated (one claim each, or one claim for all of them)
+        failed = [k for k, (n, _) in enumerate(claims) if n in violated] \
+            if len(claims) == len(conds) else list(range(len(conds)))
+        at = ", ".join(str(conds[k][0].op.loc) for k in failed or [0])
         wit = W.context(model, zm, st.site)
         wit["tile_element"] = tuple(value(zm, i) for i in idx)
         wit["output"] = W.fmt_elem(name, [value(zm, d) for d in dest])
-        wit["condition"] = str(sc.op.loc)
-        read = {str(t): value(zm, t) for t in _reads(cond)}
+        wit["condition"] = at
+        read = {str(t): value(zm, t) for k in failed for t in _reads(conds[k][1])}
         if read:
             wit["values_read"] = read
+        if thread is not None:
+            wit.update(_holder_wit(h, zm, thread, wit["tile_element"]))
         who = f"CTA {wit.get('cta')}" + (f" warpgroup {wit['warpgroup']}"
-                                         if "warpgroup" in wit else "")
+                                         if "warpgroup" in wit else "") + \
+            (f" thread {wit['thread']}" if thread is not None else "")
         why = (f" with the values read at run time {read}" if read else "")
-        return (f"the store at {st.op.loc} runs only where the condition at {sc.op.loc} holds, "
+        return (f"the store at {st.op.loc} runs only where the condition at {at} holds, "
                 f"and it does not for {who}{why}: {wit['output']} (tile element "
                 f"{wit['tile_element']}) is never written"), wit
-    return Obligation("store.coverage", sc.op.loc,
-                      f"the condition at {sc.op.loc} around the store to {name} at "
-                      f"{st.op.loc}", prem,
-                      [(f"the condition at {sc.op.loc} holds", cond)], decode,
-                      minimize=list(idx) + list(st.site.scope_vars()),
+    return Obligation("store.coverage", conds[0][0].op.loc, _subject(st, conds), prem,
+                      claims, decode,
+                      minimize=list(idx) + list(st.site.scope_vars()) +
+                      ([thread] if thread is not None else []),
                       fix=f"store {name} unconditionally (the instances outside it store "
                           f"nothing), or, if the kernel writes part of {name} on purpose, "
                           f"declare it: @ag.kernel(partial_outputs=('{name}',)); a condition "
                           f"on data read at run time holds only under a contract the kernel "
-                          f"states (ag.tag_tensor(..., value=...), ag.tag_assume)")
+                          f"states (ag.tag_tensor(..., value=...), ag.tag_assume); one on "
+                          f"the thread index must pass a thread holding each element")
 
 
 def _reads(term) -> list:
@@ -135,8 +194,8 @@ def _ticket_form(model: Model, st: StoreSite, cond):
         if len(free) != 1:
             return None
         f = str(free[0])
-        idx = [fresh_int(f"e{d}") for d in range(len(st.shape))]
-        used = set().union(*(free_consts(x) for x in _dest(st, idx) + unguarded(st) + [k]))
+        _, dest, _ = _stored(model, st)
+        used = set().union(*(free_consts(x) for x in dest + unguarded(st) + [k]))
         if f in used or not free_consts(k) <= inst | set(model.params):
             return None
         return a, k, free[0]
@@ -149,11 +208,9 @@ def _counter_inside(model: Model, st: StoreSite, sc, a) -> Obligation:
     condition passes, while atomic.tickets and the ticket obligation take the element inside
     (their premises), so a counter tensor shorter than the cells the stores need would leave
     those stores out unseen."""
-    idx = [fresh_int(f"e{d}") for d in range(len(st.shape))]
-    dest = _dest(st, idx)
-    inb = [z3.And(d >= 0, d < _num(st.tensor.extent(model, k))) for k, d in enumerate(dest)]
+    idx, dest, stored = _stored(model, st)
     prem = [p for p in model.premises if not _mentions_ticket(p, model)] + unguarded(st) + \
-        a.site.constraints() + inb + [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)]
+        a.site.constraints() + stored
     cell = [_num(o) for o in a.offsets]
     inside = z3.And([z3.And(o >= 0, o < _num(a.tensor.extent(model, d)))
                      for d, o in enumerate(cell)])
@@ -201,3 +258,122 @@ def _ticket_obligation(model: Model, st: StoreSite, sc, a, k, free) -> Obligatio
                       f"of counter {a.tensor.name} ({a.op.loc}; the {who} counts them) "
                       f"store {st.tensor.name} at {st.op.loc}", tickets.premises, claims,
                       decode, fix=tickets.fix)
+
+
+# ----------------------------------------------------------------------------- thread holders
+
+
+@dataclass(frozen=True)
+class _Holders:
+    """The threads that store an element of the tile, for a condition reading `tids` (the
+    thread index, one variable per ag.thread_index() call: one thread's index all the same).
+    `layout`: the register layout that holds the element; None reads the condition at every
+    thread (the thread free), for the reason `why`."""
+
+    tids: tuple
+    layout: RL.RegisterLayout | None
+    why: str = ""
+
+
+def _holders(model: Model, st: StoreSite, cond) -> _Holders | str | None:
+    """How the condition's thread index resolves per stored element (module docstring): None
+    when it reads no thread index, why not as a string when the tile's holders are unknown."""
+    tids = tuple(z3.Int(n) for n in sorted(free_consts(cond))
+                 if getattr(model.vars.get(n), "kind", None) == "thread")
+    if not tids:
+        return None
+    if st.kind != "store":
+        return _Holders(tids, None, f"a {st.kind} is issued, not stored by the threads "
+                                    f"holding a register tile")
+    role = st.site.role.index.id if st.site.role is not None else None
+    if any(_role_of(model, model.vars[str(t)].value.id) != role for t in tids):
+        return _Holders(tids, None, "the thread index is taken outside the store's role (an "
+                                    "index over other threads than the tile's)")
+    threads = 128 if st.site.role is not None else int(model.threads)
+    size = 1
+    for n in st.shape:
+        size *= n
+    if not st.tile.layout and size > 1:
+        return (f"the stored tile's register layout is not inferred in this kernel (traced, "
+                f"not lowered): which thread holds which of its {size} elements is not known")
+    try:
+        # every thread holds the one element of a one-element tile, whatever its layout
+        lay = st.tile.register_layout(threads) if st.tile.layout else \
+            RL.replicated(st.shape, threads)
+    except ValueError as e:
+        return f"the stored tile's layout {st.tile.layout!r} is not built ({e})"
+    why = lay.check_exact() if threads & (threads - 1) == 0 else \
+        f"its {threads} threads are not a power of two"
+    for d in range(lay.rank):
+        imgs = [img[d] for img in lay.thread_bases if img[d]]
+        if why is None and sum(imgs) != _or(imgs):
+            why = f"thread bits combine by XOR along tile dim {d}"
+    if why is not None:
+        return (f"the holders of the stored tile's elements (layout {lay.name}) are not "
+                f"modelled: {why}")
+    return _Holders(tids, lay)
+
+
+def _or(xs: list[int]) -> int:
+    out = 0
+    for x in xs:
+        out |= x
+    return out
+
+
+def _role_of(model: Model, vid: int) -> int | None:
+    """The role (its index's IR name) whose body takes thread index `vid`; None outside
+    roles, where the index runs over the CTA instead of one warpgroup."""
+    for r in model.kernel.walk():
+        if isinstance(r, O.RoleOp) and any(isinstance(o, O.ThreadIndex) and o.result.id == vid
+                                           for o in r.body.walk()):
+            return r.index.id
+    return None
+
+
+def _holding(h: _Holders | None, idx, conds: list):
+    """(premises, thread term, claims) of the conditions `conds` at tile element `idx`. With
+    a layout: thread t0 holds the element (its replicated bits 0, its other bits 0/1
+    variables, one register's offset) and the conditions hold at t0 or at one replica t0 | m
+    (all of them at the same one). Exact: the layout holds each element once per replica
+    class (`check_exact`) and its thread bits add along each dim, so one (t0, register)
+    meets the premises for each element of the tile. Without one, each condition is claimed
+    as it stands (a thread index in it is free: every thread)."""
+    named = [(f"the condition at {sc.op.loc} holds", c) for sc, c in conds]
+    if h is None or h.layout is None:
+        return [], (h.tids[0] if h is not None else None), named
+    lay = h.layout
+    rep = lay.replicated_bits()
+    bits = {b: fresh_int(f"holder_bit{b}") for b in range(len(lay.thread_bases))
+            if b not in rep}
+    t0 = z3.Sum([z3.IntVal(0)] + [v * (1 << b) for b, v in bits.items()])
+    part = [z3.Sum([z3.IntVal(0)] + [v * lay.thread_bases[b][d] for b, v in bits.items()
+                                     if lay.thread_bases[b][d]]) for d in range(lay.rank)]
+    prem = [z3.And(v >= 0, v <= 1) for v in bits.values()] + [t0 < lay.threads] + \
+        [z3.Or([z3.And([i == p + o for i, p, o in zip(idx, part, reg)]) for reg in lay.regs])]
+
+    def at(cond, m: int):
+        return z3.substitute(cond, *[(t, t0 + m) for t in h.tids])
+    if not rep:
+        return prem, t0, [(f"{n} at the thread holding the element", at(c, 0)) for n, c in named]
+    masks = [sum(1 << b for b in sub) for k in range(len(rep) + 1)
+             for sub in itertools.combinations(rep, k)]
+    name = (named[0][0] if len(named) == 1 else
+            f"the conditions at {', '.join(str(sc.op.loc) for sc, _ in conds)} hold") + \
+        " at one of the threads holding the element"
+    return prem, t0, [(name, z3.Or([z3.And([at(c, m) for _, c in named]) for m in masks]))]
+
+
+def _holder_wit(h: _Holders, zm, t0, element: tuple) -> dict:
+    """The thread (and register) holding the element whose store the condition skips."""
+    t = value(zm, t0)
+    if h.layout is None:
+        return {"thread": t, "threads": f"{h.why}: the condition must hold at every thread, "
+                                        f"and thread {t} fails it"}
+    lay = h.layout
+    reg = next((r for r in range(lay.nregs) if lay.coord(t, r) == element), None)
+    rep = lay.replicated_bits()
+    who = (f"thread {t} holds it (layout {lay.name}) and fails the condition" if not rep else
+           f"thread {t} and the {(1 << len(rep)) - 1} threads that differ from it in thread "
+           f"bits {list(rep)} hold it (layout {lay.name}) and all fail the condition")
+    return {"thread": t, "register": reg, "threads": who}
