@@ -51,7 +51,6 @@ import z3
 from argus.ir import ops as O
 from argus.ir.types import TileType
 from argus.verify import witness as W
-from argus.verify.identity import ObjectMap
 from argus.verify.model import Model, WgmmaSite, _num
 from argus.verify.obligation import Obligation
 from argus.verify import solver
@@ -107,11 +106,12 @@ def group_of(model: Model, site: WgmmaSite) -> Group | None:
     k-once applies). Decided once per model."""
     memo = model.__dict__.get("_promotion_groups")
     if memo is None:
-        memo = model._promotion_groups = ObjectMap()
+        # by the site's program point (Site.seq, a value; one site per wgmma op)
+        memo = model._promotion_groups = {}
         for g in _groups(model):
             for s in g.sites:
-                memo[s.op] = g
-    return memo.get(site.op)
+                memo[s.site.seq] = g
+    return memo.get(site.site.seq)
 
 
 # ----------------------------------------------------------------------------- structure
@@ -123,23 +123,45 @@ def _defs(model: Model) -> dict:
 
 
 def _tree(model: Model):
-    """(op -> (region, index in it), region id -> (region, parent op)): the structured IR's
-    nesting, once per model."""
+    """(program point -> op, value id -> the point of the op defining it): the structured
+    IR's nesting, once per model. A program point is a value: the path of (op index in its
+    region, region index in its op) from the kernel's body, as check_fills numbers
+    assignments ((3, 0, 5): the sixth op of the first region of the body's fourth op). An
+    assignment or a wgmma has no result to be named by, and two equal ops are two points.
+
+    What the walks need follows from the points: the op at p sits at index p[-1] of the
+    region at p[:-1] (`_region`), whose op is at p[:-2]; program order (the kernel's pre-order
+    walk) is the points' lexicographic order; an op is inside a loop iff the loop's point is
+    a proper prefix of its own."""
     got = model.__dict__.get("_promotion_tree")
     if got is None:
-        where, parent = ObjectMap(), {}
-        parent[id(model.kernel.body)] = (model.kernel.body, None)
+        ops: dict[tuple[int, ...], O.Op] = {}
+        defined: dict[int, tuple[int, ...]] = {}
 
-        def visit(region):
+        def visit(region, point: tuple[int, ...]) -> None:
             for i, op in enumerate(region.ops):
-                where[op] = (region, i)
-                for r in op.regions():
-                    parent[id(r)] = (r, op)
-                    visit(r)
-        visit(model.kernel.body)
-        order = ObjectMap((op, i) for i, op in enumerate(model.kernel.walk()))
-        got = model._promotion_tree = (where, parent, order)
+                at = point + (i,)
+                ops[at] = op
+                for r in op.results():
+                    defined.setdefault(r.id, at)
+                for j, r in enumerate(op.regions()):
+                    visit(r, at + (j,))
+        visit(model.kernel.body, ())
+        got = model._promotion_tree = (ops, defined)
     return got
+
+
+def _region(model: Model, point: tuple[int, ...]):
+    """The region at a region's program point (() is the kernel's body)."""
+    if not point:
+        return model.kernel.body
+    ops, _ = _tree(model)
+    return ops[point[:-1]].regions()[point[-1]]
+
+
+def _inside(point: tuple[int, ...], loop: tuple[int, ...]) -> bool:
+    """Whether the op at `point` is inside the op at `loop` (in one of its regions)."""
+    return len(point) > len(loop) and point[:len(loop)] == loop
 
 
 def _reads(defs: dict, vid: int, target: int) -> bool:
@@ -188,17 +210,23 @@ def _groups(model: Model) -> list[Group]:
     from argus.verify.wgmma_facts import _acc_chain, _carried_across
 
     defs = _defs(model)
-    sites = ObjectMap((s.op, s) for s in model.wgmmas)
-    writers: dict[int, list] = {}
-    for op in model.kernel.walk():
+    at_point, defined = _tree(model)
+    # the wgmma ops by program point: the register each writes (writers), the model's site
+    # of each (matched to its op object once here; a point is what the walks below carry)
+    writers: dict[int, list[tuple[int, ...]]] = {}
+    for at, op in at_point.items():
         if isinstance(op, O.Wgmma):
-            writers.setdefault(op.acc.id, []).append(op)
-    partials = {vid for vid, ops in writers.items() if any(o.overwrite for o in ops)}
+            writers.setdefault(op.acc.id, []).append(at)
+    sites = {at: s for s in model.wgmmas for ats in writers.values() for at in ats
+             if at_point[at] is s.op}
+    partials = {vid for vid, ats in writers.items()
+                if any(at_point[a].overwrite for a in ats)}
     if not partials:
         return []
-    ews = ObjectMap((e.op, e) for e in model.ews)
-    found: dict[int, list] = {}   # chain root -> [(assign, add op, read op, partial, base)]
-    for op in model.kernel.walk():
+    ews = {e.op.result.id: e for e in model.ews}   # by the elementwise op's result (IR name)
+    # chain root -> [(assign's point, add op, read op, partial, base)]
+    found: dict[int, list] = {}
+    for at, op in at_point.items():
         if not isinstance(op, O.Assign) or not isinstance(defs.get(op.dst.id), O.Var):
             continue
         # dst = x + f(p1) + f(p2) + ... (the DSL folds consecutive `acc = acc + part` into
@@ -211,28 +239,28 @@ def _groups(model: Model) -> list[Group]:
             continue
         base, terms = got
         for partial, read, add in terms:
-            found.setdefault(root, []).append((op, add, read, partial, base))
-    where, parent, order = _tree(model)
+            found.setdefault(root, []).append((at, add, read, partial, base))
     out = []
     for root, proms in found.items():
         used = {p[3] for p in proms}
-        if not _pure(model, defs, writers, used, proms, order):
+        if not _pure(model, writers, used, proms):
             continue
-        group_sites = [sites.get(o) for vid in used for o in writers[vid]]
+        group_sites = [sites.get(a) for vid in used for a in writers[vid]]
         if any(s is None for s in group_sites):
             continue
         group_sites.sort(key=lambda s: s.site.seq)
         if len({s.op.k_extent for s in group_sites}) != 1:
             continue
-        made = []
-        for assign, add, read, vid, _ in proms:
-            ew = ews.get(add)
-            if ew is None or where.get(read) is None or where.get(assign) is None or \
-                    where.get(read)[0] is not where.get(assign)[0]:
+        made, assigned = [], []
+        for assign_at, add, read, vid, _ in proms:
+            ew = ews.get(add.result.id)
+            read_at = defined.get(read.result.id)
+            # the read in the assignment's region (values: the two regions' points)
+            if ew is None or read_at is None or read_at[:-1] != assign_at[:-1]:
                 made = None
                 break
-            region, index = where.get(read)
-            cases = _before(model, sites, writers[vid], vid, region, index)
+            assign = at_point[assign_at]
+            cases = _before(model, sites, vid, read_at)
             if cases is None:
                 made = None
                 break
@@ -250,19 +278,21 @@ def _groups(model: Model) -> list[Group]:
             if made is None:
                 break
             made.append(Promotion(assign, ew, read, vid, loops, tuple(cases)))
-        if not made or not _linear(model, defs, root, made, [p[4] for p in proms], order):
+            assigned.append(assign_at)
+        if not made or not _linear(model, defs, root, made, assigned, [p[4] for p in proms]):
             continue
         name = next((p.assign.dst.hint for p in made if p.assign.dst.hint), f"%{root}")
         out.append(Group(root, tuple(made), tuple(group_sites), name))
     return out
 
 
-def _pure(model, defs, writers, used, proms, order) -> bool:
+def _pure(model, writers, used, proms) -> bool:
     """Every write of the partials is an overwriting wgmma, nothing assigns them, and nothing
     reads them but the promotions' reads and wgmma fences."""
-    reads = {id(p[2]) for p in proms}
+    at_point, _ = _tree(model)
+    reads = {p[2].result.id for p in proms}   # the reading ops, by their results (IR names)
     for vid in used:
-        if not all(o.overwrite for o in writers[vid]):
+        if not all(at_point[a].overwrite for a in writers[vid]):
             return False
     for op in model.kernel.walk():
         if isinstance(op, O.Assign) and op.dst.id in used:
@@ -272,14 +302,14 @@ def _pure(model, defs, writers, used, proms, order) -> bool:
                                                if v is not op.acc):
                 return False
             continue
-        if id(op) in reads:
+        if any(r.id in reads for r in op.results()):
             continue
         if any(v.id in used for v in op.operands()):
             return False
     return True
 
 
-def _linear(model, defs, root, made, sums, order) -> bool:
+def _linear(model, defs, root, made, assigned, sums) -> bool:
     """Every promotion adds to the running sum, and the destination is read (beyond the
     promotions and its own variables) only after every promotion and outside the loops the
     promotions sum over, where it holds the whole sum.
@@ -291,38 +321,44 @@ def _linear(model, defs, root, made, sums, order) -> bool:
     cases: the intersection); a loop body is walked until its set at entry is stable (an
     intersection with the set at its end: it may run any number of times). A read elsewhere
     (an observer) must see a variable of the set, after the last promotion, outside the
-    promotions' loops."""
+    promotions' loops. `assigned`: the program points of the promotions' assignments (the
+    walk carries points: an assignment has no result to be named by)."""
     from argus.verify.wgmma_facts import _acc_chain
 
+    _, defined = _tree(model)
     chain = {root}
     for op in model.kernel.walk():
         if isinstance(op, O.Var) and isinstance(op.result.type, TileType) and \
                 _acc_chain(defs, op.result.id)[-1] == root:
             chain.add(op.result.id)
-    by_assign = ObjectMap((p.assign, x) for p, x in zip(made, sums))
+    by_assign = dict(zip(assigned, sums))
     # the sums' values (each add's result), read only by the next add of the same sum or by
     # its assignment
-    sums_ops = ObjectMap([(p.add.op, True) for p in made] + [(p.assign, True) for p in made])
     adds = {p.add.op.result.id for p in made}
-    last = max(order.get(p.assign) for p in made)
-    loops = [sc.op for p in made for sc in p.loops]
 
-    def observer_ok(op, live) -> bool:
+    def sums_op(op, at) -> bool:
+        """Whether the op at `at` is one of the sums' adds or assignments."""
+        return at in by_assign or any(r.id in adds for r in op.results())
+    last = max(assigned)   # program order is the points' order
+    loops = [defined[sc.op.var.id] for p in made for sc in p.loops]   # For defines its index
+
+    def observer_ok(op, at, live) -> bool:
         return all(v.id in live for v in op.operands() if v.id in chain) and \
-            order.get(op) > last and not any(_inside(model, op, lp) for lp in loops)
+            at > last and not any(_inside(at, lp) for lp in loops)
 
-    def run(region, live: frozenset):
-        for op in region.ops:
+    def run(region, point, live: frozenset):
+        for i, op in enumerate(region.ops):
+            at = point + (i,)
             if any(r.id == root for r in op.results()):
                 live = frozenset({root})         # the sum starts (again, in a unit loop)
                 continue
-            hit = by_assign.get(op)
+            hit = by_assign.get(at)
             if hit is not None:
                 if hit not in live:
                     return None          # adds to a copy that misses a promotion
                 live = frozenset({op.dst.id})
                 continue
-            if any(v.id in adds for v in op.operands()) and op not in sums_ops:
+            if any(v.id in adds for v in op.operands()) and not sums_op(op, at):
                 return None              # a promotion's sum read by something else
             if isinstance(op, O.Var) and op.result.id in chain:
                 if op.init.id in live:
@@ -333,19 +369,19 @@ def _linear(model, defs, root, made, sums, order) -> bool:
                     live = live | {op.dst.id} if op.src.id in live else live - {op.dst.id}
                     continue
                 return None              # the sum rescaled or replaced: not a plain sum
-            if any(v.id in chain for v in op.operands()) and op not in sums_ops:
-                if isinstance(op, O.Wgmma) or not observer_ok(op, live):
+            if any(v.id in chain for v in op.operands()) and not sums_op(op, at):
+                if isinstance(op, O.Wgmma) or not observer_ok(op, at, live):
                     return None
-            for r in op.regions():
+            for j, r in enumerate(op.regions()):
                 if isinstance(op, O.If):
-                    got = run(r, live)
+                    got = run(r, at + (j,), live)
                     if got is None:
                         return None
                     live = live & got
                 elif isinstance(op, O.For):
                     entry = live
                     while True:
-                        got = run(r, entry)
+                        got = run(r, at + (j,), entry)
                         if got is None:
                             return None
                         nxt = entry & got
@@ -354,28 +390,13 @@ def _linear(model, defs, root, made, sums, order) -> bool:
                         entry = nxt
                     live = entry & got
                 else:
-                    got = run(r, live)
+                    got = run(r, at + (j,), live)
                     if got is None:
                         return None
                     live = got
         return live
 
-    return run(model.kernel.body, frozenset({root})) is not None
-
-
-def _inside(model, op, loop) -> bool:
-    where, parent, _ = _tree(model)
-    while True:
-        got = where.get(op)
-        if got is None:
-            return False
-        region, _ = got
-        _, owner = parent[id(region)]
-        if owner is None:
-            return False
-        if owner is loop:
-            return True
-        op = owner
+    return run(model.kernel.body, (), frozenset({root})) is not None
 
 
 # ----------------------------------------------------------------------------- reaching writes
@@ -384,27 +405,30 @@ def _inside(model, op, loop) -> bool:
 _NONE = "no write"
 
 
-def _before(model: Model, sites, writes, vid: int, region, index: int):
-    """The cases of the partial's content at region.ops[index] (before it runs), or None."""
-    where, parent, _ = _tree(model)
+def _before(model: Model, sites, vid: int, point: tuple[int, ...]):
+    """The cases of the partial's content at the op at program point `point` (before it
+    runs), or None. `sites`: the wgmma sites by program point."""
+    ops, _ = _tree(model)
     cases: list[Case] = []
     pending = z3.BoolVal(True)   # no write found after this point yet
+    where, index = point[:-1], point[-1]    # the region's point, the op's index in it
     while True:
-        got = _scan_back(model, sites, region.ops[:index], vid, pending, from_definition=True)
+        got = _scan_back(model, sites, where, index, vid, pending, from_definition=True)
         if got is None:
             return None
         found, pending, finished = got
         cases += found
         if finished:
             return cases
-        _, owner = parent[id(region)]
-        if owner is None:
-            return None
+        if not where:
+            return None                     # the kernel's body: no op around it
+        owner_at = where[:-1]
+        owner = ops[owner_at]
         if isinstance(owner, O.For):
             # the previous iteration's last write, else (at the first) what came before
             var = model.sym[owner.var.id]
             start, step = _num(model.scalar(owner.start)), _num(model.scalar(owner.step))
-            got = _last_in_region(model, sites, owner.body, vid)
+            got = _last_in_region(model, sites, where, vid)
             if got is None:
                 return None
             if got is not _NONE:
@@ -416,19 +440,22 @@ def _before(model: Model, sites, writes, vid: int, region, index: int):
                 pending = z3.And(pending, var == start)
         elif not isinstance(owner, (O.If, O.Produce, O.Consume, O.Elect, O.RoleOp)):
             return None
-        got = where.get(owner)
-        if got is None:
-            return None
-        region, index = got
+        where, index = owner_at[:-1], owner_at[-1]
 
 
-def _last_in(model: Model, sites, op, vid: int):
-    """The last write of the partial while `op` runs: (cases, the condition that it wrote),
-    _NONE, or None (not followed)."""
+def _body_point(op, at: tuple[int, ...]) -> tuple[int, ...]:
+    """The program point of `op.body`, for the op at `at` (its index among the op's regions,
+    found by identity: regions compare by value)."""
+    return at + (next(j for j, r in enumerate(op.regions()) if r is op.body),)
+
+
+def _last_in(model: Model, sites, op, at: tuple[int, ...], vid: int):
+    """The last write of the partial while `op` (at program point `at`) runs: (cases, the
+    condition that it wrote), _NONE, or None (not followed)."""
     if isinstance(op, O.Wgmma):
         if op.acc.id != vid:
             return _NONE
-        site = sites.get(op)
+        site = sites.get(at)
         if site is None or not op.overwrite:
             return None
         return [Case(z3.BoolVal(True), site)], z3.BoolVal(True)
@@ -437,16 +464,16 @@ def _last_in(model: Model, sites, op, vid: int):
     if not op.regions():
         return _NONE
     if isinstance(op, (O.Produce, O.Consume, O.Elect)):
-        return _last_in_region(model, sites, op.body, vid)
+        return _last_in_region(model, sites, _body_point(op, at), vid)
     if isinstance(op, O.If):
-        got = _last_in_region(model, sites, op.body, vid)
+        got = _last_in_region(model, sites, _body_point(op, at), vid)
         if got is None or got is _NONE:
             return got
         cond = model._bool(op.cond)
         inner, complete = got
         return [c.under(cond) for c in inner], z3.And(cond, complete)
     if isinstance(op, O.For):
-        got = _last_in_region(model, sites, op.body, vid)
+        got = _last_in_region(model, sites, _body_point(op, at), vid)
         if got is None or got is _NONE:
             return got
         inner, complete = got
@@ -461,17 +488,21 @@ def _last_in(model: Model, sites, op, vid: int):
     return None
 
 
-def _scan_back(model: Model, sites, ops, vid: int, pending, *, from_definition: bool = False):
-    """Walk `ops` backwards for the partial's writes: (the cases found, each under `pending`
-    and no later write; the condition that none of them wrote; whether the walk ended at a
-    write that always happens, or, `from_definition`, at the op that made the register), or
-    None (not followed)."""
+def _scan_back(model: Model, sites, where: tuple[int, ...], end: int, vid: int, pending, *,
+               from_definition: bool = False):
+    """Walk the first `end` ops of the region at program point `where` backwards for the
+    partial's writes: (the cases found, each under `pending` and no later write; the
+    condition that none of them wrote; whether the walk ended at a write that always
+    happens, or, `from_definition`, at the op that made the register), or None (not
+    followed)."""
     cases: list[Case] = []
-    for op in reversed(ops):
+    ops = _region(model, where).ops
+    for i in range(end - 1, -1, -1):
+        op = ops[i]
         if from_definition and any(r.id == vid for r in op.results()):
             cases.append(Case(pending, None))   # the register as it was made
             return cases, pending, True
-        got = _last_in(model, sites, op, vid)
+        got = _last_in(model, sites, op, where + (i,), vid)
         if got is None:
             return None
         if got is _NONE:
@@ -484,8 +515,9 @@ def _scan_back(model: Model, sites, ops, vid: int, pending, *, from_definition: 
     return cases, pending, False
 
 
-def _last_in_region(model: Model, sites, region, vid: int):
-    got = _scan_back(model, sites, region.ops, vid, z3.BoolVal(True))
+def _last_in_region(model: Model, sites, where: tuple[int, ...], vid: int):
+    """_last_in over the whole region at program point `where`."""
+    got = _scan_back(model, sites, where, len(_region(model, where).ops), vid, z3.BoolVal(True))
     if got is None:
         return None
     cases, pending, finished = got
