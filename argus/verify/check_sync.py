@@ -255,8 +255,7 @@ class _Checker:
             return self.region(op.body, _body_point(op, at), st)
         if isinstance(op, O.Consume):
             self.step_opens(op, st)
-            st = self.region(op.body, _body_point(op, at), st)
-            self.at = at   # the inner walk set it to the body's ops
+            st = self.region(op.body, _body_point(op, at), st)   # restores self.at
             self.step_closes(op, st)
             return st
         if isinstance(op, O.Produce):
