@@ -445,9 +445,17 @@ class Model:
         variables (the writers' loop indices seen from the reader) renamed apart, which is
         the record a computation at (R, j) builds (it reads R and j only as terms). The
         operands of one wgmma are read at many indices (359 reads in a d 256 attention
-        kernel), and each computation walks every producer step and TMA copy again."""
+        kernel), and each computation walks every producer step and TMA copy again.
+
+        Keyed by what `_read_tma` reads of its arguments: the view's buffer and stage term
+        and the reader's scopes (its consume step, loops and their constraints; the reader's
+        op and seq only key memos there). The k-slices of one wgmma, each a site of its own
+        over its own view of the same buffer and stage (row0 differs, which R carries), share
+        one computation: 35 computations -> 11 in the FA3 d 256 causal kernel. Scopes are the
+        model's objects, kept alive with the entry (the first reader holds them)."""
         memo = self.__dict__.setdefault("_tma_reads", {})
-        key = (id(view), id(reader))
+        key = (view.buffer.id, None if view.stage is None else _term_key(view.stage),
+               tuple(id(s) for s in reader.scopes))
         hit = memo.get(key)
         if hit is None:
             row, col = z3.Int("argus.verify.model!row"), z3.Int("argus.verify.model!col")

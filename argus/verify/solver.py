@@ -381,10 +381,16 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
         # one of them proves in 10-60 ms (MoE's A.expert == B.expert, the batched GEMM's
         # store.coords)
         order = [False]
-        if len(premises) <= PURIFY_MAX_PREMISES and \
-                _divides_by_constant([c for _, c in claims]):
-            order = [False, True] if _nonlinear(list(premises) + [c for _, c in claims]) \
-                else [True, False]
+        if len(premises) <= PURIFY_MAX_PREMISES:
+            in_claims = _divides_by_constant([c for _, c in claims])
+            if in_claims or _divides_by_constant(premises):
+                # (a linear query whose premises alone divide: the pipeline protocol's
+                # no-overwrite and no-early-read, whose wait conditions `(n / S) % 2` are
+                # premises; a non-linear one there keeps the plain core alone, as before)
+                if not _nonlinear(list(premises) + [c for _, c in claims]):
+                    order = [True, False]
+                elif in_claims:
+                    order = [False, True]
         for purify in order:
             out = _quick_proof(premises, claims, min(QUICK_RLIMIT, rlimit), rlimit, t0,
                                purify=purify)
@@ -454,7 +460,13 @@ NIA_PARAMS = {"arith.nl.grobner": False, "arith.nl.horner": False}
 # plain core took 20-140 ms on each pipe.deadlock query of the FA3 attention kernels, the
 # purified solver 8-12 ms (3.5x less over all their pipe.* queries). Not on large queries:
 # its preprocessing costs more than the proof there (a wgmma.defined query of 375 premises:
-# 25 ms plain, 150 ms purified)
+# 25 ms plain, 150 ms purified). Linear queries whose premises alone divide go there first
+# too (tenth pass): pipe.no-overwrite and pipe.no-early-read, whose claims are linear but
+# whose premises hold the wait conditions and the ring's total, took the plain core 6-17 ms
+# each on the FA3 kernels and purify-arith 3.5-6.5 ms (the d 256 causal kernel's 8 of them:
+# 88 -> 50 ms). Over every library schedule's such queries (min of 3 each) 2.12 -> 1.59 s;
+# a small one pays purify-arith's fixed cost (~0.6 ms: its own solver and vacuity check;
+# moe permute's 36 store.once queries, 1.3 -> 2.0 ms each)
 PURIFY_MAX_PREMISES = 64
 
 

@@ -151,3 +151,60 @@ def test_renamed_query_is_the_canonical_query():
               for t in p2 + [c for _, c in c2] for _, a in solver._ordered_consts(t)}
     assert consts == {"argus!c0", "argus!c1", "argus!c2"}
     assert "route" in str(c2[0][1])
+
+
+def _fa3(d: int, causal: bool):
+    import argus as ag
+    from argus.kernels.attention import attention_kernel, default_schedule
+
+    return lower_only(attention_kernel(d, ag.bf16, causal, False),
+                      s=default_schedule(d, causal, None))
+
+
+def test_k_slices_of_one_wgmma_share_their_tma_read(monkeypatch):
+    """The FA3 d 256 kernel splits each wgmma's K into 4 sites over 4 views of one buffer
+    and stage; a TMA read's record depends on the buffer, the stage and the reader's scopes
+    only (Model._read_tma_at), so the 4 share one computation (docs/verify.md, tenth pass:
+    35 computations -> 11, each walking every producer step and TMA copy). Structural."""
+    from argus.verify import model as M
+
+    calls, pairs = [], set()
+    inner = M.Model._read_tma
+
+    def counted(self, view, R, j, reader, writes):
+        if not M.Memo.building:
+            calls.append(reader.seq)
+        return inner(self, view, R, j, reader, writes)
+    at = M.Model._read_tma_at
+
+    def asked(self, view, R, j, reader, writes):
+        pairs.add((id(view), id(reader)))
+        return at(self, view, R, j, reader, writes)
+    monkeypatch.setattr(M.Model, "_read_tma", counted)
+    monkeypatch.setattr(M.Model, "_read_tma_at", asked)
+    checker.collect(Model(_fa3(256, True)))
+    assert len(pairs) >= 30, len(pairs)
+    assert len(calls) <= 12, f"{len(calls)} TMA read records built for {len(pairs)} reads"
+
+
+def test_pipe_protocol_queries_try_purify_arith_first(monkeypatch):
+    """pipe.no-overwrite and pipe.no-early-read have linear claims (`P + 1 <= R + S`), but
+    their premises hold the wait conditions `(n / S) % 2` and the ring's total: the plain
+    core took 6-17 ms on each in the FA3 kernels, purify-arith 3.5-6.5 ms (tenth pass). They
+    are tried through purify-arith first, and proven there. Structural: no timing."""
+    obs, _ = checker.collect(Model(_fa3(128, True)))
+    pipe = [o for o in obs if o.code in ("pipe.no-overwrite", "pipe.no-early-read")]
+    assert len(pipe) >= 4
+    assert not any(solver._divides_by_constant([c for _, c in o.claims]) for o in pipe)
+    purified, inner = [], solver._quick_purified
+
+    def recorded(premises, conj, *args):
+        out = inner(premises, conj, *args)
+        purified.append(out is not None and out.status)
+        return out
+    monkeypatch.setattr(solver, "_quick_purified", recorded)
+    monkeypatch.setenv("ARGUS_VERIFY_CACHE", "0")
+    for o in pipe:
+        purified.clear()
+        assert solver.prove(o.premises, o.claims, theory=o.tier).status == "proven"
+        assert purified[:1] == ["proven"], (o.subject, purified)
