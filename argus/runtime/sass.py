@@ -84,3 +84,53 @@ def check_sass(sass: str, want: Iterable[str] = ("HGMMA",),
     missing = tuple(op for op in want if histogram.get(op, 0) == 0)
     present = tuple(op for op in forbid if histogram.get(op, 0) > 0)
     return SassCheck(histogram, missing, present)
+
+
+def k_loop(sass: str, opcode: str = "QGMMA") -> list[str]:
+    """The SASS lines of the innermost loop that holds an `opcode` instruction (a GEMM's K
+    loop): the shortest span from a label to a backward branch to it with such an instruction
+    inside. ValueError when no loop holds one (e.g. a kernel with one K step)."""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines)
+              for m in [re.match(r"^\s*(\.L_x_\d+):", line)] if m}
+    hits = [i for i, line in enumerate(lines) if re.search(rf"\b{opcode}\b", line)]
+    loops = [(labels[m.group(1)], i) for i, line in enumerate(lines)
+             for m in [re.search(r"BRA `\((\.L_x_\d+)\)", line)]
+             if m and labels.get(m.group(1), len(lines)) < i]
+    around = [(b - a, a, b) for a, b in loops if any(a < h < b for h in hits)]
+    if not around:
+        raise ValueError(f"no loop around an {opcode} instruction in the SASS")
+    _, first, last = min(around)
+    return lines[first:last + 1]
+
+
+# Opcode -> class for k_loop_classes; an opcode not listed is its own class. The integer
+# classes are what address, index and predicate arithmetic compiles to.
+_CLASSES = {
+    **dict.fromkeys(("LDG",), "LDG"),
+    **dict.fromkeys(("LDS", "LDSM"), "LDS"),
+    **dict.fromkeys(("LDC", "ULDC"), "LDC"),
+    **dict.fromkeys(("LDL", "STL"), "LDL/STL"),
+    **dict.fromkeys(("IMAD", "IADD3", "LEA", "LOP3", "SHF", "ISETP", "SEL", "IABS", "IMNMX",
+                     "VIADD", "PRMT", "PLOP3", "P2R", "R2P", "FLO", "POPC", "SGXT", "BMSK",
+                     "LEA.HI"), "integer"),
+    **dict.fromkeys(("R2UR", "S2UR"), "to uniform"),
+    **dict.fromkeys(("MOV", "S2R", "CS2R"), "move"),
+    **dict.fromkeys(("SYNCS", "WARPGROUP", "BAR", "DEPBAR", "WARPSYNC", "MEMBAR", "FENCE"),
+                    "sync"),
+    **dict.fromkeys(("BRA", "BSSY", "BSYNC", "NOP"), "branch"),
+    **dict.fromkeys(("FMUL", "FADD", "FSEL", "FSETP", "FMNMX"), "float other"),
+}
+
+
+def k_loop_classes(loop: Iterable[str]) -> Counter[str]:
+    """Instruction counts of SASS lines (e.g. `k_loop`'s) by class: FFMA, QGMMA, HGMMA, LDG,
+    LDS, LDC, LDL/STL, integer, uniform (U* opcodes), to uniform (R2UR/S2UR), move, sync,
+    branch, float other, else the opcode itself."""
+    out: Counter[str] = Counter()
+    for op in _INSTRUCTION.findall("\n".join(loop) + "\n"):
+        cls = _CLASSES.get(op)
+        if cls is None:
+            cls = "uniform" if op.startswith("U") and op not in ("UTMALDG", "UTMASTG") else op
+        out[cls] += 1
+    return out

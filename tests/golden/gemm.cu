@@ -103,7 +103,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) argus_gemm(
         ag::setmaxnreg_dec<40>();
         const int v31 = (int)(threadIdx.x / 128) - 0;
         const int gtid = threadIdx.x % 128;
-        int n24 = 0;  // this role's step counter on pipeline %24
+        unsigned n24 = 0;  // this role's step counter on pipeline %24
         if (gtid == 0) {  // one thread issues the async copies
             if (v20 <= 0) __trap();  // ag.range needs a positive step
             for (int v32 = v21; v32 < v18; v32 += v20) {
@@ -140,7 +140,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) argus_gemm(
         const int gtid = threadIdx.x % 128;
         const int acc_row = 16 * (gtid / 32) + (gtid % 32) / 4;
         const int acc_col = 2 * (gtid % 4);
-        int n24 = 0;  // this role's step counter on pipeline %24
+        unsigned n24 = 0;  // this role's step counter on pipeline %24
         int pend24 = -1;  // slot whose wgmma is still in flight
         if (v20 <= 0) __trap();  // ag.range needs a positive step
         for (int v58 = v21; v58 < v18; v58 += v20) {

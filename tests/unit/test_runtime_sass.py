@@ -42,3 +42,39 @@ def test_disassemble_without_tools_returns_none(monkeypatch):
     monkeypatch.setattr(sass_mod, "find_tool", lambda name: None)
     assert disassemble(b"\x7fELF...") is None
     assert disassemble(b"") is None
+
+
+LOOPS = """
+        /*0000*/                   S2R R0, SR_TID.X ;
+.L_x_1:
+        /*0010*/                   IMAD R2, R0, 0x4, RZ ;
+.L_x_2:
+        /*0020*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R2+URZ], R3 ;
+        /*0030*/              @!P0 BRA `(.L_x_2) ;
+        /*0040*/                   QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR8], R24, gsb0 ;
+        /*0050*/                   FFMA R4, R24, R5, R4 ;
+        /*0060*/                   LDG.E.CONSTANT R5, desc[UR4][R6.64] ;
+        /*0070*/                   R2UR UR8, R9 ;
+        /*0080*/                   UIADD3 UR9, UR9, 0x2, URZ ;
+        /*0090*/                   LDC R9, c[0x0][0x210] ;
+        /*00a0*/               @P1 BRA `(.L_x_1) ;
+        /*00b0*/                   QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR8], R24, gsb0 ;
+        /*00c0*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*00d0*/               @P2 BRA `(.L_x_1) ;
+        /*00e0*/                   EXIT ;
+"""
+
+
+def test_k_loop_is_the_innermost_loop_holding_the_opcode():
+    loop = sass_mod.k_loop(LOOPS)
+    # the wait loop (.L_x_2) holds no QGMMA; the outer span to the last branch is longer
+    assert loop[0].strip() == ".L_x_1:" and "@P1 BRA" in loop[-1]
+    classes = sass_mod.k_loop_classes(loop)
+    assert classes == {"QGMMA": 1, "FFMA": 1, "LDG": 1, "integer": 1, "to uniform": 1,
+                       "uniform": 1, "LDC": 1, "sync": 1, "branch": 2}
+    try:
+        sass_mod.k_loop(LOOPS, "HGMMA")
+    except ValueError as e:
+        assert "HGMMA" in str(e)
+    else:
+        raise AssertionError("k_loop found a loop around an absent opcode")

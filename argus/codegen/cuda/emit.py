@@ -439,7 +439,9 @@ def render(kernel: Kernel) -> Source:
             em.acc_names = True
         for pid in sorted({op.pipe.id for op in role.body.walk()
                            if isinstance(op, (O.Produce, O.Consume))}):
-            em.emit(f"int n{pid} = 0;  // this role's step counter on pipeline %{pid}")
+            # unsigned: it counts up from 0, so the stage (n % S) and parity (n / S) of a
+            # power-of-two ring are a mask and a shift, without a signed division's fix-ups
+            em.emit(f"unsigned n{pid} = 0;  // this role's step counter on pipeline %{pid}")
         for pid in sorted({op.pipe.id for op in role.body.walk()
                            if isinstance(op, O.Consume) and op.wgmma_in_flight}):
             em.emit(f"int pend{pid} = -1;  // slot whose wgmma is still in flight")

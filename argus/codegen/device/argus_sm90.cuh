@@ -266,12 +266,14 @@ __device__ __forceinline__ float fmin(float a, float b) {
 
 // PTX ISA "cvta" (Data Movement and Conversion Instructions): cvta.to.shared.u64, generic -> 32-bit
 // shared-window address. Every shared-memory operand of mbarrier / cp.async.bulk / ldmatrix /
-// stmatrix below takes this.
+// stmatrix / wgmma descriptors below takes this. Through the intrinsic, not inline asm: the
+// compiler sees the conversion, so `smem + offset` (smem derived from the extern __shared__
+// array) folds to the array's shared address plus the offset, a 32-bit add. As an opaque asm
+// block it was redone per use inside loops (S2UR SR_CgaCtaId / SR_SWINHI, 64-bit generic
+// pointer arithmetic): 17 of the 202 non-FFMA, non-QGMMA SASS instructions per K block of the
+// split 128 x 256 fp8 kernel (scripts/sass_fp8_k_loop.py).
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
-    uint32_t r;
-    asm("{\n\t.reg .u64 a;\n\tcvta.to.shared.u64 a, %1;\n\tcvt.u32.u64 %0, a;\n\t}"
-        : "=r"(r) : "l"(ptr));
-    return r;
+    return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
 
 // PTX ISA "Special Registers": %laneid.
