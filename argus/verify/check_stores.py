@@ -22,7 +22,6 @@ import z3
 
 from argus.verify import store_guards as guards
 from argus.verify import witness as W
-from argus.verify.identity import ObjectMap
 from argus.verify.model import Model, StoreSite, _num, trailing
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.once_split import (LowerBounds, Radix, normalized, pushed_out, radix,
@@ -43,11 +42,11 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
         reps: list[StoreSite] = []
         # store.once on in-bounds elements: summands that push an element out of bounds are
         # dropped first (once_split.pushed_out), so per-image row blocks become translates
-        extra = ObjectMap()
+        extra: dict = {}   # site key -> its pushed-out summands' premises
         once_sites, tiled = _join_tiled([_unpushed(model, st, extra) for st in sites], extra)
         once_obs: list[Obligation] = []
         for i, a in enumerate(once_sites):
-            if a in tiled:   # sites that tile one wider box: that box's store, once
+            if _key(a) in tiled:   # sites that tile one wider box: that box's store, once
                 once_obs.append(_joined_once(model, a, tiled, extra))
                 once_obs += [_once(model, a, b, extra=extra) for b in once_sites[i + 1:]]
                 continue
@@ -58,7 +57,7 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
             rep = next((r for r in reps if _translate_of(r, a)), None)
             if rep is None:
                 same_class = [b for b in once_sites if b is not a and _translate_of(a, b)]
-                bounded = not same_class or a in extra
+                bounded = not same_class or _key(a) in extra
                 if not bounded:
                     reps.append(a)
                 once_obs.append(_once(model, a, a, bounded=bounded, extra=extra))
@@ -207,10 +206,20 @@ def _translate_of(a: StoreSite, b: StoreSite) -> bool:
     return True
 
 
-def _unpushed(model: Model, st: StoreSite, extra: ObjectMap) -> StoreSite:
+def _key(st: StoreSite) -> tuple[int, tuple[int, ...]]:
+    """A store site's key in the maps of store.once (`extra`, `tiled`): its program point
+    (Site.seq) and the box it stores. A site with pushed-out summands dropped (`_unpushed`)
+    keeps its store's point, which no other site of the map has; a joined box (`_joined`)
+    keeps its first block's and has more elements than any site or box it holds, so the
+    boxes around one block, which grow round by round, all differ in shape."""
+    return st.site.seq, tuple(st.shape)
+
+
+def _unpushed(model: Model, st: StoreSite, extra: dict) -> StoreSite:
     """st for store.once: the summands of its offsets that are 0 on every in-bounds element
     (a row block's rows past its image pushed past the tensor: once_split.pushed_out) dropped,
-    each as the premise `summand == 0` of the new site (`extra`); st itself when none is."""
+    each as the premise `summand == 0` of the new site (`extra`, by its `_key`); st itself
+    when none is."""
     inst = {str(v) for v in _instance_vars(model, st)}
     if not any(split_launch_factor(t, inst) for o in st.offsets for t in summands(_num(o))):
         return st
@@ -234,12 +243,12 @@ def _unpushed(model: Model, st: StoreSite, extra: ObjectMap) -> StoreSite:
     if not zero:
         return st
     out = dataclasses.replace(st, offsets=tuple(offsets))
-    extra[out] = lambda idx, zero=tuple(zero): list(zero)
+    extra[_key(out)] = lambda idx, zero=tuple(zero): list(zero)
     return out
 
 
-def _join_tiled(sites: list[StoreSite], extra: ObjectMap | None = None) \
-        -> tuple[list[StoreSite], ObjectMap]:
+def _join_tiled(sites: list[StoreSite], extra: dict | None = None) \
+        -> tuple[list[StoreSite], dict]:
     """Sites for store.once: each class of translates whose offsets step by the tile's own
     extent along one destination dim (a Python-unrolled loop storing 16-column blocks of one
     128 x 176 tile), or by 1 along the dim just before the tile's (one row segment per output
@@ -249,9 +258,10 @@ def _join_tiled(sites: list[StoreSite], extra: ObjectMap | None = None) \
     (r, j * w + c) (or (j, r, c)), a bijection between (block, element) and the box, so the
     joined store is injective iff every block is and no two blocks (of any instances) meet.
     Returns the sites (joined ones in place of their blocks) and, per joined site, its
-    blocks in order along the dim with the (axis, width) they step by. `extra`: in-bounds
-    premises per site (`_unpushed`); a joined box's are its blocks', each under its block."""
-    tiled = ObjectMap()   # joined site -> its blocks
+    blocks in order along the dim with the (axis, width) they step by, by the box's `_key`.
+    `extra`: in-bounds premises per site key (`_unpushed`); a joined box's are its blocks',
+    each under its block."""
+    tiled: dict = {}   # joined site's key -> its blocks
     current = list(sites)
     changed = True
     while changed:
@@ -267,9 +277,9 @@ def _join_tiled(sites: list[StoreSite], extra: ObjectMap | None = None) \
                 continue
             site, (blocks, axis, w) = joined
             left = [b for b in left if not any(b is c for c in blocks)]
-            tiled[site] = (blocks, axis, w)
-            if extra is not None and any(blk in extra for blk in blocks):
-                extra[site] = _joined_extra(site, blocks, axis, w, extra)
+            tiled[_key(site)] = (blocks, axis, w)
+            if extra is not None and any(_key(blk) in extra for blk in blocks):
+                extra[_key(site)] = _joined_extra(site, blocks, axis, w, extra)
             out.append(site)
             changed = True
         current = out
@@ -293,21 +303,21 @@ def _join_class(cls: list[StoreSite]):
     return None
 
 
-def _joined_extra(site: StoreSite, blocks, axis: int, w: int, extra: ObjectMap):
+def _joined_extra(site: StoreSite, blocks, axis: int, w: int, extra: dict):
     """The in-bounds premises of a joined box: block j's, on the box's elements of block j."""
     new_axis = len(blocks[0].shape) < len(site.shape)
 
     def premises(idx):
         out = []
         for j, blk in enumerate(blocks):
-            if blk not in extra:
+            if _key(blk) not in extra:
                 continue
             if new_axis:
                 sel, local = idx[axis] == j, list(idx[:axis]) + list(idx[axis + 1:])
             else:
                 sel = z3.And(idx[axis] >= j * w, idx[axis] < (j + 1) * w)
                 local = [i - j * w if k == axis else i for k, i in enumerate(idx)]
-            out += [z3.Implies(sel, p) for p in extra.get(blk)(local)]
+            out += [z3.Implies(sel, p) for p in extra[_key(blk)](local)]
         return out
     return premises
 
@@ -350,11 +360,11 @@ def _joined(cls: list[StoreSite], leading: bool = False):
     return box, ([cls[i] for i in order], axis, w)
 
 
-def _joined_once(model: Model, site: StoreSite, tiled: ObjectMap,
-                 extra: ObjectMap | None = None) -> Obligation:
+def _joined_once(model: Model, site: StoreSite, tiled: dict,
+                 extra: dict | None = None) -> Obligation:
     """store.once of a joined box (`_join_tiled`); a witness names the block and its own
     tile element."""
-    blocks, axis, w = tiled.get(site)
+    blocks, axis, w = tiled[_key(site)]
     ob = _once(model, site, site, extra=extra,
                what=(f"stores to {site.tensor.name} at {blocks[0].op.loc} ({len(blocks)} "
                      f"blocks of {w} along tile axis {axis}, joined)"))
@@ -362,8 +372,8 @@ def _joined_once(model: Model, site: StoreSite, tiled: ObjectMap,
 
     def local(wit: dict) -> None:
         elem, at = list(wit.get("tile_element", ())), site
-        while at in tiled:
-            bl, ax, wd = tiled.get(at)
+        while _key(at) in tiled:
+            bl, ax, wd = tiled[_key(at)]
             if len(elem) <= ax:
                 return
             blk = bl[elem[ax] // wd]
@@ -392,7 +402,7 @@ def _joined_once(model: Model, site: StoreSite, tiled: ObjectMap,
 
 
 def _once(model: Model, a: StoreSite, b: StoreSite, bounded: bool = True,
-          extra: ObjectMap | None = None, what: str | None = None) -> Obligation:
+          extra: dict | None = None, what: str | None = None) -> Obligation:
     same_site = a is b
     idx1 = [fresh_int(f"e{d}") for d in range(len(a.shape))]
     idx2 = [fresh_int(f"e{d}'") for d in range(len(b.shape))]
@@ -402,14 +412,15 @@ def _once(model: Model, a: StoreSite, b: StoreSite, bounded: bool = True,
     def sub(t):
         t = t if isinstance(t, z3.BoolRef) else _num(t)
         return z3.substitute(t, *ren) if ren else t
-    extra = extra if extra is not None else ObjectMap()
+    extra = extra if extra is not None else {}
     d1 = _dest(a, idx1)
     d2 = [sub(x) for x in _dest(b, idx2)]
     inb = (_inb(model, a, d1) + [sub(c) for c in _inb(model, b, _dest(b, idx2))]) \
         if bounded else []
     # in-bounds premises of sites whose pushed-out summands were dropped (`_unpushed`)
-    pushed = (list(extra.get(a)(idx1)) if a in extra else []) + \
-        ([sub(p) for p in extra.get(b)(idx2)] if b in extra else [])
+    ka, kb = _key(a), _key(b)
+    pushed = (list(extra[ka](idx1)) if ka in extra else []) + \
+        ([sub(p) for p in extra[kb](idx2)] if kb in extra else [])
     prem = list(model.premises) + [sub(p) for p in model.premises] + a.site.constraints() + \
         [sub(c) for c in b.site.constraints()] + inb + pushed + \
         [z3.And(i >= 0, i < n) for i, n in zip(idx1, a.shape)] + \
@@ -461,7 +472,7 @@ def _once(model: Model, a: StoreSite, b: StoreSite, bounded: bool = True,
                       tier="NIA" if nonlinear else "LIA")
 
 
-def _radices(model: Model, a: StoreSite, b: StoreSite, idx1, idx2, extra: ObjectMap):
+def _radices(model: Model, a: StoreSite, b: StoreSite, idx1, idx2, extra: dict):
     """Per destination dim, the symbolic radix split (once_split.radix) of site a's and of
     site b's coordinate (b's over its own, not yet renamed, variables), each proven for its
     site's in-bounds elements; (None, None) where a dim has none."""
@@ -473,7 +484,7 @@ def _radices(model: Model, a: StoreSite, b: StoreSite, idx1, idx2, extra: Object
         if not cands:
             return [None] * len(dest)
         prem = list(model.premises) + st.site.constraints() + _inb(model, st, dest) + \
-            (list(extra.get(st)(idx)) if st in extra else []) + \
+            (list(extra[_key(st)](idx)) if _key(st) in extra else []) + \
             [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)]
         lb = LowerBounds(prem)
         prem += sign_facts(dest, lb)
