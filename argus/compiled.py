@@ -120,8 +120,8 @@ class CompiledKernel:
         return tuple(tensors), values
 
     def specialization(self, tensors, symbols: dict[str, int]):
-        """What these tensors and shape symbols (`bind`) guarantee about alignment
-        (analysis/alignment.py)."""
+        """What these tensors and shape symbols (`bind`) guarantee about alignment and the
+        width of element offsets (analysis/alignment.py)."""
         from argus.analysis import alignment
 
         facts = {p.name: (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.element_size())
@@ -139,7 +139,7 @@ class CompiledKernel:
             from argus.runtime.compile import compile_cuda
 
             specialized = alignment.specialize(self.kernel, spec)
-            if not specialized.attr("global_access"):
+            if not specialized.attr("global_access") and not specialized.attr("index32"):
                 # no access fact (a kernel whose global traffic is all TMA: the GEMMs), and
                 # codegen reads nothing else of a specialization: the text would be the same
                 self._variants[spec] = (self.source, self.binary)

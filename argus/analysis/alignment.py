@@ -25,6 +25,16 @@ tensor's data pointer and strides and every shape symbol's value, so, as Triton 
 A launch whose arguments do not give a fact (a view offset by one element, an odd row stride)
 gets a variant without it: the run-time checks stay, never a wrong answer. Values the
 analysis cannot follow (loads, divisions, thread indices) divide by 1.
+
+The launch also states which tensors are `narrow`: every in-bounds element's offset from the
+data pointer, sum_d (shape_d - 1) x stride_d, is below 2^31 (INDEX32_LIMIT). `specialize`
+records those that a global access reads or writes as kernel attribute `index32` (tensor ids),
+and codegen computes their element offsets in 32-bit unsigned arithmetic instead of 64-bit:
+exact for every element an access reaches (the bounds conditions guard each one, so an
+offset is used only when it is an in-bounds element's), wrapping harmlessly for those it
+does not. A 64-bit offset x stride product is three IMADs and two 64-bit adds a term; the
+block-scaled fp8 GEMM's scale loads in its K loop were 17 of its ~200 bookkeeping SASS
+instructions per K block (scripts/sass_fp8_k_loop.py).
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ from argus.ir.types import ScalarType, TensorType
 
 ALIGN_BYTES = 16      # the widest vector global access (ld/st .v4 of 32-bit words)
 DIVISIBILITY = 16     # a shape symbol is specialized on being a multiple of this (as Triton)
+INDEX32_LIMIT = 1 << 31   # a narrow tensor's in-bounds element offsets are all below this
 
 
 @dataclass(frozen=True)
@@ -46,31 +57,48 @@ class LaunchSpecialization:
 
     aligned: tuple[str, ...] = ()     # tensor parameters: data pointer and strides 16-byte
     divisible: tuple[str, ...] = ()   # shape symbols: multiples of 16
+    narrow: tuple[str, ...] = ()      # tensor parameters: element offsets below 2^31
 
     def __bool__(self) -> bool:
-        return bool(self.aligned or self.divisible)
+        return bool(self.aligned or self.divisible or self.narrow)
 
 
 def of_arguments(tensors: dict[str, tuple[int, tuple[int, ...], tuple[int, ...], int]],
                  symbols: dict[str, int]) -> LaunchSpecialization:
     """The specialization of one launch. `tensors`: parameter -> (data pointer, shape, strides
     in elements, element bytes); `symbols`: shape symbol -> value."""
-    aligned = []
+    aligned, narrow = [], []
     for name, (ptr, shape, strides, nbytes) in tensors.items():
         outer_ok = all(size == 1 or (stride * nbytes) % ALIGN_BYTES == 0
                        for size, stride in zip(shape[:-1], strides[:-1]))
         if ptr % ALIGN_BYTES == 0 and outer_ok:
             aligned.append(name)
+        if _narrow(shape, strides):
+            narrow.append(name)
     divisible = [s for s, v in symbols.items() if v % DIVISIBILITY == 0]
-    return LaunchSpecialization(tuple(sorted(aligned)), tuple(sorted(divisible)))
+    return LaunchSpecialization(tuple(sorted(aligned)), tuple(sorted(divisible)),
+                                tuple(sorted(narrow)))
+
+
+def _narrow(shape, strides) -> bool:
+    """Every in-bounds element offset of a tensor of this shape and these strides (in
+    elements) is in [0, 2^31). Negative strides are not narrow (torch has none)."""
+    if any(st < 0 for st in strides):
+        return False
+    if any(size == 0 for size in shape):
+        return True                       # no element: no offset to compute
+    return sum((size - 1) * st for size, st in zip(shape, strides)) < INDEX32_LIMIT
 
 
 def specialize(kernel: Kernel, spec: LaunchSpecialization) -> Kernel:
     """The kernel with `spec` and the access facts it proves as attributes (same ops)."""
     div = divisibility(kernel, spec)
     names = {p.value.id: p.name for p in kernel.params}
-    facts = []
+    facts, index32 = [], []
     for op in kernel.walk():
+        if isinstance(op, (O.Load, O.Store, O.LoadScalar, O.AtomicAdd, O.AtomicFetchAdd)) \
+                and names.get(op.tensor.id) in spec.narrow:
+            index32.append(op.tensor.id)
         if not isinstance(op, (O.Load, O.Store)):
             continue
         t: TensorType = op.tensor.type
@@ -85,7 +113,14 @@ def specialize(kernel: Kernel, spec: LaunchSpecialization) -> Kernel:
         if aligned > 1 or whole > 1:
             facts.append((op.tensor.id, tuple(o.id for o in op.offsets), aligned, whole))
     return kernel.with_attrs(launch_aligned=spec.aligned, launch_divisible=spec.divisible,
-                             global_access=tuple(dict.fromkeys(facts)))
+                             global_access=tuple(dict.fromkeys(facts)),
+                             index32=tuple(sorted(set(index32))))
+
+
+def index32(kernel: Kernel, tensor: Value) -> bool:
+    """Whether `tensor`'s element offsets are computed in 32 bits (a narrow tensor of this
+    launch-specialized variant, `specialize`)."""
+    return tensor.id in kernel.attr("index32", ())
 
 
 def access_fact(kernel: Kernel, tensor: Value, offsets) -> tuple[int, int]:

@@ -72,7 +72,7 @@ def _spec_of(*tensors):
 
 def test_fresh_tensors_are_aligned_and_their_symbols_divisible():
     x, y = torch.empty(64, 1024), torch.empty(64, 1024)
-    assert _spec_of(x, y) == LaunchSpecialization(("X", "Y"), ("M", "N"))
+    assert _spec_of(x, y) == LaunchSpecialization(("X", "Y"), ("M", "N"), ("X", "Y"))
 
 
 def test_a_view_offset_by_one_element_is_not_aligned():
@@ -89,12 +89,13 @@ def test_an_odd_row_stride_is_not_aligned_and_size_one_dims_do_not_count():
     y = torch.empty(64, 1024)
     assert _spec_of(x, y).aligned == ("Y",)
     one = torch.empty(1, 1030)[:, :1000]  # one row: its stride is never used
-    assert _spec_of(one, torch.empty(1, 1000)) == LaunchSpecialization(("X", "Y"), ())
+    assert _spec_of(one, torch.empty(1, 1000)) == LaunchSpecialization(("X", "Y"), (),
+                                                                         ("X", "Y"))
 
 
 def test_symbols_that_are_not_multiples_of_16_are_not_divisible():
     x, y = torch.empty(48, 1000), torch.empty(48, 1000)
-    assert _spec_of(x, y) == LaunchSpecialization(("X", "Y"), ("M",))
+    assert _spec_of(x, y) == LaunchSpecialization(("X", "Y"), ("M",), ("X", "Y"))
 
 
 def test_an_empty_specialization_is_the_unspecialized_variant():
@@ -196,7 +197,7 @@ def test_the_launcher_builds_one_variant_per_specialization(examples):
     x, bias, y = torch.empty(64, 2048), torch.empty(1, 2048), torch.empty(64, 2048)
     ck = compile_kernel(ex.KERNEL, **ex.constexprs(x, bias, y))
     spec = ck.specialization((x, bias, y), {"M": 64, "N": 2048})
-    assert spec == LaunchSpecialization(("X", "Y", "bias"), ("M", "N"))
+    assert spec == LaunchSpecialization(("X", "Y", "bias"), ("M", "N"), ("X", "Y", "bias"))
     source, binary = ck.variant(spec)
     assert ck.variant(spec)[1] is binary                 # built once
     assert "aligned_to" not in source.text and "aligned_to" in ck.source.text
@@ -205,3 +206,30 @@ def test_the_launcher_builds_one_variant_per_specialization(examples):
     assert ops == {"ld.global.nc.v4.f32", "st.global.v4.f32"}, ops
     # a specialization that proves nothing new reuses the unspecialized binary
     assert ck.variant(LaunchSpecialization((), ("M",))) == (ck.source, ck.binary)
+
+
+# ----------------------------------------------------------------------------- 32-bit offsets
+
+
+def test_narrow_tensors_are_those_whose_element_offsets_fit_31_bits():
+    facts = {"S": (0, (16, 4096), (4096, 1), 4),                 # 65535 elements: narrow
+             "T": (0, (1 << 16, 1 << 15), (1 << 15, 1), 1),      # 2^31 elements: offset 2^31-1
+             "U": (0, (1 << 16, 1 << 15 + 1), (1 << 15 + 1, 1), 1),   # 2^32: not narrow
+             "V": (0, (2, 4), (-4, 1), 4),                       # a negative stride: not
+             "E": (0, (0, 1 << 40), (1 << 40, 1), 4)}            # empty: nothing to offset
+    assert alignment.of_arguments(facts, {}).narrow == ("E", "S", "T")
+    # a view's strides count, not its element count: 2 rows 2^31 elements apart are wide
+    assert not alignment.of_arguments({"W": (0, (2, 8), (1 << 31, 1), 4)}, {}).narrow
+
+
+def test_a_narrow_tensor_is_indexed_in_32_bits_and_only_in_the_variant():
+    generic = _text(_copy(col_shift=1))                 # scalar path: per-element offsets
+    narrow = _text(_copy(col_shift=1), LaunchSpecialization((), (), ("X",)))
+    assert "(long long)" in generic and "unsigned ge" not in generic
+    # X's offsets are 32-bit unsigned, Y's (not narrow) stay 64-bit
+    assert re.search(r"X\[[^\]]*\(unsigned\)[^\]]* \* \(unsigned\)X_s0\]", narrow), narrow
+    assert re.search(r"Y\[[^\]]*\(long long\)[^\]]* \* Y_s0\]", narrow), narrow
+    assert "const unsigned ge" in narrow
+    k = alignment.specialize(lower_only(_copy()), LaunchSpecialization((), (), ("X", "Y")))
+    assert k.attr("index32") == tuple(sorted(p.value.id for p in k.params
+                                             if p.name in ("X", "Y")))

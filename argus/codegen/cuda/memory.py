@@ -12,7 +12,7 @@ access proven aligned loses the run-time alignment test, and one whose chunks ar
 
 from __future__ import annotations
 
-from argus.analysis.alignment import access_fact
+from argus.analysis.alignment import access_fact, index32
 from argus.codegen.cuda.emit import (
     SCALAR_C,
     TileInfo,
@@ -103,6 +103,14 @@ def _dim(t: TensorType, d: int) -> str:
     return str(dim) if isinstance(dim, int) else dim
 
 
+def _index_c(em: _Emitter, tensor: Value) -> str:
+    """The C type of `tensor`'s element offsets: unsigned where the launch-specialized
+    variant proved every in-bounds offset below 2^31 (analysis/alignment.py `index32`), else
+    long long. Offsets of elements outside the tensor may wrap in unsigned: the bounds
+    condition of each access keeps them from being used."""
+    return "unsigned" if index32(em.kernel, tensor) else "long long"
+
+
 def _bounds(em: _Emitter, tensor: Value, offsets, info: TileInfo, i: int,
             tile_rank: int, span: int = 1) -> tuple[str, str]:
     """(condition, linear index) of element i of a tile at `offsets` of a global tensor.
@@ -113,11 +121,14 @@ def _bounds(em: _Emitter, tensor: Value, offsets, info: TileInfo, i: int,
     name = em.tensors[tensor.id]
     lay = info.layout
     rank = len(t.shape)
+    ix = _index_c(em, tensor)
+    stride = (lambda d: f"(unsigned){name}_s{d}") if ix == "unsigned" else \
+        (lambda d: f"{name}_s{d}")
     conds, terms = [], []
     for d in range(rank - tile_rank):
         off = em.name(offsets[d])
         conds.append(f"{off} >= 0 && {off} < {_dim(t, d)}")
-        terms.append(f"(long long){off} * {name}_s{d}")
+        terms.append(f"({ix}){off} * {stride(d)}")
     col = f"({em.name(offsets[-1])} + {lay.col(i)})"
     last = f"{col} < {_dim(t, rank - 1)}" if span == 1 else \
         f"{col} + {span} <= {_dim(t, rank - 1)}"
@@ -127,7 +138,7 @@ def _bounds(em: _Emitter, tensor: Value, offsets, info: TileInfo, i: int,
         c = lay.row(i) if k == 2 else lay.coord(i)[-k]
         row = f"({em.name(offsets[-k])} + {c})"
         conds.append(f"{row} >= 0 && {row} < {_dim(t, rank - k)}")
-        terms.append(f"(long long){row} * {name}_s{rank - k}")
+        terms.append(f"({ix}){row} * {stride(rank - k)}")
     return " && ".join(conds), " + ".join(terms)
 
 
@@ -167,7 +178,7 @@ def _chunked(em: _Emitter, op, info: TileInfo, dtype, rank: int, scalar, vector,
         em.indent += 1
         for line in prologue(regs) if prologue else ():
             em.emit(line)
-        em.emit(f"const long long ge = {idx};")
+        em.emit(f"const {_index_c(em, tensor)} ge = {idx};")
         aligned = "" if proven_aligned else f" && ag::aligned_to({name} + ge, {width})"
         em.emit(f"if ({cond}{aligned}) {{")
         em.indent += 1
@@ -208,7 +219,8 @@ def load(em: _Emitter, op: O.Load) -> None:
         # (KernelBench L1/43: 38 SASS instructions a 4-byte load, 17 this way)
         for i in range(info.layout.nregs):
             cond, idx = _bounds(em, op.tensor, op.offsets, info, i, rank)
-            em.emit(f"{{ const long long ge = {idx}; {info.name}[{i}] = ({cond}) ? "
+            em.emit(f"{{ const {_index_c(em, op.tensor)} ge = {idx}; {info.name}[{i}] = "
+                    f"({cond}) ? "
                     f"{_from_mem_c(f'{name}[ge]', dtype)} : {other}; }}")
         return
 
@@ -220,15 +232,18 @@ def load(em: _Emitter, op: O.Load) -> None:
 
 def _element_at(em: _Emitter, tensor, offsets) -> tuple[list[str], list[str]]:
     """(bounds conditions, index terms) of one element of a global tensor at `offsets`, one
-    per dim: the last dim contiguous, the others offset x stride (64-bit)."""
+    per dim: the last dim contiguous, the others offset x stride (64-bit, or 32-bit unsigned
+    for a narrow tensor: `_index_c`)."""
     t: TensorType = tensor.type
     name = em.tensors[tensor.id]
     rank = len(t.shape)
+    ix = _index_c(em, tensor)
+    stride = "(unsigned)" if ix == "unsigned" else ""
     conds, terms = [], []
     for d, o in enumerate(offsets):
         off = em.name(o)
         conds.append(f"{off} >= 0 && {off} < {_dim(t, d)}")
-        terms.append(f"(long long){off}" + (f" * {name}_s{d}" if d < rank - 1 else ""))
+        terms.append(f"({ix}){off}" + (f" * {stride}{name}_s{d}" if d < rank - 1 else ""))
     return conds, terms
 
 

@@ -1,0 +1,155 @@
+"""Count the SASS instructions of the block-scaled fp8 kernels' K loop, by class, on the CPU.
+
+The K loop is the innermost SASS loop around the QGMMAs (argus.runtime.sass.k_loop); each
+schedule's loop is reported per K block (a trip of the overlapped loop holds two) as FFMA
+(the promotion), QGMMA, and the rest ("bookkeeping": integer and uniform arithmetic, loads,
+moves, waits and barriers), the rest split by class, plus registers and spill bytes from
+ptxas -v, of the variant a 4096 x 7168 x 2048 launch runs (launch facts of
+analysis/alignment.py; --generic: the variant without them). Schedules: the block-scaled defaults of argus.ops.fp8_schedules (split 128 x 256
+and overlap 128 x 128) and, with --variants, every schedule of scripts/gpu_fp8_bench.py
+--variants. Needs NVRTC and nvdisasm or cuobjdump (PATH, or NVDISASM=/path/to/nvdisasm).
+
+    .venv/bin/python scripts/sass_fp8_k_loop.py [--variants] [--generic] [--json F] [--sass DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def default_schedules() -> list[tuple[str, object]]:
+    """The block-scaled defaults: split 128 x 256 where it measured best, overlap elsewhere."""
+    from argus.ops import fp8_schedules as fs
+
+    return [("default split 128x256", fs._SPLIT_256_TMA),
+            ("default overlap 128x128", fs._OVERLAP_TMA)]
+
+
+def variant_schedules() -> list[tuple[str, object]]:
+    spec = importlib.util.spec_from_file_location("gpu_fp8_bench",
+                                                  ROOT / "scripts" / "gpu_fp8_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.variant_schedules()
+
+
+# The launch whose specialized variant is measured (what scaled_matmul runs: CompiledKernel
+# picks the variant of each launch's arguments, analysis/alignment.py): DeepSeek-V3's
+# 4096 x 7168 x 2048, contiguous tensors from a fresh (512-byte aligned) allocation.
+SHAPE = {"M": 4096, "N": 7168, "K": 2048, "KB": 2048 // 128, "MS": 4096, "NB": 7168 // 128}
+
+
+def launch_specialization(kernel, symbols: dict[str, int] = SHAPE):
+    """analysis/alignment.py's specialization of a launch on contiguous tensors of these
+    shape-symbol values (a symbol not given: 4096)."""
+    from argus.analysis import alignment
+    from argus.ir.types import TensorType
+
+    tensors = {}
+    for p in kernel.params:
+        t = p.value.type
+        if not isinstance(t, TensorType):
+            continue
+        shape = [d if isinstance(d, int) else symbols.get(d, 4096) for d in t.shape]
+        strides = [1] * len(shape)
+        for d in range(len(shape) - 2, -1, -1):
+            strides[d] = strides[d + 1] * shape[d + 1]
+        tensors[p.name] = (0, tuple(shape), tuple(strides), t.dtype.bytes)
+    return alignment.of_arguments(tensors, symbols)
+
+
+def render(schedule, generic: bool = False):
+    """codegen.Source of the block-scaled kernel of `schedule`: the variant of the SHAPE
+    launch, or (generic) the one that assumes nothing about its arguments."""
+    import argus as ag
+    from argus import codegen
+    from argus.analysis import alignment
+    from argus.compiler import lower_only
+    from argus.kernels.gemm_fp8 import (gemm_fp8_blockscaled_kernel,
+                                        gemm_fp8_blockscaled_smem_kernel)
+
+    kf = gemm_fp8_blockscaled_smem_kernel if schedule.smem_scales else \
+        gemm_fp8_blockscaled_kernel
+    kernel = lower_only(kf(ag.bf16), s=schedule)
+    if not generic:
+        kernel = alignment.specialize(kernel, launch_specialization(kernel))
+    return codegen.render(kernel)
+
+
+def measure(schedule, sass_dir: Path | None = None, name: str = "",
+            generic: bool = False) -> dict:
+    """Build the block-scaled kernel of `schedule` (NVRTC, sm_90a; the launch variant unless
+    `generic`) and count its K loop."""
+    from argus.runtime.compile import compile_cuda
+    from argus.runtime.sass import disassemble, k_loop, k_loop_classes
+
+    source = render(schedule, generic)
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    res = binary.resource(source.name)
+    sass = disassemble(binary.cubin)
+    if sass is None:
+        raise SystemExit("no disassembler: put nvdisasm on PATH or set NVDISASM")
+    if sass_dir is not None:
+        stem = name.replace(" ", "_")
+        (sass_dir / f"{stem}.cu").write_text(source.text)
+        (sass_dir / f"{stem}.sass").write_text(sass)
+    loop = k_loop(sass)
+    classes = k_loop_classes(loop)
+    # a K block is 128 deep: 4 QGMMA (k32) per 64 x bn wave, 8 for the two halves of a split
+    # step; the overlapped loop holds two K blocks per trip
+    blocks = 2 if getattr(schedule, "overlap", False) else 1
+    per_block = {k: v / blocks for k, v in classes.items()}
+    return {"registers": res.registers, "spill_bytes": res.spill_stores + res.spill_loads,
+            "blocks_per_trip": blocks, "per_block": per_block,
+            "total": sum(classes.values()) / blocks,
+            "bookkeeping": sum(v for k, v in classes.items() if k not in ("FFMA", "QGMMA"))
+            / blocks}
+
+
+def _row(name: str, m: dict) -> str:
+    p = m["per_block"]
+    rest = ", ".join(f"{k} {v:g}" for k, v in sorted(p.items(), key=lambda kv: -kv[1])
+                     if k not in ("FFMA", "QGMMA"))
+    return (f"| {name} | {m['registers']} / {m['spill_bytes']} | {m['total']:g} | "
+            f"{p.get('QGMMA', 0):g} | {p.get('FFMA', 0):g} | {m['bookkeeping']:g} | {rest} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", action="store_true",
+                        help="also every schedule of gpu_fp8_bench.py --variants")
+    parser.add_argument("--json", type=Path, help="write the counts here")
+    parser.add_argument("--sass", type=Path, help="write each kernel's .cu and .sass here")
+    parser.add_argument("--generic", action="store_true",
+                        help="the variant without launch facts (64-bit element offsets) "
+                             "instead of the variant of a 4096x7168x2048 launch")
+    args = parser.parse_args()
+    if os.environ.get("NVDISASM"):
+        os.environ["PATH"] = str(Path(os.environ["NVDISASM"]).parent) + os.pathsep + \
+            os.environ["PATH"]
+    schedules = default_schedules() + (variant_schedules() if args.variants else [])
+    if args.sass:
+        args.sass.mkdir(parents=True, exist_ok=True)
+    print("| schedule | regs / spill B | K loop per K block | QGMMA | FFMA | bookkeeping | "
+          "bookkeeping by class |")
+    print("|---|---|---|---|---|---|---|")
+    out = {}
+    for name, s in schedules:
+        out[name] = measure(s, args.sass, name, args.generic)
+        out[name]["schedule"] = repr(s)
+        print(_row(name, out[name]), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""The block-scaled fp8 defaults' K loop stays lean (issue 18, GEMM 2): the SASS of the innermost
+loop around the QGMMAs (scripts/sass_fp8_k_loop.py, NVRTC sm_90a, the variant a 4096 x 7168 x
+2048 launch runs) has at most BOUND non-FFMA, non-QGMMA instructions per K block, no local
+memory traffic, the promotion's FFMAs and the K block's QGMMAs.
+
+The bounds sit just above what the compiler reaches now (docs/perf/fp8.md, "The K loop's
+bookkeeping"): split 128 x 256 155 (202 before), overlap 128 x 128 92 (119.5 before). What
+brought them down, each a test of its own: shared addresses through the cvta intrinsic
+(argus_sm90.cuh smem_u32), the unsigned ring counter (codegen/cuda/emit.py), 32-bit element
+offsets of narrow tensors (analysis/alignment.py `index32`). A change that undoes one of them
+moves the counts past the bound. Needs NVRTC and nvdisasm or cuobjdump (else skipped)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from argus.runtime import nvrtc_available
+from argus.runtime.toolkit import find_tool
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("sass_fp8_k_loop",
+                                                  ROOT / "scripts" / "sass_fp8_k_loop.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SCRIPT = _script()
+needs_tools = pytest.mark.skipif(
+    not nvrtc_available() or not (find_tool("nvdisasm") or find_tool("cuobjdump")),
+    reason="needs NVRTC and a disassembler (nvdisasm / cuobjdump)")
+
+# (name in scripts/sass_fp8_k_loop.default_schedules, QGMMA and FFMA per K block, bound on the
+# rest per K block)
+BOUNDS = {"default split 128x256": (8, 128, 160), "default overlap 128x128": (4, 64, 96)}
+
+
+@needs_tools
+@pytest.mark.parametrize("name,schedule", SCRIPT.default_schedules(),
+                         ids=[n for n, _ in SCRIPT.default_schedules()])
+def test_default_k_loop_bookkeeping_is_bounded(name, schedule):
+    qgmma, ffma, bound = BOUNDS[name]
+    m = SCRIPT.measure(schedule)
+    per_block = m["per_block"]
+    assert per_block.get("QGMMA") == qgmma and per_block.get("FFMA") == ffma, per_block
+    assert per_block.get("LDL/STL", 0) == 0, per_block
+    assert m["bookkeeping"] <= bound, (
+        f"{name}: {m['bookkeeping']} non-FFMA, non-QGMMA SASS instructions per K block "
+        f"(bound {bound}): {per_block}")
+
+
+def test_the_measured_variant_is_the_launch_variant():
+    """The counts are of what a launch runs: the scale tensors of a DeepSeek-V3 shape are
+    narrow, so their element offsets are 32-bit in the measured source (64-bit in the
+    variant that assumes nothing)."""
+    name, schedule = SCRIPT.default_schedules()[0]
+    launch = SCRIPT.render(schedule).text
+    generic = SCRIPT.render(schedule, generic=True).text
+    assert "(unsigned)ScaleAT_s0" in launch and "(unsigned)ScaleB_s0" in launch
+    assert "ScaleAT_s0" in generic and "(unsigned)ScaleAT_s0" not in generic
