@@ -27,12 +27,13 @@ import sys
 # metric (ncu raw name) -> short label for --summarize; stall reasons are found by prefix
 SUMMARY = [
     ("gpu__time_duration.sum", "us"),
-    ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "dram%"),
-    ("dram__bytes_read.sum.per_second", "dram_rd/s"),
+    ("dram__cycles_active.avg.pct_of_peak_sustained_elapsed", "dram%"),
+    ("dram__bytes.sum.per_second", "dram B/s"),
+    ("lts__t_sectors.avg.pct_of_peak_sustained_elapsed", "l2sectors%"),
     ("lts__throughput.avg.pct_of_peak_sustained_elapsed", "l2%"),
     ("lts__t_sector_hit_rate.pct", "l2hit%"),
-    ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "tensor%"),
-    ("sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active", "gmma%"),
+    ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed", "tensor%"),
+    ("inst_executed", "inst"),
     ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "sm%"),
     ("smsp__issue_active.avg.pct_of_peak_sustained_active", "issue%"),
     ("launch__registers_per_thread", "regs"),
@@ -108,7 +109,8 @@ def summarize(path: str) -> None:
                 value = r[col[metric]].replace(",", "")
                 unit = units[col[metric]]
                 if metric == "gpu__time_duration.sum":
-                    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit, 1.0)
+                    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0,
+                             "msecond": 1e3, "ms": 1e3}.get(unit, 1.0)
                     value = f"{float(value) * scale:.1f}"
                 parts.append(f"{label}={value}")
         stalls = []

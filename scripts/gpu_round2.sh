@@ -8,7 +8,7 @@
 #        tileorder poolsweep (one bench each, 30-120 s)
 #        rejudge (KB_IDS=ids [KB_LEVEL=1] [KB_BUDGET=120] [KB_RESUME=results.jsonl]: judge these again)
 #        owedtests pointwise16 decodefused fp8variants fp8op pagedsplit (CPU-built, GPU-owed)
-#        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES), decodetests
+#        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES), decodetests, l2promo
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -82,6 +82,16 @@ for s in "${steps[@]}"; do
             --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
             --section Occupancy --section LaunchStats python3 -u scripts/gpu_profile.py --case "$c"
         python3 scripts/gpu_profile.py --summarize "$OUT/ncu_$c.log" | tee "$OUT/ncu_$c.txt"
+      done ;;
+    # TMA L2 promotion (ARGUS_TMA_L2_PROMOTION, runtime/tma.py) for decode: ncu and the bench
+    l2promo) for p in 256 128 0; do
+        run_step "l2promo_ncu_$p" 60 env ARGUS_TMA_L2_PROMOTION=$p ncu --clock-control none \
+            --profile-from-start off --csv --page raw --section SpeedOfLight \
+            --section MemoryWorkloadAnalysis python3 -u scripts/gpu_profile.py --case decode32
+        python3 scripts/gpu_profile.py --summarize "$OUT/l2promo_ncu_$p.log" | tee "$OUT/l2promo_ncu_$p.txt"
+        run_step "l2promo_bench_$p" 90 env ARGUS_TMA_L2_PROMOTION=$p python3 -u \
+            scripts/gpu_attention_bench.py --decode --backends cudnn --batches 1,32,64 \
+            --queries 1 --out "$OUT/l2promo_$p"
       done ;;
     decodetests) run_step decodetests 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
         tests/gpu/test_attention_decode_gpu.py ;;

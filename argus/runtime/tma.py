@@ -28,6 +28,8 @@ aligned (argus/kernels/gemm_fp8.py, SharedBlockScales.load).
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -173,8 +175,28 @@ def check_tensor_map(shape: Sequence[int], strides: Sequence[int], *, dtype: DTy
                          box=tuple(reversed(box)), swizzle_bytes=swizzle_bytes)
 
 
+def default_l2_promotion() -> int:
+    """256 bytes, or ARGUS_TMA_L2_PROMOTION (0, 64, 128 or 256) for a measurement: an
+    experiment knob for every tensor map a process encodes, read when a launch plan is made.
+    Why it exists: under Nsight Compute the decode kernel's K and V loads (128-byte box rows of
+    256-byte rows) looked up 34% more L2 sectors per DRAM byte than cuDNN's plain loads, 26% of
+    them hits, as a 256-byte promotion of each row's first half would cause
+    (docs/perf/attention.md, "Decode under Nsight Compute")."""
+    text = os.environ.get("ARGUS_TMA_L2_PROMOTION", "").strip()
+    if not text:
+        return 256
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value not in L2_PROMOTION_BYTES:
+        raise _fail("ARGUS_TMA_L2_PROMOTION", f"{text!r} is not one of {L2_PROMOTION_BYTES}",
+                    "unset it, or give 0, 64, 128 or 256")
+    return value
+
+
 def make_tensor_map(tensor: Any, *, box: Sequence[int], swizzle_bytes: int = 128,
-                    l2_promotion: int = 256, name: str = "tensor") -> TensorMap:
+                    l2_promotion: int | None = None, name: str = "tensor") -> TensorMap:
     """Encode a tiled TMA descriptor for a CUDA torch tensor.
 
     box: the tile one TMA instruction moves, in tensor.shape order (e.g. (128, 64) for a
@@ -202,10 +224,15 @@ def make_tensor_map(tensor: Any, *, box: Sequence[int], swizzle_bytes: int = 128
                              tensor=tensor, name=name)
 
 
-def encode_tensor_map(spec: TensorMapSpec, *, l2_promotion: int = 256, device: int = 0,
-                      tensor: Any = None, name: str = "tensor") -> TensorMap:
+def encode_tensor_map(spec: TensorMapSpec, *, l2_promotion: int | None = None,
+                      device: int = 0, tensor: Any = None, name: str = "tensor") -> TensorMap:
     """cuTensorMapEncodeTiled for a validated spec: element strides 1, no interleave, the
-    spec's swizzle, out-of-bounds elements zero-filled (FLOAT_OOB_FILL_NONE)."""
+    spec's swizzle, out-of-bounds elements zero-filled (FLOAT_OOB_FILL_NONE).
+
+    l2_promotion: the L2 fill size a miss of a box row is promoted to (bytes); None reads
+    default_l2_promotion()."""
+    if l2_promotion is None:
+        l2_promotion = default_l2_promotion()
     if l2_promotion not in L2_PROMOTION_BYTES:
         raise _fail(name, f"l2_promotion={l2_promotion} is not one of {L2_PROMOTION_BYTES}",
                     "use 256 (default) or 128")

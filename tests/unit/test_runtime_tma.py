@@ -82,3 +82,22 @@ def test_make_tensor_map_rejects_cpu_tensors_before_the_driver():
         make_tensor_map(torch.zeros(256, 64, dtype=torch.bfloat16), box=(128, 64), name="B")
     with pytest.raises(LaunchError, match="expected a torch.Tensor"):
         make_tensor_map([1, 2, 3], box=(1,), name="B")
+
+
+def test_l2_promotion_default_and_its_experiment_knob(monkeypatch):
+    """Tensor maps promote an L2 miss to 256 bytes unless ARGUS_TMA_L2_PROMOTION names
+    another of the driver's sizes; a bad value is a LaunchError that names the variable."""
+    import pytest as _pytest
+
+    from argus.errors import LaunchError
+    from argus.runtime.tma import default_l2_promotion
+
+    monkeypatch.delenv("ARGUS_TMA_L2_PROMOTION", raising=False)
+    assert default_l2_promotion() == 256
+    for value in (0, 64, 128, 256):
+        monkeypatch.setenv("ARGUS_TMA_L2_PROMOTION", str(value))
+        assert default_l2_promotion() == value
+    for bad in ("512", "x"):
+        monkeypatch.setenv("ARGUS_TMA_L2_PROMOTION", bad)
+        with _pytest.raises(LaunchError, match="ARGUS_TMA_L2_PROMOTION"):
+            default_l2_promotion()
