@@ -380,23 +380,25 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
         # falls back on the other before the full portfolio, which took 0.3-0.8 s on queries
         # one of them proves in 10-60 ms (MoE's A.expert == B.expert, the batched GEMM's
         # store.coords)
-        order = [False]
+        order, nonlinear = [False], False
         if len(premises) <= PURIFY_MAX_PREMISES:
-            in_claims = _divides_by_constant([c for _, c in claims])
-            if in_claims or _divides_by_constant(premises):
-                # (a linear query whose premises alone divide: the pipeline protocol's
-                # no-overwrite and no-early-read, whose wait conditions `(n / S) % 2` are
-                # premises; a non-linear one there keeps the plain core alone, as before)
-                if not _nonlinear(list(premises) + [c for _, c in claims]):
-                    order = [True, False]
-                elif in_claims:
-                    order = [False, True]
+            divisions, nonlinear = _arith_shape(list(premises) + [c for _, c in claims])
+            if divisions and not nonlinear:
+                # a linear query that divides by constants, in its claims or its premises
+                # (the pipeline protocol's no-overwrite and no-early-read: the wait
+                # conditions `(n / S) % 2` are premises): purify-arith first where it
+                # divides often (PURIFY_MIN_DIVISIONS), the plain core first where it
+                # divides little
+                order = [True, False] if divisions >= PURIFY_MIN_DIVISIONS else [False, True]
+            elif divisions and _divides_by_constant([c for _, c in claims]):
+                order = [False, True]   # non-linear: a non-linear one whose premises alone
+                # divide keeps the plain core alone, as before
         for purify in order:
             out = _quick_proof(premises, claims, min(QUICK_RLIMIT, rlimit), rlimit, t0,
                                purify=purify)
             if out is not None:
                 break
-        if out is None and len(order) == 2 and order[0] is False:
+        if out is None and nonlinear and len(order) == 2:
             # z3's effort on these (MoE's A.expert == B.expert) is heavy-tailed in the names
             # of the query's constants, which depend on what the process verified before:
             # both attempts missed in some runs and the portfolio took 0.4-0.8 s. The same
@@ -468,6 +470,15 @@ NIA_PARAMS = {"arith.nl.grobner": False, "arith.nl.horner": False}
 # a small one pays purify-arith's fixed cost (~0.6 ms: its own solver and vacuity check;
 # moe permute's 36 store.once queries, 1.3 -> 2.0 ms each)
 PURIFY_MAX_PREMISES = 64
+# ... so a linear query with fewer distinct divisions by constants than this goes to the plain
+# core first (purify-arith next, if it misses). Every library schedule's linear queries of at
+# most 64 premises that divide (1,197, tenth pass), plain core vs purify-arith, min of 3: those
+# with 1-4 distinct divisions (wgmma.defined, smem.bounds, store.once / coverage, tag.assert)
+# take the plain core at most 14k units, typically 1-3k, and 1.0-1.6 ms where purify-arith
+# takes 1.6-3.5 ms; those with 5 or more (the rings' protocol: the parity `(n / S) % 2` of
+# both sides, the ring total's ceil-divisions) took the plain core up to 400k units. In total
+# 5.58 s with purify-arith first on all, 5.29 s with this threshold (4 and 6: 5.32, 5.40 s)
+PURIFY_MIN_DIVISIONS = 5
 
 
 def _any_app(terms: Sequence[z3.ExprRef], hit) -> bool:
@@ -505,6 +516,25 @@ def _divides_by_constant(terms: Sequence[z3.ExprRef]) -> bool:
     """Whether an integer division or remainder by a numeral occurs in `terms`."""
     return _any_app(terms, lambda ctx, kind, args: kind in _DIVMOD and len(args) == 2
                     and _is_numeral(ctx, args[1]))
+
+
+def _arith_shape(terms: Sequence[z3.ExprRef]) -> tuple[int, bool]:
+    """(the number of distinct integer divisions and remainders by a numeral, whether
+    `_nonlinear` holds) of `terms`, in one walk of their DAG."""
+    divisions, nonlinear = 0, False
+
+    def hit(ctx, kind, args) -> bool:
+        nonlocal divisions, nonlinear
+        if kind in _DIVMOD and len(args) == 2:
+            if _is_numeral(ctx, args[1]):
+                divisions += 1
+            else:
+                nonlinear = True
+        elif kind == z3.Z3_OP_MUL and not nonlinear:
+            nonlinear = sum(not _is_numeral(ctx, x) for x in args) > 1
+        return False   # every node: the count is over the whole DAG
+    _any_app(terms, hit)
+    return divisions, nonlinear
 
 
 def _nonlinear(terms: Sequence[z3.ExprRef]) -> bool:
