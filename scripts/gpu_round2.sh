@@ -8,7 +8,7 @@
 #        tileorder poolsweep (one bench each, 30-120 s)
 #        rejudge (KB_IDS=ids [KB_LEVEL=1] [KB_BUDGET=120] [KB_RESUME=results.jsonl]: judge these again)
 #        owedtests pointwise16 decodefused fp8variants fp8op pagedsplit (CPU-built, GPU-owed)
-#        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES), decodetests, l2promo
+#        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES), decodetests, l2promo l2promo2
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -92,6 +92,16 @@ for s in "${steps[@]}"; do
         run_step "l2promo_bench_$p" 90 env ARGUS_TMA_L2_PROMOTION=$p python3 -u \
             scripts/gpu_attention_bench.py --decode --backends cudnn --batches 1,32,64 \
             --queries 1 --out "$OUT/l2promo_$p"
+      done ;;
+    # the same knob on the GEMMs, prefill attention and fp8 (each at 256, then 128)
+    l2promo2) for p in 256 128; do
+        run_step "l2gemm_$p" 90 env ARGUS_TMA_L2_PROMOTION=$p python3 -u scripts/gpu_gemm_pingpong.py \
+            --shapes 4096x4096x4096,2048x7168x2048,8192x8192x8192 --schedules \
+            "GemmSchedule(stages=4, epilogue='tma', cluster_m=2, store_cols=128);GemmSchedule(bm=128, bn=128, stages=6, pingpong=True, epilogue='tma', store_cols=64)"
+        run_step "l2att_$p" 90 env ARGUS_TMA_L2_PROMOTION=$p python3 -u scripts/gpu_attention_bench.py \
+            --dims 128 --lengths 2048,8192 --variants default --no-gqa --backends cudnn --out "$OUT/l2att_$p"
+        run_step "l2fp8_$p" 60 env ARGUS_TMA_L2_PROMOTION=$p python3 -u scripts/gpu_fp8_bench.py --block \
+            --shapes 4096x7168x2048,4096x24576x1536,4096x7168x16384,8192x7168x2048 --out "$OUT/l2fp8_$p"
       done ;;
     decodetests) run_step decodetests 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
         tests/gpu/test_attention_decode_gpu.py ;;
