@@ -85,7 +85,7 @@ def test_make_tensor_map_rejects_cpu_tensors_before_the_driver():
 
 
 def test_l2_promotion_default_and_its_experiment_knob(monkeypatch):
-    """Tensor maps promote an L2 miss to 256 bytes unless ARGUS_TMA_L2_PROMOTION names
+    """Tensor maps promote an L2 miss to 128 bytes unless ARGUS_TMA_L2_PROMOTION names
     another of the driver's sizes; a bad value is a LaunchError that names the variable."""
     import pytest as _pytest
 
@@ -93,7 +93,7 @@ def test_l2_promotion_default_and_its_experiment_knob(monkeypatch):
     from argus.runtime.tma import default_l2_promotion
 
     monkeypatch.delenv("ARGUS_TMA_L2_PROMOTION", raising=False)
-    assert default_l2_promotion() == 256
+    assert default_l2_promotion() == 128
     for value in (0, 64, 128, 256):
         monkeypatch.setenv("ARGUS_TMA_L2_PROMOTION", str(value))
         assert default_l2_promotion() == value
