@@ -405,13 +405,17 @@ class SmemBuffer:
 
 
 class SmemView:
-    """Rows [row0, row0 + rows) of one stage of a buffer. Materialized lazily as smem.slice."""
+    """Rows [row0, row0 + rows) of one stage of a buffer. Materialized lazily as smem.slice,
+    at the line that defined the view (`sA[st].rows_of(0, 64)`), not at the op that uses it:
+    a view whose first row is a constant emits no other op there, and the verifier names the
+    view op's line as where an operand's rows were selected (store.coords' `m_view_at`)."""
 
     def __init__(self, buffer: SmemBuffer, stage, row0, rows: int):
         self.buffer = buffer
         self.stage = stage
         self.row0 = row0
         self.rows = rows
+        self.loc = user_loc()
 
     @property
     def cols(self) -> int:
@@ -439,5 +443,5 @@ class SmemView:
         v = ctx.builder.fresh(SmemViewType(t.dtype, (self.rows, self.cols), t.swizzle))
         stage = None if self.stage is None else as_scalar(self.stage).value
         row0 = self.row0 if isinstance(self.row0, int) else as_scalar(self.row0).value
-        _emit(O.SmemSlice(v, self.buffer.value, stage, row0, loc=user_loc()))
+        _emit(O.SmemSlice(v, self.buffer.value, stage, row0, loc=self.loc))
         return v

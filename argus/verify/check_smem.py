@@ -293,10 +293,13 @@ def _bounds(model: Model) -> list[Obligation]:
 
         def decode(zm, violated, site=site, r0=r0, view=view, rows=rows):
             wit = W.context(model, zm, site)
+            # the line that defined the view (`sA[st].rows_of(...)`): the one a fix edits,
+            # where the op reading it is only where it was used
             wit.update({"rows": (value(zm, r0), value(zm, r0) + view.rows),
-                        "buffer_rows": rows})
+                        "buffer_rows": rows, "view_at": str(view.op.loc)})
             return (f"the view covers rows [{value(zm, r0)}, {value(zm, r0) + view.rows}) of "
-                    f"{view.buffer}, which has {rows} rows per stage"), wit
+                    f"{view.buffer}, which has {rows} rows per stage (view defined at "
+                    f"{view.op.loc})"), wit
         obs.append(Obligation("smem.bounds", op.loc, f"view of {view.buffer} at {op.loc}", prem,
                               claims, decode))
     return obs

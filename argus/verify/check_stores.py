@@ -149,12 +149,14 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
     prem = list(model.premises) + st.site.constraints() + list(rec.cond) + [rec.defined] + \
         _inb(model, st, dest) + [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)]
     claims = []
+    field_of = {}   # claim name -> the field it compares (the witness names its views)
     for d, fname in enumerate(st.tensor.field_names):
         val = rec.get(fname)
         if val is None or not is_coordinate_field(fname):
             continue
         prem += list(val.cond)
         claims.append((f"{fname} of the value == destination {fname}", val.term == dest[d]))
+        field_of[claims[-1][0]] = fname
     for fname, (text, args) in st.tensor.user_fields.items():
         val = rec.get(fname)
         if val is None:
@@ -162,6 +164,7 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
         want = model.eval_tag_expr(text, args, coords=dest)
         prem += list(val.cond)
         claims.append((f"{fname} of the value == {fname} of the destination", val.term == want))
+        field_of[claims[-1][0]] = fname
     if not claims:
         return []
     prem += model.axiom_instances([c for _, c in claims] + prem)
@@ -183,6 +186,13 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
                f"tags say {got} ({src})")
         if mixed:
             msg += f"; it mixes values from {mixed[0]}"
+        # where each wrong field was selected: the views its lineage was read through (the
+        # line of `sA[st].rows_of(...)` when the operand's rows are the wrong ones)
+        for fname in dict.fromkeys(field_of[c] for c in violated if c in field_of):
+            via = rec.get(fname).via
+            if via:
+                wit[f"{fname}_view_at"] = "; ".join(via)
+                msg += f"; its {fname} was read through {wit[f'{fname}_view_at']}"
         return msg, wit
     return [Obligation("store.coords", st.op.loc, subject, prem, claims, decode,
                        minimize=list(idx) + [s.var for s in st.site.scopes if s.var is not None])]

@@ -376,6 +376,18 @@ def _slices(model: Model, st: O.Store, info, leaves, offs, summed) -> Obligation
             msg = (f"the sum stored at {st.loc} adds {n} slices of {info.name} but it has "
                    f"{wit['extent']}: {wit['extent'] - n} slice(s) never added "
                    f"(added: {got})")
+            # one line that loads several slices is a Python loop unrolled while tracing: its
+            # bound is a trace-time value with no IR line, so the loop body's line is the
+            # nearest program point the witness can name
+            by_line: dict[str, list] = {}
+            for g, ld in zip(got, leaves):
+                by_line.setdefault(str(ld.loc), []).append(g)
+            many = {at: gs for at, gs in by_line.items() if len(gs) > 1}
+            if many:
+                at, gs = max(many.items(), key=lambda kv: len(kv[1]))
+                wit["unrolled_at"] = at
+                msg += (f"; the load at {at} adds {len(gs)} of them ({', '.join(map(str, gs))}): "
+                        f"a Python loop unrolled while tracing, whose bound decides how many")
         return msg, wit
     return Obligation("reduce.slices", st.loc,
                       f"sum of {n} slices of {info.name} stored at {st.loc}",

@@ -9,7 +9,10 @@ A field is a `TagVal`:
   * a set `{term : bound variables in range, under cond}` after a reduction or an accumulation
     (a wgmma's k, a row max over columns): `bound` names the reduction variables;
   * `mixed` notes where a reduced value was combined pointwise into it (softmax's x - max(x)),
-    kept for messages; the point lineage stays primary.
+    kept for messages; the point lineage stays primary;
+  * `via` notes the shared-memory views the point lineage was read through ("A operand view
+    of sA at kernels.py:71"), kept for messages: a wrong coordinate names the line that
+    selected it (`through`).
 Auxiliary variables (a producer's loop index seen from the consumer, reduction variables) are
 fresh per instantiation and constrained by `cond`, so two instantiations never alias.
 
@@ -57,6 +60,7 @@ class TagVal:
     bound: tuple[z3.ArithRef, ...] = ()
     cond: tuple[z3.BoolRef, ...] = ()
     mixed: tuple[str, ...] = ()
+    via: tuple[str, ...] = ()
 
     @property
     def is_point(self) -> bool:
@@ -604,7 +608,7 @@ def _renamed(rec: Record, own: tuple, extra: list | None = None) -> Record:
         term = next(got)
         bound = tuple(next(got) for _ in v.bound)
         cond = tuple(next(got) for _ in v.cond)
-        fields[name] = TagVal(term, bound, cond, v.mixed)
+        fields[name] = TagVal(term, bound, cond, v.mixed, v.via)
     defined = next(got)
     cond = tuple(next(got) for _ in rec.cond)
     return Record(fields, defined, cond, rec.source,
@@ -635,7 +639,22 @@ def reduce_over(val: TagVal, var: z3.ArithRef, lo, hi, note: str = "") -> TagVal
     term = substitute(val.term, (var, v2))
     cond = tuple(substitute(c, (var, v2)) for c in val.cond) + (v2 >= lo, v2 < hi)
     mixed = val.mixed + ((note,) if note else ())
-    return TagVal(term, val.bound + (v2,), cond, mixed)
+    return TagVal(term, val.bound + (v2,), cond, mixed, val.via)
+
+
+def through(rec: Record, note: str) -> Record:
+    """`rec` read through a view (`note` says which, and where): each field remembers it
+    (`TagVal.via`), so a field that disagrees with where its element goes names the view that
+    selected it as well as the op that wrote it. Messages only: no term changes."""
+    if not rec.fields:
+        return rec
+    return replace(rec, fields={k: replace(v, via=v.via + (note,))
+                                for k, v in rec.fields.items()})
+
+
+def joined_via(*vals: TagVal) -> tuple[str, ...]:
+    """The `via` notes of several lineages of one field, each once, in order."""
+    return tuple(dict.fromkeys(n for v in vals for n in v.via))
 
 
 def combine(a: TagVal, b: TagVal, note: str) -> TagVal:

@@ -233,8 +233,10 @@ CORPUS: list[Mutation] = [
       ACC + ("tile_element", "output", "value_tags"), ("m of the value",), "a_wrong_row",
       "A rows loaded 64 rows too low: C rows get other rows' products"),
     M("gemm/wrong_operand_slice", "gemm", 13, traced(K.make_gemm, "wrong_operand_slice"),
-      ("store.coords",), ACC + ("tile_element", "warpgroup"), (), None,
-      "every consumer warpgroup multiplies rows 0..63 of the A stage"),
+      ("store.coords",), ACC + ("tile_element", "warpgroup", "m_view_at"), (),
+      "wrong_operand_slice",
+      "every consumer warpgroup multiplies rows 0..63 of the A stage (the witness names the "
+      "view that selected the rows the wrong m came from)"),
     M("gemm/store_missing_wg_offset", "gemm", 14, traced(K.make_gemm, "store_missing_wg_offset"),
       ("store.once", "store.coords"), ("output",), (), "store_missing_wg_offset",
       "both consumer warpgroups store to the same 64 rows"),
@@ -257,9 +259,10 @@ CORPUS: list[Mutation] = [
       ("pipe.arrivals",), ("init_count", "arrivals"), (), "pipeline_consumers",
       "empty barriers expect 1 arrival while 2 consumer warpgroups release"),
     M("gemm/view_out_of_buffer", "gemm", 5, traced(K.make_gemm, "view_out_of_buffer"),
-      ("smem.bounds",), ("warpgroup", "rows"), (), "view_out_of_buffer",
+      ("smem.bounds",), ("warpgroup", "rows", "view_at"), ("view defined at",),
+      "view_out_of_buffer",
       "a third consumer warpgroup reads rows 128..191 of a 128-row stage (reported at the "
-      "wgmma that materializes the view)"),
+      "wgmma that materializes the view; view_at names the line that defined it)"),
     M("gemm/grid_too_small", "gemm", 14, traced(K.make_gemm, "grid_too_small"),
       ("store.coverage",), ("domain", "extent"), ("never written",), "grid_too_small",
       "the grid steps by 2 tiles of rows: half the output rows are never stored"),
@@ -748,9 +751,11 @@ CORPUS: list[Mutation] = [
       "are never seen"),
     # --- split-K: the sum of the K slices' partials ----------------------------------------
     M("split_k/missing_slice", "reduction", 2, traced(K.make_split_k_sum, "missing_slice"),
-      ("reduce.slices",), ("slices", "defined", "thread"), ("never added",), None,
+      ("reduce.slices",), ("slices", "defined", "thread", "unrolled_at"),
+      ("never added", "unrolled while tracing"), None,
       "the partials' sum stops one slice short (a Python loop unrolled while tracing: its "
-      "bound has no IR line, the witness names every load added)"),
+      "bound has no IR line, the witness names every load added and the loop body's line "
+      "that loads several slices)"),
     M("split_k/slice_twice", "reduction", 2, traced(K.make_split_k_sum, "slice_twice"),
       ("reduce.slices",), ("slices", "defined", "thread"), ("twice",), "slice_twice",
       "slice 1 is added twice and slice 2 never"),

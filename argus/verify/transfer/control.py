@@ -22,7 +22,8 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import ScalarType
-from argus.verify.tagdomain import Record, Substitution, TagVal, fresh_int, mentions, reduce_over
+from argus.verify.tagdomain import (Record, Substitution, TagVal, fresh_int, joined_via,
+                                    mentions, reduce_over)
 from argus.verify.transfer.domain import (Rule, Scope, TileState, VarInfo, _is_zero, _num,
                                           _same, _Unsupported)
 from argus.verify.transfer.values import FACTS
@@ -329,7 +330,7 @@ def _previous_iteration(initial: TileState, after: TileState, var, start, step) 
             fields[name] = TagVal(z3.If(first, fa.term, shift(fb.term)), fa.bound + fb.bound,
                                   tuple(z3.Implies(first, c) for c in fa.cond) +
                                   tuple(z3.Implies(z3.Not(first), shift(c)) for c in fb.cond),
-                                  fa.mixed + fb.mixed)
+                                  fa.mixed + fb.mixed, joined_via(fa, fb))
         cond = a.cond + tuple(z3.Implies(z3.Not(first), shift(c)) for c in b.cond)
         defined = z3.If(first, a.defined, shift(b.defined))
         return Record(fields, defined, cond, b.source)
@@ -343,8 +344,8 @@ def _at(state: TileState, var, value) -> TileState:
 
     def fn(idx, inner=state.fn):
         rec = inner(idx)
-        fields = {name: TagVal(at(v.term), v.bound, tuple(at(c) for c in v.cond), v.mixed)
-                  for name, v in rec.fields.items()}
+        fields = {name: TagVal(at(v.term), v.bound, tuple(at(c) for c in v.cond), v.mixed,
+                               v.via) for name, v in rec.fields.items()}
         return Record(fields, at(rec.defined), tuple(at(c) for c in rec.cond), rec.source)
     return TileState(state.shape, state.layout, fn, state.loc, state.what)
 

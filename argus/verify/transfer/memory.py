@@ -23,7 +23,7 @@ from __future__ import annotations
 import z3
 
 from argus.ir import ops as O
-from argus.verify.tagdomain import fresh_int
+from argus.verify.tagdomain import fresh_int, through
 from argus.verify.transfer.domain import (AtomicSite, ReadSite, Rule, StoreSite, ViewInfo,
                                          WriteSite, _num, trailing)
 
@@ -52,8 +52,9 @@ def ldmatrix(m: Model, op: O.LdMatrix, scopes, role, counters, following) -> Non
     view = m.views[op.src.id]
     if m._recording:
         m.reads.append(ReadSite("ldmatrix", op, site, view))
-    m._set_tile(op.result, lambda idx, v=view, s=site: m.read_smem(v, idx, s),
-                op, "ldmatrix of a shared-memory view")
+    m._set_tile(op.result, lambda idx, v=view, s=site: through(
+        m.read_smem(v, idx, s), f"the ldmatrix view at {v.op.loc}"),
+        op, "ldmatrix of a shared-memory view")
 
 
 def load(m: Model, op: O.Load, scopes, role, counters, following) -> None:

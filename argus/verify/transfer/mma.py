@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from argus.ir import ops as O
 from argus.verify.tagdomain import (Record, combine, fresh_int, reduce_over,
-                                    referenced_conds, with_fresh)
+                                    referenced_conds, through, with_fresh)
 from argus.verify.transfer.domain import ReadSite, Rule, TileState, WgmmaSite, b_index
 from argus.verify.transfer.values import FACTS
 
@@ -37,6 +37,11 @@ def wgmma(m: Model, op: O.Wgmma, scopes, role, counters, following) -> None:
         kk = fresh_int("kk")
         ra, own_a = with_fresh(lambda: m.wgmma_a(wsite, mm, kk))
         rb, own_b = with_fresh(lambda: m.read_smem(b, b_index(b, n, kk, K, trans), site))
+        # each operand's tags name the view that selected its rows (the line of
+        # `sA[st].rows_of(...)`): a wrong m or n at the store points there (store.coords)
+        if a is not None:
+            ra = through(ra, f"the A operand's view at {a.op.loc}")
+        rb = through(rb, f"the B operand's view at {b.op.loc}")
         # overwrite (scale-d = 0): nothing of the accumulator's old value flows in
         prev = Record(source="an overwritten accumulator") if op.overwrite else before.fn(idx)
         # (the product is no longer the value the accumulator had: its value facts go)
