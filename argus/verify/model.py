@@ -104,6 +104,7 @@ class Model:
         self.threads = kernel.attr("threads", 128)
         self.lowered = kernel.attr("smem_plan") is not None
         self._seq = itertools.count()
+        self._scope_seq = itertools.count()   # Scope.seq (its own count: Site.seq unchanged)
         self._recording = True
         self._def_seq: dict[int, int] = {}
         self.def_ops: dict[int, Op] = {}
@@ -185,7 +186,7 @@ class Model:
         wg = self._var(f"{role.name}_wg{role.index.id}",
                        VarInfo("wg", f"{role.name} warpgroup", role.index, role))
         self.sym[role.index.id] = wg
-        scope = Scope("role", role, wg, (wg >= 0, wg < role.warpgroups))
+        scope = self._scope("role", role, wg, (wg >= 0, wg < role.warpgroups))
         counters: dict[int, Any] = {}
         self._walk(role.body, (scope,), role, counters)
         for pid, n in counters.items():
@@ -195,6 +196,11 @@ class Model:
 
     def _site(self, op: Op, scopes, role) -> Site:
         return Site(op, scopes, role, next(self._seq))
+
+    def _scope(self, kind: str, op: Op, var, constraints: tuple, counter_lemmas: tuple = (),
+               steps: tuple = ()) -> Scope:
+        return Scope(kind, op, var, constraints, counter_lemmas, steps,
+                     seq=next(self._scope_seq))
 
     # -- counting pipeline steps -----------------------------------------------------------
     def _count(self, region: Region, pipe_id: int):
@@ -451,17 +457,18 @@ class Model:
         and the reader's scopes (its consume step, loops and their constraints; the reader's
         op and seq only key memos there). The k-slices of one wgmma, each a site of its own
         over its own view of the same buffer and stage (row0 differs, which R carries), share
-        one computation: 35 computations -> 11 in the FA3 d 256 causal kernel. Scopes are the
-        model's objects, kept alive with the entry (the first reader holds them)."""
+        one computation: 35 computations -> 11 in the FA3 d 256 causal kernel. The scopes
+        by their seqs (Scope.seq: one per scope the walk made, so a loop's dry pass and its
+        recorded pass stay apart, as the scope objects did), the stage term by its z3 id (kept
+        alive with the entry: the view holds it)."""
         memo = self.__dict__.setdefault("_tma_reads", {})
-        key = (view.buffer.id, None if view.stage is None else _term_key(view.stage),
-               tuple(id(s) for s in reader.scopes))
+        key = tma_read_key(view, reader)
         hit = memo.get(key)
         if hit is None:
             row, col = z3.Int("argus.verify.model!row"), z3.Int("argus.verify.model!col")
             rec, own = with_fresh(lambda: self._read_tma(view, row, col, reader, writes))
             own = occurring(rec, own)   # renamed per read: only the variables rec holds
-            hit = memo[key] = (view, reader, row, col, rec, own)   # keeps the keys' objects
+            hit = memo[key] = (view, reader, row, col, rec, own)   # keeps the stage term
         _, _, row, col, rec, own = hit
         return instantiate(rec, own, [(row, _num(R)), (col, _num(j))])
 
@@ -502,12 +509,16 @@ class Model:
             return Record({}, z3.BoolVal(False), (), "a pipelined buffer read outside its "
                                                      "consume step")
         n_r = self.steps_by_stage[consume.op.stage.id].counter
+        # the produce steps by their program points (Site.seq): the pipe lists each produce
+        # op once (only the recorded pass of a loop lists its steps, and a well-formed kernel
+        # places an op once: its stage value is defined once), and a TMA write's step is the
+        # listed step of the produce op around it
         by_site: dict[int, StepInfo] = {}
         for st in self.pipes[consume.op.pipe.id].steps:
             if st.kind == "produce":
-                by_site.setdefault(id(st.op), st)
-        mine = {id(st.op): [w for w in writes if w.step is not None and w.step.op is st.op]
-                for st in by_site.values()}
+                by_site.setdefault(st.site.seq, st)
+        mine = {key: [w for w in writes if w.step is not None and w.step.site.seq == key]
+                for key in by_site}
         fields: dict = {}
         defined = z3.BoolVal(False)
         cond: list = []
@@ -700,7 +711,9 @@ class Model:
         counters are equal exactly when the iterations are and the offsets are. The offsets
         compared then are linear where before + t * per (t times a per that depends on K)
         was not: equal counters made z3 prove the unit indices equal through the product."""
-        key = (id(step), reader.seq, _term_key(n_r),
+        # the step by its program point (a listed produce step: one per seq), the terms by
+        # their z3 ids (kept alive with the decision)
+        key = (step.site.seq, reader.seq, _term_key(n_r),
                tuple(_term_key(a) + _term_key(b) for a, b in pre))
         hit = self._nest_decisions.get(key)
         if hit is not None:
@@ -744,7 +757,7 @@ class Model:
                 w_side = z3.simplify(step.counter - sa[2], som=True)
                 r_side = z3.simplify(n_r - sb[2], som=True)
         if not Memo.building:   # mid-walk, a loop bound may not be known yet
-            # the step and the terms are kept with the decision: their ids stay theirs
+            # the terms are kept with the decision: their ids stay theirs
             self._nest_decisions[key] = (pairs, n_r, tuple(pre), step, w_side, r_side)
         return pairs, w_side, r_side
 
@@ -866,6 +879,13 @@ def _consts(term, exclude=None) -> list:
 
 def _mentions_any(term, vars_) -> bool:
     return any(mentions(term, v) for v in vars_)
+
+
+def tma_read_key(view: ViewInfo, reader: Site) -> tuple:
+    """What `Model._read_tma` reads of a view and a reader, as a memo key of stable values:
+    the buffer's IR name, the stage term (a z3 id) and the seqs of the reader's scopes."""
+    return (view.buffer.id, None if view.stage is None else _term_key(view.stage),
+            tuple(s.seq for s in reader.scopes))
 
 
 def _term_key(t) -> tuple:

@@ -24,7 +24,7 @@ from argus.ir import ops as O
 from argus.ir.types import ScalarType
 from argus.verify.tagdomain import (Record, Substitution, TagVal, fresh_int, joined_via,
                                     mentions, reduce_over)
-from argus.verify.transfer.domain import (Rule, Scope, TileState, VarInfo, _is_zero, _num,
+from argus.verify.transfer.domain import (Rule, TileState, VarInfo, _is_zero, _num,
                                           _same, _Unsupported)
 from argus.verify.transfer.values import FACTS
 
@@ -51,13 +51,13 @@ def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
     # a count per iteration that depends on the index (a causal tile's KV blocks in a
     # persistent walk) adds up to a sum, not trip x count (Model.steps_over)
     varying = {pid for pid, n in per.items() if mentions(_num(n), var)}
-    scope = Scope("loop", op, var, tuple(cons),
-                  _counter_lemmas(index, m._trip(op), step,
-                                  [n for pid, n in per.items()
-                                   if pid not in varying and not _is_zero(n)]),
-                  tuple((pid, _num(counters.get(pid, 0)),
-                         _num(counters.get(pid, 0)) + index * _num(n), _num(n))
-                        for pid, n in per.items() if pid not in varying and not _is_zero(n)))
+    scope = m._scope("loop", op, var, tuple(cons),
+                     _counter_lemmas(index, m._trip(op), step,
+                                     [n for pid, n in per.items()
+                                      if pid not in varying and not _is_zero(n)]),
+                     tuple((pid, _num(counters.get(pid, 0)),
+                            _num(counters.get(pid, 0)) + index * _num(n), _num(n))
+                           for pid, n in per.items() if pid not in varying and not _is_zero(n)))
     inner_scopes = scopes + (scope,)
     # (the same terms as the scope's `steps`: a step's offset in its iteration is its
     # counter minus these, Model._counter_match)
@@ -148,7 +148,7 @@ def if_(m: Model, op: O.If, scopes, role, counters, following) -> None:
     cond = m._bool(op.cond)
     inner = dict(counters)
     before = dict(m.tiles)
-    m._walk(op.body, scopes + (Scope("if", op, None, (cond,)),), role, inner)
+    m._walk(op.body, scopes + (m._scope("if", op, None, (cond,)),), role, inner)
     for vid, state in list(m.tiles.items()):
         if vid in before and before[vid] is not state:
             # a tile the body assigned: its tags stay the body's (an over-approximation of

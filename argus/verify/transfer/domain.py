@@ -57,6 +57,12 @@ class Scope:
     # iteration do not depend on the index: a step inside the loop has counter
     # start + offset with 0 <= offset < per (Model._counter_match)
     steps: tuple[tuple[int, Any, Any, Any], ...] = ()   # (pipe id, before, start, per)
+    # this scope's place in the walk's order of scopes (Model._scope): a loop or if walked
+    # twice (a loop's dry pass and its recorded one) is two scopes, whose terms may differ (an
+    # opaque scalar primed again is a fresh variable), so neither the op's program point nor
+    # a loop index name tells them apart; the seq does, and is the same in every trace. Not
+    # compared: scopes compare by what they state, as before (check_stores._translate_of)
+    seq: int = field(kw_only=True, compare=False)
 
 
 @dataclass

@@ -13,7 +13,7 @@ pass of a loop as in the recorded one; only the recorded pass lists the step.
 from __future__ import annotations
 
 from argus.ir import ops as O
-from argus.verify.transfer.domain import PipeInfo, Rule, Scope, StepInfo, _num, _Unsupported
+from argus.verify.transfer.domain import PipeInfo, Rule, StepInfo, _num, _Unsupported
 
 
 def pipeline_create(m: Model, op: O.PipelineCreate, scopes, role, counters, following) -> None:
@@ -34,7 +34,7 @@ def step(m: Model, op: O.Produce | O.Consume, scopes, role, counters, following)
     if m._recording:
         pipe.steps.append(info)
     counters[op.pipe.id] = n + 1
-    m._walk(op.body, scopes + (Scope(kind, op, None, ()),), role, counters)
+    m._walk(op.body, scopes + (m._scope(kind, op, None, ()),), role, counters)
 
 
 RULES: dict[type, Rule] = {
