@@ -6,8 +6,6 @@ convolutions on their CUDA-core template); plus KernelBench convolution tasks (l
 through the solution file the judge loads."""
 
 from __future__ import annotations
-
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from argus.compose.runtime import Program
+from tests.loading import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 KB = ROOT.parent / "shared" / "kernelbench"
@@ -160,10 +159,7 @@ TASKS = [("level1", "67_conv_standard_1D.py"), ("level1", "74_conv_transposed_1D
 
 
 def _import(path: Path):
-    spec = importlib.util.spec_from_file_location(f"sol_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(path, f"sol_{path.stem}")
 
 
 @pytest.mark.skipif(not KB.exists(), reason="KernelBench tasks not found")

@@ -5,12 +5,11 @@ writes is imported as the judge imports it, built with the task's init inputs, g
 reference's weights through its state dict, and run on the task's inputs and on signed ones."""
 
 from __future__ import annotations
-
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
+from tests.loading import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 KB = ROOT.parent / "shared" / "kernelbench"
@@ -28,10 +27,7 @@ TASKS = [
 
 
 def _import(path: Path):
-    spec = importlib.util.spec_from_file_location(f"sol_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(path, f"sol_{path.stem}")
 
 
 @needs_kb

@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.gpu import hopper_only  # noqa: E402
+from tests.loading import load_script  # noqa: E402
 
 pytestmark = hopper_only()
 
@@ -79,13 +80,7 @@ def test_matches_float64(B, H, HKV, S, SK, D, causal, layout, dtype, splits):
 def _variant(name, B, HKV, SK, rows):
     """(schedule, splits) of a --decode-variants token of scripts/gpu_attention_bench.py,
     for the (batch x kv heads) units and keys of a case."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "scripts" / "gpu_attention_bench.py"
-    spec = importlib.util.spec_from_file_location("gpu_attention_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("gpu_attention_bench")
     schedule, splits, _ = module.decode_variant(name, 128, rows, B * HKV, SK)
     return schedule, splits
 

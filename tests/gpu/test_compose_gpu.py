@@ -21,6 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.gpu import hopper_only  # noqa: E402
+from tests.loading import load_file  # noqa: E402
 
 pytestmark = hopper_only()
 
@@ -91,8 +92,6 @@ def test_composed_task_on_the_gpu(level, name, tmp_path):
 
 
 def _check_composed_task(level, name, tmp_path):
-    import importlib.util
-
     from argus.bench.kernelbench.tasks import load_task
     from argus.compose import compose_task
 
@@ -101,9 +100,7 @@ def _check_composed_task(level, name, tmp_path):
     assert comp.complete, comp.describe()
     sol = tmp_path / name
     sol.write_text(comp.source)
-    spec = importlib.util.spec_from_file_location(f"gpu_sol_{path.stem}", sol)
-    solution = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(solution)
+    solution = load_file(sol, f"gpu_sol_{path.stem}")
     task = load_task(path)
     torch.manual_seed(0)
     init = list(task.get_init_inputs())

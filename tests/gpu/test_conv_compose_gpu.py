@@ -11,8 +11,6 @@ against float64 references on fresh data.
 """
 
 from __future__ import annotations
-
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.gpu import hopper_only  # noqa: E402
+from tests.loading import load_file  # noqa: E402
 
 pytestmark = hopper_only()
 
@@ -153,10 +152,7 @@ TASKS = [("level1", "67_conv_standard_1D.py"), ("level1", "87_conv_pointwise_2D.
 
 
 def _import(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(path, name)
 
 
 @pytest.mark.skipif(not KB.exists(), reason="KernelBench tasks not found")

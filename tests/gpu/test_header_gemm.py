@@ -3,15 +3,13 @@ argus.runtime, matches a float64 reference on aligned and ragged shapes, and its
 HGMMA without spills. Skipped cleanly without a CUDA device."""
 
 from __future__ import annotations
-
-import importlib.util
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from tests.loading import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.gpu,
@@ -23,11 +21,7 @@ pytestmark = [
 
 def _smoke():
     """The GPU smoke script as a module: one implementation of the GEMM launch."""
-    spec = importlib.util.spec_from_file_location("gpu_header_smoke",
-                                                  ROOT / "scripts" / "gpu_header_smoke.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gpu_header_smoke")
 
 
 @pytest.fixture(scope="module")

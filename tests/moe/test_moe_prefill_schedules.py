@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -24,11 +23,9 @@ from argus.kernels.moe import (PREFILL_DOWN_PAIR_N, PREFILL_DOWN_S4, PREFILL_GAT
                                PREFILL_GATE_UP_S4, PREFILL_TMA_CLUSTER, MoeSchedule,
                                grouped_gemm_kernel)
 from argus.runtime import nvrtc_available
+from tests.loading import load_script
 
-_PATH = Path(__file__).resolve().parents[2] / "scripts" / "gpu_moe_bench.py"
-_SPEC = importlib.util.spec_from_file_location("gpu_moe_bench", _PATH)
-bench = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bench)
+bench = load_script("gpu_moe_bench")
 
 M = importlib.import_module("argus.ops.moe")   # the module (argus.ops.moe is the function)
 FAST = replace(PREFILL_GATE_UP_S4, fast_silu=True)

@@ -1,24 +1,18 @@
 """The decode variants of scripts/gpu_attention_bench.py --decode-variants (decode_variant):
 each token maps to the schedule, split count and launches the bench times beside the default,
 so a row of the GPU table says what ran (docs/perf/attention.md, "Decode: bytes in flight")."""
-
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from argus.kernels.attention_decode import default_decode_schedule, num_splits
+from tests.loading import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location(
-        "gpu_attention_bench", ROOT / "scripts" / "gpu_attention_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gpu_attention_bench")
 
 
 @pytest.fixture(scope="module")

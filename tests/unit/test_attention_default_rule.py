@@ -9,14 +9,13 @@ day, not a variant of their own.
 """
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from argus.kernels.attention import SHORT_CAUSAL_64, default_schedule
+from tests.loading import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
 TOL = 0.04
 
 # (run, head_dim, S, causal) -> {variant: TFLOP/s}
@@ -69,11 +68,7 @@ def test_every_default_takes_the_measured_diet():
 
 
 def _variant_schedule():
-    spec = importlib.util.spec_from_file_location(
-        "gpu_attention_bench", ROOT / "scripts" / "gpu_attention_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.variant_schedule
+    return load_script("gpu_attention_bench").variant_schedule
 
 
 @pytest.mark.parametrize("key", list(MEASURED), ids=[f"{r}-d{d}-S{s}-{'causal' if c else 'full'}"

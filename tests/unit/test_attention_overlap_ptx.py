@@ -8,17 +8,15 @@ between the P V HGMMA and its wait (the wait is pinned: without it ptxas hoisted
 the softmax, docs/perf/attention.md)."""
 
 from __future__ import annotations
-
-import importlib.util
 import os
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 
 from argus.runtime import nvrtc_available
 from tests.unit.test_wgmma_register_a_ptx import register_a_without_fresh_copy
+from tests.loading import load_script
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
 
@@ -102,11 +100,7 @@ def test_sass_keeps_the_softmax_beside_p_v(head_dim, causal):
     per thread, and alpha's 2) between its HGMMA and its WARPGROUP.DEPBAR 0x0."""
     from argus.kernels.attention import fa3_overlap_schedule
 
-    spec = importlib.util.spec_from_file_location(
-        "sass_attention_overlap", Path(__file__).parents[2] / "scripts" /
-        "sass_attention_overlap.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_script("sass_attention_overlap")
     schedule = fa3_overlap_schedule(head_dim, causal)
     old = os.environ.get("ARGUS_VERIFY")
     os.environ["ARGUS_VERIFY"] = "0"

@@ -16,6 +16,7 @@ import pytest
 
 from argus.codegen.wgmma import WgmmaSpec, wgmma_prelude
 from argus.runtime import compile_cuda, device_header_dir, find_tool, nvrtc_available
+from tests.loading import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = device_header_dir() / "argus_sm90.cuh"
@@ -202,12 +203,7 @@ def test_reference_gemm_compiles_with_nvcc(tmp_path):
 
 
 def test_smoke_script_smem_matches_the_kernel():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_header_smoke",
-                                                  ROOT / "scripts" / "gpu_header_smoke.py")
-    smoke = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(smoke)  # no GPU work at import
+    smoke = load_script("gpu_header_smoke")  # no GPU work at import
     consts = {name: int(value) for name, value in
               re.findall(r"^\s+(BM|BN|BK|STAGES) = (\d+),", _gemm_source(), re.MULTILINE)}
     assert (consts["BM"], consts["BN"], consts["BK"], consts["STAGES"]) == \

@@ -2,8 +2,6 @@
 shared memory and verifies clean (so the GPU run measures them instead of reporting
 FAILED), and the table reads its rows right (WRONG and FAILED cells, geomean over the right
 ones only, the best per shape)."""
-
-import importlib.util
 import math
 from pathlib import Path
 
@@ -14,16 +12,12 @@ from argus.compiler import lower_only
 from argus.kernels.gemm_fp8 import gemm_fp8_blockscaled_kernel, gemm_fp8_blockscaled_smem_kernel
 
 from tests.fp8_blockscaled import verify_clean
+from tests.loading import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("gpu_fp8_bench",
-                                                  ROOT / "scripts" / "gpu_fp8_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gpu_fp8_bench")
 
 
 BENCH = _bench()

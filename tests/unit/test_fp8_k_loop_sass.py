@@ -9,24 +9,18 @@ brought them down, each a test of its own: shared addresses through the cvta int
 (argus_sm90.cuh smem_u32), the unsigned ring counter (codegen/cuda/emit.py), 32-bit element
 offsets of narrow tensors (analysis/alignment.py `index32`). A change that undoes one of them
 moves the counts past the bound. Needs NVRTC and nvdisasm or cuobjdump (else skipped)."""
-
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from argus.runtime import nvrtc_available
 from argus.runtime.toolkit import find_tool
+from tests.loading import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("sass_fp8_k_loop",
-                                                  ROOT / "scripts" / "sass_fp8_k_loop.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("sass_fp8_k_loop")
 
 
 SCRIPT = _script()

@@ -8,9 +8,6 @@ TMA-store epilogue for 3400-byte C rows (N = 1700), reproduced here on the CPU."
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 import argus as ag
@@ -20,11 +17,9 @@ from argus.compiler import compile_kernel, lower_only
 from argus.errors import VerificationError
 from argus.ir import ops as O
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
+from tests.loading import load_script
 
-_PATH = Path(__file__).resolve().parents[2] / "scripts" / "gpu_gemm_pingpong.py"
-_SPEC = importlib.util.spec_from_file_location("gpu_gemm_pingpong", _PATH)
-script = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(script)
+script = load_script("gpu_gemm_pingpong")
 
 
 def _schedule(text: str) -> GemmSchedule:

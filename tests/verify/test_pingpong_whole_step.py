@@ -7,9 +7,6 @@ release of a slot is proven to follow the retirement of the wgmma groups that re
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 import argus as ag
@@ -19,13 +16,11 @@ from argus.ir import ops as O
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
 from argus.ops.schedules import kernel_for
 from tests.verify.test_library_schedules import ALLOWED_UNKNOWN, CASES, _short
+from tests.loading import load_script
 
 pytest.importorskip("z3")
 
-_PATH = Path(__file__).resolve().parents[2] / "scripts" / "gpu_gemm_pingpong.py"
-_SPEC = importlib.util.spec_from_file_location("gpu_gemm_pingpong", _PATH)
-script = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(script)
+script = load_script("gpu_gemm_pingpong")
 
 
 def _cases() -> list[tuple[str, object, GemmSchedule]]:

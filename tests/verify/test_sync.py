@@ -13,6 +13,7 @@ from argus.compiler import lower_only
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region
 from tests.mutations import kernels as K
+from tests.loading import load_file
 
 
 def _drop(kernel: Kernel, pred, nth: int = 0) -> tuple[Kernel, O.Op]:
@@ -197,13 +198,10 @@ def test_removed_flush_wait_is_reported_at_the_accumulator_reader():
 def test_removed_wait_after_a_register_a_wgmma_is_reported(nth):
     """FlashAttention's register-A wgmma (S = Q K^T, then O += P V) retires at once; without
     that wait the next op touching the accumulator is reported, naming the wgmma."""
-    import importlib.util
     from pathlib import Path
 
     path = Path(__file__).parents[2] / "examples" / "flash_attention.py"
-    spec = importlib.util.spec_from_file_location("_fa_example", path)
-    fa = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fa)
+    fa = load_file(path, "_fa_example")
     k = lower_only(fa.attention_kernel(64))
     assert not _violated(k, "sync.acc")
     waits = [op for op in k.walk() if isinstance(op, O.WgmmaWait)
