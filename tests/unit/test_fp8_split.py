@@ -150,17 +150,10 @@ needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not instal
 
 
 def _k_loop(sass: str) -> list[str]:
-    """The SASS lines of the innermost loop around the QGMMAs: from the label that the first
-    backward branch after the last QGMMA jumps to, up to that branch."""
-    lines = sass.splitlines()
-    q = [i for i, line in enumerate(lines) if "QGMMA" in line]
-    labels = {m.group(1): i for i, line in enumerate(lines)
-              for m in [re.match(r"^(\.L_x_\d+):", line)] if m}
-    for i in range(q[-1], len(lines)):
-        m = re.search(r"BRA `\((\.L_x_\d+)\)", lines[i])
-        if m and labels.get(m.group(1), len(lines)) <= q[0]:
-            return lines[labels[m.group(1)]:i + 1]
-    raise AssertionError("no loop around the QGMMAs in the SASS")
+    """The SASS lines of the innermost loop around the QGMMAs (argus.runtime.sass.k_loop)."""
+    from argus.runtime.sass import k_loop
+
+    return k_loop(sass, "QGMMA")
 
 
 def _k_loop_spills(sass: str) -> int:
