@@ -156,9 +156,12 @@ def when(cond) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def role(name: str, warpgroups: int = 1, regs: int = 0) -> Iterator[Scalar]:
+def role(name: str, warpgroups: int = 1, regs: int = 0,
+         uniform_index: bool = True) -> Iterator[Scalar]:
     """A warp-specialized region for `warpgroups` warpgroups with `regs` registers per thread
-    (0 = leave the allocation alone). Yields the warpgroup's index inside the role."""
+    (0 = leave the allocation alone). Yields the warpgroup's index inside the role, warp-uniform
+    by default (ptxas keeps what derives from it in uniform registers; `uniform_index=False`
+    derives it per thread, for a kernel whose uniform values push it past its registers)."""
     ctx = current("ag.role")
     loc = user_loc()
     if ctx.builder.depth:
@@ -167,6 +170,9 @@ def role(name: str, warpgroups: int = 1, regs: int = 0) -> Iterator[Scalar]:
         raise TraceError(f"role {name!r} declared twice", loc)
     if not isinstance(warpgroups, int) or warpgroups < 1:
         raise TraceError(f"role {name!r}: warpgroups must be a positive int", loc)
+    if not isinstance(uniform_index, bool):
+        raise TraceError(f"role {name!r}: uniform_index must be True or False, got "
+                         f"{uniform_index!r}", loc)
     if regs and (regs % 8 or not 24 <= regs <= 256):
         raise TraceError(f"role {name!r}: regs={regs} is not a multiple of 8 in [24, 256]", loc,
                          fix="setmaxnreg takes multiples of 8 in [24, 256] (PTX ISA, setmaxnreg)")
@@ -181,7 +187,8 @@ def role(name: str, warpgroups: int = 1, regs: int = 0) -> Iterator[Scalar]:
     finally:
         ctx.in_role = None
         ctx.role_warpgroups = 0
-    ctx.builder.append(O.RoleOp(index, name, warpgroups, regs, Region(tuple(body)), loc=loc))
+    ctx.builder.append(O.RoleOp(index, name, warpgroups, regs, Region(tuple(body)),
+                                     uniform_index, loc=loc))
 
 
 @contextlib.contextmanager

@@ -106,7 +106,13 @@ class RoleOp(Op):
     """A warp-specialized region run by `warpgroups` warpgroups with `regs` registers per
     thread (setmaxnreg; multiple of 8 in [24, 256]). `index` is the warpgroup's index inside the
     role. Roles sit at the top level of the kernel body; all threads of the CTA belong to
-    exactly one role when roles are used."""
+    exactly one role when roles are used.
+
+    `uniform_index`: the index is read warp-uniformly (threadIdx.x / 128 broadcast from lane
+    0), so ptxas keeps what derives from it (stage addresses, wgmma descriptors) in uniform
+    registers instead of moving each descriptor with R2UR before its wgmma; False derives it
+    per thread, which a kernel at its register limit may need (the uniform values ptxas then
+    keeps live can push it into spills: the fp8 split schedules, fp8_schedules.py)."""
 
     NAME = "role"
     RESULTS = ("index",)
@@ -115,6 +121,7 @@ class RoleOp(Op):
     warpgroups: int
     regs: int
     body: Region
+    uniform_index: bool = True
 
 
 # ----------------------------------------------------------------------------- memory

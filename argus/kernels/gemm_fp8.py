@@ -298,6 +298,16 @@ def gemm_fp8_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
     return ag.kernel(gemm_fp8, name=name)
 
 
+def _uniform_consumer_index(s: Fp8GemmSchedule) -> bool:
+    """Whether the block-scaled consumers read their warpgroup index warp-uniformly (ag.role).
+    Uniform, ptxas builds the wgmma descriptors in uniform registers (the overlap 128 x 128
+    K loop: 92 -> 82 bookkeeping instructions per K block, no R2UR; scripts/sass_fp8_k_loop.py);
+    but the split 128 x 256 loop, at its 232 registers, then shuffled accumulator registers
+    through local memory (88 -> 428 spill bytes, 55 LDL/STL per K block), so the split loop
+    keeps the per-thread index."""
+    return s.n_split == 1
+
+
 def promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | None" = None):
     """The promoting consumer's main loop for one unit: each K step (one 128-deep block) is
     multiplied into a fresh fp32 wgmma accumulator (scale-d = 0, no zeroing), which is added
@@ -731,7 +741,8 @@ def gemm_fp8_blockscaled_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction
         g = _Fp8Gemm.launch(s, A, W, out_dtype)
         g.produce(A, W)
 
-        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
+        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs,
+                     uniform_index=_uniform_consumer_index(s)) as wg:
             def finish(tile):
                 return tile.to(out_dtype)
 
@@ -771,7 +782,8 @@ def gemm_fp8_blockscaled_smem_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFun
         scales = SharedBlockScales.alloc(s, ScaleA, ScaleB)
         g.produce(A, W, scales)
 
-        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
+        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs,
+                     uniform_index=_uniform_consumer_index(s)) as wg:
             def finish(tile):
                 return tile.to(out_dtype)
 

@@ -101,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) argus_gemm(
     __syncthreads();  // barriers initialized before any role uses them
     if (threadIdx.x >= 0 && threadIdx.x < 128) {  // role producer
         ag::setmaxnreg_dec<40>();
-        const int v31 = (int)(threadIdx.x / 128) - 0;
+        const int v31 = (int)ag::warpgroup_id() - 0;
         const int gtid = threadIdx.x % 128;
         unsigned n24 = 0;  // this role's step counter on pipeline %24
         if (gtid == 0) {  // one thread issues the async copies
@@ -136,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) argus_gemm(
     }
     else if (threadIdx.x >= 128 && threadIdx.x < 384) {  // role consumer
         ag::setmaxnreg_inc<232>();
-        const int v57 = (int)(threadIdx.x / 128) - 1;
+        const int v57 = (int)ag::warpgroup_id() - 1;
         const int gtid = threadIdx.x % 128;
         const int acc_row = 16 * (gtid / 32) + (gtid % 32) / 4;
         const int acc_col = 2 * (gtid % 4);

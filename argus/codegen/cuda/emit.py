@@ -430,7 +430,8 @@ def render(kernel: Kernel) -> Source:
         body = list(role.body.ops)
         while body and isinstance(body[0], O.SetMaxNReg):  # the role's first instruction
             em.op(body.pop(0))
-        em.emit(f"const int v{role.index.id} = (int)(threadIdx.x / 128) - {first};")
+        warpgroup = "ag::warpgroup_id()" if role.uniform_index else "(threadIdx.x / 128)"
+        em.emit(f"const int v{role.index.id} = (int){warpgroup} - {first};")
         em.names[role.index.id] = f"v{role.index.id}"
         em.emit("const int gtid = threadIdx.x % 128;")
         if any(isinstance(op, O.Wgmma) for op in role.body.walk()):
