@@ -9,6 +9,7 @@
 #        rejudge (KB_IDS=ids [KB_LEVEL=1] [KB_BUDGET=120] [KB_RESUME=results.jsonl]: judge these again)
 #        owedtests pointwise16 decodefused fp8variants fp8op pagedsplit (CPU-built, GPU-owed)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES), decodetests, l2promo l2promo2 confirm
+#        abcheck (decode, prefill, unaligned GEMM: run from two trees' roots for an A/B)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -112,6 +113,14 @@ for s in "${steps[@]}"; do
         run_step confirm_gemm 200 python3 -u scripts/gpu_gemm_pingpong.py --shapes \
             4096x4096x4096,8192x8192x8192,16384x8192x8192,8192x28672x8192,8192x8192x28672,4096x14336x4096,2048x7168x2048,512x8192x8192,8192x8192x16384 \
             --schedules "GemmSchedule(stages=4, epilogue='tma', cluster_m=2, store_cols=128);GemmSchedule(bm=128, bn=128, stages=6, pingpong=True, epilogue='tma', store_cols=64)" ;;
+    # one tree against another in one call (run it from each tree's root): decode and prefill
+    # against cuDNN, and the unaligned 4095x4097x4096 NN at the schedule the tuner picks there
+    abcheck) run_step ab_decode 60 python3 -u scripts/gpu_attention_bench.py --decode \
+            --backends cudnn --batches 1,32,64 --queries 1,16 --out "$OUT/ab_decode"
+        run_step ab_prefill 60 python3 -u scripts/gpu_attention_bench.py --dims 128 \
+            --lengths 2048,8192 --variants default --no-gqa --backends cudnn --out "$OUT/ab_prefill"
+        run_step ab_unaligned 60 python3 -u scripts/gpu_gemm_pingpong.py --shapes 4095x4097x4096 \
+            --layouts NN --schedules "GemmSchedule(stages=4, cluster_m=2)" ;;
     decodetests) run_step decodetests 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
         tests/gpu/test_attention_decode_gpu.py ;;
     *) echo "unknown step $s" ;;
