@@ -98,3 +98,18 @@ def test_threshold_sits_between_the_measured_lengths():
             variant_schedule("pingpong", 64, True, S)
         assert _shape_of(default_schedule(64, False, S)) == \
             variant_schedule("pingpong", 64, False, S)
+
+
+def test_the_default_variant_is_the_ops_schedule():
+    """The bench's "default" variant runs what argus.ops.attention runs, the diet included;
+    "default+exact" is the same schedule with the diet off. (The bench once dropped the diet
+    from "default", so its `ours` column measured the exact softmax.)"""
+    variant_schedule = _variant_schedule()
+    for d in (64, 128, 256):
+        for causal in (False, True):
+            for S in (1024, 8192):
+                pick = default_schedule(d, causal, S)
+                assert variant_schedule("default", d, causal, S) == pick
+                assert variant_schedule("default+exact", d, causal, S) == _shape_of(pick)
+                assert variant_schedule("plain", d, causal, S).approx_exp2 is False
+                assert variant_schedule("plain+fast", d, causal, S).fold_scale is True
