@@ -14,7 +14,9 @@ launches. ncu flushes the caches before each profiled kernel (its default cache 
 Cases (bf16): decode32 / decode1 (argus.ops.attention decode, GQA 32:8, hd128, one token,
 batch 32 x 8k keys / batch 1 x 32k keys, against torch SDPA's cuDNN backend), gemm4096
 (argus.ops.matmul's 128x128 ping-pong TMA-store schedule and its cooperative 128x256
-default against torch.matmul, 4096^3). --summarize prints one line per kernel: duration,
+default against torch.matmul, 4096^3), prefill2k / prefill8k (argus.ops.attention's default
+schedule, hd128, 16 heads, 16k tokens: batch 8 x 2048 / 2 x 8192, no mask, against cuDNN).
+--summarize prints one line per kernel: duration,
 DRAM and L2 throughput, tensor-pipe use, issue slots, and the top stall reasons.
 """
 
@@ -64,6 +66,18 @@ def run_case(case: str) -> None:
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v,
                                                                         enable_gqa=True)
+        calls = [("ours", lambda: argus.ops.attention(q, k, v)), ("cudnn", cudnn)]
+    elif case.startswith("prefill"):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        S = {"prefill2k": 2048, "prefill8k": 8192}[case]
+        B, H, D = 16384 // S, 16, 128
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+
+        def cudnn():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v)
         calls = [("ours", lambda: argus.ops.attention(q, k, v)), ("cudnn", cudnn)]
     elif case == "gemm4096":
         from argus.kernels.gemm import GemmSchedule
@@ -129,7 +143,8 @@ def summarize(path: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", choices=["decode32", "decode1", "gemm4096"])
+    parser.add_argument("--case", choices=["decode32", "decode1", "gemm4096", "prefill2k",
+                                           "prefill8k"])
     parser.add_argument("--summarize", metavar="CSV")
     args = parser.parse_args()
     if args.summarize:

@@ -8,7 +8,8 @@
 #        tileorder poolsweep (one bench each, 30-120 s)
 #        rejudge (KB_IDS=ids [KB_LEVEL=1] [KB_BUDGET=120] [KB_RESUME=results.jsonl]: judge these again)
 #        owedtests pointwise16 decodefused fp8variants fp8op pagedsplit (CPU-built, GPU-owed)
-#        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES), decodetests, l2promo l2promo2 confirm
+#        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k), decodetests, l2promo l2promo2 confirm
+#        prefillab (prefill variants with the diet, op and kernel alone)
 #        abcheck (decode, prefill, unaligned GEMM: run from two trees' roots for an A/B)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
@@ -121,6 +122,11 @@ for s in "${steps[@]}"; do
             --lengths 2048,8192 --variants default --no-gqa --backends cudnn --out "$OUT/ab_prefill"
         run_step ab_unaligned 60 python3 -u scripts/gpu_gemm_pingpong.py --shapes 4095x4097x4096 \
             --layouts NN --schedules "GemmSchedule(stages=4, cluster_m=2)" ;;
+    # prefill hd128 against cuDNN: the op's schedule (diet on), exact, and the variants with
+    # the diet, each by the op call and (--kernel-only) the prepared launch alone
+    prefillab) run_step prefillab 150 python3 -u scripts/gpu_attention_bench.py --dims 128 \
+            --lengths 2048,8192 --no-gqa --backends cudnn --kernel-only --out "$OUT/prefillab" \
+            --variants default,default+exact,pingpong+fast,3wg+fast,plain+fast,default+st3 ;;
     decodetests) run_step decodetests 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
         tests/gpu/test_attention_decode_gpu.py ;;
     *) echo "unknown step $s" ;;
