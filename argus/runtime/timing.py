@@ -50,6 +50,14 @@ CLOCK_CPU = "cpu-perf-counter"
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 CPU_FLUSH_BYTES = 32 * 1024 * 1024
 MIN_TRIALS = 100
+# The least warm-up a CUDA measurement runs (wall time, every call synchronized): a count alone
+# is 2-5 ms for a half-millisecond kernel, and a card idle before it (a process that just built
+# its kernels) may run the first timed calls below its working clocks: the prefill bench's first
+# case (hd128, S 2048, the op's call, 5 warm-up calls) measured 468 TFLOP/s where the same
+# schedule's prepared launch, timed later in the same process, gave 563, while every later case
+# agreed with its prepared launch to 1% (docs/perf/attention.md, 2026-12-03 18:00).
+# triton.testing.do_bench warms up for 25 ms by default.
+MIN_WARMUP_MS = 25.0
 
 
 @dataclass(frozen=True)
@@ -124,11 +132,15 @@ def summarize(samples_ms: list[float], *, warmup: int, clock: str, l2_flush: boo
 def measure(fn: Callable[[], Any], *, trials: int = MIN_TRIALS, warmup: int = 10,
             flush_l2: bool = True, device: torch.device | str | None = None,
             l2_flush_bytes: int = L2_FLUSH_BYTES, keep_samples: bool = True,
-            allow_few_trials: bool = False, setup: Callable[[], Any] | None = None) -> Timing:
+            allow_few_trials: bool = False, setup: Callable[[], Any] | None = None,
+            min_warmup_ms: float = MIN_WARMUP_MS) -> Timing:
     """Time `fn()` (no arguments; its result is ignored) and return a `Timing`.
 
     device: a CUDA device (default: the current one when CUDA is available) or "cpu" for the
         labelled perf_counter fallback.
+    warmup, min_warmup_ms: on a CUDA device the warm-up runs at least `warmup` calls and at
+        least `min_warmup_ms` of wall time (each call synchronized), so an idle card reaches its
+        working clocks before the first timed call (see MIN_WARMUP_MS).
     trials: timed calls; at least 100 unless `allow_few_trials` (for tests and smoke runs).
     setup: called before every warm-up and timed call of `fn`, before the L2 flush and outside
         the timed region (the KernelBench judge refills the inputs there, so that no call can
@@ -143,7 +155,7 @@ def measure(fn: Callable[[], Any], *, trials: int = MIN_TRIALS, warmup: int = 10
     if dev.type == "cuda":
         return _measure_cuda(fn, trials=trials, warmup=warmup, flush_l2=flush_l2, device=dev,
                              l2_flush_bytes=l2_flush_bytes, keep_samples=keep_samples,
-                             setup=setup)
+                             setup=setup, min_warmup_ms=min_warmup_ms)
     return _measure_cpu(fn, trials=trials, warmup=warmup, flush_l2=flush_l2,
                         keep_samples=keep_samples, setup=setup)
 
@@ -160,21 +172,38 @@ def _resolve_device(device: torch.device | str | None) -> torch.device:
     return dev
 
 
+def warm_up(call: Callable[[], Any], *, warmup: int, min_ms: float,
+            clock: Callable[[], float], synchronize: Callable[[], Any]) -> int:
+    """Run `call` at least `warmup` times and until `min_ms` of `clock` (seconds) have passed,
+    synchronizing after each call so the wall time is the device's; returns the calls made."""
+    start = clock()
+    done = 0
+    while done < warmup or (clock() - start) * 1e3 < min_ms:
+        call()
+        synchronize()
+        done += 1
+    return done
+
+
 def _measure_cuda(fn: Callable[[], Any], *, trials: int, warmup: int, flush_l2: bool,
                   device: torch.device, l2_flush_bytes: int, keep_samples: bool,
-                  setup: Callable[[], Any] | None = None) -> Timing:
+                  setup: Callable[[], Any] | None = None,
+                  min_warmup_ms: float = MIN_WARMUP_MS) -> Timing:
     flush_buf = torch.empty(max(1, l2_flush_bytes // 4), dtype=torch.int32, device=device) \
         if flush_l2 else None
     stream = _CudaStream(device=device)
     _cuda_synchronize(device)
+
+    def one_warm_call():
+        if setup is not None:
+            setup()
+        if flush_buf is not None:
+            flush_buf.zero_()
+        fn()
+
     with _cuda_stream_ctx(stream):
-        for _ in range(warmup):
-            if setup is not None:
-                setup()
-            if flush_buf is not None:
-                flush_buf.zero_()
-            fn()
-        _cuda_synchronize(device)
+        warm_up(one_warm_call, warmup=warmup, min_ms=min_warmup_ms, clock=_perf_counter,
+                synchronize=lambda: _cuda_synchronize(device))
         overhead = _cuda_trials(lambda: None, trials=max(10, min(trials, 50)), stream=stream,
                                 device=device, flush_buf=None)
         overhead_ms = statistics.median(overhead[1])
