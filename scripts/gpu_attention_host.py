@@ -1,0 +1,82 @@
+"""Where the host time of one argus.ops.attention prefill call goes (H200): host microseconds
+per call of the op and of torch's cuDNN SDPA (launches queued behind a long GPU sleep, so the
+host never waits on the device), then cProfile of 300 op calls (top functions by own and by
+cumulative time). When the op's host time exceeds the L2 flush that `measure` runs before each
+call (about 75 us for 256 MB), the device idles inside the timed region and `measure` of the
+op reads above its kernel (docs/perf/attention.md, 2026-12-03: hd128 S 2048 op 457-468 TFLOP/s,
+its prepared launch 541-563).
+
+    python3 -u scripts/gpu_attention_host.py [--seq 2048] [--causal]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def host_us(fn, calls: int = 300) -> float:
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU time queued ahead of the launches
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    dt = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    return dt
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seq", type=int, default=2048)
+    parser.add_argument("--causal", action="store_true")
+    args = parser.parse_args()
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import argus.ops
+
+    S, D, H = args.seq, 128, 16
+    B = max(1, 16384 // S)
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+
+    def ours():
+        return argus.ops.attention(q, k, v, causal=args.causal)
+
+    def cudnn():
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v,
+                                                                    is_causal=args.causal)
+
+    for fn in (ours, cudnn):
+        fn()
+    torch.cuda.synchronize()
+    print(f"host us per call, hd{D} S {S} B {B} causal {args.causal}: "
+          f"ours {host_us(ours):.1f}, cuDNN SDPA {host_us(cudnn):.1f}", flush=True)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(4_000_000_000)
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(300):
+        ours()
+    profile.disable()
+    torch.cuda.synchronize()
+    for key in ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats(key).print_stats(22)
+        print(f"== cProfile of 300 op calls, by {key}")
+        print("\n".join(line for line in out.getvalue().splitlines() if line.strip())[:6000])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
