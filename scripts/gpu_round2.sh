@@ -9,7 +9,7 @@
 #        rejudge (KB_IDS=ids [KB_LEVEL=1] [KB_BUDGET=120] [KB_RESUME=results.jsonl]: judge these again)
 #        owedtests pointwise16 decodefused fp8variants fp8op pagedsplit (CPU-built, GPU-owed)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k), decodetests, l2promo l2promo2 confirm
-#        prefillab (prefill variants with the diet, op and kernel alone)
+#        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
 #        abcheck (decode, prefill, unaligned GEMM: run from two trees' roots for an A/B)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
@@ -126,7 +126,8 @@ for s in "${steps[@]}"; do
     # the diet, each by the op call and (--kernel-only) the prepared launch alone
     prefillab) run_step prefillab 150 python3 -u scripts/gpu_attention_bench.py --dims 128 \
             --lengths 2048,8192 --no-gqa --backends cudnn --kernel-only --out "$OUT/prefillab" \
-            --variants default,default+exact,pingpong+fast,3wg+fast,plain+fast,default+st3 ;;
+            --variants default,default+exact,3wg+fast,fa3+2wg+persistent+fast,3wg+persistent+fast,default+st3 ;;
+    attnhost) run_step attnhost 60 python3 -u scripts/gpu_attention_host.py --seq 2048 ;;
     decodetests) run_step decodetests 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
         tests/gpu/test_attention_decode_gpu.py ;;
     *) echo "unknown step $s" ;;
