@@ -51,12 +51,12 @@ L2_FLUSH_BYTES = 256 * 1024 * 1024
 CPU_FLUSH_BYTES = 32 * 1024 * 1024
 MIN_TRIALS = 100
 # The least warm-up a CUDA measurement runs (wall time, every call synchronized): a count alone
-# is 2-5 ms for a half-millisecond kernel, and a card idle before it (a process that just built
-# its kernels) may run the first timed calls below its working clocks: the prefill bench's first
-# case (hd128, S 2048, the op's call, 5 warm-up calls) measured 468 TFLOP/s where the same
-# schedule's prepared launch, timed later in the same process, gave 563, while every later case
-# agreed with its prepared launch to 1% (docs/perf/attention.md, 2026-12-03 18:00).
-# triton.testing.do_bench warms up for 25 ms by default.
+# is 2-5 ms for a half-millisecond kernel, too short for a card that sat idle while the process
+# built its kernels to settle (triton.testing.do_bench warms up for 25 ms by default). This was
+# suspected of the prefill bench's first case reading 15% below its prepared launch; the next
+# run, with this warm-up, showed the op's call below its launch in later cases too: host time
+# outlasting the L2 flush inside the timed region, not the warm-up (docs/perf/attention.md,
+# 2026-12-03 18:10). The warm-up stays as the safer default.
 MIN_WARMUP_MS = 25.0
 
 
