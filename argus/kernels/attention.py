@@ -215,6 +215,7 @@ def base_schedule(head_dim: int) -> AttentionSchedule:
 SHORT_CAUSAL_64 = 1024
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function of its arguments, asked on every op call
 def default_schedule(head_dim: int, causal: bool = False,
                      seq_len: int | None = None) -> AttentionSchedule:
     """The schedule argus.ops.attention runs: per head dim, mask and query length, the fastest

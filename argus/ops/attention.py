@@ -38,6 +38,7 @@ compiles the kernel and loads it, which a capture must not do).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 from collections import OrderedDict
@@ -116,6 +117,7 @@ def _compiled(head_dim: int, dtype, causal: bool, lse: bool, schedule: Attention
     return kernel
 
 
+@functools.lru_cache(maxsize=1024)  # asked on every call; numpy's float32 costs ~5 us
 def for_scale(schedule: AttentionSchedule, scale: float) -> AttentionSchedule:
     """The schedule to run for this softmax scale: a schedule with fold_scale takes the row
     max of the raw scores, and max(s) * scale is the max of s * scale only for a positive
