@@ -630,7 +630,7 @@ tma = SimpleNamespace(load=_tma_load, store=_tma_store)
 
 
 def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
-          overwrite: bool = False, precision: str | None = None) -> Tile:
+          overwrite: bool = False, precision: str | None = None, pinned: bool = False) -> Tile:
     """acc += a @ b^T on the tensor cores (one warpgroup). a: [64, K] smem view, b: [N, K]
     smem view (K-major), or with `trans_b=True` a [K, N] tile stored MN-major as N/64 column
     atoms of [K][64] stacked along the rows; acc: [64, N] f32 tile. With `trans_a=True` a is
@@ -643,7 +643,12 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
     f32 operands (K-major views, K a multiple of 8) need `precision="tf32"`: the tensor core
     reads fp32 data with a 10-bit mantissa (PTX wgmma `.tf32`, fp32 accumulation), the
     arithmetic of PyTorch with allow_tf32 on. The data stays fp32 in memory; the request says
-    that the product, not the storage, is reduced, so it is named on the product."""
+    that the product, not the storage, is reduced, so it is named on the product.
+
+    `pinned=True` keeps the issue behind the work traced before it in the machine code (no
+    change of meaning; Wgmma.pinned): ptxas otherwise hoists a wgmma above independent
+    register work, e.g. the next column half's wgmma above the promotion of the previous one,
+    which then needs both partials' registers at once."""
     ctx = current("ag.wgmma")
     loc = user_loc()
     if precision not in (None, "tf32"):
@@ -658,6 +663,9 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
         if overwrite:
             raise TraceError("wgmma(overwrite=True) takes shared-memory operands", loc,
                              fix="use a shared-memory A view, or a fresh ag.zeros accumulator")
+        if pinned:
+            raise TraceError("wgmma(pinned=True) takes shared-memory operands", loc,
+                             fix="use a shared-memory A view, or leave pinned out")
         return _wgmma_register_a(ctx, loc, a, b, acc, trans_b)
     av, bv = _view(a, "wgmma operand a", loc), _view(b, "wgmma operand b", loc)
     if (trans_a or trans_b) and dtypes.f32 in (av.buffer.type.dtype, bv.buffer.type.dtype):
@@ -734,7 +742,8 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
                          fix=f"store {which} with K contiguous (transpose it in global memory) "
                              f"and pass trans_{which.lower()}=False")
     ctx.builder.append(O.Wgmma(acc.value, av.materialize(), bv.materialize(), trans_b,
-                               trans_a=trans_a, overwrite=bool(overwrite), loc=loc))
+                               trans_a=trans_a, overwrite=bool(overwrite),
+                               pinned=bool(pinned), loc=loc))
     return acc
 
 

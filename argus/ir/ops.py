@@ -294,6 +294,12 @@ class Wgmma(Op):
     # instruction reads nothing of `acc` (scale-d = 0: `overwrite`, or the first wgmma into a
     # by_wgmma zero tile, right after it), so codegen binds its registers write-only ("=f")
     acc_write_only: bool = False
+    # the kernel's request, no change of meaning: the issue (its wgmma.fence) stays behind the
+    # ops before it in the machine code (codegen: wgmma_fence_pinned, a branch ptxas does not
+    # hoist the wgmma across). ptxas moves a wgmma above independent register work: the
+    # split fp8 promotion's second column half above the first half's FFMAs, so both
+    # partials were live and the 128 x 256 consumer spilled (gemm_fp8.split_promoted_mma)
+    pinned: bool = False
 
     @property
     def a_in_registers(self) -> bool:

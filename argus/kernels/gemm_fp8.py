@@ -298,16 +298,6 @@ def gemm_fp8_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
     return ag.kernel(gemm_fp8, name=name)
 
 
-def _uniform_consumer_index(s: Fp8GemmSchedule) -> bool:
-    """Whether the block-scaled consumers read their warpgroup index warp-uniformly (ag.role).
-    Uniform, ptxas builds the wgmma descriptors in uniform registers (the overlap 128 x 128
-    K loop: 92 -> 82 bookkeeping instructions per K block, no R2UR; scripts/sass_fp8_k_loop.py);
-    but the split 128 x 256 loop, at its 232 registers, then shuffled accumulator registers
-    through local memory (88 -> 428 spill bytes, 55 LDL/STL per K block), so the split loop
-    keeps the per-thread index."""
-    return s.n_split == 1
-
-
 def promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | None" = None):
     """The promoting consumer's main loop for one unit: each K step (one 128-deep block) is
     multiplied into a fresh fp32 wgmma accumulator (scale-d = 0, no zeroing), which is added
@@ -394,15 +384,21 @@ def split_promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | No
     its promotion and the two share registers: a 128 x 256 tile costs 128 + 64 accumulator
     registers. (A partial kept across steps, as the early-release loop's, stays live all the
     loop: the wgmma's accumulator operands are read-write, so ptxas keeps the previous
-    step's values; two of them beside 128 were 256 registers and spilled.) This warpgroup's
-    tensor cores idle while it promotes; the other consumer warpgroup's wgmma fill the gap.
+    step's values; two of them beside 128 were 256 registers and spilled.) Half 1's wgmma is
+    pinned behind half 0's promotion (ag.wgmma pinned): ptxas hoisted it into half 0's FFMAs,
+    both partials were live, and the 128 x 256 consumer spilled (472 B with the warp-uniform
+    role index, 88 B without; issue 18, scripts/sass_fp8_k_loop.py). Both halves' scales
+    are multiplied at the top of the step, before the first wgmma: no register work runs
+    beside a group, so its wait is not pinned. This warpgroup's tensor cores idle while it
+    promotes; the other consumer warpgroup's wgmma fill the gap.
 
     `overlap`: half 1 is issued before half 0 is promoted (wait 1), both partials live across
     steps (bn / 2 + bn registers, so bn <= 192), and half 1 is promoted after the stage is
-    released. The scales of block k + 1 are loaded during step k, each half's on its own (the
-    activation scales twice, the second time from L1: one value read by both halves'
-    promotions took a blocked layout, converted into the accumulator's through shared memory
-    every step). Returns (sum of half 0, sum of half 1)."""
+    released. The scales of block k + 1 are loaded during step k: the activation scales once
+    for both halves (the loaded vector is read once, as one [rows, 1] column, so it keeps the
+    accumulator's row layout; read by both halves' promotions it took a blocked layout and a
+    conversion through shared memory), the weight scales per half. Returns (sum of half 0,
+    sum of half 1)."""
     rows = ring.bm // ring.consumers
     width = ring.bn // 2
     acc0 = ag.zeros((rows, width), ag.f32)
@@ -411,60 +407,70 @@ def split_promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | No
     # SharedBlockScales (serial form only): each step reads its stage's scales, once per half
     shared = isinstance(scales, SharedBlockScales)
     half0 = half1 = None
-    row0 = l0 = r0 = row1 = l1 = r1 = None
+    row = l0 = r0 = l1 = r1 = None
     if not plain:
         half0, half1 = scales.piece(0, width), scales.piece(1, width)
     if not plain and not shared:
-        row0, l0, r0 = half0.fetch(0)
-        row1, l1, r1 = half1.fetch(0)
+        row, l0, r0 = half0.fetch(0)
+        l1, r1 = half1.fetch_weights(0)
 
-    def scaled0(part):
-        return part if plain else part * half0.combine(row0, l0, r0)
-
-    def scaled1(part):
-        return part if plain else part * half1.combine(row1, l1, r1)
+    def scaled(half, part, col, left, right):
+        return part if plain else part * half.combine_column(col, left, right)
 
     if overlap:
         part0 = ag.zeros((rows, width), ag.f32)
         part1 = ag.zeros((rows, width), ag.f32)
     for k in ag.range(k_steps):
         if not plain and not shared:   # past the end: zeros
-            next_row0, next_l0, next_r0 = half0.fetch(k + 1)
-            next_row1, next_l1, next_r1 = half1.fetch(k + 1)
+            next_row, next_l0, next_r0 = half0.fetch(k + 1)
+            next_l1, next_r1 = half1.fetch_weights(k + 1)
+        # the activation scales of both halves as one [rows, 1] column, expanded once: the
+        # carried vector is read once, so it keeps the accumulator's row layout
+        col = None if plain or shared else row[:, None]
         if overlap:
             with ring.pipe.consume() as stage:
                 _half(ring, stage, wg, rows, 0, part0)
                 _half(ring, stage, wg, rows, 1, part1)
-                acc0 = acc0 + scaled0(part0)
-            acc1 = acc1 + scaled1(part1)
+                acc0 = acc0 + scaled(half0, part0, col, l0, r0)
+            acc1 = acc1 + scaled(half1, part1, col, l1, r1)
         else:
             with ring.pipe.consume() as stage:
-                if shared:   # read twice: one value read by both halves would be converted
-                    row0, l0, r0 = half0.read(stage, wg, half0.planes == 2, k)
-                    row1, l1, r1 = half1.read(stage, wg, half1.planes == 2, k)
+                col1 = col
+                if shared:   # read twice: one read used by both halves took a blocked layout
+                    col, l0, r0 = half0.read(stage, wg, half0.planes == 2, k)
+                    col1, l1, r1 = half1.read(stage, wg, half1.planes == 2, k)
+                if not plain:
+                    # both halves' scales before the first wgmma: no register work runs
+                    # beside a group, so its wait is not pinned (lower/sync.py)
+                    scale0 = half0.combine_column(col, l0, r0)
+                    scale1 = half1.combine_column(col1, l1, r1)
                 first = _half(ring, stage, wg, rows, 0)
                 # promoted before half 1's wgmma is issued: lower/carried.py places the
                 # carried update right after it is made, so one partial is live at a time
-                acc0 = acc0 + scaled0(first)
-                second = _half(ring, stage, wg, rows, 1)
-                acc1 = acc1 + scaled1(second)
+                acc0 = acc0 + (first if plain else first * scale0)
+                # pinned behind that promotion: ptxas hoisted it into half 0's FFMAs, where
+                # both partials are live (the docstring)
+                second = _half(ring, stage, wg, rows, 1, pinned=True)
+                acc1 = acc1 + (second if plain else second * scale1)
         if not plain and not shared:
-            row0, l0, r0 = next_row0, next_l0, next_r0
-            row1, l1, r1 = next_row1, next_l1, next_r1
+            row, l0, r0 = next_row, next_l0, next_r0
+            l1, r1 = next_l1, next_r1
     return acc0, acc1
 
 
-def _half(ring: OperandRing, stage, wg, rows: int, j: int, part=None):
+def _half(ring: OperandRing, stage, wg, rows: int, j: int, part=None, *,
+          pinned: bool = False):
     """Column half j of this step's K block for warpgroup wg's rows: into `part`, overwriting
-    it (scale-d = 0), or into a fresh partial made here (returned)."""
+    it (scale-d = 0), or into a fresh partial made here (returned); `pinned`: issued behind
+    the work before it (ag.wgmma)."""
     width = ring.bn // 2
     a = ring.a[stage].rows_of(wg * rows, rows)
     b = ring.b[stage].rows_of(j * width, width)
     if part is not None:
-        ag.wgmma(a, b, part, overwrite=True)
+        ag.wgmma(a, b, part, overwrite=True, pinned=pinned)
         return part
     fresh = ag.zeros((rows, width), ag.f32, by_wgmma=True)
-    ag.wgmma(a, b, fresh)
+    ag.wgmma(a, b, fresh, pinned=pinned)
     return fresh
 
 
@@ -564,10 +570,14 @@ class BlockScales:
         """The loads of block k: (per-row scales, left weight scale, right weight scale or
         None). Rows past M and blocks past N or K read 0."""
         per_row = ag.load(self.scale_a_t, (k, self.first_row), (self.rows,))
+        return (per_row, *self.fetch_weights(k))
+
+    def fetch_weights(self, k):
+        """The weight scales of block k: (left, right or None), 0 past N or K."""
         block = self.first_col // SCALE_BLOCK
         left = ag.load_scalar(self.scale_b, (block, k))
         right = ag.load_scalar(self.scale_b, (block + 1, k)) if self.straddles else None
-        return per_row, left, right
+        return left, right
 
     def piece(self, j: int, width: int) -> "BlockScales":
         """These scales for the j-th `width`-column piece of the tile (n_split halves)."""
@@ -577,9 +587,16 @@ class BlockScales:
         """The block's scale as a tile that broadcasts against a 64 x bn partial."""
         if right is None:
             return (per_row * left)[:, None]
+        return self.combine_column(per_row[:, None], left, right)
+
+    def combine_column(self, column, left, right):
+        """`combine` of per-row scales given as a [rows, 1] column (expanded once for two
+        column halves: n_split)."""
+        if right is None:
+            return column * left
         # columns before the next weight block's first column take the left block's scale
         split = (self.first_col // SCALE_BLOCK + 1) * SCALE_BLOCK - self.first_col
-        return per_row[:, None] * ag.where(ag.arange(self.bn)[None, :] < split, left, right)
+        return column * ag.where(ag.arange(self.bn)[None, :] < split, left, right)
 
 
 @dataclass(frozen=True)
@@ -686,6 +703,10 @@ class SharedBlockScales:
             return per_row * left
         return per_row * ag.where(ag.arange(self.bn)[None, :] < self.split, left, right)
 
+    def combine_column(self, column, left, right):
+        """`combine` (its per-row scales are a [rows, 1] column already)."""
+        return self.combine(column, left, right)
+
 
 def _column(box, i):
     """Column i (a runtime index in [0, SCALE_BOX)) of a [rows, SCALE_BOX] tile read from a
@@ -741,8 +762,7 @@ def gemm_fp8_blockscaled_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction
         g = _Fp8Gemm.launch(s, A, W, out_dtype)
         g.produce(A, W)
 
-        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs,
-                     uniform_index=_uniform_consumer_index(s)) as wg:
+        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             def finish(tile):
                 return tile.to(out_dtype)
 
@@ -782,8 +802,7 @@ def gemm_fp8_blockscaled_smem_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFun
         scales = SharedBlockScales.alloc(s, ScaleA, ScaleB)
         g.produce(A, W, scales)
 
-        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs,
-                     uniform_index=_uniform_consumer_index(s)) as wg:
+        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             def finish(tile):
                 return tile.to(out_dtype)
 

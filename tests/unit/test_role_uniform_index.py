@@ -3,8 +3,9 @@ ag::warpgroup_id(), a lane-0 shuffle of threadIdx.x / 128): ptxas then keeps the
 addresses and wgmma descriptors derived from it in uniform registers. Derived per thread
 (threadIdx.x / 128), every descriptor of the ping-pong GEMM's K loop was built in ordinary
 registers and moved with R2UR before its wgmma: 103 SASS lines around 8 HGMMA, 32 of them
-R2UR (docs/perf/gemm.md, 2026-12-03). The block-scaled fp8 split loop keeps the per-thread
-index: uniform, ptxas spilled its accumulators (gemm_fp8._uniform_consumer_index)."""
+R2UR (docs/perf/gemm.md, 2026-12-03). The block-scaled fp8 split loop kept the per-thread
+index until its second column half's wgmma was pinned behind the first half's promotion
+(ag.wgmma pinned; uniform, ptxas had hoisted that wgmma and spilled the accumulators)."""
 
 import pytest
 
@@ -41,15 +42,27 @@ def test_gemm_roles_read_the_uniform_index():
     assert "(int)(threadIdx.x / 128) - " not in text
 
 
-def test_fp8_split_consumer_keeps_the_per_thread_index_and_round_trips():
+def test_fp8_split_consumer_reads_the_uniform_index():
     kernel = _fp8_split()
-    roles = _roles(kernel)
-    assert roles["producer"].uniform_index and not roles["consumer"].uniform_index
+    assert all(r.uniform_index for r in _roles(kernel).values())
     text = codegen.render(kernel).text
-    assert "(int)(threadIdx.x / 128) - 1;" in text and "(int)ag::warpgroup_id() - 0;" in text
+    assert "(int)ag::warpgroup_id() - 1;" in text and "(int)ag::warpgroup_id() - 0;" in text
+    assert "(int)(threadIdx.x / 128) - " not in text
+
+
+def test_per_thread_index_renders_and_round_trips():
+    @ag.kernel
+    def per_thread(A: ag.Tensor["M", ag.f32]):
+        ag.grid(1)
+        with ag.role("one", warpgroups=1, uniform_index=False) as wg:
+            ag.store(A, (wg * 128,), ag.zeros((128,)))
+
+    kernel = lower_only(per_thread)
+    assert not _roles(kernel)["one"].uniform_index
+    assert "(int)(threadIdx.x / 128) - 0;" in codegen.render(kernel).text
     again = parse_kernel(print_kernel(kernel))
     assert again == kernel
-    assert not _roles(again)["consumer"].uniform_index
+    assert not _roles(again)["one"].uniform_index
 
 
 def test_uniform_index_must_be_a_bool():

@@ -132,7 +132,7 @@ def _wgmma_smem(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence) -> int:
     em.emit(f"const ag::uint64_t da = ag::make_smem_desc({em.name(op.a)}, {sw_a}, "
             f"{lbo_a}, {sbo_a});")
     _b_descriptor(em, op)
-    wgmma_fence(em, fence)
+    wgmma_fence(em, fence, pinned=op.pinned)
     _issue(em, op, spec, lambda kk: f"ag::desc_advance(da, {kk * step_a})")
     return 0
 

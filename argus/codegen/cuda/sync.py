@@ -75,14 +75,16 @@ def wgmma_commit(em: _Emitter, op: O.WgmmaCommit) -> None:
 
 
 @rule(O.WgmmaFence)
-def wgmma_fence(em: _Emitter, op: O.WgmmaFence, a_regs: int = 0, ra: str = "ra") -> None:
+def wgmma_fence(em: _Emitter, op: O.WgmmaFence, a_regs: int = 0, ra: str = "ra",
+                pinned: bool = False) -> None:
+    """`pinned`: the fence of a Wgmma.pinned issue (kept behind the work before it)."""
     if op.a_registers and not a_regs:
         raise CompileError("wgmma.fence of register A outside its wgmma issue", op.loc)
     for t in op.tiles:
         em.emit(f"ag::fence_operands({em.tiles[t.id].name});")
     for kk in range(a_regs if op.a_registers else 0):
         em.emit(f"ag::fence_operands({ra}[{kk}]);")
-    em.emit("ag::wgmma_fence();")
+    em.emit("ag::wgmma_fence_pinned();" if pinned else "ag::wgmma_fence();")
 
 
 @rule(O.FenceOperands)

@@ -608,6 +608,18 @@ __device__ __forceinline__ void wgmma_wait_pinned() {
     wgmma_wait<N>();
 }
 
+// wgmma.fence kept behind the work before it (Wgmma.pinned), by the branch of
+// wgmma_wait_pinned: ptxas (NVRTC 13.0) hoists a wgmma issue above independent register work
+// in its basic block; the split fp8 promotion's second column half rose into the first half's
+// FFMAs, both 64-register partials were live and the 128 x 256 consumer spilled
+// (scripts/sass_fp8_k_loop.py).
+__device__ __forceinline__ void wgmma_fence_pinned() {
+    uint32_t clock;
+    asm volatile("mov.u32 %0, %%clock;" : "=r"(clock));
+    if (clock == 0xffffffffu) asm volatile("nanosleep.u32 1;");
+    wgmma_fence();
+}
+
 // Compiler-only fence on accumulator registers: the wait above names no registers, so without
 // this the compiler could move reads/writes of `d` across it. Costs no instruction.
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r) :: "memory"); }
