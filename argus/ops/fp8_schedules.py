@@ -97,8 +97,9 @@ _OVERLAP_TMA = Fp8GemmSchedule(bn=128, stages=_block_stages(128, 128, 128 * 128 
 
 
 # two 128-column halves per K block, one partial live at a time (gemm_fp8.split_promoted_mma):
-# 4 stages beside the 32 KB staging buffer of one half, without multicast (with it ptxas spills
-# in the K loop at 128 x 256)
+# 4 stages beside the 32 KB staging buffer of one half, without multicast (the variant measured
+# best at 4dd5330, when multicast made ptxas spill in the K loop at 128 x 256; since the second
+# half's wgmma is pinned neither spills, docs/perf/fp8.md: multicast not measured again)
 _SPLIT_256_TMA = Fp8GemmSchedule(bn=256, stages=4, promote=True, n_split=2, epilogue="tma")
 _SPLIT_256 = Fp8GemmSchedule(bn=256, stages=4, promote=True, n_split=2)
 
