@@ -100,7 +100,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     scale folded into the exponent's FFMA), "fast" (both); "default+fast" is the default
     schedule with both (the default schedule has it already; "default+exact" turns it off).
     "stN" sets the depth of the K and V rings (e.g. "default+fast+st3":
-    three stages fit beside Q at head dim 128, 225 KB)."""
+    three stages fit beside Q at head dim 128, 225 KB). "tma": the stmatrix + TMA-store
+    epilogue; "persistent" applies to "default" too ("default+tma+persistent")."""
     import dataclasses
 
     from argus.kernels.attention import base_schedule, default_schedule, fa3_overlap_schedule
@@ -119,8 +120,14 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     depth = [int(p[2:]) for p in parts if p.startswith("st") and p[2:].isdigit()]
     if depth:
         diet["stages"] = depth[0]
+    # "tma": the stmatrix + TMA-store epilogue (an O staging tile in shared memory) instead of
+    # st.global from registers; "persistent" on the default too
+    extra = {"epilogue": "tma"} if "tma" in parts else {}
     if parts[0] == "default":
-        return dataclasses.replace(default_schedule(head_dim, causal, seq_len), **diet)
+        if "persistent" in parts:
+            extra["persistent"] = True
+        return dataclasses.replace(default_schedule(head_dim, causal, seq_len), **diet,
+                                   **extra)
     s = fa3_overlap_schedule(head_dim, causal) if "fa3" in variant else base_schedule(head_dim)
     if "2wg" in variant:   # two consumer warpgroups of 64 rows (head dim 64 defaults to 3)
         s = dataclasses.replace(s, block_m=128, consumers=2, producer_regs=24,
@@ -128,7 +135,7 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     if "3wg" in variant:   # three consumer warpgroups of 64 rows (head dims 128, 256 default to 2)
         s = dataclasses.replace(s, block_m=192, consumers=3, producer_regs=32, consumer_regs=160)
     fields = {"persistent": "persistent" in variant, "intra_wg_overlap": "overlap" in variant,
-              "ordered": "pingpong" in variant, **diet}
+              "ordered": "pingpong" in variant, **diet, **extra}
     s = dataclasses.replace(s, **fields)
     fixed = [int(p[2:]) for p in variant.split("+") if p.startswith("bn")]
     if fixed:

@@ -126,7 +126,7 @@ for s in "${steps[@]}"; do
     # the diet, each by the op call and (--kernel-only) the prepared launch alone
     prefillab) run_step prefillab 150 python3 -u scripts/gpu_attention_bench.py --dims 128 \
             --lengths 2048,8192 --no-gqa --backends cudnn --kernel-only --out "$OUT/prefillab" \
-            --variants default,default+exact,3wg+fast,fa3+2wg+persistent+fast,3wg+persistent+fast,default+st3 ;;
+            --variants default,default+tma,default+persistent,default+tma+persistent,3wg+fast,default+st3 ;;
     attnhost) run_step attnhost 60 python3 -u scripts/gpu_attention_host.py --seq 2048 ;;
     decodetests) run_step decodetests 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
         tests/gpu/test_attention_decode_gpu.py ;;
