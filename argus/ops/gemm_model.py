@@ -23,21 +23,33 @@ commits); they ship as package data (gemm_model.json) for the H100/H200 class (1
 
 `pick` chooses among a problem's tuning candidates (so every choice is legal for it: the
 candidate set is built from the problem), leaving out split-K (its sum is a second kernel to
-compile), the one of least expected time: the prediction times what the measured rows of that
-tile kind (bm x bn, consumers, ping-pong) say of the model there (their mean log residual,
-shrunk toward none by SHRINK pseudo-rows); a kind no row measured is extrapolated and carries
-a risk premium of the model's error (UNMEASURED_MARGIN), so it wins only by more than that.
-Why: a narrower tile wins in the model by filling the last wave (2048 x 7168: 656 128x176
-tiles are 4.97 waves of 132 SMs, 512 128x224 tiles 3.88, so 5 x 176 = 880 columns of waves
-against 4 x 224 = 896, 2% less), but it also moves more operand bytes per MMA (per k step a
-CTA reads bm + bn / cluster rows for bm x bn products: +15% bytes per product at 176 against
-224, +17% at 192 against 256) and has more fixed cost per tile, which the fit sees only
-through the tiles it was measured on. On the H200 (2026-12-02, untuned run) the two
-wave-filling tiles the model picked ran 5-6% slower than predicted (128x176 at
-2048x7168x2048: 90.0 us, predicted 85.7; 128x192, never measured, at 3000x5000x2000: 98 us,
-predicted 92.6), while the measured 128x224 there ran at 85.9; the one recorded 128x176 row
-(4095x4097x4096) ran 5% slower than predicted too. A gain from wave quantization smaller
-than the model's error is no gain.
+compile), the one of least expected time: the prediction times what the measured rows say of
+the model there (`Corrections`): the mean log residual of the schedule's tile kind (bm x bn,
+consumers, ping-pong), then of the schedule itself over what the kind's leaves, each shrunk
+toward none by SHRINK pseudo-rows. A kind no row measured is extrapolated and carries a risk
+premium (UNMEASURED_MARGIN), so it wins only by more than that.
+
+Why per schedule: the constants price stages, 2x1 clusters and staging rounds alike on every
+tile and shape, and the fit (on every candidate of 23 problems of the 2026-12-03 H200 sweep,
+354 rows) leaves those factors near nothing; the rows say more. Within its problem the 128x256
+tile with 3 stages and the whole tile staged (TMA store) ran 2.0-2.5% faster than the model
+said (rasters 8 and 16), the same tile with 4 stages, 2x1 clusters and two staging rounds 0.4%
+slower: with tile-kind corrections alone the refitted model picked the latter at 20 of the 23
+problems, 1.035x the measured best (geometric mean, worst 1.163x). With the per-schedule
+corrections a fit that never saw the problem picks within 1.017x of the measured best
+(geometric mean, leaving one shape out, both layouts; worst 1.066x at 8192^3 NN, where the
+pick and the best differ only in raster, group_m 16 and 8: in that 1.5 ms case the 20-call
+screen and the re-timed finalists differ by up to 9%).
+
+What it misses: ping-pong's cost against the cooperative 128x256 grows with K (measured, same
+problem: 0.94x at 32 x 1024^3, 0.97-0.98x at 8 x 2048^3, 1.01-1.10x at K = 4096, 1.05-1.11x
+at K >= 8192 but for 512 x 8192 x 8192, two waves or less, 0.99-1.00x), and each correction
+is one number per schedule, so the model keeps the cooperative tile at small K where
+ping-pong wins by 5% (32 x 1024^3) and may take ping-pong where a fuller last wave pays for
+its slower main loop at large K. Why the margin: a tile kind left out of the fit lands 0.067
+rms (log time, within its problem) from what the fitted kinds say, the lone 64-row consumer
+0.12 slower, so an extrapolated kind must win by more than about 1.5 times that error. A gain
+from wave quantization smaller than the model's error is no gain.
 
 Skinny problems (M * batch <= 256) keep the shape heuristic: its weight-streaming schedules
 are the tuned winners already, and the model knows nothing of memory-bound regimes.
@@ -55,8 +67,9 @@ from pathlib import Path
 CONSTANTS_FILE = Path(__file__).with_name("gemm_model.json")
 DATA_FILE = Path(__file__).with_name("gemm_model_data.json")
 SKINNY = 256  # M * batch at or below this: the heuristic decides
-# The risk premium of a tile kind no row measured: about twice the fit's rms error on log time
-# (0.046 over its 74 rows; the tests hold it < 0.08)
+# The risk premium of a tile kind no row measured: about 1.5 times the error of a kind the fit
+# did not see (0.067 rms on log time within its problem, leaving each kind out in turn; the
+# fit's own rms is 0.071 over its 354 rows, shape offsets included; the tests hold it < 0.08)
 UNMEASURED_MARGIN = 0.10
 
 
@@ -145,8 +158,8 @@ def pick(p, candidates, c: Constants | None = None, rows: list | None = None):
     """The candidate of least expected time (`expected_us`; split-K and tail splits left out:
     their sum is a second kernel, and the constants were fitted on no tail-split timing); ties
     go to the earlier candidate. `candidates` are the problem's tuning candidates, all legal
-    for it. `rows`: the measured points that correct each tile kind (default: the shipped
-    data, M * batch > SKINNY)."""
+    for it. `rows`: the measured points that correct each tile kind and schedule (default: the
+    shipped data, M * batch > SKINNY)."""
     usable = [s for s in candidates if getattr(s, "split_k", 1) == 1
               and getattr(s, "tail_splits", 1) == 1]
     if not usable:
@@ -156,10 +169,11 @@ def pick(p, candidates, c: Constants | None = None, rows: list | None = None):
     return min(usable, key=lambda s: expected_us(p, s, c, factors))
 
 
-def expected_us(p, s, c: Constants | None, factors: dict) -> float:
-    """`predict_us` times what the measured rows of the schedule's tile kind say of the model
-    there (`corrections`), or, for a kind never measured, times 1 + UNMEASURED_MARGIN."""
-    return predict_us(p, s, c) * factors.get(tile_kind(s), 1 + UNMEASURED_MARGIN)
+def expected_us(p, s, c: Constants | None, factors: Corrections) -> float:
+    """`predict_us` times what the measured rows say of the model for the schedule
+    (`Corrections.factor`): its tile kind's correction and its own, or, for a tile kind never
+    measured, 1 + UNMEASURED_MARGIN."""
+    return predict_us(p, s, c) * factors.factor(s)
 
 
 def tile_kind(s) -> tuple:
@@ -169,17 +183,46 @@ def tile_kind(s) -> tuple:
     return (s.bm, s.bn, bool(s.pingpong), s.consumers, bool(s.swap_ab))
 
 
-SHRINK = 1.0  # pseudo-rows of "the model is right" in each tile kind's mean residual
+SHRINK = 1.0  # pseudo-rows of "the model is right" in each mean residual
 
 
-def corrections(rows, c: Constants | None = None) -> dict:
-    """tile kind -> exp(mean of log(measured / predicted) over its rows), shrunk toward 1 by
-    SHRINK pseudo-rows (one row says less than ten)."""
+@dataclass(frozen=True)
+class Corrections:
+    """What the measured rows say of the model, as factors on its prediction: `kinds` maps a
+    tile kind to exp(mean log(measured / predicted)) over its rows, `schedules` maps a
+    schedule to the same mean over its own rows of what its kind's factor leaves, both shrunk
+    toward 1 by SHRINK pseudo-rows (one row says less than twenty)."""
+
+    kinds: dict
+    schedules: dict
+
+    def factor(self, s) -> float:
+        """A measured kind's factor times the schedule's own (1 for a schedule no row has: its
+        stages, clusters and epilogue are factors the fit sees on every kind); a kind no row
+        measured: 1 + UNMEASURED_MARGIN."""
+        kind = self.kinds.get(tile_kind(s))
+        if kind is None:
+            return 1 + UNMEASURED_MARGIN
+        return kind * self.schedules.get(s, 1.0)
+
+
+def corrections(rows, c: Constants | None = None) -> Corrections:
+    """The tile kinds' and then the schedules' mean log residuals over `rows` (`Corrections`;
+    why per schedule too: the module docstring). A schedule's mean is over the problems it was
+    timed on (22-23 for each 128x256 and 128x128 candidate in the shipped data), so it says
+    what the schedule does on any shape; the constants keep the shape dependence (waves,
+    steps, padding)."""
     logs: dict = {}
     for pt in rows:
         logs.setdefault(tile_kind(pt.schedule), []).append(
-            math.log(pt.us / predict_us(pt, pt.schedule, c)))
-    return {kind: math.exp(sum(v) / (len(v) + SHRINK)) for kind, v in logs.items()}
+            (pt.schedule, math.log(pt.us / predict_us(pt, pt.schedule, c))))
+    kinds = {kind: sum(r for _, r in v) / (len(v) + SHRINK) for kind, v in logs.items()}
+    left: dict = {}
+    for kind, v in logs.items():
+        for s, r in v:
+            left.setdefault(s, []).append(r - kinds[kind])
+    return Corrections({k: math.exp(v) for k, v in kinds.items()},
+                       {s: math.exp(sum(v) / (len(v) + SHRINK)) for s, v in left.items()})
 
 
 def _rows() -> list:
@@ -190,7 +233,7 @@ def _rows() -> list:
 
 
 @functools.cache
-def shipped_corrections() -> dict:
+def shipped_corrections() -> Corrections:
     """`corrections` of the shipped constants over the shipped rows."""
     return corrections(_rows())
 
@@ -286,3 +329,58 @@ def best_measured(pts: list[Point]):
 def write_constants(c: Constants, fitted_on: str, path: Path = CONSTANTS_FILE) -> None:
     path.write_text(json.dumps({"fitted_on": fitted_on, "constants": dataclasses.asdict(c)},
                                indent=1) + "\n")
+
+
+def points_from_sweep(rows: list[dict], commit: str, source: str) -> list[dict]:
+    """gemm_model_data.json rows from the rows of a tuned sweep (scripts/gpu_gemm_bench.py's
+    JSON: per case its screen, [ms, repr(GemmSchedule)] of every candidate, and the finalists
+    re-timed). A finalist's time is its re-timed one, put on the screen's scale: the finalists
+    run after the screen, in alternating rounds of 100 calls, and on the H200 (2026-12-03) ran
+    0-9% slower than their own screen times, the three of a case alike (the GPU's clocks, not
+    the schedules), so a raw finalist time would rank it below candidates timed earlier.
+    Schedules are stored as their fields that differ from GemmSchedule()'s defaults."""
+    from argus.kernels.gemm import GemmSchedule
+
+    default = dataclasses.asdict(GemmSchedule())
+    out = []
+    for row in rows:
+        batch = max(1, row["batch"])        # the bench writes 0 for an unbatched case
+        screen = {text: ms for ms, text in row["candidates"]}
+        final = {text: ms for ms, text in row.get("finalists") or [] if text in screen}
+        scale = math.exp(sum(math.log(screen[t] / ms) for t, ms in final.items())
+                         / len(final)) if len(final) > 1 else 1.0
+        flops = 2 * batch * row["M"] * row["N"] * row["K"]
+        for text, ms in screen.items():
+            s = eval(text, {"GemmSchedule": GemmSchedule})  # noqa: S307 - our own repr()
+            refined = text in final and len(final) > 1
+            out.append({"batch": batch, "m": row["M"], "n": row["N"], "k": row["K"],
+                        "b_layout": "kn" if row["layout"] == "NN" else "nk",
+                        "schedule": {k: v for k, v in dataclasses.asdict(s).items()
+                                     if default[k] != v},
+                        "us": round((final[text] * scale if refined else ms) * 1e3, 2),
+                        "timing": "finalist" if refined else "screen",
+                        "cublas_tflops": round(flops / row["cublas_ms"] / 1e9, 1),
+                        "commit": commit, "source": source})
+    return out
+
+
+def shape_of(pt: Point) -> tuple:
+    """(batch, M, N, K): a problem in both B layouts (the unit cross-validation leaves out)."""
+    return (pt.batch, pt.m, pt.n, pt.k)
+
+
+def cross_validate(points: list[Point], shapes=None) -> dict[str, tuple]:
+    """Leave one shape out: for each shape (both layouts; `shapes`: those only, default all),
+    fit on the other shapes' points and pick among the held-out problem's measured schedules
+    with that fit's constants and rows. group -> (picked schedule, its measured us, the
+    group's best us): picked / best is what the model would have lost there."""
+    out = {}
+    for shape in shapes or sorted({shape_of(pt) for pt in points}):
+        train = [pt for pt in points if shape_of(pt) != shape]
+        constants = fit(train)
+        held = groups([pt for pt in points if shape_of(pt) == shape])
+        for name, pts in held.items():
+            _, best_us, times = best_measured(pts)
+            chosen = pick(pts[0], list(times), constants, train)
+            out[name] = (chosen, times[chosen], best_us)
+    return out

@@ -33,9 +33,11 @@ from argus.ops.schedules import Problem, untuned
 
 # Extents of M (tokens), N and K the untuned choice is asked about: powers of two and their
 # 1.5x from 1 to 16384, ragged sizes, and the projection sizes of common LLMs (Llama-3-8B/70B,
-# Mistral, Qwen: 11008, 14336, 28672, ...).
-_M = (1, 8, 16, 17, 32, 48, 64, 96, 100, 128, 192, 200, 256, 384, 512, 768, 1000, 1024, 1536,
-      2048, 3000, 3072, 4096, 6144, 8192, 16384)
+# Mistral, Qwen: 11008, 14336, 28672, ...). 320 is 5 tiles of 64 rows and 2.5 of 128: where
+# 64-row tiles pad least, the model picks the 64x256 ping-pong (M = 281..655 in
+# tests/unit/test_matmul_prebuild.py's random shapes), which no other M here shows it.
+_M = (1, 8, 16, 17, 32, 48, 64, 96, 100, 128, 192, 200, 256, 320, 384, 512, 768, 1000, 1024,
+      1536, 2048, 3000, 3072, 4096, 6144, 8192, 16384)
 _N = (256, 512, 768, 1024, 1536, 2048, 3072, 4096, 5000, 5120, 6144, 7168, 8192, 11008,
       14336, 16384, 28672)
 _K = (256, 1024, 2048, 4096, 8192, 14336)
