@@ -10,6 +10,11 @@ and overlap 128 x 128) and, with --variants, every schedule of scripts/gpu_fp8_b
 --variants. Needs NVRTC and nvdisasm or cuobjdump (PATH, or NVDISASM=/path/to/nvdisasm).
 
     .venv/bin/python scripts/sass_fp8_k_loop.py [--variants] [--generic] [--json F] [--sass DIR]
+        [--only SUBSTRING ...]
+
+ptxas is chaotic at the split loop's 232 registers (a change that helps one 128 x 256 variant
+can spill another), so measure a split-loop change on every split variant:
+`--variants --only split`.
 """
 
 from __future__ import annotations
@@ -131,11 +136,15 @@ def main() -> int:
     parser.add_argument("--generic", action="store_true",
                         help="the variant without launch facts (64-bit element offsets) "
                              "instead of the variant of a 4096x7168x2048 launch")
+    parser.add_argument("--only", nargs="+", metavar="SUBSTRING",
+                        help="only the schedules whose name contains one of these")
     args = parser.parse_args()
     if os.environ.get("NVDISASM"):
         os.environ["PATH"] = str(Path(os.environ["NVDISASM"]).parent) + os.pathsep + \
             os.environ["PATH"]
     schedules = default_schedules() + (variant_schedules() if args.variants else [])
+    if args.only:
+        schedules = [(n, s) for n, s in schedules if any(o in n for o in args.only)]
     if args.sass:
         args.sass.mkdir(parents=True, exist_ok=True)
     print("| schedule | regs / spill B | K loop per K block | QGMMA | FFMA | bookkeeping | "
