@@ -393,9 +393,15 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
             elif divisions and _divides_by_constant([c for _, c in claims]):
                 order = [False, True]   # non-linear: a non-linear one whose premises alone
                 # divide keeps the plain core alone, as before
+        # claims over non-linear terms get the opaque attempt inside the plain core's
+        # (`_quick_proof`'s `opaque`): MoE's routing claim needs only `(8 x + n) / 8 == x` of
+        # its grouped raster's tile index x, which the plain core took 20-370 ms to find
+        # through x's divisions (50-200k units, by its constants' names: eighth pass); with
+        # x opaque, 5k units
+        opaque = nonlinear and _nonlinear([c for _, c in claims])
         for purify in order:
             out = _quick_proof(premises, claims, min(QUICK_RLIMIT, rlimit), rlimit, t0,
-                               purify=purify)
+                               purify=purify, opaque=opaque and not purify)
             if out is not None:
                 break
         if out is None and nonlinear and len(order) == 2:
@@ -549,7 +555,7 @@ def _nonlinear(terms: Sequence[z3.ExprRef]) -> bool:
 
 def _quick_proof(premises, claims, budget, rlimit, t0,
                  params: dict | None = None, point_first: bool = False,
-                 purify: bool = False) -> Outcome | None:
+                 purify: bool = False, opaque: bool = False) -> Outcome | None:
     """Try to prove the query with z3's plain SMT core (`SimpleSolver`: no tactic
     preprocessing, which is what costs most on small queries) within `budget` resource units.
     An Outcome only on UNSAT (then "proven", or "unknown" when the premises are
@@ -559,7 +565,12 @@ def _quick_proof(premises, claims, budget, rlimit, t0,
     Sound: UNSAT of premises ∧ ¬claims is a proof whichever z3 engine reports it, and a
     vacuous proof is still refused (`_vacuity`); with `point_first` the premises' least point
     is tried as their model before the solver searches one (`satisfied_at_least_point`: worth
-    it for non-linear premises, whose model search costs as much as the proof)."""
+    it for non-linear premises, whose model search costs as much as the proof).
+
+    With `opaque`, a query the plain core does not prove within OPAQUE_AFTER units is tried
+    with its non-linear terms opaque (`_opaque_proof`); if that misses, the same solver goes
+    on with the whole `budget` (so a query pays OPAQUE_AFTER units more at most, and a proof
+    found by either attempt is a proof)."""
     if budget < 1000:
         return None
     conj = z3.And([c for _, c in claims]) if claims else z3.BoolVal(True)
@@ -573,32 +584,141 @@ def _quick_proof(premises, claims, budget, rlimit, t0,
     # vacuity question with what it learned (the premises are still asserted)
     goal = z3.Bool("argus.verify.solver!goal")
     s.add(z3.Implies(goal, z3.Not(conj)))
-    if s.check(goal) != z3.unsat:
+    res = None
+    if opaque and budget > OPAQUE_AFTER:
+        s.set("rlimit", OPAQUE_AFTER)
+        res = s.check(goal)
+        if res == z3.unknown and _opaque_proof(premises, conj, min(OPAQUE_RLIMIT, budget)):
+            # proven with the non-linear terms opaque; the premises' own model search (the
+            # vacuity check) in this solver, which holds them
+            return _proof_outcome(_model_search(s, premises, rlimit), t0)
+        if res == z3.unknown:
+            s.set("rlimit", budget)
+            s.set("timeout", backstop_ms(budget))
+            res = None
+    if (res if res is not None else s.check(goal)) != z3.unsat:
         return None
     if len(s.unsat_core()) == 0:
         vres = z3.unsat  # the premises alone are contradictory
     elif point_first and satisfied_at_least_point(premises):
         vres = z3.sat
     else:
-        s.set("rlimit", int(min(rlimit, VACUITY_RLIMIT)))
-        s.set("timeout", backstop_ms(int(min(rlimit, VACUITY_RLIMIT))))
-        # a model search, without Gröbner bases and Horner schemes (as for non-linear proofs,
-        # step 3 of `prove`): the premises of store.coords and routing queries carry a
-        # grouped raster's products and divisions, and finding their model took 50-450 ms
-        # with them, about half without (TMA-store GEMMs and MoE gate-up: 4.3 s -> 2.2 s of
-        # vacuity checks over 45 kernels); sat and unsat stay definite answers
-        for k, v in NIA_PARAMS.items():
-            s.set(k, v)
-        vres = s.check()
-        if vres == z3.unknown:  # the old check: the default solver
-            v = _limit(z3.Solver(), min(rlimit, VACUITY_RLIMIT))
-            _assert_all(v, premises)
-            vres = v.check()
+        vres = _model_search(s, premises, rlimit)
+    return _proof_outcome(vres, t0)
+
+
+def _model_search(s: z3.Solver, premises, rlimit) -> z3.CheckSatResult:
+    """Are the premises (asserted in the plain core `s`, which may hold a guarded goal
+    besides) satisfiable? The vacuity check of a quick proof."""
+    s.set("rlimit", int(min(rlimit, VACUITY_RLIMIT)))
+    s.set("timeout", backstop_ms(int(min(rlimit, VACUITY_RLIMIT))))
+    # a model search, without Gröbner bases and Horner schemes (as for non-linear proofs,
+    # step 3 of `prove`): the premises of store.coords and routing queries carry a
+    # grouped raster's products and divisions, and finding their model took 50-450 ms
+    # with them, about half without (TMA-store GEMMs and MoE gate-up: 4.3 s -> 2.2 s of
+    # vacuity checks over 45 kernels); sat and unsat stay definite answers
+    for k, v in NIA_PARAMS.items():
+        s.set(k, v)
+    vres = s.check()
+    if vres == z3.unknown:  # the old check: the default solver
+        v = _limit(z3.Solver(), min(rlimit, VACUITY_RLIMIT))
+        _assert_all(v, premises)
+        vres = v.check()
+    return vres
+
+
+def _proof_outcome(vres: z3.CheckSatResult, t0: float) -> Outcome:
+    """A quick proof's outcome given its vacuity check's answer."""
     ms = (time.perf_counter() - t0) * 1e3
     if vres == z3.unsat:
         return Outcome("unknown", ms, reason=_VACUOUS)
     return Outcome("proven", ms,
                    reason="" if vres == z3.sat else "premises not shown satisfiable")
+
+
+# the opaque attempt (`_quick_proof`'s `opaque`): after OPAQUE_AFTER units of the plain core,
+# which prove every other query with non-linear claims of the MoE and GEMM schedules (each in
+# 2-5k units: wgmma.defined, store.coords, the walk's start), within OPAQUE_RLIMIT units of its
+# own (MoE's routing claims take 5k with the raster opaque; the plain core 20-200k)
+OPAQUE_AFTER = 10_000
+OPAQUE_RLIMIT = 50_000
+_OPAQUE = {z3.Z3_OP_MUL: "mul", z3.Z3_OP_IDIV: "div", z3.Z3_OP_MOD: "mod", z3.Z3_OP_REM: "rem"}
+
+
+def _opaque(terms: Sequence[z3.ExprRef]) -> list[z3.ExprRef]:
+    """`terms` with every non-linear application opaque: a product of two or more
+    non-numerals, or a division or remainder by a non-numeral, op(a, b, ...) becomes
+    `argus!op<n>(a', b', ...)`, an uninterpreted function of the opaque arguments: one per
+    operator and signature, so equal arguments still give equal terms. The rest (linear
+    arithmetic, divisions by numerals, opaque functions, Booleans, quantifiers) is kept.
+    The original terms are an instance of these (read each `argus!op` as its operator)."""
+    if not terms:
+        return []
+    ctx = terms[0].ctx
+    ref = ctx.ref()
+    memo: dict[int, z3.ExprRef] = {}
+    fns: dict[tuple, z3.FuncDeclRef] = {}
+    get_id, kind_of = _L.Z3_get_ast_id, _L.Z3_get_ast_kind
+    nargs, arg = _L.Z3_get_app_num_args, _L.Z3_get_app_arg
+    decl_of, decl_kind = _L.Z3_get_app_decl, _L.Z3_get_decl_kind
+    changed_any = False
+
+    # post-order over the DAG, each node once: (raw ast, its children pushed yet?)
+    todo = [(t.as_ast(), False) for t in terms]
+    while todo:
+        a, expanded = todo.pop()
+        i = get_id(ref, a)
+        if i in memo:
+            continue
+        n = nargs(ref, a) if kind_of(ref, a) == z3.Z3_APP_AST else 0
+        if n == 0:
+            memo[i] = None   # a leaf: kept as it is
+            continue
+        args = [arg(ref, a, k) for k in range(n)]
+        if not expanded:
+            todo.append((a, True))
+            todo.extend((b, False) for b in args if get_id(ref, b) not in memo)
+            continue
+        kind = decl_kind(ref, decl_of(ref, a))
+        new = [memo[get_id(ref, b)] for b in args]
+        opaque = kind in _OPAQUE and (
+            sum(not _is_numeral(ref, b) for b in args) > 1 if kind == z3.Z3_OP_MUL
+            else n == 2 and not _is_numeral(ref, args[1]))
+        if not opaque and all(b is None for b in new):
+            memo[i] = None   # unchanged below: kept
+            continue
+        kids = [z3.z3._to_expr_ref(b, ctx) if e is None else e for b, e in zip(args, new)]
+        if opaque:
+            sorts = [k.sort() for k in kids] + [z3.z3._to_expr_ref(a, ctx).sort()]
+            key = (_OPAQUE[kind],) + tuple(x.get_id() for x in sorts)
+            f = fns.get(key)
+            if f is None:
+                f = fns[key] = z3.Function(f"argus!{_OPAQUE[kind]}{n}", *sorts)
+            memo[i] = f(*kids)
+        else:
+            memo[i] = z3.z3._to_expr_ref(
+                z3.Z3_update_term(ref, a, n, (z3.Ast * n)(*[k.as_ast() for k in kids])), ctx)
+        changed_any = True
+    if not changed_any:
+        return list(terms)
+    return [memo[t.get_id()] if memo[t.get_id()] is not None else t for t in terms]
+
+
+def _opaque_proof(premises, conj, budget) -> bool:
+    """Whether the plain core proves premises ⇒ conj with their non-linear terms opaque
+    (`_opaque`) within `budget` units (False: not proven, nothing else is concluded).
+
+    Sound: the original query premises ∧ ¬conj is the opaque one with each opaque function
+    read as its operator (z3's division and remainder are total functions, by zero too), so a
+    model of the original is one of the opaque query: UNSAT of the opaque query is UNSAT of
+    the original, a proof. Not a vacuity check: contradictory opaque premises are
+    contradictory original ones, but satisfiable opaque premises say nothing of the original
+    ones, so the caller checks the original premises, as after any proof."""
+    *opaque_premises, opaque_conj = _opaque(list(premises) + [conj])
+    s = _limit(z3.SimpleSolver(), budget)
+    _assert_all(s, opaque_premises)
+    s.add(z3.Not(opaque_conj))
+    return s.check() == z3.unsat
 
 
 def _quick_purified(premises, conj, budget, rlimit, t0) -> Outcome | None:

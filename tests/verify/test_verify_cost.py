@@ -229,3 +229,39 @@ def test_queries_dividing_little_try_the_plain_core_first(monkeypatch):
     monkeypatch.setenv("ARGUS_VERIFY_CACHE", "0")
     for o in few:
         assert solver.prove(o.premises, o.claims, theory=o.tier).status == "proven", o.subject
+
+
+def test_routing_queries_are_proven_with_the_raster_opaque(monkeypatch):
+    """MoE's routing claim A.expert == B.expert reads tile_expert(x) == route(8 x + n) with x
+    the grouped raster's tile index (divisions by symbolic group sizes) and n < 8; the
+    routing contract's instance gives route(8 x + n) == tile_expert((8 x + n) / 8). The plain
+    core took 50-200k units (20-370 ms, by its constants' names) to find (8 x + n) / 8 == x
+    through x's divisions; with x opaque the proof is linear, found by `_opaque_proof`
+    within OPAQUE_RLIMIT units. Every routing query of the split-K decode gate-up is proven
+    there, none reaches the portfolio. Structural: no timing."""
+    from argus.kernels.moe import decode_schedule, grouped_gemm_kernel
+
+    model = Model(lower_only(grouped_gemm_kernel(True, True), s=decode_schedule(8, split_k=4)))
+    obs, _ = checker.collect(model)
+    routing = [(list(o.premises) + model.axiom_instances([c for _, c in o.claims] +
+                                                         list(o.premises)), o.claims)
+               for o in obs if any(n == "A.expert == B.expert" for n, _ in o.claims)]
+    assert len(routing) == 2
+    opaque, inner = [], solver._opaque_proof
+
+    def recorded(*args):
+        opaque.append(inner(*args))
+        return opaque[-1]
+
+    def portfolio(*args, **kwargs):
+        raise AssertionError("the full portfolio was reached")
+    # the plain core given no budget before the opaque attempt: whatever z3 makes of the
+    # names, the opaque attempt is asked, and proves
+    monkeypatch.setattr(solver, "OPAQUE_AFTER", 1)
+    monkeypatch.setattr(solver, "_opaque_proof", recorded)
+    monkeypatch.setattr(solver, "_prove", portfolio)
+    monkeypatch.setenv("ARGUS_VERIFY_CACHE", "0")
+    for premises, claims in routing:
+        opaque.clear()
+        assert solver.prove(premises, claims).status == "proven"
+        assert opaque == [True]
