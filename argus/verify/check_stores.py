@@ -904,10 +904,81 @@ def _fixed_dim(model, st, d, base, size, ext) -> Obligation:
                       warn_claims=("the tile spans the dim",))
 
 
+def _unit_radix(model, u, T, terms):
+    """(F, T1, split) when the walked unit u, in [0, T), occurs in `terms` only as u / F and
+    u % F for one launch parameter F >= 1 (a premise of the model) and T is a product with
+    the factor F (T1: the product of the others); `split(t)` is t with u / F and u % F
+    replaced by fresh variables (q, r), `split.parts` = (q, r). Else None.
+
+    A split-K kernel walks units u over [0, tiles * splits) and stores unit u's tile u / S of
+    split u % S: asked about u, "distinct units store distinct tiles" made z3's non-linear
+    core relate u to u / S and u % S first (150-580 ms on MoE's split decode gate-up); asked
+    about (q, r), it is the unsplit kernel's question about q.
+
+    Exact: for F >= 1, u -> (u / F, u % F) maps [0, T1 * F) one-to-one onto [0, T1) x [0, F)
+    (Euclidean division), so ranging (q, r) over that box ranges u over [0, T); u == u' iff
+    (q, r) == (q', r'); and the terms, which read u only through u / F and u % F, are the
+    same function of (q, r)."""
+    found: dict[int, z3.ExprRef] = {}
+    seen: set[int] = set()
+    todo = list(terms)
+    while todo:
+        t = todo.pop()
+        if t.get_id() in seen or not z3.is_app(t):
+            continue
+        seen.add(t.get_id())
+        if t.decl().kind() in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and t.arg(0).eq(u):
+            found[t.arg(1).get_id()] = t.arg(1)
+        todo.extend(t.children())
+    if len(found) != 1:
+        return None
+    (F,) = found.values()
+    if not any(F.eq(p) for p in model.params.values()) or \
+            not any(p.eq(F >= 1) for p in model.premises):
+        return None
+    factors, todo = [], [T]
+    while todo:   # T's factors: z3 builds a * b * c as (a * b) * c
+        t = todo.pop()
+        if z3.is_app(t) and t.decl().kind() == z3.Z3_OP_MUL:
+            todo.extend(t.children())
+        else:
+            factors.append(t)
+    at = next((i for i, f in enumerate(factors) if f.eq(F)), None)
+    if at is None:
+        return None
+    T1 = z3.IntVal(1)
+    for f in factors[:at] + factors[at + 1:]:
+        T1 = T1 * f
+    q, r = fresh_int(f"{u}.quotient"), fresh_int(f"{u}.remainder")
+
+    def split(t):
+        return z3.substitute(t, (u / F, q), (u % F, r))
+    if any(str(u) in free_consts(split(t)) for t in terms):
+        return None
+    split.parts = (q, r)
+    return F, T1, split
+
+
 def _tile_obligation(model, st, moving, units, walked, counts) -> Obligation:
     """Unit variables -> tile index: injective into the output's tile box, with as many
-    units as tiles (NIA: raster orders divide by symbolic group sizes)."""
-    ren = [(u, fresh_int(f"{u}@2")) for u in units]
+    units as tiles (NIA: raster orders divide by symbolic group sizes). A walked unit read
+    only as its quotient and remainder by a launch parameter is asked about as that pair
+    (`_unit_radix`)."""
+    radices = {}
+    for sc in st.site.scopes:
+        if sc.kind == "loop" and str(sc.var) in walked:
+            rx = _unit_radix(model, sc.var, walked[str(sc.var)][1], [b for _, b, _ in moving])
+            if rx is not None:
+                radices[str(sc.var)] = rx
+    # the variables the query ranges over: a radix unit's (quotient, remainder), or the unit
+    parts = [p for u in units
+             for p in (radices[str(u)][2].parts if str(u) in radices else (u,))]
+    ren = [(p, fresh_int(f"{p}@2")) for p in parts]
+    # the unit each instance is, as a term of those variables (for the counterexample)
+    unit_term = {str(u): radices[str(u)][2].parts[0] * radices[str(u)][0] +
+                 radices[str(u)][2].parts[1] if str(u) in radices else u for u in units}
+    for _, _, split in radices.values():
+        moving = [(d, split(base), size) for d, base, size in moving]
 
     def sub(t):
         return z3.substitute(t, *ren) if ren else t
@@ -916,7 +987,12 @@ def _tile_obligation(model, st, moving, units, walked, counts) -> Obligation:
     own = []
     n_units = z3.IntVal(1)
     for sc in st.site.scopes:
-        if sc.kind == "loop" and str(sc.var) in walked:
+        if sc.kind == "loop" and str(sc.var) in radices:
+            F, T1, split = radices[str(sc.var)]
+            q, r = split.parts
+            own += [q >= 0, q < T1, r >= 0, r < F]
+            n_units = n_units * walked[str(sc.var)][1]
+        elif sc.kind == "loop" and str(sc.var) in walked:
             T = walked[str(sc.var)][1]
             own += [sc.var >= 0, sc.var < T]
             n_units = n_units * T
@@ -953,10 +1029,10 @@ def _tile_obligation(model, st, moving, units, walked, counts) -> Obligation:
     def decode(zm, violated):
         wit = {"shapes": W.shapes(model, zm), "units": value(zm, n_units),
                "tiles": value(zm, n_tiles),
-               "unit": {label(u): value(zm, u) for u in units},
+               "unit": {label(u): value(zm, unit_term[str(u)]) for u in units},
                "tile": tuple(value(zm, q) for q in qs)}
         if "distinct units store distinct tiles" in violated:
-            other = {label(u): value(zm, v) for u, v in ren}
+            other = {label(u): value(zm, sub(unit_term[str(u)])) for u in units}
             wit["other_unit"] = other
             msg = (f"units {wit['unit']} and {other} both store tile {wit['tile']} of "
                    f"{st.tensor.name}: another tile is never stored")
