@@ -164,11 +164,12 @@ CACHE_MAX_PREMISES = 64
 
 
 def clear_cache() -> None:
-    """Forget every proof (and the constants listed per premise, and the facts decided without
-    the solver: `fact_cache`): the next query starts cold."""
+    """Forget every proof (and the constants listed per premise, the premises made opaque, and
+    the facts decided without the solver: `fact_cache`): the next query starts cold."""
     _PROOFS.clear()
     _CONSTS.clear()
     _FACTS.clear()
+    _OPAQUE_TERMS.clear()
 
 
 # decisions made without the solver that are functions of plain numbers (check_layout's
@@ -661,10 +662,12 @@ def _opaque(terms: Sequence[z3.ExprRef]) -> list[z3.ExprRef]:
     get_id, kind_of = _L.Z3_get_ast_id, _L.Z3_get_ast_kind
     nargs, arg = _L.Z3_get_app_num_args, _L.Z3_get_app_arg
     decl_of, decl_kind = _L.Z3_get_app_decl, _L.Z3_get_decl_kind
-    changed_any = False
+    # the model's premises recur in every query of a kernel: a term walked before is not
+    # walked again (its entry keeps it alive, so its id is not reused)
+    new_terms = [t for t in terms if t.get_id() not in _OPAQUE_TERMS]
 
     # post-order over the DAG, each node once: (raw ast, its children pushed yet?)
-    todo = [(t.as_ast(), False) for t in terms]
+    todo = [(t.as_ast(), False) for t in new_terms]
     while todo:
         a, expanded = todo.pop()
         i = get_id(ref, a)
@@ -698,10 +701,16 @@ def _opaque(terms: Sequence[z3.ExprRef]) -> list[z3.ExprRef]:
         else:
             memo[i] = z3.z3._to_expr_ref(
                 z3.Z3_update_term(ref, a, n, (z3.Ast * n)(*[k.as_ast() for k in kids])), ctx)
-        changed_any = True
-    if not changed_any:
-        return list(terms)
-    return [memo[t.get_id()] if memo[t.get_id()] is not None else t for t in terms]
+    for t in new_terms:
+        _OPAQUE_TERMS[t.get_id()] = (t, memo[t.get_id()])
+        if len(_OPAQUE_TERMS) > _PROOFS_MAX:
+            _OPAQUE_TERMS.popitem(last=False)
+    images = [_OPAQUE_TERMS[t.get_id()][1] for t in terms]
+    return [t if image is None else image for t, image in zip(terms, images)]
+
+
+# each term `_opaque` walked: (the term, its image, None if unchanged)
+_OPAQUE_TERMS: OrderedDict[int, tuple[z3.ExprRef, z3.ExprRef | None]] = OrderedDict()
 
 
 def _opaque_proof(premises, conj, budget) -> bool:

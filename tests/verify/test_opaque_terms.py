@@ -66,3 +66,17 @@ def test_opaque_attempt_proves_and_never_decides_a_violation(monkeypatch):
     seen.clear()
     out = solver.prove([n >= 0, n < 8, b >= 1, a / b > 5, a / b < 3], claim)
     assert out.status == "unknown" and "contradictory" in out.reason and seen == [True]
+
+
+def test_a_premise_is_made_opaque_once():
+    """The model's premises recur in every query of a kernel: their opaque images are kept
+    (and emptied with the proof cache), and a term walked before gives the same image."""
+    a, b, n, f = _query()
+    solver.clear_cache()
+    premise = f(a / b) >= n
+    first = solver._opaque([premise, n * b > 0])
+    assert premise.get_id() in solver._OPAQUE_TERMS
+    again = solver._opaque([premise])
+    assert again[0].eq(first[0]) and "argus!div2(a, b)" in str(again[0])
+    solver.clear_cache()
+    assert not solver._OPAQUE_TERMS
