@@ -394,12 +394,14 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
             elif divisions and _divides_by_constant([c for _, c in claims]):
                 order = [False, True]   # non-linear: a non-linear one whose premises alone
                 # divide keeps the plain core alone, as before
-        # claims over non-linear terms get the opaque attempt inside the plain core's
-        # (`_quick_proof`'s `opaque`): MoE's routing claim needs only `(8 x + n) / 8 == x` of
-        # its grouped raster's tile index x, which the plain core took 20-370 ms to find
-        # through x's divisions (50-200k units, by its constants' names: eighth pass); with
-        # x opaque, 5k units
-        opaque = nonlinear and _nonlinear([c for _, c in claims])
+        # claims applying an opaque function to non-linear terms get the opaque attempt
+        # inside the plain core's (`_quick_proof`'s `opaque`): MoE's routing claim needs only
+        # `(8 x + n) / 8 == x` of its grouped raster's tile index x, which the plain core took
+        # 20-370 ms to find through x's divisions (50-200k units, by its constants' names:
+        # eighth pass); with x opaque, 5k units. Not claims comparing non-linear terms with
+        # no function around them (store.coords on a grouped raster: as fast either way,
+        # every library schedule's measured)
+        opaque = nonlinear and _applies_to_nonlinear([c for _, c in claims])
         for purify in order:
             out = _quick_proof(premises, claims, min(QUICK_RLIMIT, rlimit), rlimit, t0,
                                purify=purify, opaque=opaque and not purify)
@@ -551,6 +553,15 @@ def _nonlinear(terms: Sequence[z3.ExprRef]) -> bool:
         if kind in _DIVMOD and len(args) == 2:
             return not _is_numeral(ctx, args[1])
         return kind == z3.Z3_OP_MUL and sum(not _is_numeral(ctx, x) for x in args) > 1
+    return _any_app(terms, hit)
+
+
+def _applies_to_nonlinear(terms: Sequence[z3.ExprRef]) -> bool:
+    """Whether an uninterpreted function (arity > 0) is applied to an argument in which a
+    non-linear term (`_nonlinear`) occurs, in `terms`."""
+    def hit(ctx, kind, args) -> bool:
+        return kind == z3.Z3_OP_UNINTERPRETED and bool(args) and _nonlinear(
+            [z3.z3._to_expr_ref(a, terms[0].ctx) for a in args])
     return _any_app(terms, hit)
 
 
