@@ -80,3 +80,14 @@ def test_a_premise_is_made_opaque_once():
     assert again[0].eq(first[0]) and "argus!div2(a, b)" in str(again[0])
     solver.clear_cache()
     assert not solver._OPAQUE_TERMS
+
+
+def test_only_claims_applying_a_function_to_non_linear_terms_get_the_attempt():
+    """Routing claims (tile_expert of the raster's tile index) get the opaque attempt; claims
+    comparing non-linear terms with no function around them (store.coords on a grouped
+    raster) and functions of linear terms (a loaded scalar `L(0, 0)`) keep the plain path."""
+    a, b, n, f = _query()
+    loaded = z3.Function("loaded", z3.IntSort(), z3.IntSort(), z3.IntSort())
+    assert solver._applies_to_nonlinear([f(8 * (a / b) + n) == f(a / b)])
+    assert not solver._applies_to_nonlinear([a / b == n * b])
+    assert not solver._applies_to_nonlinear([loaded(0, 0) * a == f(a + 1)])
