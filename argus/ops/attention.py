@@ -80,8 +80,12 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
     if isinstance(schedule, DecodeSchedule):   # the decode kernels with a forced schedule
         out, lse = run_decode(q, k, v, bool(causal), float(scale), layout, bool(return_lse),
                               schedule=schedule, checked=True)
-    elif schedule is not None:
-        out, lse = _run(q, k, v, bool(causal), float(scale), layout, bool(return_lse), schedule)
+    elif schedule is not None or _eager(q, k, v):
+        # eager (outside torch.compile and autograd): no custom-op dispatch, about half of the
+        # call's 88 us of host time on the H200 (scripts/gpu_attention_host.py, 2026-12-03;
+        # cuDNN's SDPA call: 42 us), which showed in short prefills' timed calls
+        out, lse = _run(q, k, v, bool(causal), float(scale), layout, bool(return_lse), schedule,
+                        checked=True)
     else:
         out, lse = _op()(q, k, v, bool(causal), float(scale), layout, bool(return_lse))
     return (out, lse) if return_lse else out
@@ -135,11 +139,13 @@ def for_scale(schedule: AttentionSchedule, scale: float) -> AttentionSchedule:
 
 
 def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
-         schedule: AttentionSchedule | None = None):
-    """The eager implementation: (out in q's layout, lse [B, Hq, Sq] fp32 or an empty tensor)."""
+         schedule: AttentionSchedule | None = None, checked: bool = False):
+    """The eager implementation: (out in q's layout, lse [B, Hq, Sq] fp32 or an empty tensor).
+    checked=True: the caller ran check() on q, k, v already."""
     import torch
 
-    check(q, k, v, layout=layout)
+    if not checked:
+        check(q, k, v, layout=layout)
     if schedule is None and _bhsd(q, layout).shape[2] <= MAX_QUERIES:
         # decoding (1..16 query tokens): split-KV with the GQA group packed per KV read
         out, lse = run_decode(q, k, v, causal, scale, layout, return_lse, checked=True)
