@@ -676,6 +676,9 @@ def _opaque(terms: Sequence[z3.ExprRef]) -> list[z3.ExprRef]:
     # the model's premises recur in every query of a kernel: a term walked before is not
     # walked again (its entry keeps it alive, so its id is not reused)
     new_terms = [t for t in terms if t.get_id() not in _OPAQUE_TERMS]
+    # the cached images are read now: inserting the new terms below may evict them
+    cached = {t.get_id(): _OPAQUE_TERMS[t.get_id()][1] for t in terms
+              if t.get_id() in _OPAQUE_TERMS}
 
     # post-order over the DAG, each node once: (raw ast, its children pushed yet?)
     todo = [(t.as_ast(), False) for t in new_terms]
@@ -716,7 +719,7 @@ def _opaque(terms: Sequence[z3.ExprRef]) -> list[z3.ExprRef]:
         _OPAQUE_TERMS[t.get_id()] = (t, memo[t.get_id()])
         if len(_OPAQUE_TERMS) > _PROOFS_MAX:
             _OPAQUE_TERMS.popitem(last=False)
-    images = [_OPAQUE_TERMS[t.get_id()][1] for t in terms]
+    images = [cached[t.get_id()] if t.get_id() in cached else memo[t.get_id()] for t in terms]
     return [t if image is None else image for t, image in zip(terms, images)]
 
 

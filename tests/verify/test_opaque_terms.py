@@ -91,3 +91,17 @@ def test_only_claims_applying_a_function_to_non_linear_terms_get_the_attempt():
     assert solver._applies_to_nonlinear([f(8 * (a / b) + n) == f(a / b)])
     assert not solver._applies_to_nonlinear([a / b == n * b])
     assert not solver._applies_to_nonlinear([loaded(0, 0) * a == f(a + 1)])
+
+
+def test_a_full_term_cache_evicts_without_losing_this_calls_images(monkeypatch):
+    """_opaque's term cache is bounded: inserting a call's new terms may evict a term the same
+    call found cached; its image was read before the insert (a KeyError inside prove before)."""
+    a, b, n, _ = _query()
+    monkeypatch.setattr(solver, "_OPAQUE_TERMS", type(solver._OPAQUE_TERMS)())
+    monkeypatch.setattr(solver, "_PROOFS_MAX", 2)
+    p1, p2, p3 = a * b, a / b, a % b + n * b
+    solver._opaque([p1])
+    solver._opaque([p2])
+    out = solver._opaque([p1, p3])          # p3's insert evicts p1 (the oldest)
+    assert "argus!mul2(a, b)" in str(out[0])
+    assert "argus!mod2(a, b)" in str(out[1]) and "argus!mul2(n, b)" in str(out[1])
