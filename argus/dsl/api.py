@@ -172,7 +172,9 @@ def role(name: str, warpgroups: int = 1, regs: int = 0,
         raise TraceError(f"role {name!r}: warpgroups must be a positive int", loc)
     if not isinstance(uniform_index, bool):
         raise TraceError(f"role {name!r}: uniform_index must be True or False, got "
-                         f"{uniform_index!r}", loc)
+                         f"{uniform_index!r}", loc,
+                         fix="leave it out (True), or pass False for a kernel that spills "
+                             "with the warp-uniform index")
     if regs and (regs % 8 or not 24 <= regs <= 256):
         raise TraceError(f"role {name!r}: regs={regs} is not a multiple of 8 in [24, 256]", loc,
                          fix="setmaxnreg takes multiples of 8 in [24, 256] (PTX ISA, setmaxnreg)")

@@ -111,8 +111,8 @@ class RoleOp(Op):
     `uniform_index`: the index is read warp-uniformly (threadIdx.x / 128 broadcast from lane
     0), so ptxas keeps what derives from it (stage addresses, wgmma descriptors) in uniform
     registers instead of moving each descriptor with R2UR before its wgmma; False derives it
-    per thread, which a kernel at its register limit may need (the uniform values ptxas then
-    keeps live can push it into spills: the fp8 split schedules, fp8_schedules.py)."""
+    per thread. No library kernel uses False today: the fp8 split loop did (uniform, ptxas
+    spilled it), until its second half's wgmma was pinned (Wgmma.pinned)."""
 
     NAME = "role"
     RESULTS = ("index",)
@@ -298,7 +298,8 @@ class Wgmma(Op):
     # ops before it in the machine code (codegen: wgmma_fence_pinned, a branch ptxas does not
     # hoist the wgmma across). ptxas moves a wgmma above independent register work: the
     # split fp8 promotion's second column half above the first half's FFMAs, so both
-    # partials were live and the 128 x 256 consumer spilled (gemm_fp8.split_promoted_mma)
+    # partials were live and the 128 x 256 consumer spilled (gemm_fp8.split_promoted_mma).
+    # Shared-memory A only: codegen refuses it on a register A
     pinned: bool = False
 
     @property

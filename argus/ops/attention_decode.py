@@ -94,11 +94,16 @@ def attention_decode(q, k, v, block_table=None, seq_lens=None, *, causal: bool =
 def _eager(q, k=None, v=None) -> bool:
     """Whether a call runs the implementation directly instead of through a torch.library
     op: everywhere but under torch.compile (which traces the op), on tensor subclasses (fake
-    tensors of a tracer) and where autograd would record the call (the op then says that it
-    has no backward). The op's dispatch costs 15-20 us of host time a call."""
+    tensors of a tracer), under a TorchDispatchMode, and where autograd would record the call
+    (the op then says that it has no backward). The op's dispatch costs 15-20 us of host time
+    a call."""
     import torch
 
     if type(q) is not torch.Tensor or torch.compiler.is_compiling():
+        return False
+    # a TorchDispatchMode (make_fx tracing, FlopCounterMode, debug modes) sees only the op:
+    # the raw launch would run outside it
+    if torch._C._len_torch_dispatch_stack():
         return False
     return not torch.is_grad_enabled() or not (
         q.requires_grad or getattr(k, "requires_grad", False) or

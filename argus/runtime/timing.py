@@ -139,8 +139,8 @@ def measure(fn: Callable[[], Any], *, trials: int = MIN_TRIALS, warmup: int = 10
     device: a CUDA device (default: the current one when CUDA is available) or "cpu" for the
         labelled perf_counter fallback.
     warmup, min_warmup_ms: on a CUDA device the warm-up runs at least `warmup` calls and at
-        least `min_warmup_ms` of wall time (each call synchronized), so an idle card reaches its
-        working clocks before the first timed call (see MIN_WARMUP_MS).
+        least `min_warmup_ms` of wall time (each call synchronized; so warmup=0 still warms up
+        unless min_warmup_ms=0; see MIN_WARMUP_MS). Timing.warmup records the count asked for.
     trials: timed calls; at least 100 unless `allow_few_trials` (for tests and smoke runs).
     setup: called before every warm-up and timed call of `fn`, before the L2 flush and outside
         the timed region (the KernelBench judge refills the inputs there, so that no call can

@@ -581,8 +581,8 @@ def _quick_proof(premises, claims, budget, rlimit, t0,
 
     With `opaque`, a query the plain core does not prove within OPAQUE_AFTER units is tried
     with its non-linear terms opaque (`_opaque_proof`); if that misses, the same solver goes
-    on with the whole `budget` (so a query pays OPAQUE_AFTER units more at most, and a proof
-    found by either attempt is a proof)."""
+    on with the whole `budget` (so a query pays at most OPAQUE_AFTER + OPAQUE_RLIMIT units more,
+    and a proof found by either attempt is a proof)."""
     if budget < 1000:
         return None
     conj = z3.And([c for _, c in claims]) if claims else z3.BoolVal(True)

@@ -72,7 +72,9 @@ def test_kernel_refuses_a_schedule_that_does_not_fit():
 
 def test_custom_op_is_registered_with_a_fake():
     """torch.compile needs the op and its fake (shapes without running the kernel)."""
-    op = torch.ops.argus.attention.default
+    import importlib
+
+    op = importlib.import_module("argus.ops.attention")._op()   # registered on first use
     q, k, v = _qkv(B=2, H=4, HKV=1, S=10, SK=7)
     q_bshd = q.transpose(1, 2).contiguous()
     with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
@@ -119,3 +121,25 @@ def test_eager_prefill_skips_the_custom_op(monkeypatch):
     calls.clear()
     mod.attention(q.requires_grad_(), k, v)
     assert calls == ["check", "op"]
+
+
+def test_a_dispatch_mode_sees_the_op(monkeypatch):
+    """Under a TorchDispatchMode (make_fx, FlopCounterMode) a call goes through the op, which
+    the mode records; the raw launch would run outside it."""
+    import importlib
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    mod = importlib.import_module("argus.ops.attention")
+    calls = []
+    monkeypatch.setattr(mod, "check", lambda *a, **kw: None)
+    monkeypatch.setattr(mod, "_run", lambda *a, **kw: calls.append("run") or (a[0], None))
+    monkeypatch.setattr(mod, "_op", lambda: (lambda *a: calls.append("op") or (a[0], None)))
+    q, k, v = _qkv(S=64, SK=64)
+    with Passthrough():
+        mod.attention(q, k, v)
+    assert calls == ["op"]

@@ -148,3 +148,21 @@ def test_numpy_semantics_of_the_fragment_layout():
             r, c = wgmma_a_coord(t, i)
             seen[r, c] += 1
     assert (seen == 1).all()
+
+
+def test_pinned_takes_shared_memory_operands():
+    """wgmma(pinned=True) keeps a shared-memory issue behind the work before it; the
+    register-A form refuses it at trace time (codegen refuses IR that carries it anyway)."""
+    def k(Q, K):
+        (pid,) = ag.grid(1)
+        sK = ag.smem((1, 64, 64), ag.bf16, swizzle=128)
+        pipe = ag.pipeline(1)
+        with ag.role("producer"):
+            with pipe.produce() as st:
+                ag.tma.load(sK[st], K, (0, 0))
+        with ag.role("consumer"):
+            with pipe.consume() as st:
+                ag.wgmma(ag.load(Q, (0, 0), (64, 64)), sK[st], ag.zeros((64, 64)),
+                         pinned=True)
+    k.__annotations__ = {"Q": ag.Tensor[("S", 64, ag.bf16)], "K": ag.Tensor[64, 64, ag.bf16]}
+    assert "takes shared-memory operands" in _refused(k)

@@ -109,6 +109,9 @@ def _wgmma_register_a(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence, ra: str = 
                            f"{op.a.type.layout!r}, not the wgmma A fragment", op.loc,
                            fix="pass a tile converted from a 64-row wgmma accumulator "
                                "(p = s.to(ag.bf16)) or loaded with ag.ldmatrix")
+    if op.pinned:   # the DSL refuses it; IR built or parsed by hand gets the same answer
+        raise CompileError("wgmma pinned=true takes shared-memory operands, not a register A",
+                           op.loc, fix="leave pinned out, or pass A as a shared-memory view")
     spec = _spec(em, op, "regs")
     dt = op.a.type.dtype
     k_steps = op.k_extent // spec.k
