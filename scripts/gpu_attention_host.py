@@ -16,23 +16,9 @@ import cProfile
 import io
 import pstats
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-
-def host_us(fn, calls: int = 300) -> float:
-    import torch
-
-    torch.cuda.synchronize()
-    torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU time queued ahead of the launches
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    dt = (time.perf_counter() - t0) / calls * 1e6
-    torch.cuda.synchronize()
-    return dt
 
 
 def main() -> int:
@@ -44,6 +30,7 @@ def main() -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import argus.ops
+    from gpu_launch_overhead import host_us   # scripts/ is sys.path[0] when run as a script
 
     S, D, H = args.seq, 128, 16
     B = max(1, 16384 // S)
