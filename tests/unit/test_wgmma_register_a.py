@@ -113,9 +113,9 @@ def _refused(body) -> str:
     return str(info.value)
 
 
-def _q_times_k(q_dtype, q_cols: int):
+def _q_times_k(q_dtype, q_cols: int, pinned: bool = False):
     """A kernel whose register A operand is a [64, q_cols] tile of `q_dtype` against a
-    64x64 bf16 B: legal only for 16-bit A with K = 64."""
+    64x64 bf16 B: legal only for 16-bit A with K = 64 (and not pinned)."""
     def k(Q, K):
         (pid,) = ag.grid(1)
         sK = ag.smem((1, 64, 64), ag.bf16, swizzle=128)
@@ -125,7 +125,8 @@ def _q_times_k(q_dtype, q_cols: int):
                 ag.tma.load(sK[st], K, (0, 0))
         with ag.role("consumer"):
             with pipe.consume() as st:
-                ag.wgmma(ag.load(Q, (0, 0), (64, q_cols)), sK[st], ag.zeros((64, 64)))
+                ag.wgmma(ag.load(Q, (0, 0), (64, q_cols)), sK[st], ag.zeros((64, 64)),
+                         pinned=pinned)
     # set as objects: string annotations (this module's __future__ import) cannot see q_cols
     k.__annotations__ = {"Q": ag.Tensor[("S", q_cols, q_dtype)],
                          "K": ag.Tensor[64, 64, ag.bf16]}
@@ -153,16 +154,4 @@ def test_numpy_semantics_of_the_fragment_layout():
 def test_pinned_takes_shared_memory_operands():
     """wgmma(pinned=True) keeps a shared-memory issue behind the work before it; the
     register-A form refuses it at trace time (codegen refuses IR that carries it anyway)."""
-    def k(Q, K):
-        (pid,) = ag.grid(1)
-        sK = ag.smem((1, 64, 64), ag.bf16, swizzle=128)
-        pipe = ag.pipeline(1)
-        with ag.role("producer"):
-            with pipe.produce() as st:
-                ag.tma.load(sK[st], K, (0, 0))
-        with ag.role("consumer"):
-            with pipe.consume() as st:
-                ag.wgmma(ag.load(Q, (0, 0), (64, 64)), sK[st], ag.zeros((64, 64)),
-                         pinned=True)
-    k.__annotations__ = {"Q": ag.Tensor[("S", 64, ag.bf16)], "K": ag.Tensor[64, 64, ag.bf16]}
-    assert "takes shared-memory operands" in _refused(k)
+    assert "takes shared-memory operands" in _refused(_q_times_k(ag.bf16, 64, pinned=True))
