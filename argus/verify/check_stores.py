@@ -918,7 +918,7 @@ def _unit_radix(model, u, T, terms):
     Exact: for F >= 1, u -> (u / F, u % F) maps [0, T1 * F) one-to-one onto [0, T1) x [0, F)
     (Euclidean division), so ranging (q, r) over that box ranges u over [0, T); u == u' iff
     (q, r) == (q', r'); and the terms, which read u only through u / F and u % F, are the
-    same function of (q, r)."""
+    same function of (q, r). No premise of the model may mention u (else None)."""
     found: dict[int, z3.ExprRef] = {}
     seen: set[int] = set()
     todo = list(terms)
@@ -954,6 +954,10 @@ def _unit_radix(model, u, T, terms):
     def split(t):
         return z3.substitute(t, (u / F, q), (u % F, r))
     if any(str(u) in free_consts(split(t)) for t in terms):
+        return None
+    # a premise about u itself would be shared by both instances of the query and cut off
+    # from (q, r): ask about u then (none of the library kernels has one)
+    if any(str(u) in free_consts(p) for p in model.premises):
         return None
     split.parts = (q, r)
     return F, T1, split

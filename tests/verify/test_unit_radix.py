@@ -74,3 +74,5 @@ def test_the_radix_needs_a_parameter_a_factor_and_no_bare_unit():
     assert check_stores._unit_radix(model, u, T1 * S, [u / S, u % T1]) is None  # two divisors
     loose = types.SimpleNamespace(params={"S": S}, premises=[S >= 0])
     assert check_stores._unit_radix(loose, u, T1 * S, [u / S, u % S]) is None  # S may be 0
+    about_u = types.SimpleNamespace(params={"S": S}, premises=[S >= 1, u != 3])
+    assert check_stores._unit_radix(about_u, u, T1 * S, [u / S, u % S]) is None  # u in a premise
