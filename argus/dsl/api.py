@@ -190,7 +190,7 @@ def role(name: str, warpgroups: int = 1, regs: int = 0,
         ctx.in_role = None
         ctx.role_warpgroups = 0
     ctx.builder.append(O.RoleOp(index, name, warpgroups, regs, Region(tuple(body)),
-                                     uniform_index, loc=loc))
+                                uniform_index, loc=loc))
 
 
 @contextlib.contextmanager

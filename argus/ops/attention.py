@@ -32,8 +32,9 @@ Every input that cannot be right (dtype, head dim, shapes, device, strides TMA c
 heads that do not divide) raises a LaunchError that says what and how to fix it. Under
 torch.compile, autograd or a TorchDispatchMode the kernel runs as the torch.library custom op
 `argus::attention` (torch.compile traces through it); an eager call launches it directly,
-without the op's dispatch (about half of a call's host time). CUDA graphs capture either (call it once with the same shapes before capturing: the first call
-compiles the kernel and loads it, which a capture must not do).
+without the op's dispatch (about half of a call's host time). CUDA graphs capture either (call
+it once with the same shapes before capturing: the first call compiles the kernel and loads
+it, which a capture must not do).
 """
 
 from __future__ import annotations
