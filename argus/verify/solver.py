@@ -441,8 +441,49 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
         # do not depend on the fast paths above
         out = _prove(premises, claims, rlimit, minimize, stats,
                      rlimit_of(minimize_budget_ms), theory)
+    if out.status == "unknown" and theory == "NIA" and minimize and out.reason != _VACUOUS:
+        # 5. the symbolic query ran out of budget: look for a bug among small launches
+        out = _within_small_launches(premises, claims, rlimit, minimize, stats,
+                                     rlimit_of(minimize_budget_ms)) or out
     _remember(key, term, out)
     return out
+
+
+# the bounds `_within_small_launches` puts on every launch parameter, in turn
+SMALL_LAUNCH_BOUNDS = (8, 32)
+
+
+def _within_small_launches(premises, claims, rlimit, params, stats,
+                           minimize_rlimit) -> Outcome | None:
+    """A counterexample among small launches, when the symbolic non-linear query ran out of
+    budget: the same query with every launch parameter (`params`, the obligation's
+    `minimize` terms) bounded by 8 in absolute value, then by 32 (SMALL_LAUNCH_BOUNDS), each
+    with the whole budget. A model found is one of the original query (its premises and the
+    negated claims hold there): a real violation, reported as such. None when none is found
+    (or the bounded query is unknown too): a bounded search shows nothing, and the query
+    stays unknown.
+
+    Why: products and quotients of symbolic sizes (a row block's image * P + p, a grouped
+    raster) make z3's unbounded search heavy-tailed in the names and order of the query's
+    terms, which depend on what the process verified before: a seeded conv bug's double
+    store (a per-image row block storing rows past P into the next image) was found in 49 s
+    in one process and ran out of its 20M-unit budget in another (the CI run of 16995ab);
+    with every parameter in [-8, 8] it is found in 5 s (2026-12-03). Fixing the parameters
+    to single small values instead missed it: it needs two images (N * P >= 2 P) and P not
+    a multiple of the tile's rows, a relation that bounds leave to the solver."""
+    ints = [p for p in params if z3.is_int(p)]
+    if not ints:
+        return None
+    t0 = time.perf_counter()
+    for bound in SMALL_LAUNCH_BOUNDS:
+        bounded = list(premises) + [z3.And(p >= -bound, p <= bound) for p in ints]
+        out = _prove(bounded, claims, rlimit, params, stats, minimize_rlimit, "NIA")
+        if out.status == "violated":
+            out.ms = (time.perf_counter() - t0) * 1e3
+            out.reason = (f"found with every launch parameter in [-{bound}, {bound}] after "
+                          f"the unbounded query ran out of budget")
+            return out
+    return None
 
 
 def _remember(key, term, out: Outcome) -> None:
