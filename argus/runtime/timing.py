@@ -140,7 +140,7 @@ def measure(fn: Callable[[], Any], *, trials: int = MIN_TRIALS, warmup: int = 10
         labelled perf_counter fallback.
     warmup, min_warmup_ms: on a CUDA device the warm-up runs at least `warmup` calls and at
         least `min_warmup_ms` of wall time (each call synchronized; so warmup=0 still warms up
-        unless min_warmup_ms=0; see MIN_WARMUP_MS). Timing.warmup records the count asked for.
+        unless min_warmup_ms=0; see MIN_WARMUP_MS). Timing.warmup records the calls made.
     trials: timed calls; at least 100 unless `allow_few_trials` (for tests and smoke runs).
     setup: called before every warm-up and timed call of `fn`, before the L2 flush and outside
         the timed region (the KernelBench judge refills the inputs there, so that no call can
@@ -202,15 +202,15 @@ def _measure_cuda(fn: Callable[[], Any], *, trials: int, warmup: int, flush_l2: 
         fn()
 
     with _cuda_stream_ctx(stream):
-        warm_up(one_warm_call, warmup=warmup, min_ms=min_warmup_ms, clock=_perf_counter,
-                synchronize=lambda: _cuda_synchronize(device))
+        warmed = warm_up(one_warm_call, warmup=warmup, min_ms=min_warmup_ms,
+                         clock=_perf_counter, synchronize=lambda: _cuda_synchronize(device))
         overhead = _cuda_trials(lambda: None, trials=max(10, min(trials, 50)), stream=stream,
                                 device=device, flush_buf=None)
         overhead_ms = statistics.median(overhead[1])
         stream_ms, device_ms = _cuda_trials(fn, trials=trials, stream=stream, device=device,
                                             flush_buf=flush_buf, setup=setup)
     samples = [max(s, d - overhead_ms) for s, d in zip(stream_ms, device_ms)]
-    return summarize(samples, warmup=warmup, clock=CLOCK_CUDA, l2_flush=flush_l2,
+    return summarize(samples, warmup=warmed, clock=CLOCK_CUDA, l2_flush=flush_l2,
                      device=torch.cuda.get_device_name(device), stream_samples_ms=stream_ms,
                      overhead_ms=overhead_ms, keep_samples=keep_samples)
 
