@@ -32,6 +32,10 @@ output is checked against a float64 reference on the same routing (relative Frob
     python scripts/gpu_moe_bench.py --decode        # T = 1, 16, 64 only
     python scripts/gpu_moe_bench.py --decode --rule-variants --models qwen3-30b-a3b
                                                     # and the decode rule's alternatives
+                                                    # (gate-up-split*-fused: ARGUS_VERIFY=0)
+    python scripts/gpu_moe_bench.py --fixed-cost --models qwen3-30b-a3b
+                                                    # decode GEMMs: fixed us per kernel and
+                                                    # stream rate, fitted over 8..64 experts
     python scripts/gpu_moe_bench.py --quick --variants   # also other GEMM schedules
     python scripts/gpu_moe_bench.py --quick --breakdown  # ours' device time per kernel
     ARGUS_VERIFY=0 python scripts/gpu_moe_bench.py --models mixtral --tokens 16384 \
@@ -401,9 +405,85 @@ def decode_rule_variants(T: int, k: int, E: int, H: int, I: int) -> dict:
     if down.stages != 8:
         out["down-8-stages"] = (gate_up, replace(down, stages=8))
     for splits in (2, 4):
-        if splits != gate_up.split_k and H % (64 * splits) == 0 and H // (64 * splits) >= 8:
-            out[f"gate-up-split{splits}"] = (replace(gate_up, split_k=splits), down)
+        if H % (64 * splits) == 0 and H // (64 * splits) >= 8:
+            if splits != gate_up.split_k:
+                out[f"gate-up-split{splits}"] = (replace(gate_up, split_k=splits,
+                                                         fused_finish=False), down)
+            # the same cut with the split finish inside the GEMM (MoeSchedule.fused_finish:
+            # the last K slice of a unit writes h; no moe_split_finish launch). Its ticket
+            # counter sits in the persistent unit loop, which argus.verify's atomic.tickets
+            # does not cover yet: run with ARGUS_VERIFY=0 (tests/moe/test_moe_verify.py)
+            out[f"gate-up-split{splits}-fused"] = (replace(gate_up, split_k=splits,
+                                                           fused_finish=True), down)
     return out
+
+
+def fixed_cost_fit(name: str, copy_bw: float, rows: list, experts=(8, 16, 24, 32, 48, 64),
+                   reps: int = 20) -> None:
+    """--fixed-cost: how much of a decode GEMM kernel is a fixed cost and how much is its
+    weight stream. One model's sizes; T = m / k tokens with precomputed routing onto m
+    distinct experts (every expert touched once: bn 8, the rule's schedules, no K split at
+    the sizes of the bench's models); per GEMM kernel the profiler's device time against
+    its weight bytes, and a least-squares line us = fixed + bytes / rate over the points.
+    At Qwen3-30B-A3B T = 1 (8 experts) the floor is 17.8 us and both kernels together 24 us
+    (docs/perf/moe.md): the fit says whether that is a constant per launch (the line's
+    intercept; then only fewer kernels or overlapped launches help) or a slower stream at
+    few units (points above the line at small m)."""
+    import torch
+
+    M = importlib.import_module("argus.ops.moe")
+    E, k, H, I, _ = MODELS[name]
+    g = torch.Generator(device="cuda").manual_seed(7)
+    w13 = (torch.randn(E, 2 * I, H, generator=g, device="cuda") / H ** 0.5).bfloat16()
+    w2 = (torch.randn(E, H, I, generator=g, device="cuda") / I ** 0.5).bfloat16()
+    points = {"gate_up": [], "down": []}
+    for m in experts:
+        if m % k or m > E:
+            continue
+        T = m // k
+        x = torch.randn(T, H, generator=g, device="cuda").bfloat16()
+        ids = torch.randperm(E, generator=torch.Generator().manual_seed(m))[:m].view(T, k)
+        ids = ids.to(device="cuda", dtype=torch.int32)
+        w = torch.softmax(torch.randn(T, k, device="cuda"), dim=1)
+        out = torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
+        gate_up, down = M.decode_schedules(T, k, E, H, I)
+
+        def call():
+            return M.moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w, out=out)
+        call()
+        torch.cuda.synchronize()
+        per = kernel_breakdown(call, reps=reps)
+        gu = sum(us for key, us in per.items() if "moe_gate_up" in key)
+        dn = sum(us for key, us in per.items() if "moe_down" in key)
+        fin = sum(us for key, us in per.items() if "moe_split_finish" in key)
+        plane = m * H * I * 2
+        points["gate_up"].append((2 * plane, gu))
+        points["down"].append((plane, dn))
+        rows.append(dict(model=name, fixed_cost_point=dict(
+            experts=m, T=T, gate_up_us=gu, down_us=dn, split_finish_us=fin,
+            gate_up_split=gate_up.split_k, down_split=down.split_k, bytes_gate_up=2 * plane,
+            bytes_down=plane)))
+        log(f"{name:14s} fixed-cost m={m:3d} experts (T={T}): gate-up {gu:7.1f} us "
+            f"({2 * plane / gu / 1e6:.2f} TB/s, floor {2 * plane / copy_bw * 1e6:.1f} us, "
+            f"split {gate_up.split_k}), down {dn:7.1f} us ({plane / dn / 1e6:.2f} TB/s, "
+            f"floor {plane / copy_bw * 1e6:.1f} us, split {down.split_k})"
+            + (f", split finish {fin:.1f} us" if fin else ""))
+    for gemm, pts in points.items():
+        if len(pts) < 2:
+            continue
+        n = len(pts)
+        mx = sum(b for b, _ in pts) / n
+        my = sum(t for _, t in pts) / n
+        sxx = sum((b - mx) ** 2 for b, _ in pts)
+        slope = sum((b - mx) * (t - my) for b, t in pts) / sxx if sxx else float("nan")
+        fixed = my - slope * mx
+        resid = [t - (fixed + slope * b) for b, t in pts]
+        rows.append(dict(model=name, fixed_cost_fit=dict(gemm=gemm, fixed_us=fixed,
+                                                         rate_tbps=1 / slope / 1e6,
+                                                         residuals_us=resid)))
+        log(f"{name:14s} fixed-cost fit {gemm}: {fixed:.2f} us fixed + bytes at "
+            f"{1 / slope / 1e6:.2f} TB/s (copy {copy_bw / 1e12:.2f}); residuals "
+            + ", ".join(f"{r:+.2f}" for r in resid) + " us")
 
 
 def reference(x, w13, w2, ids, w):
@@ -861,6 +941,11 @@ def main() -> None:
     ap.add_argument("--rule-variants", action="store_true",
                     help="decode rows also time the decode rule's alternatives, one change "
                          "each (rule@<change>: GEMMs %% of floor)")
+    ap.add_argument("--fixed-cost", action="store_true",
+                    help="decode GEMMs' fixed cost per kernel: each --models' sizes with "
+                         "8..64 touched experts (precomputed routing), per-kernel device time "
+                         "against weight bytes, a line fixed + bytes / rate (fixed_cost_fit); "
+                         "then exits")
     ap.add_argument("--variants", action="store_true",
                     help="also time ours with other grouped-GEMM schedules (ours@<name>)")
     ap.add_argument("--prefill-variants", action="store_true",
@@ -916,6 +1001,14 @@ def main() -> None:
     copy_bw = copy_bandwidth(trials, allow_few)
     log(f"device copy bandwidth: {copy_bw / 1e12:.2f} TB/s (read + write)")
     rows: list = []
+    if args.fixed_cost:
+        for name in args.models:
+            fixed_cost_fit(name, copy_bw, rows)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "moe_fixed_cost.json").write_text(json.dumps(dict(
+            commit=commit, card=card, copy_bw=copy_bw, rows=rows), indent=1))
+        return
     for name in args.models:
         run_model(name, tokens, trials, allow_few, copy_bw, rows, args.variants, args.breakdown,
                   decode_variants=args.rule_variants,

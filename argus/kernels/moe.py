@@ -34,7 +34,10 @@ expert with no tokens has no tile, hence no unit and no weight read, and ~all 13
 weights (a Mixtral token: 2 experts x 224 gate-up tiles). The accumulators are blocks of C^T,
 stored transposed from registers. With split_k > 1 A and W come as K-slice views (the slice
 in front) and each unit stores fp32 partial sums of its slice, added up by split_finish_kernel
-(silu(sum gate) * sum up) and by the combine (argus/kernels/moe_routing.py).
+(silu(sum gate) * sum up) and by the combine (argus/kernels/moe_routing.py); or, for the
+gate-up with fused_finish, by the last slice to arrive at its unit, in the GEMM itself (an
+arrival counter per unit; not the rule's pick while the verifier cannot prove a ticket drawn
+in the persistent unit loop: tests/moe/test_moe_verify.py).
 
 Invariants: each unit reads weights of its own m-tile's expert only (the B coordinate's
 leading entry is tile_expert[m]; proven by wgmma.agree from tags, tests/moe/test_moe_verify.py);
@@ -88,6 +91,13 @@ class MoeSchedule(WarpSpecializedSchedule):
     # never spans two experts, so experts pad to bm rows, not 2 * bm: at Mixtral T = 16384
     # (about 4096 +- 55 rows an expert) ~1.6% padding rows instead of ~3.1%
     cluster_n: int = 1
+    # decode gate-up cut along K (swap_ab, split_k > 1): the K slice that finishes a (token
+    # tile, weight tile) last, by a self-resetting arrival counter per unit, adds up the
+    # slices' fp32 partial sums (in slice order: the same sum whichever slice arrives last)
+    # and stores h = silu(gate) * up itself, so no split finish kernel runs (its launch and
+    # fixed time were 5 us at one token on the H200, docs/perf/moe.md). The down GEMM ignores
+    # it: the combine adds its slices
+    fused_finish: bool = False
 
     @property
     def pad(self) -> int:
@@ -123,6 +133,9 @@ class MoeSchedule(WarpSpecializedSchedule):
                             f"consumers=1, cluster_m=1, epilogue='direct', pingpong=False "
                             f"(got bm={self.bm}, consumers={self.consumers}, cluster_m="
                             f"{self.cluster_m}, epilogue={self.epilogue!r})")
+        if self.fused_finish and not self.swap_ab:
+            problems.append("fused_finish is the decode gate-up's in-kernel split finish: it "
+                            "needs swap_ab")
         if not 1 <= self.split_k <= MAX_SPLITS or (self.split_k > 1 and not self.swap_ab):
             problems.append(f"split_k={self.split_k}: 1..{MAX_SPLITS} K slices, more than one "
                             f"only with swap_ab (decode)")
@@ -166,12 +179,15 @@ TINY = MoeSchedule(bm=64, bn=64, bk=64, stages=8, consumers=1, consumer_regs=240
                    producer_regs=40)
 
 
-def decode_schedule(bn: int = 8, stages: int = 8, split_k: int = 1) -> MoeSchedule:
+def decode_schedule(bn: int = 8, stages: int = 8, split_k: int = 1,
+                    fused_finish: bool = False) -> MoeSchedule:
     """The swap-AB decode schedule for token tiles of bn rows: 64 weight rows per plane and
     stage (16 KB a stage for the gate-up GEMM, 8 KB for the down), `stages` deep, so 64-128 KB
-    of weights are in flight per SM."""
+    of weights are in flight per SM; fused_finish: a split gate-up finishes h itself (the
+    last K slice of each unit, MoeSchedule.fused_finish)."""
     return MoeSchedule(bm=64, bn=bn, bk=64, stages=stages, consumers=1, consumer_regs=240,
-                       producer_regs=40, swap_ab=True, split_k=split_k)
+                       producer_regs=40, swap_ab=True, split_k=split_k,
+                       fused_finish=fused_finish)
 
 
 DECODE = decode_schedule()
@@ -189,13 +205,21 @@ def silu_mul(gate, up, fast: bool = False):
 
 
 @functools.lru_cache(maxsize=None)
-def grouped_gemm_kernel(gated: bool, partial: bool = False) -> ag.KernelFunction:
+def grouped_gemm_kernel(gated: bool, partial: bool = False,
+                        fused: bool = False) -> ag.KernelFunction:
     """The grouped GEMM over the contiguous layout: gate-up with SiLU * up (gated) or down.
     partial (decode with split_k > 1): A and W are K-slice views with the slice s in front
     (A [S, M, K/S], W [S, E, .., K/S]: slice s of K, as argus.ops.matmul's split-K), and C
     holds their fp32 partial sums, [S, M, NC] (the gated GEMM's per gate / up plane:
     [S, 2, M, NC]), added up by the next kernel. Each slice's K loop covers its view's whole
-    K, so the verifier proves k-once per slice."""
+    K, so the verifier proves k-once per slice. fused (the partial gate-up with
+    MoeSchedule.fused_finish): two more arguments, H [M, NC] bf16 and Count [MT, NT] int32
+    (one self-resetting arrival counter per (token tile, 64-column weight tile), zero before
+    the first call): the slice that arrives last at its unit adds the slices' partial sums up
+    and stores h = silu(gate) * up into H, so no split finish kernel runs."""
+    if fused and not (gated and partial):
+        raise ValueError("fused: the partial gate-up's in-kernel split finish "
+                         "(grouped_gemm_kernel(True, True, True))")
 
     # gate-up: w13 [E, 2I, H] viewed as [E, 2, I, H] (gate, up), so a B tile's two halves are
     # boxes at the same row coordinate of the two planes
@@ -263,6 +287,33 @@ def grouped_gemm_kernel(gated: bool, partial: bool = False) -> ag.KernelFunction
                 store_unit(C, s, m, n, row0, wg, acc, staging, gated)
 
     name = ("moe_gate_up" if gated else "moe_down") + ("_partial" if partial else "")
+    if fused:
+        def moe_gate_up_fused(A: ag.Tensor[("S", "M", "K", ag.bf16)],
+                              W: ag.Tensor[("S", "E", 2, "NC", "K", ag.bf16)],
+                              TileExpert: ag.Tensor["MT", 1, ag.i32],
+                              Tiles: ag.Tensor[1, 1, ag.i32],
+                              C: ag.Tensor[("S", 2, "M", "NC", ag.f32)],
+                              H: ag.Tensor["M", "NC", ag.bf16],
+                              Count: ag.Tensor["MT", "NT", ag.i32],
+                              s: MoeSchedule = PREFILL):
+            _tag_layout(A, W, TileExpert, s.pad, True, True)
+            if not (s.swap_ab and s.split_k > 1 and s.fused_finish):
+                raise ag.TraceError(f"the fused split finish is the decode gate-up's cut along "
+                                    f"K: needs swap_ab, split_k > 1 and fused_finish (got "
+                                    f"swap_ab={s.swap_ab}, split_k={s.split_k}, "
+                                    f"fused_finish={s.fused_finish})",
+                                    fix="use grouped_gemm_kernel(True, True) and the "
+                                        "split finish kernel")
+            # one counter per unit of the largest layout (a shorter Count: those units draw
+            # -1 and never store H)
+            ag.require(ag.sym(Count.shape[1]) * s.bm >= ag.sym(C.shape[3]),
+                       "a counter per 64-column weight tile")
+            _decode(A, W, TileExpert, Tiles, C, s, True, True, finish=(H, Count))
+
+        # C and H are written for the units routing counted only (padding rows past them
+        # never), on purpose
+        return ag.kernel(moe_gate_up_fused, name="moe_gate_up_fused",
+                         partial_outputs=("C", "H"))
     # C is written for the units routing counted only: the layout's worst-case rows past
     # them are never written (nor read), on purpose
     return ag.kernel(moe_grouped_gemm, name=name, partial_outputs=("C",))
@@ -350,7 +401,8 @@ def _walk(first, programs, m_units, n_tiles, group_m: int, TileExpert, expert: b
         yield mu, n, ag.load_scalar(TileExpert, (mu, 0)) if expert else None
 
 
-def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool, partial: bool) -> None:
+def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool, partial: bool,
+            finish: tuple | None = None) -> None:
     """The swap-AB body (s.swap_ab): a unit is (token tile t of bn layout rows, weight tile n
     of 64 output columns[, K slice]); its stage holds 64 weight rows per plane (gate on top of
     up for the gated GEMM) as wgmma's A operand and the bn token rows as B, so the ring is
@@ -358,7 +410,8 @@ def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool, partial: bo
     transposed into rows [t * bn, +bn) of C: the gated epilogue first multiplies silu(gate) by
     up elementwise (same layout); a partial kernel stores each plane's fp32 sum over its K
     slice instead. The slices of a weight tile are consecutive units, and so are the few
-    token tiles of one expert (grouped raster), so repeated weight reads hit L2."""
+    token tiles of one expert (grouped raster), so repeated weight reads hit L2. finish = (H,
+    Count): the fused split finish of a partial gate-up (_finish_last_slice)."""
     K = A.shape[-1]
     planes = 2 if gated else 1
     splits = A.shape[0] if partial else 1   # the K slices: the views' leading dim
@@ -397,10 +450,35 @@ def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool, partial: bo
                     store_tile(C, Unit((*lead, plane) if gated else lead, n, t), 0, acc,
                                bm=s.bm, bn=s.bn, rows=s.bm, finish=lambda tile: tile,
                                transposed=True)
+                if finish is not None:
+                    _finish_last_slice(C, *finish, s, t, n)
             else:
                 out = silu_mul(accs[0], accs[1], s.fast_silu) if gated else accs[0]
                 store_tile(C, Unit((), n, t), 0, out, bm=s.bm, bn=s.bn, rows=s.bm,
                            finish=lambda tile: tile.to(ag.bf16), transposed=True)
+
+
+def _finish_last_slice(P, H, Count, s: MoeSchedule, t, n) -> None:
+    """The fused split finish of the decode gate-up (MoeSchedule.fused_finish), by the
+    consumer warpgroup after it stored its K slice's partial sums of unit (token tile t,
+    weight tile n): a release fence, a ticket from the unit's counter (it resets itself after
+    split_k arrivals), and the slice that draws the last ticket, after an acquire fence, adds
+    the split_k slices' [bn, 64] partials of each plane in slice order (the same sum as
+    split_finish_kernel, whichever slice came last) and stores silu(gate) * up, rounded to
+    bf16 once, into rows [t * bn, +bn) and columns [n * 64, +64) of H. One latency of L2
+    reads and a 64 x bn store on the last slice's unit, instead of a kernel launch."""
+    splits = s.split_k
+    r0, c0 = t * s.bn, n * s.bm
+    ag.fence()                      # release: this slice's partial sums before its ticket
+    ticket = ag.atomic_fetch_add(Count, (t, n), wrap=splits)
+    with ag.when(ticket == splits - 1):
+        ag.fence()                  # acquire: every slice's partial sums before the loads
+        gate = ag.load(P, (0, 0, r0, c0), (s.bn, s.bm))
+        up = ag.load(P, (0, 1, r0, c0), (s.bn, s.bm))
+        for piece in range(1, splits):   # a fixed order: the same sum on every run
+            gate = gate + ag.load(P, (piece, 0, r0, c0), (s.bn, s.bm))
+            up = up + ag.load(P, (piece, 1, r0, c0), (s.bn, s.bm))
+        ag.store(H, (r0, c0), silu_mul(gate, up, s.fast_silu).to(ag.bf16))
 
 
 @functools.lru_cache(maxsize=None)

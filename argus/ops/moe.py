@@ -498,6 +498,12 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
     if layer.schedule.split_k > 1:
         ws["h_parts"] = torch.empty(layer.schedule.split_k, 2, M, layer.inter, **f32)
         nbytes += ws["h_parts"].numel() * 4
+    if layer.schedule.split_k > 1 and layer.schedule.fused_finish:
+        # the fused split finish's arrival counters, one per (token tile, 64-column weight
+        # tile): zero here, and every call leaves them zero (each resets itself after split_k
+        # arrivals), so a cached workspace and a captured graph reuse them as they are
+        ws["h_count"] = torch.zeros(M // pad, -(-layer.inter // 64), **i32)
+        nbytes += ws["h_count"].numel() * 4
     if layer.down.split_k > 1:
         ws["y_parts"] = torch.empty(layer.down.split_k, M, layer.hidden, **f32)
         nbytes += ws["y_parts"].numel() * 4
@@ -593,7 +599,11 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
         return out
     run(R.permute_kernel(layer.top_k, BH), x, pos, ws["xp"])
     gate_up = w13.view(E, 2, layer.inter, layer.hidden)   # the gate and up planes
-    if s.split_k > 1:   # decode: K slices' partial sums, then silu(gate) * up of their sums
+    if s.split_k > 1 and s.fused_finish:   # the last K slice of a unit finishes its h
+        run(grouped_gemm_kernel(True, True, True), _k_slices(ws["xp"], s.split_k),
+            _k_slices(gate_up, s.split_k), tile_expert, tiles, ws["h_parts"], ws["h"],
+            ws["h_count"], s=s)
+    elif s.split_k > 1:   # decode: K slices' partial sums, then silu(gate) * up of their sums
         run(grouped_gemm_kernel(True, True), _k_slices(ws["xp"], s.split_k),
             _k_slices(gate_up, s.split_k), tile_expert, tiles, ws["h_parts"], s=s)
         run(split_finish_kernel(s.split_k, s.bn), ws["h_parts"], tiles, ws["h"])
