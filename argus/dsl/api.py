@@ -768,9 +768,11 @@ def _check_mn_major_b(bv, n: int, k: int, loc, fix: str) -> None:
 
 
 def _wgmma_register_a(ctx, loc, a: Tile, b, acc: Tile, trans_b: bool) -> Tile:
-    """acc += a @ b^T with `a` a bf16/f16 [64, K] register tile (wgmma's "rs" form): the A
-    operand never touches shared memory. A tile converted from a 64-row accumulator (P of
-    FlashAttention) already sits in the A fragment, register for register."""
+    """acc += a @ b^T with `a` a bf16/f16/e4m3 [64, K] register tile (wgmma's "rs" form): the
+    A operand never touches shared memory. A 16-bit tile converted from a 64-row accumulator
+    (P of FlashAttention) already sits in the A fragment, register for register; an e4m3 one
+    (FP8 attention's P) is moved into the 8-bit fragment by two quad shuffles per register
+    (target/fragments.py AccToA8), and its B must be e4m3 and K-major (no trans_b)."""
     bv = _view(b, "wgmma operand b", loc)
     if ctx.nonuniform_guards:
         raise TraceError("wgmma is guarded by a condition that differs between threads", loc,
@@ -782,17 +784,25 @@ def _wgmma_register_a(ctx, loc, a: Tile, b, acc: Tile, trans_b: bool) -> Tile:
     if not isinstance(acc, Tile) or acc.dtype != dtypes.f32 or len(acc.shape) != 2 or \
             acc.shape[0] != 64:
         raise TraceError("wgmma accumulates into a [64, N] f32 tile (ag.zeros((64, N)))", loc)
-    if len(a.shape) != 2 or a.shape[0] != 64 or a.dtype not in (dtypes.bf16, dtypes.f16):
-        raise TraceError(f"a register A operand is a [64, K] bf16 or f16 tile, got "
+    if len(a.shape) != 2 or a.shape[0] != 64 or \
+            a.dtype not in (dtypes.bf16, dtypes.f16, dtypes.e4m3):
+        raise TraceError(f"a register A operand is a [64, K] bf16 or f16 (or e4m3) tile, got "
                          f"{a.shape} {a.dtype}", loc,
                          fix="convert the accumulator it comes from: p.to(ag.bf16)")
     m, n = acc.shape
     k = a.shape[1]
-    if k % 16:
-        raise TraceError(f"wgmma K={k} must be a multiple of 16 for {a.dtype} inputs", loc)
+    k_step = 32 // a.dtype.bytes     # 32 bytes of K per instruction
+    if k % k_step:
+        raise TraceError(f"wgmma K={k} must be a multiple of {k_step} for {a.dtype} inputs",
+                         loc)
     if bv.buffer.type.dtype != a.dtype:
         raise TraceError(f"wgmma operands must have one dtype: A is {a.dtype}, B is "
                          f"{bv.buffer.type.dtype}", loc)
+    if trans_b and a.dtype.bits != 16:
+        raise TraceError(f"an MN-major B (trans_b=True) of an {a.dtype} wgmma: PTX transposes "
+                         f"16-bit operands only", loc,
+                         fix="store B with K contiguous (e.g. V transposed, [D, keys]) and "
+                             "pass trans_b=False")
     if trans_b:
         _check_mn_major_b(bv, n, k, loc,
                           fix="load V [K, N] as N/64 boxes of [K][64] (128-byte swizzle)")

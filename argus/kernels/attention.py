@@ -66,12 +66,20 @@ from argus.kernels.warp_specialized import Staging, Unit, store_tile, store_tile
 from argus.target.limits import NUM_SMS, REGISTERS_PER_SM, SMEM_PER_CTA_OPTIN
 
 __all__ = ["AttentionSchedule", "attention_kernel", "base_schedule", "default_schedule",
-           "fa3_overlap_schedule", "HEAD_DIMS", "LOG2E"]
+           "fa3_overlap_schedule", "fp8_schedule", "HEAD_DIMS", "LOG2E", "P_BIAS",
+           "P_SCALE"]
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 HEAD_DIMS = (64, 128, 256)
 ROWS = 64  # query rows per consumer warpgroup: one wgmma M
+# FP8 (FA3's Max_offset): P is computed as exp2(x - P_BIAS) = P_SCALE * exp2(x), in
+# [0, P_SCALE] instead of [0, 1], before it is rounded to e4m3: 1.0 lands at 2^8, so P down to
+# 2^-14 keeps e4m3's normal precision instead of going subnormal below 2^-6. The row sum l is
+# the sum of the same scaled P, so O / l cancels the factor; the LSE takes it out (P_BIAS ln 2)
+P_BIAS = -8.0
+P_SCALE = 2.0 ** -P_BIAS
+FP8_BLOCK_N = (64, 128, 256)
 
 
 @dataclass(frozen=True)
@@ -160,6 +168,8 @@ class AttentionSchedule:
         if head_dim not in HEAD_DIMS:
             problems.append(f"head_dim={head_dim} is not one of {HEAD_DIMS}")
             return problems
+        if dtype.bits == 8:
+            problems += self._fp8_problems()
         need = smem_bytes(self, head_dim, dtype)
         if need > SMEM_PER_CTA_OPTIN:
             problems.append(f"Q, {self.stages} K and V stages"
@@ -174,7 +184,7 @@ class AttentionSchedule:
         # 64 builds without spills in 3 x 160 registers (NVRTC 13.0), where ping-pong at
         # 192 x 160 (Q's fragment too) already spills, so only the plain loop drops P's term
         plain = not (self.intra_wg_overlap or self.fa3_overlap or self.ordered)
-        p_regs = 0 if plain else self.block_n // 4
+        p_regs = 0 if plain else self.block_n * dtype.bytes // 8   # packed, 2 or 4 a register
         live = head_dim // 2 + self.block_n // 2 * (2 if self.intra_wg_overlap else 1) \
             + p_regs + (head_dim // 4 if self.ordered else 0)   # Q's A fragment
         if live > self.consumer_regs - 8:
@@ -186,13 +196,28 @@ class AttentionSchedule:
                               f"{self.consumer_regs}: use a smaller block_n")
         return problems
 
+    def _fp8_problems(self) -> list[str]:
+        """What the FP8 (e4m3) forward does not take: P V reads V^T K-major in column atoms
+        of one swizzle span of keys, and P's A fragment is gathered from S's registers."""
+        problems = []
+        if self.block_n not in FP8_BLOCK_N:
+            problems.append(f"block_n={self.block_n}: the FP8 kernel reads V^T in swizzled "
+                            f"rows of block_n keys (64, 128 or 2 x 128 bytes): one of "
+                            f"{FP8_BLOCK_N}")
+        if self.ordered:
+            problems.append("ordered=True (ping-pong) keeps Q in registers, which the FP8 "
+                            "kernel does not gather into the 8-bit A fragment: use the plain "
+                            "loop or fa3_overlap")
+        return problems
+
 
 def smem_bytes(s: AttentionSchedule, head_dim: int, dtype: DType = ag.bf16) -> int:
     """Shared memory of the kernel's buffers (barriers and alignment not counted)."""
     eb = dtype.bytes
     q = 0 if s.ordered else s.block_m * head_dim * eb
     kv = 2 * s.stages * s.block_n * head_dim * eb
-    staging = s.block_m * head_dim * eb if s.epilogue == "tma" else 0
+    out_bytes = 2 if dtype.bits == 8 else eb   # FP8 writes bf16
+    staging = s.block_m * head_dim * out_bytes if s.epilogue == "tma" else 0
     return q + kv + staging + 1024
 
 
@@ -260,6 +285,27 @@ def default_schedule(head_dim: int, causal: bool = False,
     return dataclasses.replace(choice, approx_exp2=True, fold_scale=True)
 
 
+@functools.lru_cache(maxsize=1024)
+def fp8_schedule(head_dim: int, causal: bool = False,
+                 seq_len: int | None = None) -> AttentionSchedule:
+    """The FP8 forward's schedule (argus.ops.attention_fp8): FA3's overlap order with the
+    softmax diet, at the base tiles (128 x 128; 128 x 64 at head_dim 256, where O alone is
+    128 registers); at head_dim 64 two warpgroups of 128 x 128 instead of base_schedule's
+    ping-pong, which the FP8 kernel does not take. approx_exp2 but not fold_scale: with the
+    folded scale the verifier reports the overlap's row max as not covering the row
+    (reduce.coverage: the peeled first block's max(s) * c is not recognized as a max of the
+    row, check_reduce._peeled), which the bf16 kernel never meets because that obligation is
+    not posed for it; the interpreter and the plain loop (which verifies folded) agree the
+    folded kernel is right. Not measured on a GPU yet (2026-12-03: no device this session;
+    docs/perf/attention.md says what the GPU session runs)."""
+    if head_dim == 64:
+        choice = AttentionSchedule(block_m=128, block_n=128, consumers=2, producer_regs=24,
+                                   consumer_regs=240, fa3_overlap=True)
+    else:
+        choice = dataclasses.replace(base_schedule(head_dim), fa3_overlap=True)
+    return dataclasses.replace(choice, approx_exp2=True)
+
+
 def fa3_overlap_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     """base_schedule with FA3's overlap order (fa3_overlap), at tile shapes that build
     without spills (NVRTC 13.0, sm_90a) and keep the softmax's exp2 beside P V in the SASS
@@ -304,16 +350,30 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
 
     Parameters: Q [B, H, S, D], K and V [B, HKV, SK, D], O [B, H, S, D] (then LSE [B, H, S, 1]
     fp32 when `lse`), the runtime scalar qk_scale = softmax scale * log2(e), and the schedule
-    `s`."""
+    `s`.
+
+    dtype e4m3 is the FP8 forward (FA3's): Q and K e4m3 as above, but V transposed, Vt
+    [B, HKV, D, SK] e4m3 (an fp8 wgmma reads both operands K-major, and P V's K is the key),
+    O bf16, and a second runtime scalar o_scale. The caller folds the per-tensor scales into
+    the scalars: qk_scale = softmax scale * log2(e) * q_scale * k_scale, o_scale = v_scale.
+    P = exp2(... - P_BIAS) in [0, P_SCALE] is rounded to e4m3 in registers, gathered into the
+    8-bit A fragment by quad shuffles (target/fragments.py AccToA8), and O = o_scale * (sum
+    of P V) / l, l the row sum of the unrounded P (P_SCALE cancels)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim={head_dim}: the attention kernel takes {HEAD_DIMS}")
-    if dtype not in (ag.bf16, ag.f16):
-        raise ValueError(f"dtype {dtype}: the attention kernel takes bf16 or f16")
+    if dtype not in (ag.bf16, ag.f16, ag.e4m3):
+        raise ValueError(f"dtype {dtype}: the attention kernel takes bf16, f16 or e4m3")
     D, dt = head_dim, dtype
-    atoms = D // 64   # Q, K and V tiles are stored as D/64 column atoms of 64 (128 B rows)
+    fp8 = dt.bits == 8
+    out_dt = ag.bf16 if fp8 else dt
+    # Q, K (and bf16 V) tiles are stored as D / acols column atoms of acols elements, one
+    # swizzle span each: 64 of 16 bits (128 B rows), or 128 e4m3 (64 at head_dim 64: 64 B)
+    acols = min(D, 128 // dt.bytes)
+    atoms = D // acols
+    swz = acols * dt.bytes
     neg_inf = float("-inf")
 
-    def body(Q, K, V, O, LSE, qk_scale, s: AttentionSchedule):
+    def body(Q, K, V, O, LSE, qk_scale, o_scale, s: AttentionSchedule):
         problems = s.problems_for(D, dt)
         if problems:
             raise ag.TraceError(f"{s} at head_dim={D}: " + "; ".join(problems),
@@ -333,6 +393,9 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
         first = 1 if s.intra_wg_overlap or s.fa3_overlap else 0
         B, H, S = Q.shape[0], Q.shape[1], Q.shape[2]
         SK = K.shape[2]
+        # FP8: V^T [D, keys] in column atoms of vcols keys (one swizzle span of e4m3 each)
+        vcols = min(BN, 128)
+        vatoms = BN // vcols
         group = H // K.shape[1]          # query heads per kv head (GQA / MQA)
         m_tiles = ag.cdiv(S, BM)
         if s.persistent:
@@ -344,14 +407,15 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
             pid, total, programs = 0, 1, 1
 
         # with ping-pong (ordered) the consumers keep Q in registers instead (see below)
-        sQ = None if s.ordered else ag.smem((1, atoms * BM, 64), dt, swizzle=128)
-        sK = ag.smem((s.stages, atoms * BN, 64), dt, swizzle=128)
-        sV = ag.smem((s.stages, atoms * BN, 64), dt, swizzle=128)
+        sQ = None if s.ordered else ag.smem((1, atoms * BM, acols), dt, swizzle=swz)
+        sK = ag.smem((s.stages, atoms * BN, acols), dt, swizzle=swz)
+        sV = ag.smem((s.stages, vatoms * D, vcols), dt, swizzle=vcols) if fp8 else \
+            ag.smem((s.stages, atoms * BN, acols), dt, swizzle=swz)
         q_pipe = None if s.ordered else ag.pipeline(1, consumers=C)
         k_pipe = ag.pipeline(s.stages, consumers=C)
         v_pipe = ag.pipeline(s.stages, consumers=C)
         if s.epilogue == "tma":
-            staging = Staging.alloc(C, ROWS, D, dt)
+            staging = Staging.alloc(C, ROWS, D, out_dt)
 
         def tile_of(unit):
             """(batch, head, m tile) of a flat unit: m fastest (tiles of one head share its K
@@ -372,14 +436,21 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                 if not s.ordered:
                     with q_pipe.produce() as st:
                         for a in range(atoms):
-                            ag.tma.load(sQ[st].rows_of(a * BM, BM), Q, (b, h, q0, 64 * a))
+                            ag.tma.load(sQ[st].rows_of(a * BM, BM), Q, (b, h, q0, acols * a))
                 for j in ag.range(_kv_blocks(q0, BM, BN, S, SK, causal, first)):
                     with k_pipe.produce() as st:
                         for a in range(atoms):
-                            ag.tma.load(sK[st].rows_of(a * BN, BN), K, (b, hk, j * BN, 64 * a))
+                            ag.tma.load(sK[st].rows_of(a * BN, BN), K,
+                                        (b, hk, j * BN, acols * a))
                     with v_pipe.produce() as st:
-                        for a in range(atoms):
-                            ag.tma.load(sV[st].rows_of(a * BN, BN), V, (b, hk, j * BN, 64 * a))
+                        if fp8:   # V^T: D rows of vcols keys per atom
+                            for a in range(vatoms):
+                                ag.tma.load(sV[st].rows_of(a * D, D), V,
+                                            (b, hk, 0, j * BN + vcols * a))
+                        else:
+                            for a in range(atoms):
+                                ag.tma.load(sV[st].rows_of(a * BN, BN), V,
+                                            (b, hk, j * BN, 64 * a))
 
         with ag.role("consumer", warpgroups=C, regs=s.consumer_regs) as wg:
             for unit in ag.range(pid, total, programs):
@@ -398,7 +469,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                     qs: Q's stage in shared memory, or Q's register tile."""
                     sc = ag.zeros((ROWS, BN))
                     for a in range(atoms):
-                        q_atom = qs[:, 64 * a:64 * (a + 1)] if s.ordered else \
+                        q_atom = qs[:, acols * a:acols * (a + 1)] if s.ordered else \
                             sQ[qs].rows_of(a * BM + wg * ROWS, ROWS)
                         sc = ag.wgmma(q_atom, sK[ks].rows_of(a * BN, BN), sc)
                     return sc
@@ -437,9 +508,23 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                     # a row that has seen no key yet keeps m = -inf: subtract 0, not -inf
                     m_use = ag.where(m_new == neg_inf, 0.0, m_new)
                     x = sc * qk_scale - m_use if s.fold_scale else sc - m_use
+                    if fp8:
+                        x = x - P_BIAS     # P_SCALE * exp2(x): P in [0, P_SCALE]
                     p = ag.exp2(x, approx=s.approx_exp2)
                     alpha = ag.exp2(m_i - m_use, approx=s.approx_exp2)
                     return p, alpha, m_new, l_i * alpha + p.sum(axis=1)
+
+                def pv(p, vs, o, alpha):
+                    """O * alpha + P V for V's stage vs (P's k index is this block's key, V's
+                    row too). FP8: P rounded to e4m3, times V^T's column atoms."""
+                    if not fp8:
+                        return ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+                    p8 = p.to(dt)
+                    o = o * alpha
+                    for a in range(vatoms):
+                        pa = p8[:, vcols * a:vcols * (a + 1)] if vatoms > 1 else p8
+                        o = ag.wgmma(pa, sV[vs].rows_of(a * D, D), o)
+                    return o
 
                 if s.ordered:
                     # FA3's ping-pong: the warpgroups take turns issuing S = Q K^T, so one's
@@ -454,7 +539,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                                 sc = scores(q_regs, ks)
                         p, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
                         with v_pipe.consume() as vs:
-                            o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+                            o = pv(p, vs, o, alpha)
                 else:
                     with q_pipe.consume() as qs:
                         if s.fa3_overlap:
@@ -473,19 +558,17 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                                 with k_pipe.consume() as ks:
                                     sc = scores(qs, ks)                      # S_j
                                     with v_pipe.consume() as vs:             # V_{j-1}
-                                        o = ag.wgmma(p.to(dt), sV[vs], o * alpha,
-                                                     trans_b=True)
+                                        o = pv(p, vs, o, alpha)
                                         p, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
                             with v_pipe.consume() as vs:
-                                o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+                                o = pv(p, vs, o, alpha)
                         elif not s.intra_wg_overlap:
                             for j in ag.range(blocks):
                                 with k_pipe.consume() as ks:
                                     sc = scores(qs, ks)
                                     p, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
                                     with v_pipe.consume() as vs:
-                                        # P's k index is this block's key, V's row too
-                                        o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+                                        o = pv(p, vs, o, alpha)
                         else:
                             # FA3's intra-warpgroup overlap: S of block j is issued before
                             # the softmax of block j - 1 runs, so the tensor cores work on it
@@ -498,26 +581,49 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                                     s_next = scores(qs, ks)
                                     p, alpha, m_i, l_i = softmax(sc, j - 1, m_i, l_i)
                                     with v_pipe.consume() as vs:
-                                        o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+                                        o = pv(p, vs, o, alpha)
                                     sc = s_next
                             p, alpha, m_i, l_i = softmax(sc, blocks - 1, m_i, l_i)
                             with v_pipe.consume() as vs:
-                                o = ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+                                o = pv(p, vs, o, alpha)
 
                 no_key = l_i == 0.0
+                if fp8:
+                    o = o * o_scale                           # v_scale
                 o = o * (1.0 / ag.where(no_key, 1.0, l_i))   # rows that saw no key: zeros
                 unit_o = Unit((b, h), m, 0)
                 if s.epilogue == "tma":
                     store_tile_staged(O, unit_o, wg, o, staging, bm=BM, bn=D, rows=ROWS,
-                                      finish=lambda t: t.to(dt))
+                                      finish=lambda t: t.to(out_dt))
                 else:
                     store_tile(O, unit_o, wg, o, bm=BM, bn=D, rows=ROWS,
-                               finish=lambda t: t.to(dt))
+                               finish=lambda t: t.to(out_dt))
                 if lse:
                     ag.store(LSE, (b, h, r0, 0),
-                             ag.where(no_key, neg_inf, m_i * LN2 + ag.log(l_i)))
+                             ag.where(no_key, neg_inf, (m_i + P_BIAS if fp8 else m_i) * LN2
+                                      + ag.log(l_i)))
 
-    if lse:
+    if fp8:
+        if lse:
+            def attention_fp8_lse(Q: ag.Tensor[("B", "H", "S", D, dt)],
+                                  K: ag.Tensor[("B", "HKV", "SK", D, dt)],
+                                  Vt: ag.Tensor[("B", "HKV", D, "SK", dt)],
+                                  O: ag.Tensor[("B", "H", "S", D, out_dt)],
+                                  LSE: ag.Tensor[("B", "H", "S", 1, ag.f32)],
+                                  qk_scale: ag.f32, o_scale: ag.f32,
+                                  s: AttentionSchedule = fp8_schedule(D, causal)):
+                body(Q, K, Vt, O, LSE, qk_scale, o_scale, s)
+            fn = attention_fp8_lse
+        else:
+            def attention_fp8(Q: ag.Tensor[("B", "H", "S", D, dt)],
+                              K: ag.Tensor[("B", "HKV", "SK", D, dt)],
+                              Vt: ag.Tensor[("B", "HKV", D, "SK", dt)],
+                              O: ag.Tensor[("B", "H", "S", D, out_dt)],
+                              qk_scale: ag.f32, o_scale: ag.f32,
+                              s: AttentionSchedule = fp8_schedule(D, causal)):
+                body(Q, K, Vt, O, None, qk_scale, o_scale, s)
+            fn = attention_fp8
+    elif lse:
         def attention_lse(Q: ag.Tensor[("B", "H", "S", D, dt)],
                           K: ag.Tensor[("B", "HKV", "SK", D, dt)],
                           V: ag.Tensor[("B", "HKV", "SK", D, dt)],
@@ -525,7 +631,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                           LSE: ag.Tensor[("B", "H", "S", 1, ag.f32)],
                           qk_scale: ag.f32,
                           s: AttentionSchedule = default_schedule(D, causal)):
-            body(Q, K, V, O, LSE, qk_scale, s)
+            body(Q, K, V, O, LSE, qk_scale, None, s)
         fn = attention_lse
     else:
         def attention(Q: ag.Tensor[("B", "H", "S", D, dt)],
@@ -534,7 +640,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                       O: ag.Tensor[("B", "H", "S", D, dt)],
                       qk_scale: ag.f32,
                       s: AttentionSchedule = default_schedule(D, causal)):
-            body(Q, K, V, O, None, qk_scale, s)
+            body(Q, K, V, O, None, qk_scale, None, s)
         fn = attention
     name = f"attention_d{D}_{dt.name}" + ("_causal" if causal else "") + ("_lse" if lse else "")
     return ag.kernel(fn, name=name)

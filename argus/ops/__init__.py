@@ -4,6 +4,7 @@ shape on this GPU."""
 
 from argus.ops.attention import attention
 from argus.ops.attention_decode import attention_decode
+from argus.ops.attention_fp8 import attention_fp8
 from argus.ops.conv import (conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d,
                              conv_transpose3d)
 from argus.ops.matmul import bmm, matmul
@@ -13,6 +14,6 @@ from argus.ops.scaled_matmul import scaled_matmul
 from argus.ops.schedules import Problem, choose, heuristic
 from argus.ops.tune import TuneResult, tune_matmul
 
-__all__ = ["attention", "attention_decode", "bmm", "matmul", "moe", "quantize_fp8", "scaled_matmul", "tune_matmul", "TuneResult", "Problem", "choose",
+__all__ = ["attention", "attention_decode", "attention_fp8", "bmm", "matmul", "moe", "quantize_fp8", "scaled_matmul", "tune_matmul", "TuneResult", "Problem", "choose",
            "heuristic", "conv1d", "conv2d", "conv3d",
            "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"]

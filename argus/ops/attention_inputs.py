@@ -27,9 +27,13 @@ def check(q, k, v, *, layout: str = "bhsd", device: bool = True) -> None:
                           fix="'bhsd' for [batch, heads, seq, head_dim], 'bshd' for [batch, "
                               "seq, heads, head_dim]")
     if str(q.dtype) not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        fp8 = "float8" in str(q.dtype)
         raise LaunchError(f"{_WHO}: q, k and v must all be bfloat16 or all float16, got "
                           f"{q.dtype}, {k.dtype}, {v.dtype}",
-                          fix="cast them, e.g. q.bfloat16(), k.bfloat16(), v.bfloat16()")
+                          fix="FP8 (e4m3) inputs with per-tensor scales go to "
+                              "argus.ops.attention_fp8(q, k, v, q_scale=, k_scale=, v_scale=)"
+                          if fp8 else "cast them, e.g. q.bfloat16(), k.bfloat16(), "
+                                      "v.bfloat16()")
     dims = "[B, H, S, D]" if layout == "bhsd" else "[B, S, H, D]"
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:

@@ -101,6 +101,89 @@ def wgmma_a_f2() -> F2Layout:
     return wgmma_acc_f2(16)
 
 
+# ---- wgmma m64nNk32 with an 8-bit A from registers (e4m3/e5m2; CuTe `ALayout_64x32`,
+# cute/atom/mma_traits_sm90_gmma.hpp; per warp the mma.m16n8k32 A fragment, PTX ISA
+# §9.7.14.5.7 / §9.7.15.5.1.1.2)
+
+A8_ELEMENTS = 16      # e4m3 elements of one k32 A fragment per thread: 4 registers x 4 bytes
+
+
+def wgmma_a8_coord(t: Any, i: Any) -> tuple[Any, Any]:
+    """(row, k) of element a_i (i in [0, 16)) of the 8-bit register A operand (m64k32):
+    register i / 4, byte i % 4 (lowest first). row = 16w + g + 8((i/4)%2),
+    k = 4q + i%4 + 16(i/8). Unlike the 16-bit fragment this is *not* the f32 accumulator
+    pattern restricted to 32 columns: a thread holds 4 consecutive k per 16, the accumulator
+    2 per 8, so P of S = Q K^T moves between the threads of a quad (`ACC_TO_A8`)."""
+    w, lane = arith.div(t, 32), arith.mod(t, 32)
+    g, q = arith.div(lane, 4), arith.mod(lane, 4)
+    row = 16 * w + g + 8 * arith.mod(arith.div(i, 4), 2)
+    k = 4 * q + arith.mod(i, 4) + 16 * arith.div(i, 8)
+    return row, k
+
+
+def wgmma_a8_layout() -> Layout:
+    """CuTe `ALayout_64x32`: (thread, element) -> row + 64*k."""
+    return Layout(((4, 8, 4), (4, 2, 2)), ((256, 1, 16), (64, 8, 1024)))
+
+
+class AccToA8:
+    """The plan that turns 32 columns of a 64-row f32 tile in the accumulator pattern
+    (`wgmma_acc_coord`) into the four registers of the 8-bit A fragment of one k32 step
+    (`wgmma_a8_coord`), as data codegen renders: for A register r of k32 step kk, every
+    thread
+
+    1. packs the four accumulator registers `word(kk, r)` (byte 0 first) into one 32-bit
+       word: its two column pairs of the 8-column blocks 4kk + 2(r/2) and the next, in row
+       half r % 2;
+    2. reads that word from the quad lanes `src_quad(q, s)` = 2(q % 2) + s, s = 0 and 1
+       (two warp shuffles; a lane's quad position is q = lane % 4);
+    3. keeps bytes `SELECT[q / 2]` of the two (byte_perm: nibble n picks result byte n, 0-3
+       from the first word, 4-7 from the second): the lower pair (block 4kk + 2(r/2)) when
+       q < 2, the upper one otherwise.
+
+    `check()` proves the plan against both coordinate formulas for every thread and element
+    (tests/unit/test_fp8_register_a.py)."""
+
+    SHUFFLES = 2
+    SELECT = (0x5410, 0x7632)
+
+    @staticmethod
+    def word(kk: int, r: int) -> tuple[int, int, int, int]:
+        half, h = r % 2, r // 2
+        b0 = 4 * kk + 2 * h
+        return tuple(e + 2 * half + 4 * b for b in (b0, b0 + 1) for e in (0, 1))
+
+    @staticmethod
+    def src_quad(q: int, s: int) -> int:
+        return 2 * (q % 2) + s
+
+    @classmethod
+    def delivered(cls, t: int, kk: int, r: int) -> list[tuple[int, int]]:
+        """(thread, accumulator register) of the four bytes thread t ends up with in A
+        register r of step kk, simulating the plan."""
+        q = t % 4
+        words = [[(t - q + cls.src_quad(q, s), reg) for reg in cls.word(kk, r)]
+                 for s in range(cls.SHUFFLES)]
+        pool = words[0] + words[1]
+        sel = cls.SELECT[q // 2]
+        return [pool[(sel >> (4 * n)) & 0xF] for n in range(4)]
+
+    @classmethod
+    def check(cls, k_steps: int = 1) -> None:
+        """Raise AssertionError unless every thread's every A byte of `k_steps` k32 steps
+        is the accumulator element of the same (row, 32 kk + k)."""
+        for t in range(128):
+            for kk in range(k_steps):
+                for r in range(4):
+                    for n, (src_t, reg) in enumerate(cls.delivered(t, kk, r)):
+                        row, k = wgmma_a8_coord(t, 4 * r + n)
+                        got = wgmma_acc_coord(src_t, reg)
+                        assert (row, 32 * kk + k) == got, (t, kk, r, n, got)
+
+
+ACC_TO_A8 = AccToA8
+
+
 # ---- mma.sync m16n8k16, f16/bf16 (PTX ISA §9.7.14.5.8 "Matrix Fragments for mma.m16n8k16 with
 # floating point type"); lane l of one warp.
 

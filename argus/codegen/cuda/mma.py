@@ -14,6 +14,7 @@ from argus.codegen.cuda.sync import fence_operands, wgmma_fence, wgmma_wait
 from argus.codegen.wgmma import WgmmaSpec
 from argus.errors import CompileError
 from argus.ir import ops as O
+from argus.target.fragments import ACC_TO_A8
 
 
 @group_rule(O.WgmmaFence)
@@ -115,17 +116,37 @@ def _wgmma_register_a(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence, ra: str = 
     spec = _spec(em, op, "regs")
     dt = op.a.type.dtype
     k_steps = op.k_extent // spec.k
-    pack = "ag::pack_bf16x2" if dt.name == "bf16" else "ag::pack_f16x2"
     if ra == "ra":
         em.emit(f"ag::uint32_t ra[{k_steps}][4];")
-    for kk in range(k_steps):
-        for r in range(4):
-            lo = strip_round(em.reg_expr(op.a, 8 * kk + 2 * r), dt)
-            hi = strip_round(em.reg_expr(op.a, 8 * kk + 2 * r + 1), dt)
-            em.emit(f"{ra}[{kk}][{r}] = {pack}({lo}, {hi});")
+    if dt.bits == 8:
+        _pack_a8(em, op, ra, k_steps)
+    else:
+        pack = "ag::pack_bf16x2" if dt.name == "bf16" else "ag::pack_f16x2"
+        for kk in range(k_steps):
+            for r in range(4):
+                lo = strip_round(em.reg_expr(op.a, 8 * kk + 2 * r), dt)
+                hi = strip_round(em.reg_expr(op.a, 8 * kk + 2 * r + 1), dt)
+                em.emit(f"{ra}[{kk}][{r}] = {pack}({lo}, {hi});")
     _b_descriptor(em, op)
     wgmma_fence(em, fence, k_steps, ra)
     return _issue(em, op, spec, lambda kk: f"{ra}[{kk}]")
+
+
+def _pack_a8(em: _Emitter, op: O.Wgmma, ra: str, k_steps: int) -> None:
+    """The 8-bit A fragment of each k32 step from a tile in the accumulator pattern, as
+    target/fragments.py AccToA8 plans it: per A register, pack four own elements into a word,
+    read the word of two quad lanes, keep 16 bits of each. The lanes and the byte selector
+    depend on the thread's quad position only (gtid % 4)."""
+    plan = ACC_TO_A8
+    dt = op.a.type.dtype
+    em.emit("const int a8_src = (gtid & ~3) | ((gtid & 1) << 1);")
+    em.emit(f"const ag::uint32_t a8_sel = (gtid & 2) ? {plan.SELECT[1]:#x}u : "
+            f"{plan.SELECT[0]:#x}u;")
+    for kk in range(k_steps):
+        for r in range(4):
+            vals = ", ".join(strip_round(em.reg_expr(op.a, i), dt) for i in plan.word(kk, r))
+            em.emit(f"{ra}[{kk}][{r}] = ag::quad_gather_b16x2(ag::pack_e4m3x4({vals}), a8_src, "
+                    f"a8_sel);")
 
 
 def _wgmma_smem(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence) -> int:

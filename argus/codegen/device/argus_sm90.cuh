@@ -152,6 +152,16 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float
            (static_cast<uint32_t>(pack_e4m3x2(c, d)) << 16);
 }
 
+// The 8-bit wgmma A fragment from the accumulator pattern (target/fragments.py AccToA8): every
+// lane of the warp offers `word`; this lane reads the words of lanes `src` and `src | 1` (two
+// lanes of its quad) and keeps bytes `sel` of the pair (PTX ISA "prmt": nibble n picks result
+// byte n, 0-3 from the first word, 4-7 from the second). All 32 lanes must take part.
+__device__ __forceinline__ uint32_t quad_gather_b16x2(uint32_t word, int src, uint32_t sel) {
+    const uint32_t x0 = __shfl_sync(0xFFFFFFFFu, word, src);
+    const uint32_t x1 = __shfl_sync(0xFFFFFFFFu, word, src | 1);
+    return __byte_perm(x0, x1, sel);
+}
+
 // The four e4m3 of a 32-bit word (lowest byte first) widened exactly to f32.
 __device__ __forceinline__ void unpack_e4m3x4(uint32_t w, float& a, float& b, float& c,
                                               float& d) {

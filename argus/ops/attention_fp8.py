@@ -1,0 +1,220 @@
+"""`argus.ops.attention_fp8(q, k, v, *, q_scale, k_scale, v_scale, causal=False, scale=None,
+layout="bhsd", v_transposed=False, return_lse=False, schedule=None)`: FlashAttention-3's FP8
+forward on Hopper with Argus's verified kernel (argus/kernels/attention.py, dtype e4m3).
+
+q, k and v are float8_e4m3fn with per-tensor dequantization scales: the result is
+
+    softmax(scale * (q_scale q) (k_scale k)^T [+ causal mask]) (v_scale v)
+
+in bfloat16, with argus.ops.attention's conventions (bottom-right causal mask when Sq != Skv,
+zeros and an LSE of -inf for a row that sees no key, GQA / MQA when Hq is a multiple of Hkv,
+layouts "bhsd" and "bshd", lse [B, Hq, Sq] float32 with return_lse=True, the natural-log
+log-sum-exp of each row of scale * q_scale * k_scale * q k^T). Head dims 64, 128 and 256.
+
+Why a sibling of argus.ops.attention and not dtype-driven inside it: the inputs carry three
+more arguments (the scales), the output dtype differs from the inputs', V is read transposed
+(below), and attention's short-query path (the flash-decoding kernels, Sq <= 16) has no FP8
+variant; keeping FP8 apart leaves the bf16 op's per-call host path untouched.
+
+V is transposed: an fp8 wgmma reads both operands K-major (PTX has no transpose for 8-bit
+operands), and the K of P V is the key, so the kernel reads V^T [B, Hkv, D, Skv]. By default
+(v_transposed=False, v shaped like k) the op makes that copy on every call (B Hkv Skv D bytes
+read and written, e.g. 16 MiB at B 8, Hkv 8, Skv 2k, D 128), padding each row to a multiple of
+16 keys for TMA. A caller that keeps V transposed (a KV cache written that way) passes
+v_transposed=True and v [B, Hkv, D, Skv] (whatever `layout` says for q and k), read in place
+when TMA can address it (unit stride on Skv, Skv * 1 byte rows a multiple of 16 bytes), else
+copied the same way.
+
+The scales are Python floats or one-element tensors; a tensor is read with .item() (a host
+synchronization per call, and not capturable in a CUDA graph): pass floats on a hot path. They
+must be finite. The kernel takes them folded into two runtime scalars, qk_scale = scale *
+log2(e) * q_scale * k_scale and o_scale = v_scale; P is quantized to e4m3 in registers as
+P_SCALE * exp2(s - m) (attention.P_BIAS), so the output's error is that of e4m3 P and V:
+about 2% of max |out| on random data against float64 (tests/interp/test_attention_fp8_interp.py).
+
+Eager only: no torch.library custom op yet (torch.compile and autograd do not trace it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+from argus import dtypes
+from argus.errors import LaunchError
+from argus.kernels.attention import HEAD_DIMS, LOG2E, attention_kernel, fp8_schedule
+from argus.ops.attention import _compiled, for_scale
+from argus.ops.attention_inputs import LAYOUTS, _bhsd, _check_strides
+from argus.runtime.args import check_on_one_gpu
+
+__all__ = ["attention_fp8"]
+
+_WHO = "argus.ops.attention_fp8"
+_FP8 = "torch.float8_e4m3fn"
+# (buffers, device, mask, scalars, schedule) -> prepared launch; bounded
+_LAUNCHES: OrderedDict = OrderedDict()
+_MEMO_SIZE = 64
+
+
+def attention_fp8(q, k, v, *, q_scale, k_scale, v_scale, causal: bool = False,
+                  scale: float | None = None, layout: str = "bhsd", v_transposed: bool = False,
+                  return_lse: bool = False, schedule=None):
+    """softmax(scale * (q_scale q)(k_scale k)^T [+ causal mask]) (v_scale v) in bfloat16;
+    (out, lse) with return_lse=True. See the module docstring."""
+    out, lse = run_fp8(q, k, v, q_scale, k_scale, v_scale, bool(causal), scale, layout,
+                       bool(v_transposed), bool(return_lse), schedule=schedule)
+    return (out, lse) if return_lse else out
+
+
+def _scalar(name: str, x) -> float:
+    try:
+        import torch
+        if isinstance(x, torch.Tensor):
+            if x.numel() != 1:
+                raise LaunchError(f"{_WHO}: {name} is a tensor of {x.numel()} elements; a "
+                                  f"per-tensor scale is one number",
+                                  fix=f"pass a float or a one-element tensor as {name}")
+            x = x.item()
+        value = float(x)
+    except (TypeError, ValueError):
+        raise LaunchError(f"{_WHO}: {name}={x!r} is not a number",
+                          fix=f"pass a float or a one-element tensor as {name}") from None
+    if not math.isfinite(value):
+        raise LaunchError(f"{_WHO}: {name}={value} is not finite",
+                          fix="pass the finite dequantization scale the tensor was quantized "
+                              "with (e.g. amax / 448)")
+    return value
+
+
+def check_fp8(q, k, v, *, layout: str = "bhsd", v_transposed: bool = False,
+              device: bool = True) -> None:
+    """Raise a LaunchError for inputs the FP8 kernel cannot compute right (device=False
+    skips the device checks: the interpreter runs on CPU tensors)."""
+    import torch
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise LaunchError(f"{_WHO}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if layout not in LAYOUTS:
+        raise LaunchError(f"{_WHO}: layout={layout!r} is not one of {LAYOUTS}",
+                          fix="'bhsd' for [batch, heads, seq, head_dim], 'bshd' for [batch, "
+                              "seq, heads, head_dim]")
+    if not (str(q.dtype) == str(k.dtype) == str(v.dtype) == _FP8):
+        raise LaunchError(f"{_WHO}: q, k and v must all be float8_e4m3fn, got {q.dtype}, "
+                          f"{k.dtype}, {v.dtype}",
+                          fix="quantize them with per-tensor scales (argus.ops.quantize_fp8, "
+                              "or (x / s).to(torch.float8_e4m3fn) with s = amax / 448), or "
+                              "call argus.ops.attention with bfloat16 / float16")
+    dims = "[B, H, S, D]" if layout == "bhsd" else "[B, S, H, D]"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            want = "[B, Hkv, D, Skv]" if name == "v" and v_transposed else dims
+            raise LaunchError(f"{_WHO}: {name} has shape {tuple(t.shape)}; it must be 4-d "
+                              f"{want}", fix="add the missing batch or head dimension with "
+                                             "unsqueeze")
+    qb, kb = _bhsd(q, layout), _bhsd(k, layout)
+    vb = v.transpose(-1, -2) if v_transposed else _bhsd(v, layout)   # [B, Hkv, Skv, D]
+    if tuple(kb.shape) != tuple(vb.shape):
+        want = f"[B, Hkv, D, Skv] = {tuple(kb.transpose(-1, -2).shape)}" if v_transposed \
+            else f"k's shape {tuple(k.shape)}"
+        raise LaunchError(f"{_WHO}: v has shape {tuple(v.shape)}; with v_transposed="
+                          f"{v_transposed} it must be {want}")
+    head_dim = qb.shape[-1]
+    if head_dim not in HEAD_DIMS:
+        raise LaunchError(f"{_WHO}: head dim {head_dim} is not supported (the kernel takes "
+                          f"{HEAD_DIMS})", fix="pad q, k and v with zeros to the next "
+                                               "supported head dim")
+    if kb.shape[-1] != head_dim:
+        raise LaunchError(f"{_WHO}: q has head dim {head_dim}, k and v have {kb.shape[-1]}; "
+                          f"they must match")
+    if qb.shape[0] != kb.shape[0]:
+        raise LaunchError(f"{_WHO}: batch sizes differ: q {qb.shape[0]}, k/v {kb.shape[0]}")
+    hq, hkv = qb.shape[1], kb.shape[1]
+    if hkv == 0 or hq % hkv:
+        raise LaunchError(f"{_WHO}: q has {hq} heads, k and v {hkv}; the query heads must be "
+                          f"a multiple of the key/value heads (GQA / MQA)")
+    if device:
+        check_on_one_gpu(_WHO, (("q", q), ("k", k), ("v", v)),
+                         fix_cpu="{name}.cuda()")
+
+
+def _tma_ok(t) -> bool:
+    eb, strides = t.element_size(), t.stride()
+    return strides[-1] == 1 and t.data_ptr() % 16 == 0 and all(
+        (strides[d] * eb) % 16 == 0 and strides[d] > 0
+        for d in range(t.dim() - 1) if t.shape[d] > 1)
+
+
+def transposed_v(v, layout: str, v_transposed: bool):
+    """V^T [B, Hkv, D, Skv] as the kernel reads it: v itself when it is given transposed and
+    TMA can address it, else a copy into rows padded to a multiple of 16 keys (the padding is
+    never read: the tensor map's extent is Skv, TMA zero-fills past it)."""
+    import torch
+
+    src = v if v_transposed else _bhsd(v, layout).transpose(-1, -2)
+    if v_transposed and _tma_ok(v):
+        return v
+    B, HKV, D, SK = src.shape
+    store = torch.empty((B, HKV, D, max(16, -(-SK // 16) * 16)), dtype=v.dtype,
+                        device=v.device)
+    vt = store[..., :SK]
+    vt.copy_(src)
+    return vt
+
+
+def run_fp8(q, k, v, q_scale, k_scale, v_scale, causal: bool, scale, layout: str,
+            v_transposed: bool, return_lse: bool, *, schedule=None, execute=None):
+    """The eager implementation: (out bf16 in q's layout, lse [B, Hq, Sq] fp32 or an empty
+    tensor). `execute(kernel_fn, compile_time, tensors, scalars)` runs the kernel instead of
+    the GPU launch (tests pass the interpreter, with CPU tensors)."""
+    import torch
+
+    check_fp8(q, k, v, layout=layout, v_transposed=v_transposed, device=execute is None)
+    qs, ks, vs = (_scalar(n, x) for n, x in (("q_scale", q_scale), ("k_scale", k_scale),
+                                             ("v_scale", v_scale)))
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    scale = _scalar("scale", scale)
+    if execute is None:
+        _check_strides((("q", q), ("k", k)))
+    qb, kb = _bhsd(q, layout), _bhsd(k, layout)
+    B, H, S, D = qb.shape
+    SK = kb.shape[2]
+    out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+    ob = _bhsd(out, layout)
+    lse = torch.empty((B, H, S) if return_lse else (0,), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse
+    if SK == 0:  # no key at all: every row is zeros, its log-sum-exp -inf
+        out.zero_()
+        lse.fill_(float("-inf"))
+        return out, lse
+    vt = transposed_v(v, layout, v_transposed)
+    qk_scale = scale * qs * ks
+    chosen = for_scale(schedule or fp8_schedule(D, causal, S), qk_scale)
+    problems = chosen.problems_for(D, dtypes.e4m3)
+    if problems:
+        raise LaunchError(f"{_WHO}: {chosen} cannot run head dim {D} in FP8: "
+                          + "; ".join(problems),
+                          fix="use argus.kernels.attention.fp8_schedule(head_dim)")
+    tensors = (qb, kb, vt, ob) + ((lse.unsqueeze(-1),) if return_lse else ())
+    scalars = {"qk_scale": qk_scale * LOG2E, "o_scale": vs}
+    if execute is not None:
+        execute(attention_kernel(D, dtypes.e4m3, causal, return_lse), {"s": chosen}, tensors,
+                scalars)
+        return out, lse
+    kernel = _compiled(D, dtypes.e4m3, causal, return_lse, chosen, q.device)
+    key = (tuple((a.data_ptr(), tuple(a.shape), a.stride()) for a in tensors),
+           q.device.index, causal, tuple(scalars.values()), chosen)
+    plan = _LAUNCHES.get(key)
+    if plan is None:
+        with torch.cuda.device(q.device):
+            plan = kernel.prepare(*tensors, _scalars=scalars)
+        _LAUNCHES[key] = plan
+        if len(_LAUNCHES) > _MEMO_SIZE:
+            _LAUNCHES.popitem(last=False)
+    else:
+        _LAUNCHES.move_to_end(key)
+    if plan is not False:
+        plan()
+    return out, lse
