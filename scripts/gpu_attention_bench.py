@@ -41,6 +41,16 @@ combine fused into the split kernel (fused)). --flush read: the L2 emptied by a 
 instead of measure's 256 MB write before each timed call (no dirty lines to write back during
 the call).
 
+--fp8 default,fold: the FP8 forward (argus.ops.attention_fp8) beside the bf16 cases, in the
+same run as cuDNN's bf16 SDPA: q, k and v quantized per tensor to e4m3 (scale amax / 448) from
+the case's bf16 data; per fp8 variant (fp8_variant_schedule: "default" is fp8_schedule, then
+'+' joins of fold, plain, tma, bnN, stN; fold with the overlap needs ARGUS_VERIFY=0)
+three columns: fp8_<v> (the op, V transposed by it on every call), fp8vt_<v> (the op with V
+given transposed: no copy) and fp8k_<v> (the kernel's launch prepared once: no host work, no
+copy).
+Each is checked against float64 attention on the dequantized inputs (rel error columns).
+FP8 FLOPs are counted like bf16's. The fp8 table prints TFLOP/s and fp8 x cudnn (bf16).
+
 --paged 16,128: ours on paged copies of the same K and V too (attention_decode with a block
 table over a random page permutation; one split per sequence while the split paged kernel is
 not proven, unless ARGUS_VERIFY=0). --graph: ours captured in a CUDA graph (device time without
@@ -157,6 +167,89 @@ def kernel_plan(q, k, v, causal, schedule=None):
     kernel = attention_kernel(d, argus_dtype(q), causal, False).compile(
         s=schedule or default_schedule(d, causal, q.shape[2]))
     return kernel.prepare(q, k, v, out, _scalars={"qk_scale": LOG2E / math.sqrt(d)})
+
+
+def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
+                         seq_len: int | None = None):
+    """An FP8 variant's schedule: "default" is argus.ops.attention_fp8's (fp8_schedule);
+    '+' joins add "fold" (fold_scale: with the overlap it does not verify yet, ARGUS_VERIFY=0),
+    "plain" (no overlap: the plain loop, which verifies folded), "tma" (the stmatrix + TMA
+    store epilogue), "bnN" (block_n) and "stN" (ring depth)."""
+    import dataclasses
+
+    from argus.kernels.attention import fp8_schedule
+
+    fields = {}
+    for part in variant.split("+"):
+        if part == "default":
+            continue
+        if part == "fold":
+            fields["fold_scale"] = True
+        elif part == "plain":
+            fields["fa3_overlap"] = False
+        elif part == "tma":
+            fields["epilogue"] = "tma"
+        elif part[:2] in ("bn", "st") and part[2:].isdigit():
+            fields["block_n" if part[:2] == "bn" else "stages"] = int(part[2:])
+        else:
+            raise ValueError(f"fp8 variant {variant!r}: unknown token {part!r}")
+    return dataclasses.replace(fp8_schedule(head_dim, causal, seq_len), **fields)
+
+
+def fp8_case(row, q, k, v, causal, flops, variants, measure) -> None:
+    """The FP8 columns of one case (see --fp8) into `row`."""
+    import torch
+
+    import argus.ops
+    from argus.kernels.attention import LOG2E, attention_kernel
+    from argus.ops.attention_fp8 import transposed_v
+
+    def quant(x):
+        s = x.abs().amax().float().item() / 448.0
+        return (x.float() / s).to(torch.float8_e4m3fn), s
+
+    (q8, qs), (k8, ks), (v8, vs) = quant(q), quant(k), quant(v)
+    vt8 = transposed_v(v8, "bhsd", False)
+    d = q.shape[-1]
+    deq = [t.float() * s for t, s in ((q8, qs), (k8, ks), (v8, vs))]
+    scales = {"q_scale": qs, "k_scale": ks, "v_scale": vs}
+    for variant in variants:
+        schedule = fp8_variant_schedule(variant, d, causal, q.shape[2])
+        for name, fn in ((f"fp8_{variant}", lambda: argus.ops.attention_fp8(
+                            q8, k8, v8, causal=causal, schedule=schedule, **scales)),
+                         (f"fp8vt_{variant}", lambda: argus.ops.attention_fp8(
+                            q8, k8, vt8, causal=causal, v_transposed=True, schedule=schedule,
+                            **scales))):
+            try:
+                out = fn()
+                torch.cuda.synchronize()
+                row[f"{name}_rel_error"] = check(out, *deq, causal)
+                t = measure(fn, trials=100, warmup=5)
+                row[f"{name}_ms"], row[f"{name}_tflops"] = t.median_ms, flops / t.median_ms / 1e9
+                row[f"{name}_schedule"] = repr(schedule)
+            except Exception as e:  # noqa: BLE001 - report and go on
+                row[f"{name}_ms"] = None
+                row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        name = f"fp8k_{variant}"
+        try:
+            out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+            kernel = attention_kernel(d, argus_e4m3(), causal, False).compile(s=schedule)
+            plan = kernel.prepare(q8, k8, vt8, out, _scalars={
+                "qk_scale": LOG2E / math.sqrt(d) * qs * ks, "o_scale": vs})
+            plan()
+            torch.cuda.synchronize()
+            row[f"{name}_rel_error"] = check(out, *deq, causal)
+            t = measure(plan, trials=100, warmup=5)
+            row[f"{name}_ms"], row[f"{name}_tflops"] = t.median_ms, flops / t.median_ms / 1e9
+        except Exception as e:  # noqa: BLE001
+            row[f"{name}_ms"] = None
+            row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+
+
+def argus_e4m3():
+    import argus as ag
+
+    return ag.e4m3
 
 
 def argus_dtype(t):
@@ -582,11 +675,16 @@ def main() -> int:
     parser.add_argument("--backends", default="",
                         help="the torch SDPA backends to time (comma-separated; default "
                              "cudnn,flash,efficient, and math too with --decode)")
+    parser.add_argument("--fp8", default="",
+                        help="also run the FP8 forward (argus.ops.attention_fp8) per case at "
+                             "these fp8 variants, comma-separated (default, fold, plain, tma, "
+                             "bnN, stN or '+' joins; fp8_variant_schedule), beside cuDNN bf16")
     parser.add_argument("--kernel-only", action="store_true",
                         help="also time each variant's prepared launch (no host work per "
                              "call): the kernel / kernel_<variant> columns")
     args = parser.parse_args()
     variants = list(dict.fromkeys(args.variants.split(",")))  # a repeat would share its keys
+    fp8_variants = [x for x in dict.fromkeys(args.fp8.split(",")) if x]
     args.out.mkdir(parents=True, exist_ok=True)
     if args.table_from:
         return decode_table_from(args.table_from)
@@ -634,6 +732,8 @@ def main() -> int:
                 row[f"{name}_ms"] = None
                 row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
         row["rel_error"] = row.get("ours_rel_error", float("nan"))
+        if fp8_variants:
+            fp8_case(row, q, k, v, causal, flops, fp8_variants, measure)
         if args.kernel_only:
             # each variant's launch prepared once and replayed: no host work per call. The op's
             # call can read up to 20% above its kernel at S 2048 (its host time outlasts the
@@ -669,6 +769,8 @@ def main() -> int:
     mine = ["ours" if v == "default" else f"ours_{v}" for v in variants]
     mine += [("kernel" if v == "default" else f"kernel_{v}") for v in variants] \
         if args.kernel_only else []
+    if fp8_variants:
+        print_fp8_table(rows, fp8_variants, names)
     print("\n| hd | S | B x H (kv) | causal | rel err | " + " | ".join(mine) + " | "
           + " | ".join(f"{n}" for n in names) + " | "
           + " | ".join(f"ours x {n}" for n in names) + " |")
@@ -685,6 +787,24 @@ def main() -> int:
               + " | ".join(cell(r, n) for n in mine) + " | "
               + " | ".join(cell(r, n) for n in names) + " | " + " | ".join(ratio) + " |")
     return 0
+
+
+def print_fp8_table(rows, variants, names) -> None:
+    """TFLOP/s of the FP8 columns, their error against float64 on the dequantized inputs, and
+    each against the bf16 backends timed in the same case (cuDNN first)."""
+    cols = [f"{kind}_{v}" for v in variants for kind in ("fp8", "fp8vt", "fp8k")]
+    print("\n| hd | S | causal | " + " | ".join(cols) + " | fp8 rel err | "
+          + " | ".join(f"{c} x {n}" for c in cols for n in names[:1]) + " |")
+    print("|---|---|---|" + "---|" * (len(cols) + 1 + len(cols) * len(names[:1])))
+    for r in rows:
+        cells = [f"{r[f'{c}_tflops']:.0f}" if r.get(f"{c}_ms") else
+                 r.get(f"{c}_error", "n/a")[:40] for c in cols]
+        ratio = [f"{r[f'{c}_tflops'] / r[f'{n}_tflops']:.2f}"
+                 if r.get(f"{c}_ms") and r.get(f"{n}_ms") else "n/a"
+                 for c in cols for n in names[:1]]
+        err = r.get(f"fp8_{variants[0]}_rel_error", float("nan"))
+        print(f"| {r['head_dim']} | {r['S']} | {'yes' if r['causal'] else 'no'} | "
+              + " | ".join(cells) + f" | {err:.1e} | " + " | ".join(ratio) + " |")
 
 
 if __name__ == "__main__":

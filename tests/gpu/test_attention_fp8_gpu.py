@@ -1,0 +1,152 @@
+"""GPU tier for argus.ops.attention_fp8 (the FP8 e4m3 forward): first the 8-bit register-A
+wgmma alone (P gathered from the accumulator into the A fragment by quad shuffles,
+target/fragments.py AccToA8) against the interpreter and float64, then the op on fresh random
+data against float64 attention on the dequantized inputs (ragged lengths, GQA, causal with
+Sq < Skv and Sq > Skv, both layouts, V given transposed, every head dim, the log-sum-exp) and
+against torch SDPA on the dequantized bf16 inputs. Written 2026-12-03 without a GPU: none of
+these has run yet (docs/perf/attention.md, "FP8 forward")."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.gpu import hopper_only  # noqa: E402
+
+pytestmark = hopper_only()
+
+E4M3 = torch.float8_e4m3fn
+
+
+def test_register_a_fp8_wgmma_matches_the_interpreter():
+    """Isolates the fragment gather: a wrong lane, register or byte selector in AccToA8
+    scrambles P's columns and misses float64 by O(1)."""
+    from argus.compiler import compile_kernel
+    from tests.unit.test_fp8_register_a import _inputs, two_gemms_fp8
+
+    q, k, vt, o = _inputs(bh=3, s=200, seed=5)
+    two_gemms_fp8.interpret(q, k, vt, o)
+    qc, kc, vc = (t.cuda() for t in (q, k, vt))
+    oc = torch.full(o.shape, float("nan"), device="cuda")
+    compile_kernel(two_gemms_fp8)(qc, kc, vc, oc)
+    torch.cuda.synchronize()
+    s = (q.double() @ k.double().transpose(1, 2)).float() * 0.125
+    ref = s.to(E4M3).double() @ vt.double().transpose(1, 2)
+    assert (oc.double().cpu() - ref).norm() / ref.norm() < 1e-4
+    assert (oc.cpu() - o).abs().max().item() <= 1e-3 * o.abs().max().item()
+
+
+def quantize(x):
+    s = x.abs().amax().float().item() / 448.0
+    return (x.float() / s).to(E4M3), s
+
+
+def _inputs(B, H, HKV, S, SK, D, layout, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if layout == "bhsd":
+        shapes = ((B, H, S, D), (B, HKV, SK, D), (B, HKV, SK, D))
+    else:
+        shapes = ((B, S, H, D), (B, SK, HKV, D), (B, SK, HKV, D))
+    amp = (3.0, 1.0, 0.5)
+    return [quantize(torch.randn(*s, device="cuda", generator=g) * a)
+            for s, a in zip(shapes, amp)]
+
+
+def reference(q, k, v, causal: bool, scale: float):
+    """float64 in [B, H, S, D] on dequantized inputs: GQA, bottom-right causal mask, rows
+    without keys zero (LSE -inf)."""
+    group = q.shape[1] // k.shape[1]
+    kd, vd = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = q @ kd.transpose(-1, -2) * scale
+    if causal:
+        S, SK = q.shape[-2], k.shape[-2]
+        keep = torch.ones(S, SK, dtype=torch.bool, device=q.device).tril(SK - S)
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, -1).nan_to_num(0.0) @ vd, torch.logsumexp(s, -1)
+
+
+CASES = [  # B, H, HKV, S, SK, D, causal, layout
+    (2, 4, 4, 1000, 777, 128, False, "bhsd"),
+    (2, 4, 4, 1000, 777, 128, True, "bhsd"),
+    (1, 8, 2, 513, 1500, 128, True, "bhsd"),      # GQA 4:1, Sq < Skv
+    (1, 8, 1, 700, 300, 128, True, "bshd"),       # MQA, Sq > Skv: empty rows
+    (3, 2, 2, 257, 257, 64, False, "bshd"),
+    (2, 4, 4, 1000, 777, 64, True, "bhsd"),
+    (1, 4, 2, 640, 1111, 256, False, "bhsd"),
+    (1, 4, 2, 640, 1111, 256, True, "bshd"),
+]
+
+
+@pytest.mark.parametrize("B,H,HKV,S,SK,D,causal,layout", CASES)
+def test_matches_float64(B, H, HKV, S, SK, D, causal, layout):
+    import argus.ops
+
+    (q, qs), (k, ks), (v, vs) = _inputs(B, H, HKV, S, SK, D, layout, seed=S + SK + D)
+    scale = 1.0 / math.sqrt(D)
+    out, lse = argus.ops.attention_fp8(q, k, v, q_scale=qs, k_scale=ks, v_scale=vs,
+                                       causal=causal, layout=layout, return_lse=True)
+    torch.cuda.synchronize()
+    assert out.shape == q.shape and out.dtype == torch.bfloat16
+    t = (lambda x: x) if layout == "bhsd" else (lambda x: x.transpose(1, 2))
+    want, want_lse = reference(*(t(x).double() * s for x, s in ((q, qs), (k, ks), (v, vs))),
+                               causal, scale)
+    got = t(out).double()
+    assert not torch.isnan(got).any()
+    err = (got - want).abs()
+    # e4m3 P and V: the interpreter measured max 1.0-2.2% of max |out|, RMS 1.5-2.2%
+    assert err.max().item() < 0.05 * want.abs().max().item()
+    assert err.pow(2).mean().sqrt().item() < 0.035 * want.pow(2).mean().sqrt().item()
+    finite = torch.isfinite(want_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("D,causal", [(128, False), (128, True), (64, True), (256, False)])
+def test_close_to_sdpa_on_dequantized_bf16(D, causal):
+    """Against torch SDPA on the dequantized inputs in bf16 (Sq == Skv, where torch's causal
+    mask and ours agree): the FP8 output is as close to it as e4m3 allows."""
+    import argus.ops
+
+    (q, qs), (k, ks), (v, vs) = _inputs(2, 8, 8, 1024, 1024, D, "bhsd", seed=D + causal)
+    out = argus.ops.attention_fp8(q, k, v, q_scale=qs, k_scale=ks, v_scale=vs, causal=causal)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        *((x.float() * s).bfloat16() for x, s in ((q, qs), (k, ks), (v, vs))),
+        is_causal=causal)
+    torch.cuda.synchronize()
+    rel = ((out.double() - sdpa.double()).norm() / sdpa.double().norm()).item()
+    assert rel < 0.04, rel
+
+
+@pytest.mark.parametrize("SK", [1024, 1000])
+def test_v_given_transposed_is_the_same(SK):
+    """v [B, Hkv, D, Skv] read in place (SK % 16 == 0) or copied (else): bit-identical to the
+    op transposing v itself."""
+    import argus.ops
+
+    (q, qs), (k, ks), (v, vs) = _inputs(1, 4, 2, 512, SK, 128, "bhsd", seed=SK)
+    a = argus.ops.attention_fp8(q, k, v, q_scale=qs, k_scale=ks, v_scale=vs)
+    b = argus.ops.attention_fp8(q, k, v.transpose(-1, -2).contiguous(), q_scale=qs,
+                                k_scale=ks, v_scale=vs, v_transposed=True)
+    torch.cuda.synchronize()
+    assert torch.equal(a, b)
+
+
+def test_tensor_scales_and_fold_variants_agree():
+    """One-element tensor scales read like floats; the plain loop with the folded scale (the
+    verified alternative to the default overlap) gives the same numbers within e4m3 noise."""
+    import dataclasses
+
+    import argus.ops
+    from argus.kernels.attention import fp8_schedule
+
+    (q, qs), (k, ks), (v, vs) = _inputs(1, 4, 4, 777, 777, 128, "bhsd", seed=11)
+    a = argus.ops.attention_fp8(q, k, v, q_scale=qs, k_scale=ks, v_scale=vs, causal=True)
+    b = argus.ops.attention_fp8(q, k, v, q_scale=torch.tensor(qs, device="cuda"),
+                                k_scale=torch.tensor([ks]), v_scale=vs, causal=True)
+    plain = dataclasses.replace(fp8_schedule(128, True), fa3_overlap=False, fold_scale=True)
+    c = argus.ops.attention_fp8(q, k, v, q_scale=qs, k_scale=ks, v_scale=vs, causal=True,
+                                schedule=plain)
+    torch.cuda.synchronize()
+    assert torch.equal(a, b)
+    assert ((a.double() - c.double()).norm() / a.double().norm()).item() < 0.02
