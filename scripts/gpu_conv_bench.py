@@ -9,7 +9,8 @@ relative error of ours and of cuDNN against a float64 reference on the same fres
 the ops refuse (LaunchError) are listed as skipped, with the reason. The ResNet rows also time
 `kernel`: the kernel's prepared launch replayed on fixed operands (no host work: no operand
 preparation, no launch-plan lookup), so host overhead and kernel time can be told apart (the
-stride-1 1x1 rows: matmul's GEMM kernel, which argus.ops.conv's pointwise route runs them on).
+stride-1 1x1 rows: matmul's GEMM kernel, which argus.ops.conv's pointwise route runs them on;
+the stem: the im2col route's gather and GEMM, one after the other).
 
 `--fp32`: the same ResNet layers in fp32, ours as the strict bf16 split (6 terms, promoted) and
 the relaxed one (1 term), against cuDNN with TF32 off (torch.backends.cudnn.allow_tf32 = False:
@@ -36,6 +37,10 @@ normwise error against float64.
                                                 # (matmul's GEMM) vs the implicit GEMM vs cuDNN,
                                                 # and the GEMM alone vs cuBLAS; --tune first
                                                 # tunes each GEMM problem (tune_matmul)
+    python scripts/gpu_conv_bench.py --stem     # the few-channel stems (ResNet-50's 7x7/2,
+                                                # AlexNet's 11x11/4 = L1/50): the im2col route
+                                                # vs the implicit GEMM vs cuDNN, and the
+                                                # route's gather and GEMM alone
     python scripts/gpu_conv_bench.py --profile "c4 3x3 256"   # torch.profiler: GPU time per
                                                 # kernel (ours, operand preparation, cuDNN's)
                                                 # and host time per call, for one layer
@@ -133,6 +138,9 @@ def _prepared(x, w, stride, padding, schedule=None):
 
     from argus.ops import conv as conv_ops
 
+    if schedule is None and conv_ops.route(x, w, None, stride, padding, 1) == "im2col":
+        gather, gemm, keep = _im2col_steps(x, w, None, stride, padding)
+        return lambda: (gather(), gemm(), keep)
     if schedule is None and conv_ops.route(x, w, None, stride, padding, 1) == "pointwise":
         N, C, H, W = x.shape
         K = w.shape[0]
@@ -150,6 +158,40 @@ def _prepared(x, w, stride, padding, schedule=None):
     plan = compiled.plan_for(X, Wt, view, b, *sizes)
     keep = (X, Wt, view, b)              # the plan holds raw pointers: keep the buffers alive
     return lambda: (plan(), keep)
+
+
+def _im2col_steps(x, w, b, stride, padding):
+    """The im2col route's two kernels on fixed operands, as `_im2col` (argus.ops.conv) runs
+    them, each prepared once (a launch plan: one cuLaunchKernelEx): (the gather, the GEMM, the
+    buffers the plans point into)."""
+    import torch
+
+    from argus import dtypes
+    from argus.kernels.conv_im2col import Im2colGeometry, im2col_kernel, im2col_tile
+    from argus.ops import conv as conv_ops
+
+    N, C, H, W = x.shape
+    K, _, R, S = w.shape
+    (sh, sw), (ph, pw) = conv_ops._pair(stride, "stride"), conv_ops._pair(padding, "padding")
+    P, Q = (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
+    M, T = N * P * Q, R * S
+    pitch = conv_ops._im2col_pitch(T, C)
+    kc = T * C + (b is not None)
+    s0, s1, s2, s3 = x.permute(0, 2, 3, 1).stride()
+    X = x.as_strided((N, H, W // sw, sw, C, 1), (s0, s1, s2 * sw, s2, s3, 1))
+    A = torch.empty(M, pitch, dtype=x.dtype, device=x.device)
+    Av = A.as_strided((N * P, Q, T + 1, C, 1), (Q * pitch, pitch, C, 1, 1))
+    Wk = conv_ops._im2col_weight(w, b, pitch)
+    out2 = torch.empty(M, K, dtype=x.dtype, device=x.device)
+    bq, bc = im2col_tile(C)
+    dtype = dtypes.bf16 if x.dtype == torch.bfloat16 else dtypes.f16
+    gather = im2col_kernel(dtype).compile(geom=Im2colGeometry(R, S, sh, sw, ph, pw, 1, 1, C),
+                                          BQ=bq, BC=bc)
+    gather(X, Av)
+    _, runner = conv_ops.pointwise_gemm(A[:, :kc], Wk[:, :kc], out2)
+    runner(A[:, :kc], Wk[:, :kc], out2)
+    return (gather.plan_for(X, Av), runner.plan_for(A[:, :kc], Wk[:, :kc], out2),
+            (X, A, Wk, out2))
 
 
 VARIANTS = ("default", "previous", "rowbox", "rowbox-nocluster", "norowbox", "halo",
@@ -569,6 +611,84 @@ POINTWISE_16 = [
 ]
 
 
+# (name, N, C, H, W, K, R, S, stride, padding, bias, channels_last): bf16 convolutions of few
+# input channels, which argus.ops.conv's im2col route takes (issue 17): ResNet-50's stem (the
+# RESNET50 row) and AlexNet's 11x11/4 stem (KernelBench L1/50's layer, its batch 256, with its
+# bias; and at batch 32)
+STEMS = [
+    ("stem 7x7/2 3->64 b32", 32, 3, 224, 224, 64, 7, 7, 2, 3, False, True),
+    ("stem 7x7/2 3->64 b32 NCHW x", 32, 3, 224, 224, 64, 7, 7, 2, 3, False, False),
+    ("L1/50 11x11/4 3->96 b256 bias", 256, 3, 224, 224, 96, 11, 11, 4, 2, True, True),
+    ("11x11/4 3->96 b32 bias", 32, 3, 224, 224, 96, 11, 11, 4, 2, True, True),
+]
+
+
+def stems() -> None:
+    """--stem: the STEMS layers (bf16) on argus.ops.conv's im2col route ("ours": `convolve`,
+    routed to the gather kernel + matmul's GEMM), on the implicit GEMM they took before (a
+    ConvSchedule passed: "implicit", schedule_for's), against cuDNN (channels-last x and
+    weight, as cuDNN runs fastest), in one run (L2 flushed, alternating rounds); then the
+    route's two kernels alone on fixed operands (prepared launches, no host work): "gather"
+    and "gemm" (their sum against "ours" is the host overhead). Each column's normwise error
+    against float64 first (a wrong column is reported, not timed); the geomeans of
+    cudnn/ours and cudnn/implicit over the rows."""
+    import torch
+    import torch.nn.functional as F
+
+    from argus.ops import conv as conv_ops
+    from argus.runtime.timing import measure_alternating
+
+    print("== few-channel stems, bf16: ours (route im2col: gather + matmul's GEMM) vs "
+          "implicit GEMM vs cuDNN; the gather and the GEMM alone")
+    ratios: dict[str, list] = {"cudnn/ours": [], "cudnn/implicit": []}
+    for i, (name, N, C, H, W, K, R, S, st, pad, bias, cl) in enumerate(STEMS):
+        g = torch.Generator(device="cuda").manual_seed(200 + i)
+        x = torch.randn(N, C, H, W, device="cuda", generator=g).bfloat16()
+        if cl:
+            x = x.to(memory_format=torch.channels_last)
+        w = (torch.randn(K, C, R, S, device="cuda", generator=g) / math.sqrt(C * R * S)) \
+            .bfloat16().to(memory_format=torch.channels_last)
+        b = torch.randn(K, device="cuda", generator=g).bfloat16() if bias else None
+        assert conv_ops.route(x, w, b, st, pad, 1) == "im2col", name
+        ref = F.conv2d(x.double(), w.double(), None if b is None else b.double(), st, pad)
+        sched = conv_ops.schedule_for(x, w, st, pad, 1, 1)
+        gather, gemm, keep = _im2col_steps(x, w, b, st, pad)
+        fns = {"ours": lambda: conv_ops.convolve(x, w, b, st, pad),
+               "implicit": lambda: conv_ops.convolve(x, w, b, st, pad, schedule=sched),
+               "cudnn": lambda: F.conv2d(x, w, b, st, pad),
+               "gather": lambda: (gather(), keep),
+               "gemm": lambda: (gemm(), keep)}
+        errs, ok = {}, {}
+        for key, f in fns.items():
+            try:
+                y = f()
+                errs[key] = _norm_rel(y, ref) if key not in ("gather", "gemm") else 0.0
+            except Exception as e:  # noqa: BLE001 - a failing column is reported, the row goes on
+                print(f"{name:32s} {key}: failed: {str(e).splitlines()[0][:120]}", flush=True)
+                continue
+            if errs[key] > 1e-2:
+                print(f"{name:32s} {key}: WRONG (normwise error {errs[key]:.1e})", flush=True)
+                continue
+            ok[key] = f
+        times = measure_alternating(list(ok.values()), rounds=3, trials=50, warmup=10)
+        ms = {k: t.median_ms for k, t in zip(ok, times)}
+        flops = 2.0 * ref.numel() * C * R * S
+        cells = "  ".join(f"{k} {ms[k]:7.4f} ms" + (f" (err {errs[k]:.1e})" if k in (
+            "ours", "implicit", "cudnn") else "") for k in ok)
+        for label in ratios:
+            theirs, mine = label.split("/")
+            if theirs in ms and mine in ms:
+                ratios[label].append(ms[theirs] / ms[mine])
+        pairs = "  ".join(f"{label} {ms[label.split('/')[0]] / ms[label.split('/')[1]]:5.2f}x"
+                          for label in ratios if all(k in ms for k in label.split("/")))
+        tf = flops / (ms["ours"] * 1e-3) / 1e12 if "ours" in ms else float("nan")
+        print(f"{name:32s} {cells}  {pairs}  (ours {tf:.1f} useful TF/s)", flush=True)
+    for label, rs in ratios.items():
+        if rs:
+            print(f"geomean {label}: {math.exp(sum(map(math.log, rs)) / len(rs)):.3f}x over "
+                  f"{len(rs)} rows")
+
+
 def pointwise16(tune: bool) -> None:
     """--pointwise16: ResNet-50's stride-1 1x1 convolutions in bf16 (channels-last, batch 32;
     one fp16 row, one NCHW-input row) on argus.ops.conv's pointwise route ("ours":
@@ -722,6 +842,10 @@ def main() -> None:
     ap.add_argument("--pointwise16", action="store_true",
                     help="ResNet-50's stride-1 1x1 layers in bf16: the pointwise route vs the "
                          "implicit GEMM vs cuDNN, the GEMM alone vs cuBLAS, and stop")
+    ap.add_argument("--stem", action="store_true",
+                    help="the few-channel stems (ResNet-50's 7x7/2, AlexNet's 11x11/4: "
+                         "KernelBench L1/50) in bf16: the im2col route vs the implicit GEMM vs "
+                         "cuDNN, the gather and the GEMM alone, and stop")
     ap.add_argument("--tune", action="store_true",
                     help="with --pointwise16: tune_matmul each GEMM problem first")
     ap.add_argument("--before", action="store_true",
@@ -737,6 +861,9 @@ def main() -> None:
         return
     if args.pointwise16:
         pointwise16(args.tune)
+        return
+    if args.stem:
+        stems()
         return
     if args.profile:
         profile(args.profile)

@@ -49,7 +49,14 @@ GEMM per image into an NCHW result instead); bf16 / fp16 1x1 convolutions with t
 restrictions and C a multiple of 8 as the same flat GEMM on matmul's 16-bit kernel
 (`_pointwise_16bit`: a channels-last x and the weight read in place, an NCHW x copied to
 channels-last once, as the implicit GEMM copies it; the result channels-last as the implicit
-GEMM's); everything else, and any call given a ConvSchedule, runs the implicit GEMM below.
+GEMM's); bf16 / fp16 convolutions with few input channels (2-d, one group, at most
+IM2COL_MAX_CHANNELS channels, no activation, W a multiple of stride_w: `im2col_applies`; any
+filter, stride, padding, dilation, with or without a bias) as an explicit im2col: an Argus
+gather kernel (argus/kernels/conv_im2col.py) writes A [N*P*Q, R*S*C + 1] (taps folded into K,
+then a ones column) from x in place (channels-last or NCHW), and matmul's 16-bit GEMM
+multiplies it by the weight [K, R*S*C] with the bias as one more K column (`_im2col`: the
+implicit GEMM pads each tap's C = 3 channels to a 64-deep K slice, 95% zeros for an RGB stem);
+everything else, and any call given a ConvSchedule, runs the implicit GEMM below.
 
 conv1d is conv2d on [N, C, 1, L] with a 1 x K filter; conv3d runs the same kernel with the
 depth taps as more K steps and (n, depth) as the flattened image axis.
@@ -544,9 +551,14 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         raise LaunchError(f"argus.ops.conv: precision={precision!r} with {x.dtype} inputs; "
                           f"the one choice is 'tf32', for float32 inputs",
                           fix="leave precision out (16-bit inputs, or the fp32 bf16 split)")
-    kind = route(x, weight, bias, stride, padding, groups, activation, schedule, precision)
+    kind = route(x, weight, bias, stride, padding, groups, activation, schedule, precision,
+                 dilation)
     if kind == "depthwise":
         out, replay = _depthwise(x, weight, bias, stride, padding, dilation, activation)
+        _RouteRepeat.remember(x, weight, bias, args, replay)
+        return out
+    if kind == "im2col":
+        out, replay = _im2col(x, weight, bias, stride, padding, dilation)
         _RouteRepeat.remember(x, weight, bias, args, replay)
         return out
     if kind == "pointwise":
@@ -589,11 +601,11 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     return out
 
 
-ROUTES = ("depthwise", "pointwise", "implicit_gemm")
+ROUTES = ("depthwise", "pointwise", "im2col", "implicit_gemm")
 
 
 def route(x, weight, bias, stride, padding, groups, activation: str = "none", schedule=None,
-          precision: str | None = None) -> str:
+          precision: str | None = None, dilation=1) -> str:
     """Which kernel family `convolve` runs a (checked) problem on; a function of shapes,
     dtypes and arguments only (the custom op's fake calls it for the result's layout).
 
@@ -614,6 +626,17 @@ def route(x, weight, bias, stride, padding, groups, activation: str = "none", sc
         bf16 / fp16 with C a multiple of 8 (16-byte pixel rows: TMA reads a channels-last x in
         place; other C take the implicit GEMM, which pads the channels) (`_pointwise_16bit`):
         result channels-last always, as the implicit GEMM's.
+    - "im2col": bf16 / fp16, 2-d, one group, no activation, at most IM2COL_MAX_CHANNELS (8)
+      input channels, W a multiple of stride_w, A at most IM2COL_MAX_BYTES
+      (`im2col_applies`); any filter size, stride, padding and dilation, a bias or none
+      (`_im2col`). The gather writes A [N*P*Q, R*S*C + 1] with the taps folded into K, the
+      GEMM multiplies only those columns (+ the bias column): the implicit GEMM pads each
+      tap's channels to a 64-deep K slice, so an RGB stem (C = 3: ResNet-50's 7x7/2, AlexNet's
+      11x11/4) multiplies 95% zeros (0.31x cuDNN on ResNet-50's stem, docs/perf/conv.md).
+      Costs one write and one read of A (about R*S / (sh*sw) times the input's bytes). The
+      channel bound is an estimate, not measured (IM2COL_MAX_CHANNELS says how it was made;
+      scripts/gpu_conv_bench.py --cases stem times it). Result channels-last, as the implicit
+      GEMM's.
     - "implicit_gemm": everything else, and any call that passes a ConvSchedule (which only
       that kernel takes: the opt-out that scripts/gpu_conv_bench.py times the routes with)."""
     if schedule is not None:
@@ -629,7 +652,46 @@ def route(x, weight, bias, stride, padding, groups, activation: str = "none", sc
         return "pointwise"
     if one_by_one and not fp32 and x.shape[1] % 8 == 0 and x.shape[1] > 0:
         return "pointwise"
+    if im2col_applies(x, weight, stride, padding, groups, activation, dilation):
+        return "im2col"
     return "implicit_gemm"
+
+
+# the most input channels the im2col route takes, an estimate, not measured: per output pixel
+# and tap the implicit GEMM multiplies a 64-deep K slice (2 * 64 * K_out flops), the route moves
+# its C channels through A twice (4 * C bytes: written, read), which at ~400 TFLOP/s against
+# ~3.5 TB/s and K_out = 64 breaks even near C = 18, and the gather's scattered 2-byte stores
+# will not run at full bandwidth: an eighth of the K slice, where the implicit GEMM's products
+# are at most 1/8 useful. scripts/gpu_conv_bench.py --cases stem,im2col times it.
+IM2COL_MAX_CHANNELS = 8
+# the largest A buffer [N*P*Q, K'] (bytes) the route allocates; a larger problem takes the
+# implicit GEMM, which needs no buffer
+IM2COL_MAX_BYTES = 1 << 32
+
+
+def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
+                   dilation=1) -> bool:
+    """Whether a (checked) problem takes the "im2col" route (`route`): bf16 / fp16, 2-d, one
+    group, no activation (a bias is fine: the GEMM adds it as one more K column), at most
+    IM2COL_MAX_CHANNELS input channels, W a multiple of stride_w (the gather's in-place
+    view splits W into strides), and an A buffer of at most IM2COL_MAX_BYTES."""
+    if x.dim() != 4 or str(x.dtype) not in ("torch.bfloat16", "torch.float16"):
+        return False
+    N, C, H, W = x.shape
+    K, Cg, R, S = weight.shape
+    (sh, sw), (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding")
+    if groups != 1 or activation != "none" or not 0 < C <= IM2COL_MAX_CHANNELS or W % sw:
+        return False
+    (dh, dw) = _pair(dilation, "dilation")
+    P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
+    Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
+    return N * P * Q * _im2col_pitch(R * S, C) * x.element_size() <= IM2COL_MAX_BYTES
+
+
+def _im2col_pitch(taps: int, channels: int) -> int:
+    """A's row pitch in elements: the taps' and the bias tap's columns, rounded up to 8 (16-byte
+    rows for the GEMM's TMA)."""
+    return -(-(taps + 1) * channels // 8) * 8
 
 
 _DEPTHWISE: OrderedDict = OrderedDict()
@@ -944,6 +1006,127 @@ def _pointwise_16bit(x, weight):
     out = launch(x, weight, (A, Wk), first)
     # a copied x or weight is copied again by each replay, from the current values
     return out, _RouteRepeat.Replay(launch, False, None)
+
+
+_IM2COL: OrderedDict = OrderedDict()
+
+
+def _im2col_weight(weight, bias, pitch: int):
+    """The GEMM's B [K, pitch] (K-major) of the im2col route: row k holds the weight's
+    (r, s, c) taps, then the bias (in the weight's dtype; 0 without one), then zeros to the
+    pitch (never read: the GEMM's view ends at the bias column). Made once per weight object
+    and version and bias buffer and version (`_WEIGHTS`, GPU tensors only; the caveat of
+    `_weight_side` holds: a write through `.data` is not seen)."""
+    import torch
+
+    K, C, R, S = weight.shape
+    taps = R * S * C
+
+    def make():
+        wk = torch.zeros(K, pitch, dtype=weight.dtype, device=weight.device)
+        wk[:, :taps] = weight.detach().permute(0, 2, 3, 1).reshape(K, taps)
+        if bias is not None:
+            wk[:, taps] = bias.detach().to(weight.dtype)
+        return wk
+
+    what = ("im2col", pitch) + (() if bias is None else (
+        bias.data_ptr(), bias._version, bias.dtype))
+    return _WEIGHTS.get_or_make(weight, what, make)
+
+
+def _im2col(x, weight, bias, stride, padding, dilation):
+    """conv2d(x, weight, bias) for few input channels (`im2col_applies`), bf16 / fp16, as two
+    Argus kernels: the gather (argus/kernels/conv_im2col.py) writes A [N*P*Q, pitch] with
+    K' = (r, s, c) flattened plus a ones column, then argus.ops.matmul's 16-bit GEMM
+    (`pointwise_gemm`: the schedule matmul would choose) multiplies A's first R*S*C (+1 with a
+    bias) columns by the weight's [K, R*S*C (+1)] (`_im2col_weight`: B K-major, the bias its
+    last column), fp32 accumulation, into the channels-last result's [N*P*Q, K] view.
+
+    x is read in place whatever its strides (channels-last: each pixel's channels one run;
+    NCHW: channel planes), through the view [N, H, W / sw, sw, C, 1] (the unit dim keeps the
+    innermost stride 1, which a kernel parameter needs). A is a new buffer each call (its pad
+    columns past the bias tap never written nor read). Compiled on CUDA tensors (memoized per
+    problem kind and device), built on meta tensors, interpreted on CPU tensors. Returns (the
+    result, how a repeated call with the same tensors launches again: the two kernels' launch
+    plans kept by the buffers' addresses)."""
+    import torch
+
+    from argus.kernels.conv_im2col import Im2colGeometry, im2col_kernel, im2col_tile
+
+    N, C, H, W = x.shape
+    K, _, R, S = weight.shape
+    (sh, sw), (ph, pw), (dh, dw) = (_pair(stride, "stride"), _pair(padding, "padding"),
+                                    _pair(dilation, "dilation"))
+    P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
+    Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
+    taps, M = R * S, N * P * Q
+    pitch = _im2col_pitch(taps, C)
+    kc = taps * C + (bias is not None)            # the K the GEMM multiplies
+    shape, strides = _result_layout(N, K, (P, Q))
+    first = torch.empty_strided(shape, strides, dtype=x.dtype, device=x.device)
+    if first.numel() == 0:
+        return first, None
+    geom = Im2colGeometry(R, S, sh, sw, ph, pw, dh, dw, C)
+    bq, bc = im2col_tile(C)
+    kernel = im2col_kernel(_IN[str(x.dtype)])
+    compiled = None
+    if x.is_cuda or x.is_meta:
+        key = (str(x.dtype), geom, bq, bc, x.device.index)
+        compiled = _IM2COL.get(key)
+        if compiled is None:
+            compiled = kernel.compile(geom=geom, BQ=bq, BC=bc)
+            _IM2COL[key] = compiled
+            if len(_IM2COL) > _MEMO_SIZE:
+                _IM2COL.popitem(last=False)
+
+    def x_view(x):
+        s0, s1, s2, s3 = x.detach().permute(0, 2, 3, 1).stride()
+        return x.detach().as_strided((N, H, W // sw, sw, C, 1), (s0, s1, s2 * sw, s2, s3, 1),
+                                     x.storage_offset())
+
+    def buffers(x, weight, out):
+        """(X, A's gather view, the GEMM's A, B and out views) of one call."""
+        A = torch.empty(M, pitch, dtype=x.dtype, device=x.device)
+        Av = A.as_strided((N * P, Q, taps + 1, C, 1), (Q * pitch, pitch, C, 1, 1))
+        Wk = _im2col_weight(weight, bias, pitch)
+        return x_view(x), Av, A[:, :kc], Wk[:, :kc], out.permute(0, 2, 3, 1).view(M, K)
+
+    X, Av, A2, B2, out2 = buffers(x, weight, first)
+    _, runner = pointwise_gemm(A2, B2, out2)
+    plans: dict = {}
+
+    def launch(x, weight, out=None):
+        """One call on x's, the weight's and the bias's current values into `out` (else a new
+        result)."""
+        if out is None:
+            out = torch.empty_strided(shape, strides, dtype=x.dtype, device=x.device)
+        X, Av, A2, B2, out2 = buffers(x, weight, out)
+        key = (A2.data_ptr(), B2.data_ptr(), out.data_ptr())
+        plan = plans.get(key)
+        if plan is not None:
+            for step in plan:
+                step()
+            return out
+        if compiled is None:
+            gemm, s = runner
+            # the interpreter writes every argument back: a copy keeps x's version counter
+            kernel.interpret(X.clone(), Av, geom=geom, BQ=bq, BC=bc)
+            gemm.interpret(A2, B2.clone(), out2, s=s)
+            return out
+        if x.is_meta:
+            compiled.build_for(X, Av)
+            runner.build_for(A2, B2, out2)
+            return out
+        with torch.cuda.device(x.device):
+            compiled(X, Av)
+            runner(A2, B2, out2)
+        steps = (compiled.plan_for(X, Av), runner.plan_for(A2, B2, out2))
+        if all(step is not None for step in steps):
+            _keep(plans, key, steps)
+        return out
+
+    out = launch(x, weight, first)
+    return out, _RouteRepeat.Replay(lambda x, weight: launch(x, weight), True, None)
 
 
 def _keep(plans: dict, key, plan) -> None:
@@ -1395,7 +1578,8 @@ def _register():
     def _(x, weight, bias, stride, padding, dilation, groups, activation):
         out = [(n + 2 * p - d * (k - 1) - 1) // s_ + 1 for n, k, s_, p, d in
                zip(x.shape[2:], weight.shape[2:], stride, padding, dilation)]
-        if route(x, weight, bias, stride, padding, groups, activation) == "depthwise":
+        if route(x, weight, bias, stride, padding, groups, activation,
+                 dilation=dilation) == "depthwise":
             return x.new_empty((x.shape[0], weight.shape[0], *out))   # NCHW-contiguous
         y = x.new_empty((x.shape[0], *out, weight.shape[0]))
         return y.permute(0, y.dim() - 1, *range(1, y.dim() - 1))

@@ -1,0 +1,108 @@
+"""The im2col gather of a convolution with few input channels: the channels-last input as the
+explicit GEMM operand A [N * P * Q, K'] with K' = (r, s, c) flattened (R * S * C useful
+columns), so argus.ops.matmul's GEMM then multiplies only the useful K (argus.ops.conv's
+"im2col" route).
+
+Why: the implicit GEMM (argus/kernels/conv.py) pads each tap's channels to its 64-deep K slice,
+so with C = 3 (an RGB stem) 61 of every 64 products multiply zeros (ResNet-50's 7x7 stem: 49
+taps x 64 K per pixel for 147 useful; 0.31x cuDNN on the H200, docs/perf/conv.md). Folding the
+taps into K costs one write and one read of A (R * S times the input's bytes) and no wasted
+tensor-core work beyond the GEMM's last K slice.
+
+Layout: X is the channels-last input viewed as [N, H, W / sw, sw, C] (W a multiple of the
+stride; argus.ops.conv builds the view in place), so input column w = sw * v + phase lies at
+(v, phase), phase a compile-time int per filter column: the BQ output columns q0.. of one
+output row, tap (r, s), read BQ consecutive v, each a run of C channels, as one tile. A is
+viewed as [N * P, Q, R * S + 1, C] over a row pitch of the caller's choosing (the A buffer's
+row has K' >= (R * S + 1) * C columns): element (m, q, t, c) is A[m * Q + q, t * C + c].
+Tap t = R * S is the bias tap: column R * S * C is 1 (the GEMM multiplies it by the bias,
+which argus.ops.conv puts in the weight's matching column), its other C - 1 columns 0.
+
+Padding costs nothing: input row h = p * sh + r * dh - ph is a scalar (a row outside [0, H) is
+outside X: zeros), and column v = q + (s * dw - pw) // sw with the phase (s * dw - pw) % sw
+(floor division: a negative column is outside X), so every padding tap reads zeros from the
+load's bounds. Columns c >= C of the BC-wide tile (a power of two) read zeros and are dropped
+by A's bounds; rows q >= Q likewise.
+
+Invariant: A[(n * P + p) * Q + q, (r * S + s) * C + c] = x[n, p * sh + r * dh - ph,
+q * sw + s * dw - pw, c] (0 outside the input) and A[., R * S * C] = 1, A[., R * S * C + c] = 0
+for 0 < c < C; every element of the [N * P, Q, R * S + 1, C] view is written exactly once (the
+grid covers (N * P) x ceil(Q / BQ) disjoint tiles per tap), and nothing else of A.
+"""
+
+
+import functools
+from dataclasses import dataclass
+
+import argus as ag
+from argus import dtypes
+from argus.dtypes import DType
+from argus.kernels.conv import check_geometry_fields
+
+__all__ = ["Im2colGeometry", "im2col_kernel", "im2col_tile"]
+
+
+@dataclass(frozen=True)
+class Im2colGeometry:
+    """What the problem fixes at compile time: the filter and its index map (output (p, q),
+    tap (r, s) -> input (p * stride_h + r * dil_h - pad_h, q * stride_w + s * dil_w - pad_w))
+    and the input channels (C, the run each tap contributes to K)."""
+
+    r: int
+    s: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_h: int = 0
+    pad_w: int = 0
+    dil_h: int = 1
+    dil_w: int = 1
+    channels: int = 3
+
+    def __post_init__(self) -> None:
+        check_geometry_fields(self, "sizes, strides, dilations and the channels")
+
+
+# elements of one tap's tile per thread: BQ * BC = ELEMENTS_PER_THREAD * threads
+ELEMENTS_PER_THREAD = 4
+THREADS = 128
+
+
+def im2col_tile(channels: int, threads: int = THREADS) -> tuple[int, int]:
+    """(BQ, BC): BC the channels rounded up to a power of two, BQ output columns so a tap's
+    tile is ELEMENTS_PER_THREAD elements a thread (at least one row). A first choice, not
+    measured on the H200 (scripts/gpu_conv_bench.py --cases stem times the route)."""
+    bc = 1
+    while bc < channels:
+        bc *= 2
+    return max(1, ELEMENTS_PER_THREAD * threads // bc), bc
+
+
+@functools.lru_cache(maxsize=None)
+def im2col_kernel(dtype: DType = dtypes.bf16, threads: int = THREADS) -> ag.KernelFunction:
+    """The gather kernel for one dtype (bf16 or fp16: X and A share it) and CTA size (cached):
+    compile-time `geom` (Im2colGeometry) and tile (BQ, BC) from `im2col_tile`."""
+    if dtype not in (dtypes.bf16, dtypes.f16):
+        raise ValueError(f"the im2col gather moves bf16 or fp16 data, not {dtype}")
+
+    def conv_im2col(X: ag.Tensor["N", "H", "WS", "SW", "C", "U", dtype],  # [N,H,W/sw,sw,C,1]
+                    A: ag.Tensor["NP", "Q", "T", "CA", "V", dtype],      # [N*P,Q,R*S+1,C,1]
+                    geom: Im2colGeometry = Im2colGeometry(1, 1), BQ: int = 128, BC: int = 4):
+        g = geom
+        P = A.shape[0] // X.shape[0]
+        row, qb = ag.grid(A.shape[0], ag.cdiv(A.shape[1], BQ))
+        n, p = row // P, row % P
+        q0 = qb * BQ
+        for r in range(g.r):
+            h = p * g.stride_h + (r * g.dil_h - g.pad_h)
+            for s in range(g.s):
+                off = s * g.dil_w - g.pad_w
+                # floor division: a negative column lands before column 0 (read as 0)
+                x = ag.load(X, (n, h, q0 + off // g.stride_w, off % g.stride_w, 0, 0),
+                            (BQ, 1, BC, 1), other=0.0)
+                ag.store(A, (row, q0, r * g.s + s, 0, 0), x)
+        # the bias tap: 1 in its first column, 0 in the others (dropped past C by A's bounds)
+        one = ag.where(ag.arange(BC)[None, None, :, None] == 0, ag.full((BQ, 1, BC, 1), 1.0),
+                       ag.full((BQ, 1, BC, 1), 0.0))
+        ag.store(A, (row, q0, g.r * g.s, 0, 0), one.to(A.dtype))
+
+    return ag.kernel(conv_im2col, threads=threads, name=f"conv_im2col_{dtype.name}_{threads}")

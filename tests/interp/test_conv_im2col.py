@@ -1,0 +1,271 @@
+"""argus.ops.conv's "im2col" route (bf16 / fp16 convolutions with few input channels, issue 17):
+the route's choice, the gather kernel (argus/kernels/conv_im2col.py) against an unfold-built
+im2col, the whole route in the numpy interpreter against torch float64 (stride, padding,
+dilation, odd sizes, NCHW and channels-last inputs, a bias, fp16), its replay, the verifier
+(store.coverage and store.once proven, nothing unknown) and NVRTC's sm_90a build of the
+gather. Speed: scripts/gpu_conv_bench.py --cases stem (GPU)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from argus.kernels.conv import ConvSchedule
+from argus.kernels.conv_im2col import Im2colGeometry, im2col_kernel, im2col_tile
+from argus.ops import conv as conv_op
+from argus.runtime import nvrtc_available
+
+
+def _t(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _rel(y, ref) -> float:
+    return ((y.double() - ref).norm() / ref.norm()).item()
+
+
+# one rounding of a 16-bit result (plus fp32 accumulation): normwise well inside 2^-8 / 2^-11
+_ROUNDING = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+
+# (what, x shape, weight shape, bias, stride, padding, dilation, groups, activation, schedule,
+# dtype, channels_last) -> route
+ROUTES = [
+    ("ResNet-50 stem", (32, 3, 224, 224), (64, 3, 7, 7), False, 2, 3, 1, 1, "none", None,
+     torch.bfloat16, True, "im2col"),
+    ("AlexNet stem (L1/50) with bias", (10, 3, 224, 224), (96, 3, 11, 11), True, 4, 2, 1, 1,
+     "none", None, torch.bfloat16, False, "im2col"),
+    ("fp16, 8 channels, dilated", (2, 8, 9, 10), (8, 8, 3, 3), False, 1, 2, 2, 1, "none",
+     None, torch.float16, True, "im2col"),
+    ("1x1 on 3 channels", (2, 3, 5, 7), (8, 3, 1, 1), False, 1, 0, 1, 1, "none", None,
+     torch.bfloat16, True, "im2col"),
+    ("1x1 on 8 channels: pointwise", (2, 8, 5, 7), (8, 8, 1, 1), False, 1, 0, 1, 1, "none",
+     None, torch.bfloat16, True, "pointwise"),
+    ("a ConvSchedule keeps the implicit GEMM", (2, 3, 16, 16), (64, 3, 7, 7), False, 2, 3, 1,
+     1, "none", ConvSchedule(bm=128, bn=64, bk=64, bw=8, stages=4, epilogue="tma"),
+     torch.bfloat16, True, "implicit_gemm"),
+    ("9 channels", (2, 9, 9, 9), (8, 9, 3, 3), False, 1, 1, 1, 1, "none", None,
+     torch.bfloat16, True, "implicit_gemm"),
+    ("two groups", (2, 8, 9, 9), (8, 4, 3, 3), False, 1, 1, 1, 2, "none", None,
+     torch.bfloat16, True, "implicit_gemm"),
+    ("relu", (2, 3, 9, 9), (8, 3, 3, 3), False, 1, 1, 1, 1, "relu", None, torch.bfloat16,
+     True, "implicit_gemm"),
+    ("W not a multiple of stride_w", (2, 3, 9, 9), (8, 3, 3, 3), False, 2, 1, 1, 1, "none",
+     None, torch.bfloat16, True, "implicit_gemm"),
+    ("fp32", (2, 3, 8, 8), (8, 3, 3, 3), False, 1, 1, 1, 1, "none", None, torch.float32,
+     True, "implicit_gemm"),
+    ("3-d", (1, 3, 4, 8, 8), (8, 3, 3, 3, 3), False, 1, 1, 1, 1, "none", None,
+     torch.bfloat16, False, "implicit_gemm"),
+]
+
+
+@pytest.mark.parametrize("case", ROUTES, ids=[c[0] for c in ROUTES])
+def test_route(case):
+    """The dispatch decision (a function of shapes, dtypes and arguments: meta tensors)."""
+    (_, xs, ws, bias, stride, padding, dilation, groups, act, schedule, dtype, cl,
+     want) = case
+    x = torch.empty(xs, dtype=dtype, device="meta")
+    if cl:
+        x = x.to(memory_format=torch.channels_last)
+    w = torch.empty(ws, dtype=dtype, device="meta")
+    b = torch.empty(ws[0], dtype=dtype, device="meta") if bias else None
+    assert conv_op.route(x, w, b, stride, padding, groups, act, schedule, None,
+                         dilation) == want
+
+
+def test_route_bounds_the_buffer(monkeypatch):
+    """A problem whose A buffer would pass IM2COL_MAX_BYTES takes the implicit GEMM."""
+    x = torch.empty(2, 3, 16, 16, dtype=torch.bfloat16, device="meta")
+    w = torch.empty(8, 3, 3, 3, dtype=torch.bfloat16, device="meta")
+    assert conv_op.route(x, w, None, 1, 1, 1) == "im2col"
+    pitch = conv_op._im2col_pitch(9, 3)                   # 30 columns -> 32
+    assert pitch == 32
+    monkeypatch.setattr(conv_op, "IM2COL_MAX_BYTES", 2 * 16 * 16 * pitch * 2 - 1)
+    assert conv_op.route(x, w, None, 1, 1, 1) == "implicit_gemm"
+
+
+def _im2col_reference(x, R, S, stride, padding, dilation):
+    """[N*P*Q, R*S*C] with columns (r, s, c), in float64, from torch's unfold (its columns are
+    (c, r, s))."""
+    N, C = x.shape[:2]
+    cols = F.unfold(x.double(), (R, S), dilation, padding, stride)      # [N, C*R*S, P*Q]
+    L = cols.shape[-1]
+    return cols.view(N, C, R * S, L).permute(0, 3, 2, 1).reshape(N * L, R * S * C)
+
+
+# (N, C, H, W, R, S, stride, padding, dilation, channels_last)
+GATHERS = [
+    (2, 3, 16, 16, 7, 7, 2, 3, 1, True),           # the stem's form
+    (1, 3, 20, 24, 11, 11, 4, 2, 1, False),        # the AlexNet stem's form, NCHW
+    (2, 5, 9, 8, 3, 2, (1, 2), (2, 1), (2, 3), True),   # asymmetric, dilated, C = 5
+    (1, 1, 7, 9, 3, 3, 1, 1, 1, False),            # one channel, odd sizes
+    (1, 16, 5, 6, 1, 1, (1, 3), 0, 1, True),       # C = 16 (BC = C), 1x1 stride 3
+    (3, 2, 4, 300, 1, 5, 1, (0, 2), 1, True),      # Q = 300: three column tiles
+]
+
+
+@pytest.mark.parametrize("case", GATHERS, ids=lambda c: "x".join(map(str, c)))
+def test_gather_writes_the_im2col_matrix(case):
+    """The gather alone: A's (r, s, c) columns equal the unfold-built im2col exactly (a copy,
+    padding taps 0), the bias tap is (1, 0, ..., 0), and the pitch's columns past the bias
+    tap are never written (the buffer's sentinel stays)."""
+    N, C, H, W, R, S, stride, padding, dilation, cl = case
+    (sh, sw), (ph, pw), (dh, dw) = (conv_op._pair(v, "v") for v in (stride, padding, dilation))
+    x = _t(N, C, H, W, seed=1).bfloat16()
+    if cl:
+        x = x.to(memory_format=torch.channels_last)
+    P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
+    Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
+    T = R * S
+    pitch = conv_op._im2col_pitch(T, C)
+    A = torch.full((N * P * Q, pitch), 7.0, dtype=torch.bfloat16)
+    s0, s1, s2, s3 = x.permute(0, 2, 3, 1).stride()
+    X = x.as_strided((N, H, W // sw, sw, C, 1), (s0, s1, s2 * sw, s2, s3, 1))
+    Av = A.as_strided((N * P, Q, T + 1, C, 1), (Q * pitch, pitch, C, 1, 1))
+    bq, bc = im2col_tile(C)
+    im2col_kernel().interpret(X.clone(), Av, geom=Im2colGeometry(R, S, sh, sw, ph, pw, dh, dw,
+                                                                 C), BQ=bq, BC=bc)
+    ref = _im2col_reference(x, R, S, (sh, sw), (ph, pw), (dh, dw))
+    assert torch.equal(A[:, :T * C].double(), ref)
+    bias_tap = torch.zeros(C, dtype=torch.bfloat16)
+    bias_tap[0] = 1
+    assert torch.equal(A[:, T * C:(T + 1) * C], bias_tap.expand(N * P * Q, C))
+    assert bool((A[:, (T + 1) * C:] == 7).all())
+
+
+def test_tile_shapes():
+    """BC: the channels rounded up to a power of two; BQ * BC = 4 elements a thread."""
+    assert im2col_tile(3) == (128, 4)
+    assert im2col_tile(16) == (32, 16)
+    assert im2col_tile(5) == (64, 8)
+    assert im2col_tile(1) == (512, 1)
+
+
+def _spy(monkeypatch):
+    taken = []
+    for name, label in (("_im2col", "im2col"), ("_pointwise_16bit", "pointwise"),
+                        ("conv_kernel", "implicit_gemm")):
+        real = getattr(conv_op, name)
+        monkeypatch.setattr(conv_op, name,
+                            lambda *a, _r=real, _l=label, **k: taken.append(_l) or _r(*a, **k))
+    monkeypatch.setattr(conv_op, "_REPEATS", {})
+    monkeypatch.setattr(conv_op, "_POINTWISE", type(conv_op._POINTWISE)())
+    return taken
+
+
+# (N, C, H, W, K, R, S, stride, padding, dilation, bias, channels_last, dtype)
+CONVS = [
+    (2, 3, 16, 16, 16, 7, 7, 2, 3, 1, False, True, torch.bfloat16),      # the stem's form
+    (1, 3, 20, 20, 12, 11, 11, 4, 2, 1, True, False, torch.bfloat16),    # L1/50's, NCHW, bias
+    (2, 5, 9, 8, 6, 3, 2, (1, 2), (2, 1), (2, 3), True, True, torch.float16),
+    (1, 1, 7, 9, 4, 3, 3, 1, 1, 1, False, False, torch.bfloat16),        # odd sizes, C = 1
+    (2, 8, 6, 6, 24, 3, 3, 1, 1, 1, True, True, torch.bfloat16),         # C = 8, K ragged
+    (1, 3, 11, 12, 70, 5, 3, (3, 2), (0, 1), 1, False, True, torch.bfloat16),  # K > 64
+]
+
+
+@pytest.mark.parametrize("case", CONVS, ids=lambda c: "x".join(map(str, c[:12])) +
+                         str(c[12])[6:])
+def test_im2col_route_matches_float64(case, monkeypatch):
+    """The route (gather + matmul's GEMM with the GEMM problem M = N*P*Q, N = K, K = R*S*C
+    (+ 1 for the bias)) against float64 F.conv2d of the same 16-bit inputs: within one
+    rounding; the result NCHW-shaped, channels-last, in x's dtype, as the implicit GEMM's."""
+    taken = _spy(monkeypatch)
+    problems = []
+    real = conv_op.pointwise_gemm
+    monkeypatch.setattr(conv_op, "pointwise_gemm",
+                        lambda *a: problems.append(tuple(t.shape for t in a)) or real(*a))
+    N, C, H, W, K, R, S, stride, padding, dilation, bias, cl, dtype = case
+    x = _t(N, C, H, W, seed=2).to(dtype)
+    if cl:
+        x = x.to(memory_format=torch.channels_last)
+    w = (_t(K, C, R, S, seed=3) / (C * R * S) ** 0.5).to(dtype)
+    b = _t(K, seed=4).to(dtype) if bias else None
+    y = conv_op.conv2d_interpret(x, w, b, stride, padding, dilation)
+    assert taken == ["im2col"]
+    ref = F.conv2d(x.double(), w.double(), None if b is None else b.double(), stride, padding,
+                   dilation)
+    assert y.shape == ref.shape and y.dtype == dtype
+    assert y.permute(0, 2, 3, 1).is_contiguous()
+    assert _rel(y, ref) <= _ROUNDING[dtype]
+    kc = R * S * C + bias
+    assert problems == [((y.numel() // K, kc), (K, kc), (y.numel() // K, K))]
+
+
+def test_conv1d_form_and_fp32_bias():
+    """conv1d's [N, C, 1, L] form takes the route; an fp32 bias with bf16 data is rounded to
+    bf16 in the weight's bias column (as the implicit GEMM reads it in the output dtype)."""
+    x, w = _t(2, 3, 1, 40, seed=5).bfloat16(), (_t(8, 3, 1, 5, seed=6) / 4).bfloat16()
+    b = _t(8, seed=7)
+    y = conv_op.conv2d_interpret(x, w, b, (1, 2), (0, 2))
+    ref = F.conv2d(x.double(), w.double(), b.bfloat16().double(), (1, 2), (0, 2))
+    assert conv_op.route(x, w, b, (1, 2), (0, 2), 1) == "im2col"
+    assert _rel(y, ref) <= 2.0 ** -8
+
+
+def test_im2col_and_implicit_gemm_agree():
+    """The route and the implicit GEMM (a ConvSchedule passed: the opt-out the bench times)
+    compute the same convolution: within two roundings of each other."""
+    x = _t(1, 3, 8, 8, seed=8).bfloat16().to(memory_format=torch.channels_last)
+    w = (_t(16, 3, 3, 3, seed=9) / 3).bfloat16()
+    s = ConvSchedule(bm=128, bn=64, bk=64, bw=8, stages=4, epilogue="tma")
+    fast = conv_op.conv2d_interpret(x, w, None, 2, 1)
+    slow = conv_op.conv2d_interpret(x, w, None, 2, 1, schedule=s)
+    assert _rel(fast, slow.double()) <= 2 * 2.0 ** -8
+    assert fast.stride() == slow.stride()
+
+
+def test_repeated_call_replays_and_reads_current_values(monkeypatch):
+    """A repeated call with the same tensors replays the prepared launch (no new preparation)
+    on x's current values; a bias updated in place (its version bumps) is seen: prepared anew,
+    its new values in the weight's bias column."""
+    taken = _spy(monkeypatch)
+    x = _t(2, 3, 12, 12, seed=10).bfloat16().to(memory_format=torch.channels_last)
+    w, b = (_t(8, 3, 5, 5, seed=11) / 8).bfloat16(), _t(8, seed=12).bfloat16()
+    first = conv_op.conv2d_interpret(x, w, b, 2, 2)
+    again = conv_op.conv2d_interpret(x, w, b, 2, 2)
+    assert taken == ["im2col"] and torch.equal(again, first)
+    x.copy_(_t(*x.shape, seed=13))
+    replayed = conv_op.conv2d_interpret(x, w, b, 2, 2)
+    assert taken == ["im2col"] and not torch.equal(replayed, first)
+    assert _rel(replayed, F.conv2d(x.double(), w.double(), b.double(), 2, 2)) <= 2.0 ** -8
+    b.add_(1.0)
+    moved = conv_op.conv2d_interpret(x, w, b, 2, 2)
+    assert taken == ["im2col", "im2col"]
+    assert _rel(moved, F.conv2d(x.double(), w.double(), b.double(), 2, 2)) <= 2.0 ** -8
+
+
+GEOMETRIES = [Im2colGeometry(7, 7, 2, 2, 3, 3, 1, 1, 3),       # ResNet-50's stem
+              Im2colGeometry(11, 11, 4, 4, 2, 2, 1, 1, 3),     # AlexNet's (L1/50)
+              Im2colGeometry(3, 2, 1, 2, 2, 1, 2, 3, 5)]       # asymmetric, dilated
+
+
+@pytest.mark.parametrize("geom", GEOMETRIES, ids=lambda g: f"{g.r}x{g.s}s{g.stride_w}")
+def test_gather_verifies_with_zero_errors(geom):
+    """store.coverage and store.once proven for A (the grid covers the [N*P, Q, T+1, C] view
+    with disjoint tiles), no error or unknown, within 2 s CPU (dev machine, scaled)."""
+    from argus.compiler import lower_only
+    from tests.verify.timing import least_cpu_verify, runs_text, within
+
+    bq, bc = im2col_tile(geom.channels)
+    report, times, bounds = least_cpu_verify(lower_only(im2col_kernel(), geom=geom, BQ=bq,
+                                                        BC=bc), 2, 2.0)
+    assert not report.errors and not report.unknowns, \
+        "\n".join(str(d) for d in report.errors + report.unknowns)
+    codes = {f.code for f in report.proven}
+    assert {"store.once", "store.coverage"} <= codes
+    assert within(times, bounds), runs_text(times, bounds)
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_nvrtc_builds_the_gather(dtype, tmp_path, monkeypatch):
+    """The gather compiles for sm_90a with no spills and no tensor-core op (a copy)."""
+    from argus import codegen, dtypes
+    from argus.compiler import lower_only
+    from argus.runtime.compile import compile_cuda
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    source = codegen.render(lower_only(im2col_kernel(getattr(dtypes, dtype)),
+                                       geom=GEOMETRIES[0], BQ=128, BC=4))
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    assert "wgmma" not in binary.ptx and "st.global" in binary.ptx
+    assert not binary.resource(source.name).spills
