@@ -32,7 +32,10 @@ log2(e) * q_scale * k_scale and o_scale = v_scale; P is quantized to e4m3 in reg
 P_SCALE * exp2(s - m) (attention.P_BIAS), so the output's error is that of e4m3 P and V:
 about 2% of max |out| on random data against float64 (tests/interp/test_attention_fp8_interp.py).
 
-Eager only: no torch.library custom op yet (torch.compile and autograd do not trace it).
+Eager calls launch the kernel directly; under torch.compile, a TorchDispatchMode or autograd
+(on tensor subclasses, fake tensors) it runs as the torch.library custom op
+`argus::attention_fp8` (opaque to torch.compile, which calls its fake for shapes; no backward),
+with the scales as floats (a tensor scale is read with .item() first, a graph break).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.attention import HEAD_DIMS, LOG2E, attention_kernel, fp8_schedule
 from argus.ops.attention import _compiled, for_scale
+from argus.ops.attention_decode import _eager
 from argus.ops.attention_inputs import LAYOUTS, _bhsd, _check_strides
 from argus.runtime.args import check_on_one_gpu
 
@@ -61,8 +65,15 @@ def attention_fp8(q, k, v, *, q_scale, k_scale, v_scale, causal: bool = False,
                   return_lse: bool = False, schedule=None):
     """softmax(scale * (q_scale q)(k_scale k)^T [+ causal mask]) (v_scale v) in bfloat16;
     (out, lse) with return_lse=True. See the module docstring."""
-    out, lse = run_fp8(q, k, v, q_scale, k_scale, v_scale, bool(causal), scale, layout,
-                       bool(v_transposed), bool(return_lse), schedule=schedule)
+    if schedule is not None or _eager(q, k, v):
+        out, lse = run_fp8(q, k, v, q_scale, k_scale, v_scale, bool(causal), scale, layout,
+                           bool(v_transposed), bool(return_lse), schedule=schedule)
+    else:
+        scales = [_scalar(n, x) for n, x in (("q_scale", q_scale), ("k_scale", k_scale),
+                                             ("v_scale", v_scale))]
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else _scalar("scale", scale)
+        out, lse = _op()(q, k, v, *scales, bool(causal), scale, layout, bool(v_transposed),
+                         bool(return_lse))
     return (out, lse) if return_lse else out
 
 
@@ -218,3 +229,46 @@ def run_fp8(q, k, v, q_scale, k_scale, v_scale, causal: bool, scale, layout: str
     if plan is not False:
         plan()
     return out, lse
+
+
+# ----------------------------------------------------------------------------- custom op
+
+_OP = None
+
+
+def _op():
+    """torch.ops.argus.attention_fp8, registered on first use (see the module docstring)."""
+    global _OP
+    if _OP is None:
+        _OP = _register()
+    return _OP
+
+
+def _register():
+    import torch
+
+    try:  # registered already (this module loaded twice): use that one
+        return torch.ops.argus.attention_fp8.default
+    except (AttributeError, RuntimeError):
+        pass
+
+    @torch.library.custom_op("argus::attention_fp8", mutates_args=(),
+                             schema="(Tensor q, Tensor k, Tensor v, float q_scale, "
+                                    "float k_scale, float v_scale, bool causal, float scale, "
+                                    "str layout, bool v_transposed, bool return_lse) -> "
+                                    "(Tensor, Tensor)")
+    def attention_fp8_op(q, k, v, q_scale, k_scale, v_scale, causal, scale, layout,
+                         v_transposed, return_lse):
+        return run_fp8(q, k, v, q_scale, k_scale, v_scale, causal, scale, layout,
+                       v_transposed, return_lse)
+
+    @attention_fp8_op.register_fake
+    def _(q, k, v, q_scale, k_scale, v_scale, causal, scale, layout, v_transposed,
+          return_lse):
+        check_fp8(q, k, v, layout=layout, v_transposed=v_transposed, device=False)
+        B, H, S = _bhsd(q, layout).shape[:3]
+        out = q.new_empty(q.shape, dtype=torch.bfloat16)
+        lse = q.new_empty((B, H, S) if return_lse else (0,), dtype=torch.float32)
+        return out, lse
+
+    return attention_fp8_op

@@ -218,3 +218,22 @@ def test_default_schedule_is_fp8_legal():
     for D in (64, 128, 256):
         for causal in (False, True):
             assert fp8_schedule(D, causal).problems_for(D, __import__("argus").e4m3) == []
+
+
+def test_the_custom_op_fake_gives_shapes_and_checks():
+    """Under a tracer (fake tensors) the call goes through argus::attention_fp8, whose fake
+    returns the output and LSE shapes and runs the same checks."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import argus.ops
+
+    q, k, v, qs, ks, vs = inputs(2, 4, 2, 70, 100, 128, layout="bshd")
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fq, fk, fv = (mode.from_tensor(t) for t in (q, k, v))
+        out, lse = argus.ops.attention_fp8(fq, fk, fv, q_scale=qs, k_scale=ks, v_scale=vs,
+                                           layout="bshd", return_lse=True)
+        assert out.shape == q.shape and out.dtype == torch.bfloat16
+        assert lse.shape == (2, 4, 70) and lse.dtype == torch.float32
+        with pytest.raises(LaunchError, match="must all be float8_e4m3fn"):
+            argus.ops.attention_fp8(fq.bfloat16(), fk, fv, q_scale=qs, k_scale=ks,
+                                    v_scale=vs, layout="bshd")
