@@ -9,7 +9,8 @@ enable_gqa=True)` with two documented differences, both FlashAttention's convent
 * a query row that sees no key at all (causal with Sq > Skv, or Skv = 0) gets zeros, and its
   log-sum-exp is -inf.
 
-Tensors: bf16 or fp16 on one CUDA device, head dim 64, 128 or 256, any sequence lengths.
+Tensors: bf16 or fp16 on one CUDA device, head dim 64, 128 or 256, any sequence lengths (FP8
+e4m3 inputs with per-tensor scales: `argus.ops.attention_fp8`, argus/ops/attention_fp8.py).
 layout="bhsd": q [B, Hq, Sq, D], k and v [B, Hkv, Skv, D]; layout="bshd": q [B, Sq, Hq, D], k
 and v [B, Skv, Hkv, D] (read in place through strided tensor maps, no copy; the output comes
 back in the same layout). Hq must be a multiple of Hkv (GQA / MQA: query head h reads kv head

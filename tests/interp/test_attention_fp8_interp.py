@@ -237,3 +237,21 @@ def test_the_custom_op_fake_gives_shapes_and_checks():
         with pytest.raises(LaunchError, match="must all be float8_e4m3fn"):
             argus.ops.attention_fp8(fq.bfloat16(), fk, fv, q_scale=qs, k_scale=ks,
                                     v_scale=vs, layout="bshd")
+
+
+def test_a_negative_scale_product_runs_unfolded():
+    """q_scale * k_scale < 0 flips the scores: a schedule with the folded scale (the row max
+    of the raw scores, right only for a positive scale) is run unfolded (for_scale), and the
+    result is still the float64 one."""
+    q, k, v, qs, ks, vs = inputs(1, 2, 2, 100, 150, 128, seed=8)
+    folded = AttentionSchedule(block_m=128, block_n=128, approx_exp2=True, fold_scale=True)
+    got, lse = run(q, k, v, qs, -ks, vs, True, schedule=folded)
+    assert_close(got, lse, *reference(q, k, v, qs, -ks, vs, True))
+
+
+def test_cpu_tensors_are_refused_by_the_launch():
+    import argus.ops
+
+    q, k, v, qs, ks, vs = _ok()
+    with pytest.raises(LaunchError, match="CUDA"):
+        argus.ops.attention_fp8(q, k, v, q_scale=qs, k_scale=ks, v_scale=vs)
