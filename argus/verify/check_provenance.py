@@ -13,6 +13,8 @@ kernel of that shape; write it from two loads into two buffers.)
 
 from __future__ import annotations
 
+import z3
+
 from argus.verify import witness as W
 from argus.verify.model import Model, b_index
 from argus.verify.obligation import Finding
@@ -32,6 +34,14 @@ def obligations(model: Model) -> tuple[list, list[Finding]]:
         ra = model.wgmma_a(site, mm, kk)
         rb = model.read_smem(site.b, b_index(site.b, n, kk, op.k_extent, op.trans_b),
                              site.site)
+        ta, tb = ra.fields.get("tensor"), rb.fields.get("tensor")
+        ta, tb = (None if t is None else z3.simplify(t.term) for t in (ta, tb))
+        if ta is not None and tb is not None and z3.is_int_value(ta) and \
+                z3.is_int_value(tb) and ta.as_long() != tb.as_long():
+            # two tensors whose rows share a dim name (self-attention's Q["S", D] and
+            # K["S", D]): equal lengths, two coordinates; B reads its own tensor
+            finds.append(Finding("wgmma.provenance", op.loc, subject, "proven"))
+            continue
         clash = sorted(name for name in set(ra.fields) & set(rb.fields)
                        if name in coords and name not in META_FIELDS
                        and ra.fields[name].is_point and rb.fields[name].is_point

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import z3
 
+from argus.ir import ops as O
 from argus.verify import witness as W
 from argus.verify.model import Model, ReadSite, Site, _num, _stage_eq, _subst
 from argus.verify.obligation import Finding, Obligation
@@ -34,7 +35,57 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     finds += f
     obs += _bounds(model)
     finds += _uniform(model)
+    finds += _dead_copies(model)
     return obs, finds
+
+
+def _dead_copies(model: Model) -> list[Finding]:
+    """smem.dead: a buffer TMA copies fill that no op reads. An IR fact: an op reads a
+    buffer when it takes the buffer or a view of it as an operand, unless it only writes it
+    (the TMA copy's destination, stmatrix) or derives another view from it (whose readers
+    count). Conservative: any other op that names the buffer (a tag assertion, a lowered
+    barrier op) counts as a reader, so only a buffer nothing but its writers name is
+    reported. A warning: dead data is no wrong output by itself, but the op meant to read
+    it read another buffer (P V reading K's buffer twice, V's never): the finding lists the
+    reads of the buffers filled beside it, the lines a fix edits."""
+    tma = {bid: [w for w in ws if w.kind == "tma"] for bid, ws in model.writes.items()}
+    tma = {bid: ws for bid, ws in tma.items() if ws}
+    if not tma:
+        return []
+
+    def buffer_of(v):
+        vi = model.views.get(v.id)
+        return vi.buffer.id if vi is not None else v.id
+
+    read: set[int] = set()
+    for op in model.kernel.walk():
+        if isinstance(op, (O.TmaLoad, O.StMatrix)):
+            continue
+        if any(r.id in model.views for r in op.results()):
+            continue   # a view of a view: its own readers count
+        read |= {buffer_of(v) for v in op.operands()}
+    read |= {r.view.buffer.id for r in model.reads}
+    out = []
+    for bid, ws in tma.items():
+        if bid in read:
+            continue
+        first = ws[0]
+        steps = {w.step.site.seq for w in ws if w.step is not None}
+        beside = {w.view.buffer.id for b2, ws2 in tma.items() if b2 != bid for w in ws2
+                  if w.step is not None and w.step.site.seq in steps}
+        readers = sorted({f"{r.view.buffer} by {r.kind} at {r.op.loc}" for r in model.reads
+                          if r.view.buffer.id in beside})
+        buf = str(first.view.buffer)
+        tensor = first.tensor.name if first.tensor is not None else "a tensor"
+        wit = {"buffer": buf, "tensor": tensor,
+               "copies": [str(w.op.loc) for w in ws][:4],
+               "reads_beside": readers[:6]}
+        msg = (f"{buf} is filled from {tensor} by the TMA copy at {first.op.loc} but no op "
+               f"reads it" + (f"; the buffers filled in the same step are read: "
+                              f"{'; '.join(readers[:6])}" if readers else ""))
+        out.append(Finding("smem.dead", first.op.loc, f"TMA copy into {buf}", "warning",
+                           msg, wit))
+    return out
 
 
 def _tma_buffers(model: Model) -> dict[int, list]:

@@ -28,8 +28,8 @@ from argus.verify import witness as W
 from argus.verify.model import Model, WgmmaSite, _num, b_index
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
-from argus.verify.tagdomain import (Substitution, free_consts, fresh_int, is_coordinate_field,
-                                    mentions, occurring_in, substitute)
+from argus.verify.tagdomain import (META_FIELDS, Substitution, free_consts, fresh_int,
+                                    is_coordinate_field, mentions, occurring_in, substitute)
 
 
 def _coords_text(zm, rec, model: Model) -> str:
@@ -86,10 +86,14 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
                       decode, minimize=_minimize(site) + [m, n, kk])]
     claims = []
     k_fields = []   # candidates: their terms mention kk (`_reduction_fields` decides)
+    dims = []       # contracted integer dims (`_contracted_dim`): used when nothing else is
     for name in sorted(set(ra.fields) & set(rb.fields)):
+        fa, fb = ra.fields[name], rb.fields[name]
+        if _contracted_dim(name, fa, fb, kk):
+            dims.append(name)
+            continue
         if not is_coordinate_field(name) and name not in _user_fields(model):
             continue
-        fa, fb = ra.fields[name], rb.fields[name]
         varies = mentions(fa.term, kk) or mentions(fb.term, kk)
         # a coordinate both operands hold constant over the whole tile is a batch index (batch,
         # head): it must agree too; one that follows m or n (Q's and K's sequence index in
@@ -100,6 +104,17 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
             base = base + list(fa.cond) + list(fb.cond)
             if varies and is_coordinate_field(name):
                 k_fields.append(name)
+    if dims and not any(mentions(ra.fields[x].term, kk) or mentions(rb.fields[x].term, kk)
+                        for x in set(ra.fields) & set(rb.fields) if x not in dims
+                        and x not in META_FIELDS):
+        # the only contracted coordinate is an integer dim's (A["M", 256], B["N", 256]): it
+        # is the K axis. Beside a named one (a paged cache's `key` over its page rows, the
+        # integer dim 2), the integer dim is a position inside it, repeated across pages
+        for name in dims:
+            fa, fb = ra.fields[name], rb.fields[name]
+            claims.append((f"A.{name} == B.{name}", fa.term == fb.term))
+            base = base + list(fa.cond) + list(fb.cond)
+            k_fields.append(name)
     defined = [ra.defined, rb.defined]
     for claim in claims:  # one query per field: each stays small
         obs.append(Obligation("wgmma.agree", op.loc, subject + f": {claim[0]}", base + defined,
@@ -107,6 +122,18 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
     for name in _reduction_fields(model, site, k_fields):
         obs.extend(_k_once(model, site, name))
     return obs
+
+
+def _contracted_dim(name: str, fa, fb, kk) -> bool:
+    """Whether `name` is an integer dim's field (`dim1` of A["M", 256]: no shape symbol
+    names it) that both operands contract: its term follows the instruction's k on both
+    sides. Such fields are no coordinate elsewhere (the `dim{i}` of two tensors need not be
+    one axis: X[4, M] and Y[M, 4]), but a field both operands index by k is each operand's
+    K axis at the same position, the one the product sums over: it must agree and be
+    multiplied once per k like a named K (a Python-unrolled K loop over a fixed K = 256
+    multiplying one k tile twice was accepted, issue 13's held-out style)."""
+    return name.startswith("dim") and fa.is_point and fb.is_point and \
+        mentions(fa.term, kk) and mentions(fb.term, kk)
 
 
 def _reduction_fields(model: Model, site: WgmmaSite, names: list[str]) -> list[str]:
@@ -182,7 +209,8 @@ def _tensor_coordinates(model: Model, records) -> set[str]:
         t = z3.simplify(t.term)
         known = z3.is_int_value(t) and 0 <= t.as_long() < len(infos)
         for info in ([infos[t.as_long()]] if known else infos):
-            out |= {x for x in info.field_names if is_coordinate_field(x)}
+            out |= {x for x in info.field_names
+                    if is_coordinate_field(x) or x.startswith("dim")}
     return out
 
 

@@ -154,12 +154,16 @@ class Names:
     def ops_at(self, loc: Loc) -> list[Op]:
         return self.by_line.get((loc.file, loc.line), [])
 
-    def definitions(self, loc: Loc, limit: int = 10) -> dict[str, str]:
+    def definitions(self, loc: Loc, limit: int = 12) -> dict[str, str]:
         """name -> 'file:line' of what the ops at `loc` read, the loops around them and their
-        bounds, then one more hop through scalars; only definitions on other lines."""
+        bounds, then one more hop through scalars; only definitions on other lines. A value
+        without a name of its own (the `k1 - k0` inside `steps = ag.maximum(k1 - k0, 0)`) is
+        looked through to the named values it is computed from: a loop bound's formula is
+        the line a wrong trip count is fixed on (a split's `k1`), not the bound's own line."""
         out: dict[str, str] = {}
         ops = self.ops_at(loc)
         later: list[int] = []
+        through: set[int] = set()
 
         def add(vid: int, deeper: bool) -> None:
             op = self.defs.get(vid)
@@ -168,6 +172,12 @@ class Names:
             n = self.name(vid)
             if n is not None and op.loc.line and op.loc.line != loc.line:
                 out.setdefault(n, str(op.loc))
+            if n is None and not isinstance(op, (O.SmemAlloc, O.PipelineCreate, O.For)) \
+                    and vid not in through and len(through) < 40:
+                through.add(vid)   # unnamed arithmetic: its operands, at the same depth
+                for v in op.operands():
+                    add(v.id, deeper)
+                return
             if deeper and not isinstance(op, (O.SmemAlloc, O.PipelineCreate, O.For)):
                 later.extend(v.id for v in op.operands())
         for op in ops:

@@ -145,6 +145,11 @@ _RULES = [
          "pipeline"),
     Rule("smem.bounds", "every shared-memory view lies inside its buffer and stage", (5,),
          "LIA", "keep row0 + rows <= buffer rows for every warpgroup index"),
+    Rule("smem.dead", "every shared-memory buffer a TMA copy fills is read (by a wgmma, an "
+         "ldmatrix, a TMA store or a tag assertion): a copy nothing reads is data the kernel "
+         "loaded for a use that reads another buffer instead (a warning)", (3, 21), "arith",
+         "pass the buffer the data was loaded into to the op meant to read it (the reads of "
+         "the buffers filled beside it are listed), or drop the copy"),
     Rule("ew.broadcast", "a broadcast operand (a row or column vector) describes the same "
          "rows/columns as the tile it is combined with", (16, 17, 19), "LIA",
          "load or reduce the vector at the tile's offsets"),

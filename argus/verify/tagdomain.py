@@ -663,3 +663,59 @@ def combine(a: TagVal, b: TagVal, note: str) -> TagVal:
     if a.is_point or not b.is_point:
         return replace(a, mixed=a.mixed + ((note,) if not b.is_point else ()) + b.mixed)
     return replace(b, mixed=b.mixed + (note,) + a.mixed)
+
+
+def align_operands(ra: Record, rb: Record, m, n, kk, tensors) -> Record:
+    """B's record of a wgmma with the fields that share a name with A's but not its
+    coordinate renamed `<field>@<tensor>`. The DSL asks only that one dim name have one size
+    (docs/dsl.md); two tensors may use it for two coordinates: self-attention's Q["S", D] and
+    K["S", D] (the query and the key, of one length). Tags are named by dim, so the score
+    S = Q K^T would hold the query row and the key column under one `s`: A's lineage kept,
+    the key lost, and P V (P's key against V's row `s`) compares the query with the key.
+      * A's `f` follows the accumulator row m, B's `f` (another tensor) the column n: B's
+        becomes `f@B` (`s@K`: the key, apart from the query);
+      * A's `f` follows m and A holds exactly one `f@T` that follows k (P's key, named by
+        the earlier product): B's `f` becomes that name (V's row is P's key), so that the
+        two are compared as the contracted coordinate, whatever B's follows.
+    B reading A's own tensor rows keeps the name (wgmma.provenance's A Aᵀ), and so does an
+    operand transposed by mistake (A's `k` following m with no `k@T` beside it: the loads'
+    swapped coordinates are wgmma.agree's to report). Nothing changes when no name is
+    shared this way: a kernel that names its dims apart reads as before. Only tensor
+    coordinates (the dim names of `tensors`, the model's TensorInfo list) are renamed: a user
+    tag (`expert`) is meant to agree between A's rows and B's columns."""
+    tensor_names = [t.name for t in tensors]
+    coordinates = {x for t in tensors for x in t.field_names}
+
+    def follows(val, var) -> bool:
+        return mentions(val.term, var)
+
+    def tensor(rec):
+        t = rec.fields.get("tensor")
+        if t is None:
+            return None
+        t = z3.simplify(t.term)
+        return t.as_long() if z3.is_int_value(t) else None
+
+    ta, tb = tensor(ra), tensor(rb)
+    if tb is None:
+        return rb
+    renames = {}
+    for name in set(ra.fields) & set(rb.fields):
+        if name in META_FIELDS or name not in coordinates:
+            continue
+        fa, fb = ra.fields[name], rb.fields[name]
+        if not (fa.is_point and fb.is_point) or not follows(fa, m) or follows(fa, kk):
+            continue
+        keyed = [x for x, v in ra.fields.items() if x.startswith(name + "@")
+                 and v.is_point and follows(v, kk)]
+        if len(keyed) == 1:
+            # A contracts the `f` coordinate it holds under `f@T`: B's `f` is compared with
+            # it (V's row with P's key; a V read along n instead is wgmma.agree's)
+            renames[name] = keyed[0]
+        elif follows(fb, n) and not follows(fb, kk):
+            if ta is not None and ta != tb and 0 <= tb < len(tensor_names):
+                renames[name] = f"{name}@{tensor_names[tb]}"
+    if not renames:
+        return rb
+    fields = {renames.get(k, k): v for k, v in rb.fields.items()}
+    return replace(rb, fields=fields)

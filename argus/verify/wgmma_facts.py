@@ -12,7 +12,7 @@ import z3
 from argus.ir import ops as O
 from argus.ir.types import TileType
 from argus.verify.model import Model, WgmmaSite, b_index
-from argus.verify.tagdomain import fresh_int, with_fresh
+from argus.verify.tagdomain import align_operands, fresh_int, with_fresh
 
 
 def _defs(model: Model) -> dict:
@@ -97,6 +97,9 @@ def _operands(model: Model, site: WgmmaSite):
         ra, own_a = with_fresh(lambda: model.wgmma_a(site, m, kk))
         rb = model.read_smem(site.b, b_index(site.b, n, kk, op.k_extent, op.trans_b),
                              site.site)
+        # B's fields named as the accumulator's transfer names them (self-attention's one
+        # dim name for the query and the key: tagdomain.align_operands)
+        rb = align_operands(ra, rb, m, n, kk, list(model.tensors.values()))
         got = memo[site.site.seq] = (m, n, kk, ra, rb, own_a)
     return got
 

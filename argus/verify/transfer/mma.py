@@ -13,7 +13,7 @@ flow into the accumulator, only the data's tags; A and B are resolved at the wgm
 from __future__ import annotations
 
 from argus.ir import ops as O
-from argus.verify.tagdomain import (Record, combine, fresh_int, reduce_over,
+from argus.verify.tagdomain import (Record, align_operands, combine, fresh_int, reduce_over,
                                     referenced_conds, through, with_fresh)
 from argus.verify.transfer.domain import ReadSite, Rule, TileState, WgmmaSite, b_index
 from argus.verify.transfer.values import FACTS
@@ -46,6 +46,9 @@ def wgmma(m: Model, op: O.Wgmma, scopes, role, counters, following) -> None:
         prev = Record(source="an overwritten accumulator") if op.overwrite else before.fn(idx)
         # (the product is no longer the value the accumulator had: its value facts go)
         fields = {k: v for k, v in prev.fields.items() if k not in FACTS}
+        # one dim name on two tensors' rows (self-attention's Q["S", D], K["S", D]): B's
+        # lineage under its own name (`align_operands`), not lost under A's
+        rb = align_operands(ra, rb, mm, n, kk, list(m.tensors.values()))
         for rec in (ra, rb):
             for name, val in rec.fields.items():
                 if name in ("tensor", "iter", "step", "stage", "value", "live"):
