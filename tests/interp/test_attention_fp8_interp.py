@@ -255,3 +255,11 @@ def test_cpu_tensors_are_refused_by_the_launch():
     q, k, v, qs, ks, vs = _ok()
     with pytest.raises(LaunchError, match="CUDA"):
         argus.ops.attention_fp8(q, k, v, q_scale=qs, k_scale=ks, v_scale=vs)
+
+
+@pytest.mark.parametrize("S,SK,causal", [(1, 300, True), (1, 1, False), (5, 17, True)])
+def test_short_queries_and_keys(S, SK, causal):
+    """A handful of query rows or keys (attention_fp8 has no decode kernel: the prefill kernel
+    runs them, one tile, mostly masked)."""
+    q, k, v, qs, ks, vs = inputs(2, 2, 1, S, SK, 128, seed=9)
+    assert_close(*run(q, k, v, qs, ks, vs, causal), *reference(q, k, v, qs, ks, vs, causal))
