@@ -34,6 +34,7 @@ def obligations(model: Model) -> tuple[list, list[Finding]]:
         ra = model.wgmma_a(site, mm, kk)
         rb = model.read_smem(site.b, b_index(site.b, n, kk, op.k_extent, op.trans_b),
                              site.site)
+        subject = f"wgmma at {op.loc} (a = {site.a_name}, b = {site.b.buffer})"
         ta, tb = ra.fields.get("tensor"), rb.fields.get("tensor")
         ta, tb = (None if t is None else z3.simplify(t.term) for t in (ta, tb))
         if ta is not None and tb is not None and z3.is_int_value(ta) and \
@@ -51,7 +52,6 @@ def obligations(model: Model) -> tuple[list, list[Finding]]:
                        and not mentions(rb.fields[name].term, kk)
                        and mentions(ra.fields[name].term, mm)
                        and mentions(rb.fields[name].term, n))
-        subject = f"wgmma at {op.loc} (a = {site.a_name}, b = {site.b.buffer})"
         if not clash:
             finds.append(Finding("wgmma.provenance", op.loc, subject, "proven"))
             continue

@@ -13,6 +13,10 @@ coordinate (the field that varies along the axis: n of X[m, n]) must be
     extent (a counting argument, as for wgmma.k-once), so a loop that skips the last block
     (`ag.range(blocks - 1)`) or a block size that does not match the offset is caught.
 
+Several reductions in one iteration into the same accumulator (a Python loop unrolled while
+tracing: two blocks an iteration) are one row's: `_siblings`; the domain counts every site's
+block, and no element may be reduced at two of them.
+
 A block reduced outside the loop into the same accumulator (peeled: the first block before
 the loop as the variable's initial value, `acc = x0.sum()` then `for j in ag.range(1,
 blocks)`, or the last after it, `acc = acc + tail.sum()`) is part of the same row: its
@@ -177,10 +181,43 @@ def _region_of(region, target: O.For):
     return None
 
 
+def _siblings(model: Model, red: ReduceSite, loops) -> list[ReduceSite]:
+    """The reductions that reduce blocks of the same row into the same accumulators in the
+    same iterations: the same function, axis and shape off the axis, carried over the same
+    loops into a shared variable, under the same `ag.when` blocks (a Python loop unrolled
+    while tracing: `for h in range(2): lo = ag.minimum(lo, y.min(axis=0))` loads two blocks
+    an iteration). Together they must cover the row once, as the sites of one wgmma
+    accumulator do (check_wgmma._siblings); `red` is among them, in program order."""
+    shape, axis = red.op.src.type.shape, red.op.axis
+
+    def whens(r):
+        return [sc.op.cond.id for sc in r.site.scopes if sc.kind == "if"]
+    inner = loops[-1].op
+    accs = _accumulators(red, inner)
+    out = []
+    for other in model.reduces:
+        if other is red:
+            out.append(other)
+            continue
+        oshape = other.op.src.type.shape
+        if other.op.fn != red.op.fn or other.op.axis != axis or len(oshape) != len(shape) \
+                or any(a != b for d, (a, b) in enumerate(zip(oshape, shape)) if d != axis):
+            continue
+        oloops = _carried_loops(model, other)
+        if len(oloops) != len(loops) or any(a.op is not b.op for a, b in zip(oloops, loops)):
+            continue
+        if not (_accumulators(other, inner) & accs) or whens(other) != whens(red):
+            continue
+        out.append(other)
+    return out
+
+
 def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
     loops = _carried_loops(model, red)
     if not loops:
         return []
+    siblings = _siblings(model, red, loops)
+    index = next(i for i, x in enumerate(siblings) if x is red)
     shape = red.op.src.type.shape
     axis = red.op.axis
     idx = [fresh_int(f"e{d}") for d in range(len(shape))]
@@ -232,6 +269,9 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
                               prem2, [(f"distinct (iteration, position) give distinct {name}",
                                        z3.Or(same, t1 != t2))], decode_dup,
                               minimize=vars_ + [r1]))
+        for other in siblings[index + 1:]:   # the same row's blocks at the later sites
+            out += _sibling_once(model, red, other, loops, name, idx, axis, prem, r1, t1,
+                                 ren, subject)
         peeled = _peeled_terms(model, red, loops, name, idx)
         if peeled:
             out.append(_peeled_once(model, red, loops, name, idx, prem, r1, t1, peeled,
@@ -240,7 +280,7 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
         grid = [v for v, _, _ in model.grid_vars]
         if extent is None or any(mentions(t, g) for t in trips for g in grid):
             continue
-        size = z3.IntVal(shape[axis])
+        size = z3.IntVal(shape[axis] * len(siblings))   # every site's block, each trip
         for t in trips:
             size = size * t
         for pk in peeled:                  # a block reduced outside the loop adds its positions
@@ -267,6 +307,43 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
                                for pk in peeled],
                               decode_cov, minimize=list(model.params.values())))
     return out
+
+
+def _sibling_once(model: Model, red: ReduceSite, other: ReduceSite, loops, name: str, idx,
+                  axis: int, prem, r1, t1, ren, subject: str) -> list[Obligation]:
+    """No element of the row is reduced at both `red` and a sibling site `other`, in any
+    two iterations (distinct sites are distinct instances)."""
+    shape = other.op.src.type.shape
+    r2 = fresh_int("r")
+    rec2 = other.src.fn(tuple(r2 if d == axis else x for d, x in enumerate(idx)))
+    f2 = rec2.fields.get(name)
+    if f2 is None or not f2.is_point:
+        return []
+
+    def sub(t):
+        return z3.substitute(t, *ren)
+    prem2 = list(prem) + [sub(c) for c in other.site.constraints()] + \
+        [sub(c) for c in rec2.cond] + [sub(c) for c in f2.cond] + [r2 >= 0, r2 < shape[axis]]
+    t2 = sub(f2.term)
+    vars_ = [s.var for s in loops]
+
+    def decode(zm, violated):
+        wit = W.context(model, zm, red.site)
+        i1 = {f"loop@{s.op.loc}": value(zm, s.var) for s in loops}
+        i2 = {f"loop@{s.op.loc}": value(zm, b) for s, (_, b) in zip(loops, ren)}
+        c = value(zm, t1)
+        wit.update({"element": tuple(value(zm, i) for i in idx), name: c,
+                    "first": {"iteration": i1, "position": value(zm, r1),
+                              "reduced_at": str(red.op.loc)},
+                    "second": {"iteration": i2, "position": value(zm, r2),
+                               "reduced_at": str(other.op.loc)}})
+        return (f"{name} = {c} is reduced twice: at {red.op.loc} in iteration {i1} "
+                f"(position {value(zm, r1)}) and at {other.op.loc} in iteration {i2} "
+                f"(position {value(zm, r2)})"), wit
+    return [Obligation("reduce.coverage", red.op.loc,
+                       subject + f": each once with the reduction at {other.op.loc}", prem2,
+                       [(f"the reductions at {red.op.loc} and {other.op.loc} reduce distinct "
+                         f"{name}", t1 != t2)], decode, minimize=vars_ + [r1])]
 
 
 @dataclass(frozen=True)

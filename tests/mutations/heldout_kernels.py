@@ -405,3 +405,123 @@ def make_gemm_tma_epilogue(bug: str | None = None, stages: int = 3):
                 ag.tma.store(C, (pid_m * BM + wg * 64, pid_n * BN), sC[wg])
 
     return gemm_tma_epi
+
+
+def make_gemm_bias(bug: str | None = None, stages: int = 2):
+    """C = A @ B^T + bias[None, :], the accumulator zeroed per tile, bias added in the
+    epilogue."""
+    BM, BN, BK = 128, 128, 64
+
+    @ag.kernel(name="gemm_bias")
+    def gemm_bias(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+                  bias: ag.Tensor[1, "N", ag.f32], C: ag.Tensor["M", "N", ag.bf16]):
+        M, K = A.shape
+        N = B.shape[0]
+        pid_m, pid_n = ag.grid(ag.cdiv(M, BM), ag.cdiv(N, BN))
+        sA = ag.smem((stages, BM, BK), ag.bf16, swizzle=128)
+        sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
+        pipe = ag.pipeline(stages, consumers=2)
+        k_tiles = ag.cdiv(K, BK)
+        with ag.role("producer", warpgroups=1, regs=40):
+            for k in ag.range(k_tiles):
+                with pipe.produce() as st:
+                    ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
+                    ag.tma.load(sB[st], B, (pid_n * BN, k * BK))
+        with ag.role("consumer", warpgroups=2, regs=232) as wg:
+            acc = ag.zeros((64, BN), ag.f32)
+            for k in ag.range(k_tiles):
+                with pipe.consume() as st:
+                    if bug == "acc_reset_in_k":
+                        acc = ag.zeros((64, BN), ag.f32)  # BUG:acc_reset_in_k
+                    ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)
+            if bug == "bias_from_pid_m":
+                b = ag.load(bias, (0, pid_m * BN), (1, BN))  # BUG:bias_from_pid_m
+            else:
+                b = ag.load(bias, (0, pid_n * BN), (1, BN))
+            ag.store(C, (pid_m * BM + wg * 64, pid_n * BN), (acc + b).to(ag.bf16))
+
+    return gemm_bias
+
+
+def make_row_mean(bug: str | None = None, BN: int = 1024):
+    """Row means of X [M, N] (N <= BN: one block a row), masked columns loaded as 0."""
+
+    @ag.kernel(threads=256, name="row_mean")
+    def row_mean(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["M", 1, ag.f32]):
+        (row,) = ag.grid(X.shape[0])
+        N = X.shape[1]
+        ag.tag_assume(lambda: ag.sym(N) <= BN)
+        x = ag.load(X, (row, 0), (1, BN))
+        if bug == "mean_over_block":
+            y = x.sum(axis=1) / BN  # BUG:mean_over_block
+        else:
+            y = x.sum(axis=1) / N
+        ag.store(Y, (row, 0), y)
+
+    return row_mean
+
+
+def make_batched_add(bug: str | None = None):
+    """Z[b] = X[b] + Y[b] over a 3-d grid (column blocks, row blocks, batch)."""
+
+    @ag.kernel(threads=128, name="batched_add")
+    def batched_add(X: ag.Tensor["B", "M", "N", ag.f32], Y: ag.Tensor["B", "M", "N", ag.f32],
+                    Z: ag.Tensor["B", "M", "N", ag.f32]):
+        BT, M, N = X.shape
+        pid_n, pid_m, b = ag.grid(ag.cdiv(N, 256), ag.cdiv(M, 4), BT)
+        x = ag.load(X, (b, pid_m * 4, pid_n * 256), (4, 256))
+        if bug == "y_batch_zero":
+            y = ag.load(Y, (0, pid_m * 4, pid_n * 256), (4, 256))  # BUG:y_batch_zero
+        else:
+            y = ag.load(Y, (b, pid_m * 4, pid_n * 256), (4, 256))
+        if bug == "grid_rows_floor":
+            pass
+        ag.store(Z, (b, pid_m * 4, pid_n * 256), x + y)
+
+    return batched_add
+
+
+def make_col_stride(bug: str | None = None, ROWS: int = 8, BN: int = 256):
+    """Column minima of X [R, N] over ROWS-row blocks, walked with a Python-unrolled pair of
+    loads per iteration (two row blocks an iteration)."""
+
+    @ag.kernel(threads=256, name="col_stride")
+    def col_stride(X: ag.Tensor["R", "N", ag.f32], L: ag.Tensor[1, "N", ag.f32]):
+        R, N = X.shape
+        (pid,) = ag.grid(ag.cdiv(N, BN))
+        lo = ag.full((1, BN), INF)
+        for b in ag.range(ag.cdiv(R, 2 * ROWS)):
+            for h in range(2):
+                if bug == "pair_offset_half":
+                    r0 = b * ROWS + h * ROWS  # BUG:pair_offset_half
+                else:
+                    r0 = b * 2 * ROWS + h * ROWS
+                y = ag.load(X, (r0, pid * BN), (ROWS, BN), other=INF)
+                lo = ag.minimum(lo, y.min(axis=0))
+        ag.store(L, (0, pid * BN), lo)
+
+    return col_stride
+
+
+def make_row_sum_unrolled(bug: str | None = None, BN: int = 512):
+    """Row sums of X [M, N], two column blocks an iteration (a Python-unrolled pair), the
+    last pair partly masked."""
+
+    @ag.kernel(threads=256, name="row_sum_unrolled")
+    def row_sum_unrolled(X: ag.Tensor["M", "N", ag.f32], S: ag.Tensor["M", 1, ag.f32]):
+        (row,) = ag.grid(X.shape[0])
+        acc = ag.full((1, 1), 0.0)
+        if bug == "pairs_floor":
+            pairs = X.shape[1] // (2 * BN)  # BUG:pairs_floor
+        else:
+            pairs = ag.cdiv(X.shape[1], 2 * BN)
+        for j in ag.range(pairs):
+            for h in range(2):
+                if bug == "second_block_repeats" and h == 1:
+                    x = ag.load(X, (row, j * 2 * BN), (1, BN))  # BUG:second_block_repeats
+                else:
+                    x = ag.load(X, (row, (2 * j + h) * BN), (1, BN))
+                acc = acc + x.sum(axis=1)
+        ag.store(S, (row, 0), acc)
+
+    return row_sum_unrolled
