@@ -162,35 +162,27 @@ def _prepared(x, w, stride, padding, schedule=None):
 
 def _im2col_steps(x, w, b, stride, padding):
     """The im2col route's two kernels on fixed operands, as `_im2col` (argus.ops.conv) runs
-    them, each prepared once (a launch plan: one cuLaunchKernelEx): (the gather, the GEMM, the
-    buffers the plans point into)."""
+    them (its `_Gather`: the row-run or the per-tap gather), each prepared once (a launch
+    plan: one cuLaunchKernelEx): (the gather, the GEMM, the buffers the plans point into)."""
     import torch
 
     from argus import dtypes
-    from argus.kernels.conv_im2col import Im2colGeometry, im2col_kernel, im2col_tile
     from argus.ops import conv as conv_ops
 
-    N, C, H, W = x.shape
-    K, _, R, S = w.shape
-    (sh, sw), (ph, pw) = conv_ops._pair(stride, "stride"), conv_ops._pair(padding, "padding")
-    P, Q = (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
-    M, T = N * P * Q, R * S
-    pitch = conv_ops._im2col_pitch(T, C)
-    kc = T * C + (b is not None)
-    s0, s1, s2, s3 = x.permute(0, 2, 3, 1).stride()
-    X = x.as_strided((N, H, W // sw, sw, C, 1), (s0, s1, s2 * sw, s2, s3, 1))
-    A = torch.empty(M, pitch, dtype=x.dtype, device=x.device)
-    Av = A.as_strided((N * P, Q, T + 1, C, 1), (Q * pitch, pitch, C, 1, 1))
-    Wk = conv_ops._im2col_weight(w, b, pitch)
-    out2 = torch.empty(M, K, dtype=x.dtype, device=x.device)
-    bq, bc = im2col_tile(C)
+    K = w.shape[0]
+    gather = conv_ops._Gather.of(x, w, stride, padding, 1)
+    kc = gather.k(b is not None)
+    X = gather.x_view(x)
+    A = torch.empty(gather.m, gather.pitch, dtype=x.dtype, device=x.device)
+    Av = gather.a_view(A)
+    Wk = conv_ops._im2col_weight(w, b, gather)
+    out2 = torch.empty(gather.m, K, dtype=x.dtype, device=x.device)
     dtype = dtypes.bf16 if x.dtype == torch.bfloat16 else dtypes.f16
-    gather = im2col_kernel(dtype).compile(geom=Im2colGeometry(R, S, sh, sw, ph, pw, 1, 1, C),
-                                          BQ=bq, BC=bc)
-    gather(X, Av)
+    kernel = gather.kernel(dtype).compile(**gather.constexprs())
+    kernel(X, Av)
     _, runner = conv_ops.pointwise_gemm(A[:, :kc], Wk[:, :kc], out2)
     runner(A[:, :kc], Wk[:, :kc], out2)
-    return (gather.plan_for(X, Av), runner.plan_for(A[:, :kc], Wk[:, :kc], out2),
+    return (kernel.plan_for(X, Av), runner.plan_for(A[:, :kc], Wk[:, :kc], out2),
             (X, A, Wk, out2))
 
 
@@ -650,6 +642,10 @@ def stems() -> None:
             .bfloat16().to(memory_format=torch.channels_last)
         b = torch.randn(K, device="cuda", generator=g).bfloat16() if bias else None
         assert conv_ops.route(x, w, b, st, pad, 1) == "im2col", name
+        gather_kind = conv_ops._Gather.of(x, w, st, pad, 1)
+        print(f"{name:32s} gather {'rows' if gather_kind.rows else 'taps'} "
+              f"{gather_kind.tile}, A {gather_kind.m} x {gather_kind.pitch} "
+              f"({gather_kind.m * gather_kind.pitch * 2 / 1e6:.0f} MB)", flush=True)
         ref = F.conv2d(x.double(), w.double(), None if b is None else b.double(), st, pad)
         sched = conv_ops.schedule_for(x, w, st, pad, 1, 1)
         gather, gemm, keep = _im2col_steps(x, w, b, st, pad)

@@ -39,7 +39,8 @@ from argus import dtypes
 from argus.dtypes import DType
 from argus.kernels.conv import check_geometry_fields
 
-__all__ = ["Im2colGeometry", "im2col_kernel", "im2col_tile"]
+__all__ = ["Im2colGeometry", "im2col_kernel", "im2col_rows_kernel", "im2col_tile", "row_slot",
+           "rows_tile"]
 
 
 @dataclass(frozen=True)
@@ -106,3 +107,92 @@ def im2col_kernel(dtype: DType = dtypes.bf16, threads: int = THREADS) -> ag.Kern
         ag.store(A, (row, q0, g.r * g.s, 0, 0), one.to(A.dtype))
 
     return ag.kernel(conv_im2col, threads=threads, name=f"conv_im2col_{dtype.name}_{threads}")
+
+
+# registers of loaded values a thread of the row-run kernel holds (all its loads are issued
+# before its stores, so that many are in flight per warp)
+ROW_LOADS_PER_THREAD = 64
+
+
+def row_slot(geom: Im2colGeometry) -> int:
+    """The columns of A one filter row's run takes in `im2col_rows_kernel`'s layout: S * C,
+    rounded up so that A's pitch, (R + 1) slots (the last the bias tap's), is a multiple of 8
+    elements (16-byte rows for the GEMM's TMA)."""
+    slot = geom.s * geom.channels
+    while (geom.r + 1) * slot % 8:
+        slot += 1
+    return slot
+
+
+def rows_tile(geom: Im2colGeometry) -> tuple[int, int]:
+    """(BQ, LB) of `im2col_rows_kernel`: LB the slot (`row_slot`) rounded up to a power of
+    two, at least the warp's 32 lanes; BQ output columns a CTA (a power of two up to 16) whose
+    BQ * R runs fit ROW_LOADS_PER_THREAD registers a thread. A first choice, not measured on
+    the H200."""
+    lb = 32
+    while lb < row_slot(geom):
+        lb *= 2
+    bq = 16
+    while bq > 1 and bq * geom.r * (lb // 32) > ROW_LOADS_PER_THREAD:
+        bq //= 2
+    return bq, lb
+
+
+@functools.lru_cache(maxsize=None)
+def im2col_rows_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
+    """The gather for a filter without column dilation on an input whose pixel rows are
+    contiguous (channels-last): for output pixel (n, p, q) and filter row r the S taps' S * C
+    values are ONE run of the input row, x[n, h, w0 : w0 + S, :] with w0 = q * sw - pw, so a
+    warp (the CTA: 32 threads) copies it with one load and one store instruction of
+    consecutive elements (the per-tap kernel above stores C elements of each of 8 rows a
+    store instruction: 8 lines against 1-2 here). X is x's [N, H, W * C] view, so padding
+    columns (a run starting before 0 or ending past W) are outside X's last dim: zeros, by the
+    load's bounds; padding rows are outside X's H.
+
+    A's layout: each pixel's row is R + 1 slots of `row_slot` columns (pitch (R + 1) * slot):
+    slot r holds run r (column r * slot + s * C + c for tap (r, s), channel c), then zeros to
+    the slot's end; slot R is the bias tap (1, 0, ..., 0). argus.ops.conv lays the weight out
+    the same way (zero columns where A has its zeros). The kernel's A is [N * P, Q * (R + 1),
+    slot] (a view of the contiguous buffer): pixel q's slot r is row q * (R + 1) + r, so a
+    CTA's stores are consecutive rows of one axis. Compile-time `geom` (dil_w 1) and (BQ, LB)
+    from `rows_tile`.
+
+    Invariant: A[(n * P + p) * Q + q, r * slot + s * C + c] = x[n, p * sh + r * dh - ph,
+    q * sw + s - pw, c] (0 outside the input), every other column of the pixel's first R slots
+    0, slot R = (1, 0, ..., 0); every element of A written exactly once."""
+    if dtype not in (dtypes.bf16, dtypes.f16):
+        raise ValueError(f"the im2col gather moves bf16 or fp16 data, not {dtype}")
+
+    def conv_im2col_rows(X: ag.Tensor["N", "H", "E", dtype],            # [N, H, W * C]
+                         A: ag.Tensor["NP", "J", "L", dtype],           # [N*P, Q*(R+1), slot]
+                         geom: Im2colGeometry = Im2colGeometry(1, 1), BQ: int = 8,
+                         LB: int = 32):
+        g = geom
+        if g.dil_w != 1:
+            raise ValueError("the row-run gather needs dil_w = 1 (one run per filter row)")
+        run = g.s * g.channels
+        slots = g.r + 1
+        P = A.shape[0] // X.shape[0]
+        row, qb = ag.grid(A.shape[0], ag.cdiv(A.shape[1], BQ * slots))
+        n, p = row // P, row % P
+        q0 = qb * BQ
+        # lanes past the run read the next pixels' values: zeroed (the slot's gap columns)
+        inside = ag.arange(LB)[None, :] < run
+        runs = []
+        for i in range(BQ):
+            # the run's first element; negative or past the row: zeros (X's E bounds)
+            e0 = ((q0 + i) * g.stride_w - g.pad_w) * g.channels
+            for r in range(g.r):
+                h = p * g.stride_h + (r * g.dil_h - g.pad_h)
+                runs.append(ag.load(X, (n, h, e0), (1, LB), other=0.0))
+        one = ag.where(ag.arange(LB)[None, :] == 0, ag.full((1, LB), 1.0),
+                       ag.full((1, LB), 0.0)).to(A.dtype)
+        # every load above is issued before the first store: BQ * R runs in flight a warp
+        j0 = q0 * slots
+        for i in range(BQ):
+            for r in range(g.r):
+                x = ag.where(inside, runs[i * g.r + r], ag.full((1, LB), 0.0, dtype))
+                ag.store(A, (row, j0 + i * slots + r, 0), x)
+            ag.store(A, (row, j0 + i * slots + g.r, 0), one)
+
+    return ag.kernel(conv_im2col_rows, threads=32, name=f"conv_im2col_rows_{dtype.name}")

@@ -673,25 +673,99 @@ def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
                    dilation=1) -> bool:
     """Whether a (checked) problem takes the "im2col" route (`route`): bf16 / fp16, 2-d, one
     group, no activation (a bias is fine: the GEMM adds it as one more K column), at most
-    IM2COL_MAX_CHANNELS input channels, W a multiple of stride_w (the gather's in-place
-    view splits W into strides), and an A buffer of at most IM2COL_MAX_BYTES."""
+    IM2COL_MAX_CHANNELS input channels, a gather that reads x in place (`_Gather.of`: the
+    row-run kernel for channels-last x and no column dilation, else the per-tap kernel, which
+    needs W a multiple of stride_w), and an A buffer of at most IM2COL_MAX_BYTES."""
     if x.dim() != 4 or str(x.dtype) not in ("torch.bfloat16", "torch.float16"):
         return False
-    N, C, H, W = x.shape
-    K, Cg, R, S = weight.shape
-    (sh, sw), (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding")
-    if groups != 1 or activation != "none" or not 0 < C <= IM2COL_MAX_CHANNELS or W % sw:
+    if groups != 1 or activation != "none" or not 0 < x.shape[1] <= IM2COL_MAX_CHANNELS:
         return False
-    (dh, dw) = _pair(dilation, "dilation")
-    P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
-    Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
-    return N * P * Q * _im2col_pitch(R * S, C) * x.element_size() <= IM2COL_MAX_BYTES
+    gather = _Gather.of(x, weight, stride, padding, dilation)
+    return gather is not None and \
+        gather.m * gather.pitch * x.element_size() <= IM2COL_MAX_BYTES
 
 
-def _im2col_pitch(taps: int, channels: int) -> int:
-    """A's row pitch in elements: the taps' and the bias tap's columns, rounded up to 8 (16-byte
-    rows for the GEMM's TMA)."""
-    return -(-(taps + 1) * channels // 8) * 8
+# the row-run gather takes filter rows of at least this many elements (S * C: half a warp);
+# shorter runs leave most of its 32 lanes idle, the per-tap kernel's rows of C do not
+IM2COL_MIN_RUN = 16
+
+
+@dataclass(frozen=True)
+class _Gather:
+    """How the im2col route's gather (argus/kernels/conv_im2col.py) runs a problem: `rows`
+    (im2col_rows_kernel: x channels-last, dil_w 1, S * C >= IM2COL_MIN_RUN: one run per filter
+    row, x read as [N, H, W * C]) or not (im2col_kernel: one tile per tap, any x strides, x
+    read as [N, H, W / sw, sw, C, 1]: W a multiple of stride_w); the geometry; A's layout:
+    each pixel's row is R slots of `slot` columns (tap (r, s), channel c at r * slot + s * C +
+    c; columns past S * C in a slot are 0), then the bias tap at R * slot, over `pitch`
+    columns; the output sizes and the tile (BQ, and LB or BC)."""
+
+    rows: bool
+    geom: object
+    slot: int
+    pitch: int
+    n: int
+    p: int
+    q: int
+    tile: tuple
+
+    @property
+    def m(self) -> int:
+        return self.n * self.p * self.q
+
+    @classmethod
+    def of(cls, x, weight, stride, padding, dilation) -> "_Gather | None":
+        """The gather of conv2d(x, weight, ...) (16-bit, checked), or None when neither kernel
+        reads this x in place."""
+        from argus.kernels.conv_im2col import Im2colGeometry, im2col_tile, row_slot, rows_tile
+
+        N, C, H, W = x.shape
+        K, _, R, S = weight.shape
+        (sh, sw), (ph, pw), (dh, dw) = (_pair(stride, "stride"), _pair(padding, "padding"),
+                                        _pair(dilation, "dilation"))
+        P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
+        Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
+        geom = Im2colGeometry(R, S, sh, sw, ph, pw, dh, dw, C)
+        nhwc = x.permute(0, 2, 3, 1)
+        if dw == 1 and S * C >= IM2COL_MIN_RUN and nhwc.stride()[2:] == (C, 1):
+            slot = row_slot(geom)
+            return cls(True, geom, slot, (R + 1) * slot, N, P, Q, rows_tile(geom))
+        if W % sw:
+            return None
+        pitch = -(-(R * S + 1) * C // 8) * 8        # 16-byte rows for the GEMM's TMA
+        return cls(False, geom, S * C, pitch, N, P, Q, im2col_tile(C))
+
+    def kernel(self, dtype):
+        from argus.kernels.conv_im2col import im2col_kernel, im2col_rows_kernel
+
+        return im2col_rows_kernel(dtype) if self.rows else im2col_kernel(dtype)
+
+    def constexprs(self) -> dict:
+        bq, b = self.tile
+        return {"geom": self.geom, "BQ": bq, ("LB" if self.rows else "BC"): b}
+
+    def x_view(self, x):
+        """The kernel's X: a view of x."""
+        g = self.geom
+        N, C, H, W = x.shape
+        s0, s1, s2, s3 = x.permute(0, 2, 3, 1).stride()
+        if self.rows:
+            return x.as_strided((N, H, W * C), (s0, s1, 1), x.storage_offset())
+        return x.as_strided((N, H, W // g.stride_w, g.stride_w, C, 1),
+                            (s0, s1, s2 * g.stride_w, s2, s3, 1), x.storage_offset())
+
+    def a_view(self, A):
+        """The kernel's view of the A buffer [M, pitch]."""
+        g, NP = self.geom, self.n * self.p
+        if self.rows:
+            return A.view(NP, self.q * (g.r + 1), self.slot)
+        C = g.channels
+        return A.as_strided((NP, self.q, g.r * g.s + 1, C, 1),
+                            (self.q * self.pitch, self.pitch, C, 1, 1))
+
+    def k(self, bias: bool) -> int:
+        """The K the GEMM multiplies: the R slots, and the bias tap with a bias."""
+        return self.geom.r * self.slot + bias
 
 
 _DEPTHWISE: OrderedDict = OrderedDict()
@@ -1011,85 +1085,73 @@ def _pointwise_16bit(x, weight):
 _IM2COL: OrderedDict = OrderedDict()
 
 
-def _im2col_weight(weight, bias, pitch: int):
-    """The GEMM's B [K, pitch] (K-major) of the im2col route: row k holds the weight's
-    (r, s, c) taps, then the bias (in the weight's dtype; 0 without one), then zeros to the
-    pitch (never read: the GEMM's view ends at the bias column). Made once per weight object
-    and version and bias buffer and version (`_WEIGHTS`, GPU tensors only; the caveat of
-    `_weight_side` holds: a write through `.data` is not seen)."""
+def _im2col_weight(weight, bias, gather: _Gather):
+    """The GEMM's B [K, pitch] (K-major) of the im2col route, in A's layout (`_Gather`):
+    tap (r, s), channel c at column r * slot + s * C + c, the bias (in the weight's dtype) at
+    R * slot, zeros elsewhere (where A has zeros, or is never read). Made once per weight
+    object and version and bias buffer and version (`_WEIGHTS`, GPU tensors only; the caveat
+    of `_weight_side` holds: a write through `.data` is not seen)."""
     import torch
+    import torch.nn.functional as F
 
     K, C, R, S = weight.shape
-    taps = R * S * C
+    slot, pitch = gather.slot, gather.pitch
 
     def make():
-        wk = torch.zeros(K, pitch, dtype=weight.dtype, device=weight.device)
-        wk[:, :taps] = weight.detach().permute(0, 2, 3, 1).reshape(K, taps)
+        taps = weight.detach().permute(0, 2, 3, 1).reshape(K, R, S * C)
+        wk = F.pad(taps, (0, slot - S * C)).reshape(K, R * slot)
+        tail = torch.zeros(K, pitch - R * slot, dtype=weight.dtype, device=weight.device)
         if bias is not None:
-            wk[:, taps] = bias.detach().to(weight.dtype)
-        return wk
+            tail[:, 0] = bias.detach().to(weight.dtype)
+        return torch.cat([wk, tail], dim=1)
 
-    what = ("im2col", pitch) + (() if bias is None else (
+    what = ("im2col", slot, pitch) + (() if bias is None else (
         bias.data_ptr(), bias._version, bias.dtype))
     return _WEIGHTS.get_or_make(weight, what, make)
 
 
 def _im2col(x, weight, bias, stride, padding, dilation):
     """conv2d(x, weight, bias) for few input channels (`im2col_applies`), bf16 / fp16, as two
-    Argus kernels: the gather (argus/kernels/conv_im2col.py) writes A [N*P*Q, pitch] with
-    K' = (r, s, c) flattened plus a ones column, then argus.ops.matmul's 16-bit GEMM
-    (`pointwise_gemm`: the schedule matmul would choose) multiplies A's first R*S*C (+1 with a
-    bias) columns by the weight's [K, R*S*C (+1)] (`_im2col_weight`: B K-major, the bias its
-    last column), fp32 accumulation, into the channels-last result's [N*P*Q, K] view.
+    Argus kernels: the gather (argus/kernels/conv_im2col.py, `_Gather`) writes A
+    [N*P*Q, pitch] with K' = (r, s, c) flattened plus a ones column, then argus.ops.matmul's
+    16-bit GEMM (`pointwise_gemm`: the schedule matmul would choose) multiplies A's first
+    R * slot (+1 with a bias) columns by the weight's matching [K, R * slot (+1)]
+    (`_im2col_weight`: B K-major, the bias its last column), fp32 accumulation, into the
+    channels-last result's [N*P*Q, K] view.
 
-    x is read in place whatever its strides (channels-last: each pixel's channels one run;
-    NCHW: channel planes), through the view [N, H, W / sw, sw, C, 1] (the unit dim keeps the
-    innermost stride 1, which a kernel parameter needs). A is a new buffer each call (its pad
-    columns past the bias tap never written nor read). Compiled on CUDA tensors (memoized per
-    problem kind and device), built on meta tensors, interpreted on CPU tensors. Returns (the
-    result, how a repeated call with the same tensors launches again: the two kernels' launch
-    plans kept by the buffers' addresses)."""
+    x is read in place (no copy whatever its layout): a channels-last x's pixel rows as runs
+    (the row-run kernel), any other x through its strides (the per-tap kernel). A is a new
+    buffer each call. Compiled on CUDA tensors (memoized per problem kind and device), built
+    on meta tensors, interpreted on CPU tensors. Returns (the result, how a repeated call with
+    the same tensors launches again: the two kernels' launch plans kept by the buffers'
+    addresses)."""
     import torch
 
-    from argus.kernels.conv_im2col import Im2colGeometry, im2col_kernel, im2col_tile
-
-    N, C, H, W = x.shape
-    K, _, R, S = weight.shape
-    (sh, sw), (ph, pw), (dh, dw) = (_pair(stride, "stride"), _pair(padding, "padding"),
-                                    _pair(dilation, "dilation"))
-    P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
-    Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
-    taps, M = R * S, N * P * Q
-    pitch = _im2col_pitch(taps, C)
-    kc = taps * C + (bias is not None)            # the K the GEMM multiplies
-    shape, strides = _result_layout(N, K, (P, Q))
+    N, K = x.shape[0], weight.shape[0]
+    gather = _Gather.of(x, weight, stride, padding, dilation)
+    M, kc = gather.m, gather.k(bias is not None)
+    shape, strides = _result_layout(N, K, (gather.p, gather.q))
     first = torch.empty_strided(shape, strides, dtype=x.dtype, device=x.device)
     if first.numel() == 0:
         return first, None
-    geom = Im2colGeometry(R, S, sh, sw, ph, pw, dh, dw, C)
-    bq, bc = im2col_tile(C)
-    kernel = im2col_kernel(_IN[str(x.dtype)])
+    kernel = gather.kernel(_IN[str(x.dtype)])
+    constexprs = gather.constexprs()
     compiled = None
     if x.is_cuda or x.is_meta:
-        key = (str(x.dtype), geom, bq, bc, x.device.index)
+        key = (str(x.dtype), gather.rows, tuple(sorted(constexprs.items())), x.device.index)
         compiled = _IM2COL.get(key)
         if compiled is None:
-            compiled = kernel.compile(geom=geom, BQ=bq, BC=bc)
+            compiled = kernel.compile(**constexprs)
             _IM2COL[key] = compiled
             if len(_IM2COL) > _MEMO_SIZE:
                 _IM2COL.popitem(last=False)
 
-    def x_view(x):
-        s0, s1, s2, s3 = x.detach().permute(0, 2, 3, 1).stride()
-        return x.detach().as_strided((N, H, W // sw, sw, C, 1), (s0, s1, s2 * sw, s2, s3, 1),
-                                     x.storage_offset())
-
     def buffers(x, weight, out):
         """(X, A's gather view, the GEMM's A, B and out views) of one call."""
-        A = torch.empty(M, pitch, dtype=x.dtype, device=x.device)
-        Av = A.as_strided((N * P, Q, taps + 1, C, 1), (Q * pitch, pitch, C, 1, 1))
-        Wk = _im2col_weight(weight, bias, pitch)
-        return x_view(x), Av, A[:, :kc], Wk[:, :kc], out.permute(0, 2, 3, 1).view(M, K)
+        A = torch.empty(M, gather.pitch, dtype=x.dtype, device=x.device)
+        Wk = _im2col_weight(weight, bias, gather)
+        return (gather.x_view(x.detach()), gather.a_view(A), A[:, :kc], Wk[:, :kc],
+                out.permute(0, 2, 3, 1).view(M, K))
 
     X, Av, A2, B2, out2 = buffers(x, weight, first)
     _, runner = pointwise_gemm(A2, B2, out2)
@@ -1110,7 +1172,7 @@ def _im2col(x, weight, bias, stride, padding, dilation):
         if compiled is None:
             gemm, s = runner
             # the interpreter writes every argument back: a copy keeps x's version counter
-            kernel.interpret(X.clone(), Av, geom=geom, BQ=bq, BC=bc)
+            kernel.interpret(X.clone(), Av, **constexprs)
             gemm.interpret(A2, B2.clone(), out2, s=s)
             return out
         if x.is_meta:

@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from argus.kernels.conv import ConvSchedule
-from argus.kernels.conv_im2col import Im2colGeometry, im2col_kernel, im2col_tile
+from argus.kernels.conv_im2col import (Im2colGeometry, im2col_kernel, im2col_rows_kernel,
+                                       im2col_tile, row_slot, rows_tile)
 from argus.ops import conv as conv_op
 from argus.runtime import nvrtc_available
 
@@ -50,6 +51,10 @@ ROUTES = [
      True, "implicit_gemm"),
     ("W not a multiple of stride_w", (2, 3, 9, 9), (8, 3, 3, 3), False, 2, 1, 1, 1, "none",
      None, torch.bfloat16, True, "implicit_gemm"),
+    ("W % stride_w, channels-last rows: the row-run gather", (2, 3, 9, 9), (8, 3, 7, 7),
+     False, 2, 3, 1, 1, "none", None, torch.bfloat16, True, "im2col"),
+    ("W % stride_w, NCHW x", (2, 3, 9, 9), (8, 3, 7, 7), False, 2, 3, 1, 1, "none", None,
+     torch.bfloat16, False, "implicit_gemm"),
     ("fp32", (2, 3, 8, 8), (8, 3, 3, 3), False, 1, 1, 1, 1, "none", None, torch.float32,
      True, "implicit_gemm"),
     ("3-d", (1, 3, 4, 8, 8), (8, 3, 3, 3, 3), False, 1, 1, 1, 1, "none", None,
@@ -76,10 +81,26 @@ def test_route_bounds_the_buffer(monkeypatch):
     x = torch.empty(2, 3, 16, 16, dtype=torch.bfloat16, device="meta")
     w = torch.empty(8, 3, 3, 3, dtype=torch.bfloat16, device="meta")
     assert conv_op.route(x, w, None, 1, 1, 1) == "im2col"
-    pitch = conv_op._im2col_pitch(9, 3)                   # 30 columns -> 32
-    assert pitch == 32
-    monkeypatch.setattr(conv_op, "IM2COL_MAX_BYTES", 2 * 16 * 16 * pitch * 2 - 1)
+    gather = conv_op._Gather.of(x, w, 1, 1, 1)
+    assert not gather.rows and gather.pitch == 32         # 10 taps x 3 columns -> 32
+    monkeypatch.setattr(conv_op, "IM2COL_MAX_BYTES", 2 * 16 * 16 * 32 * 2 - 1)
     assert conv_op.route(x, w, None, 1, 1, 1) == "implicit_gemm"
+
+
+def test_gather_choice():
+    """The row-run gather for channels-last x, dil_w 1 and runs of IM2COL_MIN_RUN or more;
+    the per-tap one otherwise (NCHW x, column dilation, short runs)."""
+    def of(C, S, cl=True, dw=1):
+        x = torch.empty(2, C, 16, 16, dtype=torch.bfloat16, device="meta")
+        if cl:
+            x = x.to(memory_format=torch.channels_last)
+        w = torch.empty(8, C, 3, S, dtype=torch.bfloat16, device="meta")
+        return conv_op._Gather.of(x, w, 1, 1, (1, dw))
+
+    row = of(3, 7)          # 3x7 on 3 channels: runs of 21, 4 slots of 22 (88: 16-byte rows)
+    assert row.rows and (row.slot, row.pitch) == (22, 88) and row.tile == rows_tile(row.geom)
+    assert not of(3, 7, cl=False).rows and not of(3, 7, dw=2).rows and not of(3, 5).rows
+    assert of(8, 2).rows and of(8, 2).slot == 16
 
 
 def _im2col_reference(x, R, S, stride, padding, dilation):
@@ -104,9 +125,9 @@ GATHERS = [
 
 @pytest.mark.parametrize("case", GATHERS, ids=lambda c: "x".join(map(str, c)))
 def test_gather_writes_the_im2col_matrix(case):
-    """The gather alone: A's (r, s, c) columns equal the unfold-built im2col exactly (a copy,
-    padding taps 0), the bias tap is (1, 0, ..., 0), and the pitch's columns past the bias
-    tap are never written (the buffer's sentinel stays)."""
+    """The per-tap gather alone: A's (r, s, c) columns equal the unfold-built im2col exactly
+    (a copy, padding taps 0), the bias tap is (1, 0, ..., 0), and the pitch's columns past
+    the bias tap are never written (the buffer's sentinel stays)."""
     N, C, H, W, R, S, stride, padding, dilation, cl = case
     (sh, sw), (ph, pw), (dh, dw) = (conv_op._pair(v, "v") for v in (stride, padding, dilation))
     x = _t(N, C, H, W, seed=1).bfloat16()
@@ -115,7 +136,7 @@ def test_gather_writes_the_im2col_matrix(case):
     P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
     Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
     T = R * S
-    pitch = conv_op._im2col_pitch(T, C)
+    pitch = -(-(T + 1) * C // 8) * 8
     A = torch.full((N * P * Q, pitch), 7.0, dtype=torch.bfloat16)
     s0, s1, s2, s3 = x.permute(0, 2, 3, 1).stride()
     X = x.as_strided((N, H, W // sw, sw, C, 1), (s0, s1, s2 * sw, s2, s3, 1))
@@ -131,12 +152,49 @@ def test_gather_writes_the_im2col_matrix(case):
     assert bool((A[:, (T + 1) * C:] == 7).all())
 
 
+# (N, C, H, W, R, S, stride, padding, dil_h)
+ROW_GATHERS = [
+    (2, 3, 16, 16, 7, 7, 2, 3, 1),             # the stem's form: slot 21, pitch 168
+    (1, 3, 20, 24, 11, 11, 4, 2, 1),           # the AlexNet stem's: slot 34 (33 + a gap)
+    (1, 5, 9, 7, 3, 4, (1, 3), (2, 1), 2),     # W % stride_w != 0, row dilation, BQ 16
+    (2, 8, 5, 33, 2, 2, 1, 0, 1),              # Q = 32: two CTAs a row
+]
+
+
+@pytest.mark.parametrize("case", ROW_GATHERS, ids=lambda c: "x".join(map(str, c)))
+def test_row_gather_writes_the_im2col_matrix(case):
+    """The row-run gather alone: every pixel's slot r holds the S * C values of filter row r
+    (the unfold-built im2col's, exactly), zeros to the slot's end, then the bias slot
+    (1, 0, ..., 0): every column of A written (the sentinel gone)."""
+    N, C, H, W, R, S, stride, padding, dil_h = case
+    (sh, sw), (ph, pw) = (conv_op._pair(v, "v") for v in (stride, padding))
+    x = _t(N, C, H, W, seed=14).bfloat16().to(memory_format=torch.channels_last)
+    P = (H + 2 * ph - dil_h * (R - 1) - 1) // sh + 1
+    Q = (W + 2 * pw - S) // sw + 1
+    geom = Im2colGeometry(R, S, sh, sw, ph, pw, dil_h, 1, C)
+    slot = row_slot(geom)
+    assert slot >= S * C and (R + 1) * slot % 8 == 0
+    A = torch.full((N * P * Q, (R + 1) * slot), 7.0, dtype=torch.bfloat16)
+    bq, lb = rows_tile(geom)
+    im2col_rows_kernel().interpret(x.permute(0, 2, 3, 1).reshape(N, H, W * C).clone(),
+                                   A.view(N * P, Q * (R + 1), slot), geom=geom, BQ=bq, LB=lb)
+    ref = _im2col_reference(x, R, S, (sh, sw), (ph, pw), (dil_h, 1)).view(-1, R, S * C)
+    A3 = A.view(N * P * Q, R + 1, slot)
+    assert torch.equal(A3[:, :R, :S * C].double(), ref)
+    assert bool((A3[:, :R, S * C:] == 0).all())
+    assert bool((A3[:, R, 0] == 1).all()) and bool((A3[:, R, 1:] == 0).all())
+
+
 def test_tile_shapes():
     """BC: the channels rounded up to a power of two; BQ * BC = 4 elements a thread."""
     assert im2col_tile(3) == (128, 4)
     assert im2col_tile(16) == (32, 16)
     assert im2col_tile(5) == (64, 8)
     assert im2col_tile(1) == (512, 1)
+    # the row-run kernel: LB a power of two >= the slot, BQ * R * LB / 32 <= 64 registers
+    assert rows_tile(Im2colGeometry(7, 7, channels=3)) == (8, 32)
+    assert rows_tile(Im2colGeometry(11, 11, channels=3)) == (2, 64)
+    assert rows_tile(Im2colGeometry(3, 3, channels=8)) == (16, 32)
 
 
 def _spy(monkeypatch):
@@ -155,10 +213,13 @@ def _spy(monkeypatch):
 CONVS = [
     (2, 3, 16, 16, 16, 7, 7, 2, 3, 1, False, True, torch.bfloat16),      # the stem's form
     (1, 3, 20, 20, 12, 11, 11, 4, 2, 1, True, False, torch.bfloat16),    # L1/50's, NCHW, bias
+    (1, 3, 20, 20, 12, 11, 11, 4, 2, 1, True, True, torch.bfloat16),     # rows: slot 34 > 33
     (2, 5, 9, 8, 6, 3, 2, (1, 2), (2, 1), (2, 3), True, True, torch.float16),
     (1, 1, 7, 9, 4, 3, 3, 1, 1, 1, False, False, torch.bfloat16),        # odd sizes, C = 1
     (2, 8, 6, 6, 24, 3, 3, 1, 1, 1, True, True, torch.bfloat16),         # C = 8, K ragged
     (1, 3, 11, 12, 70, 5, 3, (3, 2), (0, 1), 1, False, True, torch.bfloat16),  # K > 64
+    (2, 3, 15, 17, 8, 7, 7, 2, 3, 1, True, True, torch.bfloat16),       # rows, W % 2 != 0
+    (1, 4, 9, 11, 6, 3, 5, (1, 3), (1, 2), (2, 1), False, True, torch.float16),  # rows
 ]
 
 
@@ -186,7 +247,9 @@ def test_im2col_route_matches_float64(case, monkeypatch):
     assert y.shape == ref.shape and y.dtype == dtype
     assert y.permute(0, 2, 3, 1).is_contiguous()
     assert _rel(y, ref) <= _ROUNDING[dtype]
-    kc = R * S * C + bias
+    gather = conv_op._Gather.of(x, w, stride, padding, dilation)
+    kc = R * gather.slot + bias                  # R * S * C (+ the slots' gaps) (+ 1)
+    assert gather.slot == S * C or gather.rows
     assert problems == [((y.numel() // K, kc), (K, kc), (y.numel() // K, K))]
 
 
@@ -238,16 +301,24 @@ GEOMETRIES = [Im2colGeometry(7, 7, 2, 2, 3, 3, 1, 1, 3),       # ResNet-50's ste
               Im2colGeometry(3, 2, 1, 2, 2, 1, 2, 3, 5)]       # asymmetric, dilated
 
 
+@pytest.mark.parametrize("rows", [False, True], ids=["taps", "rows"])
 @pytest.mark.parametrize("geom", GEOMETRIES, ids=lambda g: f"{g.r}x{g.s}s{g.stride_w}")
-def test_gather_verifies_with_zero_errors(geom):
-    """store.coverage and store.once proven for A (the grid covers the [N*P, Q, T+1, C] view
-    with disjoint tiles), no error or unknown, within 2 s CPU (dev machine, scaled)."""
+def test_gather_verifies_with_zero_errors(geom, rows):
+    """store.coverage and store.once proven for A (the grid covers the kernel's view of A with
+    disjoint tiles), no error or unknown, within 2 s CPU (dev machine, scaled)."""
+    import dataclasses
+
     from argus.compiler import lower_only
     from tests.verify.timing import least_cpu_verify, runs_text, within
 
-    bq, bc = im2col_tile(geom.channels)
-    report, times, bounds = least_cpu_verify(lower_only(im2col_kernel(), geom=geom, BQ=bq,
-                                                        BC=bc), 2, 2.0)
+    if rows:
+        geom = dataclasses.replace(geom, dil_w=1)
+        bq, lb = rows_tile(geom)
+        kernel = lower_only(im2col_rows_kernel(), geom=geom, BQ=bq, LB=lb)
+    else:
+        bq, bc = im2col_tile(geom.channels)
+        kernel = lower_only(im2col_kernel(), geom=geom, BQ=bq, BC=bc)
+    report, times, bounds = least_cpu_verify(kernel, 2, 2.0)
     assert not report.errors and not report.unknowns, \
         "\n".join(str(d) for d in report.errors + report.unknowns)
     codes = {f.code for f in report.proven}
@@ -257,15 +328,35 @@ def test_gather_verifies_with_zero_errors(geom):
 
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
-def test_nvrtc_builds_the_gather(dtype, tmp_path, monkeypatch):
-    """The gather compiles for sm_90a with no spills and no tensor-core op (a copy)."""
+@pytest.mark.parametrize("rows", [False, True], ids=["taps", "rows"])
+def test_nvrtc_builds_the_gather(dtype, rows, tmp_path, monkeypatch):
+    """The gathers compile for sm_90a with no spills and no tensor-core op (a copy)."""
     from argus import codegen, dtypes
     from argus.compiler import lower_only
     from argus.runtime.compile import compile_cuda
 
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
-    source = codegen.render(lower_only(im2col_kernel(getattr(dtypes, dtype)),
-                                       geom=GEOMETRIES[0], BQ=128, BC=4))
+    if rows:
+        kernel = lower_only(im2col_rows_kernel(getattr(dtypes, dtype)), geom=GEOMETRIES[0],
+                            BQ=8, LB=32)
+    else:
+        kernel = lower_only(im2col_kernel(getattr(dtypes, dtype)), geom=GEOMETRIES[0],
+                            BQ=128, BC=4)
+    source = codegen.render(kernel)
     binary = compile_cuda(source.text, [source.name], use_cache=False)
     assert "wgmma" not in binary.ptx and "st.global" in binary.ptx
     assert not binary.resource(source.name).spills
+
+
+def test_slot_gaps_do_not_leak_non_finite_values():
+    """The row-run layout's gap columns (slot 34 for 11 x 3 = 33 values) are written 0, not the
+    next pixels' values the warp's lanes also read: an inf in x makes exactly the outputs that
+    read it non-finite (a gap holding it would turn 0 x inf into NaN elsewhere)."""
+    x = _t(1, 3, 24, 24, seed=15).bfloat16().to(memory_format=torch.channels_last)
+    x[0, :, 9, 9] = float("inf")
+    w = (_t(4, 3, 11, 11, seed=16) / 16).bfloat16()
+    assert conv_op._Gather.of(x, w, 4, 2, 1).slot == 34
+    y = conv_op.conv2d_interpret(x, w, None, 4, 2)
+    ref = F.conv2d(x.double(), w.double(), None, 4, 2)
+    assert not bool(torch.isfinite(ref).all())
+    assert torch.equal(torch.isfinite(y), torch.isfinite(ref))
