@@ -171,13 +171,14 @@ def _im2col_steps(x, w, b, stride, padding):
 
     K = w.shape[0]
     gather = conv_ops._Gather.of(x, w, stride, padding, 1)
-    kc = gather.k(b is not None)
+    kc = gather.k(b is not None, x.dtype == torch.float32)
     X = gather.x_view(x)
     A = torch.empty(gather.m, gather.pitch, dtype=x.dtype, device=x.device)
     Av = gather.a_view(A)
     Wk = conv_ops._im2col_weight(w, b, gather)
     out2 = torch.empty(gather.m, K, dtype=x.dtype, device=x.device)
-    dtype = dtypes.bf16 if x.dtype == torch.bfloat16 else dtypes.f16
+    dtype = {torch.bfloat16: dtypes.bf16, torch.float16: dtypes.f16,
+             torch.float32: dtypes.f32}[x.dtype]
     kernel = gather.kernel(dtype).compile(**gather.constexprs())
     kernel(X, Av)
     _, runner = conv_ops.pointwise_gemm(A[:, :kc], Wk[:, :kc], out2)
@@ -603,23 +604,27 @@ POINTWISE_16 = [
 ]
 
 
-# (name, N, C, H, W, K, R, S, stride, padding, bias, channels_last): bf16 convolutions of few
-# input channels, which argus.ops.conv's im2col route takes (issue 17): ResNet-50's stem (the
+# (name, N, C, H, W, K, R, S, stride, padding, bias, channels_last): convolutions of few input
+# channels, which argus.ops.conv's im2col route takes (issue 17): ResNet-50's stem (the
 # RESNET50 row) and AlexNet's 11x11/4 stem (KernelBench L1/50's layer, its batch 256, with its
-# bias; and at batch 32)
+# bias; and at batch 32), bf16; "fp32": fp32 under tf32 (KernelBench's own dtype for L1/50,
+# an NCHW x as it passes it) against cuDNN TF32
 STEMS = [
     ("stem 7x7/2 3->64 b32", 32, 3, 224, 224, 64, 7, 7, 2, 3, False, True),
     ("stem 7x7/2 3->64 b32 NCHW x", 32, 3, 224, 224, 64, 7, 7, 2, 3, False, False),
     ("L1/50 11x11/4 3->96 b256 bias", 256, 3, 224, 224, 96, 11, 11, 4, 2, True, True),
     ("11x11/4 3->96 b32 bias", 32, 3, 224, 224, 96, 11, 11, 4, 2, True, True),
+    ("L1/50 fp32 tf32 NCHW x", 256, 3, 224, 224, 96, 11, 11, 4, 2, True, False),
+    ("L1/50 fp32 tf32 channels-last", 256, 3, 224, 224, 96, 11, 11, 4, 2, True, True),
 ]
 
 
 def stems() -> None:
-    """--stem: the STEMS layers (bf16) on argus.ops.conv's im2col route ("ours": `convolve`,
-    routed to the gather kernel + matmul's GEMM), on the implicit GEMM they took before (a
-    ConvSchedule passed: "implicit", schedule_for's), against cuDNN (channels-last x and
-    weight, as cuDNN runs fastest), in one run (L2 flushed, alternating rounds); then the
+    """--stem: the STEMS layers (bf16; fp32 rows under tf32 against cuDNN with TF32 on) on
+    argus.ops.conv's im2col route ("ours": `convolve`, routed to the gather kernel + matmul's
+    GEMM), on the implicit GEMM they took before (a ConvSchedule passed: "implicit",
+    schedule_for's), against cuDNN (channels-last weight; x as the row says), in one run
+    (L2 flushed, alternating rounds); then the
     route's two kernels alone on fixed operands (prepared launches, no host work): "gather"
     and "gemm" (their sum against "ours" is the host overhead). Each column's normwise error
     against float64 first (a wrong column is reported, not timed); the geomeans of
@@ -630,28 +635,33 @@ def stems() -> None:
     from argus.ops import conv as conv_ops
     from argus.runtime.timing import measure_alternating
 
-    print("== few-channel stems, bf16: ours (route im2col: gather + matmul's GEMM) vs "
-          "implicit GEMM vs cuDNN; the gather and the GEMM alone")
+    print("== few-channel stems (bf16; fp32 rows: tf32): ours (route im2col: gather + "
+          "matmul's GEMM) vs implicit GEMM vs cuDNN; the gather and the GEMM alone")
     ratios: dict[str, list] = {"cudnn/ours": [], "cudnn/implicit": []}
     for i, (name, N, C, H, W, K, R, S, st, pad, bias, cl) in enumerate(STEMS):
         g = torch.Generator(device="cuda").manual_seed(200 + i)
-        x = torch.randn(N, C, H, W, device="cuda", generator=g).bfloat16()
+        dtype = torch.float32 if "fp32" in name else torch.bfloat16
+        prec = "tf32" if dtype == torch.float32 else None
+        x = torch.randn(N, C, H, W, device="cuda", generator=g).to(dtype)
         if cl:
             x = x.to(memory_format=torch.channels_last)
         w = (torch.randn(K, C, R, S, device="cuda", generator=g) / math.sqrt(C * R * S)) \
-            .bfloat16().to(memory_format=torch.channels_last)
-        b = torch.randn(K, device="cuda", generator=g).bfloat16() if bias else None
-        assert conv_ops.route(x, w, b, st, pad, 1) == "im2col", name
+            .to(dtype).to(memory_format=torch.channels_last)
+        b = torch.randn(K, device="cuda", generator=g).to(dtype) if bias else None
+        assert conv_ops.route(x, w, b, st, pad, 1, precision=prec) == "im2col", name
         gather_kind = conv_ops._Gather.of(x, w, st, pad, 1)
         print(f"{name:32s} gather {'rows' if gather_kind.rows else 'taps'} "
               f"{gather_kind.tile}, A {gather_kind.m} x {gather_kind.pitch} "
-              f"({gather_kind.m * gather_kind.pitch * 2 / 1e6:.0f} MB)", flush=True)
+              f"({gather_kind.m * gather_kind.pitch * x.element_size() / 1e6:.0f} MB)",
+              flush=True)
         ref = F.conv2d(x.double(), w.double(), None if b is None else b.double(), st, pad)
-        sched = conv_ops.schedule_for(x, w, st, pad, 1, 1)
+        sched = conv_ops.schedule_for(x, w, st, pad, 1, 1, precision=prec)
         gather, gemm, keep = _im2col_steps(x, w, b, st, pad)
-        fns = {"ours": lambda: conv_ops.convolve(x, w, b, st, pad),
-               "implicit": lambda: conv_ops.convolve(x, w, b, st, pad, schedule=sched),
-               "cudnn": lambda: F.conv2d(x, w, b, st, pad),
+        cudnn = lambda: F.conv2d(x, w, b, st, pad)       # noqa: E731
+        fns = {"ours": lambda: conv_ops.convolve(x, w, b, st, pad, precision=prec),
+               "implicit": lambda: conv_ops.convolve(x, w, b, st, pad, schedule=sched,
+                                                     precision=prec),
+               "cudnn": _tf32_cudnn(cudnn) if prec else cudnn,
                "gather": lambda: (gather(), keep),
                "gemm": lambda: (gemm(), keep)}
         errs, ok = {}, {}

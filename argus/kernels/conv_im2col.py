@@ -1,33 +1,37 @@
-"""The im2col gather of a convolution with few input channels: the channels-last input as the
-explicit GEMM operand A [N * P * Q, K'] with K' = (r, s, c) flattened (R * S * C useful
-columns), so argus.ops.matmul's GEMM then multiplies only the useful K (argus.ops.conv's
-"im2col" route).
+"""The im2col gathers of a convolution with few input channels: the input as the explicit GEMM
+operand A [N * P * Q, K'] with K' = (r, s, c) flattened (R * S * C useful columns) and a bias
+tap, so argus.ops.matmul's GEMM then multiplies only the useful K (argus.ops.conv's "im2col"
+route, which picks the kernel and A's layout: `_Gather`).
 
 Why: the implicit GEMM (argus/kernels/conv.py) pads each tap's channels to its 64-deep K slice,
 so with C = 3 (an RGB stem) 61 of every 64 products multiply zeros (ResNet-50's 7x7 stem: 49
 taps x 64 K per pixel for 147 useful; 0.31x cuDNN on the H200, docs/perf/conv.md). Folding the
-taps into K costs one write and one read of A (R * S times the input's bytes) and no wasted
-tensor-core work beyond the GEMM's last K slice.
+taps into K costs one write and one read of A (about R * S / (sh * sw) times the input's bytes)
+and no wasted tensor-core work beyond the GEMM's last K slice.
 
-Layout: X is the channels-last input viewed as [N, H, W / sw, sw, C] (W a multiple of the
-stride; argus.ops.conv builds the view in place), so input column w = sw * v + phase lies at
-(v, phase), phase a compile-time int per filter column: the BQ output columns q0.. of one
-output row, tap (r, s), read BQ consecutive v, each a run of C channels, as one tile. A is
-viewed as [N * P, Q, R * S + 1, C] over a row pitch of the caller's choosing (the A buffer's
-row has K' >= (R * S + 1) * C columns): element (m, q, t, c) is A[m * Q + q, t * C + c].
-Tap t = R * S is the bias tap: column R * S * C is 1 (the GEMM multiplies it by the bias,
-which argus.ops.conv puts in the weight's matching column), its other C - 1 columns 0.
+Two kernels, one contract: bf16 / fp16 data copied as it is, fp32 data rounded to tf32 to
+nearest on the way (ag.round_tf32: the tf32 GEMM's tensor cores then read A exactly); A's
+bias tap holds BIAS_ONES ones (the GEMM reads one for a 16-bit bias, two for an fp32 bias split
+into tf32 hi + lo pieces); padding taps read zeros from the loads' bounds, never from a mask.
 
-Padding costs nothing: input row h = p * sh + r * dh - ph is a scalar (a row outside [0, H) is
-outside X: zeros), and column v = q + (s * dw - pw) // sw with the phase (s * dw - pw) % sw
-(floor division: a negative column is outside X), so every padding tap reads zeros from the
-load's bounds. Columns c >= C of the BC-wide tile (a power of two) read zeros and are dropped
-by A's bounds; rows q >= Q likewise.
+- `im2col_kernel` (per tap, any input strides): X is the input viewed as
+  [N, H, W / sw, sw, C, 1] (W a multiple of the stride; the unit dim keeps the innermost
+  stride 1), so input column w = sw * v + phase lies at (v, phase), phase a compile-time int
+  per filter column: the BQ output columns q0.. of one output row, tap (r, s), read BQ
+  consecutive v, each a run of C channels, as one tile. A is viewed as
+  [N * P, Q, R * S + 1, C, 1] over the caller's pitch: element (m, q, t, c) is
+  A[m * Q + q, t * C + c]; tap t = R * S is the bias tap. Input row h = p * sh + r * dh - ph
+  is a scalar (outside [0, H): outside X, zeros), column v = q + (s * dw - pw) // sw (floor
+  division: a negative column is outside X). Columns c >= C of the BC-wide tile (a power of
+  two) read zeros and are dropped by A's bounds; rows q >= Q likewise.
+- `im2col_rows_kernel` (channels-last input, no column dilation): one run of S * C values per
+  (pixel, filter row), its own layout of A in slots (its docstring).
 
-Invariant: A[(n * P + p) * Q + q, (r * S + s) * C + c] = x[n, p * sh + r * dh - ph,
-q * sw + s * dw - pw, c] (0 outside the input) and A[., R * S * C] = 1, A[., R * S * C + c] = 0
-for 0 < c < C; every element of the [N * P, Q, R * S + 1, C] view is written exactly once (the
-grid covers (N * P) x ceil(Q / BQ) disjoint tiles per tap), and nothing else of A.
+Invariant (per tap): A[(n * P + p) * Q + q, (r * S + s) * C + c] = x[n, p * sh + r * dh - ph,
+q * sw + s * dw - pw, c] (rounded to tf32 for fp32; 0 outside the input), the bias tap's first
+min(C, BIAS_ONES) columns 1 and its others 0; every element of the [N * P, Q, R * S + 1, C]
+view is written exactly once (the grid covers (N * P) x ceil(Q / BQ) disjoint tiles per tap),
+and nothing else of A.
 """
 
 
@@ -63,6 +67,23 @@ class Im2colGeometry:
         check_geometry_fields(self, "sizes, strides, dilations and the channels")
 
 
+# the bias tap's leading ones: the GEMM reads one (16-bit: the bias is exact in the weight's
+# dtype) or two (fp32 under tf32: the bias as two tf32 pieces, hi + lo, ~2^-22 relative); a
+# one past the tap's columns (C = 1) is dropped by A's bounds
+BIAS_ONES = 2
+
+
+def _check_dtype(dtype: DType) -> None:
+    if dtype not in (dtypes.bf16, dtypes.f16, dtypes.f32):
+        raise ValueError(f"the im2col gather moves bf16, fp16 or fp32 (tf32) data, not {dtype}")
+
+
+def _rounded(x, dtype: DType):
+    """A loaded tile as A stores it: 16-bit data as it is, fp32 rounded to tf32 to nearest
+    (cvt.rna, as cuDNN rounds), which the tf32 GEMM's tensor cores then read exactly."""
+    return ag.round_tf32(x) if dtype == dtypes.f32 else x
+
+
 # elements of one tap's tile per thread: BQ * BC = ELEMENTS_PER_THREAD * threads
 ELEMENTS_PER_THREAD = 4
 THREADS = 128
@@ -71,7 +92,7 @@ THREADS = 128
 def im2col_tile(channels: int, threads: int = THREADS) -> tuple[int, int]:
     """(BQ, BC): BC the channels rounded up to a power of two, BQ output columns so a tap's
     tile is ELEMENTS_PER_THREAD elements a thread (at least one row). A first choice, not
-    measured on the H200 (scripts/gpu_conv_bench.py --cases stem times the route)."""
+    measured on the H200 (scripts/gpu_conv_bench.py --stem times the route)."""
     bc = 1
     while bc < channels:
         bc *= 2
@@ -80,10 +101,10 @@ def im2col_tile(channels: int, threads: int = THREADS) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=None)
 def im2col_kernel(dtype: DType = dtypes.bf16, threads: int = THREADS) -> ag.KernelFunction:
-    """The gather kernel for one dtype (bf16 or fp16: X and A share it) and CTA size (cached):
-    compile-time `geom` (Im2colGeometry) and tile (BQ, BC) from `im2col_tile`."""
-    if dtype not in (dtypes.bf16, dtypes.f16):
-        raise ValueError(f"the im2col gather moves bf16 or fp16 data, not {dtype}")
+    """The per-tap gather for one dtype (bf16, fp16, or fp32 rounded to tf32: X and A share it)
+    and CTA size (cached): compile-time `geom` (Im2colGeometry) and tile (BQ, BC) from
+    `im2col_tile`."""
+    _check_dtype(dtype)
 
     def conv_im2col(X: ag.Tensor["N", "H", "WS", "SW", "C", "U", dtype],  # [N,H,W/sw,sw,C,1]
                     A: ag.Tensor["NP", "Q", "T", "CA", "V", dtype],      # [N*P,Q,R*S+1,C,1]
@@ -100,10 +121,11 @@ def im2col_kernel(dtype: DType = dtypes.bf16, threads: int = THREADS) -> ag.Kern
                 # floor division: a negative column lands before column 0 (read as 0)
                 x = ag.load(X, (n, h, q0 + off // g.stride_w, off % g.stride_w, 0, 0),
                             (BQ, 1, BC, 1), other=0.0)
-                ag.store(A, (row, q0, r * g.s + s, 0, 0), x)
-        # the bias tap: 1 in its first column, 0 in the others (dropped past C by A's bounds)
-        one = ag.where(ag.arange(BC)[None, None, :, None] == 0, ag.full((BQ, 1, BC, 1), 1.0),
-                       ag.full((BQ, 1, BC, 1), 0.0))
+                ag.store(A, (row, q0, r * g.s + s, 0, 0), _rounded(x, dtype))
+        # the bias tap: 1 in its first BIAS_ONES columns, 0 in the others (dropped past C by
+        # A's bounds)
+        one = ag.where(ag.arange(BC)[None, None, :, None] < BIAS_ONES,
+                       ag.full((BQ, 1, BC, 1), 1.0), ag.full((BQ, 1, BC, 1), 0.0))
         ag.store(A, (row, q0, g.r * g.s, 0, 0), one.to(A.dtype))
 
     return ag.kernel(conv_im2col, threads=threads, name=f"conv_im2col_{dtype.name}_{threads}")
@@ -151,17 +173,17 @@ def im2col_rows_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
 
     A's layout: each pixel's row is R + 1 slots of `row_slot` columns (pitch (R + 1) * slot):
     slot r holds run r (column r * slot + s * C + c for tap (r, s), channel c), then zeros to
-    the slot's end; slot R is the bias tap (1, 0, ..., 0). argus.ops.conv lays the weight out
-    the same way (zero columns where A has its zeros). The kernel's A is [N * P, Q * (R + 1),
-    slot] (a view of the contiguous buffer): pixel q's slot r is row q * (R + 1) + r, so a
-    CTA's stores are consecutive rows of one axis. Compile-time `geom` (dil_w 1) and (BQ, LB)
-    from `rows_tile`.
+    the slot's end; slot R is the bias tap (BIAS_ONES ones, then 0). argus.ops.conv lays the
+    weight out the same way (zero columns where A has its zeros). The kernel's A is
+    [N * P, Q * (R + 1), slot] (a view of the contiguous buffer): pixel q's slot r is row
+    q * (R + 1) + r, so a CTA's stores are consecutive rows of one axis. Compile-time `geom`
+    (dil_w 1) and (BQ, LB) from `rows_tile`.
 
     Invariant: A[(n * P + p) * Q + q, r * slot + s * C + c] = x[n, p * sh + r * dh - ph,
     q * sw + s - pw, c] (0 outside the input), every other column of the pixel's first R slots
-    0, slot R = (1, 0, ..., 0); every element of A written exactly once."""
-    if dtype not in (dtypes.bf16, dtypes.f16):
-        raise ValueError(f"the im2col gather moves bf16 or fp16 data, not {dtype}")
+    0, slot R = (1, 1, 0, ..., 0) (BIAS_ONES ones); fp32 values rounded to tf32; every
+    element of A written exactly once."""
+    _check_dtype(dtype)
 
     def conv_im2col_rows(X: ag.Tensor["N", "H", "E", dtype],            # [N, H, W * C]
                          A: ag.Tensor["NP", "J", "L", dtype],           # [N*P, Q*(R+1), slot]
@@ -185,14 +207,14 @@ def im2col_rows_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
             for r in range(g.r):
                 h = p * g.stride_h + (r * g.dil_h - g.pad_h)
                 runs.append(ag.load(X, (n, h, e0), (1, LB), other=0.0))
-        one = ag.where(ag.arange(LB)[None, :] == 0, ag.full((1, LB), 1.0),
+        one = ag.where(ag.arange(LB)[None, :] < BIAS_ONES, ag.full((1, LB), 1.0),
                        ag.full((1, LB), 0.0)).to(A.dtype)
         # every load above is issued before the first store: BQ * R runs in flight a warp
         j0 = q0 * slots
         for i in range(BQ):
             for r in range(g.r):
                 x = ag.where(inside, runs[i * g.r + r], ag.full((1, LB), 0.0, dtype))
-                ag.store(A, (row, j0 + i * slots + r, 0), x)
+                ag.store(A, (row, j0 + i * slots + r, 0), _rounded(x, dtype))
             ag.store(A, (row, j0 + i * slots + g.r, 0), one)
 
     return ag.kernel(conv_im2col_rows, threads=32, name=f"conv_im2col_rows_{dtype.name}")

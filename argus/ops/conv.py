@@ -49,13 +49,14 @@ GEMM per image into an NCHW result instead); bf16 / fp16 1x1 convolutions with t
 restrictions and C a multiple of 8 as the same flat GEMM on matmul's 16-bit kernel
 (`_pointwise_16bit`: a channels-last x and the weight read in place, an NCHW x copied to
 channels-last once, as the implicit GEMM copies it; the result channels-last as the implicit
-GEMM's); bf16 / fp16 convolutions with few input channels (2-d, one group, at most
-IM2COL_MAX_CHANNELS channels, no activation, W a multiple of stride_w: `im2col_applies`; any
-filter, stride, padding, dilation, with or without a bias) as an explicit im2col: an Argus
-gather kernel (argus/kernels/conv_im2col.py) writes A [N*P*Q, R*S*C + 1] (taps folded into K,
-then a ones column) from x in place (channels-last or NCHW), and matmul's 16-bit GEMM
-multiplies it by the weight [K, R*S*C] with the bias as one more K column (`_im2col`: the
-implicit GEMM pads each tap's C = 3 channels to a 64-deep K slice, 95% zeros for an RGB stem);
+GEMM's); convolutions with few input channels (bf16 / fp16, and fp32 under tf32; 2-d, one
+group, at most IM2COL_MAX_CHANNELS channels, no activation: `im2col_applies`; any filter,
+stride, padding, dilation, with or without a bias) as an explicit im2col: an Argus gather
+kernel (argus/kernels/conv_im2col.py) writes A [N*P*Q, K'] (taps folded into K, then a bias
+tap of ones) from x in place (a channels-last x by filter-row runs, any other x by taps, which
+needs W a multiple of stride_w), and matmul's GEMM multiplies it by the weight laid out the
+same way, the bias one more K column (`_im2col`: the implicit GEMM pads each tap's C = 3
+channels to a 64-deep K slice, 95% zeros for an RGB stem); the result channels-last;
 everything else, and any call given a ConvSchedule, runs the implicit GEMM below.
 
 conv1d is conv2d on [N, C, 1, L] with a 1 x K filter; conv3d runs the same kernel with the
@@ -559,8 +560,9 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         return out
     if kind == "im2col":
         out, replay = _im2col(x, weight, bias, stride, padding, dilation)
-        _RouteRepeat.remember(x, weight, bias, args, replay)
-        return out
+        if out is not None:
+            _RouteRepeat.remember(x, weight, bias, args, replay)
+            return out
     if kind == "pointwise":
         fp32 = str(x.dtype) == "torch.float32"
         out, replay = _pointwise_tf32(x, weight) if fp32 else _pointwise_16bit(x, weight)
@@ -626,17 +628,20 @@ def route(x, weight, bias, stride, padding, groups, activation: str = "none", sc
         bf16 / fp16 with C a multiple of 8 (16-byte pixel rows: TMA reads a channels-last x in
         place; other C take the implicit GEMM, which pads the channels) (`_pointwise_16bit`):
         result channels-last always, as the implicit GEMM's.
-    - "im2col": bf16 / fp16, 2-d, one group, no activation, at most IM2COL_MAX_CHANNELS (8)
-      input channels, W a multiple of stride_w, A at most IM2COL_MAX_BYTES
-      (`im2col_applies`); any filter size, stride, padding and dilation, a bias or none
-      (`_im2col`). The gather writes A [N*P*Q, R*S*C + 1] with the taps folded into K, the
-      GEMM multiplies only those columns (+ the bias column): the implicit GEMM pads each
-      tap's channels to a 64-deep K slice, so an RGB stem (C = 3: ResNet-50's 7x7/2, AlexNet's
-      11x11/4) multiplies 95% zeros (0.31x cuDNN on ResNet-50's stem, docs/perf/conv.md).
-      Costs one write and one read of A (about R*S / (sh*sw) times the input's bytes). The
-      channel bound is an estimate, not measured (IM2COL_MAX_CHANNELS says how it was made;
-      scripts/gpu_conv_bench.py --cases stem times it). Result channels-last, as the implicit
-      GEMM's.
+    - "im2col": bf16 / fp16, or fp32 under precision="tf32" (A and the weight rounded to
+      tf32 to nearest, matmul's tf32 GEMM, the bias as two tf32 pieces); 2-d, one group, no
+      activation, at most IM2COL_MAX_CHANNELS (8) input channels, x readable in place by a
+      gather (`_Gather.of`: channels-last with dil_w 1 and S*C >= IM2COL_MIN_RUN, or W a
+      multiple of stride_w), A at most IM2COL_MAX_BYTES (`im2col_applies`); any filter size,
+      stride, padding and dilation, a bias or none (`_im2col`). The gather writes A
+      [N*P*Q, K'] with the taps folded into K, the GEMM multiplies only those columns (+ the
+      bias's): the implicit GEMM pads each tap's channels to a 64-deep K slice, so an RGB stem
+      (C = 3: ResNet-50's 7x7/2, AlexNet's 11x11/4) multiplies 95% zeros (0.31x cuDNN on
+      ResNet-50's stem, docs/perf/conv.md). Costs one write and one read of A (about
+      R*S / (sh*sw) times the input's bytes). The channel bound is an estimate, not measured
+      (IM2COL_MAX_CHANNELS says how it was made; scripts/gpu_conv_bench.py --stem times the
+      route). Result channels-last, as the implicit GEMM's; fp32 under tf32 without a tf32
+      GEMM schedule for the problem falls back to the implicit GEMM.
     - "implicit_gemm": everything else, and any call that passes a ConvSchedule (which only
       that kernel takes: the opt-out that scripts/gpu_conv_bench.py times the routes with)."""
     if schedule is not None:
@@ -652,7 +657,7 @@ def route(x, weight, bias, stride, padding, groups, activation: str = "none", sc
         return "pointwise"
     if one_by_one and not fp32 and x.shape[1] % 8 == 0 and x.shape[1] > 0:
         return "pointwise"
-    if im2col_applies(x, weight, stride, padding, groups, activation, dilation):
+    if im2col_applies(x, weight, stride, padding, groups, activation, dilation, precision):
         return "im2col"
     return "implicit_gemm"
 
@@ -670,13 +675,16 @@ IM2COL_MAX_BYTES = 1 << 32
 
 
 def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
-                   dilation=1) -> bool:
-    """Whether a (checked) problem takes the "im2col" route (`route`): bf16 / fp16, 2-d, one
+                   dilation=1, precision: str | None = None) -> bool:
+    """Whether a (checked) problem takes the "im2col" route (`route`): bf16 / fp16, or fp32
+    under precision="tf32" (A rounded to tf32 by the gather, matmul's tf32 GEMM), 2-d, one
     group, no activation (a bias is fine: the GEMM adds it as one more K column), at most
     IM2COL_MAX_CHANNELS input channels, a gather that reads x in place (`_Gather.of`: the
     row-run kernel for channels-last x and no column dilation, else the per-tap kernel, which
     needs W a multiple of stride_w), and an A buffer of at most IM2COL_MAX_BYTES."""
-    if x.dim() != 4 or str(x.dtype) not in ("torch.bfloat16", "torch.float16"):
+    sixteen = str(x.dtype) in ("torch.bfloat16", "torch.float16")
+    if x.dim() != 4 or not (sixteen or (str(x.dtype) == "torch.float32" and
+                                        precision == "tf32")):
         return False
     if groups != 1 or activation != "none" or not 0 < x.shape[1] <= IM2COL_MAX_CHANNELS:
         return False
@@ -763,9 +771,10 @@ class _Gather:
         return A.as_strided((NP, self.q, g.r * g.s + 1, C, 1),
                             (self.q * self.pitch, self.pitch, C, 1, 1))
 
-    def k(self, bias: bool) -> int:
-        """The K the GEMM multiplies: the R slots, and the bias tap with a bias."""
-        return self.geom.r * self.slot + bias
+    def k(self, bias: bool, fp32: bool = False) -> int:
+        """The K the GEMM multiplies: the R slots, and with a bias the bias tap's first column
+        (16-bit: the bias in the weight's dtype) or two (fp32: the bias as tf32 hi + lo)."""
+        return self.geom.r * self.slot + (bias and (2 if fp32 else 1))
 
 
 _DEPTHWISE: OrderedDict = OrderedDict()
@@ -1088,9 +1097,12 @@ _IM2COL: OrderedDict = OrderedDict()
 def _im2col_weight(weight, bias, gather: _Gather):
     """The GEMM's B [K, pitch] (K-major) of the im2col route, in A's layout (`_Gather`):
     tap (r, s), channel c at column r * slot + s * C + c, the bias (in the weight's dtype) at
-    R * slot, zeros elsewhere (where A has zeros, or is never read). Made once per weight
-    object and version and bias buffer and version (`_WEIGHTS`, GPU tensors only; the caveat
-    of `_weight_side` holds: a write through `.data` is not seen)."""
+    R * slot, zeros elsewhere (where A has zeros, or is never read). fp32 (tf32): the taps
+    rounded to tf32 to nearest (`round_to_tf32`, as the gather rounds A), the bias as two tf32
+    pieces at R * slot and R * slot + 1 (hi = tf32(b), lo = tf32(b - hi): the two ones of A's
+    bias tap add b within ~2^-22). Made once per weight object and version and bias buffer and
+    version (`_WEIGHTS`, GPU tensors only; the caveat of `_weight_side` holds: a write through
+    `.data` is not seen)."""
     import torch
     import torch.nn.functional as F
 
@@ -1101,9 +1113,14 @@ def _im2col_weight(weight, bias, gather: _Gather):
         taps = weight.detach().permute(0, 2, 3, 1).reshape(K, R, S * C)
         wk = F.pad(taps, (0, slot - S * C)).reshape(K, R * slot)
         tail = torch.zeros(K, pitch - R * slot, dtype=weight.dtype, device=weight.device)
-        if bias is not None:
+        fp32 = weight.dtype == torch.float32
+        if bias is not None and fp32:
+            b = bias.detach().float()
+            hi = round_to_tf32(b)
+            tail[:, 0], tail[:, 1] = hi, round_to_tf32(b - hi)
+        elif bias is not None:
             tail[:, 0] = bias.detach().to(weight.dtype)
-        return torch.cat([wk, tail], dim=1)
+        return torch.cat([round_to_tf32(wk) if fp32 else wk, tail], dim=1)
 
     what = ("im2col", slot, pitch) + (() if bias is None else (
         bias.data_ptr(), bias._version, bias.dtype))
@@ -1111,25 +1128,27 @@ def _im2col_weight(weight, bias, gather: _Gather):
 
 
 def _im2col(x, weight, bias, stride, padding, dilation):
-    """conv2d(x, weight, bias) for few input channels (`im2col_applies`), bf16 / fp16, as two
-    Argus kernels: the gather (argus/kernels/conv_im2col.py, `_Gather`) writes A
-    [N*P*Q, pitch] with K' = (r, s, c) flattened plus a ones column, then argus.ops.matmul's
-    16-bit GEMM (`pointwise_gemm`: the schedule matmul would choose) multiplies A's first
-    R * slot (+1 with a bias) columns by the weight's matching [K, R * slot (+1)]
-    (`_im2col_weight`: B K-major, the bias its last column), fp32 accumulation, into the
-    channels-last result's [N*P*Q, K] view.
+    """conv2d(x, weight, bias) for few input channels (`im2col_applies`) as two Argus kernels:
+    the gather (argus/kernels/conv_im2col.py, `_Gather`) writes A [N*P*Q, pitch] with
+    K' = (r, s, c) flattened plus a bias tap of ones, then argus.ops.matmul's GEMM
+    (`pointwise_gemm`: the schedule matmul would choose; its 16-bit kernel for bf16 / fp16,
+    its tf32 kernel for fp32 under tf32, A and the weight rounded to tf32 to nearest first)
+    multiplies A's first R * slot (+ the bias columns) columns by the weight's matching
+    [K, R * slot (+ 1 or 2)] (`_im2col_weight`: B K-major, the bias its last columns), fp32
+    accumulation, into the channels-last result's [N*P*Q, K] view (x's dtype).
 
     x is read in place (no copy whatever its layout): a channels-last x's pixel rows as runs
     (the row-run kernel), any other x through its strides (the per-tap kernel). A is a new
     buffer each call. Compiled on CUDA tensors (memoized per problem kind and device), built
     on meta tensors, interpreted on CPU tensors. Returns (the result, how a repeated call with
     the same tensors launches again: the two kernels' launch plans kept by the buffers'
-    addresses)."""
+    addresses), or (None, None) when the GEMM has no tf32 schedule for the problem (the
+    caller runs the implicit GEMM)."""
     import torch
 
     N, K = x.shape[0], weight.shape[0]
     gather = _Gather.of(x, weight, stride, padding, dilation)
-    M, kc = gather.m, gather.k(bias is not None)
+    M, kc = gather.m, gather.k(bias is not None, x.dtype == torch.float32)
     shape, strides = _result_layout(N, K, (gather.p, gather.q))
     first = torch.empty_strided(shape, strides, dtype=x.dtype, device=x.device)
     if first.numel() == 0:
@@ -1154,7 +1173,10 @@ def _im2col(x, weight, bias, stride, padding, dilation):
                 out.permute(0, 2, 3, 1).view(M, K))
 
     X, Av, A2, B2, out2 = buffers(x, weight, first)
-    _, runner = pointwise_gemm(A2, B2, out2)
+    gemm = pointwise_gemm(A2, B2, out2)
+    if gemm is None:                   # no tf32 schedule for the problem: the implicit GEMM
+        return None, None
+    _, runner = gemm
     plans: dict = {}
 
     def launch(x, weight, out=None):

@@ -58,6 +58,26 @@ def test_im2col_route_matches_float64(case):
     assert _rel(conv_ops.convolve(x, w, b, *args), ref) <= bound
 
 
+@pytest.mark.parametrize("cl", [False, True], ids=["nchw", "channels_last"])
+def test_tf32_route_on_l1_50(cl):
+    """KernelBench L1/50's layer in fp32 under tf32 (the per-tap gather for KernelBench's NCHW
+    x, the row runs for a channels-last one): the tf32 model's result (operands rounded to
+    nearest, the bias as two tf32 pieces), within cuDNN TF32's error of the exact result."""
+    import torch.nn.functional as F
+
+    from argus.bench.kernelbench.tolerance import round_to_tf32
+    from argus.ops import conv as conv_ops
+
+    x = torch.rand(16, 3, 224, 224, device="cuda")
+    if cl:
+        x = x.to(memory_format=torch.channels_last)
+    w, b = _rand(96, 3, 11, 11, seed=7) / 20, _rand(96, seed=8)
+    assert conv_ops.route(x, w, b, 4, 2, 1, precision="tf32") == "im2col"
+    y = conv_ops.convolve(x, w, b, 4, 2, precision="tf32")
+    ref_t = F.conv2d(round_to_tf32(x).double(), round_to_tf32(w).double(), b.double(), 4, 2)
+    assert y.dtype == torch.float32 and _rel(y, ref_t) <= 1e-5
+
+
 def test_public_conv2d_and_compiled_op():
     """argus.ops.conv2d (eager) and the torch.library op under torch.compile give the route's
     result on the stem."""

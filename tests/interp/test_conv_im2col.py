@@ -55,8 +55,8 @@ ROUTES = [
      False, 2, 3, 1, 1, "none", None, torch.bfloat16, True, "im2col"),
     ("W % stride_w, NCHW x", (2, 3, 9, 9), (8, 3, 7, 7), False, 2, 3, 1, 1, "none", None,
      torch.bfloat16, False, "implicit_gemm"),
-    ("fp32", (2, 3, 8, 8), (8, 3, 3, 3), False, 1, 1, 1, 1, "none", None, torch.float32,
-     True, "implicit_gemm"),
+    ("fp32, the bf16 split", (2, 3, 8, 8), (8, 3, 3, 3), False, 1, 1, 1, 1, "none", None,
+     torch.float32, True, "implicit_gemm"),
     ("3-d", (1, 3, 4, 8, 8), (8, 3, 3, 3, 3), False, 1, 1, 1, 1, "none", None,
      torch.bfloat16, False, "implicit_gemm"),
 ]
@@ -74,6 +74,15 @@ def test_route(case):
     b = torch.empty(ws[0], dtype=dtype, device="meta") if bias else None
     assert conv_op.route(x, w, b, stride, padding, groups, act, schedule, None,
                          dilation) == want
+    # the same problem in fp32 under tf32 takes the same route (but fp32 1x1s, which its
+    # pointwise route takes for any C)
+    if dtype != torch.float32 and tuple(ws[2:]) != (1, 1) and len(xs) == 4:
+        x32 = torch.empty(xs, device="meta")
+        if cl:
+            x32 = x32.to(memory_format=torch.channels_last)
+        w32, b32 = torch.empty(ws, device="meta"), torch.empty(ws[0], device="meta")
+        assert conv_op.route(x32, w32, b32 if bias else None, stride, padding, groups, act,
+                             schedule, "tf32", dilation) == want
 
 
 def test_route_bounds_the_buffer(monkeypatch):
@@ -126,8 +135,9 @@ GATHERS = [
 @pytest.mark.parametrize("case", GATHERS, ids=lambda c: "x".join(map(str, c)))
 def test_gather_writes_the_im2col_matrix(case):
     """The per-tap gather alone: A's (r, s, c) columns equal the unfold-built im2col exactly
-    (a copy, padding taps 0), the bias tap is (1, 0, ..., 0), and the pitch's columns past
-    the bias tap are never written (the buffer's sentinel stays)."""
+    (a copy, padding taps 0), the bias tap is (1, 1, 0, ...) (its first BIAS_ONES columns, as
+    many as it has), and the pitch's columns past the bias tap are never written (the
+    buffer's sentinel stays)."""
     N, C, H, W, R, S, stride, padding, dilation, cl = case
     (sh, sw), (ph, pw), (dh, dw) = (conv_op._pair(v, "v") for v in (stride, padding, dilation))
     x = _t(N, C, H, W, seed=1).bfloat16()
@@ -147,7 +157,7 @@ def test_gather_writes_the_im2col_matrix(case):
     ref = _im2col_reference(x, R, S, (sh, sw), (ph, pw), (dh, dw))
     assert torch.equal(A[:, :T * C].double(), ref)
     bias_tap = torch.zeros(C, dtype=torch.bfloat16)
-    bias_tap[0] = 1
+    bias_tap[:2] = 1
     assert torch.equal(A[:, T * C:(T + 1) * C], bias_tap.expand(N * P * Q, C))
     assert bool((A[:, (T + 1) * C:] == 7).all())
 
@@ -165,7 +175,7 @@ ROW_GATHERS = [
 def test_row_gather_writes_the_im2col_matrix(case):
     """The row-run gather alone: every pixel's slot r holds the S * C values of filter row r
     (the unfold-built im2col's, exactly), zeros to the slot's end, then the bias slot
-    (1, 0, ..., 0): every column of A written (the sentinel gone)."""
+    (1, 1, 0, ..., 0): every column of A written (the sentinel gone)."""
     N, C, H, W, R, S, stride, padding, dil_h = case
     (sh, sw), (ph, pw) = (conv_op._pair(v, "v") for v in (stride, padding))
     x = _t(N, C, H, W, seed=14).bfloat16().to(memory_format=torch.channels_last)
@@ -182,7 +192,7 @@ def test_row_gather_writes_the_im2col_matrix(case):
     A3 = A.view(N * P * Q, R + 1, slot)
     assert torch.equal(A3[:, :R, :S * C].double(), ref)
     assert bool((A3[:, :R, S * C:] == 0).all())
-    assert bool((A3[:, R, 0] == 1).all()) and bool((A3[:, R, 1:] == 0).all())
+    assert bool((A3[:, R, :2] == 1).all()) and bool((A3[:, R, 2:] == 0).all())
 
 
 def test_tile_shapes():
@@ -301,23 +311,26 @@ GEOMETRIES = [Im2colGeometry(7, 7, 2, 2, 3, 3, 1, 1, 3),       # ResNet-50's ste
               Im2colGeometry(3, 2, 1, 2, 2, 1, 2, 3, 5)]       # asymmetric, dilated
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
 @pytest.mark.parametrize("rows", [False, True], ids=["taps", "rows"])
 @pytest.mark.parametrize("geom", GEOMETRIES, ids=lambda g: f"{g.r}x{g.s}s{g.stride_w}")
-def test_gather_verifies_with_zero_errors(geom, rows):
+def test_gather_verifies_with_zero_errors(geom, rows, dtype):
     """store.coverage and store.once proven for A (the grid covers the kernel's view of A with
     disjoint tiles), no error or unknown, within 2 s CPU (dev machine, scaled)."""
     import dataclasses
 
+    from argus import dtypes
     from argus.compiler import lower_only
     from tests.verify.timing import least_cpu_verify, runs_text, within
 
+    dt = getattr(dtypes, dtype)
     if rows:
         geom = dataclasses.replace(geom, dil_w=1)
         bq, lb = rows_tile(geom)
-        kernel = lower_only(im2col_rows_kernel(), geom=geom, BQ=bq, LB=lb)
+        kernel = lower_only(im2col_rows_kernel(dt), geom=geom, BQ=bq, LB=lb)
     else:
         bq, bc = im2col_tile(geom.channels)
-        kernel = lower_only(im2col_kernel(), geom=geom, BQ=bq, BC=bc)
+        kernel = lower_only(im2col_kernel(dt), geom=geom, BQ=bq, BC=bc)
     report, times, bounds = least_cpu_verify(kernel, 2, 2.0)
     assert not report.errors and not report.unknowns, \
         "\n".join(str(d) for d in report.errors + report.unknowns)
@@ -327,10 +340,11 @@ def test_gather_verifies_with_zero_errors(geom, rows):
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
-@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
 @pytest.mark.parametrize("rows", [False, True], ids=["taps", "rows"])
 def test_nvrtc_builds_the_gather(dtype, rows, tmp_path, monkeypatch):
-    """The gathers compile for sm_90a with no spills and no tensor-core op (a copy)."""
+    """The gathers compile for sm_90a with no spills and no tensor-core op (a copy; fp32:
+    rounded to tf32 to nearest, cvt.rna.tf32)."""
     from argus import codegen, dtypes
     from argus.compiler import lower_only
     from argus.runtime.compile import compile_cuda
@@ -345,6 +359,7 @@ def test_nvrtc_builds_the_gather(dtype, rows, tmp_path, monkeypatch):
     source = codegen.render(kernel)
     binary = compile_cuda(source.text, [source.name], use_cache=False)
     assert "wgmma" not in binary.ptx and "st.global" in binary.ptx
+    assert ("cvt.rna.tf32.f32" in binary.ptx) == (dtype == "f32")
     assert not binary.resource(source.name).spills
 
 
@@ -360,3 +375,80 @@ def test_slot_gaps_do_not_leak_non_finite_values():
     ref = F.conv2d(x.double(), w.double(), None, 4, 2)
     assert not bool(torch.isfinite(ref).all())
     assert torch.equal(torch.isfinite(y), torch.isfinite(ref))
+
+
+# (N, C, H, W, K, R, S, stride, padding, dilation, bias, channels_last)
+TF32 = [
+    (2, 3, 16, 16, 8, 7, 7, 2, 3, 1, False, True),            # the stem's form: row runs
+    (1, 3, 20, 20, 12, 11, 11, 4, 2, 1, True, False),         # L1/50's (KernelBench: fp32)
+    (2, 3, 20, 20, 12, 11, 11, 4, 2, 1, True, True),          # row runs, slot 34
+    (2, 5, 9, 8, 6, 3, 2, (1, 2), (2, 1), (2, 3), True, True),    # per tap, dilated
+]
+
+
+@pytest.mark.parametrize("case", TF32, ids=lambda c: "x".join(map(str, c)))
+def test_tf32_route_matches_the_tf32_model(case, monkeypatch):
+    """fp32 under precision="tf32": the gather rounds x to tf32 to nearest on its way into A,
+    the weight is rounded once, matmul's tf32 GEMM (problem in_dtype "tf32") multiplies them
+    and adds the bias as two tf32 pieces: ~1e-7 against float64 of the tf32-rounded operands
+    with the exact bias (a bias 1000x the outputs: one tf32 piece would be 2^-11 of it off),
+    within the tf32 bound (~3e-4) of the exact convolution; fp32 result, channels-last."""
+    taken = _spy(monkeypatch)
+    problems = []
+    real = conv_op.pointwise_gemm
+    monkeypatch.setattr(conv_op, "pointwise_gemm",
+                        lambda *a: problems.append(str(a[0].dtype)) or real(*a))
+    from argus.bench.kernelbench.tolerance import round_to_tf32
+
+    N, C, H, W, K, R, S, stride, padding, dilation, bias, cl = case
+    x = _t(N, C, H, W, seed=17)
+    if cl:
+        x = x.to(memory_format=torch.channels_last)
+    w = _t(K, C, R, S, seed=18) / (C * R * S) ** 0.5
+    b = _t(K, seed=19) * 1000 if bias else None
+    y = conv_op.conv2d_interpret(x, w, b, stride, padding, dilation, precision="tf32")
+    assert taken == ["im2col"] and problems == ["torch.float32"]
+    bd = None if b is None else b.double()
+    ref_t = F.conv2d(round_to_tf32(x).double(), round_to_tf32(w).double(), bd, stride,
+                     padding, dilation)
+    ref = F.conv2d(x.double(), w.double(), bd, stride, padding, dilation)
+    assert y.dtype == torch.float32 and y.permute(0, 2, 3, 1).is_contiguous()
+    assert _rel(y, ref_t) <= 1e-6
+    assert _rel(y - bd.view(1, -1, 1, 1) if bias else y,
+                ref - bd.view(1, -1, 1, 1) if bias else ref) <= 2e-3
+
+
+@pytest.mark.parametrize("rows", [False, True], ids=["taps", "rows"])
+def test_fp32_gather_rounds_to_tf32(rows):
+    """The fp32 gathers store round_tf32(x) (to nearest, as cuDNN rounds), bit for bit, and
+    the bias tap's two ones."""
+    import dataclasses
+
+    from argus import dtypes
+    from argus.bench.kernelbench.tolerance import round_to_tf32
+
+    N, C, H, W, R, S = 2, 3, 10, 12, 3, 7
+    x = _t(N, C, H, W, seed=20).to(memory_format=torch.channels_last)
+    geom = Im2colGeometry(R, S, 1, 2, 1, 3, 1, 1, C)
+    P, Q = H, (W + 6 - S) // 2 + 1
+    ref = round_to_tf32(_im2col_reference(x, R, S, (1, 2), (1, 3), 1).float())
+    if rows:
+        slot = row_slot(geom)
+        A = torch.full((N * P * Q, (R + 1) * slot), 7.0)
+        bq, lb = rows_tile(geom)
+        im2col_rows_kernel(dtypes.f32).interpret(
+            x.permute(0, 2, 3, 1).reshape(N, H, W * C).clone(), A.view(N * P, -1, slot),
+            geom=geom, BQ=bq, LB=lb)
+        A3 = A.view(N * P * Q, R + 1, slot)
+        got, bias_tap = A3[:, :R, :S * C].reshape(-1, R * S * C), A3[:, R, :3]
+    else:
+        pitch = -(-(R * S + 1) * C // 8) * 8
+        A = torch.full((N * P * Q, pitch), 7.0)
+        bq, bc = im2col_tile(C)
+        X = x.permute(0, 2, 3, 1).reshape(N, H, W // 2, 2, C, 1)
+        im2col_kernel(dtypes.f32).interpret(
+            X.clone(), A.as_strided((N * P, Q, R * S + 1, C, 1), (Q * pitch, pitch, C, 1, 1)),
+            geom=dataclasses.replace(geom), BQ=bq, BC=bc)
+        got, bias_tap = A[:, :R * S * C], A[:, R * S * C:(R * S + 1) * C]
+    assert torch.equal(got, ref)
+    assert torch.equal(bias_tap, torch.tensor([1.0, 1.0, 0.0]).expand_as(bias_tap))
