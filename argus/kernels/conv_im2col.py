@@ -89,14 +89,20 @@ ELEMENTS_PER_THREAD = 4
 THREADS = 128
 
 
-def im2col_tile(channels: int, threads: int = THREADS) -> tuple[int, int]:
-    """(BQ, BC): BC the channels rounded up to a power of two, BQ output columns so a tap's
-    tile is ELEMENTS_PER_THREAD elements a thread (at least one row). A first choice, not
-    measured on the H200 (scripts/gpu_conv_bench.py --stem times the route)."""
+def im2col_tile(channels: int, q: int | None = None,
+                threads: int = THREADS) -> tuple[int, int]:
+    """(BQ, BC): BC the channels rounded up to a power of two; BQ output columns so a tap's
+    tile is ELEMENTS_PER_THREAD elements a thread, fewer when the output row is shorter (`q`:
+    BQ the power of two at or above it, down to the threads' one element each: L1/50's Q = 55
+    takes 64, not 128 with 73 idle rows). A first choice, not measured on the H200
+    (scripts/gpu_conv_bench.py --stem times the route)."""
     bc = 1
     while bc < channels:
         bc *= 2
-    return max(1, ELEMENTS_PER_THREAD * threads // bc), bc
+    bq = max(1, ELEMENTS_PER_THREAD * threads // bc)
+    while q is not None and bq // 2 >= q and bq // 2 * bc >= threads:
+        bq //= 2
+    return bq, bc
 
 
 @functools.lru_cache(maxsize=None)

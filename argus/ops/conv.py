@@ -741,7 +741,7 @@ class _Gather:
         if W % sw:
             return None
         pitch = -(-(R * S + 1) * C // 8) * 8        # 16-byte rows for the GEMM's TMA
-        return cls(False, geom, S * C, pitch, N, P, Q, im2col_tile(C))
+        return cls(False, geom, S * C, pitch, N, P, Q, im2col_tile(C, Q))
 
     def kernel(self, dtype):
         from argus.kernels.conv_im2col import im2col_kernel, im2col_rows_kernel
