@@ -12,6 +12,8 @@ and V through a ring, P in registers) written here so that each bug is one switc
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import argus as ag
@@ -78,9 +80,19 @@ def _k_once(report, severity=None):
             (severity is None or d.severity == severity)]
 
 
+def _pv_lines() -> set[int]:
+    """The lines of this file's P V wgmma (its k is the key): Q K^T's k-once over the integer
+    head dim (check_wgmma._contracted_dim) has a coverage claim of its own, proven."""
+    text = Path(__file__).read_text().splitlines()
+    return {i + 1 for i, line in enumerate(text) if "ag.wgmma(p.to(" in line}
+
+
 def _cover_proven(report) -> bool:
+    """The key coverage of P V is proven (in this file's kernel; any site's elsewhere)."""
+    def counted(f) -> bool:
+        return Path(f.loc.file).name != Path(__file__).name or f.loc.line in _pv_lines()
     return any(f.code == "wgmma.k-once" and f.subject.endswith("covers [0, K)") and
-               f.status == "proven" for f in report.findings)
+               f.status == "proven" and counted(f) for f in report.findings)
 
 
 def test_the_causal_kernel_covers_every_key_that_matters():
