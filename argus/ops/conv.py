@@ -630,7 +630,7 @@ def route(x, weight, bias, stride, padding, groups, activation: str = "none", sc
         result channels-last always, as the implicit GEMM's.
     - "im2col": bf16 / fp16, or fp32 under precision="tf32" (A and the weight rounded to
       tf32 to nearest, matmul's tf32 GEMM, the bias as two tf32 pieces); 2-d, one group, no
-      activation, at most IM2COL_MAX_CHANNELS (8) input channels, x readable in place by a
+      activation, at most IM2COL_MAX_CHANNELS (8; tf32: 4) input channels, x readable by a
       gather (`_Gather.of`: channels-last with dil_w 1 and S*C >= IM2COL_MIN_RUN, or W a
       multiple of stride_w), A at most IM2COL_MAX_BYTES (`im2col_applies`); any filter size,
       stride, padding and dilation, a bias or none (`_im2col`). The gather writes A
@@ -669,6 +669,10 @@ def route(x, weight, bias, stride, padding, groups, activation: str = "none", sc
 # will not run at full bandwidth: an eighth of the K slice, where the implicit GEMM's products
 # are at most 1/8 useful. scripts/gpu_conv_bench.py --cases stem,im2col times it.
 IM2COL_MAX_CHANNELS = 8
+# fp32 under tf32: the implicit GEMM's K slice is 32 deep (bk 32) and A's values take 4 bytes,
+# so the same estimate (2 x 32 x 64 flops at ~200 TF/s against 8 x C bytes) breaks even near
+# C = 9: half of it
+IM2COL_MAX_CHANNELS_TF32 = 4
 # the largest A buffer [N*P*Q, K'] (bytes) the route allocates; a larger problem takes the
 # implicit GEMM, which needs no buffer
 IM2COL_MAX_BYTES = 1 << 32
@@ -679,14 +683,16 @@ def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
     """Whether a (checked) problem takes the "im2col" route (`route`): bf16 / fp16, or fp32
     under precision="tf32" (A rounded to tf32 by the gather, matmul's tf32 GEMM), 2-d, one
     group, no activation (a bias is fine: the GEMM adds it as one more K column), at most
-    IM2COL_MAX_CHANNELS input channels, a gather that reads x in place (`_Gather.of`: the
-    row-run kernel for channels-last x and no column dilation, else the per-tap kernel, which
-    needs W a multiple of stride_w), and an A buffer of at most IM2COL_MAX_BYTES."""
+    IM2COL_MAX_CHANNELS input channels (fp32: IM2COL_MAX_CHANNELS_TF32), a gather that reads
+    x in place (`_Gather.of`: the row-run kernel for channels-last x and no column dilation,
+    else the per-tap kernel, which needs W a multiple of stride_w), and an A buffer of at
+    most IM2COL_MAX_BYTES."""
     sixteen = str(x.dtype) in ("torch.bfloat16", "torch.float16")
     if x.dim() != 4 or not (sixteen or (str(x.dtype) == "torch.float32" and
                                         precision == "tf32")):
         return False
-    if groups != 1 or activation != "none" or not 0 < x.shape[1] <= IM2COL_MAX_CHANNELS:
+    most = IM2COL_MAX_CHANNELS if sixteen else IM2COL_MAX_CHANNELS_TF32
+    if groups != 1 or activation != "none" or not 0 < x.shape[1] <= most:
         return False
     gather = _Gather.of(x, weight, stride, padding, dilation)
     return gather is not None and \
