@@ -729,8 +729,8 @@ class _Gather:
 
     @classmethod
     def of(cls, x, weight, stride, padding, dilation) -> "_Gather | None":
-        """The gather of conv2d(x, weight, ...) (16-bit, checked), or None when neither kernel
-        reads this x in place."""
+        """The gather of conv2d(x, weight, ...) (16-bit, or fp32 under tf32; checked), or
+        None when neither kernel reads this x in place."""
         from argus.kernels.conv_im2col import Im2colGeometry, im2col_tile, row_slot, rows_tile
 
         N, C, H, W = x.shape
