@@ -691,8 +691,10 @@ def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
     if x.dim() != 4 or not (sixteen or (str(x.dtype) == "torch.float32" and
                                         precision == "tf32")):
         return False
-    most = IM2COL_MAX_CHANNELS if sixteen else IM2COL_MAX_CHANNELS_TF32
-    if groups != 1 or activation != "none" or not 0 < x.shape[1] <= most:
+    # fp32: at least 2 channels, as the per-tap gather's bias tap (C columns) holds the two
+    # ones of the bias's tf32 pieces (one fp32 channel, groups 1, is "depthwise" anyway)
+    least, most = (1, IM2COL_MAX_CHANNELS) if sixteen else (2, IM2COL_MAX_CHANNELS_TF32)
+    if groups != 1 or activation != "none" or not least <= x.shape[1] <= most:
         return False
     gather = _Gather.of(x, weight, stride, padding, dilation)
     return gather is not None and \
