@@ -171,3 +171,17 @@ def test_two_blocks_an_iteration_cover_the_row(factory):
     assert not report.errors, "\n".join(str(d) for d in report.errors)
     assert any(f.code == "reduce.coverage" and "each once with the reduction at" in f.subject
                and f.status == "proven" for f in report.findings)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "lower/pipeline.py keeps a wgmma group in flight (wgmma_in_flight=1) on a 1-stage ring: "
+    "the consumer never releases the slot the producer needs for the next step. The "
+    "verifier's pipe.deadlock is right about the lowered kernel; the lowering should keep "
+    "nothing in flight when the pipe has one stage (outside argus/verify: reported, not "
+    "fixed here). Strict: passes, and so fails here, once the lowering is fixed."))
+def test_single_stage_ring_lowered_is_clean():
+    from argus.compiler import lower_only
+
+    found = [d for d in verify.check(lower_only(H.make_gemm_unrolled()))
+             if d.severity == "error"]
+    assert not found, "\n".join(str(d) for d in found)
