@@ -280,7 +280,13 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
         grid = [v for v, _, _ in model.grid_vars]
         if extent is None or any(mentions(t, g) for t in trips for g in grid):
             continue
-        size = z3.IntVal(shape[axis] * len(siblings))   # every site's block, each trip
+        # every site's block, each trip; counted only when every sibling's block carries the
+        # field as a point that moves along its axis (the records `_sibling_once` asks
+        # about): a sibling whose block is not such is not shown to add new positions, and
+        # counting it could prove a row covered that is not, so the row is not claimed
+        if not all(_moves_along(s, name, idx, axis) for s in siblings):
+            continue
+        size = z3.IntVal(sum(s.op.src.type.shape[axis] for s in siblings))
         for t in trips:
             size = size * t
         for pk in peeled:                  # a block reduced outside the loop adds its positions
@@ -307,6 +313,14 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
                                for pk in peeled],
                               decode_cov, minimize=list(model.params.values())))
     return out
+
+
+def _moves_along(site: ReduceSite, name: str, idx, axis: int) -> bool:
+    """Whether the block reduced at `site` carries the field `name` as a point term of its
+    position along `axis` (what lets its positions count toward the row's domain)."""
+    r = fresh_int("r")
+    f = site.src.fn(tuple(r if d == axis else x for d, x in enumerate(idx))).fields.get(name)
+    return f is not None and f.is_point and mentions(f.term, r)
 
 
 def _sibling_once(model: Model, red: ReduceSite, other: ReduceSite, loops, name: str, idx,
