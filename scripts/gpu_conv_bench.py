@@ -650,7 +650,7 @@ def stems() -> None:
         b = torch.randn(K, device="cuda", generator=g).to(dtype) if bias else None
         assert conv_ops.route(x, w, b, st, pad, 1, precision=prec) == "im2col", name
         gather_kind = conv_ops._Gather.of(x, w, st, pad, 1)
-        print(f"{name:32s} gather {'rows' if gather_kind.rows else 'taps'} "
+        print(f"{name:32s} gather {gather_kind.kind} "
               f"{gather_kind.tile}, A {gather_kind.m} x {gather_kind.pitch} "
               f"({gather_kind.m * gather_kind.pitch * x.element_size() / 1e6:.0f} MB)",
               flush=True)

@@ -1,7 +1,8 @@
 """The im2col gathers of a convolution with few input channels: the input as the explicit GEMM
-operand A [N * P * Q, K'] with K' = (r, s, c) flattened (R * S * C useful columns) and a bias
-tap, so argus.ops.matmul's GEMM then multiplies only the useful K (argus.ops.conv's "im2col"
-route, which picks the kernel and A's layout: `_Gather`).
+operand A [N * P * Q, K'] with K' = the taps (r, s) and channels c flattened (R * S * C useful
+columns; (r, s, c) or, for NCHW inputs, (r, c, s)) and a bias tap, so argus.ops.matmul's
+GEMM then multiplies only the useful K (argus.ops.conv's "im2col" route, which picks the
+kernel and A's layout: `_Gather`).
 
 Why: the implicit GEMM (argus/kernels/conv.py) pads each tap's channels to its 64-deep K slice,
 so with C = 3 (an RGB stem) 61 of every 64 products multiply zeros (ResNet-50's 7x7 stem: 49
@@ -9,7 +10,7 @@ taps x 64 K per pixel for 147 useful; 0.31x cuDNN on the H200, docs/perf/conv.md
 taps into K costs one write and one read of A (about R * S / (sh * sw) times the input's bytes)
 and no wasted tensor-core work beyond the GEMM's last K slice.
 
-Two kernels, one contract: bf16 / fp16 data copied as it is, fp32 data rounded to tf32 to
+Three kernels, one contract: bf16 / fp16 data copied as it is, fp32 data rounded to tf32 to
 nearest on the way (ag.round_tf32: the tf32 GEMM's tensor cores then read A exactly); A's
 bias tap holds BIAS_ONES ones (the GEMM reads one for a 16-bit bias, two for an fp32 bias split
 into tf32 hi + lo pieces); padding taps read zeros from the loads' bounds, never from a mask.
@@ -26,6 +27,8 @@ into tf32 hi + lo pieces); padding taps read zeros from the loads' bounds, never
   two) read zeros and are dropped by A's bounds; rows q >= Q likewise.
 - `im2col_rows_kernel` (channels-last input, no column dilation): one run of S * C values per
   (pixel, filter row), its own layout of A in slots (its docstring).
+- `im2col_planes_kernel` (NCHW input, no column dilation): C runs of S values per (pixel,
+  filter row), one [C, S] box, A in slots ordered (r, c, s) (its docstring).
 
 Invariant (per tap): A[(n * P + p) * Q + q, (r * S + s) * C + c] = x[n, p * sh + r * dh - ph,
 q * sw + s * dw - pw, c] (rounded to tf32 for fp32; 0 outside the input), the bias tap's first
@@ -43,8 +46,8 @@ from argus import dtypes
 from argus.dtypes import DType
 from argus.kernels.conv import check_geometry_fields
 
-__all__ = ["Im2colGeometry", "im2col_kernel", "im2col_rows_kernel", "im2col_tile", "row_slot",
-           "rows_tile"]
+__all__ = ["Im2colGeometry", "im2col_kernel", "im2col_planes_kernel", "im2col_rows_kernel",
+           "im2col_tile", "plane_slot", "planes_tile", "row_slot", "rows_tile"]
 
 
 @dataclass(frozen=True)
@@ -224,3 +227,86 @@ def im2col_rows_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
             ag.store(A, (row, j0 + i * slots + g.r, 0), one)
 
     return ag.kernel(conv_im2col_rows, threads=32, name=f"conv_im2col_rows_{dtype.name}")
+
+
+def plane_slot(geom: Im2colGeometry) -> int:
+    """S', the columns one channel's run takes in `im2col_planes_kernel`'s layout: S rounded
+    up so that A's pitch, (R + 1) slots of C * S' (the last the bias tap's), is a multiple of
+    8 elements (16-byte rows for the GEMM's TMA)."""
+    sp = geom.s
+    while (geom.r + 1) * geom.channels * sp % 8:
+        sp += 1
+    return sp
+
+
+def planes_tile(geom: Im2colGeometry) -> tuple[int, int, int]:
+    """(BQ, CB, LB) of `im2col_planes_kernel`: CB the channels and LB the run S' rounded up to
+    powers of two (CB * LB >= 32 is the caller's condition: one element a lane at least), BQ
+    output columns a CTA (a power of two up to 16) whose BQ * R tiles fit
+    ROW_LOADS_PER_THREAD registers a thread. A first choice, not measured on the H200."""
+    cb, lb = 1, 1
+    while cb < geom.channels:
+        cb *= 2
+    while lb < plane_slot(geom):
+        lb *= 2
+    bq = 16
+    while bq > 1 and bq * geom.r * max(1, cb * lb // 32) > ROW_LOADS_PER_THREAD:
+        bq //= 2
+    return bq, cb, lb
+
+
+@functools.lru_cache(maxsize=None)
+def im2col_planes_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
+    """The gather for a filter without column dilation on an input whose rows are contiguous
+    per channel (NCHW, KernelBench's layout): for output pixel (n, p, q) and filter row r, each
+    channel's S taps are one run of that channel's input row, so the C runs are one
+    [C, S] box of x viewed as [N, H, C, W] (strides of NCHW memory): a warp (the CTA: 32
+    threads) loads and stores a [CB, LB] tile of them, bounds exact on every axis (a channel
+    past C, a row outside [0, H), a column outside [0, W): zeros, or dropped).
+
+    A's layout: K ordered (r, c, s): each pixel's row is R + 1 slots of C * S' columns
+    (`plane_slot`, pitch (R + 1) * C * S'): slot r holds channel c's run at r * C * S' +
+    c * S' + s, zeros for S <= s < S'; slot R is the bias tap (its first BIAS_ONES columns 1,
+    then 0). argus.ops.conv lays the weight out the same way. The kernel's A is
+    [N * P, Q * (R + 1), C, S'] (a view of the contiguous buffer). Compile-time `geom`
+    (dil_w 1), (BQ, CB, LB) from `planes_tile` and SP = S'.
+
+    Invariant: A[(n * P + p) * Q + q, r * C * S' + c * S' + s] = x[n, c, p * sh + r * dh - ph,
+    q * sw + s - pw] (0 outside the input) for s < S, 0 for S <= s < S'; the bias slot as
+    said; fp32 values rounded to tf32; every element of A written exactly once."""
+    _check_dtype(dtype)
+
+    def conv_im2col_planes(X: ag.Tensor["N", "H", "C", "W", dtype],      # NCHW as [N,H,C,W]
+                           A: ag.Tensor["NP", "J", "CA", "SP", dtype],   # [N*P, Q*(R+1), C, S']
+                           geom: Im2colGeometry = Im2colGeometry(1, 1), BQ: int = 8,
+                           CB: int = 4, LB: int = 8, SP: int = 1):
+        g = geom
+        if g.dil_w != 1:
+            raise ValueError("the plane-run gather needs dil_w = 1 (one run per filter row)")
+        slots = g.r + 1
+        P = A.shape[0] // X.shape[0]
+        row, qb = ag.grid(A.shape[0], ag.cdiv(A.shape[1], BQ * slots))
+        n, p = row // P, row % P
+        q0 = qb * BQ
+        s_index = ag.arange(LB)[None, None, :]
+        # lanes past the run (s >= S) read the next columns' values: zeroed (the gap)
+        inside = s_index < g.s
+        runs = []
+        for i in range(BQ):
+            # the runs' first column; negative or past the row: zeros (X's W bounds)
+            w0 = (q0 + i) * g.stride_w - g.pad_w
+            for r in range(g.r):
+                h = p * g.stride_h + (r * g.dil_h - g.pad_h)
+                runs.append(ag.load(X, (n, h, 0, w0), (1, CB, LB), other=0.0))
+        flat = ag.arange(CB)[None, :, None] * SP + s_index
+        one = ag.where(flat < BIAS_ONES, ag.full((1, CB, LB), 1.0),
+                       ag.full((1, CB, LB), 0.0)).to(A.dtype)
+        # every load above is issued before the first store: BQ * R tiles in flight a warp
+        j0 = q0 * slots
+        for i in range(BQ):
+            for r in range(g.r):
+                x = ag.where(inside, runs[i * g.r + r], ag.full((1, CB, LB), 0.0, dtype))
+                ag.store(A, (row, j0 + i * slots + r, 0, 0), _rounded(x, dtype))
+            ag.store(A, (row, j0 + i * slots + g.r, 0, 0), one)
+
+    return ag.kernel(conv_im2col_planes, threads=32, name=f"conv_im2col_planes_{dtype.name}")

@@ -53,8 +53,9 @@ GEMM's); convolutions with few input channels (bf16 / fp16, and fp32 under tf32;
 group, at most IM2COL_MAX_CHANNELS channels, no activation: `im2col_applies`; any filter,
 stride, padding, dilation, with or without a bias) as an explicit im2col: an Argus gather
 kernel (argus/kernels/conv_im2col.py) writes A [N*P*Q, K'] (taps folded into K, then a bias
-tap of ones) from x in place (a channels-last x by filter-row runs, any other x by taps, which
-needs W a multiple of stride_w), and matmul's GEMM multiplies it by the weight laid out the
+tap of ones) from x in place (a channels-last x by filter-row runs, an NCHW x by per-channel
+runs, any other x, or a dilated filter, by taps, which needs W a multiple of stride_w), and
+matmul's GEMM multiplies it by the weight laid out the
 same way, the bias one more K column (`_im2col`: the implicit GEMM pads each tap's C = 3
 channels to a 64-deep K slice, 95% zeros for an RGB stem); the result channels-last;
 everything else, and any call given a ConvSchedule, runs the implicit GEMM below.
@@ -631,8 +632,9 @@ def route(x, weight, bias, stride, padding, groups, activation: str = "none", sc
     - "im2col": bf16 / fp16, or fp32 under precision="tf32" (A and the weight rounded to
       tf32 to nearest, matmul's tf32 GEMM, the bias as two tf32 pieces); 2-d, one group, no
       activation, at most IM2COL_MAX_CHANNELS (8; tf32: 4) input channels, x readable by a
-      gather (`_Gather.of`: channels-last with dil_w 1 and S*C >= IM2COL_MIN_RUN, or W a
-      multiple of stride_w), A at most IM2COL_MAX_BYTES (`im2col_applies`); any filter size,
+      gather (`_Gather.of`: channels-last with dil_w 1 and S*C >= IM2COL_MIN_RUN, NCHW with
+      dil_w 1, or W a multiple of stride_w), A at most IM2COL_MAX_BYTES (`im2col_applies`);
+      any filter size,
       stride, padding and dilation, a bias or none (`_im2col`). The gather writes A
       [N*P*Q, K'] with the taps folded into K, the GEMM multiplies only those columns (+ the
       bias's): the implicit GEMM pads each tap's channels to a 64-deep K slice, so an RGB stem
@@ -685,8 +687,8 @@ def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
     group, no activation (a bias is fine: the GEMM adds it as one more K column), at most
     IM2COL_MAX_CHANNELS input channels (fp32: IM2COL_MAX_CHANNELS_TF32), a gather that reads
     x in place (`_Gather.of`: the row-run kernel for channels-last x and no column dilation,
-    else the per-tap kernel, which needs W a multiple of stride_w), and an A buffer of at
-    most IM2COL_MAX_BYTES."""
+    the plane-run kernel for NCHW x and no column dilation, else the per-tap kernel, which
+    needs W a multiple of stride_w), and an A buffer of at most IM2COL_MAX_BYTES."""
     sixteen = str(x.dtype) in ("torch.bfloat16", "torch.float16")
     if x.dim() != 4 or not (sixteen or (str(x.dtype) == "torch.float32" and
                                         precision == "tf32")):
@@ -708,15 +710,22 @@ IM2COL_MIN_RUN = 16
 
 @dataclass(frozen=True)
 class _Gather:
-    """How the im2col route's gather (argus/kernels/conv_im2col.py) runs a problem: `rows`
-    (im2col_rows_kernel: x channels-last, dil_w 1, S * C >= IM2COL_MIN_RUN: one run per filter
-    row, x read as [N, H, W * C]) or not (im2col_kernel: one tile per tap, any x strides, x
-    read as [N, H, W / sw, sw, C, 1]: W a multiple of stride_w); the geometry; A's layout:
-    each pixel's row is R slots of `slot` columns (tap (r, s), channel c at r * slot + s * C +
-    c; columns past S * C in a slot are 0), then the bias tap at R * slot, over `pitch`
-    columns; the output sizes and the tile (BQ, and LB or BC)."""
+    """How the im2col route's gather (argus/kernels/conv_im2col.py) runs a problem, `kind`:
 
-    rows: bool
+    - "rows" (im2col_rows_kernel: x channels-last, dil_w 1, S * C >= IM2COL_MIN_RUN): one run
+      of S * C values per (pixel, filter row), x read as [N, H, W * C]; K ordered (r, s, c);
+    - "planes" (im2col_planes_kernel: x with contiguous rows per channel, NCHW, dil_w 1, a
+      [C, S'] tile of at least 32 elements): C runs of S values per (pixel, filter row), x read
+      as [N, H, C, W]; K ordered (r, c, s);
+    - "taps" (im2col_kernel: any x strides, W a multiple of stride_w): one tile per tap, x read
+      as [N, H, W / sw, sw, C, 1]; K ordered (r, s, c).
+
+    A's layout: each pixel's row is R slots of `slot` columns (the filter row's values in the
+    kind's order, zeros in a slot's gap columns), then the bias tap at R * slot, over `pitch`
+    columns (a multiple of 8); `sp`: the planes kind's per-channel run S' (else S); the output
+    sizes and the tile (the kernel's compile-time tile parameters)."""
+
+    kind: str
     geom: object
     slot: int
     pitch: int
@@ -724,6 +733,11 @@ class _Gather:
     p: int
     q: int
     tile: tuple
+    sp: int = 0
+
+    @property
+    def rows(self) -> bool:
+        return self.kind == "rows"
 
     @property
     def m(self) -> int:
@@ -732,8 +746,9 @@ class _Gather:
     @classmethod
     def of(cls, x, weight, stride, padding, dilation) -> "_Gather | None":
         """The gather of conv2d(x, weight, ...) (16-bit, or fp32 under tf32; checked), or
-        None when neither kernel reads this x in place."""
-        from argus.kernels.conv_im2col import Im2colGeometry, im2col_tile, row_slot, rows_tile
+        None when no kernel reads this x in place."""
+        from argus.kernels.conv_im2col import (Im2colGeometry, im2col_tile, plane_slot,
+                                               planes_tile, row_slot, rows_tile)
 
         N, C, H, W = x.shape
         K, _, R, S = weight.shape
@@ -745,18 +760,29 @@ class _Gather:
         nhwc = x.permute(0, 2, 3, 1)
         if dw == 1 and S * C >= IM2COL_MIN_RUN and nhwc.stride()[2:] == (C, 1):
             slot = row_slot(geom)
-            return cls(True, geom, slot, (R + 1) * slot, N, P, Q, rows_tile(geom))
+            return cls("rows", geom, slot, (R + 1) * slot, N, P, Q, rows_tile(geom))
+        if dw == 1 and x.stride(3) == 1:
+            bq, cb, lb = planes_tile(geom)
+            if cb * lb >= 32:
+                sp = plane_slot(geom)
+                return cls("planes", geom, C * sp, (R + 1) * C * sp, N, P, Q, (bq, cb, lb),
+                           sp)
         if W % sw:
             return None
         pitch = -(-(R * S + 1) * C // 8) * 8        # 16-byte rows for the GEMM's TMA
-        return cls(False, geom, S * C, pitch, N, P, Q, im2col_tile(C, Q))
+        return cls("taps", geom, S * C, pitch, N, P, Q, im2col_tile(C, Q))
 
     def kernel(self, dtype):
-        from argus.kernels.conv_im2col import im2col_kernel, im2col_rows_kernel
+        from argus.kernels.conv_im2col import (im2col_kernel, im2col_planes_kernel,
+                                               im2col_rows_kernel)
 
-        return im2col_rows_kernel(dtype) if self.rows else im2col_kernel(dtype)
+        return {"rows": im2col_rows_kernel, "planes": im2col_planes_kernel,
+                "taps": im2col_kernel}[self.kind](dtype)
 
     def constexprs(self) -> dict:
+        if self.kind == "planes":
+            bq, cb, lb = self.tile
+            return {"geom": self.geom, "BQ": bq, "CB": cb, "LB": lb, "SP": self.sp}
         bq, b = self.tile
         return {"geom": self.geom, "BQ": bq, ("LB" if self.rows else "BC"): b}
 
@@ -765,17 +791,21 @@ class _Gather:
         g = self.geom
         N, C, H, W = x.shape
         s0, s1, s2, s3 = x.permute(0, 2, 3, 1).stride()
-        if self.rows:
+        if self.kind == "rows":
             return x.as_strided((N, H, W * C), (s0, s1, 1), x.storage_offset())
+        if self.kind == "planes":
+            return x.as_strided((N, H, C, W), (s0, s1, s3, 1), x.storage_offset())
         return x.as_strided((N, H, W // g.stride_w, g.stride_w, C, 1),
                             (s0, s1, s2 * g.stride_w, s2, s3, 1), x.storage_offset())
 
     def a_view(self, A):
         """The kernel's view of the A buffer [M, pitch]."""
         g, NP = self.geom, self.n * self.p
-        if self.rows:
+        if self.kind == "rows":
             return A.view(NP, self.q * (g.r + 1), self.slot)
         C = g.channels
+        if self.kind == "planes":
+            return A.view(NP, self.q * (g.r + 1), C, self.sp)
         return A.as_strided((NP, self.q, g.r * g.s + 1, C, 1),
                             (self.q * self.pitch, self.pitch, C, 1, 1))
 
@@ -1104,7 +1134,8 @@ _IM2COL: OrderedDict = OrderedDict()
 
 def _im2col_weight(weight, bias, gather: _Gather):
     """The GEMM's B [K, pitch] (K-major) of the im2col route, in A's layout (`_Gather`):
-    tap (r, s), channel c at column r * slot + s * C + c, the bias (in the weight's dtype) at
+    tap (r, s), channel c at column r * slot + s * C + c (the planes kind: r * slot + c * S' +
+    s), the bias (in the weight's dtype) at
     R * slot, zeros elsewhere (where A has zeros, or is never read). fp32 (tf32): the taps
     rounded to tf32 to nearest (`round_to_tf32`, as the gather rounds A), the bias as two tf32
     pieces at R * slot and R * slot + 1 (hi = tf32(b), lo = tf32(b - hi): the two ones of A's
@@ -1118,8 +1149,12 @@ def _im2col_weight(weight, bias, gather: _Gather):
     slot, pitch = gather.slot, gather.pitch
 
     def make():
-        taps = weight.detach().permute(0, 2, 3, 1).reshape(K, R, S * C)
-        wk = F.pad(taps, (0, slot - S * C)).reshape(K, R * slot)
+        if gather.kind == "planes":                  # (r, c, s), each run padded to S'
+            taps = F.pad(weight.detach().permute(0, 2, 1, 3), (0, gather.sp - S))
+            wk = taps.reshape(K, R * slot)
+        else:                                        # (r, s, c), each slot padded
+            taps = weight.detach().permute(0, 2, 3, 1).reshape(K, R, S * C)
+            wk = F.pad(taps, (0, slot - S * C)).reshape(K, R * slot)
         tail = torch.zeros(K, pitch - R * slot, dtype=weight.dtype, device=weight.device)
         fp32 = weight.dtype == torch.float32
         if bias is not None and fp32:
@@ -1146,7 +1181,8 @@ def _im2col(x, weight, bias, stride, padding, dilation):
     accumulation, into the channels-last result's [N*P*Q, K] view (x's dtype).
 
     x is read in place (no copy whatever its layout): a channels-last x's pixel rows as runs
-    (the row-run kernel), any other x through its strides (the per-tap kernel). A is a new
+    (the row-run kernel), an NCHW x's channel rows as runs (the plane-run kernel), any other
+    x through its strides (the per-tap kernel). A is a new
     buffer each call. Compiled on CUDA tensors (memoized per problem kind and device), built
     on meta tensors, interpreted on CPU tensors. Returns (the result, how a repeated call with
     the same tensors launches again: the two kernels' launch plans kept by the buffers'
@@ -1165,7 +1201,7 @@ def _im2col(x, weight, bias, stride, padding, dilation):
     constexprs = gather.constexprs()
     compiled = None
     if x.is_cuda or x.is_meta:
-        key = (str(x.dtype), gather.rows, tuple(sorted(constexprs.items())), x.device.index)
+        key = (str(x.dtype), gather.kind, tuple(sorted(constexprs.items())), x.device.index)
         compiled = _IM2COL.get(key)
         if compiled is None:
             compiled = kernel.compile(**constexprs)

@@ -53,8 +53,10 @@ ROUTES = [
      None, torch.bfloat16, True, "implicit_gemm"),
     ("W % stride_w, channels-last rows: the row-run gather", (2, 3, 9, 9), (8, 3, 7, 7),
      False, 2, 3, 1, 1, "none", None, torch.bfloat16, True, "im2col"),
-    ("W % stride_w, NCHW x", (2, 3, 9, 9), (8, 3, 7, 7), False, 2, 3, 1, 1, "none", None,
-     torch.bfloat16, False, "implicit_gemm"),
+    ("W % stride_w, NCHW x: the plane-run gather", (2, 3, 9, 9), (8, 3, 7, 7), False, 2, 3,
+     1, 1, "none", None, torch.bfloat16, False, "im2col"),
+    ("W % stride_w, NCHW x, dilated: no gather", (2, 3, 9, 9), (8, 3, 3, 3), False, 2, 2,
+     2, 1, "none", None, torch.bfloat16, False, "implicit_gemm"),
     ("fp32, the bf16 split", (2, 3, 8, 8), (8, 3, 3, 3), False, 1, 1, 1, 1, "none", None,
      torch.float32, True, "implicit_gemm"),
     ("3-d", (1, 3, 4, 8, 8), (8, 3, 3, 3, 3), False, 1, 1, 1, 1, "none", None,
@@ -99,7 +101,8 @@ def test_route_bounds_the_buffer(monkeypatch):
 
 def test_gather_choice():
     """The row-run gather for channels-last x, dil_w 1 and runs of IM2COL_MIN_RUN or more;
-    the per-tap one otherwise (NCHW x, column dilation, short runs)."""
+    the plane-run one for NCHW x, dil_w 1 and a [C, S'] tile of 32+ elements; the per-tap one
+    otherwise (column dilation, short runs)."""
     def of(C, S, cl=True, dw=1):
         x = torch.empty(2, C, 16, 16, dtype=torch.bfloat16, device="meta")
         if cl:
@@ -109,8 +112,11 @@ def test_gather_choice():
 
     row = of(3, 7)          # 3x7 on 3 channels: runs of 21, 4 slots of 22 (88: 16-byte rows)
     assert row.rows and (row.slot, row.pitch) == (22, 88) and row.tile == rows_tile(row.geom)
-    assert not of(3, 7, cl=False).rows and not of(3, 7, dw=2).rows and not of(3, 5).rows
+    assert of(3, 7, dw=2).kind == "taps" and of(3, 5).kind == "taps"
     assert of(8, 2).rows and of(8, 2).slot == 16
+    planes = of(3, 7, cl=False)     # 4 slots of 3 channels x S' = 8 (4 * 3 * 7 = 84: not /8)
+    assert planes.kind == "planes" and (planes.sp, planes.slot, planes.pitch) == (8, 24, 96)
+    assert of(2, 3, cl=False).kind == "taps"          # a [2, 4] tile: fewer than 32 lanes
 
 
 def _im2col_reference(x, R, S, stride, padding, dilation):
@@ -196,6 +202,48 @@ def test_row_gather_writes_the_im2col_matrix(case):
     assert bool((A3[:, R, :2] == 1).all()) and bool((A3[:, R, 2:] == 0).all())
 
 
+# (N, C, H, W, R, S, stride, padding, dil_h)
+PLANE_GATHERS = [
+    (2, 3, 16, 16, 7, 7, 2, 3, 1),             # the stem's form, NCHW: S' 7
+    (1, 3, 20, 24, 11, 11, 4, 2, 1),           # the AlexNet stem's: S' 12 (11 + a gap)
+    (1, 4, 9, 7, 3, 5, (1, 3), (2, 1), 2),     # W % stride_w != 0, row dilation, BQ 16
+]
+
+
+@pytest.mark.parametrize("case", PLANE_GATHERS, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_plane_gather_writes_the_im2col_matrix(case, dtype):
+    """The plane-run gather alone on an NCHW x: slot r holds channel c's S values at
+    c * S' + s (the unfold-built im2col's, exactly; fp32 rounded to tf32 bit for bit), zeros
+    in the gaps, then the bias slot (1, 1, 0, ...): every column of A written."""
+    from argus import dtypes
+    from argus.bench.kernelbench.tolerance import round_to_tf32
+    from argus.kernels.conv_im2col import im2col_planes_kernel, plane_slot, planes_tile
+
+    N, C, H, W, R, S, stride, padding, dil_h = case
+    (sh, sw), (ph, pw) = (conv_op._pair(v, "v") for v in (stride, padding))
+    x = _t(N, C, H, W, seed=21).to(dtype)
+    P = (H + 2 * ph - dil_h * (R - 1) - 1) // sh + 1
+    Q = (W + 2 * pw - S) // sw + 1
+    geom = Im2colGeometry(R, S, sh, sw, ph, pw, dil_h, 1, C)
+    sp = plane_slot(geom)
+    assert sp >= S and (R + 1) * C * sp % 8 == 0
+    A = torch.full((N * P * Q, (R + 1) * C * sp), 7.0, dtype=dtype)
+    bq, cb, lb = planes_tile(geom)
+    kernel = im2col_planes_kernel(dtypes.f32 if dtype == torch.float32 else dtypes.bf16)
+    kernel.interpret(x.permute(0, 2, 1, 3).clone(), A.view(N * P, Q * (R + 1), C, sp),
+                     geom=geom, BQ=bq, CB=cb, LB=lb, SP=sp)
+    cols = F.unfold(x.double(), (R, S), (dil_h, 1), (ph, pw), (sh, sw))  # [N, C*R*S, L]
+    ref = cols.view(N, C, R, S, -1).permute(0, 4, 2, 1, 3).reshape(-1, R, C, S)
+    if dtype == torch.float32:
+        ref = round_to_tf32(ref.float()).double()
+    A4 = A.view(N * P * Q, R + 1, C, sp)
+    assert torch.equal(A4[:, :R, :, :S].double(), ref)
+    assert bool((A4[:, :R, :, S:] == 0).all())
+    bias = A4[:, R].reshape(-1, C * sp)
+    assert bool((bias[:, :2] == 1).all()) and bool((bias[:, 2:] == 0).all())
+
+
 def test_tile_shapes():
     """BC: the channels rounded up to a power of two; BQ * BC = 4 elements a thread, or
     fewer for a short output row."""
@@ -264,8 +312,24 @@ def test_im2col_route_matches_float64(case, monkeypatch):
     assert _rel(y, ref) <= _ROUNDING[dtype]
     gather = conv_op._Gather.of(x, w, stride, padding, dilation)
     kc = R * gather.slot + bias                  # R * S * C (+ the slots' gaps) (+ 1)
-    assert gather.slot == S * C or gather.rows
+    assert gather.slot == S * C or gather.kind != "taps"
     assert problems == [((y.numel() // K, kc), (K, kc), (y.numel() // K, K))]
+
+
+def test_the_cases_cover_every_gather():
+    """CONVS (and TF32) run each of the three gathers through the whole route."""
+    def kinds(cases, dtype):
+        out = set()
+        for N, C, H, W, K, R, S, stride, padding, dilation, *rest in cases:
+            x = torch.empty(N, C, H, W, dtype=dtype, device="meta")
+            if rest[1]:
+                x = x.to(memory_format=torch.channels_last)
+            w = torch.empty(K, C, R, S, dtype=dtype, device="meta")
+            out.add(conv_op._Gather.of(x, w, stride, padding, dilation).kind)
+        return out
+
+    assert kinds(CONVS, torch.bfloat16) == {"rows", "planes", "taps"}
+    assert kinds(TF32, torch.float32) == {"rows", "planes", "taps"}
 
 
 def test_conv1d_form_and_fp32_bias():
@@ -317,9 +381,9 @@ GEOMETRIES = [Im2colGeometry(7, 7, 2, 2, 3, 3, 1, 1, 3),       # ResNet-50's ste
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
-@pytest.mark.parametrize("rows", [False, True], ids=["taps", "rows"])
+@pytest.mark.parametrize("kind", ["taps", "rows", "planes"])
 @pytest.mark.parametrize("geom", GEOMETRIES, ids=lambda g: f"{g.r}x{g.s}s{g.stride_w}")
-def test_gather_verifies_with_zero_errors(geom, rows, dtype):
+def test_gather_verifies_with_zero_errors(geom, kind, dtype):
     """store.coverage and store.once proven for A (the grid covers the kernel's view of A with
     disjoint tiles), no error or unknown, within 2 s CPU (dev machine, scaled)."""
     import dataclasses
@@ -328,11 +392,18 @@ def test_gather_verifies_with_zero_errors(geom, rows, dtype):
     from argus.compiler import lower_only
     from tests.verify.timing import least_cpu_verify, runs_text, within
 
+    from argus.kernels.conv_im2col import im2col_planes_kernel, plane_slot, planes_tile
+
     dt = getattr(dtypes, dtype)
-    if rows:
+    if kind == "rows":
         geom = dataclasses.replace(geom, dil_w=1)
         bq, lb = rows_tile(geom)
         kernel = lower_only(im2col_rows_kernel(dt), geom=geom, BQ=bq, LB=lb)
+    elif kind == "planes":
+        geom = dataclasses.replace(geom, dil_w=1)
+        bq, cb, lb = planes_tile(geom)
+        kernel = lower_only(im2col_planes_kernel(dt), geom=geom, BQ=bq, CB=cb, LB=lb,
+                            SP=plane_slot(geom))
     else:
         # AlexNet's row of 55 outputs takes the half tile (two elements a thread)
         bq, bc = im2col_tile(geom.channels, 55 if geom.stride_w == 4 else None)
@@ -347,8 +418,8 @@ def test_gather_verifies_with_zero_errors(geom, rows, dtype):
 
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
 @pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
-@pytest.mark.parametrize("rows", [False, True], ids=["taps", "rows"])
-def test_nvrtc_builds_the_gather(dtype, rows, tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", ["taps", "rows", "planes"])
+def test_nvrtc_builds_the_gather(dtype, kind, tmp_path, monkeypatch):
     """The gathers compile for sm_90a with no spills and no tensor-core op (a copy; fp32:
     rounded to tf32 to nearest, cvt.rna.tf32)."""
     from argus import codegen, dtypes
@@ -356,9 +427,14 @@ def test_nvrtc_builds_the_gather(dtype, rows, tmp_path, monkeypatch):
     from argus.runtime.compile import compile_cuda
 
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
-    if rows:
+    from argus.kernels.conv_im2col import im2col_planes_kernel
+
+    if kind == "rows":
         kernel = lower_only(im2col_rows_kernel(getattr(dtypes, dtype)), geom=GEOMETRIES[0],
                             BQ=8, LB=32)
+    elif kind == "planes":
+        kernel = lower_only(im2col_planes_kernel(getattr(dtypes, dtype)), geom=GEOMETRIES[0],
+                            BQ=8, CB=4, LB=8, SP=7)
     else:
         kernel = lower_only(im2col_kernel(getattr(dtypes, dtype)), geom=GEOMETRIES[0],
                             BQ=128, BC=4)

@@ -62,10 +62,13 @@ def test_gather_views_stay_inside_their_buffers(n, c, h, w, r, s, sh, sw, ph, pw
         x = x.to(memory_format=torch.channels_last)
     wt = torch.empty(4, c, r, s, dtype=torch.bfloat16, device="meta")
     g = conv_op._Gather.of(x, wt, (sh, sw), (ph, pw), (dh, dw))
+    rows = channels_last and dw == 1 and s * c >= conv_op.IM2COL_MIN_RUN
     if g is None:
-        assert w % sw and not (channels_last and dw == 1 and s * c >= conv_op.IM2COL_MIN_RUN)
+        assert w % sw and not rows            # and the planes tile too small or dw > 1
         return
-    assert g.rows == (channels_last and dw == 1 and s * c >= conv_op.IM2COL_MIN_RUN)
+    assert g.rows == rows
+    assert (g.kind == "planes") == (not rows and dw == 1 and x.stride(3) == 1 and
+                                    g.tile[1] * g.tile[-1] >= 32 and len(g.tile) == 3)
     X = g.x_view(x)
     last = sum((d - 1) * st_ for d, st_ in zip(X.shape, X.stride()))
     assert last < x.numel()
@@ -78,32 +81,42 @@ def test_gather_views_stay_inside_their_buffers(n, c, h, w, r, s, sh, sw, ph, pw
     assert g.k(True) <= g.pitch and (c < 2 or g.k(True, True) <= g.pitch)
     # the bias tap's columns the GEMM reads are ones the gather writes (BIAS_ONES of them,
     # within the tap's C columns, or the row-run slot)
-    assert g.k(True, c >= 2) - r * g.slot <= (g.slot if g.rows else c)
+    assert g.k(True, c >= 2) - r * g.slot <= (c if g.kind == "taps" else g.slot)
 
 
 @settings(max_examples=60, deadline=None)
-@given(c=st.integers(1, 4), r=st.integers(1, 5), s=st.integers(1, 9), rows=st.booleans(),
-       bias=st.booleans(), fp32=st.booleans())
-def test_weight_matrix_matches_a_layout(c, r, s, rows, bias, fp32):
-    """`_im2col_weight` puts weight[k, c, r, s] at column r * slot + s * C + c, the bias at
-    R * slot (fp32: hi at R * slot, lo at R * slot + 1, summing to the bias within 2^-20),
-    zeros everywhere else (where A holds zeros or is never read)."""
+@given(c=st.integers(1, 4), r=st.integers(1, 5), s=st.integers(1, 9),
+       kind=st.sampled_from(["taps", "rows", "planes"]), bias=st.booleans(),
+       fp32=st.booleans())
+def test_weight_matrix_matches_a_layout(c, r, s, kind, bias, fp32):
+    """`_im2col_weight` puts weight[k, c, r, s] at column r * slot + s * C + c (planes:
+    r * slot + c * S' + s), the bias at R * slot (fp32: hi at R * slot, lo at R * slot + 1,
+    summing to the bias within 2^-20), zeros everywhere else (where A holds zeros or is never
+    read)."""
+    from argus.kernels.conv_im2col import plane_slot
+
+    if fp32 and c < 2:
+        return                   # fp32 takes the route from 2 channels (`im2col_applies`)
     dtype = torch.float32 if fp32 else torch.bfloat16
     K = 5
     gen = torch.Generator().manual_seed(c * 100 + r * 10 + s)
     weight = torch.randn(K, c, r, s, generator=gen).to(dtype)
     b = torch.randn(K, generator=gen).to(dtype) * 100 if bias else None
     geom = Im2colGeometry(r, s, channels=c)
-    slot = row_slot(geom) if rows else s * c
-    pitch = (r + 1) * slot if rows else -(-(r * s + 1) * c // 8) * 8
-    g = conv_op._Gather(rows, geom, slot, pitch, 1, 1, 1, (1, 1))
+    sp = plane_slot(geom)
+    slot = {"rows": row_slot(geom), "planes": c * sp, "taps": s * c}[kind]
+    pitch = -(-(r * s + 1) * c // 8) * 8 if kind == "taps" else (r + 1) * slot
+    g = conv_op._Gather(kind, geom, slot, pitch, 1, 1, 1, (1, 1), sp)
     wk = conv_op._im2col_weight(weight, b, g)
     assert wk.shape == (K, pitch) and wk.dtype == dtype
     expect = torch.zeros(K, pitch, dtype=torch.float64)
     w64 = conv_op.round_to_tf32(weight).double() if fp32 else weight.double()
     for rr in range(r):
         for ss in range(s):
-            expect[:, rr * slot + ss * c:rr * slot + ss * c + c] = w64[:, :, rr, ss]
+            if kind == "planes":
+                expect[:, rr * slot + ss:rr * slot + c * sp:sp] = w64[:, :, rr, ss]
+            else:
+                expect[:, rr * slot + ss * c:rr * slot + ss * c + c] = w64[:, :, rr, ss]
     got = wk.double()
     if bias:
         bias_cols = got[:, r * slot:r * slot + 2].sum(dim=1)
