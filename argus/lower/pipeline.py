@@ -11,7 +11,9 @@ empty[s] expects one arrival per consumer warpgroup.
 A consumer step that issues wgmma keeps its group in flight (wgmma_in_flight=1): the next step
 waits with wait_group 1, which retires the previous group, and only then releases the previous
 slot, so the tensor cores never idle between steps and no slot is released early (a step the
-kernel marks `whole_step` keeps all of its groups: wait_group N, lower/sync.py). Not when a
+kernel marks `whole_step` keeps all of its groups: wait_group N, lower/sync.py). Not on a
+one-slot ring: there the producer's next step waits for the slot the kept group holds, and the
+consumer's next step waits for that step (a deadlock); each step retires its groups. Not when a
 wgmma of the step reads a buffer that stmatrix writes (P of attention through shared memory):
 the next step's stmatrix would overwrite what the in-flight group still reads, so such a step
 retires its groups (wait_group 0) before it ends.
@@ -97,7 +99,11 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
                            parity_expr=op.parity_expr or PRODUCER_PARITY)
         elif isinstance(op, O.Consume):
             has_wgmma = any(isinstance(inner, O.Wgmma) for inner in _own_ops(op.body))
-            in_flight = 1 if has_wgmma and wgmma_overlap and not reads_generic(op) else 0
+            # a one-slot ring keeps nothing in flight: the producer's next step needs the one
+            # slot back, which a kept group would release only after that step has landed
+            one_slot = pipes[op.pipe.id].result.type.stages == 1
+            in_flight = 1 if has_wgmma and wgmma_overlap and not reads_generic(op) \
+                and not one_slot else 0
             updates.update(stage_expr=op.stage_expr or STAGE_EXPR,
                            parity_expr=op.parity_expr or CONSUMER_PARITY,
                            arrivals=op.arrivals or pipes[op.pipe.id].consumers

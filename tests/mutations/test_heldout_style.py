@@ -25,6 +25,9 @@ What this file found, each fixed in the verifier and pinned below (each test fai
     a false reduce.coverage error: each unrolled reduction was counted alone (half the
     row). check_reduce._siblings counts the sites that reduce into one accumulator in the
     same iterations together (domain and each-once across sites).
+  * FlashAttention's P computed against the previous block's max (`p = exp2(s - m)`) was an
+    error at the rescale, naming no line of P: softmax.stats now says where the mismatched
+    value was made relative to its max (the exp's line).
 Left: docs/verify.md, "Held-out style probe (2026-12-03)"."""
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ BUGS = [
     (H.make_col_stride, "pair_offset_half", ("reduce.coverage",)),
     (H.make_row_sum_unrolled, "pairs_floor", ("reduce.coverage",)),
     (H.make_row_sum_unrolled, "second_block_repeats", ("reduce.coverage",)),
+    (H.make_fa_small, "p_old_max", ("softmax.stats",)),
+    (H.make_fa_small, "alpha_inverted", ("softmax.stats",)),
 ]
 
 CLEAN = [
@@ -87,6 +92,7 @@ CLEAN = [
     (H.make_batched_add, None),
     (H.make_col_stride, None),                         # two row blocks an iteration
     (H.make_row_sum_unrolled, None),                   # two column blocks an iteration
+    (H.make_fa_small, None),
 ]
 
 
@@ -173,13 +179,9 @@ def test_two_blocks_an_iteration_cover_the_row(factory):
                and f.status == "proven" for f in report.findings)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "lower/pipeline.py keeps a wgmma group in flight (wgmma_in_flight=1) on a 1-stage ring: "
-    "the consumer never releases the slot the producer needs for the next step. The "
-    "verifier's pipe.deadlock is right about the lowered kernel; the lowering should keep "
-    "nothing in flight when the pipe has one stage (outside argus/verify: reported, not "
-    "fixed here). Strict: passes, and so fails here, once the lowering is fixed."))
 def test_single_stage_ring_lowered_is_clean():
+    """A one-slot ring keeps no wgmma group in flight after lowering (lower/pipeline.py):
+    kept, it would hold the slot the producer's next step needs (pipe.deadlock)."""
     from argus.compiler import lower_only
 
     found = [d for d in verify.check(lower_only(H.make_gemm_unrolled()))
