@@ -456,9 +456,10 @@ SMALL_LAUNCH_BOUNDS = (8, 32)
 def _within_small_launches(premises, claims, rlimit, params, stats,
                            minimize_rlimit) -> Outcome | None:
     """A counterexample among small launches, when the symbolic non-linear query ran out of
-    budget: the same query with every launch parameter (`params`, the obligation's
-    `minimize` terms) bounded by 8 in absolute value, then by 32 (SMALL_LAUNCH_BOUNDS), each
-    with the whole budget. A model found is one of the original query (its premises and the
+    budget: the same query with every variable the obligation minimizes (`params`: its launch
+    parameters, for some obligations also indices) bounded by 8 in absolute value, then by 32
+    (SMALL_LAUNCH_BOUNDS), each with half the budget (so an unknown costs at most twice its
+    budget). A model found is one of the original query (its premises and the
     negated claims hold there): a real violation, reported as such. None when none is found
     (or the bounded query is unknown too): a bounded search shows nothing, and the query
     stays unknown.
@@ -477,10 +478,10 @@ def _within_small_launches(premises, claims, rlimit, params, stats,
     t0 = time.perf_counter()
     for bound in SMALL_LAUNCH_BOUNDS:
         bounded = list(premises) + [z3.And(p >= -bound, p <= bound) for p in ints]
-        out = _prove(bounded, claims, rlimit, params, stats, minimize_rlimit, "NIA")
+        out = _prove(bounded, claims, rlimit // 2, params, stats, minimize_rlimit, "NIA")
         if out.status == "violated":
             out.ms = (time.perf_counter() - t0) * 1e3
-            out.reason = (f"found with every launch parameter in [-{bound}, {bound}] after "
+            out.reason = (f"found with every minimized variable in [-{bound}, {bound}] after "
                           f"the unbounded query ran out of budget")
             return out
     return None
