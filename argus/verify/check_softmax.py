@@ -193,6 +193,7 @@ class _Flow:
         self.buf: dict[int, int] = {}        # smem view id -> buffer id
         self.defs: dict[int, object] = {r.id: op for op in kernel.walk() for r in op.results()}
         self.findings: list[Finding] = []
+        self.rel_at: dict = {}               # max token -> the exp lines made relative to it
         self.report = True
         self._seen: set = set()
         self.region(kernel.body)
@@ -214,6 +215,8 @@ class _Flow:
 
     def name(self, tok) -> str:
         op = self.defs.get(tok) if isinstance(tok, int) else None
+        if isinstance(op, O.Var):   # a variable the loop does not reassign: its first value
+            return f"the variable's value from {op.loc}"
         if op is not None:
             return f"this block ({op.loc})"
         if isinstance(tok, tuple) and tok[0] == "head":
@@ -221,6 +224,12 @@ class _Flow:
             return f"the previous blocks (running value carried by the loop at {op.loc})" \
                 if op is not None else "the previous blocks"
         return "another statistic"
+
+    def made(self, tok) -> str:
+        """Where values relative to the max `tok` were made (the exp(x - m) lines): a term
+        relative to the wrong max is fixed there (`p = exp(s - m)` with the previous m)."""
+        at = self.rel_at.get(tok)
+        return f" (made relative to it at {', '.join(at[:3])})" if at else ""
 
     def fail(self, op, what: str, witness: dict, fix: str) -> None:
         if not self.report:
@@ -356,6 +365,9 @@ class _Flow:
             x = self.s(args[0])
             if x is not None and x[0] == "shift":
                 self.set(res, ("rel", x[1], False))
+                at = self.rel_at.setdefault(x[1], [])
+                if str(op.loc) not in at:
+                    at.append(str(op.loc))
             elif x is not None and x[0] == "diff":
                 self.set(res, ("resc", x[1], x[2], str(op.loc)))
             return
@@ -402,8 +414,9 @@ class _Flow:
                     self.set(res, ("rel", sa[1], sa[2] or sb[2]))
                 else:
                     one, two = (sa, sb) if sa[2] or not sb[2] else (sb, sa)
-                    self.fail(op, f"adds a term relative to the max of {self.name(one[1])} to "
-                                  f"one relative to the max of {self.name(two[1])}: a running "
+                    self.fail(op, f"adds a term relative to the max of {self.name(one[1])}"
+                                  f"{self.made(one[1])} to one relative to the max of "
+                                  f"{self.name(two[1])}{self.made(two[1])}: a running "
                                   f"sum must be rescaled to the new max (times exp(m_old - "
                                   f"m_new)) before the block's terms are added",
                               {"element": "every row", "left": self.name(sa[1]),
@@ -420,7 +433,8 @@ class _Flow:
             if sx[1] != frm:
                 self.fail(op, f"rescales by alpha = exp(m_a - m_b) (at {resc[3]}) with m_a the "
                               f"max of {self.name(frm)} and m_b that of {self.name(to)}, but the "
-                              f"value is relative to the max of {self.name(sx[1])}: alpha must "
+                              f"value is relative to the max of {self.name(sx[1])}"
+                              f"{self.made(sx[1])}: alpha must "
                               f"convert from the max the value was computed with (the running "
                               f"max before this block) to the new one",
                           {"element": "every row", "value_relative_to": self.name(sx[1]),
@@ -455,8 +469,9 @@ class _Flow:
             self.set(op.acc, ("rel", a[1], False))
         elif acc is not None and acc[0] == "rel":
             if acc[1] != a[1]:
-                self.fail(op, f"accumulates P relative to the max of {self.name(a[1])} into "
-                              f"an accumulator relative to the max of {self.name(acc[1])}: "
+                self.fail(op, f"accumulates P relative to the max of {self.name(a[1])}"
+                              f"{self.made(a[1])} into an accumulator relative to the max of "
+                              f"{self.name(acc[1])}{self.made(acc[1])}: "
                               f"the accumulator must be rescaled to P's max first",
                           {"element": "every row", "p_relative_to": self.name(a[1]),
                            "accumulator_relative_to": self.name(acc[1])},

@@ -525,3 +525,57 @@ def make_row_sum_unrolled(bug: str | None = None, BN: int = 512):
         ag.store(S, (row, 0), acc)
 
     return row_sum_unrolled
+
+
+def make_fa_small(bug: str | None = None, BN: int = 64):
+    """FlashAttention forward (head dim 64, non-causal): Q once through a one-stage pipeline,
+    K and V through a 2-stage ring, running max m and sum l carried over the KV blocks."""
+
+    @ag.kernel(name="fa_small")
+    def fa_small(Q: ag.Tensor["BH", "S", 64, ag.bf16], K: ag.Tensor["BH", "SK", 64, ag.bf16],
+                 V: ag.Tensor["BH", "SK", 64, ag.bf16], O: ag.Tensor["BH", "S", 64, ag.bf16]):
+        S, SK = Q.shape[1], K.shape[1]
+        pid, bh = ag.grid(ag.cdiv(S, 64), Q.shape[0])
+        blocks = ag.cdiv(SK, BN)
+        sQ = ag.smem((1, 64, 64), ag.bf16, swizzle=128)
+        sK = ag.smem((2, BN, 64), ag.bf16, swizzle=128)
+        sV = ag.smem((2, BN, 64), ag.bf16, swizzle=128)
+        q_pipe = ag.pipeline(1, consumers=1)
+        kv_pipe = ag.pipeline(2, consumers=1)
+        with ag.role("producer", warpgroups=1):
+            with q_pipe.produce() as qs:
+                ag.tma.load(sQ[qs], Q, (bh, pid * 64, 0))
+            for j in ag.range(blocks):
+                with kv_pipe.produce() as st:
+                    ag.tma.load(sK[st], K, (bh, j * BN, 0))
+                    ag.tma.load(sV[st], V, (bh, j * BN, 0))
+        with ag.role("consumer", warpgroups=1):
+            m = ag.full((64, 1), -INF)
+            l_sum = ag.full((64, 1), 0.0)
+            o = ag.zeros((64, 64))
+            with q_pipe.consume() as qs:
+                for j in ag.range(blocks):
+                    with kv_pipe.consume() as st:
+                        s = ag.wgmma(sQ[qs], sK[st], ag.zeros((64, BN)))
+                        s = ag.where(j * BN + ag.arange(BN)[None, :] < SK,
+                                     s * 1.4426950408889634, -INF)
+                        m_new = ag.maximum(m, s.max(axis=1))
+                        m_use = ag.where(m_new == -INF, 0.0, m_new)
+                        if bug == "p_old_max":
+                            p = ag.exp2(s - ag.where(m == -INF, 0.0, m))  # BUG:p_old_max
+                        else:
+                            p = ag.exp2(s - m_use)
+                        if bug == "alpha_inverted":
+                            alpha = ag.exp2(m_use - m)  # BUG:alpha_inverted
+                        else:
+                            alpha = ag.exp2(m - m_use)
+                        l_sum = l_sum * alpha + p.sum(axis=1)
+                        o = ag.wgmma(p.to(ag.bf16), sV[st], o * alpha, trans_b=True)
+                        if bug != "max_not_carried":
+                            m = m_new
+                        else:
+                            m = m  # BUG:max_not_carried
+            o = o / ag.where(l_sum == 0.0, 1.0, l_sum)
+            ag.store(O, (bh, pid * 64, 0), o.to(ag.bf16))
+
+    return fa_small
