@@ -675,9 +675,11 @@ IM2COL_MAX_CHANNELS = 8
 # so the same estimate (2 x 32 x 64 flops at ~200 TF/s against 8 x C bytes) breaks even near
 # C = 9: half of it
 IM2COL_MAX_CHANNELS_TF32 = 4
-# the largest A buffer [N*P*Q, K'] (bytes) the route allocates; a larger problem takes the
-# implicit GEMM, which needs no buffer
-IM2COL_MAX_BYTES = 1 << 32
+# the largest A buffer [N*P*Q, K'] (bytes) the route allocates per call; a larger problem
+# takes the implicit GEMM, which needs no buffer. 512 MiB: the ResNet-50 stem's A at batch 32
+# is ~130 MB, and a call that fits in memory on the implicit GEMM should not run out here
+# (review: 4 GiB let the stem at batch 256 take a transient 1.1 GB)
+IM2COL_MAX_BYTES = 1 << 29
 
 
 def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
