@@ -146,6 +146,11 @@ class AccToA8:
 
     SHUFFLES = 2
     SELECT = (0x5410, 0x7632)
+    # what codegen renders, as C expressions of the warpgroup thread index `gtid` (also
+    # Python: `check` evaluates them against src_quad and SELECT): the first source lane (the
+    # device helper reads it and `| 1`), and the condition that picks SELECT[1] (q / 2 == 1)
+    SOURCE_LANE = "(gtid & ~3) | ((gtid & 1) << 1)"
+    SELECT_UPPER = "(gtid & 2)"
 
     @staticmethod
     def word(kk: int, r: int) -> tuple[int, int, int, int]:
@@ -173,6 +178,11 @@ class AccToA8:
         """Raise AssertionError unless every thread's every A byte of `k_steps` k32 steps
         is the accumulator element of the same (row, 32 kk + k)."""
         for t in range(128):
+            q = t % 4
+            src = eval(cls.SOURCE_LANE, {"__builtins__": {}}, {"gtid": t})  # noqa: S307
+            assert (src, src | 1) == tuple(t - q + cls.src_quad(q, s) for s in range(2)), t
+            upper = eval(cls.SELECT_UPPER, {"__builtins__": {}}, {"gtid": t})  # noqa: S307
+            assert bool(upper) == (q // 2 == 1), t
             for kk in range(k_steps):
                 for r in range(4):
                     for n, (src_t, reg) in enumerate(cls.delivered(t, kk, r)):

@@ -81,11 +81,22 @@ def test_interpreter_matches_float64():
     assert (o.double() - ref).abs().max().item() < 1e-4 * ref.abs().max().item()
 
 
+@pytest.mark.parametrize("field, wrong", [("SOURCE_LANE", "(gtid & ~3) | (gtid & 1)"),
+                                          ("SELECT_UPPER", "(gtid & 1)")])
+def test_acc_to_a8_check_catches_a_wrong_rendered_expression(monkeypatch, field, wrong):
+    """The lane and selector expressions codegen renders are the plan's, and check() proves
+    them (a source lane or selector condition off by a bit fails)."""
+    monkeypatch.setattr(F.AccToA8, field, wrong)
+    with pytest.raises(AssertionError):
+        F.AccToA8.check()
+
+
 def test_codegen_gathers_the_a8_fragment_by_quad_shuffles():
     text = codegen.render(lower_only(two_gemms_fp8)).text
     assert text.count("ag::wgmma_m64n64k32_f32_e4m3_rs(") == 2      # K = 64: two k32 steps
     assert text.count("ag::quad_gather_b16x2(ag::pack_e4m3x4(") == 8  # 4 registers a step
     assert "ag::stmatrix" not in text                                 # P never touches smem
+    assert f"const int a8_src = {F.AccToA8.SOURCE_LANE};" in text     # the plan's own lanes
     # the words packed come from AccToA8's plan: step 0, register 1 = row half 1
     assert F.AccToA8.word(0, 1) == (2, 3, 6, 7)
 

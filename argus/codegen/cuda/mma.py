@@ -136,11 +136,12 @@ def _pack_a8(em: _Emitter, op: O.Wgmma, ra: str, k_steps: int) -> None:
     """The 8-bit A fragment of each k32 step from a tile in the accumulator pattern, as
     target/fragments.py AccToA8 plans it: per A register, pack four own elements into a word,
     read the word of two quad lanes, keep 16 bits of each. The lanes and the byte selector
-    depend on the thread's quad position only (gtid % 4)."""
+    depend on the thread's quad position only (gtid % 4): the plan's own expressions
+    (SOURCE_LANE, SELECT_UPPER), which its check() proves."""
     plan = ACC_TO_A8
     dt = op.a.type.dtype
-    em.emit("const int a8_src = (gtid & ~3) | ((gtid & 1) << 1);")
-    em.emit(f"const ag::uint32_t a8_sel = (gtid & 2) ? {plan.SELECT[1]:#x}u : "
+    em.emit(f"const int a8_src = {plan.SOURCE_LANE};")
+    em.emit(f"const ag::uint32_t a8_sel = {plan.SELECT_UPPER} ? {plan.SELECT[1]:#x}u : "
             f"{plan.SELECT[0]:#x}u;")
     for kk in range(k_steps):
         for r in range(4):
