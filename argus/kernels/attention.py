@@ -285,9 +285,8 @@ def default_schedule(head_dim: int, causal: bool = False,
     return dataclasses.replace(choice, approx_exp2=True, fold_scale=True)
 
 
-@functools.lru_cache(maxsize=1024)
-def fp8_schedule(head_dim: int, causal: bool = False,
-                 seq_len: int | None = None) -> AttentionSchedule:
+@functools.lru_cache(maxsize=64)
+def fp8_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     """The FP8 forward's schedule (argus.ops.attention_fp8): FA3's overlap order with the
     softmax diet, at the base tiles (128 x 128; 128 x 64 at head_dim 256, where O alone is
     128 registers); at head_dim 64 two warpgroups of 128 x 128 instead of base_schedule's

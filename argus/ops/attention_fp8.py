@@ -202,7 +202,7 @@ def run_fp8(q, k, v, q_scale, k_scale, v_scale, causal: bool, scale, layout: str
         return out, lse
     vt = transposed_v(v, layout, v_transposed)
     qk_scale = scale * qs * ks
-    chosen = for_scale(schedule or fp8_schedule(D, causal, S), qk_scale)
+    chosen = for_scale(schedule or fp8_schedule(D, causal), qk_scale)
     problems = chosen.problems_for(D, dtypes.e4m3)
     if problems:
         raise LaunchError(f"{_WHO}: {chosen} cannot run head dim {D} in FP8: "
