@@ -608,14 +608,16 @@ POINTWISE_16 = [
 # channels, which argus.ops.conv's im2col route takes (issue 17): ResNet-50's stem (the
 # RESNET50 row) and AlexNet's 11x11/4 stem (KernelBench L1/50's layer, its batch 256, with its
 # bias; and at batch 32), bf16; "fp32": fp32 under tf32 (KernelBench's own dtype for L1/50,
-# an NCHW x as it passes it) against cuDNN TF32
+# an NCHW x as it passes it) against cuDNN TF32, at batch 64 (at 256 its fp32 A would pass
+# IM2COL_MAX_BYTES). A row whose A passes IM2COL_MAX_BYTES (L1/50 bf16 at batch 256: 632 MB)
+# is routed to the implicit GEMM: printed as such, without the gather and GEMM columns
 STEMS = [
     ("stem 7x7/2 3->64 b32", 32, 3, 224, 224, 64, 7, 7, 2, 3, False, True),
     ("stem 7x7/2 3->64 b32 NCHW x", 32, 3, 224, 224, 64, 7, 7, 2, 3, False, False),
     ("L1/50 11x11/4 3->96 b256 bias", 256, 3, 224, 224, 96, 11, 11, 4, 2, True, True),
     ("11x11/4 3->96 b32 bias", 32, 3, 224, 224, 96, 11, 11, 4, 2, True, True),
-    ("L1/50 fp32 tf32 NCHW x", 256, 3, 224, 224, 96, 11, 11, 4, 2, True, False),
-    ("L1/50 fp32 tf32 channels-last", 256, 3, 224, 224, 96, 11, 11, 4, 2, True, True),
+    ("L1/50 layer fp32 tf32 b64 NCHW x", 64, 3, 224, 224, 96, 11, 11, 4, 2, True, False),
+    ("L1/50 layer fp32 tf32 b64 ch-last", 64, 3, 224, 224, 96, 11, 11, 4, 2, True, True),
 ]
 
 
@@ -648,22 +650,23 @@ def stems() -> None:
         w = (torch.randn(K, C, R, S, device="cuda", generator=g) / math.sqrt(C * R * S)) \
             .to(dtype).to(memory_format=torch.channels_last)
         b = torch.randn(K, device="cuda", generator=g).to(dtype) if bias else None
-        assert conv_ops.route(x, w, b, st, pad, 1, precision=prec) == "im2col", name
+        kind = conv_ops.route(x, w, b, st, pad, 1, precision=prec)
         gather_kind = conv_ops._Gather.of(x, w, st, pad, 1)
-        print(f"{name:32s} gather {gather_kind.kind} "
+        print(f"{name:32s} route {kind}; gather {gather_kind.kind} "
               f"{gather_kind.tile}, A {gather_kind.m} x {gather_kind.pitch} "
-              f"({gather_kind.m * gather_kind.pitch * x.element_size() / 1e6:.0f} MB)",
-              flush=True)
+              f"({gather_kind.m * gather_kind.pitch * x.element_size() / 1e6:.0f} MB, "
+              f"bound {conv_ops.IM2COL_MAX_BYTES / 1e6:.0f} MB)", flush=True)
         ref = F.conv2d(x.double(), w.double(), None if b is None else b.double(), st, pad)
         sched = conv_ops.schedule_for(x, w, st, pad, 1, 1, precision=prec)
-        gather, gemm, keep = _im2col_steps(x, w, b, st, pad)
         cudnn = lambda: F.conv2d(x, w, b, st, pad)       # noqa: E731
         fns = {"ours": lambda: conv_ops.convolve(x, w, b, st, pad, precision=prec),
                "implicit": lambda: conv_ops.convolve(x, w, b, st, pad, schedule=sched,
                                                      precision=prec),
-               "cudnn": _tf32_cudnn(cudnn) if prec else cudnn,
-               "gather": lambda: (gather(), keep),
-               "gemm": lambda: (gemm(), keep)}
+               "cudnn": _tf32_cudnn(cudnn) if prec else cudnn}
+        if kind == "im2col":
+            gather, gemm, keep = _im2col_steps(x, w, b, st, pad)
+            fns["gather"] = lambda: (gather(), keep)
+            fns["gemm"] = lambda: (gemm(), keep)
         errs, ok = {}, {}
         for key, f in fns.items():
             try:
