@@ -8,6 +8,7 @@
 #        tileorder poolsweep (one bench each, 30-120 s)
 #        rejudge (KB_IDS=ids [KB_LEVEL=1] [KB_BUDGET=120] [KB_RESUME=results.jsonl]: judge these again)
 #        owedtests pointwise16 decodefused fp8variants fp8op pagedsplit (CPU-built, GPU-owed)
+#        owed34 fp8attn moefixed untuned34 stem (stop 34's CPU-built work, GPU-owed)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
 #        abcheck (decode, prefill, unaligned GEMM: run from two trees' roots for an A/B)
@@ -65,6 +66,22 @@ for s in "${steps[@]}"; do
     ppcompare) run_step ppcompare 150 python3 -u scripts/gpu_gemm_pingpong.py --compare --out "$OUT/pingpong" ;;
     convcases) run_step convcases 90 python3 -u scripts/gpu_conv_bench.py --cases depthwise,pointwise ;;
     fp8smem) run_step fp8smem 90 env ARGUS_FP8_SMEM_DEVICE=1 python3 -m pytest -q -p no:xdist -p no:cacheprovider -m gpu tests/gpu/test_fp8_smem_scales_gpu.py -rf ;;
+    # owed by the 2026-12-03 21:07 session (stop 34: no device time then): built and tested on
+    # the CPU only. owed34: the new GPU test files; fp8attn / moefixed / untuned34 / stem: the
+    # benches of the FP8 attention forward, the MoE decode fixed cost, the refitted untuned
+    # model's changed picks, and the im2col conv route
+    owed34) run_step owed34 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_attention_fp8_gpu.py tests/gpu/test_conv_im2col_gpu.py \
+        tests/moe/test_moe_fused_finish_gpu.py tests/gpu/test_attention_gpu.py \
+        tests/gpu/test_gemm_untuned_gpu.py ;;
+    fp8attn) run_step fp8attn 200 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
+        --dims 128 --lengths 2048,8192,16384 --no-gqa --variants default \
+        --fp8 default,fold,plain+fold,default+tma,fold+tma --backends cudnn --out "$OUT/fp8attn" ;;
+    moefixed) run_step moefixed 120 env ARGUS_VERIFY=0 python3 -u scripts/gpu_moe_bench.py \
+        --fixed-cost --models qwen3-30b-a3b deepseek-v3 --out "$OUT/moefixed" ;;
+    untuned34) run_step untuned34 200 python3 -u scripts/gpu_gemm_untuned.py --layouts NT,NN \
+        --shapes 3000x5000x2000,4096x3584x18944,2048x7168x2048 --record "$OUT/untuned34.json" ;;
+    stem) run_step stem 120 python3 -u scripts/gpu_conv_bench.py --stem ;;
     # owed by the 2026-12-03 10:15 session (no device time then): each ran only on the CPU
     owedtests) run_step owedtests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
         tests/gpu/test_gemm_pingpong_gpu.py tests/gpu/test_attention_decode_gpu.py \
