@@ -608,16 +608,16 @@ POINTWISE_16 = [
 # channels, which argus.ops.conv's im2col route takes (issue 17): ResNet-50's stem (the
 # RESNET50 row) and AlexNet's 11x11/4 stem (KernelBench L1/50's layer, its batch 256, with its
 # bias; and at batch 32), bf16; "fp32": fp32 under tf32 (KernelBench's own dtype for L1/50,
-# an NCHW x as it passes it) against cuDNN TF32, at batch 64 (at 256 its fp32 A would pass
-# IM2COL_MAX_BYTES). A row whose A passes IM2COL_MAX_BYTES (L1/50 bf16 at batch 256: 632 MB)
-# is routed to the implicit GEMM: printed as such, without the gather and GEMM columns
+# an NCHW x as it passes it) against cuDNN TF32. A batch whose A passes IM2COL_MAX_BYTES runs
+# in chunks ("ours"; the gather and GEMM columns time the whole batch's A at once); a row the
+# route does not take is printed as such, without those two columns
 STEMS = [
     ("stem 7x7/2 3->64 b32", 32, 3, 224, 224, 64, 7, 7, 2, 3, False, True),
     ("stem 7x7/2 3->64 b32 NCHW x", 32, 3, 224, 224, 64, 7, 7, 2, 3, False, False),
     ("L1/50 11x11/4 3->96 b256 bias", 256, 3, 224, 224, 96, 11, 11, 4, 2, True, True),
     ("11x11/4 3->96 b32 bias", 32, 3, 224, 224, 96, 11, 11, 4, 2, True, True),
-    ("L1/50 layer fp32 tf32 b64 NCHW x", 64, 3, 224, 224, 96, 11, 11, 4, 2, True, False),
-    ("L1/50 layer fp32 tf32 b64 ch-last", 64, 3, 224, 224, 96, 11, 11, 4, 2, True, True),
+    ("L1/50 fp32 tf32 b256 NCHW x", 256, 3, 224, 224, 96, 11, 11, 4, 2, True, False),
+    ("L1/50 fp32 tf32 b256 ch-last", 256, 3, 224, 224, 96, 11, 11, 4, 2, True, True),
 ]
 
 

@@ -633,9 +633,9 @@ def route(x, weight, bias, stride, padding, groups, activation: str = "none", sc
       tf32 to nearest, matmul's tf32 GEMM, the bias as two tf32 pieces); 2-d, one group, no
       activation, at most IM2COL_MAX_CHANNELS (8; tf32: 4) input channels, x readable by a
       gather (`_Gather.of`: channels-last with dil_w 1 and S*C >= IM2COL_MIN_RUN, NCHW with
-      dil_w 1, or W a multiple of stride_w), A at most IM2COL_MAX_BYTES (`im2col_applies`);
-      any filter size,
-      stride, padding and dilation, a bias or none (`_im2col`). The gather writes A
+      dil_w 1, or W a multiple of stride_w), one image's A at most IM2COL_MAX_BYTES (a batch
+      runs in chunks that fit it) (`im2col_applies`); any filter size, stride, padding and
+      dilation, a bias or none (`_im2col`). The gather writes A
       [N*P*Q, K'] with the taps folded into K, the GEMM multiplies only those columns (+ the
       bias's): the implicit GEMM pads each tap's channels to a 64-deep K slice, so an RGB stem
       (C = 3: ResNet-50's 7x7/2, AlexNet's 11x11/4) multiplies 95% zeros (0.31x cuDNN on
@@ -675,10 +675,11 @@ IM2COL_MAX_CHANNELS = 8
 # so the same estimate (2 x 32 x 64 flops at ~200 TF/s against 8 x C bytes) breaks even near
 # C = 9: half of it
 IM2COL_MAX_CHANNELS_TF32 = 4
-# the largest A buffer [N*P*Q, K'] (bytes) the route allocates per call; a larger problem
-# takes the implicit GEMM, which needs no buffer. 512 MiB: the ResNet-50 stem's A at batch 32
-# is ~130 MB, and a call that fits in memory on the implicit GEMM should not run out here
-# (review: 4 GiB let the stem at batch 256 take a transient 1.1 GB)
+# the largest A buffer [N*P*Q, K'] (bytes) the route allocates per call: a larger batch runs
+# in chunks of images that fit it (`_im2col_chunks`, one buffer reused), and a problem whose
+# one image passes it takes the implicit GEMM, which needs no buffer. 512 MiB: the ResNet-50
+# stem's A at batch 32 is ~130 MB, and a call that fits in memory on the implicit GEMM should
+# not run out here (review: 4 GiB let the stem at batch 256 take a transient 1.1 GB)
 IM2COL_MAX_BYTES = 1 << 29
 
 
@@ -690,7 +691,8 @@ def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
     IM2COL_MAX_CHANNELS input channels (fp32: IM2COL_MAX_CHANNELS_TF32), a gather that reads
     x in place (`_Gather.of`: the row-run kernel for channels-last x and no column dilation,
     the plane-run kernel for NCHW x and no column dilation, else the per-tap kernel, which
-    needs W a multiple of stride_w), and an A buffer of at most IM2COL_MAX_BYTES."""
+    needs W a multiple of stride_w), and one image's A within IM2COL_MAX_BYTES (a batch runs
+    in chunks that fit it)."""
     sixteen = str(x.dtype) in ("torch.bfloat16", "torch.float16")
     if x.dim() != 4 or not (sixteen or (str(x.dtype) == "torch.float32" and
                                         precision == "tf32")):
@@ -701,8 +703,9 @@ def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
     if groups != 1 or activation != "none" or not least <= x.shape[1] <= most:
         return False
     gather = _Gather.of(x, weight, stride, padding, dilation)
+    # A per image within the bound: larger batches run in chunks (`_im2col_chunks`)
     return gather is not None and \
-        gather.m * gather.pitch * x.element_size() <= IM2COL_MAX_BYTES
+        gather.p * gather.q * gather.pitch * x.element_size() <= IM2COL_MAX_BYTES
 
 
 # the row-run gather takes filter rows of at least this many elements (S * C: half a warp);
@@ -1182,23 +1185,31 @@ def _im2col(x, weight, bias, stride, padding, dilation):
     [K, R * slot (+ 1 or 2)] (`_im2col_weight`: B K-major, the bias its last columns), fp32
     accumulation, into the channels-last result's [N*P*Q, K] view (x's dtype).
 
+    Batches whose A would pass IM2COL_MAX_BYTES run in chunks of images (`_im2col_chunks`):
+    one A buffer of at most that size, reused chunk after chunk (stream order), a gather and a
+    GEMM per chunk on x's and the result's slices.
+
     x is read in place (no copy whatever its layout): a channels-last x's pixel rows as runs
     (the row-run kernel), an NCHW x's channel rows as runs (the plane-run kernel), any other
-    x through its strides (the per-tap kernel). A is a new
-    buffer each call. Compiled on CUDA tensors (memoized per problem kind and device), built
-    on meta tensors, interpreted on CPU tensors. Returns (the result, how a repeated call with
-    the same tensors launches again: the two kernels' launch plans kept by the buffers'
-    addresses), or (None, None) when the GEMM has no tf32 schedule for the problem (the
-    caller runs the implicit GEMM)."""
+    x through its strides (the per-tap kernel). A is a new buffer each call. Compiled on CUDA
+    tensors (memoized per problem kind and device), built on meta tensors, interpreted on CPU
+    tensors. Returns (the result, how a repeated call with the same tensors launches again:
+    the kernels' launch plans kept by the buffers' addresses), or (None, None) when the GEMM
+    has no tf32 schedule for the problem (the caller runs the implicit GEMM)."""
+    import dataclasses
+
     import torch
 
     N, K = x.shape[0], weight.shape[0]
     gather = _Gather.of(x, weight, stride, padding, dilation)
-    M, kc = gather.m, gather.k(bias is not None, x.dtype == torch.float32)
+    kc = gather.k(bias is not None, x.dtype == torch.float32)
     shape, strides = _result_layout(N, K, (gather.p, gather.q))
     first = torch.empty_strided(shape, strides, dtype=x.dtype, device=x.device)
     if first.numel() == 0:
         return first, None
+    chunks = _im2col_chunks(N, gather.p * gather.q * gather.pitch * x.element_size())
+    images = chunks[0][1] - chunks[0][0]
+    per_image = gather.p * gather.q                 # A rows an image
     kernel = gather.kernel(_IN[str(x.dtype)])
     constexprs = gather.constexprs()
     compiled = None
@@ -1211,18 +1222,26 @@ def _im2col(x, weight, bias, stride, padding, dilation):
             if len(_IM2COL) > _MEMO_SIZE:
                 _IM2COL.popitem(last=False)
 
-    def buffers(x, weight, out):
-        """(X, A's gather view, the GEMM's A, B and out views) of one call."""
-        A = torch.empty(M, gather.pitch, dtype=x.dtype, device=x.device)
-        Wk = _im2col_weight(weight, bias, gather)
-        return (gather.x_view(x.detach()), gather.a_view(A), A[:, :kc], Wk[:, :kc],
-                out.permute(0, 2, 3, 1).view(M, K))
+    def buffers(x, weight, out) -> list:
+        """(X, A's gather view, the GEMM's A, B and out views) of each chunk of one call."""
+        A = torch.empty(images * per_image, gather.pitch, dtype=x.dtype, device=x.device)
+        Wk = _im2col_weight(weight, bias, gather)[:, :kc]
+        calls = []
+        for n0, n1 in chunks:
+            part = dataclasses.replace(gather, n=n1 - n0)
+            Ac = A[:(n1 - n0) * per_image]
+            calls.append((part.x_view(x.detach()[n0:n1]), part.a_view(Ac), Ac[:, :kc], Wk,
+                          out[n0:n1].permute(0, 2, 3, 1).view((n1 - n0) * per_image, K)))
+        return calls
 
-    X, Av, A2, B2, out2 = buffers(x, weight, first)
-    gemm = pointwise_gemm(A2, B2, out2)
-    if gemm is None:                   # no tf32 schedule for the problem: the implicit GEMM
-        return None, None
-    _, runner = gemm
+    calls = buffers(x, weight, first)
+    runners = {}
+    for _, _, A2, B2, out2 in calls:                # one GEMM problem a chunk size (1 or 2)
+        if A2.shape[0] not in runners:
+            gemm = pointwise_gemm(A2, B2, out2)
+            if gemm is None:           # no tf32 schedule for the problem: the implicit GEMM
+                return None, None
+            runners[A2.shape[0]] = gemm[1]
     plans: dict = {}
 
     def launch(x, weight, out=None):
@@ -1230,33 +1249,45 @@ def _im2col(x, weight, bias, stride, padding, dilation):
         result)."""
         if out is None:
             out = torch.empty_strided(shape, strides, dtype=x.dtype, device=x.device)
-        X, Av, A2, B2, out2 = buffers(x, weight, out)
-        key = (A2.data_ptr(), B2.data_ptr(), out.data_ptr())
+        calls = buffers(x, weight, out)
+        key = (calls[0][2].data_ptr(), calls[0][3].data_ptr(), out.data_ptr())
         plan = plans.get(key)
         if plan is not None:
             for step in plan:
                 step()
             return out
-        if compiled is None:
-            gemm, s = runner
-            # the interpreter writes every argument back: a copy keeps x's version counter
-            kernel.interpret(X.clone(), Av, **constexprs)
-            gemm.interpret(A2, B2.clone(), out2, s=s)
-            return out
-        if x.is_meta:
-            compiled.build_for(X, Av)
-            runner.build_for(A2, B2, out2)
-            return out
-        with torch.cuda.device(x.device):
-            compiled(X, Av)
-            runner(A2, B2, out2)
-        steps = (compiled.plan_for(X, Av), runner.plan_for(A2, B2, out2))
-        if all(step is not None for step in steps):
-            _keep(plans, key, steps)
+        steps = []
+        for X, Av, A2, B2, out2 in calls:
+            runner = runners[A2.shape[0]]
+            if compiled is None:
+                gemm, s = runner
+                # the interpreter writes every argument back: a copy keeps x's version counter
+                kernel.interpret(X.clone(), Av, **constexprs)
+                gemm.interpret(A2, B2.clone(), out2, s=s)
+            elif x.is_meta:
+                compiled.build_for(X, Av)
+                runner.build_for(A2, B2, out2)
+            else:
+                with torch.cuda.device(x.device):
+                    compiled(X, Av)
+                    runner(A2, B2, out2)
+                steps += [compiled.plan_for(X, Av), runner.plan_for(A2, B2, out2)]
+        if steps and all(step is not None for step in steps):
+            _keep(plans, key, tuple(steps))
         return out
 
     out = launch(x, weight, first)
     return out, _RouteRepeat.Replay(lambda x, weight: launch(x, weight), True, None)
+
+
+def _im2col_chunks(n: int, image_bytes: int) -> list:
+    """[(n0, n1), ...]: the images of each chunk of a batch of n, as many a chunk as fit
+    IM2COL_MAX_BYTES of A (at least one: `im2col_applies` asks that one image fits), the
+    chunks as even as that count allows (the last one the smallest)."""
+    per = max(1, min(n, IM2COL_MAX_BYTES // image_bytes))
+    count = -(-n // per)
+    per = -(-n // count)
+    return [(n0, min(n, n0 + per)) for n0 in range(0, n, per)]
 
 
 def _keep(plans: dict, key, plan) -> None:

@@ -89,14 +89,63 @@ def test_route(case):
 
 
 def test_route_bounds_the_buffer(monkeypatch):
-    """A problem whose A buffer would pass IM2COL_MAX_BYTES takes the implicit GEMM."""
+    """A problem whose one image's A would pass IM2COL_MAX_BYTES takes the implicit GEMM; a
+    batch whose A passes it runs in chunks of images (`_im2col_chunks`)."""
     x = torch.empty(2, 3, 16, 16, dtype=torch.bfloat16, device="meta")
     w = torch.empty(8, 3, 3, 3, dtype=torch.bfloat16, device="meta")
     assert conv_op.route(x, w, None, 1, 1, 1) == "im2col"
     gather = conv_op._Gather.of(x, w, 1, 1, 1)
-    assert not gather.rows and gather.pitch == 32         # 10 taps x 3 columns -> 32
-    monkeypatch.setattr(conv_op, "IM2COL_MAX_BYTES", 2 * 16 * 16 * 32 * 2 - 1)
+    assert gather.kind == "taps" and gather.pitch == 32       # 10 taps x 3 columns -> 32
+    image = 16 * 16 * 32 * 2
+    monkeypatch.setattr(conv_op, "IM2COL_MAX_BYTES", image)
+    assert conv_op.route(x, w, None, 1, 1, 1) == "im2col"
+    monkeypatch.setattr(conv_op, "IM2COL_MAX_BYTES", image - 1)
     assert conv_op.route(x, w, None, 1, 1, 1) == "implicit_gemm"
+
+
+def test_chunks():
+    """Even chunks of at most IM2COL_MAX_BYTES of A, in order, covering the batch once."""
+    bound = conv_op.IM2COL_MAX_BYTES
+    for n, image in ((256, 2468400), (7, bound // 3), (5, bound), (1, bound), (40, 100)):
+        chunks = conv_op._im2col_chunks(n, image)
+        assert chunks[0][0] == 0 and chunks[-1][1] == n
+        assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
+        sizes = [n1 - n0 for n0, n1 in chunks]
+        assert max(sizes) * image <= bound and max(sizes) - min(sizes) <= max(sizes) // 2 + 1
+    assert conv_op._im2col_chunks(256, 2468400) == [(0, 128), (128, 256)]   # L1/50 bf16
+    assert conv_op._im2col_chunks(7, bound // 3) == [(0, 3), (3, 6), (6, 7)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_batch_in_chunks_matches_float64(dtype, monkeypatch):
+    """A batch of 5 whose A fits 2 images at a time: 3 chunks (2, 2, 1) through one A buffer,
+    two GEMM problems; the result as one call's, and replayed on new values of x."""
+    taken = _spy(monkeypatch)
+    problems = []
+    real = conv_op.pointwise_gemm
+    monkeypatch.setattr(conv_op, "pointwise_gemm",
+                        lambda *a: problems.append(a[0].shape) or real(*a))
+    x = _t(5, 3, 12, 10, seed=30).to(dtype).to(memory_format=torch.channels_last)
+    w, b = (_t(6, 3, 7, 7, seed=31) / 8).to(dtype), _t(6, seed=32).to(dtype)
+    g = conv_op._Gather.of(x, w, 2, 3, 1)
+    monkeypatch.setattr(conv_op, "IM2COL_MAX_BYTES",
+                        2 * g.p * g.q * g.pitch * x.element_size() + 1)
+    prec = "tf32" if dtype == torch.float32 else None
+    y = conv_op.conv2d_interpret(x, w, b, 2, 3, precision=prec)
+    assert taken == ["im2col"]
+    kc = g.k(True, dtype == torch.float32)
+    assert problems == [(2 * g.p * g.q, kc), (g.p * g.q, kc)]
+    bound = 1e-6 if prec else 2.0 ** -8
+    from argus.bench.kernelbench.tolerance import round_to_tf32
+
+    def ref(x):
+        xr, wr = (round_to_tf32(x), round_to_tf32(w)) if prec else (x, w)
+        return F.conv2d(xr.double(), wr.double(), b.double(), 2, 3)
+
+    assert _rel(y, ref(x)) <= bound
+    x.copy_(_t(*x.shape, seed=33).to(dtype))
+    again = conv_op.conv2d_interpret(x, w, b, 2, 3, precision=prec)
+    assert taken == ["im2col"] and _rel(again, ref(x)) <= bound
 
 
 def test_gather_choice():
