@@ -193,7 +193,7 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
             fields["block_n" if part[:2] == "bn" else "stages"] = int(part[2:])
         else:
             raise ValueError(f"fp8 variant {variant!r}: unknown token {part!r}")
-    return dataclasses.replace(fp8_schedule(head_dim, causal, seq_len), **fields)
+    return dataclasses.replace(fp8_schedule(head_dim, causal), **fields)
 
 
 def fp8_case(row, q, k, v, causal, flops, variants, measure) -> None:

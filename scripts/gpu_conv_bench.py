@@ -679,7 +679,7 @@ def stems() -> None:
                 print(f"{name:32s} {key}: WRONG (normwise error {errs[key]:.1e})", flush=True)
                 continue
             ok[key] = f
-        times = measure_alternating(list(ok.values()), rounds=3, trials=50, warmup=10)
+        times = measure_alternating(list(ok.values()), rounds=3, trials=100, warmup=10)
         ms = {k: t.median_ms for k, t in zip(ok, times)}
         flops = 2.0 * ref.numel() * C * R * S
         cells = "  ".join(f"{k} {ms[k]:7.4f} ms" + (f" (err {errs[k]:.1e})" if k in (

@@ -41,6 +41,7 @@ with the scales as floats (a tensor scale is read with .item() first, a graph br
 from __future__ import annotations
 
 import math
+import sys
 from collections import OrderedDict
 
 from argus import dtypes
@@ -272,3 +273,10 @@ def _register():
         return out, lse
 
     return attention_fp8_op
+
+
+# registered at import when torch is loaded, as argus/ops/attention.py does: a first call under
+# torch.compile would otherwise register the op inside the trace, which dynamo refuses
+# (torch.library.Library.__init__ is on its skip list; measured on the H200 2026-12-04)
+if "torch" in sys.modules:
+    _op()

@@ -3,8 +3,9 @@ wgmma alone (P gathered from the accumulator into the A fragment by quad shuffle
 target/fragments.py AccToA8) against the interpreter and float64, then the op on fresh random
 data against float64 attention on the dequantized inputs (ragged lengths, GQA, causal with
 Sq < Skv and Sq > Skv, both layouts, V given transposed, every head dim, the log-sum-exp) and
-against torch SDPA on the dequantized bf16 inputs. Written 2026-12-03 without a GPU: none of
-these has run yet (docs/perf/attention.md, "FP8 forward")."""
+against torch SDPA on the dequantized bf16 inputs. Written 2026-12-03 without a GPU; first run
+on the H200 2026-12-04, which set the accumulation bounds below (docs/perf/attention.md, "FP8
+forward")."""
 
 import math
 
@@ -17,6 +18,12 @@ from tests.gpu import hopper_only  # noqa: E402
 pytestmark = hopper_only()
 
 E4M3 = torch.float8_e4m3fn
+# Hopper's FP8 wgmma accumulator keeps about 14 mantissa bits, not fp32's 24 (DeepSeek-V3
+# technical report, section 3.3.2). A score then moves by up to ~2^-14 of sum_d |q_d k_d|, and
+# the log-sum-exp with it: measured on the H200 2026-12-04 (scripts/gpu_fp8_accum_probe.py), the
+# op's LSE is within 2e-6 of one computed from cuBLAS's own FP8 GEMM scores and up to 1.5x
+# 2^-13 * scale * max_j sum_d |q_d k_d| from float64. The tests bound it at 2^-11 of that.
+ACCUMULATION_BOUND_LOG2 = -11
 
 
 def test_register_a_fp8_wgmma_matches_the_interpreter():
@@ -33,8 +40,12 @@ def test_register_a_fp8_wgmma_matches_the_interpreter():
     torch.cuda.synchronize()
     s = (q.double() @ k.double().transpose(1, 2)).float() * 0.125
     ref = s.to(E4M3).double() @ vt.double().transpose(1, 2)
-    assert (oc.double().cpu() - ref).norm() / ref.norm() < 1e-4
-    assert (oc.cpu() - o).abs().max().item() <= 1e-3 * o.abs().max().item()
+    # not exact: Hopper's FP8 accumulator keeps ~14 bits (DeepSeek-V3 report, section 3.3.2;
+    # ACCUMULATION_BOUND_LOG2 below), so a few scores land across an e4m3 rounding boundary from the
+    # float64 ones and P changes there by one e4m3 step. Measured on the H200 2026-12-04:
+    # 2e-3 relative; a wrong lane, register or byte selector scrambles P: O(1)
+    assert (oc.double().cpu() - ref).norm() / ref.norm() < 1e-2
+    assert (oc.cpu().double() - o.double()).norm() / o.double().norm() < 1e-2
 
 
 def quantize(x):
@@ -99,7 +110,34 @@ def test_matches_float64(B, H, HKV, S, SK, D, causal, layout):
     assert err.pow(2).mean().sqrt().item() < 0.035 * want.pow(2).mean().sqrt().item()
     finite = torch.isfinite(want_lse)
     assert torch.equal(torch.isfinite(lse), finite)
-    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
+    bound = accumulation_bound(*(t(x).double() * s for x, s in ((q, qs), (k, ks))), scale)
+    assert ((lse.double() - want_lse).abs() <= bound)[finite].all()
+
+
+def accumulation_bound(q, k, scale):
+    """Per query row, how far the FP8 accumulator may move the LSE (ACCUMULATION_BOUND_LOG2):
+    the largest sum_d |q_d k_d| over the row's keys (GQA-expanded), scaled. Masked keys are
+    counted too: a looser bound, never a wrong one."""
+    group = q.shape[1] // k.shape[1]
+    mags = q.abs() @ k.abs().repeat_interleave(group, 1).transpose(-1, -2)
+    return 2.0 ** ACCUMULATION_BOUND_LOG2 * scale * mags.amax(-1)
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_lse_matches_the_hardware_fp8_gemm(D):
+    """The LSE against one computed from cuBLAS's FP8 GEMM (torch._scaled_mm, the same tensor
+    core accumulator): what is left of the float64 gap is ours, and was 2e-6 on the H200."""
+    import argus.ops
+
+    (q, qs), (k, ks), (v, vs) = _inputs(1, 4, 4, 1024, 1024, D, "bhsd", seed=D)
+    _, lse = argus.ops.attention_fp8(q, k, v, q_scale=qs, k_scale=ks, v_scale=vs,
+                                     return_lse=True)
+    one = torch.ones((), device="cuda")
+    scores = torch.stack([torch._scaled_mm(q[0, h], k[0, h].t(), one * qs, one * ks,
+                                           out_dtype=torch.float32, use_fast_accum=True)
+                          for h in range(4)])[None].double() / math.sqrt(D)
+    want = torch.logsumexp(scores, -1)
+    assert (lse.double() - want).abs().max().item() < 1e-4
 
 
 @pytest.mark.parametrize("D,causal", [(128, False), (128, True), (64, True), (256, False)])

@@ -113,3 +113,19 @@ def test_the_default_variant_is_the_ops_schedule():
                 assert variant_schedule("default+exact", d, causal, S) == _shape_of(pick)
                 assert variant_schedule("plain", d, causal, S).approx_exp2 is False
                 assert variant_schedule("plain+fast", d, causal, S).fold_scale is True
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_fp8_variants_are_the_ops_schedule_plus_their_tokens(d):
+    """gpu_attention_bench --fp8: "default" is argus.ops.attention_fp8's schedule and each token
+    changes only its field (a bad call here broke the 2026-12-04 device run's fp8 step)."""
+    from argus.kernels.attention import fp8_schedule
+
+    fp8_variant_schedule = load_script("gpu_attention_bench").fp8_variant_schedule
+    for causal in (False, True):
+        base = fp8_schedule(d, causal)
+        assert fp8_variant_schedule("default", d, causal, 4096) == base
+        fold_tma = fp8_variant_schedule("fold+tma", d, causal, 4096)
+        assert fold_tma == dataclasses.replace(base, fold_scale=True, epilogue="tma")
+        with pytest.raises(ValueError, match="unknown token"):
+            fp8_variant_schedule("default+bogus", d, causal)
