@@ -20,7 +20,11 @@ V is transposed: an fp8 wgmma reads both operands K-major (PTX has no transpose 
 operands), and the K of P V is the key, so the kernel reads V^T [B, Hkv, D, Skv]. By default
 (v_transposed=False, v shaped like k) the op makes that copy on every call (B Hkv Skv D bytes
 read and written, e.g. 16 MiB at B 8, Hkv 8, Skv 2k, D 128), padding each row to a multiple of
-16 keys for TMA. A caller that keeps V transposed (a KV cache written that way) passes
+16 keys for TMA, in two torch copy passes (4-byte words, then the bytes inside each word:
+`_word_transpose`; one byte-by-byte copy ran at ~0.35 TB/s on the H200). It is bit-exact but
+not a fast transpose: the Argus DSL has no register or shared-memory byte transpose yet (a
+transposed ag.store is rendered for wgmma accumulators only), so a fused or dedicated kernel is
+future work. A caller that keeps V transposed (a KV cache written that way) passes
 v_transposed=True and v [B, Hkv, D, Skv] (whatever `layout` says for q and k), read in place
 when TMA can address it (unit stride on Skv, Skv * 1 byte rows a multiple of 16 bytes), else
 copied the same way.
@@ -160,7 +164,9 @@ def _tma_ok(t) -> bool:
 def transposed_v(v, layout: str, v_transposed: bool):
     """V^T [B, Hkv, D, Skv] as the kernel reads it: v itself when it is given transposed and
     TMA can address it, else a copy into rows padded to a multiple of 16 keys (the padding is
-    never read: the tensor map's extent is Skv, TMA zero-fills past it)."""
+    never read: the tensor map's extent is Skv, TMA zero-fills past it). The copy is exact
+    (bytes moved, never converted: NaN payloads and -0 survive); see `_word_transpose` for
+    how V shaped like k is transposed."""
     import torch
 
     src = v if v_transposed else _bhsd(v, layout).transpose(-1, -2)
@@ -170,8 +176,45 @@ def transposed_v(v, layout: str, v_transposed: bool):
     store = torch.empty((B, HKV, D, max(16, -(-SK // 16) * 16)), dtype=v.dtype,
                         device=v.device)
     vt = store[..., :SK]
-    vt.copy_(src)
+    if v_transposed or not _word_transpose(_bhsd(v, layout), store, SK):
+        vt.copy_(src)
     return vt
+
+
+# bytes per word of `_word_transpose`'s first pass
+_WORD = 4
+
+
+def _word_transpose(x, store, SK: int) -> bool:
+    """store[..., :SK] = x^T for x [B, H, SK, D] (1-byte elements, D contiguous) in two passes
+    of torch copies, or False (nothing written) where x cannot be viewed as 4-byte words.
+
+    Why two passes: torch copies a transposed view element by element in the output's order,
+    so one byte copy reads V at a stride of D bytes, one byte of a 32-byte sector per element
+    (measured ~0.35 TB/s on the H200, 2026-12-04: 0.19 ms for a 33.5 MB V). Reading x as int32
+    words w[s, j] = x[s, 4j:4j+4] makes the strided pass move 4 bytes per sector read, and
+    transposes whole words: t[j, s] = w[s, j], i.e. bytes t[j, s, c] = x[s, 4j + c]. The second
+    pass is a byte transpose of only the innermost [SK, 4] block of each word row,
+    out[4j + c, s] = t[j, s, c], reading at a 4-byte stride (a warp's reads stay in one 128-byte
+    line). Both passes are plain copies of bytes (uint8 / int32 views of the same storage),
+    so the result is bit-identical to torch's transpose. Viewing bytes as wider words is valid
+    only for the words' own granularity: the word pass never splits or reorders bytes inside
+    a word, the byte pass does that part. Not measured yet (scripts/gpu_fp8_vt_bench.py)."""
+    import torch
+
+    B, H, S, D = x.shape
+    if D % _WORD:
+        return False
+    try:
+        words = x.view(torch.uint8).view(torch.int32)            # [B, H, SK, D/4]
+    except RuntimeError:  # unaligned storage offset or strides: not viewable as words
+        return False
+    t = torch.empty((B, H, D // _WORD, SK), dtype=torch.int32, device=x.device)
+    t.copy_(words.transpose(-1, -2))                              # t[j, s] = w[s, j]
+    tb = t.view(torch.uint8).view(B, H, D // _WORD, SK, _WORD)    # tb[j, s, c] = x[s, 4j + c]
+    out = store.view(torch.uint8).view(B, H, D // _WORD, _WORD, store.shape[-1])[..., :SK]
+    out.copy_(tb.transpose(-1, -2))                               # out[j, c, s] = tb[j, s, c]
+    return True
 
 
 def run_fp8(q, k, v, q_scale, k_scale, v_scale, causal: bool, scale, layout: str,

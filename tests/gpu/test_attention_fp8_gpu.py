@@ -203,3 +203,27 @@ def test_under_torch_compile_matches_eager():
     compiled = torch.compile(f, fullgraph=True)(q, k, v)
     torch.cuda.synchronize()
     assert torch.equal(eager, compiled)
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("D,SK", [(64, 1), (128, 1000), (256, 37), (128, 2048)])
+def test_v_transpose_is_bit_exact(layout, D, SK):
+    """The op's V transpose on the GPU (transposed_v: int32 word pass, then the bytes inside
+    each word) is byte-for-byte torch's transpose, every byte value included (NaN payloads,
+    -0), into rows padded to a multiple of 16 keys; it takes the word path, not the fallback."""
+    import importlib
+
+    mod = importlib.import_module("argus.ops.attention_fp8")
+    B, HKV = 2, 3
+    shape = (B, HKV, SK, D) if layout == "bhsd" else (B, SK, HKV, D)
+    g = torch.Generator(device="cuda").manual_seed(SK + D)
+    v = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8, device="cuda").view(E4M3)
+    vb = v if layout == "bhsd" else v.transpose(1, 2)
+    pad = max(16, -(-SK // 16) * 16)
+    store = torch.full((B, HKV, D, pad), 0x55, dtype=torch.uint8, device="cuda").view(E4M3)
+    assert mod._word_transpose(vb, store, SK) is True
+    got = mod.transposed_v(v, layout, False)
+    torch.cuda.synchronize()
+    ref = vb.transpose(-1, -2).contiguous().view(torch.uint8)
+    assert torch.equal(store[..., :SK].view(torch.uint8), ref)
+    assert got.stride(-2) == pad and torch.equal(got.view(torch.uint8), ref)
