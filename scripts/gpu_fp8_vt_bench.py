@@ -12,6 +12,9 @@ For B 8, Hkv 16 (the --no-gqa attention bench's V) it times, in one process:
     measured ~0.19 ms at S 2048 through the op);
   - word16 / word32 / word64: a word transpose at 2 / 4 / 8 bytes, then the bytes inside each
     word (argus.ops.attention_fp8._word_transpose is word32, the op's path);
+  - intmm: V^T = I V^T as an exact int8 GEMM (torch._int_mm, int32 out: bytes as int8 lose
+    nothing, unlike an e4m3 GEMM, where -0 becomes +0 and a NaN spreads over its key), then the
+    int32 [D, B Hkv Skv] result narrowed to bytes into [B, Hkv, D, Skv];
   - op: transposed_v itself (allocation included).
 Every variant's bytes are compared with torch's transpose first (MISMATCH skips its timing).
 Bytes moved: 2 x B Hkv Skv D (read + write). argus.runtime.timing.measure (CUDA events, L2
@@ -43,6 +46,14 @@ def word_transpose(x, store, SK, w):
     out.copy_(tb.transpose(-1, -2))
 
 
+def intmm_transpose(x, store, SK, eye):
+    B, H, S, D = x.shape
+    flat = x.view(torch.uint8).view(torch.int8).reshape(B * H * S, D)   # row-major [BHS, D]
+    prod = torch._int_mm(eye, flat.t())                                # [D, BHS] int32
+    out = store.view(torch.uint8)[..., :SK]
+    out.copy_(prod.view(D, B, H, S).permute(1, 2, 0, 3))               # int32 -> byte: mod 256
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", default="2048,8192,16384")
@@ -59,17 +70,23 @@ def main():
         vt = store[..., :SK]
         ref = v.transpose(-1, -2).contiguous().view(torch.uint8)
         flat = torch.empty_like(v)
+        eye = torch.eye(D, dtype=torch.int8, device="cuda")
         variants = {
             "copy": (lambda: flat.copy_(v), None),
             "bytes": (lambda: vt.copy_(v.transpose(-1, -2)), vt),
             **{f"word{8 * w}": ((lambda w=w: word_transpose(v, store, SK, w)), vt)
                for w in WORDS},
+            "intmm": (lambda: intmm_transpose(v, store, SK, eye), vt),
             "op": (lambda: mod.transposed_v(v, "bhsd", False), None),
         }
         nbytes = 2 * v.numel()
         for name, (fn, out) in variants.items():
             store.view(torch.uint8).fill_(0)
-            got = fn()
+            try:
+                got = fn()
+            except RuntimeError as e:  # e.g. _int_mm's shape rules
+                print(f"S {SK:6d} {name:7s} FAILED {str(e)[:120]}", flush=True)
+                continue
             torch.cuda.synchronize()
             got = out if out is not None else got
             if name != "copy" and not torch.equal(got.view(torch.uint8), ref):
