@@ -38,11 +38,13 @@ from dataclasses import dataclass
 import z3
 
 from argus.ir import ops as O
+from argus.ir.types import TileType
 from argus.verify import witness as W
 from argus.verify.model import Model, ReduceSite, _num
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import fresh_int, is_coordinate_field, mentions
+from argus.verify.transfer.values import positive_scalar
 
 
 def obligations(model: Model) -> tuple[list[Obligation], list]:
@@ -134,6 +136,8 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
         elif isinstance(d, O.Elementwise) and d.fn == combine and len(d.args) == 2:
             for a in d.args:
                 leaves(a.id, depth + 1)
+        elif (src := _order_preserved(model, red.op.fn, d)) is not None:
+            leaves(src.id, depth + 1)
     for acc in accs:
         leaves(acc)                        # before the loop: the initial value
     if region is not None:                 # after the loop: acc = acc + tail.sum() ...
@@ -143,6 +147,9 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
         for op in after:
             if isinstance(op, _THROUGH) and op.src.id in chain:
                 chain.add(op.result.id)
+            elif (src := _order_preserved(model, red.op.fn, op)) is not None \
+                    and src.id in chain:
+                chain.add(op.result.id)        # max(acc * c, tail.max() * c), c > 0
             elif isinstance(op, O.Elementwise) and op.fn == combine and len(op.args) == 2 \
                     and any(a.id in chain for a in op.args):
                 chain.add(op.result.id)
@@ -167,6 +174,28 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
     for vid in dict.fromkeys(found):
         sites += [r for r in model.reduces if r.op.result.id == vid and r.op.axis is not None]
     return sites
+
+
+def _order_preserved(model: Model, fn: str, op) -> object | None:
+    """The tile x when `op` is f(x) for a map f that commutes with the reduction `fn` over
+    any set of elements, so that f(fn(block)) is the fn of f(block) and reduces the block's
+    elements as fn(block) does: for max and min, a scaling by a scalar proven positive
+    (x * c, c * x, x / c with c > 0: a positive constant, or a parameter whose ag.require
+    implies c > 0; transfer/values.positive_scalar). An increasing map keeps the order, so
+    max(s) * c = max(s * c) (FA3's folded softmax scale, `maximum(m, max(s) * c)`, and the
+    float product is rounded monotonically, so it holds bit for bit). A negative c turns the
+    max into the min of s * c, and a c of unknown sign may: neither is paired (a peeled
+    block so scaled is not in the row, and a loop that skips it does not cover the row).
+    None for every other op, and for sum and prod (sum(x) * c weighs each element c times,
+    as x + x counts it twice: not a row reduction of x)."""
+    if fn not in ("max", "min") or not isinstance(op, O.Elementwise) or len(op.args) != 2 \
+            or op.fn not in ("mul", "div"):
+        return None
+    tiles = [isinstance(a.type, TileType) for a in op.args]
+    if sum(tiles) != 1 or (op.fn == "div" and not tiles[0]):
+        return None                                    # c / x is decreasing
+    x, c = op.args if tiles[0] else reversed(op.args)
+    return x if positive_scalar(model, c) else None
 
 
 def _region_of(region, target: O.For):

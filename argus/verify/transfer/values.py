@@ -93,7 +93,7 @@ def elementwise_rule(m, op: O.Elementwise):
         return where
     if op.fn == "mul" and len(args) == 2 and sum(tiles) == 1:
         t, s = (0, 1) if tiles[0] else (1, 0)
-        positive = _positive(m, args[s], scalar(s))
+        positive = positive_scalar(m, args[s])
         finite = isinstance(scalar(s), (int, float)) and math.isfinite(scalar(s))
 
         def mul(records, kept):
@@ -147,9 +147,13 @@ def _guarded(m, op: O.Elementwise) -> bool:
         isinstance(fill, (int, float)) and math.isfinite(fill)
 
 
-def _positive(m, v, value) -> bool:
-    """Whether a scalar is certainly > 0: a positive constant, or a parameter whose launch
-    preconditions (ag.require, checked on the host before every launch) imply it."""
+def positive_scalar(m, v) -> bool:
+    """Whether the scalar v is certainly > 0: a positive constant, or a parameter whose launch
+    preconditions (ag.require, checked on the host before every launch) imply it. A tile is
+    never (its elements' signs are not known here)."""
+    if isinstance(v.type, TileType):
+        return False
+    value = m.sym.get(v.id)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return value > 0
     from argus.verify.check_softmax import _required_positive   # (the check imports the model)
