@@ -288,21 +288,36 @@ def default_schedule(head_dim: int, causal: bool = False,
 @functools.lru_cache(maxsize=64)
 def fp8_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     """The FP8 forward's schedule (argus.ops.attention_fp8): FA3's overlap order with the
-    softmax diet, at the base tiles (128 x 128; 128 x 64 at head_dim 256, where O alone is
-    128 registers); at head_dim 64 two warpgroups of 128 x 128 instead of base_schedule's
-    ping-pong, which the FP8 kernel does not take. approx_exp2 but not fold_scale: with the
-    folded scale the verifier reports the overlap's row max as not covering the row
-    (reduce.coverage: the peeled first block's max(s) * c is not recognized as a max of the
-    row, check_reduce._peeled), which the bf16 kernel never meets because that obligation is
-    not posed for it; the interpreter and the plain loop (which verifies folded) agree the
-    folded kernel is right. Not measured on a GPU yet (2026-12-03: no device this session;
-    docs/perf/attention.md says what the GPU session runs)."""
+    softmax diet (approx_exp2 + fold_scale), at the base tiles (128 x 128; 128 x 64 at
+    head_dim 256, where O alone is 128 registers); at head_dim 64 two warpgroups of 128 x 128
+    instead of base_schedule's ping-pong, which the FP8 kernel does not take; at head_dim 128
+    the stmatrix + TMA store epilogue (epilogue='tma').
+
+    Measured on the H200 2026-12-04 (scripts/gpu_attention_bench.py --fp8, the kernel alone,
+    TFLOP/s at head_dim 128, S = 2k full / causal, 8k full / causal, 16k full / causal):
+
+      default (unfolded, direct)  607 / 476 / 701 / 648 / 713 / 709
+      fold                        634 / 494 / 756 / 682 / 754 / 733
+      fold + tma                  673 / 540 / 750 / 695 / 744 / 746
+      default + tma               642 / 523 / 713 / 671 / 711 / 712
+
+    fold_scale is 3-8% ahead of the unfolded kernel everywhere, so every head dim takes it
+    (the verifier proves the folded overlap since check_reduce._order_preserved: the peeled
+    first block's max(s) * c, c > 0 by the kernel's ag.require, is a max of the row; the op
+    runs any other scale unfolded, argus.ops.attention.for_scale). The TMA epilogue is one
+    rule per head dim, not per length (the op asks for fp8_schedule(D, causal) only): at
+    head_dim 128 it wins by 6% / 9% at 2k, 2% at 8k and 16k causal, and trails by 0.8% / 1.3%
+    at 8k / 16k full (run-to-run noise is of that size; summed over the three full lengths
+    tma is ahead, 2167 against 2144), so it is taken full and causal. head_dim 64 and 256
+    were not measured with it and keep the direct epilogue."""
     if head_dim == 64:
         choice = AttentionSchedule(block_m=128, block_n=128, consumers=2, producer_regs=24,
                                    consumer_regs=240, fa3_overlap=True)
     else:
         choice = dataclasses.replace(base_schedule(head_dim), fa3_overlap=True)
-    return dataclasses.replace(choice, approx_exp2=True)
+    if head_dim == 128:
+        choice = dataclasses.replace(choice, epilogue="tma")
+    return dataclasses.replace(choice, approx_exp2=True, fold_scale=True)
 
 
 def fa3_overlap_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
