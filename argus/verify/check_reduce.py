@@ -22,6 +22,10 @@ the loop as the variable's initial value, `acc = x0.sum()` then `for j in ag.ran
 blocks)`, or the last after it, `acc = acc + tail.sum()`) is part of the same row: its
 positions join the domain (|domain| adds its block), and no column may be reduced both there
 and in the loop (a peeled first block with a loop that still starts at 0 adds it twice).
+A peeled max or min may be scaled by a scalar proven positive on its way to the accumulator
+(`m = max(x0) * c`: FA3's folded softmax scale; `_order_preserved`): an increasing map
+commutes with the max, so it is still the max of the same block; any other map (a negative or
+unknown-sign scale, a scaled sum) leaves the block unpaired.
 
 Masked elements (past the tensor's end) count as visited: their value is fill.identity's
 business. A loop whose trip count depends on the CTA (a causal mask stops at the diagonal)
