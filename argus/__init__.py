@@ -7,7 +7,8 @@
         ag.store(Y, (row, 0), x * 2.0)
 """
 
-from argus.dsl.api import (abs_, arange, atomic_add, atomic_fetch_add, cdiv, cluster_rank, erf,
+from argus.dsl.api import (abs_, allow_dependent_launch, arange, atomic_add, atomic_fetch_add,
+                           cdiv, cluster_rank, erf,
                            exp, exp2, fence, full, grid, ldmatrix,
                            load, load_scalar, load_shared, log, maximum, minimum, occupancy,
                            ordered,
@@ -15,7 +16,7 @@ from argus.dsl.api import (abs_, arange, atomic_add, atomic_fetch_add, cdiv, clu
                            role, round_tf32,
                            rsqrt, scalar, scan, sigmoid, smem, sqrt, stmatrix, store, tanh,
                            thread_index,
-                           tma, wgmma, when, where, zeros)
+                           tma, wait_prior_grids, wgmma, when, where, zeros)
 from argus.dsl.kernel import ScalarParam as Scalar
 from argus.dsl.kernel import Tensor
 from argus.dsl.tags import (opaque, require, sym, tag, tag_all, tag_any, tag_assert, tag_assume,
@@ -36,14 +37,16 @@ def compile(kernel_fn: KernelFunction, *, verify: bool | None = None, **constexp
     return compile_kernel(kernel_fn, verify=verify, **constexprs)
 
 __all__ = [
-    "abs_", "arange", "atomic_add", "atomic_fetch_add", "Scalar", "cdiv", "cluster_rank", "erf",
+    "abs_", "allow_dependent_launch", "arange", "atomic_add", "atomic_fetch_add", "Scalar",
+    "cdiv", "cluster_rank", "erf",
     "exp", "exp2", "fence", "full", "grid",
     "ldmatrix", "load", "load_scalar", "load_shared", "log", "maximum",
     "minimum", "occupancy", "ordered", "pipeline", "range", "relu", "role", "round_tf32",
     "rsqrt", "scalar",
     "scan",
     "sigmoid",
-    "smem", "sqrt", "stmatrix", "store", "tanh", "thread_index", "tma", "wgmma", "when", "where",
+    "smem", "sqrt", "stmatrix", "store", "tanh", "thread_index", "tma", "wait_prior_grids",
+    "wgmma", "when", "where",
     "zeros",
     "KernelFunction", "Tensor", "kernel", "compile", "bf16", "e4m3", "f16", "f32", "f64", "i1",
     "i32", "i64", "u32", "ArgusError", "CompileError", "Diagnostic", "IRError", "LaunchError",

@@ -224,7 +224,8 @@ class CompiledKernel:
         cluster = source.cluster if source.cluster != (1, 1, 1) else None
         plan = driver.prepare_launch(binary, source.name, grid=grid,
                                      block=source.threads, args=args,
-                                     smem_bytes=source.dynamic_smem, cluster=cluster)
+                                     smem_bytes=source.dynamic_smem, cluster=cluster,
+                                     pdl=source.pdl)
         # The packed parameters hold raw pointers; drop the tensors so a cached plan does not
         # keep buffers alive (a new tensor at the same address with the same layout reuses it).
         return dataclasses.replace(plan, args=())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from types import SimpleNamespace
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from argus import dtypes
 from argus.dtypes import DType
@@ -416,6 +416,37 @@ def fence() -> None:
     and one between that atomic's answer and loads of what the others stored (acquire)."""
     ctx = current("ag.fence")
     ctx.builder.append(O.Fence(loc=user_loc()))
+
+
+def wait_prior_grids(*, stable: Sequence[TensorArg] = ()) -> None:
+    """Programmatic dependent launch: wait here until the kernels before this one in the stream
+    have completed and their memory is visible (griddepcontrol.wait by every thread). A kernel
+    that calls it is launched so that it may start while its predecessor still runs: what
+    comes before the wait (barrier init, tensor-map prefetch, loads of `stable` tensors) then
+    overlaps the predecessor's tail. `stable`: the tensor parameters no preceding kernel
+    writes (weights); they alone may be loaded before the wait. Call it once, at the top level
+    of the kernel or of a role, before every global store (the predecessor may still read
+    what a store would overwrite) and every other global load; the verifier checks it
+    (verify/check_pdl.py). First in a stream, or after an ordinary kernel, it returns at once."""
+    ctx = current("ag.wait_prior_grids")
+    loc = user_loc()
+    for t in stable:
+        if not isinstance(t, TensorArg):
+            raise TraceError(f"ag.wait_prior_grids(stable=...) takes tensor parameters, got "
+                             f"{type(t).__name__}", loc,
+                             fix="pass the kernel's tensor arguments, e.g. stable=(W,)")
+    ctx.builder.append(O.GridDepWait(tuple(t.value for t in stable), loc=loc))
+
+
+def allow_dependent_launch() -> None:
+    """Programmatic dependent launch: the next kernel in the stream (if it calls
+    ag.wait_prior_grids) may start now, once every CTA of this grid got here or exited
+    (griddepcontrol.launch_dependents). Orders no memory: the next kernel still waits for this
+    one's completion in its ag.wait_prior_grids. Call it after this kernel's own
+    ag.wait_prior_grids (else the next kernel may run beside the one before this), e.g. when
+    the main loop's last loads are issued."""
+    ctx = current("ag.allow_dependent_launch")
+    ctx.builder.append(O.GridDepLaunch(loc=user_loc()))
 
 
 def where(cond: Tile, a, b) -> Tile:

@@ -216,6 +216,10 @@ class KernelDef:
                              _fn_loc(self.fn), fix="call `pid = ag.grid(extent, ...)` once")
         attrs = dict(threads=threads, cluster=tuple(ctx.cluster),
                      constexprs=tuple((k, _freeze(v)) for k, v in sorted(constexprs.items())))
+        if any(isinstance(op, O.GridDepWait) for op in body.walk()):
+            # ag.wait_prior_grids: the runtime launches the kernel with programmatic stream
+            # serialization (runtime/driver.py), so it may start before its predecessor ends
+            attrs["pdl"] = True
         if ctx.min_ctas_per_sm is not None:   # ag.occupancy: rendered in __launch_bounds__
             attrs["min_ctas_per_sm"] = ctx.min_ctas_per_sm
         if self.scalar_specs:  # runtime scalars: the launch order of tensors and scalars

@@ -437,6 +437,33 @@ class Fence(Op):
 
 
 @dataclass(frozen=True)
+class GridDepWait(Op):
+    """griddepcontrol.wait by every thread of the executing group (PTX ISA "griddepcontrol";
+    CUDA programmatic dependent launch): the thread waits until every prerequisite grid (the
+    kernels before this one in the stream) has completed and its memory is visible. Written by
+    the user (ag.wait_prior_grids); a kernel holding one is launched with
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (the kernel attr `pdl`), so it may
+    start while its predecessor still runs; with no prerequisite grid it returns at once.
+    `stable`: tensor parameters the preceding kernels do not write (weights), which may be
+    read before it. Legal at the top level of the kernel or of a role body, before every
+    global store and every load of a tensor not in `stable` (verify/check_pdl.py)."""
+
+    NAME = "griddep.wait"
+    stable: tuple[Value, ...] = ()
+
+
+@dataclass(frozen=True)
+class GridDepLaunch(Op):
+    """griddepcontrol.launch_dependents (PTX ISA "griddepcontrol"): lets the next kernel of the
+    stream, when launched with programmatic stream serialization, start once every CTA of this
+    grid issued it or exited. It orders no memory: the dependent still waits for this grid's
+    completion in its own griddep.wait. Legal after this kernel's own griddep.wait (else the
+    dependent may run beside this kernel's predecessor: verify/check_pdl.py)."""
+
+    NAME = "griddep.launch_dependents"
+
+
+@dataclass(frozen=True)
 class Full(Op):
     """A register tile filled with a constant (zeros are `full 0.0`); an integer tile's value
     is an int (exact at any size).
@@ -839,7 +866,8 @@ ALL_OPS: dict[str, type[Op]] = {
     for cls in (Const, Arith, GridIds, ClusterRank, ThreadIndex, For, If, RoleOp, SmemAlloc,
                 SmemSlice,
                 PipelineCreate, Produce, Consume, TmaLoad, TmaStore, Wgmma, StMatrix, LdMatrix,
-                Load, LoadScalar, Store, AtomicAdd, AtomicFetchAdd, Fence, Full, Elementwise,
+                Load, LoadScalar, Store, AtomicAdd, AtomicFetchAdd, Fence, GridDepWait,
+                GridDepLaunch, Full, Elementwise,
                 Convert, Reduce, Scan, TileSlice, Var, Assign, ConvertLayout, Arange,
                 ExpandDims, PipeSkip, Elect) + SYNC_OPS
     + ORDERED_OPS

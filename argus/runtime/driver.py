@@ -291,14 +291,36 @@ class LaunchPlan:
                            "compute-sanitizer to locate it")
 
 
+def launch_attributes(cluster: tuple[int, int, int] | None, pdl: bool) -> list[Any]:
+    """The CUlaunchAttributes of a launch (no device needed): the cluster shape, and
+    programmatic stream serialization for a kernel that waits for its predecessor."""
+    driver = _driver()
+    attrs = []
+    if cluster is not None:
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
+        attrs.append(attr)
+    if pdl:
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(attr)
+    return attrs
+
+
 def prepare_launch(binary: Binary, kernel: str, *, grid: int | Sequence[int],
                    block: int | Sequence[int], args: Sequence[Any], smem_bytes: int = 0,
-                   cluster: Sequence[int] | None = None) -> LaunchPlan:
+                   cluster: Sequence[int] | None = None, pdl: bool = False) -> LaunchPlan:
     """Check the launch shape and arguments, load the kernel on the arguments' device, opt into
     its dynamic shared memory and pack its parameters; return the ready-to-call LaunchPlan.
 
     cluster: thread-block cluster shape (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION); must divide
     the grid.
+    pdl: programmatic dependent launch (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION):
+    the kernel may start before the previous kernel of the stream completes, once that kernel
+    triggered (griddepcontrol.launch_dependents) or exited; set for, and only for, a kernel that
+    waits (ag.wait_prior_grids), which is what makes the early start safe.
     """
     grid3 = _dims(grid, "grid", kernel)
     block3 = _dims(block, "block", kernel)
@@ -319,25 +341,20 @@ def prepare_launch(binary: Binary, kernel: str, *, grid: int | Sequence[int],
     config.gridDimX, config.gridDimY, config.gridDimZ = grid3
     config.blockDimX, config.blockDimY, config.blockDimZ = block3
     config.sharedMemBytes = int(smem_bytes)
-    attrs = []
-    if cluster3 is not None:
-        attr = driver.CUlaunchAttribute()
-        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster3
-        attrs.append(attr)
+    attrs = launch_attributes(cluster3, pdl)
     config.attrs = attrs
     config.numAttrs = len(attrs)
     shape = (f"grid {grid3}, block {block3}, {smem_bytes} B dynamic smem"
-             + (f", cluster {cluster3}" if cluster3 else ""))
+             + (f", cluster {cluster3}" if cluster3 else "") + (", PDL" if pdl else ""))
     return LaunchPlan(kernel=kernel, device=device, function=function, config=config,
                       params=params, shape=shape, args=tuple(args))
 
 
 def launch(binary: Binary, kernel: str, *, grid: int | Sequence[int], block: int | Sequence[int],
            args: Sequence[Any], smem_bytes: int = 0, cluster: Sequence[int] | None = None,
-           stream: Any = None, sync: bool = False) -> None:
+           stream: Any = None, sync: bool = False, pdl: bool = False) -> None:
     """Launch `kernel` of `binary` with cuLaunchKernelEx on torch's current stream of the
     arguments' device (or `stream`: a torch.cuda.Stream or a raw CUstream handle int).
     sync=True waits for the kernel and reports asynchronous faults here."""
     prepare_launch(binary, kernel, grid=grid, block=block, args=args, smem_bytes=smem_bytes,
-                   cluster=cluster)(stream=stream, sync=sync)
+                   cluster=cluster, pdl=pdl)(stream=stream, sync=sync)

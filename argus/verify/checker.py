@@ -79,6 +79,7 @@ def collect(model: Model) -> tuple[list[OB.Obligation], list[OB.Finding]]:
         check_fills,
         check_grid,
         check_layout,
+        check_pdl,
         check_pipeline,
         check_provenance,
         check_reduce,
@@ -110,6 +111,7 @@ def collect(model: Model) -> tuple[list[OB.Obligation], list[OB.Finding]]:
              ("loop reductions", lambda: check_reduce.obligations(model)),
              ("wgmma operand provenance", lambda: check_provenance.obligations(model)),
              ("clusters", lambda: check_grid.obligations(model)),
+             ("programmatic dependent launch", lambda: check_pdl.obligations(model)),
              ("tag assertions", lambda: check_asserts.obligations(model))]
     for what, make in steps:
         try:

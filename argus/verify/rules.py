@@ -193,6 +193,16 @@ _RULES = [
          "unconditionally by exactly `wrap` instances per element, so they draw the old values "
          "0 .. wrap - 1 once each (one draws wrap - 1) and leave it at 0", (14,), "LIA",
          "index the counter by every program id but one, whose grid extent is the wrap"),
+    Rule("pdl.wait-first", "in a kernel that waits for its predecessor (ag.wait_prior_grids), "
+         "every global store and atomic, and every load of a tensor not declared stable, comes "
+         "after the wait on every path of every role", (), "arith",
+         "move the access after ag.wait_prior_grids(), or declare a weight stable=(W,)"),
+    Rule("pdl.trigger", "ag.allow_dependent_launch comes after the kernel's own "
+         "ag.wait_prior_grids (else the dependent may run beside this kernel's predecessor)",
+         (), "arith", "call ag.wait_prior_grids() first"),
+    Rule("pdl.placement", "ag.wait_prior_grids sits at the top level of the kernel or of a "
+         "role, where it dominates what follows", (), "arith",
+         "move it out of the loop or branch, before the first one"),
     Rule("lower", "the kernel lowers (a lowering pass rejects a construct it cannot compile)",
          (), "-", "see the message: the pass says what to change"),
     Rule("tag.assert", "a user tag assertion", (), "LIA/UF", "see the assertion's message"),

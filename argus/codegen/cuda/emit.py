@@ -54,6 +54,8 @@ class Source:
     threads: int
     dynamic_smem: int
     cluster: tuple[int, int, int]
+    # ag.wait_prior_grids: launched with programmatic stream serialization (runtime/driver.py)
+    pdl: bool = False
 
 
 # ----------------------------------------------------------------------------- C helpers
@@ -486,4 +488,4 @@ def render(kernel: Kernel) -> Source:
     out.extend(body)
     out.append("}")
     return Source(symbol, "\n".join(out) + "\n", tuple(abi), threads, dynamic,
-                  tuple(kernel.attr("cluster", (1, 1, 1))))
+                  tuple(kernel.attr("cluster", (1, 1, 1))), bool(kernel.attr("pdl", False)))

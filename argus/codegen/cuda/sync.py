@@ -1,6 +1,7 @@
 """Rendering rules of the synchronization ops (ir.ops.SYNC_OPS): wgmma fence / commit / wait,
 operand fences, slot releases, proxy fences, group and cluster barriers, TMA-store commit and
-wait, setmaxnreg; and the user's global fence (ag.fence: fence.acq_rel.gpu).
+wait, setmaxnreg; the user's global fence (ag.fence: fence.acq_rel.gpu) and programmatic
+dependent launch (ag.wait_prior_grids, ag.allow_dependent_launch: griddepcontrol).
 
 lower/sync.py placed each of them; they render one for one (the verifier proves what runs).
 wgmma.fence and fence.operands also render inside a wgmma issue block (mma.py), where the
@@ -158,3 +159,18 @@ def fence(em: _Emitter, op: O.Fence) -> None:
     if op.scope != "gpu":
         raise CompileError(f"fence: scope {op.scope!r} is not rendered (only 'gpu')", op.loc)
     em.emit('asm volatile("fence.acq_rel.gpu;" ::: "memory");')
+
+
+# Programmatic dependent launch (PTX ISA "griddepcontrol", sm_90): the user's ops, one for one.
+# "memory" clobbers: no global access may move across them (a load hoisted above the wait
+# would read the previous kernel's unfinished output).
+@rule(O.GridDepWait)
+def griddep_wait(em: _Emitter, op: O.GridDepWait) -> None:
+    em.emit('asm volatile("griddepcontrol.wait;" ::: "memory");'
+            "  // the preceding kernels completed, their memory visible")
+
+
+@rule(O.GridDepLaunch)
+def griddep_launch(em: _Emitter, op: O.GridDepLaunch) -> None:
+    em.emit('asm volatile("griddepcontrol.launch_dependents;" ::: "memory");'
+            "  // the next kernel may start")

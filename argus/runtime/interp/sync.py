@@ -27,3 +27,9 @@ def sync_no_op(m: _Interp, g: _Group, op: O.Op) -> None:
 @rule(O.Fence)
 def fence(m: _Interp, g: _Group, op: O.Fence) -> None:
     """A no-op: the machine runs one group at a time, every write visible at once."""
+
+
+@rule(O.GridDepWait, O.GridDepLaunch)
+def griddep(m: _Interp, g: _Group, op: O.Op) -> None:
+    """No-ops: the interpreter runs one kernel at a time, to completion, so the preceding
+    kernel's memory is complete before this one starts and no dependent starts early."""

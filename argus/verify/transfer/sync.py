@@ -29,4 +29,9 @@ def fence(m: Model, op: O.Fence, scopes, role, counters, following) -> None:
     pass  # no data; the order it buys across CTAs is what check_atomics' claims rely on
 
 
-RULES: dict[type, Rule] = {cls: transparent for cls in O.SYNC_OPS} | {O.Fence: fence}
+def griddep(m: Model, op: O.Op, scopes, role, counters, following) -> None:
+    pass  # no data; where the wait sits is proven on the IR by verify/check_pdl.py
+
+
+RULES: dict[type, Rule] = ({cls: transparent for cls in O.SYNC_OPS} | {O.Fence: fence}
+                           | {O.GridDepWait: griddep, O.GridDepLaunch: griddep})

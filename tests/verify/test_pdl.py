@@ -1,0 +1,73 @@
+"""verify/check_pdl.py on seeded bugs (issue 16): in a kernel that waits for its predecessor
+(ag.wait_prior_grids), a load of a non-stable input before the wait, a store before it, a
+trigger (ag.allow_dependent_launch) before it or without one, and a wait inside a loop are each
+found, naming the op, the role, the line and the fix; the correct kernels have no finding."""
+
+from __future__ import annotations
+
+import pytest
+
+import argus as ag
+from argus import verify
+from argus.verify.check_pdl import findings
+from tests.unit.test_pdl import consumer, plain, producer, trigger_only
+
+
+def _codes(kernel, **ct) -> list[str]:
+    return [d.code for d in verify.run(kernel, **ct).diagnostics if d.severity == "error"]
+
+
+def test_correct_kernels_have_no_pdl_finding():
+    assert _codes(consumer) == [] and _codes(producer) == [] and _codes(plain) == []
+
+
+@pytest.mark.parametrize("bug, code, op", [
+    ("load", "pdl.wait-first", "load of Y"),
+    ("store", "pdl.wait-first", "store to Y"),
+    ("trigger", "pdl.trigger", "ag.allow_dependent_launch"),
+    ("loop", "pdl.placement", "ag.wait_prior_grids"),
+])
+def test_seeded_bugs_are_found(bug, code, op):
+    diags = [d for d in verify.run(consumer, BUG=bug).diagnostics if d.severity == "error"]
+    if bug != "loop":   # one seeded hazard, one finding (the loop's is below)
+        assert [d.code for d in diags] == [code]
+    d = next(d for d in diags if d.code == code)
+    assert op in d.message and "the kernel body" in d.message
+    assert d.loc.line > 0 and d.loc.file.endswith("unit/test_pdl.py") and d.fix
+    if bug == "load":   # the fix names the declaration that would make it legal
+        assert "stable=(Y,)" in d.fix
+
+
+def test_loop_wait_leaves_the_load_after_it_unordered():
+    # the wait inside the loop does not dominate what follows the loop: the load, the store
+    # and the trigger after it are not counted as ordered
+
+    codes = sorted(f.code for f in findings(consumer.trace(BUG="loop")))
+    assert codes == ["pdl.placement", "pdl.trigger", "pdl.wait-first", "pdl.wait-first"]
+
+
+def test_trigger_without_a_wait_is_found():
+    assert _codes(trigger_only) == ["pdl.trigger"]
+
+
+def test_every_role_needs_its_own_wait():
+    """A wait in one role does not order another role's accesses: role 'b' is found, by
+    name, both traced and lowered (the check reads either IR)."""
+    @ag.kernel
+    def roles(X: ag.Tensor["N", ag.f32], Y: ag.Tensor["N", ag.f32],
+              Z: ag.Tensor["N", ag.f32], B_WAITS: bool = False):
+        (pid,) = ag.grid(ag.cdiv(X.shape[0], 128))
+        with ag.role("a"):
+            ag.wait_prior_grids()
+            ag.store(Y, (pid * 128,), ag.load(X, (pid * 128,), (128,)))
+        with ag.role("b"):
+            if B_WAITS:
+                ag.wait_prior_grids()
+            ag.store(Z, (pid * 128,), ag.load(X, (pid * 128,), (128,)))
+
+    for k in (roles.trace(), roles.lower()):
+        got = sorted((f.code, f.subject) for f in findings(k))
+        assert got == [("pdl.wait-first", "load of X in role 'b'"),
+                       ("pdl.wait-first", "store to Z in role 'b'")]
+    assert findings(roles.trace(B_WAITS=True)) == []
+    assert findings(roles.lower(B_WAITS=True)) == []
