@@ -36,11 +36,14 @@ from argus.ops.schedules import Problem, untuned
 # Mistral, Qwen: 11008, 14336, 28672, ...). 320 is 5 tiles of 64 rows and 2.5 of 128: where
 # 64-row tiles pad least, the model picks the 64x256 ping-pong (M = 281..655 in
 # tests/unit/test_matmul_prebuild.py's random shapes), which no other M here shows it.
+# K = 1000 and 4104 (K = 8 mod 16): K-major rows whose 2K-byte pitch starts every other row 16
+# bytes into a sector, which the model's L2 term charges (gemm_model.sector_overhead): there it
+# takes 2x1 clusters (B multicast halves B's bytes) where an aligned K does not.
 _M = (1, 8, 16, 17, 32, 48, 64, 96, 100, 128, 192, 200, 256, 320, 384, 512, 768, 1000, 1024,
       1536, 2048, 3000, 3072, 4096, 6144, 8192, 16384)
 _N = (256, 512, 768, 1024, 1536, 2048, 3072, 4096, 5000, 5120, 6144, 7168, 8192, 11008,
       14336, 16384, 28672)
-_K = (256, 1024, 2048, 4096, 8192, 14336, 16384)
+_K = (256, 1000, 1024, 2048, 4096, 4104, 8192, 14336, 16384)
 
 
 @dataclass(frozen=True)
