@@ -129,7 +129,7 @@ class Constants:
     nonpersistent: float = 1.4  # extra us per tile of a non-persistent grid
     l2: float = 1.2e-5        # us per operand byte an SM reads from L2 (~11 TB/s over 132 SMs)
     misaligned: float = 0.25  # extra cost of a box row that starts 16 bytes into a sector
-    overlap: float = 1.0      # ping-pong hides overlap / (1 + overlap) of the epilogue and tile cost
+    overlap: float = 1.0      # ping-pong hides overlap / (1 + overlap) of epilogue and tile cost
 
     def as_vector(self) -> list[float]:
         return [getattr(self, f.name) for f in dataclasses.fields(self)]
