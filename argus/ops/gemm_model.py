@@ -503,6 +503,32 @@ def points_from_sweep(rows: list[dict], commit: str, source: str) -> list[dict]:
     return out
 
 
+def points_from_record(points: list[dict], results: list[dict], commit: str,
+                       source: str) -> list[dict]:
+    """gemm_model_data.json rows from scripts/gpu_gemm_untuned.py --record's rows (`points`:
+    whole schedules as dicts, raw us, commit as $ARGUS_COMMIT or 'unknown') and the same run's
+    untuned.json (`results`: cuBLAS's time per case): the schedule as its fields that differ
+    from GemmSchedule()'s defaults, us to 0.01, timing 'screen' (20 calls each), the commit and
+    source given (how the 2026-12-04 rows were added)."""
+    from argus.kernels.gemm import GemmSchedule
+
+    default = dataclasses.asdict(GemmSchedule())
+    cublas = {(r["batch"], r["M"], r["N"], r["K"], "kn" if r["layout"] == "NN" else "nk"):
+              2 * r["batch"] * r["M"] * r["N"] * r["K"] / r["cublas_ms"] / 1e9
+              for r in results if "cublas_ms" in r}
+    out = []
+    for r in points:
+        key = (r["batch"], r["m"], r["n"], r["k"], r["b_layout"])
+        row = {"batch": r["batch"], "m": r["m"], "n": r["n"], "k": r["k"],
+               "b_layout": r["b_layout"],
+               "schedule": {k: v for k, v in r["schedule"].items() if default[k] != v},
+               "us": round(r["us"], 2), "timing": "screen"}
+        if key in cublas:
+            row["cublas_tflops"] = round(cublas[key], 1)
+        out.append({**row, "commit": commit, "source": source})
+    return out
+
+
 def shape_of(pt: Point) -> tuple:
     """(batch, M, N, K): a problem in both B layouts (the unit cross-validation leaves out)."""
     return (pt.batch, pt.m, pt.n, pt.k)

@@ -186,6 +186,29 @@ def test_points_from_a_sweep_row():
         assert [pt.schedule for pt in G.load_points(path)] == [a, b, c]
 
 
+def test_the_2026_12_04_rows_are_the_record_converted():
+    """The data's 654cde7 rows are what points_from_record makes of the run's --record rows:
+    a record row (whole schedule, raw us) converts to the stored form, and every stored row
+    of that commit reads back as a candidate of its problem (test_the_data_is_of_...)."""
+    import dataclasses
+    import json
+
+    s = GemmSchedule(bn=192, stages=4, epilogue="tma", cluster_m=2)
+    rec = [{"batch": 1, "m": 3000, "n": 5000, "k": 2000, "b_layout": "nk",
+            "schedule": dataclasses.asdict(s), "us": 92.6199951171875, "commit": "unknown"}]
+    res = [{"batch": 1, "M": 3000, "N": 5000, "K": 2000, "layout": "NT", "cublas_ms": 0.0876}]
+    row, = G.points_from_record(rec, res, "654cde7", "a test")
+    assert row["schedule"] == {"bn": 192, "epilogue": "tma", "cluster_m": 2}   # stages=4: default
+    assert row["us"] == 92.62 and row["timing"] == "screen" and row["commit"] == "654cde7"
+    assert row["cublas_tflops"] == pytest.approx(2 * 3000 * 5000 * 2000 / 0.0876e-3 / 1e12,
+                                                 abs=0.1)
+    stored = [r for r in json.loads(G.DATA_FILE.read_text())["points"]
+              if r["commit"] == "654cde7"]
+    assert len(stored) == 129
+    assert {k: row[k] for k in ("schedule", "us")} in [
+        {k: r[k] for k in ("schedule", "us")} for r in stored]
+
+
 def test_waves_and_padding():
     s = GemmSchedule(stages=4)                    # 128 x 256 tiles, 132 SMs
     p = Problem(128 * 132, 256, 4096, 1, "bf16", "bf16", "nk", True)
