@@ -111,7 +111,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     schedule with both (the default schedule has it already; "default+exact" turns it off).
     "stN" sets the depth of the K and V rings (e.g. "default+fast+st3":
     three stages fit beside Q at head dim 128, 225 KB). "tma": the stmatrix + TMA-store
-    epilogue; "persistent" applies to "default" too ("default+tma+persistent")."""
+    epilogue, "direct" the st.global one (hd128's default is "tma" since 2026-12-04);
+    "persistent" applies to "default" too ("default+tma+persistent")."""
     import dataclasses
 
     from argus.kernels.attention import base_schedule, default_schedule, fa3_overlap_schedule
@@ -133,6 +134,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     # "tma": the stmatrix + TMA-store epilogue (an O staging tile in shared memory) instead of
     # st.global from registers; "persistent" on the default too
     extra = {"epilogue": "tma"} if "tma" in parts else {}
+    if "direct" in parts:   # st.global from registers (hd128's default stores through TMA)
+        extra["epilogue"] = "direct"
     if parts[0] == "default":
         if "persistent" in parts:
             extra["persistent"] = True

@@ -254,6 +254,11 @@ def default_schedule(head_dim: int, causal: bool = False,
       plain loop's 408 / 490 / 499, causal 299 / 462 / 512 against 294 / 435 / 490; hd256 full
       466 / 546 / 566 against 451 / 550 / 536, causal 338 / 474 / 547 against 322 / 454 / 536;
       GQA 8:1 hd128 at 8k 516 / 491 against 489 / 463.
+    * head_dim 128 stores O with stmatrix + TMA (epilogue "tma"): ahead of the direct store in
+      all 8 comparisons of 2026-12-03 18:38 (fcac927, S 2k / 8k, full / causal), 2-8% for the
+      kernel and 1-9% for the op (docs/perf/attention.md); the GPU suite on ragged shapes,
+      GQA, both layouts and every causal alignment passed with it on 2026-12-04. Not measured
+      at head_dim 256 (O's staging tile would take 64 KB of shared memory): direct there.
     * head_dim 64, full: ping-pong (ordered) at 192 x 128 with three warpgroups. Run 5 at 1k /
       4k / 16k: 292 / 353 / 410 against the plain loop's 279 / 333 / 387 (run 3: 303 / 399 /
       418 against 297 / 379 / 402); run 6 (2026-12-02 09:35, commit 13eb5ce) at 1k / 2k / 4k:
@@ -281,7 +286,8 @@ def default_schedule(head_dim: int, causal: bool = False,
         else:
             choice = dataclasses.replace(base, ordered=True)
     else:
-        choice = dataclasses.replace(base, fa3_overlap=True)
+        choice = dataclasses.replace(base, fa3_overlap=True,
+                                     epilogue="tma" if head_dim == 128 else base.epilogue)
     return dataclasses.replace(choice, approx_exp2=True, fold_scale=True)
 
 
