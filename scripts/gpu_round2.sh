@@ -9,6 +9,7 @@
 #        rejudge (KB_IDS=ids [KB_LEVEL=1] [KB_BUDGET=120] [KB_RESUME=results.jsonl]: judge these again)
 #        owedtests pointwise16 decodefused fp8variants fp8op pagedsplit (CPU-built, GPU-owed)
 #        owed34 fp8attn moefixed untuned34 stem (stop 34's CPU-built work, GPU-owed)
+#        s35tests pdl fp8default fp8vt untuned35 (2026-12-04's CPU-built work)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
 #        abcheck (decode, prefill, unaligned GEMM: run from two trees' roots for an A/B)
@@ -82,6 +83,18 @@ for s in "${steps[@]}"; do
     untuned34) run_step untuned34 200 python3 -u scripts/gpu_gemm_untuned.py --layouts NT,NN \
         --shapes 3000x5000x2000,4096x3584x18944,2048x7168x2048 --record "$OUT/untuned34.json" ;;
     stem) run_step stem 120 python3 -u scripts/gpu_conv_bench.py --stem ;;
+    # 2026-12-04: the FP8 default (fold + TMA at hd128), V's word transpose, PDL, the refit model
+    s35tests) run_step s35tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_attention_fp8_gpu.py tests/gpu/test_attention_gpu.py \
+        tests/gpu/test_pdl_gpu.py tests/gpu/test_gemm_untuned_gpu.py ;;
+    pdl) run_step pdl 90 python3 -m pytest -q -p no:cacheprovider -m gpu -s tests/gpu/test_pdl_gpu.py ;;
+    fp8default) run_step fp8default 150 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
+        --dims 128 --lengths 2048,8192,16384 --no-gqa --variants default,default+direct \
+        --fp8 default --backends cudnn --out "$OUT/fp8default" ;;
+    untuned35) run_step untuned35 200 python3 -u scripts/gpu_gemm_untuned.py --layouts NT,NN \
+        --shapes 3000x5000x2000,4096x3584x18944,2048x7168x2048,4096x4096x1000 \
+        --record "$OUT/untuned35.json" ;;
+    fp8vt) run_step fp8vt 90 python3 -u scripts/gpu_fp8_vt_bench.py --lengths 2048,8192,16384 ;;
     # owed by the 2026-12-03 10:15 session (no device time then): each ran only on the CPU
     owedtests) run_step owedtests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
         tests/gpu/test_gemm_pingpong_gpu.py tests/gpu/test_attention_decode_gpu.py \
