@@ -47,7 +47,7 @@ never read by the combine.
 """
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import argus as ag
 from argus.kernels.split_k_sum import MAX_SPLITS
@@ -98,6 +98,14 @@ class MoeSchedule(WarpSpecializedSchedule):
     # fixed time were 5 us at one token on the H200, docs/perf/moe.md). The down GEMM ignores
     # it: the combine adds its slices
     fused_finish: bool = False
+    # decode only (swap_ab): programmatic dependent launch (docs/pdl.md). The kernel waits for
+    # its predecessor (the routing or the previous GEMM) at the top, before it reads the
+    # routing counts, and lets its successor start right after: its launch, barrier init and
+    # tensor-map prefetch overlap the predecessor's tail, the successor's overlap its own.
+    # The routing map (token tiles, experts) precedes every weight load, so no weight moves
+    # before the wait. Not in repr: schedules and their keys read as before (the IR's kernel
+    # attr `pdl` shows it; traces are keyed by the hashable schedule, which includes it)
+    pdl: bool = field(default=False, repr=False)
 
     @property
     def pad(self) -> int:
@@ -133,6 +141,9 @@ class MoeSchedule(WarpSpecializedSchedule):
                             f"consumers=1, cluster_m=1, epilogue='direct', pingpong=False "
                             f"(got bm={self.bm}, consumers={self.consumers}, cluster_m="
                             f"{self.cluster_m}, epilogue={self.epilogue!r})")
+        if self.pdl and not self.swap_ab:
+            problems.append("pdl (programmatic dependent launch) is applied to the decode "
+                            "kernels only: it needs swap_ab=True")
         if self.fused_finish and not self.swap_ab:
             problems.append("fused_finish is the decode gate-up's in-kernel split finish: it "
                             "needs swap_ab")
@@ -180,14 +191,15 @@ TINY = MoeSchedule(bm=64, bn=64, bk=64, stages=8, consumers=1, consumer_regs=240
 
 
 def decode_schedule(bn: int = 8, stages: int = 8, split_k: int = 1,
-                    fused_finish: bool = False) -> MoeSchedule:
+                    fused_finish: bool = False, pdl: bool = False) -> MoeSchedule:
     """The swap-AB decode schedule for token tiles of bn rows: 64 weight rows per plane and
     stage (16 KB a stage for the gate-up GEMM, 8 KB for the down), `stages` deep, so 64-128 KB
     of weights are in flight per SM; fused_finish: a split gate-up finishes h itself (the
-    last K slice of each unit, MoeSchedule.fused_finish)."""
+    last K slice of each unit, MoeSchedule.fused_finish); pdl: programmatic dependent launch
+    (MoeSchedule.pdl)."""
     return MoeSchedule(bm=64, bn=bn, bk=64, stages=stages, consumers=1, consumer_regs=240,
                        producer_regs=40, swap_ab=True, split_k=split_k,
-                       fused_finish=fused_finish)
+                       fused_finish=fused_finish, pdl=pdl)
 
 
 DECODE = decode_schedule()
@@ -421,6 +433,11 @@ def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool, partial: bo
     (pid,) = ag.grid(programs)
     ring = OperandRing.alloc(s.stages, planes * s.bm, s.bn, s.bk, ag.bf16, 1)
     k_steps = ring.k_steps(K)
+    if s.pdl:   # every global access below reads or writes what the kernels before touch
+        ag.wait_prior_grids(stable=(W,))
+        # all of this grid's CTAs are resident (programs <= SMs): the successor's CTAs only
+        # run their prologue and wait, so the early start costs this kernel nothing
+        ag.allow_dependent_launch()
     token_tiles = ag.load_scalar(Tiles, (0, 0))   # read once: every role walks the same units
 
     def units(expert: bool):
