@@ -69,3 +69,16 @@ def test_layer_is_identical_with_and_without_pdl(splits):
         outs.append(M.experts(x, w13, w2, ids, weights, layer, interpret=True))
     assert torch.equal(outs[0], outs[1])
     assert not torch.isnan(outs[1]).any()
+
+
+def test_pdl_decode_gemm_builds_for_sm90a():
+    from argus.runtime import nvrtc_available
+    from argus.runtime.compile import compile_cuda
+
+    if not nvrtc_available():
+        pytest.skip("NVRTC not installed")
+    s = decode_schedule(8, pdl=True)
+    source = codegen.render(lower_only(grouped_gemm_kernel(True), s=s))
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    assert binary.arch == "sm_90a" and not binary.resource(source.name).spills
+    assert "griddepcontrol.wait" in binary.ptx and "griddepcontrol.launch_dependents" in binary.ptx
