@@ -71,3 +71,16 @@ def test_every_role_needs_its_own_wait():
                        ("pdl.wait-first", "store to Z in role 'b'")]
     assert findings(roles.trace(B_WAITS=True)) == []
     assert findings(roles.lower(B_WAITS=True)) == []
+
+
+def test_every_global_memory_op_is_classified():
+    """An IR op with a `tensor` operand reads or writes global memory: check_pdl must order
+    it (a new such op left out would pass before the wait unseen)."""
+    import dataclasses
+
+    from argus.ir import ops as O
+    from argus.verify import check_pdl
+
+    touching = {cls for cls in O.ALL_OPS.values()
+                if "tensor" in {f.name for f in dataclasses.fields(cls)}}
+    assert touching == set(check_pdl._LOADS) | set(check_pdl._WRITES), touching
