@@ -82,5 +82,6 @@ def test_every_global_memory_op_is_classified():
     from argus.verify import check_pdl
 
     touching = {cls for cls in O.ALL_OPS.values()
-                if "tensor" in {f.name for f in dataclasses.fields(cls)}}
+                if "tensor" in {f.name for f in dataclasses.fields(cls)}
+                and cls.__module__ != "argus.ir.tag_ops"}   # tags name a tensor, never read it
     assert touching == set(check_pdl._LOADS) | set(check_pdl._WRITES), touching
