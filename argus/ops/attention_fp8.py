@@ -181,40 +181,48 @@ def transposed_v(v, layout: str, v_transposed: bool):
     return vt
 
 
-# bytes per word of `_word_transpose`'s first pass
-_WORD = 4
+# bytes per word of `_word_transpose`'s first pass, widest first: on the H200 (2026-12-04,
+# scripts/gpu_fp8_vt_bench.py, B 8 x H 16 x D 128, S 2k / 8k / 16k) 8-byte words ran at
+# 0.59-0.64 TB/s, 4-byte 0.49-0.51, 2-byte 0.35, the one-pass byte copy 0.32-0.33 (a plain copy
+# of V: 3.3-4.2 TB/s)
+_WORDS = (8, 4)
 
 
 def _word_transpose(x, store, SK: int) -> bool:
     """store[..., :SK] = x^T for x [B, H, SK, D] (1-byte elements, D contiguous) in two passes
-    of torch copies, or False (nothing written) where x cannot be viewed as 4-byte words.
+    of torch copies, or False (nothing written) where x cannot be viewed as 8- or 4-byte words.
 
     Why two passes: torch copies a transposed view element by element in the output's order,
     so one byte copy reads V at a stride of D bytes, one byte of a 32-byte sector per element
-    (measured ~0.35 TB/s on the H200, 2026-12-04: 0.19 ms for a 33.5 MB V). Reading x as int32
-    words w[s, j] = x[s, 4j:4j+4] makes the strided pass move 4 bytes per sector read, and
-    transposes whole words: t[j, s] = w[s, j], i.e. bytes t[j, s, c] = x[s, 4j + c]. The second
-    pass is a byte transpose of only the innermost [SK, 4] block of each word row,
-    out[4j + c, s] = t[j, s, c], reading at a 4-byte stride (a warp's reads stay in one 128-byte
-    line). Both passes are plain copies of bytes (uint8 / int32 views of the same storage),
-    so the result is bit-identical to torch's transpose. Viewing bytes as wider words is valid
-    only for the words' own granularity: the word pass never splits or reorders bytes inside
-    a word, the byte pass does that part. Not measured yet (scripts/gpu_fp8_vt_bench.py)."""
+    (0.33 TB/s on the H200, 2026-12-04: 0.21 ms for a 33.5 MB V). Reading x as w-byte words
+    w[s, j] = x[s, wj:wj+w] makes the strided pass move w bytes per sector read, and transposes
+    whole words: t[j, s] = w[s, j], i.e. bytes t[j, s, c] = x[s, wj + c]. The second pass is a
+    byte transpose of only the innermost [SK, w] block of each word row,
+    out[wj + c, s] = t[j, s, c], reading at a w-byte stride. Both passes are plain copies of
+    bytes (integer views of the same storage), so the result is bit-identical to torch's
+    transpose. Viewing bytes as wider words is valid only for the words' own granularity: the
+    word pass never splits or reorders bytes inside a word, the byte pass does that part.
+    Measured (_WORDS): 8-byte words 0.59-0.64 TB/s, still far from a copy's 3.3-4.2: a DSL byte
+    transpose or FA3's in-kernel transpose of V is the fast way (docs/perf/attention.md)."""
     import torch
 
     B, H, S, D = x.shape
-    if D % _WORD:
-        return False
-    try:
-        words = x.view(torch.uint8).view(torch.int32)            # [B, H, SK, D/4]
-    except RuntimeError:  # unaligned storage offset or strides: not viewable as words
-        return False
-    t = torch.empty((B, H, D // _WORD, SK), dtype=torch.int32, device=x.device)
-    t.copy_(words.transpose(-1, -2))                              # t[j, s] = w[s, j]
-    tb = t.view(torch.uint8).view(B, H, D // _WORD, SK, _WORD)    # tb[j, s, c] = x[s, 4j + c]
-    out = store.view(torch.uint8).view(B, H, D // _WORD, _WORD, store.shape[-1])[..., :SK]
-    out.copy_(tb.transpose(-1, -2))                               # out[j, c, s] = tb[j, s, c]
-    return True
+    for width in _WORDS:
+        dtype = {8: torch.int64, 4: torch.int32}[width]
+        if D % width:
+            continue
+        try:
+            words = x.view(torch.uint8).view(dtype)               # [B, H, SK, D/w]
+        except RuntimeError:  # unaligned storage offset or strides: not viewable as words
+            continue
+        t = torch.empty((B, H, D // width, SK), dtype=dtype, device=x.device)
+        t.copy_(words.transpose(-1, -2))                          # t[j, s] = w[s, j]
+        tb = t.view(torch.uint8).view(B, H, D // width, SK, width)   # tb[j, s, c] = x[s, wj+c]
+        out = store.view(torch.uint8).view(B, H, D // width, width,
+                                            store.shape[-1])[..., :SK]
+        out.copy_(tb.transpose(-1, -2))                           # out[j, c, s] = tb[j, s, c]
+        return True
+    return False
 
 
 def run_fp8(q, k, v, q_scale, k_scale, v_scale, causal: bool, scale, layout: str,
