@@ -1,0 +1,65 @@
+"""Device time of the MoE decode experts with and without programmatic dependent launch
+(MoeSchedule.pdl, docs/pdl.md), host launch cost hidden: the calls are queued behind a GPU
+sleep, so the device runs them back to back and the events around them time the device alone.
+Every call's output is checked bit-equal to the first call without PDL.
+
+    python3 -u scripts/gpu_moe_pdl.py [--calls 60] [--rounds 5]
+Shapes: Qwen3-30B-A3B (H 2048, I 768, E 128, k 8) and Mixtral (H 4096, I 14336, E 8, k 2) at
+T = 1, split_k 1 and 4 for Qwen3's gate-up."""
+
+import argparse
+import statistics
+
+import torch
+
+from argus.kernels.moe import decode_schedule
+import argus.ops.moe as M
+
+MODELS = {"qwen3-30b-a3b": (2048, 768, 128, 8), "mixtral": (4096, 14336, 8, 2)}
+
+
+def device_us(fn, calls: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(int(2e8))          # ~0.1 s of GPU cycles: the host queues every call
+    t0.record()
+    for _ in range(calls):
+        fn()
+    t1.record()
+    torch.cuda.synchronize()
+    return t0.elapsed_time(t1) * 1e3 / calls
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; device us per call, "
+          f"median of {args.rounds} rounds of {args.calls} queued calls")
+    for model, (H, I, E, k) in MODELS.items():
+        g = torch.Generator().manual_seed(3)
+        w13 = (torch.randn(E, 2 * I, H, generator=g) / H ** 0.5).bfloat16().cuda()
+        w2 = (torch.randn(E, H, I, generator=g) / I ** 0.5).bfloat16().cuda()
+        x = torch.randn(1, H, generator=g).bfloat16().cuda()
+        ids = torch.randperm(E, generator=g)[:k].reshape(1, k).cuda()
+        weights = torch.rand(1, k, generator=g).cuda()
+        for splits in ((1, 4) if model == "qwen3-30b-a3b" else (1,)):
+            res, ref = {}, None
+            for pdl in (False, True):
+                layer = M.Layer(1, H, I, E, k, decode_schedule(8, split_k=splits, pdl=pdl),
+                                decode_schedule(8, stages=15, pdl=pdl))
+                out = M.experts(x, w13, w2, ids, weights, layer)
+                torch.cuda.synchronize()
+                ref = out.clone() if ref is None else ref
+                assert torch.equal(out, ref), f"{model} split {splits} pdl {pdl}: bits differ"
+                res[pdl] = statistics.median(
+                    device_us(lambda: M.experts(x, w13, w2, ids, weights, layer), args.calls)
+                    for _ in range(args.rounds))
+            print(f"{model:14s} T=1 split_k={splits}: PDL off {res[False]:7.2f} us, "
+                  f"on {res[True]:7.2f} us ({res[False] - res[True]:+.2f} us)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
