@@ -13,7 +13,9 @@ import statistics
 import torch
 
 from argus.kernels.moe import decode_schedule
-import argus.ops.moe as M
+import importlib
+
+M = importlib.import_module("argus.ops.moe")   # argus.ops.moe the attribute is the op function
 
 MODELS = {"qwen3-30b-a3b": (2048, 768, 128, 8), "mixtral": (4096, 14336, 8, 2)}
 
