@@ -196,7 +196,11 @@ def decode_schedules(tokens: int, top_k: int, num_experts: int, hidden: int,
         stages = decode_stages(bn, gated)
         splits = decode_splits(tokens, top_k, num_experts, bn, cols, depth, gated=gated,
                                stages=stages)
-        schedules.append(decode_schedule(bn, stages=stages, split_k=splits))
+        # pdl: each GEMM's launch and prologue overlap the kernel before it (docs/pdl.md);
+        # measured on the H200 2026-12-04 (scripts/gpu_moe_pdl.py, device time, calls
+        # queued): Qwen3-30B-A3B T = 1 43.1 -> 40.7 us (split_k 4: 48.8 -> 46.3), Mixtral
+        # T = 1 187.2 -> 183.7 us, bit-equal; the kernels verify it (check_pdl)
+        schedules.append(decode_schedule(bn, stages=stages, split_k=splits, pdl=True))
     return schedules[0], schedules[1]
 
 

@@ -115,10 +115,12 @@ def test_the_space_is_moeschedules_declaration_in_its_two_roles():
     skeleton's it inherits); prefill uses one schedule for both GEMMs, decode the gate-up's and
     the down's under their own parameter names, sharing the token tile. Every value the space
     searches is accepted by the declaration, and the pair is the kernel's own decode_schedule."""
+    from argus.agent.families.declared import declare_library
     from argus.kernels.moe import MoeSchedule, decode_schedule
     from argus.schedule_space import space_of
 
-    declared = space_of(MoeSchedule)
+    declare_library()   # the family registers MoeSchedule's ranges on first use: this test
+    declared = space_of(MoeSchedule)   # must not depend on an earlier test having used it
     assert set(FAMILY.space(DEC)) == {"swap_ab", "bn", "gate_stages", "down_stages",
                                       "gate_split", "down_split"}
     assert set(FAMILY.space(PRE)) == {"swap_ab", "bm", "bn", "stages", "epilogue", "cluster_m"}
@@ -128,7 +130,8 @@ def test_the_space_is_moeschedules_declaration_in_its_two_roles():
             assert values and all(legal.accepts(v) for v in values), (name, values)
     p = dict(FAMILY.default_params(DEC), bn=16, gate_stages=6, down_stages=12, gate_split=2,
              down_split=1)
-    assert pair(DEC, p) == (decode_schedule(16, 6, 2), decode_schedule(16, 12, 1))
+    assert pair(DEC, p) == (decode_schedule(16, 6, 2, pdl=True),
+                            decode_schedule(16, 12, 1, pdl=True))
 
 
 @pytest.mark.parametrize("t", [DEC, PRE], ids=["decode", "prefill"])
