@@ -11,7 +11,7 @@ For B 8, Hkv 16 (the --no-gqa attention bench's V) it times, in one process:
   - bytes: one torch byte copy of the transposed view (the op's path before 2026-12-04;
     measured ~0.19 ms at S 2048 through the op);
   - word16 / word32 / word64: a word transpose at 2 / 4 / 8 bytes, then the bytes inside each
-    word (argus.ops.attention_fp8._word_transpose is word32, the op's path);
+    word (argus.ops.attention_fp8._word_transpose: word64, else word32);
   - intmm: V^T = I V^T as an exact int8 GEMM (torch._int_mm, int32 out: bytes as int8 lose
     nothing, unlike an e4m3 GEMM, where -0 becomes +0 and a NaN spreads over its key), then the
     int32 [D, B Hkv Skv] result narrowed to bytes into [B, Hkv, D, Skv];

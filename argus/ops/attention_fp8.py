@@ -20,8 +20,8 @@ V is transposed: an fp8 wgmma reads both operands K-major (PTX has no transpose 
 operands), and the K of P V is the key, so the kernel reads V^T [B, Hkv, D, Skv]. By default
 (v_transposed=False, v shaped like k) the op makes that copy on every call (B Hkv Skv D bytes
 read and written, e.g. 16 MiB at B 8, Hkv 8, Skv 2k, D 128), padding each row to a multiple of
-16 keys for TMA, in two torch copy passes (4-byte words, then the bytes inside each word:
-`_word_transpose`; one byte-by-byte copy ran at ~0.35 TB/s on the H200). It is bit-exact but
+16 keys for TMA, in two torch copy passes (8- or 4-byte words, then the bytes inside each
+word: `_word_transpose`; one byte-by-byte copy ran at ~0.35 TB/s on the H200). It is bit-exact but
 not a fast transpose: the Argus DSL has no register or shared-memory byte transpose yet (a
 transposed ag.store is rendered for wgmma accumulators only), so a fused or dedicated kernel is
 future work. A caller that keeps V transposed (a KV cache written that way) passes

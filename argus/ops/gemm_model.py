@@ -490,7 +490,8 @@ def points_from_sweep(rows: list[dict], commit: str, source: str) -> list[dict]:
                          / len(final)) if len(final) > 1 else 1.0
         flops = 2 * batch * row["M"] * row["N"] * row["K"]
         for text, ms in screen.items():
-            s = eval(text, {"__builtins__": {}, "GemmSchedule": GemmSchedule})  # noqa: S307 - our own repr()
+            # our own repr() of a GemmSchedule, with no builtins reachable
+            s = eval(text, {"__builtins__": {}, "GemmSchedule": GemmSchedule})  # noqa: S307
             refined = text in final and len(final) > 1
             out.append({"batch": batch, "m": row["M"], "n": row["N"], "k": row["K"],
                         "b_layout": "kn" if row["layout"] == "NN" else "nk",

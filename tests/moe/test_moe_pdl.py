@@ -49,6 +49,15 @@ def test_flag_off_is_the_schedule_as_before():
     assert not src.pdl and "griddepcontrol" not in src.text and k.attr("pdl") is None
 
 
+def test_the_op_decode_schedules_take_pdl():
+    """argus.ops.moe's decode default launches both GEMMs with PDL (c874bc4); the flag is not
+    in repr, so only the field shows it (a regression to the plain launch would keep every
+    other test here green)."""
+    for T, k, E, H, I in [(1, 8, 128, 2048, 768), (1, 2, 8, 4096, 14336), (16, 8, 128, 2048, 768)]:
+        gate_up, down = M.decode_schedules(T, k, E, H, I)
+        assert gate_up.pdl and down.pdl, (T, k, E, H, I)
+
+
 def test_pdl_needs_the_decode_schedule():
     with pytest.raises(Exception, match="pdl"):
         replace(PREFILL, pdl=True)
