@@ -41,7 +41,7 @@ def test_register_a_fp8_wgmma_matches_the_interpreter():
     s = (q.double() @ k.double().transpose(1, 2)).float() * 0.125
     ref = s.to(E4M3).double() @ vt.double().transpose(1, 2)
     # not exact: Hopper's FP8 accumulator keeps ~14 bits (DeepSeek-V3 report, section 3.3.2;
-    # ACCUMULATION_BOUND_LOG2 below), so a few scores land across an e4m3 rounding boundary from the
+    # ACCUMULATION_BOUND_LOG2 above), so a few scores land across an e4m3 rounding boundary from the
     # float64 ones and P changes there by one e4m3 step. Measured on the H200 2026-12-04:
     # 2e-3 relative; a wrong lane, register or byte selector scrambles P: O(1)
     assert (oc.double().cpu() - ref).norm() / ref.norm() < 1e-2
@@ -208,8 +208,8 @@ def test_under_torch_compile_matches_eager():
 @pytest.mark.parametrize("layout", ["bhsd", "bshd"])
 @pytest.mark.parametrize("D,SK", [(64, 1), (128, 1000), (256, 37), (128, 2048)])
 def test_v_transpose_is_bit_exact(layout, D, SK):
-    """The op's V transpose on the GPU (transposed_v: int32 word pass, then the bytes inside
-    each word) is byte-for-byte torch's transpose, every byte value included (NaN payloads,
+    """The op's V transpose on the GPU (transposed_v: an 8-byte word pass, then the bytes
+    inside each word) is byte-for-byte torch's transpose, every byte value included (NaN payloads,
     -0), into rows padded to a multiple of 16 keys; it takes the word path, not the fallback."""
     import importlib
 

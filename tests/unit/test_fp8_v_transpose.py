@@ -1,5 +1,5 @@
 """argus.ops.attention_fp8's V transpose (transposed_v, _word_transpose): the two-pass copy
-(4-byte words, then the bytes inside each word) must give exactly torch's transpose, byte for
+(8-byte words, else 4-byte, then the bytes inside each word) must give exactly torch's transpose, byte for
 byte, for every byte value (NaN payloads and -0 included), ragged key counts, both layouts,
 GQA-sized head counts and every head dim, into rows padded to a multiple of 16 keys (the
 kernel's TMA map). CPU tensors: the same torch copies run on the GPU (tests/gpu/
@@ -62,7 +62,7 @@ def test_the_word_pass_keeps_every_byte_in_place():
 
 
 def test_unviewable_v_falls_back_to_the_byte_copy():
-    """A V whose storage offset is not a multiple of 4 bytes cannot be viewed as int32 words:
+    """A V whose storage offset is not a multiple of 4 bytes cannot be viewed as words:
     _word_transpose declines (writes nothing) and transposed_v copies bytes, still exact."""
     base = _v(1, 2, 21, 64 * 2 + 1, "bhsd", seed=1)
     v = base[..., 1:65]                         # storage offset 1: not word-aligned
@@ -71,6 +71,23 @@ def test_unviewable_v_falls_back_to_the_byte_copy():
     assert not store.view(torch.uint8).any(), "a declined word pass must write nothing"
     vt = mod.transposed_v(v, "bhsd", False)
     assert torch.equal(vt.view(torch.uint8), _reference(v, "bhsd"))
+
+
+def test_a_v_viewable_only_as_4_byte_words_takes_them():
+    """Rows 4 bytes past a multiple of 8 (pitch 68, offset 4): no 8-byte view, so the 4-byte
+    pass runs (the head dims above all take the 8-byte one) and is exact; with 8-byte words
+    alone it declines."""
+    base = _v(1, 2, 21, 64 + 4, "bhsd", seed=2)
+    v = base[..., 4:68]                         # storage offset 4, row pitch 68 bytes
+    store = torch.zeros((1, 2, 64, 32), dtype=E4M3)
+    words = mod._WORDS
+    try:
+        mod._WORDS = (8,)
+        assert mod._word_transpose(v, store, 21) is False
+    finally:
+        mod._WORDS = words
+    assert mod._word_transpose(v, store, 21) is True
+    assert torch.equal(store[..., :21].view(torch.uint8), _reference(v, "bhsd"))
 
 
 @pytest.mark.parametrize("SK", [32, 21])
