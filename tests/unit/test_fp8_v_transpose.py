@@ -2,8 +2,8 @@
 (8-byte words, else 4-byte, then the bytes inside each word) must give exactly torch's
 transpose, byte for byte, for every byte value (NaN payloads and -0 included), ragged key
 counts, both layouts, GQA-sized head counts and every head dim, into rows padded to a
-multiple of 16 keys (the kernel's TMA map). CPU tensors: the same torch copies run on the GPU (tests/gpu/
-test_attention_fp8_gpu.py checks them there)."""
+multiple of 16 keys (the kernel's TMA map). CPU tensors: the same torch copies run on the
+GPU (tests/gpu/test_attention_fp8_gpu.py checks them there)."""
 
 import pytest
 
