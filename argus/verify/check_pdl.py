@@ -16,6 +16,10 @@ every path through every role (structured IR: program order is dominance at one 
 - pdl.placement: the wait sits at the top level of the kernel or of a role body, where it
   dominates what follows; inside a loop, a branch (thread-dependent or not), a pipeline step or
   an elected body it would not (or would wait once per iteration).
+- pdl.stable: the kernel writes no tensor it declares stable. Its next launch (the same
+  kernel in a loop, or any PDL kernel declaring it stable) reads that tensor before its own
+  wait, while this one may still be writing it once it triggered or exited (a read-after-write
+  the waits do not order).
 
 Invariant kept: a kernel with neither op has no finding here; findings are decided on the IR
 alone (no solver), and each names the op, its role, its source line and the fix.
@@ -51,6 +55,14 @@ def findings(kernel: Kernel) -> list[Finding]:
 
     def walk(body: tuple[Op, ...], waited: bool, role: str, top: bool, where: str) -> None:
         for op in body:
+            if isinstance(op, _WRITES) and op.tensor.id in stable:
+                out.append(Finding(
+                    "pdl.stable", op.loc, f"{op.NAME} to {tensor(op)} in {role}", "violated",
+                    f"{tensor(op)} is declared stable (ag.wait_prior_grids(stable=...)) but "
+                    f"this kernel writes it: a following PDL launch that reads it before its "
+                    f"wait (this kernel again, in a loop) may read it before this write lands",
+                    fix=f"drop {tensor(op)} from stable=(...) (load it after the wait), or "
+                        f"write it in another kernel that no PDL kernel follows"))
             if isinstance(op, O.GridDepWait):
                 if not top:
                     out.append(Finding(

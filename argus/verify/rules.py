@@ -203,6 +203,9 @@ _RULES = [
     Rule("pdl.placement", "ag.wait_prior_grids sits at the top level of the kernel or of a "
          "role, where it dominates what follows", (), "arith",
          "move it out of the loop or branch, before the first one"),
+    Rule("pdl.stable", "a kernel writes no tensor it declares stable in "
+         "ag.wait_prior_grids (a following PDL launch reads it before its own wait)", (),
+         "arith", "drop the tensor from stable=(...) and load it after the wait"),
     Rule("lower", "the kernel lowers (a lowering pass rejects a construct it cannot compile)",
          (), "-", "see the message: the pass says what to change"),
     Rule("tag.assert", "a user tag assertion", (), "LIA/UF", "see the assertion's message"),

@@ -85,3 +85,24 @@ def test_every_global_memory_op_is_classified():
                 if "tensor" in {f.name for f in dataclasses.fields(cls)}
                 and cls.__module__ != "argus.ir.tag_ops"}   # tags name a tensor, never read it
     assert touching == set(check_pdl._LOADS) | set(check_pdl._WRITES), touching
+
+
+def test_a_kernel_writing_a_tensor_it_declares_stable_is_found():
+    """Launched twice in a row, the second launch reads W before its wait while the first, its
+    trigger given, may still be writing W after its own wait: stable is then a false promise.
+    Found at the write (after the wait, so no other rule sees it); without the store, none."""
+    @ag.kernel
+    def updates_w(W: ag.Tensor["N", ag.f32], Y: ag.Tensor["N", ag.f32], WRITE: bool = True):
+        (pid,) = ag.grid(ag.cdiv(W.shape[0], 128))
+        w = ag.load(W, (pid * 128,), (128,))
+        ag.wait_prior_grids(stable=(W,))
+        ag.allow_dependent_launch()
+        ag.store(Y, (pid * 128,), w)
+        if WRITE:
+            ag.store(W, (pid * 128,), w * 2.0)
+
+    got = [(f.code, f.subject) for f in findings(updates_w.trace())]
+    assert got == [("pdl.stable", "store to W in the kernel body")]
+    d = next(d for d in verify.run(updates_w).diagnostics if d.code == "pdl.stable")
+    assert d.severity == "error" and "stable" in d.fix and d.loc.line > 0
+    assert findings(updates_w.trace(WRITE=False)) == []
