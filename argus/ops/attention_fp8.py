@@ -169,14 +169,15 @@ def transposed_v(v, layout: str, v_transposed: bool):
     how V shaped like k is transposed."""
     import torch
 
-    src = v if v_transposed else _bhsd(v, layout).transpose(-1, -2)
     if v_transposed and _tma_ok(v):
         return v
+    keys_major = None if v_transposed else _bhsd(v, layout)    # [B, Hkv, Skv, D]
+    src = v if v_transposed else keys_major.transpose(-1, -2)
     B, HKV, D, SK = src.shape
     store = torch.empty((B, HKV, D, max(16, -(-SK // 16) * 16)), dtype=v.dtype,
                         device=v.device)
     vt = store[..., :SK]
-    if v_transposed or not _word_transpose(_bhsd(v, layout), store, SK):
+    if v_transposed or not _word_transpose(keys_major, store):
         vt.copy_(src)
     return vt
 
@@ -188,7 +189,7 @@ def transposed_v(v, layout: str, v_transposed: bool):
 _WORDS = (8, 4)
 
 
-def _word_transpose(x, store, SK: int) -> bool:
+def _word_transpose(x, store) -> bool:
     """store[..., :SK] = x^T for x [B, H, SK, D] (1-byte elements, D contiguous) in two passes
     of torch copies, or False (nothing written) where x cannot be viewed as 8- or 4-byte words.
 
@@ -206,7 +207,7 @@ def _word_transpose(x, store, SK: int) -> bool:
     transpose or FA3's in-kernel transpose of V is the fast way (docs/perf/attention.md)."""
     import torch
 
-    B, H, S, D = x.shape
+    B, H, SK, D = x.shape
     for width in _WORDS:
         dtype = {8: torch.int64, 4: torch.int32}[width]
         if D % width:

@@ -221,7 +221,7 @@ def test_v_transpose_is_bit_exact(layout, D, SK):
     vb = v if layout == "bhsd" else v.transpose(1, 2)
     pad = max(16, -(-SK // 16) * 16)
     store = torch.full((B, HKV, D, pad), 0x55, dtype=torch.uint8, device="cuda").view(E4M3)
-    assert mod._word_transpose(vb, store, SK) is True
+    assert mod._word_transpose(vb, store) is True
     got = mod.transposed_v(v, layout, False)
     torch.cuda.synchronize()
     ref = vb.transpose(-1, -2).contiguous().view(torch.uint8)

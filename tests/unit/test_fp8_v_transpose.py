@@ -67,7 +67,7 @@ def test_unviewable_v_falls_back_to_the_byte_copy():
     base = _v(1, 2, 21, 64 * 2 + 1, "bhsd", seed=1)
     v = base[..., 1:65]                         # storage offset 1: not word-aligned
     store = torch.zeros((1, 2, 64, 32), dtype=E4M3)
-    assert mod._word_transpose(v, store, 21) is False
+    assert mod._word_transpose(v, store) is False
     assert not store.view(torch.uint8).any(), "a declined word pass must write nothing"
     vt = mod.transposed_v(v, "bhsd", False)
     assert torch.equal(vt.view(torch.uint8), _reference(v, "bhsd"))
@@ -83,10 +83,10 @@ def test_a_v_viewable_only_as_4_byte_words_takes_them():
     words = mod._WORDS
     try:
         mod._WORDS = (8,)
-        assert mod._word_transpose(v, store, 21) is False
+        assert mod._word_transpose(v, store) is False
     finally:
         mod._WORDS = words
-    assert mod._word_transpose(v, store, 21) is True
+    assert mod._word_transpose(v, store) is True
     assert torch.equal(store[..., :21].view(torch.uint8), _reference(v, "bhsd"))
 
 
