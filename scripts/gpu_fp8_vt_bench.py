@@ -11,7 +11,7 @@ For B 8, Hkv 16 (the --no-gqa attention bench's V) it times, in one process:
   - bytes: one torch byte copy of the transposed view (the op's path before 2026-12-04;
     measured ~0.19 ms at S 2048 through the op);
   - word16 / word32 / word64: a word transpose at 2 / 4 / 8 bytes, then the bytes inside each
-    word (argus.ops.attention_fp8._word_transpose: word64, else word32);
+    word (argus.ops.attention_fp8._transpose_as_words; the op takes word64, else word32);
   - intmm: V^T = I V^T as an exact int8 GEMM (torch._int_mm, int32 out: bytes as int8 lose
     nothing, unlike an e4m3 GEMM, where -0 becomes +0 and a NaN spreads over its key), then the
     int32 [D, B Hkv Skv] result narrowed to bytes into [B, Hkv, D, Skv];
@@ -34,16 +34,7 @@ from argus.runtime.timing import measure  # noqa: E402
 
 mod = importlib.import_module("argus.ops.attention_fp8")
 E4M3 = torch.float8_e4m3fn
-WORDS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def word_transpose(x, store, SK, w):
-    B, H, S, D = x.shape
-    t = torch.empty((B, H, D // w, SK), dtype=WORDS[w], device=x.device)
-    t.copy_(x.view(torch.uint8).view(WORDS[w]).transpose(-1, -2))
-    tb = t.view(torch.uint8).view(B, H, D // w, SK, w)
-    out = store.view(torch.uint8).view(B, H, D // w, w, store.shape[-1])[..., :SK]
-    out.copy_(tb.transpose(-1, -2))
+WORDS = (2, 4, 8)
 
 
 def intmm_transpose(x, store, SK, eye):
@@ -74,7 +65,7 @@ def main():
         variants = {
             "copy": (lambda: flat.copy_(v), None),
             "bytes": (lambda: vt.copy_(v.transpose(-1, -2)), vt),
-            **{f"word{8 * w}": ((lambda w=w: word_transpose(v, store, SK, w)), vt)
+            **{f"word{8 * w}": ((lambda w=w: mod._transpose_as_words(v, store, w)), vt)
                for w in WORDS},
             "intmm": (lambda: intmm_transpose(v, store, SK, eye), vt),
             "op": (lambda: mod.transposed_v(v, "bhsd", False), None),

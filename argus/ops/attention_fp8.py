@@ -205,25 +205,29 @@ def _word_transpose(x, store) -> bool:
     word pass never splits or reorders bytes inside a word, the byte pass does that part.
     Measured (_WORDS): 8-byte words 0.59-0.64 TB/s, still far from a copy's 3.3-4.2: a DSL byte
     transpose or FA3's in-kernel transpose of V is the fast way (docs/perf/attention.md)."""
+    return any(_transpose_as_words(x, store, width) for width in _WORDS)
+
+
+def _transpose_as_words(x, store, width: int) -> bool:
+    """`_word_transpose` at one word width (2, 4 or 8 bytes), or False (nothing written)
+    where D is no multiple of it or x cannot be viewed as such words; scripts/gpu_fp8_vt_bench.py
+    times each width through it."""
     import torch
 
+    dtype = {2: torch.int16, 4: torch.int32, 8: torch.int64}[width]
     B, H, SK, D = x.shape
-    for width in _WORDS:
-        dtype = {8: torch.int64, 4: torch.int32}[width]
-        if D % width:
-            continue
-        try:
-            words = x.view(torch.uint8).view(dtype)               # [B, H, SK, D/w]
-        except RuntimeError:  # unaligned storage offset or strides: not viewable as words
-            continue
-        t = torch.empty((B, H, D // width, SK), dtype=dtype, device=x.device)
-        t.copy_(words.transpose(-1, -2))                          # t[j, s] = w[s, j]
-        tb = t.view(torch.uint8).view(B, H, D // width, SK, width)   # tb[j, s, c] = x[s, wj+c]
-        out = store.view(torch.uint8).view(B, H, D // width, width,
-                                            store.shape[-1])[..., :SK]
-        out.copy_(tb.transpose(-1, -2))                           # out[j, c, s] = tb[j, s, c]
-        return True
-    return False
+    if D % width:
+        return False
+    try:
+        words = x.view(torch.uint8).view(dtype)                   # [B, H, SK, D/w]
+    except RuntimeError:  # unaligned storage offset or strides: not viewable as words
+        return False
+    t = torch.empty((B, H, D // width, SK), dtype=dtype, device=x.device)
+    t.copy_(words.transpose(-1, -2))                              # t[j, s] = w[s, j]
+    tb = t.view(torch.uint8).view(B, H, D // width, SK, width)    # tb[j, s, c] = x[s, wj+c]
+    out = store.view(torch.uint8).view(B, H, D // width, width, store.shape[-1])[..., :SK]
+    out.copy_(tb.transpose(-1, -2))                               # out[j, c, s] = tb[j, s, c]
+    return True
 
 
 def run_fp8(q, k, v, q_scale, k_scale, v_scale, causal: bool, scale, layout: str,
