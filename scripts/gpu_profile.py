@@ -15,7 +15,10 @@ Cases (bf16): decode32 / decode1 (argus.ops.attention decode, GQA 32:8, hd128, o
 batch 32 x 8k keys / batch 1 x 32k keys, against torch SDPA's cuDNN backend), gemm4096
 (argus.ops.matmul's 128x128 ping-pong TMA-store schedule and its cooperative 128x256
 default against torch.matmul, 4096^3), prefill2k / prefill8k (argus.ops.attention's default
-schedule, hd128, 16 heads, 16k tokens: batch 8 x 2048 / 2 x 8192, no mask, against cuDNN).
+schedule, hd128, 16 heads, 16k tokens: batch 8 x 2048 / 2 x 8192, no mask, against cuDNN),
+prefill64_4k (the same at hd64, 32 heads, batch 4 x 4096), fp8prefill8k (prefill8k plus
+argus.ops.attention_fp8 on the e4m3 copies, V given transposed). The xu% / fma% / alu%
+columns are the MUFU (exp2), FMA and ALU pipes' busy shares: the softmax's pipes.
 --summarize prints one line per kernel: duration,
 DRAM and L2 throughput, tensor-pipe use, issue slots, and the top stall reasons.
 """
@@ -38,6 +41,11 @@ SUMMARY = [
     ("inst_executed", "inst"),
     ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "sm%"),
     ("smsp__issue_active.avg.pct_of_peak_sustained_active", "issue%"),
+    ("sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active", "xu%"),
+    ("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active", "fma%"),
+    ("sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active", "alu%"),
+    ("sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active", "lsu%"),
+    ("sm__inst_executed_pipe_uniform.avg.pct_of_peak_sustained_active", "uniform%"),
     ("launch__registers_per_thread", "regs"),
     ("launch__grid_size", "grid"),
     ("sm__warps_active.avg.pct_of_peak_sustained_active", "occ%"),
@@ -67,11 +75,12 @@ def run_case(case: str) -> None:
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v,
                                                                         enable_gqa=True)
         calls = [("ours", lambda: argus.ops.attention(q, k, v)), ("cudnn", cudnn)]
-    elif case.startswith("prefill"):
+    elif case.startswith(("prefill", "fp8prefill")):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        S = {"prefill2k": 2048, "prefill8k": 8192}[case]
-        B, H, D = 16384 // S, 16, 128
+        S, D = {"prefill2k": (2048, 128), "prefill8k": (8192, 128), "prefill64_4k": (4096, 64),
+                "fp8prefill8k": (8192, 128)}[case]
+        B, H = 16384 // S, 16 * 128 // D
         q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
 
@@ -79,6 +88,16 @@ def run_case(case: str) -> None:
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v)
         calls = [("ours", lambda: argus.ops.attention(q, k, v)), ("cudnn", cudnn)]
+        if case.startswith("fp8"):
+            from argus.ops.attention_fp8 import transposed_v
+
+            def quant(x):
+                s = x.abs().amax().float().item() / 448.0
+                return (x.float() / s).to(torch.float8_e4m3fn), s
+            (q8, qs), (k8, ks), (v8, vs) = quant(q), quant(k), quant(v)
+            vt8 = transposed_v(v8, "bhsd", False)
+            calls.insert(0, ("fp8", lambda: argus.ops.attention_fp8(
+                q8, k8, vt8, q_scale=qs, k_scale=ks, v_scale=vs, v_transposed=True)))
     elif case == "gemm4096":
         from argus.kernels.gemm import GemmSchedule
 
@@ -144,7 +163,7 @@ def summarize(path: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=["decode32", "decode1", "gemm4096", "prefill2k",
-                                           "prefill8k"])
+                                           "prefill8k", "prefill64_4k", "fp8prefill8k"])
     parser.add_argument("--summarize", metavar="CSV")
     args = parser.parse_args()
     if args.summarize:

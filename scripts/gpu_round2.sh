@@ -10,7 +10,7 @@
 #        owedtests pointwise16 decodefused fp8variants fp8op pagedsplit (CPU-built, GPU-owed)
 #        owed34 fp8attn moefixed untuned34 stem (stop 34's CPU-built work, GPU-owed)
 #        s35tests pdl fp8default fp8vt untuned35 (2026-12-04's CPU-built work)
-#        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k), decodetests, l2promo l2promo2 confirm
+#        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k prefill64_4k fp8prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
 #        abcheck (decode, prefill, unaligned GEMM: run from two trees' roots for an A/B)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
@@ -112,7 +112,9 @@ for s in "${steps[@]}"; do
     profile) for c in ${PROFILE_CASES:-decode32 decode1 gemm4096}; do
         run_step "ncu_$c" 150 ncu --clock-control none --profile-from-start off --csv --page raw \
             --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-            --section Occupancy --section LaunchStats python3 -u scripts/gpu_profile.py --case "$c"
+            --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
+            --metrics sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_uniform.avg.pct_of_peak_sustained_active \
+            python3 -u scripts/gpu_profile.py --case "$c"
         python3 scripts/gpu_profile.py --summarize "$OUT/ncu_$c.log" | tee "$OUT/ncu_$c.txt"
       done ;;
     # TMA L2 promotion (ARGUS_TMA_L2_PROMOTION, runtime/tma.py) for decode: ncu and the bench
