@@ -10,7 +10,7 @@
 #        owedtests pointwise16 decodefused fp8variants fp8op pagedsplit (CPU-built, GPU-owed)
 #        owed34 fp8attn moefixed untuned34 stem (stop 34's CPU-built work, GPU-owed)
 #        s35tests pdl fp8default fp8vt untuned35 (2026-12-04's CPU-built work)
-#        sweep36 (prefill: every head dim at 1k, 4k, 16k against cuDNN and flash)
+#        fp8pt (fp8 per-tensor against torch._scaled_mm), sweep36 (prefill: every head dim at 1k, 4k, 16k against cuDNN and flash)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k prefill64_4k fp8prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
 #        abcheck (decode, prefill, unaligned GEMM: run from two trees' roots for an A/B)
@@ -98,6 +98,8 @@ for s in "${steps[@]}"; do
     # every head dim at three lengths, the op's defaults against cuDNN and flash (the prefill bar's geomean)
     sweep36) run_step sweep36 240 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
         --dims 64,128,256 --lengths 1024,4096,16384 --backends cudnn,flash --out "$OUT/sweep36" ;;
+    # fp8 per-tensor (issue 18's >= 1.05x torch._scaled_mm bar), the op tuned per shape
+    fp8pt) run_step fp8pt 240 python3 -u scripts/gpu_fp8_bench.py --out "$OUT/fp8pt" ;;
     fp8vt) run_step fp8vt 90 python3 -u scripts/gpu_fp8_vt_bench.py --lengths 2048,8192,16384 ;;
     # owed by the 2026-12-03 10:15 session (no device time then): each ran only on the CPU
     owedtests) run_step owedtests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
