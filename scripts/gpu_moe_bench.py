@@ -161,10 +161,15 @@ def variants(tokens: int):
     from argus.kernels.moe import (PREFILL, PREFILL_CLUSTER, PREFILL_TMA, PREFILL_TMA_CLUSTER,
                                    SMALL, TINY, decode_schedule)
 
-    decode = {"decode-n8": decode_schedule(8), "decode-n16": decode_schedule(16),
-              "decode-n8-4stages": decode_schedule(8, stages=4),
-              "decode-n8-12stages": decode_schedule(8, stages=12),
-              "decode-n8-split2": decode_schedule(8, split_k=2)} if tokens <= DECODE_MAX else {}
+    # with PDL, as argus.ops.moe.decode_schedules, and named so: "decode-n8-nopdl" is the
+    # plain launch (MoeSchedule's repr shows pdl=True when on)
+    decode = {"decode-n8-pdl": decode_schedule(8, pdl=True),
+              "decode-n8-nopdl": decode_schedule(8),
+              "decode-n16-pdl": decode_schedule(16, pdl=True),
+              "decode-n8-4stages-pdl": decode_schedule(8, stages=4, pdl=True),
+              "decode-n8-12stages-pdl": decode_schedule(8, stages=12, pdl=True),
+              "decode-n8-split2-pdl": decode_schedule(8, split_k=2, pdl=True)} \
+        if tokens <= DECODE_MAX else {}
     return {**decode, "128x256": PREFILL, "128x256-g16": replace(PREFILL, group_m=16),
             "128x256-tma": PREFILL_TMA, "128x256-cluster2": PREFILL_CLUSTER,
             "128x256-tma-cluster2": PREFILL_TMA_CLUSTER,

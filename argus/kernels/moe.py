@@ -47,7 +47,7 @@ never read by the combine.
 """
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import argus as ag
 from argus.kernels.split_k_sum import MAX_SPLITS
@@ -103,9 +103,18 @@ class MoeSchedule(WarpSpecializedSchedule):
     # routing counts, and lets its successor start right after: its launch, barrier init and
     # tensor-map prefetch overlap the predecessor's tail, the successor's overlap its own.
     # The routing map (token tiles, experts) precedes every weight load, so no weight moves
-    # before the wait. Not in repr: schedules and their keys read as before (the IR's kernel
-    # attr `pdl` shows it; traces are keyed by the hashable schedule, which includes it)
+    # before the wait. In repr only when on (__repr__): every schedule without it prints as
+    # before (the bench's rows and the agent's keys stay comparable across the change), a
+    # decode schedule with it says so (traces are keyed by the hashable schedule)
     pdl: bool = field(default=False, repr=False)
+
+    def __repr__(self) -> str:
+        """The dataclass repr, with `pdl=True` last when the flag is on (left out when off, so
+        the reprs of schedules without PDL read as they did before the field existed)."""
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
+        if self.pdl:
+            shown.append("pdl=True")
+        return f"{type(self).__qualname__}({', '.join(shown)})"
 
     @property
     def pad(self) -> int:

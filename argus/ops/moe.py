@@ -213,8 +213,8 @@ def schedule_for(tokens: int, top_k: int, num_experts: int, hidden: int = 0) -> 
     wastes little); else 64 x 128 (less padding per expert), or 64 x 64 when so few experts
     are touched that the down projection would have fewer units of 128 columns than SMs.
     Untuned: the bench's --variants run is the data for these thresholds."""
-    if tokens <= DECODE_MAX_TOKENS:
-        return decode_schedule(decode_token_tile(tokens, top_k, num_experts))
+    if tokens <= DECODE_MAX_TOKENS:   # with PDL, as decode_schedules
+        return decode_schedule(decode_token_tile(tokens, top_k, num_experts), pdl=True)
     entries = tokens * top_k
     active = max(1, min(num_experts, entries))
     if entries / active >= 1024:

@@ -43,19 +43,24 @@ def test_pdl_decode_gemm_verifies_clean_and_waits_first(gated, partial, bn, spli
 def test_flag_off_is_the_schedule_as_before():
     s = decode_schedule(8)
     assert s.pdl is False and s == decode_schedule(8, pdl=False)
-    assert repr(s) == repr(decode_schedule(8, pdl=True))   # keys and goldens read as before
+    # in repr only when on: a schedule without PDL prints as before the field existed, one
+    # with it says so (a bench row or a printed default cannot hide it)
+    assert "pdl" not in repr(s)
+    assert repr(decode_schedule(8, pdl=True)) == repr(s)[:-1] + ", pdl=True)"
     k = lower_only(grouped_gemm_kernel(True), s=s)
     src = codegen.render(k)
     assert not src.pdl and "griddepcontrol" not in src.text and k.attr("pdl") is None
 
 
 def test_the_op_decode_schedules_take_pdl():
-    """argus.ops.moe's decode default launches both GEMMs with PDL (c874bc4); the flag is not
-    in repr, so only the field shows it (a regression to the plain launch would keep every
-    other test here green)."""
+    """argus.ops.moe's decode default launches both GEMMs with PDL (c874bc4), and so does
+    schedule_for's decode pick (a regression to the plain launch would keep every other test
+    here green)."""
     for T, k, E, H, I in [(1, 8, 128, 2048, 768), (1, 2, 8, 4096, 14336), (16, 8, 128, 2048, 768)]:
         gate_up, down = M.decode_schedules(T, k, E, H, I)
         assert gate_up.pdl and down.pdl, (T, k, E, H, I)
+        assert M.schedule_for(T, k, E, H).pdl, (T, k, E, H)
+        assert "pdl=True" in repr(gate_up)
 
 
 def test_pdl_needs_the_decode_schedule():
