@@ -9,7 +9,7 @@
 
 from argus.dsl.api import (abs_, allow_dependent_launch, arange, atomic_add, atomic_fetch_add,
                            cdiv, cluster_rank, erf,
-                           exp, exp2, fence, full, grid, ldmatrix,
+                           exp, exp2, fence, full, gather, grid, ldmatrix,
                            load, load_scalar, load_shared, log, maximum, minimum, occupancy,
                            ordered,
                            pipeline, range, relu,
@@ -40,7 +40,7 @@ __all__ = [
     "abs_", "allow_dependent_launch", "arange", "atomic_add", "atomic_fetch_add", "Scalar",
     "cdiv", "cluster_rank", "erf",
     "exp", "exp2", "fence", "full", "grid",
-    "ldmatrix", "load", "load_scalar", "load_shared", "log", "maximum",
+    "gather", "ldmatrix", "load", "load_scalar", "load_shared", "log", "maximum",
     "minimum", "occupancy", "ordered", "pipeline", "range", "relu", "role", "round_tf32",
     "rsqrt", "scalar",
     "scan",

@@ -96,7 +96,8 @@ def specialize(kernel: Kernel, spec: LaunchSpecialization) -> Kernel:
     names = {p.value.id: p.name for p in kernel.params}
     facts, index32 = [], []
     for op in kernel.walk():
-        if isinstance(op, (O.Load, O.Store, O.LoadScalar, O.AtomicAdd, O.AtomicFetchAdd)) \
+        if isinstance(op, (O.Load, O.Gather, O.Store, O.LoadScalar, O.AtomicAdd,
+                           O.AtomicFetchAdd)) \
                 and names.get(op.tensor.id) in spec.narrow:
             index32.append(op.tensor.id)
         if not isinstance(op, (O.Load, O.Store)):

@@ -9,7 +9,9 @@ argus.target.register_layouts.build turns into a RegisterLayout) and inserts exp
   source along the axis (so a row statistic of an accumulator stays in the accumulator's
   threads), slices / conversions / expand_dims follow their source, an elementwise result
   takes the layout of its full-shape operands (the accumulator's when one is), and a variable
-  takes the layout of what is assigned to it;
+  takes the layout of what is assigned to it; a gather is "rows" (whole rows per thread: each
+  thread computes its own elements' addresses, and a store of whole rows is a few wide
+  accesses a thread), or "blocked" when its dim 0 does not split over the threads;
 - flexible tiles (constants `full`/`zeros`, `arange` index tiles, rank-1 global loads,
   pointwise math over only those, and variables only ever given such tiles) adopt whatever
   layout their first user needs: the user's layout sliced along the dims they broadcast over.
@@ -164,6 +166,15 @@ def _build(name: str, t: TileType, threads: int, op) -> RL.RegisterLayout:
                                "powers of two") from None
 
 
+def _gather_layout(t: TileType, threads: int) -> str:
+    """"rows" where dim 0 splits over the threads (RL.rows), else "blocked"."""
+    try:
+        RL.rows(tuple(t.shape), threads)
+    except ValueError:
+        return BLOCKED
+    return "rows"
+
+
 def _slice_name(name: str, src: TileType, axis: int, threads: int, op) -> str:
     return RL.slice_(_build(name, src, threads, op), axis).name
 
@@ -190,6 +201,8 @@ def _forward(ops, layout, acc_ids, a_ids, flexible, threads) -> None:
                  "a register wgmma operand" if acc else "a global load")
         elif isinstance(op, O.LdMatrix) and op.result.id not in flexible:
             _set(layout, op.result, WGMMA_ACC, op, "the m8n8.x4 fragment (§2.4)")
+        elif isinstance(op, O.Gather):
+            _set(layout, op.result, _gather_layout(op.result.type, n), op, "a gather")
         elif isinstance(op, (O.TileSlice, O.Convert)) and op.src.id in layout:
             if res.id not in flexible or res.id not in layout:
                 layout.setdefault(res.id, layout[op.src.id])
@@ -247,6 +260,13 @@ def _backward(ops, layout, flexible, threads) -> None:
             demands[op.src.id] = RL.squeeze(rl, op.axis).name
         elif isinstance(op, O.Convert) and res.id in layout and op.src.id in flexible:
             demands[op.src.id] = layout[res.id]
+        elif isinstance(op, O.Gather) and res.id in layout:
+            # an index tile is read in the gather's threads: each register its own element's
+            # index (an arange's column index a compile-time constant there)
+            rl = _build(layout[res.id], res.type, n, op)
+            for ix in op.indices:
+                if isinstance(ix.type, TileType) and ix.id in flexible:
+                    demands[ix.id] = RL.broadcast_layout(rl, ix.type.shape).name
         elif isinstance(op, O.TileSlice) and res.id in layout and op.src.id in flexible and \
                 res.type.shape[op.axis] == 1:
             # a one-wide window of a flexible read: the read holds the window's layout grown
@@ -282,6 +302,13 @@ def _needs(op, threads: int):
             if have.broadcast_map(res) is None:
                 out.append((a, RL.broadcast_layout(res, a.type.shape).name,
                             f"`{op.fn}` combines it with a {op.result.type.layout} tile"))
+    elif isinstance(op, O.Gather):
+        res = RL.build(op.result.type.layout, op.result.type.shape, threads)
+        for ix in op.indices:
+            if isinstance(ix.type, TileType) and \
+                    RL.build(ix.type.layout, ix.type.shape, threads).broadcast_map(res) is None:
+                out.append((ix, RL.broadcast_layout(res, ix.type.shape).name,
+                            "a gather reads its indices in its own threads"))
     elif isinstance(op, (O.Assign,)) and isinstance(op.dst.type, TileType):
         if op.src.type.layout != op.dst.type.layout:
             out.append((op.src, op.dst.type.layout, "it is assigned to a tile in that layout"))

@@ -313,6 +313,45 @@ def load(tensor: TensorArg, offsets, shape, other: float = 0.0) -> Tile:
     return Tile(v)
 
 
+def gather(tensor: TensorArg, indices, other: float = 0.0) -> Tile:
+    """A tile read element by element from computed positions: element i is
+    tensor[indices[0][i], ..., indices[-1][i]], one index per tensor dim, each an integer tile
+    (built from ag.arange and scalars) or a scalar; the tiles broadcast to the result's shape.
+    An element with an index outside its dim reads `other` (padding needs no mask: give a
+    column that must read `other` an index of -1). Each thread holds whole rows of the result
+    (layout "rows"), so a store of it is a few wide accesses per thread: the im2col gather
+    (argus/kernels/conv_im2col.py) builds each pixel's row of A this way."""
+    ctx = current("ag.gather")
+    loc = user_loc()
+    if not isinstance(tensor, TensorArg):
+        raise TraceError(f"expected a kernel tensor parameter, got {type(tensor).__name__}", loc)
+    indices = tuple(indices)
+    if len(indices) != len(tensor.shape):
+        raise TraceError(f"{tensor.name} has {len(tensor.shape)} dims but {len(indices)} "
+                         f"indices were given", loc)
+    tiles = [i for i in indices if isinstance(i, Tile)]
+    if not tiles:
+        raise TraceError("ag.gather needs at least one index tile (for one element use "
+                         "ag.load_scalar)", loc)
+    shape: tuple[int, ...] = tiles[0].shape
+    for t in tiles:
+        if t.dtype.is_float or t.dtype == dtypes.i1:
+            raise TraceError(f"ag.gather: an index tile of {t.dtype}", loc,
+                             fix="build indices from ag.arange and integer scalars")
+        if len(t.shape) != len(shape):
+            raise TraceError(f"ag.gather: index tiles of ranks {len(shape)} and "
+                             f"{len(t.shape)}", loc, fix="expand them with t[:, None]")
+        shape = tuple(max(a, b) if 1 in (a, b) or a == b else -1
+                      for a, b in zip(shape, t.shape))
+        if -1 in shape:
+            raise TraceError(f"ag.gather: index tiles of shapes {tiles[0].shape} and {t.shape} "
+                             "do not broadcast", loc)
+    values = tuple(i.value if isinstance(i, Tile) else as_scalar(i).value for i in indices)
+    v = ctx.builder.fresh(TileType(tensor.dtype, shape))
+    ctx.builder.append(O.Gather(v, tensor.value, values, float(other), loc=loc))
+    return Tile(v)
+
+
 def load_scalar(tensor: TensorArg, offsets, other: float = 0.0) -> Scalar:
     """One element of a global tensor as a uniform runtime scalar (every thread reads the same
     address), e.g. a per-tensor scale kept on the device; outside the tensor it reads `other`.

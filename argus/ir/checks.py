@@ -78,6 +78,15 @@ def _check_types(op) -> None:
         if len(op.offsets) != len(op.tensor.type.shape):
             raise IRError(f"{op.NAME}: {len(op.offsets)} offsets for a "
                           f"{len(op.tensor.type.shape)}-d tensor", op.loc)
+    elif isinstance(op, O.Gather):
+        _expect(op, op.tensor, (TensorType,), "tensor")
+        if len(op.indices) != len(op.tensor.type.shape):
+            raise IRError(f"gather: {len(op.indices)} indices for a "
+                          f"{len(op.tensor.type.shape)}-d tensor", op.loc)
+        for ix in op.indices:
+            if isinstance(ix.type, TileType) and ix.type.dtype.is_float:
+                raise IRError(f"gather: index {ix} is a {ix.type.dtype} tile, not an integer "
+                              "one", op.loc)
     elif isinstance(op, O.Elementwise):
         if op.fn not in O.ELEMENTWISE_FNS:
             raise IRError(f"unknown elementwise function {op.fn!r}", op.loc)

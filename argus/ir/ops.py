@@ -351,6 +351,24 @@ class Load(Op):
 
 
 @dataclass(frozen=True)
+class Gather(Op):
+    """Load a tile element by element from computed positions: element i of the result is
+    tensor[indices[0][i], ..., indices[-1][i]], one index per tensor dim, each an integer
+    tile that broadcasts to the result's shape (numpy rules) or a scalar; an element with an
+    index outside its dim reads `other` (padding, with no mask). Legal for a result of the
+    tensor's dtype and integer indices. Each thread computes the addresses of the elements
+    it holds (no data moves between threads), so the result's layout is the one its users
+    need; layout inference gives it "rows" (whole rows per thread: its stores vectorize)."""
+
+    NAME = "gather"
+    RESULTS = ("result",)
+    result: Value
+    tensor: Value
+    indices: tuple[Value, ...]
+    other: float = 0.0
+
+
+@dataclass(frozen=True)
 class LoadScalar(Op):
     """Read one element of a global tensor at `offsets` (one scalar per tensor dim) into a
     uniform scalar; an element outside the tensor reads as `other`. An f32/bf16/f16 tensor
@@ -866,7 +884,7 @@ ALL_OPS: dict[str, type[Op]] = {
     for cls in (Const, Arith, GridIds, ClusterRank, ThreadIndex, For, If, RoleOp, SmemAlloc,
                 SmemSlice,
                 PipelineCreate, Produce, Consume, TmaLoad, TmaStore, Wgmma, StMatrix, LdMatrix,
-                Load, LoadScalar, Store, AtomicAdd, AtomicFetchAdd, Fence, GridDepWait,
+                Load, Gather, LoadScalar, Store, AtomicAdd, AtomicFetchAdd, Fence, GridDepWait,
                 GridDepLaunch, Full, Elementwise,
                 Convert, Reduce, Scan, TileSlice, Var, Assign, ConvertLayout, Arange,
                 ExpandDims, PipeSkip, Elect) + SYNC_OPS

@@ -27,6 +27,10 @@ Names (the text form in TileType.layout; `build` parses them):
                       (a last dim that is not a multiple of the threads: threads spill into
                       leading dims, leftover thread bits replicate)
   rowvec              = slice(blocked, last axis): every thread holds all rows (replicated)
+  rows                dim 0 over the threads (thread t holds rows t, t + T, ...), every other
+                      dim in-thread, row-major: each thread owns whole rows, so its registers
+                      walk a row's last dim in order (a gather's per-thread runs, stored with
+                      vector accesses of consecutive columns)
   wgmma_acc           the m64nNk16 f32 accumulator fragment (INVARIANTS.md §2.1)
   wgmma_a             the register A operand fragment, the accumulator pattern per k16
   slice(P,axis,n)     P (a name, for the shape with extent n along axis) reduced along axis
@@ -385,6 +389,26 @@ def blocked(shape, threads: int, vec: int | None = None, name: str = "blocked") 
     return RegisterLayout(name, shape, threads, bases, regs)
 
 
+def rows(shape, threads: int) -> RegisterLayout:
+    """Dim 0 over the threads, everything else in-thread: thread t holds rows t, t + T, ...
+    (T the threads), each whole, registers row-major (row, then the other dims in order), so
+    registers k*V .. k*V + V - 1 are consecutive elements of the last dim whenever V divides
+    it. Needs dim 0 a multiple of a power-of-two thread count (every thread owns rows, none
+    replicates): the layout of a gather whose threads each build their own rows
+    (ir.ops.Gather)."""
+    shape = tuple(int(d) for d in shape)
+    if not 1 <= len(shape) <= 4:
+        raise ValueError(f"register tiles have rank 1 to 4, got shape {shape}")
+    if not _pow2(threads) or shape[0] % threads:
+        raise ValueError(f"rows: dim 0 of {shape} is not a multiple of {threads} threads "
+                         f"(each thread owns whole rows; a power-of-two thread count)")
+    rank = len(shape)
+    bases = tuple(tuple(1 << b if d == 0 else 0 for d in range(rank))
+                  for b in range(_nbits(threads)))
+    offsets = [list(range(0, shape[0], threads))] + [list(range(n)) for n in shape[1:]]
+    return RegisterLayout("rows", shape, threads, bases, tuple(itertools.product(*offsets)))
+
+
 def replicated(shape, threads: int, name: str = "rowvec") -> RegisterLayout:
     """Every thread holds the whole tile (row-major registers)."""
     shape = tuple(shape)
@@ -511,6 +535,8 @@ def build(name: str, shape: tuple[int, ...], threads: int) -> RegisterLayout:
         return blocked(shape, threads)
     if name == "rowvec":
         return replicated(shape, threads)
+    if name == "rows":
+        return rows(shape, threads)
     if name in ("wgmma_acc", "wgmma_a"):
         if len(shape) != 2 or shape[0] != 64:
             raise ValueError(f"{name} is a 64 x N fragment, not {shape}")

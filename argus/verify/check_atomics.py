@@ -39,7 +39,7 @@ from argus.verify.solver import value
 from argus.verify.tagdomain import fresh_int, mentions
 
 # ops that access a global tensor other than by an atomic: (class, the field naming it)
-_PLAIN = ((O.Store, "store"), (O.TmaStore, "TMA store"), (O.Load, "load"),
+_PLAIN = ((O.Store, "store"), (O.TmaStore, "TMA store"), (O.Load, "load"), (O.Gather, "gather"),
           (O.LoadScalar, "scalar load"), (O.TmaLoad, "TMA load"))
 
 

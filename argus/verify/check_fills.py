@@ -158,7 +158,7 @@ class _Flow:
         if isinstance(op, O.Const) and isinstance(op.value, (int, float)) and \
                 not isinstance(op.value, bool):
             self.const[op.result.id] = float(op.value)
-        elif isinstance(op, O.Load):
+        elif isinstance(op, (O.Load, O.Gather)):
             self.set(op.result.id, float(op.other), frozenset([op]))
         elif isinstance(op, O.Full):
             self.const[op.result.id] = float(op.value)

@@ -32,7 +32,7 @@ from argus.ir.core import Kernel, Op
 from argus.verify.obligation import Finding
 
 # global reads a predecessor's writes can race, and global writes
-_LOADS = (O.Load, O.LoadScalar, O.TmaLoad)
+_LOADS = (O.Load, O.Gather, O.LoadScalar, O.TmaLoad)
 _WRITES = (O.Store, O.TmaStore, O.AtomicAdd, O.AtomicFetchAdd)
 
 

@@ -79,6 +79,29 @@ class Blocked(Lay):
         return f"(gtid * {self.vec} + {base})"
 
 
+class Rows(Lay):
+    """Whole rows per thread (RL.rows): registers walk each of a thread's rows in order, so
+    `vec` consecutive registers starting at a multiple of vec are consecutive columns of one
+    row: vec is the largest power of two up to ROWS_VEC dividing the last dim (the chunk one
+    vector access covers: 16 bytes of bf16). A rank-1 rows tile's last dim is dim 0, split
+    over the threads: vec 1."""
+
+    @property
+    def vec(self) -> int:
+        if self.rl.rank == 1:
+            return 1
+        cols = self.rl.shape[-1]
+        v = 1
+        while v < ROWS_VEC and cols % (2 * v) == 0:
+            v *= 2
+        return v
+
+
+# the widest chunk of a rows tile: 8 elements (16 bytes of bf16 / fp16, two 16-byte accesses
+# of f32: memory.py splits a chunk into accesses of at most 16 bytes)
+ROWS_VEC = 8
+
+
 class Acc(Lay):
     """The wgmma m64nNk16 accumulator: row = 16w + g + 8((i/2)%2), col = 2q + (i%2) + 8(i/4)."""
 
@@ -107,4 +130,6 @@ def layout_of(t: TileType, group_threads: int, loc, acc_names: bool = False) -> 
         return Blocked(rl, acc_names)
     if t.layout in ("wgmma_acc", "wgmma_a"):
         return Acc(rl, acc_names)
+    if t.layout == "rows":
+        return Rows(rl, acc_names)
     return Lay(rl, acc_names)

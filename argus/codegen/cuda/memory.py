@@ -23,7 +23,7 @@ from argus.codegen.cuda.emit import (
     rule,
     strip_round,
 )
-from argus.codegen.cuda.layouts import Acc, Blocked
+from argus.codegen.cuda.layouts import Acc, Blocked, Rows
 from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.core import Value
@@ -48,10 +48,11 @@ def _from_mem_c(expr: str, dtype) -> str:
 
 def _vector_access(lay, dtype) -> int:
     """Bytes of one vector global access into a chunk of `lay` (min(16, vec x element bytes)),
-    or 0 where the tile is accessed element by element: non-blocked layouts, vec 1, dtypes
+    or 0 where the tile is accessed element by element: layouts other than blocked and rows
+    (whose chunks are consecutive registers of consecutive columns), vec 1, dtypes
     other than f32 / bf16 / f16 / e4m3 (integer tiles keep the scalar path), and chunks under
     4 bytes (e4m3 with vec 2)."""
-    if not isinstance(lay, Blocked) or lay.vec < 2 or \
+    if not isinstance(lay, (Blocked, Rows)) or lay.vec < 2 or \
             dtype.name not in ("f32", "bf16", "f16", "e4m3"):
         return 0
     width = min(16, lay.vec * dtype.bytes)
@@ -228,6 +229,33 @@ def load(em: _Emitter, op: O.Load) -> None:
              lambda ptr, width, regs: _vector_load_c(
                  ptr, width, dtype, [f"{info.name}[{i}]" for i in regs]),
              outside=lambda regs: [f"{info.name}[{i}] = {other};" for i in regs])
+
+
+@rule(O.Gather)
+def gather(em: _Emitter, op: O.Gather) -> None:
+    """Each register reads the element its indices name (the index tiles' registers in the
+    same thread: layout inference gave them the gather's layout, sliced where they
+    broadcast), guarded by every dim's bounds. The offset is computed outside the condition,
+    integer arithmetic only, as the load's scalar path: an arange's index is a constant in a
+    register, so the compiler folds a row's elements into one base address and immediate
+    offsets."""
+    info = em.declare_tile(op.result, op.loc)
+    lay = info.layout
+    name = em.tensors[op.tensor.id]
+    t: TensorType = op.tensor.type
+    dtype = t.dtype
+    rank = len(t.shape)
+    ix = _index_c(em, op.tensor)
+    cast = "(unsigned)" if ix == "unsigned" else ""
+    other = literal_c(op.other, op.result.type.dtype)
+    for i in range(lay.nregs):
+        conds, terms = [], []
+        for d, v in enumerate(op.indices):
+            e = f"({em.operand_expr(v, i, lay)})"
+            conds.append(f"{e} >= 0 && {e} < {_dim(t, d)}")
+            terms.append(f"({ix}){e}" + (f" * {cast}{name}_s{d}" if d < rank - 1 else ""))
+        em.emit(f"{{ const {ix} ge = {' + '.join(terms)}; {info.name}[{i}] = "
+                f"({' && '.join(conds)}) ? {_from_mem_c(f'{name}[ge]', dtype)} : {other}; }}")
 
 
 def _element_at(em: _Emitter, tensor, offsets) -> tuple[list[str], list[str]]:

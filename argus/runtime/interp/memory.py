@@ -47,6 +47,23 @@ def load(m: _Interp, g: _Group, op: O.Load) -> None:
     g.env[op.result.id] = m._box(op.tensor, offs, op.result.type.shape, op.other)
 
 
+@rule(O.Gather)
+def gather(m: _Interp, g: _Group, op: O.Gather) -> None:
+    """Element i reads the tensor at the indices' element i (broadcast); an index outside its
+    dim reads `other`, as the load's bounds do."""
+    src = m.tensors[op.tensor.id]
+    shape = op.result.type.shape
+    idx = [np.broadcast_to(np.asarray(m.val(g, ix), dtype=np.int64), shape)
+           for ix in op.indices]
+    inside = np.ones(shape, dtype=bool)
+    for ix, n in zip(idx, src.shape):
+        inside &= (ix >= 0) & (ix < n)
+    # float tensors widen to float32 registers; integer ones keep their type (exact), as _box
+    out = np.full(shape, op.other, dtype=np.float32 if src.dtype.kind == "f" else src.dtype)
+    out[inside] = src[tuple(ix[inside] for ix in idx)]
+    g.env[op.result.id] = out
+
+
 @rule(O.LoadScalar)
 def load_scalar(m: _Interp, g: _Group, op: O.LoadScalar) -> None:
     offs = [m.val(g, o) for o in op.offsets]

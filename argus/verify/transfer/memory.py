@@ -23,6 +23,7 @@ from __future__ import annotations
 import z3
 
 from argus.ir import ops as O
+from argus.ir.types import TileType
 from argus.verify.tagdomain import fresh_int, through
 from argus.verify.transfer.domain import (AtomicSite, ReadSite, Rule, StoreSite, ViewInfo,
                                          WriteSite, _num, trailing)
@@ -69,6 +70,35 @@ def load(m: Model, op: O.Load, scopes, role, counters, following) -> None:
         return m.element_record(info, coords, it=it,
                                 source=f"{info.name}[...] loaded at {op.loc}")
     m._set_tile(op.result, fn, op, f"a tile of {info.name} loaded at {op.loc}")
+
+
+def gather(m: Model, op: O.Gather, scopes, role, counters, following) -> None:
+    # element i carries the tags of the tensor element its indices name: an index tile's
+    # `value` field where the model knows it (arithmetic on aranges and scalars), else an
+    # unknown coordinate (fresh: nothing is claimed about which element it read)
+    info = m.tensors[op.tensor.id]
+    site = m._site(op, scopes, role)
+    loops = site.loops()
+    it = loops[-1].var if loops else None
+    parts = []
+    for ix in op.indices:
+        if isinstance(ix.type, TileType):
+            parts.append((m.tile(ix), ix.type.shape))
+        else:
+            parts.append((m.scalar(ix), None))
+
+    def fn(idx, info=info, parts=parts, it=it):
+        coords = []
+        for x, shape in parts:
+            if shape is None:
+                coords.append(x)
+                continue
+            v = x.fn(tuple(z3.IntVal(0) if s == 1 else c
+                           for c, s in zip(idx, shape))).fields.get("value")
+            coords.append(v.term if v is not None else fresh_int("gather_index"))
+        return m.element_record(info, tuple(coords), it=it,
+                                source=f"{info.name}[...] gathered at {op.loc}")
+    m._set_tile(op.result, fn, op, f"a tile of {info.name} gathered at {op.loc}")
 
 
 def load_scalar(m: Model, op: O.LoadScalar, scopes, role, counters, following) -> None:
@@ -132,6 +162,7 @@ RULES: dict[type, Rule] = {
     O.StMatrix: stmatrix,
     O.LdMatrix: ldmatrix,
     O.Load: load,
+    O.Gather: gather,
     O.LoadScalar: load_scalar,
     O.Store: store,
     O.AtomicAdd: atomic_add,
