@@ -132,6 +132,12 @@ def test_rows_store_renders_16_byte_chunks():
     the gather's indices fold to one row base plus a constant column per register."""
     text = render(lower_only(gather_runs)).text
     assert text.count("ag::st_global_b32x4(") == 3
+    # every register's load is guarded by both dims' bounds, 0 <= index < extent as one
+    # unsigned compare each, and reads `other` (0) outside
+    loads = [line for line in text.splitlines() if "gp = X" in line]
+    assert len(loads) == 24
+    assert all(line.count("< (unsigned)R") == 1 and line.count("< (unsigned)E") == 1 and
+               "<=" not in line and line.rstrip().endswith(": 0.0f; }") for line in loads)
     assert "16-byte chunk of registers 16..23" in text
     text32 = render(lower_only(gather_scalar_index)).text
     assert text32.count("ag::st_global_f32x4(") == 2     # 8 f32 = 32 bytes: two accesses

@@ -252,10 +252,20 @@ def gather(em: _Emitter, op: O.Gather) -> None:
         conds, terms = [], []
         for d, v in enumerate(op.indices):
             e = f"({em.operand_expr(v, i, lay)})"
-            conds.append(f"{e} >= 0 && {e} < {_dim(t, d)}")
-            terms.append(f"({ix}){e}" + (f" * {cast}{name}_s{d}" if d < rank - 1 else ""))
-        em.emit(f"{{ const {ix} ge = {' + '.join(terms)}; {info.name}[{i}] = "
-                f"({' && '.join(conds)}) ? {_from_mem_c(f'{name}[ge]', dtype)} : {other}; }}")
+            # 0 <= e < dim as one unsigned compare (a negative e wraps past any int extent),
+            # in the index's width (an i64 index tile must not be truncated to 32 bits)
+            u = "unsigned long long" if v.type.dtype.bits == 64 else "unsigned"
+            conds.append(f"({u}){e} < ({u}){_dim(t, d)}")
+            terms.append(f"({ix}){e} * {cast}{name}_s{d}" if d < rank - 1 else e)
+        # the leading dims' offset as the element-offset type, the last dim's index added to
+        # the pointer as a plain int: elements of one row then share the row's pointer and
+        # differ by their index's constant part, which the compiler folds into the load's
+        # immediate offset (an unsigned sum would wrap, so it could not split it: one
+        # address computation, and the base pointer reloaded, per element)
+        row = f"{name} + ({' + '.join(terms[:-1])})" if rank > 1 else name
+        em.emit(f"{{ {dtype_ptr(dtype)} const gp = {row}; {info.name}[{i}] = "
+                f"({' && '.join(conds)}) ? {_from_mem_c(f'gp[{terms[-1]}]', dtype)} : "
+                f"{other}; }}")
 
 
 def _element_at(em: _Emitter, tensor, offsets) -> tuple[list[str], list[str]]:
