@@ -621,7 +621,22 @@ STEMS = [
 ]
 
 
-def stems() -> None:
+def _with_rows_kernel(choice: str | None, fn):
+    """fn() with argus.ops.conv.IM2COL_ROWS_KERNEL = choice (None: as it is), restored after:
+    which kernel gathers a channels-last x's row runs ("warp" or "pixels")."""
+    from argus.ops import conv as conv_ops
+
+    if choice is None:
+        return fn()
+    before = conv_ops.IM2COL_ROWS_KERNEL
+    conv_ops.IM2COL_ROWS_KERNEL = choice
+    try:
+        return fn()
+    finally:
+        conv_ops.IM2COL_ROWS_KERNEL = before
+
+
+def stems(gather_choice: str | None = None) -> None:
     """--stem: the STEMS layers (bf16; fp32 rows under tf32 against cuDNN with TF32 on) on
     argus.ops.conv's im2col route ("ours": `convolve`, routed to the gather kernel + matmul's
     GEMM), on the implicit GEMM they took before (a ConvSchedule passed: "implicit",
@@ -630,13 +645,23 @@ def stems() -> None:
     route's two kernels alone on fixed operands (prepared launches, no host work): "gather"
     and "gemm" (their sum against "ours" is the host overhead). Each column's normwise error
     against float64 first (a wrong column is reported, not timed); the geomeans of
-    cudnn/ours and cudnn/implicit over the rows."""
+    cudnn/ours and cudnn/implicit over the rows.
+
+    `gather_choice` (--gather): which kernel gathers a channels-last x's row runs
+    (IM2COL_ROWS_KERNEL): "warp" (one pixel a warp), "pixels" (one pixel a thread, ag.gather
+    and 16-byte stores), or "both": the rows a row-run gather serves get "ours" and "gather"
+    for each, as "ours[warp]" / "gather[warp]" and "ours[pixels]" / "gather[pixels]" (each on
+    its own copy of x, so the route's replay of one never serves the other)."""
     import torch
     import torch.nn.functional as F
 
     from argus.ops import conv as conv_ops
     from argus.runtime.timing import measure_alternating
 
+    if gather_choice in ("warp", "pixels"):    # the whole run on one row-run kernel
+        conv_ops.IM2COL_ROWS_KERNEL = gather_choice
+    print(f"row-run gather: {gather_choice or conv_ops.IM2COL_ROWS_KERNEL} "
+          "(argus.ops.conv.IM2COL_ROWS_KERNEL)")
     print("== few-channel stems (bf16; fp32 rows: tf32): ours (route im2col: gather + "
           "matmul's GEMM) vs implicit GEMM vs cuDNN; the gather and the GEMM alone")
     ratios: dict[str, list] = {"cudnn/ours": [], "cudnn/implicit": []}
@@ -663,15 +688,26 @@ def stems() -> None:
                "implicit": lambda: conv_ops.convolve(x, w, b, st, pad, schedule=sched,
                                                      precision=prec),
                "cudnn": _tf32_cudnn(cudnn) if prec else cudnn}
-        if kind == "im2col":
-            gather, gemm, keep = _im2col_steps(x, w, b, st, pad)
-            fns["gather"] = lambda: (gather(), keep)
-            fns["gemm"] = lambda: (gemm(), keep)
+        choices: list = [None]
+        if kind == "im2col" and gather_kind.rows and gather_choice == "both":
+            del fns["ours"]
+            choices = ["warp", "pixels"]
+        for choice in choices if kind == "im2col" else ():
+            tag = f"[{choice}]" if choice else ""
+            xc = x.clone() if tag else x      # its own x: the route's replay is per x
+            if tag:
+                fns["ours" + tag] = (lambda xc=xc, choice=choice: _with_rows_kernel(
+                    choice, lambda: conv_ops.convolve(xc, w, b, st, pad, precision=prec)))
+            gather, gemm, keep = _with_rows_kernel(
+                choice, lambda xc=xc: _im2col_steps(xc, w, b, st, pad))
+            fns["gather" + tag] = lambda gather=gather, keep=keep: (gather(), keep)
+            if "gemm" not in fns:              # the same GEMM whichever kernel gathered
+                fns["gemm"] = lambda gemm=gemm, keep=keep: (gemm(), keep)
         errs, ok = {}, {}
         for key, f in fns.items():
             try:
                 y = f()
-                errs[key] = _norm_rel(y, ref) if key not in ("gather", "gemm") else 0.0
+                errs[key] = 0.0 if key.startswith(("gather", "gemm")) else _norm_rel(y, ref)
             except Exception as e:  # noqa: BLE001 - a failing column is reported, the row goes on
                 print(f"{name:32s} {key}: failed: {str(e).splitlines()[0][:120]}", flush=True)
                 continue
@@ -682,8 +718,13 @@ def stems() -> None:
         times = measure_alternating(list(ok.values()), rounds=3, trials=100, warmup=10)
         ms = {k: t.median_ms for k, t in zip(ok, times)}
         flops = 2.0 * ref.numel() * C * R * S
-        cells = "  ".join(f"{k} {ms[k]:7.4f} ms" + (f" (err {errs[k]:.1e})" if k in (
-            "ours", "implicit", "cudnn") else "") for k in ok)
+        cells = "  ".join(f"{k} {ms[k]:7.4f} ms" + (f" (err {errs[k]:.1e})" if not
+                          k.startswith(("gather", "gemm")) else "") for k in ok)
+        for tag in ("[warp]", "[pixels]"):     # --gather both: each kernel's ratios
+            if "ours" + tag in ms and "cudnn" in ms:
+                cells += f"  cudnn/ours{tag} {ms['cudnn'] / ms['ours' + tag]:5.2f}x"
+        if "ours[pixels]" in ms:               # the default's row of the geomeans
+            ms["ours"] = ms["ours[warp]"] if "ours[warp]" in ms else ms["ours[pixels]"]
         for label in ratios:
             theirs, mine = label.split("/")
             if theirs in ms and mine in ms:
@@ -855,6 +896,10 @@ def main() -> None:
                     help="the few-channel stems (ResNet-50's 7x7/2, AlexNet's 11x11/4: "
                          "KernelBench L1/50) in bf16: the im2col route vs the implicit GEMM vs "
                          "cuDNN, the gather and the GEMM alone, and stop")
+    ap.add_argument("--gather", choices=("warp", "pixels", "both"), default=None,
+                    help="with --stem: the kernel that gathers a channels-last x's row runs "
+                         "(argus.ops.conv.IM2COL_ROWS_KERNEL; default: as it is), or both side "
+                         "by side (ours[...] and gather[...] columns)")
     ap.add_argument("--tune", action="store_true",
                     help="with --pointwise16: tune_matmul each GEMM problem first")
     ap.add_argument("--before", action="store_true",
@@ -872,7 +917,7 @@ def main() -> None:
         pointwise16(args.tune)
         return
     if args.stem:
-        stems()
+        stems(args.gather)
         return
     if args.profile:
         profile(args.profile)

@@ -29,6 +29,8 @@ into tf32 hi + lo pieces); padding taps read zeros from the loads' bounds, never
   (pixel, filter row), its own layout of A in slots (its docstring).
 - `im2col_planes_kernel` (NCHW input, no column dilation): C runs of S values per (pixel,
   filter row), one [C, S] box, A in slots ordered (r, c, s) (its docstring).
+- `im2col_pixels_kernel` (channels-last input, no column dilation): the row-run kernel's A
+  layout built one pixel a thread with ag.gather, stored 16 bytes at a time (its docstring).
 
 Invariant (per tap): A[(n * P + p) * Q + q, (r * S + s) * C + c] = x[n, p * sh + r * dh - ph,
 q * sw + s * dw - pw, c] (rounded to tf32 for fp32; 0 outside the input), the bias tap's first
@@ -46,8 +48,9 @@ from argus import dtypes
 from argus.dtypes import DType
 from argus.kernels.conv import check_geometry_fields
 
-__all__ = ["Im2colGeometry", "im2col_kernel", "im2col_planes_kernel", "im2col_rows_kernel",
-           "im2col_tile", "plane_slot", "planes_tile", "row_slot", "rows_tile"]
+__all__ = ["Im2colGeometry", "im2col_kernel", "im2col_pixels_kernel", "im2col_planes_kernel",
+           "im2col_rows_kernel", "im2col_tile", "plane_slot", "planes_tile", "row_slot",
+           "rows_tile"]
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,66 @@ def im2col_rows_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
             ag.store(A, (row, j0 + i * slots + g.r, 0), one)
 
     return ag.kernel(conv_im2col_rows, threads=32, name=f"conv_im2col_rows_{dtype.name}")
+
+
+# pixels (A rows) a CTA of the pixel kernel: one a thread, four warps
+PIXELS_PER_CTA = 128
+# A's columns one gather and one store of the pixel kernel cover: 8 (16 bytes of bf16 / fp16,
+# two 16-byte stores of fp32); A's pitch is a multiple of 8 (`row_slot`)
+PIXEL_CHUNK = 8
+
+
+@functools.lru_cache(maxsize=None)
+def im2col_pixels_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
+    """The row-run kernel's gather (`im2col_rows_kernel`: same X view, same A layout, so the
+    same weight matrix) with one output pixel a thread instead of one a warp: each thread
+    builds its pixel's row of A, `PIXEL_CHUNK` columns at a time, with `ag.gather` (the
+    chunk's columns are trace-time constants: slot r = k // slot, offset k % slot, so each
+    element's input row and column are the pixel's h0 and e0 plus constants) and stores each
+    chunk with one 16-byte store (the gather's "rows" layout: a thread's 8 registers are 8
+    consecutive columns of A). The warp kernel moves one element a lane per store (STG.U16:
+    ~202 SASS instructions a pixel, docs/perf/conv.md); this one 16 bytes a thread.
+
+    Padding: an input row outside [0, H) or a column outside X's row [0, W * C) is outside X,
+    which the gather reads as 0; columns of A that hold no input (a slot's gap, slot R, the
+    pitch's end) get input row -1 (outside X: no load), and slot R's first BIAS_ONES columns
+    are 1. X is x's [N, H, W * C] view, A the [N * P * Q, pitch] buffer itself; P and Q follow
+    from X's shape and the geometry. Compile-time `geom` (dil_w 1) and BM = PIXELS_PER_CTA.
+
+    Invariant: as `im2col_rows_kernel`'s (every element of A written exactly once: the grid's
+    CTAs take disjoint blocks of BM rows, each all pitch / PIXEL_CHUNK chunks)."""
+    _check_dtype(dtype)
+
+    def conv_im2col_pixels(X: ag.Tensor["N", "H", "E", dtype],        # [N, H, W * C]
+                           A: ag.Tensor["M", "K", dtype],             # [N * P * Q, pitch]
+                           geom: Im2colGeometry = Im2colGeometry(1, 1), BM: int = 128):
+        g = geom
+        if g.dil_w != 1:
+            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row)")
+        run, slot = g.s * g.channels, row_slot(g)
+        pitch = (g.r + 1) * slot
+        H, W = X.shape[1], X.shape[2] // g.channels
+        P = (H + 2 * g.pad_h - g.dil_h * (g.r - 1) - 1) // g.stride_h + 1
+        Q = (W + 2 * g.pad_w - (g.s - 1) - 1) // g.stride_w + 1
+        (b,) = ag.grid(ag.cdiv(A.shape[0], BM))
+        m = b * BM + ag.arange(BM)[:, None]               # [BM, 1]: this thread's pixel
+        q, nq = m % Q, m / Q
+        p, n = nq % P, nq / P
+        h0 = p * g.stride_h - g.pad_h                      # the pixel's first input row
+        e0 = (q * g.stride_w - g.pad_w) * g.channels       # its run's first element
+        for c in range(pitch // PIXEL_CHUNK):
+            k = c * PIXEL_CHUNK + ag.arange(PIXEL_CHUNK)[None, :]    # [1, 8]: A's columns
+            r, j = k / slot, k % slot
+            data = (r < g.r) & (j < run)
+            # a column with no input reads input row -1: outside X, no load, 0
+            h = ag.where(data, h0 + r * g.dil_h, -1)
+            x = ag.gather(X, (n, h, e0 + j), other=0.0)
+            ones = (r == g.r) & (j < BIAS_ONES)
+            x = ag.where(ones, ag.full((1, PIXEL_CHUNK), 1.0, dtype), x)
+            ag.store(A, (b * BM, c * PIXEL_CHUNK), _rounded(x, dtype))
+
+    return ag.kernel(conv_im2col_pixels, threads=PIXELS_PER_CTA,
+                     name=f"conv_im2col_pixels_{dtype.name}")
 
 
 def plane_slot(geom: Im2colGeometry) -> int:

@@ -708,6 +708,15 @@ def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
         gather.p * gather.q * gather.pitch * x.element_size() <= IM2COL_MAX_BYTES
 
 
+# which kernel gathers the row runs of a channels-last x (`_Gather.of`'s "rows" problems):
+# "warp" (im2col_rows_kernel: one pixel's runs a warp, one element a lane per store; measured
+# on the H200: the stem's gather 0.18 ms, instruction-bound at ~202 SASS instructions a pixel,
+# docs/perf/conv.md) or "pixels" (im2col_pixels_kernel: one pixel a thread, ag.gather and
+# 16-byte stores; ~30 SASS instructions a pixel on the path every chunk takes,
+# scripts/sass_im2col_gather.py; not measured on a GPU yet: opt-in until
+# `gpu_conv_bench.py --stem --gather both` times the two)
+IM2COL_ROWS_KERNEL = "warp"
+
 # the row-run gather takes filter rows of at least this many elements (S * C: half a warp);
 # shorter runs leave most of its 32 lanes idle, the per-tap kernel's rows of C do not
 IM2COL_MIN_RUN = 16
@@ -719,6 +728,9 @@ class _Gather:
 
     - "rows" (im2col_rows_kernel: x channels-last, dil_w 1, S * C >= IM2COL_MIN_RUN): one run
       of S * C values per (pixel, filter row), x read as [N, H, W * C]; K ordered (r, s, c);
+    - "pixels" (im2col_pixels_kernel, where IM2COL_ROWS_KERNEL says "pixels"): the rows
+      kind's problems, x view and A layout (so the same weight matrix), one pixel a thread
+      (ag.gather, 16-byte stores of A) instead of one a warp; A is the [M, pitch] buffer;
     - "planes" (im2col_planes_kernel: x with contiguous rows per channel, NCHW, dil_w 1, a
       [C, S'] tile of at least 32 elements): C runs of S values per (pixel, filter row), x read
       as [N, H, C, W]; K ordered (r, c, s);
@@ -742,7 +754,8 @@ class _Gather:
 
     @property
     def rows(self) -> bool:
-        return self.kind == "rows"
+        """The row-run layout of A (slots of S * C): the warp ("rows") or pixel kernel's."""
+        return self.kind in ("rows", "pixels")
 
     @property
     def m(self) -> int:
@@ -752,8 +765,8 @@ class _Gather:
     def of(cls, x, weight, stride, padding, dilation) -> "_Gather | None":
         """The gather of conv2d(x, weight, ...) (16-bit, or fp32 under tf32; checked), or
         None when no kernel reads this x in place."""
-        from argus.kernels.conv_im2col import (Im2colGeometry, im2col_tile, plane_slot,
-                                               planes_tile, row_slot, rows_tile)
+        from argus.kernels.conv_im2col import (PIXELS_PER_CTA, Im2colGeometry, im2col_tile,
+                                               plane_slot, planes_tile, row_slot, rows_tile)
 
         N, C, H, W = x.shape
         K, _, R, S = weight.shape
@@ -765,6 +778,8 @@ class _Gather:
         nhwc = x.permute(0, 2, 3, 1)
         if dw == 1 and S * C >= IM2COL_MIN_RUN and nhwc.stride()[2:] == (C, 1):
             slot = row_slot(geom)
+            if IM2COL_ROWS_KERNEL == "pixels":
+                return cls("pixels", geom, slot, (R + 1) * slot, N, P, Q, (PIXELS_PER_CTA,))
             return cls("rows", geom, slot, (R + 1) * slot, N, P, Q, rows_tile(geom))
         if dw == 1 and x.stride(3) == 1:
             bq, cb, lb = planes_tile(geom)
@@ -778,16 +793,18 @@ class _Gather:
         return cls("taps", geom, S * C, pitch, N, P, Q, im2col_tile(C, Q))
 
     def kernel(self, dtype):
-        from argus.kernels.conv_im2col import (im2col_kernel, im2col_planes_kernel,
-                                               im2col_rows_kernel)
+        from argus.kernels.conv_im2col import (im2col_kernel, im2col_pixels_kernel,
+                                               im2col_planes_kernel, im2col_rows_kernel)
 
-        return {"rows": im2col_rows_kernel, "planes": im2col_planes_kernel,
-                "taps": im2col_kernel}[self.kind](dtype)
+        return {"rows": im2col_rows_kernel, "pixels": im2col_pixels_kernel,
+                "planes": im2col_planes_kernel, "taps": im2col_kernel}[self.kind](dtype)
 
     def constexprs(self) -> dict:
         if self.kind == "planes":
             bq, cb, lb = self.tile
             return {"geom": self.geom, "BQ": bq, "CB": cb, "LB": lb, "SP": self.sp}
+        if self.kind == "pixels":
+            return {"geom": self.geom, "BM": self.tile[0]}
         bq, b = self.tile
         return {"geom": self.geom, "BQ": bq, ("LB" if self.rows else "BC"): b}
 
@@ -796,7 +813,7 @@ class _Gather:
         g = self.geom
         N, C, H, W = x.shape
         s0, s1, s2, s3 = x.permute(0, 2, 3, 1).stride()
-        if self.kind == "rows":
+        if self.rows:
             return x.as_strided((N, H, W * C), (s0, s1, 1), x.storage_offset())
         if self.kind == "planes":
             return x.as_strided((N, H, C, W), (s0, s1, s3, 1), x.storage_offset())
@@ -806,6 +823,8 @@ class _Gather:
     def a_view(self, A):
         """The kernel's view of the A buffer [M, pitch]."""
         g, NP = self.geom, self.n * self.p
+        if self.kind == "pixels":
+            return A
         if self.kind == "rows":
             return A.view(NP, self.q * (g.r + 1), self.slot)
         C = g.channels

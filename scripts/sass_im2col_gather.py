@@ -1,0 +1,122 @@
+"""Static SASS of the im2col route's channels-last gathers for a stem (CPU only: NVRTC sm_90a
+and nvdisasm): SASS instructions per output pixel, registers, spills, and the global loads and
+stores by width, for the warp kernel (`im2col_rows_kernel`: one pixel's filter-row runs a warp,
+one element a lane per store) and the pixel kernel (`im2col_pixels_kernel`: one pixel a
+thread, ag.gather and 16-byte stores). The variant measured is the one the stem's launch runs
+(analysis/alignment.py: contiguous tensors, 32-bit offsets).
+
+Instructions per pixel: the warp kernel's CTA is one warp of BQ pixels (straight-line code:
+its static count is what the warp issues), so count / BQ; the pixel kernel's warp runs 32
+pixels, so count / 32. Its static count includes each chunk's scalar store fallback, which no
+chunk of A runs (A's pitch is a multiple of the 8-column chunk; alignment.py proves that only
+for multiples of 16), so it is also printed without it: the path every chunk takes (the loads
+are predicated, not branched: padding costs no path of its own).
+
+    PATH=/dir/of/nvdisasm:$PATH .venv/bin/python scripts/sass_im2col_gather.py [--sass DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# (name, N, C, H, W, R, S, stride, padding)
+STEMS = [("ResNet-50 stem 7x7/2, batch 32", 32, 3, 224, 224, 7, 7, 2, 3),
+         ("AlexNet stem 11x11/4, batch 32", 32, 3, 224, 224, 11, 11, 4, 2)]
+
+
+def _specialized(kernel, symbols: dict, whole: tuple = ()):
+    """The kernel as the launch on contiguous tensors of these symbol values runs it; `whole`:
+    symbols taken as multiples of 16 besides those that are (a measurement of the path the
+    launch runs: A's pitch, 168 for the stem, is a multiple of the 8-column chunk, so every
+    chunk takes the vector path, but alignment.py proves chunks whole only for pitches that
+    are multiples of 16; with it the dead scalar fallback is not compiled)."""
+    from argus.analysis import alignment
+    from argus.ir.types import TensorType
+
+    tensors = {}
+    for p in kernel.params:
+        t = p.value.type
+        if not isinstance(t, TensorType):
+            continue
+        shape = [d if isinstance(d, int) else symbols[d] for d in t.shape]
+        strides = [1] * len(shape)
+        for d in range(len(shape) - 2, -1, -1):
+            strides[d] = strides[d + 1] * shape[d + 1]
+        tensors[p.name] = (0, tuple(shape), tuple(strides), t.dtype.bytes)
+    spec = alignment.of_arguments(tensors, symbols)
+    spec = dataclasses.replace(spec, divisible=tuple(sorted(set(spec.divisible) | set(whole))))
+    return alignment.specialize(kernel, spec)
+
+
+def measure(kind: str, stem, sass_dir: Path | None = None, path_only: bool = False) -> dict:
+    from argus import codegen, dtypes
+    from argus.compiler import lower_only
+    from argus.kernels.conv_im2col import (Im2colGeometry, PIXELS_PER_CTA,
+                                           im2col_pixels_kernel, im2col_rows_kernel,
+                                           row_slot, rows_tile)
+    from argus.runtime.compile import compile_cuda
+    from argus.runtime.sass import disassemble, instruction_histogram
+
+    name, N, C, H, W, R, S, st, pad = stem
+    g = Im2colGeometry(R, S, st, st, pad, pad, 1, 1, C)
+    P, Q = (H + 2 * pad - R) // st + 1, (W + 2 * pad - S) // st + 1
+    slot = row_slot(g)
+    if kind == "warp":
+        bq, lb = rows_tile(g)
+        kernel = lower_only(im2col_rows_kernel(dtypes.bf16), geom=g, BQ=bq, LB=lb)
+        symbols = {"N": N, "H": H, "E": W * C, "NP": N * P, "J": Q * (R + 1), "L": slot}
+        pixels = bq
+    else:
+        kernel = lower_only(im2col_pixels_kernel(dtypes.bf16), geom=g, BM=PIXELS_PER_CTA)
+        symbols = {"N": N, "H": H, "E": W * C, "M": N * P * Q, "K": (R + 1) * slot}
+        pixels = 32
+    whole = ("K",) if path_only and kind == "pixel" else ()
+    source = codegen.render(_specialized(kernel, symbols, whole))
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    res = binary.resource(source.name)
+    sass = disassemble(binary.cubin)
+    if sass is None:
+        raise SystemExit("no disassembler: put nvdisasm or cuobjdump on PATH")
+    if sass_dir is not None:
+        stem_name = f"{kind}_{R}x{S}" + ("_path" if whole else "")
+        (sass_dir / f"{stem_name}.cu").write_text(source.text)
+        (sass_dir / f"{stem_name}.sass").write_text(sass)
+    hist = instruction_histogram(sass)
+    total = sum(hist.values())
+    widths = {}
+    for m in re.finditer(r"\b(LDG|STG)\.E(\.[A-Z0-9.]+)?", sass):
+        key = m.group(1) + (m.group(2) or "")
+        widths[key] = widths.get(key, 0) + 1
+    return {"kind": kind, "instructions": total, "per_pixel": total / pixels,
+            "registers": res.registers, "spills": res.spill_stores + res.spill_loads,
+            "branches": hist.get("BRA", 0), "memory": dict(sorted(widths.items())),
+            "a_bytes_per_pixel": (R + 1) * slot * 2}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sass", type=Path, help="write each kernel's .cu and .sass here")
+    args = parser.parse_args()
+    if args.sass:
+        args.sass.mkdir(parents=True, exist_ok=True)
+    for stem in STEMS:
+        print(f"== {stem[0]}")
+        for kind, path in (("warp", False), ("pixel", False), ("pixel", True)):
+            m = measure(kind, stem, args.sass, path)
+            label = kind + (" (the path interior chunks run)" if path else "")
+            print(f"{label:38s} {m['instructions']:5d} SASS instructions, "
+                  f"{m['per_pixel']:6.1f} a pixel ({m['a_bytes_per_pixel']} bytes of A), "
+                  f"{m['registers']} registers, {m['spills']} spill bytes, "
+                  f"{m['branches']} BRA; {m['memory']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
