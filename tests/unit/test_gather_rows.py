@@ -160,6 +160,10 @@ def test_nvrtc_builds_the_gather(tmp_path, monkeypatch):
     binary = compile_cuda(source.text, [source.name], use_cache=False)
     assert binary.ptx.count("st.global.v4.u32") == 3
     assert not binary.resource(source.name).spills
+    for k in (embedding_rows, gather_few_rows):
+        source = render(lower_only(k))
+        binary = compile_cuda(source.text, [source.name], use_cache=False)
+        assert not binary.resource(source.name).spills
 
 
 def test_gather_ir_round_trips():
@@ -171,3 +175,44 @@ def test_gather_ir_round_trips():
         assert again == k and print_kernel(again) == text
         check_kernel(again)
     assert "gather(" in print_kernel(gather_runs.trace())
+
+
+@ag.kernel(threads=32)
+def embedding_rows(T: ag.Tensor["V", "D", ag.bf16], I: ag.Tensor["M", ag.i32],
+                   Y: ag.Tensor["M", "D", ag.bf16], BM: int = 32, BD: int = 16):
+    """Y[m, :] = T[I[m], :]: the row index loaded from memory (an index tile that is data,
+    not arithmetic), an id outside T reading 0."""
+    (b,) = ag.grid(ag.cdiv(Y.shape[0], BM))
+    ids = ag.load(I, (b * BM,), (BM,), other=-1)
+    x = ag.gather(T, (ids[:, None], ag.arange(BD)[None, :]))
+    ag.store(Y, (b * BM, 0), x)
+
+
+@ag.kernel(threads=32)
+def gather_few_rows(X: ag.Tensor["R", "E", ag.f32], Y: ag.Tensor["M", "K", ag.f32]):
+    """8 rows over 32 threads: dim 0 does not split, so the gather stays "blocked"."""
+    (b,) = ag.grid(ag.cdiv(Y.shape[0], 8))
+    m = b * 8 + ag.arange(8)[:, None]
+    ag.store(Y, (b * 8, 0), ag.gather(X, (m, m + ag.arange(32)[None, :])))
+
+
+def test_gather_of_loaded_indices_and_of_a_blocked_tile():
+    gen = torch.Generator().manual_seed(5)
+    table = torch.randn(10, 16, generator=gen).bfloat16()
+    ids = torch.tensor([3, -1, 9, 10, 0] * 8 + [7], dtype=torch.int32)     # 41 rows
+    y = torch.full((41, 16), 5.0).bfloat16()
+    embedding_rows.interpret(table, ids, y)
+    for m, i in enumerate(ids.tolist()):
+        want = table[i] if 0 <= i < 10 else torch.zeros(16).bfloat16()
+        assert torch.equal(y[m], want), m
+    x = torch.randn(12, 40, generator=gen)
+    y2 = torch.zeros(12, 32)
+    gather_few_rows.interpret(x, y2)
+    for m in range(12):
+        for j in range(32):
+            assert y2[m, j].item() == (x[m, m + j].item() if m + j < 40 else 0.0)
+    lowered = lower_only(gather_few_rows)
+    layouts = {op.result.type.layout for op in lowered.walk() if op.NAME == "gather"}
+    assert layouts == {"blocked"}
+    assert "ag::st_global_b32x4(" in render(lower_only(embedding_rows)).text
+    render(lowered)
