@@ -10,7 +10,9 @@ its static count is what the warp issues), so count / BQ; the pixel kernel's war
 pixels, so count / 32. Its static count includes each chunk's scalar store fallback, which no
 chunk of A runs (A's pitch is a multiple of the 8-column chunk; alignment.py proves that only
 for multiples of 16), so it is also printed without it: the path every chunk takes (the loads
-are predicated, not branched: padding costs no path of its own).
+are predicated, not branched: padding costs no path of its own): "on the vector path" is the
+count less the fallback blocks that a chunk taking the vector store branches over, and the
+last row compiles the kernel as if chunks were proven whole (no fallback at all).
 
     PATH=/dir/of/nvdisasm:$PATH .venv/bin/python scripts/sass_im2col_gather.py [--sass DIR]
 """
@@ -55,6 +57,32 @@ def _specialized(kernel, symbols: dict, whole: tuple = ()):
     return alignment.specialize(kernel, spec)
 
 
+def skipped_fallbacks(sass: str) -> int:
+    """Instructions of the chunk stores' scalar fallbacks in `sass`: the blocks between a
+    chunk's conditional branch to its vector store (`@P BRA P, .L_x_k`: the chunk whole and in
+    bounds) and that store's label, which a chunk that takes the vector store skips."""
+    items = []
+    for line in sass.splitlines():
+        label = re.match(r"^\s*(\.L_x_\d+):", line)
+        if label:
+            items.append(("label", label.group(1)))
+        elif re.match(r"^\s+/\*[0-9a-f]{4}\*/", line):
+            items.append(("ins", line))
+    skipped, i = 0, 0
+    while i < len(items):
+        kind, text = items[i]
+        branch = re.search(r"@!?P\d BRA !?P\d, `\((\.L_x_\d+)\)", text) if kind == "ins" else None
+        if branch:
+            j = i + 1
+            while j < len(items) and items[j] != ("label", branch.group(1)):
+                skipped += items[j][0] == "ins"
+                j += 1
+            i = j
+            continue
+        i += 1
+    return skipped
+
+
 def measure(kind: str, stem, sass_dir: Path | None = None, path_only: bool = False) -> dict:
     from argus import codegen, dtypes
     from argus.compiler import lower_only
@@ -94,7 +122,9 @@ def measure(kind: str, stem, sass_dir: Path | None = None, path_only: bool = Fal
     for m in re.finditer(r"\b(LDG|STG)\.E(\.[A-Z0-9.]+)?", sass):
         key = m.group(1) + (m.group(2) or "")
         widths[key] = widths.get(key, 0) + 1
+    path = total - (skipped_fallbacks(sass) if kind == "pixel" else 0)
     return {"kind": kind, "instructions": total, "per_pixel": total / pixels,
+            "path": path, "path_per_pixel": path / pixels,
             "registers": res.registers, "spills": res.spill_stores + res.spill_loads,
             "branches": hist.get("BRA", 0), "memory": dict(sorted(widths.items())),
             "a_bytes_per_pixel": (R + 1) * slot * 2}
@@ -110,9 +140,10 @@ def main() -> int:
         print(f"== {stem[0]}")
         for kind, path in (("warp", False), ("pixel", False), ("pixel", True)):
             m = measure(kind, stem, args.sass, path)
-            label = kind + (" (the path interior chunks run)" if path else "")
+            label = kind + (" (compiled without the fallback)" if path else "")
             print(f"{label:38s} {m['instructions']:5d} SASS instructions, "
-                  f"{m['per_pixel']:6.1f} a pixel ({m['a_bytes_per_pixel']} bytes of A), "
+                  f"{m['per_pixel']:6.1f} a pixel, {m['path_per_pixel']:6.1f} on the vector "
+                  f"path ({m['a_bytes_per_pixel']} bytes of A), "
                   f"{m['registers']} registers, {m['spills']} spill bytes, "
                   f"{m['branches']} BRA; {m['memory']}")
     return 0

@@ -155,7 +155,7 @@ def test_nvrtc_builds_the_pixel_gather(dtype, tmp_path, monkeypatch):
 
 def test_sass_instructions_a_pixel_are_a_fraction_of_the_warp_kernels():
     """The stem (7x7/2, C = 3): the pixel kernel's path issues at most a quarter of the warp
-    kernel's SASS instructions a pixel (1616 / 8 = 202 against ~30 when written)."""
+    kernel's SASS instructions a pixel (1616 / 8 = 202 against ~31 when written)."""
     if not nvrtc_available() or not _has_disassembler():
         pytest.skip("NVRTC or a disassembler (nvdisasm / cuobjdump on PATH) missing")
     spec = importlib.util.spec_from_file_location("sass_im2col_gather",
@@ -164,9 +164,13 @@ def test_sass_instructions_a_pixel_are_a_fraction_of_the_warp_kernels():
     spec.loader.exec_module(module)
     stem = module.STEMS[0]
     warp = module.measure("warp", stem)
-    pixel = module.measure("pixel", stem, path_only=True)
-    assert pixel["memory"].get("STG.128") == 21 and "STG.U16" not in pixel["memory"]
-    assert pixel["per_pixel"] * 4 <= warp["per_pixel"], (pixel, warp)
+    pixel = module.measure("pixel", stem)
+    assert pixel["memory"].get("STG.128") == 21 and pixel["spills"] == 0
+    # the instructions a warp issues when every chunk takes its 16-byte store (A's pitch is
+    # a multiple of 8: always), against the warp kernel's straight-line count
+    assert pixel["path_per_pixel"] * 4 <= warp["per_pixel"], (pixel, warp)
+    whole = module.measure("pixel", stem, path_only=True)
+    assert "STG.U16" not in whole["memory"] and whole["per_pixel"] * 4 <= warp["per_pixel"]
 
 
 def _has_disassembler() -> bool:
