@@ -44,10 +44,16 @@ the call).
 --fp8 default,fold: the FP8 forward (argus.ops.attention_fp8) beside the bf16 cases, in the
 same run as cuDNN's bf16 SDPA: q, k and v quantized per tensor to e4m3 (scale amax / 448) from
 the case's bf16 data; per fp8 variant (fp8_variant_schedule: "default" is fp8_schedule, then
-'+' joins of fold, plain, tma, bnN, stN; fold with the overlap needs ARGUS_VERIFY=0)
-three columns: fp8_<v> (the op, V transposed by it on every call), fp8vt_<v> (the op with V
-given transposed: no copy) and fp8k_<v> (the kernel's launch prepared once: no host work, no
-copy).
+'+' joins of fold, plain, tma, bnN, stN, pvt, shfl; fold with the overlap needs
+ARGUS_VERIFY=0) three columns: fp8_<v> (the op, V transposed by it on every call), fp8vt_<v>
+(the op with V given transposed: no copy) and fp8k_<v> (the kernel's launch prepared once: no
+host work, no copy). The op permutes V^T's keys for the shuffle-free P whenever it transposes
+V (schedule permuted_vt, target/fragments.py AccOrderA8); V given transposed keeps the quad
+shuffles (AccToA8). `pvt`: the kernel column runs the permuted kernel on the op's permuted V^T
+(fp8k_default is the shuffling kernel); `shfl`: the op columns run with the permutation off
+(argus.ops.attention_fp8.PERMUTED_VT = False), the op before it. So
+`--fp8 default,pvt,shfl` gives the old and new kernel (fp8k_default, fp8k_pvt) and op
+(fp8_shfl, fp8_default) in one run.
 Each is checked against float64 attention on the dequantized inputs (rel error columns).
 FP8 FLOPs are counted like bf16's. The fp8 table prints TFLOP/s and fp8 x cudnn (bf16).
 
@@ -177,7 +183,9 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
     """An FP8 variant's schedule: "default" is argus.ops.attention_fp8's (fp8_schedule);
     '+' joins add "fold" (fold_scale: with the overlap it does not verify yet, ARGUS_VERIFY=0),
     "plain" (no overlap: the plain loop, which verifies folded), "tma" (the stmatrix + TMA
-    store epilogue), "bnN" (block_n) and "stN" (ring depth)."""
+    store epilogue), "bnN" (block_n), "stN" (ring depth), "pvt" (permuted_vt: the kernel on a
+    permuted V^T, no P shuffles) and "shfl" (the op without the permutation; the schedule is
+    the default's: fp8_case reads the token)."""
     import dataclasses
 
     from argus.kernels.attention import fp8_schedule
@@ -192,6 +200,10 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
             fields["fa3_overlap"] = False
         elif part == "tma":
             fields["epilogue"] = "tma"
+        elif part == "pvt":
+            fields["permuted_vt"] = True
+        elif part == "shfl":
+            continue
         elif part[:2] in ("bn", "st") and part[2:].isdigit():
             fields["block_n" if part[:2] == "bn" else "stages"] = int(part[2:])
         else:
@@ -201,11 +213,16 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
 
 def fp8_case(row, q, k, v, causal, flops, variants, measure) -> None:
     """The FP8 columns of one case (see --fp8) into `row`."""
+    import importlib
+
     import torch
 
     import argus.ops
     from argus.kernels.attention import LOG2E, attention_kernel
-    from argus.ops.attention_fp8 import transposed_v
+
+    # the module (argus.ops.attention_fp8 is also the op function's name in argus.ops)
+    fp8_op = importlib.import_module("argus.ops.attention_fp8")
+    transposed_v, kernel_v = fp8_op.transposed_v, fp8_op.kernel_v
 
     def quant(x):
         s = x.abs().amax().float().item() / 448.0
@@ -213,6 +230,7 @@ def fp8_case(row, q, k, v, causal, flops, variants, measure) -> None:
 
     (q8, qs), (k8, ks), (v8, vs) = quant(q), quant(k), quant(v)
     vt8 = transposed_v(v8, "bhsd", False)
+    vt8p, _ = kernel_v(v8, "bhsd", False)      # keys permuted (the `pvt` kernel's input)
     d = q.shape[-1]
     deq = [t.float() * s for t, s in ((q8, qs), (k8, ks), (v8, vs))]
     scales = {"q_scale": qs, "k_scale": ks, "v_scale": vs}
@@ -223,6 +241,7 @@ def fp8_case(row, q, k, v, causal, flops, variants, measure) -> None:
                          (f"fp8vt_{variant}", lambda: argus.ops.attention_fp8(
                             q8, k8, vt8, causal=causal, v_transposed=True, schedule=schedule,
                             **scales))):
+            fp8_op.PERMUTED_VT = "shfl" not in variant.split("+")
             try:
                 out = fn()
                 torch.cuda.synchronize()
@@ -233,11 +252,14 @@ def fp8_case(row, q, k, v, causal, flops, variants, measure) -> None:
             except Exception as e:  # noqa: BLE001 - report and go on
                 row[f"{name}_ms"] = None
                 row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+            finally:
+                fp8_op.PERMUTED_VT = True
         name = f"fp8k_{variant}"
         try:
             out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
-            kernel = attention_kernel(d, argus_e4m3(), causal, False).compile(s=schedule)
-            plan = kernel.prepare(q8, k8, vt8, out, _scalars={
+            kernel = attention_kernel(d, argus_e4m3(), causal, False,
+                                      schedule.permuted_vt).compile(s=schedule)
+            plan = kernel.prepare(q8, k8, vt8p if schedule.permuted_vt else vt8, out, _scalars={
                 "qk_scale": LOG2E / math.sqrt(d) * qs * ks, "o_scale": vs})
             plan()
             torch.cuda.synchronize()

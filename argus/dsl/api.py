@@ -702,7 +702,8 @@ tma = SimpleNamespace(load=_tma_load, store=_tma_store)
 
 
 def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
-          overwrite: bool = False, precision: str | None = None, pinned: bool = False) -> Tile:
+          overwrite: bool = False, precision: str | None = None, pinned: bool = False,
+          a_acc_order: bool = False) -> Tile:
     """acc += a @ b^T on the tensor cores (one warpgroup). a: [64, K] smem view, b: [N, K]
     smem view (K-major), or with `trans_b=True` a [K, N] tile stored MN-major as N/64 column
     atoms of [K][64] stacked along the rows; acc: [64, N] f32 tile. With `trans_a=True` a is
@@ -720,7 +721,15 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
     `pinned=True` keeps the issue behind the work traced before it in the machine code (no
     change of meaning; Wgmma.pinned): ptxas otherwise hoists a wgmma above independent
     register work, e.g. the next column half's wgmma above the promotion of the previous one,
-    which then needs both partials' registers at once."""
+    which then needs both partials' registers at once.
+
+    `a_acc_order=True` (an e4m3 register A converted from a 64-row accumulator only): k-position
+    k of the product reads column acc_order_col(k) of `a` (target/fragments.py: a permutation
+    inside each 32-column group), acc += a[:, acc_order_col] @ b^T, so each thread's A bytes
+    are its own accumulator registers and no shuffle is needed (AccOrderA8). `b`'s k rows must
+    be stored in the same order: FP8 attention's V^T with its keys permuted by the op; the
+    verifier compares A's and B's tags through the map, so a B in natural order is reported
+    (wgmma.agree)."""
     ctx = current("ag.wgmma")
     loc = user_loc()
     if precision not in (None, "tf32"):
@@ -738,7 +747,11 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
         if pinned:
             raise TraceError("wgmma(pinned=True) takes shared-memory operands", loc,
                              fix="use a shared-memory A view, or leave pinned out")
-        return _wgmma_register_a(ctx, loc, a, b, acc, trans_b)
+        return _wgmma_register_a(ctx, loc, a, b, acc, trans_b, a_acc_order)
+    if a_acc_order:
+        raise TraceError("wgmma(a_acc_order=True) takes an e4m3 register A (P of FP8 "
+                         "attention)", loc, fix="pass the register tile, or leave a_acc_order "
+                                                "out")
     av, bv = _view(a, "wgmma operand a", loc), _view(b, "wgmma operand b", loc)
     if (trans_a or trans_b) and dtypes.f32 in (av.buffer.type.dtype, bv.buffer.type.dtype):
         which = "A" if trans_a else "B"
@@ -837,7 +850,8 @@ def _check_mn_major_b(bv, n: int, k: int, loc, fix: str) -> None:
                          f"of elements; got {bv.rows} x {bv.cols}", loc, fix=fix)
 
 
-def _wgmma_register_a(ctx, loc, a: Tile, b, acc: Tile, trans_b: bool) -> Tile:
+def _wgmma_register_a(ctx, loc, a: Tile, b, acc: Tile, trans_b: bool,
+                      a_acc_order: bool = False) -> Tile:
     """acc += a @ b^T with `a` a bf16/f16/e4m3 [64, K] register tile (wgmma's "rs" form): the
     A operand never touches shared memory. A 16-bit tile converted from a 64-row accumulator
     (P of FlashAttention) already sits in the A fragment, register for register; an e4m3 one
@@ -881,7 +895,12 @@ def _wgmma_register_a(ctx, loc, a: Tile, b, acc: Tile, trans_b: bool) -> Tile:
                          f"(need {n}x{k}), acc is 64x{n}", loc)
     if n % 8 or not 8 <= n <= 256:
         raise TraceError(f"wgmma N={n} must be a multiple of 8 in [8, 256]", loc)
-    ctx.builder.append(O.Wgmma(acc.value, a.value, bv.materialize(), trans_b, loc=loc))
+    if a_acc_order and a.dtype.bits != 8:
+        raise TraceError(f"wgmma(a_acc_order=True) reads an 8-bit A in the accumulator's order; "
+                         f"a {a.dtype} A already is the accumulator pattern", loc,
+                         fix="leave a_acc_order out for 16-bit P")
+    ctx.builder.append(O.Wgmma(acc.value, a.value, bv.materialize(), trans_b,
+                               a_acc_order=bool(a_acc_order), loc=loc))
     return acc
 
 

@@ -301,6 +301,12 @@ class Wgmma(Op):
     # partials were live and the 128 x 256 consumer spilled (gemm_fp8.split_promoted_mma).
     # Shared-memory A only: codegen refuses it on a register A
     pinned: bool = False
+    # an 8-bit register A read in the accumulator's own order (target/fragments.py
+    # AccOrderA8): k-position k of the product takes column acc_order_col(k) of `a`, i.e.
+    # acc += a[:, acc_order_col] @ b^T; legal only when b's k rows are in that order too (FP8
+    # attention's V^T with its keys permuted inside each 32-key group; the verifier checks
+    # P's key against V's row through the same map). No shuffles in codegen
+    a_acc_order: bool = False
 
     @property
     def a_in_registers(self) -> bool:

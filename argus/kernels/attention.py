@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import argus as ag
 from argus.dtypes import DType
 from argus.kernels.warp_specialized import Staging, Unit, store_tile, store_tile_staged
+from argus.target.fragments import acc_order_col
 from argus.target.limits import NUM_SMS, REGISTERS_PER_SM, SMEM_PER_CTA_OPTIN
 
 __all__ = ["AttentionSchedule", "attention_kernel", "base_schedule", "default_schedule",
@@ -120,6 +121,14 @@ class AttentionSchedule:
     # runs the unfolded schedule for any other scale.
     approx_exp2: bool = False
     fold_scale: bool = False
+    # FP8 only: V^T comes with its keys permuted inside each 32-key group
+    # (target/fragments.py acc_order_col; argus.ops.attention_fp8 writes it so in its
+    # transposing copy), so P's A fragment is the S accumulator's own registers packed to e4m3
+    # (AccOrderA8): no quad shuffles or byte_perm per P V step (AccToA8's 32 SHFL + 16 PRMT per
+    # 128 keys per thread). The kernel then takes Vt [B, HKV, D, SKV], SKV = Skv rounded up to
+    # 32 (attention_kernel(..., permuted_vt=True)); FA3 does the same (hopper/utils.h
+    # permute_Cregs_fp8 with its in-kernel V transpose writing the matching key order)
+    permuted_vt: bool = False
 
     def __post_init__(self) -> None:
         problems = self._problems()
@@ -170,6 +179,9 @@ class AttentionSchedule:
             return problems
         if dtype.bits == 8:
             problems += self._fp8_problems()
+        elif self.permuted_vt:
+            problems.append(f"permuted_vt=True reads an FP8 V^T with permuted keys; {dtype} "
+                            f"P already sits in the A fragment: leave it False")
         need = smem_bytes(self, head_dim, dtype)
         if need > SMEM_PER_CTA_OPTIN:
             problems.append(f"Q, {self.stages} K and V stages"
@@ -365,7 +377,7 @@ def _unmasked_blocks(r0, blocks, block_n: int, S, SK, causal: bool):
 
 @functools.lru_cache(maxsize=None)
 def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool = False,
-                     lse: bool = False) -> ag.KernelFunction:
+                     lse: bool = False, permuted_vt: bool = False) -> ag.KernelFunction:
     """The forward kernel for one head dimension, dtype, mask kind and LSE choice (cached).
 
     Parameters: Q [B, H, S, D], K and V [B, HKV, SK, D], O [B, H, S, D] (then LSE [B, H, S, 1]
@@ -378,11 +390,20 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
     the scalars: qk_scale = softmax scale * log2(e) * q_scale * k_scale, o_scale = v_scale.
     P = exp2(... - P_BIAS) in [0, P_SCALE] is rounded to e4m3 in registers, gathered into the
     8-bit A fragment by quad shuffles (target/fragments.py AccToA8), and O = o_scale * (sum
-    of P V) / l, l the row sum of the unrounded P (P_SCALE cancels)."""
+    of P V) / l, l the row sum of the unrounded P (P_SCALE cancels).
+
+    permuted_vt (e4m3 only; the schedule's permuted_vt must say the same): Vt is
+    [B, HKV, D, SKV], SKV = SK rounded up to 32 (a launch precondition), column c holding key
+    acc_order_col(c) (target/fragments.py: a permutation inside each 32-key group; keys past
+    SK finite, e.g. zero: their P is 0), so P needs no shuffles (AccOrderA8). The tag `sk` of
+    Vt's column c is that key, so the verifier compares P's key with V's row through the map
+    (wgmma.agree) and a V^T in any other order is reported."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim={head_dim}: the attention kernel takes {HEAD_DIMS}")
     if dtype not in (ag.bf16, ag.f16, ag.e4m3):
         raise ValueError(f"dtype {dtype}: the attention kernel takes bf16, f16 or e4m3")
+    if permuted_vt and dtype.bits != 8:
+        raise ValueError(f"permuted_vt=True: the permuted V^T is FP8's (e4m3), not {dtype}")
     D, dt = head_dim, dtype
     fp8 = dt.bits == 8
     out_dt = ag.bf16 if fp8 else dt
@@ -395,6 +416,9 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
 
     def body(Q, K, V, O, LSE, qk_scale, o_scale, s: AttentionSchedule):
         problems = s.problems_for(D, dt)
+        if s.permuted_vt != permuted_vt:
+            problems.append(f"schedule permuted_vt={s.permuted_vt} but the kernel was built "
+                            f"for permuted_vt={permuted_vt} (its V^T's key order)")
         if problems:
             raise ag.TraceError(f"{s} at head_dim={D}: " + "; ".join(problems),
                                 fix="use argus.kernels.attention.default_schedule(head_dim)")
@@ -413,6 +437,14 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
         first = 1 if s.intra_wg_overlap or s.fa3_overlap else 0
         B, H, S = Q.shape[0], Q.shape[1], Q.shape[2]
         SK = K.shape[2]
+        if permuted_vt:
+            # V^T's columns come in whole 32-key groups, column c holding key
+            # acc_order_col(c): what the op's copy writes (argus/ops/attention_fp8.py), and
+            # what P's shuffle-free A fragment multiplies it by (wgmma a_acc_order)
+            ag.require(ag.sym(V.shape[3]) == (ag.sym(SK) + 31) // 32 * 32,
+                       "the permuted V^T has Skv rounded up to 32 columns (whole 32-key "
+                       "groups, keys past Skv zero); argus.ops.attention_fp8 makes it")
+            ag.tag_tensor(V, sk=lambda b_, h_, d_, c: acc_order_col(c))
         # FP8: V^T [D, keys] in column atoms of vcols keys (one swizzle span of e4m3 each)
         vcols = min(BN, 128)
         vatoms = BN // vcols
@@ -543,7 +575,8 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                     o = o * alpha
                     for a in range(vatoms):
                         pa = p8[:, vcols * a:vcols * (a + 1)] if vatoms > 1 else p8
-                        o = ag.wgmma(pa, sV[vs].rows_of(a * D, D), o)
+                        o = ag.wgmma(pa, sV[vs].rows_of(a * D, D), o,
+                                     a_acc_order=permuted_vt)
                     return o
 
                 if s.ordered:
@@ -624,23 +657,26 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                                       + ag.log(l_i)))
 
     if fp8:
+        # the permuted V^T is padded to whole 32-key groups: its own length symbol
+        vt_keys = "SKV" if permuted_vt else "SK"
+        fp8_default = dataclasses.replace(fp8_schedule(D, causal), permuted_vt=permuted_vt)
         if lse:
             def attention_fp8_lse(Q: ag.Tensor[("B", "H", "S", D, dt)],
                                   K: ag.Tensor[("B", "HKV", "SK", D, dt)],
-                                  Vt: ag.Tensor[("B", "HKV", D, "SK", dt)],
+                                  Vt: ag.Tensor[("B", "HKV", D, vt_keys, dt)],
                                   O: ag.Tensor[("B", "H", "S", D, out_dt)],
                                   LSE: ag.Tensor[("B", "H", "S", 1, ag.f32)],
                                   qk_scale: ag.f32, o_scale: ag.f32,
-                                  s: AttentionSchedule = fp8_schedule(D, causal)):
+                                  s: AttentionSchedule = fp8_default):
                 body(Q, K, Vt, O, LSE, qk_scale, o_scale, s)
             fn = attention_fp8_lse
         else:
             def attention_fp8(Q: ag.Tensor[("B", "H", "S", D, dt)],
                               K: ag.Tensor[("B", "HKV", "SK", D, dt)],
-                              Vt: ag.Tensor[("B", "HKV", D, "SK", dt)],
+                              Vt: ag.Tensor[("B", "HKV", D, vt_keys, dt)],
                               O: ag.Tensor[("B", "H", "S", D, out_dt)],
                               qk_scale: ag.f32, o_scale: ag.f32,
-                              s: AttentionSchedule = fp8_schedule(D, causal)):
+                              s: AttentionSchedule = fp8_default):
                 body(Q, K, Vt, O, None, qk_scale, o_scale, s)
             fn = attention_fp8
     elif lse:
@@ -662,5 +698,6 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                       s: AttentionSchedule = default_schedule(D, causal)):
             body(Q, K, V, O, None, qk_scale, None, s)
         fn = attention
-    name = f"attention_d{D}_{dt.name}" + ("_causal" if causal else "") + ("_lse" if lse else "")
+    name = f"attention_d{D}_{dt.name}" + ("_causal" if causal else "") + ("_lse" if lse else "") \
+        + ("_pvt" if permuted_vt else "")
     return ag.kernel(fn, name=name)

@@ -117,7 +117,8 @@ def _compiled(head_dim: int, dtype, causal: bool, lse: bool, schedule: Attention
             raise LaunchError(f"{_WHO}: {schedule} cannot run head dim {head_dim}: "
                               + "; ".join(problems),
                               fix="use argus.kernels.attention.default_schedule(head_dim)")
-        kernel = attention_kernel(head_dim, dtype, causal, lse).compile(s=schedule)
+        kernel = attention_kernel(head_dim, dtype, causal, lse,
+                                  schedule.permuted_vt).compile(s=schedule)
         _COMPILED[key] = kernel
         if len(_COMPILED) > _MEMO_SIZE:
             _COMPILED.popitem(last=False)

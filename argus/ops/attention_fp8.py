@@ -29,6 +29,12 @@ v_transposed=True and v [B, Hkv, D, Skv] (whatever `layout` says for q and k), r
 when TMA can address it (unit stride on Skv, Skv * 1 byte rows a multiple of 16 bytes), else
 copied the same way.
 
+The op's own copy writes each 32-key group of V^T in the order the kernel's P reads without
+shuffles (`kernel_v`, target/fragments.py acc_order_col; rows of Skv rounded up to 32, keys
+past Skv zero) and runs the schedule with permuted_vt: P's 8-bit A fragment is then S's own
+registers (AccOrderA8) instead of a quad gather (AccToA8: 2 shuffles and a byte_perm per A
+register). V given transposed keeps its order and the gather (docs/perf/attention.md).
+
 The scales are Python floats or one-element tensors; a tensor is read with .item() (a host
 synchronization per call, and not capturable in a CUDA graph): pass floats on a hot path. They
 must be finite. The kernel takes them folded into two runtime scalars, qk_scale = scale *
@@ -44,6 +50,7 @@ with the scales as floats (a tensor scale is read with .item() first, a graph br
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections import OrderedDict
@@ -60,6 +67,10 @@ __all__ = ["attention_fp8"]
 
 _WHO = "argus.ops.attention_fp8"
 _FP8 = "torch.float8_e4m3fn"
+# The op's V^T: keys permuted for the shuffle-free P (kernel_v) whenever it transposes V itself.
+# False gives the natural order and AccToA8's quad shuffles, the path before 2026-12-04: for
+# scripts/gpu_attention_bench.py's `shfl` token (both ops in one run), not an API
+PERMUTED_VT = True
 # (buffers, device, mask, scalars, schedule) -> prepared launch; bounded
 _LAUNCHES: OrderedDict = OrderedDict()
 _MEMO_SIZE = 64
@@ -161,12 +172,35 @@ def _tma_ok(t) -> bool:
         for d in range(t.dim() - 1) if t.shape[d] > 1)
 
 
+def kernel_v(v, layout: str, v_transposed: bool):
+    """(V^T, permuted): what the op hands the kernel and whether its keys are permuted. V shaped
+    like k: V^T [B, Hkv, D, SKV], SKV = Skv rounded up to 32, with the keys of each 32-key
+    group in the order the kernel's shuffle-free P reads them (column c holds key
+    acc_order_col(c), target/fragments.py; keys past Skv zero, so 0 * V stays finite where P
+    is 0), written by `_word_transpose`'s own second pass (no extra pass); permuted True, and
+    the op runs its schedule with permuted_vt (attention_kernel(..., permuted_vt=True)). V
+    given transposed keeps its order (permuting it would be the copy the caller meant to
+    avoid), as does a V no word pass can view: `transposed_v`, permuted False, and the kernel
+    takes AccToA8's quad shuffles (FA3 likewise shuffles for a column-major V,
+    hopper/utils.h permute_Aregs_fp8, and permutes in registers otherwise,
+    permute_Cregs_fp8)."""
+    import torch
+
+    if not v_transposed:
+        keys_major = _bhsd(v, layout)                            # [B, Hkv, Skv, D]
+        B, HKV, SK, D = keys_major.shape
+        store = torch.empty((B, HKV, D, -(-SK // 32) * 32), dtype=v.dtype, device=v.device)
+        if _word_transpose(keys_major, store, permuted=True):
+            return store, True
+    return transposed_v(v, layout, v_transposed), False
+
+
 def transposed_v(v, layout: str, v_transposed: bool):
-    """V^T [B, Hkv, D, Skv] as the kernel reads it: v itself when it is given transposed and
+    """V^T [B, Hkv, D, Skv] in natural key order: v itself when it is given transposed and
     TMA can address it, else a copy into rows padded to a multiple of 16 keys (the padding is
     never read: the tensor map's extent is Skv, TMA zero-fills past it). The copy is exact
     (bytes moved, never converted: NaN payloads and -0 survive); see `_word_transpose` for
-    how V shaped like k is transposed."""
+    how V shaped like k is transposed, and `kernel_v` for the permuted V^T the op uses."""
     import torch
 
     if v_transposed and _tma_ok(v):
@@ -189,7 +223,7 @@ def transposed_v(v, layout: str, v_transposed: bool):
 _WORDS = (8, 4)
 
 
-def _word_transpose(x, store) -> bool:
+def _word_transpose(x, store, permuted: bool = False) -> bool:
     """store[..., :SK] = x^T for x [B, H, SK, D] (1-byte elements, D contiguous) in two passes
     of torch copies, or False (nothing written) where x cannot be viewed as 8- or 4-byte words.
 
@@ -204,11 +238,18 @@ def _word_transpose(x, store) -> bool:
     transpose. Viewing bytes as wider words is valid only for the words' own granularity: the
     word pass never splits or reorders bytes inside a word, the byte pass does that part.
     Measured (_WORDS): 8-byte words 0.59-0.64 TB/s, still far from a copy's 3.3-4.2: a DSL byte
-    transpose or FA3's in-kernel transpose of V is the fast way (docs/perf/attention.md)."""
-    return any(_transpose_as_words(x, store, width) for width in _WORDS)
+    transpose or FA3's in-kernel transpose of V is the fast way (docs/perf/attention.md).
+
+    permuted: store [B, H, D, SKV] (SKV = SK rounded up to 32) gets each 32-key group in the
+    kernel's shuffle-free order, store[..., c] = x[..., acc_order_col(c), :]^T, keys past SK
+    zero: the word pass writes t with SKV columns (its tail zeroed), and the byte pass reads
+    t's keys through a view that splits each group's 32 = (h, a, q, e) [2, 2, 4, 2] and
+    writes them as (h, q, a, e): acc_order_col is that bit permutation (k = 16h + 4q + 2a + e
+    -> 16h + 8a + 2q + e), so the permutation costs no pass of its own."""
+    return any(_transpose_as_words(x, store, width, permuted) for width in _WORDS)
 
 
-def _transpose_as_words(x, store, width: int) -> bool:
+def _transpose_as_words(x, store, width: int, permuted: bool = False) -> bool:
     """`_word_transpose` at one word width (2, 4 or 8 bytes), or False (nothing written)
     where D is no multiple of it or x cannot be viewed as such words; scripts/gpu_fp8_vt_bench.py
     times each width through it."""
@@ -222,11 +263,20 @@ def _transpose_as_words(x, store, width: int) -> bool:
         words = x.view(torch.uint8).view(dtype)                   # [B, H, SK, D/w]
     except RuntimeError:  # unaligned storage offset or strides: not viewable as words
         return False
-    t = torch.empty((B, H, D // width, SK), dtype=dtype, device=x.device)
-    t.copy_(words.transpose(-1, -2))                              # t[j, s] = w[s, j]
-    tb = t.view(torch.uint8).view(B, H, D // width, SK, width)    # tb[j, s, c] = x[s, wj+c]
-    out = store.view(torch.uint8).view(B, H, D // width, width, store.shape[-1])[..., :SK]
-    out.copy_(tb.transpose(-1, -2))                               # out[j, c, s] = tb[j, s, c]
+    keys = store.shape[-1] if permuted else SK
+    t = torch.empty((B, H, D // width, keys), dtype=dtype, device=x.device)
+    t[..., :SK].copy_(words.transpose(-1, -2))                    # t[j, s] = w[s, j]
+    tb = t.view(torch.uint8).view(B, H, D // width, keys, width)  # tb[j, s, c] = x[s, wj+c]
+    out = store.view(torch.uint8).view(B, H, D // width, width, store.shape[-1])[..., :keys]
+    if not permuted:
+        out.copy_(tb.transpose(-1, -2))                           # out[j, c, s] = tb[j, s, c]
+        return True
+    t[..., SK:].zero_()                        # keys past SK: finite, their P is 0
+    # key s = 32g + 16h + 8a + 2q + e of tb goes to column 32g + 16h + 4q + 2a + e of out
+    G = keys // 32
+    src = tb.view(B, H, D // width, G, 2, 2, 4, 2, width)         # [.., g, h, a, q, e, c]
+    src = src.permute(0, 1, 2, 8, 3, 4, 6, 5, 7)                  # [.., c, g, h, q, a, e]
+    out.view(B, H, D // width, width, G, 2, 4, 2, 2).copy_(src)
     return True
 
 
@@ -257,9 +307,13 @@ def run_fp8(q, k, v, q_scale, k_scale, v_scale, causal: bool, scale, layout: str
         out.zero_()
         lse.fill_(float("-inf"))
         return out, lse
-    vt = transposed_v(v, layout, v_transposed)
+    chosen = schedule or fp8_schedule(D, causal)
+    # the schedule's permuted_vt follows how V^T was made (kernel_v): the op permutes
+    # V's keys whenever it transposes V itself, whatever the schedule asked
+    vt, permuted = kernel_v(v, layout, v_transposed) if PERMUTED_VT else \
+        (transposed_v(v, layout, v_transposed), False)
     qk_scale = scale * qs * ks
-    chosen = for_scale(schedule or fp8_schedule(D, causal), qk_scale)
+    chosen = for_scale(dataclasses.replace(chosen, permuted_vt=permuted), qk_scale)
     problems = chosen.problems_for(D, dtypes.e4m3)
     if problems:
         raise LaunchError(f"{_WHO}: {chosen} cannot run head dim {D} in FP8: "
@@ -268,8 +322,8 @@ def run_fp8(q, k, v, q_scale, k_scale, v_scale, causal: bool, scale, layout: str
     tensors = (qb, kb, vt, ob) + ((lse.unsqueeze(-1),) if return_lse else ())
     scalars = {"qk_scale": qk_scale * LOG2E, "o_scale": vs}
     if execute is not None:
-        execute(attention_kernel(D, dtypes.e4m3, causal, return_lse), {"s": chosen}, tensors,
-                scalars)
+        execute(attention_kernel(D, dtypes.e4m3, causal, return_lse, permuted),
+                {"s": chosen}, tensors, scalars)
         return out, lse
     kernel = _compiled(D, dtypes.e4m3, causal, return_lse, chosen, q.device)
     key = (tuple((a.data_ptr(), tuple(a.shape), a.stride()) for a in tensors),

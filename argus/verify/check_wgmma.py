@@ -569,8 +569,9 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
                 decode_range, minimize=list(model.params.values()), warn_claims=warn,
                 implied_by=implied, implied_why=(
                     "the k past the loop's end are zero in A: the map (iteration, k in tile) "
-                    "-> k is affine, and at every iteration past the last one whose k lies "
-                    "in [|domain|, K) the A operand is zero (a mask's -inf through exp)")))
+                    "-> k moves by K per iteration inside one window of K, and at every "
+                    "iteration past the last one whose k lies in [|domain|, K) the A operand "
+                    "is zero (a mask's -inf through exp)")))
     guards = _guards(model, site)
     if guards:
         # the count above assumes the wgmma runs in every iteration of its reduction loops
@@ -596,9 +597,15 @@ def _masked_past_the_loop(model: Model, site: WgmmaSite, subject, loops, r1, own
     apply. Two obligations, solved only for this (not reported themselves: the coverage claim
     is, proven from them or solved on its own):
 
-      * affine: k = lo + (j - start) * K_tile + kk over the loop's iterations j (two instances
-        of the site), so its k are one contiguous run and the iteration j + e would multiply
-        k + e * K_tile;
+      * block-shifted: for two instances of the site, (j, kk) and (j2, kk2), the same kk
+        gives k's K_tile * (j - j2) apart, and k - j * K_tile differs by less than K_tile
+        between any two (one window of K_tile values, the same for every iteration). With the
+        injectivity each iteration's k are then one contiguous block of K_tile, the next
+        iteration's block right after it: the loop's k are one contiguous run and the
+        iteration j + e would multiply k + e * K_tile. (k = lo + (j - start) * K_tile + kk,
+        affine, is the common case; FP8 attention's P read in the accumulator's order,
+        wgmma a_acc_order, has k = j * K_tile + acc_order_col(kk): a permutation inside each
+        block, not affine in kk, and block-shifted all the same);
       * masked: for every iteration j, k in tile and e >= 1 whose k + e * K_tile lies in
         [|domain|, K), A is zero at iteration j + e (its `is_zero` fact, transfer/values.py:
         a mask's -inf through a positive scale, a subtraction and exp).
@@ -626,9 +633,11 @@ def _masked_past_the_loop(model: Model, site: WgmmaSite, subject, loops, r1, own
     if j2 is None:
         return None
     K = site.op.k_extent
-    affine = Obligation("wgmma.k-once", site.op.loc, subject + ": affine in the iteration",
-                        prem2, [("affine", t1 - t2 == (j - j2) * K + (kk1 - kk2))],
-                        lambda zm, v: ("not affine", {}))
+    offset = (t1 - j * K) - (t2 - j2 * K)
+    affine = Obligation("wgmma.k-once", site.op.loc, subject + ": block-shifted by iteration",
+                        prem2, [("shift", z3.Implies(kk1 == kk2, t1 - t2 == (j - j2) * K)),
+                                ("window", z3.And(offset < K, offset > -K))],
+                        lambda zm, v: ("not block-shifted", {}))
     e = fresh_int("past")
     key = t1 + e * K
     masked = Obligation("wgmma.k-once", site.op.loc, subject + ": zero past the loop",
@@ -636,7 +645,7 @@ def _masked_past_the_loop(model: Model, site: WgmmaSite, subject, loops, r1, own
                         [("masked", z3.Or(key < size, key >= _num(extent),
                                           substitute(z, (j, j + e)) != 0))],
                         lambda zm, v: ("not masked", {}))
-    return ((affine, ("affine",)), (masked, ("masked",)))
+    return ((affine, ("shift", "window")), (masked, ("masked",)))
 
 
 def _split_grid(model: Model, site: WgmmaSite, t1, size, loops, kk1, extent):

@@ -44,6 +44,7 @@ from argus.ir import ops as O
 from argus.ir import tag_ops as T
 from argus.ir.core import Kernel, Op, Region, Value
 from argus.ir.types import ScalarType, SmemType, TensorType, TileType
+from argus.target.fragments import acc_order_col
 from argus.verify import exprs, solver
 from argus.verify.tagdomain import (Memo, Record, TagVal, conj, fresh_int, instantiate,
                                    mentions, occurring, substitute, subterms, with_fresh)
@@ -421,10 +422,14 @@ class Model:
     # -- shared memory ---------------------------------------------------------------------
     def wgmma_a(self, wsite: WgmmaSite, m, kk) -> Record:
         """The tags of A element (m, kk) of a wgmma: from its shared-memory view, or from the
-        register tile that is its A operand."""
+        register tile that is its A operand. An 8-bit register A read in the accumulator's
+        order (O.Wgmma.a_acc_order) gives k-position kk the tile's column acc_order_col(kk):
+        the same map the interpreter and the hardware apply, so B's row kk is compared with
+        the element the instruction really multiplies it by."""
         if wsite.a_tile is not None:
+            col = acc_order_col(kk) if wsite.op.a_acc_order else kk
             # registers always hold a value (a masked load reads its fill value): defined
-            return dataclasses.replace(wsite.a_tile.fn((m, kk)), defined=z3.BoolVal(True))
+            return dataclasses.replace(wsite.a_tile.fn((m, col)), defined=z3.BoolVal(True))
         op = wsite.op
         return self.read_smem(wsite.a, b_index(wsite.a, m, kk, op.k_extent, op.trans_a),
                               wsite.site)

@@ -14,7 +14,7 @@ from argus.codegen.cuda.sync import fence_operands, wgmma_fence, wgmma_wait
 from argus.codegen.wgmma import WgmmaSpec
 from argus.errors import CompileError
 from argus.ir import ops as O
-from argus.target.fragments import ACC_TO_A8
+from argus.target.fragments import ACC_ORDER_A8, ACC_TO_A8
 
 
 @group_rule(O.WgmmaFence)
@@ -137,9 +137,20 @@ def _pack_a8(em: _Emitter, op: O.Wgmma, ra: str, k_steps: int) -> None:
     target/fragments.py AccToA8 plans it: per A register, pack four own elements into a word,
     read the word of two quad lanes, keep 16 bits of each. The lanes and the byte selector
     depend on the thread's quad position only (gtid % 4): the plan's own expressions
-    (SOURCE_LANE, SELECT_UPPER), which its check() proves."""
-    plan = ACC_TO_A8
+    (SOURCE_LANE, SELECT_UPPER), which its check() proves. A wgmma with a_acc_order reads A
+    in the accumulator's own order instead (AccOrderA8): four own registers packed per A
+    register, nothing else."""
     dt = op.a.type.dtype
+    if op.a_acc_order:
+        # AccOrderA8: each A register is four of the thread's own accumulator registers
+        # (B's k rows are in the same order, O.Wgmma.a_acc_order): no shuffle, no byte_perm
+        for kk in range(k_steps):
+            for r in range(4):
+                vals = ", ".join(strip_round(em.reg_expr(op.a, i), dt)
+                                 for i in ACC_ORDER_A8.word(kk, r))
+                em.emit(f"{ra}[{kk}][{r}] = ag::pack_e4m3x4({vals});")
+        return
+    plan = ACC_TO_A8
     em.emit(f"const int a8_src = {plan.SOURCE_LANE};")
     em.emit(f"const ag::uint32_t a8_sel = {plan.SELECT_UPPER} ? {plan.SELECT[1]:#x}u : "
             f"{plan.SELECT[0]:#x}u;")
