@@ -4,7 +4,9 @@ the grid covers the whole output.
 Job (INVARIANTS.md §3.2 last row; bug classes 13, 14, 22), for `ag.store` and TMA stores:
   store.coords — for every in-bounds destination (r, c) the stored element's tags name it:
       the value's field named after each output dim (m of C["M","N"]) is a point equal to the
-      destination coordinate, and user tags of the output tensor match;
+      destination coordinate, and user tags of the output tensor match; an integer dim
+      (C["M", 256]) has no name, so it is met by extent (`_integer_links`): a swapped column
+      tile of a fixed dim is a permutation that once and coverage accept;
   store.once — two different (CTA, warpgroup, iteration, element) instances never write the
       same in-bounds element (per site and across sites of one tensor);
   store.coverage — per output dim, the destination map over its own variables is injective
@@ -157,6 +159,12 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
         prem += list(val.cond)
         claims.append((f"{fname} of the value == destination {fname}", val.term == dest[d]))
         field_of[claims[-1][0]] = fname
+    for d, fname in _integer_links(model, st, rec):
+        val = rec.get(fname)
+        prem += list(val.cond)
+        claims.append((f"{fname} of the value == destination dim {d} of "
+                       f"{st.tensor.name}", val.term == dest[d]))
+        field_of[claims[-1][0]] = fname
     for fname, (text, args) in st.tensor.user_fields.items():
         val = rec.get(fname)
         if val is None:
@@ -173,7 +181,7 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
     def decode(zm, violated):
         wit = _elem_wit(model, zm, st, idx, dest)
         got = {}
-        for fname in st.tensor.field_names:
+        for fname in dict.fromkeys(tuple(st.tensor.field_names) + tuple(field_of.values())):
             val = rec.get(fname)
             if val is not None:
                 got[fname] = value(zm, val.term)
@@ -196,6 +204,35 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
         return msg, wit
     return [Obligation("store.coords", st.op.loc, subject, prem, claims, decode,
                        minimize=list(idx) + [s.var for s in st.site.scopes if s.var is not None])]
+
+
+def _integer_links(model: Model, st: StoreSite, rec) -> list[tuple[int, str]]:
+    """(destination dim, value field) pairs for the destination's integer dims (C["M", 256]):
+    an integer dim has no name to meet its source by (its field is `dim{i}`, the position),
+    so it is met by extent. The value's `dim{i}` field is linked to destination dim d of
+    extent E > 1 when it is the value's only point `dim{i}` field every tensor with an integer
+    dim at position i gives extent E (B[256, K]'s dim0 in C[M, 256]'s dim1; V[.., 128]'s
+    dim2 in O[.., 128]'s): a swapped column tile or head-dim half is a permutation that
+    store.once and store.coverage accept. Two candidates of one extent (a transpose's rows
+    and columns) link nothing: which goes where is the kernel's choice."""
+    out = []
+    for d, fname in enumerate(st.tensor.field_names):
+        ext = st.tensor.dims[d]
+        if not (isinstance(ext, int) and ext > 1 and fname == f"dim{d}"):
+            continue
+        cands = [f for f, v in rec.fields.items()
+                 if f.startswith("dim") and f[3:].isdigit() and v.is_point and
+                 _integer_extents(model, int(f[3:])) == {ext}]
+        if len(cands) == 1:
+            out.append((d, cands[0]))
+    return out
+
+
+def _integer_extents(model: Model, i: int) -> set:
+    """The extents of the integer dims at position i over the kernel's tensors (a `dim{i}`
+    field may come from any of them)."""
+    return {t.dims[i] for t in model.tensors.values()
+            if len(t.dims) > i and isinstance(t.dims[i], int)}
 
 
 def _instance_vars(model: Model, st: StoreSite) -> list:
