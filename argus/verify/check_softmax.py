@@ -26,7 +26,11 @@ A loop is walked twice: once to learn what its carried variables hold at the end
 iteration, whose tokens are then mapped back to the variables that carry them (the running max
 assigned `m = m_new` carries m_new's token into the next iteration), and again from that head
 state, reporting. An online (rescaled) accumulator that reaches a store or a shared-memory
-staging write still REL is stored unnormalized. Values the flow does not recognize are
+staging write still REL is stored unnormalized. An online accumulator left relative to a max
+the iteration made and no variable carries on (`m = m`: the running max never advances) is
+kept as a "dropped" statistic, so the next block's rescale, converting from the variable's
+stale value, is reported (with the line of the self-assignment, which tracing records no op
+for); a value never rescaled may be relative to a max reloaded every block, and stays unknown. Values the flow does not recognize are
 unknown and never reported, so kernels without an online softmax have no finding.
 """
 
@@ -196,6 +200,8 @@ class _Flow:
         self.rel_at: dict = {}               # max token -> the exp lines made relative to it
         self.report = True
         self._seen: set = set()
+        self.kernel = kernel
+        self.loop_now: O.For | None = None   # the loop being walked (innermost)
         self.region(kernel.body)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -219,6 +225,11 @@ class _Flow:
             return f"the variable's value from {op.loc}"
         if op is not None:
             return f"this block ({op.loc})"
+        if isinstance(tok, tuple) and tok[0] == "dropped":
+            op = self.defs.get(tok[1])
+            at = f" ({op.loc})" if op is not None else ""
+            return (f"the previous block's new max{at}, which no variable carries into the "
+                    f"next iteration")
         if isinstance(tok, tuple) and tok[0] == "head":
             op = self.defs.get(tok[1])
             return f"the previous blocks (running value carried by the loop at {op.loc})" \
@@ -309,6 +320,7 @@ class _Flow:
         heads = {v.id: ("head", v.id, op.var.id) for v in carried}
         report = self.report
         self.report = False
+        outer, self.loop_now = self.loop_now, op
         self.region(op.body)                      # what an iteration leaves in the carried
         end = self.mapped(carried, heads, made)
         for v in carried:
@@ -316,6 +328,7 @@ class _Flow:
         self.report = report
         self.region(op.body)                      # from the head state, reporting
         end = self.mapped(carried, heads, made)
+        self.loop_now = outer
         for v in carried:
             self.set(v, end[v.id], heads[v.id])
 
@@ -332,6 +345,13 @@ class _Flow:
                 tok = st[1]
                 if tok in back:
                     st = (st[0], back[tok]) + st[2:]
+                elif st[0] == "rel" and st[2] and tok in made:
+                    # an online (rescaled) accumulator relative to the max this iteration
+                    # made, which no variable carries on (`m = m`: the running max never
+                    # advances): the next block's rescale converts from another max. A value
+                    # never rescaled may be relative to a max reloaded every block (a
+                    # finished max read again: row_logsumexp), so only the online one is kept
+                    st = ("rel", ("dropped", tok, self.loop_now.var.id), True)
                 elif tok in made or tok in heads.values():
                     st = None   # relative to something this iteration made and dropped
             out[v.id] = st
@@ -427,10 +447,16 @@ class _Flow:
 
     def rescale(self, op, sx, resc) -> None:
         frm, to = resc[1], resc[2]
-        if sx == ZERO:
+        if sx == ZERO and not self.report:
+            # the learning walk: the accumulator's first value is rescaled like every later
+            # one, so what the iteration leaves is online (rescaled) from the first block on
+            self.set(op.result, ("rel", to, True))
+        elif sx == ZERO:
             self.set(op.result, ZERO)
         elif sx is not None and sx[0] == "rel":
-            if sx[1] != frm:
+            if isinstance(sx[1], tuple) and sx[1][0] == "dropped" and sx[1] != frm:
+                self.stale_max(op, sx[1], frm, resc)
+            elif sx[1] != frm:
                 self.fail(op, f"rescales by alpha = exp(m_a - m_b) (at {resc[3]}) with m_a the "
                               f"max of {self.name(frm)} and m_b that of {self.name(to)}, but the "
                               f"value is relative to the max of {self.name(sx[1])}"
@@ -443,6 +469,40 @@ class _Flow:
                           "alpha = exp(m_prev - m_new) with m_prev the running max before "
                           "this block")
             self.set(op.result, ("rel", to, True))
+
+    def stale_max(self, op, dropped, frm, resc) -> None:
+        """The rescale of an accumulator whose max the loop dropped (module docstring): the
+        running max variable keeps its old value, so alpha = exp(m - m_new) converts from it
+        while the accumulator is relative to the previous block's new max."""
+        from argus.verify.names import Names
+
+        names = Names(self.kernel)
+        m_name = names.name(frm) if isinstance(frm, int) else None
+        new_op = self.defs.get(dropped[1])
+        new_name = names.name(dropped[1]) or "the block's new max"
+        loop = next((x for x in self.kernel.walk() if isinstance(x, O.For)
+                     and x.var.id == dropped[2]), None)
+        defined: dict = {"rescale factor": resc[3]}
+        where = ""
+        if m_name and loop is not None:
+            line = _self_assignment(loop, m_name)
+            if line is not None:
+                defined[m_name] = line
+                where = f"; `{m_name} = {m_name}` at {line} assigns it to itself"
+            elif frm in self.defs:
+                defined[m_name] = str(self.defs[frm].loc)
+        who = f"`{m_name}`" if m_name else "the running max"
+        self.fail(op, f"rescales by alpha = exp(m_prev - m_new) (at {resc[3]}) from {who}, "
+                      f"which the loop never updates{where}: the accumulator is relative to "
+                      f"{self.name(dropped)}, `{new_name}`"
+                      f"{f' at {new_op.loc}' if new_op is not None else ''}, so every block "
+                      f"rescales from a stale max and the earlier blocks' terms are scaled "
+                      f"wrongly",
+                  {"element": "every row", "iteration": "every block after the first",
+                   "value_relative_to": self.name(dropped), "rescale_from": who,
+                   "defined": defined},
+                  f"carry the new max into the next block: {m_name or 'm'} = {new_name} at "
+                  f"the end of the loop body")
 
     def normalize(self, op, sx, tok) -> None:
         if sx[1] != tok:
@@ -488,6 +548,32 @@ class _Flow:
                           f"blocks but never divided by the row sum l",
                       {"element": "every stored element"},
                       "divide by the running sum before the store: o / l")
+
+
+def _self_assignment(loop: O.For, name: str) -> str | None:
+    """The `file:line` of `name = name` in the loop's Python block (tracing records no op
+    for it, so the source is read: the lines after the `for` indented deeper than it), or
+    None."""
+    import linecache
+    import re
+
+    file, first = loop.loc.file, loop.loc.line
+    head = linecache.getline(file, first)
+    if not file or not head.strip():
+        return None
+    indent = len(head) - len(head.lstrip())
+    pat = re.compile(rf"^\s*{re.escape(name)}\s*=\s*{re.escape(name)}\s*(#.*)?$")
+    n = first + 1
+    while n < first + 2000:
+        text = linecache.getline(file, n)
+        if not text:
+            break
+        if text.strip() and len(text) - len(text.lstrip()) <= indent:
+            break
+        if pat.match(text.rstrip("\n")):
+            return f"{file.rsplit('/', 1)[-1]}:{n}"
+        n += 1
+    return None
 
 
 def _broadcast_row(small, big) -> bool:
