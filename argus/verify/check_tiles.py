@@ -1,4 +1,4 @@
-"""Register-tile obligations: broadcast operands agree, and row reductions over the wgmma
+"""Register-tile obligations: combined operands agree, and row reductions over the wgmma
 accumulator stay in their row and see all of it.
 
 Job (INVARIANTS.md §3.2–3.3; bug classes 16, 17, 19):
@@ -7,6 +7,12 @@ Job (INVARIANTS.md §3.2–3.3; bug classes 16, 17, 19):
       `x - rowmax(x)` subtracts the max of the same row, `x + bias` adds the bias of the same
       column. Fields one side carries as a reduction (the row max over n) are the point of
       the operation and are not compared;
+  ew.agree — two operands of one shape meet element by element (`X[b] + Y[b]`): they agree on
+      the coordinate fields of the tensors the result is stored into (outflow.Uses), so a tile
+      read at a constant batch (`X[b] + Y[0]`) is an error. A field no destination has is
+      combined across on purpose (split-K's P[0] + P[1] stored to C, the slice summed away:
+      reduce.slices' business), and a result the walk cannot follow to a store (a wgmma
+      operand) claims nothing;
   reduce.layout — a row reduction of a tile in the wgmma accumulator layout combines, per
       thread, the registers of its row half and then lanes by xor shuffles (masks (1, 2), the
       quad): tier F2 on the fragment's linear layout (argus.target.sm90.wgmma_acc_f2): every
@@ -23,10 +29,12 @@ import functools
 import numpy as np
 import z3
 
+from argus.ir.types import TileType
 from argus.target import sm90
 from argus.verify import witness as W
 from argus.verify.model import EwSite, Model, ReduceSite
 from argus.verify.obligation import Finding, Obligation
+from argus.verify.outflow import Uses
 from argus.verify.solver import value
 from argus.verify.tagdomain import fresh_int, is_coordinate_field
 
@@ -39,8 +47,9 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     user = set()
     for info in model.tensors.values():
         user |= set(info.user_fields)
+    uses = Uses(model.kernel) if model.ews else None
     for ew in model.ews:
-        obs += _broadcast(model, ew, user)
+        obs += _broadcast(model, ew, user, uses)
     for red in model.reduces:
         f = _reduce_layout(model, red)
         if f is not None:
@@ -48,8 +57,31 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     return obs, finds
 
 
-def _broadcast(model: Model, ew: EwSite, user: set[str]) -> list[Obligation]:
+def _operand_name(ew: EwSite, i: int) -> str:
+    """The IR name of the i-th tile operand of `ew` (names.annotate makes it the user's)."""
+    tiles = [v for v in ew.op.args if isinstance(v.type, TileType)]
+    return str(tiles[i]) if i < len(tiles) else f"operand {i}"
+
+
+def _stored_fields(model: Model, ew: EwSite, uses: Uses) -> frozenset[str]:
+    """The coordinate fields of the tensors `ew`'s result is stored into (outflow.Uses): the
+    fields two same-shape operands must agree on. A field no destination has is combined
+    across on purpose (split-K's P[0] + P[1] stored to C: the slice `s` is summed away); a
+    result that reaches a use the walk does not follow (a wgmma operand) claims nothing."""
+    reached = uses.stores_from(ew.op.result)
+    if not reached:
+        return frozenset()
+    names: set[str] = set()
+    for st, _axes, _crossed in reached:
+        info = model.tensors.get(st.tensor.id)
+        if info is not None:
+            names |= {f for f in info.field_names if is_coordinate_field(f)}
+    return frozenset(names)
+
+
+def _broadcast(model: Model, ew: EwSite, user: set[str], uses: Uses) -> list[Obligation]:
     out = []
+    stored: frozenset[str] | None = None
     shape = ew.op.result.type.shape
     idx = [fresh_int(f"e{d}") for d in range(len(shape))]
     ranges = [z3.And(i >= 0, i < n) for i, n in zip(idx, shape)]
@@ -68,7 +100,16 @@ def _broadcast(model: Model, ew: EwSite, user: set[str]) -> list[Obligation]:
             sha, shb = ew.operands[a][1], ew.operands[b][1]
             bcast = [d for d in range(len(shape)) if sha[d] == 1 and shape[d] > 1 and
                      shb[d] == shape[d]]
-            if a == b or not bcast:
+            # two operands of one shape meet element by element (`X[b] + Y[b]`): the same
+            # claim, each pair once (ew.agree); a broadcast pair is ew.broadcast's
+            same = a < b and tuple(sha) == tuple(shb) and \
+                any(s > 1 for s in sha)
+            if a == b or not (bcast or same):
+                continue
+            code = "ew.broadcast" if bcast else "ew.agree"
+            if not bcast and stored is None:
+                stored = _stored_fields(model, ew, uses)
+            if not bcast and not stored:
                 continue
             sa, sha, ra = record(a)
             sb, shb, rb = record(b)
@@ -76,11 +117,15 @@ def _broadcast(model: Model, ew: EwSite, user: set[str]) -> list[Obligation]:
             for name in sorted(set(ra.fields) & set(rb.fields)):
                 if not (is_coordinate_field(name) or name in user):
                     continue
+                if not bcast and name not in stored:
+                    continue
                 fa, fb = ra.fields[name], rb.fields[name]
                 if not (fa.is_point and fb.is_point):
                     continue
-                claims.append((f"{name} of the broadcast operand == {name} of the tile",
-                               fa.term == fb.term))
+                label = (f"{name} of {_operand_name(ew, a)} == {name} of {_operand_name(ew, b)}"
+                         if code == "ew.agree" else
+                         f"{name} of the broadcast operand == {name} of the tile")
+                claims.append((label, fa.term == fb.term))
                 prem += list(fa.cond) + list(fb.cond)
             if not claims:
                 continue
@@ -88,7 +133,7 @@ def _broadcast(model: Model, ew: EwSite, user: set[str]) -> list[Obligation]:
                 list(rb.cond) + [ra.defined, rb.defined] + prem
             premises += model.axiom_instances([c for _, c in claims])
 
-            def decode(zm, violated, ra=ra, rb=rb, sa=sa, sb=sb):
+            def decode(zm, violated, ra=ra, rb=rb, sa=sa, sb=sb, code=code, a=a, b=b):
                 wit = W.context(model, zm, ew.site)
                 iv = tuple(value(zm, i) for i in idx)
                 wit["element"] = iv
@@ -98,10 +143,18 @@ def _broadcast(model: Model, ew: EwSite, user: set[str]) -> list[Obligation]:
                       and is_coordinate_field(k)}
                 vb = {k: value(zm, v.term) for k, v in rb.fields.items() if v.is_point
                       and is_coordinate_field(k)}
+                if code == "ew.agree":
+                    # the operands by the user's names (names.annotate renames the IR values)
+                    na, nb = _operand_name(ew, a), _operand_name(ew, b)
+                    wit.update({"operand": {"name": na, "tags": va},
+                                "other_operand": {"name": nb, "tags": vb}})
+                    return (f"element {iv} of `{ew.op.fn}` combines `{na}` ({sa.what}) with "
+                            f"tags {va} and `{nb}` ({sb.what}) with tags {vb}: one element "
+                            f"of the result is made of two different elements"), wit
                 wit.update({"broadcast_operand": va, "tile_operand": vb})
                 return (f"element {iv} of `{ew.op.fn}` combines the broadcast operand "
                         f"({sa.what}) with tags {va} and the tile ({sb.what}) with tags {vb}"), wit
-            out.append(Obligation("ew.broadcast", ew.op.loc, f"{ew.op.fn} at {ew.op.loc}",
+            out.append(Obligation(code, ew.op.loc, f"{ew.op.fn} at {ew.op.loc}",
                                   premises, claims, decode,
                                   minimize=list(idx) + [s.var for s in ew.site.scopes
                                                         if s.var is not None]))

@@ -48,7 +48,7 @@ class Uses:
                 continue
             for v in (op.src,) if isinstance(op, O.Assign) else op.operands():
                 self.readers.setdefault(v.id, []).append(op)
-        self._memo: dict[int, list | None] = {}
+        self._memo: dict[object, list | None] = {}
 
     def stores_reached(self, red: O.Reduce) -> list[tuple[O.Store, tuple, bool]] | None:
         """The stores result element k of `red` can reach, as (store, axes, crossed) (module
@@ -58,6 +58,14 @@ class Uses:
             seed = tuple(None if d == red.axis else (d, 0)
                          for d in range(len(red.result.type.shape)))
             self._memo[key] = self._walk(red.result, seed)
+        return self._memo[key]
+
+    def stores_from(self, v) -> list[tuple[O.Store, tuple, bool]] | None:
+        """The stores tile value `v`'s elements can reach, each element at its own index
+        (the same answer as `stores_reached`, seeded with every axis kept)."""
+        key = ("from", v.id)
+        if key not in self._memo:
+            self._memo[key] = self._walk(v, tuple((d, 0) for d in range(len(v.type.shape))))
         return self._memo[key]
 
     def _walk(self, start, seed: tuple) -> list | None:

@@ -153,6 +153,11 @@ _RULES = [
     Rule("ew.broadcast", "a broadcast operand (a row or column vector) describes the same "
          "rows/columns as the tile it is combined with", (16, 17, 19), "LIA",
          "load or reduce the vector at the tile's offsets"),
+    Rule("ew.agree", "two tiles combined element by element (`X[b] + Y[b]`) describe the same "
+         "element: the coordinate fields and user tags both carry agree at every element "
+         "(the batch, row and column of each operand)", (17, 19, 20), "LIA",
+         "load both operands at the same offsets (the batch index, not a constant; the "
+         "column tile j, not j + 1)"),
     Rule("reduce.layout", "a row reduction over a thread-distributed tile sees every element "
          "of its row exactly once and no other row", (16,), "QF_BV/LIA",
          "reduce within the threads that hold the row (quad shuffles xor 1, 2 for wgmma "
@@ -169,6 +174,10 @@ _RULES = [
          "(or segment) exactly once: the loop's blocks cover [0, extent) without overlap",
          (16,), "LIA", "run the loop over cdiv(extent, block) blocks at offset j * block and "
          "mask the tail"),
+    Rule("reduce.mean", "a mean (a sum divided by a count) divides by the number of elements "
+         "the sum combined: the reduced extent (the row's length), proven from the "
+         "reduction's coverage, not the block width", (15, 16), "LIA",
+         "divide by the reduced extent (X.shape[1]), not by the block size"),
     Rule("fill.identity", "a masked load's fill value is the identity of the reduction that "
          "consumes the masked elements (-inf before a max, +inf before a min, 0 before a sum)",
          (15,), "arith", "load with other=<the reduction's identity>"),

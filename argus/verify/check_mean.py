@@ -1,0 +1,177 @@
+"""reduce.mean: a mean divides a sum by the number of elements the sum combined.
+
+Job (held-out class "a mean over the block size"): `x.sum(axis=1) / BN` over a row loaded
+with its tail masked (N <= BN, or a ragged last block) divides by the tile width, while the
+sum combined only the row's N elements: every mean of a short row is too small, and nothing
+else in the tags sees it (the stored row and column are right). The obligation ties the
+divisor to the sum's coverage:
+
+  * a sum at one site over a tile axis whose element coordinate is base + v (v the axis
+    index) along a dim of extent E: when the block covers the row (base <= 0 and base +
+    block >= E, the reduction's own coverage; a block that misses part of the row is
+    reduce.coverage's or store.coverage's to report), the divisor must be E, the count of
+    in-bounds elements it combined;
+  * a sum carried over a loop (`acc = acc + x.sum(axis=1)`): reduce.coverage proves the loop
+    reduces every element of [0, E) exactly once, so the count is E and the divisor must be E.
+
+Only `sum / scalar` with a compile-time or shape divisor is a mean here: a divisor that is a
+tile (softmax's o / l) or a value read at run time (a temperature) states no count. The sum's
+tensor dim is found from the reduced coordinate field (a named dim, or an integer dim whose
+extent every tensor agrees on at that position).
+"""
+
+from __future__ import annotations
+
+import z3
+
+from argus.ir import ops as O
+from argus.ir.types import TileType
+from argus.verify import witness as W
+from argus.verify.model import Model
+from argus.verify.obligation import Obligation
+from argus.verify.solver import value
+from argus.verify.tagdomain import fresh_int, is_coordinate_field, substitute
+
+_THROUGH = (O.Convert, O.ConvertLayout, O.ExpandDims)
+
+
+def obligations(model: Model) -> tuple[list[Obligation], list]:
+    kernel = model.kernel
+    defs = {r.id: op for op in kernel.walk() for r in op.results()}
+    assigned: dict[int, list] = {}
+    for op in kernel.walk():
+        if isinstance(op, O.Assign):
+            assigned.setdefault(op.dst.id, []).append(op.src)
+    sites = {id(r.op): r for r in model.reduces}
+    out: list[Obligation] = []
+    for op in kernel.walk():
+        if not (isinstance(op, O.Elementwise) and op.fn == "div" and len(op.args) == 2):
+            continue
+        num, den = op.args
+        if not isinstance(num.type, TileType) or isinstance(den.type, TileType):
+            continue
+        divisor = _divisor(model, den)
+        if divisor is None:
+            continue
+        found = _sum_of(num, defs, assigned)
+        if found is None:
+            continue
+        red, carried = found
+        site = sites.get(id(red))
+        if site is None:
+            continue
+        ob = _mean(model, op, red, site, carried, divisor)
+        if ob is not None:
+            out.append(ob)
+    return out, []
+
+
+def _divisor(model: Model, v):
+    """The divisor as an Int term (a constant with an integer value, or a shape term), or
+    None when it states no count."""
+    t = model.sym.get(v.id)
+    if isinstance(t, bool) or t is None:
+        return None
+    if isinstance(t, float):
+        return z3.IntVal(int(t)) if t.is_integer() and t > 0 else None
+    if isinstance(t, int):
+        return z3.IntVal(t)
+    if isinstance(t, z3.ArithRef) and t.is_int():
+        return t
+    return None
+
+
+def _sum_of(v, defs, assigned):
+    """(the sum Reduce, carried) when v is a sum (through conversions), or a variable every
+    assignment of which adds a sum to it (`acc = acc + x.sum(axis=1)`); else None."""
+    seen = 0
+    while True:
+        op = defs.get(v.id)
+        if isinstance(op, _THROUGH) and seen < 8:
+            v, seen = op.src, seen + 1
+            continue
+        break
+    if isinstance(op, O.Reduce):
+        return (op, False) if op.fn == "sum" else None
+    if isinstance(op, O.Var):
+        reds = []
+        for src in assigned.get(v.id, []):
+            add = defs.get(src.id)
+            if not (isinstance(add, O.Elementwise) and add.fn == "add" and len(add.args) == 2):
+                return None
+            others = [a for a in add.args if a.id != v.id]
+            if len(others) != 1:
+                return None
+            got = _sum_of(others[0], defs, {})
+            if got is None or got[1]:
+                return None
+            reds.append(got[0])
+        if len(reds) == 1:
+            return reds[0], True
+    return None
+
+
+def _extent(model: Model, fname: str):
+    """The extent of the tensor dim a coordinate field names, when every tensor agrees."""
+    got = []
+    for info in model.tensors.values():
+        for d, f in enumerate(info.field_names):
+            if f == fname:
+                got.append(info.extent(model, d))
+    if not got:
+        return None
+    first = got[0]
+    if all(z3.eq(z3.simplify(z3.IntVal(g) if isinstance(g, int) else g),
+                 z3.simplify(z3.IntVal(first) if isinstance(first, int) else first))
+           for g in got):
+        return z3.IntVal(first) if isinstance(first, int) else first
+    return None
+
+
+def _mean(model: Model, op, red: O.Reduce, site, carried: bool, divisor):
+    src = model.tiles.get(red.src.id)
+    if src is None:
+        return None
+    shape = red.src.type.shape
+    axis, block = red.axis, shape[red.axis]
+    idx = [fresh_int(f"e{d}") for d in range(len(shape))]
+    v = idx[axis]
+    rec = src.fn(tuple(idx))
+    swept = []
+    for fname, val in rec.fields.items():
+        if not (is_coordinate_field(fname) or (fname.startswith("dim") and fname[3:].isdigit())):
+            continue
+        if not val.is_point:
+            continue
+        base = z3.simplify(substitute(val.term, (v, z3.IntVal(0))))
+        if not z3.eq(z3.simplify(val.term - base - v), z3.IntVal(0)):
+            continue          # not a unit-stride walk of this dim along the reduced axis
+        ext = _extent(model, fname)
+        if ext is not None:
+            swept.append((fname, base, ext))
+    if len(swept) != 1:
+        return None
+    fname, base, ext = swept[0]
+    prem = list(model.premises) + site.site.constraints() + list(rec.cond) + \
+        [z3.And(i >= 0, i < n) for d, (i, n) in enumerate(zip(idx, shape)) if d != axis]
+    if not carried:
+        prem += [base <= 0, base + block >= ext]
+    claims = [(f"the divisor == the {fname} elements the sum combined", divisor == ext)]
+    prem += model.axiom_instances([c for _, c in claims] + prem)
+    how = (f"the loop at {site.site.scopes[-1].op.loc} reduces every {fname} of the row "
+           f"once (reduce.coverage)" if carried and site.site.scopes else
+           f"the block of {block} covers the row, its tail masked")
+
+    def decode(zm, violated):
+        wit = W.context(model, zm, site.site)
+        wit["shapes"] = W.shapes(model, zm)
+        wit["divisor"] = value(zm, divisor)
+        wit["count"] = value(zm, ext)
+        wit["sum_at"] = str(red.loc)
+        return (f"`{op.fn}` divides the sum at {red.loc} by {value(zm, divisor)} but "
+                f"the sum combined {value(zm, ext)} elements ({fname} in [0, "
+                f"{value(zm, ext)}): {how}): a mean over a row shorter than the block is "
+                f"divided by the block width, not by the row's length"), wit
+    return Obligation("reduce.mean", op.loc, f"mean at {op.loc}", prem, claims, decode,
+                      fix=f"divide by the reduced extent (the row length, {fname}'s dim), "
+                          f"not by the block width")
