@@ -1,0 +1,133 @@
+"""The four bug classes the held-out check found missed (issue 13, Verifier 2), each caught by
+a general rule, on bugs written apart from the probe's (tests/mutations/verifier2_kernels.py;
+the probe's own four are in test_heldout_style.py's BUGS):
+
+  * a permutation of an integer dim (a column tile j + 1 for j, head-dim halves swapped):
+    store.coords links an integer destination dim to the value's one `dim{i}` field of the
+    same extent (check_stores._integer_links); a transpose (two fields of one extent) links
+    nothing;
+  * `X[b] * G[0]`: two same-shape tiles combined element by element must agree on the
+    coordinate fields of the tensors their result is stored into (ew.agree, check_tiles); a
+    field the destination lacks (split-K's slice, summed away) is not compared;
+  * `m = m`: an online accumulator rescaled to a max that no variable carries into the next
+    iteration is rescaled from a stale max (softmax.stats), and the self-assignment's line
+    is named (tracing records no op for it);
+  * a mean over the block width: a sum divided by a scalar count must divide by the extent
+    its coverage proves (reduce.mean, check_mean).
+
+Each bug must be an error naming a thread and its `# BUG:<name>` line; each correct variant
+must verify with no error, warning or internal error. Every bug here passed with no finding
+before these rules (checked on a worktree of 80d68c1)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from argus import verify
+from tests.mutations import kernels as K
+from tests.mutations import verifier2_kernels as V
+
+FILE = Path(V.__file__)
+
+BUGS = [
+    (V.make_scale_fixed_cols, "next_col_tile", ("store.coords",)),
+    (V.make_head_halves, "halves_swapped", ("store.coords",)),
+    (V.make_residual_batched, "gate_batch_zero", ("ew.agree",)),
+    (V.make_row_softmax_stale, "max_kept", ("softmax.stats",)),
+    (V.make_row_mean_looped, "mean_over_blocks", ("reduce.mean",)),
+    (V.make_rms_rows, "ms_over_block", ("reduce.mean",)),
+]
+
+CLEAN = [
+    (V.make_scale_fixed_cols, None),
+    (V.make_head_halves, None),
+    (V.make_transpose_fixed, None),         # rows and columns of one extent: no link
+    (V.make_residual_batched, None),        # W has no batch dim: broadcast to every batch
+    (V.make_row_softmax_stale, None),
+    (V.make_row_mean_looped, None),
+    (V.make_rms_rows, None),
+]
+
+
+def _lines(bug: str) -> list[int]:
+    text = FILE.read_text().splitlines()
+    return [i + 1 for i, line in enumerate(text) if re.search(rf"BUG:{bug}\b", line)]
+
+
+@pytest.mark.parametrize("factory,bug,codes", BUGS, ids=[b for _, b, _ in BUGS])
+def test_bug_is_caught_at_its_line(factory, bug, codes):
+    errors = [d for d in verify.check(factory(bug).trace()) if d.severity == "error"]
+    hits = [d for d in errors if d.code in codes]
+    assert hits, (bug, [(d.code, d.message[:120]) for d in errors])
+    lines = _lines(bug)
+    assert lines, bug
+    placed = [d for d in hits
+              if any(f"{FILE.name}:{n}" in str(d) + str(d.loc) for n in lines)
+              and ("thread" in d.counterexample or "warpgroup" in d.counterexample)]
+    assert placed, (f"{bug}: no {codes} error names a thread and line(s) {lines}:\n"
+                    + "\n".join(str(d) for d in hits))
+
+
+@pytest.mark.parametrize("factory,bug", CLEAN,
+                         ids=[f"{f.__name__}/{b or 'base'}" for f, b in CLEAN])
+def test_variant_is_clean(factory, bug):
+    found = [d for d in verify.check(factory(bug).trace())
+             if d.severity in ("error", "warning") or "internal error" in d.message]
+    assert not found, "\n".join(str(d) for d in found)
+
+
+def test_ew_agree_names_the_operands_and_the_field():
+    found = verify.check(V.make_residual_batched("gate_batch_zero").trace())
+    d = next(d for d in found if d.code == "ew.agree")
+    assert "`x`" in d.message and "`g`" in d.message, d.message
+    assert d.counterexample["violated"] == ["b of x == b of g"], d.counterexample
+    cx = d.counterexample
+    assert cx["operand"]["tags"]["b"] != cx["other_operand"]["tags"]["b"], cx
+
+
+def test_ew_agree_skips_a_field_the_destination_lacks():
+    """Split-K's fix-up adds P[0] + P[1] + ... and stores C[M, N]: the slice `s` is summed
+    away on purpose (reduce.slices checks it), so only m and n are compared: clean."""
+    report = verify.run(K.make_last_split_stores().trace(), include_proven=True)
+    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    agree = [f for f in report.findings if f.code == "ew.agree"]
+    assert agree and all(f.status == "proven" for f in agree), agree
+
+
+def test_integer_link_reports_the_linked_field():
+    found = verify.check(V.make_scale_fixed_cols("next_col_tile").trace())
+    d = next(d for d in found if d.code == "store.coords")
+    assert d.counterexample["violated"] == ["dim1 of the value == destination dim 1 of Y"]
+    assert d.counterexample["value_tags"]["dim1"] != int(
+        re.search(r"Y\[\d+, (\d+)\]", d.counterexample["output"]).group(1))
+
+
+def test_stale_max_names_the_self_assignment():
+    found = verify.check(V.make_row_softmax_stale("max_kept").trace())
+    d = next(d for d in found if d.code == "softmax.stats" and "never updates" in d.message)
+    line = _lines("max_kept")[0]
+    assert d.counterexample["defined"]["run_max"] == f"{FILE.name}:{line}", d.counterexample
+    assert "`block_max`" in d.message and "run_max = block_max" in d.fix, (d.message, d.fix)
+
+
+@pytest.mark.parametrize("factory,bug,divisor", [(V.make_rms_rows, "ms_over_block", 1024),
+                                                  (V.make_row_mean_looped, "mean_over_blocks",
+                                                   None)])
+def test_mean_witness_has_divisor_and_count(factory, bug, divisor):
+    found = verify.check(factory(bug).trace())
+    d = next(d for d in found if d.code == "reduce.mean")
+    cx = d.counterexample
+    assert cx["divisor"] != cx["count"], cx
+    assert cx["count"] == cx["shapes"]["N"], cx           # the count is the row's length
+    if divisor is not None:
+        assert cx["divisor"] == divisor, cx
+
+
+def test_mean_is_proven_on_the_correct_variants():
+    for factory in (V.make_rms_rows, V.make_row_mean_looped):
+        report = verify.run(factory().trace(), include_proven=True)
+        assert any(f.code == "reduce.mean" and f.status == "proven"
+                   for f in report.findings), factory.__name__
