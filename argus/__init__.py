@@ -8,7 +8,7 @@
 """
 
 from argus.dsl.api import (abs_, allow_dependent_launch, arange, atomic_add, atomic_fetch_add,
-                           cdiv, cluster_rank, erf,
+                           cdiv, cluster_rank, elect, erf,
                            exp, exp2, fence, full, gather, grid, ldmatrix,
                            load, load_scalar, load_shared, log, maximum, minimum, occupancy,
                            ordered,
@@ -38,7 +38,7 @@ def compile(kernel_fn: KernelFunction, *, verify: bool | None = None, **constexp
 
 __all__ = [
     "abs_", "allow_dependent_launch", "arange", "atomic_add", "atomic_fetch_add", "Scalar",
-    "cdiv", "cluster_rank", "erf",
+    "cdiv", "cluster_rank", "elect", "erf",
     "exp", "exp2", "fence", "full", "grid",
     "gather", "ldmatrix", "load", "load_scalar", "load_shared", "log", "maximum",
     "minimum", "occupancy", "ordered", "pipeline", "range", "relu", "role", "round_tf32",

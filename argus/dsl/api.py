@@ -156,6 +156,33 @@ def when(cond) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def elect() -> Iterator[None]:
+    """One thread of the CTA runs the block, at the kernel's top level (outside roles): work
+    one thread issues for all, such as scalar reads, index math and TMA prefetches before a
+    PDL wait (a producer role is elected by lowering, lower/elect.py). Nothing in it may be a
+    collective op or a register tile (the verifier's sync.elect); no value it defines is
+    used after it."""
+    ctx = current("ag.elect")
+    loc = user_loc()
+    if ctx.builder.depth:
+        raise TraceError("ag.elect must be at the top level of the kernel, outside roles and "
+                         "blocks", loc, fix="a role that only issues copies is elected by "
+                                            "lowering; elsewhere use ag.elect() at the top")
+    ctx.nonuniform_guards += 1   # one thread: group-wide ops inside refuse
+    scope = CarryScope("ag.elect block")
+    try:
+        with ctx.builder.region() as body:
+            yield
+    finally:
+        ctx.nonuniform_guards -= 1
+    before, ops = scope.close(list(body), loc)
+    for op in before:
+        ctx.builder.append(op)
+    ctx.builder.append(O.Elect(Region(tuple(ops)), threads=1, group=0,
+                               note="one thread of the CTA", loc=loc))
+
+
+@contextlib.contextmanager
 def role(name: str, warpgroups: int = 1, regs: int = 0,
          uniform_index: bool = True) -> Iterator[Scalar]:
     """A warp-specialized region for `warpgroups` warpgroups with `regs` registers per thread
@@ -698,7 +725,29 @@ def _tma_store(tensor: TensorArg, coords, src) -> None:
     ctx.builder.append(O.TmaStore(tensor.value, coords_v, view.materialize(), loc=loc))
 
 
-tma = SimpleNamespace(load=_tma_load, store=_tma_store)
+def _tma_prefetch(like, tensor: TensorArg, coords) -> None:
+    """Prefetch into L2 the box that `ag.tma.load(like, tensor, coords)` would copy into the
+    view `like` (nothing is written to it: the view names the box and swizzle, so the
+    prefetch and the loads share one tensor map). A hint with no result and no barrier: it
+    may sit anywhere, inside no produce step, e.g. before ag.wait_prior_grids for a tensor
+    no preceding kernel writes (PTX ISA "cp.async.bulk.prefetch.tensor")."""
+    current("ag.tma.prefetch")
+    loc = user_loc()
+    view = _view(like, "tma.prefetch view", loc)
+    if view.buffer.type.dtype != tensor.dtype:
+        raise TraceError(f"TMA prefetch of {tensor.name} ({tensor.dtype}) shaped like a "
+                         f"{view.buffer.type.dtype} buffer", loc)
+    if any(d > 256 for d in view.shape):
+        raise TraceError(f"TMA box {view.shape} exceeds 256 elements in a dimension", loc,
+                         fix="prefetch boxes of at most 256 rows")
+    coords_v = _offsets(tensor, coords, loc)
+    box = (1,) * (len(tensor.shape) - 2) + tuple(view.shape)
+    ctx = current("ag.tma.prefetch")
+    ctx.builder.append(O.TmaPrefetch(tensor.value, coords_v, box=box,
+                                     swizzle=view.buffer.type.swizzle, loc=loc))
+
+
+tma = SimpleNamespace(load=_tma_load, store=_tma_store, prefetch=_tma_prefetch)
 
 
 def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,

@@ -250,6 +250,24 @@ class TmaLoad(Op):
 
 
 @dataclass(frozen=True)
+class TmaPrefetch(Op):
+    """A hint (PTX ISA "cp.async.bulk.prefetch.tensor", .L2): bring the box at element
+    coordinates `coords` of `tensor` (outermost first) from global memory into L2. No shared
+    memory, no barrier, no result; the box and swizzle are those of a tma.load of the same
+    view (the DSL takes them from it), so both use one tensor map. It moves nothing the
+    kernel reads: a line that another grid writes later is updated in L2 (the point of
+    coherence), so it orders nothing and races with nothing, and may come before a PDL
+    wait; the loads that follow read what they would have read, sooner. Issued by the thread
+    that runs it (an elected producer thread: electable)."""
+
+    NAME = "tma.prefetch"
+    tensor: Value
+    coords: tuple[Value, ...]
+    box: tuple[int, ...] = ()
+    swizzle: int = 0
+
+
+@dataclass(frozen=True)
 class TmaStore(Op):
     """Bulk tensor copy of smem view `src` to `tensor` at `coords` (out-of-bounds parts are
     dropped). The source must have been made visible to the async proxy (the lowering fences).
@@ -833,6 +851,8 @@ class Elect(Op):
     NAME = "elect"
     body: Region
     threads: int = 1
+    # 0: written with ag.elect() at the kernel's top level, the CTA's thread count filled in
+    # by lower/elect.py (the kernel's threads are known once its roles are lowered)
     group: int = 128
     note: str = ""
 
@@ -840,7 +860,8 @@ class Elect(Op):
 # What one thread may do for its warpgroup inside an `elect`: index math, control, uniform
 # scalar reads from global memory (a producer reading its coordinates: the value feeds only
 # ops inside the elected body), pipeline produce steps and their TMA loads, smem views.
-ELECTABLE = (Const, Arith, For, If, LoadScalar, Produce, TmaLoad, SmemSlice, ClusterRank)
+ELECTABLE = (Const, Arith, For, If, LoadScalar, Produce, TmaLoad, TmaPrefetch, SmemSlice,
+             ClusterRank)
 
 
 def electable(op: Op) -> bool:
@@ -889,7 +910,8 @@ ALL_OPS: dict[str, type[Op]] = {
     cls.NAME: cls
     for cls in (Const, Arith, GridIds, ClusterRank, ThreadIndex, For, If, RoleOp, SmemAlloc,
                 SmemSlice,
-                PipelineCreate, Produce, Consume, TmaLoad, TmaStore, Wgmma, StMatrix, LdMatrix,
+                PipelineCreate, Produce, Consume, TmaLoad, TmaPrefetch, TmaStore, Wgmma,
+                StMatrix, LdMatrix,
                 Load, Gather, LoadScalar, Store, AtomicAdd, AtomicFetchAdd, Fence, GridDepWait,
                 GridDepLaunch, Full, Elementwise,
                 Convert, Reduce, Scan, TileSlice, Var, Assign, ConvertLayout, Arange,

@@ -15,6 +15,9 @@ would arrive with expect_tx and issue every TMA copy again (128 arrivals, 128x t
 bytes: an unspecified launch failure on the GPU, while the interpreter, which runs a role
 once, is right).
 
+An `elect` written at the kernel's top level (ag.elect(): one thread of the CTA, e.g. a
+prefetch before a PDL wait) gets its group here, the CTA's thread count.
+
 Runs after lower/sync.py, which places the setmaxnreg this pass keeps outside; the kernel gets
 the attribute `elected` (the verifier checks thread counts only once the decision is made).
 """
@@ -34,6 +37,8 @@ NOTE = "one thread issues the async copies"
 def run(kernel: Kernel) -> Kernel:
     body = []
     for op in kernel.body.ops:
+        if isinstance(op, O.Elect) and not op.group:   # ag.elect(): one thread of the CTA
+            op = op.replace(group=kernel.attr("threads"))
         body.append(_role(op) if isinstance(op, O.RoleOp) else op)
     return dataclasses.replace(kernel, body=Region(tuple(body))).with_attrs(elected=True)
 

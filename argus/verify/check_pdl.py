@@ -34,6 +34,11 @@ from argus.verify.obligation import Finding
 # global reads a predecessor's writes can race, and global writes
 _LOADS = (O.Load, O.Gather, O.LoadScalar, O.TmaLoad)
 _WRITES = (O.Store, O.TmaStore, O.AtomicAdd, O.AtomicFetchAdd)
+# global accesses that race with nothing: a TMA prefetch into L2 reads nothing into the kernel
+# (a line another grid writes later is updated in L2, the point of coherence), so it may come
+# before the wait whatever its tensor; what it is steered by (its coordinates) is checked as
+# any load
+_HINTS = (O.TmaPrefetch,)
 
 
 def obligations(model) -> tuple[list, list[Finding]]:

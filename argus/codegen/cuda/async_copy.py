@@ -1,6 +1,6 @@
 """Rendering rules of shared memory and the async copies: smem alloc / slice, tma.load,
-tma.store (with the commit and read-wait that follow it), ldmatrix (and the 32-bit
-shared-memory read ag.load_shared records as the same op), stmatrix.
+tma.prefetch (into L2), tma.store (with the commit and read-wait that follow it), ldmatrix
+(and the 32-bit shared-memory read ag.load_shared records as the same op), stmatrix.
 
 Offsets come from the smem plan, boxes and swizzles from lowering; each distinct (tensor, box,
 swizzle) becomes one CUtensorMap kernel parameter, numbered in the order first used.
@@ -64,6 +64,14 @@ def tma_load(em: _Emitter, op: O.TmaLoad) -> None:
         return
     em.emit(f"ag::tma_load_{rank}d(&{tm}, {em.name(op.dst)}, {em.current_full}, "
             f"{', '.join(coords)});")
+
+
+@rule(O.TmaPrefetch)
+def tma_prefetch(em: _Emitter, op: O.TmaPrefetch) -> None:
+    """The tensor map of the loads of the same box and swizzle (one CUtensorMap for both)."""
+    tm = _tmap_for(em, op.tensor, op.box, op.swizzle)
+    coords = [em.name(c) for c in reversed(op.coords)]  # PTX wants innermost first
+    em.emit(f"ag::tma_prefetch_{len(coords)}d(&{tm}, {', '.join(coords)});")
 
 
 @group_rule(O.TmaStore)

@@ -477,6 +477,32 @@ __device__ __forceinline__ void tma_load_5d(const TensorMap* tmap, void* smem_ds
         : "memory");
 }
 
+// cp.async.bulk.prefetch.tensor.Nd.L2.global.tile: the box at the coordinates into L2, no
+// shared memory and no barrier (a hint; the tensor map is the loads' own). Ranks 1 to 5.
+__device__ __forceinline__ void tma_prefetch_1d(const TensorMap* tmap, int c0) {
+    asm volatile("cp.async.bulk.prefetch.tensor.1d.L2.global.tile [%0, {%1}];"
+                 :: "l"(tmap_u64(tmap)), "r"(c0) : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_2d(const TensorMap* tmap, int c0, int c1) {
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];"
+                 :: "l"(tmap_u64(tmap)), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_3d(const TensorMap* tmap, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];"
+                 :: "l"(tmap_u64(tmap)), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_4d(const TensorMap* tmap, int c0, int c1, int c2,
+                                                int c3) {
+    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];"
+                 :: "l"(tmap_u64(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_5d(const TensorMap* tmap, int c0, int c1, int c2,
+                                                int c3, int c4) {
+    asm volatile("cp.async.bulk.prefetch.tensor.5d.L2.global.tile [%0, {%1, %2, %3, %4, %5}];"
+                 :: "l"(tmap_u64(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+                 : "memory");
+}
+
 // .multicast::cluster: the box lands at the same smem offset (and completes bytes on the
 // barrier at the same offset) in every CTA of the cluster whose bit is set in cta_mask.
 __device__ __forceinline__ void tma_load_2d_multicast(const TensorMap* tmap, void* smem_dst,

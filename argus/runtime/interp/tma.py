@@ -15,11 +15,13 @@ from argus.runtime.interp.machine import InterpError, _Group, _Interp, _View
 from argus.runtime.interp.registry import rule
 
 
-def _check_inner_alignment(op: O.TmaLoad | O.TmaStore, coords: list) -> None:
+def _check_inner_alignment(op: O.TmaLoad | O.TmaPrefetch | O.TmaStore,
+                            coords: list) -> None:
     elem_bytes = op.tensor.type.dtype.bytes
     start = int(coords[-1]) * elem_bytes
     if start % 16:
-        what = "load from" if isinstance(op, O.TmaLoad) else "store to"
+        what = "store to" if isinstance(op, O.TmaStore) else \
+            "load from" if isinstance(op, O.TmaLoad) else "prefetch of"
         raise InterpError(
             f"TMA {what} {op.tensor.hint or 'a tensor'} at {op.loc}: the innermost coordinate "
             f"{int(coords[-1])} starts {start} bytes into a row ({elem_bytes}-byte elements), "
@@ -41,6 +43,13 @@ def tma_load(m: _Interp, g: _Group, op: O.TmaLoad) -> None:
                if op.multicast else [view])
     for target in targets:
         target.array()[...] = box
+
+
+@rule(O.TmaPrefetch)
+def tma_prefetch(m: _Interp, g: _Group, op: O.TmaPrefetch) -> None:
+    """A hint into L2: no data moves that the kernel reads, so nothing to do but the device's
+    own refusal of a misaligned innermost coordinate."""
+    _check_inner_alignment(op, [m.val(g, c) for c in op.coords])
 
 
 @rule(O.TmaStore)

@@ -43,7 +43,13 @@ def tma_store(m: Model, op: O.TmaStore, scopes, role, counters, following) -> No
                               (view.rows, view.cols), tile))
 
 
+def tma_prefetch(m: Model, op: O.TmaPrefetch, scopes, role, counters, following) -> None:
+    """Nothing to record: the prefetch writes no shared memory and no global data, and
+    the kernel reads nothing from it (its loads read the tensor as they would without it)."""
+
+
 RULES: dict[type, Rule] = {
     O.TmaLoad: tma_load,
+    O.TmaPrefetch: tma_prefetch,
     O.TmaStore: tma_store,
 }
