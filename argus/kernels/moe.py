@@ -102,18 +102,32 @@ class MoeSchedule(WarpSpecializedSchedule):
     # its predecessor (the routing or the previous GEMM) at the top, before it reads the
     # routing counts, and lets its successor start right after: its launch, barrier init and
     # tensor-map prefetch overlap the predecessor's tail, the successor's overlap its own.
-    # The routing map (token tiles, experts) precedes every weight load, so no weight moves
-    # before the wait. In repr only when on (__repr__): every schedule without it prints as
-    # before (the bench's rows and the agent's keys stay comparable across the change), a
-    # decode schedule with it says so (traces are keyed by the hashable schedule)
+    # The routing map (token tiles, experts) precedes every weight load, so no weight load
+    # moves before the wait (a prefetch into L2 may: `prefetch`). In repr only when on
+    # (__repr__): every schedule without it prints as before (the bench's rows and the agent's
+    # keys stay comparable across the change), a decode schedule with it says so (traces are
+    # keyed by the hashable schedule)
     pdl: bool = field(default=False, repr=False)
+    # decode with pdl: K steps of the CTA's first unit whose weight boxes one thread of the
+    # CTA prefetches into L2 (cp.async.bulk.prefetch.tensor) before the wait for the prior
+    # grids, so the weight stream starts while the predecessor still runs (0: off). Which
+    # expert's weights comes from the routing map (TileExpert, Tiles), read before the wait
+    # too: it is written only by a routing kernel two or more launches back, complete by then
+    # because every kernel between triggers after its own wait (docs/pdl.md, "Reading the
+    # routing map before the wait"); and those reads steer only the hint (the units walked
+    # come from the count read after the wait, as without it). argus.ops.moe launches the
+    # permute before such a gate-up with PDL and an early trigger, so the gate-up's window is
+    # the permute's run, the down's the gate-up's tail. In repr only when set, as pdl
+    prefetch: int = field(default=0, repr=False)
 
     def __repr__(self) -> str:
-        """The dataclass repr, with `pdl=True` last when the flag is on (left out when off, so
-        the reprs of schedules without PDL read as they did before the field existed)."""
+        """The dataclass repr, with `pdl=True` and `prefetch=n` last when set (left out when
+        off, so the reprs of schedules without them read as before the fields existed)."""
         shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
         if self.pdl:
             shown.append("pdl=True")
+        if self.prefetch:
+            shown.append(f"prefetch={self.prefetch}")
         return f"{type(self).__qualname__}({', '.join(shown)})"
 
     @property
@@ -153,6 +167,9 @@ class MoeSchedule(WarpSpecializedSchedule):
         if self.pdl and not self.swap_ab:
             problems.append("pdl (programmatic dependent launch) is applied to the decode "
                             "kernels only: it needs swap_ab=True")
+        if self.prefetch and not (self.pdl and 0 < self.prefetch <= 64):
+            problems.append(f"prefetch={self.prefetch}: K steps of weights prefetched before "
+                            f"the PDL wait, 1..64, with pdl=True (got pdl={self.pdl})")
         if self.fused_finish and not self.swap_ab:
             problems.append("fused_finish is the decode gate-up's in-kernel split finish: it "
                             "needs swap_ab")
@@ -200,15 +217,17 @@ TINY = MoeSchedule(bm=64, bn=64, bk=64, stages=8, consumers=1, consumer_regs=240
 
 
 def decode_schedule(bn: int = 8, stages: int = 8, split_k: int = 1,
-                    fused_finish: bool = False, pdl: bool = False) -> MoeSchedule:
+                    fused_finish: bool = False, pdl: bool = False,
+                    prefetch: int = 0) -> MoeSchedule:
     """The swap-AB decode schedule for token tiles of bn rows: 64 weight rows per plane and
     stage (16 KB a stage for the gate-up GEMM, 8 KB for the down), `stages` deep, so 64-128 KB
     of weights are in flight per SM; fused_finish: a split gate-up finishes h itself (the
     last K slice of each unit, MoeSchedule.fused_finish); pdl: programmatic dependent launch
-    (MoeSchedule.pdl)."""
+    (MoeSchedule.pdl); prefetch: K steps of weights prefetched into L2 before the PDL wait
+    (MoeSchedule.prefetch)."""
     return MoeSchedule(bm=64, bn=bn, bk=64, stages=stages, consumers=1, consumer_regs=240,
                        producer_regs=40, swap_ab=True, split_k=split_k,
-                       fused_finish=fused_finish, pdl=pdl)
+                       fused_finish=fused_finish, pdl=pdl, prefetch=prefetch)
 
 
 DECODE = decode_schedule()
@@ -442,8 +461,13 @@ def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool, partial: bo
     (pid,) = ag.grid(programs)
     ring = OperandRing.alloc(s.stages, planes * s.bm, s.bn, s.bk, ag.bf16, 1)
     k_steps = ring.k_steps(K)
+    if s.prefetch:   # one thread of the CTA, before the wait (MoeSchedule.prefetch)
+        with ag.elect():
+            _prefetch_first_unit(ring, W, TileExpert, Tiles, s, pid, n_tiles, splits, planes,
+                                 k_steps, partial)
     if s.pdl:   # every global access below reads or writes what the kernels before touch
-        ag.wait_prior_grids(stable=(W,))
+        # (the prefetch's reads of the routing map only steer the hint: see _prefetch_first_unit)
+        ag.wait_prior_grids(stable=(W, TileExpert, Tiles) if s.prefetch else (W,))
         # all of this grid's CTAs are resident (programs <= SMs): the successor's CTAs only
         # run their prologue and wait, so the early start costs this kernel nothing
         ag.allow_dependent_launch()
@@ -482,6 +506,28 @@ def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool, partial: bo
                 out = silu_mul(accs[0], accs[1], s.fast_silu) if gated else accs[0]
                 store_tile(C, Unit((), n, t), 0, out, bm=s.bm, bn=s.bn, rows=s.bm,
                            finish=lambda tile: tile.to(ag.bf16), transposed=True)
+
+
+def _prefetch_first_unit(ring: OperandRing, W, TileExpert, Tiles, s: MoeSchedule, pid,
+                         n_tiles, splits, planes: int, k_steps, partial: bool) -> None:
+    """What one thread of the CTA does before the PDL wait (MoeSchedule.prefetch): the
+    weight boxes of the first s.prefetch K steps of this CTA's first unit (unit pid, the
+    first its walk takes) into L2, so that HBM streams them while the kernel before still
+    runs. Reads only what no kernel next to this one writes: W, and the routing map
+    (TileExpert, Tiles), written two or more launches back (docs/pdl.md); and what it reads
+    steers only this hint: the walk after the wait reads the count again, so a wrong guess
+    would cost bandwidth, never a wrong result. The boxes are the ring's (ring.a's 64 rows
+    per plane: the loads' own tensor map); the loads after the wait find them in L2."""
+    token_tiles = ag.load_scalar(Tiles, (0, 0))
+    with ag.when(pid < token_tiles * n_tiles * splits):
+        t, n = tile_coords(pid // splits if partial else pid, token_tiles, n_tiles, s.group_m)
+        lead = (pid % splits,) if partial else ()
+        expert = ag.load_scalar(TileExpert, (t, 0))
+        for k in ag.range(ag.minimum(k_steps, s.prefetch)):
+            for plane in range(planes):
+                ag.tma.prefetch(ring.a[0].rows_of(0, s.bm), W,
+                                (*lead, expert, plane, n * s.bm, k * s.bk) if planes == 2
+                                else (*lead, expert, n * s.bm, k * s.bk))
 
 
 def _finish_last_slice(P, H, Count, s: MoeSchedule, t, n) -> None:

@@ -374,14 +374,23 @@ def tag_positions(Pos) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def permute_kernel(top_k: int, bh: int) -> ag.KernelFunction:
+def permute_kernel(top_k: int, bh: int, pdl: bool = False) -> ag.KernelFunction:
     """xp[pos[t * k + j]] = x[t] for each slot j: CTA (t, b) reads columns [b * bh, +bh) of
     token t's row once and writes them to its k rows of the padded layout (a CTA per column
-    block, not per token: a decode step's few tokens still spread over the SMs)."""
+    block, not per token: a decode step's few tokens still spread over the SMs). pdl: launched
+    with programmatic dependent launch, it waits for the kernels before it first thing and
+    then lets the next kernel start at once (docs/pdl.md): a decode gate-up that prefetches
+    its weights before its own wait (MoeSchedule.prefetch) gets the permute's whole run as
+    its window, and, the trigger following the wait, the routing kernels before the permute
+    are complete by the time the gate-up starts, which is what lets it read the routing map
+    before its wait."""
 
     def moe_permute(X: ag.Tensor["T", "H", ag.bf16], Pos: ag.Tensor["N", 1, ag.i32],
                     Xp: ag.Tensor["M", "H", ag.bf16]):
         tag_positions(Pos)
+        if pdl:   # x, pos: the previous kernels' outputs; xp: the last layer's gate-up read it
+            ag.wait_prior_grids()
+            ag.allow_dependent_launch()
         t, block = ag.grid(X.shape[0], ag.cdiv(X.shape[1], bh))
         h0 = block * bh
         x = ag.load(X, (t, h0), (1, bh))
@@ -389,7 +398,8 @@ def permute_kernel(top_k: int, bh: int) -> ag.KernelFunction:
             ag.store(Xp, (ag.load_scalar(Pos, (t * top_k + j, 0)), h0), x)
 
     # Xp's padding rows are never written (nor read), on purpose
-    return ag.kernel(moe_permute, threads=128, name=f"moe_permute_k{top_k}_{bh}",
+    return ag.kernel(moe_permute, threads=128,
+                     name=f"moe_permute_k{top_k}_{bh}" + ("_pdl" if pdl else ""),
                      partial_outputs=("Xp",))
 
 

@@ -601,7 +601,8 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
         if scratch is not None:
             scratch.update(ws)
         return out
-    run(R.permute_kernel(layer.top_k, BH), x, pos, ws["xp"])
+    # a gate-up that prefetches weights before its wait runs beside the permute (docs/pdl.md)
+    run(R.permute_kernel(layer.top_k, BH, pdl=s.prefetch > 0), x, pos, ws["xp"])
     gate_up = w13.view(E, 2, layer.inter, layer.hidden)   # the gate and up planes
     if s.split_k > 1 and s.fused_finish:   # the last K slice of a unit finishes its h
         run(grouped_gemm_kernel(True, True, True), _k_slices(ws["xp"], s.split_k),
