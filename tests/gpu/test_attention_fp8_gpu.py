@@ -227,3 +227,57 @@ def test_v_transpose_is_bit_exact(layout, D, SK):
     ref = vb.transpose(-1, -2).contiguous().view(torch.uint8)
     assert torch.equal(store[..., :SK].view(torch.uint8), ref)
     assert got.stride(-2) == pad and torch.equal(got.view(torch.uint8), ref)
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("D,SK", [(64, 1), (128, 1000), (256, 37), (128, 2048)])
+def test_permuted_v_transpose_is_bit_exact(layout, D, SK):
+    """The op's permuted V^T on the GPU (kernel_v: each 32-key group in acc_order_col's order,
+    Skv rounded up to 32, keys past it zero) is byte for byte the CPU reference built key by
+    key from target/fragments.py acc_order_col."""
+    import importlib
+
+    import numpy as np
+
+    from argus.target.fragments import acc_order_col
+
+    mod = importlib.import_module("argus.ops.attention_fp8")
+    B, HKV = 2, 3
+    shape = (B, HKV, SK, D) if layout == "bhsd" else (B, SK, HKV, D)
+    g = torch.Generator(device="cuda").manual_seed(SK + D)
+    v = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8, device="cuda").view(E4M3)
+    got, permuted = mod.kernel_v(v, layout, False)
+    torch.cuda.synchronize()
+    assert permuted
+    vb = (v if layout == "bhsd" else v.transpose(1, 2)).view(torch.uint8).cpu()
+    skv = -(-SK // 32) * 32
+    keys = torch.from_numpy(acc_order_col(np.arange(skv)).astype(np.int64))
+    ref = torch.zeros((B, HKV, D, skv), dtype=torch.uint8)
+    inside = keys < SK
+    ref[..., inside] = vb[..., keys[inside], :].transpose(-1, -2)
+    assert torch.equal(got.view(torch.uint8).cpu(), ref)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_permuted_and_gathered_p_agree(causal):
+    """The op with the permuted V^T (shuffle-free P, its default) against the same op with the
+    permutation off (AccToA8's quad gather): the same products summed in another key order,
+    so equal up to the FP8 accumulator's rounding, and both near float64."""
+    import importlib
+
+    mod = importlib.import_module("argus.ops.attention_fp8")
+    g = torch.Generator(device="cuda").manual_seed(11)
+    B, H, HKV, S, SK, D = 2, 8, 2, 300, 1000, 128
+    q = (torch.randn(B, H, S, D, device="cuda", generator=g) * 3).to(E4M3)
+    k = torch.randn(B, HKV, SK, D, device="cuda", generator=g).to(E4M3)
+    v = torch.randn(B, HKV, SK, D, device="cuda", generator=g).to(E4M3)
+    scales = {"q_scale": 0.5, "k_scale": 0.25, "v_scale": 2.0}
+    new = mod.attention_fp8(q, k, v, causal=causal, **scales)
+    mod.PERMUTED_VT = False
+    try:
+        old = mod.attention_fp8(q, k, v, causal=causal, **scales)
+    finally:
+        mod.PERMUTED_VT = True
+    torch.cuda.synchronize()
+    err = (new.float() - old.float()).abs().max().item()
+    assert err <= 2e-2 * old.float().abs().max().item(), err
