@@ -398,7 +398,8 @@ def prefill_table(rows) -> str:
 
 def decode_rule_variants(T: int, k: int, E: int, H: int, I: int) -> dict:
     """The decode rule's own alternatives (argus.ops.moe.decode_schedules), one change each,
-    as (gate-up, down) pairs: the down's ring at 8 stages (the rule's decode_stages gives it
+    as (gate-up, down) pairs: without PDL, with the weight prefetch before the PDL wait at
+    one and two ring depths, the down's ring at 8 stages (the rule's decode_stages gives it
     about twice the gate-up's) and the gate-up cut in 2 or 4 along K (the rule before
     2026-12-02 08:00 cut it to fill the last wave: Qwen3 T = 1 in 4, T = 16 and 64 in 2,
     Mixtral T = 1 in 2). Their "GEMMs % of floor" beside ours' says what each change did."""
@@ -407,6 +408,14 @@ def decode_rule_variants(T: int, k: int, E: int, H: int, I: int) -> dict:
     M = importlib.import_module("argus.ops.moe")
     gate_up, down = M.decode_schedules(T, k, E, H, I)
     out = {}
+    # the plain launch, and the weight prefetch before the PDL wait (MoeSchedule.prefetch: n
+    # K steps of each GEMM's first unit into L2, n = its ring depth or twice it; the permute
+    # takes PDL then). Per-kernel durations include the wait, so the layer's time ("ours ms")
+    # is what shows these; scripts/gpu_moe_pdl.py times the device alone
+    out["no-pdl"] = (replace(gate_up, pdl=False), replace(down, pdl=False))
+    for times in (1, 2):
+        out[f"prefetch{times}x"] = (replace(gate_up, prefetch=times * gate_up.stages),
+                                    replace(down, prefetch=times * down.stages))
     if down.stages != 8:
         out["down-8-stages"] = (gate_up, replace(down, stages=8))
     for splits in (2, 4):
@@ -557,6 +566,29 @@ def gemm_floor(fn, floor_ms: float) -> tuple[float, dict, dict]:
     return (100.0 * floor_ms / total_ms if total_ms else float("nan")), mine, others
 
 
+def queued_device_us(fn, calls: int = 40, rounds: int = 5) -> float:
+    """Device us a call with the host's launch cost hidden (scripts/gpu_moe_pdl.py's method):
+    `calls` calls queued behind a GPU sleep, timed by events around them, median of
+    `rounds`. Back to back, so a PDL kernel's early start shows (per-kernel profiler
+    durations include its wait and cannot); no L2 flush between calls."""
+    import statistics
+
+    import torch
+
+    def once():
+        torch.cuda.synchronize()
+        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(int(2e8))
+        t0.record()
+        for _ in range(calls):
+            fn()
+        t1.record()
+        torch.cuda.synchronize()
+        return t0.elapsed_time(t1) * 1e3 / calls
+    fn()
+    return statistics.median(once() for _ in range(rounds))
+
+
 def host_us(fn, reps: int = 50) -> float:
     """Median host time of one call in microseconds, the device idle and its queue empty
     before each: the time to enqueue the call's launches (they run asynchronously)."""
@@ -675,6 +707,13 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
                 log(f"{name:14s} T={T:6d} GEMM timing failed: {type(e).__name__}: {e}")
         if decode_variants and T <= DECODE_MAX and "ours_gemms" in row:
             base = row["ours_gemms"]["floor_pct"]
+            try:   # the rule's layer, device time (queued calls), beside each variant's
+                base_us = queued_device_us(ours)
+                row["ours_queued_us"] = base_us
+                log(f"{name:14s} T={T:6d} rule layer {base_us:7.2f} us device (queued calls)")
+            except Exception as e:  # noqa: BLE001 - a diagnostic
+                base_us = float("nan")
+                log(f"{name:14s} T={T:6d} queued timing failed: {type(e).__name__}: {e}")
             for v, pair in decode_rule_variants(T, k, E, H, I).items():
                 try:
                     static = torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
@@ -686,9 +725,12 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
                     torch.cuda.synchronize()
                     err = ((out.double() - exact).norm() / exact.norm()).item()
                     pct, mine, _ = gemm_floor(call, floor_ms)
-                    row[f"rule@{v}"] = dict(gemm_floor_pct=pct, kernels_us=mine, rel_err=err)
+                    layer_us = queued_device_us(call)
+                    row[f"rule@{v}"] = dict(gemm_floor_pct=pct, kernels_us=mine, rel_err=err,
+                                            queued_us=layer_us)
                     log(f"{name:14s} T={T:6d} rule@{v:16s} GEMMs {pct:6.1f}% of floor "
-                        f"({pct - base:+.1f} vs ours)  rel_err={err:.2e}"
+                        f"({pct - base:+.1f} vs ours), layer {layer_us:7.2f} us device "
+                        f"({layer_us - base_us:+.2f} vs ours)  rel_err={err:.2e}"
                         f"{'' if err < 1e-2 else '  WRONG'} (" +
                         ", ".join(f"{key.split('(')[0][:32]} {us:.1f} us"
                                   for key, us in mine.items()) + ")")

@@ -1,9 +1,12 @@
-"""Device time of the MoE decode experts with and without programmatic dependent launch
-(MoeSchedule.pdl, docs/pdl.md), host launch cost hidden: the calls are queued behind a GPU
-sleep, so the device runs them back to back and the events around them time the device alone.
-One call's output with PDL is checked bit-equal to one without (the timed calls are
-not checked). The schedules are written out here: at split_k 1 they are the op's own
-decode_schedules at these shapes (gate-up 8 stages, down 15, bn 8).
+"""Device time of the MoE decode experts without programmatic dependent launch, with it (the
+op's default), and with it plus the weight prefetch before the wait (MoeSchedule.prefetch:
+each GEMM's first unit's first n K steps of weights into L2 while the kernel before still
+runs, the permute launched with PDL; docs/pdl.md), host launch cost hidden: the calls are
+queued behind a GPU sleep, so the device runs them back to back and the events around them
+time the device alone. One call's output of each mode is checked bit-equal to the first
+mode's (the timed calls are not checked). The schedules are written out here: at split_k 1
+they are the op's own decode_schedules at these shapes (gate-up 8 stages, down 15, bn 8).
+Prefetch modes: "pf1x" n = each GEMM's ring depth (gate-up 8, down 15), "pf2x" twice that.
 
     python3 -u scripts/gpu_moe_pdl.py [--calls 60] [--rounds 5]
 Shapes: Qwen3-30B-A3B (H 2048, I 768, E 128, k 8) and Mixtral (H 4096, I 14336, E 8, k 2) at
@@ -51,18 +54,25 @@ def main():
         weights = torch.rand(1, k, generator=g).cuda()
         for splits in ((1, 4) if model == "qwen3-30b-a3b" else (1,)):
             res, ref = {}, None
-            for pdl in (False, True):
-                layer = M.Layer(1, H, I, E, k, decode_schedule(8, split_k=splits, pdl=pdl),
-                                decode_schedule(8, stages=15, pdl=pdl))
+            # mode -> (pdl, gate-up prefetch, down prefetch)
+            modes = {"off": (False, 0, 0), "pdl": (True, 0, 0), "pf1x": (True, 8, 15),
+                     "pf2x": (True, 16, 30)}
+            for mode, (pdl, pf_gu, pf_dn) in modes.items():
+                layer = M.Layer(1, H, I, E, k,
+                                decode_schedule(8, split_k=splits, pdl=pdl, prefetch=pf_gu),
+                                decode_schedule(8, stages=15, pdl=pdl, prefetch=pf_dn))
                 out = M.experts(x, w13, w2, ids, weights, layer)
                 torch.cuda.synchronize()
                 ref = out.clone() if ref is None else ref
-                assert torch.equal(out, ref), f"{model} split {splits} pdl {pdl}: bits differ"
-                res[pdl] = statistics.median(
+                assert torch.equal(out, ref), f"{model} split {splits} {mode}: bits differ"
+                res[mode] = statistics.median(
                     device_us(lambda: M.experts(x, w13, w2, ids, weights, layer), args.calls)
                     for _ in range(args.rounds))
-            print(f"{model:14s} T=1 split_k={splits}: PDL off {res[False]:7.2f} us, "
-                  f"on {res[True]:7.2f} us ({res[False] - res[True]:+.2f} us)", flush=True)
+            print(f"{model:14s} T=1 split_k={splits}: PDL off {res['off']:7.2f} us, "
+                  f"on {res['pdl']:7.2f} us ({res['off'] - res['pdl']:+.2f} us), "
+                  f"+prefetch 1x {res['pf1x']:7.2f} us ({res['pdl'] - res['pf1x']:+.2f} us "
+                  f"vs on), 2x {res['pf2x']:7.2f} us ({res['pdl'] - res['pf2x']:+.2f} us)",
+                  flush=True)
 
 
 if __name__ == "__main__":

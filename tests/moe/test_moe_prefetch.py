@@ -11,6 +11,7 @@ such a gate-up only."""
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 
 import pytest
 import torch
@@ -187,3 +188,24 @@ def test_prefetch_is_before_the_wait_in_the_ptx(gated):
     # prefetch's read of it before the wait)
     loads_before = ptx[:wait].count("ld.global.nc")
     assert loads_before >= 2 and ptx[wait:].count("ld.global.nc") >= 2
+
+
+def test_the_bench_times_the_prefetch_against_the_rule():
+    """scripts/gpu_moe_bench.py --rule-variants: the plain launch and the prefetch at one and
+    two ring depths, each one change from the rule's pair, each a Layer the op accepts, and
+    --variants' decode names say whether they take PDL."""
+    from tests.loading import load_script
+
+    bench = load_script("gpu_moe_bench")
+    for T, k, E, H, I in [(1, 8, 128, 2048, 768), (16, 2, 8, 4096, 14336)]:
+        gate_up, down = M.decode_schedules(T, k, E, H, I)
+        got = bench.decode_rule_variants(T, k, E, H, I)
+        assert got["no-pdl"] == (replace(gate_up, pdl=False), replace(down, pdl=False))
+        for times in (1, 2):
+            g, d = got[f"prefetch{times}x"]
+            assert (g.prefetch, d.prefetch) == (times * gate_up.stages, times * down.stages)
+            assert replace(g, prefetch=0) == gate_up and replace(d, prefetch=0) == down
+            M.Layer(T, H, I, E, k, g, d)
+    names = bench.variants(1)
+    assert all(("-pdl" in n) == s.pdl and ("-nopdl" in n) == (not s.pdl)
+               for n, s in names.items() if n.startswith("decode"))
