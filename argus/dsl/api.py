@@ -22,6 +22,7 @@ from argus.errors import TraceError
 from argus.ir import ops as O
 from argus.ir.core import Region
 from argus.ir.types import PipeType, ScalarType, SmemType, TileType
+from argus.target import exp2_emulation as _exp2_emulation
 
 # ----------------------------------------------------------------------------- launch grid
 
@@ -607,12 +608,33 @@ def round_tf32(x: Tile) -> Tile:
     return elementwise("round_tf32", x)
 
 
-def exp2(x: Tile, approx: bool = False) -> Tile:
+def exp2(x: Tile, approx: bool = False, emulate: tuple[int, ...] = ()) -> Tile:
     """Elementwise 2^x. approx=True: the SFU's ex2.approx.ftz alone (relative error <= 2^-22;
     results below 2^-126 flush to 0, inputs below it in magnitude read as 0), one instruction
     where the full-range exp2 (the default) adds a range check and two multiplies on sm_90:
-    what a softmax wants, whose terms below 2^-126 of the row max are lost in any sum."""
-    return elementwise("exp2_approx" if approx else "exp2", x)
+    what a softmax wants, whose terms below 2^-126 of the row max are lost in any sum.
+
+    emulate=(count, period) or (count, period, group) with approx=True: of every `period`
+    groups of `group` (default 8) columns along the last axis, `count` are computed on the FMA
+    pipe by a polynomial (relative error <= 1.05e-4; NaN, +-inf and the flush to zero as the
+    SFU's) instead of the SFU, which then has that much less to do (FlashAttention-4's partial
+    emulation; argus/target/exp2_emulation.py). Group 8 suits a wgmma accumulator (S of
+    attention), where the choice is static per register; count 0 is off."""
+    spec = ()
+    if emulate:
+        if len(emulate) not in (2, 3):
+            raise TraceError(f"ag.exp2(emulate={emulate!r}): (count, period) or (count, "
+                             f"period, group)", user_loc(), fix="e.g. emulate=(4, 16)")
+        count, period, group = (*emulate, 8)[:3]
+        spec = (group, count, period) if count else ()
+        problem = _exp2_emulation.check_spec(spec)
+        if problem:
+            raise TraceError(f"ag.exp2: {problem}", user_loc(),
+                             fix="e.g. emulate=(4, 16): 4 of every 16 groups of 8 columns")
+    if spec and not approx:
+        raise TraceError("ag.exp2(emulate=...) splits the SFU's ex2.approx between the SFU and "
+                         "the FMA pipe", user_loc(), fix="pass approx=True with emulate")
+    return elementwise("exp2_approx" if approx else "exp2", x, emulate=spec)
 
 # ----------------------------------------------------------------------------- shared memory
 

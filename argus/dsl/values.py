@@ -321,7 +321,7 @@ def _int_operand(x) -> tuple[DType, tuple[int, int] | None, bool] | None:
     return None
 
 
-def elementwise(fn: str, *args) -> Tile:
+def elementwise(fn: str, *args, emulate: tuple[int, ...] = ()) -> Tile:
     tiles = [a for a in args if isinstance(a, Tile)]
     if not tiles:
         raise TraceError(f"{fn} needs at least one tile operand", user_loc())
@@ -359,7 +359,7 @@ def elementwise(fn: str, *args) -> Tile:
     like = value_tiles[0] if value_tiles else tiles[0]
     operands = tuple(_operand(a, like, fn) for a in args)
     v = current().builder.fresh(TileType(dtype, shape))
-    _emit(O.Elementwise(v, fn, operands, loc=user_loc()))
+    _emit(O.Elementwise(v, fn, operands, emulate, loc=user_loc()))
     return Tile(v, bound)
 
 

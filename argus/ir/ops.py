@@ -8,7 +8,7 @@ iterations without block arguments.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from argus.ir.core import Op, Region, Value
 from argus.ir.types import ScalarType, TileType
@@ -524,13 +524,22 @@ class Full(Op):
 @dataclass(frozen=True)
 class Elementwise(Op):
     """Pointwise math over tiles and scalars with numpy broadcasting (a [R,1] column or a
-    [1,C] row broadcasts against [R,C]). fn is one of ELEMENTWISE_FNS."""
+    [1,C] row broadcasts against [R,C]). fn is one of ELEMENTWISE_FNS.
+
+    `emulate` (fn "exp2_approx" only; () is off): (group, count, period), the elements whose
+    last-axis coordinate falls in `count` of every `period` groups of `group` columns are
+    computed on the FMA pipe (a polynomial) instead of the SFU, the rest by ex2.approx.ftz;
+    the rule, the arithmetic and its error are argus/target/exp2_emulation.py's. Legal where
+    the choice is the same for every thread of each register (codegen checks it against the
+    tile's layout: group 8 on a wgmma accumulator)."""
 
     NAME = "ew"
     RESULTS = ("result",)
     result: Value
     fn: str
     args: tuple[Value, ...]
+    # printed only when set, so the IR of every other elementwise op reads as before
+    emulate: tuple[int, ...] = field(default=(), metadata={"elide_default": True})
 
 
 @dataclass(frozen=True)

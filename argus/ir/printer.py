@@ -54,6 +54,8 @@ def _format_op(op: Op, indent: int, with_locs: bool) -> list[str]:
         if f.name in op.RESULTS:
             continue
         v = getattr(op, f.name)
+        if f.metadata.get("elide_default") and v == f.default:
+            continue   # an optional attribute at its default (the parser restores it)
         if isinstance(v, Region):
             region_fields.append((f.name, v))
         elif f.name in op.attrs():

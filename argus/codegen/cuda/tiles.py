@@ -23,6 +23,7 @@ from argus.codegen.cuda.reduce import check_scratch
 from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.numeric import work_dtype
+from argus.target import exp2_emulation
 from argus.target import register_layouts as RL
 
 _BINOPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<", "le": "<=",
@@ -121,13 +122,43 @@ def elementwise(em: _Emitter, op: O.Elementwise) -> None:
             return e
         return cast_c(e, a.type.dtype, work)
 
+    emulated = _emulated_registers(op, lay.rl) if op.emulate else ()
+
     def expr(i: int) -> str:
-        e = _ew_c(op.fn, [arg(k, a, i) for k, a in enumerate(op.args)], work)
+        if i in emulated:   # this register's exp2 on the FMA pipe (target/exp2_emulation.py)
+            e = f"ag::exp2_emu({arg(0, op.args[0], i)})"
+        else:
+            e = _ew_c(op.fn, [arg(k, a, i) for k, a in enumerate(op.args)], work)
         if dtype.name == "i1":
             return e
         return _round_c(e, dtype) if dtype.is_float else cast_c(e, work, dtype)
 
     _define_pointwise(em, op, lay, expr)
+
+
+def _emulated_registers(op: O.Elementwise, rl) -> frozenset[int]:
+    """The registers of an `emulate` exp2 computed on the FMA pipe: those whose column falls
+    in an emulated group, which must be so for every thread alike (the choice is made at
+    generation time, per register, so a thread-dependent one cannot be rendered)."""
+    problem = exp2_emulation.check_spec(op.emulate)
+    if op.fn != "exp2_approx" or problem:
+        raise CompileError(f"elementwise {op.fn} with emulate={op.emulate!r}: "
+                           f"{problem or 'only exp2_approx has an emulated form'}", op.loc,
+                           fix="ag.exp2(x, approx=True, emulate=(count, period))")
+    cols = exp2_emulation.emulated_columns(rl.shape[-1], op.emulate)
+    out = set()
+    for r in range(rl.nregs):
+        picks = {bool(cols[rl.coord(t, r)[-1]]) for t in range(rl.threads)}
+        if len(picks) > 1:
+            raise CompileError(f"exp2 emulate={op.emulate!r} on a {rl.name} tile "
+                               f"{'x'.join(map(str, rl.shape))}: register {r} holds emulated "
+                               f"columns in some threads and not in others", op.loc,
+                               fix="emulate groups of columns that one register holds in every "
+                                   "thread (8 on a wgmma accumulator), or apply it to an "
+                                   "accumulator-layout tile")
+        if picks == {True}:
+            out.add(r)
+    return frozenset(out)
 
 
 @rule(O.Convert)

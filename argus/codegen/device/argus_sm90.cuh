@@ -206,6 +206,32 @@ __device__ __forceinline__ float exp2_approx(float x) {
     return r;
 }
 
+// 2^x on the FMA pipe instead of the SFU (FlashAttention-4's partial emulation of ex2): the
+// sequence, constants and error bound of argus/target/exp2_emulation.py (its tests check these
+// literals). Clamp to [-127, 128] keeping NaN (max/min.NaN); add.rm of 1.5 * 2^23 + 127 rounds
+// to floor(x) and leaves 127 + floor(x) in the low bits; f = x - floor(x) in [0, 1]; p ~ 2^f by
+// Horner (p(0) = 1, p(1) = 2); times 2^floor(x) made by a shift (0 for floor -127: the SFU's
+// ftz; +inf for 128). NaN, +-inf, ftz as ex2.approx.ftz.f32; relative error <= 1.05e-4.
+__device__ __forceinline__ float exp2_emu(float x) {
+    float r;
+    asm("{\n\t"
+        ".reg .f32 c, t, n, f, p;\n\t"
+        ".reg .b32 e;\n\t"
+        "max.NaN.f32 c, %1, 0fC2FE0000;\n\t"
+        "min.NaN.f32 c, c, 0f43000000;\n\t"
+        "add.rm.ftz.f32 t, c, 0f4B40007F;\n\t"
+        "sub.rn.ftz.f32 n, t, 0f4B40007F;\n\t"
+        "sub.rn.ftz.f32 f, c, n;\n\t"
+        "fma.rn.ftz.f32 p, f, 0f3DA04AF4, 0f3E67BD34;\n\t"
+        "fma.rn.ftz.f32 p, p, f, 0f3F320754;\n\t"
+        "fma.rn.ftz.f32 p, p, f, 0f3F800000;\n\t"
+        "shl.b32 e, t, 23;\n\t"
+        "mul.rn.ftz.f32 %0, p, e;\n\t"
+        "}"
+        : "=f"(r) : "f"(x));
+    return r;
+}
+
 // PTX ISA "cvt" (Data Movement and Conversion Instructions): cvt.rna.tf32.f32, an f32 rounded
 // to tf32 (10 mantissa bits, to nearest, ties away from zero), returned as the f32 it is. A
 // tf32 wgmma reads an unrounded f32 operand by dropping its 13 low bits (toward zero).

@@ -20,6 +20,7 @@ from argus.ir.numeric import work_dtype
 from argus.ir.types import TileType
 from argus.runtime.interp.machine import _Group, _Interp, _round
 from argus.runtime.interp.registry import rule
+from argus.target import exp2_emulation
 
 def _flush_subnormal(x):
     """x with float32 subnormals replaced by zeros of the same sign (ftz)."""
@@ -92,6 +93,12 @@ def elementwise(m: _Interp, g: _Group, op: O.Elementwise) -> None:
             r = a - _c_div(a, b) * b
         else:
             r = _EW[op.fn](*args)
+        if op.emulate:
+            # the columns the FMA pipe computes (target/exp2_emulation.py: the same rule and
+            # arithmetic as the generated code), the others as the SFU
+            x = np.broadcast_to(args[0], t.shape)
+            r = np.where(exp2_emulation.emulated_columns(t.shape[-1], op.emulate),
+                         exp2_emulation.exp2_emulated(x), r)
     g.env[op.result.id] = (np.asarray(r, dtype=bool) if t.dtype == dtypes.i1
                            else _round(np.broadcast_to(r, t.shape), t.dtype))
 
