@@ -44,10 +44,10 @@ the call).
 --fp8 default,fold: the FP8 forward (argus.ops.attention_fp8) beside the bf16 cases, in the
 same run as cuDNN's bf16 SDPA: q, k and v quantized per tensor to e4m3 (scale amax / 448) from
 the case's bf16 data; per fp8 variant (fp8_variant_schedule: "default" is fp8_schedule, then
-'+' joins of fold, plain, tma, bnN, stN, pvt, shfl; fold with the overlap needs
-ARGUS_VERIFY=0) three columns: fp8_<v> (the op, V transposed by it on every call), fp8vt_<v>
-(the op with V given transposed: no copy) and fp8k_<v> (the kernel's launch prepared once: no
-host work, no copy). The op permutes V^T's keys for the shuffle-free P whenever it transposes
+'+' joins of fold, plain, tma, bnN, stN, pvt, shfl, emuN (exp2_emulate); fold with the
+overlap needs ARGUS_VERIFY=0) three columns: fp8_<v> (the op, V transposed by it on every
+call), fp8vt_<v> (the op with V given transposed: no copy) and fp8k_<v> (the kernel's
+launch prepared once: no host work, no copy). The op permutes V^T's keys for the shuffle-free P whenever it transposes
 V (schedule permuted_vt, target/fragments.py AccOrderA8); V given transposed keeps the quad
 shuffles (AccToA8). `pvt`: the kernel column runs the permuted kernel on the op's permuted V^T
 (fp8k_default is the shuffling kernel); `shfl`: the op columns run with the permutation off
@@ -118,7 +118,9 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     "stN" sets the depth of the K and V rings (e.g. "default+fast+st3":
     three stages fit beside Q at head dim 128, 225 KB). "tma": the stmatrix + TMA-store
     epilogue, "direct" the st.global one (hd128's default is "tma" since 2026-12-04);
-    "persistent" applies to "default" too ("default+tma+persistent")."""
+    "persistent" applies to "default" too ("default+tma+persistent"). "emuN": N of every 16
+    groups of 8 keys compute P's exp2 on the FMA pipe (exp2_emulate, FA4's partial emulation;
+    "default+emu4": a quarter)."""
     import dataclasses
 
     from argus.kernels.attention import base_schedule, default_schedule, fa3_overlap_schedule
@@ -137,6 +139,11 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     depth = [int(p[2:]) for p in parts if p.startswith("st") and p[2:].isdigit()]
     if depth:
         diet["stages"] = depth[0]
+    # "emuN": N of every 16 key groups of P's exp2 on the FMA pipe (exp2_emulate; needs the
+    # SFU exp2, which every default schedule has)
+    emulate = [int(p[3:]) for p in parts if p.startswith("emu") and p[3:].isdigit()]
+    if emulate:
+        diet["exp2_emulate"] = emulate[0]
     # "tma": the stmatrix + TMA-store epilogue (an O staging tile in shared memory) instead of
     # st.global from registers; "persistent" on the default too
     extra = {"epilogue": "tma"} if "tma" in parts else {}
@@ -184,8 +191,9 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
     '+' joins add "fold" (fold_scale: with the overlap it does not verify yet, ARGUS_VERIFY=0),
     "plain" (no overlap: the plain loop, which verifies folded), "tma" (the stmatrix + TMA
     store epilogue), "bnN" (block_n), "stN" (ring depth), "pvt" (permuted_vt: the kernel on a
-    permuted V^T, no P shuffles) and "shfl" (the op without the permutation; the schedule is
-    the default's: fp8_case reads the token)."""
+    permuted V^T, no P shuffles), "shfl" (the op without the permutation; the schedule is
+    the default's: fp8_case reads the token) and "emuN" (exp2_emulate: N of every 16 groups of
+    8 keys compute P's exp2 on the FMA pipe; "emu0" is the default's SFU-only)."""
     import dataclasses
 
     from argus.kernels.attention import fp8_schedule
@@ -206,6 +214,8 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
             continue
         elif part[:2] in ("bn", "st") and part[2:].isdigit():
             fields["block_n" if part[:2] == "bn" else "stages"] = int(part[2:])
+        elif part[:3] == "emu" and part[3:].isdigit():
+            fields["exp2_emulate"] = int(part[3:])
         else:
             raise ValueError(f"fp8 variant {variant!r}: unknown token {part!r}")
     return dataclasses.replace(fp8_schedule(head_dim, causal), **fields)
@@ -687,7 +697,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "
-                             "overlap, fa3, pingpong, 2wg, 3wg, bnN, stN, ex2, fold, fast or '+' "
+                             "overlap, fa3, pingpong, 2wg, 3wg, bnN, stN, emuN, ex2, fold, "
+                             "fast or '+' "
                              "joins of them (default+fast: the op's choice with the softmax "
                              "diet; each "
                              "timed through argus.ops.attention; overlap needs ARGUS_VERIFY=0)")
@@ -703,7 +714,8 @@ def main() -> int:
     parser.add_argument("--fp8", default="",
                         help="also run the FP8 forward (argus.ops.attention_fp8) per case at "
                              "these fp8 variants, comma-separated (default, fold, plain, tma, "
-                             "bnN, stN or '+' joins; fp8_variant_schedule), beside cuDNN bf16")
+                             "bnN, stN, emuN or '+' joins; fp8_variant_schedule), beside cuDNN "
+                             "bf16")
     parser.add_argument("--kernel-only", action="store_true",
                         help="also time each variant's prepared launch (no host work per "
                              "call): the kernel / kernel_<variant> columns")

@@ -112,6 +112,13 @@ class AttentionSchedule:
     # P V is in flight (wait 1), wait 0 before O and P are touched again. Verifies like the
     # default (module docstring; tests/mutations/test_attention_fa3_carry.py).
     fa3_overlap: bool = False
+    # FlashAttention-4's partial exp2 emulation: of every 16 groups of 8 keys of an S block
+    # (one register pair of the accumulator each), this many compute P's exp2 on the FMA pipe
+    # by a polynomial (ag.exp2 emulate, argus/target/exp2_emulation.py: relative error
+    # <= 1.05e-4) instead of the SFU; 0: all on the SFU. For kernels where the SFU and the
+    # tensor core take turns (ncu 2026-12-04, FP8 hd128: tensor 39% + XU 42% active; bf16
+    # hd64: 49% + 52%) while the FMA pipe is a fifth busy. Needs approx_exp2.
+    exp2_emulate: int = 0
     # The softmax's instruction count (FA3's softmax.h, built with --use_fast_math): exp2 on
     # the SFU alone (ag.exp2(approx=True), ex2.approx.ftz: libdevice's exp2f adds a range
     # check and two predicated multiplies per element on sm_90, 3 of the ~9 instructions an S
@@ -169,6 +176,12 @@ class AttentionSchedule:
         if self.intra_wg_overlap and self.fa3_overlap:
             problems.append("intra_wg_overlap and fa3_overlap are two orders of one loop: "
                             "choose one")
+        if not 0 <= self.exp2_emulate <= 16:
+            problems.append(f"exp2_emulate={self.exp2_emulate}: a count of the 16 key groups "
+                            f"in 0..16")
+        if self.exp2_emulate and not self.approx_exp2:
+            problems.append("exp2_emulate splits the SFU's ex2.approx with the FMA pipe: it "
+                            "needs approx_exp2=True")
         return problems
 
     def problems_for(self, head_dim: int, dtype: DType = ag.bf16) -> list[str]:
@@ -562,7 +575,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                     x = sc * qk_scale - m_use if s.fold_scale else sc - m_use
                     if fp8:
                         x = x - P_BIAS     # P_SCALE * exp2(x): P in [0, P_SCALE]
-                    p = ag.exp2(x, approx=s.approx_exp2)
+                    p = ag.exp2(x, approx=s.approx_exp2, emulate=(s.exp2_emulate, 16))
                     alpha = ag.exp2(m_i - m_use, approx=s.approx_exp2)
                     return p, alpha, m_new, l_i * alpha + p.sum(axis=1)
 

@@ -1,0 +1,30 @@
+"""scripts/gpu_attention_bench.py's "emuN" tokens (AttentionSchedule.exp2_emulate) without a
+GPU: the bf16 and FP8 variants the GPU run compares set the count on the op's own schedules
+and change nothing else, and an illegal count is refused before the run."""
+
+import dataclasses
+
+import pytest
+
+from argus.kernels.attention import default_schedule, fp8_schedule
+from tests.loading import load_script
+
+BENCH = load_script("gpu_attention_bench")
+
+
+@pytest.mark.parametrize("count", [0, 2, 4, 6])
+@pytest.mark.parametrize("causal", [False, True])
+def test_tokens_set_the_count_on_the_default(count, causal):
+    for S in (1024, 4096, 16384):
+        want = dataclasses.replace(default_schedule(64, causal, S), exp2_emulate=count)
+        assert BENCH.variant_schedule(f"default+emu{count}", 64, causal, S) == want
+    want = dataclasses.replace(fp8_schedule(128, causal), exp2_emulate=count)
+    assert BENCH.fp8_variant_schedule(f"emu{count}", 128, causal) == want
+    assert BENCH.fp8_variant_schedule(f"default+emu{count}", 128, causal) == want
+
+
+def test_an_illegal_count_is_refused():
+    with pytest.raises(ValueError, match="exp2_emulate=17"):
+        BENCH.fp8_variant_schedule("emu17", 128, False)
+    with pytest.raises(ValueError, match="approx_exp2"):
+        BENCH.variant_schedule("default+exact+emu4", 64, False, 4096)
