@@ -46,13 +46,13 @@ same run as cuDNN's bf16 SDPA: q, k and v quantized per tensor to e4m3 (scale am
 the case's bf16 data; per fp8 variant (fp8_variant_schedule: "default" is fp8_schedule, then
 '+' joins of fold, plain, tma, bnN, stN, pvt, shfl, emuN (exp2_emulate); fold with the
 overlap needs ARGUS_VERIFY=0) three columns: fp8_<v> (the op, V transposed by it on every
-call), fp8vt_<v> (the op with V given transposed: no copy) and fp8k_<v> (the kernel's
-launch prepared once: no host work, no copy). The op permutes V^T's keys for the shuffle-free P whenever it transposes
-V (schedule permuted_vt, target/fragments.py AccOrderA8); V given transposed keeps the quad
-shuffles (AccToA8). `pvt`: the kernel column runs the permuted kernel on the op's permuted V^T
-(fp8k_default is the shuffling kernel); `shfl`: the op columns run with the permutation off
-(argus.ops.attention_fp8.PERMUTED_VT = False), the op before it. So
-`--fp8 default,pvt,shfl` gives the old and new kernel (fp8k_default, fp8k_pvt) and op
+call), fp8vt_<v> (the op with V given transposed: no copy) and fp8k_<v> (the kernel's launch
+prepared once: no host work, no copy). The op permutes V^T's keys for the shuffle-free P
+whenever it transposes V (schedule permuted_vt, target/fragments.py AccOrderA8); V given
+transposed keeps the quad shuffles (AccToA8). `pvt`: the kernel column runs the permuted
+kernel on the op's permuted V^T (fp8k_default is the shuffling kernel); `shfl`: the op columns
+run with the permutation off (argus.ops.attention_fp8.PERMUTED_VT = False), the op before it.
+So `--fp8 default,pvt,shfl` gives the old and new kernel (fp8k_default, fp8k_pvt) and op
 (fp8_shfl, fp8_default) in one run.
 Each is checked against float64 attention on the dequantized inputs (rel error columns).
 FP8 FLOPs are counted like bf16's. The fp8 table prints TFLOP/s and fp8 x cudnn (bf16).

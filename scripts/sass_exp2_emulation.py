@@ -1,10 +1,10 @@
 """How the softmax's exp2 splits between the SFU and the FMA pipe in the machine code, per
 exp2_emulate count (AttentionSchedule.exp2_emulate; argus/target/exp2_emulation.py). CPU only.
 
-For each case (the FP8 forward at head_dim 128 and the bf16 forward at head_dim 64, full and
-causal, at their op's schedules) and each count, compiles the kernel with NVRTC for sm_90a
-(verification off: this is about code generation), disassembles it with nvdisasm and prints,
-for the innermost loop around the P V wgmma (one K block per iteration: the steady state),
+For each case (the FP8 forward at head_dim 128 with the permuted V^T, and the bf16 forward at
+head_dim 64, full and causal, at their op's schedules) and each count, compiles the kernel
+with NVRTC for sm_90a (verification off: this is about code generation), disassembles it with
+nvdisasm and prints, for the KV loop (kv_loop: one K block per iteration, the steady state),
 how many MUFU.EX2, FFMA / FADD / FMUL / FMNMX and integer instructions it holds, per thread,
 and the ptxas report's registers and spill bytes. With count c of 16, a 128-key block moves
 c / 16 of the 64 (block_n / 2) exp2 per thread onto the FMA pipe: the MUFU.EX2 count should
@@ -85,9 +85,11 @@ def report(case: str, causal: bool, count: int, nvdisasm: str) -> str:
     from argus.kernels.attention import attention_kernel
 
     d, dtype, s = schedule_of(case, causal)
-    s = dataclasses.replace(s, exp2_emulate=count)
     fp8 = dtype == "fp8"
-    compiled = attention_kernel(d, ag.e4m3 if fp8 else ag.bf16, causal).compile(s=s)
+    # FP8: the kernel the op runs when it transposes V itself (permuted_vt: no P shuffles)
+    s = dataclasses.replace(s, exp2_emulate=count, permuted_vt=fp8)
+    compiled = attention_kernel(d, ag.e4m3 if fp8 else ag.bf16, causal, False,
+                                fp8).compile(s=s)
     log = compiled.binary.log
     regs = re.search(r"Used (\d+) registers", log)
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)

@@ -1,7 +1,8 @@
 """The attention forward with part of the softmax's exp2 on the FMA pipe
 (AttentionSchedule.exp2_emulate; argus/target/exp2_emulation.py) in the numpy interpreter
 against float64 attention: the FP8 forward at head_dim 128 and the bf16 one at head_dim 64 (the
-two kernels where ncu finds the SFU as busy as the tensor core), at their op's schedules with
+two kernels where ncu finds the SFU as busy as the tensor core; FP8 through the op, which runs
+the permuted V^T kernel), at their op's schedules with
 2..16 of every 16 key groups emulated, ragged lengths (tiles and key blocks partly past the
 ends: the masked -inf must give exactly 0 in the emulated columns too), full and causal (rows
 without keys), GQA. The emulated result must differ from the SFU's (the knob reaches the

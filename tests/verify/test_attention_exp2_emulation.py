@@ -17,10 +17,12 @@ from argus.runtime import nvrtc_available
 from tests.verify.test_attention_schedules import _assert_clean
 
 
+@pytest.mark.parametrize("permuted", [False, True], ids=["shfl", "pvt"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_fp8_head_dim_128_verifies_clean(causal):
-    s = dataclasses.replace(fp8_schedule(128, causal), exp2_emulate=6)
-    diags = verify.check(lower_only(attention_kernel(128, ag.e4m3, causal, False), s=s))
+def test_fp8_head_dim_128_verifies_clean(causal, permuted):
+    s = dataclasses.replace(fp8_schedule(128, causal), exp2_emulate=6, permuted_vt=permuted)
+    diags = verify.check(lower_only(attention_kernel(128, ag.e4m3, causal, False, permuted),
+                                    s=s))
     assert not [d for d in diags if d.severity in ("error", "warning")], diags
 
 
@@ -33,9 +35,10 @@ def test_bf16_head_dim_64_verifies_clean(causal):
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
 @pytest.mark.parametrize("head_dim,dtype", [(128, ag.e4m3), (64, ag.bf16)], ids=["fp8", "bf16"])
 def test_builds_without_spills(head_dim, dtype):
-    base = fp8_schedule(head_dim, True) if dtype.bits == 8 else \
+    fp8 = dtype.bits == 8
+    base = dataclasses.replace(fp8_schedule(head_dim, True), permuted_vt=True) if fp8 else \
         default_schedule(head_dim, True, 4096)
-    compiled = compile_kernel(attention_kernel(head_dim, dtype, True, False), verify=False,
+    compiled = compile_kernel(attention_kernel(head_dim, dtype, True, False, fp8), verify=False,
                               s=dataclasses.replace(base, exp2_emulate=6))
     res = compiled.resources
     assert res.spill_stores == 0 and res.spill_loads == 0, res
