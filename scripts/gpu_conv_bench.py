@@ -622,18 +622,19 @@ STEMS = [
 
 
 def _with_rows_kernel(choice: str | None, fn):
-    """fn() with argus.ops.conv.IM2COL_ROWS_KERNEL = choice (None: as it is), restored after:
-    which kernel gathers a channels-last x's row runs ("warp" or "pixels")."""
+    """fn() with argus.ops.conv.IM2COL_GATHER = choice (None: as it is), restored after:
+    which kernels gather the row runs (channels-last x) and plane runs (NCHW x): "warp" or
+    "pixels"."""
     from argus.ops import conv as conv_ops
 
     if choice is None:
         return fn()
-    before = conv_ops.IM2COL_ROWS_KERNEL
-    conv_ops.IM2COL_ROWS_KERNEL = choice
+    before = conv_ops.IM2COL_GATHER
+    conv_ops.IM2COL_GATHER = choice
     try:
         return fn()
     finally:
-        conv_ops.IM2COL_ROWS_KERNEL = before
+        conv_ops.IM2COL_GATHER = before
 
 
 def stems(gather_choice: str | None = None) -> None:
@@ -647,11 +648,12 @@ def stems(gather_choice: str | None = None) -> None:
     against float64 first (a wrong column is reported, not timed); the geomeans of
     cudnn/ours and cudnn/implicit over the rows.
 
-    `gather_choice` (--gather): which kernel gathers a channels-last x's row runs
-    (IM2COL_ROWS_KERNEL): "warp" (one pixel a warp), "pixels" (one pixel a thread, ag.gather
-    and 16-byte stores), or "both": the rows a row-run gather serves get "ours" and "gather"
-    for each, as "ours[warp]" / "gather[warp]" and "ours[pixels]" / "gather[pixels]" (each on
-    its own copy of x, so the route's replay of one never serves the other)."""
+    `gather_choice` (--gather): which kernels gather the row runs (channels-last x) and plane
+    runs (NCHW x) (IM2COL_GATHER): "warp" (one pixel a warp), "pixels" (one pixel a thread,
+    ag.gather and 16-byte stores), or "both": the rows a row- or plane-run gather serves get
+    "ours" and "gather" for each, as "ours[warp]" / "gather[warp]" and "ours[pixels]" /
+    "gather[pixels]" (each on its own copy of x, so the route's replay of one never serves the
+    other)."""
     import torch
     import torch.nn.functional as F
 
@@ -659,9 +661,9 @@ def stems(gather_choice: str | None = None) -> None:
     from argus.runtime.timing import measure_alternating
 
     if gather_choice in ("warp", "pixels"):    # the whole run on one row-run kernel
-        conv_ops.IM2COL_ROWS_KERNEL = gather_choice
-    print(f"row-run gather: {gather_choice or conv_ops.IM2COL_ROWS_KERNEL} "
-          "(argus.ops.conv.IM2COL_ROWS_KERNEL)")
+        conv_ops.IM2COL_GATHER = gather_choice
+    print(f"row- and plane-run gathers: {gather_choice or conv_ops.IM2COL_GATHER} "
+          "(argus.ops.conv.IM2COL_GATHER)")
     print("== few-channel stems (bf16; fp32 rows: tf32): ours (route im2col: gather + "
           "matmul's GEMM) vs implicit GEMM vs cuDNN; the gather and the GEMM alone")
     ratios: dict[str, list] = {"cudnn/ours": [], "cudnn/implicit": []}
@@ -689,7 +691,7 @@ def stems(gather_choice: str | None = None) -> None:
                                                      precision=prec),
                "cudnn": _tf32_cudnn(cudnn) if prec else cudnn}
         choices: list = [None]
-        if kind == "im2col" and gather_kind.rows and gather_choice == "both":
+        if kind == "im2col" and gather_kind.kind != "taps" and gather_choice == "both":
             del fns["ours"]
             choices = ["warp", "pixels"]
         for choice in choices if kind == "im2col" else ():
@@ -897,9 +899,9 @@ def main() -> None:
                          "KernelBench L1/50) in bf16: the im2col route vs the implicit GEMM vs "
                          "cuDNN, the gather and the GEMM alone, and stop")
     ap.add_argument("--gather", choices=("warp", "pixels", "both"), default=None,
-                    help="with --stem: the kernel that gathers a channels-last x's row runs "
-                         "(argus.ops.conv.IM2COL_ROWS_KERNEL; default: as it is), or both side "
-                         "by side (ours[...] and gather[...] columns)")
+                    help="with --stem: the kernels that gather the row / plane runs of a "
+                         "channels-last / NCHW x (argus.ops.conv.IM2COL_GATHER; default: as "
+                         "it is), or both side by side (ours[...] and gather[...] columns)")
     ap.add_argument("--tune", action="store_true",
                     help="with --pointwise16: tune_matmul each GEMM problem first")
     ap.add_argument("--before", action="store_true",

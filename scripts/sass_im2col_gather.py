@@ -1,9 +1,11 @@
-"""Static SASS of the im2col route's channels-last gathers for a stem (CPU only: NVRTC sm_90a
-and nvdisasm): SASS instructions per output pixel, registers, spills, and the global loads and
+"""Static SASS of the im2col route's run gathers for a stem (CPU only: NVRTC sm_90a and
+nvdisasm): SASS instructions per output pixel, registers, spills, and the global loads and
 stores by width, for the warp kernel (`im2col_rows_kernel`: one pixel's filter-row runs a warp,
 one element a lane per store) and the pixel kernel (`im2col_pixels_kernel`: one pixel a
-thread, ag.gather and 16-byte stores). The variant measured is the one the stem's launch runs
-(analysis/alignment.py: contiguous tensors, 32-bit offsets).
+thread, ag.gather and 16-byte stores) of a channels-last x, and their NCHW counterparts
+(`im2col_planes_kernel`, `im2col_pixel_planes_kernel`: "warp_planes", "pixel_planes"). The
+variant measured is the one the stem's launch runs (analysis/alignment.py: contiguous
+tensors, 32-bit offsets).
 
 Instructions per pixel: the warp kernel's CTA is one warp of BQ pixels (straight-line code:
 its static count is what the warp issues), so count / BQ; the pixel kernel's warp runs 32
@@ -86,9 +88,10 @@ def skipped_fallbacks(sass: str) -> int:
 def measure(kind: str, stem, sass_dir: Path | None = None, path_only: bool = False) -> dict:
     from argus import codegen, dtypes
     from argus.compiler import lower_only
-    from argus.kernels.conv_im2col import (Im2colGeometry, PIXELS_PER_CTA,
-                                           im2col_pixels_kernel, im2col_rows_kernel,
-                                           row_slot, rows_tile)
+    from argus.kernels.conv_im2col import (PIXELS_PER_CTA, Im2colGeometry,
+                                           im2col_pixel_planes_kernel, im2col_pixels_kernel,
+                                           im2col_planes_kernel, im2col_rows_kernel,
+                                           plane_slot, planes_tile, row_slot, rows_tile)
     from argus.runtime.compile import compile_cuda
     from argus.runtime.sass import disassemble, instruction_histogram
 
@@ -101,11 +104,25 @@ def measure(kind: str, stem, sass_dir: Path | None = None, path_only: bool = Fal
         kernel = lower_only(im2col_rows_kernel(dtypes.bf16), geom=g, BQ=bq, LB=lb)
         symbols = {"N": N, "H": H, "E": W * C, "NP": N * P, "J": Q * (R + 1), "L": slot}
         pixels = bq
+    elif kind == "warp_planes":       # NCHW x: the plane-run kernel
+        bq, cb, lb = planes_tile(g)
+        sp = plane_slot(g)
+        kernel = lower_only(im2col_planes_kernel(dtypes.bf16), geom=g, BQ=bq, CB=cb, LB=lb,
+                            SP=sp)
+        symbols = {"N": N, "H": H, "C": C, "W": W, "NP": N * P, "J": Q * (R + 1), "CA": C,
+                   "SP": sp}
+        pixels = bq
+    elif kind == "pixel_planes":
+        sp = plane_slot(g)
+        kernel = lower_only(im2col_pixel_planes_kernel(dtypes.bf16), geom=g,
+                            BM=PIXELS_PER_CTA, SP=sp)
+        symbols = {"N": N, "H": H, "C": C, "W": W, "M": N * P * Q, "K": (R + 1) * C * sp}
+        pixels = 32
     else:
         kernel = lower_only(im2col_pixels_kernel(dtypes.bf16), geom=g, BM=PIXELS_PER_CTA)
         symbols = {"N": N, "H": H, "E": W * C, "M": N * P * Q, "K": (R + 1) * slot}
         pixels = 32
-    whole = ("K",) if path_only and kind == "pixel" else ()
+    whole = ("K",) if path_only and kind.startswith("pixel") else ()
     source = codegen.render(_specialized(kernel, symbols, whole))
     binary = compile_cuda(source.text, [source.name], use_cache=False)
     res = binary.resource(source.name)
@@ -122,12 +139,13 @@ def measure(kind: str, stem, sass_dir: Path | None = None, path_only: bool = Fal
     for m in re.finditer(r"\b(LDG|STG)\.E(\.[A-Z0-9.]+)?", sass):
         key = m.group(1) + (m.group(2) or "")
         widths[key] = widths.get(key, 0) + 1
-    path = total - (skipped_fallbacks(sass) if kind == "pixel" else 0)
+    path = total - (skipped_fallbacks(sass) if kind.startswith("pixel") else 0)
     return {"kind": kind, "instructions": total, "per_pixel": total / pixels,
             "path": path, "path_per_pixel": path / pixels,
             "registers": res.registers, "spills": res.spill_stores + res.spill_loads,
             "branches": hist.get("BRA", 0), "memory": dict(sorted(widths.items())),
-            "a_bytes_per_pixel": (R + 1) * slot * 2}
+            "a_bytes_per_pixel": 2 * (R + 1) * (C * plane_slot(g) if kind.endswith("planes")
+                                                else slot)}
 
 
 def main() -> int:
@@ -138,7 +156,8 @@ def main() -> int:
         args.sass.mkdir(parents=True, exist_ok=True)
     for stem in STEMS:
         print(f"== {stem[0]}")
-        for kind, path in (("warp", False), ("pixel", False), ("pixel", True)):
+        for kind, path in (("warp", False), ("pixel", False), ("pixel", True),
+                           ("warp_planes", False), ("pixel_planes", False)):
             m = measure(kind, stem, args.sass, path)
             label = kind + (" (compiled without the fallback)" if path else "")
             print(f"{label:38s} {m['instructions']:5d} SASS instructions, "

@@ -30,7 +30,8 @@ into tf32 hi + lo pieces); padding taps read zeros from the loads' bounds, never
 - `im2col_planes_kernel` (NCHW input, no column dilation): C runs of S values per (pixel,
   filter row), one [C, S] box, A in slots ordered (r, c, s) (its docstring).
 - `im2col_pixels_kernel` (channels-last input, no column dilation): the row-run kernel's A
-  layout built one pixel a thread with ag.gather, stored 16 bytes at a time (its docstring).
+  layout built one pixel a thread with ag.gather, stored 16 bytes at a time (its docstring);
+  `im2col_pixel_planes_kernel` the same for the plane-run kernel's (NCHW input).
 
 Invariant (per tap): A[(n * P + p) * Q + q, (r * S + s) * C + c] = x[n, p * sh + r * dh - ph,
 q * sw + s * dw - pw, c] (rounded to tf32 for fp32; 0 outside the input), the bias tap's first
@@ -48,7 +49,8 @@ from argus import dtypes
 from argus.dtypes import DType
 from argus.kernels.conv import check_geometry_fields
 
-__all__ = ["Im2colGeometry", "im2col_kernel", "im2col_pixels_kernel", "im2col_planes_kernel",
+__all__ = ["Im2colGeometry", "im2col_kernel", "im2col_pixel_planes_kernel",
+           "im2col_pixels_kernel", "im2col_planes_kernel",
            "im2col_rows_kernel", "im2col_tile", "plane_slot", "planes_tile", "row_slot",
            "rows_tile"]
 
@@ -239,6 +241,19 @@ PIXELS_PER_CTA = 128
 PIXEL_CHUNK = 8
 
 
+def _pixel_origin(g: Im2colGeometry, H, W, M, BM: int):
+    """(the CTA index b, then [BM, 1] index tiles of this thread's pixel m = b * BM + t: its
+    image n, first input row h0 and first input column w0) of a pixel kernel: A's rows are the
+    N * P * Q output pixels in order, P and Q following from the input's H, W and `g`."""
+    P = (H + 2 * g.pad_h - g.dil_h * (g.r - 1) - 1) // g.stride_h + 1
+    Q = (W + 2 * g.pad_w - (g.s - 1) - 1) // g.stride_w + 1
+    (b,) = ag.grid(ag.cdiv(M, BM))
+    m = b * BM + ag.arange(BM)[:, None]
+    q, nq = m % Q, m / Q
+    p, n = nq % P, nq / P
+    return b, n, p * g.stride_h - g.pad_h, q * g.stride_w - g.pad_w
+
+
 @functools.lru_cache(maxsize=None)
 def im2col_pixels_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
     """The row-run kernel's gather (`im2col_rows_kernel`: same X view, same A layout, so the
@@ -268,15 +283,8 @@ def im2col_pixels_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
             raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row)")
         run, slot = g.s * g.channels, row_slot(g)
         pitch = (g.r + 1) * slot
-        H, W = X.shape[1], X.shape[2] // g.channels
-        P = (H + 2 * g.pad_h - g.dil_h * (g.r - 1) - 1) // g.stride_h + 1
-        Q = (W + 2 * g.pad_w - (g.s - 1) - 1) // g.stride_w + 1
-        (b,) = ag.grid(ag.cdiv(A.shape[0], BM))
-        m = b * BM + ag.arange(BM)[:, None]               # [BM, 1]: this thread's pixel
-        q, nq = m % Q, m / Q
-        p, n = nq % P, nq / P
-        h0 = p * g.stride_h - g.pad_h                      # the pixel's first input row
-        e0 = (q * g.stride_w - g.pad_w) * g.channels       # its run's first element
+        b, n, h0, w0 = _pixel_origin(g, X.shape[1], X.shape[2] // g.channels, A.shape[0], BM)
+        e0 = w0 * g.channels                               # its run's first element
         for c in range(pitch // PIXEL_CHUNK):
             k = c * PIXEL_CHUNK + ag.arange(PIXEL_CHUNK)[None, :]    # [1, 8]: A's columns
             r, j = k / slot, k % slot
@@ -373,3 +381,41 @@ def im2col_planes_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
             ag.store(A, (row, j0 + i * slots + g.r, 0, 0), one)
 
     return ag.kernel(conv_im2col_planes, threads=32, name=f"conv_im2col_planes_{dtype.name}")
+
+
+@functools.lru_cache(maxsize=None)
+def im2col_pixel_planes_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
+    """The plane-run kernel's gather (`im2col_planes_kernel`: same X view [N, H, C, W] of an
+    NCHW x, same A layout (r, c, s) in slots of C * S', so the same weight matrix) one output
+    pixel a thread, as `im2col_pixels_kernel` does the row runs: per PIXEL_CHUNK columns of
+    A's row, column k is (r, c, s) = (k // (C * S'), k % (C * S') // S', k % S') at trace time,
+    read from x[n, c, h0 + r * dil_h, w0 + s] (outside x: 0) for r < R and s < S, input row -1
+    (no load, 0) otherwise, slot R's first BIAS_ONES columns 1; one 16-byte store a chunk.
+    Compile-time `geom` (dil_w 1), BM = PIXELS_PER_CTA and SP = S' (`plane_slot`).
+
+    Invariant: as `im2col_planes_kernel`'s (every element of A written exactly once)."""
+    _check_dtype(dtype)
+
+    def conv_im2col_pixel_planes(X: ag.Tensor["N", "H", "C", "W", dtype],   # NCHW as NHCW
+                                 A: ag.Tensor["M", "K", dtype],          # [N * P * Q, pitch]
+                                 geom: Im2colGeometry = Im2colGeometry(1, 1), BM: int = 128,
+                                 SP: int = 1):
+        g = geom
+        if g.dil_w != 1:
+            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row)")
+        slot = g.channels * SP
+        pitch = (g.r + 1) * slot
+        b, n, h0, w0 = _pixel_origin(g, X.shape[1], X.shape[3], A.shape[0], BM)
+        for c in range(pitch // PIXEL_CHUNK):
+            k = c * PIXEL_CHUNK + ag.arange(PIXEL_CHUNK)[None, :]    # [1, 8]: A's columns
+            r, j = k / slot, k % slot
+            ch, s = j / SP, j % SP
+            data = (r < g.r) & (s < g.s)
+            h = ag.where(data, h0 + r * g.dil_h, -1)
+            x = ag.gather(X, (n, h, ch, w0 + s), other=0.0)
+            ones = (r == g.r) & (j < BIAS_ONES)
+            x = ag.where(ones, ag.full((1, PIXEL_CHUNK), 1.0, dtype), x)
+            ag.store(A, (b * BM, c * PIXEL_CHUNK), _rounded(x, dtype))
+
+    return ag.kernel(conv_im2col_pixel_planes, threads=PIXELS_PER_CTA,
+                     name=f"conv_im2col_pixel_planes_{dtype.name}")

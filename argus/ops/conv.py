@@ -708,14 +708,15 @@ def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
         gather.p * gather.q * gather.pitch * x.element_size() <= IM2COL_MAX_BYTES
 
 
-# which kernel gathers the row runs of a channels-last x (`_Gather.of`'s "rows" problems):
-# "warp" (im2col_rows_kernel: one pixel's runs a warp, one element a lane per store; measured
-# on the H200: the stem's gather 0.18 ms, instruction-bound at ~202 SASS instructions a pixel,
-# docs/perf/conv.md) or "pixels" (im2col_pixels_kernel: one pixel a thread, ag.gather and
-# 16-byte stores; ~30 SASS instructions a pixel on the path every chunk takes,
+# which kernels gather the runs of the row-run (channels-last x) and plane-run (NCHW x)
+# problems (`_Gather.of`): "warp" (im2col_rows_kernel / im2col_planes_kernel: one pixel's runs
+# a warp, one element a lane per store; measured on the H200: the stem's row gather 0.18 ms,
+# instruction-bound at ~202 SASS instructions a pixel, docs/perf/conv.md) or "pixels"
+# (im2col_pixels_kernel / im2col_pixel_planes_kernel: one pixel a thread, ag.gather and
+# 16-byte stores; ~31 SASS instructions a pixel on the stem's path,
 # scripts/sass_im2col_gather.py; not measured on a GPU yet: opt-in until
 # `gpu_conv_bench.py --stem --gather both` times the two)
-IM2COL_ROWS_KERNEL = "warp"
+IM2COL_GATHER = "warp"
 
 # the row-run gather takes filter rows of at least this many elements (S * C: half a warp);
 # shorter runs leave most of its 32 lanes idle, the per-tap kernel's rows of C do not
@@ -728,12 +729,14 @@ class _Gather:
 
     - "rows" (im2col_rows_kernel: x channels-last, dil_w 1, S * C >= IM2COL_MIN_RUN): one run
       of S * C values per (pixel, filter row), x read as [N, H, W * C]; K ordered (r, s, c);
-    - "pixels" (im2col_pixels_kernel, where IM2COL_ROWS_KERNEL says "pixels"): the rows
-      kind's problems, x view and A layout (so the same weight matrix), one pixel a thread
+    - "pixels" (im2col_pixels_kernel, where IM2COL_GATHER says "pixels"): the rows kind's
+      problems, x view and A layout (so the same weight matrix), one pixel a thread
       (ag.gather, 16-byte stores of A) instead of one a warp; A is the [M, pitch] buffer;
     - "planes" (im2col_planes_kernel: x with contiguous rows per channel, NCHW, dil_w 1, a
       [C, S'] tile of at least 32 elements): C runs of S values per (pixel, filter row), x read
       as [N, H, C, W]; K ordered (r, c, s);
+    - "pixel_planes" (im2col_pixel_planes_kernel, where IM2COL_GATHER says "pixels"): the
+      planes kind's problems, x view and A layout, one pixel a thread; A the [M, pitch] buffer;
     - "taps" (im2col_kernel: any x strides, W a multiple of stride_w): one tile per tap, x read
       as [N, H, W / sw, sw, C, 1]; K ordered (r, s, c).
 
@@ -778,13 +781,16 @@ class _Gather:
         nhwc = x.permute(0, 2, 3, 1)
         if dw == 1 and S * C >= IM2COL_MIN_RUN and nhwc.stride()[2:] == (C, 1):
             slot = row_slot(geom)
-            if IM2COL_ROWS_KERNEL == "pixels":
+            if IM2COL_GATHER == "pixels":
                 return cls("pixels", geom, slot, (R + 1) * slot, N, P, Q, (PIXELS_PER_CTA,))
             return cls("rows", geom, slot, (R + 1) * slot, N, P, Q, rows_tile(geom))
         if dw == 1 and x.stride(3) == 1:
             bq, cb, lb = planes_tile(geom)
             if cb * lb >= 32:
                 sp = plane_slot(geom)
+                if IM2COL_GATHER == "pixels":
+                    return cls("pixel_planes", geom, C * sp, (R + 1) * C * sp, N, P, Q,
+                               (PIXELS_PER_CTA,), sp)
                 return cls("planes", geom, C * sp, (R + 1) * C * sp, N, P, Q, (bq, cb, lb),
                            sp)
         if W % sw:
@@ -793,11 +799,13 @@ class _Gather:
         return cls("taps", geom, S * C, pitch, N, P, Q, im2col_tile(C, Q))
 
     def kernel(self, dtype):
-        from argus.kernels.conv_im2col import (im2col_kernel, im2col_pixels_kernel,
-                                               im2col_planes_kernel, im2col_rows_kernel)
+        from argus.kernels.conv_im2col import (im2col_kernel, im2col_pixel_planes_kernel,
+                                               im2col_pixels_kernel, im2col_planes_kernel,
+                                               im2col_rows_kernel)
 
         return {"rows": im2col_rows_kernel, "pixels": im2col_pixels_kernel,
-                "planes": im2col_planes_kernel, "taps": im2col_kernel}[self.kind](dtype)
+                "planes": im2col_planes_kernel, "pixel_planes": im2col_pixel_planes_kernel,
+                "taps": im2col_kernel}[self.kind](dtype)
 
     def constexprs(self) -> dict:
         if self.kind == "planes":
@@ -805,6 +813,8 @@ class _Gather:
             return {"geom": self.geom, "BQ": bq, "CB": cb, "LB": lb, "SP": self.sp}
         if self.kind == "pixels":
             return {"geom": self.geom, "BM": self.tile[0]}
+        if self.kind == "pixel_planes":
+            return {"geom": self.geom, "BM": self.tile[0], "SP": self.sp}
         bq, b = self.tile
         return {"geom": self.geom, "BQ": bq, ("LB" if self.rows else "BC"): b}
 
@@ -815,7 +825,7 @@ class _Gather:
         s0, s1, s2, s3 = x.permute(0, 2, 3, 1).stride()
         if self.rows:
             return x.as_strided((N, H, W * C), (s0, s1, 1), x.storage_offset())
-        if self.kind == "planes":
+        if self.kind in ("planes", "pixel_planes"):
             return x.as_strided((N, H, C, W), (s0, s1, s3, 1), x.storage_offset())
         return x.as_strided((N, H, W // g.stride_w, g.stride_w, C, 1),
                             (s0, s1, s2 * g.stride_w, s2, s3, 1), x.storage_offset())
@@ -823,7 +833,7 @@ class _Gather:
     def a_view(self, A):
         """The kernel's view of the A buffer [M, pitch]."""
         g, NP = self.geom, self.n * self.p
-        if self.kind == "pixels":
+        if self.kind in ("pixels", "pixel_planes"):
             return A
         if self.kind == "rows":
             return A.view(NP, self.q * (g.r + 1), self.slot)
@@ -1173,7 +1183,7 @@ def _im2col_weight(weight, bias, gather: _Gather):
     slot, pitch = gather.slot, gather.pitch
 
     def make():
-        if gather.kind == "planes":                  # (r, c, s), each run padded to S'
+        if gather.kind in ("planes", "pixel_planes"):   # (r, c, s), each run padded to S'
             taps = F.pad(weight.detach().permute(0, 2, 1, 3), (0, gather.sp - S))
             wk = taps.reshape(K, R * slot)
         else:                                        # (r, s, c), each slot padded

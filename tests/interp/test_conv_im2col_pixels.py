@@ -1,7 +1,7 @@
 """The pixel gather (argus/kernels/conv_im2col.py `im2col_pixels_kernel`: one output pixel a
 thread, ag.gather and 16-byte stores of A) and its selection in argus.ops.conv
-(IM2COL_ROWS_KERNEL = "pixels"): A equals the unfold-built im2col in the row-run layout
-exactly (padding rows and columns 0, slot gaps 0, the bias slot (1, 1, 0, ...)) and equals
+(IM2COL_GATHER = "pixels"; NCHW x: `im2col_pixel_planes_kernel`): A equals the unfold-built
+im2col in the row-run layout exactly (padding rows and columns 0, slot gaps 0, the bias slot (1, 1, 0, ...)) and equals
 the warp kernel's A bit for bit, on the stems and on odd sizes (W not a multiple of the
 stride, row dilation, a partial last CTA, C = 1 .. 8, an inf in x next to a gap); fp32 rounded
 to tf32 as the warp kernel rounds; the route through it against float64; the verifier
@@ -107,7 +107,7 @@ def test_fp32_rounds_to_tf32_as_the_warp_kernel():
 
 @pytest.mark.parametrize("dtype,bias", [(torch.bfloat16, False), (torch.float16, True)])
 def test_route_through_the_pixel_gather_matches_float64(dtype, bias, monkeypatch):
-    monkeypatch.setattr(conv_op, "IM2COL_ROWS_KERNEL", "pixels")
+    monkeypatch.setattr(conv_op, "IM2COL_GATHER", "pixels")
     x = _t(2, 3, 17, 15, seed=43).to(dtype).to(memory_format=torch.channels_last)
     w = (_t(8, 3, 7, 7, seed=44) / 8).to(dtype)
     b = _t(8, seed=45).to(dtype) if bias else None
@@ -116,7 +116,7 @@ def test_route_through_the_pixel_gather_matches_float64(dtype, bias, monkeypatch
     y = conv_op.conv2d_interpret(x, w, b, 2, 3)
     ref = F.conv2d(x.double(), w.double(), None if b is None else b.double(), 2, 3)
     assert ((y.double() - ref).norm() / ref.norm()).item() <= 2.0 ** -8
-    monkeypatch.setattr(conv_op, "IM2COL_ROWS_KERNEL", "warp")
+    monkeypatch.setattr(conv_op, "IM2COL_GATHER", "warp")
     assert conv_op._Gather.of(x, w, 2, 3, 1).kind == "rows"
 
 
@@ -177,3 +177,79 @@ def _has_disassembler() -> bool:
     from argus.runtime.toolkit import find_tool
 
     return find_tool("nvdisasm") is not None or find_tool("cuobjdump") is not None
+
+
+# (N, C, H, W, R, S, stride, padding, dil_h)
+PLANE_CASES = [
+    (2, 3, 16, 16, 7, 7, 2, 3, 1),             # the stem's form, NCHW: S' 7
+    (1, 3, 20, 24, 11, 11, 4, 2, 1),           # the AlexNet stem's: S' 12 (11 + a gap)
+    (1, 4, 9, 7, 3, 5, (1, 3), (2, 1), 2),     # W % stride_w != 0, row dilation
+]
+
+
+@pytest.mark.parametrize("case", PLANE_CASES, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_pixel_plane_gather_equals_the_warp_kernels(case, dtype):
+    """NCHW x: the pixel kernel's A (K ordered (r, c, s) in slots of C * S') is the plane
+    kernel's bit for bit (fp32: both rounded to tf32) and holds unfold's im2col."""
+    from argus.kernels.conv_im2col import (im2col_pixel_planes_kernel, im2col_planes_kernel,
+                                           plane_slot, planes_tile)
+
+    N, C, H, W, R, S, stride, padding, dil_h = case
+    (sh, sw), (ph, pw) = (conv_op._pair(v, "v") for v in (stride, padding))
+    x = _t(N, C, H, W, seed=46).to(dtype)
+    geom = Im2colGeometry(R, S, sh, sw, ph, pw, dil_h, 1, C)
+    sp = plane_slot(geom)
+    P = (H + 2 * ph - dil_h * (R - 1) - 1) // sh + 1
+    Q = (W + 2 * pw - S) // sw + 1
+    dt = dtypes.bf16 if dtype == torch.bfloat16 else dtypes.f32
+    X = x.as_strided((N, H, C, W), (C * H * W, W, H * W, 1))
+    mine = torch.full((N * P * Q, (R + 1) * C * sp), 7.0, dtype=dtype)
+    im2col_pixel_planes_kernel(dt).interpret(X.clone(), mine, geom=geom, BM=PIXELS_PER_CTA,
+                                             SP=sp)
+    theirs = torch.full_like(mine, 7.0)
+    bq, cb, lb = planes_tile(geom)
+    im2col_planes_kernel(dt).interpret(X.clone(), theirs.view(N * P, Q * (R + 1), C, sp),
+                                       geom=geom, BQ=bq, CB=cb, LB=lb, SP=sp)
+    assert torch.equal(mine, theirs)
+    A4 = mine.view(N * P * Q, R + 1, C, sp)
+    cols = F.unfold(x.double(), (R, S), (dil_h, 1), (ph, pw), (sh, sw))
+    ref = cols.view(N, C, R, S, P * Q).permute(0, 4, 2, 1, 3).reshape(N * P * Q, R, C, S)
+    if dtype == torch.bfloat16:
+        assert torch.equal(A4[:, :R, :, :S].double(), ref)
+    assert bool((A4[:, :R, :, S:] == 0).all())
+
+
+def test_route_takes_the_pixel_plane_gather_for_an_nchw_x(monkeypatch):
+    monkeypatch.setattr(conv_op, "IM2COL_GATHER", "pixels")
+    x = _t(2, 3, 15, 13, seed=47).bfloat16()
+    w = (_t(8, 3, 7, 7, seed=48) / 8).bfloat16()
+    b = _t(8, seed=49).bfloat16()
+    assert conv_op._Gather.of(x, w, 2, 3, 1).kind == "pixel_planes"
+    y = conv_op.conv2d_interpret(x, w, b, 2, 3)
+    ref = F.conv2d(x.double(), w.double(), b.double(), 2, 3)
+    assert ((y.double() - ref).norm() / ref.norm()).item() <= 2.0 ** -8
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+def test_pixel_plane_gather_verifies_and_builds(dtype, tmp_path, monkeypatch):
+    from argus import codegen, verify
+    from argus.kernels.conv_im2col import im2col_pixel_planes_kernel, plane_slot
+
+    geom = Im2colGeometry(7, 7, 2, 2, 3, 3, 1, 1, 3)
+    kernel = lower_only(im2col_pixel_planes_kernel(getattr(dtypes, dtype)), geom=geom,
+                        BM=PIXELS_PER_CTA, SP=plane_slot(geom))
+    report = verify.run(kernel)
+    assert not report.errors and not report.unknowns, \
+        "\n".join(str(d) for d in report.errors + report.unknowns)
+    assert {"store.once", "store.coverage"} <= {f.code for f in report.proven}
+    if not nvrtc_available():
+        return
+    from argus.runtime.compile import compile_cuda
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
+    source = codegen.render(kernel)
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    v4 = binary.ptx.count("st.global.v4.u32") + binary.ptx.count("st.global.v4.f32")
+    assert v4 == 8 * 3 * plane_slot(geom) // 8 * (2 if dtype == "f32" else 1)
+    assert not binary.resource(source.name).spills
