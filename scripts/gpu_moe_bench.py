@@ -416,6 +416,10 @@ def decode_rule_variants(T: int, k: int, E: int, H: int, I: int) -> dict:
     for times in (1, 2):
         out[f"prefetch{times}x"] = (replace(gate_up, prefetch=times * gate_up.stages),
                                     replace(down, prefetch=times * down.stages))
+    # each GEMM's half alone: the down's early CTAs (on SMs the gate-up leaves) prefetch
+    # long before they use it, which L2 may not keep through the gate-up's stream
+    out["prefetch-gate-up"] = (replace(gate_up, prefetch=gate_up.stages), down)
+    out["prefetch-down"] = (gate_up, replace(down, prefetch=down.stages))
     if down.stages != 8:
         out["down-8-stages"] = (gate_up, replace(down, stages=8))
     for splits in (2, 4):

@@ -6,7 +6,9 @@ queued behind a GPU sleep, so the device runs them back to back and the events a
 time the device alone. One call's output of each mode is checked bit-equal to the first
 mode's (the timed calls are not checked). The schedules are written out here: at split_k 1
 they are the op's own decode_schedules at these shapes (gate-up 8 stages, down 15, bn 8).
-Prefetch modes: "pf1x" n = each GEMM's ring depth (gate-up 8, down 15), "pf2x" twice that.
+Prefetch modes: "pf1x" n = each GEMM's ring depth (gate-up 8, down 15), "pf2x" twice that,
+"pfgu" / "pfdn" the gate-up's or the down's alone (the down's early CTAs prefetch long before
+they use it, which L2 may not keep through the gate-up's stream).
 
     python3 -u scripts/gpu_moe_pdl.py [--calls 60] [--rounds 5]
 Shapes: Qwen3-30B-A3B (H 2048, I 768, E 128, k 8) and Mixtral (H 4096, I 14336, E 8, k 2) at
@@ -56,7 +58,7 @@ def main():
             res, ref = {}, None
             # mode -> (pdl, gate-up prefetch, down prefetch)
             modes = {"off": (False, 0, 0), "pdl": (True, 0, 0), "pf1x": (True, 8, 15),
-                     "pf2x": (True, 16, 30)}
+                     "pf2x": (True, 16, 30), "pfgu": (True, 8, 0), "pfdn": (True, 0, 15)}
             for mode, (pdl, pf_gu, pf_dn) in modes.items():
                 layer = M.Layer(1, H, I, E, k,
                                 decode_schedule(8, split_k=splits, pdl=pdl, prefetch=pf_gu),
@@ -71,7 +73,9 @@ def main():
             print(f"{model:14s} T=1 split_k={splits}: PDL off {res['off']:7.2f} us, "
                   f"on {res['pdl']:7.2f} us ({res['off'] - res['pdl']:+.2f} us), "
                   f"+prefetch 1x {res['pf1x']:7.2f} us ({res['pdl'] - res['pf1x']:+.2f} us "
-                  f"vs on), 2x {res['pf2x']:7.2f} us ({res['pdl'] - res['pf2x']:+.2f} us)",
+                  f"vs on), 2x {res['pf2x']:7.2f} us ({res['pdl'] - res['pf2x']:+.2f} us), "
+                  f"gate-up only {res['pfgu']:7.2f} us ({res['pdl'] - res['pfgu']:+.2f} us), "
+                  f"down only {res['pfdn']:7.2f} us ({res['pdl'] - res['pfdn']:+.2f} us)",
                   flush=True)
 
 

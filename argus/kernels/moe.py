@@ -469,7 +469,8 @@ def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool, partial: bo
         # (the prefetch's reads of the routing map only steer the hint: see _prefetch_first_unit)
         ag.wait_prior_grids(stable=(W, TileExpert, Tiles) if s.prefetch else (W,))
         # all of this grid's CTAs are resident (programs <= SMs): the successor's CTAs only
-        # run their prologue and wait, so the early start costs this kernel nothing
+        # run their prologue (and with prefetch start their own weight stream: the same
+        # bytes, earlier) and wait, so the early start costs this kernel little
         ag.allow_dependent_launch()
     token_tiles = ag.load_scalar(Tiles, (0, 0))   # read once: every role walks the same units
 

@@ -206,6 +206,8 @@ def test_the_bench_times_the_prefetch_against_the_rule():
             assert (g.prefetch, d.prefetch) == (times * gate_up.stages, times * down.stages)
             assert replace(g, prefetch=0) == gate_up and replace(d, prefetch=0) == down
             M.Layer(T, H, I, E, k, g, d)
+        assert got["prefetch-gate-up"] == (replace(gate_up, prefetch=gate_up.stages), down)
+        assert got["prefetch-down"] == (gate_up, replace(down, prefetch=down.stages))
     names = bench.variants(1)
     assert all(("-pdl" in n) == s.pdl and ("-nopdl" in n) == (not s.pdl)
                for n, s in names.items() if n.startswith("decode"))
