@@ -9,12 +9,10 @@ tensors, 32-bit offsets).
 
 Instructions per pixel: the warp kernel's CTA is one warp of BQ pixels (straight-line code:
 its static count is what the warp issues), so count / BQ; the pixel kernel's warp runs 32
-pixels, so count / 32. Its static count includes each chunk's scalar store fallback, which no
-chunk of A runs (A's pitch is a multiple of the 8-column chunk; alignment.py proves that only
-for multiples of 16), so it is also printed without it: the path every chunk takes (the loads
-are predicated, not branched: padding costs no path of its own): "on the vector path" is the
-count less the fallback blocks that a chunk taking the vector store branches over, and the
-last row compiles the kernel as if chunks were proven whole (no fallback at all).
+pixels, so count / 32 (its loads are predicated, not branched: padding costs no path of its
+own). "On the vector path" is the count less any chunk store's element-by-element fallback
+that a whole chunk branches over (`skipped_fallbacks`; none since the pixel kernels take A's
+pitch as a compile-time extent, which proves every chunk whole).
 
     PATH=/dir/of/nvdisasm:$PATH .venv/bin/python scripts/sass_im2col_gather.py [--sass DIR]
 """
@@ -22,7 +20,6 @@ last row compiles the kernel as if chunks were proven whole (no fallback at all)
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -35,12 +32,8 @@ STEMS = [("ResNet-50 stem 7x7/2, batch 32", 32, 3, 224, 224, 7, 7, 2, 3),
          ("AlexNet stem 11x11/4, batch 32", 32, 3, 224, 224, 11, 11, 4, 2)]
 
 
-def _specialized(kernel, symbols: dict, whole: tuple = ()):
-    """The kernel as the launch on contiguous tensors of these symbol values runs it; `whole`:
-    symbols taken as multiples of 16 besides those that are (a measurement of the path the
-    launch runs: A's pitch, 168 for the stem, is a multiple of the 8-column chunk, so every
-    chunk takes the vector path, but alignment.py proves chunks whole only for pitches that
-    are multiples of 16; with it the dead scalar fallback is not compiled)."""
+def _specialized(kernel, symbols: dict):
+    """The kernel as the launch on contiguous tensors of these symbol values runs it."""
     from argus.analysis import alignment
     from argus.ir.types import TensorType
 
@@ -54,9 +47,7 @@ def _specialized(kernel, symbols: dict, whole: tuple = ()):
         for d in range(len(shape) - 2, -1, -1):
             strides[d] = strides[d + 1] * shape[d + 1]
         tensors[p.name] = (0, tuple(shape), tuple(strides), t.dtype.bytes)
-    spec = alignment.of_arguments(tensors, symbols)
-    spec = dataclasses.replace(spec, divisible=tuple(sorted(set(spec.divisible) | set(whole))))
-    return alignment.specialize(kernel, spec)
+    return alignment.specialize(kernel, alignment.of_arguments(tensors, symbols))
 
 
 def skipped_fallbacks(sass: str) -> int:
@@ -85,7 +76,7 @@ def skipped_fallbacks(sass: str) -> int:
     return skipped
 
 
-def measure(kind: str, stem, sass_dir: Path | None = None, path_only: bool = False) -> dict:
+def measure(kind: str, stem, sass_dir: Path | None = None) -> dict:
     from argus import codegen, dtypes
     from argus.compiler import lower_only
     from argus.kernels.conv_im2col import (PIXELS_PER_CTA, Im2colGeometry,
@@ -114,23 +105,23 @@ def measure(kind: str, stem, sass_dir: Path | None = None, path_only: bool = Fal
         pixels = bq
     elif kind == "pixel_planes":
         sp = plane_slot(g)
-        kernel = lower_only(im2col_pixel_planes_kernel(dtypes.bf16), geom=g,
-                            BM=PIXELS_PER_CTA, SP=sp)
+        kernel = lower_only(im2col_pixel_planes_kernel(dtypes.bf16, (R + 1) * C * sp),
+                            geom=g, BM=PIXELS_PER_CTA, SP=sp)
         symbols = {"N": N, "H": H, "C": C, "W": W, "M": N * P * Q, "K": (R + 1) * C * sp}
         pixels = 32
     else:
-        kernel = lower_only(im2col_pixels_kernel(dtypes.bf16), geom=g, BM=PIXELS_PER_CTA)
+        kernel = lower_only(im2col_pixels_kernel(dtypes.bf16, (R + 1) * slot), geom=g,
+                            BM=PIXELS_PER_CTA)
         symbols = {"N": N, "H": H, "E": W * C, "M": N * P * Q, "K": (R + 1) * slot}
         pixels = 32
-    whole = ("K",) if path_only and kind.startswith("pixel") else ()
-    source = codegen.render(_specialized(kernel, symbols, whole))
+    source = codegen.render(_specialized(kernel, symbols))
     binary = compile_cuda(source.text, [source.name], use_cache=False)
     res = binary.resource(source.name)
     sass = disassemble(binary.cubin)
     if sass is None:
         raise SystemExit("no disassembler: put nvdisasm or cuobjdump on PATH")
     if sass_dir is not None:
-        stem_name = f"{kind}_{R}x{S}" + ("_path" if whole else "")
+        stem_name = f"{kind}_{R}x{S}"
         (sass_dir / f"{stem_name}.cu").write_text(source.text)
         (sass_dir / f"{stem_name}.sass").write_text(sass)
     hist = instruction_histogram(sass)
@@ -156,11 +147,9 @@ def main() -> int:
         args.sass.mkdir(parents=True, exist_ok=True)
     for stem in STEMS:
         print(f"== {stem[0]}")
-        for kind, path in (("warp", False), ("pixel", False), ("pixel", True),
-                           ("warp_planes", False), ("pixel_planes", False)):
-            m = measure(kind, stem, args.sass, path)
-            label = kind + (" (compiled without the fallback)" if path else "")
-            print(f"{label:38s} {m['instructions']:5d} SASS instructions, "
+        for kind in ("warp", "pixel", "warp_planes", "pixel_planes"):
+            m = measure(kind, stem, args.sass)
+            print(f"{kind:12s} {m['instructions']:5d} SASS instructions, "
                   f"{m['per_pixel']:6.1f} a pixel, {m['path_per_pixel']:6.1f} on the vector "
                   f"path ({m['a_bytes_per_pixel']} bytes of A), "
                   f"{m['registers']} registers, {m['spills']} spill bytes, "

@@ -241,6 +241,12 @@ PIXELS_PER_CTA = 128
 PIXEL_CHUNK = 8
 
 
+def _check_pitch(pitch: int, want: int, factory: str, formula: str) -> None:
+    if pitch != want:
+        raise ValueError(f"{factory} was built for A's pitch {pitch}, but this geometry's A has "
+                         f"{want} columns; build it with {factory}(dtype, {formula})")
+
+
 def _pixel_origin(g: Im2colGeometry, H, W, M, BM: int):
     """(the CTA index b, then [BM, 1] index tiles of this thread's pixel m = b * BM + t: its
     image n, first input row h0 and first input column w0) of a pixel kernel: A's rows are the
@@ -255,7 +261,7 @@ def _pixel_origin(g: Im2colGeometry, H, W, M, BM: int):
 
 
 @functools.lru_cache(maxsize=None)
-def im2col_pixels_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
+def im2col_pixels_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
     """The row-run kernel's gather (`im2col_rows_kernel`: same X view, same A layout, so the
     same weight matrix) with one output pixel a thread instead of one a warp: each thread
     builds its pixel's row of A, `PIXEL_CHUNK` columns at a time, with `ag.gather` (the
@@ -269,20 +275,24 @@ def im2col_pixels_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
     which the gather reads as 0; columns of A that hold no input (a slot's gap, slot R, the
     pitch's end) get input row -1 (outside X: no load), and slot R's first BIAS_ONES columns
     are 1. X is x's [N, H, W * C] view, A the [N * P * Q, pitch] buffer itself; P and Q follow
-    from X's shape and the geometry. Compile-time `geom` (dil_w 1) and BM = PIXELS_PER_CTA.
+    from X's shape and the geometry. Compile-time `geom` (dil_w 1) and BM = PIXELS_PER_CTA;
+    `pitch` (the factory's: (R + 1) * row_slot(geom), checked) is A's last extent as a
+    compile-time int, so codegen proves every 8-column chunk whole (analysis/alignment.py)
+    and compiles no element-by-element store fallback (a symbolic extent is proven so only
+    for multiples of 16: the stem's 168 is not).
 
     Invariant: as `im2col_rows_kernel`'s (every element of A written exactly once: the grid's
     CTAs take disjoint blocks of BM rows, each all pitch / PIXEL_CHUNK chunks)."""
     _check_dtype(dtype)
 
     def conv_im2col_pixels(X: ag.Tensor["N", "H", "E", dtype],        # [N, H, W * C]
-                           A: ag.Tensor["M", "K", dtype],             # [N * P * Q, pitch]
+                           A: ag.Tensor[("M", pitch, dtype)],         # [N * P * Q, pitch]
                            geom: Im2colGeometry = Im2colGeometry(1, 1), BM: int = 128):
         g = geom
         if g.dil_w != 1:
             raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row)")
         run, slot = g.s * g.channels, row_slot(g)
-        pitch = (g.r + 1) * slot
+        _check_pitch(pitch, (g.r + 1) * slot, "im2col_pixels_kernel", "(R + 1) * row_slot(geom)")
         b, n, h0, w0 = _pixel_origin(g, X.shape[1], X.shape[2] // g.channels, A.shape[0], BM)
         e0 = w0 * g.channels                               # its run's first element
         for c in range(pitch // PIXEL_CHUNK):
@@ -384,27 +394,29 @@ def im2col_planes_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
 
 
 @functools.lru_cache(maxsize=None)
-def im2col_pixel_planes_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
+def im2col_pixel_planes_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
     """The plane-run kernel's gather (`im2col_planes_kernel`: same X view [N, H, C, W] of an
     NCHW x, same A layout (r, c, s) in slots of C * S', so the same weight matrix) one output
     pixel a thread, as `im2col_pixels_kernel` does the row runs: per PIXEL_CHUNK columns of
     A's row, column k is (r, c, s) = (k // (C * S'), k % (C * S') // S', k % S') at trace time,
     read from x[n, c, h0 + r * dil_h, w0 + s] (outside x: 0) for r < R and s < S, input row -1
     (no load, 0) otherwise, slot R's first BIAS_ONES columns 1; one 16-byte store a chunk.
-    Compile-time `geom` (dil_w 1), BM = PIXELS_PER_CTA and SP = S' (`plane_slot`).
+    Compile-time `geom` (dil_w 1), BM = PIXELS_PER_CTA and SP = S' (`plane_slot`); `pitch`
+    as `im2col_pixels_kernel`'s ((R + 1) * C * S', checked).
 
     Invariant: as `im2col_planes_kernel`'s (every element of A written exactly once)."""
     _check_dtype(dtype)
 
     def conv_im2col_pixel_planes(X: ag.Tensor["N", "H", "C", "W", dtype],   # NCHW as NHCW
-                                 A: ag.Tensor["M", "K", dtype],          # [N * P * Q, pitch]
+                                 A: ag.Tensor[("M", pitch, dtype)],      # [N * P * Q, pitch]
                                  geom: Im2colGeometry = Im2colGeometry(1, 1), BM: int = 128,
                                  SP: int = 1):
         g = geom
         if g.dil_w != 1:
             raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row)")
         slot = g.channels * SP
-        pitch = (g.r + 1) * slot
+        _check_pitch(pitch, (g.r + 1) * slot, "im2col_pixel_planes_kernel",
+                     "(R + 1) * C * plane_slot(geom)")
         b, n, h0, w0 = _pixel_origin(g, X.shape[1], X.shape[3], A.shape[0], BM)
         for c in range(pitch // PIXEL_CHUNK):
             k = c * PIXEL_CHUNK + ag.arange(PIXEL_CHUNK)[None, :]    # [1, 8]: A's columns

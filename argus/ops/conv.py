@@ -803,8 +803,10 @@ class _Gather:
                                                im2col_pixels_kernel, im2col_planes_kernel,
                                                im2col_rows_kernel)
 
-        return {"rows": im2col_rows_kernel, "pixels": im2col_pixels_kernel,
-                "planes": im2col_planes_kernel, "pixel_planes": im2col_pixel_planes_kernel,
+        if self.kind in ("pixels", "pixel_planes"):     # A's pitch a compile-time extent
+            return {"pixels": im2col_pixels_kernel,
+                    "pixel_planes": im2col_pixel_planes_kernel}[self.kind](dtype, self.pitch)
+        return {"rows": im2col_rows_kernel, "planes": im2col_planes_kernel,
                 "taps": im2col_kernel}[self.kind](dtype)
 
     def constexprs(self) -> dict:
