@@ -120,10 +120,16 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     epilogue, "direct" the st.global one (hd128's default is "tma" since 2026-12-04);
     "persistent" applies to "default" too ("default+tma+persistent"). "emuN": N of every 16
     groups of 8 keys compute P's exp2 on the FMA pipe (exp2_emulate, FA4's partial emulation;
-    "default+emu4": a quarter)."""
+    "default+emu4": a quarter). "lpt" (on "default" too): tile_order "lpt", the tiles handed
+    out heads fastest, then m tiles (causal: longest first), batches slowest, in the
+    one-CTA-per-tile grid and the persistent walk alike. "occ2": two CTAs an SM
+    (ctas_per_sm=2) at head dim 64, 128 x 64 tiles in two 104-register consumer warpgroups,
+    the plain loop (the overlap spills there); "occ2+fast" with the softmax diet, as the
+    default has it."""
     import dataclasses
 
-    from argus.kernels.attention import base_schedule, default_schedule, fa3_overlap_schedule
+    from argus.kernels.attention import (AttentionSchedule, base_schedule, default_schedule,
+                                         fa3_overlap_schedule)
 
     # only what the variant names: "default" alone is the op's schedule as it runs, diet on
     # (until 2026-12-03 this dict always carried both fields, so "default" ran exact: every
@@ -149,11 +155,17 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     extra = {"epilogue": "tma"} if "tma" in parts else {}
     if "direct" in parts:   # st.global from registers (hd128's default stores through TMA)
         extra["epilogue"] = "direct"
+    if "lpt" in parts:      # heads fastest, then m tiles longest first (tile_order "lpt")
+        extra["tile_order"] = "lpt"
     if parts[0] == "default":
         if "persistent" in parts:
             extra["persistent"] = True
         return dataclasses.replace(default_schedule(head_dim, causal, seq_len), **diet,
                                    **extra)
+    if parts[0] == "occ2":  # two CTAs an SM: half the registers, the plain loop at 128 x 64
+        return AttentionSchedule(block_m=128, block_n=64, consumers=2, producer_regs=24,
+                                 consumer_regs=104, ctas_per_sm=2,
+                                 persistent="persistent" in parts, **diet, **extra)
     s = fa3_overlap_schedule(head_dim, causal) if "fa3" in variant else base_schedule(head_dim)
     if "2wg" in variant:   # two consumer warpgroups of 64 rows (head dim 64 defaults to 3)
         s = dataclasses.replace(s, block_m=128, consumers=2, producer_regs=24,
@@ -697,7 +709,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "
-                             "overlap, fa3, pingpong, 2wg, 3wg, bnN, stN, emuN, ex2, fold, "
+                             "overlap, fa3, pingpong, 2wg, 3wg, occ2, lpt, bnN, stN, emuN, ex2, "
+                             "fold, "
                              "fast or '+' "
                              "joins of them (default+fast: the op's choice with the softmax "
                              "diet; each "

@@ -64,7 +64,8 @@ import argus as ag
 from argus.dtypes import DType
 from argus.kernels.warp_specialized import Staging, Unit, store_tile, store_tile_staged
 from argus.target.fragments import acc_order_col
-from argus.target.limits import NUM_SMS, REGISTERS_PER_SM, SMEM_PER_CTA_OPTIN
+from argus.target.limits import (NUM_SMS, REGISTERS_PER_SM, entry_registers,
+                                 smem_per_sm_share)
 
 __all__ = ["AttentionSchedule", "attention_kernel", "base_schedule", "default_schedule",
            "fa3_overlap_schedule", "fp8_schedule", "HEAD_DIMS", "LOG2E", "P_BIAS",
@@ -99,6 +100,31 @@ class AttentionSchedule:
     # leaves some obligations unknown (z3 timeouts), never violated.
     persistent: bool = False
     num_sms: int = NUM_SMS
+    # The order tiles are handed out in. "head" (the default): a head's m tiles are adjacent
+    # (under the causal mask longest first), heads next, batches slowest: the grid
+    # (m tiles, H, B). "lpt": longest-processing-time first across the heads of a batch
+    # (FA3's tile_scheduler.hpp orders causal tiles this way, with L2-sized sections of heads):
+    # heads fastest, then m tiles (causal: longest first), batches slowest: the grid
+    # (H, m tiles, B). With "head" the last tiles the hardware hands out include the longest
+    # tiles of the last heads, which then run alone at the end of the grid; with "lpt" the
+    # grid of each batch ends with its shortest tiles (a list-scheduling model of 16k tokens
+    # at 1k-8k gains 3-13% on causal masks). One batch's K and V stay in L2 (8 KB a key over
+    # all heads at 2048 hidden: 32 MB at 4k). Without the mask every tile is equal and only
+    # the L2 reuse differs. The persistent walk decodes its units the same way (unit // H,
+    # then % and // m tiles); with the causal mask and fa3_overlap at head dim 128 the
+    # verifier reports that decode's wgmma.agree and k-once as violated (20 min of z3), with
+    # counterexamples (B=2, H=1, S=8449, SK=1; B=10, H=3, S=1, SK=257) the interpreter runs
+    # right: false positives of the nonlinear decode, so that combination needs
+    # ARGUS_VERIFY=0 for now; full masks verify clean (8 s), the grid form everywhere.
+    tile_order: str = "head"
+    # The occupancy hint (ag.occupancy): CTAs an SM holds at once. 2 renders
+    # __launch_bounds__(threads, 2): the CTA's warpgroups share half the register file
+    # (entry_registers: 80 a thread at 3 warpgroups, so producer_regs + consumers x
+    # consumer_regs <= 240) and at most smem_per_sm_share(2) of shared memory, so one CTA's
+    # prologue (Q and the first K, V loads) and epilogue (O's store) overlap the other's KV
+    # loop, and two CTAs' softmaxes and GEMMs interleave. Fits head_dim 64 only: 128 x 64
+    # tiles, two 104-register consumer warpgroups in the plain loop (the `occ2` bench token).
+    ctas_per_sm: int = 1
     epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
     # Ping-pong (FA3): consumer warpgroups take turns issuing S = Q K^T (ag.ordered: named
     # barriers), so one's softmax overlaps the other's GEMMs. Q then lives in registers (a
@@ -167,6 +193,23 @@ class AttentionSchedule:
                             f"an SM")
         if self.num_sms < 1:
             problems.append(f"num_sms={self.num_sms} must be positive")
+        if self.tile_order not in ("head", "lpt"):
+            problems.append(f"tile_order={self.tile_order!r} is not 'head' or 'lpt'")
+        if self.ctas_per_sm not in (1, 2):
+            problems.append(f"ctas_per_sm={self.ctas_per_sm}: 1 or 2 CTAs per SM")
+        elif self.ctas_per_sm > 1:
+            # setmaxnreg moves registers within the CTA's allocation at entry: threads x
+            # entry_registers (80 a thread for 3 warpgroups at 2 CTAs: 65536 / 768 rounded
+            # down to 8), not half the SM's 65536
+            threads = 128 * (1 + self.consumers)
+            pool = entry_registers(threads, self.ctas_per_sm)
+            if self.producer_regs + self.consumers * self.consumer_regs > \
+                    (1 + self.consumers) * pool:
+                problems.append(f"ctas_per_sm={self.ctas_per_sm}: {threads} threads enter "
+                                f"with {pool} registers each, so producer_regs + consumers x "
+                                f"consumer_regs must be at most {(1 + self.consumers) * pool} "
+                                f"(is {self.producer_regs} + {self.consumers} x "
+                                f"{self.consumer_regs})")
         if self.ordered and self.consumers < 2:
             problems.append("ordered=True (ping-pong) needs 2 or 3 consumer warpgroups to take "
                             "turns")
@@ -196,11 +239,14 @@ class AttentionSchedule:
             problems.append(f"permuted_vt=True reads an FP8 V^T with permuted keys; {dtype} "
                             f"P already sits in the A fragment: leave it False")
         need = smem_bytes(self, head_dim, dtype)
-        if need > SMEM_PER_CTA_OPTIN:
+        share = smem_per_sm_share(self.ctas_per_sm)
+        if need > share:
             problems.append(f"Q, {self.stages} K and V stages"
                             + (" and the O staging tile" if self.epilogue == "tma" else "")
                             + f" need {need} bytes of shared memory at head_dim={head_dim}, "
-                              f"more than {SMEM_PER_CTA_OPTIN}")
+                              f"more than {share}"
+                            + (f" ({self.ctas_per_sm} CTAs per SM)" if self.ctas_per_sm > 1
+                               else ""))
         # fp32 accumulators per thread: O (head_dim / 2) and S (block_n / 2, twice with the
         # overlap), plus P in bf16 (block_n / 4); more than the budget surely spills
         # (fa3_overlap: P_{j-1}'s packed registers are in flight during the softmax of S_j,
@@ -463,10 +509,16 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
         vatoms = BN // vcols
         group = H // K.shape[1]          # query heads per kv head (GQA / MQA)
         m_tiles = ag.cdiv(S, BM)
+        lpt = s.tile_order == "lpt"
+        if s.ctas_per_sm > 1:
+            ag.occupancy(s.ctas_per_sm)
         if s.persistent:
             total = m_tiles * (B * H)
-            programs = ag.minimum(total, s.num_sms)
+            programs = ag.minimum(total, s.num_sms * s.ctas_per_sm)
             (pid,) = ag.grid(programs)
+        elif lpt:  # one CTA per tile, heads fastest (the hardware launches x first)
+            pid_h, pid_m, pid_b = ag.grid(H, m_tiles, B)
+            pid, total, programs = 0, 1, 1
         else:  # one CTA per tile: the program ids are the tile's coordinates
             pid_m, pid_h, pid_b = ag.grid(m_tiles, H, B)
             pid, total, programs = 0, 1, 1
@@ -484,10 +536,16 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
 
         def tile_of(unit):
             """(batch, head, m tile) of a flat unit: m fastest (tiles of one head share its K
-            and V in L2); under the causal mask the longest tiles (last rows) first. Without
-            the persistent walk, the program ids."""
+            and V in L2), or with tile_order "lpt" heads fastest, then m (batch slowest);
+            under the causal mask the longest tiles (last rows) first. Without the persistent
+            walk, the program ids."""
             if not s.persistent:
                 return pid_b, pid_h, (m_tiles - 1 - pid_m if causal else pid_m)
+            if lpt:
+                bm = unit // H
+                within = bm % m_tiles
+                m = m_tiles - 1 - within if causal else within
+                return bm // m_tiles, unit % H, m
             within = unit % m_tiles
             m = m_tiles - 1 - within if causal else within
             bh = unit // m_tiles

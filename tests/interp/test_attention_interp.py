@@ -3,7 +3,7 @@ float64 torch reference: sequence lengths that are and are not multiples of the 
 (bottom-right when Sq != Skv, rows without keys zero) and full masks, GQA / MQA, the
 [B, S, H, D] layout read through strided views, the log-sum-exp output, each schedule shape
 (1, 2 and 3 consumer warpgroups, both epilogues, the persistent walk, the intra-warpgroup
-overlap in both orders, ping-pong)."""
+overlap in both orders, ping-pong, the "lpt" tile order, two CTAs an SM)."""
 
 import math
 
@@ -117,13 +117,35 @@ def test_fp16():
                       consumer_regs=160, fa3_overlap=True, epilogue="tma"),
     AttentionSchedule(block_m=192, block_n=192, consumers=3, producer_regs=32,
                       consumer_regs=160),
+    AttentionSchedule(block_m=128, block_n=64, consumers=2, fa3_overlap=True, tile_order="lpt"),
+    AttentionSchedule(block_m=192, block_n=64, consumers=3, producer_regs=32,
+                      consumer_regs=160, ordered=True, tile_order="lpt"),
+    AttentionSchedule(block_m=64, block_n=32, consumers=1, fa3_overlap=True,
+                      persistent=True, num_sms=3, tile_order="lpt"),
+    AttentionSchedule(block_m=128, block_n=64, consumers=2, consumer_regs=104, ctas_per_sm=2,
+                      approx_exp2=True, fold_scale=True),
+    AttentionSchedule(block_m=128, block_n=64, consumers=2, consumer_regs=104, ctas_per_sm=2,
+                      persistent=True, num_sms=2, tile_order="lpt"),
 ], ids=["1wg", "3wg", "tma-store", "persistent", "overlap", "overlap-persistent", "ping-pong",
-        "ping-pong-3wg-persistent", "fa3", "fa3-1wg-persistent", "fa3-3wg-tma", "3wg-bn192"])
+        "ping-pong-3wg-persistent", "fa3", "fa3-1wg-persistent", "fa3-3wg-tma", "3wg-bn192",
+        "fa3-lpt", "ping-pong-3wg-lpt", "fa3-1wg-persistent-lpt", "occ2", "occ2-persistent-lpt"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_schedules(schedule, causal):
     """Every schedule shape computes the same attention (the persistent walk with 3 CTAs
-    strides over 2 x 2 x 2 tiles, longest first under the causal mask)."""
+    strides over 2 x 2 x 2 tiles, longest first under the causal mask; tile_order "lpt" walks
+    heads fastest, 2 CTAs an SM at head dim 64 in 104 registers)."""
     assert_close(*run(2, 2, 1, 150, 170, 64, causal, schedule, seed=3))
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_lpt_order_over_heads_batches_and_tiles(causal, persistent):
+    """tile_order "lpt" decodes (batch, head, m tile) from a grid or a unit where heads run
+    fastest: 3 batches x 3 query heads (GQA 3:1) x 3 m tiles of 64 rows, a query tail, Sq <
+    Skv (causal bottom-right); a wrong decode leaves rows NaN or reads another head's keys."""
+    schedule = AttentionSchedule(block_m=64, block_n=32, consumers=1, tile_order="lpt",
+                                 persistent=persistent, num_sms=4)
+    assert_close(*run(3, 3, 1, 150, 170, 64, causal, schedule, seed=11))
 
 
 def test_head_dim_128():

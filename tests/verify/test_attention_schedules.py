@@ -4,7 +4,8 @@ queries at head dim 64; with and without the LSE output), and the plain loop (ba
 with both epilogues and fp16, lowered and proven (compile_kernel refuses a kernel on any
 verifier error). Nothing unknown either (but the coverage of several TMA-store sites, as for
 the GEMM): the KV steps nested in Q's step, the separate K and V
-rings, the masks under a uniform branch and the GQA head index are all modelled.
+rings, the masks under a uniform branch and the GQA head index are all modelled. So are the
+"lpt" tile order (heads fastest in the grid) and two CTAs an SM (the `occ2` bench candidate).
 
 The persistent walk (AttentionSchedule(persistent=True)) decodes its tiles with div/mod of
 runtime extents; its obligations must not be violated, and some may come back unknown (z3
@@ -155,3 +156,24 @@ def test_three_warpgroups_at_head_dim_128_verify_clean(causal):
     assert schedule.problems_for(128) == []
     kernel = lower_only(attention_kernel(128, ag.bf16, causal, False), s=schedule)
     _assert_clean(verify.run(kernel), head_dim=128)
+
+
+@pytest.mark.parametrize("head_dim,causal,seq_len", DEFAULTS,
+                         ids=[f"d{d}-{'causal' if c else 'full'}-S{n or 'any'}"
+                              for d, c, n in DEFAULTS])
+def test_lpt_tile_order_verifies_clean(head_dim, causal, seq_len):
+    """Each default schedule with tile_order "lpt" (the bench's `default+lpt`): the grid's
+    axes swap (heads on x, m tiles on y), the tile a CTA computes is still its program ids."""
+    schedule = dataclasses.replace(default_schedule(head_dim, causal, seq_len), tile_order="lpt")
+    kernel = lower_only(attention_kernel(head_dim, ag.bf16, causal, False), s=schedule)
+    _assert_clean(verify.run(kernel), schedule.epilogue, head_dim)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_two_ctas_an_sm_verify_clean(causal):
+    """Bench candidate `occ2+fast` at head dim 64: two CTAs an SM (the occupancy hint), the
+    plain loop at 128 x 64 in two 104-register consumer warpgroups, the softmax diet."""
+    schedule = AttentionSchedule(block_m=128, block_n=64, consumers=2, consumer_regs=104,
+                                 ctas_per_sm=2, approx_exp2=True, fold_scale=True)
+    kernel = lower_only(attention_kernel(64, ag.bf16, causal, False), s=schedule)
+    _assert_clean(verify.run(kernel))
