@@ -238,6 +238,14 @@ class AttentionSchedule:
         elif self.permuted_vt:
             problems.append(f"permuted_vt=True reads an FP8 V^T with permuted keys; {dtype} "
                             f"P already sits in the A fragment: leave it False")
+        if self.ctas_per_sm > 1 and head_dim > 64:
+            # ptxas compiles the whole kernel at the entry count (80 at two CTAs of 384
+            # threads) and refuses head_dim 128's wgmma of O (64 fp32 registers a thread):
+            # "Insufficient registers (80) ... register target of 94" (NVRTC 13.0)
+            problems.append(f"ctas_per_sm={self.ctas_per_sm} at head_dim={head_dim}: two CTAs "
+                            f"enter with {entry_registers(128 * (1 + self.consumers), 2)} "
+                            f"registers a thread, too few for O's wgmma (ptxas asks 94 at "
+                            f"head_dim 128): head_dim 64 only")
         need = smem_bytes(self, head_dim, dtype)
         share = smem_per_sm_share(self.ctas_per_sm)
         if need > share:

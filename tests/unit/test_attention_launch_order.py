@@ -61,13 +61,20 @@ def test_two_ctas_bound_the_registers_by_the_entry_allocation():
 
 
 def test_two_ctas_bound_the_shared_memory():
-    """Each of two CTAs gets at most half an SM's shared memory: three stages of 128-key
-    blocks beside Q fit one CTA at head dim 128, not two."""
+    """Each of two CTAs gets at most half an SM's shared memory: four stages of 128-key
+    blocks beside Q fit one CTA at head dim 64, not two."""
     wide = AttentionSchedule(block_m=64, block_n=128, consumers=1, consumer_regs=232,
-                             stages=3, ctas_per_sm=2)
-    problems = wide.problems_for(128)
+                             stages=4, ctas_per_sm=2)
+    problems = wide.problems_for(64)
     assert any("2 CTAs per SM" in p for p in problems), problems
-    assert dataclasses.replace(wide, ctas_per_sm=1).problems_for(128) == []
+    assert dataclasses.replace(wide, ctas_per_sm=1).problems_for(64) == []
+
+
+@pytest.mark.parametrize("head_dim", [128, 256])
+def test_two_ctas_take_head_dim_64_only(head_dim):
+    """ptxas refuses head dim 128 at the 80 entry registers of two CTAs (it asks 94)."""
+    assert any("head_dim 64 only" in p for p in OCC2.problems_for(head_dim))
+    assert not any("head_dim 64 only" in p for p in OCC2.problems_for(64))
 
 
 @pytest.mark.parametrize("bad,message", [({"tile_order": "row"}, "tile_order"),
