@@ -125,7 +125,9 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     one-CTA-per-tile grid and the persistent walk alike. "occ2": two CTAs an SM
     (ctas_per_sm=2) at head dim 64, 128 x 64 tiles in two 104-register consumer warpgroups,
     the plain loop (the overlap spills there); "occ2+fast" with the softmax diet, as the
-    default has it."""
+    default has it. "own" (own_blocks, causal; not with ping-pong): each consumer warpgroup
+    computes only the KV blocks its own rows may see and releases the tile's others unread
+    (128 x 64 at head dim 256: one block a tile)."""
     import dataclasses
 
     from argus.kernels.attention import (AttentionSchedule, base_schedule, default_schedule,
@@ -157,6 +159,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
         extra["epilogue"] = "direct"
     if "lpt" in parts:      # heads fastest, then m tiles longest first (tile_order "lpt")
         extra["tile_order"] = "lpt"
+    if "own" in parts:      # causal: each warpgroup computes only the blocks its rows see
+        extra["own_blocks"] = True
     if parts[0] == "default":
         if "persistent" in parts:
             extra["persistent"] = True
@@ -709,9 +713,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "
-                             "overlap, fa3, pingpong, 2wg, 3wg, occ2, lpt, bnN, stN, emuN, ex2, "
-                             "fold, "
-                             "fast or '+' "
+                             "overlap, fa3, pingpong, 2wg, 3wg, occ2, lpt, own, bnN, stN, emuN, "
+                             "ex2, fold, fast or '+' "
                              "joins of them (default+fast: the op's choice with the softmax "
                              "diet; each "
                              "timed through argus.ops.attention; overlap needs ARGUS_VERIFY=0)")

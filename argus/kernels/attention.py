@@ -162,6 +162,13 @@ class AttentionSchedule:
     # 32 (attention_kernel(..., permuted_vt=True)); FA3 does the same (hopper/utils.h
     # permute_Cregs_fp8 with its in-kernel V transpose writing the matching key order)
     permuted_vt: bool = False
+    # Under the causal mask, each consumer warpgroup computes only the KV blocks its own 64
+    # rows may see, instead of every block the tile loads (the last row's): when block_m
+    # exceeds block_n the first warpgroup's last blocks are masked whole (128 x 64 at head dim
+    # 256: one block a tile, 1/18 of the work at 1k; 192 x 128 at head dim 64: one block in
+    # some tiles). Their K and V stages are released unread. Not with ping-pong (the turns
+    # need every warpgroup's steps).
+    own_blocks: bool = False
 
     def __post_init__(self) -> None:
         problems = self._problems()
@@ -216,6 +223,9 @@ class AttentionSchedule:
         if self.ordered and (self.intra_wg_overlap or self.fa3_overlap):
             problems.append("ordered=True (ping-pong) is not combined with an intra-warpgroup "
                             "overlap yet")
+        if self.ordered and self.own_blocks:
+            problems.append("own_blocks=True is not combined with ping-pong (ordered): the "
+                            "warpgroups take turns each step, so each takes every step")
         if self.intra_wg_overlap and self.fa3_overlap:
             problems.append("intra_wg_overlap and fa3_overlap are two orders of one loop: "
                             "choose one")
@@ -588,7 +598,13 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                 b, h, m = tile_of(unit)
                 q0 = m * BM
                 r0 = q0 + wg * ROWS                       # this warpgroup's first query row
-                blocks = _kv_blocks(q0, BM, BN, S, SK, causal, first)
+                loaded = _kv_blocks(q0, BM, BN, S, SK, causal, first)   # the tile's steps
+                # own_blocks: the blocks this warpgroup's rows may see (never more than the
+                # tile's, r0 + 64 <= q0 + BM; the minimum states it for the verifier, whose
+                # pipe.totals does not bound the warpgroup index); the rest of the tile's
+                # steps are released unread after the loop
+                blocks = ag.minimum(_kv_blocks(r0, ROWS, BN, S, SK, causal, first), loaded) \
+                    if s.own_blocks else loaded
                 unmasked = _unmasked_blocks(r0, blocks, BN, S, SK, causal)
                 row_last_key = r0 + ag.arange(ROWS)[:, None] + (SK - S)   # causal bound
                 m_i = ag.full((ROWS, 1), neg_inf)   # running row max of S * scale * log2(e)
@@ -718,6 +734,15 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                             p, alpha, m_i, l_i = softmax(sc, blocks - 1, m_i, l_i)
                             with v_pipe.consume() as vs:
                                 o = pv(p, vs, o, alpha)
+                if s.own_blocks:
+                    # the tile's blocks past this warpgroup's last key: no key of them is one
+                    # its rows may see, so their stages are released unread (the producer and
+                    # the other warpgroups step through them: the step counts stay in step)
+                    for _ in ag.range(loaded - blocks):
+                        with k_pipe.consume():
+                            pass
+                        with v_pipe.consume():
+                            pass
 
                 no_key = l_i == 0.0
                 if fp8:

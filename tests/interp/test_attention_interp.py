@@ -3,7 +3,7 @@ float64 torch reference: sequence lengths that are and are not multiples of the 
 (bottom-right when Sq != Skv, rows without keys zero) and full masks, GQA / MQA, the
 [B, S, H, D] layout read through strided views, the log-sum-exp output, each schedule shape
 (1, 2 and 3 consumer warpgroups, both epilogues, the persistent walk, the intra-warpgroup
-overlap in both orders, ping-pong, the "lpt" tile order, two CTAs an SM)."""
+overlap in both orders, ping-pong, the "lpt" tile order, two CTAs an SM, own_blocks)."""
 
 import math
 
@@ -126,15 +126,31 @@ def test_fp16():
                       approx_exp2=True, fold_scale=True),
     AttentionSchedule(block_m=128, block_n=64, consumers=2, consumer_regs=104, ctas_per_sm=2,
                       persistent=True, num_sms=2, tile_order="lpt"),
+    AttentionSchedule(block_m=128, block_n=64, consumers=2, own_blocks=True),
+    AttentionSchedule(block_m=192, block_n=64, consumers=3, producer_regs=32,
+                      consumer_regs=160, fa3_overlap=True, own_blocks=True, persistent=True,
+                      num_sms=3),
 ], ids=["1wg", "3wg", "tma-store", "persistent", "overlap", "overlap-persistent", "ping-pong",
         "ping-pong-3wg-persistent", "fa3", "fa3-1wg-persistent", "fa3-3wg-tma", "3wg-bn192",
-        "fa3-lpt", "ping-pong-3wg-lpt", "fa3-1wg-persistent-lpt", "occ2", "occ2-persistent-lpt"])
+        "fa3-lpt", "ping-pong-3wg-lpt", "fa3-1wg-persistent-lpt", "occ2", "occ2-persistent-lpt",
+        "own", "fa3-3wg-own-persistent"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_schedules(schedule, causal):
     """Every schedule shape computes the same attention (the persistent walk with 3 CTAs
     strides over 2 x 2 x 2 tiles, longest first under the causal mask; tile_order "lpt" walks
     heads fastest, 2 CTAs an SM at head dim 64 in 104 registers)."""
     assert_close(*run(2, 2, 1, 150, 170, 64, causal, schedule, seed=3))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("S,SK", [(130, 300), (300, 130), (256, 256)])
+def test_own_blocks_with_the_default_schedules(head_dim, S, SK):
+    """own_blocks on each causal default without ping-pong (the overlap order; 128 x 64 at
+    head dim 256, where the first warpgroup skips a block every tile): Sq < Skv, Sq > Skv (the
+    first rows see no key, whole warpgroups none), the diagonal on block edges."""
+    import dataclasses
+    schedule = dataclasses.replace(default_schedule(head_dim, True, 1024), own_blocks=True)
+    assert_close(*run(1, 2, 1, S, SK, head_dim, True, schedule, seed=head_dim + S))
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])

@@ -78,7 +78,9 @@ def test_two_ctas_take_head_dim_64_only(head_dim):
 
 
 @pytest.mark.parametrize("bad,message", [({"tile_order": "row"}, "tile_order"),
-                                         ({"ctas_per_sm": 3}, "ctas_per_sm=3")])
+                                         ({"ctas_per_sm": 3}, "ctas_per_sm=3"),
+                                         ({"own_blocks": True, "ordered": True},
+                                          "not combined with ping-pong")])
 def test_bad_launch_fields_are_named(bad, message):
     with pytest.raises(ValueError, match=message):
         dataclasses.replace(OCC2, **bad)

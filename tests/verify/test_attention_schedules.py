@@ -177,3 +177,14 @@ def test_two_ctas_an_sm_verify_clean(causal):
                                  ctas_per_sm=2, approx_exp2=True, fold_scale=True)
     kernel = lower_only(attention_kernel(64, ag.bf16, causal, False), s=schedule)
     _assert_clean(verify.run(kernel))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_own_blocks_verify_clean(head_dim):
+    """own_blocks on the causal defaults without ping-pong (head dim 64 short queries, 128,
+    256): each warpgroup's loop reaches every key its rows may see (tag.assert), and the
+    tile's other steps, released unread, keep the producer's and consumers' totals equal."""
+    schedule = dataclasses.replace(default_schedule(head_dim, True, SHORT_CAUSAL_64),
+                                   own_blocks=True)
+    kernel = lower_only(attention_kernel(head_dim, ag.bf16, True, False), s=schedule)
+    _assert_clean(verify.run(kernel), schedule.epilogue, head_dim)
