@@ -8,6 +8,7 @@ always a legal single-kernel candidate of the problem (so a first call compiles 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -51,13 +52,13 @@ def test_shipped_constants_are_the_fitted_ones(points):
 
 def test_the_data_is_of_the_code_it_models(points):
     """Every row is of the sweep at 743d912 (the warp-uniform role index) or of the untuned
-    run's --record at 654cde7 (2048x7168x2048, timed by both, agrees within 2.4%), and
-    each problem has every schedule it measured among its candidates today, each timed once
-    per commit."""
+    runs' --record at 654cde7 and 9155f80 (2048x7168x2048, timed by all three, agrees within
+    2.4%), and each problem has every schedule it measured among its candidates today, each
+    timed once per commit."""
     import json
 
     rows = json.loads(G.DATA_FILE.read_text())["points"]
-    assert {r["commit"] for r in rows} == {"743d912", "654cde7"}
+    assert {r["commit"] for r in rows} == {"743d912", "654cde7", "9155f80"}
     assert not any((r["m"], r["n"], r["k"], r["b_layout"]) == (4095, 4097, 4096, "kn")
                    for r in rows)   # B copied into an aligned buffer first: not modelled
     for name, pts in G.groups(points).items():
@@ -130,17 +131,18 @@ def test_a_fit_without_some_problems_picks_their_best(points):
 def test_leave_one_shape_out_over_every_problem(points):
     """The honest estimate of the pick on a problem the fit never saw: every shape left out
     in turn. 1.017x the measured best on the geometric mean, worst 1.066x, on the 743d912 rows
-    (2026-12-03); with the 2026-12-04 rows 1.0345x, worst 1.194x (the model before the L2 term,
-    refitted on the same rows: 1.0387x, worst 1.194x). The worst is 3000x5000x2000 NN, the one
-    problem whose operand rows start mid-sector (B's pitch 10000 bytes): left out, nothing
-    fits `misaligned`, which stays near its start; then 32x1024^3 NN (1.138x: ping-pong's
-    gain at small K, the module docstring's known miss)."""
+    (2026-12-03); with the 654cde7 rows 1.0345x, worst 1.194x (3000x5000x2000 NN, then the one
+    problem with rows starting mid-sector: left out, nothing fitted `misaligned`); with the
+    9155f80 rows (4096x4096x1000 has such rows too) 1.0280x, worst 1.169x (4096x3584x18944 NT)
+    before the ping-pong K term, 1.0225x, worst 1.138x with it (32x1024^3 NN: ping-pong's gain at
+    small K, the module docstring's known miss). The K term's gain is one pick, 4096x3584x18944
+    NT, whose two leaders the held-out fit ranks 0.1% apart: fragile, but the criterion for
+    keeping a term."""
     held = G.cross_validate(points)
     ratios = {name: us / best_us for name, (_, us, best_us) in held.items()}
     assert len(ratios) == len(G.groups(points))
-    assert _geomean(ratios.values()) < 1.036 and max(ratios.values()) < 1.20, ratios
-    aligned = [r for name, r in ratios.items() if name != "1x3000x5000x2000:kn"]
-    assert max(aligned) < 1.14, ratios
+    assert _geomean(ratios.values()) < 1.025 and max(ratios.values()) < 1.14, ratios
+    assert ratios["1x3000x5000x2000:kn"] < 1.01, ratios
 
 
 def test_predictions_track_the_recorded_times(points):
@@ -242,11 +244,16 @@ def test_the_model_fixes_the_issues_worst_untuned_cases(points):
         assert s.pingpong == (layout == "kn")
 
 
-# The shapes of the untuned run of 2026-12-04 (scripts/gpu_gemm_untuned.py --record, H200):
-# its picks measured 1.079x (NT) and 1.189x (NN) the best at 3000x5000x2000, 1.112x / 1.041x
-# at 4096x3584x18944; the refit on its rows picks within 3.5% of the best of the recorded rows
-# at each (the one pick above 1.0: 2048x7168x2048 NT, `test_the_model_fixes_...`)
-TODAY = ((3000, 5000, 2000), (4096, 3584, 18944), (2048, 7168, 2048))
+# The shapes of the untuned runs of 2026-12-04 (scripts/gpu_gemm_untuned.py --record, H200):
+# the first's picks measured 1.079x (NT) and 1.189x (NN) the best at 3000x5000x2000, 1.112x /
+# 1.041x at 4096x3584x18944; the refit on its rows picks within 3.5% of the best of the
+# recorded rows at each, and the second run (9155f80, the refit's picks run as picks, plus
+# 4096x4096x1000) keeps every pick. Pick over best by the pooled rows of both runs: exact but
+# 2048x7168x2048 NT (1.027: `test_the_model_fixes_...`), 4096x3584x18944 NN (the ping-pong
+# 128x128 tma: 781.5 then 826.5 us, 1.006x the pooled best, 799.6 us) and 4096x4096x1000 NN
+# (the 128x256 s3 g16, 1.032x the 128x256 s4 c2 sc128 of NT's pick: one run)
+TODAY = ((3000, 5000, 2000), (4096, 3584, 18944), (2048, 7168, 2048), (4096, 4096, 1000))
+TODAY_BOUNDS = {(TODAY[2], "nk"): 1.035, (TODAY[1], "kn"): 1.01, (TODAY[3], "kn"): 1.035}
 
 
 @pytest.mark.parametrize("layout", ["nk", "kn"])
@@ -255,10 +262,10 @@ def test_the_refit_picks_near_the_recorded_best_of_the_2026_12_04_run(points, sh
     m, n, k = shape
     pts = G.groups(points)[f"1x{m}x{n}x{k}:{layout}"]
     _, best_us, times = G.best_measured(pts)
-    assert len(times) >= 18   # every single-kernel candidate was timed
+    assert len(times) >= 15   # every single-kernel candidate was timed
     s = schedules.untuned(Problem(m, n, k, 1, "bf16", "bf16", layout, True))
     assert s in times, f"{shape} {layout}: the pick {s} was not timed"
-    assert times[s] <= (1.035 if (shape, layout) == (TODAY[2], "nk") else 1.0) * best_us, \
+    assert times[s] <= TODAY_BOUNDS.get((shape, layout), 1.0) * best_us, \
         (shape, layout, s, times[s], best_us)
 
 
@@ -281,6 +288,76 @@ def test_misaligned_rows_cost_l2_bytes():
     # K-major A with K = 1000 (a 2000-byte pitch) is misaligned alike; swap-AB trades them
     odd = Problem(4096, 4096, 1000, 1, "bf16", "bf16", "nk", True)
     assert G.operand_bytes(odd, one, c) > G.operand_bytes(nt, one, c)
+
+
+def test_ping_pongs_main_loop_slows_with_k():
+    """`Constants.pp_k` (2026-12-04, issue 18): ping-pong's per-step cost grows as (K / 2048) **
+    pp_k. Why: at 2048x7168x2048 NT the ping-pong 128x128 ran 0.974x the 128x224 with 2x1
+    clusters and at 4096x3584x18944 NT 1.169x (the same tiles per SM and waves at both: 896 and
+    512 tiles, 6.8 and 3.9 waves), where the model said 1.044x and 1.053x. Fitted, it is small
+    (0.003: +0.7% at K 18944) and moves no bf16 pick of scripts/gpu_gemm_untuned.py's shapes; it
+    is kept because leaving each shape out improves with it (1.0280x -> 1.0225x the measured
+    best, worst 1.169x -> 1.138x: test_leave_one_shape_out_over_every_problem)."""
+    c = G.shipped()
+    assert 0 < c.pp_k < 0.05
+    pp = GemmSchedule(bm=128, bn=128, stages=6, pingpong=True, epilogue="tma", store_cols=64)
+    wide = GemmSchedule(bn=224, epilogue="tma", cluster_m=2, store_cols=192)
+    ratio = {k: G.predict_us(Problem(2048, 7168, k, 1, "bf16", "bf16", "nk", True), pp, c)
+             / G.predict_us(Problem(2048, 7168, k, 1, "bf16", "bf16", "nk", True), wide, c)
+             for k in (1024, 2048, 8192, 32768)}
+    assert ratio[1024] < ratio[2048] < ratio[8192] < ratio[32768], ratio
+    flat = dataclasses.replace(c, pp_k=0.0)
+    assert G.predict_us(Problem(2048, 7168, 2048, 1, "bf16", "bf16", "nk", True), pp, c) == \
+        pytest.approx(G.predict_us(Problem(2048, 7168, 2048, 1, "bf16", "bf16", "nk", True), pp,
+                                   flat))   # 1 at K = PP_K
+
+
+def test_tf32_operands_are_four_byte_rows():
+    """A tf32 problem's tiles hold 4-byte elements (bk = 32, 128-byte rows): its L2 bytes and
+    row pitches are twice a bf16 problem's at the same K, so K = 1000 is a 4000-byte pitch,
+    sector-aligned, where bf16's 2000 bytes is not (review 2026-12-04: the term assumed 2)."""
+    c = G.shipped()
+    s = GemmSchedule(bk=32, stages=3, epilogue="tma")
+    tf32 = Problem(4096, 4096, 1000, 1, "tf32", "f32", "nk", True)
+    aligned = Problem(4096, 4096, 1024, 1, "tf32", "f32", "nk", True)
+    bf16 = Problem(4096, 4096, 1000, 1, "bf16", "bf16", "nk", True)
+    assert G.element_bytes(tf32) == 4 and G.element_bytes(bf16) == 2
+    assert G.operand_bytes(tf32, s, c) == pytest.approx(G.operand_bytes(aligned, s, c))
+    assert G.operand_bytes(tf32, s, c) == pytest.approx((s.bm + s.bn) * 32 * 4)
+    assert G.operand_bytes(bf16, s, c) > (s.bm + s.bn) * 32 * 2
+
+
+def test_tf32_multiplies_at_half_the_bf16_rate():
+    """Hopper's tf32 wgmma runs at half the bf16 rate (494 against 989 dense TFLOP/s, H100 SXM
+    datasheet): a tf32 problem's main loop takes about twice a bf16 one's at the same M, N, K
+    (bk = 32 steps: twice the steps, each the bytes and tensor-core time of bf16's bk = 64).
+    Without the rate (the constants fitted on bf16 only) the model called tf32 about as fast as
+    bf16, and with 4-byte elements alone the L2 term bound on every tf32 step (half the MMA time
+    for the same bytes): 8 of 30 untuned tf32 picks moved for that alone (7 off ping-pong)."""
+    c = G.shipped()
+    for m, n, k in ((8192, 8192, 8192), (2048, 7168, 2048)):
+        bf16 = Problem(m, n, k, 1, "bf16", "bf16", "nk", True)
+        tf32 = Problem(m, n, k, 1, "tf32", "bf16", "nk", True)
+        s = GemmSchedule(stages=4, epilogue="tma", cluster_m=2, store_cols=128)
+        ratio = G.predict_us(tf32, dataclasses.replace(s, bk=32), c) / G.predict_us(bf16, s, c)
+        assert 1.85 < ratio < 2.1, (m, n, k, ratio)
+        # the tensor cores bind, not L2: the same bytes per step as bf16's, twice the MMA time
+        mma = c.mma * G.mma_cost(tf32) * s.bm * s.bn * 32
+        assert c.l2 * G.operand_bytes(tf32, dataclasses.replace(s, bk=32), c) < mma
+    assert G.mma_cost(Problem(64, 64, 64, 1, "tf32", "f32", "nk", True)) == G.TF32_MMA == 2.0
+
+
+def test_tf32_at_k_1000_picks_as_at_its_aligned_neighbours():
+    """K = 1000 is a misaligned pitch for bf16 (2000 bytes, where the model takes 2x1 clusters)
+    but not for tf32 (4000 bytes), and at half rate the L2 term binds on no tf32 schedule
+    here: the untuned tf32 pick at K = 1000 is the one at K = 1024 and 2048 (before the rate it
+    was the 128x256 with 2x1 clusters, picked for an L2 cost tf32 does not pay)."""
+    pick = {k: schedules.untuned(Problem(4096, 4096, k, 1, "tf32", "f32", "nk", True))
+            for k in (1000, 1024, 2048)}
+    assert pick[1000] == pick[1024] == pick[2048], pick
+    assert all(s.bk == 32 for s in pick.values())
+    bf16 = schedules.untuned(Problem(4096, 4096, 1000, 1, "bf16", "f32", "nk", True))
+    assert bf16.cluster_m == 2   # bf16's misaligned rows keep the clusters
 
 
 def test_an_unmeasured_tile_carries_the_margin():
