@@ -30,7 +30,7 @@ from argus.verify.once_split import (LowerBounds, Radix, normalized, pushed_out,
                                      sign_facts, split_launch_factor, summands)
 from argus.verify.solver import default_timeout_ms as solver_timeout
 from argus.verify.solver import value
-from argus.verify.tagdomain import free_consts, fresh_int, is_coordinate_field
+from argus.verify.tagdomain import POINTWISE, free_consts, fresh_int, is_coordinate_field
 
 
 def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
@@ -214,14 +214,21 @@ def _integer_links(model: Model, st: StoreSite, rec) -> list[tuple[int, str]]:
     dim at position i gives extent E (B[256, K]'s dim0 in C[M, 256]'s dim1; V[.., 128]'s
     dim2 in O[.., 128]'s): a swapped column tile or head-dim half is a permutation that
     store.once and store.coverage accept. Two candidates of one extent (a transpose's rows
-    and columns) link nothing: which goes where is the kernel's choice."""
+    and columns, or two destination dims: a pooled Y[NC, 4, 4, 1]) link nothing: which goes
+    where is the kernel's choice; nor does a field
+    whose point met another element of its dim pointwise (a pooling window's max keeps one
+    contributor's coordinate: tagdomain.POINTWISE)."""
     out = []
+    dims = st.tensor.dims
     for d, fname in enumerate(st.tensor.field_names):
-        ext = st.tensor.dims[d]
+        ext = dims[d]
         if not (isinstance(ext, int) and ext > 1 and fname == f"dim{d}"):
             continue
+        if sum(1 for x in dims if isinstance(x, int) and x == ext) > 1:
+            continue          # two destination dims of one extent: which is which is unknown
         cands = [f for f, v in rec.fields.items()
                  if f.startswith("dim") and f[3:].isdigit() and v.is_point and
+                 not any(x.startswith(POINTWISE) for x in v.mixed) and
                  _integer_extents(model, int(f[3:])) == {ext}]
         if len(cands) == 1:
             out.append((d, cands[0]))

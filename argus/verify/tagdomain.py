@@ -657,6 +657,11 @@ def joined_via(*vals: TagVal) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for v in vals for n in v.via))
 
 
+# the `mixed` note of a point met pointwise with another point of the same field (two
+# elements of one dim combined: transfer/tiles.elementwise)
+POINTWISE = "pointwise "
+
+
 def combine(a: TagVal, b: TagVal, note: str) -> TagVal:
     """Pointwise combination of two lineages of the same field: the point one stays primary,
     a reduced one is remembered as mixed in."""

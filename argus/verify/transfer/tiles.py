@@ -19,8 +19,8 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import TileType
-from argus.verify.tagdomain import (Record, TagVal, combine, fresh_int, reduce_over,
-                                    referenced_conds, substitute, with_fresh)
+from argus.verify.tagdomain import (POINTWISE, Record, TagVal, combine, fresh_int,
+                                    reduce_over, referenced_conds, substitute, with_fresh)
 from argus.verify.transfer import values as V
 from argus.verify.transfer.domain import (EwSite, ReduceSite, Rule, TileState, _is_z3, _num)
 
@@ -74,8 +74,17 @@ def elementwise(m: Model, op: O.Elementwise, scopes, role, counters, following) 
                 if name in ("tensor", "value", "live") or name in V.FACTS:
                     continue  # computed data is no longer an element of one tensor
                 combined = combined or name in fields
-                fields[name] = combine(fields[name], val, f"{op.fn} at {op.loc}") \
-                    if name in fields else val
+                if name in fields:
+                    prev = fields[name]
+                    fields[name] = combine(prev, val, f"{op.fn} at {op.loc}")
+                    if prev.is_point and val.is_point and not z3.eq(prev.term, val.term):
+                        # two elements of one dim met (a pooling window's max): the point
+                        # kept is one contributor's; noted for the links by extent that
+                        # would read it as the element's own (check_stores._integer_links)
+                        fields[name] = replace(fields[name], mixed=fields[name].mixed + (
+                            f"{POINTWISE}{op.fn} at {op.loc}",))
+                else:
+                    fields[name] = val
         if values is not None:
             fields["value"] = TagVal(values(idx))
         mask = None
