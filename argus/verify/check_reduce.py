@@ -27,6 +27,12 @@ A peeled max or min may be scaled by a scalar proven positive on its way to the 
 commutes with the max, so it is still the max of the same block; any other map (a negative or
 unknown-sign scale, a scaled sum) leaves the block unpaired.
 
+The reduced coordinate must be a point of the block position. A field the wgmma made a set
+over its contracted k only through a case split the context decides (bf16 attention at head
+dim 128: a K row is two 64-column boxes, the box picked by k, the key row the same in both) is
+used as the point it is once `_singleton` proves the set has one value there; unproven, it
+stays a set and nothing is claimed.
+
 Masked elements (past the tensor's end) count as visited: their value is fill.identity's
 business. A loop whose trip count depends on the CTA (a causal mask stops at the diagonal)
 may stop early on purpose; coverage is then not claimed (injectivity still is) — masks are not
@@ -37,7 +43,7 @@ over the loop and is left alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import z3
 
@@ -46,6 +52,7 @@ from argus.ir.types import TileType
 from argus.verify import witness as W
 from argus.verify.model import Model, ReduceSite, _num
 from argus.verify.obligation import Obligation
+from argus.verify import solver
 from argus.verify.solver import value
 from argus.verify.tagdomain import fresh_int, is_coordinate_field, mentions
 from argus.verify.transfer.values import positive_scalar
@@ -261,7 +268,11 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
     ranges = [z3.And(i >= 0, i < n) for d, (i, n) in enumerate(zip(idx, shape)) if d != axis]
     vars_ = [s.var for s in loops]
     out = []
+    base = list(model.premises) + red.site.constraints() + ranges + list(rec1.cond) + \
+        [r1 >= 0, r1 < shape[axis]]
     for name, f1 in sorted(rec1.fields.items()):
+        if is_coordinate_field(name) and not f1.is_point:
+            f1 = _singleton(f1, base) or f1
         # the field moves with the loop: directly (j * BN + r), or through the auxiliary
         # variables of the copy that wrote it (the producer's index, tied to j by the counter)
         if not (is_coordinate_field(name) and f1.is_point and mentions(f1.term, r1)
@@ -275,6 +286,9 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
             return z3.substitute(t, *ren)
         rec2 = red.src.fn(at2)
         f2 = rec2.fields.get(name)
+        if f2 is not None and not f2.is_point:
+            f2 = _singleton(f2, list(model.premises) + red.site.constraints() + ranges +
+                            list(rec2.cond) + [r2 >= 0, r2 < shape[axis]])
         if f2 is None or not f2.is_point:
             continue
         cons = red.site.constraints()
@@ -310,14 +324,18 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
             out.append(_peeled_once(model, red, loops, name, idx, prem, r1, t1, peeled,
                                     subject))
         trips = [model.trip_term(s.op) for s in loops]
-        grid = [v for v, _, _ in model.grid_vars]
+        # a trip count that depends on the CTA or on an enclosing loop the row is not carried
+        # over (a persistent walk's unit, which picks the tile) may stop early on purpose
+        # (the causal diagonal): coverage is not claimed, as the module docstring says
+        grid = [v for v, _, _ in model.grid_vars] + \
+            [s.var for s in red.site.loops() if all(s.op is not c.op for c in loops)]
         if extent is None or any(mentions(t, g) for t in trips for g in grid):
             continue
         # every site's block, each trip; counted only when every sibling's block carries the
         # field as a point that moves along its axis (the records `_sibling_once` asks
         # about): a sibling whose block is not such is not shown to add new positions, and
         # counting it could prove a row covered that is not, so the row is not claimed
-        if not all(_moves_along(s, name, idx, axis) for s in siblings):
+        if not all(_moves_along(model, s, name, idx, axis) for s in siblings):
             continue
         size = z3.IntVal(sum(s.op.src.type.shape[axis] for s in siblings))
         for t in trips:
@@ -348,11 +366,41 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
     return out
 
 
-def _moves_along(site: ReduceSite, name: str, idx, axis: int) -> bool:
+def _singleton(f, premises) -> object | None:
+    """`f` as a point when its set has one value: a field reduced over a wgmma's k whose
+    term names k only in a case split that the context decides (bf16 attention's score: the
+    key row of sK read through the two 64-column boxes of a 128-wide head, the box chosen by
+    k, the row the same in both), so the block's key coordinate is tracked as the point it
+    is and the row statistic's coverage is posed. Proven, not assumed: two members of the
+    set (the bound variables renamed twice, each under the set's conditions, which are the
+    instruction's k ranges and so never empty) are equal under `premises`; else None (the
+    field stays a set and the claims that need a point are not posed, as before)."""
+    if not f.bound or len(f.bound) > 2:
+        return None
+    one = [(b, fresh_int("pt")) for b in f.bound]
+    two = [(b, fresh_int("pt")) for b in f.bound]
+    t1, t2 = z3.substitute(f.term, *one), z3.substitute(f.term, *two)
+    c1 = [z3.substitute(c, *one) for c in f.cond]
+    c2 = [z3.substitute(c, *two) for c in f.cond]
+    # (solver.prove answers an alpha-equivalent query from its cache)
+    out = solver.prove(list(premises) + c1 + c2, [("one value", t1 == t2)],
+                       rlimit=solver.rlimit_of(200))
+    if out.status != "proven":
+        return None
+    return replace(f, term=t1, bound=(), cond=tuple(c1))
+
+
+def _moves_along(model: Model, site: ReduceSite, name: str, idx, axis: int) -> bool:
     """Whether the block reduced at `site` carries the field `name` as a point term of its
     position along `axis` (what lets its positions count toward the row's domain)."""
     r = fresh_int("r")
-    f = site.src.fn(tuple(r if d == axis else x for d, x in enumerate(idx))).fields.get(name)
+    rec = site.src.fn(tuple(r if d == axis else x for d, x in enumerate(idx)))
+    f = rec.fields.get(name)
+    if f is not None and not f.is_point:
+        shape = site.op.src.type.shape
+        f = _singleton(f, list(model.premises) + site.site.constraints() + list(rec.cond) +
+                       [z3.And(i >= 0, i < n) for d, (i, n) in enumerate(zip(idx, shape))
+                        if d != axis] + [r >= 0, r < shape[axis]])
     return f is not None and f.is_point and mentions(f.term, r)
 
 
@@ -364,6 +412,10 @@ def _sibling_once(model: Model, red: ReduceSite, other: ReduceSite, loops, name:
     r2 = fresh_int("r")
     rec2 = other.src.fn(tuple(r2 if d == axis else x for d, x in enumerate(idx)))
     f2 = rec2.fields.get(name)
+    if f2 is not None and not f2.is_point:
+        f2 = _singleton(f2, list(model.premises) + other.site.constraints() + list(rec2.cond) +
+                        [z3.And(i >= 0, i < n) for d, (i, n) in enumerate(zip(idx, shape))
+                         if d != axis] + [r2 >= 0, r2 < shape[axis]])
     if f2 is None or not f2.is_point:
         return []
 
@@ -421,6 +473,10 @@ def _peeled_terms(model: Model, red: ReduceSite, loops, name: str, idx) -> list[
         r = fresh_int("r")
         rec = p.src.fn(tuple(r if d == axis else x for d, x in enumerate(idx)))
         f = rec.fields.get(name)
+        if f is not None and not f.is_point:
+            f = _singleton(f, list(model.premises) + p.site.constraints() + list(rec.cond) +
+                           [z3.And(i >= 0, i < n) for d, (i, n) in enumerate(zip(idx, pshape))
+                            if d != axis] + [r >= 0, r < pshape[axis]])
         if f is None or not f.is_point or not mentions(f.term, r):
             continue
         prem = tuple(p.site.constraints()) + tuple(rec.cond) + tuple(f.cond) + \

@@ -1,0 +1,74 @@
+"""The bf16 attention kernels pose and prove their row statistics' coverage (issue 13, Verifier
+2): the running max and sum see every key of the row exactly once (reduce.coverage).
+
+Before, only FP8 at head dims 64 and 128 (and bf16 at 64) posed it: in bf16 a K row of head dim 128 is two 64-column
+TMA boxes (one per swizzle atom), so the score's key coordinate was read through a case split
+on the contracted k (which box holds the column), and the wgmma made it a set over k rather
+than a point; reduce.coverage, which needs the key as a point of the block position, posed
+nothing (unclaimed, not proven). check_reduce._singleton proves such a set has one value in the
+obligation's context (the key row is the same in both boxes) and uses it as the point.
+
+Seeded bug: the library kernel with its KV loop one block short (`_kv_blocks` patched) is a
+reduce.coverage error naming the loop, where before it was at most a warning (wgmma.k-once's
+register-A shortfall, which a causal loop may have on purpose)."""
+
+from __future__ import annotations
+
+import pytest
+
+import argus as ag
+from argus import verify
+from argus.compiler import lower_only
+from argus.kernels import attention as A
+
+
+def _covered(report, fn: str) -> list:
+    return [f for f in report.findings if f.code == "reduce.coverage"
+            and f.subject.startswith(f"{fn} over axis 1") and "covers the row" in f.subject]
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_bf16_attention_proves_row_max_and_sum_coverage(head_dim):
+    k = lower_only(A.attention_kernel(head_dim, ag.bf16, False, False),
+                   s=A.base_schedule(head_dim))
+    report = verify.run(k, include_proven=True)
+    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    for fn in ("max", "sum"):
+        got = _covered(report, fn)
+        assert got and all(f.status == "proven" for f in got), (fn, got)
+
+
+@pytest.mark.parametrize("head_dim", [128, 256])
+def test_fp8_attention_proves_row_max_coverage(head_dim):
+    """FP8 at head dim 256 (two 128-byte boxes a K row) had the same gap."""
+    k = lower_only(A.attention_kernel(head_dim, ag.e4m3, False, False),
+                   s=A.fp8_schedule(head_dim, False))
+    report = verify.run(k, include_proven=True)
+    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    got = _covered(report, "max")
+    assert got and all(f.status == "proven" for f in got), got
+
+
+def test_bf16_attention_default_schedule_proves_row_max_coverage():
+    """The FA3-overlapped default (its first block peeled before the loop) as well."""
+    s = A.default_schedule(128, False, None)
+    report = verify.run(lower_only(A.attention_kernel(128, ag.bf16, False, False), s=s),
+                        include_proven=True)
+    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    got = _covered(report, "max")
+    assert got and all(f.status == "proven" for f in got), got
+
+
+def test_kv_loop_one_block_short_is_a_coverage_error(monkeypatch):
+    real = A._kv_blocks
+
+    def short(q0, block_m, block_n, S, SK, causal, at_least=0):
+        return real(q0, block_m, block_n, S, SK, causal, at_least) - 1
+    monkeypatch.setattr(A, "_kv_blocks", short)
+    fn = A.attention_kernel.__wrapped__(128, ag.bf16, False, False)   # not the cached one
+    report = verify.run(lower_only(fn, s=A.base_schedule(128)), include_proven=True)
+    hits = [d for d in report.errors if d.code == "reduce.coverage"]
+    assert hits, [(d.code, d.severity, d.message[:120]) for d in report.diagnostics]
+    assert any("never" in d.message or "covers" in str(d) for d in hits), hits
+    assert any("thread" in d.counterexample or "warpgroup" in d.counterexample
+               for d in hits), [d.counterexample for d in hits]
