@@ -14,7 +14,7 @@ divisor to the sum's coverage:
   * a sum carried over a loop (`acc = acc + x.sum(axis=1)`): reduce.coverage proves the loop
     reduces every element of [0, E) exactly once, so the count is E and the divisor must be E.
 
-Only `sum / scalar` with a compile-time or shape divisor is a mean here: a divisor that is a
+Only `sum / c` (or `sum * (1 / c)`) with a compile-time or shape count c is a mean here: a divisor that is a
 tile (softmax's o / l) or a value read at run time (a temperature) states no count. The sum's
 tensor dim is found from the reduced coordinate field (a named dim, or an integer dim whose
 extent every tensor agrees on at that position).
@@ -45,12 +45,15 @@ def obligations(model: Model) -> tuple[list[Obligation], list]:
     sites = {id(r.op): r for r in model.reduces}
     out: list[Obligation] = []
     for op in kernel.walk():
-        if not (isinstance(op, O.Elementwise) and op.fn == "div" and len(op.args) == 2):
+        if not (isinstance(op, O.Elementwise) and op.fn in ("div", "mul") and
+                len(op.args) == 2):
             continue
         num, den = op.args
+        if op.fn == "mul" and isinstance(den.type, TileType):
+            num, den = den, num                      # c * sum
         if not isinstance(num.type, TileType) or isinstance(den.type, TileType):
             continue
-        divisor = _divisor(model, den)
+        divisor = _divisor(model, den) if op.fn == "div" else _reciprocal(model, den, defs)
         if divisor is None:
             continue
         found = _sum_of(num, defs, assigned)
@@ -78,6 +81,21 @@ def _divisor(model: Model, v):
         return z3.IntVal(t)
     if isinstance(t, z3.ArithRef) and t.is_int():
         return t
+    return None
+
+
+def _reciprocal(model: Model, v, defs):
+    """k when the scalar v is 1 / k (`sum * (1.0 / N)`): a constant whose reciprocal is an
+    integer, or 1 / d computed from a count d; else None (a weight, not a count)."""
+    t = model.sym.get(v.id)
+    if isinstance(t, float) and t > 0:
+        k = 1.0 / t
+        return z3.IntVal(round(k)) if abs(k - round(k)) < 1e-9 * k else None
+    op = defs.get(v.id)
+    if isinstance(op, O.Arith) and op.fn == "div":
+        one = model.sym.get(op.lhs.id)
+        if isinstance(one, (int, float)) and not isinstance(one, bool) and one == 1:
+            return _divisor(model, op.rhs)
     return None
 
 
@@ -168,7 +186,7 @@ def _mean(model: Model, op, red: O.Reduce, site, carried: bool, divisor):
         wit["divisor"] = value(zm, divisor)
         wit["count"] = value(zm, ext)
         wit["sum_at"] = str(red.loc)
-        return (f"`{op.fn}` divides the sum at {red.loc} by {value(zm, divisor)} but "
+        return (f"the mean divides the sum at {red.loc} by {value(zm, divisor)} but "
                 f"the sum combined {value(zm, ext)} elements ({fname} in [0, "
                 f"{value(zm, ext)}): {how}): a mean over a row shorter than the block is "
                 f"divided by the block width, not by the row's length"), wit

@@ -12,8 +12,8 @@ the probe's own four are in test_heldout_style.py's BUGS):
   * `m = m`: an online accumulator rescaled to a max that no variable carries into the next
     iteration is rescaled from a stale max (softmax.stats), and the self-assignment's line
     is named (tracing records no op for it);
-  * a mean over the block width: a sum divided by a scalar count must divide by the extent
-    its coverage proves (reduce.mean, check_mean).
+  * a mean over the block width: a sum divided by a scalar count (or times 1 / count) must
+    divide by the extent its coverage proves (reduce.mean, check_mean).
 
 Each bug must be an error naming a thread and its `# BUG:<name>` line; each correct variant
 must verify with no error, warning or internal error. Every bug here passed with no finding
@@ -39,6 +39,7 @@ BUGS = [
     (V.make_row_softmax_stale, "max_kept", ("softmax.stats",)),
     (V.make_row_mean_looped, "mean_over_blocks", ("reduce.mean",)),
     (V.make_rms_rows, "ms_over_block", ("reduce.mean",)),
+    (V.make_col_mean_recip, "times_block_recip", ("reduce.mean",)),
 ]
 
 CLEAN = [
@@ -49,6 +50,7 @@ CLEAN = [
     (V.make_row_softmax_stale, None),
     (V.make_row_mean_looped, None),
     (V.make_rms_rows, None),
+    (V.make_col_mean_recip, None),
 ]
 
 

@@ -148,3 +148,22 @@ def make_rms_rows(bug: str | None = None, BN: int = 1024):
         ag.store(Y, (pid * 4, 0), x * ag.rsqrt(ms + 1e-6))
 
     return rms_rows
+
+
+def make_col_mean_recip(bug: str | None = None, ROWS: int = 64):
+    """Column means of X [R, 128] (R <= ROWS: one masked block a column), spelled as a
+    multiplication by the reciprocal."""
+
+    @ag.kernel(threads=128, name="col_mean_recip")
+    def col_mean_recip(X: ag.Tensor["R", 128, ag.f32], Y: ag.Tensor[1, 128, ag.f32]):
+        (pid,) = ag.grid(1)
+        R = X.shape[0]
+        ag.tag_assume(lambda: ag.sym(R) <= ROWS)
+        x = ag.load(X, (0, 0), (ROWS, 128), other=0.0)
+        if bug == "times_block_recip":
+            y = x.sum(axis=0) * (1.0 / ROWS)  # BUG:times_block_recip
+        else:
+            y = x.sum(axis=0) / R
+        ag.store(Y, (0, 0), y)
+
+    return col_mean_recip
