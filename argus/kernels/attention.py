@@ -654,9 +654,10 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                     m_new = ag.maximum(m_i, row_max * qk_scale if s.fold_scale else row_max)
                     # a row that has seen no key yet keeps m = -inf: subtract 0, not -inf
                     m_use = ag.where(m_new == neg_inf, 0.0, m_new)
-                    x = sc * qk_scale - m_use if s.fold_scale else sc - m_use
-                    if fp8:
-                        x = x - P_BIAS     # P_SCALE * exp2(x): P in [0, P_SCALE]
+                    # FP8: P_SCALE * exp2(x), P in [0, P_SCALE]; the offset joins the row's
+                    # term (FA3's max_scaled): one add per row instead of one per element
+                    m_sub = m_use + P_BIAS if fp8 else m_use
+                    x = sc * qk_scale - m_sub if s.fold_scale else sc - m_sub
                     p = ag.exp2(x, approx=s.approx_exp2, emulate=(s.exp2_emulate, 16))
                     alpha = ag.exp2(m_i - m_use, approx=s.approx_exp2)
                     return p, alpha, m_new, l_i * alpha + p.sum(axis=1)

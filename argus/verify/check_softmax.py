@@ -378,8 +378,14 @@ class _Flow:
             elif tuple(a.type.shape) == tuple(b.type.shape) and 1 in a.type.shape:
                 self.set(res, ("diff", self.t(a), self.t(b)))
             return
-        if fn == "sub" and len(args) == 2 and args[1].id in self.const and tiles:
-            self.set(res, self.s(args[0]), self.t(args[0]))   # s - c: a shift by a constant
+        if fn in ("sub", "add") and len(args) == 2 and args[1].id in self.const and tiles:
+            # s - c, m + c: a shift by a constant (FP8's offset P_BIAS on the scores or on the
+            # row max it subtracts) scales every term by one constant factor, which the
+            # rescale exp(m_old - m_new) and the final division leave as it is. A sum or an
+            # output plus a constant (l + 1) is no statistic: left unrecognized, as before
+            st = self.s(args[0])
+            if fn == "sub" or st is None or st[0] in ("shift", "diff"):
+                self.set(res, st, self.t(args[0]))
             return
         if fn in ("exp", "exp2", "exp2_approx") and tiles:
             x = self.s(args[0])

@@ -107,6 +107,14 @@ def elementwise_rule(m, op: O.Elementwise):
                 out[ZERO] = _fact(x, ZERO)
             return out
         return mul
+    if op.fn in ("add", "sub") and len(args) == 2 and tiles[0] and not tiles[1] \
+            and isinstance(scalar(1), (int, float)) and math.isfinite(scalar(1)):
+        def shift(records, kept):
+            # x + c, x - c for a finite c (FP8's m + P_BIAS): -inf stays -inf, a value that
+            # is not -inf stays so
+            x = records[0].fields
+            return {NEG_INF: _fact(x, NEG_INF), NOT_NEG_INF: _fact(x, NOT_NEG_INF)}
+        return shift
     if op.fn == "sub" and len(args) == 2 and tiles[0]:
         def sub(records, kept):
             # -inf - y = -inf for every y but -inf (and NaN): y finite or +inf
