@@ -21,6 +21,9 @@ def test_tokens_set_the_count_on_the_default(count, causal):
     want = dataclasses.replace(fp8_schedule(128, causal), exp2_emulate=count)
     assert BENCH.fp8_variant_schedule(f"emu{count}", 128, causal) == want
     assert BENCH.fp8_variant_schedule(f"default+emu{count}", 128, causal) == want
+    # the kernel column of the op's own kernel (the permuted V^T: no P shuffles)
+    assert BENCH.fp8_variant_schedule(f"pvt+emu{count}", 128, causal) == \
+        dataclasses.replace(want, permuted_vt=True)
 
 
 def test_an_illegal_count_is_refused():
