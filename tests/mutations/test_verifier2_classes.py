@@ -40,6 +40,9 @@ BUGS = [
     (V.make_row_mean_looped, "mean_over_blocks", ("reduce.mean",)),
     (V.make_rms_rows, "ms_over_block", ("reduce.mean",)),
     (V.make_col_mean_recip, "times_block_recip", ("reduce.mean",)),
+    (V.make_gemm_fixed_n_load, "b_other_half", ("store.coords",)),
+    (V.make_row_lse_no_update, "lse_max_dropped", ("softmax.stats",)),
+    (V.make_layernorm_rows, "ln_mean_over_block", ("reduce.mean",)),
 ]
 
 CLEAN = [
@@ -51,6 +54,9 @@ CLEAN = [
     (V.make_row_mean_looped, None),
     (V.make_rms_rows, None),
     (V.make_col_mean_recip, None),
+    (V.make_gemm_fixed_n_load, None),
+    (V.make_row_lse_no_update, None),
+    (V.make_layernorm_rows, None),
 ]
 
 

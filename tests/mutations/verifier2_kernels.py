@@ -167,3 +167,76 @@ def make_col_mean_recip(bug: str | None = None, ROWS: int = 64):
         ag.store(Y, (0, 0), y)
 
     return col_mean_recip
+
+
+def make_gemm_fixed_n_load(bug: str | None = None, stages: int = 2):
+    """C[M, 256] = A @ B[256, K]^T with the column tile chosen at B's load (the store is
+    right): the wrong B rows reach C's columns through the accumulator's tags."""
+    BM, BN, BK = 128, 128, 64
+
+    @ag.kernel(name="gemm_fixed_n_load")
+    def gemm_fixed_n_load(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor[256, "K", ag.bf16],
+                          C: ag.Tensor["M", 256, ag.bf16]):
+        M, K = A.shape
+        pid_m, pid_n = ag.grid(ag.cdiv(M, BM), 2)
+        sA = ag.smem((stages, BM, BK), ag.bf16, swizzle=128)
+        sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
+        pipe = ag.pipeline(stages, consumers=2)
+        k_tiles = ag.cdiv(K, BK)
+        with ag.role("producer", warpgroups=1, regs=40):
+            for k in ag.range(k_tiles):
+                with pipe.produce() as st:
+                    ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
+                    if bug == "b_other_half":
+                        ag.tma.load(sB[st], B, ((1 - pid_n) * BN, k * BK))  # BUG:b_other_half
+                    else:
+                        ag.tma.load(sB[st], B, (pid_n * BN, k * BK))
+        with ag.role("consumer", warpgroups=2, regs=232) as wg:
+            acc = ag.zeros((64, BN), ag.f32)
+            for k in ag.range(k_tiles):
+                with pipe.consume() as st:
+                    ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)
+            ag.store(C, (pid_m * BM + wg * 64, pid_n * BN), acc.to(ag.bf16))
+
+    return gemm_fixed_n_load
+
+
+def make_row_lse_no_update(bug: str | None = None, BN: int = 512):
+    """Row log-sum-exp in one online pass; the bug drops the running max's update (no
+    `m = m` line at all)."""
+
+    @ag.kernel(threads=256, name="row_lse_no_update")
+    def row_lse_no_update(X: ag.Tensor["M", "N", ag.f32], L: ag.Tensor["M", 1, ag.f32]):
+        (row,) = ag.grid(X.shape[0])
+        blocks = ag.cdiv(X.shape[1], BN)
+        m = ag.full((1, 1), -INF)
+        s = ag.full((1, 1), 0.0)
+        for j in ag.range(blocks):
+            x = ag.load(X, (row, j * BN), (1, BN), other=-INF)
+            mx = ag.maximum(m, x.max(axis=1))  # BUG:lse_max_dropped
+            s = s * ag.exp(m - mx) + ag.exp(x - mx).sum(axis=1)
+            if bug != "lse_max_dropped":
+                m = mx
+        ag.store(L, (row, 0), m + ag.log(s))
+
+    return row_lse_no_update
+
+
+def make_layernorm_rows(bug: str | None = None, BN: int = 1024):
+    """LayerNorm of rows of X [M, N] (N <= BN, one masked block a row), two reductions."""
+
+    @ag.kernel(threads=256, name="layernorm_rows")
+    def layernorm_rows(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["M", "N", ag.f32]):
+        (row,) = ag.grid(X.shape[0])
+        N = X.shape[1]
+        ag.tag_assume(lambda: ag.sym(N) <= BN)
+        x = ag.load(X, (row, 0), (1, BN), other=0.0)
+        if bug == "ln_mean_over_block":
+            mean = x.sum(axis=1) / BN  # BUG:ln_mean_over_block
+        else:
+            mean = x.sum(axis=1) / N
+        d = ag.where(ag.arange(BN)[None, :] < N, x - mean, 0.0)
+        var = (d * d).sum(axis=1) / N
+        ag.store(Y, (row, 0), d * ag.rsqrt(var + 1e-5))
+
+    return layernorm_rows
