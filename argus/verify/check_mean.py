@@ -14,7 +14,8 @@ divisor to the sum's coverage:
   * a sum carried over a loop (`acc = acc + x.sum(axis=1)`): reduce.coverage proves the loop
     reduces every element of [0, E) exactly once, so the count is E and the divisor must be E.
 
-Only `sum / c` (or `sum * (1 / c)`) with a compile-time or shape count c is a mean here: a divisor that is a
+Only `sum / c` (or `sum * (1 / c)`) with a compile-time or shape count c is a mean here (a
+constant factor only when 1 / c is the block's width: `0.5 * sum` may be a weight): a divisor that is a
 tile (softmax's o / l) or a value read at run time (a temperature) states no count. The sum's
 tensor dim is found from the reduced coordinate field (a named dim, or an integer dim whose
 extent every tensor agrees on at that position).
@@ -62,6 +63,11 @@ def obligations(model: Model) -> tuple[list[Obligation], list]:
         red, carried = found
         site = sites.get(id(red))
         if site is None:
+            continue
+        if op.fn == "mul" and isinstance(model.sym.get(den.id), float) and \
+                z3.simplify(divisor).as_long() != red.src.type.shape[red.axis]:
+            # a constant factor is read as 1 / count only at the block's width (`sum *
+            # (1.0 / BN)`): `0.5 * sum` may be a weight, not a mean over two elements
             continue
         ob = _mean(model, op, red, site, carried, divisor)
         if ob is not None:
