@@ -49,10 +49,10 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import TileType
+from argus.verify import solver
 from argus.verify import witness as W
 from argus.verify.model import Model, ReduceSite, _num
 from argus.verify.obligation import Obligation
-from argus.verify import solver
 from argus.verify.solver import value
 from argus.verify.tagdomain import fresh_int, is_coordinate_field, mentions
 from argus.verify.transfer.values import positive_scalar
