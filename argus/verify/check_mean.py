@@ -15,10 +15,10 @@ divisor to the sum's coverage:
     reduces every element of [0, E) exactly once, so the count is E and the divisor must be E.
 
 Only `sum / c` (or `sum * (1 / c)`) with a compile-time or shape count c is a mean here (a
-constant factor only when 1 / c is the block's width: `0.5 * sum` may be a weight): a divisor that is a
-tile (softmax's o / l) or a value read at run time (a temperature) states no count. The sum's
-tensor dim is found from the reduced coordinate field (a named dim, or an integer dim whose
-extent every tensor agrees on at that position).
+constant factor only when 1 / c is the block's width: `0.5 * sum` may be a weight): a
+divisor that is a tile (softmax's o / l) or a value read at run time (a temperature) states
+no count. The sum's tensor dim is found from the reduced coordinate field (a named dim, or an
+integer dim whose extent every tensor agrees on at that position).
 """
 
 from __future__ import annotations

@@ -30,8 +30,9 @@ staging write still REL is stored unnormalized. An online accumulator left relat
 the iteration made and no variable carries on (`m = m`: the running max never advances) is
 kept as a "dropped" statistic, so the next block's rescale, converting from the variable's
 stale value, is reported (with the line of the self-assignment, which tracing records no op
-for); a value never rescaled may be relative to a max reloaded every block, and stays unknown. Values the flow does not recognize are
-unknown and never reported, so kernels without an online softmax have no finding.
+for); a value never rescaled may be relative to a max reloaded every block, and stays
+unknown. Values the flow does not recognize are unknown and never reported, so kernels
+without an online softmax have no finding.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The bf16 attention kernels pose and prove their row statistics' coverage (issue 13, Verifier
 2): the running max and sum see every key of the row exactly once (reduce.coverage).
 
-Before, only FP8 at head dims 64 and 128 (and bf16 at 64) posed it: in bf16 a K row of head dim 128 is two 64-column
-TMA boxes (one per swizzle atom), so the score's key coordinate was read through a case split
-on the contracted k (which box holds the column), and the wgmma made it a set over k rather
-than a point; reduce.coverage, which needs the key as a point of the block position, posed
-nothing (unclaimed, not proven). check_reduce._singleton proves such a set has one value in the
-obligation's context (the key row is the same in both boxes) and uses it as the point.
+Before, only FP8 at head dims 64 and 128 (and bf16 at 64) posed it: in bf16 a K row of head
+dim 128 is two 64-column TMA boxes (one per swizzle atom), so the score's key coordinate was
+read through a case split on the contracted k (which box holds the column), and the wgmma
+made it a set over k rather than a point; reduce.coverage, which needs the key as a point of
+the block position, posed nothing (unclaimed, not proven). check_reduce._singleton proves such
+a set has one value in the obligation's context (the key row is the same in both boxes) and
+uses it as the point.
 
 Seeded bug: the library kernel with its KV loop one block short (`_kv_blocks` patched) is a
 reduce.coverage error naming the loop, where before it was at most a warning (wgmma.k-once's
