@@ -10,6 +10,7 @@
 #        owedtests pointwise16 decodefused fp8variants fp8op pagedsplit (CPU-built, GPU-owed)
 #        owed34 fp8attn moefixed untuned34 stem (stop 34's CPU-built work, GPU-owed)
 #        s35tests pdl fp8default fp8vt untuned35 (2026-12-04's CPU-built work)
+#        s36tests fp8emu hd64var hdvar moepf stemgather untuned36 (stop 36's CPU-built work)
 #        fp8pt (fp8 per-tensor against torch._scaled_mm), sweep36 (prefill: every head dim at 1k, 4k, 16k against cuDNN and flash)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k prefill64_4k fp8prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
@@ -100,6 +101,28 @@ for s in "${steps[@]}"; do
         --dims 64,128,256 --lengths 1024,4096,16384 --backends cudnn,flash --out "$OUT/sweep36" ;;
     # fp8 per-tensor (issue 18's >= 1.05x torch._scaled_mm bar), the op tuned per shape
     fp8pt) run_step fp8pt 240 python3 -u scripts/gpu_fp8_bench.py --out "$OUT/fp8pt" ;;
+    # 2026-12-04 (stop 36) CPU-built work, GPU-owed
+    s36tests) run_step s36tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_exp2_emulation_gpu.py tests/gpu/test_attention_fp8_gpu.py \
+        tests/moe/test_moe_prefetch_gpu.py tests/gpu/test_conv_im2col_pixels_gpu.py \
+        tests/gpu/test_moe_gpu.py tests/gpu/test_pdl_gpu.py ;;
+    fp8emu) run_step fp8emu 200 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py --dims 128 \
+        --lengths 2048,8192,16384 --no-gqa --backends cudnn --variants default \
+        --fp8 default,shfl,pvt,pvt+emu2,pvt+emu4 --out "$OUT/fp8emu" ;;
+    hd64var) run_step hd64var 200 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py --dims 64 \
+        --lengths 1024,4096 --no-gqa --backends cudnn --kernel-only --variants \
+        default,default+emu2,default+emu4,default+lpt,default+own,occ2+fast,occ2+fast+lpt,pingpong+2wg+fast \
+        --out "$OUT/hd64var" ;;
+    hdvar) run_step hdvar 200 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py --dims 128,256 \
+        --lengths 1024,4096 --no-gqa --backends cudnn --kernel-only --variants \
+        default,default+lpt,default+own,default+lpt+own,default+persistent --out "$OUT/hdvar" ;;
+    moepf) run_step moepf 120 env ARGUS_VERIFY=0 python3 -u scripts/gpu_moe_pdl.py
+        run_step moerule 150 env ARGUS_VERIFY=0 python3 -u scripts/gpu_moe_bench.py --decode --rule-variants \
+            --models qwen3-30b-a3b mixtral --out "$OUT/moerule" ;;
+    stemgather) run_step stemgather 120 env ARGUS_VERIFY=0 python3 -u scripts/gpu_conv_bench.py --stem --gather both ;;
+    untuned36) run_step untuned36 150 python3 -u scripts/gpu_gemm_untuned.py --layouts NT,NN --shapes \
+        4096x10240x8192,8192x4608x3584,2048x5120x27648,1024x8192x29568,2048x28672x4096,4096x3584x3584,8192x4096x14336,2048x7168x2048,3000x5000x2000,4096x4096x1000 \
+        --record "$OUT/untuned36.json" ;;
     fp8vt) run_step fp8vt 90 python3 -u scripts/gpu_fp8_vt_bench.py --lengths 2048,8192,16384 ;;
     # owed by the 2026-12-03 10:15 session (no device time then): each ran only on the CPU
     owedtests) run_step owedtests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
