@@ -712,7 +712,8 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
         if decode_variants and T <= DECODE_MAX and "ours_gemms" in row:
             base = row["ours_gemms"]["floor_pct"]
             try:   # the rule's layer, device time (queued calls), beside each variant's
-                base_us = queued_device_us(ours)
+                base_us = queued_device_us(
+                    lambda: ours_layer(x, w13, w2, logits, k, routing, bias))
                 row["ours_queued_us"] = base_us
                 log(f"{name:14s} T={T:6d} rule layer {base_us:7.2f} us device (queued calls)")
             except Exception as e:  # noqa: BLE001 - a diagnostic
