@@ -324,9 +324,14 @@ def base_schedule(head_dim: int) -> AttentionSchedule:
     return AttentionSchedule(block_m=128, block_n=128, stages=2)
 
 
-# At or below this many query rows, causal head_dim 64 takes two consumer warpgroups (see
-# default_schedule): 1k was faster that way in runs 5 and 6, 2k slower (run 6).
+# A short causal length at head_dim 64 (the tests' name for 1k): runs 5 and 6 gave it two
+# consumer warpgroups in the overlap order; since 2026-12-04 TWO_CTAS_64 covers it.
 SHORT_CAUSAL_64 = 1024
+# head_dim 64 at seq_len <= TWO_CTAS_64[causal]: two CTAs an SM, longest tiles first (measured
+# at 1k full, 1k and 4k causal, 2026-12-04; at 4k full the ping-pong default stays ahead)
+TWO_CTAS_64 = {False: 1024, True: 4096}
+# causal head_dim 256 at seq_len <= this: tile_order "lpt" + own_blocks (measured at 1k, 4k)
+LPT_OWN_CAUSAL_256 = 4096
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of its arguments, asked on every op call
@@ -357,10 +362,21 @@ def default_schedule(head_dim: int, causal: bool = False,
       / 4k: 263 / 307 against the plain loop's 260 / 280 (and 235 / 264 for the same plain
       schedule in the `default` column), fa3+2wg 250 / 294; run 5 at 4k / 16k: 296 / 383
       against plain 297 / 384 (equal). Until run 6 this was the plain loop.
-    * head_dim 64, causal, seq_len <= SHORT_CAUSAL_64: two warpgroups of 128 x 128 in the
+    * (superseded on 2026-12-04 by the two-CTA rule below, which covers these lengths)
+      head_dim 64, causal, seq_len <= SHORT_CAUSAL_64: two warpgroups of 128 x 128 in the
       overlap order: run 5 at 1k 204 against plain 187 and ping-pong 157; run 6 182 (184 in
       the `default` column) against 172 / 171. At 2k it is behind ping-pong (250 against 263),
       so the threshold lies between 1k and 2k.
+    * head_dim 64 at seq_len <= TWO_CTAS_64 (1k full, 4k causal): two CTAs an SM (128 x 64
+      tiles, two 104-register consumer warpgroups, the plain loop) with the longest causal
+      tiles handed out first (tile_order "lpt"). 2026-12-04 06:50 UTC (d8bef8c, `gpu_round2.sh
+      hd64var`, kernels alone): 1k full 400 against the default's 337 (cuDNN 395), 1k causal
+      306 against 234 (cuDNN 341), 4k causal 411 against 370 (cuDNN 425); 4k full 418 against
+      the ping-pong default's 441, so full masks keep ping-pong above 1k.
+    * head_dim 256, causal, seq_len <= LPT_OWN_CAUSAL_256: longest tiles first and each
+      consumer warpgroup computing only the KV blocks its rows see (own_blocks). Same day
+      (`hdvar`): 1k 404 against 381, 4k 616 against 571 (cuDNN 461 / 595). At head_dim 128
+      "lpt" lost (4k full 501 against 611, 4k causal 540 against 562): not taken there.
     seq_len None (unknown) takes the long-sequence choice.
 
     Every choice takes the softmax diet (approx_exp2 + fold_scale): on the H200 (2026-12-02
@@ -368,15 +384,18 @@ def default_schedule(head_dim: int, causal: bool = False,
     causal, at the same error against float64 (2.1-2.3e-3); the bench's "exact" token turns it
     off for comparison."""
     base = base_schedule(head_dim)
-    if head_dim == 64:
-        if causal and seq_len is not None and seq_len <= SHORT_CAUSAL_64:
-            choice = AttentionSchedule(block_m=128, block_n=128, consumers=2, producer_regs=24,
-                                       consumer_regs=240, fa3_overlap=True)
-        else:
-            choice = dataclasses.replace(base, ordered=True)
+    if head_dim == 64 and seq_len is not None and seq_len <= TWO_CTAS_64[causal]:
+        # two CTAs an SM (128 x 64 tiles, the plain loop, 104-register consumers), longest
+        # causal tiles first: 2026-12-04 06:50, d8bef8c, kernels alone
+        choice = AttentionSchedule(block_m=128, block_n=64, consumers=2, producer_regs=24,
+                                   consumer_regs=104, ctas_per_sm=2, tile_order="lpt")
+    elif head_dim == 64:
+        choice = dataclasses.replace(base, ordered=True)
     else:
         choice = dataclasses.replace(base, fa3_overlap=True,
                                      epilogue="tma" if head_dim == 128 else base.epilogue)
+        if head_dim == 256 and causal and seq_len is not None and seq_len <= LPT_OWN_CAUSAL_256:
+            choice = dataclasses.replace(choice, tile_order="lpt", own_blocks=True)
     return dataclasses.replace(choice, approx_exp2=True, fold_scale=True)
 
 

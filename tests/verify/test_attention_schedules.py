@@ -40,8 +40,9 @@ CASES = [
 
 # every schedule default_schedule can return, by (head_dim, causal, query length): the
 # query length matters only for causal head dim 64 (short queries take another schedule)
-DEFAULTS = [(64, False, None), (64, True, None), (64, True, SHORT_CAUSAL_64),
-            (128, False, None), (128, True, None), (256, False, None), (256, True, None)]
+DEFAULTS = [(64, False, None), (64, True, None), (64, True, SHORT_CAUSAL_64), (64, False, 1024),
+            (128, False, None), (128, True, None), (256, False, None), (256, True, None),
+            (256, True, 1024)]
 
 
 def _assert_clean(report, epilogue: str = "direct", head_dim: int = 64) -> None:
