@@ -330,8 +330,9 @@ SHORT_CAUSAL_64 = 1024
 # head_dim 64 at seq_len <= TWO_CTAS_64[causal]: two CTAs an SM, longest tiles first (measured
 # at 1k full, 1k and 4k causal, 2026-12-04; at 4k full the ping-pong default stays ahead)
 TWO_CTAS_64 = {False: 1024, True: 4096}
-# causal head_dim 256 at seq_len <= this: tile_order "lpt" + own_blocks (measured at 1k, 4k)
-LPT_OWN_CAUSAL_256 = 4096
+# causal head_dim 256 at lo < seq_len <= hi: tile_order "lpt" + own_blocks (the op gained at
+# 4k; at 1k the kernel alone gained but the op's call lost in two runs of 2026-12-04)
+LPT_OWN_CAUSAL_256 = (1024, 4096)
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of its arguments, asked on every op call
@@ -373,10 +374,12 @@ def default_schedule(head_dim: int, causal: bool = False,
       hd64var`, kernels alone): 1k full 400 against the default's 337 (cuDNN 395), 1k causal
       306 against 234 (cuDNN 341), 4k causal 411 against 370 (cuDNN 425); 4k full 418 against
       the ping-pong default's 441, so full masks keep ping-pong above 1k.
-    * head_dim 256, causal, seq_len <= LPT_OWN_CAUSAL_256: longest tiles first and each
-      consumer warpgroup computing only the KV blocks its rows see (own_blocks). Same day
-      (`hdvar`): 1k 404 against 381, 4k 616 against 571 (cuDNN 461 / 595). At head_dim 128
-      "lpt" lost (4k full 501 against 611, 4k causal 540 against 562): not taken there.
+    * head_dim 256, causal, 1k < seq_len <= 4k (LPT_OWN_CAUSAL_256): longest tiles first and
+      each consumer warpgroup computing only the KV blocks its rows see (own_blocks). Same day
+      (`hdvar`), kernels alone: 1k 404 against 381, 4k 616 against 571 (cuDNN 461 / 595); the
+      op's calls: 4k 512 against 481, but 1k 312 against 381, and 317 against 376 in the
+      07:05 sweep with it as the default, so 1k keeps FA3's order. At head_dim 128 "lpt" lost
+      (4k full 501 against 611, 4k causal 540 against 562): not taken there.
     seq_len None (unknown) takes the long-sequence choice.
 
     Every choice takes the softmax diet (approx_exp2 + fold_scale): on the H200 (2026-12-02
@@ -394,7 +397,8 @@ def default_schedule(head_dim: int, causal: bool = False,
     else:
         choice = dataclasses.replace(base, fa3_overlap=True,
                                      epilogue="tma" if head_dim == 128 else base.epilogue)
-        if head_dim == 256 and causal and seq_len is not None and seq_len <= LPT_OWN_CAUSAL_256:
+        if head_dim == 256 and causal and seq_len is not None and \
+                LPT_OWN_CAUSAL_256[0] < seq_len <= LPT_OWN_CAUSAL_256[1]:
             choice = dataclasses.replace(choice, tile_order="lpt", own_blocks=True)
     return dataclasses.replace(choice, approx_exp2=True, fold_scale=True)
 

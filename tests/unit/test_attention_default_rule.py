@@ -60,7 +60,9 @@ MEASURED = {
                                "pingpong+2wg+fast": 362},
     ("s36", 64, 4096, True): {"pingpong": 370, "occ2+fast": 397, "occ2+fast+lpt": 411,
                               "pingpong+2wg+fast": 320},
-    ("s36", 256, 1024, True): {"fa3": 381, "fa3+lpt": 387, "fa3+own": 392, "fa3+lpt+own": 404},
+    # hd256 1k causal by the op's calls of the same run (the kernels alone: 381 / 387 / 392 /
+    # 404): the op lost with lpt, so this row judges by what a user's call gets
+    ("s36", 256, 1024, True): {"fa3": 381, "fa3+lpt": 279, "fa3+own": 389, "fa3+lpt+own": 312},
     ("s36", 256, 4096, True): {"fa3": 571, "fa3+lpt": 620, "fa3+own": 570, "fa3+lpt+own": 616},
 }
 

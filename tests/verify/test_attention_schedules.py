@@ -42,7 +42,7 @@ CASES = [
 # query length matters only for causal head dim 64 (short queries take another schedule)
 DEFAULTS = [(64, False, None), (64, True, None), (64, True, SHORT_CAUSAL_64), (64, False, 1024),
             (128, False, None), (128, True, None), (256, False, None), (256, True, None),
-            (256, True, 1024)]
+            (256, True, 4096)]
 
 
 def _assert_clean(report, epilogue: str = "direct", head_dim: int = 64) -> None:
