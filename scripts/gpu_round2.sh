@@ -10,7 +10,7 @@
 #        owedtests pointwise16 decodefused fp8variants fp8op pagedsplit (CPU-built, GPU-owed)
 #        owed34 fp8attn moefixed untuned34 stem (stop 34's CPU-built work, GPU-owed)
 #        s35tests pdl fp8default fp8vt untuned35 (2026-12-04's CPU-built work)
-#        s36tests fp8emu hd64var hdvar moepf stemgather untuned36 (stop 36's CPU-built work)
+#        s36tests fp8emu hd64var hdvar moepf moerule stemgather untuned36 (stop 36's CPU-built work)
 #        fp8pt (fp8 per-tensor against torch._scaled_mm), sweep36 (prefill: every head dim at 1k, 4k, 16k against cuDNN and flash)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k prefill64_4k fp8prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
@@ -118,6 +118,8 @@ for s in "${steps[@]}"; do
         default,default+lpt,default+own,default+lpt+own,default+persistent --out "$OUT/hdvar" ;;
     moepf) run_step moepf 120 env ARGUS_VERIFY=0 python3 -u scripts/gpu_moe_pdl.py
         run_step moerule 150 env ARGUS_VERIFY=0 python3 -u scripts/gpu_moe_bench.py --decode --rule-variants \
+            --models qwen3-30b-a3b mixtral --out "$OUT/moerule" ;;
+    moerule) run_step moerule 150 env ARGUS_VERIFY=0 python3 -u scripts/gpu_moe_bench.py --decode --rule-variants \
             --models qwen3-30b-a3b mixtral --out "$OUT/moerule" ;;
     stemgather) run_step stemgather 120 env ARGUS_VERIFY=0 python3 -u scripts/gpu_conv_bench.py --stem --gather both ;;
     untuned36) run_step untuned36 150 python3 -u scripts/gpu_gemm_untuned.py --layouts NT,NN --shapes \
