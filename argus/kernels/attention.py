@@ -354,15 +354,18 @@ def default_schedule(head_dim: int, causal: bool = False,
       kernel and 1-9% for the op (docs/perf/attention.md); the GPU suite on ragged shapes,
       GQA, both layouts and every causal alignment passed with it on 2026-12-04. Not measured
       at head_dim 256 (O's staging tile would take 64 KB of shared memory): direct there.
-    * head_dim 64, full: ping-pong (ordered) at 192 x 128 with three warpgroups. Run 5 at 1k /
-      4k / 16k: 292 / 353 / 410 against the plain loop's 279 / 333 / 387 (run 3: 303 / 399 /
-      418 against 297 / 379 / 402); run 6 (2026-12-02 09:35, commit 13eb5ce) at 1k / 2k / 4k:
-      261 / 303 / 375 against plain 269 / 292 / 348 (1k: plain ahead by 3%, behind in runs 3
-      and 5 by 2-5%: kept). The overlap at three warpgroups (block_n 64) was slowest.
-    * head_dim 64, causal, seq_len > SHORT_CAUSAL_64 (or unknown): ping-pong too. Run 6 at 2k
-      / 4k: 263 / 307 against the plain loop's 260 / 280 (and 235 / 264 for the same plain
-      schedule in the `default` column), fa3+2wg 250 / 294; run 5 at 4k / 16k: 296 / 383
-      against plain 297 / 384 (equal). Until run 6 this was the plain loop.
+    * head_dim 64, full, seq_len > TWO_CTAS_64[False] (or unknown): ping-pong (ordered) at
+      192 x 128 with three warpgroups (the 1k rows below are now the two-CTA rule's). Run 5
+      at 1k / 4k / 16k: 292 / 353 / 410 against the plain loop's 279 / 333 / 387 (run 3:
+      303 / 399 / 418 against 297 / 379 / 402); run 6 (2026-12-02 09:35, commit 13eb5ce) at
+      1k / 2k / 4k: 261 / 303 / 375 against plain 269 / 292 / 348 (1k: plain ahead by 3%,
+      behind in runs 3 and 5 by 2-5%: kept). The overlap at three warpgroups (block_n 64) was
+      slowest.
+    * head_dim 64, causal, seq_len > TWO_CTAS_64[True] (or unknown): ping-pong too (the 2k
+      and 4k rows below are now the two-CTA rule's). Run 6 at 2k / 4k: 263 / 307 against the
+      plain loop's 260 / 280 (and 235 / 264 for the same plain schedule in the `default`
+      column), fa3+2wg 250 / 294; run 5 at 4k / 16k: 296 / 383 against plain 297 / 384
+      (equal). Until run 6 this was the plain loop.
     * (superseded on 2026-12-04 by the two-CTA rule below, which covers these lengths)
       head_dim 64, causal, seq_len <= SHORT_CAUSAL_64: two warpgroups of 128 x 128 in the
       overlap order: run 5 at 1k 204 against plain 187 and ping-pong 157; run 6 182 (184 in
