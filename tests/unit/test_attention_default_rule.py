@@ -157,6 +157,11 @@ def test_default_rule_picks_a_best_measured_variant(key):
                       and (k[2] < S if below else k[2] > S)] for below in (True, False)]
             assert all(sides), f"the rule's pick {pick} was measured in no run at {key[1:]}, " \
                 "nor at a length on each side of it"
+            nearest = [max(sides[0], key=lambda k: k[2]), min(sides[1], key=lambda k: k[2])]
+            for k in nearest:     # the same pick as the nearest judged length on each side
+                assert _shape_of(default_schedule(d, causal, k[2])) == pick, \
+                    f"{key[1:]}: the rule's pick differs from its pick at {k[2]}, the " \
+                    "nearest measured length, so this length is not an interpolation"
         pytest.skip(f"{key}: the rule's pick was not among this row's variants; judged by "
                     "the newest row that measured it (or, between two such lengths, by them)")
     ran = [name for name in row if _shape_of(variant_schedule(name, d, causal, S)) == pick]

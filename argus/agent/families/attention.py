@@ -182,17 +182,22 @@ class AttentionFamily(ScheduleFamily):
         p = self.default_params(task)
         p.update(block_m=64, consumers=1, block_n=64, stages=2, ordered=False,
                  fa3_overlap=False, intra_wg_overlap=False, persistent=False,
-                 epilogue="direct", producer_regs=24, consumer_regs=240)
+                 epilogue="direct", producer_regs=24, consumer_regs=240, ctas_per_sm=1,
+                 tile_order="head", own_blocks=False)
         return p
 
     def normalize(self, task: TaskSpec, params: dict[str, Any]) -> dict[str, Any]:
         """consumers follows block_m; three warpgroups share the register file at 160 each
-        (plus a 32-register producer), one or two take 240 (24). Ping-pong and the overlap
-        orders exclude each other: the cards that turn one on set the others off."""
+        (plus a 32-register producer), one or two take 240 (24); two CTAs an SM (ctas_per_sm
+        2, the head-dim-64 default at short lengths) keep the split their schedule names (24 +
+        2 x 104: 384 threads enter with 80 registers). Ping-pong and the overlap orders exclude
+        each other: the cards that turn one on set the others off."""
         p = dict(params)
         if p.get("block_m", 0) % 64 == 0:
             p["consumers"] = max(1, min(3, p["block_m"] // 64))
-        if p["consumers"] == 3:
+        if p.get("ctas_per_sm", 1) > 1:
+            pass    # the two-CTA register split is the schedule's own (AttentionSchedule checks it)
+        elif p["consumers"] == 3:
             p["producer_regs"], p["consumer_regs"] = 32, 160
         else:
             p["producer_regs"], p["consumer_regs"] = 24, 240
