@@ -26,6 +26,8 @@ import sys
 import tempfile
 from collections import Counter
 
+from argus.runtime.sass import k_loop
+
 _OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)"
                      r"((?:\.[A-Za-z0-9_]+)*)")
 _SHOWN = ("MUFU.EX2", "FFMA", "FADD", "FMUL", "FMNMX", "SHF/SHL", "IMAD", "integer other",
@@ -42,23 +44,10 @@ def schedule_of(case: str, causal: bool):
 
 
 def kv_loop(sass: str, gemm: str) -> list[str]:
-    """The SASS lines of the KV loop: the shortest span from a label to a backward branch to
-    it that holds a `gemm` wgmma and a MUFU.EX2 (the row rescale's exp2 stays on the SFU at
-    any count; argus.runtime.sass.k_loop's shortest loop around a wgmma alone can be a
-    smaller one, e.g. the epilogue's)."""
-    lines = sass.splitlines()
-    labels = {m.group(1): i for i, line in enumerate(lines)
-              for m in [re.match(r"^\s*(\.L_x_\d+):", line)] if m}
-    loops = [(labels[m.group(1)], i) for i, line in enumerate(lines)
-             for m in [re.search(r"BRA `\((\.L_x_\d+)\)", line)]
-             if m and labels.get(m.group(1), len(lines)) < i]
-    around = [(b - a, a, b) for a, b in loops
-              if any(re.search(rf"\b{gemm}\b", x) for x in lines[a:b])
-              and any("MUFU.EX2" in x for x in lines[a:b])]
-    if not around:
-        raise ValueError(f"no loop around an {gemm} and a MUFU.EX2 in the SASS")
-    _, first, last = min(around)
-    return lines[first:last + 1]
+    """The SASS lines of the KV loop: the shortest loop around a `gemm` wgmma that also holds
+    a MUFU.EX2 (the row rescale's exp2 stays on the SFU at any count; the shortest loop
+    around a wgmma alone can be a smaller one, e.g. the epilogue's)."""
+    return k_loop(sass, gemm, also=("MUFU.EX2",))
 
 
 def loop_counts(sass: str, gemm: str) -> Counter[str]:

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 
+from argus.runtime.sass import k_loop
+
 OPS = ("SHFL.IDX", "SHFL.BFLY", "PRMT", "F2FP", "QGMMA")   # QGMMA: the fp8 wgmma
 
 
@@ -49,23 +51,12 @@ def counts(lines: list[str]) -> dict[str, int]:
 
 
 def loop_body(sass: list[str]) -> list[str]:
-    """The instructions of the KV loop: the smallest backward branch's range that holds a
-    QGMMA (S_j and P_{j-1} V_{j-1} are issued in it; the tile loop around it is larger)."""
-    labels = {}
-    for i, ln in enumerate(sass):
-        m = re.match(r"\s*\.(L_x_\d+):", ln)
-        if m:
-            labels[m.group(1)] = i
-    best = None
-    for i, ln in enumerate(sass):
-        m = re.search(r"\bBRA\b.*\.(L_x_\d+)", ln)
-        if not m or labels.get(m.group(1), i + 1) >= i:
-            continue
-        start = labels[m.group(1)]
-        if any("QGMMA" in x for x in sass[start:i]) and \
-                (best is None or i - start < best[1] - best[0]):
-            best = (start, i)
-    return sass[best[0]:best[1] + 1] if best else []
+    """The instructions of the KV loop: the smallest loop that holds a QGMMA (S_j and
+    P_{j-1} V_{j-1} are issued in it; the tile loop around it is larger); [] when none."""
+    try:
+        return k_loop("\n".join(sass), "QGMMA")
+    except ValueError:
+        return []
 
 
 def main() -> int:

@@ -86,10 +86,12 @@ def check_sass(sass: str, want: Iterable[str] = ("HGMMA",),
     return SassCheck(histogram, missing, present)
 
 
-def k_loop(sass: str, opcode: str = "QGMMA") -> list[str]:
+def k_loop(sass: str, opcode: str = "QGMMA", also: tuple[str, ...] = ()) -> list[str]:
     """The SASS lines of the innermost loop that holds an `opcode` instruction (a GEMM's K
     loop): the shortest span from a label to a backward branch to it with such an instruction
-    inside. ValueError when no loop holds one (e.g. a kernel with one K step)."""
+    inside, and a line containing each text of `also` (e.g. "MUFU.EX2": attention's KV loop,
+    where the shortest loop around a wgmma alone can be the epilogue's). ValueError when no
+    loop holds them (e.g. a kernel with one K step)."""
     lines = sass.splitlines()
     labels = {m.group(1): i for i, line in enumerate(lines)
               for m in [re.match(r"^\s*(\.L_x_\d+):", line)] if m}
@@ -97,9 +99,11 @@ def k_loop(sass: str, opcode: str = "QGMMA") -> list[str]:
     loops = [(labels[m.group(1)], i) for i, line in enumerate(lines)
              for m in [re.search(r"BRA `\((\.L_x_\d+)\)", line)]
              if m and labels.get(m.group(1), len(lines)) < i]
-    around = [(b - a, a, b) for a, b in loops if any(a < h < b for h in hits)]
+    around = [(b - a, a, b) for a, b in loops if any(a < h < b for h in hits)
+              and all(any(text in x for x in lines[a:b]) for text in also)]
     if not around:
-        raise ValueError(f"no loop around an {opcode} instruction in the SASS")
+        raise ValueError(f"no loop around an {opcode} instruction"
+                         + "".join(f" and a {text}" for text in also) + " in the SASS")
     _, first, last = min(around)
     return lines[first:last + 1]
 
