@@ -248,8 +248,10 @@ def test_attention_cards_name_fields_of_the_space():
             assert k in sp and v in sp[k], (c.id, k, v)
         for name in c.edit.search:
             assert any(v in sp[name] for v in c.param(name).values), (c.id, name)
-        # the card's search from the library default proposes legal candidates
-        t = task(D=128)
+        # the card's search from the library default proposes legal candidates on a task it
+        # applies to (hd128 full, else causal, else hd64 short)
+        t = next(x for x in (task(D=128), task(D=128, causal=True), task(D=64, S=1024))
+                 if c.applies(x.features()))
         cands = FAMILY.expand(t, c, FAMILY.normalize(t, FAMILY.default_params(t)))
         assert any(FAMILY.legal(t, x) for x in cands), c.id
 
@@ -268,3 +270,28 @@ def test_optimize_writes_a_solution_through_argus_ops_attention(tmp_path):
     solution = (tmp_path / "run" / "solution.py").read_text()
     assert "argus.ops.attention(q, k, v" in solution and "SCHEDULE = AttentionSchedule(" \
         in solution
+
+
+def test_space_searches_the_measured_knobs_and_the_model_sees_two_ctas():
+    """tile_order, own_blocks, ctas_per_sm and exp2_emulate are in the action space (each a
+    measured default somewhere: docs/perf/attention.md), the two-CTA card proposes legal
+    candidates at head dim 64, and the estimate credits the second CTA with hiding each tile's
+    start, Q load and O store (the gain measured at short lengths)."""
+    from argus.agent.knowledge import load_cards
+
+    t = task(D=64, S=1024)
+    sp = FAMILY.space(t)
+    assert set(sp["tile_order"]) == {"head", "lpt"} and set(sp["own_blocks"]) == {False, True}
+    assert 2 in sp["ctas_per_sm"] and 104 in sp["consumer_regs"] and 2 in sp["exp2_emulate"]
+    card = next(c for c in load_cards() if c.id == "attn.two_ctas")
+    start = FAMILY.normalize(t, FAMILY.naive_params(t))
+    cands = [x for x in FAMILY.expand(t, card, start) if FAMILY.legal(t, x)]
+    assert cands and all(x["ctas_per_sm"] == 2 and x["consumer_regs"] == 104 for x in cands)
+    one = dict(cands[0], ctas_per_sm=1)
+    assert FAMILY.estimate(t, cands[0]).ms < FAMILY.estimate(t, one).ms
+    # at head dim 128 two CTAs do not fit: the kernel's own resource report refuses them
+    t128 = task(D=128, S=1024)
+    big = FAMILY.normalize(t128, dict(FAMILY.default_params(t128), block_m=128, block_n=64,
+                                      ctas_per_sm=2, producer_regs=24, consumer_regs=104,
+                                      fa3_overlap=False))
+    assert not FAMILY.legal(t128, big)

@@ -4,7 +4,10 @@ through argus.ops.attention) with `AttentionSchedule` as the action space.
 Action space: the query tile (block_m = 64 rows per consumer warpgroup, 1-3 of them), the key
 block (block_n), the depth of the K and V rings (stages), FA3's ping-pong (ordered), the two
 intra-warpgroup overlap orders (fa3_overlap; intra_wg_overlap, which the verifier cannot prove
-yet), the persistent walk and the epilogue. There is no decode path in argus yet (no
+yet), the persistent walk and the epilogue; since 2026-12-04 also the knobs the library's
+defaults were measured on: two CTAs an SM (ctas_per_sm, 104-register consumers), the grid's
+tile order (longest causal tiles first), own_blocks and exp2 partly on the FMA pipe
+(exp2_emulate), with the cards attn.two_ctas and attn.tile_order. There is no decode path in argus yet (no
 attention_decode, no KV splits), so no split axis.
 
 Legality is declared, not written as family rules: AttentionSchedule's ranges and constraints
@@ -273,9 +276,12 @@ class AttentionFamily(ScheduleFamily):
         persistent = bool(params.get("persistent"))
         t_fill = 0.0 if persistent else hw.tma_latency_s + hw.cta_start_s
         q_load = bm * kd * 2 / (hw.hbm_bytes_s / hw.sms)
+        # two CTAs an SM share its tensor cores (each block takes as long per SM) but one's
+        # start, Q load and O store run under the other's KV loop: the exposed share halves
+        exposed = (ep + t_fill + q_load) / max(1, params.get("ctas_per_sm", 1))
         blocks = self.tile_blocks(task, bm, bn)
         heads = d["B"] * d["H"]
-        per_tile = sorted((b * t_block + ep + t_fill + q_load for b in blocks), reverse=True)
+        per_tile = sorted((b * t_block + exposed for b in blocks), reverse=True)
         tiles = heads * len(per_tile)
         if tiles <= MAX_LPT_TILES:   # longest first onto the least loaded SM
             loads = [0.0] * min(hw.sms, tiles)

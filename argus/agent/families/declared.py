@@ -206,7 +206,16 @@ ATTENTION = dict(
     intra_wg_overlap=legal((False, True)), persistent=legal((False, True)),
     epilogue=legal(("direct", "tma"), rule="st.global from registers, or stmatrix + TMA store"),
     producer_regs=legal((24, 32), **REGS, rule="PTX setmaxnreg: a multiple of 8 in [24, 256]"),
-    consumer_regs=legal((160, 240), **REGS, rule="PTX setmaxnreg: a multiple of 8 in [24, 256]"),
+    consumer_regs=legal((104, 160, 240), **REGS,
+                        rule="PTX setmaxnreg: a multiple of 8 in [24, 256] (104: two CTAs an SM)"),
+    ctas_per_sm=legal((1, 2), rule="ag.occupancy: CTAs an SM (two share registers and shared "
+                      "memory: AttentionSchedule._problems / problems_for)"),
+    tile_order=legal(("head", "lpt"), rule="grid order: heads' query tiles in order, or the "
+                     "longest causal tiles first (kernels/attention.py tile_order)"),
+    own_blocks=legal((False, True), rule="each consumer warpgroup computes only the KV blocks "
+                     "its own rows see (causal; not with ordered)"),
+    exp2_emulate=legal((0, 2, 4), low=0, high=16, rule="key groups of 16 whose exp2 runs on the "
+                       "FMA pipe (ag.exp2 emulate; needs approx_exp2)"),
     num_sms=fixed("H100/H200 SXM: 132 SMs"), approx_exp2=fixed("not searched yet"),
     fold_scale=fixed("not searched yet"),
 )
