@@ -14,7 +14,8 @@ from argus.dsl.api import (abs_, allow_dependent_launch, arange, atomic_add, ato
                            ordered,
                            pipeline, range, relu,
                            role, round_tf32,
-                           rsqrt, scalar, scan, sigmoid, smem, sqrt, stmatrix, store, tanh,
+                           rsqrt, scalar, scan, sigmoid, smem, sqrt, stmatrix, store,
+                           store_shared, tanh,
                            thread_index,
                            tma, wait_prior_grids, wgmma, when, where, zeros)
 from argus.dsl.kernel import ScalarParam as Scalar
@@ -45,7 +46,8 @@ __all__ = [
     "rsqrt", "scalar",
     "scan",
     "sigmoid",
-    "smem", "sqrt", "stmatrix", "store", "tanh", "thread_index", "tma", "wait_prior_grids",
+    "smem", "sqrt", "stmatrix", "store", "store_shared", "tanh", "thread_index", "tma",
+    "wait_prior_grids",
     "wgmma", "when", "where",
     "zeros",
     "KernelFunction", "Tensor", "kernel", "compile", "bf16", "e4m3", "f16", "f32", "f64", "i1",

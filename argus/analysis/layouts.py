@@ -333,7 +333,7 @@ def _needs(op, threads: int):
             init = RL.build(op.init.type.layout, op.init.type.shape, threads)
             if init.broadcast_map(plan.result) is None:
                 out.append((op.init, plan.result.name, "a scan starts from its source's slice"))
-    elif isinstance(op, O.StMatrix) and op.src.type.layout != WGMMA_ACC:
+    elif isinstance(op, O.StMatrix) and not op.plain and op.src.type.layout != WGMMA_ACC:
         out.append((op.src, WGMMA_ACC, "stmatrix stores the accumulator fragment"))
     elif isinstance(op, O.Wgmma) and op.a_in_registers and op.a.type.layout != WGMMA_ACC:
         out.append((op.a, WGMMA_ACC, "a register wgmma A operand is the A fragment"))

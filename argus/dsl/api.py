@@ -987,6 +987,36 @@ def stmatrix(dst, tile: Tile) -> None:
     ctx.builder.append(O.StMatrix(view.materialize(), tile.value, loc=loc))
 
 
+def store_shared(dst, tile: Tile) -> None:
+    """Store a register tile into an unswizzled shared-memory view of its shape, each thread
+    its own elements by st.shared in the tile's layout: a "rows" tile (an `ag.gather`'s,
+    whole rows a thread) by 16-byte chunks, 8 consecutive columns of bf16 / fp16. For a block
+    of rows that a TMA store then copies to global memory whole (`ag.tma.store`: the lowering
+    fences the writes to the async proxy and puts a barrier before the copy), so a CTA's rows
+    reach global memory as one contiguous bulk copy instead of one row-strided vector store a
+    thread (the im2col pixel gather, docs/perf/conv.md). Recorded as the IR's shared-memory
+    write (the `stmatrix` op, `plain`), which the interpreter and the verifier read element by
+    element whatever its layout; 16-bit tiles in the accumulator fragment: `ag.stmatrix`."""
+    ctx = current("ag.store_shared")
+    loc = user_loc()
+    view = _view(dst, "store_shared destination", loc)
+    vt = view.buffer.type
+    if vt.swizzle:
+        raise TraceError(f"ag.store_shared writes unswizzled views; this buffer has a "
+                         f"{vt.swizzle}B swizzle", loc,
+                         fix="allocate the buffer with swizzle=0 (a TMA store reads it "
+                             "row-major), or store an accumulator with ag.stmatrix")
+    if not isinstance(tile, Tile) or tuple(tile.shape) != view.shape or tile.dtype != vt.dtype:
+        got = f"{tuple(tile.shape)} {tile.dtype}" if isinstance(tile, Tile) else repr(tile)
+        raise TraceError(f"ag.store_shared stores a {vt.dtype} tile of the view's shape "
+                         f"{view.shape}; got {got}", loc,
+                         fix="convert it first (t.to(dtype)) or take a view of the tile's rows "
+                             "(view.rows_of(row0, rows))")
+    if tile.dtype not in (dtypes.f32, dtypes.bf16, dtypes.f16):
+        raise TraceError(f"ag.store_shared moves f32, bf16 or f16 tiles, not {tile.dtype}", loc)
+    ctx.builder.append(O.StMatrix(view.materialize(), tile.value, plain=True, loc=loc))
+
+
 def load_shared(src) -> Tile:
     """Read a 32-bit tile (f32 or i32) from an unswizzled shared-memory view, e.g. block
     scales a producer copied by TMA with each pipeline stage, inside the consume step that

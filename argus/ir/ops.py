@@ -340,12 +340,17 @@ class Wgmma(Op):
 
 @dataclass(frozen=True)
 class StMatrix(Op):
-    """Store a 16-bit register tile into smem view `dst` through stmatrix.m8n8.x4 (the
-    epilogue path from wgmma accumulators to a TMA store)."""
+    """Store a register tile into smem view `dst`: element (i, j) of `src` to element (i, j)
+    of the view. A 16-bit tile in the accumulator fragment through stmatrix.m8n8.x4 (the
+    epilogue path from wgmma accumulators to a TMA store); with `plain`, any f32 / bf16 / f16
+    tile of an unswizzled view by st.shared in the tile's own layout (`ag.store_shared`: a
+    "rows" tile of gathered pixels staged for a TMA store, 16 bytes a chunk), so the
+    interpreter, the verifier and the sync lowering see one shared-memory write either way."""
 
     NAME = "stmatrix"
     dst: Value
     src: Value
+    plain: bool = field(default=False, metadata={"elide_default": True})
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ swizzle) becomes one CUtensorMap kernel parameter, numbered in the order first u
 from __future__ import annotations
 
 from argus.codegen.cuda.emit import _Emitter, elem_c, group_rule, rule, strip_round
+from argus.codegen.cuda.memory import _to_mem_c, _vector_access
 from argus.codegen.cuda.sync import tma_store_wait_c
 from argus.errors import CompileError
 from argus.ir import ops as O
@@ -125,8 +126,52 @@ def _check_matrix_view(em: _Emitter, view: Value, tile_type: TileType, loc) -> N
                            "ag.role", loc)
 
 
+def _store_shared(em: _Emitter, op: O.StMatrix) -> None:
+    """A register tile into an unswizzled view (ag.store_shared), each thread its own
+    elements in the tile's layout: a chunk of `vec` registers that are consecutive columns of
+    one row (blocked, "rows": an ag.gather's whole rows) as one vector st.shared of up to 16
+    bytes (two for 8 f32), anything else element by element. The view's rows are
+    `cols * bytes` apart from a buffer the smem plan aligns to 16 bytes, so a chunk starting
+    at a multiple of vec columns is aligned when the row's bytes are a multiple of the
+    access. A "rows" tile of 16-byte rows whose byte pitch is an odd multiple of 16 is
+    conflict-free: the 8 lanes of each quarter-warp phase hit 8 distinct 16-byte bank groups."""
+    t: SmemViewType = op.dst.type
+    if t.swizzle:
+        raise CompileError("ag.store_shared writes unswizzled views", op.loc,
+                           fix="allocate the buffer with swizzle=0")
+    info = em.tiles[op.src.id]
+    lay = info.layout
+    dtype = t.dtype
+    cols = t.shape[1]
+    view = em.name(op.dst)
+    width = _vector_access(lay, dtype)
+    if width and (cols * dtype.bytes) % width:
+        width = 0
+    if not width:
+        for i in range(lay.nregs):
+            val = strip_round(em.reg_expr(op.src, i), dtype)
+            em.emit(f"{view}[({lay.row(i)}) * {cols} + {lay.col(i)}] = "
+                    f"{_to_mem_c(val, dtype)};")
+        return
+    per = width // dtype.bytes
+    for i0 in range(0, lay.nregs, per):
+        vals = [strip_round(em.reg_expr(op.src, i), dtype) for i in range(i0, i0 + per)]
+        if dtype.name == "f32":
+            words = [f"__float_as_uint({v})" for v in vals]
+        else:
+            pack = "ag::pack_bf16x2" if dtype.name == "bf16" else "ag::pack_f16x2"
+            words = [f"{pack}({vals[2 * k]}, {vals[2 * k + 1]})" for k in range(per // 2)]
+        vec_t = {1: "unsigned", 2: "uint2", 4: "uint4"}[len(words)]
+        init = words[0] if len(words) == 1 else f"{vec_t}{{{', '.join(words)}}}"
+        em.emit(f"*reinterpret_cast<{vec_t}*>(&{view}[({lay.row(i0)}) * {cols} + "
+                f"{lay.col(i0)}]) = {init};")
+
+
 @rule(O.StMatrix)
 def stmatrix(em: _Emitter, op: O.StMatrix) -> None:
+    if op.plain:
+        _store_shared(em, op)
+        return
     _check_matrix_view(em, op.dst, op.src.type, op.loc)
     base, _ = _matrix_addresses(em, op.dst)
     sw = op.dst.type.swizzle
