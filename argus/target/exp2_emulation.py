@@ -152,6 +152,30 @@ def emulated_columns(ncols: int, emulate: tuple[int, ...]) -> np.ndarray:
     """A boolean mask over the last axis: which columns take the emulated form."""
     if not emulate:
         return np.zeros(ncols, dtype=bool)
+    problem = fraction_problem(ncols, emulate)
+    if problem:   # codegen refuses it with the op's location first; the interpreter alike
+        raise ValueError(f"exp2 emulate={emulate!r}: {problem}")
     group, count, period = emulate
     return np.array([emulated_group(c // group, count, period) for c in range(ncols)],
                     dtype=bool)
+
+
+def fraction_problem(ncols: int, emulate: tuple[int, ...]) -> str | None:
+    """What is wrong with emulating `count` of every `period` groups over a last axis of
+    `ncols` columns, or None. The spread rule picks exactly `count` of every `period`
+    consecutive groups, but a row of fewer (or not a multiple of `period`) groups gets
+    whatever the rule's first groups hold: 3 of 16 over 8 groups (a 64-key block) emulates 2 of
+    8, a quarter rather than 3/16. A fraction the row cannot hold is refused, not rounded."""
+    if not emulate:
+        return None
+    group, count, period = emulate
+    groups = -(-ncols // group)
+    picked = sum(emulated_group(k, count, period) for k in range(groups))
+    if picked * period == count * groups:
+        return None
+    holdable = sorted({c for c in range(period + 1)
+                       if sum(emulated_group(k, c, period) for k in range(groups)) * period
+                       == c * groups})
+    return (f"{count} of every {period} groups of {group} columns cannot be kept on a row of "
+            f"{ncols} columns ({groups} groups: the spread picks {picked}, not "
+            f"{count * groups / period:g}); counts this row holds exactly: {holdable}")

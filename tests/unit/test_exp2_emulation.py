@@ -190,3 +190,37 @@ def test_ptx_holds_both_forms():
     ptx = compile_kernel(pow2e, verify=False).binary.ptx
     assert ptx.count("ex2.approx.ftz.f32") == 16
     assert ptx.count("add.rm.ftz.f32") == 16 and ptx.count("max.NaN.f32") == 16
+
+
+@ag.kernel
+def pow2_row64(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["M", "N", ag.f32], count=3):
+    (b,) = ag.grid(1)
+    ag.store(Y, (0, 0), ag.exp2(ag.load(X, (0, 0), (4, 64)), approx=True,
+                                emulate=(count, 16)))
+
+
+@pytest.mark.parametrize("ncols,count,ok", [(64, 2, True), (64, 4, True), (64, 3, False),
+                                            (64, 1, False), (128, 3, True), (192, 3, False),
+                                            (256, 7, True)])
+def test_a_fraction_the_row_cannot_hold_is_refused(ncols, count, ok):
+    """count of every 16 groups of 8 over fewer than 16 groups (a 64-key block) is not
+    count / 16 of the row for odd counts: refused by name, never silently rounded (the review
+    of 2026-12-04: attention's exp2_emulate at block_n 64)."""
+    problem = E.fraction_problem(ncols, (8, count, 16))
+    mask = None if problem else E.emulated_columns(ncols, (8, count, 16))
+    if ok:
+        assert problem is None and mask.sum() * 16 == count * ncols
+    else:
+        assert problem and f"{count} of every 16" in problem and "exactly: [0, 2, 4" in problem
+        with pytest.raises(ValueError, match="cannot be kept"):
+            E.emulated_columns(ncols, (8, count, 16))
+
+
+def test_codegen_and_interpreter_refuse_an_unholdable_fraction():
+    with pytest.raises(CompileError, match="cannot be kept on a row of 64 columns") as e:
+        codegen.render(lower_only(pow2_row64))
+    assert "pick a count the row holds" in str(e.value)
+    x, y = np.zeros((4, 64), np.float32), np.zeros((4, 64), np.float32)
+    with pytest.raises((ValueError, CompileError), match="cannot be kept"):
+        pow2_row64.interpret(x, y)
+    assert not y.any(), "nothing was written"

@@ -145,6 +145,11 @@ def _emulated_registers(op: O.Elementwise, rl) -> frozenset[int]:
         raise CompileError(f"elementwise {op.fn} with emulate={op.emulate!r}: "
                            f"{problem or 'only exp2_approx has an emulated form'}", op.loc,
                            fix="ag.exp2(x, approx=True, emulate=(count, period))")
+    fraction = exp2_emulation.fraction_problem(rl.shape[-1], op.emulate)
+    if fraction:
+        raise CompileError(f"exp2 emulate={op.emulate!r}: {fraction}", op.loc,
+                           fix="pick a count the row holds, or a wider tile (block_n 128 holds "
+                               "every count of 16)")
     cols = exp2_emulation.emulated_columns(rl.shape[-1], op.emulate)
     out = set()
     for r in range(rl.nregs):
