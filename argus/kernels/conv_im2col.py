@@ -31,7 +31,9 @@ into tf32 hi + lo pieces); padding taps read zeros from the loads' bounds, never
   filter row), one [C, S] box, A in slots ordered (r, c, s) (its docstring).
 - `im2col_pixels_kernel` (channels-last input, no column dilation): the row-run kernel's A
   layout built one pixel a thread with ag.gather, stored 16 bytes at a time (its docstring);
-  `im2col_pixel_planes_kernel` the same for the plane-run kernel's (NCHW input).
+  `im2col_pixel_planes_kernel` the same for the plane-run kernel's (NCHW input);
+  `im2col_pixels_staged_kernel` / `im2col_pixel_planes_staged_kernel` stage each CTA's rows
+  of A in shared memory (16-byte st.shared) and write them with TMA stores.
 
 Invariant (per tap): A[(n * P + p) * Q + q, (r * S + s) * C + c] = x[n, p * sh + r * dh - ph,
 q * sw + s * dw - pw, c] (rounded to tf32 for fp32; 0 outside the input), the bias tap's first
@@ -50,9 +52,10 @@ from argus.dtypes import DType
 from argus.kernels.conv import check_geometry_fields
 
 __all__ = ["Im2colGeometry", "im2col_kernel", "im2col_pixel_planes_kernel",
-           "im2col_pixels_kernel", "im2col_planes_kernel",
+           "im2col_pixel_planes_staged_kernel", "im2col_pixels_kernel",
+           "im2col_pixels_staged_kernel", "im2col_planes_kernel",
            "im2col_rows_kernel", "im2col_tile", "plane_slot", "planes_tile", "row_slot",
-           "rows_tile"]
+           "rows_tile", "staged_pieces", "staged_rows"]
 
 
 @dataclass(frozen=True)
@@ -308,6 +311,139 @@ def im2col_pixels_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
 
     return ag.kernel(conv_im2col_pixels, threads=PIXELS_PER_CTA,
                      name=f"conv_im2col_pixels_{dtype.name}")
+
+
+# columns of A one piece of the staged pixel kernel gathers, stages and TMA-stores at most:
+# 8 chunks of 8 (64 f32 registers of values a thread, the register tile the gather builds)
+STAGED_PIECE_CHUNKS = 8
+# shared memory of the staged kernel's [BM, pitch] block at most: 2 CTAs an SM fit the H200's
+# 228 KB, BM halves past it (the fp32 11x11 gathers)
+STAGED_SMEM_MAX = 112 * 1024
+
+
+def staged_pieces(pitch: int) -> tuple[tuple[int, int], ...]:
+    """(first column, columns) of each piece of the staged kernels' A row: pitch / 8 chunks
+    split into ceil(chunks / STAGED_PIECE_CHUNKS) near-equal runs (the stem's 21 chunks: three
+    of 7). Each piece is one [BM, width] shared buffer and one TMA store box (width <= 256
+    elements, a multiple of 8: 16-byte box rows); an odd number of chunks a piece keeps its
+    rows' 16-byte stores free of bank conflicts (row pitch an odd multiple of 16 bytes)."""
+    chunks = pitch // PIXEL_CHUNK
+    n = -(-chunks // STAGED_PIECE_CHUNKS)
+    out, c0 = [], 0
+    for i in range(n):
+        c = chunks // n + (1 if i < chunks % n else 0)
+        out.append((c0 * PIXEL_CHUNK, c * PIXEL_CHUNK))
+        c0 += c
+    return tuple(out)
+
+
+def staged_rows(pitch: int, dtype: DType) -> int:
+    """BM (= the CTA's threads, one pixel each) of the staged kernels: PIXELS_PER_CTA, halved
+    while the CTA's [BM, pitch] block of A passes STAGED_SMEM_MAX (down to one warp)."""
+    bm = PIXELS_PER_CTA
+    while bm > 32 and bm * pitch * dtype.bytes > STAGED_SMEM_MAX:
+        bm //= 2
+    return bm
+
+
+def _stage_pieces(X, A, b, bm: int, pitch: int, dtype: DType, columns) -> None:
+    """The staged kernels' body after the pixel's origin: per piece (`staged_pieces`), the
+    gather of its [bm, width] columns (`columns(k)` -> (the gather's indices, the bias ones'
+    mask) for A's columns k, a [1, width] index tile), 16-byte st.shared into the piece's
+    buffer, then one TMA store a piece of the CTA's rows (the lowering fences the writes and
+    puts a CTA barrier before the first copy)."""
+    bufs = []
+    for c0, width in staged_pieces(pitch):
+        indices, ones = columns(c0 + ag.arange(width)[None, :])
+        x = ag.gather(X, indices, other=0.0)
+        x = ag.where(ones, ag.full((1, width), 1.0, dtype), x)
+        sA = ag.smem((bm, width), dtype)
+        ag.store_shared(sA.view(), _rounded(x, dtype))
+        bufs.append((c0, sA))
+    # every piece's loads may be in flight before the first copy's barrier
+    for c0, sA in bufs:
+        ag.tma.store(A, (b * bm, c0), sA.view())
+
+
+@functools.lru_cache(maxsize=None)
+def im2col_pixels_staged_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
+    """`im2col_pixels_kernel`'s gather (same X view, same A layout, same weight matrix) with
+    A's writes staged through shared memory: each piece of the pixel's row (`staged_pieces`:
+    the stem's 168 columns as three of 56) is gathered into a "rows" register tile [BM, width]
+    (a pixel's columns in its thread, trace-time constant (slot, offset) per column), written
+    to a [BM, width] shared buffer with 16-byte st.shared (`ag.store_shared`: a row's pitch an
+    odd multiple of 16 bytes, so conflict-free), and the CTA's block of A leaves by one TMA
+    store a piece (`ag.tma.store`; the lowering puts the proxy fence and the barrier between).
+    Why: the unstaged kernel's 16-byte stores land in 32 rows of A a warp instruction (32
+    lines), and the pixel gather ran 1.8x slower than the warp gather on the H200
+    (docs/perf/conv.md); here the copy engine writes the CTA's block of A (BM rows of `pitch`
+    elements, contiguous in A) as BM row segments a piece. Rows past A's last (a partial last
+    CTA) are dropped by the TMA store's bounds. Compile-time `geom` (dil_w 1); BM =
+    `staged_rows(pitch, dtype)` = the CTA's threads.
+
+    Invariant: as `im2col_rows_kernel`'s (every element of A written exactly once: the grid's
+    CTAs take disjoint blocks of BM rows, the pieces disjoint column ranges covering the
+    pitch)."""
+    _check_dtype(dtype)
+    bm = staged_rows(pitch, dtype)
+
+    def conv_im2col_pixels_staged(X: ag.Tensor["N", "H", "E", dtype],        # [N, H, W * C]
+                                  A: ag.Tensor[("M", pitch, dtype)],        # [N * P * Q, pitch]
+                                  geom: Im2colGeometry = Im2colGeometry(1, 1)):
+        g = geom
+        if g.dil_w != 1:
+            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row)")
+        run, slot = g.s * g.channels, row_slot(g)
+        _check_pitch(pitch, (g.r + 1) * slot, "im2col_pixels_staged_kernel",
+                     "(R + 1) * row_slot(geom)")
+        b, n, h0, w0 = _pixel_origin(g, X.shape[1], X.shape[2] // g.channels, A.shape[0], bm)
+        e0 = w0 * g.channels                               # its run's first element
+
+        def columns(k):
+            r, j = k / slot, k % slot
+            # a column with no input reads input row -1: outside X, no load, 0
+            h = ag.where((r < g.r) & (j < run), h0 + r * g.dil_h, -1)
+            return (n, h, e0 + j), (r == g.r) & (j < BIAS_ONES)
+
+        _stage_pieces(X, A, b, bm, pitch, dtype, columns)
+
+    return ag.kernel(conv_im2col_pixels_staged, threads=bm,
+                     name=f"conv_im2col_pixels_staged_{dtype.name}_{bm}")
+
+
+@functools.lru_cache(maxsize=None)
+def im2col_pixel_planes_staged_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
+    """`im2col_pixel_planes_kernel`'s gather (NCHW x viewed [N, H, C, W], A in slots of
+    C * S' ordered (r, c, s)) with A's writes staged through shared memory and TMA-stored, as
+    `im2col_pixels_staged_kernel` stages the row runs. Compile-time `geom` (dil_w 1) and
+    SP = S' (`plane_slot`); `pitch` (R + 1) * C * S' (checked); BM = `staged_rows`.
+
+    Invariant: as `im2col_planes_kernel`'s (every element of A written exactly once)."""
+    _check_dtype(dtype)
+    bm = staged_rows(pitch, dtype)
+
+    def conv_im2col_pixel_planes_staged(X: ag.Tensor["N", "H", "C", "W", dtype],  # NCHW
+                                        A: ag.Tensor[("M", pitch, dtype)],
+                                        geom: Im2colGeometry = Im2colGeometry(1, 1),
+                                        SP: int = 1):
+        g = geom
+        if g.dil_w != 1:
+            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row)")
+        slot = g.channels * SP
+        _check_pitch(pitch, (g.r + 1) * slot, "im2col_pixel_planes_staged_kernel",
+                     "(R + 1) * C * plane_slot(geom)")
+        b, n, h0, w0 = _pixel_origin(g, X.shape[1], X.shape[3], A.shape[0], bm)
+
+        def columns(k):
+            r, j = k / slot, k % slot
+            ch, s = j / SP, j % SP
+            h = ag.where((r < g.r) & (s < g.s), h0 + r * g.dil_h, -1)
+            return (n, h, ch, w0 + s), (r == g.r) & (j < BIAS_ONES)
+
+        _stage_pieces(X, A, b, bm, pitch, dtype, columns)
+
+    return ag.kernel(conv_im2col_pixel_planes_staged, threads=bm,
+                     name=f"conv_im2col_pixel_planes_staged_{dtype.name}_{bm}")
 
 
 def plane_slot(geom: Im2colGeometry) -> int:

@@ -714,13 +714,21 @@ def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
 # instruction-bound at ~202 SASS instructions a pixel, docs/perf/conv.md) or "pixels"
 # (im2col_pixels_kernel / im2col_pixel_planes_kernel: one pixel a thread, ag.gather and
 # 16-byte stores; ~31 SASS instructions a pixel on the stem's path,
-# scripts/sass_im2col_gather.py; not measured on a GPU yet: opt-in until
-# `gpu_conv_bench.py --stem --gather both` times the two)
+# scripts/sass_im2col_gather.py; measured on the H200: 1.8x slower than "warp", its
+# row-strided 16-byte stores) or "staged" (im2col_pixels_staged_kernel /
+# im2col_pixel_planes_staged_kernel: the pixel kernels with each CTA's rows of A staged in
+# shared memory and written by TMA stores; ~27 SASS instructions a pixel on the stem, not
+# measured on a GPU yet: opt-in until `gpu_conv_bench.py --stem --gather warp,staged` times it)
 IM2COL_GATHER = "warp"
+IM2COL_GATHERS = ("warp", "pixels", "staged")
 
 # the row-run gather takes filter rows of at least this many elements (S * C: half a warp);
 # shorter runs leave most of its 32 lanes idle, the per-tap kernel's rows of C do not
 IM2COL_MIN_RUN = 16
+
+
+# the gathers whose kernel writes the [M, pitch] buffer itself (A's pitch a compile-time extent)
+_A_WHOLE = ("pixels", "pixel_planes", "staged", "staged_planes")
 
 
 @dataclass(frozen=True)
@@ -732,11 +740,15 @@ class _Gather:
     - "pixels" (im2col_pixels_kernel, where IM2COL_GATHER says "pixels"): the rows kind's
       problems, x view and A layout (so the same weight matrix), one pixel a thread
       (ag.gather, 16-byte stores of A) instead of one a warp; A is the [M, pitch] buffer;
+    - "staged" (im2col_pixels_staged_kernel, where IM2COL_GATHER says "staged"): the pixels
+      kind with each CTA's rows of A staged in shared memory and TMA-stored;
     - "planes" (im2col_planes_kernel: x with contiguous rows per channel, NCHW, dil_w 1, a
       [C, S'] tile of at least 32 elements): C runs of S values per (pixel, filter row), x read
       as [N, H, C, W]; K ordered (r, c, s);
     - "pixel_planes" (im2col_pixel_planes_kernel, where IM2COL_GATHER says "pixels"): the
       planes kind's problems, x view and A layout, one pixel a thread; A the [M, pitch] buffer;
+    - "staged_planes" (im2col_pixel_planes_staged_kernel, where IM2COL_GATHER says
+      "staged"): the pixel_planes kind staged likewise;
     - "taps" (im2col_kernel: any x strides, W a multiple of stride_w): one tile per tap, x read
       as [N, H, W / sw, sw, C, 1]; K ordered (r, s, c).
 
@@ -758,7 +770,7 @@ class _Gather:
     @property
     def rows(self) -> bool:
         """The row-run layout of A (slots of S * C): the warp ("rows") or pixel kernel's."""
-        return self.kind in ("rows", "pixels")
+        return self.kind in ("rows", "pixels", "staged")
 
     @property
     def m(self) -> int:
@@ -783,6 +795,8 @@ class _Gather:
             slot = row_slot(geom)
             if IM2COL_GATHER == "pixels":
                 return cls("pixels", geom, slot, (R + 1) * slot, N, P, Q, (PIXELS_PER_CTA,))
+            if IM2COL_GATHER == "staged":
+                return cls("staged", geom, slot, (R + 1) * slot, N, P, Q, ())
             return cls("rows", geom, slot, (R + 1) * slot, N, P, Q, rows_tile(geom))
         if dw == 1 and x.stride(3) == 1:
             bq, cb, lb = planes_tile(geom)
@@ -791,6 +805,9 @@ class _Gather:
                 if IM2COL_GATHER == "pixels":
                     return cls("pixel_planes", geom, C * sp, (R + 1) * C * sp, N, P, Q,
                                (PIXELS_PER_CTA,), sp)
+                if IM2COL_GATHER == "staged":
+                    return cls("staged_planes", geom, C * sp, (R + 1) * C * sp, N, P, Q, (),
+                               sp)
                 return cls("planes", geom, C * sp, (R + 1) * C * sp, N, P, Q, (bq, cb, lb),
                            sp)
         if W % sw:
@@ -800,12 +817,17 @@ class _Gather:
 
     def kernel(self, dtype):
         from argus.kernels.conv_im2col import (im2col_kernel, im2col_pixel_planes_kernel,
-                                               im2col_pixels_kernel, im2col_planes_kernel,
-                                               im2col_rows_kernel)
+                                               im2col_pixel_planes_staged_kernel,
+                                               im2col_pixels_kernel,
+                                               im2col_pixels_staged_kernel,
+                                               im2col_planes_kernel, im2col_rows_kernel)
 
-        if self.kind in ("pixels", "pixel_planes"):     # A's pitch a compile-time extent
+        if self.kind in _A_WHOLE:                       # A's pitch a compile-time extent
             return {"pixels": im2col_pixels_kernel,
-                    "pixel_planes": im2col_pixel_planes_kernel}[self.kind](dtype, self.pitch)
+                    "pixel_planes": im2col_pixel_planes_kernel,
+                    "staged": im2col_pixels_staged_kernel,
+                    "staged_planes": im2col_pixel_planes_staged_kernel}[self.kind](
+                        dtype, self.pitch)
         return {"rows": im2col_rows_kernel, "planes": im2col_planes_kernel,
                 "taps": im2col_kernel}[self.kind](dtype)
 
@@ -817,6 +839,10 @@ class _Gather:
             return {"geom": self.geom, "BM": self.tile[0]}
         if self.kind == "pixel_planes":
             return {"geom": self.geom, "BM": self.tile[0], "SP": self.sp}
+        if self.kind == "staged":
+            return {"geom": self.geom}
+        if self.kind == "staged_planes":
+            return {"geom": self.geom, "SP": self.sp}
         bq, b = self.tile
         return {"geom": self.geom, "BQ": bq, ("LB" if self.rows else "BC"): b}
 
@@ -827,7 +853,7 @@ class _Gather:
         s0, s1, s2, s3 = x.permute(0, 2, 3, 1).stride()
         if self.rows:
             return x.as_strided((N, H, W * C), (s0, s1, 1), x.storage_offset())
-        if self.kind in ("planes", "pixel_planes"):
+        if self.kind in ("planes", "pixel_planes", "staged_planes"):
             return x.as_strided((N, H, C, W), (s0, s1, s3, 1), x.storage_offset())
         return x.as_strided((N, H, W // g.stride_w, g.stride_w, C, 1),
                             (s0, s1, s2 * g.stride_w, s2, s3, 1), x.storage_offset())
@@ -835,7 +861,7 @@ class _Gather:
     def a_view(self, A):
         """The kernel's view of the A buffer [M, pitch]."""
         g, NP = self.geom, self.n * self.p
-        if self.kind in ("pixels", "pixel_planes"):
+        if self.kind in _A_WHOLE:
             return A
         if self.kind == "rows":
             return A.view(NP, self.q * (g.r + 1), self.slot)
@@ -1185,7 +1211,7 @@ def _im2col_weight(weight, bias, gather: _Gather):
     slot, pitch = gather.slot, gather.pitch
 
     def make():
-        if gather.kind in ("planes", "pixel_planes"):   # (r, c, s), each run padded to S'
+        if gather.kind in ("planes", "pixel_planes", "staged_planes"):  # (r, c, s), runs of S'
             taps = F.pad(weight.detach().permute(0, 2, 1, 3), (0, gather.sp - S))
             wk = taps.reshape(K, R * slot)
         else:                                        # (r, s, c), each slot padded
