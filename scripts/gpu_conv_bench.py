@@ -623,8 +623,8 @@ STEMS = [
 
 def _with_rows_kernel(choice: str | None, fn):
     """fn() with argus.ops.conv.IM2COL_GATHER = choice (None: as it is), restored after:
-    which kernels gather the row runs (channels-last x) and plane runs (NCHW x): "warp" or
-    "pixels"."""
+    which kernels gather the row runs (channels-last x) and plane runs (NCHW x): "warp",
+    "pixels" or "staged"."""
     from argus.ops import conv as conv_ops
 
     if choice is None:
@@ -635,6 +635,24 @@ def _with_rows_kernel(choice: str | None, fn):
         return fn()
     finally:
         conv_ops.IM2COL_GATHER = before
+
+
+def gather_choices(spec: str | None) -> tuple[str, ...]:
+    """--gather's kernels in order: a comma-separated list of argus.ops.conv.IM2COL_GATHERS
+    ("warp", "pixels", "staged"), "both" standing for warp,pixels; () for None (as it is)."""
+    from argus.ops.conv import IM2COL_GATHERS
+
+    out: list[str] = []
+    for v in (spec or "").split(","):
+        v = v.strip()
+        for kind in (("warp", "pixels") if v == "both" else (v,) if v else ()):
+            if kind not in IM2COL_GATHERS:
+                raise SystemExit(f"--gather: unknown gather {kind!r}; choose from "
+                                 f"{', '.join(IM2COL_GATHERS)} or both (= warp,pixels), "
+                                 f"comma-separated")
+            if kind not in out:
+                out.append(kind)
+    return tuple(out)
 
 
 def stems(gather_choice: str | None = None) -> None:
@@ -650,18 +668,21 @@ def stems(gather_choice: str | None = None) -> None:
 
     `gather_choice` (--gather): which kernels gather the row runs (channels-last x) and plane
     runs (NCHW x) (IM2COL_GATHER): "warp" (one pixel a warp), "pixels" (one pixel a thread,
-    ag.gather and 16-byte stores), or "both": the rows a row- or plane-run gather serves get
-    "ours" and "gather" for each, as "ours[warp]" / "gather[warp]" and "ours[pixels]" /
-    "gather[pixels]" (each on its own copy of x, so the route's replay of one never serves the
-    other)."""
+    ag.gather and 16-byte stores), "staged" (the pixel kernel with each CTA's rows of A staged
+    in shared memory and TMA-stored), or several, comma-separated ("both" = warp,pixels): the
+    rows a row- or plane-run gather serves then get "ours" and "gather" for each, as
+    "ours[warp]" / "gather[warp]", "ours[staged]" / "gather[staged]", ... (each on its own
+    copy of x, so the route's replay of one never serves the other); the geomean line's "ours"
+    is the first one's."""
     import torch
     import torch.nn.functional as F
 
     from argus.ops import conv as conv_ops
     from argus.runtime.timing import measure_alternating
 
-    if gather_choice in ("warp", "pixels"):    # the whole run on one row-run kernel
-        conv_ops.IM2COL_GATHER = gather_choice
+    kinds = gather_choices(gather_choice)
+    if len(kinds) == 1:                        # the whole run on one row-run kernel
+        conv_ops.IM2COL_GATHER = kinds[0]
     print(f"row- and plane-run gathers: {gather_choice or conv_ops.IM2COL_GATHER} "
           "(argus.ops.conv.IM2COL_GATHER)")
     print("== few-channel stems (bf16; fp32 rows: tf32): ours (route im2col: gather + "
@@ -691,9 +712,9 @@ def stems(gather_choice: str | None = None) -> None:
                                                      precision=prec),
                "cudnn": _tf32_cudnn(cudnn) if prec else cudnn}
         choices: list = [None]
-        if kind == "im2col" and gather_kind.kind != "taps" and gather_choice == "both":
+        if kind == "im2col" and gather_kind.kind != "taps" and len(kinds) > 1:
             del fns["ours"]
-            choices = ["warp", "pixels"]
+            choices = list(kinds)
         for choice in choices if kind == "im2col" else ():
             tag = f"[{choice}]" if choice else ""
             xc = x.clone() if tag else x      # its own x: the route's replay is per x
@@ -722,11 +743,12 @@ def stems(gather_choice: str | None = None) -> None:
         flops = 2.0 * ref.numel() * C * R * S
         cells = "  ".join(f"{k} {ms[k]:7.4f} ms" + (f" (err {errs[k]:.1e})" if not
                           k.startswith(("gather", "gemm")) else "") for k in ok)
-        for tag in ("[warp]", "[pixels]"):     # --gather both: each kernel's ratios
+        for tag in (f"[{k}]" for k in kinds):  # several gathers: each kernel's ratios
             if "ours" + tag in ms and "cudnn" in ms:
                 cells += f"  cudnn/ours{tag} {ms['cudnn'] / ms['ours' + tag]:5.2f}x"
-        if "ours[pixels]" in ms:               # the default's row of the geomeans
-            ms["ours"] = ms["ours[warp]"] if "ours[warp]" in ms else ms["ours[pixels]"]
+        mine = [ms["ours" + f"[{k}]"] for k in kinds if "ours" + f"[{k}]" in ms]
+        if "ours" not in ms and mine:          # the geomeans' "ours": the first gather's
+            ms["ours"] = mine[0]
         for label in ratios:
             theirs, mine = label.split("/")
             if theirs in ms and mine in ms:
@@ -898,10 +920,11 @@ def main() -> None:
                     help="the few-channel stems (ResNet-50's 7x7/2, AlexNet's 11x11/4: "
                          "KernelBench L1/50) in bf16: the im2col route vs the implicit GEMM vs "
                          "cuDNN, the gather and the GEMM alone, and stop")
-    ap.add_argument("--gather", choices=("warp", "pixels", "both"), default=None,
+    ap.add_argument("--gather", default=None, metavar="LIST",
                     help="with --stem: the kernels that gather the row / plane runs of a "
-                         "channels-last / NCHW x (argus.ops.conv.IM2COL_GATHER; default: as "
-                         "it is), or both side by side (ours[...] and gather[...] columns)")
+                         "channels-last / NCHW x (argus.ops.conv.IM2COL_GATHER: warp, pixels, "
+                         "staged; default: as it is), or several side by side, comma-separated "
+                         "('both' = warp,pixels; ours[...] and gather[...] columns)")
     ap.add_argument("--tune", action="store_true",
                     help="with --pointwise16: tune_matmul each GEMM problem first")
     ap.add_argument("--before", action="store_true",

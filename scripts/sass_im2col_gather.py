@@ -81,7 +81,7 @@ def measure(kind: str, stem, sass_dir: Path | None = None) -> dict:
     from argus.compiler import lower_only
     from argus.kernels.conv_im2col import (PIXELS_PER_CTA, Im2colGeometry,
                                            im2col_pixel_planes_kernel, im2col_pixels_kernel,
-                                           im2col_planes_kernel, im2col_rows_kernel,
+                                           im2col_pixels_staged_kernel, im2col_planes_kernel, im2col_rows_kernel,
                                            plane_slot, planes_tile, row_slot, rows_tile)
     from argus.runtime.compile import compile_cuda
     from argus.runtime.sass import disassemble, instruction_histogram
@@ -109,6 +109,10 @@ def measure(kind: str, stem, sass_dir: Path | None = None) -> dict:
                             geom=g, BM=PIXELS_PER_CTA, SP=sp)
         symbols = {"N": N, "H": H, "C": C, "W": W, "M": N * P * Q, "K": (R + 1) * C * sp}
         pixels = 32
+    elif kind == "staged":            # the pixel kernel staging A through shared memory
+        kernel = lower_only(im2col_pixels_staged_kernel(dtypes.bf16, (R + 1) * slot), geom=g)
+        symbols = {"N": N, "H": H, "E": W * C, "M": N * P * Q}
+        pixels = 32
     else:
         kernel = lower_only(im2col_pixels_kernel(dtypes.bf16, (R + 1) * slot), geom=g,
                             BM=PIXELS_PER_CTA)
@@ -127,10 +131,14 @@ def measure(kind: str, stem, sass_dir: Path | None = None) -> dict:
     hist = instruction_histogram(sass)
     total = sum(hist.values())
     widths = {}
-    for m in re.finditer(r"\b(LDG|STG)\.E(\.[A-Z0-9.]+)?", sass):
-        key = m.group(1) + (m.group(2) or "")
+    # global accesses by width; shared stores by width (the staged kernel's STS.128) and the
+    # TMA stores (UTMASTG) that copy its staged block out
+    for m in re.finditer(r"\b(LDG|STG)\.E(\.[A-Z0-9.]+)?|\b(STS|UTMASTG)(\.[A-Z0-9.]+)?\b",
+                         sass):
+        key = (m.group(1) + (m.group(2) or "")) if m.group(1) else \
+            m.group(3) + (m.group(4) or "")
         widths[key] = widths.get(key, 0) + 1
-    path = total - (skipped_fallbacks(sass) if kind.startswith("pixel") else 0)
+    path = total - (skipped_fallbacks(sass) if kind.startswith(("pixel", "staged")) else 0)
     return {"kind": kind, "instructions": total, "per_pixel": total / pixels,
             "path": path, "path_per_pixel": path / pixels,
             "registers": res.registers, "spills": res.spill_stores + res.spill_loads,
@@ -147,7 +155,7 @@ def main() -> int:
         args.sass.mkdir(parents=True, exist_ok=True)
     for stem in STEMS:
         print(f"== {stem[0]}")
-        for kind in ("warp", "pixel", "warp_planes", "pixel_planes"):
+        for kind in ("warp", "pixel", "staged", "warp_planes", "pixel_planes"):
             m = measure(kind, stem, args.sass)
             print(f"{kind:12s} {m['instructions']:5d} SASS instructions, "
                   f"{m['per_pixel']:6.1f} a pixel, {m['path_per_pixel']:6.1f} on the vector "
