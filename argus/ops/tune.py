@@ -28,11 +28,10 @@ import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-
 from typing import Any
 
 from argus.kernels.gemm import GemmSchedule
-from argus.ops.schedules import Problem, candidates, store_choice
+from argus.ops.schedules import candidates, store_choice
 
 
 @dataclass(frozen=True)
@@ -225,11 +224,10 @@ def tune_scaled_matmul(a, b, scale_a, scale_b, out=None, *, trials: int = 20,
     built first, then screened for `trials` calls, the `finalists` fastest timed again in
     `rounds` alternating rounds of 100 calls; with `record`, the winner is stored for this
     GPU and the next plain call runs it. progress: one line per candidate (None: silent)."""
-    import contextlib
-
     import torch
 
-    from argus.ops import fp8_schedules, scaled_matmul as op
+    from argus.ops import fp8_schedules
+    from argus.ops import scaled_matmul as op
     from argus.ops.matmul import device_name
     from argus.ops.scaled_matmul import forget_choices
 
