@@ -15,7 +15,6 @@ from argus import codegen, verify
 from argus.compiler import lower_only
 from argus.ir import ops as O
 from argus.kernels.moe import PREFILL, decode_schedule, grouped_gemm_kernel
-from tests.moe.test_moe_interp import _ids_skewed, _weights
 
 M = importlib.import_module("argus.ops.moe")
 
@@ -69,18 +68,10 @@ def test_pdl_needs_the_decode_schedule():
 
 
 @pytest.mark.parametrize("splits", [1, 2])
-def test_layer_is_identical_with_and_without_pdl(splits):
-    T, E, k, H, I = 5, 4, 2, 128, 128
-    w13, w2 = _weights(E, H, I, seed=7)
-    g = torch.Generator().manual_seed(8)
-    x = torch.randn(T, H, generator=g).bfloat16()
-    ids = _ids_skewed(T, E, k, seed=9)
-    weights = torch.rand(T, k, generator=g)
-    outs = []
-    for pdl in (False, True):
-        layer = M.Layer(T, H, I, E, k, decode_schedule(8, stages=2, split_k=splits, pdl=pdl),
-                        decode_schedule(8, stages=3, pdl=pdl))
-        outs.append(M.experts(x, w13, w2, ids, weights, layer, interpret=True))
+def test_layer_is_identical_with_and_without_pdl(splits, decode_case):
+    outs = [decode_case.run(decode_schedule(8, stages=2, split_k=splits, pdl=pdl),
+                            decode_schedule(8, stages=3, pdl=pdl))[0]
+            for pdl in (False, True)]
     assert torch.equal(outs[0], outs[1])
     assert not torch.isnan(outs[1]).any()
 

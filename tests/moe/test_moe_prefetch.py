@@ -4,9 +4,10 @@ reads the routing map and issues TMA prefetches into L2 of its first unit's weig
 every thread waits (griddepcontrol.wait) and reads the count again. Checked here: the kernels
 verify clean with the routing map declared stable, and the verifier finds the seeded bugs
 (the map not declared, the wait inside the elected block); the prefetch comes before the wait
-in the IR, the CUDA and the PTX, through the loads' own tensor map; the layer is bit for bit
-the one without prefetch in the interpreter, and the op launches the permute with PDL before
-such a gate-up only."""
+in the IR, the CUDA and the PTX, through the loads' own tensor map; per CTA, the prefetched
+boxes are its producer's first weight loads (interpreter records; seeded: coordinates shifted
+by a K step, a weight tile or an expert); the layer is bit for bit the one without prefetch in
+the interpreter, and the op launches the permute with PDL before such a gate-up only."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from argus.compiler import lower_only
 from argus.ir import ops as O
 from argus.kernels import moe_routing as R
 from argus.kernels.moe import decode_schedule, grouped_gemm_kernel
-from tests.moe.test_moe_interp import _ids_skewed, _weights
 
 M = importlib.import_module("argus.ops.moe")
 
@@ -132,25 +132,13 @@ def test_prefetch_of_a_misaligned_column_is_refused_by_the_interpreter():
 
 
 @pytest.mark.parametrize("splits", [1, 2])
-def test_layer_is_identical_with_and_without_prefetch(splits):
-    T, E, k, H, I = 5, 4, 2, 128, 128
-    w13, w2 = _weights(E, H, I, seed=7)
-    g = torch.Generator().manual_seed(8)
-    x = torch.randn(T, H, generator=g).bfloat16()
-    ids = _ids_skewed(T, E, k, seed=9)
-    weights = torch.rand(T, k, generator=g)
+def test_layer_is_identical_with_and_without_prefetch(splits, decode_case):
     outs, launched = [], []
     for prefetch in (0, 1, 64):
-        names = []
-        base = M._launcher(True)
-
-        def run(kernel, *args, **constexprs):
-            names.append(kernel.name)
-            return base(kernel, *args, **constexprs)
-        layer = M.Layer(T, H, I, E, k,
-                        decode_schedule(8, stages=2, split_k=splits, pdl=True, prefetch=prefetch),
-                        decode_schedule(8, stages=3, pdl=True, prefetch=prefetch))
-        outs.append(M.experts(x, w13, w2, ids, weights, layer, interpret=True, run=run))
+        out, names = decode_case.run(
+            decode_schedule(8, stages=2, split_k=splits, pdl=True, prefetch=prefetch),
+            decode_schedule(8, stages=3, pdl=True, prefetch=prefetch))
+        outs.append(out)
         launched.append(names)
     assert all(torch.equal(outs[0], out) for out in outs[1:])
     assert not torch.isnan(outs[0]).any()
@@ -211,3 +199,137 @@ def test_the_bench_times_the_prefetch_against_the_rule():
     names = bench.variants(1)
     assert all(("-pdl" in n) == s.pdl and ("-nopdl" in n) == (not s.pdl)
                for n, s in names.items() if n.startswith("decode"))
+
+
+# -- the prefetched boxes are the producer's first loads ---------------------------------------
+# What the prefetch is for: the boxes it brings into L2 must be the ones the producer loads
+# first after the wait, through the same tensor map; a box shifted by a K step or a weight tile
+# would still verify clean and compute the same output (the hint moves nothing the kernel
+# reads), so only a comparison of the two catches it. Statically on the lowered IR (tensor,
+# box, swizzle: the tensor map), and per CTA in the interpreter (the coordinates, in order).
+
+
+class _TmaRecorder:
+    """Records every tma.load and tma.prefetch the interpreter runs, by wrapping their rules
+    (argus.runtime.interp.registry.RULES is looked up per op): (kernel, CTA, kind, tensor,
+    coordinates), kernel being the name of the launch under way."""
+
+    def __init__(self, monkeypatch):
+        from argus.runtime.interp import registry
+
+        self.kernel = ""
+        self.records: list[tuple] = []
+        for cls in (O.TmaLoad, O.TmaPrefetch):
+            monkeypatch.setitem(registry.RULES, cls, self._wrap(cls, registry.RULES[cls]))
+
+    def _wrap(self, cls, rule):
+        def recorded(m, g, op):
+            cta = g.name.split("/")[0]   # "cta(3,)" or "cta(3,)/producer[0]"
+            coords = tuple(int(m.val(g, c)) for c in op.coords)
+            self.records.append((self.kernel, cta, cls, op.tensor.hint, coords))
+            return rule(m, g, op)
+        return recorded
+
+    def weight_boxes(self, kernel: str) -> dict:
+        """{CTA: (prefetched W boxes, loaded W boxes)} of launches of `kernel`, in issue order."""
+        out: dict = {}
+        for name, cta, cls, hint, coords in self.records:
+            if name == kernel and hint == "W":
+                out.setdefault(cta, ([], []))[cls is O.TmaLoad].append(coords)
+        return out
+
+
+def _prefetch_mismatches(rec: _TmaRecorder, kernel: str, n: int, k_steps: int,
+                         planes: int) -> list[str]:
+    """Why the prefetched boxes of `kernel` are not its producer's first loads, per CTA
+    (empty when they are): each CTA that loads weights prefetches exactly the first
+    planes x min(n, k_steps) of its weight loads, in order; one that loads none prefetches
+    none."""
+    problems = []
+    boxes = rec.weight_boxes(kernel)
+    if not any(loads for _, loads in boxes.values()):
+        return [f"{kernel}: no weight loads recorded (is the layer's unit walk empty?)"]
+    for cta, (fetched, loads) in sorted(boxes.items()):
+        want = loads[:planes * min(n, k_steps)] if loads else []
+        if fetched != want:
+            problems.append(f"{kernel} {cta}: prefetched {fetched}, but its first "
+                            f"{len(want)} weight loads are {want}")
+    return problems
+
+
+# (gate-up schedule, down schedule, gate-up's K steps per unit, down's): H = 512, I = 256, so
+# the gate-up has 8 K steps (4 per slice cut in 2) and the down 4; n below, equal to and above
+# a unit's steps (the prefetch stops at the unit's last step)
+PREFETCH_CASES = [
+    (decode_schedule(8, stages=2, pdl=True, prefetch=3),
+     decode_schedule(8, stages=3, pdl=True, prefetch=6), 8, 4),
+    (decode_schedule(8, stages=2, split_k=2, pdl=True, prefetch=4),
+     decode_schedule(8, stages=3, split_k=2, pdl=True, prefetch=1), 4, 2),
+]
+
+
+@pytest.fixture(scope="module")
+def deep_case():
+    from tests.moe.conftest import make_decode_case
+
+    return make_decode_case(H=512, I=256)
+
+
+@pytest.mark.parametrize("gate_up,down,gu_steps,dn_steps", PREFETCH_CASES)
+def test_prefetched_boxes_are_the_producers_first_loads(gate_up, down, gu_steps, dn_steps,
+                                                        deep_case, monkeypatch):
+    rec = _TmaRecorder(monkeypatch)
+
+    def run(kernel, *args, base, **constexprs):
+        rec.kernel = kernel.name
+        return base(kernel, *args, **constexprs)
+    out, names = deep_case.run(gate_up, down, run=run)
+    assert not torch.isnan(out).any()
+    gu, dn = (next(n for n in names if n.startswith(p)) for p in ("moe_gate_up", "moe_down"))
+    problems = (_prefetch_mismatches(rec, gu, gate_up.prefetch, gu_steps, 2) +
+                _prefetch_mismatches(rec, dn, down.prefetch, dn_steps, 1))
+    assert not problems, "\n".join(problems)
+    # some CTA prefetched, and some CTA of the grid had no unit (and so prefetched nothing)
+    boxes = rec.weight_boxes(gu)
+    assert any(f for f, _ in boxes.values())
+    # the same tensor map: each prefetch has the box and swizzle of the producer's W loads
+    for kernel, s in ((grouped_gemm_kernel(True, gate_up.split_k > 1), gate_up),
+                      (grouped_gemm_kernel(False, down.split_k > 1), down)):
+        k = lower_only(kernel, s=s)
+        maps = {(op.box, op.swizzle) for op in k.body.walk()
+                if isinstance(op, (O.TmaPrefetch, O.TmaLoad)) and op.tensor.hint == "W"}
+        assert len(maps) == 1, f"{kernel.name}: W read through {len(maps)} tensor maps: {maps}"
+
+
+@pytest.mark.parametrize("shift", ["k-step", "weight-tile", "expert"])
+def test_a_shifted_prefetch_is_caught(shift, deep_case, monkeypatch):
+    """Seeded bug: the kernel's prefetch coordinates moved by one K step, one 64-row weight
+    tile or one expert (a fresh trace of the kernels with ag.tma.prefetch wrapped); the
+    output is unchanged, so only the box comparison sees it."""
+    from argus.kernels import moe as K
+
+    real = ag.tma.prefetch
+    at = {"k-step": (-1, 64), "weight-tile": (-2, 64), "expert": (0, 1)}[shift]
+
+    def shifted(view, tensor, coords):
+        coords = list(coords)
+        coords[at[0]] = coords[at[0]] + at[1]
+        return real(view, tensor, tuple(coords))
+    monkeypatch.setattr(ag.tma, "prefetch", shifted)
+    fresh = {}   # new kernel objects: their traces are not the cached, correct ones
+
+    rec = _TmaRecorder(monkeypatch)
+
+    def run(kernel, *args, base, **constexprs):
+        rec.kernel = kernel.name
+        if kernel.name in ("moe_gate_up", "moe_down"):
+            kernel = fresh.setdefault(kernel.name, K.grouped_gemm_kernel.__wrapped__(
+                kernel.name == "moe_gate_up"))
+        return base(kernel, *args, **constexprs)
+    gate_up, down, gu_steps, dn_steps = PREFETCH_CASES[0]
+    out, _ = deep_case.run(gate_up, down, run=run)
+    assert not torch.isnan(out).any()
+    problems = _prefetch_mismatches(rec, "moe_gate_up", gate_up.prefetch, gu_steps, 2)
+    assert problems and "prefetched" in problems[0], problems
+    problems = _prefetch_mismatches(rec, "moe_down", down.prefetch, dn_steps, 1)
+    assert problems, "the down's shifted prefetch went unnoticed"
