@@ -178,6 +178,28 @@ def test_prefetch_is_before_the_wait_in_the_ptx(gated):
     assert loads_before >= 2 and ptx[wait:].count("ld.global.nc") >= 2
 
 
+@pytest.mark.parametrize("gated", [True, False])
+def test_the_map_is_read_again_after_the_wait_through_the_read_only_path(gated):
+    """The CUDA text docs/pdl.md's argument rests on ("What a wrong read would cost"): the
+    prefetch reads Tiles and TileExpert before griddepcontrol.wait, and the walk reads both
+    again after it, as separate statements; both reads render as __ldg (ld.global.nc) since
+    ag.load_scalar offers no other form (codegen/cuda/memory.py load_scalar). So the re-read
+    is no independent check (an L1 line the first read brought in can serve it): the map's
+    completeness when the kernel starts is what keeps the result right. Once the DSL offers
+    a coherent scalar load (ld.relaxed.gpu / ld.global.cg), the walk's reads after the wait
+    should take it, and this test and docs/pdl.md change with them."""
+    s = decode_schedule(8, pdl=True, prefetch=8)
+    text = codegen.render(lower_only(grouped_gemm_kernel(gated), s=s)).text
+    before, sep, after = text.partition("griddepcontrol.wait;")
+    assert sep, "no griddepcontrol.wait in the PDL decode kernel"
+    for name in ("Tiles", "TileExpert"):
+        assert f"__ldg(&{name}[" in before, f"the prefetch no longer reads {name} first"
+        # read again after the wait: the count the roles walk, the expert of each unit
+        assert f"__ldg(&{name}[" in after, (
+            f"{name} is not read again after the wait as __ldg: if the read is now coherent "
+            f"(ld.relaxed / ld.global.cg), update docs/pdl.md's argument and this test")
+
+
 def test_the_bench_times_the_prefetch_against_the_rule():
     """scripts/gpu_moe_bench.py --rule-variants: the plain launch and the prefetch at one and
     two ring depths, each one change from the rule's pair, each a Layer the op accepts, and
@@ -289,7 +311,8 @@ def test_prefetched_boxes_are_the_producers_first_loads(gate_up, down, gu_steps,
     problems = (_prefetch_mismatches(rec, gu, gate_up.prefetch, gu_steps, 2) +
                 _prefetch_mismatches(rec, dn, down.prefetch, dn_steps, 1))
     assert not problems, "\n".join(problems)
-    # some CTA prefetched, and some CTA of the grid had no unit (and so prefetched nothing)
+    # the comparison is not vacuous: some CTA prefetched (a CTA with no unit records no
+    # load; had it prefetched, its loads [] would not match)
     boxes = rec.weight_boxes(gu)
     assert any(f for f, _ in boxes.values())
     # the same tensor map: each prefetch has the box and swizzle of the producer's W loads
