@@ -273,3 +273,21 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
 def forget_choices() -> None:
     """Drop the in-process schedule memo (after tuning wrote new choices to disk)."""
     _CHOSEN.clear()
+
+
+def prepared_launch(a, b, scale_a, scale_b, out, *, schedule: Fp8GemmSchedule | None = None):
+    """The launch plan (argus.runtime.driver.LaunchPlan: one cuLaunchKernelEx per call) that
+    an earlier `scaled_matmul(a, b, scale_a, scale_b, out=out, schedule=schedule)` prepared,
+    for per-tensor scales and operands the kernel read in place; None otherwise (block
+    scales, copied operands, no such call yet). For benchmarks: timing the plan beside the
+    op's call shows how much of the op's time is its host work (checks, choice lookup)."""
+    block = _check(a, b, scale_a, scale_b, out)
+    if block or not (_aligned(a, 1) and _aligned(b, 1)) or str(out.dtype) not in _OUT:
+        return None
+    out_type = _OUT[str(out.dtype)]
+    problem = Fp8Problem(a.shape[0], b.shape[0], a.shape[1], out_type.name,
+                         _aligned(out, out_type.bytes), block)
+    memo = _CHOSEN.get((problem, a.device.index, schedule))
+    if memo is None:
+        return None
+    return memo[0].plan_for(a, b, scale_a.reshape(1), scale_b.reshape(1), out)
