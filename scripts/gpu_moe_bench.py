@@ -570,6 +570,54 @@ def gemm_floor(fn, floor_ms: float) -> tuple[float, dict, dict]:
     return (100.0 * floor_ms / total_ms if total_ms else float("nan")), mine, others
 
 
+def gemm_spans(events) -> list[float]:
+    """The expert GEMMs' span in each call of a profiled stretch of layer calls: `events` are
+    the stretch's kernels as (name, start us, end us), in any order. A call's GEMMs are a run
+    of kernels named in GEMM_KERNELS, consecutive by start; its span runs from the end of the
+    kernel started last before the run (the permute, or whatever the stream ran there) to the
+    run's last end. Summed profiler durations overstate PDL kernels: a PDL kernel starts
+    while its predecessor runs and its duration counts its griddepcontrol.wait (the down's
+    CTAs start on SMs the gate-up's first CTAs leave: at Mixtral T = 16 its duration was 294
+    us with PDL against 194 us without, same run, 2026-12-04 10:28). The span counts the GEMMs'
+    work once and no wait for a kernel before them (none of their reads but a weight prefetch
+    can precede that kernel's end). A run with no kernel before it is left out (it has no
+    start to measure from)."""
+    order = sorted(events, key=lambda e: (e[1], e[2]))
+    spans, prev_end, run_end = [], None, None
+    for name, start, end in order:
+        if any(g in name for g in GEMM_KERNELS):
+            run_end = end if run_end is None else max(run_end, end)
+            continue
+        if run_end is not None and prev_end is not None:   # a run closed by this kernel
+            spans.append(run_end - prev_end)
+        prev_end, run_end = end, None
+    if run_end is not None and prev_end is not None:
+        spans.append(run_end - prev_end)
+    return spans
+
+
+def gemm_span_floor(fn, floor_ms: float, reps: int = 10) -> tuple[float, float]:
+    """(percent of the weight-read floor, median us) of the expert GEMMs' span (gemm_spans)
+    over `reps` profiled calls of `fn`, back to back: with PDL the floor percent that
+    summed kernel durations cannot give."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA]
+    spans = gemm_spans(kernels)
+    if not spans:
+        return float("nan"), float("nan")
+    us = statistics.median(spans)
+    return 100.0 * floor_ms * 1e3 / us, us
+
+
 def queued_device_us(fn, calls: int = 40, rounds: int = 5) -> float:
     """Device us a call with the host's launch cost hidden (scripts/gpu_moe_pdl.py's method):
     `calls` calls queued behind a GPU sleep, timed by events around them, median of
@@ -690,6 +738,15 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
                     ", ".join(f"{key.split('(')[0][:32]} {us:.1f} us"
                               f"{gemm_rate(key, us, touched * H * I * 2)}"
                               for key, us in mine.items()) + ")")
+                # with PDL the durations above count the down's wait; the span does not
+                try:
+                    span_pct, span_us = gemm_span_floor(call, floor_ms)
+                    row["ours_gemms"].update(span_floor_pct=span_pct, span_us=span_us)
+                    log(f"{name:14s} T={T:6d} ours GEMMs span {span_us:.1f} us = "
+                        f"{span_pct:6.1f}% of floor (the end of the kernel before the "
+                        f"gate-up to the down's end, calls back to back)")
+                except Exception as e:  # noqa: BLE001 - a diagnostic of its own
+                    log(f"{name:14s} T={T:6d} GEMM span failed: {type(e).__name__}: {e}")
                 host = host_us(call)
                 with replay_off():
                     host_cold = host_us(call)
@@ -711,6 +768,7 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
                 log(f"{name:14s} T={T:6d} GEMM timing failed: {type(e).__name__}: {e}")
         if decode_variants and T <= DECODE_MAX and "ours_gemms" in row:
             base = row["ours_gemms"]["floor_pct"]
+            base_span = row["ours_gemms"].get("span_floor_pct", float("nan"))
             try:   # the rule's layer, device time (queued calls), beside each variant's
                 base_us = queued_device_us(
                     lambda: ours_layer(x, w13, w2, logits, k, routing, bias))
@@ -730,11 +788,14 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
                     torch.cuda.synchronize()
                     err = ((out.double() - exact).norm() / exact.norm()).item()
                     pct, mine, _ = gemm_floor(call, floor_ms)
+                    span_pct, span_us = gemm_span_floor(call, floor_ms)
                     layer_us = queued_device_us(call)
                     row[f"rule@{v}"] = dict(gemm_floor_pct=pct, kernels_us=mine, rel_err=err,
-                                            queued_us=layer_us)
+                                            queued_us=layer_us, span_floor_pct=span_pct,
+                                            span_us=span_us)
                     log(f"{name:14s} T={T:6d} rule@{v:16s} GEMMs {pct:6.1f}% of floor "
-                        f"({pct - base:+.1f} vs ours), layer {layer_us:7.2f} us device "
+                        f"({pct - base:+.1f} vs ours), span {span_pct:6.1f}% "
+                        f"({span_pct - base_span:+.1f}), layer {layer_us:7.2f} us device "
                         f"({layer_us - base_us:+.2f} vs ours)  rel_err={err:.2e}"
                         f"{'' if err < 1e-2 else '  WRONG'} (" +
                         ", ".join(f"{key.split('(')[0][:32]} {us:.1f} us"
