@@ -86,14 +86,17 @@ def _scaled_mm(a, w, sa, sb, fast: bool):
     return r[0] if isinstance(r, tuple) else r
 
 
-def tune(a, w, sa, sb, out, trials: int, block: bool = False):
+def tune(a, w, sa, sb, out, trials: int, block: bool = False, promote: bool = False):
     """tune_scaled_matmul (candidates built first, screen, alternating finals), the winner
     cached; returns (winner, [(screen ms, schedule)], [(final ms, schedule)]). `block` is
-    read from the scales by the op; kept for the callers' readability."""
+    read from the scales by the op; kept for the callers' readability. promote: over
+    fp8_schedules.promoted_candidates (every schedule promotes) instead of the plain set."""
+    from argus.ops.fp8_schedules import promoted_candidates
     from argus.ops.tune import tune_scaled_matmul
 
     result = tune_scaled_matmul(a, w, sa, sb, out, trials=trials, finalists=3, rounds=3,
-                                progress=lambda line: log("    " + line))
+                                progress=lambda line: log("    " + line),
+                                schedules=promoted_candidates if promote else None)
     for s, why in result.failed:
         log(f"    candidate {s} failed: {why}")
     return result.best, list(result.screened), list(result.finals)
@@ -146,7 +149,8 @@ def ratio_summary(theirs_ms: list, ours_ms: list) -> dict:
             "ours_ms": statistics.median(ours_ms), "theirs_ms": statistics.median(theirs_ms)}
 
 
-def bench_case(m, n, k, trials, repeats: int = 5, tune_trials: int = 20):
+def bench_case(m, n, k, trials, repeats: int = 5, tune_trials: int = 20,
+               promote: bool = False):
     import torch
 
     from argus.bench.timing import measure
@@ -156,7 +160,7 @@ def bench_case(m, n, k, trials, repeats: int = 5, tune_trials: int = 20):
     seed = m * 7 + n * 3 + k
     a, w, sa, sb = per_tensor_inputs(m, n, k, seed)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    best, tried, finals = tune(a, w, sa, sb, out, trials=tune_trials)
+    best, tried, finals = tune(a, w, sa, sb, out, trials=tune_trials, promote=promote)
     del a, w
     # the check and the timing on fresh data: the tuned choice, not the tuning's buffers
     a, w, sa, sb = per_tensor_inputs(m, n, k, seed + 1)
@@ -184,7 +188,7 @@ def bench_case(m, n, k, trials, repeats: int = 5, tune_trials: int = 20):
     fast = ratio_summary(rounds["torch_fast"], rounds["ours"])
     flops = 2 * m * n * k
     promoted = []
-    for s in _promoted_schedules(m):
+    for s in ([] if promote else _promoted_schedules(m)):
         p_err, tflops = check_and_time(a, w, sa, sb, ref, s, out, trials)
         promoted.append({"schedule": repr(s), "rel_error": p_err, "tflops": tflops})
         log(f"    promoted {s}: {tflops:.0f} TFLOP/s, err {p_err:.1e}")
@@ -624,6 +628,10 @@ def main() -> int:
                         help="per-tensor: rounds of ours / torch._scaled_mm, alternating")
     parser.add_argument("--tune-trials", type=int, default=20,
                         help="per-tensor: calls per candidate in the tuning screen")
+    parser.add_argument("--promote", action="store_true",
+                        help="per-tensor: tune over the promoting schedules only "
+                             "(fp8_schedules.promoted_candidates: cuBLAS's accuracy); writes "
+                             "fp8_promoted.json / .md")
     parser.add_argument("--shapes", default="",
                         help="only these MxNxK shapes (comma-separated), e.g. 16x8192x8192")
     parser.add_argument("--block", action="store_true",
@@ -655,7 +663,8 @@ def main() -> int:
     rows = []
     for (m, n, k) in shapes:
         try:
-            rows.append(bench_case(m, n, k, args.trials, args.repeats, args.tune_trials))
+            rows.append(bench_case(m, n, k, args.trials, args.repeats, args.tune_trials,
+                                   args.promote))
         except Exception as e:  # noqa: BLE001 - record and continue
             log(f"{m}x{n}x{k}: FAILED {type(e).__name__}: {e}")
             rows.append({"M": m, "N": n, "K": k, "error": repr(e)})
@@ -669,15 +678,20 @@ def main() -> int:
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "commit": os.environ.get("ARGUS_COMMIT", "unknown"),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows,
-              "geomean_ratio": geo, "sass": sass, "wall_s": time.time() - started}
-    (args.out / "fp8.json").write_text(json.dumps(result, indent=1, default=str))
+              "geomean_ratio": geo, "promote": args.promote, "sass": sass,
+              "wall_s": time.time() - started}
+    stem = "fp8_promoted" if args.promote else "fp8"
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
     text = per_tensor_table(rows, geo, args.repeats) + \
         f"; wall {time.time() - started:.0f} s\n" + _sass_line(sass)
-    (args.out / "fp8.md").write_text(text + "\n")
+    if args.promote:
+        text = "tuned over fp8_schedules.promoted_candidates (every schedule promotes)\n\n" \
+            + text
+    (args.out / f"{stem}.md").write_text(text + "\n")
     print(text)
     bad = [f"{r['M']}x{r['N']}x{r['K']}" for r in rows if not r.get("ok")]
     if bad:
-        log(f"FAILED or WRONG: {', '.join(bad)} (see the rows above and fp8.json)")
+        log(f"FAILED or WRONG: {', '.join(bad)} (see the rows above and {stem}.json)")
     return 1 if bad else 0
 
 

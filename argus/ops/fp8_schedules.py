@@ -9,6 +9,7 @@ version of Fp8GemmSchedule is ignored.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from argus.kernels.gemm_fp8 import Fp8GemmSchedule
@@ -148,12 +149,53 @@ def candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
         out += [Fp8GemmSchedule(stages=4), Fp8GemmSchedule(stages=4, cluster_m=2),
                 Fp8GemmSchedule(bn=128, stages=6)]
         if p.tma_epilogue_ok:
-            out += [Fp8GemmSchedule(epilogue="tma", stages=3, cluster_m=2)]
+            out += [Fp8GemmSchedule(epilogue="tma", stages=3, cluster_m=2),
+                    # the bf16 set's 128 x 128 TMA-store cluster tile (5 stages beside its
+                    # 32 KB staging buffer)
+                    Fp8GemmSchedule(bn=128, stages=_block_stages(128, 128, 128 * 128 * 2),
+                                    epilogue="tma", cluster_m=2)]
+        out += _wave_fitting(p)
     else:
         out += [Fp8GemmSchedule(bm=64, bn=128, consumers=1, stages=8),
                 Fp8GemmSchedule(bm=128, bn=128, stages=6),
                 Fp8GemmSchedule(bm=64, bn=32, consumers=1, stages=12)]
     return list(dict.fromkeys(out))
+
+
+def _wave_fitting(p: Fp8Problem) -> list[Fp8GemmSchedule]:
+    """Narrower tiles where the last wave of 128 x 256 tiles leaves many SMs idle (2048 x 7168:
+    448 tiles, 3.4 waves of 132), as the bf16 set has them (argus/ops/schedules.py
+    `_wave_fitting_tiles`; cuBLAS runs 128 x 176 there for bf16): of 224 / 192 / 176 / 160,
+    the two of least waves x width, where they beat 256 by 5%; the TMA-store epilogue (1x1
+    and 2x1 clusters) where the output allows it, and the direct one with 2x1 clusters; as
+    many stages as fit beside the staging buffer (at most 5)."""
+    def cost(bn: int) -> int:
+        return -(-(-(-p.m // 128) * -(-p.n // bn)) // _SMS) * bn
+
+    out = []
+    for bn in sorted((224, 192, 176, 160), key=lambda bn: (cost(bn), -bn))[:2]:
+        if cost(bn) > 0.95 * cost(256):
+            continue
+        variants = [("tma", 1), ("tma", 2)] if p.tma_epilogue_ok else []
+        for epilogue, cluster in variants + [("direct", 2)]:
+            staging = 128 * bn * 2 if epilogue == "tma" else 0
+            stages = min(5, _block_stages(128, bn, staging))
+            out.append(Fp8GemmSchedule(bn=bn, stages=stages, epilogue=epilogue,
+                                       cluster_m=cluster))
+    return out
+
+
+def promoted_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
+    """Per-tensor schedules that all promote (each 128-K block's wgmma partial added into an
+    fp32 sum on the CUDA cores, what cuBLAS's default mode does: our error without it was
+    1.9-2.6e-3 against cuBLAS's 1.7e-3 on the H200, docs/perf/fp8.md; issue 18 asks for no
+    worse). The block-scaled set, whose loops the per-tensor kernel shares (argus/kernels/
+    gemm_fp8.py `_promote`: the partials added unscaled, the scales applied once at the end).
+    Not `candidates(p)` yet: the promoted per-tensor speed was never measured against the
+    plain set; `scripts/gpu_fp8_bench.py --promote` tunes over these."""
+    if p.block_scaled:
+        return _block_candidates(p)
+    return _block_candidates(dataclasses.replace(p, block_scaled=True))
 
 
 def load_cache(gpu: str) -> dict:

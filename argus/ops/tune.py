@@ -218,12 +218,15 @@ def _tune(problem, a, b, out, trials, finalists, rounds, record, progress,
 
 def tune_scaled_matmul(a, b, scale_a, scale_b, out=None, *, trials: int = 20,
                        finalists: int = 3, rounds: int = 3, record: bool = True,
-                       progress: Callable[[str], None] | None = _stderr) -> TuneResult:
+                       progress: Callable[[str], None] | None = _stderr,
+                       schedules: Callable[[Any], list] | None = None) -> TuneResult:
     """Tune `argus.ops.scaled_matmul(a, b, scale_a, scale_b, out=out)` (per-tensor or block
     scales, as the scales say) over `argus.ops.fp8_schedules.candidates`: every candidate
     built first, then screened for `trials` calls, the `finalists` fastest timed again in
     `rounds` alternating rounds of 100 calls; with `record`, the winner is stored for this
-    GPU and the next plain call runs it. progress: one line per candidate (None: silent)."""
+    GPU and the next plain call runs it. progress: one line per candidate (None: silent);
+    schedules: the candidate set as a function of the Fp8Problem (default
+    fp8_schedules.candidates; e.g. fp8_schedules.promoted_candidates)."""
     import torch
 
     from argus.ops import fp8_schedules
@@ -250,7 +253,8 @@ def tune_scaled_matmul(a, b, scale_a, scale_b, out=None, *, trials: int = 20,
     screen, finals = _timers(trials, rounds, say)
     with torch.cuda.device(out.device) if out.is_cuda else contextlib.nullcontext():
         screened, final, failed = build_then_time(
-            fp8_schedules.candidates(problem), build, screen, finals, finalists=finalists,
+            (schedules or fp8_schedules.candidates)(problem), build, screen, finals,
+            finalists=finalists,
             say=say, label=problem.key)
     if not screened:
         raise RuntimeError(f"tune_scaled_matmul: no candidate schedule ran for {problem.key}: "
