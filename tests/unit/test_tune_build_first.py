@@ -13,7 +13,7 @@ import torch
 
 import argus.ops
 from argus.ops import fp8_schedules, tune
-from argus.ops.schedules import candidates
+from argus.ops.schedules import Problem, _tail_split_candidates, candidates
 from argus.runtime import timing
 
 
@@ -95,7 +95,7 @@ def fake_matmul(monkeypatch):
     out = torch.zeros(256, 4096, dtype=torch.bfloat16)
     mm = sys.modules["argus.ops.matmul"]
     problem, _ = mm.problem_of(a, b, out)
-    scheds = candidates(problem)
+    scheds = tune.tuning_candidates(problem)
     log = _Log()
     current = {}
 
@@ -196,3 +196,19 @@ def test_tune_scaled_matmul_refuses_bad_arguments(fake_scaled):
     a, w, one, out, *_ = fake_scaled
     with pytest.raises(ValueError, match="must all be >= 1"):
         tune.tune_scaled_matmul(a, w, one, one, out, rounds=0)
+
+
+def test_the_tuned_set_holds_the_tail_splits_where_the_last_wave_is_mostly_empty():
+    """2048x7168x2048 x @ W.T (the lowest tuned case, 448 tiles of 128 x 256 on 132 SMs): the
+    tuner times the tail-split schedule beside the model's candidates; the model's own set
+    (what an untuned call picks from) stays without it."""
+    p = Problem(2048, 7168, 2048, 1, "bf16", "bf16", "nk", True)
+    tails = _tail_split_candidates(p)
+    assert tails and all(s.tail_splits > 1 for s in tails)
+    todo = tune.tuning_candidates(p)
+    assert todo[:len(candidates(p))] == candidates(p) and set(tails) <= set(todo)
+    assert not [s for s in candidates(p) if s.tail_splits > 1]
+    full = Problem(4096, 4096, 4096, 1, "bf16", "bf16", "nk", True)    # last wave 88% full
+    assert tune.tuning_candidates(full) == candidates(full)
+    tf32 = Problem(2048, 7168, 2048, 1, "tf32", "f32", "nk", True)
+    assert not [s for s in tune.tuning_candidates(tf32) if s.tail_splits > 1]

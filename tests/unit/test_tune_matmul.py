@@ -12,7 +12,7 @@ import torch
 import argus.ops
 from argus.runtime import timing
 from argus.ops import tune_matmul
-from argus.ops.schedules import candidates
+from argus.ops.tune import tuning_candidates
 
 
 class _FakeClock:
@@ -38,7 +38,7 @@ def fake(monkeypatch):
     out = torch.zeros(256, 4096, dtype=torch.bfloat16)
     mm = sys.modules["argus.ops.matmul"]
     problem, _ = mm.problem_of(a, b, out)
-    scheds = candidates(problem)
+    scheds = tuning_candidates(problem)
     # the screen ranks them in list order; in the finals the third one is fastest
     screen = {s: 1.0 + 0.1 * i for i, s in enumerate(scheds)}
     final = {s: 2.0 + 0.1 * i for i, s in enumerate(scheds)}
