@@ -150,6 +150,9 @@ def candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
                 Fp8GemmSchedule(bn=128, stages=6)]
         if p.tma_epilogue_ok:
             out += [Fp8GemmSchedule(epilogue="tma", stages=3, cluster_m=2),
+                    # the bf16 set's raster of 16 tiles down M (a wave of 132 128 x 256 tiles
+                    # reads 16 x 128 rows of A and 9 x 256 of W, against 8 x 128 + 17 x 256)
+                    Fp8GemmSchedule(epilogue="tma", stages=3, group_m=16),
                     # the bf16 set's 128 x 128 TMA-store cluster tile (5 stages beside its
                     # 32 KB staging buffer)
                     Fp8GemmSchedule(bn=128, stages=_block_stages(128, 128, 128 * 128 * 2),
