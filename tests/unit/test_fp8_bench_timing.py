@@ -92,3 +92,66 @@ def test_prepared_launch_is_none_without_a_plan(monkeypatch):
         sm.forget_choices()
     # the scales reshaped to [1] as the op launches them
     assert plan == ("plan", ((256, 128), (512, 128), (1,), (1,), (256, 512)))
+
+
+def test_bench_case_glue_on_the_cpu(monkeypatch):
+    """bench_case end to end with the device parts replaced (inputs on the CPU, the op and
+    torch._scaled_mm as float64 products, a fake clock, tuning stubbed): the row's keys, the
+    ratio from the alternating rounds, the WRONG verdict when ours is off."""
+    import argus.bench.timing as bt
+    import argus.ops
+
+    sm_mod = sys.modules["argus.ops.scaled_matmul"]   # argus.ops.scaled_matmul is the op
+
+    def inputs(m, n, k, seed):
+        g = torch.Generator().manual_seed(seed)
+        a = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn)
+        w = (torch.randn(n, k, generator=g) * 3).to(torch.float8_e4m3fn)
+        return a, w, torch.tensor(0.5), torch.tensor(0.25)
+
+    state = {"skew": 1.0}
+
+    def product(a, w, sa, sb):
+        return ((a.double() * sa.double()) @ (w.double() * sb.double()).T) * state["skew"]
+
+    def ours(a, w, sa, sb, out=None, **_):
+        out.copy_(product(a, w, sa, sb))
+        state["last"] = "ours"
+        return out
+
+    def theirs(a, w, sa, sb, fast):
+        state["last"] = "torch_fast" if fast else "torch"
+        return product(a, w, sa, sb).bfloat16()
+
+    ms = {"ours": 1.0, "torch": 1.1, "torch_fast": 0.9}
+
+    def measure(fn, **_):
+        from argus.runtime.timing import Timing
+
+        fn()
+        t = ms[state["last"]]
+        return Timing(t, t, t, t, 0.0, 1, 0, "fake", False, "cpu")
+
+    monkeypatch.setattr(BENCH, "per_tensor_inputs", inputs)
+    monkeypatch.setattr(BENCH, "_scaled_mm", theirs)
+    monkeypatch.setattr(BENCH, "tune", lambda *a, **k: ("S", [(1.0, "S")], [(1.0, "S")]))
+    monkeypatch.setattr(argus.ops, "scaled_matmul", ours)
+    monkeypatch.setattr(sm_mod, "prepared_launch", lambda *a, **k: None)
+    monkeypatch.setattr(bt, "measure", measure)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(BENCH, "_promoted_schedules", lambda m: [])
+    real_full = torch.full
+    monkeypatch.setattr(torch, "full", lambda *a, device=None, **k: real_full(*a, **k))
+
+    row = BENCH.bench_case(64, 32, 128, trials=1, repeats=3)
+    assert row["ok"] and row["ratio"] == pytest.approx(1.1) and row["ratio_fast"] == \
+        pytest.approx(0.9)
+    assert row["ratio_min"] == row["ratio_max"] == pytest.approx(1.1)
+    assert row["ours_launch_ms"] is None and len(row["rounds_ms"]["ours"]) == 3
+    assert row["rel_error"] < 4e-3
+    state["skew"] = 1.01       # ours 1% off: WRONG (torch's bf16 rounding is ~2e-3)
+    monkeypatch.setattr(BENCH, "_scaled_mm", lambda a, w, sa, sb, fast: (
+        state.__setitem__("last", "torch_fast" if fast else "torch"),
+        ((a.double() * sa.double()) @ (w.double() * sb.double()).T).bfloat16())[1])
+    row = BENCH.bench_case(64, 32, 128, trials=1, repeats=3)
+    assert not row["ok"] and row["rel_error"] > 5e-3
