@@ -420,6 +420,11 @@ def decode_rule_variants(T: int, k: int, E: int, H: int, I: int) -> dict:
     # long before they use it, which L2 may not keep through the gate-up's stream
     out["prefetch-gate-up"] = (replace(gate_up, prefetch=gate_up.stages), down)
     out["prefetch-down"] = (gate_up, replace(down, prefetch=down.stages))
+    # the combine launched with PDL after the down (MoeSchedule.pdl_combine): its launch and
+    # prologue overlap the down's tail; alone and with the prefetch of both GEMMs
+    out["pdl-combine"] = (gate_up, replace(down, pdl_combine=True))
+    out["prefetch1x-pdl-combine"] = (replace(gate_up, prefetch=gate_up.stages),
+                                     replace(down, prefetch=down.stages, pdl_combine=True))
     if down.stages != 8:
         out["down-8-stages"] = (gate_up, replace(down, stages=8))
     for splits in (2, 4):

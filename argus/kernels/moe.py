@@ -119,15 +119,25 @@ class MoeSchedule(WarpSpecializedSchedule):
     # permute before such a gate-up with PDL and an early trigger, so the gate-up's window is
     # the permute's run, the down's the gate-up's tail. In repr only when set, as pdl
     prefetch: int = field(default=0, repr=False)
+    # the down GEMM with pdl: the combine after it is launched with PDL too (waits first,
+    # then lets the next kernel start: moe_routing.combine_kernel(pdl=True)), so its launch
+    # and prologue overlap the down's tail as the down's overlap the gate-up's (a decode
+    # layer's combine: 2.3 us of profiler time at Qwen3-30B-A3B T = 1, 2026-12-04 10:28 run).
+    # Read by argus.ops.moe from the down's schedule (the gate-up ignores it); off by default
+    # until measured (gpu_moe_bench --rule-variants: pdl-combine). In repr only when set
+    pdl_combine: bool = field(default=False, repr=False)
 
     def __repr__(self) -> str:
-        """The dataclass repr, with `pdl=True` and `prefetch=n` last when set (left out when
-        off, so the reprs of schedules without them read as before the fields existed)."""
+        """The dataclass repr, with `pdl=True`, `prefetch=n` and `pdl_combine=True` last when
+        set (left out when off, so the reprs of schedules without them read as before the
+        fields existed)."""
         shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
         if self.pdl:
             shown.append("pdl=True")
         if self.prefetch:
             shown.append(f"prefetch={self.prefetch}")
+        if self.pdl_combine:
+            shown.append("pdl_combine=True")
         return f"{type(self).__qualname__}({', '.join(shown)})"
 
     @property
@@ -170,6 +180,9 @@ class MoeSchedule(WarpSpecializedSchedule):
         if self.prefetch and not (self.pdl and 0 < self.prefetch <= 64):
             problems.append(f"prefetch={self.prefetch}: K steps of weights prefetched before "
                             f"the PDL wait, 1..64, with pdl=True (got pdl={self.pdl})")
+        if self.pdl_combine and not self.pdl:
+            problems.append("pdl_combine launches the combine after a PDL down GEMM with PDL: "
+                            "it needs pdl=True")
         if self.fused_finish and not self.swap_ab:
             problems.append("fused_finish is the decode gate-up's in-kernel split finish: it "
                             "needs swap_ab")
@@ -218,16 +231,18 @@ TINY = MoeSchedule(bm=64, bn=64, bk=64, stages=8, consumers=1, consumer_regs=240
 
 def decode_schedule(bn: int = 8, stages: int = 8, split_k: int = 1,
                     fused_finish: bool = False, pdl: bool = False,
-                    prefetch: int = 0) -> MoeSchedule:
+                    prefetch: int = 0, pdl_combine: bool = False) -> MoeSchedule:
     """The swap-AB decode schedule for token tiles of bn rows: 64 weight rows per plane and
     stage (16 KB a stage for the gate-up GEMM, 8 KB for the down), `stages` deep, so 64-128 KB
     of weights are in flight per SM; fused_finish: a split gate-up finishes h itself (the
     last K slice of each unit, MoeSchedule.fused_finish); pdl: programmatic dependent launch
     (MoeSchedule.pdl); prefetch: K steps of weights prefetched into L2 before the PDL wait
-    (MoeSchedule.prefetch)."""
+    (MoeSchedule.prefetch); pdl_combine: the combine after this down GEMM takes PDL too
+    (MoeSchedule.pdl_combine)."""
     return MoeSchedule(bm=64, bn=bn, bk=64, stages=stages, consumers=1, consumer_regs=240,
                        producer_regs=40, swap_ab=True, split_k=split_k,
-                       fused_finish=fused_finish, pdl=pdl, prefetch=prefetch)
+                       fused_finish=fused_finish, pdl=pdl, prefetch=prefetch,
+                       pdl_combine=pdl_combine)
 
 
 DECODE = decode_schedule()

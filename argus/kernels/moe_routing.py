@@ -404,11 +404,16 @@ def permute_kernel(top_k: int, bh: int, pdl: bool = False) -> ag.KernelFunction:
 
 
 @functools.lru_cache(maxsize=None)
-def combine_kernel(top_k: int, bh: int, splits: int = 0) -> ag.KernelFunction:
+def combine_kernel(top_k: int, bh: int, splits: int = 0,
+                   pdl: bool = False) -> ag.KernelFunction:
     """out[t] = sum over j of weights[t, j] * y[pos[t * k + j]], in fp32, rounded once. With
     splits > 0, y is the down GEMM's fp32 partial sums [splits, M, H] (decode with split_k),
     added up here too. CTA (t, b) makes columns [b * bh, +bh) of token t's row (a CTA per
-    column block: a decode step's few tokens still spread over the SMs)."""
+    column block: a decode step's few tokens still spread over the SMs). pdl: launched with
+    programmatic dependent launch after a PDL down GEMM (MoeSchedule.pdl_combine), it waits
+    for the kernels before it first thing (everything it reads is theirs: y, and pos and the
+    weights of the routing) and then lets the next kernel start, so only its launch and
+    prologue overlap the down's tail (docs/pdl.md)."""
     y_dims, y_type = (("S", "M", "H"), ag.f32) if splits else (("M", "H"), ag.bf16)
 
     def moe_combine(Y: ag.Tensor[(*y_dims, y_type)], Pos: ag.Tensor["N", 1, ag.i32],
@@ -426,6 +431,9 @@ def combine_kernel(top_k: int, bh: int, splits: int = 0) -> ag.KernelFunction:
             ag.tag_tensor(Y, token=lambda r, h: token_of(r))
         ag.tag_tensor(Out, token=lambda t, h: t)
         ag.tag_assume(lambda i: token_of(position(i)) == i // top_k)
+        if pdl:   # every read and the store after the wait; the trigger after it too
+            ag.wait_prior_grids()
+            ag.allow_dependent_launch()
         t, block = ag.grid(Out.shape[0], ag.cdiv(Out.shape[1], bh))
         h0 = block * bh
         rows = [ag.load_scalar(Pos, (t * top_k + j, 0)) for j in range(top_k)]
@@ -445,5 +453,6 @@ def combine_kernel(top_k: int, bh: int, splits: int = 0) -> ag.KernelFunction:
             total = total + row_of_y(row, h0) * w
         ag.store(Out, (t, h0), total.to(ag.bf16))
 
-    name = f"moe_combine_k{top_k}_{bh}" + (f"_s{splits}" if splits else "")
+    name = f"moe_combine_k{top_k}_{bh}" + (f"_s{splits}" if splits else "") + \
+        ("_pdl" if pdl else "")
     return ag.kernel(moe_combine, threads=128, name=name)

@@ -619,10 +619,13 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
         run(grouped_gemm_kernel(False, True), _k_slices(ws["h"], down.split_k),
             _k_slices(w2, down.split_k), tile_expert, tiles, ws["y_parts"], s=down)
         run(R.combine_kernel(layer.top_k, _combine_width(layer.top_k, down.split_k),
-                             down.split_k), ws["y_parts"], pos, weights, out)
+                             down.split_k, pdl=down.pdl_combine), ws["y_parts"], pos, weights,
+            out)
     else:
         run(grouped_gemm_kernel(False), ws["h"], w2, tile_expert, tiles, ws["y"], s=down)
-        run(R.combine_kernel(layer.top_k, BH), ws["y"], pos, weights, out)
+        # a down with pdl_combine: the combine waits for it on the device, launched early
+        run(R.combine_kernel(layer.top_k, BH, pdl=down.pdl_combine), ws["y"], pos, weights,
+            out)
     if scratch is not None:
         scratch.update(ws)
     return out

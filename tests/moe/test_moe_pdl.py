@@ -14,6 +14,7 @@ import torch
 from argus import codegen, verify
 from argus.compiler import lower_only
 from argus.ir import ops as O
+from argus.kernels import moe_routing as R
 from argus.kernels.moe import PREFILL, decode_schedule, grouped_gemm_kernel
 
 M = importlib.import_module("argus.ops.moe")
@@ -87,3 +88,55 @@ def test_pdl_decode_gemm_builds_for_sm90a():
     binary = compile_cuda(source.text, [source.name], use_cache=False)
     assert binary.arch == "sm_90a" and not binary.resource(source.name).spills
     assert "griddepcontrol.wait" in binary.ptx and "griddepcontrol.launch_dependents" in binary.ptx
+
+
+# -- the combine after a PDL down (MoeSchedule.pdl_combine) ---------------------------------------
+
+
+@pytest.mark.parametrize("splits", [0, 2])
+def test_pdl_combine_waits_first_and_verifies_clean(splits):
+    k = lower_only(R.combine_kernel(8, 1024, splits, pdl=True))
+    report = verify.run(k)
+    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    assert k.attr("pdl") is True and k.name.endswith("_pdl")
+    kinds = [type(op) for op in k.body.ops]
+    wait = kinds.index(O.GridDepWait)
+    assert wait < kinds.index(O.GridDepLaunch)
+    # y, pos and the weights are the kernels' before: nothing is read or stored before the wait
+    assert not any(isinstance(op, (O.Load, O.LoadScalar, O.Store)) for op in k.body.ops[:wait])
+    text = codegen.render(k).text
+    assert text.index("griddepcontrol.wait;") < text.index("__ldg(")
+    # off: the kernel as before, no PDL
+    plain = codegen.render(lower_only(R.combine_kernel(8, 1024, splits)))
+    assert not plain.pdl and "griddepcontrol" not in plain.text
+    from argus.runtime import nvrtc_available
+    from argus.runtime.compile import compile_cuda
+
+    if nvrtc_available():
+        source = codegen.render(k)
+        binary = compile_cuda(source.text, [source.name], use_cache=False)
+        assert binary.arch == "sm_90a" and not binary.resource(source.name).spills
+        assert binary.ptx.index("griddepcontrol.wait") < binary.ptx.index("ld.global")
+
+
+def test_pdl_combine_is_a_down_schedule_flag_shown_only_when_set():
+    s = decode_schedule(8, pdl=True)
+    on = decode_schedule(8, pdl=True, pdl_combine=True)
+    assert repr(on) == repr(s)[:-1] + ", pdl_combine=True)" and "pdl_combine" not in repr(s)
+    with pytest.raises(Exception, match="pdl_combine"):
+        decode_schedule(8, pdl_combine=True)
+
+
+@pytest.mark.parametrize("splits", [1, 2])
+def test_layer_is_identical_with_and_without_the_pdl_combine(splits, decode_case):
+    outs, launched = [], []
+    for on in (False, True):
+        out, names = decode_case.run(decode_schedule(8, stages=2, pdl=True),
+                                     decode_schedule(8, stages=3, split_k=splits, pdl=True,
+                                                     pdl_combine=on))
+        outs.append(out)
+        launched.append(names)
+    assert torch.equal(outs[0], outs[1]) and not torch.isnan(outs[1]).any()
+    combines = [[n for n in names if n.startswith("moe_combine")] for names in launched]
+    assert [len(c) for c in combines] == [1, 1]
+    assert not combines[0][0].endswith("_pdl") and combines[1][0].endswith("_pdl")

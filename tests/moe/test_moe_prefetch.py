@@ -218,6 +218,10 @@ def test_the_bench_times_the_prefetch_against_the_rule():
             M.Layer(T, H, I, E, k, g, d)
         assert got["prefetch-gate-up"] == (replace(gate_up, prefetch=gate_up.stages), down)
         assert got["prefetch-down"] == (gate_up, replace(down, prefetch=down.stages))
+        assert got["pdl-combine"] == (gate_up, replace(down, pdl_combine=True))
+        g, d = got["prefetch1x-pdl-combine"]
+        assert (g, d) == (got["prefetch1x"][0], replace(got["prefetch1x"][1], pdl_combine=True))
+        M.Layer(T, H, I, E, k, g, d)
     names = bench.variants(1)
     assert all(("-pdl" in n) == s.pdl and ("-nopdl" in n) == (not s.pdl)
                for n, s in names.items() if n.startswith("decode"))

@@ -4,7 +4,8 @@ with the verifier on (the kernels verify clean). The layer must be bit-equal to 
 default (PDL without prefetch) on the same inputs, over several calls back to back on the same
 buffers (replayed launch plans: the kernels overlap as in a decode loop) with new inputs each
 time, and close to float64; at Qwen3-30B-A3B's sizes (T = 1, 16; gate-up whole and cut in 4)
-and Mixtral's (T = 1)."""
+and Mixtral's (T = 1). The same with the combine launched with PDL after the down
+(MoeSchedule.pdl_combine), with and without the prefetch."""
 
 import importlib
 from dataclasses import replace
@@ -20,9 +21,11 @@ pytestmark = hopper_only()
 M = importlib.import_module("argus.ops.moe")
 
 
-@pytest.mark.parametrize("model,T,splits", [("qwen3", 1, 1), ("qwen3", 1, 4),
-                                            ("qwen3", 16, 1), ("mixtral", 1, 1)])
-def test_prefetch_layer_is_bit_equal_to_the_default(model, T, splits):
+@pytest.mark.parametrize("model,T,splits,mode", [
+    ("qwen3", 1, 1, "prefetch"), ("qwen3", 1, 4, "prefetch"), ("qwen3", 16, 1, "prefetch"),
+    ("mixtral", 1, 1, "prefetch"), ("qwen3", 1, 1, "pdl-combine"), ("qwen3", 16, 1, "both"),
+    ("mixtral", 1, 1, "both")])
+def test_prefetch_layer_is_bit_equal_to_the_default(model, T, splits, mode):
     E, k, H, I = (128, 8, 2048, 768) if model == "qwen3" else (8, 2, 4096, 14336)
     g = torch.Generator(device="cuda").manual_seed(T * 10 + splits)
     w13 = (torch.randn(E, 2 * I, H, generator=g, device="cuda") / H ** 0.5).bfloat16()
@@ -30,7 +33,9 @@ def test_prefetch_layer_is_bit_equal_to_the_default(model, T, splits):
     gate_up, down = M.decode_schedules(T, k, E, H, I)
     gate_up = replace(gate_up, split_k=splits)
     base = (gate_up, down)
-    fetched = (replace(gate_up, prefetch=gate_up.stages), replace(down, prefetch=down.stages))
+    n = 0 if mode == "pdl-combine" else 1   # the prefetch: ring depths, or none
+    fetched = (replace(gate_up, prefetch=n * gate_up.stages),
+               replace(down, prefetch=n * down.stages, pdl_combine=mode != "prefetch"))
     x = torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
     logits = torch.empty(T, E, device="cuda")
     outs = {name: torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
@@ -42,9 +47,9 @@ def test_prefetch_layer_is_bit_equal_to_the_default(model, T, splits):
             M.moe(x, w13, w2, logits, k, schedule=fetched, out=outs["fetched"])
         M.moe(x, w13, w2, logits, k, schedule=base, out=outs["base"])
         torch.cuda.synchronize()
-        assert torch.equal(outs["fetched"], outs["base"]), (model, T, splits, call)
+        assert torch.equal(outs["fetched"], outs["base"]), (model, T, splits, mode, call)
         p = torch.softmax(logits.double(), dim=1)
         w, ids = p.topk(k, dim=1)
         ref = M.reference(x, w13, w2, ids, w / w.sum(dim=1, keepdim=True))
         err = ((outs["fetched"].double() - ref).norm() / ref.norm()).item()
-        assert err < 1e-2, (model, T, splits, call, err)
+        assert err < 1e-2, (model, T, splits, mode, call, err)
