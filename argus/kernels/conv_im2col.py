@@ -55,7 +55,7 @@ __all__ = ["Im2colGeometry", "im2col_kernel", "im2col_pixel_planes_kernel",
            "im2col_pixel_planes_staged_kernel", "im2col_pixels_kernel",
            "im2col_pixels_staged_kernel", "im2col_planes_kernel",
            "im2col_rows_kernel", "im2col_tile", "plane_slot", "planes_tile", "row_slot",
-           "rows_tile", "staged_pieces", "staged_rows"]
+           "rows_tile", "staged_pieces", "staged_reuse", "staged_rows"]
 
 
 @dataclass(frozen=True)
@@ -313,37 +313,66 @@ def im2col_pixels_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
                      name=f"conv_im2col_pixels_{dtype.name}")
 
 
-# columns of A one piece of the staged pixel kernel gathers, stages and TMA-stores at most:
-# 8 chunks of 8 (64 f32 registers of values a thread, the register tile the gather builds)
-STAGED_PIECE_CHUNKS = 8
-# shared memory of the staged kernel's [BM, pitch] block at most: 2 CTAs an SM fit the H200's
-# 228 KB, BM halves past it (the fp32 11x11 gathers)
+# columns of A's row one piece of the staged pixel kernels gathers, stages and TMA-stores,
+# about (`staged_pieces`: the nearest equal split into odd 16-byte units): 64, 64 registers of
+# values a thread in the register tile the gather builds
+STAGED_PIECE_COLUMNS = 64
+# TMA stores a CTA of the staged kernels at most before their pieces may be an even number of
+# 16-byte units (`staged_pieces`)
+STAGED_MAX_PIECES = 16
+# shared memory of the staged kernel's [BM, pitch] block at most when every piece keeps its
+# own buffer: 2 CTAs an SM fit the H200's 228 KB. Past it (the fp32 11x11 gathers: 208 KB)
+# the pieces take turns in one buffer (`staged_reuse`)
 STAGED_SMEM_MAX = 112 * 1024
 
 
-def staged_pieces(pitch: int) -> tuple[tuple[int, int], ...]:
-    """(first column, columns) of each piece of the staged kernels' A row: pitch / 8 chunks
-    split into ceil(chunks / STAGED_PIECE_CHUNKS) near-equal runs (the stem's 21 chunks: three
-    of 7). Each piece is one [BM, width] shared buffer and one TMA store box (width <= 256
-    elements, a multiple of 8: 16-byte box rows); an odd number of chunks a piece keeps its
-    rows' 16-byte stores free of bank conflicts (row pitch an odd multiple of 16 bytes)."""
-    chunks = pitch // PIXEL_CHUNK
-    n = -(-chunks // STAGED_PIECE_CHUNKS)
-    out, c0 = [], 0
-    for i in range(n):
-        c = chunks // n + (1 if i < chunks % n else 0)
-        out.append((c0 * PIXEL_CHUNK, c * PIXEL_CHUNK))
-        c0 += c
-    return tuple(out)
+def staged_pieces(pitch: int, dtype: DType) -> tuple[tuple[int, int], ...]:
+    """(first column, columns) of each piece of the staged kernels' A row: equal pieces of an
+    ODD number of 16-byte units, the count nearest STAGED_PIECE_COLUMNS columns (by ratio)
+    that splits the pitch so (the stem's 21 bf16 units: three of 7; AlexNet's 51: three of
+    17). Each piece is one [BM, width] shared buffer and one TMA store box (width <= 256
+    elements, 16-byte box rows). Equal: the verifier proves store coverage for TMA stores that
+    are translates of one box tiling a row without gaps. Odd: a piece's row is then an odd
+    multiple of 16 bytes, so the 8 threads of each phase of a 16-byte shared store (rows
+    t .. t + 7, one 16-byte unit each) hit 8 distinct bank groups; an even multiple puts 2 to
+    8 of them on the same banks (an fp32 row of 8-column chunks: 32 bytes a chunk, every row a
+    multiple of 32 bytes, hence the unit rather than PIXEL_CHUNK)."""
+    per_unit = 16 // dtype.bytes
+    if pitch % per_unit:
+        raise ValueError(f"A's pitch {pitch} is not a whole number of 16-byte units of "
+                         f"{dtype.name}; its rows must be 16-byte aligned for the TMA store")
+    units = pitch // per_unit
+    odd = units
+    while odd % 2 == 0:
+        odd //= 2
+    want = STAGED_PIECE_COLUMNS / per_unit
+
+    def nearest(sizes):
+        return min(sizes, key=lambda u: max(u / want, want / u))
+
+    u = nearest([u for u in range(1, odd + 1, 2) if odd % u == 0 and u * per_unit <= 256])
+    if units // u > STAGED_MAX_PIECES:
+        # a pitch of few odd factors (a power of two): even pieces, bank conflicts rather than
+        # a TMA store every few columns
+        u = nearest([u for u in range(1, units + 1) if units % u == 0 and u * per_unit <= 256])
+    return tuple((i * u * per_unit, u * per_unit) for i in range(units // u))
+
+
+def staged_reuse(pitch: int, dtype: DType) -> bool:
+    """Whether the staged kernels' pieces take turns in one shared buffer (the widest piece's
+    [BM, width]) instead of each keeping its own: where the CTA's whole [BM, pitch] block
+    passes STAGED_SMEM_MAX at BM = PIXELS_PER_CTA. Taking turns costs each piece a wait for
+    its TMA store to have read the buffer and a CTA barrier before the next piece's writes
+    (the lowering's), but leaves room for more CTAs an SM: the fp32 11x11 gathers held one
+    64-pixel CTA of 104 KB, 2 an SM (4 warps) with a buffer each piece (no faster than the
+    warp gather on the H200, docs/perf/conv.md)."""
+    return PIXELS_PER_CTA * pitch * dtype.bytes > STAGED_SMEM_MAX
 
 
 def staged_rows(pitch: int, dtype: DType) -> int:
-    """BM (= the CTA's threads, one pixel each) of the staged kernels: PIXELS_PER_CTA, halved
-    while the CTA's [BM, pitch] block of A passes STAGED_SMEM_MAX (down to one warp)."""
-    bm = PIXELS_PER_CTA
-    while bm > 32 and bm * pitch * dtype.bytes > STAGED_SMEM_MAX:
-        bm //= 2
-    return bm
+    """BM (= the CTA's threads, one pixel each) of the staged kernels: PIXELS_PER_CTA (the
+    pieces share one buffer where the whole block would not fit: `staged_reuse`)."""
+    return PIXELS_PER_CTA
 
 
 def _stage_pieces(X, A, b, bm: int, pitch: int, dtype: DType, columns) -> None:
@@ -351,15 +380,25 @@ def _stage_pieces(X, A, b, bm: int, pitch: int, dtype: DType, columns) -> None:
     gather of its [bm, width] columns (`columns(k)` -> (the gather's indices, the bias ones'
     mask) for A's columns k, a [1, width] index tile), 16-byte st.shared into the piece's
     buffer, then one TMA store a piece of the CTA's rows (the lowering fences the writes and
-    puts a CTA barrier before the first copy)."""
+    puts a CTA barrier before the first copy). With `staged_reuse` the pieces share one
+    buffer and each is copied out before the next is written."""
+    reuse = staged_reuse(pitch, dtype)
+    pieces = staged_pieces(pitch, dtype)
+    # taking turns: one buffer for every piece (they have one width)
+    shared = ag.smem((bm, pieces[0][1]), dtype) if reuse else None
     bufs = []
-    for c0, width in staged_pieces(pitch):
+    for c0, width in pieces:
         indices, ones = columns(c0 + ag.arange(width)[None, :])
         x = ag.gather(X, indices, other=0.0)
         x = ag.where(ones, ag.full((1, width), 1.0, dtype), x)
-        sA = ag.smem((bm, width), dtype)
+        sA = shared if reuse else ag.smem((bm, width), dtype)
         ag.store_shared(sA.view(), _rounded(x, dtype))
-        bufs.append((c0, sA))
+        if reuse:
+            # the copy reads the buffer before the next piece rewrites it (the lowering's
+            # read-wait and barrier)
+            ag.tma.store(A, (b * bm, c0), sA.view())
+        else:
+            bufs.append((c0, sA))
     # every piece's loads may be in flight before the first copy's barrier
     for c0, sA in bufs:
         ag.tma.store(A, (b * bm, c0), sA.view())
@@ -369,7 +408,7 @@ def _stage_pieces(X, A, b, bm: int, pitch: int, dtype: DType, columns) -> None:
 def im2col_pixels_staged_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
     """`im2col_pixels_kernel`'s gather (same X view, same A layout, same weight matrix) with
     A's writes staged through shared memory: each piece of the pixel's row (`staged_pieces`:
-    the stem's 168 columns as three of 56) is gathered into a "rows" register tile [BM, width]
+    the stem's 168 bf16 columns as three of 56) is gathered into a "rows" register tile [BM, width]
     (a pixel's columns in its thread, trace-time constant (slot, offset) per column), written
     to a [BM, width] shared buffer with 16-byte st.shared (`ag.store_shared`: a row's pitch an
     odd multiple of 16 bytes, so conflict-free), and the CTA's block of A leaves by one TMA

@@ -22,7 +22,6 @@ import torch.nn.functional as F
 from argus import dtypes
 from argus.compiler import lower_only
 from argus.kernels.conv_im2col import (
-    PIXEL_CHUNK,
     PIXELS_PER_CTA,
     Im2colGeometry,
     im2col_pixel_planes_kernel,
@@ -32,6 +31,7 @@ from argus.kernels.conv_im2col import (
     plane_slot,
     row_slot,
     staged_pieces,
+    staged_reuse,
     staged_rows,
 )
 from argus.ops import conv as conv_op
@@ -97,30 +97,51 @@ def test_staged_plane_gather_equals_the_pixel_plane_gather(case, dtype):
     assert torch.equal(mine, theirs)
 
 
-@pytest.mark.parametrize("pitch", [8, 16, 56, 64, 168, 408, 432, 2048])
-def test_pieces_cover_the_pitch_with_tma_boxes(pitch):
-    """Disjoint, in order, covering [0, pitch); each a multiple of 8 columns (16-byte TMA box
-    rows) of at most 256 (a TMA box dim) and of at most STAGED_PIECE_CHUNKS chunks."""
-    from argus.kernels.conv_im2col import STAGED_PIECE_CHUNKS
-    pieces = staged_pieces(pitch)
-    at = 0
-    for c0, width in pieces:
-        assert c0 == at and width % PIXEL_CHUNK == 0 and 0 < width <= 256
-        assert width <= STAGED_PIECE_CHUNKS * PIXEL_CHUNK
-        at += width
-    assert at == pitch
-    widths = {w for _, w in pieces}
-    assert max(widths) - min(widths) <= PIXEL_CHUNK          # near-equal pieces
+@pytest.mark.parametrize("dtype", [dtypes.bf16, dtypes.f32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("pitch", [8, 16, 56, 64, 96, 168, 408, 432, 2048])
+def test_pieces_are_equal_conflict_free_tma_boxes(pitch, dtype):
+    """Equal (the verifier's coverage proof of translated TMA boxes), in order, covering
+    [0, pitch); at most 256 columns (a TMA box dim); an odd number of 16-byte units (shared
+    rows conflict-free for 16-byte stores) unless that would take more than STAGED_MAX_PIECES
+    copies; the stems' splits as docs/perf/conv.md gives them."""
+    from argus.kernels.conv_im2col import STAGED_MAX_PIECES
+    pieces = staged_pieces(pitch, dtype)
+    per_unit = 16 // dtype.bytes
+    width = pieces[0][1]
+    assert [c0 for c0, _ in pieces] == list(range(0, pitch, width))
+    assert all(w == width for _, w in pieces) and len(pieces) * width == pitch
+    assert width % per_unit == 0 and width <= 256
+    assert (width // per_unit) % 2 == 1 or len(staged_pieces(pitch // 2, dtype)) * 2 > \
+        STAGED_MAX_PIECES
+    want = {(dtypes.bf16, 168): 56, (dtypes.bf16, 408): 136, (dtypes.bf16, 432): 72,
+            (dtypes.f32, 408): 68, (dtypes.f32, 432): 108}
+    assert want.get((dtype, pitch), width) == width
 
 
 @pytest.mark.parametrize("dtype,pitch", [(dtypes.bf16, 168), (dtypes.bf16, 408),
-                                         (dtypes.f32, 408), (dtypes.f32, 432)])
-def test_rows_a_cta_fit_the_shared_memory_budget(dtype, pitch):
+                                         (dtypes.f32, 168), (dtypes.f32, 408)])
+def test_pieces_take_turns_only_past_the_shared_memory_budget(dtype, pitch):
+    """Each piece its own buffer while the CTA's [BM, pitch] block fits STAGED_SMEM_MAX (the
+    bf16 stems), else one buffer for all (the fp32 11x11: 208 KB as a block)."""
     from argus.kernels.conv_im2col import STAGED_SMEM_MAX
     bm = staged_rows(pitch, dtype)
-    assert bm in (32, 64, 128)
-    assert bm * pitch * dtype.bytes <= STAGED_SMEM_MAX or bm == 32
-    assert bm == PIXELS_PER_CTA or 2 * bm * pitch * dtype.bytes > STAGED_SMEM_MAX
+    assert bm == PIXELS_PER_CTA
+    reuse = staged_reuse(pitch, dtype)
+    assert reuse == (bm * pitch * dtype.bytes > STAGED_SMEM_MAX)
+    assert reuse == (dtype == dtypes.f32 and pitch == 408)
+    kernel = _lowered_pitch(dtype, pitch)
+    staged = [op.result.type for op in kernel.walk()
+              if type(op).__name__ == "SmemAlloc" and op.result.type.shape[0] == bm]
+    pieces = staged_pieces(pitch, dtype)
+    assert len(staged) == (1 if reuse else len(pieces))
+    assert all(t.shape[-1] == pieces[0][1] for t in staged)
+
+
+def _lowered_pitch(dtype, pitch):
+    geom = {168: Im2colGeometry(7, 7, 2, 2, 3, 3, 1, 1, 3),
+            408: Im2colGeometry(11, 11, 4, 4, 2, 2, 1, 1, 3)}[pitch]
+    assert (geom.r + 1) * row_slot(geom) == pitch
+    return lower_only(im2col_pixels_staged_kernel(dtype, pitch), geom=geom)
 
 
 @pytest.mark.parametrize("nchw", [False, True])
@@ -140,9 +161,13 @@ def test_route_through_the_staged_gather_matches_float64(nchw, monkeypatch):
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
 @pytest.mark.parametrize("planes", [False, True], ids=["rows", "planes"])
-def test_staged_gather_verifies_with_zero_errors(planes, dtype):
+@pytest.mark.parametrize("geom", [Im2colGeometry(7, 7, 2, 2, 3, 3, 1, 1, 3),
+                                  Im2colGeometry(11, 11, 4, 4, 2, 2, 1, 1, 3)],
+                         ids=["7x7s2", "11x11s4"])
+def test_staged_gather_verifies_with_zero_errors(planes, dtype, geom):
+    """The 11x11 fp32 row-run kernel's pieces take turns in one shared buffer: the read-wait
+    and barrier before each rewrite are proven too (sync.store-read)."""
     from argus import verify
-    geom = Im2colGeometry(7, 7, 2, 2, 3, 3, 1, 1, 3)
     report = verify.run(_lowered(geom, getattr(dtypes, dtype), planes))
     assert not report.errors and not report.unknowns, \
         "\n".join(str(d) for d in report.errors + report.unknowns)
@@ -173,7 +198,7 @@ def test_nvrtc_builds_the_staged_gather(dtype, tmp_path, monkeypatch):
     v4 = binary.ptx.count("st.shared.v4.u32") + binary.ptx.count("st.shared.v4.b32")
     assert v4 == pitch // 8 * (2 if dtype == "f32" else 1), binary.ptx.count("st.shared")
     assert binary.ptx.count("cp.async.bulk.tensor.2d.global.shared") == \
-        len(staged_pieces(pitch))
+        len(staged_pieces(pitch, getattr(dtypes, dtype)))
     assert "st.global" not in binary.ptx
     assert not binary.resource(source.name).spills
 
@@ -194,7 +219,7 @@ def test_sass_of_the_stem_stores_16_bytes_to_shared_memory():
     mem = staged["memory"]
     assert mem.get("STS.128") == 21 and set(mem) == {"LDG.U16.CONSTANT", "STS.128",
                                                       "UTMASTG.2D"}, mem
-    assert mem["UTMASTG.2D"] == len(staged_pieces(168))
+    assert mem["UTMASTG.2D"] == len(staged_pieces(168, dtypes.bf16))
     assert staged["spills"] == 0
     assert staged["per_pixel"] <= pixel["per_pixel"], (staged, pixel)
 
