@@ -709,17 +709,16 @@ def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
 
 
 # which kernels gather the runs of the row-run (channels-last x) and plane-run (NCHW x)
-# problems (`_Gather.of`): "warp" (im2col_rows_kernel / im2col_planes_kernel: one pixel's runs
-# a warp, one element a lane per store; measured on the H200: the stem's row gather 0.18 ms,
-# instruction-bound at ~202 SASS instructions a pixel, docs/perf/conv.md) or "pixels"
-# (im2col_pixels_kernel / im2col_pixel_planes_kernel: one pixel a thread, ag.gather and
-# 16-byte stores; ~31 SASS instructions a pixel on the stem's path,
-# scripts/sass_im2col_gather.py; measured on the H200: 1.8x slower than "warp", its
-# row-strided 16-byte stores) or "staged" (im2col_pixels_staged_kernel /
-# im2col_pixel_planes_staged_kernel: the pixel kernels with each CTA's rows of A staged in
-# shared memory and written by TMA stores; ~27 SASS instructions a pixel on the stem, not
-# measured on a GPU yet: opt-in until `gpu_conv_bench.py --stem --gather warp,staged` times it)
-IM2COL_GATHER = "warp"
+# problems (`_Gather.of`): "staged" (im2col_pixels_staged_kernel /
+# im2col_pixel_planes_staged_kernel: one pixel a thread, ag.gather into "rows" tiles,
+# ag.store_shared and a TMA store a piece of each CTA's block of A; on the H200, 2026-12-04,
+# the stem's row gather 0.074 ms against the warp kernel's 0.179, 1.1-2.4x faster on all six
+# --stem rows, bf16 and fp32, docs/perf/conv.md), "warp" (im2col_rows_kernel /
+# im2col_planes_kernel: one pixel's runs a warp, one element a lane per store; the default
+# before: instruction-bound at ~202 SASS instructions a pixel) or "pixels"
+# (im2col_pixels_kernel / im2col_pixel_planes_kernel: one pixel a thread, row-strided 16-byte
+# global stores; 1.8x slower than "warp" on the H200)
+IM2COL_GATHER = "staged"
 IM2COL_GATHERS = ("warp", "pixels", "staged")
 
 # the row-run gather takes filter rows of at least this many elements (S * C: half a warp);

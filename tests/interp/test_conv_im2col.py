@@ -29,6 +29,14 @@ _ROUNDING = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 
 # (what, x shape, weight shape, bias, stride, padding, dilation, groups, activation, schedule,
 # dtype, channels_last) -> route
+@pytest.fixture(autouse=True)
+def _warp_gathers(monkeypatch):
+    """This file tests the warp gathers (rows, planes) and the per-tap one, which
+    IM2COL_GATHER = "warp" selects; the default's staged pixel gathers: the route tests below
+    also run with them, and tests/interp/test_conv_im2col_staged.py."""
+    monkeypatch.setattr(conv_op, "IM2COL_GATHER", "warp")
+
+
 ROUTES = [
     ("ResNet-50 stem", (32, 3, 224, 224), (64, 3, 7, 7), False, 2, 3, 1, 1, "none", None,
      torch.bfloat16, True, "im2col"),
@@ -335,12 +343,14 @@ CONVS = [
 ]
 
 
+@pytest.mark.parametrize("gather", ["warp", "staged"])
 @pytest.mark.parametrize("case", CONVS, ids=lambda c: "x".join(map(str, c[:12])) +
                          str(c[12])[6:])
-def test_im2col_route_matches_float64(case, monkeypatch):
+def test_im2col_route_matches_float64(case, gather, monkeypatch):
     """The route (gather + matmul's GEMM with the GEMM problem M = N*P*Q, N = K, K = R*S*C
     (+ 1 for the bias)) against float64 F.conv2d of the same 16-bit inputs: within one
     rounding; the result NCHW-shaped, channels-last, in x's dtype, as the implicit GEMM's."""
+    monkeypatch.setattr(conv_op, "IM2COL_GATHER", gather)
     taken = _spy(monkeypatch)
     problems = []
     real = conv_op.pointwise_gemm
@@ -517,13 +527,15 @@ TF32 = [
 ]
 
 
+@pytest.mark.parametrize("gather", ["warp", "staged"])
 @pytest.mark.parametrize("case", TF32, ids=lambda c: "x".join(map(str, c)))
-def test_tf32_route_matches_the_tf32_model(case, monkeypatch):
+def test_tf32_route_matches_the_tf32_model(case, gather, monkeypatch):
     """fp32 under precision="tf32": the gather rounds x to tf32 to nearest on its way into A,
     the weight is rounded once, matmul's tf32 GEMM (problem in_dtype "tf32") multiplies them
     and adds the bias as two tf32 pieces: ~1e-7 against float64 of the tf32-rounded operands
     with the exact bias (a bias 1000x the outputs: one tf32 piece would be 2^-11 of it off),
     within the tf32 bound (~3e-4) of the exact convolution; fp32 result, channels-last."""
+    monkeypatch.setattr(conv_op, "IM2COL_GATHER", gather)
     taken = _spy(monkeypatch)
     problems = []
     real = conv_op.pointwise_gemm

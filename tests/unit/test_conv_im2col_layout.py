@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from argus.kernels.conv_im2col import (ELEMENTS_PER_THREAD, ROW_LOADS_PER_THREAD, THREADS,
-                                       Im2colGeometry, im2col_tile, row_slot, rows_tile)
+                                       Im2colGeometry, im2col_tile, planes_tile, row_slot,
+                                       rows_tile)
 from argus.ops import conv as conv_op
 
 small = st.integers(min_value=1, max_value=13)
@@ -67,8 +68,11 @@ def test_gather_views_stay_inside_their_buffers(n, c, h, w, r, s, sh, sw, ph, pw
         assert w % sw and not rows            # and the planes tile too small or dw > 1
         return
     assert g.rows == rows
-    assert (g.kind == "planes") == (not rows and dw == 1 and x.stride(3) == 1 and
-                                    g.tile[1] * g.tile[-1] >= 32 and len(g.tile) == 3)
+    # the plane-run layout (the warp, pixel or staged kernel's: IM2COL_GATHER) where the
+    # [C, S'] box of the warp kernel has a lane an element
+    _, cb, lb = planes_tile(g.geom)
+    assert (g.kind in ("planes", "pixel_planes", "staged_planes")) == (
+        not rows and dw == 1 and x.stride(3) == 1 and cb * lb >= 32)
     X = g.x_view(x)
     last = sum((d - 1) * st_ for d, st_ in zip(X.shape, X.stride()))
     assert last < x.numel()
