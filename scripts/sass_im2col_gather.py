@@ -3,7 +3,9 @@ nvdisasm): SASS instructions per output pixel, registers, spills, and the global
 stores by width, for the warp kernel (`im2col_rows_kernel`: one pixel's filter-row runs a warp,
 one element a lane per store) and the pixel kernel (`im2col_pixels_kernel`: one pixel a
 thread, ag.gather and 16-byte stores) of a channels-last x, and their NCHW counterparts
-(`im2col_planes_kernel`, `im2col_pixel_planes_kernel`: "warp_planes", "pixel_planes"). The
+(`im2col_planes_kernel`, `im2col_pixel_planes_kernel`: "warp_planes", "pixel_planes"), and
+the staged pixel kernel ("staged": `im2col_pixels_staged_kernel`, 16-byte shared stores
+(STS.128) and a TMA store (UTMASTG) a piece instead of global stores). The
 variant measured is the one the stem's launch runs (analysis/alignment.py: contiguous
 tensors, 32-bit offsets).
 
