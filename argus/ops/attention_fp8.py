@@ -20,11 +20,13 @@ V is transposed: an fp8 wgmma reads both operands K-major (PTX has no transpose 
 operands), and the K of P V is the key, so the kernel reads V^T [B, Hkv, D, Skv]. By default
 (v_transposed=False, v shaped like k) the op makes that copy on every call (B Hkv Skv D bytes
 read and written, e.g. 16 MiB at B 8, Hkv 8, Skv 2k, D 128), padding each row to a multiple of
-16 keys for TMA, in two torch copy passes (8- or 4-byte words, then the bytes inside each
-word: `_word_transpose`; one byte-by-byte copy ran at ~0.35 TB/s on the H200). It is bit-exact but
-not a fast transpose: the Argus DSL has no register or shared-memory byte transpose yet (a
-transposed ag.store is rendered for wgmma accumulators only), so a fused or dedicated kernel is
-future work. A caller that keeps V transposed (a KV cache written that way) passes
+16 keys for TMA. On CUDA tensors an Argus kernel makes it in one pass
+(argus/kernels/attention_vt.py, `_kernel_transpose`: 1.05-1.11 TB/s on the H200, 2.3x the
+torch path, not yet a copy's 3.3-4.2 TB/s: its docstring says what a copy-speed transpose
+needs); on CPU tensors, or with VT_KERNEL off, two torch copy passes (8- or 4-byte words, then
+the bytes inside each word: `_word_transpose`, 0.45-0.47 TB/s). Both write the same bytes,
+except that the kernel writes a V byte 0xFF (NaN with the sign bit) as 0x7F (the GPU's e4m3
+conversions; still NaN). A caller that keeps V transposed (a KV cache written that way) passes
 v_transposed=True and v [B, Hkv, D, Skv] (whatever `layout` says for q and k), read in place
 when TMA can address it (unit stride on Skv, Skv * 1 byte rows a multiple of 16 bytes), else
 copied the same way.
@@ -177,10 +179,12 @@ def kernel_v(v, layout: str, v_transposed: bool):
     like k: V^T [B, Hkv, D, SKV], SKV = Skv rounded up to 32, with the keys of each 32-key
     group in the order the kernel's shuffle-free P reads them (column c holds key
     acc_order_col(c), target/fragments.py; keys past Skv zero, so 0 * V stays finite where P
-    is 0), written by `_word_transpose`'s own second pass (no extra pass); permuted True, and
+    is 0), written by the V^T kernel's index map on CUDA tensors (`_kernel_transpose`) or by
+    `_word_transpose`'s own second pass (no extra pass); permuted True, and
     the op runs its schedule with permuted_vt (attention_kernel(..., permuted_vt=True)). V
     given transposed keeps its order (permuting it would be the copy the caller meant to
-    avoid), as does a V no word pass can view: `transposed_v`, permuted False, and the kernel
+    avoid), as does a V that neither the V^T kernel (CPU tensors) nor a word pass takes:
+    `transposed_v`, permuted False, and the kernel
     takes AccToA8's quad shuffles (FA3 likewise shuffles for a column-major V,
     hopper/utils.h permute_Aregs_fp8, and permutes in registers otherwise,
     permute_Cregs_fp8)."""
@@ -190,9 +194,88 @@ def kernel_v(v, layout: str, v_transposed: bool):
         keys_major = _bhsd(v, layout)                            # [B, Hkv, Skv, D]
         B, HKV, SK, D = keys_major.shape
         store = torch.empty((B, HKV, D, -(-SK // 32) * 32), dtype=v.dtype, device=v.device)
-        if _word_transpose(keys_major, store, permuted=True):
+        if _kernel_transpose(keys_major, store, permuted=True) or \
+                _word_transpose(keys_major, store, permuted=True):
             return store, True
     return transposed_v(v, layout, v_transposed), False
+
+
+# V^T by the Argus kernel (argus/kernels/attention_vt.py) on CUDA tensors; False gives the
+# torch word passes (`_word_transpose`, the path before 2026-12-04): for
+# scripts/gpu_fp8_vt_bench.py's old-versus-new run in one process, not an API
+VT_KERNEL = True
+# (head dim, permuted, device index, key stride) -> compiled V^T kernel
+_VT_COMPILED: dict = {}
+
+
+def _kernel_transpose(x, store, permuted: bool) -> bool:
+    """store = x^T (permuted as `_word_transpose` says) by one launch of the V^T kernel, or
+    False (nothing written) where it does not apply: CPU tensors (the tests' interpreter runs
+    and the torch reference), VT_KERNEL off, a head dim the kernel is not built for, or a V
+    whose innermost dim is not contiguous. One read of V, one write of V^T (the torch path
+    reads and writes twice, through a temporary): vt_flat_kernel where V is bhsd or bshd of a
+    contiguous block, else the 4-d vt_kernel (argus/kernels/attention_vt.py, measured there).
+    Bytes as `_word_transpose`'s, except 0xFF written as 0x7F (that module's docstring).
+    The prepared launch is kept per buffers (as run_fp8 keeps the attention kernel's): the
+    caching allocator hands the op the same V^T buffer call after call, and a launch through
+    Compiled.__call__ cost ~10 us of host time a call on the H200 (the bench's kperm, the op's
+    path, against kperm<n>, the kernel's plan: 86.8 against 76.0 us at S 2k, 2026-12-04)."""
+    if not (VT_KERNEL and x.is_cuda) or x.shape[-1] not in HEAD_DIMS or x.stride(-1) != 1:
+        return False
+    key = (x.data_ptr(), tuple(x.shape), x.stride(), store.data_ptr(), tuple(store.shape),
+           x.device.index, permuted)
+    plan = _VT_LAUNCHES.get(key)
+    if plan is None:
+        plan = _VT_LAUNCHES[key] = _vt_plan(x, store, permuted)
+        if len(_VT_LAUNCHES) > _MEMO_SIZE:
+            _VT_LAUNCHES.popitem(last=False)
+    else:
+        _VT_LAUNCHES.move_to_end(key)
+    if plan is not False:
+        plan()
+    return True
+
+
+# (buffers, device, permuted) -> prepared V^T launch; bounded
+_VT_LAUNCHES: OrderedDict = OrderedDict()
+
+
+def _vt_plan(x, store, permuted: bool):
+    """The prepared launch of the V^T kernel for these buffers (False: nothing to launch)."""
+    import torch
+
+    from argus.kernels.attention_vt import vt_flat_kernel, vt_kernel
+
+    D = x.shape[-1]
+    sb, sh, sk, _ = x.stride()
+    # the flat kernel reads V through its storage: x must be bhsd or bshd of a contiguous
+    # block, reached from x's first element by its strides
+    flat = _flat_storage(x)
+    # key stride: D (bhsd: a compile-time constant), 0 (runtime: bshd), None (the 4-d kernel)
+    stride = None if flat is None else (D if sk == D else 0)
+    key = (D, permuted, x.device.index, stride)
+    kernel = _VT_COMPILED.get(key)
+    if kernel is None:
+        kernel = _VT_COMPILED[key] = (
+            vt_kernel(D, permuted) if stride is None else
+            vt_flat_kernel(D, permuted, key_stride=stride)).compile()
+    with torch.cuda.device(x.device):
+        if flat is None:
+            return kernel.prepare(x, store)
+        return kernel.prepare(flat, store, _scalars={"S": x.shape[2], "sb": sb, "sh": sh,
+                                                     "sk": sk})
+
+
+def _flat_storage(x):
+    """x [B, H, S, D] as the 1-d view of the n = B H S D elements from its first one, when
+    those are exactly x's elements (x is bhsd or bshd of a contiguous block; a dim of size 1
+    may have any stride), else None."""
+    B, H, S, D = x.shape
+    n = B * H * S * D
+    for want in ((H * S * D, S * D, D, 1), (S * H * D, D, H * D, 1)):   # bhsd, bshd
+        if n and all(size == 1 or got == w for size, got, w in zip(x.shape, x.stride(), want)):
+            return x.as_strided((n,), (1,))
+    return None
 
 
 def transposed_v(v, layout: str, v_transposed: bool):
@@ -211,7 +294,8 @@ def transposed_v(v, layout: str, v_transposed: bool):
     store = torch.empty((B, HKV, D, max(16, -(-SK // 16) * 16)), dtype=v.dtype,
                         device=v.device)
     vt = store[..., :SK]
-    if v_transposed or not _word_transpose(keys_major, store):
+    if v_transposed or not (_kernel_transpose(keys_major, store, permuted=False) or
+                            _word_transpose(keys_major, store)):
         vt.copy_(src)
     return vt
 
