@@ -31,6 +31,10 @@ median of >= 100; us at S 2048 / 8192 / 16384, TB/s read + written):
     torch word passes (the old op)  149 / 571 / 1132 us  0.45 / 0.47 / 0.47 TB/s
     a plain copy of V                20 /  68 / 129 us   3.33 / 3.98 / 4.18 TB/s
 
+and at S 2048 / 16384 (same B, H): D 64, the op's 35 / 243 us (0.96 / 1.11 TB/s) against the
+word passes' 77 / 530 (0.44 / 0.51); D 256, 126 / 1182 us (1.07 / 0.91) against 291 / 2274
+(0.46 / 0.47).
+
 The op end to end (argus.ops.attention_fp8, hd 128, B H = 16384 / S x 16, same run) went from
 482 to 575 TFLOP/s at S 2048 full, 338 to 434 causal, 657 to 709 / 571 to 631 at S 8192 and
 713 to 736 / 679 to 705 at S 16384 (full / causal).
