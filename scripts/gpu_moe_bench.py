@@ -603,14 +603,18 @@ def gemm_spans(events) -> list[float]:
 
 def gemm_span_floor(fn, floor_ms: float, reps: int = 10) -> tuple[float, float]:
     """(percent of the weight-read floor, median us) of the expert GEMMs' span (gemm_spans)
-    over `reps` profiled calls of `fn`, back to back: with PDL the floor percent that
-    summed kernel durations cannot give."""
+    over `reps` profiled calls of `fn`, queued behind a GPU sleep (queued_device_us's way): a
+    decode call's host time (~100 us at Qwen3 T = 1) exceeds its device time, so calls
+    issued as the device runs them leave gaps between kernels that are the host's, not the
+    GEMMs' (the first run without the sleep, 2026-12-04 11:03: Qwen3 T = 1 span 33 us for
+    ~24 us of GEMM durations). With PDL the floor percent summed durations cannot give."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.cuda._sleep(int(2e8))   # the host queues every call before the device gets there
         for _ in range(reps):
             fn()
         torch.cuda.synchronize()
