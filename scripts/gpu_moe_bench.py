@@ -412,7 +412,9 @@ def decode_rule_variants(T: int, k: int, E: int, H: int, I: int) -> dict:
     # K steps of each GEMM's first unit into L2, n = its ring depth or twice it; the permute
     # takes PDL then). Per-kernel durations include the wait, so the layer's time ("ours ms")
     # is what shows these; scripts/gpu_moe_pdl.py times the device alone
-    out["no-pdl"] = (replace(gate_up, pdl=False), replace(down, pdl=False))
+    out["no-pdl"] = (replace(gate_up, pdl=False, prefetch=0), replace(down, pdl=False, prefetch=0))
+    # the decode default prefetches one ring (since 2026-12-04): the PDL launch without it
+    out["no-prefetch"] = (replace(gate_up, prefetch=0), replace(down, prefetch=0))
     for times in (1, 2):
         out[f"prefetch{times}x"] = (replace(gate_up, prefetch=times * gate_up.stages),
                                     replace(down, prefetch=times * down.stages))

@@ -200,7 +200,14 @@ def decode_schedules(tokens: int, top_k: int, num_experts: int, hidden: int,
         # measured on the H200 2026-12-04 (scripts/gpu_moe_pdl.py, device time, calls
         # queued): Qwen3-30B-A3B T = 1 43.1 -> 40.7 us (split_k 4: 48.8 -> 46.3), Mixtral
         # T = 1 187.2 -> 183.7 us, bit-equal; the kernels verify it (check_pdl)
-        schedules.append(decode_schedule(bn, stages=stages, split_k=splits, pdl=True))
+        # prefetch = stages: before its PDL wait each GEMM's first unit pulls its first ring's
+        # worth of weights into L2 (MoeSchedule.prefetch). Three H200 runs on 2026-12-04
+        # (scripts/gpu_moe_pdl.py and gpu_moe_bench.py --decode --rule-variants, device time
+        # of queued calls): Qwen3-30B-A3B T = 1 40.63 -> 39.16, 39.97 -> 38.62, layer 45.30
+        # -> 43.55 us; T = 16 / 64 layers -1.2 to -2.2 us; Mixtral within +-0.5 us at T = 1,
+        # -1.7 to -4.5 us at T = 16 / 64; twice the ring was worse (docs/perf/moe.md)
+        schedules.append(decode_schedule(bn, stages=stages, split_k=splits, pdl=True,
+                                         prefetch=stages))
     return schedules[0], schedules[1]
 
 

@@ -61,9 +61,10 @@ def _prefill_fields(values: dict[str, Any]) -> dict[str, Any]:
 def _decode_fields(values: dict[str, Any]) -> dict[str, Any]:
     """Decode (argus/kernels/moe.py decode_schedule): one consumer warpgroup multiplies 64
     weight rows per plane, launched with PDL as argus.ops.moe.decode_schedules does (each
-    GEMM's prologue overlaps the kernel before it; docs/pdl.md)."""
+    GEMM's prologue overlaps the kernel before it; docs/pdl.md), prefetching its first ring of
+    weights into L2 before the wait (MoeSchedule.prefetch = stages, the op's default)."""
     return {**values, "bm": 64, "bk": 64, "consumers": 1, "consumer_regs": 240,
-            "producer_regs": 40, "pdl": True}
+            "producer_regs": 40, "pdl": True, "prefetch": values["stages"]}
 
 
 # the values each role searches (argus.ops.moe's tiles, rings and splits; the declaration
