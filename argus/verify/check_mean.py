@@ -11,8 +11,13 @@ divisor to the sum's coverage:
     block >= E, the reduction's own coverage; a block that misses part of the row is
     reduce.coverage's or store.coverage's to report), the divisor must be E, the count of
     in-bounds elements it combined;
-  * a sum carried over a loop (`acc = acc + x.sum(axis=1)`): reduce.coverage proves the loop
-    reduces every element of [0, E) exactly once, so the count is E and the divisor must be E.
+  * a sum carried over a loop (`acc = acc + x.sum(axis=1)`) whose loop walks the summed
+    field along the row (the block's base moves with the loop, names no CTA index, and the
+    walk, trips x block, reaches E: `_whole_walk`): reduce.coverage proves the loop reduces
+    every element of [0, E) exactly once, so the count is E and the divisor must be E. A loop
+    over another dim (a 2 x 2 average pool: kh walks rows, each step sums a 2-wide window of
+    W at `wo * 2`) combines a window, not the row: no claim (nested sums' product of counts
+    is not modelled).
 
 Only `sum / c` (or `sum * (1 / c)`) with a compile-time or shape count c is a mean here (a
 constant factor only when 1 / c is the block's width: `0.5 * sum` may be a weight): a
@@ -31,7 +36,8 @@ from argus.verify import witness as W
 from argus.verify.model import Model
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
-from argus.verify.tagdomain import fresh_int, is_coordinate_field, substitute
+from argus.verify.check_reduce import _carried_loops
+from argus.verify.tagdomain import fresh_int, is_coordinate_field, mentions, substitute
 
 _THROUGH = (O.Convert, O.ConvertLayout, O.ExpandDims)
 
@@ -152,6 +158,32 @@ def _extent(model: Model, fname: str):
     return None
 
 
+def _whole_walk(model: Model, site, base, block: int):
+    """The size of a carried sum's walk (trips x block) when its loop walks the summed field
+    along the row, else None (the sum's count is then not the row's extent: no mean is
+    claimed). The field's block base must move with a loop the sum is carried over (`j *
+    BN`), and neither it nor the loops' trip counts may name the CTA or an enclosing loop the
+    sum is not carried over: a 2 x 2 average pool's loop walks the window's rows (kh) while
+    the summed W window sits at `wo * 2`, so it combines 4 elements, not W's extent. The
+    caller's premise is the size at least the extent: reduce.coverage's claim at the same
+    reduction (as is each element once), so the count is the extent."""
+    loops = _carried_loops(model, site)
+    if not loops:
+        return None
+    carried_vars = [s.var for s in loops]
+    if not any(mentions(base, v) for v in carried_vars):
+        return None
+    others = [v for v, _, _ in model.grid_vars] + \
+        [s.var for s in site.site.loops() if all(s.op is not c.op for c in loops)]
+    trips = [model.trip_term(s.op) for s in loops]
+    if any(mentions(t, g) for t in [base] + trips for g in others):
+        return None
+    size = z3.IntVal(block)
+    for t in trips:
+        size = size * t
+    return size
+
+
 def _mean(model: Model, op, red: O.Reduce, site, carried: bool, divisor):
     src = model.tiles.get(red.src.id)
     if src is None:
@@ -180,6 +212,11 @@ def _mean(model: Model, op, red: O.Reduce, site, carried: bool, divisor):
         [z3.And(i >= 0, i < n) for d, (i, n) in enumerate(zip(idx, shape)) if d != axis]
     if not carried:
         prem += [base <= 0, base + block >= ext]
+    else:
+        size = _whole_walk(model, site, base, block)
+        if size is None:
+            return None     # the loop does not walk the summed field: the count is unknown
+        prem += [size >= ext]
     claims = [(f"the divisor == the {fname} elements the sum combined", divisor == ext)]
     prem += model.axiom_instances([c for _, c in claims] + prem)
     how = (f"the loop at {site.site.scopes[-1].op.loc} reduces every {fname} of the row "

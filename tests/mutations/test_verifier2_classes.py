@@ -57,6 +57,7 @@ CLEAN = [
     (V.make_gemm_fixed_n_load, None),
     (V.make_row_lse_no_update, None),
     (V.make_layernorm_rows, None),
+    (V.make_avg_pool_2x2, None),            # a sum carried over kh, a window of W: no row mean
 ]
 
 
@@ -139,3 +140,13 @@ def test_mean_is_proven_on_the_correct_variants():
         report = verify.run(factory().trace(), include_proven=True)
         assert any(f.code == "reduce.mean" and f.status == "proven"
                    for f in report.findings), factory.__name__
+
+
+def test_window_sum_over_another_loop_claims_no_row_mean():
+    """The 2 x 2 average pool's loop walks rows (kh) while each step sums 2 columns of W at
+    `wo * 2`: the sum combines the window's 4 elements, not W's extent, so reduce.mean poses
+    nothing there (before the mend it was an error: "the sum combined W elements"). The
+    looped row mean, whose loop walks its summed field, is still claimed (above)."""
+    report = verify.run(V.make_avg_pool_2x2().trace(), include_proven=True)
+    assert not [f for f in report.findings if f.code == "reduce.mean"], \
+        "\n".join(str(f) for f in report.findings if f.code == "reduce.mean")

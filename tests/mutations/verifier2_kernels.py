@@ -240,3 +240,22 @@ def make_layernorm_rows(bug: str | None = None, BN: int = 1024):
         ag.store(Y, (row, 0), d * ag.rsqrt(var + 1e-5))
 
     return layernorm_rows
+
+
+def make_avg_pool_2x2(bug: str | None = None):
+    """A 2 x 2 average pool, Y[H/2, W/2] from X[H, W], one output element a CTA: the loop walks
+    the window's rows (kh) while each step sums a 2-wide window of W. The sum is carried over
+    a loop that does not walk the summed field (W) over [0, W), so its count is the window's
+    4, not W's extent (the review of 2026-12-04 found it reported as reduce.mean)."""
+
+    @ag.kernel(threads=128, name="avg_pool_2x2")
+    def avg_pool_2x2(X: ag.Tensor["H", "W", ag.f32], Y: ag.Tensor["HO", "WO", ag.f32]):
+        ro, wo = ag.grid(Y.shape[0], Y.shape[1])
+        ag.tag_assume(lambda: ag.sym(X.shape[0]) == 2 * ag.sym(Y.shape[0]))
+        ag.tag_assume(lambda: ag.sym(X.shape[1]) == 2 * ag.sym(Y.shape[1]))
+        acc = ag.full((1, 1), 0.0)
+        for kh in ag.range(2):
+            acc = acc + ag.load(X, (ro * 2 + kh, wo * 2), (1, 2)).sum(axis=1)
+        ag.store(Y, (ro, wo), acc / 4)
+
+    return avg_pool_2x2
