@@ -154,8 +154,10 @@ _RULES = [
          "rows/columns as the tile it is combined with", (16, 17, 19), "LIA",
          "load or reduce the vector at the tile's offsets"),
     Rule("ew.agree", "two tiles combined element by element (`X[b] + Y[b]`) describe the same "
-         "element: the coordinate fields and user tags both carry agree at every element "
-         "(the batch, row and column of each operand)", (17, 19, 20), "LIA",
+         "element: the coordinate fields both carry as points agree at every element, for "
+         "the fields of the tensors the result is stored into (the batch, row and column of "
+         "each operand; user tags and a field no destination has, split-K's slice, are not "
+         "compared)", (17, 19, 20), "LIA",
          "load both operands at the same offsets (the batch index, not a constant; the "
          "column tile j, not j + 1)"),
     Rule("reduce.layout", "a row reduction over a thread-distributed tile sees every element "

@@ -150,3 +150,14 @@ def test_window_sum_over_another_loop_claims_no_row_mean():
     report = verify.run(V.make_avg_pool_2x2().trace(), include_proven=True)
     assert not [f for f in report.findings if f.code == "reduce.mean"], \
         "\n".join(str(f) for f in report.findings if f.code == "reduce.mean")
+
+
+def test_ew_agree_text_says_what_it_compares():
+    """ew.agree compares the coordinate fields of the tensors the result is stored into
+    (check_tiles._stored_fields keeps coordinate fields only); its catalogue text said user
+    tags were compared too (review of 2026-12-04). The text must name what is compared and
+    say that user tags are not."""
+    from argus.verify.rules import RULES
+    title = RULES["ew.agree"].title
+    assert "stored into" in title and "user tags" in title and "not compared" in title, title
+    assert "user tags both carry" not in title, title
