@@ -371,10 +371,13 @@ def _singleton(f, premises) -> object | None:
     term names k only in a case split that the context decides (bf16 attention's score: the
     key row of sK read through the two 64-column boxes of a 128-wide head, the box chosen by
     k, the row the same in both), so the block's key coordinate is tracked as the point it
-    is and the row statistic's coverage is posed. Proven, not assumed: two members of the
-    set (the bound variables renamed twice, each under the set's conditions, which are the
-    instruction's k ranges and so never empty) are equal under `premises`; else None (the
-    field stays a set and the claims that need a point are not posed, as before)."""
+    is and the row statistic's coverage is posed. Proven, not assumed: the set is non-empty
+    under `premises` (some member meets the set's conditions, `_nonempty`: an empty set would
+    make "every two members are equal" hold vacuously, and its conditions, kept on the point,
+    would make every claim posed on it vacuous), and two members of the set (the bound
+    variables renamed twice, each under the set's conditions) are equal under `premises`;
+    else None (the field stays a set and the claims that need a point are not posed, as
+    before)."""
     if not f.bound or len(f.bound) > 2:
         return None
     one = [(b, fresh_int("pt")) for b in f.bound]
@@ -382,12 +385,57 @@ def _singleton(f, premises) -> object | None:
     t1, t2 = z3.substitute(f.term, *one), z3.substitute(f.term, *two)
     c1 = [z3.substitute(c, *one) for c in f.cond]
     c2 = [z3.substitute(c, *two) for c in f.cond]
+    if not _nonempty([b for _, b in one], c1, premises):
+        return None
     # (solver.prove answers an alpha-equivalent query from its cache)
     out = solver.prove(list(premises) + c1 + c2, [("one value", t1 == t2)],
                        rlimit=solver.rlimit_of(200))
     if out.status != "proven":
         return None
     return replace(f, term=t1, bound=(), cond=tuple(c1))
+
+
+def _nonempty(points, conds, premises) -> bool:
+    """Whether `premises` imply that some values of `points` meet `conds` (the set a bound
+    field ranges over has a member). The existential is eliminated first (z3's qe: the
+    instruction's k ranges `0 <= k < 64` become true, a range `k < n` becomes `n >= 1`) and
+    the quantifier-free rest proven under `premises`; where elimination leaves a quantifier
+    (a division by a constant over the bound variable) the existential itself is the claim.
+    Not proven: False (the set is not used as a point)."""
+    if not conds:
+        return True
+    exists = z3.Exists(list(points), z3.And(conds))
+    claim = exists
+    try:
+        goal = z3.Goal()
+        goal.add(exists)
+        got = z3.Then(z3.Tactic("simplify"), z3.Tactic("qe"))(goal)
+        if len(got) == 1:
+            free = got[0].as_expr()
+            if not _quantified(free):
+                claim = free
+    except z3.Z3Exception:
+        pass
+    claim = z3.simplify(claim)
+    if z3.is_true(claim) or z3.is_false(claim):
+        return z3.is_true(claim)
+    out = solver.prove(list(premises), [("the set is non-empty", claim)],
+                       rlimit=solver.rlimit_of(200))
+    return out.status == "proven"
+
+
+def _quantified(e) -> bool:
+    """Whether the formula `e` still has a quantifier in it."""
+    seen, todo = set(), [e]
+    while todo:
+        x = todo.pop()
+        if x.get_id() in seen:
+            continue
+        seen.add(x.get_id())
+        if z3.is_quantifier(x):
+            return True
+        todo.extend(x.children())
+    return False
 
 
 def _moves_along(model: Model, site: ReduceSite, name: str, idx, axis: int) -> bool:

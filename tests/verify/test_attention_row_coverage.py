@@ -73,3 +73,30 @@ def test_kv_loop_one_block_short_is_a_coverage_error(monkeypatch):
     assert any("never" in d.message or "covers" in str(d) for d in hits), hits
     assert any("thread" in d.counterexample or "warpgroup" in d.counterexample
                for d in hits), [d.counterexample for d in hits]
+
+
+def test_singleton_needs_a_member():
+    """_singleton's "every two members are equal" holds vacuously for an empty set, and the
+    point it returns keeps the set's conditions, which would then make every claim posed on
+    it vacuous. The set must be shown non-empty under the premises first (review of
+    2026-12-04): a key row `row` over k with contradictory k conditions is refused, the same
+    set over a real k range is the point `row`, and a range `k < n` is a point only where the
+    premises give n >= 1."""
+    import z3
+
+    from argus.verify.check_reduce import _singleton
+    from argus.verify.tagdomain import TagVal
+    k, row, n = z3.Ints("k row n")
+    empty = TagVal(term=row + 0 * k, bound=(k,), cond=(k > 5, k < 3))
+    assert _singleton(empty, []) is None
+    real = TagVal(term=row + 0 * k, bound=(k,), cond=(k >= 0, k < 64))
+    got = _singleton(real, [])
+    assert got is not None and got.is_point
+    assert z3.simplify(got.term - row).eq(z3.IntVal(0)), got.term
+    ranged = TagVal(term=row + 0 * k, bound=(k,), cond=(k >= 0, k < n))
+    assert _singleton(ranged, []) is None              # n may be 0: no member
+    assert _singleton(ranged, [n >= 1]) is not None
+    split = TagVal(term=row + 0 * k, bound=(k,), cond=(k >= 0, k < 128, k / 64 == n % 2))
+    assert _singleton(split, []) is not None            # a box for either parity of n
+    assert _singleton(TagVal(term=row + 0 * k, bound=(k,),
+                             cond=(k >= 0, k < 64, k / 64 == 1)), []) is None
