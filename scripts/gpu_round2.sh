@@ -11,6 +11,7 @@
 #        owed34 fp8attn moefixed untuned34 stem (stop 34's CPU-built work, GPU-owed)
 #        s35tests pdl fp8default fp8vt untuned35 (2026-12-04's CPU-built work)
 #        s36tests fp8emu hd64var hdvar moepf moerule stemgather untuned36 (stop 36's CPU-built work)
+#        s37tests fp8pt37 fp8prom gemmwave vt37 moerule stemgather (stop 37's CPU-built work)
 #        fp8pt (fp8 per-tensor against torch._scaled_mm), sweep36 (prefill: every head dim at 1k, 4k, 16k against cuDNN and flash)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k prefill64_4k fp8prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
@@ -121,10 +122,22 @@ for s in "${steps[@]}"; do
             --models qwen3-30b-a3b mixtral --out "$OUT/moerule" ;;
     moerule) run_step moerule 150 env ARGUS_VERIFY=0 python3 -u scripts/gpu_moe_bench.py --decode --rule-variants \
             --models qwen3-30b-a3b mixtral --out "$OUT/moerule" ;;
-    stemgather) run_step stemgather 120 env ARGUS_VERIFY=0 python3 -u scripts/gpu_conv_bench.py --stem --gather both ;;
+    stemgather) run_step stemgather 120 env ARGUS_VERIFY=0 python3 -u scripts/gpu_conv_bench.py --stem --gather warp,pixels,staged ;;
     untuned36) run_step untuned36 150 python3 -u scripts/gpu_gemm_untuned.py --layouts NT,NN --shapes \
         4096x10240x8192,8192x4608x3584,2048x5120x27648,1024x8192x29568,2048x28672x4096,4096x3584x3584,8192x4096x14336,2048x7168x2048,3000x5000x2000,4096x4096x1000 \
         --record "$OUT/untuned36.json" ;;
+    # 2026-12-04 (stop 37) CPU-built work, GPU-owed: the new defaults' GPU tests (the FP8 V^T
+    # kernel, the MoE decode prefetch, the staged im2col gather, tune_matmul's build-first
+    # order), the robust fp8 per-tensor bench (run it in two calls: are the geomeans stable?),
+    # its promoted set (error <= torch's?), the 2048x7168x2048 tuned pick with tail splits
+    s37tests) run_step s37tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_attention_vt_gpu.py tests/moe/test_moe_prefetch_gpu.py tests/gpu/test_moe_gpu.py \
+        tests/gpu/test_conv_im2col_staged_gpu.py tests/gpu/test_conv_im2col_gpu.py \
+        tests/gpu/test_ops_matmul_gpu.py tests/gpu/test_ops_scaled_matmul_gpu.py tests/gpu/test_attention_fp8_gpu.py ;;
+    fp8pt37) run_step fp8pt37 420 python3 -u scripts/gpu_fp8_bench.py --repeats 5 --out "$OUT/fp8pt37" ;;
+    fp8prom) run_step fp8prom 420 python3 -u scripts/gpu_fp8_bench.py --promote --repeats 5 --out "$OUT/fp8prom" ;;
+    gemmwave) run_step gemmwave 200 python3 -u scripts/gpu_gemm_bench.py --shapes 2048x7168x2048 --out "$OUT/gemmwave" ;;
+    vt37) run_step vt37 120 python3 -u scripts/gpu_fp8_vt_bench.py --skip-words --keys 16,32 --time-mismatched --op ;;
     fp8vt) run_step fp8vt 90 python3 -u scripts/gpu_fp8_vt_bench.py --lengths 2048,8192,16384 ;;
     # owed by the 2026-12-03 10:15 session (no device time then): each ran only on the CPU
     owedtests) run_step owedtests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
