@@ -17,23 +17,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
+
+from argus.runtime.sass import have_disassembler, sass_text
 
 
-def overlap_report(head_dim: int, causal: bool, schedule, nvdisasm: str) -> list[str]:
+def overlap_report(head_dim: int, causal: bool, schedule) -> list[str]:
     from argus.kernels.attention import attention_kernel
 
     compiled = attention_kernel(head_dim, causal=causal).compile(s=schedule)
     serialized = "C7512" in compiled.binary.log or "serialized" in compiled.binary.log
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(compiled.binary.cubin)
-        sass = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True,
-                              check=True).stdout.splitlines()
+    sass = sass_text(compiled.binary.cubin).splitlines()
     out = []
     for i, line in enumerate(sass):
         if "HGMMA" not in line or ".tnspB" not in line or "gsb0" not in line:
@@ -55,9 +49,9 @@ def main() -> int:
     parser.add_argument("--block-n", type=int, default=0, help="override block_n")
     parser.add_argument("--default", action="store_true", help="the default schedule too")
     args = parser.parse_args()
-    nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
-    if not nvdisasm:
-        print("nvdisasm not found (NVDISASM= or PATH)", file=sys.stderr)
+    if not have_disassembler():
+        print("nvdisasm not found (NVDISASM= or PATH; the pip wheel nvidia-cuda-nvdisasm has "
+              "one)", file=sys.stderr)
         return 2
     os.environ["ARGUS_VERIFY"] = "0"
     from argus.kernels.attention import default_schedule, fa3_overlap_schedule
@@ -70,7 +64,7 @@ def main() -> int:
             for s in schedules:
                 if args.block_n:
                     s = dataclasses.replace(s, block_n=args.block_n)
-                print("\n".join(overlap_report(d, causal, s, nvdisasm)), flush=True)
+                print("\n".join(overlap_report(d, causal, s)), flush=True)
     return 0
 
 

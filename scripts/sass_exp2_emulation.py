@@ -20,13 +20,10 @@ import argparse
 import dataclasses
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from collections import Counter
 
-from argus.runtime.sass import k_loop
+from argus.runtime.sass import have_disassembler, k_loop, sass_text
 
 _OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)"
                      r"((?:\.[A-Za-z0-9_]+)*)")
@@ -69,7 +66,7 @@ def loop_counts(sass: str, gemm: str) -> Counter[str]:
     return out
 
 
-def report(case: str, causal: bool, count: int, nvdisasm: str) -> str:
+def report(case: str, causal: bool, count: int) -> str:
     import argus as ag
     from argus.kernels.attention import attention_kernel
 
@@ -82,12 +79,7 @@ def report(case: str, causal: bool, count: int, nvdisasm: str) -> str:
     log = compiled.binary.log
     regs = re.search(r"Used (\d+) registers", log)
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(compiled.binary.cubin)
-        sass = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True,
-                              check=True).stdout
+    sass = sass_text(compiled.binary.cubin)
     counts = loop_counts(sass, "QGMMA" if fp8 else "HGMMA")
     cells = "  ".join(f"{k}={counts.get(k, 0)}" for k in _SHOWN)
     spill = ",".join(f"{a}/{b}" for a, b in spills) or "?"
@@ -101,16 +93,16 @@ def main() -> int:
     parser.add_argument("--cases", default="fp8_128,bf16_64")
     parser.add_argument("--mask", choices=("both", "full", "causal"), default="both")
     args = parser.parse_args()
-    nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
-    if not nvdisasm:
-        print("nvdisasm not found (NVDISASM= or PATH)", file=sys.stderr)
+    if not have_disassembler():
+        print("nvdisasm not found (NVDISASM= or PATH; the pip wheel nvidia-cuda-nvdisasm has "
+              "one)", file=sys.stderr)
         return 2
     os.environ["ARGUS_VERIFY"] = "0"
     masks = {"both": (False, True), "full": (False,), "causal": (True,)}[args.mask]
     for case in args.cases.split(","):
         for causal in masks:
             for count in (int(c) for c in args.counts.split(",")):
-                print(report(case, causal, count, nvdisasm), flush=True)
+                print(report(case, causal, count), flush=True)
     return 0
 
 

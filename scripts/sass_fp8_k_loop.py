@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -78,8 +77,7 @@ def render(schedule, generic: bool = False):
     from argus import codegen
     from argus.analysis import alignment
     from argus.compiler import lower_only
-    from argus.kernels.gemm_fp8 import (gemm_fp8_blockscaled_kernel,
-                                        gemm_fp8_blockscaled_smem_kernel)
+    from argus.kernels.gemm_fp8 import gemm_fp8_blockscaled_kernel, gemm_fp8_blockscaled_smem_kernel
 
     kf = gemm_fp8_blockscaled_smem_kernel if schedule.smem_scales else \
         gemm_fp8_blockscaled_kernel
@@ -139,9 +137,6 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", metavar="SUBSTRING",
                         help="only the schedules whose name contains one of these")
     args = parser.parse_args()
-    if os.environ.get("NVDISASM"):
-        os.environ["PATH"] = str(Path(os.environ["NVDISASM"]).parent) + os.pathsep + \
-            os.environ["PATH"]
     schedules = default_schedules() + (variant_schedules() if args.variants else [])
     if args.only:
         schedules = [(n, s) for n, s in schedules if any(o in n for o in args.only)]

@@ -20,28 +20,20 @@ import argparse
 import dataclasses
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 
-from argus.runtime.sass import k_loop
+from argus.runtime.sass import have_disassembler, k_loop, sass_text
 
 OPS = ("SHFL.IDX", "SHFL.BFLY", "PRMT", "F2FP", "QGMMA")   # QGMMA: the fp8 wgmma
 
 
-def sass_of(head_dim: int, causal: bool, permuted: bool, nvdisasm: str):
+def sass_of(head_dim: int, causal: bool, permuted: bool):
     import argus as ag
     from argus.kernels.attention import attention_kernel, fp8_schedule
 
     s = dataclasses.replace(fp8_schedule(head_dim, causal), permuted_vt=permuted)
     compiled = attention_kernel(head_dim, ag.e4m3, causal, False, permuted).compile(s=s)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(compiled.binary.cubin)
-        sass = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True,
-                              check=True).stdout.splitlines()
+    sass = sass_text(compiled.binary.cubin).splitlines()
     return sass, compiled.resources
 
 
@@ -63,15 +55,15 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dims", default="64,128,256")
     args = parser.parse_args()
-    nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
-    if not nvdisasm:
-        print("nvdisasm not found (NVDISASM= or PATH)", file=sys.stderr)
+    if not have_disassembler():
+        print("nvdisasm not found (NVDISASM= or PATH; the pip wheel nvidia-cuda-nvdisasm has "
+              "one)", file=sys.stderr)
         return 2
     os.environ["ARGUS_VERIFY"] = "0"
     for d in (int(x) for x in args.dims.split(",")):
         for causal in (False, True):
             for permuted in (False, True):
-                sass, res = sass_of(d, causal, permuted, nvdisasm)
+                sass, res = sass_of(d, causal, permuted)
                 whole, loop = counts(sass), counts(loop_body(sass))
                 name = "permuted V^T (AccOrderA8)" if permuted else "quad gather (AccToA8)"
                 print(f"d{d} {'causal' if causal else 'full'} {name}: registers "

@@ -25,26 +25,56 @@ _INSTRUCTION = re.compile(
     re.MULTILINE)
 
 
-def disassemble(cubin: bytes) -> str | None:
-    """SASS text of `cubin`, or None when no disassembler is installed or it fails."""
+_DISASSEMBLERS = {"cuobjdump": ["-sass"], "nvdisasm": ["-c"]}
+
+
+def _disassemble(cubin: bytes, prefer: tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """(SASS text or None, why each tool tried gave none), the tools in `prefer`'s order."""
     if not cubin:
-        return None
-    tools = [(find_tool("cuobjdump"), ["-sass"]), (find_tool("nvdisasm"), ["-c"])]
+        return None, ["the binary holds no cubin"]
+    why = []
     with tempfile.TemporaryDirectory(prefix="argus-sass-") as tmp:
         path = os.path.join(tmp, "kernel.cubin")
         with open(path, "wb") as handle:
             handle.write(cubin)
-        for tool, flags in tools:
+        for name in prefer:
+            tool = find_tool(name)
             if tool is None:
+                why.append(f"{name}: not found")
                 continue
             try:
-                proc = subprocess.run([tool, *flags, path], check=False, capture_output=True,
-                                      text=True, timeout=120)
-            except (OSError, subprocess.TimeoutExpired):
+                proc = subprocess.run([tool, *_DISASSEMBLERS[name], path], check=False,
+                                      capture_output=True, text=True, timeout=120)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                why.append(f"{tool}: {e}")
                 continue
             if proc.returncode == 0 and proc.stdout.strip():
-                return proc.stdout
-    return None
+                return proc.stdout, why
+            why.append(f"{tool}: exit {proc.returncode} {proc.stderr.strip()[:200]}")
+    return None, why
+
+
+def disassemble(cubin: bytes) -> str | None:
+    """SASS text of `cubin`, or None when no disassembler is installed or it fails (callers
+    that skip a check without one; `sass_text` raises instead)."""
+    return _disassemble(cubin, ("cuobjdump", "nvdisasm"))[0]
+
+
+def sass_text(cubin: bytes, prefer: tuple[str, ...] = ("nvdisasm", "cuobjdump")) -> str:
+    """SASS text of `cubin` for tools that cannot go on without it (the scripts/sass_*.py
+    reports): RuntimeError naming each disassembler tried and why it gave nothing. nvdisasm
+    first by default: its listing names branch targets by label, which those reports read."""
+    text, why = _disassemble(cubin, prefer)
+    if text is None:
+        raise RuntimeError("no SASS: " + "; ".join(why) + " (fix: put nvdisasm on PATH or "
+                           "set NVDISASM=/path/to/nvdisasm; the pip wheel "
+                           "nvidia-cuda-nvdisasm has one)")
+    return text
+
+
+def have_disassembler() -> bool:
+    """Whether nvdisasm or cuobjdump is found (find_tool: NVDISASM= / CUOBJDUMP=, PATH, CUDA)."""
+    return any(find_tool(name) for name in _DISASSEMBLERS)
 
 
 def instruction_histogram(sass: str) -> Counter[str]:

@@ -54,8 +54,13 @@ def cuda_roots() -> list[Path]:
 def find_tool(name: str) -> str | None:
     """Absolute path of a toolkit executable (nvcc, cuobjdump, nvdisasm, ptxas) or None.
 
-    Looks on PATH first, then in <root>/bin for each of `cuda_roots()`.
+    An environment variable of the tool's name in capitals (NVDISASM=/path/to/nvdisasm, as
+    the SASS scripts document) wins when it names an executable file; then PATH, then
+    <root>/bin for each of `cuda_roots()`.
     """
+    override = os.environ.get(name.upper())
+    if override and os.path.isfile(override) and os.access(override, os.X_OK):
+        return override
     found = shutil.which(name)
     if found:
         return found

@@ -78,3 +78,36 @@ def test_k_loop_is_the_innermost_loop_holding_the_opcode():
         assert "HGMMA" in str(e)
     else:
         raise AssertionError("k_loop found a loop around an absent opcode")
+
+
+def test_sass_text_names_each_tool_and_why(monkeypatch, tmp_path):
+    """sass_text raises where disassemble returns None, naming every disassembler tried: the
+    SASS scripts' one way to find and run nvdisasm (they each looked it up themselves)."""
+    import pytest
+
+    monkeypatch.setattr(sass_mod, "find_tool", lambda name: None)
+    with pytest.raises(RuntimeError, match="nvdisasm: not found; cuobjdump: not found") as e:
+        sass_mod.sass_text(b"\x7fELF...")
+    assert "NVDISASM=" in str(e.value)
+    assert not sass_mod.have_disassembler()
+    # a tool that fails: its exit status and stderr are in the message
+    fake = tmp_path / "nvdisasm"
+    fake.write_text("#!/bin/sh\necho 'bad cubin' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sass_mod, "find_tool", lambda name: str(fake) if name == "nvdisasm"
+                        else None)
+    with pytest.raises(RuntimeError, match="exit 3 bad cubin"):
+        sass_mod.sass_text(b"\x7fELF...", prefer=("nvdisasm",))
+    assert disassemble(b"\x7fELF...") is None and sass_mod.have_disassembler()
+
+
+def test_find_tool_takes_the_environment_override(monkeypatch, tmp_path):
+    from argus.runtime.toolkit import find_tool
+
+    fake = tmp_path / "my-nvdisasm"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("NVDISASM", str(fake))
+    assert find_tool("nvdisasm") == str(fake)
+    monkeypatch.setenv("NVDISASM", str(tmp_path / "missing"))   # not a file: the usual search
+    assert find_tool("nvdisasm") != str(tmp_path / "missing")
