@@ -172,14 +172,18 @@ def _tx_bytes(model: Model) -> list[Finding]:
             subject = f"produce step at {op.loc}"
             if op.tx_bytes != delivered:
                 more = op.tx_bytes > delivered
+                # the full barrier expects one arrival (PipelineCreate.FULL_ARRIVALS): one
+                # elected thread of the producer issues arrive.expect_tx for its warpgroup
+                who, said = W.issuer(step.site.role, "the elected thread")
                 out.append(Finding(
                     "tma.tx-bytes", op.loc, subject, "violated",
-                    f"arrive.expect_tx({op.tx_bytes}) but the step's TMA copies deliver "
+                    f"arrive.expect_tx({op.tx_bytes}), issued by {said}, but the step's TMA "
+                    f"copies deliver "
                     f"{delivered} B ({' + '.join(parts)}): "
                     + ("the phase never completes (hang)" if more else
                        "the phase completes before all bytes landed: consumers read a partly "
                        "written stage"),
-                    {"expect_tx": op.tx_bytes, "delivered": delivered,
+                    {**who, "expect_tx": op.tx_bytes, "delivered": delivered,
                      "difference": op.tx_bytes - delivered,
                      **({"own_bytes": own, "multicast_box_bytes": multicast,
                          "cluster_size": cs} if multicast else {})},

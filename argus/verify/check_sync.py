@@ -55,6 +55,7 @@ from argus.ir import ops as O
 from argus.ir.core import Region
 from argus.ir.tag_ops import is_tag_op
 from argus.verify import check_ordered
+from argus.verify import witness as W
 from argus.verify.model import Model
 from argus.verify.obligation import Finding
 
@@ -132,6 +133,7 @@ def _body_point(op, at: tuple) -> tuple:
 
 class _Checker:
     def __init__(self, kernel):
+        self.role: O.RoleOp | None = None    # the role being walked (None: the CTA's code)
         self.root: dict[int, int] = {}
         self.stage_of: dict[int, int] = {}   # view id -> the stage value it slices with
         for op in kernel.walk():
@@ -455,11 +457,14 @@ class _Checker:
                 continue
             missing = "fence.proxy.async" if b in st.written else "barrier after the fence"
             w = st.writer.get(b)
+            # the writes and the read are the walked role's (the state is per role): its
+            # writing threads are the ones that must fence
+            who, said = W.issuer(self.role, "every thread")
             self.report("proxy.fence", op, f"{kind} of {v} at {op.loc}", False,
                         f"{v} is written through the generic proxy by stmatrix at {w} and read "
                         f"by the async proxy ({kind}) at {op.loc} with no {missing} in between "
-                        f"on some path: the tensor core/TMA may read stale bytes",
-                        {"writer": str(w), "reader": str(op.loc), "missing": missing},
+                        f"on some path, in {said}: the tensor core/TMA may read stale bytes",
+                        {**who, "writer": str(w), "reader": str(op.loc), "missing": missing},
                         fix="lower.sync places fence.proxy_async + barrier before the reader")
 
     def register_access(self, op, st: _State) -> None:
@@ -630,6 +635,7 @@ def obligations(model: Model) -> tuple[list, list[Finding]]:
     c.group = 128  # a role's group is its warpgroup
     for i, role in enumerate(kernel.body.ops):
         if isinstance(role, O.RoleOp):
+            c.role = role
             end = c.region(role.body, _body_point(role, (i,)), _State())
             c.at = (i,)
             c.role_ends(role, end)

@@ -77,3 +77,19 @@ def fmt_elem(tensor: str, coords) -> str:
 
 def loc_str(loc) -> str:
     return str(loc)
+
+
+def issuer(role, threads: str) -> tuple[dict[str, Any], str]:
+    """Who runs an op the rule judges without a solver model (tma.tx-bytes' expect_tx, a
+    proxy.fence's writer and reader): the role, its warpgroup(s) and a thread, as the
+    witness keys names.who fills for other findings, and the same as words for the message.
+    `role` is the op's O.RoleOp (None outside warp specialization: the CTA's threads);
+    `threads` says which of the group's threads run it ("the elected thread", "every
+    thread")."""
+    if role is None:
+        wit = {"thread": 0, "threads": f"{threads} of the CTA (thread 0 shown)"}
+        return wit, f"{threads} of the CTA (thread 0)"
+    wg = 0 if role.warpgroups == 1 else f"each of 0..{role.warpgroups - 1}"
+    wit = {"role": role.name, "warpgroup": wg, "thread": 0,
+           "threads": f"{threads} of the warpgroup (thread 0 shown)"}
+    return wit, f"role {role.name!r}, warpgroup {wg}, {threads} (thread 0)"

@@ -62,6 +62,30 @@ def test_fence_finding_names_role_and_thread():
     assert wit["role"] == "consumer" and "thread" in wit, wit
 
 
+def test_expect_tx_and_fence_messages_name_who_without_the_line_fallback(monkeypatch):
+    """The rules name the issuing role, warpgroup and thread themselves, in the message and
+    the witness (review of 2026-12-04: they came only from names.who's line lookup, which
+    finds nothing when the finding's line holds no op of a role, and the message named no
+    one). names.who is switched off here so only the rules' own words count."""
+    from argus.verify import names
+    monkeypatch.setattr(names.Names, "who", lambda self, loc: {})
+    cases = [("lowered/tx_bytes_off_by_one_box", "tma.tx-bytes",
+              "issued by role 'producer', warpgroup 0, the elected thread (thread 0)",
+              {"role": "producer", "warpgroup": 0, "thread": 0}),
+             ("lowered/cluster_tx_bytes_once", "tma.tx-bytes",
+              "issued by role 'producer', warpgroup 0, the elected thread (thread 0)",
+              {"role": "producer", "warpgroup": 0, "thread": 0}),
+             ("lowered/tma_store_unfenced", "proxy.fence",
+              "in role 'consumer', warpgroup each of 0..1, every thread (thread 0)",
+              {"role": "consumer", "warpgroup": "each of 0..1", "thread": 0})]
+    for name, code, words, keys in cases:
+        errs = [d for d in _errors(name) if d.code == code]
+        assert errs, name
+        assert words in errs[0].message, (name, errs[0].message)
+        wit = errs[0].counterexample
+        assert all(wit.get(k) == v for k, v in keys.items()), (name, wit)
+
+
 def test_lowering_rejection_is_a_diagnostic_with_exit_1(tmp_path):
     src = tmp_path / "rejected.py"
     src.write_text(
