@@ -32,13 +32,13 @@ Left: docs/verify.md, "Held-out style probe (2026-12-03)"."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from argus import verify
 from tests.mutations import heldout_kernels as H
+from tests.mutations import seeded as S
 
 FILE = Path(H.__file__)
 
@@ -102,31 +102,18 @@ CLEAN = [
 
 
 def _lines(bug: str) -> list[int]:
-    text = FILE.read_text().splitlines()
-    return [i + 1 for i, line in enumerate(text) if re.search(rf"BUG:{bug}\b", line)]
+    return S.bug_lines(FILE, bug)
 
 
 @pytest.mark.parametrize("factory,bug,codes", BUGS, ids=[b for _, b, _ in BUGS])
 def test_heldout_style_bug_is_caught_at_its_line(factory, bug, codes):
-    errors = [d for d in verify.check(factory(bug).trace()) if d.severity == "error"]
-    hits = [d for d in errors if d.code in codes]
-    assert hits, (bug, [(d.code, d.message[:120]) for d in errors])
-    lines = _lines(bug)
-    assert lines, bug
-    placed = [d for d in hits
-              if any(f"{FILE.name}:{n}" in str(d) + str(d.loc) for n in lines)
-              and ("thread" in d.counterexample or "warpgroup" in d.counterexample)]
-    assert placed, (f"{bug}: no {codes} error names a thread and line(s) {lines}:\n"
-                    + "\n".join(str(d) for d in hits))
+    S.assert_caught(factory(bug).trace(), codes, FILE, bug)
 
 
 @pytest.mark.parametrize("factory,bug", CLEAN,
                          ids=[f"{f.__name__}/{b or 'base'}" for f, b in CLEAN])
 def test_heldout_style_variant_is_clean(factory, bug):
-    """No error, no warning, and no invariant left unchecked by an internal error."""
-    found = [d for d in verify.check(factory(bug).trace())
-             if d.severity in ("error", "warning") or "internal error" in d.message]
-    assert not found, "\n".join(str(d) for d in found)
+    S.assert_clean(factory(bug).trace())
 
 
 def test_unrolled_fixed_k_tile_repeat_names_the_integer_dim():

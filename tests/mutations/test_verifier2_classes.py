@@ -28,6 +28,7 @@ import pytest
 
 from argus import verify
 from tests.mutations import kernels as K
+from tests.mutations import seeded as S
 from tests.mutations import verifier2_kernels as V
 
 FILE = Path(V.__file__)
@@ -62,30 +63,18 @@ CLEAN = [
 
 
 def _lines(bug: str) -> list[int]:
-    text = FILE.read_text().splitlines()
-    return [i + 1 for i, line in enumerate(text) if re.search(rf"BUG:{bug}\b", line)]
+    return S.bug_lines(FILE, bug)
 
 
 @pytest.mark.parametrize("factory,bug,codes", BUGS, ids=[b for _, b, _ in BUGS])
 def test_bug_is_caught_at_its_line(factory, bug, codes):
-    errors = [d for d in verify.check(factory(bug).trace()) if d.severity == "error"]
-    hits = [d for d in errors if d.code in codes]
-    assert hits, (bug, [(d.code, d.message[:120]) for d in errors])
-    lines = _lines(bug)
-    assert lines, bug
-    placed = [d for d in hits
-              if any(f"{FILE.name}:{n}" in str(d) + str(d.loc) for n in lines)
-              and ("thread" in d.counterexample or "warpgroup" in d.counterexample)]
-    assert placed, (f"{bug}: no {codes} error names a thread and line(s) {lines}:\n"
-                    + "\n".join(str(d) for d in hits))
+    S.assert_caught(factory(bug).trace(), codes, FILE, bug)
 
 
 @pytest.mark.parametrize("factory,bug", CLEAN,
                          ids=[f"{f.__name__}/{b or 'base'}" for f, b in CLEAN])
 def test_variant_is_clean(factory, bug):
-    found = [d for d in verify.check(factory(bug).trace())
-             if d.severity in ("error", "warning") or "internal error" in d.message]
-    assert not found, "\n".join(str(d) for d in found)
+    S.assert_clean(factory(bug).trace())
 
 
 def test_ew_agree_names_the_operands_and_the_field():
@@ -161,3 +150,16 @@ def test_ew_agree_text_says_what_it_compares():
     title = RULES["ew.agree"].title
     assert "stored into" in title and "user tags" in title and "not compared" in title, title
     assert "user tags both carry" not in title, title
+
+
+def test_shared_harness_can_fail():
+    """seeded.assert_caught refuses an error at another bug's line, and a code not reported;
+    assert_clean refuses a seeded bug (the harness both files use must be able to fail)."""
+    bug = V.make_rms_rows("ms_over_block").trace()
+    S.assert_caught(bug, ("reduce.mean",), FILE, "ms_over_block")
+    with pytest.raises(AssertionError):
+        S.assert_caught(bug, ("reduce.mean",), FILE, "ln_mean_over_block")
+    with pytest.raises(AssertionError):
+        S.assert_caught(bug, ("store.coords",), FILE, "ms_over_block")
+    with pytest.raises(AssertionError):
+        S.assert_clean(bug)

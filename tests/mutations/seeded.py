@@ -1,0 +1,42 @@
+"""The shared harness of the seeded-bug files whose bugs are marked `# BUG:<name>` in a kernel
+module (test_heldout_style.py over heldout_kernels.py, test_verifier2_classes.py over
+verifier2_kernels.py): a bug is caught when verify.check reports an error of one of the
+expected codes that names a thread or warpgroup and one of the bug's marked lines (the line a
+fix edits); a correct variant is clean when it has no error, no warning and no internal
+error."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from argus import verify
+
+
+def bug_lines(file: Path, bug: str) -> list[int]:
+    """The 1-based lines of `file` marked `# BUG:<bug>`."""
+    text = file.read_text().splitlines()
+    return [i + 1 for i, line in enumerate(text) if re.search(rf"BUG:{bug}\b", line)]
+
+
+def assert_caught(kernel, codes, file: Path, bug: str) -> list:
+    """`kernel` (traced) has an error of one of `codes` that names a thread or warpgroup and
+    one of the lines of `file` marked for `bug`; returns those errors."""
+    errors = [d for d in verify.check(kernel) if d.severity == "error"]
+    hits = [d for d in errors if d.code in codes]
+    assert hits, (bug, [(d.code, d.message[:120]) for d in errors])
+    lines = bug_lines(file, bug)
+    assert lines, f"no line of {file.name} is marked BUG:{bug}"
+    placed = [d for d in hits
+              if any(f"{file.name}:{n}" in str(d) + str(d.loc) for n in lines)
+              and ("thread" in d.counterexample or "warpgroup" in d.counterexample)]
+    assert placed, (f"{bug}: no {codes} error names a thread and line(s) {lines}:\n"
+                    + "\n".join(str(d) for d in hits))
+    return placed
+
+
+def assert_clean(kernel) -> None:
+    """No error, no warning, and no invariant left unchecked by an internal error."""
+    found = [d for d in verify.check(kernel)
+             if d.severity in ("error", "warning") or "internal error" in d.message]
+    assert not found, "\n".join(str(d) for d in found)
