@@ -112,8 +112,10 @@ def _pipe(model: Model, pipe: PipeInfo):
                                  f"role {role.name!r} has {role.warpgroups} warpgroups, and "
                                  f"each would run this produce step: {role.warpgroups} "
                                  f"arrive.expect_tx and {role.warpgroups}x the TMA bytes per "
-                                 f"phase on a barrier that expects one",
-                                 {"role": role.name, "warpgroups": role.warpgroups}))
+                                 f"phase on a barrier that expects one (each warpgroup's "
+                                 f"elected thread 0 arrives)",
+                                 {**W.issuer(role, "the elected thread")[0],
+                                  "warpgroups": role.warpgroups}))
         elif model.kernel.attr("elected", False):
             finds += _elected_producer(model, step, subject)
     # by the role's warpgroup index, its IR name (a value; each role op defines its own)
@@ -151,9 +153,11 @@ def _pipe(model: Model, pipe: PipeInfo):
                f"by this CTA alone, so its consumers release this CTA's slot only "
                f"(peers = 1); releasing {peers} CTAs couples their pipelines and makes "
                f"every empty barrier wait for arrivals its own consumers do not make")
-        finds.append(Finding("pipe.arrivals", create.loc, subject, "violated", why,
-                             {"peers": peers, "expected_peers": want_peers, "cluster_size": cs,
-                              "multicast_loads": len(multicast)},
+        who, said = W.issuer(consumers[0].site.role, "the releasing thread")
+        finds.append(Finding("pipe.arrivals", create.loc, subject, "violated",
+                             why + f" (the release: {said})",
+                             {**who, "peers": peers, "expected_peers": want_peers,
+                              "cluster_size": cs, "multicast_loads": len(multicast)},
                              fix=f"PipelineCreate.peers = {want_peers}"))
         peers = want_peers
     if multicast or peers > 1:
@@ -170,15 +174,18 @@ def _pipe(model: Model, pipe: PipeInfo):
         arrivals = step.op.arrivals
         role = step.site.role
         wgs = role.warpgroups if role is not None else 1
+        # the release is one arrival per consumer warpgroup, by one thread of it
+        who, said = W.issuer(role, "the releasing thread")
         if create.consumers != consumer_wgs:
             finds.append(Finding("pipe.arrivals", create.loc, subject, "violated",
                                  f"the empty barriers are initialized for {create.consumers} "
                                  f"arrival(s) per phase but {consumer_wgs} consumer "
-                                 f"warpgroup(s) release each step: "
+                                 f"warpgroup(s) release each step ({said}): "
                                  + ("a slot is released when the first warpgroup is done and "
                                     "refilled under the others" if create.consumers <
                                     consumer_wgs else "the phase never completes: hang"),
-                                 {"init_count": create.consumers, "arrivals": consumer_wgs},
+                                 {**who, "init_count": create.consumers,
+                                  "arrivals": consumer_wgs},
                                  fix=f"ag.pipeline({S}, consumers={consumer_wgs})"))
             break
         if arrivals and arrivals != consumer_wgs * peers:
@@ -189,9 +196,9 @@ def _pipe(model: Model, pipe: PipeInfo):
                                  f"lowered consume step declares arrivals={arrivals} but "
                                  f"{consumer_wgs * peers} arrivals complete each phase of an "
                                  f"empty barrier: {consumer_wgs} consumer warpgroup(s) x "
-                                 f"{peers} CTA(s) ({where})",
-                                 {"arrivals": arrivals, "consumer_warpgroups": consumer_wgs,
-                                  "peers": peers},
+                                 f"{peers} CTA(s) ({where}; the release: {said})",
+                                 {**who, "arrivals": arrivals,
+                                  "consumer_warpgroups": consumer_wgs, "peers": peers},
                                  fix=f"arrivals = {consumer_wgs * peers}"))
     # -- slots -----------------------------------------------------------------------------
     for step in pipe.steps:
@@ -240,7 +247,8 @@ def _elected_producer(model: Model, step: StepInfo, subject: str) -> list[Findin
                     f"after the first arrival with {threads}x the transaction bytes expected, "
                     f"so the slot's phases no longer follow the steps (a hang, or a consumer "
                     f"reading a slot before its bytes land)",
-                    {"role": role.name if role is not None else None, "threads": threads,
+                    {**W.issuer(role, f"{threads} threads")[0],
+                     "role": role.name if role is not None else None, "threads": threads,
                      "full_barrier_count": want},
                     fix="lower/elect.py elects one thread of the producer warpgroup "
                         "(elect(threads=1) around the role's body)")]

@@ -62,7 +62,7 @@ def test_fence_finding_names_role_and_thread():
     assert wit["role"] == "consumer" and "thread" in wit, wit
 
 
-def test_expect_tx_and_fence_messages_name_who_without_the_line_fallback(monkeypatch):
+def test_expect_tx_fence_and_arrival_findings_name_who_without_the_line_lookup(monkeypatch):
     """The rules name the issuing role, warpgroup and thread themselves, in the message and
     the witness (review of 2026-12-04: they came only from names.who's line lookup, which
     finds nothing when the finding's line holds no op of a role, and the message named no
@@ -77,7 +77,22 @@ def test_expect_tx_and_fence_messages_name_who_without_the_line_fallback(monkeyp
               {"role": "producer", "warpgroup": 0, "thread": 0}),
              ("lowered/tma_store_unfenced", "proxy.fence",
               "in role 'consumer', warpgroup each of 0..1, every thread (thread 0)",
-              {"role": "consumer", "warpgroup": "each of 0..1", "thread": 0})]
+              {"role": "consumer", "warpgroup": "each of 0..1", "thread": 0}),
+             # the arrival counts: reported at the pipeline's line, outside every role (the
+             # line lookup named "every thread of the CTA" there), so they say the consumers'
+             ("gemm/pipeline_consumers", "pipe.arrivals",
+              "(role 'consumer', warpgroup each of 0..1, the releasing thread (thread 0))",
+              {"role": "consumer", "warpgroup": "each of 0..1", "thread": 0}),
+             ("lowered/arrivals_wrong", "pipe.arrivals",
+              "the release: role 'consumer', warpgroup each of 0..1, the releasing thread",
+              {"role": "consumer", "warpgroup": "each of 0..1", "thread": 0}),
+             ("lowered/peers_without_multicast", "pipe.arrivals",
+              "the release: role 'consumer', warpgroup each of 0..1, the releasing thread",
+              {"role": "consumer", "warpgroup": "each of 0..1", "thread": 0}),
+             ("gemm/two_producers", "pipe.producers", "each warpgroup's elected thread 0",
+              {"role": "producer", "warpgroup": "each of 0..1", "thread": 0}),
+             ("lowered/elect_two_threads", "pipe.producers", "2 threads run this produce step",
+              {"role": "producer", "warpgroup": 0, "thread": 0})]
     for name, code, words, keys in cases:
         errs = [d for d in _errors(name) if d.code == code]
         assert errs, name
