@@ -33,10 +33,10 @@ import z3
 from argus.ir import ops as O
 from argus.ir.types import TileType
 from argus.verify import witness as W
+from argus.verify.check_reduce import _carried_loops
 from argus.verify.model import Model
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
-from argus.verify.check_reduce import _carried_loops
 from argus.verify.tagdomain import fresh_int, is_coordinate_field, mentions, substitute
 
 _THROUGH = (O.Convert, O.ConvertLayout, O.ExpandDims)
