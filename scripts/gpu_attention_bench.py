@@ -127,7 +127,15 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     the plain loop (the overlap spills there); "occ2+fast" with the softmax diet, as the
     default has it. "own" (own_blocks, causal; not with ping-pong): each consumer warpgroup
     computes only the KV blocks its own rows may see and releases the tile's others unread
-    (128 x 64 at head dim 256: one block a tile)."""
+    (128 x 64 at head dim 256: one block a tile). "occ2" at head dim 128: two CTAs an SM in
+    64 x 64 tiles, one 232-register consumer warpgroup each in FA3's overlap order, O through
+    stmatrix + TMA ("occ2+direct": st.global); 2 x (16 KB Q + 64 KB K, V + 16 KB O) of shared
+    memory (head dim 256 does not fit two CTAs: ptxas compiles the kernel at the 128
+    registers a thread enters with, and O alone takes 128). "earlyq" (with FA3's overlap:
+    "default", "fa3", hd128's "occ2"): Q's stage released right after the tile's last
+    S = Q K^T, so the persistent walk ("+persistent") loads the next tile's Q during this
+    tile's last P V and O store (FA3's QueryEmpty point); e.g. "default+persistent+earlyq",
+    "occ2+fast+persistent+earlyq"."""
     import dataclasses
 
     from argus.kernels.attention import (AttentionSchedule, base_schedule, default_schedule,
@@ -161,11 +169,22 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
         extra["tile_order"] = "lpt"
     if "own" in parts:      # causal: each warpgroup computes only the blocks its rows see
         extra["own_blocks"] = True
+    if "earlyq" in parts:   # Q released after the tile's last S (fa3_overlap schedules)
+        extra["early_q_release"] = True
     if parts[0] == "default":
         if "persistent" in parts:
             extra["persistent"] = True
         return dataclasses.replace(default_schedule(head_dim, causal, seq_len), **diet,
                                    **extra)
+    if parts[0] == "occ2" and head_dim == 128:
+        # two CTAs an SM at head dim 128: one 64-row consumer warpgroup each (ptxas compiles
+        # the kernel at the 128 registers 256 threads enter with: O 64 + S 32 + P 16 fit,
+        # two warpgroups' 80 do not), FA3's overlap order, 64-key blocks (two CTAs' Q, K, V
+        # and O staging in 2 x 97 KB of shared memory)
+        extra.setdefault("epilogue", "tma")
+        return AttentionSchedule(block_m=64, block_n=64, consumers=1, producer_regs=24,
+                                 consumer_regs=232, ctas_per_sm=2, fa3_overlap=True,
+                                 persistent="persistent" in parts, **diet, **extra)
     if parts[0] == "occ2":  # two CTAs an SM: half the registers, the plain loop at 128 x 64
         return AttentionSchedule(block_m=128, block_n=64, consumers=2, producer_regs=24,
                                  consumer_regs=104, ctas_per_sm=2,
@@ -713,7 +732,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "
-                             "overlap, fa3, pingpong, 2wg, 3wg, occ2, lpt, own, bnN, stN, emuN, "
+                             "overlap, fa3, pingpong, 2wg, 3wg, occ2, lpt, own, earlyq, bnN, "
+                             "stN, emuN, "
                              "ex2, fold, fast or '+' "
                              "joins of them (default+fast: the op's choice with the softmax "
                              "diet; each "

@@ -122,8 +122,11 @@ class AttentionSchedule:
     # (entry_registers: 80 a thread at 3 warpgroups, so producer_regs + consumers x
     # consumer_regs <= 240) and at most smem_per_sm_share(2) of shared memory, so one CTA's
     # prologue (Q and the first K, V loads) and epilogue (O's store) overlap the other's KV
-    # loop, and two CTAs' softmaxes and GEMMs interleave. Fits head_dim 64 only: 128 x 64
-    # tiles, two 104-register consumer warpgroups in the plain loop (the `occ2` bench token).
+    # loop, and two CTAs' softmaxes and GEMMs interleave. ptxas compiles the whole kernel at
+    # the entry count, so the accumulators must fit it (problems_for): head_dim 64 in 128 x
+    # 64 tiles, two 104-register consumer warpgroups in the plain loop (the `occ2` bench
+    # token); head_dim 128 in 64 x 64 tiles, one consumer warpgroup (256 threads enter with
+    # 128: O 64 + S 32 + P 16 in FA3's overlap; `occ2` at head dim 128); not head_dim 256.
     ctas_per_sm: int = 1
     epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
     # Ping-pong (FA3): consumer warpgroups take turns issuing S = Q K^T (ag.ordered: named
@@ -169,6 +172,15 @@ class AttentionSchedule:
     # some tiles). Their K and V stages are released unread. Not with ping-pong (the turns
     # need every warpgroup's steps).
     own_blocks: bool = False
+    # fa3_overlap only: release Q's stage right after the tile's last S = Q K^T (retired by
+    # the softmax that reads it) instead of after the peeled last P V, so in the persistent
+    # walk the producer loads the next tile's Q (and then its first K block) while this
+    # tile's last P V and O's store run: the prologue of the next tile hides behind the
+    # epilogue of this one (FA3 arrives on its QueryEmpty barrier at the same point,
+    # hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp); and the producer loads each tile's first K
+    # block before its Q (FA3's load order), so K_0 is not queued behind Q's stage. One CTA
+    # per tile: only the load order changes
+    early_q_release: bool = False
 
     def __post_init__(self) -> None:
         problems = self._problems()
@@ -226,6 +238,10 @@ class AttentionSchedule:
         if self.ordered and self.own_blocks:
             problems.append("own_blocks=True is not combined with ping-pong (ordered): the "
                             "warpgroups take turns each step, so each takes every step")
+        if self.early_q_release and not self.fa3_overlap:
+            problems.append("early_q_release=True releases Q after the last S of FA3's "
+                            "overlap order (the last P V is peeled after it): it needs "
+                            "fa3_overlap=True")
         if self.intra_wg_overlap and self.fa3_overlap:
             problems.append("intra_wg_overlap and fa3_overlap are two orders of one loop: "
                             "choose one")
@@ -248,14 +264,6 @@ class AttentionSchedule:
         elif self.permuted_vt:
             problems.append(f"permuted_vt=True reads an FP8 V^T with permuted keys; {dtype} "
                             f"P already sits in the A fragment: leave it False")
-        if self.ctas_per_sm > 1 and head_dim > 64:
-            # ptxas compiles the whole kernel at the entry count (80 at two CTAs of 384
-            # threads) and refuses head_dim 128's wgmma of O (64 fp32 registers a thread):
-            # "Insufficient registers (80) ... register target of 94" (NVRTC 13.0)
-            problems.append(f"ctas_per_sm={self.ctas_per_sm} at head_dim={head_dim}: two CTAs "
-                            f"enter with {entry_registers(128 * (1 + self.consumers), 2)} "
-                            f"registers a thread, too few for O's wgmma (ptxas asks 94 at "
-                            f"head_dim 128): head_dim 64 only")
         need = smem_bytes(self, head_dim, dtype)
         share = smem_per_sm_share(self.ctas_per_sm)
         if need > share:
@@ -276,6 +284,23 @@ class AttentionSchedule:
         p_regs = 0 if plain else self.block_n * dtype.bytes // 8   # packed, 2 or 4 a register
         live = head_dim // 2 + self.block_n // 2 * (2 if self.intra_wg_overlap else 1) \
             + p_regs + (head_dim // 4 if self.ordered else 0)   # Q's A fragment
+        if self.ctas_per_sm > 1:
+            # ptxas compiles the whole kernel at the count a thread enters with (65536 /
+            # (threads x ctas_per_sm), __launch_bounds__), whatever setmaxnreg hands the
+            # consumers later: NVRTC 13.0 refuses head_dim 128 in two 64-row consumer
+            # warpgroups (80 at entry: "register target of 94") and head_dim 256 in one (128
+            # at entry: "register target of 158"); head_dim 128 in one consumer warpgroup
+            # (block_m 64) at block_n 64 builds in 128 without spills
+            threads = 128 * (1 + self.consumers)
+            entry = entry_registers(threads, self.ctas_per_sm)
+            if live > entry - 8:
+                problems.append(f"ctas_per_sm={self.ctas_per_sm} at head_dim={head_dim}: "
+                                f"ptxas compiles the kernel at the {entry} registers each of "
+                                f"{threads} threads enters with, too few for the {live} its "
+                                f"accumulators need (O {head_dim // 2}, S {self.block_n // 2}"
+                                + (f", P {p_regs}" if p_regs else "") + "): at head_dim 128 "
+                                f"use one consumer warpgroup (block_m=64, consumers=1) and "
+                                f"block_n=64; head_dim 256 does not fit two CTAs an SM")
         if live > self.consumer_regs - 8:
             problems.append(f"O ({head_dim // 2}), S ({self.block_n // 2}"
                             + (" twice" if self.intra_wg_overlap else "") + ")"
@@ -600,15 +625,18 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                 b, h, m = tile_of(unit)
                 hk = h // group
                 q0 = m * BM
-                if not s.ordered:
+                def load_q():
                     with q_pipe.produce() as st:
                         for a in range(atoms):
                             ag.tma.load(sQ[st].rows_of(a * BM, BM), Q, (b, h, q0, acols * a))
-                for j in ag.range(_kv_blocks(q0, BM, BN, S, SK, causal, first)):
+
+                def load_k(j):
                     with k_pipe.produce() as st:
                         for a in range(atoms):
                             ag.tma.load(sK[st].rows_of(a * BN, BN), K,
                                         (b, hk, j * BN, acols * a))
+
+                def load_v(j):
                     with v_pipe.produce() as st:
                         if fp8:   # V^T: D rows of vcols keys per atom
                             for a in range(vatoms):
@@ -618,6 +646,23 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                             for a in range(atoms):
                                 ag.tma.load(sV[st].rows_of(a * BN, BN), V,
                                             (b, hk, j * BN, 64 * a))
+
+                if s.early_q_release:
+                    # FA3's producer order: the tile's first K block before its Q, so K_0 is
+                    # in flight while Q's stage still waits for the previous tile's last S
+                    # (fa3_overlap: every tile has at least one block, `first`)
+                    load_k(0)
+                    load_q()
+                    load_v(0)
+                    for j in ag.range(1, _kv_blocks(q0, BM, BN, S, SK, causal, first)):
+                        load_k(j)
+                        load_v(j)
+                else:
+                    if not s.ordered:
+                        load_q()
+                    for j in ag.range(_kv_blocks(q0, BM, BN, S, SK, causal, first)):
+                        load_k(j)
+                        load_v(j)
 
         with ag.role("consumer", warpgroups=C, regs=s.consumer_regs) as wg:
             for unit in ag.range(pid, total, programs):
@@ -716,6 +761,9 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                         with v_pipe.consume() as vs:
                             o = pv(p, vs, o, alpha)
                 else:
+                    if s.early_q_release:
+                        # p and alpha live past Q's step (the last P V runs after it)
+                        p, alpha = ag.zeros((ROWS, BN)), ag.full((ROWS, 1), 1.0)
                     with q_pipe.consume() as qs:
                         if s.fa3_overlap:
                             # FA3's order: P_{j-1} V_{j-1} is issued right behind S_j and
@@ -725,7 +773,8 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                             # (a bf16 tile carried instead costs a float register per element
                             # beside the packed ones, and ptxas then retires P V early)
                             # (p and alpha are rebound in the steps, so bound before them)
-                            p, alpha = ag.zeros((ROWS, BN)), ag.full((ROWS, 1), 1.0)
+                            if not s.early_q_release:
+                                p, alpha = ag.zeros((ROWS, BN)), ag.full((ROWS, 1), 1.0)
                             with k_pipe.consume() as ks:
                                 sc = scores(qs, ks)
                                 p, alpha, m_i, l_i = softmax(sc, 0, m_i, l_i)
@@ -735,8 +784,9 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                                     with v_pipe.consume() as vs:             # V_{j-1}
                                         o = pv(p, vs, o, alpha)
                                         p, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
-                            with v_pipe.consume() as vs:
-                                o = pv(p, vs, o, alpha)
+                            if not s.early_q_release:
+                                with v_pipe.consume() as vs:
+                                    o = pv(p, vs, o, alpha)
                         elif not s.intra_wg_overlap:
                             for j in ag.range(blocks):
                                 with k_pipe.consume() as ks:
@@ -761,6 +811,11 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                             p, alpha, m_i, l_i = softmax(sc, blocks - 1, m_i, l_i)
                             with v_pipe.consume() as vs:
                                 o = pv(p, vs, o, alpha)
+                    if s.early_q_release:
+                        # Q's stage is released (the last S retired in the softmax): the
+                        # producer may load the next tile's Q while this P V runs
+                        with v_pipe.consume() as vs:
+                            o = pv(p, vs, o, alpha)
                 if s.own_blocks:
                     # the tile's blocks past this warpgroup's last key: no key of them is one
                     # its rows may see, so their stages are released unread (the producer and
