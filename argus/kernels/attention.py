@@ -299,8 +299,8 @@ class AttentionSchedule:
                                 f"{threads} threads enters with, too few for the {live} its "
                                 f"accumulators need (O {head_dim // 2}, S {self.block_n // 2}"
                                 + (f", P {p_regs}" if p_regs else "") + "): at head_dim 128 "
-                                f"use one consumer warpgroup (block_m=64, consumers=1) and "
-                                f"block_n=64; head_dim 256 does not fit two CTAs an SM")
+                                "use one consumer warpgroup (block_m=64, consumers=1) and "
+                                "block_n=64; head_dim 256 does not fit two CTAs an SM")
         if live > self.consumer_regs - 8:
             problems.append(f"O ({head_dim // 2}), S ({self.block_n // 2}"
                             + (" twice" if self.intra_wg_overlap else "") + ")"
