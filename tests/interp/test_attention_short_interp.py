@@ -36,3 +36,20 @@ def test_early_q_release_on_the_default(head_dim, causal, persistent):
     if persistent:   # 2 CTAs walk 2 x 4 tiles (a KV tail, one-block tiles under the mask)
         schedule = dataclasses.replace(schedule, num_sms=2)
     assert_close(*run(2, 4, 2, 130, 300, head_dim, causal, schedule, seed=head_dim + causal))
+
+
+@pytest.mark.parametrize("num_sms", [1, 132])
+@pytest.mark.parametrize("variant", ["default+persistent+earlyq", "occ2+fast+persistent+earlyq"])
+def test_causal_walk_on_the_verifiers_counterexample(variant, num_sms):
+    """The verifier's counterexample against the causal persistent walk with earlyq at head
+    dim 128 (wgmma.agree: P of batch 0 against V of batch 1 at the second block of a unit;
+    wgmma.k-once; the shape B=2, H=1, S=8449, SK=129): the interpreter runs it right, one
+    SM's CTAs walking all 134 tiles (268 of 64 rows for occ2's two CTAs) or 132 SMs' (two or
+    three units on the first CTAs). The causal persistent walk in FA3's order reports the
+    same kinds without earlyq (`default+persistent` at head dim 128, 2026-12-04: 9 errors,
+    wgmma.agree and k-once, counterexamples B=2, S=8449 / 33665 / 11137, in 271 s of z3), like
+    those docs/perf/attention.md records for the "lpt" walk: false positives of the div/mod
+    decode, so the GPU run takes ARGUS_VERIFY=0."""
+    schedule = dataclasses.replace(BENCH.variant_schedule(variant, 128, True, 1024),
+                                   num_sms=num_sms)
+    assert_close(*run(2, 1, 1, 8449, 129, 128, True, schedule, seed=num_sms))
