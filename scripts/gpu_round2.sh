@@ -11,7 +11,7 @@
 #        owed34 fp8attn moefixed untuned34 stem (stop 34's CPU-built work, GPU-owed)
 #        s35tests pdl fp8default fp8vt untuned35 (2026-12-04's CPU-built work)
 #        s36tests fp8emu hd64var hdvar moepf moerule stemgather untuned36 (stop 36's CPU-built work)
-#        s37tests fp8pt37 fp8prom gemmwave vt37 moerule stemgather (stop 37's CPU-built work)
+#        s37tests short37 fp8pt37 fp8prom gemmwave vt37 moerule stemgather (stop 37's CPU-built work)
 #        fp8pt (fp8 per-tensor against torch._scaled_mm), sweep36 (prefill: every head dim at 1k, 4k, 16k against cuDNN and flash)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k prefill64_4k fp8prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
@@ -137,6 +137,10 @@ for s in "${steps[@]}"; do
     fp8pt37) run_step fp8pt37 420 python3 -u scripts/gpu_fp8_bench.py --repeats 5 --out "$OUT/fp8pt37" ;;
     fp8prom) run_step fp8prom 420 python3 -u scripts/gpu_fp8_bench.py --promote --repeats 5 --out "$OUT/fp8prom" ;;
     gemmwave) run_step gemmwave 200 python3 -u scripts/gpu_gemm_bench.py --shapes 2048x7168x2048 --out "$OUT/gemmwave" ;;
+    short37) run_step short37 240 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py --dims 128,256 \
+        --lengths 1024,2048 --no-gqa --backends cudnn --kernel-only --variants \
+        default,default+persistent,default+persistent+earlyq,default+earlyq,occ2+fast,occ2+fast+lpt,occ2+fast+persistent+earlyq \
+        --out "$OUT/short37" ;;
     vt37) run_step vt37 120 python3 -u scripts/gpu_fp8_vt_bench.py --skip-words --keys 16,32 --time-mismatched --op ;;
     fp8vt) run_step fp8vt 90 python3 -u scripts/gpu_fp8_vt_bench.py --lengths 2048,8192,16384 ;;
     # owed by the 2026-12-03 10:15 session (no device time then): each ran only on the CPU
