@@ -109,6 +109,13 @@ def test_flat_storage_takes_contiguous_bhsd_and_bshd_only():
     assert op._flat_storage(one.expand(1, 1, 7, 64)) is not None            # size-1 dims
 
 
+def test_flat_storage_refuses_offsets_past_32_bits():
+    # the flat kernel's offsets are 32-bit ints: from 2^31 elements on V goes to the 4-d kernel
+    big = torch.empty(2**31 // (8 * 128), 8, 1, 128, dtype=torch.uint8, device="meta")
+    assert op._flat_storage(big[:-1].view(E4M3)) is not None                # 2^31 - 1024
+    assert op._flat_storage(big.view(E4M3)) is None                         # 2^31
+
+
 def test_the_op_keeps_the_torch_path_on_cpu():
     # CPU tensors: no kernel launch (the interpreter tests of the op rely on it)
     x = op._bhsd(_v("bhsd", 64, 9, 0), "bhsd")
