@@ -1209,8 +1209,10 @@ def _im2col_weight(weight, bias, gather: _Gather):
     K, C, R, S = weight.shape
     slot, pitch = gather.slot, gather.pitch
 
+    planes = gather.kind in ("planes", "pixel_planes", "staged_planes")
+
     def make():
-        if gather.kind in ("planes", "pixel_planes", "staged_planes"):  # (r, c, s), runs of S'
+        if planes:                                   # (r, c, s), each run padded to S'
             taps = F.pad(weight.detach().permute(0, 2, 1, 3), (0, gather.sp - S))
             wk = taps.reshape(K, R * slot)
         else:                                        # (r, s, c), each slot padded
@@ -1226,7 +1228,9 @@ def _im2col_weight(weight, bias, gather: _Gather):
             tail[:, 0] = bias.detach().to(weight.dtype)
         return torch.cat([round_to_tf32(wk) if fp32 else wk, tail], dim=1)
 
-    what = ("im2col", slot, pitch) + (() if bias is None else (
+    # the order is part of the key: a rows and a planes problem of one weight can share slot
+    # and pitch (the 7x7 stem at C 3: 21 and 168 both) with the taps in other columns
+    what = ("im2col", "rcs" if planes else "rsc", slot, pitch) + (() if bias is None else (
         bias.data_ptr(), bias._version, bias.dtype))
     return _WEIGHTS.get_or_make(weight, what, make)
 

@@ -127,3 +127,25 @@ def test_weight_matrix_matches_a_layout(c, r, s, kind, bias, fp32):
         assert torch.allclose(bias_cols, b.double(), rtol=2.0 ** -20, atol=0)
         got[:, r * slot:r * slot + 2] = 0
     assert torch.equal(got, expect)
+
+
+def test_weight_cache_keeps_the_row_and_plane_orders_apart(monkeypatch):
+    """One weight used by a channels-last (rows: (r, s, c)) and an NCHW (planes: (r, c, s))
+    problem of equal slot and pitch (the 7x7 stem at C 3: slot 21, pitch 168) gets each
+    order's matrix, not the first one cached (a CPU cache stands in for the GPU's)."""
+    from argus.kernels.conv_im2col import plane_slot
+    from argus.ops.weight_cache import DerivedCache
+
+    monkeypatch.setattr(conv_op, "_WEIGHTS", DerivedCache("test: im2col weights"))
+    geom = Im2colGeometry(7, 7, channels=3)
+    sp = plane_slot(geom)
+    rows = conv_op._Gather("rows", geom, row_slot(geom), 8 * row_slot(geom), 1, 1, 1, (1, 1))
+    planes = conv_op._Gather("planes", geom, 3 * sp, 8 * 3 * sp, 1, 1, 1, (1, 1), sp)
+    assert (rows.slot, rows.pitch) == (planes.slot, planes.pitch)
+    weight = torch.randn(4, 3, 7, 7, generator=torch.Generator().manual_seed(0)).bfloat16()
+    first = conv_op._im2col_weight(weight, None, rows)
+    got = conv_op._im2col_weight(weight, None, planes)
+    assert not torch.equal(first, got)
+    assert torch.equal(got[:, :7], weight[:, 0, 0, :])       # planes: channel 0's run first
+    assert torch.equal(first[:, :3], weight[:, :, 0, 0])     # rows: tap (0, 0)'s channels
+    assert conv_op._im2col_weight(weight, None, rows) is first             # still cached
