@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import argus as ag
 from argus.dtypes import DType
 from argus.kernels.warp_specialized import Staging, Unit, store_tile, store_tile_staged
+from argus.target.exp2_emulation import fraction_problem
 from argus.target.fragments import acc_order_col
 from argus.target.limits import (NUM_SMS, REGISTERS_PER_SM, entry_registers,
                                  smem_per_sm_share)
@@ -248,6 +249,14 @@ class AttentionSchedule:
         if not 0 <= self.exp2_emulate <= 16:
             problems.append(f"exp2_emulate={self.exp2_emulate}: a count of the 16 key groups "
                             f"in 0..16")
+        elif self.exp2_emulate:
+            # the S block's row holds block_n / 8 groups: codegen refuses a count it cannot
+            # keep exactly (3 of 16 over a 64-key block), so the schedule says so first, where
+            # the agent's search and the bench's tokens see it
+            fraction = fraction_problem(self.block_n, (8, self.exp2_emulate, 16))
+            if fraction:
+                problems.append(f"exp2_emulate={self.exp2_emulate} at block_n={self.block_n}: "
+                                f"{fraction}")
         if self.exp2_emulate and not self.approx_exp2:
             problems.append("exp2_emulate splits the SFU's ex2.approx with the FMA pipe: it "
                             "needs approx_exp2=True")

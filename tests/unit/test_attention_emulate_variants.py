@@ -31,3 +31,13 @@ def test_an_illegal_count_is_refused():
         BENCH.fp8_variant_schedule("emu17", 128, False)
     with pytest.raises(ValueError, match="approx_exp2"):
         BENCH.variant_schedule("default+exact+emu4", 64, False, 4096)
+
+
+def test_a_count_the_block_cannot_hold_is_refused_by_the_schedule():
+    # 3 of every 16 groups over a 64-key block (8 groups) would emulate a quarter: the
+    # schedule refuses it (codegen would, later); 128 keys hold every count
+    base = default_schedule(64, False, 4096)
+    narrow = dataclasses.replace(base, block_n=64, exp2_emulate=2)
+    with pytest.raises(ValueError, match="exp2_emulate=3 at block_n=64"):
+        dataclasses.replace(narrow, exp2_emulate=3)
+    assert dataclasses.replace(base, block_n=128, exp2_emulate=3).exp2_emulate == 3
