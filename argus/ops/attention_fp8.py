@@ -269,13 +269,14 @@ def _vt_plan(x, store, permuted: bool):
 def _flat_storage(x):
     """x [B, H, S, D] as the 1-d view of the n = B H S D elements from its first one, when
     those are exactly x's elements (x is bhsd or bshd of a contiguous block; a dim of size 1
-    may have any stride), else None. None too from 2^31 elements on: the flat kernel's
-    offsets (b sb + h sh + key sk + d) and its N are 32-bit ints, which would wrap (a wrapped
-    offset falls outside V and the gather reads 0: a silent zero V^T); the 4-d kernel then
-    runs, its offsets 64-bit."""
+    may have any stride), else None. None too where an offset could pass 2^31: the flat
+    kernel's offsets (b sb + h sh + key sk + d, keys up to the 32-key padding) and its N are
+    32-bit ints, which would wrap (a wrapped offset falls outside V and the gather reads 0: a
+    silent zero V^T); the 4-d kernel then runs, its offsets 64-bit."""
     B, H, S, D = x.shape
     n = B * H * S * D
-    if n >= 2**31:
+    padded = (B, H, -(-S // 32) * 32, D)
+    if n >= 2**31 or sum((k - 1) * st for k, st in zip(padded, x.stride())) >= 2**31:
         return None
     for want in ((H * S * D, S * D, D, 1), (S * H * D, D, H * D, 1)):   # bhsd, bshd
         if n and all(size == 1 or got == w for size, got, w in zip(x.shape, x.stride(), want)):

@@ -110,10 +110,16 @@ def test_flat_storage_takes_contiguous_bhsd_and_bshd_only():
 
 
 def test_flat_storage_refuses_offsets_past_32_bits():
-    # the flat kernel's offsets are 32-bit ints: from 2^31 elements on V goes to the 4-d kernel
-    big = torch.empty(2**31 // (8 * 128), 8, 1, 128, dtype=torch.uint8, device="meta")
-    assert op._flat_storage(big[:-1].view(E4M3)) is not None                # 2^31 - 1024
+    # the flat kernel's offsets are 32-bit ints: where one could reach 2^31 (the keys padded
+    # to 32 included) V goes to the 4-d kernel
+    big = torch.empty(2**31 // (8 * 32 * 128), 8, 32, 128, dtype=torch.uint8, device="meta")
+    assert op._flat_storage(big[:-1].view(E4M3)) is not None                # 2^31 - 32768
     assert op._flat_storage(big.view(E4M3)) is None                         # 2^31
+    # one key a head, padded to 32 keys: under 2^31 elements, but the pad's offsets pass it
+    one = torch.empty(2**31 // (8 * 128) - 1, 8, 1, 128, dtype=torch.uint8, device="meta")
+    assert one.numel() < 2**31
+    assert op._flat_storage(one.view(E4M3)) is None
+    assert op._flat_storage(one[:2**16].view(E4M3)) is not None
 
 
 def test_the_op_keeps_the_torch_path_on_cpu():
