@@ -55,6 +55,9 @@ _CTYPES: dict[str, Any] = {
 }
 
 
+_INT_BITS = {"i32": 32, "u32": 32, "i64": 64, "u64": 64}
+
+
 def i32(value: int) -> Scalar:
     return Scalar("i32", int(value))
 
@@ -104,6 +107,17 @@ def pack_params(args: Sequence[Any], kernel: str = "kernel") -> PackedParams:
             ctype = _CTYPES.get(arg.ctype)
             if ctype is None:
                 raise LaunchError(f"{where}: unknown scalar type {arg.ctype!r}")
+            # ctypes wraps an integer silently (a shape symbol or runtime scalar of 2^31
+            # packed as -2^31: offsets wrap, a bounds check drops the elements)
+            bits = _INT_BITS.get(arg.ctype)
+            if bits is not None:
+                low, high = (0, 2**bits) if arg.ctype[0] == "u" else \
+                    (-(2**(bits - 1)), 2**(bits - 1))
+                if not low <= arg.value < high:
+                    raise LaunchError(f"{where}: {arg.value} does not fit a {arg.ctype} "
+                                      f"parameter", fix="a 64-bit parameter (argus.runtime."
+                                      "i64); a shape or scalar past 2^31 needs a kernel that "
+                                      "takes it as long long")
             storage.append(ctype(arg.value))
         elif isinstance(arg, TensorMap):
             storage.append((ctypes.c_uint64 * 16)(*arg.words))

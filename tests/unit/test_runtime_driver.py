@@ -19,10 +19,12 @@ from argus.runtime import (
     f32,
     f64,
     function_attributes,
+    i32,
     i64,
     launch,
     pack_params,
     u32,
+    u64,
 )
 
 
@@ -50,6 +52,15 @@ def test_pack_params_by_python_type():
     # The pointer array points at each blob.
     pointers = ctypes.cast(packed.address, ctypes.POINTER(ctypes.c_void_p))
     assert pointers[4] == ctypes.addressof(packed.storage[4])
+
+
+def test_pack_params_refuses_an_explicit_width_it_would_wrap():
+    # a shape symbol of 2^31 packed as i32 (Compiled.prepare) must not become -2^31
+    with pytest.raises(LaunchError, match="2147483648 does not fit a i32"):
+        pack_params([i32(2**31)], kernel="vt")
+    with pytest.raises(LaunchError, match="-1 does not fit a u32"):
+        pack_params([u32(-1)], kernel="vt")
+    assert pack_params([i32(-(2**31)), u64(2**64 - 1)]).as_bytes()[0] == b"\x00\x00\x00\x80"
 
 
 def test_pack_params_errors():
