@@ -1013,7 +1013,9 @@ def store_shared(dst, tile: Tile) -> None:
                          fix="convert it first (t.to(dtype)) or take a view of the tile's rows "
                              "(view.rows_of(row0, rows))")
     if tile.dtype not in (dtypes.f32, dtypes.bf16, dtypes.f16):
-        raise TraceError(f"ag.store_shared moves f32, bf16 or f16 tiles, not {tile.dtype}", loc)
+        raise TraceError(f"ag.store_shared moves f32, bf16 or f16 tiles, not {tile.dtype}", loc,
+                         fix="convert the tile first (t.to(ag.bf16)), or store an 8-bit tile "
+                             "to global memory with ag.store")
     ctx.builder.append(O.StMatrix(view.materialize(), tile.value, plain=True, loc=loc))
 
 

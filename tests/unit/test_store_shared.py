@@ -124,6 +124,15 @@ def test_trace_errors_say_what_to_do():
     with pytest.raises(TraceError, match="convert it first"):
         lower_only(wrong_dtype)
 
+    @ag.kernel(threads=32)
+    def eight_bit(X: ag.Tensor["M", 64, ag.e4m3]):
+        s = ag.smem((32, 64), ag.e4m3)
+        ag.store_shared(s.view(), ag.load(X, (0, 0), (32, 64)))
+
+    with pytest.raises(TraceError, match="f32, bf16 or f16 tiles") as e:
+        lower_only(eight_bit)
+    assert "t.to(ag.bf16)" in e.value.fix
+
 
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
 def test_nvrtc_builds_vector_shared_stores(tmp_path, monkeypatch):
