@@ -83,7 +83,8 @@ def measure(kind: str, stem, sass_dir: Path | None = None) -> dict:
     from argus.compiler import lower_only
     from argus.kernels.conv_im2col import (PIXELS_PER_CTA, Im2colGeometry,
                                            im2col_pixel_planes_kernel, im2col_pixels_kernel,
-                                           im2col_pixels_staged_kernel, im2col_planes_kernel, im2col_rows_kernel,
+                                           im2col_pixels_staged_kernel, im2col_planes_kernel,
+                                           im2col_rows_kernel,
                                            plane_slot, planes_tile, row_slot, rows_tile)
     from argus.runtime.compile import compile_cuda
     from argus.runtime.sass import disassemble, instruction_histogram

@@ -1,4 +1,5 @@
-"""The short-sequence candidates at head dims 128 and 256 (tests/unit/test_attention_short_variants.py:
+"""The short-sequence candidates at head dims 128 and 256
+(tests/unit/test_attention_short_variants.py:
 "occ2" at head dim 128, one 64-row consumer warpgroup a CTA, two CTAs an SM; "earlyq", Q's stage
 released after the tile's last S) in the numpy interpreter against float64: lengths that are
 no multiple of the blocks, Sq != Skv (causal bottom-right, rows without keys zero), GQA 2:1,

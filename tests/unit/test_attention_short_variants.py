@@ -5,8 +5,8 @@ tokens "occ2" at head dim 128 (two CTAs an SM, one 64-row consumer warpgroup eac
 S = Q K^T, so the persistent walk loads the next tile's Q during this one's last P V and O
 store). Each builds for sm_90a with NVRTC without spills within the registers a thread
 enters with, and verifies with zero findings (the one-CTA-per-tile grid, and the persistent
-walk under full masks; the causal walk's proof is too slow for this tier). The interpreter runs them against float64
-in tests/interp/test_attention_short_interp.py."""
+walk under full masks; the causal walk's proof is too slow for this tier). The interpreter
+runs them against float64 in tests/interp/test_attention_short_interp.py."""
 
 from __future__ import annotations
 

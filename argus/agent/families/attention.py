@@ -7,8 +7,8 @@ intra-warpgroup overlap orders (fa3_overlap; intra_wg_overlap, which the verifie
 yet), the persistent walk and the epilogue; since 2026-12-04 also the knobs the library's
 defaults were measured on: two CTAs an SM (ctas_per_sm, 104-register consumers), the grid's
 tile order (longest causal tiles first), own_blocks and exp2 partly on the FMA pipe
-(exp2_emulate), with the cards attn.two_ctas and attn.tile_order. There is no decode path in argus yet (no
-attention_decode, no KV splits), so no split axis.
+(exp2_emulate), with the cards attn.two_ctas and attn.tile_order. There is no decode path in
+argus yet (no attention_decode, no KV splits), so no split axis.
 
 Legality is declared, not written as family rules: AttentionSchedule's ranges and constraints
 (families/declared.py: the fields' legal values, the overlap order the verifier cannot prove yet,
