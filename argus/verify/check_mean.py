@@ -35,7 +35,7 @@ from argus.ir.types import TileType
 from argus.verify import witness as W
 from argus.verify.check_reduce import _carried_loops
 from argus.verify.model import Model
-from argus.verify.obligation import Obligation
+from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import fresh_int, is_coordinate_field, mentions, substitute
 
@@ -51,6 +51,7 @@ def obligations(model: Model) -> tuple[list[Obligation], list]:
             assigned.setdefault(op.dst.id, []).append(op.src)
     sites = {id(r.op): r for r in model.reduces}
     out: list[Obligation] = []
+    unknown: list[Finding] = []
     for op in kernel.walk():
         if not (isinstance(op, O.Elementwise) and op.fn in ("div", "mul") and
                 len(op.args) == 2):
@@ -76,9 +77,11 @@ def obligations(model: Model) -> tuple[list[Obligation], list]:
             # (1.0 / BN)`): `0.5 * sum` may be a weight, not a mean over two elements
             continue
         ob = _mean(model, op, red, site, carried, divisor)
-        if ob is not None:
+        if isinstance(ob, Finding):
+            unknown.append(ob)
+        elif ob is not None:
             out.append(ob)
-    return out, []
+    return out, unknown
 
 
 def _divisor(model: Model, v):
@@ -215,7 +218,15 @@ def _mean(model: Model, op, red: O.Reduce, site, carried: bool, divisor):
     else:
         size = _whole_walk(model, site, base, block)
         if size is None:
-            return None     # the loop does not walk the summed field: the count is unknown
+            # the loop does not walk the summed field (a pooling window summed over another
+            # dim): what the sum combined is not the row's extent, and the count the window
+            # holds is not proven here. Said, not silent: a wrong divisor would pass
+            return Finding("reduce.mean", op.loc, f"mean at {op.loc}", "unknown",
+                           f"the sum at {red.loc} is carried over a loop that does not walk "
+                           f"{fname} along the row, so the number of elements it combined "
+                           f"(a window's) is not derived; the divisor is not checked",
+                           fix="none needed if the divisor is the window's size; the "
+                               "verifier checks means over a whole row only")
         prem += [size >= ext]
     claims = [(f"the divisor == the {fname} elements the sum combined", divisor == ext)]
     prem += model.axiom_instances([c for _, c in claims] + prem)
