@@ -137,10 +137,14 @@ for s in "${steps[@]}"; do
     fp8pt37) run_step fp8pt37 420 python3 -u scripts/gpu_fp8_bench.py --repeats 5 --out "$OUT/fp8pt37" ;;
     fp8prom) run_step fp8prom 420 python3 -u scripts/gpu_fp8_bench.py --promote --repeats 5 --out "$OUT/fp8prom" ;;
     gemmwave) run_step gemmwave 200 python3 -u scripts/gpu_gemm_bench.py --shapes 2048x7168x2048 --out "$OUT/gemmwave" ;;
-    short37) run_step short37 240 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py --dims 128,256 \
+    short37) run_step short37 160 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py --dims 128 \
         --lengths 1024,2048 --no-gqa --backends cudnn --kernel-only --variants \
         default,default+persistent,default+persistent+earlyq,default+earlyq,occ2+fast,occ2+fast+lpt,occ2+fast+persistent+earlyq \
-        --out "$OUT/short37" ;;
+        --out "$OUT/short37"
+      # head dim 256 cannot take two CTAs (problems_for): the persistent / earlyq rows only
+      run_step short37_256 120 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py --dims 256 \
+        --lengths 1024,2048 --no-gqa --backends cudnn --kernel-only --variants \
+        default,default+persistent,default+persistent+earlyq,default+earlyq --out "$OUT/short37_256" ;;
     vt37) run_step vt37 120 python3 -u scripts/gpu_fp8_vt_bench.py --skip-words --keys 16,32 --time-mismatched --op ;;
     fp8vt) run_step fp8vt 90 python3 -u scripts/gpu_fp8_vt_bench.py --lengths 2048,8192,16384 ;;
     # owed by the 2026-12-03 10:15 session (no device time then): each ran only on the CPU

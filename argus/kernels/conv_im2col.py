@@ -208,7 +208,9 @@ def im2col_rows_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
                          LB: int = 32):
         g = geom
         if g.dil_w != 1:
-            raise ValueError("the row-run gather needs dil_w = 1 (one run per filter row)")
+            raise ValueError("the row-run gather needs dil_w = 1 (one run per filter row); "
+                             "fix: use im2col_kernel (the taps gather) for dil_w > 1, as "
+                             "argus.ops.conv2d does (_Gather.of)")
         run = g.s * g.channels
         slots = g.r + 1
         P = A.shape[0] // X.shape[0]
@@ -293,7 +295,9 @@ def im2col_pixels_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
                            geom: Im2colGeometry = Im2colGeometry(1, 1), BM: int = 128):
         g = geom
         if g.dil_w != 1:
-            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row)")
+            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row); "
+                             "fix: use im2col_kernel (the taps gather) for dil_w > 1, as "
+                             "argus.ops.conv2d does (_Gather.of)")
         run, slot = g.s * g.channels, row_slot(g)
         _check_pitch(pitch, (g.r + 1) * slot, "im2col_pixels_kernel", "(R + 1) * row_slot(geom)")
         b, n, h0, w0 = _pixel_origin(g, X.shape[1], X.shape[2] // g.channels, A.shape[0], BM)
@@ -431,7 +435,9 @@ def im2col_pixels_staged_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
                                   geom: Im2colGeometry = Im2colGeometry(1, 1)):
         g = geom
         if g.dil_w != 1:
-            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row)")
+            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row); "
+                             "fix: use im2col_kernel (the taps gather) for dil_w > 1, as "
+                             "argus.ops.conv2d does (_Gather.of)")
         run, slot = g.s * g.channels, row_slot(g)
         _check_pitch(pitch, (g.r + 1) * slot, "im2col_pixels_staged_kernel",
                      "(R + 1) * row_slot(geom)")
@@ -467,7 +473,9 @@ def im2col_pixel_planes_staged_kernel(dtype: DType, pitch: int) -> ag.KernelFunc
                                         SP: int = 1):
         g = geom
         if g.dil_w != 1:
-            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row)")
+            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row); "
+                             "fix: use im2col_kernel (the taps gather) for dil_w > 1, as "
+                             "argus.ops.conv2d does (_Gather.of)")
         slot = g.channels * SP
         _check_pitch(pitch, (g.r + 1) * slot, "im2col_pixel_planes_staged_kernel",
                      "(R + 1) * C * plane_slot(geom)")
@@ -538,7 +546,9 @@ def im2col_planes_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
                            CB: int = 4, LB: int = 8, SP: int = 1):
         g = geom
         if g.dil_w != 1:
-            raise ValueError("the plane-run gather needs dil_w = 1 (one run per filter row)")
+            raise ValueError("the plane-run gather needs dil_w = 1 (one run per filter row); "
+                             "fix: use im2col_kernel (the taps gather) for dil_w > 1, as "
+                             "argus.ops.conv2d does (_Gather.of)")
         slots = g.r + 1
         P = A.shape[0] // X.shape[0]
         row, qb = ag.grid(A.shape[0], ag.cdiv(A.shape[1], BQ * slots))
@@ -588,7 +598,9 @@ def im2col_pixel_planes_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
                                  SP: int = 1):
         g = geom
         if g.dil_w != 1:
-            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row)")
+            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row); "
+                             "fix: use im2col_kernel (the taps gather) for dil_w > 1, as "
+                             "argus.ops.conv2d does (_Gather.of)")
         slot = g.channels * SP
         _check_pitch(pitch, (g.r + 1) * slot, "im2col_pixel_planes_kernel",
                      "(R + 1) * C * plane_slot(geom)")

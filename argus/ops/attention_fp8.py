@@ -224,16 +224,23 @@ def _kernel_transpose(x, store, permuted: bool) -> bool:
         return False
     key = (x.data_ptr(), tuple(x.shape), x.stride(), store.data_ptr(), tuple(store.shape),
            x.device.index, permuted)
-    plan = _VT_LAUNCHES.get(key)
-    if plan is None:
-        plan = _VT_LAUNCHES[key] = _vt_plan(x, store, permuted)
-        if len(_VT_LAUNCHES) > _MEMO_SIZE:
-            _VT_LAUNCHES.popitem(last=False)
-    else:
-        _VT_LAUNCHES.move_to_end(key)
+    plan = _memoized(_VT_LAUNCHES, key, lambda: _vt_plan(x, store, permuted))
     if plan is not False:
         plan()
     return True
+
+
+def _memoized(cache: OrderedDict, key, make):
+    """cache[key], made by make() on a miss; the least recently used entry past _MEMO_SIZE
+    dropped (the op's prepared launches: a plan per set of buffers)."""
+    plan = cache.get(key)
+    if plan is None:
+        plan = cache[key] = make()
+        if len(cache) > _MEMO_SIZE:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
+    return plan
 
 
 # (buffers, device, permuted) -> prepared V^T launch; bounded
@@ -418,15 +425,11 @@ def run_fp8(q, k, v, q_scale, k_scale, v_scale, causal: bool, scale, layout: str
     kernel = _compiled(D, dtypes.e4m3, causal, return_lse, chosen, q.device)
     key = (tuple((a.data_ptr(), tuple(a.shape), a.stride()) for a in tensors),
            q.device.index, causal, tuple(scalars.values()), chosen)
-    plan = _LAUNCHES.get(key)
-    if plan is None:
+    def prepare():
         with torch.cuda.device(q.device):
-            plan = kernel.prepare(*tensors, _scalars=scalars)
-        _LAUNCHES[key] = plan
-        if len(_LAUNCHES) > _MEMO_SIZE:
-            _LAUNCHES.popitem(last=False)
-    else:
-        _LAUNCHES.move_to_end(key)
+            return kernel.prepare(*tensors, _scalars=scalars)
+
+    plan = _memoized(_LAUNCHES, key, prepare)
     if plan is not False:
         plan()
     return out, lse
