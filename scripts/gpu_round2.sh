@@ -132,7 +132,7 @@ for s in "${steps[@]}"; do
     # its promoted set (error <= torch's?), the 2048x7168x2048 tuned pick with tail splits
     s37tests) run_step s37tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
         tests/gpu/test_attention_vt_gpu.py tests/moe/test_moe_prefetch_gpu.py tests/gpu/test_moe_gpu.py \
-        tests/gpu/test_conv_im2col_staged_gpu.py tests/gpu/test_conv_im2col_gpu.py \
+        tests/gpu/test_conv_im2col_pixels_gpu.py tests/gpu/test_conv_im2col_gpu.py \
         tests/gpu/test_ops_matmul_gpu.py tests/gpu/test_ops_scaled_matmul_gpu.py tests/gpu/test_attention_fp8_gpu.py ;;
     fp8pt37) run_step fp8pt37 420 python3 -u scripts/gpu_fp8_bench.py --repeats 5 --out "$OUT/fp8pt37" ;;
     fp8prom) run_step fp8prom 420 python3 -u scripts/gpu_fp8_bench.py --promote --repeats 5 --out "$OUT/fp8prom" ;;

@@ -1,10 +1,13 @@
-"""GPU tier: the pixel gathers (argus/kernels/conv_im2col.py `im2col_pixels_kernel`,
-`im2col_pixel_planes_kernel`: one output pixel a thread, ag.gather and 16-byte stores) compiled
-for the H200: A bit for bit the warp kernels' A (the interpreter checks the same on the CPU;
-this checks the generated CUDA: the gather's guards and immediate offsets, the rows layout's
-vector stores), on the stems and odd shapes, and the route through them
-(IM2COL_GATHER = "pixels") against float64. Speed: scripts/gpu_conv_bench.py --stem
---gather both."""
+"""GPU tier: the pixel gathers compiled for the H200, plain (argus/kernels/conv_im2col.py
+`im2col_pixels_kernel`, `im2col_pixel_planes_kernel`: one output pixel a thread, ag.gather and
+16-byte global stores) and staged (`im2col_pixels_staged_kernel`,
+`im2col_pixel_planes_staged_kernel`: ag.gather into "rows" tiles, ag.store_shared and TMA
+stores of each CTA's rows of A; the default since 2026-12-04): A bit for bit the warp kernels'
+A (the interpreter checks the same on the CPU; this checks the generated CUDA: the gather's
+guards and offsets, the vector or shared stores, the proxy fence and barrier before the copies,
+a partial last CTA's rows dropped), on the stems and odd shapes, and the route through each
+(IM2COL_GATHER) against float64. Speed: scripts/gpu_conv_bench.py --stem --gather
+warp,pixels,staged."""
 
 import pytest
 
@@ -31,8 +34,13 @@ CASES = [
 ]
 
 
+# IM2COL_GATHER -> the _Gather kinds it takes (row runs, plane runs)
+GATHERS = {"pixels": ("pixels", "pixel_planes"), "staged": ("staged", "staged_planes")}
+
+
+@pytest.mark.parametrize("gather", GATHERS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:11])))
-def test_pixel_gather_equals_the_warp_gather(case, monkeypatch):
+def test_pixel_gather_equals_the_warp_gather(case, gather, monkeypatch):
     from argus import dtypes
     from argus.ops import conv as conv_ops
 
@@ -44,25 +52,26 @@ def test_pixel_gather_equals_the_warp_gather(case, monkeypatch):
     dt = {torch.bfloat16: dtypes.bf16, torch.float16: dtypes.f16,
           torch.float32: dtypes.f32}[dtype]
     out = {}
-    for choice in ("warp", "pixels"):
+    for choice in ("warp", gather):
         monkeypatch.setattr(conv_ops, "IM2COL_GATHER", choice)
         g = conv_ops._Gather.of(x, w, stride, padding, dilation)
-        assert (g.kind in ("pixels", "pixel_planes")) == (choice == "pixels")
+        assert (g.kind in GATHERS[gather]) == (choice == gather)
         A = torch.full((g.m, g.pitch), 7.0, dtype=dtype, device="cuda")
         g.kernel(dt).compile(**g.constexprs())(g.x_view(x), g.a_view(A))
         torch.cuda.synchronize()
         out[choice] = A
-    assert torch.equal(out["warp"], out["pixels"])
-    assert not bool((out["pixels"] == 7).any())          # every element written
+    assert torch.equal(out["warp"], out[gather])
+    assert not bool((out[gather] == 7).any())            # every element written
 
 
+@pytest.mark.parametrize("gather", GATHERS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:11])))
-def test_route_through_the_pixel_gather_matches_float64(case, monkeypatch):
+def test_route_through_the_pixel_gather_matches_float64(case, gather, monkeypatch):
     import torch.nn.functional as F
 
     from argus.ops import conv as conv_ops
 
-    monkeypatch.setattr(conv_ops, "IM2COL_GATHER", "pixels")
+    monkeypatch.setattr(conv_ops, "IM2COL_GATHER", gather)
     N, C, H, W, K, R, S, stride, padding, dilation, cl, dtype = case
     x = _rand(N, C, H, W, seed=3).to(dtype)
     if cl:
