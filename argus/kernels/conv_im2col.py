@@ -207,10 +207,7 @@ def im2col_rows_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
                          geom: Im2colGeometry = Im2colGeometry(1, 1), BQ: int = 8,
                          LB: int = 32):
         g = geom
-        if g.dil_w != 1:
-            raise ValueError("the row-run gather needs dil_w = 1 (one run per filter row); "
-                             "fix: use im2col_kernel (the taps gather) for dil_w > 1, as "
-                             "argus.ops.conv2d does (_Gather.of)")
+        _check_unit_dil_w(g, "row-run")
         run = g.s * g.channels
         slots = g.r + 1
         P = A.shape[0] // X.shape[0]
@@ -244,6 +241,15 @@ PIXELS_PER_CTA = 128
 # A's columns one gather and one store of the pixel kernel cover: 8 (16 bytes of bf16 / fp16,
 # two 16-byte stores of fp32); A's pitch is a multiple of 8 (`row_slot`)
 PIXEL_CHUNK = 8
+
+
+def _check_unit_dil_w(g: Im2colGeometry, gather: str) -> None:
+    """The run and pixel gathers read each filter row's taps as one contiguous run of x: a
+    column dilation breaks the run (the taps gather, im2col_kernel, reads it tap by tap)."""
+    if g.dil_w != 1:
+        raise ValueError(f"the {gather} gather needs dil_w = 1 (one run per filter row); "
+                         "fix: use im2col_kernel (the taps gather) for dil_w > 1, as "
+                         "argus.ops.conv2d does (_Gather.of)")
 
 
 def _check_pitch(pitch: int, want: int, factory: str, formula: str) -> None:
@@ -294,10 +300,7 @@ def im2col_pixels_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
                            A: ag.Tensor[("M", pitch, dtype)],         # [N * P * Q, pitch]
                            geom: Im2colGeometry = Im2colGeometry(1, 1), BM: int = 128):
         g = geom
-        if g.dil_w != 1:
-            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row); "
-                             "fix: use im2col_kernel (the taps gather) for dil_w > 1, as "
-                             "argus.ops.conv2d does (_Gather.of)")
+        _check_unit_dil_w(g, "pixel")
         run, slot = g.s * g.channels, row_slot(g)
         _check_pitch(pitch, (g.r + 1) * slot, "im2col_pixels_kernel", "(R + 1) * row_slot(geom)")
         b, n, h0, w0 = _pixel_origin(g, X.shape[1], X.shape[2] // g.channels, A.shape[0], BM)
@@ -434,10 +437,7 @@ def im2col_pixels_staged_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
                                   A: ag.Tensor[("M", pitch, dtype)],        # [N * P * Q, pitch]
                                   geom: Im2colGeometry = Im2colGeometry(1, 1)):
         g = geom
-        if g.dil_w != 1:
-            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row); "
-                             "fix: use im2col_kernel (the taps gather) for dil_w > 1, as "
-                             "argus.ops.conv2d does (_Gather.of)")
+        _check_unit_dil_w(g, "pixel")
         run, slot = g.s * g.channels, row_slot(g)
         _check_pitch(pitch, (g.r + 1) * slot, "im2col_pixels_staged_kernel",
                      "(R + 1) * row_slot(geom)")
@@ -472,10 +472,7 @@ def im2col_pixel_planes_staged_kernel(dtype: DType, pitch: int) -> ag.KernelFunc
                                         geom: Im2colGeometry = Im2colGeometry(1, 1),
                                         SP: int = 1):
         g = geom
-        if g.dil_w != 1:
-            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row); "
-                             "fix: use im2col_kernel (the taps gather) for dil_w > 1, as "
-                             "argus.ops.conv2d does (_Gather.of)")
+        _check_unit_dil_w(g, "pixel")
         slot = g.channels * SP
         _check_pitch(pitch, (g.r + 1) * slot, "im2col_pixel_planes_staged_kernel",
                      "(R + 1) * C * plane_slot(geom)")
@@ -545,10 +542,7 @@ def im2col_planes_kernel(dtype: DType = dtypes.bf16) -> ag.KernelFunction:
                            geom: Im2colGeometry = Im2colGeometry(1, 1), BQ: int = 8,
                            CB: int = 4, LB: int = 8, SP: int = 1):
         g = geom
-        if g.dil_w != 1:
-            raise ValueError("the plane-run gather needs dil_w = 1 (one run per filter row); "
-                             "fix: use im2col_kernel (the taps gather) for dil_w > 1, as "
-                             "argus.ops.conv2d does (_Gather.of)")
+        _check_unit_dil_w(g, "plane-run")
         slots = g.r + 1
         P = A.shape[0] // X.shape[0]
         row, qb = ag.grid(A.shape[0], ag.cdiv(A.shape[1], BQ * slots))
@@ -597,10 +591,7 @@ def im2col_pixel_planes_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
                                  geom: Im2colGeometry = Im2colGeometry(1, 1), BM: int = 128,
                                  SP: int = 1):
         g = geom
-        if g.dil_w != 1:
-            raise ValueError("the pixel gather needs dil_w = 1 (one run per filter row); "
-                             "fix: use im2col_kernel (the taps gather) for dil_w > 1, as "
-                             "argus.ops.conv2d does (_Gather.of)")
+        _check_unit_dil_w(g, "pixel")
         slot = g.channels * SP
         _check_pitch(pitch, (g.r + 1) * slot, "im2col_pixel_planes_kernel",
                      "(R + 1) * C * plane_slot(geom)")
