@@ -33,9 +33,12 @@ Every input that cannot be right (dtype, head dim, shapes, device, strides TMA c
 heads that do not divide) raises a LaunchError that says what and how to fix it. Under
 torch.compile, autograd or a TorchDispatchMode the kernel runs as the torch.library custom op
 `argus::attention` (torch.compile traces through it); an eager call launches it directly,
-without the op's dispatch (about half of a call's host time). CUDA graphs capture either (call
-it once with the same shapes before capturing: the first call compiles the kernel and loads
-it, which a capture must not do).
+without the op's dispatch (about half of a call's host time), and an eager call whose
+signature (tensor types, shapes, strides, dtypes, devices, flags) was seen before skips the
+checks and decisions, which follow from it, and replays the launch prepared for the same buffer
+addresses (`_Entry`; a new address is prepared, and checked, on the full path). CUDA graphs
+capture either (call it once with the same shapes before capturing: the first call compiles
+the kernel and loads it, which a capture must not do).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.attention import LOG2E, AttentionSchedule, attention_kernel, default_schedule
 from argus.kernels.attention_decode import MAX_QUERIES, DecodeSchedule
-from argus.ops.attention_decode import _eager, run_decode
+from argus.ops.attention_decode import _current_stream, _eager, run_decode
 from argus.ops.attention_inputs import LAYOUTS, _bhsd, _check_strides, check  # noqa: F401
 
 _WHO = "argus.ops.attention"
@@ -68,6 +71,14 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
               schedule: AttentionSchedule | DecodeSchedule | None = None):
     """softmax(scale * q k^T [+ causal mask]) v; (out, lse) with return_lse=True. See the
     module docstring for shapes, layouts and the two conventions that differ from torch."""
+    key = _signature(q, k, v, causal, scale, layout, return_lse) if schedule is None else None
+    entry = _ENTRIES.get(key) if key is not None else None
+    if entry is not None and _eager(q, k, v):
+        # a repeated eager prefill signature: no check, no decision (they follow from the
+        # signature), the launch prepared for these buffers (None: new buffers, prepared below)
+        got = entry.repeat(q, k, v)
+        if got is not None:
+            return got if return_lse else got[0]
     if (schedule is None or isinstance(schedule, DecodeSchedule)) and _decode_eager(q, k, v,
                                                                                   layout):
         # decoding, eager: no custom-op dispatch (15-20 us a call); a repeated signature skips
@@ -88,7 +99,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
         # call's 88 us of host time on the H200 (scripts/gpu_attention_host.py, 2026-12-03;
         # cuDNN's SDPA call: 42 us), which showed in short prefills' timed calls
         out, lse = _run(q, k, v, bool(causal), float(scale), layout, bool(return_lse), schedule,
-                        checked=True)
+                        checked=True, remember=key if schedule is None else None)
     else:
         out, lse = _op()(q, k, v, bool(causal), float(scale), layout, bool(return_lse))
     return (out, lse) if return_lse else out
@@ -143,9 +154,12 @@ def for_scale(schedule: AttentionSchedule, scale: float) -> AttentionSchedule:
 
 
 def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
-         schedule: AttentionSchedule | None = None, checked: bool = False):
+         schedule: AttentionSchedule | None = None, checked: bool = False,
+         remember: tuple | None = None):
     """The eager implementation: (out in q's layout, lse [B, Hq, Sq] fp32 or an empty tensor).
-    checked=True: the caller ran check() on q, k, v already."""
+    checked=True: the caller ran check() on q, k, v already. remember: the call's signature
+    (`_signature`; an eager call with the default schedule), under which the prepared launch
+    is kept for repeated calls (`_Entry`)."""
     import torch
 
     if not checked:
@@ -188,7 +202,84 @@ def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
         _LAUNCHES.move_to_end(key)
     if plan is not False:
         plan()   # on torch's current stream of the plan's device (captured by CUDA graphs)
+        if remember is not None:
+            entry = _ENTRIES.get(remember)
+            if entry is None:
+                entry = _ENTRIES[remember] = _Entry(tuple(out.shape), out.dtype, out.device,
+                                                    tuple(lse.shape), return_lse)
+                if len(_ENTRIES) > _Entry.ENTRIES:
+                    _ENTRIES.pop(next(iter(_ENTRIES)))
+            entry.remember(_pointers(q, k, v, out, lse, return_lse), plan)
     return out, lse
+
+
+# ----------------------------------------------------------------------------- repeated calls
+#
+# A call's checks and decisions (check(), the strides, the schedule, the kernel) follow from its
+# signature: the tensors' types, shapes, strides, dtypes and devices, and the flags. The one
+# pointer-dependent check (16-byte aligned addresses, _check_strides) holds for a plan's buffers,
+# which were checked when it was prepared. So a repeated eager call with the same signature
+# costs the key, the output allocations and the launch (decode does the same:
+# attention_decode._Entry); the H200 measured 88 us of host time a call against cuDNN's 42.
+
+_ENTRIES: dict = {}
+
+
+def _signature(q, k, v, causal, scale, layout, return_lse) -> tuple | None:
+    """What an eager prefill call's checks and decisions depend on, without the buffers'
+    addresses; None when an argument is not a tensor or the scale not a plain number (the
+    checked path runs and says what is wrong)."""
+    try:
+        if scale is not None:
+            if type(scale) is int:
+                scale = float(scale)
+            scale = scale.hex()   # bits: -0.0 and 0.0, and NaN, each a key of their own
+        return (type(q), q.shape, q.stride(), q.dtype, q.device, type(k), k.shape, k.stride(),
+                k.dtype, k.device, type(v), v.shape, v.stride(), v.dtype, v.device,
+                bool(causal), scale, layout, bool(return_lse))
+    except (AttributeError, TypeError):
+        return None
+
+
+def _pointers(q, k, v, out, lse, return_lse: bool) -> tuple:
+    return ((q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
+            if return_lse else (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    """One eager prefill signature: its outputs' shapes and the launches prepared for the
+    buffer addresses seen (a plan holds raw pointers; everything else follows from the
+    signature)."""
+
+    out_shape: tuple
+    dtype: object
+    device: object
+    lse_shape: tuple
+    return_lse: bool
+    plans: OrderedDict = dataclasses.field(default_factory=OrderedDict)
+
+    PLANS = 8        # buffer-address sets per signature (the caching allocator reuses a few)
+    ENTRIES = 64
+
+    def repeat(self, q, k, v):
+        """(out, lse or None) after launching the plan prepared for these buffers, or None
+        (the caller prepares it; the allocations go back to the caching allocator)."""
+        import torch
+
+        out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
+        lse = (torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+               if self.return_lse else None)
+        plan = self.plans.get(_pointers(q, k, v, out, lse, self.return_lse))
+        if plan is None:
+            return None
+        plan.launch(_current_stream(self.device.index))
+        return out, lse
+
+    def remember(self, pointers: tuple, plan) -> None:
+        self.plans[pointers] = plan
+        if len(self.plans) > self.PLANS:
+            self.plans.popitem(last=False)
 
 
 # ----------------------------------------------------------------------------- custom op

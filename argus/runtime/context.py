@@ -50,12 +50,13 @@ def check_cuda(result: Any, what: str, fix: str = "") -> Any:
 def ensure_context(device: int) -> None:
     """Make torch's primary context of `device` current on this thread (initialising the driver
     the first time). torch must have initialised CUDA first so that we share its context."""
-    import torch
-
-    _require_cuda()
-    torch.cuda.init()
     driver = _driver()
-    if device not in _CONTEXTS:
+    context = _CONTEXTS.get(device)
+    if context is None:   # the first use of the device (every later launch skips this)
+        import torch
+
+        _require_cuda()
+        torch.cuda.init()
         try:
             check_cuda(driver.cuInit(0), "cuInit")
         except LaunchError:
@@ -64,11 +65,11 @@ def ensure_context(device: int) -> None:
             raise LaunchError(f"the CUDA driver library could not be loaded ({exc})",
                               fix="install the NVIDIA driver (libcuda.so.1)") from exc
         handle = check_cuda(driver.cuDeviceGet(device), f"cuDeviceGet({device})")
-        _CONTEXTS[device] = check_cuda(driver.cuDevicePrimaryCtxRetain(handle),
-                                   f"cuDevicePrimaryCtxRetain({device})")
+        context = _CONTEXTS[device] = check_cuda(driver.cuDevicePrimaryCtxRetain(handle),
+                                                 f"cuDevicePrimaryCtxRetain({device})")
     current = check_cuda(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
-    if current is None or int(current) != int(_CONTEXTS[device]):
-        check_cuda(driver.cuCtxSetCurrent(_CONTEXTS[device]), "cuCtxSetCurrent")
+    if current is None or int(current) != int(context):
+        check_cuda(driver.cuCtxSetCurrent(context), "cuCtxSetCurrent")
 
 
 def _require_cuda() -> None:

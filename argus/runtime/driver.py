@@ -284,7 +284,6 @@ class LaunchPlan:
     def __call__(self, stream: Any = None, sync: bool = False) -> None:
         """Launch on `stream` (torch.cuda.Stream, raw CUstream int, or None for torch's
         current stream of the plan's device); sync=True waits and reports faults here."""
-        driver = _driver()
         if stream is None:
             import torch
 
@@ -293,16 +292,24 @@ class LaunchPlan:
             handle = stream.cuda_stream
         else:
             handle = int(stream)
-        ensure_context(self.device)
-        with self.lock:
-            self.config.hStream = driver.CUstream(handle)
-            check_cuda(driver.cuLaunchKernelEx(self.config, self.function, self.params.address,
-                                               0), f"launch of kernel {self.kernel} ({self.shape})")
+        self.launch(handle)
         if sync:
-            check_cuda(driver.cuStreamSynchronize(self.config.hStream),
+            check_cuda(_driver().cuStreamSynchronize(_driver().CUstream(handle)),
                        f"kernel {self.kernel} ({self.shape}) while running",
                        fix="an illegal address or a trap inside the kernel; rerun under "
                            "compute-sanitizer to locate it")
+
+    def launch(self, handle: int) -> None:
+        """Launch on the raw CUstream `handle` (an int): the hot path of ops that read torch's
+        current stream themselves (one C call, where torch.cuda.current_stream builds a
+        Stream object)."""
+        driver = _driver()
+        ensure_context(self.device)
+        with self.lock:
+            self.config.hStream = driver.CUstream(handle)
+            status = driver.cuLaunchKernelEx(self.config, self.function, self.params.address, 0)
+        if int(status[0]) != 0:
+            check_cuda(status, f"launch of kernel {self.kernel} ({self.shape})")
 
 
 def launch_attributes(cluster: tuple[int, int, int] | None, pdl: bool) -> list[Any]:

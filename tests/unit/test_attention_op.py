@@ -117,7 +117,9 @@ def test_eager_prefill_skips_the_custom_op(monkeypatch):
     monkeypatch.setattr(mod, "_op", lambda: (lambda *a: calls.append("op") or (a[0], None)))
     q, k, v = _qkv(S=64, SK=64)
     mod.attention(q, k, v)
-    assert calls == ["check", ("run", {"checked": True})]
+    assert calls == ["check", ("run", {"checked": True,
+                                       "remember": mod._signature(q, k, v, False, None, "bhsd",
+                                                                  False)})]
     calls.clear()
     mod.attention(q.requires_grad_(), k, v)
     assert calls == ["check", "op"]

@@ -1,0 +1,244 @@
+"""The host path of a repeated eager argus.ops.attention prefill call (no GPU: CPU tensors, the
+driver's raw launch stubbed, the kernel's prepare stubbed by a real LaunchPlan over the
+arguments' pointers). A repeated signature skips the checks and decisions but never one that
+depends on something outside the signature; a new buffer launches with its own pointers."""
+
+import cProfile
+import ctypes
+import importlib
+import pstats
+import time
+import types
+
+import pytest
+import torch
+
+from argus.errors import LaunchError
+from argus.runtime import context, driver
+
+attention_mod = importlib.import_module("argus.ops.attention")
+
+
+class _Allocator:
+    """torch.empty as the CUDA caching allocator behaves in a loop: a freed block of the same
+    size comes back at the same address (CPU malloc does not promise that)."""
+
+    def __init__(self, real):
+        self.real, self.held = real, {}
+
+    def __call__(self, *shape, dtype=None, device=None, **kw):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+            shape = tuple(shape[0])
+        key = (shape, dtype)
+        t = self.held.get(key)
+        if t is None:
+            t = self.held[key] = self.real(*shape, dtype=dtype, device=device, **kw)
+        return t
+
+
+class _Driver:
+    """The CUDA driver calls a launch makes; cuLaunchKernelEx records the parameter words the
+    kernel would read (the first u64 of each parameter: a pointer for a tensor)."""
+
+    CUstream = int
+
+    def __init__(self):
+        self.launched = []
+
+    def cuLaunchKernelEx(self, config, function, address, extra):
+        count = function                     # the stub's function handle: its parameter count
+        slots = (ctypes.c_void_p * count).from_address(address)
+        self.launched.append((config.hStream, tuple(ctypes.c_uint64.from_address(p).value
+                                                    for p in slots)))
+        return (0,)
+
+    def cuCtxGetCurrent(self):
+        return (0, 1)
+
+    def cuCtxSetCurrent(self, ctx):
+        return (0,)
+
+
+def _stub_the_device(monkeypatch):
+    """Counts of check / prepare calls and the driver's launches, with every input check but
+    the device one real (CPU tensors)."""
+    from argus.ops.attention_inputs import check as real_check
+
+    fake = _Driver()
+    calls = {"check": 0, "prepare": 0}
+
+    def check(*args, **kw):
+        calls["check"] += 1
+        return real_check(*args, **{**kw, "device": False})
+
+    class Kernel:
+        def prepare(self, *tensors, _scalars=None):
+            calls["prepare"] += 1
+            return driver.LaunchPlan(kernel="attention", device=0, function=len(tensors),
+                                     config=types.SimpleNamespace(), shape="stub",
+                                     params=driver.pack_params(tensors))
+
+    monkeypatch.setattr(driver, "_driver", lambda: fake)
+    monkeypatch.setattr(context, "_driver", lambda: fake)
+    monkeypatch.setitem(context._CONTEXTS, 0, 1)
+    monkeypatch.setattr(attention_mod, "check", check)
+    monkeypatch.setattr(attention_mod, "_compiled", lambda *a: Kernel())
+    monkeypatch.setattr(attention_mod, "_current_stream", lambda index: 7)
+    monkeypatch.setattr(attention_mod, "_ENTRIES", {})
+    monkeypatch.setattr(attention_mod, "_LAUNCHES", type(attention_mod._LAUNCHES)())
+    monkeypatch.setattr(torch.cuda, "device", lambda d: _Null())
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda d=None: types.SimpleNamespace(cuda_stream=7))
+    monkeypatch.setattr(torch, "empty", _Allocator(torch.empty))
+    monkeypatch.setattr(torch, "empty_like",
+                        lambda t, **kw: torch.empty(t.shape, dtype=t.dtype, device=t.device))
+    return calls, fake
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _qkv(B=2, H=4, HKV=2, S=128, SK=256, D=128, dtype=torch.bfloat16):
+    return (torch.randn(B, H, S, D).to(dtype), torch.randn(B, HKV, SK, D).to(dtype),
+            torch.randn(B, HKV, SK, D).to(dtype))
+
+
+def _pointers(*tensors):
+    return tuple(t.data_ptr() for t in tensors)
+
+
+def test_a_repeated_call_skips_checks_and_prepare(monkeypatch):
+    """After the first call of a signature: no check, no prepare, the same launch on the
+    current stream; the host work is a fraction of the first call's and a small count of
+    Python calls (a bound that fails when the checks or the decisions come back)."""
+    calls, fake = _stub_the_device(monkeypatch)
+    q, k, v = _qkv()
+    out = attention_mod.attention(q, k, v)
+    assert calls == {"check": 1, "prepare": 1}
+    for _ in range(20):
+        again = attention_mod.attention(q, k, v)
+    assert calls == {"check": 1, "prepare": 1}, calls
+    assert again.data_ptr() == out.data_ptr() and again.shape == q.shape
+    assert len(fake.launched) == 21
+    assert all(launch == (7, _pointers(q, k, v, out)) for launch in fake.launched)
+
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(100):
+        attention_mod.attention(q, k, v)
+    profile.disable()
+    per_call = pstats.Stats(profile).total_calls / 100
+    # 52 on 2026-12-04 with these stubs (before the signature memo: 121); check() and
+    # _check_strides alone are over 40 more
+    assert per_call <= 70, f"{per_call} Python calls per repeated op call"
+
+    def timed(fn, n):
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best = min(best, (time.perf_counter() - t0) / n)
+        return best
+
+    def first_call():
+        attention_mod._ENTRIES.clear()
+        attention_mod._LAUNCHES.clear()
+        attention_mod.attention(q, k, v)
+
+    repeated = timed(lambda: attention_mod.attention(q, k, v), 500)
+    first = timed(first_call, 100)
+    print(f"host work per call: repeated {repeated * 1e6:.1f} us, first {first * 1e6:.1f} us, "
+          f"{per_call:.0f} Python calls")
+    assert repeated < 0.6 * first, (repeated, first)
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda q, k, v: (q.float(), k, v), "all be bfloat16 or all float16"),
+    (lambda q, k, v: (q, k.half(), v), "all be bfloat16 or all float16"),
+    (lambda q, k, v: (q[0], k, v), "4-d tensors"),
+    (lambda q, k, v: (q, k[..., :64], v[..., :64]), "q has head dim 128, k and v have 64"),
+    (lambda q, k, v: (q[..., :32], k[..., :32], v[..., :32]), "head dim 32 is not supported"),
+    (lambda q, k, v: (q, k[:, :1], v), "differ"),
+    (lambda q, k, v: (q[:, :3], k, v), "multiple of the key/value heads"),
+    (lambda q, k, v: (q.transpose(2, 3).contiguous().transpose(2, 3), k, v),
+     "q .* cannot be read by TMA"),
+    (lambda q, k, v: (q, k.expand(2, -1, -1, -1).contiguous()[:1].expand(2, -1, -1, -1), v),
+     "k .* cannot be read by TMA"),
+    # same shape and strides as the cached call, a pointer 2 bytes off 16-byte alignment
+    (lambda q, k, v: (torch.empty(q.numel() + 8, dtype=q.dtype)[1:q.numel() + 1]
+                      .view(q.shape), k, v), "q .* cannot be read by TMA"),
+    (lambda q, k, v: ("q", k, v), "must be a torch.Tensor"),
+])
+def test_a_cached_signature_still_checks_a_changed_call(monkeypatch, change, words):
+    """Every input check still runs for a call that differs from a cached one: its dtype,
+    shape, strides or alignment (a pointer the cached plan was not prepared for) are not the
+    cached call's, so it takes the checked path and raises the same error."""
+    calls, _ = _stub_the_device(monkeypatch)
+    q, k, v = _qkv()
+    attention_mod.attention(q, k, v)
+    attention_mod.attention(q, k, v)
+    assert calls == {"check": 1, "prepare": 1}
+    with pytest.raises(LaunchError, match=words):
+        attention_mod.attention(*change(q, k, v))
+
+
+def test_the_signature_keys_every_checked_property():
+    """Each property check() and the decisions read is in the key (device, layout, flags)."""
+    q, k, v = _qkv()
+    sig = attention_mod._signature
+    base = sig(q, k, v, False, None, "bhsd", False)
+    assert base == sig(q.clone(), k.clone(), v.clone(), False, None, "bhsd", False)
+    different = [sig(q.to("meta"), k, v, False, None, "bhsd", False),
+                 sig(q, k, v.to("meta"), False, None, "bhsd", False),
+                 sig(q, k, v, True, None, "bhsd", False),
+                 sig(q, k, v, False, 0.125, "bhsd", False),
+                 sig(q, k, v, False, None, "bshd", False),
+                 sig(q, k, v, False, None, "bhsd", True),
+                 sig(q, k, v.transpose(2, 3).contiguous().transpose(2, 3), False, None, "bhsd",
+                     False)]
+    assert all(d != base for d in different)
+    assert sig(q, k, v, False, 0.0, "bhsd", False) != sig(q, k, v, False, -0.0, "bhsd", False)
+    assert sig(q, k, v, False, torch.tensor(0.1), "bhsd", False) is None  # the checked path
+    assert sig("q", k, v, False, None, "bhsd", False) is None
+
+
+def test_new_buffers_launch_with_their_pointers(monkeypatch):
+    """A cached signature called on other buffers launches with those buffers' pointers, never
+    a cached plan's; the cached buffers still reuse their plan."""
+    calls, fake = _stub_the_device(monkeypatch)
+    q, k, v = _qkv()
+    out = attention_mod.attention(q, k, v)
+    q2, k2, v2 = (t.clone() for t in (q, k, v))
+    out2 = attention_mod.attention(q2, k2, v2)
+    assert fake.launched[-1] == (7, _pointers(q2, k2, v2, out2))
+    out3 = attention_mod.attention(q, k2, v)
+    assert fake.launched[-1] == (7, _pointers(q, k2, v, out3))
+    prepared = calls["prepare"]
+    attention_mod.attention(q, k, v)
+    assert fake.launched[-1] == (7, _pointers(q, k, v, out))
+    assert calls["prepare"] == prepared, "the first buffers' plan is kept"
+
+
+def test_lse_and_the_custom_op_path(monkeypatch):
+    """return_lse launches with the LSE buffer too; a call under autograd recording (not
+    eager) never takes a cached eager plan."""
+    calls, fake = _stub_the_device(monkeypatch)
+    q, k, v = _qkv()
+    out, lse = attention_mod.attention(q, k, v, return_lse=True)
+    out_again, lse_again = attention_mod.attention(q, k, v, return_lse=True)
+    assert calls == {"check": 1, "prepare": 1}
+    assert (out_again.data_ptr(), lse_again.data_ptr()) == (out.data_ptr(), lse.data_ptr())
+    assert tuple(lse_again.shape) == (2, 4, 128) and lse_again.dtype == torch.float32
+    assert fake.launched[-1] == (7, _pointers(q, k, v, out_again, lse_again))
+    seen = []
+    monkeypatch.setattr(attention_mod, "_op",
+                        lambda: (lambda *a: seen.append("op") or (a[0], None)))
+    qg = q.clone().requires_grad_()
+    attention_mod.attention(qg, k, v)
+    assert seen == ["op"]
