@@ -217,7 +217,20 @@ def prefill_variants() -> dict:
             # every candidate at once: what they add up to in the same run
             "pair-n-g16-fast-silu": (replace(PREFILL_GATE_UP_PAIR_N, group_m=16,
                                              fast_silu=True),
-                                     replace(PREFILL_DOWN_PAIR_N, group_m=16))}
+                                     replace(PREFILL_DOWN_PAIR_N, group_m=16)),
+            # the rule's own gate-up (3 stages, 2x1 clusters) with a cheaper SiLU epilogue, the
+            # down unchanged (2026-12-04: the only fast-SiLU run so far was on the slower
+            # 4-stage ring, -3.2% gate-up us). fast_silu: ex2.approx, still an IEEE division
+            # per element (a slow-path branch each); rsqrt_silu: the division as rsqrt(d)^2,
+            # branch-free (SASS of the rule's gate-up: 2384 instructions, 64 CALLs -> 1592
+            # with rsqrt_silu, 1080 with both; tests/moe/test_moe_prefill_schedules.py)
+            "rule-fast-silu": (replace(base, fast_silu=True), base),
+            "rule-rsqrt-silu": (replace(base, rsqrt_silu=True), base),
+            "rule-fast-rsqrt-silu": (replace(base, fast_silu=True, rsqrt_silu=True), base)}
+
+
+# --prefill-only: the variants run_prefill_variants times besides the rule (all when empty)
+PREFILL_ONLY: tuple = ()
 
 
 def split_gemm_time(per: dict) -> tuple[float, float, float]:
@@ -317,7 +330,9 @@ def run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exa
     result: dict = {"dense": dense_references(N, H, I, w13, w2, trials, allow_few)}
     row["prefill"] = result
     calls = {}
-    for v, pair in [("rule", None), *prefill_variants().items()]:
+    chosen = [(v, p) for v, p in prefill_variants().items()
+              if not PREFILL_ONLY or v in PREFILL_ONLY]
+    for v, pair in [("rule", None), *chosen]:
         label = f"{name} T={T} prefill {v}"
         try:
             pad = (pair[0] if pair else schedule_for(T, k, E, H)).pad
@@ -412,7 +427,8 @@ def decode_rule_variants(T: int, k: int, E: int, H: int, I: int) -> dict:
     # K steps of each GEMM's first unit into L2, n = its ring depth or twice it; the permute
     # takes PDL then). Per-kernel durations include the wait, so the layer's time ("ours ms")
     # is what shows these; scripts/gpu_moe_pdl.py times the device alone
-    out["no-pdl"] = (replace(gate_up, pdl=False, prefetch=0), replace(down, pdl=False, prefetch=0))
+    out["no-pdl"] = (replace(gate_up, pdl=False, prefetch=0),
+                     replace(down, pdl=False, prefetch=0, pdl_combine=False))
     # the decode default prefetches one ring (since 2026-12-04): the PDL launch without it
     out["no-prefetch"] = (replace(gate_up, prefetch=0), replace(down, prefetch=0))
     for times in (1, 2):
@@ -422,11 +438,10 @@ def decode_rule_variants(T: int, k: int, E: int, H: int, I: int) -> dict:
     # long before they use it, which L2 may not keep through the gate-up's stream
     out["prefetch-gate-up"] = (replace(gate_up, prefetch=gate_up.stages), down)
     out["prefetch-down"] = (gate_up, replace(down, prefetch=down.stages))
-    # the combine launched with PDL after the down (MoeSchedule.pdl_combine): its launch and
-    # prologue overlap the down's tail; alone and with the prefetch of both GEMMs
-    out["pdl-combine"] = (gate_up, replace(down, pdl_combine=True))
-    out["prefetch1x-pdl-combine"] = (replace(gate_up, prefetch=gate_up.stages),
-                                     replace(down, prefetch=down.stages, pdl_combine=True))
+    # the decode default launches the combine with PDL after the down (MoeSchedule.
+    # pdl_combine, since 2026-12-04): its launch and prologue overlap the down's tail; the
+    # plain combine launch beside it
+    out["no-pdl-combine"] = (gate_up, replace(down, pdl_combine=False))
     if down.stages != 8:
         out["down-8-stages"] = (gate_up, replace(down, stages=8))
     for splits in (2, 4):
@@ -1078,6 +1093,10 @@ def main() -> None:
                          "broken down by kernel, and dense references of the same FLOPs "
                          "(cuBLAS, Argus's dense GEMM); with --models mixtral --tokens 16384: "
                          "issue 16's prefill bar, ~2 min")
+    ap.add_argument("--prefill-only", nargs="+", default=(), metavar="VARIANT",
+                    choices=list(prefill_variants()),
+                    help="--prefill-variants times only these (and the rule): fewer layers "
+                         "in each alternating round, so more rounds fit the same minutes")
     ap.add_argument("--breakdown", action="store_true",
                     help="print ours' device time per kernel (torch.profiler)")
     ap.add_argument("--fp8", action="store_true",
@@ -1089,6 +1108,8 @@ def main() -> None:
                     help="--fp8: time the default fp8 schedule only")
     ap.add_argument("--out", default="bench_out/moe")
     args = ap.parse_args()
+    global PREFILL_ONLY
+    PREFILL_ONLY = tuple(args.prefill_only)
 
     import torch
 

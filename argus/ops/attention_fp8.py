@@ -295,8 +295,10 @@ def transposed_v(v, layout: str, v_transposed: bool):
     """V^T [B, Hkv, D, Skv] in natural key order: v itself when it is given transposed and
     TMA can address it, else a copy into rows padded to a multiple of 16 keys (the padding is
     never read: the tensor map's extent is Skv, TMA zero-fills past it). The copy is exact
-    (bytes moved, never converted: NaN payloads and -0 survive); see `_word_transpose` for
-    how V shaped like k is transposed, and `kernel_v` for the permuted V^T the op uses."""
+    (NaN payloads and -0 survive) but for one byte: on CUDA tensors the V^T kernel
+    (`_kernel_transpose`) writes 0xFF (NaN with the sign bit) as 0x7F, still NaN; the torch
+    word path (`_word_transpose`, CPU tensors and the kernel's fallbacks) moves bytes unchanged.
+    `kernel_v` gives the permuted V^T the op uses."""
     import torch
 
     if v_transposed and _tma_ok(v):

@@ -206,8 +206,12 @@ def decode_schedules(tokens: int, top_k: int, num_experts: int, hidden: int,
         # of queued calls): Qwen3-30B-A3B T = 1 40.63 -> 39.16, 39.97 -> 38.62, layer 45.30
         # -> 43.55 us; T = 16 / 64 layers -1.2 to -2.2 us; Mixtral within +-0.5 us at T = 1,
         # -1.7 to -4.5 us at T = 16 / 64; twice the ring was worse (docs/perf/moe.md)
+        # pdl_combine (the down's): the combine after it launches with PDL too, its launch
+        # and prologue under the down's tail. Two H200 runs on 2026-12-04 (gpu_moe_bench.py
+        # --decode --rule-variants, device time of queued calls) agreed in 10 of 10 rows:
+        # layers 0.5-1.5 us shorter at Qwen3-30B-A3B and Mixtral, T = 1 / 16 / 64
         schedules.append(decode_schedule(bn, stages=stages, split_k=splits, pdl=True,
-                                         prefetch=stages))
+                                         prefetch=stages, pdl_combine=not gated))
     return schedules[0], schedules[1]
 
 

@@ -292,7 +292,8 @@ def test_tune_matmul_records_a_winner_that_matmul_then_runs(tmp_path, monkeypatc
     this GPU; the next plain matmul picks it and is right."""
     from argus.ops import matmul, tune_matmul
     from argus.ops.matmul import device_name, forget_choices
-    from argus.ops.schedules import candidates, choose
+    from argus.ops.schedules import choose
+    from argus.ops.tune import tuning_candidates
 
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
     forget_choices()   # nothing chosen before, nothing from this cache left behind (below)
@@ -300,8 +301,9 @@ def test_tune_matmul_records_a_winner_that_matmul_then_runs(tmp_path, monkeypatc
     out = torch.empty(512, 768, device="cuda", dtype=torch.bfloat16)
     lines = []
     result = tune_matmul(a, w.T, out, progress=lines.append)
-    assert result.best in candidates(result.problem)
-    assert len(result.screened) + len(result.failed) == len(candidates(result.problem))
+    timed = tuning_candidates(result.problem)   # the model's candidates + any tail splits
+    assert result.best in timed
+    assert len(result.screened) + len(result.failed) == len(timed)
     assert not result.failed and len(result.finals) == 3
     assert [ms for ms, _ in result.finals] == sorted(ms for ms, _ in result.finals)
     assert {s for _, s in result.finals} == {s for _, s in result.screened[:3]}

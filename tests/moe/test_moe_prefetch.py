@@ -212,8 +212,10 @@ def test_the_bench_times_the_prefetch_against_the_rule():
         got = bench.decode_rule_variants(T, k, E, H, I)
         # the decode default prefetches one ring of each GEMM (since 2026-12-04)
         assert (gate_up.prefetch, down.prefetch) == (gate_up.stages, down.stages)
+        # ... and launches the combine with PDL after the down (since 2026-12-04)
+        assert down.pdl_combine and not gate_up.pdl_combine
         assert got["no-pdl"] == (replace(gate_up, pdl=False, prefetch=0),
-                                 replace(down, pdl=False, prefetch=0))
+                                 replace(down, pdl=False, prefetch=0, pdl_combine=False))
         assert got["no-prefetch"] == (replace(gate_up, prefetch=0), replace(down, prefetch=0))
         for times in (1, 2):
             g, d = got[f"prefetch{times}x"]
@@ -223,10 +225,9 @@ def test_the_bench_times_the_prefetch_against_the_rule():
             M.Layer(T, H, I, E, k, g, d)
         assert got["prefetch-gate-up"] == (replace(gate_up, prefetch=gate_up.stages), down)
         assert got["prefetch-down"] == (gate_up, replace(down, prefetch=down.stages))
-        assert got["pdl-combine"] == (gate_up, replace(down, pdl_combine=True))
-        g, d = got["prefetch1x-pdl-combine"]
-        assert (g, d) == (got["prefetch1x"][0], replace(got["prefetch1x"][1], pdl_combine=True))
-        M.Layer(T, H, I, E, k, g, d)
+        assert got["no-pdl-combine"] == (gate_up, replace(down, pdl_combine=False))
+        for g, d in got.values():
+            M.Layer(T, H, I, E, k, g, d)
     names = bench.variants(1)
     assert all(("-pdl" in n) == s.pdl and ("-nopdl" in n) == (not s.pdl)
                for n, s in names.items() if n.startswith("decode"))
