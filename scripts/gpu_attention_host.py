@@ -1,7 +1,12 @@
 """Where the host time of one argus.ops.attention prefill call goes (H200): host microseconds
 per call of the op and of torch's cuDNN SDPA (launches queued behind a long GPU sleep, so the
 host never waits on the device), then cProfile of 300 op calls (top functions by own and by
-cumulative time). When the op's host time exceeds the L2 flush that `measure` runs before each
+cumulative time). `ours` is the op as a model calls it (no schedule=); `ours schedule=` as
+scripts/gpu_attention_bench.py times it (schedule=default_schedule(...) given): both repeat a
+signature, so both take the prepared launch without checks (argus/ops/attention.py _Entry).
+80 calls with q at a new address each (`ours new buffers`) time a call whose buffers have
+no prepared launch (checks and prepare: what a model's layers with their own activations
+see). When the op's host time exceeds the L2 flush that `measure` runs before each
 call (about 75 us for 256 MB), the device idles inside the timed region and `measure` of the
 op reads above its kernel (docs/perf/attention.md, 2026-12-03: hd128 S 2048 op 457-468 TFLOP/s,
 its prepared launch 541-563).
@@ -27,10 +32,11 @@ def main() -> int:
     parser.add_argument("--causal", action="store_true")
     args = parser.parse_args()
     import torch
+    from gpu_launch_overhead import host_us  # scripts/ is sys.path[0] when run as a script
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import argus.ops
-    from gpu_launch_overhead import host_us   # scripts/ is sys.path[0] when run as a script
+    from argus.kernels.attention import default_schedule
 
     S, D, H = args.seq, 128, 16
     B = max(1, 16384 // S)
@@ -39,16 +45,35 @@ def main() -> int:
     def ours():
         return argus.ops.attention(q, k, v, causal=args.causal)
 
+    chosen = default_schedule(D, args.causal, S)
+
+    def ours_schedule():
+        return argus.ops.attention(q, k, v, causal=args.causal, schedule=chosen)
+
+    # q at 80 offsets of one buffer (128 B apart: TMA-aligned), taken in turn: the same
+    # signature on a new address each call (more than the 8 plans kept per signature and the
+    # 64 of _LAUNCHES), as a model's layers call it with their own activations
+    spare = torch.randn(q.numel() + 80 * 64, device="cuda", dtype=torch.bfloat16)
+    shifted = [spare[i * 64:i * 64 + q.numel()].view(q.shape) for i in range(80)]
+    turn = iter(range(1 << 30))
+
+    def ours_new_buffers():
+        return argus.ops.attention(shifted[next(turn) % 80], k, v, causal=args.causal)
+
     def cudnn():
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             return torch.nn.functional.scaled_dot_product_attention(q, k, v,
                                                                     is_causal=args.causal)
 
-    for fn in (ours, cudnn):
+    for fn in (ours, ours_schedule, cudnn):
         fn()
+    for _ in shifted:   # each address's launch-specialized variant built (once) before timing
+        ours_new_buffers()
     torch.cuda.synchronize()
     print(f"host us per call, hd{D} S {S} B {B} causal {args.causal}: "
-          f"ours {host_us(ours):.1f}, cuDNN SDPA {host_us(cudnn):.1f}", flush=True)
+          f"ours {host_us(ours):.1f}, ours schedule= {host_us(ours_schedule):.1f}, "
+          f"cuDNN SDPA {host_us(cudnn):.1f}, ours new buffers (a prepare each call) "
+          f"{host_us(ours_new_buffers, calls=80):.1f}", flush=True)
     torch.cuda.synchronize()
     torch.cuda._sleep(4_000_000_000)
     profile = cProfile.Profile()

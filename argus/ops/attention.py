@@ -71,11 +71,13 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
               schedule: AttentionSchedule | DecodeSchedule | None = None):
     """softmax(scale * q k^T [+ causal mask]) v; (out, lse) with return_lse=True. See the
     module docstring for shapes, layouts and the two conventions that differ from torch."""
-    key = _signature(q, k, v, causal, scale, layout, return_lse) if schedule is None else None
+    key = (_signature(q, k, v, causal, scale, layout, return_lse, schedule)
+           if schedule is None or type(schedule) is AttentionSchedule else None)
     entry = _ENTRIES.get(key) if key is not None else None
-    if entry is not None and _eager(q, k, v):
-        # a repeated eager prefill signature: no check, no decision (they follow from the
-        # signature), the launch prepared for these buffers (None: new buffers, prepared below)
+    if entry is not None and (schedule is not None or _eager(q, k, v)):
+        # a repeated prefill signature, launched directly as below: no check, no decision
+        # (they follow from the signature), the launch prepared for these buffers (None: new
+        # buffers, prepared below)
         got = entry.repeat(q, k, v)
         if got is not None:
             return got if return_lse else got[0]
@@ -99,7 +101,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
         # call's 88 us of host time on the H200 (scripts/gpu_attention_host.py, 2026-12-03;
         # cuDNN's SDPA call: 42 us), which showed in short prefills' timed calls
         out, lse = _run(q, k, v, bool(causal), float(scale), layout, bool(return_lse), schedule,
-                        checked=True, remember=key if schedule is None else None)
+                        checked=True, remember=key)
     else:
         out, lse = _op()(q, k, v, bool(causal), float(scale), layout, bool(return_lse))
     return (out, lse) if return_lse else out
@@ -158,8 +160,8 @@ def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
          remember: tuple | None = None):
     """The eager implementation: (out in q's layout, lse [B, Hq, Sq] fp32 or an empty tensor).
     checked=True: the caller ran check() on q, k, v already. remember: the call's signature
-    (`_signature`; an eager call with the default schedule), under which the prepared launch
-    is kept for repeated calls (`_Entry`)."""
+    (`_signature`; a call launched directly), under which the prepared launch is kept for
+    repeated calls (`_Entry`)."""
     import torch
 
     if not checked:
@@ -225,10 +227,10 @@ def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
 _ENTRIES: dict = {}
 
 
-def _signature(q, k, v, causal, scale, layout, return_lse) -> tuple | None:
-    """What an eager prefill call's checks and decisions depend on, without the buffers'
-    addresses; None when an argument is not a tensor or the scale not a plain number (the
-    checked path runs and says what is wrong)."""
+def _signature(q, k, v, causal, scale, layout, return_lse, schedule=None) -> tuple | None:
+    """What a prefill call's checks and decisions depend on, without the buffers' addresses
+    (schedule: None, the op's choice, or an AttentionSchedule); None when an argument is not a
+    tensor or the scale not a plain number (the checked path runs and says what is wrong)."""
     try:
         if scale is not None:
             if type(scale) is int:
@@ -236,7 +238,7 @@ def _signature(q, k, v, causal, scale, layout, return_lse) -> tuple | None:
             scale = scale.hex()   # bits: -0.0 and 0.0, and NaN, each a key of their own
         return (type(q), q.shape, q.stride(), q.dtype, q.device, type(k), k.shape, k.stride(),
                 k.dtype, k.device, type(v), v.shape, v.stride(), v.dtype, v.device,
-                bool(causal), scale, layout, bool(return_lse))
+                bool(causal), scale, layout, bool(return_lse), schedule)
     except (AttributeError, TypeError):
         return None
 

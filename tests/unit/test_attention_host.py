@@ -5,6 +5,7 @@ depends on something outside the signature; a new buffer launches with its own p
 
 import cProfile
 import ctypes
+import dataclasses
 import importlib
 import pstats
 import time
@@ -242,3 +243,21 @@ def test_lse_and_the_custom_op_path(monkeypatch):
     qg = q.clone().requires_grad_()
     attention_mod.attention(qg, k, v)
     assert seen == ["op"]
+
+
+def test_an_explicit_schedule_is_part_of_the_signature(monkeypatch):
+    """A call with schedule= (scripts/gpu_attention_bench.py times the op so) repeats without
+    checks too; another schedule, or none, is another signature with its own launch."""
+    from argus.kernels.attention import default_schedule
+
+    calls, fake = _stub_the_device(monkeypatch)
+    q, k, v = _qkv()
+    chosen = default_schedule(128, False, 128)
+    for _ in range(3):
+        attention_mod.attention(q, k, v, schedule=chosen)
+    assert calls == {"check": 1, "prepare": 1}
+    attention_mod.attention(q, k, v, schedule=dataclasses.replace(chosen, fold_scale=False))
+    attention_mod.attention(q, k, v)
+    # checked again; no schedule chooses `chosen`, whose launch on these buffers is prepared
+    assert calls == {"check": 3, "prepare": 2}
+    assert len(attention_mod._ENTRIES) == 3 and len(fake.launched) == 5
