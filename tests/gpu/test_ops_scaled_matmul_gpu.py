@@ -123,6 +123,37 @@ def test_no_host_sync():
     assert _rel(out, _ref(a, w, sa, sb)) < 1e-2
 
 
+def test_remembered_launches_read_the_current_buffers_and_scales():
+    """Calls into one `out` on the same buffers replay the prepared launch (the op's launch
+    memo): a scale or operand changed in place is read by the next call, a new operand or scale
+    tensor gets its own launch, and a call wrong in one property still raises."""
+    import sys
+
+    from argus.errors import LaunchError
+    from argus.ops import scaled_matmul
+
+    memo = sys.modules["argus.ops.scaled_matmul"]._LAUNCHES   # the name is the function's
+    a, w, sa, sb = _fp8(128, 1024, seed=7), _fp8(512, 1024, seed=8), _scale(0.5), _scale(2.0)
+    out = torch.full((128, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+    scaled_matmul(a, w, sa, sb, out=out)
+    scaled_matmul(a, w, sa, sb, out=out)
+    assert len(memo) >= 1 and _rel(out, _ref(a, w, sa, sb)) < 1e-2
+    sa.fill_(0.125)                                   # in place: the same launch reads it
+    a.copy_(_fp8(128, 1024, seed=9))
+    scaled_matmul(a, w, sa, sb, out=out)
+    assert _rel(out, _ref(a, w, sa, sb)) < 1e-2
+    a2, sb2 = _fp8(128, 1024, scale=2.0, seed=10), _scale(0.75)   # new tensors
+    for _ in range(2):
+        scaled_matmul(a2, w, sa, sb2, out=out)
+        assert _rel(out, _ref(a2, w, sa, sb2)) < 1e-2
+        scaled_matmul(a, w, sa, sb, out=out)
+        assert _rel(out, _ref(a, w, sa, sb)) < 1e-2
+    with pytest.raises(LaunchError, match="scale_a must be float32"):
+        scaled_matmul(a, w, sa.view(torch.int32), sb, out=out)
+    with pytest.raises(LaunchError, match="out is torch.bfloat16 but out_dtype"):
+        scaled_matmul(a, w, sa, sb, out=out, out_dtype=torch.float16)
+
+
 def test_sass_uses_qgmma_and_no_16_bit_tensor_core_path():
     from argus.kernels.gemm_fp8 import Fp8GemmSchedule, gemm_fp8_kernel
     from argus.runtime.sass import check_sass, disassemble
