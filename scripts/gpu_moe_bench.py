@@ -226,7 +226,15 @@ def prefill_variants() -> dict:
             # with rsqrt_silu, 1080 with both; tests/moe/test_moe_prefill_schedules.py)
             "rule-fast-silu": (replace(base, fast_silu=True), base),
             "rule-rsqrt-silu": (replace(base, rsqrt_silu=True), base),
-            "rule-fast-rsqrt-silu": (replace(base, fast_silu=True, rsqrt_silu=True), base)}
+            "rule-fast-rsqrt-silu": (replace(base, fast_silu=True, rsqrt_silu=True), base),
+            # CTA pairs along N on the rule's 3-stage ring (the 12-03 run timed them at 4
+            # stages only, where the rule's own pair of forms lost 6-11% of gate-up time to 3):
+            # 128-row padding (~1.8% rows at Mixtral T = 16384 against the rule's ~3.9%)
+            "pair-n-3st": (replace(base, cluster_m=1, cluster_n=2),
+                           replace(base, cluster_m=1, cluster_n=2)),
+            "pair-n-3st-fast-rsqrt-silu": (replace(base, cluster_m=1, cluster_n=2,
+                                                   fast_silu=True, rsqrt_silu=True),
+                                           replace(base, cluster_m=1, cluster_n=2))}
 
 
 # --prefill-only: the variants run_prefill_variants times besides the rule (all when empty)
@@ -363,6 +371,26 @@ def run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exa
         result[v].update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12)
         log(f"{name} T={T} prefill {v}: {ms:.3f} ms {result[v]['tflops']:.0f} TFLOP/s "
             f"(whole layer)")
+    # every variant's kernels profiled again right after the timing, the card as hot as in
+    # the timed rounds: the 12-03 run's first (cold) breakdown summed to 16.1 ms against an
+    # 18.2-18.8 ms timed layer. Layer ms above this hot sum is time between kernels (host,
+    # launch gaps); a hot sum above the cold one is the kernels running slower when hot
+    # (clocks under sustained power), which no schedule change removes
+    for v, call in calls.items():
+        if "ms" not in result[v]:
+            continue
+        try:
+            gate_up, down, other = split_gemm_time(kernel_breakdown(call, reps=max(trials, 10)))
+        except Exception as e:  # noqa: BLE001 - reported, the table shows "-"
+            log(f"{name} T={T} prefill {v}: hot breakdown failed: {type(e).__name__}: "
+                f"{str(e)[:200]}")
+            continue
+        hot = (gate_up + down + other) / 1e3
+        result[v].update(hot_gate_up_us=gate_up, hot_down_us=down, hot_other_us=other,
+                         hot_kernels_ms=hot)
+        log(f"{name} T={T} prefill {v}: kernels hot {hot:.3f} ms (gate-up {gate_up:.0f} us, "
+            f"down {down:.0f} us, other {other:.0f} us) against the layer's "
+            f"{result[v]['ms']:.3f} ms")
 
 
 def alternating_ms(fns, rounds: int, trials: int, allow_few: bool) -> list:
@@ -390,19 +418,25 @@ def prefill_table(rows) -> str:
             continue
         lines += [f"\n{r['model']} T = {r['T']} (routed rows {r['T'] * r['k']}):",
                   "| variant | layer ms | layer TFLOP/s | gate-up us (TFLOP/s routed / padded) "
-                  "| down us (TFLOP/s routed / padded) | other kernels us | rel err |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| down us (TFLOP/s routed / padded) | other kernels us | rel err "
+                  "| kernels ms cold / hot |",
+                  "|---|---|---|---|---|---|---|---|"]
         for v, d in res.items():
             if v == "dense":
                 continue
             if "ms" not in d:
-                lines.append(f"| {v} | fail | - | - | - | - | {d.get('error', 'no time')[:60]} |")
+                lines.append(f"| {v} | fail | - | - | - | - | {d.get('error', 'no time')[:60]} "
+                             f"| - |")
                 continue
+            # the kernels' device times summed: first profile (cold) / after the timing (hot)
+            cold = (d["gate_up_us"] + d["down_us"] + d["other_us"]) / 1e3
+            hot = f"{d['hot_kernels_ms']:.3f}" if "hot_kernels_ms" in d else "-"
             lines.append(
                 f"| {v} | {d['ms']:.3f} | {d['tflops']:.0f} | {d['gate_up_us']:.0f} "
                 f"({d['gate_up_tflops']:.0f} / {d['gate_up_tflops_padded']:.0f}) | "
                 f"{d['down_us']:.0f} ({d['down_tflops']:.0f} / {d['down_tflops_padded']:.0f}) "
-                f"| {d['other_us']:.0f} | {d['rel_err']:.1e}{'' if d['ok'] else ' WRONG'} |")
+                f"| {d['other_us']:.0f} | {d['rel_err']:.1e}{'' if d['ok'] else ' WRONG'} "
+                f"| {cold:.3f} / {hot} |")
         dense = res.get("dense", {})
         if dense:
             lines.append("\ndense references (same FLOPs, one GEMM): " + "; ".join(

@@ -126,6 +126,18 @@ class MoeSchedule(WarpSpecializedSchedule):
     # Read by argus.ops.moe from the down's schedule (the gate-up ignores it); off by default
     # until measured (gpu_moe_bench --rule-variants: pdl-combine). In repr only when set
     pdl_combine: bool = field(default=False, repr=False)
+    # the gated epilogue's sigmoid denominator inverted as rsqrt(d)^2 (MUFU.RSQ and one FMUL;
+    # d = 1 + e^-g >= 1, so no denormal input, and d = inf gives 0 as 1/d does) instead of an
+    # IEEE division: 1.0f / d compiles to MUFU.RCP, a Newton step and a range check that
+    # branches to a slow-path call for every element, and those 64 per-element branches
+    # (BSSY/BSYNC around each) keep ptxas from interleaving the elements, so each
+    # element's MUFU latency is paid in series while no wgmma issues (SASS of the rule's
+    # gate-up: 2384 instructions, 64 CALLs; with rsqrt_silu 1592 and none, with fast_silu too
+    # 1080: tests/moe/test_moe_prefill_schedules.py counts them).
+    # rsqrtf is within 2 ulp (CUDA math guide), so the square is within ~4 ulp (2^-21), far below
+    # h's bf16 rounding (2^-9). With fast_silu the SiLU is two MUFU (EX2, RSQ) and four FMA-pipe
+    # instructions, branch-free. In repr only when set (as pdl)
+    rsqrt_silu: bool = field(default=False, repr=False)
 
     def __repr__(self) -> str:
         """The dataclass repr, with `pdl=True`, `prefetch=n` and `pdl_combine=True` last when
@@ -138,6 +150,8 @@ class MoeSchedule(WarpSpecializedSchedule):
             shown.append(f"prefetch={self.prefetch}")
         if self.pdl_combine:
             shown.append("pdl_combine=True")
+        if self.rsqrt_silu:
+            shown.append("rsqrt_silu=True")
         return f"{type(self).__qualname__}({', '.join(shown)})"
 
     @property
@@ -251,9 +265,14 @@ DECODE = decode_schedule()
 LOG2E = 1.4426950408889634
 
 
-def silu_mul(gate, up, fast: bool = False):
+def silu_mul(gate, up, fast: bool = False, rsqrt: bool = False):
     """silu(gate) * up, in fp32; fast: silu through the SFU's ex2.approx (MoeSchedule's
-    fast_silu), gate / (1 + 2^(-gate log2 e))."""
+    fast_silu), gate / (1 + 2^(-gate log2 e)); rsqrt (MoeSchedule.rsqrt_silu): the quotient
+    as gate * rsqrt(d)^2, d = 1 + e^-gate, no IEEE division (nor its per-element branch)."""
+    if rsqrt:
+        denom = 1.0 + (ag.exp2(gate * -LOG2E, approx=True) if fast else ag.exp(-gate))
+        inv = ag.rsqrt(denom)
+        return gate * (inv * inv) * up
     if fast:
         return gate / (1.0 + ag.exp2(gate * -LOG2E, approx=True)) * up
     return gate * ag.sigmoid(gate) * up
@@ -410,12 +429,13 @@ def store_unit(C, s: MoeSchedule, m, n, row0, wg, acc, staging: Staging | None,
     stores (epilogue="tma")."""
     width = s.bn // 2 if gated else s.bn
     if s.epilogue == "tma" and gated:
-        _store_gated_staged(C, row0, n * width, wg, acc, staging, width, s.fast_silu)
+        _store_gated_staged(C, row0, n * width, wg, acc, staging, width, s.fast_silu,
+                            s.rsqrt_silu)
     elif s.epilogue == "tma":
         store_tile_staged(C, Unit((), m, n), wg, acc, staging, bm=s.bm, bn=s.bn,
                           rows=s.bm // s.consumers, finish=lambda t: t.to(ag.bf16))
     elif gated:
-        out = silu_mul(acc[:, :width], acc[:, width:], s.fast_silu)
+        out = silu_mul(acc[:, :width], acc[:, width:], s.fast_silu, s.rsqrt_silu)
         ag.store(C, (row0, n * width), out.to(ag.bf16))
     else:
         ag.store(C, (row0, n * width), acc.to(ag.bf16))
@@ -519,7 +539,7 @@ def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool, partial: bo
                 if finish is not None:
                     _finish_last_slice(C, *finish, s, t, n)
             else:
-                out = silu_mul(accs[0], accs[1], s.fast_silu) if gated else accs[0]
+                out = silu_mul(accs[0], accs[1], s.fast_silu, s.rsqrt_silu) if gated else accs[0]
                 store_tile(C, Unit((), n, t), 0, out, bm=s.bm, bn=s.bn, rows=s.bm,
                            finish=lambda tile: tile.to(ag.bf16), transposed=True)
 
@@ -566,7 +586,7 @@ def _finish_last_slice(P, H, Count, s: MoeSchedule, t, n) -> None:
         for piece in range(1, splits):   # a fixed order: the same sum on every run
             gate = gate + ag.load(P, (piece, 0, r0, c0), (s.bn, s.bm))
             up = up + ag.load(P, (piece, 1, r0, c0), (s.bn, s.bm))
-        ag.store(H, (r0, c0), silu_mul(gate, up, s.fast_silu).to(ag.bf16))
+        ag.store(H, (r0, c0), silu_mul(gate, up, s.fast_silu, s.rsqrt_silu).to(ag.bf16))
 
 
 @functools.lru_cache(maxsize=None)
@@ -601,7 +621,7 @@ def split_finish_kernel(splits: int, bn: int) -> ag.KernelFunction:
 
 
 def _store_gated_staged(C, row0, col0, wg, acc, staging: Staging, width: int,
-                        fast_silu: bool = False) -> None:
+                        fast_silu: bool = False, rsqrt_silu: bool = False) -> None:
     """The gate-up epilogue through shared memory: per 64-column block j of the output,
     silu(gate block j) * (up block j) stmatrix'ed into warpgroup wg's staging slots, then
     TMA-stored; in rounds of `staging.staged` blocks (store_tile_staged's order)."""
@@ -611,7 +631,7 @@ def _store_gated_staged(C, row0, col0, wg, acc, staging: Staging, width: int,
         for j in blocks:
             gate = acc[:, w * j:w * (j + 1)]
             up = acc[:, width + w * j:width + w * (j + 1)]
-            ag.stmatrix(staging.slot(wg, j), silu_mul(gate, up, fast_silu).to(ag.bf16))
+            ag.stmatrix(staging.slot(wg, j), silu_mul(gate, up, fast_silu, rsqrt_silu).to(ag.bf16))
         for j in blocks:
             ag.tma.store(C, (row0, col0 + w * j), staging.slot(wg, j))
 

@@ -9,26 +9,35 @@ bench's bookkeeping (padded rows, kernel groups, table) is checked on made-up nu
 
 from __future__ import annotations
 
+import collections
 import importlib
 import importlib.util
+import re
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
+import argus as ag
 from argus import codegen, verify
 from argus.compiler import lower_only
 from argus.errors import CompileError
 from argus.kernels.moe import (PREFILL_DOWN_PAIR_N, PREFILL_DOWN_S4, PREFILL_GATE_UP_PAIR_N,
                                PREFILL_GATE_UP_S4, PREFILL_TMA_CLUSTER, MoeSchedule,
-                               grouped_gemm_kernel)
+                               grouped_gemm_kernel, silu_mul)
 from argus.runtime import nvrtc_available
 from tests.loading import load_script
 
 bench = load_script("gpu_moe_bench")
+needs_nvrtc_early = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
 
 M = importlib.import_module("argus.ops.moe")   # the module (argus.ops.moe is the function)
 FAST = replace(PREFILL_GATE_UP_S4, fast_silu=True)
+# the rule's gate-up with the branch-free SiLU (MoeSchedule.rsqrt_silu), with the SFU's
+# exponential (fast_silu) and with expf
+RSQRT_FAST = replace(PREFILL_TMA_CLUSTER, fast_silu=True, rsqrt_silu=True)
+RSQRT = replace(PREFILL_TMA_CLUSTER, rsqrt_silu=True)
 
 
 def _weights(E, H, I, seed):
@@ -38,7 +47,8 @@ def _weights(E, H, I, seed):
     return w13, w2
 
 
-@pytest.mark.parametrize("gate_up", [PREFILL_GATE_UP_S4, FAST], ids=["exact", "fast_silu"])
+@pytest.mark.parametrize("gate_up", [PREFILL_GATE_UP_S4, FAST, RSQRT_FAST, RSQRT],
+                         ids=["exact", "fast_silu", "fast_rsqrt_silu", "rsqrt_silu"])
 def test_prefill_pair_matches_float64(gate_up):
     """The 4-stage gate-up (and its fast SiLU) with the down's 4 stages and 128-column store
     rounds, as one layer: H = 256 makes the down store two rounds per tile, 140 tokens over 4
@@ -91,9 +101,13 @@ def test_pairs_along_n_refuse_what_they_cannot_run(kwargs, words):
         MoeSchedule(**{**base, **kwargs})
 
 
-@pytest.mark.parametrize("gated,schedule", [(True, PREFILL_GATE_UP_PAIR_N),
-                                            (False, PREFILL_DOWN_PAIR_N)],
-                         ids=["gate_up", "down"])
+@pytest.mark.parametrize("gated,schedule", [
+    (True, PREFILL_GATE_UP_PAIR_N), (False, PREFILL_DOWN_PAIR_N),
+    # the bench's pair-n-3st: the rule's 3-stage ring with pairs along N
+    (True, replace(PREFILL_TMA_CLUSTER, cluster_m=1, cluster_n=2, fast_silu=True,
+                   rsqrt_silu=True)),
+    (False, replace(PREFILL_TMA_CLUSTER, cluster_m=1, cluster_n=2))],
+    ids=["gate_up", "down", "gate_up_3st_rsqrt_silu", "down_3st"])
 def test_pairs_along_n_verify_clean(gated, schedule):
     # the multicast A tile's `expert` term mentions k without depending on it: no reduction
     # coordinate (check_wgmma._reduction_fields), so k-once is proven for `k` alone
@@ -105,8 +119,9 @@ def test_pairs_along_n_verify_clean(gated, schedule):
 
 
 @pytest.mark.parametrize("gated,schedule", [(True, PREFILL_GATE_UP_S4), (False, PREFILL_DOWN_S4),
-                                            (True, FAST)],
-                         ids=["gate_up_s4", "down_s4_c128", "gate_up_fast_silu"])
+                                            (True, FAST), (True, RSQRT_FAST)],
+                         ids=["gate_up_s4", "down_s4_c128", "gate_up_fast_silu",
+                              "gate_up_fast_rsqrt_silu"])
 def test_prefill_schedules_verify_clean(gated, schedule):
     report = verify.run(lower_only(grouped_gemm_kernel(gated), s=schedule))
     assert not report.errors, "\n".join(str(d) for d in report.errors)
@@ -123,11 +138,82 @@ def test_fast_silu_renders_the_sfu_exponential():
     assert "expf(" in exact and "ag::exp2_approx" not in exact
 
 
+@ag.kernel(threads=128)
+def _silu_rows(G: ag.Tensor["M", "N", ag.f32], U: ag.Tensor["M", "N", ag.f32],
+               Y: ag.Tensor["M", "N", ag.f32], fast: bool = False, rsqrt: bool = False):
+    """silu_mul over one [4, 64] block: the gated epilogue's formula alone."""
+    ag.grid(1)
+    g, u = ag.load(G, (0, 0), (4, 64)), ag.load(U, (0, 0), (4, 64))
+    ag.store(Y, (0, 0), silu_mul(g, u, fast, rsqrt))
+
+
+@pytest.mark.parametrize("fast,rsqrt", [(False, False), (True, False), (True, True),
+                                        (False, True)])
+def test_silu_forms_match_float64_over_the_whole_range(fast, rsqrt):
+    """Every SiLU form of the gated epilogue against float64 silu(g) * u, gates from -1e4 to
+    1e4 (both exponent tails: e^-g overflows to inf below about -88, where d = inf must give
+    -0, not NaN) and ordinary ones: within 1e-5 relative (h is rounded to bf16, 2^-9, after
+    it), and a gate of NaN stays NaN."""
+    tails = [-1e4, -300.0, -200.0, -150.0, -100.0, -90.0, -89.0, -88.7, -87.5, -87.0, -86.0,
+             -80.0, -60.0, -40.0, -20.0, 20.0, 40.0, 60.0, 80.0, 88.0, 90.0, 100.0, 1e4, 0.0,
+             -0.0, 1e-30, -1e-30]
+    g = np.concatenate([tails, np.linspace(-12.0, 12.0, 256 - len(tails))]).astype(np.float32)
+    gate = g.reshape(4, 64)
+    up = np.random.default_rng(0).uniform(-3, 3, (4, 64)).astype(np.float32)
+    y = np.zeros_like(gate)
+    _silu_rows.interpret(gate, up, y, fast=fast, rsqrt=rsqrt)
+    g64, u64 = gate.astype(np.float64), up.astype(np.float64)
+    with np.errstate(over="ignore"):
+        exact = g64 / (1.0 + np.exp(-g64)) * u64
+    assert not np.isnan(y).any(), "an exponent tail gave NaN"
+    scale = np.maximum(np.abs(exact), 1e-30)
+    rel = np.abs(y - exact) / scale
+    worst = np.unravel_index(int(np.argmax(rel)), rel.shape)
+    assert rel.max() < 1e-5, (gate[worst], y[worst], exact[worst])
+    nan = np.full((4, 64), np.nan, np.float32)
+    _silu_rows.interpret(nan, up, y, fast=fast, rsqrt=rsqrt)
+    assert np.isnan(y).all()
+
+
+@needs_nvrtc_early
+@pytest.mark.parametrize("schedule,calls,mufu", [(PREFILL_TMA_CLUSTER, 64, None),
+                                                 (RSQRT_FAST, 0, 128)],
+                         ids=["rule", "fast_rsqrt_silu"])
+def test_rsqrt_silu_epilogue_is_branch_free_in_sass(schedule, calls, mufu):
+    """Why rsqrt_silu: the rule's gated epilogue divides with IEEE 1.0f / d, which ptxas
+    compiles to MUFU.RCP plus a range check branching to a slow-path CALL per element (64 per
+    thread and unit, each inside its own BSSY/BSYNC, so the elements' MUFU latencies are paid
+    one after another while no wgmma issues); with rsqrt_silu and fast_silu the epilogue has
+    no CALL and exactly two MUFU per element (EX2, RSQ: 64 gate elements a thread). Needs a
+    disassembler (nvdisasm / cuobjdump; NVDISASM=path)."""
+    from argus.runtime.compile import compile_cuda
+    from argus.runtime.sass import disassemble
+
+    source = codegen.render(lower_only(grouped_gemm_kernel(True), s=schedule))
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    assert not binary.resource(source.name).spills
+    sass = disassemble(binary.cubin)
+    if sass is None:
+        pytest.skip("no SASS disassembler (nvdisasm / cuobjdump) installed")
+    ops = re.findall(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?"
+                     r"([A-Z][A-Z0-9_]*(?:\.[A-Z0-9]+)?)", sass, re.MULTILINE)
+    assert ops.count("CALL.REL") == calls, collections.Counter(ops).most_common(12)
+    if mufu is not None:
+        assert ops.count("MUFU.EX2") == ops.count("MUFU.RSQ") == mufu // 2
+        # (the other MUFU are MUFU.RCP of the raster's integer divisions, I2F.RP before each)
+        assert ops.count("MUFU.RCP") == ops.count("I2F.RP")
+        assert ops.count("BSSY") < 10, "per-element branches are back"
+
+
 def test_bench_prefill_variants_are_pairs_on_one_layout():
     """Every --prefill-variants pair reads one layout (equal padding) and is a legal
     (gate-up, down) schedule pair for argus.ops.moe at Mixtral T = 16384."""
     variants = bench.prefill_variants()
-    assert {"gate-up-4st", "down-4st-c128", "both-4st", "both-4st-fast-silu"} <= set(variants)
+    assert {"gate-up-4st", "down-4st-c128", "both-4st", "both-4st-fast-silu",
+            "rule-fast-rsqrt-silu"} <= set(variants)
+    gate_up, down = variants["rule-fast-rsqrt-silu"]
+    assert (gate_up, down) == (replace(PREFILL_TMA_CLUSTER, fast_silu=True, rsqrt_silu=True),
+                               PREFILL_TMA_CLUSTER)
     for name, (gate_up, down) in variants.items():
         assert gate_up.pad == down.pad, name
         layer = M._layer(16384, 4096, 14336, 8, 2, (gate_up, down))
@@ -185,7 +271,10 @@ def test_bench_bookkeeping():
         "rule": entry, "both-4st": dict(error="LaunchError: x"),
         "dense": {"gate-up cublas": dict(ms=2.0, tflops=680.0), "down cublas": dict(error="x")}})
     text = bench.prefill_table([row])
-    assert "| rule | 1.000 | 500 | 100 (600 / 620) | 50 (590 / 610) | 10 | 3.0e-03 |" in text
+    assert ("| rule | 1.000 | 500 | 100 (600 / 620) | 50 (590 / 610) | 10 | 3.0e-03 "
+            "| 0.160 / - |") in text
+    row["prefill"]["rule"]["hot_kernels_ms"] = 0.175
+    assert "| 10 | 3.0e-03 | 0.160 / 0.175 |" in bench.prefill_table([row])
     assert "| both-4st | fail |" in text
     assert "gate-up cublas 2.000 ms 680 TFLOP/s; down cublas failed" in text
     calls = []
@@ -232,6 +321,8 @@ def test_bench_prefill_run_plumbing(monkeypatch):
         d = res[name]
         assert d["ok"] and d["rel_err"] == 0.0 and d["ms"] >= 0
         assert (d["gate_up_us"], d["down_us"], d["other_us"]) == (1000.0, 500.0, 50.0)
+        # the second (hot) breakdown after the timing: the same faked kernels
+        assert d["hot_kernels_ms"] == pytest.approx(1.55)
         # 2 * N * H * 2I FLOPs in 1 ms
         assert d["gate_up_tflops"] == pytest.approx(2 * T * k * H * 2 * I / 1e-3 / 1e12)
         # every entry of ids is expert 0 or 1: T rows each, padded to the schedule's pad (the
@@ -239,4 +330,4 @@ def test_bench_prefill_run_plumbing(monkeypatch):
         pad = {"rule": 8, "both-4st-nocluster": 128}.get(name, 256)
         assert d["padded_rows"] == 2 * pad, (name, d["padded_rows"])
     text = bench.prefill_table([row])
-    assert text.count("pair-n") == 3 and "| rule | " in text
+    assert text.count("pair-n") == sum("pair-n" in n for n in names) and "| rule | " in text
