@@ -41,16 +41,22 @@ Fp8GemmSchedule(n_split=2), ...) side by side at DeepSeek-V3 shapes (VARIANT_SHA
 product (relative error <= VARIANT_MAX_ERR, else the row says WRONG) and timed (L2 flushed,
 median), torch._scaled_mm's block-scaled mode beside them; a table of TFLOP/s per variant and
 shape with each variant's registers and spill bytes, and the best per shape. Writes
-fp8_variants.json / fp8_variants.md. About 2 minutes on an H200.
+fp8_variants.json / fp8_variants.md. About 2 minutes on an H200. `--only SUBSTRING ...`
+times only the variants so named, `--rounds N` each N times in alternating order (the median
+in the table: one timing per cell moved up to 20% between calls), `--ceiling` adds per-tensor
+fp8 at the same tiles without and with promotion (how much of the gap is the tile, how much
+the block scales).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -348,6 +354,12 @@ def variant_schedules() -> list[tuple[str, object]]:
         # none since, on the CPU build; not re-measured on the GPU)
         ("split 128x256 cluster", S(bn=256, stages=3, promote=True, n_split=2, cluster_m=2,
                                     epilogue="tma")),
+        # the default split's ring (4 stages, 224 KB with the staging buffer) with W multicast:
+        # a third less L2 -> SM traffic per FLOP (32 KB per 128-K block, 48 KB without), as
+        # DeepGEMM runs its 256 x 128 tile (docs/perf/fp8.md "Why the split loop stops near
+        # 1000"); 168 registers, no spills on the CPU build
+        ("split 128x256 st4 cluster", S(bn=256, stages=4, promote=True, n_split=2,
+                                        cluster_m=2, epilogue="tma")),
         ("split 128x176 direct", S(bn=176, stages=5, promote=True, n_split=2, cluster_m=2)),
         # block scales through shared memory with each stage (DeepGEMM's path for scale_a)
         ("serial 128x128 smem scales", S(bn=128, stages=5, promote=True, smem_scales=True,
@@ -357,27 +369,95 @@ def variant_schedules() -> list[tuple[str, object]]:
     ]
 
 
-def bench_variants_case(m, n, k, trials, variants) -> dict:
-    """One shape of --variants: every variant against float64, then timed."""
+def ceiling_schedules() -> list[tuple[str, object]]:
+    """(name, schedule) of --ceiling: per-tensor fp8 (unit scalar scales) at the block-scaled
+    variants' tiles, without and with the promotion, so that one run says how much of the
+    block-scaled gap is the tile (its wgmma shape, shared-memory and L2 traffic) and how much
+    the promotion and scale loads: the per-tensor 128 x 256 (one m64n256 wgmma per K slice)
+    reached 1300-1400 TFLOP/s where every block-scaled loop (m64n128 wgmmas) stopped near
+    1000-1100 (docs/perf/fp8.md)."""
+    from argus.kernels.gemm_fp8 import Fp8GemmSchedule as S
+
+    return [
+        ("per-tensor 128x256 st3 cluster", S(stages=3, cluster_m=2, epilogue="tma")),
+        ("per-tensor 128x256 st3", S(stages=3, epilogue="tma")),
+        ("per-tensor 128x128 st5 cluster", S(bn=128, stages=5, cluster_m=2, epilogue="tma")),
+        ("per-tensor split 128x256 st4 promoted", S(bn=256, stages=4, promote=True, n_split=2,
+                                                    epilogue="tma")),
+        ("per-tensor split 128x256 st4 cluster promoted",
+         S(bn=256, stages=4, promote=True, n_split=2, cluster_m=2, epilogue="tma")),
+    ]
+
+
+def select_variants(variants, only) -> list:
+    """The (name, schedule) pairs whose name contains one of `only` (all when it is empty);
+    SystemExit naming the known names when none matches, so a typo costs no device time."""
+    if not only:
+        return list(variants)
+    chosen = [(name, s) for name, s in variants if any(o in name for o in only)]
+    if not chosen:
+        raise SystemExit(f"--only {' '.join(only)} matches no variant; the names are: "
+                         + ", ".join(name for name, _ in variants))
+    return chosen
+
+
+def round_orders(names: list[str], rounds: int) -> list[list[str]]:
+    """The timing order of each round: forwards, then backwards, alternating, so that no
+    variant is always timed first (the clock and L2 state drift within a call, docs/perf/
+    fp8.md: up to 20% per cell between single timings)."""
+    return [list(names) if r % 2 == 0 else list(reversed(names)) for r in range(rounds)]
+
+
+def bench_variants_case(m, n, k, trials, variants, rounds: int = 1) -> dict:
+    """One shape of --variants: every variant against float64 (per-tensor ones, names
+    starting "per-tensor", against the float64 product of the unscaled fp8 inputs), then
+    timed in `rounds` alternating rounds: the median TFLOP/s, and every round's."""
     import torch
 
     from argus.bench.timing import measure
+    from argus.ops import scaled_matmul
 
     a, w, sa, sb, ref = block_inputs(m, n, k)
     flops = 2 * m * n * k
     row = {"M": m, "N": n, "K": k, "variants": {}}
     out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+    one = torch.ones(1, device="cuda", dtype=torch.float32)
+    ref_plain = None
+    calls = {}
     for name, s in variants:
         try:
-            err, tflops = check_and_time(a, w, sa, sb, ref, s, out, trials)
+            if name.startswith("per-tensor"):
+                if ref_plain is None:
+                    ref_plain = a.double() @ w.double().T
+                out.fill_(float("nan"))
+                call = functools.partial(scaled_matmul, a, w, one, one, out=out, schedule=s)
+                call()
+                torch.cuda.synchronize()
+                err = rel_error(out, ref_plain)
+            else:
+                scale_a = sa.contiguous() if s.smem_scales else sa
+                out.fill_(float("nan"))
+                call = functools.partial(scaled_matmul, a, w, scale_a, sb, out=out, schedule=s)
+                call()
+                torch.cuda.synchronize()
+                err = rel_error(out, ref)
             ok = bool(err <= VARIANT_MAX_ERR)   # NaN compares False
-            row["variants"][name] = {"tflops": tflops, "rel_error": err, "ok": ok}
-            log(f"  {m}x{n}x{k} {name:28s} {tflops:6.0f} TFLOP/s "
-                f"err {err:.1e}{'' if ok else ' WRONG'}")
+            row["variants"][name] = {"rel_error": err, "ok": ok, "rounds": []}
+            calls[name] = call
         except Exception as e:  # noqa: BLE001 - record and go on
             first = (str(e).splitlines() or [""])[0]
             row["variants"][name] = {"error": f"{type(e).__name__}: {first}"}
             log(f"  {m}x{n}x{k} {name:28s} FAILED {row['variants'][name]['error'][:200]}")
+    for order in round_orders(list(calls), rounds):
+        for name in order:
+            t = measure(calls[name], trials=trials, warmup=10)
+            row["variants"][name]["rounds"].append(flops / t.median_ms / 1e9)
+    for name in calls:
+        v = row["variants"][name]
+        v["tflops"] = statistics.median(v["rounds"])
+        log(f"  {m}x{n}x{k} {name:28s} {v['tflops']:6.0f} TFLOP/s "
+            f"[{min(v['rounds']):.0f}, {max(v['rounds']):.0f}] err {v['rel_error']:.1e}"
+            f"{'' if v['ok'] else ' WRONG'}")
     try:   # cuBLAS's block-scaled mode, where this torch has it
         t = measure(lambda: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb.t(),
                                              out_dtype=torch.bfloat16), trials=trials, warmup=10)
@@ -425,13 +505,14 @@ def main_variants(args, shapes, started) -> int:
 
     import argus as ag
     from argus.kernels.gemm_fp8 import (gemm_fp8_blockscaled_kernel,
-                                        gemm_fp8_blockscaled_smem_kernel)
+                                        gemm_fp8_blockscaled_smem_kernel, gemm_fp8_kernel)
 
-    variants = variant_schedules()
+    variants = select_variants(variant_schedules() + (ceiling_schedules() if args.ceiling
+                                                        else []), args.only)
     rows = []
     for (m, n, k) in shapes:
         try:
-            rows.append(bench_variants_case(m, n, k, args.trials, variants))
+            rows.append(bench_variants_case(m, n, k, args.trials, variants, args.rounds))
         except Exception as e:  # noqa: BLE001 - record and continue
             log(f"{m}x{n}x{k}: FAILED {type(e).__name__}: {e}")
             rows.append({"M": m, "N": n, "K": k, "error": repr(e)})
@@ -441,7 +522,8 @@ def main_variants(args, shapes, started) -> int:
     resources = {}
     for name, s in variants:
         try:   # the op compiled these already: the compile cache answers
-            kernel = gemm_fp8_blockscaled_smem_kernel if s.smem_scales else \
+            kernel = gemm_fp8_kernel if name.startswith("per-tensor") else \
+                gemm_fp8_blockscaled_smem_kernel if s.smem_scales else \
                 gemm_fp8_blockscaled_kernel
             resources[name] = _resources_entry(kernel(ag.bf16).compile(s=s))
         except Exception as e:  # noqa: BLE001
@@ -644,6 +726,15 @@ def main() -> int:
     parser.add_argument("--variants", action="store_true",
                         help="block-scaled structural variants side by side, no tuning "
                              "(variant_schedules; VARIANT_SHAPES unless --shapes)")
+    parser.add_argument("--only", nargs="+", default=[], metavar="SUBSTRING",
+                        help="with --variants: only the variants whose name contains one of "
+                             "these (e.g. --only 'overlap 128x128' 'split 128x256 st4')")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --variants: timing rounds per variant, alternating order; "
+                             "the table shows the median")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="with --variants: also per-tensor fp8 at the same tiles, without "
+                             "and with promotion (ceiling_schedules)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     from argus.bench.tee import Tee

@@ -103,6 +103,10 @@ _OVERLAP_TMA = Fp8GemmSchedule(bn=128, stages=_block_stages(128, 128, 128 * 128 
 # half's wgmma is pinned neither spills, docs/perf/fp8.md: multicast not measured again)
 _SPLIT_256_TMA = Fp8GemmSchedule(bn=256, stages=4, promote=True, n_split=2, epilogue="tma")
 _SPLIT_256 = Fp8GemmSchedule(bn=256, stages=4, promote=True, n_split=2)
+# the same with W multicast over 2x1 clusters: 32 KB of L2 -> SM traffic per 128-K block
+# instead of 48 (DeepGEMM runs its 256 x 128 tile multicast); measured only while it spilled
+# (480 B, 4dd5330: 582 TFLOP/s geomean), none since ad633c5: a candidate, not a default
+_SPLIT_256_TMA_C2 = dataclasses.replace(_SPLIT_256_TMA, cluster_m=2)
 
 
 def _split_measured_best(p: Fp8Problem) -> bool:
@@ -133,7 +137,7 @@ def _block_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
             # docs/perf/fp8.md "DeepGEMM compared"): 941-1079 TFLOP/s at three of five
             # DeepSeek-V3 shapes on the H200 (--variants at 4dd5330), behind the overlap default
             # at the other two: a candidate until a rule separates the shapes
-            out += [_SPLIT_256_TMA if p.tma_epilogue_ok else _SPLIT_256]
+            out += [_SPLIT_256_TMA, _SPLIT_256_TMA_C2] if p.tma_epilogue_ok else [_SPLIT_256]
     else:
         out += [Fp8GemmSchedule(bm=64, bn=128, consumers=1, stages=8, promote=True),
                 Fp8GemmSchedule(bm=128, bn=128, stages=6, promote=True)]

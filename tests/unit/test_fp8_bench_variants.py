@@ -2,6 +2,7 @@
 shared memory and verifies clean (so the GPU run measures them instead of reporting
 FAILED), and the table reads its rows right (WRONG and FAILED cells, geomean over the right
 ones only, the best per shape)."""
+import dataclasses
 import math
 from pathlib import Path
 
@@ -84,3 +85,48 @@ def test_block_inputs_reference_is_the_dequantized_product():
     assert torch.equal(BENCH.block_inputs(m, n, k)[4], ref)
     assert 0 < BENCH.rel_error(ref.to(torch.bfloat16), ref) < 8e-3
     assert math.isnan(BENCH.rel_error(torch.full_like(ref, float("nan")), ref))
+
+
+def test_only_selects_by_name_and_rounds_alternate():
+    """--only keeps the variants whose name contains a given text (a text matching none stops
+    the run before any device time, naming the variants); --rounds times every kept variant
+    once a round, forwards then backwards, so none is always first."""
+    everything = VARIANTS + BENCH.ceiling_schedules()
+    assert BENCH.select_variants(everything, []) == everything
+    chosen = BENCH.select_variants(everything, ["overlap 128x128", "st4 cluster"])
+    assert [name for name, _ in chosen] == ["overlap 128x128", "split-overlap 128x128",
+                                            "split 128x256 st4 cluster",
+                                            "per-tensor split 128x256 st4 cluster promoted"]
+    with pytest.raises(SystemExit, match="split 128x256 st4 cluster"):
+        BENCH.select_variants(everything, ["no such variant"])
+    orders = BENCH.round_orders(["a", "b", "c"], 3)
+    assert orders == [["a", "b", "c"], ["c", "b", "a"], ["a", "b", "c"]]
+    assert BENCH.round_orders(["a"], 1) == [["a"]]
+
+
+def test_multicast_split_is_a_variant_and_a_tuning_candidate():
+    """The 128 x 256 split with W multicast at the default's 4 stages: timed by --variants
+    against the split default and measured by --block's tuning (fp8_schedules candidates)."""
+    from argus.ops import fp8_schedules
+    from argus.ops.fp8_schedules import Fp8Problem
+
+    schedules = dict(VARIANTS)
+    s = schedules["split 128x256 st4 cluster"]
+    assert s == dataclasses.replace(schedules["split 128x256 st4"], cluster_m=2)
+    assert s == fp8_schedules._SPLIT_256_TMA_C2
+    for m, n, k in BENCH.VARIANT_SHAPES:
+        assert s in fp8_schedules.candidates(Fp8Problem(m, n, k, "bf16", True, True))
+        # not the default anywhere: it is measured first
+        assert fp8_schedules.heuristic(Fp8Problem(m, n, k, "bf16", True, True)) != s
+
+
+@pytest.mark.parametrize("name,schedule", BENCH.ceiling_schedules(),
+                         ids=[name for name, _ in BENCH.ceiling_schedules()])
+def test_ceiling_variants_are_per_tensor_and_verify_clean(name, schedule):
+    """--ceiling's schedules run the per-tensor kernel (the bench dispatches on the name's
+    "per-tensor" prefix, which no block-scaled variant has) and verify clean."""
+    from argus.kernels.gemm_fp8 import gemm_fp8_kernel
+
+    assert name.startswith("per-tensor") and not schedule.smem_scales
+    assert not any(n.startswith("per-tensor") for n, _ in VARIANTS)
+    verify_clean(lower_only(gemm_fp8_kernel(ag.bf16), s=schedule))
