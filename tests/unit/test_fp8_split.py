@@ -38,6 +38,10 @@ def _split(**kw) -> Fp8GemmSchedule:
     # 8 tiles on 2 persistent CTAs: the ring, the sums and the staging wrap across tiles
     (256, 512, 384, ag.bf16, _split(bn=256, stages=3, epilogue="tma", num_sms=2, group_m=1)),
     (190, 512, 256, ag.bf16, _split(bn=256, stages=2, cluster_m=2, epilogue="tma")),
+    # the multicast candidate's ring (4 stages) wrapped by 6 K blocks, on 2 persistent
+    # clusters walking 6 tile pairs (ragged M: the last tile holds 60 rows)
+    (700, 512, 768, ag.bf16, _split(bn=256, stages=4, cluster_m=2, epilogue="tma",
+                                    num_sms=4, group_m=2)),
 ])
 def test_split_blockscaled_matches_float64(m, n, k, out, schedule):
     interpret_blockscaled(m, n, k, out, schedule)
