@@ -36,7 +36,8 @@ torch.compile, autograd or a TorchDispatchMode the kernel runs as the torch.libr
 without the op's dispatch (about half of a call's host time), and an eager call whose
 signature (tensor types, shapes, strides, dtypes, devices, flags) was seen before skips the
 checks and decisions, which follow from it, and replays the launch prepared for the same buffer
-addresses (`_Entry`; a new address is prepared, and checked, on the full path). CUDA graphs
+addresses, or moves the last one onto new addresses (pointers and tensor maps patched, after
+the one address check, 16-byte alignment; `_Entry`). CUDA graphs
 capture either (call it once with the same shapes before capturing: the first call compiles
 the kernel and loads it, which a capture must not do).
 """
@@ -50,6 +51,7 @@ import sys
 from collections import OrderedDict
 
 from argus import dtypes
+from argus.analysis.alignment import ALIGN_BYTES
 from argus.errors import LaunchError
 from argus.kernels.attention import LOG2E, AttentionSchedule, attention_kernel, default_schedule
 from argus.kernels.attention_decode import MAX_QUERIES, DecodeSchedule
@@ -220,9 +222,10 @@ def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
 # A call's checks and decisions (check(), the strides, the schedule, the kernel) follow from its
 # signature: the tensors' types, shapes, strides, dtypes and devices, and the flags. The one
 # pointer-dependent check (16-byte aligned addresses, _check_strides) holds for a plan's buffers,
-# which were checked when it was prepared. So a repeated eager call with the same signature
-# costs the key, the output allocations and the launch (decode does the same:
-# attention_decode._Entry); the H200 measured 88 us of host time a call against cuDNN's 42.
+# which were checked when it was prepared, and is made again before a plan is moved onto new
+# ones. So a repeated eager call with the same signature costs the key, the output allocations
+# and the launch (decode does the same: attention_decode._Entry); the H200 measured 88 us of
+# host time a call against cuDNN's 42.
 
 _ENTRIES: dict = {}
 
@@ -272,11 +275,35 @@ class _Entry:
         out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
         lse = (torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
                if self.return_lse else None)
-        plan = self.plans.get(_pointers(q, k, v, out, lse, self.return_lse))
+        pointers = _pointers(q, k, v, out, lse, self.return_lse)
+        plan = self.plans.get(pointers)
         if plan is None:
-            return None
+            plan = self.repointed(pointers)
+            if plan is None:
+                return None
         plan.launch(_current_stream(self.device.index))
         return out, lse
+
+    def repointed(self, pointers: tuple):
+        """The last plan moved onto these buffers (LaunchPlan.repointed: pointers and tensor
+        maps patched, a few us against a prepare's hundreds), kept under them; None when the
+        move could change more than addresses (the full checked path prepares the call):
+        an address that is not 16-byte aligned (TMA's rule, _check_strides says so) or not
+        aligned as the plan's was (the launch specialization, analysis/alignment.py, picks
+        the kernel's variant by it), or one buffer of the plan becoming two (q is k)."""
+        if not self.plans:
+            return None
+        old, plan = next(reversed(self.plans.items()))
+        moved: dict[int, int] = {}
+        for before, after in zip(old, pointers):
+            if after % 16 or (before % ALIGN_BYTES == 0) != (after % ALIGN_BYTES == 0) \
+                    or moved.setdefault(before, after) != after:
+                return None
+        if any(a is not None and a not in moved for a in plan.params.addresses):
+            return None      # a buffer the signature's pointers do not name
+        plan = plan.repointed(moved)
+        self.remember(pointers, plan)
+        return plan
 
     def remember(self, pointers: tuple, plan) -> None:
         self.plans[pointers] = plan

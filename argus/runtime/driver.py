@@ -88,6 +88,9 @@ class PackedParams:
 
     storage: tuple[Any, ...]
     pointers: Any
+    # per parameter: the device address it carries when it is a tensor's pointer or a tensor
+    # map's global address, else None (what `repointed` may replace)
+    addresses: tuple[int | None, ...] = ()
 
     @property
     def address(self) -> int:
@@ -101,7 +104,11 @@ class PackedParams:
 def pack_params(args: Sequence[Any], kernel: str = "kernel") -> PackedParams:
     """Convert Python launch arguments to the by-value blobs the driver copies."""
     storage: list[Any] = []
+    addresses: list[int | None] = []
     for index, arg in enumerate(args):
+        addresses.append(arg.spec.address if isinstance(arg, TensorMap) else
+                         arg.data_ptr() if not isinstance(arg, Scalar) and
+                         hasattr(arg, "data_ptr") and callable(arg.data_ptr) else None)
         where = f"kernel {kernel}, argument {index}"
         if isinstance(arg, Scalar):
             ctype = _CTYPES.get(arg.ctype)
@@ -137,9 +144,44 @@ def pack_params(args: Sequence[Any], kernel: str = "kernel") -> PackedParams:
             raise LaunchError(f"{where}: cannot pass a {type(arg).__name__} to a kernel",
                               fix="pass a torch tensor, an int, a float, a TensorMap, or a "
                                   "Scalar (argus.runtime.i64(...), f64(...), ...)")
+    return _packed(storage, addresses)
+
+
+_TMAP_BLOB = ctypes.c_uint64 * 16     # a CUtensorMap by value (64-byte aligned in the ABI)
+
+
+def _packed(storage: Sequence[Any], addresses: Sequence[int | None]) -> PackedParams:
     pointers = (ctypes.c_void_p * max(1, len(storage)))(
         *[ctypes.addressof(obj) for obj in storage])
-    return PackedParams(tuple(storage), pointers)
+    return PackedParams(tuple(storage), pointers, tuple(addresses))
+
+
+def repack(params: PackedParams, moved: dict[int, int], kernel: str = "kernel") -> PackedParams:
+    """`params` with every device address in `moved` (old -> new) replaced: a tensor's pointer
+    rewritten, a tensor map re-pointed by cuTensorMapReplaceAddress (its dims, strides, box,
+    swizzle and L2 promotion kept: the caller vouches that the tensors at the new addresses
+    have the old ones' shapes, strides and dtype, and alignment). Other parameters are shared
+    with `params` (never written after packing)."""
+    storage, addresses = list(params.storage), list(params.addresses)
+    for index, address in enumerate(params.addresses):
+        new = moved.get(address) if address is not None else None
+        if new is None or new == address:
+            continue
+        if isinstance(storage[index], ctypes.c_uint64):
+            storage[index] = ctypes.c_uint64(new)
+        else:   # a tensor map's 128-byte blob, copied in and out by address (reading
+            # CUtensorMap.opaque builds 16 Python objects: 5x the time)
+            driver = _driver()
+            tmap = driver.CUtensorMap()
+            ctypes.memmove(tmap.getPtr(), storage[index], 128)
+            check_cuda(driver.cuTensorMapReplaceAddress(tmap, new),
+                       f"cuTensorMapReplaceAddress for kernel {kernel}, argument {index} "
+                       f"(address {new:#x})", fix="the new address must keep the tensor "
+                       "map's 16-byte alignment")
+            storage[index] = _TMAP_BLOB()
+            ctypes.memmove(storage[index], tmap.getPtr(), 128)
+        addresses[index] = new
+    return _packed(storage, addresses)
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,6 +340,16 @@ class LaunchPlan:
                        f"kernel {self.kernel} ({self.shape}) while running",
                        fix="an illegal address or a trap inside the kernel; rerun under "
                            "compute-sanitizer to locate it")
+
+    def repointed(self, moved: dict[int, int]) -> LaunchPlan:
+        """This launch on other buffers of the same layouts: each device address in `moved`
+        (old -> new) replaced in the parameters (`repack`), the function, launch shape and
+        lock shared (the config's stream is set under the lock). For a repeated call on new
+        buffers at a fraction of a prepare's host time; the caller checks that nothing but
+        the addresses changed."""
+        return LaunchPlan(kernel=self.kernel, device=self.device, function=self.function,
+                          config=self.config, params=repack(self.params, moved, self.kernel),
+                          shape=self.shape, lock=self.lock)
 
     def launch(self, handle: int) -> None:
         """Launch on the raw CUstream `handle` (an int): the hot path of ops that read torch's

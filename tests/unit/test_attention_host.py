@@ -15,7 +15,9 @@ import pytest
 import torch
 
 from argus.errors import LaunchError
+from argus.kernels.attention import LOG2E
 from argus.runtime import context, driver
+from argus.runtime.tma import TensorMap, TensorMapSpec
 
 attention_mod = importlib.import_module("argus.ops.attention")
 
@@ -43,10 +45,28 @@ class _Driver:
 
     CUstream = int
 
+    class CUtensorMap:
+        def __init__(self):
+            self.words = (ctypes.c_uint64 * 16)()
+
+        def getPtr(self):
+            return ctypes.addressof(self.words)
+
     def __init__(self):
         self.launched = []
+        self.replaced = 0
+
+    def cuTensorMapReplaceAddress(self, tmap, address):
+        # the stub's tensor maps carry their global address in word 0 (_tensor_map)
+        self.replaced += 1
+        tmap.words[0] = address
+        return (0,)
+
+    decode = True     # off while a test counts the op's own Python calls
 
     def cuLaunchKernelEx(self, config, function, address, extra):
+        if not self.decode:
+            return (0,)
         count = function                     # the stub's function handle: its parameter count
         slots = (ctypes.c_void_p * count).from_address(address)
         self.launched.append((config.hStream, tuple(ctypes.c_uint64.from_address(p).value
@@ -74,10 +94,14 @@ def _stub_the_device(monkeypatch):
 
     class Kernel:
         def prepare(self, *tensors, _scalars=None):
+            # the attention kernel's ABI in small: each tensor's pointer, a runtime scalar, and
+            # tensor maps of q and the output (the kernel reads q and writes O through TMA)
             calls["prepare"] += 1
-            return driver.LaunchPlan(kernel="attention", device=0, function=len(tensors),
+            args = (*tensors, driver.f32(_scalars["qk_scale"]), _tensor_map(tensors[0]),
+                    _tensor_map(tensors[3]))
+            return driver.LaunchPlan(kernel="attention", device=0, function=len(args),
                                      config=types.SimpleNamespace(), shape="stub",
-                                     params=driver.pack_params(tensors))
+                                     params=driver.pack_params(args))
 
     monkeypatch.setattr(driver, "_driver", lambda: fake)
     monkeypatch.setattr(context, "_driver", lambda: fake)
@@ -96,6 +120,12 @@ def _stub_the_device(monkeypatch):
     return calls, fake
 
 
+def _tensor_map(t):
+    spec = TensorMapSpec(dtype="bf16", elem_bytes=2, address=t.data_ptr(), dims=(128,),
+                         strides_bytes=(), box=(64,), swizzle_bytes=128)
+    return TensorMap(words=(t.data_ptr(),) + (0,) * 15, spec=spec)
+
+
 class _Null:
     def __enter__(self):
         return self
@@ -109,8 +139,13 @@ def _qkv(B=2, H=4, HKV=2, S=128, SK=256, D=128, dtype=torch.bfloat16):
             torch.randn(B, HKV, SK, D).to(dtype))
 
 
-def _pointers(*tensors):
-    return tuple(t.data_ptr() for t in tensors)
+def _launched(q, k, v, out, lse=None, scale=None):
+    """(stream, the first u64 of each parameter) the stub kernel's launch on these buffers
+    passes: the pointers, the scale's bits, the tensor maps' addresses."""
+    scale = 1 / 128 ** 0.5 if scale is None else scale
+    bits = ctypes.c_uint32.from_buffer(ctypes.c_float(scale * LOG2E)).value
+    tensors = (q, k, v, out) + ((lse,) if lse is not None else ())
+    return (7, tuple(t.data_ptr() for t in tensors) + (bits, q.data_ptr(), out.data_ptr()))
 
 
 def test_a_repeated_call_skips_checks_and_prepare(monkeypatch):
@@ -126,17 +161,19 @@ def test_a_repeated_call_skips_checks_and_prepare(monkeypatch):
     assert calls == {"check": 1, "prepare": 1}, calls
     assert again.data_ptr() == out.data_ptr() and again.shape == q.shape
     assert len(fake.launched) == 21
-    assert all(launch == (7, _pointers(q, k, v, out)) for launch in fake.launched)
+    assert all(launch == _launched(q, k, v, out) for launch in fake.launched)
+    assert fake.replaced == 0, "the same buffers take their plan, never a moved one"
 
+    fake.decode = False
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(100):
         attention_mod.attention(q, k, v)
     profile.disable()
     per_call = pstats.Stats(profile).total_calls / 100
-    # 52 on 2026-12-04 with these stubs (before the signature memo: 121); check() and
-    # _check_strides alone are over 40 more
-    assert per_call <= 70, f"{per_call} Python calls per repeated op call"
+    # 41 on 2026-12-04 with these stubs (the same harness before the signature memo: about
+    # 110); check() and _check_strides alone are over 40 more
+    assert per_call <= 60, f"{per_call} Python calls per repeated op call"
 
     def timed(fn, n):
         best = float("inf")
@@ -210,20 +247,46 @@ def test_the_signature_keys_every_checked_property():
 
 
 def test_new_buffers_launch_with_their_pointers(monkeypatch):
-    """A cached signature called on other buffers launches with those buffers' pointers, never
-    a cached plan's; the cached buffers still reuse their plan."""
+    """A cached signature called on other buffers launches with those buffers' addresses (the
+    plan moved onto them: pointers rewritten, tensor maps re-pointed, no prepare), never a
+    cached plan's; the first buffers keep their plan. A plan whose one buffer would become
+    two (k passed as v) is prepared afresh."""
     calls, fake = _stub_the_device(monkeypatch)
     q, k, v = _qkv()
     out = attention_mod.attention(q, k, v)
     q2, k2, v2 = (t.clone() for t in (q, k, v))
     out2 = attention_mod.attention(q2, k2, v2)
-    assert fake.launched[-1] == (7, _pointers(q2, k2, v2, out2))
+    assert fake.launched[-1] == _launched(q2, k2, v2, out2)
     out3 = attention_mod.attention(q, k2, v)
-    assert fake.launched[-1] == (7, _pointers(q, k2, v, out3))
-    prepared = calls["prepare"]
+    assert fake.launched[-1] == _launched(q, k2, v, out3)
+    assert calls == {"check": 1, "prepare": 1} and fake.replaced == 2   # q's map moved twice
     attention_mod.attention(q, k, v)
-    assert fake.launched[-1] == (7, _pointers(q, k, v, out))
-    assert calls["prepare"] == prepared, "the first buffers' plan is kept"
+    assert fake.launched[-1] == _launched(q, k, v, out)
+    assert fake.replaced == 2, "the first buffers' plan is kept"
+    # a new scale is a new signature: checked and prepared
+    attention_mod.attention(q, k, k, scale=0.5)
+    assert calls == {"check": 2, "prepare": 2}
+    attention_mod.attention(q, k, v, scale=0.5)     # k and v were one buffer in its plan
+    assert fake.launched[-1] == _launched(q, k, v, out, scale=0.5)
+    assert calls == {"check": 3, "prepare": 3}
+
+
+def test_repack_moves_only_the_named_addresses(monkeypatch):
+    """driver.repack: the tensor pointers and tensor maps at the moved addresses change; the
+    scalars and every other parameter are the same objects."""
+    fake = _Driver()
+    monkeypatch.setattr(driver, "_driver", lambda: fake)
+    monkeypatch.setattr(context, "_driver", lambda: fake)
+    a, b = torch.zeros(64), torch.zeros(64)
+    params = driver.pack_params([a, b, driver.i64(a.data_ptr()), _tensor_map(a), 3])
+    assert params.addresses == (a.data_ptr(), b.data_ptr(), None, a.data_ptr(), None)
+    moved = driver.repack(params, {a.data_ptr(): 4096})
+    assert (moved.storage[0].value, moved.storage[1].value, moved.storage[3][0]) == \
+        (4096, b.data_ptr(), 4096)
+    assert moved.storage[2].value == a.data_ptr(), "an i64 scalar is never an address"
+    assert all(moved.storage[i] is params.storage[i] for i in (1, 2, 4))
+    assert params.storage[0].value == a.data_ptr(), "the original plan is unchanged"
+    assert moved.addresses == (4096, b.data_ptr(), None, 4096, None) and fake.replaced == 1
 
 
 def test_lse_and_the_custom_op_path(monkeypatch):
@@ -236,7 +299,7 @@ def test_lse_and_the_custom_op_path(monkeypatch):
     assert calls == {"check": 1, "prepare": 1}
     assert (out_again.data_ptr(), lse_again.data_ptr()) == (out.data_ptr(), lse.data_ptr())
     assert tuple(lse_again.shape) == (2, 4, 128) and lse_again.dtype == torch.float32
-    assert fake.launched[-1] == (7, _pointers(q, k, v, out_again, lse_again))
+    assert fake.launched[-1] == _launched(q, k, v, out_again, lse_again)
     seen = []
     monkeypatch.setattr(attention_mod, "_op",
                         lambda: (lambda *a: seen.append("op") or (a[0], None)))
