@@ -261,19 +261,25 @@ def _measure_cpu(fn: Callable[[], Any], *, trials: int, warmup: int, flush_l2: b
 def measure_alternating(fns: list[Callable[[], Any]], *, rounds: int = 3,
                         trials: int = MIN_TRIALS, warmup: int = 10,
                         on_round: Callable[[int, list[Timing]], None] | None = None,
-                        allow_few_trials: bool = False) -> list[Timing]:
+                        allow_few_trials: bool = False,
+                        setups: list[Callable[[], Any] | None] | None = None) -> list[Timing]:
     """Time several functions in `rounds` alternating rounds of `measure(fn, trials=...)` each
     and pool each function's samples, so that clock and power drift over a long run (a card
     heating up) falls on all of them alike instead of on whichever ran first. Returns one
     Timing per function: statistics over its pooled samples; its stream median is the median
     of the rounds' stream medians. on_round(r, pooled so far) is called after each round;
-    allow_few_trials as for `measure` (smoke runs)."""
+    allow_few_trials as for `measure` (smoke runs); setups: one `measure` setup per function
+    (None: none), e.g. a GPU sleep that hides one function's host work, so that the same
+    function timed with and without it in the same rounds says what its host work costs."""
+    if setups is not None and len(setups) != len(fns):
+        raise ValueError(f"measure_alternating: {len(setups)} setups for {len(fns)} functions; "
+                         "fix: one per function (None where there is none)")
     runs: list[list[Timing]] = [[] for _ in fns]
     pooled: list[Timing] = []
     for r in range(rounds):
-        for fn, done in zip(fns, runs):
+        for fn, done, setup in zip(fns, runs, setups or [None] * len(fns)):
             done.append(measure(fn, trials=trials, warmup=warmup,
-                                allow_few_trials=allow_few_trials))
+                                allow_few_trials=allow_few_trials, setup=setup))
         pooled = [_pool(done) for done in runs]
         if on_round is not None:
             on_round(r, pooled)
