@@ -232,6 +232,10 @@ def test_block_scaled_kernels_refuse_tiles_spanning_three_weight_blocks():
     # 96-wide halves, tiles straddling weight blocks, ragged, cluster, TMA epilogue
     (200, 460, 384, ag.bf16, _split(bn=192, stages=3, smem_scales=True, cluster_m=2,
                                     epilogue="tma")),
+    # DeepGEMM's configuration at 128 x 256 (--variants "split 128x256 smem scales
+    # cluster"): W multicast, the ring wrapped by 5 K blocks, ragged M
+    (300, 512, 640, ag.bf16, _split(bn=256, stages=3, smem_scales=True, cluster_m=2,
+                                    epilogue="tma")),
 ])
 def test_split_with_shared_memory_scales(m, n, k, out, schedule):
     """The serial split reading each stage's block scales from shared memory
