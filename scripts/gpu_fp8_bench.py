@@ -45,7 +45,8 @@ fp8_variants.json / fp8_variants.md. About 2 minutes on an H200. `--only SUBSTRI
 times only the variants so named, `--rounds N` each N times in alternating order (the median
 in the table: one timing per cell moved up to 20% between calls), `--ceiling` adds per-tensor
 fp8 at the same tiles without and with promotion (how much of the gap is the tile, how much
-the block scales).
+the block scales), `--graphs` each call also replayed from a CUDA graph (in parentheses: the
+kernel without the op's per-call host work).
 """
 
 from __future__ import annotations
@@ -414,10 +415,34 @@ def round_orders(names: list[str], rounds: int) -> list[list[str]]:
     return [list(names) if r % 2 == 0 else list(reversed(names)) for r in range(rounds)]
 
 
-def bench_variants_case(m, n, k, trials, variants, rounds: int = 1) -> dict:
+def graph_call(call):
+    """`call` captured in a CUDA graph of one call (after a warm call outside the capture),
+    returned as the graph's replay: timed by `measure` (L2 flushed before each replay) it is
+    the kernels alone, without the op's host work per call, which `measure` counts whenever
+    it outlasts the flush (the per-tensor op spent 6-47 us per call beyond its launch,
+    docs/perf/fp8.md, 2026-12-04)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph.replay
+
+
+def bench_variants_case(m, n, k, trials, variants, rounds: int = 1,
+                        graphs: bool = False) -> dict:
     """One shape of --variants: every variant against float64 (per-tensor ones, names
     starting "per-tensor", against the float64 product of the unscaled fp8 inputs), then
-    timed in `rounds` alternating rounds: the median TFLOP/s, and every round's."""
+    timed in `rounds` alternating rounds: the median TFLOP/s, and every round's. `graphs`:
+    also each variant's and torch's call replayed from a CUDA graph ("graph_tflops": the
+    kernel without the op's host work)."""
     import torch
 
     from argus.bench.timing import measure
@@ -460,14 +485,26 @@ def bench_variants_case(m, n, k, trials, variants, rounds: int = 1) -> dict:
             row["variants"][name]["rounds"].append(flops / t.median_ms / 1e9)
     for name in calls:
         v = row["variants"][name]
+        if graphs:
+            try:
+                t = measure(graph_call(calls[name]), trials=trials, warmup=10)
+                v["graph_tflops"] = flops / t.median_ms / 1e9
+            except Exception as e:  # noqa: BLE001 - the op's numbers stand without it
+                v["graph_error"] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
         v["tflops"] = statistics.median(v["rounds"])
         log(f"  {m}x{n}x{k} {name:28s} {v['tflops']:6.0f} TFLOP/s "
-            f"[{min(v['rounds']):.0f}, {max(v['rounds']):.0f}] err {v['rel_error']:.1e}"
-            f"{'' if v['ok'] else ' WRONG'}")
+            f"[{min(v['rounds']):.0f}, {max(v['rounds']):.0f}]"
+            + (f" graph {v['graph_tflops']:.0f}" if "graph_tflops" in v else "")
+            + f" err {v['rel_error']:.1e}{'' if v['ok'] else ' WRONG'}")
     try:   # cuBLAS's block-scaled mode, where this torch has it
-        t = measure(lambda: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb.t(),
-                                             out_dtype=torch.bfloat16), trials=trials, warmup=10)
+        def theirs():
+            return torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb.t(),
+                                    out_dtype=torch.bfloat16)
+        t = measure(theirs, trials=trials, warmup=10)
         row["torch_block_tflops"] = flops / t.median_ms / 1e9
+        if graphs:
+            t = measure(graph_call(theirs), trials=trials, warmup=10)
+            row["torch_block_graph_tflops"] = flops / t.median_ms / 1e9
     except (RuntimeError, TypeError, ValueError) as e:
         row["torch_block"] = f"unavailable: {str(e).splitlines()[0][:160]}"
     del ref
@@ -475,8 +512,9 @@ def bench_variants_case(m, n, k, trials, variants, rounds: int = 1) -> dict:
 
 
 def variants_table(rows, variants, resources: dict) -> str:
-    """Variants down, shapes across: TFLOP/s (WRONG / FAILED where so), each variant's geomean
-    over the shapes it ran right on, registers and spill bytes; torch and the best last."""
+    """Variants down, shapes across: TFLOP/s (WRONG / FAILED where so; the CUDA graph's in
+    parentheses where --graphs took it), each variant's geomean over the shapes it ran right
+    on (the op's), registers and spill bytes; torch and the best last."""
     shapes = [f"{r['M']}x{r['N']}x{r['K']}" for r in rows]
     lines = ["| variant | " + " | ".join(shapes) + " | geomean | regs / spill B |",
              "|---|" + "---|" * (len(shapes) + 2)]
@@ -489,15 +527,17 @@ def variants_table(rows, variants, resources: dict) -> str:
             elif not v["ok"]:
                 cells.append(f"WRONG {v['rel_error']:.1e}")
             else:
-                cells.append(f"{v['tflops']:.0f}")
+                cells.append(f"{v['tflops']:.0f}" + (f" ({v['graph_tflops']:.0f})"
+                                                      if "graph_tflops" in v else ""))
                 good.append(v["tflops"])
         geo = f"{math.exp(sum(map(math.log, good)) / len(good)):.0f}" if good else ""
         res = resources.get(name, {})
         regs = f"{res.get('registers', '?')} / {res.get('spill_bytes', '?')}"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {geo} | {regs} |")
     lines.append("| torch._scaled_mm block | " + " | ".join(
-        f"{r['torch_block_tflops']:.0f}" if "torch_block_tflops" in r else "n/a"
-        for r in rows) + " | | |")
+        (f"{r['torch_block_tflops']:.0f}" + (f" ({r['torch_block_graph_tflops']:.0f})"
+                                             if "torch_block_graph_tflops" in r else ""))
+        if "torch_block_tflops" in r else "n/a" for r in rows) + " | | |")
     best = []
     for r in rows:
         ok = [(v["tflops"], name) for name, v in r.get("variants", {}).items() if v.get("ok")]
@@ -518,7 +558,8 @@ def main_variants(args, shapes, started) -> int:
     rows = []
     for (m, n, k) in shapes:
         try:
-            rows.append(bench_variants_case(m, n, k, args.trials, variants, args.rounds))
+            rows.append(bench_variants_case(m, n, k, args.trials, variants, args.rounds,
+                                            args.graphs))
         except Exception as e:  # noqa: BLE001 - record and continue
             log(f"{m}x{n}x{k}: FAILED {type(e).__name__}: {e}")
             rows.append({"M": m, "N": n, "K": k, "error": repr(e)})
@@ -738,6 +779,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1,
                         help="with --variants: timing rounds per variant, alternating order; "
                              "the table shows the median")
+    parser.add_argument("--graphs", action="store_true",
+                        help="with --variants: also time each call replayed from a CUDA graph "
+                             "(the kernel without the op's host work), in parentheses")
     parser.add_argument("--ceiling", action="store_true",
                         help="with --variants: also per-tensor fp8 at the same tiles, without "
                              "and with promotion (ceiling_schedules)")

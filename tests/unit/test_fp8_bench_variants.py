@@ -130,3 +130,16 @@ def test_ceiling_variants_are_per_tensor_and_verify_clean(name, schedule):
     assert name.startswith("per-tensor") and not schedule.smem_scales
     assert not any(n.startswith("per-tensor") for n, _ in VARIANTS)
     verify_clean(lower_only(gemm_fp8_kernel(ag.bf16), s=schedule))
+
+
+def test_variants_table_shows_the_graph_replay_beside_the_op():
+    """--graphs: the kernel replayed from a CUDA graph in parentheses after the op's TFLOP/s
+    (torch's too); the geomean and the best stay the op's."""
+    rows = [{"M": 1, "N": 2, "K": 3, "torch_block_tflops": 1000.0,
+             "torch_block_graph_tflops": 1100.0,
+             "variants": {"a": {"tflops": 900.0, "graph_tflops": 1250.0, "rel_error": 1e-3,
+                                "ok": True}}}]
+    lines = BENCH.variants_table(rows, [("a", None)], {}).splitlines()
+    assert lines[2] == "| a | 900 (1250) | 900 | ? / ? |"
+    assert lines[3].startswith("| torch._scaled_mm block | 1000 (1100) |")
+    assert lines[4] == "| best | 900 (a) | | |"
