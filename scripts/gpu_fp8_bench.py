@@ -483,11 +483,11 @@ def bench_variants_case(m, n, k, trials, variants, rounds: int = 1,
         for name in order:
             t = measure(calls[name], trials=trials, warmup=10)
             row["variants"][name]["rounds"].append(flops / t.median_ms / 1e9)
-    for name in calls:
+    for name, call in calls.items():
         v = row["variants"][name]
         if graphs:
             try:
-                t = measure(graph_call(calls[name]), trials=trials, warmup=10)
+                t = measure(graph_call(call), trials=trials, warmup=10)
                 v["graph_tflops"] = flops / t.median_ms / 1e9
             except Exception as e:  # noqa: BLE001 - the op's numbers stand without it
                 v["graph_error"] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
