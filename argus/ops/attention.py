@@ -80,7 +80,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
         # a repeated prefill signature, launched directly as below: no check, no decision
         # (they follow from the signature), the launch prepared for these buffers (None: new
         # buffers, prepared below)
-        got = entry.repeat(q, k, v)
+        got = entry.repeat((q, k, v))
         if got is not None:
             return got if return_lse else got[0]
     if (schedule is None or isinstance(schedule, DecodeSchedule)) and _decode_eager(q, k, v,
@@ -207,13 +207,8 @@ def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
     if plan is not False:
         plan()   # on torch's current stream of the plan's device (captured by CUDA graphs)
         if remember is not None:
-            entry = _ENTRIES.get(remember)
-            if entry is None:
-                entry = _ENTRIES[remember] = _Entry(tuple(out.shape), out.dtype, out.device,
-                                                    tuple(lse.shape), return_lse)
-                if len(_ENTRIES) > _Entry.ENTRIES:
-                    _ENTRIES.pop(next(iter(_ENTRIES)))
-            entry.remember(_pointers(q, k, v, out, lse, return_lse), plan)
+            made = (out, lse) if return_lse else (out,)
+            remember_launches(_ENTRIES, remember, (q, k, v), made, (plan,))
     return out, lse
 
 
@@ -246,46 +241,54 @@ def _signature(q, k, v, causal, scale, layout, return_lse, schedule=None) -> tup
         return None
 
 
-def _pointers(q, k, v, out, lse, return_lse: bool) -> tuple:
-    return ((q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
-            if return_lse else (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()))
+def remember_launches(entries: dict, key: tuple, inputs: tuple, made: tuple,
+                      plans: tuple) -> None:
+    """Keep `plans`, launched in order on `inputs` and the buffers the call allocated (`made`:
+    the outputs, then any workspace), under the call's signature `key` (an op's repeated-call
+    memo; argus.ops.attention_fp8 keeps its V^T and attention launches so)."""
+    entry = entries.get(key)
+    if entry is None:
+        entry = entries[key] = _Entry(made[0].device,
+                                      tuple((tuple(t.shape), t.dtype) for t in made))
+        if len(entries) > _Entry.ENTRIES:
+            entries.pop(next(iter(entries)))
+    entry.remember(tuple(t.data_ptr() for t in inputs + made), plans)
 
 
 @dataclasses.dataclass(frozen=True)
 class _Entry:
-    """One eager prefill signature: its outputs' shapes and the launches prepared for the
-    buffer addresses seen (a plan holds raw pointers; everything else follows from the
-    signature)."""
+    """One call signature: the buffers a call allocates (shape, dtype: the outputs, then any
+    workspace) and the launches prepared for the buffer addresses seen (a plan holds raw
+    pointers; everything else it holds follows from the signature)."""
 
-    out_shape: tuple
-    dtype: object
     device: object
-    lse_shape: tuple
-    return_lse: bool
+    buffers: tuple
     plans: OrderedDict = dataclasses.field(default_factory=OrderedDict)
 
     PLANS = 8        # buffer-address sets per signature (the caching allocator reuses a few)
     ENTRIES = 64
 
-    def repeat(self, q, k, v):
-        """(out, lse or None) after launching the plan prepared for these buffers, or None
-        (the caller prepares it; the allocations go back to the caching allocator)."""
+    def repeat(self, inputs: tuple) -> tuple | None:
+        """The buffers allocated (outputs first) after launching the plans prepared for these
+        addresses (or moved onto them), or None (the caller prepares them; the allocations go
+        back to the caching allocator)."""
         import torch
 
-        out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
-        lse = (torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
-               if self.return_lse else None)
-        pointers = _pointers(q, k, v, out, lse, self.return_lse)
-        plan = self.plans.get(pointers)
-        if plan is None:
-            plan = self.repointed(pointers)
-            if plan is None:
+        made = tuple(torch.empty(shape, dtype=dtype, device=self.device)
+                     for shape, dtype in self.buffers)
+        pointers = tuple(t.data_ptr() for t in inputs + made)
+        plans = self.plans.get(pointers)
+        if plans is None:
+            plans = self.repointed(pointers)
+            if plans is None:
                 return None
-        plan.launch(_current_stream(self.device.index))
-        return out, lse
+        stream = _current_stream(self.device.index)
+        for plan in plans:
+            plan.launch(stream)
+        return made
 
     def repointed(self, pointers: tuple):
-        """The last plan moved onto these buffers (LaunchPlan.repointed: pointers and tensor
+        """The last plans moved onto these buffers (LaunchPlan.repointed: pointers and tensor
         maps patched, a few us against a prepare's hundreds), kept under them; None when the
         move could change more than addresses (the full checked path prepares the call):
         an address that is not 16-byte aligned (TMA's rule, _check_strides says so) or not
@@ -293,20 +296,21 @@ class _Entry:
         the kernel's variant by it), or one buffer of the plan becoming two (q is k)."""
         if not self.plans:
             return None
-        old, plan = next(reversed(self.plans.items()))
+        old, plans = next(reversed(self.plans.items()))
         moved: dict[int, int] = {}
         for before, after in zip(old, pointers):
             if after % 16 or (before % ALIGN_BYTES == 0) != (after % ALIGN_BYTES == 0) \
                     or moved.setdefault(before, after) != after:
                 return None
-        if any(a is not None and a not in moved for a in plan.params.addresses):
+        if any(a is not None and a not in moved for plan in plans
+               for a in plan.params.addresses):
             return None      # a buffer the signature's pointers do not name
-        plan = plan.repointed(moved)
-        self.remember(pointers, plan)
-        return plan
+        plans = tuple(plan.repointed(moved) for plan in plans)
+        self.remember(pointers, plans)
+        return plans
 
-    def remember(self, pointers: tuple, plan) -> None:
-        self.plans[pointers] = plan
+    def remember(self, pointers: tuple, plans: tuple) -> None:
+        self.plans[pointers] = plans
         if len(self.plans) > self.PLANS:
             self.plans.popitem(last=False)
 

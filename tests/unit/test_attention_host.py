@@ -324,3 +324,99 @@ def test_an_explicit_schedule_is_part_of_the_signature(monkeypatch):
     # checked again; no schedule chooses `chosen`, whose launch on these buffers is prepared
     assert calls == {"check": 3, "prepare": 2}
     assert len(attention_mod._ENTRIES) == 3 and len(fake.launched) == 5
+
+
+# ----------------------------------------------------------------------------- attention_fp8
+
+fp8_mod = importlib.import_module("argus.ops.attention_fp8")
+E4M3 = torch.float8_e4m3fn
+SCALES = {"q_scale": 0.5, "k_scale": 0.25, "v_scale": 2.0}
+
+
+def _stub_fp8(monkeypatch):
+    """attention_fp8's host path on CPU tensors: the V^T kernel's launch stubbed by a plan
+    over (V, V^T) (the real one needs CUDA tensors), the attention kernel's as for bf16."""
+    calls, fake = _stub_the_device(monkeypatch)
+    real_check = fp8_mod.check_fp8
+
+    def check_fp8(*args, **kw):
+        calls["check"] += 1
+        return real_check(*args, **{**kw, "device": False})
+
+    def kernel_transpose(x, store, permuted, launched=None):
+        calls["vt"] = calls.get("vt", 0) + 1
+        plan = driver.LaunchPlan(kernel="vt", device=0, function=2, shape="stub",
+                                 config=types.SimpleNamespace(),
+                                 params=driver.pack_params([x, store]))
+        plan()
+        if launched is not None:
+            launched.append(plan)
+        return True
+
+    monkeypatch.setattr(fp8_mod, "check_fp8", check_fp8)
+    monkeypatch.setattr(fp8_mod, "_kernel_transpose", kernel_transpose)
+    monkeypatch.setattr(fp8_mod, "_compiled", lambda *a: attention_mod._compiled())
+    monkeypatch.setattr(fp8_mod, "_ENTRIES", {})
+    monkeypatch.setattr(fp8_mod, "_LAUNCHES", type(fp8_mod._LAUNCHES)())
+    return calls, fake
+
+
+def _qkv8(**kw):
+    return tuple(t.to(E4M3) for t in _qkv(**kw))
+
+
+def test_fp8_repeated_call_replays_both_launches(monkeypatch):
+    """attention_fp8 repeats a signature as attention does: no check, no V^T decision, the V^T
+    launch then the attention launch on the op's fresh V^T buffer; new buffers move both."""
+    calls, fake = _stub_fp8(monkeypatch)
+    q, k, v = _qkv8()
+    out = fp8_mod.attention_fp8(q, k, v, **SCALES)
+    for _ in range(3):
+        again = fp8_mod.attention_fp8(q, k, v, **SCALES)
+    assert calls == {"check": 1, "prepare": 1, "vt": 1}, calls
+    assert again.data_ptr() == out.data_ptr() and again.dtype == torch.bfloat16
+    vt = torch.empty((2, 2, 128, 256), dtype=E4M3)       # the allocator stub's V^T buffer
+    assert fake.launched[-2] == (7, (v.data_ptr(), vt.data_ptr()))
+    assert fake.launched[-1][1][:4] == (q.data_ptr(), k.data_ptr(), vt.data_ptr(),
+                                        out.data_ptr())
+    assert len(fake.launched) == 8
+    q2, k2, v2 = (t.clone() for t in (q, k, v))
+    fp8_mod.attention_fp8(q2, k2, v2, **SCALES)
+    assert calls == {"check": 1, "prepare": 1, "vt": 1}, "moved, not prepared"
+    assert fake.launched[-2] == (7, (v2.data_ptr(), vt.data_ptr()))
+    assert fake.launched[-1][1][:3] == (q2.data_ptr(), k2.data_ptr(), vt.data_ptr())
+
+
+@pytest.mark.parametrize("other", [
+    {"q_scale": torch.tensor(0.5)},          # a tensor scale: .item() each call, never cached
+    {"k_scale": 0.3},
+    {"v_transposed": True},
+    {"causal": True},
+])
+def test_fp8_other_calls_are_checked(monkeypatch, other):
+    calls, _ = _stub_fp8(monkeypatch)
+    q, k, v = _qkv8()
+    fp8_mod.attention_fp8(q, k, v, **SCALES)
+    fp8_mod.attention_fp8(q, k, v, **SCALES)
+    assert calls["check"] == 1
+    args = {**SCALES, **other}
+    if other.get("v_transposed"):
+        v = v.transpose(-1, -2).contiguous()
+    for n in (2, 3):
+        fp8_mod.attention_fp8(q, k, v, **args)
+        assert calls["check"] == (n if "q_scale" in other else 2)
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda q, k, v: (q.to(torch.bfloat16), k, v), "must all be float8_e4m3fn"),
+    (lambda q, k, v: (q, k[:, :1], v), "v has shape"),
+    (lambda q, k, v: (q.transpose(2, 3).contiguous().transpose(2, 3), k, v),
+     "q .* cannot be read by TMA"),
+])
+def test_fp8_cached_signature_still_checks_a_changed_call(monkeypatch, change, words):
+    _stub_fp8(monkeypatch)
+    q, k, v = _qkv8()
+    fp8_mod.attention_fp8(q, k, v, **SCALES)
+    fp8_mod.attention_fp8(q, k, v, **SCALES)
+    with pytest.raises(LaunchError, match=words):
+        fp8_mod.attention_fp8(*change(q, k, v), **SCALES)
