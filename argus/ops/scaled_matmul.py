@@ -29,15 +29,17 @@ call. K must be a multiple of 16 (TMA needs 16-byte row pitches). Operands with 
 layout but a misaligned pointer or row pitch are copied into an aligned buffer first. Every
 input that cannot be right raises a LaunchError that says what and how to fix it.
 
-A repeated call into the same `out` on the same buffers (pointers, shapes, strides, dtypes,
-devices, out_dtype and schedule all equal to an earlier call's that passed the checks and read
-its operands in place) costs a dictionary lookup and one launch (`_LAUNCHES`); anything else
-takes the checked path again.
+A repeated call on the same buffers (pointers, shapes, strides, dtypes, devices, out_dtype and
+schedule all equal to an earlier call's that passed the checks and read its operands in place)
+costs a dictionary lookup and one launch (`_LAUNCHES`; with out=None also the allocation of
+`out`); anything else takes the checked path again.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
 
 from argus import dtypes
 from argus.errors import LaunchError
@@ -53,10 +55,11 @@ _WHO = "argus.ops.scaled_matmul"
 # Per-process memo of (problem, device, schedule) -> (compiled kernel, smem_scales) (bounded:
 # dynamic shapes must not grow it without limit).
 _CHOSEN: OrderedDict = OrderedDict()
-# Repeated calls into the same `out` on the same buffers (a decode loop, a benchmark) skip the
-# checks, the choice and the plan lookup: _launch_key (every tensor's pointer, shape, strides,
-# dtype and device, out_dtype, schedule) -> (the prepared launch, smem_scales). Only a call that
-# passed every check and launched the caller's own buffers (no aligned or transposed copy) is
+# Repeated calls on the same buffers (a decode loop, a benchmark) skip the checks and the
+# choice: _launch_key (every tensor's pointer, shape, strides, dtype and device, out_dtype,
+# schedule) -> _Replay (into the caller's `out`: the prepared launch) or _FreshReplay (out=None:
+# a new `out`, launched through the compiled kernel's own plan cache). Only a call that passed
+# every check and launched the caller's own buffers (no aligned or transposed copy) is
 # remembered, and every property a check reads is in the key, so a call that differs in any of
 # them takes the checked path and gets its error. On the H200 (2026-12-04, fp8pt37) the checked
 # path cost the op 6-47 us over its prepared launch (128x8192x8192: 75.4 against 28.5 us): its
@@ -216,13 +219,49 @@ def _launch_key(a, b, scale_a, scale_b, out, out_dtype, schedule):
     and element sizes; the rest dtypes, shapes and devices), out_dtype and the schedule; None
     when an argument is not a tensor (the checked path says what is wrong)."""
     try:
-        return (a.data_ptr(), b.data_ptr(), scale_a.data_ptr(), scale_b.data_ptr(),
-                out.data_ptr(), a.shape, b.shape, scale_a.shape, scale_b.shape, out.shape,
-                a.stride(), b.stride(), scale_a.stride(), scale_b.stride(), out.stride(),
-                a.dtype, b.dtype, scale_a.dtype, scale_b.dtype, out.dtype, a.device, b.device,
-                scale_a.device, scale_b.device, out.device, out_dtype, schedule)
+        key = (a.data_ptr(), b.data_ptr(), scale_a.data_ptr(), scale_b.data_ptr(), a.shape,
+               b.shape, scale_a.shape, scale_b.shape, a.stride(), b.stride(), scale_a.stride(),
+               scale_b.stride(), a.dtype, b.dtype, scale_a.dtype, scale_b.dtype, a.device,
+               b.device, scale_a.device, scale_b.device, out_dtype, schedule)
+        if out is None:     # a shorter key: never equal to one with an `out`
+            return key
+        return key + (out.data_ptr(), out.shape, out.stride(), out.dtype, out.device)
     except (AttributeError, TypeError, RuntimeError):   # not tensors, or without storage
         return None
+
+
+@dataclass(frozen=True)
+class _Replay:
+    """A remembered call into the caller's `out`: its prepared launch (one cuLaunchKernelEx on
+    torch's current stream of the plan's device)."""
+
+    plan: Any
+    smem_scales: bool
+
+    def __call__(self, a, b, scale_a, scale_b, out):
+        self.plan()
+        return out
+
+
+@dataclass(frozen=True)
+class _FreshReplay:
+    """A remembered call with out=None: a new `out` as the checked path makes it, launched
+    through the compiled kernel, whose plan cache is keyed by the new out's pointer (the
+    caching allocator mostly hands back the same few)."""
+
+    compiled: Any
+    smem_scales: bool
+    block: bool
+    shape: tuple
+    dtype: Any
+
+    def __call__(self, a, b, scale_a, scale_b, out):
+        import torch
+
+        out = torch.empty(self.shape, dtype=self.dtype, device=a.device)
+        _launch(self.compiled, a, b, *_kernel_scales(scale_a, scale_b, self.block,
+                                                     self.smem_scales), out)
+        return out
 
 
 def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
@@ -230,13 +269,11 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
     """Return (a * scale_a) @ (b * scale_b).T for fp8 a [M, K] and b [N, K] (see the module
     docstring). out_dtype: torch.bfloat16 (default), torch.float16 or torch.float32; with `out`
     given it defaults to out.dtype and must agree with it."""
-    key = _launch_key(a, b, scale_a, scale_b, out, out_dtype, schedule) \
-        if out is not None else None
+    key = _launch_key(a, b, scale_a, scale_b, out, out_dtype, schedule)
     launch = _LAUNCHES.get(key) if key is not None else None
     # the kill switch is read on every call, so that turning it off stops remembered launches
-    if launch is not None and (SMEM_SCALES_ON_DEVICE or not launch[1]):
-        launch[0]()     # torch's current stream of the plan's device
-        return out
+    if launch is not None and (SMEM_SCALES_ON_DEVICE or not launch.smem_scales):
+        return launch(a, b, scale_a, scale_b, out)
     return _scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, schedule, key)
 
 
@@ -299,25 +336,41 @@ def _scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, schedule, key):
         _remember(_CHOSEN, memo_key, (compiled, smem_scales))
     else:   # the switch may have been turned off since the kernel was built
         _check_smem_switch(smem_scales)
-    if block:   # the smem-scales kernel reads scale_a K-major, the other one MN-major
-        sa, sb = _kmajor_block_scales(scale_a, scale_b) if smem_scales else \
-            _block_scale_views(scale_a, scale_b)
-    else:
-        sa, sb = scale_a.reshape(1), scale_b.reshape(1)
-    if a.device.index == torch.cuda.current_device():
-        compiled(a_ready, b_ready, sa, sb, out)
-    else:
-        with torch.cuda.device(a.device):
-            compiled(a_ready, b_ready, sa, sb, out)
+    sa, sb = _kernel_scales(scale_a, scale_b, block, smem_scales)
+    _launch(compiled, a_ready, b_ready, sa, sb, out)
     # the kernel read the caller's buffers themselves (a copy is a new allocation, so its
-    # pointer differs from the live original's): the same buffers next time go straight to
-    # the launch; a copied operand is copied again on every call, so that call is not kept
+    # pointer differs from the live original's): the same buffers next time skip the checks;
+    # a copied operand is copied again on every call, so that call is not kept
     if key is not None and all(x.data_ptr() == y.data_ptr() for x, y in (
             (a_ready, a), (b_ready, b), (sa, scale_a), (sb, scale_b))):
-        plan = compiled.plan_for(a_ready, b_ready, sa, sb, out)
-        if plan is not None:
-            _remember(_LAUNCHES, key, (plan, smem_scales))
+        if fresh:
+            _remember(_LAUNCHES, key, _FreshReplay(compiled, smem_scales, block, (m, n),
+                                                   out.dtype))
+        else:
+            plan = compiled.plan_for(a_ready, b_ready, sa, sb, out)
+            if plan is not None:
+                _remember(_LAUNCHES, key, _Replay(plan, smem_scales))
     return out
+
+
+def _kernel_scales(scale_a, scale_b, block: bool, smem_scales: bool):
+    """The scale operands the kernel takes: per-tensor scales as [1] views; block scales as
+    the smem-scales kernel (K-major) or the other one (scale_a MN-major) reads them."""
+    if block:
+        return _kmajor_block_scales(scale_a, scale_b) if smem_scales else \
+            _block_scale_views(scale_a, scale_b)
+    return scale_a.reshape(1), scale_b.reshape(1)
+
+
+def _launch(compiled, a, b, sa, sb, out) -> None:
+    """Launch on the operands' device, whichever is current."""
+    import torch
+
+    if a.device.index == torch.cuda.current_device():
+        compiled(a, b, sa, sb, out)
+    else:
+        with torch.cuda.device(a.device):
+            compiled(a, b, sa, sb, out)
 
 
 def _check_smem_switch(smem_scales: bool) -> None:

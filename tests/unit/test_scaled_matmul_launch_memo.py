@@ -1,9 +1,10 @@
 """argus.ops.scaled_matmul's launch memo (`_LAUNCHES`) without a GPU: a repeat call into the
 same `out` on the same buffers goes straight to the prepared launch (no checks, no choice);
 a call that differs in anything a check reads (dtype, shape, strides, scale kind, out_dtype)
-still gets the checked path's error, word for word; new pointers and new scale tensors get
-their own launch; copied operands, a new choice (forget_choices) and the smem-scales kill
-switch are never skipped. The device check is stubbed (CPU tensors) and the kernel is a fake
+still gets the checked path's error, word for word (with `out` and with out=None); new
+pointers and new scale tensors get their own launch; copied operands, a new choice
+(forget_choices) and the smem-scales kill switch are never skipped; out=None calls get a new
+`out` every time. The device check is stubbed (CPU tensors) and the kernel is a fake
 that records the pointers each launch reads."""
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ FP8 = torch.float8_e4m3fn
 
 
 class _Compiled:
-    """A compiled kernel's launch interface: a checked launch and the plan it prepared, each
-    recording the data pointers it launches with."""
+    """A compiled kernel's launch interface: a call (CompiledKernel.__call__: its own plan
+    lookup) and the plan a call prepared, each recording the data pointers it launches with."""
 
     def __init__(self, log):
         self.log = log
 
     def __call__(self, *tensors):
-        self.log["checked"].append(tuple(t.data_ptr() for t in tensors))
+        self.log["called"].append(tuple(t.data_ptr() for t in tensors))
 
     def plan_for(self, *tensors):
         ptrs = tuple(t.data_ptr() for t in tensors)
@@ -50,7 +51,7 @@ class _Kernel:
 def op(monkeypatch):
     """The op on CPU tensors: the device check passes, the choice is a fixed schedule (block
     scales: a promoting one), every kernel is a _Kernel; returns the log of what ran."""
-    log = {"checked": [], "replayed": [], "compiled": [], "checks": 0, "chosen": 0}
+    log = {"called": [], "replayed": [], "compiled": [], "checks": 0, "chosen": 0}
     real_check = sm._check
 
     def counted_check(*args):
@@ -90,7 +91,7 @@ def test_a_repeat_call_replays_the_launch_without_the_checks(op):
     assert sm.scaled_matmul(a, w, sa, sb, out=out) is out
     assert sm.scaled_matmul(a, w, sa, sb, out=out) is out
     launched = _ptrs(a, w, sa, sb, out)   # the scales' [1] views share their storage
-    assert op["checked"] == [launched] and op["replayed"] == [launched, launched]
+    assert op["called"] == [launched] and op["replayed"] == [launched, launched]
     assert op["checks"] == 1 and op["chosen"] == 1 and len(op["compiled"]) == 1
 
 
@@ -99,7 +100,7 @@ def _bad_calls():
     can be (same pointers: only the property the key must hold tells them apart), with the
     error the checked path gives. Square operands, so a transposed view keeps the shape."""
     def case(name, make, message):
-        return pytest.param(make, message, id=name)
+        return name, make, message
 
     return [
         case("a int8", lambda a, w, sa, sb, out: ((a.view(torch.int8), w, sa, sb), {"out": out}),
@@ -140,15 +141,27 @@ def _bad_calls():
     ]
 
 
-@pytest.mark.parametrize("make, message", _bad_calls())
-def test_a_remembered_launch_never_skips_a_check(op, make, message):
+def _bad_call_params():
+    """Each bad call with the good call into `out`, and with out=None where the bad call is
+    not about `out` itself (the cases named "out ...")."""
+    return [pytest.param(make, message, with_out, id=f"{name}-{'out' if with_out else 'new'}")
+            for name, make, message in _bad_calls()
+            for with_out in ((True,) if name.startswith("out") else (True, False))]
+
+
+@pytest.mark.parametrize("make, message, with_out", _bad_call_params())
+def test_a_remembered_launch_never_skips_a_check(op, make, message, with_out):
     a, w, sa, sb, out = _operands()
     args, kwargs = make(a, w, sa, sb, out)
+    good = {"out": out} if with_out else {}
+    if not with_out:
+        kwargs.pop("out")
     with pytest.raises(LaunchError, match=message) as fresh:   # nothing remembered yet
         sm.scaled_matmul(*args, **kwargs)
-    sm.scaled_matmul(a, w, sa, sb, out=out)
-    sm.scaled_matmul(a, w, sa, sb, out=out)
-    assert len(op["replayed"]) == 1, "the good call was not remembered: the test proves nothing"
+    sm.scaled_matmul(a, w, sa, sb, **good)
+    sm.scaled_matmul(a, w, sa, sb, **good)
+    assert op["checks"] == 2 and len(op["called"]) + len(op["replayed"]) == 2, \
+        "the good call was not remembered: the test proves nothing"
     with pytest.raises(LaunchError) as remembered:
         sm.scaled_matmul(*args, **kwargs)
     assert str(remembered.value) == str(fresh.value)
@@ -172,7 +185,7 @@ def test_new_pointers_and_new_scales_get_their_own_launch(op):
     a2, sa2, sb2 = torch.zeros_like(a), torch.tensor(2.0), torch.tensor(4.0)
     sm.scaled_matmul(a2, w, sa, sb, out=out)
     sm.scaled_matmul(a, w, sa2, sb2, out=out)
-    assert op["checked"] == [_ptrs(a, w, sa, sb, out), _ptrs(a2, w, sa, sb, out),
+    assert op["called"] == [_ptrs(a, w, sa, sb, out), _ptrs(a2, w, sa, sb, out),
                              _ptrs(a, w, sa2, sb2, out)] and op["replayed"] == []
     sm.scaled_matmul(a2, w, sa, sb, out=out)
     sm.scaled_matmul(a, w, sa2, sb2, out=out)
@@ -190,7 +203,7 @@ def test_a_schedule_or_out_dtype_gets_its_own_launch(op):
     sm.scaled_matmul(a, w, sa, sb, out=out)
     sm.scaled_matmul(a, w, sa, sb, out=out, schedule=other)
     sm.scaled_matmul(a, w, sa, sb, out=out, out_dtype=torch.bfloat16)
-    assert len(op["checked"]) == 3 and op["replayed"] == []
+    assert len(op["called"]) == 3 and op["replayed"] == []
     assert op["compiled"][1] == other
 
 
@@ -201,8 +214,8 @@ def test_copied_operands_take_the_checked_path_every_time(op):
     _, w, sa, sb, out = _operands()
     for _ in range(3):
         sm.scaled_matmul(a, w, sa, sb, out=out)
-    assert op["checks"] == 3 and len(op["checked"]) == 3 and op["replayed"] == []
-    assert op["checked"][0][0] != a.data_ptr()   # the copy was launched, not a
+    assert op["checks"] == 3 and len(op["called"]) == 3 and op["replayed"] == []
+    assert op["called"][0][0] != a.data_ptr()   # the copy was launched, not a
 
 
 def test_block_scales_are_remembered_only_when_read_in_place(op):
@@ -212,10 +225,10 @@ def test_block_scales_are_remembered_only_when_read_in_place(op):
     row_major = torch.ones(128, 2)              # transposed into a copy on every call
     for _ in range(2):
         sm.scaled_matmul(a, w, mn_major, scale_b, out=out)
-    assert len(op["checked"]) == 1 and len(op["replayed"]) == 1
+    assert len(op["called"]) == 1 and len(op["replayed"]) == 1
     for _ in range(2):
         sm.scaled_matmul(a, w, row_major, scale_b, out=out)
-    assert len(op["checked"]) == 3 and len(op["replayed"]) == 1
+    assert len(op["called"]) == 3 and len(op["replayed"]) == 1
 
 
 def test_forget_choices_drops_the_launches(op):
@@ -223,7 +236,7 @@ def test_forget_choices_drops_the_launches(op):
     sm.scaled_matmul(a, w, sa, sb, out=out)
     sm.forget_choices()          # what tune_scaled_matmul calls after storing a new choice
     sm.scaled_matmul(a, w, sa, sb, out=out)
-    assert op["chosen"] == 2 and len(op["checked"]) == 2 and op["replayed"] == []
+    assert op["chosen"] == 2 and len(op["called"]) == 2 and op["replayed"] == []
 
 
 def test_the_smem_scales_kill_switch_stops_a_remembered_launch(op, monkeypatch):
@@ -240,12 +253,27 @@ def test_the_smem_scales_kill_switch_stops_a_remembered_launch(op, monkeypatch):
     assert len(op["replayed"]) == 1
 
 
-def test_a_fresh_out_is_not_remembered_and_still_checked(op):
-    a, w, sa, sb, _ = _operands()
+def test_out_none_gets_a_new_out_every_call_without_the_checks(op):
+    a, w, sa, sb, _ = _operands(128, 256, 128)
     first = sm.scaled_matmul(a, w, sa, sb)
     second = sm.scaled_matmul(a, w, sa, sb)
-    assert first.dtype == torch.bfloat16 and first.shape == (128, 128)
-    assert op["checks"] == 2 and len(op["checked"]) == 2 and op["replayed"] == []
-    with pytest.raises(LaunchError, match="a must be 2-d"):
-        sm.scaled_matmul(a[None], w, sa, sb)
-    assert second is not first
+    half = [sm.scaled_matmul(a, w, sa, sb, out_dtype=torch.float16) for _ in range(2)]
+    assert op["checks"] == 2 and op["chosen"] == 2 and op["replayed"] == []
+    assert first.dtype == second.dtype == torch.bfloat16
+    assert half[0].dtype == half[1].dtype == torch.float16      # out_dtype: a key of its own
+    assert first.shape == second.shape == half[1].shape == (128, 256)
+    assert second.data_ptr() != first.data_ptr()     # both alive: two buffers
+    # every call launches through the compiled kernel with its own new out
+    assert op["called"] == [_ptrs(a, w, sa, sb, o) for o in (first, second, *half)]
+    a2 = torch.zeros_like(a)
+    sm.scaled_matmul(a2, w, sa, sb)
+    assert op["checks"] == 3 and op["called"][-1][0] == a2.data_ptr()
+
+
+def test_out_none_block_scales_replay_their_views(op):
+    a, w, _, _, _ = _operands(128, 256, 256)
+    scale_a, scale_b = torch.ones(2, 128).t(), torch.ones(2, 2)    # read in place
+    for _ in range(3):
+        sm.scaled_matmul(a, w, scale_a, scale_b)
+    assert op["checks"] == 1 and len(op["called"]) == 3
+    assert {c[2] for c in op["called"]} == {scale_a.data_ptr()}
