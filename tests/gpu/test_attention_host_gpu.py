@@ -54,3 +54,34 @@ def test_moved_plans_read_and_write_the_new_buffers(layout, causal):
     views = (q3, k3, v3) if layout == "bhsd" else tuple(t.transpose(1, 2) for t in (q3, k3, v3))
     want, _ = reference(*views, causal, 1.0 / math.sqrt(D))
     _close(out3, want, layout)
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_fp8_moved_plans_read_and_write_the_new_buffers(layout):
+    """attention_fp8's V^T and attention launches replayed, then moved onto new buffers: the
+    same values give bit-equal outputs, new values the float64 answer (q, k, v quantized with
+    the same scales, so the signature repeats)."""
+    import importlib
+
+    import argus.ops
+    from tests.gpu.test_attention_fp8_gpu import _inputs as fp8_inputs
+    from tests.gpu.test_attention_fp8_gpu import reference as fp8_reference
+
+    mod = importlib.import_module("argus.ops.attention_fp8")
+    shape = (2, 8, 2, 384, 512, 128)
+    (q, qs), (k, ks), (v, vs) = fp8_inputs(*shape, layout, seed=5)
+    scales = {"q_scale": qs, "k_scale": ks, "v_scale": vs, "layout": layout}
+    first = argus.ops.attention_fp8(q, k, v, **scales).clone()
+    assert torch.equal(argus.ops.attention_fp8(q, k, v, **scales), first)
+    prepared = len(mod._LAUNCHES)
+    q2, k2, v2 = (t.clone() for t in (q, k, v))
+    assert torch.equal(argus.ops.attention_fp8(q2, k2, v2, **scales), first)
+    (q3, _), (k3, _), (v3, _) = fp8_inputs(*shape, layout, seed=6)
+    out3 = argus.ops.attention_fp8(q3, k3, v3, **scales)
+    torch.cuda.synchronize()
+    assert len(mod._LAUNCHES) == prepared, "new buffers were prepared, not moved"
+    t = (lambda x: x) if layout == "bhsd" else (lambda x: x.transpose(1, 2))
+    want, _ = fp8_reference(*(t(x).double() * s for x, s in ((q3, qs), (k3, ks), (v3, vs))),
+                            False, 1.0 / math.sqrt(128))
+    err = (t(out3).double() - want).abs()
+    assert err.max().item() < 0.05 * want.abs().max().item()
