@@ -168,7 +168,7 @@ def test_moe_fp8_matches_float64(T, E, k, H, I, form):
 
 
 @pytest.mark.parametrize("variant", ["default", "overlap", "cluster_tma", "small",
-                                     "late_release"])
+                                     "late_release", "fast_rsqrt_silu"])
 def test_moe_fp8_schedules_on_the_card(variant, monkeypatch):
     """Every fp8 schedule the bench times, on one layer, against float64 (overlapped
     promotion compiles without the verifier: its wgmma.k-once is not proven yet)."""
@@ -181,7 +181,9 @@ def test_moe_fp8_schedules_on_the_card(variant, monkeypatch):
     schedule = {"default": FP8_PREFILL, "overlap": replace(FP8_PREFILL, overlap=True),
                 "cluster_tma": replace(FP8_PREFILL, stages=5, cluster_m=2, epilogue="tma"),
                 "small": FP8_SMALL,
-                "late_release": replace(FP8_PREFILL, late_release=True)}[variant]
+                "late_release": replace(FP8_PREFILL, late_release=True),
+                "fast_rsqrt_silu": replace(FP8_PREFILL, fast_silu=True,
+                                           rsqrt_silu=True)}[variant]
     T, E, k, H, I = 1500, 16, 4, 1024, 768
     x, logits, w13, s13, w2, s2 = _fp8_layer(T, E, H, I, seed=3)
     g = torch.Generator(device="cuda").manual_seed(4)

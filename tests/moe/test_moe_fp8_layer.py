@@ -63,6 +63,8 @@ def _rel(a, b):
 @pytest.mark.parametrize("T,E,k,H,I,schedule,form", [
     (37, 4, 2, 256, 256, FP8_SMALL, "block"),                    # 64-row tiles
     (150, 4, 2, 256, 256, FP8_PREFILL, "block"),                 # 128 x 128, 2 consumers
+    # the gate-up's SiLU branch-free (ex2.approx, rsqrt(d)^2: the bench's fast_rsqrt_silu)
+    (150, 4, 2, 256, 256, replace(FP8_PREFILL, fast_silu=True, rsqrt_silu=True), "block"),
     (150, 4, 2, 256, 128, FP8_PREFILL_OVERLAP, "block"),         # overlapped promotion
     (150, 4, 2, 128, 128, replace(FP8_PREFILL, late_release=True), "block"),  # dense order
     (150, 4, 2, 128, 256, replace(FP8_PREFILL, stages=3, cluster_m=2, epilogue="tma"),

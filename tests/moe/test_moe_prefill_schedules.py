@@ -104,7 +104,7 @@ def test_pairs_along_n_refuse_what_they_cannot_run(kwargs, words):
 @pytest.mark.parametrize("gated,schedule", [
     (True, PREFILL_GATE_UP_PAIR_N), (False, PREFILL_DOWN_PAIR_N),
     # the bench's pair-n-3st: the rule's 3-stage ring with pairs along N
-    (True, replace(PREFILL_TMA_CLUSTER, cluster_m=1, cluster_n=2, fast_silu=True,
+    (True, replace(PREFILL_TMA_CLUSTER, cluster_m=1, cluster_n=2, group_m=16, fast_silu=True,
                    rsqrt_silu=True)),
     (False, replace(PREFILL_TMA_CLUSTER, cluster_m=1, cluster_n=2))],
     ids=["gate_up", "down", "gate_up_3st_rsqrt_silu", "down_3st"])
