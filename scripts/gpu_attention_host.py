@@ -11,7 +11,7 @@ call (about 75 us for 256 MB), the device idles inside the timed region and `mea
 op reads above its kernel (docs/perf/attention.md, 2026-12-03: hd128 S 2048 op 457-468 TFLOP/s,
 its prepared launch 541-563).
 
-    python3 -u scripts/gpu_attention_host.py [--seq 2048] [--causal]
+    python3 -u scripts/gpu_attention_host.py [--seq 2048] [--causal] [--fp8]
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--fp8", action="store_true",
+                        help="also time argus.ops.attention_fp8 (float scales: the repeated-"
+                             "call memo; V transposed by the op every call)")
     args = parser.parse_args()
     import torch
     from gpu_launch_overhead import host_us  # scripts/ is sys.path[0] when run as a script
@@ -70,6 +73,16 @@ def main() -> int:
     for _ in shifted:   # each address's launch-specialized variant built (once) before timing
         ours_new_buffers()
     torch.cuda.synchronize()
+    if args.fp8:
+        q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
+
+        def ours_fp8():
+            return argus.ops.attention_fp8(q8, k8, v8, q_scale=1.0, k_scale=1.0, v_scale=1.0,
+                                           causal=args.causal)
+
+        ours_fp8()
+        torch.cuda.synchronize()
+        print(f"host us per call, attention_fp8: {host_us(ours_fp8):.1f}", flush=True)
     print(f"host us per call, hd{D} S {S} B {B} causal {args.causal}: "
           f"ours {host_us(ours):.1f}, ours schedule= {host_us(ours_schedule):.1f}, "
           f"cuDNN SDPA {host_us(cudnn):.1f}, ours new buffers (a prepare each call) "
