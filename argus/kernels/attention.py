@@ -97,8 +97,7 @@ class AttentionSchedule:
     consumer_regs: int = 240
     # one CTA per SM walking the tiles (causal: longest first), or one CTA per tile (the
     # hardware launches them in order, so causal tiles also go longest first). The verifier
-    # proves the one-CTA-per-tile kernel clean; the persistent walk's div/mod unit decode
-    # leaves some obligations unknown (z3 timeouts), never violated.
+    # proves both clean, the persistent walk's div/mod unit decode under the causal mask too.
     persistent: bool = False
     num_sms: int = NUM_SMS
     # The order tiles are handed out in. "head" (the default): a head's m tiles are adjacent
@@ -112,11 +111,10 @@ class AttentionSchedule:
     # at 1k-8k gains 3-13% on causal masks). One batch's K and V stay in L2 (8 KB a key over
     # all heads at 2048 hidden: 32 MB at 4k). Without the mask every tile is equal and only
     # the L2 reuse differs. The persistent walk decodes its units the same way (unit // H,
-    # then % and // m tiles); with the causal mask and fa3_overlap at head dim 128 the
-    # verifier reports that decode's wgmma.agree and k-once as violated (20 min of z3), with
-    # counterexamples (B=2, H=1, S=8449, SK=1; B=10, H=3, S=1, SK=257) the interpreter runs
-    # right: false positives of the nonlinear decode, so that combination needs
-    # ARGUS_VERIFY=0 for now; full masks verify clean (8 s), the grid form everywhere.
+    # then % and // m tiles). With the causal mask and fa3_overlap the verifier used to report
+    # wgmma.agree and k-once (20 min of z3; counterexamples the interpreter runs right): its
+    # false alarm, not the decode's (a unit's varying KV block count left the roles' step
+    # counters unpaired; fixed in verify/transfer/control.py): it verifies clean in 2 s.
     tile_order: str = "head"
     # The occupancy hint (ag.occupancy): CTAs an SM holds at once. 2 renders
     # __launch_bounds__(threads, 2): the CTA's warpgroups share half the register file

@@ -46,11 +46,12 @@ def test_causal_walk_on_the_verifiers_counterexample(variant, num_sms):
     dim 128 (wgmma.agree: P of batch 0 against V of batch 1 at the second block of a unit;
     wgmma.k-once; the shape B=2, H=1, S=8449, SK=129): the interpreter runs it right, one
     SM's CTAs walking all 134 tiles (268 of 64 rows for occ2's two CTAs) or 132 SMs' (two or
-    three units on the first CTAs). The causal persistent walk in FA3's order reports the
+    three units on the first CTAs). The causal persistent walk in FA3's order reported the
     same kinds without earlyq (`default+persistent` at head dim 128, 2026-12-04: 9 errors,
     wgmma.agree and k-once, counterexamples B=2, S=8449 / 33665 / 11137, in 271 s of z3), like
-    those docs/perf/attention.md records for the "lpt" walk: false positives of the div/mod
-    decode, so the GPU run takes ARGUS_VERIFY=0."""
+    those docs/perf/attention.md records for the "lpt" walk: false alarms of the verifier (the
+    roles' step counters over units whose KV block count varies were left unpaired:
+    tests/verify/test_persistent_causal_walk.py), which now proves these walks clean."""
     schedule = dataclasses.replace(BENCH.variant_schedule(variant, 128, True, 1024),
                                    num_sms=num_sms)
     assert_close(*run(2, 1, 1, 8449, 129, 128, True, schedule, seed=num_sms))

@@ -51,20 +51,29 @@ def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
     # a count per iteration that depends on the index (a causal tile's KV blocks in a
     # persistent walk) adds up to a sum, not trip x count (Model.steps_over)
     varying = {pid for pid, n in per.items() if mentions(_num(n), var)}
+    # the counter at the start of iteration `index`: before + index * per, or with a varying
+    # count before + the sum of the earlier iterations' counts. Both kinds go into the scope's
+    # `steps`: a step of iteration t has counter start(t) + offset, 0 <= offset < per(t), and
+    # start(t) + per(t) <= start(t + 1) (a prefix sum of counts >= 0), so two roles walking
+    # this loop with equal counts per iteration meet at equal counters exactly in the same
+    # iteration at the same offset (Model._same_loop_nest). Left out of `steps`, a varying
+    # count (a causal tile's KV blocks in a persistent walk) left the roles' counters as two
+    # uninterpreted sums, which the solver could make equal at different units: FA3's causal
+    # persistent walk got wgmma.agree / k-once false alarms pairing one unit's P with
+    # another's V (issue 13)
+    start_of = {pid: _num(counters.get(pid, 0)) + (
+        m.steps_over(op, n, index) if pid in varying else index * _num(n))
+        for pid, n in per.items() if not _is_zero(n)}
     scope = m._scope("loop", op, var, tuple(cons),
                      _counter_lemmas(index, m._trip(op), step,
                                      [n for pid, n in per.items()
                                       if pid not in varying and not _is_zero(n)]),
-                     tuple((pid, _num(counters.get(pid, 0)),
-                            _num(counters.get(pid, 0)) + index * _num(n), _num(n))
-                           for pid, n in per.items() if pid not in varying and not _is_zero(n)))
+                     tuple((pid, _num(counters.get(pid, 0)), start_of[pid], _num(per[pid]))
+                           for pid in start_of))
     inner_scopes = scopes + (scope,)
     # (the same terms as the scope's `steps`: a step's offset in its iteration is its
-    # counter minus these, Model._counter_match)
-    before = {pid: b for pid, _, b, _ in scope.steps}
-    inner_counters = {pid: before[pid] if pid in before else _num(counters.get(pid, 0)) +
-                      m.steps_over(op, per[pid], index)
-                      for pid in per if not _is_zero(per[pid])}
+    # counter minus these, Model._same_loop_nest)
+    inner_counters = dict(start_of)
     carried = m._carried_tiles(op.body)
     shifted: list[int] = []
     if carried:

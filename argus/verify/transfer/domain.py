@@ -53,9 +53,9 @@ class Scope:
     # (they are non-linear); asked where counters of different loops are compared
     counter_lemmas: tuple[z3.BoolRef, ...] = ()
     # a loop's (pipe id, the role's counter before the loop, at the start of the iteration =
-    # before + index * per, steps per iteration `per`) for each pipeline whose steps per
-    # iteration do not depend on the index: a step inside the loop has counter
-    # start + offset with 0 <= offset < per (Model._counter_match)
+    # before + index * per, or before + the earlier iterations' sum (Model.steps_over) when
+    # the steps per iteration `per` depend on the index): a step inside the loop has counter
+    # start + offset with 0 <= offset < per (Model._same_loop_nest)
     steps: tuple[tuple[int, Any, Any, Any], ...] = ()   # (pipe id, before, start, per)
     # this scope's place in the walk's order of scopes (Model._scope): a loop or if walked
     # twice (a loop's dry pass and its recorded one) is two scopes, whose terms may differ (an
