@@ -12,6 +12,7 @@
 #        s35tests pdl fp8default fp8vt untuned35 (2026-12-04's CPU-built work)
 #        s36tests fp8emu hd64var hdvar moepf moerule stemgather untuned36 (stop 36's CPU-built work)
 #        s37tests short37 fp8pt37 fp8prom gemmwave vt37 moerule stemgather (stop 37's CPU-built work)
+#        s38tests fp8pt38 moepre38 sweep38 (stop 38's)
 #        fp8pt (fp8 per-tensor against torch._scaled_mm), sweep36 (prefill: every head dim at 1k, 4k, 16k against cuDNN and flash)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k prefill64_4k fp8prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
@@ -145,6 +146,22 @@ for s in "${steps[@]}"; do
       run_step short37_256 120 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py --dims 256 \
         --lengths 1024,2048 --no-gqa --backends cudnn --kernel-only --variants \
         default,default+persistent,default+persistent+earlyq,default+earlyq --out "$OUT/short37_256" ;;
+    # 2026-12-04 (stop 38): the ops' repeated-call replay (scaled_matmul, attention), the MoE
+    # decode's PDL combine by default, the MoE prefill epilogue / pair-N variants
+    s38tests) run_step s38tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_ops_scaled_matmul_gpu.py tests/gpu/test_attention_host_gpu.py \
+        tests/gpu/test_attention_gpu.py tests/gpu/test_attention_fp8_gpu.py \
+        tests/moe/test_moe_prefetch_gpu.py tests/gpu/test_moe_gpu.py tests/gpu/test_moe_fp8_gpu.py ;;
+    fp8pt38) run_step fp8pt38 150 python3 -u scripts/gpu_fp8_bench.py --repeats 5 --out "$OUT/fp8pt38" ;;
+    moepre38) nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv \
+            -lms 250 > "$OUT/moepre38_smi.csv" & smi=$!
+        run_step moepre38 240 env ARGUS_VERIFY=0 python3 -u scripts/gpu_moe_bench.py --models mixtral \
+            --tokens 16384 --trials 20 --prefill-variants --prefill-only rule-fast-silu rule-rsqrt-silu \
+            rule-fast-rsqrt-silu pair-n-3st pair-n-3st-g16 pair-n-3st-g16-fast-rsqrt-silu \
+            --out "$OUT/moepre38"
+        kill $smi ;;
+    sweep38) run_step sweep38 240 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
+        --dims 64,128,256 --lengths 1024,4096,16384 --backends cudnn,flash --out "$OUT/sweep38" ;;
     vt37) run_step vt37 120 python3 -u scripts/gpu_fp8_vt_bench.py --skip-words --keys 16,32 --time-mismatched --op ;;
     fp8vt) run_step fp8vt 90 python3 -u scripts/gpu_fp8_vt_bench.py --lengths 2048,8192,16384 ;;
     # owed by the 2026-12-03 10:15 session (no device time then): each ran only on the CPU
