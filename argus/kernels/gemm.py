@@ -56,6 +56,12 @@ class GemmSchedule(WarpSpecializedSchedule):
     # fp32 partial tile to a workspace and a second kernel sums them into C
     # (argus/kernels/split_k_sum.py `tail_sum_kernel`). 1: off. argus.ops.matmul runs it.
     tail_splits: int = 1
+    # who adds the tail's K slices up: "kernel", the second kernel above; "fused", the GEMM
+    # itself: the slice that arrives last at its tile (a self-resetting arrival counter per
+    # tail tile and consumer warpgroup, as MoeSchedule.fused_finish) adds the slices' fp32
+    # partials in slice order and runs the epilogue, so no second launch (and no pass over
+    # the partials after the GEMM's last wave) is paid
+    tail_finish: str = "kernel"
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
@@ -98,13 +104,20 @@ class GemmSchedule(WarpSpecializedSchedule):
             if why:
                 problems.append(f"tail_splits={self.tail_splits} splits the last wave of the "
                                 f"persistent cooperative walk: it needs {', '.join(why)}")
+        if self.tail_finish not in ("kernel", "fused"):
+            problems.append(f"tail_finish={self.tail_finish!r} is not 'kernel' (a second "
+                            f"kernel sums the tail's K slices) or 'fused' (the last slice "
+                            f"to arrive does)")
+        elif self.tail_finish == "fused" and self.tail_splits == 1:
+            problems.append("tail_finish='fused' finishes the tail's K slices: it needs "
+                            "tail_splits > 1")
         return problems
 
 
 @functools.lru_cache(maxsize=None)
 def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout: str = "nk",
                 batched: bool = False, tail_splits: int = 1,
-                precision: str | None = None) -> ag.KernelFunction:
+                precision: str | None = None, tail_fused: bool = False) -> ag.KernelFunction:
     """The GEMM kernel for one problem kind (cached: one KernelFunction per kind).
 
     precision="tf32" (fp32 inputs only): the product runs as wgmma `.tf32` on the fp32 data
@@ -122,12 +135,22 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
     per slice, every k multiplied once (wgmma.k-once) from the same slice of A and B
     (wgmma.agree on s), the partial stored into its own slice of P (store.coords on s), each
     workspace element stored once (store.once); that the slices tile [0, K) is split_k.py's
-    job, as for split-K."""
+    job, as for split-K.
+
+    tail_fused (with tail_splits > 1): the kernel of `GemmSchedule(tail_finish="fused")`,
+    which takes one more tensor, Count [tail tiles, consumers] int32 (zero before the first
+    call; every call leaves it zero): each consumer warpgroup, after storing its rows of its
+    slice's partial, draws a ticket from its (tile, warpgroup) counter, and the one that draws
+    the last (S - 1) adds the S partials of those rows in slice order and stores them into C
+    through the normal epilogue (`_finish_tail`), so C is written whole by this kernel."""
     if b_layout not in ("nk", "kn"):
         raise ValueError(f"b_layout must be 'nk' ([N, K], K contiguous) or 'kn' ([K, N]), got "
                          f"{b_layout!r}")
     if not 1 <= tail_splits <= MAX_SPLITS:
         raise ValueError(f"tail_splits={tail_splits} is outside 1..{MAX_SPLITS}")
+    if tail_fused and tail_splits == 1:
+        raise ValueError("tail_fused finishes the tail's K slices in the kernel: it needs "
+                         "tail_splits > 1")
     if (in_dtype == ag.f32) != (precision == "tf32") or precision not in (None, "tf32"):
         raise ValueError(f"gemm_kernel(in_dtype={in_dtype}, precision={precision!r}): fp32 "
                          f"inputs run only as tf32 (precision='tf32'), and tf32 only on fp32 "
@@ -166,6 +189,13 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                                 f"tail_splits={tail_splits}",
                                 fix="call argus.ops.matmul(a, b, schedule=...), which runs "
                                     "both kernels, or pass the matching tail_splits")
+        if (s.tail_finish == "fused") != tail_fused:
+            raise ag.TraceError(f"GemmSchedule(tail_finish={s.tail_finish!r}) needs the kernel "
+                                f"gemm_kernel(..., tail_fused={s.tail_finish == 'fused'}) (the "
+                                f"fused finish takes the arrival counters as an argument); this "
+                                f"one was built with tail_fused={tail_fused}",
+                                fix="call argus.ops.matmul(a, b, schedule=...), or pass the "
+                                    "matching tail_fused")
         if mn_major_b and s.bn % 64:
             raise ag.TraceError(f"GemmSchedule(bn={s.bn}): an MN-major B ([K, N], N contiguous) "
                                 f"is read in 64-column atoms, so bn must be a multiple of 64",
@@ -195,7 +225,7 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
             return tile.to(out_dtype)
 
         if tail is not None:  # the last wave's K slices: their own views, fewer steps
-            sliced_a, sliced_b, partials = tail
+            sliced_a, sliced_b, partials, count = tail
             slice_steps = ring.k_steps(sliced_a.shape[-1])
             # launch preconditions (argus.ops allocates so): S slices, as the walk splits the
             # tail, and a workspace of whole bm x bn tiles, each stored whole. S is a shape
@@ -248,6 +278,9 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                 for part, q, unit in sched.tail_units():
                     acc = ring.mma(slice_steps, wg, zero_by_wgmma=s.zero_by_wgmma)
                     ag.store(partials, (part, q, wg * rows, 0), acc)
+                    if count is not None:
+                        _finish_tail(C, partials, count, unit, q, wg, tail_splits, bm=s.bm,
+                                     bn=s.bn, rows=rows, finish=finish)
 
     if tail_splits == 1:
         def gemm(A: ag.Tensor[(*lead, "M", "K", in_dtype)],
@@ -255,6 +288,20 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                  C: ag.Tensor[(*lead, "M", "N", out_dtype)],
                  s: GemmSchedule = GemmSchedule()):
             body(A, B, C, s, None)
+    elif tail_fused:
+        sliced_b_dims = ("N", "KS") if b_layout == "nk" else ("KS", "N")
+
+        def gemm(A: ag.Tensor[(*lead, "M", "K", in_dtype)],
+                 B: ag.Tensor[(*lead, *b_dims, in_dtype)],
+                 C: ag.Tensor[(*lead, "M", "N", out_dtype)],
+                 As: ag.Tensor[("S", *lead, "M", "KS", in_dtype)],
+                 Bs: ag.Tensor[("S", *lead, *sliced_b_dims, in_dtype)],
+                 P: ag.Tensor[("S", "T", "TM", "TN", ag.f32)],
+                 Count: ag.Tensor[("T", "W", ag.i32)],
+                 s: GemmSchedule = GemmSchedule(tail_splits=tail_splits, tail_finish="fused")):
+            # a counter per (tail tile, consumer warpgroup): Count's rows are P's tiles
+            ag.tag_assume(lambda: ag.sym(Count.shape[1]) == s.consumers)
+            body(A, B, C, s, (As, Bs, P, Count))
     else:
         sliced_b_dims = ("N", "KS") if b_layout == "nk" else ("KS", "N")
 
@@ -265,7 +312,7 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                  Bs: ag.Tensor[("S", *lead, *sliced_b_dims, in_dtype)],
                  P: ag.Tensor[("S", "T", "TM", "TN", ag.f32)],
                  s: GemmSchedule = GemmSchedule(tail_splits=tail_splits)):
-            body(A, B, C, s, (As, Bs, P))
+            body(A, B, C, s, (As, Bs, P, None))
 
     default = (in_dtype, out_dtype, b_layout, batched) == (ag.bf16, ag.bf16, "nk", False)
     in_name = precision or in_dtype.name
@@ -273,8 +320,39 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                                    + ("_batched" if batched else ""))
     if tail_splits == 1:
         return ag.kernel(gemm, name=name)
+    if tail_fused:  # the last slice of each tail tile stores it: C is this kernel's whole
+        return ag.kernel(gemm, name=f"{name}_tail{tail_splits}_fused")
     # C's tail tiles are the sum kernel's to write
     return ag.kernel(gemm, name=f"{name}_tail{tail_splits}", partial_outputs=("C",))
+
+
+def _finish_tail(C, partials, count, unit: Unit, q, wg, splits: int, *, bm: int, bn: int,
+                 rows: int, finish) -> None:
+    """The fused tail finish (GemmSchedule.tail_finish="fused"), by consumer warpgroup wg
+    after it stored its `rows` rows of its K slice's partial of tail tile q: a release fence,
+    a ticket from the (q, wg) counter (atom.inc with wrap = splits: it resets itself after the
+    splits arrivals), and the warpgroup that draws the last ticket, after an acquire fence,
+    adds the splits partials of its rows in slice order (the sum `tail_sum_kernel` computes,
+    whichever slice came last) and stores them into C, converted by the epilogue's `finish`.
+
+    The ordering is MoeSchedule.fused_finish's (argus/kernels/moe.py `_finish_last_slice`):
+    fence.acq_rel.gpu by every thread, then the group barrier and the one atom.acq_rel.gpu
+    that ag.atomic_fetch_add renders, so every slice's partial is visible before its ticket,
+    and the last slice's loads come after every earlier ticket. The sum runs in blocks of 64
+    (32, 16) columns: a whole 64 x 256 fp32 row block is 128 registers a thread, and a second
+    one loaded beside it spilled (ptxas, 1.8 KB of spill stores); a block is 32."""
+    ag.fence()                      # release: this slice's partial before its ticket
+    ticket = ag.atomic_fetch_add(count, (q, wg), wrap=splits)
+    with ag.when(ticket == splits - 1):
+        ag.fence()                  # acquire: every slice's partial before the loads
+        cols = next(w for w in (64, 32, 16, 8) if bn % w == 0)
+        for block in ag.range(bn // cols):   # a runtime loop: one block's registers live
+            c0 = block * cols
+            total = ag.load(partials, (0, q, wg * rows, c0), (rows, cols))
+            for piece in range(1, splits):   # a fixed order: the same sum on every run
+                total = total + ag.load(partials, (piece, q, wg * rows, c0), (rows, cols))
+            ag.store(C, (*unit.batch, unit.m * bm + wg * rows, unit.n * bn + c0),
+                     finish(total))
 
 
 gemm = gemm_kernel()

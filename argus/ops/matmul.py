@@ -291,7 +291,7 @@ def compiled_for(problem: Problem, chosen: GemmSchedule):
         return split_k.SplitKMatmul(problem, chosen, *kernel_for(problem, chosen))
     if chosen.tail_splits > 1:
         split_k.tail_check(problem.k, chosen.tail_splits)
-        plain = dataclasses.replace(chosen, tail_splits=1)
+        plain = dataclasses.replace(chosen, tail_splits=1, tail_finish="kernel")
         return split_k.TailSplitMatmul(problem, chosen, *kernel_for(problem, chosen),
                                        kernel_for(problem, plain))
     kernel, run = kernel_for(problem, chosen)

@@ -54,7 +54,7 @@ def kernel_for(p: Problem, s: GemmSchedule):
                 dataclasses.replace(s, split_k=1))
     # tail splits: the kernel that also takes the K-slice views and the workspace
     return gemm_kernel(in_dtype, out_dtype, p.b_layout, p.batch > 1, s.tail_splits,
-                       precision=precision), s
+                       precision=precision, tail_fused=s.tail_finish == "fused"), s
 
 
 def heuristic(p: Problem) -> GemmSchedule:
@@ -151,7 +151,7 @@ def candidates(p: Problem) -> list[GemmSchedule]:
         out += _swap_ab_candidates(p)
     if p.m * p.batch > 256:
         out += _wave_fitting_tiles(p)
-        # _tail_split_candidates(p) are not tuning candidates: slower than the plain kernel in
+        # tail_split_candidates(p) are not tuning candidates: slower than the plain kernel in
         # every case measured on the H200 (docs/perf/gemm.md run 5)
     seen, unique = set(), []
     for s in (_fit_tf32(p, s) for s in out):
@@ -237,12 +237,14 @@ def _wave_fitting_tiles(p: Problem) -> list[GemmSchedule]:
     return out
 
 
-def _tail_split_candidates(p: Problem) -> list[GemmSchedule]:
+def tail_split_candidates(p: Problem, finish: str = "kernel") -> list[GemmSchedule]:
     """The 128x256 cluster schedules with their last wave in K slices (GemmSchedule.
     tail_splits), when that wave would leave most SMs idle (under 60% full: 2048 x 7168 has
     26 units of 2x1 clusters in its fourth wave of 66). The split count is the one of least
     tail time, ceil(tail units x S / clusters) / S of a wave (ties: the fewest slices, the
-    least partial traffic), among those that cut K into TMA-readable slices."""
+    least partial traffic), among those that cut K into TMA-readable slices. `finish` is
+    their GemmSchedule.tail_finish: "kernel" (a second kernel sums the slices) or "fused"
+    (the last slice to arrive at a tile does)."""
     out = []
     bases = [GemmSchedule(stages=4, cluster_m=2)]   # the direct epilogue only (GemmSchedule)
     for base in bases:
@@ -254,7 +256,7 @@ def _tail_split_candidates(p: Problem) -> list[GemmSchedule]:
         splits = [s for s in range(2, 9) if split_k.tail_why_not(p.k, s) is None]
         if splits:
             best = min(splits, key=lambda s: (-(-tail * s // clusters) / s, s))
-            out.append(dataclasses.replace(base, tail_splits=best))
+            out.append(dataclasses.replace(base, tail_splits=best, tail_finish=finish))
     return out
 
 

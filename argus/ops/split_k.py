@@ -12,7 +12,9 @@ rounds once. That the slices tile [0, K) exactly is this file's job: `slices` ch
 Tail splits (`GemmSchedule.tail_splits`) cut K only for the tiles of the persistent walk's last,
 partial wave: the GEMM kernel built for them takes the same K-slice views (`tail_slices`, also
 batched) beside A and B, writes the tail's fp32 partials into a compact workspace [splits, tail
-tiles, bm, bn], and `tail_sum_kernel` adds them into C (`TailSplitMatmul`).
+tiles, bm, bn], and `tail_sum_kernel` adds them into C (`TailSplitMatmul`); with
+`GemmSchedule.tail_finish="fused"` the slice that arrives last at a tail tile adds them in the
+GEMM itself, counted by self-resetting arrival counters this file keeps zeroed (`_counters`).
 """
 
 from __future__ import annotations
@@ -149,7 +151,16 @@ class TailSplitMatmul:
     Both kernels are compiled without the verifier's veto: each writes only part of C on
     purpose, which its store.coverage obligation reports as an error (the verifier does not
     know partial outputs yet); tests/unit/test_tail_splits.py runs the verifier on them and
-    requires every other obligation proven or honestly unknown."""
+    requires every other obligation proven or honestly unknown.
+
+    With tail_finish="fused" there is one kernel: the last K slice of each tail tile (its
+    arrival counter, Count [tail tiles, consumers] int32) adds the partials and stores C. It
+    too is compiled without the veto: the verifier proves its C covered and stored once, and
+    everything else it proves of the two-kernel form, but not atomic.tickets, which covers a
+    counter reached once per program id and not a ticket drawn in the persistent walk's
+    tail loop (tests/unit/test_tail_fused.py records the gap, as tests/moe does for
+    MoeSchedule.fused_finish). The counters are zeroed once per (device, stream) and left
+    zero by every complete call, so a replayed launch and a captured graph reuse them."""
 
     def __init__(self, problem, schedule, kernel, run, plain):
         from argus.compiler import compile_kernel  # loaded on first use, as ag.compile does
@@ -161,6 +172,11 @@ class TailSplitMatmul:
             return
         self.plain = None
         self.main = compile_kernel(kernel, verify=False, s=run)
+        self.fused = run.tail_finish == "fused"
+        self._counters: dict = {}
+        if self.fused:
+            self.reduce = None
+            return
         self.reduce = compile_kernel(
             tail_sum_kernel(dtypes.from_name(problem.out_dtype), self.splits, problem.batch > 1),
             verify=False, bm=run.bm, bn=run.bn, cluster=run.cluster_m, group_m=run.group_m,
@@ -179,6 +195,16 @@ class TailSplitMatmul:
         s = self.schedule
         partials = torch.empty(self.splits, self.tiles, s.bm, s.bn, dtype=torch.float32,
                                device=out.device)
+        if self.fused:
+            count = self._counters_for(out.device)
+            self.main(a, b, out, a_s, b_s, partials, count)
+            plan = self.main.plan_for(a, b, out, a_s, b_s, partials, count)
+            if not plan:
+                return None
+
+            def fused(partials=partials, views=(a_s, b_s), count=count):  # they live with it
+                plan()
+            return fused
         self.main(a, b, out, a_s, b_s, partials)
         self.reduce(partials, out)
         first = self.main.plan_for(a, b, out, a_s, b_s, partials)
@@ -190,3 +216,19 @@ class TailSplitMatmul:
             first()
             second()
         return launch
+
+    def _counters_for(self, device):
+        """The fused finish's arrival counters for launches on `device`'s current stream:
+        zeros when first made, and zero again after every complete launch (each counter
+        resets itself after `splits` arrivals). One set per stream, so launches of this
+        matmul on two streams at once never share a counter (their arrivals would mix)."""
+        import torch
+
+        key = (device.index, torch.cuda.current_stream(device).cuda_stream
+               if device.type == "cuda" else 0)
+        count = self._counters.get(key)
+        if count is None:
+            count = torch.zeros(self.tiles, self.schedule.consumers, dtype=torch.int32,
+                                device=device)
+            self._counters[key] = count
+        return count

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from argus.kernels.gemm import GemmSchedule
-from argus.ops.schedules import Problem, _tail_split_candidates, candidates, store_choice
+from argus.ops.schedules import Problem, candidates, store_choice, tail_split_candidates
 
 
 @dataclass(frozen=True)
@@ -98,17 +98,19 @@ def tune_matmul(a, b, out=None, *, trials: int = 20, finalists: int = 3, rounds:
 def tuning_candidates(problem: Problem) -> list[GemmSchedule]:
     """What tune_matmul times: `schedules.candidates` (the untuned model's choices) plus the
     tail-split schedules (GemmSchedule.tail_splits: the persistent walk's last, mostly empty
-    wave in K slices, summed by a second kernel) where the last wave is under 60% full, e.g.
+    wave in K slices, summed by a second kernel, and the same with tail_finish="fused": summed
+    by the last slice to arrive, in the GEMM) where the last wave is under 60% full, e.g.
     2048x7168x2048 (448 tiles of 128 x 256 on 132 SMs, the lowest tuned case at 0.92-0.98x
     cuBLAS). They were slower than the plain kernel in every case measured (docs/perf/gemm.md
     run 5, cb28b39, before the K loop's bookkeeping cut), so the model never picks them and
-    they stay out of `candidates`; the tuner times them beside the others and keeps one only
-    where it is faster on the card. Not for tf32 (their K-slice checks assume 16-bit
+    they stay out of `candidates` (the fused finish is not measured yet); the tuner times them
+    beside the others and keeps one only where it is faster on the card. Not for tf32 (their K-slice checks assume 16-bit
     elements)."""
     todo = candidates(problem)
     if problem.in_dtype == "tf32":
         return todo
-    return todo + [s for s in _tail_split_candidates(problem) if s not in todo]
+    tails = tail_split_candidates(problem) + tail_split_candidates(problem, "fused")
+    return todo + [s for s in tails if s not in todo]
 
 
 def _why(e: Exception) -> str:

@@ -25,7 +25,7 @@ from argus.errors import LaunchError, TraceError
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
 from argus.kernels.split_k_sum import tail_sum_kernel
 from argus.ops import split_k
-from argus.ops.schedules import Problem, _tail_split_candidates, candidates, kernel_for
+from argus.ops.schedules import Problem, candidates, kernel_for, tail_split_candidates
 
 _TORCH = {ag.bf16: torch.bfloat16, ag.f32: torch.float32}
 
@@ -186,7 +186,7 @@ def test_tail_splits_are_offered_for_a_mostly_empty_last_wave_only():
     plain kernel in every case measured on the H200, docs/perf/gemm.md run 5)."""
     p = Problem(2048, 7168, 2048, 1, "bf16", "bf16", "nk", True)   # 26 of 66 units
     assert not [s for s in candidates(p) if s.tail_splits > 1]
-    tails = _tail_split_candidates(p)
+    tails = tail_split_candidates(p)
     assert tails and all(split_k.tail_why_not(p.k, s.tail_splits) is None for s in tails)
     assert {s.epilogue for s in tails} == {"direct"}
     for s in tails:
@@ -194,7 +194,7 @@ def test_tail_splits_are_offered_for_a_mostly_empty_last_wave_only():
         assert kernel.name == f"gemm_tail{s.tail_splits}" and run is s
         assert split_k.tail_tiles(p, s) == 2 * 26
     # the last wave 88% full (4096^3: 128 of 132 tiles... 116 of 132): nothing to split
-    assert not _tail_split_candidates(Problem(4096, 4096, 4096, 1, "bf16", "bf16", "nk", True))
+    assert not tail_split_candidates(Problem(4096, 4096, 4096, 1, "bf16", "bf16", "nk", True))
 
 
 def test_the_default_kernel_is_untouched_by_the_field():

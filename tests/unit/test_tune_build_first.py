@@ -13,7 +13,7 @@ import torch
 
 import argus.ops
 from argus.ops import fp8_schedules, tune
-from argus.ops.schedules import Problem, _tail_split_candidates, candidates
+from argus.ops.schedules import Problem, candidates, tail_split_candidates
 from argus.runtime import timing
 
 
@@ -203,7 +203,7 @@ def test_the_tuned_set_holds_the_tail_splits_where_the_last_wave_is_mostly_empty
     tuner times the tail-split schedule beside the model's candidates; the model's own set
     (what an untuned call picks from) stays without it."""
     p = Problem(2048, 7168, 2048, 1, "bf16", "bf16", "nk", True)
-    tails = _tail_split_candidates(p)
+    tails = tail_split_candidates(p)
     assert tails and all(s.tail_splits > 1 for s in tails)
     todo = tune.tuning_candidates(p)
     assert todo[:len(candidates(p))] == candidates(p) and set(tails) <= set(todo)

@@ -21,7 +21,7 @@ import pytest
 from argus import verify
 from argus.compiler import lower_only
 from argus.kernels.gemm import GemmSchedule
-from argus.ops.schedules import Problem, _tail_split_candidates, candidates, kernel_for
+from argus.ops.schedules import Problem, candidates, kernel_for, tail_split_candidates
 
 ALLOWED_UNKNOWN = {"store.coverage", "store.once"}
 
@@ -41,7 +41,7 @@ PROBLEMS = [
 # tail-split schedules ops can run but no longer tunes over (slower on the H200)
 EXTRA = [(dataclasses.replace(PROBLEMS[i], tma_store_ok=True),
           GemmSchedule(cluster_m=2, epilogue="tma", stages=3, persistent=False)) for i in (0, 1)]
-EXTRA += [(p, s) for p in PROBLEMS for s in _tail_split_candidates(p)]
+EXTRA += [(p, s) for p in PROBLEMS for s in tail_split_candidates(p)]
 
 
 def _short(s: GemmSchedule) -> str:
