@@ -167,13 +167,13 @@ class TailSplitMatmul:
 
         self.layout, self.splits, self.schedule = problem.b_layout, schedule.tail_splits, run
         self.tiles = tail_tiles(problem, schedule)
+        self.fused = run.tail_finish == "fused"
+        self._counters: dict = {}
         if not self.tiles:
             self.plain = plain[0].compile(s=plain[1])
             return
         self.plain = None
         self.main = compile_kernel(kernel, verify=False, s=run)
-        self.fused = run.tail_finish == "fused"
-        self._counters: dict = {}
         if self.fused:
             self.reduce = None
             return
