@@ -624,7 +624,7 @@ STEMS = [
 def _with_rows_kernel(choice: str | None, fn):
     """fn() with argus.ops.conv.IM2COL_GATHER = choice (None: as it is), restored after:
     which kernels gather the row runs (channels-last x) and plane runs (NCHW x): "warp",
-    "pixels" or "staged"."""
+    "pixels", "staged" or "span"."""
     from argus.ops import conv as conv_ops
 
     if choice is None:
@@ -639,7 +639,8 @@ def _with_rows_kernel(choice: str | None, fn):
 
 def gather_choices(spec: str | None) -> tuple[str, ...]:
     """--gather's kernels in order: a comma-separated list of argus.ops.conv.IM2COL_GATHERS
-    ("warp", "pixels", "staged"), "both" standing for warp,pixels; () for None (as it is)."""
+    ("warp", "pixels", "staged", "span"), "both" standing for warp,pixels; () for None (as
+    it is)."""
     from argus.ops.conv import IM2COL_GATHERS
 
     out: list[str] = []
@@ -669,7 +670,9 @@ def stems(gather_choice: str | None = None) -> None:
     `gather_choice` (--gather): which kernels gather the row runs (channels-last x) and plane
     runs (NCHW x) (IM2COL_GATHER): "warp" (one pixel a warp), "pixels" (one pixel a thread,
     ag.gather and 16-byte stores), "staged" (the pixel kernel with each CTA's rows of A staged
-    in shared memory and TMA-stored), or several, comma-separated ("both" = warp,pixels): the
+    in shared memory and TMA-stored), "span" (the staged kernel reading each filter row's
+    input span once a CTA into shared memory and gathering the pixels' values from there), or
+    several, comma-separated ("both" = warp,pixels): the
     rows a row- or plane-run gather serves then get "ours" and "gather" for each, as
     "ours[warp]" / "gather[warp]", "ours[staged]" / "gather[staged]", ... (each on its own
     copy of x, so the route's replay of one never serves the other); the geomean line's "ours"

@@ -82,10 +82,13 @@ def measure(kind: str, stem, sass_dir: Path | None = None) -> dict:
     from argus import codegen, dtypes
     from argus.compiler import lower_only
     from argus.kernels.conv_im2col import (PIXELS_PER_CTA, Im2colGeometry,
-                                           im2col_pixel_planes_kernel, im2col_pixels_kernel,
+                                           im2col_pixel_planes_kernel,
+                                           im2col_pixel_planes_span_kernel,
+                                           im2col_pixel_planes_staged_kernel,
+                                           im2col_pixels_kernel, im2col_pixels_span_kernel,
                                            im2col_pixels_staged_kernel, im2col_planes_kernel,
-                                           im2col_rows_kernel,
-                                           plane_slot, planes_tile, row_slot, rows_tile)
+                                           im2col_rows_kernel, plane_slot, planes_tile,
+                                           row_slot, rows_tile, span_tile)
     from argus.runtime.compile import compile_cuda
     from argus.runtime.sass import disassemble, instruction_histogram
 
@@ -116,6 +119,26 @@ def measure(kind: str, stem, sass_dir: Path | None = None) -> dict:
         kernel = lower_only(im2col_pixels_staged_kernel(dtypes.bf16, (R + 1) * slot), geom=g)
         symbols = {"N": N, "H": H, "E": W * C, "M": N * P * Q}
         pixels = 32
+    elif kind == "staged_planes":
+        sp = plane_slot(g)
+        kernel = lower_only(im2col_pixel_planes_staged_kernel(dtypes.bf16, (R + 1) * C * sp),
+                            geom=g, SP=sp)
+        symbols = {"N": N, "H": H, "C": C, "W": W, "M": N * P * Q}
+        pixels = 32
+    elif kind == "span":              # the staged kernel reading each input span once a CTA
+        bq, lead, length = span_tile(g, Q, dtypes.bf16)
+        kernel = lower_only(im2col_pixels_span_kernel(dtypes.bf16, (R + 1) * slot, bq),
+                            geom=g, LEAD=lead, L=length)
+        symbols = {"N": N, "H": H, "E": W * C, "NP": N * P, "Q": Q}
+        pixels = 32 * Q / (bq * -(-Q // bq))     # a warp's useful pixels (idle past Q)
+    elif kind == "span_planes":
+        sp = plane_slot(g)
+        bq, lead, length = span_tile(g, Q, dtypes.bf16, planes=True)
+        kernel = lower_only(im2col_pixel_planes_span_kernel(dtypes.bf16, (R + 1) * C * sp,
+                                                            bq),
+                            geom=g, SP=sp, LEAD=lead, L=length)
+        symbols = {"N": N, "H": H, "C": C, "W": W, "NP": N * P, "Q": Q}
+        pixels = 32 * Q / (bq * -(-Q // bq))
     else:
         kernel = lower_only(im2col_pixels_kernel(dtypes.bf16, (R + 1) * slot), geom=g,
                             BM=PIXELS_PER_CTA)
@@ -134,14 +157,15 @@ def measure(kind: str, stem, sass_dir: Path | None = None) -> dict:
     hist = instruction_histogram(sass)
     total = sum(hist.values())
     widths = {}
-    # global accesses by width; shared stores by width (the staged kernel's STS.128) and the
-    # TMA stores (UTMASTG) that copy its staged block out
-    for m in re.finditer(r"\b(LDG|STG)\.E(\.[A-Z0-9.]+)?|\b(STS|UTMASTG)(\.[A-Z0-9.]+)?\b",
-                         sass):
+    # global accesses by width; shared accesses by width (the staged kernel's STS.128, the
+    # span kernel's LDS.U16 gathers) and the TMA stores (UTMASTG) that copy a staged block out
+    for m in re.finditer(r"\b(LDG|STG)\.E(\.[A-Z0-9.]+)?|\b(STS|LDS|UTMASTG)(\.[A-Z0-9.]+)?"
+                         r"\b", sass):
         key = (m.group(1) + (m.group(2) or "")) if m.group(1) else \
             m.group(3) + (m.group(4) or "")
         widths[key] = widths.get(key, 0) + 1
-    path = total - (skipped_fallbacks(sass) if kind.startswith(("pixel", "staged")) else 0)
+    path = total - (skipped_fallbacks(sass) if kind.startswith(("pixel", "staged", "span"))
+                    else 0)
     return {"kind": kind, "instructions": total, "per_pixel": total / pixels,
             "path": path, "path_per_pixel": path / pixels,
             "registers": res.registers, "spills": res.spill_stores + res.spill_loads,
@@ -158,9 +182,10 @@ def main() -> int:
         args.sass.mkdir(parents=True, exist_ok=True)
     for stem in STEMS:
         print(f"== {stem[0]}")
-        for kind in ("warp", "pixel", "staged", "warp_planes", "pixel_planes"):
+        for kind in ("warp", "pixel", "staged", "span", "warp_planes", "pixel_planes",
+                     "staged_planes", "span_planes"):
             m = measure(kind, stem, args.sass)
-            print(f"{kind:12s} {m['instructions']:5d} SASS instructions, "
+            print(f"{kind:13s} {m['instructions']:5d} SASS instructions, "
                   f"{m['per_pixel']:6.1f} a pixel, {m['path_per_pixel']:6.1f} on the vector "
                   f"path ({m['a_bytes_per_pixel']} bytes of A), "
                   f"{m['registers']} registers, {m['spills']} spill bytes, "

@@ -201,7 +201,7 @@ def _forward(ops, layout, acc_ids, a_ids, flexible, threads) -> None:
                  "a register wgmma operand" if acc else "a global load")
         elif isinstance(op, O.LdMatrix) and op.result.id not in flexible:
             _set(layout, op.result, WGMMA_ACC, op, "the m8n8.x4 fragment (§2.4)")
-        elif isinstance(op, O.Gather):
+        elif isinstance(op, (O.Gather, O.SmemGather)):
             _set(layout, op.result, _gather_layout(op.result.type, n), op, "a gather")
         elif isinstance(op, (O.TileSlice, O.Convert)) and op.src.id in layout:
             if res.id not in flexible or res.id not in layout:
@@ -260,7 +260,7 @@ def _backward(ops, layout, flexible, threads) -> None:
             demands[op.src.id] = RL.squeeze(rl, op.axis).name
         elif isinstance(op, O.Convert) and res.id in layout and op.src.id in flexible:
             demands[op.src.id] = layout[res.id]
-        elif isinstance(op, O.Gather) and res.id in layout:
+        elif isinstance(op, (O.Gather, O.SmemGather)) and res.id in layout:
             # an index tile is read in the gather's threads: each register its own element's
             # index (an arange's column index a compile-time constant there)
             rl = _build(layout[res.id], res.type, n, op)
@@ -302,7 +302,7 @@ def _needs(op, threads: int):
             if have.broadcast_map(res) is None:
                 out.append((a, RL.broadcast_layout(res, a.type.shape).name,
                             f"`{op.fn}` combines it with a {op.result.type.layout} tile"))
-    elif isinstance(op, O.Gather):
+    elif isinstance(op, (O.Gather, O.SmemGather)):
         res = RL.build(op.result.type.layout, op.result.type.shape, threads)
         for ix in op.indices:
             if isinstance(ix.type, TileType) and \

@@ -348,14 +348,31 @@ def gather(tensor: TensorArg, indices, other: float = 0.0) -> Tile:
     An element with an index outside its dim reads `other` (padding needs no mask: give a
     column that must read `other` an index of -1). Each thread holds whole rows of the result
     (layout "rows"), so a store of it is a few wide accesses per thread: the im2col gather
-    (argus/kernels/conv_im2col.py) builds each pixel's row of A this way."""
+    (argus/kernels/conv_im2col.py) builds each pixel's row of A this way.
+
+    `tensor` may also be an unswizzled shared-memory view (`buf.view()`, a [rows, cols]
+    block the CTA wrote with `ag.store_shared`): then two indices (row, column) of the view,
+    one ld.shared an element, and the compiler puts a CTA barrier between the buffer's last
+    write and this read (the threads read what other threads wrote). The im2col span gather
+    loads each input row's span once, coalesced, and gathers a pixel's taps from it."""
     ctx = current("ag.gather")
     loc = user_loc()
-    if not isinstance(tensor, TensorArg):
-        raise TraceError(f"expected a kernel tensor parameter, got {type(tensor).__name__}", loc)
+    shared = isinstance(tensor, (SmemView, SmemBuffer))
+    if shared:
+        tensor = _view(tensor, "gather source", loc)
+        if tensor.buffer.type.swizzle:
+            raise TraceError(f"ag.gather reads unswizzled shared views; this buffer has a "
+                             f"{tensor.buffer.type.swizzle}B swizzle", loc,
+                             fix="allocate the buffer with swizzle=0")
+        dims, name = tensor.shape, "the shared view"
+    elif not isinstance(tensor, TensorArg):
+        raise TraceError(f"expected a kernel tensor parameter or a shared-memory view, got "
+                         f"{type(tensor).__name__}", loc)
+    else:
+        dims, name = tensor.shape, tensor.name
     indices = tuple(indices)
-    if len(indices) != len(tensor.shape):
-        raise TraceError(f"{tensor.name} has {len(tensor.shape)} dims but {len(indices)} "
+    if len(indices) != len(dims):
+        raise TraceError(f"{name} has {len(dims)} dims but {len(indices)} "
                          f"indices were given", loc)
     tiles = [i for i in indices if isinstance(i, Tile)]
     if not tiles:
@@ -375,6 +392,16 @@ def gather(tensor: TensorArg, indices, other: float = 0.0) -> Tile:
             raise TraceError(f"ag.gather: index tiles of shapes {tiles[0].shape} and {t.shape} "
                              "do not broadcast", loc)
     values = tuple(i.value if isinstance(i, Tile) else as_scalar(i).value for i in indices)
+    if shared:
+        # dims whose index lies in [0, extent) by its static interval: no guard in codegen
+        bounds = [(i, i) if isinstance(i, int) else i.bound if isinstance(i, Tile) else None
+                  for i in indices]
+        inside = tuple(d for d, (b, n) in enumerate(zip(bounds, dims))
+                       if b is not None and 0 <= b[0] and b[1] < n)
+        v = ctx.builder.fresh(TileType(tensor.buffer.type.dtype, shape))
+        ctx.builder.append(O.SmemGather(v, tensor.materialize(), values, float(other),
+                                        inside, loc=loc))
+        return Tile(v)
     v = ctx.builder.fresh(TileType(tensor.dtype, shape))
     ctx.builder.append(O.Gather(v, tensor.value, values, float(other), loc=loc))
     return Tile(v)

@@ -398,6 +398,28 @@ class Gather(Op):
 
 
 @dataclass(frozen=True)
+class SmemGather(Op):
+    """Read a register tile element by element from computed positions of an unswizzled
+    shared-memory view `src` ([rows, cols]): element i is src[indices[0][i], indices[1][i]]
+    (each an integer tile broadcasting to the result's shape, or a scalar); an index outside
+    its dim reads `other`. Legal for a result of the view's dtype; the threads that wrote the
+    elements read must have passed a CTA barrier since (lower/sync.py puts one after the
+    buffer's last generic write, verify/check_sync.py's sync.exchange proves it). Layout as
+    `Gather`'s ("rows"): a thread's indices name its own elements, one ld.shared each.
+    `inside`: the dims whose index the trace proved inside [0, extent) from its static
+    interval (ir/numeric.py: aranges and constants), which need no guard (the im2col span
+    kernels' columns: a compare an element less)."""
+
+    NAME = "smem.gather"
+    RESULTS = ("result",)
+    result: Value
+    src: Value
+    indices: tuple[Value, ...]
+    other: float = 0.0
+    inside: tuple[int, ...] = field(default=(), metadata={"elide_default": True})
+
+
+@dataclass(frozen=True)
 class LoadScalar(Op):
     """Read one element of a global tensor at `offsets` (one scalar per tensor dim) into a
     uniform scalar; an element outside the tensor reads as `other`. An f32/bf16/f16 tensor
@@ -926,8 +948,8 @@ ALL_OPS: dict[str, type[Op]] = {
                 SmemSlice,
                 PipelineCreate, Produce, Consume, TmaLoad, TmaPrefetch, TmaStore, Wgmma,
                 StMatrix, LdMatrix,
-                Load, Gather, LoadScalar, Store, AtomicAdd, AtomicFetchAdd, Fence, GridDepWait,
-                GridDepLaunch, Full, Elementwise,
+                Load, Gather, SmemGather, LoadScalar, Store, AtomicAdd, AtomicFetchAdd, Fence,
+                GridDepWait, GridDepLaunch, Full, Elementwise,
                 Convert, Reduce, Scan, TileSlice, Var, Assign, ConvertLayout, Arange,
                 ExpandDims, PipeSkip, Elect) + SYNC_OPS
     + ORDERED_OPS

@@ -33,7 +33,10 @@ into tf32 hi + lo pieces); padding taps read zeros from the loads' bounds, never
   layout built one pixel a thread with ag.gather, stored 16 bytes at a time (its docstring);
   `im2col_pixel_planes_kernel` the same for the plane-run kernel's (NCHW input);
   `im2col_pixels_staged_kernel` / `im2col_pixel_planes_staged_kernel` stage each CTA's rows
-  of A in shared memory (16-byte st.shared) and write them with TMA stores.
+  of A in shared memory (16-byte st.shared) and write them with TMA stores;
+  `im2col_pixels_span_kernel` / `im2col_pixel_planes_span_kernel` do the same with the CTA's
+  pixels on one output row, each filter row's input span loaded once (coalesced) into shared
+  memory and the pixels' values gathered from there (ag.gather of a shared view).
 
 Invariant (per tap): A[(n * P + p) * Q + q, (r * S + s) * C + c] = x[n, p * sh + r * dh - ph,
 q * sw + s * dw - pw, c] (rounded to tf32 for fp32; 0 outside the input), the bias tap's first
@@ -52,10 +55,11 @@ from argus.dtypes import DType
 from argus.kernels.conv import check_geometry_fields
 
 __all__ = ["Im2colGeometry", "im2col_kernel", "im2col_pixel_planes_kernel",
-           "im2col_pixel_planes_staged_kernel", "im2col_pixels_kernel",
+           "im2col_pixel_planes_span_kernel", "im2col_pixel_planes_staged_kernel",
+           "im2col_pixels_kernel", "im2col_pixels_span_kernel",
            "im2col_pixels_staged_kernel", "im2col_planes_kernel",
            "im2col_rows_kernel", "im2col_tile", "plane_slot", "planes_tile", "row_slot",
-           "rows_tile", "staged_pieces", "staged_reuse", "staged_rows"]
+           "rows_tile", "span_tile", "staged_pieces", "staged_reuse", "staged_rows"]
 
 
 @dataclass(frozen=True)
@@ -382,13 +386,18 @@ def staged_rows(pitch: int, dtype: DType) -> int:
     return PIXELS_PER_CTA
 
 
-def _stage_pieces(X, A, b, bm: int, pitch: int, dtype: DType, columns) -> None:
+def _stage_pieces(X, A, b, bm: int, pitch: int, dtype: DType, columns,
+                  at=None) -> None:
     """The staged kernels' body after the pixel's origin: per piece (`staged_pieces`), the
-    gather of its [bm, width] columns (`columns(k)` -> (the gather's indices, the bias ones'
-    mask) for A's columns k, a [1, width] index tile), 16-byte st.shared into the piece's
-    buffer, then one TMA store a piece of the CTA's rows (the lowering fences the writes and
-    puts a CTA barrier before the first copy). With `staged_reuse` the pieces share one
-    buffer and each is copied out before the next is written."""
+    gather of its [bm, width] columns from X (a global tensor, or the span kernels' shared
+    view: `columns(k)` -> (the gather's indices, the bias ones' mask) for A's columns k, a
+    [1, width] index tile), 16-byte st.shared into the piece's buffer, then one TMA store a
+    piece of the CTA's rows at `at(c0)` (default (b * bm, c0): A's [M, pitch] rows; the lowering
+    fences the writes and puts a CTA barrier before the first copy). With `staged_reuse` the
+    pieces share one buffer and each is copied out before the next is written."""
+    if at is None:
+        def at(c0):
+            return (b * bm, c0)
     reuse = staged_reuse(pitch, dtype)
     pieces = staged_pieces(pitch, dtype)
     # taking turns: one buffer for every piece (they have one width)
@@ -403,12 +412,12 @@ def _stage_pieces(X, A, b, bm: int, pitch: int, dtype: DType, columns) -> None:
         if reuse:
             # the copy reads the buffer before the next piece rewrites it (the lowering's
             # read-wait and barrier)
-            ag.tma.store(A, (b * bm, c0), sA.view())
+            ag.tma.store(A, at(c0), sA.view())
         else:
             bufs.append((c0, sA))
     # every piece's loads may be in flight before the first copy's barrier
     for c0, sA in bufs:
-        ag.tma.store(A, (b * bm, c0), sA.view())
+        ag.tma.store(A, at(c0), sA.view())
 
 
 @functools.lru_cache(maxsize=None)
@@ -488,6 +497,144 @@ def im2col_pixel_planes_staged_kernel(dtype: DType, pitch: int) -> ag.KernelFunc
 
     return ag.kernel(conv_im2col_pixel_planes_staged, threads=bm,
                      name=f"conv_im2col_pixel_planes_staged_{dtype.name}_{bm}")
+
+
+# pixels (threads) a CTA of the span kernels at most: one output row's BQ consecutive pixels
+SPAN_PIXELS = 128
+# shared memory of a span kernel's input spans at most (`span_tile` halves BQ past it)
+SPAN_SMEM_MAX = 64 * 1024
+
+
+def span_tile(geom: Im2colGeometry, q: int, dtype: DType, planes: bool = False
+              ) -> tuple[int, int, int]:
+    """(BQ, lead, L) of the span kernels: BQ output pixels of one output row a CTA (a
+    multiple of 32 at most SPAN_PIXELS, the row's Q rounded up to the warp where it is
+    shorter: Q = 112 takes 128, 55 takes 64), a warp less while the spans pass SPAN_SMEM_MAX; each
+    filter row's span starts `lead` elements (x's innermost unit: an element of a
+    channels-last row, a column of an NCHW plane) before the CTA's first pixel's run, at a
+    16-byte boundary of x's row when q0 * sw * unit is (BQ is a multiple of 8), and is L
+    units long (a multiple of 4 * BQ), covering every run of the CTA's pixels."""
+    per = 16 // dtype.bytes
+    unit = 1 if planes else geom.channels
+    bq = min(SPAN_PIXELS, -(-q // 32) * 32)
+    pad = geom.pad_w * unit
+    lead = -(-pad // per) * per
+    rows = geom.r * (geom.channels if planes else 1)
+
+    def length(bq):
+        # a multiple of 4 x the threads: codegen vectorizes a blocked [1, L] load 4 elements
+        # a thread (register_layouts.blocked_vec; an 8-byte bf16 / 16-byte fp32 LDG), where
+        # any other L loads element by element (the stem's 784: 693 LDG.U16 and spills)
+        need = lead - pad + ((bq - 1) * geom.stride_w + geom.s) * unit
+        return -(-need // (4 * bq)) * 4 * bq
+    while bq > 32 and rows * length(bq) * dtype.bytes > SPAN_SMEM_MAX:
+        bq -= 32
+    return bq, lead, length(bq)
+
+
+def _span_origin(g: Im2colGeometry, X, A, BQ: int):
+    """(n, the first input row h0, the CTA's first output column q0, the [BQ, 1] pixel index
+    t) of a span kernel's CTA: grid (N * P, cdiv(Q, BQ)), A viewed [N * P, Q, pitch]."""
+    P = A.shape[0] // X.shape[0]
+    row, qb = ag.grid(A.shape[0], ag.cdiv(A.shape[1], BQ))
+    n, p = row // P, row % P
+    return row, n, p * g.stride_h - g.pad_h, qb * BQ, ag.arange(BQ)[:, None]
+
+
+@functools.lru_cache(maxsize=None)
+def im2col_pixels_span_kernel(dtype: DType, pitch: int, bq: int) -> ag.KernelFunction:
+    """`im2col_pixels_staged_kernel`'s A (same slots, pitch and weight matrix; staged and
+    TMA-stored the same way) with the input read once a CTA: the CTA's BQ pixels are BQ
+    consecutive output columns q0.. of one output row, so filter row r's runs of all of them
+    lie in ONE span of input row h0 + r * dil_h, `span_tile`'s L elements from
+    e = q0 * sw * C - lead (16-byte aligned). Each span is loaded by the CTA's threads
+    together (coalesced 16-byte loads; padding columns and rows outside x read zeros by the
+    load's bounds) and stored to a [R, L] shared buffer; then each thread gathers its pixel's
+    row of A from shared memory (ag.gather of the view: one ld.shared a value, after the CTA
+    barrier the lowering puts there) instead of from global memory: the staged kernel's 147
+    2-byte global loads a stem pixel, ~4 lines each a warp, become ~1 16-byte load a thread
+    a filter row. X is x's [N, H, W * C] view, A the [N * P * Q, pitch] buffer viewed
+    [N * P, Q, pitch] (the TMA store drops a row's pixels past Q). Compile-time `geom`
+    (dil_w 1), LEAD and L, and the factory's `bq` (the CTA's threads) from `span_tile`.
+
+    Invariant: as `im2col_rows_kernel`'s (every element of A written exactly once: the grid's
+    CTAs take disjoint [BQ] column blocks of each output row, the pieces disjoint column
+    ranges covering the pitch)."""
+    _check_dtype(dtype)
+
+    def conv_im2col_pixels_span(X: ag.Tensor["N", "H", "E", dtype],          # [N, H, W * C]
+                                A: ag.Tensor[("NP", "Q", pitch, dtype)],    # [N*P, Q, pitch]
+                                geom: Im2colGeometry = Im2colGeometry(1, 1), LEAD: int = 0,
+                                L: int = 8):
+        g = geom
+        _check_unit_dil_w(g, "span")
+        run, slot = g.s * g.channels, row_slot(g)
+        _check_pitch(pitch, (g.r + 1) * slot, "im2col_pixels_span_kernel",
+                     "(R + 1) * row_slot(geom)")
+        row, n, h0, q0, t = _span_origin(g, X, A, bq)
+        e_span = q0 * (g.stride_w * g.channels) - LEAD         # 16-byte aligned
+        sX = ag.smem((g.r, L), dtype)
+        for r in range(g.r):
+            ag.store_shared(sX.view().rows_of(r, 1),
+                            ag.load(X, (n, h0 + r * g.dil_h, e_span), (1, L), other=0.0))
+        # pixel t's run starts at element t * sw * C + (LEAD - pw * C) of each span
+        e0 = t * (g.stride_w * g.channels) + (LEAD - g.pad_w * g.channels)
+
+        def columns(k):
+            r, j = k / slot, k % slot
+            # a column with no input reads span row -1: outside the view, 0
+            return (ag.where((r < g.r) & (j < run), r, -1), e0 + j), \
+                (r == g.r) & (j < BIAS_ONES)
+
+        _stage_pieces(sX.view(), A, row, bq, pitch, dtype, columns,
+                      at=lambda c0: (row, q0, c0))
+
+    return ag.kernel(conv_im2col_pixels_span, threads=bq,
+                     name=f"conv_im2col_pixels_span_{dtype.name}_{bq}")
+
+
+@functools.lru_cache(maxsize=None)
+def im2col_pixel_planes_span_kernel(dtype: DType, pitch: int, bq: int) -> ag.KernelFunction:
+    """`im2col_pixel_planes_staged_kernel`'s A (NCHW x viewed [N, H, C, W], slots of C * S'
+    ordered (r, c, s)) with the input read once a CTA, as `im2col_pixels_span_kernel` reads
+    the row runs: per filter row r, the C channels' spans of input row h0 + r * dil_h
+    (`span_tile(..., planes=True)`: L columns from w = q0 * sw - lead) as one [C, L] load into
+    rows r * C .. r * C + C - 1 of a [R * C, L] shared buffer; each thread then gathers its
+    pixel's row of A from it. Compile-time `geom` (dil_w 1), SP = S' (`plane_slot`), LEAD
+    and L, the factory's `bq`; `pitch` (R + 1) * C * S' (checked).
+
+    Invariant: as `im2col_planes_kernel`'s (every element of A written exactly once)."""
+    _check_dtype(dtype)
+
+    def conv_im2col_pixel_planes_span(X: ag.Tensor["N", "H", "C", "W", dtype],    # NCHW
+                                      A: ag.Tensor[("NP", "Q", pitch, dtype)],
+                                      geom: Im2colGeometry = Im2colGeometry(1, 1),
+                                      SP: int = 1, LEAD: int = 0, L: int = 8):
+        g = geom
+        _check_unit_dil_w(g, "span")
+        C = g.channels
+        slot = C * SP
+        _check_pitch(pitch, (g.r + 1) * slot, "im2col_pixel_planes_span_kernel",
+                     "(R + 1) * C * plane_slot(geom)")
+        row, n, h0, q0, t = _span_origin(g, X, A, bq)
+        w_span = q0 * g.stride_w - LEAD                          # 16-byte aligned
+        sX = ag.smem((g.r * C, L), dtype)
+        for r in range(g.r):
+            ag.store_shared(sX.view().rows_of(r * C, C),
+                            ag.load(X, (n, h0 + r * g.dil_h, 0, w_span), (C, L), other=0.0))
+        w0 = t * g.stride_w + (LEAD - g.pad_w)          # pixel t's first column in the span
+
+        def columns(k):
+            r, j = k / slot, k % slot
+            ch, s = j / SP, j % SP
+            return (ag.where((r < g.r) & (s < g.s), r * C + ch, -1), w0 + s), \
+                (r == g.r) & (j < BIAS_ONES)
+
+        _stage_pieces(sX.view(), A, row, bq, pitch, dtype, columns,
+                      at=lambda c0: (row, q0, c0))
+
+    return ag.kernel(conv_im2col_pixel_planes_span, threads=bq,
+                     name=f"conv_im2col_pixel_planes_span_{dtype.name}_{bq}")
 
 
 def plane_slot(geom: Im2colGeometry) -> int:

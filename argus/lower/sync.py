@@ -157,6 +157,10 @@ class _State:
     # iteration the previous iteration's such accumulator is dead (and out of scope)
     fresh: frozenset = frozenset()
     turn_barriers: dict[str, tuple[int, ...]] = field(default_factory=dict)  # this role's
+    # shared exchange through a buffer (store_shared, then a gather from it by other threads):
+    # buffers generically written / gathered from since the last group barrier
+    exchange_written: set[int] = field(default_factory=set)
+    exchange_read: set[int] = field(default_factory=set)
 
     def scope(self) -> str:
         return "warpgroup" if self.in_role else "cta"
@@ -399,6 +403,45 @@ def _store_read_wait(op: O.StMatrix, st: _State) -> list[O.Op]:
     return [O.TmaStoreWait(need, note=note, loc=loc), O.GroupBarrier(st.scope(), loc=loc)]
 
 
+def _exchange(emitted: list[O.Op], st: _State) -> list[O.Op]:
+    """`emitted` with a group barrier before a shared gather (ag.gather of a view) of a buffer
+    written since the last barrier, and before a write of a buffer gathered from since then:
+    each thread reads elements other threads wrote (read after write), and a rewrite must
+    wait for every thread's reads (write after read). Loops and ifs were walked by their own
+    `_region`; `_visit` widened the sets around them (a back edge, a skipped body)."""
+    out: list[O.Op] = []
+    for x in emitted:
+        if isinstance(x, O.GroupBarrier):
+            st.exchange_written.clear()
+            st.exchange_read.clear()
+        elif isinstance(x, O.SmemGather) and st.rt(x.src) in st.exchange_written:
+            out.append(O.GroupBarrier(st.scope(), note="the gather reads other threads' "
+                                      "shared writes", loc=x.loc))
+            st.exchange_written.clear()
+            st.exchange_read.clear()
+        elif isinstance(x, O.StMatrix) and st.rt(x.dst) in st.exchange_read:
+            out.append(O.GroupBarrier(st.scope(), note="every thread's gather read the "
+                                      "buffer before it is rewritten", loc=x.loc))
+            st.exchange_written.clear()
+            st.exchange_read.clear()
+        if isinstance(x, O.SmemGather):
+            st.exchange_read.add(st.rt(x.src))
+        elif isinstance(x, O.StMatrix):
+            st.exchange_written.add(st.rt(x.dst))
+        out.append(x)
+    return out
+
+
+def _exchange_widen(body: Region, st: _State) -> None:
+    """What a loop's back edge or a skipped body may leave unbarriered: every buffer the
+    body writes or gathers from (conservative: a barrier too many, never one too few)."""
+    for x in body.walk():
+        if isinstance(x, O.SmemGather):
+            st.exchange_read.add(st.rt(x.src))
+        elif isinstance(x, O.StMatrix):
+            st.exchange_written.add(st.rt(x.dst))
+
+
 def _region(ops, st: _State) -> list[O.Op]:
     out: list[O.Op] = []
     for op in ops:
@@ -406,7 +449,7 @@ def _region(ops, st: _State) -> list[O.Op]:
                 and not _chains(op, st) and not _beside(op, st) \
                 and not _carries_beside(op, st):
             out += _flush(st, op.loc)
-        out += _visit(op, st)
+        out += _exchange(_visit(op, st), st)
         if st.inflight and not is_tag_op(op) and \
                 any(isinstance(v.type, TileType) for v in op.results()):
             for g in st.inflight:   # this work ran beside them
@@ -448,7 +491,9 @@ def _back_edge_pending(loop: O.For, st: _State) -> dict:
 
 def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher over sync points
     loc = op.loc
+    exchange = (set(st.exchange_written), set(st.exchange_read))
     if isinstance(op, O.For):
+        _exchange_widen(op.body, st)   # an iteration begins after the previous one's accesses
         stores = any(isinstance(x, O.TmaStore) for x in op.body.walk())
         # an iteration may begin with the previous one's stores in flight and its writes
         # unfenced; the loop may also run zero times, leaving what was pending before it
@@ -474,6 +519,9 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         st.store_paths = _join_paths(paths, st.store_paths)   # it may run zero times
         st.store_unfenced = True
         st.generic_unfenced |= _generic_writes(op.body, st)
+        _exchange_widen(op.body, st)   # what the last iteration left, or none ran:
+        st.exchange_written |= exchange[0]
+        st.exchange_read |= exchange[1]
         return [op.replace(body=Region(tuple(body)))]
     if isinstance(op, O.If):
         before, unfenced = st.store_read_pending, set(st.generic_unfenced)
@@ -487,6 +535,8 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         st.pending = {**held, **st.pending}  # nor a flush in it
         st.store_unfenced = True
         st.generic_unfenced |= unfenced
+        st.exchange_written |= exchange[0]   # the body may not have run
+        st.exchange_read |= exchange[1]
         return [op.replace(body=Region(tuple(body)))]
     if isinstance(op, O.Produce):
         return [op.replace(body=Region(tuple(_region(op.body.ops, st))))]

@@ -717,9 +717,13 @@ def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
 # im2col_planes_kernel: one pixel's runs a warp, one element a lane per store; the default
 # before: instruction-bound at ~202 SASS instructions a pixel) or "pixels"
 # (im2col_pixels_kernel / im2col_pixel_planes_kernel: one pixel a thread, row-strided 16-byte
-# global stores; 1.8x slower than "warp" on the H200)
+# global stores; 1.8x slower than "warp" on the H200), or "span" (im2col_pixels_span_kernel /
+# im2col_pixel_planes_span_kernel: the staged kernels with a CTA's pixels on one output row,
+# each filter row's input span loaded once, coalesced, into shared memory and the pixels'
+# values gathered from there: the stem's 147 2-byte global loads a pixel become 14 8-byte ones,
+# not timed on the H200 yet, docs/perf/conv.md)
 IM2COL_GATHER = "staged"
-IM2COL_GATHERS = ("warp", "pixels", "staged")
+IM2COL_GATHERS = ("warp", "pixels", "staged", "span")
 
 # the row-run gather takes filter rows of at least this many elements (S * C: half a warp);
 # shorter runs leave most of its 32 lanes idle, the per-tap kernel's rows of C do not
@@ -728,6 +732,8 @@ IM2COL_MIN_RUN = 16
 
 # the gathers whose kernel writes the [M, pitch] buffer itself (A's pitch a compile-time extent)
 _A_WHOLE = ("pixels", "pixel_planes", "staged", "staged_planes")
+# the gathers whose CTAs take one output row's pixels: A viewed [N * P, Q, pitch]
+_A_ROWS = ("span", "span_planes")
 
 
 @dataclass(frozen=True)
@@ -748,6 +754,9 @@ class _Gather:
       planes kind's problems, x view and A layout, one pixel a thread; A the [M, pitch] buffer;
     - "staged_planes" (im2col_pixel_planes_staged_kernel, where IM2COL_GATHER says
       "staged"): the pixel_planes kind staged likewise;
+    - "span" / "span_planes" (im2col_pixels_span_kernel / im2col_pixel_planes_span_kernel,
+      where IM2COL_GATHER says "span"): the staged kinds with each CTA's input spans read
+      once into shared memory; A viewed [N * P, Q, pitch]; tile (BQ, LEAD, L) of `span_tile`;
     - "taps" (im2col_kernel: any x strides, W a multiple of stride_w): one tile per tap, x read
       as [N, H, W / sw, sw, C, 1]; K ordered (r, s, c).
 
@@ -769,7 +778,7 @@ class _Gather:
     @property
     def rows(self) -> bool:
         """The row-run layout of A (slots of S * C): the warp ("rows") or pixel kernel's."""
-        return self.kind in ("rows", "pixels", "staged")
+        return self.kind in ("rows", "pixels", "staged", "span")
 
     @property
     def m(self) -> int:
@@ -780,7 +789,8 @@ class _Gather:
         """The gather of conv2d(x, weight, ...) (16-bit, or fp32 under tf32; checked), or
         None when no kernel reads this x in place."""
         from argus.kernels.conv_im2col import (PIXELS_PER_CTA, Im2colGeometry, im2col_tile,
-                                               plane_slot, planes_tile, row_slot, rows_tile)
+                                               plane_slot, planes_tile, row_slot, rows_tile,
+                                               span_tile)
 
         N, C, H, W = x.shape
         K, _, R, S = weight.shape
@@ -796,6 +806,9 @@ class _Gather:
                 return cls("pixels", geom, slot, (R + 1) * slot, N, P, Q, (PIXELS_PER_CTA,))
             if IM2COL_GATHER == "staged":
                 return cls("staged", geom, slot, (R + 1) * slot, N, P, Q, ())
+            if IM2COL_GATHER == "span":
+                return cls("span", geom, slot, (R + 1) * slot, N, P, Q,
+                           span_tile(geom, Q, _IN[str(x.dtype)]))
             return cls("rows", geom, slot, (R + 1) * slot, N, P, Q, rows_tile(geom))
         if dw == 1 and x.stride(3) == 1:
             bq, cb, lb = planes_tile(geom)
@@ -807,6 +820,9 @@ class _Gather:
                 if IM2COL_GATHER == "staged":
                     return cls("staged_planes", geom, C * sp, (R + 1) * C * sp, N, P, Q, (),
                                sp)
+                if IM2COL_GATHER == "span":
+                    return cls("span_planes", geom, C * sp, (R + 1) * C * sp, N, P, Q,
+                               span_tile(geom, Q, _IN[str(x.dtype)], planes=True), sp)
                 return cls("planes", geom, C * sp, (R + 1) * C * sp, N, P, Q, (bq, cb, lb),
                            sp)
         if W % sw:
@@ -816,11 +832,16 @@ class _Gather:
 
     def kernel(self, dtype):
         from argus.kernels.conv_im2col import (im2col_kernel, im2col_pixel_planes_kernel,
+                                               im2col_pixel_planes_span_kernel,
                                                im2col_pixel_planes_staged_kernel,
-                                               im2col_pixels_kernel,
+                                               im2col_pixels_kernel, im2col_pixels_span_kernel,
                                                im2col_pixels_staged_kernel,
                                                im2col_planes_kernel, im2col_rows_kernel)
 
+        if self.kind in _A_ROWS:                        # the CTA's threads: BQ
+            return {"span": im2col_pixels_span_kernel,
+                    "span_planes": im2col_pixel_planes_span_kernel}[self.kind](
+                        dtype, self.pitch, self.tile[0])
         if self.kind in _A_WHOLE:                       # A's pitch a compile-time extent
             return {"pixels": im2col_pixels_kernel,
                     "pixel_planes": im2col_pixel_planes_kernel,
@@ -842,6 +863,10 @@ class _Gather:
             return {"geom": self.geom}
         if self.kind == "staged_planes":
             return {"geom": self.geom, "SP": self.sp}
+        if self.kind in _A_ROWS:
+            _, lead, length = self.tile
+            extra = {"SP": self.sp} if self.kind == "span_planes" else {}
+            return {"geom": self.geom, "LEAD": lead, "L": length, **extra}
         bq, b = self.tile
         return {"geom": self.geom, "BQ": bq, ("LB" if self.rows else "BC"): b}
 
@@ -852,7 +877,7 @@ class _Gather:
         s0, s1, s2, s3 = x.permute(0, 2, 3, 1).stride()
         if self.rows:
             return x.as_strided((N, H, W * C), (s0, s1, 1), x.storage_offset())
-        if self.kind in ("planes", "pixel_planes", "staged_planes"):
+        if self.kind in ("planes", "pixel_planes", "staged_planes", "span_planes"):
             return x.as_strided((N, H, C, W), (s0, s1, s3, 1), x.storage_offset())
         return x.as_strided((N, H, W // g.stride_w, g.stride_w, C, 1),
                             (s0, s1, s2 * g.stride_w, s2, s3, 1), x.storage_offset())
@@ -862,6 +887,8 @@ class _Gather:
         g, NP = self.geom, self.n * self.p
         if self.kind in _A_WHOLE:
             return A
+        if self.kind in _A_ROWS:
+            return A.view(NP, self.q, self.pitch)
         if self.kind == "rows":
             return A.view(NP, self.q * (g.r + 1), self.slot)
         C = g.channels
@@ -1209,7 +1236,7 @@ def _im2col_weight(weight, bias, gather: _Gather):
     K, C, R, S = weight.shape
     slot, pitch = gather.slot, gather.pitch
 
-    planes = gather.kind in ("planes", "pixel_planes", "staged_planes")
+    planes = gather.kind in ("planes", "pixel_planes", "staged_planes", "span_planes")
 
     def make():
         if planes:                                   # (r, c, s), each run padded to S'

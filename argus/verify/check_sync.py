@@ -37,6 +37,11 @@ skipped and the taken path):
       are not compared (two row ranges of one slot alias). Another warpgroup's writes are
       not this check's (each walk is one warpgroup's program).
 
+  sync.exchange — a gather from a shared view (ag.gather of a buffer store_shared wrote)
+      comes after a group barrier that follows the buffer's writes, and the next write of
+      the buffer after a barrier that follows the gather: its threads read elements other
+      threads wrote (read after write, write after read).
+
 The ordered sections' obligations (ordered.pairs/barriers/turns/skip) are
 verify/check_ordered.py's; they run from here, the turns on traced kernels too.
 
@@ -92,14 +97,20 @@ class _State:
     bulk_open: frozenset = frozenset()
     bulk: tuple = ()
     bulk_unbarriered: frozenset = frozenset()
+    # sync.exchange: buffers written by store_shared / gathered from (ag.gather of a view)
+    # since the last group barrier, as (buffer root, loc of the access)
+    exchange_w: frozenset = frozenset()
+    exchange_r: frozenset = frozenset()
 
     def key(self):
         return (self.written, self.fenced, self.open_reads, self.groups, self.slots,
-                self.bulk_open, self.bulk, self.bulk_unbarriered)
+                self.bulk_open, self.bulk, self.bulk_unbarriered, self.exchange_w,
+                self.exchange_r)
 
     def copy(self) -> "_State":
         return _State(self.written, self.fenced, dict(self.writer), self.open_reads, self.groups,
-                      self.slots, self.bulk_open, self.bulk, self.bulk_unbarriered)
+                      self.slots, self.bulk_open, self.bulk, self.bulk_unbarriered,
+                      self.exchange_w, self.exchange_r)
 
 
 def _join(a: _State, b: _State) -> _State:
@@ -117,7 +128,8 @@ def _join(a: _State, b: _State) -> _State:
     return _State(a.written | b.written, a.fenced | b.fenced, {**b.writer, **a.writer},
                   a.open_reads | b.open_reads, tuple(x | y for x, y in zip(ga, gb)), slots,
                   a.bulk_open | b.bulk_open, tuple(x | y for x, y in zip(ba, bb)),
-                  a.bulk_unbarriered | b.bulk_unbarriered)
+                  a.bulk_unbarriered | b.bulk_unbarriered, a.exchange_w | b.exchange_w,
+                  a.exchange_r | b.exchange_r)
 
 
 def _merge_oldest(groups: tuple) -> tuple:
@@ -161,6 +173,9 @@ class _Checker:
         self.loop_ids: dict[int, set[int]] = {}
         # buffers some bulk store reads: a write elsewhere needs no store-read check
         self.store_bufs = {self.rt(op.src) for op in kernel.walk() if isinstance(op, O.TmaStore)}
+        # buffers a shared gather reads (sync.exchange is checked on them alone)
+        self.gathered = {self.rt(op.src) for op in kernel.walk()
+                         if isinstance(op, O.SmemGather)}
         self.findings: dict[tuple, Finding] = {}
         # threads of the group the walked code runs in (obligations sets it: the CTA at the
         # top level, a warpgroup in a role); an elect states the group it picks from
@@ -266,6 +281,8 @@ class _Checker:
             self.register_access(op, st)
         if isinstance(op, (O.StMatrix, O.TmaLoad)):
             self.store_read(op, st)
+        if isinstance(op, (O.StMatrix, O.SmemGather)):
+            self.exchange(op, st)
         if isinstance(op, O.StMatrix):
             b = self.rt(op.dst)
             st.written, st.fenced = st.written | {b}, st.fenced - {b}
@@ -273,6 +290,7 @@ class _Checker:
         elif isinstance(op, O.ProxyFence):
             st.written, st.fenced = frozenset(), st.fenced | st.written
         elif isinstance(op, O.GroupBarrier):
+            st.exchange_w, st.exchange_r = frozenset(), frozenset()
             st.fenced = frozenset()
             st.bulk_unbarriered = frozenset()  # every thread is past thread 0's wait now
         elif isinstance(op, O.TmaStore):
@@ -447,6 +465,38 @@ class _Checker:
         self.report("sync.elect", op, f"elect at {op.loc}", not why, why,
                     {"ops": bad, "threads": op.threads, "group": op.group},
                     fix="keep the elected body to index math, scalar reads and TMA loads")
+
+    def exchange(self, op, st: _State) -> None:
+        """sync.exchange: a gather from a shared view (ag.gather) reads elements other threads
+        of the group wrote, so a group barrier lies between the buffer's generic writes and
+        it (read after write), and between it and the next write of the buffer (write after
+        read), on every path. Only buffers some gather reads are checked (a buffer written
+        for a TMA store alone is proxy.fence's)."""
+        gather = isinstance(op, O.SmemGather)
+        b = self.rt(op.src if gather else op.dst)
+        if b not in self.gathered:
+            return
+        pending = st.exchange_w if gather else st.exchange_r
+        other = sorted(str(loc) for x, loc in pending if x == b)
+        if gather:
+            st.exchange_r = st.exchange_r | {(b, op.loc)}
+        else:
+            st.exchange_w = st.exchange_w | {(b, op.loc)}
+        what = "gather" if gather else "write"
+        subject = f"shared {what} of {op.src if gather else op.dst} at {op.loc}"
+        if not other:
+            self.report("sync.exchange", op, subject, True)
+            return
+        who, said = W.issuer(self.role, "every thread")
+        msg = (f"the gather at {op.loc} reads elements other threads wrote at {other[0]} with "
+               f"no barrier in between on some path, in {said}: it may read them before they "
+               f"are written" if gather else
+               f"the write at {op.loc} may overwrite elements other threads still gather at "
+               f"{other[0]} (no barrier in between on some path, in {said})")
+        self.report("sync.exchange", op, subject, False, msg,
+                    {**who, "other_access": other[0], "access": str(op.loc)},
+                    fix="lower.sync places a group barrier between a buffer's writes and a "
+                        "gather from it; a hand-placed write or gather must keep one")
 
     def async_read(self, op, views, kind: str, st: _State) -> None:
         for v in views:

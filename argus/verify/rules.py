@@ -136,6 +136,12 @@ _RULES = [
          (11,), "arith", "wait_group.read N (N = the groups committed after the newest store "
          "of an aliasing slot) and a group barrier before the write (lower/sync.py places "
          "them)"),
+    Rule("sync.exchange", "a gather from a shared view (ag.gather of a buffer the group "
+         "wrote with store_shared) comes after a group barrier that follows the buffer's "
+         "writes, and the buffer's next write after a barrier that follows the gather: the "
+         "threads read elements other threads wrote", (11,), "arith",
+         "a group barrier between the writes and the gather, and between the gather and the "
+         "next write (lower/sync.py places them)"),
     Rule("sync.fixpoint", "the sync check of a loop settles (else its findings are unknown)",
          (), "arith", "report the kernel: the loop's pending state did not converge"),
     Rule("smem.race", "no two warpgroups touch the same shared bytes unordered (one of them "

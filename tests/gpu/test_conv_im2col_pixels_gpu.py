@@ -2,12 +2,15 @@
 `im2col_pixels_kernel`, `im2col_pixel_planes_kernel`: one output pixel a thread, ag.gather and
 16-byte global stores) and staged (`im2col_pixels_staged_kernel`,
 `im2col_pixel_planes_staged_kernel`: ag.gather into "rows" tiles, ag.store_shared and TMA
-stores of each CTA's rows of A; the default since 2026-12-04): A bit for bit the warp kernels'
+stores of each CTA's rows of A; the default since 2026-12-04) and span
+(`im2col_pixels_span_kernel`, `im2col_pixel_planes_span_kernel`: the staged kernels with each
+filter row's input span loaded once a CTA into shared memory and gathered from there, A viewed
+[N * P, Q, pitch]): A bit for bit the warp kernels'
 A (the interpreter checks the same on the CPU; this checks the generated CUDA: the gather's
 guards and offsets, the vector or shared stores, the proxy fence and barrier before the copies,
 a partial last CTA's rows dropped), on the stems and odd shapes, and the route through each
 (IM2COL_GATHER) against float64. Speed: scripts/gpu_conv_bench.py --stem --gather
-warp,pixels,staged."""
+warp,pixels,staged,span."""
 
 import pytest
 
@@ -35,7 +38,8 @@ CASES = [
 
 
 # IM2COL_GATHER -> the _Gather kinds it takes (row runs, plane runs)
-GATHERS = {"pixels": ("pixels", "pixel_planes"), "staged": ("staged", "staged_planes")}
+GATHERS = {"pixels": ("pixels", "pixel_planes"), "staged": ("staged", "staged_planes"),
+           "span": ("span", "span_planes")}
 
 
 @pytest.mark.parametrize("gather", GATHERS)

@@ -268,6 +268,32 @@ def gather(em: _Emitter, op: O.Gather) -> None:
                 f"{other}; }}")
 
 
+@rule(O.SmemGather)
+def smem_gather(em: _Emitter, op: O.SmemGather) -> None:
+    """Each register reads the shared element its (row, column) indices name, one ld.shared
+    under the view's bounds (one unsigned compare a dim, as the global gather's), `other`
+    outside. A register whose index folds to a constant outside the view (a column that reads
+    no input: index -1) is a constant the C++ compiler drops the read of. The view is
+    unswizzled (the DSL refuses others), so element (r, c) is at r * cols + c."""
+    t = op.src.type
+    if t.swizzle:
+        raise CompileError("a shared-memory gather reads unswizzled views", op.loc,
+                           fix="allocate the buffer with swizzle=0")
+    info = em.declare_tile(op.result, op.loc)
+    lay = info.layout
+    view = em.name(op.src)
+    rows, cols = t.shape
+    other = literal_c(op.other, op.result.type.dtype)
+    for i in range(lay.nregs):
+        r, c = (f"({em.operand_expr(v, i, lay)})" for v in op.indices)
+        # a dim the trace proved inside (op.inside) needs no compare
+        conds = [f"(unsigned){e} < {n}u" for d, (e, n) in enumerate(zip((r, c), (rows, cols)))
+                 if d not in op.inside]
+        elem = _from_mem_c(f'{view}[{r} * {cols} + {c}]', t.dtype)
+        em.emit(f"{info.name}[{i}] = ({' && '.join(conds)}) ? {elem} : {other};" if conds
+                else f"{info.name}[{i}] = {elem};")
+
+
 def _element_at(em: _Emitter, tensor, offsets) -> tuple[list[str], list[str]]:
     """(bounds conditions, index terms) of one element of a global tensor at `offsets`, one
     per dim: the last dim contiguous, the others offset x stride (64-bit, or 32-bit unsigned

@@ -64,6 +64,23 @@ def gather(m: _Interp, g: _Group, op: O.Gather) -> None:
     g.env[op.result.id] = out
 
 
+@rule(O.SmemGather)
+def smem_gather(m: _Interp, g: _Group, op: O.SmemGather) -> None:
+    """Element i reads the view at the indices' element i, `other` outside the view (an
+    element never written reads NaN, as every shared read: a missing barrier or write shows
+    up in the result)."""
+    src = m.val(g, op.src).array()
+    shape = op.result.type.shape
+    idx = [np.broadcast_to(np.asarray(m.val(g, ix), dtype=np.int64), shape)
+           for ix in op.indices]
+    inside = np.ones(shape, dtype=bool)
+    for ix, n in zip(idx, src.shape):
+        inside &= (ix >= 0) & (ix < n)
+    out = np.full(shape, op.other, dtype=np.float32)
+    out[inside] = src[tuple(ix[inside] for ix in idx)]
+    g.env[op.result.id] = out
+
+
 @rule(O.LoadScalar)
 def load_scalar(m: _Interp, g: _Group, op: O.LoadScalar) -> None:
     offs = [m.val(g, o) for o in op.offsets]

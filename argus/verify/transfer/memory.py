@@ -101,6 +101,37 @@ def gather(m: Model, op: O.Gather, scopes, role, counters, following) -> None:
     m._set_tile(op.result, fn, op, f"a tile of {info.name} gathered at {op.loc}")
 
 
+def smem_gather(m: Model, op: O.SmemGather, scopes, role, counters, following) -> None:
+    # a shared read as ldmatrix's (the smem race and ownership checks see it), element i
+    # resolved against the buffer's writes at the view element its indices name (the index
+    # tiles' `value` fields; an unknown index: an unknown element, nothing claimed). Outside
+    # the view it reads `other`: the record of an element past the view's edge is the
+    # clipped one, so a claim about it is only as strong as the index facts
+    site = m._site(op, scopes, role)
+    view = m.views[op.src.id]
+    if m._recording:
+        m.reads.append(ReadSite("smem-gather", op, site, view))
+    parts = []
+    for ix in op.indices:
+        if isinstance(ix.type, TileType):
+            parts.append((m.tile(ix), ix.type.shape))
+        else:
+            parts.append((m.scalar(ix), None))
+
+    def fn(idx, view=view, parts=parts, site=site):
+        coords = []
+        for x, shape in parts:
+            if shape is None:
+                coords.append(_num(x))
+                continue
+            v = x.fn(tuple(z3.IntVal(0) if s == 1 else c
+                           for c, s in zip(idx, shape))).fields.get("value")
+            coords.append(v.term if v is not None else fresh_int("smem_gather_index"))
+        return through(m.read_smem(view, tuple(coords), site),
+                       f"the shared view gathered at {op.loc}")
+    m._set_tile(op.result, fn, op, f"a tile gathered from shared memory at {op.loc}")
+
+
 def load_scalar(m: Model, op: O.LoadScalar, scopes, role, counters, following) -> None:
     # data read at run time (a scale): an unknown value, guarded like a tile load; a
     # function of its address, so a per-thread address gives a per-thread value. A tensor
@@ -163,6 +194,7 @@ RULES: dict[type, Rule] = {
     O.LdMatrix: ldmatrix,
     O.Load: load,
     O.Gather: gather,
+    O.SmemGather: smem_gather,
     O.LoadScalar: load_scalar,
     O.Store: store,
     O.AtomicAdd: atomic_add,
