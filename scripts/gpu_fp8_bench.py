@@ -361,6 +361,11 @@ def variant_schedules() -> list[tuple[str, object]]:
         # 1000"); 168 registers, no spills on the CPU build
         ("split 128x256 st4 cluster", S(bn=256, stages=4, promote=True, n_split=2,
                                         cluster_m=2, epilogue="tma")),
+        # the same on 128 SMs: as many waves of 128 x 256 tiles as 132 SMs take at 4 of the 5
+        # VARIANT_SHAPES (fp8_schedules.fewest_sms, DeepGEMM's rule: less L2 use and less
+        # clock drop under fp8 load)
+        ("split 128x256 st4 cluster 128 SMs", S(bn=256, stages=4, promote=True, n_split=2,
+                                                cluster_m=2, epilogue="tma", num_sms=128)),
         ("split 128x176 direct", S(bn=176, stages=5, promote=True, n_split=2, cluster_m=2)),
         # block scales through shared memory with each stage (DeepGEMM's path for scale_a)
         ("serial 128x128 smem scales", S(bn=128, stages=5, promote=True, smem_scales=True,

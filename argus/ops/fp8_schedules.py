@@ -109,6 +109,17 @@ _SPLIT_256 = Fp8GemmSchedule(bn=256, stages=4, promote=True, n_split=2)
 _SPLIT_256_TMA_C2 = dataclasses.replace(_SPLIT_256_TMA, cluster_m=2)
 
 
+def fewest_sms(p: Fp8Problem, s: Fp8GemmSchedule) -> int:
+    """The fewest SMs (a multiple of the cluster size, at most _SMS) whose persistent grid
+    takes as many waves of `s`'s tiles as _SMS do: DeepGEMM's launch rule (heuristics/
+    common.hpp `num_min_sms`: "less L2 cache usage and less GPU frequency drop"; 4096 x 7168
+    in 128 x 256 tiles: 896 tiles, 7 waves either way, on 128 SMs instead of 132)."""
+    tiles = -(-p.m // s.bm) * -(-p.n // s.bn)
+    waves = -(-tiles // _SMS)
+    sms = -(-tiles // waves)
+    return min(_SMS, -(-sms // s.cluster_m) * s.cluster_m)
+
+
 def _split_measured_best(p: Fp8Problem) -> bool:
     """Where the split 128 x 256 (4 stages, TMA epilogue) beat the overlapped 128 x 128 on the
     H200 (docs/perf/fp8.md, --variants at 4dd5330, TFLOP/s split / overlap): 4096x7168x2048
@@ -138,6 +149,12 @@ def _block_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
             # DeepSeek-V3 shapes on the H200 (--variants at 4dd5330), behind the overlap default
             # at the other two: a candidate until a rule separates the shapes
             out += [_SPLIT_256_TMA, _SPLIT_256_TMA_C2] if p.tma_epilogue_ok else [_SPLIT_256]
+            few = fewest_sms(p, _SPLIT_256_TMA_C2)
+            if p.tma_epilogue_ok and few < _SMS and \
+                    -(-p.m // 128) * -(-p.n // 256) > _SMS:
+                # the same waves on fewer SMs (fewest_sms; with one wave the grid is the
+                # tile count already): not measured yet either
+                out += [dataclasses.replace(_SPLIT_256_TMA_C2, num_sms=few)]
     else:
         out += [Fp8GemmSchedule(bm=64, bn=128, consumers=1, stages=8, promote=True),
                 Fp8GemmSchedule(bm=128, bn=128, stages=6, promote=True)]

@@ -96,6 +96,7 @@ def test_only_selects_by_name_and_rounds_alternate():
     chosen = BENCH.select_variants(everything, ["overlap 128x128", "st4 cluster"])
     assert [name for name, _ in chosen] == ["overlap 128x128", "split-overlap 128x128",
                                             "split 128x256 st4 cluster",
+                                            "split 128x256 st4 cluster 128 SMs",
                                             "per-tensor split 128x256 st4 cluster promoted"]
     with pytest.raises(SystemExit, match="split 128x256 st4 cluster"):
         BENCH.select_variants(everything, ["no such variant"])
@@ -143,3 +144,27 @@ def test_variants_table_shows_the_graph_replay_beside_the_op():
     assert lines[2] == "| a | 900 (1250) | 900 | ? / ? |"
     assert lines[3].startswith("| torch._scaled_mm block | 1000 (1100) |")
     assert lines[4] == "| best | 900 (a) | | |"
+
+
+def test_fewest_sms_keeps_the_waves_and_the_cluster_pairs():
+    """fp8_schedules.fewest_sms: the least grid with as many waves as 132 SMs take, a
+    multiple of the cluster size; a candidate of the multicast split only where there is
+    more than one wave (with one, the grid is the tile count already)."""
+    from argus.ops import fp8_schedules as fs
+    from argus.ops.fp8_schedules import Fp8Problem
+
+    s = fs._SPLIT_256_TMA_C2
+    cases = {(4096, 7168): 128,      # 896 tiles: 7 waves on 132 or on 128
+             (4096, 2112): 96,       # 288 tiles: 3 waves
+             (6784, 1280): 90,       # 265 tiles: 3 waves on 89, rounded up to the pair
+             (8192, 32768): 132}     # 8192 tiles: 63 waves (62.06): 131 -> 132
+    for (m, n), want in cases.items():
+        p = Fp8Problem(m, n, 2048, "bf16", True, True)
+        got = fs.fewest_sms(p, s)
+        assert got == want, (m, n, got)
+        tiles = -(-m // 128) * -(-n // 256)
+        assert -(-tiles // got) == -(-tiles // 132) and got % 2 == 0
+        few = [c for c in fs.candidates(p) if c.n_split == 2 and c.num_sms != 132]
+        assert few == ([dataclasses.replace(s, num_sms=want)] if want < 132 else []), few
+    one_wave = Fp8Problem(1024, 2048, 2048, "bf16", True, True)
+    assert all(c.num_sms == 132 for c in fs.candidates(one_wave))
