@@ -154,9 +154,10 @@ def _assertion(model: Model, a: AssertSite) -> Obligation:
             fields.append({k: value(zm, v.term) for k, v in rec.fields.items()
                            if k not in ("tensor",)})
         wit["tags"] = fields
-        who = f"thread {wit['thread']} {wit['register']}, " if "thread" in wit else ""
-        return (f"{who}{'accumulator ' + str(iv[:2]) + ' k ' + str(iv[2]) if wg else 'element ' + str(iv)}"
-                f": the tags are {fields}" + (f" — {op.message}" if op.message else "")), wit
+        who = f"thread {wit['thread']} {wit['register']}, " if "register" in wit else ""
+        return W.placed(f"{who}{'accumulator ' + str(iv[:2]) + ' k ' + str(iv[2]) if wg else 'element ' + str(iv)}"
+                        f": the tags are {fields}" + (f" — {op.message}" if op.message else ""),
+                        wit), wit
     return Obligation("tag.assert", op.loc, subject, premises, [(op.expr, claim)], decode,
                       minimize=list(idx_vars) + [s.var for s in a.site.scopes
                                                  if s.var is not None])

@@ -89,7 +89,9 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
         key = (op.loc.file, op.loc.line, op.fn)
         if key not in seen:
             seen.add(key)
-            finds.append(_verdict(op, got))
+            # who runs it, from the reduction's own site (W.issuer), not the line lookup
+            who = W.issuer(sites[0].site.role, "every thread") if sites else ({}, "")
+            finds.append(_verdict(op, got, who))
     return obs, finds
 
 
@@ -368,10 +370,10 @@ def _reaches(model: Model, red: ReduceSite, got: float, loads: frozenset,
                 out = (f"; the result reaches {wit['output']}, which the store at "
                        f"{st.op.loc} writes")
                 break
-        return (f"element {element} of the reduced tile is a masked lane (past the tensor's "
-                f"end{', at ' + at if at else ''}) of the load {' / '.join(where)}: it holds "
-                f"{got} when this {op.fn} consumes it, not the identity {_WORDS[op.fn]}, and "
-                f"{_HARM[op.fn]}{out}"), wit
+        return W.placed(f"element {element} of the reduced tile is a masked lane (past the "
+                        f"tensor's end{', at ' + at if at else ''}) of the load "
+                        f"{' / '.join(where)}: it holds {got} when this {op.fn} consumes it, "
+                        f"not the identity {_WORDS[op.fn]}, and {_HARM[op.fn]}{out}", wit), wit
     return Obligation(
         "fill.identity", op.loc, f"{op.fn} over axis {op.axis} at {op.loc}: no masked "
         f"element reaches it", prem, [claim],
@@ -416,14 +418,16 @@ def _outputs(model: Model, red: ReduceSite, idx: tuple, reached: list) -> list |
     return out
 
 
-def _verdict(op: O.Reduce, got: float) -> Finding:
+def _verdict(op: O.Reduce, got: float, who: tuple[dict, str] = ({}, "")) -> Finding:
+    wit, said = who
     return Finding(
         "fill.identity", op.loc, f"{op.fn} over axis {op.axis} at {op.loc}", "violated",
         f"the masked elements of the reduced tile (past the tensor's end) hold {got} when "
-        f"this {op.fn} consumes them, not its identity {_WORDS[op.fn]}: they {_HARM[op.fn]}",
+        f"this {op.fn} consumes them, not its identity {_WORDS[op.fn]}: they {_HARM[op.fn]}"
+        + (f" (in {said})" if said else ""),
         {"fill": got, "identity": _WORDS[op.fn], "reduction": op.fn, "axis": op.axis,
          "element": f"every element of the reduced axis {op.axis} past the tensor's end "
-                    f"(e.g. column N of a row when N is not a multiple of the tile)"},
+                    f"(e.g. column N of a row when N is not a multiple of the tile)", **wit},
         fix=_fix(op.fn))
 
 

@@ -32,8 +32,9 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import TileType
+from argus.verify import solver
 from argus.verify import witness as W
-from argus.verify.check_reduce import _carried_loops
+from argus.verify.check_reduce import accumulators, carried_loops
 from argus.verify.model import Model
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
@@ -170,7 +171,7 @@ def _whole_walk(model: Model, site, base, block: int):
     the summed W window sits at `wo * 2`, so it combines 4 elements, not W's extent. The
     caller's premise is the size at least the extent: reduce.coverage's claim at the same
     reduction (as is each element once), so the count is the extent."""
-    loops = _carried_loops(model, site)
+    loops = carried_loops(model, site)
     if not loops:
         return None
     carried_vars = [s.var for s in loops]
@@ -219,14 +220,9 @@ def _mean(model: Model, op, red: O.Reduce, site, carried: bool, divisor):
         size = _whole_walk(model, site, base, block)
         if size is None:
             # the loop does not walk the summed field (a pooling window summed over another
-            # dim): what the sum combined is not the row's extent, and the count the window
-            # holds is not proven here. Said, not silent: a wrong divisor would pass
-            return Finding("reduce.mean", op.loc, f"mean at {op.loc}", "unknown",
-                           f"the sum at {red.loc} is carried over a loop that does not walk "
-                           f"{fname} along the row, so the number of elements it combined "
-                           f"(a window's) is not derived; the divisor is not checked",
-                           fix="none needed if the divisor is the window's size; the "
-                               "verifier checks means over a whole row only")
+            # dim): the mean is the window's, whose count is trips x block when its
+            # elements are distinct and inside the tensor (`_window`)
+            return _window(model, op, red, site, rec, idx, divisor, fname)
         prem += [size >= ext]
     claims = [(f"the divisor == the {fname} elements the sum combined", divisor == ext)]
     prem += model.axiom_instances([c for _, c in claims] + prem)
@@ -240,10 +236,122 @@ def _mean(model: Model, op, red: O.Reduce, site, carried: bool, divisor):
         wit["divisor"] = value(zm, divisor)
         wit["count"] = value(zm, ext)
         wit["sum_at"] = str(red.loc)
-        return (f"the mean divides the sum at {red.loc} by {value(zm, divisor)} but "
-                f"the sum combined {value(zm, ext)} elements ({fname} in [0, "
-                f"{value(zm, ext)}): {how}): a mean over a row shorter than the block is "
-                f"divided by the block width, not by the row's length"), wit
+        return W.placed(f"the mean divides the sum at {red.loc} by {value(zm, divisor)} but "
+                        f"the sum combined {value(zm, ext)} elements ({fname} in [0, "
+                        f"{value(zm, ext)}): {how}): a mean over a row shorter than the block "
+                        f"is divided by the block width, not by the row's length", wit), wit
     return Obligation("reduce.mean", op.loc, f"mean at {op.loc}", prem, claims, decode,
                       fix=f"divide by the reduced extent (the row length, {fname}'s dim), "
                           f"not by the block width")
+
+
+def _unchecked(op, red, fname: str, why: str) -> Finding:
+    return Finding("reduce.mean", op.loc, f"mean at {op.loc}", "unknown",
+                   f"the sum at {red.loc} is carried over a loop that does not walk {fname} "
+                   f"along the row (a window), and {why}; the divisor is not checked",
+                   fix="none needed if the divisor is the number of elements the window "
+                       "sums; the verifier checks a window's count when each step sums "
+                       "distinct elements inside the tensor, from a sum that starts at 0")
+
+
+def _window(model: Model, op, red: O.Reduce, site, rec, idx, divisor, fname: str):
+    """A window mean (a 2 x 2 average pool: the loop walks the window's rows, each step sums a
+    block of W at `wo * 2`): the sum combined trips x block elements (every carried loop's
+    trip count, times the block), when the accumulator starts at 0 (a constant, not a
+    peeled sum), the sum is added once per iteration (no `if` between the loops and the
+    sum), and the summed elements are distinct (the map (loop indices, position along the
+    reduced axis) -> the tensor element is injective) and inside the tensor. The divisor
+    must be that count: claimed, with a counterexample when it is not. An element past the
+    tensor's edge (a padded window) leaves the count to the padding convention (PyTorch's
+    count_include_pad either way): unknown, as is a window whose sum is added conditionally
+    or whose coordinates are not points."""
+    loops = carried_loops(model, site)
+    defs = {r.id: o for o in model.kernel.walk() for r in o.results()}
+    if not loops or not _starts_at_zero(site, loops[0].op, defs):
+        return _unchecked(op, red, fname, "its accumulator does not start at 0")
+    inner = site.site.scopes[site.site.scopes.index(loops[0]):]
+    if any(sc.kind == "if" for sc in inner):
+        return _unchecked(op, red, fname, "the sum is added under a condition")
+    t = rec.fields.get("tensor")
+    if t is None or not t.is_point or not z3.is_int_value(z3.simplify(t.term)):
+        return _unchecked(op, red, fname, "the tensor it reads is not known")
+    info = list(model.tensors.values())[z3.simplify(t.term).as_long()]
+    coords = []
+    for d, f in enumerate(info.field_names):
+        val = rec.fields.get(f)
+        if val is None or not val.is_point:
+            return _unchecked(op, red, fname, f"{info.name}'s {f} is not a point")
+        coords.append((f, val.term, info.extent(model, d)))
+    axis, block = red.axis, red.src.type.shape[red.axis]
+    v = idx[axis]
+    walk = [sc.var for sc in loops] + [v]
+    twin = [(x, fresh_int(f"{x}'")) for x in walk]
+    ranges = [c for sc in loops for c in sc.constraints] + [v >= 0, v < block]
+    shape = red.src.type.shape
+    prem = list(model.premises) + site.site.constraints() + list(rec.cond) + ranges + \
+        [z3.And(i >= 0, i < n) for d, (i, n) in enumerate(zip(idx, shape)) if d != axis]
+    count = z3.IntVal(block)
+    for sc in loops:
+        count = count * model.trip_term(sc.op)
+    inside = z3.And([z3.And(c >= 0, c < _int(e)) for _, c, e in coords])
+    got = solver.prove(prem, [("inside the tensor", inside)], rlimit=solver.default_rlimit())
+    if got.status != "proven":
+        return _unchecked(op, red, fname, f"its elements may lie past {info.name}'s edge "
+                                          f"(a padded window: the count is the padding "
+                                          f"convention's)" if got.status == "violated"
+                          else "whether its elements lie inside the tensor is unknown")
+    other = [z3.substitute(c, *twin) for c in ranges + list(rec.cond)]
+    same = z3.And([c == z3.substitute(c, *twin) for _, c, _ in coords])
+    differ = z3.Or([x != y for x, y in twin])
+    claims = [("the window's elements are distinct", z3.Implies(z3.And(*other, differ),
+                                                                z3.Not(same))),
+              (f"the divisor == the window's count ({block} x the loops' trips)",
+               divisor == count)]
+    prem += model.axiom_instances([c for _, c in claims] + prem)
+    src = defs.get(red.src.id)
+    while isinstance(src, _THROUGH):
+        src = defs.get(src.src.id)
+    read_at = str(src.loc) if src is not None else str(red.loc)   # the line a fix edits
+
+    def decode(zm, violated):
+        wit = W.context(model, zm, site.site)
+        wit["shapes"] = W.shapes(model, zm)
+        wit["divisor"] = value(zm, divisor)
+        wit["count"] = value(zm, count)
+        wit["sum_at"] = str(red.loc)
+        wit["loops"] = [str(sc.op.loc) for sc in loops]
+        if violated and "distinct" in violated[0]:
+            names = {str(sc.var): f"loop index at {sc.op.loc}" for sc in loops}
+            names[str(v)] = f"position along axis {axis}"
+            at = {names[str(x)]: value(zm, x) for x in walk}
+            again = {names[str(x)]: value(zm, y) for x, y in twin}
+            element = [value(zm, c) for _, c, _ in coords]
+            wit.update(element=element, first=at, second=again, read_at=read_at)
+            return W.placed(f"the window sums {info.name}{element} twice (at {at} and at "
+                            f"{again}; read at {read_at}, summed at {red.loc}): its steps "
+                            f"overlap, so the mean counts that element twice and misses "
+                            f"another", wit), wit
+        return W.placed(f"the mean divides the window sum at {red.loc} by "
+                        f"{value(zm, divisor)} but the window combined {value(zm, count)} "
+                        f"distinct elements of {info.name} ({block} a step x the trips of the "
+                        f"loop(s) at {', '.join(wit['loops'])}), all inside the tensor",
+                        wit), wit
+    return Obligation("reduce.mean", op.loc, f"window mean at {op.loc}", prem, claims, decode,
+                      fix="divide by the number of elements the window sums (its block "
+                          "times the loop's trip count)")
+
+
+def _int(e):
+    return z3.IntVal(e) if isinstance(e, int) else e
+
+
+def _starts_at_zero(site, loop: O.For, defs) -> bool:
+    """Whether every variable the loop carries the sum into starts as a constant 0 tile."""
+    for vid in accumulators(site, loop):
+        var = defs.get(vid)
+        init = defs.get(var.init.id) if isinstance(var, O.Var) else None
+        while isinstance(init, _THROUGH):
+            init = defs.get(init.src.id)
+        if not (isinstance(init, O.Full) and init.value == 0):
+            return False
+    return True

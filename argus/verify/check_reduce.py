@@ -65,13 +65,13 @@ def obligations(model: Model) -> tuple[list[Obligation], list]:
     return obs, []
 
 
-def _carried_loops(model: Model, red: ReduceSite) -> list:
+def carried_loops(model: Model, red: ReduceSite) -> list:
     """The enclosing loops across which the reduction's result is carried: some assign in the
     loop body takes a value computed from it, into a var defined outside that loop."""
-    return [scope for scope in red.site.loops() if _accumulators(red, scope.op)]
+    return [scope for scope in red.site.loops() if accumulators(red, scope.op)]
 
 
-def _accumulators(red: ReduceSite, loop: O.For) -> set[int]:
+def accumulators(red: ReduceSite, loop: O.For) -> set[int]:
     """The variables defined outside `loop` that an assign in its body sets to a value computed
     from the reduction's result."""
     body = list(loop.body.walk())
@@ -98,7 +98,7 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
     """Reductions of the same kind combined into the accumulators of `loop` outside it: in the
     variable's initial value (a first block reduced before the loop) or, after the loop, in
     straight-line combinations with it (a last block reduced after it)."""
-    accs = _accumulators(red, loop)
+    accs = accumulators(red, loop)
     combine = _COMBINE.get(red.op.fn)
     if not accs or combine is None:
         return []
@@ -233,7 +233,7 @@ def _siblings(model: Model, red: ReduceSite, loops) -> list[ReduceSite]:
     def whens(r):
         return [sc.op.cond.id for sc in r.site.scopes if sc.kind == "if"]
     inner = loops[-1].op
-    accs = _accumulators(red, inner)
+    accs = accumulators(red, inner)
     out = []
     for other in model.reduces:
         if other is red:
@@ -243,17 +243,17 @@ def _siblings(model: Model, red: ReduceSite, loops) -> list[ReduceSite]:
         if other.op.fn != red.op.fn or other.op.axis != axis or len(oshape) != len(shape) \
                 or any(a != b for d, (a, b) in enumerate(zip(oshape, shape)) if d != axis):
             continue
-        oloops = _carried_loops(model, other)
+        oloops = carried_loops(model, other)
         if len(oloops) != len(loops) or any(a.op is not b.op for a, b in zip(oloops, loops)):
             continue
-        if not (_accumulators(other, inner) & accs) or whens(other) != whens(red):
+        if not (accumulators(other, inner) & accs) or whens(other) != whens(red):
             continue
         out.append(other)
     return out
 
 
 def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
-    loops = _carried_loops(model, red)
+    loops = carried_loops(model, red)
     if not loops:
         return []
     siblings = _siblings(model, red, loops)
@@ -309,9 +309,9 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
             wit.update({"element": tuple(value(zm, i) for i in idx), name: c,
                         "first": {"iteration": i1, "position": value(zm, r1)},
                         "second": {"iteration": i2, "position": value(zm, r2)}})
-            return (f"{name} = {c} is reduced twice: at iteration {i1} (position "
-                    f"{value(zm, r1)} along axis {axis}) and at iteration {i2} (position "
-                    f"{value(zm, r2)})"), wit
+            return W.placed(f"{name} = {c} is reduced twice: at iteration {i1} (position "
+                            f"{value(zm, r1)} along axis {axis}) and at iteration {i2} "
+                            f"(position {value(zm, r2)})", wit), wit
         out.append(Obligation("reduce.coverage", red.op.loc, subject + ": each once",
                               prem2, [(f"distinct (iteration, position) give distinct {name}",
                                        z3.Or(same, t1 != t2))], decode_dup,
@@ -355,7 +355,7 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
             else:
                 msg = (f"{name} = {value(zm, t1)} lies outside [0, {d}) (the {d} positions "
                        f"the loop visits): some other {name} is never reduced")
-            return msg, wit
+            return W.placed(msg, wit), wit
         out.append(Obligation("reduce.coverage", red.op.loc, subject + ": covers the row",
                               prem, [(f"{name} in [0, |domain|)", z3.And(t1 >= 0, t1 < size)),
                                      ("the loop covers the row", size >= _num(extent))] +
@@ -395,13 +395,24 @@ def _singleton(f, premises) -> object | None:
     return replace(f, term=t1, bound=(), cond=tuple(c1))
 
 
+# The budget of `_nonempty`'s quantifier elimination. z3's qe tactic neither counts nor checks
+# resource units (a context rlimit of 1 unit does not stop it: measured with z3 4.x), so the
+# wall-clock backstop that solver.py puts behind every rlimit is its only bound: the budget of
+# the proof that follows, as a backstop (10 s; qe takes milliseconds on the library kernels'
+# sets, and seconds only where the bound variables meet in non-linear terms).
+QE_RLIMIT = solver.rlimit_of(200)
+QE_BACKSTOP_MS = solver.backstop_ms(QE_RLIMIT)
+
+
 def _nonempty(points, conds, premises) -> bool:
     """Whether `premises` imply that some values of `points` meet `conds` (the set a bound
     field ranges over has a member). The existential is eliminated first (z3's qe: the
     instruction's k ranges `0 <= k < 64` become true, a range `k < n` becomes `n >= 1`) and
     the quantifier-free rest proven under `premises`; where elimination leaves a quantifier
-    (a division by a constant over the bound variable) the existential itself is the claim.
-    Not proven: False (the set is not used as a point)."""
+    (a division by a constant over the bound variable) or runs out of its budget
+    (`QE_BACKSTOP_MS`: cancelled) the existential itself is the claim, proven within
+    the same budget. Not proven (also unknown): False (the set is not used as a point), never
+    a guess."""
     if not conds:
         return True
     exists = z3.Exists(list(points), z3.And(conds))
@@ -409,18 +420,18 @@ def _nonempty(points, conds, premises) -> bool:
     try:
         goal = z3.Goal()
         goal.add(exists)
-        got = z3.Then(z3.Tactic("simplify"), z3.Tactic("qe"))(goal)
+        qe = z3.Then(z3.Tactic("simplify"), z3.Tactic("qe"))
+        got = z3.TryFor(qe, QE_BACKSTOP_MS)(goal)
         if len(got) == 1:
             free = got[0].as_expr()
             if not _quantified(free):
                 claim = free
     except z3.Z3Exception:
-        pass
+        pass   # cancelled (out of budget) or refused: the existential stays the claim
     claim = z3.simplify(claim)
     if z3.is_true(claim) or z3.is_false(claim):
         return z3.is_true(claim)
-    out = solver.prove(list(premises), [("the set is non-empty", claim)],
-                       rlimit=solver.rlimit_of(200))
+    out = solver.prove(list(premises), [("the set is non-empty", claim)], rlimit=QE_RLIMIT)
     return out.status == "proven"
 
 
@@ -484,9 +495,9 @@ def _sibling_once(model: Model, red: ReduceSite, other: ReduceSite, loops, name:
                               "reduced_at": str(red.op.loc)},
                     "second": {"iteration": i2, "position": value(zm, r2),
                                "reduced_at": str(other.op.loc)}})
-        return (f"{name} = {c} is reduced twice: at {red.op.loc} in iteration {i1} "
-                f"(position {value(zm, r1)}) and at {other.op.loc} in iteration {i2} "
-                f"(position {value(zm, r2)})"), wit
+        return W.placed(f"{name} = {c} is reduced twice: at {red.op.loc} in iteration {i1} "
+                        f"(position {value(zm, r1)}) and at {other.op.loc} in iteration "
+                        f"{i2} (position {value(zm, r2)})", wit), wit
     return [Obligation("reduce.coverage", red.op.loc,
                        subject + f": each once with the reduction at {other.op.loc}", prem2,
                        [(f"the reductions at {red.op.loc} and {other.op.loc} reduce distinct "
@@ -566,9 +577,9 @@ def _peeled_once(model: Model, red: ReduceSite, loops, name: str, idx, prem, r1,
         wit.update(W.holder(model, red.op.src.type,
                             tuple(value(zm, r1) if d == red.op.axis else value(zm, i)
                                   for d, i in enumerate(idx))))
-        return (f"{name} = {c} is reduced twice: {said} and again by the block reduced "
-                f"outside the loop at {second.site.op.loc} (position {value(zm, second.r)}): "
-                f"the {red.op.fn} counts it twice"), wit
+        return W.placed(f"{name} = {c} is reduced twice: {said} and again by the block "
+                        f"reduced outside the loop at {second.site.op.loc} (position "
+                        f"{value(zm, second.r)}): the {red.op.fn} counts it twice", wit), wit
     return Obligation("reduce.coverage", red.op.loc,
                       subject + ": each once with the blocks reduced outside the loop",
                       premises, claims, decode,

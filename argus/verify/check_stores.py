@@ -187,7 +187,7 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
                 got[fname] = value(zm, val.term)
         wit["value_tags"] = got
         src = rec.source or st.tile.what
-        who = f"thread {wit['thread']} {wit['register']}, " if "thread" in wit else ""
+        who = f"thread {wit['thread']} {wit['register']}, " if "register" in wit else ""
         mixed = [m for f in st.tensor.field_names if rec.get(f) is not None
                  for m in rec.get(f).mixed if not rec.get(f).is_point]
         msg = (f"{who}tile element {wit['tile_element']} is stored to {wit['output']} but its "
@@ -201,7 +201,7 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
             if via:
                 wit[f"{fname}_view_at"] = "; ".join(via)
                 msg += f"; its {fname} was read through {wit[f'{fname}_view_at']}"
-        return msg, wit
+        return W.placed(msg, wit), wit
     return [Obligation("store.coords", st.op.loc, subject, prem, claims, decode,
                        minimize=list(idx) + [s.var for s in st.site.scopes if s.var is not None])]
 

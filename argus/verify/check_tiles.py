@@ -148,12 +148,14 @@ def _broadcast(model: Model, ew: EwSite, user: set[str], uses: Uses) -> list[Obl
                     na, nb = _operand_name(ew, a), _operand_name(ew, b)
                     wit.update({"operand": {"name": na, "tags": va},
                                 "other_operand": {"name": nb, "tags": vb}})
-                    return (f"element {iv} of `{ew.op.fn}` combines `{na}` ({sa.what}) with "
-                            f"tags {va} and `{nb}` ({sb.what}) with tags {vb}: one element "
-                            f"of the result is made of two different elements"), wit
+                    return W.placed(f"element {iv} of `{ew.op.fn}` combines `{na}` "
+                                    f"({sa.what}) with tags {va} and `{nb}` ({sb.what}) with "
+                                    f"tags {vb}: one element of the result is made of two "
+                                    f"different elements", wit), wit
                 wit.update({"broadcast_operand": va, "tile_operand": vb})
-                return (f"element {iv} of `{ew.op.fn}` combines the broadcast operand "
-                        f"({sa.what}) with tags {va} and the tile ({sb.what}) with tags {vb}"), wit
+                return W.placed(f"element {iv} of `{ew.op.fn}` combines the broadcast operand "
+                                f"({sa.what}) with tags {va} and the tile ({sb.what}) with "
+                                f"tags {vb}", wit), wit
             out.append(Obligation(code, ew.op.loc, f"{ew.op.fn} at {ew.op.loc}",
                                   premises, claims, decode,
                                   minimize=list(idx) + [s.var for s in ew.site.scopes

@@ -12,6 +12,7 @@ from typing import Any
 
 import z3
 
+from argus.ir import ops as O
 from argus.target import register_layouts as RL
 from argus.target import sm90
 from argus.verify.model import Model, Site
@@ -33,6 +34,14 @@ def context(model: Model, zm: z3.ModelRef, site: Site) -> dict[str, Any]:
     if site.role is not None:
         out["role"] = site.role.name
         out["warpgroup"] = value(zm, model.sym[site.role.index.id])
+    # who runs it, from the site itself (not names.who's lookup of the finding's line, which
+    # finds nothing where that line holds no op of a role): a register-tile op runs on every
+    # thread of its warpgroup (of the CTA outside warp specialization); a TMA copy or a
+    # produce step on the elected thread. Thread 0 is shown; a decoder that knows the holder
+    # of an element (W.holder) overrides it
+    out["thread"] = 0
+    out["threads"] = f"{_runners(model, site)} of the " + \
+        ("warpgroup" if site.role is not None else "CTA") + " (thread 0 shown)"
     iters = {}
     for s in site.scopes:
         if s.kind == "loop":
@@ -49,6 +58,47 @@ def context(model: Model, zm: z3.ModelRef, site: Site) -> dict[str, Any]:
             break
     out["shapes"] = shapes(model, zm)
     return out
+
+
+_ELECTED_OPS = ("TmaLoad", "TmaStore", "Produce", "TmaStoreCommit")
+
+
+def _runners(model: Model, site: Site) -> str:
+    """Which threads of the group run the site's op: a TMA copy and a produce step are
+    issued by one elected thread (before lower/elect.py too: codegen elects them), and so is
+    whatever an `elect` region holds (with n elected threads, one of each group of them)."""
+    elected = model.__dict__.get("_elected_ops")
+    if elected is None:
+        # by identity: the model holds its kernel, so the ops (and their ids) live as long
+        # as the table; equal ops at two places are two ops here
+        elected = model.__dict__["_elected_ops"] = {
+            id(op): e.threads for e in model.kernel.walk() if isinstance(e, O.Elect)
+            for op in e.body.walk()}
+    n = elected.get(id(site.op))
+    if n is not None and n > 1:
+        return f"{n} elected threads"
+    if n is not None or type(site.op).__name__ in _ELECTED_OPS:
+        return "the elected thread"
+    return "every thread"
+
+
+def said(wit: dict[str, Any]) -> str:
+    """Who runs the reported op, in words, from a witness W.context made (after any holder
+    thread a decoder put in): "role 'consumer', warpgroup 1, thread 0" or "thread 0 of the
+    CTA" (no warp specialization); '' when the witness names no thread."""
+    if "thread" not in wit:
+        return ""
+    if "role" in wit:
+        return f"role {wit['role']!r}, warpgroup {wit['warpgroup']}, thread {wit['thread']}"
+    return f"thread {wit['thread']} of the CTA"
+
+
+def placed(msg: str, wit: dict[str, Any]) -> str:
+    """`msg` with who runs the reported op appended (`said`), for the rules whose message
+    named no thread (reduce.*, fill.identity): "...: the max counts it twice (role
+    'consumer', warpgroup 1, thread 0)"."""
+    who = said(wit)
+    return f"{msg} ({who})" if who else msg
 
 
 def acc_thread(row: int, col: int) -> dict[str, int]:

@@ -44,6 +44,8 @@ BUGS = [
     (V.make_gemm_fixed_n_load, "b_other_half", ("store.coords",)),
     (V.make_row_lse_no_update, "lse_max_dropped", ("softmax.stats",)),
     (V.make_layernorm_rows, "ln_mean_over_block", ("reduce.mean",)),
+    (V.make_avg_pool_2x2, "pool_divisor", ("reduce.mean",)),
+    (V.make_avg_pool_2x2, "pool_row_repeat", ("reduce.mean",)),
 ]
 
 CLEAN = [
@@ -58,7 +60,7 @@ CLEAN = [
     (V.make_gemm_fixed_n_load, None),
     (V.make_row_lse_no_update, None),
     (V.make_layernorm_rows, None),
-    (V.make_avg_pool_2x2, None),            # a sum carried over kh, a window of W: no row mean
+    (V.make_avg_pool_2x2, None),            # a window mean: trips x block, proven
 ]
 
 
@@ -131,16 +133,28 @@ def test_mean_is_proven_on_the_correct_variants():
                    for f in report.findings), factory.__name__
 
 
-def test_window_sum_over_another_loop_claims_no_row_mean():
+def test_window_mean_is_the_windows_count():
     """The 2 x 2 average pool's loop walks rows (kh) while each step sums 2 columns of W at
-    `wo * 2`: the sum combines the window's 4 elements, not W's extent, so reduce.mean poses
-    no row mean there (before the mend it was an error: "the sum combined W elements"); it
-    says the divisor is unchecked (unknown), never silent and never a violation. The looped
-    row mean, whose loop walks its summed field, is still claimed (above)."""
+    `wo * 2`: the sum combines the window's 4 elements, not W's extent (before 6e1ceb2 an
+    error "the sum combined W elements", then unknown "the divisor is not checked"). The
+    window's count is trips x block when its elements are distinct and inside X: the correct
+    pool is proven; a divisor of 2 and a window that reads one row twice are violations (the
+    seeded bugs in BUGS); with X's shape untied from Y's a window may reach past X's edge,
+    where the count is the padding convention's: unknown, never a violation."""
     report = verify.run(V.make_avg_pool_2x2().trace(), include_proven=True)
     means = [f for f in report.findings if f.code == "reduce.mean"]
+    assert means and all(f.status == "proven" for f in means), "\n".join(map(str, means))
+    found = verify.check(V.make_avg_pool_2x2("pool_divisor").trace())
+    d = next(d for d in found if d.code == "reduce.mean" and d.severity == "error")
+    assert (d.counterexample["divisor"], d.counterexample["count"]) == (2, 4), d.counterexample
+    found = verify.check(V.make_avg_pool_2x2("pool_row_repeat").trace())
+    d = next(d for d in found if d.code == "reduce.mean" and d.severity == "error")
+    first, second = d.counterexample["first"], d.counterexample["second"]
+    assert first != second and "twice" in d.message, d.counterexample
+    report = verify.run(V.make_avg_pool_2x2(tied=False).trace(), include_proven=True)
+    means = [f for f in report.findings if f.code == "reduce.mean"]
     assert means and all(f.status == "unknown" for f in means), "\n".join(map(str, means))
-    assert all("does not walk" in f.message and "not checked" in f.message for f in means)
+    assert all("past X's edge" in f.message for f in means), "\n".join(map(str, means))
 
 
 def test_ew_agree_text_says_what_it_compares():

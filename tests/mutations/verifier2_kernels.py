@@ -242,20 +242,33 @@ def make_layernorm_rows(bug: str | None = None, BN: int = 1024):
     return layernorm_rows
 
 
-def make_avg_pool_2x2(bug: str | None = None):
+def make_avg_pool_2x2(bug: str | None = None, tied: bool = True):
     """A 2 x 2 average pool, Y[H/2, W/2] from X[H, W], one output element a CTA: the loop walks
     the window's rows (kh) while each step sums a 2-wide window of W. The sum is carried over
     a loop that does not walk the summed field (W) over [0, W), so its count is the window's
-    4, not W's extent (the review of 2026-12-04 found it reported as reduce.mean)."""
+    4, not W's extent (the review of 2026-12-04 found it reported as reduce.mean).
+    Bugs: "pool_divisor" divides by 2 (the block width, not the window's 4 elements);
+    "pool_row_repeat" sums row ro * 2 at both steps (the window's second row never read, the
+    first counted twice: the divisor 4 is right, the elements are not). tied=False drops the
+    shape assumptions (X's H, W = 2 x Y's): a window may then reach past X's edge, where
+    the count is the padding convention's (not a bug: unknown)."""
 
     @ag.kernel(threads=128, name="avg_pool_2x2")
     def avg_pool_2x2(X: ag.Tensor["H", "W", ag.f32], Y: ag.Tensor["HO", "WO", ag.f32]):
         ro, wo = ag.grid(Y.shape[0], Y.shape[1])
-        ag.tag_assume(lambda: ag.sym(X.shape[0]) == 2 * ag.sym(Y.shape[0]))
-        ag.tag_assume(lambda: ag.sym(X.shape[1]) == 2 * ag.sym(Y.shape[1]))
+        if tied:
+            ag.tag_assume(lambda: ag.sym(X.shape[0]) == 2 * ag.sym(Y.shape[0]))
+            ag.tag_assume(lambda: ag.sym(X.shape[1]) == 2 * ag.sym(Y.shape[1]))
         acc = ag.full((1, 1), 0.0)
         for kh in ag.range(2):
-            acc = acc + ag.load(X, (ro * 2 + kh, wo * 2), (1, 2)).sum(axis=1)
-        ag.store(Y, (ro, wo), acc / 4)
+            if bug == "pool_row_repeat":
+                row = ag.load(X, (ro * 2, wo * 2), (1, 2))   # BUG:pool_row_repeat
+                acc = acc + row.sum(axis=1)
+            else:
+                acc = acc + ag.load(X, (ro * 2 + kh, wo * 2), (1, 2)).sum(axis=1)
+        if bug == "pool_divisor":
+            ag.store(Y, (ro, wo), acc / 2)   # BUG:pool_divisor
+        else:
+            ag.store(Y, (ro, wo), acc / 4)
 
     return avg_pool_2x2

@@ -100,3 +100,34 @@ def test_singleton_needs_a_member():
     assert _singleton(split, []) is not None            # a box for either parity of n
     assert _singleton(TagVal(term=row + 0 * k, bound=(k,),
                              cond=(k >= 0, k < 64, k / 64 == 1)), []) is None
+
+
+def test_nonempty_quantifier_elimination_is_bounded(monkeypatch):
+    """_nonempty's quantifier elimination has a budget (z3's qe tactic counts no resource
+    units, so a wall-clock cap, check_reduce.QE_BACKSTOP_MS): out of it, the existential
+    itself is proven within the proof's rlimit, and what cannot be proven is "not a point"
+    (False), never a wrong "non-empty". A set over two bound variables that meet in
+    non-linear terms (qe took 1.4 s on it) with the budget cut to 1 ms: an empty variant
+    (x >= 0 and x < 0 hidden in the conjunction) is refused, and the answers are the same
+    with the full budget (the cap only decides how the answer is reached)."""
+    import time
+
+    import z3
+
+    from argus.verify import check_reduce
+    x, y, z, w, v = z3.Ints("x y z w v")
+    n, m = z3.Ints("n m")
+    base = [x >= 0, x < n, y * 3 + x == n * 7, y % 5 == 2, z * 7 + w == m, w % 11 == 3,
+            z < x + m, w > y, v % 13 == x % 7, v * x < n * m]
+    empty = base + [x * x < 0]
+    pts = [x, y, z, w, v]
+    full = (check_reduce._nonempty(pts, empty, []),
+            check_reduce._nonempty(pts, [x >= 0, x < 4], [n >= 1]))
+    assert full == (False, True)
+    monkeypatch.setattr(check_reduce, "QE_BACKSTOP_MS", 1)
+    t0 = time.process_time()
+    assert check_reduce._nonempty(pts, empty, []) is False
+    # what qe would have decided in milliseconds is still decided (the existential proven)
+    assert check_reduce._nonempty(pts, [x >= 0, x < 4], [n >= 1]) is True
+    assert check_reduce._nonempty(pts, [x >= 0, x < 4, x > 7], []) is False
+    assert time.process_time() - t0 < 30   # bounded: the proofs' own rlimits
