@@ -1015,9 +1015,12 @@ def stmatrix(dst, tile: Tile) -> None:
 
 
 def store_shared(dst, tile: Tile) -> None:
-    """Store a register tile into an unswizzled shared-memory view of its shape, each thread
-    its own elements by st.shared in the tile's layout: a "rows" tile (an `ag.gather`'s,
-    whole rows a thread) by 16-byte chunks, 8 consecutive columns of bf16 / fp16. For a block
+    """Store a register tile into a shared-memory view of its shape, each thread its own
+    elements by st.shared in the tile's layout: a "rows" tile (an `ag.gather`'s, whole rows a
+    thread) by 16-byte chunks, 8 consecutive columns of bf16 / fp16. A swizzled view (a row
+    is the swizzle span, as ag.smem requires) is written at the swizzled addresses, the
+    layout a TMA copy and a wgmma operand read: a gather straight into a wgmma operand tile
+    (the interpreter and the verifier see the logical [rows, cols] view either way). For a block
     of rows that a TMA store then copies to global memory whole (`ag.tma.store`: the lowering
     fences the writes to the async proxy and puts a barrier before the copy), so a CTA's rows
     reach global memory as one contiguous bulk copy instead of one row-strided vector store a
@@ -1028,11 +1031,6 @@ def store_shared(dst, tile: Tile) -> None:
     loc = user_loc()
     view = _view(dst, "store_shared destination", loc)
     vt = view.buffer.type
-    if vt.swizzle:
-        raise TraceError(f"ag.store_shared writes unswizzled views; this buffer has a "
-                         f"{vt.swizzle}B swizzle", loc,
-                         fix="allocate the buffer with swizzle=0 (a TMA store reads it "
-                             "row-major), or store an accumulator with ag.stmatrix")
     if not isinstance(tile, Tile) or tuple(tile.shape) != view.shape or tile.dtype != vt.dtype:
         got = f"{tuple(tile.shape)} {tile.dtype}" if isinstance(tile, Tile) else repr(tile)
         raise TraceError(f"ag.store_shared stores a {vt.dtype} tile of the view's shape "

@@ -667,12 +667,22 @@ def run(kernel: Kernel) -> Kernel:
     prologue = [op for op in kernel.body.ops if not isinstance(op, O.RoleOp)]
     out = _region(prologue, st)
     loc = roles[0].loc if roles else (prologue[-1].loc if prologue else Loc.unknown())
+    # the CTA's shared writes before the roles (store_shared of a gathered operand) reach a
+    # role's wgmma or TMA store through the async proxy, and its gathers from other threads:
+    # every thread fences its writes, then a CTA barrier, before any role runs
+    handoff = bool(roles) and bool(st.generic_unfenced or st.exchange_written)
+    if handoff:
+        out.append(O.ProxyFence(loc=loc))
     if cluster_size > 1:
         # barriers of every CTA initialized before any peer multicasts into them or arrives
         out.append(O.ClusterSync(loc=loc))
     elif any(isinstance(op, O.PipelineCreate) for op in prologue):
         out.append(O.GroupBarrier("cta", note="barriers initialized before any role uses them",
                                   loc=loc))
+    elif handoff:
+        out.append(O.GroupBarrier("cta", note="the CTA's shared writes before any role reads "
+                                  "them", loc=loc))
+    st.exchange_written, st.exchange_read = set(), set()
     plan = {name: regs for name, _first, _count, regs in kernel.attr("role_plan", ())}
     entry = entry_registers(threads, kernel.attr("min_ctas_per_sm", 1))
     turns = _turn_barriers(roles, threads)

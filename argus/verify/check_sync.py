@@ -173,6 +173,10 @@ class _Checker:
         self.loop_ids: dict[int, set[int]] = {}
         # buffers some bulk store reads: a write elsewhere needs no store-read check
         self.store_bufs = {self.rt(op.src) for op in kernel.walk() if isinstance(op, O.TmaStore)}
+        # buffer -> loc of its write: the CTA's code wrote it before the roles with no
+        # fence.proxy.async + CTA barrier after (`obligations` fills it)
+        self.handoff: dict = {}
+        self.cta_writer: dict = {}   # buffer -> loc: every generic write before the roles
         # buffers a shared gather reads (sync.exchange is checked on them alone)
         self.gathered = {self.rt(op.src) for op in kernel.walk()
                          if isinstance(op, O.SmemGather)}
@@ -474,6 +478,8 @@ class _Checker:
         for a TMA store alone is proxy.fence's)."""
         gather = isinstance(op, O.SmemGather)
         b = self.rt(op.src if gather else op.dst)
+        if gather and self.handoff_read(op, b, op.src, "a gather"):
+            return
         if b not in self.gathered:
             return
         pending = st.exchange_w if gather else st.exchange_r
@@ -498,9 +504,31 @@ class _Checker:
                     fix="lower.sync places a group barrier between a buffer's writes and a "
                         "gather from it; a hand-placed write or gather must keep one")
 
+    def handoff_read(self, op, b, v, kind: str) -> bool:
+        """A role's read of a buffer the CTA's code wrote before the roles with no fence and
+        CTA barrier after (`handoff`): reported, True. Outside roles: False."""
+        if self.role is None:
+            return False
+        if b not in self.handoff:
+            if b in self.cta_writer:   # written before the roles, fenced and barriered
+                self.report("proxy.fence", op, f"{kind} of {v} at {op.loc}", True)
+            return False
+        w = self.handoff[b]
+        who, said = W.issuer(self.role, "every thread")
+        self.report("proxy.fence", op, f"{kind} of {v} at {op.loc}", False,
+                    f"{v} is written by every thread of the CTA at {w}, before the roles, and "
+                    f"read by {kind} at {op.loc} in {said} with no fence.proxy.async and CTA "
+                    f"barrier after the writes: the reader may see them unwritten",
+                    {**who, "writer": str(w), "reader": str(op.loc),
+                     "missing": "fence.proxy.async + CTA barrier before the roles"},
+                    fix="lower.sync places them after the CTA's code, before the roles")
+        return True
+
     def async_read(self, op, views, kind: str, st: _State) -> None:
         for v in views:
             b = self.rt(v)
+            if self.handoff_read(op, b, v, kind):
+                continue
             if b not in st.written and b not in st.fenced:
                 if b in st.writer:
                     self.report("proxy.fence", op, f"{kind} of {v} at {op.loc}", True)
@@ -680,8 +708,17 @@ def obligations(model: Model) -> tuple[list, list[Finding]]:
     c = _Checker(kernel)
     # program points are numbered on the kernel's body, roles included
     top = [((i,), op) for i, op in enumerate(kernel.body.ops) if not isinstance(op, O.RoleOp)]
+    first = next((i for i, op in enumerate(kernel.body.ops) if isinstance(op, O.RoleOp)),
+                 len(kernel.body.ops))
     c.group = kernel.attr("threads", 128)
-    c.ops(top, _State())
+    before = c.ops([(at, op) for at, op in top if at[0] < first], _State())
+    # the CTA's generic writes the roles may read with no fence + CTA barrier after them (a
+    # barrier inside a role orders its warpgroup only): every role's async read or gather of
+    # such a buffer is a violation
+    c.handoff = {b: before.writer.get(b) for b in before.written | before.fenced} | \
+        {b: loc for b, loc in before.exchange_w}
+    c.cta_writer = dict(before.writer)
+    c.ops([(at, op) for at, op in top if at[0] >= first], before)
     c.group = 128  # a role's group is its warpgroup
     for i, role in enumerate(kernel.body.ops):
         if isinstance(role, O.RoleOp):

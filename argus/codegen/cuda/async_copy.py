@@ -134,11 +134,15 @@ def _store_shared(em: _Emitter, op: O.StMatrix) -> None:
     `cols * bytes` apart from a buffer the smem plan aligns to 16 bytes, so a chunk starting
     at a multiple of vec columns is aligned when the row's bytes are a multiple of the
     access. A "rows" tile of 16-byte rows whose byte pitch is an odd multiple of 16 is
-    conflict-free: the 8 lanes of each quarter-warp phase hit 8 distinct 16-byte bank groups."""
+    conflict-free: the 8 lanes of each quarter-warp phase hit 8 distinct 16-byte bank groups.
+
+    A swizzled view (a row = the swizzle span, 32 / 64 / 128 bytes) is written at the
+    swizzled address of each element or chunk (`ag::swizzle_smem_addr` of its absolute shared
+    address: the XOR pattern TMA and wgmma read, anchored to the buffer's swizzle period by
+    the smem plan); a 16-byte chunk stays whole (the XOR moves address bits 4-6 only). A
+    "rows" tile of 128-byte rows is conflict-free there too: rows t .. t + 7 put a chunk c at
+    c ^ (t % 8), 8 distinct bank groups."""
     t: SmemViewType = op.dst.type
-    if t.swizzle:
-        raise CompileError("ag.store_shared writes unswizzled views", op.loc,
-                           fix="allocate the buffer with swizzle=0")
     info = em.tiles[op.src.id]
     lay = info.layout
     dtype = t.dtype
@@ -147,11 +151,25 @@ def _store_shared(em: _Emitter, op: O.StMatrix) -> None:
     width = _vector_access(lay, dtype)
     if width and (cols * dtype.bytes) % width:
         width = 0
+
+    def at(row: str, col, ctype: str) -> str:
+        """The lvalue of element (row, col) of the view as `ctype`."""
+        if not t.swizzle:
+            return f"*reinterpret_cast<{ctype}*>(&{view}[({row}) * {cols} + {col}])"
+        off = f"(({row}) * {cols} + {col}) * {dtype.bytes}"
+        return (f"*reinterpret_cast<{ctype}*>(reinterpret_cast<unsigned char*>({view}) + "
+                f"(ag::swizzle_smem_addr(ag::smem_u32({view}) + {off}, {t.swizzle}) - "
+                f"ag::smem_u32({view})))")
+
     if not width:
         for i in range(lay.nregs):
             val = strip_round(em.reg_expr(op.src, i), dtype)
-            em.emit(f"{view}[({lay.row(i)}) * {cols} + {lay.col(i)}] = "
-                    f"{_to_mem_c(val, dtype)};")
+            if t.swizzle:
+                em.emit(f"{at(lay.row(i), lay.col(i), elem_c(dtype))} = "
+                        f"{_to_mem_c(val, dtype)};")
+            else:
+                em.emit(f"{view}[({lay.row(i)}) * {cols} + {lay.col(i)}] = "
+                        f"{_to_mem_c(val, dtype)};")
         return
     per = width // dtype.bytes
     for i0 in range(0, lay.nregs, per):
@@ -163,8 +181,7 @@ def _store_shared(em: _Emitter, op: O.StMatrix) -> None:
             words = [f"{pack}({vals[2 * k]}, {vals[2 * k + 1]})" for k in range(per // 2)]
         vec_t = {1: "unsigned", 2: "uint2", 4: "uint4"}[len(words)]
         init = words[0] if len(words) == 1 else f"{vec_t}{{{', '.join(words)}}}"
-        em.emit(f"*reinterpret_cast<{vec_t}*>(&{view}[({lay.row(i0)}) * {cols} + "
-                f"{lay.col(i0)}]) = {init};")
+        em.emit(f"{at(lay.row(i0), lay.col(i0), vec_t)} = {init};")
 
 
 @rule(O.StMatrix)
