@@ -224,8 +224,9 @@ def prefill_variants() -> dict:
             # per element (a slow-path branch each); rsqrt_silu: the division as rsqrt(d)^2,
             # branch-free (SASS of the rule's gate-up: 2384 instructions, 64 CALLs -> 1592
             # with rsqrt_silu, 1080 with both; tests/moe/test_moe_prefill_schedules.py)
-            "rule-fast-silu": (replace(base, fast_silu=True), base),
-            "rule-rsqrt-silu": (replace(base, rsqrt_silu=True), base),
+            # (the rule takes rsqrt_silu since 2026-12-04: rule-ieee-silu is the division)
+            "rule-ieee-silu": (replace(base, rsqrt_silu=False), base),
+            "rule-fast-silu": (replace(base, fast_silu=True, rsqrt_silu=False), base),
             "rule-fast-rsqrt-silu": (replace(base, fast_silu=True, rsqrt_silu=True), base),
             # CTA pairs along N on the rule's 3-stage ring (the 12-03 run timed them at 4
             # stages only, where the rule's own pair of forms lost 6-11% of gate-up time to 3):

@@ -208,13 +208,18 @@ class MoeSchedule(WarpSpecializedSchedule):
 
 PREFILL = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2)
 # the same tile with the stmatrix + TMA-store epilogue (the library GEMM's fastest at large M)
-PREFILL_TMA = MoeSchedule(bm=128, bn=256, bk=64, stages=3, consumers=2, epilogue="tma")
+# rsqrt_silu (the gated epilogue's sigmoid without an IEEE division: no slow-path CALL per
+# element) on the prefill rule's two schedules since 2026-12-04: on the H200 (Mixtral T =
+# 16384, gpu_moe_bench --prefill-variants, same rounds) the gate-up went 10893 -> 10199 us
+# and the layer 614 -> 635 TFLOP/s, rel err unchanged (2.9e-3; docs/perf/moe.md)
+PREFILL_TMA = MoeSchedule(bm=128, bn=256, bk=64, stages=3, consumers=2, epilogue="tma",
+                          rsqrt_silu=True)
 # CTA pairs on the two m-tiles of one expert's 256-row block, sharing the weight tile by TMA
 # multicast (each expert padded to 256 rows)
 PREFILL_CLUSTER = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2, cluster_m=2)
 # both: the library GEMM's fastest kind at large M (docs/perf/gemm.md)
 PREFILL_TMA_CLUSTER = MoeSchedule(bm=128, bn=256, bk=64, stages=3, consumers=2, cluster_m=2,
-                                  epilogue="tma")
+                                  epilogue="tma", rsqrt_silu=True)
 # Per-GEMM forms of PREFILL_TMA_CLUSTER with the dense GEMM's fastest ring at large aligned
 # shapes (docs/perf/gemm.md: 128x256, 4 stages, TMA store of 128 columns a round, 2x1
 # cluster). The gate-up stores bn/2 = 128 columns of h, so its staging is 32 KB and a fourth
