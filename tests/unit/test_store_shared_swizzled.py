@@ -9,11 +9,13 @@ producer that gathers the implicit GEMM's A straight into its swizzled stage (do
 
 import dataclasses
 
+import pytest
 import torch
 
 import argus as ag
 from argus import codegen, verify
 from argus.compiler import lower_only
+from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.core import Region
 from argus.runtime import nvrtc_available
@@ -91,3 +93,35 @@ def test_a_role_multiplies_an_operand_gathered_before_the_roles():
     report = verify.run(dataclasses.replace(kernel, body=body))
     bad = [d for d in report.errors if d.code == "proxy.fence"]
     assert bad and "before the roles" in bad[0].message, "\n".join(map(str, report.errors))
+
+
+@ag.kernel
+def produced_mm(X: ag.Tensor["M", 80, ag.bf16], W: ag.Tensor[64, 64, ag.bf16],
+                Y: ag.Tensor["M", 64, ag.f32]):
+    (b,) = ag.grid(ag.cdiv(Y.shape[0], 128))
+    sA = ag.smem((2, 128, 64), ag.bf16, swizzle=128)
+    sW = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+    pipe = ag.pipeline(2)
+    with ag.role("producer", warpgroups=1):
+        m = b * 128 + ag.arange(128)[:, None]
+        with pipe.produce() as st:
+            ag.tma.load(sW[st], W, (0, 0))
+            ag.store_shared(sA[st], ag.gather(X, (m, m % 16 + ag.arange(64)[None, :])))
+    with ag.role("mma", warpgroups=1):
+        acc, acc2 = ag.zeros((64, 64)), ag.zeros((64, 64))
+        with pipe.consume() as st:
+            acc = ag.wgmma(sA[st].rows_of(0, 64), sW[st], acc)
+            acc2 = ag.wgmma(sA[st].rows_of(64, 64), sW[st], acc2)
+        ag.store(Y, (b * 128, 0), acc)
+        ag.store(Y, (b * 128 + 64, 0), acc2)
+
+
+def test_a_gathering_producer_is_refused_today():
+    """The pipelined form (docs/perf/conv.md, "what a gathering producer needs", item 1): a
+    producer warpgroup gathering A into the stage beside B's TMA copy. The full barrier counts
+    one arrival (the elected TMA issuer), so a producer role with tile work is refused with
+    what it does and the fix; this test turns into an interpreter + verifier test when the
+    multi-thread produce step exists."""
+    with pytest.raises(CompileError, match="one elected thread cannot do") as e:
+        lower_only(produced_mm)
+    assert "gather" in str(e.value) and "stmatrix" in str(e.value)
