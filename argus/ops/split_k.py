@@ -155,12 +155,11 @@ class TailSplitMatmul:
 
     With tail_finish="fused" there is one kernel: the last K slice of each tail tile (its
     arrival counter, Count [tail tiles, consumers] int32) adds the partials and stores C. It
-    too is compiled without the veto: the verifier proves its C covered and stored once, and
-    everything else it proves of the two-kernel form, but not atomic.tickets, which covers a
-    counter reached once per program id and not a ticket drawn in the persistent walk's
-    tail loop (tests/unit/test_tail_fused.py records the gap, as tests/moe does for
-    MoeSchedule.fused_finish). The counters are zeroed once per (device, stream) and left
-    zero by every complete call, so a replayed launch and a captured graph reuse them."""
+    writes all of C, so it compiles with the verifier's veto like the plain kernel: the
+    verifier proves its tickets (atomic.tickets' grid-stride form), C stored once by the full
+    waves and the finish, and what it proves of the two-kernel form
+    (tests/unit/test_tail_fused.py). The counters are zeroed once per (device, stream) and
+    left zero by every complete call, so a replayed launch and a captured graph reuse them."""
 
     def __init__(self, problem, schedule, kernel, run, plain):
         from argus.compiler import compile_kernel  # loaded on first use, as ag.compile does
@@ -173,10 +172,10 @@ class TailSplitMatmul:
             self.plain = plain[0].compile(s=plain[1])
             return
         self.plain = None
-        self.main = compile_kernel(kernel, verify=False, s=run)
-        if self.fused:
-            self.reduce = None
+        if self.fused:   # C whole: verified as the plain kernel is (ARGUS_VERIFY)
+            self.main, self.reduce = compile_kernel(kernel, s=run), None
             return
+        self.main = compile_kernel(kernel, verify=False, s=run)
         self.reduce = compile_kernel(
             tail_sum_kernel(dtypes.from_name(problem.out_dtype), self.splits, problem.batch > 1),
             verify=False, bm=run.bm, bn=run.bn, cluster=run.cluster_m, group_m=run.group_m,

@@ -18,6 +18,14 @@ them (transfer/memory.py records them as atomic sites, never as stores). Two cla
       element's coordinates are a function of the program ids and warpgroup, of which at
       most one program id, the free one, may differ between two instances at one element;
       and its grid extent is wrap (none free: wrap is 1).
+      Or, in a grid-stride loop (the persistent walk's `for t in ag.range(g, stop, E)`, g the
+      free program id and E its extent: the instances (g, t) are then the t of [0, stop),
+      each once), when the loop is the atomic's only condition: every other instance
+      variable is the same for two instances at one element, the element depends on t
+      through t mod D alone (two instances meet at one element exactly when their t agree
+      mod D), and stop = D * wrap, so each element's arrivals are the wrap values of t of
+      one residue class in [0, D * wrap) (the tail-split GEMM's fused finish: t = slice *
+      tail + tile, an element per tail tile, D = tail). Proven in NIA for two instances.
 
 What is not claimed: the ordering of the plain stores before a counter's atomic and the loads
 after it (the `fence`s around it) is the memory model's release/acquire pattern, which the
@@ -107,6 +115,9 @@ def _tickets(model: Model, a) -> Obligation:
     # pid 0), and the claims above, over two instances that do arrive, cannot see an
     # instance that never does
     guarded = [sc for sc in a.site.scopes if sc.kind in ("if", "loop")]
+    stride = _grid_stride(model, a, own, sub, cell1, cell2, inside, free, guarded, wrap)
+    if stride is not None:
+        return stride
     if guarded:
         claims.append((f"the counter is reached under no condition and in no runtime loop "
                        f"(the {guarded[0].kind} at {guarded[0].op.loc})", z3.BoolVal(False)))
@@ -133,6 +144,80 @@ def _tickets(model: Model, a) -> Obligation:
                       prem, claims, decode,
                       fix="index the counter by every program id but the one that counts "
                           "arrivals, and give the counter that id's grid extent as wrap")
+
+
+# the instance variables a grid-stride counter's other coordinates may be: grid and role ids,
+# whose ranges do not depend on the loop (so every t of a residue class has its instances)
+_FIXED_KINDS = ("pid", "cluster", "rank", "wg")
+
+
+def _grid_stride(model: Model, a, own, sub, cell1, cell2, inside, free, guarded, wrap):
+    """atomic.tickets for a counter in a grid-stride loop (module docstring), or None when the
+    atomic is not in that form (then the general claims apply, and fail on the loop)."""
+    if len(guarded) != 1 or guarded[0].kind != "loop" or len(free) != 1:
+        return None
+    loop, g = guarded[0], free[0]
+    t = loop.var
+    args = list(a.args)
+    if t is None or not any(t.eq(v) for v in args):
+        return None
+    others = [v for v in args if not v.eq(t) and not v.eq(g)]
+    kinds = [model.vars.get(str(v)) for v in others]
+    if any(k is None or k.kind not in _FIXED_KINDS for k in kinds):
+        return None
+    start, stop, step = (_num(model.scalar(v)) for v in (loop.op.start, loop.op.stop,
+                                                        loop.op.step))
+    if any(mentions(term, v) for term in (stop, step) for v in args) or \
+            any(mentions(start, v) for v in args if not v.eq(g)):
+        return None
+    extent = next((hi for v, _, hi in model.grid_vars if v.eq(g)), None)
+    # the residue form: the element reads t as t mod D (t % D in its coordinates, no t // D);
+    # a walk whose element is t's quotient (MoE's unit // splits) is not this form
+    if extent is None or not _applies(cell1, t, z3.Z3_OP_MOD) or \
+            _applies(cell1, t, z3.Z3_OP_IDIV):
+        return None
+    t2 = sub(t)
+    residue = stop / wrap   # D: the element's arrivals are one residue class of t mod D
+    meet = z3.And([c1 == c2 for c1, c2 in zip(cell1, cell2)])
+    same = z3.And([v == sub(v) for v in others]) if others else z3.BoolVal(True)
+    prem = own + [sub(p) for p in own] + a.site.constraints() + \
+        [sub(c) for c in a.site.constraints()] + inside
+    claims = [(f"{v} is the same for two instances at one element", z3.Implies(meet, v == sub(v)))
+              for v in others]
+    claims += [
+        (f"the loop at {loop.op.loc} starts at the free program id {g}", start == g),
+        (f"the loop at {loop.op.loc} steps by {g}'s extent", _num(step) == _num(extent)),
+        ("the loop's stop is D * wrap (D = stop / wrap)",
+         z3.And(wrap >= 1, stop == residue * wrap)),
+        ("two instances at one element have t equal mod D",
+         z3.Implies(meet, t % residue == t2 % residue)),
+        ("instances with t equal mod D (and the other ids equal) meet at one element",
+         z3.Implies(z3.And(t % residue == t2 % residue, same), meet)),
+    ]
+
+    def decode(zm, violated):
+        wit = {"shapes": W.shapes(model, zm), "violated": violated,
+               "first": {str(v): value(zm, v) for v in args},
+               "second": {str(v): value(zm, sub(v)) for v in args}}
+        return (f"counter {a.tensor.name} at {a.op.loc}, in the grid-stride loop at "
+                f"{loop.op.loc}, may not be reached by exactly wrap instances at each element "
+                f"({'; '.join(violated)}): instances {wit['first']} and {wit['second']}"), wit
+    return Obligation("atomic.tickets", a.op.loc, f"counter {a.tensor.name} at {a.op.loc}",
+                      prem, claims, decode,
+                      fix="walk the loop as ag.range(pid, S * D, programs) and index the "
+                          "counter by t % D (t = slice * D + unit), with wrap = S")
+
+
+def _applies(terms, t, kind) -> bool:
+    """Whether an application of `kind` (z3.Z3_OP_MOD, Z3_OP_IDIV) to t appears in `terms`."""
+    stack = list(terms)
+    while stack:
+        e = stack.pop()
+        if z3.is_app(e):
+            if e.decl().kind() == kind and e.num_args() == 2 and e.arg(0).eq(t):
+                return True
+            stack.extend(e.children())
+    return False
 
 
 def _mentions_ticket(p, model: Model) -> bool:

@@ -9,10 +9,10 @@ partial last wave (a few CTAs), bitwise equal to the two-kernel form (same order
 sums), the counters left at zero and a second call on them right again; seeded bugs (a slice
 skipped, a slice added twice, the ticket threshold one too low or one too high) caught by the
 interpreter (NaN partials not yet stored, or a wrong sum) and, for the ticket no arrival draws,
-by the verifier. The verifier proves C covered and stored once and the split's invariants of
-the two-kernel form; not atomic.tickets (a ticket drawn in the tail's runtime loop: the rule's
-gap, recorded here so this test fails once it is closed). NVRTC compiles it for sm_90a
-without spills, with the acq_rel fences and the atom.inc counter.
+by the verifier. The verifier proves the tickets (exactly S arrivals at each tail tile's
+counter, in the persistent walk's tail loop), C stored once, and the split's invariants of the
+two-kernel form; a counter shared by two tiles or counting S + 1 arrivals is caught. NVRTC
+compiles it for sm_90a without spills, with the acq_rel fences and the atom.inc counter.
 """
 
 from __future__ import annotations
@@ -163,34 +163,62 @@ def test_seeded_finish_bugs_are_caught_by_the_interpreter(kind, monkeypatch):
         assert torch.isnan(c).any() or err > 0.05, f"seeded bug {kind!r} not caught: {err}"
 
 
-def test_the_verifier_proves_the_fused_tail_but_its_ticket_counter():
-    """On the 128x256 2x1-cluster schedule: no element of C stored twice, by the full waves'
-    store and the finish's store together (the last ticket's guard: one arrival a counter
-    element), k-once per slice, A and B from one slice, each partial in its slice of P and P
-    covered, the counters touched by atomics only. The one error is atomic.tickets, whose
-    rule covers a counter reached once per program id, not a ticket drawn in the tail's
-    runtime loop (argus/verify/check_atomics.py; MoeSchedule.fused_finish has the same gap,
-    tests/moe/test_moe_verify.py); C's coverage by two store sites is unknown (store.coverage
-    checks one site). When the rule learns grid-stride loops this test fails: then the fused
-    tail may be compiled with the verifier's veto (argus/ops/split_k.py)."""
+def test_the_verifier_proves_the_fused_tail():
+    """On the 128x256 2x1-cluster schedule, 2 and 3 slices: the tickets (atomic.tickets'
+    grid-stride form: the tail loop starts at the cluster index and steps by the clusters, the
+    counter of tail tile q is reached by the slices t = part * tail + q, t mod tail = q, so
+    exactly S arrivals each), no element of C stored twice by the full waves' store and the
+    finish's store together (the last ticket's guard: one arrival a counter element), k-once
+    per slice, A and B from one slice, each partial in its slice of P and P covered, the
+    counters touched by atomics only. No error; the one unknown is C's coverage by two store
+    sites (store.coverage checks one site)."""
+    for splits in (2, 3):
+        s = GemmSchedule(stages=4, cluster_m=2, tail_splits=splits, tail_finish="fused")
+        report = verify.run(lower_only(gemm_kernel(tail_splits=splits, tail_fused=True), s=s))
+        assert not report.errors, "\n".join(str(d) for d in report.errors)
+        proven = {o.code for o in report.proven}
+        assert {"atomic.tickets", "store.once", "wgmma.k-once", "wgmma.agree", "store.coords",
+                "atomic.exclusive", "pipe.totals"} <= proven, proven
+        subjects = [o.subject for o in report.proven if o.code == "store.once"]
+        assert any(t.startswith("stores to C at ") and " and gemm.py:" in t
+                   for t in subjects), subjects
+        assert any(" of P stored at " in o.subject for o in report.proven
+                   if o.code == "store.coverage"), "P's coverage"
+        text = "\n".join(str(o) for o in report.proven)
+        assert "A.s == B.s" in text and "store to P" in text
+        unknown = [d for d in report.unknowns
+                   if not (d.code == "store.coverage" and "2 store sites" in d.message)]
+        assert not unknown, "\n".join(str(d) for d in unknown)
+
+
+def _miscounted(kind: str):
+    """_finish_tail with its counter wrong: 'shared' gives two tail tiles one counter (2S
+    arrivals), 'wrap+1' counts S + 1 arrivals that never come (the counter never resets and
+    no slice merges)."""
+    def finish_tail(C, partials, count, unit, q, wg, splits, *, bm, bn, rows, finish):
+        ag.fence()
+        cell = (q // 2, wg) if kind == "shared" else (q, wg)
+        wrap = splits + 1 if kind == "wrap+1" else splits
+        ticket = ag.atomic_fetch_add(count, cell, wrap=wrap)
+        with ag.when(ticket == wrap - 1):
+            ag.fence()
+            total = ag.load(partials, (0, q, wg * rows, 0), (rows, bn))
+            for piece in range(1, splits):
+                total = total + ag.load(partials, (piece, q, wg * rows, 0), (rows, bn))
+            ag.store(C, (*unit.batch, unit.m * bm + wg * rows, unit.n * bn), finish(total))
+    return finish_tail
+
+
+@pytest.mark.parametrize("kind,claim", [("shared", "is the same for two instances"),
+                                        ("wrap+1", "stop is D * wrap")])
+def test_the_verifier_catches_a_miscounted_ticket(kind, claim, monkeypatch):
+    monkeypatch.setattr(gemm_module, "_finish_tail", _miscounted(kind))
+    kernel = gemm_module.gemm_kernel.__wrapped__(ag.bf16, ag.bf16, "nk", False, 2,
+                                                 tail_fused=True)
     s = GemmSchedule(stages=4, cluster_m=2, tail_splits=2, tail_finish="fused")
-    report = verify.run(lower_only(gemm_kernel(tail_splits=2, tail_fused=True), s=s))
-    assert [d.code for d in report.errors] == ["atomic.tickets"], \
-        "\n".join(str(d) for d in report.errors)
-    assert "runtime loop" in str(report.errors[0])
-    proven = {o.code for o in report.proven}
-    assert {"store.once", "wgmma.k-once", "wgmma.agree", "store.coords", "atomic.exclusive",
-            "pipe.totals"} <= proven, proven
-    subjects = [o.subject for o in report.proven if o.code == "store.once"]
-    assert any(t.startswith("stores to C at ") and " and gemm.py:" in t for t in subjects), \
-        subjects
-    assert any(" of P stored at " in o.subject for o in report.proven
-               if o.code == "store.coverage"), "P's coverage"
-    text = "\n".join(str(o) for o in report.proven)
-    assert "A.s == B.s" in text and "store to P" in text
-    unknown = [d for d in report.unknowns
-               if not (d.code == "store.coverage" and "2 store sites" in d.message)]
-    assert not unknown, "\n".join(str(d) for d in unknown)
+    report = verify.run(lower_only(kernel, s=s))
+    wrong = [d for d in report.errors if d.code == "atomic.tickets"]
+    assert wrong and claim in wrong[0].message, "\n".join(str(d) for d in report.errors)
 
 
 def test_the_verifier_sees_a_ticket_no_arrival_draws(monkeypatch):
@@ -273,7 +301,7 @@ def test_ops_host_path_in_the_interpreter(monkeypatch):
 
     class Interpreted:
         def __init__(self, kernel, verify=None, **constexprs):
-            assert verify is False   # atomic.tickets' gap: without the verifier's veto
+            assert verify is None    # C written whole: with the verifier's veto
             self.kernel, self.constexprs = kernel, constexprs
 
         def __call__(self, *tensors):
