@@ -59,7 +59,7 @@ __all__ = ["Im2colGeometry", "im2col_kernel", "im2col_pixel_planes_kernel",
            "im2col_pixels_kernel", "im2col_pixels_span_kernel",
            "im2col_pixels_staged_kernel", "im2col_planes_kernel",
            "im2col_rows_kernel", "im2col_tile", "plane_slot", "planes_tile", "row_slot",
-           "rows_tile", "span_tile", "staged_pieces", "staged_reuse", "staged_rows"]
+           "rows_tile", "span_fits", "span_tile", "staged_pieces", "staged_reuse", "staged_rows"]
 
 
 @dataclass(frozen=True)
@@ -530,6 +530,15 @@ def span_tile(geom: Im2colGeometry, q: int, dtype: DType, planes: bool = False
     while bq > 32 and rows * length(bq) * dtype.bytes > SPAN_SMEM_MAX:
         bq -= 32
     return bq, lead, length(bq)
+
+
+def span_fits(geom: Im2colGeometry, q: int, dtype: DType, planes: bool = False) -> bool:
+    """Whether `span_tile`'s spans fit SPAN_SMEM_MAX (at 32 pixels a CTA if need be); a
+    filter too tall or wide for it (R * (32 * sw + S) * C elements) takes the staged gather
+    (argus.ops.conv's _Gather.of)."""
+    bq, _, length = span_tile(geom, q, dtype, planes)
+    rows = geom.r * (geom.channels if planes else 1)
+    return rows * length * dtype.bytes <= SPAN_SMEM_MAX
 
 
 def _span_origin(g: Im2colGeometry, X, A, BQ: int):

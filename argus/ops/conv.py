@@ -790,7 +790,7 @@ class _Gather:
         None when no kernel reads this x in place."""
         from argus.kernels.conv_im2col import (PIXELS_PER_CTA, Im2colGeometry, im2col_tile,
                                                plane_slot, planes_tile, row_slot, rows_tile,
-                                               span_tile)
+                                               span_fits, span_tile)
 
         N, C, H, W = x.shape
         K, _, R, S = weight.shape
@@ -804,11 +804,11 @@ class _Gather:
             slot = row_slot(geom)
             if IM2COL_GATHER == "pixels":
                 return cls("pixels", geom, slot, (R + 1) * slot, N, P, Q, (PIXELS_PER_CTA,))
-            if IM2COL_GATHER == "staged":
-                return cls("staged", geom, slot, (R + 1) * slot, N, P, Q, ())
-            if IM2COL_GATHER == "span":
+            if IM2COL_GATHER == "span" and span_fits(geom, Q, _IN[str(x.dtype)]):
                 return cls("span", geom, slot, (R + 1) * slot, N, P, Q,
                            span_tile(geom, Q, _IN[str(x.dtype)]))
+            if IM2COL_GATHER in ("staged", "span"):     # spans too large: staged
+                return cls("staged", geom, slot, (R + 1) * slot, N, P, Q, ())
             return cls("rows", geom, slot, (R + 1) * slot, N, P, Q, rows_tile(geom))
         if dw == 1 and x.stride(3) == 1:
             bq, cb, lb = planes_tile(geom)
@@ -817,12 +817,12 @@ class _Gather:
                 if IM2COL_GATHER == "pixels":
                     return cls("pixel_planes", geom, C * sp, (R + 1) * C * sp, N, P, Q,
                                (PIXELS_PER_CTA,), sp)
-                if IM2COL_GATHER == "staged":
-                    return cls("staged_planes", geom, C * sp, (R + 1) * C * sp, N, P, Q, (),
-                               sp)
-                if IM2COL_GATHER == "span":
+                if IM2COL_GATHER == "span" and span_fits(geom, Q, _IN[str(x.dtype)], True):
                     return cls("span_planes", geom, C * sp, (R + 1) * C * sp, N, P, Q,
                                span_tile(geom, Q, _IN[str(x.dtype)], planes=True), sp)
+                if IM2COL_GATHER in ("staged", "span"):
+                    return cls("staged_planes", geom, C * sp, (R + 1) * C * sp, N, P, Q, (),
+                               sp)
                 return cls("planes", geom, C * sp, (R + 1) * C * sp, N, P, Q, (bq, cb, lb),
                            sp)
         if W % sw:

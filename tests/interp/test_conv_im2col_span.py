@@ -34,6 +34,7 @@ from argus.kernels.conv_im2col import (
     im2col_pixels_staged_kernel,
     plane_slot,
     row_slot,
+    span_fits,
     span_tile,
 )
 from argus.ops import conv as conv_op
@@ -295,3 +296,17 @@ def test_sass_of_the_stem_loads_each_span_once():
 def _has_disassembler() -> bool:
     from argus.runtime.toolkit import find_tool
     return find_tool("nvdisasm") is not None or find_tool("cuobjdump") is not None
+
+
+def test_spans_too_large_take_the_staged_gather(monkeypatch):
+    """A filter whose spans pass SPAN_SMEM_MAX even at 32 pixels a CTA (63 x 63, stride 4,
+    C = 8, bf16: 63 spans of 1536 elements, 193 KB; NCHW: 504 of 256, 258 KB) is served by
+    the staged gather, which has no span buffer."""
+    monkeypatch.setattr(conv_op, "IM2COL_GATHER", "span")
+    geom = Im2colGeometry(63, 63, 4, 4, 0, 0, 1, 1, 8)
+    assert not span_fits(geom, 40, dtypes.bf16)
+    x = torch.zeros(1, 8, 219, 219).bfloat16().to(memory_format=torch.channels_last)
+    w = torch.zeros(4, 8, 63, 63).bfloat16()
+    assert conv_op._Gather.of(x, w, 4, 0, 1).kind == "staged"
+    assert conv_op._Gather.of(x.contiguous(), w, 4, 0, 1).kind == "staged_planes"
+    assert span_fits(STEM, 112, dtypes.bf16) and span_fits(ALEXNET, 55, dtypes.f32, True)
