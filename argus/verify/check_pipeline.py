@@ -452,7 +452,10 @@ def _where(wit: dict) -> str:
     if "cta" in wit:
         parts.append(f"CTA {wit['cta']}")
     if "role" in wit:
-        parts.append(f"{wit['role']} warpgroup {wit.get('warpgroup', 0)}")
+        parts.append(f"{wit['role']} warpgroup {wit.get('warpgroup', 0)}"
+                     + (f", thread {wit['thread']}" if "thread" in wit else ""))
+    elif "thread" in wit:
+        parts.append(f"thread {wit['thread']}")
     if "iteration" in wit:
         parts.append("iteration " + ", ".join(f"{v} of {k}" for k, v in wit["iteration"].items()))
     return "; ".join(parts)
@@ -517,6 +520,17 @@ def _protocol(model: Model, pipe: PipeInfo, p: StepInfo, c: StepInfo, lag: int, 
             else:
                 msg = (f"with {Tv} step(s) in total, the producer at step {Pv} and the "
                        f"consumer at step {Cv} both wait forever")
+            # who waits (O1, O3: the consumers; O2: the producer; a deadlock: both), from
+            # the steps' own roles (W.issuer), not names.who's lookup of the obligation's line
+            prod = W.issuer(p.site.role, "the elected thread")
+            cons = W.issuer(c.site.role, "every thread")
+            for k, v in (prod if kind == "O2" else cons)[0].items():
+                wit.setdefault(k, v)
+            if kind == "O4":
+                msg += f" (the producer: {prod[1]}; the consumers: {cons[1]})"
+            else:
+                msg += f" ({'the producer' if kind == 'O2' else 'the consumers'}: " \
+                       f"{(prod if kind == 'O2' else cons)[1]})"
             return msg, wit
         return decode
 

@@ -1,4 +1,5 @@
-"""reduce.coverage, reduce.mean, fill.identity, store.coords and ew.agree name the role,
+"""reduce.coverage, reduce.mean, fill.identity, store.coords, ew.agree and the pipeline
+protocol (pipe.slot, pipe.data / no-early-read / no-overwrite / deadlock) name the role,
 warpgroup and thread that run the reported op themselves, in the message and the witness (W.context: the site's role
 and the solver's warpgroup, "every thread" of a register op with thread 0 shown or the holder
 W.holder names; W.placed puts them into the message). Before, these families named no thread
@@ -61,3 +62,26 @@ def test_stores_and_elementwise_name_the_thread(no_line_lookup, factory, bug, co
                for d in errs), [d.message for d in errs]
     assert all("thread" in d.counterexample and "threads" in d.counterexample
                for d in errs), [d.counterexample for d in errs]
+
+
+PIPES = [("lowered/consumer_stage_off_by_one", "pipe.slot",
+          "consumer warpgroup 0, thread 0", "consumer"),
+         ("lowered/consumer_parity_flipped", "pipe.data",
+          "(the consumers: role 'consumer', warpgroup each of 0..1, every thread (thread 0))",
+          "consumer"),
+         ("lowered/producer_parity_not_inverted", "pipe.no-overwrite",
+          "(the producer: role 'producer', warpgroup 0, the elected thread (thread 0))",
+          "producer"),
+         ("lowered/in_flight_deadlock", "pipe.deadlock",
+          "(the producer: role 'producer', warpgroup 0, the elected thread (thread 0); the "
+          "consumers: role 'consumer'", "consumer")]
+
+
+@pytest.mark.parametrize("name,code,words,role", PIPES, ids=[p[0] for p in PIPES])
+def test_pipeline_protocol_names_who_waits(no_line_lookup, name, code, words, role):
+    errs = [d for d in verify.check(BY_NAME[name].build())
+            if d.severity == "error" and d.code == code]
+    assert errs, name
+    assert any(words in d.message for d in errs), [d.message for d in errs]
+    wit = next(d for d in errs if words in d.message).counterexample
+    assert wit.get("role") == role and "thread" in wit, wit
