@@ -79,6 +79,8 @@ def _block_heuristic(p: Fp8Problem) -> Fp8GemmSchedule:
         return Fp8GemmSchedule(bm=64, bn=64, consumers=1, stages=12, promote=True)
     if p.m <= 256:
         return Fp8GemmSchedule(bm=128, bn=64, stages=8, promote=True)
+    if p.tma_epilogue_ok and _split_smem_measured_best(p):
+        return _SPLIT_256_SMEM_TMA
     if p.tma_epilogue_ok and _split_measured_best(p):
         return _SPLIT_256_TMA
     bn = _block_widths(p)[0]
@@ -120,6 +122,24 @@ def fewest_sms(p: Fp8Problem, s: Fp8GemmSchedule) -> int:
     return min(_SMS, -(-sms // s.cluster_m) * s.cluster_m)
 
 
+# the split 128 x 256 with the block scales through shared memory (smem_scales: one TMA copy
+# of a stage's A scales instead of per-thread global loads; 3 stages beside them): on the H200
+# (2026-12-04, `gpu_fp8_bench.py --variants --graphs --rounds 3`, tree 675fb54) ahead of every
+# other block-scaled schedule at all five DeepSeek-V3 shapes, geomean 1083 TFLOP/s against the
+# split's 989 and the overlap's 981 (docs/perf/fp8.md)
+_SPLIT_256_SMEM_TMA = Fp8GemmSchedule(bn=256, stages=3, promote=True, n_split=2,
+                                      smem_scales=True, epilogue="tma")
+
+
+def _split_smem_measured_best(p: Fp8Problem) -> bool:
+    """Where _SPLIT_256_SMEM_TMA won on the H200: M = 4096 with N 2112-24576 and K
+    1536-16384 (4096x7168x2048 1153, 4096x24576x1536 1093, 4096x7168x16384 1118,
+    4096x2112x7168 910, 4096x4096x7168 1160 TFLOP/s; docs/perf/fp8.md). The rule is the box
+    around the wins over the default of the time: M >= 4096, N >= 2048 in whole 256-column
+    tiles (N = 2112 keeps its wave-filling width, 112, not in that run), any K."""
+    return p.m >= 4096 and p.n >= 2048 and p.n % 256 == 0
+
+
 def _split_measured_best(p: Fp8Problem) -> bool:
     """Where the split 128 x 256 (4 stages, TMA epilogue) beat the overlapped 128 x 128 on the
     H200 (docs/perf/fp8.md, --variants at 4dd5330, TFLOP/s split / overlap): 4096x7168x2048
@@ -148,7 +168,8 @@ def _block_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
             # docs/perf/fp8.md "DeepGEMM compared"): 941-1079 TFLOP/s at three of five
             # DeepSeek-V3 shapes on the H200 (--variants at 4dd5330), behind the overlap default
             # at the other two: a candidate until a rule separates the shapes
-            out += [_SPLIT_256_TMA, _SPLIT_256_TMA_C2] if p.tma_epilogue_ok else [_SPLIT_256]
+            out += ([_SPLIT_256_SMEM_TMA, _SPLIT_256_TMA, _SPLIT_256_TMA_C2]
+                    if p.tma_epilogue_ok else [_SPLIT_256])
             few = fewest_sms(p, _SPLIT_256_TMA_C2)
             if p.tma_epilogue_ok and few < _SMS and \
                     -(-p.m // 128) * -(-p.n // 256) > _SMS:
@@ -219,7 +240,9 @@ def promoted_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
     plain set; `scripts/gpu_fp8_bench.py --promote` tunes over these."""
     if p.block_scaled:
         return _block_candidates(p)
-    return _block_candidates(dataclasses.replace(p, block_scaled=True))
+    # the per-tensor kernel has no shared-memory block scales (smem_scales: a block-scale path)
+    return [s for s in _block_candidates(dataclasses.replace(p, block_scaled=True))
+            if not s.smem_scales]
 
 
 def load_cache(gpu: str) -> dict:

@@ -14,7 +14,7 @@ import argus as ag
 from argus import codegen
 from argus.compiler import lower_only
 from argus.kernels.gemm_fp8 import (Fp8GemmSchedule, gemm_fp8_blockscaled_kernel,
-                                    gemm_fp8_kernel)
+                                    gemm_fp8_blockscaled_smem_kernel, gemm_fp8_kernel)
 from argus.ops import fp8_schedules
 from argus.ops.fp8_schedules import Fp8Problem
 from argus.runtime import nvrtc_available
@@ -94,10 +94,15 @@ OUT = {"bf16": ag.bf16, "f16": ag.f16, "f32": ag.f32}
 
 @pytest.mark.parametrize("problem,schedule", BLOCK_CASES,
                          ids=[f"{p.out_dtype}-{s.bm}x{s.bn}-st{s.stages}-{s.epilogue}"
-                              f"-c{s.cluster_m}" for p, s in BLOCK_CASES])
+                              f"-c{s.cluster_m}{'-smem' if s.smem_scales else ''}"
+                              for p, s in BLOCK_CASES])
 def test_blockscaled_candidates_verify_clean(problem, schedule):
+    """Every candidate in the kernel the op runs it with (smem_scales: the shared-memory
+    scales kernel, scaled_matmul's choice)."""
     assert schedule.promote and (schedule.bn <= 160 or schedule.n_split == 2)
-    verify_clean(lower_only(gemm_fp8_blockscaled_kernel(OUT[problem.out_dtype]), s=schedule))
+    kernel = (gemm_fp8_blockscaled_smem_kernel if schedule.smem_scales else
+              gemm_fp8_blockscaled_kernel)
+    verify_clean(lower_only(kernel(OUT[problem.out_dtype]), s=schedule))
 
 
 def test_per_tensor_promotion_verifies_clean():
@@ -167,15 +172,21 @@ def test_block_candidates_are_legal_and_promote():
 
 
 def test_block_heuristic_picks_the_split_tile_where_it_measured_best():
-    """docs/perf/fp8.md (H200, --variants at 4dd5330): the split 128 x 256 beat the overlap
-    128 x 128 at 4096x7168x2048, 4096x7168x16384 and 4096x4096x7168, lost at
-    4096x24576x1536; shapes outside that box keep the overlap default (or their width)."""
-    split = {(4096, 7168, 2048), (4096, 7168, 16384), (4096, 4096, 7168), (8192, 7168, 2048)}
-    for m, n, k in split:
+    """docs/perf/fp8.md (H200, --variants --graphs --rounds 3 at 675fb54): the split 128 x 256
+    with shared-memory scales led every block-scaled schedule at the five DeepSeek-V3 shapes;
+    the default takes it at M >= 4096 with N >= 2048 in whole 256-column tiles. Before that
+    (4dd5330) the split with global scales beat the overlap at M >= 4096, N <= 7168, K >= 2048:
+    it stays the default where M is 4096 or more but N is under 2048. Elsewhere (N = 2112:
+    its wave-filling width; M < 4096) no split."""
+    smem = {(4096, 7168, 2048), (4096, 7168, 16384), (4096, 4096, 7168), (8192, 7168, 2048),
+            (4096, 24576, 1536), (4096, 7168, 1536)}
+    for m, n, k in smem:
         s = fp8_schedules.heuristic(Fp8Problem(m, n, k, "bf16", True, True))
-        assert (s.bn, s.n_split, s.epilogue, s.stages) == (256, 2, "tma", 4), (m, n, k)
-    for m, n, k in ((4096, 24576, 1536), (2048, 7168, 2048), (4096, 7168, 1536),
-                    (4096, 2112, 7168)):
+        assert (s.bn, s.n_split, s.epilogue, s.stages, s.smem_scales) == \
+            (256, 2, "tma", 3, True), (m, n, k)
+    s = fp8_schedules.heuristic(Fp8Problem(4096, 1024, 4096, "bf16", True, True))
+    assert (s.bn, s.n_split, s.stages, s.smem_scales) == (256, 2, 4, False)
+    for m, n, k in ((2048, 7168, 2048), (4096, 2112, 7168)):
         s = fp8_schedules.heuristic(Fp8Problem(m, n, k, "bf16", True, True))
         assert s.n_split == 1, (m, n, k)
     # the direct epilogue (f32 out) is not where it was measured: unchanged
