@@ -12,7 +12,7 @@
 #        s35tests pdl fp8default fp8vt untuned35 (2026-12-04's CPU-built work)
 #        s36tests fp8emu hd64var hdvar moepf moerule stemgather untuned36 (stop 36's CPU-built work)
 #        s37tests short37 fp8pt37 fp8prom gemmwave vt37 moerule stemgather (stop 37's CPU-built work)
-#        s38tests fp8pt38 moepre38 sweep38 fp8blk38 attnhost38 (stop 38's)
+#        s38tests fp8pt38 moepre38 sweep38 fp8blk38 attnhost38 tailconv38 (stop 38's)
 #        fp8pt (fp8 per-tensor against torch._scaled_mm), sweep36 (prefill: every head dim at 1k, 4k, 16k against cuDNN and flash)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k prefill64_4k fp8prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
@@ -166,6 +166,13 @@ for s in "${steps[@]}"; do
         --rounds 3 --only "overlap 128x128" "split 128x256 st4" "smem scales" "per-tensor" \
         --out "$OUT/fp8blk38" ;;
     attnhost38) run_step attnhost38 90 python3 -u scripts/gpu_attention_host.py --seq 1024 --fp8 ;;
+    tailconv38) run_step tailconv38tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_tail_fused_gpu.py tests/gpu/test_conv_im2col_pixels_gpu.py \
+        tests/gpu/test_store_shared_swizzled_gpu.py tests/gpu/test_fp8_smem_scales_gpu.py
+      run_step span38 120 env ARGUS_VERIFY=0 python3 -u scripts/gpu_conv_bench.py --stem --gather staged,span
+      run_step tail38 200 env ARGUS_VERIFY=0 python3 -u scripts/gpu_gemm_pingpong.py \
+        --shapes 2048x7168x2048,4096x14336x4096 --layouts NN,NT --check 1000x1500x1056 --schedules \
+        "GemmSchedule(stages=4, epilogue='tma', cluster_m=2, store_cols=128); GemmSchedule(stages=4, cluster_m=2); GemmSchedule(stages=4, cluster_m=2, tail_splits=2); GemmSchedule(stages=4, cluster_m=2, tail_splits=2, tail_finish='fused'); GemmSchedule(stages=4, cluster_m=2, tail_splits=8, tail_finish='fused')" ;;
     vt37) run_step vt37 120 python3 -u scripts/gpu_fp8_vt_bench.py --skip-words --keys 16,32 --time-mismatched --op ;;
     fp8vt) run_step fp8vt 90 python3 -u scripts/gpu_fp8_vt_bench.py --lengths 2048,8192,16384 ;;
     # owed by the 2026-12-03 10:15 session (no device time then): each ran only on the CPU
