@@ -44,6 +44,7 @@ from argus.ir import tag_ops as T
 from argus.ir.core import Kernel, Region
 from argus.ir.types import ScalarType, TileType
 from argus.verify import exprs
+from argus.verify import witness as W
 from argus.verify.obligation import Finding
 
 ZERO, NORM = ("zero",), ("norm",)
@@ -65,6 +66,7 @@ def _fold_findings(kernel: Kernel) -> list[Finding]:
     unfolded)."""
     defs = {r.id: op for op in kernel.walk() for r in op.results()}
     params = {p.value.id: p.name for p in kernel.params}
+    roles = W.roles_by_op(kernel)   # who runs a reported op (W.issuer)
     assigned: dict[int, list] = {}
     for op in kernel.walk():
         if isinstance(op, O.Assign):
@@ -132,8 +134,10 @@ def _fold_findings(kernel: Kernel) -> list[Finding]:
                     "softmax.stats", op.loc, subject, "violated",
                     f"the scale c = {const.value} is not positive: max(s) * c is then the "
                     f"row's minimum of s * c, not its maximum, so exp(s * c - m) is not <= 1 "
-                    f"(it overflows, and a masked -inf score gives +inf)",
-                    {"element": "every row", "scale": const.value},
+                    f"(it overflows, and a masked -inf score gives +inf) (in "
+                    f"{W.issuer(roles.get(id(op)), 'every thread')[1]})",
+                    {**W.issuer(roles.get(id(op)), "every thread")[0],
+                     "element": "every row", "scale": const.value},
                     fix="take the row max after scaling (max(s * c)), or fold only a "
                         "positive scale"))
             continue
@@ -150,8 +154,10 @@ def _fold_findings(kernel: Kernel) -> list[Finding]:
             f"the row max is taken of the raw scores and scaled after by the runtime scalar "
             f"c = {who}: max(s) * c is the max of s * c only for c > 0, which the kernel does "
             f"not check; launch it with {who} > 0 only (for c < 0 every exponent is >= 0 "
-            f"and overflows; a masked -inf score times c is +inf)",
-            {"element": "every row", "precondition": f"{who} > 0"},
+            f"and overflows; a masked -inf score times c is +inf) (in "
+            f"{W.issuer(roles.get(id(op)), 'every thread')[1]})",
+            {**W.issuer(roles.get(id(op)), "every thread")[0],
+             "element": "every row", "precondition": f"{who} > 0"},
             fix=f"state it, ag.require(ag.sym({who}) > 0, why), so that every launch checks "
                 f"it (argus.ops.attention runs any other scale unfolded: "
                 f"argus.ops.attention.for_scale), or take the row max after scaling"))
@@ -198,6 +204,7 @@ class _Flow:
         self.buf: dict[int, int] = {}        # smem view id -> buffer id
         self.defs: dict[int, object] = {r.id: op for op in kernel.walk() for r in op.results()}
         self.findings: list[Finding] = []
+        self.roles = W.roles_by_op(kernel)   # who runs a reported op (W.issuer)
         self.rel_at: dict = {}               # max token -> the exp lines made relative to it
         self.report = True
         self._seen: set = set()
@@ -250,8 +257,10 @@ class _Flow:
         if key in self._seen:
             return
         self._seen.add(key)
+        who, said = W.issuer(self.roles.get(id(op)), "every thread")
         self.findings.append(Finding("softmax.stats", op.loc, f"{op.NAME} at {op.loc}",
-                                     "violated", what, witness, fix=fix))
+                                     "violated", f"{what} (in {said})", {**who, **witness},
+                                     fix=fix))
 
     # -- the walk --------------------------------------------------------------------------
     def region(self, r: Region) -> None:

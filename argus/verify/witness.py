@@ -82,6 +82,14 @@ def _runners(model: Model, site: Site) -> str:
     return "every thread"
 
 
+def roles_by_op(kernel) -> dict[int, O.RoleOp]:
+    """id(op) -> the role whose body holds it (absent: outside warp specialization), for the
+    rules that judge ops without a solver model or a Site (softmax.stats): W.issuer(
+    table.get(id(op)), ...). By identity, as `_runners`: the caller keeps the kernel, which
+    owns the ops, alive with the table."""
+    return {id(x): r for r in kernel.walk() if isinstance(r, O.RoleOp) for x in r.body.walk()}
+
+
 def said(wit: dict[str, Any]) -> str:
     """Who runs the reported op, in words, from a witness W.context made (after any holder
     thread a decoder put in): "role 'consumer', warpgroup 1, thread 0" or "thread 0 of the

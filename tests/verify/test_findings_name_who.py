@@ -1,5 +1,5 @@
-"""reduce.coverage, reduce.mean, fill.identity, store.coords, ew.agree and the pipeline
-protocol (pipe.slot, pipe.data / no-early-read / no-overwrite / deadlock) name the role,
+"""reduce.coverage, reduce.mean, fill.identity, store.coords, ew.agree, softmax.stats and the
+pipeline protocol (pipe.slot, pipe.data / no-early-read / no-overwrite / deadlock) name the role,
 warpgroup and thread that run the reported op themselves, in the message and the witness (W.context: the site's role
 and the solver's warpgroup, "every thread" of a register op with thread 0 shown or the holder
 W.holder names; W.placed puts them into the message). Before, these families named no thread
@@ -21,7 +21,11 @@ BY_NAME = {m.name: m for m in CORPUS}
 CASES = [("fa_qonce/kv_skips_last", "reduce.coverage", "role 'consumer', warpgroup 0, thread"),
          ("fa_qonce/mask_fill_zero", "fill.identity",
           "in role 'consumer', warpgroup 0, every thread (thread 0)"),
-         ("online_softmax/blocks_skip_last", "reduce.coverage", "thread 0 of the CTA")]
+         ("online_softmax/blocks_skip_last", "reduce.coverage", "thread 0 of the CTA"),
+         ("fa_qonce/l_not_rescaled", "softmax.stats",
+          "(in role 'consumer', warpgroup 0, every thread (thread 0))"),
+         ("fa_qonce/no_final_division", "softmax.stats",
+          "(in role 'consumer', warpgroup 0, every thread (thread 0))")]
 
 
 @pytest.fixture
