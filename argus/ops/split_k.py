@@ -200,9 +200,19 @@ class TailSplitMatmul:
             plan = self.main.plan_for(a, b, out, a_s, b_s, partials, count)
             if not plan:
                 return None
+            # argus.ops.matmul replays this on whatever stream is current then: on another
+            # stream the plan is moved onto that stream's counters, since two replays of
+            # different outputs at once on two streams would otherwise draw tickets from one
+            # counter and a tile's last slice could sum partials not yet stored
+            device, plans = out.device, {_stream_key(out.device): plan}
 
             def fused(partials=partials, views=(a_s, b_s), count=count):  # they live with it
-                plan()
+                stream = _stream_key(device)
+                here = plans.get(stream)
+                if here is None:
+                    mine = self._counters_for(device)
+                    here = plans[stream] = plan.repointed({count.data_ptr(): mine.data_ptr()})
+                here()
             return fused
         self.main(a, b, out, a_s, b_s, partials)
         self.reduce(partials, out)
@@ -223,11 +233,20 @@ class TailSplitMatmul:
         matmul on two streams at once never share a counter (their arrivals would mix)."""
         import torch
 
-        key = (device.index, torch.cuda.current_stream(device).cuda_stream
-               if device.type == "cuda" else 0)
+        key = _stream_key(device)
         count = self._counters.get(key)
         if count is None:
             count = torch.zeros(self.tiles, self.schedule.consumers, dtype=torch.int32,
                                 device=device)
             self._counters[key] = count
         return count
+
+
+def _stream_key(device) -> tuple:
+    """(device index, torch's current raw stream on it; 0 off CUDA): whose counters a fused
+    tail finish launched now uses (`TailSplitMatmul._counters_for`)."""
+    import torch
+
+    if device.type != "cuda":
+        return device.index, 0
+    return device.index, torch.cuda.current_stream(device).cuda_stream

@@ -326,3 +326,57 @@ def test_ops_host_path_in_the_interpreter(monkeypatch):
             assert ((c.double() - exact).norm() / exact.norm()).item() < 4e-3
         (count,) = run._counters.values()
         assert count.shape == (run.tiles, s.consumers) and not count.any()
+
+
+def test_a_replay_on_another_stream_takes_that_streams_counters(monkeypatch):
+    """argus.ops.matmul replays the fused launch on whatever stream is current: two outputs'
+    replays running at once on two streams must not draw tickets from one counter (a tile's
+    last arrival could then be another launch's, and sum partials not yet stored). On a new
+    stream the plan is moved onto that stream's counters; on its own stream it is launched as
+    prepared. (Launch plans stubbed: what each replay launches with is recorded.)"""
+    import argus.compiler
+    from argus.ops.matmul import compiled_for
+
+    launched = []
+
+    class Plan:
+        def __init__(self, count):
+            self.count = count
+
+        def __call__(self):
+            launched.append(self.count)
+
+        def repointed(self, moved):
+            (old, new), = moved.items()
+            assert old == self.count
+            return Plan(new)
+
+    class Stubbed:
+        def __init__(self, kernel, verify=None, **constexprs):
+            pass
+
+        def __call__(self, *tensors):
+            pass
+
+        def plan_for(self, *tensors):
+            return Plan(tensors[-1].data_ptr())
+
+    stream = ["s1"]
+    monkeypatch.setattr(argus.compiler, "compile_kernel", Stubbed)
+    monkeypatch.setattr(split_k, "_stream_key", lambda device: (device.index, stream[0]))
+    s = _fs(bm=128, bn=64, stages=2, num_sms=4, tail_splits=2)
+    run = compiled_for(Problem(200, 300, 208, 1, "bf16", "bf16", "nk", True), s)
+    a, _, b = _operands("nk", 1, 200, 300, 208)
+    replay1 = run(a, b, torch.empty(200, 300, dtype=torch.bfloat16))
+    replay2 = run(a, b, torch.empty(200, 300, dtype=torch.bfloat16))
+    s1 = run._counters[(None, "s1")].data_ptr()
+    stream[0] = "s2"
+    replay2()
+    stream[0] = "s1"
+    replay1()
+    s2 = run._counters[(None, "s2")].data_ptr()
+    assert s1 != s2 and launched == [s2, s1], (launched, s1, s2)
+    stream[0] = "s2"
+    replay1()
+    replay2()
+    assert launched[2:] == [s2, s2] and len(run._counters) == 2
