@@ -37,6 +37,7 @@ costs a dictionary lookup and one launch (`_LAUNCHES`; with out=None also the al
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -209,7 +210,8 @@ def _tma_ready(t):
 # (77a82d4); on the H200 (2026-12-03 03:40 UTC) scripts/gpu_fp8_smem_diag2.sh trapped every
 # misaligned probe and passed every aligned one and the three smem GEMMs, and
 # tests/gpu/test_fp8_smem_scales_gpu.py passed 6 of 6. The interpreter now refuses a misaligned
-# copy (argus/runtime/interp/tma.py). A kill switch: False makes the op refuse the schedule.
+# copy (argus/runtime/interp/tma.py). A kill switch: False makes the op refuse a schedule the
+# caller passes with smem_scales, and run its own pick (the default since 940417e) without them.
 SMEM_SCALES_ON_DEVICE = True
 
 
@@ -316,8 +318,16 @@ def _scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, schedule, key):
     memo_key = (problem, a.device.index, schedule)
     memo = _CHOSEN.get(memo_key)
     compiled, smem_scales = memo if memo is not None else (None, False)
+    if compiled is not None and smem_scales and schedule is None and \
+            not SMEM_SCALES_ON_DEVICE:
+        compiled = None   # the kill switch turned off since the op picked smem scales
     if compiled is None:
         chosen = schedule or choose(problem, device_name(a.device))
+        if schedule is None and chosen.smem_scales and not SMEM_SCALES_ON_DEVICE:
+            # the op's own pick (the default at M >= 4096, or a tuned entry) under the kill
+            # switch: the same schedule with the scales read from global memory, not an
+            # error the caller cannot fix by dropping a schedule it never passed
+            chosen = dataclasses.replace(chosen, smem_scales=False)
         if chosen.epilogue == "tma" and not problem.tma_epilogue_ok:
             raise LaunchError(f"{_WHO}: the TMA-store epilogue needs a 16-bit output with "
                               f"16-byte aligned rows", fix="use Fp8GemmSchedule(epilogue='direct')")

@@ -277,3 +277,25 @@ def test_out_none_block_scales_replay_their_views(op):
         sm.scaled_matmul(a, w, scale_a, scale_b)
     assert op["checks"] == 1 and len(op["called"]) == 3
     assert {c[2] for c in op["called"]} == {scale_a.data_ptr()}
+
+
+def test_the_kill_switch_runs_the_ops_own_smem_pick_without_smem_scales(op, monkeypatch):
+    """The op's own pick may have smem_scales (the block-scaled default at M >= 4096 since
+    940417e, or a tuned entry): with the switch off it runs that schedule reading the scales
+    from global memory instead of refusing a schedule the caller never passed; one picked
+    before the switch went off is not replayed nor reused."""
+    a, w, _, _, out = _operands(128, 128, 512)
+    # row-major: the smem-scales kernel reads it in place, the other one from a copy
+    scale_a, scale_b = torch.ones(128, 4), torch.ones(1, 4)
+    smem = Fp8GemmSchedule(bm=128, bn=64, stages=4, promote=True, smem_scales=True)
+    monkeypatch.setattr(sm, "choose", lambda problem, gpu: smem)
+    sm.scaled_matmul(a, w, scale_a, scale_b, out=out)
+    sm.scaled_matmul(a, w, scale_a, scale_b, out=out)
+    assert op["compiled"] == [smem] and len(op["replayed"]) == 1
+    monkeypatch.setattr(sm, "SMEM_SCALES_ON_DEVICE", False)
+    for _ in range(2):
+        sm.scaled_matmul(a, w, scale_a, scale_b, out=out)
+    assert op["compiled"][1:] == [Fp8GemmSchedule(bm=128, bn=64, stages=4, promote=True)]
+    assert len(op["replayed"]) == 1 and len(op["called"]) == 3   # checked: scale_a copied
+    with pytest.raises(LaunchError, match="kill switch"):      # the caller's smem schedule
+        sm.scaled_matmul(a, w, scale_a, scale_b, out=out, schedule=smem)
