@@ -327,6 +327,65 @@ def test_an_explicit_schedule_is_part_of_the_signature(monkeypatch):
     assert len(attention_mod._ENTRIES) == 3 and len(fake.launched) == 5
 
 
+def _python_calls(fn, n=100) -> float:
+    """Python function calls per call of fn (cProfile; the launch's own work is stubbed)."""
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(n):
+        fn()
+    profile.disable()
+    return pstats.Stats(profile).total_calls / n
+
+
+def _count_checked_path(monkeypatch, module, name):
+    """Counts entries into module.name (the op's checked implementation) from here on."""
+    entered = {"n": 0}
+    real = getattr(module, name)
+
+    def counted(*args, **kw):
+        entered["n"] += 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(module, name, counted)
+    return entered
+
+
+def test_an_explicit_schedule_replays_like_none(monkeypatch):
+    """scripts/gpu_attention_host.py read 432 us a call with schedule= against 40.9 without
+    (H200, 675fb54): the replay must be what runs. With schedule= given, a repeated call never
+    enters the checked implementation (_run), costs the Python calls of a call without
+    schedule= (+ the schedule's __hash__ / __eq__), and an equal schedule built separately
+    (dataclasses.replace: another object) takes the same entry; a changed schedule is checked
+    and prepared once, then replays too."""
+    from argus.kernels.attention import default_schedule
+
+    calls, fake = _stub_the_device(monkeypatch)
+    fake.decode = False          # the launch stub's own Python calls stay out of the count
+    q, k, v = _qkv()
+    chosen = default_schedule(128, False, 128)
+    first = attention_mod.attention(q, k, v, schedule=chosen)
+    attention_mod.attention(q, k, v)
+    assert calls == {"check": 2, "prepare": 1}, "no schedule= is its own signature, one check"
+    entered = _count_checked_path(monkeypatch, attention_mod, "_run")
+    equal = dataclasses.replace(chosen)
+    assert equal == chosen and equal is not chosen
+    for schedule in (chosen, equal):
+        again = attention_mod.attention(q, k, v, schedule=schedule)
+        assert again.data_ptr() == first.data_ptr()
+    with_schedule = _python_calls(lambda: attention_mod.attention(q, k, v, schedule=equal))
+    without = _python_calls(lambda: attention_mod.attention(q, k, v))
+    assert entered["n"] == 0 and calls == {"check": 2, "prepare": 1}, (entered, calls)
+    assert with_schedule <= without + 3, \
+        f"{with_schedule} Python calls a repeated call with schedule=, {without} without"
+    assert len(attention_mod._ENTRIES) == 2
+
+    other = dataclasses.replace(chosen, fold_scale=not chosen.fold_scale)
+    for n in range(3):
+        attention_mod.attention(q, k, v, schedule=other)
+        assert entered["n"] == 1 and calls == {"check": 3, "prepare": 2}, (n, entered, calls)
+    assert len(attention_mod._ENTRIES) == 3
+
+
 # ----------------------------------------------------------------------------- attention_fp8
 
 fp8_mod = importlib.import_module("argus.ops.attention_fp8")
@@ -421,3 +480,26 @@ def test_fp8_cached_signature_still_checks_a_changed_call(monkeypatch, change, w
     fp8_mod.attention_fp8(q, k, v, **SCALES)
     with pytest.raises(LaunchError, match=words):
         fp8_mod.attention_fp8(*change(q, k, v), **SCALES)
+
+
+def test_fp8_an_explicit_schedule_replays(monkeypatch):
+    """attention_fp8 with schedule= repeats as without it: no check, no run_fp8, the V^T and
+    attention launches replayed; an equal schedule object hits the same entry, a changed one
+    is checked and prepared."""
+    from argus.kernels.attention import fp8_schedule
+
+    calls, fake = _stub_fp8(monkeypatch)
+    q, k, v = _qkv8()
+    chosen = fp8_schedule(128, False)
+    fp8_mod.attention_fp8(q, k, v, **SCALES, schedule=chosen)
+    assert calls == {"check": 1, "prepare": 1, "vt": 1}, calls
+    entered = _count_checked_path(monkeypatch, fp8_mod, "run_fp8")
+    launched = len(fake.launched)
+    for schedule in (chosen, dataclasses.replace(chosen)) * 2:
+        fp8_mod.attention_fp8(q, k, v, **SCALES, schedule=schedule)
+    assert entered["n"] == 0 and calls == {"check": 1, "prepare": 1, "vt": 1}, (entered, calls)
+    assert len(fake.launched) == launched + 8, "V^T and attention replayed each call"
+    other = dataclasses.replace(chosen, fold_scale=not chosen.fold_scale)
+    for _ in range(2):
+        fp8_mod.attention_fp8(q, k, v, **SCALES, schedule=other)
+    assert entered["n"] == 1 and calls["check"] == 2 and calls["prepare"] == 2, (entered, calls)
