@@ -11,6 +11,13 @@ call (about 75 us for 256 MB), the device idles inside the timed region and `mea
 op reads above its kernel (docs/perf/attention.md, 2026-12-03: hd128 S 2048 op 457-468 TFLOP/s,
 its prepared launch 541-563).
 
+Each timed window starts after gc.collect() and says what ran inside it: calls that entered the
+op's checked implementation (`checked`: attention's _run, attention_fp8's run_fp8; 0 when every
+call replayed) and Python's garbage collections by generation with their time (`gc`). On
+2026-12-04 (675fb54) `schedule=` read 432 us against 40.9 without; on the CPU, with the launch
+stubbed, both replay (tests/unit/test_attention_host.py), so the counters tell a checked path
+from a pause (a full collection in a process holding the traced kernels: 50-100+ ms).
+
     python3 -u scripts/gpu_attention_host.py [--seq 2048] [--causal] [--fp8]
 """
 
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import pstats
 import sys
@@ -40,6 +48,8 @@ def main() -> int:
 
     import argus.ops
     from argus.kernels.attention import default_schedule
+
+    timed = _Windows(host_us)
 
     S, D, H = args.seq, 128, 16
     B = max(1, 16384 // S)
@@ -82,25 +92,83 @@ def main() -> int:
 
         ours_fp8()
         torch.cuda.synchronize()
-        print(f"host us per call, attention_fp8: {host_us(ours_fp8):.1f}", flush=True)
+
+        def ours_fp8_schedule():
+            return argus.ops.attention_fp8(q8, k8, v8, q_scale=1.0, k_scale=1.0, v_scale=1.0,
+                                           causal=args.causal, schedule=chosen8)
+
+        from argus.kernels.attention import fp8_schedule
+        chosen8 = fp8_schedule(D, args.causal)
+        ours_fp8_schedule()
+        torch.cuda.synchronize()
+        print(f"host us per call, attention_fp8: {timed('fp8', ours_fp8)}, "
+              f"schedule= {timed('fp8 schedule=', ours_fp8_schedule)}", flush=True)
+    # schedule= first and again last: a pause that lands in one window shows as a difference
+    # between the two, a checked path in both (and in `checked`)
     print(f"host us per call, hd{D} S {S} B {B} causal {args.causal}: "
-          f"ours {host_us(ours):.1f}, ours schedule= {host_us(ours_schedule):.1f}, "
-          f"cuDNN SDPA {host_us(cudnn):.1f}, ours new buffers (a prepare each call) "
-          f"{host_us(ours_new_buffers, calls=80):.1f}", flush=True)
-    torch.cuda.synchronize()
-    torch.cuda._sleep(4_000_000_000)
-    profile = cProfile.Profile()
-    profile.enable()
-    for _ in range(300):
-        ours()
-    profile.disable()
-    torch.cuda.synchronize()
-    for key in ("tottime", "cumulative"):
-        out = io.StringIO()
-        pstats.Stats(profile, stream=out).sort_stats(key).print_stats(22)
-        print(f"== cProfile of 300 op calls, by {key}")
-        print("\n".join(line for line in out.getvalue().splitlines() if line.strip())[:6000])
+          f"ours schedule= {timed('schedule= (first)', ours_schedule)}, "
+          f"ours {timed('ours', ours)}, ours schedule= {timed('schedule=', ours_schedule)}, "
+          f"cuDNN SDPA {timed('cudnn', cudnn)}, ours new buffers (moved plans) "
+          f"{timed('new buffers', ours_new_buffers, calls=80)}", flush=True)
+    for label, fn, lines in (("op calls", ours, 22), ("op calls with schedule=", ours_schedule,
+                                                        14)):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(4_000_000_000)
+        gc.collect()
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(300):
+            fn()
+        profile.disable()
+        torch.cuda.synchronize()
+        for key in ("tottime", "cumulative"):
+            out = io.StringIO()
+            pstats.Stats(profile, stream=out).sort_stats(key).print_stats(lines)
+            print(f"== cProfile of 300 {label}, by {key}")
+            print("\n".join(line for line in out.getvalue().splitlines() if line.strip())[:6000])
     return 0
+
+
+class _Windows:
+    """host_us of a timed window, as text with what ran inside it: calls that entered the op's
+    checked implementation (argus.ops.attention._run, argus.ops.attention_fp8.run_fp8: a
+    repeated signature replays without them) and garbage collections by generation with the
+    milliseconds they took. gc.collect() first: a full collection pending from the warm-up's
+    compiles runs before the window, not inside it."""
+
+    def __init__(self, host_us):
+        import importlib
+        import time
+
+        self.host_us, self.checked, self.clock = host_us, 0, time.perf_counter
+        self.collections, self.gc_seconds, self.started = [0, 0, 0], 0.0, None
+        for name, function in (("argus.ops.attention", "_run"),
+                               ("argus.ops.attention_fp8", "run_fp8")):
+            module = importlib.import_module(name)
+            setattr(module, function, self._counted(getattr(module, function)))
+        gc.callbacks.append(self._gc)
+
+    def _counted(self, real):
+        def counted(*args, **kw):
+            self.checked += 1
+            return real(*args, **kw)
+        return counted
+
+    def _gc(self, phase, info):
+        if phase == "start":
+            self.started = self.clock()
+        elif self.started is not None:
+            self.collections[info["generation"]] += 1
+            self.gc_seconds += self.clock() - self.started
+            self.started = None
+
+    def __call__(self, label: str, fn, calls: int = 300) -> str:
+        gc.collect()
+        self.checked, self.collections, self.gc_seconds = 0, [0, 0, 0], 0.0
+        us = self.host_us(fn, calls=calls)
+        gen = "/".join(map(str, self.collections))
+        return (f"{us:.1f} (checked {self.checked}/{calls}, gc {gen} in "
+                f"{self.gc_seconds * 1e3:.1f} ms)")
 
 
 if __name__ == "__main__":
