@@ -159,7 +159,8 @@ class TailSplitMatmul:
     verifier proves its tickets (atomic.tickets' grid-stride form), C stored once by the full
     waves and the finish, and what it proves of the two-kernel form
     (tests/unit/test_tail_fused.py). The counters are zeroed once per (device, stream) and
-    left zero by every complete call, so a replayed launch and a captured graph reuse them."""
+    left zero by every complete call, so a replayed launch reuses them; a
+    captured graph gets its own, zeroed by a memset node of the graph (`_counters_for`)."""
 
     def __init__(self, problem, schedule, kernel, run, plain):
         from argus.compiler import compile_kernel  # loaded on first use, as ag.compile does
@@ -233,6 +234,13 @@ class TailSplitMatmul:
         matmul on two streams at once never share a counter (their arrivals would mix)."""
         import torch
 
+        if _capturing(device):
+            # a CUDA graph gets counters of its own, zeroed by a memset node of the graph (and
+            # freed with its other intermediates): graphs captured on one stream (torch.cuda.
+            # graph's shared default capture stream) and replayed at once on two streams would
+            # otherwise draw tickets from one counter
+            return torch.zeros(self.tiles, self.schedule.consumers, dtype=torch.int32,
+                               device=device)
         key = _stream_key(device)
         count = self._counters.get(key)
         if count is None:
@@ -250,3 +258,10 @@ def _stream_key(device) -> tuple:
     if device.type != "cuda":
         return device.index, 0
     return device.index, torch.cuda.current_stream(device).cuda_stream
+
+
+def _capturing(device) -> bool:
+    """Whether torch's current stream on `device` is capturing a CUDA graph."""
+    import torch
+
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()

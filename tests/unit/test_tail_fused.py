@@ -380,3 +380,19 @@ def test_a_replay_on_another_stream_takes_that_streams_counters(monkeypatch):
     replay1()
     replay2()
     assert launched[2:] == [s2, s2] and len(run._counters) == 2
+
+
+def test_a_captured_graph_gets_counters_of_its_own(monkeypatch):
+    """Two CUDA graphs captured on one stream (torch.cuda.graph's shared default capture
+    stream) and replayed at once on two streams must not share the fused finish's counters:
+    under capture each call takes fresh zeros (a memset node of its graph), never the
+    stream's kept set. (Capture stubbed: CPU tensors.)"""
+    s = _fs(bm=128, bn=64, stages=2, num_sms=4, tail_splits=2)
+    run = split_k.TailSplitMatmul.__new__(split_k.TailSplitMatmul)
+    run.tiles, run.schedule, run._counters = 2, s, {}
+    device = torch.device("cpu")
+    kept = run._counters_for(device)
+    monkeypatch.setattr(split_k, "_capturing", lambda device: True)
+    first, second = run._counters_for(device), run._counters_for(device)
+    assert len({kept.data_ptr(), first.data_ptr(), second.data_ptr()}) == 3
+    assert not first.any() and first.shape == (2, s.consumers) and len(run._counters) == 1
