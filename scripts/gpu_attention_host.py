@@ -11,12 +11,13 @@ call (about 75 us for 256 MB), the device idles inside the timed region and `mea
 op reads above its kernel (docs/perf/attention.md, 2026-12-03: hd128 S 2048 op 457-468 TFLOP/s,
 its prepared launch 541-563).
 
-Each timed window starts after gc.collect() and says what ran inside it: calls that entered the
-op's checked implementation (`checked`: attention's _run, attention_fp8's run_fp8; 0 when every
-call replayed) and Python's garbage collections by generation with their time (`gc`). On
-2026-12-04 (675fb54) `schedule=` read 432 us against 40.9 without; on the CPU, with the launch
-stubbed, both replay (tests/unit/test_attention_host.py), so the counters tell a checked path
-from a pause (a full collection in a process holding the traced kernels: 50-100+ ms).
+Each timed window starts after gc.collect() and says what ran inside it: the median and the
+longest call (a pause or a cost of every call), calls that entered the op's checked
+implementation (`checked`: attention's _run, attention_fp8's run_fp8; 0 when every call
+replayed) and Python's garbage collections by generation with their time (`gc`). On 2026-12-04
+(675fb54) `schedule=` read 432 us against 40.9 without; on the CPU, with the launch stubbed,
+both replay (tests/unit/test_attention_host.py), so the counters tell a checked path from a
+pause (a full collection in a process holding the traced kernels: 50-100+ ms).
 
     python3 -u scripts/gpu_attention_host.py [--seq 2048] [--causal] [--fp8]
 """
@@ -163,11 +164,22 @@ class _Windows:
             self.started = None
 
     def __call__(self, label: str, fn, calls: int = 300) -> str:
+        each = []
+
+        def call():
+            # each call's own time too: one pause (median low, max high) reads apart from a
+            # cost every call pays (median high)
+            t0 = self.clock()
+            fn()
+            each.append(self.clock() - t0)
+
         gc.collect()
         self.checked, self.collections, self.gc_seconds = 0, [0, 0, 0], 0.0
-        us = self.host_us(fn, calls=calls)
+        us = self.host_us(call, calls=calls)
         gen = "/".join(map(str, self.collections))
-        return (f"{us:.1f} (checked {self.checked}/{calls}, gc {gen} in "
+        each.sort()
+        return (f"{us:.1f} (median {each[len(each) // 2] * 1e6:.1f}, max "
+                f"{each[-1] * 1e6:.0f}; checked {self.checked}/{calls}, gc {gen} in "
                 f"{self.gc_seconds * 1e3:.1f} ms)")
 
 
