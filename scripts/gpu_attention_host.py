@@ -104,8 +104,8 @@ def main() -> int:
         torch.cuda.synchronize()
         print(f"host us per call, attention_fp8: {timed('fp8', ours_fp8)}, "
               f"schedule= {timed('fp8 schedule=', ours_fp8_schedule)}", flush=True)
-    # schedule= first and again last: a pause that lands in one window shows as a difference
-    # between the two, a checked path in both (and in `checked`)
+    # schedule= before and again after ours: a pause that lands in one window shows as a
+    # difference between the two, a checked path in both (and in `checked`)
     print(f"host us per call, hd{D} S {S} B {B} causal {args.causal}: "
           f"ours schedule= {timed('schedule= (first)', ours_schedule)}, "
           f"ours {timed('ours', ours)}, ours schedule= {timed('schedule=', ours_schedule)}, "
