@@ -12,7 +12,7 @@
 #        s35tests pdl fp8default fp8vt untuned35 (2026-12-04's CPU-built work)
 #        s36tests fp8emu hd64var hdvar moepf moerule stemgather untuned36 (stop 36's CPU-built work)
 #        s37tests short37 fp8pt37 fp8prom gemmwave vt37 moerule stemgather (stop 37's CPU-built work)
-#        s38tests fp8pt38 moepre38 sweep38 fp8blk38 attnhost38 tailconv38 (stop 38's)
+#        s38tests fp8pt38 moepre38 sweep38 fp8blk38 attnhost38 tailconv38 short38 (stop 38's)
 #        fp8pt (fp8 per-tensor against torch._scaled_mm), sweep36 (prefill: every head dim at 1k, 4k, 16k against cuDNN and flash)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k prefill64_4k fp8prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
@@ -173,6 +173,11 @@ for s in "${steps[@]}"; do
       run_step tail38 200 env ARGUS_VERIFY=0 python3 -u scripts/gpu_gemm_pingpong.py \
         --shapes 2048x7168x2048,4096x14336x4096 --layouts NN,NT --check 1000x1500x1056 --schedules \
         "GemmSchedule(stages=4, epilogue='tma', cluster_m=2, store_cols=128); GemmSchedule(stages=4, cluster_m=2); GemmSchedule(stages=4, cluster_m=2, tail_splits=2); GemmSchedule(stages=4, cluster_m=2, tail_splits=2, tail_finish='fused'); GemmSchedule(stages=4, cluster_m=2, tail_splits=8, tail_finish='fused')" ;;
+    # the persistent walk at short full-mask prefill, again (short37: +2-4% at 1k/2k full, -5 to
+    # -11% causal, one run)
+    short38) run_step short38 240 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py --dims 128,256 \
+        --lengths 1024,2048 --no-gqa --backends cudnn --kernel-only --variants \
+        default,default+persistent,default+persistent+earlyq --out "$OUT/short38" ;;
     vt37) run_step vt37 120 python3 -u scripts/gpu_fp8_vt_bench.py --skip-words --keys 16,32 --time-mismatched --op ;;
     fp8vt) run_step fp8vt 90 python3 -u scripts/gpu_fp8_vt_bench.py --lengths 2048,8192,16384 ;;
     # owed by the 2026-12-03 10:15 session (no device time then): each ran only on the CPU
