@@ -131,6 +131,15 @@ _SPLIT_256_SMEM_TMA = Fp8GemmSchedule(bn=256, stages=3, promote=True, n_split=2,
                                       smem_scales=True, epilogue="tma")
 
 
+def without_smem_scales(s: Fp8GemmSchedule) -> Fp8GemmSchedule:
+    """`s` reading its block scales from global memory: the default's smem split becomes the
+    split measured with global scales (4 stages: the A scales' shared memory is free), any
+    other schedule the same with smem_scales off."""
+    if s == _SPLIT_256_SMEM_TMA:
+        return _SPLIT_256_TMA
+    return dataclasses.replace(s, smem_scales=False)
+
+
 def _split_smem_measured_best(p: Fp8Problem) -> bool:
     """Where _SPLIT_256_SMEM_TMA won on the H200: M = 4096 with N 2112-24576 and K
     1536-16384 (4096x7168x2048 1153, 4096x24576x1536 1093, 4096x7168x16384 1118,

@@ -7,11 +7,15 @@ bf16 (default), fp16 or fp32. Two kinds of scales:
   block-scaled scale_a [M, K/128] float32 (one per token and 128-K block, "1x128") and scale_b
                [ceil(N/128), K/128] float32 (one per 128x128 weight block), the DeepSeek-V3 /
                DeepGEMM convention: a[i, k] is scaled by scale_a[i, k // 128] and b[j, k] by
-               scale_b[j // 128, k // 128]. K must be a multiple of 128. The kernel reads
-               scale_a MN-major (`scale_a.stride(0) == 1`, DeepGEMM's layout, e.g.
-               `scale_a.t().contiguous().t()`); a row-major scale_a is transposed into a copy
-               on every call. Each 128-K block's partial product is promoted into fp32 on the
-               CUDA cores with its scales (argus/kernels/gemm_fp8.py).
+               scale_b[j // 128, k // 128]. K must be a multiple of 128. Either layout of
+               scale_a is read in place by one of two kernels: MN-major (`scale_a.stride(0)
+               == 1`, DeepGEMM's layout, e.g. `scale_a.t().contiguous().t()`) by the kernel
+               that loads scales from global memory; row-major (K-major, K/128 a multiple of
+               4) by the one that stages them in shared memory (smem_scales), which the
+               default takes at M >= 4096, N >= 2048 (the faster one there on the H200,
+               docs/perf/fp8.md). A schedule that reads the other layout gets a copy of
+               scale_a on every call. Each 128-K block's partial product is promoted into
+               fp32 on the CUDA cores with its scales (argus/kernels/gemm_fp8.py).
 
 The arguments:
 
@@ -46,6 +50,7 @@ from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm_fp8 import (SCALE_BLOCK, Fp8GemmSchedule, gemm_fp8_blockscaled_kernel,
                                     gemm_fp8_blockscaled_smem_kernel, gemm_fp8_kernel)
+from argus.ops import fp8_schedules
 from argus.ops.fp8_schedules import Fp8Problem, choose
 from argus.ops.matmul import _overlap, _remember, device_name  # one definition for both
 from argus.runtime.args import check_on_one_gpu
@@ -175,6 +180,12 @@ def _block_scale_views(scale_a, scale_b):
     return at, bt
 
 
+def _kmajor_ready(t) -> bool:
+    """A block-scale tensor TMA reads K-major in place (`_kmajor_block_scales` copies any
+    other): row-major, rows 16-byte pitched, a 16-byte aligned start."""
+    return t.stride(-1) == 1 and (t.stride(0) * 4) % 16 == 0 and t.data_ptr() % 16 == 0
+
+
 def _kmajor_block_scales(scale_a, scale_b):
     """The smem-scales kernel's scale operands (`gemm_fp8_blockscaled_smem_kernel`): scale_a
     [M, K/128] and scale_b [N/128, K/128], each K-major with rows 16-byte pitched and a
@@ -185,7 +196,7 @@ def _kmajor_block_scales(scale_a, scale_b):
     out = []
     for t in (scale_a, scale_b):
         rows, kb = t.shape
-        if t.stride(-1) == 1 and (t.stride(0) * 4) % 16 == 0 and t.data_ptr() % 16 == 0:
+        if _kmajor_ready(t):
             out.append(t)
             continue
         padded = torch.zeros(rows, -(-kb // 4) * 4, dtype=t.dtype, device=t.device)
@@ -315,7 +326,9 @@ def _scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, schedule, key):
     out_type = _OUT[str(out.dtype)]
     a_ready, b_ready = _tma_ready(a), _tma_ready(b)
     problem = Fp8Problem(m, n, k, out_type.name, _aligned(out, out_type.bytes), block)
-    memo_key = (problem, a.device.index, schedule)
+    # which scale_a layout the caller passes decides the default's kernel (below)
+    kmajor_a = block and _kmajor_ready(scale_a)
+    memo_key = (problem, a.device.index, schedule, kmajor_a)
     memo = _CHOSEN.get(memo_key)
     compiled, smem_scales = memo if memo is not None else (None, False)
     if compiled is not None and smem_scales and schedule is None and \
@@ -327,7 +340,12 @@ def _scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, schedule, key):
             # the op's own pick (the default at M >= 4096, or a tuned entry) under the kill
             # switch: the same schedule with the scales read from global memory, not an
             # error the caller cannot fix by dropping a schedule it never passed
-            chosen = dataclasses.replace(chosen, smem_scales=False)
+            chosen = fp8_schedules.without_smem_scales(chosen)
+        elif schedule is None and chosen.smem_scales and not kmajor_a:
+            # the op's smem pick reads scale_a K-major; an MN-major scale_a (DeepGEMM's layout,
+            # the one the docstring asks for) would be copied on every call, which its H200
+            # measurement (K-major scales) did not pay: the split reading it in place instead
+            chosen = fp8_schedules.without_smem_scales(chosen)
         if chosen.epilogue == "tma" and not problem.tma_epilogue_ok:
             raise LaunchError(f"{_WHO}: the TMA-store epilogue needs a 16-bit output with "
                               f"16-byte aligned rows", fix="use Fp8GemmSchedule(epilogue='direct')")

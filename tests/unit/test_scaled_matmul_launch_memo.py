@@ -299,3 +299,27 @@ def test_the_kill_switch_runs_the_ops_own_smem_pick_without_smem_scales(op, monk
     assert len(op["replayed"]) == 1 and len(op["called"]) == 3   # checked: scale_a copied
     with pytest.raises(LaunchError, match="kill switch"):      # the caller's smem schedule
         sm.scaled_matmul(a, w, scale_a, scale_b, out=out, schedule=smem)
+
+
+def test_the_ops_smem_pick_follows_the_callers_scale_a_layout(op, monkeypatch):
+    """The op's own smem-scales pick (the block-scaled default at M >= 4096) reads scale_a
+    K-major; an MN-major scale_a (DeepGEMM's layout, the docstring's advice) would be copied on
+    every call, so the op runs the split that reads it in place (review of 940417e). A
+    schedule the caller passes is run as given."""
+    from argus.ops import fp8_schedules
+
+    a, w, _, _, out = _operands(128, 128, 512)
+    smem = fp8_schedules._SPLIT_256_SMEM_TMA
+    monkeypatch.setattr(sm, "choose", lambda problem, gpu: smem)
+    kmajor = torch.ones(128, 4)
+    mn_major = torch.ones(4, 128).t()          # scale_a.stride(0) == 1
+    scale_b = torch.ones(1, 4)
+    sm.scaled_matmul(a, w, kmajor, scale_b, out=out)
+    sm.scaled_matmul(a, w, mn_major, scale_b, out=out)
+    assert op["compiled"] == [smem, fp8_schedules._SPLIT_256_TMA]
+    assert not op["compiled"][1].smem_scales and op["compiled"][1].stages == 4
+    sm.scaled_matmul(a, w, mn_major, scale_b, out=out, schedule=smem)   # as given
+    assert op["compiled"][2] == smem
+    # the two layouts keep their own kernels: K-major again is not recompiled
+    sm.scaled_matmul(a, w, torch.ones(128, 4), scale_b, out=out)
+    assert len(op["compiled"]) == 3
