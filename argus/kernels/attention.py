@@ -365,6 +365,10 @@ TWO_CTAS_64 = {False: 1024, True: 4096}
 # causal head_dim 256 at lo < seq_len <= hi: tile_order "lpt" + own_blocks (the op gained at
 # 4k; at 1k the kernel alone gained but the op's call lost in two runs of 2026-12-04)
 LPT_OWN_CAUSAL_256 = (1024, 4096)
+# head_dim 128 / 256, full mask: the persistent walk up to this query length, with Q released
+# early (early_q_release) up to PERSISTENT_EARLYQ_FULL (default_schedule's docstring)
+PERSISTENT_FULL = 2048
+PERSISTENT_EARLYQ_FULL = 1024
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of its arguments, asked on every op call
@@ -415,6 +419,14 @@ def default_schedule(head_dim: int, causal: bool = False,
       op's calls: 4k 512 against 481, but 1k 312 against 381, and 317 against 376 in the
       07:05 sweep with it as the default, so 1k keeps FA3's order. At head_dim 128 "lpt" lost
       (4k full 501 against 611, 4k causal 540 against 562): not taken there.
+    * head_dim 128 and 256, full mask, seq_len <= PERSISTENT_FULL (2k): the persistent walk,
+      with Q released early (early_q_release, FA3's QueryEmpty point: the next tile's Q loads
+      under this tile's last P V and O store) at seq_len <= PERSISTENT_EARLYQ_FULL (1k). Two
+      H200 runs on 2026-12-04 (`gpu_round2.sh short37` / `short38`, 457e8f7 / 3d815cc,
+      kernels alone, default / +persistent / +persistent+earlyq): hd128 1k 540 / 560 / 581 and
+      542 / 559 / 588; hd128 2k 572 / 577 / 528 and 582 / 592 / 606; hd256 1k 527 / 546 / 550
+      and 528 / 548 / 551; hd256 2k 612 / 635 / 626 and 596 / 620 / 631. The walk lost under
+      causal masks in both runs (-5 to -11%; hd256 2k 354 against 533): not taken there.
     seq_len None (unknown) takes the long-sequence choice.
 
     Every choice takes the softmax diet (approx_exp2 + fold_scale): on the H200 (2026-12-02
@@ -435,6 +447,10 @@ def default_schedule(head_dim: int, causal: bool = False,
         if head_dim == 256 and causal and seq_len is not None and \
                 LPT_OWN_CAUSAL_256[0] < seq_len <= LPT_OWN_CAUSAL_256[1]:
             choice = dataclasses.replace(choice, tile_order="lpt", own_blocks=True)
+        if not causal and seq_len is not None and seq_len <= PERSISTENT_FULL:
+            # short full-mask prefill: each CTA's next tile starts under this one's epilogue
+            choice = dataclasses.replace(choice, persistent=True,
+                                         early_q_release=seq_len <= PERSISTENT_EARLYQ_FULL)
     return dataclasses.replace(choice, approx_exp2=True, fold_scale=True)
 
 

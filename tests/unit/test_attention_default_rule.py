@@ -64,6 +64,37 @@ MEASURED = {
     # 404): the op lost with lpt, so this row judges by what a user's call gets
     ("s36", 256, 1024, True): {"fa3": 381, "fa3+lpt": 279, "fa3+own": 389, "fa3+lpt+own": 312},
     ("s36", 256, 4096, True): {"fa3": 571, "fa3+lpt": 620, "fa3+own": 570, "fa3+lpt+own": 616},
+    # short37 / short38: 2026-12-04 ~13:50 and ~14:45 UTC, trees 457e8f7 / 3d815cc
+    # (`gpu_round2.sh short37` / `short38`, kernels alone; "fa3" is that day's default column:
+    # FA3's order with the diet, hd128 storing O by TMA)
+    ("short37", 128, 1024, False): {"fa3": 540, "fa3+persistent": 560,
+                                    "fa3+persistent+earlyq": 581, "fa3+earlyq": 542},
+    ("short38", 128, 1024, False): {"fa3": 542, "fa3+persistent": 559,
+                                    "fa3+persistent+earlyq": 588},
+    ("short37", 128, 2048, False): {"fa3": 572, "fa3+persistent": 577,
+                                    "fa3+persistent+earlyq": 528, "fa3+earlyq": 542},
+    ("short38", 128, 2048, False): {"fa3": 582, "fa3+persistent": 592,
+                                    "fa3+persistent+earlyq": 606},
+    ("short37", 256, 1024, False): {"fa3": 527, "fa3+persistent": 546,
+                                    "fa3+persistent+earlyq": 550, "fa3+earlyq": 528},
+    ("short38", 256, 1024, False): {"fa3": 528, "fa3+persistent": 548,
+                                    "fa3+persistent+earlyq": 551},
+    ("short37", 256, 2048, False): {"fa3": 612, "fa3+persistent": 635,
+                                    "fa3+persistent+earlyq": 626, "fa3+earlyq": 606},
+    ("short38", 256, 2048, False): {"fa3": 596, "fa3+persistent": 620,
+                                    "fa3+persistent+earlyq": 631},
+    ("short37", 128, 1024, True): {"fa3": 388, "fa3+persistent": 346,
+                                   "fa3+persistent+earlyq": 363, "fa3+earlyq": 383},
+    ("short38", 128, 1024, True): {"fa3": 388, "fa3+persistent": 345,
+                                   "fa3+persistent+earlyq": 365},
+    ("short37", 128, 2048, True): {"fa3": 483, "fa3+persistent": 461,
+                                   "fa3+persistent+earlyq": 471, "fa3+earlyq": 474},
+    ("short38", 128, 2048, True): {"fa3": 478, "fa3+persistent": 466,
+                                   "fa3+persistent+earlyq": 486},
+    ("short37", 256, 1024, True): {"fa3": 374, "fa3+persistent": 344,
+                                   "fa3+persistent+earlyq": 350, "fa3+earlyq": 376},
+    ("short38", 256, 1024, True): {"fa3": 376, "fa3+persistent": 348,
+                                   "fa3+persistent+earlyq": 353},
 }
 
 

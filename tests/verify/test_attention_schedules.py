@@ -38,11 +38,13 @@ CASES = [
 ]
 
 
-# every schedule default_schedule can return, by (head_dim, causal, query length): the
-# query length matters only for causal head dim 64 (short queries take another schedule)
+# every schedule default_schedule can return, by (head_dim, causal, query length): short
+# queries take other schedules (two CTAs at head dim 64; the persistent walk, with Q released
+# early up to 1k, under full masks at 128 and 256; lpt + own blocks for causal 256)
 DEFAULTS = [(64, False, None), (64, True, None), (64, True, SHORT_CAUSAL_64), (64, False, 1024),
             (128, False, None), (128, True, None), (256, False, None), (256, True, None),
-            (256, True, 4096)]
+            (256, True, 4096), (128, False, 1024), (128, False, 2048), (256, False, 1024),
+            (256, False, 2048)]
 
 
 def _assert_clean(report, epilogue: str = "direct", head_dim: int = 64) -> None:
