@@ -47,21 +47,28 @@ def load(m: _Interp, g: _Group, op: O.Load) -> None:
     g.env[op.result.id] = m._box(op.tensor, offs, op.result.type.shape, op.other)
 
 
-@rule(O.Gather)
-def gather(m: _Interp, g: _Group, op: O.Gather) -> None:
-    """Element i reads the tensor at the indices' element i (broadcast); an index outside its
-    dim reads `other`, as the load's bounds do."""
-    src = m.tensors[op.tensor.id]
+def _gathered(m: _Interp, g: _Group, op, src: np.ndarray, dtype) -> np.ndarray:
+    """The gather's result: element i reads `src` at the indices' element i (broadcast to the
+    result's shape); an index outside its dim of `src` reads `op.other`."""
     shape = op.result.type.shape
     idx = [np.broadcast_to(np.asarray(m.val(g, ix), dtype=np.int64), shape)
            for ix in op.indices]
     inside = np.ones(shape, dtype=bool)
     for ix, n in zip(idx, src.shape):
         inside &= (ix >= 0) & (ix < n)
-    # float tensors widen to float32 registers; integer ones keep their type (exact), as _box
-    out = np.full(shape, op.other, dtype=np.float32 if src.dtype.kind == "f" else src.dtype)
+    out = np.full(shape, op.other, dtype=dtype)
     out[inside] = src[tuple(ix[inside] for ix in idx)]
-    g.env[op.result.id] = out
+    return out
+
+
+@rule(O.Gather)
+def gather(m: _Interp, g: _Group, op: O.Gather) -> None:
+    """Element i reads the tensor at the indices' element i (broadcast); an index outside its
+    dim reads `other`, as the load's bounds do."""
+    src = m.tensors[op.tensor.id]
+    # float tensors widen to float32 registers; integer ones keep their type (exact), as _box
+    g.env[op.result.id] = _gathered(m, g, op, src,
+                                    np.float32 if src.dtype.kind == "f" else src.dtype)
 
 
 @rule(O.SmemGather)
@@ -69,16 +76,7 @@ def smem_gather(m: _Interp, g: _Group, op: O.SmemGather) -> None:
     """Element i reads the view at the indices' element i, `other` outside the view (an
     element never written reads NaN, as every shared read: a missing barrier or write shows
     up in the result)."""
-    src = m.val(g, op.src).array()
-    shape = op.result.type.shape
-    idx = [np.broadcast_to(np.asarray(m.val(g, ix), dtype=np.int64), shape)
-           for ix in op.indices]
-    inside = np.ones(shape, dtype=bool)
-    for ix, n in zip(idx, src.shape):
-        inside &= (ix >= 0) & (ix < n)
-    out = np.full(shape, op.other, dtype=np.float32)
-    out[inside] = src[tuple(ix[inside] for ix in idx)]
-    g.env[op.result.id] = out
+    g.env[op.result.id] = _gathered(m, g, op, m.val(g, op.src).array(), np.float32)
 
 
 @rule(O.LoadScalar)

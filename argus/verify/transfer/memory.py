@@ -20,6 +20,8 @@ TMA copies of the matching pipeline step), never a later one.
 
 from __future__ import annotations
 
+import dataclasses
+
 import z3
 
 from argus.ir import ops as O
@@ -72,62 +74,67 @@ def load(m: Model, op: O.Load, scopes, role, counters, following) -> None:
     m._set_tile(op.result, fn, op, f"a tile of {info.name} loaded at {op.loc}")
 
 
-def gather(m: Model, op: O.Gather, scopes, role, counters, following) -> None:
-    # element i carries the tags of the tensor element its indices name: an index tile's
-    # `value` field where the model knows it (arithmetic on aranges and scalars), else an
-    # unknown coordinate (fresh: nothing is claimed about which element it read)
-    info = m.tensors[op.tensor.id]
-    site = m._site(op, scopes, role)
-    loops = site.loops()
-    it = loops[-1].var if loops else None
+def _index_parts(m: Model, indices) -> list:
+    """(the model's tile or scalar, the tile's shape or None) of each gather index."""
     parts = []
-    for ix in op.indices:
+    for ix in indices:
         if isinstance(ix.type, TileType):
             parts.append((m.tile(ix), ix.type.shape))
         else:
             parts.append((m.scalar(ix), None))
+    return parts
+
+
+def _index_coords(parts, idx, unknown: str) -> list:
+    """The coordinates gather element `idx` reads: a scalar index as it is, an index tile's
+    `value` field at idx (broadcast: a dim of extent 1 at 0) where the model knows it
+    (arithmetic on aranges and scalars), else a fresh variable named `unknown` (nothing is
+    claimed about which element it read)."""
+    coords = []
+    for x, shape in parts:
+        if shape is None:
+            coords.append(x)
+            continue
+        v = x.fn(tuple(z3.IntVal(0) if s == 1 else c
+                       for c, s in zip(idx, shape))).fields.get("value")
+        coords.append(v.term if v is not None else fresh_int(unknown))
+    return coords
+
+
+def gather(m: Model, op: O.Gather, scopes, role, counters, following) -> None:
+    # element i carries the tags of the tensor element its indices name (_index_coords);
+    # past the tensor's edge it reads `other`: element_record's record is undefined there
+    info = m.tensors[op.tensor.id]
+    site = m._site(op, scopes, role)
+    loops = site.loops()
+    it = loops[-1].var if loops else None
+    parts = _index_parts(m, op.indices)
 
     def fn(idx, info=info, parts=parts, it=it):
-        coords = []
-        for x, shape in parts:
-            if shape is None:
-                coords.append(x)
-                continue
-            v = x.fn(tuple(z3.IntVal(0) if s == 1 else c
-                           for c, s in zip(idx, shape))).fields.get("value")
-            coords.append(v.term if v is not None else fresh_int("gather_index"))
-        return m.element_record(info, tuple(coords), it=it,
+        return m.element_record(info, tuple(_index_coords(parts, idx, "gather_index")), it=it,
                                 source=f"{info.name}[...] gathered at {op.loc}")
     m._set_tile(op.result, fn, op, f"a tile of {info.name} gathered at {op.loc}")
 
 
 def smem_gather(m: Model, op: O.SmemGather, scopes, role, counters, following) -> None:
     # a shared read as ldmatrix's (the smem race and ownership checks see it), element i
-    # resolved against the buffer's writes at the view element its indices name (the index
-    # tiles' `value` fields; an unknown index: an unknown element, nothing claimed). Outside
-    # the view it reads `other`: the record of an element past the view's edge is the
-    # clipped one, so a claim about it is only as strong as the index facts
+    # resolved against the buffer's writes at the view element its indices name
+    # (_index_coords). Outside the view it reads `other` (codegen guards each index by the
+    # view's rows and columns): its record is undefined there, as a load's past a tensor's
+    # edge, so nothing is claimed of it. read_smem alone would not give that: a row outside
+    # a sub-view (`rows_slice`) may be a row of the buffer another write covers, whose
+    # tags would stand for a value the gather never reads (tests/unit/test_smem_gather.py)
     site = m._site(op, scopes, role)
     view = m.views[op.src.id]
     if m._recording:
         m.reads.append(ReadSite("smem-gather", op, site, view))
-    parts = []
-    for ix in op.indices:
-        if isinstance(ix.type, TileType):
-            parts.append((m.tile(ix), ix.type.shape))
-        else:
-            parts.append((m.scalar(ix), None))
+    parts = _index_parts(m, op.indices)
 
     def fn(idx, view=view, parts=parts, site=site):
-        coords = []
-        for x, shape in parts:
-            if shape is None:
-                coords.append(_num(x))
-                continue
-            v = x.fn(tuple(z3.IntVal(0) if s == 1 else c
-                           for c, s in zip(idx, shape))).fields.get("value")
-            coords.append(v.term if v is not None else fresh_int("smem_gather_index"))
-        return through(m.read_smem(view, tuple(coords), site),
+        r, c = (_num(x) for x in _index_coords(parts, idx, "smem_gather_index"))
+        rec = m.read_smem(view, (r, c), site)
+        inside = z3.And(r >= 0, r < view.rows, c >= 0, c < view.cols)
+        return through(dataclasses.replace(rec, defined=z3.And(inside, rec.defined)),
                        f"the shared view gathered at {op.loc}")
     m._set_tile(op.result, fn, op, f"a tile gathered from shared memory at {op.loc}")
 
