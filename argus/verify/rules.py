@@ -139,9 +139,10 @@ _RULES = [
     Rule("sync.exchange", "a gather from a shared view (ag.gather of a buffer the group "
          "wrote with store_shared) comes after a group barrier that follows the buffer's "
          "writes, and the buffer's next write after a barrier that follows the gather: the "
-         "threads read elements other threads wrote", (11,), "arith",
+         "threads read elements other threads wrote (a buffer another role writes is "
+         "never proven: no barrier orders two roles' generic accesses)", (11,), "arith",
          "a group barrier between the writes and the gather, and between the gather and the "
-         "next write (lower/sync.py places them)"),
+         "next write (lower/sync.py places them); the writes in the gathering role"),
     Rule("sync.fixpoint", "the sync check of a loop settles (else its findings are unknown)",
          (), "arith", "report the kernel: the loop's pending state did not converge"),
     Rule("smem.race", "no two warpgroups touch the same shared bytes unordered (one of them "
