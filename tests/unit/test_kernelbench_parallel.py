@@ -639,6 +639,14 @@ def test_level_summary_counts_and_geomeans():
     assert math.isclose(r1["geomean_eager"], math.sqrt(2.0 * 0.5))
     assert math.isclose(r1["geomean_compile"], 1.5)
     assert (r2["strict"], r2["relaxed"]) == (1, 1) and math.isclose(r2["geomean_eager"], 3.0)
+    # the relaxed track's geomean: the strict passes' speedups and a relaxed-only pass's (the
+    # judge times those whose only strict failure is precision); never PyTorch's own work
+    relaxed_timed = j("L1/3", 1, False, True, "yes", 8.0)
+    (r1b, _) = level_rows({1: ["L1/1", "L1/2", "L1/3", "L1/4", "L1/5", "L1/6"], 2: ["L2/1"]},
+                          [relaxed_timed if x.task == "L1/3" else x for x in js])
+    assert math.isclose(r1b["geomean_eager"], math.sqrt(2.0 * 0.5))      # strict: unchanged
+    assert r1b["timed_relaxed"] == 3 and \
+        math.isclose(r1b["geomean_eager_relaxed"], (2.0 * 0.5 * 8.0) ** (1 / 3))
     text = markdown(rows)
     assert "2/6 (33%)" in text and "1.00x" in text
 

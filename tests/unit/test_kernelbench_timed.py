@@ -125,3 +125,42 @@ def test_the_precision_class_counts_the_timed_calls(tmp_path):
     assert zeros.precision == "worse than bf16", zeros.precision
     assert bf16.reasons == ("imprecise",) and bf16.correct_relaxed, (bf16.reasons, bf16.detail)
     assert not bf16.solved and bf16.precision == "bf16", bf16.precision
+
+
+BF16_ALWAYS = """
+import torch
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x).to(torch.bfloat16).to(x.dtype)    # bf16-accurate everywhere
+"""
+
+OFF_BY_ONE = """
+import torch
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) + 1.0
+"""
+
+
+@needs_tasks
+def test_a_relaxed_pass_is_timed_and_a_wrong_answer_is_not(tmp_path):
+    """The relaxed track's speed bar needs the speed of a pass whose only strict failure is
+    its precision (an fp32 task as a tf32 product): the judge times it (the strict geomeans
+    still count strict passes only: summary.level_rows). A wrong answer is never timed."""
+    from argus.bench.kernelbench.judge import judge_with
+    from argus.bench.kernelbench.shrink import SizeBudget
+
+    (tmp_path / "bf16.py").write_text(BF16_ALWAYS)
+    (tmp_path / "wrong.py").write_text(OFF_BY_ONE)
+    options = JudgeOptions(device="cpu", timeout_s=180, cpu_timing=True, trials=10, warmup=1,
+                           cpu_budget=SizeBudget(elements=1 << 16, flops=5e7))
+    with ReferenceSession(discover(KB_DIR, levels=[1], ids=[19])[0], options) as session:
+        bf16 = judge_with(session, tmp_path / "bf16.py")
+        wrong = judge_with(session, tmp_path / "wrong.py")
+    assert bf16.reasons == ("imprecise",) and bf16.correct_relaxed, (bf16.reasons, bf16.detail)
+    assert bf16.timing is not None and bf16.timing["median_ms"] > 0
+    assert not wrong.correct_relaxed and wrong.timing is None
