@@ -58,7 +58,8 @@ from argus.runtime.args import check_on_one_gpu
 _OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
 _FP8 = "torch.float8_e4m3fn"
 _WHO = "argus.ops.scaled_matmul"
-# Per-process memo of (problem, device, schedule) -> (compiled kernel, smem_scales) (bounded:
+# Per-process memo of (problem, device, schedule, scale_a K-major in place) -> (compiled kernel,
+# smem_scales) (`_memo_key`; bounded:
 # dynamic shapes must not grow it without limit).
 _CHOSEN: OrderedDict = OrderedDict()
 # Repeated calls on the same buffers (a decode loop, a benchmark) skip the checks and the
@@ -327,8 +328,8 @@ def _scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, schedule, key):
     a_ready, b_ready = _tma_ready(a), _tma_ready(b)
     problem = Fp8Problem(m, n, k, out_type.name, _aligned(out, out_type.bytes), block)
     # which scale_a layout the caller passes decides the default's kernel (below)
-    kmajor_a = block and _kmajor_ready(scale_a)
-    memo_key = (problem, a.device.index, schedule, kmajor_a)
+    memo_key = _memo_key(problem, a.device.index, schedule, block and _kmajor_ready(scale_a))
+    kmajor_a = memo_key[-1]
     memo = _CHOSEN.get(memo_key)
     compiled, smem_scales = memo if memo is not None else (None, False)
     if compiled is not None and smem_scales and schedule is None and \
@@ -381,6 +382,12 @@ def _scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, schedule, key):
     return out
 
 
+def _memo_key(problem: Fp8Problem, device_index, schedule, kmajor_a: bool) -> tuple:
+    """`_CHOSEN`'s key: one definition for the op and `prepared_launch` (per-tensor scales
+    have no scale_a layout: kmajor_a False)."""
+    return (problem, device_index, schedule, bool(kmajor_a))
+
+
 def _kernel_scales(scale_a, scale_b, block: bool, smem_scales: bool):
     """The scale operands the kernel takes: per-tensor scales as [1] views; block scales as
     the smem-scales kernel (K-major) or the other one (scale_a MN-major) reads them."""
@@ -430,7 +437,7 @@ def prepared_launch(a, b, scale_a, scale_b, out, *, schedule: Fp8GemmSchedule | 
     out_type = _OUT[str(out.dtype)]
     problem = Fp8Problem(a.shape[0], b.shape[0], a.shape[1], out_type.name,
                          _aligned(out, out_type.bytes), block)
-    memo = _CHOSEN.get((problem, a.device.index, schedule))
+    memo = _CHOSEN.get(_memo_key(problem, a.device.index, schedule, False))
     if memo is None:
         return None
     return memo[0].plan_for(a, b, scale_a.reshape(1), scale_b.reshape(1), out)

@@ -85,7 +85,7 @@ def test_prepared_launch_is_none_without_a_plan(monkeypatch):
             return ("plan", tuple(t.shape for t in args))
 
     problem = sm.Fp8Problem(256, 512, 128, "bf16", True, False)
-    sm._CHOSEN[(problem, a.device.index, None)] = (_Compiled(), False)
+    sm._CHOSEN[sm._memo_key(problem, a.device.index, None, False)] = (_Compiled(), False)
     try:
         plan = sm.prepared_launch(a, w, one, one, out)
     finally:

@@ -323,3 +323,16 @@ def test_the_ops_smem_pick_follows_the_callers_scale_a_layout(op, monkeypatch):
     # the two layouts keep their own kernels: K-major again is not recompiled
     sm.scaled_matmul(a, w, torch.ones(128, 4), scale_b, out=out)
     assert len(op["compiled"]) == 3
+
+
+def test_prepared_launch_finds_the_plan_the_ops_call_prepared(op):
+    """`prepared_launch` (scripts/gpu_fp8_bench.py's kernel-alone row) reads `_CHOSEN` with the
+    op's own key (`_memo_key`): after 82f8a20 added scale_a's layout to the op's key and not to
+    prepared_launch's, it answered None after every call, and the bench dropped the row."""
+    a, w, sa, sb, out = _operands()
+    assert sm.prepared_launch(a, w, sa, sb, out) is None           # no call yet
+    sm.scaled_matmul(a, w, sa, sb, out=out)
+    plan = sm.prepared_launch(a, w, sa, sb, out)
+    assert plan is not None
+    plan()
+    assert op["replayed"] == [_ptrs(a, w, sa, sb, out)]
