@@ -41,7 +41,6 @@ costs a dictionary lookup and one launch (`_LAUNCHES`; with out=None also the al
 
 from __future__ import annotations
 
-import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
