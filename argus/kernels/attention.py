@@ -426,7 +426,9 @@ def default_schedule(head_dim: int, causal: bool = False,
       kernels alone, default / +persistent / +persistent+earlyq): hd128 1k 540 / 560 / 581 and
       542 / 559 / 588; hd128 2k 572 / 577 / 528 and 582 / 592 / 606; hd256 1k 527 / 546 / 550
       and 528 / 548 / 551; hd256 2k 612 / 635 / 626 and 596 / 620 / 631. The walk lost under
-      causal masks in both runs (-5 to -11%; hd256 2k 354 against 533): not taken there.
+      causal masks in both runs (-2.5 to -11%, hd128 2k the least: 466 against 478; hd256 2k
+      354 against 533; with earlyq hd128 2k causal split, 486 against 478 and 471 against
+      483): not taken there.
     seq_len None (unknown) takes the long-sequence choice.
 
     Every choice takes the softmax diet (approx_exp2 + fold_scale): on the H200 (2026-12-02
