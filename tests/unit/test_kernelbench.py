@@ -468,6 +468,14 @@ def test_level_summary_fast_p_and_geomean():
     assert l1.geomean_eager == pytest.approx(1.0)
     assert l1.degenerate == ("L1/4 (zeros)",) and l1.reasons == {"zeros_output": 1}
     assert l2.solved == 0 and l2.correct_any_code == 1
+    # a relaxed-only pass the judge timed (0d41ffc: its one strict failure `imprecise`) counts
+    # on the relaxed track, never in the strict fast_1 or geomeans
+    relaxed = _judgment("L1/5", 1, 5, correct=False, reasons=("imprecise",), precision="tf32",
+                        speedup_eager=8.0, speedup_compile=8.0)
+    (l1b, _) = summarize_levels(js + [relaxed])
+    assert l1b.solved_relaxed == l1.solved_relaxed + 1 and l1b.timed == l1.timed == 2
+    assert l1b.geomean_eager == pytest.approx(1.0) and l1b.geomean_compile == l1.geomean_compile
+    assert l1b.fast_1_eager == pytest.approx(1 / 5) and l1b.fast_1_compile == 0.0
 
 
 def test_reports_are_written(tmp_path):

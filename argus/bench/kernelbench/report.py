@@ -215,8 +215,11 @@ def figure(judgments: list[Judgment]):
                color="#1565c0", label="vs torch.compile")
         ax.set_yscale("log")
         ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xticks(list(xs), [f"{j.task} {j.task_name[:14]}" for j in timed], rotation=90,
-                      fontsize=6)
+        # the judge also times a relaxed-only pass (its one strict failure `imprecise`): its
+        # bar is the relaxed track's speed, marked so it never reads as a strict one's
+        ax.set_xticks(list(xs), [f"{j.task} {j.task_name[:14]}"
+                                 + ("" if j.correct else " (relaxed)") for j in timed],
+                      rotation=90, fontsize=6)
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
