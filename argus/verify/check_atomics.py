@@ -26,12 +26,19 @@ them (transfer/memory.py records them as atomic sites, never as stores). Two cla
       mod D), and stop = D * wrap, so each element's arrivals are the wrap values of t of
       one residue class in [0, D * wrap) (the tail-split GEMM's fused finish: t = slice *
       tail + tile, an element per tail tile, D = tail). Proven in NIA for two instances.
+  atomic.tickets, the merge — an `ag.when` whose condition compares a wrapping counter's old
+      value (`old == k`, as a conjunct too) lets through no arrival but the last: for every
+      ticket x in 0 .. wrap - 1 that passes the comparison, x == wrap - 1. The arrivals draw
+      their tickets in arrival order, so the body of a guard that an earlier ticket passes
+      (`old == wrap - 2`) runs before the last arrival's partial is stored and reads it
+      unwritten (store.once still holds: one arrival passes). Proven in LIA, with the
+      guard's enclosing conditions and loop ranges as premises; the finding is at the guard,
+      the line a fix edits, and names the arrival (its CTA, role, warpgroup) that merges early.
 
 What is not claimed: the ordering of the plain stores before a counter's atomic and the loads
 after it (the `fence`s around it) is the memory model's release/acquire pattern, which the
-kernel author writes (ag.fence) and the verifier does not check; nor that the instance that
-merges is the last to arrive (the guard's wrap - 1; an `old == 0` guard would merge first and
-still store once); nor the counters' initial zeros (a launch contract). A fetch without wrap
+kernel author writes (ag.fence) and the verifier does not check; nor the counters' initial
+zeros (a launch contract). A fetch without wrap
 gives an opaque old value (no premise), as does an atomic.add's element.
 """
 
@@ -57,7 +64,7 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     finds = _exclusive(model)
     obs = [_tickets(model, a) for a in model.atomics
            if a.kind == "fetch_add" and a.op.wrap is not None]
-    return obs, finds
+    return obs + _merges(model), finds
 
 
 def _exclusive(model: Model) -> list[Finding]:
@@ -206,6 +213,98 @@ def _grid_stride(model: Model, a, own, sub, cell1, cell2, inside, free, guarded,
                       prem, claims, decode,
                       fix="walk the loop as ag.range(pid, S * D, programs) and index the "
                           "counter by t % D (t = slice * D + unit), with wrap = S")
+
+
+def _sites(model: Model):
+    """Every recorded site of the model (the ops inside an `ag.when` carry its scope)."""
+    for group in (model.stores, model.reads, model.atomics, model.wgmmas, model.ews,
+                  model.reduces, model.asserts, *model.writes.values()):
+        for x in group:
+            yield x.site
+    yield from model.turns
+
+
+def _merges(model: Model) -> list[Obligation]:
+    """atomic.tickets' merge claim for every `ag.when` comparing a wrapping counter's old
+    value (module docstring), one obligation a guard and counter."""
+    counters = [a for a in model.atomics if a.kind == "fetch_add" and a.op.wrap is not None
+                and a.ticket is not None and z3.is_app(a.ticket)]
+    if not counters:
+        return []
+    seen: set = set()
+    out = []
+    for site in _sites(model):
+        for i, sc in enumerate(site.scopes):
+            if sc.kind != "if":
+                continue
+            for cond in sc.constraints:
+                for a in counters:
+                    key = (id(sc.op), id(a.op))
+                    if key in seen:
+                        continue
+                    eqs = [c for c in _conjuncts(cond)
+                           if z3.is_eq(c) and _has_app(c, a.ticket.decl())]
+                    if eqs:
+                        seen.add(key)
+                        out.append(_merge(model, a, sc, site.scopes[:i], eqs))
+    return out
+
+
+def _conjuncts(cond) -> list:
+    stack, out = [cond], []
+    while stack:
+        c = stack.pop()
+        if z3.is_and(c):
+            stack.extend(c.children())
+        else:
+            out.append(c)
+    return out
+
+
+def _merge(model: Model, a, sc, outer, eqs) -> Obligation:
+    """No ticket but wrap - 1 passes the comparisons `eqs` of the guard `sc` (module
+    docstring). The ticket is replaced by a fresh x in 0 .. wrap - 1 (it is one of those at
+    every arrival inside the counter: transfer/memory.py's premise), so the claim holds of
+    whichever arrival draws x."""
+    x = fresh_int(f"ticket@{sc.op.loc.line}")
+    decl = a.ticket.decl()
+    wrap = _num(model.scalar(a.op.wrap))
+
+    def put(e):
+        # every application of this counter's ticket function (one per instance renaming)
+        # is the arrival's ticket x: the comparison is about the value drawn
+        apps, stack = [], [e]
+        while stack:
+            t = stack.pop()
+            if z3.is_app(t):
+                if t.decl().eq(decl):
+                    apps.append(t)
+                else:
+                    stack.extend(t.children())
+        return z3.substitute(e, *[(t, x) for t in apps]) if apps else e
+    passes = z3.And([put(c) for c in eqs])
+    own = [p for p in model.premises if not _mentions_ticket(p, model)]
+    prem = own + [c for s in outer for c in s.constraints] + \
+        [x >= 0, x < wrap, passes]
+    claim = f"only the last arrival's ticket (wrap - 1) passes the comparison at {sc.op.loc}"
+    inst = a.site
+
+    def decode(zm, violated):
+        wit = W.context(model, zm, inst)
+        wit.update({"ticket": value(zm, x), "wrap": value(zm, wrap),
+                    "condition": str(sc.op.loc), "counter": str(a.op.loc)})
+        late = wit["wrap"] - 1 - wit["ticket"]
+        msg = (f"the condition at {sc.op.loc} merges at ticket {wit['ticket']} of counter "
+               f"{a.tensor.name} ({a.op.loc}), drawn by arrival {wit['ticket'] + 1} of "
+               f"{wit['wrap']} (tickets are drawn in arrival order): its body runs while "
+               f"{late} arrival(s) have not yet stored their part (the stores before the "
+               f"atomic) and reads them unwritten")
+        return W.placed(msg, wit), wit
+    return Obligation("atomic.tickets", sc.op.loc,
+                      f"the merge at {sc.op.loc} on counter {a.tensor.name} ({a.op.loc}) is "
+                      f"the last arrival's", prem, [(claim, x == wrap - 1)], decode,
+                      fix=f"compare the old value of {a.tensor.name} with its wrap - 1 (the "
+                          f"last of wrap arrivals draws it): ag.when(old == wrap - 1)")
 
 
 def _applies(terms, t, kind) -> bool:

@@ -209,7 +209,8 @@ _RULES = [
          (14,), "arith", "keep counters and atomic accumulators in tensors of their own"),
     Rule("atomic.tickets", "a self-resetting counter (atomic_fetch_add with wrap) is reached "
          "unconditionally by exactly `wrap` instances per element, so they draw the old values "
-         "0 .. wrap - 1 once each (one draws wrap - 1) and leave it at 0", (14,), "LIA",
+         "0 .. wrap - 1 once each (one draws wrap - 1) and leave it at 0; a guard comparing the "
+         "old value lets through the last arrival only (old == wrap - 1)", (14,), "LIA",
          "index the counter by every program id but one, whose grid extent is the wrap"),
     Rule("pdl.wait-first", "in a kernel that waits for its predecessor (ag.wait_prior_grids), "
          "every global store and atomic, and every load of a tensor not declared stable, comes "

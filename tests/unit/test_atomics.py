@@ -157,6 +157,26 @@ def test_seeded_counter_bugs(ct, code):
     assert (code, "error") in found, sorted(found)
 
 
+@pytest.mark.parametrize("guard", [-2, -3])
+def test_a_merge_before_the_last_arrival_is_caught_at_the_guard(guard):
+    """`old == blocks - 2` (or - 3): one arrival passes, so store.once holds, but it is not the
+    last: it adds the row's partials while the later CTAs have not stored theirs (the
+    interpreter runs CTAs in order and cannot show it). atomic.tickets' merge claim reports
+    it at the guard's line (the one a fix edits), with the ticket and the arrival that draws
+    it; the correct guard (-1) is proven."""
+    found, r = _diag(last_writes, GUARD=guard)
+    errs = [d for d in r.errors if d.code == "atomic.tickets"]
+    assert errs, sorted(found)
+    d = errs[0]
+    assert "merges at ticket" in d.message and "thread 0 of the CTA" in d.message, d.message
+    wit = d.counterexample
+    assert wit["ticket"] != wit["wrap"] - 1 and "cta" in wit and wit["thread"] == 0, wit
+    assert str(d.loc) == wit["condition"] != wit["counter"], (d.loc, wit)
+    _, r = _diag(last_writes)
+    merge = [d for d in r.diagnostics if d.code == "atomic.tickets" and "merge" in d.message]
+    assert merge and merge[0].severity == "note", [d.message for d in merge]
+
+
 def test_an_atomic_target_read_plainly_is_a_violation():
     @ag.kernel
     def racy(X: ag.Tensor["N", ag.f32], S: ag.Tensor["N", ag.f32]):

@@ -8,8 +8,8 @@ no slice twice, after every slice stored): in the interpreter against float64 on
 partial last wave (a few CTAs), bitwise equal to the two-kernel form (same order of the same
 sums), the counters left at zero and a second call on them right again; seeded bugs (a slice
 skipped, a slice added twice, the ticket threshold one too low or one too high) caught by the
-interpreter (NaN partials not yet stored, or a wrong sum) and, for the ticket no arrival draws,
-by the verifier. The verifier proves the tickets (exactly S arrivals at each tail tile's
+interpreter (NaN partials not yet stored, or a wrong sum) and, for the ticket no arrival draws
+and the one too low (a merge before the last slice stored), by the verifier. The verifier proves the tickets (exactly S arrivals at each tail tile's
 counter, in the persistent walk's tail loop), C stored once, and the split's invariants of the
 two-kernel form; a counter shared by two tiles or counting S + 1 arrivals is caught. NVRTC
 compiles it for sm_90a without spills, with the acq_rel fences and the atom.inc counter.
@@ -219,6 +219,25 @@ def test_the_verifier_catches_a_miscounted_ticket(kind, claim, monkeypatch):
     report = verify.run(lower_only(kernel, s=s))
     wrong = [d for d in report.errors if d.code == "atomic.tickets"]
     assert wrong and claim in wrong[0].message, "\n".join(str(d) for d in report.errors)
+
+
+def test_the_verifier_catches_a_merge_before_the_last_slice(monkeypatch):
+    """The threshold one too low (ticket == S - 2): one arrival passes (store.once holds), but
+    it is the second to last, so it adds slice partials not yet stored. atomic.tickets' merge
+    claim reports it at the guard (the seeded finish's `ag.when` line), naming the ticket,
+    the arrival and who runs it; before it only the interpreter caught this."""
+    monkeypatch.setattr(gemm_module, "_finish_tail", _seeded("early"))
+    kernel = gemm_module.gemm_kernel.__wrapped__(ag.bf16, ag.bf16, "nk", False, 3,
+                                                 tail_fused=True)
+    s = GemmSchedule(stages=4, cluster_m=2, tail_splits=3, tail_finish="fused")
+    report = verify.run(lower_only(kernel, s=s))
+    early = [d for d in report.errors if d.code == "atomic.tickets"]
+    assert early, "\n".join(str(d) for d in report.errors)
+    d = early[0]
+    assert "merges at ticket 1" in d.message and "arrival 2 of 3" in d.message, d.message
+    assert "role 'consumer', warpgroup" in d.message and "test_tail_fused.py" in str(d.loc)
+    assert not [e for e in report.errors if e is not d and e.code != "atomic.tickets"], \
+        "\n".join(str(e) for e in report.errors)
 
 
 def test_the_verifier_sees_a_ticket_no_arrival_draws(monkeypatch):
