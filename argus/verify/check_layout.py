@@ -20,6 +20,8 @@ formulas come only from `argus.target.sm90`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import time
 
@@ -78,6 +80,14 @@ def _register_a_layout(site: WgmmaSite) -> Finding:
 # ----------------------------------------------------------------------------- arithmetic
 
 
+def _issued(model: Model, w, f: Finding) -> Finding:
+    """A TMA copy's finding naming who issues it, from its write site (the role and its
+    elected thread: W.by_site), not names.who's lookup of the line."""
+    wit = dict(f.witness)
+    return dataclasses.replace(f, message=W.by_site(model, w.site, f.message, wit),
+                               witness=wit)
+
+
 def _tma_fields(model: Model) -> list[Finding]:
     out = []
     for writes in model.writes.values():
@@ -99,28 +109,28 @@ def _tma_fields(model: Model) -> list[Finding]:
                 # the model places the box's dims on the tensor's, outermost first: a box of
                 # another rank would put rows on the wrong dim (the DSL and lowering never
                 # make one; a hand-lowered or rewritten op could)
-                out.append(Finding("tma.box", op.loc, subject, "violated",
+                out.append(_issued(model, w, Finding("tma.box", op.loc, subject, "violated",
                                    f"the tensor map's box {box} has {len(box)} dims but "
                                    f"{w.tensor.name} has {rank}",
-                                   {"box": box, "rank": rank}))
+                                   {"box": box, "rank": rank})))
             elif (int(np.prod(box[:-1])), box[-1]) != want:
-                out.append(Finding("tma.box", op.loc, subject, "violated",
+                out.append(_issued(model, w, Finding("tma.box", op.loc, subject, "violated",
                                    f"the tensor map's box {box} does not fill the smem view "
                                    f"{want} row-major: the copy writes "
                                    f"{int(np.prod(box)) * e} bytes laid out with a row pitch of {box[-1] * e} B into a view "
                                    f"of {view.rows} rows of {view.cols * e} B",
-                                   {"box": box, "view": want}))
+                                   {"box": box, "view": want})))
             elif box[-1] * e > SPAN.get(op.swizzle, 1 << 30):
-                out.append(Finding("tma.box", op.loc, subject, "violated",
+                out.append(_issued(model, w, Finding("tma.box", op.loc, subject, "violated",
                                    f"inner box {box[-1] * e} B exceeds the {op.swizzle}B swizzle "
-                                   f"span", {"box": box, "swizzle": op.swizzle}))
+                                   f"span", {"box": box, "swizzle": op.swizzle})))
             else:
                 out.append(Finding("tma.box", op.loc, subject, "proven"))
             if op.swizzle != t.swizzle:
-                out.append(Finding("tma.swizzle", op.loc, subject, "violated",
+                out.append(_issued(model, w, Finding("tma.swizzle", op.loc, subject, "violated",
                                    f"the tensor map swizzles {op.swizzle}B but the buffer (and "
                                    f"every reader of it) uses {t.swizzle}B",
-                                   {"tma_swizzle": op.swizzle, "buffer_swizzle": t.swizzle}))
+                                   {"tma_swizzle": op.swizzle, "buffer_swizzle": t.swizzle})))
             else:
                 out.append(Finding("tma.swizzle", op.loc, subject, "proven"))
             credited = int(np.prod(box)) * e
@@ -551,9 +561,11 @@ def _static_finding(model, site, operand, L: _Layout, wr, row0, bad, subject, ti
     op = site.op
     name = "A" if operand == "a" else "B"
     if bad[0] == "start":
+        wit = {"row0": row0}
         return Finding("wgmma.smem-layout", op.loc, subject, "violated",
-                       f"the descriptor start leaves the validated regime: {bad[1]}",
-                       {"row0": row0}, tier=tier, ms=ms)
+                       W.by_site(model, site.site, f"the descriptor start leaves the "
+                                 f"validated regime: {bad[1]}", wit),
+                       wit, tier=tier, ms=ms)
     st, mn, kk = bad
     addr = int(_read_addr(L, np.array([st]), np.array([mn]), np.array([kk]), row0)[0])
     row, col, inside = _written(L, None, np.array([addr]), np.array([st]), wr)
@@ -578,6 +590,14 @@ def _static_finding(model, site, operand, L: _Layout, wr, row0, bad, subject, ti
            f"stage {st}, k-block {kk // L.k_per_step}: the tensor core reads {name}[{mn}, k {kk}] "
            f"for {who} from shared byte {hex(addr)}, which holds {holds} of {L.view.buffer} "
            f"instead of row {er}, col {ec}" + (f"; likely cause: {hint}" if hint else ""))
+    # the role and warpgroup of the wgmma (its site: no solver model here), beside the
+    # accumulator thread named above
+    if site.site.role is not None:
+        issued, _ = W.issuer(site.site.role, "every thread")
+        wit.update({k: issued[k] for k in ("role", "warpgroup")})
+        msg += f" (role {wit['role']!r}, warpgroup {wit['warpgroup']})"
+    wit["threads"] = ("every thread of the warpgroup runs the wgmma (the accumulator's holder "
+                      "shown)")
     return Finding("wgmma.smem-layout", op.loc, subject, "violated", msg, wit, tier=tier, ms=ms)
 
 
@@ -626,9 +646,11 @@ def _bv_obligation(model: Model, site: WgmmaSite, operand: str, L: _Layout, subj
                "smem_byte": hex(value(zm, addr))}
         if rank is not None:
             wit["cluster_rank"] = rank
-        return (("" if rank is None else f"CTA rank {rank} of the cluster, ") +
-                f"stage {wit['stage']}, element ({wit['mn']}, k {wit['k_in_tile']}) is read "
-                f"from byte {wit['smem_byte']}; violated: {', '.join(violated)}"), wit
+        return W.by_site(model, site.site,
+                         ("" if rank is None else f"CTA rank {rank} of the cluster, ") +
+                         f"stage {wit['stage']}, element ({wit['mn']}, k {wit['k_in_tile']}) "
+                         f"is read from byte {wit['smem_byte']}; violated: "
+                         f"{', '.join(violated)}", wit), wit
     return Obligation("wgmma.smem-layout", site.op.loc, subject, prem, claims, decode,
                       minimize=[st, mn, kk])
 

@@ -375,17 +375,27 @@ def _totals(model, pipe, pr, cr, tp, tc, subject, sites):
             wit.update({"iteration_index": it, "producer_steps_in_iteration": ps,
                         "consumer_steps_in_iteration": cs})
             more = "producer" if ps > cs else "consumer"
-            return (f"with {wit['shapes']} the producer role {pr!r} runs {ps} steps in "
-                    f"iteration {it} of its outer loop but consumer role {cr!r} runs {cs}"
-                    if "same iterations" not in violated else
-                    f"with {wit['shapes']} the producer role {pr!r} and consumer role {cr!r} "
-                    f"walk different iterations of the loop whose steps per iteration vary")\
-                + f": the {more} waits forever", wit
+            return waits(more, (f"with {wit['shapes']} the producer role {pr!r} runs {ps} "
+                                f"steps in iteration {it} of its outer loop but consumer role "
+                                f"{cr!r} runs {cs}"
+                                if "same iterations" not in violated else
+                                f"with {wit['shapes']} the producer role {pr!r} and consumer "
+                                f"role {cr!r} walk different iterations of the loop whose "
+                                f"steps per iteration vary") + f": the {more} waits forever",
+                         wit), wit
         more = "producer" if value(zm, tp) > value(zm, tc) else "consumer"
         msg = (f"with {wit['shapes']} the producer role {pr!r} runs {value(zm, tp)} steps but "
                f"consumer role {cr!r} runs {value(zm, tc)}: the {more} waits forever for a "
                f"slot that is never " + ("released" if more == "producer" else "filled"))
-        return msg, wit
+        return waits(more, msg, wit), wit
+
+    def waits(more, msg, wit):
+        # who waits forever, from the waiting role's first step site (W.by_site: its role,
+        # warpgroup and the thread that waits), not names.who's lookup of the pipeline's line
+        role = pr if more == "producer" else cr
+        site = next((s.site for s in sites if s.site.role is not None
+                     and s.site.role.name == role), None)
+        return W.by_site(model, site, msg, wit) if site is not None else msg
     return Obligation("pipe.totals", loc, subject + f": {pr} vs {cr}", premises, claims,
                       decode, minimize=list(model.params.values()))
 

@@ -129,13 +129,14 @@ def _owned_read(model: Model, r: ReadSite, pipe):
             consume = s
             break
     if consume is None:
-        return [], [Finding("pipe.release", r.op.loc, subject, "violated",
-                            f"{r.view.buffer} is filled by pipeline "
-                            f"{pipe.op.result if pipe else '?'}"
-                            f" but this {r.kind} reads it outside any consume step of that "
-                            f"pipeline: the slot is released (and may be refilled by the "
-                            f"producer) before this reader runs or retires",
-                            {"reader": r.kind, "line": str(r.op.loc)},
+        wit = {"reader": r.kind, "line": str(r.op.loc)}
+        msg = W.by_site(model, r.site,
+                        f"{r.view.buffer} is filled by pipeline "
+                        f"{pipe.op.result if pipe else '?'} but this {r.kind} reads it outside "
+                        f"any consume step of that pipeline: the slot is released (and may "
+                        f"be refilled by the producer) before this reader runs or retires",
+                        wit)
+        return [], [Finding("pipe.release", r.op.loc, subject, "violated", msg, wit,
                             fix="move the read inside `with pipe.consume() as st:` and index "
                                 "the buffer with st")]
     step = model.steps_by_stage[consume.op.stage.id]
@@ -148,8 +149,9 @@ def _owned_read(model: Model, r: ReadSite, pipe):
         wit = W.context(model, zm, r.site)
         own, used = value(zm, step.stage_term), value(zm, _num(r.view.stage))
         wit.update({"owned_stage": own, "read_stage": used})
-        return (f"consume step n = {value(zm, step.counter)} owns slot {own} but the "
-                f"{r.kind} reads slot {used}, which the producer may be refilling"), wit
+        return W.placed(f"consume step n = {value(zm, step.counter)} owns slot {own} but "
+                        f"the {r.kind} reads slot {used}, which the producer may be "
+                        f"refilling", wit), wit
     return [Obligation("pipe.release", r.op.loc, subject, prem,
                        [("reads its own stage", claim)], decode,
                        minimize=[s.var for s in r.site.scopes if s.var is not None])], []
@@ -222,10 +224,18 @@ def _races(model: Model) -> list[Obligation]:
                                   "warpgroup": wg2,
                                   "rows": (value(zm, r2), value(zm, r2) + v2.rows)},
                        "row": lo, "cta": w1.get("cta")}
-                return (f"{s1.role.name if s1.role else 'cta'} warpgroup {w1.get('warpgroup')} "
-                        f"({k1} at {op1.loc}) and {s2.role.name if s2.role else 'cta'} warpgroup "
-                        f"{wg2} ({k2} at {op2.loc}) both touch row {lo} of {v1.buffer} with no "
-                        f"ordering between them"), wit
+                # who: each access's role, warpgroup and thread (thread 0 of those W.context
+                # says run it), in the witness's first / second and in the words
+                wit["first"].update({k: w1[k] for k in ("thread", "threads")})
+                wit["second"].update({"thread": 0, "threads": W.context(model, zm, s2)["threads"]})
+                wit.update({k: w1[k] for k in ("role", "warpgroup", "thread", "threads")
+                            if k in w1})
+                one = W.said({**wit["first"], "role": wit["first"]["role"] or "cta"}) \
+                    if s1.role else W.said({"thread": 0})
+                two = W.said({**wit["second"], "role": wit["second"]["role"]}) \
+                    if s2.role else W.said({"thread": 0})
+                return (f"{one} ({k1} at {op1.loc}) and {two} ({k2} at {op2.loc}) both touch "
+                        f"row {lo} of {v1.buffer} with no ordering between them"), wit
             obs.append(Obligation("smem.race", op1.loc, subject, prem,
                                   [("disjoint rows", z3.Not(overlap))], decode))
     return obs
@@ -298,11 +308,12 @@ def _overlap(model: Model, step, w1, q1, a1, s1, w2, q2, a2, s2, rank, guards):
                "row": row, "pipeline_step": "every"}
         if rank is not None:
             wit["this_rank"] = rank
-        return [], [Finding("smem.race", w2.op.loc, subject, "violated",
-                            f"{_who(w1, q1)} writes rows [{lo}, {lo + n1}) and {_who(w2, q2)} "
-                            f"rows [{hi}, {hi + n2}) of the same slot of {buf} in the same "
-                            f"pipeline step: row {row} is written twice by unordered async "
-                            f"copies, so what the consumer reads there is undefined", wit,
+        msg = W.by_site(model, w2.site,
+                        f"{_who(w1, q1)} writes rows [{lo}, {lo + n1}) and {_who(w2, q2)} "
+                        f"rows [{hi}, {hi + n2}) of the same slot of {buf} in the same "
+                        f"pipeline step: row {row} is written twice by unordered async "
+                        f"copies, so what the consumer reads there is undefined", wit)
+        return [], [Finding("smem.race", w2.op.loc, subject, "violated", msg, wit,
                             fix="give each copy (and each CTA of the cluster) its own rows")]
     prem = list(model.premises) + step.site.constraints() + list(guards)
 
@@ -312,10 +323,10 @@ def _overlap(model: Model, step, w1, q1, a1, s1, w2, q2, a2, s2, rank, guards):
         wit.update({"first": {"op": str(w1.op.loc), "rows": (r1, r1 + n1), "cluster_rank": q1},
                     "second": {"op": str(w2.op.loc), "rows": (r2, r2 + n2),
                                "cluster_rank": q2}, "row": max(r1, r2)})
-        return (f"{_who(w1, q1)} writes rows [{r1}, {r1 + n1}) and {_who(w2, q2)} rows "
-                f"[{r2}, {r2 + n2}) of the same slot of {buf} in pipeline step "
-                f"{wit.get('pipeline_step')}: row {max(r1, r2)} is written twice by unordered "
-                f"async copies"), wit
+        return W.placed(f"{_who(w1, q1)} writes rows [{r1}, {r1 + n1}) and {_who(w2, q2)} "
+                        f"rows [{r2}, {r2 + n2}) of the same slot of {buf} in pipeline step "
+                        f"{wit.get('pipeline_step')}: row {max(r1, r2)} is written twice by "
+                        f"unordered async copies", wit), wit
     return [Obligation("smem.race", w2.op.loc, subject, prem,
                        [("disjoint rows", z3.Not(overlap))], decode,
                        minimize=[s.var for s in step.site.scopes if s.var is not None])], []
@@ -348,9 +359,9 @@ def _bounds(model: Model) -> list[Obligation]:
             # where the op reading it is only where it was used
             wit.update({"rows": (value(zm, r0), value(zm, r0) + view.rows),
                         "buffer_rows": rows, "view_at": str(view.op.loc)})
-            return (f"the view covers rows [{value(zm, r0)}, {value(zm, r0) + view.rows}) of "
-                    f"{view.buffer}, which has {rows} rows per stage (view defined at "
-                    f"{view.op.loc})"), wit
+            return W.placed(f"the view covers rows [{value(zm, r0)}, "
+                            f"{value(zm, r0) + view.rows}) of {view.buffer}, which has {rows} "
+                            f"rows per stage (view defined at {view.op.loc})", wit), wit
         obs.append(Obligation("smem.bounds", op.loc, f"view of {view.buffer} at {op.loc}", prem,
                               claims, decode))
     return obs

@@ -134,6 +134,17 @@ def _inb(model: Model, st: StoreSite, dest):
     return [z3.And(d >= 0, d < _num(st.tensor.extent(model, k))) for k, d in enumerate(dest)]
 
 
+def _by_store(model: Model, st: StoreSite, decode):
+    """`decode` with who runs the store appended to its message (W.by_site: the store's role,
+    warpgroup and threads), for the store.coverage decoders whose counterexample is a count
+    or a shape rather than one instance, so the finding names them without names.who's
+    lookup of its line."""
+    def placed(zm, violated):
+        msg, wit = decode(zm, violated)
+        return W.by_site(model, st.site, msg, wit), wit
+    return placed
+
+
 def _elem_wit(model, zm, st: StoreSite, idx, dest):
     wit = W.context(model, zm, st.site)
     iv = tuple(value(zm, i) for i in idx)
@@ -510,11 +521,23 @@ def _once(model: Model, a: StoreSite, b: StoreSite, bounded: bool = True,
         its = {f"loop@{s.op.loc}": value(zm, sub(s.var)) for s in b.site.loops()}
         if its:
             second["iteration"] = its
-        wit = {"output": w1["output"], "first": w1, "second": second}
+        # who stores each copy, from the sites themselves (not names.who's line lookup): the
+        # role, and the thread holding the element (an accumulator's holder, else thread 0 of
+        # the threads W.context says run the store)
+        if b.site.role is not None:
+            second["role"] = b.site.role.name
+        held = W.context(model, zm, b.site)
+        second["thread"], second["threads"] = 0, held["threads"]
+        if b.tile.layout == "wgmma_acc" and len(second["tile_element"]) == 2:
+            second.update(W.acc_thread(*second["tile_element"][:2]))
+        wit = {"output": w1["output"], "first": w1, "second": second,
+               "thread": w1["thread"], "threads": w1["threads"]}
+        wit.update({k: w1[k] for k in ("role", "warpgroup") if k in w1})
         return (f"{w1['output']} is stored twice: by CTA {w1.get('cta')} warpgroup "
-                f"{w1.get('warpgroup', 0)} element {w1['tile_element']} and by CTA "
-                f"{second.get('cta')} warpgroup {second.get('warpgroup', 0)} element "
-                f"{second['tile_element']}"), wit
+                f"{w1.get('warpgroup', 0)} element {w1['tile_element']} "
+                f"({W.said(w1)}) and by CTA {second.get('cta')} warpgroup "
+                f"{second.get('warpgroup', 0)} element {second['tile_element']} "
+                f"({W.said(second)})"), wit
     # raster orders (grouped tiles: a modulus by min(m_tiles - first, GROUP_M)) make this the
     # one non-linear query of a GEMM: it gets a larger budget, and stays "unknown" past it
     nonlinear = any(s.kind == "loop" and not isinstance(model.scalar(s.op.step), int)
@@ -615,7 +638,8 @@ def _coverage(model: Model, st: StoreSite):
         fix = (f"state the launch precondition {st.tensor.dims[d]} <= {axis_len[e]} with "
                f"ag.tag_assume(lambda: ag.sym({st.tensor.dims[d]}) <= {axis_len[e]}) — or tile "
                f"dim {d} over the grid") if single_tile else ""
-        obs.append(Obligation("store.coverage", st.op.loc, subject, prem, claims, decode,
+        obs.append(Obligation("store.coverage", st.op.loc, subject, prem, claims,
+                              _by_store(model, st, decode),
                               minimize=list(model.params.values()), fix=fix,
                               warn_claims=("|domain| >= extent",) if single_tile else ()))
     # the count above is over every instance, the `ag.when`s around the store left out of
@@ -866,7 +890,8 @@ def _turn_obligation(model, st, sc, w, e, lo, count, turns) -> Obligation:
                 f"stored"), wit
     return Obligation("store.coverage", sc.op.loc,
                       f"the condition at {sc.op.loc} lets exactly one {who} store", prem,
-                      claims, decode, minimize=list(model.params.values()))
+                      claims, _by_store(model, st, decode),
+                      minimize=list(model.params.values()))
 
 
 def _constant(x) -> bool:
@@ -927,7 +952,7 @@ def _offset_obligation(model, st, d, off, wv, size, los, counts, steps) -> Oblig
                 f"each stored once"), wit
     return Obligation("store.coverage", st.op.loc,
                       f"dim {d} of {st.tensor.name} inside a tile at {st.op.loc}", prem,
-                      claims, decode, minimize=list(wv))
+                      claims, _by_store(model, st, decode), minimize=list(wv))
 
 
 def _fixed_dim(model, st, d, base, size, ext) -> Obligation:
@@ -943,7 +968,7 @@ def _fixed_dim(model, st, d, base, size, ext) -> Obligation:
            f"or tile dim {d} over the grid")
     return Obligation("store.coverage", st.op.loc,
                       f"dim {d} of {st.tensor.name} stored at {st.op.loc}",
-                      list(model.premises), claims, decode,
+                      list(model.premises), claims, _by_store(model, st, decode),
                       minimize=list(model.params.values()), fix=fix,
                       warn_claims=("the tile spans the dim",))
 
@@ -1096,6 +1121,7 @@ def _tile_obligation(model, st, moving, units, walked, counts) -> Obligation:
         return msg, wit
     return Obligation("store.coverage", st.op.loc,
                       f"tiles of {st.tensor.name} stored at {st.op.loc}: each once", prem,
-                      claims, decode, minimize=list(model.params.values()),
+                      claims, _by_store(model, st, decode),
+                      minimize=list(model.params.values()),
                       timeout_ms=4 * solver_timeout(), tier="NIA",
                       warn_claims=("tile index inside the output",))

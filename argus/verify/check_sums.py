@@ -334,12 +334,19 @@ def _looped_slices(model: Model, st: O.Store, info, leaves, offs, per_loop, summ
         else:
             msg = f"the sum stored at {st.loc} adds a slice of {info.name} twice ({what})"
         wit["defined"] = {f"loop@{lp.loc}": str(lp.loc) for lp, _, _ in iters}
-        return msg, wit
+        return _by_store(model, st, msg, wit), wit
     return Obligation("reduce.slices", st.loc,
                       f"sum of slices of {info.name} stored at {st.loc}, in a runtime loop",
                       prem, claims, decode,
                       minimize=[v for _, v, _ in iters] + list(model.params.values()),
                       fix=f"add every slice of {info.name} along {', '.join(names)} once")
+
+
+def _by_store(model: Model, st: O.Store, msg: str, wit: dict) -> str:
+    """`msg` naming who runs the sum's store (W.by_site of its store site: role, warpgroup,
+    threads), so the finding does not rely on names.who's lookup of its line."""
+    site = next((x.site for x in model.stores if x.op is st), None)
+    return W.by_site(model, site, msg, wit) if site is not None else msg
 
 
 def _slices(model: Model, st: O.Store, info, leaves, offs, summed) -> Obligation:
@@ -388,7 +395,7 @@ def _slices(model: Model, st: O.Store, info, leaves, offs, summed) -> Obligation
                 wit["unrolled_at"] = at
                 msg += (f"; the load at {at} adds {len(gs)} of them ({', '.join(map(str, gs))}): "
                         f"a Python loop unrolled while tracing, whose bound decides how many")
-        return msg, wit
+        return _by_store(model, st, msg, wit), wit
     return Obligation("reduce.slices", st.loc,
                       f"sum of {n} slices of {info.name} stored at {st.loc}",
                       list(model.premises), claims, decode,

@@ -214,8 +214,21 @@ class _Checker:
         key = (code, self.at)
         if ok and key in self.findings:
             return  # a violation on some path stays a violation
+        witness = dict(witness or {})
+        if not ok and code in ("sync.acc", "sync.elect"):
+            msg = self.placed(msg, witness, "every thread" if code == "sync.acc" else
+                              f"the {op.threads} elected thread(s)")
         self.findings[key] = Finding(code, op.loc, subject, "proven" if ok else "violated",
-                                     msg, witness or {}, fix)
+                                     msg, witness, fix)
+
+    def placed(self, msg: str, witness: dict, threads: str) -> str:
+        """`msg` naming who runs the reported op: the role being walked, its warpgroup(s) and
+        `threads` (W.issuer), also put into the witness where it has no such key, so the
+        finding does not rely on names.who's lookup of its line."""
+        who, words = W.issuer(self.role, threads)
+        for k, v in who.items():
+            witness.setdefault(k, v)
+        return f"{msg} ({words})"
 
     # -- transfer ------------------------------------------------------------------------
     def region(self, region: Region, point: tuple, st: _State) -> _State:
@@ -241,14 +254,15 @@ class _Checker:
             if not live and key in self.findings:
                 continue  # a violation on some path stays a violation
             subject = f"register A of the wgmma at {op.loc} at the end of its scope"
+            wit = {"wgmma": str(op.loc), "groups_in_flight": len(st.groups)} if live else {}
             self.findings[key] = Finding(
                 "sync.acc", op.loc, subject, "violated" if live else "proven",
-                "" if not live else
-                f"the register-A wgmma at {op.loc} may still be in flight when the region that "
-                f"issued it ends (no wgmma.wait retires its group before, on some path): its "
-                f"packed A registers go out of scope there and may be reused while the tensor "
-                f"cores still read them",
-                {"wgmma": str(op.loc), "groups_in_flight": len(st.groups)} if live else {},
+                "" if not live else self.placed(
+                    f"the register-A wgmma at {op.loc} may still be in flight when the region "
+                    f"that issued it ends (no wgmma.wait retires its group before, on some "
+                    f"path): its packed A registers go out of scope there and may be reused "
+                    f"while the tensor cores still read them", wit, "every thread"),
+                wit,
                 "lower.sync retires an rs group (wgmma.wait N + fence.operands) before the "
                 "end of the region that issued it")
 

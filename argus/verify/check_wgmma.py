@@ -495,9 +495,11 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
             wit.update({"k": k, "first": {"iteration": i1, "k_in_tile": value(zm, kk1)},
                         "second": {"iteration": i2, "k_in_tile": value(zm, kk2),
                                    "site": str(other.op.loc)}})
-            return (f"global {name} = {k} is multiplied twice: at iteration {i1} k-in-tile "
-                    f"{value(zm, kk1)} and at iteration {i2} k-in-tile {value(zm, kk2)}"
-                    + (f" of the wgmma at {other.op.loc}" if other is not site else "")), wit
+            return W.placed(f"global {name} = {k} is multiplied twice: at iteration {i1} "
+                            f"k-in-tile {value(zm, kk1)} and at iteration {i2} k-in-tile "
+                            f"{value(zm, kk2)}"
+                            + (f" of the wgmma at {other.op.loc}" if other is not site else ""),
+                            wit), wit
         obs.append(Obligation("wgmma.k-once", op.loc, subject + ": injective"
                               + (f" with {other.op.loc}" if other is not site else ""), prem,
                               [(f"distinct (site, iteration, k) give distinct {name}",
@@ -529,7 +531,7 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
                         "iterations past the loop's end that would multiply them)")
         else:
             msg = f"{name} = {k} lies outside [0, {d}) (the {d} k values the loop visits)"
-        return msg, wit
+        return W.placed(msg, wit), wit
 
     split = _split_grid(model, site, t1, size, loops, kk1, extent) if extent is not None \
         else None
@@ -581,8 +583,9 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
             wit = W.context(model, zm, site.site)
             it = {str(s.op.loc): value(zm, s.var) for s in loops}
             wit["iteration"] = it
-            return (f"the wgmma is skipped at iteration {it} by an ag.when inside its reduction "
-                    f"loop, so that iteration's k values are never multiplied"), wit
+            return W.placed(f"the wgmma is skipped at iteration {it} by an ag.when inside its "
+                            f"reduction loop, so that iteration's k values are never "
+                            f"multiplied", wit), wit
         obs.append(Obligation("wgmma.k-once", op.loc, subject + ": runs in every iteration",
                               list(model.premises) + outer,
                               [("every enclosing ag.when holds", z3.And(guards))],
@@ -714,10 +717,12 @@ def _split_cover(model: Model, site: WgmmaSite, subject, first_prem, t1, size, e
         wit = {"program_id": value(zm, pid), "lo": value(zm, lo), "domain": value(zm, size),
                "next_lo": value(zm, lo_n), "next_domain": value(zm, size_n),
                "extent": value(zm, ext)}
-        return (f"program id {pid} = {wit['program_id']} multiplies {name} in [{wit['lo']}, "
-                f"{wit['lo'] + wit['domain']}), the next one [{wit['next_lo']}, "
-                f"{wit['next_lo'] + wit['next_domain']}), the tensor has {wit['extent']}: "
-                f"violated: {', '.join(violated)}"), wit
+        return W.by_site(model, site.site,
+                         f"program id {pid} = {wit['program_id']} multiplies {name} in "
+                         f"[{wit['lo']}, {wit['lo'] + wit['domain']}), the next one "
+                         f"[{wit['next_lo']}, {wit['next_lo'] + wit['next_domain']}), the "
+                         f"tensor has {wit['extent']}: violated: {', '.join(violated)}",
+                         wit), wit
     last = z3.And(size > 0, z3.Or(nxt >= hi, size_n <= 0))
     # disjoint: the CTAs with keys form a prefix of the program ids and their ranges rise
     # (a CTA with keys follows one with keys, above its range), so any two are disjoint; a

@@ -143,9 +143,12 @@ def _holds(model: Model, st: StoreSite, conds: list, h: _Holders | None) -> Obli
                                          if "warpgroup" in wit else "") + \
             (f" thread {wit['thread']}" if thread is not None else "")
         why = (f" with the values read at run time {read}" if read else "")
-        return (f"the store at {st.op.loc} runs only where the condition at {at} holds, "
-                f"and it does not for {who}{why}: {wit['output']} (tile element "
-                f"{wit['tile_element']}) is never written"), wit
+        msg = (f"the store at {st.op.loc} runs only where the condition at {at} holds, "
+               f"and it does not for {who}{why}: {wit['output']} (tile element "
+               f"{wit['tile_element']}) is never written")
+        # a condition not on the thread index: every thread of the store's group skips it,
+        # named from the site (W.placed of W.context's role, warpgroup and thread)
+        return (msg if thread is not None else W.placed(msg, wit)), wit
     return Obligation("store.coverage", conds[0][0].op.loc, _subject(st, conds), prem,
                       claims, decode,
                       minimize=list(idx) + list(st.site.scope_vars()) +

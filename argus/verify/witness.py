@@ -109,6 +109,20 @@ def placed(msg: str, wit: dict[str, Any]) -> str:
     return f"{msg} ({who})" if who else msg
 
 
+def by_site(model: Model, site: Site, msg: str, wit: dict[str, Any]) -> str:
+    """`msg` with who runs the site's op appended, from the site itself (not names.who's line
+    lookup): the solver's role, warpgroup and thread where the witness has them (W.context),
+    else the site's role and its running threads (W.issuer: "role 'consumer', warpgroup each
+    of 0..1, every thread (thread 0)"), which the witness gains too. For decoders whose
+    counterexample is a count or a shape, not one instance (store.coverage, wgmma.k-once)."""
+    if "thread" in wit:
+        return placed(msg, wit)
+    who, words = issuer(site.role, _runners(model, site))
+    for k, v in who.items():
+        wit.setdefault(k, v)
+    return f"{msg} ({words})"
+
+
 def acc_thread(row: int, col: int) -> dict[str, int]:
     """The warpgroup thread and f32 register holding wgmma accumulator element (row, col)."""
     t, reg = sm90.wgmma_acc_index(row % 64, col)
