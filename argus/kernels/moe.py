@@ -209,7 +209,8 @@ class MoeSchedule(WarpSpecializedSchedule):
 PREFILL = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2)
 # the same tile with the stmatrix + TMA-store epilogue (the library GEMM's fastest at large M)
 # rsqrt_silu (the gated epilogue's sigmoid without an IEEE division: no slow-path CALL per
-# element) on the prefill rule's two schedules since 2026-12-04: on the H200 (Mixtral T =
+# element) on the prefill rule's schedules since 2026-12-04 (SMALL and TINY below too, the
+# same epilogue, not timed there): on the H200 (Mixtral T =
 # 16384, gpu_moe_bench --prefill-variants, same rounds) the gate-up went 10893 -> 10199 us
 # and the layer 614 -> 635 TFLOP/s, rel err unchanged (2.9e-3; docs/perf/moe.md)
 PREFILL_TMA = MoeSchedule(bm=128, bn=256, bk=64, stages=3, consumers=2, epilogue="tma",
@@ -241,11 +242,11 @@ PREFILL_GATE_UP_PAIR_N = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=
 PREFILL_DOWN_PAIR_N = MoeSchedule(bm=128, bn=256, bk=64, stages=4, consumers=2,
                                   epilogue="tma", store_cols=128, cluster_n=2)
 SMALL = MoeSchedule(bm=64, bn=128, bk=64, stages=4, consumers=1, consumer_regs=240,
-                    producer_regs=40)
+                    producer_regs=40, rsqrt_silu=True)
 # a few tokens on a few experts: narrow tiles, so the down projection has units for every SM,
 # and a deep ring of weight tiles in flight
 TINY = MoeSchedule(bm=64, bn=64, bk=64, stages=8, consumers=1, consumer_regs=240,
-                   producer_regs=40)
+                   producer_regs=40, rsqrt_silu=True)
 
 
 def decode_schedule(bn: int = 8, stages: int = 8, split_k: int = 1,

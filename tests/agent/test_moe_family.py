@@ -131,7 +131,7 @@ def test_the_space_is_moeschedules_declaration_in_its_two_roles():
     p = dict(FAMILY.default_params(DEC), bn=16, gate_stages=6, down_stages=12, gate_split=2,
              down_split=1)
     assert pair(DEC, p) == (decode_schedule(16, 6, 2, pdl=True, prefetch=6),
-                            decode_schedule(16, 12, 1, pdl=True, prefetch=12))
+                            decode_schedule(16, 12, 1, pdl=True, prefetch=12, pdl_combine=True))
 
 
 @pytest.mark.parametrize("t", [DEC, PRE], ids=["decode", "prefill"])

@@ -70,7 +70,7 @@ def test_an_op_order_the_kernel_does_not_read_gives_wrong_numbers(monkeypatch, o
     inverse map: each P element then multiplies another key's V, and the output is far off."""
     from argus.target.fragments import acc_order_k
 
-    def wrong_v(v, layout, v_transposed):
+    def wrong_v(v, layout, v_transposed, launched=None):
         vb = v if layout == "bhsd" else v.transpose(1, 2)
         SK = vb.shape[2]
         store = torch.zeros((*vb.shape[:2], vb.shape[3], -(-SK // 32) * 32), dtype=torch.uint8)

@@ -52,9 +52,10 @@ def _moe_schedule() -> type:
 
 def _prefill_fields(values: dict[str, Any]) -> dict[str, Any]:
     """Prefill: 64 rows per consumer warpgroup, a 64-deep K step; one warpgroup takes 240
-    registers (its producer 40), as argus/kernels/moe.py SMALL and TINY."""
+    registers (its producer 40), as argus/kernels/moe.py SMALL and TINY; the gated epilogue's
+    branch-free SiLU (MoeSchedule.rsqrt_silu), as every prefill schedule of the op's rule."""
     consumers = max(1, values["bm"] // 64)
-    return {**values, "bk": 64, "consumers": consumers,
+    return {**values, "bk": 64, "consumers": consumers, "rsqrt_silu": True,
             **({"consumer_regs": 240, "producer_regs": 40} if consumers == 1 else {})}
 
 
@@ -65,6 +66,12 @@ def _decode_fields(values: dict[str, Any]) -> dict[str, Any]:
     weights into L2 before the wait (MoeSchedule.prefetch = stages, the op's default)."""
     return {**values, "bm": 64, "bk": 64, "consumers": 1, "consumer_regs": 240,
             "producer_regs": 40, "pdl": True, "prefetch": values["stages"]}
+
+
+def _decode_down_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """The decode down GEMM: _decode_fields, and the combine after it launched with PDL too
+    (MoeSchedule.pdl_combine, argus.ops.moe.decode_schedules' default)."""
+    return {**_decode_fields(values), "pdl_combine": True}
 
 
 # the values each role searches (argus.ops.moe's tiles, rings and splits; the declaration
@@ -84,7 +91,7 @@ GATE_UP = Part(_moe_schedule, exposed=("swap_ab", "bn", "stages", "split_k"), ro
 DOWN = Part(_moe_schedule, exposed=("stages", "split_k"), role="down",
             rename=(("stages", "down_stages"), ("split_k", "down_split")),
             search=(("stages", (4, 8, 12, 15, 16)), ("split_k", (1, 2, 3, 4))),
-            derive=_decode_fields)
+            derive=_decode_down_fields)
 
 
 def pair(task: TaskSpec, params: dict[str, Any]):
