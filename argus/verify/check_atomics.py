@@ -143,14 +143,25 @@ def _tickets(model: Model, a) -> Obligation:
         wit = {"shapes": W.shapes(model, zm), "violated": violated,
                "first": {str(v): value(zm, v) for v in args},
                "second": {str(v): value(zm, w) for v, w in ren}}
-        return (f"counter {a.tensor.name} at {a.op.loc} may be reached by more than wrap "
-                f"instances at one element ({'; '.join(violated)}): two instances "
-                f"{wit['first']} and {wit['second']} share an element, so their old values "
-                f"can repeat and more than one can see wrap - 1"), wit
+        return _who(model, zm, a,
+                    f"counter {a.tensor.name} at {a.op.loc} may be reached by more than wrap "
+                    f"instances at one element ({'; '.join(violated)}): two instances "
+                    f"{wit['first']} and {wit['second']} share an element, so their old "
+                    f"values can repeat and more than one can see wrap - 1", wit), wit
     return Obligation("atomic.tickets", a.op.loc, f"counter {a.tensor.name} at {a.op.loc}",
                       prem, claims, decode,
                       fix="index the counter by every program id but the one that counts "
                           "arrivals, and give the counter that id's grid extent as wrap")
+
+
+def _who(model: Model, zm, a, msg: str, wit: dict) -> str:
+    """`msg` naming who runs the counter's atomic (W.context of its site: role, warpgroup,
+    thread), also put into the witness, so the finding does not rely on names.who's lookup."""
+    ctx = W.context(model, zm, a.site)
+    for k in ("role", "warpgroup", "thread", "threads"):
+        if k in ctx:
+            wit.setdefault(k, ctx[k])
+    return W.placed(msg, ctx)
 
 
 # the instance variables a grid-stride counter's other coordinates may be: grid and role ids,
@@ -206,9 +217,11 @@ def _grid_stride(model: Model, a, own, sub, cell1, cell2, inside, free, guarded,
         wit = {"shapes": W.shapes(model, zm), "violated": violated,
                "first": {str(v): value(zm, v) for v in args},
                "second": {str(v): value(zm, sub(v)) for v in args}}
-        return (f"counter {a.tensor.name} at {a.op.loc}, in the grid-stride loop at "
-                f"{loop.op.loc}, may not be reached by exactly wrap instances at each element "
-                f"({'; '.join(violated)}): instances {wit['first']} and {wit['second']}"), wit
+        return _who(model, zm, a,
+                    f"counter {a.tensor.name} at {a.op.loc}, in the grid-stride loop at "
+                    f"{loop.op.loc}, may not be reached by exactly wrap instances at each "
+                    f"element ({'; '.join(violated)}): instances {wit['first']} and "
+                    f"{wit['second']}", wit), wit
     return Obligation("atomic.tickets", a.op.loc, f"counter {a.tensor.name} at {a.op.loc}",
                       prem, claims, decode,
                       fix="walk the loop as ag.range(pid, S * D, programs) and index the "

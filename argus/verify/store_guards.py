@@ -223,10 +223,10 @@ def _counter_inside(model: Model, st: StoreSite, sc, a) -> Obligation:
         wit = W.context(model, zm, st.site)
         wit["counter_element"] = W.fmt_elem(name, [value(zm, o) for o in cell])
         wit["output"] = W.fmt_elem(st.tensor.name, [value(zm, d) for d in dest])
-        return (f"the store at {st.op.loc} of {wit['output']} runs only where the condition at "
-                f"{sc.op.loc} passes, but its counter element {wit['counter_element']} "
-                f"({a.op.loc}) lies outside {name}: no atomic runs there, the old value is -1 "
-                f"and the store never does"), wit
+        return W.placed(f"the store at {st.op.loc} of {wit['output']} runs only where the "
+                        f"condition at {sc.op.loc} passes, but its counter element "
+                        f"{wit['counter_element']} ({a.op.loc}) lies outside {name}: no atomic "
+                        f"runs there, the old value is -1 and the store never does", wit), wit
     return Obligation("store.coverage", sc.op.loc,
                       f"the counter element of {name} ({a.op.loc}) that the condition at "
                       f"{sc.op.loc} reads lies inside {name} for every store to "
@@ -252,10 +252,11 @@ def _ticket_obligation(model: Model, st: StoreSite, sc, a, k, free) -> Obligatio
             return tickets.decode(zm, violated)
         wit = {"shapes": W.shapes(model, zm), "compared": value(zm, k), "wrap": value(zm, wrap),
                "condition": str(sc.op.loc), "counter": str(a.op.loc)}
-        return (f"the condition at {sc.op.loc} compares the old value of counter "
-                f"{a.tensor.name} ({a.op.loc}) with {wit['compared']}, which none of its "
-                f"{wit['wrap']} arrivals draws (0 .. {wit['wrap']} - 1): the store to "
-                f"{st.tensor.name} at {st.op.loc} never runs"), wit
+        return W.by_site(model, st.site,
+                         f"the condition at {sc.op.loc} compares the old value of counter "
+                         f"{a.tensor.name} ({a.op.loc}) with {wit['compared']}, which none of "
+                         f"its {wit['wrap']} arrivals draws (0 .. {wit['wrap']} - 1): the "
+                         f"store to {st.tensor.name} at {st.op.loc} never runs", wit), wit
     return Obligation("store.coverage", sc.op.loc,
                       f"the condition at {sc.op.loc} lets one of the arrivals at each element "
                       f"of counter {a.tensor.name} ({a.op.loc}; the {who} counts them) "

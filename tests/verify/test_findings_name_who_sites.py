@@ -96,3 +96,28 @@ def test_an_unordered_pair_names_both_roles_threads(no_line_lookup):
     assert "role 'writer', warpgroup 0, thread 0 (write at" in msg, msg
     assert "role 'reader', warpgroup 0, thread 0 (read at" in msg, msg
     assert wit["first"]["thread"] == 0 and wit["second"]["role"] == "reader", wit
+
+
+@pytest.mark.parametrize("ct,code,words", [
+    ({"CELL": "block"}, "atomic.tickets", "(thread 0 of the CTA)"),
+    ({"WRAP_EXTRA": 1}, "atomic.tickets", "(thread 0 of the CTA)"),
+    ({"GUARD": -2}, "atomic.tickets", "(thread 0 of the CTA)")])
+def test_counter_findings_name_who_runs_the_atomic(no_line_lookup, ct, code, words):
+    """atomic.tickets (the counts and the merge): who runs the counter's atomic (W.context of
+    its site; no warp specialization here: the CTA's threads)."""
+    from tests.unit.test_atomics import last_writes
+
+    r = verify.run(last_writes, **ct)
+    errs = [d for d in r.errors if d.code == code]
+    assert errs and words in errs[0].message, [d.message for d in errs]
+    assert errs[0].counterexample.get("thread") == 0, errs[0].counterexample
+
+
+def test_a_short_counter_tensor_names_who_stores(no_line_lookup):
+    """store.coverage's counter element outside the counter tensor (store_guards): the
+    store's instance (W.context; W.placed)."""
+    from tests.unit.test_atomics import _short_counters
+
+    r = verify.run(_short_counters)
+    errs = [d for d in r.errors if d.code == "store.coverage" and "lies outside" in d.message]
+    assert errs and "(thread 0 of the CTA)" in errs[0].message, [d.message for d in r.errors]
