@@ -114,7 +114,7 @@ def _exact(value: Any, is_float: bool, wide: bool = False):
 def _holds(pre: Precondition, got: tuple) -> bool:
     """Whether the precondition holds for these values, with the verifier's meaning: z3
     evaluates it on exact constants of the sorts the verifier gives the parameters (model.py,
-    check_softmax._required_positive), so `/` floors, a float is a real number, and a value
+    verify/requires.py required_positive), so `/` floors, a float is a real number, and a value
     with no such reading (NaN, inf, a fraction for an int) does not satisfy it. (Python's own
     arithmetic differs: `/` truncated, NaN satisfies `!(c <= 0)`.)"""
     import z3

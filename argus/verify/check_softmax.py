@@ -37,15 +37,12 @@ without an online softmax have no finding.
 
 from __future__ import annotations
 
-import z3
-
 from argus.ir import ops as O
-from argus.ir import tag_ops as T
 from argus.ir.core import Kernel, Region
-from argus.ir.types import ScalarType, TileType
-from argus.verify import exprs
+from argus.ir.types import TileType
 from argus.verify import witness as W
 from argus.verify.obligation import Finding
+from argus.verify.requires import required_positive as _required_positive
 
 ZERO, NORM = ("zero",), ("norm",)
 
@@ -162,38 +159,6 @@ def _fold_findings(kernel: Kernel) -> list[Finding]:
                 f"it (argus.ops.attention runs any other scale unfolded: "
                 f"argus.ops.attention.for_scale), or take the row max after scaling"))
     return out
-
-
-def _required_positive(kernel: Kernel, c):
-    """The kernel's `require` (ag.require) whose conditions together imply c > 0 for the
-    scalar parameter c, or None. Decided by z3 over the parameters' own sorts (a float is a
-    Real: `c > -1 and c != 0` does not imply c > 0 for a float), so only a true implication
-    counts."""
-    if not isinstance(c.type, ScalarType) or all(p.value.id != c.id for p in kernel.params):
-        return None
-    stated = [op for op in kernel.body.ops if isinstance(op, T.Require)]
-    if not any(a.id == c.id for op in stated for a in op.args):
-        return None
-    terms: dict[int, z3.ArithRef] = {}
-
-    def term(v):
-        if v.id not in terms:
-            sort = z3.Real if v.type.dtype.is_float else z3.Int
-            terms[v.id] = sort(f"p{v.id}")
-        return terms[v.id]
-
-    solver = z3.Solver()
-    solver.set("timeout", 2000)
-    try:
-        for op in stated:
-            solver.add(exprs._as_bool(exprs.evaluate(
-                op.expr, exprs.Env({}, tuple(term(a) for a in op.args)))))
-    except exprs.ExprError:
-        return None
-    solver.add(term(c) <= 0)
-    if solver.check() != z3.unsat:
-        return None
-    return next(op for op in stated if any(a.id == c.id for a in op.args))
 
 
 class _Flow:

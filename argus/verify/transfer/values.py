@@ -164,11 +164,11 @@ def positive_scalar(m, v) -> bool:
     value = m.sym.get(v.id)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return value > 0
-    from argus.verify.check_softmax import _required_positive   # (the check imports the model)
+    from argus.verify.requires import required_positive
 
     memo = m.__dict__.setdefault("_positive_scalars", {})
     if v.id not in memo:
-        memo[v.id] = _required_positive(m.kernel, v) is not None
+        memo[v.id] = required_positive(m.kernel, v) is not None
     return memo[v.id]
 
 
