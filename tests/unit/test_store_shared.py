@@ -100,14 +100,8 @@ def test_verifier_proves_the_staged_copy_and_catches_a_missing_piece():
 
 
 def test_trace_errors_say_what_to_do():
-    @ag.kernel(threads=32)
-    def swizzled(X: ag.Tensor["M", 64, ag.bf16]):
-        s = ag.smem((32, 64), ag.bf16, swizzle=128)
-        ag.store_shared(s.view(), ag.load(X, (0, 0), (32, 64)))
-
-    with pytest.raises(TraceError, match="unswizzled"):
-        lower_only(swizzled)
-
+    # (a swizzled view is no longer refused since 5693c2a: tests/unit/
+    # test_store_shared_swizzled.py stores into one and checks the swizzled addresses)
     @ag.kernel(threads=32)
     def wrong_shape(X: ag.Tensor["M", 64, ag.bf16]):
         s = ag.smem((32, 64), ag.bf16)
