@@ -54,7 +54,7 @@ from argus import dtypes
 from argus.dtypes import DType
 from argus.kernels.conv import check_geometry_fields
 
-__all__ = ["Im2colGeometry", "im2col_kernel", "im2col_pixel_planes_kernel",
+__all__ = ["Im2colGeometry", "im2col_kernel", "im2col_voxels_staged_kernel", "voxel_pitch", "im2col_pixel_planes_kernel",
            "im2col_pixel_planes_span_kernel", "im2col_pixel_planes_staged_kernel",
            "im2col_pixels_kernel", "im2col_pixels_span_kernel",
            "im2col_pixels_staged_kernel", "im2col_planes_kernel",
@@ -77,6 +77,12 @@ class Im2colGeometry:
     dil_h: int = 1
     dil_w: int = 1
     channels: int = 3
+    # the depth axis of a 3-d convolution (output od, tap t -> input od * stride_d + t * dil_d
+    # - pad_d); a 2-d one is depth 1 (these defaults), which only the voxel gather reads
+    t: int = 1
+    stride_d: int = 1
+    pad_d: int = 0
+    dil_d: int = 1
 
     def __post_init__(self) -> None:
         check_geometry_fields(self, "sizes, strides, dilations and the channels")
@@ -765,3 +771,95 @@ def im2col_pixel_planes_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
 
     return ag.kernel(conv_im2col_pixel_planes, threads=PIXELS_PER_CTA,
                      name=f"conv_im2col_pixel_planes_{dtype.name}")
+
+
+def voxel_pitch(geom: Im2colGeometry, dtype: DType) -> int:
+    """A's pitch in `im2col_voxels_staged_kernel`'s compact layout: the T * R * S * C taps'
+    columns and BIAS_ONES bias columns, rounded up to whole 16-byte units (the GEMM's and the
+    TMA store's row alignment), and to an ODD number of them (`staged_pieces`: odd pieces
+    keep the 16-byte shared stores conflict-free; one more unit of zeros at most). Compact, not
+    slotted as the 2-d gathers' layouts: those pad each filter row's run so the warp kernels
+    store whole slots, which costs a 2x2x2 filter of 3 channels (a strided transposed
+    convolution's phase) 120 columns for 24 values; this kernel computes every column's
+    source at trace time, so any order costs the same."""
+    per_unit = 16 // dtype.bytes
+    units = -(-(geom.t * geom.r * geom.s * geom.channels + BIAS_ONES) // per_unit)
+    return (units + 1 - units % 2) * per_unit
+
+
+@functools.lru_cache(maxsize=None)
+def im2col_voxels_staged_kernel(dtype: DType, pitch: int, planes: bool) -> ag.KernelFunction:
+    """The gather of a 3-d convolution (a depth axis: `geom.t` depth taps, stride_d, pad_d,
+    dil_d) with few input channels, staged as `im2col_pixels_staged_kernel`: one output voxel
+    a thread, each piece of its row of A (`staged_pieces`) gathered into a "rows" register
+    tile, written to shared memory with 16-byte st.shared, and the CTA's block of A leaves by
+    one TMA store a piece. X is a view of x, read in place:
+
+    - `planes=False` (channels-last x: each pixel's C channels contiguous, the pixels of a row
+      at a pitch of C): X is [N, D, H, W * C]; A's columns ordered (t, r, s, c);
+    - `planes=True` (each channel's rows contiguous: NCDHW, KernelBench's layout): X is
+      [N, D, H, C, W]; A's columns ordered (t, r, c, s).
+
+    A is the [N * OD * P * Q, pitch] buffer (rows: the output voxels in order), `pitch` =
+    `voxel_pitch(geom, dtype)` (checked): the taps' T * R * S * C columns dense from column 0
+    in the kind's order, then the bias tap (BIAS_ONES ones), then zeros; argus.ops.conv lays
+    the weight out the same way. Every column's (t, r, s, c) is a trace-time constant, so each
+    element's input index is the voxel's origin (d0, h0, w0) plus constants: depth, row or
+    column outside x reads 0 by the gather's bounds on that axis (a column index outside W, or
+    for `planes=False` a run element outside [0, W * C)), and a column with no input gets input
+    row -1 (no load). Column dilation is a constant stride of the columns (no run needed: the
+    2-d pixel kernels' dil_w = 1 rule is for their row runs). Compile-time `geom`; BM =
+    `staged_rows(pitch, dtype)` = the CTA's threads.
+
+    Invariant: A[((n * OD + od) * P + p) * Q + q, col(t, r, s, c)] = x[n, c, od * sd + t * dd -
+    pd, p * sh + r * dh - ph, q * sw + s * dw - pw] (0 outside x; fp32 rounded to tf32), the
+    bias columns T*R*S*C .. + BIAS_ONES - 1 one, every other column 0; every element of A
+    written exactly once (the grid's CTAs take disjoint blocks of BM rows, the pieces disjoint
+    column ranges covering the pitch)."""
+    _check_dtype(dtype)
+    bm = staged_rows(pitch, dtype)
+    x_axes = ("N", "D", "H", "C", "W", dtype) if planes else ("N", "D", "H", "E", dtype)
+
+    def conv_im2col_voxels_staged(X: ag.Tensor[x_axes],               # a view of x
+                                  A: ag.Tensor[("M", pitch, dtype)],  # [N*OD*P*Q, pitch]
+                                  geom: Im2colGeometry = Im2colGeometry(1, 1)):
+        g = geom
+        C = g.channels
+        taps = g.t * g.r * g.s * C                     # A's data columns
+        _check_pitch(pitch, voxel_pitch(g, dtype), "im2col_voxels_staged_kernel",
+                     "voxel_pitch(geom, dtype)")
+        D, H = X.shape[1], X.shape[2]
+        W = X.shape[4] if planes else X.shape[3] // C
+        OD = (D + 2 * g.pad_d - g.dil_d * (g.t - 1) - 1) // g.stride_d + 1
+        P = (H + 2 * g.pad_h - g.dil_h * (g.r - 1) - 1) // g.stride_h + 1
+        Q = (W + 2 * g.pad_w - g.dil_w * (g.s - 1) - 1) // g.stride_w + 1
+        (b,) = ag.grid(ag.cdiv(A.shape[0], bm))
+        m = b * bm + ag.arange(bm)[:, None]            # this thread's voxel (A's row)
+        q, rest = m % Q, m / Q
+        p, rest = rest % P, rest / P
+        od, n = rest % OD, rest / OD
+        d0 = od * g.stride_d - g.pad_d
+        h0 = p * g.stride_h - g.pad_h
+        w0 = q * g.stride_w - g.pad_w
+
+        def columns(k):
+            # k = ((t * R + r) * S + s) * C + c (rows) or ((t * R + r) * C + c) * S + s
+            # (planes): trace-time constants of A's column, [1, width]
+            tr = k / (g.s * C)
+            t, r, j = tr / g.r, tr % g.r, k % (g.s * C)
+            d = d0 + t * g.dil_d
+            # a column past the taps reads input row -1: outside X, no load, 0
+            h = ag.where(k < taps, h0 + r * g.dil_h, -1)
+            ones = (k >= taps) & (k < taps + BIAS_ONES)
+            if planes:
+                c, s = j / g.s, j % g.s
+                return (n, d, h, c, w0 + s * g.dil_w), ones
+            s, c = j / C, j % C
+            # the element of the [W * C] row; a column outside [0, W) lands outside it
+            return (n, d, h, (w0 + s * g.dil_w) * C + c), ones
+
+        _stage_pieces(X, A, b, bm, pitch, dtype, columns)
+
+    kind = "planes" if planes else "rows"
+    return ag.kernel(conv_im2col_voxels_staged, threads=bm,
+                     name=f"conv_im2col_voxels_{kind}_staged_{dtype.name}_{bm}")

@@ -4,10 +4,14 @@ implicit-GEMM kernel (argus/kernels/conv.py).
 Layout: the kernel reads channels-last activations. An NCHW-contiguous input is copied to
 channels-last once per call (`x.contiguous(memory_format=torch.channels_last)`); a channels-last
 input (NCHW shape, NHWC memory, as `x.to(memory_format=torch.channels_last)` makes) is read in
-place. The result has NCHW shape in channels-last memory, like cuDNN's result for a
-channels-last input. A 16-bit channels-last weight whose channels per group are a multiple of
-64 (and every such 1x1 weight) is read in place too, as is the bias; other weights are
-repacked to [G, Kg, taps * Cgp] once per weight object and version (`_weight_side`).
+place. The result's memory format is eager's: an NCHW-contiguous x gives an NCHW-contiguous
+result, written channels-first by the kernel's epilogue (no transpose pass: `_nchw_result`),
+a channels-last x a channels-last result (16-bit layers narrower than 33 output columns,
+whose epilogue stages channel blocks for TMA stores, and the im2col / 16-bit 1x1 routes
+return channels-last for either). A 16-bit channels-last weight whose channels per group are
+a multiple of 64 (and every such 1x1 weight) is read in place too, as is the bias; other
+weights are repacked to [G, Kg, taps * Cgp] once per weight object and version
+(`_weight_side`).
 **A write that does not bump the tensor's version (`w.data.mul_(2)`, `w.data[...] = ...`) is
 not seen by a repacked weight or a copied bias**: the earlier repack is used. Update weights
 through the tensor (`copy_`, optimizer steps, `load_state_dict`: each bumps the version) or
@@ -334,12 +338,28 @@ def _repack(weight, groups: int, terms: int, bk: int, tf32: bool):
     return round_to_tf32(Wt) if tf32 else Wt
 
 
-def _out_view(out, groups: int):
-    """The kernel's Out [G, N*OD*P, Q, Kg] view of the channels-last result (NC(D)HW shape,
-    channels innermost in memory)."""
-    K, Q = out.shape[1], out.shape[-1]
+def _out_view(out, groups: int, nchw: bool = False):
+    """The kernel's Out view of the result: [G, N*OD*P, Q, Kg] of a channels-last result (NC(D)HW
+    shape, channels innermost in memory), or with `nchw` (conv_kernel(nchw=True)) the
+    [G, N, OD*P, Kg, Q] view of an NC(D)HW-contiguous one."""
+    N, K, Q = out.shape[0], out.shape[1], out.shape[-1]
     Kg = K // groups
-    return out.as_strided((groups, out.numel() // (Q * K), Q, Kg), (Kg, Q * K, K, 1))
+    if not nchw:
+        return out.as_strided((groups, out.numel() // (Q * K), Q, Kg), (Kg, Q * K, K, 1))
+    plane = out.numel() // (N * K)                      # OD * P * Q
+    return out.as_strided((groups, N, plane // Q, Kg, Q), (Kg * plane, K * plane, Q, plane, 1))
+
+
+def _nchw_result(x, s: ConvSchedule, nchw: bool | None) -> bool:
+    """Whether the implicit GEMM writes its result NC(D)HW-contiguous (conv_kernel(nchw=True))
+    instead of channels-last: `nchw` as asked; None: as eager returns it, NC(D)HW for an
+    NC(D)HW-contiguous x, channels-last for any other x (a channels-last x keeps its layout).
+    Only where the schedule stores from registers (epilogue 'direct': every fp32 schedule,
+    16-bit layers with Q > 32); a 16-bit narrow layer's TMA-store epilogue (64-column blocks
+    of channels staged by stmatrix) keeps the channels-last result."""
+    if nchw is False or s.epilogue != "direct":
+        return False
+    return nchw is True or x.is_contiguous()
 
 
 def _result_layout(N: int, K: int, spatial: tuple) -> tuple:
@@ -354,7 +374,8 @@ def _result_layout(N: int, K: int, spatial: tuple) -> tuple:
 
 
 def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, terms: int = 3,
-             pack_x=None, rowbox: bool = False, precision: str | None = None):
+             pack_x=None, rowbox: bool = False, precision: str | None = None,
+             nchw: bool = False):
     """The kernel's operands for conv2d or conv3d(x, weight, ...) (checked already): (X view,
     Wt, the result (NC(D)HW shape, channels-last memory, x's dtype), its [G, N*OD*P, Q, Kg]
     view, Bias [G, Kg] in the output dtype, the runtime scalars (H, P, D, OD), geometry, in
@@ -368,7 +389,8 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
     the [N, H, W, C] input instead (a view as well). `precision="tf32"` (fp32 only): no split,
     X and Wt stay fp32, rounded to tf32 to nearest (cvt.rna: X by `_tf32_input`'s Argus
     kernel, a copy; Wt in its repack), which the tensor core then reads exactly; `terms` and
-    `pack_x` are unused."""
+    `pack_x` are unused. `nchw`: the result NC(D)HW-contiguous instead (conv_kernel(nchw=True)
+    writes it; its view is then [G, N, OD*P, Kg, Q])."""
     import torch
     import torch.nn.functional as F
 
@@ -425,11 +447,15 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
         X = ndhwc.as_strided((N * D * H, sw * G, W // sw, Cg),
                              (W * G * Cg, Cg, sw * G * Cg, 1))
     shape, strides = _result_layout(N, K, (OD, P, Q) if dims == 3 else (P, Q))
-    out = torch.empty_strided(shape, strides, dtype=out_dtype.torch_dtype(), device=x.device)
+    if nchw:
+        out = torch.empty(shape, dtype=out_dtype.torch_dtype(), device=x.device)
+    else:
+        out = torch.empty_strided(shape, strides, dtype=out_dtype.torch_dtype(),
+                                  device=x.device)
     b = _bias_operand(bias, G, Kg, out.dtype, x.device)
     geom = ConvGeometry(R, S, sh, sw, ph, pw, dh, dw, G, Wt.shape[2] // (T * R * S), T, sd, pd,
                         dd)
-    return X, Wt, out, _out_view(out, G), b, (H, P, D, OD), geom, in_dtype, out_dtype
+    return X, Wt, out, _out_view(out, G, nchw), b, (H, P, D, OD), geom, in_dtype, out_dtype
 
 
 def _launch(kernel, src, dst) -> None:
@@ -527,7 +553,7 @@ def round_to_tf32(t):
 
 def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
              activation: str = "none", terms: int = 3, schedule: ConvSchedule | None = None,
-             pack_x=None, precision: str | None = None):
+             pack_x=None, precision: str | None = None, nchw: bool | None = None):
     """conv2d (conv3d for 5-d x and weight), checked, with the fp32 split of `terms` products:
     compiled for sm_90a on CUDA tensors, in the numpy interpreter on CPU tensors (tests; no
     GPU). The one entry below the torch.library op; argus.compose calls it directly (it picks
@@ -537,8 +563,15 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     precision="tf32" (fp32 x and weight): ONE product on the fp32 data read as tf32 instead of
     the bf16 split (`terms` is then unused): the arithmetic of PyTorch's own cuDNN convolution
     with allow_tf32 (its default), about 3e-4 relative, so relaxed track only. Both operands
-    are rounded to tf32 to nearest first (`_tf32_input`, `_weight_side`), as cuDNN rounds."""
-    args = (stride, padding, dilation, groups, activation, terms, schedule, pack_x, precision)
+    are rounded to tf32 to nearest first (`_tf32_input`, `_weight_side`), as cuDNN rounds.
+
+    nchw: the implicit GEMM's result layout (`_nchw_result`). None (the default): eager's, an
+    NC(D)HW-contiguous result for an NC(D)HW-contiguous x (written channels-first by the
+    kernel's epilogue: no transpose pass after it), channels-last for a channels-last x;
+    False: channels-last always; True: NC(D)HW wherever the schedule's epilogue is 'direct'.
+    The other routes keep their own layouts (`route`)."""
+    args = (stride, padding, dilation, groups, activation, terms, schedule, pack_x, precision,
+            nchw)
     hit = _Repeat.find(x, weight, bias, args)
     if hit is not None:
         return hit.launch(x, weight)
@@ -572,23 +605,26 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
             return out
     s = schedule or schedule_for(x, weight, stride, padding, dilation, groups,
                                  precision=precision)
+    channels_first = _nchw_result(x, s, nchw)
     X, Wt, out, view, b, sizes, geom, idt, odt = operands(x, weight, bias, stride, padding,
                                                           dilation, groups, s.bk, terms, pack_x,
-                                                          rowbox=s.rowbox, precision=precision)
+                                                          rowbox=s.rowbox, precision=precision,
+                                                          nchw=channels_first)
     if out.numel() == 0:
         return out
-    kernel = conv_kernel(idt, odt, bias is not None, activation, precision)
+    kernel = conv_kernel(idt, odt, bias is not None, activation, precision, channels_first)
     if x.is_cuda or x.is_meta:          # meta: compiled only (ahead of time), never launched
-        key = (idt, odt, bias is not None, activation, geom, s, x.device.index, precision)
+        key = (idt, odt, bias is not None, activation, geom, s, x.device.index, precision,
+               channels_first)
         compiled = _COMPILED.get(key)
         if compiled is None:
             compiled = kernel.compile(geom=geom, s=s)
             _COMPILED[key] = compiled
             if len(_COMPILED) > _MEMO_SIZE:
                 _COMPILED.popitem(last=False)
-        run = _Repeat.Run(compiled, None, geom, s)
+        run = _Repeat.Run(compiled, None, geom, s, channels_first)
     else:
-        run = _Repeat.Run(None, kernel, geom, s)
+        run = _Repeat.Run(None, kernel, geom, s, channels_first)
     run(X, Wt, view, b, sizes, x.device)
     if X.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
         # X is a view of x itself (no copy, no split): the next call with these tensors
@@ -694,8 +730,8 @@ def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
     needs W a multiple of stride_w), and one image's A within IM2COL_MAX_BYTES (a batch runs
     in chunks that fit it)."""
     sixteen = str(x.dtype) in ("torch.bfloat16", "torch.float16")
-    if x.dim() != 4 or not (sixteen or (str(x.dtype) == "torch.float32" and
-                                        precision == "tf32")):
+    if x.dim() not in (4, 5) or not (sixteen or (str(x.dtype) == "torch.float32" and
+                                                 precision == "tf32")):
         return False
     # fp32: at least 2 channels, as the per-tap gather's bias tap (C columns) holds the two
     # ones of the bias's tf32 pieces (one fp32 channel, groups 1, is "depthwise" anyway)
@@ -705,7 +741,7 @@ def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
     gather = _Gather.of(x, weight, stride, padding, dilation)
     # A per image within the bound: larger batches run in chunks (`_im2col_chunks`)
     return gather is not None and \
-        gather.p * gather.q * gather.pitch * x.element_size() <= IM2COL_MAX_BYTES
+        gather.image_rows * gather.pitch * x.element_size() <= IM2COL_MAX_BYTES
 
 
 # which kernels gather the runs of the row-run (channels-last x) and plane-run (NCHW x)
@@ -731,7 +767,12 @@ IM2COL_MIN_RUN = 16
 
 
 # the gathers whose kernel writes the [M, pitch] buffer itself (A's pitch a compile-time extent)
-_A_WHOLE = ("pixels", "pixel_planes", "staged", "staged_planes")
+_A_WHOLE = ("pixels", "pixel_planes", "staged", "staged_planes", "voxels", "voxel_planes")
+# the 3-d gathers (im2col_voxels_staged_kernel): A's columns compact, (t, r, s, c) or
+# (t, r, c, s) (`voxel_pitch`), no slots
+_VOXELS = ("voxels", "voxel_planes")
+# the gathers whose A orders each filter row's columns (c, s), channel-major (an NCHW x's runs)
+_PLANES = ("planes", "pixel_planes", "staged_planes", "span_planes", "voxel_planes")
 # the gathers whose CTAs take one output row's pixels: A viewed [N * P, Q, pitch]
 _A_ROWS = ("span", "span_planes")
 
@@ -758,12 +799,19 @@ class _Gather:
       where IM2COL_GATHER says "span"): the staged kinds with each CTA's input spans read
       once into shared memory; A viewed [N * P, Q, pitch]; tile (BQ, LEAD, L) of `span_tile`;
     - "taps" (im2col_kernel: any x strides, W a multiple of stride_w): one tile per tap, x read
-      as [N, H, W / sw, sw, C, 1]; K ordered (r, s, c).
+      as [N, H, W / sw, sw, C, 1]; K ordered (r, s, c);
+    - "voxels" / "voxel_planes" (im2col_voxels_staged_kernel, 3-d x whatever IM2COL_GATHER
+      says): the staged kinds with a depth axis and any column dilation, x read as
+      [N, D, H, W * C] (channels-last) / [N, D, H, C, W] (rows of W contiguous: NCDHW); A's
+      columns compact (`voxel_pitch`): the T * R * S * C taps ordered (t, r, s, c) /
+      (t, r, c, s), then the bias tap; `slot` is S * C (one (t, r) filter row's columns), the
+      "R slots" below T * R of them, with no gaps. A 3-d x in neither layout has no gather.
 
     A's layout: each pixel's row is R slots of `slot` columns (the filter row's values in the
     kind's order, zeros in a slot's gap columns), then the bias tap at R * slot, over `pitch`
     columns (a multiple of 8); `sp`: the planes kind's per-channel run S' (else S); the output
-    sizes and the tile (the kernel's compile-time tile parameters)."""
+    sizes (`od`: the output depth of a 3-d problem, 1 for 2-d) and the tile (the kernel's
+    compile-time tile parameters)."""
 
     kind: str
     geom: object
@@ -774,6 +822,7 @@ class _Gather:
     q: int
     tile: tuple
     sp: int = 0
+    od: int = 1
 
     @property
     def rows(self) -> bool:
@@ -781,8 +830,13 @@ class _Gather:
         return self.kind in ("rows", "pixels", "staged", "span")
 
     @property
+    def image_rows(self) -> int:
+        """A's rows an image: its output pixels (voxels)."""
+        return self.od * self.p * self.q
+
+    @property
     def m(self) -> int:
-        return self.n * self.p * self.q
+        return self.n * self.image_rows
 
     @classmethod
     def of(cls, x, weight, stride, padding, dilation) -> "_Gather | None":
@@ -792,6 +846,8 @@ class _Gather:
                                                plane_slot, planes_tile, row_slot, rows_tile,
                                                span_fits, span_tile)
 
+        if x.dim() == 5:
+            return cls._of_3d(x, weight, stride, padding, dilation)
         N, C, H, W = x.shape
         K, _, R, S = weight.shape
         (sh, sw), (ph, pw), (dh, dw) = (_pair(stride, "stride"), _pair(padding, "padding"),
@@ -830,6 +886,31 @@ class _Gather:
         pitch = -(-(R * S + 1) * C // 8) * 8        # 16-byte rows for the GEMM's TMA
         return cls("taps", geom, S * C, pitch, N, P, Q, im2col_tile(C, Q))
 
+    @classmethod
+    def _of_3d(cls, x, weight, stride, padding, dilation) -> "_Gather | None":
+        """The voxel gather of conv3d(x, weight, ...): "voxels" for a channels-last x (each
+        pixel's channels, and a row's pixels, dense: NDHWC memory), "voxel_planes" for an x
+        whose W rows are contiguous per channel (NCDHW), else None (the implicit GEMM, which
+        copies x). Any stride, padding and dilation."""
+        from argus.kernels.conv_im2col import Im2colGeometry, voxel_pitch
+
+        N, C, D, H, W = x.shape
+        K, _, T, R, S = weight.shape
+        (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = (_pair(v, n, 3) for v, n in (
+            (stride, "stride"), (padding, "padding"), (dilation, "dilation")))
+        OD = (D + 2 * pd - dd * (T - 1) - 1) // sd + 1
+        P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
+        Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
+        geom = Im2colGeometry(R, S, sh, sw, ph, pw, dh, dw, C, T, sd, pd, dd)
+        pitch = voxel_pitch(geom, _IN[str(x.dtype)])
+        if x.permute(0, 2, 3, 4, 1).stride()[3:] == (C, 1):
+            kind = "voxels"
+        elif x.stride(4) == 1:
+            kind = "voxel_planes"
+        else:
+            return None
+        return cls(kind, geom, S * C, pitch, N, P, Q, (), S, OD)
+
     def kernel(self, dtype):
         from argus.kernels.conv_im2col import (im2col_kernel, im2col_pixel_planes_kernel,
                                                im2col_pixel_planes_span_kernel,
@@ -838,6 +919,9 @@ class _Gather:
                                                im2col_pixels_staged_kernel,
                                                im2col_planes_kernel, im2col_rows_kernel)
 
+        if self.kind in _VOXELS:
+            from argus.kernels.conv_im2col import im2col_voxels_staged_kernel
+            return im2col_voxels_staged_kernel(dtype, self.pitch, self.kind == "voxel_planes")
         if self.kind in _A_ROWS:                        # the CTA's threads: BQ
             return {"span": im2col_pixels_span_kernel,
                     "span_planes": im2col_pixel_planes_span_kernel}[self.kind](
@@ -859,7 +943,7 @@ class _Gather:
             return {"geom": self.geom, "BM": self.tile[0]}
         if self.kind == "pixel_planes":
             return {"geom": self.geom, "BM": self.tile[0], "SP": self.sp}
-        if self.kind == "staged":
+        if self.kind in ("staged",) + _VOXELS:
             return {"geom": self.geom}
         if self.kind == "staged_planes":
             return {"geom": self.geom, "SP": self.sp}
@@ -873,6 +957,12 @@ class _Gather:
     def x_view(self, x):
         """The kernel's X: a view of x."""
         g = self.geom
+        if self.kind in _VOXELS:
+            N, C, D, H, W = x.shape
+            s0, s1, s2, s3, s4 = x.stride()
+            if self.kind == "voxels":                    # s3 == C, s1 == 1: [W * C] runs
+                return x.as_strided((N, D, H, W * C), (s0, s2, s3, 1), x.storage_offset())
+            return x.as_strided((N, D, H, C, W), (s0, s2, s3, s1, 1), x.storage_offset())
         N, C, H, W = x.shape
         s0, s1, s2, s3 = x.permute(0, 2, 3, 1).stride()
         if self.rows:
@@ -898,9 +988,10 @@ class _Gather:
                             (self.q * self.pitch, self.pitch, C, 1, 1))
 
     def k(self, bias: bool, fp32: bool = False) -> int:
-        """The K the GEMM multiplies: the R slots, and with a bias the bias tap's first column
-        (16-bit: the bias in the weight's dtype) or two (fp32: the bias as tf32 hi + lo)."""
-        return self.geom.r * self.slot + (bias and (2 if fp32 else 1))
+        """The K the GEMM multiplies: the R slots (3-d: T * R), and with a bias the bias tap's
+        first column (16-bit: the bias in the weight's dtype) or two (fp32: the bias as tf32
+        hi + lo)."""
+        return self.geom.t * self.geom.r * self.slot + (bias and (2 if fp32 else 1))
 
 
 _DEPTHWISE: OrderedDict = OrderedDict()
@@ -1223,7 +1314,8 @@ _IM2COL: OrderedDict = OrderedDict()
 def _im2col_weight(weight, bias, gather: _Gather):
     """The GEMM's B [K, pitch] (K-major) of the im2col route, in A's layout (`_Gather`):
     tap (r, s), channel c at column r * slot + s * C + c (the planes kind: r * slot + c * S' +
-    s), the bias (in the weight's dtype) at
+    s; a 3-d weight's taps (t, r, s) with R * slot the T * R * S * C columns, compact), the
+    bias (in the weight's dtype) at
     R * slot, zeros elsewhere (where A has zeros, or is never read). fp32 (tf32): the taps
     rounded to tf32 to nearest (`round_to_tf32`, as the gather rounds A), the bias as two tf32
     pieces at R * slot and R * slot + 1 (hi = tf32(b), lo = tf32(b - hi): the two ones of A's
@@ -1233,19 +1325,23 @@ def _im2col_weight(weight, bias, gather: _Gather):
     import torch
     import torch.nn.functional as F
 
-    K, C, R, S = weight.shape
     slot, pitch = gather.slot, gather.pitch
-
-    planes = gather.kind in ("planes", "pixel_planes", "staged_planes", "span_planes")
+    planes = gather.kind in _PLANES
+    K, C, *taps_shape = weight.shape
 
     def make():
-        if planes:                                   # (r, c, s), each run padded to S'
+        if gather.kind in _VOXELS:                   # (t, r, s, c) / (t, r, c, s), compact
+            order = (0, 2, 3, 1, 4) if planes else (0, 2, 3, 4, 1)
+            wk = weight.detach().permute(*order).reshape(K, -1)
+        elif planes:                                 # (r, c, s), each run padded to S'
+            R, S = taps_shape
             taps = F.pad(weight.detach().permute(0, 2, 1, 3), (0, gather.sp - S))
             wk = taps.reshape(K, R * slot)
         else:                                        # (r, s, c), each slot padded
+            R, S = taps_shape
             taps = weight.detach().permute(0, 2, 3, 1).reshape(K, R, S * C)
             wk = F.pad(taps, (0, slot - S * C)).reshape(K, R * slot)
-        tail = torch.zeros(K, pitch - R * slot, dtype=weight.dtype, device=weight.device)
+        tail = torch.zeros(K, pitch - wk.shape[1], dtype=weight.dtype, device=weight.device)
         fp32 = weight.dtype == torch.float32
         if bias is not None and fp32:
             b = bias.detach().float()
@@ -1263,9 +1359,10 @@ def _im2col_weight(weight, bias, gather: _Gather):
 
 
 def _im2col(x, weight, bias, stride, padding, dilation):
-    """conv2d(x, weight, bias) for few input channels (`im2col_applies`) as two Argus kernels:
-    the gather (argus/kernels/conv_im2col.py, `_Gather`) writes A [N*P*Q, pitch] with
-    K' = (r, s, c) flattened plus a bias tap of ones, then argus.ops.matmul's GEMM
+    """conv2d (conv3d for 5-d x) (x, weight, bias) for few input channels (`im2col_applies`)
+    as two Argus kernels: the gather (argus/kernels/conv_im2col.py, `_Gather`) writes A
+    [N*P*Q, pitch] (3-d: [N*OD*P*Q, pitch]) with K' = (r, s, c) (3-d: (t, r, s, c))
+    flattened plus a bias tap of ones, then argus.ops.matmul's GEMM
     (`pointwise_gemm`: the schedule matmul would choose; its 16-bit kernel for bf16 / fp16,
     its tf32 kernel for fp32 under tf32, A and the weight rounded to tf32 to nearest first)
     multiplies A's first R * slot (+ the bias columns) columns by the weight's matching
@@ -1290,13 +1387,14 @@ def _im2col(x, weight, bias, stride, padding, dilation):
     N, K = x.shape[0], weight.shape[0]
     gather = _Gather.of(x, weight, stride, padding, dilation)
     kc = gather.k(bias is not None, x.dtype == torch.float32)
-    shape, strides = _result_layout(N, K, (gather.p, gather.q))
+    spatial = (gather.p, gather.q) if x.dim() == 4 else (gather.od, gather.p, gather.q)
+    shape, strides = _result_layout(N, K, spatial)
     first = torch.empty_strided(shape, strides, dtype=x.dtype, device=x.device)
     if first.numel() == 0:
         return first, None
-    chunks = _im2col_chunks(N, gather.p * gather.q * gather.pitch * x.element_size())
+    per_image = gather.image_rows                   # A rows an image
+    chunks = _im2col_chunks(N, per_image * gather.pitch * x.element_size())
     images = chunks[0][1] - chunks[0][0]
-    per_image = gather.p * gather.q                 # A rows an image
     kernel = gather.kernel(_IN[str(x.dtype)])
     constexprs = gather.constexprs()
     compiled = None
@@ -1318,7 +1416,7 @@ def _im2col(x, weight, bias, stride, padding, dilation):
             part = dataclasses.replace(gather, n=n1 - n0)
             Ac = A[:(n1 - n0) * per_image]
             calls.append((part.x_view(x.detach()[n0:n1]), part.a_view(Ac), Ac[:, :kc], Wk,
-                          out[n0:n1].permute(0, 2, 3, 1).view((n1 - n0) * per_image, K)))
+                          out[n0:n1].movedim(1, -1).view((n1 - n0) * per_image, K)))
         return calls
 
     calls = buffers(x, weight, first)
@@ -1455,6 +1553,7 @@ class _Repeat:
         kernel: object
         geom: ConvGeometry
         schedule: ConvSchedule
+        nchw: bool = False          # the kernel writes an NC(D)HW result (its Out view)
 
         def __call__(self, X, Wt, view, b, sizes, device):
             if self.compiled is None:
@@ -1555,7 +1654,8 @@ class _Repeat:
         Wt = self.Wt
         if Wt is None:
             Wt = _weight_view(weight, self.groups, self.run.schedule.bk)
-        plan = self.run(X, Wt, _out_view(out, self.groups), self.b, self.sizes, x.device)
+        plan = self.run(X, Wt, _out_view(out, self.groups, self.run.nchw), self.b, self.sizes,
+                        x.device)
         if plan is not None:
             if len(self.plans) >= self.PLANS:
                 self.plans.pop(next(iter(self.plans)))
@@ -1826,8 +1926,9 @@ def _register():
     def _(x, weight, bias, stride, padding, dilation, groups, activation):
         out = [(n + 2 * p - d * (k - 1) - 1) // s_ + 1 for n, k, s_, p, d in
                zip(x.shape[2:], weight.shape[2:], stride, padding, dilation)]
-        if route(x, weight, bias, stride, padding, groups, activation,
-                 dilation=dilation) == "depthwise":
+        kind = route(x, weight, bias, stride, padding, groups, activation, dilation=dilation)
+        if kind == "depthwise" or (kind == "implicit_gemm" and _nchw_result(
+                x, schedule_for(x, weight, stride, padding, dilation, groups), None)):
             return x.new_empty((x.shape[0], weight.shape[0], *out))   # NCHW-contiguous
         y = x.new_empty((x.shape[0], *out, weight.shape[0]))
         return y.permute(0, y.dim() - 1, *range(1, y.dim() - 1))
