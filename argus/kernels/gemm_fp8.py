@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, fields
 
 import argus as ag
 from argus.dtypes import DType
+from argus.kernels.split_k_sum import MAX_SPLITS
 from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler, Unit,
                                             WarpSpecializedSchedule, load_tile, store_tile,
                                             store_tile_staged)
@@ -108,6 +109,26 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
     # (both partials live: bn / 2 + bn accumulator registers, so bn <= 128 + 64); out of
     # repr when False
     split_overlap: bool = field(default=False, repr=False)
+    # K steps of k_atoms 128-byte rows each (OperandRing's atoms: one TMA box of each operand
+    # per atom, issued back to back): each weight row is read k_atoms * 128 contiguous bytes
+    # per stage instead of 128. For weight streaming (small M: argus/ops/fp8_schedules.py
+    # `weight_streaming`), where a stage of 128 bytes per row leaves the DRAM one 128-byte
+    # piece of each of the tile's rows at a time. Plain (not promoting) loop only; out of repr
+    # when 1
+    k_atoms: int = field(default=1, repr=False)
+    # swap-AB: W is wgmma's A operand (the tile's bm rows are W rows, 64 per consumer), the
+    # activations its B (bn of them, a multiple of 8 >= M): the tile is a block of C^T, stored
+    # transposed from registers. For small M a 64-row activation tile is mostly TMA zero fill
+    # (M = 16: 48 of 64 rows), shared memory the ring could spend on W. Direct epilogue, plain
+    # loop; out of repr when False
+    swap_ab: bool = field(default=False, repr=False)
+    # K cut into split_k equal slices (argus/ops/split_k.py `k_slices`: views), one fp32
+    # partial product per slice (`gemm_fp8_partials_kernel`, the batched kernel over the
+    # slices), then `scaled_split_k_sum_kernel` adds them in slice order and applies
+    # scale_a * scale_b once, in fp32. Run by argus.ops.scaled_matmul, not by a kernel itself:
+    # more units of work (SMs streaming weights) when the output has few tiles. Out of repr
+    # when 1
+    split_k: int = field(default=1, repr=False)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
@@ -117,6 +138,11 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
             extra += f", n_split={self.n_split}"
         if self.split_overlap:
             extra += ", split_overlap=True"
+        for name in ("k_atoms", "split_k"):
+            if getattr(self, name) != 1:
+                extra += f", {name}={getattr(self, name)}"
+        if self.swap_ab:
+            extra += ", swap_ab=True"
         return f"{type(self).__name__}({shown}{extra})"
 
     @property
@@ -157,9 +183,30 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
             problems.append(f"the TMA-store epilogue stores blocks of 64, 32 or 16 columns "
                             f"(128-, 64- or 32-byte swizzle); an accumulator of {self.piece} "
                             f"columns (bn={self.bn}, n_split={self.n_split}) is none of them")
+        problems += self._streaming_problems()
         if self.cluster_m == 2 and (self.bn // 2) % 8:
             problems.append(f"cluster_m=2 multicasts half of W's {self.bn} rows per CTA: bn "
                             f"must be a multiple of 16")
+        return problems
+
+    def _streaming_problems(self) -> list[str]:
+        """What k_atoms, swap_ab and split_k (the weight-streaming fields) need."""
+        problems = []
+        if self.k_atoms < 1:
+            problems.append(f"k_atoms={self.k_atoms} < 1")
+        if not 1 <= self.split_k <= MAX_SPLITS:
+            problems.append(f"split_k={self.split_k} is outside 1..{MAX_SPLITS}")
+        plain = ([name for name, on in (("k_atoms > 1", self.k_atoms > 1),
+                                        ("swap_ab", self.swap_ab),
+                                        ("split_k > 1", self.split_k > 1)) if on])
+        if plain and self.promote:
+            problems.append(f"{', '.join(plain)} run the plain (not promoting) K loop: they need "
+                            f"promote=False")
+        if (self.swap_ab or self.split_k > 1) and self.epilogue != "direct":
+            problems.append("swap_ab stores C^T blocks and split_k fp32 partials from registers: "
+                            "they need epilogue='direct'")
+        if (self.swap_ab or self.split_k > 1) and self.cluster_m != 1:
+            problems.append("swap_ab and split_k run without clusters (cluster_m=1)")
         return problems
 
     def _split_problems(self) -> list[str]:
@@ -191,7 +238,7 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
     @property
     def smem_bytes(self) -> int:
         """Shared memory of the tiles (the compiler adds barriers and alignment)."""
-        ring = self.stages * (self.bm + self.bn) * self.bk
+        ring = self.stages * (self.bm + self.bn) * self.bk * self.k_atoms
         # the TMA-store staging holds one accumulator's columns (the halves take turns)
         staging = self.bm * self.piece * 2 if self.epilogue == "tma" else 0
         scales = self.stages * (self.bm + SB_ROWS) * SCALE_BOX * 4 if self.smem_scales else 0
@@ -213,13 +260,17 @@ class _Fp8Gemm:
     staging: Staging | None
 
     @classmethod
-    def launch(cls, s: Fp8GemmSchedule, A, W, out_dtype: DType) -> "_Fp8Gemm":
-        M, K = A.shape
-        N = W.shape[0]
-        sched = TileScheduler.launch(M, N, s.bm, s.bn, cluster=s.cluster_m,
-                                     persistent=s.persistent, num_sms=s.num_sms,
-                                     group_m=s.group_m)
-        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
+    def launch(cls, s: Fp8GemmSchedule, A, W, out_dtype: DType, batch=None) -> "_Fp8Gemm":
+        """`batch`: the leading extent of batched A, W and C (the K slices of split-K)."""
+        M, K = A.shape[-2], A.shape[-1]
+        N = W.shape[-2]
+        # with swap-AB the tile's rows are W's (wgmma's A operand) and its columns A's
+        rows_of, cols_of = (N, M) if s.swap_ab else (M, N)
+        sched = TileScheduler.launch(rows_of, cols_of, s.bm, s.bn, batch=batch,
+                                     cluster=s.cluster_m, persistent=s.persistent,
+                                     num_sms=s.num_sms, group_m=s.group_m)
+        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers,
+                                 k_atoms=s.k_atoms)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
         # one 128B-swizzled 64 x 64 staging block per 64 columns of one accumulator (the
@@ -232,10 +283,11 @@ class _Fp8Gemm:
         """The producer role: every unit's A and W tiles through the ring (with each stage's
         block scales when `scales` is given)."""
         s = self.s
+        lhs, rhs = (W, A) if s.swap_ab else (A, W)
         with ag.role("producer", warpgroups=1, regs=s.producer_regs):
             for unit in self.sched.units():
                 if scales is None:
-                    self.ring.load(self.k_steps, A, W, unit, rank=self.sched.rank,
+                    self.ring.load(self.k_steps, lhs, rhs, unit, rank=self.sched.rank,
                                    cluster=s.cluster_m)
                 else:
                     scales.load(self.ring, self.k_steps, A, W, unit, rank=self.sched.rank,
@@ -261,8 +313,9 @@ class _Fp8Gemm:
             # bf16 GEMM's whole-round runs are untried here)
             store_tile_staged(C, unit, wg, acc, self.staging, bm=s.bm, bn=s.bn,
                               rows=self.rows, finish=finish, run=1)
-        else:
-            store_tile(C, unit, wg, acc, bm=s.bm, bn=s.bn, rows=self.rows, finish=finish)
+        else:  # with swap-AB acc is a block of C^T: its rows are C's columns
+            store_tile(C, unit, wg, acc, bm=s.bm, bn=s.bn, rows=self.rows, finish=finish,
+                       transposed=s.swap_ab)
 
 
 @functools.cache
@@ -277,6 +330,7 @@ def gemm_fp8_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
                  ScaleB: ag.Tensor[1, ag.f32],
                  C: ag.Tensor["M", "N", out_dtype],
                  s: Fp8GemmSchedule = Fp8GemmSchedule()):
+        _refuse_split(s)
         g = _Fp8Gemm.launch(s, A, W, out_dtype)
         g.produce(A, W)
 
@@ -296,6 +350,46 @@ def gemm_fp8_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
 
     name = "gemm_fp8" if out_dtype == ag.bf16 else f"gemm_fp8_{out_dtype.name}"
     return ag.kernel(gemm_fp8, name=name)
+
+
+def _refuse_split(s: Fp8GemmSchedule) -> None:
+    if s.split_k != 1:
+        raise ag.TraceError(f"Fp8GemmSchedule(split_k={s.split_k}) is run by "
+                            f"argus.ops.scaled_matmul (gemm_fp8_partials_kernel over K-slice "
+                            f"views, then scaled_split_k_sum_kernel), not by one kernel",
+                            fix="call argus.ops.scaled_matmul(a, b, sa, sb, schedule=...), or "
+                                "compile with split_k=1")
+
+
+@functools.cache
+def gemm_fp8_partials_kernel() -> ag.KernelFunction:
+    """Split-K's first half: P[s] = As[s] @ Ws[s]^T in fp32, unscaled, for the K-slice views
+    As [S, M, KS] and Ws [S, N, KS] of A and W (argus/ops/split_k.py `k_slices`: slice s is K
+    range [s KS, (s + 1) KS), its edge the view's, so a box crossing it is zero filled, never
+    read from the next slice). The batched kernel over the slices: the verifier proves per
+    slice what it proves of the plain kernel (every k of the slice multiplied once, from one
+    slice of A and W, into P[s]); `scaled_split_k_sum_kernel` adds P in slice order and
+    applies the per-tensor scales once. The schedule is the split one's with split_k=1
+    (swap_ab, k_atoms and the tile as chosen)."""
+
+    def gemm_fp8_partials(As: ag.Tensor["S", "M", "KS", ag.e4m3],
+                          Ws: ag.Tensor["S", "N", "KS", ag.e4m3],
+                          P: ag.Tensor["S", "M", "N", ag.f32],
+                          s: Fp8GemmSchedule = Fp8GemmSchedule(bm=64, bn=16, consumers=1,
+                                                               stages=16, swap_ab=True)):
+        _refuse_split(s)
+        if s.promote or s.epilogue != "direct":
+            raise ag.TraceError("the split-K partials are plain fp32 sums stored from "
+                                "registers: promote=False, epilogue='direct'",
+                                fix="pass the split schedule's tile with promote=False")
+        g = _Fp8Gemm.launch(s, As, Ws, ag.f32, batch=As.shape[0])
+        g.produce(As, Ws)
+        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
+            for unit in g.sched.units():
+                acc = g.ring.mma(g.k_steps, wg, zero_by_wgmma=s.zero_by_wgmma)
+                g.store(P, unit, wg, acc, lambda tile: tile)
+
+    return ag.kernel(gemm_fp8_partials, name="gemm_fp8_partials")
 
 
 def promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | None" = None):

@@ -15,6 +15,9 @@ wave (`GemmSchedule.tail_splits`, argus/kernels/gemm.py): the partials are a com
 P[s, q] of the tail tiles' bm x bn blocks, and tail tile q's place in C is found by planning the
 GEMM's own walk (`TileScheduler.plan` / `tail_tile`, argus/kernels/warp_specialized.py), so the
 two kernels agree on it by running the same code.
+
+`scaled_split_k_sum_kernel` is split_k_sum for the fp8 GEMM's split-K (argus.ops.scaled_matmul):
+the same fixed-order fp32 sum, times the per-tensor scales once, then the rounding.
 """
 
 import functools
@@ -42,6 +45,30 @@ def split_k_sum_kernel(out_dtype: DType, splits: int) -> ag.KernelFunction:
         ag.store(C, (row0, col0), total.to(out_dtype))
 
     return ag.kernel(split_k_sum, threads=256, name=f"split_k_sum_{out_dtype.name}_{splits}")
+
+
+@functools.lru_cache(maxsize=None)
+def scaled_split_k_sum_kernel(out_dtype: DType, splits: int) -> ag.KernelFunction:
+    """split_k_sum for the fp8 GEMM's per-tensor scales: C = (sum over s of P[s]) * (scale_a *
+    scale_b), the partials added in slice order in fp32, the scales (one-element f32 tensors,
+    read on the device) applied once in fp32 after the sum, then one rounding: the product the
+    unsplit kernel's epilogue computes, from the same fp32 partial sums (cached per kind)."""
+    if not 2 <= splits <= MAX_SPLITS:
+        raise ValueError(f"scaled_split_k_sum: splits={splits} must be in [2, {MAX_SPLITS}]")
+
+    def scaled_split_k_sum(P: ag.Tensor[(splits, "M", "N", ag.f32)],
+                           ScaleA: ag.Tensor[1, ag.f32], ScaleB: ag.Tensor[1, ag.f32],
+                           C: ag.Tensor[("M", "N", out_dtype)], ROWS: int = 2, BN: int = 512):
+        pid_m, pid_n = ag.grid(ag.cdiv(C.shape[0], ROWS), ag.cdiv(C.shape[1], BN))
+        row0, col0 = pid_m * ROWS, pid_n * BN
+        total = ag.load(P, (0, row0, col0), (ROWS, BN))
+        for s in range(1, splits):   # a fixed order: the same sum on every run
+            total = total + ag.load(P, (s, row0, col0), (ROWS, BN))
+        scale = ag.load_scalar(ScaleA, (0,)) * ag.load_scalar(ScaleB, (0,))
+        ag.store(C, (row0, col0), (total * scale).to(out_dtype))
+
+    return ag.kernel(scaled_split_k_sum, threads=256,
+                     name=f"scaled_split_k_sum_{out_dtype.name}_{splits}")
 
 
 @functools.lru_cache(maxsize=None)

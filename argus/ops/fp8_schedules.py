@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from argus.kernels.gemm_fp8 import Fp8GemmSchedule
-from argus.ops import tuning_cache
+from argus.kernels.gemm_fp8 import BK_BYTES, Fp8GemmSchedule
+from argus.kernels.split_k_sum import MAX_SPLITS
+from argus.ops import fp8_split_k, tuning_cache
+from argus.target.limits import NUM_SMS
 
 
 @dataclass(frozen=True)
@@ -42,10 +44,8 @@ def heuristic(p: Fp8Problem) -> Fp8GemmSchedule:
     """A good schedule without measuring (HOPPER.md §2.1 recipe with BK = 128 e4m3)."""
     if p.block_scaled:
         return _block_heuristic(p)
-    if p.m <= 64:
-        # Weight streaming: one 64-row consumer, narrow N tiles so that every SM streams its
-        # own slice of W, a deep ring (12 x 16 KB) to keep bytes in flight.
-        return Fp8GemmSchedule(bm=64, bn=64, consumers=1, stages=12)
+    if weight_bound(p):
+        return weight_streaming(p)
     if p.m <= 256:
         return Fp8GemmSchedule(bm=128, bn=64, stages=8)
     if p.tma_epilogue_ok:  # 3 x 48 KB ring + 64 KB staging
@@ -53,9 +53,117 @@ def heuristic(p: Fp8Problem) -> Fp8GemmSchedule:
     return Fp8GemmSchedule(stages=4)
 
 
-_SMS = 132  # H100 / H200 SXM
+_SMS = NUM_SMS  # H100 / H200 SXM
 # what the ring may use beside barriers and the staging buffer (of ~227 KB)
 _RING_BUDGET = 200 * 1024
+
+# ---- weight streaming (small M, per-tensor) ------------------------------------------------
+# The most activation rows one weight-streaming tile holds: with swap-AB the activations are
+# wgmma's N, one tile of bn = M rounded up to 8 covers all of them (A read once per W tile),
+# and a 64 x 128 fp32 accumulator is 64 registers a thread. It is also where the GEMM stops
+# being bound by the weight read: 2 M FLOP per e4m3 weight byte, 256 at M = 128, against the
+# H200's ~410 (1979 TFLOP/s dense e4m3 over 4.8 TB/s, NVIDIA H200 datasheet).
+STREAM_MAX_M = 128
+# W bytes in flight per SM below which an SM is taken to stream proportionally slower
+# (Little's law: ~2.5 TB/s over 128-132 SMs times a loaded latency of ~3.5 us is ~66 KB; the
+# measured small-M schedules hold 64-96 KB of W in flight, docs/perf/fp8.md)
+_W_IN_FLIGHT = 64 * 1024
+# the ring's stage count cap (mbarrier pairs; past this a stage is < 10 KB and the ring's
+# depth in bytes, not in stages, is what keeps bytes in flight)
+_STREAM_MAX_STAGES = 20
+# a split's second kernel (the scaled sum) priced in bytes of the busiest SM's stream: ~2 us
+# between the two launches at ~20 GB/s an SM (2.5 TB/s over 128 SMs)
+_SUM_LAUNCH_BYTES = 48 * 1024
+
+
+def weight_bound(p: Fp8Problem) -> bool:
+    """Whether the per-tensor GEMM is a weight stream (`weight_streaming`'s regime)."""
+    return not p.block_scaled and p.m <= STREAM_MAX_M
+
+
+def _stream_tile(p: Fp8Problem, consumers: int, split_k: int,
+                 k_atoms: int = 1) -> Fp8GemmSchedule:
+    """The swap-AB weight-streaming schedule of `consumers` 64-row W slices per tile and all of
+    M as the tile's columns, with as many stages as the ring budget holds (at most
+    _STREAM_MAX_STAGES)."""
+    bm, bn = 64 * consumers, max(8, -(-p.m // 8) * 8)
+    stage = (bm + bn) * BK_BYTES * k_atoms
+    stages = max(2, min(_STREAM_MAX_STAGES, _RING_BUDGET // stage))
+    return Fp8GemmSchedule(bm=bm, bn=bn, consumers=consumers, stages=stages, swap_ab=True,
+                           split_k=split_k, k_atoms=k_atoms)
+
+
+def stream_cost(p: Fp8Problem, s: Fp8GemmSchedule) -> float:
+    """The analytic price of weight-streaming schedule `s` on `p`, in bytes of the busiest SM:
+    its units (ceil(units / SMs) of them, a unit = one tile's K slice) times the A and W bytes
+    of a unit, scaled up where the ring holds fewer than _W_IN_FLIGHT bytes of W; with
+    split_k > 1 plus the fp32 partials written and read back (over all SMs) and the sum's
+    launch. Lower is faster; it ranks schedules, it is not a time. Either orientation (W rows
+    are the tile's bm with swap_ab, its bn without); activation rows past M are TMA zero fill
+    and cost no bytes."""
+    w_rows, a_rows = (s.bm, s.bn) if s.swap_ab else (s.bn, s.bm)
+    tiles = -(-p.n // w_rows) * -(-p.m // a_rows)
+    units = tiles * s.split_k
+    waves = -(-units // _SMS)
+    busiest = waves * (w_rows + min(a_rows, p.m)) * (p.k / s.split_k)
+    in_flight = s.stages * w_rows * BK_BYTES * s.k_atoms
+    cost = busiest * max(1.0, _W_IN_FLIGHT / in_flight)
+    if s.split_k > 1:
+        cost += 2 * s.split_k * p.m * p.n * 4 / _SMS + _SUM_LAUNCH_BYTES
+    return cost
+
+
+def stream_options(p: Fp8Problem) -> list[Fp8GemmSchedule]:
+    """The weight-streaming schedules the rule ranks: one or two 64-row W slices per tile, K
+    unsplit or cut into any legal count of slices (argus/ops/fp8_split_k.py `why_not`), each
+    slice at least one stage deep; cheapest first (`stream_cost`; ties: more CTAs busy, then
+    fewer splits)."""
+    out = []
+    for consumers in (1, 2):
+        for splits in range(1, MAX_SPLITS + 1):
+            if splits > 1 and (fp8_split_k.why_not(p.k, splits) is not None or
+                               p.k // splits < BK_BYTES):
+                continue
+            out.append(_stream_tile(p, consumers, splits))
+
+    return sorted(out, key=lambda s: (stream_cost(p, s), -busy_ctas(p, s), s.split_k,
+                                      s.consumers))
+
+
+def busy_ctas(p: Fp8Problem, s: Fp8GemmSchedule) -> int:
+    """CTAs of `s`'s persistent grid that get a unit of work on `p` (SMs streaming)."""
+    w_rows, a_rows = (s.bm, s.bn) if s.swap_ab else (s.bn, s.bm)
+    return min(s.num_sms, -(-p.n // w_rows) * -(-p.m // a_rows) * s.split_k)
+
+
+def weight_streaming(p: Fp8Problem) -> Fp8GemmSchedule:
+    """Small M, per-tensor: the GEMM is the read of W (N x K bytes), so every SM should stream
+    its share of W with enough bytes in flight. Swap-AB (W rows are the tile's wgmma M, the M
+    activations its N: no shared memory spent on zero-filled activation rows), one or two 64-row
+    W slices per tile, and split-K where the tiles alone leave SMs idle: the cheapest of
+    `stream_options` by `stream_cost` (bytes of the busiest SM, SM count, W in flight), an
+    analytic rule, not a table of shapes. Within 2% of the cheapest the fewest splits win:
+    the model prices the second kernel roughly, and an unsplit GEMM has none."""
+    options = stream_options(p)
+    near = [s for s in options if stream_cost(p, s) <= 1.02 * stream_cost(p, options[0])]
+    return min(near, key=lambda s: s.split_k)
+
+
+def _stream_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
+    """What the tuner measures for a weight stream: the rule's pick, the next cheapest options,
+    the pick with two 128-byte K atoms a stage (each W row read 256 contiguous bytes a stage:
+    fewer, longer DRAM bursts, not measured yet), and the schedules of the rule before it
+    (one 64-row consumer over 64- or 128-column W tiles; 128 x 64), so tuning never loses
+    what it had."""
+    pick = weight_streaming(p)
+    out = [pick] + stream_options(p)[:3]
+    atoms = _stream_tile(p, pick.consumers, pick.split_k, k_atoms=2)
+    out.append(atoms)
+    out += [Fp8GemmSchedule(bm=64, bn=64, consumers=1, stages=12),
+            Fp8GemmSchedule(bm=64, bn=128, consumers=1, stages=8),
+            Fp8GemmSchedule(bm=128, bn=64, stages=8),
+            Fp8GemmSchedule(bm=64, bn=32, consumers=1, stages=12)]
+    return list(dict.fromkeys(out))
 
 
 def _block_stages(bm: int, bn: int, staging: int = 0) -> int:
@@ -195,6 +303,8 @@ def candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
     """The bounded set a tuner measures (every one legal for this problem)."""
     if p.block_scaled:
         return _block_candidates(p)
+    if weight_bound(p):
+        return _stream_candidates(p)
     out = [heuristic(p)]
     if p.m > 256:
         out += [Fp8GemmSchedule(stages=4), Fp8GemmSchedule(stages=4, cluster_m=2),
@@ -271,6 +381,7 @@ def choose(problem: Fp8Problem, gpu: str | None) -> Fp8GemmSchedule:
             except (TypeError, ValueError):
                 s = None  # written by another version of Fp8GemmSchedule: ignore it
             if s is not None and (s.epilogue != "tma" or problem.tma_epilogue_ok) and \
-                    (s.promote or not problem.block_scaled):
+                    (s.promote or not problem.block_scaled) and \
+                    (s.split_k == 1 or fp8_split_k.why_not(problem.k, s.split_k) is None):
                 return s
     return heuristic(problem)

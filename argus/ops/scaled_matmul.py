@@ -49,7 +49,8 @@ from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm_fp8 import (SCALE_BLOCK, Fp8GemmSchedule, gemm_fp8_blockscaled_kernel,
                                     gemm_fp8_blockscaled_smem_kernel, gemm_fp8_kernel)
-from argus.ops import fp8_schedules
+from argus.ops import fp8_schedules, fp8_split_k
+from argus.ops.fp8_split_k import Fp8SplitK
 from argus.ops.fp8_schedules import Fp8Problem, choose
 from argus.ops.matmul import _overlap, _remember, device_name  # one definition for both
 from argus.runtime.args import check_on_one_gpu
@@ -357,10 +358,13 @@ def _scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, schedule, key):
                               f"these are per-tensor scales",
                               fix="drop smem_scales from the schedule")
         _check_smem_switch(chosen.smem_scales)
-        kernel = (gemm_fp8_blockscaled_smem_kernel(out_type) if chosen.smem_scales
-                  else gemm_fp8_blockscaled_kernel(out_type)) if block else \
-            gemm_fp8_kernel(out_type)
-        compiled, smem_scales = kernel.compile(s=chosen), chosen.smem_scales
+        if chosen.split_k > 1:
+            compiled, smem_scales = _split_k(chosen, block, k, out_type), False
+        else:
+            kernel = (gemm_fp8_blockscaled_smem_kernel(out_type) if chosen.smem_scales
+                      else gemm_fp8_blockscaled_kernel(out_type)) if block else \
+                gemm_fp8_kernel(out_type)
+            compiled, smem_scales = kernel.compile(s=chosen), chosen.smem_scales
         _remember(_CHOSEN, memo_key, (compiled, smem_scales))
     else:   # the switch may have been turned off since the kernel was built
         _check_smem_switch(smem_scales)
@@ -379,6 +383,21 @@ def _scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, schedule, key):
             if plan is not None:
                 _remember(_LAUNCHES, key, _Replay(plan, smem_scales))
     return out
+
+
+def _split_k(chosen: Fp8GemmSchedule, block: bool, k: int, out_type) -> Fp8SplitK:
+    """The split-K launch of a per-tensor schedule with split_k > 1 (argus/ops/fp8_split_k.py);
+    a LaunchError for block scales or a K the slices cannot tile."""
+    if block:
+        raise LaunchError(f"{_WHO}: split_k={chosen.split_k} sums unscaled partials and applies "
+                          f"per-tensor scales once; block scales are applied per K block by "
+                          f"promotion", fix="drop split_k from the schedule (split_k=1)")
+    reason = fp8_split_k.why_not(k, chosen.split_k)
+    if reason is not None:
+        raise LaunchError(f"{_WHO}: Fp8GemmSchedule(split_k={chosen.split_k}): {reason}",
+                          fix="use split_k=1, or a split count that cuts K into equal slices "
+                              "of a multiple of 16")
+    return Fp8SplitK(chosen, out_type)
 
 
 def _memo_key(problem: Fp8Problem, device_index, schedule, kmajor_a: bool) -> tuple:
