@@ -8,9 +8,11 @@ or, with `ConvRun.precision = "tf32"` (relaxed track only, opt-in), as ONE produ
 data read as tf32: the arithmetic of PyTorch eager's own cuDNN convolution (allow_tf32 is on by
 default for cuDNN), as accurate as eager, not fp32-accurate.
 A transposed convolution is the gradient form of argus.ops.conv (stride 1: one convolution
-with flipped, channel-swapped weights; strided: one per output phase). The result is made
-NCHW-contiguous by an Argus transpose ([N, pixels, K] -> [N, K, pixels]), so the fused kernels
-that follow read it as a plain view.
+with flipped, channel-swapped weights; strided: one per output phase). The result is
+NCHW-contiguous, so the fused kernels that follow read it as a plain view: the implicit GEMM
+writes it channels-first from its epilogue (argus.ops.conv.convolve(nchw=True), conv_kernel's
+nchw store: no transpose pass, as cuDNN's fprop writes NCHW directly); only a 16-bit narrow
+layer's TMA-store epilogue still writes channels-last, made NCHW by a copy (`_nchw`).
 
 The fp32 input is packed by Argus kernels (`pack_split`: the NCHW -> NHWC transpose, then
 `split_pieces` writes each slot's bf16 piece into its channels). Not Argus work (named in the
@@ -65,10 +67,12 @@ def run_conv(node, x: torch.Tensor, weight: torch.Tensor, bias, run: ConvRun | N
     terms = run.terms if x.dtype == torch.float32 else 1
     if run.precision == "tf32" and x.dtype == torch.float32:
         # one tf32 product on the fp32 data: no split, no packing
-        conv = functools.partial(conv_ops.convolve, schedule=run.schedule, precision="tf32")
+        conv = functools.partial(conv_ops.convolve, schedule=run.schedule, precision="tf32",
+                                 nchw=True)
     else:
         conv = functools.partial(conv_ops.convolve, terms=terms, schedule=run.schedule,
-                                 pack_x=pack_split if x.dtype == torch.float32 else None)
+                                 pack_x=pack_split if x.dtype == torch.float32 else None,
+                                 nchw=True)
     dims = a["dims"]
     if a["transposed"]:
         fn = {1: conv_ops.conv_transpose1d, 2: conv_ops.conv_transpose2d,

@@ -280,11 +280,26 @@ class _HaloRing:
 
 @functools.lru_cache(maxsize=None)
 def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: bool = False,
-                activation: str = "none", precision: str | None = None) -> ag.KernelFunction:
+                activation: str = "none", precision: str | None = None,
+                nchw: bool = False) -> ag.KernelFunction:
     """The 2-d implicit-GEMM convolution kernel for one problem kind (cached).
     precision="tf32": fp32 X and Wt multiplied as tf32 (wgmma `.tf32`, fp32 accumulation: the
     arithmetic of cuDNN with allow_tf32, relaxed accuracy), bk = 32 (a 128-byte row of fp32),
-    neither halo nor promote."""
+    neither halo nor promote.
+
+    nchw=True: the result is written channels-first (NCHW / NCDHW-contiguous, what cuDNN's
+    fprop returns for an NCHW input) straight from the accumulator, so no transpose pass
+    follows. Out is then the [G, N, OD * P, Kg, Q] view of the [N, G * Kg, OD, P, Q] result
+    (strides (Kg * OD*P*Q, K * OD*P*Q, Q, OD*P*Q, 1)) and the epilogue stores the warpgroup's
+    [bw pixels x bn channels] accumulator transposed (`ag.store(transposed=True)`): in the
+    wgmma fragment the 8 lanes of a quad column (lane / 4 = 0..7) hold 8 consecutive rows
+    (output pixels q0 + 8i..) of one column (channel), so each store instruction of a warp
+    writes 4 channels x 8 consecutive pixels: four fully used 32-byte sectors for fp32 (16
+    bytes per 8 pixels for 16-bit outputs). Staging a [channels x pixels] box in shared
+    memory for a TMA store would write whole lines, but fp32 has no transposing stmatrix and
+    the stage would cost bn * bm * 4 bytes of the ring's shared memory; the sector-complete
+    register store moves the same DRAM bytes. Needs the direct epilogue (bw = the
+    warpgroup's rows: one output row segment per warpgroup)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     if (in_dtype == ag.f32) != (precision == "tf32") or precision not in (None, "tf32"):
@@ -292,16 +307,23 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                          f"inputs run only as tf32 (precision='tf32'), and tf32 only on fp32 "
                          f"inputs (the strict fp32 track is the bf16 split: bf16 inputs)")
 
+    out_type = ag.Tensor["G", "NI", "OP", "KG", "Q", out_dtype] if nchw else \
+        ag.Tensor["G", "NP", "Q", "KG", out_dtype]
+
     def conv2d(X: ag.Tensor["NH", "PG", "WV", "CG", in_dtype],   # [N*H, sw*G, W/sw, Cg]
                # (s.rowbox: [N, H, W, C], argus.ops.conv.operands(rowbox=True))
                Wt: ag.Tensor["G", "KG", "KT", in_dtype],         # [G, Kg, R*S*Cgp]
-               Out: ag.Tensor["G", "NP", "Q", "KG", out_dtype],   # view of [N, P, Q, G*Kg]
+               Out: out_type,          # [G, N*OD*P, Q, Kg] view of [N, OD, P, Q, G*Kg];
+               # nchw: [G, N, OD*P, Kg, Q] view of [N, G*Kg, OD, P, Q]
                Bias: ag.Tensor["G", "KG", out_dtype],            # the bias as given
                H: ag.i32, P: ag.i32, D: ag.i32, OD: ag.i32,
                geom: ConvGeometry = ConvGeometry(1, 1), s: ConvSchedule = ConvSchedule()):
         NH, Cg = X.shape[0], X.shape[3]
         G, Kg = Wt.shape[0], Wt.shape[1]
-        NP, Q = Out.shape[1], Out.shape[2]
+        if nchw:                                       # [G, N, OD * P, Kg, Q]
+            NP, Q = Out.shape[1] * Out.shape[2], Out.shape[4]
+        else:
+            NP, Q = Out.shape[1], Out.shape[2]
         row_blocks = s.bm // s.bw                      # output rows per tile
         q_tiles = ag.cdiv(Q, s.bw)
         cs = s.cluster_m
@@ -321,6 +343,13 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                                 f"with stride 1 and one group; got t={geom.t}, stride "
                                 f"({geom.stride_h}, {geom.stride_w}), groups={geom.groups}",
                                 fix="rowbox=False")
+        if nchw and s.epilogue != "direct":
+            raise ag.TraceError(f"conv_kernel(nchw=True) stores each warpgroup's accumulator "
+                                f"transposed as one output row segment: it needs "
+                                f"epilogue='direct' (bw = bm / consumers); got "
+                                f"epilogue={s.epilogue!r}, bw={s.bw}",
+                                fix="ConvSchedule(epilogue='direct', bw=bm // consumers), or "
+                                    "nchw=False (channels-last result)")
         # halo / rowbox: a tile's output rows lie in one image (ceil(P / rows) blocks per
         # image, the last one partly past P: those rows are not stored); else rows of the
         # flattened N * P
@@ -425,6 +454,21 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                     y = y + ag.load(Bias, (g, unit.n * s.bn), (1, s.bn)).to(ag.f32)
                 y = _activate(y, activation).to(out_dtype)
                 per_wg = rows // s.bw                   # output rows in this warpgroup's rows
+                if nchw:
+                    # channels-first, pixel i and channel j -> Out[g, n, p, n0 + j, q0 + i].
+                    # Per-image tiles (halo / rowbox, 2-d): the tile's image and first row
+                    # directly, a row past P dropped by the store's bound on Out's P axis.
+                    # Else row r = (n * OD + od) * P + p of the flattened rows is image
+                    # r // (OD * P), plane row r % (OD * P); a row past NP has an image past N.
+                    if image_tiles:
+                        block = unit.m // q_tiles
+                        per_image = ag.cdiv(P, row_blocks)
+                        image, p = block // per_image, (block % per_image) * row_blocks + wg
+                    else:
+                        r = np0 + wg
+                        image, p = r // Out.shape[2], r % Out.shape[2]
+                    ag.store(Out, (g, image, p, unit.n * s.bn, q0), y, transposed=True)
+                    continue
                 if s.epilogue == "direct":              # bw == rows: one output row segment
                     ag.store(Out, (g, out_row(np0, wg), q0, unit.n * s.bn), y)
                     continue
@@ -441,5 +485,6 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
 
     suffix = "" if (in_dtype, out_dtype) == (ag.bf16, ag.bf16) else \
         f"_{precision or in_dtype.name}_{out_dtype.name}"
-    epi = ("_bias" if bias else "") + ("" if activation == "none" else f"_{activation}")
+    epi = ("_bias" if bias else "") + ("" if activation == "none" else f"_{activation}") + \
+        ("_nchw" if nchw else "")
     return ag.kernel(conv2d, name=f"conv2d{suffix}{epi}")

@@ -895,7 +895,7 @@ class _Gather:
         from argus.kernels.conv_im2col import Im2colGeometry, voxel_pitch
 
         N, C, D, H, W = x.shape
-        K, _, T, R, S = weight.shape
+        T, R, S = weight.shape[2:]
         (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = (_pair(v, n, 3) for v, n in (
             (stride, "stride"), (padding, "padding"), (dilation, "dilation")))
         OD = (D + 2 * pd - dd * (T - 1) - 1) // sd + 1
@@ -959,7 +959,7 @@ class _Gather:
         g = self.geom
         if self.kind in _VOXELS:
             N, C, D, H, W = x.shape
-            s0, s1, s2, s3, s4 = x.stride()
+            s0, s1, s2, s3, _ = x.stride()
             if self.kind == "voxels":                    # s3 == C, s1 == 1: [W * C] runs
                 return x.as_strided((N, D, H, W * C), (s0, s2, s3, 1), x.storage_offset())
             return x.as_strided((N, D, H, C, W), (s0, s2, s3, s1, 1), x.storage_offset())

@@ -100,7 +100,7 @@ def test_prepared_launches_and_zeros_are_not_kept_or_replayed_in_a_capture(monke
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, 8, 5, 6, generator=g).bfloat16().to(memory_format=torch.channels_last)
     w = torch.randn(8, 8, 3, 3, generator=g).bfloat16()   # NCHW: a repack
-    args = (1, 1, 1, 1, "none", 3, None, None, None)
+    args = (1, 1, 1, 1, "none", 3, None, None, None, None)
     conv_op._REPEATS.clear()
     _capturing(monkeypatch, True)
     y = conv_op.conv2d_interpret(x, w, None, 1, 1)

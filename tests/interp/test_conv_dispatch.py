@@ -274,15 +274,22 @@ def test_pointwise_nchw_form_matches_float64(case, monkeypatch):
 
 
 def test_custom_op_fake_matches_the_routes_layout():
-    """The torch.library op's fake (torch.compile's view of the result) says NCHW-contiguous
-    for an fp32 depthwise convolution and channels-last otherwise, as the kernels write."""
+    """The torch.library op's fake (torch.compile's view of the result) says what the kernels
+    write: NCHW-contiguous for an fp32 depthwise convolution and for the implicit GEMM on an
+    NCHW input (its channels-first epilogue), channels-last for a channels-last input and for
+    a 16-bit layer narrow enough for the TMA-store epilogue (Q = 9)."""
     op = conv_op._op()
     x = torch.empty(2, 8, 9, 9, device="meta")
     dw = op(x, torch.empty(8, 1, 3, 3, device="meta"), None, [1, 1], [1, 1], [1, 1], 8, "none")
     assert dw.shape == (2, 8, 9, 9) and dw.is_contiguous()
-    full = op(x, torch.empty(16, 8, 3, 3, device="meta"), None, [1, 1], [1, 1], [1, 1], 1,
-              "none")
-    assert full.permute(0, 2, 3, 1).is_contiguous()
+    w = torch.empty(16, 8, 3, 3, device="meta")
+    full = op(x, w, None, [1, 1], [1, 1], [1, 1], 1, "none")
+    assert full.shape == (2, 16, 9, 9) and full.is_contiguous()
+    cl = op(x.to(memory_format=torch.channels_last), w, None, [1, 1], [1, 1], [1, 1], 1, "none")
+    assert cl.permute(0, 2, 3, 1).is_contiguous() and not cl.is_contiguous()
+    x16, w16 = torch.empty(2, 16, 9, 9, device="meta"), torch.empty(16, 16, 3, 3, device="meta")
+    narrow = op(x16.bfloat16(), w16.bfloat16(), None, [1, 1], [1, 1], [1, 1], 1, "none")
+    assert narrow.permute(0, 2, 3, 1).is_contiguous() and not narrow.is_contiguous()
 
 
 def test_depthwise_kernel_verifies_with_zero_errors():
@@ -405,7 +412,9 @@ def test_pointwise_16bit_matches_float64(case, monkeypatch):
     assert (A.data_ptr() == x.data_ptr()) == cl            # in place iff channels-last
     assert Wk.data_ptr() == w.data_ptr()
     s = conv_op.schedule_for(x, w, 1, 0, 1, 1)
-    implicit = conv_op.conv2d_interpret(x, w, schedule=s)
+    # the implicit GEMM's channels-last result (nchw=False: an NCHW x would get its NCHW
+    # epilogue by default, which this route does not have)
+    implicit = conv_op.convolve(x, w, schedule=s, nchw=False)
     assert taken == ["pointwise", "implicit_gemm"]
     assert implicit.stride() == y.stride() and implicit.dtype == y.dtype
     assert _rel(y, implicit.double()) <= _ROUNDING[dtype]
