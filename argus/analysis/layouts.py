@@ -59,12 +59,13 @@ def infer_layouts(kernel: Kernel) -> Kernel:
             op = defs.get(op.src.id)
     flexible = _flexible(kernel, acc_ids | a_ids)
     layout: dict[int, str] = {}
+    wide = _transposed_sources(kernel, defs, acc_ids | a_ids)
     ops = list(kernel.walk())
     # A fixpoint: layouts are only ever added (a conflicting one is an error), so every round
     # that changes something places at least one more tile; more rounds than tiles cannot be.
     for _ in range(len(ops) + 1):
         before = dict(layout)
-        _forward(ops, layout, acc_ids, a_ids, flexible, threads)
+        _forward(ops, layout, acc_ids, a_ids, flexible, threads, wide)
         _backward(ops, layout, flexible, threads)
         if layout == before:
             break
@@ -77,7 +78,7 @@ def infer_layouts(kernel: Kernel) -> Kernel:
         for r in op.results():
             if isinstance(r.type, TileType) and r.id not in layout:
                 layout[r.id] = BLOCKED
-    _forward(ops, layout, acc_ids, a_ids, flexible, threads)
+    _forward(ops, layout, acc_ids, a_ids, flexible, threads, wide)
 
     def retype(v: Value) -> Value:
         if isinstance(v.type, TileType):
@@ -166,6 +167,43 @@ def _build(name: str, t: TileType, threads: int, op) -> RL.RegisterLayout:
                                "powers of two") from None
 
 
+def _vblocked(t: TileType, axis: int) -> str:
+    """vblocked(V) with chunks of 16 bytes of `t`'s dtype along `axis` (at most its extent)."""
+    vec = max(1, min(16 // max(1, t.dtype.bytes), t.shape[axis]))
+    return f"vblocked({vec})"
+
+
+def _pow2_2d(t: TileType) -> bool:
+    return len(t.shape) == 2 and all(n > 0 and n & (n - 1) == 0 for n in t.shape)
+
+
+def _transposed_sources(kernel: Kernel, defs, pinned: set[int]) -> set[int]:
+    """Global loads of 2-d power-of-two tiles that reach a transposed store of a register
+    tile (not a wgmma accumulator) through pointwise ops and conversions only (round_nhwc's
+    load -> round_tf32 -> store): loaded as vblocked(V), 16-byte chunks along their rows, so
+    the load is one vector access a chunk; the store's conversion (`_needs`) gives the
+    transposed side its own 16-byte chunks. A chain that meets an accumulator keeps the
+    defaults."""
+    out: set[int] = set()
+    for st in kernel.walk():
+        if not (isinstance(st, O.Store) and st.transposed and _pow2_2d(st.value.type)):
+            continue
+        found, todo, ok = [], [st.value], True
+        while todo and ok:
+            v = todo.pop()
+            op = defs.get(v.id)
+            if v.id in pinned or isinstance(op, (O.Wgmma, O.LdMatrix)):
+                ok = False
+            elif isinstance(op, O.Load):
+                found.append(v.id)
+            elif isinstance(op, (O.Elementwise, O.Convert)):
+                todo.extend(a for a in op.operands() if isinstance(a.type, TileType)
+                            and a.type.shape == v.type.shape)
+        if ok:
+            out.update(found)
+    return out
+
+
 def _gather_layout(t: TileType, threads: int) -> str:
     """"rows" where dim 0 splits over the threads (RL.rows), else "blocked"."""
     try:
@@ -189,12 +227,15 @@ def _set(layout: dict[int, str], v: Value, name: str, op, why: str) -> None:
     layout[v.id] = name
 
 
-def _forward(ops, layout, acc_ids, a_ids, flexible, threads) -> None:
+def _forward(ops, layout, acc_ids, a_ids, flexible, threads, wide=frozenset()) -> None:
     for op in ops:
         n = threads.get(id(op), 128)
         res = op.results()[0] if op.results() else None
         if isinstance(op, O.Full) and (op.result.id in acc_ids):
             _set(layout, op.result, WGMMA_ACC, op, "wgmma accumulates into it")
+        elif isinstance(op, O.Load) and op.result.id in wide:
+            _set(layout, op.result, _vblocked(op.result.type, -1), op,
+                 "a global load a transposed store writes: 16-byte chunks of its rows")
         elif isinstance(op, O.Load) and op.result.id not in flexible:
             acc = op.result.id in acc_ids | a_ids
             _set(layout, op.result, WGMMA_ACC if acc else BLOCKED, op,
@@ -333,6 +374,14 @@ def _needs(op, threads: int):
             init = RL.build(op.init.type.layout, op.init.type.shape, threads)
             if init.broadcast_map(plan.result) is None:
                 out.append((op.init, plan.result.name, "a scan starts from its source's slice"))
+    elif isinstance(op, O.Store) and op.transposed and _pow2_2d(op.value.type) and \
+            op.value.type.layout not in (WGMMA_ACC, "wgmma_a"):
+        # a register tile stored transposed: in the layout whose relabeling (RL.transpose) is
+        # vblocked along the destination's rows, each chunk of registers one vector store of
+        # consecutive destination elements (codegen/cuda/memory.py `_transposed_info`)
+        want = f"transpose({_vblocked(op.value.type, 0)})"
+        if op.value.type.layout != want:
+            out.append((op.value, want, "a transposed store writes rows of its transpose"))
     elif isinstance(op, O.StMatrix) and not op.plain and op.src.type.layout != WGMMA_ACC:
         out.append((op.src, WGMMA_ACC, "stmatrix stores the accumulator fragment"))
     elif isinstance(op, O.Wgmma) and op.a_in_registers and op.a.type.layout != WGMMA_ACC:
@@ -366,7 +415,12 @@ def _insert_conversions(kernel: Kernel, threads: dict[int, int], defs) -> Kernel
                                        f"in layout {name} ({why}), which does not exist: {e}",
                                        op.loc) from None
                 nv = Value(next(ids), t, v.hint)
-                out.append(O.ConvertLayout(nv, v, loc=op.loc))
+                # a conversion into a transposed layout reads the buffer down its columns:
+                # one element of padding a row spreads a column over the banks (the write
+                # side of vblocked chunks and the read side each meet 2-way conflicts at
+                # most, against 16-way in a dense row of a power-of-two pitch)
+                pad = 1 if name.startswith("transpose(") else 0
+                out.append(O.ConvertLayout(nv, v, pad=pad, loc=op.loc))
                 subst[v.id] = nv
             if subst:
                 op = _replace_operands(op, subst)

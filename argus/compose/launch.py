@@ -2,10 +2,10 @@
 
 `run` compiles a kernel for sm_90a on CUDA tensors and interprets it on CPU tensors. `copy_into`
 makes a strided tensor (any rank, permutation, step slice or expanded dim) contiguous with Argus
-kernels: a row copy when the innermost dim of its merged layout is contiguous, the selection
-transpose from the dim that is contiguous otherwise. Every kernel reads rows contiguously (both
-launches refuse another inner stride: runtime/args.check_inner_stride), so a strided input
-goes through `copy_into` before a kernel sees it.
+kernels: a row copy when the innermost dim of its merged layout is contiguous, the tile
+transpose (a transposed store) from the dim that is contiguous otherwise. Every kernel reads
+rows contiguously (both launches refuse another inner stride: runtime/args.check_inner_stride),
+so a strided input goes through `copy_into` before a kernel sees it.
 """
 
 from __future__ import annotations
@@ -107,12 +107,13 @@ _run = run
 
 @ag.kernel(threads=256)
 def transpose(X: ag.Tensor["B", "R", "C", ag.f32], Y: ag.Tensor["B", "C", "R", ag.f32],
-              BR: int = 16, BC: int = 32):
-    """Y[b] = X[b]^T. A loaded tile cannot be stored transposed (only wgmma accumulators can),
-    so the [BR, BC] tile is moved through a [BR, BC, BR] selection: element (i, j, k) keeps
-    x[i, j] where i == k and the sum over i places it at (j, k), exactly (adding zeros)."""
+              BR: int = 64, BC: int = 64):
+    """Y[b] = X[b]^T, bit for bit (-0.0, NaN and inf included: no arithmetic touches a
+    value). The [BR, BC] tile is stored transposed (ag.store(transposed=True)): loaded in
+    16-byte chunks of X's rows, exchanged through shared memory by the layout conversion that
+    layout inference puts before the store, stored in 16-byte chunks of Y's rows."""
     # one flat grid along x (up to 2^31 - 1 CTAs): y and z stop at 65535, which a batch or a
-    # row count of 2^20 pixels / BR = 16 already passes (conv_pointwise_2D at upstream sizes)
+    # row count of 2^20 pixels / BR already passes (conv_pointwise_2D at upstream sizes)
     tiles_r = ag.cdiv(X.shape[1], BR)
     tiles_c = ag.cdiv(X.shape[2], BC)
     (p,) = ag.grid(X.shape[0] * tiles_r * tiles_c)
@@ -120,27 +121,17 @@ def transpose(X: ag.Tensor["B", "R", "C", ag.f32], Y: ag.Tensor["B", "C", "R", a
     i = (p // tiles_c) % tiles_r
     b = p // (tiles_c * tiles_r)
     x = ag.load(X, (b, i * BR, j * BC), (BR, BC))
-    sel = ag.arange(BR)[:, None, None] == ag.arange(BR)[None, None, :]
-    # a max over -inf fills, not a sum over zeros: x + 0.0 turns x = -0.0 into +0.0 (and a sum
-    # of -0.0 only is +0.0 in torch and numpy), while max(x, -inf) is x for every x, -0.0,
-    # -inf and NaN included (max.NaN propagates it)
-    t = ag.where(sel, x[:, :, None], float("-inf")).max(axis=0)     # [1, BC, BR]
-    ag.store(Y, (b, j * BC, i * BR), t)
-
+    ag.store(Y, (b, j * BC, i * BR), x, transposed=True)
 
 
 # ------------------------------------------------------------------------- strided copy
-# The dtypes the layout copies have kernels for (the DSL name, the fill of the transpose's
-# selection and the reduction that keeps the one selected value): the dtypes KernelBench tasks
+# The dtypes the layout copies have kernels for (the DSL name): the dtypes KernelBench tasks
 # hand a composed kernel (float32, the half types, index tensors). A copy moves values and
-# never rounds: floats take the max of one value and -inf fills (exact, and -0.0 stays -0.0: a
-# sum with +0.0 made it +0.0), integers the sum of one value and zeros. float64 is left out:
-# no task uses it, and the interpreter (float32 working copies) cannot show its copies exact.
-_FLOAT_SELECT = ('float("-inf")', "max")
-_COPY_DTYPES: dict[torch.dtype, tuple[str, tuple[str, str]]] = {
-    torch.float32: ("f32", _FLOAT_SELECT), torch.float16: ("f16", _FLOAT_SELECT),
-    torch.bfloat16: ("bf16", _FLOAT_SELECT), torch.int64: ("i64", ("0", "sum")),
-    torch.int32: ("i32", ("0", "sum"))}
+# never rounds. float64 is left out: no task uses it, and the interpreter (float32 working
+# copies) cannot show its copies exact.
+_COPY_DTYPES: dict[torch.dtype, str] = {
+    torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.int64: "i64",
+    torch.int32: "i32"}
 _COPY: dict[tuple[int, torch.dtype], Any] = {}
 _TRANSPOSE: dict[torch.dtype, Any] = {torch.float32: transpose}
 
@@ -156,13 +147,13 @@ def _copy_dtype(src: torch.Tensor) -> str:
                           f"{tuple(src.stride())} (layout copies exist for {names}); fix: make "
                           "the tensor contiguous before the composed model reads it, or add "
                           "the dtype to argus/compose/launch.py _COPY_DTYPES")
-    return _COPY_DTYPES[src.dtype][0]
+    return _COPY_DTYPES[src.dtype]
 
 
 def _copy_kernel(rank: int, dtype: torch.dtype = torch.float32):
     """dst = src for rank-`rank` tensors, src with any outer strides (inner stride 1)."""
     if (rank, dtype) not in _COPY:
-        dt = _COPY_DTYPES[dtype][0]
+        dt = _COPY_DTYPES[dtype]
         name = f"copy{rank}" if dtype == torch.float32 else f"copy{rank}_{dt}"
         dims = ", ".join(f'"D{i}"' for i in range(rank))
         idx = ", ".join(f"i{i}" for i in range(rank - 1))
@@ -185,12 +176,12 @@ def _copy_kernel(rank: int, dtype: torch.dtype = torch.float32):
 def _transpose_kernel(dtype: torch.dtype):
     """`transpose` for `dtype` (the float32 kernel itself for float32)."""
     if dtype not in _TRANSPOSE:
-        dt, (fill, select) = _COPY_DTYPES[dtype]
+        dt = _COPY_DTYPES[dtype]
         name = f"transpose_{dt}"
         src = (f"@ag.kernel(threads=256)\n"
                f"def {name}(X: ag.Tensor[\"B\", \"R\", \"C\", ag.{dt}],\n"
-               f"        Y: ag.Tensor[\"B\", \"C\", \"R\", ag.{dt}], BR: int = 16, "
-               f"BC: int = 32):\n"
+               f"        Y: ag.Tensor[\"B\", \"C\", \"R\", ag.{dt}], BR: int = 64, "
+               f"BC: int = 64):\n"
                f"    tiles_r = ag.cdiv(X.shape[1], BR)\n"
                f"    tiles_c = ag.cdiv(X.shape[2], BC)\n"
                f"    (p,) = ag.grid(X.shape[0] * tiles_r * tiles_c)\n"
@@ -198,9 +189,7 @@ def _transpose_kernel(dtype: torch.dtype):
                f"    i = (p // tiles_c) % tiles_r\n"
                f"    b = p // (tiles_c * tiles_r)\n"
                f"    x = ag.load(X, (b, i * BR, j * BC), (BR, BC))\n"
-               f"    sel = ag.arange(BR)[:, None, None] == ag.arange(BR)[None, None, :]\n"
-               f"    t = ag.where(sel, x[:, :, None], {fill}).{select}(axis=0)\n"
-               f"    ag.store(Y, (b, j * BC, i * BR), t)\n")
+               f"    ag.store(Y, (b, j * BC, i * BR), x, transposed=True)\n")
         _TRANSPOSE[dtype] = tile.load_source(src, name)[name]
     return _TRANSPOSE[dtype]
 
@@ -231,7 +220,7 @@ def _layout(t: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
 def copy_into(src: torch.Tensor, dst: torch.Tensor) -> None:
     """dst (contiguous) = src (any strides: a permutation, a slice with a step, an expanded
     dim; any rank), with Argus layout kernels only: the row copy where src's merged layout has
-    a contiguous innermost dim, else the selection transpose from the dim that is contiguous
+    a contiguous innermost dim, else the tile transpose from the dim that is contiguous
     (through a row copy to a scratch buffer when the other dims do not merge), else (no
     contiguous dim at all) the transpose of src seen with a trailing extent-1 dim of stride 1.
     The views are torch's (`as_strided`, no compute). Every dtype of `_COPY_DTYPES` has the

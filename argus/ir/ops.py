@@ -633,13 +633,17 @@ class ConvertLayout(Op):
     only TileType.layout differs). Inserted by layout inference where an op needs an operand
     in a layout it does not have; rendered through shared memory: `scratch` is that buffer
     (the whole tile, one copy per warpgroup of a role), allocated by lower/smem.py in the
-    shared-memory plan."""
+    shared-memory plan. `pad`: elements added to each row of the buffer (row pitch = last dim +
+    pad), decided by layout inference where the two layouts walk different dims fastest (a
+    transposed store's conversion: one element of padding spreads a column's elements over the
+    banks); 0 is the dense row-major buffer."""
 
     NAME = "convert_layout"
     RESULTS = ("result",)
     result: Value
     src: Value
     scratch: tuple[Value, ...] = ()
+    pad: int = field(default=0, metadata={"elide_default": True})
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,13 @@ __all__ = ["round_nhwc", "round_rows"]
 
 @ag.kernel(threads=256)
 def round_nhwc(X: ag.Tensor["B", "C", "R", ag.f32], Y: ag.Tensor["B", "R", "CP", ag.f32],
-               BR: int = 32, BC: int = 16):
-    """Y[b] = round_tf32(X[b]^T), zero columns past C. A loaded tile cannot be stored
-    transposed (only wgmma accumulators can), so the [BC, BR] tile goes through a [BC, BR, BC]
-    selection, as argus/compose/launch.py's transpose: element (i, j, k) keeps x[i, j] where
-    i == k and the sum over i places it at (j, k), exactly (adding zeros). The grid covers Y,
-    so the padding columns (loads past C read 0) are written too."""
+               BR: int = 64, BC: int = 64):
+    """Y[b] = round_tf32(X[b]^T), zero columns past C. The [BC, BR] tile is stored transposed
+    (ag.store(transposed=True)): loaded in 16-byte chunks of pixel runs, exchanged through
+    shared memory by the layout conversion layout inference puts before the store, stored in
+    16-byte chunks of channel runs (analysis/layouts.py `_transposed_sources`, `_needs`). The
+    grid covers Y, so the padding columns (loads past C read 0) are written too; the rounding
+    and the copy move bits (round_tf32 keeps -0.0, NaN and inf)."""
     # one flat grid along x (up to 2^31 - 1 CTAs): y and z stop at 65535
     tiles_r = ag.cdiv(Y.shape[1], BR)
     tiles_c = ag.cdiv(Y.shape[2], BC)
@@ -35,9 +36,7 @@ def round_nhwc(X: ag.Tensor["B", "C", "R", ag.f32], Y: ag.Tensor["B", "R", "CP",
     i = (p // tiles_c) % tiles_r
     b = p // (tiles_c * tiles_r)
     x = ag.load(X, (b, j * BC, i * BR), (BC, BR))                # [channels, pixels]
-    sel = ag.arange(BC)[:, None, None] == ag.arange(BC)[None, None, :]
-    t = ag.where(sel, x[:, :, None], 0.0).sum(axis=0)           # [1, BR, BC]
-    ag.store(Y, (b, i * BR, j * BC), ag.round_tf32(t))
+    ag.store(Y, (b, i * BR, j * BC), ag.round_tf32(x), transposed=True)
 
 
 @ag.kernel(threads=256)

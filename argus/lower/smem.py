@@ -172,8 +172,8 @@ def _scratch_types(op: O.Op, threads: int, copies: int) -> tuple[SmemType, ...]:
         return (SmemType(i32, (copies,)),)
     if isinstance(op, O.ConvertLayout):
         t: TileType = op.result.type
-        size = 1
-        for n in t.shape:
+        size = t.shape[-1] + op.pad      # a row's pitch (ConvertLayout.pad)
+        for n in t.shape[:-1]:
             size *= n
         # the registers' own type: integers and booleans as they are, every float as f32
         dtype = f32 if t.dtype.is_float else t.dtype

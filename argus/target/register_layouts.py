@@ -36,6 +36,13 @@ Names (the text form in TileType.layout; `build` parses them):
   slice(P,axis,n)     P (a name, for the shape with extent n along axis) reduced along axis
   expand(P,axis)      P with a unit dim inserted at axis (t[:, None])
   squeeze(P,axis)     P (for the shape with a unit dim at axis) with that dim removed
+  vblocked(V)         `V` consecutive last-dim elements a register chunk, thread bits along the
+                      last dim then the leading dims, the rest in registers (power-of-two
+                      extents): 16-byte accesses of any tile shape (a 64 x 64 f32 tile over
+                      256 threads: 4 rows of 16 chunks a pass), the layout of a tile that a
+                      transposed store writes (`transpose(vblocked(V))` is its source side)
+  transpose(P)        P built for the swapped 2-d shape, its two dims relabeled: thread t and
+                      register r hold element (j, i) where P's hold (i, j) (no data moves)
 """
 
 from __future__ import annotations
@@ -389,6 +396,45 @@ def blocked(shape, threads: int, vec: int | None = None, name: str = "blocked") 
     return RegisterLayout(name, shape, threads, bases, regs)
 
 
+def vblocked(shape, threads: int, vec: int) -> RegisterLayout:
+    """`vec` consecutive elements of the last dim in consecutive registers (one vector access
+    a chunk), thread bits along the last dim (chunk after chunk), then along the leading dims
+    from the innermost out, leftover thread bits replicate; the remaining extents are walked by
+    registers row-major, the chunk's `vec` innermost. Every extent a power of two."""
+    shape = tuple(int(d) for d in shape)
+    if not 1 <= len(shape) <= 4:
+        raise ValueError(f"register tiles have rank 1 to 4, got shape {shape}")
+    if not all(_pow2(n) for n in shape) or not _pow2(threads) or not _pow2(vec):
+        raise ValueError(f"vblocked({vec}) needs power-of-two extents and threads, got "
+                         f"{shape} over {threads}")
+    if shape[-1] % vec:
+        raise ValueError(f"vblocked({vec}): a last dim of {shape[-1]} holds no chunk of {vec}")
+    rank, nb = len(shape), _nbits(threads)
+    imgs: list[tuple[int, ...]] = []
+    cover = [1] * rank
+    cover[-1] = vec
+    for d in reversed(range(rank)):
+        while len(imgs) < nb and shape[d] % (cover[d] * 2) == 0:
+            imgs.append(tuple(cover[d] if k == d else 0 for k in range(rank)))
+            cover[d] *= 2
+    while len(imgs) < nb:
+        imgs.append((0,) * rank)
+    offsets = [list(range(0, n, c)) for n, c in zip(shape[:-1], cover[:-1])]
+    offsets.append([s + k for s in range(0, shape[-1], cover[-1]) for k in range(vec)])
+    return RegisterLayout(f"vblocked({vec})", shape, threads, tuple(imgs),
+                          tuple(itertools.product(*offsets)))
+
+
+def transpose(parent: RegisterLayout) -> RegisterLayout:
+    """`parent` (2-d) with its two dims swapped: the same (thread, register) pairs, each
+    holding the element at the swapped coordinate (a relabeling: no data moves)."""
+    if parent.rank != 2:
+        raise ValueError(f"transpose: a 2-d layout, not rank {parent.rank}")
+    return RegisterLayout(f"transpose({parent.name})", parent.shape[::-1], parent.threads,
+                          tuple(img[::-1] for img in parent.thread_bases),
+                          tuple(r[::-1] for r in parent.regs))
+
+
 def rows(shape, threads: int) -> RegisterLayout:
     """Dim 0 over the threads, everything else in-thread: thread t holds rows t, t + T, ...
     (T the threads), each whole, registers row-major (row, then the other dims in order), so
@@ -565,6 +611,12 @@ def build(name: str, shape: tuple[int, ...], threads: int) -> RegisterLayout:
             raise ValueError(f"{name}: dim {axis} of {shape} must be {extent}")
         return widen(build(args[0], shape[:axis] + (1,) + shape[axis + 1:], threads), axis,
                      extent)
+    if head == "vblocked" and len(args) == 1:
+        return vblocked(shape, threads, int(args[0]))
+    if head == "transpose" and len(args) == 1:
+        if len(shape) != 2:
+            raise ValueError(f"{name}: a 2-d tile, not {shape}")
+        return transpose(build(args[0], shape[::-1], threads))
     if head == "squeeze" and len(args) == 2:
         axis = int(args[1])
         return squeeze(build(args[0], shape[:axis] + (1,) + shape[axis:], threads), axis)

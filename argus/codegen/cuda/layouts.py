@@ -102,6 +102,16 @@ class Rows(Lay):
 ROWS_VEC = 8
 
 
+class Chunked(Lay):
+    """A vblocked(V) tile (RL.vblocked): registers k*V .. k*V + V - 1 are V consecutive
+    elements of one row's last dim (chunk starts are multiples of V), each chunk one vector
+    access; coordinates from the layout's bases, as any layout's."""
+
+    @property
+    def vec(self) -> int:
+        return int(self.rl.name.removeprefix("vblocked(").removesuffix(")"))
+
+
 class Acc(Lay):
     """The wgmma m64nNk16 accumulator: row = 16w + g + 8((i/2)%2), col = 2q + (i%2) + 8(i/4)."""
 
@@ -132,4 +142,6 @@ def layout_of(t: TileType, group_threads: int, loc, acc_names: bool = False) -> 
         return Acc(rl, acc_names)
     if t.layout == "rows":
         return Rows(rl, acc_names)
+    if t.layout.startswith("vblocked("):
+        return Chunked(rl, acc_names)
     return Lay(rl, acc_names)

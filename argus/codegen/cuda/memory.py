@@ -23,11 +23,11 @@ from argus.codegen.cuda.emit import (
     rule,
     strip_round,
 )
-from argus.codegen.cuda.layouts import Acc, Blocked, Rows
+from argus.codegen.cuda.layouts import Acc, Blocked, Chunked, Rows, layout_of
 from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.core import Value
-from argus.ir.types import TensorType
+from argus.ir.types import TensorType, TileType
 
 
 def _to_mem_c(expr: str, dtype) -> str:
@@ -48,19 +48,41 @@ def _from_mem_c(expr: str, dtype) -> str:
 
 def _vector_access(lay, dtype) -> int:
     """Bytes of one vector global access into a chunk of `lay` (min(16, vec x element bytes)),
-    or 0 where the tile is accessed element by element: layouts other than blocked and rows
-    (whose chunks are consecutive registers of consecutive columns), vec 1, dtypes
+    or 0 where the tile is accessed element by element: layouts other than blocked, vblocked
+    and rows (whose chunks are consecutive registers of consecutive columns), vec 1, dtypes
     other than f32 / bf16 / f16 / e4m3 (integer tiles keep the scalar path), and chunks under
     4 bytes (e4m3 with vec 2)."""
-    if not isinstance(lay, (Blocked, Rows)) or lay.vec < 2 or \
-            dtype.name not in ("f32", "bf16", "f16", "e4m3"):
+    if not isinstance(lay, (Blocked, Rows, Chunked)) or lay.vec < 2:
+        return 0
+    # integer tiles of a vblocked layout (a transposed store's copy of index tensors) take
+    # vector accesses too; other integer tiles keep the scalar path their kernels were tuned on
+    if dtype.name not in ("f32", "bf16", "f16", "e4m3") and \
+            not (isinstance(lay, Chunked) and dtype.name in _INT_VECTOR):
         return 0
     width = min(16, lay.vec * dtype.bytes)
     return width if width >= 4 else 0
 
 
+# the CUDA vector types of 4, 8 and 16 bytes of an integer dtype (components .x .y .z .w)
+_INT_VECTOR = {"i32": {4: "int", 8: "int2", 16: "int4"},
+               "u32": {4: "unsigned", 8: "uint2", 16: "uint4"},
+               "i64": {8: "long long", 16: "longlong2"}}
+
+
+def _int_vector_c(dtype, width: int) -> str | None:
+    return _INT_VECTOR.get(dtype.name, {}).get(width)
+
+
 def _vector_load_c(ptr: str, width: int, dtype, regs: list[str]) -> list[str]:
-    """Statements loading `width` bytes at `ptr` (aligned) into the f32 registers `regs`."""
+    """Statements loading `width` bytes at `ptr` (aligned) into the registers `regs` (f32 for
+    the float types, the integer type's own for integers)."""
+    vt = _int_vector_c(dtype, width)
+    if vt is not None:
+        if len(regs) == 1:
+            return [f"{regs[0]} = *reinterpret_cast<const {vt}*>({ptr});"]
+        parts = "xyzw"
+        return [f"{{ const {vt} gw = *reinterpret_cast<const {vt}*>({ptr}); " +
+                " ".join(f"{r} = gw.{parts[k]};" for k, r in enumerate(regs)) + " }"]
     if dtype.name == "f32":
         return [f"ag::ld_global_f32x{len(regs)}({ptr}, {', '.join(regs)});"]
     if dtype.name == "e4m3":  # four elements a 32-bit word, the lowest byte first
@@ -84,7 +106,13 @@ def _vector_load_c(ptr: str, width: int, dtype, regs: list[str]) -> list[str]:
 
 
 def _vector_store_c(ptr: str, width: int, dtype, values: list[str]) -> str:
-    """One `width`-byte store at `ptr` (aligned) of the f32 values (16-bit dtypes: packed)."""
+    """One `width`-byte store at `ptr` (aligned) of the f32 values (16-bit dtypes: packed;
+    integers: the integer values as one vector of their type)."""
+    vt = _int_vector_c(dtype, width)
+    if vt is not None:
+        if len(values) == 1:
+            return f"*reinterpret_cast<{vt}*>({ptr}) = {values[0]};"
+        return f"*reinterpret_cast<{vt}*>({ptr}) = {vt}{{{', '.join(values)}}};"
     if dtype.name == "f32":
         return f"ag::st_global_f32x{len(values)}({ptr}, {', '.join(values)});"
     if dtype.name == "e4m3":  # four elements a 32-bit word, the lowest byte first
@@ -335,31 +363,56 @@ def store(em: _Emitter, op: O.Store) -> None:
     if isinstance(lay, Acc):
         _store_acc(em, op, info)
         return
+    # the values in the tile's own layout; the addresses in `info`'s, which for a transposed
+    # store is the tile's layout relabeled to the destination's axes (`_transposed_info`)
+    val_lay = lay
     if op.transposed:
-        raise CompileError("a transposed ag.store is generated for wgmma accumulators "
-                           "only", op.loc, fix="store the tile untransposed, or store an "
-                                               "accumulator")
+        info = _transposed_info(em, op, info)
+        lay = info.layout
     rank = len(op.value.type.shape)
     if not _vector_access(lay, dtype):
         for i in range(lay.nregs):
             cond, idx = _bounds(em, op.tensor, op.offsets, info, i, rank)
-            val = em.tile_expr(op.value, i, lay)
+            val = em.tile_expr(op.value, i, val_lay)
             em.emit(f"if ({cond}) {name}[{idx}] = {_to_mem_c(val, dtype)};")
         return
 
     # each chunk's values are computed once (gv0, gv1, ...) and stored by either path
+    elem = "float" if dtype.is_float else SCALAR_C.get(dtype.name, "float")
+
     def scalar(i: int) -> str:
         cond, idx = _bounds(em, op.tensor, op.offsets, info, i, rank)
         return f"if ({cond}) {name}[{idx}] = {_to_mem_c(f'gv{i % lay.vec}', dtype)};"
 
     def values(regs: list[int]) -> list[str]:
-        return [f"const float gv{i % lay.vec} = "
-                f"{strip_round(em.tile_expr(op.value, i, lay), dtype)};" for i in regs]
+        return [f"const {elem} gv{i % lay.vec} = "
+                f"{strip_round(em.tile_expr(op.value, i, val_lay), dtype)};" for i in regs]
 
     _chunked(em, op, info, dtype, rank, scalar,
              lambda ptr, width, regs: [_vector_store_c(
                  ptr, width, dtype, [f"gv{i % lay.vec}" for i in regs])],
              prologue=values, outside=lambda regs: [])
+
+
+def _transposed_info(em: _Emitter, op: O.Store, info: TileInfo) -> TileInfo:
+    """The destination view of a transposed store of a register tile: the same registers,
+    register r at the swapped coordinate (RL.transpose, a relabeling), so the store is a plain
+    store of a [cols, rows] tile. Layout inference gives the stored tile the layout
+    `transpose(vblocked(V))`, whose relabeling is vblocked(V): each chunk of V registers is V
+    consecutive elements of a destination row, one vector access (any other layout is stored
+    element by element)."""
+    t = op.value.type
+    name = t.layout or "blocked"
+    swapped = name[len("transpose("):-1] if name.startswith("transpose(") else \
+        f"transpose({name})"
+    dest = layout_of(TileType(t.dtype, tuple(t.shape)[::-1], swapped), em.group_threads,
+                     op.loc)
+    if dest.rl.regs != tuple(r[::-1] for r in info.layout.rl.regs) or \
+            dest.rl.thread_bases != tuple(b[::-1] for b in info.layout.rl.thread_bases):
+        raise CompileError(f"a transposed store of a {name} tile: the relabeled layout "
+                           f"{swapped} does not hold the same registers (an internal error)",
+                           op.loc)
+    return TileInfo(dest, info.dtype, name=info.name)
 
 
 def _store_acc(em: _Emitter, op: O.Store, info: TileInfo) -> None:

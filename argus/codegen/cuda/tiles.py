@@ -239,8 +239,11 @@ def convert_layout(em: _Emitter, op: O.ConvertLayout) -> None:
     sl = src.layout
     lay = em.layout(op.result.type, op.loc)
     shape = op.result.type.shape
-    size = 1
-    for n in shape:
+    # the buffer's rows are `op.pad` elements longer than the tile's (layout inference's
+    # decision, ConvertLayout.pad); lower/smem.py sized the scratch the same way
+    pitch = shape[-1] + op.pad
+    size = pitch
+    for n in shape[:-1]:
         size *= n
     copies, wg = em.role_copies  # one buffer per warpgroup of the role
     if size * copies * 4 > 32 * 1024:
@@ -258,7 +261,7 @@ def convert_layout(em: _Emitter, op: O.ConvertLayout) -> None:
         for d in reversed(range(len(shape))):
             if shape[d] > 1:
                 terms.append(coord[d] if stride == 1 else f"{coord[d]} * {stride}")
-            stride *= shape[d]
+            stride *= pitch if d == len(shape) - 1 else shape[d]
         return (f"{wg} * {size} + " if wg else "") + (" + ".join(reversed(terms)) or "0")
 
     rep = sum(1 << b for b in sl.rl.replicated_bits())
