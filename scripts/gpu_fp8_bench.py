@@ -52,6 +52,7 @@ kernel without the op's per-call host work).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import math
@@ -694,7 +695,7 @@ def block_table(rows, started) -> str:
 def sass_report(rows) -> dict:
     import argus as ag
     from argus.kernels.gemm_fp8 import Fp8GemmSchedule, gemm_fp8_blockscaled_kernel, \
-        gemm_fp8_kernel
+        gemm_fp8_kernel, gemm_fp8_partials_kernel
     from argus.runtime.sass import check_sass, disassemble, instruction_histogram
 
     report = {}
@@ -703,6 +704,8 @@ def sass_report(rows) -> dict:
     for sched, block in sorted(kinds):
         s = eval(sched, {"Fp8GemmSchedule": Fp8GemmSchedule})  # our own repr
         kernel = gemm_fp8_blockscaled_kernel(ag.bf16) if block else gemm_fp8_kernel(ag.bf16)
+        if s.split_k > 1:   # split-K's first kernel (the partials; the sum is a plain pass)
+            kernel, s = gemm_fp8_partials_kernel(), dataclasses.replace(s, split_k=1)
         ck = kernel.compile(s=s)
         sass = disassemble(ck.binary.cubin)
         entry = _resources_entry(ck)

@@ -68,9 +68,9 @@ STREAM_MAX_M = 128
 # (Little's law: ~2.5 TB/s over 128-132 SMs times a loaded latency of ~3.5 us is ~66 KB; the
 # measured small-M schedules hold 64-96 KB of W in flight, docs/perf/fp8.md)
 _W_IN_FLIGHT = 64 * 1024
-# the ring's stage count cap (mbarrier pairs; past this a stage is < 10 KB and the ring's
-# depth in bytes, not in stages, is what keeps bytes in flight)
-_STREAM_MAX_STAGES = 20
+# the ring's stage count cap: ag.pipeline holds at most 16 stages (16 x 8 KB of W rows at
+# M <= 16: 128 KB in flight, against the 96 KB of the 64 x 64 tile measured before)
+_STREAM_MAX_STAGES = 16
 # a split's second kernel (the scaled sum) priced in bytes of the busiest SM's stream: ~2 us
 # between the two launches at ~20 GB/s an SM (2.5 TB/s over 128 SMs)
 _SUM_LAUNCH_BYTES = 48 * 1024
@@ -142,11 +142,13 @@ def weight_streaming(p: Fp8Problem) -> Fp8GemmSchedule:
     activations its N: no shared memory spent on zero-filled activation rows), one or two 64-row
     W slices per tile, and split-K where the tiles alone leave SMs idle: the cheapest of
     `stream_options` by `stream_cost` (bytes of the busiest SM, SM count, W in flight), an
-    analytic rule, not a table of shapes. Within 2% of the cheapest the fewest splits win:
-    the model prices the second kernel roughly, and an unsplit GEMM has none."""
+    analytic rule, not a table of shapes. The model is rough, so options within 5% of the
+    cheapest count as ties, among which the most SMs streaming win (an idle SM's share of
+    the bandwidth is lost if the others cannot take it up), then the fewest splits (an
+    unsplit GEMM has no second kernel and no partials)."""
     options = stream_options(p)
-    near = [s for s in options if stream_cost(p, s) <= 1.02 * stream_cost(p, options[0])]
-    return min(near, key=lambda s: s.split_k)
+    near = [s for s in options if stream_cost(p, s) <= 1.05 * stream_cost(p, options[0])]
+    return min(near, key=lambda s: (-busy_ctas(p, s), s.split_k, stream_cost(p, s)))
 
 
 def _stream_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:

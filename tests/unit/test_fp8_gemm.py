@@ -150,6 +150,8 @@ def _cases():
     out = {}
     for p in PROBLEMS:
         for s in fp8_schedules.candidates(p):
+            if s.split_k > 1:   # two kernels run by the op: test_fp8_weight_streaming.py's
+                continue
             out.setdefault((p.out_dtype, s), p)
     return [(p, s) for (_, s), p in out.items()]
 
