@@ -18,8 +18,8 @@ import argus as ag
 from argus import codegen, verify
 from argus.analysis import alignment
 from argus.compose.launch import _transpose_kernel, transpose
-from argus.ops.conv import round_to_tf32
 from argus.kernels.conv_tf32 import round_nhwc
+from argus.ops.conv import round_to_tf32
 from argus.runtime import nvrtc_available
 from argus.target import register_layouts as RL
 
