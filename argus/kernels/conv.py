@@ -26,7 +26,9 @@ outside the tensor, so
 The weights are [G, Kg, R * S * Cgp] (K-major; each tap's Cg channels zero-padded to Cgp, a
 multiple of BK, so a K slice never straddles two taps); the output is stored from registers into
 a [G, N * P, Q, Kg] view of the channels-last [N, P, Q, G * Kg] result, so every bw-row block of
-the accumulator is one output row segment, masked at Q and at N * P. The epilogue hook adds a
+the accumulator is one output row segment, masked at Q and at N * P; or (conv_kernel(nchw=True))
+transposed into a [G, N, OD * P, Kg, Q] view of the NC(D)HW-contiguous result, each channel's
+pixels contiguous, so an NCHW caller needs no transpose pass. The epilogue hook adds a
 per-channel bias (in the output dtype, so the op reads the caller's bias in place) and applies
 an activation before the conversion.
 

@@ -86,7 +86,7 @@ def test_tf32_rowbox_cluster_nchw(case):
     """The rowbox producer (per-image row blocks: rows past P are pushed past N * P, so in
     the NCHW view their image index is past N and the store drops them) with a 2x1 cluster
     (stride 1, one group: the cases rowbox takes)."""
-    N, C, H, W, K, R, S, stride, padding, dilation, groups, bias, act = case
+    N, C, H, W, K, R, S, stride, padding, dilation, groups, _, act = case
     g = _gen(7)
     x, w = torch.randn(N, C, H, W, generator=g), torch.randn(K, C, R, S, generator=g)
     b = torch.randn(K, generator=g)
@@ -138,6 +138,24 @@ def test_fp32_split_and_bf16_nchw():
     assert yb.is_contiguous() and yb.dtype == torch.bfloat16
     refb = F.conv2d(xb.double(), wb.double(), bb.double(), 1, 1)
     assert _rel(yb, refb) <= 1e-2
+
+
+@pytest.mark.parametrize("schedule", [
+    ConvSchedule(bm=128, bn=64, bw=64, stages=2, halo=True, num_sms=2),
+    ConvSchedule(bm=128, bn=64, bw=64, stages=2, rowbox=True, num_sms=2)], ids=["halo", "rowbox"])
+def test_bf16_per_image_tiles_nchw(schedule):
+    """The 16-bit per-image tile producers (halo, rowbox): P = 3 rows in 2-row blocks, so
+    every image's second block has a row past P, dropped by the NCHW view's P bound."""
+    g = _gen(16)
+    x = torch.randn(2, 16, 3, 66, generator=g).bfloat16()
+    w = (torch.randn(24, 16, 3, 3, generator=g) / 12).bfloat16()
+    b = torch.randn(24, generator=g).bfloat16()
+    y = conv_op.convolve(x, w, b, 1, 1, 1, 1, activation="relu", schedule=schedule)
+    assert y.is_contiguous()
+    ref = F.relu(F.conv2d(x.double(), w.double(), b.double(), 1, 1))
+    assert _rel(y, ref) <= 1e-2
+    assert torch.equal(y, conv_op.convolve(x, w, b, 1, 1, 1, 1, activation="relu",
+                                           schedule=schedule, nchw=False).contiguous())
 
 
 def test_narrow_16bit_tma_epilogue_keeps_channels_last():
