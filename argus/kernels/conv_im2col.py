@@ -54,12 +54,13 @@ from argus import dtypes
 from argus.dtypes import DType
 from argus.kernels.conv import check_geometry_fields
 
-__all__ = ["Im2colGeometry", "im2col_kernel", "im2col_voxels_staged_kernel", "voxel_pitch", "im2col_pixel_planes_kernel",
+__all__ = ["Im2colGeometry", "im2col_kernel", "im2col_pixel_planes_kernel",
            "im2col_pixel_planes_span_kernel", "im2col_pixel_planes_staged_kernel",
-           "im2col_pixels_kernel", "im2col_pixels_span_kernel",
-           "im2col_pixels_staged_kernel", "im2col_planes_kernel",
-           "im2col_rows_kernel", "im2col_tile", "plane_slot", "planes_tile", "row_slot",
-           "rows_tile", "span_fits", "span_tile", "staged_pieces", "staged_reuse", "staged_rows"]
+           "im2col_pixels_kernel", "im2col_pixels_span_kernel", "im2col_pixels_staged_kernel",
+           "im2col_planes_kernel", "im2col_rows_kernel", "im2col_tile",
+           "im2col_voxels_staged_kernel", "plane_slot", "planes_tile", "row_slot", "rows_tile",
+           "span_fits", "span_tile", "staged_pieces", "staged_reuse", "staged_rows",
+           "voxel_pitch", "voxel_reuse"]
 
 
 @dataclass(frozen=True)
@@ -393,18 +394,19 @@ def staged_rows(pitch: int, dtype: DType) -> int:
 
 
 def _stage_pieces(X, A, b, bm: int, pitch: int, dtype: DType, columns,
-                  at=None) -> None:
+                  at=None, reuse: bool | None = None) -> None:
     """The staged kernels' body after the pixel's origin: per piece (`staged_pieces`), the
     gather of its [bm, width] columns from X (a global tensor, or the span kernels' shared
     view: `columns(k)` -> (the gather's indices, the bias ones' mask) for A's columns k, a
     [1, width] index tile), 16-byte st.shared into the piece's buffer, then one TMA store a
     piece of the CTA's rows at `at(c0)` (default (b * bm, c0): A's [M, pitch] rows; the lowering
-    fences the writes and puts a CTA barrier before the first copy). With `staged_reuse` the
-    pieces share one buffer and each is copied out before the next is written."""
+    fences the writes and puts a CTA barrier before the first copy). With `staged_reuse` (or
+    `reuse=True`) the pieces share one buffer and each is copied out before the next is
+    written."""
     if at is None:
         def at(c0):
             return (b * bm, c0)
-    reuse = staged_reuse(pitch, dtype)
+    reuse = staged_reuse(pitch, dtype) if reuse is None else reuse
     pieces = staged_pieces(pitch, dtype)
     # taking turns: one buffer for every piece (they have one width)
     shared = ag.smem((bm, pieces[0][1]), dtype) if reuse else None
@@ -776,15 +778,43 @@ def im2col_pixel_planes_kernel(dtype: DType, pitch: int) -> ag.KernelFunction:
 def voxel_pitch(geom: Im2colGeometry, dtype: DType) -> int:
     """A's pitch in `im2col_voxels_staged_kernel`'s compact layout: the T * R * S * C taps'
     columns and BIAS_ONES bias columns, rounded up to whole 16-byte units (the GEMM's and the
-    TMA store's row alignment), and to an ODD number of them (`staged_pieces`: odd pieces
-    keep the 16-byte shared stores conflict-free; one more unit of zeros at most). Compact, not
-    slotted as the 2-d gathers' layouts: those pad each filter row's run so the warp kernels
-    store whole slots, which costs a 2x2x2 filter of 3 channels (a strided transposed
-    convolution's phase) 120 columns for 24 values; this kernel computes every column's
-    source at trace time, so any order costs the same."""
+    TMA store's row alignment), then to the first count of units (at most a piece's worth
+    more) that `staged_pieces` splits into one piece, or into at most STAGED_MAX_PIECES
+    pieces within 2x of STAGED_PIECE_COLUMNS: L1/60's 317 bf16 columns are 40 units, 8 pieces
+    of 5 (41, a prime, would be 41 one-unit pieces: 41 TMA stores a CTA, and 255 registers
+    with spills), its 317 fp32 columns 81 units, 3 pieces of 27 (80 would be 16 of 5). A row
+    too long for that many pieces is rounded up to whole pieces of want + 1 units (odd).
+
+    Compact, not slotted as the 2-d gathers' layouts: those pad each filter row's run so the
+    warp kernels store whole slots, which costs a 2x2x2 filter of 3 channels (a strided
+    transposed convolution's phase) 120 columns for 24 values; this kernel computes every
+    column's source at trace time, so any order costs the same."""
     per_unit = 16 // dtype.bytes
-    units = -(-(geom.t * geom.r * geom.s * geom.channels + BIAS_ONES) // per_unit)
-    return (units + 1 - units % 2) * per_unit
+    want = STAGED_PIECE_COLUMNS // per_unit
+    least = -(-(geom.t * geom.r * geom.s * geom.channels + BIAS_ONES) // per_unit)
+    for units in range(least, least + 2 * want + 1):
+        pieces = staged_pieces(units * per_unit, dtype)
+        size = pieces[0][1] // per_unit
+        if len(pieces) == 1 or (len(pieces) <= STAGED_MAX_PIECES and
+                                max(size / want, want / size) <= 2):
+            return units * per_unit
+    return -(-least // (want + 1)) * (want + 1) * per_unit
+
+
+# pieces a voxel gather's CTA keeps in flight, each in its own buffer, at most: the 2-d stem's
+# 3 (bf16, 168 columns) compile without spills; L1/60's 8 bf16 pieces of 40 took 255 registers
+# and spilled (sm_90a, NVRTC 13), and 2 CTAs an SM
+VOXEL_PIECES_AT_ONCE = 3
+
+
+def voxel_reuse(pitch: int, dtype: DType) -> bool:
+    """Whether the voxel gather's pieces take turns in one shared buffer: more than
+    VOXEL_PIECES_AT_ONCE pieces, or a block past STAGED_SMEM_MAX (`staged_reuse`). Taking
+    turns costs each piece a wait for its TMA store to have read the buffer and a CTA barrier
+    (L1/60 bf16: 80-93 registers and a 10 KB buffer, so many CTAs an SM hide those waits;
+    not measured on the H200)."""
+    return len(staged_pieces(pitch, dtype)) > VOXEL_PIECES_AT_ONCE or \
+        staged_reuse(pitch, dtype)
 
 
 @functools.lru_cache(maxsize=None)
@@ -793,7 +823,8 @@ def im2col_voxels_staged_kernel(dtype: DType, pitch: int, planes: bool) -> ag.Ke
     dil_d) with few input channels, staged as `im2col_pixels_staged_kernel`: one output voxel
     a thread, each piece of its row of A (`staged_pieces`) gathered into a "rows" register
     tile, written to shared memory with 16-byte st.shared, and the CTA's block of A leaves by
-    one TMA store a piece. X is a view of x, read in place:
+    one TMA store a piece (the pieces taking turns in one buffer past VOXEL_PIECES_AT_ONCE:
+    `voxel_reuse`). X is a view of x, read in place:
 
     - `planes=False` (channels-last x: each pixel's C channels contiguous, the pixels of a row
       at a pitch of C): X is [N, D, H, W * C]; A's columns ordered (t, r, s, c);
@@ -858,7 +889,8 @@ def im2col_voxels_staged_kernel(dtype: DType, pitch: int, planes: bool) -> ag.Ke
             # the element of the [W * C] row; a column outside [0, W) lands outside it
             return (n, d, h, (w0 + s * g.dil_w) * C + c), ones
 
-        _stage_pieces(X, A, b, bm, pitch, dtype, columns)
+        # more pieces than the 2-d stem's 3 take turns in one buffer (`voxel_reuse`)
+        _stage_pieces(X, A, b, bm, pitch, dtype, columns, reuse=voxel_reuse(pitch, dtype))
 
     kind = "planes" if planes else "rows"
     return ag.kernel(conv_im2col_voxels_staged, threads=bm,

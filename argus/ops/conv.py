@@ -53,15 +53,17 @@ GEMM per image into an NCHW result instead); bf16 / fp16 1x1 convolutions with t
 restrictions and C a multiple of 8 as the same flat GEMM on matmul's 16-bit kernel
 (`_pointwise_16bit`: a channels-last x and the weight read in place, an NCHW x copied to
 channels-last once, as the implicit GEMM copies it; the result channels-last as the implicit
-GEMM's); convolutions with few input channels (bf16 / fp16, and fp32 under tf32; 2-d, one
-group, at most IM2COL_MAX_CHANNELS channels, no activation: `im2col_applies`; any filter,
+GEMM's); convolutions with few input channels (bf16 / fp16, and fp32 under tf32; 2-d or 3-d,
+one group, at most IM2COL_MAX_CHANNELS channels, no activation: `im2col_applies`; any filter,
 stride, padding, dilation, with or without a bias) as an explicit im2col: an Argus gather
 kernel (argus/kernels/conv_im2col.py) writes A [N*P*Q, K'] (taps folded into K, then a bias
 tap of ones) from x in place (a channels-last x by filter-row runs, an NCHW x by per-channel
-runs, any other x, or a dilated filter, by taps, which needs W a multiple of stride_w), and
+runs, any other x, or a dilated filter, by taps, which needs W a multiple of stride_w; a 3-d
+x, channels-last or NCDHW, by voxels: [N*OD*P*Q, K']), and
 matmul's GEMM multiplies it by the weight laid out the
 same way, the bias one more K column (`_im2col`: the implicit GEMM pads each tap's C = 3
-channels to a 64-deep K slice, 95% zeros for an RGB stem); the result channels-last;
+channels to a 64-deep K slice, 95% zeros for an RGB stem); the result channels-last, or
+NC(D)HW for an NC(D)HW x of large images (`im2col_nchw`: one GEMM an image);
 everything else, and any call given a ConvSchedule, runs the implicit GEMM below.
 
 conv1d is conv2d on [N, C, 1, L] with a 1 x K filter; conv3d runs the same kernel with the
@@ -593,7 +595,7 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         _RouteRepeat.remember(x, weight, bias, args, replay)
         return out
     if kind == "im2col":
-        out, replay = _im2col(x, weight, bias, stride, padding, dilation)
+        out, replay = _im2col(x, weight, bias, stride, padding, dilation, nchw)
         if out is not None:
             _RouteRepeat.remember(x, weight, bias, args, replay)
             return out
@@ -666,10 +668,12 @@ def route(x, weight, bias, stride, padding, groups, activation: str = "none", sc
         place; other C take the implicit GEMM, which pads the channels) (`_pointwise_16bit`):
         result channels-last always, as the implicit GEMM's.
     - "im2col": bf16 / fp16, or fp32 under precision="tf32" (A and the weight rounded to
-      tf32 to nearest, matmul's tf32 GEMM, the bias as two tf32 pieces); 2-d, one group, no
+      tf32 to nearest, matmul's tf32 GEMM, the bias as two tf32 pieces); 2-d or 3-d (1-d is
+      2-d on a unit height), one group, no
       activation, at most IM2COL_MAX_CHANNELS (8; tf32: 4) input channels, x readable by a
       gather (`_Gather.of`: channels-last with dil_w 1 and S*C >= IM2COL_MIN_RUN, NCHW with
-      dil_w 1, or W a multiple of stride_w), one image's A at most IM2COL_MAX_BYTES (a batch
+      dil_w 1, or W a multiple of stride_w; 3-d: channels-last or NCDHW, any dilation), one
+      image's A at most IM2COL_MAX_BYTES (a batch
       runs in chunks that fit it) (`im2col_applies`); any filter size, stride, padding and
       dilation, a bias or none (`_im2col`). The gather writes A
       [N*P*Q, K'] with the taps folded into K, the GEMM multiplies only those columns (+ the
@@ -678,8 +682,12 @@ def route(x, weight, bias, stride, padding, groups, activation: str = "none", sc
       ResNet-50's stem, docs/perf/conv.md). Costs one write and one read of A (about
       R*S / (sh*sw) times the input's bytes). The channel bound is an estimate, not measured
       (IM2COL_MAX_CHANNELS says how it was made; scripts/gpu_conv_bench.py --stem times the
-      route). Result channels-last, as the implicit GEMM's; fp32 under tf32 without a tf32
-      GEMM schedule for the problem falls back to the implicit GEMM.
+      route). Result channels-last, or NC(D)HW where `im2col_nchw` says (an NC(D)HW x of
+      large images, or convolve(nchw=True): one GEMM an image); fp32 under tf32 without a
+      tf32 GEMM schedule for the problem falls back to the implicit GEMM. 3-d (KernelBench's
+      Conv3d and strided ConvTranspose3d phases with 3 input channels: the implicit GEMM pads
+      each tap's 3 channels to a 32-deep tf32 K slice, 91% zeros) takes the same channel
+      bounds: the estimate is per tap, which 3-d only has more of.
     - "implicit_gemm": everything else, and any call that passes a ConvSchedule (which only
       that kernel takes: the opt-out that scripts/gpu_conv_bench.py times the routes with)."""
     if schedule is not None:
@@ -727,8 +735,8 @@ def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
     IM2COL_MAX_CHANNELS input channels (fp32: IM2COL_MAX_CHANNELS_TF32), a gather that reads
     x in place (`_Gather.of`: the row-run kernel for channels-last x and no column dilation,
     the plane-run kernel for NCHW x and no column dilation, else the per-tap kernel, which
-    needs W a multiple of stride_w), and one image's A within IM2COL_MAX_BYTES (a batch runs
-    in chunks that fit it)."""
+    needs W a multiple of stride_w; 3-d x: the voxel gather of a channels-last or an NCDHW
+    x), and one image's A within IM2COL_MAX_BYTES (a batch runs in chunks that fit it)."""
     sixteen = str(x.dtype) in ("torch.bfloat16", "torch.float16")
     if x.dim() not in (4, 5) or not (sixteen or (str(x.dtype) == "torch.float32" and
                                                  precision == "tf32")):
@@ -1358,7 +1366,30 @@ def _im2col_weight(weight, bias, gather: _Gather):
     return _WEIGHTS.get_or_make(weight, what, make)
 
 
-def _im2col(x, weight, bias, stride, padding, dilation):
+# an NC(D)HW x whose images have at least this many output pixels gets an NC(D)HW result from
+# the im2col route (`im2col_nchw`): one GEMM an image
+NCHW_IM2COL_PIXELS = 16384
+
+
+def im2col_nchw(x, pixels: int, nchw: bool | None) -> bool:
+    """Whether the im2col route writes an NC(D)HW-contiguous result (one GEMM an image, Wk
+    [K, kc] x A's image rows^T into its [K, pixels] plane: the weight is the GEMM's M side,
+    so A, the large operand, is read once whenever K fits the GEMM's M tile) instead of the
+    channels-last one (one GEMM a chunk, A [rows, kc] x Wk^T into the [rows, K] view):
+    `nchw` True (compose asks for NCHW) or None with an NC(D)HW-contiguous x (eager's layout,
+    as the implicit GEMM follows it: `_nchw_result`), and at least NCHW_IM2COL_PIXELS output
+    pixels an image. Why the bound: small images would cost a launch each (KernelBench L2's
+    batches of 128 images of ~12600 voxels: 128 GEMMs) where the one channels-last GEMM and a
+    transpose of the result (compose's `_nchw`) cost less; large ones (L1/60: 16 images of
+    215760 voxels) spare the transpose of an output larger than the input (L1/60's: 1.4 ms on
+    the H200, the conv kernel 12.65 ms). The bound is NCHW_POINTWISE_PIXELS's reasoning, not
+    measured for this route. nchw False: channels-last."""
+    if nchw is False or pixels < NCHW_IM2COL_PIXELS:
+        return False
+    return nchw is True or x.is_contiguous()
+
+
+def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = False):
     """conv2d (conv3d for 5-d x) (x, weight, bias) for few input channels (`im2col_applies`)
     as two Argus kernels: the gather (argus/kernels/conv_im2col.py, `_Gather`) writes A
     [N*P*Q, pitch] (3-d: [N*OD*P*Q, pitch]) with K' = (r, s, c) (3-d: (t, r, s, c))
@@ -1388,11 +1419,16 @@ def _im2col(x, weight, bias, stride, padding, dilation):
     gather = _Gather.of(x, weight, stride, padding, dilation)
     kc = gather.k(bias is not None, x.dtype == torch.float32)
     spatial = (gather.p, gather.q) if x.dim() == 4 else (gather.od, gather.p, gather.q)
-    shape, strides = _result_layout(N, K, spatial)
+    per_image = gather.image_rows                   # A rows an image
+    channels_first = im2col_nchw(x, per_image, nchw)
+    if channels_first:
+        shape = (N, K, *spatial)
+        strides = tuple(torch.empty(shape, device="meta").stride())
+    else:
+        shape, strides = _result_layout(N, K, spatial)
     first = torch.empty_strided(shape, strides, dtype=x.dtype, device=x.device)
     if first.numel() == 0:
         return first, None
-    per_image = gather.image_rows                   # A rows an image
     chunks = _im2col_chunks(N, per_image * gather.pitch * x.element_size())
     images = chunks[0][1] - chunks[0][0]
     kernel = gather.kernel(_IN[str(x.dtype)])
@@ -1408,25 +1444,37 @@ def _im2col(x, weight, bias, stride, padding, dilation):
                 _IM2COL.popitem(last=False)
 
     def buffers(x, weight, out) -> list:
-        """(X, A's gather view, the GEMM's A, B and out views) of each chunk of one call."""
+        """(X, A's gather view, [the (A, Bt, out) views of each GEMM out = A @ Bt^T]) of each
+        chunk of one call: one GEMM [rows, kc] x [kc, K] into the channels-last result's
+        [rows, K] view, or (channels_first) one an image, Wk [K, kc] x A's image rows^T into
+        the image's [K, pixels] plane of the NC(D)HW result."""
         A = torch.empty(images * per_image, gather.pitch, dtype=x.dtype, device=x.device)
         Wk = _im2col_weight(weight, bias, gather)[:, :kc]
         calls = []
         for n0, n1 in chunks:
             part = dataclasses.replace(gather, n=n1 - n0)
             Ac = A[:(n1 - n0) * per_image]
-            calls.append((part.x_view(x.detach()[n0:n1]), part.a_view(Ac), Ac[:, :kc], Wk,
-                          out[n0:n1].movedim(1, -1).view((n1 - n0) * per_image, K)))
+            if channels_first:
+                gemms = [(Wk, Ac[i * per_image:(i + 1) * per_image, :kc],
+                          out[n0 + i].view(K, per_image)) for i in range(n1 - n0)]
+            else:
+                gemms = [(Ac[:, :kc], Wk,
+                          out[n0:n1].movedim(1, -1).view((n1 - n0) * per_image, K))]
+            calls.append((part.x_view(x.detach()[n0:n1]), part.a_view(Ac), gemms))
         return calls
+
+    def problem(call) -> tuple:
+        return tuple(tuple(t.shape) for t in call)
 
     calls = buffers(x, weight, first)
     runners = {}
-    for _, _, A2, B2, out2 in calls:                # one GEMM problem a chunk size (1 or 2)
-        if A2.shape[0] not in runners:
-            gemm = pointwise_gemm(A2, B2, out2)
-            if gemm is None:           # no tf32 schedule for the problem: the implicit GEMM
-                return None, None
-            runners[A2.shape[0]] = gemm[1]
+    for _, _, gemms in calls:                      # one GEMM problem a chunk size (1 or 2)
+        for call in gemms:
+            if problem(call) not in runners:
+                gemm = pointwise_gemm(*call)
+                if gemm is None:       # no tf32 schedule for the problem: the implicit GEMM
+                    return None, None
+                runners[problem(call)] = gemm[1]
     plans: dict = {}
 
     def launch(x, weight, out=None):
@@ -1435,28 +1483,34 @@ def _im2col(x, weight, bias, stride, padding, dilation):
         if out is None:
             out = torch.empty_strided(shape, strides, dtype=x.dtype, device=x.device)
         calls = buffers(x, weight, out)
-        key = (calls[0][2].data_ptr(), calls[0][3].data_ptr(), out.data_ptr())
+        # the A buffer, the weight matrix and the result: every operand of every step
+        key = (calls[0][1].data_ptr(), _im2col_weight(weight, bias, gather).data_ptr(),
+               out.data_ptr())
         plan = plans.get(key)
         if plan is not None:
             for step in plan:
                 step()
             return out
         steps = []
-        for X, Av, A2, B2, out2 in calls:
-            runner = runners[A2.shape[0]]
+        for X, Av, gemms in calls:
             if compiled is None:
-                gemm, s = runner
-                # the interpreter writes every argument back: a copy keeps x's version counter
+                # the interpreter writes every argument back: copies keep the versions of x
+                # and of the cached weight matrix (A is this call's own buffer)
                 kernel.interpret(X.clone(), Av, **constexprs)
-                gemm.interpret(A2, B2.clone(), out2, s=s)
+                for a, bt, out2 in gemms:
+                    gemm, s = runners[problem((a, bt, out2))]
+                    gemm.interpret(a.clone(), bt.clone(), out2, s=s)
             elif x.is_meta:
                 compiled.build_for(X, Av)
-                runner.build_for(A2, B2, out2)
+                for call in gemms:
+                    runners[problem(call)].build_for(*call)
             else:
                 with torch.cuda.device(x.device):
                     compiled(X, Av)
-                    runner(A2, B2, out2)
-                steps += [compiled.plan_for(X, Av), runner.plan_for(A2, B2, out2)]
+                    for call in gemms:
+                        runners[problem(call)](*call)
+                steps += [compiled.plan_for(X, Av)] + \
+                    [runners[problem(call)].plan_for(*call) for call in gemms]
         if steps and all(step is not None for step in steps):
             _keep(plans, key, tuple(steps))
         return out
@@ -1928,7 +1982,9 @@ def _register():
                zip(x.shape[2:], weight.shape[2:], stride, padding, dilation)]
         kind = route(x, weight, bias, stride, padding, groups, activation, dilation=dilation)
         if kind == "depthwise" or (kind == "implicit_gemm" and _nchw_result(
-                x, schedule_for(x, weight, stride, padding, dilation, groups), None)):
+                x, schedule_for(x, weight, stride, padding, dilation, groups), None)) or (
+                kind == "im2col" and im2col_nchw(
+                    x, _Gather.of(x, weight, stride, padding, dilation).image_rows, None)):
             return x.new_empty((x.shape[0], weight.shape[0], *out))   # NCHW-contiguous
         y = x.new_empty((x.shape[0], *out, weight.shape[0]))
         return y.permute(0, y.dim() - 1, *range(1, y.dim() - 1))

@@ -67,7 +67,9 @@ ROUTES = [
      2, 1, "none", None, torch.bfloat16, False, "implicit_gemm"),
     ("fp32, the bf16 split", (2, 3, 8, 8), (8, 3, 3, 3), False, 1, 1, 1, 1, "none", None,
      torch.float32, True, "implicit_gemm"),
-    ("3-d", (1, 3, 4, 8, 8), (8, 3, 3, 3, 3), False, 1, 1, 1, 1, "none", None,
+    ("3-d: the voxel gather (tests/interp/test_conv_im2col_3d.py)", (1, 3, 4, 8, 8),
+     (8, 3, 3, 3, 3), False, 1, 1, 1, 1, "none", None, torch.bfloat16, False, "im2col"),
+    ("3-d, 9 channels", (1, 9, 4, 8, 8), (8, 9, 3, 3, 3), False, 1, 1, 1, 1, "none", None,
      torch.bfloat16, False, "implicit_gemm"),
 ]
 
