@@ -47,7 +47,7 @@ def split_k_sum_kernel(out_dtype: DType, splits: int) -> ag.KernelFunction:
     return ag.kernel(split_k_sum, threads=256, name=f"split_k_sum_{out_dtype.name}_{splits}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def scaled_split_k_sum_kernel(out_dtype: DType, splits: int) -> ag.KernelFunction:
     """split_k_sum for the fp8 GEMM's per-tensor scales: C = (sum over s of P[s]) * (scale_a *
     scale_b), the partials added in slice order in fp32, the scales (one-element f32 tensors,

@@ -71,6 +71,12 @@ _W_IN_FLIGHT = 64 * 1024
 # the ring's stage count cap: ag.pipeline holds at most 16 stages (16 x 8 KB of W rows at
 # M <= 16: 128 KB in flight, against the 96 KB of the 64 x 64 tile measured before)
 _STREAM_MAX_STAGES = 16
+# what a byte of activations costs the busiest SM against a byte of weights: A is re-read
+# from L2 by every W tile, W streams from DRAM once. On the H200 the 128 x 64 tile at
+# 128x8192x8192 (1 MB of A and 0.5 MB of W per SM) took 28.2 us, the 64 x 64 one at 16x8192x8192
+# (0.13 MB of A, 0.5 MB of W) 29.4 (docs/perf/fp8.md, 2026-12-04): the A bytes were nearly
+# free at these sizes; 1/4 keeps them a tie-breaker rather than the deciding term
+_A_WEIGHT = 0.25
 # a split's second kernel (the scaled sum) priced in bytes of the busiest SM's stream: ~2 us
 # between the two launches at ~20 GB/s an SM (2.5 TB/s over 128 SMs)
 _SUM_LAUNCH_BYTES = 48 * 1024
@@ -95,17 +101,18 @@ def _stream_tile(p: Fp8Problem, consumers: int, split_k: int,
 
 def stream_cost(p: Fp8Problem, s: Fp8GemmSchedule) -> float:
     """The analytic price of weight-streaming schedule `s` on `p`, in bytes of the busiest SM:
-    its units (ceil(units / SMs) of them, a unit = one tile's K slice) times the A and W bytes
-    of a unit, scaled up where the ring holds fewer than _W_IN_FLIGHT bytes of W; with
-    split_k > 1 plus the fp32 partials written and read back (over all SMs) and the sum's
-    launch. Lower is faster; it ranks schedules, it is not a time. Either orientation (W rows
+    its units (ceil(units / SMs) of them, a unit = one tile's K slice) times the W bytes of a
+    unit (read from DRAM once) plus _A_WEIGHT times its A bytes (re-read from L2 by every W
+    tile), scaled up where the ring holds fewer than _W_IN_FLIGHT bytes of W; with
+    split_k > 1 plus the fp32 partials written and read back (DRAM traffic: the weight stream
+    evicts them from L2; spread over all SMs) and the sum's launch. Lower is faster; it ranks schedules, it is not a time. Either orientation (W rows
     are the tile's bm with swap_ab, its bn without); activation rows past M are TMA zero fill
     and cost no bytes."""
     w_rows, a_rows = (s.bm, s.bn) if s.swap_ab else (s.bn, s.bm)
     tiles = -(-p.n // w_rows) * -(-p.m // a_rows)
     units = tiles * s.split_k
     waves = -(-units // _SMS)
-    busiest = waves * (w_rows + min(a_rows, p.m)) * (p.k / s.split_k)
+    busiest = waves * (w_rows + _A_WEIGHT * min(a_rows, p.m)) * (p.k / s.split_k)
     in_flight = s.stages * w_rows * BK_BYTES * s.k_atoms
     cost = busiest * max(1.0, _W_IN_FLIGHT / in_flight)
     if s.split_k > 1:

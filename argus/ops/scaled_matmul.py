@@ -50,8 +50,8 @@ from argus.errors import LaunchError
 from argus.kernels.gemm_fp8 import (SCALE_BLOCK, Fp8GemmSchedule, gemm_fp8_blockscaled_kernel,
                                     gemm_fp8_blockscaled_smem_kernel, gemm_fp8_kernel)
 from argus.ops import fp8_schedules, fp8_split_k
-from argus.ops.fp8_split_k import Fp8SplitK
 from argus.ops.fp8_schedules import Fp8Problem, choose
+from argus.ops.fp8_split_k import Fp8SplitK
 from argus.ops.matmul import _overlap, _remember, device_name  # one definition for both
 from argus.runtime.args import check_on_one_gpu
 

@@ -26,7 +26,7 @@ from argus.runtime import nvrtc_available
 
 torch = pytest.importorskip("torch")
 
-from tests.fp8_blockscaled import ULP, e4m3  # noqa: E402
+from tests.fp8_blockscaled import ULP, e4m3
 
 SMS = 132
 # the benchmark's two small-M rows and held-out shapes (M 1..128, N and K 2048..28672)
