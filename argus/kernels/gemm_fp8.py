@@ -15,6 +15,13 @@ scale_a * scale_b, read from device memory once per consumer (no host sync), and
 the output type. Invariant: every element of C is written once, from fp32 accumulators of all
 K, by the consumer that owns its rows.
 
+Weight streaming (small M, argus/ops/fp8_schedules.py `weight_streaming`): `swap_ab` makes W
+wgmma's A operand (the tile's bm rows are W rows) and the activations its N (bn >= M, a
+multiple of 8), the accumulator a block of C^T stored transposed; `k_atoms` loads each stage as
+k_atoms 128-byte K rows back to back; `split_k` runs `gemm_fp8_partials_kernel` over K-slice
+views into fp32 partials, which `scaled_split_k_sum_kernel` (argus/kernels/split_k_sum.py) adds
+in slice order and scales once (argus/ops/fp8_split_k.py runs the two).
+
 Promotion (`Fp8GemmSchedule.promote`, DeepSeek-V3 §3.3.2 / DeepGEMM): the tensor core's fp8
 accumulator keeps fewer than fp32's bits, so instead of accumulating all of K in it, each
 128-deep K block (one stage: four k32 wgmma) goes into a fresh wgmma accumulator (scale-d = 0),

@@ -27,6 +27,12 @@ The arguments:
            per-tensor scales, or the block scales above; the kernel reads them on the device,
            so nothing syncs the host.
 
+Small M with per-tensor scales (M <= 128: the GEMM is the read of the weights) runs the
+weight-streaming schedules (argus/ops/fp8_schedules.py `weight_streaming`): swap-AB tiles of
+64 or 128 weight rows, and where those leave SMs idle, split-K: fp32 partials of equal K slices
+summed in slice order by a second kernel that applies scale_a * scale_b once
+(argus/ops/fp8_split_k.py), the result rounded once as by the unsplit kernel.
+
 Both fp8 wgmma operands must be K-major (PTX transposes only 16-bit operands), so an N-major b
 is refused with a LaunchError that says how to fix it, rather than silently transposed on every
 call. K must be a multiple of 16 (TMA needs 16-byte row pitches). Operands with the right
