@@ -239,3 +239,85 @@ def test_picked_kernels_build_for_sm90a_without_spills(name, kernel_schedule):
         assert "wgmma.mma_async.sync.aligned.m64n" in binary.ptx and ".e4m3.e4m3" in binary.ptx
     res = binary.resource(source.name)
     assert not res.spills and res.stack_frame == 0, res.summary()
+
+
+# ----------------------------------------------------------------------------- the op
+
+
+class _Interpreted:
+    """A compiled kernel whose launches run in the interpreter (CPU tensors): a call, and the
+    plan a call prepared (replays read the same buffers again), as CompiledKernel has them."""
+
+    def __init__(self, kernel, constexprs, log):
+        self.kernel, self.constexprs, self.log = kernel, constexprs, log
+        self.seen = set()
+
+    def __call__(self, *tensors):
+        self.log.append(("call", self.kernel.name))
+        self.seen.add(tuple(t.data_ptr() for t in tensors))
+        self.kernel.interpret(*tensors, **self.constexprs)
+
+    def plan_for(self, *tensors):
+        if tuple(t.data_ptr() for t in tensors) not in self.seen:
+            return None
+
+        def replay():
+            self.log.append(("replay", self.kernel.name))
+            self.kernel.interpret(*tensors, **self.constexprs)
+        return replay
+
+
+def test_the_op_runs_split_k_and_replays_it(monkeypatch):
+    """argus.ops.scaled_matmul with a split-K schedule on CPU tensors (the device check
+    stubbed, the kernels interpreted): K-slice views, the fp32 workspace, the scaled sum;
+    a repeat call on the same buffers replays both kernels (the launch memo) and reads the
+    new data there; the result matches float64 both times."""
+    import sys
+
+    import argus.ops  # noqa: F401 - loads argus.ops.scaled_matmul
+    from argus.ops import fp8_split_k as fsk
+
+    sm = sys.modules["argus.ops.scaled_matmul"]
+    log: list = []
+
+    class _Kernel:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def compile(self, **constexprs):
+            return _Interpreted(self.fn, constexprs, log)
+
+    s = Fp8GemmSchedule(bm=64, bn=16, consumers=1, stages=3, swap_ab=True, split_k=2)
+    monkeypatch.setattr(sm, "check_on_one_gpu", lambda who, named: None)
+    monkeypatch.setattr(sm, "choose", lambda problem, gpu: s)
+    monkeypatch.setattr(sm, "device_name", lambda device: "fake GPU")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)
+    monkeypatch.setattr(fsk, "gemm_fp8_partials_kernel",
+                        lambda: _Kernel(gemm_fp8_partials_kernel()))
+    monkeypatch.setattr(fsk, "scaled_split_k_sum_kernel",
+                        lambda out, splits: _Kernel(scaled_split_k_sum_kernel(out, splits)))
+    sm.forget_choices()
+    try:
+        m, n, k = 11, 136, 512
+        a, w = e4m3((m, k), 3.0, 21), e4m3((n, k), 0.5, 22)
+        sa, sb = torch.tensor([0.25]), torch.tensor([1.5])
+        out = torch.full((m, n), float("nan"), dtype=torch.float32)
+
+        def check():
+            want = (a.double() @ w.double().T).numpy() * float(np.float32(sa[0] * sb[0]))
+            bound = (a.double().abs() @ w.double().abs().T).numpy() * float(sa[0] * sb[0])
+            err = np.abs(out.numpy() - want)
+            assert (err <= ULP["f32"] * np.abs(want) + k * 2.0 ** -24 * bound + 1e-30).all()
+
+        sm.scaled_matmul(a, w, sa, sb, out=out)
+        check()
+        assert [name for _, name in log] == ["gemm_fp8_partials", "scaled_split_k_sum_f32_2"]
+        log.clear()
+        a.copy_(e4m3((m, k), 3.0, 23))      # new data in the same buffers, a new scale
+        sa.fill_(0.75)
+        out.fill_(float("nan"))
+        sm.scaled_matmul(a, w, sa, sb, out=out)
+        check()
+        assert log == [("replay", "gemm_fp8_partials"), ("replay", "scaled_split_k_sum_f32_2")]
+    finally:
+        sm.forget_choices()
