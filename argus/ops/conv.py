@@ -719,6 +719,13 @@ IM2COL_MAX_CHANNELS = 8
 # so the same estimate (2 x 32 x 64 flops at ~200 TF/s against 8 x C bytes) breaks even near
 # C = 9: half of it
 IM2COL_MAX_CHANNELS_TF32 = 4
+# 3-d takes the same bounds, and no bound on the taps: the estimate is per tap (a 3-d filter only
+# has more of them), and A's size, the taps over the strides times the input, is bounded per
+# image by IM2COL_MAX_BYTES. KernelBench L1/60 (16 x 3 x 64^3, 64 x 3 x 3x5x7, fp32 under tf32),
+# estimated, not measured: the implicit GEMM multiplies 105 taps x a 32-deep K slice a voxel,
+# 1.48 TFLOP (12.65 ms on the H200, ~117 TFLOP/s); the route writes and reads A (3.45 M voxels
+# x 324 fp32 columns: 8.9 GB, ~2.7 ms at ~3.3 TB/s), multiplies 0.14 TFLOP and writes the
+# 0.88 GB result: ~3.5-4 ms against eager's cuDNN 9.9 ms
 # the largest A buffer [N*P*Q, K'] (bytes) the route allocates per call: a larger batch runs
 # in chunks of images that fit it (`_im2col_chunks`, one buffer reused), and a problem whose
 # one image passes it takes the implicit GEMM, which needs no buffer. 512 MiB: the ResNet-50

@@ -432,3 +432,43 @@ def test_small_images_keep_the_channels_last_result():
     assert not conv_op.im2col_nchw(big, 62 * 60 * 58, False)
     assert not conv_op.im2col_nchw(big.to(memory_format=torch.channels_last_3d),
                                    62 * 60 * 58, None)
+
+
+# ---------------------------------------------------------------------------- compose
+class _Conv3dThenTransposed(torch.nn.Module):
+    """KernelBench L2's forms at small sizes: a Conv3d and a strided ConvTranspose3d of the
+    same 3-channel input, each followed by an elementwise op."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv3d(3, 8, (2, 3, 3), padding=1)
+        self.up = torch.nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1, output_padding=1)
+
+    def forward(self, x):
+        return torch.tanh(self.conv(x)).sum() + torch.sigmoid(self.up(x)).sum()
+
+
+@pytest.mark.parametrize("pixels", [16384, 8], ids=["channels_last", "nchw"])
+def test_compose_tf32_runs_the_route(pixels, monkeypatch):
+    """argus.compose with ConvRun(precision="tf32") (the tf32 track): the Conv3d and the 8
+    phases of the ConvTranspose3d take the route, with the result NCDHW either way (compose's
+    `_nchw` transposes a channels-last one; NCHW_IM2COL_PIXELS lowered: written NCDHW), within
+    fp32 accumulation of the tf32 model."""
+    from argus.bench.kernelbench.tolerance import round_to_tf32
+    from argus.compose.conv import ConvRun
+    from argus.compose.runtime import Program
+    monkeypatch.setattr(conv_op, "NCHW_IM2COL_PIXELS", pixels)
+    taken = _spy(monkeypatch)
+    torch.manual_seed(3)
+    model = _Conv3dThenTransposed()
+    x = torch.rand(2, 3, 3, 4, 5)
+    prog = Program.build(model, [x], schedules={"conv": ConvRun(precision="tf32")})
+    assert [s for s in prog.plan.steps if s.kind == "conv"] and prog.unsupported == []
+    with torch.no_grad():
+        y = prog.run(model, [x])
+        rounded = _Conv3dThenTransposed().double()
+        rounded.load_state_dict({k: (round_to_tf32(v) if k.endswith("weight") else v).double()
+                                 for k, v in model.state_dict().items()})
+        ref = rounded(round_to_tf32(x).double())
+    assert taken == ["im2col"] * 9
+    assert abs(y.item() - ref.item()) <= 1e-5 * abs(ref.item()) + 1e-5
