@@ -105,9 +105,9 @@ def stream_cost(p: Fp8Problem, s: Fp8GemmSchedule) -> float:
     unit (read from DRAM once) plus _A_WEIGHT times its A bytes (re-read from L2 by every W
     tile), scaled up where the ring holds fewer than _W_IN_FLIGHT bytes of W; with
     split_k > 1 plus the fp32 partials written and read back (DRAM traffic: the weight stream
-    evicts them from L2; spread over all SMs) and the sum's launch. Lower is faster; it ranks schedules, it is not a time. Either orientation (W rows
-    are the tile's bm with swap_ab, its bn without); activation rows past M are TMA zero fill
-    and cost no bytes."""
+    evicts them from L2; spread over all SMs) and the sum's launch. Lower is faster; it ranks
+    schedules, it is not a time. Either orientation (W rows are the tile's bm with swap_ab, its
+    bn without); activation rows past M are TMA zero fill and cost no bytes."""
     w_rows, a_rows = (s.bm, s.bn) if s.swap_ab else (s.bn, s.bm)
     tiles = -(-p.n // w_rows) * -(-p.m // a_rows)
     units = tiles * s.split_k
@@ -132,7 +132,6 @@ def stream_options(p: Fp8Problem) -> list[Fp8GemmSchedule]:
                                p.k // splits < BK_BYTES):
                 continue
             out.append(_stream_tile(p, consumers, splits))
-
     return sorted(out, key=lambda s: (stream_cost(p, s), -busy_ctas(p, s), s.split_k,
                                       s.consumers))
 
