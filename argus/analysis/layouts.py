@@ -22,6 +22,10 @@ argus.target.register_layouts.build turns into a RegisterLayout) and inserts exp
 - a 32-bit shared-memory read (`ag.load_shared`, the ldmatrix op of an f32 view) is flexible
   too, and so is a one-wide window of it (TileSlice): the read takes the window's layout
   widened along the sliced axis (RL.widen), so the window needs no code;
+- a 2-d power-of-two tile stored transposed (ag.store(transposed=True), not an accumulator)
+  is in V x V blocks a thread (`_vblocks`): the global loads that reach it through pointwise
+  ops are loaded so, any other source is converted (through a buffer padded one element a
+  row, ConvertLayout.pad), and codegen stores the blocks' columns as rows of the transpose;
 - then every operand that cannot broadcast into its user's layout in the same thread
   (RegisterLayout.broadcast_map) gets a `convert_layout` into the layout it needs.
 Errors name the op, the line and why.
@@ -167,10 +171,19 @@ def _build(name: str, t: TileType, threads: int, op) -> RL.RegisterLayout:
                                "powers of two") from None
 
 
-def _vblocked(t: TileType, axis: int) -> str:
-    """vblocked(V) with chunks of 16 bytes of `t`'s dtype along `axis` (at most its extent)."""
-    vec = max(1, min(16 // max(1, t.dtype.bytes), t.shape[axis]))
-    return f"vblocked({vec})"
+def _vblocks(t: TileType, threads: int) -> str:
+    """The layout of a 2-d tile that is stored transposed: vblocks(V, run) (RL.vblocks), V x V
+    blocks a thread with V the elements of 16 bytes (fewer where the tile has fewer blocks
+    than `threads`; at most its smaller extent), so its rows load and its columns store in
+    16-byte chunks, and `run` threads stacked along dim 0 first, so a warp's store writes runs
+    of 64 bytes of each destination row (two full 32-byte sectors) while its loads read rows
+    of 128 bytes or more."""
+    vec = max(1, min(16 // max(1, t.dtype.bytes), *t.shape))
+    # no thread without a block of its own (a replicated block is loaded and stored twice)
+    while vec > 1 and (t.shape[0] // vec) * (t.shape[1] // vec) < threads:
+        vec //= 2
+    run = max(1, min(64 // (vec * t.dtype.bytes), t.shape[0] // vec))
+    return f"vblocks({vec},{run})"
 
 
 def _pow2_2d(t: TileType) -> bool:
@@ -180,10 +193,8 @@ def _pow2_2d(t: TileType) -> bool:
 def _transposed_sources(kernel: Kernel, defs, pinned: set[int]) -> set[int]:
     """Global loads of 2-d power-of-two tiles that reach a transposed store of a register
     tile (not a wgmma accumulator) through pointwise ops and conversions only (round_nhwc's
-    load -> round_tf32 -> store): loaded as vblocked(V), 16-byte chunks along their rows, so
-    the load is one vector access a chunk; the store's conversion (`_needs`) gives the
-    transposed side its own 16-byte chunks. A chain that meets an accumulator keeps the
-    defaults."""
+    load -> round_tf32 -> store): loaded in the store's layout (`_vblocks`), so neither side
+    moves data between threads. A chain that meets an accumulator keeps the defaults."""
     out: set[int] = set()
     for st in kernel.walk():
         if not (isinstance(st, O.Store) and st.transposed and _pow2_2d(st.value.type)):
@@ -234,8 +245,8 @@ def _forward(ops, layout, acc_ids, a_ids, flexible, threads, wide=frozenset()) -
         if isinstance(op, O.Full) and (op.result.id in acc_ids):
             _set(layout, op.result, WGMMA_ACC, op, "wgmma accumulates into it")
         elif isinstance(op, O.Load) and op.result.id in wide:
-            _set(layout, op.result, _vblocked(op.result.type, -1), op,
-                 "a global load a transposed store writes: 16-byte chunks of its rows")
+            _set(layout, op.result, _vblocks(op.result.type, n), op,
+                 "a global load a transposed store writes: 16-byte blocks a thread")
         elif isinstance(op, O.Load) and op.result.id not in flexible:
             acc = op.result.id in acc_ids | a_ids
             _set(layout, op.result, WGMMA_ACC if acc else BLOCKED, op,
@@ -376,10 +387,9 @@ def _needs(op, threads: int):
                 out.append((op.init, plan.result.name, "a scan starts from its source's slice"))
     elif isinstance(op, O.Store) and op.transposed and _pow2_2d(op.value.type) and \
             op.value.type.layout not in (WGMMA_ACC, "wgmma_a"):
-        # a register tile stored transposed: in the layout whose relabeling (RL.transpose) is
-        # vblocked along the destination's rows, each chunk of registers one vector store of
-        # consecutive destination elements (codegen/cuda/memory.py `_transposed_info`)
-        want = f"transpose({_vblocked(op.value.type, 0)})"
+        # a register tile stored transposed: in V x V blocks a thread, whose columns are
+        # V-wide chunks of the destination's rows (codegen/cuda/memory.py `_transposed_info`)
+        want = _vblocks(op.value.type, threads)
         if op.value.type.layout != want:
             out.append((op.value, want, "a transposed store writes rows of its transpose"))
     elif isinstance(op, O.StMatrix) and not op.plain and op.src.type.layout != WGMMA_ACC:
@@ -415,11 +425,11 @@ def _insert_conversions(kernel: Kernel, threads: dict[int, int], defs) -> Kernel
                                        f"in layout {name} ({why}), which does not exist: {e}",
                                        op.loc) from None
                 nv = Value(next(ids), t, v.hint)
-                # a conversion into a transposed layout reads the buffer down its columns:
-                # one element of padding a row spreads a column over the banks (the write
-                # side of vblocked chunks and the read side each meet 2-way conflicts at
-                # most, against 16-way in a dense row of a power-of-two pitch)
-                pad = 1 if name.startswith("transpose(") else 0
+                # a conversion into V x V blocks reads V rows of the buffer a thread, the
+                # threads of a warp `run` blocks apart down the rows first: with a
+                # power-of-two pitch those rows share banks; one element of padding a row
+                # shifts each by a bank
+                pad = 1 if name.startswith("vblocks(") else 0
                 out.append(O.ConvertLayout(nv, v, pad=pad, loc=op.loc))
                 subst[v.id] = nv
             if subst:

@@ -109,9 +109,9 @@ _run = run
 def transpose(X: ag.Tensor["B", "R", "C", ag.f32], Y: ag.Tensor["B", "C", "R", ag.f32],
               BR: int = 64, BC: int = 64):
     """Y[b] = X[b]^T, bit for bit (-0.0, NaN and inf included: no arithmetic touches a
-    value). The [BR, BC] tile is stored transposed (ag.store(transposed=True)): loaded in
-    16-byte chunks of X's rows, exchanged through shared memory by the layout conversion that
-    layout inference puts before the store, stored in 16-byte chunks of Y's rows."""
+    value). The [BR, BC] tile is stored transposed (ag.store(transposed=True)) in 4 x 4
+    blocks a thread: each block's rows load as 16 bytes of a row of X, its columns store as 16
+    bytes of a row of Y, and no value moves between threads (analysis/layouts.py `_vblocks`)."""
     # one flat grid along x (up to 2^31 - 1 CTAs): y and z stop at 65535, which a batch or a
     # row count of 2^20 pixels / BR already passes (conv_pointwise_2D at upstream sizes)
     tiles_r = ag.cdiv(X.shape[1], BR)
@@ -178,10 +178,13 @@ def _transpose_kernel(dtype: torch.dtype):
     if dtype not in _TRANSPOSE:
         dt = _COPY_DTYPES[dtype]
         name = f"transpose_{dt}"
+        # 16-byte accesses both ways take 16 / element-size square blocks a thread: 8 x 8 for
+        # the half types, which a 64 x 64 tile has only 64 of for 256 threads
+        tile_rc = 128 if dtype.itemsize == 2 else 64
         src = (f"@ag.kernel(threads=256)\n"
                f"def {name}(X: ag.Tensor[\"B\", \"R\", \"C\", ag.{dt}],\n"
-               f"        Y: ag.Tensor[\"B\", \"C\", \"R\", ag.{dt}], BR: int = 64, "
-               f"BC: int = 64):\n"
+               f"        Y: ag.Tensor[\"B\", \"C\", \"R\", ag.{dt}], BR: int = {tile_rc}, "
+               f"BC: int = {tile_rc}):\n"
                f"    tiles_r = ag.cdiv(X.shape[1], BR)\n"
                f"    tiles_c = ag.cdiv(X.shape[2], BC)\n"
                f"    (p,) = ag.grid(X.shape[0] * tiles_r * tiles_c)\n"

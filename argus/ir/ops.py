@@ -438,7 +438,8 @@ class Store(Op):
     """Store tile `value` to a global tensor at `offsets`; elements outside the tensor are
     dropped. The tile's dtype must equal the tensor's. `transposed`: the tile's two axes are
     swapped on the way, element (i, j) going to (offsets[-2] + j, offsets[-1] + i) — a swap-AB
-    GEMM computes C^T and stores it into C this way."""
+    GEMM computes C^T and stores it into C this way; any other 2-d register tile too (a layout
+    copy: codegen stores its layout relabeled, RL.transpose)."""
 
     NAME = "store"
     tensor: Value
@@ -634,9 +635,9 @@ class ConvertLayout(Op):
     in a layout it does not have; rendered through shared memory: `scratch` is that buffer
     (the whole tile, one copy per warpgroup of a role), allocated by lower/smem.py in the
     shared-memory plan. `pad`: elements added to each row of the buffer (row pitch = last dim +
-    pad), decided by layout inference where the two layouts walk different dims fastest (a
-    transposed store's conversion: one element of padding spreads a column's elements over the
-    banks); 0 is the dense row-major buffer."""
+    pad), decided by layout inference where the result's threads read down the buffer's
+    columns (a conversion into V x V blocks for a transposed store: one element of padding
+    spreads their rows over the banks); 0 is the dense row-major buffer."""
 
     NAME = "convert_layout"
     RESULTS = ("result",)

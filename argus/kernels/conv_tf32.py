@@ -23,11 +23,11 @@ __all__ = ["round_nhwc", "round_rows"]
 def round_nhwc(X: ag.Tensor["B", "C", "R", ag.f32], Y: ag.Tensor["B", "R", "CP", ag.f32],
                BR: int = 64, BC: int = 64):
     """Y[b] = round_tf32(X[b]^T), zero columns past C. The [BC, BR] tile is stored transposed
-    (ag.store(transposed=True)): loaded in 16-byte chunks of pixel runs, exchanged through
-    shared memory by the layout conversion layout inference puts before the store, stored in
-    16-byte chunks of channel runs (analysis/layouts.py `_transposed_sources`, `_needs`). The
-    grid covers Y, so the padding columns (loads past C read 0) are written too; the rounding
-    and the copy move bits (round_tf32 keeps -0.0, NaN and inf)."""
+    (ag.store(transposed=True)) in 4 x 4 blocks a thread: each block's rows load as 16 bytes of
+    consecutive pixels, its columns store as 16 bytes of consecutive channels, and no value
+    moves between threads (analysis/layouts.py `_vblocks`). The grid covers Y, so the padding
+    columns (loads past C read 0) are written too; the copy moves bits and round_tf32 keeps
+    -0.0, NaN and inf."""
     # one flat grid along x (up to 2^31 - 1 CTAs): y and z stop at 65535
     tiles_r = ag.cdiv(Y.shape[1], BR)
     tiles_c = ag.cdiv(Y.shape[2], BC)

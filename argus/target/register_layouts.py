@@ -36,11 +36,12 @@ Names (the text form in TileType.layout; `build` parses them):
   slice(P,axis,n)     P (a name, for the shape with extent n along axis) reduced along axis
   expand(P,axis)      P with a unit dim inserted at axis (t[:, None])
   squeeze(P,axis)     P (for the shape with a unit dim at axis) with that dim removed
-  vblocked(V)         `V` consecutive last-dim elements a register chunk, thread bits along the
-                      last dim then the leading dims, the rest in registers (power-of-two
-                      extents): 16-byte accesses of any tile shape (a 64 x 64 f32 tile over
-                      256 threads: 4 rows of 16 chunks a pass), the layout of a tile that a
-                      transposed store writes (`transpose(vblocked(V))` is its source side)
+  vblocks(V,run)      a V x V block of a 2-d tile a thread (registers row-major in the block),
+                      thread bits along dim 0 in steps of V for `run` steps, then along dim 1
+                      in steps of V, then dim 0 again: its rows load in V-wide chunks and its
+                      columns, read V at a time from V registers, are V-wide chunks of its
+                      transpose (run x V elements of a transposed row a warp), so a tile stored
+                      transposed in this layout needs no exchange between threads
   transpose(P)        P built for the swapped 2-d shape, its two dims relabeled: thread t and
                       register r hold element (j, i) where P's hold (i, j) (no data moves)
 """
@@ -396,33 +397,33 @@ def blocked(shape, threads: int, vec: int | None = None, name: str = "blocked") 
     return RegisterLayout(name, shape, threads, bases, regs)
 
 
-def vblocked(shape, threads: int, vec: int) -> RegisterLayout:
-    """`vec` consecutive elements of the last dim in consecutive registers (one vector access
-    a chunk), thread bits along the last dim (chunk after chunk), then along the leading dims
-    from the innermost out, leftover thread bits replicate; the remaining extents are walked by
-    registers row-major, the chunk's `vec` innermost. Every extent a power of two."""
+def vblocks(shape, threads: int, vec: int, run_rows: int = 1) -> RegisterLayout:
+    """A `vec` x `vec` block of a 2-d tile a thread, registers row-major in the block (so
+    registers k*vec .. k*vec + vec - 1 are consecutive columns of one row), the blocks of a
+    thread row-major after that. Thread bits: `run_rows` steps of `vec` along dim 0 first (the
+    threads whose blocks stack into one run of a column: run_rows x vec consecutive elements of
+    a row of the transpose), then along dim 1, then along dim 0; leftover bits replicate.
+    Every extent a power of two and a multiple of `vec`."""
     shape = tuple(int(d) for d in shape)
-    if not 1 <= len(shape) <= 4:
-        raise ValueError(f"register tiles have rank 1 to 4, got shape {shape}")
-    if not all(_pow2(n) for n in shape) or not _pow2(threads) or not _pow2(vec):
-        raise ValueError(f"vblocked({vec}) needs power-of-two extents and threads, got "
+    if len(shape) != 2 or not all(_pow2(n) for n in shape) or not _pow2(threads) or \
+            not _pow2(vec) or not _pow2(run_rows):
+        raise ValueError(f"vblocks({vec}) needs a 2-d power-of-two shape and thread count, got "
                          f"{shape} over {threads}")
-    if shape[-1] % vec:
-        raise ValueError(f"vblocked({vec}): a last dim of {shape[-1]} holds no chunk of {vec}")
-    rank, nb = len(shape), _nbits(threads)
-    imgs: list[tuple[int, ...]] = []
-    cover = [1] * rank
-    cover[-1] = vec
-    for d in reversed(range(rank)):
-        while len(imgs) < nb and shape[d] % (cover[d] * 2) == 0:
-            imgs.append(tuple(cover[d] if k == d else 0 for k in range(rank)))
+    if shape[0] % vec or shape[1] % vec:
+        raise ValueError(f"vblocks({vec}): {shape} is not a whole number of {vec}x{vec} blocks")
+    nb = _nbits(threads)
+    imgs: list[tuple[int, int]] = []
+    cover = [vec, vec]
+    order = [0] * (run_rows.bit_length() - 1) + [1] * nb + [0] * nb
+    for d in order:
+        if len(imgs) < nb and shape[d] % (cover[d] * 2) == 0:
+            imgs.append((cover[0], 0) if d == 0 else (0, cover[1]))
             cover[d] *= 2
     while len(imgs) < nb:
-        imgs.append((0,) * rank)
-    offsets = [list(range(0, n, c)) for n, c in zip(shape[:-1], cover[:-1])]
-    offsets.append([s + k for s in range(0, shape[-1], cover[-1]) for k in range(vec)])
-    return RegisterLayout(f"vblocked({vec})", shape, threads, tuple(imgs),
-                          tuple(itertools.product(*offsets)))
+        imgs.append((0, 0))
+    regs = tuple((r0 + a, c0 + b) for r0 in range(0, shape[0], cover[0])
+                 for c0 in range(0, shape[1], cover[1]) for a in range(vec) for b in range(vec))
+    return RegisterLayout(f"vblocks({vec},{run_rows})", shape, threads, tuple(imgs), regs)
 
 
 def transpose(parent: RegisterLayout) -> RegisterLayout:
@@ -611,8 +612,8 @@ def build(name: str, shape: tuple[int, ...], threads: int) -> RegisterLayout:
             raise ValueError(f"{name}: dim {axis} of {shape} must be {extent}")
         return widen(build(args[0], shape[:axis] + (1,) + shape[axis + 1:], threads), axis,
                      extent)
-    if head == "vblocked" and len(args) == 1:
-        return vblocked(shape, threads, int(args[0]))
+    if head == "vblocks" and len(args) == 2:
+        return vblocks(shape, threads, int(args[0]), int(args[1]))
     if head == "transpose" and len(args) == 1:
         if len(shape) != 2:
             raise ValueError(f"{name}: a 2-d tile, not {shape}")

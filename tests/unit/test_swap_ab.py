@@ -129,14 +129,15 @@ def test_bad_swap_requests_are_refused():
 
 def test_codegen_renders_a_transposed_store_of_a_loaded_tile():
     """Any register tile stores transposed (issue 17; tests/unit/test_transposed_store.py):
-    loaded in 16-byte chunks, converted through shared memory, stored in 16-byte chunks of
-    the destination's rows (a [4, 128] tile: one 4-row chunk a thread)."""
+    V x V blocks a thread, loaded as chunks of its rows, stored as chunks of the destination's
+    rows (a [4, 128] tile over 128 threads: 2 x 2 blocks, 8-byte accesses; 4 x 4 blocks would
+    be 32, leaving threads without one)."""
     @ag.kernel(threads=128)
     def k(X: ag.Tensor["M", "N", ag.f32], Y: ag.Tensor["N", "M", ag.f32]):
         ag.grid(1)
         ag.store(Y, (0, 0), ag.load(X, (0, 0), (4, 128)), transposed=True)
     text = codegen.render(lower_only(k)).text
-    assert "ag::ld_global_f32x4(" in text and "ag::st_global_f32x4(" in text, text
+    assert "ag::ld_global_f32x2(" in text and "ag::st_global_f32x2(" in text, text
 
 
 def test_mn_major_a_operand_requests_are_checked():

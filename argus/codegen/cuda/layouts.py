@@ -103,13 +103,21 @@ ROWS_VEC = 8
 
 
 class Chunked(Lay):
-    """A vblocked(V) tile (RL.vblocked): registers k*V .. k*V + V - 1 are V consecutive
-    elements of one row's last dim (chunk starts are multiples of V), each chunk one vector
-    access; coordinates from the layout's bases, as any layout's."""
+    """A vblocks(V, run) tile (RL.vblocks), or the destination
+    view of a transposed store (memory.py `_transposed_info`, `vec` given): registers
+    k*V .. k*V + V - 1 are V consecutive elements of one row's last dim (chunk starts are
+    multiples of V), each chunk one vector access; coordinates from the layout's bases, as
+    any layout's."""
+
+    def __init__(self, rl: RegisterLayout, acc_names: bool = False, vec: int | None = None):
+        super().__init__(rl, acc_names)
+        self._vec = vec
 
     @property
     def vec(self) -> int:
-        return int(self.rl.name.removeprefix("vblocked(").removesuffix(")"))
+        if self._vec is not None:
+            return self._vec
+        return int(self.rl.name.partition("(")[2].rstrip(")").split(",")[0])
 
 
 class Acc(Lay):
@@ -142,6 +150,6 @@ def layout_of(t: TileType, group_threads: int, loc, acc_names: bool = False) -> 
         return Acc(rl, acc_names)
     if t.layout == "rows":
         return Rows(rl, acc_names)
-    if t.layout.startswith("vblocked("):
+    if t.layout.startswith("vblocks("):
         return Chunked(rl, acc_names)
     return Lay(rl, acc_names)

@@ -1,6 +1,6 @@
 """Rendering rules of global-memory access: load, load.scalar, store (the accumulator store
-too), with the bounds checks and the vector chunk accesses of blocked tiles, and the global
-atomics (atomic.add, atomic.fetch_add).
+and the transposed store of any register tile too), with the bounds checks and the vector
+chunk accesses of blocked tiles, and the global atomics (atomic.add, atomic.fetch_add).
 
 Every access is bounds-checked per element, or per chunk where a blocked tile's registers are
 consecutive columns (one 4-16 byte vector access when the chunk is in bounds and aligned, the
@@ -23,11 +23,12 @@ from argus.codegen.cuda.emit import (
     rule,
     strip_round,
 )
-from argus.codegen.cuda.layouts import Acc, Blocked, Chunked, Rows, layout_of
+from argus.codegen.cuda.layouts import Acc, Blocked, Chunked, Lay, Rows
 from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.core import Value
-from argus.ir.types import TensorType, TileType
+from argus.ir.types import TensorType
+from argus.target import register_layouts as RL
 
 
 def _to_mem_c(expr: str, dtype) -> str:
@@ -48,13 +49,13 @@ def _from_mem_c(expr: str, dtype) -> str:
 
 def _vector_access(lay, dtype) -> int:
     """Bytes of one vector global access into a chunk of `lay` (min(16, vec x element bytes)),
-    or 0 where the tile is accessed element by element: layouts other than blocked, vblocked
+    or 0 where the tile is accessed element by element: layouts other than blocked, vblocks
     and rows (whose chunks are consecutive registers of consecutive columns), vec 1, dtypes
     other than f32 / bf16 / f16 / e4m3 (integer tiles keep the scalar path), and chunks under
     4 bytes (e4m3 with vec 2)."""
     if not isinstance(lay, (Blocked, Rows, Chunked)) or lay.vec < 2:
         return 0
-    # integer tiles of a vblocked layout (a transposed store's copy of index tensors) take
+    # integer tiles of a vblocks layout (a transposed store's copy of index tensors) take
     # vector accesses too; other integer tiles keep the scalar path their kernels were tuned on
     if dtype.name not in ("f32", "bf16", "f16", "e4m3") and \
             not (isinstance(lay, Chunked) and dtype.name in _INT_VECTOR):
@@ -365,15 +366,15 @@ def store(em: _Emitter, op: O.Store) -> None:
         return
     # the values in the tile's own layout; the addresses in `info`'s, which for a transposed
     # store is the tile's layout relabeled to the destination's axes (`_transposed_info`)
-    val_lay = lay
+    val_lay, reg = lay, list(range(lay.nregs))
     if op.transposed:
-        info = _transposed_info(em, op, info)
+        info, reg = _transposed_info(em, op, info)
         lay = info.layout
     rank = len(op.value.type.shape)
     if not _vector_access(lay, dtype):
         for i in range(lay.nregs):
             cond, idx = _bounds(em, op.tensor, op.offsets, info, i, rank)
-            val = em.tile_expr(op.value, i, val_lay)
+            val = em.tile_expr(op.value, reg[i], val_lay)
             em.emit(f"if ({cond}) {name}[{idx}] = {_to_mem_c(val, dtype)};")
         return
 
@@ -386,7 +387,7 @@ def store(em: _Emitter, op: O.Store) -> None:
 
     def values(regs: list[int]) -> list[str]:
         return [f"const {elem} gv{i % lay.vec} = "
-                f"{strip_round(em.tile_expr(op.value, i, val_lay), dtype)};" for i in regs]
+                f"{strip_round(em.tile_expr(op.value, reg[i], val_lay), dtype)};" for i in regs]
 
     _chunked(em, op, info, dtype, rank, scalar,
              lambda ptr, width, regs: [_vector_store_c(
@@ -394,25 +395,41 @@ def store(em: _Emitter, op: O.Store) -> None:
              prologue=values, outside=lambda regs: [])
 
 
-def _transposed_info(em: _Emitter, op: O.Store, info: TileInfo) -> TileInfo:
-    """The destination view of a transposed store of a register tile: the same registers,
-    register r at the swapped coordinate (RL.transpose, a relabeling), so the store is a plain
-    store of a [cols, rows] tile. Layout inference gives the stored tile the layout
-    `transpose(vblocked(V))`, whose relabeling is vblocked(V): each chunk of V registers is V
-    consecutive elements of a destination row, one vector access (any other layout is stored
-    element by element)."""
-    t = op.value.type
-    name = t.layout or "blocked"
-    swapped = name[len("transpose("):-1] if name.startswith("transpose(") else \
-        f"transpose({name})"
-    dest = layout_of(TileType(t.dtype, tuple(t.shape)[::-1], swapped), em.group_threads,
-                     op.loc)
-    if dest.rl.regs != tuple(r[::-1] for r in info.layout.rl.regs) or \
-            dest.rl.thread_bases != tuple(b[::-1] for b in info.layout.rl.thread_bases):
-        raise CompileError(f"a transposed store of a {name} tile: the relabeled layout "
-                           f"{swapped} does not hold the same registers (an internal error)",
-                           op.loc)
-    return TileInfo(dest, info.dtype, name=info.name)
+def _transposed_info(em: _Emitter, op: O.Store, info: TileInfo) -> tuple[TileInfo, list[int]]:
+    """The destination view of a transposed store of a register tile, and the tile register
+    each of its registers is: the same registers, each at its swapped coordinate (RL.transpose,
+    a relabeling), reordered so that, where the layout allows, each run of V registers is V
+    consecutive elements of a destination row starting at a multiple of V (`_dest_chunks`):
+    a vblocks(V) tile's V x V blocks are such runs read down their columns, one 16-byte store
+    each with no data moving between threads. Any other layout is stored element by element
+    from its relabeling."""
+    rl = RL.transpose(info.layout.rl)
+    for vec in (16 // max(1, info.dtype.bytes), 8, 4, 2):
+        order = _dest_chunks(rl, vec)
+        if order is not None:
+            break
+    else:
+        return TileInfo(Lay(rl), info.dtype, name=info.name), list(range(rl.nregs))
+    dest = RL.RegisterLayout(rl.name, rl.shape, rl.threads, rl.thread_bases,
+                             tuple(rl.regs[r] for r in order))
+    return TileInfo(Chunked(dest, vec=vec), info.dtype, name=info.name), order
+
+
+def _dest_chunks(rl, vec: int) -> list[int] | None:
+    """The registers of `rl` in runs of `vec` consecutive last-dim elements of one row, each
+    run starting at a multiple of `vec` (thread parts along the last dim multiples of `vec`),
+    or None where `rl` has no such order."""
+    if vec < 2 or rl.rank != 2 or any(img[-1] % vec for img in rl.thread_bases):
+        return None
+    where = {reg: r for r, reg in enumerate(rl.regs)}
+    order: list[int] = []
+    for r, (row, col) in enumerate(rl.regs):
+        if col % vec == 0:
+            run = [where.get((row, col + k)) for k in range(vec)]
+            if None in run:
+                return None
+            order.extend(run)
+    return order if sorted(order) == list(range(rl.nregs)) else None
 
 
 def _store_acc(em: _Emitter, op: O.Store, info: TileInfo) -> None:
