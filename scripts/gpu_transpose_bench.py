@@ -25,8 +25,6 @@ before it is timed.
 interpreter (a smoke test of this script).
 """
 
-from __future__ import annotations
-
 import argparse
 import json
 import sys
@@ -45,8 +43,8 @@ import argus as ag
 # i == k and the reduction over i places it at (j, k).
 
 @ag.kernel(threads=256, name="transpose_select")
-def transpose_select(X: ag.Tensor[B, R, C, ag.f32], Y: ag.Tensor[B, C, R, ag.f32],
-                     BR: int = 16, BC: int = 32):
+def transpose_select(X: ag.Tensor["B", "R", "C", ag.f32],
+                     Y: ag.Tensor["B", "C", "R", ag.f32], BR: int = 16, BC: int = 32):
     tiles_r = ag.cdiv(X.shape[1], BR)
     tiles_c = ag.cdiv(X.shape[2], BC)
     (p,) = ag.grid(X.shape[0] * tiles_r * tiles_c)
@@ -60,8 +58,8 @@ def transpose_select(X: ag.Tensor[B, R, C, ag.f32], Y: ag.Tensor[B, C, R, ag.f32
 
 
 @ag.kernel(threads=256, name="round_nhwc_select")
-def round_nhwc_select(X: ag.Tensor[B, C, R, ag.f32], Y: ag.Tensor[B, R, CP, ag.f32],
-                      BR: int = 32, BC: int = 16):
+def round_nhwc_select(X: ag.Tensor["B", "C", "R", ag.f32],
+                      Y: ag.Tensor["B", "R", "CP", ag.f32], BR: int = 32, BC: int = 16):
     tiles_r = ag.cdiv(Y.shape[1], BR)
     tiles_c = ag.cdiv(Y.shape[2], BC)
     (p,) = ag.grid(Y.shape[0] * tiles_r * tiles_c)
@@ -144,11 +142,13 @@ def main() -> int:
             exact = torch.equal(y.view(torch.int32), ref.view(torch.int32))
             print(f"  {name:34s} bit-exact: {exact}", flush=True)
             if not exact:
-                bad = (y.view(torch.int32) != ref.view(torch.int32)).nonzero()[:3].tolist()
-                print(f"    MISMATCH: {(y.view(torch.int32) != ref.view(torch.int32)).sum()} "
-                      f"elements differ, e.g. {[(i, y[tuple(i)].item(), ref[tuple(i)].item()) for i in bad]}"
-                      + (" (expected: the old sum over zeros turns -0.0 into +0.0)"
-                         if kernel is round_nhwc_select else ""), flush=True)
+                differ = y.view(torch.int32) != ref.view(torch.int32)
+                bad = [(i, y[tuple(i)].item(), ref[tuple(i)].item())
+                       for i in differ.nonzero()[:3].tolist()]
+                note = " (expected: the old sum over zeros turns -0.0 into +0.0)" \
+                    if kernel is round_nhwc_select else ""
+                print(f"    MISMATCH: {int(differ.sum())} elements differ, e.g. (index, got, "
+                      f"want) {bad}{note}", flush=True)
             ys.append(y)
             calls.append(call)
             names.append(name)
