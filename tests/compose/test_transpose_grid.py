@@ -1,5 +1,5 @@
 """The compose layout transpose launches on one flat grid axis: conv_pointwise_2D at upstream
-sizes transposed 2^20 pixels (65536 row tiles of 16), past CUDA's 65535 blocks along y."""
+sizes transposed 2^20 pixels (65536 row tiles of 16 then), past CUDA's 65535 blocks along y."""
 import pytest
 import torch
 
@@ -9,7 +9,7 @@ from argus.runtime.interp.launch import GRID_LIMITS, check_grid, grid_extents
 
 
 def _kernel():
-    # the grid only: the verifier's verdict on the selection sum is its own test's business
+    # the grid only: the verifier's verdict on the kernel is its own test's business
     return ag.compile(launch.transpose, verify=False, BR=16, BC=32).kernel
 
 

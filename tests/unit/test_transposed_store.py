@@ -184,6 +184,7 @@ def test_the_lowering_moves_no_data_between_threads():
 
 
 def test_a_tile_in_another_layout_is_converted_with_padding():
+    from argus.ir.parser import parse_kernel
     from argus.ir.printer import print_kernel
 
     @ag.kernel(threads=256, name="sum_transposed")
@@ -200,6 +201,7 @@ def test_a_tile_in_another_layout_is_converted_with_padding():
 
     text = print_kernel(summed.lower())
     assert re.search(r"convert_layout\(.*\{pad=1\}", text), text
+    assert print_kernel(parse_kernel(text)) == text      # the pad and vblocks(V,run) read back
     x, z = torch.randn(70, 130), torch.randn(70, 130)
     y = torch.full((130, 70), float("nan"))
     summed.interpret(x, z, y)
