@@ -209,7 +209,7 @@ def test_nchw_needs_the_direct_epilogue():
 GEOM = ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, groups=2, cg_padded=64)
 
 
-@pytest.mark.parametrize("which", ["tf32", "tf32_rowbox_cluster", "split"])
+@pytest.mark.parametrize("which", ["tf32", "tf32_rowbox_cluster", "split", "bf16_3d"])
 def test_nchw_kernel_verifies(which):
     """No errors; the conv family's one honest unknown (store.coverage: the tile's rows
     depend on the unit's runtime division by q_tiles, tests/interp/test_conv_interp.py);
@@ -222,10 +222,15 @@ def test_nchw_kernel_verifies(which):
         k = conv_kernel(ag.f32, ag.f32, True, precision="tf32", nchw=True)
         geom = ConvGeometry(3, 3, 1, 1, 1, 1, 1, 1, groups=1, cg_padded=64)
         s = ConvSchedule(bm=128, bn=128, bk=32, bw=64, stages=4, cluster_m=2, rowbox=True)
-    else:
+    elif which == "split":
         k = conv_kernel(ag.bf16, ag.f32, True, nchw=True)
         geom = ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, groups=2, cg_padded=128)
         s = SPLIT
+    else:                       # 3-d: the image index (n * OD + od) // (OD * P) = n
+        k = conv_kernel(nchw=True)
+        geom = ConvGeometry(3, 3, 1, 2, 1, 1, 1, 1, groups=1, cg_padded=64, t=3, stride_d=2,
+                            pad_d=1, dil_d=1)
+        s = BF16
     report = verify.run(lower_only(k, geom=geom, s=s))
     assert not report.errors, "\n".join(str(d) for d in report.errors)
     assert {d.code for d in report.unknowns} <= {"store.coverage"}, \
