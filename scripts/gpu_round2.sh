@@ -152,6 +152,18 @@ for s in "${steps[@]}"; do
         tests/gpu/test_ops_scaled_matmul_gpu.py tests/gpu/test_attention_host_gpu.py \
         tests/gpu/test_attention_gpu.py tests/gpu/test_attention_fp8_gpu.py \
         tests/moe/test_moe_prefetch_gpu.py tests/gpu/test_moe_gpu.py tests/gpu/test_moe_fp8_gpu.py ;;
+    # 2026-12-04 evening (stop 39): fp8 weight streaming at small M, the transposed store,
+    # the conv NCHW epilogue, the 3-d im2col route; their GPU tests first
+    s39tests) run_step s39tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_fp8_weight_streaming_gpu.py tests/gpu/test_ops_scaled_matmul_gpu.py \
+        tests/gpu/test_conv_nchw_gpu.py tests/gpu/test_conv_im2col_3d_gpu.py tests/gpu/test_conv_gpu.py \
+        tests/gpu/test_conv_compose_gpu.py tests/gpu/test_conv_dispatch_gpu.py tests/gpu/test_conv_im2col_gpu.py \
+        tests/gpu/test_compose_gpu.py ;;
+    fp8pt39) run_step fp8pt39 200 python3 -u scripts/gpu_fp8_bench.py --repeats 5 --out "$OUT/fp8pt39"
+        run_step fp8held39 120 python3 -u scripts/gpu_fp8_bench.py --repeats 5 \
+            --shapes 16x2048x8192,1x8192x8192,64x28672x8192,100x4096x14336 --out "$OUT/fp8held39" ;;
+    transpose39) run_step transpose39 90 python3 -u scripts/gpu_transpose_bench.py ;;
+    convprof39) run_step convprof39 200 python3 -u scripts/gpu_kb_kernel_profile.py ${PROFILE_FILES:?solution files} ;;
     fp8pt38) run_step fp8pt38 150 python3 -u scripts/gpu_fp8_bench.py --repeats 5 --out "$OUT/fp8pt38" ;;
     moepre38) nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv \
             -lms 250 > "$OUT/moepre38_smi.csv" & smi=$!
