@@ -340,15 +340,18 @@ def _repack(weight, groups: int, terms: int, bk: int, tf32: bool):
     return round_to_tf32(Wt) if tf32 else Wt
 
 
-def _out_view(out, groups: int, nchw: bool = False):
+def _out_view(out, groups: int, nchw: bool = False, fold: bool = False):
     """The kernel's Out view of the result: [G, N*OD*P, Q, Kg] of a channels-last result (NC(D)HW
     shape, channels innermost in memory), or with `nchw` (conv_kernel(nchw=True)) the
-    [G, N, OD*P, Kg, Q] view of an NC(D)HW-contiguous one."""
+    [G, N, OD*P, Kg, Q] view of an NC(D)HW-contiguous one; `fold` (`_fold_rows`: N one-row
+    images run as one image of N rows): [G, 1, N, Kg, Q], row n K * Q elements on."""
     N, K, Q = out.shape[0], out.shape[1], out.shape[-1]
     Kg = K // groups
     if not nchw:
         return out.as_strided((groups, out.numel() // (Q * K), Q, Kg), (Kg, Q * K, K, 1))
     plane = out.numel() // (N * K)                      # OD * P * Q
+    if fold:
+        return out.as_strided((groups, 1, N, Kg, Q), (Kg * Q, N * K * Q, K * Q, Q, 1))
     return out.as_strided((groups, N, plane // Q, Kg, Q), (Kg * plane, K * plane, Q, plane, 1))
 
 
@@ -388,7 +391,8 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
     slots side by side (slot t: piece slots[t][0] of its Cg channels), zero-padded to Cg', a
     multiple of 8 (argus.compose packs it with Argus kernels). Runs on CPU tensors too (the
     interpreter tests use it). `rowbox` (ConvSchedule.rowbox: 2-d, stride 1, one group): X is
-    the [N, H, W, C] input instead (a view as well). `precision="tf32"` (fp32 only): no split,
+    the [N, H, W, C] input instead (a view as well; one-row images, conv1d's form, as the
+    [1, N, W, C] image of N rows: `_fold_rows`). `precision="tf32"` (fp32 only): no split,
     X and Wt stay fp32, rounded to tf32 to nearest (cvt.rna: X by `_tf32_input`'s Argus
     kernel, a copy; Wt in its repack), which the tensor core then reads exactly; `terms` and
     `pack_x` are unused. `nchw`: the result NC(D)HW-contiguous instead (conv_kernel(nchw=True)
@@ -439,12 +443,15 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
         ndhwc = F.pad(grouped, (0, cpad, 0, 0, 0, wpad)).contiguous().reshape(
             N, D, H, W + wpad, G * (Cg + cpad))       # pad keeps a permuted input's strides
         Cg, W = Cg + cpad, W + wpad
+    fold = _fold_rows(rowbox, dims, H, R, ph)
     if rowbox:
         if (dims, D, sh, sw, G) != (2, 1, 1, 1, 1):
             raise LaunchError(f"argus.ops.conv: ConvSchedule(rowbox=True) needs a 2-d "
                               f"convolution with stride 1 and one group; got stride "
                               f"{(sh, sw)}, groups={G}", fix="rowbox=False")
         X = ndhwc.as_strided((N, H, W, Cg), (H * W * Cg, W * Cg, Cg, 1))
+        if fold:                                   # the N one-row images as rows of one
+            X = ndhwc.as_strided((1, N, W, Cg), (N * W * Cg, W * Cg, Cg, 1))
     else:
         X = ndhwc.as_strided((N * D * H, sw * G, W // sw, Cg),
                              (W * G * Cg, Cg, sw * G * Cg, 1))
@@ -457,7 +464,18 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
     b = _bias_operand(bias, G, Kg, out.dtype, x.device)
     geom = ConvGeometry(R, S, sh, sw, ph, pw, dh, dw, G, Wt.shape[2] // (T * R * S), T, sd, pd,
                         dd)
-    return X, Wt, out, _out_view(out, G, nchw), b, (H, P, D, OD), geom, in_dtype, out_dtype
+    sizes = (N, N, D, OD) if fold else (H, P, D, OD)
+    return X, Wt, out, _out_view(out, G, nchw, fold), b, sizes, geom, in_dtype, out_dtype
+
+
+def _fold_rows(rowbox: bool, dims: int, H: int, R: int, pad_h: int) -> bool:
+    """Whether a rowbox problem of one-row images (conv1d as 2-d on a unit height: H = 1, a
+    1-row filter, no row padding) runs as ONE image of N rows instead: the rowbox tile is
+    bm / bw output rows of one image, so with P = 1 every tile's second row block lay past
+    its image (half of each tile computed and dropped, twice the tiles). No filter row
+    reaches another row, so the N rows never mix; X, the sizes and Out's view say so
+    (`operands`, `_out_view`)."""
+    return rowbox and dims == 2 and H == 1 and R == 1 and pad_h == 0
 
 
 def _launch(kernel, src, dst) -> None:
@@ -528,9 +546,10 @@ class _TF32Prep:
         return cls(transpose, N, C, D * H * W, C + cpad, (N, D, H, W, C + cpad))
 
     def kernel(self):
-        from argus.kernels.conv_tf32 import round_nhwc, round_rows
+        from argus.kernels.conv_tf32 import round_nhwc_for, round_rows
 
-        return round_nhwc if self.transpose else round_rows
+        # the transpose's tile spans the padded channels (a 3-channel input: [4, 1024] tiles)
+        return round_nhwc_for(self.cp) if self.transpose else round_rows
 
     def source(self, x5):
         """The kernel's input: a view of x ([N, C, pixels] or [N, pixels, C])."""
@@ -614,6 +633,8 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
                                                           nchw=channels_first)
     if out.numel() == 0:
         return out
+    fold = s.rowbox and x.dim() == 4 and _fold_rows(True, 2, x.shape[2], weight.shape[2],
+                                                     _pair(padding, "padding")[0])
     kernel = conv_kernel(idt, odt, bias is not None, activation, precision, channels_first)
     if x.is_cuda or x.is_meta:          # meta: compiled only (ahead of time), never launched
         key = (idt, odt, bias is not None, activation, geom, s, x.device.index, precision,
@@ -624,9 +645,9 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
             _COMPILED[key] = compiled
             if len(_COMPILED) > _MEMO_SIZE:
                 _COMPILED.popitem(last=False)
-        run = _Repeat.Run(compiled, None, geom, s, channels_first)
+        run = _Repeat.Run(compiled, None, geom, s, channels_first, fold)
     else:
-        run = _Repeat.Run(None, kernel, geom, s, channels_first)
+        run = _Repeat.Run(None, kernel, geom, s, channels_first, fold)
     run(X, Wt, view, b, sizes, x.device)
     if X.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
         # X is a view of x itself (no copy, no split): the next call with these tensors
@@ -1615,6 +1636,7 @@ class _Repeat:
         geom: ConvGeometry
         schedule: ConvSchedule
         nchw: bool = False          # the kernel writes an NC(D)HW result (its Out view)
+        fold: bool = False          # one-row images as rows of one image (`_fold_rows`)
 
         def __call__(self, X, Wt, view, b, sizes, device):
             if self.compiled is None:
@@ -1715,8 +1737,8 @@ class _Repeat:
         Wt = self.Wt
         if Wt is None:
             Wt = _weight_view(weight, self.groups, self.run.schedule.bk)
-        plan = self.run(X, Wt, _out_view(out, self.groups, self.run.nchw), self.b, self.sizes,
-                        x.device)
+        plan = self.run(X, Wt, _out_view(out, self.groups, self.run.nchw, self.run.fold),
+                        self.b, self.sizes, x.device)
         if plan is not None:
             if len(self.plans) >= self.PLANS:
                 self.plans.pop(next(iter(self.plans)))

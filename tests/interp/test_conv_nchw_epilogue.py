@@ -189,6 +189,37 @@ def test_conv_transpose_results_are_nchw(stride, output_padding):
     assert _rel(y1, ref1) <= 1e-6
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("n", [3, 1])
+def test_rowbox_conv1d_folds_the_batch_into_rows(n, channels_last, monkeypatch):
+    """conv1d on the rowbox producer (2-row tiles of one image): the N one-row images run as
+    one image of N rows (`_fold_rows`: the kernel sees H = P = N, X [1, N, W, C], Out's rows
+    K * Q apart in the NCHW result), so no tile's second row block lies past its image; odd
+    N leaves the last tile half past the rows (dropped). Both layouts, bias and activation,
+    the replayed launch."""
+    sizes = []
+    real = conv_op._Repeat.Run.__call__
+    monkeypatch.setattr(conv_op._Repeat.Run, "__call__",
+                        lambda self, X, Wt, view, b, sz, dev: sizes.append(sz) or
+                        real(self, X, Wt, view, b, sz, dev))
+    g = _gen(17 + n)
+    x, w, b = torch.randn(n, 8, 70, generator=g), torch.randn(12, 8, 3, generator=g), \
+        torch.randn(12, generator=g)
+    x4 = x.unsqueeze(2)
+    if channels_last:
+        x4 = x4.to(memory_format=torch.channels_last)
+    calls = [conv_op.convolve(x4, w.unsqueeze(2), b, 1, (0, 1), 1, 1, activation="tanh",
+                              schedule=TF32_ROWBOX, precision="tf32").squeeze(2)
+             for _ in range(2)]
+    assert sizes and all(sz == (n, n, 1, 1) for sz in sizes), sizes
+    ref = torch.tanh(F.conv1d(round_to_tf32(x).double(), round_to_tf32(w).double(),
+                              b.double(), 1, 1))
+    for y in calls:
+        assert y.is_contiguous() != channels_last
+        assert _rel(y, ref) <= 1e-6
+    assert torch.equal(calls[0], calls[1])
+
+
 def test_replayed_call_keeps_the_nchw_layout():
     """A repeated call (`_Repeat`: the prepared launch) writes the same NCHW result."""
     g = _gen(14)
