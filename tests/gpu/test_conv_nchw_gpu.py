@@ -60,7 +60,10 @@ def test_nchw_epilogue_equals_channels_last_and_float64(case, precision):
     prep = _tf32 if precision == "tf32" else (lambda t: t)
     ref = conv(prep(x).double(), prep(w).double(), b.double(), *args)
     ref = {"none": ref, "relu": F.relu(ref), "gelu_tanh": F.gelu(ref, approximate="tanh")}[act]
-    assert _rel(y, ref) <= (1e-6 if precision == "tf32" else 1e-4)
+    # tf32: the products of tf32-rounded operands are exact in fp32, the error is the fp32
+    # accumulation's over K = C * taps (576 here: ~sqrt(K) * 2^-24 ~ 1.4e-6 typical; the H200
+    # measured 1.04e-6), so a bound of a few 1e-6, not 1e-6
+    assert _rel(y, ref) <= (4e-6 if precision == "tf32" else 1e-4)
     again = convolve(x, w, b, *args, activation=act, precision=precision)   # the replay
     assert again.is_contiguous() and torch.equal(again, y)
     cl = convolve(x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else
