@@ -163,6 +163,12 @@ for s in "${steps[@]}"; do
         run_step fp8held39 120 python3 -u scripts/gpu_fp8_bench.py --repeats 5 \
             --shapes 16x2048x8192,1x8192x8192,64x28672x8192,100x4096x14336 --out "$OUT/fp8held39" ;;
     transpose39) run_step transpose39 90 python3 -u scripts/gpu_transpose_bench.py ;;
+    fp8tests39) run_step fp8tests39 120 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_fp8_weight_streaming_gpu.py tests/gpu/test_ops_scaled_matmul_gpu.py \
+        tests/gpu/test_conv_nchw_gpu.py ;;
+    fp8main39) run_step fp8main39 200 python3 -u scripts/gpu_fp8_bench.py --repeats 5 --out "$OUT/fp8pt39" ;;
+    pwsweep39) run_step pwsweep39 90 python3 -u scripts/gpu_pointwise_sweep.py
+        run_step nchwab39 90 python3 -u scripts/gpu_conv_nchw_ab.py ;;
     convprof39) run_step convprof39 200 python3 -u scripts/gpu_kb_kernel_profile.py ${PROFILE_FILES:?solution files} ;;
     fp8pt38) run_step fp8pt38 150 python3 -u scripts/gpu_fp8_bench.py --repeats 5 --out "$OUT/fp8pt38" ;;
     moepre38) nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv \
