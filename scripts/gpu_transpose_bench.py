@@ -6,7 +6,8 @@ Run from the repository root on a Hopper GPU:
     python3 -u scripts/gpu_transpose_bench.py [--out "$OUT"] [--trials 100] [--rounds 3]
 
 For each fp32 shape [B, R, C] of --shapes (default [8, 64, 524288], [32, 64, 131072],
-[16, 64, 1048576]) it times, side by side:
+[16, 64, 1048576]; a shape with R <= 32, e.g. 16,4,16777216, adds round_nhwc_for(R), the
+narrow tile the tf32 convolution takes for few channels) it times, side by side:
   - compose's `transpose` (argus/compose/launch.py: X [B, R, C] -> Y [B, C, R], a transposed
     store of 64x64 tiles, issue 17), with its default tiles and two other tile shapes;
   - `round_nhwc` (argus/kernels/conv_tf32.py: X [B, C, R] -> Y [B, R, C] rounded to tf32,
@@ -86,7 +87,7 @@ def _launcher(kernel, x, y, consts: dict):
 def _variants(shape):
     """(name, kernel-or-None, consts, rounded) of one shape: rounded for round_nhwc's family."""
     from argus.compose.launch import transpose
-    from argus.kernels.conv_tf32 import round_nhwc
+    from argus.kernels.conv_tf32 import round_nhwc, round_nhwc_for
 
     out = [("torch permute copy", None, {}, False)]
     for consts in ({}, {"BR": 32, "BC": 128}, {"BR": 128, "BC": 32}):
@@ -96,6 +97,9 @@ def _variants(shape):
     for consts in ({}, {"BR": 128, "BC": 32}, {"BR": 32, "BC": 128}):
         tag = "64x64" if not consts else f"{consts['BR']}x{consts['BC']}"
         out.append((f"argus round_nhwc {tag}", round_nhwc, consts, True))
+    if shape[1] <= 32:      # few channels: the tile the tf32 convolution picks for them
+        narrow = round_nhwc_for(shape[1])
+        out.append((f"argus {narrow.name} (op's pick)", narrow, {}, True))
     out.append(("old selection round_nhwc 32x16", round_nhwc_select, {}, True))
     return out
 
@@ -117,7 +121,7 @@ def main() -> int:
     device = "cuda" if cuda else "cpu"
     shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";") if s]
     if args.check_only:
-        shapes = [(2, 64, 200), (1, 37, 130)]
+        shapes = [(2, 64, 200), (1, 37, 130), (2, 4, 1500)]
     results = []
     for shape in shapes:
         b, r, c = shape

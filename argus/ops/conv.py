@@ -1394,27 +1394,34 @@ def _im2col_weight(weight, bias, gather: _Gather):
     return _WEIGHTS.get_or_make(weight, what, make)
 
 
-# an NC(D)HW x whose images have at least this many output pixels gets an NC(D)HW result from
+# an NC(D)HW x whose one image's A has at least this many bytes gets an NC(D)HW result from
 # the im2col route (`im2col_nchw`): one GEMM an image
-NCHW_IM2COL_PIXELS = 16384
+NCHW_IM2COL_IMAGE_BYTES = 32 << 20
 
 
-def im2col_nchw(x, pixels: int, nchw: bool | None) -> bool:
+def im2col_nchw(x, image_bytes: int, nchw: bool | None) -> bool:
     """Whether the im2col route writes an NC(D)HW-contiguous result (one GEMM an image, Wk
     [K, kc] x A's image rows^T into its [K, pixels] plane: the weight is the GEMM's M side,
     so A, the large operand, is read once whenever K fits the GEMM's M tile) instead of the
     channels-last one (one GEMM a chunk, A [rows, kc] x Wk^T into the [rows, K] view):
     `nchw` True (compose asks for NCHW) or None with an NC(D)HW-contiguous x (eager's layout,
-    as the implicit GEMM follows it: `_nchw_result`), and at least NCHW_IM2COL_PIXELS output
-    pixels an image. Why the bound: small images would cost a launch each (KernelBench L2's
-    batches of 128 images of ~12600 voxels: 128 GEMMs) where the one channels-last GEMM and a
-    transpose of the result (compose's `_nchw`) cost less; large ones (L1/60: 16 images of
-    215760 voxels) spare the transpose of an output larger than the input (L1/60's: 1.4 ms on
-    the H200, the conv kernel 12.65 ms). The bound is NCHW_POINTWISE_PIXELS's reasoning, not
-    measured for this route. nchw False: channels-last."""
-    if nchw is False or pixels < NCHW_IM2COL_PIXELS:
+    as the implicit GEMM follows it: `_nchw_result`), and one image's A (`image_bytes`) of at
+    least NCHW_IM2COL_IMAGE_BYTES. Why the bound: each image is then a GEMM launch of ~10 us or
+    more (32 MiB of A at ~3.3 TB/s), so the launches cost little next to the transpose of the
+    result they spare (L1/60: 16 images of 280 MB of A; its result's transpose took 1.4 ms on
+    the H200, the conv kernel 12.65 ms); smaller images would be launch-bound (KernelBench
+    L2's 128 images of 4-18 MB, L2/50's transposed phases of 1.8 MB an image: 1024 launches a
+    forward), where one channels-last GEMM and compose's transpose of the result cost less.
+    Not measured. nchw False: channels-last."""
+    if nchw is False or image_bytes < NCHW_IM2COL_IMAGE_BYTES:
         return False
     return nchw is True or x.is_contiguous()
+
+
+def _im2col_image_nchw(x, weight, stride, padding, dilation) -> bool:
+    """`im2col_nchw` of a problem under convolve's default (nchw=None): the custom op's fake."""
+    g = _Gather.of(x, weight, stride, padding, dilation)
+    return im2col_nchw(x, g.image_rows * g.pitch * x.element_size(), None)
 
 
 def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = False):
@@ -1448,7 +1455,7 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
     kc = gather.k(bias is not None, x.dtype == torch.float32)
     spatial = (gather.p, gather.q) if x.dim() == 4 else (gather.od, gather.p, gather.q)
     per_image = gather.image_rows                   # A rows an image
-    channels_first = im2col_nchw(x, per_image, nchw)
+    channels_first = im2col_nchw(x, per_image * gather.pitch * x.element_size(), nchw)
     if channels_first:
         shape = (N, K, *spatial)
         strides = tuple(torch.empty(shape, device="meta").stride())
@@ -2012,8 +2019,8 @@ def _register():
         kind = route(x, weight, bias, stride, padding, groups, activation, dilation=dilation)
         if kind == "depthwise" or (kind == "implicit_gemm" and _nchw_result(
                 x, schedule_for(x, weight, stride, padding, dilation, groups), None)) or (
-                kind == "im2col" and im2col_nchw(
-                    x, _Gather.of(x, weight, stride, padding, dilation).image_rows, None)):
+                kind == "im2col" and _im2col_image_nchw(x, weight, stride, padding,
+                                                        dilation)):
             return x.new_empty((x.shape[0], weight.shape[0], *out))   # NCHW-contiguous
         y = x.new_empty((x.shape[0], *out, weight.shape[0]))
         return y.permute(0, y.dim() - 1, *range(1, y.dim() - 1))

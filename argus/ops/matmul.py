@@ -380,7 +380,7 @@ def _tf32_k_major(t, transposed: bool):
     as a `_Pass` when it read t itself on the GPU, else None)."""
     import torch
 
-    from argus.kernels.conv_tf32 import round_nhwc, round_rows
+    from argus.kernels.conv_tf32 import round_nhwc_for, round_rows
 
     x = t.detach() if t.dim() == 3 else t.detach().unsqueeze(0)   # data only: no autograd
     rows_k = x.transpose(-1, -2) if transposed else x          # [B, rows, K], a view
@@ -390,7 +390,7 @@ def _tf32_k_major(t, transposed: bool):
     if rows_k.stride(-1) != 1 and k > 1:
         # K is the outer dim of the source ([B, K, rows] read row by row, transposed in the
         # tile); a source strided in both dims is made row-contiguous first
-        kernel, src = round_nhwc, rows_k.transpose(-1, -2)
+        kernel, src = round_nhwc_for(buf.shape[-1]), rows_k.transpose(-1, -2)
         if src.stride(-1) != 1 and rows > 1:
             src = src.contiguous()
     _launch_pass(kernel, src, buf)

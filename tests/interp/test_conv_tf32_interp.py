@@ -230,12 +230,13 @@ def test_compose_tf32_chain_is_as_accurate_as_cudnn_tf32():
 
 
 def test_rounding_kernels_verify_with_zero_findings():
-    """The input kernels' loads and stores (the transpose's selection, the padding columns
-    written as zeros, masked edges) prove with neither errors nor unknowns."""
+    """The input kernels' loads and stores (the transposed store of every tile width, the
+    padding columns written as zeros, masked edges) prove with neither errors nor unknowns."""
     from argus.compiler import lower_only
-    from argus.kernels.conv_tf32 import round_nhwc, round_rows
+    from argus.kernels import conv_tf32
 
-    for kernel in (round_nhwc, round_rows):
+    for kernel in (conv_tf32.round_nhwc, conv_tf32.round_nhwc4, conv_tf32.round_nhwc8,
+                   conv_tf32.round_nhwc16, conv_tf32.round_nhwc32, conv_tf32.round_rows):
         report = verify.run(lower_only(kernel))
         assert not report.errors and not report.unknowns, \
             "\n".join(str(d) for d in report.errors + report.unknowns)
@@ -246,11 +247,11 @@ def test_nvrtc_builds_the_rounding_kernels(tmp_path, monkeypatch):
     """The input kernels compile for sm_90a and round with cvt.rna.tf32.f32."""
     from argus import codegen
     from argus.compiler import lower_only
-    from argus.kernels.conv_tf32 import round_nhwc, round_rows
+    from argus.kernels import conv_tf32
     from argus.runtime.compile import compile_cuda
 
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path))
-    for kernel in (round_nhwc, round_rows):
+    for kernel in (conv_tf32.round_nhwc, conv_tf32.round_nhwc4, conv_tf32.round_rows):
         source = codegen.render(lower_only(kernel))
         binary = compile_cuda(source.text, [source.name], use_cache=False)
         assert "cvt.rna.tf32.f32" in binary.ptx

@@ -20,7 +20,7 @@ import argus as ag
 from argus import codegen, verify
 from argus.analysis import alignment
 from argus.compose.launch import _transpose_kernel, transpose
-from argus.kernels.conv_tf32 import round_nhwc
+from argus.kernels.conv_tf32 import round_nhwc, round_nhwc_for
 from argus.ops.conv import round_to_tf32
 from argus.runtime import nvrtc_available
 from argus.target import register_layouts as RL
@@ -99,13 +99,17 @@ def test_compose_transpose_is_bit_exact(dtype):
         assert torch.equal(y.view(bits), ref.view(bits)), (dtype, shape)
 
 
-@pytest.mark.parametrize("consts", [{}, {"BR": 32, "BC": 128}, {"BR": 128, "BC": 8}])
+@pytest.mark.parametrize("consts", [{}, {"BR": 32, "BC": 128}, {"BR": 128, "BC": 8},
+                                    "narrowest"])
 def test_round_nhwc_is_the_rounded_transpose_with_zero_padding(consts):
     for n, (b, c, r, cp) in enumerate([(2, 3, 70, 4), (1, 64, 64, 64), (3, 37, 129, 40),
-                                       (1, 1, 1, 4)]):
+                                       (1, 1, 1, 4), (2, 13, 1030, 16), (1, 6, 600, 8)]):
         x = _source((b, c, r), torch.float32, n)
         y = torch.full((b, r, cp), float("nan"))
-        round_nhwc.interpret(x, y, **consts)
+        if consts == "narrowest":       # the op's pick: round_nhwc_for(cp)
+            round_nhwc_for(cp).interpret(x, y)
+        else:
+            round_nhwc.interpret(x, y, **consts)
         want = torch.zeros(b, r, cp)
         want[:, :, :c] = round_to_tf32(x.transpose(1, 2))
         assert torch.equal(y.view(torch.int32), want.view(torch.int32)), (b, c, r, cp)
@@ -138,6 +142,15 @@ def _seeded(shift_r: int, shift_c: int):
         x = ag.load(X, (b, i * BR, j * BC), (BR, BC))
         ag.store(Y, (b, j * BC + shift_c, i * BR + shift_r), x, transposed=True)
     return seeded
+
+
+def test_round_nhwc_for_spans_the_padded_channels():
+    from argus.kernels import conv_tf32
+
+    assert round_nhwc_for(4) is conv_tf32.round_nhwc4
+    assert round_nhwc_for(12) is conv_tf32.round_nhwc16
+    assert round_nhwc_for(32) is conv_tf32.round_nhwc32
+    assert round_nhwc_for(40) is round_nhwc
 
 
 @pytest.mark.parametrize("shift", [(1, 0), (0, 1)], ids=["row+1", "col+1"])
@@ -235,7 +248,8 @@ def test_sass_has_128_bit_global_accesses_and_no_spills(dtype, vector_ops):
     from argus.runtime.compile import compile_cuda
     from argus.runtime.sass import disassemble
 
-    kernels = [_transpose_kernel(dtype)] + ([round_nhwc] if dtype == torch.float32 else [])
+    kernels = [_transpose_kernel(dtype)] + \
+        ([round_nhwc, round_nhwc_for(4), round_nhwc_for(16)] if dtype == torch.float32 else [])
     for fn in kernels:
         src = _cuda(fn)
         binary = compile_cuda(src.text, [src.name], filename=f"{src.name}.cu", use_cache=False)
