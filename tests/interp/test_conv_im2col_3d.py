@@ -383,17 +383,18 @@ def test_nvrtc_builds_the_voxel_gather(geom, dtype, planes, tmp_path, monkeypatc
 @pytest.mark.parametrize("nchw,cl,want_nchw", [(None, False, True), (None, True, False),
                                                (True, True, True), (False, False, False)])
 def test_result_layout_follows_nchw(nchw, cl, want_nchw, monkeypatch):
-    """Large images (NCHW_IM2COL_PIXELS, lowered here) of an NCDHW x, or convolve(nchw=True)
-    (compose's ask), give an NCDHW-contiguous result from one GEMM an image (Wk [K, kc] x the
-    image's A rows^T into its [K, pixels] plane); a channels-last x under nchw=None, and
-    nchw=False, the channels-last result from one GEMM. Values as float64 F.conv3d either
-    way; the custom op's fake says the same layout for the default (nchw=None)."""
+    """Large images (NCHW_IM2COL_IMAGE_BYTES of A, lowered here) of an NCDHW x, or
+    convolve(nchw=True) (compose's ask), give an NCDHW-contiguous result from one GEMM an image
+    (Wk [K, kc] x the image's A rows^T into its [K, pixels] plane); a channels-last x under
+    nchw=None, and nchw=False, the channels-last result from one GEMM. Values as float64
+    F.conv3d either way; the custom op's fake says the same layout for the default
+    (nchw=None)."""
     taken = _spy(monkeypatch)
     problems = []
     real = conv_op.pointwise_gemm
     monkeypatch.setattr(conv_op, "pointwise_gemm",
                         lambda *a: problems.append(tuple(t.shape for t in a)) or real(*a))
-    monkeypatch.setattr(conv_op, "NCHW_IM2COL_PIXELS", 40)
+    monkeypatch.setattr(conv_op, "NCHW_IM2COL_IMAGE_BYTES", 1000)
     x = _t(2, 3, 4, 6, 7, seed=20).bfloat16()
     if cl:
         x = x.to(memory_format=torch.channels_last_3d)
@@ -403,7 +404,8 @@ def test_result_layout_follows_nchw(nchw, cl, want_nchw, monkeypatch):
     ref = F.conv3d(x.double(), w.double(), b.double(), 1, (1, 1, 0))
     assert _rel(y, ref) <= 2.0 ** -8
     pixels, kc = ref[0, 0].numel(), 2 * 3 * 3 * 3 + 1
-    assert pixels >= 40
+    g = conv_op._Gather.of(x, w, 1, (1, 1, 0), 1)
+    assert g.image_rows * g.pitch * 2 >= 1000
     if want_nchw:
         assert y.is_contiguous()
         assert problems == [((8, kc), (pixels, kc), (8, pixels))]
@@ -419,19 +421,32 @@ def test_result_layout_follows_nchw(nchw, cl, want_nchw, monkeypatch):
         assert fake.shape == y.shape and fake.stride() == y.stride()
 
 
-def test_small_images_keep_the_channels_last_result():
-    """Below NCHW_IM2COL_PIXELS output pixels an image, even an NCDHW x asked for nchw=True
-    gets the channels-last result (one GEMM for the chunk, not one launch an image)."""
-    x = torch.empty(128, 3, 16, 32, 32, device="meta")                  # KernelBench L2/6
-    assert conv_op._Gather.of(x, torch.empty(16, 3, 3, 3, 3, device="meta"), 1, 0,
-                              1).image_rows == 14 * 30 * 30 < conv_op.NCHW_IM2COL_PIXELS
-    assert not conv_op.im2col_nchw(x, 14 * 30 * 30, True)
-    big = torch.empty(16, 3, 64, 64, 64, device="meta")                 # KernelBench L1/60
-    assert conv_op.im2col_nchw(big, 62 * 60 * 58, None)
-    assert conv_op.im2col_nchw(big, 62 * 60 * 58, True)
-    assert not conv_op.im2col_nchw(big, 62 * 60 * 58, False)
-    assert not conv_op.im2col_nchw(big.to(memory_format=torch.channels_last_3d),
-                                   62 * 60 * 58, None)
+@pytest.mark.skipif(not (KB_DIR / "level1").is_dir(),
+                    reason=f"KernelBench tasks not found at {KB_DIR}")
+@pytest.mark.parametrize("task,want", [((1, 60), True), ((1, 66), True), ((2, 6), False),
+                                       ((2, 48), False), ((2, 50), False)],
+                         ids=["L1-60", "L1-66", "L2-6", "L2-48", "L2-50"])
+def test_result_layout_on_kernelbench(task, want):
+    """Under compose's nchw=True, tf32: L1/60 and L1/66 (8-16 images of ~280 MB of A) get the
+    NCDHW result from one GEMM an image; L2's 128 small images (L2/6: 6 MB of A an image,
+    L2/48: 18 MB) and L2/50's transposed phases (1.8 MB an image: 8 x 128 launches otherwise)
+    keep one channels-last GEMM a chunk."""
+    module, x = _kb_convs(*task)[0]
+    w = module.weight.detach()
+    seen = []
+
+    def run(x, w, b, stride, padding, dilation, groups):
+        g = conv_op._Gather.of(x, w, stride, padding, dilation)
+        seen.append(conv_op.im2col_nchw(x, g.image_rows * g.pitch * x.element_size(), True))
+        return F.conv3d(x, w, b, stride, padding, dilation, groups)
+
+    if isinstance(module, torch.nn.ConvTranspose3d):
+        conv_op.conv_transpose3d(x, w, None, module.stride, module.padding,
+                                 module.output_padding, module.groups, module.dilation,
+                                 run=run)
+    else:
+        run(x, w, None, module.stride, module.padding, module.dilation, module.groups)
+    assert set(seen) == {want}, seen
 
 
 # ---------------------------------------------------------------------------- compose
@@ -448,16 +463,16 @@ class _Conv3dThenTransposed(torch.nn.Module):
         return torch.tanh(self.conv(x)).sum() + torch.sigmoid(self.up(x)).sum()
 
 
-@pytest.mark.parametrize("pixels", [16384, 8], ids=["channels_last", "nchw"])
-def test_compose_tf32_runs_the_route(pixels, monkeypatch):
+@pytest.mark.parametrize("image_bytes", [32 << 20, 100], ids=["channels_last", "nchw"])
+def test_compose_tf32_runs_the_route(image_bytes, monkeypatch):
     """argus.compose with ConvRun(precision="tf32") (the tf32 track): the Conv3d and the 8
     phases of the ConvTranspose3d take the route, with the result NCDHW either way (compose's
-    `_nchw` transposes a channels-last one; NCHW_IM2COL_PIXELS lowered: written NCDHW), within
+    `_nchw` transposes a channels-last one; NCHW_IM2COL_IMAGE_BYTES lowered: written NCDHW), within
     fp32 accumulation of the tf32 model."""
     from argus.bench.kernelbench.tolerance import round_to_tf32
     from argus.compose.conv import ConvRun
     from argus.compose.runtime import Program
-    monkeypatch.setattr(conv_op, "NCHW_IM2COL_PIXELS", pixels)
+    monkeypatch.setattr(conv_op, "NCHW_IM2COL_IMAGE_BYTES", image_bytes)
     taken = _spy(monkeypatch)
     torch.manual_seed(3)
     model = _Conv3dThenTransposed()
