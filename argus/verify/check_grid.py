@@ -30,10 +30,16 @@ def obligations(model: Model) -> tuple[list[Obligation], list]:
 
         def decode(zm, violated, ext=ext, d=d, c=c):
             wit = {"shapes": W.shapes(model, zm), "dim": d, "extent": zm.eval(ext).as_long(),
-                   "cluster": c}
+                   "cluster": c, "launch": str(g.loc), "extent_value": str(g.extents[d])}
+            # a property of the launch (the grid the host computes), not of an op a thread
+            # runs: said so, with the ag.grid line and the extent's value (the user's name)
+            who, words = W.nobody(f"the launch sizes the grid at {g.loc} (ag.grid, dimension "
+                                  f"{d} = {g.extents[d]}) before any thread starts")
+            wit.update(who)
             return (f"with {wit['shapes']} grid dimension {d} has {wit['extent']} CTAs, not a "
                     f"multiple of the cluster size {c}: the last cluster is partial (the launch "
-                    f"fails, or a CTA waits forever for a peer that does not exist)"), wit
+                    f"fails, or a CTA waits forever for a peer that does not exist) "
+                    f"({words})"), wit
         obs.append(Obligation("grid.cluster", g.loc, f"grid dimension {d} at {g.loc} in "
                               f"clusters of {c}", prem,
                               [(f"extent % {c} == 0", ext % c == 0)], decode,

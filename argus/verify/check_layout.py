@@ -208,6 +208,14 @@ def _plan(model: Model) -> dict[int, tuple[int, int, int]]:
             model.kernel.attr("smem_plan", ())}
 
 
+def _planned(buf, loc) -> tuple[dict, str]:
+    """smem.align's who: no thread runs the shared-memory plan (the compiler places the
+    buffers before the launch); the buffer by its value (names.annotate gives the user's
+    name) and its allocation's line."""
+    return W.nobody(f"the compiler's shared-memory plan places {buf} (allocated at {loc}) "
+                    f"before the launch")
+
+
 def _smem_plan(model: Model) -> list[Finding]:
     out = []
     plan = _plan(model)
@@ -217,15 +225,17 @@ def _smem_plan(model: Model) -> list[Finding]:
         t = alloc.result.type
         subject = f"buffer {alloc.result} ({'x'.join(map(str, t.shape))} {t.dtype}, " \
                   f"swizzle {t.swizzle}) at {alloc.loc}"
+        who, words = _planned(alloc.result, alloc.loc)
         if vid not in plan:
             out.append(Finding("smem.align", alloc.loc, subject, "violated",
-                               "the buffer has no place in smem_plan"))
+                               f"the buffer has no place in smem_plan ({words})", dict(who)))
             continue
         off, nbytes, _align = plan[vid]
         period = PERIOD[t.swizzle] if t.swizzle else 128
         stage_bytes = t.bytes // t.shape[0] if len(t.shape) == 3 else t.bytes
         problems = []
-        wit = {"offset": off, "period": period, "stage_bytes": stage_bytes}
+        wit = {"offset": off, "period": period, "stage_bytes": stage_bytes, **who,
+               "allocated_at": str(alloc.loc)}
         if off % period:
             problems.append(f"it starts at byte {off} = {off % period} mod {period}; TMA and "
                             f"wgmma swizzle absolute addresses, so the "
@@ -244,7 +254,7 @@ def _smem_plan(model: Model) -> list[Finding]:
             wit.update(tma_problem[1])
         if nbytes < t.bytes:
             problems.append(f"the plan gives it {nbytes} B but it needs {t.bytes} B")
-        spans.append((off, off + max(nbytes, t.bytes), str(alloc.result), alloc.loc))
+        spans.append((off, off + max(nbytes, t.bytes), alloc.result, alloc.loc))
         if problems:
             padded = -(-stage_bytes // TMA_SMEM_ALIGN) * TMA_SMEM_ALIGN
             if tma_problem is None:
@@ -254,23 +264,32 @@ def _smem_plan(model: Model) -> list[Finding]:
                        f"{stage_bytes} B -> {padded} B)")
             else:
                 fix = f"start every TMA view of the buffer at a multiple of {TMA_SMEM_ALIGN} B"
-            out.append(Finding("smem.align", alloc.loc, subject, "violated", "; ".join(problems),
-                               wit, fix=fix))
+            out.append(Finding("smem.align", alloc.loc, subject, "violated",
+                               "; ".join(problems) + f" ({words})", wit, fix=fix))
         else:
             out.append(Finding("smem.align", alloc.loc, subject, "proven"))
-    spans.sort()
-    for (a0, a1, an, aloc), (b0, b1, bn, _bloc) in itertools.pairwise(spans):
+    spans.sort(key=lambda x: (x[0], x[1]))
+    for (a0, a1, an, aloc), (b0, b1, bn, bloc) in itertools.pairwise(spans):
         if b0 < a1:
+            who, words = W.nobody(f"the compiler's shared-memory plan places {an} "
+                                  f"(allocated at {aloc}) and {bn} (allocated at {bloc}) "
+                                  f"before the launch")
             out.append(Finding("smem.align", aloc, f"buffers {an} and {bn}", "violated",
-                               f"{an} [{a0}, {a1}) overlaps {bn} [{b0}, {b1})",
-                               {"first": (a0, a1), "second": (b0, b1)}))
+                               f"{an} [{a0}, {a1}) overlaps {bn} [{b0}, {b1}) ({words})",
+                               {"first": (a0, a1), "second": (b0, b1), **who,
+                                "allocated_at": [str(aloc), str(bloc)]}))
     if spans and smem_bytes and spans[-1][1] > smem_bytes:
+        who, words = _planned(spans[-1][2], spans[-1][3])
         out.append(Finding("smem.align", spans[-1][3], "smem plan", "violated",
-                           f"buffers end at byte {spans[-1][1]} but smem_bytes = {smem_bytes}"))
+                           f"buffers end at byte {spans[-1][1]} but smem_bytes = {smem_bytes} "
+                           f"({words})", dict(who)))
     if smem_bytes > sm90.limits.SMEM_PER_CTA_OPTIN:
+        who, words = W.nobody("the compiler's shared-memory plan sizes the CTA's shared "
+                              "memory (the ag.smem allocations) before the launch")
         out.append(Finding("smem.align", model.kernel.body.ops[0].loc, "smem plan", "violated",
                            f"{smem_bytes} B of shared memory exceed the "
-                           f"{sm90.limits.SMEM_PER_CTA_OPTIN} B a CTA may use"))
+                           f"{sm90.limits.SMEM_PER_CTA_OPTIN} B a CTA may use ({words})",
+                           dict(who)))
     return out
 
 

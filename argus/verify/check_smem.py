@@ -8,6 +8,9 @@ Job (INVARIANTS.md §2.6, §3.4; bug classes 5, 11, 12, 22, 23, 24):
   smem.race — two different warpgroups (roles or instances of one role) never touch the same
       shared bytes without the pipeline ordering them, when one of them writes;
   smem.bounds — a view's rows lie inside its buffer for every warpgroup index and iteration;
+  smem.gather-inside — a gather from a shared view (ir.ops.SmemGather) whose trace claimed a
+      dim's index inside the view (`inside`: codegen drops that dim's bounds check) names,
+      for every element and thread, an index in [0, extent) of that dim;
   (proxy fences and the waits before slot releases are explicit ops: check_sync.py);
   uniform — wgmma and pipeline steps never sit under a condition that varies per thread.
 """
@@ -34,6 +37,9 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     obs += o
     finds += f
     obs += _bounds(model)
+    o, f = _gather_inside(model)
+    obs += o
+    finds += f
     finds += _uniform(model)
     finds += _dead_copies(model)
     return obs, finds
@@ -158,16 +164,17 @@ def _owned_read(model: Model, r: ReadSite, pipe):
 
 
 def _accesses(model: Model):
-    """(kind, site, view) for every generic-proxy smem access, writes first."""
+    """(kind, site, view, op, the ReadSite / WriteSite) for every generic-proxy smem access,
+    writes first."""
     out = []
     for ws in model.writes.values():
         for w in ws:
             if w.kind == "generic":
-                out.append(("write", w.site, w.view, w.op))
+                out.append(("write", w.site, w.view, w.op, w))
     tma = _tma_buffers(model)
     for r in model.reads:
         if r.view.buffer.id not in tma:
-            out.append(("read", r.site, r.view, r.op))
+            out.append(("read", r.site, r.view, r.op, r))
     return out
 
 
@@ -185,12 +192,26 @@ def _instance_renaming(a: Site, b: Site):
     return pairs, ("wg", wg)
 
 
+def gathers_across_warpgroups(read, write) -> bool:
+    """Whether a shared gather `read` (a ReadSite) and a generic write `write` (a WriteSite)
+    of one buffer are two warpgroups' accesses in one role of several: sync.exchange's
+    pair (check_sync._across_warpgroups), which _races leaves to it."""
+    role = read.site.role
+    return read.kind == "smem-gather" and write.kind == "generic" and role is not None and \
+        write.site.role is role and role.warpgroups > 1
+
+
 def _races(model: Model) -> list[Obligation]:
     obs = []
     acc = _accesses(model)
-    for i, (k1, s1, v1, op1) in enumerate(acc):
-        for k2, s2, v2, op2 in acc[i:]:
+    for i, (k1, s1, v1, op1, a1) in enumerate(acc):
+        for k2, s2, v2, op2, a2 in acc[i:]:
             if "write" not in (k1, k2) or v1.buffer.id != v2.buffer.id:
+                continue
+            if k1 != k2 and gathers_across_warpgroups(*((a2, a1) if k1 == "write"
+                                                        else (a1, a2))):
+                # a gather and a write of two warpgroups of one role: sync.exchange's, which
+                # decides it element by element (the gather's indices, not its view's rows)
                 continue
             pairs, diff = _instance_renaming(s1, s2)
             if diff is None:
@@ -365,6 +386,92 @@ def _bounds(model: Model) -> list[Obligation]:
         obs.append(Obligation("smem.bounds", op.loc, f"view of {view.buffer} at {op.loc}", prem,
                               claims, decode))
     return obs
+
+
+def _gather_inside(model: Model) -> tuple[list[Obligation], list[Finding]]:
+    """smem.gather-inside, per gather site and claimed dim: SmemGather.inside comes from the
+    tracer's static intervals (dsl/api.py gather: aranges and constants), and codegen reads
+    such a dim without its guard, so an index outside [0, extent) there would read another
+    row's (or buffer's) shared bytes instead of `other`, which the model (transfer/memory.py
+    smem_gather: undefined outside the view) would never see. The claim is proven here on
+    the model's own index terms, every element of the result and so every thread; an index
+    the model does not know (no `value` field) is unknown, never proven."""
+    obs: list[Obligation] = []
+    finds: list[Finding] = []
+    for r in model.reads:
+        op = r.op
+        if r.kind != "smem-gather" or not getattr(op, "inside", ()):
+            continue
+        shape = op.result.type.shape
+        idx = tuple(fresh_int(f"g{d}") for d in range(len(shape)))
+        prem = list(model.premises) + r.site.constraints() + \
+            [z3.And(i >= 0, i < n) for i, n in zip(idx, shape)]
+        subject = f"gather from {r.view.buffer} at {op.loc}"
+        claims, terms = [], {}
+        for d in op.inside:
+            x, ishape = r.indices[d]
+            if ishape is None:
+                term = _num(x)
+            else:
+                rec = x.fn(tuple(z3.IntVal(0) if s == 1 else c for c, s in zip(idx, ishape)))
+                v = rec.fields.get("value")
+                if v is None:
+                    finds.append(Finding(
+                        "smem.gather-inside", op.loc, subject, "unknown",
+                        f"the trace claims the gather's dim-{d} index {op.indices[d]} inside "
+                        f"the view {op.src} (its bounds check dropped), but the verifier "
+                        f"does not model that index's value, so the claim is not checked"))
+                    continue
+                term = _num(v.term)
+                prem += list(rec.cond)
+            extent = r.view.rows if d == 0 else r.view.cols
+            terms[d] = (term, extent)
+            claims.append((f"dim-{d} index in [0, {extent})",
+                           z3.And(term >= 0, term < extent)))
+        if not claims:
+            continue
+
+        def decode(zm, violated, r=r, op=op, idx=idx, terms=terms):
+            wit = W.context(model, zm, r.site)
+            element = tuple(value(zm, i) for i in idx)
+            wit.update(W.holder(model, op.result.type, element))
+            bad = [(d, value(zm, t), n) for d, (t, n) in terms.items()
+                   if not 0 <= value(zm, t) < n]
+            d, got, n = bad[0] if bad else next((d, value(zm, t), n)
+                                                for d, (t, n) in terms.items())
+            axis = "row" if d == 0 else "column"
+            # the index's defining line (the expression a fix edits) where the model has it
+            at = _defining_ops(model).get(op.indices[d].id)
+            at = at.loc if at is not None else op.loc
+            wit.update({"element": element, "dim": d, "index": got, "extent": n,
+                        "index_value": str(op.indices[d]), "index_at": str(at),
+                        "view": str(op.src), "buffer": str(r.view.buffer),
+                        "view_at": str(r.view.op.loc)})
+            return W.placed(
+                f"element {element} of the gather reads {axis} {got} of its view of "
+                f"{r.view.buffer} (the {axis} index {op.indices[d]}, defined at {at}), "
+                f"outside the view's {n} {axis}s (view defined at {r.view.op.loc}): the "
+                f"trace claimed this index inside the view, so codegen dropped its bounds "
+                f"check and the thread reads other shared bytes instead of `other`",
+                wit), wit
+        obs.append(Obligation(
+            "smem.gather-inside", op.loc, subject, prem, claims, decode, minimize=list(idx),
+            fix="keep the index inside [0, extent) for every element (clamp it, or route an "
+                "outside element through ag.where(..., -1) so its guard stays); a claim the "
+                "index breaks is a bug of the tracer's interval (ir/numeric.py)"))
+    return obs, finds
+
+
+def _defining_ops(model: Model) -> dict:
+    """value id -> the op defining it, from the IR (model.def_ops misses the ops whose
+    transfer sets a tile directly, such as elementwise arithmetic); built once per model."""
+    got = model.__dict__.get("_defining_ops")
+    if got is None:
+        got = model.__dict__["_defining_ops"] = {
+            r.id: op for op in model.kernel.walk()
+            for r in (getattr(op, name, None) for name in getattr(op, "RESULTS", ()))
+            if r is not None and hasattr(r, "id")}
+    return got
 
 
 def _uniform(model: Model) -> list[Finding]:

@@ -40,7 +40,13 @@ skipped and the taken path):
   sync.exchange — a gather from a shared view (ag.gather of a buffer store_shared wrote)
       comes after a group barrier that follows the buffer's writes, and the next write of
       the buffer after a barrier that follows the gather: its threads read elements other
-      threads wrote (read after write, write after read).
+      threads wrote (read after write, write after read). In a role of several warpgroups
+      the group barrier is the warpgroup's (named barrier 1 + warpgroup, 128 threads), which
+      orders no two warpgroups: no element a warpgroup gathers is written by another
+      warpgroup of the role (a solver obligation on the gather's own index terms, element
+      by element: `_across_warpgroups`), or the finding names both warpgroups, the element,
+      the row and the barrier that orders only one of them. smem.race leaves those pairs to
+      it (check_smem._races).
 
 The ordered sections' obligations (ordered.pairs/barriers/turns/skip) are
 verify/check_ordered.py's; they run from here, the turns on traced kernels too.
@@ -56,13 +62,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import z3
+
 from argus.ir import ops as O
 from argus.ir.core import Region
 from argus.ir.tag_ops import is_tag_op
 from argus.verify import check_ordered
+from argus.verify.check_smem import (_defining_ops, _instance_renaming,
+                                     gathers_across_warpgroups)
 from argus.verify import witness as W
-from argus.verify.model import Model
-from argus.verify.obligation import Finding
+from argus.verify.model import Model, _num, _stage_eq
+from argus.verify.obligation import Finding, Obligation
+from argus.verify.solver import value
+from argus.verify.tagdomain import fresh_int
 
 MAX_GROUPS = 8  # in-flight groups tracked one by one; older ones merge (conservative)
 # bulk-store groups tracked one by one (sync.store-read). A merged pair counts as one group, so
@@ -750,7 +762,9 @@ def obligations(model: Model) -> tuple[list, list[Finding]]:
     # ordered sections' turns hold for the traced program too; their barriers once lowered
     turns, turn_findings = check_ordered.obligations(model)
     if not kernel.attr("synchronized", False):
-        return turns, turn_findings  # the sync ops are lowering's decision: checked once made
+        # the sync ops are lowering's decision: checked once made. Two warpgroups of one
+        # role are ordered by no barrier either way: their exchanges are checked here too
+        return turns + _across_warpgroups(model), turn_findings
     c = _Checker(kernel)
     # program points are numbered on the kernel's body, roles included
     top = [((i,), op) for i, op in enumerate(kernel.body.ops) if not isinstance(op, O.RoleOp)]
@@ -772,4 +786,104 @@ def obligations(model: Model) -> tuple[list, list[Finding]]:
             end = c.region(role.body, _body_point(role, (i,)), _State())
             c.at = (i,)
             c.role_ends(role, end)
-    return turns, turn_findings + list(c.findings.values())
+    return turns + _across_warpgroups(model), turn_findings + list(c.findings.values())
+
+
+def _barrier_before(role: O.RoleOp, op) -> O.GroupBarrier | None:
+    """The last group barrier before `op` in `role`'s program order (the one lower/sync.py
+    put before a gather: it orders the gathering warpgroup's threads only)."""
+    last = None
+    for x in role.body.walk():
+        if x is op:
+            return last
+        if isinstance(x, O.GroupBarrier):
+            last = x
+    return None
+
+
+def _across_warpgroups(model: Model) -> list[Obligation]:
+    """sync.exchange between two warpgroups of one role: for every shared gather in a role of
+    several warpgroups and every generic write of its buffer in that role, no element the
+    gather reads (its row: the view's first row + the element's row index; an index outside
+    the view reads `other` and touches nothing) lies in the rows another warpgroup's write
+    covers, in the same stage. The writer's scope variables are renamed apart (any iteration
+    of its loops), its warpgroup differs. Element by element, so warpgroups gathering their
+    own rows of a view over the whole buffer are proven (smem.race's row ranges would
+    overlap)."""
+    obs = []
+    # the walk above needs the kernel alone (tests drive it with a namespace holding just
+    # that); these need the model's read sites: none without them
+    for r in getattr(model, "reads", ()):
+        if r.kind != "smem-gather" or not r.indices:
+            continue
+        shape = r.op.result.type.shape
+        idx = tuple(fresh_int(f"x{d}") for d in range(len(shape)))
+        coords, conds = [], []
+        for (x, ishape), extent in zip(r.indices, (r.view.rows, r.view.cols)):
+            if ishape is None:
+                term = _num(x)
+            else:
+                rec = x.fn(tuple(z3.IntVal(0) if n == 1 else c for c, n in zip(idx, ishape)))
+                v = rec.fields.get("value")
+                # an index the model does not know: any element of the view
+                term = _num(v.term) if v is not None else fresh_int("gathered")
+                conds += list(rec.cond) if v is not None else []
+            coords.append(term)
+            conds.append(z3.And(term >= 0, term < extent))
+        row = _num(r.view.row0) + coords[0]
+        barrier = _barrier_before(r.site.role, r.op) if r.site.role is not None else None
+        for w in model.writes.get(r.view.buffer.id, []):
+            if not gathers_across_warpgroups(r, w):
+                continue
+            pairs, diff = _instance_renaming(r.site, w.site)
+            wgv = model.sym[r.site.role.index.id]
+
+            def sub(t, pairs=pairs):
+                t = t if isinstance(t, z3.BoolRef) else _num(t)
+                return z3.substitute(t, *pairs) if pairs else t
+            w0 = sub(w.view.row0)
+            overlap = z3.And(_stage_eq(r.view.stage, None if w.view.stage is None
+                                       else sub(w.view.stage)),
+                             w0 <= row, row < w0 + w.view.rows)
+            prem = list(model.premises) + r.site.constraints() + \
+                [sub(c) for c in w.site.constraints()] + [wgv != sub(wgv)] + conds + \
+                [z3.And(i >= 0, i < n) for i, n in zip(idx, shape)]
+            subject = (f"shared gather of {r.view.buffer} at {r.op.loc} vs the write at "
+                       f"{w.op.loc}, across the warpgroups of role {r.site.role.name!r}")
+
+            def decode(zm, violated, r=r, w=w, idx=idx, row=row, sub=sub, wgv=wgv,
+                       barrier=barrier, coords=coords):
+                wit = W.context(model, zm, r.site)
+                element = tuple(value(zm, i) for i in idx)
+                wit.update(W.holder(model, r.op.result.type, element))
+                other = value(zm, sub(wgv))
+                at = value(zm, row)
+                # the row index's defining line: the expression a fix edits
+                made = _defining_ops(model).get(r.op.indices[0].id)
+                wit.update({"element": element, "row": at,
+                            "index": tuple(value(zm, c) for c in coords),
+                            "index_at": str(made.loc if made is not None else r.op.loc),
+                            "buffer": str(r.view.buffer), "gather": str(r.op.loc),
+                            "writer": {"role": r.site.role.name, "warpgroup": other,
+                                       "op": str(w.op.loc)},
+                            "barrier": str(barrier.loc) if barrier is not None else None})
+                order = (f"the barrier before the gather, at {barrier.loc} (named barrier "
+                         f"1 + warpgroup index, 128 threads), orders warpgroup "
+                         f"{wit['warpgroup']}'s own threads only"
+                         if barrier is not None and barrier.scope == "warpgroup" else
+                         "no barrier orders two warpgroups of one role")
+                return (f"role {r.site.role.name!r}, warpgroup {wit['warpgroup']}, thread "
+                        f"{wit['thread']} gathers element {element} (index "
+                        f"{wit['index']}, the row index {r.op.indices[0]} defined at "
+                        f"{wit['index_at']}) at {r.op.loc}: row {at} of {r.view.buffer}, which "
+                        f"warpgroup {other} of the same role writes at {w.op.loc}; {order}, "
+                        f"so the gather may read the row before warpgroup {other} wrote it, "
+                        f"or while it rewrites it"), wit
+            obs.append(Obligation(
+                "sync.exchange", r.op.loc, subject, prem,
+                [("no other warpgroup of the role writes a gathered row", z3.Not(overlap))],
+                decode, minimize=list(idx),
+                fix="gather only rows the gathering warpgroup wrote itself (index them by "
+                    "the warpgroup), or hand the rows over through a pipeline (TMA) or an "
+                    "ag.ordered section"))
+    return obs

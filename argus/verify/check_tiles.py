@@ -37,6 +37,7 @@ from argus.verify.obligation import Finding, Obligation
 from argus.verify.outflow import Uses
 from argus.verify.solver import value
 from argus.verify.tagdomain import fresh_int, is_coordinate_field
+from argus.verify.transfer.tiles import _index_tiles
 
 QUAD_SHUFFLE_MASKS = (1, 2)
 
@@ -86,6 +87,7 @@ def _broadcast(model: Model, ew: EwSite, user: set[str], uses: Uses) -> list[Obl
     idx = [fresh_int(f"e{d}") for d in range(len(shape))]
     ranges = [z3.And(i >= 0, i < n) for i, n in zip(idx, shape)]
     recs: dict[int, tuple] = {}
+    index_op = ew.op.result.id in _index_tiles(model)
 
     def record(i: int) -> tuple:
         # evaluated only for operands of a broadcast pair: most elementwise sites have none,
@@ -116,6 +118,11 @@ def _broadcast(model: Model, ew: EwSite, user: set[str], uses: Uses) -> list[Obl
             claims, prem = [], []
             for name in sorted(set(ra.fields) & set(rb.fields)):
                 if not (is_coordinate_field(name) or name in user):
+                    continue
+                if name == "value" and index_op:
+                    # index arithmetic (`key <= row_last_key`): the operands' `value` fields
+                    # are the integers being compared or combined, not tags naming rows (a
+                    # user tag field named `value` shares the name)
                     continue
                 if not bcast and name not in stored:
                     continue

@@ -73,7 +73,9 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
                 if z3.is_true(zm.eval(cond, True)):
                     wit[key] = what
                     break
-        msg = (f"warpgroup thread {wit['thread']} (warp {wit['warp']}, lane {wit['lane']}), "
+        # who, from the site (W.context: the role and the solver's warpgroup) and the
+        # accumulator's holder, not names.who's line lookup
+        msg = (f"{W.said(wit)} (warp {wit['warp']}, lane {wit['lane']}), "
                f"accumulator {wit['register']} = tile element ({mv}, {nv}), k {kv} of the tile "
                f"(k-block {kv // k_inst}): A operand holds {a_txt}"
                f"{' (' + wit['a_written_by'] + ')' if 'a_written_by' in wit else ''}, B operand "

@@ -682,10 +682,13 @@ def obligations(model: Model, group: Group, name: str) -> list[Obligation]:
                 a, b = where(zm, p1), where(zm, p2, ren)
                 a["k_in_block"], b["k_in_block"] = value(zm, kk1), value(zm, kk2)
                 wit.update({"k": k, "first": a, "second": b})
-                return (f"global {name} = {k} reaches {group.dest} twice: promoted at "
-                        f"{a['promotion']} (iteration {a['iteration']}, {a.get('reads')}) and "
-                        f"at {b['promotion']} (iteration {b['iteration']}, {b.get('reads')})"
-                        ), wit
+                # who runs the promotion: its site's role, warpgroup and thread (W.context),
+                # in the words too, not names.who's lookup of the line
+                return W.placed(
+                    f"global {name} = {k} reaches {group.dest} twice: promoted at "
+                    f"{a['promotion']} (iteration {a['iteration']}, {a.get('reads')}) and at "
+                    f"{b['promotion']} (iteration {b['iteration']}, {b.get('reads')})",
+                    wit), wit
             obs.append(Obligation(
                 "wgmma.k-once", p1.add.op.loc, subject + f": promotions at {p1.add.op.loc} and "
                 f"{p2.add.op.loc} promote distinct {name}", list(model.premises) + prem1 + prem2,
@@ -716,7 +719,7 @@ def obligations(model: Model, group: Group, name: str) -> list[Obligation]:
             else:
                 msg = (f"{name} = {value(zm, t)} promoted at {p.add.op.loc} lies outside "
                        f"[0, {d}) (the {d} values the promotions add)")
-            return msg, wit
+            return W.placed(msg, wit), wit
         obs.append(Obligation(
             "wgmma.k-once", p.add.op.loc, subject + f": the promotion at {p.add.op.loc} adds "
             f"a written block inside [0, |domain|)" + (", covers [0, K)" if len(claims) > 2

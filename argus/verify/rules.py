@@ -140,9 +140,12 @@ _RULES = [
          "wrote with store_shared) comes after a group barrier that follows the buffer's "
          "writes, and the buffer's next write after a barrier that follows the gather: the "
          "threads read elements other threads wrote (a buffer another role writes is "
-         "never proven: no barrier orders two roles' generic accesses)", (11,), "arith",
+         "never proven: no barrier orders two roles' generic accesses; in a role of several "
+         "warpgroups, whose barrier orders one warpgroup, no element a warpgroup gathers is "
+         "written by another warpgroup of the role)", (11,), "arith",
          "a group barrier between the writes and the gather, and between the gather and the "
-         "next write (lower/sync.py places them); the writes in the gathering role"),
+         "next write (lower/sync.py places them); the writes in the gathering role, and in "
+         "the gathering warpgroup (index the rows by the warpgroup)"),
     Rule("sync.fixpoint", "the sync check of a loop settles (else its findings are unknown)",
          (), "arith", "report the kernel: the loop's pending state did not converge"),
     Rule("smem.race", "no two warpgroups touch the same shared bytes unordered (one of them "
@@ -152,6 +155,11 @@ _RULES = [
          "pipeline"),
     Rule("smem.bounds", "every shared-memory view lies inside its buffer and stage", (5,),
          "LIA", "keep row0 + rows <= buffer rows for every warpgroup index"),
+    Rule("smem.gather-inside", "a gather from a shared view whose trace proved an index "
+         "inside the view (SmemGather.inside: codegen drops that dim's bounds check) names an "
+         "index inside the view for every element and thread", (5,), "LIA",
+         "keep the index in [0, extent) (clamp it, or send an outside element through "
+         "ag.where(..., -1) so its guard stays)"),
     Rule("smem.dead", "every shared-memory buffer a TMA copy fills is read (by a wgmma, an "
          "ldmatrix, a TMA store or a tag assertion): a copy nothing reads is data the kernel "
          "loaded for a use that reads another buffer instead (a warning)", (3, 21), "arith",

@@ -123,6 +123,15 @@ def by_site(model: Model, site: Site, msg: str, wit: dict[str, Any]) -> str:
     return f"{msg} ({words})"
 
 
+def nobody(why: str) -> tuple[dict[str, Any], str]:
+    """Who runs a finding's subject when no thread does (the shared-memory plan the compiler
+    made, a launch's grid): the witness says so (`thread` None, so names.who's line lookup
+    adds no thread of its own) and the words for the message. `why` names the site and the
+    user's values: "the shared-memory plan places sB (allocated at gemm.py:30)"."""
+    return ({"thread": None, "role": None, "warpgroup": None, "threads": f"none: {why}"},
+            f"no thread runs this: {why}")
+
+
 def acc_thread(row: int, col: int) -> dict[str, int]:
     """The warpgroup thread and f32 register holding wgmma accumulator element (row, col)."""
     t, reg = sm90.wgmma_acc_index(row % 64, col)

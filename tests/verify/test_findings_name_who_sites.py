@@ -121,3 +121,53 @@ def test_a_short_counter_tensor_names_who_stores(no_line_lookup):
     r = verify.run(_short_counters)
     errs = [d for d in r.errors if d.code == "store.coverage" and "lies outside" in d.message]
     assert errs and "(thread 0 of the CTA)" in errs[0].message, [d.message for d in r.errors]
+
+
+@pytest.mark.parametrize("name,code,site", [
+    # the shared-memory plan places the buffer: the allocation's line and the user's name
+    ("lowered/smem_misaligned", "smem.align", "shared-memory plan places sB (allocated at "),
+    # the launch sizes the grid: the ag.grid line and the extent's name
+    ("cluster/grid_not_multiple", "grid.cluster", "the launch sizes the grid at ")])
+def test_plan_and_launch_findings_say_no_thread_runs_them(no_line_lookup, name, code, site):
+    """smem.align and grid.cluster judge what no thread runs (the compiler's shared-memory
+    plan, the host's launch): they say so explicitly, naming the allocation / launch site,
+    and the witness's thread is None (not a thread a line lookup would have guessed)."""
+    errs = [d for d in verify.check(BY_NAME[name].build())
+            if d.severity == "error" and d.code == code]
+    assert errs, name
+    d = errs[0]
+    assert "(no thread runs this: " in d.message and site in d.message, d.message
+    wit = d.counterexample
+    assert "thread" in wit and wit["thread"] is None and wit["role"] is None, wit
+    assert wit["threads"].startswith("none: ") and "kernels.py:" in wit["threads"], wit
+
+
+@pytest.mark.parametrize("name", ["gemm/b_wrong_k", "gemm/a_swapped_coords", "moe/expert_mod",
+                                  "attention/v_wrong_rows", "batched_kn/b_batch_zero"])
+def test_wgmma_agree_names_the_role_and_warpgroup(no_line_lookup, name):
+    """wgmma.agree: the accumulator's holder with the site's role and the solver's warpgroup
+    (W.context), in the words, where the message said only "warpgroup thread t"."""
+    errs = [d for d in verify.check(BY_NAME[name].build())
+            if d.severity == "error" and d.code == "wgmma.agree"]
+    assert errs, name
+    d = errs[0]
+    wit = d.counterexample
+    assert f"role 'consumer', warpgroup {wit['warpgroup']}, thread {wit['thread']} (warp " \
+        in d.message, d.message
+
+
+@pytest.mark.parametrize("bug,words", [("twice", "reaches acc twice"),
+                                       ("skipped", "never reach acc")])
+def test_promotion_findings_name_who_promotes(no_line_lookup, bug, words):
+    """promotion.py's wgmma.k-once decoders (a partial promoted twice, the last partial never
+    promoted): the promotion's role, warpgroup and thread (W.context of its site, W.placed)."""
+    from argus.compiler import lower_only
+    from tests.verify.test_promotion_k_once import _overlapped
+
+    report = verify.run(lower_only(_overlapped(bug)))
+    errs = [d for d in report.errors if d.code == "wgmma.k-once" and words in d.message]
+    assert errs, "\n".join(map(str, report.errors))
+    d = errs[0]
+    wit = d.counterexample
+    assert wit.get("role") == "consumer" and wit.get("thread") == 0, wit
+    assert f"(role 'consumer', warpgroup {wit['warpgroup']}, thread 0)" in d.message, d.message

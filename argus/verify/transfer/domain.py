@@ -182,10 +182,13 @@ class TileState:
 
 @dataclass
 class ReadSite:
-    kind: str                        # wgmma-a, wgmma-b, ldmatrix, tma-store
+    kind: str                        # wgmma-a, wgmma-b, ldmatrix, tma-store, smem-gather
     op: Op
     site: Site
     view: ViewInfo
+    # smem-gather: (the model's index tile or scalar, the tile's shape or None) per view dim
+    # (memory._index_parts), for check_smem's smem.gather-inside
+    indices: tuple = ()
 
 
 @dataclass

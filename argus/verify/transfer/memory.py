@@ -126,9 +126,9 @@ def smem_gather(m: Model, op: O.SmemGather, scopes, role, counters, following) -
     # tags would stand for a value the gather never reads (tests/unit/test_smem_gather.py)
     site = m._site(op, scopes, role)
     view = m.views[op.src.id]
-    if m._recording:
-        m.reads.append(ReadSite("smem-gather", op, site, view))
     parts = _index_parts(m, op.indices)
+    if m._recording:
+        m.reads.append(ReadSite("smem-gather", op, site, view, tuple(parts)))
 
     def fn(idx, view=view, parts=parts, site=site):
         r, c = (_num(x) for x in _index_coords(parts, idx, "smem_gather_index"))

@@ -121,6 +121,23 @@ _ARITH = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a,
           "or": lambda a, b: z3.If(z3.Or(a != 0, b != 0), 1, 0)}
 
 
+def _c_div(a, b):
+    """C's integer quotient (truncating toward zero), exact for either sign: z3's Int `/`
+    floors for a positive divisor, which differs for a negative dividend (a padding column's
+    index), so the sign is split (linear for a constant divisor). A zero divisor leaves z3's
+    unspecified value: nothing is claimed of it."""
+    return z3.If(a >= 0, z3.If(b > 0, a / b, -(a / -b)),
+                 z3.If(b > 0, -((-a) / b), (-a) / (-b)))
+
+
+# integer index arithmetic the im2col span gathers use (`k / slot`, `k % slot`, a where
+# choosing -1 for a padding column): C's semantics, as the interpreter's (runtime/interp/
+# tile.py) and the generated code's; `div` only of integer tiles, by a nonzero compile-time
+# divisor (_index_values)
+_ARITH.update({"div": _c_div, "mod": lambda a, b: a - _c_div(a, b) * b})
+_SELECT = "where"
+
+
 def _index_tiles(m: Model) -> set[int]:
     """Ids of the index tiles: aranges, and what expand_dims, conversions, arithmetic and
     comparisons make of them and of scalars (computed once per model, from the IR alone)."""
@@ -135,7 +152,14 @@ def _index_tiles(m: Model) -> set[int]:
                 got.add(op.result.id)
             elif isinstance(op, O.Elementwise) and op.fn in _ARITH and len(op.args) == 2 and \
                     any(a.id in got for a in op.args) and \
-                    all(a.id in got or not isinstance(a.type, TileType) for a in op.args):
+                    all(a.id in got or not isinstance(a.type, TileType) for a in op.args) \
+                    and (op.fn != "div" or not op.result.type.dtype.is_float):
+                got.add(op.result.id)
+            elif isinstance(op, O.Elementwise) and op.fn == _SELECT and len(op.args) == 3 \
+                    and op.args[0].id in got and not op.result.type.dtype.is_float and \
+                    any(a.id in got for a in op.args[1:]) and \
+                    all(a.id in got or not isinstance(a.type, TileType) for a in op.args[1:]):
+                # a choice between index values by an index comparison: an index too
                 got.add(op.result.id)
         m._index_tile_ids = got
     return got
@@ -144,7 +168,8 @@ def _index_tiles(m: Model) -> set[int]:
 def _index_values(m: Model, op: O.Elementwise):
     """idx -> the integer value of the result element, when the op is arithmetic or a
     comparison of index tiles (their `value` fields) and integer scalars; else None."""
-    fn = _ARITH.get(op.fn)
+    fn = _ARITH.get(op.fn) if op.fn != _SELECT else \
+        (lambda c, a, b: z3.If(c != 0, a, b))
     if fn is None or op.result.id not in _index_tiles(m):
         return None
     parts = []
@@ -160,6 +185,12 @@ def _index_values(m: Model, op: O.Elementwise):
                                                       and not z3.is_bool(s)):
                 return None
             parts.append(("scalar", _num(s), None))
+    if op.fn in ("div", "mod") and not (parts[1][0] == "scalar" and
+                                        z3.is_int_value(z3.simplify(parts[1][1])) and
+                                        z3.simplify(parts[1][1]).as_long() != 0):
+        # by a compile-time divisor only: a runtime one (`% q_len`) would make every claim
+        # the value reaches (a mask's, a fill's) nonlinear
+        return None
 
     def values(idx):
         vals = []
