@@ -58,7 +58,8 @@ from argus.kernels.gemm_fp8 import (SCALE_BLOCK, Fp8GemmSchedule, gemm_fp8_block
 from argus.ops import fp8_schedules, fp8_split_k
 from argus.ops.fp8_schedules import Fp8Problem, choose
 from argus.ops.fp8_split_k import Fp8SplitK
-from argus.ops.matmul import _overlap, _remember, device_name  # one definition for both
+# one definition for both
+from argus.ops.matmul import _capturing, _overlap, _remember, device_name
 from argus.runtime.args import check_on_one_gpu
 
 _OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
@@ -257,6 +258,9 @@ class _Replay:
 
     plan: Any
     smem_scales: bool
+    # a split-K launch (Fp8SplitK.plan_for) owns its fp32 workspace, freed when the memo drops
+    # the launch: never replayed into a CUDA graph capture (the graph would keep the address)
+    owns_workspace: bool = False
 
     def __call__(self, a, b, scale_a, scale_b, out):
         self.plan()
@@ -291,6 +295,8 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
     given it defaults to out.dtype and must agree with it."""
     key = _launch_key(a, b, scale_a, scale_b, out, out_dtype, schedule)
     launch = _LAUNCHES.get(key) if key is not None else None
+    if launch is not None and getattr(launch, "owns_workspace", False) and _capture_on(a):
+        launch = None   # a capture launches afresh: its workspace from the capture's pool
     # the kill switch is read on every call, so that turning it off stops remembered launches
     if launch is not None and (SMEM_SCALES_ON_DEVICE or not launch.smem_scales):
         return launch(a, b, scale_a, scale_b, out)
@@ -385,9 +391,13 @@ def _scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, schedule, key):
             _remember(_LAUNCHES, key, _FreshReplay(compiled, smem_scales, block, (m, n),
                                                    out.dtype))
         else:
-            plan = compiled.plan_for(a_ready, b_ready, sa, sb, out)
+            split = isinstance(compiled, Fp8SplitK)
+            # a split-K launch made during a capture is not kept: its workspace is the
+            # capture's (argus.ops.matmul keeps no split-K launch while capturing either)
+            plan = None if split and _capture_on(a) else \
+                compiled.plan_for(a_ready, b_ready, sa, sb, out)
             if plan is not None:
-                _remember(_LAUNCHES, key, _Replay(plan, smem_scales))
+                _remember(_LAUNCHES, key, _Replay(plan, smem_scales, owns_workspace=split))
     return out
 
 
@@ -419,6 +429,12 @@ def _kernel_scales(scale_a, scale_b, block: bool, smem_scales: bool):
         return _kmajor_block_scales(scale_a, scale_b) if smem_scales else \
             _block_scale_views(scale_a, scale_b)
     return scale_a.reshape(1), scale_b.reshape(1)
+
+
+def _capture_on(t) -> bool:
+    """Whether a CUDA graph capture runs on the current stream of CUDA tensor `t` (never for
+    CPU tensors: the interpreter, and torch builds without CUDA)."""
+    return t.is_cuda and _capturing()
 
 
 def _launch(compiled, a, b, sa, sb, out) -> None:

@@ -321,3 +321,59 @@ def test_the_op_runs_split_k_and_replays_it(monkeypatch):
         assert log == [("replay", "gemm_fp8_partials"), ("replay", "scaled_split_k_sum_f32_2")]
     finally:
         sm.forget_choices()
+
+
+def test_a_split_k_launch_is_neither_replayed_nor_kept_while_a_graph_is_captured(monkeypatch):
+    """A remembered split-K launch owns its fp32 workspace, which the memo frees when it drops
+    the launch (least recently used, or forget_choices): replayed inside a CUDA graph capture
+    the graph would keep writing the freed address. So while a capture runs the op neither
+    replays nor remembers a split-K launch (argus.ops.matmul's rule for its split-K memo); it
+    launches the two kernels afresh, whose workspace the capture's own pool holds."""
+    import sys
+
+    import argus.ops  # noqa: F401 - loads argus.ops.scaled_matmul
+    from argus.ops import fp8_split_k as fsk
+
+    sm = sys.modules["argus.ops.scaled_matmul"]
+    log: list = []
+
+    class _Kernel:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def compile(self, **constexprs):
+            return _Interpreted(self.fn, constexprs, log)
+
+    s = Fp8GemmSchedule(bm=64, bn=16, consumers=1, stages=3, swap_ab=True, split_k=2)
+    capturing = [False]
+    monkeypatch.setattr(sm, "check_on_one_gpu", lambda who, named: None)
+    monkeypatch.setattr(sm, "choose", lambda problem, gpu: s)
+    monkeypatch.setattr(sm, "device_name", lambda device: "fake GPU")
+    monkeypatch.setattr(sm, "_capture_on", lambda t: capturing[0])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)
+    monkeypatch.setattr(fsk, "gemm_fp8_partials_kernel",
+                        lambda: _Kernel(gemm_fp8_partials_kernel()))
+    monkeypatch.setattr(fsk, "scaled_split_k_sum_kernel",
+                        lambda out, splits: _Kernel(scaled_split_k_sum_kernel(out, splits)))
+    sm.forget_choices()
+    try:
+        m, n, k = 5, 64, 256
+        a, w = e4m3((m, k), 3.0, 31), e4m3((n, k), 0.5, 32)
+        sa, sb = torch.tensor([0.5]), torch.tensor([2.0])
+        out = torch.empty((m, n), dtype=torch.float32)
+        fresh = ["call", "call"]
+        sm.scaled_matmul(a, w, sa, sb, out=out)             # remembered (not capturing)
+        assert [kind for kind, _ in log] == fresh
+        log.clear()
+        capturing[0] = True
+        sm.scaled_matmul(a, w, sa, sb, out=out)             # a capture: no replay
+        assert [kind for kind, _ in log] == fresh, log
+        sm.forget_choices()
+        log.clear()
+        sm.scaled_matmul(a, w, sa, sb, out=out)             # captured: not remembered
+        capturing[0] = False
+        log.clear()
+        sm.scaled_matmul(a, w, sa, sb, out=out)
+        assert [kind for kind, _ in log] == fresh, log
+    finally:
+        sm.forget_choices()
