@@ -1894,8 +1894,11 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
     pixels that map to it, no zero insertion. Stride 1: one convolution with the weight's
     channels swapped per group, the taps flipped and padding dil * (k - 1) - padding. Strided
     (or output_padding): one stride-1 convolution per output phase (o % stride on every axis)
-    over the taps of that residue (`_phase`), copied into the strided output positions
-    (correct, not yet fast: prod(stride) launches and a copy each)."""
+    over the taps of that residue (`_phase`), then the phases interleaved into the
+    NCHW-contiguous output by Argus kernels (`_interleave`: one launch per (depth, row) phase
+    pair, each output element read once and stored once, coalesced), a phase no tap reaches
+    taking the bias (or 0) there. Other dtypes than fp32 / bf16 / fp16 keep torch's strided
+    copies."""
     import itertools
 
     import torch
@@ -1933,12 +1936,17 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
     if min(outs) < 1:
         raise LaunchError(f"{name}: output size {outs} is empty")
     out = torch.empty(x.shape[0], K, *outs, dtype=x.dtype, device=x.device)
+    argus_copy = str(x.dtype) in _INTERLEAVE_DTYPES
+    phases: dict = {}                                  # phase -> its cropped output, or None
     for phase in itertools.product(*(range(min(s_, o)) for s_, o in zip(st, outs))):
         target = out[(slice(None), slice(None)) +
                      tuple(slice(a, None, s_) for a, s_ in zip(phase, st))]
         axes = [_phase(a, k, s_, d, p, o, i)
                 for a, k, s_, d, p, o, i in zip(phase, ks, st, dl, pd, outs, ins)]
         if any(ax is None for ax in axes):             # no tap reaches this phase
+            if argus_copy:
+                phases[phase] = None
+                continue
             target.copy_(torch.zeros_like(target) if bias is None else
                          bias.view(1, K, *(1,) * dims).expand_as(target))
             continue
@@ -1952,9 +1960,71 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
                            select)
         y = run(x, w_phase, bias, 1, tuple(ax[2] for ax in axes),
                 tuple(ax[1] for ax in axes), groups)
-        target.copy_(y[(slice(None), slice(None)) + tuple(
-            slice(ax[3], ax[3] + n) for ax, n in zip(axes, target.shape[2:]))])
+        cropped = y[(slice(None), slice(None)) + tuple(
+            slice(ax[3], ax[3] + n) for ax, n in zip(axes, target.shape[2:]))]
+        if argus_copy and cropped.dtype == out.dtype:
+            phases[phase] = cropped
+        else:
+            target.copy_(cropped)
+    if phases:
+        _interleave(out, phases, bias, st)
     return out
+
+
+# the dtypes argus/kernels/conv_interleave.py moves (a select: any float bits, exactly)
+_INTERLEAVE_DTYPES = {"torch.float32": "f32", "torch.bfloat16": "bf16", "torch.float16": "f16"}
+
+
+def _interleave(out, phases: dict, bias, st: tuple) -> None:
+    """out[:, :, a_d::s_d, a_h::s_h, a_w::s_w] = phases[(a_d, a_h, a_w)] (2-d: (a_h, a_w)),
+    the phase's cropped convolution output ([N, K, *counts], channels-last or NCDHW as its
+    route wrote it), or bias / 0 for a phase no tap reaches (None): one launch of
+    argus/kernels/conv_interleave.py per (a_d, a_h), its width phases as its sources. Every
+    output element is read from one source and stored once, in NCDHW rows (2x the output's
+    bytes, what the per-phase strided copies moved, in prod(st[:-1]) launches instead of
+    prod(st) torch copies)."""
+    import itertools
+
+    from argus.kernels.conv_interleave import interleave_kernel
+
+    dims = out.dim() - 2
+    out5 = out if dims == 3 else out.unsqueeze(2)
+    st3 = (1,) * (3 - dims) + tuple(st)
+    K = out.shape[1]
+    dt = _INTERLEAVE_DTYPES[str(out.dtype)]
+    bk = 32 if K <= 32 else 64 if K <= 64 else 128
+    b = None
+    if bias is not None and any(v is None for v in phases.values()):
+        b = bias.to(out.dtype).contiguous()            # read by the "bias" phases only
+        if not out.is_cuda and not out.is_meta:
+            b = b.clone()      # the interpreter writes every argument back: keep bias's version
+    widths = range(min(st3[2], out5.shape[4]))
+    rows = itertools.product(*(range(min(s_, n)) for s_, n in zip(st3[:2], out5.shape[2:4])))
+    for a_d, a_h in rows:
+        kinds, tensors = [], []
+        for a_w in widths:
+            y = phases[(a_d, a_h, a_w)[3 - dims:]]
+            if y is None:
+                kinds.append("zero" if b is None else "bias")
+                continue
+            y5 = y if dims == 3 else y.unsqueeze(2)
+            last = y5.permute(0, 2, 3, 4, 1)            # [N, nd, nh, nw, K]
+            if last.stride(-1) == 1 or K == 1:
+                kinds.append("cl")
+                tensors.append(last)
+            else:                                      # NCDHW rows (or made so)
+                kinds.append("nc")
+                tensors.append(y5 if y5.stride(-1) == 1 or y5.shape[-1] == 1 else
+                               y5.contiguous())
+        dst = out5[:, :, a_d::st3[0], a_h::st3[1], :].permute(0, 2, 3, 1, 4)
+        args = (dst, *tensors, *((b,) if "bias" in kinds else ()))
+        kernel = interleave_kernel(tuple(kinds), st3[2], dt, bk)
+        if out.is_meta:
+            kernel.compile(BW=32).build_for(*args)
+        elif out.is_cuda:
+            kernel.compile(BW=32)(*args)
+        else:
+            kernel.interpret(*args, BW=32)
 
 
 def _derived(weight, what: tuple, make):
