@@ -8,7 +8,9 @@ the rows od = a_d + s_d * jd, oh = a_h + s_h * jh of the output (O, the [N, Dq, 
 view of them) and the s_w phase sources of (a_d, a_h), one tensor parameter each: a CTA
 writes a [BK channels, BW outputs] tile of one output row, element (k, ow) read from source
 ow % s_w at (n, jd, jh, ow // s_w, k) by `ag.gather` (other phases' elements get index -1: no
-load) and chosen with `ag.where` (a select: bit-exact, -0.0 and NaN kept). The gather's layout
+load) and chosen with `ag.where` (a select: bit-exact, -0.0 kept; a 16-bit value passes
+through an fp32 register, exact for every number, a NaN stays NaN with the conversion's
+canonical payload). The gather's layout
 gives a thread one channel's row of BW outputs (one 16-byte store per 4 fp32 / 8 16-bit
 outputs), and a warp's gather of one column reads 32 consecutive channels of one pixel of a
 channels-last source (the implicit GEMM's and im2col's result: 128 coalesced bytes in fp32)

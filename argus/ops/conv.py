@@ -1923,12 +1923,15 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
     ks = tuple(weight.shape[2:])
     C, Kg = weight.shape[0], weight.shape[1]
     K = Kg * groups
-    swapped = weight.reshape(groups, C // groups, Kg, *ks).transpose(1, 2) \
-        .reshape(K, C // groups, *ks)                  # [K, C / groups, *kernel], unflipped
+    def swapped():
+        """[K, C / groups, *kernel], unflipped: a copy where groups > 1, so it is made inside
+        the derived weights' `make` only (kept per weight on the GPU, not copied per call)."""
+        return weight.reshape(groups, C // groups, Kg, *ks).transpose(1, 2) \
+            .reshape(K, C // groups, *ks)
     conv_pad = tuple(d * (k - 1) - p for d, k, p in zip(dl, ks, pd))
     if set(st) == {1} and set(op) == {0} and min(conv_pad) >= 0:
         flipped = _derived(weight, ("flip", groups, dims),
-                           lambda: swapped.flip(list(range(2, 2 + dims))))
+                           lambda: swapped().flip(list(range(2, 2 + dims))))
         return run(x, flipped, bias, 1, conv_pad, dl, groups)
     ins = tuple(x.shape[2:])
     outs = tuple((i - 1) * s_ - 2 * p + d * (k - 1) + o + 1
@@ -1951,7 +1954,7 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
                          bias.view(1, K, *(1,) * dims).expand_as(target))
             continue
         def select(axes=axes):
-            w = swapped
+            w = swapped()
             for axis, (taps, _, _, _) in enumerate(axes):
                 w = w.index_select(2 + axis, torch.tensor(taps, device=x.device))
             return w.contiguous()
