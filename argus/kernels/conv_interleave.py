@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import linecache
 
-import argus as ag
 from argus import dtypes
 
 KINDS = ("cl", "nc", "bias", "zero")
@@ -74,8 +73,8 @@ def _source(name: str, kinds: tuple[str, ...], stride: int, dt: str, bk: int) ->
              f"    BK = {bk}                                  # one channel a thread",
              "    # one CTA a [BK, BW] tile of one output row (n, jd, jh): the rows are the",
              "    # grid's x (up to 2^31 - 1), channel and width blocks y and z (few)",
-             "    r, kb, wb = ag.grid(O.shape[0] * O.shape[1] * O.shape[2], "
-             "ag.cdiv(O.shape[3], BK), ag.cdiv(O.shape[4], BW))",
+             ("    r, kb, wb = ag.grid(O.shape[0] * O.shape[1] * O.shape[2], "
+              "ag.cdiv(O.shape[3], BK), ag.cdiv(O.shape[4], BW))"),
              "    jh = r % O.shape[2]",
              "    jd = (r // O.shape[2]) % O.shape[1]",
              "    n = r // (O.shape[2] * O.shape[1])",

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import argus.kernel_api as kernel_api
+from argus import kernel_api
 from argus.kernels.conv_interleave import interleave_kernel
 from argus.ops import conv as conv_op
 
@@ -194,14 +194,14 @@ _NO_DATA = {"aten.view.default", "aten.slice.Tensor", "aten.alias.default",
             "aten.empty_strided.default", "aten.select.int", "aten.expand.default"}
 
 STRIDED_TASKS = [
-    ("level1", "79_conv_transposed_1D_asymmetric_input_square_kernel___padded____strided____"
-               "dilated__.py"),
-    ("level1", "75_conv_transposed_2D_asymmetric_input_asymmetric_kernel_strided__grouped____"
-               "padded____dilated__.py"),
+    ("level1", ("79_conv_transposed_1D_asymmetric_input_square_kernel___padded____strided____"
+                "dilated__.py")),
+    ("level1", ("75_conv_transposed_2D_asymmetric_input_asymmetric_kernel_strided__grouped____"
+                "padded____dilated__.py")),
     ("level2", "44_ConvTranspose2d_Multiply_GlobalAvgPool_GlobalAvgPool_Mean.py"),
     # 3-d, grouped, 8 phases: 3.06 of its 5.90 ms were the strided copies (H200, tf32 track)
-    ("level1", "73_conv_transposed_3D_asymmetric_input_square_kernel__strided_padded__"
-               "grouped.py"),
+    ("level1", ("73_conv_transposed_3D_asymmetric_input_square_kernel__strided_padded__"
+                "grouped.py")),
 ]
 
 
