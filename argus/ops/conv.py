@@ -1983,9 +1983,9 @@ def _interleave(out, phases: dict, bias, st: tuple) -> None:
     the phase's cropped convolution output ([N, K, *counts], channels-last or NCDHW as its
     route wrote it), or bias / 0 for a phase no tap reaches (None): one launch of
     argus/kernels/conv_interleave.py per (a_d, a_h), its width phases as its sources. Every
-    output element is read from one source and stored once, in NCDHW rows (2x the output's
-    bytes, what the per-phase strided copies moved, in prod(st[:-1]) launches instead of
-    prod(st) torch copies)."""
+    output element is read from one source and stored once, coalesced on both sides (2x the
+    output's bytes, what the per-phase strided copies moved, in prod(st[:-1]) launches
+    instead of prod(st) torch copies)."""
     import itertools
 
     from argus.kernels.conv_interleave import interleave_kernel
@@ -1995,7 +1995,9 @@ def _interleave(out, phases: dict, bias, st: tuple) -> None:
     st3 = (1,) * (3 - dims) + tuple(st)
     K = out.shape[1]
     dt = _INTERLEAVE_DTYPES[str(out.dtype)]
-    bk = 32 if K <= 32 else 64 if K <= 64 else 128
+    # 32 channels a CTA of 32 threads: a thread holds 32 values twice (its channel's row,
+    # then its output's channels), ~100 registers; 64 doubles both (fewer CTAs an SM)
+    bk = 32
     b = None
     if bias is not None and any(v is None for v in phases.values()):
         b = bias.to(out.dtype).contiguous()            # read by the "bias" phases only
@@ -2019,15 +2021,16 @@ def _interleave(out, phases: dict, bias, st: tuple) -> None:
                 kinds.append("nc")
                 tensors.append(y5 if y5.stride(-1) == 1 or y5.shape[-1] == 1 else
                                y5.contiguous())
-        dst = out5[:, :, a_d::st3[0], a_h::st3[1], :].permute(0, 2, 3, 1, 4)
+        # [N, Dq, Hq, OW, K, 1]: the unit last dim is the kernel's contiguous one
+        dst = out5[:, :, a_d::st3[0], a_h::st3[1], :].permute(0, 2, 3, 4, 1).unsqueeze(-1)
         args = (dst, *tensors, *((b,) if "bias" in kinds else ()))
         kernel = interleave_kernel(tuple(kinds), st3[2], dt, bk)
         if out.is_meta:
-            kernel.compile(BW=32).build_for(*args)
+            kernel.compile().build_for(*args)
         elif out.is_cuda:
-            kernel.compile(BW=32)(*args)
+            kernel.compile()(*args)
         else:
-            kernel.interpret(*args, BW=32)
+            kernel.interpret(*args)
 
 
 def _derived(weight, what: tuple, make):
