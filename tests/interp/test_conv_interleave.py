@@ -176,6 +176,9 @@ def test_interleave_kernel_compiles_for_sm90a(kinds, stride, dtype, bk):
     source = codegen.render(lower_only(interleave_kernel(kinds, stride, dtype, bk)))
     binary = compile_cuda(source.text, [source.name], filename=f"{source.name}.cu")
     assert binary.cubin
+    # a thread holds its channel's row and its output's channels (2 x bk values): in registers
+    (res,) = binary.resources
+    assert res.spill_stores == 0 and res.spill_loads == 0, res
 
 
 def test_interleave_kernel_refuses_bad_kinds():
