@@ -481,7 +481,12 @@ def _back_edge_pending(loop: O.For, st: _State) -> dict:
         trial = dataclasses.replace(
             st, in_consume=[list(gs) for gs in st.in_consume], inflight=list(st.inflight),
             pending=dict(entry),
-            generic_unfenced=set(st.generic_unfenced))
+            generic_unfenced=set(st.generic_unfenced),
+            # copies: the trial walk clears these at the barriers it inserts, which left the
+            # real walk without the barrier before a loop's gather of a buffer written
+            # before the loop
+            exchange_written=set(st.exchange_written),
+            exchange_read=set(st.exchange_read))
         _region(loop.body.ops, trial)
         nxt = _join_pending(entry, trial.pending)
         if _pending_key(nxt) == _pending_key(entry):

@@ -279,3 +279,36 @@ def test_a_padding_tap_reading_a_real_element_is_reported():
     report = verify.run(lower_only(shift_with_clamp))
     bad = [d for d in report.errors if d.code == "store.coords"]
     assert bad and "tile element (0, " in bad[0].message, "\n".join(map(str, report.errors))
+
+
+@ag.kernel(threads=32)
+def write_once_gather_in_loop(X: ag.Tensor["M", 32, ag.f32], Y: ag.Tensor["M", 64, ag.f32]):
+    (b,) = ag.grid(ag.cdiv(Y.shape[0], 32))
+    sX = ag.smem((32, 32), ag.f32)
+    ag.store_shared(sX.view(), ag.load(X, (b * 32, 0), (32, 32)))
+    t = ag.arange(32)[:, None]
+    for c in ag.range(2):
+        x = ag.gather(sX.view(), ((t + 1 + c) % 32, ag.arange(32)[None, :]))
+        ag.store(Y, (b * 32, c * 32), x)
+
+
+def test_a_loop_gathering_a_buffer_written_before_it_waits_for_the_writes():
+    """The buffer is written once, before the loop, and gathered in it: a barrier before the
+    gather (the loop's walk to its back-edge fixpoint walks copies: it cleared the real
+    walk's record of the write, and no barrier was put; seen in
+    argus/kernels/conv_interleave.py's first form)."""
+    kernel = lower_only(write_once_gather_in_loop)
+    loop = next(op for op in kernel.walk() if isinstance(op, O.For))
+    kinds = [type(op).__name__ for op in loop.body.ops
+             if isinstance(op, (O.GroupBarrier, O.SmemGather))]
+    assert kinds == ["GroupBarrier", "SmemGather"], kinds
+    report = verify.run(kernel)
+    assert "sync.exchange" in {f.code for f in report.proven}
+    assert not [d for d in report.errors if d.code.startswith(("sync.", "smem."))], \
+        "\n".join(map(str, report.errors))
+    x = torch.randn(64, 32)
+    y = torch.zeros(64, 64)
+    write_once_gather_in_loop.interpret(x, y)
+    for c in range(2):
+        idx = torch.tensor([(b // 32) * 32 + (b % 32 + 1 + c) % 32 for b in range(64)])
+        assert torch.equal(y[:, c * 32:(c + 1) * 32], x[idx])
