@@ -8,8 +8,8 @@ or, with `ConvRun.precision = "tf32"` (relaxed track only, opt-in), as ONE produ
 data read as tf32: the arithmetic of PyTorch eager's own cuDNN convolution (allow_tf32 is on by
 default for cuDNN), as accurate as eager, not fp32-accurate.
 A transposed convolution is the gradient form of argus.ops.conv (stride 1: one convolution
-with flipped, channel-swapped weights; strided: one per output phase). The result is
-NCHW-contiguous, so the fused kernels that follow read it as a plain view: the implicit GEMM
+with flipped, channel-swapped weights; strided: one per output phase, interleaved into the
+output by Argus kernels: argus/kernels/conv_interleave.py). The result is NCHW-contiguous, so the fused kernels that follow read it as a plain view: the implicit GEMM
 writes it channels-first from its epilogue (argus.ops.conv.convolve(nchw=True), conv_kernel's
 nchw store: no transpose pass, as cuDNN's fprop writes NCHW directly); only a 16-bit narrow
 layer's TMA-store epilogue still writes channels-last, made NCHW by a copy (`_nchw`).
@@ -17,8 +17,7 @@ layer's TMA-store epilogue still writes channels-last, made NCHW by a copy (`_nc
 The fp32 input is packed by Argus kernels (`pack_split`: the NCHW -> NHWC transpose, then
 `split_pieces` writes each slot's bf16 piece into its channels). Not Argus work (named in the
 solution's header): the weight's repack and split (torch, once per parameter and version: the
-cache of argus.ops.conv), a copy when W is not a multiple of the stride, and the interleaving of
-a strided transposed convolution's phases into its output.
+cache of argus.ops.conv) and a copy when W is not a multiple of the stride.
 """
 
 from __future__ import annotations
