@@ -91,6 +91,11 @@ def _source(name: str, kinds: tuple[str, ...], stride: int, dt: str, bk: int) ->
              "    ow = wb * BW + ag.arange(BW)[None, :]",
              f"    a = ow % {stride}",
              f"    j = ow / {stride}"]
+    if bk % stride == 0:
+        # a tile starts at a whole stride: each column's phase is a constant, so the compiler
+        # drops the loads (and selects) of the other phases' columns at compile time
+        lines[-2:] = [f"    a = ag.arange(BW)[None, :] % {stride}",
+                      f"    j = wb * {bk // stride} + ag.arange(BW)[None, :] / {stride}"]
     first = True
     for i, kind in enumerate(kinds):
         mine = f"a == {i}"
