@@ -1969,7 +1969,7 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
             phases[phase] = cropped
         else:
             target.copy_(cropped)
-    if phases:
+    if phases and out.numel():                         # an empty batch launches nothing
         _interleave(out, phases, bias, st)
     return out
 
