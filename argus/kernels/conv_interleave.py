@@ -8,22 +8,27 @@ the rows od = a_d + s_d * jd, oh = a_h + s_h * jh of the output (O, the [N, Dq, 
 view of them: a unit last dim, the contiguous one a kernel tensor needs, so that a tile's
 output positions may be its dim 0 and its channels the next) and the s_w phase sources of
 (a_d, a_h), one tensor parameter each. A CTA of T threads (T = BK = BW: 32, or 64) writes
-the [BK channels, BW outputs] tile of one output row in two steps:
+a [BK channels, BW outputs] tile of one output row; with a channels-last source (the im2col
+route's result, the channels-last epilogue's) in two steps ("staged"):
 
 1. element (k, ow) read from source ow % s_w at (n, jd, jh, ow // s_w, k) by `ag.gather`
    (other phases' elements get index -1: no load) and chosen with `ag.where` (a select:
    bit-exact, -0.0 kept; a 16-bit value passes through an fp32 register, exact for every
    number, a NaN stays NaN with the conversion's canonical payload). The gather gives a
    thread one channel's row, so a warp's gather of one column reads 32 consecutive channels
-   of one pixel of a channels-last source (the implicit GEMM's and im2col's result: 128
-   coalesced bytes in fp32) or, from an NCDHW source (the depthwise and per-image pointwise
-   routes), each thread consecutive elements of its own row;
+   of one pixel of a channels-last source (128 coalesced bytes in fp32) or, from an NCDHW
+   source beside it, each thread consecutive elements of its own row;
 2. the tile goes to shared memory (`ag.store_shared`, a row a thread) and comes back as a
    [BW, BK, 1] gather of it whose dim 0, the threads, is the output position: a warp's store
    of one channel is 32 consecutive outputs of one row, coalesced whatever the row's
    alignment (KernelBench's output widths are often odd: a thread-row store of step 1's
    tile would be 32 scattered 4-byte stores a warp instruction). One store site, so the
    verifier proves its coverage.
+
+With NCDHW sources only (the implicit GEMM's NCHW epilogue, the depthwise route) the kernel
+is "direct": one [BW, BK, 1] gather, the threads along the outputs, read (a warp's load of a
+phase: 32 / s_w consecutive elements of its row) and stored (32 consecutive outputs) with no
+shared memory.
 
 So every byte is read once and written once (2x the output's bytes, the strided copies'
 traffic, which also transposed), in prod(stride[:-1]) launches instead of prod(stride) torch
@@ -77,9 +82,16 @@ def _source(name: str, kinds: tuple[str, ...], stride: int, dt: str, bk: int) ->
             params.append(f"Y{i}: ag.Tensor[{dims}, ag.{dt}]")
     if "bias" in kinds:
         params.append(f'B: ag.Tensor["KB", ag.{dt}]')
+    # staged (a channels-last source): the gather's threads run along the channels, so its
+    # loads are coalesced, and shared memory turns the tile for the store; direct (NCDHW
+    # sources only): the threads run along the outputs for the loads and the store alike
+    staged = "cl" in kinds
+    # index tiles: [BK, BW] (channel, output) staged, [BW, BK, 1] (output, channel) direct
+    col, row = ("[None, :]", "[:, None]") if staged else ("[:, None, None]",
+                                                         "[None, :, None]")
     lines = [f"@ag.kernel(threads={bk})",
              f"def {name}({', '.join(params)}):",
-             f"    BK = BW = {bk}                        # one channel, then one output, a thread",
+             f"    BK = BW = {bk}                        # a tile's channels and outputs",
              "    # one CTA a [BK, BW] tile of one output row (n, jd, jh): the rows are the",
              "    # grid's x (up to 2^31 - 1), channel and width blocks y and z (few)",
              ("    r, kb, wb = ag.grid(O.shape[0] * O.shape[1] * O.shape[2], "
@@ -87,15 +99,18 @@ def _source(name: str, kinds: tuple[str, ...], stride: int, dt: str, bk: int) ->
              "    jh = r % O.shape[2]",
              "    jd = (r // O.shape[2]) % O.shape[1]",
              "    n = r // (O.shape[2] * O.shape[1])",
-             "    k = kb * BK + ag.arange(BK)[:, None]",
-             "    ow = wb * BW + ag.arange(BW)[None, :]",
-             f"    a = ow % {stride}",
-             f"    j = ow / {stride}"]
+             f"    k = kb * BK + ag.arange(BK){row}",
+             f"    ow = wb * BW + ag.arange(BW){col}"]
     if bk % stride == 0:
-        # a tile starts at a whole stride: each column's phase is a constant, so the compiler
-        # drops the loads (and selects) of the other phases' columns at compile time
-        lines[-2:] = [f"    a = ag.arange(BW)[None, :] % {stride}",
-                      f"    j = wb * {bk // stride} + ag.arange(BW)[None, :] / {stride}"]
+        # a tile starts at a whole stride: each output's phase is a constant, so the compiler
+        # drops the loads (and selects) of the other phases' outputs at compile time
+        lines += [f"    a = ag.arange(BW){col} % {stride}",
+                  f"    j = wb * {bk // stride} + ag.arange(BW){col} / {stride}"]
+    else:
+        lines += [f"    a = ow % {stride}", f"    j = ow / {stride}"]
+    # the bias gathered at the tile's own shape: a rows tile whose dim 0 is the threads
+    bias_k = "k" if staged else "k + ow * 0"
+    shape = "(BK, BW)" if staged else "(BW, BK, 1)"
     first = True
     for i, kind in enumerate(kinds):
         mine = f"a == {i}"
@@ -104,17 +119,20 @@ def _source(name: str, kinds: tuple[str, ...], stride: int, dt: str, bk: int) ->
         elif kind == "nc":
             value = f"ag.gather(Y{i}, (n, k, jd, jh, ag.where({mine}, j, -1)))"
         elif kind == "bias":
-            value = "ag.gather(B, (k,))"
+            value = f"ag.gather(B, ({bias_k},))"
         else:
             value = "0.0"
         if first and kind in ("cl", "nc"):
-            lines.append(f"    x = {value}")           # other phases' columns read 0, replaced
+            lines.append(f"    x = {value}")           # other phases' outputs read 0, replaced
             first = False
         elif first:
-            lines.append(f"    x = ag.where({mine}, {value}, ag.full((BK, BW), 0.0, ag.{dt}))")
+            lines.append(f"    x = ag.where({mine}, {value}, ag.full({shape}, 0.0, ag.{dt}))")
             first = False
         else:
             lines.append(f"    x = ag.where({mine}, {value}, x)")
+    if not staged:
+        lines.append("    ag.store(O, (n, jd, jh, wb * BW, kb * BK, 0), x)")
+        return "\n".join(lines) + "\n"
     lines += [
         "    # through shared memory: a thread's row (one channel) in; out as a [BW, BK, 1]",
         "    # tile whose dim 0 (the threads) is the output position: a warp's store of one",
