@@ -1939,7 +1939,9 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
     if min(outs) < 1:
         raise LaunchError(f"{name}: output size {outs} is empty")
     out = torch.empty(x.shape[0], K, *outs, dtype=x.dtype, device=x.device)
-    argus_copy = str(x.dtype) in _INTERLEAVE_DTYPES
+    # under torch.compile the phases' convolutions are the traced custom op; the interleave
+    # is no op of its own, so the trace keeps torch's copies
+    argus_copy = str(x.dtype) in _INTERLEAVE_DTYPES and not torch.compiler.is_compiling()
     phases: dict = {}                                  # phase -> its cropped output, or None
     for phase in itertools.product(*(range(min(s_, o)) for s_, o in zip(st, outs))):
         target = out[(slice(None), slice(None)) +
