@@ -169,6 +169,11 @@ for s in "${steps[@]}"; do
     fp8main39) run_step fp8main39 200 python3 -u scripts/gpu_fp8_bench.py --repeats 5 --out "$OUT/fp8pt39" ;;
     pwsweep39) run_step pwsweep39 90 python3 -u scripts/gpu_pointwise_sweep.py
         run_step nchwab39 90 python3 -u scripts/gpu_conv_nchw_ab.py ;;
+    convtests39) run_step convtests39 100 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_conv_nchw_gpu.py tests/gpu/test_conv_interleave_gpu.py tests/gpu/test_conv_im2col_3d_gpu.py \
+        tests/gpu/test_conv_gpu.py tests/gpu/test_conv_compose_gpu.py tests/gpu/test_conv_dispatch_gpu.py \
+        tests/gpu/test_conv_im2col_gpu.py tests/gpu/test_tf32_gpu.py ;;
+    nchwab39) run_step nchwab39 60 python3 -u scripts/gpu_conv_nchw_ab.py ;;
     convprof39) run_step convprof39 200 python3 -u scripts/gpu_kb_kernel_profile.py ${PROFILE_FILES:?solution files} ;;
     fp8pt38) run_step fp8pt38 150 python3 -u scripts/gpu_fp8_bench.py --repeats 5 --out "$OUT/fp8pt38" ;;
     moepre38) nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv \
