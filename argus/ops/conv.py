@@ -758,8 +758,8 @@ IM2COL_MAX_BYTES = 1 << 29
 def im2col_applies(x, weight, stride, padding, groups, activation: str = "none",
                    dilation=1, precision: str | None = None) -> bool:
     """Whether a (checked) problem takes the "im2col" route (`route`): bf16 / fp16, or fp32
-    under precision="tf32" (A rounded to tf32 by the gather, matmul's tf32 GEMM), 2-d, one
-    group, no activation (a bias is fine: the GEMM adds it as one more K column), at most
+    under precision="tf32" (A rounded to tf32 by the gather, matmul's tf32 GEMM), 2-d or 3-d,
+    one group, no activation (a bias is fine: the GEMM adds it as one more K column), at most
     IM2COL_MAX_CHANNELS input channels (fp32: IM2COL_MAX_CHANNELS_TF32), a gather that reads
     x in place (`_Gather.of`: the row-run kernel for channels-last x and no column dilation,
     the plane-run kernel for NCHW x and no column dilation, else the per-tap kernel, which
@@ -996,7 +996,7 @@ class _Gather:
         if self.kind in _VOXELS:
             N, C, D, H, W = x.shape
             s0, s1, s2, s3, _ = x.stride()
-            if self.kind == "voxels":                    # s3 == C, s1 == 1: [W * C] runs
+            if self.kind == "voxels":          # W's stride C, C's 1: [W * C] runs
                 return x.as_strided((N, D, H, W * C), (s0, s2, s3, 1), x.storage_offset())
             return x.as_strided((N, D, H, C, W), (s0, s2, s3, s1, 1), x.storage_offset())
         N, C, H, W = x.shape
@@ -1129,8 +1129,8 @@ def pointwise_gemm(A, Bt, out2):
     and a workspace: no one launch plan to replay, nothing to build on meta tensors; neither
     the heuristic nor matmul's untuned model splits K, and split-K is a tuning candidate only
     up to M = 64, so only a tuned entry for such a problem meets this), and for tf32 None when
-    that schedule is one the tf32 kernel does not run. The runner is the compiled kernel on CUDA and meta tensors,
-    (kernel, its schedule) for the interpreter on CPU."""
+    that schedule is one the tf32 kernel does not run. The runner is the compiled kernel on
+    CUDA and meta tensors, (kernel, its schedule) for the interpreter on CPU."""
     from argus.ops.matmul import compiled_for, device_name, problem_of
     from argus.ops.schedules import choose, heuristic, kernel_for
 
