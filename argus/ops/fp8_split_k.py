@@ -41,8 +41,13 @@ def why_not(k: int, splits: int) -> str | None:
 class Fp8SplitK:
     """A compiled split-K scaled_matmul for one schedule and output type: the partials kernel
     over the K-slice views into a fp32 workspace, then the scaled fixed-order sum into `out`.
-    Called as the op calls a compiled kernel, (a, b, scale_a, scale_b, out), and `plan_for`
-    gives the op's launch memo one replayable launch of both kernels."""
+    Called as the op calls a compiled kernel, (a, b, scale_a, scale_b, out); the call returns
+    one replayable launch of both kernels that owns that call's workspace (None when the
+    kernels did not cache their plans), as argus.ops.split_k.SplitKMatmul does for matmul.
+    Nothing is kept here: the op keeps the launch in its small split-K memo
+    (scaled_matmul._SPLIT_LAUNCHES, matmul's _SPLIT_MEMO_SIZE entries), so a workspace
+    [S, M, N] fp32 lives only while its launch is remembered, and many `out` buffers pin at
+    most that many workspaces (a compiled object in _CHOSEN held the last one for good)."""
 
     def __init__(self, schedule: Fp8GemmSchedule, out_dtype: DType):
         self.splits = schedule.split_k
@@ -50,38 +55,43 @@ class Fp8SplitK:
         self.partial = gemm_fp8_partials_kernel().compile(
             s=dataclasses.replace(schedule, split_k=1))
         self.reduce = scaled_split_k_sum_kernel(out_dtype, self.splits).compile()
-        self._last = None   # (the arguments' pointers, views, workspace) of the last call
 
-    def _views(self, a, b):
-        return k_slices(a, 1, self.splits), k_slices(b, 1, self.splits)
-
-    def __call__(self, a, b, scale_a, scale_b, out) -> None:
+    def __call__(self, a, b, scale_a, scale_b, out):
         import torch
 
-        a_s, b_s = self._views(a, b)
+        a_s, b_s = k_slices(a, 1, self.splits), k_slices(b, 1, self.splits)
         partials = torch.empty(self.splits, *out.shape, dtype=torch.float32, device=out.device)
         self.partial(a_s, b_s, partials)
         self.reduce(partials, scale_a, scale_b, out)
-        self._last = (_pointers(a, b, scale_a, scale_b, out), (a_s, b_s), partials)
-
-    def plan_for(self, a, b, scale_a, scale_b, out):
-        """A launch of both kernels on these arguments (the last call's: its workspace, which
-        the launch then owns), or None when the last call had other arguments or the kernels
-        did not cache their plans."""
-        last = self._last
-        if last is None or last[0] != _pointers(a, b, scale_a, scale_b, out):
-            return None
-        (a_s, b_s), partials = last[1], last[2]
         first = self.partial.plan_for(a_s, b_s, partials)
         second = self.reduce.plan_for(partials, scale_a, scale_b, out)
         if not first or not second:
             return None
+        home = _stream_id(partials)
 
         def launch(partials=partials, views=(a_s, b_s)):  # the workspace lives with the launch
+            # the caching allocator reuses a freed block on the stream it was allocated on
+            # without waiting for other streams: a replay on another stream is recorded there,
+            # so that when the memo drops this launch the block waits for that stream's work
+            _record_foreign_stream(partials, home)
             first()
             second()
         return launch
 
 
-def _pointers(*tensors) -> tuple:
-    return tuple((t.data_ptr(), tuple(t.shape), tuple(t.stride())) for t in tensors)
+def _stream_id(t):
+    """torch's current raw stream on `t`'s device; None off CUDA (the interpreter's tensors)."""
+    import torch
+
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else None
+
+
+def _record_foreign_stream(t, home) -> None:
+    """record_stream `t` on torch's current stream when that is not `home` (its allocation's)."""
+    if home is None:
+        return
+    import torch
+
+    stream = torch.cuda.current_stream(t.device)
+    if stream.cuda_stream != home:
+        t.record_stream(stream)

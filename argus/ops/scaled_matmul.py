@@ -59,7 +59,7 @@ from argus.ops import fp8_schedules, fp8_split_k
 from argus.ops.fp8_schedules import Fp8Problem, choose
 from argus.ops.fp8_split_k import Fp8SplitK
 # one definition for both
-from argus.ops.matmul import _capturing, _overlap, _remember, device_name
+from argus.ops.matmul import _SPLIT_MEMO_SIZE, _capturing, _overlap, _remember, device_name
 from argus.runtime.args import check_on_one_gpu
 
 _OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
@@ -80,6 +80,10 @@ _CHOSEN: OrderedDict = OrderedDict()
 # host time (checks, _overlap, the memo) outlasted the benchmark's L2 flush, leaving the device
 # idle between the flush and the kernel. Bounded as matmul's launch memo.
 _LAUNCHES: OrderedDict = OrderedDict()
+# A split-K launch owns its [S, M, N] fp32 workspace: kept apart from _LAUNCHES and bounded as
+# matmul's split-K memo (_SPLIT_MEMO_SIZE, least recently used first out), so that many `out`
+# buffers pin at most that many workspaces, not 512 of them.
+_SPLIT_LAUNCHES: OrderedDict = OrderedDict()
 
 
 def _aligned(t, elem_bytes: int) -> bool:
@@ -258,8 +262,8 @@ class _Replay:
 
     plan: Any
     smem_scales: bool
-    # a split-K launch (Fp8SplitK.plan_for) owns its fp32 workspace, freed when the memo drops
-    # the launch: never replayed into a CUDA graph capture (the graph would keep the address)
+    # a split-K launch (what an Fp8SplitK call returns) owns its fp32 workspace, freed when the
+    # split memo (_SPLIT_LAUNCHES) drops the launch: never replayed into a CUDA graph capture (the graph would keep the address)
     owns_workspace: bool = False
 
     def __call__(self, a, b, scale_a, scale_b, out):
@@ -295,6 +299,8 @@ def scaled_matmul(a, b, scale_a, scale_b, out_dtype=None, out=None, *,
     given it defaults to out.dtype and must agree with it."""
     key = _launch_key(a, b, scale_a, scale_b, out, out_dtype, schedule)
     launch = _LAUNCHES.get(key) if key is not None else None
+    if launch is None and key is not None:
+        launch = _SPLIT_LAUNCHES.get(key)
     if launch is not None and getattr(launch, "owns_workspace", False) and _capture_on(a):
         launch = None   # a capture launches afresh: its workspace from the capture's pool
     # the kill switch is read on every call, so that turning it off stops remembered launches
@@ -381,7 +387,7 @@ def _scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, schedule, key):
     else:   # the switch may have been turned off since the kernel was built
         _check_smem_switch(smem_scales)
     sa, sb = _kernel_scales(scale_a, scale_b, block, smem_scales)
-    _launch(compiled, a_ready, b_ready, sa, sb, out)
+    ran = _launch(compiled, a_ready, b_ready, sa, sb, out)
     # the kernel read the caller's buffers themselves (a copy is a new allocation, so its
     # pointer differs from the live original's): the same buffers next time skip the checks;
     # a copied operand is copied again on every call, so that call is not kept
@@ -391,13 +397,16 @@ def _scaled_matmul(a, b, scale_a, scale_b, out_dtype, out, schedule, key):
             _remember(_LAUNCHES, key, _FreshReplay(compiled, smem_scales, block, (m, n),
                                                    out.dtype))
         else:
-            split = isinstance(compiled, Fp8SplitK)
-            # a split-K launch made during a capture is not kept: its workspace is the
-            # capture's (argus.ops.matmul keeps no split-K launch while capturing either)
-            plan = None if split and _capture_on(a) else \
-                compiled.plan_for(a_ready, b_ready, sa, sb, out)
-            if plan is not None:
-                _remember(_LAUNCHES, key, _Replay(plan, smem_scales, owns_workspace=split))
+            if isinstance(compiled, Fp8SplitK):
+                # a split-K launch made during a capture is not kept: its workspace is the
+                # capture's (argus.ops.matmul keeps no split-K launch while capturing either)
+                if ran is not None and not _capture_on(a):
+                    _remember(_SPLIT_LAUNCHES, key, _Replay(ran, False, owns_workspace=True),
+                              _SPLIT_MEMO_SIZE)
+            else:
+                plan = compiled.plan_for(a_ready, b_ready, sa, sb, out)
+                if plan is not None:
+                    _remember(_LAUNCHES, key, _Replay(plan, smem_scales))
     return out
 
 
@@ -437,15 +446,15 @@ def _capture_on(t) -> bool:
     return t.is_cuda and _capturing()
 
 
-def _launch(compiled, a, b, sa, sb, out) -> None:
-    """Launch on the operands' device, whichever is current."""
+def _launch(compiled, a, b, sa, sb, out):
+    """Launch on the operands' device, whichever is current; what the call returns (a split-K
+    run's replayable launch, see Fp8SplitK)."""
     import torch
 
     if a.device.index == torch.cuda.current_device():
-        compiled(a, b, sa, sb, out)
-    else:
-        with torch.cuda.device(a.device):
-            compiled(a, b, sa, sb, out)
+        return compiled(a, b, sa, sb, out)
+    with torch.cuda.device(a.device):
+        return compiled(a, b, sa, sb, out)
 
 
 def _check_smem_switch(smem_scales: bool) -> None:
@@ -462,15 +471,20 @@ def forget_choices() -> None:
     wrote new choices to disk, so that the next call runs them)."""
     _CHOSEN.clear()
     _LAUNCHES.clear()
+    _SPLIT_LAUNCHES.clear()
 
 
 def prepared_launch(a, b, scale_a, scale_b, out, *, schedule: Fp8GemmSchedule | None = None):
-    """The launch plan (argus.runtime.driver.LaunchPlan: one cuLaunchKernelEx per call) that
-    an earlier `scaled_matmul(a, b, scale_a, scale_b, out=out, schedule=schedule)` prepared,
-    for per-tensor scales and operands the kernel read in place; None otherwise (block
-    scales, copied operands, no such call yet). For benchmarks: timing the plan beside the
-    op's call shows how much of the op's time is its host work (a repeat call of the op is
-    its launch memo's lookup and this plan, so the two should agree within a few us)."""
+    """A callable with no arguments that replays the launch an earlier `scaled_matmul(a, b,
+    scale_a, scale_b, out=out, schedule=schedule)` prepared, for per-tensor scales and operands
+    the kernel read in place; None otherwise (block scales, copied operands, no such call yet,
+    or a split-K launch the op's split memo has since dropped). Unsplit, it is the kernel's
+    argus.runtime.driver.LaunchPlan (one cuLaunchKernelEx per call); under a split_k > 1
+    schedule it is the op's remembered split-K launch (argus/ops/fp8_split_k.py): two
+    cuLaunchKernelEx per call, the partials kernel then the scaled sum, and it owns their fp32
+    workspace. For benchmarks: timing it beside the op's call shows how much of the op's time
+    is its host work (a repeat call of the op is its launch memo's lookup and this launch, so
+    the two should agree within a few us)."""
     block = _check(a, b, scale_a, scale_b, out)
     if block or not (_aligned(a, 1) and _aligned(b, 1)) or str(out.dtype) not in _OUT:
         return None
@@ -480,4 +494,8 @@ def prepared_launch(a, b, scale_a, scale_b, out, *, schedule: Fp8GemmSchedule | 
     memo = _CHOSEN.get(_memo_key(problem, a.device.index, schedule, False))
     if memo is None:
         return None
+    if isinstance(memo[0], Fp8SplitK):
+        key = _launch_key(a, b, scale_a, scale_b, out, None, schedule)
+        replay = _SPLIT_LAUNCHES.get(key) if key is not None else None
+        return None if replay is None else replay.plan
     return memo[0].plan_for(a, b, scale_a.reshape(1), scale_b.reshape(1), out)

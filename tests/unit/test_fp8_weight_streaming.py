@@ -377,3 +377,100 @@ def test_a_split_k_launch_is_neither_replayed_nor_kept_while_a_graph_is_captured
         assert [kind for kind, _ in log] == fresh, log
     finally:
         sm.forget_choices()
+
+
+def test_split_k_launches_are_kept_in_a_small_memo_that_owns_the_workspaces(monkeypatch):
+    """A remembered split-K launch owns its [S, M, N] fp32 workspace. Calls into many distinct
+    `out` buffers keep at most matmul's _SPLIT_MEMO_SIZE of them (scaled_matmul's
+    _SPLIT_LAUNCHES, least recently used first out), none in the 512-entry _LAUNCHES, and the
+    compiled Fp8SplitK (kept in _CHOSEN for good) holds none; prepared_launch hands back the
+    remembered split launch, which replays both kernels."""
+    import gc
+    import sys
+    import weakref
+
+    import argus.ops  # noqa: F401 - loads argus.ops.scaled_matmul
+    from argus.ops import fp8_split_k as fsk
+    from argus.ops.matmul import _SPLIT_MEMO_SIZE
+
+    sm = sys.modules["argus.ops.scaled_matmul"]
+    log: list = []
+    workspaces: list = []
+    real_empty = torch.empty
+
+    def tracked_empty(*args, **kwargs):      # the op's own allocations, weakly referenced
+        t = real_empty(*args, **kwargs)
+        if kwargs.get("dtype") is torch.float32 and len(args) == 3:
+            workspaces.append(weakref.ref(t))
+        return t
+
+    class _Kernel:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def compile(self, **constexprs):
+            return _Interpreted(self.fn, constexprs, log)
+
+    s = Fp8GemmSchedule(bm=64, bn=16, consumers=1, stages=3, swap_ab=True, split_k=2)
+    monkeypatch.setattr(sm, "check_on_one_gpu", lambda who, named: None)
+    monkeypatch.setattr(sm, "choose", lambda problem, gpu: s)
+    monkeypatch.setattr(sm, "device_name", lambda device: "fake GPU")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)
+    monkeypatch.setattr(torch, "empty", tracked_empty)
+    monkeypatch.setattr(fsk, "gemm_fp8_partials_kernel",
+                        lambda: _Kernel(gemm_fp8_partials_kernel()))
+    monkeypatch.setattr(fsk, "scaled_split_k_sum_kernel",
+                        lambda out, splits: _Kernel(scaled_split_k_sum_kernel(out, splits)))
+    sm.forget_choices()
+    try:
+        m, n, k = 1, 16, 64
+        a, w = e4m3((m, k), 3.0, 41), e4m3((n, k), 0.5, 42)
+        sa, sb = torch.tensor([0.5]), torch.tensor([2.0])
+        outs = [real_empty((m, n), dtype=torch.float32) for _ in range(_SPLIT_MEMO_SIZE + 8)]
+        for out in outs:
+            sm.scaled_matmul(a, w, sa, sb, out=out)
+        assert len(sm._SPLIT_LAUNCHES) == _SPLIT_MEMO_SIZE
+        assert not any(getattr(v, "owns_workspace", False) for v in sm._LAUNCHES.values())
+        gc.collect()
+        alive = [r for r in workspaces if r() is not None]
+        assert len(workspaces) == len(outs) and len(alive) == _SPLIT_MEMO_SIZE, \
+            f"{len(alive)} of {len(workspaces)} split-K workspaces alive"
+        log.clear()
+        plan = sm.prepared_launch(a, w, sa, sb, outs[-1])
+        assert plan is not None and sm.prepared_launch(a, w, sa, sb, outs[0]) is None
+        plan()                                              # both kernels, no new workspace
+        assert log == [("replay", "gemm_fp8_partials"), ("replay", "scaled_split_k_sum_f32_2")]
+        assert len(workspaces) == len(outs)
+    finally:
+        sm.forget_choices()
+
+
+def test_a_split_k_replay_on_another_stream_records_the_workspace_there(monkeypatch):
+    """The caching allocator reuses a freed block on its allocation's stream without waiting
+    for others: a replay on another stream must record_stream the workspace there (and only
+    there: on the home stream it needs nothing). Fake streams, no GPU."""
+    from argus.ops import fp8_split_k as fsk
+
+    class _Stream:
+        def __init__(self, raw):
+            self.cuda_stream = raw
+
+    class _Workspace:
+        device = "cuda:0"
+
+        def __init__(self):
+            self.recorded = []
+
+        def record_stream(self, stream):
+            self.recorded.append(stream.cuda_stream)
+
+    current = [_Stream(7)]
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[0])
+    ws = _Workspace()
+    fsk._record_foreign_stream(ws, 7)           # the stream it was allocated on
+    assert ws.recorded == []
+    current[0] = _Stream(9)
+    fsk._record_foreign_stream(ws, 7)
+    assert ws.recorded == [9]
+    fsk._record_foreign_stream(ws, None)        # off CUDA (the interpreter): nothing to record
+    assert ws.recorded == [9]
