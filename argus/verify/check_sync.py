@@ -883,7 +883,13 @@ def _across_warpgroups(model: Model) -> list[Obligation]:
                 "sync.exchange", r.op.loc, subject, prem,
                 [("no other warpgroup of the role writes a gathered row", z3.Not(overlap))],
                 decode, minimize=list(idx),
+                # this check models no ordering between warpgroups of one role (neither
+                # ag.ordered turns nor a pipeline's handoff between them): it would flag either
+                # again, so the fix names only what it proves or does not pair (TMA writes and
+                # other roles' writes are not this role's generic writes)
                 fix="gather only rows the gathering warpgroup wrote itself (index them by "
-                    "the warpgroup), or hand the rows over through a pipeline (TMA) or an "
-                    "ag.ordered section"))
+                    "the warpgroup), or have the rows written by TMA or by another role and "
+                    "handed over through a pipeline; an ag.ordered section or a pipeline "
+                    "between the warpgroups of this role is not modelled here and is "
+                    "still reported"))
     return obs

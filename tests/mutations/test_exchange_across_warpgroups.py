@@ -84,3 +84,36 @@ def test_the_traced_kernel_is_checked_too():
     assert bad and bad[0].counterexample["writer"]["warpgroup"] != \
         bad[0].counterexample["warpgroup"], bad
     assert not [d for d in verify.check(_exchange(False).trace()) if d.severity == "error"]
+
+
+def _exchange_in_ordered_section():
+    """The BUG exchange with the write and the gather in one ag.ordered section: turns go
+    warpgroup 0 then 1, yet warpgroup 0 still gathers rows warpgroup 1 writes only in its
+    later turn. sync.exchange models no ordering between one role's warpgroups."""
+    @ag.kernel(threads=384)
+    def exchange_ordered(X: ag.Tensor["M", 64, ag.f32], Y: ag.Tensor["M", 64, ag.f32]):
+        (b,) = ag.grid(ag.cdiv(Y.shape[0], 128))
+        sX = ag.smem((128, 64), ag.f32)
+        with ag.role("producer", warpgroups=1, regs=40):
+            pass
+        with ag.role("consumer", warpgroups=2, regs=232) as wg:
+            with ag.ordered("swap"):
+                ag.store_shared(sX.view().rows_of(wg * 64, 64),
+                                ag.load(X, (b * 128 + wg * 64, 0), (64, 64)))
+                rows = (1 - wg) * 64 + ag.arange(64)[:, None]
+                x = ag.gather(sX.view(), (rows, ag.arange(64)[None, :]), other=0.0)
+            ag.store(Y, (b * 128 + wg * 64, 0), x)
+    return exchange_ordered
+
+
+def test_the_fix_recommends_nothing_the_check_would_flag_again():
+    """The fix text once suggested an ag.ordered section; the check models no ordered-section
+    (or pipeline) ordering between one role's warpgroups, so such a kernel is still reported:
+    the fix must not offer it as the remedy, and must say it is not modelled."""
+    report = verify.run(lower_only(_exchange_in_ordered_section()))
+    bad = [d for d in report.errors if d.code == "sync.exchange"]
+    assert bad, "\n".join(map(str, report.errors))   # still flagged inside ag.ordered
+    fix = bad[0].fix
+    assert "ag.ordered" in fix and "still reported" in fix, fix
+    assert "or an ag.ordered section" not in fix, fix
+    assert "index them by the warpgroup" in fix, fix
