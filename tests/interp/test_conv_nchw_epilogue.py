@@ -220,15 +220,51 @@ def test_rowbox_conv1d_folds_the_batch_into_rows(n, channels_last, monkeypatch):
     assert torch.equal(calls[0], calls[1])
 
 
-def test_replayed_call_keeps_the_nchw_layout():
-    """A repeated call (`_Repeat`: the prepared launch) writes the same NCHW result."""
+def _count_replays(monkeypatch) -> list:
+    """Record every `_Repeat` hit (a replayed launch: `_Repeat.launch`, which convolve calls
+    only on a hit)."""
+    hits: list = []
+    real = conv_op._Repeat.launch
+    monkeypatch.setattr(conv_op._Repeat, "launch",
+                        lambda self, x, w: hits.append(self.args[-1]) or real(self, x, w))
+    return hits
+
+
+def test_replayed_call_keeps_the_nchw_layout(monkeypatch):
+    """A repeated call (`_Repeat`: the prepared launch) writes the same NCHW result, and it was
+    replayed (the first call prepares, the second is a hit)."""
+    conv_op._REPEATS.clear()
+    hits = _count_replays(monkeypatch)
     g = _gen(14)
     x, w, b = torch.randn(1, 8, 6, 66, generator=g), torch.randn(8, 8, 3, 3, generator=g), \
         torch.randn(8, generator=g)
     first = conv_op.convolve(x, w, b, 1, 1, 1, 1, schedule=TF32, precision="tf32")
+    assert hits == [], "the first call cannot be a replay"
     again = conv_op.convolve(x, w, b, 1, 1, 1, 1, schedule=TF32, precision="tf32")
+    assert hits == [None], f"the repeated call was not replayed (hits: {hits})"
     assert first.is_contiguous() and again.is_contiguous()
     assert torch.equal(first, again)
+
+
+def test_nchw_is_part_of_the_replay_key(monkeypatch):
+    """The same tensors with nchw=None (eager's: NCHW for an NCHW x) then nchw=False
+    (channels-last always): the second call is no replay of the first (nchw is in `_Repeat`'s
+    key), its layout differs, its values are the same."""
+    conv_op._REPEATS.clear()
+    hits = _count_replays(monkeypatch)
+    g = _gen(15)
+    x, w, b = torch.randn(1, 8, 6, 66, generator=g), torch.randn(8, 8, 3, 3, generator=g), \
+        torch.randn(8, generator=g)
+    first = conv_op.convolve(x, w, b, 1, 1, 1, 1, schedule=TF32, precision="tf32", nchw=None)
+    last = conv_op.convolve(x, w, b, 1, 1, 1, 1, schedule=TF32, precision="tf32", nchw=False)
+    assert hits == [], f"nchw=False replayed the nchw=None launch (hits: {hits})"
+    assert first.is_contiguous(), first.stride()
+    assert last.is_contiguous(memory_format=torch.channels_last) and \
+        not last.is_contiguous(), last.stride()
+    assert torch.equal(first, last)
+    again = conv_op.convolve(x, w, b, 1, 1, 1, 1, schedule=TF32, precision="tf32", nchw=False)
+    assert hits == [False] and torch.equal(again, last) and \
+        again.is_contiguous(memory_format=torch.channels_last)
 
 
 def test_nchw_needs_the_direct_epilogue():
