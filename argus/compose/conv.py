@@ -9,10 +9,16 @@ data read as tf32: the arithmetic of PyTorch eager's own cuDNN convolution (allo
 default for cuDNN), as accurate as eager, not fp32-accurate.
 A transposed convolution is the gradient form of argus.ops.conv (stride 1: one convolution
 with flipped, channel-swapped weights; strided: one per output phase, interleaved into the
-output by Argus kernels: argus/kernels/conv_interleave.py). The result is NCHW-contiguous, so the fused kernels that follow read it as a plain view: the implicit GEMM
-writes it channels-first from its epilogue (argus.ops.conv.convolve(nchw=True), conv_kernel's
-nchw store: no transpose pass, as cuDNN's fprop writes NCHW directly); only a 16-bit narrow
-layer's TMA-store epilogue still writes channels-last, made NCHW by a copy (`_nchw`).
+output by Argus kernels: argus/kernels/conv_interleave.py). The result is NCHW-contiguous, so
+the fused kernels that follow read it as a plain view. The implicit GEMM writes it
+channels-first from its epilogue (argus.ops.conv.convolve(nchw=True), conv_kernel's nchw
+store: no transpose pass, as cuDNN's fprop writes NCHW directly), and so does the im2col route
+from NCHW_IM2COL_IMAGE_BYTES an image up (argus.ops.conv.im2col_nchw: one GEMM an image).
+Three routes still return channels-last: a 16-bit narrow layer's TMA-store epilogue, the
+im2col route below that bound (one channels-last GEMM a chunk) and the 16-bit pointwise route
+(a 1x1 convolution as one GEMM); `_nchw` makes those NCHW with Argus's layout copy
+(argus/compose/launch.py copy_into: the tile transpose, ag.store(transposed=True)), so the
+layout pass is Argus GPU time too.
 
 The fp32 input is packed by Argus kernels (`pack_split`: the NCHW -> NHWC transpose, then
 `split_pieces` writes each slot's bf16 piece into its channels). Not Argus work (named in the
@@ -30,7 +36,7 @@ import torch
 import argus as ag
 from argus.compose.gemm import bf16_pieces
 from argus.compose.launch import run as _run
-from argus.compose.launch import transpose
+from argus.compose.launch import _COPY_DTYPES, copy_into, transpose
 from argus.compose.pool import row_decode
 from argus.ops import conv as conv_ops
 
@@ -145,16 +151,17 @@ def _one(v) -> tuple:
 
 
 def _nchw(y: torch.Tensor) -> torch.Tensor:
-    """y (N, C, *spatial) -> an NCHW-contiguous tensor: an Argus transpose of the channels-last
-    buffer the kernel wrote (fp32), torch's copy for other dtypes, nothing when contiguous."""
+    """y (N, C, *spatial) -> an NCHW-contiguous tensor, nothing done when it is one already:
+    Argus's layout copy (copy_into: the tile transpose of the channels-last buffer a route
+    wrote, for fp32 and the 16-bit types alike, so that a composed solution's layout pass is
+    an Argus kernel, not torch's `.contiguous()`); torch's copy only for a dtype the layout
+    copies have no kernel for (none a convolution returns: fp32, bf16, fp16)."""
     if y.is_contiguous():
         return y
-    n, c = y.shape[0], y.shape[1]
-    last = y.movedim(1, -1)                                   # the buffer's own order
-    if y.dtype != torch.float32 or not last.is_contiguous():
+    if y.dtype not in _COPY_DTYPES:
         return y.contiguous()
     out = torch.empty(y.shape, dtype=y.dtype, device=y.device)
-    _run(transpose, (last.reshape(n, -1, c), out.view(n, c, -1)))
+    copy_into(y, out)
     return out
 
 

@@ -161,12 +161,13 @@ def _composition(name: str, task_source: str, plan: Plan, kernels: str,
     if "convolutions" in steps and tf32:
         partial += ("\nConvolutions: fp32 ones run as ONE tf32 product (ConvRun(precision="
                     "'tf32')): relaxed track only, as accurate as PyTorch eager's cuDNN "
-                    "convolution with TF32, not fp32-accurate; torch repacks each weight once "
-                    "and pads W to a whole stride where needed.")
+                    "convolution with TF32, not fp32-accurate; Argus kernels transpose a "
+                    "channels-last result to NCHW; torch repacks each weight once and pads W "
+                    "to a whole stride where needed.")
     elif "convolutions" in steps:     # argus/compose/conv.py: what torch still does there
-        partial += ("\nConvolutions: Argus kernels pack the input and multiply; torch "
-                    "repacks each weight once (split pieces) and pads W to a whole stride "
-                    "where needed.")
+        partial += ("\nConvolutions: Argus kernels pack the input, multiply and transpose "
+                    "a channels-last result to NCHW; torch repacks each weight once (split "
+                    "pieces) and pads W to a whole stride where needed.")
     source = (HEADER.format(name=name, describe=comp.describe(), kinds=kinds or "none",
                             partial=partial)
               + task_source.rstrip() + "\n" + FOOTER.format(

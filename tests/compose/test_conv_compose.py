@@ -240,3 +240,28 @@ def test_conv_compose_kernels_compile_for_sm90a(which):
     source = codegen.render(lower_only(kernel, **constexprs))
     binary = compile_cuda(source.text, [source.name], filename=f"{source.name}.cu")
     assert binary.cubin
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(2, 24, 5, 7), (1, 16, 3, 4, 6)], ids=["2d", "3d"])
+def test_a_channels_last_result_is_made_nchw_by_an_argus_kernel(dtype, shape, monkeypatch):
+    """The routes that return channels-last (a 16-bit TMA-store epilogue, the im2col route
+    below its NCHW bound, the 16-bit pointwise route) are made NCHW by compose's `_nchw` with
+    Argus's layout copy, for the 16-bit types as for fp32 (once torch's `.contiguous()` did the
+    16-bit ones: GPU time that was not Argus's); bit for bit, and nothing for an NCHW y."""
+    from argus.compose import conv as compose_conv
+    from argus.compose import launch
+
+    ran = []
+    real = launch._run
+    monkeypatch.setattr(launch, "_run", lambda kernel, tensors, **kw:
+                        ran.append(kernel.name) or real(kernel, tensors, **kw))
+    fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    g = torch.Generator().manual_seed(len(shape))
+    y = torch.randn(shape, generator=g).to(dtype).contiguous(memory_format=fmt)
+    assert not y.is_contiguous()
+    out = compose_conv._nchw(y)
+    assert out.is_contiguous() and out.dtype == dtype and torch.equal(out, y)
+    assert ran and all("transpose" in name or "copy" in name for name in ran), ran
+    ran.clear()
+    assert compose_conv._nchw(out) is out and not ran
