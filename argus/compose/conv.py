@@ -23,7 +23,9 @@ layout pass is Argus GPU time too.
 The fp32 input is packed by Argus kernels (`pack_split`: the NCHW -> NHWC transpose, then
 `split_pieces` writes each slot's bf16 piece into its channels). Not Argus work (named in the
 solution's header): the weight's repack and split (torch, once per parameter and version: the
-cache of argus.ops.conv) and a copy when W is not a multiple of the stride.
+cache of argus.ops.conv), a bf16 / fp16 NCHW input's copy to channels-last (argus.ops.conv's
+F.pad(...).contiguous(), or the 1x1 route's reshape) and a copy when W is not a multiple of
+the stride.
 """
 
 from __future__ import annotations

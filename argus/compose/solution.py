@@ -165,9 +165,10 @@ def _composition(name: str, task_source: str, plan: Plan, kernels: str,
                     "channels-last result to NCHW; torch repacks each weight once and pads W "
                     "to a whole stride where needed.")
     elif "convolutions" in steps:     # argus/compose/conv.py: what torch still does there
-        partial += ("\nConvolutions: Argus kernels pack the input, multiply and transpose "
-                    "a channels-last result to NCHW; torch repacks each weight once (split "
-                    "pieces) and pads W to a whole stride where needed.")
+        partial += ("\nConvolutions: Argus kernels pack an fp32 input, multiply and "
+                    "transpose a channels-last result to NCHW; torch repacks each weight once "
+                    "(split pieces), copies a bf16 / fp16 NCHW input to channels-last and "
+                    "pads W to a whole stride where needed.")
     source = (HEADER.format(name=name, describe=comp.describe(), kinds=kinds or "none",
                             partial=partial)
               + task_source.rstrip() + "\n" + FOOTER.format(
