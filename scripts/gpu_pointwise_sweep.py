@@ -16,6 +16,19 @@ per tile, 2 K steps; its kernel's own time from torch.profiler), and prints ms a
 
     python scripts/gpu_pointwise_sweep.py [--n-pixels 1048576]
 
+The row for the NCHW kernel (argus/kernels/conv_pointwise_nchw.py: x read in place as the
+tf32 register A, one launch for all images; what argus.ops.conv's pointwise route now runs on
+an NCHW x of large images) times the whole KernelBench L1/87 problem (x [16, 64, 1024, 1024]
+-> 128 channels) against eager's F.conv2d with TF32 on (CUDA events, median of 10, L2 flushed
+before each call by writing a 256 MB buffer), after checking it against the float64 conv of
+the tf32-rounded operands:
+
+    python scripts/gpu_pointwise_sweep.py --only-nchw [--batch 16 --height 1024 --width 1024]
+
+Look for: the kernel's ms and TB/s against eager's 3.41 ms / 3.76 TB/s (the GEMM form:
+2.15 + 7.3 ms), its error ~1e-7 against the tf32 model, and the route's time (convolve: the
+same kernel plus the host work of a replayed call).
+
 Look for: which schedule (ping-pong: one consumer's stores under the other's MMAs; bn 128 /
 256: fewer tiles, the weight reloaded per more output) comes near eager's 3.76 TB/s. The
 winner is a candidate to add to argus/ops/schedules.candidates for small-K, huge-N problems
@@ -73,6 +86,64 @@ def _kernel_ms(fn, torch, needle: str, reps: int = 10) -> float:
     return total / reps / 1e3
 
 
+def _time_flushed(fn, torch, reps: int = 10) -> float:
+    """Median ms of fn over `reps` calls, each after writing a 256 MB buffer (more than the
+    H200's L2), so no call finds x or the result in L2."""
+    scrub = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(reps):
+        scrub.fill_(1)
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[len(times) // 2]
+
+
+def nchw_kernel_row(torch, N: int, C: int, K: int, H: int, W: int) -> None:
+    """The NCHW pointwise kernel on the whole problem against eager (see the module doc)."""
+    import torch.nn.functional as F
+
+    from argus.kernels.conv_pointwise_nchw import KV, pointwise_nchw_kernel, stages_for
+    from argus.ops import conv as conv_ops
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(N, C, H, W, generator=g, device="cuda")
+    w = torch.randn(K, C, 1, 1, generator=g, device="cuda") / C ** 0.5
+    HW = H * W
+    nbytes = (N * C * HW + N * K * HW) * 4
+    kp = -(-C // KV) * KV
+    Wp = conv_ops._pointwise_nchw_weight(w, kp)
+    run = pointwise_nchw_kernel(kp, K, stages=stages_for(kp, K)).compile()
+    out = torch.empty(N, K, H, W, device="cuda")
+    X, Y = x.view(N, C, HW), out.view(N, K, HW)
+    run(X, Wp, Y)
+    torch.cuda.synchronize()
+    # the tf32 model on the first and last images (float64 of the rounded operands)
+    for n in (0, N - 1):
+        ref = F.conv2d(conv_ops.round_to_tf32(x[n:n + 1]).double(),
+                       conv_ops.round_to_tf32(w).double())
+        err = ((out[n:n + 1].double() - ref).norm() / ref.norm()).item()
+        print(f"  nchw kernel image {n}: err {err:.1e} against the tf32 model")
+    ms = _time_flushed(lambda: run(X, Wp, Y), torch)
+    print(f"  nchw kernel (one launch, x read in place): {ms:.3f} ms, "
+          f"{nbytes / ms / 1e9:.2f} TB/s")
+    ms = _time_flushed(lambda: conv_ops.convolve(x, w, precision="tf32"), torch)
+    print(f"  argus.ops.conv.convolve(precision='tf32') (the route): {ms:.3f} ms, "
+          f"{nbytes / ms / 1e9:.2f} TB/s")
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        ms = _time_flushed(lambda: F.conv2d(x, w), torch)
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+    print(f"  eager F.conv2d (TF32 on): {ms:.3f} ms, {nbytes / ms / 1e9:.2f} TB/s")
+
+
 def main() -> int:
     import torch
 
@@ -84,8 +155,17 @@ def main() -> int:
     ap.add_argument("--n-pixels", type=int, default=1 << 20)
     ap.add_argument("--channels", type=int, default=64)
     ap.add_argument("--out-channels", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--height", type=int, default=1024)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--only-nchw", action="store_true",
+                    help="only the NCHW kernel's row on the whole problem (and eager's)")
     args = ap.parse_args()
     HW, C, K = args.n_pixels, args.channels, args.out_channels
+    print(f"whole problem: x [{args.batch}, {C}, {args.height}, {args.width}] -> {K} channels")
+    nchw_kernel_row(torch, args.batch, C, K, args.height, args.width)
+    if args.only_nchw:
+        return 0
     g = torch.Generator(device="cuda").manual_seed(0)
     Xr = conv_ops.round_to_tf32(torch.randn(HW, C, generator=g, device="cuda"))
     Wr = conv_ops.round_to_tf32(torch.randn(K, C, generator=g, device="cuda") / C ** 0.5)

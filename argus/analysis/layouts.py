@@ -276,6 +276,10 @@ def _forward(ops, layout, acc_ids, a_ids, flexible, threads, wide=frozenset()) -
                 layout[res.id] = WGMMA_ACC
             elif lays:
                 layout[res.id] = lays[0]
+            elif res.id in a_ids:
+                # pointwise math of flexible reads that is a register wgmma A (a tf32 A read
+                # from shared memory and rounded): the A fragment, and the reads follow it
+                layout[res.id] = WGMMA_ACC
             elif res.id not in flexible:
                 # only broadcast operands are anchored: the result takes a layout they
                 # broadcast into when one exists (a row statistic of an accumulator)

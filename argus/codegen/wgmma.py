@@ -96,10 +96,6 @@ class WgmmaSpec:
         if (self.trans_a or self.trans_b) and a in _TF32_INPUTS:
             raise ValueError(f"{where}: tf32 operands must be K-major (PTX has no transpose "
                              "for tf32 wgmma); fix: transpose the tensor in memory")
-        if a in _TF32_INPUTS and self.a_source == "regs":
-            raise ValueError(f"{where}: a tf32 A from registers is not supported (its m64k8 "
-                             "fragment is not the 16-bit one codegen packs); fix: read A from "
-                             "shared memory")
         if self.trans_a and self.a_source == "regs":
             raise ValueError(f"{where}: A from registers has no transpose (imm-trans-a exists "
                              "only for A in shared memory)")

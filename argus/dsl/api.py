@@ -835,10 +835,20 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
                          f"'tf32' (f32 operands read with a 10-bit mantissa)", loc,
                          fix="pass precision='tf32' with f32 operands, or leave it out")
     if isinstance(a, Tile):
-        if precision is not None:
-            raise TraceError("a tf32 wgmma reads A from shared memory: a register A operand "
-                             "is a bf16/f16 tile", loc,
-                             fix="store A into a 128B-swizzled f32 buffer and pass the view")
+        if (precision == "tf32") != (a.dtype == dtypes.f32):
+            raise TraceError(f"a register A of dtype {a.dtype} with precision={precision!r}: "
+                             f"a register A operand is a bf16 or f16 (or e4m3) tile without "
+                             f"precision, or an f32 one read as tf32 with precision='tf32' "
+                             f"(and a_acc_order=True)",
+                             loc, fix="pass precision='tf32' with an f32 A tile, or leave "
+                                      "precision out")
+        if a.dtype == dtypes.f32 and not a_acc_order:
+            raise TraceError("a tf32 register A is read in the accumulator's order only: its "
+                             "m64k8 fragment holds k-positions q and q + 4 where the "
+                             "accumulator pattern holds columns 2q and 2q + 1", loc,
+                             fix="pass a_acc_order=True and store B's k rows in the order "
+                                 "target/fragments.py acc_order_col32 (the weight's columns "
+                                 "permuted within each 8-group)")
         if overwrite:
             raise TraceError("wgmma(overwrite=True) takes shared-memory operands", loc,
                              fix="use a shared-memory A view, or a fresh ag.zeros accumulator")
@@ -847,9 +857,8 @@ def wgmma(a, b, acc: Tile, trans_b: bool = False, *, trans_a: bool = False,
                              fix="use a shared-memory A view, or leave pinned out")
         return _wgmma_register_a(ctx, loc, a, b, acc, trans_b, a_acc_order)
     if a_acc_order:
-        raise TraceError("wgmma(a_acc_order=True) takes an e4m3 register A (P of FP8 "
-                         "attention)", loc, fix="pass the register tile, or leave a_acc_order "
-                                                "out")
+        raise TraceError("wgmma(a_acc_order=True) takes an e4m3 or f32 (tf32) register A", loc,
+                         fix="pass the register tile, or leave a_acc_order out")
     av, bv = _view(a, "wgmma operand a", loc), _view(b, "wgmma operand b", loc)
     if (trans_a or trans_b) and dtypes.f32 in (av.buffer.type.dtype, bv.buffer.type.dtype):
         which = "A" if trans_a else "B"
@@ -967,8 +976,9 @@ def _wgmma_register_a(ctx, loc, a: Tile, b, acc: Tile, trans_b: bool,
             acc.shape[0] != 64:
         raise TraceError("wgmma accumulates into a [64, N] f32 tile (ag.zeros((64, N)))", loc)
     if len(a.shape) != 2 or a.shape[0] != 64 or \
-            a.dtype not in (dtypes.bf16, dtypes.f16, dtypes.e4m3):
-        raise TraceError(f"a register A operand is a [64, K] bf16 or f16 (or e4m3) tile, got "
+            a.dtype not in (dtypes.bf16, dtypes.f16, dtypes.e4m3, dtypes.f32):
+        raise TraceError(f"a register A operand is a [64, K] bf16, f16, e4m3 or f32 (tf32) "
+                         f"tile, got "
                          f"{a.shape} {a.dtype}", loc,
                          fix="convert the accumulator it comes from: p.to(ag.bf16)")
     m, n = acc.shape
@@ -993,9 +1003,10 @@ def _wgmma_register_a(ctx, loc, a: Tile, b, acc: Tile, trans_b: bool,
                          f"(need {n}x{k}), acc is 64x{n}", loc)
     if n % 8 or not 8 <= n <= 256:
         raise TraceError(f"wgmma N={n} must be a multiple of 8 in [8, 256]", loc)
-    if a_acc_order and a.dtype.bits != 8:
-        raise TraceError(f"wgmma(a_acc_order=True) reads an 8-bit A in the accumulator's order; "
-                         f"a {a.dtype} A already is the accumulator pattern", loc,
+    if a_acc_order and a.dtype.bits == 16:
+        raise TraceError(f"wgmma(a_acc_order=True) reads an 8-bit or 32-bit A in the "
+                         f"accumulator's order; a {a.dtype} A already is the accumulator "
+                         f"pattern", loc,
                          fix="leave a_acc_order out for 16-bit P")
     ctx.builder.append(O.Wgmma(acc.value, a.value, bv.materialize(), trans_b,
                                a_acc_order=bool(a_acc_order), loc=loc))
@@ -1044,25 +1055,52 @@ def store_shared(dst, tile: Tile) -> None:
     ctx.builder.append(O.StMatrix(view.materialize(), tile.value, plain=True, loc=loc))
 
 
-def load_shared(src) -> Tile:
+def load_shared(src, *, transposed: bool = False, rows: int | None = None) -> Tile:
     """Read a 32-bit tile (f32 or i32) from an unswizzled shared-memory view, e.g. block
     scales a producer copied by TMA with each pipeline stage, inside the consume step that
     reads them. Recorded as the IR's shared-memory read (the `ldmatrix` op, which the
     interpreter and the verifier read element by element whatever its type) and rendered as
     one ld.shared per register, in the layout the tile's user needs: a one-wide window of it
     (`t[:, 0:1]`, the first of the four f32 a 16-byte TMA box holds) broadcast against an
-    accumulator reads only the elements each thread multiplies."""
+    accumulator reads only the elements each thread multiplies.
+
+    `transposed=True` reads an MN-major tile as its [MN, K] transpose, e.g. [channels, pixels]
+    boxes of an NCHW tensor as the [pixels, channels] tf32 register A of a wgmma: the view is
+    `rows // W` atoms of [K][W] stacked along its rows (W = its columns: one atom, the plain
+    transpose, unswizzled; or the swizzle span, 32 f32 with swizzle=128, whose XOR spreads a
+    column's reads over the banks), and element (m, k) of the [rows, K] result is element
+    ((m // W) * K + k, m % W) of the view: wgmma's MN-major operand layout. `rows` defaults
+    to W."""
     ctx = current("ag.load_shared")
     loc = user_loc()
     view = _view(src, "load_shared source", loc)
     dtype = view.buffer.type.dtype
-    if dtype.bits != 32 or view.buffer.type.swizzle:
-        raise TraceError(f"ag.load_shared reads 32-bit unswizzled views, got "
-                         f"{dtype} with swizzle {view.buffer.type.swizzle}", loc,
+    swizzle = view.buffer.type.swizzle
+    if dtype.bits != 32 or (swizzle and not transposed):
+        raise TraceError(f"ag.load_shared reads 32-bit unswizzled views (a swizzled one only "
+                         f"transposed=True), got {dtype} with swizzle {swizzle}", loc,
                          fix="16-bit tiles in the accumulator fragment: ag.ldmatrix; "
                              "allocate the buffer with swizzle=0")
-    v = ctx.builder.fresh(TileType(dtype, view.shape))
-    ctx.builder.append(O.LdMatrix(v, view.materialize(), loc=loc))
+    shape = view.shape
+    if transposed:
+        w = view.cols
+        if swizzle and w * dtype.bytes != swizzle:
+            raise TraceError(f"ag.load_shared(transposed=True) of a {swizzle}-byte swizzled "
+                             f"view needs rows of one swizzle span ({swizzle // dtype.bytes} "
+                             f"elements), got {w}", loc,
+                             fix=f"allocate the buffer with {swizzle // dtype.bytes} columns")
+        mn = w if rows is None else rows
+        if not isinstance(mn, int) or mn <= 0 or mn % w or view.rows % (mn // w):
+            raise TraceError(f"ag.load_shared(transposed=True, rows={rows}): the view's "
+                             f"{view.rows} rows are rows // {w} atoms of [K][{w}], so rows "
+                             f"must be a multiple of {w} dividing them into equal atoms", loc,
+                             fix="stack one [K][W] box per W rows of the result")
+        shape = (mn, view.rows // (mn // w))
+    elif rows is not None:
+        raise TraceError("ag.load_shared(rows=...) is for transposed reads", loc,
+                         fix="leave rows out, or pass transposed=True")
+    v = ctx.builder.fresh(TileType(dtype, shape))
+    ctx.builder.append(O.LdMatrix(v, view.materialize(), transposed=bool(transposed), loc=loc))
     return Tile(v)
 
 

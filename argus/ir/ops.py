@@ -358,12 +358,16 @@ class LdMatrix(Op):
     """Load a register tile from smem view `src`: a 16-bit tile in the accumulator fragment
     through ldmatrix.m8n8.x4, or a 32-bit tile of an unswizzled view (`ag.load_shared`:
     block scales) by ld.shared in whatever layout its user needs. Element (i, j) of the
-    result is element (i, j) of the view (so interpreter and verifier read any type)."""
+    result is element (i, j) of the view (so interpreter and verifier read any type), or with
+    `transposed` (32-bit only: ag.load_shared(transposed=True)) the MN-major read: the
+    [A*K, W] view is A atoms of [K][W], and element (m, k) of the [A*W, K] result is element
+    ((m // W) * K + k, m % W) of the view (A = 1: the plain transpose)."""
 
     NAME = "ldmatrix"
     RESULTS = ("result",)
     result: Value
     src: Value
+    transposed: bool = False
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,10 @@ on their own kernel (argus/kernels/conv_depthwise.py: exact fp32 on the CUDA cor
 and the split alike; NCHW-contiguous input read in place, result NCHW-contiguous), and fp32 1x1
 convolutions under tf32 (stride 1, no padding, one group, no bias or activation) as the plain
 GEMM [N*H*W, C] x [C, K] on argus.ops.matmul's tf32 kernel (`_pointwise_tf32`: the input
-rounded by the same one pass, no other layout pass; an NCHW input of large images runs one
-GEMM per image into an NCHW result instead); bf16 / fp16 1x1 convolutions with the same
+rounded by the same one pass, no other layout pass; an NCHW input of large images runs
+argus/kernels/conv_pointwise_nchw.py instead, x read in place as the tf32 register A, one
+launch, an NCHW result: `_pointwise_nchw_tf32`, or one GEMM per image where that kernel does
+not apply); bf16 / fp16 1x1 convolutions with the same
 restrictions and C a multiple of 8 as the same flat GEMM on matmul's 16-bit kernel
 (`_pointwise_16bit`: a channels-last x and the weight read in place, an NCHW x copied to
 channels-last once, as the implicit GEMM copies it; the result channels-last as the implicit
@@ -684,7 +686,8 @@ def route(x, weight, bias, stride, padding, groups, activation: str = "none", sc
       H200: 0.37-0.74x cuDNN on ResNet-50's 1x1 layers in the implicit GEMM, 8c072d7).
       Two dtypes:
         fp32 under precision="tf32" (`_pointwise_tf32`): result channels-last, but for an NCHW
-        x of NCHW_POINTWISE_PIXELS or more pixels per image (one GEMM per image: NCHW);
+        x of NCHW_POINTWISE_PIXELS or more pixels per image NCHW (`_pointwise_nchw_tf32`: one
+        kernel reading x in place, where `_pointwise_nchw_applies`; else one GEMM per image);
         bf16 / fp16 with C a multiple of 8 (16-byte pixel rows: TMA reads a channels-last x in
         place; other C take the implicit GEMM, which pads the channels) (`_pointwise_16bit`):
         result channels-last always, as the implicit GEMM's.
@@ -1159,9 +1162,89 @@ def pointwise_gemm(A, Bt, out2):
 NCHW_POINTWISE_PIXELS = 16384
 
 
+def _pointwise_nchw_weight(weight, kp: int):
+    """Wp [K, KP]: the fp32 weight [K, C, 1, 1] rounded to tf32 (`_weight_side`'s repack,
+    channels zero-padded to KP) with its channels in the order the kernel's register A
+    multiplies them (target/fragments.py acc_order_col32: Wp[:, k] = Wr[:, acc_order_col32(k)],
+    a permutation inside each 8-group), kept per weight object and version like the repack."""
+    def make():
+        import torch
+
+        from argus.target.fragments import acc_order_col32
+        Wt = _weight_side(weight, 1, 0, kp, tf32=True)       # [1, K, C padded to kp]
+        perm = torch.tensor([acc_order_col32(k) for k in range(kp)], device=Wt.device)
+        return Wt[0].index_select(1, perm).contiguous()
+    return _derived(weight, ("pointwise_nchw", kp), make)
+
+
+# the NCHW pointwise kernel's bounds (argus/kernels/conv_pointwise_nchw.py): Cout one wgmma N,
+# Cin up to 128, and a ring of 2 stages or more next to the weight in shared memory
+# (`stages_for`)
+NCHW_KERNEL_MAX_K = 256
+NCHW_KERNEL_MAX_C = 128
+
+
+def _pointwise_nchw_applies(x, weight) -> bool:
+    """Whether `_pointwise_nchw_tf32` takes the call: an NCHW-contiguous x (read in place by
+    TMA: H*W a multiple of 4, the 16-byte channel stride), K a multiple of 8 up to 256, C up
+    to 128."""
+    N, C, H, W = x.shape
+    K = weight.shape[0]
+    from argus.kernels.conv_pointwise_nchw import KV, stages_for
+
+    return (x.is_contiguous() and (H * W) % 4 == 0 and H * W > 0 and N > 0
+            and K % 8 == 0 and 0 < K <= NCHW_KERNEL_MAX_K and 0 < C <= NCHW_KERNEL_MAX_C
+            and stages_for(-(-C // KV) * KV, K) > 0)
+
+
+def _pointwise_nchw_tf32(x, weight):
+    """conv2d(x, weight) for a 1x1 filter, stride 1, no padding, one group, fp32 under tf32,
+    for an NCHW-contiguous x (`_pointwise_nchw_applies`): ONE kernel, x read in place
+    (argus/kernels/conv_pointwise_nchw.py: TMA boxes of x as the tf32 register A, rounded in
+    registers), the result NCHW-contiguous, as cuDNN's. No rounding pass over x and no
+    per-image launches (the GEMM form below: 2.15 ms of rounding + 7.3 ms of GEMMs on
+    KernelBench L1/87, against eager's one cutlass GEMM at 3.41 ms). Returns (the result, its
+    replay)."""
+    import torch
+
+    from argus.kernels.conv_pointwise_nchw import KV, pointwise_nchw_kernel, stages_for
+
+    N, C, H, W = x.shape
+    K, HW = weight.shape[0], H * W
+    kp = -(-C // KV) * KV
+    Wp = _pointwise_nchw_weight(weight, kp)
+    kernel = pointwise_nchw_kernel(kp, K, stages=stages_for(kp, K))
+    plans: dict = {}
+
+    def launch(x, weight, out=None):
+        if out is None:
+            out = torch.empty((N, K, H, W), dtype=torch.float32, device=x.device)
+        X, Y = x.view(N, C, HW), out.view(N, K, HW)
+        if x.is_meta:
+            kernel.compile().build_for(X, Wp, Y)
+        elif not x.is_cuda:
+            kernel.interpret(X.clone(), Wp.clone(), Y)
+        else:
+            plan = plans.get((X.data_ptr(), Y.data_ptr()))
+            if plan is not None:
+                plan()
+                return out
+            compiled = kernel.compile()
+            with torch.cuda.device(x.device):
+                compiled(X, Wp, Y)
+            plan = compiled.plan_for(X, Wp, Y)
+            if plan is not None:
+                _keep(plans, (X.data_ptr(), Y.data_ptr()), plan)
+        return out
+
+    out = launch(x, weight)
+    return out, _RouteRepeat.Replay(launch, True, None)
+
+
 def _pointwise_tf32(x, weight):
     """conv2d(x, weight) for a 1x1 filter, stride 1, no padding, one group, fp32 under tf32
-    (checked) on argus.ops.matmul's tf32 kernel. A is x rounded to tf32 as the implicit GEMM's
+    (checked) on argus.ops.matmul's tf32 kernel, or (an NCHW x of NCHW_POINTWISE_PIXELS or more
+    pixels per image, `_pointwise_nchw_applies`) on the NCHW kernel (`_pointwise_nchw_tf32`). A is x rounded to tf32 as the implicit GEMM's
     input is (`_tf32_input`: an NCHW x transposed and rounded in one pass, a channels-last x
     rounded in one copy; channels zero-padded to a multiple of 4: Xr [N, H*W, Cp]), Wr the
     weight rounded once per version (`_weight_side`, [K, Cp] with zero padding columns). Two
@@ -1181,6 +1264,8 @@ def _pointwise_tf32(x, weight):
 
     N, C, H, W = x.shape
     K, HW = weight.shape[0], H * W
+    if HW >= NCHW_POINTWISE_PIXELS and _pointwise_nchw_applies(x, weight):
+        return _pointwise_nchw_tf32(x, weight)
     cpad = -C % 4
     Cp = C + cpad
     Wt = _weight_side(weight, 1, 0, 32, tf32=True)          # [1, K, C padded to 32]

@@ -209,6 +209,52 @@ def acc_order_col(k: Any) -> Any:
     return k - r + 8 * a + 2 * q + e
 
 
+def acc_order_col32(k: Any) -> Any:
+    """The tile column that k-position k of a tf32 (32-bit) register A reads when the A
+    fragment is taken in the accumulator's own order: the m64k8 tf32 A fragment gives thread
+    (row r, quad position q) k-positions q and q + 4 (rows r and r + 8: registers a0..a3), the
+    accumulator pattern gives it columns 2q and 2q + 1 of each 8-column chunk, so registers
+    (4kk, 4kk+2, 4kk+1, 4kk+3) of the tile are the fragment of k8 step kk, no shuffle:
+    k = 8c + 4h + q  ->  8c + 2q + h. A bijection of each 8-group, so the product is unchanged
+    when B's k rows are permuted the same way (the pointwise conv's weight,
+    argus/kernels/conv_pointwise_nchw.py)."""
+    r = arith.mod(k, 8)
+    h, q = arith.div(r, 4), arith.mod(r, 4)
+    return k - r + 2 * q + h
+
+
+# the registers of the accumulator pattern that make k8 step kk's tf32 A registers a0..a3
+# (codegen/cuda/mma.py packs ra[kk][r] = tile register 4 kk + ACC_ORDER_A32[r])
+ACC_ORDER_A32 = (0, 2, 1, 3)
+
+
+def wgmma_a32_coord(t: Any, i: Any) -> tuple[Any, Any]:
+    """(row, k) of element a_i (i in [0, 4)) of the tf32 register A operand (m64k8, PTX ISA
+    "Register fragments: wgmma .m64nNk8", the mma.m16n8k8 .tf32 A layout per warp):
+    row = 16w + g + 8(i%2), k = q + 4(i/2)."""
+    w, lane = arith.div(t, 32), arith.mod(t, 32)
+    g, q = arith.div(lane, 4), arith.mod(lane, 4)
+    return 16 * w + g + 8 * arith.mod(i, 2), q + 4 * arith.div(i, 2)
+
+
+def check_acc_order_a32(k_steps: int = 4) -> None:
+    """Proof by enumeration that the packing ACC_ORDER_A32 gives k-position k of step kk the
+    tile column acc_order_col32(8 kk + k) in the same row: what the interpreter and the
+    verifier assume (O.Wgmma.a_acc_order with an f32 A)."""
+    assert sorted(acc_order_col32(k) for k in range(8)) == list(range(8))
+    for t in range(128):
+        for kk in range(k_steps):
+            for r in range(4):
+                row, k = wgmma_a32_coord(t, r)
+                got = wgmma_acc_coord(t, 4 * kk + ACC_ORDER_A32[r])
+                assert (row, acc_order_col32(8 * kk + k)) == got, (t, kk, r, got)
+
+
+def acc_order_for(bits: int):
+    """`acc_order_col` of a register A of `bits`-bit elements (8: fp8, 32: tf32)."""
+    return acc_order_col32 if bits == 32 else acc_order_col
+
+
 def acc_order_k(col: Any) -> Any:
     """Inverse of `acc_order_col`: the k-position that reads tile column `col`."""
     e, q = arith.mod(col, 2), arith.mod(arith.div(col, 2), 4)

@@ -44,7 +44,7 @@ from argus.ir import ops as O
 from argus.ir import tag_ops as T
 from argus.ir.core import Kernel, Op, Region, Value
 from argus.ir.types import ScalarType, SmemType, TensorType, TileType
-from argus.target.fragments import acc_order_col
+from argus.target.fragments import acc_order_for
 from argus.verify import exprs, solver
 from argus.verify.tagdomain import (Memo, Record, TagVal, conj, fresh_int, instantiate,
                                    mentions, occurring, substitute, subterms, with_fresh)
@@ -427,7 +427,7 @@ class Model:
         the same map the interpreter and the hardware apply, so B's row kk is compared with
         the element the instruction really multiplies it by."""
         if wsite.a_tile is not None:
-            col = acc_order_col(kk) if wsite.op.a_acc_order else kk
+            col = acc_order_for(wsite.op.a.type.dtype.bits)(kk) if wsite.op.a_acc_order else kk
             # registers always hold a value (a masked load reads its fill value): defined
             return dataclasses.replace(wsite.a_tile.fn((m, col)), defined=z3.BoolVal(True))
         op = wsite.op

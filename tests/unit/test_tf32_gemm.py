@@ -63,12 +63,19 @@ def test_tf32_wrapper_text():
     assert WgmmaSpec(256, "tf32", "tf32").k == 8
 
 
+def test_tf32_register_a_wrapper_text():
+    """The rs form (the NCHW pointwise conv's A, argus/kernels/conv_pointwise_nchw.py): the
+    m64k8 tf32 A fragment is four 32-bit registers, like the 16-bit one's four packed pairs."""
+    spec = WgmmaSpec(n=64, a_dtype="tf32", b_dtype="tf32", a_source="regs")
+    assert spec.name == "wgmma_m64n64k8_f32_tf32_rs"
+    assert "}, {%32, %33, %34, %35}, %36, p, 1, 1;" in spec.source()
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"a_dtype": "tf32", "b_dtype": "bf16"}, "tf32 B"),
     ({"a_dtype": "tf32", "b_dtype": "tf32", "acc_dtype": "f16"}, "f32 only"),
     ({"a_dtype": "tf32", "b_dtype": "tf32", "trans_b": True}, "K-major"),
     ({"a_dtype": "tf32", "b_dtype": "tf32", "trans_a": True}, "K-major"),
-    ({"a_dtype": "tf32", "b_dtype": "tf32", "a_source": "regs"}, "registers"),
 ])
 def test_illegal_tf32_wrappers_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -117,8 +124,11 @@ def test_tf32_request_refusals():
             ag.wgmma(ag.zeros((64, 32), ag.f32), sB, acc, precision="tf32")
             ag.store(C, (0, 0), acc)
 
-    with pytest.raises(ag.TraceError, match="reads A from shared memory"):
+    # a tf32 register A exists only in the accumulator's order (the fragment's k-positions
+    # q, q + 4 are the accumulator pattern's columns 2q, 2q + 1): natural order is refused
+    with pytest.raises(ag.TraceError, match="accumulator's order only") as info:
         register_a.trace()
+    assert "a_acc_order=True" in str(info.value.fix)
 
 
 def test_gemm_kernel_refusals():

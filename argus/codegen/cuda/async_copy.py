@@ -208,20 +208,35 @@ def stmatrix(em: _Emitter, op: O.StMatrix) -> None:
 
 
 def _load_shared_32(em: _Emitter, op: O.LdMatrix) -> None:
-    """A 32-bit tile read from an unswizzled view (ag.load_shared): each register is one
+    """A 32-bit tile read from a shared-memory view (ag.load_shared): each register is one
     ld.shared of the element its layout names (layout inference chose the layout the tile's
-    user needs). Registers that no user reads are loads the C++ compiler drops."""
+    user needs). Registers that no user reads are loads the C++ compiler drops. A transposed
+    read (O.LdMatrix.transposed) takes element (m, k) from view element ((m / W) * K + k,
+    m % W), at its swizzled address when the view is swizzled (the XOR pattern TMA wrote)."""
     t: SmemViewType = op.src.type
-    if t.swizzle:
+    if t.swizzle and not op.transposed:
         raise CompileError(f"ag.load_shared reads unswizzled buffers; this view has a "
                            f"{t.swizzle}B swizzle", op.loc,
                            fix="allocate the buffer with swizzle=0 (TMA writes it row-major)")
     info = em.declare_tile(op.result, op.loc)
     lay = info.layout
     cols = t.shape[1]
+    k = op.result.type.shape[1]
+    atoms = op.result.type.shape[0] // cols
     view = em.name(op.src)
     for i in range(lay.nregs):
-        em.emit(f"{info.name}[{i}] = {view}[({lay.row(i)}) * {cols} + {lay.col(i)}];")
+        r, c = lay.row(i), lay.col(i)
+        if op.transposed:
+            r, c = (c, r) if atoms == 1 else (f"(({r}) / {cols}) * {k} + ({c})",
+                                              f"({r}) % {cols}")
+        if t.swizzle:
+            off = f"(({r}) * {cols} + {c}) * {t.dtype.bytes}"
+            em.emit(f"{info.name}[{i}] = *reinterpret_cast<const {elem_c(t.dtype)}*>("
+                    f"reinterpret_cast<const unsigned char*>({view}) + "
+                    f"(ag::swizzle_smem_addr(ag::smem_u32({view}) + {off}, {t.swizzle}) - "
+                    f"ag::smem_u32({view})));")
+        else:
+            em.emit(f"{info.name}[{i}] = {view}[({r}) * {cols} + {c}];")
 
 
 @rule(O.LdMatrix)

@@ -14,7 +14,7 @@ from argus.codegen.cuda.sync import fence_operands, wgmma_fence, wgmma_wait
 from argus.codegen.wgmma import WgmmaSpec
 from argus.errors import CompileError
 from argus.ir import ops as O
-from argus.target.fragments import ACC_ORDER_A8, ACC_TO_A8
+from argus.target.fragments import ACC_ORDER_A8, ACC_ORDER_A32, ACC_TO_A8
 
 
 @group_rule(O.WgmmaFence)
@@ -120,6 +120,16 @@ def _wgmma_register_a(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence, ra: str = 
         em.emit(f"ag::uint32_t ra[{k_steps}][4];")
     if dt.bits == 8:
         _pack_a8(em, op, ra, k_steps)
+    elif dt.bits == 32:
+        # tf32 in the accumulator's order (O.Wgmma.a_acc_order, target/fragments.py
+        # acc_order_col32): the m64k8 fragment's a0..a3 are (row r, k q), (r + 8, q), (r, q + 4),
+        # (r + 8, q + 4); the tile's registers 4kk + (0, 1, 2, 3) hold (r, 2q), (r, 2q + 1),
+        # (r + 8, 2q), (r + 8, 2q + 1) of chunk kk, so k-position q reads column 2q and q + 4
+        # reads 2q + 1: the thread's own registers, reordered, no shuffle
+        for kk in range(k_steps):
+            for r, reg in enumerate(ACC_ORDER_A32):
+                v = strip_round(em.reg_expr(op.a, 4 * kk + reg), dt)
+                em.emit(f"{ra}[{kk}][{r}] = __float_as_uint({v});")
     else:
         pack = "ag::pack_bf16x2" if dt.name == "bf16" else "ag::pack_f16x2"
         for kk in range(k_steps):

@@ -38,7 +38,11 @@ def stmatrix(m: _Interp, g: _Group, op: O.StMatrix) -> None:
 
 @rule(O.LdMatrix)
 def ldmatrix(m: _Interp, g: _Group, op: O.LdMatrix) -> None:
-    g.env[op.result.id] = m.val(g, op.src).array().copy()
+    src = m.val(g, op.src).array()
+    if op.transposed:   # atoms [A][K][W] -> [A*W, K] (O.LdMatrix.transposed)
+        k, w = op.result.type.shape[1], src.shape[1]
+        src = src.reshape(-1, k, w).transpose(0, 2, 1).reshape(-1, k)
+    g.env[op.result.id] = src.copy()
 
 
 @rule(O.Load)

@@ -17,7 +17,7 @@ from argus.dtypes import truncate_to_tf32
 from argus.ir import ops as O
 from argus.runtime.interp.machine import _Group, _Interp
 from argus.runtime.interp.registry import rule
-from argus.target.fragments import acc_order_col
+from argus.target.fragments import acc_order_for
 
 
 @rule(O.Wgmma)
@@ -33,7 +33,7 @@ def wgmma(m: _Interp, g: _Group, op: O.Wgmma) -> None:
     b_nk = k_major(b) if op.trans_b else b
     a = k_major(a) if op.trans_a else a
     if op.a_acc_order:  # k-position k reads A's column acc_order_col(k) (O.Wgmma.a_acc_order)
-        a = a[:, acc_order_col(np.arange(k))]
+        a = a[:, acc_order_for(op.a.type.dtype.bits)(np.arange(k))]
     if op.b.type.dtype.name == "f32":  # wgmma .tf32: the tensor core sees 10 mantissa bits
         a, b_nk = truncate_to_tf32(a), truncate_to_tf32(b_nk)
     if op.overwrite:  # scale-d = 0: the old value is dropped

@@ -26,6 +26,7 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import TileType
+from argus.layout import arith
 from argus.verify.tagdomain import fresh_int, through
 from argus.verify.transfer.domain import (AtomicSite, ReadSite, Rule, StoreSite, ViewInfo,
                                          WriteSite, _num, trailing)
@@ -55,8 +56,16 @@ def ldmatrix(m: Model, op: O.LdMatrix, scopes, role, counters, following) -> Non
     view = m.views[op.src.id]
     if m._recording:
         m.reads.append(ReadSite("ldmatrix", op, site, view))
-    m._set_tile(op.result, lambda idx, v=view, s=site: through(
-        m.read_smem(v, idx, s), f"the ldmatrix view at {v.op.loc}"),
+    k, w = op.result.type.shape[1], op.src.type.shape[1]
+    atoms = op.result.type.shape[0] // w if op.transposed else 0
+
+    def fn(idx, v=view, s=site):
+        if atoms == 1:      # element (m, k) of the tile is (k, m) of the view
+            idx = (idx[1], idx[0])
+        elif atoms:         # atoms [A][K][W]: (m, k) is ((m // W) * K + k, m % W)
+            idx = (arith.div(idx[0], w) * k + idx[1], arith.mod(idx[0], w))
+        return through(m.read_smem(v, idx, s), f"the ldmatrix view at {v.op.loc}")
+    m._set_tile(op.result, fn,
         op, "ldmatrix of a shared-memory view")
 
 
