@@ -48,10 +48,10 @@ on their own kernel (argus/kernels/conv_depthwise.py: exact fp32 on the CUDA cor
 and the split alike; NCHW-contiguous input read in place, result NCHW-contiguous), and fp32 1x1
 convolutions under tf32 (stride 1, no padding, one group, no bias or activation) as the plain
 GEMM [N*H*W, C] x [C, K] on argus.ops.matmul's tf32 kernel (`_pointwise_tf32`: the input
-rounded by the same one pass, no other layout pass; an NCHW input of large images runs
-argus/kernels/conv_pointwise_nchw.py instead, x read in place as the tf32 register A, one
-launch, an NCHW result: `_pointwise_nchw_tf32`, or one GEMM per image where that kernel does
-not apply); bf16 / fp16 1x1 convolutions with the same
+rounded by the same one pass, no other layout pass; an NCHW input of large images runs one
+GEMM per image into an NCHW result, or, once NCHW_POINTWISE_IN_PLACE is on (off until the
+kernel has run on an H200), argus/kernels/conv_pointwise_nchw.py: x read in place as the tf32
+register A, one launch, an NCHW result, `_pointwise_nchw_tf32`); bf16 / fp16 1x1 convolutions with the same
 restrictions and C a multiple of 8 as the same flat GEMM on matmul's 16-bit kernel
 (`_pointwise_16bit`: a channels-last x and the weight read in place, an NCHW x copied to
 channels-last once, as the implicit GEMM copies it; the result channels-last as the implicit
@@ -1182,6 +1182,13 @@ def _pointwise_nchw_weight(weight, kp: int):
 # (`stages_for`)
 NCHW_KERNEL_MAX_K = 256
 NCHW_KERNEL_MAX_C = 128
+# Whether the pointwise route takes the NCHW in-place kernel at all. Off until it has run on an
+# H200: it is built, interpreted, verified and compiled for sm_90a (tests/interp/
+# test_conv_pointwise_nchw_interp.py), but its tf32 register-A fragment order is proven only
+# against the PTX layout tables (target/fragments.py check_acc_order_a32), which the interpreter
+# cannot contradict; tests/gpu/test_conv_pointwise_nchw_gpu.py and `scripts/gpu_pointwise_sweep.py
+# --only-nchw` decide. Set True to opt in (the GPU tests do).
+NCHW_POINTWISE_IN_PLACE = False
 
 
 def _pointwise_nchw_applies(x, weight) -> bool:
@@ -1264,7 +1271,8 @@ def _pointwise_tf32(x, weight):
 
     N, C, H, W = x.shape
     K, HW = weight.shape[0], H * W
-    if HW >= NCHW_POINTWISE_PIXELS and _pointwise_nchw_applies(x, weight):
+    if NCHW_POINTWISE_IN_PLACE and HW >= NCHW_POINTWISE_PIXELS and \
+            _pointwise_nchw_applies(x, weight):
         return _pointwise_nchw_tf32(x, weight)
     cpad = -C % 4
     Cp = C + cpad

@@ -60,7 +60,7 @@ def test_pointwise_nchw_kernel(case):
     assert _rel(out, exact) > 2e-5          # tf32, not a silent fp32 path
 
 
-def test_route_on_an_l1_87_like_problem():
+def test_route_on_an_l1_87_like_problem(monkeypatch):
     """convolve(precision="tf32") of an NCHW x of 2^16 pixels per image takes the one kernel:
     NCHW-contiguous result, the tf32 model's accuracy, eager TF32's arithmetic, and the
     replayed call equal to the first."""
@@ -72,6 +72,7 @@ def test_route_on_an_l1_87_like_problem():
     g = torch.Generator(device="cuda").manual_seed(87)
     x = torch.randn(N, C, H, W, generator=g, device="cuda")
     w = torch.randn(K, C, 1, 1, generator=g, device="cuda") / C ** 0.5
+    monkeypatch.setattr(conv_ops, "NCHW_POINTWISE_IN_PLACE", True)   # the default is off
     assert H * W >= conv_ops.NCHW_POINTWISE_PIXELS and conv_ops._pointwise_nchw_applies(x, w)
     y = conv_ops.convolve(x, w, precision="tf32")
     assert y.is_contiguous() and y.shape == (N, K, H, W)

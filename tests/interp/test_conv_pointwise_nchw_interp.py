@@ -104,6 +104,7 @@ def test_route_takes_the_nchw_kernel(monkeypatch):
     """convolve(precision="tf32") of an NCHW x with NCHW_POINTWISE_PIXELS or more pixels runs
     the one kernel (no rounding pass, no per-image GEMMs); a channels-last x keeps the GEMM."""
     monkeypatch.setattr(conv_op, "NCHW_POINTWISE_PIXELS", 16)
+    monkeypatch.setattr(conv_op, "NCHW_POINTWISE_IN_PLACE", True)    # off until a GPU run
     calls = []
     real = conv_op._pointwise_nchw_tf32
     monkeypatch.setattr(conv_op, "_pointwise_nchw_tf32",
@@ -203,3 +204,17 @@ def test_nvrtc_builds_the_pointwise_nchw_kernel(tmp_path, monkeypatch):
         hist = instruction_histogram(sass)
         assert hist["HGMMA"] == 8 and "HGMMA.64x128x8.F32.TF32 R" in sass, hist
         assert hist["LDS"] == 32 and not hist.get("STS"), hist
+
+
+def test_route_keeps_the_gemm_while_the_in_place_kernel_is_off(monkeypatch):
+    """NCHW_POINTWISE_IN_PLACE = False (the default until the kernel has run on an H200): the
+    route never launches it, whatever the problem."""
+    monkeypatch.setattr(conv_op, "NCHW_POINTWISE_PIXELS", 16)
+    monkeypatch.setattr(conv_op, "NCHW_POINTWISE_IN_PLACE", False)
+    monkeypatch.setattr(conv_op, "_pointwise_nchw_tf32",
+                        lambda x, w: (_ for _ in ()).throw(AssertionError("launched")))
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(2, 16, 4, 8, generator=g)
+    w = torch.randn(24, 16, 1, 1, generator=g)
+    y = conv_op.convolve(x, w, precision="tf32")
+    assert _rel(y, _ref(x, w)) <= 1e-6
