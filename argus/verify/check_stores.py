@@ -78,6 +78,11 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
         # one output row, stored by two sites): coverage is not claimed for them (below), but
         # store.once follows from the same decomposition with the site index inside the tile
         rows = translates and not blocks and _joined(sites, leading=True) is not None
+        # translates forming a full grid over several dims (column blocks x row segments of
+        # a TMA-store epilogue): one block index per moving dim inside the tile
+        blocks = blocks or (translates and not rows and _block_grid(
+            [[z3.simplify(_num(y) - _num(x)) for x, y in zip(sites[0].offsets, b.offsets)]
+             for b in sites]) is not None)
         once = None   # the coverage claims that imply store.once (`_once_implied`)
         if partial:
             finds.append(Finding("store.coverage", sites[0].op.loc,
@@ -88,7 +93,9 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
             if len(sites) == 1 or blocks or rows:
                 # not reported: only their claims that imply store.once are queried
                 once = _tile_coverage(model, sites[0], sites if blocks or rows else None)[2]
-        elif len(sites) == 1 or blocks:
+        elif len(sites) == 1 or blocks or rows:
+            # rows: the site index is a variable inside the tile along the dim before the
+            # tile's (a TMA-store epilogue's row segments of one warpgroup's rows)
             o, f, once = _coverage(model, sites[0]) if len(sites) == 1 else \
                 _tile_coverage(model, sites[0], sites)
             obs += o
@@ -690,24 +697,44 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
     Anything outside that shape is reported unknown, never assumed."""
     idx = [fresh_int(f"e{d}") for d in range(len(st.shape))]
     dest = [_num(x) for x in _dest(st, idx)]
+    block_vars: list = []
     block = None
+    grid_blocks: dict[str, int] = {}   # a grid of translates: per-dim block index -> count
     if sites and len(sites) > 1:
-        block = fresh_int("store_site")
         shifts = [[z3.simplify(_num(y) - _num(x)) for x, y in zip(st.offsets, b.offsets)]
                   for b in sites]
-        for d in range(len(dest)):
-            delta = z3.IntVal(0)
-            for k in range(len(sites) - 1, 0, -1):
-                delta = z3.If(block == k, shifts[k][d], delta)
-            dest[d] = dest[d] + z3.simplify(delta)
+        grid = _block_grid(shifts)
+        if grid is None:
+            block = fresh_int("store_site")
+            for d in range(len(dest)):
+                delta = z3.IntVal(0)
+                for k in range(len(sites) - 1, 0, -1):
+                    delta = z3.If(block == k, shifts[k][d], delta)
+                dest[d] = dest[d] + z3.simplify(delta)
+        else:
+            # translates along several dims that form a full grid (a TMA-store epilogue's
+            # column blocks x its row segments): one block index per moving dim, each moving
+            # only its dim, so the offset of each dim stays a function of its own variables
+            for d, vals in grid:
+                b = fresh_int(f"store_site{d}")
+                delta = z3.IntVal(vals[0])
+                for k in range(len(vals) - 1, 0, -1):
+                    delta = z3.If(b == k, z3.IntVal(vals[k]), delta)
+                dest[d] = dest[d] + delta
+                grid_blocks[str(b)] = len(vals)
+                block_vars.append(b)
     ranges = _var_ranges(model, st)
     inst = _instance_vars(model, st)
+    exts = [_num(st.tensor.extent(model, d)) for d in range(len(dest))]
+    dest, exts, merged = _merge_radix_dims(dest, exts)
     names = set().union(*(free_consts(x) for x in dest))
-    subject = f"stores to {st.tensor.name} at {st.op.loc}"
+    subject = f"stores to {st.tensor.name} at {st.op.loc}" + \
+        (f" (dims {', '.join(f'{d}-{d + 1}' for d in merged)} seen as one: x // E, x % E)"
+         if merged else "")
 
     def unknown(why):
         return [], [Finding("store.coverage", st.op.loc, subject, "unknown", why)], None
-    within, units = list(idx) + ([block] if block is not None else []), []
+    within, units = list(idx) + ([block] if block is not None else []) + block_vars, []
     for v in inst:
         r = ranges.get(str(v))
         if r is None:
@@ -731,6 +758,9 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
     if block is not None:
         counts[str(block)] = z3.IntVal(len(sites))
         los[str(block)] = z3.IntVal(0)
+    for b in block_vars:
+        counts[str(b)] = z3.IntVal(grid_blocks[str(b)])
+        los[str(b)] = z3.IntVal(0)
     obs: list[Obligation] = []
     # a condition `wg == e` on a warpgroup the destination does not name (ping-pong: the
     # warpgroup whose turn it is stores the unit) lets exactly one of them store when e is in
@@ -794,14 +824,57 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
               if any(str(u) in free_consts(base) for u in units)]
     for d, base, size in tiles:
         if (d, base, size) not in moving:
-            ext = _num(st.tensor.extent(model, d))
-            obs.append(_fixed_dim(model, st, d, base, size, ext))
-    tile = _tile_obligation(model, st, moving, units, walked, counts) if moving else None
+            obs.append(_fixed_dim(model, st, d, base, size, exts[d]))
+    tile = _tile_obligation(model, st, moving, units, walked, counts, exts) if moving \
+        else None
     if tile is not None:
         obs.append(tile)
     once = _once_implied(model, st, within, all_units, units, used, counts, pinned_vars,
                          walks, offset_obs, tile)
     return obs, guard_finds, once
+
+
+def _merge_radix_dims(dest: list, exts: list) -> tuple[list, list, list]:
+    """(dest, extents, merged dims): adjacent dims d, d + 1 whose coordinates are x // E and
+    x % E, E the extent of dim d + 1 (a view that splits one flattened index, e.g. the
+    conv's NCHW view [.., N, OD * P, ..] of rows r = image * OD * P + p), become one dim x of
+    extent ext_d * E. Exact for coverage and once: x -> (x // E, x % E) is a bijection from
+    [0, ext_d * E) onto [0, ext_d) x [0, E) (E >= 1; E == 0 leaves no element to store), and
+    a negative x or one past ext_d * E lands outside dim d as it does outside the merged dim.
+    So a tile decomposition of x (rows of tiles: r = block * rows + wg) is proven once, not
+    through the non-linear division by the runtime E."""
+    dest, exts, merged, d = list(dest), list(exts), [], 0
+    while d + 1 < len(dest):
+        a, b = z3.simplify(dest[d]), z3.simplify(dest[d + 1])
+        if z3.is_app_of(a, z3.Z3_OP_IDIV) and z3.is_app_of(b, z3.Z3_OP_MOD) and \
+                a.arg(0).eq(b.arg(0)) and a.arg(1).eq(b.arg(1)) and \
+                z3.simplify(a.arg(1) - exts[d + 1]).eq(z3.IntVal(0)):
+            dest[d:d + 2] = [a.arg(0)]
+            exts[d:d + 2] = [exts[d] * exts[d + 1]]
+            merged.append(d + len(merged))
+            continue
+        d += 1
+    return dest, exts, merged
+
+
+def _block_grid(shifts: list[list]) -> list[tuple[int, list[int]]] | None:
+    """[(dim, sorted distinct shifts along it)] when the sites' constant shifts (per site, per
+    dim) are the full product of their per-dim values over two or more moving dims, each site
+    one point of it (so a tuple of per-dim block indices names exactly one site); else None
+    (one moving dim is the single block index's case)."""
+    if not all(z3.is_int_value(x) for row in shifts for x in row):
+        return None
+    vecs = [tuple(x.as_long() for x in row) for row in shifts]
+    if len(set(vecs)) != len(vecs):
+        return None
+    dims = [(d, sorted({v[d] for v in vecs})) for d in range(len(vecs[0]))]
+    dims = [(d, vals) for d, vals in dims if len(vals) > 1]
+    n = 1
+    for _, vals in dims:
+        n *= len(vals)
+    if len(dims) < 2 or n != len(vecs):
+        return None
+    return dims
 
 
 def _once_implied(model, st, within, all_units, units, used, counts, pinned, walks, offset_obs,
@@ -1032,7 +1105,7 @@ def _unit_radix(model, u, T, terms):
     return F, T1, split
 
 
-def _tile_obligation(model, st, moving, units, walked, counts) -> Obligation:
+def _tile_obligation(model, st, moving, units, walked, counts, exts=None) -> Obligation:
     """Unit variables -> tile index: injective into the output's tile box, with as many
     units as tiles (NIA: raster orders divide by symbolic group sizes). A walked unit read
     only as its quotient and remainder by a launch parameter is asked about as that pair
@@ -1079,7 +1152,7 @@ def _tile_obligation(model, st, moving, units, walked, counts) -> Obligation:
         [sub(c) for c in own]
     qs, boxes, aligned = [], [], []
     for d, base, size in moving:
-        ext = _num(st.tensor.extent(model, d))
+        ext = exts[d] if exts is not None else _num(st.tensor.extent(model, d))
         qs.append(base / size if size > 1 else base)
         boxes.append((ext + size - 1) / size if size > 1 else ext)
         if size > 1:

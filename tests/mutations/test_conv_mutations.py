@@ -105,3 +105,47 @@ def test_rowbox_rows_past_p_stored_into_the_next_image_is_a_store_once_error(mon
     found = verify.check(kernel, geom=ConvGeometry(3, 3, 1, 1, 1, 1, 1, 1, 1, 64), s=schedule)
     assert any(d.code == "store.once" and d.severity == "error" and "stored twice" in d.message
                for d in found), [f"{d.severity} {d.code}: {d.message[:120]}" for d in found]
+
+
+# schedules whose store.coverage is proven (check_stores._tile_coverage): the direct
+# epilogue, the TMA epilogue's row segments (8 sites, one block index inside the tile), the
+# NCHW epilogue's (image, row) pair seen as one flattened row (check_stores._merge_radix_dims)
+COVERED = [
+    ("direct", False, ConvSchedule(bm=128, bn=64, bw=64, stages=2)),
+    ("tma_bw8", False, ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma")),
+    ("nchw", True, ConvSchedule(bm=128, bn=64, bw=64, stages=2))]
+
+
+@pytest.mark.parametrize("cut", ["channel", "pixel"])
+@pytest.mark.parametrize("name,nchw,schedule", COVERED, ids=[c[0] for c in COVERED])
+def test_a_grid_skipping_the_last_tile_is_a_store_coverage_error(monkeypatch, cut, name, nchw,
+                                                                 schedule):
+    """The tile scheduler launched one channel tile (bn of Kg) or one pixel tile (bm of the
+    rows x columns) short: the last tile of the output is never written. store.coverage
+    must report it as an error at the store's line, naming the thread, with a
+    counterexample (the unit count against the output's tile count)."""
+    launch = K.TileScheduler.launch
+
+    def short(M, N, bm, bn, **kw):   # BUG: one tile short along the channels or the pixels
+        return launch(M, N - bn, bm, bn, **kw) if cut == "channel" else \
+            launch(M - bm, N, bm, bn, **kw)
+    monkeypatch.setattr(K.TileScheduler, "launch", staticmethod(short))
+    kernel = K.conv_kernel.__wrapped__(nchw=nchw)
+    found = verify.check(kernel, geom=ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, groups=2,
+                                                   cg_padded=64), s=schedule)
+    bad = [d for d in found if d.code == "store.coverage" and d.severity == "error"]
+    assert bad, [f"{d.severity} {d.code}: {d.message[:160]}" for d in found]
+    text = str(bad[0])
+    assert "conv.py:" in text and "thread" in text and "never stored" in text, text
+    w = bad[0].counterexample
+    assert w["units"] < w["tiles"] or "other_unit" in w, w
+
+
+@pytest.mark.parametrize("name,nchw,schedule", COVERED, ids=[c[0] for c in COVERED])
+def test_the_correct_grid_proves_store_coverage(name, nchw, schedule):
+    """The unmutated kernels of the test above: store.coverage proven, no unknown left."""
+    found = verify.check(K.conv_kernel(nchw=nchw), include_proven=True,
+                         geom=ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, groups=2, cg_padded=64),
+                         s=schedule)
+    cov = [d for d in found if d.code == "store.coverage"]
+    assert cov and all(d.severity == "note" for d in cov), [str(d)[:300] for d in cov]
