@@ -58,14 +58,18 @@ def test_codegen_writes_swizzled_16_byte_chunks():
 
 
 @ag.kernel(threads=128)
-def shifted_mm(X: ag.Tensor["M", 80, ag.bf16], W: ag.Tensor[64, 64, ag.bf16],
+def gathered_mm(X: ag.Tensor["M", 64, ag.bf16], W: ag.Tensor[64, 64, ag.bf16],
                Y: ag.Tensor["M", 64, ag.f32]):
     (b,) = ag.grid(ag.cdiv(Y.shape[0], 128))
     m = b * 128 + ag.arange(128)[:, None]
-    # A's rows gathered straight into the wgmma operand's swizzled layout (an im2col row a
-    # thread), B likewise; no global A
+    # A's rows gathered straight into the wgmma operand's swizzled layout (a row a thread), B
+    # likewise; no global A. The gather reads X[m, k] itself: the verifier follows a gather's
+    # index arithmetic since 546f7a7 and holds wgmma.agree, wgmma.k-once and store.coords to
+    # it, so a row or column remapping (an earlier form read X[m, m % 16 + k] against W[n, k],
+    # stored at row m) is reported, rightly for a GEMM; test_gather_swizzled above covers a
+    # shifted gather into a swizzled view
     sA = ag.smem((128, 64), ag.bf16, swizzle=128)
-    ag.store_shared(sA.view(), ag.gather(X, (m, m % 16 + ag.arange(64)[None, :])))
+    ag.store_shared(sA.view(), ag.gather(X, (m, ag.arange(64)[None, :])))
     sW = ag.smem((64, 64), ag.bf16, swizzle=128)
     ag.store_shared(sW.view(), ag.gather(W, (ag.arange(64)[:, None], ag.arange(64)[None, :])))
     with ag.role("mma", warpgroups=1):
@@ -75,13 +79,13 @@ def shifted_mm(X: ag.Tensor["M", 80, ag.bf16], W: ag.Tensor[64, 64, ag.bf16],
 
 
 def test_a_role_multiplies_an_operand_gathered_before_the_roles():
-    x = torch.randn(200, 80).to(torch.bfloat16)
+    x = torch.randn(200, 64).to(torch.bfloat16)
     w = torch.randn(64, 64).to(torch.bfloat16)
     y = torch.zeros(200, 64)
-    shifted_mm.interpret(x, w, y)
-    ref = _shifted(x, 200).double() @ w.double().T
+    gathered_mm.interpret(x, w, y)
+    ref = x.double() @ w.double().T
     assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-6
-    kernel = lower_only(shifted_mm)
+    kernel = lower_only(gathered_mm)
     top = [op for op in kernel.body.ops if not isinstance(op, O.RoleOp)]
     assert isinstance(top[-2], O.ProxyFence) and isinstance(top[-1], O.GroupBarrier)
     report = verify.run(kernel)
