@@ -49,8 +49,8 @@ and the split alike; NCHW-contiguous input read in place, result NCHW-contiguous
 convolutions under tf32 (stride 1, no padding, one group, no bias or activation) as the plain
 GEMM [N*H*W, C] x [C, K] on argus.ops.matmul's tf32 kernel (`_pointwise_tf32`: the input
 rounded by the same one pass, no other layout pass; an NCHW input of large images runs one
-GEMM per image into an NCHW result, or, once NCHW_POINTWISE_IN_PLACE is on (off until the
-kernel has run on an H200), argus/kernels/conv_pointwise_nchw.py: x read in place as the tf32
+GEMM per image into an NCHW result, or, where NCHW_POINTWISE_IN_PLACE (on) and the kernel's
+bounds allow, argus/kernels/conv_pointwise_nchw.py: x read in place as the tf32
 register A, one launch, an NCHW result, `_pointwise_nchw_tf32`); bf16 / fp16 1x1 convolutions with the same
 restrictions and C a multiple of 8 as the same flat GEMM on matmul's 16-bit kernel
 (`_pointwise_16bit`: a channels-last x and the weight read in place, an NCHW x copied to
@@ -1182,13 +1182,13 @@ def _pointwise_nchw_weight(weight, kp: int):
 # (`stages_for`)
 NCHW_KERNEL_MAX_K = 256
 NCHW_KERNEL_MAX_C = 128
-# Whether the pointwise route takes the NCHW in-place kernel at all. Off until it has run on an
-# H200: it is built, interpreted, verified and compiled for sm_90a (tests/interp/
-# test_conv_pointwise_nchw_interp.py), but its tf32 register-A fragment order is proven only
-# against the PTX layout tables (target/fragments.py check_acc_order_a32), which the interpreter
-# cannot contradict; tests/gpu/test_conv_pointwise_nchw_gpu.py and `scripts/gpu_pointwise_sweep.py
-# --only-nchw` decide. Set True to opt in (the GPU tests do).
-NCHW_POINTWISE_IN_PLACE = False
+# Whether the pointwise route takes the NCHW in-place kernel. On since its first H200 run
+# (2026-12-04, fddc09b): tests/gpu/test_conv_pointwise_nchw_gpu.py 6 passed, and
+# `scripts/gpu_pointwise_sweep.py --only-nchw` at [16, 64, 1024, 1024] -> 128: 3.46 ms, 3.72 TB/s,
+# against 9.37 ms for the per-image GEMMs it replaces and eager cuDNN's 3.42 ms (docs/perf/conv.md).
+# Its tf32 register-A fragment order is proven against the PTX tables
+# (target/fragments.py check_acc_order_a32); the GPU test is what the interpreter cannot be.
+NCHW_POINTWISE_IN_PLACE = True
 
 
 def _pointwise_nchw_applies(x, weight) -> bool:

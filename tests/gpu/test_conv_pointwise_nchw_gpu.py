@@ -72,7 +72,7 @@ def test_route_on_an_l1_87_like_problem(monkeypatch):
     g = torch.Generator(device="cuda").manual_seed(87)
     x = torch.randn(N, C, H, W, generator=g, device="cuda")
     w = torch.randn(K, C, 1, 1, generator=g, device="cuda") / C ** 0.5
-    monkeypatch.setattr(conv_ops, "NCHW_POINTWISE_IN_PLACE", True)   # the default is off
+    monkeypatch.setattr(conv_ops, "NCHW_POINTWISE_IN_PLACE", True)   # the default (on since 12-04)
     assert H * W >= conv_ops.NCHW_POINTWISE_PIXELS and conv_ops._pointwise_nchw_applies(x, w)
     y = conv_ops.convolve(x, w, precision="tf32")
     assert y.is_contiguous() and y.shape == (N, K, H, W)

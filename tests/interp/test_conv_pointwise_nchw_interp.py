@@ -104,7 +104,7 @@ def test_route_takes_the_nchw_kernel(monkeypatch):
     """convolve(precision="tf32") of an NCHW x with NCHW_POINTWISE_PIXELS or more pixels runs
     the one kernel (no rounding pass, no per-image GEMMs); a channels-last x keeps the GEMM."""
     monkeypatch.setattr(conv_op, "NCHW_POINTWISE_PIXELS", 16)
-    monkeypatch.setattr(conv_op, "NCHW_POINTWISE_IN_PLACE", True)    # off until a GPU run
+    monkeypatch.setattr(conv_op, "NCHW_POINTWISE_IN_PLACE", True)    # the default; stated
     calls = []
     real = conv_op._pointwise_nchw_tf32
     monkeypatch.setattr(conv_op, "_pointwise_nchw_tf32",
@@ -207,7 +207,7 @@ def test_nvrtc_builds_the_pointwise_nchw_kernel(tmp_path, monkeypatch):
 
 
 def test_route_keeps_the_gemm_while_the_in_place_kernel_is_off(monkeypatch):
-    """NCHW_POINTWISE_IN_PLACE = False (the default until the kernel has run on an H200): the
+    """NCHW_POINTWISE_IN_PLACE = False (an opt-out; on by default since its H200 run): the
     route never launches it, whatever the problem."""
     monkeypatch.setattr(conv_op, "NCHW_POINTWISE_PIXELS", 16)
     monkeypatch.setattr(conv_op, "NCHW_POINTWISE_IN_PLACE", False)
