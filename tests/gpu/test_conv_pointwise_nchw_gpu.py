@@ -11,18 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.gpu import hopper_only  # noqa: E402
+from tests.gpu.numerics import rel as _rel, tf32 as _tf32  # noqa: E402
 
 pytestmark = hopper_only()
-
-
-def _rel(out, ref):
-    return ((out.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
-def _tf32(t):
-    bits = t.contiguous().view(torch.int32)
-    rounded = ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
-    return torch.where(torch.isfinite(t), rounded, t)
 
 
 # (N, C, H, W, K): KernelBench L1/87's channels on smaller images, pixel counts not a multiple
