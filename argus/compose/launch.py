@@ -174,7 +174,10 @@ def _copy_kernel(rank: int, dtype: torch.dtype = torch.float32):
 
 
 def _transpose_kernel(dtype: torch.dtype):
-    """`transpose` for `dtype` (the float32 kernel itself for float32)."""
+    """`transpose` for `dtype` (the float32 kernel itself for float32). The 16-bit floats
+    travel in float32 registers (exact both ways for every non-NaN value): their copies keep
+    every bit but a NaN's payload, which the conversion back makes the canonical NaN
+    (tests/gpu/test_transposed_store_gpu.py `_copy_mismatch`)."""
     if dtype not in _TRANSPOSE:
         dt = _COPY_DTYPES[dtype]
         name = f"transpose_{dt}"
