@@ -91,12 +91,35 @@ def rows_per_cta(bn: int, window: int, n_rows: int) -> int:
 
 
 def pool_rows_per_cta(bn: int, window: int, n_rows: int) -> int:
-    """Output rows per CTA of the pooling template: one. Measured on the H200 (2026-12-02,
-    scripts/gpu_pool_sweep.py, docs/perf/core2.md) over L1/41-46's upstream shapes, one row was
-    the fastest or within 2% of it on all five (geomean 3% above rows_per_cta's pick; more rows
-    only lengthen each CTA's serial tail when the grid already fills the machine). The
-    depthwise convolution keeps rows_per_cta: it was not measured."""
-    return 1
+    """Output rows per CTA of the pooling template: one where a row already gives a CTA
+    enough loads in flight (bn >= NARROW_POOL_BN columns, or a window of WIDE_POOL_WINDOW
+    loads a thread or more), else `rows_per_cta`'s pick (about 512 outputs a CTA, at most 8
+    rows and 64 unrolled window loads a thread).
+
+    One row: measured on the H200 (2026-12-02, scripts/gpu_pool_sweep.py, docs/perf/core2.md)
+    over L1/41-46's upstream shapes (bn 256, 128, and 64 with a 27-load 3x3x3 window for
+    L1/43), one row was the fastest or within 2% of it on all five (geomean 3% above
+    rows_per_cta's pick; more rows only lengthen each CTA's serial tail when the grid already
+    fills the machine). Several rows: a row of a small window over narrow planes is little
+    work for a CTA. KernelBench L2/11's MaxPool2d(2) over [512, 128, 34, 34] at one row a CTA
+    is 1.1 M one-warp CTAs (bn 32 for 17 outputs: 15 lanes idle) of 4 loads a thread:
+    0.671 ms on the H200 against torch's max_pool_forward_nchw 0.228 ms on the same data
+    (2026-12-04, torch.profiler), ~0.57 TB/s: bound by CTA turnover (32 resident CTAs an SM
+    hold one warp each, each retires after one round trip to memory), not by DRAM. Rows a CTA
+    put their loads in flight together and divide the CTA count by the rows (8: 139 K CTAs of
+    32 loads a thread). Not measured yet: `python3 -u scripts/gpu_l2_slow.py` times both rules
+    on L2/11's and L2/8's pools."""
+    if bn >= NARROW_POOL_BN or window >= WIDE_POOL_WINDOW:
+        return 1
+    return rows_per_cta(bn, window, n_rows)
+
+
+# the narrowest column tile (the template's power-of-two tile over the last output dim) that
+# runs one row a CTA: a CTA of 128 threads (L1/46's measured bn)
+NARROW_POOL_BN = 128
+# the smallest window (loads a thread a row) that runs one row a CTA at any width: L1/43's
+# 3x3x3 (27 loads, bn 64) measured within 2% of two rows
+WIDE_POOL_WINDOW = 16
 
 
 @ag.kernel(threads=256)
