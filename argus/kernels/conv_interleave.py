@@ -28,7 +28,20 @@ route's result, the channels-last epilogue's) in two steps ("staged"):
 With NCDHW sources only (the implicit GEMM's NCHW epilogue, the depthwise route) the kernel
 is "direct": one [BW, BK, 1] gather, the threads along the outputs, read (a warp's load of a
 phase: 32 / s_w consecutive elements of its row) and stored (32 consecutive outputs) with no
-shared memory.
+shared memory. The op no longer launches it (the rows form below replaced it; the GPU bench
+scripts/gpu_conv_interleave_bench.py keeps it as the baseline): its one-warp CTAs of 4 KB
+out ran KernelBench L1/73's interleave at ~1.2 TB/s on the H200 (1.78 ms for 1.04 GB out).
+
+The rows form (`interleave_rows_kernel`, NCDHW / bias / zero sources, what the op launches
+when no source is channels-last): O is seen as [N, K, Dq, OW, Hq, 1] and a CTA of T = 64, 128
+or 256 threads writes a [T outputs, RH rows] tile of one (n, k, jd) plane, the threads along
+the output row (a warp's store: 32 consecutive elements of one row, coalesced at any row
+alignment; its load of a phase: 32 / s_w consecutive elements), each thread RH (<= 16) rows:
+up to 16 KB out a CTA (CTA launch rate no longer the limit), RH independent loads a phase and
+RH stores in flight a thread, 64 registers a thread (ag.occupancy: 1024 threads an SM) with
+no spills (`rows_tile` caps RH x the number of loaded phases at 48). The stores are 4-byte:
+odd output widths (KernelBench's are often odd) leave 3 of 4 rows unaligned for 16-byte
+vectors, whose scalar fallback would split a warp's store over 4x the sectors.
 
 So every byte is read once and written once (2x the output's bytes, the strided copies'
 traffic, which also transposed), in prod(stride[:-1]) launches instead of prod(stride) torch
@@ -39,8 +52,9 @@ channels-last [N, nd, nh, nw, K] view, "nc" an NCDHW [N, K, nd, nh, nw] view, "b
 no tap reaches whose outputs are the bias B[k], "zero" such a phase without a bias.
 
 Invariant: every element of O is stored exactly once (the grid's CTAs take disjoint
-[BK, BW] tiles of the N * Dq * Hq rows, masked at K and OW), with the value of exactly one
-source: the one whose phase is ow % s_w (the selects' conditions are disjoint and cover it).
+[BK, BW] tiles of the N * Dq * Hq rows, masked at K and OW; rows form: disjoint [T, RH] tiles
+of the N * K * Dq planes, masked at OW and Hq), with the value of exactly one source: the one
+whose phase is ow % s_w (the selects' conditions are disjoint and cover it).
 """
 
 from __future__ import annotations
@@ -145,6 +159,105 @@ def _source(name: str, kinds: tuple[str, ...], stride: int, dt: str, bk: int) ->
     return "\n".join(lines) + "\n"
 
 
+# the rows form (NCDHW, bias and zero sources: no channels-last one): a CTA of `threads`
+# threads writes a [BW = threads outputs, RH rows] tile of one (image, channel, depth) plane
+_ROWS_THREADS = (64, 128, 256)
+_ROWS_RH = (1, 2, 4, 8, 16)
+
+
+def interleave_rows_kernel(kinds: tuple[str, ...], stride: int, dtype: str = "f32",
+                           threads: int = 256, rh: int = 16):
+    """The rows form of the interleave for width phases of `kinds` ("nc", "bias", "zero"
+    only: a channels-last source needs the staged `interleave_kernel`) at width stride
+    `stride` in `dtype`: parameters O ([N, K, Dq, OW, Hq, 1], the output rows of one (a_d,
+    a_h) phase pair with the width and row dims swapped and a unit last dim), then one Yi
+    ([N, K, nd, nh, nw]) per "nc" phase i, then B when a phase is "bias". A CTA of `threads`
+    threads writes a [threads outputs, rh rows] tile of one (n, k, jd) plane: the threads run
+    along the output row (a warp's store of one row: 32 consecutive elements, coalesced at
+    any alignment; its load of a phase: 32 / stride consecutive elements), each thread holds
+    `rh` rows (rh independent loads and stores in flight a thread)."""
+    if not kinds or len(kinds) > stride or any(k not in ("nc", "bias", "zero") for k in kinds):
+        raise ValueError(f"interleave_rows_kernel: kinds {kinds} must be 1..{stride} of "
+                         f"('nc', 'bias', 'zero'); a 'cl' source takes interleave_kernel")
+    if dtype not in _DTYPES:
+        raise ValueError(f"interleave_rows_kernel: dtype {dtype!r} is not one of "
+                         f"{tuple(_DTYPES)}")
+    if threads not in _ROWS_THREADS or rh not in _ROWS_RH:
+        raise ValueError(f"interleave_rows_kernel: threads={threads} must be one of "
+                         f"{_ROWS_THREADS} and rh={rh} one of {_ROWS_RH}")
+    key = ("rows", kinds, stride, dtype, threads, rh)
+    if key not in _KERNELS:
+        name = f"conv_interleave_rows_{dtype}_s{stride}_{'_'.join(kinds)}_t{threads}_r{rh}"
+        _KERNELS[key] = _load(_rows_source(name, kinds, stride, dtype, threads, rh), name)
+    return _KERNELS[key]
+
+
+def rows_tile(ow: int, hq: int, sources: int) -> tuple[int, int]:
+    """(threads, rh) of the rows form for output rows `ow` wide, `hq` rows a plane and
+    `sources` "nc" phases: the fewest threads (64 .. 256) that span the row, and rh rows a
+    thread up to 16 (a 256-thread CTA then moves 2 x 16 KB in fp32: enough per CTA that
+    launching CTAs is not the limit), at most 48 loaded values a thread (rh x sources: the
+    sm_90a build of 64 registers a thread spills past that) and no more than the plane's
+    rows rounded up to a power of two."""
+    threads = next((t for t in _ROWS_THREADS if t >= ow), _ROWS_THREADS[-1])
+    rh = 1
+    while rh < hq and rh < 16 and 2 * rh * max(1, sources) <= 48:
+        rh *= 2
+    return threads, rh
+
+
+def _rows_source(name: str, kinds: tuple[str, ...], stride: int, dt: str, threads: int,
+                 rh: int) -> str:
+    params = [f'O: ag.Tensor["N", "K", "DQ", "OW", "HQ", 1, ag.{dt}]']
+    for i, kind in enumerate(kinds):
+        if kind == "nc":
+            dims = ", ".join(f'"{d}{i}"' for d in ("A", "B", "C", "E", "F"))
+            params.append(f"Y{i}: ag.Tensor[{dims}, ag.{dt}]")
+    if "bias" in kinds:
+        params.append(f'B: ag.Tensor["KB", ag.{dt}]')
+    lines = [f"@ag.kernel(threads={threads})",
+             f"def {name}({', '.join(params)}):",
+             f"    BW, RH = {threads}, {rh}          # a tile's outputs (the threads) and rows",
+             "    # 1024 threads an SM at least (64 registers a thread): loads in flight",
+             f"    ag.occupancy({min(8, 1024 // threads)})",
+             "    # one CTA a [BW, RH] tile of one (n, k, jd) plane: the planes are the grid's x",
+             "    # (up to 2^31 - 1), row and width blocks y and z (few)",
+             ("    p, hb, wb = ag.grid(O.shape[0] * O.shape[1] * O.shape[2], "
+              "ag.cdiv(O.shape[4], RH), ag.cdiv(O.shape[3], BW))"),
+             "    jd = p % O.shape[2]",
+             "    k = (p // O.shape[2]) % O.shape[1]",
+             "    n = p // (O.shape[2] * O.shape[1])",
+             "    jh = hb * RH + ag.arange(RH)[None, :, None]",
+             "    ow = wb * BW + ag.arange(BW)[:, None, None]"]
+    if threads % stride == 0:
+        # a block starts at a whole stride: the phase is the thread's own (no runtime mod)
+        lines += [f"    a = ag.arange(BW)[:, None, None] % {stride}",
+                  f"    j = wb * {threads // stride} + ag.arange(BW)[:, None, None] / {stride}"]
+    else:
+        lines += [f"    a = ow % {stride}", f"    j = ow / {stride}"]
+    first = True
+    for i, kind in enumerate(kinds):
+        mine = f"a == {i}"
+        if kind == "nc":
+            value = f"ag.gather(Y{i}, (n, k, jd, jh, ag.where({mine}, j, -1)))"
+        elif kind == "bias":
+            # the channel's bias at the tile's shape (dim 0 the threads)
+            value = "ag.gather(B, (k + ow * 0 + jh * 0,))"
+        else:
+            value = "0.0"
+        if first and kind == "nc":
+            lines.append(f"    x = {value}")           # other phases' outputs read 0, replaced
+            first = False
+        elif first:
+            lines.append(f"    x = ag.where({mine}, {value}, "
+                         f"ag.full((BW, RH, 1), 0.0, ag.{dt}))")
+            first = False
+        else:
+            lines.append(f"    x = ag.where({mine}, {value}, x)")
+    lines.append("    ag.store(O, (n, k, jd, wb * BW, hb * RH, 0), x)")
+    return "\n".join(lines) + "\n"
+
+
 def _load(src: str, name: str):
     """The generated kernel, its source kept in linecache (tracebacks and op locations)."""
     filename = f"<argus-kernels:{name}>"
@@ -155,4 +268,4 @@ def _load(src: str, name: str):
     return ns[name]
 
 
-__all__ = ["KINDS", "interleave_kernel"]
+__all__ = ["KINDS", "interleave_kernel", "interleave_rows_kernel", "rows_tile"]

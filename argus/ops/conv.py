@@ -2083,14 +2083,18 @@ def _interleave(out, phases: dict, bias, st: tuple) -> None:
     instead of prod(st) torch copies)."""
     import itertools
 
-    from argus.kernels.conv_interleave import interleave_kernel
+    from argus.kernels.conv_interleave import (
+        interleave_kernel,
+        interleave_rows_kernel,
+        rows_tile,
+    )
 
     dims = out.dim() - 2
     out5 = out if dims == 3 else out.unsqueeze(2)
     st3 = (1,) * (3 - dims) + tuple(st)
     K = out.shape[1]
     dt = _INTERLEAVE_DTYPES[str(out.dtype)]
-    # 32 channels a CTA of 32 threads: a thread holds 32 values twice (its channel's row,
+    # staged form: 32 channels a CTA of 32 threads: a thread holds 32 values twice (its row,
     # then its output's channels), ~100 registers; 64 doubles both (fewer CTAs an SM)
     bk = 32
     b = None
@@ -2116,10 +2120,17 @@ def _interleave(out, phases: dict, bias, st: tuple) -> None:
                 kinds.append("nc")
                 tensors.append(y5 if y5.stride(-1) == 1 or y5.shape[-1] == 1 else
                                y5.contiguous())
-        # [N, Dq, Hq, OW, K, 1]: the unit last dim is the kernel's contiguous one
-        dst = out5[:, :, a_d::st3[0], a_h::st3[1], :].permute(0, 2, 3, 4, 1).unsqueeze(-1)
+        group = out5[:, :, a_d::st3[0], a_h::st3[1], :]         # [N, K, Dq, Hq, OW]
+        if "cl" in kinds:
+            # staged: [N, Dq, Hq, OW, K, 1], the unit last dim the kernel's contiguous one
+            dst = group.permute(0, 2, 3, 4, 1).unsqueeze(-1)
+            kernel = interleave_kernel(tuple(kinds), st3[2], dt, bk)
+        else:
+            # the rows form: [N, K, Dq, OW, Hq, 1], a CTA's threads along the output rows
+            dst = group.transpose(3, 4).unsqueeze(-1)
+            threads, rh = rows_tile(group.shape[4], group.shape[3], kinds.count("nc"))
+            kernel = interleave_rows_kernel(tuple(kinds), st3[2], dt, threads, rh)
         args = (dst, *tensors, *((b,) if "bias" in kinds else ()))
-        kernel = interleave_kernel(tuple(kinds), st3[2], dt, bk)
         if out.is_meta:
             kernel.compile().build_for(*args)
         elif out.is_cuda:
