@@ -67,6 +67,10 @@ PROMOTE_MAX_BN = 160
 # the box starts at the aligned block 4j and the consumer picks column i
 SCALE_BOX = 4
 SB_ROWS = 128 // (4 * SCALE_BOX)   # f32 rows of SCALE_BOX in 128 B: one weight-scale stage
+# the per-tensor interval promotion (promote_every > 1, `interval_promoted_mma`) holds the same
+# two accumulators: 128 x 192 built without spills at 232 registers (NVRTC 13.0, sm_90a), as the
+# N-split's 192 accumulator registers did; 224 spilled 40 B
+INTERVAL_MAX_BN = 192
 # overlapped promotion holds the main one and two partials: 3 x bn / 2 registers (192 at 128)
 OVERLAP_MAX_BN = 128
 # the N-split promotion's accumulator registers per consumer thread (the sums and the live
@@ -120,14 +124,15 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
     # per atom, issued back to back): each weight row is read k_atoms * 128 contiguous bytes
     # per stage instead of 128. For weight streaming (small M: argus/ops/fp8_schedules.py
     # `weight_streaming`), where a stage of 128 bytes per row leaves the DRAM one 128-byte
-    # piece of each of the tile's rows at a time. Plain (not promoting) loop only; out of repr
+    # piece of each of the tile's rows at a time. The plain loop, or with promote=True the
+    # per-tensor `interval_promoted_mma` (a partial spans promote_every steps); out of repr
     # when 1
     k_atoms: int = field(default=1, repr=False)
     # swap-AB: W is wgmma's A operand (the tile's bm rows are W rows, 64 per consumer), the
     # activations its B (bn of them, a multiple of 8 >= M): the tile is a block of C^T, stored
     # transposed from registers. For small M a 64-row activation tile is mostly TMA zero fill
-    # (M = 16: 48 of 64 rows), shared memory the ring could spend on W. Direct epilogue, plain
-    # loop; out of repr when False
+    # (M = 16: 48 of 64 rows), shared memory the ring could spend on W. Direct epilogue; the
+    # plain loop or a serial early-release promotion (promote_every any); out of repr when False
     swap_ab: bool = field(default=False, repr=False)
     # K cut into split_k equal slices (argus/ops/split_k.py `k_slices`: views), one fp32
     # partial product per slice (`gemm_fp8_partials_kernel`, the batched kernel over the
@@ -136,6 +141,15 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
     # more units of work (SMs streaming weights) when the output has few tiles. Out of repr
     # when 1
     split_k: int = field(default=1, repr=False)
+    # with per-tensor promotion: the wgmma partial accumulates promote_every K blocks (the
+    # first of them overwrites it, scale-d = 0) before it is added into the fp32 sum
+    # (`interval_promoted_mma`); 1 is every block (promote=True as before). Fewer promotions:
+    # fewer wgmma drains (wait 0) and FADDs per K block; the tensor core's accumulator keeps
+    # 13 fraction bits (scripts/fp8_accum_model.py), so its error grows with the K it spans:
+    # argus/ops/fp8_schedules.py `promote_every_for` picks the largest interval whose modelled
+    # error is no worse than cuBLAS's. Per-tensor kernel only (a block-scaled partial takes
+    # one block's scales); out of repr when 1
+    promote_every: int = field(default=1, repr=False)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
@@ -145,7 +159,7 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
             extra += f", n_split={self.n_split}"
         if self.split_overlap:
             extra += ", split_overlap=True"
-        for name in ("k_atoms", "split_k"):
+        for name in ("k_atoms", "split_k", "promote_every"):
             if getattr(self, name) != 1:
                 extra += f", {name}={getattr(self, name)}"
         if self.swap_ab:
@@ -175,11 +189,14 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
                             f"bn={self.bn} exceeds the register budget "
                             f"(bn <= {OVERLAP_MAX_BN})")
         problems += self._split_problems()
-        if self.promote and self.bn > PROMOTE_MAX_BN and self.n_split == 1:
+        problems += self._interval_problems()
+        if self.promote and self.bn > (INTERVAL_MAX_BN if self.promote_every > 1 else
+                                       PROMOTE_MAX_BN) and self.n_split == 1:
             problems.append(f"promote keeps two {self.bm // self.consumers}x{self.bn} fp32 "
                             f"accumulators per consumer (the main one and the block's "
                             f"partial): bn={self.bn} exceeds the register budget "
-                            f"(bn <= {PROMOTE_MAX_BN})")
+                            f"(bn <= {PROMOTE_MAX_BN}; {INTERVAL_MAX_BN} with "
+                            f"promote_every > 1)")
         if self.pingpong:
             problems.append("pingpong is built for the bf16/fp16 GEMM only (argus/kernels/"
                             "gemm.py); the fp8 kernel runs cooperative consumers")
@@ -196,6 +213,20 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
                             f"must be a multiple of 16")
         return problems
 
+    def _interval_problems(self) -> list[str]:
+        """What promote_every > 1 needs: the serial early-release promotion, one partial."""
+        if self.promote_every < 1:
+            return [f"promote_every={self.promote_every} < 1"]
+        if self.promote_every == 1:
+            return []
+        if not self.promote or self.overlap or self.late_release or self.smem_scales or \
+                self.n_split != 1:
+            return [f"promote_every={self.promote_every} runs its own promoting loop "
+                    f"(`interval_promoted_mma`: one partial accumulating promote_every K blocks, "
+                    f"then one FADD into the fp32 sum): it needs promote=True and none of "
+                    f"overlap, late_release, smem_scales, n_split=2"]
+        return []
+
     def _streaming_problems(self) -> list[str]:
         """What k_atoms, swap_ab and split_k (the weight-streaming fields) need."""
         problems = []
@@ -203,9 +234,13 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
             problems.append(f"k_atoms={self.k_atoms} < 1")
         if not 1 <= self.split_k <= MAX_SPLITS:
             problems.append(f"split_k={self.split_k} is outside 1..{MAX_SPLITS}")
-        plain = ([name for name, on in (("k_atoms > 1", self.k_atoms > 1),
-                                        ("swap_ab", self.swap_ab),
-                                        ("split_k > 1", self.split_k > 1)) if on])
+        # swap-AB promotes like the row-major tile (its ring is W's rows and the activations'
+        # and the promoting loops read it the same way); only the serial early-release loop
+        plain = ([name for name, on in (("split_k > 1", self.split_k > 1),) if on])
+        if (self.swap_ab or self.k_atoms > 1) and self.promote and (
+                self.overlap or self.late_release or self.n_split != 1 or self.smem_scales):
+            plain.append("swap_ab or k_atoms > 1 with overlap, late_release, smem_scales or "
+                         "n_split=2 (they promote in `interval_promoted_mma` only)")
         if plain and self.promote:
             problems.append(f"{', '.join(plain)} run the plain (not promoting) K loop: they need "
                             f"promote=False")
@@ -350,13 +385,25 @@ def gemm_fp8_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction:
 
             for unit in g.sched.units():
                 if s.promote:  # per-tensor scales: the partials are added unscaled
-                    acc = _promote(s)(g.ring, g.k_steps, wg)
+                    acc = interval_promoted_mma(g.ring, g.k_steps, wg, s.promote_every) \
+                        if s.promote_every > 1 or s.k_atoms > 1 else _promote(s)(g.ring,
+                                                                                g.k_steps, wg)
                 else:
                     acc = g.ring.mma(g.k_steps, wg, zero_by_wgmma=s.zero_by_wgmma)
                 g.store(C, unit, wg, acc, finish)
 
     name = "gemm_fp8" if out_dtype == ag.bf16 else f"gemm_fp8_{out_dtype.name}"
     return ag.kernel(gemm_fp8, name=name)
+
+
+def _refuse_interval(s: Fp8GemmSchedule) -> None:
+    if s.promote_every != 1 or s.k_atoms != 1:
+        raise ag.TraceError(f"Fp8GemmSchedule(promote_every={s.promote_every}, "
+                            f"k_atoms={s.k_atoms}): a block-scaled partial is multiplied by "
+                            f"one K block's scales when it is promoted, so it holds one K "
+                            f"block",
+                            fix="use promote_every=1 and k_atoms=1 with block scales (longer "
+                                "partials are for per-tensor scales, gemm_fp8_kernel)")
 
 
 def _refuse_split(s: Fp8GemmSchedule) -> None:
@@ -460,6 +507,45 @@ def early_release_promoted_mma(ring: OperandRing, k_steps, wg,
             _overwrite(ring, stage, wg, rows, part)
         acc = acc + part * scales.combine(per_row, left, right)
         per_row, left, right = next_row, next_left, next_right
+    return acc
+
+
+def interval_promoted_mma(ring: OperandRing, k_steps, wg, every: int):
+    """Per-tensor promotion every `every` K steps: one partial takes `every` consecutive K
+    steps (k_atoms 128-deep blocks each: the first block's wgmma overwrites it, scale-d = 0;
+    the others accumulate, as the plain loop does) and is then added into the fp32 sum on the
+    CUDA cores, once per group.
+    The blocks past the last whole group (k_steps % every of them, fewer than `every`) are
+    promoted one by one (the `every` = 1 loop, `early_release_promoted_mma`). Each k of K
+    reaches the sum once: the verifier's promoted-sum k-once (argus/verify/promotion.py)
+    counts the accumulating wgmma between a promotion and the overwrite it reads.
+
+    The stage of every step is released at the step's end (the plain loop's order); the
+    group's last step waits for its wgmma (the promotion reads the partial), the others keep
+    one group in flight. Per-tensor only: a block-scaled partial must hold one K block."""
+    rows = ring.bm // ring.consumers
+
+    def step(stage, first: bool) -> None:
+        # a step of k_atoms 128-deep blocks (OperandRing.mma's views): the group's first
+        # block overwrites the partial, every later one accumulates
+        for atom in range(ring.k_atoms):
+            ag.wgmma(ring.a[stage].rows_of(atom * ring.a_rows + wg * rows, rows),
+                     ring.b[stage].rows_of(atom * ring.b_rows, ring.b_rows), part,
+                     overwrite=first and atom == 0)
+
+    acc = ag.zeros((rows, ring.bn), ag.f32)
+    part = ag.zeros((rows, ring.bn), ag.f32)
+    for g in ag.range(k_steps // every):
+        for i in range(every):   # unrolled: the first block overwrites, the rest accumulate
+            with ring.pipe.consume() as stage:
+                step(stage, i == 0)
+        acc = acc + part
+    if every == 1:   # (k_atoms > 1) no tail: a loop that never runs is not traced
+        return acc
+    for t in ag.range(k_steps % every):   # the tail: fewer than `every` steps, one by one
+        with ring.pipe.consume() as stage:
+            step(stage, True)
+        acc = acc + part
     return acc
 
 
@@ -859,6 +945,7 @@ def gemm_fp8_blockscaled_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFunction
                                 "(and smem_scales=False: that kernel reads scale_a K-major)",
                                 fix="pass Fp8GemmSchedule(..., promote=True), or "
                                     "gemm_fp8_blockscaled_smem_kernel for smem_scales")
+        _refuse_interval(s)
         _check_weight_blocks(s, s.piece, "BlockScales")
         g = _Fp8Gemm.launch(s, A, W, out_dtype)
         g.produce(A, W)
@@ -897,6 +984,7 @@ def gemm_fp8_blockscaled_smem_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFun
             raise ag.TraceError("this kernel reads the block scales from shared memory: it "
                                 "needs smem_scales=True",
                                 fix="pass Fp8GemmSchedule(..., promote=True, smem_scales=True)")
+        _refuse_interval(s)
         # the stage holds the weight scales of two blocks for the whole tile
         _check_weight_blocks(s, s.bn, "SharedBlockScales")
         g = _Fp8Gemm.launch(s, A, W, out_dtype)

@@ -82,6 +82,55 @@ _A_WEIGHT = 0.25
 _SUM_LAUNCH_BYTES = 48 * 1024
 
 
+# ---- per-tensor promotion interval (Fp8GemmSchedule.promote_every) ------------------------
+# Modelled relative error (scripts/fp8_accum_model.py: the H200's fp8 wgmma accumulator as 13
+# fraction bits, truncated, fitted within 2.6% to the measured unpromoted errors at K = 2048 /
+# 4096 / 8192) of a partial spanning N K blocks of 128 before its fp32 promotion, over the
+# error of promotion every block (N = 1: torch._scaled_mm's default accumulation measured the
+# same 1.7e-3 as our N = 1; CUTLASS's fp8 GEMM promotes every 4 k32 wgmma, 128 of K). The
+# ratios hardly depend on K (bench inputs, bf16 output; 128 x 128 entries per K):
+#   N:       1      2      4      8      16
+#   K=2048   1      1.005  1.017  1.050  1.122
+#   K=4096   1      1.005  1.019  1.050  1.126
+#   K=8192   1      1.005  1.018  1.044  1.113
+# (all of N <= 4 print as 1.7e-3 beside torch's 1.7e-3; unpromoted: 1.12 / 1.30 / 1.58).
+_INTERVAL_ERROR = {1: 1.0, 2: 1.005, 4: 1.019, 8: 1.050, 16: 1.126}
+# how much above promotion every block (torch's error) the interval may take the error
+PROMOTE_ERROR_SLACK = 0.01
+# the weight-streaming path (M <= STREAM_MAX_M) promotes by default: it is bound by the weight
+# read, the consumer's promotion (one drain and bn / 2 FADDs per promote_every steps) runs
+# while the ring's other stages stream; not measured on the GPU yet (scripts/gpu_fp8_bench.py
+# --promote-every times it). False: the plain loop as before
+STREAM_PROMOTE = True
+
+
+def promote_every_for(k: int, k_atoms: int = 1) -> int:
+    """The promotion interval in pipeline steps (of k_atoms 128-deep blocks) for depth k: the
+    largest N of _INTERVAL_ERROR whose modelled error is within PROMOTE_ERROR_SLACK of
+    promotion every block, and whose span fits in K (a longer one is the tail loop anyway)."""
+    blocks = max(1, -(-k // BK_BYTES))
+    ok = [n for n, r in _INTERVAL_ERROR.items() if r <= 1 + PROMOTE_ERROR_SLACK and n <= blocks]
+    return max(1, max(ok) // k_atoms)
+
+
+def promoted(p: Fp8Problem, s: Fp8GemmSchedule) -> Fp8GemmSchedule | None:
+    """Per-tensor schedule `s` promoting every promote_every_for(p.k) steps, or None where its
+    loop cannot promote (split-K's partials kernel, bn past the two accumulators' budget, the
+    overlapped / split loops)."""
+    if p.block_scaled or s.split_k > 1 or s.overlap or s.n_split != 1:
+        return None
+    try:
+        return dataclasses.replace(s, promote=True,
+                                   promote_every=promote_every_for(p.k, s.k_atoms))
+    except ValueError:
+        return None
+
+
+def _stream_promoted(p: Fp8Problem, s: Fp8GemmSchedule) -> Fp8GemmSchedule:
+    """`s` promoted when STREAM_PROMOTE and its loop can, else `s`."""
+    return (promoted(p, s) or s) if STREAM_PROMOTE else s
+
+
 def weight_bound(p: Fp8Problem) -> bool:
     """Whether the per-tensor GEMM is a weight stream (`weight_streaming`'s regime)."""
     return not p.block_scaled and p.m <= STREAM_MAX_M
@@ -154,7 +203,8 @@ def weight_streaming(p: Fp8Problem) -> Fp8GemmSchedule:
     unsplit GEMM has no second kernel and no partials)."""
     options = stream_options(p)
     near = [s for s in options if stream_cost(p, s) <= 1.05 * stream_cost(p, options[0])]
-    return min(near, key=lambda s: (-busy_ctas(p, s), s.split_k, stream_cost(p, s)))
+    return _stream_promoted(p, min(near, key=lambda s: (-busy_ctas(p, s), s.split_k,
+                                                         stream_cost(p, s))))
 
 
 def _stream_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
@@ -171,7 +221,8 @@ def _stream_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
             Fp8GemmSchedule(bm=64, bn=128, consumers=1, stages=8),
             Fp8GemmSchedule(bm=128, bn=64, stages=8),
             Fp8GemmSchedule(bm=64, bn=32, consumers=1, stages=12)]
-    return list(dict.fromkeys(out))
+    # every one promoting where its loop can (STREAM_PROMOTE; split-K's partials cannot)
+    return list(dict.fromkeys(_stream_promoted(p, s) for s in out))
 
 
 def _block_stages(bm: int, bn: int, staging: int = 0) -> int:
@@ -368,8 +419,31 @@ def promoted_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
     if p.block_scaled:
         return _block_candidates(p)
     # the per-tensor kernel has no shared-memory block scales (smem_scales: a block-scale path)
-    return [s for s in _block_candidates(dataclasses.replace(p, block_scaled=True))
-            if not s.smem_scales]
+    out = [s for s in _block_candidates(dataclasses.replace(p, block_scaled=True))
+           if not s.smem_scales]
+    # the interval promotion (promote_every_for(p.k) steps a partial) on the plain set's tiles
+    # that hold two accumulators (bn <= 192), and the same at 128 x 192
+    extra = [promoted(p, s) for s in candidates(p)] + interval_tiles(p)
+    return list(dict.fromkeys(out + [s for s in extra if s is not None]))
+
+
+def interval_tiles(p: Fp8Problem) -> list[Fp8GemmSchedule]:
+    """Per-tensor schedules of M > 256 promoting every promote_every_for(p.k) steps at the
+    widest tiles that hold a sum and a partial (bn 192: 96 + 96 accumulator registers a
+    thread, no spills; 160; 128), direct and (when the output allows) TMA-store epilogues, with
+    2x1 clusters. scripts/gpu_fp8_bench.py --promote-every times them against the plain
+    128 x 256 default."""
+    if p.block_scaled or weight_bound(p) or p.m <= 256:
+        return []
+    every = promote_every_for(p.k)
+    out = []
+    for bn in (192, 160, 128):
+        for epilogue in (("tma", "direct") if p.tma_epilogue_ok else ("direct",)):
+            staging = 128 * bn * 2 if epilogue == "tma" else 0
+            out.append(Fp8GemmSchedule(bn=bn, stages=min(6, _block_stages(128, bn, staging)),
+                                       epilogue=epilogue, cluster_m=2, promote=True,
+                                       promote_every=every))
+    return out
 
 
 def load_cache(gpu: str) -> dict:

@@ -44,6 +44,7 @@ check_wgmma keeps its per-site k-once, which then reports what it sees.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import z3
@@ -67,6 +68,9 @@ class Case:
     cond: z3.BoolRef
     site: WgmmaSite | None
     sub: tuple = ()
+    # an accumulating wgmma (scale-d = 1) after the overwrite the promotion reads: its block
+    # reaches the partial too, where `cond` holds (promote_every > 1: `interval_promoted_mma`)
+    adds: bool = False
 
     def under(self, cond, pairs=()) -> Case:
         """This case seen from outside: its terms through `pairs` (a loop index taken at one
@@ -78,7 +82,7 @@ class Case:
                 (v, t) for v, t in pairs if not any(v.eq(a) for a, _ in self.sub))
         else:
             own, sub = self.cond, self.sub
-        return Case(z3.And(cond, own), self.site, sub)
+        return Case(z3.And(cond, own), self.site, sub, self.adds)
 
 
 @dataclass(frozen=True)
@@ -292,7 +296,9 @@ def _pure(model, writers, used, proms) -> bool:
     at_point, _ = _tree(model)
     reads = {p[2].result.id for p in proms}   # the reading ops, by their results (IR names)
     for vid in used:
-        if not all(at_point[a].overwrite for a in writers[vid]):
+        # every write a wgmma: overwriting ones (scale-d = 0) and accumulating ones, whose
+        # blocks the reaching-write walk counts to the promotion after them (Case.adds)
+        if not any(at_point[a].overwrite for a in writers[vid]):
             return False
     for op in model.kernel.walk():
         if isinstance(op, O.Assign) and op.dst.id in used:
@@ -456,8 +462,12 @@ def _last_in(model: Model, sites, op, at: tuple[int, ...], vid: int):
         if op.acc.id != vid:
             return _NONE
         site = sites.get(at)
-        if site is None or not op.overwrite:
+        if site is None:
             return None
+        if not op.overwrite:
+            # adds its block to what the partial held: one more block the promotion adds,
+            # and the walk goes on to the write before it
+            return [Case(z3.BoolVal(True), site, adds=True)], z3.BoolVal(False)
         return [Case(z3.BoolVal(True), site)], z3.BoolVal(True)
     if isinstance(op, O.Assign) and op.dst.id == vid:
         return None
@@ -563,9 +573,7 @@ def k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation] | None:
     group must read one tensor's `name` along k; else None for all of them."""
     from argus.verify.wgmma_facts import _k_key
 
-    if not site.op.overwrite:
-        return None
-    group = group_of(model, site)
+    group = group_of(model, site)   # an accumulating site too, when it writes a partial
     if group is None:
         return None
     keys = {_k_key(model, s, name) for s in group.sites}
@@ -580,6 +588,23 @@ def k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation] | None:
     return memo[key]
 
 
+def _expanded(proms) -> tuple:
+    """The promotions as instances of one block each: a promotion whose partial also holds
+    accumulating wgmma's blocks (Case.adds: promote_every > 1) stands for its reaching
+    overwrite (the cases without `adds`) and one more promotion per accumulating write, each
+    adding K values where its case holds and none where it does not (its "written" claim then
+    fails: an accumulating write that only sometimes reaches the promotion is not counted)."""
+    out = []
+    for p in proms:
+        adds = [c for c in p.cases if c.adds]
+        if not adds:
+            out.append(p)
+            continue
+        out.append(dataclasses.replace(p, cases=tuple(c for c in p.cases if not c.adds)))
+        out += [dataclasses.replace(p, cases=(c,)) for c in adds]
+    return tuple(out)
+
+
 def obligations(model: Model, group: Group, name: str) -> list[Obligation]:
     """wgmma.k-once over the group's promotions (the module docstring); `name` is the field
     along k (`k`)."""
@@ -588,7 +613,7 @@ def obligations(model: Model, group: Group, name: str) -> list[Obligation]:
     first = group.sites[0]
     K = first.op.k_extent
     m = fresh_int("m")
-    proms = group.promotions
+    proms = _expanded(group.promotions)
     subject = (f"k of the sum promoted into {group.dest} ({len(proms)} promotions of "
                f"partials written by {len(group.sites)} wgmma sites)")
 

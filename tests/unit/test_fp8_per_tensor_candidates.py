@@ -46,7 +46,11 @@ def test_wave_fitting_widths_only_where_the_last_wave_is_mostly_empty():
 def test_every_candidate_is_legal_and_the_promoted_set_promotes(p):
     plain, promoted = fp8_schedules.candidates(p), fp8_schedules.promoted_candidates(p)
     assert len(set(plain)) == len(plain) and len(set(promoted)) == len(promoted)
-    assert all(not s.promote for s in plain) and all(s.promote for s in promoted)
+    # a weight stream promotes by default (fp8_schedules.STREAM_PROMOTE) where its loop can:
+    # all but split-K's partials; the other plain sets do not promote
+    stream = fp8_schedules.weight_bound(p) and fp8_schedules.STREAM_PROMOTE
+    assert all(s.promote == (stream and s.split_k == 1) for s in plain), plain
+    assert all(s.promote for s in promoted)
     for s in plain + promoted:
         assert s.smem_bytes <= 227 * 1024, s
         assert s.epilogue == "direct" or p.tma_epilogue_ok, s

@@ -120,7 +120,12 @@ def test_the_rule_streams_weights_on_every_sm(mnk):
     assert fp8_schedules.weight_bound(p)
     s = fp8_schedules.heuristic(p)
     assert s == fp8_schedules.weight_streaming(p) and s in fp8_schedules.candidates(p)
-    assert s.swap_ab and s.bn >= p.m and not s.promote and s.epilogue == "direct"
+    assert s.swap_ab and s.bn >= p.m and s.epilogue == "direct"
+    # promoted every promote_every_for(K) steps (issue 18's error bar) unless split-K runs it
+    # (its partials kernel is the plain loop): fp8_schedules.STREAM_PROMOTE
+    assert s.promote == (s.split_k == 1), s
+    if s.promote:
+        assert s.promote_every == fp8_schedules.promote_every_for(p.k, s.k_atoms), s
     assert s.smem_bytes <= 227 * 1024, s
     if s.split_k > 1:
         assert fp8_split_k.why_not(p.k, s.split_k) is None, s
@@ -170,7 +175,9 @@ def test_past_the_weight_bound_the_rule_is_the_old_one():
 
 def test_split_schedules_are_refused_where_they_cannot_run():
     with pytest.raises(ValueError, match="promote=False"):
-        Fp8GemmSchedule(bm=64, bn=16, consumers=1, swap_ab=True, promote=True)
+        Fp8GemmSchedule(bm=64, bn=16, consumers=1, swap_ab=True, split_k=2, promote=True)
+    with pytest.raises(ValueError, match="interval_promoted_mma"):
+        Fp8GemmSchedule(bm=64, bn=16, consumers=1, swap_ab=True, promote=True, late_release=True)
     with pytest.raises(ValueError, match="epilogue='direct'"):
         Fp8GemmSchedule(bm=64, bn=16, consumers=1, split_k=2, epilogue="tma")
     with pytest.raises(ValueError, match="outside 1..16"):
