@@ -756,6 +756,169 @@ def _resources_entry(ck) -> dict:
     return entry
 
 
+# ---- --promote-every: the per-tensor promotion interval against torch._scaled_mm ------------
+
+
+def interval_schedules(m: int, n: int, k: int, every: int) -> list[tuple[str, object]]:
+    """(name, schedule) of the per-tensor schedules promoting every `every` K steps that
+    --promote-every times at one shape, no tuning: M > 256 at 128-row tiles of 192 (N >= 2
+    only: two 96-column accumulators; the every-block loop holds at most 160), 160 and 128
+    columns, 2x1 clusters, the TMA-store epilogue; M <= 128 the weight-streaming rule's pick
+    (swap-AB) promoting every `every` steps; else the 128 x 64 tile."""
+    from argus.ops import fp8_schedules
+    from argus.ops.fp8_schedules import Fp8GemmSchedule, Fp8Problem
+
+    p = Fp8Problem(m, n, k, "bf16", True)
+    if fp8_schedules.weight_bound(p):
+        pick = dataclasses.replace(fp8_schedules.weight_streaming(p), promote=False,
+                                   promote_every=1)
+        if pick.split_k > 1:
+            return []   # split-K's partials kernel runs the plain loop
+        return [(f"stream {pick.bm}x{pick.bn}", dataclasses.replace(
+            pick, promote=True, promote_every=max(1, every // pick.k_atoms)))]
+    if m <= 256:
+        return [("128x64", Fp8GemmSchedule(bm=128, bn=64, stages=8, promote=True,
+                                           promote_every=every))]
+    out = []
+    for bn in (192, 160, 128):
+        if bn > 160 and every == 1:
+            continue
+        stages = min(6, (200 * 1024 - 128 * bn * 2) // ((128 + bn) * 128))
+        out.append((f"128x{bn} tma c2", Fp8GemmSchedule(bn=bn, stages=stages, epilogue="tma",
+                                                         cluster_m=2, promote=True,
+                                                         promote_every=every)))
+    return out
+
+
+def plain_default(m: int, n: int, k: int):
+    """The untuned default without promotion (fp8_schedules.heuristic, promote off): the speed
+    the interval is weighed against besides torch."""
+    from argus.ops import fp8_schedules
+    from argus.ops.fp8_schedules import Fp8Problem
+
+    s = fp8_schedules.heuristic(Fp8Problem(m, n, k, "bf16", True))
+    return dataclasses.replace(s, promote=False, promote_every=1)
+
+
+def bench_promote_every_case(m, n, k, everys, trials: int, repeats: int) -> dict:
+    """One shape: torch._scaled_mm (default accumulation), the plain default and every
+    interval schedule, each checked against float64 on the same inputs (relative Frobenius
+    error, bf16 out) and timed in `repeats` alternating rounds (L2 flushed, median of
+    `trials`); ratio = median over the rounds of torch's time over ours."""
+    import torch
+
+    from argus.bench.timing import measure
+    from argus.ops import scaled_matmul
+
+    a, w, sa, sb = per_tensor_inputs(m, n, k, m * 7 + n * 3 + k + 1)
+    ref = (a.double() * sa.double()) @ (w.double() * sb.double()).T
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    theirs = _scaled_mm(a, w, sa, sb, fast=False)
+    torch.cuda.synchronize()
+    row = {"M": m, "N": n, "K": k, "torch_rel_error": rel_error(theirs, ref), "entries": {}}
+    del theirs
+    named = [("plain default", 0, plain_default(m, n, k))]
+    for every in everys:
+        named += [(name, every, s) for name, s in interval_schedules(m, n, k, every)]
+    fns = {"torch": lambda: _scaled_mm(a, w, sa, sb, fast=False)}
+    for name, every, s in named:
+        key = f"N={every} {name}" if every else name
+        try:
+            out.fill_(float("nan"))
+            scaled_matmul(a, w, sa, sb, out=out, schedule=s)   # builds it (not timed)
+            torch.cuda.synchronize()
+            err = rel_error(out, ref)
+        except Exception as e:  # noqa: BLE001 - record and continue
+            log(f"    {key}: FAILED {type(e).__name__}: {e}")
+            row["entries"][key] = {"every": every, "schedule": repr(s), "failed": repr(e)}
+            continue
+        row["entries"][key] = {"every": every, "schedule": repr(s), "rel_error": err}
+        fns[key] = functools.partial(scaled_matmul, a, w, sa, sb, out=out, schedule=s)
+    del ref
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    rounds = alternate(fns, repeats, lambda fn: measure(fn, trials=trials,
+                                                        warmup=5).median_ms)
+    flops = 2 * m * n * k
+    row["torch_tflops"] = flops / statistics.median(rounds["torch"]) / 1e9
+    for key, e in row["entries"].items():
+        if key not in rounds:
+            continue
+        summ = ratio_summary(rounds["torch"], rounds[key])
+        e.update(ratio=summ["ratio"], ratio_min=summ["ratio_min"], ratio_max=summ["ratio_max"],
+                 tflops=flops / summ["ours_ms"] / 1e9)
+        log(f"  {m}x{n}x{k} {key}: {e['tflops']:.0f} TFLOP/s, ratio {e['ratio']:.3f} "
+            f"[{e['ratio_min']:.3f}, {e['ratio_max']:.3f}], err {e['rel_error']:.2e} (torch "
+            f"{row['torch_rel_error']:.2e}) {e['schedule']}")
+    return row
+
+
+def best_of(row: dict, every) -> dict | None:
+    """The fastest entry of interval `every` (0: the plain default) at one shape."""
+    got = [e for e in row["entries"].values() if e["every"] == every and "ratio" in e]
+    return max(got, key=lambda e: e["ratio"]) if got else None
+
+
+def promote_every_table(rows: list, everys: list) -> str:
+    """Per shape: torch's TFLOP/s and error, then the plain default's and each interval's best
+    tile: ratio vs torch (> 1: ours faster) and error (ours / torch); last the geomean ratio
+    per column over the shapes that have it, and how many rows' error is within 1% of
+    torch's (the bar: no worse than cuBLAS's)."""
+    cols = [0] + list(everys)
+    names = ["plain default"] + [f"N={n}" for n in everys]
+    lines = ["| M x N x K | torch TFLOP/s (err) | " + " | ".join(names) + " |",
+             "|---|---|" + "---|" * len(cols)]
+    per_col: dict = {c: [] for c in cols}
+    ok_err: dict = {c: 0 for c in cols}
+    for r in rows:
+        shape = f"{r['M']}x{r['N']}x{r['K']}"
+        if "torch_tflops" not in r:
+            lines.append(f"| {shape} | failed |" + " |" * len(cols))
+            continue
+        cells = []
+        for c in cols:
+            e = best_of(r, c)
+            if e is None:
+                cells.append("-")
+                continue
+            per_col[c].append(e["ratio"])
+            ok_err[c] += e["rel_error"] <= 1.01 * r["torch_rel_error"]
+            cells.append(f"{e['ratio']:.3f} ({e['rel_error']:.2e})")
+        lines.append(f"| {shape} | {r['torch_tflops']:.0f} ({r['torch_rel_error']:.2e}) | "
+                     + " | ".join(cells) + " |")
+    geo = [f"{math.exp(sum(map(math.log, v)) / len(v)):.3f} over {len(v)}" if v else "-"
+           for v in per_col.values()]
+    lines.append("| geomean ratio | | " + " | ".join(geo) + " |")
+    lines.append("| err <= 1.01 x torch | | " + " | ".join(
+        f"{ok_err[c]} of {len(per_col[c])}" for c in cols) + " |")
+    return "\n".join(lines) + ("\n\ncells: ratio torch / ours of the fastest tile (> 1: ours "
+                               "faster), in parentheses our relative error vs float64")
+
+
+def main_promote_every(args, shapes, started) -> int:
+    import torch
+
+    everys = [int(x) for x in args.promote_every.split(",")]
+    rows = []
+    for (m, n, k) in shapes:
+        try:
+            rows.append(bench_promote_every_case(m, n, k, everys, args.trials, args.repeats))
+        except Exception as e:  # noqa: BLE001 - record and continue
+            log(f"{m}x{n}x{k}: FAILED {type(e).__name__}: {e}")
+            rows.append({"M": m, "N": n, "K": k, "error": repr(e)})
+        torch.cuda.empty_cache()
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "commit": os.environ.get("ARGUS_COMMIT", "unknown"),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows,
+              "everys": everys, "wall_s": time.time() - started}
+    (args.out / "fp8_promote_every.json").write_text(json.dumps(result, indent=1, default=str))
+    text = promote_every_table(rows, everys) + f"\nwall {time.time() - started:.0f} s"
+    (args.out / "fp8_promote_every.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
@@ -793,6 +956,11 @@ def main() -> int:
     parser.add_argument("--ceiling", action="store_true",
                         help="with --variants: also per-tensor fp8 at the same tiles, without "
                              "and with promotion (ceiling_schedules)")
+    parser.add_argument("--promote-every", default="", metavar="N,N,...",
+                        help="per-tensor: time the promotion intervals N (e.g. 1,2,4,8: "
+                             "Fp8GemmSchedule(promote=True, promote_every=N), fixed tiles, no "
+                             "tuning) and the plain default against torch._scaled_mm, with "
+                             "each one's error vs float64; writes fp8_promote_every.json / .md")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     from argus.bench.tee import Tee
@@ -809,6 +977,8 @@ def main() -> int:
         return main_variants(args, shapes, started)
     if args.block:
         return main_block(args, shapes, started)
+    if args.promote_every:
+        return main_promote_every(args, shapes, started)
     rows = []
     for (m, n, k) in shapes:
         try:
