@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from argus.compose.graph import Graph, Node
+from argus.compose.rewrite import sink_into_max_pools
 
 TENSOR_OPS = ("matmul", "scan", "pool", "conv", "torch", "flip", "diag")   # materialized
 VIEW_OPS = ("view", "permute", "slice", "select")        # free views of a materialized tensor
@@ -66,6 +67,7 @@ def _in_domain(shape: tuple[int, ...], domain: tuple[int, ...]) -> bool:
 
 
 def partition(g: Graph) -> Plan:
+    sink_into_max_pools(g)      # maxpool(x / 2) -> maxpool(x) / 2: argus/compose/rewrite.py
     live = g.live()
     mat: set[Node] = {g.output}
     for n in live:
