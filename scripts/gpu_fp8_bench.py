@@ -47,6 +47,16 @@ in the table: one timing per cell moved up to 20% between calls), `--ceiling` ad
 fp8 at the same tiles without and with promotion (how much of the gap is the tile, how much
 the block scales), `--graphs` each call also replayed from a CUDA graph (in parentheses: the
 kernel without the op's per-call host work).
+
+`--promote-every 1,2,4,8`: per-tensor promotion intervals (Fp8GemmSchedule(promote=True,
+promote_every=N): a partial over N K steps, then one FADD into fp32) at fixed tiles, no tuning
+(`interval_schedules`: M > 256 128 x 192 / 160 / 128 with 2x1 clusters and the TMA-store
+epilogue, 192 only for N >= 2; M <= 128 the weight-streaming rule's pick), beside the plain
+default and torch._scaled_mm, each checked against float64 on the same inputs and timed in
+--repeats alternating rounds of --trials calls; a table of ratio (torch / ours) and error per N
+last. Writes fp8_promote_every.json / .md. Estimated 1.5-3 minutes with --trials 30
+--repeats 3 (about 22 kernels at 2-3 s of verify + NVRTC each on a CPU, ~10 s of timed
+calls; not yet run on a GPU).
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ Promotion (`Fp8GemmSchedule.promote`, DeepSeek-V3 §3.3.2 / DeepGEMM): the tenso
 accumulator keeps fewer than fp32's bits, so instead of accumulating all of K in it, each
 128-deep K block (one stage: four k32 wgmma) goes into a fresh wgmma accumulator (scale-d = 0),
 which the CUDA cores then add into an fp32 main accumulator once that group has retired.
+With per-tensor scales the partial may span promote_every K steps (`interval_promoted_mma`:
+fewer drains and FADDs, an error between the two; scripts/fp8_accum_model.py models it).
 `gemm_fp8_blockscaled_kernel` always promotes, because that is where its scales are applied:
 
     C[i, j] = sum_b  scale_a[i, b] * scale_b[j // 128, b] * sum_{k in block b} A[i, k] W[j, k]
