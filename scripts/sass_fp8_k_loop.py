@@ -9,8 +9,12 @@ analysis/alignment.py; --generic: the variant without them). Schedules: the bloc
 and overlap 128 x 128) and, with --variants, every schedule of scripts/gpu_fp8_bench.py
 --variants. Needs NVRTC and nvdisasm or cuobjdump (PATH, or NVDISASM=/path/to/nvdisasm).
 
-    .venv/bin/python scripts/sass_fp8_k_loop.py [--variants] [--generic] [--json F] [--sass DIR]
-        [--only SUBSTRING ...]
+    .venv/bin/python scripts/sass_fp8_k_loop.py [--variants] [--interval] [--generic] [--json F]
+        [--sass DIR] [--only SUBSTRING ...]
+
+`--interval`: the per-tensor kernel plain (128 x 256) and promoting every N K steps
+(Fp8GemmSchedule.promote_every, 128 x 192 / 160 / 128), counted per K block (a trip of the
+interval loop holds N; the promotion is FADD, in the class list).
 
 ptxas is chaotic at the split loop's 232 registers (a change that helps one 128 x 256 variant
 can spill another), so measure a split-loop change on every split variant:
@@ -35,6 +39,23 @@ def default_schedules() -> list[tuple[str, object]]:
 
     return [("default split 128x256", fs._SPLIT_256_TMA),
             ("default overlap 128x128", fs._OVERLAP_TMA)]
+
+
+def interval_schedules() -> list[tuple[str, object]]:
+    """--interval: the per-tensor kernel (gemm_fp8_kernel) plain at its 128 x 256 default and
+    promoting every N K steps (Fp8GemmSchedule.promote_every) at the tiles
+    gpu_fp8_bench.py --promote-every times: per K block, the FADDs and the waits N spreads."""
+    from argus.kernels.gemm_fp8 import Fp8GemmSchedule
+
+    out = [("per-tensor 128x256 st3 tma plain", Fp8GemmSchedule(epilogue="tma", stages=3))]
+    for bn, stages in ((192, 3), (160, 4), (128, 5)):
+        for every in (1, 2, 4, 8):
+            if bn > 160 and every == 1:
+                continue
+            out.append((f"per-tensor 128x{bn} tma c2 N={every}",
+                        Fp8GemmSchedule(bn=bn, stages=stages, epilogue="tma", cluster_m=2,
+                                        promote=True, promote_every=every)))
+    return out
 
 
 def variant_schedules() -> list[tuple[str, object]]:
@@ -70,17 +91,22 @@ def launch_specialization(kernel, symbols: dict[str, int] = SHAPE):
     return alignment.of_arguments(tensors, symbols)
 
 
-def render(schedule, generic: bool = False):
-    """codegen.Source of the block-scaled kernel of `schedule`: the variant of the SHAPE
-    launch, or (generic) the one that assumes nothing about its arguments."""
+def render(schedule, generic: bool = False, per_tensor: bool = False):
+    """codegen.Source of the block-scaled kernel of `schedule` (the per-tensor one when
+    `per_tensor`): the variant of the SHAPE launch, or (generic) the one that assumes nothing
+    about its arguments."""
     import argus as ag
     from argus import codegen
     from argus.analysis import alignment
     from argus.compiler import lower_only
-    from argus.kernels.gemm_fp8 import gemm_fp8_blockscaled_kernel, gemm_fp8_blockscaled_smem_kernel
+    from argus.kernels.gemm_fp8 import (gemm_fp8_blockscaled_kernel,
+                                        gemm_fp8_blockscaled_smem_kernel, gemm_fp8_kernel)
 
-    kf = gemm_fp8_blockscaled_smem_kernel if schedule.smem_scales else \
-        gemm_fp8_blockscaled_kernel
+    if per_tensor:
+        kf = gemm_fp8_kernel
+    else:
+        kf = gemm_fp8_blockscaled_smem_kernel if schedule.smem_scales else \
+            gemm_fp8_blockscaled_kernel
     kernel = lower_only(kf(ag.bf16), s=schedule)
     if not generic:
         kernel = alignment.specialize(kernel, launch_specialization(kernel))
@@ -90,11 +116,12 @@ def render(schedule, generic: bool = False):
 def measure(schedule, sass_dir: Path | None = None, name: str = "",
             generic: bool = False) -> dict:
     """Build the block-scaled kernel of `schedule` (NVRTC, sm_90a; the launch variant unless
-    `generic`) and count its K loop."""
+    `generic`; the per-tensor kernel for a name starting "per-tensor") and count its K loop."""
     from argus.runtime.compile import compile_cuda
     from argus.runtime.sass import disassemble, k_loop, k_loop_classes
 
-    source = render(schedule, generic)
+    per_tensor = name.startswith("per-tensor")
+    source = render(schedule, generic, per_tensor)
     binary = compile_cuda(source.text, [source.name], use_cache=False)
     res = binary.resource(source.name)
     sass = disassemble(binary.cubin)
@@ -104,17 +131,40 @@ def measure(schedule, sass_dir: Path | None = None, name: str = "",
         stem = name.replace(" ", "_")
         (sass_dir / f"{stem}.cu").write_text(source.text)
         (sass_dir / f"{stem}.sass").write_text(sass)
-    loop = k_loop(sass)
+    every = getattr(schedule, "promote_every", 1) * getattr(schedule, "k_atoms", 1)
+    # the interval loop's group (N steps unrolled) is not the shortest loop around a QGMMA:
+    # its tail (one step a trip) is; take the shortest one holding a whole group's QGMMAs
+    loop = k_loop(sass) if every == 1 else _loop_with(sass, 4 * every)
     classes = k_loop_classes(loop)
     # a K block is 128 deep: 4 QGMMA (k32) per 64 x bn wave, 8 for the two halves of a split
     # step; the overlapped loop holds two K blocks per trip
-    blocks = 2 if getattr(schedule, "overlap", False) else 1
+    # step; the overlapped loop holds two K blocks per trip, the interval loop promote_every
+    blocks = 2 if getattr(schedule, "overlap", False) else every
     per_block = {k: v / blocks for k, v in classes.items()}
     return {"registers": res.registers, "spill_bytes": res.spill_stores + res.spill_loads,
             "blocks_per_trip": blocks, "per_block": per_block,
             "total": sum(classes.values()) / blocks,
             "bookkeeping": sum(v for k, v in classes.items() if k not in ("FFMA", "QGMMA"))
             / blocks}
+
+
+def _loop_with(sass: str, qgmma: int) -> list[str]:
+    """The SASS lines of the shortest loop (a label to a backward branch to it) that holds at
+    least `qgmma` QGMMA instructions (runtime/sass.k_loop's walk, another choice)."""
+    import re
+
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines)
+              for m in [re.match(r"^\s*(\.L_x_\d+):", line)] if m}
+    loops = [(labels[m.group(1)], i) for i, line in enumerate(lines)
+             for m in [re.search(r"BRA `\((\.L_x_\d+)\)", line)]
+             if m and labels.get(m.group(1), len(lines)) < i]
+    around = [(b - a, a, b) for a, b in loops
+              if sum(bool(re.search(r"\bQGMMA\b", x)) for x in lines[a:b]) >= qgmma]
+    if not around:
+        raise ValueError(f"no loop holds {qgmma} QGMMA instructions in the SASS")
+    _, first, last = min(around)
+    return lines[first:last + 1]
 
 
 def _row(name: str, m: dict) -> str:
@@ -129,6 +179,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", action="store_true",
                         help="also every schedule of gpu_fp8_bench.py --variants")
+    parser.add_argument("--interval", action="store_true",
+                        help="also the per-tensor kernel plain and promoting every N K steps "
+                             "(interval_schedules)")
     parser.add_argument("--json", type=Path, help="write the counts here")
     parser.add_argument("--sass", type=Path, help="write each kernel's .cu and .sass here")
     parser.add_argument("--generic", action="store_true",
@@ -137,7 +190,8 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", metavar="SUBSTRING",
                         help="only the schedules whose name contains one of these")
     args = parser.parse_args()
-    schedules = default_schedules() + (variant_schedules() if args.variants else [])
+    schedules = default_schedules() + (variant_schedules() if args.variants else []) + \
+        (interval_schedules() if args.interval else [])
     if args.only:
         schedules = [(n, s) for n, s in schedules if any(o in n for o in args.only)]
     if args.sass:
