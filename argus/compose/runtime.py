@@ -104,12 +104,24 @@ class Program:
         maker = next((step.kind for step in reversed(self.plan.steps)
                       if step.node is g.output), None)
         return _RunPlan(inputs=tuple((n, n.attrs["input"]) for n in g.inputs),
+                        conv_runs=self.conv_runs(),
                         bindings=tuple(bindings),
                         steps=tuple((i, step, step.kind, step.node, calls.get(i))
                                     for i, step in enumerate(self.plan.steps)),
                         # a kernel's or the GEMM adapter's output is a new contiguous buffer:
                         # no check that it aliases an input or a constant
                         fresh_output=maker in ("kernel", "matmul"))
+
+    def conv_runs(self) -> dict[int, Any]:
+        """step index -> the ConvRun of that convolution: SCHEDULES["conv<j>"] for the j-th
+        conv step (in plan order, the forward's call order: argus/compose/precision.py picks
+        a precision per convolution under them), else SCHEDULES["conv"] (None: defaults)."""
+        runs, j = {}, 0
+        for i, step in enumerate(self.plan.steps):
+            if step.kind == "conv":
+                runs[i] = self.schedules.get(f"conv{j}") or self.schedules.get("conv")
+                j += 1
+        return runs
 
     def run(self, model: torch.nn.Module, inputs: list[Any]) -> torch.Tensor:
         fast = self._run_plan
@@ -160,7 +172,7 @@ class Program:
             elif kind == "conv":
                 env[n] = conv.run_conv(n, *(env[a] for a in n.args[:2]),
                                        env[n.args[2]] if len(n.args) > 2 else None,
-                                       self.schedules.get("conv"))
+                                       fast.conv_runs[i])
             else:
                 env[n] = _torch_call(n, env)
         out = env[self.plan.graph.output]
@@ -185,6 +197,7 @@ class _RunPlan:
     bindings: tuple
     steps: tuple
     fresh_output: bool
+    conv_runs: dict = field(default_factory=dict)   # step index -> ConvRun (or None)
 
 
 @dataclass(frozen=True)

@@ -135,17 +135,24 @@ def compose_task(path: Path | str, schedules: dict[str, Any] | None = None) -> C
     path = Path(path)
     name = path.stem
     try:
-        prog, _ = plan_task(path, schedules)
+        prog, module = plan_task(path, schedules)
     except CaptureError as exc:
         return Composition(name, "", "", error=str(exc).splitlines()[0])
     except Exception as exc:  # noqa: BLE001 - a lowering bug must not stop a suite
         return Composition(name, "", "", error=f"{type(exc).__name__}: {str(exc)[:300]}")
+    choices = ()
+    if schedules:
+        from argus.compose.precision import conv_schedules
+
+        # tf32 asked for: each fp32 convolution keeps it only where the chain after it
+        # passes the relaxed rule on the self-check's draws, else the strict split
+        schedules, choices = conv_schedules(prog.plan, module, schedules)
     return _composition(name, path.read_text(), prog.plan, prog.sources, schedules,
-                        prog.unsupported)
+                        prog.unsupported, choices)
 
 
 def _composition(name: str, task_source: str, plan: Plan, kernels: str,
-                 schedules: dict[str, Any] | None, unsupported) -> Composition:
+                 schedules: dict[str, Any] | None, unsupported, choices=()) -> Composition:
     steps: dict[str, int] = {}
     for s in plan.steps:
         kind = {"kernel": "fused kernels", "matmul": "GEMMs", "scan": "scans",
@@ -160,10 +167,12 @@ def _composition(name: str, task_source: str, plan: Plan, kernels: str,
     tf32 = getattr((schedules or {}).get("conv"), "precision", None) == "tf32"
     if "convolutions" in steps and tf32:
         partial += ("\nConvolutions: fp32 ones run as ONE tf32 product (ConvRun(precision="
-                    "'tf32')): relaxed track only, as accurate as PyTorch eager's cuDNN "
-                    "convolution with TF32, not fp32-accurate; Argus kernels transpose a "
-                    "channels-last result to NCHW; torch repacks each weight once and pads W "
+                    "'tf32')) where the chain allows it: relaxed track only, as accurate as "
+                    "PyTorch eager's cuDNN convolution with TF32, not fp32-accurate; the others "
+                    "as the strict bf16 split (SCHEDULES['conv<j>']); Argus kernels transpose "
+                    "a channels-last result to NCHW; torch repacks each weight once and pads W "
                     "to a whole stride where needed.")
+        partial += _choices_text(choices)
     elif "convolutions" in steps:     # argus/compose/conv.py: what torch still does there
         partial += ("\nConvolutions: Argus kernels pack an fp32 input, multiply and "
                     "transpose a channels-last result to NCHW; torch repacks each weight once "
@@ -174,6 +183,24 @@ def _composition(name: str, task_source: str, plan: Plan, kernels: str,
               + task_source.rstrip() + "\n" + FOOTER.format(
                   schedules=_schedules_text(schedules), imports=_imports(schedules)))
     return Composition(name, source, kernels, steps, unsupported)
+
+
+def _choices_text(choices) -> str:
+    """The header's lines on each fp32 convolution's precision and why
+    (argus/compose/precision.py: the compose-time self-check)."""
+    if not choices:
+        return ""
+    import textwrap
+
+    lines = ["\nPrecision per fp32 convolution (argus/compose/precision.py: the chain run in "
+             "float64 with that convolution emulated as tf32, on the solver's own draws; kept "
+             "as tf32 at a relaxed-rule ratio <= 0.25):"]
+    for c in choices:
+        where = "every convolution" if c.index < 0 else f"conv{c.index} ({c.weight})"
+        draws = ", ".join(f"{k} {q:.3g}" for k, q in c.draws)
+        text = f"- {where}: {c.reason}" + (f"; ratios per draw: {draws}" if draws else "")
+        lines.append(textwrap.fill(text, 96, subsequent_indent="  "))
+    return "\n".join(lines)
 
 
 def source_digest(text: str) -> str:

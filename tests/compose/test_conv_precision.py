@@ -1,0 +1,257 @@
+"""argus/compose/precision.py: the per-convolution tf32-or-split choice of the relaxed track.
+
+The rule is a self-check by emulation (the chain in float64, one convolution's tf32 error
+magnified TF32_GAIN times, KernelBench's relaxed rule on the solver's own draws), so the
+tests build synthetic chains whose verdict is known from how their ops treat an absolute
+error, check the emulation against an independent tf32 convolution, and the rule's ratio
+against torch.allclose. The level-2 tasks (13 that fail the relaxed track as tf32 on the
+judge's large-magnitude set, and passing ones) are checked when ../shared/kernelbench is there.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from argus.compose import precision as P
+from argus.compose.conv import ConvRun
+
+
+def _tf32_bits(t: torch.Tensor) -> torch.Tensor:
+    # independent of argus.ops.conv.round_to_tf32: round half away from zero on the
+    # magnitude's bits, through integer arithmetic in int64
+    bits = t.float().view(torch.int32).to(torch.int64)
+    sign = bits & (1 << 31)
+    mag = bits & 0x7FFFFFFF
+    mag = ((mag + (1 << 12)) >> 13) << 13
+    return (sign | mag).to(torch.int32).view(torch.float32)
+
+
+def _task(model_cls, shape, init=()):
+    return types.SimpleNamespace(Model=model_cls, get_init_inputs=lambda: list(init),
+                                 get_inputs=lambda: [torch.rand(shape)])
+
+
+class _Chain(nn.Module):
+    def __init__(self, after, channels=16, out=32, k=3):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, out, k)
+        self.after = after
+        self.norm = nn.GroupNorm(4, out)        # a submodule: float64 with the model
+
+    def forward(self, x):
+        if self.after is None:
+            return torch.tanh(self.norm(self.conv(x)))
+        return self.after(self.conv(x))
+
+
+def _choice(after, shape=(4, 16, 24, 24)):
+    (c,) = P.choose_conv_precisions(_task(lambda: _Chain(after), shape))
+    return c
+
+
+def test_relaxed_ratio_is_allclose():
+    g = torch.Generator().manual_seed(0)
+    for scale in (1e-3, 1.0, 1e3):
+        r = torch.randn(500, generator=g, dtype=torch.float64) * scale
+        rms = float(r.square().mean().sqrt())
+        for size in (1e-4, 3e-3, 1e-2, 3e-2):
+            y = r + torch.randn(500, generator=g, dtype=torch.float64) * size * max(1, rms)
+            ok = torch.allclose(y, r, rtol=1e-2, atol=1e-2 * max(1.0, rms))
+            assert (P.relaxed_ratio(y, r) <= 1) == ok, (scale, size)
+    r = torch.tensor([1.0, float("inf"), 2.0], dtype=torch.float64)
+    assert P.relaxed_ratio(r.clone(), r) == 0.0
+    assert P.relaxed_ratio(torch.tensor([1.0, 3.0, 2.0]), r) == math.inf
+    assert P.relaxed_ratio(torch.tensor([1.0, float("inf"), float("nan")]), r) == math.inf
+
+
+def test_emulation_is_the_tf32_convolution():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 8, 10, 10, generator=g).double()
+    w = torch.randn(12, 8, 3, 3, generator=g).double()
+    b = torch.randn(12, generator=g).double()
+    want = F.conv2d(_tf32_bits(x).double(), _tf32_bits(w).double(), b, padding=1)
+    exact = F.conv2d(x, w, b, padding=1)
+    with P._Emulate(frozenset({0}), gain=1.0) as mode:
+        got = F.conv2d(x, w, b, padding=1)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    with P._Emulate(frozenset({0}), gain=3.0):
+        got3 = F.conv2d(x, w, b, padding=1)
+    torch.testing.assert_close(got3 - exact, 3 * (want - exact), rtol=0, atol=1e-11)
+    assert mode.seen == [(12, 8, 3, 3)] and mode.outputs == exact.numel()
+    assert (want - exact).abs().max() > 0        # tf32 does change the result
+    with P._Emulate(frozenset({1})):              # the second call only
+        same = F.conv2d(x, w, b, padding=1)
+        other = F.conv_transpose2d(x, w.transpose(0, 1).contiguous())
+    assert torch.equal(same, exact)
+    assert not torch.equal(other, F.conv_transpose2d(x, w.transpose(0, 1).contiguous()))
+
+
+def test_homogeneous_chain_keeps_tf32():
+    c = _choice(lambda y: torch.relu(y) * 2.0 + 0.1)
+    assert c.precision == "tf32" and c.ratio <= 1, c
+    assert {k for k, _ in c.draws} >= {"task", "normal", "heavy", "large"}
+
+
+@pytest.mark.parametrize("after", [torch.tanh, lambda y: torch.softmax(y, dim=1),
+                                   lambda y: torch.sigmoid(y) + 0.5,
+                                   lambda y: F.gelu(torch.clamp(y, max=0.0))],
+                         ids=["tanh", "softmax", "sigmoid", "gelu-of-negative"])
+def test_bounded_op_after_the_conv_takes_the_split(after):
+    c = _choice(after)
+    assert c.precision == "split", c
+    assert c.draw.startswith("large") and c.ratio > 1
+    # not an op table: the same chain passes on unit-scale draws
+    assert max(q for k, q in c.draws if k == "normal") <= 1
+
+
+def test_scale_before_the_bounded_op_decides_not_the_op():
+    # tanh of the conv scaled down by 1e-4 is nearly linear: the absolute error shrinks with
+    # the values, so tf32 passes; the same tanh on the raw conv fails (above)
+    c = _choice(lambda y: torch.tanh(y * 1e-4))
+    assert c.precision == "tf32", c
+
+
+def test_norm_before_the_bounded_op_keeps_tf32():
+    c = _choice(None)           # _Chain without `after`: tanh(GroupNorm(conv(x)))
+    assert c.precision == "tf32", c
+
+
+class _TwoConvs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Conv2d(8, 16, 3, padding=1)
+        self.second = nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x):
+        # the first conv feeds a tanh (amplifies); the second sees tanh's bounded output and
+        # is followed by a ReLU (does not)
+        return torch.relu(self.second(torch.tanh(self.first(x))))
+
+
+def test_per_convolution_choice_and_schedules():
+    task = _task(_TwoConvs, (2, 8, 20, 20))
+    first, second = P.choose_conv_precisions(task)
+    assert (first.index, first.weight, first.precision) == (0, "first.weight", "split")
+    assert (second.index, second.weight, second.precision) == (1, "second.weight", "tf32")
+
+    from argus.compose.runtime import Program
+
+    torch.manual_seed(0)
+    prog = Program.build(_TwoConvs(), [torch.rand(2, 8, 20, 20)],
+                         {"conv": ConvRun(precision="tf32")})
+    schedules, choices = P.conv_schedules(prog.plan, task, prog.schedules)
+    assert schedules["conv0"] == ConvRun() and "conv1" not in schedules
+    assert [c.precision for c in choices] == ["split", "tf32"]
+    prog.schedules = schedules
+    runs = list(prog.conv_runs().values())
+    assert runs == [ConvRun(), ConvRun(precision="tf32")]
+    # nothing checked when tf32 is not asked for
+    assert P.conv_schedules(prog.plan, task, {}) == ({}, ())
+
+
+def test_mismatched_plan_falls_back_to_the_split_everywhere():
+    task = _task(_TwoConvs, (2, 8, 20, 20))
+    (c,) = P.choose_conv_precisions(task, [0, 1], [(16, 8, 3, 3)])
+    assert c.index == -1 and c.precision == "split" and "do not match" in c.reason
+
+
+def test_reduced_inputs_keep_channels_and_cut_batch_and_space():
+    model = _Chain(torch.tanh)
+    (shape,) = P.reduced_inputs(model, [(128, 16, 256, 256)])
+    assert shape[:2] == (2, 16) and max(shape[2:]) < 256
+    flat = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 30 * 30, 5))
+    # the Linear fixes the spatial size: only the batch is cut
+    assert P.reduced_inputs(flat, [(8, 3, 32, 32)]) == [(2, 3, 32, 32)]
+
+    class FixedBatch(nn.Module):
+        def forward(self, x):
+            if x.shape[0] != 8:
+                raise ValueError("batch 8 only")
+            return x
+
+    assert P.reduced_inputs(FixedBatch(), [(8, 3, 64, 64)]) is None
+
+
+def test_solution_header_names_each_precision(tmp_path):
+    from argus.compose.solution import compose_task
+
+    src = (
+        "import torch\nfrom torch import nn\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(8, 16, 3)\n\n"
+        "    def forward(self, x):\n"
+        "        return torch.tanh(self.conv(x))\n\n"
+        "def get_inputs():\n    return [torch.rand(4, 8, 32, 32)]\n\n"
+        "def get_init_inputs():\n    return []\n")
+    path = tmp_path / "99_Conv2d_Tanh.py"
+    path.write_text(src)
+    comp = compose_task(path, {"conv": ConvRun(precision="tf32")})
+    assert "'conv0': ConvRun(terms=6, schedule=None, precision=None)" in comp.source
+    assert "conv0 (conv.weight): bf16 split (strict)" in comp.source
+    relu = tmp_path / "98_Conv2d_ReLU.py"
+    relu.write_text(src.replace("torch.tanh", "torch.relu"))
+    comp = compose_task(relu, {"conv": ConvRun(precision="tf32")})
+    assert "'conv0'" not in comp.source and "conv0 (conv.weight): tf32" in comp.source
+
+
+# --------------------------------------------------------------------------- level 2
+REPO = Path(__file__).resolve().parents[2]
+KB_DIR = Path(os.environ.get("ARGUS_KERNELBENCH_DIR", REPO.parent / "shared" / "kernelbench"))
+# failed the relaxed track as one tf32 product on the H200 (2026-12-04 17:19, the judge's
+# large-magnitude set); L2/52 is listed apart: the emulation does not reproduce its failure
+FAILED_AS_TF32 = (5, 7, 16, 21, 46, 47, 48, 49, 82, 89, 91, 93)
+PASSED_AS_TF32 = (1, 3, 8, 11, 17)
+
+
+def _level2(i):
+    if not (KB_DIR / "level2").is_dir():
+        pytest.skip(f"no KernelBench checkout at {KB_DIR}")
+    from argus.compose.solution import load_module
+
+    return load_module(next((KB_DIR / "level2").glob(f"{i}_*.py")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("i", FAILED_AS_TF32)
+def test_level2_tf32_failures_take_the_split(i):
+    choices = P.choose_conv_precisions(_level2(i))
+    assert all(c.precision == "split" for c in choices), choices
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("i", PASSED_AS_TF32)
+def test_level2_tf32_passes_stay_tf32(i):
+    choices = P.choose_conv_precisions(_level2(i))
+    assert all(c.precision == "tf32" for c in choices), choices
+
+
+def test_program_runs_each_convolution_with_its_own_run(monkeypatch):
+    from argus.compose import conv as conv_mod
+    from argus.compose.runtime import Program
+
+    seen = []
+
+    def fake_run_conv(node, x, weight, bias, run=None):
+        seen.append((tuple(weight.shape), run))
+        return F.conv2d(x, weight, bias, padding=1)
+
+    monkeypatch.setattr(conv_mod, "run_conv", fake_run_conv)
+    torch.manual_seed(0)
+    model = _TwoConvs()
+    x = torch.rand(1, 8, 6, 6)
+    prog = Program.build(model, [x], {"conv": ConvRun(precision="tf32"), "conv0": ConvRun()})
+    with torch.no_grad():
+        out = prog.run(model, [x])
+        want = model(x)
+    torch.testing.assert_close(out, want)
+    assert seen == [((16, 8, 3, 3), ConvRun()), ((16, 16, 3, 3), ConvRun(precision="tf32"))]
