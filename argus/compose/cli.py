@@ -46,7 +46,9 @@ def add_solve(verbs, selection, judge_options) -> None:
                         "(strict track); tf32 runs ONE tf32 product (argus.compose.conv "
                         "ConvRun(precision='tf32')): the arithmetic of PyTorch eager's cuDNN "
                         "convolution with TF32, a relaxed-track result that fails the strict "
-                        "track by design. Use another --out than the fp32 run's")
+                        "track by design, for each convolution whose chain passes the relaxed "
+                        "rule in a compose-time self-check (argus/compose/precision.py; the "
+                        "others keep the split). Use another --out than the fp32 run's")
     judge_options(s)
 
 
@@ -58,8 +60,9 @@ def skipped_for(unsupported, skip_ops: str) -> list[str]:
 
 def solve_schedules(precision: str) -> dict[str, Any] | None:
     """The SCHEDULES a solution is composed with for `--precision`: None (the defaults: fp32
-    convolutions as the strict bf16 split) or, for "tf32", every convolution as one tf32
-    product (relaxed track)."""
+    convolutions as the strict bf16 split) or, for "tf32", convolutions as one tf32 product
+    (relaxed track); compose_task then gives the split back to each convolution whose chain
+    fails the self-check (argus/compose/precision.py conv_schedules)."""
     if precision == "fp32":
         return None
     if precision == "tf32":
