@@ -434,7 +434,7 @@ def _gather_inside(model: Model) -> tuple[list[Obligation], list[Finding]]:
         def decode(zm, violated, r=r, op=op, idx=idx, terms=terms):
             wit = W.context(model, zm, r.site)
             element = tuple(value(zm, i) for i in idx)
-            wit.update(W.holder(model, op.result.type, element))
+            wit.update(W.holder(model, op.result.type, element, r.site))
             bad = [(d, value(zm, t), n) for d, (t, n) in terms.items()
                    if not 0 <= value(zm, t) < n]
             d, got, n = bad[0] if bad else next((d, value(zm, t), n)

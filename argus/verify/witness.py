@@ -15,6 +15,7 @@ import z3
 from argus.ir import ops as O
 from argus.target import register_layouts as RL
 from argus.target import sm90
+from argus.target.limits import WARPGROUP_SIZE
 from argus.verify.model import Model, Site
 from argus.verify.solver import value
 
@@ -139,13 +140,16 @@ def acc_thread(row: int, col: int) -> dict[str, int]:
     return {"thread": t, "warp": t // 32, "lane": t % 32, "register": f"d[{reg}]"}
 
 
-def holder(model: Model, tile_type, element: tuple) -> dict[str, Any]:
+def holder(model: Model, tile_type, element: tuple, site: Site | None = None) -> dict[str, Any]:
     """The thread and register holding element `element` of a register tile (its layout), or
-    nothing when the layout is not known here."""
+    nothing when the layout is not known here. A tile of a role (`site` inside one) is laid
+    out over its warpgroup's 128 threads, as layout inference builds it
+    (analysis/layouts.py _group_threads), not over the CTA's."""
+    threads = WARPGROUP_SIZE if site is not None and site.role is not None else model.threads
     try:
         if tile_type.layout.startswith("wgmma_acc"):
             return acc_thread(*element)
-        layout = RL.build(tile_type.layout or "blocked", tuple(tile_type.shape), model.threads)
+        layout = RL.build(tile_type.layout or "blocked", tuple(tile_type.shape), threads)
         t, r = layout.owners()[tuple(element)][0]
     except Exception:  # noqa: BLE001 - a courtesy: the finding stands without it
         return {}

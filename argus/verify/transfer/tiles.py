@@ -133,9 +133,18 @@ def _c_div(a, b):
 # integer index arithmetic the im2col span gathers use (`k / slot`, `k % slot`, a where
 # choosing -1 for a padding column): C's semantics, as the interpreter's (runtime/interp/
 # tile.py) and the generated code's; `div` only of integer tiles, by a nonzero compile-time
-# divisor (_index_values)
+# divisor or a runtime scalar one (`% q_len`: _runtime_divmod; _index_values)
 _ARITH.update({"div": _c_div, "mod": lambda a, b: a - _c_div(a, b) * b})
 _SELECT = "where"
+
+
+def _runtime_divmod(name: str):
+    """C's `a / b` or `a % b` for a symbolic divisor b: _c_div's sign split (exact for a
+    negative dividend or divisor), and a fresh unknown where b is 0 (undefined in C)."""
+    def fn(a, b):
+        got = _ARITH[name](a, b)
+        return z3.If(b == 0, fresh_int(f"{name}_by_zero"), got)
+    return fn
 
 
 def _index_tiles(m: Model) -> set[int]:
@@ -185,12 +194,21 @@ def _index_values(m: Model, op: O.Elementwise):
                                                       and not z3.is_bool(s)):
                 return None
             parts.append(("scalar", _num(s), None))
-    if op.fn in ("div", "mod") and not (parts[1][0] == "scalar" and
-                                        z3.is_int_value(z3.simplify(parts[1][1])) and
-                                        z3.simplify(parts[1][1]).as_long() != 0):
-        # by a compile-time divisor only: a runtime one (`% q_len`) would make every claim
-        # the value reaches (a mask's, a fill's) nonlinear
-        return None
+    if op.fn in ("div", "mod"):
+        if parts[1][0] != "scalar":
+            return None   # by a scalar only: a tile divisor varies per element (not modelled)
+        d = z3.simplify(parts[1][1])
+        if z3.is_int_value(d):
+            if d.as_long() == 0:
+                return None
+        else:
+            # a runtime divisor (`% q_len`, `/ heads`: a kernel argument, a shape symbol or
+            # scalar arithmetic on them): z3's integer division by the symbolic term under
+            # C's truncation (_c_div splits the signs of both operands), each query bounding
+            # the size by the model's premises (a parameter in [1, 2^24), ag.require). A
+            # divisor the launch could make 0 gives an unknown value there (C's undefined
+            # behaviour), never z3's own total `x / 0`
+            fn = _runtime_divmod(op.fn)
 
     def values(idx):
         vals = []
