@@ -45,8 +45,10 @@ skipped and the taken path):
       orders no two warpgroups: no element a warpgroup gathers is written by another
       warpgroup of the role (a solver obligation on the gather's own index terms, element
       by element: `_across_warpgroups`), or the finding names both warpgroups, the element,
-      the row and the barrier that orders only one of them. smem.race leaves those pairs to
-      it (check_smem._races).
+      the row and the barrier that orders only one of them. A write and a gather both in
+      one ag.ordered section are ordered by its turns (bar.arrive / bar.sync between the
+      warpgroups): there only a row a later turn of the same round writes is reported.
+      smem.race leaves those pairs to it (check_smem._races).
 
 The ordered sections' obligations (ordered.pairs/barriers/turns/skip) are
 verify/check_ordered.py's; they run from here, the turns on traced kernels too.
@@ -801,6 +803,49 @@ def _barrier_before(role: O.RoleOp, op) -> O.GroupBarrier | None:
     return None
 
 
+def _sections(role: O.RoleOp) -> dict[int, O.TurnWait]:
+    """id(op) -> the ordered section (its ordered.wait) `op` runs inside, for every op of
+    `role` between a section's wait and its pass (nested regions included)."""
+    out: dict[int, O.TurnWait] = {}
+
+    def walk(region: Region, outer: O.TurnWait | None) -> None:
+        current = outer
+        for op in region.ops:
+            if isinstance(op, O.TurnWait) and outer is None:
+                current = op
+                continue
+            if isinstance(op, O.TurnPass) and not op.initial and outer is None and \
+                    current is not None and op.name == current.name:
+                current = None
+                continue
+            if current is not None:
+                out[id(op)] = current
+            for f in op.spec_fields():
+                inner = getattr(op, f.name)
+                if isinstance(inner, Region):
+                    walk(inner, current)
+    walk(role.body, None)
+    return out
+
+
+def _same_round(model: Model, wait: O.TurnWait, r_site, w_site, sub):
+    """The condition that the gather's and the write's instances lie in one round of the
+    section `wait` opens: the loops around the section (its wait's loops) at the same
+    iteration (the writer's variables renamed apart by `sub`). None when a loop around the
+    section is not found at both sites (not decided: the pair is left unordered)."""
+    turn = next((t for t in model.turns if t.op is wait), None)
+    if turn is None:
+        return None
+    conds = []
+    for loop in turn.loops():
+        a = next((s for s in r_site.loops() if s.op is loop.op), None)
+        b = next((s for s in w_site.loops() if s.op is loop.op), None)
+        if a is None or b is None:
+            return None
+        conds.append(a.var == sub(b.var))
+    return z3.And(conds) if conds else z3.BoolVal(True)
+
+
 def _across_warpgroups(model: Model) -> list[Obligation]:
     """sync.exchange between two warpgroups of one role: for every shared gather in a role of
     several warpgroups and every generic write of its buffer in that role, no element the
@@ -809,7 +854,19 @@ def _across_warpgroups(model: Model) -> list[Obligation]:
     covers, in the same stage. The writer's scope variables are renamed apart (any iteration
     of its loops), its warpgroup differs. Element by element, so warpgroups gathering their
     own rows of a view over the whole buffer are proven (smem.race's row ranges would
-    overlap)."""
+    overlap).
+
+    Both inside one ag.ordered section: the sections of a name run one at a time, warpgroup
+    0, 1, ..., W - 1 in each round (check_ordered proves the turns: ordered.turns /
+    ordered.pairs), and each turn is handed on by a bar.arrive of the passing warpgroup that
+    the next one's bar.sync waits on (256 threads: both warpgroups participate, so the
+    passer's earlier shared accesses are performed for the waiter: PTX ISA, barrier{.cta}).
+    Any two instances of the section are therefore ordered, in turn order: no race. What is
+    left is the order itself: a gather in warpgroup B's turn reads a row warpgroup A writes in
+    the SAME round (the loops around the section at the same iteration) only if A's turn
+    comes first (A < B); else it reads the row before A writes it. Instances of different
+    rounds are ordered and not judged (reading a row an earlier round wrote is the carried
+    exchange)."""
     obs = []
     # the walk above needs the kernel alone (tests drive it with a namespace holding just
     # that); these need the model's read sites: none without them
@@ -832,6 +889,7 @@ def _across_warpgroups(model: Model) -> list[Obligation]:
             conds.append(z3.And(term >= 0, term < extent))
         row = _num(r.view.row0) + coords[0]
         barrier = _barrier_before(r.site.role, r.op) if r.site.role is not None else None
+        sections = _sections(r.site.role) if r.site.role is not None else {}
         for w in model.writes.get(r.view.buffer.id, []):
             if not gathers_across_warpgroups(r, w):
                 continue
@@ -850,12 +908,26 @@ def _across_warpgroups(model: Model) -> list[Obligation]:
                 [z3.And(i >= 0, i < n) for i, n in zip(idx, shape)]
             subject = (f"shared gather of {r.view.buffer} at {r.op.loc} vs the write at "
                        f"{w.op.loc}, across the warpgroups of role {r.site.role.name!r}")
+            # both in one ordered section: ordered by the turns; only a write of the same
+            # round by a warpgroup whose turn comes later is read too early
+            section = sections.get(id(r.op))
+            rnd = None
+            if section is not None and sections.get(id(w.op)) is section:
+                rnd = _same_round(model, section, r.site, w.site, sub)
+            if rnd is not None:
+                claim = ("no warpgroup whose turn comes later in the round writes a gathered "
+                         "row (ordered section " + repr(section.name) + ")",
+                         z3.Not(z3.And(overlap, rnd, sub(wgv) > wgv)))
+            else:
+                claim = ("no other warpgroup of the role writes a gathered row",
+                         z3.Not(overlap))
 
             def decode(zm, violated, r=r, w=w, idx=idx, row=row, sub=sub, wgv=wgv,
-                       barrier=barrier, coords=coords):
+                       barrier=barrier, coords=coords,
+                       section=section if rnd is not None else None):
                 wit = W.context(model, zm, r.site)
                 element = tuple(value(zm, i) for i in idx)
-                wit.update(W.holder(model, r.op.result.type, element))
+                wit.update(W.holder(model, r.op.result.type, element, r.site))
                 other = value(zm, sub(wgv))
                 at = value(zm, row)
                 # the row index's defining line: the expression a fix edits
@@ -866,7 +938,19 @@ def _across_warpgroups(model: Model) -> list[Obligation]:
                             "buffer": str(r.view.buffer), "gather": str(r.op.loc),
                             "writer": {"role": r.site.role.name, "warpgroup": other,
                                        "op": str(w.op.loc)},
-                            "barrier": str(barrier.loc) if barrier is not None else None})
+                            "barrier": str(barrier.loc) if barrier is not None else None,
+                            "section": section.name if section is not None else None})
+                if section is not None:
+                    return (f"role {r.site.role.name!r}, warpgroup {wit['warpgroup']}, thread "
+                            f"{wit['thread']} gathers element {element} (index "
+                            f"{wit['index']}, the row index {r.op.indices[0]} defined at "
+                            f"{wit['index_at']}) at {r.op.loc}: row {at} of {r.view.buffer}, "
+                            f"which warpgroup {other} writes at {w.op.loc} in the same round "
+                            f"of the ordered section {section.name!r} (at {section.loc}); the "
+                            f"section runs warpgroup 0, 1, ... in turn, so warpgroup "
+                            f"{wit['warpgroup']}'s turn comes first and the gather reads the "
+                            f"row before warpgroup {other} writes it (a stale or unwritten "
+                            f"row)"), wit
                 order = (f"the barrier before the gather, at {barrier.loc} (named barrier "
                          f"1 + warpgroup index, 128 threads), orders warpgroup "
                          f"{wit['warpgroup']}'s own threads only"
@@ -881,15 +965,16 @@ def _across_warpgroups(model: Model) -> list[Obligation]:
                         f"or while it rewrites it"), wit
             obs.append(Obligation(
                 "sync.exchange", r.op.loc, subject, prem,
-                [("no other warpgroup of the role writes a gathered row", z3.Not(overlap))],
-                decode, minimize=list(idx),
-                # this check models no ordering between warpgroups of one role (neither
-                # ag.ordered turns nor a pipeline's handoff between them): it would flag either
-                # again, so the fix names only what it proves or does not pair (TMA writes and
-                # other roles' writes are not this role's generic writes)
+                [claim], decode, minimize=list(idx),
+                # the orders this check models between warpgroups of one role: one ag.ordered
+                # section holding both the write and the gather (the turns); a pipeline's
+                # handoff between them is not modelled, so the fix names only what it proves
+                # or does not pair (TMA writes and other roles' writes are not this role's
+                # generic writes)
                 fix="gather only rows the gathering warpgroup wrote itself (index them by "
-                    "the warpgroup), or have the rows written by TMA or by another role and "
-                    "handed over through a pipeline; an ag.ordered section or a pipeline "
-                    "between the warpgroups of this role is not modelled here and is "
-                    "still reported"))
+                    "the warpgroup), or put the write and the gather in one ag.ordered "
+                    "section and gather only rows a warpgroup whose turn comes earlier in the "
+                    "round wrote, or have the rows written by TMA or by another role and "
+                    "handed over through a pipeline; a pipeline between the warpgroups of "
+                    "this role is not modelled here and is still reported"))
     return obs

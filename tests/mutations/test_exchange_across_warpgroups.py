@@ -8,10 +8,17 @@ nothing. The check decides it element by element on the gather's own indices:
     (whose view row ranges would overlap) no longer reports the pair;
   * BUG: each warpgroup gathers the OTHER warpgroup's rows ((1 - wg) * 64 + t): reported by
     sync.exchange naming both warpgroups, the element, the thread holding it, the row, the
-    write's line and the barrier that orders one warpgroup only.
+    write's line and the barrier that orders one warpgroup only;
+  * ag.ordered: the write and the gather in one ordered section are ordered by its turns
+    (bar.arrive / bar.sync of both warpgroups): warpgroup 1 gathering warpgroup 0's rows in its
+    later turn is proven (once and in a loop); BUG: warpgroup 0 gathering warpgroup 1's rows of
+    the same round (read before written) is reported naming the section; a write outside the
+    section is still unordered.
 """
 
 from pathlib import Path
+
+import pytest
 
 import argus as ag
 from argus import verify
@@ -86,34 +93,100 @@ def test_the_traced_kernel_is_checked_too():
     assert not [d for d in verify.check(_exchange(False).trace()) if d.severity == "error"]
 
 
-def _exchange_in_ordered_section():
-    """The BUG exchange with the write and the gather in one ag.ordered section: turns go
-    warpgroup 0 then 1, yet warpgroup 0 still gathers rows warpgroup 1 writes only in its
-    later turn. sync.exchange models no ordering between one role's warpgroups."""
+def _exchange_in_ordered_section(first: str = "other", loop: bool = False,
+                                 write_outside: bool = False):
+    """The write and the gather in one ag.ordered section (turns: warpgroup 0, then 1, each
+    round). `first` names the rows each warpgroup gathers: "other" (BUG: warpgroup 0 gathers
+    rows warpgroup 1 writes only in its later turn of the round), "zero" (both gather
+    warpgroup 0's rows: warpgroup 1's turn comes after warpgroup 0 wrote them). `loop` runs
+    the section in a loop (rounds); `write_outside` moves the write out of the section
+    (nothing orders it then). Y's rows are named apart from X's ("P"): warpgroup 1 stores
+    warpgroup 0's rows, which store.coords would compare with its own."""
     @ag.kernel(threads=384)
-    def exchange_ordered(X: ag.Tensor["M", 64, ag.f32], Y: ag.Tensor["M", 64, ag.f32]):
+    def exchange_ordered(X: ag.Tensor["M", 64, ag.f32], Y: ag.Tensor["P", 64, ag.f32],
+                         n: ag.i32):
         (b,) = ag.grid(ag.cdiv(Y.shape[0], 128))
         sX = ag.smem((128, 64), ag.f32)
         with ag.role("producer", warpgroups=1, regs=40):
             pass
         with ag.role("consumer", warpgroups=2, regs=232) as wg:
-            with ag.ordered("swap"):
-                ag.store_shared(sX.view().rows_of(wg * 64, 64),
-                                ag.load(X, (b * 128 + wg * 64, 0), (64, 64)))
-                rows = (1 - wg) * 64 + ag.arange(64)[:, None]
-                x = ag.gather(sX.view(), (rows, ag.arange(64)[None, :]), other=0.0)
-            ag.store(Y, (b * 128 + wg * 64, 0), x)
+            def turn():
+                if write_outside:
+                    ag.store_shared(sX.view().rows_of(wg * 64, 64),
+                                    ag.load(X, (b * 128 + wg * 64, 0), (64, 64)))
+                with ag.ordered("swap"):
+                    if not write_outside:
+                        ag.store_shared(sX.view().rows_of(wg * 64, 64),     # the ordered write
+                                        ag.load(X, (b * 128 + wg * 64, 0), (64, 64)))
+                    top = (1 - wg) * 64 if first == "other" else 0
+                    rows = top + ag.arange(64)[:, None]                     # the ordered rows
+                    x = ag.gather(sX.view(), (rows, ag.arange(64)[None, :]), other=0.0)
+                ag.store(Y, (b * 128 + wg * 64, 0), x)
+            if loop:
+                for _ in ag.range(n):
+                    turn()
+            else:
+                turn()
     return exchange_ordered
 
 
-def test_the_fix_recommends_nothing_the_check_would_flag_again():
-    """The fix text once suggested an ag.ordered section; the check models no ordered-section
-    (or pipeline) ordering between one role's warpgroups, so such a kernel is still reported:
-    the fix must not offer it as the remedy, and must say it is not modelled."""
-    report = verify.run(lower_only(_exchange_in_ordered_section()))
+def _across(report):
+    return [f for f in report.findings if f.code == "sync.exchange"
+            and "across the warpgroups" in f.subject]
+
+
+@pytest.mark.parametrize("loop", [False, True], ids=["once", "rounds"])
+def test_an_exchange_ordered_by_the_turns_is_proven(loop):
+    """ag.ordered's turns order the warpgroups (bar.arrive by the passer, bar.sync by the
+    next, 256 threads): warpgroup 1 gathers warpgroup 0's rows in its later turn of the
+    round, proven; in a loop the earlier and later rounds' writes are ordered too."""
+    for kernel in (lower_only(_exchange_in_ordered_section("zero", loop)),
+                   _exchange_in_ordered_section("zero", loop).trace()):
+        report = verify.run(kernel, include_proven=True)
+        across = _across(report)
+        assert across and all(f.status == "proven" for f in across), \
+            "\n".join(map(str, across))
+        assert not [d for d in report.errors if d.code.startswith(("sync.", "smem.",
+                                                                   "ordered."))], \
+            "\n".join(map(str, report.errors))
+
+
+@pytest.mark.parametrize("loop", [False, True], ids=["once", "rounds"])
+def test_a_gather_before_the_writers_turn_is_reported(loop):
+    """BUG: warpgroup 0 gathers rows warpgroup 1 writes in its LATER turn of the same round:
+    ordered, but read before written. Named: both warpgroups, the section, the element, its
+    thread, the row and the row index's line."""
+    report = verify.run(lower_only(_exchange_in_ordered_section("other", loop)))
     bad = [d for d in report.errors if d.code == "sync.exchange"]
-    assert bad, "\n".join(map(str, report.errors))   # still flagged inside ag.ordered
+    assert bad, "\n".join(map(str, report.errors))
+    d = bad[0]
+    wit = d.counterexample
+    assert wit["section"] == "swap" and wit["warpgroup"] == 0 and \
+        wit["writer"]["warpgroup"] == 1, wit
+    i = wit["element"][0]
+    assert wit["row"] == 64 + i, wit
+    assert wit["index_at"].endswith(f"{HERE}:{_line('# the ordered rows')}"), wit
+    assert wit["writer"]["op"].endswith(f"{HERE}:{_line('# the ordered write')}"), wit
+    assert "ordered section 'swap'" in d.message and "before warpgroup 1 writes it" in \
+        d.message, d.message
+
+
+def test_a_write_outside_the_section_is_not_ordered_by_it():
+    """The gather in the section, the write before it (outside): warpgroup 1's write of round
+    k + 1 may run while warpgroup 0 still gathers round k's rows; nothing orders them."""
+    report = verify.run(lower_only(_exchange_in_ordered_section("zero", True, True)))
+    bad = [d for d in report.errors if d.code == "sync.exchange"]
+    assert bad, "\n".join(map(str, report.errors))
+    assert bad[0].counterexample["section"] is None, bad[0].counterexample
+
+
+def test_the_fix_names_the_orders_the_check_models():
+    """The fix offers ag.ordered only as the check models it (the writer's turn first) and
+    says a pipeline between one role's warpgroups is not modelled."""
+    report = verify.run(lower_only(_exchange(True)))
+    bad = [d for d in report.errors if d.code == "sync.exchange"]
+    assert bad, "\n".join(map(str, report.errors))
     fix = bad[0].fix
-    assert "ag.ordered" in fix and "still reported" in fix, fix
-    assert "or an ag.ordered section" not in fix, fix
+    assert "ag.ordered" in fix and "turn comes earlier" in fix, fix
+    assert "pipeline between the warpgroups of this role is not modelled" in fix, fix
     assert "index them by the warpgroup" in fix, fix
