@@ -242,7 +242,8 @@ def conv_schedules(plan, module: Any, schedules: dict[str, Any]
             if n.dtype == torch.float32 and n.args[0].dtype == torch.float32]
     if not fp32:
         return schedules, ()
-    choices = choose_conv_precisions(module, fp32, [tuple(n.args[1].shape) for n in convs])
+    choices = _cached(module, lambda: choose_conv_precisions(
+        module, fp32, [tuple(n.args[1].shape) for n in convs]), fp32)
     split = dataclasses.replace(base, precision=None)
     out = dict(schedules)
     for c in choices:
@@ -250,6 +251,53 @@ def conv_schedules(plan, module: Any, schedules: dict[str, Any]
             for j in (fp32 if c.index < 0 else (c.index,)):
                 out[f"conv{j}"] = split
     return out, choices
+
+
+CHECK_VERSION = 1     # bump when the check changes what it decides (the cache's key)
+
+
+def _check_key(module: Any, fp32: list[int]) -> str | None:
+    """The cache key of a task's choice: its source text and everything the check depends on
+    (None when the module has no source file: not cached)."""
+    import hashlib
+    from pathlib import Path
+
+    path = getattr(module, "__file__", None)
+    if not path or not Path(path).is_file():
+        return None
+    ident = repr((CHECK_VERSION, TF32_GAIN, SELF_CHECK_SEED, DRAWS, FACTORS, MIN_CONV_OUTPUTS,
+                  MAX_MACS, LARGE_SCALE, HEAVY_CLIP, RELAXED_TOL, tuple(fp32)))
+    return hashlib.sha256(Path(path).read_bytes() + ident.encode()).hexdigest()[:32]
+
+
+def _cached(module: Any, compute, fp32: list[int]) -> tuple[ConvChoice, ...]:
+    """compute() once per task text and check (ARGUS_CACHE_DIR/compose-precision/<key>.json):
+    the check costs seconds of CPU a task, and a composition on the device (the judge's solve
+    call) then reads what a CPU composition with the same cache folder found (the kernel
+    cache's tarball carries it: docs/kernelbench.md)."""
+    import json
+
+    from argus.config import cache_dir
+
+    key = _check_key(module, fp32)
+    if key is None:
+        return compute()
+    path = cache_dir() / "compose-precision" / f"{key}.json"
+    try:
+        rows = json.loads(path.read_text())
+        return tuple(ConvChoice(**{**r, "draws": tuple(tuple(d) for d in r["draws"])})
+                     for r in rows)
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    choices = compute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{id(choices)}")
+        tmp.write_text(json.dumps([c.__dict__ for c in choices]))
+        tmp.replace(path)
+    except OSError:
+        pass
+    return choices
 
 
 def choose_conv_precisions(module: Any, fp32_convs: list[int] | None = None,

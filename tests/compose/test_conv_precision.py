@@ -165,8 +165,10 @@ def test_mismatched_plan_falls_back_to_the_split_everywhere():
 
 def test_reduced_inputs_keep_channels_and_cut_batch_and_space():
     model = _Chain(torch.tanh)
-    (shape,) = P.reduced_inputs(model, [(128, 16, 256, 256)])
-    assert shape[:2] == (2, 16) and max(shape[2:]) < 256
+    (shape,) = P.reduced_inputs(model, [(128, 16, 1024, 1024)])
+    assert shape[:2] == (2, 16) and max(shape[2:]) < 1024
+    # the sample reaches MIN_CONV_OUTPUTS: 2 x 32 channels x (extent - 2)^2
+    assert 2 * 32 * (shape[2] - 2) * (shape[3] - 2) >= P.MIN_CONV_OUTPUTS
     flat = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 30 * 30, 5))
     # the Linear fixes the spatial size: only the batch is cut
     assert P.reduced_inputs(flat, [(8, 3, 32, 32)]) == [(2, 3, 32, 32)]
@@ -260,3 +262,32 @@ def test_program_runs_each_convolution_with_its_own_run(monkeypatch):
         want = model(x)
     torch.testing.assert_close(out, want)
     assert seen == [((16, 8, 3, 3), ConvRun()), ((16, 16, 3, 3), ConvRun(precision="tf32"))]
+
+
+def test_choice_is_cached_by_task_text(tmp_path, monkeypatch):
+    from argus.compose.solution import load_module
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "97_Conv2d_Tanh.py"
+    path.write_text(
+        "import torch\nfrom torch import nn\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(4, 8, 3)\n\n"
+        "    def forward(self, x):\n"
+        "        return torch.tanh(self.conv(x))\n\n"
+        "def get_inputs():\n    return [torch.rand(2, 4, 16, 16)]\n\n"
+        "def get_init_inputs():\n    return []\n")
+    module = load_module(path)
+    first = P._cached(module, lambda: P.choose_conv_precisions(module), [0])
+    assert [c.precision for c in first] == ["split"]
+    assert len(list((tmp_path / "cache" / "compose-precision").iterdir())) == 1
+
+    def boom():
+        raise AssertionError("computed again")
+
+    assert P._cached(module, boom, [0]) == first            # read back, equal
+    path.write_text(path.read_text().replace("torch.tanh", "torch.relu"))
+    with pytest.raises(AssertionError, match="computed again"):   # new text: a new key
+        P._cached(load_module(path), boom, [0])
