@@ -97,11 +97,13 @@ _SUM_LAUNCH_BYTES = 48 * 1024
 _INTERVAL_ERROR = {1: 1.0, 2: 1.005, 4: 1.019, 8: 1.050, 16: 1.126}
 # how much above promotion every block (torch's error) the interval may take the error
 PROMOTE_ERROR_SLACK = 0.01
-# the weight-streaming path (M <= STREAM_MAX_M) promotes by default: it is bound by the weight
-# read, the consumer's promotion (one drain and bn / 2 FADDs per promote_every steps) runs
-# while the ring's other stages stream; not measured on the GPU yet (scripts/gpu_fp8_bench.py
-# --promote-every times it). False: the plain loop as before
-STREAM_PROMOTE = True
+# Whether the weight-streaming path (M <= STREAM_MAX_M) promotes: it is bound by the weight
+# read, and the consumer's promotion (one drain and bn / 2 FADDs per promote_every steps) should
+# run while the ring's other stages stream. Off until the H200 says so: the plain loop is what
+# was measured (1.023x / 1.012x torch._scaled_mm at 16 / 128 x 8192 x 8192, 2026-12-04); the
+# device was not lent again that session. `bash scripts/gpu_round2.sh fp8prom40` times both
+# (scripts/gpu_fp8_bench.py --promote-every) and runs the GPU tests; True if it keeps the speed
+STREAM_PROMOTE = False
 
 
 def promote_every_for(k: int, k_atoms: int = 1) -> int:

@@ -123,7 +123,7 @@ def test_the_rule_streams_weights_on_every_sm(mnk):
     assert s.swap_ab and s.bn >= p.m and s.epilogue == "direct"
     # promoted every promote_every_for(K) steps (issue 18's error bar) unless split-K runs it
     # (its partials kernel is the plain loop): fp8_schedules.STREAM_PROMOTE
-    assert s.promote == (s.split_k == 1), s
+    assert s.promote == (fp8_schedules.STREAM_PROMOTE and s.split_k == 1), s
     if s.promote:
         assert s.promote_every == fp8_schedules.promote_every_for(p.k, s.k_atoms), s
     assert s.smem_bytes <= 227 * 1024, s
