@@ -139,7 +139,8 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
 
     `precision="tf32"` (fp32 inputs read as tf32, `convolve`): the 16-bit default's tile,
     cluster and ring depth with bk = 32 (a 128-byte row of fp32: the same bytes per stage as
-    bf16's 64), bw = 64 and the direct epilogue (an fp32 output), no promotion; rowbox where
+    bf16's 64), bn the narrowest of 16 / 32 / 64 that holds Kg (`tf32_bn`), bw = 64 and the
+    direct epilogue (an fp32 output), no promotion; rowbox where
     it applies, as for 16-bit inputs (a (1, 2, 64, 32) box of the rounded fp32 input per K
     step; rowbox=False opts out). Not measured on the GPU yet with rowbox:
     `gpu_tf32_bench.py --quick`.
@@ -166,6 +167,7 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     # one box of the [N, H, W, C] input per K step (see above)
     box = (dims, sh, sw, groups) == (2, 1, 1, 1) and rowbox is not False
     if precision == "tf32":
+        bn = tf32_bn(Kg)
         stages = max(4, min(6, _SMEM_BUDGET // ((128 + bn) * 32 * 4)))
         return ConvSchedule(bm=128, bn=bn, bk=32, bw=64, stages=stages, consumers=2,
                             epilogue="direct", cluster_m=2, rowbox=box)
@@ -186,6 +188,25 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     stages = max(4, min(6, (_SMEM_BUDGET - staging) // ((128 + bn) * 64 * 2)))
     return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
                         epilogue=epilogue, cluster_m=2, rowbox=box)
+
+
+def tf32_bn(kg: int) -> int:
+    """The tf32 schedule's output-channel tile for Kg output channels per group: the
+    narrowest of 16, 32 and 64 that holds them (128 above 64).
+
+    Why: the tile's wgmma multiplies bn columns whatever Kg is, and a layer of few output
+    channels has one column tile either way, so a wider bn only adds products of zero weight
+    rows: KernelBench L2/8's Conv3d 8 -> 16 (3x3x3 over [128, 8, 16, 64, 64]) multiplied 64
+    columns for 16 (and a 32-deep tf32 K slice for 8 channels: 1/16 of its products useful),
+    6.08 ms on the H200 against cuDNN's 0.82 (2026-12-04, torch.profiler), ~8 TFLOP/s useful.
+    bn 16 keeps the A tile, the ring's loads and the tile count as they were and multiplies a
+    quarter of the columns (wgmma N is a multiple of 8; 16 is the least a 2x1 cluster
+    multicasts: bn / 2 rows of the weight tile each). Not measured yet: `python3 -u
+    scripts/gpu_l2_slow.py` times bn 64 against the rule's on L2/8's convolution."""
+    for bn in (16, 32, 64):
+        if kg <= bn:
+            return bn
+    return 128
 
 
 def check(x, weight, bias, stride, padding, dilation, groups) -> None:
