@@ -13,6 +13,7 @@
 #        s36tests fp8emu hd64var hdvar moepf moerule stemgather untuned36 (stop 36's CPU-built work)
 #        s37tests short37 fp8pt37 fp8prom gemmwave vt37 moerule stemgather (stop 37's CPU-built work)
 #        s38tests fp8pt38 moepre38 sweep38 fp8blk38 attnhost38 tailconv38 short38 (stop 38's)
+#        s40tests ilv40 fp8prom40 nchwtma40 l2slow40 (stop 40's CPU-built work, GPU-owed)
 #        fp8pt (fp8 per-tensor against torch._scaled_mm), sweep36 (prefill: every head dim at 1k, 4k, 16k against cuDNN and flash)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k prefill64_4k fp8prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
@@ -159,6 +160,20 @@ for s in "${steps[@]}"; do
         tests/gpu/test_conv_nchw_gpu.py tests/gpu/test_conv_im2col_3d_gpu.py tests/gpu/test_conv_gpu.py \
         tests/gpu/test_conv_compose_gpu.py tests/gpu/test_conv_dispatch_gpu.py tests/gpu/test_conv_im2col_gpu.py \
         tests/gpu/test_compose_gpu.py ;;
+    # 2026-12-04 night (stop 40): built on the CPU after the device stopped being lent; their
+    # GPU tests first, then each bench. Then the level-2 conv tasks on the precision rule:
+    # PRECISION=tf32 KB_IDS=2,6,19,24,8,11,65,67,69,71,73,74,78,79,83,85,87,92,96,100,5,7,16,21,
+    # 46,47,48,49,52,82,89,91,93 KB_LEVEL=2 KB_BUDGET=300 (rejudge; prebuild a KB_CACHE first)
+    s40tests) run_step s40tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_transposed_store_gpu.py tests/gpu/test_conv_nchw_tma_gpu.py \
+        tests/gpu/test_fp8_promote_every_gpu.py tests/gpu/test_conv_interleave_gpu.py \
+        tests/gpu/test_fp8_weight_streaming_gpu.py tests/gpu/test_ops_scaled_matmul_gpu.py \
+        tests/gpu/test_conv_gpu.py tests/gpu/test_conv_compose_gpu.py tests/gpu/test_compose_gpu.py ;;
+    ilv40) run_step ilv40 120 python3 -u scripts/gpu_conv_interleave_bench.py ;;
+    fp8prom40) run_step fp8prom40 300 python3 -u scripts/gpu_fp8_bench.py --promote-every 1,2,4,8 \
+        --trials 30 --repeats 3 --out "$OUT/fp8prom40" ;;
+    nchwtma40) run_step nchwtma40 150 python3 -u scripts/gpu_conv_nchw_ab.py ;;
+    l2slow40) run_step l2slow40 90 python3 -u scripts/gpu_l2_slow.py ;;
     fp8pt39) run_step fp8pt39 200 python3 -u scripts/gpu_fp8_bench.py --repeats 5 --out "$OUT/fp8pt39"
         run_step fp8held39 120 python3 -u scripts/gpu_fp8_bench.py --repeats 5 \
             --shapes 16x2048x8192,1x8192x8192,64x28672x8192,100x4096x14336 --out "$OUT/fp8held39" ;;
