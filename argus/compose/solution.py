@@ -192,9 +192,12 @@ def _choices_text(choices) -> str:
         return ""
     import textwrap
 
+    from argus.compose.precision import TF32_GAIN
+
     lines = ["\nPrecision per fp32 convolution (argus/compose/precision.py: the chain run in "
-             "float64 with that convolution emulated as tf32, on the solver's own draws; kept "
-             "as tf32 at a relaxed-rule ratio <= 0.25):"]
+             "float64 with that convolution emulated as tf32, its error magnified "
+             f"{TF32_GAIN:g}x, on the solver's own draws; kept as tf32 at a relaxed-rule "
+             "ratio <= 1):"]
     for c in choices:
         where = "every convolution" if c.index < 0 else f"conv{c.index} ({c.weight})"
         draws = ", ".join(f"{k} {q:.3g}" for k, q in c.draws)

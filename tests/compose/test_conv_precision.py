@@ -200,6 +200,8 @@ def test_solution_header_names_each_precision(tmp_path):
     comp = compose_task(path, {"conv": ConvRun(precision="tf32")})
     assert "'conv0': ConvRun(terms=6, schedule=None, precision=None)" in comp.source
     assert "conv0 (conv.weight): bf16 split (strict)" in comp.source
+    # the header states the rule the check applies (gain and threshold of precision.py)
+    assert f"error magnified {P.TF32_GAIN:g}x" in comp.source and "ratio <= 1)" in comp.source
     relu = tmp_path / "98_Conv2d_ReLU.py"
     relu.write_text(src.replace("torch.tanh", "torch.relu"))
     comp = compose_task(relu, {"conv": ConvRun(precision="tf32")})
