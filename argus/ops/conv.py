@@ -1206,7 +1206,8 @@ NCHW_KERNEL_MAX_C = 128
 # Whether the pointwise route takes the NCHW in-place kernel. On since its first H200 run
 # (2026-12-04, fddc09b): tests/gpu/test_conv_pointwise_nchw_gpu.py 6 passed, and
 # `scripts/gpu_pointwise_sweep.py --only-nchw` at [16, 64, 1024, 1024] -> 128: 3.46 ms, 3.72 TB/s,
-# against 9.37 ms for the per-image GEMMs it replaces and eager cuDNN's 3.42 ms (docs/perf/conv.md).
+# against 9.37 ms for the per-image GEMMs it replaces and eager cuDNN's 3.42 ms
+# (docs/perf/kernelbench.md, "L1/87 ran the old route").
 # Its tf32 register-A fragment order is proven against the PTX tables
 # (target/fragments.py check_acc_order_a32); the GPU test is what the interpreter cannot be.
 NCHW_POINTWISE_IN_PLACE = True
