@@ -9,8 +9,8 @@ table last.
 - L2/8 conv: Conv3d 8 -> 16, 3x3x3, x [128, 8, 16, 64, 64] fp32, bias, under tf32
   (argus.ops.conv.convolve(precision="tf32"), the NCDHW result compose asks for). Variants:
   "bn64" (the tf32 schedule before: a 64-wide output-channel tile for 16 channels), "bn16"
-  and "bn32" (the same schedule with a narrower tile; bn16 is argus.ops.conv.tf32_bn's pick
-  on branch h-l2slow), "im2col" (the im2col route, IM2COL_MAX_CHANNELS_TF32 raised to 8 for
+  and "bn32" (the same schedule with a narrower tile; bn16 is argus.ops.conv.tf32_bn's pick,
+  the default since 2846380), "im2col" (the im2col route, IM2COL_MAX_CHANNELS_TF32 raised to 8 for
   this call: the voxel gather writes A [M, 216 + bias], then the tf32 GEMM). Checked against
   torch's fp32 conv3d with TF32 off (normwise relative error; tf32's is ~3e-4). Eager is
   F.conv3d with cuDNN's default allow_tf32 (what KernelBench's eager runs).
