@@ -38,8 +38,8 @@ or 256 threads writes a [T outputs, RH rows] tile of one (n, k, jd) plane, the t
 the output row (a warp's store: 32 consecutive elements of one row, coalesced at any row
 alignment; its load of a phase: 32 / s_w consecutive elements), each thread RH (<= 16) rows:
 up to 16 KB out a CTA (CTA launch rate no longer the limit), RH independent loads a phase and
-RH stores in flight a thread, 64 registers a thread (ag.occupancy: 1024 threads an SM) with
-no spills (`rows_tile` caps RH x the number of loaded phases at 48). The stores are 4-byte:
+RH stores in flight a thread, 64 registers a thread (ag.occupancy: 1024 threads an SM; a
+64-thread CTA gets 128, ag.occupancy's cap being 8 CTAs: 512 threads) with no spills (`rows_tile` caps RH x the number of loaded phases at 48). The stores are 4-byte:
 odd output widths (KernelBench's are often odd) leave 3 of 4 rows unaligned for 16-byte
 vectors, whose scalar fallback would split a warp's store over 4x the sectors.
 
@@ -218,7 +218,9 @@ def _rows_source(name: str, kinds: tuple[str, ...], stride: int, dt: str, thread
     lines = [f"@ag.kernel(threads={threads})",
              f"def {name}({', '.join(params)}):",
              f"    BW, RH = {threads}, {rh}          # a tile's outputs (the threads) and rows",
-             "    # 1024 threads an SM at least (64 registers a thread): loads in flight",
+             (f"    # {min(8, 1024 // threads) * threads} threads an SM at least "
+              f"({65536 // (min(8, 1024 // threads) * threads)} registers a thread): loads in "
+              "flight"),
              f"    ag.occupancy({min(8, 1024 // threads)})",
              "    # one CTA a [BW, RH] tile of one (n, k, jd) plane: the planes are the grid's x",
              "    # (up to 2^31 - 1), row and width blocks y and z (few)",
