@@ -3,7 +3,8 @@
 `sink_into_max_pools`: an elementwise step y = f(x) that is monotone non-decreasing in x and
 exact to move, applied to the whole input of a max pool, is applied to the pool's (smaller)
 output instead: maxpool(f(x)) -> f(maxpool(x)). The f taken: x * c and c * x and x / c for a
-number c > 0, x + c, c + x and x - c for a finite number c. For each of them the rounded
+number c > 0, x + c, c + x and x - c for a finite number c, of floating-point x only (an
+integer x + c wraps past the type's largest value). For each of them the rounded
 operation fl(f(x)) is monotone non-decreasing in x, so the window's largest input gives the
 largest output and the two orders give the same bits (NaN propagates through both). The
 pool then reads the convolution (or whatever made x) directly and f joins the fused kernel
@@ -34,7 +35,9 @@ def _monotone_operand(n: Node) -> Node | None:
         x, c, first = b, float(a), False
     else:
         return None
-    if not math.isfinite(c) or x.shape != n.shape or x.dtype != n.dtype:
+    if not math.isfinite(c) or x.shape != n.shape or x.dtype != n.dtype or \
+            not n.dtype.is_floating_point:
+        # integers wrap: x + 1 at the type's largest value is its smallest, not monotone
         return None
     if fn == "mul" and c > 0:
         return x

@@ -65,6 +65,16 @@ def test_other_steps_stay(f):
     assert _pool_input_op(g) == before
 
 
+@pytest.mark.parametrize("f", [lambda x: F.max_pool2d(x + 1, 2),
+                               lambda x: F.max_pool2d(x * 3, 2)], ids=["add", "mul"])
+def test_integer_steps_stay(f):
+    # integers wrap (INT_MAX + 1 is INT_MIN): the step is not monotone, moving it changes bits
+    x = torch.tensor([[[[2 ** 31 - 1, 5], [1, 2]]]], dtype=torch.int32)
+    g = _graph(f, x)
+    assert sink_into_max_pools(g) == 0
+    assert not torch.equal(F.max_pool2d(x + 1, 2), F.max_pool2d(x, 2) + 1)   # why
+
+
 def test_a_step_read_elsewhere_stays():
     def f(x):
         y = torch.relu(x) / 2.0
