@@ -356,6 +356,19 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         # image, the last one partly past P: those rows are not stored); else rows of the
         # flattened N * P
         image_tiles = s.halo or s.rowbox
+        if image_tiles and nchw:
+            # per-image tiles are 2-d (OD = 1): the view's plane rows are the P output rows
+            # the tiles walk (store.coverage needs it; argus.ops.conv's views have it)
+            ag.require(ag.sym(Out.shape[2]) == ag.sym(P),
+                       "per-image row blocks (rowbox / halo, 2-d): the NCHW view "
+                       "[G, N, P, Kg, Q] has P plane rows")
+        elif s.rowbox:
+            # X is [N, H, W, C]: the [G, N * P, Q, Kg] view's rows are N whole images of P
+            # rows (the tiles walk NP // P images; store.coverage needs it; argus.ops.conv's
+            # views have it). The halo's X is [N * H, ..]: N is not a parameter there
+            ag.require(ag.sym(Out.shape[1]) == ag.sym(X.shape[0]) * ag.sym(P),
+                       "rowbox: the [G, N * P, Q, Kg] view has the N images of X [N, H, W, C], "
+                       "P rows each")
         row_tiles = (NP // P) * ag.cdiv(P, row_blocks) if image_tiles else \
             ag.cdiv(NP, row_blocks)
         sched = TileScheduler.launch(row_tiles * q_tiles * s.bm, Kg, s.bm, s.bn,

@@ -22,6 +22,7 @@ import dataclasses
 
 import z3
 
+from argus.verify import solver
 from argus.verify import store_guards as guards
 from argus.verify import witness as W
 from argus.verify.model import Model, StoreSite, _num, trailing
@@ -696,7 +697,16 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
     epilogue's column blocks); the block index is a variable inside the tile.
     Anything outside that shape is reported unknown, never assumed."""
     idx = [fresh_int(f"e{d}") for d in range(len(st.shape))]
-    dest = [_num(x) for x in _dest(st, idx)]
+    # a single site whose rows past an image are pushed out of the tensor (per-image row
+    # blocks): its coordinates without the push, and the push's flags (`_pushed_split`)
+    unpushed, zero = st, []
+    if not sites or len(sites) == 1:
+        extra: dict = {}
+        unpushed = _unpushed(model, st, extra)
+        zero = extra[_key(unpushed)](idx) if _key(unpushed) in extra else []
+        if not zero:
+            unpushed = st
+    dest = [_num(x) for x in _dest(unpushed, idx)]
     block_vars: list = []
     block = None
     grid_blocks: dict[str, int] = {}   # a grid of translates: per-dim block index -> count
@@ -762,6 +772,22 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
         counts[str(b)] = z3.IntVal(grid_blocks[str(b)])
         los[str(b)] = z3.IntVal(0)
     obs: list[Obligation] = []
+    labels: list[str] = []
+    if zero:
+        dest, exts, labels, split_obs = _pushed_split(model, st, dest, exts, zero, inst)
+        if not split_obs:
+            return unknown("the rows pushed out of the tensor (per-image row blocks) are not "
+                           "a remainder of a runtime stride")
+        obs += split_obs
+    # dims whose tile indices are x // F and x % F (a flattened unit index m of a grid of
+    # row blocks x column tiles decoded by a runtime count F): one tile index x
+    dest, exts, pair_labels, radix_obs = _pair_radix_dims(model, st, dest, exts, within,
+                                                          counts)
+    obs += radix_obs
+    labels += pair_labels
+    if labels:
+        names = set().union(*(free_consts(x) for x in dest))
+        subject += f" ({'; '.join(labels)})"
     # a condition `wg == e` on a warpgroup the destination does not name (ping-pong: the
     # warpgroup whose turn it is stores the unit) lets exactly one of them store when e is in
     # its range: proven below; any other condition must let through every instance that
@@ -855,6 +881,250 @@ def _merge_radix_dims(dest: list, exts: list) -> tuple[list, list, list]:
             continue
         d += 1
     return dest, exts, merged
+
+
+def _radix_term(t):
+    """(c, kind, x, F) when t is c * (x / F) or c * (x % F) (kind 'div' / 'mod') for a
+    constant c >= 1 and a non-constant F; else None."""
+    c = 1
+    if z3.is_mul(t) and t.num_args() == 2 and z3.is_int_value(t.arg(0)):
+        c, t = t.arg(0).as_long(), t.arg(1)
+    if c < 1 or not (z3.is_app_of(t, z3.Z3_OP_IDIV) or z3.is_app_of(t, z3.Z3_OP_MOD)):
+        return None
+    if z3.is_int_value(z3.simplify(t.arg(1))):
+        return None
+    return c, "div" if z3.is_app_of(t, z3.Z3_OP_IDIV) else "mod", t.arg(0), t.arg(1)
+
+
+def _split_radix(t):
+    """(c, kind, x, F, rest) when t is exactly one summand c * (x / F) or c * (x % F) plus
+    summands `rest` free of x / F and x % F; else None."""
+    parts = summands(t)
+    found = [(i, _radix_term(r)) for i, r in enumerate(parts)]
+    found = [(i, m) for i, m in found if m is not None]
+    if len(found) != 1:
+        return None
+    i, (c, kind, x, F) = found[0]
+    rest = z3.IntVal(0)
+    for j, r in enumerate(parts):
+        if j != i:
+            rest = rest + r
+    return c, kind, x, F, z3.simplify(rest)
+
+
+def _pushed_split(model, st, dest, exts, zero, inst):
+    """(dest, extents, labels, obligations) for a site whose rows past an image are pushed
+    out of the tensor (`_unpushed`: `zero` are the push flags' premises `flag == 0`, `dest`
+    the coordinates without the push): a dim S * A + C, S a launch parameter (the image's
+    rows P), becomes the dims A (extent E / S) and, appended, C (extent S). Needs, proven
+    by the obligation: S >= 1, S divides the dim's extent E (a launch precondition the kernel
+    states: NP == N * P; unstated, a warning naming it, as for a dim one tile covers), and on
+    every instance the push is 0 exactly when C lies in [0, S). Exact for coverage: an
+    element e of [0, E) is S * (e // S) + e % S; the instance of A = e // S, C = e % S is
+    not pushed, so it stores e. For store.once: an in-bounds store is not pushed, so its C
+    lies in [0, S), where (A, C) -> S * A + C is one-to-one."""
+    names = {str(v) for v in inst} | {str(p) for p in model.params.values()}
+    if any(not free_consts(z) <= names for z in zero):
+        return dest, exts, [], []
+    dest, exts = list(dest), list(exts)
+    params = list(model.params.values())
+    for d, x in enumerate(dest):
+        parts = summands(z3.simplify(x))
+        found = []
+        for i, t in enumerate(parts):
+            ft = split_launch_factor(t, {str(v) for v in inst})
+            if ft is not None and any(ft[0].eq(p) for p in params):
+                found.append((i, ft))
+        if len(found) != 1:
+            continue
+        i, (S, A) = found[0]
+        C = z3.IntVal(0)
+        for j, t in enumerate(parts):
+            if j != i:
+                C = C + t
+        C = z3.simplify(C)
+        E = exts[d]
+        # the push's flag against C: the same non-linear terms on both sides (C's x % F),
+        # each named by a fresh variable, which only generalizes the claim (linear then)
+        iff = _opaque_nonlinear(z3.And(zero) == z3.And(C >= 0, C < S))
+        # a violation of the generalized claim need not be one of the kernel: asked first,
+        # unproven it leaves the split (and coverage) unknown, never an error (proven, the
+        # obligation below is answered from the proof cache)
+        linear = [("pushed out exactly when the remainder leaves [0, stride)", iff),
+                  ("the stride is positive", S >= 1)]
+        if solver.prove(list(model.premises), linear).status != "proven":
+            continue
+        # two queries: the linear one, and the stride's (the launch precondition NP == N * P
+        # is a non-linear fact, model.launch_facts)
+        parts = [(list(model.premises), linear, None)]
+        if not any(_multiple_of(f, E, S) for f in model.launch_facts):
+            parts.append((_about(list(model.premises) + list(model.launch_facts), [S, E]),
+                          [("the stride divides the extent", E % S == 0)], "NIA"))
+
+        def decode(zm, violated, S=S, E=E, d=d):
+            wit = {"shapes": W.shapes(model, zm), "stride": value(zm, S),
+                   "extent": value(zm, E)}
+            if "the stride divides the extent" in violated:
+                msg = (f"dim {d} of {st.tensor.name} has {wit['extent']} rows, not a multiple "
+                       f"of the {wit['stride']} rows ({S}) its row blocks walk per image: the "
+                       f"last {wit['extent'] % max(wit['stride'], 1)} rows are never stored")
+            else:
+                msg = (f"dim {d}: the rows pushed out of {st.tensor.name} are not exactly "
+                       f"those past the image's {S} rows ({', '.join(violated)})")
+            return msg, wit
+        fix = (f"state the launch precondition as a product, ag.require(ag.sym("
+               f"{st.tensor.name}.shape[{d}]) == images * ag.sym({S}), ...) with the image "
+               f"count a parameter (a remainder by a runtime value is not modelled)")
+        obs = [Obligation("store.coverage", st.op.loc,
+                          f"dim {d} of {st.tensor.name} stored at {st.op.loc}: rows {S} * A + "
+                          f"C, " + (f"pushed out when C leaves [0, {S})" if tier is None else
+                                    f"{S} divides the extent"), prem, claims,
+                          _by_store(model, st, decode), minimize=params,
+                          fix=fix if tier else "", tier=tier,
+                          warn_claims=("the stride divides the extent",) if tier else ())
+               for prem, claims, tier in parts]
+        dest[d], exts[d] = A, E / S
+        dest.append(C)
+        exts.append(S)
+        return dest, exts, [f"dim {d} split by {S}, its pushed-out rows dropped"], obs
+    return dest, exts, [], []
+
+
+def _multiple_of(fact, E, S) -> bool:
+    """Whether the fact is E == a product with the factor S (then S divides E, for S >= 1,
+    without a non-linear query)."""
+    if not z3.is_eq(fact):
+        return False
+    for a, b in ((fact.arg(0), fact.arg(1)), (fact.arg(1), fact.arg(0))):
+        if z3.simplify(a - E).eq(z3.IntVal(0)) and z3.is_mul(b) and \
+                any(f.eq(S) for f in b.children()):
+            return True
+    return False
+
+
+def _about(premises, terms) -> list:
+    """The premises about the terms' constants, and, transitively, the constants those
+    premises bring in (a smaller query: fewer premises prove less, never more)."""
+    names = set().union(*(free_consts(t) for t in terms))
+    todo, out = list(premises), []
+    changed = True
+    while changed:
+        changed = False
+        for p in list(todo):
+            fc = free_consts(p)
+            if fc & names:
+                out.append(p)
+                todo.remove(p)
+                names |= fc
+                changed = True
+    return out
+
+
+def _opaque_nonlinear(t):
+    """t with each non-linear subterm (a division or remainder by a non-numeral, a product of
+    two non-numerals) replaced by one fresh variable per distinct subterm: a claim proven for
+    every value of those variables holds for the values the subterms take."""
+    memo: dict[int, z3.ExprRef] = {}
+
+    def numeral(x):
+        return z3.is_int_value(z3.simplify(x))
+
+    def walk(x):
+        if x.get_id() in memo:
+            return memo[x.get_id()]
+        out = x
+        if z3.is_app(x) and x.num_args():
+            k = x.decl().kind()
+            if (k in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and not numeral(x.arg(1))) or \
+                    (k == z3.Z3_OP_MUL and sum(not numeral(a) for a in x.children()) > 1):
+                out = fresh_int("opaque")
+            else:
+                kids = [walk(a) for a in x.children()]
+                if any(not a.eq(b) for a, b in zip(kids, x.children())):
+                    out = z3.substitute(x, *[(a, b) for a, b in zip(x.children(), kids)
+                                            if not a.eq(b)])
+        memo[x.get_id()] = out
+        return out
+    return walk(z3.simplify(t))
+
+
+def _pair_radix_dims(model, st, dest, exts, within, counts):
+    """(dest, extents, labels, obligations): two dims d1, d2 of the destination that are
+    c1 * (x / F) + r1 and c2 * (x % F) + r2, F a runtime count, r1 and r2 functions of
+    variables inside the tile only (none of x's, none shared), ranging one-to-one over
+    [0, c1) and [0, c2) (their variables' counts multiply to c1, c2; the offset obligations
+    prove the rest), become the dims x (extent cdiv(ext_d1, c1) * F), r2 (extent c2) and,
+    appended, r1 (extent c1). The conv kernels' unit index m = block * q_tiles + column tile,
+    decoded by the runtime q_tiles (and the cluster rank inside m): the tile decomposition
+    of m is then linear in m, not a division by q_tiles.
+
+    Exact, given the pair's obligation (F >= 1 and ext_d2 <= F * c2): an element (a, b) of
+    [0, ext_d1) x [0, ext_d2) is the image of x = (a // c1) * F + b // c2 in [0, R * F)
+    (R = cdiv(ext_d1, c1)), r1 = a % c1, r2 = b % c2 (x // F = a // c1 since
+    0 <= b // c2 < F); and (x, r1, r2) -> (c1 * (x // F) + r1, c2 * (x % F) + r2) is
+    one-to-one for r1, r2 in their ranges (Euclidean division, F >= 1), so store.once's
+    implication from the coverage claims carries over. Pairs repeat until none is left (the
+    x of one pair is a dim of the next: block // per_image, then block = m // q_tiles)."""
+    within_names = {str(w) for w in within}
+    dest, exts, labels, obs = list(dest), list(exts), [], []
+
+    def span(r, c):
+        """The product of r's variables' counts is c, and r's variables lie inside the
+        tile (0 with c == 1: no variable)."""
+        vs = free_consts(r)
+        if not vs <= within_names:
+            return False
+        n = 1
+        for v in vs:
+            k = z3.simplify(_num(counts.get(v, z3.IntVal(0))))
+            if not z3.is_int_value(k):
+                return False
+            n *= k.as_long()
+        return n == c and (vs or z3.simplify(r).eq(z3.IntVal(0)))
+    changed = True
+    while changed:
+        changed = False
+        split = [_split_radix(z3.simplify(x)) for x in dest]
+        for d1, a in enumerate(split):
+            if a is None or a[1] != "div":
+                continue
+            for d2, b in enumerate(split):
+                if b is None or d2 == d1 or b[1] != "mod" or not a[2].eq(b[2]) or \
+                        not a[3].eq(b[3]):
+                    continue
+                c1, _, x, F, r1 = a
+                c2, _, _, _, r2 = b
+                vx, v1, v2 = free_consts(x), free_consts(r1), free_consts(r2)
+                if v1 & vx or v2 & vx or v1 & v2 or not span(r1, c1) or not span(r2, c2):
+                    continue
+                e1, e2 = exts[d1], exts[d2]
+                R = (e1 + c1 - 1) / c1 if c1 > 1 else e1
+                claims = [("the count is positive", F >= 1),
+                          ("the count covers the inner dim", e2 <= F * c2)]
+
+                def decode(zm, violated, F=F, e2=e2, c2=c2, d2=d2):
+                    wit = {"shapes": W.shapes(model, zm), "count": value(zm, F),
+                           "extent": value(zm, e2), "tile": c2}
+                    return (f"the unit index is split by a count {wit['count']} whose "
+                            f"{wit['count']} tiles of {c2} do not cover dim {d2}'s "
+                            f"{wit['extent']} positions ({', '.join(violated)})"), wit
+                obs.append(Obligation(
+                    "store.coverage", st.op.loc,
+                    f"dims {d1}, {d2} of {st.tensor.name} stored at {st.op.loc}: tile indices "
+                    f"x // F, x % F of one x", list(model.premises), claims,
+                    _by_store(model, st, decode), minimize=list(model.params.values())))
+                labels.append(f"dims {d1}, {d2}: tile indices x // {F}, x % {F} seen as one "
+                              f"x")
+                dest[d1], exts[d1] = x, R * F
+                dest[d2], exts[d2] = r2, z3.IntVal(c2)
+                if c1 > 1:
+                    dest.append(r1)
+                    exts.append(z3.IntVal(c1))
+                changed = True
+                break
+            if changed:
+                break
+    return dest, exts, labels, obs
 
 
 def _block_grid(shifts: list[list]) -> list[tuple[int, list[int]]] | None:
@@ -1029,7 +1299,9 @@ def _offset_obligation(model, st, d, off, wv, size, los, counts, steps) -> Oblig
 
 
 def _fixed_dim(model, st, d, base, size, ext) -> Obligation:
-    """A dim no unit variable moves: one tile covers it (a launch precondition if symbolic)."""
+    """A dim no unit variable moves: one tile covers it (a launch precondition if symbolic).
+    d past the tensor's dims: the offset dim of a radix pair (`_pair_radix_dims`), of
+    constant extent."""
     claims = [("origin 0", base == 0), ("the tile spans the dim", ext <= size)]
 
     def decode(zm, violated):
@@ -1038,7 +1310,7 @@ def _fixed_dim(model, st, d, base, size, ext) -> Obligation:
         return (f"dim {d} of {st.tensor.name} is stored by one tile at {wit['origin']} of "
                 f"{size} positions but has {wit['extent']}"), wit
     fix = (f"state the launch precondition {st.tensor.dims[d]} <= {size} with ag.tag_assume, "
-           f"or tile dim {d} over the grid")
+           f"or tile dim {d} over the grid") if d < len(st.tensor.dims) else ""
     return Obligation("store.coverage", st.op.loc,
                       f"dim {d} of {st.tensor.name} stored at {st.op.loc}",
                       list(model.premises), claims, _by_store(model, st, decode),

@@ -91,6 +91,11 @@ class Model:
         self.axioms: list[tuple[T.TagAssume, Site]] = []
         # ag.require preconditions: checked on the host before every launch, so premises
         self.requires: list[T.Require] = []
+        # the non-linear ones (a product of two parameters: NP == N * P) as terms, not
+        # premises: every query would carry them into non-linear arithmetic; the rules that
+        # need them add them (check_stores._pushed_split). Dropping a premise proves less,
+        # never more
+        self.launch_facts: list[z3.BoolRef] = []
         self.tiles: dict[int, TileState] = {}
         self.unsupported: list[tuple[Loc, str]] = []
         self.grid: O.GridIds | None = None
@@ -168,7 +173,8 @@ class Model:
             # requires are read by the rules that need them, e.g. check_softmax's fold)
             if all(isinstance(a.type, ScalarType) and not a.type.dtype.is_float
                    for a in op.args):
-                self.premises.append(_as_bool(self.eval_tag_expr(op.expr, op.args)))
+                fact = _as_bool(self.eval_tag_expr(op.expr, op.args))
+                (self.launch_facts if solver._nonlinear([fact]) else self.premises).append(fact)
         if not self.roles:
             for pid, n in counters.items():
                 self.pipes[pid].totals[(None, "produce")] = n

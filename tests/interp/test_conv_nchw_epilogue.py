@@ -281,8 +281,10 @@ def test_nchw_kernel_verifies(which):
     """No errors; store.once (no element stored twice) and store.coords proven for the
     transposed store, and store.coverage too where the rows are the flattened N * OD * P
     ones (the (image, row) pair r // OP, r % OP seen as one row r:
-    check_stores._merge_radix_dims). Left unknown: the rowbox + cluster schedule (the cluster
-    rank inside the unit's runtime division by q_tiles)."""
+    check_stores._merge_radix_dims) and for the rowbox + cluster schedule (the cluster rank
+    inside the unit index m of m // q_tiles, m % q_tiles, and the image's block b of
+    b // per_image, b % per_image, each pair one tile index: check_stores._pair_radix_dims;
+    the kernel states Out.shape[2] == P for per-image tiles)."""
     from argus.compiler import lower_only
 
     if which == "tf32":
@@ -305,9 +307,8 @@ def test_nchw_kernel_verifies(which):
     assert {d.code for d in report.unknowns} <= {"store.coverage"}, \
         "\n".join(str(d) for d in report.unknowns)
     assert {"store.once", "store.coords", "wgmma.agree"} <= {d.code for d in report.proven}
-    if which != "tf32_rowbox_cluster":
-        assert "store.coverage" in {d.code for d in report.proven}
-        assert not report.unknowns, "\n".join(str(d) for d in report.unknowns)
+    assert "store.coverage" in {d.code for d in report.proven}
+    assert not report.unknowns, "\n".join(str(d) for d in report.unknowns)
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
