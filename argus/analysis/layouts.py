@@ -171,13 +171,23 @@ def _build(name: str, t: TileType, threads: int, op) -> RL.RegisterLayout:
                                "powers of two") from None
 
 
-def _vblocks(t: TileType, threads: int) -> str:
+def _vblocks(t: TileType, threads: int, shared_source: bool = False) -> str:
     """The layout of a 2-d tile that is stored transposed: vblocks(V, run) (RL.vblocks), V x V
     blocks a thread with V the elements of 16 bytes (fewer where the tile has fewer blocks
     than `threads`; at most its smaller extent), so its rows load and its columns store in
     16-byte chunks, and `run` threads stacked along dim 0 first, so a warp's store writes runs
     of 64 bytes of each destination row (two full 32-byte sectors) while its loads read rows
-    of 128 bytes or more."""
+    of 128 bytes or more.
+
+    `shared_source` (a tile staged in shared memory and read back, ag.load_shared): V = 1 and
+    32 threads along dim 0, so each warp store writes one contiguous run of 32 elements (128
+    bytes for f32) of a destination row whatever the row's alignment: rows 8 bytes off a
+    16-byte boundary (an NCHW result of Q = 2 mod 4 floats) would fail every 16-byte chunk's
+    alignment test, and 8-byte halves spread over the row touch 9 sectors a store. The reads
+    are per element either way (32 consecutive elements of one row a warp: conflict-free)."""
+    if shared_source:
+        run = max(1, min(32, t.shape[0]))
+        return f"vblocks(1,{run})"
     vec = max(1, min(16 // max(1, t.dtype.bytes), *t.shape))
     # no thread without a block of its own (a replicated block is loaded and stored twice)
     while vec > 1 and (t.shape[0] // vec) * (t.shape[1] // vec) < threads:
@@ -191,10 +201,12 @@ def _pow2_2d(t: TileType) -> bool:
 
 
 def _transposed_sources(kernel: Kernel, defs, pinned: set[int]) -> set[int]:
-    """Global loads of 2-d power-of-two tiles that reach a transposed store of a register
-    tile (not a wgmma accumulator) through pointwise ops and conversions only (round_nhwc's
-    load -> round_tf32 -> store): loaded in the store's layout (`_vblocks`), so neither side
-    moves data between threads. A chain that meets an accumulator keeps the defaults."""
+    """Global loads and 32-bit shared-memory reads (ag.load_shared) of 2-d power-of-two tiles
+    that reach a transposed store of a register tile (not a wgmma accumulator) through
+    pointwise ops and conversions only (round_nhwc's load -> round_tf32 -> store; the conv
+    NCHW epilogue's staged tile read back, argus/kernels/conv.py NchwStaging): loaded in the
+    store's layout (`_vblocks`), so neither side moves data between threads. A chain that
+    meets an accumulator keeps the defaults."""
     out: set[int] = set()
     for st in kernel.walk():
         if not (isinstance(st, O.Store) and st.transposed and _pow2_2d(st.value.type)):
@@ -203,9 +215,10 @@ def _transposed_sources(kernel: Kernel, defs, pinned: set[int]) -> set[int]:
         while todo and ok:
             v = todo.pop()
             op = defs.get(v.id)
-            if v.id in pinned or isinstance(op, (O.Wgmma, O.LdMatrix)):
+            if v.id in pinned or isinstance(op, O.Wgmma) or \
+                    (isinstance(op, O.LdMatrix) and op.result.type.dtype.bits != 32):
                 ok = False
-            elif isinstance(op, O.Load):
+            elif isinstance(op, (O.Load, O.LdMatrix)):
                 found.append(v.id)
             elif isinstance(op, (O.Elementwise, O.Convert)):
                 todo.extend(a for a in op.operands() if isinstance(a.type, TileType)
@@ -251,6 +264,10 @@ def _forward(ops, layout, acc_ids, a_ids, flexible, threads, wide=frozenset()) -
             acc = op.result.id in acc_ids | a_ids
             _set(layout, op.result, WGMMA_ACC if acc else BLOCKED, op,
                  "a register wgmma operand" if acc else "a global load")
+        elif isinstance(op, O.LdMatrix) and op.result.id in wide:
+            _set(layout, op.result, _vblocks(op.result.type, n, shared_source=True), op,
+                 "a shared-memory read a transposed store writes: runs of a destination row "
+                 "a warp")
         elif isinstance(op, O.LdMatrix) and op.result.id not in flexible:
             _set(layout, op.result, WGMMA_ACC, op, "the m8n8.x4 fragment (§2.4)")
         elif isinstance(op, (O.Gather, O.SmemGather)):
@@ -394,7 +411,9 @@ def _needs(op, threads: int):
         # a register tile stored transposed: in V x V blocks a thread, whose columns are
         # V-wide chunks of the destination's rows (codegen/cuda/memory.py `_transposed_info`)
         want = _vblocks(op.value.type, threads)
-        if op.value.type.layout != want:
+        # any V x V blocks: a shared-memory read placed with its own (`_vblocks`) is stored
+        # as is (codegen/cuda/memory.py `_transposed_info` stores any layout)
+        if not op.value.type.layout.startswith("vblocks("):
             out.append((op.value, want, "a transposed store writes rows of its transpose"))
     elif isinstance(op, O.StMatrix) and not op.plain and op.src.type.layout != WGMMA_ACC:
         out.append((op.src, WGMMA_ACC, "stmatrix stores the accumulator fragment"))

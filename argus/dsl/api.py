@@ -1025,7 +1025,7 @@ def stmatrix(dst, tile: Tile) -> None:
     ctx.builder.append(O.StMatrix(view.materialize(), tile.value, loc=loc))
 
 
-def store_shared(dst, tile: Tile) -> None:
+def store_shared(dst, tile: Tile, *, transposed: bool = False) -> None:
     """Store a register tile into a shared-memory view of its shape, each thread its own
     elements by st.shared in the tile's layout: a "rows" tile (an `ag.gather`'s, whole rows a
     thread) by 16-byte chunks, 8 consecutive columns of bf16 / fp16. A swizzled view (a row
@@ -1037,12 +1037,26 @@ def store_shared(dst, tile: Tile) -> None:
     reach global memory as one contiguous bulk copy instead of one row-strided vector store a
     thread (the im2col pixel gather, docs/perf/conv.md). Recorded as the IR's shared-memory
     write (the `stmatrix` op, `plain`), which the interpreter and the verifier read element by
-    element whatever its layout; 16-bit tiles in the accumulator fragment: `ag.stmatrix`."""
+    element whatever its layout; 16-bit tiles in the accumulator fragment: `ag.stmatrix`.
+
+    `transposed=True` writes a 2-d tile MN-major, the inverse of `ag.load_shared(transposed=
+    True)`: the view is `A` atoms of [K][W] stacked along its rows (W = its columns, the
+    swizzle span for a swizzled view: 32 f32 or 64 bf16 with swizzle=128), and element (m, k)
+    of the [A * W, K] tile goes to view element ((m // W) * K + k, m % W). A wgmma
+    accumulator of [pixels, channels] becomes [channels][pixels] boxes, each channel's W
+    pixels one contiguous (swizzled) row: the layout of an NCHW result's box for a TMA store
+    (argus/kernels/conv.py, ConvSchedule(nchw_epilogue='tma')). One st.shared per element
+    (the accumulator holds no two consecutive pixels of a channel); with the 128-byte swizzle
+    an accumulator's f32 writes are conflict-free (a warp's 8 pixels x 4 channel pairs land
+    on 32 distinct banks)."""
     ctx = current("ag.store_shared")
     loc = user_loc()
     view = _view(dst, "store_shared destination", loc)
     vt = view.buffer.type
-    if not isinstance(tile, Tile) or tuple(tile.shape) != view.shape or tile.dtype != vt.dtype:
+    if transposed:
+        _check_transposed_store(view, vt, tile, loc)
+    elif not isinstance(tile, Tile) or tuple(tile.shape) != view.shape or \
+            tile.dtype != vt.dtype:
         got = f"{tuple(tile.shape)} {tile.dtype}" if isinstance(tile, Tile) else repr(tile)
         raise TraceError(f"ag.store_shared stores a {vt.dtype} tile of the view's shape "
                          f"{view.shape}; got {got}", loc,
@@ -1052,7 +1066,29 @@ def store_shared(dst, tile: Tile) -> None:
         raise TraceError(f"ag.store_shared moves f32, bf16 or f16 tiles, not {tile.dtype}", loc,
                          fix="convert the tile first (t.to(ag.bf16)), or store an 8-bit tile "
                              "to global memory with ag.store")
-    ctx.builder.append(O.StMatrix(view.materialize(), tile.value, plain=True, loc=loc))
+    ctx.builder.append(O.StMatrix(view.materialize(), tile.value, plain=True,
+                                  transposed=bool(transposed), loc=loc))
+
+
+def _check_transposed_store(view, vt, tile, loc) -> None:
+    """ag.store_shared(transposed=True)'s shapes: a 2-d tile [A * W, K] of the view's dtype
+    into a view [A * K, W] (A atoms of [K][W]), W the swizzle span of a swizzled view."""
+    if not isinstance(tile, Tile) or len(tile.shape) != 2 or tile.dtype != vt.dtype:
+        got = f"{tuple(tile.shape)} {tile.dtype}" if isinstance(tile, Tile) else repr(tile)
+        raise TraceError(f"ag.store_shared(transposed=True) stores a 2-d {vt.dtype} tile; "
+                         f"got {got}", loc, fix="convert it first (t.to(dtype))")
+    (mn, k), w = tile.shape, view.cols
+    if vt.swizzle and w * vt.dtype.bytes != vt.swizzle:
+        raise TraceError(f"ag.store_shared(transposed=True) into a {vt.swizzle}-byte swizzled "
+                         f"view needs rows of one swizzle span ({vt.swizzle // vt.dtype.bytes} "
+                         f"elements), got {w}", loc,
+                         fix=f"allocate the buffer with {vt.swizzle // vt.dtype.bytes} columns")
+    if mn % w or view.rows != (mn // w) * k:
+        raise TraceError(f"ag.store_shared(transposed=True): a [{mn}, {k}] tile is {mn} / {w} "
+                         f"atoms of [{k}][{w}] (W = the view's columns), so the view needs "
+                         f"{mn} // {w} * {k} rows; got a view of shape {view.shape}", loc,
+                         fix=f"take a view of {(mn // w) * k if mn % w == 0 else '?'} rows, "
+                             f"and a tile whose rows are a multiple of {w}")
 
 
 def load_shared(src, *, transposed: bool = False, rows: int | None = None) -> Tile:

@@ -345,12 +345,18 @@ class StMatrix(Op):
     epilogue path from wgmma accumulators to a TMA store); with `plain`, any f32 / bf16 / f16
     tile of an unswizzled view by st.shared in the tile's own layout (`ag.store_shared`: a
     "rows" tile of gathered pixels staged for a TMA store, 16 bytes a chunk), so the
-    interpreter, the verifier and the sync lowering see one shared-memory write either way."""
+    interpreter, the verifier and the sync lowering see one shared-memory write either way.
+    With `transposed` (plain only: ag.store_shared(transposed=True)) the MN-major write, the
+    inverse of O.LdMatrix.transposed: the [A*K, W] view is A atoms of [K][W], and element
+    (m, k) of the [A*W, K] tile goes to view element ((m // W) * K + k, m % W) (A = 1: the
+    plain transpose), e.g. an accumulator of [pixels, channels] staged as [channels][pixels]
+    boxes of an NCHW result for a TMA store."""
 
     NAME = "stmatrix"
     dst: Value
     src: Value
     plain: bool = field(default=False, metadata={"elide_default": True})
+    transposed: bool = field(default=False, metadata={"elide_default": True})
 
 
 @dataclass(frozen=True)

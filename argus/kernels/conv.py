@@ -47,9 +47,11 @@ from argus.kernels.gemm_fp8 import PROMOTE_MAX_BN, promoted_mma
 from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler,
                                             WarpSpecializedSchedule)
 
-__all__ = ["ACTIVATIONS", "ConvGeometry", "ConvSchedule", "conv_kernel"]
+__all__ = ["ACTIVATIONS", "NCHW_EPILOGUES", "ConvGeometry", "ConvSchedule", "NchwStaging", "conv_kernel"]
 
 ACTIVATIONS = ("none", "relu", "gelu_tanh", "sigmoid", "tanh")
+# how conv_kernel(nchw=True) writes its result (ConvSchedule.nchw_epilogue)
+NCHW_EPILOGUES = ("registers", "tma", "staged")
 
 
 def check_geometry_fields(geom, what: str) -> None:
@@ -125,9 +127,26 @@ class ConvSchedule(WarpSpecializedSchedule):
     # The producer issues 2 copies per stage (A, weight) instead of bm / bw + 1, and its
     # coordinates are additions (no per-row division by P in the K loop).
     rowbox: bool = False
+    # how conv_kernel(nchw=True) writes its channels-first result: "registers", the
+    # accumulator stored transposed straight from registers (each warp store: 4 channels x 8
+    # pixels); "tma", staged transposed in 128-byte swizzled shared memory ([channels][32 f32
+    # or 64 16-bit pixels] boxes, ag.store_shared(transposed=True)) and written by TMA stores
+    # of NCHW boxes, whose reads of the stage overlap the next tile's main loop (the read-wait
+    # is deferred to the next tile's staging write). "tma" needs the NCHW result's channel
+    # rows 16-byte aligned (Q * bytes % 16 == 0: a TMA global stride) and bn * bw * bytes of
+    # shared memory per consumer warpgroup next to the ring (argus.ops.conv checks both).
+    # "staged" (fp32 results): the same stage read back (ag.load_shared(transposed=True)) so
+    # that each warp holds 32 consecutive pixels of one channel, and stored transposed: each
+    # warp store one contiguous 128-byte run of a channel row whatever the row's alignment
+    # (the register store writes 32-byte runs of 4 rows), for results a tensor map cannot
+    # address (L1/67, 76, 55: rows 8 bytes off 16). Unused for channels-last results.
+    nchw_epilogue: str = "registers"
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
+        if self.nchw_epilogue not in NCHW_EPILOGUES:
+            problems.append(f"nchw_epilogue={self.nchw_epilogue!r} is not one of "
+                            f"{NCHW_EPILOGUES}")
         if self.halo and self.promote:
             problems.append("halo runs the 16-bit kernel: promote=False")
         if self.halo and self.rowbox:
@@ -280,6 +299,59 @@ class _HaloRing:
         return acc
 
 
+@dataclass(frozen=True)
+class NchwStaging:
+    """The NCHW epilogue's stage (ConvSchedule(nchw_epilogue='tma')): per consumer warpgroup,
+    its [bw pixels x bn channels] accumulator transposed into bw / W atoms of [bn][W] (W = one
+    128-byte swizzled row: 32 f32, 64 bf16 / fp16), so each channel's W pixels are one row, the
+    layout of a [channels, pixels] box of the NC(D)HW result. CUTLASS / FA3 stage a
+    transposed epilogue the same way (stmatrix .trans, 16-bit only); an fp32 accumulator has
+    no transposing stmatrix, so each element is one st.shared, and the swizzle puts a warp's
+    32 writes (8 pixels x 4 channel pairs) on 32 distinct banks."""
+
+    buffer: object
+    width: int          # W: pixels per atom row
+    atoms: int          # bw / W
+    bn: int
+
+    @classmethod
+    def alloc(cls, consumers: int, bw: int, bn: int, dtype: DType) -> "NchwStaging":
+        width = 128 // dtype.bytes
+        if bw % width:
+            raise ag.TraceError(f"ConvSchedule(nchw_epilogue='tma') stages {width}-pixel rows "
+                                f"of {dtype} (one 128-byte swizzled row): bw={bw} is not a "
+                                f"multiple", fix="nchw_epilogue='registers'")
+        atoms = bw // width
+        return cls(ag.smem((consumers, atoms * bn, width), dtype, swizzle=128), width, atoms,
+                   bn)
+
+    def store(self, out, origin: tuple, wg, y, bulk: bool = True) -> None:
+        """Warpgroup wg's tile y [bw pixels, bn channels] into its stage, then (bulk) one TMA
+        store per atom: the [bn, W] box at origin (..., first channel, first pixel) +
+        (0, a * W) of the [..., Kg, Q] NCHW view (TMA drops what lies past Kg, Q or the
+        leading dims); or (not bulk) the stage read back as [bw, bn] in the layout layout
+        inference gives a shared read a transposed store writes (a warp = 32 consecutive
+        pixels of one channel; the lowering puts a group barrier between the writes and the
+        reads, and between the reads and the next tile's writes) and stored transposed: one
+        128-byte run of a channel row a warp store."""
+        slot = self.buffer[wg]
+        ag.store_shared(slot, y, transposed=True)
+        *lead, n0, q0 = origin
+        if not bulk:
+            if self.width != 32:
+                raise ag.TraceError(f"ConvSchedule(nchw_epilogue='staged') reads the stage back "
+                                    f"by 32-bit ag.load_shared: fp32 results only, got "
+                                    f"{self.width}-pixel rows of a 16-bit result",
+                                    fix="nchw_epilogue='tma' or 'registers' for 16-bit "
+                                        "results")
+            back = ag.load_shared(slot, transposed=True, rows=self.atoms * self.width)
+            ag.store(out, origin, back, transposed=True)
+            return
+        for a in range(self.atoms):
+            ag.tma.store(out, (*lead, n0, q0 + a * self.width),
+                         slot.rows_of(a * self.bn, self.bn))
+
+
 @functools.lru_cache(maxsize=None)
 def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: bool = False,
                 activation: str = "none", precision: str | None = None,
@@ -297,11 +369,15 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
     wgmma fragment the 8 lanes of a quad column (lane / 4 = 0..7) hold 8 consecutive rows
     (output pixels q0 + 8i..) of one column (channel), so each store instruction of a warp
     writes 4 channels x 8 consecutive pixels: four fully used 32-byte sectors for fp32 (16
-    bytes per 8 pixels for 16-bit outputs). Staging a [channels x pixels] box in shared
-    memory for a TMA store would write whole lines, but fp32 has no transposing stmatrix and
-    the stage would cost bn * bm * 4 bytes of the ring's shared memory; the sector-complete
-    register store moves the same DRAM bytes. Needs the direct epilogue (bw = the
-    warpgroup's rows: one output row segment per warpgroup)."""
+    bytes per 8 pixels for 16-bit outputs), sector-complete where a channel row starts on a
+    32-byte boundary; KernelBench's L1/67, 76 and 55 rows start 8 bytes off one (Q * 4 % 32
+    == 24), so each 8-pixel run there straddles two sectors. ConvSchedule(nchw_epilogue=
+    'tma') stages the tile instead (`NchwStaging`: transposed into swizzled [channels][pixels]
+    atoms by ag.store_shared(transposed=True), one TMA store of an NCHW box per atom, whose
+    reads of the stage overlap the next tile's main loop), at bm * bn * 4 bytes of shared
+    memory (fp32) beside the ring, where a tensor map can address the result (channel rows
+    16-byte aligned: argus.ops.conv falls back to the register store elsewhere). Either needs
+    the direct epilogue (bw = the warpgroup's rows: one output row segment per warpgroup)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     if (in_dtype == ag.f32) != (precision == "tf32") or precision not in (None, "tf32"):
@@ -398,6 +474,9 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         rows = s.bm // s.consumers
         if s.epilogue == "tma":
             staging = Staging.alloc(s.consumers, rows, s.bn, out_dtype)
+        nchw_tma = nchw and s.nchw_epilogue in ("tma", "staged")
+        if nchw_tma:
+            nchw_stage = NchwStaging.alloc(s.consumers, s.bw, s.bn, out_dtype)
 
         def tile_origin(unit):
             """(first flattened output row n * P + p, first output column) of the unit."""
@@ -482,7 +561,11 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                     else:
                         r = np0 + wg
                         image, p = r // Out.shape[2], r % Out.shape[2]
-                    ag.store(Out, (g, image, p, unit.n * s.bn, q0), y, transposed=True)
+                    if nchw_tma:
+                        nchw_stage.store(Out, (g, image, p, unit.n * s.bn, q0), wg, y,
+                                         bulk=s.nchw_epilogue == "tma")
+                    else:
+                        ag.store(Out, (g, image, p, unit.n * s.bn, q0), y, transposed=True)
                     continue
                 if s.epilogue == "direct":              # bw == rows: one output row segment
                     ag.store(Out, (g, out_row(np0, wg), q0, unit.n * s.bn), y)

@@ -403,19 +403,35 @@ def _store_read_wait(op: O.StMatrix, st: _State) -> list[O.Op]:
     return [O.TmaStoreWait(need, note=note, loc=loc), O.GroupBarrier(st.scope(), loc=loc)]
 
 
+def exchange_read_view(op: O.Op):
+    """The shared view `op` reads element by element in a layout of its own, so each thread
+    may read elements other threads wrote: a shared gather (ag.gather of a view) or a 32-bit
+    ag.load_shared (the ldmatrix op of an f32 / i32 view, e.g. a tile staged transposed by
+    ag.store_shared(transposed=True) read back for row-contiguous global stores); else None."""
+    if isinstance(op, O.SmemGather):
+        return op.src
+    if isinstance(op, O.LdMatrix) and op.result.type.dtype.bits == 32:
+        return op.src
+    return None
+
+
 def _exchange(emitted: list[O.Op], st: _State) -> list[O.Op]:
-    """`emitted` with a group barrier before a shared gather (ag.gather of a view) of a buffer
-    written since the last barrier, and before a write of a buffer gathered from since then:
-    each thread reads elements other threads wrote (read after write), and a rewrite must
-    wait for every thread's reads (write after read). Loops and ifs were walked by their own
-    `_region`; `_visit` widened the sets around them (a back edge, a skipped body)."""
+    """`emitted` with a group barrier before a shared read (`exchange_read_view`: a gather of
+    a view, a 32-bit load_shared) of a buffer written since the last barrier, and before a
+    write of a buffer read so since then: each thread reads elements other threads wrote
+    (read after write), and a rewrite must wait for every thread's reads (write after read).
+    Loops and ifs were walked by their own `_region`; `_visit` widened the sets around them
+    (a back edge, a skipped body). A buffer only TMA writes (a pipeline stage read by
+    load_shared) is never in `exchange_written`: no barrier there."""
     out: list[O.Op] = []
     for x in emitted:
+        read = exchange_read_view(x)
         if isinstance(x, O.GroupBarrier):
             st.exchange_written.clear()
             st.exchange_read.clear()
-        elif isinstance(x, O.SmemGather) and st.rt(x.src) in st.exchange_written:
-            out.append(O.GroupBarrier(st.scope(), note="the gather reads other threads' "
+        elif read is not None and st.rt(read) in st.exchange_written:
+            what = "gather" if isinstance(x, O.SmemGather) else "load_shared"
+            out.append(O.GroupBarrier(st.scope(), note=f"the {what} reads other threads' "
                                       "shared writes", loc=x.loc))
             st.exchange_written.clear()
             st.exchange_read.clear()
@@ -424,8 +440,8 @@ def _exchange(emitted: list[O.Op], st: _State) -> list[O.Op]:
                                       "buffer before it is rewritten", loc=x.loc))
             st.exchange_written.clear()
             st.exchange_read.clear()
-        if isinstance(x, O.SmemGather):
-            st.exchange_read.add(st.rt(x.src))
+        if read is not None:
+            st.exchange_read.add(st.rt(read))
         elif isinstance(x, O.StMatrix):
             st.exchange_written.add(st.rt(x.dst))
         out.append(x)
@@ -436,8 +452,8 @@ def _exchange_widen(body: Region, st: _State) -> None:
     """What a loop's back edge or a skipped body may leave unbarriered: every buffer the
     body writes or gathers from (conservative: a barrier too many, never one too few)."""
     for x in body.walk():
-        if isinstance(x, O.SmemGather):
-            st.exchange_read.add(st.rt(x.src))
+        if exchange_read_view(x) is not None:
+            st.exchange_read.add(st.rt(exchange_read_view(x)))
         elif isinstance(x, O.StMatrix):
             st.exchange_written.add(st.rt(x.dst))
 

@@ -77,6 +77,7 @@ torch.library custom op `argus::conv2d` (2-d and 3-d).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -108,9 +109,33 @@ def _pair(v, name: str, n: int = 2) -> tuple:
 _SMEM_BUDGET = 200 * 1024
 
 
+# ConvSchedule.nchw_epilogue that schedule_for picks: how the implicit GEMM writes an NC(D)HW
+# result. "registers" (the accumulator stored transposed from registers) until a GPU number
+# says otherwise: "tma" (staged transposed in shared memory, TMA-stored NCHW boxes) is opt-in,
+# timed against it by scripts/gpu_conv_nchw_ab.py; not measured yet.
+NCHW_EPILOGUE = "registers"
+
+
+def nchw_staging_bytes(nchw_epilogue: str, bn: int, out_bytes: int, consumers: int = 2,
+                       bw: int = 64) -> int:
+    """Shared memory the NCHW TMA epilogue's stage takes (argus.kernels.conv.NchwStaging: a
+    [bn, bw] tile per consumer warpgroup), 0 for the register store."""
+    return consumers * bn * bw * out_bytes if nchw_epilogue in ("tma", "staged") else 0
+
+
+def nchw_tma_fits(out) -> bool:
+    """Whether a TMA box can address the NC(D)HW result `out`: its channel rows (Q elements,
+    every other stride a multiple of Q) 16-byte aligned, as a tensor map's global strides
+    must be, and its base 16-byte aligned. KernelBench L1/67 (Q = 131070), L1/76 (174758) and
+    L1/55 (1022) fp32 are not: there the 'tma' NCHW epilogue falls back to the register
+    store (`convolve`)."""
+    return (out.shape[-1] * out.element_size()) % 16 == 0 and out.data_ptr() % 16 == 0
+
+
 def schedule_for(x, weight, stride, padding, dilation, groups, *,
                  halo: bool = False, rowbox: bool | None = None,
-                 precision: str | None = None) -> ConvSchedule:
+                 precision: str | None = None,
+                 nchw_epilogue: str | None = None) -> ConvSchedule:
     """A first heuristic, not tuned: bw = Q rounded up to a power of two in [8, 64] (fewer
     wasted tile rows on narrow layers; below 64 it needs the TMA-store epilogue, so a 16-bit
     output with 16-byte aligned channel rows), bn 128 unless the layer has <= 64 output
@@ -144,6 +169,10 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     it applies, as for 16-bit inputs (a (1, 2, 64, 32) box of the rounded fp32 input per K
     step; rowbox=False opts out). Not measured on the GPU yet with rowbox:
     `gpu_tf32_bench.py --quick`.
+
+    `nchw_epilogue` (ConvSchedule.nchw_epilogue; None: NCHW_EPILOGUE): how an NC(D)HW result
+    is written; "tma" stages the tile in shared memory (`nchw_staging_bytes`), which the
+    ring's depth makes room for (tf32: 4 stages instead of 6).
     """
     W, K, S = x.shape[-1], weight.shape[0], weight.shape[-1]
     sw, pw, dw = (_pair(v, name, x.dim() - 2)[-1] for v, name in (
@@ -166,15 +195,20 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     sh, sw = _pair(stride, "stride", dims)[-2:]
     # one box of the [N, H, W, C] input per K step (see above)
     box = (dims, sh, sw, groups) == (2, 1, 1, 1) and rowbox is not False
+    nchw_epi = nchw_epilogue or NCHW_EPILOGUE
     if precision == "tf32":
         bn = tf32_bn(Kg)
-        stages = max(4, min(6, _SMEM_BUDGET // ((128 + bn) * 32 * 4)))
+        nchw_stage = nchw_staging_bytes(nchw_epi, bn, 4)
+        stages = max(4, min(6, (_SMEM_BUDGET - nchw_stage) // ((128 + bn) * 32 * 4)))
         return ConvSchedule(bm=128, bn=bn, bk=32, bw=64, stages=stages, consumers=2,
-                            epilogue="direct", cluster_m=2, rowbox=box)
+                            epilogue="direct", cluster_m=2, rowbox=box,
+                            nchw_epilogue=nchw_epi)
     if not sixteen:   # the fp32 bf16 split: bf16 pieces, the 16-bit kernel with an fp32 output
         return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=4, consumers=2,
-                            epilogue=epilogue, promote=promote, rowbox=box)
-    staging = 128 * bn * 2 if epilogue == "tma" else 0
+                            epilogue=epilogue, promote=promote, rowbox=box,
+                            nchw_epilogue=nchw_epi)
+    staging = 128 * bn * 2 if epilogue == "tma" else \
+        nchw_staging_bytes(nchw_epi, bn, x.element_size())
     R = weight.shape[-2]
     dh = _pair(dilation, "dilation", dims)[-2]
     if halo and dims == 2 and sh == 1 and R > 1:
@@ -184,10 +218,10 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
         if stages >= 2:
             return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
                                 epilogue=epilogue, cluster_m=2, halo=True, producer_regs=56,
-                                consumer_regs=224)
+                                consumer_regs=224, nchw_epilogue=nchw_epi)
     stages = max(4, min(6, (_SMEM_BUDGET - staging) // ((128 + bn) * 64 * 2)))
     return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
-                        epilogue=epilogue, cluster_m=2, rowbox=box)
+                        epilogue=epilogue, cluster_m=2, rowbox=box, nchw_epilogue=nchw_epi)
 
 
 def tf32_bn(kg: int) -> int:
@@ -656,6 +690,11 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
                                                           nchw=channels_first)
     if out.numel() == 0:
         return out
+    if channels_first and (s.nchw_epilogue == "tma" and not nchw_tma_fits(out) or
+                           s.nchw_epilogue == "staged" and out.element_size() != 4):
+        # no tensor map addresses rows that are not 16-byte aligned, and the staged read-back
+        # is 32-bit: the register store
+        s = dataclasses.replace(s, nchw_epilogue="registers")
     fold = s.rowbox and x.dim() == 4 and _fold_rows(True, 2, x.shape[2], weight.shape[2],
                                                      _pair(padding, "padding")[0])
     kernel = conv_kernel(idt, odt, bias is not None, activation, precision, channels_first)

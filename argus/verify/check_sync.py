@@ -78,6 +78,18 @@ from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import fresh_int
 
+
+def exchange_read_view(op):
+    """The shared view `op` reads in a layout of its own (each thread may read what other
+    threads wrote): a shared gather, or a 32-bit ag.load_shared (the ldmatrix op of an f32 /
+    i32 view); else None. Stated here apart from lower/sync.py's, which it checks."""
+    if isinstance(op, O.SmemGather):
+        return op.src
+    if isinstance(op, O.LdMatrix) and op.result.type.dtype.bits == 32:
+        return op.src
+    return None
+
+
 MAX_GROUPS = 8  # in-flight groups tracked one by one; older ones merge (conservative)
 # bulk-store groups tracked one by one (sync.store-read). A merged pair counts as one group, so
 # a `wait_group.read N` that retires the older of the pair is read as retiring neither: with 8,
@@ -191,9 +203,13 @@ class _Checker:
         # fence.proxy.async + CTA barrier after (`obligations` fills it)
         self.handoff: dict = {}
         self.cta_writer: dict = {}   # buffer -> loc: every generic write before the roles
-        # buffers a shared gather reads (sync.exchange is checked on them alone)
+        # buffers a shared gather reads, or a 32-bit load_shared reads that store_shared
+        # writes (lower/sync.py `exchange_read_view`; sync.exchange is checked on them alone)
+        generic = {self.rt(op.dst) for op in kernel.walk() if isinstance(op, O.StMatrix)}
         self.gathered = {self.rt(op.src) for op in kernel.walk()
-                         if isinstance(op, O.SmemGather)}
+                         if isinstance(op, O.SmemGather)} | \
+            {self.rt(v) for v in map(exchange_read_view, kernel.walk())
+             if v is not None and self.rt(v) in generic}
         # buffer -> (role, loc) of each generic write inside a role: a group barrier orders
         # one warpgroup, so a gather in another role is ordered after none of them
         self.role_writes: dict[int, list] = {}
@@ -321,7 +337,7 @@ class _Checker:
             self.register_access(op, st)
         if isinstance(op, (O.StMatrix, O.TmaLoad)):
             self.store_read(op, st)
-        if isinstance(op, (O.StMatrix, O.SmemGather)):
+        if isinstance(op, O.StMatrix) or exchange_read_view(op) is not None:
             self.exchange(op, st)
         if isinstance(op, O.StMatrix):
             b = self.rt(op.dst)
@@ -512,7 +528,7 @@ class _Checker:
         it (read after write), and between it and the next write of the buffer (write after
         read), on every path. Only buffers some gather reads are checked (a buffer written
         for a TMA store alone is proxy.fence's)."""
-        gather = isinstance(op, O.SmemGather)
+        gather = not isinstance(op, O.StMatrix)     # a shared read (exchange_read_view)
         b = self.rt(op.src if gather else op.dst)
         if gather and self.handoff_read(op, b, op.src, "a gather"):
             return

@@ -141,7 +141,10 @@ def _store_shared(em: _Emitter, op: O.StMatrix) -> None:
     address: the XOR pattern TMA and wgmma read, anchored to the buffer's swizzle period by
     the smem plan); a 16-byte chunk stays whole (the XOR moves address bits 4-6 only). A
     "rows" tile of 128-byte rows is conflict-free there too: rows t .. t + 7 put a chunk c at
-    c ^ (t % 8), 8 distinct bank groups."""
+    c ^ (t % 8), 8 distinct bank groups.
+
+    Transposed (O.StMatrix.transposed, ag.store_shared(transposed=True)): one st.shared per
+    element at the view element its (m, k) maps to, swizzled like the others."""
     t: SmemViewType = op.dst.type
     info = em.tiles[op.src.id]
     lay = info.layout
@@ -161,6 +164,16 @@ def _store_shared(em: _Emitter, op: O.StMatrix) -> None:
                 f"(ag::swizzle_smem_addr(ag::smem_u32({view}) + {off}, {t.swizzle}) - "
                 f"ag::smem_u32({view})))")
 
+    if op.transposed:
+        # O.StMatrix.transposed: element (m, k) to view element ((m / W) * K + k, m % W)
+        k_cols = op.src.type.shape[1]
+        for i in range(lay.nregs):
+            val = strip_round(em.reg_expr(op.src, i), dtype)
+            m, k = lay.row(i), lay.col(i)
+            row, col = ((k, m) if op.src.type.shape[0] == cols else
+                        (f"(({m}) / {cols}) * {k_cols} + ({k})", f"({m}) % {cols}"))
+            em.emit(f"{at(row, col, elem_c(dtype))} = {_to_mem_c(val, dtype)};")
+        return
     if not width:
         for i in range(lay.nregs):
             val = strip_round(em.reg_expr(op.src, i), dtype)

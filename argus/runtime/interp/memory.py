@@ -33,7 +33,11 @@ def smem_slice(m: _Interp, g: _Group, op: O.SmemSlice) -> None:
 
 @rule(O.StMatrix)
 def stmatrix(m: _Interp, g: _Group, op: O.StMatrix) -> None:
-    m.val(g, op.dst).array()[...] = m.val(g, op.src)
+    src = m.val(g, op.src)
+    if op.transposed:   # [A*W, K] -> atoms [A][K][W] (O.StMatrix.transposed)
+        w, k = op.dst.type.shape[1], op.src.type.shape[1]
+        src = np.asarray(src).reshape(-1, w, k).transpose(0, 2, 1).reshape(-1, w)
+    m.val(g, op.dst).array()[...] = src
 
 
 @rule(O.LdMatrix)

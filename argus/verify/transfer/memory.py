@@ -46,9 +46,19 @@ def smem_slice(m: Model, op: O.SmemSlice, scopes, role, counters, following) -> 
 def stmatrix(m: Model, op: O.StMatrix, scopes, role, counters, following) -> None:
     site = m._site(op, scopes, role)
     view = m.views[op.dst.id]
+    tile = m.tile(op.src)
+    if op.transposed:
+        # view element (r, c) holds tile element ((r // K) * W + c, r % K) (atoms [A][K][W]:
+        # O.StMatrix.transposed), so the write reads as a tile of the view's shape
+        k, w = op.src.type.shape[1], op.dst.type.shape[1]
+
+        def fn(idx, src=tile.fn, k=k, w=w):
+            return src((arith.div(idx[0], k) * w + idx[1], arith.mod(idx[0], k)))
+        tile = dataclasses.replace(tile, shape=(view.rows, view.cols), layout="", fn=fn,
+                                   what=f"{tile.what}, stored transposed")
     if m._recording:
         m.writes.setdefault(view.buffer.id, []).append(
-            WriteSite("generic", op, site, view, None, tile=m.tile(op.src)))
+            WriteSite("generic", op, site, view, None, tile=tile))
 
 
 def ldmatrix(m: Model, op: O.LdMatrix, scopes, role, counters, following) -> None:
