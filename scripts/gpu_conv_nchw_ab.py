@@ -85,7 +85,8 @@ def main(argv=None) -> int:
         ms = dict(zip(names, (t.median_ms for t in times)))
         rows.append((name, ms, fits, equal, reg.stages, tma.stages))
         print(f"{name}: " + "  ".join(f"{k} {v:.3f}" for k, v in ms.items()) +
-              f"  (tma applies: {fits}; equal: {equal})", flush=True)
+              f"  (tma applies: {fits}; equal: {equal}; stages reg {reg.stages}, "
+              f"tma / stg / reg4 {tma.stages})", flush=True)
         del x, w
         torch.cuda.empty_cache()
 
@@ -99,8 +100,6 @@ def main(argv=None) -> int:
         print(f"| {name} | {ms['cl']:.3f} | {ms['reg']:.3f} | {tma} | {ms['stg']:.3f} | "
               f"{ms['reg4']:.3f} | {ms['reg'] / ms['cl']:.2f} | {ratio} | "
               f"{ms['stg'] / ms['cl']:.2f} | {equal} |")
-    print(f"(stages: cl / reg {rows[0][4] if rows else '-'}, tma / stg / reg4 "
-          f"{rows[0][5] if rows else '-'})")
     return 0
 
 

@@ -47,7 +47,8 @@ from argus.kernels.gemm_fp8 import PROMOTE_MAX_BN, promoted_mma
 from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler,
                                             WarpSpecializedSchedule)
 
-__all__ = ["ACTIVATIONS", "NCHW_EPILOGUES", "ConvGeometry", "ConvSchedule", "NchwStaging", "conv_kernel"]
+__all__ = ["ACTIVATIONS", "NCHW_EPILOGUES", "ConvGeometry", "ConvSchedule", "NchwStaging",
+           "conv_kernel"]
 
 ACTIVATIONS = ("none", "relu", "gelu_tanh", "sigmoid", "tanh")
 # how conv_kernel(nchw=True) writes its result (ConvSchedule.nchw_epilogue)
