@@ -323,3 +323,22 @@ def test_nvrtc_builds_the_staged_read_back(tmp_path, monkeypatch):
     assert binary.ptx.count("st.global.f32") == 64
     assert "cp.async.bulk.tensor.5d.global.shared" not in binary.ptx
     assert not binary.resource(source.name).spills
+
+
+@pytest.mark.parametrize("epilogue", ["tma", "staged"])
+@pytest.mark.parametrize("bn,K", [(16, 16), (16, 5), (32, 24)])
+def test_narrow_channel_tiles_stage_too(bn, K, epilogue, epilogues):
+    """The tf32 schedule's bn follows the output channels since 2846380 (ops.conv.tf32_bn: 16
+    or 32 for few channels): the staged epilogues' boxes at those widths, against float64 and
+    the register store."""
+    g = _gen(bn + K)
+    x = torch.randn(2, 8, 6, 12, generator=g)
+    w = torch.randn(K, 8, 3, 3, generator=g)
+    b = torch.randn(K, generator=g)
+    s = dataclasses.replace(TF32, bn=bn, nchw_epilogue=epilogue)
+    y = conv_op.convolve(x, w, b, 1, 1, 1, 1, schedule=s, precision="tf32")
+    assert epilogues == [epilogue], epilogues
+    ref = F.conv2d(round_to_tf32(x).double(), round_to_tf32(w).double(), b.double(), 1, 1)
+    assert y.is_contiguous() and _rel(y, ref) <= 1e-6
+    again = conv_op.convolve(x, w, b, 1, 1, 1, 1, schedule=_registers(s), precision="tf32")
+    assert epilogues[-1] == "registers" and torch.equal(y, again)
