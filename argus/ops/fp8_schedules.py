@@ -109,7 +109,10 @@ STREAM_PROMOTE = False
 def promote_every_for(k: int, k_atoms: int = 1) -> int:
     """The promotion interval in pipeline steps (of k_atoms 128-deep blocks) for depth k: the
     largest N of _INTERVAL_ERROR whose modelled error is within PROMOTE_ERROR_SLACK of
-    promotion every block, and whose span fits in K (a longer one is the tail loop anyway)."""
+    promotion every block, and whose span fits in K (a longer one is the tail loop anyway), in
+    whole steps. A step of k_atoms blocks is the finest a loop of k_atoms can promote: where
+    k_atoms exceeds that N (k_atoms 4 against N = 2) the answer is one step, k_atoms blocks,
+    whose modelled error is above the slack (1.019 for 4 blocks)."""
     blocks = max(1, -(-k // BK_BYTES))
     ok = [n for n, r in _INTERVAL_ERROR.items() if r <= 1 + PROMOTE_ERROR_SLACK and n <= blocks]
     return max(1, max(ok) // k_atoms)
