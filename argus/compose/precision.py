@@ -50,6 +50,8 @@ from typing import Any
 
 import torch
 
+from argus import numerics
+
 TF32_GAIN = 3.0                 # the tf32 error is checked magnified this many times
 SELF_CHECK_SEED = 20261204
 FACTORS = (32, 16, 8, 4, 2)     # divisors of a spatial extent tried, largest first
@@ -63,7 +65,6 @@ MAX_MACS = 1.5e9                 # multiply-adds of one forward a larger extent 
 DRAWS = ("task", "normal", "heavy", "normal*10", "normal*100", "large", "large")
 LARGE_SCALE = 1e3               # the relaxed track's large-magnitude scale
 HEAVY_CLIP = 1e3
-RELAXED_TOL = 1e-2
 
 _CONVS = {"conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
           "conv_transpose3d"}
@@ -151,8 +152,9 @@ def _categorical(t: torch.Tensor) -> bool:
 
 
 def relaxed_ratio(y: torch.Tensor, r: torch.Tensor) -> float:
-    """max |y - r| / (1e-2 * max(1, rms(r)) + 1e-2 * |r|) over r's finite positions (inf
-    where y is not finite there or differs at a non-finite r): <= 1 passes the relaxed rule."""
+    """max |y - r| / a over r's finite positions, a the relaxed rule's allowance (the judge's
+    own, argus/numerics.py relaxed_allowance: 1e-2 * max(1, rms(r)) + 1e-2 * |r|); inf where
+    y is not finite there or differs at a non-finite r: <= 1 passes the relaxed rule."""
     y, r = y.double(), r.double()
     finite = torch.isfinite(r)
     if not bool(((y == r) | finite | (y.isnan() & r.isnan())).all()):
@@ -163,7 +165,7 @@ def relaxed_ratio(y: torch.Tensor, r: torch.Tensor) -> float:
     if not bool(torch.isfinite(y).all()):
         return math.inf
     rms = float(r.square().mean().sqrt())
-    allow = RELAXED_TOL * max(1.0, rms) + RELAXED_TOL * r.abs()
+    allow = numerics.relaxed_allowance(r, rms)
     return float(((y - r).abs() / allow).max())
 
 
@@ -266,7 +268,8 @@ def _check_key(module: Any, fp32: list[int]) -> str | None:
     if not path or not Path(path).is_file():
         return None
     ident = repr((CHECK_VERSION, TF32_GAIN, SELF_CHECK_SEED, DRAWS, FACTORS, MIN_CONV_OUTPUTS,
-                  MAX_MACS, LARGE_SCALE, HEAVY_CLIP, RELAXED_TOL, tuple(fp32)))
+                  MAX_MACS, LARGE_SCALE, HEAVY_CLIP, numerics.RELAXED_ATOL,
+                  numerics.RELAXED_RTOL, tuple(fp32)))
     return hashlib.sha256(Path(path).read_bytes() + ident.encode()).hexdigest()[:32]
 
 

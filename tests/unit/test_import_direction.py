@@ -5,8 +5,9 @@ and fails on an import that runs against the layering, or on an import circle.
 The units are the top-level packages (`dsl`, `ops`, …) and the top-level modules (`compiler`,
 `cli`, …) of argus/. From the bottom up:
 
-1. utilities: config, errors, dtypes, schedule_space (legal ranges declared as data). Anyone
-   may import them; they import only each other.
+1. utilities: config, errors, dtypes, schedule_space (legal ranges declared as data), numerics
+   (numerical rules several layers apply alike). Anyone may import them; they import only
+   each other.
 2. leaves, in this order: layout, target. A leaf imports utilities and the leaves before it
    (target uses layout), never a stage or anything above.
 3. stages, in pipeline order: dsl, ir, analysis, verify, lower, codegen, runtime. Any stage may
@@ -39,7 +40,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "argus"
 
-UTILITIES = ["config", "errors", "dtypes", "schedule_space"]
+UTILITIES = ["config", "errors", "dtypes", "schedule_space", "numerics"]
 LEAVES = ["layout", "target"]
 STAGES = ["dsl", "ir", "analysis", "verify", "lower", "codegen", "runtime"]
 TOP_MODULES = ["__init__", "compiler", "compiled", "kernel_api", "demo"]
