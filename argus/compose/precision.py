@@ -114,7 +114,11 @@ class _Emulate(torch.overrides.TorchFunctionMode):
         self.seen.append(tuple(w.shape))
         out = func(*args, **kwargs)
         self.outputs += out.numel()
-        self.macs += out.numel() * (w.numel() // max(1, w.shape[0]))
+        # a product per output element and weight of its group: Cin/groups * k (weight
+        # (Cout, Cin/groups, *k)); a transposed convolution's weight is (Cin, Cout/groups,
+        # *k): a product per input element and weight of its group, Cout/groups * k
+        per = w.numel() // max(1, w.shape[0])
+        self.macs += (x if func.__name__.startswith("conv_transpose") else out).numel() * per
         if index in self.tf32:         # the bias is added exactly in both: it cancels
             rounded = func(*((_tf32(x), _tf32(w)) + tuple(args[2:])), **kwargs)
             out = out + self.gain * (rounded - out)
@@ -127,21 +131,44 @@ def _tf32(t: torch.Tensor) -> torch.Tensor:
     return round_to_tf32(t.detach().float()).to(t.dtype)
 
 
+def _normal(shape, gen, scale: float) -> torch.Tensor:
+    return torch.randn(shape, generator=gen, dtype=torch.float64) * scale
+
+
+def _heavy(shape, gen, scale: float) -> torch.Tensor:
+    z = torch.randn(shape, generator=gen, dtype=torch.float64)
+    u = torch.rand(shape, generator=gen, dtype=torch.float64).clamp_min(1e-300)
+    return (z / (-u.log()).sqrt()).clamp(-HEAVY_CLIP, HEAVY_CLIP)
+
+
+# the draws `_draw` knows: kind -> (sampler(shape, generator, scale) or None for the task's own
+# values, whether the kind takes a scale as "<kind>*<scale>")
+_DRAW_KINDS = {
+    "task": (None, False),
+    "normal": (_normal, True),
+    "heavy": (_heavy, False),
+    "large": (lambda shape, gen, scale: _normal(shape, gen, LARGE_SCALE), False),
+}
+
+
 def _draw(x: torch.Tensor, kind: str, gen: torch.Generator) -> torch.Tensor:
-    """x re-drawn as `kind` (float64): the values of a continuous input; exact zeros kept."""
-    if kind == "task":
+    """x re-drawn as `kind` (float64; one of _DRAW_KINDS, a scaled one as "normal*10"): the
+    values of a continuous input; exact zeros kept."""
+    base, star, factor = kind.partition("*")
+    sampler, scaled = _DRAW_KINDS.get(base, (None, None))
+    try:
+        scale = float(factor) if star and scaled else 1.0
+    except ValueError:
+        scaled = None
+    if scaled is None or (star and not scaled):
+        accepted = ", ".join(k + (f", {k}*<scale>" if sc else "")
+                             for k, (_, sc) in _DRAW_KINDS.items())
+        raise ValueError(f"self-check draw {kind!r} (argus/compose/precision.py DRAWS): not a "
+                         f"kind the self-check draws; use one of {accepted} (<scale> a "
+                         f"number, e.g. normal*10), or add the kind to _DRAW_KINDS")
+    if sampler is None:
         return x.double()
-    if kind.startswith("normal"):
-        scale = float(kind.partition("*")[2] or 1)
-        v = torch.randn(x.shape, generator=gen, dtype=torch.float64) * scale
-    elif kind == "large":
-        v = torch.randn(x.shape, generator=gen, dtype=torch.float64) * LARGE_SCALE
-    elif kind == "heavy":
-        z = torch.randn(x.shape, generator=gen, dtype=torch.float64)
-        u = torch.rand(x.shape, generator=gen, dtype=torch.float64).clamp_min(1e-300)
-        v = (z / (-u.log()).sqrt()).clamp(-HEAVY_CLIP, HEAVY_CLIP)
-    else:
-        raise ValueError(f"self-check draw {kind!r}: one of task, normal, heavy, large")
+    v = sampler(x.shape, gen, scale)
     # the values the fp32 task receives
     return v.float().double().masked_fill(x == 0, 0)
 
@@ -255,7 +282,7 @@ def conv_schedules(plan, module: Any, schedules: dict[str, Any]
     return out, choices
 
 
-CHECK_VERSION = 1     # bump when the check changes what it decides (the cache's key)
+CHECK_VERSION = 2     # bump when the check changes what it decides (the cache's key)
 
 
 def _check_key(module: Any, fp32: list[int]) -> str | None:

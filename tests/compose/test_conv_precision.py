@@ -293,3 +293,41 @@ def test_choice_is_cached_by_task_text(tmp_path, monkeypatch):
     path.write_text(path.read_text().replace("torch.tanh", "torch.relu"))
     with pytest.raises(AssertionError, match="computed again"):   # new text: a new key
         P._cached(load_module(path), boom, [0])
+
+
+@pytest.mark.parametrize("conv, x_shape, w_shape, kw", [
+    (F.conv2d, (2, 6, 9, 11), (8, 3, 3, 2), dict(stride=2, groups=2)),
+    (F.conv_transpose2d, (2, 6, 5, 7), (6, 4, 3, 2), dict(stride=2, groups=2)),
+    (F.conv_transpose1d, (3, 4, 9), (4, 5, 3), dict(stride=3)),
+    (F.conv_transpose3d, (1, 2, 3, 4, 5), (2, 3, 2, 3, 2), dict(stride=(2, 1, 3))),
+])
+def test_emulate_counts_the_multiply_adds(conv, x_shape, w_shape, kw):
+    # independent count: with unpadded all-ones input and weight every product lands in the
+    # output and adds 1 there, so the output's sum is the number of products
+    x, w = torch.ones(x_shape, dtype=torch.float64), torch.ones(w_shape, dtype=torch.float64)
+    want = int(conv(x, w, **kw).sum())
+    mode = P._Emulate()
+    with mode:
+        conv(x, w, **kw)
+    assert mode.macs == want
+    # on the meta device (how reduced_inputs counts) alike
+    meta = P._Emulate()
+    with meta:
+        conv(x.to("meta"), w.to("meta"), **kw)
+    assert meta.macs == want
+
+
+def test_draw_kinds_and_the_error_that_lists_them():
+    x = torch.rand(64)
+    gen = torch.Generator().manual_seed(0)
+    for kind in set(P.DRAWS) | {"normal*7", "normal*0.5"}:
+        assert P._draw(x, kind, gen).shape == x.shape
+    for bad in ("uniform", "normalx", "large*2", "normal*big", "heavy*"):
+        with pytest.raises(ValueError) as e:
+            P._draw(x, bad, gen)
+        message = str(e.value)
+        assert repr(bad) in message
+        # the message names every kind that is accepted, the scaled normal's form included
+        for kind in {k.partition("*")[0] for k in P.DRAWS}:
+            assert kind in message, (kind, message)
+        assert "normal*<scale>" in message, message
