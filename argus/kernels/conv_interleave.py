@@ -55,6 +55,13 @@ Invariant: every element of O is stored exactly once (the grid's CTAs take disjo
 [BK, BW] tiles of the N * Dq * Hq rows, masked at K and OW; rows form: disjoint [T, RH] tiles
 of the N * K * Dq planes, masked at OW and Hq), with the value of exactly one source: the one
 whose phase is ow % s_w (the selects' conditions are disjoint and cover it).
+
+Grids: the rows (staged / direct: output rows) are the grid's x, up to 2^31 - 1 CTAs; the
+row and width blocks (channel and width blocks) its y and z, few at KernelBench's sizes. Past
+CUDA's 65535 along y or z (rows form: Hq over RH x 65535 rows, OW over BW x 65535) the launch
+runs with the whole grid folded onto x (runtime/interp/launch.py `launch_grid`: neither form
+uses clusters, codegen decodes the ids from blockIdx.x); a grid past 2^31 - 1 CTAs in all is a
+LaunchError before anything runs (tests/interp/test_conv_interleave.py).
 """
 
 from __future__ import annotations

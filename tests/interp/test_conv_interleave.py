@@ -383,3 +383,44 @@ def test_composed_strided_conv_transpose_moves_no_data_in_torch(level, name, tmp
         r = ref.double()(*[x.double() if isinstance(x, torch.Tensor) else x for x in xs])
     assert tuple(y.shape) == tuple(r.shape)
     assert ((y.double() - r).norm() / r.norm()).item() <= 2e-3
+
+
+# the rows form's grid is (N * K * Dq planes, cdiv(Hq, RH) row blocks, cdiv(OW, BW) width
+# blocks): y and z pass CUDA's 65535 at 16 * 65535 rows or 256 * 65535 outputs a row; such a
+# launch runs with the whole grid folded onto x (runtime/interp/launch.py launch_grid: the
+# rows form uses no clusters; codegen decodes the ids from blockIdx.x), one past 2^31 - 1
+# CTAs is a LaunchError before anything runs
+@pytest.mark.parametrize("ow,hq,sources,axis", [(3, 16 * 65535 + 1, 1, 1),
+                                                (256 * 65535 + 1, 2, 2, 2)])
+def test_rows_grid_past_65535_along_y_or_z_is_launched_folded_onto_x(ow, hq, sources, axis):
+    import math
+
+    from argus import codegen
+    from argus.compiler import lower_only
+    from argus.errors import LaunchError
+    from argus.runtime.interp.launch import GRID_LIMITS, grid_extents, launch_grid
+
+    threads, rh = rows_tile(ow, hq, sources)
+    kernel = lower_only(interleave_rows_kernel(("nc",) * sources, sources, "f32", threads, rh))
+    shape = {"N": 2, "K": 3, "DQ": 1, "OW": ow, "HQ": hq}
+    grid = grid_extents(kernel, shape)
+    # independently: planes, row blocks of rh rows, width blocks of `threads` outputs
+    assert grid == (2 * 3 * 1, -(-hq // rh), -(-ow // threads))
+    assert grid[axis] > GRID_LIMITS[axis], grid
+    assert launch_grid(kernel, grid) == (math.prod(grid), 1, 1)
+    assert "gridDim.y * gridDim.z == 1u" in codegen.render(kernel).text
+    huge = grid_extents(kernel, {**shape, "K": 40000})        # 2.6e9 CTAs folded
+    with pytest.raises(LaunchError, match="more than x"):
+        launch_grid(kernel, huge)
+
+
+@pytest.mark.slow
+def test_rows_kernel_interprets_a_grid_past_65535_along_y():
+    """65536 row blocks (rh 1) along y: the interpreter runs what the GPU runs folded (~20 s)."""
+    kernel = interleave_rows_kernel(("nc",), 1, "f32", 64, 1)
+    hq = 65536
+    g = torch.Generator().manual_seed(5)
+    y = torch.randn(1, 1, 1, hq, 1, generator=g)
+    out = torch.full((1, 1, 1, 1, hq, 1), 7.0)
+    kernel.interpret(out, y)
+    assert torch.equal(out.reshape(-1), y.reshape(-1))
