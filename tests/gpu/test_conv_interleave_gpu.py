@@ -102,3 +102,29 @@ def test_composed_strided_conv_transpose_runs_only_argus_kernels(level, name, tm
     assert tuple(y.shape) == tuple(r.shape)
     err = ((y.double() - r).norm() / r.norm()).item()
     assert err <= 2e-3, err
+
+
+def test_rows_interleave_past_65535_row_blocks_along_y():
+    """A stride-2 interleave of outputs 2 * (16 * 65535 + 1) rows tall: each rows-form launch
+    has cdiv(Hq, 16) = 65536 row blocks along y (past CUDA's 65535), launched folded onto x;
+    bit for bit against torch's strided assignment."""
+    import itertools
+
+    from argus.kernels.conv_interleave import rows_tile
+    from argus.ops import conv as conv_op
+
+    hq, ow = 16 * 65535 + 1, 3
+    outs, st = (2 * hq, ow), (2, 2)
+    threads, rh = rows_tile(ow, hq, 2)
+    assert -(-hq // rh) > 65535, (threads, rh)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    phases, ref = {}, torch.full((1, 2, *outs), 7.0, device="cuda")
+    for phase in itertools.product(*(range(s_) for s_ in st)):
+        counts = tuple(len(range(a, o, s_)) for a, o, s_ in zip(phase, outs, st))
+        phases[phase] = torch.randn(1, 2, *counts, device="cuda", generator=g)
+        ref[(slice(None), slice(None)) + tuple(slice(a, None, s_)
+                                               for a, s_ in zip(phase, st))] = phases[phase]
+    out = torch.full((1, 2, *outs), 7.0, device="cuda")
+    conv_op._interleave(out, phases, None, st)
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)
