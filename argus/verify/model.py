@@ -54,7 +54,8 @@ from argus.verify.transfer import RULES
 from argus.verify.transfer.domain import (AssertSite, EwSite, PipeInfo, ReadSite, ReduceSite,
                                           Scope, Site, StepInfo, StoreSite, TensorInfo,
                                           TileState, VarInfo, ViewInfo, WgmmaSite, WriteSite,
-                                          _is_z3, _is_zero, _num, _Unsupported, b_index)
+                                          _is_z3, _is_zero, _num, _Unsupported, b_index,
+                                          c_div, c_int_div, c_mod)
 from argus.verify.transfer.domain import trailing as trailing  # re-exported (check_stores)
 from argus.verify.transfer.values import FACTS
 
@@ -312,18 +313,140 @@ class Model:
             return a - b
         if fn == "mul":
             return a * b
-        if fn == "floordiv":
-            if isinstance(a, int) and isinstance(b, int):
-                return int(a / b) if b else None
-            return a / b
-        if fn == "mod":
-            if isinstance(a, int) and isinstance(b, int):
-                return a - int(a / b) * b if b else None
-            return a % b
+        if fn in ("floordiv", "mod"):
+            return self._c_divmod(fn, a, b)
         if fn == "min":
             return z3.If(a < b, a, b) if _is_z3(a) or _is_z3(b) else min(a, b)
         if fn == "max":
             return z3.If(a > b, a, b) if _is_z3(a) or _is_z3(b) else max(a, b)
+        return None
+
+    def _c_divmod(self, fn: str, a, b):
+        """The generated code's `a / b` or `a % b` (codegen/cuda/scalar.py renders floordiv as
+        C's `/`): truncating toward zero, the remainder with the dividend's sign, as the
+        interpreter computes it (runtime/interp/scalar.py). z3's Int `/` and `%` are
+        Euclidean (floor for a positive divisor), which is C only for a non-negative
+        dividend: where the dividend's lower bound (`lower_bound`) is not >= 0, the term is
+        c_div's (transfer/domain.py: the dividend moved toward zero by |b| - 1 when
+        negative, one division), and a divisor that may be 0 (C's undefined behaviour) gives
+        a fresh unknown there; a constant 0 gives no term (None: the caller's opaque
+        integer)."""
+        x, y = (t.as_long() if _is_z3(t) and z3.is_int_value(t) else t for t in (a, b))
+        if isinstance(y, int) and y == 0:
+            return None
+        if isinstance(x, int) and isinstance(y, int):   # exact (no float division)
+            q = c_int_div(x, y)
+            return z3.IntVal(q if fn == "floordiv" else x - q * y)
+        lo = self.lower_bound(a)
+        if lo is not None and lo >= 0:
+            # a non-negative dividend: z3's Euclidean `/` and `%` are C's truncation for any
+            # nonzero divisor (a linear term for a numeral one); by 0, z3's are unspecified
+            # values (SMT-LIB: an uninterpreted function of the dividend), as C's undefined
+            # result is unknown
+            return a / b if fn == "floordiv" else a % b
+        got = c_div(a, b) if fn == "floordiv" else c_mod(a, b)
+        if isinstance(b, int) or (self.lower_bound(b) or 0) >= 1 or \
+                (self.upper_bound(b) is not None and self.upper_bound(b) <= -1):
+            return got
+        return z3.If(_num(b) == 0, fresh_int(f"{fn}_by_zero"), got)
+
+    def lower_bound(self, t):
+        """A lower bound of scalar term t read off its syntax (an int), or None: numerals;
+        shape parameters >= 1; program ids, cluster digits, warpgroup and thread indices >= 0;
+        a loop index >= its start's bound (the loop's scope has start <= i); sums, products of
+        non-negative factors, min / max / if of bounded branches, z3's `/` by a positive
+        numeral or of non-negative operands, z3's `%` (Euclidean: >= 0). Sound for the model's
+        variables within their premises (a divisor of 0 is C's undefined behaviour: nothing is
+        claimed there); used to keep z3's own division where it is C's, never as a
+        premise."""
+        return self._bound(t, True)
+
+    def upper_bound(self, t):
+        """An upper bound of t read off its syntax (numerals, negations of lower bounds,
+        sums, products of non-negative factors, if), or None; see lower_bound."""
+        return self._bound(t, False)
+
+    def _bound(self, t, low: bool):
+        if isinstance(t, bool):
+            return int(t)
+        if isinstance(t, int):
+            return t
+        if not _is_z3(t) or z3.is_bool(t):
+            return None
+        # keyed by the term's id, the term kept alive in the entry (a collected term's id
+        # is reused by z3)
+        memo = self.__dict__.setdefault("_bounds", {})
+        key = (t.get_id(), low)
+        if key in memo:
+            return memo[key][1]
+        memo[key] = (t, None)   # a cycle (never expected) reads as unbounded
+        r = self._bound_of(t, low)
+        memo[key] = (t, r)
+        return r
+
+    def _bound_of(self, t, low: bool):
+        if z3.is_int_value(t):
+            return t.as_long()
+        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            if not low:
+                return None
+            info = self.vars.get(t.decl().name())   # fresh unknowns have no VarInfo
+            if info is None:
+                return None
+            if info.kind == "param":
+                return 1
+            if info.kind in ("pid", "cluster", "rank", "wg", "thread"):
+                return 0
+            if info.kind == "loop" and isinstance(info.op, O.For) and \
+                    info.op.start.id in self.sym:
+                return self._bound(self.sym[info.op.start.id], True)
+            return None
+        if not z3.is_app(t):
+            return None
+        k = t.decl().kind()
+        ch = t.children()
+        if k == z3.Z3_OP_UMINUS:
+            b = self._bound(ch[0], not low)
+            return None if b is None else -b
+        if k == z3.Z3_OP_ADD:
+            bs = [self._bound(c, low) for c in ch]
+            return None if any(b is None for b in bs) else sum(bs)
+        if k == z3.Z3_OP_SUB:
+            first = self._bound(ch[0], low)
+            rest = [self._bound(c, not low) for c in ch[1:]]
+            return None if first is None or any(b is None for b in rest) else \
+                first - sum(rest)
+        if k == z3.Z3_OP_MUL:
+            if any(z3.is_int_value(c) and c.as_long() == 0 for c in ch):
+                return 0
+            los = [self._bound(c, True) for c in ch]
+            if any(b is None or b < 0 for b in los):
+                return None   # non-negative factors only
+            if low:
+                return math.prod(los)
+            his = [self._bound(c, False) for c in ch]
+            return None if any(b is None for b in his) else math.prod(his)
+        if k == z3.Z3_OP_ITE:
+            bs = [self._bound(c, low) for c in ch[1:]]
+            if low and _is_max(t) and any(b is not None for b in bs):
+                # max(a, b) (_arith's If(a > b, a, b)) is at least either's bound
+                return max(b for b in bs if b is not None)
+            return None if any(b is None for b in bs) else (min(bs) if low else max(bs))
+        if k in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and low:
+            if z3.is_int_value(ch[1]) and ch[1].as_long() > 0:
+                if k == z3.Z3_OP_MOD:
+                    return 0
+                b = self._bound(ch[0], True)
+                return None if b is None else b // ch[1].as_long()   # z3's `/` floors
+            # by a runtime divisor: z3's `%` by a nonzero divisor is in [0, |b|) (Euclidean;
+            # _c_divmod builds it only for a non-negative dividend, where it is C's), its `/`
+            # of a non-negative dividend by a positive divisor >= 0; by 0 the program's
+            # result is undefined (C), so nothing it reaches is claimed there
+            if k == z3.Z3_OP_MOD:
+                return 0
+            a_lo, b_lo = self._bound(ch[0], True), self._bound(ch[1], True)
+            if b_lo is not None and b_lo >= 0 and a_lo is not None and a_lo >= 0:
+                return 0
         return None
 
     # -- clusters -------------------------------------------------------------------------
@@ -873,6 +996,19 @@ def _fold_branches(branches: list):
         else:
             total = total + z3.If(cond, steps, 0)
     return total
+
+
+def _is_max(t) -> bool:
+    """Whether If(c, a, b) is max(a, b): c is a > b or a >= b (or b < a, b <= a)."""
+    c, a, b = t.children()
+    if not z3.is_app(c) or c.num_args() != 2:
+        return False
+    k, (x, y) = c.decl().kind(), c.children()
+    if k in (z3.Z3_OP_GT, z3.Z3_OP_GE):
+        return z3.eq(x, a) and z3.eq(y, b)
+    if k in (z3.Z3_OP_LT, z3.Z3_OP_LE):
+        return z3.eq(x, b) and z3.eq(y, a)
+    return False
 
 
 def _max0(x):

@@ -292,6 +292,34 @@ def _same(a, b) -> bool:
     return z3.eq(z3.simplify(_num(a)), z3.simplify(_num(b)))
 
 
+def c_int_div(a: int, b: int) -> int:
+    """C's integer quotient of two Python ints (truncating toward zero; b != 0), exact at any
+    size (no float division)."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def c_div(a, b):
+    """C's integer quotient `a / b` (truncating toward zero) as a z3 term, exact for either
+    sign: z3's Int `/` is Euclidean (0 <= a - b * q < |b|), which is C's truncation for a
+    non-negative dividend and any nonzero divisor; a negative dividend is moved up by
+    |b| - 1 first (Euclid's quotient of a + |b| - 1 is then a's rounded toward zero). One
+    division, as z3's own: a numeral divisor keeps the term linear and the query's count of
+    divisions (solver.PURIFY_MIN_DIVISIONS) unchanged. A zero divisor leaves z3's unspecified
+    value: the callers give that case a fresh unknown or no value (undefined in C)."""
+    a, b = _num(a), _num(b)
+    if z3.is_int_value(b):
+        magnitude = abs(b.as_long())
+    else:
+        magnitude = z3.If(b < 0, -b, b)
+    return (a + z3.If(a < 0, magnitude - 1, 0)) / b
+
+
+def c_mod(a, b):
+    """C's remainder `a % b` (the sign of the dividend): a - (a / b) * b, c_div's quotient."""
+    return _num(a) - c_div(a, b) * _num(b)
+
+
 def b_index(view: ViewInfo, n, kk, K: int, trans: bool) -> tuple:
     """The view element holding B[n, k] (or A[m, k]) of a wgmma: K-major [N, K] views
     directly; an MN-major operand is stored as column atoms [N / W][K][W] stacked along the

@@ -22,7 +22,8 @@ from argus.ir.types import TileType
 from argus.verify.tagdomain import (POINTWISE, Record, TagVal, combine, fresh_int,
                                     reduce_over, referenced_conds, substitute, with_fresh)
 from argus.verify.transfer import values as V
-from argus.verify.transfer.domain import (EwSite, ReduceSite, Rule, TileState, _is_z3, _num)
+from argus.verify.transfer.domain import (EwSite, ReduceSite, Rule, TileState, _is_z3, _num,
+                                          c_div, c_mod)
 
 
 def full(m: Model, op: O.Full, scopes, role, counters, following) -> None:
@@ -121,26 +122,18 @@ _ARITH = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a,
           "or": lambda a, b: z3.If(z3.Or(a != 0, b != 0), 1, 0)}
 
 
-def _c_div(a, b):
-    """C's integer quotient (truncating toward zero), exact for either sign: z3's Int `/`
-    floors for a positive divisor, which differs for a negative dividend (a padding column's
-    index), so the sign is split (linear for a constant divisor). A zero divisor leaves z3's
-    unspecified value: nothing is claimed of it."""
-    return z3.If(a >= 0, z3.If(b > 0, a / b, -(a / -b)),
-                 z3.If(b > 0, -((-a) / b), (-a) / (-b)))
-
-
 # integer index arithmetic the im2col span gathers use (`k / slot`, `k % slot`, a where
 # choosing -1 for a padding column): C's semantics, as the interpreter's (runtime/interp/
 # tile.py) and the generated code's; `div` only of integer tiles, by a nonzero compile-time
 # divisor or a runtime scalar one (`% q_len`: _runtime_divmod; _index_values)
-_ARITH.update({"div": _c_div, "mod": lambda a, b: a - _c_div(a, b) * b})
+_ARITH.update({"div": c_div, "mod": c_mod})
 _SELECT = "where"
 
 
 def _runtime_divmod(name: str):
-    """C's `a / b` or `a % b` for a symbolic divisor b: _c_div's sign split (exact for a
-    negative dividend or divisor), and a fresh unknown where b is 0 (undefined in C)."""
+    """C's `a / b` or `a % b` for a symbolic divisor b: c_div's quotient (transfer/
+    domain.py; exact for a negative dividend or divisor), and a fresh unknown where b is 0
+    (undefined in C)."""
     def fn(a, b):
         got = _ARITH[name](a, b)
         return z3.If(b == 0, fresh_int(f"{name}_by_zero"), got)
@@ -204,7 +197,7 @@ def _index_values(m: Model, op: O.Elementwise):
         else:
             # a runtime divisor (`% q_len`, `/ heads`: a kernel argument, a shape symbol or
             # scalar arithmetic on them): z3's integer division by the symbolic term under
-            # C's truncation (_c_div splits the signs of both operands), each query bounding
+            # C's truncation (c_div: exact for either operand's sign), each query bounding
             # the size by the model's premises (a parameter in [1, 2^24), ag.require). A
             # divisor the launch could make 0 gives an unknown value there (C's undefined
             # behaviour), never z3's own total `x / 0`
