@@ -844,22 +844,79 @@ def _sections(role: O.RoleOp) -> dict[int, O.TurnWait]:
     return out
 
 
-def _same_round(model: Model, wait: O.TurnWait, r_site, w_site, sub):
-    """The condition that the gather's and the write's instances lie in one round of the
-    section `wait` opens: the loops around the section (its wait's loops) at the same
-    iteration (the writer's variables renamed apart by `sub`). None when a loop around the
-    section is not found at both sites (not decided: the pair is left unordered)."""
+def _round_pairs(model: Model, wait: O.TurnWait, r_site, w_site, sub):
+    """(the gather's index, the write's renamed index) of every loop around the section
+    `wait` opens (its wait's loops, outermost first): the round of an instance is its
+    iteration of these loops. None when a loop around the section is not found at both sites
+    (not decided: the pair is left unordered)."""
     turn = next((t for t in model.turns if t.op is wait), None)
     if turn is None:
         return None
-    conds = []
+    pairs = []
     for loop in turn.loops():
         a = next((s for s in r_site.loops() if s.op is loop.op), None)
         b = next((s for s in w_site.loops() if s.op is loop.op), None)
         if a is None or b is None:
             return None
-        conds.append(a.var == sub(b.var))
-    return z3.And(conds) if conds else z3.BoolVal(True)
+        pairs.append((a.var, sub(b.var)))
+    return pairs
+
+
+def _same_round(model: Model, wait: O.TurnWait, r_site, w_site, sub):
+    """The condition that the gather's and the write's instances lie in one round of the
+    section `wait` opens: the loops around the section at the same iteration (the writer's
+    variables renamed apart by `sub`). None when undecided (`_round_pairs`)."""
+    pairs = _round_pairs(model, wait, r_site, w_site, sub)
+    if pairs is None:
+        return None
+    return z3.And([a == b for a, b in pairs]) if pairs else z3.BoolVal(True)
+
+
+def _round_before(pairs) -> z3.BoolRef:
+    """The write's round comes before the gather's: its loop indices are lexicographically
+    smaller, outermost first (each loop index grows with its iterations)."""
+    out = z3.BoolVal(False)
+    for a, b in reversed(pairs):
+        out = z3.Or(b < a, z3.And(b == a, out))
+    return out
+
+
+def _unwritten_before(model: Model, r, section, row, wgv):
+    """The condition that no write of the gathered row comes before the gather in the order
+    of the ordered section `section`: no instance of any write of the buffer in an earlier
+    round, or in the same round in an earlier turn (a smaller warpgroup) or earlier in the
+    gatherer's own turn; quantified over each write's instance (its loop and warpgroup
+    indices, renamed apart). None unless every write of the buffer is a generic write of
+    the role inside that section with its rounds found (a row written outside it, by TMA or
+    by another role, may hold the data: not decided)."""
+    writes = model.writes.get(r.view.buffer.id, [])
+    sections = _sections(r.site.role)
+    if not writes or any(w.kind != "generic" or w.site.role is not r.site.role or
+                         sections.get(id(w.op)) is not section for w in writes):
+        return None
+    nones = []
+    for w in writes:
+        pairs, _ = _instance_renaming(r.site, w.site)
+
+        def sub(t, pairs=pairs):
+            t = t if isinstance(t, z3.BoolRef) else _num(t)
+            return z3.substitute(t, *pairs) if pairs else t
+        rounds = _round_pairs(model, section, r.site, w.site, sub)
+        if rounds is None:
+            return None
+        same = z3.And([a == b for a, b in rounds]) if rounds else z3.BoolVal(True)
+        wg2 = sub(wgv)
+        turn_first = z3.Or(wg2 < wgv, z3.And(wg2 == wgv, w.site.seq < r.site.seq)) \
+            if w.site.seq < r.site.seq else wg2 < wgv
+        w0 = sub(w.view.row0)
+        writes_row = z3.And(_stage_eq(r.view.stage, None if w.view.stage is None
+                                      else sub(w.view.stage)),
+                            w0 <= row, row < w0 + w.view.rows)
+        before = z3.And(z3.And([sub(c) for c in w.site.constraints()]),
+                        z3.Or(_round_before(rounds), z3.And(same, turn_first)), writes_row)
+        fresh = [b for _, b in pairs]
+        nones.append(z3.ForAll(fresh, z3.Not(before)) if fresh else z3.Not(before))
+    return z3.And(nones)
 
 
 def _across_warpgroups(model: Model) -> list[Obligation]:
@@ -930,17 +987,32 @@ def _across_warpgroups(model: Model) -> list[Obligation]:
             rnd = None
             if section is not None and sections.get(id(w.op)) is section:
                 rnd = _same_round(model, section, r.site, w.site, sub)
+            later_claim = None
             if rnd is not None:
-                claim = ("no warpgroup whose turn comes later in the round writes a gathered "
-                         "row (ordered section " + repr(section.name) + ")",
-                         z3.Not(z3.And(overlap, rnd, sub(wgv) > wgv)))
+                claims = [("no warpgroup whose turn comes later in the round writes a "
+                           "gathered row (ordered section " + repr(section.name) + ")",
+                           z3.Not(z3.And(overlap, rnd, sub(wgv) > wgv)))]
+                # a row this write gives only in a LATER round (the next iteration, the
+                # other buffer of a ping-pong) and no write before the gather: the first
+                # round reads it unwritten
+                rounds = _round_pairs(model, section, r.site, w.site, sub)
+                unwritten = _unwritten_before(model, r, section, row, wgv)
+                if rounds and unwritten is not None:
+                    later = z3.Not(z3.Or(_round_before(rounds), rnd))
+                    later_claim = ("every gathered row is written before the gather in the "
+                                   "turns of ordered section " + repr(section.name) +
+                                   " (an earlier round or an earlier turn)")
+                    claims.append((later_claim, z3.Not(z3.And(overlap, later, unwritten))))
             else:
-                claim = ("no other warpgroup of the role writes a gathered row",
-                         z3.Not(overlap))
+                claims = [("no other warpgroup of the role writes a gathered row",
+                           z3.Not(overlap))]
 
             def decode(zm, violated, r=r, w=w, idx=idx, row=row, sub=sub, wgv=wgv,
                        barrier=barrier, coords=coords,
-                       section=section if rnd is not None else None):
+                       section=section if rnd is not None else None,
+                       later_claim=later_claim,
+                       overlap_same=(z3.And(overlap, rnd, sub(wgv) > wgv) if rnd is not None
+                                     else z3.BoolVal(True))):
                 wit = W.context(model, zm, r.site)
                 element = tuple(value(zm, i) for i in idx)
                 wit.update(W.holder(model, r.op.result.type, element, r.site))
@@ -956,6 +1028,26 @@ def _across_warpgroups(model: Model) -> list[Obligation]:
                                        "op": str(w.op.loc)},
                             "barrier": str(barrier.loc) if barrier is not None else None,
                             "section": section.name if section is not None else None})
+                # which claim the model breaks, read off its quantifier-free part (the
+                # later-round claim's "no write before" is quantified: a model need not
+                # evaluate it to false)
+                if section is not None and later_claim is not None and not z3.is_true(
+                        zm.eval(z3.And(overlap_same), model_completion=True)):
+                    rounds = [(str(a), value(zm, a), value(zm, b)) for a, b in
+                              _round_pairs(model, section, r.site, w.site, sub)]
+                    wit["round"] = {"gather": tuple(x for _, x, _ in rounds),
+                                    "write": tuple(y for _, _, y in rounds)}
+                    return (f"role {r.site.role.name!r}, warpgroup {wit['warpgroup']}, thread "
+                            f"{wit['thread']} gathers element {element} (index "
+                            f"{wit['index']}, the row index {r.op.indices[0]} defined at "
+                            f"{wit['index_at']}) at {r.op.loc} in round "
+                            f"{wit['round']['gather']} of the ordered section "
+                            f"{section.name!r} (at {section.loc}): row {at} of "
+                            f"{r.view.buffer}, which no turn before it writes; warpgroup "
+                            f"{other} writes it at {w.op.loc} only in the later round "
+                            f"{wit['round']['write']}, so the gather reads the row unwritten "
+                            f"(the first round of a carried exchange: peel it, or write the "
+                            f"row before the section)"), wit
                 if section is not None:
                     return (f"role {r.site.role.name!r}, warpgroup {wit['warpgroup']}, thread "
                             f"{wit['thread']} gathers element {element} (index "
@@ -981,7 +1073,7 @@ def _across_warpgroups(model: Model) -> list[Obligation]:
                         f"or while it rewrites it"), wit
             obs.append(Obligation(
                 "sync.exchange", r.op.loc, subject, prem,
-                [claim], decode, minimize=list(idx),
+                claims, decode, minimize=list(idx),
                 # the orders this check models between warpgroups of one role: one ag.ordered
                 # section holding both the write and the gather (the turns); a pipeline's
                 # handoff between them is not modelled, so the fix names only what it proves
