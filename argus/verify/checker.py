@@ -198,13 +198,23 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
     findings += results
     for loc, why in model.unsupported:
         findings.append(OB.Finding("model", loc, "kernel model", "unknown", why))
+    # the user's names for IR values (%s.12 -> sA) in every finding's subject, message and
+    # fix, proven ones included: Report.findings and the diagnostics name values alike
+    # (after _dedupe, which keys on the IR subject: two values of one name stay apart)
+    nm = names.build(k)
+    kept = {id(f) for f in _dedupe(findings)}
+    findings = [(dataclasses.replace(f, subject=names.rename_text(nm, f.subject),
+                                     message=names.rename_text(nm, f.message),
+                                     fix=names.rename_text(nm, f.fix)), id(f) in kept)
+                for f in findings]
     diags = []
-    for f in _dedupe(findings):
+    for f in [f for f, keep in findings if keep]:
         if f.status == "proven" and not include_proven:
             continue
         diags.append(OB.to_diagnostic(f, k.name))
-    # the user's names for IR values, the lines defining what a finding reads, its thread
-    diags = names.annotate(k, diags)
+    # the lines defining what a finding reads, its thread (and the names in its witness)
+    diags = names.annotate(k, diags, nm)
+    findings = [f for f, _ in findings]
     order = {"error": 0, "unknown": 1, "warning": 2, "note": 3}
     diags.sort(key=lambda d: order.get(d.severity, 9))
     return Report(k.name, diags, findings, time.perf_counter() - t0, stats)

@@ -19,8 +19,9 @@ zeroing). This module reads, from the kernel alone,
     warpgroup; a fence by every writing thread).
 
 `annotate(kernel, diagnostics)` rewrites IR names in messages and witnesses to the user's
-names and adds `defined` / role / thread entries where a finding lacks them. It never changes
-a severity.
+names and adds `defined` / role / thread entries where a finding lacks them; a note's message
+is renamed only. It never changes a severity. checker.run renames the findings' subjects and
+messages the same way (`rename_text`), so Report.findings and the diagnostics agree.
 """
 
 from __future__ import annotations
@@ -148,6 +149,9 @@ class Names:
         def sub(m: re.Match) -> str:
             vid = int(m.group(2) or m.group(3))
             n = self.name(vid)
+            if n is None and vid in self.root:   # an unnamed view (`sX.view().rows_of(..)`)
+                buf = self.name(self.root[vid])
+                n = f"a view of {buf}" if buf is not None else None
             return n if n is not None else m.group(0)
         return _IR_NAME.sub(sub, text)
 
@@ -303,16 +307,31 @@ def _rename_any(names: Names, x: Any) -> Any:
     return x
 
 
-def annotate(kernel: Kernel, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
-    """The user's names, defining lines and threads on every error/warning/unknown."""
+def build(kernel: Kernel) -> Names | None:
+    """Names(kernel), or None where the kernel's names cannot be read (naming is a courtesy:
+    the findings stand without it)."""
     try:
-        names = Names(kernel)
-    except Exception:  # noqa: BLE001 - naming is a courtesy; the findings stand without it
+        return Names(kernel)
+    except Exception:  # noqa: BLE001 - see above
+        return None
+
+
+def rename_text(names: Names | None, text: str) -> str:
+    """`text` with the IR names of values (%s.12, %46) replaced by the user's where known."""
+    return names.rename(text) if names is not None and text else text
+
+
+def annotate(kernel: Kernel, diagnostics: list[Diagnostic],
+             names: Names | None = None) -> list[Diagnostic]:
+    """The user's names, defining lines and threads on every error/warning/unknown; a note
+    (a proven invariant) gets the user's names in its message only."""
+    names = names if names is not None else build(kernel)
+    if names is None:
         return diagnostics
     out = []
     for d in diagnostics:
         if d.severity == "note":
-            out.append(d)
+            out.append(dataclasses.replace(d, message=names.rename(d.message)))
             continue
         wit = _rename_any(names, dict(d.counterexample))
         for key in ("iteration", "first", "second", "consumer"):
