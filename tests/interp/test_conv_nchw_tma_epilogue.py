@@ -28,6 +28,7 @@ from argus.bench.kernelbench.tolerance import round_to_tf32
 from argus.kernels.conv import ConvGeometry, ConvSchedule, conv_kernel
 from argus.ops import conv as conv_op
 from argus.runtime import nvrtc_available
+from tests.interp.test_conv_nchw_epilogue import _act, _gen, _rel  # the register store's file
 
 TF32 = ConvSchedule(bm=128, bn=64, bk=32, bw=64, stages=2, nchw_epilogue="tma")
 TF32_STAGED = dataclasses.replace(TF32, nchw_epilogue="staged")
@@ -39,19 +40,6 @@ BF16 = ConvSchedule(bm=128, bn=64, bk=64, bw=64, stages=2, nchw_epilogue="tma")
 
 def _registers(s):
     return dataclasses.replace(s, nchw_epilogue="registers")
-
-
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
-
-
-def _rel(y, r):
-    return ((y.double() - r).norm() / r.norm()).item()
-
-
-def _act(t, activation):
-    return {"none": t, "relu": F.relu(t), "gelu_tanh": F.gelu(t, approximate="tanh"),
-            "sigmoid": torch.sigmoid(t), "tanh": torch.tanh(t)}[activation]
 
 
 @pytest.fixture
