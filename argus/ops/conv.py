@@ -85,6 +85,9 @@ from dataclasses import dataclass
 from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.conv import ACTIVATIONS, ConvGeometry, ConvSchedule, conv_kernel
+# round_to_tf32 (cvt.rna in torch): the tf32 kernel's weight operand, rounded once per repack
+# (per weight object and version); the judge's tf32 rung rounds with the same function
+from argus.numerics import round_to_tf32
 from argus.ops.weight_cache import DerivedCache, capturing
 
 _IN = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
@@ -616,17 +619,6 @@ class _TF32Prep:
 
     def target(self, out):
         return out.view(self.n, self.pixels, self.cp)
-
-
-def round_to_tf32(t):
-    """A torch fp32 tensor rounded to tf32 to nearest, ties away from zero (cvt.rna.tf32.f32;
-    argus.dtypes.round_to_tf32's bits): the tf32 kernel's weight operand, rounded once per
-    repack (per weight object and version) in torch."""
-    import torch
-
-    bits = t.contiguous().view(torch.int32)
-    rounded = ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
-    return torch.where(torch.isfinite(t), rounded, t)
 
 
 def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,

@@ -39,7 +39,9 @@ from dataclasses import dataclass
 
 import torch
 
-from argus.numerics import relaxed_allowance
+# round_to_tf32: the tf32 rung's operand rounding, defined once beside the relaxed rule (the
+# tf32 convolution's repack rounds with the same function); callers read it from here too
+from argus.numerics import relaxed_allowance, round_to_tf32  # noqa: F401
 
 CALIBRATION_FACTOR = 16.0
 FLOORS: dict[str, tuple[float, float]] = {  # dtype -> (tol_l2 floor, tol_elem floor)
@@ -228,16 +230,6 @@ def strict_ok(err: Errors, tol: Tolerance) -> bool:
         return err.exact
     return err.nonfinite_mismatch == 0 and err.rel_l2 <= tol.tol_l2 \
         and err.max_elem <= tol.tol_elem
-
-
-def round_to_tf32(t: torch.Tensor) -> torch.Tensor:
-    """fp32 values rounded to TF32's 10 mantissa bits (round half away from zero)."""
-    if t.dtype != torch.float32:
-        return t
-    bits = t.contiguous().view(torch.int32)
-    rounded = (bits + 0x1000) & ~0x1FFF
-    out = rounded.view(torch.float32)
-    return torch.where(torch.isfinite(t), out, t)
 
 
 def precision_class(candidate: list[Errors], ladder: list[dict[str, Errors | None]],
