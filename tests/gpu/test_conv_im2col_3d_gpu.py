@@ -12,17 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.gpu import hopper_only  # noqa: E402
+from tests.gpu.numerics import rand as _rand, rel as _rel  # noqa: E402
 
 pytestmark = hopper_only()
-
-
-def _rand(*shape, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return torch.randn(*shape, generator=g, device="cuda")
-
-
-def _rel(y, ref) -> float:
-    return ((y.double() - ref).norm() / ref.norm()).item()
 
 
 # (what, N, C, D, H, W, K, kernel, stride, padding, bias, nchw result)

@@ -16,23 +16,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.gpu import hopper_only  # noqa: E402
+from tests.gpu.numerics import rand as _rand, rel as _rel, tf32 as _tf32  # noqa: E402
 
 pytestmark = hopper_only()
-
-
-def _rel(out, ref):
-    return ((out.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
-def _rand(*shape, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return torch.randn(*shape, generator=g, device="cuda")
-
-
-def _tf32(t):
-    bits = t.contiguous().view(torch.int32)
-    rounded = ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
-    return torch.where(torch.isfinite(t), rounded, t)
 
 
 # (x shape, weight shape, stride, padding, dilation, groups, activation); Q % 4 == 0 except

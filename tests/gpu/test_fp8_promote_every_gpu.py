@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.gpu import hopper_only  # noqa: E402
+from tests.gpu.numerics import rel as _rel  # noqa: E402
 
 pytestmark = hopper_only()
 
@@ -25,10 +26,6 @@ def _inputs(m, n, k, seed):
     wf = torch.randn(n, k, device="cuda", generator=g) * 0.05
     sa, sb = (x.abs().amax() / 448).float(), (wf.abs().amax() / 448).float()
     return (x / sa).to(FP8), (wf / sb).to(FP8), sa, sb
-
-
-def _rel(out, ref):
-    return ((out.double() - ref).norm() / ref.norm()).item()
 
 
 def _stream(m, **kw):

@@ -10,12 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.gpu import hopper_only  # noqa: E402
+from tests.gpu.numerics import rel as _rel  # noqa: E402
 
 pytestmark = hopper_only()
-
-
-def _rel(out, ref):
-    return ((out.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 def _layer(T, E, H, I, seed):

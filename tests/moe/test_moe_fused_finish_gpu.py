@@ -15,6 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.gpu import hopper_only  # noqa: E402
+from tests.gpu.numerics import rel as _rel  # noqa: E402
+from tests.gpu.test_moe_gpu import _layer  # noqa: E402  (the fused MoE layer's seeded inputs)
 
 pytestmark = hopper_only()
 
@@ -22,19 +24,6 @@ pytestmark = hopper_only()
 @pytest.fixture(autouse=True)
 def _no_verify(monkeypatch):
     monkeypatch.setenv("ARGUS_VERIFY", "0")
-
-
-def _rel(out, ref):
-    return ((out.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
-def _layer(T, E, H, I, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(T, H, generator=g, device="cuda").bfloat16()
-    w13 = (torch.randn(E, 2 * I, H, generator=g, device="cuda") / H ** 0.5).bfloat16()
-    w2 = (torch.randn(E, H, I, generator=g, device="cuda") / I ** 0.5).bfloat16()
-    logits = torch.randn(T, E, generator=g, device="cuda")
-    return x, w13, w2, logits
 
 
 def _routing(logits, k):
