@@ -128,11 +128,9 @@ def pool_rows(quick: bool) -> list[dict]:
     import torch
     import torch.nn.functional as F
 
-    import argus.compose.pool as pool
     from argus.bench.timing import measure
-    from argus.compose.graph import Node
+    from gpu_pool_sweep import pool_node, rule_rows, time_at_rows   # scripts/, beside this one
 
-    rule = pool.pool_rows_per_cta
     out = []
     for name, shape in POOLS:
         torch.manual_seed(0)
@@ -140,32 +138,23 @@ def pool_rows(quick: bool) -> list[dict]:
         n = x.dim() - 2
         f = F.max_pool2d if n == 2 else F.max_pool3d
         ref = f(x, 2)
-        node = Node("pool", (), tuple(ref.shape), torch.float32,
-                    {"kind": "max", "dims": n, "kernel": (2,) * n, "stride": (2,) * n,
-                     "padding": (0,) * n, "dilation": (1,) * n})
+        node = pool_node(ref, "max", 2, 2, 0, 1)
         eager = measure(lambda: f(x, 2), trials=100).median_ms
         gbs = lambda ms: (x.numel() + ref.numel()) * 4 / ms / 1e6         # noqa: E731
-        nrows = ref.numel() // ref.shape[-1]
-        bn = min(256, 1 << max(0, (ref.shape[-1] - 1).bit_length()))
-        after = rule(bn, 2 ** n, nrows)
+        after = rule_rows(ref, 2 ** n)
         print(f"\n-- {name} {shape}: torch eager {eager:.3f} ms ({gbs(eager):.0f} GB/s); "
               f"rule: {after} rows", flush=True)
         counts = [1, after] if quick else sorted({1, 2, 4, 8, after})
         for rows in counts:
-            pool.pool_rows_per_cta = lambda *_a, r=rows: r
             tag = "before" if rows == 1 else ("after" if rows == after else "")
             try:
-                y = pool.run_pool(node, x)
-                torch.cuda.synchronize()
+                y, ms = time_at_rows(node, x, rows)
                 ok = torch.equal(y, ref)
-                ms = measure(lambda: pool.run_pool(node, x), trials=100).median_ms
             except Exception as exc:  # noqa: BLE001
                 print(f"   rows={rows}: FAILED {type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:200]}")
                 traceback.print_exc(limit=3)
                 continue
-            finally:
-                pool.pool_rows_per_cta = rule
             print(f"   rows={rows} {tag:6s}: {ms:8.3f} ms {gbs(ms):6.0f} GB/s  "
                   f"{eager / ms:5.2f}x eager  {'exact' if ok else 'WRONG'}", flush=True)
             out.append({"case": name, "variant": f"rows={rows} {tag}".strip(), "ms": ms,

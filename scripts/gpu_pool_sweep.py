@@ -54,12 +54,52 @@ def torch_pool(x, kind, k, s, p, d):
     return f(x, k, s, p)
 
 
-def main(argv=None) -> int:
+def pool_node(ref, kind: str, k: int, s: int, p: int, d: int):
+    """compose's pool node (argus.compose.graph.Node) of the pooling whose result is `ref`: a
+    `kind` ("max" / "avg") window of k per spatial dim, stride s, padding p, dilation d."""
+    import torch
+
+    from argus.compose.graph import Node
+
+    n = ref.dim() - 2
+    return Node("pool", (), tuple(ref.shape), torch.float32,
+                {"kind": kind, "dims": n, "kernel": (k,) * n, "stride": (s,) * n,
+                 "padding": (p,) * n, "dilation": (d,) * n})
+
+
+def rule_rows(ref, window: int) -> int:
+    """pool_rows_per_cta's pick for the result `ref` and a window of `window` loads: the
+    column tile and row count run_pool (argus/compose/pool.py) passes it."""
+    import argus.compose.pool as pool
+
+    nrows = ref.numel() // ref.shape[-1]
+    bn = min(256, 1 << max(0, (ref.shape[-1] - 1).bit_length()))
+    return pool.pool_rows_per_cta(bn, window, nrows)
+
+
+def time_at_rows(node, x, rows: int):
+    """(result, median ms) of run_pool(node, x) with the template at `rows` output rows a CTA:
+    the rule overridden for this call and restored after (raise or not); the result from one
+    call, then argus.bench.timing.measure (CUDA events, L2 flush, median of 100)."""
     import torch
 
     import argus.compose.pool as pool
     from argus.bench.timing import measure
-    from argus.compose.graph import Node
+
+    rule = pool.pool_rows_per_cta
+    pool.pool_rows_per_cta = lambda *_a: rows
+    try:
+        y = pool.run_pool(node, x)
+        torch.cuda.synchronize()
+        return y, measure(lambda: pool.run_pool(node, x)).median_ms
+    finally:
+        pool.pool_rows_per_cta = rule
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from argus.bench.timing import measure
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="L1/43 and L1/44 only")
@@ -70,7 +110,6 @@ def main(argv=None) -> int:
         return 1
     start = time.time()
     print(f"== pool sweep on {torch.cuda.get_device_name()}")
-    default_rows = pool.pool_rows_per_cta
     out = []
     for name, shape, kind, k, s, p, d in CASES:
         if args.quick and not name.startswith(("L1/43", "L1/44")):
@@ -79,30 +118,20 @@ def main(argv=None) -> int:
         x = torch.rand(shape, device="cuda")
         n = x.dim() - 2
         ref = torch_pool(x, kind, k, s, p, d)
-        node = Node("pool", (), tuple(ref.shape), torch.float32,
-                    {"kind": kind, "dims": n, "kernel": (k,) * n, "stride": (s,) * n,
-                     "padding": (p,) * n, "dilation": (d,) * n})
+        node = pool_node(ref, kind, k, s, p, d)
         eager = measure(lambda: torch_pool(x, kind, k, s, p, d)).median_ms
         gbs = lambda ms: (x.numel() + ref.numel()) * 4 / ms / 1e6         # noqa: E731
         print(f"\n-- {name} {tuple(shape)}: torch eager {eager:.3f} ms ({gbs(eager):.0f} GB/s)")
-        nrows = ref.numel() // ref.shape[-1]
-        window = k ** n
-        bn = min(256, 1 << max(0, (ref.shape[-1] - 1).bit_length()))
-        dflt = default_rows(bn, window, nrows)
+        dflt = rule_rows(ref, k ** n)
         for rows in sorted(set(ROWS + [dflt])):
-            pool.pool_rows_per_cta = lambda *_a, r=rows: r
             tag = f"rows={rows}{' *' if rows == dflt else ''}"
             try:
-                y = pool.run_pool(node, x)
-                torch.cuda.synchronize()
+                y, ms = time_at_rows(node, x, rows)
                 err = (y - ref).abs().max().item()
-                ms = measure(lambda: pool.run_pool(node, x)).median_ms
             except Exception as exc:  # noqa: BLE001 - one schedule's failure is its row
                 print(f"   {tag}: FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
                 traceback.print_exc(limit=2)
                 continue
-            finally:
-                pool.pool_rows_per_cta = default_rows
             print(f"   {tag:9s}: {ms:8.3f} ms {gbs(ms):6.0f} GB/s  {eager / ms:5.2f}x eager  "
                   f"max err {err:.1e}", flush=True)
             out.append({"case": name, "rows": rows, "default": rows == dflt, "ms": ms,
