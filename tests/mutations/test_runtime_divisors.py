@@ -30,16 +30,20 @@ from argus import verify
 from argus.compiler import lower_only
 from argus.ir import ops as O
 from argus.target import register_layouts as RL
+from tests.mutations.test_exchange_across_warpgroups import _across
 
 HERE = Path(__file__).name
 
 
-def _packed(variant: str):
+def _packed(variant: str, require: bool = True):
+    """The exchange with the row index `variant` names; require=False drops the size's bound
+    ag.require(q_len <= 64)."""
     @ag.kernel(threads=384)
     def packed(X: ag.Tensor["M", 64, ag.f32], Y: ag.Tensor["M", 64, ag.f32],
                q_len: ag.i32, group: ag.i32):
         (b,) = ag.grid(ag.cdiv(Y.shape[0], 128))
-        ag.require(ag.sym(q_len) <= 64, "a warpgroup's 64 rows hold whole tokens")
+        if require:
+            ag.require(ag.sym(q_len) <= 64, "a warpgroup's 64 rows hold whole tokens")
         sX = ag.smem((128, 64), ag.f32)
         with ag.role("producer", warpgroups=1, regs=40):
             pass
@@ -55,6 +59,8 @@ def _packed(variant: str):
                 rows = wg * 64 + (r + 1) % q_len                         # ok: rotate
             elif variant == "rotate+1":
                 rows = wg * 64 + (r + 1) % (q_len + 1)                   # bug: rotate+1
+            elif variant == "by-zero":
+                rows = wg * 64 + r % (q_len - 1)                         # q_len = 1: x % 0
             else:
                 rows = wg * 64 + (r / q_len) * q_len + r % q_len         # ok: packed
             x = ag.gather(sX.view(), (rows, ag.arange(64)[None, :]), other=0.0)
@@ -81,8 +87,7 @@ def _row(variant, wg, r, q_len, group):
 
 def test_the_packed_index_proves_with_zero_findings():
     report = verify.run(lower_only(_packed("ok")), include_proven=True)
-    across = [f for f in report.findings if f.code == "sync.exchange"
-              and "across the warpgroups" in f.subject]
+    across = _across(report)
     assert across and all(f.status == "proven" for f in across), "\n".join(map(str, across))
     assert not report.errors and not report.unknowns, \
         "\n".join(map(str, report.errors + report.unknowns))
@@ -91,8 +96,7 @@ def test_the_packed_index_proves_with_zero_findings():
 def test_a_rotation_by_the_runtime_size_stays_in_the_warpgroups_rows():
     """Needs 0 <= (r + 1) % q_len < q_len <= 64 (the require): the remainder's bound."""
     report = verify.run(lower_only(_packed("rotate")), include_proven=True)
-    across = [f for f in report.findings if f.code == "sync.exchange"
-              and "across the warpgroups" in f.subject]
+    across = _across(report)
     assert across and all(f.status == "proven" for f in across), "\n".join(map(str, across))
     assert not [d for d in report.errors if d.code.startswith(("sync.", "smem."))], \
         "\n".join(map(str, report.errors))
@@ -101,18 +105,7 @@ def test_a_rotation_by_the_runtime_size_stays_in_the_warpgroups_rows():
 def test_without_the_require_the_rotation_is_reported():
     """The size's bound comes from its premises only: drop ag.require(q_len <= 64) and a
     q_len of 65 or more makes (r + 1) % q_len reach 64, the other warpgroup's first row."""
-    @ag.kernel(threads=384)
-    def unbounded(X: ag.Tensor["M", 64, ag.f32], Y: ag.Tensor["M", 64, ag.f32], q_len: ag.i32):
-        (b,) = ag.grid(ag.cdiv(Y.shape[0], 128))
-        sX = ag.smem((128, 64), ag.f32)
-        with ag.role("producer", warpgroups=1, regs=40):
-            pass
-        with ag.role("consumer", warpgroups=2, regs=232) as wg:
-            ag.store_shared(sX.view().rows_of(wg * 64, 64),
-                            ag.load(X, (b * 128 + wg * 64, 0), (64, 64)))
-            rows = wg * 64 + (ag.arange(64)[:, None] + 1) % q_len
-            x = ag.gather(sX.view(), (rows, ag.arange(64)[None, :]), other=0.0)
-            ag.store(Y, (b * 128 + wg * 64, 0), x)
+    unbounded = _packed("rotate", require=False)
     bad = [d for d in verify.run(lower_only(unbounded)).errors if d.code == "sync.exchange"]
     assert bad, "an unbounded runtime modulus was proven"
     wit = bad[0].counterexample
@@ -154,21 +147,7 @@ def test_a_divisor_the_launch_may_make_zero_is_never_proven():
     element an unknown value, never z3's own total `x % 0 == x` (which would keep the row
     r, inside the warpgroup's): for q_len >= 2 the rows stay below 63, so only the zero
     divisor can break the exchange, and it is not proven."""
-    @ag.kernel(threads=384)
-    def by_zero(X: ag.Tensor["M", 64, ag.f32], Y: ag.Tensor["M", 64, ag.f32], q_len: ag.i32):
-        (b,) = ag.grid(ag.cdiv(Y.shape[0], 128))
-        ag.require(ag.sym(q_len) <= 64, "at most 64 tokens")
-        sX = ag.smem((128, 64), ag.f32)
-        with ag.role("producer", warpgroups=1, regs=40):
-            pass
-        with ag.role("consumer", warpgroups=2, regs=232) as wg:
-            ag.store_shared(sX.view().rows_of(wg * 64, 64),
-                            ag.load(X, (b * 128 + wg * 64, 0), (64, 64)))
-            rows = wg * 64 + ag.arange(64)[:, None] % (q_len - 1)
-            x = ag.gather(sX.view(), (rows, ag.arange(64)[None, :]), other=0.0)
-            ag.store(Y, (b * 128 + wg * 64, 0), x)
-    report = verify.run(lower_only(by_zero), include_proven=True)
-    across = [f for f in report.findings if f.code == "sync.exchange"
-              and "across the warpgroups" in f.subject]
+    report = verify.run(lower_only(_packed("by-zero")), include_proven=True)
+    across = _across(report)
     assert across and not all(f.status == "proven" for f in across), \
         "\n".join(map(str, across))

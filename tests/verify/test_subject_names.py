@@ -6,28 +6,13 @@ the IR id stays only where no name is known."""
 
 import re
 
-import argus as ag
 from argus import verify
 from argus.compiler import lower_only
+# the two consumer warpgroups' exchange through sX: each gathers its own rows, or (other) the
+# other warpgroup's (the seeded sync.exchange bug)
+from tests.mutations.test_exchange_across_warpgroups import _exchange
 
 IR_ID = re.compile(r"%([A-Za-z_]\w*)\.(\d+)|%(\d+)\b")
-
-
-def _exchange(other: bool):
-    @ag.kernel(threads=384)
-    def exchange(X: ag.Tensor["M", 64, ag.f32], Y: ag.Tensor["M", 64, ag.f32]):
-        (b,) = ag.grid(ag.cdiv(Y.shape[0], 128))
-        sX = ag.smem((128, 64), ag.f32)
-        with ag.role("producer", warpgroups=1, regs=40):
-            pass
-        with ag.role("consumer", warpgroups=2, regs=232) as wg:
-            ag.store_shared(sX.view().rows_of(wg * 64, 64),
-                            ag.load(X, (b * 128 + wg * 64, 0), (64, 64)))
-            first = (1 - wg) * 64 if other else wg * 64
-            rows = first + ag.arange(64)[:, None]
-            x = ag.gather(sX.view(), (rows, ag.arange(64)[None, :]), other=0.0)
-            ag.store(Y, (b * 128 + wg * 64, 0), x)
-    return exchange
 
 
 def test_finding_subjects_and_notes_use_the_users_names():
