@@ -13,30 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.gpu import hopper_only  # noqa: E402
+from tests.gpu.test_attention_gpu import _inputs, reference  # noqa: E402
 from tests.loading import load_script  # noqa: E402
 
 pytestmark = hopper_only()
-
-
-def reference(q, k, v, causal: bool, scale: float):
-    group = q.shape[1] // k.shape[1]
-    kd = k.double().repeat_interleave(group, 1)
-    vd = v.double().repeat_interleave(group, 1)
-    s = q.double() @ kd.transpose(-1, -2) * scale
-    if causal:
-        S, SK = q.shape[-2], k.shape[-2]
-        keep = torch.ones(S, SK, dtype=torch.bool, device=q.device).tril(SK - S)
-        s = s.masked_fill(~keep, float("-inf"))
-    return torch.softmax(s, -1).nan_to_num(0.0) @ vd, torch.logsumexp(s, -1)
-
-
-def _inputs(B, H, HKV, S, SK, D, layout, dtype, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    if layout == "bhsd":
-        shapes = ((B, H, S, D), (B, HKV, SK, D), (B, HKV, SK, D))
-    else:
-        shapes = ((B, S, H, D), (B, SK, HKV, D), (B, SK, HKV, D))
-    return tuple(torch.randn(*s, device="cuda", generator=g, dtype=dtype) for s in shapes)
 
 
 CASES = [  # B, H, HKV, S, SK, D, causal, layout, dtype, splits

@@ -13,24 +13,11 @@ import torch
 
 from argus.kernels.attention_decode import DecodeSchedule, num_splits
 from argus.ops.attention_decode import run_decode
+from tests.interp.test_attention_interp import reference
 
 
 def interpret(kernel_fn, compile_time, tensors, scalars):
     kernel_fn.interpret(*tensors, **scalars, **compile_time)
-
-
-def reference(q, k, v, causal: bool):
-    """float64 attention in [B, H, S, D] with GQA and FlashAttention's bottom-right causal
-    mask; rows without a key are zero and their log-sum-exp -inf."""
-    group = q.shape[1] // k.shape[1]
-    kd = k.double().repeat_interleave(group, 1)
-    vd = v.double().repeat_interleave(group, 1)
-    s = q.double() @ kd.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        S, SK = q.shape[-2], k.shape[-2]
-        keep = torch.ones(S, SK, dtype=torch.bool).tril(SK - S)
-        s = s.masked_fill(~keep, float("-inf"))
-    return torch.softmax(s, -1).nan_to_num(0.0) @ vd, torch.logsumexp(s, -1)
 
 
 def run(B, H, HKV, S, SK, D, causal, *, layout="bhsd", dtype=torch.bfloat16, splits=None,
