@@ -23,6 +23,11 @@ outside the tensor, so
   * channels not a multiple of BK: the box hangs over the Cg axis and reads zeros (the weight
     tensor likewise), so a K slice never mixes two (r, s) taps or two groups.
 
+Packed taps (ConvSchedule.taps_per_slice > 1, for few channels): a pipeline step holds
+several consecutive K slices, each one tap's bk channels in its own swizzled atom (32, 64 or
+128-byte rows) with its own wgmma, so a step of a C = 8 layer multiplies 4 taps instead of one
+mostly-zero slice; the slices past the last tap read zeros (docs/perf/conv.md "Packed taps").
+
 The weights are [G, Kg, R * S * Cgp] (K-major; each tap's Cg channels zero-padded to Cgp, a
 multiple of BK, so a K slice never straddles two taps); the output is stored from registers into
 a [G, N * P, Q, Kg] view of the channels-last [N, P, Q, G * Kg] result, so every bw-row block of
@@ -142,9 +147,27 @@ class ConvSchedule(WarpSpecializedSchedule):
     # (the register store writes 32-byte runs of 4 rows), for results a tensor map cannot
     # address (L1/67, 76, 55: rows 8 bytes off 16). Unused for channels-last results.
     nchw_epilogue: str = "registers"
+    # K slices (taps) per pipeline step: each step holds taps_per_slice "atoms", atom j the
+    # [bm, bk] A tile and [bn, bk] weight tile of K slice k * taps_per_slice + j in the (tap,
+    # channel slice) order of K, each its own wgmma (k_atoms of the ring), so with bk the
+    # input channels per group rounded up to one atom (32, 64 or 128 bytes: that swizzle) a
+    # step multiplies several taps at once. Why: a layer with few channels per group (Cg <
+    # the usual 64-deep bf16 / 32-deep tf32 slice) spends one slice per tap, mostly zeros:
+    # KernelBench L2/8 (tf32, Cg 8) multiplied 8 useful of every 32 K; with bk 8 and 4 taps a
+    # step it multiplies 4 taps in the same 32-deep step. For ResNet c2 (bf16, Cg 64) 2 taps
+    # a step halve the pipeline's steps per tile. The K slices past the last tap (taps not a
+    # multiple) read zeros: the A boxes are pushed past the tensor and the weight boxes lie
+    # past its K extent (TMA zero-fills both). argus.ops.conv.schedule_for(taps_per_slice=)
+    # picks bk and the ring depth; opt-in (not measured on a GPU).
+    taps_per_slice: int = 1
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
+        if self.taps_per_slice < 1:
+            problems.append(f"taps_per_slice={self.taps_per_slice} < 1")
+        if self.taps_per_slice > 1 and (self.halo or self.promote):
+            problems.append(f"taps_per_slice={self.taps_per_slice} packs K slices into one "
+                            f"step of the plain ring: halo=False, promote=False")
         if self.nchw_epilogue not in NCHW_EPILOGUES:
             problems.append(f"nchw_epilogue={self.nchw_epilogue!r} is not one of "
                             f"{NCHW_EPILOGUES}")
@@ -192,24 +215,42 @@ def _row(image, h, H, NH, push: int, outside_depth=0):
     return image * H + h + (_outside(h, H) + outside_depth) * (NH + push)
 
 
-def _input_coords(geom: ConvGeometry, g, out_row, q0, tap, c0, H, P, NH, D, OD) -> tuple:
+def _input_coords(geom: ConvGeometry, g, out_row, q0, tap, c0, H, P, NH, D, OD,
+                  past=0) -> tuple:
     """The X[N*D*H, sw*G, W/sw, Cg] coordinates of the box for output row `out_row`
     ((n * OD + od) * P + p), columns q0.. and filter tap `tap` ((dt * R + r) * S + s): input
     depth od * stride_d + dt * dil_d - pad_d and row h = p * stride_h + r * dil_h - pad_h
     (either outside its extent: a row past the tensor, zero-filled), input column
     w = (q0 + i) * stride_w + s * dil_w - pad_w = stride_w * v + phase (v may be negative:
-    zero-filled)."""
+    zero-filled). `past` (0 or 1): 1 pushes the row past the tensor whatever the tap (a K
+    slice past the last tap of a packed step, ConvSchedule.taps_per_slice: zeros)."""
     taps2d = geom.r * geom.s
     dt, r, t = tap // taps2d, (tap % taps2d) // geom.s, tap % geom.s
     plane, v = _column(geom, g, q0, t)
     h = (out_row % P) * geom.stride_h + r * geom.dil_h - geom.pad_h
     if geom.t == 1 and geom.stride_d == 1 and geom.pad_d == 0:   # 2-d: depth is the image
-        return _row(out_row // P, h, H, NH, geom.pad_h), plane, v, c0
+        return _row(out_row // P, h, H, NH, geom.pad_h, past), plane, v, c0
     image = out_row // P                               # n * OD + od
     depth = (image % OD) * geom.stride_d + dt * geom.dil_d - geom.pad_d
     row = _row((image // OD) * D + depth, h, H, NH, geom.pad_d * H + geom.pad_h,
-               _outside(depth, D))
+               _plus(_outside(depth, D), past))
     return row, plane, v, c0
+
+
+def _plus(a, b):
+    """a + b, or a itself when b is the int 0 (no expression: the one-atom kernel's
+    coordinates stay as they were)."""
+    return a if isinstance(b, int) and b == 0 else a + b
+
+
+def _k_slice(k, atom: int, atoms: int, c_steps: int, slices: int, bk: int) -> tuple:
+    """(tap, first channel c0, past) of atom `atom` of pipeline step k: K slice i = k * atoms
+    + atom of the (tap, channel slice) order, c_steps slices a tap; past = 1 for a slice at or
+    past `slices` (the last step's padding when the taps are not a multiple of `atoms`),
+    else 0. One atom a step: i = k, and past is 0 (no expression)."""
+    i = k if atoms == 1 else k * atoms + atom
+    past = 0 if slices % atoms == 0 else ag.minimum(1, i // slices)
+    return i // c_steps, (i % c_steps) * bk, past
 
 
 def _column(geom: ConvGeometry, g, q0, t) -> tuple:
@@ -218,7 +259,18 @@ def _column(geom: ConvGeometry, g, q0, t) -> tuple:
     # column offset t * dil_w - pad_w, shifted to >= 0 by whole strides
     col = t * geom.dil_w + (geom.w_shift * geom.stride_w - geom.pad_w)
     v = q0 - geom.w_shift + col // geom.stride_w
+    if geom.stride_w == 1:
+        # one phase: the plane is the group, the same term for every tap (so the verifier's
+        # record of a stage holding several taps' boxes, ConvSchedule.taps_per_slice, has one
+        # grp whatever the box: no k in it, so no reduction index for wgmma.k-once)
+        return g, v
     return (col % geom.stride_w) * geom.groups + g, v
+
+
+def _weight_rows(stage, atom: int, bn: int, first, part: int):
+    """The `part` rows from `first` of atom `atom`'s weight tile in a ring stage (the atoms'
+    [bn, bk] tiles stacked along the rows; atom 0's offset adds nothing)."""
+    return stage.rows_of(first if atom == 0 else atom * bn + first, part)
 
 
 def _weight_coords(g, n0, tap, c0, cg_padded: int) -> tuple:
@@ -410,7 +462,16 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
             raise ag.TraceError(f"ConvSchedule(halo=True) reuses input rows across the filter's "
                                 f"rows: it needs a 2-d convolution with stride_h 1; got "
                                 f"t={geom.t}, stride_h={geom.stride_h}", fix="halo=False")
-        if precision == "tf32" and (s.halo or s.promote or s.bk != 32):
+        atoms = s.taps_per_slice
+        if atoms > 1 and s.bk * in_dtype.bytes not in (32, 64, 128):
+            raise ag.TraceError(f"ConvSchedule(taps_per_slice={atoms}, bk={s.bk}): each K "
+                                f"slice is a swizzled atom of 32, 64 or 128 bytes; bk * "
+                                f"{in_dtype.bytes} bytes is {s.bk * in_dtype.bytes}",
+                                fix="bk = the channels per group rounded up to 16, 32 or 64 "
+                                    "(bf16), 8, 16 or 32 (tf32) (argus.ops.conv.schedule_for"
+                                    "(taps_per_slice=...))")
+        if precision == "tf32" and (s.halo or s.promote or
+                                    (s.bk != 32 if atoms == 1 else s.bk not in (8, 16, 32))):
             raise ag.TraceError(f"ConvSchedule(bk={s.bk}, halo={s.halo}, promote={s.promote}) "
                                 f"with tf32: a 128-byte row holds 32 fp32, and halo / promote "
                                 f"are not wired for tf32",
@@ -451,16 +512,20 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         sched = TileScheduler.launch(row_tiles * q_tiles * s.bm, Kg, s.bm, s.bn,
                                      batch=G, cluster=cs, persistent=s.persistent,
                                      num_sms=s.num_sms, group_m=s.group_m)
+        # taps_per_slice: each step's K slices are atoms of the ring, swizzled by their row
         ring = _HaloRing.alloc(s, geom, in_dtype) if s.halo else \
             OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype, s.consumers,
-                              precision=precision)
+                              precision=precision, k_atoms=atoms,
+                              swizzle=128 if atoms == 1 else s.bk * in_dtype.bytes)
         if geom.cg_padded % s.bk:
             raise ag.TraceError(f"ConvGeometry(cg_padded={geom.cg_padded}) is not a multiple of "
                                 f"bk={s.bk}", fix="pad the weight's channels per tap to a "
                                                   "multiple of bk (argus.ops.conv does)")
         c_steps = geom.cg_padded // s.bk
-        # halo: a K step is (filter column, channel slice) and multiplies all R filter rows
-        k_steps = c_steps * (geom.s if s.halo else geom.t * geom.r * geom.s)
+        # halo: a K step is (filter column, channel slice) and multiplies all R filter rows;
+        # taps_per_slice: a step is `atoms` consecutive K slices of (tap, channel slice)
+        slices = c_steps * geom.t * geom.r * geom.s
+        k_steps = c_steps * geom.s if s.halo else -(-slices // atoms)
         cg_padded = geom.cg_padded
         # launch preconditions the op guarantees: X's channels fit the padded weight's, and
         # G is the geometry's group count
@@ -469,9 +534,19 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         # groups never mix: the input's plane axis is phase * G + g, so its group is plane % G;
         # the weight's is its leading coordinate. wgmma.agree proves every product pairs the
         # same group. (A tap-aware receptive-field tag is not expressible yet: the contracted
-        # index of A, the input channel, repeats across taps, so it carries no shared k tag.)
-        ag.tag_tensor(X, grp=lambda nh, plane, wv, c: plane % geom.groups)
-        ag.tag_tensor(Wt, grp=lambda g, kg, kt: g)
+        # index of A, the input channel, repeats across taps, so it carries no shared k tag; a
+        # `ch` tag on both, c and kt % cg_padded, is a reduction field to wgmma.k-once, which
+        # then reports channel 0 multiplied once a tap. The taps_per_slice packing is checked
+        # by the interpreter against torch: tests/interp/test_conv_packed_taps.py.)
+        if atoms == 1 or geom.groups > 1:
+            # (packed K slices, one group: nothing to agree, and no tag. A stride_w > 1 gives
+            # each tap's box its own plane term (phase * G + g), so the record of a stage
+            # holding several taps' boxes is an If over them that mentions k, and wgmma.k-once
+            # takes grp for the reduction index and reports it multiplied twice: a false
+            # positive that packed, grouped, column-strided layers still meet (schedule_for
+            # packs no such layer; docs/conv.md "Packed taps"))
+            ag.tag_tensor(X, grp=lambda nh, plane, wv, c: plane % geom.groups)
+            ag.tag_tensor(Wt, grp=lambda g, kg, kt: g)
         rows = s.bm // s.consumers
         if s.epilogue == "tma":
             staging = Staging.alloc(s.consumers, rows, s.bn, out_dtype)
@@ -502,38 +577,47 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                     ring.load(k_steps, c_steps, geom, X, Wt, g, np0, q0, unit.n, H, P, NH,
                               sched.rank, cs)
                     continue
+                part = s.bn // cs
                 if s.rowbox:
                     # X is [N, H, W, C]: the tile's image and first row, once per tile
                     image, p0 = np0 // P, np0 % P
                     for k in ag.range(k_steps):
                         with ring.pipe.produce() as stage:
-                            tap = k // c_steps
-                            c0 = (k % c_steps) * s.bk
-                            r, t = tap // geom.s, tap % geom.s
-                            ag.tma.load(ring.a[stage], X,
-                                        (image, p0 + (r * geom.dil_h - geom.pad_h),
-                                         q0 + (t * geom.dil_w - geom.pad_w), c0),
-                                        box=(1, row_blocks, s.bw, s.bk))
-                            part = s.bn // cs
-                            ag.tma.load(ring.b[stage].rows_of(sched.rank * part, part), Wt,
-                                        _weight_coords(g, unit.n * s.bn + sched.rank * part,
-                                                       tap, c0, cg_padded), multicast=cs > 1)
+                            for atom in range(atoms):
+                                tap, c0, past = _k_slice(k, atom, atoms, c_steps, slices, s.bk)
+                                r, t = tap // geom.s, tap % geom.s
+                                # past the last tap: an image past N (zeros)
+                                a_view = ring.a[stage] if atoms == 1 else \
+                                    ring.a[stage].rows_of(atom * s.bm, s.bm)
+                                pushed = 0 if isinstance(past, int) else past * X.shape[0]
+                                ag.tma.load(a_view, X,
+                                            (_plus(image, pushed),
+                                             p0 + (r * geom.dil_h - geom.pad_h),
+                                             q0 + (t * geom.dil_w - geom.pad_w), c0),
+                                            box=(1, row_blocks, s.bw, s.bk))
+                                ag.tma.load(_weight_rows(ring.b[stage], atom, s.bn,
+                                                         sched.rank * part, part), Wt,
+                                            _weight_coords(g, unit.n * s.bn + sched.rank * part,
+                                                           tap, c0, cg_padded),
+                                            multicast=cs > 1)
                     continue
                 for k in ag.range(k_steps):
                     with ring.pipe.produce() as stage:
-                        tap = k // c_steps
-                        c0 = (k % c_steps) * s.bk
-                        for j in range(row_blocks):
-                            ag.tma.load(ring.a[stage].rows_of(j * s.bw, s.bw), X,
-                                        _input_coords(geom, g, np0 + j, q0, tap, c0, H, P, NH,
-                                                      D, OD))
-                        # the weight tile: the same for the cluster's CTAs (vertically
-                        # adjacent tiles, one group and n): each loads bn / cs of its rows
-                        # and multicasts them to all (L2 reads of the weight / cs)
-                        part = s.bn // cs
-                        ag.tma.load(ring.b[stage].rows_of(sched.rank * part, part), Wt,
-                                    _weight_coords(g, unit.n * s.bn + sched.rank * part, tap,
-                                                   c0, cg_padded), multicast=cs > 1)
+                        for atom in range(atoms):
+                            tap, c0, past = _k_slice(k, atom, atoms, c_steps, slices, s.bk)
+                            for j in range(row_blocks):
+                                ag.tma.load(ring.a[stage].rows_of(atom * s.bm + j * s.bw,
+                                                                  s.bw), X,
+                                            _input_coords(geom, g, np0 + j, q0, tap, c0, H, P,
+                                                          NH, D, OD, past))
+                            # the weight tile: the same for the cluster's CTAs (vertically
+                            # adjacent tiles, one group and n): each loads bn / cs of its rows
+                            # and multicasts them to all (L2 reads of the weight / cs); a K
+                            # slice past the last tap lies past Wt's K extent (zeros)
+                            ag.tma.load(_weight_rows(ring.b[stage], atom, s.bn,
+                                                     sched.rank * part, part), Wt,
+                                        _weight_coords(g, unit.n * s.bn + sched.rank * part,
+                                                       tap, c0, cg_padded), multicast=cs > 1)
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             for unit in sched.units():

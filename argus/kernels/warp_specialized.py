@@ -345,14 +345,16 @@ class OperandRing:
     @classmethod
     def alloc(cls, stages: int, bm: int, bn: int, bk: int, dtype: DType, consumers: int, *,
               k_atoms: int = 1, mn_major_a: bool = False, mn_major_b: bool = False,
-              precision: str | None = None) -> OperandRing:
+              precision: str | None = None, swizzle: int = 128) -> OperandRing:
         """Allocate the ring (A, then B, then the pipeline released by `consumers`).
         `precision` is ag.wgmma's (f32 operands need "tf32": 32 of them per 128-byte row,
-        so bk = 32)."""
+        so bk = 32). `swizzle`: the bytes of one K-major row (bk * element bytes: 32 or 64 for
+        atoms narrower than 128 bytes, e.g. the convolution's one-tap K slices of few
+        channels, ConvSchedule.taps_per_slice)."""
         sA = ag.smem((stages, k_atoms * _atom_rows(bm, bk, mn_major_a), 64 if mn_major_a else bk),
-                     dtype, swizzle=128)
+                     dtype, swizzle=swizzle)
         sB = ag.smem((stages, k_atoms * _atom_rows(bn, bk, mn_major_b), 64 if mn_major_b else bk),
-                     dtype, swizzle=128)
+                     dtype, swizzle=swizzle)
         pipe = ag.pipeline(stages, consumers=consumers)
         return cls(sA, sB, pipe, bm, bn, bk, k_atoms, consumers, mn_major_a, mn_major_b,
                    precision)

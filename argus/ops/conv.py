@@ -138,7 +138,8 @@ def nchw_tma_fits(out) -> bool:
 def schedule_for(x, weight, stride, padding, dilation, groups, *,
                  halo: bool = False, rowbox: bool | None = None,
                  precision: str | None = None,
-                 nchw_epilogue: str | None = None) -> ConvSchedule:
+                 nchw_epilogue: str | None = None,
+                 taps_per_slice: int | str = 1) -> ConvSchedule:
     """A first heuristic, not tuned: bw = Q rounded up to a power of two in [8, 64] (fewer
     wasted tile rows on narrow layers; below 64 it needs the TMA-store epilogue, so a 16-bit
     output with 16-byte aligned channel rows), bn 128 unless the layer has <= 64 output
@@ -176,7 +177,71 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     `nchw_epilogue` (ConvSchedule.nchw_epilogue; None: NCHW_EPILOGUE): how an NC(D)HW result
     is written; "tma" stages the tile in shared memory (`nchw_staging_bytes`), which the
     ring's depth makes room for (tf32: 4 stages instead of 6).
+
+    `taps_per_slice` (ConvSchedule.taps_per_slice; 16-bit and tf32 schedules, not the fp32
+    split, whose promotion multiplies one slice a step, nor halo, nor grouped layers with a
+    column stride, which the verifier cannot prove yet): K slices (filter taps,
+    for few channels) a pipeline step multiplies; an int > 1, or "auto" (`packed_taps`).
+    bk becomes the channels per group rounded up to one swizzle atom (`packed_bk`) and the
+    ring as deep as its bigger stages fit. Opt-in: not measured on a GPU
+    (scripts/gpu_conv_bench.py --variants ...,taps / scripts/gpu_l2_slow.py --taps).
     """
+    base = _schedule_for(x, weight, stride, padding, dilation, groups, halo=halo, rowbox=rowbox,
+                        precision=precision, nchw_epilogue=nchw_epilogue)
+    sw = _pair(stride, "stride", x.dim() - 2)[-1]
+    if taps_per_slice == 1 or base.promote or base.halo or (groups > 1 and sw > 1):
+        # (grouped with a column stride: the verifier's false positive, conv_kernel's tags)
+        return base
+    taps = 1
+    for k in weight.shape[2:]:
+        taps *= k
+    elem = x.element_size()
+    bk = packed_bk(weight.shape[1], elem)
+    slices = taps * -(-_padded_channels(weight.shape[1], elem) // bk)
+    atoms = packed_taps(bk, elem, slices) if taps_per_slice == "auto" else taps_per_slice
+    if not isinstance(atoms, int) or atoms < 1:
+        raise LaunchError(f"argus.ops.conv.schedule_for: taps_per_slice={taps_per_slice!r} "
+                          f"is an int >= 1 or 'auto'")
+    nchw_epi = base.nchw_epilogue
+    staging = 128 * base.bn * 2 if base.epilogue == "tma" else \
+        nchw_staging_bytes(nchw_epi, base.bn, elem)
+    stage = (base.bm + base.bn) * atoms * bk * elem
+    stages = max(2, min(6, (_SMEM_BUDGET - staging) // stage))
+    return dataclasses.replace(base, bk=bk, taps_per_slice=atoms, stages=stages)
+
+
+def _padded_channels(cg: int, elem: int) -> int:
+    """Input channels per group as the operand holds them: zero-padded to a 16-byte pixel
+    pitch (TMA), as `operands` pads them."""
+    step = 16 // elem
+    return -(-cg // step) * step
+
+
+def packed_bk(cg: int, elem: int) -> int:
+    """The K slice of a packed-taps schedule (ConvSchedule.taps_per_slice): the channels per
+    group (padded to 16 bytes) rounded up to a swizzle atom of 32, 64 or 128 bytes (bf16: 16,
+    32 or 64 channels; tf32: 8, 16 or 32), a 128-byte atom for more (a tap in several
+    slices). 32 bytes is wgmma's least K (k16 bf16, two k8 tf32 steps)."""
+    need = _padded_channels(cg, elem) * elem
+    for atom in (32, 64, 128):
+        if need <= atom:
+            return atom // elem
+    return 128 // elem
+
+
+def packed_taps(bk: int, elem: int, slices: int) -> int:
+    """taps_per_slice="auto": as many slices as make a 128-byte-deep step (the default
+    schedules' K per step: 64 bf16, 32 tf32), at least 2, at most the slices there are
+    (L2/8 tf32, 8 channels: 4 taps of 8; ResNet c2 bf16, 64 channels: 2 taps of 64). A
+    first rule, not measured on a GPU."""
+    return max(1, min(slices, max(2, 128 // (bk * elem))))
+
+
+def _schedule_for(x, weight, stride, padding, dilation, groups, *,
+                  halo: bool = False, rowbox: bool | None = None,
+                  precision: str | None = None,
+                  nchw_epilogue: str | None = None) -> ConvSchedule:
+    """`schedule_for` with one K slice a step (its heuristic; see there)."""
     W, K, S = x.shape[-1], weight.shape[0], weight.shape[-1]
     sw, pw, dw = (_pair(v, name, x.dim() - 2)[-1] for v, name in (
         (stride, "stride"), (padding, "padding"), (dilation, "dilation")))

@@ -9,7 +9,11 @@ fresh, uncached kernel is traced with them.
     carry the tap yet (docs/perf/conv.md), so these are caught by the interpreter against
     float64 F.conv2d, which these tests check does fail;
   * per-image row blocks (rowbox) storing their rows past P into the next image: the
-    verifier, store.once (an error naming the element stored twice).
+    verifier, store.once (an error naming the element stored twice);
+  * packed taps (ConvSchedule.taps_per_slice): a tap packed twice (every atom of a step the
+    first one's tap), a weight atom at the wrong channel offset, and the tail step's slices
+    past the last tap not masked (a wrapped tap read instead of zeros): the interpreter
+    against float64 torch (the verifier has no tap-aware tag yet, argus/kernels/conv.py).
 """
 
 import dataclasses
@@ -205,3 +209,72 @@ def test_the_correct_grid_proves_store_coverage(name, nchw, geom, schedule):
                          s=schedule)
     cov = [d for d in found if d.code == "store.coverage"]
     assert cov and all(d.severity == "note" for d in cov), [str(d)[:300] for d in cov]
+
+
+PACKED = dict(bm=128, bn=64, bw=64, stages=2, bk=16, taps_per_slice=4)
+
+
+def _packed_error(x, w, padding=1, dilation=1):
+    y = conv_op.conv2d_interpret(x, w, None, 1, padding, dilation, 1,
+                                 schedule=ConvSchedule(**PACKED))
+    ref = F.conv2d(x.double(), w.double(), None, 1, padding, dilation, 1)
+    return y, ref, (y.double() - ref).abs().max().item() / ref.abs().max().item()
+
+
+def _packed_operands(seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(2, 8, 6, 7, generator=g).bfloat16(),
+            torch.randn(16, 8, 3, 3, generator=g).bfloat16())
+
+
+def test_packed_taps_right_kernel_is_within_bf16(monkeypatch):
+    _fresh(monkeypatch)
+    assert _packed_error(*_packed_operands(7))[2] < 5e-3
+
+
+def test_packed_tap_twice_is_caught_by_the_interpreter(monkeypatch):
+    _fresh(monkeypatch)
+    right = K._k_slice
+    # BUG: every atom of a step multiplies the step's first tap (the weight's too)
+    monkeypatch.setattr(K, "_k_slice", lambda k, atom, atoms, c_steps, slices, bk:
+                        right(k, 0, atoms, c_steps, slices, bk))
+    assert _packed_error(*_packed_operands(7))[2] > 0.1
+
+
+def test_packed_channel_offset_is_caught_by_the_interpreter(monkeypatch):
+    _fresh(monkeypatch)
+    # BUG: the weight atom read 8 channels (16 bytes, TMA-aligned) past its tap's first
+    monkeypatch.setattr(K, "_weight_coords",
+                        lambda g, n0, tap, c0, cgp: (g, n0, tap * cgp + c0 + 8))
+    assert _packed_error(*_packed_operands(7))[2] > 0.1
+
+
+def _tail_case(seed=8):
+    """3-d, 27 taps, 4 a step: the last step's slice 27 is past the last tap; unmasked it is
+    depth tap 3, one past the filter (an input plane outside the receptive field). An inf in
+    plane 4 reaches output planes 2 and 3; read by tap 3 also plane 1."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, 8, 6, 5, 5, generator=g).bfloat16()
+    w = torch.randn(8, 8, 3, 3, 3, generator=g).bfloat16()
+    x[0, :, 4, 2, 2] = float("inf")
+    y = conv_op.convolve(x, w, None, 1, 0, 1, 1, schedule=ConvSchedule(**PACKED))
+    return torch.isfinite(y), torch.isfinite(F.conv3d(x.double(), w.double()))
+
+
+def test_packed_tail_masked_keeps_the_receptive_field(monkeypatch):
+    _fresh(monkeypatch)
+    got, want = _tail_case()
+    assert torch.equal(got, want)
+
+
+def test_packed_tail_not_masked_is_caught_by_the_interpreter(monkeypatch):
+    _fresh(monkeypatch)
+    right = K._k_slice
+
+    def unmasked(k, atom, atoms, c_steps, slices, bk):   # BUG: past the last tap not zeroed
+        tap, c0, _ = right(k, atom, atoms, c_steps, slices, bk)
+        return tap, c0, 0
+
+    monkeypatch.setattr(K, "_k_slice", unmasked)
+    got, want = _tail_case()
+    assert not torch.equal(got, want) and want[0, :, 1].all()   # plane 1 reached only by tap 3
