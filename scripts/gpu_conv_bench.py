@@ -24,6 +24,8 @@ normwise error against float64.
     python scripts/gpu_conv_bench.py --variants   # the quick layers' kernel alone under
                                                 # neighbouring schedules (cluster, rowbox, halo)
     python scripts/gpu_conv_bench.py --variants default,rowbox    # some of them
+    python scripts/gpu_conv_bench.py --variants default,taps,norowbox,norowbox-taps
+                                                # packed taps (ConvSchedule.taps_per_slice)
     python scripts/gpu_conv_bench.py --rowbox   # all ResNet-50 layers, kernel alone: the
                                                 # default (rowbox where it applies) vs
                                                 # rowbox=False vs cuDNN, with geomeans
@@ -188,7 +190,7 @@ def _im2col_steps(x, w, b, stride, padding):
 
 
 VARIANTS = ("default", "previous", "rowbox", "rowbox-nocluster", "norowbox", "halo",
-            "halo-nocluster", "gemm")
+            "halo-nocluster", "taps", "norowbox-taps", "gemm")
 
 
 def _layer(N, C, H, W, K, R, S, seed: int):
@@ -299,6 +301,14 @@ def variants(which: tuple[str, ...] = VARIANTS) -> None:
             rows["rowbox + cluster"] = ("rowbox", rowbox)
             rows["rowbox, no cluster"] = ("rowbox-nocluster",
                                           dataclasses.replace(rowbox, cluster_m=1))
+        # packed taps (ConvSchedule.taps_per_slice="auto": 2 taps of 64 channels a K step
+        # for c2; c3 / c4's 128 / 256 channels: 2 slices a step), on the default's producer
+        # (rowbox where it applies) and on the per-row boxes
+        rows["taps (2 K slices a step)"] = (
+            "taps", conv_ops.schedule_for(x, w, st, pad, 1, 1, taps_per_slice="auto"))
+        rows["taps, per-row boxes"] = (
+            "norowbox-taps", conv_ops.schedule_for(x, w, st, pad, 1, 1, rowbox=False,
+                                                   taps_per_slice="auto"))
         if halo.halo:
             rows["halo + cluster"] = ("halo", halo)
             rows["halo, no cluster"] = ("halo-nocluster", dataclasses.replace(halo, cluster_m=1))
@@ -311,7 +321,8 @@ def variants(which: tuple[str, ...] = VARIANTS) -> None:
                 print(f"{name:14s} {label:32s} WRONG: max rel err {err:.1e}")
                 continue
             print(f"{name:14s} {label:32s} bn {sched.bn} bw {sched.bw} stages {sched.stages} "
-                  f"cluster {sched.cluster_m} epilogue {sched.epilogue}", flush=True)
+                  f"cluster {sched.cluster_m} epilogue {sched.epilogue} bk {sched.bk} "
+                  f"taps_per_slice {sched.taps_per_slice}", flush=True)
             fns[label] = _prepared(x, w, st, pad, sched)
         if "gemm" in which:
             # the same GEMM (M = N*P*Q, N = K, K = C*R*S) with A already im2col'd: what our

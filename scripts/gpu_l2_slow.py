@@ -4,14 +4,16 @@
 argus.bench.timing.measure (CUDA events, L2 flush, median), next to torch eager; a short
 table last.
 
-    python3 -u scripts/gpu_l2_slow.py [--quick] [--out DIR]
+    python3 -u scripts/gpu_l2_slow.py [--quick] [--conv-only] [--out DIR]
 
 - L2/8 conv: Conv3d 8 -> 16, 3x3x3, x [128, 8, 16, 64, 64] fp32, bias, under tf32
   (argus.ops.conv.convolve(precision="tf32"), the NCDHW result compose asks for). Variants:
   "bn64" (the tf32 schedule before: a 64-wide output-channel tile for 16 channels), "bn16"
   and "bn32" (the same schedule with a narrower tile; bn16 is argus.ops.conv.tf32_bn's pick,
   the default since 2846380), "im2col" (the im2col route, IM2COL_MAX_CHANNELS_TF32 raised to 8 for
-  this call: the voxel gather writes A [M, 216 + bias], then the tf32 GEMM). Checked against
+  this call: the voxel gather writes A [M, 216 + bias], then the tf32 GEMM), "taps4" (packed
+  taps, ConvSchedule.taps_per_slice: 4 taps of 8 channels in each 32-deep K step, 7 steps a
+  tile instead of 27; "taps4-nocluster" without the 2x1 cluster, "taps2" 2 a step). Checked against
   torch's fp32 conv3d with TF32 off (normwise relative error; tf32's is ~3e-4). Eager is
   F.conv3d with cuDNN's default allow_tf32 (what KernelBench's eager runs).
 - pools: MaxPool3d(2) over L2/8's [128, 16, 14, 62, 62] and MaxPool2d(2) over L2/11's
@@ -66,6 +68,12 @@ def conv_rows(quick: bool) -> list[dict]:
                 ("bn16", dataclasses.replace(base, bn=16))]
     if not quick:
         variants.append(("bn32", dataclasses.replace(base, bn=32)))
+    # packed taps: 4 taps of 8 channels in each 32-deep K step (bk 8, 32-byte atoms) instead
+    # of one tap a step (ConvSchedule.taps_per_slice; schedule_for(taps_per_slice="auto"))
+    taps = C.schedule_for(x, w, 1, 0, 1, 1, precision="tf32", taps_per_slice="auto")
+    variants += [("taps4", taps), ("taps4-nocluster", dataclasses.replace(taps, cluster_m=1))]
+    if not quick:
+        variants.append(("taps2", dataclasses.replace(taps, taps_per_slice=2)))
     variants.append(("im2col", "im2col"))
     out = []
     for tag, s in variants:
@@ -170,13 +178,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="no bn32, pools at rows 1 and the rule")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--conv-only", action="store_true", help="L2/8's convolution only")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to time")
         return 1
     start = time.time()
     print(f"== L2/8 and L2/11 before / after on {torch.cuda.get_device_name()}")
-    rows = pool_rows(args.quick) + conv_rows(args.quick)
+    rows = ([] if args.conv_only else pool_rows(args.quick)) + conv_rows(args.quick)
     print(f"\n({time.time() - start:.0f} s)\n")
     print("| case | variant | ms | eager ms | x eager | correct |")
     print("|---|---|---|---|---|---|")
