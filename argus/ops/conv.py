@@ -184,7 +184,8 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     for few channels) a pipeline step multiplies; an int > 1, or "auto" (`packed_taps`).
     bk becomes the channels per group rounded up to one swizzle atom (`packed_bk`) and the
     ring as deep as its bigger stages fit. Opt-in: not measured on a GPU
-    (scripts/gpu_conv_bench.py --variants ...,taps / scripts/gpu_l2_slow.py --taps).
+    (scripts/gpu_conv_bench.py --variants default,taps / scripts/gpu_l2_slow.py --conv-only:
+    docs/perf/conv.md "Packed taps").
     """
     base = _schedule_for(x, weight, stride, padding, dilation, groups, halo=halo, rowbox=rowbox,
                         precision=precision, nchw_epilogue=nchw_epilogue)

@@ -25,6 +25,9 @@ CASES = [
     ((1, 4, 5, 7, 6), 8, (3, 3, 3), 2, 1, 1, 1, torch.float32, "tf32", "auto"),
     ((1, 3, 4, 6, 9), 16, (2, 3, 3), (1, 2, 2), 1, (1, 1, 2), 1, torch.bfloat16, None, 4),
     ((1, 8, 4, 5, 6), 8, (3, 3, 3), 1, 1, 1, 2, torch.float32, "tf32", 5),      # groups, 3-d
+    ((1, 128, 4, 5), 16, (3, 3), 1, 1, 1, 1, torch.bfloat16, None, "auto"),     # 2 slices a tap
+    ((1, 96, 4, 5), 16, (3, 3), 2, 1, 1, 1, torch.bfloat16, None, 4),           # slices + tail
+    ((4, 8, 1, 20), 8, (1, 5), 1, (0, 2), 1, 1, torch.float16, None, "auto"),   # conv1d fold
 ]
 
 
