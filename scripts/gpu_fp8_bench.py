@@ -389,6 +389,27 @@ def variant_schedules() -> list[tuple[str, object]]:
         ("split 128x256 smem scales cluster", S(bn=256, stages=3, promote=True, n_split=2,
                                                 smem_scales=True, cluster_m=2,
                                                 epilogue="tma")),
+        # staggered consumers (stagger=True, docs/perf/fp8.md "Staggered consumers"): the two
+        # warpgroups issue each K block's wgmma in turns (ag.ordered), so one promotes while
+        # the other's group runs; each against the serial row of the same tile above
+        ("staggered 128x128", S(bn=128, stages=5, promote=True, stagger=True, cluster_m=2,
+                                epilogue="tma")),
+        ("staggered 128x128 smem scales", S(bn=128, stages=5, promote=True, smem_scales=True,
+                                            stagger=True, cluster_m=2, epilogue="tma")),
+        # three consumer warpgroups of 64 x 128 (a 192 x 128 tile, attention's 3 x 160 + 32
+        # registers): round robin, so each promotion has the other two groups (512 tensor
+        # cycles) to hide behind; the serial row of the same tile is the stagger's control
+        ("serial 192x128 c3 smem scales", S(bm=192, consumers=3, bn=128, stages=4,
+                                            promote=True, smem_scales=True, cluster_m=2,
+                                            epilogue="tma", producer_regs=32,
+                                            consumer_regs=160)),
+        ("staggered 192x128 c3", S(bm=192, consumers=3, bn=128, stages=4, promote=True,
+                                   stagger=True, cluster_m=2, epilogue="tma", producer_regs=32,
+                                   consumer_regs=160)),
+        ("staggered 192x128 c3 smem scales", S(bm=192, consumers=3, bn=128, stages=4,
+                                               promote=True, smem_scales=True, stagger=True,
+                                               cluster_m=2, epilogue="tma", producer_regs=32,
+                                               consumer_regs=160)),
     ]
 
 

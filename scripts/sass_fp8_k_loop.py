@@ -5,7 +5,8 @@ schedule's loop is reported per K block (a trip of the overlapped loop holds two
 (the promotion), QGMMA, and the rest ("bookkeeping": integer and uniform arithmetic, loads,
 moves, waits and barriers), the rest split by class, plus registers and spill bytes from
 ptxas -v, of the variant a 4096 x 7168 x 2048 launch runs (launch facts of
-analysis/alignment.py; --generic: the variant without them). Schedules: the block-scaled defaults of argus.ops.fp8_schedules (split 128 x 256
+analysis/alignment.py; --generic: the variant without them), and the promotion gap
+(`promotion_gaps`: the instructions from each WARPGROUP.DEPBAR to the warp's next QGMMA). Schedules: the block-scaled defaults of argus.ops.fp8_schedules (split 128 x 256
 and overlap 128 x 128) and, with --variants, every schedule of scripts/gpu_fp8_bench.py
 --variants. Needs NVRTC and nvdisasm or cuobjdump (PATH, or NVDISASM=/path/to/nvdisasm).
 
@@ -142,10 +143,47 @@ def measure(schedule, sass_dir: Path | None = None, name: str = "",
     blocks = 2 if getattr(schedule, "overlap", False) else every
     per_block = {k: v / blocks for k, v in classes.items()}
     return {"registers": res.registers, "spill_bytes": res.spill_stores + res.spill_loads,
-            "blocks_per_trip": blocks, "per_block": per_block,
+            "blocks_per_trip": blocks, "per_block": per_block, "gaps": promotion_gaps(loop),
             "total": sum(classes.values()) / blocks,
             "bookkeeping": sum(v for k, v in classes.items() if k not in ("FFMA", "QGMMA"))
             / blocks}
+
+
+def promotion_gaps(loop: list[str]) -> list[tuple[int, int]]:
+    """The promotion gap of docs/perf/fp8.md ("Why the split loop stops near 1000", item 5):
+    from each wait that drains the warpgroup's wgmma queue (`WARPGROUP.DEPBAR.LE gsb0, 0x0`)
+    in the K loop, the instructions this warp issues before its next QGMMA (walking around the
+    loop's back edge, both sides of a branch counted), the DEPBAR itself not counted; with
+    each gap the BAR instructions in it (an ordered section's turn wait and pass:
+    stagger=True). A `DEPBAR.LE gsb0, 0x1` (one group kept in flight) starts no gap."""
+    lines = [line for line in loop if _OPCODE.match(line)]
+    ops = [_OPCODE.match(line).group(1) for line in lines]
+    gaps = []
+    for i, line in enumerate(lines):
+        if "WARPGROUP.DEPBAR" not in line or "0x0" not in line:
+            continue
+        count = bars = 0
+        for j in range(1, len(ops) + 1):
+            nxt = ops[(i + j) % len(ops)]
+            if nxt == "QGMMA":
+                break
+            count += 1
+            bars += nxt == "BAR"
+        else:
+            continue
+        gaps.append((count, bars))
+    return gaps
+
+
+def _opcode_pattern():
+    """An instruction line's opcode (runtime/sass.py's pattern, one line at a time)."""
+    import re
+
+    return re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)"
+                      r"(?:\.[A-Za-z0-9_.]*)?[\s;]")
+
+
+_OPCODE = _opcode_pattern()
 
 
 def _loop_with(sass: str, qgmma: int) -> list[str]:
@@ -171,8 +209,10 @@ def _row(name: str, m: dict) -> str:
     p = m["per_block"]
     rest = ", ".join(f"{k} {v:g}" for k, v in sorted(p.items(), key=lambda kv: -kv[1])
                      if k not in ("FFMA", "QGMMA"))
+    gaps = " / ".join(f"{n}" + (f" ({b} BAR)" if b else "") for n, b in m["gaps"])
     return (f"| {name} | {m['registers']} / {m['spill_bytes']} | {m['total']:g} | "
-            f"{p.get('QGMMA', 0):g} | {p.get('FFMA', 0):g} | {m['bookkeeping']:g} | {rest} |")
+            f"{p.get('QGMMA', 0):g} | {p.get('FFMA', 0):g} | {m['bookkeeping']:g} | "
+            f"{gaps} | {rest} |")
 
 
 def main() -> int:
@@ -197,8 +237,8 @@ def main() -> int:
     if args.sass:
         args.sass.mkdir(parents=True, exist_ok=True)
     print("| schedule | regs / spill B | K loop per K block | QGMMA | FFMA | bookkeeping | "
-          "bookkeeping by class |")
-    print("|---|---|---|---|---|---|---|")
+          "promotion gap (DEPBAR -> next QGMMA) | bookkeeping by class |")
+    print("|---|---|---|---|---|---|---|---|")
     out = {}
     for name, s in schedules:
         out[name] = measure(s, args.sass, name, args.generic)

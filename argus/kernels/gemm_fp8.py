@@ -44,9 +44,12 @@ promotion releases each stage before its FFMAs (`early_release_promoted_mma`) un
 late_release=True. `n_split=2` (`split_promoted_mma`) splits each K block's wgmma into two
 column halves with their own partials and sums, one partial live at a time, so a 128 x 256
 tile fits the registers (DeepGEMM's 256 x 128 budget); a block-scaled accumulator never
-spans more than two weight blocks (`weight_blocks_spanned`).
+spans more than two weight blocks (`weight_blocks_spanned`). `stagger=True` makes the serial
+early-release loop's K steps ordered sections (ag.ordered): the consumer warpgroups issue in
+turns and each promotes while the others' groups run.
 """
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -152,6 +155,16 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
     # error is no worse than cuBLAS's. Per-tensor kernel only (a block-scaled partial takes
     # one block's scales); out of repr when 1
     promote_every: int = field(default=1, repr=False)
+    # staggered consumers (serial early-release promotion, n_split=1): each K step's wgmma is
+    # issued in an ordered section (ag.ordered, the turn-taking of the bf16 ping-pong and of
+    # FA3's attention), so warpgroup 0 issues block k, then warpgroup 1, then warpgroup 0
+    # block k + 1, ...; the turn passes right after the issue (a pass retires no wgmma), and
+    # each warpgroup waits for its group and promotes it outside the section, while the other
+    # warpgroup's group, queued behind its own, keeps the tensor pipe busy. Without it both
+    # warpgroups leave the same full barrier together, may issue together and then promote
+    # together (docs/perf/fp8.md "Why the split loop stops near 1000", item 2; "Staggered
+    # consumers" has the SASS and the GPU command). Out of repr when False
+    stagger: bool = field(default=False, repr=False)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
@@ -166,6 +179,8 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
                 extra += f", {name}={getattr(self, name)}"
         if self.swap_ab:
             extra += ", swap_ab=True"
+        if self.stagger:
+            extra += ", stagger=True"
         return f"{type(self).__name__}({shown}{extra})"
 
     @property
@@ -192,6 +207,7 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
                             f"(bn <= {OVERLAP_MAX_BN})")
         problems += self._split_problems()
         problems += self._interval_problems()
+        problems += self._stagger_problems()
         if self.promote and self.bn > (INTERVAL_MAX_BN if self.promote_every > 1 else
                                        PROMOTE_MAX_BN) and self.n_split == 1:
             problems.append(f"promote keeps two {self.bm // self.consumers}x{self.bn} fp32 "
@@ -227,6 +243,22 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
                     f"(`interval_promoted_mma`: one partial accumulating promote_every K blocks, "
                     f"then one FADD into the fp32 sum): it needs promote=True and none of "
                     f"overlap, late_release, smem_scales, n_split=2"]
+        return []
+
+    def _stagger_problems(self) -> list[str]:
+        """What stagger=True needs: the serial early-release loop, whose K step issues one
+        wgmma group and whose promotion follows the step (`early_release_promoted_mma`), and
+        two or more consumer warpgroups to take turns."""
+        if not self.stagger:
+            return []
+        if not self.promote or self.overlap or self.late_release or self.n_split != 1 or \
+                self.promote_every != 1 or self.k_atoms != 1 or self.swap_ab:
+            return ["stagger orders the issue of the serial early-release promotion's K steps "
+                    "(`early_release_promoted_mma`): it needs promote=True and none of overlap, "
+                    "late_release, n_split=2, promote_every > 1, k_atoms > 1, swap_ab"]
+        if self.consumers < 2:
+            return [f"stagger makes consumer warpgroups take turns issuing their K steps: it "
+                    f"needs consumers >= 2 (got {self.consumers})"]
         return []
 
     def _streaming_problems(self) -> list[str]:
@@ -474,20 +506,32 @@ def promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | None" = 
 
 
 def early_release_promoted_mma(ring: OperandRing, k_steps, wg,
-                               scales: "BlockScales | None" = None):
+                               scales: "BlockScales | None" = None, *, stagger: bool = False):
     """`promoted_mma` with the stage released before the promotion (DeepGEMM's order): each
     K block's wgmma overwrites one partial (scale-d = 0) inside the pipeline step, whose end
     waits for that group and releases the slot, and the partial is added into the fp32
     accumulator, times its scales, after it; so the producer refills the slot while the CUDA
     cores promote (SASS per block: QGMMA x4, WARPGROUP.DEPBAR.LE gsb0 0x0, the release's
     SYNCS.ARRIVE, then the FFMAs; promoted_mma's release comes after the FFMAs). The scales
-    of block k + 1 are loaded during step k, as in promoted_mma."""
+    of block k + 1 are loaded during step k, as in promoted_mma.
+
+    `stagger` (Fp8GemmSchedule.stagger): each step is an ordered section (ag.ordered), so the
+    consumer warpgroups issue their K steps in turns, warpgroup 0's block k before warpgroup
+    1's, and warpgroup 1's before warpgroup 0's block k + 1. The step keeps its group in
+    flight past its end (lower/pipeline.py), the turn passes there (a pass retires nothing:
+    lower/sync.py), and the promotion after the section waits for the group: so one
+    warpgroup's wait and FFMAs run while the other's group, issued behind its own, occupies
+    the tensor cores."""
     rows = ring.bm // ring.consumers
     acc = ag.zeros((rows, ring.bn), ag.f32)
     part = ag.zeros((rows, ring.bn), ag.f32)
+
+    def turn():
+        return ag.ordered("mma") if stagger else contextlib.nullcontext()
+
     if scales is None:
         for k in ag.range(k_steps):
-            with ring.pipe.consume() as stage:
+            with turn(), ring.pipe.consume() as stage:
                 _overwrite(ring, stage, wg, rows, part)
             acc = acc + part
         return acc
@@ -497,7 +541,7 @@ def early_release_promoted_mma(ring: OperandRing, k_steps, wg,
         # local to it)
         per_row, left, right = scales.initial()
         for k in ag.range(k_steps):
-            with ring.pipe.consume() as stage:
+            with turn(), ring.pipe.consume() as stage:
                 per_row, left, right = scales.read(stage, wg, right is not None, k)
                 _overwrite(ring, stage, wg, rows, part)
             acc = acc + part * scales.combine(per_row, left, right)
@@ -505,7 +549,7 @@ def early_release_promoted_mma(ring: OperandRing, k_steps, wg,
     per_row, left, right = scales.fetch(0)
     for k in ag.range(k_steps):
         next_row, next_left, next_right = scales.fetch(k + 1)  # past the end: zeros
-        with ring.pipe.consume() as stage:
+        with turn(), ring.pipe.consume() as stage:
             _overwrite(ring, stage, wg, rows, part)
         acc = acc + part * scales.combine(per_row, left, right)
         per_row, left, right = next_row, next_left, next_right
@@ -557,7 +601,9 @@ def _promote(s: Fp8GemmSchedule):
         return functools.partial(split_promoted_mma, overlap=s.split_overlap)
     if s.overlap:
         return overlapped_promoted_mma
-    return promoted_mma if s.late_release else early_release_promoted_mma
+    if s.late_release:
+        return promoted_mma
+    return functools.partial(early_release_promoted_mma, stagger=s.stagger)
 
 
 def split_promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | None" = None, *,
@@ -998,7 +1044,8 @@ def gemm_fp8_blockscaled_smem_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFun
                 return tile.to(out_dtype)
 
             for unit in g.sched.units():
-                loop = split_promoted_mma if s.n_split == 2 else early_release_promoted_mma
+                loop = split_promoted_mma if s.n_split == 2 else \
+                    functools.partial(early_release_promoted_mma, stagger=s.stagger)
                 acc = loop(g.ring, g.k_steps, wg, scales.for_unit(unit.n * s.bn))
                 g.store(C, unit, wg, acc, finish)
 
