@@ -211,6 +211,7 @@ def role(name: str, warpgroups: int = 1, regs: int = 0,
     index = ctx.builder.fresh(ScalarType(dtypes.i32), "wg")
     ctx.in_role = name
     ctx.role_warpgroups, ctx.ordered_names = warpgroups, set()
+    ctx.sections_in_steps, ctx.skipped_pipes = {}, set()
     try:
         with ctx.builder.region() as body:
             yield Scalar(index)
@@ -228,7 +229,10 @@ def ordered(name: str) -> Iterator[None]:
     then warpgroup 0's second), so one warpgroup's work outside the section (an epilogue, a
     softmax) overlaps the next one's section (its MMAs): ping-pong. Each warpgroup must reach
     the section in its turn (`ag.when(...)` around it may pick turns, e.g. every other unit;
-    the verifier proves the turns go round). Values bound inside are visible after it."""
+    the verifier proves the turns go round). Values bound inside are visible after it. Inside
+    a consume step only where no warpgroup of the role skips that pipeline's steps (each
+    consumes every step: the turns then order work within a step, e.g. the two column
+    halves of the split fp8 promotion)."""
     ctx = current("ag.ordered")
     loc = user_loc()
     if not isinstance(name, str) or not name:
@@ -250,16 +254,28 @@ def ordered(name: str) -> Iterator[None]:
         raise TraceError(f"ordered section {name!r} appears twice in role {ctx.in_role!r}: "
                          f"the turns of one name are counted at one site", loc,
                          fix="use one `with ag.ordered(...)` per name, or distinct names")
-    if ctx.open_pipeline_steps:
-        raise TraceError(f"ordered section {name!r} inside a pipeline step: waiting for a turn "
-                         f"while holding a ring slot can starve the warpgroup whose turn it is",
-                         loc, fix="open the section around the pipeline steps")
+    # inside a consume step the turn is waited for while a slot is held: safe when every
+    # warpgroup of the role consumes every step of that pipeline (cooperative consumers: the
+    # warpgroup whose turn it is has waited for the same full slot, or will find it full, and
+    # needs no slot the waiter holds), unsafe when the role skips steps of it (ping-pong: the
+    # turn holder may need a slot only a release of the waiter's frees)
+    for consume, pipe in ctx.open_steps:
+        if not consume or pipe in ctx.skipped_pipes:
+            why = "a produce step" if not consume else \
+                "a consume step of a pipeline whose steps this role skips (pipe.skip)"
+            raise TraceError(f"ordered section {name!r} inside {why}: waiting for a turn "
+                             f"while holding a ring slot can starve the warpgroup whose turn "
+                             f"it is", loc,
+                             fix="open the section around the pipeline steps (inside a "
+                                 "consume step only where every warpgroup consumes every step)")
     if ctx.nonuniform_guards:
         raise TraceError(f"ordered section {name!r} under a condition that differs between "
                          f"threads: the turn barrier is warpgroup-wide", loc,
                          fix="guard it with a condition uniform per warpgroup (e.g. of the "
                              "warpgroup index or a loop index), or none")
     ctx.ordered_names.add(name)
+    for _, pipe in ctx.open_steps:
+        ctx.sections_in_steps.setdefault(pipe, name)
     ctx.builder.append(O.TurnWait(name, loc=loc))
     ctx.ordered_open = name
     try:

@@ -48,12 +48,14 @@ class Pipe:
                                  "condition or none")
         stage = ctx.builder.fresh(ScalarType(dtypes.i32), "st")
         ctx.open_pipeline_steps += 1
+        ctx.open_steps.append((cls is O.Consume, self.value.id))
         scope = CarryScope("pipeline step")
         try:
             with ctx.builder.region() as body:
                 yield Scalar(stage)
         finally:
             ctx.open_pipeline_steps -= 1
+            ctx.open_steps.pop()
         before, ops = scope.close(list(body), loc, induction=(stage,))
         for op in before:
             _emit(op)
@@ -78,6 +80,16 @@ class Pipe:
         if ctx.open_pipeline_steps:
             raise TraceError("pipe.skip inside a pipeline step: the step counter moves between "
                              "steps, never during one", loc, fix="skip after the step ends")
+        if self.value.id in ctx.sections_in_steps:
+            raise TraceError(f"pipe.skip of a pipeline in whose consume steps role "
+                             f"{ctx.in_role!r} takes turns (ordered section "
+                             f"{ctx.sections_in_steps[self.value.id]!r}): a warpgroup waiting "
+                             f"for its turn while holding a slot can starve the warpgroup "
+                             f"whose turn it is when that one needs a slot of the steps it "
+                             f"consumes alone", loc,
+                             fix="open that section around the pipeline steps, or consume "
+                                 "every step in every warpgroup (no skip)")
+        ctx.skipped_pipes.add(self.value.id)
         if ctx.nonuniform_guards:
             raise TraceError("pipe.skip under a condition that differs between threads: the "
                              "step counter is warpgroup-wide", loc,

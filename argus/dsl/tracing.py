@@ -62,6 +62,13 @@ class TraceContext:
     role_warpgroups: int = 0            # warpgroups of the role being traced (0: none)
     ordered_open: str | None = None     # the ordered section being traced (ag.ordered)
     ordered_names: set[str] = field(default_factory=set)  # sections of the current role
+    # the open pipeline steps, innermost last: (consume step?, pipeline value id)
+    open_steps: list[tuple[bool, int]] = field(default_factory=list)
+    # the current role's pipelines with an ordered section inside one of their consume steps
+    # (pipe id -> section name), and the pipelines whose steps it skips (pipe.skip): the two
+    # exclude each other (ag.ordered)
+    sections_in_steps: dict[int, str] = field(default_factory=dict)
+    skipped_pipes: set[int] = field(default_factory=set)
     param_ids: frozenset[int] = frozenset()   # the kernel's parameters' value ids (ag.require)
     min_ctas_per_sm: int | None = None        # the occupancy hint (ag.occupancy)
 

@@ -12,8 +12,14 @@ warpgroup reaches its section in its turn, which is proven here:
 
   ordered.pairs    each section's wait and pass are in one region, in that order, with no
                    other section opened in between (a pass without its wait hands on a turn
-                   its warpgroup does not hold) and no pipeline step around them; one site
-                   per name in a role (ag.ordered refuses a second at trace time);
+                   its warpgroup does not hold), no produce step around them and no consume
+                   step of a pipeline the role skips steps of; one site per name in a role
+                   (ag.ordered refuses a second at trace time). A section inside a consume
+                   step of a pipeline every warpgroup consumes every step of (cooperative
+                   consumers, the split fp8 promotion's halves) cannot starve: the turn holder
+                   is in the same step or an earlier one, whose slots are full (its full wait
+                   is behind it or already satisfied: the waiter passed the same one or a
+                   later one), and it needs no slot the waiter holds before it passes;
   ordered.barriers (lowered kernels) each (role, name) has W barrier ids, one per warpgroup,
                    the same tuple at the wait and the pass (else a pass wakes a barrier nobody
                    of this sequence waits on), 256 threads (the waiter and the passer), ids
@@ -81,18 +87,24 @@ def _pairs(role: O.RoleOp) -> list[Finding]:
                              fix=fix or "open and close each section with one `with "
                                         "ag.ordered(name):` block"))
 
-    def walk(region: Region, open_name: str | None, in_step: bool) -> None:
+    # pipelines whose steps a warpgroup of this role skips (ping-pong): a section inside
+    # one of their steps waits for a turn holding a slot the turn holder may need
+    skipped = {op.pipe.id for op in role.body.walk() if isinstance(op, O.PipeSkip)}
+
+    def walk(region: Region, open_name: str | None, steps: tuple) -> None:
         current: O.TurnWait | None = None
         for op in region.ops:
             if isinstance(op, O.TurnWait):
+                unsafe = [s for s in steps if not isinstance(s, O.Consume)
+                          or s.pipe.id in skipped]
                 if current is not None or open_name is not None:
                     bad(op, f"section {op.name!r} opens inside section "
                             f"{(current.name if current else open_name)!r}: nested turns "
                             f"deadlock when their orders differ")
-                elif in_step:
-                    bad(op, "the section opens inside a pipeline step: waiting for a turn "
-                            "while holding a ring slot can starve the warpgroup whose turn "
-                            "it is")
+                elif unsafe:
+                    bad(op, "the section opens inside a produce step, or a consume step of a "
+                            "pipeline whose steps this role skips: waiting for a turn while "
+                            "holding a ring slot can starve the warpgroup whose turn it is")
                 current = op
             elif isinstance(op, O.TurnPass) and not op.initial:
                 if current is None or current.name != op.name:
@@ -103,11 +115,11 @@ def _pairs(role: O.RoleOp) -> list[Finding]:
                 inner = getattr(op, f.name)
                 if isinstance(inner, Region):
                     walk(inner, open_name or (current.name if current else None),
-                         in_step or isinstance(op, (O.Produce, O.Consume)))
+                         steps + ((op,) if isinstance(op, (O.Produce, O.Consume)) else ()))
         if current is not None:
             bad(current, f"section {current.name!r} is not closed in the region that opened "
                          f"it: a path leaves it holding the turn")
-    walk(role.body, None, False)
+    walk(role.body, None, ())
     first: dict[str, O.TurnWait] = {}
     for op in role.body.walk():
         if isinstance(op, O.TurnWait):

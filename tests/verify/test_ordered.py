@@ -169,3 +169,46 @@ def test_a_second_site_of_one_section_name_is_found():
     got = _findings(dataclasses.replace(k, body=Region(tuple(twice(op) for op in k.body.ops))))
     assert [f.code for f in got.get("violated", [])] == ["ordered.pairs"], got
     assert "opens again" in got["violated"][0].message
+
+
+def _in_step_kernel():
+    """Cooperative consumers (each warpgroup consumes every step) taking turns inside each
+    consume step, as the staggered split fp8 promotion does with its column halves."""
+    @ag.kernel
+    def in_step(X: ag.Tensor[("N", 64, ag.f32)], Y: ag.Tensor[("N", 64, ag.f32)]):
+        ag.grid(1)
+        s = ag.smem((2, 64, 64), ag.f32)
+        pipe = ag.pipeline(2, consumers=2)
+        with ag.role("producer", warpgroups=1):
+            for i in ag.range(4):
+                with pipe.produce() as st:
+                    ag.tma.load(s[st], X, (i * 64, 0))
+        with ag.role("consumer", warpgroups=2) as wg:
+            for i in ag.range(4):
+                with pipe.consume():
+                    with ag.ordered("c"):
+                        ag.store(Y, (i * 64 + wg, 0), ag.full((1, 64), 1.0))
+    return in_step
+
+
+def test_a_section_inside_a_step_every_warpgroup_consumes_is_proven():
+    got = _findings(_in_step_kernel().trace())
+    assert not got.get("violated") and not got.get("unknown"), got
+    assert "ordered.turns" in {f.code for f in got["proven"]}
+
+
+def test_a_section_inside_a_step_of_a_skipped_pipeline_is_found():
+    """The same section with a pipe.skip of that pipeline in the role (IR that ag.ordered and
+    pipe.skip refuse to trace): a ping-pong warpgroup waiting for its turn while holding a
+    slot can starve the turn holder."""
+    k = _in_step_kernel().trace()
+    pipe = next(op.pipe for op in k.walk() if isinstance(op, O.Consume))
+
+    def skip(op):
+        if isinstance(op, O.RoleOp) and op.name == "consumer":
+            extra = O.PipeSkip(pipe, 1, loc=op.loc)
+            return dataclasses.replace(op, body=Region(op.body.ops + (extra,)))
+        return op
+    got = _findings(dataclasses.replace(k, body=Region(tuple(skip(op) for op in k.body.ops))))
+    pairs = [f for f in got.get("violated", []) if f.code == "ordered.pairs"]
+    assert len(pairs) == 1 and "skips" in pairs[0].message, got
