@@ -396,6 +396,18 @@ def variant_schedules() -> list[tuple[str, object]]:
                                 epilogue="tma")),
         ("staggered 128x128 smem scales", S(bn=128, stages=5, promote=True, smem_scales=True,
                                             stagger=True, cluster_m=2, epilogue="tma")),
+        # the split 128 x 256 (the default) with each column half's issue an ordered section
+        # inside the step: warpgroup 0's half 0, warpgroup 1's half 0, warpgroup 0's half 1,
+        # ...; each against its unstaggered row above
+        ("staggered split 128x256 smem scales", S(bn=256, stages=3, promote=True, n_split=2,
+                                                  smem_scales=True, stagger=True,
+                                                  epilogue="tma")),
+        ("staggered split 128x256 smem scales cluster", S(bn=256, stages=3, promote=True,
+                                                          n_split=2, smem_scales=True,
+                                                          stagger=True, cluster_m=2,
+                                                          epilogue="tma")),
+        ("staggered split 128x256 st4", S(bn=256, stages=4, promote=True, n_split=2,
+                                          stagger=True, epilogue="tma")),
         # three consumer warpgroups of 64 x 128 (a 192 x 128 tile, attention's 3 x 160 + 32
         # registers): round robin, so each promotion has the other two groups (512 tensor
         # cycles) to hide behind; the serial row of the same tile is the stagger's control

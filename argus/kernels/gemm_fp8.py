@@ -45,8 +45,9 @@ late_release=True. `n_split=2` (`split_promoted_mma`) splits each K block's wgmm
 column halves with their own partials and sums, one partial live at a time, so a 128 x 256
 tile fits the registers (DeepGEMM's 256 x 128 budget); a block-scaled accumulator never
 spans more than two weight blocks (`weight_blocks_spanned`). `stagger=True` makes the serial
-early-release loop's K steps ordered sections (ag.ordered): the consumer warpgroups issue in
-turns and each promotes while the others' groups run.
+early-release loop's K steps, or the serial split's column halves, ordered sections
+(ag.ordered): the consumer warpgroups issue in turns and each promotes while the others'
+groups run.
 """
 
 import contextlib
@@ -155,12 +156,13 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
     # error is no worse than cuBLAS's. Per-tensor kernel only (a block-scaled partial takes
     # one block's scales); out of repr when 1
     promote_every: int = field(default=1, repr=False)
-    # staggered consumers (serial early-release promotion, n_split=1): each K step's wgmma is
-    # issued in an ordered section (ag.ordered, the turn-taking of the bf16 ping-pong and of
-    # FA3's attention), so warpgroup 0 issues block k, then warpgroup 1, then warpgroup 0
-    # block k + 1, ...; the turn passes right after the issue (a pass retires no wgmma), and
-    # each warpgroup waits for its group and promotes it outside the section, while the other
-    # warpgroup's group, queued behind its own, keeps the tensor pipe busy. Without it both
+    # staggered consumers (the serial early-release promotion, or the serial n_split=2 one):
+    # each K step's wgmma (each column half's, with n_split=2) is issued in an ordered section
+    # (ag.ordered, the turn-taking of the bf16 ping-pong and of FA3's attention), so
+    # warpgroup 0 issues block k, then warpgroup 1, then warpgroup 0 block k + 1, ...; the
+    # turn passes right after the issue (a pass retires no wgmma), and each warpgroup waits
+    # for its group and promotes it after the section, while the other warpgroup's group,
+    # queued behind its own, keeps the tensor pipe busy. Without it both
     # warpgroups leave the same full barrier together, may issue together and then promote
     # together (docs/perf/fp8.md "Why the split loop stops near 1000", item 2; "Staggered
     # consumers" has the SASS and the GPU command). Out of repr when False
@@ -247,15 +249,17 @@ class Fp8GemmSchedule(WarpSpecializedSchedule):
 
     def _stagger_problems(self) -> list[str]:
         """What stagger=True needs: the serial early-release loop, whose K step issues one
-        wgmma group and whose promotion follows the step (`early_release_promoted_mma`), and
+        wgmma group and whose promotion follows the step (`early_release_promoted_mma`), or
+        the serial N-split, whose halves are issued one at a time (`split_promoted_mma`), and
         two or more consumer warpgroups to take turns."""
         if not self.stagger:
             return []
-        if not self.promote or self.overlap or self.late_release or self.n_split != 1 or \
+        if not self.promote or self.overlap or self.late_release or self.split_overlap or \
                 self.promote_every != 1 or self.k_atoms != 1 or self.swap_ab:
             return ["stagger orders the issue of the serial early-release promotion's K steps "
-                    "(`early_release_promoted_mma`): it needs promote=True and none of overlap, "
-                    "late_release, n_split=2, promote_every > 1, k_atoms > 1, swap_ab"]
+                    "(`early_release_promoted_mma`), or of the serial N-split's column halves "
+                    "(`split_promoted_mma`): it needs promote=True and none of overlap, "
+                    "late_release, split_overlap, promote_every > 1, k_atoms > 1, swap_ab"]
         if self.consumers < 2:
             return [f"stagger makes consumer warpgroups take turns issuing their K steps: it "
                     f"needs consumers >= 2 (got {self.consumers})"]
@@ -527,7 +531,7 @@ def early_release_promoted_mma(ring: OperandRing, k_steps, wg,
     part = ag.zeros((rows, ring.bn), ag.f32)
 
     def turn():
-        return ag.ordered("mma") if stagger else contextlib.nullcontext()
+        return _turn(stagger, "mma")
 
     if scales is None:
         for k in ag.range(k_steps):
@@ -598,7 +602,8 @@ def interval_promoted_mma(ring: OperandRing, k_steps, wg, every: int):
 def _promote(s: Fp8GemmSchedule):
     """The promoting main loop the schedule asks for."""
     if s.n_split == 2:
-        return functools.partial(split_promoted_mma, overlap=s.split_overlap)
+        return functools.partial(split_promoted_mma, overlap=s.split_overlap,
+                                 stagger=s.stagger)
     if s.overlap:
         return overlapped_promoted_mma
     if s.late_release:
@@ -607,7 +612,7 @@ def _promote(s: Fp8GemmSchedule):
 
 
 def split_promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | None" = None, *,
-                       overlap: bool = False):
+                       overlap: bool = False, stagger: bool = False):
     """The promoting main loop with each K block split into two column halves (n_split = 2):
     half j's wgmma (B rows [j bn / 2, (j + 1) bn / 2) of the stage) goes into a fresh partial
     that is added, times the block's scales, into the fp32 sum of half j.
@@ -633,7 +638,13 @@ def split_promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | No
     for both halves (the loaded vector is read once, as one [rows, 1] column, so it keeps the
     accumulator's row layout; read by both halves' promotions it took a blocked layout and a
     conversion through shared memory), the weight scales per half. Returns (sum of half 0,
-    sum of half 1)."""
+    sum of half 1).
+
+    `stagger` (serial form): each half's issue is an ordered section of its own ("half0",
+    "half1", ag.ordered inside the consume step: every warpgroup consumes every step), so the
+    tensor cores take the halves as warpgroup 0's half 0, warpgroup 1's half 0, warpgroup 0's
+    half 1, ...: each warpgroup drains and promotes a half while the others' half runs,
+    where without it both warpgroups may issue, drain and promote the same half together."""
     rows = ring.bm // ring.consumers
     width = ring.bn // 2
     acc0 = ag.zeros((rows, width), ag.f32)
@@ -679,18 +690,25 @@ def split_promoted_mma(ring: OperandRing, k_steps, wg, scales: "BlockScales | No
                     # beside a group, so its wait is not pinned (lower/sync.py)
                     scale0 = half0.combine_column(col, l0, r0)
                     scale1 = half1.combine_column(col1, l1, r1)
-                first = _half(ring, stage, wg, rows, 0)
+                with _turn(stagger, "half0"):
+                    first = _half(ring, stage, wg, rows, 0)
                 # promoted before half 1's wgmma is issued: lower/carried.py places the
                 # carried update right after it is made, so one partial is live at a time
                 acc0 = acc0 + (first if plain else first * scale0)
                 # pinned behind that promotion: ptxas hoisted it into half 0's FFMAs, where
                 # both partials are live (the docstring)
-                second = _half(ring, stage, wg, rows, 1, pinned=True)
+                with _turn(stagger, "half1"):
+                    second = _half(ring, stage, wg, rows, 1, pinned=True)
                 acc1 = acc1 + (second if plain else second * scale1)
         if not plain and not shared:
             row, l0, r0 = next_row, next_l0, next_r0
             l1, r1 = next_l1, next_r1
     return acc0, acc1
+
+
+def _turn(stagger: bool, name: str):
+    """An ordered section named `name` (Fp8GemmSchedule.stagger), or no section."""
+    return ag.ordered(name) if stagger else contextlib.nullcontext()
 
 
 def _half(ring: OperandRing, stage, wg, rows: int, j: int, part=None, *,
@@ -1044,8 +1062,8 @@ def gemm_fp8_blockscaled_smem_kernel(out_dtype: DType = ag.bf16) -> ag.KernelFun
                 return tile.to(out_dtype)
 
             for unit in g.sched.units():
-                loop = split_promoted_mma if s.n_split == 2 else \
-                    functools.partial(early_release_promoted_mma, stagger=s.stagger)
+                loop = functools.partial(split_promoted_mma if s.n_split == 2 else
+                                         early_release_promoted_mma, stagger=s.stagger)
                 acc = loop(g.ring, g.k_steps, wg, scales.for_unit(unit.n * s.bn))
                 g.store(C, unit, wg, acc, finish)
 

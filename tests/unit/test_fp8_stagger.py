@@ -1,7 +1,9 @@
 """Staggered consumers for the serial fp8 promotion (Fp8GemmSchedule(promote=True,
 stagger=True), issue 18) without a GPU: each K step of `early_release_promoted_mma` is an
-ordered section (ag.ordered), so the two consumer warpgroups issue their K blocks' wgmma in
-turns and each promotes its block outside the section while the other's group runs. The
+ordered section (ag.ordered), so the consumer warpgroups issue their K blocks' wgmma in
+turns and each promotes its block outside the section while the others' groups run; in the
+split 128 x 256 loop (`split_promoted_mma`) each column half's issue is a section of its own
+inside the step. The
 interpreter against float64 (ragged M and N, several K, the ring wrapping across persistent
 tiles) and bit for bit against the unstaggered loop; the lowered K loop passes the turn after
 the issue and before the wait that retires the group; the verifier finds nothing (the
@@ -42,6 +44,14 @@ CASES = [
     (400, 256, 640, ag.bf16, _stagger(bm=192, consumers=3, bn=128, stages=4, smem_scales=True,
                                       cluster_m=2, epilogue="tma", **C3_REGS)),
     (200, 250, 384, ag.f32, _stagger(bm=192, consumers=3, bn=112, stages=3, **C3_REGS)),
+    # the split 128 x 256 (the default's loop): each column half's issue a section of its own
+    # inside the step; ragged M and N, a straddling 176-wide split, the ring wrapping
+    (190, 512, 640, ag.bf16, _stagger(bn=256, stages=3, n_split=2, smem_scales=True,
+                                      epilogue="tma")),
+    (130, 300, 512, ag.f32, _stagger(bn=256, stages=4, n_split=2)),
+    (200, 352, 384, ag.f32, _stagger(bn=176, stages=3, n_split=2, cluster_m=2)),
+    (256, 512, 384, ag.bf16, _stagger(bn=256, stages=2, n_split=2, smem_scales=True,
+                                      num_sms=2, group_m=1)),
 ]
 
 
@@ -83,10 +93,31 @@ def test_turn_passes_after_the_issue_and_before_the_wait(kernel, extra):
     assert not any(isinstance(op, (O.TurnWait, O.TurnPass)) for op in plain)
 
 
+def test_split_halves_take_turns_inside_the_step():
+    """Staggered split: per K step (one consume step) two sections, each around one half's
+    issue, passed before the wait that retires that half; the stage released after both."""
+    from argus.ir import ops as O
+
+    k = lower_only(gemm_fp8_blockscaled_smem_kernel(ag.bf16),
+                   s=_stagger(bn=256, stages=3, n_split=2, smem_scales=True, epilogue="tma"))
+    steps = [op for op in k.walk() if isinstance(op, O.Consume)
+             and any(isinstance(x, O.Wgmma) for x in op.body.walk())]
+    assert len(steps) == 1
+    ops = list(steps[0].body.walk())
+    kinds = [type(op).__name__ for op in ops]
+    order = [(kinds[i], getattr(ops[i], "name", getattr(ops[i], "pending", None)))
+             for i in range(len(ops)) if kinds[i] in ("TurnWait", "TurnPass", "WgmmaWait",
+                                                       "SlotRelease")
+             or (kinds[i] == "Wgmma" and kinds[i - 1] != "Wgmma")]
+    assert order == [("TurnWait", "half0"), ("Wgmma", None), ("TurnPass", "half0"),
+                     ("WgmmaWait", 0), ("TurnWait", "half1"), ("Wgmma", None),
+                     ("TurnPass", "half1"), ("WgmmaWait", 0), ("SlotRelease", None)], order
+
+
 def test_stagger_schedule_checks_and_repr():
     for bad in (dict(stagger=True), dict(promote=True, overlap=True, stagger=True),
                 dict(promote=True, late_release=True, stagger=True),
-                dict(promote=True, n_split=2, stagger=True),
+                dict(promote=True, n_split=2, split_overlap=True, stagger=True),
                 dict(promote=True, promote_every=2, stagger=True)):
         with pytest.raises(ValueError, match="stagger"):
             Fp8GemmSchedule(bn=128, **bad)
@@ -106,7 +137,13 @@ BUILT = [("block", {"bn": 128, "stages": 5, "cluster_m": 2, "epilogue": "tma"}),
                     "epilogue": "tma", **C3_REGS}),
          ("smem", {"bm": 192, "consumers": 3, "bn": 128, "stages": 4, "smem_scales": True,
                    "cluster_m": 2, "epilogue": "tma", **C3_REGS})]
-BUILT_IDS = ["global", "smem", "global-c3", "smem-c3"]
+BUILT += [("smem", {"bn": 256, "stages": 3, "n_split": 2, "smem_scales": True,
+                    "epilogue": "tma"}),
+          ("smem", {"bn": 256, "stages": 3, "n_split": 2, "smem_scales": True, "cluster_m": 2,
+                    "epilogue": "tma"}),
+          ("block", {"bn": 256, "stages": 4, "n_split": 2, "epilogue": "tma"})]
+BUILT_IDS = ["global", "smem", "global-c3", "smem-c3", "split-smem", "split-smem-cluster",
+             "split-global"]
 
 
 @pytest.mark.parametrize("kernel,extra", BUILT, ids=BUILT_IDS)
@@ -128,9 +165,10 @@ def test_nvrtc_builds_the_staggered_loop_without_spills(kernel, extra):
 
     kf = gemm_fp8_blockscaled_smem_kernel(ag.bf16) if kernel == "smem" else \
         gemm_fp8_blockscaled_kernel(ag.bf16)
-    source = codegen.render(lower_only(kf, s=_stagger(**extra)))
+    s = _stagger(**extra)
+    source = codegen.render(lower_only(kf, s=s))
     binary = compile_cuda(source.text, [source.name], use_cache=False)
-    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in binary.ptx
+    assert f"wgmma.mma_async.sync.aligned.m64n{s.piece}k32.f32.e4m3.e4m3" in binary.ptx
     assert "bar.sync" in binary.ptx or "barrier.sync" in binary.ptx
     res = binary.resource(source.name)
     assert not res.spills, res.summary()
@@ -169,9 +207,11 @@ def test_staggered_sass_passes_the_turn_between_the_issue_and_the_drain(kernel, 
     s = _stagger(**extra)
     m = script.measure(s)
     assert m["spill_bytes"] == 0 and m["per_block"].get("LDL/STL", 0) == 0, m
-    assert m["per_block"]["QGMMA"] == 4 and m["per_block"]["FFMA"] == 64, m["per_block"]
-    # one drain per K block; its gap holds the next turn's wait (one BAR.SYNC)
-    assert len(m["gaps"]) == 1 and m["gaps"][0][1] == 1, m["gaps"]
+    halves = s.n_split
+    assert m["per_block"]["QGMMA"] == 4 * halves and m["per_block"]["FFMA"] == 64 * halves, \
+        m["per_block"]
+    # one drain per K block and half; each gap holds the next turn's wait (one BAR.SYNC)
+    assert len(m["gaps"]) == halves and all(b == 1 for _, b in m["gaps"]), m["gaps"]
     from argus.runtime.sass import disassemble, k_loop
     from argus.runtime.compile import compile_cuda
 
@@ -179,8 +219,11 @@ def test_staggered_sass_passes_the_turn_between_the_issue_and_the_drain(kernel, 
     loop = k_loop(disassemble(compile_cuda(source.text, [source.name],
                                            use_cache=False).cubin))
     text = [x for x in loop if "QGMMA" in x or "BAR." in x or "DEPBAR" in x]
-    last_issue = max(i for i, x in enumerate(text) if "QGMMA" in x)
+    issues = [i for i, x in enumerate(text) if "QGMMA" in x]
     passes = [i for i, x in enumerate(text) if "BAR.ARV" in x]
-    drain = [i for i, x in enumerate(text) if "DEPBAR" in x and "0x0" in x]
-    assert len(passes) == 1 and len(drain) == 1, text
-    assert last_issue < passes[0] < drain[0], text
+    drains = [i for i, x in enumerate(text) if "DEPBAR" in x and "0x0" in x]
+    assert len(passes) == halves and len(drains) == halves, text
+    for h in range(halves):   # half h's four QGMMA, then its pass, then its drain
+        last_issue = issues[4 * h + 3]
+        assert last_issue < passes[h] < drains[h], text
+        assert h + 1 == halves or drains[h] < issues[4 * (h + 1)], text
