@@ -157,6 +157,64 @@ def test_per_convolution_choice_and_schedules():
     assert P.conv_schedules(prog.plan, task, {}) == ({}, ())
 
 
+class _PoolOfTanh(nn.Module):
+    """A max-pool of tanh(conv): at inputs x1e3 almost every window holds an element far up
+    tanh's positive side (exactly 1.0 in float64: no error at all); the tf32 error reaches
+    the output only in the rare windows whose elements all lie below it, and fails there
+    (L2/82 in miniature: 3x3 windows instead of 4x4, so that the rare ones are 1 in 1e3)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3)
+        self.pool = nn.MaxPool2d(3)
+
+    def forward(self, x):
+        return self.pool(torch.tanh(self.conv(x)))
+
+
+def _pool_of_tanh(batch=64):
+    return _task(_PoolOfTanh, (batch, 2, 24, 24))
+
+
+def test_rare_failure_is_found_by_drawing_again():
+    (c,) = P.choose_conv_precisions(_pool_of_tanh())
+    assert c.precision == "split" and c.ratio > 1, c
+    grown = [(k, q) for k, q in c.draws if " x" in k]
+    # the draw that failed was drawn again, at most as many times as the judge's output
+    # (batch 64) holds the check's (batch 2)
+    assert grown and max(q for _, q in grown) == c.ratio, c.draws
+    assert all(1 < int(k.rsplit(" x", 1)[1]) <= 32 for k, _ in grown), c.draws
+    assert "x" in c.draw
+
+
+def test_rare_failure_is_missed_without_drawing_again(monkeypatch):
+    # the same chain, the check's first sample alone: every draw stays within the allowance
+    # (why the rule draws again: the first sample meets too few of the windows that fail)
+    monkeypatch.setattr(P, "RARE_MIN", 0)
+    (c,) = P.choose_conv_precisions(_pool_of_tanh())
+    assert c.precision == "tf32" and c.ratio <= 1, c
+    assert not any(" x" in k for k, _ in c.draws)
+
+
+def test_no_drawing_again_past_the_judges_size():
+    # the task's own batch is the check's: the judge meets no more windows than the check
+    (c,) = P.choose_conv_precisions(_pool_of_tanh(batch=2))
+    assert not any(" x" in k for k, _ in c.draws), c.draws
+
+
+def test_no_drawing_again_when_the_error_reaches_every_element():
+    c = _choice(lambda y: F.max_pool2d(torch.relu(y) * 2.0, 3))
+    assert c.precision == "tf32" and not any(" x" in k for k, _ in c.draws), c
+
+
+def test_inexact_elements_are_counted():
+    r = torch.tensor([1.0, -2.0, float("inf"), 0.5], dtype=torch.float64)
+    y = torch.tensor([1.0, -2.01, float("inf"), 0.5], dtype=torch.float64)
+    q, inexact, n = P._ratio_and_inexact(y, r)
+    assert (inexact, n) == (1, 3) and q == pytest.approx(P.relaxed_ratio(y, r))
+    assert P._ratio_and_inexact(r.clone(), r)[:2] == (0.0, 0)
+
+
 def test_mismatched_plan_falls_back_to_the_split_everywhere():
     task = _task(_TwoConvs, (2, 8, 20, 20))
     (c,) = P.choose_conv_precisions(task, [0, 1], [(16, 8, 3, 3)])
@@ -212,11 +270,12 @@ def test_solution_header_names_each_precision(tmp_path):
 REPO = Path(__file__).resolve().parents[2]
 KB_DIR = Path(os.environ.get("ARGUS_KERNELBENCH_DIR", REPO.parent / "shared" / "kernelbench"))
 # failed the relaxed track as one tf32 product on the H200 (2026-12-04 17:19, the judge's
-# large-magnitude set) and fail the self-check. Not here: L2/82 (a 4x4 max-pool of tanh fails
-# on about one window in a million at inputs x1e3: the check's sample meets none, it keeps
-# tf32) and L2/52 (the emulation, and the interpreted Argus kernels, stay within 0.25 of the
-# allowance unmagnified: its GPU failure is not tf32's arithmetic as emulated here)
-FAILED_AS_TF32 = (5, 7, 16, 21, 46, 47, 48, 49, 89, 91, 93)
+# large-magnitude set) and fail the self-check; L2/82 through the rare-element redraws (a 4x4
+# max-pool of tanh at inputs x1e3 fails on the rare windows wholly in tanh's transition).
+# Not here: L2/52 (the emulation, and the interpreted Argus kernels, stay within 0.26 of the
+# allowance unmagnified, below L2/15's, which passed on the H200: its GPU failure is not
+# tf32's arithmetic as emulated here)
+FAILED_AS_TF32 = (5, 7, 16, 21, 46, 47, 48, 49, 82, 89, 91, 93)
 # not among those 13: a ReLU + bias, a LayerNorm or InstanceNorm after the conv, a max-pool,
 # hardtanh and a mean, a division and global pooling; the self-check keeps them tf32
 PASSED_AS_TF32 = (1, 3, 8, 10, 17)
