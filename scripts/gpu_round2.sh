@@ -14,6 +14,7 @@
 #        s37tests short37 fp8pt37 fp8prom gemmwave vt37 moerule stemgather (stop 37's CPU-built work)
 #        s38tests fp8pt38 moepre38 sweep38 fp8blk38 attnhost38 tailconv38 short38 (stop 38's)
 #        s40tests ilv40 fp8prom40 nchwtma40 l2slow40 (stop 40's CPU-built work, GPU-owed)
+#        s41tests taps41 tapsres41 fp8stag41 fp8stag41b (stop 41's CPU-built work, GPU-owed)
 #        fp8pt (fp8 per-tensor against torch._scaled_mm), sweep36 (prefill: every head dim at 1k, 4k, 16k against cuDNN and flash)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k prefill64_4k fp8prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
@@ -164,6 +165,22 @@ for s in "${steps[@]}"; do
     # GPU tests first, then each bench. Then the level-2 conv tasks on the precision rule:
     # PRECISION=tf32 KB_IDS=2,6,19,24,8,11,65,67,69,71,73,74,78,79,83,85,87,92,96,100,5,7,16,21,
     # 46,47,48,49,52,82,89,91,93 KB_LEVEL=2 KB_BUDGET=300 (rejudge; prebuild a KB_CACHE first)
+    # 2026-12-05 (stop 41): no device was lent; built on the CPU. GPU tests first (packed taps'
+    # 32-byte-swizzled wgmma operands run on the device for the first time; the shared test
+    # helpers moved), then the packed-taps A/B (L2/8's conv, ResNet c2-c4 against cuDNN) and the
+    # staggered block-scaled fp8 consumers against the default split (1083 geomean on 12-04).
+    s41tests) run_step s41tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_conv_packed_taps_gpu.py tests/gpu/test_conv_nchw_tma_gpu.py \
+        tests/gpu/test_moe_gpu.py tests/moe/test_moe_fused_finish_gpu.py \
+        tests/gpu/test_attention_decode_gpu.py tests/gpu/test_conv_im2col_gpu.py \
+        tests/gpu/test_conv_im2col_3d_gpu.py tests/gpu/test_fp8_promote_every_gpu.py ;;
+    taps41) run_step taps41 150 python3 -u scripts/gpu_l2_slow.py --conv-only ;;
+    tapsres41) run_step tapsres41 150 python3 -u scripts/gpu_conv_bench.py \
+        --variants default,taps,norowbox,norowbox-taps ;;
+    fp8stag41) run_step fp8stag41 240 python3 -u scripts/gpu_fp8_bench.py --variants --graphs --rounds 3 \
+        --only "split 128x256 smem scales" "staggered split" "split 128x256 st4" --out "$OUT/fp8stag41" ;;
+    fp8stag41b) run_step fp8stag41b 200 python3 -u scripts/gpu_fp8_bench.py --variants --graphs --rounds 3 \
+        --only "serial 128x128" "staggered 128x128" c3 --out "$OUT/fp8stag41b" ;;
     s40tests) run_step s40tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
         tests/gpu/test_transposed_store_gpu.py tests/gpu/test_conv_nchw_tma_gpu.py \
         tests/gpu/test_fp8_promote_every_gpu.py tests/gpu/test_conv_interleave_gpu.py \
