@@ -470,6 +470,20 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                                 fix="bk = the channels per group rounded up to 16, 32 or 64 "
                                     "(bf16), 8, 16 or 32 (tf32) (argus.ops.conv.schedule_for"
                                     "(taps_per_slice=...))")
+        if atoms > 1 and geom.groups > 1 and geom.stride_w > 1:
+            # the kernel computes these right (the interpreter agrees with torch), but each
+            # tap's box has its own plane term there (phase * G + g, `_column`) and
+            # wgmma.k-once takes the grp tag for a reduction index: refused here with the
+            # reason rather than reported by the verifier as a k multiplied twice
+            raise ag.TraceError(f"ConvSchedule(taps_per_slice={atoms}) for a grouped "
+                                f"convolution (groups={geom.groups}) with a column stride "
+                                f"(stride_w={geom.stride_w}): each packed tap's input box lies "
+                                f"in its own stride-phase plane, and the verifier cannot yet "
+                                f"prove that such a step pairs one group (it would report "
+                                f"wgmma.k-once on this layer)",
+                                fix="taps_per_slice=1 for this layer (argus.ops.conv."
+                                    "schedule_for(taps_per_slice=...) packs no grouped "
+                                    "column-strided layer)")
         if precision == "tf32" and (s.halo or s.promote or
                                     (s.bk != 32 if atoms == 1 else s.bk not in (8, 16, 32))):
             raise ag.TraceError(f"ConvSchedule(bk={s.bk}, halo={s.halo}, promote={s.promote}) "
@@ -543,8 +557,8 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
             # each tap's box its own plane term (phase * G + g), so the record of a stage
             # holding several taps' boxes is an If over them that mentions k, and wgmma.k-once
             # takes grp for the reduction index and reports it multiplied twice: a false
-            # positive that packed, grouped, column-strided layers still meet (schedule_for
-            # packs no such layer; docs/conv.md "Packed taps"))
+            # positive for packed, grouped, column-strided layers, which are refused above;
+            # docs/perf/conv.md "Packed taps")
             ag.tag_tensor(X, grp=lambda nh, plane, wv, c: plane % geom.groups)
             ag.tag_tensor(Wt, grp=lambda g, kg, kt: g)
         rows = s.bm // s.consumers

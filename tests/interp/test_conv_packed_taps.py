@@ -131,3 +131,20 @@ def test_packed_kernel_has_no_verifier_error(geom_args, bk, taps, rowbox):
     found = verify.check(K.conv_kernel.__wrapped__(), geom=ConvGeometry(*geom_args), s=s)
     assert not [d for d in found if d.severity == "error"], \
         [f"{d.code}: {d.message[:160]}" for d in found if d.severity == "error"]
+
+
+def test_packed_grouped_column_strided_layer_is_refused_with_the_reason():
+    """A user's ConvSchedule(taps_per_slice > 1) for a grouped layer with a column stride
+    (which schedule_for never packs): a TraceError naming taps_per_slice, the groups, the
+    stride and the fix, instead of the verifier's false wgmma.k-once error on the GPU."""
+    import argus as ag
+    from argus.kernels.conv import ConvSchedule
+
+    x = torch.randn(1, 16, 6, 8).bfloat16()
+    w = torch.randn(16, 8, 3, 3).bfloat16()
+    s = ConvSchedule(bm=128, bn=64, bw=64, stages=2, bk=16, taps_per_slice=4)
+    with pytest.raises(ag.TraceError, match=r"taps_per_slice=4.*groups=2.*stride_w=2") as err:
+        conv_op.conv2d_interpret(x, w, None, 2, 1, 1, 2, schedule=s)
+    assert "taps_per_slice=1" in str(err.value)
+    # schedule_for keeps one tap a step for it, which runs
+    assert conv_op.schedule_for(x, w, 2, 1, 1, 2, taps_per_slice=4).taps_per_slice == 1
