@@ -915,7 +915,13 @@ class Model:
 
     # -- tag expressions -------------------------------------------------------------------
     def eval_tag_expr(self, text: str, args: tuple, coords=(), xs=(), ref_values=None,
-                      field_fn=None, call_view=None):
+                      field_fn=None, call_view=None, c_division: bool = False):
+        """The tag expression `text` as a z3 term (or a Python value). With `c_division` (a
+        tag assertion's claim, check_asserts), its `/` and `%` and those of the tag functions
+        it calls are C's, as the DSL's `//` and `%` on a TagExpr read and as exprs computes
+        them on Python ints: z3's own term where `lower_bound` shows the dividend >= 0, else
+        c_div's (`_c_divmod`). Without it, z3's floor (tag assumptions, tensor tags: their
+        terms are the coordinates and counters the language's invariant keeps >= 0)."""
         names = {f"c{d}": _num(c) for d, c in enumerate(coords)}
         names["none"] = None
         names.update({f"x{d}": x for d, x in enumerate(xs)})
@@ -934,8 +940,16 @@ class Model:
             if kind == "opaque":
                 return body(*[_num(v) for v in vals])
             return exprs.evaluate(body, exprs.Env({f"a{d}": v for d, v in enumerate(vals)},
-                                                  call=call))
-        return exprs.evaluate(text, exprs.Env(names, refs, call=call, field=field_fn))
+                                                  call=call, divmod=c_ops))
+
+        def c_divmod(fn, a, b):
+            got = self._c_divmod(fn, a, b)
+            if got is None:
+                raise exprs.ExprError("division by zero")
+            return got
+        c_ops = c_divmod if c_division else None
+        return exprs.evaluate(text, exprs.Env(names, refs, call=call, field=field_fn,
+                                              divmod=c_ops))
 
     def axiom_instances(self, terms) -> list[z3.BoolRef]:
         """Instantiate every `tag.assume` on the ground arguments of the opaque tag functions
