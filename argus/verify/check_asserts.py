@@ -135,7 +135,7 @@ def _assertion(model: Model, a: AssertSite) -> Obligation:
         return val.term
     claim = model.eval_tag_expr(op.expr, op.refs, ref_values=tuple(
         r for r in buf_terms), field_fn=field, call_view=lambda vals: _ViewRef(*vals),
-        c_division=True)
+        division="c")
     claim = claim if isinstance(claim, z3.BoolRef) else _num(claim) != 0
     for rec in records:
         premises += list(rec.cond) + [rec.defined]

@@ -12,8 +12,9 @@ Grammar (C precedence, loosest first):
 
 Invariant kept: the solver encoding is exact for the values the language is used on. `/` and
 `%` are C's (truncating) and z3's (floor) at once because every counter, coordinate and index
-is non-negative; where a dividend may be negative (a tag assertion's arithmetic), the caller
-passes `Env.divmod`, which builds C's term on z3 operands (Model._c_divmod). Bitwise operators need one constant operand on z3 Int terms and are encoded
+is non-negative; where a dividend may be negative (a tag assertion's arithmetic) or a divisor
+is a runtime value (a launch precondition), the caller passes `Env.divmod`, which builds the
+term it means on z3 operands (Model.eval_tag_expr). Bitwise operators need one constant operand on z3 Int terms and are encoded
 bit by bit (`x & 1` = x % 2, `x ^ 1` = x + 1 - 2·(x % 2)): linear integer arithmetic, never
 bit-vector division (INVARIANTS.md §3.6 rule 2). Anything else raises ExprError, which the
 verifier reports as "unknown", never as a proof.
@@ -305,8 +306,9 @@ class Env:
     refs: tuple = ()
     call: Callable[[str, list], Any] | None = None
     field: Callable[[Any, str], Any] | None = None
-    # C's `/` or `%` ('floordiv' / 'mod') on z3 operands with a numeral divisor, or None
-    # (z3's floor: exact for the non-negative counters of pipeline fields)
+    # `/` or `%` ('floordiv' / 'mod') on z3 operands, by a runtime divisor too, as the
+    # caller means it (C's for a tag assertion, the floor for a launch precondition), or None
+    # (z3's floor by a numeral only: exact for the non-negative counters of pipeline fields)
     divmod: Callable[[str, Any, Any], Any] | None = None
 
 
@@ -359,7 +361,7 @@ def _eval(node, env: Env):
         return _mul(a, b)
     if op in ("/", "%"):
         if env.divmod is not None and (_is_z3(a) or _is_z3(b)):
-            _div(a, b)   # the same errors: a symbolic divisor is not linear arithmetic
+            # the caller's meaning, by a runtime divisor too (Model.eval_tag_expr)
             return env.divmod("floordiv" if op == "/" else "mod", a, b)
         return _div(a, b) if op == "/" else _mod(a, b)
     return _bitwise(op, a, b)

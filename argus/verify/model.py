@@ -174,7 +174,7 @@ class Model:
             # requires are read by the rules that need them, e.g. check_softmax's fold)
             if all(isinstance(a.type, ScalarType) and not a.type.dtype.is_float
                    for a in op.args):
-                fact = _as_bool(self.eval_tag_expr(op.expr, op.args))
+                fact = _as_bool(self.eval_tag_expr(op.expr, op.args, division="floor"))
                 (self.launch_facts if solver._nonlinear([fact]) else self.premises).append(fact)
         if not self.roles:
             for pid, n in counters.items():
@@ -915,13 +915,17 @@ class Model:
 
     # -- tag expressions -------------------------------------------------------------------
     def eval_tag_expr(self, text: str, args: tuple, coords=(), xs=(), ref_values=None,
-                      field_fn=None, call_view=None, c_division: bool = False):
-        """The tag expression `text` as a z3 term (or a Python value). With `c_division` (a
-        tag assertion's claim, check_asserts), its `/` and `%` and those of the tag functions
-        it calls are C's, as the DSL's `//` and `%` on a TagExpr read and as exprs computes
-        them on Python ints: z3's own term where `lower_bound` shows the dividend >= 0, else
-        c_div's (`_c_divmod`). Without it, z3's floor (tag assumptions, tensor tags: their
-        terms are the coordinates and counters the language's invariant keeps >= 0)."""
+                      field_fn=None, call_view=None, division: str | None = None):
+        """The tag expression `text` as a z3 term (or a Python value). `division` says what
+        its `/` and `%` (and those of the tag functions it calls) mean:
+          * "c" (a tag assertion's claim, check_asserts): C's, as the DSL's `//` and `%` on a
+            TagExpr read and as exprs computes them on Python ints: z3's own term where
+            `lower_bound` shows the dividend >= 0, else c_div's (`_c_divmod`); a runtime
+            divisor too;
+          * "floor" (an `ag.require`): z3's floor, by a runtime divisor too, as the host's
+            launch check reads the precondition (runtime/preconditions.py `_holds`);
+          * None: z3's floor by a numeral only (tag assumptions, tensor tags: their terms are
+            the coordinates and counters the language's invariant keeps >= 0)."""
         names = {f"c{d}": _num(c) for d, c in enumerate(coords)}
         names["none"] = None
         names.update({f"x{d}": x for d, x in enumerate(xs)})
@@ -947,7 +951,11 @@ class Model:
             if got is None:
                 raise exprs.ExprError("division by zero")
             return got
-        c_ops = c_divmod if c_division else None
+
+        def floor_divmod(fn, a, b):
+            a, b = _num(a), _num(b)
+            return a / b if fn == "floordiv" else a % b
+        c_ops = {"c": c_divmod, "floor": floor_divmod, None: None}[division]
         return exprs.evaluate(text, exprs.Env(names, refs, call=call, field=field_fn,
                                               divmod=c_ops))
 

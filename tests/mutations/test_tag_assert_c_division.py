@@ -53,7 +53,8 @@ C_ONLY = {
 def kernel(variant: str):
     @ag.kernel(threads=128)
     def copy4(X: ag.Tensor["M", 16, ag.f32], Y: ag.Tensor["M", 16, ag.f32]):
-        (b,) = ag.grid(ag.cdiv(Y.shape[0], 4))
+        nb = ag.cdiv(Y.shape[0], 4)
+        (b,) = ag.grid(nb)
         x = ag.load(X, (b * 4, 0), (4, 16))
         s, m = ag.sym(b), ag.tag(x).m
         if variant == "floor-div":
@@ -66,6 +67,10 @@ def kernel(variant: str):
             ag.tag_assert(ag.tag_any(s >= 1, (s - 1) // 2 == 0))           # c-only: div
         elif variant == "c-mod":
             ag.tag_assert(ag.tag_any(s >= 1, (s - 1) % 2 == -1))           # c-only: mod
+        elif variant == "floor-runtime":
+            ag.tag_assert((s - 1) % ag.sym(nb) >= 0)                       # floor-only: runtime
+        elif variant == "c-runtime":
+            ag.tag_assert(ag.tag_any(s >= 1, (s - 1) % ag.sym(nb) <= 0))   # c-only: runtime
         elif variant == "c-field":
             ag.tag_assert(ag.tag_any(m >= 3, (m - 3) // 4 == 0))           # c-only: field
         ag.store(Y, (b * 4, 0), x)
@@ -108,3 +113,21 @@ def test_an_assertion_true_under_c_proves():
             (name, "\n".join(map(str, report.findings)))
         assert not report.errors and not report.unknowns, \
             (name, "\n".join(map(str, report.errors + report.unknowns)))
+
+
+def test_a_runtime_divisor_divides_as_c_does():
+    """`% ag.sym(nb)` by the grid's runtime count nb (refused before: 'remainder by a
+    symbolic value'): C's remainder of b - 1 = -1 is -1 for nb >= 2 (0 for nb == 1), floor's
+    nb - 1. `(b - 1) % nb >= 0` is floor's only: reported with nb >= 2 in the witness;
+    `b >= 1 or (b - 1) % nb <= 0` is C's: proven."""
+    report = verify.run(kernel("floor-runtime"))
+    found = [d for d in report.errors if d.code == "tag.assert"]
+    assert found, "\n".join(map(str, report.findings))
+    wit = found[0].counterexample
+    nb = -(-wit["shapes"]["M"] // 4)
+    assert wit["cta"] == 0 and nb >= 2 and _c_mod(wit["cta"] - 1, nb) < 0, wit
+    assert str(found[0].loc).endswith(f"{HERE}:{_line('floor-only: runtime')}"), found[0].loc
+    report = verify.run(kernel("c-runtime"))
+    assert not report.errors and not report.unknowns, \
+        "\n".join(map(str, report.errors + report.unknowns))
+    assert any(d.code == "tag.assert" and d.status == "proven" for d in report.findings)
