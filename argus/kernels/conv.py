@@ -517,10 +517,17 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         elif s.rowbox:
             # X is [N, H, W, C]: the [G, N * P, Q, Kg] view's rows are N whole images of P
             # rows (the tiles walk NP // P images; store.coverage needs it; argus.ops.conv's
-            # views have it). The halo's X is [N * H, ..]: N is not a parameter there
+            # views have it)
             ag.require(ag.sym(Out.shape[1]) == ag.sym(X.shape[0]) * ag.sym(P),
                        "rowbox: the [G, N * P, Q, Kg] view has the N images of X [N, H, W, C], "
                        "P rows each")
+        elif s.halo:
+            # X is [N * H, ..] (N is no parameter): the image count is NH // H, and the
+            # [G, N * P, Q, Kg] view has that many images of P rows (store.coverage needs P
+            # to divide NP: a product with the factor P says so; argus.ops.conv's views have it)
+            ag.require(ag.sym(Out.shape[1]) == ag.sym(X.shape[0]) // ag.sym(H) * ag.sym(P),
+                       "halo: the [G, N * P, Q, Kg] view has the N = NH / H images of X "
+                       "[N * H, ..], P rows each")
         row_tiles = (NP // P) * ag.cdiv(P, row_blocks) if image_tiles else \
             ag.cdiv(NP, row_blocks)
         sched = TileScheduler.launch(row_tiles * q_tiles * s.bm, Kg, s.bm, s.bn,

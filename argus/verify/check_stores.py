@@ -46,7 +46,8 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
         # store.once on in-bounds elements: summands that push an element out of bounds are
         # dropped first (once_split.pushed_out), so per-image row blocks become translates
         extra: dict = {}   # site key -> its pushed-out summands' premises
-        once_sites, tiled = _join_tiled([_unpushed(model, st, extra) for st in sites], extra)
+        unpushed = [_unpushed(model, st, extra) for st in sites]
+        once_sites, tiled = _join_tiled(unpushed, extra)
         once_obs: list[Obligation] = []
         for i, a in enumerate(once_sites):
             if _key(a) in tiled:   # sites that tile one wider box: that box's store, once
@@ -70,6 +71,14 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
         obs += once_obs
         partial = sites[0].tensor.name in (model.kernel.attr("partial_outputs", ()) or ())
         translates = len(sites) > 1 and all(_translate_of(sites[0], b) for b in sites[1:])
+        pushed = None   # the pushed-out summands' premises per site, for coverage
+        if len(sites) > 1 and not translates and all(_key(u) in extra for u in unpushed) and \
+                all(_translate_of(unpushed[0], b) for b in unpushed[1:]):
+            # each site pushed out of the tensor by its own flag (the row segments of a
+            # TMA-store epilogue of per-image row blocks: the flag of row j is row j's):
+            # without their pushes they are translates, and coverage sees them as one tile
+            # with the block index in the flags (`_tile_coverage`'s `pushed`)
+            sites, translates, pushed = unpushed, True, extra
         # one tile stored in blocks at constant offsets that tile one box without gaps (a
         # TMA-store epilogue's column blocks): the block index is one more variable inside
         # the tile. Translates with gaps between them (slots of a wider row, each BN of a
@@ -93,12 +102,13 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
                                  f"purpose, so coverage is not claimed"))
             if len(sites) == 1 or blocks or rows:
                 # not reported: only their claims that imply store.once are queried
-                once = _tile_coverage(model, sites[0], sites if blocks or rows else None)[2]
+                once = _tile_coverage(model, sites[0], sites if blocks or rows else None,
+                                      pushed)[2]
         elif len(sites) == 1 or blocks or rows:
             # rows: the site index is a variable inside the tile along the dim before the
             # tile's (a TMA-store epilogue's row segments of one warpgroup's rows)
             o, f, once = _coverage(model, sites[0]) if len(sites) == 1 else \
-                _tile_coverage(model, sites[0], sites)
+                _tile_coverage(model, sites[0], sites, pushed)
             obs += o
             finds += f
         else:
@@ -674,7 +684,8 @@ def _var_ranges(model: Model, st: StoreSite) -> dict:
 # ----------------------------------------------------------------------------- tile coverage
 
 
-def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
+def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None,
+                   pushed: dict | None = None):
     """Coverage of a store whose dims share variables: a grouped raster (m and n tile from one
     unit index), a persistent walk (units strided by the grid size), a batch decoded from the
     unit. The destination splits into a tile origin, a function of the *unit* variables
@@ -694,7 +705,10 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
         e lies in the warpgroups' range; any other condition is store_guards' (it holds at
         every instance storing an in-bounds element, or is a counter's last ticket).
     `sites`: stores of one tile in blocks, each `st` shifted by constant offsets (the TMA-store
-    epilogue's column blocks); the block index is a variable inside the tile.
+    epilogue's column blocks); the block index is a variable inside the tile. `pushed`: the
+    sites' pushed-out summands' premises by `_key` (`_unpushed`: `sites` are the sites without
+    their pushes), each site's under its block index, `flag == 0` exactly when block k is
+    site k (`_pushed_split` then proves the flags against the remainder, block index and all).
     Anything outside that shape is reported unknown, never assumed."""
     idx = [fresh_int(f"e{d}") for d in range(len(st.shape))]
     # a single site whose rows past an image are pushed out of the tensor (per-image row
@@ -733,6 +747,12 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
                 dest[d] = dest[d] + delta
                 grid_blocks[str(b)] = len(vals)
                 block_vars.append(b)
+    block_prem: list = []   # the block indices' ranges (premises of the push's claim)
+    if pushed and sites and len(sites) > 1:
+        zero = _site_flags(sites, pushed, idx, block, block_vars, grid)
+        block_prem = [z3.And(b >= 0, b < (len(sites) if b is block else
+                                          grid_blocks[str(b)]))
+                      for b in ([block] if block is not None else []) + block_vars]
     ranges = _var_ranges(model, st)
     inst = _instance_vars(model, st)
     exts = [_num(st.tensor.extent(model, d)) for d in range(len(dest))]
@@ -774,7 +794,8 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None):
     obs: list[Obligation] = []
     labels: list[str] = []
     if zero:
-        dest, exts, labels, split_obs = _pushed_split(model, st, dest, exts, zero, inst)
+        dest, exts, labels, split_obs = _pushed_split(model, st, dest, exts, zero, inst,
+                                                      block_prem)
         if not split_obs:
             return unknown("the rows pushed out of the tensor (per-image row blocks) are not "
                            "a remainder of a runtime stride")
@@ -912,7 +933,28 @@ def _split_radix(t):
     return c, kind, x, F, z3.simplify(rest)
 
 
-def _pushed_split(model, st, dest, exts, zero, inst):
+def _site_flags(sites: list, pushed: dict, idx, block, block_vars: list, grid) -> list:
+    """The push premises of translates `sites` joined by their block index (`block`: site k
+    when block == k; or per-dim `block_vars` over `grid`: site k at its shifts' positions):
+    site k's premises under the condition that names site k, so an instance of block k is
+    pushed out exactly when site k's store is. A site without premises is never pushed."""
+    out = []
+    for k, site in enumerate(sites):
+        if _key(site) not in pushed:
+            continue
+        if block is not None:
+            sel = block == k
+        elif block_vars:
+            shifts = [z3.simplify(_num(y) - _num(x)).as_long()
+                      for x, y in zip(sites[0].offsets, site.offsets)]
+            sel = z3.And([b == vals.index(shifts[d]) for b, (d, vals) in zip(block_vars, grid)])
+        else:
+            sel = z3.BoolVal(k == 0)
+        out += [z3.Implies(sel, p) for p in pushed[_key(site)](idx)]
+    return out
+
+
+def _pushed_split(model, st, dest, exts, zero, inst, within_prem=()):
     """(dest, extents, labels, obligations) for a site whose rows past an image are pushed
     out of the tensor (`_unpushed`: `zero` are the push flags' premises `flag == 0`, `dest`
     the coordinates without the push): a dim S * A + C, S a launch parameter (the image's
@@ -923,7 +965,8 @@ def _pushed_split(model, st, dest, exts, zero, inst):
     element e of [0, E) is S * (e // S) + e % S; the instance of A = e // S, C = e % S is
     not pushed, so it stores e. For store.once: an in-bounds store is not pushed, so its C
     lies in [0, S), where (A, C) -> S * A + C is one-to-one."""
-    names = {str(v) for v in inst} | {str(p) for p in model.params.values()}
+    names = {str(v) for v in inst} | {str(p) for p in model.params.values()} | \
+        {n for p in within_prem for n in free_consts(p)}
     if any(not free_consts(z) <= names for z in zero):
         return dest, exts, [], []
     dest, exts = list(dest), list(exts)
@@ -952,11 +995,11 @@ def _pushed_split(model, st, dest, exts, zero, inst):
         # obligation below is answered from the proof cache)
         linear = [("pushed out exactly when the remainder leaves [0, stride)", iff),
                   ("the stride is positive", S >= 1)]
-        if solver.prove(list(model.premises), linear).status != "proven":
+        if solver.prove(list(model.premises) + list(within_prem), linear).status != "proven":
             continue
         # two queries: the linear one, and the stride's (the launch precondition NP == N * P
         # is a non-linear fact, model.launch_facts)
-        parts = [(list(model.premises), linear, None)]
+        parts = [(list(model.premises) + list(within_prem), linear, None)]
         if not any(_multiple_of(f, E, S) for f in model.launch_facts):
             parts.append((_about(list(model.premises) + list(model.launch_facts), [S, E]),
                           [("the stride divides the extent", E % S == 0)], "NIA"))
@@ -1069,8 +1112,10 @@ def _pair_radix_dims(model, st, dest, exts, within, counts):
     dest, exts, labels, obs = list(dest), list(exts), [], []
 
     def span(r, c):
-        """The product of r's variables' counts is c, and r's variables lie inside the
-        tile (0 with c == 1: no variable)."""
+        """The product of r's variables' counts is at most c, and r's variables lie inside
+        the tile (0 with c == 1: no variable). Fewer than c (a row segment of the tile never
+        stored): the pair is still exact for r in [0, c); the offset obligation then finds
+        the positions of [0, c) r misses (an error, no longer an unknown)."""
         vs = free_consts(r)
         if not vs <= within_names:
             return False
@@ -1080,7 +1125,7 @@ def _pair_radix_dims(model, st, dest, exts, within, counts):
             if not z3.is_int_value(k):
                 return False
             n *= k.as_long()
-        return n == c and (vs or z3.simplify(r).eq(z3.IntVal(0)))
+        return n <= c and (vs or z3.simplify(r).eq(z3.IntVal(0)))
     changed = True
     while changed:
         changed = False
@@ -1315,7 +1360,10 @@ def _fixed_dim(model, st, d, base, size, ext) -> Obligation:
                       f"dim {d} of {st.tensor.name} stored at {st.op.loc}",
                       list(model.premises), claims, _by_store(model, st, decode),
                       minimize=list(model.params.values()), fix=fix,
-                      warn_claims=("the tile spans the dim",))
+                      # a radix pair's offset dim has a constant extent: no launch
+                      # precondition can make a tile short of it cover it (an error)
+                      warn_claims=("the tile spans the dim",) if d < len(st.tensor.dims)
+                      else ())
 
 
 def _unit_radix(model, u, T, terms):

@@ -280,15 +280,14 @@ def test_kernel_verifies_with_zero_findings(schedule, geom, dtypes):
     bad = [d for d in found if d.severity == "error" or
            (d.severity == "unknown" and d.code not in ALLOWED_UNKNOWN)]
     assert bad == [], [str(d) for d in bad]
-    if not (schedule.halo or (schedule.rowbox and schedule.epilogue == "tma")):
-        # rows of the flattened N * OD * P, direct or TMA-store epilogue (its row segments:
-        # one block index inside the tile), clusters (the rank inside the unit index m of
-        # m // q_tiles, m % q_tiles), per-image row blocks with the direct epilogue (rows
-        # past P pushed out; the kernel's ag.require NP == N * P): coverage proven, not
-        # left unknown. Left: the rowbox TMA epilogue's 8 pushed row segments; the halo's
-        # NP == N * P is not stated (its X has no N): a warning
-        cov = [d for d in found if d.code == "store.coverage"]
-        assert cov and all(d.severity == "note" for d in cov), [str(d) for d in cov]
+    # rows of the flattened N * OD * P, direct or TMA-store epilogue (its row segments:
+    # one block index inside the tile), clusters (the rank inside the unit index m of
+    # m // q_tiles, m % q_tiles), per-image row blocks (rows past P pushed out; the kernel's
+    # ag.require NP == N * P, the halo's NP == NH // H * P), the rowbox TMA epilogue's 8
+    # row segments each pushed by its own flag (joined by the segment index): coverage
+    # proven, not left unknown
+    cov = [d for d in found if d.code == "store.coverage"]
+    assert cov and all(d.severity == "note" for d in cov), [str(d) for d in cov]
     if schedule.rowbox:
         once = [d for d in found if d.code == "store.once"]
         assert once and all(d.severity == "note" for d in once), [str(d) for d in once]

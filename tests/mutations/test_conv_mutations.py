@@ -114,13 +114,16 @@ def test_rowbox_rows_past_p_stored_into_the_next_image_is_a_store_once_error(mon
 GEOM = ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, groups=2, cg_padded=64)
 # per-image row blocks (rowbox) need a 2-d convolution of stride 1 and one group
 GEOM_ROWBOX = ConvGeometry(3, 3, 1, 1, 1, 1, 1, 1, groups=1, cg_padded=64)
+# the halo (per-image row blocks of X [N * H, ..]) needs stride_h 1; groups and stride_w free
+GEOM_HALO = ConvGeometry(3, 3, 1, 2, 1, 1, 2, 1, groups=2, cg_padded=64)
 
 # schedules whose store.coverage is proven (check_stores._tile_coverage): the direct
 # epilogue, the TMA epilogue's row segments (8 sites, one block index inside the tile), the
 # NCHW epilogue's (image, row) pair seen as one flattened row (check_stores._merge_radix_dims);
 # clusters (the CTA rank inside the unit index m of m // q_tiles, m % q_tiles: one tile index,
 # check_stores._pair_radix_dims); per-image row blocks (rows past P pushed out of the tensor:
-# check_stores._pushed_split, with the kernel's ag.require NP == N * P)
+# check_stores._pushed_split, with the kernel's ag.require NP == N * P; the halo's X has no
+# N: its ag.require NP == NH // H * P, a product with the factor P)
 COVERED = [
     ("direct", False, GEOM, ConvSchedule(bm=128, bn=64, bw=64, stages=2)),
     ("tma_bw8", False, GEOM, ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma")),
@@ -132,7 +135,12 @@ COVERED = [
     ("rowbox_direct", False, GEOM_ROWBOX,
      ConvSchedule(bm=128, bn=64, bw=64, stages=2, rowbox=True, num_sms=2)),
     ("nchw_rowbox_cluster", True, GEOM_ROWBOX,
-     ConvSchedule(bm=128, bn=64, bw=64, stages=2, rowbox=True, cluster_m=2, num_sms=4))]
+     ConvSchedule(bm=128, bn=64, bw=64, stages=2, rowbox=True, cluster_m=2, num_sms=4)),
+    ("halo_direct", False, GEOM_HALO,
+     ConvSchedule(bm=128, bn=64, bw=64, stages=2, halo=True, num_sms=2)),
+    # per-image row blocks stored by 8 TMA row segments, each pushed out by its own flag:
+    # unpushed, they are translates joined by the segment index (in the flags too)
+    ("rowbox_tma_bw8_cluster", False, GEOM_ROWBOX, ROWBOX_SCHEDULES[1])]
 
 
 def _store_coverage_errors(found):
@@ -188,21 +196,31 @@ def test_a_cluster_rank_mapping_that_double_covers_is_an_error(monkeypatch, name
                for d in found), [f"{d.severity} {d.code}: {d.message[:160]}" for d in found]
 
 
-def test_rowbox_without_its_image_precondition_warns(monkeypatch):
+@pytest.mark.parametrize("name", ["rowbox_direct", "halo_direct", "rowbox_tma_bw8_cluster"])
+def test_per_image_blocks_without_their_image_precondition_warn(monkeypatch, name):
     """Per-image row blocks walk NP // P images of P rows: without the kernel's
-    ag.require(NP == N * P) the rows past the last whole image are never stored when P does
-    not divide NP. store.coverage says so (a warning naming the precondition to state), it
-    does not prove it."""
+    ag.require(NP == N * P) (rowbox; the halo's NP == NH // H * P) the rows past the last
+    whole image are never stored when P does not divide NP. store.coverage says so (a
+    warning naming the precondition to state), it does not prove it."""
     monkeypatch.setattr(K.ag, "require", lambda cond, why: None)   # BUG: not stated
     kernel = K.conv_kernel.__wrapped__()
-    found = verify.check(kernel, include_proven=True, geom=GEOM_ROWBOX, s=COVERED[5][3])
+    _, _, geom, schedule = next(c for c in COVERED if c[0] == name)
+    found = verify.check(kernel, include_proven=True, geom=geom, s=schedule)
     cov = [d for d in found if d.code == "store.coverage" and d.severity != "note"]
     assert cov and all(d.severity == "warning" for d in cov), [str(d)[:300] for d in cov]
     assert any("not a multiple" in d.message and "ag.require" in str(d) for d in cov), \
         [str(d) for d in cov]
 
 
-@pytest.mark.parametrize("name,nchw,geom,schedule", COVERED, ids=[c[0] for c in COVERED])
+# proven too, its mutations left to the kernels above (5 s of verify each on this machine):
+# the halo's TMA epilogue, 8 pushed row segments as the rowbox one's
+PROVEN_ONLY = [("halo_tma_bw8_cluster", False, GEOM_HALO,
+                ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma", halo=True,
+                             cluster_m=2, num_sms=4))]
+
+
+@pytest.mark.parametrize("name,nchw,geom,schedule", COVERED + PROVEN_ONLY,
+                         ids=[c[0] for c in COVERED + PROVEN_ONLY])
 def test_the_correct_grid_proves_store_coverage(name, nchw, geom, schedule):
     """The unmutated kernels of the test above: store.coverage proven, no unknown left."""
     found = verify.check(K.conv_kernel(nchw=nchw), include_proven=True, geom=geom,
@@ -278,3 +296,56 @@ def test_packed_tail_not_masked_is_caught_by_the_interpreter(monkeypatch):
     monkeypatch.setattr(K, "_k_slice", unmasked)
     got, want = _tail_case()
     assert not torch.equal(got, want) and want[0, :, 1].all()   # plane 1 reached only by tap 3
+
+
+def _segments_mutated(monkeypatch, bug):
+    """The rowbox TMA-store epilogue (8 row segments of 8 rows per warpgroup) with one
+    segment's ag.tma.store seeded with `bug`: 'drop' skips the last segment (the loop one
+    short), 'double' stores segment 3 at segment 2's rows (segment 3's rows never stored)."""
+    real, seen = ag.tma.store, []
+
+    def store(dst, coords, view, *args, **kw):
+        j = len(seen) % 8                     # the segment: 8 stores per column block
+        seen.append(coords)
+        if bug == "drop" and j == 7:
+            return None                       # BUG: drop
+        if bug == "double" and j == 3:
+            coords = seen[-2]                 # BUG: double
+        return real(dst, coords, view, *args, **kw)   # the seeded store
+    monkeypatch.setattr(ag.tma, "store", store)
+    kernel = K.conv_kernel.__wrapped__()
+    return verify.check(kernel, geom=GEOM_ROWBOX, s=ROWBOX_SCHEDULES[1])
+
+
+def _seeded_line():
+    from pathlib import Path
+    lines = Path(__file__).read_text().splitlines()
+    return next(i + 1 for i, line in enumerate(lines) if line.endswith("# the seeded store"))
+
+
+def test_a_dropped_row_segment_is_a_store_coverage_error(monkeypatch):
+    """The last row segment never stored: store.coverage is an error naming the segment
+    (the store site index inside the tile), the warpgroup, role and thread, at the seeded
+    store's line; before the segments were joined it was unknown ('8 store sites')."""
+    found = _segments_mutated(monkeypatch, "drop")
+    bad = [d for d in found if d.code == "store.coverage" and d.severity == "error"]
+    assert bad, [f"{d.severity} {d.code}: {d.message[:160]}" for d in found]
+    text = str(bad[0])
+    assert "role 'consumer'" in text and "warpgroup" in text and "thread" in text, text
+    assert str(bad[0].loc).endswith(f"test_conv_mutations.py:{_seeded_line()}"), bad[0].loc
+    wit = bad[0].counterexample
+    assert wit["offset"] >= wit["tile"] and any(v == 6 for k, v in wit["within"].items()
+                                                 if k.startswith("store_site")), wit
+
+
+def test_a_double_stored_row_segment_is_an_error(monkeypatch):
+    """Segment 3 stored at segment 2's rows: store.once is an error naming the element and
+    who stores it twice, at the seeded store's line. (Coverage of translates with a gap, rows
+    of segment 3 missing, stays unknown: a gap may be another unit's rows.)"""
+    found = _segments_mutated(monkeypatch, "double")
+    once = [d for d in found if d.code == "store.once" and d.severity == "error"]
+    assert once and "stored twice" in once[0].message, \
+        [f"{d.severity} {d.code}: {d.message[:160]}" for d in found]
+    assert str(once[0].loc).endswith(f"test_conv_mutations.py:{_seeded_line()}"), once[0].loc
+    wit = once[0].counterexample
+    assert wit["role"] == "consumer" and "warpgroup" in wit and "thread" in wit, wit
