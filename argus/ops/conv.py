@@ -187,6 +187,13 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     (scripts/gpu_conv_bench.py --variants default,taps / scripts/gpu_l2_slow.py --conv-only:
     docs/perf/conv.md "Packed taps").
     """
+    if taps_per_slice != "auto" and (not isinstance(taps_per_slice, int) or
+                                     isinstance(taps_per_slice, bool) or taps_per_slice < 1):
+        # checked first: a layer that keeps one tap a step (the fp32 split, halo, grouped with
+        # a column stride) must not hide a bad value that another layer would refuse
+        raise LaunchError(f"argus.ops.conv.schedule_for: taps_per_slice={taps_per_slice!r} "
+                          f"is an int >= 1 or 'auto'", fix="taps_per_slice=1 (one tap a "
+                          "step), an int > 1, or 'auto'")
     base = _schedule_for(x, weight, stride, padding, dilation, groups, halo=halo, rowbox=rowbox,
                         precision=precision, nchw_epilogue=nchw_epilogue)
     sw = _pair(stride, "stride", x.dim() - 2)[-1]
@@ -200,9 +207,6 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     bk = packed_bk(weight.shape[1], elem)
     slices = taps * -(-_padded_channels(weight.shape[1], elem) // bk)
     atoms = packed_taps(bk, elem, slices) if taps_per_slice == "auto" else taps_per_slice
-    if not isinstance(atoms, int) or atoms < 1:
-        raise LaunchError(f"argus.ops.conv.schedule_for: taps_per_slice={taps_per_slice!r} "
-                          f"is an int >= 1 or 'auto'")
     nchw_epi = base.nchw_epilogue
     staging = 128 * base.bn * 2 if base.epilogue == "tma" else \
         nchw_staging_bytes(nchw_epi, base.bn, elem)

@@ -148,3 +148,16 @@ def test_packed_grouped_column_strided_layer_is_refused_with_the_reason():
     assert "taps_per_slice=1" in str(err.value)
     # schedule_for keeps one tap a step for it, which runs
     assert conv_op.schedule_for(x, w, 2, 1, 1, 2, taps_per_slice=4).taps_per_slice == 1
+
+
+@pytest.mark.parametrize("bad", [0, -2, "four", True, 2.0])
+def test_bad_taps_per_slice_is_refused_for_every_layer(bad):
+    """schedule_for checks taps_per_slice before deciding whether the layer packs: a bad
+    value is a LaunchError even for a layer that keeps one tap a step (the fp32 split)."""
+    from argus.errors import LaunchError
+
+    for dtype in (torch.bfloat16, torch.float32):      # packs / keeps one tap (the split)
+        x = torch.empty(2, 8, 9, 9, dtype=dtype, device="meta")
+        w = torch.empty(16, 8, 3, 3, dtype=dtype, device="meta")
+        with pytest.raises(LaunchError, match=r"taps_per_slice=.* is an int >= 1 or 'auto'"):
+            conv_op.schedule_for(x, w, 1, 1, 1, 1, taps_per_slice=bad)
