@@ -11,7 +11,15 @@ zero-filled rows leaves its accumulator's value, `where(valid, s, -inf)` replace
 
 Abstract value of a tile's masked elements: NONE (the tile has none: computed from unmasked
 data only), a float constant, FINITE (some finite value) or TOP (unknown). A violation is
-reported only for a known constant that is not the identity: unknown values are never errors.
+reported for a known constant that is not the identity, and for FINITE when it comes only from
+the masked lanes of loads the model follows (a fill combined with other data: `d = x - mean`
+of a 0-filled x, squared and summed, adds mean^2 per padding lane; LayerNorm's variance pass):
+then as the obligation below, over those loads' own lanes when they sit in the reduction's
+loop body with its shape (the other operand's definedness, a mean summarized over its loop,
+says nothing of the fill), and the finding names the op where the fill stopped being a known
+constant (`turned`). FINITE from any other source, and TOP, are unknown: never errors. A
+FINITE operand times a tile built from indices (a float mask `d * (cols < N)`) is TOP: the
+mask is 0 where the fill is.
 `where(c, a, b)` with a constant b and a condition on indices (computed from an `arange`) is
 taken as the mask (its condition false exactly on the masked elements), which is how kernels
 write it. A condition on data values (`where(t > 0, t * log(t), 0)`, KernelBench L1/98's
@@ -78,13 +86,29 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     finds: list[Finding] = []
     seen: set = set()
     uses: list[Uses] = []   # the kernel's readers, built on first use
-    for op, got, loads in flow.reached.values():
+    for op, patterns in flow.together_reached.values():
+        # the identity only where no masked lane meets data that changes it: per element
+        if op.result.id in flow.reached or not all(
+                flow.region_of.get(id(x)) == flow.region_of.get(id(op)) and
+                len(x.result.type.shape) == len(op.src.type.shape)
+                for ms, ds in patterns for x in ms | ds):
+            continue
+        if not uses:
+            uses.append(Uses(model.kernel))
+        obs += [_together(model, red, patterns, uses[0].stores_reached(op))
+                for red in model.reduces if red.op.result.id == op.result.id]
+    for op, got, loads, turned in flow.reached.values():
         sites = [r for r in model.reduces if r.op.result.id == op.result.id]
         if loads is not None and sites:
             if not uses:
                 uses.append(Uses(model.kernel))
-            obs += [_reaches(model, red, got, loads, uses[0].stores_reached(op))
+            own = got == FINITE and all(
+                flow.region_of.get(id(x)) == flow.region_of.get(id(op)) and
+                x.result.type.shape == op.src.type.shape for x in loads)
+            obs += [_reaches(model, red, got, loads, uses[0].stores_reached(op), turned, own)
                     for red in sites]
+            continue
+        if got == FINITE:   # unknown where the loads are not followed: never an error
             continue
         key = (op.loc.file, op.loc.line, op.fn)
         if key not in seen:
@@ -102,6 +126,17 @@ class _Flow:
         # (another source: a TMA zero fill, a where's constant ...); read through `loads`
         self.src: dict[int, frozenset | None] = {}
         self.const: dict[int, float] = {}      # value id -> the value of a constant tile
+        # value id -> the op at which its masked value stopped being a known constant (a fill
+        # of 0 turned into `x - mean`): the line a fix edits, named by the finding
+        self.turned: dict[int, object] = {}
+        # value id -> the lane patterns (loads masked, loads in bounds) under which its masked
+        # value is not what `val` says: x * w of X filled with 1.0 and W with 0.0 is 0.0 only
+        # where both are masked; where x is and w is not, it is 1.0 * w (`_lanes`)
+        self.together: dict[int, frozenset] = {}
+        # reduce result id -> (op, the patterns that must not occur there)
+        self.together_reached: dict[int, tuple] = {}
+        # id(op) of a load or reduction -> the program point of its region (which loop body)
+        self.region_of: dict[int, tuple[int, ...]] = {}
         self.root: dict[int, int] = {}         # smem view id -> buffer id
         self.index: set[int] = set()           # tiles computed from an arange (index tiles)
         self._exact = exact                    # assigns the model follows exactly (lazy)
@@ -127,9 +162,21 @@ class _Flow:
             self._exact_points = self._exact()
         return point in self._exact_points
 
-    def set(self, vid: int, val: object, loads: frozenset | None) -> None:
+    def carry(self, dst: int, *srcs: int) -> None:
+        """dst's masked value is computed from srcs': their wrong patterns are its."""
+        got = frozenset().union(*(self.together.get(x, frozenset()) for x in srcs))
+        if got:
+            self.together[dst] = got
+        else:
+            self.together.pop(dst, None)
+
+    def set(self, vid: int, val: object, loads: frozenset | None, turned=None) -> None:
         self.val[vid] = val
         self.src[vid] = loads
+        if turned is not None:
+            self.turned[vid] = turned
+        else:
+            self.turned.pop(vid, None)
 
     def point(self, v) -> object:
         """The value operand v has at a masked element of another operand."""
@@ -146,6 +193,8 @@ class _Flow:
             self.op(op, point + (i,))
 
     def op(self, op, point: tuple[int, ...]) -> None:
+        if isinstance(op, (O.Load, O.Gather, O.Reduce)):
+            self.region_of[id(op)] = point[:-1]
         if isinstance(op, O.For):
             body = point + (_body_index(op),)
             before, before_src = dict(self.val), dict(self.src)
@@ -191,14 +240,18 @@ class _Flow:
             # the same elements (moved, or read at a shifted index): what the model's
             # `defined` of the result says of the source's
             if op.src.id in self.val:
-                self.set(op.result.id, self.val[op.src.id], self.loads(op.src.id))
+                self.set(op.result.id, self.val[op.src.id], self.loads(op.src.id),
+                         self.turned.get(op.src.id))
+                self.carry(op.result.id, op.src.id)
             if op.src.id in self.const:
                 self.const[op.result.id] = self.const[op.src.id]
         elif isinstance(op, O.Var):
             if op.init.id in self.index:
                 self.index.add(op.result.id)
             if op.init.id in self.val:
-                self.set(op.result.id, self.val[op.init.id], self.loads(op.init.id))
+                self.set(op.result.id, self.val[op.init.id], self.loads(op.init.id),
+                         self.turned.get(op.init.id))
+                self.carry(op.result.id, op.init.id)
             if op.init.id in self.const:
                 self.const[op.result.id] = self.const[op.init.id]
         elif isinstance(op, O.Assign):
@@ -207,7 +260,9 @@ class _Flow:
                 # or assigns under a condition, has no bounded masked lanes
                 loads = _join_loads(self.loads(op.dst.id), self.loads(op.src.id))
                 self.set(op.dst.id, _join(self.get(op.dst), self.get(op.src)),
-                         loads if loads and self.exact(point) else OPAQUE)
+                         loads if loads and self.exact(point) else OPAQUE,
+                         self.turned.get(op.src.id, self.turned.get(op.dst.id)))
+                self.carry(op.dst.id, op.dst.id, op.src.id)
             self.const.pop(op.dst.id, None)
             if op.src.id in self.index:
                 self.index.add(op.dst.id)
@@ -264,7 +319,43 @@ class _Flow:
         loads: frozenset | None = frozenset()
         for a in tiles:
             loads = _join_loads(loads, self.loads(a.id))
-        self.set(op.result.id, _apply(op.fn, vals), loads)
+        got = _apply(op.fn, vals)
+        if got == FINITE and any(a.id in self.index and self.get(a) == NONE for a in op.args):
+            # times a float mask built from indices (`d * (cols < N)`): zero where masked,
+            # which FINITE does not say
+            got = TOP
+        masked = [self.turned[a.id] for a in tiles if a.id in self.turned]
+        turned = masked[0] if masked else (
+            op if got == FINITE and any(isinstance(self.get(a), float) for a in tiles) else None)
+        self.set(op.result.id, got, loads, turned)
+        self.carry(op.result.id, *(a.id for a in tiles))
+        lanes = self._lanes(op, vals, got)
+        if lanes:
+            self.together[op.result.id] = self.together.get(op.result.id, frozenset()) | lanes
+
+    def _lanes(self, op: O.Elementwise, vals: list, got: object) -> frozenset:
+        """The lane patterns under which `got` (computed as if every masked operand were
+        masked at once) is wrong: when two operands' masked values come from different loads
+        (a where's condition aside), at a lane where one is masked another may be data
+        (FINITE). Each pattern (the loads masked, the loads in bounds) whose value differs
+        from `got` is returned; none when no mix matters (0 * w is 0 whatever w is;
+        `-inf - m` is -inf) or a source is not a load."""
+        srcs = [(k, self.loads(a.id)) for k, a in enumerate(op.args)
+                if hasattr(a.type, "shape") and self.get(a) != NONE]
+        if len(srcs) < 2 or any(x is OPAQUE or not x for _, x in srcs) or \
+                len({x for _, x in srcs}) < 2:
+            return frozenset()
+        out = set()
+        for k, own in srcs:
+            alone = [v if j == k or all(j != i for i, _ in srcs) else FINITE
+                     for j, v in enumerate(vals)]
+            alt = _apply(op.fn, alone)
+            if alt != got and not (isinstance(alt, float) and isinstance(got, float) and
+                                   _same(alt, got)):
+                data = frozenset().union(*(x for i, x in srcs if i != k)) - own
+                if data:
+                    out.add((own, data))
+        return frozenset(out)
 
     def _on_data(self, cond) -> bool:
         """Whether a where's condition is a predicate on data values, not on indices: a tile
@@ -279,11 +370,25 @@ class _Flow:
         seen = self.reached.get(op.result.id)
         if seen is not None:   # a loop's second pass: the first wrong value, every source
             self.reached[op.result.id] = (op, seen[1], _join_loads(seen[2],
-                                                                   self.loads(op.src.id)))
+                                                                   self.loads(op.src.id)),
+                                          seen[3])
             return
-        if ident is None or not isinstance(got, float) or _same(got, ident):
+        if ident is not None and isinstance(got, float) and _same(got, ident) and \
+                self.together.get(op.src.id) and self.loads(op.src.id):
+            self.together_reached.setdefault(op.result.id, (op, self.together[op.src.id]))
+        if ident is None or (isinstance(got, float) and _same(got, ident)):
             return
-        self.reached[op.result.id] = (op, got, self.loads(op.src.id))
+        loads = self.loads(op.src.id)
+        if got == FINITE and loads:
+            # a fill turned into some other value by the ops between (`x - mean` of a
+            # 0-filled x): not the identity unless no masked lane reaches the reduction, which
+            # only the obligation over loads the model follows can say (any other source stays
+            # unknown, never an error)
+            self.reached[op.result.id] = (op, got, loads, self.turned.get(op.src.id))
+            return
+        if not isinstance(got, float):
+            return
+        self.reached[op.result.id] = (op, got, loads, self.turned.get(op.src.id))
 
 
 def _body_index(loop: O.For) -> int:
@@ -325,8 +430,8 @@ def _exact_assigns(model: Model) -> set[tuple[int, ...]]:
     return out
 
 
-def _reaches(model: Model, red: ReduceSite, got: float, loads: frozenset,
-             reached: list | None) -> Obligation:
+def _reaches(model: Model, red: ReduceSite, got: object, loads: frozenset,
+             reached: list | None, turned=None, own: bool = False) -> Obligation:
     """The masked lanes of `loads`, holding `got`, change no stored output through this
     reduction: every element e of the reduced tile is in bounds (model's `defined`), or the
     result element e goes into (e with the reduced axis at 0) reaches no element that a store
@@ -345,19 +450,26 @@ def _reaches(model: Model, red: ReduceSite, got: float, loads: frozenset,
     where = sorted({f"{names.get(x.tensor.id, x.tensor)} (other={x.other}) at {x.loc}"
                     for x in loads})
     outs = None if reached is None else _outputs(model, red, idx, reached)
+    # a value computed from the fill and other data (FINITE: `x - mean`) is wrong only at the
+    # loads' own masked lanes: with the loads in the reduction's loop body and of its shape
+    # (pointwise ops between, element e of each load is element e of the reduced tile), the
+    # claim is that those loads are in bounds at e; the other operands' definedness (a mean
+    # summarized over its loop) says nothing of the fill
+    defined = z3.And([model.tile(x.result).fn(idx).defined for x in loads]) if own else \
+        rec.defined
     if outs is None:
-        claim = ("every reduced element is in bounds", rec.defined)
+        claim = ("every reduced element is in bounds", defined)
     else:
         stored = z3.Or([o[0] for o in outs]) if outs else z3.BoolVal(False)
         claim = ("every reduced element is in bounds, or its result is stored nowhere in "
-                 "bounds", z3.Or(rec.defined, z3.Not(stored)))
+                 "bounds", z3.Or(defined, z3.Not(stored)))
 
     def decode(zm, violated):
         wit = W.context(model, zm, red.site)
         element = tuple(value(zm, i) for i in idx)
         coords = {name: value(zm, f.term) for name, f in sorted(rec.fields.items())
                   if name not in META_FIELDS and f.is_point}
-        wit.update({"fill": got, "identity": _WORDS[op.fn], "reduction": op.fn,
+        wit.update({"fill": _held(got, loads), "identity": _WORDS[op.fn], "reduction": op.fn,
                     "axis": op.axis, "element": element, "coordinates": coords,
                     "masked_load": where})
         wit.update(W.holder(model, op.src.type, element))
@@ -370,15 +482,88 @@ def _reaches(model: Model, red: ReduceSite, got: float, loads: frozenset,
                 out = (f"; the result reaches {wit['output']}, which the store at "
                        f"{st.op.loc} writes")
                 break
+        turn = ""
+        if turned is not None:
+            wit["turned_at"] = str(turned.loc)
+            turn = (f"; the fill stops being the identity at {turned.loc} ({turned.fn} with "
+                    f"a value the mask does not zero: mask that value with ag.where(valid, "
+                    f"..., {_FILL_TEXT[op.fn]}) there)")
         return W.placed(f"element {element} of the reduced tile is a masked lane (past the "
                         f"tensor's end{', at ' + at if at else ''}) of the load "
-                        f"{' / '.join(where)}: it holds {got} when this {op.fn} consumes it, "
-                        f"not the identity {_WORDS[op.fn]}, and {_HARM[op.fn]}{out}", wit), wit
+                        f"{' / '.join(where)}: it holds {_held(got, loads)} when this {op.fn} "
+                        f"consumes it, not the identity {_WORDS[op.fn]}, and "
+                        f"{_HARM[op.fn]}{out}{turn}", wit), wit
     return Obligation(
         "fill.identity", op.loc, f"{op.fn} over axis {op.axis} at {op.loc}: no masked "
         f"element reaches it", prem, [claim],
         decode, minimize=list(idx) + [s.var for s in red.site.loops()],
-        fix=_fix(op.fn) + ", or keep the loop's blocks inside the tensor")
+        fix=(f"mask the value computed from the load with ag.where(valid, ..., "
+             f"{_FILL_TEXT[op.fn]}) before the {op.fn} (no fill survives that arithmetic as "
+             f"the identity)" if got == FINITE else _fix(op.fn))
+        + ", or keep the loop's blocks inside the tensor")
+
+
+def _together(model: Model, red: ReduceSite, patterns: frozenset,
+              reached: list | None) -> Obligation:
+    """No element of the reduced tile meets a lane pattern under which the flow's identity is
+    wrong (`_Flow._lanes`): at every element e, for each (masked loads, in-bounds loads)
+    pattern, not all of the first are masked (their element: e with the load's broadcast dims
+    at 0) while all of the second are in bounds — or e's result is stored nowhere in bounds
+    (as `_reaches`). A 1-d convolution's taps gathered with other=1.0 times an in-bounds weight
+    row: the tap is padding, the weight is data, and the product 1.0 * w is added."""
+    op = red.op
+    shape = op.src.type.shape
+    idx = tuple(fresh_int(f"e{d}") for d in range(len(shape)))
+    rec = red.src.fn(idx)
+    prem = list(model.premises) + red.site.constraints() + list(rec.cond) + \
+        [z3.And(i >= 0, i < n) for i, n in zip(idx, shape)]
+    loads = sorted({x for ms, ds in patterns for x in ms | ds}, key=lambda x: str(x.loc))
+    inside = {id(x): model.tile(x.result).fn(tuple(
+        z3.IntVal(0) if s == 1 and n != 1 else i
+        for i, s, n in zip(idx, x.result.type.shape, shape))).defined for x in loads}
+    bad = [z3.And([z3.Not(inside[id(x)]) for x in ms] + [inside[id(x)] for x in ds])
+           for ms, ds in sorted(patterns, key=str)]
+    ok = z3.Not(z3.Or(bad))
+    outs = None if reached is None else _outputs(model, red, idx, reached)
+    stored = None if outs is None else (z3.Or([o[0] for o in outs]) if outs else
+                                        z3.BoolVal(False))
+    claim = ok if stored is None else z3.Or(ok, z3.Not(stored))
+    names = {info.value.id: info.name for info in model.tensors.values()}
+
+    def decode(zm, violated):
+        wit = W.context(model, zm, red.site)
+        element = tuple(value(zm, i) for i in idx)
+
+        def holds(x):
+            return z3.is_true(zm.eval(inside[id(x)], model_completion=True))
+        masked = [f"{names.get(x.tensor.id, x.tensor)} (other={x.other}) at {x.loc}"
+                  for x in loads if not holds(x)]
+        data = [f"{names.get(x.tensor.id, x.tensor)} at {x.loc}" for x in loads if holds(x)]
+        wit.update({"element": element, "reduction": op.fn, "identity": _WORDS[op.fn],
+                    "masked_load": masked, "in_bounds_load": data})
+        wit.update(W.holder(model, op.src.type, element))
+        out = ""
+        for cond, st, dest in outs or ():
+            if z3.is_true(zm.eval(cond, model_completion=True)):
+                wit["output"] = W.fmt_elem(st.tensor.name, [value(zm, d) for d in dest])
+                wit["store"] = str(st.op.loc)
+                out = (f"; the result reaches {wit['output']}, which the store at "
+                       f"{st.op.loc} writes")
+                break
+        return W.placed(
+            f"element {element} of the reduced tile is a masked lane of {' / '.join(masked)} "
+            f"but data of {' / '.join(data)}: the fill is combined with data there, not with "
+            f"the other fill, so this {op.fn} does not get its identity {_WORDS[op.fn]}{out}",
+            wit), wit
+    return Obligation(
+        "fill.identity", op.loc, f"{op.fn} over axis {op.axis} at {op.loc}: no masked lane "
+        f"meets data that changes its value", prem,
+        [("no element is masked in one load and data in the other, or its result is stored "
+          "nowhere in bounds", claim)], decode,
+        minimize=list(idx) + [s.var for s in red.site.loops()],
+        fix=f"load with the fill that is the identity after the arithmetic (other=0.0 before a "
+            f"product that is summed), or mask with ag.where(valid, ..., "
+            f"{_FILL_TEXT[op.fn]}) before the {op.fn}")
 
 
 def _outputs(model: Model, red: ReduceSite, idx: tuple, reached: list) -> list | None:
@@ -416,6 +601,16 @@ def _outputs(model: Model, red: ReduceSite, idx: tuple, reached: list) -> list |
                 conds.append(later)
             out.append((z3.And(conds), st, dest))
     return out
+
+
+def _held(got: object, loads: frozenset) -> object:
+    """What a masked lane holds at the reduction, in words: the constant, or for FINITE the
+    fill and that the pointwise ops between turned it into another value."""
+    if got != FINITE:
+        return got
+    fills = sorted({str(x.other) for x in loads})
+    return (f"a value computed from its fill {' / '.join(fills)} by the pointwise ops "
+            f"between the load and the reduction (e.g. x - mean)")
 
 
 def _verdict(op: O.Reduce, got: float, who: tuple[dict, str] = ({}, "")) -> Finding:
