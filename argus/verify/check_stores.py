@@ -111,6 +111,10 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
                 _tile_coverage(model, sites[0], sites, pushed)
             obs += o
             finds += f
+        elif _alternatives(sites) and (got := _coverage(model, sites[0], sites)) is not None:
+            # one tile, one place, different conditions: stored where one of them holds
+            obs += got[0]
+            finds += got[1]
         else:
             finds.append(Finding("store.coverage", sites[0].op.loc,
                                  f"stores to {sites[0].tensor.name}", "unknown",
@@ -185,6 +189,18 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
         val = rec.get(fname)
         if val is None or not is_coordinate_field(fname):
             continue
+        if _window(val) and rec.get("live") is None:
+            # a reduction over a window of this dim (a convolution's taps, a pool): the value
+            # is several elements' along it, so no one of them is the destination's; the
+            # claim is that the destination is one of them (a 'same' convolution storing
+            # Y[l] = sum over t of X[l + t - P] names both dims L: the window holds l). Not
+            # for a masked sum (a one-hot selection, compose's transpose): its mask pins the
+            # set to the one element it keeps, which must be the destination's
+            claims.append((f"{fname} of the destination is in the value's window",
+                           z3.Exists(list(val.bound),
+                                     z3.And(list(val.cond) + [val.term == dest[d]]))))
+            field_of[claims[-1][0]] = fname
+            continue
         prem += list(val.cond)
         claims.append((f"{fname} of the value == destination {fname}", val.term == dest[d]))
         field_of[claims[-1][0]] = fname
@@ -233,6 +249,12 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
         return W.placed(msg, wit), wit
     return [Obligation("store.coords", st.op.loc, subject, prem, claims, decode,
                        minimize=list(idx) + [s.var for s in st.site.scopes if s.var is not None])]
+
+
+def _window(val) -> bool:
+    """A field that a reduction made a set along its axis (tiles.py's reduce marks it mixed
+    with "<fn> over axis <a> at <loc>"): the coordinates of a window, not one element's."""
+    return not val.is_point and any(" over axis " in m for m in val.mixed)
 
 
 def _integer_links(model: Model, st: StoreSite, rec) -> list[tuple[int, str]]:
@@ -593,7 +615,25 @@ def _radices(model: Model, a: StoreSite, b: StoreSite, idx1, idx2, extra: dict):
     return list(zip(r1, r2))
 
 
-def _coverage(model: Model, st: StoreSite):
+def _alternatives(sites: list[StoreSite]) -> bool:
+    """The sites store one tile shape at one destination in one context but for their
+    `ag.when`s (an epilogue's full-tile and tail-tile stores): the same offsets (equal terms),
+    the same enclosing loops, roles and pipeline steps."""
+    a = sites[0]
+
+    def frame(st):
+        return [sc for sc in st.site.scopes if sc.kind != "if"]
+    return len(sites) > 1 and all(
+        b.shape == a.shape and b.transposed == a.transposed and
+        len(b.offsets) == len(a.offsets) and frame(b) == frame(a) and
+        all(z3.is_true(z3.simplify(_num(x) == _num(y))) for x, y in zip(a.offsets, b.offsets))
+        for b in sites[1:])
+
+
+def _coverage(model: Model, st: StoreSite, alternatives: list[StoreSite] | None = None):
+    """store.coverage of one store site; `alternatives` (sites storing st's tile at st's
+    place under other conditions, `_alternatives`): the count is st's, and the conditions are
+    claimed together (store_guards.alternatives), or None where they cannot be."""
     obs, finds = [], []
     idx = [fresh_int(f"e{d}") for d in range(len(st.shape))]
     dest = _dest(st, idx)
@@ -627,7 +667,7 @@ def _coverage(model: Model, st: StoreSite):
                      for x in dest[:d] + dest[d + 1:])
         if not ok or shared:
             # a raster order or a persistent walk: the dims are covered together, tile by tile
-            return _tile_coverage(model, st)
+            return _tile_coverage(model, st) if alternatives is None else None
         ext = _num(st.tensor.extent(model, d))
         ren = [(v, fresh_int(f"{v}@2")) for v in dvars]
         dd2 = z3.substitute(dd, *ren)
@@ -663,7 +703,11 @@ def _coverage(model: Model, st: StoreSite):
     # the count above is over every instance, the `ag.when`s around the store left out of
     # its premises (an injective map on the instances that pass a condition covers nothing):
     # each condition must let through the instances the count relies on (store_guards)
-    o, f = guards.obligations(model, st)
+    got = guards.obligations(model, st) if alternatives is None else \
+        guards.alternatives(model, alternatives)
+    if got is None:
+        return None
+    o, f = got
     return obs + o, finds + f, None
 
 

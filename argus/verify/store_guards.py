@@ -34,6 +34,11 @@ adds, per condition around the store, one obligation from here:
     mention F (nor k): then for each element, the instance the count relies on has an F that
     passes. Anything else about a ticket is read as the first kind of condition (and fails
     with the ticket that skips).
+
+Several stores of one tile at one place that differ only by their conditions (a full-tile
+store under `r0 + BM <= M` and a tail store under `r0 + BM > M`) are counted once, and their
+conditions are claimed together (`alternatives`): at every instance storing an in-bounds
+element, all conditions of some site hold.
 """
 
 from __future__ import annotations
@@ -95,6 +100,53 @@ def obligations(model: Model, st: StoreSite, conds: list | None = None) \
         obs.append(_holds(model, st, [(sc, c) for sc, c, _ in held],
                           _Holders(tuple(tids.values()), held[0][2].layout)))
     return obs, finds
+
+
+def alternatives(model: Model, sites: list[StoreSite]) \
+        -> tuple[list[Obligation], list[Finding]] | None:
+    """The store.coverage obligation of stores that write one tile to one place under
+    different `ag.when`s (an epilogue that stores full tiles under `r0 + BM <= M` and the tail
+    under `r0 + BM > M`; check_stores._alternatives): where one of them stores, that one does,
+    so the count over every instance (check_stores._coverage) holds when at every instance that
+    stores an in-bounds element the conditions of SOME site all hold. None when a condition
+    reads the thread index or is a counter's ticket (those are read per holder or per arrival:
+    `obligations`, site by site)."""
+    per_site = []
+    for st in sites:
+        conds = conditions(st)
+        if any(_ticket_form(model, st, c) is not None or _holders(model, st, c) is not None
+               for _, c in conds):
+            return None
+        per_site.append(conds)
+    st = sites[0]
+    idx, dest, stored = _stored(model, st)
+    prem = list(model.premises) + unguarded(st) + stored
+    some = z3.Or([z3.And([c for _, c in conds]) if conds else z3.BoolVal(True)
+                  for conds in per_site])
+    every = [(sc, c) for conds in per_site for sc, c in conds]
+    claims = [("the conditions of one of the stores hold", some)]
+    name = st.tensor.name
+
+    def decode(zm, violated):
+        wit = W.context(model, zm, st.site)
+        wit["tile_element"] = tuple(value(zm, i) for i in idx)
+        wit["output"] = W.fmt_elem(name, [value(zm, d) for d in dest])
+        at = ", ".join(str(sc.op.loc) for sc, _ in every)
+        wit["condition"] = at
+        failed = "; ".join(
+            f"the store at {x.op.loc} needs the condition(s) at "
+            f"{', '.join(str(sc.op.loc) for sc, _ in conds) or '(none)'}"
+            for x, conds in zip(sites, per_site))
+        msg = (f"{len(sites)} stores write this tile to the same place, each under its own "
+               f"condition ({failed}), and none of them holds for CTA {wit.get('cta')}: "
+               f"{wit['output']} (tile element {wit['tile_element']}) is never written")
+        return W.placed(msg, wit), wit
+    return [Obligation("store.coverage", every[0][0].op.loc if every else st.op.loc,
+                       _subject(st, every) if every else f"the stores to {name}", prem, claims,
+                       decode, minimize=list(idx) + list(st.site.scope_vars()),
+                       fix=f"make the conditions of the stores to {name} at "
+                           f"{', '.join(str(x.op.loc) for x in sites)} complementary (one of "
+                           f"them holds wherever the tile has an element inside {name})")], []
 
 
 def _subject(st: StoreSite, conds: list) -> str:
