@@ -14,7 +14,11 @@ the dims along which the leaves' offsets differ are the summed dims (the slice i
     (the product of the summed dims' extents): with the first, every slice is added once.
 Only a slice index is claimed: a dim of constant extent that the output does not have, read at
 constant offsets (shifted reads along a dim the output keeps, a stencil or a pooling window,
-are no partial sums). A single load (no sum) is not a sum of partials: no claim.
+are no partial sums), or a leading dim the output lacks walked by a runtime loop, whose extent
+may be a runtime size (`for s in ag.range(P.shape[0])`). A single load (no sum) is not a sum
+of partials: no claim; one load a loop adds every iteration to a zero accumulator is (as
+many leaves as trips), and when its offsets move along no dim, the dims the output lacks are
+its slice dims (the loop adds one slice again).
 
 The sum may run in a runtime loop (`total = ag.load(P, (0, ...))`, then `for s in
 ag.range(1, splits): total = total + ag.load(P, (s, ...))`): a variable whose one assignment,
@@ -55,8 +59,10 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
             continue
         leaves: list[O.Load] = []
         loops: list[tuple[O.For, list[O.Load]]] = []
+        # one load is no sum, unless a loop adds it once an iteration (`acc = zeros`, then
+        # `acc = acc + ag.load(P, (s, ...))`: as many leaves as trips)
         if not _sum_leaves(defs, st.value.id, leaves, looped, loops, assigned) or \
-                len(leaves) + sum(len(x) for _, x in loops) < 2:
+                (len(leaves) + sum(len(x) for _, x in loops) < 2 and not loops):
             continue
         # a store inside a summing loop reads the variable mid-sum (a prefix): no claim
         if any(st is op for loop, _ in loops for op in loop.body.walk()):
@@ -84,8 +90,17 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
         # along a dim the output keeps (a stencil, a pooling window) are not partial sums
         out_rank = len(model.tensors[st.tensor.id].dims) if st.tensor.id in model.tensors \
             else len(info.dims)
-        if not summed or len(info.dims) <= out_rank or any(
-                not isinstance(info.dims[d], int) or
+        # the dims the output does not have (its leading ones: a tile takes the last dims)
+        extra = len(info.dims) - out_rank
+        if not summed and per_loop and extra > 0:
+            # a loop adding the same slice every iteration (`P[0]` for `P[s]`): nothing
+            # varies, so the slice dims are the ones the output lacks; the claims below then
+            # say the iterations read one slice again
+            summed = list(range(extra))
+        if not summed or extra <= 0 or any(
+                # a runtime extent is a slice count only for a dim the output lacks, walked
+                # by a loop (`for s in ag.range(P.shape[0])`); a constant one may be unrolled
+                not (isinstance(info.dims[d], int) or (d < extra and per_loop)) or
                 not all(z3.is_int_value(z3.simplify(o[d])) for o in offs) or
                 not all(_of_index(model, loop, o[d]) for loop, lo, _ in per_loop for o in lo)
                 for d in summed):
