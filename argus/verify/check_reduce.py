@@ -35,8 +35,11 @@ stays a set and nothing is claimed.
 
 Masked elements (past the tensor's end) count as visited: their value is fill.identity's
 business. A loop whose trip count depends on the CTA (a causal mask stops at the diagonal)
-may stop early on purpose; coverage is then not claimed (injectivity still is) — masks are not
-modelled, and wgmma.k-once already warns there. A reduction whose result is not carried across
+may stop early on purpose; the count is then not claimed (injectivity still is). Instead
+(`_skipped_masked`), when the reduced tile carries a mask (`live`, an `ag.where(valid, s,
+-inf)`), every position an iteration past the stop would reduce inside the row must be one the
+mask drops: the mask evaluated at the skipped iteration, so a causal key bound rounded down is
+caught. A score tile from a wgmma is left to wgmma.k-once's cover claim on P V. A reduction whose result is not carried across
 the loop (a per-block statistic stored per block: split reductions) is not a row reduction
 over the loop and is left alone.
 """
@@ -330,6 +333,12 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
         grid = [v for v, _, _ in model.grid_vars] + \
             [s.var for s in red.site.loops() if all(s.op is not c.op for c in loops)]
         if extent is None or any(mentions(t, g) for t in trips for g in grid):
+            if extent is not None and len(loops) == 1:
+                # stopping early is legal only where what it skips is masked (the causal
+                # diagonal): every element an iteration past the stop would reduce inside
+                # the row is one the reduced tile's mask drops
+                out += _skipped_masked(model, red, loops[0], name, idx, axis, r1, f1, rec1,
+                                       ranges, extent, subject)
             continue
         # every site's block, each trip; counted only when every sibling's block carries the
         # field as a point that moves along its axis (the records `_sibling_once` asks
@@ -364,6 +373,86 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
                                for pk in peeled],
                               decode_cov, minimize=list(model.params.values())))
     return out
+
+
+def _skipped_masked(model: Model, red: ReduceSite, loop, name: str, idx: list, axis: int,
+                    r1, f1, rec1, ranges: list, extent, subject: str) -> list[Obligation]:
+    """A row reduction whose loop stops at a bound that depends on the CTA (a causal
+    attention's last key block, the row's diagonal): the iterations it skips, the loop's index
+    continued past its stop, would reduce positions of the row that must all be masked, or
+    lie past the row's end. The mask is the reduced tile's own (`live`: the `ag.where(valid,
+    s, -inf)` that tiles.py records), evaluated at the skipped iteration, so a bound one block
+    short (`(q0 + BM) // BN` for `cdiv(q0 + BM, BN)`) shows the key a query may see and no
+    iteration reduces. No mask on the tile: nothing is claimed (as before)."""
+    live = rec1.fields.get("live")
+    if live is None or not live.is_point or _from_wgmma(model, red.op.src):
+        # a score tile of Q K^T: its skipped keys are wgmma.k-once's cover claim on P V (the
+        # A operand zero at every key the loop does not reach), posed where the keys are
+        # the contracted k; asked here too it is redundant, and unproven where a key is a
+        # case split over head-dim boxes (d128)
+        return []
+    var = loop.var
+    start, stop, step = (_num(model.scalar(v)) for v in (loop.op.start, loop.op.stop,
+                                                         loop.op.step))
+    if not z3.is_int_value(z3.simplify(step)) or z3.simplify(step).as_long() <= 0:
+        return []
+    past = fresh_int(f"{var}@skipped")
+
+    def at(t):
+        return z3.substitute(t, (var, past))
+    others = [c for sc in red.site.scopes if sc is not loop for c in sc.constraints]
+    prem = list(model.premises) + [at(c) for c in others] + ranges + \
+        [at(c) for c in rec1.cond] + [at(c) for c in f1.cond] + \
+        [r1 >= 0, r1 < red.op.src.type.shape[axis], past >= stop,
+         (past - start) % step == 0]
+    pos, kept = at(f1.term), at(live.term)
+
+    def decode(zm, violated):
+        wit = W.context(model, zm, red.site)
+        wit.pop("iteration", None)
+        wit.update({name: value(zm, pos), "skipped_iteration": value(zm, past),
+                    "stop": value(zm, stop), "element": tuple(
+                        value(zm, r1) if d == axis else value(zm, i)
+                        for d, i in enumerate(idx))})
+        msg = (f"the loop at {loop.op.loc} stops before index {wit['stop']}, but index "
+               f"{wit['skipped_iteration']} would reduce {name} = {wit[name]} (element "
+               f"{wit['element']} of the reduced tile), which the tile's mask keeps: a "
+               f"position the row may see is never reduced")
+        return W.placed(msg, wit), wit
+    return [Obligation("reduce.coverage", red.op.loc, subject + ": what the loop skips is "
+                       "masked", prem,
+                       [("every position a skipped iteration would reduce is masked or past "
+                         "the row", z3.Implies(z3.And(pos >= 0, pos < _num(extent)),
+                                               kept == 0))],
+                       decode, minimize=[past] + list(model.params.values()),
+                       fix=f"let the loop at {loop.op.loc} run to the last block holding a "
+                           f"position the mask keeps (round the bound up: ag.cdiv)")]
+
+
+def _from_wgmma(model: Model, v) -> bool:
+    """Whether value v is computed from a wgmma's accumulator (through any ops of the
+    kernel: a walk of its definitions, variables by their assignments)."""
+    defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
+    assigned: dict[int, list] = {}
+    accs: set[int] = set()   # a wgmma accumulates into its acc operand (lowered: in place)
+    for op in model.kernel.walk():
+        if isinstance(op, O.Assign):
+            assigned.setdefault(op.dst.id, []).append(op.src)
+        elif isinstance(op, O.Wgmma):
+            accs.add(op.acc.id)
+    todo, seen = [v], set()
+    while todo:
+        x = todo.pop()
+        if x.id in seen:
+            continue
+        seen.add(x.id)
+        op = defs.get(x.id)
+        if isinstance(op, O.Wgmma) or x.id in accs:
+            return True
+        todo += assigned.get(x.id, [])
+        if op is not None:
+            todo += [o for o in op.operands() if hasattr(o, "id")]
+    return False
 
 
 def _singleton(f, premises) -> object | None:
