@@ -15,7 +15,7 @@ alpha-equivalent queries of the kernel itself are answered from its own earlier 
 kernels and schedules of one process the cache helps more, which is not measured here).
 
 `--set library` times every schedule the library ops can pick, as the clean-verification tests
-enumerate them (tests/verify/test_library_schedules.py: argus.ops.matmul's GEMM schedules;
+enumerate them, and every conv schedule (`--set conv`: those alone; `conv()` below) (tests/verify/test_library_schedules.py: argus.ops.matmul's GEMM schedules;
 tests/unit/test_fp8_*.py: fp8 per-tensor and block-scaled; tests/verify/
 test_attention_schedules.py: attention and ping-pong; tests/moe/test_moe_verify.py: MoE).
 Prints a markdown table. Usage: python scripts/verify_timings.py [--repeat 5] [--set library] [--only TEXT ...]
@@ -113,18 +113,78 @@ def library():
         yield f"moe {name}", fn, kw
 
 
+def conv():
+    """Every conv schedule the conv op can pick (argus.ops.conv.schedule_for: direct / TMA-store
+    epilogue, promoted fp32 split, 2x1 clusters, halo, rowbox, NCHW results, 3-d), at the
+    geometries of the verification tests (tests/interp/test_conv_interp.py,
+    test_conv_nchw_epilogue.py, test_conv_nchw_tma_epilogue.py; docs/verify.md's conv table)."""
+    import argus as ag
+    from argus.kernels.conv import ConvGeometry, ConvSchedule, conv_kernel
+
+    g2d = ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, groups=2, cg_padded=128)
+    rowbox = ConvGeometry(3, 3, 1, 1, 2, 1, 2, 1, groups=1, cg_padded=128)
+    g3d = ConvGeometry(3, 3, 1, 2, 1, 1, 1, 1, groups=1, cg_padded=64, t=3, stride_d=2,
+                       pad_d=1, dil_d=1)
+    nchw = ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, groups=2, cg_padded=64)
+    one = ConvGeometry(3, 3, 1, 1, 1, 1, 1, 1, groups=1, cg_padded=64)
+    halo = ConvGeometry(3, 3, 1, 2, 1, 1, 2, 1, groups=2, cg_padded=128)
+    tf32 = conv_kernel(ag.f32, ag.f32, True, precision="tf32", nchw=True)
+    S = ConvSchedule
+    for name, k, geom, s in [
+            ("direct (bw 64)", conv_kernel(), g2d, S(bm=128, bn=64, bw=64, stages=2)),
+            ("tma bw 8", conv_kernel(), g2d, S(bm=128, bn=64, bw=8, stages=2, epilogue="tma")),
+            ("3-d, tma bw 8", conv_kernel(), g3d,
+             S(bm=128, bn=64, bw=8, stages=2, epilogue="tma")),
+            ("promoted (bf16 -> f32, bias)", conv_kernel(ag.bf16, ag.f32, bias=True), g2d,
+             S(bm=128, bn=64, bw=64, stages=2, promote=True)),
+            ("cluster 2, direct", conv_kernel(), g2d,
+             S(bm=128, bn=64, bw=64, stages=2, cluster_m=2, num_sms=4)),
+            ("cluster 2, tma bw 8", conv_kernel(), g2d,
+             S(bm=128, bn=64, bw=8, stages=2, epilogue="tma", cluster_m=2, num_sms=4)),
+            ("rowbox direct", conv_kernel(), rowbox,
+             S(bm=128, bn=64, bw=64, stages=2, rowbox=True, num_sms=2)),
+            ("rowbox tma bw 8, cluster 2", conv_kernel(), rowbox,
+             S(bm=128, bn=64, bw=8, stages=2, epilogue="tma", rowbox=True, cluster_m=2,
+               num_sms=4)),
+            ("rowbox promoted", conv_kernel(ag.bf16, ag.f32, bias=True), rowbox,
+             S(bm=128, bn=64, bw=64, stages=2, rowbox=True, promote=True)),
+            ("halo direct", conv_kernel(), halo,
+             S(bm=128, bn=64, bw=64, stages=2, halo=True, num_sms=2)),
+            ("halo tma bw 8, cluster 2", conv_kernel(), halo,
+             S(bm=128, bn=64, bw=8, stages=2, epilogue="tma", halo=True, cluster_m=2,
+               num_sms=4)),
+            ("nchw tf32", tf32, nchw, S(bm=128, bn=64, bk=32, bw=64, stages=2)),
+            ("nchw rowbox, cluster 2 (bn 128)", tf32, one,
+             S(bm=128, bn=128, bk=32, bw=64, stages=4, cluster_m=2, rowbox=True)),
+            ("nchw split (bf16 -> f32)", conv_kernel(ag.bf16, ag.f32, True, nchw=True),
+             ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, groups=2, cg_padded=128),
+             S(bm=128, bn=64, bk=64, bw=64, stages=2, promote=True)),
+            ("nchw 3-d bf16", conv_kernel(nchw=True), g3d,
+             S(bm=128, bn=64, bk=64, bw=64, stages=2)),
+            ("nchw tf32, staged (tma) epilogue", tf32, nchw,
+             S(bm=128, bn=64, bk=32, bw=64, stages=2, nchw_epilogue="tma")),
+            ("nchw rowbox, cluster 2 (bn 128), staged epilogue", tf32, one,
+             S(bm=128, bn=128, bk=32, bw=64, stages=4, cluster_m=2, rowbox=True,
+               nchw_epilogue="tma")),
+            ("nchw tf32, staged epilogue", tf32, nchw,
+             S(bm=128, bn=64, bk=32, bw=64, stages=2, nchw_epilogue="staged"))]:
+        yield f"conv {name}", k, {"geom": geom, "s": s}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--only", action="append", default=[],
                     help="time the kernels whose name contains this text (repeatable: any)")
-    ap.add_argument("--set", choices=("examples", "library", "all"), default="examples")
+    ap.add_argument("--set", choices=("examples", "library", "conv", "all"),
+                    default="examples")
     args = ap.parse_args()
     from argus import verify
     from argus.compiler import lower_only
     from argus.verify import solver
 
-    sets = {"examples": [examples], "library": [library], "all": [examples, library]}[args.set]
+    sets = {"examples": [examples], "library": [library, conv], "conv": [conv],
+            "all": [examples, library, conv]}[args.set]
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; "
           f"median of {args.repeat} runs of verify.run on the lowered kernel\n")
     print("| kernel | median s | min s | CPU s | queries | solved | proven | unknown | "
