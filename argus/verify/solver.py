@@ -250,8 +250,10 @@ def _renamed(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.Bool
     pairs = [(z3.z3._to_expr_ref(a, ctx),
               z3.z3._to_expr_ref(_canonical_const(j, z3.Z3_get_sort(ref, a), ctx), ctx))
              for j, a in enumerate(order.values())]
-    return ([z3.substitute(p, *pairs) for p in premises],
-            [(n, z3.substitute(c, *pairs)) for n, c in claims])
+    out = [z3.substitute(p, *pairs) for p in premises]
+    # the equalities themselves became `P == P`, `1 == 1`: dropped
+    out = [p for p in out if not (z3.is_eq(p) and p.arg(0).eq(p.arg(1)))]
+    return out, [(n, z3.substitute(c, *pairs)) for n, c in claims]
 
 
 class _Raw:
@@ -567,8 +569,10 @@ def _equalities_substituted(premises, claims):
                 if _is_variable(x) and x.get_id() not in seen and not find(x).eq(x):
                     seen.add(x.get_id())
                     pairs.append((x, find(x)))
-    return ([z3.substitute(p, *pairs) for p in premises],
-            [(n, z3.substitute(c, *pairs)) for n, c in claims])
+    out = [z3.substitute(p, *pairs) for p in premises]
+    # the equalities themselves became `P == P`, `1 == 1`: dropped
+    out = [p for p in out if not (z3.is_eq(p) and p.arg(0).eq(p.arg(1)))]
+    return out, [(n, z3.substitute(c, *pairs)) for n, c in claims]
 
 
 # small queries whose claims divide by constants (the pipeline protocol's `n % S`,
