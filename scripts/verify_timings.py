@@ -77,7 +77,8 @@ def library():
     """Every library kernel and schedule the clean-verification tests enumerate."""
     import argus as ag
     from argus.kernels.attention import attention_kernel, base_schedule, default_schedule
-    from argus.kernels.gemm_fp8 import gemm_fp8_blockscaled_kernel, gemm_fp8_kernel
+    from argus.kernels.gemm_fp8 import (gemm_fp8_blockscaled_kernel,
+                                        gemm_fp8_blockscaled_smem_kernel, gemm_fp8_kernel)
     from argus.ops.schedules import kernel_for
     from tests.moe.test_moe_verify import KERNELS as MOE
     from tests.unit.test_fp8_blockscaled import BLOCK_CASES
@@ -93,9 +94,10 @@ def library():
               f"{p.out_dtype} {_short(s)}", fn, {"s": s}
     for p, s in FP8:
         yield f"fp8 {p.out_dtype} {_short(s)}", gemm_fp8_kernel(out[p.out_dtype]), {"s": s}
-    for p, s in BLOCK_CASES:
-        yield f"fp8 block-scaled {p.out_dtype} {_short(s)}", \
-            gemm_fp8_blockscaled_kernel(out[p.out_dtype]), {"s": s}
+    for p, s in BLOCK_CASES:   # the kernel the op runs it with, as the test picks it
+        kernel = gemm_fp8_blockscaled_smem_kernel if s.smem_scales else \
+            gemm_fp8_blockscaled_kernel
+        yield f"fp8 block-scaled {p.out_dtype} {_short(s)}", kernel(out[p.out_dtype]), {"s": s}
     for d, t, causal, lse, epi in ATTN:
         s = dataclasses.replace(base_schedule(d), epilogue=epi)
         yield f"attention d{d} {t.name}{' causal' if causal else ''}{' lse' if lse else ''} " \
