@@ -211,6 +211,15 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     staging = 128 * base.bn * 2 if base.epilogue == "tma" else \
         nchw_staging_bytes(nchw_epi, base.bn, elem)
     stage = (base.bm + base.bn) * atoms * bk * elem
+    if 2 * stage > _SMEM_BUDGET - staging:
+        # a ring needs two stages; past that the compile fails on shared memory, naming
+        # stages and tiles rather than the taps asked for
+        most = (_SMEM_BUDGET - staging) // (2 * (base.bm + base.bn) * bk * elem)
+        raise LaunchError(f"argus.ops.conv.schedule_for: taps_per_slice={atoms} with bk={bk} "
+                          f"makes a {stage}-byte ring stage (bm {base.bm} + bn {base.bn} rows "
+                          f"x {atoms} x {bk * elem} bytes); two stages do not fit in "
+                          f"{_SMEM_BUDGET - staging} bytes of shared memory",
+                          fix=f"taps_per_slice <= {most}, or 'auto'")
     stages = max(2, min(6, (_SMEM_BUDGET - staging) // stage))
     return dataclasses.replace(base, bk=bk, taps_per_slice=atoms, stages=stages)
 

@@ -161,3 +161,18 @@ def test_bad_taps_per_slice_is_refused_for_every_layer(bad):
         w = torch.empty(16, 8, 3, 3, dtype=dtype, device="meta")
         with pytest.raises(LaunchError, match=r"taps_per_slice=.* is an int >= 1 or 'auto'"):
             conv_op.schedule_for(x, w, 1, 1, 1, 1, taps_per_slice=bad)
+
+
+def test_taps_per_slice_past_two_stages_of_shared_memory_is_refused():
+    """schedule_for(taps_per_slice=n) with n too large for two ring stages: a LaunchError
+    naming the taps and the largest that fits, not a schedule whose compile then fails on
+    shared memory ("use fewer pipeline stages or smaller tiles")."""
+    from argus.errors import LaunchError
+
+    x = torch.empty(2, 64, 16, 16, dtype=torch.bfloat16, device="meta")
+    w = torch.empty(128, 64, 3, 3, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(LaunchError, match=r"taps_per_slice=9 .*\n  fix: taps_per_slice <= 2"):
+        conv_op.schedule_for(x, w, 1, 1, 1, 1, taps_per_slice=9)
+    s = conv_op.schedule_for(x, w, 1, 1, 1, 1, taps_per_slice=2)   # the largest that fits
+    assert s.taps_per_slice == 2 and s.stages >= 2
+    assert 2 * (s.bm + s.bn) * 2 * s.bk * 2 <= conv_op._SMEM_BUDGET
