@@ -89,6 +89,7 @@ from argus.kernels.conv import ACTIVATIONS, ConvGeometry, ConvSchedule, conv_ker
 # (per weight object and version); the judge's tf32 rung rounds with the same function
 from argus.numerics import round_to_tf32
 from argus.ops.weight_cache import DerivedCache, capturing
+from argus.target.limits import SMEM_PER_CTA_OPTIN
 
 _IN = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
 _COMPILED: OrderedDict = OrderedDict()
@@ -211,14 +212,18 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     staging = 128 * base.bn * 2 if base.epilogue == "tma" else \
         nchw_staging_bytes(nchw_epi, base.bn, elem)
     stage = (base.bm + base.bn) * atoms * bk * elem
-    if 2 * stage > _SMEM_BUDGET - staging:
-        # a ring needs two stages; past that the compile fails on shared memory, naming
+    # a CTA's shared memory less the alignment slack and the barriers (as
+    # conv_pointwise_nchw.stages_for) and the epilogue's staging
+    room = SMEM_PER_CTA_OPTIN - 2048 - staging
+    if 2 * stage > room:
+        # a ring needs two stages; past the CTA's shared memory (not _SMEM_BUDGET, the
+        # heuristic's margin: two stages above it may still fit) the compile fails, naming
         # stages and tiles rather than the taps asked for
-        most = (_SMEM_BUDGET - staging) // (2 * (base.bm + base.bn) * bk * elem)
+        most = room // (2 * (base.bm + base.bn) * bk * elem)
         raise LaunchError(f"argus.ops.conv.schedule_for: taps_per_slice={atoms} with bk={bk} "
                           f"makes a {stage}-byte ring stage (bm {base.bm} + bn {base.bn} rows "
-                          f"x {atoms} x {bk * elem} bytes); two stages do not fit in "
-                          f"{_SMEM_BUDGET - staging} bytes of shared memory",
+                          f"x {atoms} x {bk * elem} bytes); two stages do not fit in the "
+                          f"{room} bytes of shared memory a CTA has beside the epilogue's",
                           fix=f"taps_per_slice <= {most}, or 'auto'")
     stages = max(2, min(6, (_SMEM_BUDGET - staging) // stage))
     return dataclasses.replace(base, bk=bk, taps_per_slice=atoms, stages=stages)

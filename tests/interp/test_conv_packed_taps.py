@@ -164,15 +164,19 @@ def test_bad_taps_per_slice_is_refused_for_every_layer(bad):
 
 
 def test_taps_per_slice_past_two_stages_of_shared_memory_is_refused():
-    """schedule_for(taps_per_slice=n) with n too large for two ring stages: a LaunchError
-    naming the taps and the largest that fits, not a schedule whose compile then fails on
-    shared memory ("use fewer pipeline stages or smaller tiles")."""
+    """schedule_for(taps_per_slice=n) with n too large for two ring stages in a CTA's shared
+    memory: a LaunchError naming the taps and the largest that fits, not a schedule whose
+    compile then fails on shared memory ("use fewer pipeline stages or smaller tiles")."""
     from argus.errors import LaunchError
+    from argus.target.limits import SMEM_PER_CTA_OPTIN
 
     x = torch.empty(2, 64, 16, 16, dtype=torch.bfloat16, device="meta")
     w = torch.empty(128, 64, 3, 3, dtype=torch.bfloat16, device="meta")
-    with pytest.raises(LaunchError, match=r"taps_per_slice=9 .*\n  fix: taps_per_slice <= 2"):
+    with pytest.raises(LaunchError, match=r"taps_per_slice=9 .*\n  fix: taps_per_slice <= 3"):
         conv_op.schedule_for(x, w, 1, 1, 1, 1, taps_per_slice=9)
-    s = conv_op.schedule_for(x, w, 1, 1, 1, 1, taps_per_slice=2)   # the largest that fits
-    assert s.taps_per_slice == 2 and s.stages >= 2
-    assert 2 * (s.bm + s.bn) * 2 * s.bk * 2 <= conv_op._SMEM_BUDGET
+    with pytest.raises(LaunchError, match=r"taps_per_slice=4 "):
+        conv_op.schedule_for(x, w, 1, 1, 1, 1, taps_per_slice=4)
+    s = conv_op.schedule_for(x, w, 1, 1, 1, 1, taps_per_slice=3)   # the largest that fits
+    assert s.taps_per_slice == 3 and s.stages == 2
+    # two stages of 3 taps and the 128 x 128 bf16 staging: under a CTA's shared memory
+    assert 2 * (s.bm + s.bn) * 3 * s.bk * 2 + 128 * s.bn * 2 < SMEM_PER_CTA_OPTIN
