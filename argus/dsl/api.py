@@ -728,9 +728,15 @@ def _view(x, what: str, loc) -> SmemView:
     return x
 
 
-def _tma_load(dst, tensor: TensorArg, coords, multicast: bool = False, box=None) -> None:
+def _tma_load(dst, tensor: TensorArg, coords, multicast: bool = False, box=None,
+              tags=None) -> None:
     """TMA box copy into `dst`; with multicast=True the box also lands, at the same offset,
     in every other CTA of the cluster (which all run the same code).
+
+    `tags` ({field: lambda c0, c1, ...: expr}): tag fields of every element this copy writes,
+    over the element's coordinates in `tensor` and runtime scalars of the copy (`ag.sym`):
+    what the box is for beyond where it reads, e.g. the filter tap of an implicit GEMM's
+    im2col box. For the verifier only (no code).
 
     `box` (one extent per tensor dim, outermost first; default: unit leading dims, then the
     view's rows and columns): a box with several non-unit outer dims, e.g. (1, 8, 16, 64) of
@@ -770,6 +776,9 @@ def _tma_load(dst, tensor: TensorArg, coords, multicast: bool = False, box=None)
                                       "outer extents)")
     ctx.builder.append(O.TmaLoad(view.materialize(), tensor.value, coords_v,
                                  box=box or (), multicast=bool(multicast), loc=loc))
+    if tags:
+        from argus.dsl.tags import copy_tags
+        copy_tags(ctx, tensor, dict(tags), loc)
 
 
 def _group_wide(what: str, ctx, loc) -> None:

@@ -291,6 +291,27 @@ def tag_tensor(tensor: TensorArg, **fields: Callable) -> None:
         ctx.builder.append(T.TagTensor(tensor.value, name, text, tuple(refs.values), loc=loc))
 
 
+def copy_tags(ctx, tensor: TensorArg, fields: dict, loc) -> None:
+    """`ag.tma.load(..., tags={field: lambda c0, c1, ...: expr})`: one tag.copy op per field
+    after the copy just appended (ir/tag_ops.py TagCopy), the lambda over the copied
+    element's coordinates (outermost first) like ag.tag_tensor's; runtime scalars in it
+    (`ag.sym(tap)`) are taken where the copy is issued."""
+    dims = {d.lower() for d in tensor.value.type.shape if isinstance(d, str)}
+    for name, fn in fields.items():
+        if name.lower() in dims or name in ("iter", "step", "stage", "tensor"):
+            raise TraceError(f"copy tag field {name!r} of {tensor.name} clashes with a built-in "
+                             f"tag (its dims {sorted(dims)}, iter, step, stage)", loc,
+                             fix="pick another field name")
+        expr, nargs = _call_with_symbols(fn, "coord", f"the copy tag {name!r}")
+        if nargs != len(tensor.value.type.shape):
+            raise TraceError(f"the copy tag {name!r} takes {nargs} coordinates but "
+                             f"{tensor.name} has {len(tensor.value.type.shape)} dims", loc)
+        refs = _Refs()
+        text = _render(expr.node, refs)
+        _emit_fn_decls(ctx, refs, loc)
+        ctx.builder.append(T.TagCopy(name, text, tuple(refs.values), loc=loc))
+
+
 def tag_assume(fn: Callable) -> None:
     """State an axiom over all integers, e.g. `ag.tag_assume(lambda r: route(r) == r // 256)`:
     what the producer of a data-dependent input guarantees. The verifier trusts it."""

@@ -917,7 +917,11 @@ ELECTABLE = (Const, Arith, For, If, LoadScalar, Produce, TmaLoad, TmaPrefetch, S
 
 def electable(op: Op) -> bool:
     """One of ELECTABLE, or a loop-carried scalar (`var` / `assign` of a scalar: a producer
-    walking its coordinates, `k = k + 64`, is index math too; a carried tile is not)."""
+    walking its coordinates, `k = k + 64`, is index math too; a carried tile is not), or a tag
+    op (no code: a TMA copy's tag.copy fields elect with the copy)."""
+    from argus.ir.tag_ops import is_tag_op   # tag_ops builds on ir.core, not on this module
+    if is_tag_op(op):
+        return True
     if isinstance(op, Var):
         return isinstance(op.result.type, ScalarType)
     if isinstance(op, Assign):

@@ -52,6 +52,22 @@ class TagTensor(Op):
 
 
 @dataclass(frozen=True)
+class TagCopy(Op):
+    """Every element the TMA copy right before this op (in the same region; several tag.copy
+    ops may follow one copy) writes into shared memory carries tag field `field` = `expr`, an
+    expression over the element's coordinates c0, c1, ... in the copied tensor and the scalar
+    operands `args` ($0, $1, ...), evaluated where the copy is issued (its loop indices): what
+    the copy is for, beyond where it reads (an implicit GEMM's im2col column: the filter tap
+    of the box, which the input coordinates alone do not name). Field names must not clash
+    with the tensor's dims."""
+
+    NAME = "tag.copy"
+    field: str
+    expr: str
+    args: tuple[Value, ...] = ()
+
+
+@dataclass(frozen=True)
 class TagAssume(Op):
     """An axiom the verifier may use: `expr` holds for all integers x0 … x{nvars-1} (and the
     scalar operands `args`). State here what the producer of a data-dependent input guarantees,
@@ -94,7 +110,7 @@ class Require(Op):
     args: tuple[Value, ...] = ()
 
 
-TAG_OPS: tuple[type[Op], ...] = (TagFn, TagTensor, TagAssume, TagAssert, Require)
+TAG_OPS: tuple[type[Op], ...] = (TagFn, TagTensor, TagCopy, TagAssume, TagAssert, Require)
 
 
 def is_tag_op(op: Op) -> bool:

@@ -227,14 +227,28 @@ def _input_coords(geom: ConvGeometry, g, out_row, q0, tap, c0, H, P, NH, D, OD,
     taps2d = geom.r * geom.s
     dt, r, t = tap // taps2d, (tap % taps2d) // geom.s, tap % geom.s
     plane, v = _column(geom, g, q0, t)
-    h = (out_row % P) * geom.stride_h + r * geom.dil_h - geom.pad_h
+    p = out_row % P
+    h = p * geom.stride_h + r * geom.dil_h - geom.pad_h
     if geom.t == 1 and geom.stride_d == 1 and geom.pad_d == 0:   # 2-d: depth is the image
-        return _row(out_row // P, h, H, NH, geom.pad_h, past), plane, v, c0
+        image = out_row // P
+        return _BoxCoords((_row(image, h, H, NH, geom.pad_h, past), plane, v, c0), image, p)
     image = out_row // P                               # n * OD + od
     depth = (image % OD) * geom.stride_d + dt * geom.dil_d - geom.pad_d
     row = _row((image // OD) * D + depth, h, H, NH, geom.pad_d * H + geom.pad_h,
                _plus(_outside(depth, D), past))
-    return row, plane, v, c0
+    return _BoxCoords((row, plane, v, c0), image, p)
+
+
+class _BoxCoords(tuple):
+    """The X coordinates of an A box (the 4-tuple ag.tma.load takes) and the output pixel
+    they are for: `image` (n * OD + od) and `p`, the output row's place in its image, the
+    scalars _input_coords divided out of the flattened output row (the box's copy tags name
+    them: no second division recorded, so the generated code is the same)."""
+
+    def __new__(cls, coords: tuple, image, p):
+        box = super().__new__(cls, coords)
+        box.image, box.p = image, p
+        return box
 
 
 def _plus(a, b):
@@ -265,6 +279,78 @@ def _column(geom: ConvGeometry, g, q0, t) -> tuple:
         # grp whatever the box: no k in it, so no reduction index for wgmma.k-once)
         return g, v
     return (col % geom.stride_w) * geom.groups + g, v
+
+
+def _im2col_tags(tap, taps: int, cg_padded: int, **more) -> dict:
+    """The copy tags of an A box (ag.tma.load(tags=)): each element's im2col column, the K
+    coordinate of the implicit GEMM, kin = tap * cg_padded + c (c its input channel), and
+    that coordinate's extent, the weight's K (taps * cg_padded). The weight's kin is its K
+    coordinate itself (conv_kernel tags Wt), so wgmma.agree proves A's (tap, channel) is B's
+    at every product and wgmma.k-once that each output sums every (tap, channel) once: the
+    input channel alone repeats across taps, the pair does not."""
+    return dict(kin=lambda nh, plane, v, c: ag.sym(tap) * cg_padded + c,
+                kin_extent=lambda nh, plane, v, c: taps * cg_padded,
+                tap=lambda nh, plane, v, c: ag.sym(tap), **more)
+
+
+def _row_pixel(box: _BoxCoords, q0) -> dict:
+    """Copy tags of a per-row A box (one output row, bw columns along X's v axis): the
+    output pixel's image and row (box.image, box.p) and each element's output column
+    q0 + (v - v0), v0 the box's first v."""
+    return dict(img=lambda nh, plane, v, c: ag.sym(box.image),
+                oh=lambda nh, plane, v, c: ag.sym(box.p),
+                ocol=lambda nh, plane, v, c: ag.sym(q0) + (v - ag.sym(box[2])))
+
+
+def _rowbox_pixel(image, p0, q0, h0, w0) -> dict:
+    """Copy tags of a rowbox A box ([N, H, W, C] box of the image's rows from h0 and columns
+    from w0): the image, each element's output row p0 + (h - h0) and column q0 + (w - w0)."""
+    return dict(img=lambda n, h, w, c: ag.sym(image),
+                oh=lambda n, h, w, c: ag.sym(p0) + (h - ag.sym(h0)),
+                ocol=lambda n, h, w, c: ag.sym(q0) + (w - ag.sym(w0)))
+
+
+def _receptive_field(geom: ConvGeometry, X, H, rowbox: bool):
+    """check_a of the consumer's main loop (OperandRing.mma): a tag assertion that every A
+    element a wgmma multiplies is the input pixel of its output pixel and tap, or zero. The
+    output pixel and the tap are the box's copy tags (`img`, `oh`, `ocol`, `tap`), the pixel read is the element's coordinates in X, and the
+    index map is the geometry's, written here apart from the producer's coordinate code
+    (_input_coords, _row, _column): input row h = p * stride_h + r * dil_h - pad_h, column
+    w = q * stride_w + s * dil_w - pad_w. Inside the image the element is X's pixel (h, w)
+    (the flattened [N * H] row image * H + h; column w at plane phase w % stride_w, v =
+    w // stride_w); outside it (padding), or for a tap past the filter (a packed step's
+    tail), the element lies outside the tensor, where TMA reads zeros (the tensor map's
+    out-of-bounds fill, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: zeros). 2-d geometries only."""
+    NH, PG, WV = ag.sym(X.shape[0]), ag.sym(X.shape[1]), ag.sym(X.shape[2])
+    taps = geom.r * geom.s
+
+    def check(view):
+        a = ag.tag(view)
+        r, s = a.tap // geom.s, a.tap % geom.s
+        if rowbox:
+            # X [N, H, W, C]: rows and columns are their own dims (zero-filled on their own)
+            h = a.oh + (r * geom.dil_h - geom.pad_h)
+            w = a.ocol + (s * geom.dil_w - geom.pad_w)
+            inside = ag.tag_all(h >= 0, h < PG, w >= 0, w < WV)
+            read = ag.tag_all(a.nh == a.img, a.pg == h, a.wv == w)
+            outside = ag.tag_any(a.nh >= NH, a.pg < 0, a.pg >= PG, a.wv < 0, a.wv >= WV)
+        else:
+            image = a.img
+            h = a.oh * geom.stride_h + (r * geom.dil_h - geom.pad_h)
+            w = a.ocol * geom.stride_w + (s * geom.dil_w - geom.pad_w)
+            inside = ag.tag_all(h >= 0, h < ag.sym(H), w >= 0, w < WV * geom.stride_w)
+            read = ag.tag_all(a.nh == image * ag.sym(H) + h, a.wv == w // geom.stride_w,
+                              a.pg // geom.groups == w % geom.stride_w)
+            outside = ag.tag_any(a.nh < 0, a.nh >= NH, a.wv < 0, a.wv >= WV)
+        ag.tag_assert(ag.tag_any(
+            ag.tag_all(a.tap < taps, inside, read),
+            ag.tag_all(a.tap < taps, ~inside, outside),
+            ag.tag_all(a.tap >= taps, outside)),
+            message="receptive field: the A element of output pixel (p, q) and tap (r, s) is "
+                    "input pixel (p * stride_h + r * dil_h - pad_h, q * stride_w + s * dil_w - "
+                    "pad_w), or, outside the image or past the last tap, a zero read from "
+                    "outside the tensor")
+    return check
 
 
 def _weight_rows(stage, atom: int, bn: int, first, part: int):
@@ -548,6 +634,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         slices = c_steps * geom.t * geom.r * geom.s
         k_steps = c_steps * geom.s if s.halo else -(-slices // atoms)
         cg_padded = geom.cg_padded
+        taps = geom.t * geom.r * geom.s
         # launch preconditions the op guarantees: X's channels fit the padded weight's, and
         # G is the geometry's group count
         ag.tag_assume(lambda: ag.sym(Cg) <= cg_padded)
@@ -568,6 +655,10 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
             # docs/perf/conv.md "Packed taps")
             ag.tag_tensor(X, grp=lambda nh, plane, wv, c: plane % geom.groups)
             ag.tag_tensor(Wt, grp=lambda g, kg, kt: g)
+        # the implicit GEMM's K coordinate (tap, channel) flattened: the weight's K column;
+        # A's from each box's tap (_im2col_tags: ag.tma.load(tags=)), so wgmma.agree and
+        # wgmma.k-once speak of the pair, not of the channel that repeats across taps
+        ag.tag_tensor(Wt, kin=lambda g, kg, kt: kt)
         rows = s.bm // s.consumers
         if s.epilogue == "tma":
             staging = Staging.alloc(s.consumers, rows, s.bn, out_dtype)
@@ -611,11 +702,17 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                                 a_view = ring.a[stage] if atoms == 1 else \
                                     ring.a[stage].rows_of(atom * s.bm, s.bm)
                                 pushed = 0 if isinstance(past, int) else past * X.shape[0]
-                                ag.tma.load(a_view, X,
-                                            (_plus(image, pushed),
-                                             p0 + (r * geom.dil_h - geom.pad_h),
-                                             q0 + (t * geom.dil_w - geom.pad_w), c0),
-                                            box=(1, row_blocks, s.bw, s.bk))
+                                # (in the order the coordinates were always recorded)
+                                n0 = _plus(image, pushed)
+                                h0 = p0 + (r * geom.dil_h - geom.pad_h)
+                                w0 = q0 + (t * geom.dil_w - geom.pad_w)
+                                # copy tags: the output pixel (image, p0 + i, q0 + j) each
+                                # element is read for (its place in the box), and its tap
+                                ag.tma.load(a_view, X, (n0, h0, w0, c0),
+                                            box=(1, row_blocks, s.bw, s.bk),
+                                            tags=_im2col_tags(
+                                                tap, taps, cg_padded,
+                                                **_rowbox_pixel(image, p0, q0, h0, w0)))
                                 ag.tma.load(_weight_rows(ring.b[stage], atom, s.bn,
                                                          sched.rank * part, part), Wt,
                                             _weight_coords(g, unit.n * s.bn + sched.rank * part,
@@ -627,10 +724,15 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                         for atom in range(atoms):
                             tap, c0, past = _k_slice(k, atom, atoms, c_steps, slices, s.bk)
                             for j in range(row_blocks):
+                                at = _input_coords(geom, g, np0 + j, q0, tap, c0, H, P,
+                                                   NH, D, OD, past)
+                                # copy tags: the output row np0 + j and column q0 + i (the
+                                # element's place along the box's v) it is read for, its tap
                                 ag.tma.load(ring.a[stage].rows_of(atom * s.bm + j * s.bw,
-                                                                  s.bw), X,
-                                            _input_coords(geom, g, np0 + j, q0, tap, c0, H, P,
-                                                          NH, D, OD, past))
+                                                                  s.bw), X, at,
+                                            tags=_im2col_tags(
+                                                tap, taps, cg_padded,
+                                                **_row_pixel(at, q0)))
                             # the weight tile: the same for the cluster's CTAs (vertically
                             # adjacent tiles, one group and n): each loads bn / cs of its rows
                             # and multicasts them to all (L2 reads of the weight / cs); a K
@@ -645,8 +747,16 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                 if s.halo:
                     acc = ring.mma(k_steps, wg)
                 else:
+                    # 2-d: each A element is its output pixel's receptive field (or a zero)
+                    # (per-row boxes: where a warpgroup's rows are one box, bw = bm / consumers;
+                    # narrower boxes put several output rows' flattened row terms, each with
+                    # its image * H and pushed-row products, in one record, past the solver's
+                    # budget: there agree and k-once stand without it)
+                    check = _receptive_field(geom, X, H, s.rowbox) if geom.t == 1 and \
+                        geom.stride_d == 1 and geom.pad_d == 0 and \
+                        (s.rowbox or s.bw == rows) else None
                     acc = promoted_mma(ring, k_steps, wg) if s.promote else \
-                        ring.mma(k_steps, wg)
+                        ring.mma(k_steps, wg, check_a=check)
                 (g,) = unit.batch
                 np0, q0 = tile_origin(unit)
                 y = acc

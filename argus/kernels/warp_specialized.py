@@ -378,9 +378,11 @@ class OperandRing:
 
     # ------------------------------------------------------------------------- consumer
 
-    def mma(self, k_steps, wg, *, zero_by_wgmma: bool = False):
+    def mma(self, k_steps, wg, *, zero_by_wgmma: bool = False, check_a=None):
         """The consumer's main loop for one unit: warpgroup `wg` multiplies its 64 rows of A
-        with all of B over every K step into a fresh fp32 accumulator, returned."""
+        with all of B over every K step into a fresh fp32 accumulator, returned. check_a(view):
+        called with each A view right before its wgmma, to state tag assertions on what it
+        holds (ag.tag_assert: no code)."""
         rows = self.bm // self.consumers
         acc = ag.zeros((rows, self.bn), ag.f32, by_wgmma=zero_by_wgmma)
         for k in ag.range(k_steps):
@@ -390,6 +392,8 @@ class OperandRing:
                     a_view = self.a[stage].rows_of(atom * self.a_rows + wg * self.bk, self.bk) \
                         if self.mn_major_a else \
                         self.a[stage].rows_of(atom * self.bm + wg * rows, rows)
+                    if check_a is not None:
+                        check_a(a_view)
                     ag.wgmma(a_view, self.b[stage].rows_of(atom * self.b_rows, self.b_rows), acc,
                              trans_b=self.mn_major_b, trans_a=self.mn_major_a,
                              precision=self.precision)

@@ -732,6 +732,10 @@ class Model:
                     rec = self.element_record(w.tensor, coords, it=it, step=inst(step.counter),
                                               stage=inst(W.stage) if W.stage is not None
                                               else None, source=f"{w.tensor.name} via {who}")
+                    for name, text, refs in w.tags:   # tag.copy: the copy's own fields
+                        rec.fields[name] = TagVal(_num(self.eval_tag_expr(
+                            text, (), coords=coords, ref_values=tuple(inst(_num(r))
+                                                                      for r in refs))))
                     for name, val in rec.fields.items():
                         fields[name] = _select(covers, val, fields.get(name))
                     defined = z3.Or(covers, defined)

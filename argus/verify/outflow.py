@@ -34,7 +34,7 @@ from argus.ir.core import Kernel
 _LIMIT = 256          # (value, axes) facts before the walk gives up (None)
 # readers that move no data: tag ops have no effect at run time; the register fences around a
 # wgmma only order accesses of the tiles they name (or zero an accumulator no wgmma wrote)
-_NO_DATA = (T.TagFn, T.TagTensor, T.TagAssume, T.TagAssert, T.Require, O.WgmmaFence,
+_NO_DATA = (T.TagFn, T.TagTensor, T.TagCopy, T.TagAssume, T.TagAssert, T.Require, O.WgmmaFence,
             O.FenceOperands)
 
 

@@ -2,18 +2,29 @@
 catch it. The bugs are written into the kernel's coordinate helpers (monkeypatched), and a
 fresh, uncached kernel is traced with them.
 
+The receptive field is proven by three facts (docs/verify.md "Conv receptive field"): each A
+box carries copy tags (ag.tma.load(tags=)) naming its filter tap and the output pixel it is
+read for, and its im2col column kin = tap * cg_padded + c; the weight's kin is its K column.
+wgmma.agree proves A's (tap, channel) is B's at every product, wgmma.k-once that each output
+sums every (tap, channel) exactly once, and the kernel's tag assertion (_receptive_field,
+2-d, where a warpgroup's rows are one box or rowbox) that each A element is the input pixel
+p * stride + t * dilation - padding of its output pixel and tap, or a zero TMA fill read from
+outside the tensor (padding, a packed step's tail).
+
   * groups mixing (the weight box of group 0 for every group): the verifier, wgmma.agree on
     the `grp` tag (an error with a counterexample naming A.grp == B.grp);
   * a wrong padding offset (rows above / below the image read as the neighbouring image's
-    rows instead of zeros) and a wrong stride (stride_h ignored): the verifier's tags do not
-    carry the tap yet (docs/perf/conv.md), so these are caught by the interpreter against
-    float64 F.conv2d, which these tests check does fail;
+    rows instead of zeros) and a wrong stride (stride_h ignored): the verifier, the
+    receptive-field tag assertion (an error naming the thread, the assertion's line and the
+    copy's), and the interpreter against float64 F.conv2d;
   * per-image row blocks (rowbox) storing their rows past P into the next image: the
     verifier, store.once (an error naming the element stored twice);
   * packed taps (ConvSchedule.taps_per_slice): a tap packed twice (every atom of a step the
-    first one's tap), a weight atom at the wrong channel offset, and the tail step's slices
-    past the last tap not masked (a wrapped tap read instead of zeros): the interpreter
-    against float64 torch (the verifier has no tap-aware tag yet, argus/kernels/conv.py).
+    first one's tap): the verifier, wgmma.k-once (kin multiplied twice); a weight atom at the
+    wrong channel offset: the verifier, wgmma.agree (A.kin == B.kin); both also by the
+    interpreter; the tail step's slices past the last tap not masked (a wrapped tap read
+    instead of zeros): the interpreter against float64 torch, and for the per-row route the
+    receptive-field assertion (a tap past the filter must read outside the tensor).
 """
 
 import dataclasses
@@ -349,3 +360,113 @@ def test_a_double_stored_row_segment_is_an_error(monkeypatch):
     assert str(once[0].loc).endswith(f"test_conv_mutations.py:{_seeded_line()}"), once[0].loc
     wit = once[0].counterexample
     assert wit["role"] == "consumer" and "warpgroup" in wit and "thread" in wit, wit
+
+
+# ------------------------------------------------------------------ the receptive field, proven
+
+GEOM_PAD = ConvGeometry(3, 3, 1, 1, 1, 1, 1, 1, groups=1, cg_padded=64)
+GEOM_STRIDE = ConvGeometry(3, 3, 2, 1, 1, 1, 1, 1, groups=1, cg_padded=64)
+PACKED_GEOM = ConvGeometry(3, 3, 1, 1, 1, 1, 1, 1, groups=1, cg_padded=16)
+
+
+def _errors(found, code):
+    bad = [d for d in found if d.code == code and d.severity == "error"]
+    assert bad, [f"{d.severity} {d.code}: {d.message[:160]}" for d in found]
+    return bad
+
+
+def _names_thread_and_line(d, line_of):
+    """The finding names who (role, warpgroup, thread) and where (a conv.py or the main
+    loop's line, and the copy that loaded the element)."""
+    w = d.counterexample
+    assert w.get("role") == "consumer" and "warpgroup" in w and "thread" in w, w
+    assert line_of in str(d.loc), d.loc
+    assert "conv.py:" in str(w.get("loaded_at", "")) or "conv.py:" in d.message, str(d)[:400]
+
+
+def test_wrong_padding_rows_are_a_receptive_field_error(monkeypatch):
+    # BUG: rows outside [0, H) are not pushed past the tensor: the neighbouring image's rows
+    monkeypatch.setattr(K, "_row", lambda image, h, H, NH, push, outside_depth=0:
+                        image * H + h)
+    found = verify.check(K.conv_kernel.__wrapped__(), geom=GEOM_PAD, s=SCHEDULE)
+    bad = _errors(found, "tag.assert")
+    assert all("receptive field" in str(d) for d in bad), [str(d)[-300:] for d in bad]
+    _names_thread_and_line(bad[0], "conv.py:")
+    tags = bad[0].counterexample["tags"][0]
+    # the witness: a tap whose input row lies outside the image, read inside the tensor
+    assert 0 <= tags["nh"] < bad[0].counterexample["shapes"]["NH"], tags
+
+
+def test_wrong_stride_is_a_receptive_field_error(monkeypatch):
+    right = K._input_coords
+
+    def no_stride_h(geom, *args):   # BUG: stride_h ignored
+        return right(dataclasses.replace(geom, stride_h=1), *args)
+    monkeypatch.setattr(K, "_input_coords", no_stride_h)
+    found = verify.check(K.conv_kernel.__wrapped__(), geom=GEOM_STRIDE, s=SCHEDULE)
+    bad = _errors(found, "tag.assert")
+    assert all("receptive field" in str(d) for d in bad), [str(d)[-300:] for d in bad]
+    _names_thread_and_line(bad[0], "conv.py:")
+
+
+def test_packed_tap_twice_is_a_k_once_error(monkeypatch):
+    right = K._k_slice
+    # BUG: every atom of a step multiplies the step's first tap (the weight's too)
+    monkeypatch.setattr(K, "_k_slice", lambda k, atom, atoms, c_steps, slices, bk:
+                        right(k, 0, atoms, c_steps, slices, bk))
+    found = verify.check(K.conv_kernel.__wrapped__(), geom=PACKED_GEOM,
+                         s=ConvSchedule(**PACKED))
+    bad = _errors(found, "wgmma.k-once")
+    assert any("kin" in d.message and "multiplied twice" in d.message for d in bad), \
+        [d.message[:300] for d in bad]
+    w = bad[0].counterexample
+    assert w.get("role") == "consumer" and "thread" in w, w
+
+
+def test_packed_channel_offset_is_an_agree_error(monkeypatch):
+    # BUG: the weight atom read 8 channels past its tap's first
+    monkeypatch.setattr(K, "_weight_coords",
+                        lambda g, n0, tap, c0, cgp: (g, n0, tap * cgp + c0 + 8))
+    found = verify.check(K.conv_kernel.__wrapped__(), geom=PACKED_GEOM,
+                         s=ConvSchedule(**PACKED))
+    bad = _errors(found, "wgmma.agree")
+    assert any("A.kin == B.kin" in d.message for d in bad), [d.message[:300] for d in bad]
+    assert "thread" in bad[0].message and "conv.py:" in bad[0].message, bad[0].message
+
+
+def test_packed_tail_not_masked_is_a_receptive_field_error(monkeypatch):
+    """2-d, 9 taps, 4 a step: slices 9..11 of the last step lie past the filter; unmasked
+    they read tap 9's rows (r = 3) inside the image instead of zeros."""
+    right = K._k_slice
+
+    def unmasked(k, atom, atoms, c_steps, slices, bk):   # BUG: past the last tap not zeroed
+        tap, c0, _ = right(k, atom, atoms, c_steps, slices, bk)
+        return tap, c0, 0
+
+    monkeypatch.setattr(K, "_k_slice", unmasked)
+    found = verify.check(K.conv_kernel.__wrapped__(), geom=PACKED_GEOM,
+                         s=ConvSchedule(**PACKED))
+    bad = _errors(found, "tag.assert")
+    assert any(t["tap"] >= 9 for d in bad for t in d.counterexample["tags"]), \
+        [d.counterexample.get("tags") for d in bad]
+
+
+@pytest.mark.parametrize("name,geom,schedule", [
+    ("direct_strided_grouped", GEOM, SCHEDULE),
+    ("rowbox", GEOM_ROWBOX, ROWBOX_SCHEDULES[0]),
+    ("packed", PACKED_GEOM, ConvSchedule(**PACKED)),
+    ("packed_rowbox", PACKED_GEOM, ConvSchedule(**PACKED, rowbox=True))])
+def test_the_receptive_field_is_proven(name, geom, schedule):
+    """The unmutated kernels: the tap-aware agree, k-once over (tap, channel) and the
+    receptive-field assertion are proven (notes), nothing left unknown."""
+    found = verify.check(K.conv_kernel(), include_proven=True, geom=geom, s=schedule)
+    assert not [d for d in found if d.severity != "note"], \
+        [str(d)[:300] for d in found if d.severity != "note"]
+    assert any(d.code == "wgmma.agree" and "A.kin == B.kin" in d.message for d in found)
+    # kin is the conv's one field that varies with the wgmma's k (k-once had none before:
+    # A's channel and B's K column were different fields), so these notes are kin's
+    once = {part for d in found if d.code == "wgmma.k-once"
+            for part in ("injective", "covers [0, K)") if part in d.message}
+    assert once == {"injective", "covers [0, K)"}, [d.message for d in found
+                                                    if d.code == "wgmma.k-once"]
+    assert any(d.code == "tag.assert" and "receptive field" in str(d) for d in found)

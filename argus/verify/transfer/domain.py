@@ -154,6 +154,8 @@ class WriteSite:
     tensor: TensorInfo | None = None
     coords: tuple = ()
     tile: TileState | None = None
+    # a TMA copy's tag.copy fields: (field, expression, its scalar operands' terms at the copy)
+    tags: tuple = ()
 
 
 @dataclass

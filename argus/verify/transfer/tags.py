@@ -20,9 +20,9 @@ from argus.ir import tag_ops as T
 from argus.verify.transfer.domain import AssertSite, Rule
 
 
-def declaration(m: Model, op: T.TagFn | T.TagTensor, scopes, role, counters,
+def declaration(m: Model, op: T.TagFn | T.TagTensor | T.TagCopy, scopes, role, counters,
                 following) -> None:
-    pass  # declared before the walk (Model._build)
+    pass  # declared before the walk (Model._build); a tag.copy is read by its copy's rule
 
 
 def assume(m: Model, op: T.TagAssume, scopes, role, counters, following) -> None:
@@ -45,6 +45,7 @@ def assert_(m: Model, op: T.TagAssert, scopes, role, counters, following) -> Non
 RULES: dict[type, Rule] = {
     T.TagFn: declaration,
     T.TagTensor: declaration,
+    T.TagCopy: declaration,
     T.TagAssume: assume,
     T.TagAssert: assert_,
     T.Require: require,

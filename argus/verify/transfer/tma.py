@@ -13,6 +13,7 @@ pipeline (the consume step with the same counter), never by program order alone.
 from __future__ import annotations
 
 from argus.ir import ops as O
+from argus.ir import tag_ops as T
 from argus.verify.transfer.domain import ReadSite, Rule, StoreSite, TileState, WriteSite
 
 
@@ -23,9 +24,16 @@ def tma_load(m: Model, op: O.TmaLoad, scopes, role, counters, following) -> None
     step = m.steps_by_stage.get(produce.op.stage.id) if produce else None
     info = m.tensors[op.tensor.id]
     coords = tuple(m.scalar(c) for c in op.coords)
+    # the tag.copy ops right after the copy: fields of every element it writes, their
+    # scalars taken here (the copy's loop indices), like its coordinates
+    tags = []
+    for nxt in following:
+        if not isinstance(nxt, T.TagCopy):
+            break
+        tags.append((nxt.field, nxt.expr, tuple(m.scalar(a) for a in nxt.args)))
     if m._recording:
         m.writes.setdefault(view.buffer.id, []).append(
-            WriteSite("tma", op, site, view, step, info, coords))
+            WriteSite("tma", op, site, view, step, info, coords, tags=tuple(tags)))
 
 
 def tma_store(m: Model, op: O.TmaStore, scopes, role, counters, following) -> None:
