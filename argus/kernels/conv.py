@@ -313,14 +313,15 @@ def _rowbox_pixel(image, p0, q0, h0, w0) -> dict:
 def _receptive_field(geom: ConvGeometry, X, H, rowbox: bool):
     """check_a of the consumer's main loop (OperandRing.mma): a tag assertion that every A
     element a wgmma multiplies is the input pixel of its output pixel and tap, or zero. The
-    output pixel and the tap are the box's copy tags (`img`, `oh`, `ocol`, `tap`), the pixel read is the element's coordinates in X, and the
-    index map is the geometry's, written here apart from the producer's coordinate code
-    (_input_coords, _row, _column): input row h = p * stride_h + r * dil_h - pad_h, column
-    w = q * stride_w + s * dil_w - pad_w. Inside the image the element is X's pixel (h, w)
-    (the flattened [N * H] row image * H + h; column w at plane phase w % stride_w, v =
-    w // stride_w); outside it (padding), or for a tap past the filter (a packed step's
-    tail), the element lies outside the tensor, where TMA reads zeros (the tensor map's
-    out-of-bounds fill, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: zeros). 2-d geometries only."""
+    output pixel and the tap are the box's copy tags (`img`, `oh`, `ocol`, `tap`), the pixel
+    read is the element's coordinates in X, and the index map is the geometry's, written
+    here apart from the producer's coordinate code (_input_coords, _row, _column): input row
+    h = p * stride_h + r * dil_h - pad_h, column w = q * stride_w + s * dil_w - pad_w.
+    Inside the image the element is X's pixel (h, w) (the flattened [N * H] row image * H + h;
+    column w at plane phase w % stride_w, v = w // stride_w); outside it (padding), or for a
+    tap past the filter (a packed step's tail), the element lies outside the tensor, where TMA
+    reads zeros (the tensor map's out-of-bounds fill, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    argus/runtime/tma.py). 2-d geometries only."""
     NH, PG, WV = ag.sym(X.shape[0]), ag.sym(X.shape[1]), ag.sym(X.shape[2])
     taps = geom.r * geom.s
 
@@ -641,11 +642,9 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         ag.tag_assume(lambda: ag.sym(G) == geom.groups)
         # groups never mix: the input's plane axis is phase * G + g, so its group is plane % G;
         # the weight's is its leading coordinate. wgmma.agree proves every product pairs the
-        # same group. (A tap-aware receptive-field tag is not expressible yet: the contracted
-        # index of A, the input channel, repeats across taps, so it carries no shared k tag; a
-        # `ch` tag on both, c and kt % cg_padded, is a reduction field to wgmma.k-once, which
-        # then reports channel 0 multiplied once a tap. The taps_per_slice packing is checked
-        # by the interpreter against torch: tests/interp/test_conv_packed_taps.py.)
+        # same group. (The K coordinate is the pair (tap, channel), tagged below as kin: the
+        # input channel alone repeats across taps, so a channel tag on both operands read as
+        # channel 0 multiplied once a tap in wgmma.k-once.)
         if atoms == 1 or geom.groups > 1:
             # (packed K slices, one group: nothing to agree, and no tag. A stride_w > 1 gives
             # each tap's box its own plane term (phase * G + g), so the record of a stage
