@@ -227,9 +227,14 @@ def _races(model: Model) -> list[Obligation]:
             r1, r2 = _num(v1.row0), sub(v2.row0)
             overlap = z3.And(_stage_eq(v1.stage, None if v2.stage is None else sub(v2.stage)),
                              r1 < r2 + v2.rows, r2 < r1 + v1.rows)
-            prem = list(model.premises) + s1.constraints() + \
-                [z3.substitute(c, *pairs) if pairs else c for c in s2.constraints()] + \
-                [different]
+            # the `ag.when`s around the two accesses are part of the claim, not premises: a
+            # pair no two warpgroups both run (one warpgroup's write under `wg == 0`) then has
+            # satisfiable premises and its claim proven, not an empty model
+            (guard1, rest1), (guard2, rest2) = _guards(s1), _guards(s2)
+            prem = list(model.premises) + rest1 + \
+                [z3.substitute(c, *pairs) if pairs else c for c in rest2] + [different]
+            both_run = z3.And(guard1 + [z3.substitute(c, *pairs) if pairs else c
+                                        for c in guard2])
             subject = f"{k1} at {op1.loc} vs {k2} at {op2.loc} on {v1.buffer}"
 
             def decode(zm, violated, s1=s1, s2=s2, r1=r1, r2=r2, v1=v1, v2=v2, pairs=pairs,
@@ -258,8 +263,16 @@ def _races(model: Model) -> list[Obligation]:
                 return (f"{one} ({k1} at {op1.loc}) and {two} ({k2} at {op2.loc}) both touch "
                         f"row {lo} of {v1.buffer} with no ordering between them"), wit
             obs.append(Obligation("smem.race", op1.loc, subject, prem,
-                                  [("disjoint rows", z3.Not(overlap))], decode))
+                                  [("disjoint rows", z3.Not(z3.And(both_run, overlap)))],
+                                  decode))
     return obs
+
+
+def _guards(site: Site) -> tuple[list, list]:
+    """The site's `ag.when` conditions, and its other constraints (loop ranges, roles)."""
+    guard = [c for sc in site.scopes if sc.kind == "if" for c in sc.constraints]
+    rest = [c for sc in site.scopes if sc.kind != "if" for c in sc.constraints]
+    return guard, rest
 
 
 def _tma_overlaps(model: Model):

@@ -702,8 +702,15 @@ def _coverage(model: Model, st: StoreSite, alternatives: list[StoreSite] | None 
                               warn_claims=("|domain| >= extent",) if single_tile else ()))
     # the count above is over every instance, the `ag.when`s around the store left out of
     # its premises (an injective map on the instances that pass a condition covers nothing):
-    # each condition must let through the instances the count relies on (store_guards)
-    got = guards.obligations(model, st) if alternatives is None else \
+    # each condition must let through the instances the count relies on (store_guards), but
+    # a condition `wg == e` on a warpgroup the destination does not name (a ping-pong turn,
+    # or one warpgroup storing what the role computed) lets exactly one warpgroup store each
+    # element when e lies in the warpgroups' range: every warpgroup stores the same element,
+    # so the count holds with that one (_turn_obligation, as _tile_coverage proves it)
+    if alternatives is None:
+        conds, turn_obs = _turns(model, st, dest)
+        obs += turn_obs
+    got = guards.obligations(model, st, conds) if alternatives is None else \
         guards.alternatives(model, alternatives)
     if got is None:
         return None
@@ -1304,6 +1311,25 @@ def _pinned(cond, within, names):
                 str(w) not in free_consts(e):
             return w, e
     return None
+
+
+def _turns(model: Model, st: StoreSite, dest) -> tuple[list, list[Obligation]]:
+    """The store's conditions other than its turns, and the turns' obligations: a turn is a
+    condition `wg == e` on the index of a role around the store that the destination `dest`
+    does not name and e does not mention (_pinned)."""
+    roles = {str(sc.var): sc for sc in st.site.scopes if sc.kind == "role"}
+    within = [sc.var for sc in roles.values()]
+    names = set().union(*(free_consts(x) for x in dest)) if dest else set()
+    conds = [(sc, c, _pinned(c, within, names)) for sc, c in guards.conditions(st)]
+    obs = []
+    for sc, c, pinned in conds:
+        if pinned is not None:
+            w, e = pinned
+            n = roles[str(w)].op.warpgroups
+            obs.append(_turn_obligation(model, st, sc, w, e, z3.IntVal(0), z3.IntVal(n),
+                                        [p for _, p, q in conds
+                                         if q is not None and p is not c]))
+    return [(sc, c) for sc, c, pinned in conds if pinned is None], obs
 
 
 def _turn_obligation(model, st, sc, w, e, lo, count, turns) -> Obligation:
