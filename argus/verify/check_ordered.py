@@ -307,7 +307,10 @@ def _turns(model: Model, site) -> tuple[list[Obligation], list[Finding]]:
                     {"trip_count": trips, "warpgroups": W})
         runs = [w for w in range(W) if z3.is_true(zm.eval(z3.substitute(
             cond, (wg, z3.IntVal(w))), model_completion=True))]
-        wit = {"warpgroups_in_section": runs, "warpgroups": W}
+        # the conditions deciding who runs the section: names.annotate adds what they read
+        # (the turn's formula is fixed where it is computed)
+        wit = {"warpgroups_in_section": runs, "warpgroups": W,
+               "related_sites": [str(s.op.loc) for s in inner if s.kind == "if"]}
         if index is not None:
             it = value(zm, index)
             wit["iteration"] = it

@@ -341,8 +341,35 @@ def _per_iteration(model: Model, app, t):
     return z3.substitute(body, *pairs)
 
 
+UNROLL_SUMS = 64   # a step sum over at most this many iterations is written out (_unrolled)
+
+
+def _unrolled(model: Model, term):
+    """`term` with every step sum over a constant number of iterations (at most UNROLL_SUMS)
+    written out as the sum of its iterations' counts: exact, and linear (a ping-pong loop
+    over a role's two tiles, whose warpgroup consumes one tile's steps and skips the other's,
+    counts ite(h == wg, k, 0) + ite(h != wg, k', 0) per iteration h)."""
+    for _ in range(8):   # nested sums: an iteration's count may hold an inner loop's sum
+        subs = []
+        for app in _sums(model, term):
+            lo, hi = z3.simplify(app.children()[0]), z3.simplify(app.children()[1])
+            if not (z3.is_int_value(lo) and z3.is_int_value(hi)) or \
+                    hi.as_long() - lo.as_long() > UNROLL_SUMS:
+                continue
+            its = [_per_iteration(model, app, z3.IntVal(t))
+                   for t in range(lo.as_long(), hi.as_long())]
+            subs.append((app, z3.Sum(its) if its else z3.IntVal(0)))
+        if not subs:
+            break
+        term = z3.substitute(term, *subs)
+    return term
+
+
 def _totals(model, pipe, pr, cr, tp, tc, subject, sites):
     loc = pipe.op.loc
+    tp, tc = _unrolled(model, tp), _unrolled(model, tc)
+    skips = [op for op in model.kernel.walk() if isinstance(op, O.PipeSkip)
+             and op.pipe.id == pipe.op.result.id]
     premises, claims = list(model.premises), [("producer steps == consumer steps", tp == tc)]
     sp, sc = _sums(model, tp), _sums(model, tc)
     t = a = b = None
@@ -366,7 +393,11 @@ def _totals(model, pipe, pr, cr, tp, tc, subject, sites):
         wit = {"shapes": W.shapes(model, zm), "producer_steps": value(zm, tp),
                "consumer_steps": value(zm, tc), "producer_role": pr, "consumer_role": cr,
                "steps_at": [f"{s.kind} at {s.op.loc} in loops "
-                            f"{[str(sc.op.loc) for sc in s.site.loops()]}" for s in sites]}
+                            f"{[str(sc.op.loc) for sc in s.site.loops()]}" for s in sites]
+               + [f"skip at {op.loc}" for op in skips],
+               # names.annotate adds what these lines read (loop bounds, skip counts): a
+               # wrong count is fixed where it is computed, not at the pipeline's line
+               "related_sites": [str(s.op.loc) for s in sites] + [str(op.loc) for op in skips]}
         if model.grid is not None:
             wit["cta"] = tuple(value(zm, model.sym[v.id]) for v in model.grid.ids)
         if "same steps in every iteration" in violated or "same iterations" in violated:

@@ -155,6 +155,13 @@ class Names:
             return n if n is not None else m.group(0)
         return _IR_NAME.sub(sub, text)
 
+    def loc_named(self, text: str) -> Loc | None:
+        """The location of an op whose `str(loc)` is `text` ('file.py:12')."""
+        for ops in self.by_line.values():
+            if ops and str(ops[0].loc) == text:
+                return ops[0].loc
+        return None
+
     def ops_at(self, loc: Loc) -> list[Op]:
         return self.by_line.get((loc.file, loc.line), [])
 
@@ -338,6 +345,12 @@ def annotate(kernel: Kernel, diagnostics: list[Diagnostic],
             if isinstance(wit.get(key), dict):
                 wit[key] = _loop_keys(names, wit[key])
         defs = names.definitions(d.loc)
+        # a finding about several program points (a pipeline's step counts: its produce,
+        # consume and skip sites) also names what each of them reads
+        for at in wit.get("related_sites", ()):
+            loc = names.loc_named(at)
+            if loc is not None:
+                defs = {**names.definitions(loc), **defs}
         if defs:
             wit.setdefault("defined", defs)
         srcs = names.sources(d.loc)
