@@ -113,6 +113,7 @@ def collect(model: Model) -> tuple[list[OB.Obligation], list[OB.Finding]]:
              ("means", lambda: check_mean.obligations(model)),
              ("wgmma operand provenance", lambda: check_provenance.obligations(model)),
              ("clusters", lambda: check_grid.obligations(model)),
+             ("register split", lambda: check_grid.register_budget(model)),
              ("programmatic dependent launch", lambda: check_pdl.obligations(model)),
              ("tag assertions", lambda: check_asserts.obligations(model))]
     for what, make in steps:

@@ -212,6 +212,10 @@ _RULES = [
     Rule("grid.cluster", "every clustered grid extent is a multiple of the cluster size for "
          "every shape (a partial cluster cannot launch)", (14,), "LIA",
          "round the extent up: ag.cdiv(M, cluster * BM) * cluster"),
+    Rule("regs.budget", "the warp roles' setmaxnreg counts fit the CTA's share of the "
+         "register file: sum of regs x 128 x warpgroups <= 65536 / CTAs per SM (a "
+         "setmaxnreg.inc the file cannot grant waits forever)", (), "arith",
+         "lower a role's regs (e.g. 240/240/24 = 64512 for two consumers and a producer)"),
     Rule("atomic.exclusive", "a tensor that atomics update is not also stored, TMA-stored or "
          "read by a plain load in the kernel (a plain access racing other CTAs' atomics)",
          (14,), "arith", "keep counters and atomic accumulators in tensors of their own"),

@@ -63,7 +63,7 @@ def make_gemm(bug: str | None = None, stages: int = 4, consumers: int = 2):
                     else:
                         ag.tma.load(sB[st], B, (pid_n * BN, k * BK))
         nwg = consumers + 1 if bug == "view_out_of_buffer" else consumers
-        with ag.role("consumer", warpgroups=nwg, regs=232) as wg:
+        with ag.role("consumer", warpgroups=nwg, regs=232 if nwg <= 2 else 152) as wg:  # 3 x 232 + 40 exceeds the 64K file
             acc = ag.zeros((64, BN), ag.f32)
             k_steps = k_tiles - 1 if bug == "consumer_skips_last_k" else k_tiles
             for k in ag.range(k_steps):  # BUG:consumer_skips_last_k
