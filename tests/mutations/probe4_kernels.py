@@ -250,3 +250,104 @@ def make_row_handoff(bug: str | None = None):
                         ag.store(Y, (b * 64, 0), x + y)
 
     return row_handoff
+
+
+def make_cluster_leader(bug: str | None = None, stages: int = 2):
+    """Clusters of 2 CTAs along M sharing B: the rank-0 CTA multicasts the whole B tile to
+    both (the other loads only its own A)."""
+
+    @ag.kernel(name="cluster_leader", cluster=(2, 1, 1))
+    def cluster_leader(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+                       C: ag.Tensor["M", "N", ag.bf16]):
+        M, K = A.shape
+        N = B.shape[0]
+        pid_m, pid_n = ag.grid(2 * ag.cdiv(M, 2 * BM), ag.cdiv(N, BN), cluster=2)
+        rank = ag.cluster_rank()
+        sA = ag.smem((stages, BM, BK), ag.bf16, swizzle=128)
+        sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
+        ring = ag.pipeline(stages, consumers=2)
+        k_tiles = ag.cdiv(K, BK)
+        with ag.role("producer", warpgroups=1, regs=40):
+            for k in ag.range(k_tiles):
+                with ring.produce() as st:
+                    ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
+                    with ag.when(rank == 0):
+                        if bug == "leader_half":
+                            ag.tma.load(sB[st].rows_of(0, BN // 2), B, (pid_n * BN, k * BK), multicast=True)  # BUG:leader_half
+                        else:
+                            ag.tma.load(sB[st], B, (pid_n * BN, k * BK), multicast=True)
+        with ag.role("consumer", warpgroups=2, regs=232) as wg:
+            acc = ag.zeros((64, BN), ag.f32)
+            for k in ag.range(k_tiles):
+                with ring.consume() as st:
+                    ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)
+            ag.store(C, (pid_m * BM + wg * 64, pid_n * BN), acc.to(ag.bf16))
+
+    return cluster_leader
+
+
+def make_pingpong_three(bug: str | None = None, stages: int = 2, num_sms: int = 132,
+                        walk: str = "count"):
+    """A persistent walk of 64 x 128 tiles taken in turns by three consumer warpgroups
+    (tile i of this CTA by warpgroup i % 3), one producer. walk="count": i over this CTA's
+    tile count, t = pid + i * programs; walk="range": t over range(pid, total, programs),
+    i = (t - pid) // programs."""
+    TM = 64
+
+    @ag.kernel(name="pingpong_three")
+    def pingpong_three(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+                       C: ag.Tensor["M", "N", ag.bf16]):
+        M, K = A.shape
+        N = B.shape[0]
+        tiles_n = ag.cdiv(N, BN)
+        total = ag.cdiv(M, TM) * tiles_n
+        programs = ag.minimum(total, num_sms)
+        (pid,) = ag.grid(programs)
+        mine_count = ag.cdiv(total - pid, programs)
+        sA = ag.smem((stages, TM, BK), ag.bf16, swizzle=128)
+        sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
+        ring = ag.pipeline(stages)
+        k_tiles = ag.cdiv(K, BK)
+        with ag.role("producer", warpgroups=1, regs=40):
+            for u in ag.range(mine_count) if walk == "count" else ag.range(pid, total, programs):
+                t = pid + u * programs if walk == "count" else u
+                for k in ag.range(k_tiles):
+                    with ring.produce() as st:
+                        ag.tma.load(sA[st], A, ((t // tiles_n) * TM, k * BK))
+                        ag.tma.load(sB[st], B, ((t % tiles_n) * BN, k * BK))
+        with ag.role("consumer", warpgroups=3, regs=152) as wg:
+            for u in ag.range(mine_count) if walk == "count" else ag.range(pid, total, programs):
+                t = pid + u * programs if walk == "count" else u
+                i = u if walk == "count" else (u - pid) // programs
+                if bug == "turn_mod_two":
+                    turn = i % 2  # BUG:turn_mod_two
+                else:
+                    turn = i % 3
+                with ag.when(turn == wg):
+                    with ag.ordered("mma"):
+                        acc = ag.zeros((TM, BN), ag.f32)
+                        for k in ag.range(k_tiles):
+                            with ring.consume() as st:
+                                ag.wgmma(sA[st], sB[st], acc)
+                    ag.store(C, ((t // tiles_n) * TM, (t % tiles_n) * BN), acc.to(ag.bf16))
+                with ag.when(turn != wg):
+                    ring.skip(k_tiles)
+
+    return pingpong_three
+
+
+def make_role_handoff(bug: str | None = None):
+    """A producer role computes a row scale and hands it to the consumer role through shared
+    memory (the consumer multiplies its rows by it)."""
+
+    @ag.kernel(threads=256, name="role_handoff")
+    def role_handoff(X: ag.Tensor["M", 64, ag.f32], Y: ag.Tensor["M", 64, ag.f32]):
+        (b,) = ag.grid(ag.cdiv(Y.shape[0], 64))
+        sX = ag.smem((64, 64), ag.f32)
+        with ag.role("producer", warpgroups=1, regs=40):
+            ag.store_shared(sX.view(), ag.load(X, (b * 64, 0), (64, 64)) * 2.0)  # BUG:across_roles
+        with ag.role("consumer", warpgroups=1, regs=232):
+            y = ag.gather(sX.view(), (ag.arange(64)[:, None], ag.arange(64)[None, :]), other=0.0)
+            ag.store(Y, (b * 64, 0), y)
+
+    return role_handoff
