@@ -185,6 +185,7 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
         _inb(model, st, dest) + [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)]
     claims = []
     field_of = {}   # claim name -> the field it compares (the witness names its views)
+    other = None    # a second instance of the store (_other_instance), made for a window
     for d, fname in enumerate(st.tensor.field_names):
         val = rec.get(fname)
         if val is None or not is_coordinate_field(fname):
@@ -199,6 +200,19 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
             claims.append((f"{fname} of the destination is in the value's window",
                            z3.Exists(list(val.bound),
                                      z3.And(list(val.cond) + [val.term == dest[d]]))))
+            field_of[claims[-1][0]] = fname
+            # membership alone accepts a tile whose elements are stored permuted inside
+            # their windows (a reversed tile of 4 outputs under 8 taps): the window must sit
+            # at one offset from the destination for every element, CTA and iteration
+            if other is None:
+                other = _other_instance(model, st, idx, prem)
+            ren, prem2 = other
+            shift = val.term - dest[d]
+            conds = list(val.cond) + [z3.substitute(c, *ren) for c in val.cond]
+            # (the window's bound variables free: the claim holds for every value of them)
+            claims.append((f"the window of {fname} sits at one offset from the destination "
+                           f"for every element",
+                           z3.Implies(z3.And(conds), shift == z3.substitute(shift, *ren))))
             field_of[claims[-1][0]] = fname
             continue
         prem += list(val.cond)
@@ -220,6 +234,8 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
         field_of[claims[-1][0]] = fname
     if not claims:
         return []
+    if other is not None:
+        prem += other[1]
     prem += model.axiom_instances([c for _, c in claims] + prem)
     subject = f"store to {st.tensor.name} at {st.op.loc}"
 
@@ -239,6 +255,15 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
                f"tags say {got} ({src})")
         if mixed:
             msg += f"; it mixes values from {mixed[0]}"
+        shifted = [field_of[c] for c in violated if c.startswith("the window of")]
+        if shifted and other is not None:
+            ren = other[0]
+            iv2 = tuple(value(zm, z3.substitute(i, *ren)) for i in idx)
+            out2 = W.fmt_elem(st.tensor.name, [value(zm, z3.substitute(x, *ren)) for x in dest])
+            wit["other_tile_element"] = iv2
+            msg += (f"; its window along {shifted[0]} sits at another offset from the "
+                    f"destination than the window of tile element {iv2} stored to {out2} "
+                    f"(the elements are stored permuted inside their windows)")
         # where each wrong field was selected: the views its lineage was read through (the
         # line of `sA[st].rows_of(...)` when the operand's rows are the wrong ones)
         for fname in dict.fromkeys(field_of[c] for c in violated if c in field_of):
@@ -249,6 +274,15 @@ def _coords(model: Model, st: StoreSite) -> list[Obligation]:
         return W.placed(msg, wit), wit
     return [Obligation("store.coords", st.op.loc, subject, prem, claims, decode,
                        minimize=list(idx) + [s.var for s in st.site.scopes if s.var is not None])]
+
+
+def _other_instance(model: Model, st: StoreSite, idx, prem):
+    """A second instance of the store `st` for a claim comparing two (_coords' window
+    offset): the renaming of the tile element, the enclosing scopes' variables and the CTA
+    index to fresh copies, and the premises `prem` (the store's, so far) over the copies."""
+    own = list(idx) + st.site.scope_vars() + [v for v, _, _ in model.grid_vars]
+    ren = [(v, fresh_int(f"{v}@other")) for v in dict.fromkeys(own)]
+    return ren, [z3.substitute(p, *ren) for p in prem]
 
 
 def _window(val) -> bool:
@@ -1335,14 +1369,26 @@ def _turns(model: Model, st: StoreSite, dest) -> tuple[list, list[Obligation]]:
 def _turn_obligation(model, st, sc, w, e, lo, count, turns) -> Obligation:
     # premises: the store's loops and warpgroups and its other turns, not its other
     # conditions (store_guards proves those separately, over every instance)
-    prem = list(model.premises) + guards.unguarded(st) + list(turns)
+    # a second turn on the same warpgroup (`wg == e` inside `wg == e2`) is a claim, not a
+    # premise: warpgroup e must pass it too, or no warpgroup stores (e != e2)
+    same = [t for t in turns if str(w) in free_consts(t)]
+    prem = list(model.premises) + guards.unguarded(st) + \
+        [t for t in turns if str(w) not in free_consts(t)]
     claims = [("exactly one of them stores", z3.And(e >= lo, e < lo + count))]
+    if same:
+        claims.append(("that one passes the other conditions on it",
+                       z3.And([z3.substitute(t, (w, e)) for t in same])))
 
     info = model.vars.get(str(w))
     who = info.label if info is not None else str(w)
 
     def decode(zm, violated):
         wit = {"shapes": W.shapes(model, zm), "turn": value(zm, e)}
+        if "exactly one of them stores" not in violated:
+            return (f"the store at {st.op.loc} runs where the {who} is {wit['turn']} (the "
+                    f"condition at {sc.op.loc}) and where another condition on the {who} "
+                    f"holds, which {who} {wit['turn']} fails: no {who} stores, that unit is "
+                    f"never stored"), wit
         return (f"the store at {st.op.loc} runs when the {who} is {wit['turn']}, which no "
                 f"{who} in [{value(zm, lo)}, {value(zm, lo + count)}) is: that unit is never "
                 f"stored"), wit
