@@ -22,6 +22,7 @@ import dataclasses
 
 import z3
 
+from argus.ir import ops as O
 from argus.verify import solver
 from argus.verify import store_guards as guards
 from argus.verify import witness as W
@@ -842,6 +843,9 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None,
     inst = _instance_vars(model, st)
     exts = [_num(st.tensor.extent(model, d)) for d in range(len(dest))]
     dest, exts, merged = _merge_radix_dims(dest, exts)
+    # a walk spelled by its trip count (`for i in range(cdiv(T - pid, P))`, unit pid + i * P):
+    # the destination reads the loop's index as the unit it walks
+    dest, counted = _counted_walks(model, st, dest)
     names = set().union(*(free_consts(x) for x in dest))
     subject = f"stores to {st.tensor.name} at {st.op.loc}" + \
         (f" (dims {', '.join(f'{d}-{d + 1}' for d in merged)} seen as one: x // E, x % E)"
@@ -915,8 +919,8 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None,
     for sc in st.site.scopes:
         if sc.kind != "loop" or not any(sc.var is u for u in units):
             continue
-        start, stop, step = (_num(model.scalar(getattr(sc.op, f)))
-                             for f in ("start", "stop", "step"))
+        start, stop, step = counted.get(str(sc.var)) or \
+            (_num(model.scalar(getattr(sc.op, f))) for f in ("start", "stop", "step"))
         gs = [v for v, _, _ in model.grid_vars if str(v) in free_consts(start)]
         if not gs:
             continue
@@ -1400,6 +1404,54 @@ def _turn_obligation(model, st, sc, w, e, lo, count, turns) -> Obligation:
 
 def _constant(x) -> bool:
     return isinstance(x, int) or (isinstance(x, z3.ExprRef) and z3.is_int_value(z3.simplify(x)))
+
+
+def _counted_walks(model, st, dest: list) -> tuple[list, dict]:
+    """A persistent walk spelled by this program's trip count: `for i in range(n)` with
+    n = (T - S + P - 1) // P (`ag.cdiv(T - S, P)`, or written out) and the unit read as
+    S + i * P, S a program id g plus terms of no loop index. C's truncating division makes n
+    the count of range(S, T, P) for P >= 1 at every sign of T - S (n = ceil((T - S) / P)
+    when T - S >= 0; when T - S < 0, n <= 0 and the loop runs no iteration), so the loop is
+    the walk `for u in range(S, T, P)`: the destination is rewritten with g = u - i * P - (S - g),
+    and where the index cancels (it is read only through the unit) the loop's variable
+    stands for u, walked over [0, T) by `_walk_obligation` and `_tile_obligation` (P >= 1
+    follows from the walk's "start in [0, stride)"). A dividend of any other offset from
+    T - S is the same walk with another T (`(T - S) // P`: range(S, T - P + 1, P), one unit
+    short per program: the tile count says so). Returns the destination and loop variable
+    name -> (S, T, P) for the loops so read; a loop of another shape is left as it is."""
+    grid = {str(v): v for v, _, _ in model.grid_vars}
+    defs = {op.result.id: op for op in model.kernel.walk() if isinstance(op, O.Arith)}
+    counted: dict = {}
+    for sc in st.site.scopes:
+        if sc.kind != "loop":
+            continue
+        start, step = (z3.simplify(_num(model.scalar(getattr(sc.op, f))))
+                       for f in ("start", "step"))
+        div = defs.get(getattr(sc.op.stop, "id", None))
+        if not (start.eq(z3.IntVal(0)) and step.eq(z3.IntVal(1))) or div is None or \
+                div.fn != "floordiv":
+            continue
+        P = _num(model.scalar(div.rhs))
+        span = z3.simplify(_num(model.scalar(div.lhs)) - P + 1)   # T - S
+        addends = span.children() if z3.is_add(span) else [span]
+        S = z3.simplify(-z3.Sum([a for a in addends if free_consts(a) & set(grid)] or [0]))
+        T = z3.simplify(z3.Sum([a for a in addends if not free_consts(a) & set(grid)] or [0]))
+        if free_consts(T) & set(grid) or free_consts(P) & set(grid) or \
+                str(sc.var) in free_consts(S) | free_consts(T) | free_consts(P):
+            continue
+        for name in sorted(free_consts(S) & set(grid)):
+            g = grid[name]
+            rest = z3.simplify(S - g)
+            if name in free_consts(rest):
+                continue    # g's coefficient is not 1
+            i0 = fresh_int(f"{sc.var}@index")
+            moved = [z3.simplify(z3.substitute(d, (sc.var, i0), (g, sc.var - i0 * P - rest)))
+                     for d in dest]
+            if any(str(i0) in free_consts(d) for d in moved):
+                continue    # the index is read otherwise than through the unit
+            dest, counted[str(sc.var)] = moved, (S, T, P)
+            break
+    return dest, counted
 
 
 def _walk_obligation(model, sc, gs, start, step, ranges) -> Obligation:

@@ -287,11 +287,13 @@ def make_cluster_leader(bug: str | None = None, stages: int = 2):
 
 
 def make_pingpong_three(bug: str | None = None, stages: int = 2, num_sms: int = 132,
-                        walk: str = "count"):
+                        walk: str = "count", full_grid: bool = False):
     """A persistent walk of 64 x 128 tiles taken in turns by three consumer warpgroups
     (tile i of this CTA by warpgroup i % 3), one producer. walk="count": i over this CTA's
-    tile count, t = pid + i * programs; walk="range": t over range(pid, total, programs),
-    i = (t - pid) // programs."""
+    tile count, ag.cdiv(total - pid, programs), t = pid + i * programs; walk="written": that
+    count written out, (total - pid + programs - 1) // programs; walk="range": t over
+    range(pid, total, programs), i = (t - pid) // programs. full_grid: num_sms programs
+    whatever the tile count (total - pid < 0 on the programs past the last tile: no tile)."""
     TM = 64
 
     @ag.kernel(name="pingpong_three")
@@ -301,24 +303,29 @@ def make_pingpong_three(bug: str | None = None, stages: int = 2, num_sms: int = 
         N = B.shape[0]
         tiles_n = ag.cdiv(N, BN)
         total = ag.cdiv(M, TM) * tiles_n
-        programs = ag.minimum(total, num_sms)
+        programs = num_sms if full_grid else ag.minimum(total, num_sms)
         (pid,) = ag.grid(programs)
-        mine_count = ag.cdiv(total - pid, programs)
+        if bug == "count_floor":
+            mine_count = (total - pid) // programs  # BUG:count_floor
+        elif walk == "written":
+            mine_count = (total - pid + programs - 1) // programs
+        else:
+            mine_count = ag.cdiv(total - pid, programs)
         sA = ag.smem((stages, TM, BK), ag.bf16, swizzle=128)
         sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
         ring = ag.pipeline(stages)
         k_tiles = ag.cdiv(K, BK)
         with ag.role("producer", warpgroups=1, regs=40):
-            for u in ag.range(mine_count) if walk == "count" else ag.range(pid, total, programs):
-                t = pid + u * programs if walk == "count" else u
+            for u in ag.range(pid, total, programs) if walk == "range" else ag.range(mine_count):
+                t = u if walk == "range" else pid + u * programs
                 for k in ag.range(k_tiles):
                     with ring.produce() as st:
                         ag.tma.load(sA[st], A, ((t // tiles_n) * TM, k * BK))
                         ag.tma.load(sB[st], B, ((t % tiles_n) * BN, k * BK))
         with ag.role("consumer", warpgroups=3, regs=152) as wg:
-            for u in ag.range(mine_count) if walk == "count" else ag.range(pid, total, programs):
-                t = pid + u * programs if walk == "count" else u
-                i = u if walk == "count" else (u - pid) // programs
+            for u in ag.range(pid, total, programs) if walk == "range" else ag.range(mine_count):
+                t = u if walk == "range" else pid + u * programs
+                i = (u - pid) // programs if walk == "range" else u
                 if bug == "turn_mod_two":
                     turn = i % 2  # BUG:turn_mod_two
                 else:

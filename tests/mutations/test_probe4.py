@@ -23,13 +23,16 @@ What it found, each fixed in the verifier (the tests marked NEW failed before th
   * a register split above the register file (3 x 128 x 176 + 128 x 40) was refused only by
     lowering (a CompileError without a thread); regs.budget (check_grid.register_budget)
     reports it on the traced kernel at the role's line.
-Left: a persistent walk spelled by the CTA's tile count (`for i in range(cdiv(total - pid,
-programs))`, `t = pid + i * programs`) is a false store.coverage error (xfail below, found
-on the parent too); the multicast part computed as a Python constant (`part = BN // 4`) is caught at the
+  * (follow-up) a persistent walk spelled by the CTA's tile count (`for i in
+    range(cdiv(total - pid, programs))`, `t = pid + i * programs`) was a false
+    store.coverage error ("132 units walked, 133 tiles"): check_stores._counted_walks reads
+    such a loop as the walk range(pid, total, programs); the count one short per program
+    (`(total - pid) // programs`, count_floor) stays an error.
+Left: the multicast part computed as a Python constant (`part = BN // 4`) is caught at the
 load whose box it sizes (a trace-time int has no defining line in the IR); a slot read after
-its step cannot be written in the DSL (TraceError, and the fix it suggests, a scalar bound
-before the loop, is refused the same way inside a runtime loop). docs/verify.md, "Fourth
-held-out style probe (2026-12-05)"."""
+its step cannot be written in the DSL (TraceError; its fix now says to read the slot inside
+the step, tests/unit/test_loop_carried.py follows it). docs/verify.md, "Fourth held-out
+style probe (2026-12-05)" and its follow-up."""
 
 from __future__ import annotations
 
@@ -56,6 +59,9 @@ BUGS = [
     (P.make_row_handoff, "handoff_unordered", ("sync.exchange",)),
     (P.make_cluster_leader, "leader_half", ("wgmma.defined",)),
     (lambda bug: P.make_pingpong_three(bug, walk="range"), "turn_mod_two", ("ordered.turns",)),
+    # the walk's trip count one short per program ((total - pid) // programs): NEW as the
+    # pair of the clean count walks below (the correct spelling was an error too)
+    (lambda bug: P.make_pingpong_three(bug, walk="count"), "count_floor", ("store.coverage",)),
     (P.make_role_handoff, "across_roles", ("smem.race",)),
 ]
 
@@ -71,6 +77,14 @@ CLEAN = [
     ("row_handoff", lambda: P.make_row_handoff()),   # NEW: was store.coverage + smem.race unknown
     ("cluster_leader", lambda: P.make_cluster_leader()),
     ("pingpong_three_range_walk", lambda: P.make_pingpong_three(walk="range")),
+    # NEW (were store.coverage errors): the walk spelled by this CTA's tile count, with
+    # ag.cdiv or written out, on a grid of min(total, SMs) or of every SM (total - pid < 0)
+    ("pingpong_three_count_walk", lambda: P.make_pingpong_three(walk="count")),
+    ("pingpong_three_written_count_walk", lambda: P.make_pingpong_three(walk="written")),
+    ("pingpong_three_count_walk_full_grid",
+     lambda: P.make_pingpong_three(walk="count", full_grid=True)),
+    ("pingpong_three_range_walk_full_grid",
+     lambda: P.make_pingpong_three(walk="range", full_grid=True)),
 ]
 
 
@@ -91,11 +105,3 @@ def test_a_slot_read_after_its_step_is_refused_when_traced():
     with pytest.raises(TraceError) as e:
         P.make_twice_from_slot("reread_after_step").trace()
     assert f"{FILE.name}:{line}" in str(e.value)
-
-
-@pytest.mark.xfail(strict=True, reason="left: a persistent walk spelled as this CTA's tile "
-                   "count, for i in range(cdiv(total - pid, programs)), t = pid + i * programs, "
-                   "is counted at one program id's trip count (132 units for 133 tiles): a "
-                   "false store.coverage error; the range(pid, total, programs) spelling passes")
-def test_probe4_walk_by_tile_count_is_clean():
-    S.assert_clean(P.make_pingpong_three(walk="count").trace())
