@@ -97,10 +97,42 @@ class _OutOfScopeScalar(Scalar):
                              f"out")
 
 
-_OUT_OF_SCOPE = (_OutOfScopeTile, _OutOfScopeScalar)
+class _OutOfScopeInduction(Scalar):
+    """A region's own value (a loop's index, a pipeline step's stage) read after the region.
+    It never carries (CarryScope.close: `induction`), whether or not the name had a value
+    before, so `name = ag.scalar(0)` before the region does not help: the fix is another."""
+
+    def __init__(self, name: str, made_at, region: str):
+        self._why = (name, made_at, region)
+        self.uniform = True
+
+    @property
+    def value(self) -> Value:  # type: ignore[override]
+        name, made_at, region = self._why
+        if region == "pipeline step":
+            raise TraceError(
+                f"{name} holds the stage of the pipeline step of line {made_at.line} and is "
+                f"used after that step: the step releases its slot when it ends (the producer "
+                f"may refill it), so a stage never carries out of its step", user_loc(),
+                fix=f"read the slot inside the step of line {made_at.line} (move this use into "
+                    f"its `with` block); to use what the slot held later, compute a tile from "
+                    f"it inside the step and carry the tile out (give it a value before the "
+                    f"step, e.g. ag.zeros(...), and rebind it inside)")
+        raise TraceError(
+            f"{name} holds the index of the {region} of line {made_at.line} and is used after "
+            f"it: a loop's index exists only inside the loop, and never carries out",
+            user_loc(),
+            fix=f"carry a count instead ({name} = ag.scalar(0) before the loop, "
+                f"{name} = {name} + 1 inside: the number of iterations after it), or compute "
+                f"the last index from the loop's bounds")
 
 
-def _out_of_scope(h, name: str, loc, region: str):
+_OUT_OF_SCOPE = (_OutOfScopeTile, _OutOfScopeScalar, _OutOfScopeInduction)
+
+
+def _out_of_scope(h, name: str, loc, region: str, induction: bool = False):
+    if induction:
+        return _OutOfScopeInduction(name, loc, region)
     cls = _OutOfScopeTile if isinstance(h, Tile) else _OutOfScopeScalar
     return cls(name, loc, region)
 
@@ -165,7 +197,8 @@ class CarryScope:
                 if new is shadow:
                     rebind[name] = orig
                 elif isinstance(new, (Tile, Scalar)) and not isinstance(new, _OUT_OF_SCOPE):
-                    rebind[name] = _out_of_scope(new, name, loc, self.region)
+                    rebind[name] = _out_of_scope(new, name, loc, self.region,
+                                                 induction=new.value.id in own)
                 elif name in after and not isinstance(new, _OUT_OF_SCOPE):
                     raise TraceError(f"{name} is {_describe(orig.value)} before the "
                                      f"{self.region} and rebound to a {type(new).__name__} "
@@ -241,6 +274,7 @@ class CarryScope:
             if name in self.shadows or name in rebind or not isinstance(h, (Tile, Scalar)) or \
                     isinstance(h, _OUT_OF_SCOPE) or self.before_objects.get(name) is h:
                 continue
-            rebind[name] = _out_of_scope(h, name, loc, self.region)
+            rebind[name] = _out_of_scope(h, name, loc, self.region,
+                                         induction=h.value.id in own)
         _write_locals(self.frame, rebind)
         return before_ops, body

@@ -253,7 +253,77 @@ def test_loop_index_is_not_carried_and_not_readable_after_the_loop():
             pass
         ag.store(Y, (i,), ag.load(X, (0,), (128,)))
 
-    assert "first bound inside the ag.range loop" in str(_trace_error(k))
+    err = _trace_error(k)
+    assert "i holds the index of the ag.range loop" in str(err)
+    assert "ag.scalar(0) before the loop" in err.fix and "+ 1 inside" in err.fix
+
+
+def test_the_advice_for_a_loop_index_read_after_the_loop_traces():
+    """The fix the message above gives (carry a count) traces, and the count reaches the
+    store's coordinate after the loop."""
+    def k(X: ag.Tensor["N", ag.f32], Y: ag.Tensor["N", ag.f32]):
+        (pid,) = ag.grid(1)
+        i = ag.scalar(0)
+        for _ in ag.range(X.shape[0]):
+            i = i + 1
+        ag.store(Y, (i,), ag.load(X, (0,), (128,)))
+
+    kernel = ag.kernel(k, threads=128).trace()
+    assert any(isinstance(op, O.Assign) for op in kernel.walk())
+
+
+def _slot_after_step(read: str, in_loop: bool):
+    """A consumer that binds `slot` before its step (`slot = ag.scalar(0)`, the advice the
+    refusal used to give), sets `slot = st` in a consume step, and reads the slot after the
+    step (read="after") or inside it (read="inside"), in an ag.range loop or not (K is one
+    tile: the loop, ag.range(1), runs once)."""
+    BM, BN, BK = 64, 128, 64
+
+    @ag.kernel(name="slot_after_step")
+    def k(A: ag.Tensor["M", 64, ag.bf16], B: ag.Tensor["N", 64, ag.bf16],
+          C: ag.Tensor["M", "N", ag.bf16]):
+        M, K = A.shape
+        N = B.shape[0]
+        pid_m, pid_n = ag.grid(ag.cdiv(M, BM), ag.cdiv(N, BN))
+        sA = ag.smem((2, BM, BK), ag.bf16, swizzle=128)
+        sB = ag.smem((2, BN, BK), ag.bf16, swizzle=128)
+        ring = ag.pipeline(2)
+        k_tiles = ag.cdiv(K, BK) if in_loop else 1
+        with ag.role("producer", warpgroups=1, regs=40):
+            for kk in ag.range(k_tiles):
+                with ring.produce() as st:
+                    ag.tma.load(sA[st], A, (pid_m * BM, kk * BK))
+                    ag.tma.load(sB[st], B, (pid_n * BN, kk * BK))
+        with ag.role("consumer", warpgroups=1, regs=232):
+            acc = ag.zeros((BM, BN), ag.f32)
+            slot = ag.scalar(0)
+            for _ in ag.range(k_tiles) if in_loop else range(1):
+                with ring.consume() as st:
+                    slot = st
+                    if read == "inside":
+                        ag.wgmma(sA[slot], sB[slot], acc)
+                if read == "after":
+                    ag.wgmma(sA[slot], sB[slot], acc)
+            ag.store(C, (pid_m * BM, pid_n * BN), acc.to(ag.bf16))
+    return k
+
+
+@pytest.mark.parametrize("in_loop", [False, True], ids=["one_step", "in_ag_range"])
+def test_a_slot_read_after_its_step_gives_advice_that_traces(in_loop):
+    """A slot read after its consume step is refused, with or without an ag.range loop
+    around the step, and binding the name before the step does not help (the stage never
+    carries): the message says to read the slot inside the step. Doing that traces and
+    verifies clean."""
+    from argus import verify
+
+    with pytest.raises(TraceError) as info:
+        _slot_after_step("after", in_loop).trace()
+    err = info.value
+    assert "slot holds the stage of the pipeline step" in str(err)
+    assert "read the slot inside the step" in err.fix and "ag.scalar(0)" not in err.fix
+    kernel = _slot_after_step("inside", in_loop).trace()
+    found = [d for d in verify.check(kernel) if d.severity in ("error", "warning")]
+    assert not found, "\n".join(str(d) for d in found)
 
 
 def test_a_pipeline_stage_used_after_its_step_is_refused_at_its_line():
@@ -265,7 +335,7 @@ def test_a_pipeline_stage_used_after_its_step_is_refused_at_its_line():
     with pytest.raises(TraceError) as info:
         K.make_gemm("wgmma_after_consume").trace()
     err = info.value
-    assert "st is first bound inside the pipeline step" in str(err)
+    assert "st holds the stage of the pipeline step" in str(err)
     line = next(i + 1 for i, text in enumerate(open(K.__file__).read().splitlines())
                 if "BUG:wgmma_after_consume" in text)
     assert err.loc.line == line
