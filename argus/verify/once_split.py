@@ -39,7 +39,6 @@ from dataclasses import dataclass
 import z3
 
 from argus.verify import bvtier, solver
-from argus.verify.tagdomain import free_consts
 
 # the budget of each step's proof (ms' worth of resource units): the steps are linear or
 # nearly so once the sign facts are stated (0.1 s measured); a step that needs more is not
@@ -53,6 +52,25 @@ STEP_TIMEOUT_MS = 1000
 _CONSTS: dict[int, tuple[z3.ExprRef, frozenset]] = {}
 
 
+# rewrites remembered across calls (`normalized`, `generalize`), per key (what the rewrite is
+# a function of); emptied with the solver's proofs (solver.clear_cache), so timings start cold
+_MEMOS: dict[tuple, dict] = {}
+
+
+def _memo(key: tuple, keep) -> dict:
+    """The table of rewrites for `key` (`keep`: the terms whose ids the key holds, kept
+    alive so that no id is reused while the table is)."""
+    table = _MEMOS.get(key)
+    if table is None:
+        if len(_MEMOS) > 200:
+            _MEMOS.clear()
+        table = _MEMOS[key] = {"keep": list(keep)}
+    return table
+
+
+solver.on_clear_cache(_MEMOS.clear)
+
+
 def consts(t) -> frozenset:
     """free_consts(t), memoized."""
     if not isinstance(t, z3.ExprRef):
@@ -61,8 +79,24 @@ def consts(t) -> frozenset:
     if hit is None:
         if len(_CONSTS) > 50_000:
             _CONSTS.clear()
-        hit = _CONSTS[t.get_id()] = (t, frozenset(free_consts(t)))
+        hit = _CONSTS[t.get_id()] = (t, _const_names(t))
     return hit[1]
+
+
+def _const_names(t: z3.ExprRef) -> frozenset:
+    """free_consts(t) through the solver's walk of the C API (`solver.ordered_consts`, itself
+    remembered per term): free_consts walks the Python wrappers, and the decomposition's
+    first look at a model premise (a raster's decode, hundreds of nodes) was most of its
+    Python time (rowbox TMA conv, profiled)."""
+    ctx = t.ctx
+    ref = ctx.ref()
+    out = set()
+    for _, a in solver.ordered_consts(t):
+        sym = z3.Z3_get_decl_name(ref, z3.Z3_get_app_decl(ref, a))
+        out.add(f"k!{z3.Z3_get_symbol_int(ref, sym)}"
+                if z3.Z3_get_symbol_kind(ref, sym) == z3.Z3_INT_SYMBOL
+                else z3.Z3_get_symbol_string(ref, sym))
+    return frozenset(out)
 
 
 def summands(t: z3.ArithRef) -> list[z3.ArithRef]:
@@ -239,13 +273,18 @@ def normalized(t: z3.ArithRef, instance: set[str], prem: list, stats=None) -> z3
     """t with every (F * A + C) % F rewritten to C and (F * A + C) / F to A, for F a launch
     term and 0 <= C < F proven from `prem` (layout algebra: the radix F's digit and the rest;
     `np0 % P` of a tile origin np0 = image * P + p0 is p0). Equal to t wherever the premises
-    hold, so the rewritten coordinate is the same function of the instance."""
-    memo: dict[int, z3.ExprRef] = {}
+    hold, so the rewritten coordinate is the same function of the instance.
+
+    The rewrites are remembered per (instance, premises) (`_memo`): a store's offsets, and the
+    row segments of an unrolled store (same premises), share the raster's subterms, whose
+    digits were otherwise looked for once per offset."""
+    memo = _memo(("normalized", frozenset(instance),
+                  tuple(p.get_id() for p in prem)), prem)
 
     def walk(t):
         key = t.get_id()
         if key in memo:
-            return memo[key]
+            return memo[key][1]
         out = t
         if z3.is_app(t) and t.num_args() > 0:
             kids = [walk(c) for c in t.children()]
@@ -257,7 +296,7 @@ def normalized(t: z3.ArithRef, instance: set[str], prem: list, stats=None) -> z3
                 digit = _digit(kids[0], kids[1], instance, prem, stats)
                 if digit is not None:
                     out = digit[0] if k == z3.Z3_OP_IDIV else digit[1]
-        memo[key] = out
+        memo[key] = (t, out)   # the entry keeps t alive: its id is not reused
         return out
     return z3.simplify(walk(z3.simplify(t)))
 
@@ -296,8 +335,19 @@ def generalize(prem: Sequence[z3.BoolRef], claims, instance: set[str],
     has that sign and range), and dropping premises only strengthens the claim. So a proof of
     the generalized query proves the query; a failed one proves nothing (not a violation)."""
     lb = lb or LowerBounds(prem)   # bounds of a subset of the premises hold under them all
-    fresh: dict[int, z3.ArithRef] = {}
-    facts: list[z3.BoolRef] = []
+    # the rewrite of a term is a function of the term, of which of its variables are the
+    # instance's and of their lower bounds (`LowerBounds.of` reads nothing else): a premise or
+    # claim is remembered across calls under that key (`_memo`), so the pushed-out and digit
+    # steps of a store's offsets, and of every row segment of an unrolled store, rewrite the
+    # model's premises once. A division keeps one fresh variable across calls (the premises
+    # remembered and the terms rewritten now name it alike); each query gets the facts of
+    # the fresh variables it mentions
+    shared = _memo(("generalize",), ())
+    if len(shared.get("terms", ())) > 20_000:   # a long-lived process: start over
+        shared.clear()
+    fresh: dict[int, tuple] = shared.setdefault("fresh", {})
+    fact_of: dict[str, list[z3.BoolRef]] = shared.setdefault("facts", {})
+    top: dict[tuple, tuple] = shared.setdefault("terms", {})
     memo: dict[int, z3.ExprRef] = {}
 
     def rewrite(t):
@@ -315,19 +365,33 @@ def generalize(prem: Sequence[z3.BoolRef], claims, instance: set[str],
                                                     (lx is not None and lx >= 0))
             if k in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and not z3.is_int_value(y) and known and \
                     consts(x) & instance and not consts(y) & instance:
-                v = fresh.get(key)
-                if v is None:
-                    v = fresh[key] = z3.FreshInt("q" if k == z3.Z3_OP_IDIV else "r")
-                    facts.extend([v >= 0, v < y] if k == z3.Z3_OP_MOD else [v >= 0])
-                out = v
+                hit = fresh.get(key)
+                if hit is None:
+                    v = z3.FreshInt("q" if k == z3.Z3_OP_IDIV else "r")
+                    hit = fresh[key] = (t, v)   # keeps t alive: its id is not reused
+                    fact_of[str(v)] = [v >= 0, v < y] if k == z3.Z3_OP_MOD else [v >= 0]
+                out = hit[1]
             else:
                 out = t.decl()(*[rewrite(c) for c in t.children()])
         memo[key] = out
         return out
-    claims = [(n, rewrite(c)) for n, c in claims]
-    prem = [rewrite(p) for p in prem] + facts
+
+    def remembered(t):
+        cs = consts(t)
+        key = (t.get_id(), frozenset(cs & instance),
+               tuple(sorted((c, lb.vars.get(c)) for c in cs)))
+        hit = top.get(key)
+        if hit is None:
+            hit = top[key] = (t, rewrite(t))   # keeps t alive: its id is not reused
+        return hit[1]
+    claims = [(n, remembered(c)) for n, c in claims]
+    prem = [remembered(p) for p in prem]
+    # the facts of the fresh variables this query mentions, in the order they were made
+    used = set().union(*(consts(c) for _, c in claims), *(consts(p) for p in prem))
+    facts = [f for name, fs in fact_of.items() if name in used for f in fs]
+    prem = prem + facts
     # the premises connected to the claims through instance or fresh variables
-    names = instance | {str(v) for v in fresh.values()}
+    names = instance | (used & fact_of.keys())
     var = [consts(p) & names for p in prem]
     reach = set().union(*(consts(c) & names for _, c in claims))
     grown = True

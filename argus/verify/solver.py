@@ -163,6 +163,15 @@ _PROOFS_MAX = 50000
 CACHE_MAX_PREMISES = 64
 
 
+# other modules' tables emptied with the proofs (once_split's rewrites)
+_CLEAR_HOOKS: list = []
+
+
+def on_clear_cache(hook) -> None:
+    """Call `hook()` whenever `clear_cache` runs."""
+    _CLEAR_HOOKS.append(hook)
+
+
 def clear_cache() -> None:
     """Forget every proof (and the constants listed per premise, the premises made opaque, and
     the facts decided without the solver: `fact_cache`): the next query starts cold."""
@@ -170,6 +179,9 @@ def clear_cache() -> None:
     _CONSTS.clear()
     _FACTS.clear()
     _OPAQUE_TERMS.clear()
+    _RECENT_MODELS.clear()
+    for hook in _CLEAR_HOOKS:
+        hook()
 
 
 # decisions made without the solver that are functions of plain numbers (check_layout's
@@ -298,6 +310,12 @@ def _walk_consts(ref, root, seen: set[int], out: list) -> bool:
                     z3.Z3_OP_UNINTERPRETED:
                 out.append((i, a))
     return skipped
+
+
+def ordered_consts(t: z3.ExprRef) -> list:
+    """(ast id, raw ast) of t's uninterpreted constants (`_ordered_consts`), for the
+    decompositions that name them (once_split.consts)."""
+    return _ordered_consts(t)
 
 
 def _remember_consts(tid: int, t: z3.ExprRef, out: list) -> None:
@@ -738,14 +756,88 @@ def _model_search(s: z3.Solver, premises, rlimit) -> z3.CheckSatResult:
     # grouped raster's products and divisions, and finding their model took 50-450 ms
     # with them, about half without (TMA-store GEMMs and MoE gate-up: 4.3 s -> 2.2 s of
     # vacuity checks over 45 kernels); sat and unsat stay definite answers
+    if satisfied_by_recent_model(premises):
+        return z3.sat
     for k, v in NIA_PARAMS.items():
         s.set(k, v)
     vres = s.check()
+    if vres == z3.sat:
+        _remember_model(premises, s.model())
     if vres == z3.unknown:  # the old check: the default solver
         v = _limit(z3.Solver(), min(rlimit, VACUITY_RLIMIT))
         _assert_all(v, premises)
         vres = v.check()
     return vres
+
+
+# the models of the last few vacuity checks that found one, each as the values of its query's
+# constants in order of first occurrence (`_ordered_consts` over the premises), with their
+# sorts. A kernel's queries list the model's premises (launch parameters, shapes) first, so
+# position i is the same launch term across its queries; the per-site queries of an unrolled
+# store (a TMA epilogue's 8 or 16 row segments) differ in a numeral and their fresh element
+# variables, which take the same positions. Evaluating the premises at such a point is a
+# substitution and a simplification (~1 ms); the model search it spares costs 10-60 ms
+RECENT_MODELS = 4
+_RECENT_MODELS: list[tuple[tuple, tuple]] = []
+
+
+def _premise_consts(premises) -> list:
+    """The premises' uninterpreted constants (raw asts) in order of first occurrence."""
+    order: dict[int, object] = {}
+    for p in premises:
+        for i, c in _ordered_consts(p):
+            order.setdefault(i, c)
+    return list(order.values())
+
+
+def _remember_model(premises, m: z3.ModelRef) -> None:
+    """Keep the values `m` gives the premises' constants (ints and Booleans only), by
+    position, among the RECENT_MODELS kept."""
+    if not premises:
+        return
+    ctx = premises[0].ctx
+    sorts, vals = [], []
+    for a in _premise_consts(premises):
+        c = z3.z3._to_expr_ref(a, ctx)
+        v = m.eval(c, model_completion=True)
+        if z3.is_int(c) and z3.is_int_value(v):
+            sorts.append("i")
+            vals.append(v.as_long())
+        elif z3.is_bool(c) and (z3.is_true(v) or z3.is_false(v)):
+            sorts.append("b")
+            vals.append(z3.is_true(v))
+        else:
+            return   # a bit-vector or another sort: not kept
+    _RECENT_MODELS.insert(0, (tuple(sorts), tuple(vals)))
+    del _RECENT_MODELS[RECENT_MODELS:]
+
+
+def satisfied_by_recent_model(premises) -> bool:
+    """Are the premises true at a point taken from a recent vacuity check's model (its
+    values by position, `_remember_model`)? A ground formula that simplifies to true is a
+    model, so True means satisfiable, whatever the point's origin (an answer no less definite
+    than the solver's sat); False answers nothing, and the solver searches as before."""
+    if not premises or not _RECENT_MODELS:
+        return False
+    ctx = premises[0].ctx
+    consts = [z3.z3._to_expr_ref(a, ctx) for a in _premise_consts(premises)]
+    kinds = tuple("i" if z3.is_int(c) else "b" if z3.is_bool(c) else "?" for c in consts)
+    if "?" in kinds:
+        return False
+    conj = z3.And(list(premises))
+    froms = (z3.Ast * len(consts))(*[c.as_ast() for c in consts])
+    for sorts, vals in _RECENT_MODELS:
+        if sorts[:len(kinds)] != kinds[:len(sorts)]:
+            continue
+        point = [vals[i] if i < len(vals) else (0 if k == "i" else False)
+                 for i, k in enumerate(kinds)]
+        tos_refs = [z3.IntVal(v) if k == "i" else z3.BoolVal(v) for v, k in zip(point, kinds)]
+        tos = (z3.Ast * len(tos_refs))(*[t.as_ast() for t in tos_refs])
+        ground = z3.z3._to_expr_ref(
+            z3.Z3_substitute(ctx.ref(), conj.as_ast(), len(consts), froms, tos), ctx)
+        if z3.is_true(z3.simplify(ground)):
+            return True
+    return False
 
 
 def _proof_outcome(vres: z3.CheckSatResult, t0: float) -> Outcome:

@@ -1,0 +1,93 @@
+"""The verifier's repeated work across the row segments of an unrolled store (docs/verify.md
+"Verifier speed: recent models, remembered rewrites"): a vacuity check is first tried at a
+recent model's point (solver.satisfied_by_recent_model), and once_split's rewrites of the
+model's premises are remembered across the segments (once_split._memo). Structural guards on
+the rowbox TMA-store conv (8 row segments), and the point check's unit cases."""
+
+from __future__ import annotations
+
+import z3
+
+import argus as ag
+from argus import verify
+from argus.compiler import lower_only
+from argus.kernels.conv import ConvGeometry, ConvSchedule, conv_kernel
+from argus.verify import once_split, solver
+
+
+def _rowbox_tma():
+    geom = ConvGeometry(3, 3, 1, 1, 2, 1, 2, 1, groups=1, cg_padded=128)
+    s = ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma", rowbox=True, cluster_m=2,
+                     num_sms=4)
+    return lower_only(conv_kernel(), geom=geom, s=s)
+
+
+def test_rowbox_tma_segments_share_models_and_rewrites(monkeypatch):
+    """Most vacuity checks of the kernel are answered by a recent model's point, not by a
+    solver search; the digit steps (`np0 % P` of the tile origin) are proven once for the 8
+    segments, not once per segment. Fails without either mechanism (searches 40 of 40,
+    digit proofs 8)."""
+    k = _rowbox_tma()
+    searches, points, steps = [], [], []
+    remember, point, proven = solver._remember_model, solver.satisfied_by_recent_model, \
+        once_split._proven
+
+    def rec_search(premises, m):
+        searches.append(len(premises))
+        return remember(premises, m)
+
+    def rec_point(premises):
+        ok = point(premises)
+        points.append(ok)
+        return ok
+
+    def rec_step(prem, claims, *a, **kw):
+        steps.append(claims[0][0])
+        return proven(prem, claims, *a, **kw)
+    monkeypatch.setattr(solver, "_remember_model", rec_search)
+    monkeypatch.setattr(solver, "satisfied_by_recent_model", rec_point)
+    monkeypatch.setattr(once_split, "_proven", rec_step)
+    solver.clear_cache()
+    report = verify.run(k)
+    assert not report.errors and not report.unknowns
+    assert "store.coverage" in {d.code for d in report.proven}
+    hits = sum(points)
+    assert hits >= 20 and hits >= 3 * len(searches), (hits, len(points), len(searches))
+    assert steps.count("digit in [0, radix)") <= 2, steps
+    assert steps.count("pushed out of bounds") == 8, steps
+
+
+def test_recent_model_point_is_checked_not_trusted():
+    """A remembered point answers 'satisfiable' only where the premises hold at it."""
+    solver.clear_cache()
+    x, y = z3.Ints("vr_x vr_y")
+    s = z3.SimpleSolver()
+    prem = [x >= 5, y == x + 1]
+    s.add(prem)
+    assert s.check() == z3.sat
+    solver._remember_model(prem, s.model())
+    a, b = z3.Ints("vr_a vr_b")   # other names, same positions: the point transfers
+    assert solver.satisfied_by_recent_model([a >= 3, b == a + 1])
+    assert not solver.satisfied_by_recent_model([a >= 3, b == a + 2])
+    assert not solver.satisfied_by_recent_model([a <= 0, a >= 1])   # contradictory
+    solver.clear_cache()
+    assert not solver.satisfied_by_recent_model([a >= 3, b == a + 1])
+
+
+def test_generalize_shares_fresh_division_variables():
+    """A division rewritten in an earlier call keeps its fresh variable, and every query gets
+    the facts of the fresh variables it mentions (and only those)."""
+    solver.clear_cache()
+    blk, per, other = z3.Ints("vg_blk vg_per vg_other")
+    inst = {"vg_blk"}
+    base = [blk >= 0, per >= 1, other >= 0]
+    p1, c1 = once_split.generalize(base + [blk / per < 4], [("c", blk % per + blk / per >= 0)],
+                                     inst)
+    p2, c2 = once_split.generalize(base + [blk / per < 4], [("c", blk / per >= 0)], inst)
+    q1 = {str(v) for v in once_split.consts(z3.And(p1))} - {"vg_blk", "vg_per", "vg_other"}
+    q2 = {str(v) for v in once_split.consts(z3.And(p2))} - {"vg_blk", "vg_per", "vg_other"}
+    shared = q1 & q2
+    assert len(shared) == 1, (q1, q2)   # blk / per: one variable in both queries
+    r = (q1 - shared).pop()             # blk % per: only in the first query
+    assert any(str(f) == f"{r} < vg_per" for f in p1), [str(f) for f in p1]
+    assert not any(r in str(f) for f in p2), [str(f) for f in p2]
