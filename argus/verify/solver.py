@@ -756,7 +756,7 @@ def _model_search(s: z3.Solver, premises, rlimit) -> z3.CheckSatResult:
     # grouped raster's products and divisions, and finding their model took 50-450 ms
     # with them, about half without (TMA-store GEMMs and MoE gate-up: 4.3 s -> 2.2 s of
     # vacuity checks over 45 kernels); sat and unsat stay definite answers
-    if satisfied_by_recent_model(premises):
+    if satisfied_by_recent_model(premises) or _pinned_model_found(premises, rlimit):
         return z3.sat
     for k, v in NIA_PARAMS.items():
         s.set(k, v)
@@ -808,7 +808,7 @@ def _remember_model(premises, m: z3.ModelRef) -> None:
             vals.append(z3.is_true(v))
         else:
             return   # a bit-vector or another sort: not kept
-    _RECENT_MODELS.insert(0, (tuple(sorts), tuple(vals)))
+    _RECENT_MODELS.insert(0, (tuple(sorts), tuple(vals), tuple(p.get_id() for p in premises)))
     del _RECENT_MODELS[RECENT_MODELS:]
 
 
@@ -826,7 +826,7 @@ def satisfied_by_recent_model(premises) -> bool:
         return False
     conj = z3.And(list(premises))
     froms = (z3.Ast * len(consts))(*[c.as_ast() for c in consts])
-    for sorts, vals in _RECENT_MODELS:
+    for sorts, vals, _ in _RECENT_MODELS:
         if sorts[:len(kinds)] != kinds[:len(sorts)]:
             continue
         point = [vals[i] if i < len(vals) else (0 if k == "i" else False)
@@ -838,6 +838,51 @@ def satisfied_by_recent_model(premises) -> bool:
         if z3.is_true(z3.simplify(ground)):
             return True
     return False
+
+
+# the budget of the pinned search (`_pinned_model_found`): a linear search, once the shared
+# premises' constants are fixed
+PINNED_RLIMIT = 200_000
+
+
+def _pinned_model_found(premises, rlimit) -> bool:
+    """A model of the premises with the constants of the premises they share with the latest
+    remembered query (the kernel model's premises, listed first by every query: launch
+    parameters, shapes, the unit's indices) pinned to that query's model values, found by a
+    small search (PINNED_RLIMIT). Only after a recent point failed: a row segment whose
+    element bounds exclude the last point, whose search with nothing pinned took 0.06-2.4 s
+    on the halo TMA conv. A model with pins is a model, so True means satisfiable; unsat or
+    unknown answers nothing (the pins may be what excludes a model) and the full search
+    follows."""
+    if not premises or not _RECENT_MODELS:
+        return False
+    sorts, vals, ids = _RECENT_MODELS[0]
+    shared = 0
+    for a, b in zip(ids, premises):
+        if a != b.get_id():
+            break
+        shared += 1
+    if shared == 0 or shared == len(premises):
+        return False
+    ctx = premises[0].ctx
+    pinned = [z3.z3._to_expr_ref(a, ctx) for a in _premise_consts(premises[:shared])]
+    if not pinned or len(pinned) > len(vals):
+        return False
+    v = _limit(z3.SimpleSolver(), min(rlimit, PINNED_RLIMIT))
+    for k, val in NIA_PARAMS.items():
+        v.set(k, val)
+    _assert_all(v, premises)
+    for c, kind, x in zip(pinned, sorts, vals):
+        if kind == "i" and z3.is_int(c):
+            v.add(c == x)
+        elif kind == "b" and z3.is_bool(c):
+            v.add(c == z3.BoolVal(x))
+        else:
+            return False
+    if v.check() != z3.sat:
+        return False
+    _remember_model(premises, v.model())
+    return True
 
 
 def _proof_outcome(vres: z3.CheckSatResult, t0: float) -> Outcome:
