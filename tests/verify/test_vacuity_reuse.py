@@ -91,3 +91,31 @@ def test_generalize_shares_fresh_division_variables():
     r = (q1 - shared).pop()             # blk % per: only in the first query
     assert any(str(f) == f"{r} < vg_per" for f in p1), [str(f) for f in p1]
     assert not any(r in str(f) for f in p2), [str(f) for f in p2]
+
+
+def test_pinned_search_keeps_the_shared_premises_values():
+    """After a point misses, the constants of the premises shared with the last remembered
+    query are pinned to its values and the rest searched: a model found that way answers
+    'satisfiable'; pins that exclude every model answer nothing (the full search decides)."""
+    solver.clear_cache()
+    n, e = z3.Ints("vp_n vp_e")
+    shared = [n >= 4, n <= 64]
+    s = z3.SimpleSolver()
+    first = shared + [e >= 0, e < n]
+    s.add(first)
+    assert s.check() == z3.sat
+    solver._remember_model(first, s.model())
+    pinned_n = s.model()[n].as_long()
+    f = z3.Int("vp_f")
+    # the point (n, e) of the first query puts f = e, which misses f >= n - 1 unless e is last
+    later = shared + [f >= pinned_n - 1, f < n]
+    assert solver._pinned_model_found(later, solver.default_rlimit())
+    assert solver._RECENT_MODELS[0][1][0] == pinned_n   # n kept its value
+    # satisfiable (n = f = pinned_n + 1), but not with n pinned: nothing answered, the full
+    # search decides; a query sharing no premise pins nothing
+    excluded = shared + [f == n, f >= pinned_n + 1]
+    assert not solver._pinned_model_found(excluded, solver.default_rlimit())
+    check = z3.SimpleSolver()
+    check.add(excluded)
+    assert check.check() == z3.sat
+    assert not solver._pinned_model_found([f >= 0], solver.default_rlimit())
