@@ -281,16 +281,25 @@ def _column(geom: ConvGeometry, g, q0, t) -> tuple:
     return (col % geom.stride_w) * geom.groups + g, v
 
 
-def _im2col_tags(tap, taps: int, cg_padded: int, **more) -> dict:
+def _im2col_tags(geom: ConvGeometry, tap, taps: int, cg_padded: int, **more) -> dict:
     """The copy tags of an A box (ag.tma.load(tags=)): each element's im2col column, the K
     coordinate of the implicit GEMM, kin = tap * cg_padded + c (c its input channel), and
     that coordinate's extent, the weight's K (taps * cg_padded). The weight's kin is its K
     coordinate itself (conv_kernel tags Wt), so wgmma.agree proves A's (tap, channel) is B's
     at every product and wgmma.k-once that each output sums every (tap, channel) once: the
-    input channel alone repeats across taps, the pair does not."""
+    input channel alone repeats across taps, the pair does not.
+
+    `fr`, `fs`: the tap's filter row and column in the producer's terms ((tap % (R * S)) //
+    S, tap % S: the terms of the box's coordinates, which z3 shares). _receptive_field does
+    not trust them: it asserts tap == fr * S + fs with 0 <= fs < S, which fixes both (the
+    r and s of tap // S, tap % S for a 2-d tap) and leaves the query the coordinates'
+    divisions alone, not a second pair of its own."""
+    taps2d = geom.r * geom.s
     return dict(kin=lambda nh, plane, v, c: ag.sym(tap) * cg_padded + c,
                 kin_extent=lambda nh, plane, v, c: taps * cg_padded,
-                tap=lambda nh, plane, v, c: ag.sym(tap), **more)
+                tap=lambda nh, plane, v, c: ag.sym(tap),
+                fr=lambda nh, plane, v, c: (ag.sym(tap) % taps2d) // geom.s,
+                fs=lambda nh, plane, v, c: ag.sym(tap) % geom.s, **more)
 
 
 def _row_pixel(box: _BoxCoords, q0) -> dict:
@@ -327,7 +336,10 @@ def _receptive_field(geom: ConvGeometry, X, H, rowbox: bool):
 
     def check(view):
         a = ag.tag(view)
-        r, s = a.tap // geom.s, a.tap % geom.s
+        # the tap's filter row and column: the box's fr, fs, fixed by tap = r * S + s,
+        # 0 <= s < S (_im2col_tags: the producer's division terms, not a second pair)
+        r, s = a.fr, a.fs
+        decomposed = ag.tag_all(a.tap == r * geom.s + s, s >= 0, s < geom.s)
         if rowbox:
             # X [N, H, W, C]: rows and columns are their own dims (zero-filled on their own)
             h = a.oh + (r * geom.dil_h - geom.pad_h)
@@ -344,8 +356,8 @@ def _receptive_field(geom: ConvGeometry, X, H, rowbox: bool):
                               a.pg // geom.groups == w % geom.stride_w)
             outside = ag.tag_any(a.nh < 0, a.nh >= NH, a.wv < 0, a.wv >= WV)
         ag.tag_assert(ag.tag_any(
-            ag.tag_all(a.tap < taps, inside, read),
-            ag.tag_all(a.tap < taps, ~inside, outside),
+            ag.tag_all(a.tap < taps, decomposed, inside, read),
+            ag.tag_all(a.tap < taps, decomposed, ~inside, outside),
             ag.tag_all(a.tap >= taps, outside)),
             message="receptive field: the A element of output pixel (p, q) and tap (r, s) is "
                     "input pixel (p * stride_h + r * dil_h - pad_h, q * stride_w + s * dil_w - "
@@ -710,7 +722,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                                 ag.tma.load(a_view, X, (n0, h0, w0, c0),
                                             box=(1, row_blocks, s.bw, s.bk),
                                             tags=_im2col_tags(
-                                                tap, taps, cg_padded,
+                                                geom, tap, taps, cg_padded,
                                                 **_rowbox_pixel(image, p0, q0, h0, w0)))
                                 ag.tma.load(_weight_rows(ring.b[stage], atom, s.bn,
                                                          sched.rank * part, part), Wt,
@@ -730,7 +742,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                                 ag.tma.load(ring.a[stage].rows_of(atom * s.bm + j * s.bw,
                                                                   s.bw), X, at,
                                             tags=_im2col_tags(
-                                                tap, taps, cg_padded,
+                                                geom, tap, taps, cg_padded,
                                                 **_row_pixel(at, q0)))
                             # the weight tile: the same for the cluster's CTAs (vertically
                             # adjacent tiles, one group and n): each loads bn / cs of its rows

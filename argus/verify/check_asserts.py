@@ -98,8 +98,23 @@ def _assertion(model: Model, a: AssertSite) -> Obligation:
         idx_vars = [fresh_int(f"e{d}") for d in range(len(shape))]
         premises += [z3.And(i >= 0, i < s) for i, s in zip(idx_vars, shape)]
     records = []
+    # one read per view element: the expression names a view once per field (`a.tap`,
+    # `a.oh`, ... each a view(...) call of its own), and each read_smem is a fresh record
+    # with its own writer instance, so the fields of one element came from unrelated
+    # writers and the query grew by a writer's disjunction a field (37 reads in a packed
+    # conv's receptive field). An element has one writer: its fields are one record's.
+    read_memo: list[tuple[_ViewRef, object]] = []
 
     def read_view(v: _ViewRef):
+        for seen, rec in read_memo:
+            if seen.buffer is v.buffer and _same(seen.stage, v.stage) and \
+                    _same(seen.row0, v.row0) and _same(seen.rows, v.rows):
+                return rec
+        rec = _read_view(v)
+        read_memo.append((v, rec))
+        return rec
+
+    def _read_view(v: _ViewRef):
         if wg is not None:
             inner, av, bv = wg
             m, n, kk = idx_vars
@@ -126,7 +141,8 @@ def _assertion(model: Model, a: AssertSite) -> Obligation:
             rec = state.fn(tidx)
         else:
             raise exprs.ExprError(f".{name} of a scalar; use the scalar itself")
-        records.append(rec)
+        if not any(rec is seen for seen in records):
+            records.append(rec)
         if name not in rec.fields:
             raise exprs.ExprError(f"no tag field {name!r}; this data has "
                                   f"{sorted(k for k in rec.fields)}")

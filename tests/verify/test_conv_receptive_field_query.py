@@ -1,0 +1,64 @@
+"""The shape of the conv receptive-field query (argus/kernels/conv.py _receptive_field, a tag
+assertion; docs/verify.md "Conv receptive field: query size"), on the packed-taps kernel
+(ConvSchedule.taps_per_slice=4: one assertion per atom, the costliest of the conv kernels'):
+
+  * one read per A element: the assertion names its view once per field (a.tap, a.oh, a.nh,
+    ...), and check_asserts reads each element once, so the query holds one writer instance
+    (before: 37, one a field access, each a copy of the stage's 8-box disjunction: 220 KB of
+    SMT-LIB a query against 17 KB);
+  * the tap's filter row is the producer's term ((tap % (R * S)) // S, the copy tags fr/fs,
+    pinned by tap == fr * S + fs), not a division of the assertion's own (a.tap // S).
+
+The verdicts are the mutation tests' (tests/mutations/test_conv_mutations.py): these check
+only that the query stays the small one."""
+
+import z3
+
+from argus.compiler import lower_only
+from argus.kernels import conv as K
+from argus.kernels.conv import ConvGeometry, ConvSchedule
+from argus.verify import check_asserts
+from argus.verify.model import Model
+
+
+def _terms(roots):
+    seen, out = set(), []
+    stack = list(roots)
+    while stack:
+        t = stack.pop()
+        if t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        out.append(t)
+        stack.extend(t.children())
+    return out
+
+
+def _packed_assertions():
+    k = lower_only(K.conv_kernel.__wrapped__(), geom=ConvGeometry(3, 3, 1, 1, 1, 1, 1, 1, 1, 16),
+                   s=ConvSchedule(bm=128, bn=64, bw=64, stages=2, bk=16, taps_per_slice=4))
+    obs, finds = check_asserts.obligations(Model(k))
+    assert not finds, [f.message for f in finds]
+    assert [ob.code for ob in obs] == ["tag.assert"] * 4      # one a packed atom
+    return obs
+
+
+def test_receptive_field_reads_each_element_once():
+    for ob in _packed_assertions():
+        terms = _terms(list(ob.premises) + [c for _, c in ob.claims])
+        writers = {str(t) for t in terms
+                   if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED
+                   and "@w!" in str(t)}
+        assert len(writers) == 1, sorted(writers)
+
+
+def test_receptive_field_divides_the_tap_once():
+    for ob in _packed_assertions():
+        by_s = [t for t in _terms([c for _, c in ob.claims])
+                if z3.is_app(t) and t.decl().kind() == z3.Z3_OP_IDIV
+                and z3.is_int_value(t.arg(1)) and t.arg(1).as_long() == 3]
+        assert by_s, "no filter-row division in the query"
+        # every tap // S is the producer's (tap % 9) // 3, none the assertion's own
+        assert all(z3.is_app(t.arg(0)) and t.arg(0).decl().kind() == z3.Z3_OP_MOD
+                   for t in by_s), [str(t)[:120] for t in by_s
+                                    if t.arg(0).decl().kind() != z3.Z3_OP_MOD]
