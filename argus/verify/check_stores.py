@@ -561,10 +561,15 @@ def _once(model: Model, a: StoreSite, b: StoreSite, bounded: bool = True,
     ka, kb = _key(a), _key(b)
     pushed = (list(extra[ka](idx1)) if ka in extra else []) + \
         ([sub(p) for p in extra[kb](idx2)] if kb in extra else [])
-    prem = list(model.premises) + [sub(p) for p in model.premises] + a.site.constraints() + \
-        [sub(c) for c in b.site.constraints()] + inb + pushed + \
+    # the `ag.when`s around the two stores are part of the claim, not premises (as
+    # smem.race's): two stores under exclusive launch-wide conditions (`K > 3`, `K <= 3`)
+    # then have satisfiable premises and the claim proven, not an empty model
+    prem = list(model.premises) + [sub(p) for p in model.premises] + guards.unguarded(a) + \
+        [sub(c) for c in guards.unguarded(b)] + inb + pushed + \
         [z3.And(i >= 0, i < n) for i, n in zip(idx1, a.shape)] + \
         [z3.And(i >= 0, i < n) for i, n in zip(idx2, b.shape)]
+    both_run = z3.And([c for _, c in guards.conditions(a)] +
+                      [sub(c) for _, c in guards.conditions(b)])
     same = z3.And([x == y for x, y in zip(idx1, idx2)] + [v == w for v, w in ren]) \
         if same_site else z3.BoolVal(False)
     differ = [x != y for x, y in zip(d1, d2)]
@@ -580,7 +585,7 @@ def _once(model: Model, a: StoreSite, b: StoreSite, bounded: bool = True,
             notes.append(f"dim {k} = {r1.f} * q + r with r in [0, {r1.f}), proven")
         if notes:
             prem += sign_facts(d1 + d2, LowerBounds(prem))
-    claim = z3.Or(same, z3.Or(differ))
+    claim = z3.Or(z3.Not(both_run), same, z3.Or(differ))
     subject = (what or f"stores to {a.tensor.name} at {a.op.loc}" +
                ("" if same_site else f" and {b.op.loc}")) + \
         (f" ({'; '.join(notes)})" if notes else "")
@@ -745,8 +750,18 @@ def _coverage(model: Model, st: StoreSite, alternatives: list[StoreSite] | None 
     if alternatives is None:
         conds, turn_obs = _turns(model, st, dest)
         obs += turn_obs
-    got = guards.obligations(model, st, conds) if alternatives is None else \
-        guards.alternatives(model, alternatives)
+        got = guards.obligations(model, st, conds)
+    else:
+        # the same turns around every alternative (one warpgroup stores, a tail or not):
+        # peeled once, the alternatives' other conditions claimed together
+        peeled = [_turns(model, x, dest) for x in alternatives]
+        turns = [[c.sexpr() for _, c in guards.conditions(x) if all(c is not k for _, k in kept)]
+                 for x, (kept, _) in zip(alternatives, peeled)]
+        same_turns = all(t == turns[0] for t in turns[1:])
+        if same_turns:
+            obs += peeled[0][1]
+        got = guards.alternatives(model, alternatives,
+                                  [kept for kept, _ in peeled] if same_turns else None)
     if got is None:
         return None
     o, f = got

@@ -102,7 +102,7 @@ def obligations(model: Model, st: StoreSite, conds: list | None = None) \
     return obs, finds
 
 
-def alternatives(model: Model, sites: list[StoreSite]) \
+def alternatives(model: Model, sites: list[StoreSite], per_site: list | None = None) \
         -> tuple[list[Obligation], list[Finding]] | None:
     """The store.coverage obligation of stores that write one tile to one place under
     different `ag.when`s (an epilogue that stores full tiles under `r0 + BM <= M` and the tail
@@ -110,10 +110,11 @@ def alternatives(model: Model, sites: list[StoreSite]) \
     so the count over every instance (check_stores._coverage) holds when at every instance that
     stores an in-bounds element the conditions of SOME site all hold. None when a condition
     reads the thread index or is a counter's ticket (those are read per holder or per arrival:
-    `obligations`, site by site)."""
-    per_site = []
-    for st in sites:
-        conds = conditions(st)
+    `obligations`, site by site). `per_site`: each site's conditions to claim, where not all
+    of them (check_stores._coverage leaves out the warpgroup turns every site has)."""
+    given, per_site = per_site, []
+    for k, st in enumerate(sites):
+        conds = conditions(st) if given is None else given[k]
         if any(_ticket_form(model, st, c) is not None or _holders(model, st, c) is not None
                for _, c in conds):
             return None
