@@ -95,7 +95,8 @@ _RULES = [
          (2,), "arith", "pass a tile converted from a 64-row accumulator (p = s.to(ag.bf16)) "
          "or loaded as a wgmma A operand"),
     Rule("ordered.pairs", "each ordered section (ag.ordered) opens and closes in one region, "
-         "not nested in another section or a pipeline step", (10,), "arith",
+         "not nested in another section, a produce step or a consume step of a pipeline the "
+         "role skips steps of", (10,), "arith",
          "open and close each section with one `with ag.ordered(name):` block"),
     Rule("ordered.barriers", "an ordered section's turn barriers: one id per warpgroup, the "
          "same at its wait and pass, 256 threads, clear of the CTA and group barriers and of "
