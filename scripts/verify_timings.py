@@ -117,7 +117,8 @@ def library():
 
 def conv():
     """Every conv schedule the conv op can pick (argus.ops.conv.schedule_for: direct / TMA-store
-    epilogue, promoted fp32 split, 2x1 clusters, halo, rowbox, NCHW results, 3-d), at the
+    epilogue, promoted fp32 split, 2x1 clusters, halo, rowbox, NCHW results, 3-d) and the
+    opt-in packed taps (ConvSchedule.taps_per_slice=4), at the
     geometries of the verification tests (tests/interp/test_conv_interp.py,
     test_conv_nchw_epilogue.py, test_conv_nchw_tma_epilogue.py; docs/verify.md's conv table)."""
     import argus as ag
@@ -169,7 +170,11 @@ def conv():
              S(bm=128, bn=128, bk=32, bw=64, stages=4, cluster_m=2, rowbox=True,
                nchw_epilogue="tma")),
             ("nchw tf32, staged epilogue", tf32, nchw,
-             S(bm=128, bn=64, bk=32, bw=64, stages=2, nchw_epilogue="staged"))]:
+             S(bm=128, bn=64, bk=32, bw=64, stages=2, nchw_epilogue="staged")),
+            # opt-in (ConvSchedule.taps_per_slice; tests/interp/test_conv_packed_taps.py)
+            ("packed taps x4 (C 16)", conv_kernel(),
+             ConvGeometry(3, 3, 1, 1, 1, 1, 1, 1, groups=1, cg_padded=16),
+             S(bm=128, bn=64, bw=64, stages=2, bk=16, taps_per_slice=4))]:
         yield f"conv {name}", k, {"geom": geom, "s": s}
 
 

@@ -179,6 +179,8 @@ def clear_cache() -> None:
     _CONSTS.clear()
     _FACTS.clear()
     _OPAQUE_TERMS.clear()
+    _NAMED_TERMS.clear()
+    _NAMED_PAIRS.clear()
     _RECENT_MODELS.clear()
     for hook in _CLEAR_HOOKS:
         hook()
@@ -427,7 +429,16 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
         # conv's 8 'pushed out of bounds' steps took the plain core 50-100 ms each with them,
         # 16-35 ms without (z3 on the dumped query, 3 seeds)
         params = NIA_PARAMS if nonlinear else None
-        for purify in order:
+        if nonlinear and _divides_by_variable([c for _, c in claims]):
+            # claims that divide by a symbolic size (a tile scheduler's `out_row / P`,
+            # `% P`): the quotient and remainder named first (`_quick_named`); the packed-
+            # taps conv's receptive-field claims took the attempts below and the portfolio
+            # 0.8-0.9 s each, named 0.1-0.25 s. Not for premises alone that divide so (tried:
+            # the halo TMA conv's 'pushed out of bounds' steps 35-45 -> 17-29 ms each, but
+            # its 'g of the value' vacuity checks then missed their recent model: 0.06 ->
+            # 1.2 s)
+            out = _quick_named(premises, claims, min(NAMED_RLIMIT, rlimit), rlimit, t0)
+        for purify in order if out is None else ():
             out = _quick_proof(premises, claims, min(QUICK_RLIMIT, rlimit), rlimit, t0,
                                params, purify=purify, opaque=opaque and not purify)
             if out is not None:
@@ -989,6 +1000,132 @@ def _opaque_proof(premises, conj, budget) -> bool:
     s.add(z3.Not(opaque_conj))
     return s.check() == z3.unsat
 
+
+# the named-divisions attempt (`_quick_named`): z3's plain core on the query with each division
+# and remainder by a non-numeral named (`_divisions_named`), within NAMED_RLIMIT units. The
+# packed-taps conv's receptive-field claims (a tile scheduler's `out_row // P`, `% P` inside
+# a box's image, output row and row coordinate; the tile index a division by the tile count
+# too): the plain core and purify-arith missed them within QUICK_RLIMIT, the portfolio took
+# 0.5-0.6 s each; named, 0.5-1.3M units (0.1-0.25 s; one draw of 3M in 8)
+NAMED_RLIMIT = 2_500_000
+
+
+def _divisions_named(terms: Sequence[z3.ExprRef]) -> tuple[list[z3.ExprRef], list[z3.BoolRef]]:
+    """`terms` with every division `t / d` and remainder `t % d` by a non-numeral `d` replaced
+    by fresh variables q and r, one pair per (t, d) (after the divisions inside t are
+    named), and the facts that define the pairs the terms use where `d` is not zero:
+    `t == q*d + r`, `0 <= r < |d|` (z3's integer division: the Euclidean one, which those
+    determine).
+
+    Why: a claim that reads `t` only through its quotient and remainder (a tile scheduler's
+    output row split into image and row: `out_row / P`, `out_row % P`) is decided by
+    linear reasoning on q and r and one product, where z3's non-linear division axioms
+    re-derive the pair at each occurrence.
+
+    Sound for proofs only: every model of the original terms is one of the named ones (q, r
+    the division's values), so UNSAT of the named query is UNSAT of the original; where
+    `d == 0` the pair is left free (z3 reads `t / 0` as an unspecified function), so a model
+    of the named query says nothing of the original: the caller never reports one.
+
+    A kernel's queries repeat its model's premises: each term's image is remembered
+    (`_NAMED_TERMS`, with the pairs it uses) and a pair keeps its names across calls
+    (`_NAMED_PAIRS`), so a remembered premise and a claim named now agree."""
+    if not terms:
+        return [], []
+    ctx = terms[0].ctx
+    ref = ctx.ref()
+    get_id, kind_of = _L.Z3_get_ast_id, _L.Z3_get_ast_kind
+    nargs, arg = _L.Z3_get_app_num_args, _L.Z3_get_app_arg
+    decl_of, decl_kind = _L.Z3_get_app_decl, _L.Z3_get_decl_kind
+    if len(_NAMED_TERMS) > _PROOFS_MAX or len(_NAMED_PAIRS) > _PROOFS_MAX:
+        _NAMED_TERMS.clear()
+        _NAMED_PAIRS.clear()
+    none: frozenset = frozenset()
+    # per node: (its image, None if unchanged; the pairs below it)
+    memo: dict[int, tuple[z3.ExprRef | None, frozenset]] = {}
+    new_terms = [t for t in terms if t.get_id() not in _NAMED_TERMS]
+    todo = [(t.as_ast(), False) for t in new_terms]
+    while todo:
+        a, expanded = todo.pop()
+        i = get_id(ref, a)
+        if i in memo:
+            continue
+        n = nargs(ref, a) if kind_of(ref, a) == z3.Z3_APP_AST else 0
+        if n == 0:
+            memo[i] = (None, none)   # a leaf: kept as it is
+            continue
+        args = [arg(ref, a, k) for k in range(n)]
+        if not expanded:
+            todo.append((a, True))
+            todo.extend((b, False) for b in args if get_id(ref, b) not in memo)
+            continue
+        kind = decl_kind(ref, decl_of(ref, a))
+        below = [memo[get_id(ref, b)] for b in args]
+        keys = frozenset().union(*[k for _, k in below if k]) if any(k for _, k in below) \
+            else none
+        named = kind in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and n == 2 \
+            and not _is_numeral(ref, args[1])
+        if not named and not keys:
+            memo[i] = (None, none)   # nothing named below: kept
+            continue
+        kids = [z3.z3._to_expr_ref(b, ctx) if e is None else e for b, (e, _) in zip(args, below)]
+        if named:
+            t, d = kids
+            key = (t.get_id(), d.get_id())
+            if key not in _NAMED_PAIRS:
+                j = len(_NAMED_PAIRS)
+                q, r = z3.Int(f"argus!q{j}", ctx), z3.Int(f"argus!r{j}", ctx)
+                _NAMED_PAIRS[key] = (q, r, [
+                    z3.Implies(d != 0, t == q * d + r), z3.Implies(d != 0, r >= 0),
+                    z3.Implies(d > 0, r < d), z3.Implies(d < 0, r < -d)])
+            memo[i] = (_NAMED_PAIRS[key][0 if kind == z3.Z3_OP_IDIV else 1], keys | {key})
+        else:
+            memo[i] = (z3.z3._to_expr_ref(
+                z3.Z3_update_term(ref, a, n, (z3.Ast * n)(*[k.as_ast() for k in kids])), ctx),
+                keys)
+    for t in new_terms:
+        _NAMED_TERMS[t.get_id()] = (t,) + memo[t.get_id()]
+    images, used = [], {}
+    for t in terms:
+        _, image, keys = _NAMED_TERMS[t.get_id()]
+        images.append(t if image is None else image)
+        used.update(dict.fromkeys(sorted(keys)))
+    return images, [f for key in used for f in _NAMED_PAIRS[key][2]]
+
+
+# `_divisions_named`'s tables: each term it named (the term, its image or None, the pairs it
+# uses) and each pair (q, r, their defining facts, which keep the dividend and the divisor
+# alive) by the ids of its dividend and divisor
+_NAMED_TERMS: OrderedDict[int, tuple] = OrderedDict()
+_NAMED_PAIRS: dict[tuple[int, int], tuple] = {}
+
+
+def _divides_by_variable(terms: Sequence[z3.ExprRef]) -> bool:
+    """Whether an integer division or remainder by a non-numeral occurs in `terms`."""
+    return _any_app(terms, lambda ctx, kind, args: kind in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD)
+                    and len(args) == 2 and not _is_numeral(ctx, args[1]))
+
+
+def _quick_named(premises, claims, budget, rlimit, t0) -> Outcome | None:
+    """A proof attempt on the query with its divisions by non-numerals named
+    (`_divisions_named`), in the plain core without Gröbner bases and Horner schemes,
+    within `budget` units. An Outcome only on UNSAT of the named query (a proof of the
+    original), then with the original premises' vacuity check (`_model_search` in a plain
+    core holding them: satisfiable named premises say nothing of the original ones); None
+    otherwise (the caller goes on as without this attempt)."""
+    conj = z3.And([c for _, c in claims]) if claims else z3.BoolVal(True)
+    *named_premises, named_conj = (named := _divisions_named(list(premises) + [conj]))[0]
+    s = _limit(z3.SimpleSolver(), budget)
+    for k, v in NIA_PARAMS.items():
+        s.set(k, v)
+    _assert_all(s, named_premises)
+    _assert_all(s, named[1])
+    s.add(z3.Not(named_conj))
+    if s.check() != z3.unsat:
+        return None
+    v = _limit(z3.SimpleSolver(), min(rlimit, VACUITY_RLIMIT))
+    _assert_all(v, premises)
+    return _proof_outcome(_model_search(v, premises, rlimit), t0)
 
 def _quick_purified(premises, conj, budget, rlimit, t0) -> Outcome | None:
     """`_quick_proof` through purify-arith: the tactic solver tracks no unsat cores, so the
