@@ -437,7 +437,12 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
             # the halo TMA conv's 'pushed out of bounds' steps 35-45 -> 17-29 ms each, but
             # its 'g of the value' vacuity checks then missed their recent model: 0.06 ->
             # 1.2 s)
-            out = _quick_named(premises, claims, min(NAMED_RLIMIT, rlimit), rlimit, t0)
+            # after a short plain-core attempt (NAMED_AFTER units): the FA3 attention
+            # kernels' claims that divide by a head count are proven there in 2-5 ms, and a
+            # named query (its own solver and vacuity check) costs 4-5 ms
+            out = _quick_proof(premises, claims, min(NAMED_AFTER, rlimit), rlimit, t0,
+                               params) or \
+                _quick_named(premises, claims, min(NAMED_RLIMIT, rlimit), rlimit, t0)
         for purify in order if out is None else ():
             out = _quick_proof(premises, claims, min(QUICK_RLIMIT, rlimit), rlimit, t0,
                                params, purify=purify, opaque=opaque and not purify)
@@ -1008,6 +1013,7 @@ def _opaque_proof(premises, conj, budget) -> bool:
 # too): the plain core and purify-arith missed them within QUICK_RLIMIT, the portfolio took
 # 0.5-0.6 s each; named, 0.5-1.3M units (0.1-0.25 s; one draw of 3M in 8)
 NAMED_RLIMIT = 2_500_000
+NAMED_AFTER = 20_000   # the plain core's units on such a query before it is named
 
 
 def _divisions_named(terms: Sequence[z3.ExprRef]) -> tuple[list[z3.ExprRef], list[z3.BoolRef]]:
