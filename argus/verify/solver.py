@@ -429,11 +429,13 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
         # conv's 8 'pushed out of bounds' steps took the plain core 50-100 ms each with them,
         # 16-35 ms without (z3 on the dumped query, 3 seeds)
         params = NIA_PARAMS if nonlinear else None
-        if nonlinear and _divides_by_variable([c for _, c in claims]):
+        if nonlinear and not opaque and _divides_by_variable([c for _, c in claims]):
             # claims that divide by a symbolic size (a tile scheduler's `out_row / P`,
             # `% P`): the quotient and remainder named first (`_quick_named`); the packed-
             # taps conv's receptive-field claims took the attempts below and the portfolio
-            # 0.8-0.9 s each, named 0.1-0.25 s. Not for premises alone that divide so (tried:
+            # 0.8-0.9 s each, named 0.1-0.25 s. Not where the opaque attempt applies (MoE's
+            # routing claims: 19 of them named took ~20 ms each, a miss 0.33 s; MoE's 33
+            # schedules 8.9-9.1 -> 9.5-9.9 s CPU). Not for premises alone that divide so (tried:
             # the halo TMA conv's 'pushed out of bounds' steps 35-45 -> 17-29 ms each, but
             # its 'g of the value' vacuity checks then missed their recent model: 0.06 ->
             # 1.2 s)
