@@ -430,6 +430,18 @@ def _exact_assigns(model: Model) -> set[tuple[int, ...]]:
     return out
 
 
+def _stored_output(zm, outs, wit: dict) -> str:
+    """The first of `outs` (outflow's (condition, store, destination) of a result element)
+    that the counterexample `zm` stores: its element and store go into `wit`, and the
+    message's clause naming them is returned ("" where none is stored or outs is None)."""
+    for cond, st, dest in outs or ():
+        if z3.is_true(zm.eval(cond, model_completion=True)):
+            wit["output"] = W.fmt_elem(st.tensor.name, [value(zm, d) for d in dest])
+            wit["store"] = str(st.op.loc)
+            return f"; the result reaches {wit['output']}, which the store at {st.op.loc} writes"
+    return ""
+
+
 def _reaches(model: Model, red: ReduceSite, got: object, loads: frozenset,
              reached: list | None, turned=None, own: bool = False) -> Obligation:
     """The masked lanes of `loads`, holding `got`, change no stored output through this
@@ -474,14 +486,7 @@ def _reaches(model: Model, red: ReduceSite, got: object, loads: frozenset,
                     "masked_load": where})
         wit.update(W.holder(model, op.src.type, element))
         at = ", ".join(f"{k} = {v}" for k, v in coords.items())
-        out = ""
-        for cond, st, dest in outs or ():
-            if z3.is_true(zm.eval(cond, model_completion=True)):
-                wit["output"] = W.fmt_elem(st.tensor.name, [value(zm, d) for d in dest])
-                wit["store"] = str(st.op.loc)
-                out = (f"; the result reaches {wit['output']}, which the store at "
-                       f"{st.op.loc} writes")
-                break
+        out = _stored_output(zm, outs, wit)
         turn = ""
         if turned is not None:
             wit["turned_at"] = str(turned.loc)
@@ -542,14 +547,7 @@ def _together(model: Model, red: ReduceSite, patterns: frozenset,
         wit.update({"element": element, "reduction": op.fn, "identity": _WORDS[op.fn],
                     "masked_load": masked, "in_bounds_load": data})
         wit.update(W.holder(model, op.src.type, element))
-        out = ""
-        for cond, st, dest in outs or ():
-            if z3.is_true(zm.eval(cond, model_completion=True)):
-                wit["output"] = W.fmt_elem(st.tensor.name, [value(zm, d) for d in dest])
-                wit["store"] = str(st.op.loc)
-                out = (f"; the result reaches {wit['output']}, which the store at "
-                       f"{st.op.loc} writes")
-                break
+        out = _stored_output(zm, outs, wit)
         return W.placed(
             f"element {element} of the reduced tile is a masked lane of {' / '.join(masked)} "
             f"but data of {' / '.join(data)}: the fill is combined with data there, not with "
