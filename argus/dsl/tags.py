@@ -268,6 +268,30 @@ def _call_with_symbols(fn: Callable, kind: str, what: str) -> tuple[TagExpr, int
     return as_expr(out), nargs
 
 
+def _coordinate_fields(ctx, tensor: TensorArg, fields: dict, loc, reserved: tuple,
+                       field_word: str, fn_word: str, arity_word: str):
+    """(name, rendered text, scalar refs) of each `field=lambda c0, c1, ...: expr` over an
+    element's coordinates, checked as ag.tag_tensor and ag.tma.load(tags=) both need: the
+    name is no dim of `tensor` and not `reserved`, the lambda takes one coordinate a dim;
+    the functions it calls are declared. `fn_word` / `arity_word` name the lambda in the
+    errors (formatted with `name`)."""
+    dims = {d.lower() for d in tensor.value.type.shape if isinstance(d, str)}
+    rank = len(tensor.value.type.shape)
+    for name, fn in fields.items():
+        if name.lower() in dims or name in reserved:
+            raise TraceError(f"{field_word} {name!r} of {tensor.name} clashes with a built-in "
+                             f"tag (its dims {sorted(dims)}, iter, step, stage)", loc,
+                             fix="pick another field name")
+        expr, nargs = _call_with_symbols(fn, "coord", fn_word.format(name=name))
+        if nargs != rank:
+            raise TraceError(f"{arity_word.format(name=name)} takes {nargs} coordinates but "
+                             f"{tensor.name} has {rank} dims", loc)
+        refs = _Refs()
+        text = _render(expr.node, refs)
+        _emit_fn_decls(ctx, refs, loc)
+        yield name, text, tuple(refs.values)
+
+
 def tag_tensor(tensor: TensorArg, **fields: Callable) -> None:
     """Give every element of `tensor` extra tag fields: `field=lambda c0, c1, ...: expr` over
     the element's coordinates (outermost first)."""
@@ -275,20 +299,10 @@ def tag_tensor(tensor: TensorArg, **fields: Callable) -> None:
     loc = user_loc()
     if not isinstance(tensor, TensorArg):
         raise TraceError("ag.tag_tensor takes a kernel tensor parameter", loc)
-    dims = {d.lower() for d in tensor.value.type.shape if isinstance(d, str)}
-    for name, fn in fields.items():
-        if name.lower() in dims or name in ("iter", "step", "stage"):
-            raise TraceError(f"tag field {name!r} of {tensor.name} clashes with a built-in tag "
-                             f"(its dims {sorted(dims)}, iter, step, stage)", loc,
-                             fix="pick another field name")
-        expr, nargs = _call_with_symbols(fn, "coord", f"the tag of field {name!r}")
-        if nargs != len(tensor.value.type.shape):
-            raise TraceError(f"the tag function of {name!r} takes {nargs} coordinates but "
-                             f"{tensor.name} has {len(tensor.value.type.shape)} dims", loc)
-        refs = _Refs()
-        text = _render(expr.node, refs)
-        _emit_fn_decls(ctx, refs, loc)
-        ctx.builder.append(T.TagTensor(tensor.value, name, text, tuple(refs.values), loc=loc))
+    for name, text, refs in _coordinate_fields(
+            ctx, tensor, fields, loc, ("iter", "step", "stage"), "tag field",
+            "the tag of field {name!r}", "the tag function of {name!r}"):
+        ctx.builder.append(T.TagTensor(tensor.value, name, text, refs, loc=loc))
 
 
 def copy_tags(ctx, tensor: TensorArg, fields: dict, loc) -> None:
@@ -296,20 +310,10 @@ def copy_tags(ctx, tensor: TensorArg, fields: dict, loc) -> None:
     after the copy just appended (ir/tag_ops.py TagCopy), the lambda over the copied
     element's coordinates (outermost first) like ag.tag_tensor's; runtime scalars in it
     (`ag.sym(tap)`) are taken where the copy is issued."""
-    dims = {d.lower() for d in tensor.value.type.shape if isinstance(d, str)}
-    for name, fn in fields.items():
-        if name.lower() in dims or name in ("iter", "step", "stage", "tensor"):
-            raise TraceError(f"copy tag field {name!r} of {tensor.name} clashes with a built-in "
-                             f"tag (its dims {sorted(dims)}, iter, step, stage)", loc,
-                             fix="pick another field name")
-        expr, nargs = _call_with_symbols(fn, "coord", f"the copy tag {name!r}")
-        if nargs != len(tensor.value.type.shape):
-            raise TraceError(f"the copy tag {name!r} takes {nargs} coordinates but "
-                             f"{tensor.name} has {len(tensor.value.type.shape)} dims", loc)
-        refs = _Refs()
-        text = _render(expr.node, refs)
-        _emit_fn_decls(ctx, refs, loc)
-        ctx.builder.append(T.TagCopy(name, text, tuple(refs.values), loc=loc))
+    for name, text, refs in _coordinate_fields(
+            ctx, tensor, fields, loc, ("iter", "step", "stage", "tensor"), "copy tag field",
+            "the copy tag {name!r}", "the copy tag {name!r}"):
+        ctx.builder.append(T.TagCopy(name, text, refs, loc=loc))
 
 
 def tag_assume(fn: Callable) -> None:
