@@ -301,14 +301,14 @@ def variants(which: tuple[str, ...] = VARIANTS) -> None:
             rows["rowbox + cluster"] = ("rowbox", rowbox)
             rows["rowbox, no cluster"] = ("rowbox-nocluster",
                                           dataclasses.replace(rowbox, cluster_m=1))
-        # packed taps (ConvSchedule.taps_per_slice="auto": 2 taps of 64 channels a K step
+        # packed taps (ConvSchedule.taps_per_slice=2: 2 taps of 64 channels a K step
         # for c2; c3 / c4's 128 / 256 channels: 2 slices a step), on the default's producer
         # (rowbox where it applies) and on the per-row boxes
         rows["taps (2 K slices a step)"] = (
-            "taps", conv_ops.schedule_for(x, w, st, pad, 1, 1, taps_per_slice="auto"))
+            "taps", conv_ops.schedule_for(x, w, st, pad, 1, 1, taps_per_slice=2))
         rows["taps, per-row boxes"] = (
             "norowbox-taps", conv_ops.schedule_for(x, w, st, pad, 1, 1, rowbox=False,
-                                                   taps_per_slice="auto"))
+                                                   taps_per_slice=2))
         if halo.halo:
             rows["halo + cluster"] = ("halo", halo)
             rows["halo, no cluster"] = ("halo-nocluster", dataclasses.replace(halo, cluster_m=1))

@@ -140,7 +140,7 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
                  halo: bool = False, rowbox: bool | None = None,
                  precision: str | None = None,
                  nchw_epilogue: str | None = None,
-                 taps_per_slice: int | str = 1) -> ConvSchedule:
+                 taps_per_slice: int | str = "auto") -> ConvSchedule:
     """A first heuristic, not tuned: bw = Q rounded up to a power of two in [8, 64] (fewer
     wasted tile rows on narrow layers; below 64 it needs the TMA-store epilogue, so a 16-bit
     output with 16-byte aligned channel rows), bn 128 unless the layer has <= 64 output
@@ -182,10 +182,11 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     `taps_per_slice` (ConvSchedule.taps_per_slice; 16-bit and tf32 schedules, not the fp32
     split, whose promotion multiplies one slice a step, nor halo, nor grouped layers with a
     column stride, which the verifier cannot prove yet): K slices (filter taps,
-    for few channels) a pipeline step multiplies; an int > 1, or "auto" (`packed_taps`).
-    bk becomes the channels per group rounded up to one swizzle atom (`packed_bk`) and the
-    ring as deep as its bigger stages fit. Opt-in: not measured on a GPU
-    (scripts/gpu_conv_bench.py --variants default,taps / scripts/gpu_l2_slow.py --conv-only:
+    for few channels) a pipeline step multiplies; an int > 1, 1 (one tap a step), or "auto"
+    (the default, `packed_taps`: layers whose channels per group fill less than a 128-byte
+    step, e.g. KernelBench's 3-, 8- and 16-channel inputs, pack; wider ones keep one tap).
+    bk becomes the channels per group rounded up to one swizzle atom (`packed_bk`), the
+    ring as deep as its bigger stages fit, and no cluster (measured: `packed_taps`,
     docs/perf/conv.md "Packed taps").
     """
     if taps_per_slice != "auto" and (not isinstance(taps_per_slice, int) or
@@ -225,8 +226,13 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
                           f"x {atoms} x {bk * elem} bytes); two stages do not fit in the "
                           f"{room} bytes of shared memory a CTA has beside the epilogue's",
                           fix=f"taps_per_slice <= {most}, or 'auto'")
+    if atoms == 1:
+        return base
     stages = max(2, min(6, (_SMEM_BUDGET - staging) // stage))
-    return dataclasses.replace(base, bk=bk, taps_per_slice=atoms, stages=stages)
+    # no cluster: L2/8's packed conv3d ran 3.38 ms in a 2x1 cluster, 3.06 ms without (H200,
+    # 2026-12-05; its weight tile, 16 output channels x 32 deep, is too small for the
+    # multicast to pay for the pair's barrier)
+    return dataclasses.replace(base, bk=bk, taps_per_slice=atoms, stages=stages, cluster_m=1)
 
 
 def _padded_channels(cg: int, elem: int) -> int:
@@ -250,10 +256,13 @@ def packed_bk(cg: int, elem: int) -> int:
 
 def packed_taps(bk: int, elem: int, slices: int) -> int:
     """taps_per_slice="auto": as many slices as make a 128-byte-deep step (the default
-    schedules' K per step: 64 bf16, 32 tf32), at least 2, at most the slices there are
-    (L2/8 tf32, 8 channels: 4 taps of 8; ResNet c2 bf16, 64 channels: 2 taps of 64). A
-    first rule, not measured on a GPU."""
-    return max(1, min(slices, max(2, 128 // (bk * elem))))
+    schedules' K per step: 64 bf16, 32 tf32), at most the slices there are; 1 (no packing)
+    where one slice is 128 bytes deep already. Measured on the H200 (2026-12-05,
+    docs/perf/conv.md "Packed taps"): L2/8's conv3d (tf32, 8 channels, 27 taps) 4 taps of 8
+    a step, 5.57 -> 3.38 ms (3.06 without the cluster); ResNet c2 / c3 / c4 (bf16, 64 / 128 /
+    256 channels) 2 taps a step were 9 / 43 / 72% slower than one (a 64-channel slice is a
+    full 128-byte step already: more bytes a stage only make the ring shallower)."""
+    return max(1, min(slices, 128 // (bk * elem)))
 
 
 def _schedule_for(x, weight, stride, padding, dilation, groups, *,

@@ -20,12 +20,12 @@ CASES = [
     ((1, 8, 9, 11), 16, (3, 3), 1, 2, 2, 1, torch.bfloat16, None, "auto"),      # dilation 2
     ((2, 16, 6, 8), 16, (3, 3), 1, 1, 1, 2, torch.bfloat16, None, 3),           # groups 2
     ((1, 16, 6, 7), 24, (5, 3), (2, 1), (2, 1), 1, 1, torch.bfloat16, None, 2),
-    ((2, 64, 6, 8), 64, (3, 3), 1, 1, 1, 1, torch.bfloat16, None, "auto"),      # c2: rowbox
+    ((2, 64, 6, 8), 64, (3, 3), 1, 1, 1, 1, torch.bfloat16, None, 2),           # c2: rowbox
     ((2, 8, 5, 6, 7), 16, (3, 3, 3), 1, 0, 1, 1, torch.float32, "tf32", "auto"),  # L2/8
     ((1, 4, 5, 7, 6), 8, (3, 3, 3), 2, 1, 1, 1, torch.float32, "tf32", "auto"),
     ((1, 3, 4, 6, 9), 16, (2, 3, 3), (1, 2, 2), 1, (1, 1, 2), 1, torch.bfloat16, None, 4),
     ((1, 8, 4, 5, 6), 8, (3, 3, 3), 1, 1, 1, 2, torch.float32, "tf32", 5),      # groups, 3-d
-    ((1, 128, 4, 5), 16, (3, 3), 1, 1, 1, 1, torch.bfloat16, None, "auto"),     # 2 slices a tap
+    ((1, 128, 4, 5), 16, (3, 3), 1, 1, 1, 1, torch.bfloat16, None, 2),         # 2 slices a tap
     ((1, 96, 4, 5), 16, (3, 3), 2, 1, 1, 1, torch.bfloat16, None, 4),           # slices + tail
     ((4, 8, 1, 20), 8, (1, 5), 1, (0, 2), 1, 1, torch.float16, None, "auto"),   # conv1d fold
 ]
@@ -65,13 +65,22 @@ def test_packed_taps_match_torch(case):
 def test_auto_schedules_for_l2_8_and_c2():
     x = torch.empty(128, 8, 16, 64, 64, device="meta")
     w = torch.empty(16, 8, 3, 3, 3, device="meta")
-    s = conv_op.schedule_for(x, w, 1, 0, 1, 1, precision="tf32", taps_per_slice="auto")
-    assert (s.bk, s.taps_per_slice, s.bn) == (8, 4, 16)       # 4 taps of 8 in a 32-deep step
+    s = conv_op.schedule_for(x, w, 1, 0, 1, 1, precision="tf32")    # "auto", the default
+    assert (s.bk, s.taps_per_slice, s.bn, s.cluster_m) == (8, 4, 16, 1)   # 4 taps of 8 a step
+    assert conv_op.schedule_for(x, w, 1, 0, 1, 1, precision="tf32",
+                                taps_per_slice=1).taps_per_slice == 1    # the opt-out
     x = torch.empty(32, 64, 56, 56, dtype=torch.bfloat16, device="meta")
     w = torch.empty(64, 64, 3, 3, dtype=torch.bfloat16, device="meta")
-    s = conv_op.schedule_for(x, w, 1, 1, 1, 1, taps_per_slice="auto")
+    # 64 bf16 channels fill a 128-byte step: "auto" keeps one tap a step and the cluster
+    base = conv_op.schedule_for(x, w, 1, 1, 1, 1, taps_per_slice=1)
+    assert conv_op.schedule_for(x, w, 1, 1, 1, 1) == base
+    assert (base.taps_per_slice, base.cluster_m) == (1, 2)
+    s = conv_op.schedule_for(x, w, 1, 1, 1, 1, taps_per_slice=2)
     assert (s.bk, s.taps_per_slice, s.rowbox) == (64, 2, True)   # 2 taps of 64 a step
-    assert conv_op.schedule_for(x, w, 1, 1, 1, 1).taps_per_slice == 1   # opt-in
+    # 3 bf16 channels (padded to 8: a 32-byte atom): 4 taps a step
+    x = torch.empty(8, 3, 32, 32, dtype=torch.bfloat16, device="meta")
+    w = torch.empty(16, 3, 3, 3, dtype=torch.bfloat16, device="meta")
+    assert conv_op.schedule_for(x, w, 1, 1, 1, 1).taps_per_slice == 4
 
 
 def test_the_tail_step_reads_zeros_not_a_wrapped_tap():
@@ -87,12 +96,12 @@ def test_the_tail_step_reads_zeros_not_a_wrapped_tap():
     assert torch.isfinite(y[0, :, 1]).all() and not torch.isfinite(y[0, :, 2]).all()
 
 
-@pytest.mark.parametrize("xs,ws,padding,dtype,precision,wgmma", [
-    ((128, 8, 16, 64, 64), (16, 8, 3, 3, 3), 0, torch.float32, "tf32", 4),   # L2/8: 4 atoms x k8
-    ((32, 64, 56, 56), (64, 64, 3, 3), 1, torch.bfloat16, None, 8)],          # c2: 2 atoms x 4 k16
+@pytest.mark.parametrize("xs,ws,padding,dtype,precision,taps,wgmma", [
+    ((128, 8, 16, 64, 64), (16, 8, 3, 3, 3), 0, torch.float32, "tf32", "auto", 4),  # L2/8: 4 x k8
+    ((32, 64, 56, 56), (64, 64, 3, 3), 1, torch.bfloat16, None, 2, 8)],    # c2: 2 atoms x 4 k16
     ids=["l2_8-tf32", "c2-bf16"])
 def test_packed_kernel_verifies_and_builds_without_spills(xs, ws, padding, dtype, precision,
-                                                          wgmma):
+                                                          taps, wgmma):
     """The op's own compile on meta tensors (verified at the default level, then NVRTC for
     sm_90a, never launched): no verifier error, no spills, each atom's wgmma in the PTX."""
     import re
@@ -104,7 +113,7 @@ def test_packed_kernel_verifies_and_builds_without_spills(xs, ws, padding, dtype
     x = torch.empty(xs, dtype=dtype, device="meta")
     w = torch.empty(ws, dtype=dtype, device="meta")
     s = conv_op.schedule_for(x, w, 1, padding, 1, 1, precision=precision,
-                             taps_per_slice="auto")
+                             taps_per_slice=taps)
     conv_op._COMPILED.clear()
     conv_op.convolve(x, w, None, 1, padding, schedule=s, precision=precision)
     (compiled,) = conv_op._COMPILED.values()

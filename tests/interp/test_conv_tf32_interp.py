@@ -84,7 +84,8 @@ def test_tf32_conv_rowbox(case, schedule):
     if schedule is None:
         schedule = conv_op.schedule_for(x, w, stride, padding, dilation, groups,
                                         precision="tf32")
-        assert schedule.rowbox and schedule.cluster_m == 2
+        # packed taps (few channels: schedule_for's 'auto') run without the cluster
+        assert schedule.rowbox and schedule.cluster_m == (1 if schedule.taps_per_slice > 1 else 2)
     y = conv_op.conv2d_interpret(x, w, b, stride, padding, dilation, groups,
                                  schedule=schedule, precision="tf32")
     exact_inputs, exact = _errors(y, x, w, b, stride, padding, dilation, groups)

@@ -25,8 +25,12 @@ def test_tf32_bn_is_the_narrowest_tile_that_holds_kg(kg, bn):
 def test_schedule_for_tf32_takes_the_rule(K, groups, bn):
     x = torch.empty(2, 8, 6, 10, 10, device="meta")
     w = torch.empty(K, 8 // groups, 3, 3, 3, device="meta")
-    s = conv_op.schedule_for(x, w, 1, 0, 1, groups, precision="tf32")
+    s = conv_op.schedule_for(x, w, 1, 0, 1, groups, precision="tf32", taps_per_slice=1)
     assert s.bn == bn and s.bk == 32 and s.cluster_m == 2
+    # the default packs these 8- and 4-channel layers (taps_per_slice "auto"): the same bn,
+    # 4 taps of 8 channels a 32-deep step, no cluster
+    s = conv_op.schedule_for(x, w, 1, 0, 1, groups, precision="tf32")
+    assert (s.bn, s.bk, s.taps_per_slice, s.cluster_m) == (bn, 8, 4, 1)
 
 
 def _check(y, x, w, b, conv, *args):
