@@ -188,7 +188,7 @@ for s in "${steps[@]}"; do
         tests/gpu/test_conv_gpu.py tests/gpu/test_conv_compose_gpu.py tests/gpu/test_compose_gpu.py ;;
     ilv40) run_step ilv40 120 python3 -u scripts/gpu_conv_interleave_bench.py ;;
     fp8prom40) run_step fp8prom40 300 python3 -u scripts/gpu_fp8_bench.py --promote-every 1,2,4,8 \
-        --trials 30 --repeats 3 --out "$OUT/fp8prom40" ;;
+        --trials 100 --repeats 3 --out "$OUT/fp8prom40" ;;
     nchwtma40) run_step nchwtma40 150 python3 -u scripts/gpu_conv_nchw_ab.py ;;
     l2slow40) run_step l2slow40 90 python3 -u scripts/gpu_l2_slow.py ;;
     fp8pt39) run_step fp8pt39 200 python3 -u scripts/gpu_fp8_bench.py --repeats 5 --out "$OUT/fp8pt39"
