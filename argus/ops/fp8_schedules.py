@@ -10,6 +10,7 @@ version of Fp8GemmSchedule is ignored.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from argus.kernels.gemm_fp8 import BK_BYTES, Fp8GemmSchedule
@@ -239,14 +240,27 @@ def _block_widths(p: Fp8Problem) -> list[int]:
     consumer: bn <= 160), fewest waves x width first: the time of a tile is about
     proportional to its width, and a last wave that leaves SMs idle costs a whole wave."""
     def cost(bn: int) -> int:
-        tiles = -(-p.m // 128) * -(-p.n // bn)
-        return -(-tiles // _SMS) * bn
+        return waves(p.m, p.n, 128, bn, _SMS) * bn
     return sorted((128, 160, 144, 112), key=lambda bn: (cost(bn), -bn))
 
 
 def _block_heuristic(p: Fp8Problem) -> Fp8GemmSchedule:
     """Block scales: every schedule promotes (DeepGEMM's shape of kernel: 128-row tiles, the
-    width that fills the last wave best, a direct epilogue, as many stages as fit)."""
+    width that fills the last wave best, a direct epilogue, as many stages as fit). Where the
+    two measured smem-scale tiles were timed (`in_wave_pick_box`: M >= 4096, N >= 2048, TMA
+    epilogue) the wave model picks between them (`wave_pick`); where it calls them a tie, and
+    everywhere else, the rule before it (`_block_default`)."""
+    if in_wave_pick_box(p):
+        pick = wave_pick(p.m, p.n, p.k, _SMS)
+        if pick is not None:
+            return pick
+    return _block_default(p)
+
+
+def _block_default(p: Fp8Problem) -> Fp8GemmSchedule:
+    """The block-scaled default without the wave pick (what it was at 1795500): small M's
+    tiles, the split 128 x 256 inside the boxes it measured best in, else the width that fills
+    the last wave best (overlapped with the TMA epilogue where it is 128 or wider)."""
     if p.m <= 64:
         return Fp8GemmSchedule(bm=64, bn=64, consumers=1, stages=12, promote=True)
     if p.m <= 256:
@@ -306,7 +320,9 @@ _SPLIT_256_SMEM_TMA = Fp8GemmSchedule(bn=256, stages=3, promote=True, n_split=2,
 def without_smem_scales(s: Fp8GemmSchedule) -> Fp8GemmSchedule:
     """`s` reading its block scales from global memory: the default's smem split becomes the
     split measured with global scales (4 stages: the A scales' shared memory is free), any
-    other schedule the same with smem_scales off."""
+    other schedule the same with smem_scales off (the wave pick's 192 x 128 c3 too: its tile,
+    whose fuller waves are why it is picked, with global scales: not measured; 128 registers,
+    no spills, tests/unit/test_fp8_wave_pick.py)."""
     if s == _SPLIT_256_SMEM_TMA:
         return _SPLIT_256_TMA
     return dataclasses.replace(s, smem_scales=False)
@@ -317,7 +333,8 @@ def _split_smem_measured_best(p: Fp8Problem) -> bool:
     1536-16384 (4096x7168x2048 1153, 4096x24576x1536 1093, 4096x7168x16384 1118,
     4096x2112x7168 910, 4096x4096x7168 1160 TFLOP/s; docs/perf/fp8.md). The rule is the box
     around the wins over the default of the time: M >= 4096, N >= 2048 in whole 256-column
-    tiles (N = 2112 keeps its wave-filling width, 112, not in that run), any K."""
+    tiles (N = 2112 keeps its wave-filling width, 112, not in that run), any K. Since
+    2026-12-05 `wave_pick` decides first inside that box; this decides its ties."""
     return p.m >= 4096 and p.n >= 2048 and p.n % 256 == 0
 
 
@@ -332,6 +349,91 @@ def _split_measured_best(p: Fp8Problem) -> bool:
     return p.m >= 4096 and p.n <= 7168 and p.n % 256 == 0 and p.k >= 2048
 
 
+# ---- block-scaled tile pick by waves (issue 18, 2026-12-05) --------------------------------
+# The other tile measured ahead of the split somewhere: 192 x 128 with three consumer
+# warpgroups of 64 x 128 (serial promotion, block scales through shared memory, 2x1 clusters),
+# attention's register split (a 32-register producer, 160-register consumers: 128 a thread at
+# launch for 512 threads, no spills on the H200 run below; tests/unit/test_fp8_wave_pick.py
+# builds it through NVRTC). Its scripts/gpu_fp8_bench.py --variants name: "serial 192x128 c3
+# smem scales". 4 stages of 40 KB, their A and W scales and the 48 KB staging buffer: 221 KB
+# (smem_bytes; of the 227 KB an SM lends a block).
+_C3_192_SMEM_TMA = Fp8GemmSchedule(bm=192, consumers=3, bn=128, stages=4, promote=True,
+                                   smem_scales=True, cluster_m=2, epilogue="tma",
+                                   producer_regs=32, consumer_regs=160)
+# What the fit reads: TFLOP/s (median of 3 rounds) of "split 128x256 smem scales" and "serial
+# 192x128 c3 smem scales" on the H200, 2026-12-05, tree 1795500, `scripts/gpu_fp8_bench.py
+# --variants --graphs --rounds 3` (docs/perf/fp8.md "Tile pick by waves"), per M x N x K
+WAVE_FIT_ROWS = {(4096, 7168, 2048): (1149, 1073), (4096, 24576, 1536): (1084, 1039),
+                 (4096, 7168, 16384): (1120, 1017), (4096, 2112, 7168): (910, 1100),
+                 (4096, 4096, 7168): (1169, 1045)}
+# the candidates in WAVE_FIT_ROWS' column order, and the SM count of the GPU that measured them
+WAVE_CANDIDATES = (_SPLIT_256_SMEM_TMA, _C3_192_SMEM_TMA)
+_FIT_SMS = 132
+# A predicted gain below this is no gain: the fit's ratio of the two rates moves by up to 6.8%
+# from shape to shape (4096x2112: the split's sparse last wave ran faster than a full wave's
+# share, which the model does not know) and by 3.8% at the others; 5% is the weight-streaming
+# rule's tie too. Within it the rule before (`_block_default`) decides
+WAVE_TIE = 0.05
+
+
+def waves(m: int, n: int, bm: int, bn: int, sms: int, cluster_m: int = 1) -> int:
+    """Waves of bm x bn tiles over an M x N output on a persistent grid of `sms` SMs (a
+    multiple of the cluster size): the last wave costs a whole one, however empty (as in
+    argus/ops/gemm_model.py `predict_us`, whose constants are fitted to bf16 rows)."""
+    return -(-(-(-m // bm) * -(-n // bn)) // ((sms // cluster_m) * cluster_m))
+
+
+def tile_fill(m: int, n: int, s: Fp8GemmSchedule, sms: int) -> float:
+    """The share of `s`'s tile-waves on M x N that computes the output: M x N over waves x SMs
+    x bm x bn. Below 1 by the last wave's idle SMs and by the ragged tiles' padding (4096 rows
+    in 192-row tiles: 22 rows of tiles for 21.3)."""
+    return m * n / (waves(m, n, s.bm, s.bn, sms, s.cluster_m) * sms * s.bm * s.bn)
+
+
+def _full_wave_rate(column: int) -> float:
+    """TFLOP/s a candidate would reach on the fit's SMs with every tile-wave full: the
+    geometric mean over WAVE_FIT_ROWS of measured / tile_fill (a least-squares fit of log
+    time with one rate per candidate; per shape 1185 / 1118 / 1155 / 1365 / 1206 for the
+    split, 1186 / 1071 / 1124 / 1238 / 1212 for the c3: 1203 and 1165)."""
+    s = WAVE_CANDIDATES[column]
+    logs = [math.log(row[column] / tile_fill(m, n, s, _FIT_SMS))
+            for (m, n, _), row in WAVE_FIT_ROWS.items()]
+    return math.exp(sum(logs) / len(logs))
+
+
+# the fitted full-wave rates, TFLOP/s on _FIT_SMS SMs, in WAVE_CANDIDATES' order
+WAVE_RATES = tuple(_full_wave_rate(i) for i in range(len(WAVE_CANDIDATES)))
+
+
+def wave_time_us(m: int, n: int, k: int, s: Fp8GemmSchedule, rate: float, sms: int) -> float:
+    """Predicted microseconds of `s` on M x N x K: waves x the time of one tile (2 bm bn K
+    FLOP at an SM's share, rate / _FIT_SMS, of the full-wave rate `rate` in TFLOP/s)."""
+    per_sm = rate * 1e6 / _FIT_SMS     # FLOP per microsecond
+    return waves(m, n, s.bm, s.bn, sms, s.cluster_m) * 2 * s.bm * s.bn * k / per_sm
+
+
+def wave_pick(m: int, n: int, k: int, num_sms: int) -> Fp8GemmSchedule | None:
+    """The faster of WAVE_CANDIDATES on M x N x K by `wave_time_us` (waves x per-tile time
+    from each one's fitted full-wave rate: wave quantization and the ragged tiles' padding are
+    what separates them), or None where the slower one is within WAVE_TIE (a tie: the caller
+    keeps its own default). A pure function of its arguments; what it is fitted on is
+    M = 4096 (`in_wave_pick_box` bounds where it is asked)."""
+    times = [wave_time_us(m, n, k, s, r, num_sms) for s, r in zip(WAVE_CANDIDATES, WAVE_RATES)]
+    fast, runner_up = sorted(range(len(times)), key=times.__getitem__)[:2]
+    if times[fast] > (1 - WAVE_TIE) * times[runner_up]:
+        return None
+    return WAVE_CANDIDATES[fast]
+
+
+def in_wave_pick_box(p: Fp8Problem) -> bool:
+    """Where `wave_pick` decides the block-scaled default: the box of the smem split's wins
+    (M >= 4096, N >= 2048, the TMA-store epilogue), now without its whole-256-column
+    condition (4096x2112 was measured: the c3 tile 1100 TFLOP/s against the split's 910).
+    Outside (small M, decode-like shapes at M <= 256, 256 < M < 4096, narrow N, f32 or
+    misaligned outputs) nothing was measured against both candidates: `_block_default`."""
+    return p.block_scaled and p.tma_epilogue_ok and p.m >= 4096 and p.n >= 2048
+
+
 def _block_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
     out = [_block_heuristic(p)]
     if p.m > 256:
@@ -340,7 +442,9 @@ def _block_candidates(p: Fp8Problem) -> list[Fp8GemmSchedule]:
                                     cluster_m=c) for c in (1, 2)]
         if p.tma_epilogue_ok:
             out += [Fp8GemmSchedule(bn=128, stages=_block_stages(128, 128, 128 * 128 * 2),
-                                    promote=True, epilogue="tma", cluster_m=2), _OVERLAP_TMA]
+                                    promote=True, epilogue="tma", cluster_m=2), _OVERLAP_TMA,
+                    # the wave pick's other tile (`wave_pick`), measured at M = 4096 only
+                    _C3_192_SMEM_TMA]
         # the overlapped promotion with the direct epilogue: 737 / 746 TFLOP/s against 742 /
         # 637 serial on the same shapes (docs/perf/fp8.md): a candidate, not a default
         out += [Fp8GemmSchedule(bn=128, stages=6, promote=True, overlap=True, cluster_m=2)]
@@ -398,7 +502,7 @@ def _wave_fitting(p: Fp8Problem) -> list[Fp8GemmSchedule]:
     and 2x1 clusters) where the output allows it, and the direct one with 2x1 clusters; as
     many stages as fit beside the staging buffer (at most 5)."""
     def cost(bn: int) -> int:
-        return -(-(-(-p.m // 128) * -(-p.n // bn)) // _SMS) * bn
+        return waves(p.m, p.n, 128, bn, _SMS) * bn
 
     out = []
     for bn in sorted((224, 192, 176, 160), key=lambda bn: (cost(bn), -bn))[:2]:

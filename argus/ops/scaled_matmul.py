@@ -12,10 +12,13 @@ bf16 (default), fp16 or fp32. Two kinds of scales:
                == 1`, DeepGEMM's layout, e.g. `scale_a.t().contiguous().t()`) by the kernel
                that loads scales from global memory; row-major (K-major, K/128 a multiple of
                4) by the one that stages them in shared memory (smem_scales), which the
-               default takes at M >= 4096, N >= 2048 (the faster one there on the H200,
-               docs/perf/fp8.md). A schedule that reads the other layout gets a copy of
-               scale_a on every call. Each 128-K block's partial product is promoted into
-               fp32 on the CUDA cores with its scales (argus/kernels/gemm_fp8.py).
+               default takes at M >= 4096, N >= 2048 with a 16-bit output (the faster one
+               there on the H200, docs/perf/fp8.md), in 128 x 256 split tiles or 192 x 128
+               tiles of three consumers, whichever fills its waves better
+               (fp8_schedules.wave_pick; a tie keeps the split where N is a multiple of 256).
+               A schedule that reads the other layout gets a copy of scale_a on every call.
+               Each 128-K block's partial product is promoted into fp32 on the CUDA cores
+               with its scales (argus/kernels/gemm_fp8.py).
 
 The arguments:
 

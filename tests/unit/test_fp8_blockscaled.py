@@ -167,8 +167,10 @@ def test_block_candidates_are_legal_and_promote():
         for s in cands:
             assert s.promote and s.smem_bytes <= 227 * 1024
             assert s.epilogue == "direct" or p.tma_epilogue_ok
-    # the widest tile is not always best: 2112 columns fill the last wave better at 112
-    assert fp8_schedules.heuristic(BLOCK_PROBLEMS[1]).bn == 112
+    # the widest tile is not always best: 2112 columns fill the last wave better at 112 (the
+    # rule without the wave pick) or in 192 x 128 c3 tiles (the wave pick, measured best)
+    assert fp8_schedules._block_default(BLOCK_PROBLEMS[1]).bn == 112
+    assert fp8_schedules.heuristic(BLOCK_PROBLEMS[1]) == fp8_schedules._C3_192_SMEM_TMA
 
 
 def test_block_heuristic_picks_the_split_tile_where_it_measured_best():
@@ -177,7 +179,7 @@ def test_block_heuristic_picks_the_split_tile_where_it_measured_best():
     the default takes it at M >= 4096 with N >= 2048 in whole 256-column tiles. Before that
     (4dd5330) the split with global scales beat the overlap at M >= 4096, N <= 7168, K >= 2048:
     it stays the default where M is 4096 or more but N is under 2048. Elsewhere (N = 2112:
-    its wave-filling width; M < 4096) no split."""
+    the wave pick's 192 x 128 c3, tests/unit/test_fp8_wave_pick.py; M < 4096) no split."""
     smem = {(4096, 7168, 2048), (4096, 7168, 16384), (4096, 4096, 7168), (8192, 7168, 2048),
             (4096, 24576, 1536), (4096, 7168, 1536)}
     for m, n, k in smem:
