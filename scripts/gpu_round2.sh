@@ -15,6 +15,7 @@
 #        s38tests fp8pt38 moepre38 sweep38 fp8blk38 attnhost38 tailconv38 short38 (stop 38's)
 #        s40tests ilv40 fp8prom40 nchwtma40 l2slow40 (stop 40's CPU-built work, GPU-owed)
 #        s41tests taps41 tapsres41 fp8stag41 fp8stag41b (stop 41's CPU-built work, GPU-owed)
+#        fp8pick42 resnet42 s42tests (stop 42's: the block-scaled tile pick by waves, the ResNet-50 table)
 #        fp8pt (fp8 per-tensor against torch._scaled_mm), sweep36 (prefill: every head dim at 1k, 4k, 16k against cuDNN and flash)
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k prefill64_4k fp8prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
@@ -169,6 +170,19 @@ for s in "${steps[@]}"; do
     # 32-byte-swizzled wgmma operands run on the device for the first time; the shared test
     # helpers moved), then the packed-taps A/B (L2/8's conv, ResNet c2-c4 against cuDNN) and the
     # staggered block-scaled fp8 consumers against the default split (1083 geomean on 12-04).
+    # stop 42: the block-scaled default picked by waves (fp8_schedules.wave_pick: split 128x256 or
+    # 192x128 c3; 8192x2112's old default "overlap 128x128" beside), and every ResNet-50 layer
+    # with packed taps and the rows-tile rule in (the 0.9x-cuDNN geomean bar, last 0.59x on 12-02)
+    fp8pick42) run_step fp8pick42 240 python3 -u scripts/gpu_fp8_bench.py --variants --graphs --rounds 3 \
+        --only "split 128x256 smem scales" "serial 192x128 c3 smem scales" "overlap 128x128" \
+        --shapes 4096x7168x2048,4096x24576x1536,4096x7168x16384,4096x2112x7168,4096x4096x7168,8192x2112x7168 \
+        --out "$OUT/fp8pick42" ;;
+    resnet42) run_step resnet42 200 python3 -u scripts/gpu_conv_bench.py --rowbox --skip-kernelbench ;;
+    s42tests) run_step s42tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_conv_packed_taps_gpu.py tests/gpu/test_conv_nchw_tma_gpu.py \
+        tests/gpu/test_conv_interleave_gpu.py tests/gpu/test_conv_gpu.py \
+        tests/gpu/test_conv_compose_gpu.py tests/gpu/test_fp8_smem_scales_gpu.py \
+        tests/gpu/test_ops_scaled_matmul_gpu.py ;;
     s41tests) run_step s41tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
         tests/gpu/test_conv_packed_taps_gpu.py tests/gpu/test_conv_nchw_tma_gpu.py \
         tests/gpu/test_moe_gpu.py tests/moe/test_moe_fused_finish_gpu.py \
