@@ -41,19 +41,19 @@ def test_packed_taps_match_torch_on_the_gpu(case):
     assert _rel(y, ref) <= (1e-6 if prec == "tf32" else 4e-3), s
 
 
-@pytest.mark.parametrize("xs,ws,padding,dtype,precision", [
-    ((8, 8, 16, 64, 64), (16, 8, 3, 3, 3), 0, torch.float32, "tf32"),     # L2/8, batch 8
-    ((4, 64, 56, 56), (64, 64, 3, 3), 1, torch.bfloat16, None)],           # c2, batch 4
+@pytest.mark.parametrize("xs,ws,padding,dtype,precision,taps", [
+    ((8, 8, 16, 64, 64), (16, 8, 3, 3, 3), 0, torch.float32, "tf32", "auto"),  # L2/8, batch 8
+    ((4, 64, 56, 56), (64, 64, 3, 3), 1, torch.bfloat16, None, 2)],           # c2, batch 4
     ids=["l2_8", "c2"])
-def test_packed_taps_agree_with_one_tap_a_step(xs, ws, padding, dtype, precision):
+def test_packed_taps_agree_with_one_tap_a_step(xs, ws, padding, dtype, precision, taps):
     from argus.ops import conv as conv_op
 
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(xs, generator=gen, device="cuda").to(dtype)
     w = (torch.randn(ws, generator=gen, device="cuda") * 0.1).to(dtype)
-    one = conv_op.schedule_for(x, w, 1, padding, 1, 1, precision=precision)
+    one = conv_op.schedule_for(x, w, 1, padding, 1, 1, precision=precision, taps_per_slice=1)
     packed = conv_op.schedule_for(x, w, 1, padding, 1, 1, precision=precision,
-                                  taps_per_slice="auto")
+                                  taps_per_slice=taps)
     assert packed.taps_per_slice > 1 and one.taps_per_slice == 1
     y1 = conv_op.convolve(x, w, None, 1, padding, schedule=one, precision=precision)
     y2 = conv_op.convolve(x, w, None, 1, padding, schedule=packed, precision=precision)
