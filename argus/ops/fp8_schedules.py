@@ -99,12 +99,13 @@ _INTERVAL_ERROR = {1: 1.0, 2: 1.005, 4: 1.019, 8: 1.050, 16: 1.126}
 # how much above promotion every block (torch's error) the interval may take the error
 PROMOTE_ERROR_SLACK = 0.01
 # Whether the weight-streaming path (M <= STREAM_MAX_M) promotes: it is bound by the weight
-# read, and the consumer's promotion (one drain and bn / 2 FADDs per promote_every steps) should
-# run while the ring's other stages stream. Off until the H200 says so: the plain loop is what
-# was measured (1.023x / 1.012x torch._scaled_mm at 16 / 128 x 8192 x 8192, 2026-12-04); the
-# device was not lent again that session. `bash scripts/gpu_round2.sh fp8prom40` times both
-# (scripts/gpu_fp8_bench.py --promote-every) and runs the GPU tests; True if it keeps the speed
-STREAM_PROMOTE = False
+# read, and the consumer's promotion (one drain and bn / 2 FADDs per promote_every steps) runs
+# while the ring's other stages stream. Measured on the H200 (2026-12-05, docs/perf/fp8.md
+# "Measured: staggered consumers and promotion every N blocks"): promoting every 2 blocks, 16 /
+# 128 x 8192 x 8192 ran 1.007x / 0.999x torch._scaled_mm against the plain loop's 1.014x /
+# 1.010x (0.7-1.1% slower) at torch's error (1.67e-3) instead of 1.6x it (2.63e-3): on.
+# (Above M = 128 the default stays unpromoted: there promotion costs 2.8%.)
+STREAM_PROMOTE = True
 
 
 def promote_every_for(k: int, k_atoms: int = 1) -> int:
