@@ -330,7 +330,8 @@ def _receptive_field(geom: ConvGeometry, X, H, rowbox: bool):
     column w at plane phase w % stride_w, v = w // stride_w); outside it (padding), or for a
     tap past the filter (a packed step's tail), the element lies outside the tensor, where TMA
     reads zeros (the tensor map's out-of-bounds fill, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-    argus/runtime/tma.py). 2-d geometries only."""
+    argus/runtime/tma.py). 2-d geometries only (3-d: docs/verify.md "Conv receptive field:
+    narrow boxes, 3-d, halo")."""
     NH, PG, WV = ag.sym(X.shape[0]), ag.sym(X.shape[1]), ag.sym(X.shape[2])
     taps = geom.r * geom.s
 
@@ -364,6 +365,58 @@ def _receptive_field(geom: ConvGeometry, X, H, rowbox: bool):
                     "pad_w), or, outside the image or past the last tap, a zero read from "
                     "outside the tensor")
     return check
+
+
+def _halo_receptive_field(geom: ConvGeometry, X, H, wg, per_wg: int):
+    """check of the halo consumer (_HaloRing.mma): the A rows filter row r multiplies for the
+    tile's output row o = wg * per_wg + j are halo row o + r * dil_h (copy tag `hrow`), and
+    each element is the input pixel (p0 + o + r * dil_h - pad_h, q * stride_w + s * dil_w -
+    pad_w) of output pixel (p0 + o, q) and tap (r, s) (s the box's `fs`), or, outside the
+    image, a zero read from outside the tensor. The tap is the consumer's (r, a Python int
+    here: one halo row serves the R filter rows), the output row its place in the
+    accumulator, so the assertion ties the producer's rows to the consumer's offsets."""
+    NH, WV = ag.sym(X.shape[0]), ag.sym(X.shape[2])
+
+    def check(view, r: int, j: int):
+        a = ag.tag(view)
+        o = ag.sym(wg) * per_wg + j
+        h = a.p0 + o + (r * geom.dil_h - geom.pad_h)
+        w = a.ocol * geom.stride_w + (a.fs * geom.dil_w - geom.pad_w)
+        inside = ag.tag_all(h >= 0, h < ag.sym(H), w >= 0, w < WV * geom.stride_w)
+        read = ag.tag_all(a.nh == a.img * ag.sym(H) + h, a.wv == w // geom.stride_w,
+                          a.pg // geom.groups == w % geom.stride_w)
+        outside = ag.tag_any(a.nh < 0, a.nh >= NH, a.wv < 0, a.wv >= WV)
+        ag.tag_assert(ag.tag_all(a.hrow == o + r * geom.dil_h, a.fs >= 0, a.fs < geom.s,
+                                 ag.tag_any(ag.tag_all(inside, read),
+                                            ag.tag_all(~inside, outside))),
+                      message=f"receptive field (halo, filter row {r}): the A element of "
+                              f"output pixel (p, q) is halo row p - p0 + {r} * dil_h, input "
+                              f"pixel (p + {r} * dil_h - pad_h, q * stride_w + s * dil_w - "
+                              f"pad_w), or outside the image a zero read from outside the "
+                              f"tensor")
+    return check
+
+
+# The narrowest per-row box whose receptive field the kernel asserts (one assertion a box,
+# rows / bw of them a warpgroup's view: _per_box). bw 8 is proven too (8 queries, verify
+# 0.64 -> 2.2-2.6 s CPU under load, tests/mutations/test_conv_mutations.py sets this to 8),
+# but over the 2 s a default schedule may take (schedule_for picks bw 8, cluster 2 for
+# strided or grouped layers with Q <= 8), so it is not stated by default; bw 16 / 32: 4 / 2
+# queries. Packed taps (taps_per_slice > 1): none on narrow boxes (atoms * rows / bw
+# queries: 8 at bw 32, 16 at bw 16, 3.4 / 6.7 s CPU under load). docs/verify.md "Conv
+# receptive field: narrow boxes, 3-d, halo"
+NARROW_CHECK_MIN_BW = 16
+
+
+def _per_box(check, rows: int, bw: int):
+    """check_a stated once per per-row box of a warpgroup's rows (narrow boxes: bw < rows):
+    each assertion names one box's bw rows (`rows_of`), so its query reads that box's writer,
+    not a disjunction over the warpgroup's rows / bw boxes (each with its own output row's
+    image * H and pushed-row products: past the solver's budget together)."""
+    def each(view):
+        for j in range(rows // bw):
+            check(view.rows_of(j * bw, bw))
+    return each
 
 
 def _weight_rows(stage, atom: int, bn: int, first, part: int):
@@ -429,25 +482,39 @@ class _HaloRing:
                 c0 = (k % c_steps) * s.bk
                 plane, v = _column(geom, g, q0, t)
                 for i in range(self.halo_rows):
+                    # copy tags: the halo row i, the tile's image and first output row p0
+                    # and its filter column t (the R filter rows' taps share the row: the
+                    # consumer's assertion names the tap, _halo_receptive_field)
                     ag.tma.load(self.a[stage].rows_of(i * s.bw, s.bw), X,
                                 (_row(image, p0 + i - geom.pad_h, H, NH, geom.pad_h), plane, v,
-                                 c0))
+                                 c0),
+                                tags=dict(img=lambda nh, pg, wv, c: ag.sym(image),
+                                          p0=lambda nh, pg, wv, c: ag.sym(p0),
+                                          hrow=lambda nh, pg, wv, c: ag.sym(i),
+                                          fs=lambda nh, pg, wv, c: ag.sym(t),
+                                          ocol=lambda nh, pg, wv, c: ag.sym(q0) +
+                                          (wv - ag.sym(v))))
                 for r in range(self.r):
                     ag.tma.load(self.b[stage].rows_of(r * s.bn + rank * part, part), Wt,
                                 _weight_coords(g, n * s.bn + rank * part, r * geom.s + t, c0,
                                                geom.cg_padded), multicast=cs > 1)
 
-    def mma(self, k_steps, wg):
+    def mma(self, k_steps, wg, check=None):
         """Warpgroup wg's 64 rows (output rows wg * 64 / bw.. of the tile): filter row r reads
-        the halo from row r * dil_h on."""
+        the halo from row r * dil_h on. check(view, r, j): a tag assertion on the view's j-th
+        bw rows (output row wg * rows / bw + j of the tile) at filter row r."""
         s = self.s
         rows = s.bm // s.consumers
         acc = ag.zeros((rows, s.bn), ag.f32)
         for k in ag.range(k_steps):
             with self.pipe.consume() as stage:
                 for r in range(self.r):
-                    ag.wgmma(self.a[stage].rows_of(wg * rows + r * self.dil_h * s.bw, rows),
-                             self.b[stage].rows_of(r * s.bn, s.bn), acc)
+                    a_view = self.a[stage].rows_of(wg * rows + r * self.dil_h * s.bw, rows)
+                    if check is not None:
+                        for j in range(rows // s.bw):
+                            check(a_view if s.bw == rows else a_view.rows_of(j * s.bw, s.bw),
+                                  r, j)
+                    ag.wgmma(a_view, self.b[stage].rows_of(r * s.bn, s.bn), acc)
         return acc
 
 
@@ -756,16 +823,23 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             for unit in sched.units():
                 if s.halo:
-                    acc = ring.mma(k_steps, wg)
+                    # (where a warpgroup's rows are one halo row, bw = bm / consumers: R
+                    # queries a tile; narrower rows ask R * rows / bw, 24 at bw 8, ~6 s, and
+                    # carry none: docs/verify.md "Conv receptive field: narrow boxes, 3-d, halo")
+                    acc = ring.mma(k_steps, wg, _halo_receptive_field(geom, X, H, wg, 1)
+                                   if s.bw == rows else None)
                 else:
-                    # 2-d: each A element is its output pixel's receptive field (or a zero)
-                    # (per-row boxes: where a warpgroup's rows are one box, bw = bm / consumers;
-                    # narrower boxes put several output rows' flattened row terms, each with
-                    # its image * H and pushed-row products, in one record, past the solver's
-                    # budget: there agree and k-once stand without it)
+                    # 2-d: each A element is its output pixel's receptive field (or a zero);
+                    # narrow per-row boxes (bw < bm / consumers): one assertion a box
+                    # (_per_box), as one over the warpgroup's rows / bw boxes ran past the
+                    # solver's budget (their output rows' image * H and pushed-row products
+                    # together). 3-d: none (docs/verify.md "Conv receptive field: narrow
+                    # boxes, 3-d, halo")
                     check = _receptive_field(geom, X, H, s.rowbox) if geom.t == 1 and \
-                        geom.stride_d == 1 and geom.pad_d == 0 and \
-                        (s.rowbox or s.bw == rows) else None
+                        geom.stride_d == 1 and geom.pad_d == 0 else None
+                    if check is not None and not s.rowbox and s.bw < rows:
+                        check = _per_box(check, rows, s.bw) \
+                            if s.bw >= NARROW_CHECK_MIN_BW and atoms == 1 else None
                     acc = promoted_mma(ring, k_steps, wg) if s.promote else \
                         ring.mma(k_steps, wg, check_a=check)
                 (g,) = unit.batch

@@ -3,9 +3,11 @@ and views it names and prove it for every pairing, thread, iteration and CTA.
 
 Job: turn one `tag.assert` op into one obligation. Pairing (tag_ops.TagAssert): views that
 the next wgmma in the same region reads are paired as that wgmma multiplies them (A[m, k] with
-B[n, k], the accumulator at [m, n]); tiles and other views pair element-wise with
-broadcasting. A field that is a reduction (a row max's `n`, an accumulator's `k`) denotes the
-set of its contributors, so `max_tile.q == s.q` fails when any contributor has another q:
+B[n, k], the accumulator at [m, n]; a view naming some of an operand's rows, `rows_of` at a
+fixed offset into the wgmma's view, speaks of those rows only, and its record keeps only the
+writers that can hold them); tiles and other views pair element-wise with broadcasting. A
+field that is a reduction (a row max's `n`, an accumulator's `k`) denotes the set of its
+contributors, so `max_tile.q == s.q` fails when any contributor has another q:
 this is how a reduction over the wrong axis is caught. Opaque tag functions are uninterpreted
 functions; `tag.assume` axioms are instantiated on the ground terms of the query.
 """
@@ -21,7 +23,7 @@ from argus.verify import witness as W
 from argus.verify.model import AssertSite, Model, ViewInfo, _num, b_index
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
-from argus.verify.tagdomain import fresh_int
+from argus.verify.tagdomain import Record, TagVal, fresh_int, mentions
 
 
 def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
@@ -114,15 +116,36 @@ def _assertion(model: Model, a: AssertSite) -> Obligation:
         read_memo.append((v, rec))
         return rec
 
+    def _rows_named(v: _ViewRef, paired: ViewInfo, idx, trans: bool) -> list:
+        # a view naming some rows of the operand (`rows_of` of the wgmma's view): the
+        # assertion speaks of those rows only (the paired index within them). A per-box
+        # assertion is then one box's query, not a disjunction over every box of the view
+        # (conv's narrow per-row boxes: bm / bw boxes a stage)
+        # (an MN-major operand's rows are its K: not restricted here)
+        if trans or v.rows >= paired.rows:
+            return []
+        off = z3.simplify(_num(v.row0) - _num(paired.row0))
+        if not z3.is_int_value(off):
+            raise exprs.ExprError(f"the view's rows {v.row0}.. are not a fixed offset into "
+                                  f"the wgmma operand's rows {paired.row0}..")
+        first = off.as_long()
+        rows = [idx >= first, idx < first + v.rows]
+        premises.extend(rows)
+        return rows
+
     def _read_view(v: _ViewRef):
         if wg is not None:
             inner, av, bv = wg
             m, n, kk = idx_vars
             site = wg_site.site if wg_site else a.site
             if _matches(v, av):
-                return model.read_smem(av, b_index(av, m, kk, inner.k_extent, inner.trans_a),
-                                       site)
-            return model.read_smem(bv, b_index(bv, n, kk, inner.k_extent, inner.trans_b), site)
+                rows = _rows_named(v, av, m, inner.trans_a)
+                rec = model.read_smem(av, b_index(av, m, kk, inner.k_extent, inner.trans_a),
+                                      site)
+                return _pruned(rec, m, rows + a.site.constraints()) if rows else rec
+            rows = _rows_named(v, bv, n, inner.trans_b)
+            rec = model.read_smem(bv, b_index(bv, n, kk, inner.k_extent, inner.trans_b), site)
+            return _pruned(rec, n, rows + a.site.constraints()) if rows else rec
         view = ViewInfo(v.buffer, v.buffer, v.stage, v.row0, v.rows, _view_cols(model, v), op)
         i, j = _bidx(idx_vars, (v.rows, view.cols))
         return model.read_smem(view, (i, j), a.site)
@@ -213,3 +236,60 @@ def _broadcast(shapes):
 
 def _bidx(idx, shape):
     return tuple(z3.IntVal(0) if s == 1 else x for x, s in zip(idx, shape))
+
+
+def _pruned(rec: Record, idx, premises: list) -> Record:
+    """`rec` without the writers that cannot hold the element: those whose row range excludes
+    every index in `premises`' range (a view naming some rows of a wgmma operand, conv's one
+    box of a warpgroup's rows / bw). Decided on each writer's coverage conjuncts that name
+    the index, under premises the obligation holds (so sound: under the obligation such a
+    writer's condition is false, and its branch is dead); a small linear query each, an
+    unknown answer keeps the writer. The query then carries one box's terms, not every box's
+    (each with its own divisions and products: 7 s for 16 boxes, past the solver's budget)."""
+    dead = []
+    # (only the premises that bound one variable by a numeral: the index range, the
+    # warpgroup's; the others, the tile loops' non-linear bounds, would only slow it down)
+    bounds = [p for p in premises if _bound(p)]
+    for cover, _ in rec.provenance:
+        parts = [c for c in (cover.children() if z3.is_and(cover) else [cover])
+                 if mentions(c, idx)]
+        if not parts:
+            continue
+        s = z3.SimpleSolver()
+        s.set("rlimit", 200_000)
+        s.add(*bounds, *parts)
+        if s.check() == z3.unsat:
+            dead.append(cover)
+    if not dead:
+        return rec
+    gone = {c.get_id() for c in dead}
+
+    def walk(t):
+        # the If / Or spine the writers' selection built (model._select, `defined`): a dead
+        # writer's branch dropped, the rest of the term untouched
+        if z3.is_app_of(t, z3.Z3_OP_ITE):
+            cond, rest = t.arg(0), walk(t.arg(2))
+            if cond.get_id() in gone:
+                return rest
+            return t if rest.eq(t.arg(2)) else z3.If(cond, t.arg(1), rest)
+        if z3.is_or(t):
+            kids = [walk(c) for c in t.children() if c.get_id() not in gone]
+            return z3.BoolVal(False, t.ctx) if not kids else kids[0] if len(kids) == 1 \
+                else z3.Or(kids)
+        return t
+    fields = {name: TagVal(walk(v.term), v.bound, v.cond, v.mixed, v.via)
+              for name, v in rec.fields.items()}
+    return Record(fields, walk(rec.defined), rec.cond, rec.source,
+                  tuple((c, who) for c, who in rec.provenance if c.get_id() not in gone))
+
+
+def _bound(p) -> bool:
+    """p is `x op c` (or `c op x`) for a constant x and a numeral c, op a comparison."""
+    if not (z3.is_app(p) and p.num_args() == 2 and p.decl().kind() in (
+            z3.Z3_OP_LE, z3.Z3_OP_LT, z3.Z3_OP_GE, z3.Z3_OP_GT, z3.Z3_OP_EQ)):
+        return False
+    x, c = p.arg(0), p.arg(1)
+    if z3.is_int_value(x):
+        x, c = c, x
+    return z3.is_int_value(c) and z3.is_const(x) and \
+        x.decl().kind() == z3.Z3_OP_UNINTERPRETED

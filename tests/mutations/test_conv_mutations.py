@@ -7,9 +7,10 @@ box carries copy tags (ag.tma.load(tags=)) naming its filter tap and the output 
 read for, and its im2col column kin = tap * cg_padded + c; the weight's kin is its K column.
 wgmma.agree proves A's (tap, channel) is B's at every product, wgmma.k-once that each output
 sums every (tap, channel) exactly once, and the kernel's tag assertion (_receptive_field,
-2-d, where a warpgroup's rows are one box or rowbox) that each A element is the input pixel
-p * stride + t * dilation - padding of its output pixel and tap, or a zero TMA fill read from
-outside the tensor (padding, a packed step's tail).
+2-d: per-row boxes, one assertion a box where they are narrower than a warpgroup's rows, and
+rowbox; _halo_receptive_field for the halo at bw = bm / consumers) that each A element is the
+input pixel p * stride + t * dilation - padding of its output pixel and tap, or a zero TMA
+fill read from outside the tensor (padding, a packed step's tail).
 
   * groups mixing (the weight box of group 0 for every group): the verifier, wgmma.agree on
     the `grp` tag (an error with a counterexample naming A.grp == B.grp);
@@ -24,7 +25,10 @@ outside the tensor (padding, a packed step's tail).
     wrong channel offset: the verifier, wgmma.agree (A.kin == B.kin); both also by the
     interpreter; the tail step's slices past the last tap not masked (a wrapped tap read
     instead of zeros): the interpreter against float64 torch, and for the per-row route the
-    receptive-field assertion (a tap past the filter must read outside the tensor).
+    receptive-field assertion (a tap past the filter must read outside the tensor);
+  * narrow per-row boxes (bw 8) loading the input row below their own, the halo's rows one
+    input row low, the halo consumer's filter-row offset one row off: the verifier, the
+    receptive-field tag assertion.
 """
 
 import dataclasses
@@ -35,9 +39,12 @@ import torch.nn.functional as F
 
 import argus as ag
 from argus import verify
+from argus.compiler import lower_only
 from argus.kernels import conv as K
 from argus.kernels.conv import ConvGeometry, ConvSchedule
 from argus.ops import conv as conv_op
+from argus.verify import check_asserts
+from argus.verify.model import Model
 
 SCHEDULE = ConvSchedule(bm=128, bn=64, bw=64, stages=2)
 
@@ -470,3 +477,72 @@ def test_the_receptive_field_is_proven(name, geom, schedule):
     assert once == {"injective", "covers [0, K)"}, [d.message for d in found
                                                     if d.code == "wgmma.k-once"]
     assert any(d.code == "tag.assert" and "receptive field" in str(d) for d in found)
+
+
+# ------------------------------------ narrow per-row boxes and the halo (one assertion a box)
+
+NARROW = ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma")
+HALO = ConvSchedule(bm=128, bn=64, bw=64, stages=2, halo=True, num_sms=2)
+
+
+@pytest.mark.parametrize("name,geom,schedule", [
+    ("tma_bw8_strided_grouped", GEOM, NARROW),
+    ("tma_bw16_cluster", GEOM_PAD, ConvSchedule(bm=128, bn=64, bw=16, stages=2,
+                                                epilogue="tma", cluster_m=2, num_sms=4)),
+    ("halo_direct", GEOM_HALO, HALO)])
+def test_narrow_and_halo_receptive_field_is_proven(monkeypatch, name, geom, schedule):
+    """Narrow per-row boxes (bw < bm / consumers: one assertion per box of a warpgroup's
+    rows; bw 8 is off by default for time, K.NARROW_CHECK_MIN_BW, and on here) and the halo
+    (one per filter row) are proven, nothing left unknown."""
+    monkeypatch.setattr(K, "NARROW_CHECK_MIN_BW", 8)
+    found = verify.check(K.conv_kernel.__wrapped__(), include_proven=True, geom=geom,
+                         s=schedule)
+    assert not [d for d in found if d.severity != "note"], \
+        [str(d)[:300] for d in found if d.severity != "note"]
+    assert any(d.code == "tag.assert" and "receptive field" in str(d) for d in found)
+    # one assertion per box (bw 8: 8 of a warpgroup's 64 rows) or per filter row (halo: R)
+    lowered = lower_only(K.conv_kernel.__wrapped__(), geom=geom, s=schedule)
+    obs, finds = check_asserts.obligations(Model(lowered))
+    assert not finds and len(obs) == {"tma_bw8_strided_grouped": 8, "tma_bw16_cluster": 4,
+                                      "halo_direct": 3}[name], (len(obs), finds)
+
+
+def test_narrow_box_row_off_by_one_is_a_receptive_field_error(monkeypatch):
+    right = K._input_coords
+
+    def one_row_down(*args):   # BUG: each narrow box loads the input row below its own
+        at = right(*args)
+        return K._BoxCoords((at[0] + 1,) + tuple(at[1:]), at.image, at.p)
+    monkeypatch.setattr(K, "_input_coords", one_row_down)
+    monkeypatch.setattr(K, "NARROW_CHECK_MIN_BW", 8)
+    found = verify.check(K.conv_kernel.__wrapped__(), geom=GEOM, s=NARROW)
+    bad = _errors(found, "tag.assert")
+    assert all("receptive field" in str(d) for d in bad), [str(d)[-300:] for d in bad]
+    _names_thread_and_line(bad[0], "conv.py:")
+    assert bad[0].counterexample["tags"], bad[0].counterexample
+
+
+def test_halo_row_off_by_one_is_a_receptive_field_error(monkeypatch):
+    right = K._row
+    # BUG: halo row i loads input row p0 + i - pad_h + 1 (the halo one row low)
+    monkeypatch.setattr(K, "_row", lambda image, h, H, NH, push, outside_depth=0:
+                        right(image, h + 1, H, NH, push, outside_depth))
+    found = verify.check(K.conv_kernel.__wrapped__(), geom=GEOM_HALO, s=HALO)
+    bad = _errors(found, "tag.assert")
+    assert all("receptive field (halo" in str(d) for d in bad), [str(d)[-300:] for d in bad]
+    _names_thread_and_line(bad[0], "conv.py:")
+
+
+def test_halo_filter_row_offset_off_by_one_is_a_receptive_field_error(monkeypatch):
+    """The consumer's side: filter row r multiplying the halo from row r * dil_h + 1 (the
+    accumulator's output row against the next row's input) is caught by the assertion's
+    `hrow` claim, which states where output row o's rows lie for filter row r."""
+    right = K._HaloRing.mma
+
+    def shifted(self, k_steps, wg, check=None):   # BUG: the halo read one row low
+        return right(dataclasses.replace(self, dil_h=self.dil_h + 1), k_steps, wg,
+                     (lambda view, r, j: check(view, r, j)) if check else None)
+    monkeypatch.setattr(K._HaloRing, "mma", shifted)
+    found = verify.check(K.conv_kernel.__wrapped__(), geom=GEOM_HALO, s=HALO)
+    bad = _errors(found, "tag.assert")
+    assert any("receptive field (halo" in str(d) for d in bad), [str(d)[-300:] for d in bad]
