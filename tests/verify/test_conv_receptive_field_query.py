@@ -62,3 +62,37 @@ def test_receptive_field_divides_the_tap_once():
         assert all(z3.is_app(t.arg(0)) and t.arg(0).decl().kind() == z3.Z3_OP_MOD
                    for t in by_s), [str(t)[:120] for t in by_s
                                     if t.arg(0).decl().kind() != z3.Z3_OP_MOD]
+
+
+def _query_sizes(schedule, geom=ConvGeometry(3, 3, 2, 1, 1, 1, 1, 2, groups=2, cg_padded=64)):
+    k = lower_only(K.conv_kernel.__wrapped__(), geom=geom, s=schedule)
+    obs, finds = check_asserts.obligations(Model(k))
+    assert not finds, [f.message for f in finds]
+    sizes = []
+    for ob in obs:
+        s = z3.Solver()
+        s.add(*ob.premises)
+        s.add(z3.Not(z3.And([c for _, c in ob.claims])))
+        sizes.append(len(s.sexpr()))
+    return sizes
+
+
+def test_narrow_box_query_holds_one_box():
+    """A narrow per-row box's assertion (bw 16: one a box, 4 a warpgroup's rows) names the
+    box's rows (rows_of), and its record keeps the writers that can hold them (box j of
+    either warpgroup: check_asserts._pruned), so each query is about the size of the bw 64
+    kernel's (one box a warpgroup): 7.4-8.3 against 7.4 KB of SMT-LIB; with all 8 boxes'
+    writers 14.1 KB."""
+    wide = _query_sizes(ConvSchedule(bm=128, bn=64, bw=64, stages=2))
+    narrow = _query_sizes(ConvSchedule(bm=128, bn=64, bw=16, stages=2, epilogue="tma"))
+    assert len(wide) == 1 and len(narrow) == 4
+    assert all(n < 1.5 * wide[0] for n in narrow), (wide, narrow)
+
+
+def test_narrow_box_query_unpruned_is_larger(monkeypatch):
+    """The guard above can fail: the records unpruned (every box's writer) are larger."""
+    from argus.verify import check_asserts as CA
+    monkeypatch.setattr(CA, "_pruned", lambda rec, idx, premises: rec)
+    wide = _query_sizes(ConvSchedule(bm=128, bn=64, bw=64, stages=2))
+    narrow = _query_sizes(ConvSchedule(bm=128, bn=64, bw=16, stages=2, epilogue="tma"))
+    assert all(n > 1.5 * wide[0] for n in narrow), (wide, narrow)
