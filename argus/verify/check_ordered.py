@@ -28,7 +28,8 @@ warpgroup reaches its section in its turn, which is proven here:
                    role's start;
   ordered.turns    (z3) in the innermost loop around the section, the warpgroups that run the
                    section in iteration i are all of them (no condition depends on the
-                   warpgroup) or exactly warpgroup i % W (ping-pong: each takes every W-th
+                   warpgroup, or one that does holds alike for each: `wg < 2` of two; one
+                   query) or exactly warpgroup i % W (ping-pong: each takes every W-th
                    unit), and when an enclosing loop runs that loop again, the ping-pong
                    loop's trip count is a multiple of W (each pass restarts at warpgroup 0)
                    — otherwise some warpgroup waits for a turn that never comes, or takes a
@@ -51,6 +52,7 @@ import z3
 from argus.ir import ops as O
 from argus.ir.core import Region
 from argus.target.limits import NAMED_BARRIERS, WARPGROUP_SIZE
+from argus.verify import solver
 from argus.verify.model import Model
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
@@ -277,10 +279,20 @@ def _turns(model: Model, site) -> tuple[list[Obligation], list[Finding]]:
         # every warpgroup runs the section in the same iterations: one turn each, in order
         return [], [Finding("ordered.turns", op.loc, subject, "proven", tier="arith")]
     prem = list(model.premises) + [c for s in outer for c in s.constraints]
+    alike = [(f"warpgroup {w} runs the section as warpgroup 0 does",
+              z3.substitute(cond, (wg, z3.IntVal(w))) == z3.substitute(
+                  cond, (wg, z3.IntVal(0)))) for w in range(1, W)]
+    if loop is not None:
+        # a condition that names the warpgroup but selects all of them alike (`wg < 2` of
+        # two, `wg >= 0`, the same set in every iteration) is the cooperative form, not a
+        # ping-pong one: decided first, one query (the ping-pong claims below would refute
+        # it, a false error)
+        got = solver.prove(prem, alike, rlimit=solver.default_rlimit())
+        if got.status == "proven":
+            return [], [Finding("ordered.turns", op.loc, subject, "proven",
+                                tier=got.theory or "LIA", ms=got.ms)]
     if loop is None:
-        claims = [(f"warpgroup {w} runs the section as warpgroup 0 does",
-                   z3.substitute(cond, (wg, z3.IntVal(w))) == z3.substitute(
-                       cond, (wg, z3.IntVal(0)))) for w in range(1, W)]
+        claims = alike
         index = None
     else:
         restart = f"the loop's trip count is a multiple of {W}"

@@ -6,7 +6,9 @@ linear integer arithmetic over the producer's step count P, the consumers' C and
 R (never bit-vector division: S = 3 takes seconds there, §3.6):
 
   pipe.producers  one producer warpgroup issues each step (one arrive.expect_tx per phase);
-  pipe.totals     producer and consumer roles run the same number of steps;
+  pipe.totals     producer and consumer roles run the same number of steps; in a cooperative
+                  consumer role (several warpgroups, no pipe.skip) every warpgroup as many
+                  as the producer, one claim per warpgroup (_per_warpgroup);
   pipe.arrivals   empty-barrier init count = consumer warpgroups that arrive per step;
   pipe.slot       every site uses the ring slot n % S of its counter n (so a step's TMA lands
                   where the consumer of the same step reads; counters continue across loops,
@@ -136,6 +138,20 @@ def _pipe(model: Model, pipe: PipeInfo):
                 continue
             sites = [s for s in pipe.steps if (s.site.role.name if s.site.role else None)
                      in (pr, cr)]
+            role = next((r for r in consumer_roles.values()
+                         if r is not None and r.name == cr), None)
+            if _cooperative(create, role):
+                # every warpgroup consumes every step (the empty barrier counts one arrival
+                # per warpgroup; ag.ordered inside a step pairs their turns): one claim per
+                # warpgroup, which also stands for the role's total against the producer's
+                ob = _per_warpgroup(model, pipe, role, pr, _num(tp), _num(tc), subject,
+                                    sites)
+                if ob is not None:
+                    (obs if isinstance(ob, Obligation) else finds).append(ob)
+                    continue
+                finds.append(Finding("pipe.totals", create.loc, subject + f": every "
+                                     f"warpgroup of role {cr!r} consumes every step",
+                                     "proven", tier="arith"))   # the count names no wg
             ob = _totals(model, pipe, pr, cr, _num(tp), _num(tc), subject, sites)
             (obs if isinstance(ob, Obligation) else finds).append(ob)
     # -- clusters: who writes a slot, who releases it ----------------------------------------
@@ -429,6 +445,85 @@ def _totals(model, pipe, pr, cr, tp, tc, subject, sites):
         return W.by_site(model, site, msg, wit) if site is not None else msg
     return Obligation("pipe.totals", loc, subject + f": {pr} vs {cr}", premises, claims,
                       decode, minimize=list(model.params.values()))
+
+
+def _cooperative(create: O.PipelineCreate, role: O.RoleOp | None) -> bool:
+    """Whether `role` consumes the pipeline cooperatively: several warpgroups, none of which
+    skips its steps (pipe.skip: a ping-pong role, whose warpgroups take turns on the steps and
+    whose count includes the skipped ones)."""
+    return role is not None and role.warpgroups > 1 and not any(
+        isinstance(x, O.PipeSkip) and x.pipe.id == create.result.id for x in role.body.walk())
+
+
+def _per_warpgroup(model: Model, pipe: PipeInfo, role: O.RoleOp, pr, tp, tc, subject: str,
+                   sites: list):
+    """pipe.totals for a cooperative consumer role whose step count names the warpgroup index
+    (a loop bound `k_tiles - wg`, a consume under `ag.when(wg == 0)`): every warpgroup w in
+    [0, W) consumes as many steps as warpgroup 0 and as the producer produces, one claim per
+    warpgroup with wg := w. Every step's slot is released by one arrival of each warpgroup
+    (empty barrier count = W), and an ordered section inside a step (ag.ordered,
+    ordered.pairs) hands the turn between warpgroups in the same step, so a warpgroup that
+    consumes fewer steps hangs the producer (or, with fewer produced, the others) and leaves
+    the others waiting for its turn. None when the count does not name the warpgroup (then
+    it is the same for all, and _totals compares it with the producer's)."""
+    wg = model.sym.get(role.index.id)
+    if wg is None or not mentions(tc, wg):
+        return None
+    wgs = role.warpgroups
+    tp = _unrolled(model, tp)
+    counts = [_unrolled(model, z3.substitute(tc, (wg, z3.IntVal(w)))) for w in range(wgs)]
+    loc = pipe.op.loc
+    what = subject + f": every warpgroup of consumer role {role.name!r} vs {pr}"
+    if any(_sums(model, c) for c in counts) or _sums(model, tp):
+        # a sum over a loop of symbolic length whose steps per iteration vary: the
+        # per-iteration pairing of _totals is for two roles, not W copies of one
+        return Finding("pipe.totals", loc, what, "unknown",
+                       "the warpgroups' step counts are sums over loops whose steps per "
+                       "iteration depend on the index and the warpgroup, in a form the "
+                       "verifier does not compare")
+    mine = [s for s in sites if s.kind == "consume" and s.site.role is role]
+    claims = [(f"warpgroup {w} consumes as many steps as warpgroup 0", counts[w] == counts[0])
+              for w in range(1, wgs)]
+    claims.append(("warpgroup 0 consumes as many steps as the producer produces",
+                   counts[0] == tp))
+
+    def decode(zm, violated):
+        per = [value(zm, c) for c in counts]
+        made = value(zm, tp)
+        # the warpgroup named: the first whose count differs from the producer's
+        w = next((i for i, n in enumerate(per) if n != made), 0)
+        loops = sorted({str(sc.op.loc) for s in mine for sc in s.site.loops()})
+        conds = sorted({str(sc.op.loc) for s in mine for sc in s.site.scopes
+                        if sc.kind == "if"})
+        wit = {"shapes": W.shapes(model, zm), "role": role.name, "warpgroup": w,
+               "thread": "every thread of the warpgroup",
+               "steps_by_warpgroup": {i: n for i, n in enumerate(per)},
+               "producer_steps": made, "producer_role": pr,
+               "consume_sites": [str(s.op.loc) for s in mine], "loops": loops,
+               "conditions": conds,
+               # names.annotate adds what these lines read (a loop bound, a condition)
+               "related_sites": [str(s.op.loc) for s in mine] + loops + conds}
+        if model.grid is not None:
+            wit["cta"] = tuple(value(zm, model.sym[v.id]) for v in model.grid.ids)
+        each = ", ".join(f"warpgroup {i}: {n}" for i, n in enumerate(per))
+        where = (f"its consume step(s) at {', '.join(wit['consume_sites'])}"
+                 + (f" in the loop(s) at {', '.join(loops)}" if loops else "")
+                 + (f" under the condition(s) at {', '.join(conds)}" if conds else ""))
+        msg = (f"with {wit['shapes']} warpgroup {w} of the cooperative consumer role "
+               f"{role.name!r} consumes {per[w]} steps ({where}) but the producer role "
+               f"{pr!r} produces {made} ({each}): each step's slot is released once all "
+               f"{wgs} warpgroups arrive, and an ordered section inside a step waits for every "
+               f"warpgroup's turn, so " + ("the producer waits forever for a release"
+                                           if per[w] < made else
+                                           f"warpgroup {w} waits forever for a fill")
+               + f" (role {role.name!r}, warpgroup {w}, every thread)")
+        return msg, wit
+    return Obligation("pipe.totals", loc, what, list(model.premises), claims, decode,
+                      minimize=list(model.params.values()),
+                      fix="give every consumer warpgroup of a cooperative role the same "
+                          "steps as the producer (the same loop bound, no ag.when on the "
+                          "warpgroup around a consume step); a role whose warpgroups take "
+                          "turns skips the others' steps with pipe.skip")
 
 
 def _slot(model: Model, pipe: PipeInfo, step: StepInfo, subject: str) -> Obligation:

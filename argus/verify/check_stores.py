@@ -1366,23 +1366,75 @@ def _pinned(cond, within, names):
     return None
 
 
+def _selects(cond, within, names):
+    """w when `cond` is a turn given as a set of warpgroups (`wg != 0`, `wg >= 1`, `wg < 2`):
+    a condition other than w == e (_pinned) that mentions the index w of a role around the
+    store, which the destination does not name; else None."""
+    consts = free_consts(cond)
+    for w in within:
+        if str(w) in consts and str(w) not in names:
+            return w
+    return None
+
+
 def _turns(model: Model, st: StoreSite, dest) -> tuple[list, list[Obligation]]:
     """The store's conditions other than its turns, and the turns' obligations: a turn is a
     condition `wg == e` on the index of a role around the store that the destination `dest`
-    does not name and e does not mention (_pinned)."""
+    does not name and e does not mention (_pinned), or a condition selecting a set of those
+    warpgroups (`wg != 0`, `wg >= 1`: _selects; then one of them must pass)."""
     roles = {str(sc.var): sc for sc in st.site.scopes if sc.kind == "role"}
     within = [sc.var for sc in roles.values()]
     names = set().union(*(free_consts(x) for x in dest)) if dest else set()
-    conds = [(sc, c, _pinned(c, within, names)) for sc, c in guards.conditions(st)]
+    conds = []
+    for sc, c in guards.conditions(st):
+        pinned = _pinned(c, within, names)
+        conds.append((sc, c, pinned if pinned is not None else _selects(c, within, names)))
     obs = []
+    done: set[str] = set()
     for sc, c, pinned in conds:
-        if pinned is not None:
+        if isinstance(pinned, tuple):
             w, e = pinned
             n = roles[str(w)].op.warpgroups
+            done.add(str(w))
             obs.append(_turn_obligation(model, st, sc, w, e, z3.IntVal(0), z3.IntVal(n),
                                         [p for _, p, q in conds
                                          if q is not None and p is not c]))
+    for sc, c, w in conds:
+        if w is None or isinstance(w, tuple) or str(w) in done:
+            continue
+        # every set-turn on this warpgroup index together (`wg >= 1` inside `wg < 3`)
+        done.add(str(w))
+        mine = [(sc2, p) for sc2, p, q in conds
+                if q is not None and not isinstance(q, tuple) and q.eq(w)]
+        others = [p for _, p, q in conds if q is not None and all(p is not m for _, m in mine)]
+        obs.append(_set_turn_obligation(model, st, mine, w, roles[str(w)].op.warpgroups,
+                                        others))
     return [(sc, c) for sc, c, pinned in conds if pinned is None], obs
+
+
+def _set_turn_obligation(model, st, mine, w, count: int, turns) -> Obligation:
+    """A turn given as a set of warpgroups (`ag.when(wg != 0)`, `wg >= 1`, `wg < 2`, all of
+    `mine` together) around a store whose destination does not name the warpgroup: every
+    warpgroup that passes stores the same element, so at least one of w = 0 .. count - 1
+    must pass (none: the unit is never stored). Two that pass store it twice: store.once's
+    finding, not coverage's. A disjunction over the role's constant number of warpgroups."""
+    prem = list(model.premises) + guards.unguarded(st) + \
+        [t for t in turns if str(w) not in free_consts(t)]
+    sel = z3.And([c for _, c in mine])
+    passes = [z3.substitute(sel, (w, z3.IntVal(k))) for k in range(count)]
+    info = model.vars.get(str(w))
+    who = info.label if info is not None else str(w)
+    at = ", ".join(str(sc.op.loc) for sc, _ in mine)
+
+    def decode(zm, violated):
+        wit = {"shapes": W.shapes(model, zm), "turn": [], "warpgroups": count}
+        return (f"the store at {st.op.loc} runs for no {who} in [0, {count}) (the "
+                f"condition(s) at {at}; its destination does not name the {who}): that unit "
+                f"is never stored"), wit
+    return Obligation("store.coverage", mine[0][0].op.loc,
+                      f"the condition(s) at {at} let a {who} store", prem,
+                      [("one of them stores", z3.Or(passes))],
+                      _by_store(model, st, decode), minimize=list(model.params.values()))
 
 
 def _turn_obligation(model, st, sc, w, e, lo, count, turns) -> Obligation:
