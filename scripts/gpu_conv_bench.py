@@ -28,7 +28,9 @@ normwise error against float64.
                                                 # packed taps (ConvSchedule.taps_per_slice)
     python scripts/gpu_conv_bench.py --rowbox   # all ResNet-50 layers, kernel alone: the
                                                 # default (rowbox where it applies) vs
-                                                # rowbox=False vs cuDNN, with geomeans
+                                                # rowbox=False vs cuDNN, with geomeans; on
+                                                # c3-c5 also the small-image candidates (bm 64,
+                                                # one consumer) and schedule_for's rule
     python scripts/gpu_conv_bench.py --cases depthwise,pointwise   # fp32 under tf32: the
                                                 # depthwise and 1x1 routes (and compose's
                                                 # depthwise template) vs cuDNN TF32, < 1 min with
@@ -210,7 +212,12 @@ def rowbox_table() -> None:
     launches, no host work), each checked against float64 first: the default schedule
     (rowbox where it applies: 2-d, stride 1, one group), the same with rowbox=False (one TMA
     box per output row, the default before), and cuDNN; the geomeans of cuDNN / ours over all
-    layers and over the layers rowbox takes. Run with the default ARGUS_VERIFY=1 to see the
+    layers and over the layers rowbox takes. "default" is the schedule before the small-image
+    rule (argus.ops.conv.SMALL_IMAGE_RULE off), as docs/perf/conv.md measured it; on the
+    rowbox layers with the TMA-store epilogue (c3 / c4 / c5) the small-image candidates
+    (`_small_image_candidates`) run too, each row with its tiles' useful fraction, and the
+    geomean "with the small-image rule" is schedule_for's pick now on every layer (the
+    rule's row where it differs from the default). Run with the default ARGUS_VERIFY=1 to see the
     compile (and verification) time of each schedule too; ARGUS_VERIFY=0 times the same
     kernels."""
     import time
@@ -224,22 +231,31 @@ def rowbox_table() -> None:
           "cuDNN (bf16, channels-last, batch 32)")
     ratios: dict[str, list] = {"default": [], "rowbox=False": [], "default, rowbox layers": [],
                                "rowbox=False, rowbox layers": []}
+    small: dict[str, list] = {"with the small-image rule": []}
     for i, (name, N, C, H, W, K, R, S, st, pad) in enumerate(RESNET50):
         x, w = _layer(N, C, H, W, K, R, S, i)
         ref = F.conv2d(x.double(), w.double(), None, st, pad)
-        scheds = {"default": conv_ops.schedule_for(x, w, st, pad, 1, 1),
+        # "default": the schedule before the small-image rule (conv_ops.SMALL_IMAGE_RULE), so
+        # these rows and geomeans mean what they meant in docs/perf/conv.md
+        scheds = {"default": _without_small_image_rule(
+                      lambda: conv_ops.schedule_for(x, w, st, pad, 1, 1)),
                   "rowbox=False": conv_ops.schedule_for(x, w, st, pad, 1, 1, rowbox=False)}
+        scheds.update(_small_image_candidates(x, w, st, pad, scheds["default"]))
         fns, ok = {}, True
         for label, sched in scheds.items():
             t0 = time.perf_counter()
             err = _rel(conv_ops.convolve(x, w, None, st, pad, schedule=sched), ref)
             first = time.perf_counter() - t0
-            print(f"{name:18s} {label:13s} rowbox {sched.rowbox!s:5s} bn {sched.bn} bw "
-                  f"{sched.bw} stages {sched.stages} epilogue {sched.epilogue}; first call "
+            print(f"{name:18s} {label:13s} rowbox {sched.rowbox!s:5s} bm {sched.bm} bn "
+                  f"{sched.bn} bw {sched.bw} consumers {sched.consumers} cluster "
+                  f"{sched.cluster_m} stages {sched.stages} epilogue {sched.epilogue} useful "
+                  f"{_useful(sched, ref):.0%}; first call "
                   f"(compile, verify) {first:6.1f} s; max rel err {err:.1e}", flush=True)
             if err > 1e-2:
                 print(f"{name:18s} {label:13s} WRONG")
-                ok = False
+                # a wrong small-image candidate is left out; the layer's other rows stay
+                ok = ok and label.startswith("small-image")
+                continue
             fns[label] = _prepared(x, w, st, pad, sched)
         if not ok:
             continue
@@ -256,10 +272,71 @@ def rowbox_table() -> None:
             ratios[label].append(ms["cudnn"] / ms[label])
             if took:
                 ratios[f"{label}, rowbox layers"].append(ms["cudnn"] / ms[label])
-    for label, rs in ratios.items():
+        # the small-image rule: schedule_for now, which is "default" on the layers it keeps
+        if "small-image rule" in scheds and "small-image rule" not in ms:
+            continue                    # the rule's schedule was wrong: no geomean for it
+        rule = "small-image rule" if "small-image rule" in ms else "default"
+        small["with the small-image rule"].append(ms["cudnn"] / ms[rule])
+        for label in ms:
+            if label.startswith("small-image"):
+                small.setdefault(f"{label}, layers it ran", []).append(ms["cudnn"] / ms[label])
+                small.setdefault(f"default on those layers ({label})", []).append(
+                    ms["cudnn"] / ms["default"])
+    for label, rs in list(ratios.items()) + list(small.items()):
         if rs:
             print(f"geomean cudnn/ours, {label}: "
                   f"{math.exp(sum(map(math.log, rs)) / len(rs)):.3f}x over {len(rs)} layers")
+
+
+def _without_small_image_rule(make):
+    """make() with argus.ops.conv.SMALL_IMAGE_RULE off: the schedule before the rule."""
+    from argus.ops import conv as conv_ops
+
+    keep = conv_ops.SMALL_IMAGE_RULE
+    conv_ops.SMALL_IMAGE_RULE = False
+    try:
+        return make()
+    finally:
+        conv_ops.SMALL_IMAGE_RULE = keep
+
+
+def _useful(sched, ref) -> float:
+    """The fraction of the schedule's tile pixels that are real outputs (rowbox: per-image
+    tiles, argus.ops.conv.rowbox_useful; else tiles of the flattened N * P rows)."""
+    from argus.ops import conv as conv_ops
+
+    N, P, Q = ref.shape[0], ref.shape[2], ref.shape[3]
+    if sched.rowbox:
+        return conv_ops.rowbox_useful(P, Q, sched.bm, sched.bw)
+    rows = sched.bm // sched.bw
+    return N * P * Q / (-(-N * P // rows) * rows * -(-Q // sched.bw) * sched.bw)
+
+
+def _small_image_candidates(x, w, st, pad, default) -> dict:
+    """Issue 17's candidates on the layers whose default is a rowbox schedule with the
+    TMA-store epilogue (bw < 64: c3 / c4 / c5): 64-pixel tiles with one consumer warpgroup
+    (bm 64, consumers 1) at bn 128 / 64, with and without the 2x1 cluster, and
+    "small-image rule": what schedule_for picks now (argus.ops.conv.SMALL_IMAGE_RULE), where
+    it differs from the default. Each once (a candidate equal to an earlier one is left out)."""
+    import dataclasses
+
+    from argus.ops import conv as conv_ops
+
+    if not (default.rowbox and default.epilogue == "tma"):
+        return {}
+    out = {}
+    now = conv_ops.schedule_for(x, w, st, pad, 1, 1)
+    if now != default:
+        out["small-image rule"] = now
+    for bn in (128, 64):
+        for cluster in (2, 1):
+            stages = max(4, min(6, (conv_ops._SMEM_BUDGET - 64 * bn * 2) //
+                                ((64 + bn) * 64 * 2)))
+            cand = dataclasses.replace(default, bm=64, consumers=1, bn=bn, cluster_m=cluster,
+                                       stages=stages)
+            if cand != default and cand not in out.values():
+                out[f"small-image bm64 bn{bn} cl{cluster}"] = cand
+    return out
 
 
 def variants(which: tuple[str, ...] = VARIANTS) -> None:

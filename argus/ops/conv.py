@@ -111,6 +111,20 @@ def _pair(v, name: str, n: int = 2) -> tuple:
 
 # shared memory the ring and the staging buffer may take (of the H200's 227 KB per block)
 _SMEM_BUDGET = 200 * 1024
+# The small-image rule (issue 17): a 16-bit rowbox schedule with the TMA-store epilogue (bw <
+# 64) takes 64-pixel tiles, one consumer warpgroup (bm 64, consumers 1), where that makes the
+# tiles' useful fraction (`rowbox_useful`) at least SMALL_IMAGE_GAIN times bm 128's. Why: a
+# rowbox tile holds rows of one image, so on ResNet-50's c5 (x [32, 512, 7, 7], bw 8) a
+# 128-pixel tile is 16 rows of which 7 are real (49 of 128 pixels): the kernel ran 0.0423 ms
+# vs cuDNN's 0.0199 (0.47x, H200, docs/perf/conv.md "ResNet-50 with this stop's defaults").
+# 8-row tiles hold 49 of 64 (77%), as many CTAs (32 images x 4 column tiles = 128 units over
+# 132 SMs), each with half the products and 2/3 of the L2 -> SM bytes per K step (the weight
+# tile multicast in the 2x1 cluster). Only layers whose P leaves most of a 16-row block empty
+# change (c4 14 x 14 at bw 16: 77% either way; c2 / c3 keep bm 128). NOT MEASURED on a GPU:
+# `scripts/gpu_conv_bench.py --rowbox` times it (rows "small-image ..."); False restores
+# bm 128 everywhere.
+SMALL_IMAGE_RULE = True
+SMALL_IMAGE_GAIN = 1.5
 
 
 # ConvSchedule.nchw_epilogue that schedule_for picks: how the implicit GEMM writes an NC(D)HW
@@ -315,9 +329,29 @@ def _schedule_for(x, weight, stride, padding, dilation, groups, *,
             return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
                                 epilogue=epilogue, cluster_m=2, halo=True, producer_regs=56,
                                 consumer_regs=224, nchw_epilogue=nchw_epi)
+    if box and epilogue == "tma" and SMALL_IMAGE_RULE:
+        P = (x.shape[-2] + 2 * _pair(padding, "padding", dims)[-2] - dh * (R - 1) - 1) // sh + 1
+        if rowbox_useful(P, Q, 64, bw) >= SMALL_IMAGE_GAIN * rowbox_useful(P, Q, 128, bw):
+            # one consumer warpgroup, 64-pixel tiles (see SMALL_IMAGE_RULE); its staging is
+            # bm * bn * 2 bytes
+            stages = max(4, min(6, (_SMEM_BUDGET - 64 * bn * 2) // ((64 + bn) * 64 * 2)))
+            return ConvSchedule(bm=64, bn=bn, bk=64, bw=bw, stages=stages, consumers=1,
+                                epilogue=epilogue, cluster_m=2, rowbox=box,
+                                nchw_epilogue=nchw_epi)
     stages = max(4, min(6, (_SMEM_BUDGET - staging) // ((128 + bn) * 64 * 2)))
     return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
                         epilogue=epilogue, cluster_m=2, rowbox=box, nchw_epilogue=nchw_epi)
+
+
+def rowbox_useful(P: int, Q: int, bm: int, bw: int) -> float:
+    """The useful fraction of a rowbox schedule's tiles on P x Q output images: a tile holds
+    bm / bw output rows of ONE image (conv_kernel's per-image row blocks) times bw columns, so
+    an image takes ceil(P / rows) x ceil(Q / bw) tiles of bm pixels, of which P * Q are real
+    (the rest are rows past P or columns past Q: multiplied, never stored). ResNet-50 c5 (P = Q
+    = 7, bw 8): 49 / 128 = 38% at bm 128, 49 / 64 = 77% at bm 64; c4 (14 x 14, bw 16): 77%
+    at either."""
+    rows = bm // bw
+    return P * Q / (-(-P // rows) * rows * -(-Q // bw) * bw)
 
 
 def tf32_bn(kg: int) -> int:
