@@ -51,6 +51,7 @@ from argus.dtypes import DType
 from argus.kernels.gemm_fp8 import PROMOTE_MAX_BN, promoted_mma
 from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler,
                                             WarpSpecializedSchedule)
+from argus.target.limits import entry_registers
 
 __all__ = ["ACTIVATIONS", "NCHW_EPILOGUES", "ConvGeometry", "ConvSchedule", "NchwStaging",
            "conv_kernel"]
@@ -160,9 +161,32 @@ class ConvSchedule(WarpSpecializedSchedule):
     # past its K extent (TMA zero-fills both). argus.ops.conv.schedule_for(taps_per_slice=)
     # picks bk and the ring depth; opt-in (not measured on a GPU).
     taps_per_slice: int = 1
+    # The occupancy hint (ag.occupancy, as AttentionSchedule.ctas_per_sm): CTAs an SM holds at
+    # once. 2 renders __launch_bounds__(threads, 2), so the CTA's warpgroups enter with half
+    # the register file (entry_registers: 128 a thread for bm 64, one consumer; producer_regs
+    # + consumers x consumer_regs within it) and lowering refuses a ring past
+    # smem_per_sm_share(2); the persistent grid is num_sms x ctas_per_sm CTAs. Why: on small
+    # images (ResNet-50 c5, 64-pixel tiles: argus.ops.conv.SMALL_IMAGE_RULE) one CTA has one
+    # consumer warpgroup, whose wgmma waits no other warpgroup of the SM covers; two CTAs'
+    # K loops and epilogues interleave. Opt-in, not measured on a GPU
+    # (scripts/gpu_conv_bench.py --rowbox: its "small-image ... 2/SM" rows).
+    ctas_per_sm: int = 1
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
+        if self.ctas_per_sm not in (1, 2):
+            problems.append(f"ctas_per_sm={self.ctas_per_sm}: 1 or 2 CTAs per SM")
+        elif self.ctas_per_sm > 1:
+            # setmaxnreg moves registers within the CTA's allocation at entry
+            threads = 128 * (1 + self.consumers)
+            pool = entry_registers(threads, self.ctas_per_sm)
+            if self.producer_regs + self.consumers * self.consumer_regs > \
+                    (1 + self.consumers) * pool:
+                problems.append(f"ctas_per_sm={self.ctas_per_sm}: {threads} threads enter "
+                                f"with {pool} registers each, so producer_regs + consumers x "
+                                f"consumer_regs must be at most {(1 + self.consumers) * pool} "
+                                f"(is {self.producer_regs} + {self.consumers} x "
+                                f"{self.consumer_regs})")
         if self.taps_per_slice < 1:
             problems.append(f"taps_per_slice={self.taps_per_slice} < 1")
         if self.taps_per_slice > 1 and (self.halo or self.promote):
@@ -696,9 +720,11 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                        "[N * H, ..], P rows each")
         row_tiles = (NP // P) * ag.cdiv(P, row_blocks) if image_tiles else \
             ag.cdiv(NP, row_blocks)
+        if s.ctas_per_sm > 1:
+            ag.occupancy(s.ctas_per_sm)
         sched = TileScheduler.launch(row_tiles * q_tiles * s.bm, Kg, s.bm, s.bn,
                                      batch=G, cluster=cs, persistent=s.persistent,
-                                     num_sms=s.num_sms, group_m=s.group_m)
+                                     num_sms=s.num_sms * s.ctas_per_sm, group_m=s.group_m)
         # taps_per_slice: each step's K slices are atoms of the ring, swizzled by their row
         ring = _HaloRing.alloc(s, geom, in_dtype) if s.halo else \
             OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype, s.consumers,

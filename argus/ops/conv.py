@@ -181,6 +181,11 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     (docs/perf/conv.md). Its store.once proof is argus/verify/once_split.py's (seconds; it
     ran for minutes before). fp32 split schedules with rowbox are not measured on the GPU.
 
+    Small images (SMALL_IMAGE_RULE, 16-bit rowbox schedules with the TMA-store epilogue): 64-
+    pixel tiles with one consumer warpgroup (bm 64, 6 stages) where `rowbox_useful` at bm 64
+    is at least SMALL_IMAGE_GAIN times bm 128's: ResNet-50's c5 (7 x 7) layers; c2-c4 keep
+    bm 128. Not measured on the GPU yet: `gpu_conv_bench.py --rowbox`.
+
     `precision="tf32"` (fp32 inputs read as tf32, `convolve`): the 16-bit default's tile,
     cluster and ring depth with bk = 32 (a 128-byte row of fp32: the same bytes per stage as
     bf16's 64), bn the narrowest of 16 / 32 / 64 that holds Kg (`tf32_bn`), bw = 64 and the

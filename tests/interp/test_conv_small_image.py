@@ -19,6 +19,8 @@ from tests.interp.test_conv_interp import ALLOWED_UNKNOWN, GEOM_ROWBOX, _check_c
 SMALL = ConvSchedule(bm=64, bn=64, bw=8, stages=2, consumers=1, epilogue="tma", rowbox=True,
                      cluster_m=2, num_sms=4)
 SMALL_NOCLUSTER = dataclasses.replace(SMALL, cluster_m=1, num_sms=2)
+# two CTAs an SM (ConvSchedule.ctas_per_sm): the persistent grid is num_sms x 2 CTAs
+SMALL_2SM = dataclasses.replace(SMALL, num_sms=2, ctas_per_sm=2, consumer_regs=216)
 SMALL_CASES = [
     (3, 16, 7, 7, 24, 3, 3, 1, 1, 1, 1),      # c5's 7 x 7: one 8-row tile per image
     (2, 8, 12, 5, 16, 3, 3, 1, 1, 1, 1),      # P = 12: the second tile half past P
@@ -27,14 +29,16 @@ SMALL_CASES = [
 
 
 @pytest.mark.parametrize("case", SMALL_CASES, ids=lambda c: "x".join(map(str, c)))
-@pytest.mark.parametrize("schedule", [SMALL, SMALL_NOCLUSTER], ids=["cluster", "nocluster"])
+@pytest.mark.parametrize("schedule", [SMALL, SMALL_NOCLUSTER, SMALL_2SM],
+                         ids=["cluster", "nocluster", "two_per_sm"])
 def test_small_image_tiles_match_float64(case, schedule):
     _check_case(case, schedule)
 
 
-def test_small_image_tiles_verify_with_zero_findings():
+@pytest.mark.parametrize("schedule", [SMALL, SMALL_2SM], ids=["one_per_sm", "two_per_sm"])
+def test_small_image_tiles_verify_with_zero_findings(schedule):
     found = verify.check(conv_kernel(), include_proven=True, timeout_ms=20000,
-                         geom=GEOM_ROWBOX, s=SMALL)
+                         geom=GEOM_ROWBOX, s=schedule)
     bad = [d for d in found if d.severity == "error" or
            (d.severity == "unknown" and d.code not in ALLOWED_UNKNOWN)]
     assert bad == [], [str(d) for d in bad]
@@ -69,3 +73,15 @@ def test_schedule_for_takes_64_pixel_tiles_on_small_images_only(monkeypatch):
     monkeypatch.setattr(conv_op, "SMALL_IMAGE_RULE", False)
     old = _pick(32, 512, 7, 7, 512, 3, 3, 1)
     assert (old.bm, old.consumers, old.stages) == (128, 2, 5), old
+
+
+def test_two_ctas_per_sm_renders_the_hint_and_checks_registers():
+    src = ag.compiler.front_end(conv_kernel(), geom=GEOM_ROWBOX, s=SMALL_2SM)
+    assert "__launch_bounds__(256, 2)" in str(getattr(src, "text", src))
+    one = ag.compiler.front_end(conv_kernel(), geom=GEOM_ROWBOX, s=SMALL)
+    assert "__launch_bounds__(256, 1)" in str(getattr(one, "text", one))
+    # 256 threads enter with 128 registers at 2 CTAs an SM: 40 + 232 does not fit 2 x 128
+    with pytest.raises(ValueError, match="ctas_per_sm=2: 256 threads enter with 128"):
+        dataclasses.replace(SMALL_2SM, consumer_regs=232)
+    with pytest.raises(ValueError, match="ctas_per_sm=3"):
+        dataclasses.replace(SMALL, ctas_per_sm=3)
