@@ -23,13 +23,20 @@ own, signed normal, Student-t(2), normal x 1e3) and of normal inputs at the scal
 repeated with that convolution alone emulated as the tf32 kernel computes it (input and
 weight rounded to tf32 to nearest, cvt.rna: argus.ops.conv.round_to_tf32; products summed
 exactly: the kernel's fp32 accumulation errs ~1e-7, far below), its error (tf32 result less
-the exact one) magnified TF32_GAIN = 3 times. `ratio` is the worst element's error over the
-relaxed rule's allowance, max |y - r| / (1e-2 * max(1, rms(r)) + 1e-2 * |r|) (KernelBench's
-allclose(1e-2, 1e-2), atol scaled by the output's rms as the judge does): the rule passes at
-ratio <= 1. A convolution keeps tf32 when its ratio stays <= 1 on every draw with the error
-magnified (the margin: the judge's outputs have 1e2-1e4 times more elements, so their worst
-element lies further out in the tail, and a wider error finds more of the rare elements a
-bounded op makes sensitive); the convolutions kept are then checked together, and while that
+the exact one) magnified TF32_GAIN = 2 times (HEAVY_GAIN = 1.12 on the heavy draws, below).
+`ratio` is the worst element's error over the relaxed rule's allowance, max |y - r| / (1e-2 *
+max(1, rms(r)) + 1e-2 * |r|) (KernelBench's allclose(1e-2, 1e-2), atol scaled by the output's
+rms as the judge does): the rule passes at ratio <= 1. A convolution keeps tf32 when its
+ratio stays <= 1 on every draw with the error magnified (the margin: on the H200 the
+emulation's rel_l2 is the GPU's to 6-12%, and the worst element of the task, normal and large
+sets within 1.7x of the emulation's, docs/perf/kernelbench.md "The 3x margin, re-derived").
+The heavy (Student-t(2)) draw's worst element grows with the sample instead (0.8-5.8x on the
+H200, whose outputs hold 1e2-1e3 times the check's elements), so it is drawn again, fresh,
+until the draws hold the judge's output elements, HEAVY_MAX_MACS are spent (the ratio then
+scaled by sqrt(judge's elements / the draws'), a Student-t(2) maximum's growth) or it fails,
+and its worst element over all of them is magnified HEAVY_GAIN times only. Its redraws come
+last and only while every other draw passes (a split is decided without them). The
+convolutions kept are then checked together (one draw of each kind), and while that
 fails the worst of them falls back to the split. Level 2 (CPU, docs/perf/kernelbench.md):
 failing chains reach ratios 3-200 on the x1e3 draws, normalized and positively homogeneous
 chains stay at 0.05-0.75 on every draw.
@@ -61,7 +68,28 @@ import torch
 
 from argus import numerics
 
-TF32_GAIN = 3.0                 # the tf32 error is checked magnified this many times
+# the tf32 error is checked magnified this many times on every draw but the heavy one: the
+# emulation is the H200's arithmetic (rel_l2 within 6-12% on 60 judged sets), and on the task,
+# normal and large sets the H200's worst element stays within 1.7x of the emulation's
+# (docs/perf/kernelbench.md, "The 3x margin, re-derived"): 2 covers that spread
+TF32_GAIN = 2.0
+# the heavy (Student-t(2)) draw: its worst element grows with the sample (the judge's outputs
+# hold 1e8-5e8 elements, the check's 1e6-2e6; the H200 ran 0.8-5.8x the emulation there), so it
+# is drawn again, fresh, until the draws hold as many output elements as the judge's output
+# (or HEAVY_MAX_MACS are spent, or it fails), and its worst element over all the draws is
+# checked with its error magnified HEAVY_GAIN times only: the largest disagreement in rel_l2
+# between the H200 and the emulation (12%, L2/20's heavy set), which does not depend on the
+# sample's size. A sample that stops short of the judge's size at the budget has its ratio
+# scaled by sqrt(judge's elements / the draws'): the largest of n Student-t(2) values grows
+# as sqrt(n) (tail ~ 1/x^2), and no measured ratio grew faster (L2/19's H200 heavy ratio over
+# the emulation's at 8x fewer elements: 2.8 = sqrt(8); L2/1, 17: 1.0-1.2)
+HEAVY = "heavy"
+HEAVY_GAIN = 1.12
+# the heavy redraws' budget per convolution, in the convolutions' multiply-adds (a count, not
+# seconds, so that the choice stays a pure function of the task): spent in full by L2/11 and
+# L2/19, it cost 145 s and 116 s of CPU (user + sys, 2 shared cores; the whole compose 8-19 s
+# before); L2/19 reaches a third of the judge's 5.5e8 output elements with it
+HEAVY_MAX_MACS = 3e11
 SELF_CHECK_SEED = 20261204
 FACTORS = (32, 16, 8, 4, 2)     # divisors of a spatial extent tried, largest first
 MIN_CONV_OUTPUTS = 1 << 20      # convolution outputs the check wants at least
@@ -306,7 +334,7 @@ def conv_schedules(plan, module: Any, schedules: dict[str, Any]
     return out, choices
 
 
-CHECK_VERSION = 3     # bump when the check changes what it decides (the cache's key)
+CHECK_VERSION = 4     # bump when the check changes what it decides (the cache's key)
 
 
 def _check_key(module: Any, fp32: list[int]) -> str | None:
@@ -318,7 +346,7 @@ def _check_key(module: Any, fp32: list[int]) -> str | None:
     path = getattr(module, "__file__", None)
     if not path or not Path(path).is_file():
         return None
-    ident = repr((CHECK_VERSION, TF32_GAIN, SELF_CHECK_SEED, DRAWS, FACTORS, MIN_CONV_OUTPUTS,
+    ident = repr((CHECK_VERSION, TF32_GAIN, HEAVY_GAIN, HEAVY_MAX_MACS, SELF_CHECK_SEED, DRAWS, FACTORS, MIN_CONV_OUTPUTS,
                   MAX_MACS, LARGE_SCALE, HEAVY_CLIP, RARE_MIN, RARE_SHARE, RARE_MAX_MACS,
                   numerics.RELAXED_ATOL, numerics.RELAXED_RTOL, tuple(fp32)))
     return hashlib.sha256(Path(path).read_bytes() + ident.encode()).hexdigest()[:32]
@@ -372,8 +400,11 @@ def choose_conv_precisions(module: Any, fp32_convs: list[int] | None = None,
     gen = torch.Generator().manual_seed(SELF_CHECK_SEED)
     sets = [(kind, _draw_set(base, kind, gen)) for kind in DRAWS]
 
+    def gain(kind: str) -> float:
+        return HEAVY_GAIN if kind.removesuffix("(abs)") == HEAVY else TF32_GAIN
+
     def forward(xs, tf32: frozenset, k: int) -> tuple[list, _Emulate]:
-        mode = _Emulate(tf32, TF32_GAIN)
+        mode = _Emulate(tf32, gain(sets[k][0]))
         torch.manual_seed(SELF_CHECK_SEED + 100 + k)       # dropout: the same masks
         with torch.no_grad(), mode:
             out = model(*xs)
@@ -409,15 +440,48 @@ def choose_conv_precisions(module: Any, fp32_convs: list[int] | None = None,
                      for k, ((kind, xs), ref) in enumerate(zip(sets, refs)))
 
     def alone_draws(j: int) -> tuple[tuple[str, float], ...]:
-        got = []
+        got = {}
+        heavy = [k for k, (kind, _) in enumerate(sets) if kind.removesuffix("(abs)") == HEAVY]
         for k, ((kind, xs), ref) in enumerate(zip(sets, refs)):
+            if k in heavy:
+                continue                    # last: its redraws are spent only if all pass
             q, inexact, n = measure(xs, ref, frozenset((j,)), k)
             if 0 < inexact < min(RARE_MIN, RARE_SHARE * n) and q <= 1.0 and n < judged \
                     and kind != "task":
                 q, times = rare_draws(j, k, kind, q, inexact, n)
                 kind = f"{kind} x{times}"
-            got.append((kind, q))
-        return tuple(got)
+            got[k] = (kind, q)
+        failed = any(not q <= 1.0 for _, q in got.values())
+        for k in heavy:
+            kind, xs = sets[k]
+            q, _, n = measure(xs, refs[k], frozenset((j,)), k)
+            if not failed:                  # a split already: more draws change nothing
+                q, times, n, short = heavy_draws(j, k, kind, q, n)
+                kind += (f" x{times}" if times > 1 else "") + (
+                    f" ({n:.2g} of {judged:.2g} elements, x{short:.2g})" if short > 1 else "")
+                q *= short
+            got[k] = (kind, q)
+        return tuple(got[k] for k in sorted(got))
+
+    def heavy_draws(j: int, k: int, kind: str, q: float, n: int
+                    ) -> tuple[float, int, int, float]:
+        """Draw the heavy set again until the draws hold the judge's output elements (or
+        HEAVY_MAX_MACS, a failure): the worst ratio over all of them, how many draws, their
+        elements, and the factor for a sample short of the judge's size (1 when not)."""
+        again = torch.Generator().manual_seed(SELF_CHECK_SEED + 1000 * (k + 1) + j)
+        times, spent = 1, 0.0
+        while n < judged and spent < HEAVY_MAX_MACS and q <= 1.0:
+            xs = _draw_set(base, kind, again)
+            ref, mode = forward(xs, frozenset(), k)
+            more = measure(xs, ref, frozenset((j,)), k)
+            q, n = max(q, more[0]), n + more[2]
+            spent += 3 * mode.macs         # the exact forward, the exact and rounded products
+            times += 1
+        if n >= judged or not q <= 1.0:
+            return q, times, n, 1.0
+        # short of the judge's size: sqrt(N / n), the growth of a Student-t(2) sample's
+        # largest value; the fixed margin where N is unknown (a meta forward failed)
+        return q, times, n, math.sqrt(judged / n) if judged < math.inf else TF32_GAIN
 
     def rare_draws(j: int, k: int, kind: str, q: float, inexact: int, n: int
                    ) -> tuple[float, int]:
@@ -455,16 +519,18 @@ def choose_conv_precisions(module: Any, fp32_convs: list[int] | None = None,
     for j in convs:
         q, where = alone[j]
         if j in kept:
-            reason = (f"tf32: its emulated tf32 error, magnified {TF32_GAIN:g}x, stays within "
-                      f"{q:.3g} of the relaxed rule's allowance on every self-check draw "
-                      f"(worst: {where})")
+            reason = (f"tf32: its emulated tf32 error, magnified {TF32_GAIN:g}x "
+                      f"({HEAVY_GAIN:g}x on the heavy draws, drawn to the judge's size), "
+                      f"stays within {q:.3g} of the relaxed rule's allowance on every "
+                      f"self-check draw (worst: {where})")
         elif q <= 1.0:
             reason = (f"bf16 split (strict): alone at ratio {q:.3g}, but the convolutions "
                       f"kept as tf32 failed together{together}")
         else:
             reason = (f"bf16 split (strict): its emulated tf32 error, magnified "
-                      f"{TF32_GAIN:g}x, reaches {q:.3g}x the relaxed rule's allowance on the "
-                      f"self-check's {where} draw (the ops after it amplify the error)")
+                      f"{gain(where.split(' ')[0]):g}x, reaches {q:.3g}x the relaxed rule's "
+                      f"allowance on the self-check's {where} draw (the ops after it amplify "
+                      f"the error)")
         choices.append(ConvChoice(j, names[j] if j < len(names) else f"conv{j}", q, where,
                                   "tf32" if j in kept else "split", reason, draws[j]))
     return tuple(choices)
@@ -534,4 +600,4 @@ def _all_split(module, why: str) -> tuple[ConvChoice, ...]:
 
 
 __all__ = ["ConvChoice", "choose_conv_precisions", "conv_schedules", "reduced_inputs",
-           "relaxed_ratio", "SELF_CHECK_SEED", "TF32_GAIN"]
+           "relaxed_ratio", "HEAVY_GAIN", "SELF_CHECK_SEED", "TF32_GAIN"]

@@ -192,12 +192,13 @@ def _choices_text(choices) -> str:
         return ""
     import textwrap
 
-    from argus.compose.precision import TF32_GAIN
+    from argus.compose.precision import HEAVY_GAIN, TF32_GAIN
 
     lines = ["\nPrecision per fp32 convolution (argus/compose/precision.py: the chain run in "
              "float64 with that convolution emulated as tf32, its error magnified "
-             f"{TF32_GAIN:g}x, on the solver's own draws; kept as tf32 at a relaxed-rule "
-             "ratio <= 1):"]
+             f"{TF32_GAIN:g}x, on the solver's own draws, the heavy one drawn again up to the "
+             f"judge's output size with the error magnified {HEAVY_GAIN:g}x; kept as tf32 at "
+             "a relaxed-rule ratio <= 1):"]
     for c in choices:
         where = "every convolution" if c.index < 0 else f"conv{c.index} ({c.weight})"
         draws = ", ".join(f"{k} {q:.3g}" for k, q in c.draws)

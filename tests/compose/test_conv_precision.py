@@ -1,7 +1,8 @@
 """argus/compose/precision.py: the per-convolution tf32-or-split choice of the relaxed track.
 
 The rule is a self-check by emulation (the chain in float64, one convolution's tf32 error
-magnified TF32_GAIN times, KernelBench's relaxed rule on the solver's own draws), so the
+magnified TF32_GAIN times, HEAVY_GAIN on the heavy draws drawn again up to the judge's output
+size, KernelBench's relaxed rule on the solver's own draws), so the
 tests build synthetic chains whose verdict is known from how their ops treat an absolute
 error, check the emulation against an independent tf32 convolution, and the rule's ratio
 against torch.allclose. The level-2 tasks (13 that fail the relaxed track as tf32 on the
@@ -97,7 +98,8 @@ def test_emulation_is_the_tf32_convolution():
 def test_homogeneous_chain_keeps_tf32():
     c = _choice(lambda y: torch.relu(y) * 2.0 + 0.1)
     assert c.precision == "tf32" and c.ratio <= 1, c
-    assert {k for k, _ in c.draws} >= {"task", "normal", "heavy", "large"}
+    # (the heavy draw's name tells how often it was drawn: "heavy x2")
+    assert {k.split(" ")[0] for k, _ in c.draws} >= {"task", "normal", "heavy", "large"}
 
 
 @pytest.mark.parametrize("after", [torch.tanh, lambda y: torch.softmax(y, dim=1),
@@ -179,7 +181,7 @@ def _pool_of_tanh(batch=64):
 def test_rare_failure_is_found_by_drawing_again():
     (c,) = P.choose_conv_precisions(_pool_of_tanh())
     assert c.precision == "split" and c.ratio > 1, c
-    grown = [(k, q) for k, q in c.draws if " x" in k]
+    grown = [(k, q) for k, q in c.draws if " x" in k and not k.startswith("heavy")]
     # the draw that failed was drawn again, at most as many times as the judge's output
     # (batch 64) holds the check's (batch 2)
     assert grown and max(q for _, q in grown) == c.ratio, c.draws
@@ -193,7 +195,8 @@ def test_rare_failure_is_missed_without_drawing_again(monkeypatch):
     monkeypatch.setattr(P, "RARE_MIN", 0)
     (c,) = P.choose_conv_precisions(_pool_of_tanh())
     assert c.precision == "tf32" and c.ratio <= 1, c
-    assert not any(" x" in k for k, _ in c.draws)
+    # (the heavy draw is drawn again by its own rule, up to the judge's size)
+    assert not any(" x" in k for k, _ in c.draws if not k.startswith("heavy")), c.draws
 
 
 def test_no_drawing_again_past_the_judges_size():
@@ -204,7 +207,64 @@ def test_no_drawing_again_past_the_judges_size():
 
 def test_no_drawing_again_when_the_error_reaches_every_element():
     c = _choice(lambda y: F.max_pool2d(torch.relu(y) * 2.0, 3))
-    assert c.precision == "tf32" and not any(" x" in k for k, _ in c.draws), c
+    assert c.precision == "tf32", c
+    assert not any(" x" in k for k, _ in c.draws if not k.startswith("heavy")), c.draws
+
+
+def _heavy(c):
+    (got,) = [(k, q) for k, q in c.draws if k.startswith("heavy")]
+    return got
+
+
+def _linear(batch):
+    # the conv's output as is: its error, and so every draw's ratio, is linear in the gain
+    return _task(lambda: _Chain(lambda y: y * 1.0), (batch, 16, 24, 24))
+
+
+def test_margin_is_two_and_the_heavy_draw_is_checked_near_as_is(monkeypatch):
+    gain, heavy_gain = P.TF32_GAIN, P.HEAVY_GAIN
+    assert gain == 2.0 and 1.0 <= heavy_gain < 1.2     # the rule documented in precision.py
+    (c,) = P.choose_conv_precisions(_linear(4))
+    monkeypatch.setattr(P, "TF32_GAIN", 1.0)
+    monkeypatch.setattr(P, "HEAVY_GAIN", 1.0)
+    (plain,) = P.choose_conv_precisions(_linear(4))
+    assert [k for k, _ in c.draws] == [k for k, _ in plain.draws]
+    for (k, q), (_, q1) in zip(c.draws, plain.draws):
+        # the same draws (the check's seeds), the error magnified per kind of draw
+        want = heavy_gain if k.startswith("heavy") else gain
+        assert q == pytest.approx(want * q1, rel=1e-9), (k, q, q1)
+
+
+def test_heavy_draw_is_drawn_again_up_to_the_judges_size():
+    # the judge's output holds 8 times the check's (batch 16 against 2): 8 draws, no more
+    (c,) = P.choose_conv_precisions(_linear(16))
+    assert _heavy(c)[0] == "heavy x8", c.draws
+    # the other draws are not drawn again (every element errs: no rare class)
+    assert all(" x" not in k for k, _ in c.draws if not k.startswith("heavy")), c.draws
+    (same,) = P.choose_conv_precisions(_linear(2))
+    assert _heavy(same)[0] == "heavy", same.draws       # the judge's size is the check's
+
+
+def test_heavy_draws_stop_at_their_budget_and_the_shortfall_scales_the_ratio(monkeypatch):
+    (alone,) = P.choose_conv_precisions(_linear(2))     # the first heavy draw alone
+    monkeypatch.setattr(P, "HEAVY_MAX_MACS", 0.0)        # no redraw
+    (c,) = P.choose_conv_precisions(_linear(64))
+    kind, q = _heavy(c)
+    # one draw of the judge's 32: its ratio scaled by sqrt(32), the growth of the largest
+    # of n Student-t(2) values
+    assert kind.startswith("heavy (") and kind.endswith("x5.7)"), kind
+    assert q == pytest.approx(_heavy(alone)[1] * math.sqrt(32), rel=1e-9)
+    monkeypatch.setattr(P, "HEAVY_MAX_MACS", 1.0)        # one redraw: spent > budget after it
+    (c2,) = P.choose_conv_precisions(_linear(64))
+    assert _heavy(c2)[0].startswith("heavy x2 (") and _heavy(c2)[0].endswith("x4)"), c2.draws
+
+
+def test_heavy_draws_are_skipped_once_another_draw_fails():
+    # tanh of the conv fails on the x1e3 draws: the split is decided, the heavy set is not
+    # drawn again (its redraws would cost CPU and change nothing)
+    c = _choice(torch.tanh, shape=(16, 16, 24, 24))
+    assert c.precision == "split" and c.draw.startswith("large"), c
+    assert _heavy(c)[0] == "heavy", c.draws
 
 
 def test_inexact_elements_are_counted():
@@ -270,15 +330,16 @@ def test_solution_header_names_each_precision(tmp_path):
 REPO = Path(__file__).resolve().parents[2]
 KB_DIR = Path(os.environ.get("ARGUS_KERNELBENCH_DIR", REPO.parent / "shared" / "kernelbench"))
 # failed the relaxed track as one tf32 product on the H200 (2026-12-04 17:19, the judge's
-# large-magnitude set) and fail the self-check; L2/82 through the rare-element redraws (a 4x4
-# max-pool of tanh at inputs x1e3 fails on the rare windows wholly in tanh's transition).
-# Not here: L2/52 (the emulation, and the interpreted Argus kernels, stay within 0.26 of the
-# allowance unmagnified, below L2/15's, which passed on the H200: its GPU failure is not
-# tf32's arithmetic as emulated here)
-FAILED_AS_TF32 = (5, 7, 16, 21, 46, 47, 48, 49, 82, 89, 91, 93)
-# not among those 13: a ReLU + bias, a LayerNorm or InstanceNorm after the conv, a max-pool,
-# hardtanh and a mean, a division and global pooling; the self-check keeps them tf32
-PASSED_AS_TF32 = (1, 3, 8, 10, 17)
+# large-magnitude set; 21:05 for L2/19) and fail the self-check; L2/82 through the
+# rare-element redraws (a 4x4 max-pool of tanh at inputs x1e3 fails on the rare windows
+# wholly in tanh's transition); L2/19 and L2/52 through the heavy set's redraws (L2/19 failed
+# the H200's heavy set at 1.51; the check's first heavy draw alone stays at 0.26-0.35)
+FAILED_AS_TF32 = (5, 7, 16, 19, 21, 46, 47, 48, 49, 52, 82, 89, 91, 93)
+# not among those: a ReLU + bias, a LayerNorm or InstanceNorm after the conv, a max-pool,
+# hardtanh and a mean, a division and global pooling; the self-check keeps them tf32. L2/11,
+# 15, 58 passed as tf32 on the H200 (12-04 21:05: worst element 0.88, 0.50, 0.37 of the
+# allowance) and were split by the former 3x margin
+PASSED_AS_TF32 = (1, 3, 8, 10, 11, 15, 17, 58)
 
 
 def _level2(i):
