@@ -87,8 +87,9 @@ HEAVY = "heavy"
 HEAVY_GAIN = 1.12
 # the heavy redraws' budget per convolution, in the convolutions' multiply-adds (a count, not
 # seconds, so that the choice stays a pure function of the task): spent in full by L2/11 and
-# L2/19, it cost 145 s and 116 s of CPU (user + sys, 2 shared cores; the whole compose 8-19 s
-# before); L2/19 reaches a third of the judge's 5.5e8 output elements with it
+# L2/19, it cost 145 s and 116 s of CPU (user + sys, 2 shared cores at load 6-10; the whole
+# compose 8-19 s before; up to 192 s measured, L2/87); L2/19 reaches a third of the judge's
+# 5.5e8 output elements with it
 HEAVY_MAX_MACS = 3e11
 SELF_CHECK_SEED = 20261204
 FACTORS = (32, 16, 8, 4, 2)     # divisors of a spatial extent tried, largest first
