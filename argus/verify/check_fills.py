@@ -16,10 +16,11 @@ the masked lanes of loads the model follows (a fill combined with other data: `d
 of a 0-filled x, squared and summed, adds mean^2 per padding lane; LayerNorm's variance pass):
 then as the obligation below, over those loads' own lanes when they sit in the reduction's
 loop body with its shape (the other operand's definedness, a mean summarized over its loop,
-says nothing of the fill), and the finding names the op where the fill stopped being a known
-constant (`turned`). FINITE from any other source, and TOP, are unknown: never errors. A
-FINITE operand times a tile built from indices (a float mask `d * (cols < N)`) is TOP: the
-mask is 0 where the fill is.
+says nothing of the fill), else over the values holding the masked lanes (`_carriers`: a ring
+block, not the running max it is combined with) in their state at the reduction, and the
+finding names the op where the fill stopped being a known constant (`turned`). FINITE from
+any other source, and TOP, are unknown: never errors. A FINITE operand times a tile built from
+indices (a float mask `d * (cols < N)`) is TOP: the mask is 0 where the fill is.
 `where(c, a, b)` with a constant b and a condition on indices (computed from an `arange`) is
 taken as the mask (its condition false exactly on the masked elements), which is how kernels
 write it. A condition on data values (`where(t > 0, t * log(t), 0)`, KernelBench L1/98's
@@ -105,7 +106,8 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
             own = got == FINITE and all(
                 flow.region_of.get(id(x)) == flow.region_of.get(id(op)) and
                 x.result.type.shape == op.src.type.shape for x in loads)
-            obs += [_reaches(model, red, got, loads, uses[0].stores_reached(op), turned, own)
+            obs += [_reaches(model, red, got, loads, uses[0].stores_reached(op), turned, own,
+                             _carriers(flow, op.src) if got == FINITE and not own else None)
                     for red in sites]
             continue
         if got == FINITE:   # unknown where the loads are not followed: never an error
@@ -143,6 +145,10 @@ class _Flow:
         self._exact_points: set[tuple[int, ...]] | None = None
         # reduce result id -> (op, wrong masked value, its loads or OPAQUE)
         self.reached: dict[int, tuple] = {}
+        # value id -> its operands that hold masked values (val not NONE), for a pointwise op
+        # or a conversion (which read them at the same element, broadcasting): `_carriers`
+        # walks it back from a reduced tile to the values its masked lanes come from
+        self.carried_by: dict[int, tuple] = {}
         self.region(kernel.body, ())
 
     def get(self, v) -> object:
@@ -243,6 +249,8 @@ class _Flow:
                 self.set(op.result.id, self.val[op.src.id], self.loads(op.src.id),
                          self.turned.get(op.src.id))
                 self.carry(op.result.id, op.src.id)
+                if isinstance(op, (O.Convert, O.ConvertLayout)):
+                    self.carried_by[op.result.id] = (op.src,)
             if op.src.id in self.const:
                 self.const[op.result.id] = self.const[op.src.id]
         elif isinstance(op, O.Var):
@@ -329,6 +337,7 @@ class _Flow:
             op if got == FINITE and any(isinstance(self.get(a), float) for a in tiles) else None)
         self.set(op.result.id, got, loads, turned)
         self.carry(op.result.id, *(a.id for a in tiles))
+        self.carried_by[op.result.id] = tuple(a for a in tiles if self.get(a) != NONE)
         lanes = self._lanes(op, vals, got)
         if lanes:
             self.together[op.result.id] = self.together.get(op.result.id, frozenset()) | lanes
@@ -442,8 +451,51 @@ def _stored_output(zm, outs, wit: dict) -> str:
     return ""
 
 
+def _carriers(flow: _Flow, v) -> list:
+    """The values v's masked value comes from, walking back through the pointwise ops and
+    conversions that read their operands at the same element (`_Flow.carried_by`: only the
+    operands holding masked values): the first values not computed that way (a load, a
+    loop-carried variable, a reduction's result). `x - m` of a ring block x and a running max
+    m, which holds no masked value, gives [x]."""
+    out, seen, todo = [], set(), [v]
+    while todo:
+        x = todo.pop()
+        if x.id in seen:
+            continue
+        seen.add(x.id)
+        if flow.carried_by.get(x.id):
+            todo += list(flow.carried_by[x.id])
+        else:
+            out.append(x)
+    return out
+
+
+def _carriers_defined(red: ReduceSite, carriers: list | None, idx: tuple):
+    """Element idx of the reduced tile holds no masked lane: every carrier (`_carriers`) is
+    in bounds there, read in its state at the reduction (ReduceSite.operands) at idx with its
+    broadcast dims at 0; returned with the conditions of the records read (premises, as the
+    reduced tile's). None where a carrier has no such state or another rank (then the
+    reduced tile's own `defined`, which also asks the other operands, stands)."""
+    if not carriers:
+        return None
+    shape = red.op.src.type.shape
+    terms, conds = [], []
+    for x in carriers:
+        st = red.operands.get(x.id)
+        xs = getattr(x.type, "shape", None)
+        if st is None or xs is None or len(xs) != len(shape) or \
+                any(s != n and s != 1 for s, n in zip(xs, shape)):
+            return None
+        rec = st.fn(tuple(z3.IntVal(0) if s == 1 and n != 1 else i
+                          for i, s, n in zip(idx, xs, shape)))
+        terms.append(rec.defined)
+        conds += list(rec.cond)
+    return z3.And(terms), conds
+
+
 def _reaches(model: Model, red: ReduceSite, got: object, loads: frozenset,
-             reached: list | None, turned=None, own: bool = False) -> Obligation:
+             reached: list | None, turned=None, own: bool = False,
+             carriers: list | None = None) -> Obligation:
     """The masked lanes of `loads`, holding `got`, change no stored output through this
     reduction: every element e of the reduced tile is in bounds (model's `defined`), or the
     result element e goes into (e with the reduced axis at 0) reaches no element that a store
@@ -467,8 +519,16 @@ def _reaches(model: Model, red: ReduceSite, got: object, loads: frozenset,
     # (pointwise ops between, element e of each load is element e of the reduced tile), the
     # claim is that those loads are in bounds at e; the other operands' definedness (a mean
     # summarized over its loop) says nothing of the fill
+    # Otherwise (the loads elsewhere: a block lower/prefetch.py loads ahead and carries in
+    # a ring) the same question of the values the masked value comes from, in their state at
+    # the reduction: `x - m` of a ring block x and a running max m (a loop-carried variable
+    # the model summarizes, so rec.defined is not known at any element) is a masked lane
+    # only where x is
+    by_carriers = None if own else _carriers_defined(red, carriers, idx)
+    if by_carriers is not None:
+        prem += by_carriers[1]
     defined = z3.And([model.tile(x.result).fn(idx).defined for x in loads]) if own else \
-        rec.defined
+        (rec.defined if by_carriers is None else by_carriers[0])
     if outs is None:
         claim = ("every reduced element is in bounds", defined)
     else:

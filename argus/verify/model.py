@@ -486,6 +486,16 @@ class Model:
                                       if isinstance(op, O.Assign)}
         return self._assigned_var_ids
 
+    def pointwise_defs(self) -> dict[int, Op]:
+        """Result id -> the pointwise op or conversion that defines it (reads each operand at
+        the same element, broadcasting): how a reduction's source is traced back to the tiles
+        it is computed from (transfer/tiles.py, ReduceSite.operands)."""
+        if not hasattr(self, "_pointwise_def_ops"):
+            self._pointwise_def_ops = {
+                op.result.id: op for op in self.kernel.walk()
+                if isinstance(op, (O.Elementwise, O.Convert, O.ConvertLayout))}
+        return self._pointwise_def_ops
+
     def _prime_scalars(self, region: Region) -> None:
         """Evaluate the scalars of a region (constants, arithmetic, loop indices) without
         recording anything, so counts over it can be formed before it is walked."""

@@ -234,6 +234,11 @@ class ReduceSite:
     op: O.Reduce
     site: Site
     src: TileState
+    # value id -> the state at the reduction of each tile its source is computed from by
+    # pointwise ops and conversions (the source's own included): check_fills asks whether the
+    # ones that hold masked lanes are in bounds at a reduced element, and a loop-carried
+    # variable's state after the loop (model.tile) is not the one this reduction reads
+    operands: dict = field(default_factory=dict)
 
 
 @dataclass

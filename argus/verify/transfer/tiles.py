@@ -268,11 +268,30 @@ def tile_slice(m: Model, op: O.TileSlice, scopes, role, counters, following) -> 
     m.tiles[op.result.id].layout = src.layout
 
 
+def _pointwise_operands(m: Model, v) -> dict:
+    """The current states of v and of every tile it is computed from through pointwise ops
+    and conversions (which read each operand at the same element, broadcasting): what
+    ReduceSite.operands keeps."""
+    out: dict = {}
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        if x.id in out or x.id not in m.tiles:
+            continue
+        out[x.id] = m.tiles[x.id]
+        d = m.pointwise_defs().get(x.id)
+        if isinstance(d, O.Elementwise):
+            todo += [a for a in d.args if hasattr(a.type, "shape")]
+        elif isinstance(d, (O.Convert, O.ConvertLayout)):
+            todo.append(d.src)
+    return out
+
+
 def reduce(m: Model, op: O.Reduce, scopes, role, counters, following) -> None:
     src = m.tile(op.src)
     site = m._site(op, scopes, role)
     if m._recording:
-        m.reduces.append(ReduceSite(op, site, src))
+        m.reduces.append(ReduceSite(op, site, src, _pointwise_operands(m, op.src)))
     axis, extent = op.axis, op.src.type.shape[op.axis]
 
     def fn(idx, src=src):
