@@ -62,7 +62,8 @@ from dataclasses import dataclass
 
 import argus as ag
 from argus.dtypes import DType
-from argus.kernels.warp_specialized import Staging, Unit, store_tile, store_tile_staged
+from argus.kernels.warp_specialized import (Staging, Unit, occupancy_problems, store_tile,
+                                            store_tile_staged)
 from argus.target.exp2_emulation import fraction_problem
 from argus.target.fragments import acc_order_col
 from argus.target.limits import (NUM_SMS, REGISTERS_PER_SM, entry_registers,
@@ -213,21 +214,8 @@ class AttentionSchedule:
             problems.append(f"num_sms={self.num_sms} must be positive")
         if self.tile_order not in ("head", "lpt"):
             problems.append(f"tile_order={self.tile_order!r} is not 'head' or 'lpt'")
-        if self.ctas_per_sm not in (1, 2):
-            problems.append(f"ctas_per_sm={self.ctas_per_sm}: 1 or 2 CTAs per SM")
-        elif self.ctas_per_sm > 1:
-            # setmaxnreg moves registers within the CTA's allocation at entry: threads x
-            # entry_registers (80 a thread for 3 warpgroups at 2 CTAs: 65536 / 768 rounded
-            # down to 8), not half the SM's 65536
-            threads = 128 * (1 + self.consumers)
-            pool = entry_registers(threads, self.ctas_per_sm)
-            if self.producer_regs + self.consumers * self.consumer_regs > \
-                    (1 + self.consumers) * pool:
-                problems.append(f"ctas_per_sm={self.ctas_per_sm}: {threads} threads enter "
-                                f"with {pool} registers each, so producer_regs + consumers x "
-                                f"consumer_regs must be at most {(1 + self.consumers) * pool} "
-                                f"(is {self.producer_regs} + {self.consumers} x "
-                                f"{self.consumer_regs})")
+        problems += occupancy_problems(self.ctas_per_sm, self.consumers, self.producer_regs,
+                                       self.consumer_regs)
         if self.ordered and self.consumers < 2:
             problems.append("ordered=True (ping-pong) needs 2 or 3 consumer warpgroups to take "
                             "turns")

@@ -50,8 +50,7 @@ import argus as ag
 from argus.dtypes import DType
 from argus.kernels.gemm_fp8 import PROMOTE_MAX_BN, promoted_mma
 from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler,
-                                            WarpSpecializedSchedule)
-from argus.target.limits import entry_registers
+                                            WarpSpecializedSchedule, occupancy_problems)
 
 __all__ = ["ACTIVATIONS", "NCHW_EPILOGUES", "ConvGeometry", "ConvSchedule", "NchwStaging",
            "conv_kernel"]
@@ -174,19 +173,8 @@ class ConvSchedule(WarpSpecializedSchedule):
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
-        if self.ctas_per_sm not in (1, 2):
-            problems.append(f"ctas_per_sm={self.ctas_per_sm}: 1 or 2 CTAs per SM")
-        elif self.ctas_per_sm > 1:
-            # setmaxnreg moves registers within the CTA's allocation at entry
-            threads = 128 * (1 + self.consumers)
-            pool = entry_registers(threads, self.ctas_per_sm)
-            if self.producer_regs + self.consumers * self.consumer_regs > \
-                    (1 + self.consumers) * pool:
-                problems.append(f"ctas_per_sm={self.ctas_per_sm}: {threads} threads enter "
-                                f"with {pool} registers each, so producer_regs + consumers x "
-                                f"consumer_regs must be at most {(1 + self.consumers) * pool} "
-                                f"(is {self.producer_regs} + {self.consumers} x "
-                                f"{self.consumer_regs})")
+        problems += occupancy_problems(self.ctas_per_sm, self.consumers, self.producer_regs,
+                                       self.consumer_regs)
         if self.taps_per_slice < 1:
             problems.append(f"taps_per_slice={self.taps_per_slice} < 1")
         if self.taps_per_slice > 1 and (self.halo or self.promote):

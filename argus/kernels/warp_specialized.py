@@ -85,7 +85,7 @@ from typing import Callable, Iterator
 
 import argus as ag
 from argus.dtypes import DType
-from argus.target.limits import NUM_SMS
+from argus.target.limits import NUM_SMS, entry_registers
 
 
 @dataclass(frozen=True)
@@ -155,6 +155,26 @@ class WarpSpecializedSchedule:
         if self.group_m < 1 or self.num_sms < self.cluster_m:
             problems.append(f"group_m={self.group_m}, num_sms={self.num_sms} must be positive")
         return problems
+
+
+def occupancy_problems(ctas_per_sm: int, consumers: int, producer_regs: int,
+                       consumer_regs: int) -> list[str]:
+    """The occupancy hint's (ag.occupancy) checks shared by the schedules that take one
+    (AttentionSchedule, ConvSchedule): 1 or 2 CTAs an SM, and at 2 the warpgroups' register
+    split within what the CTA's threads enter with. Why per CTA: setmaxnreg moves registers
+    within the CTA's allocation at entry, threads x entry_registers (80 a thread for 3
+    warpgroups at 2 CTAs: 65536 / 768 rounded down to 8), not half the SM's 65536."""
+    if ctas_per_sm not in (1, 2):
+        return [f"ctas_per_sm={ctas_per_sm}: 1 or 2 CTAs per SM"]
+    if ctas_per_sm == 1:
+        return []
+    threads = 128 * (1 + consumers)
+    pool = entry_registers(threads, ctas_per_sm)
+    if producer_regs + consumers * consumer_regs <= (1 + consumers) * pool:
+        return []
+    return [f"ctas_per_sm={ctas_per_sm}: {threads} threads enter with {pool} registers each, "
+            f"so producer_regs + consumers x consumer_regs must be at most "
+            f"{(1 + consumers) * pool} (is {producer_regs} + {consumers} x {consumer_regs})"]
 
 
 # ----------------------------------------------------------------------------- tile scheduler
