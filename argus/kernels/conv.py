@@ -154,11 +154,13 @@ class ConvSchedule(WarpSpecializedSchedule):
     # step multiplies several taps at once. Why: a layer with few channels per group (Cg <
     # the usual 64-deep bf16 / 32-deep tf32 slice) spends one slice per tap, mostly zeros:
     # KernelBench L2/8 (tf32, Cg 8) multiplied 8 useful of every 32 K; with bk 8 and 4 taps a
-    # step it multiplies 4 taps in the same 32-deep step. For ResNet c2 (bf16, Cg 64) 2 taps
-    # a step halve the pipeline's steps per tile. The K slices past the last tap (taps not a
-    # multiple) read zeros: the A boxes are pushed past the tensor and the weight boxes lie
-    # past its K extent (TMA zero-fills both). argus.ops.conv.schedule_for(taps_per_slice=)
-    # picks bk and the ring depth; opt-in (not measured on a GPU).
+    # step it multiplies 4 taps in the same 32-deep step. The K slices past the last tap (taps
+    # not a multiple) read zeros: the A boxes are pushed past the tensor and the weight boxes
+    # lie past its K extent (TMA zero-fills both). argus.ops.conv.schedule_for picks bk and
+    # the ring depth, by default (taps_per_slice="auto", `packed_taps`) only where a tap's
+    # channels fill less than a 128-byte step: measured on the H200 (2026-12-05,
+    # docs/perf/conv.md "Packed taps"), L2/8 ran faster packed and ResNet c2-c4 (64-256
+    # channels, a full step a tap already) slower.
     taps_per_slice: int = 1
     # The occupancy hint (ag.occupancy, as AttentionSchedule.ctas_per_sm): CTAs an SM holds at
     # once. 2 renders __launch_bounds__(threads, 2), so the CTA's warpgroups enter with half
