@@ -336,7 +336,10 @@ def _schedule_for(x, weight, stride, padding, dilation, groups, *,
                                 consumer_regs=224, nchw_epilogue=nchw_epi)
     if box and epilogue == "tma" and SMALL_IMAGE_RULE:
         P = (x.shape[-2] + 2 * _pair(padding, "padding", dims)[-2] - dh * (R - 1) - 1) // sh + 1
-        if rowbox_useful(P, Q, 64, bw) >= SMALL_IMAGE_GAIN * rowbox_useful(P, Q, 128, bw):
+        # (P or Q < 1: a filter larger than the padded input, which `check` refuses with its
+        # own message; the fraction's denominator would be 0)
+        if min(P, Q) >= 1 and \
+                rowbox_useful(P, Q, 64, bw) >= SMALL_IMAGE_GAIN * rowbox_useful(P, Q, 128, bw):
             # one consumer warpgroup, 64-pixel tiles (see SMALL_IMAGE_RULE); its staging is
             # bm * bn * 2 bytes
             stages = max(4, min(6, (_SMEM_BUDGET - 64 * bn * 2) // ((64 + bn) * 64 * 2)))

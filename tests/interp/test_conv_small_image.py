@@ -75,6 +75,14 @@ def test_schedule_for_takes_64_pixel_tiles_on_small_images_only(monkeypatch):
     assert (old.bm, old.consumers, old.stages) == (128, 2, 5), old
 
 
+def test_a_filter_past_the_image_is_not_a_division_by_zero():
+    """P = 0 (2 input rows, a 3-row filter, no padding): the rule's useful fraction has no
+    tiles to divide by; schedule_for returns the schedule it did before the rule (`check`
+    refuses the layer at launch with its own message)."""
+    s = _pick(2, 16, 2, 16, 32, 3, 3, 0)
+    assert (s.bm, s.consumers) == (128, 2), s
+
+
 def test_two_ctas_per_sm_renders_the_hint_and_checks_registers():
     src = ag.compiler.front_end(conv_kernel(), geom=GEOM_ROWBOX, s=SMALL_2SM)
     assert "__launch_bounds__(256, 2)" in str(getattr(src, "text", src))
