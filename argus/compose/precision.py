@@ -347,7 +347,8 @@ def _check_key(module: Any, fp32: list[int]) -> str | None:
     path = getattr(module, "__file__", None)
     if not path or not Path(path).is_file():
         return None
-    ident = repr((CHECK_VERSION, TF32_GAIN, HEAVY_GAIN, HEAVY_MAX_MACS, SELF_CHECK_SEED, DRAWS, FACTORS, MIN_CONV_OUTPUTS,
+    ident = repr((CHECK_VERSION, TF32_GAIN, HEAVY_GAIN, HEAVY_MAX_MACS, SELF_CHECK_SEED, DRAWS,
+                  FACTORS, MIN_CONV_OUTPUTS,
                   MAX_MACS, LARGE_SCALE, HEAVY_CLIP, RARE_MIN, RARE_SHARE, RARE_MAX_MACS,
                   numerics.RELAXED_ATOL, numerics.RELAXED_RTOL, tuple(fp32)))
     return hashlib.sha256(Path(path).read_bytes() + ident.encode()).hexdigest()[:32]
