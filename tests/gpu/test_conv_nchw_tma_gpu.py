@@ -72,8 +72,9 @@ def test_staged_nchw_epilogue_equals_the_register_store_and_float64(case, precis
     ref = {"none": ref, "relu": F.relu(ref),
            "gelu_tanh": F.gelu(ref, approximate="tanh")}[act]
     # tf32: the inputs rounded as the kernel rounds them, what is left is fp32 accumulation
-    # over K = C * taps (576 here): 1.04e-6 measured on the H200 (12-05) at the K = 96 case,
-    # so 4e-6; an unrounded operand would show at ~1e-4, a misplaced element at ~1
+    # over K = C * taps (up to 576 here): 1.04e-6 measured on the H200 (12-05) at K = 576
+    # (docs/perf/conv.md), so 4e-6; an unrounded operand would show at ~1e-4, a misplaced
+    # element at ~1
     assert _rel(y, ref) <= (4e-6 if precision == "tf32" else 1e-4)
 
 
