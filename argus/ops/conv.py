@@ -229,7 +229,8 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     slices = taps * -(-_padded_channels(weight.shape[1], elem) // bk)
     atoms = packed_taps(bk, elem, slices) if taps_per_slice == "auto" else taps_per_slice
     nchw_epi = base.nchw_epilogue
-    staging = 128 * base.bn * 2 if base.epilogue == "tma" else \
+    # (the TMA-store epilogue stages a bm x bn 16-bit tile: bm 64 under the small-image rule)
+    staging = base.bm * base.bn * 2 if base.epilogue == "tma" else \
         nchw_staging_bytes(nchw_epi, base.bn, elem)
     stage = (base.bm + base.bn) * atoms * bk * elem
     # a CTA's shared memory less the alignment slack and the barriers (as
