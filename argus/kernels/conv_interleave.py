@@ -206,15 +206,15 @@ def rows_tile(ow: int, hq: int, sources: int) -> tuple[int, int]:
     launching CTAs is not the limit), at most 48 loaded values a thread (rh x sources: the
     sm_90a build of 64 registers a thread spills past that) and no more than the plane's
     rows rounded up to a power of two; halved (not below 8) where that pads the plane's rows
-    less. Why the halving: on the H200 (2026-12-05, scripts/gpu_conv_interleave_bench.py) a
+    at least 5% less. Why the halving: on the H200 (2026-12-05, scripts/gpu_conv_interleave_bench.py) a
     bf16 stride-3 plane of 101 rows ran 0.408 ms at rh 16 (112 rows, 11% idle) and 0.351 ms
     at rh 8 (104 rows); the fp32 planes of 64 and 128 rows tie (0.801 / 0.803 ms)."""
     threads = next((t for t in _ROWS_THREADS if t >= ow), _ROWS_THREADS[-1])
     rh = 1
     while rh < hq and rh < 16 and 2 * rh * max(1, sources) <= 48:
         rh *= 2
-    if rh >= 16 and -(-hq // (rh // 2)) * (rh // 2) < -(-hq // rh) * rh:
-        rh //= 2
+    if rh >= 16 and 20 * (-(-hq // (rh // 2)) * (rh // 2)) <= 19 * (-(-hq // rh) * rh):
+        rh //= 2        # only for >= 5% fewer rows: twice the CTAs is not free
     return threads, rh
 
 
