@@ -232,6 +232,7 @@ def rowbox_table() -> None:
     ratios: dict[str, list] = {"default": [], "rowbox=False": [], "default, rowbox layers": [],
                                "rowbox=False, rowbox layers": []}
     small: dict[str, list] = {"with the small-image rule": []}
+    wrong_defaults: list[str] = []      # layers where the default (the rule) computed wrong
     for i, (name, N, C, H, W, K, R, S, st, pad) in enumerate(RESNET50):
         x, w = _layer(N, C, H, W, K, R, S, i)
         ref = F.conv2d(x.double(), w.double(), None, st, pad)
@@ -259,7 +260,10 @@ def rowbox_table() -> None:
                   f"(compile, verify) {first:6.1f} s; max rel err {err:.1e}", flush=True)
             if err > 1e-2:
                 print(f"{name:18s} {label:13s} WRONG")
-                # a wrong small-image candidate is left out; the layer's other rows stay
+                # a wrong small-image candidate is left out; the layer's other rows stay. The
+                # rule's own schedule is the default since 52324dc: a wrong one fails the run
+                if label == "small-image rule":
+                    wrong_defaults.append(name)
                 ok = ok and label.startswith("small-image")
                 continue
             fns[label] = _prepared(x, w, st, pad, sched)
@@ -292,6 +296,9 @@ def rowbox_table() -> None:
         if rs:
             print(f"geomean cudnn/ours, {label}: "
                   f"{math.exp(sum(map(math.log, rs)) / len(rs)):.3f}x over {len(rs)} layers")
+    if wrong_defaults:
+        raise SystemExit(f"WRONG results from the default (small-image rule) schedule on "
+                         f"{', '.join(wrong_defaults)}")
 
 
 def _without_small_image_rule(make):
