@@ -118,11 +118,12 @@ _SMEM_BUDGET = 200 * 1024
 # 128-pixel tile is 16 rows of which 7 are real (49 of 128 pixels): the kernel ran 0.0423 ms
 # vs cuDNN's 0.0199 (0.47x, H200, docs/perf/conv.md "ResNet-50 with this stop's defaults").
 # 8-row tiles hold 49 of 64 (77%), as many CTAs (32 images x 4 column tiles = 128 units over
-# 132 SMs), each with half the products and 2/3 of the L2 -> SM bytes per K step (the weight
-# tile multicast in the 2x1 cluster). Only layers whose P leaves most of a 16-row block empty
-# change (c4 14 x 14 at bw 16: 77% either way; c2 / c3 keep bm 128). NOT MEASURED on a GPU:
-# `scripts/gpu_conv_bench.py --rowbox` times it (rows "small-image ..."); False restores
-# bm 128 everywhere.
+# 132 SMs), each with half the products. Only layers whose P leaves most of a 16-row block
+# empty change (c4 14 x 14 at bw 16: 77% either way; c2 / c3 keep bm 128). Measured on the
+# H200 (2026-12-05, `scripts/gpu_conv_bench.py --rowbox`, docs/perf/conv.md "The small-image
+# rule measured"): c5 3x3 512 0.0420 ms -> 0.0246 in the 2x1 cluster, 0.0200 without it
+# (cuDNN 0.0199); c5 1x1 0.0243 -> 0.0181 / 0.0171. So no cluster. False restores bm 128
+# everywhere.
 SMALL_IMAGE_RULE = True
 SMALL_IMAGE_GAIN = 1.5
 
@@ -182,9 +183,10 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     ran for minutes before). fp32 split schedules with rowbox are not measured on the GPU.
 
     Small images (SMALL_IMAGE_RULE, 16-bit rowbox schedules with the TMA-store epilogue): 64-
-    pixel tiles with one consumer warpgroup (bm 64, 6 stages) where `rowbox_useful` at bm 64
-    is at least SMALL_IMAGE_GAIN times bm 128's: ResNet-50's c5 (7 x 7) layers; c2-c4 keep
-    bm 128. Not measured on the GPU yet: `gpu_conv_bench.py --rowbox`.
+    pixel tiles with one consumer warpgroup (bm 64, 6 stages, no cluster) where
+    `rowbox_useful` at bm 64 is at least SMALL_IMAGE_GAIN times bm 128's: ResNet-50's c5
+    (7 x 7) layers, 0.47 -> 1.0x cuDNN (3x3) and 0.45 -> 0.64x (1x1) on the H200; c2-c4 keep
+    bm 128.
 
     `precision="tf32"` (fp32 inputs read as tf32, `convolve`): the 16-bit default's tile,
     cluster and ring depth with bk = 32 (a 128-byte row of fp32: the same bytes per stage as
@@ -345,7 +347,7 @@ def _schedule_for(x, weight, stride, padding, dilation, groups, *,
             # bm * bn * 2 bytes
             stages = max(4, min(6, (_SMEM_BUDGET - 64 * bn * 2) // ((64 + bn) * 64 * 2)))
             return ConvSchedule(bm=64, bn=bn, bk=64, bw=bw, stages=stages, consumers=1,
-                                epilogue=epilogue, cluster_m=2, rowbox=box,
+                                epilogue=epilogue, cluster_m=1, rowbox=box,
                                 nchw_epilogue=nchw_epi)
     stages = max(4, min(6, (_SMEM_BUDGET - staging) // ((128 + bn) * 64 * 2)))
     return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
