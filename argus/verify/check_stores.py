@@ -1369,12 +1369,32 @@ def _pinned(cond, within, names):
 def _selects(cond, within, names):
     """w when `cond` is a turn given as a set of warpgroups (`wg != 0`, `wg >= 1`, `wg < 2`):
     a condition other than w == e (_pinned) that mentions the index w of a role around the
-    store, which the destination does not name; else None."""
+    store, which the destination does not name, and no value of the data (an uninterpreted
+    function: an atomic's ticket `ticket(wg, pid) == splits - 1`, a load): a condition on data
+    names no set of warpgroups (the fused split-K decode's last-arriver store is the
+    atomic.tickets rule's, not a turn); else None."""
+    if _reads_data(cond):
+        return None
     consts = free_consts(cond)
     for w in within:
         if str(w) in consts and str(w) not in names:
             return w
     return None
+
+
+def _reads_data(term) -> bool:
+    """Does `term` apply an uninterpreted function (the model's name for a value read from
+    memory or returned by an atomic)?"""
+    seen, stack = set(), [term]
+    while stack:
+        t = stack.pop()
+        if not z3.is_app(t) or t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        if t.num_args() > 0 and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            return True
+        stack.extend(t.children())
+    return False
 
 
 def _turns(model: Model, st: StoreSite, dest) -> tuple[list, list[Obligation]]:
