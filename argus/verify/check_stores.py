@@ -1373,28 +1373,13 @@ def _selects(cond, within, names):
     function: an atomic's ticket `ticket(wg, pid) == splits - 1`, a load): a condition on data
     names no set of warpgroups (the fused split-K decode's last-arriver store is the
     atomic.tickets rule's, not a turn); else None."""
-    if _reads_data(cond):
+    if guards._reads(cond):        # store_guards' reading of values read at run time
         return None
     consts = free_consts(cond)
     for w in within:
         if str(w) in consts and str(w) not in names:
             return w
     return None
-
-
-def _reads_data(term) -> bool:
-    """Does `term` apply an uninterpreted function (the model's name for a value read from
-    memory or returned by an atomic)?"""
-    seen, stack = set(), [term]
-    while stack:
-        t = stack.pop()
-        if not z3.is_app(t) or t.get_id() in seen:
-            continue
-        seen.add(t.get_id())
-        if t.num_args() > 0 and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-            return True
-        stack.extend(t.children())
-    return False
 
 
 def _turns(model: Model, st: StoreSite, dest) -> tuple[list, list[Obligation]]:
