@@ -218,7 +218,8 @@ class CompiledKernel:
                 args.append(driver.i64(by_name[a.tensor].stride(a.dim)))
             elif a.kind == "tmap":
                 args.append(make_tensor_map(by_name[a.tensor], box=a.box,
-                                            swizzle_bytes=a.swizzle, name=a.tensor))
+                                            swizzle_bytes=a.swizzle, name=a.tensor,
+                                            elem_strides=a.elem_strides))
             else:  # pragma: no cover - codegen only emits the kinds above
                 raise LaunchError(f"unknown ABI entry {a}")
         cluster = source.cluster if source.cluster != (1, 1, 1) else None

@@ -729,7 +729,7 @@ def _view(x, what: str, loc) -> SmemView:
 
 
 def _tma_load(dst, tensor: TensorArg, coords, multicast: bool = False, box=None,
-              tags=None) -> None:
+              tags=None, elem_strides=None) -> None:
     """TMA box copy into `dst`; with multicast=True the box also lands, at the same offset,
     in every other CTA of the cluster (which all run the same code).
 
@@ -742,7 +742,13 @@ def _tma_load(dst, tensor: TensorArg, coords, multicast: bool = False, box=None,
     view's rows and columns): a box with several non-unit outer dims, e.g. (1, 8, 16, 64) of
     an [N, H, W, C] tensor, lands in the view row-major (the TMA unit writes the box densely,
     innermost dim first), so box[-1] is the view's columns and the product of the outer
-    extents its rows; each outer dim is zero-filled where it leaves the tensor on its own."""
+    extents its rows; each outer dim is zero-filled where it leaves the tensor on its own.
+
+    `elem_strides` (with `box`; one int in [1, 8] per tensor dim, outermost first, the last
+    1): the tensor map's elementStrides. The box's element i along dim d is the tensor's
+    coords[d] + i * elem_strides[d]: box[d] elements land, read every elem_strides[d]-th
+    (a stride-2 convolution's output pixels' input pixels, argus/kernels/conv.py rowbox).
+    The TMA unit ignores the innermost stride, so it must be 1."""
     ctx = current("ag.tma.load")
     loc = user_loc()
     if multicast and ctx.cluster == (1, 1, 1):
@@ -774,8 +780,25 @@ def _tma_load(dst, tensor: TensorArg, coords, multicast: bool = False, box=None,
                              f"is the view's columns and the product of the others its rows",
                              loc, fix="size the view to the box (rows = the product of the "
                                       "outer extents)")
+    strides = ()
+    if elem_strides is not None:
+        strides = tuple(elem_strides)
+        if box is None or len(strides) != len(tensor.shape) or not all(
+                isinstance(e, int) and not isinstance(e, bool) and 1 <= e <= 8
+                for e in strides) or strides[-1] != 1 or \
+                any(b * e > 256 for b, e in zip(box, strides)):
+            raise TraceError(f"TMA elem_strides {strides} with box {box} of {tensor.name}: "
+                             f"one int in [1, 8] per dim of {tensor.name} "
+                             f"({len(tensor.shape)}), the innermost 1 (the TMA unit ignores "
+                             f"it), with an explicit box whose extent x stride (the tensor "
+                             f"map's boxDim) is at most 256 in each dim", loc,
+                             fix="pass box= with elem_strides=, and narrow the box where "
+                                 "box x stride exceeds 256")
+        if all(e == 1 for e in strides):
+            strides = ()     # the plain box (one tensor map with the unstrided loads)
     ctx.builder.append(O.TmaLoad(view.materialize(), tensor.value, coords_v,
-                                 box=box or (), multicast=bool(multicast), loc=loc))
+                                 box=box or (), multicast=bool(multicast), loc=loc,
+                                 elem_strides=strides))
     if tags:
         from argus.dsl.tags import copy_tags
         copy_tags(ctx, tensor, dict(tags), loc)

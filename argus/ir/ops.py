@@ -237,7 +237,12 @@ class TmaLoad(Op):
     swizzle in bytes) and `bytes` (what the copy credits to each barrier).
     `multicast`: the box lands at the same offset in every CTA of the cluster and credits
     every CTA's barrier (`.multicast::cluster`); all CTAs of the cluster run the same code, so
-    each CTA receives one such box from every peer."""
+    each CTA receives one such box from every peer.
+    `elem_strides` (one per tensor dim, outermost first; () = all 1): the tensor map's
+    elementStrides, the box's element i along dim d read from coords[d] + i * elem_strides[d]
+    (the innermost stride is 1: TMA ignores it). `box` stays the elements that land (the
+    view's shape); the tensor map's boxDim is box[d] * elem_strides[d] (cuTensorMapEncodeTiled:
+    "to load N elements along dim i, boxDim[i] must be set to N * elementStrides[i]")."""
 
     NAME = "tma.load"
     dst: Value
@@ -247,6 +252,7 @@ class TmaLoad(Op):
     swizzle: int = -1
     bytes: int = 0
     multicast: bool = False
+    elem_strides: tuple[int, ...] = field(default=(), metadata={"elide_default": True})
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,11 @@ CUDA_ERROR_INVALID_VALUE (HOPPER.md §2.4 hazard 11, INVARIANTS.md §2.3):
   * global address 16-byte aligned; innermost stride 1 element (contiguous rows);
   * every other stride a multiple of 16 bytes and < 2^40;
   * box dims in [1, 256]; inner box bytes a multiple of 16, and <= the swizzle span when
-    swizzled (128B swizzle: at most 64 bf16 per row).
+    swizzled (128B swizzle: at most 64 bf16 per row);
+  * element strides (elementStrides) in [1, 8], the innermost 1 (the TMA unit ignores it);
+    a strided box of N elements along a dim traverses boxDim = N * stride of them (the
+    driver's own rule: "to load N elements along dim i, boxDim[i] must be set to N *
+    elementStrides[i]"), which must be <= 256.
 Out-of-bounds box elements are zero-filled on load (FLOAT_OOB_FILL_NONE) and still count toward
 the mbarrier transaction bytes.
 
@@ -62,8 +66,10 @@ class TensorMapSpec:
     address: int
     dims: tuple[int, ...]             # global extents, innermost first
     strides_bytes: tuple[int, ...]    # byte strides of dims[1:], innermost first
-    box: tuple[int, ...]              # box extents, innermost first
+    box: tuple[int, ...]              # boxDim: elements traversed, innermost first
     swizzle_bytes: int
+    # elementStrides, innermost first (all 1: a plain box); box[i] / elem_strides[i] land
+    elem_strides: tuple[int, ...] = ()
 
     @property
     def rank(self) -> int:
@@ -73,8 +79,8 @@ class TensorMapSpec:
     def box_bytes(self) -> int:
         """Bytes one load of the full box delivers (the mbarrier expect_tx contribution)."""
         total = self.elem_bytes
-        for extent in self.box:
-            total *= extent
+        for extent, stride in zip(self.box, self.elem_strides or (1,) * len(self.box)):
+            total *= -(-extent // stride)
         return total
 
 
@@ -101,9 +107,12 @@ def _fail(name: str, problem: str, fix: str) -> LaunchError:
 
 def check_tensor_map(shape: Sequence[int], strides: Sequence[int], *, dtype: DType | str,
                      address: int, box: Sequence[int], swizzle_bytes: int = 128,
-                     name: str = "tensor") -> TensorMapSpec:
+                     name: str = "tensor",
+                     elem_strides: Sequence[int] = ()) -> TensorMapSpec:
     """Validate a TMA descriptor request (torch order: outermost first; strides in elements)
-    and return the innermost-first spec to encode. Raises LaunchError saying what to fix."""
+    and return the innermost-first spec to encode. Raises LaunchError saying what to fix.
+    `box`: the elements that land per dim; `elem_strides` (() = all 1): every
+    elem_strides[d]-th element read along dim d, so the encoded boxDim is box x stride."""
     dt = dtypes.from_name(dtype) if isinstance(dtype, str) else dtype
     shape, strides, box = tuple(int(s) for s in shape), tuple(int(s) for s in strides), \
         tuple(int(b) for b in box)
@@ -156,7 +165,16 @@ def check_tensor_map(shape: Sequence[int], strides: Sequence[int], *, dtype: DTy
         strides_bytes.append(stride)
         natural = stride * shape[d]
 
-    for d, extent in enumerate(box):
+    strides_e = tuple(int(e) for e in elem_strides) or (1,) * rank
+    if len(strides_e) != rank or not all(1 <= e <= 8 for e in strides_e) or strides_e[-1] != 1:
+        raise _fail(name, f"elem_strides {strides_e}: one stride in [1, 8] per dim ({rank}), "
+                    f"the innermost 1 (TMA ignores a stride on dim 0)",
+                    "pass () for a plain box, or strides in 1..8 with the last one 1")
+    for d, (extent, e) in enumerate(zip(box, strides_e)):
+        if e > 1 and not 1 <= extent * e <= MAX_BOX:
+            raise _fail(name, f"box dim {d} = {extent} elements at stride {e} traverses "
+                        f"{extent * e} (boxDim), outside 1..{MAX_BOX}",
+                        f"land at most {MAX_BOX // e} elements along dim {d}")
         if not 1 <= extent <= MAX_BOX:
             raise _fail(name, f"box dim {d} = {extent} is outside 1..{MAX_BOX}",
                         f"tile dim {d} into boxes of at most {MAX_BOX} and issue several loads")
@@ -172,7 +190,10 @@ def check_tensor_map(shape: Sequence[int], strides: Sequence[int], *, dtype: DTy
                     "row) and load wider tiles as several boxes")
     return TensorMapSpec(dtype=dt.name, elem_bytes=eb, address=int(address),
                          dims=tuple(reversed(shape)), strides_bytes=tuple(strides_bytes),
-                         box=tuple(reversed(box)), swizzle_bytes=swizzle_bytes)
+                         box=tuple(reversed(tuple(b * e for b, e in zip(box, strides_e)))),
+                         swizzle_bytes=swizzle_bytes,
+                         elem_strides=() if all(e == 1 for e in strides_e)
+                         else tuple(reversed(strides_e)))
 
 
 def default_l2_promotion() -> int:
@@ -198,12 +219,15 @@ def default_l2_promotion() -> int:
 
 
 def make_tensor_map(tensor: Any, *, box: Sequence[int], swizzle_bytes: int = 128,
-                    l2_promotion: int | None = None, name: str = "tensor") -> TensorMap:
+                    l2_promotion: int | None = None, name: str = "tensor",
+                    elem_strides: Sequence[int] = ()) -> TensorMap:
     """Encode a tiled TMA descriptor for a CUDA torch tensor.
 
     box: the tile one TMA instruction moves, in tensor.shape order (e.g. (128, 64) for a
     128-row x 64-column bf16 tile of a row-major [M, K] matrix). Device code addresses the box
     with coordinates innermost first: tma_load_2d(&map, dst, bar, k, m).
+    elem_strides (tensor.shape order; () = all 1): elementStrides, the box's elements read
+    every stride-th element along their dim (check_tensor_map).
     """
     import torch
 
@@ -220,7 +244,7 @@ def make_tensor_map(tensor: Any, *, box: Sequence[int], swizzle_bytes: int = 128
                     "convert to bfloat16, float16, float32 or float8_e4m3fn") from None
     spec = check_tensor_map(tuple(tensor.shape), tuple(tensor.stride()), dtype=dt,
                             address=tensor.data_ptr(), box=box, swizzle_bytes=swizzle_bytes,
-                            name=name)
+                            name=name, elem_strides=elem_strides)
 
     return encode_tensor_map(spec, l2_promotion=l2_promotion, device=tensor.device.index,
                              tensor=tensor, name=name)
@@ -228,8 +252,8 @@ def make_tensor_map(tensor: Any, *, box: Sequence[int], swizzle_bytes: int = 128
 
 def encode_tensor_map(spec: TensorMapSpec, *, l2_promotion: int | None = None,
                       device: int = 0, tensor: Any = None, name: str = "tensor") -> TensorMap:
-    """cuTensorMapEncodeTiled for a validated spec: element strides 1, no interleave, the
-    spec's swizzle, out-of-bounds elements zero-filled (FLOAT_OOB_FILL_NONE).
+    """cuTensorMapEncodeTiled for a validated spec: the spec's element strides (1 unless
+    given), no interleave, the spec's swizzle, out-of-bounds elements zero-filled (FLOAT_OOB_FILL_NONE).
 
     l2_promotion: the L2 fill size a miss of a box row is promoted to (bytes); None reads
     default_l2_promotion()."""
@@ -249,7 +273,7 @@ def encode_tensor_map(spec: TensorMapSpec, *, l2_promotion: int | None = None,
         [driver.cuuint64_t(d) for d in spec.dims],
         [driver.cuuint64_t(s) for s in spec.strides_bytes],
         [driver.cuuint32_t(b) for b in spec.box],
-        [driver.cuuint32_t(1)] * spec.rank,
+        [driver.cuuint32_t(e) for e in (spec.elem_strides or (1,) * spec.rank)],
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(driver.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{swizzle}"),
         getattr(driver.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{l2}"),

@@ -43,8 +43,11 @@ def smem_slice(em: _Emitter, op: O.SmemSlice) -> None:
     em.names[op.result.id] = n
 
 
-def _tmap_for(em: _Emitter, tensor: Value, box: tuple, swizzle: int) -> str:
-    key = (tensor.id, box, swizzle)
+def _tmap_for(em: _Emitter, tensor: Value, box: tuple, swizzle: int,
+              elem_strides: tuple = ()) -> str:
+    """One kernel parameter (a CUtensorMap) per distinct (tensor, box, swizzle, element
+    strides): a strided box is its own map (elementStrides is the descriptor's)."""
+    key = (tensor.id, box, swizzle, elem_strides)
     if key not in em.tmaps:
         em.tmaps[key] = len(em.tmaps)
     return f"tmap{em.tmaps[key]}"
@@ -52,7 +55,7 @@ def _tmap_for(em: _Emitter, tensor: Value, box: tuple, swizzle: int) -> str:
 
 @rule(O.TmaLoad)
 def tma_load(em: _Emitter, op: O.TmaLoad) -> None:
-    tm = _tmap_for(em, op.tensor, op.box, op.swizzle)
+    tm = _tmap_for(em, op.tensor, op.box, op.swizzle, op.elem_strides)
     coords = [em.name(c) for c in reversed(op.coords)]  # PTX wants innermost first
     rank = len(coords)
     if op.multicast:

@@ -42,6 +42,9 @@ class AbiArg:
     box: tuple[int, ...] = ()
     swizzle: int = 0
     dtype: str = "i32"   # of a "scalar" (i32 shape symbols; ag.Scalar parameters i32 or f32)
+    # a "tmap"'s elementStrides (outermost first, () = all 1): `box` elements land, every
+    # stride-th along each dim (TmaLoad.elem_strides)
+    elem_strides: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -460,10 +463,12 @@ def render(kernel: Kernel) -> Source:
         em.emit("}")
 
     em.region(Region(tuple(epilogue)))
-    for (tensor_id, box, swizzle), index in sorted(em.tmaps.items(), key=lambda kv: kv[1]):
+    for (tensor_id, box, swizzle, strides), index in sorted(em.tmaps.items(),
+                                                            key=lambda kv: kv[1]):
         tensor_name = em.tensors[tensor_id]
         params_c.append(f"const __grid_constant__ ag::TensorMap tmap{index}")
-        abi.append(AbiArg("tmap", f"tmap{index}", tensor=tensor_name, box=box, swizzle=swizzle))
+        abi.append(AbiArg("tmap", f"tmap{index}", tensor=tensor_name, box=box, swizzle=swizzle,
+                          elem_strides=strides))
 
     symbol = f"argus_{kernel.name}"
     smem_bytes = kernel.attr("smem_bytes", 0)

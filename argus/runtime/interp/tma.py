@@ -37,8 +37,16 @@ def tma_load(m: _Interp, g: _Group, op: O.TmaLoad) -> None:
     _check_inner_alignment(op, coords)
     shape = view.array().shape
     # an explicit box (several non-unit outer dims) lands in the view row-major
-    box = m._box(op.tensor, coords, op.box, 0.0).reshape(shape) if op.box else \
-        m._box(op.tensor, coords, shape, 0.0)
+    if op.elem_strides:
+        # elementStrides: the box traverses box[d] * stride elements along dim d (out of
+        # bounds ones zero-filled, as any) and lands every stride-th, from coords[d] on
+        span = tuple(b * e for b, e in zip(op.box, op.elem_strides))
+        box = m._box(op.tensor, coords, span, 0.0)[
+            tuple(slice(None, None, e) for e in op.elem_strides)].reshape(shape)
+    elif op.box:
+        box = m._box(op.tensor, coords, op.box, 0.0).reshape(shape)
+    else:
+        box = m._box(op.tensor, coords, shape, 0.0)
     targets = ([view.on(peer[view.buffer_id]) for peer in g.peers]
                if op.multicast else [view])
     for target in targets:
