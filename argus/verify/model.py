@@ -714,10 +714,14 @@ class Model:
                     # elementStrides (TmaLoad.elem_strides): the box's i-th element along
                     # dim d is coords[d] + i * stride (an int: the terms stay linear)
                     estride = list(w.op.elem_strides) or [1] * len(coords)
+
+                    def strided(i, d, estride=estride):
+                        # (stride 1: the index itself, the terms unstrided copies always had)
+                        return i if estride[d] == 1 else i * estride[d]
                     if sum(e > 1 for e in outer) <= 1:
                         # at most one non-unit outer extent: it is the view's rows
                         d = next((i for i, e in enumerate(outer) if e > 1), len(outer) - 1)
-                        coords[d] = coords[d] + r * estride[d]
+                        coords[d] = coords[d] + strided(r, d)
                     else:
                         # a box with several non-unit outer dims lands row-major: view row r
                         # is the box's outer index r unravelled (innermost outer dim fastest).
@@ -733,10 +737,10 @@ class Model:
                                 continue
                             left //= e
                             if left == 1:
-                                coords[d] = coords[d] + rest * estride[d]
+                                coords[d] = coords[d] + strided(rest, d)
                                 break
                             quot = z3.Sum([z3.If(rest >= i * e, 1, 0) for i in range(1, left)])
-                            coords[d] = coords[d] + (rest - quot * e) * estride[d]
+                            coords[d] = coords[d] + strided(rest - quot * e, d)
                             rest = quot
                     loops = w.site.loops()
                     it = inst(loops[-1].var) if loops else None
