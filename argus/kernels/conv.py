@@ -37,6 +37,11 @@ pixels contiguous, so an NCHW caller needs no transpose pass. The epilogue hook 
 per-channel bias (in the output dtype, so the op reads the caller's bias in place) and applies
 an activation before the conversion.
 
+Rowbox (ConvSchedule.rowbox): one 4-d box of the [N, H, W, C] input per K step for the
+whole A tile (a tile's rows are output rows of one image); strided layers read it with the
+tensor map's element strides (ag.tma.load(elem_strides=)), so the box's (i, j) element is the
+input pixel of output pixel (p0 + i, q0 + j) at the step's tap.
+
 Built from the warp-specialized skeleton (argus/kernels/warp_specialized.py): TileScheduler,
 OperandRing (the ring and the wgmma main loop); this file adds the im2col producer and the
 output-row epilogue.
@@ -132,6 +137,14 @@ class ConvSchedule(WarpSpecializedSchedule):
     # columns outside [0, W) are zero-filled by the TMA unit along their own dims (padding).
     # The producer issues 2 copies per stage (A, weight) instead of bm / bw + 1, and its
     # coordinates are additions (no per-row division by P in the K loop).
+    # Strided layers (stride_h, stride_w in 1..8): the box is read with the tensor map's
+    # element strides (1, stride_h, stride_w, 1) from (n, p0 * stride_h + r * dil_h - pad_h,
+    # q0 * stride_w + s * dil_w - pad_w, c0): its (i, j) element is input pixel
+    # ((p0 + i) * stride_h + .., (q0 + j) * stride_w + ..), exactly the im2col rows of output
+    # pixels (p0 + i, q0 + j) at tap (r, s), so one box a K step still covers the A tile
+    # (rows * stride_h and bw * stride_w at most 256: the box's traversed extent, boxDim).
+    # Opt-in for strided layers (argus.ops.conv.schedule_for(strided_rowbox=True)); not
+    # measured on a GPU (docs/perf/conv.md "Strided rowbox").
     rowbox: bool = False
     # how conv_kernel(nchw=True) writes its channels-first result: "registers", the
     # accumulator stored transposed straight from registers (each warp store: 4 channels x 8
@@ -265,6 +278,20 @@ class _BoxCoords(tuple):
         return box
 
 
+def _rowbox_strides(geom: ConvGeometry):
+    """The rowbox A box's element strides along X [N, H, W, C] (the tensor map's
+    elementStrides): (1, stride_h, stride_w, 1), or None (a plain box) at stride 1."""
+    if (geom.stride_h, geom.stride_w) == (1, 1):
+        return None
+    return 1, geom.stride_h, geom.stride_w, 1
+
+
+def _times(a, stride: int):
+    """a * stride, or a itself at stride 1 (no expression: the unstrided rowbox kernel's
+    coordinates and tags stay as they were)."""
+    return a if stride == 1 else a * stride
+
+
 def _plus(a, b):
     """a + b, or a itself when b is the int 0 (no expression: the one-atom kernel's
     coordinates stay as they were)."""
@@ -325,12 +352,16 @@ def _row_pixel(box: _BoxCoords, q0) -> dict:
                 ocol=lambda nh, plane, v, c: ag.sym(q0) + (v - ag.sym(box[2])))
 
 
-def _rowbox_pixel(image, p0, q0, h0, w0) -> dict:
+def _rowbox_pixel(image, p0, q0, h0, w0, geom: ConvGeometry) -> dict:
     """Copy tags of a rowbox A box ([N, H, W, C] box of the image's rows from h0 and columns
-    from w0): the image, each element's output row p0 + (h - h0) and column q0 + (w - w0)."""
+    from w0): the image, each element's output row p0 + (h - h0) and column q0 + (w - w0);
+    strided (the box's element strides stride_h, stride_w): p0 + (h - h0) / stride_h and
+    q0 + (w - w0) / stride_w (exact: the box reads every stride-th row and column)."""
+    def step(delta, stride: int):
+        return delta if stride == 1 else delta // stride
     return dict(img=lambda n, h, w, c: ag.sym(image),
-                oh=lambda n, h, w, c: ag.sym(p0) + (h - ag.sym(h0)),
-                ocol=lambda n, h, w, c: ag.sym(q0) + (w - ag.sym(w0)))
+                oh=lambda n, h, w, c: ag.sym(p0) + step(h - ag.sym(h0), geom.stride_h),
+                ocol=lambda n, h, w, c: ag.sym(q0) + step(w - ag.sym(w0), geom.stride_w))
 
 
 def _receptive_field(geom: ConvGeometry, X, H, rowbox: bool):
@@ -356,9 +387,10 @@ def _receptive_field(geom: ConvGeometry, X, H, rowbox: bool):
         r, s = a.fr, a.fs
         decomposed = ag.tag_all(a.tap == r * geom.s + s, s >= 0, s < geom.s)
         if rowbox:
-            # X [N, H, W, C]: rows and columns are their own dims (zero-filled on their own)
-            h = a.oh + (r * geom.dil_h - geom.pad_h)
-            w = a.ocol + (s * geom.dil_w - geom.pad_w)
+            # X [N, H, W, C]: rows and columns are their own dims (zero-filled on their own);
+            # strided: the index map's stride (the box's element strides read it)
+            h = a.oh * geom.stride_h + (r * geom.dil_h - geom.pad_h)
+            w = a.ocol * geom.stride_w + (s * geom.dil_w - geom.pad_w)
             inside = ag.tag_all(h >= 0, h < PG, w >= 0, w < WV)
             read = ag.tag_all(a.nh == a.img, a.pg == h, a.wv == w)
             outside = ag.tag_any(a.nh >= NH, a.pg < 0, a.pg >= PG, a.wv < 0, a.wv >= WV)
@@ -671,12 +703,20 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                                 f"are not wired for tf32",
                                 fix="ConvSchedule(bk=32, halo=False, promote=False) "
                                     "(argus.ops.conv.schedule_for(..., precision='tf32'))")
-        if s.rowbox and (geom.t, geom.stride_h, geom.stride_w, geom.groups) != (1, 1, 1, 1):
+        if s.rowbox and ((geom.t, geom.groups) != (1, 1) or
+                         not 1 <= geom.stride_h <= 8 or not 1 <= geom.stride_w <= 8):
             raise ag.TraceError(f"ConvSchedule(rowbox=True) loads a tile's input rows as one "
                                 f"box of the [N, H, W, C] input: it needs a 2-d convolution "
-                                f"with stride 1 and one group; got t={geom.t}, stride "
-                                f"({geom.stride_h}, {geom.stride_w}), groups={geom.groups}",
+                                f"with one group and strides of at most 8 (the TMA unit's "
+                                f"element strides); got t={geom.t}, stride ({geom.stride_h}, "
+                                f"{geom.stride_w}), groups={geom.groups}",
                                 fix="rowbox=False")
+        if s.rowbox and (row_blocks * geom.stride_h > 256 or s.bw * geom.stride_w > 256):
+            raise ag.TraceError(f"ConvSchedule(rowbox=True, bm={s.bm}, bw={s.bw}) at stride "
+                                f"({geom.stride_h}, {geom.stride_w}): the box traverses "
+                                f"{row_blocks} x {geom.stride_h} input rows and {s.bw} x "
+                                f"{geom.stride_w} columns, past the TMA box's 256",
+                                fix="a narrower bw (or fewer rows, bm / bw), or rowbox=False")
         if nchw and s.epilogue != "direct":
             raise ag.TraceError(f"conv_kernel(nchw=True) stores each warpgroup's accumulator "
                                 f"transposed as one output row segment: it needs "
@@ -787,6 +827,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                 if s.rowbox:
                     # X is [N, H, W, C]: the tile's image and first row, once per tile
                     image, p0 = np0 // P, np0 % P
+                    strides = _rowbox_strides(geom)
                     for k in ag.range(k_steps):
                         with ring.pipe.produce() as stage:
                             for atom in range(atoms):
@@ -798,15 +839,18 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                                 pushed = 0 if isinstance(past, int) else past * X.shape[0]
                                 # (in the order the coordinates were always recorded)
                                 n0 = _plus(image, pushed)
-                                h0 = p0 + (r * geom.dil_h - geom.pad_h)
-                                w0 = q0 + (t * geom.dil_w - geom.pad_w)
+                                # (strided: the first output row / column times the stride;
+                                # the box's element strides step the rest)
+                                h0 = _times(p0, geom.stride_h) + (r * geom.dil_h - geom.pad_h)
+                                w0 = _times(q0, geom.stride_w) + (t * geom.dil_w - geom.pad_w)
                                 # copy tags: the output pixel (image, p0 + i, q0 + j) each
                                 # element is read for (its place in the box), and its tap
                                 ag.tma.load(a_view, X, (n0, h0, w0, c0),
                                             box=(1, row_blocks, s.bw, s.bk),
+                                            elem_strides=strides,
                                             tags=_im2col_tags(
                                                 geom, tap, taps, cg_padded,
-                                                **_rowbox_pixel(image, p0, q0, h0, w0)))
+                                                **_rowbox_pixel(image, p0, q0, h0, w0, geom)))
                                 ag.tma.load(_weight_rows(ring.b[stage], atom, s.bn,
                                                          sched.rank * part, part), Wt,
                                             _weight_coords(g, unit.n * s.bn + sched.rank * part,

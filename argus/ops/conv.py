@@ -155,7 +155,8 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
                  halo: bool = False, rowbox: bool | None = None,
                  precision: str | None = None,
                  nchw_epilogue: str | None = None,
-                 taps_per_slice: int | str = "auto") -> ConvSchedule:
+                 taps_per_slice: int | str = "auto",
+                 strided_rowbox: bool = False) -> ConvSchedule:
     """A first heuristic, not tuned: bw = Q rounded up to a power of two in [8, 64] (fewer
     wasted tile rows on narrow layers; below 64 it needs the TMA-store epilogue, so a 16-bit
     output with 16-byte aligned channel rows), bn 128 unless the layer has <= 64 output
@@ -209,6 +210,14 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     bk becomes the channels per group rounded up to one swizzle atom (`packed_bk`), the
     ring as deep as its bigger stages fit, and no cluster (measured: `packed_taps`,
     docs/perf/conv.md "Packed taps").
+
+    `strided_rowbox=True` (opt-in, default off): rowbox for 2-d one-group layers with a
+    stride (<= 8) too, where the tile's box fits the TMA unit (`strided_rowbox_fits`): the
+    box read with the tensor map's element strides (ConvSchedule.rowbox, argus/kernels/
+    conv.py), one box a K step instead of bm / bw (ResNet-50's stem 7x7/2 and c3 3x3 128/2:
+    0.57-0.59x and 0.71x cuDNN with the per-row boxes). Not measured on a GPU
+    (`scripts/gpu_conv_bench.py --rowbox`, its "strided rowbox" rows), so not the default.
+    `rowbox=False` wins over it.
     """
     if taps_per_slice != "auto" and (not isinstance(taps_per_slice, int) or
                                      isinstance(taps_per_slice, bool) or taps_per_slice < 1):
@@ -218,7 +227,8 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
                           f"is an int >= 1 or 'auto'", fix="taps_per_slice=1 (one tap a "
                           "step), an int > 1, or 'auto'")
     base = _schedule_for(x, weight, stride, padding, dilation, groups, halo=halo, rowbox=rowbox,
-                        precision=precision, nchw_epilogue=nchw_epilogue)
+                        precision=precision, nchw_epilogue=nchw_epilogue,
+                        strided_rowbox=strided_rowbox)
     sw = _pair(stride, "stride", x.dim() - 2)[-1]
     if taps_per_slice == 1 or base.promote or base.halo or (groups > 1 and sw > 1):
         # (grouped with a column stride: the verifier's false positive, conv_kernel's tags)
@@ -290,7 +300,8 @@ def packed_taps(bk: int, elem: int, slices: int) -> int:
 def _schedule_for(x, weight, stride, padding, dilation, groups, *,
                   halo: bool = False, rowbox: bool | None = None,
                   precision: str | None = None,
-                  nchw_epilogue: str | None = None) -> ConvSchedule:
+                  nchw_epilogue: str | None = None,
+                  strided_rowbox: bool = False) -> ConvSchedule:
     """`schedule_for` with one K slice a step (its heuristic; see there)."""
     W, K, S = x.shape[-1], weight.shape[0], weight.shape[-1]
     sw, pw, dw = (_pair(v, name, x.dim() - 2)[-1] for v, name in (
@@ -311,8 +322,10 @@ def _schedule_for(x, weight, stride, padding, dilation, groups, *,
         bw = 64
     dims = x.dim() - 2
     sh, sw = _pair(stride, "stride", dims)[-2:]
-    # one box of the [N, H, W, C] input per K step (see above)
-    box = (dims, sh, sw, groups) == (2, 1, 1, 1) and rowbox is not False
+    # one box of the [N, H, W, C] input per K step (see above); strided layers only when
+    # asked (strided_rowbox: unmeasured), where the strided box fits (bm 128: 128 / bw rows)
+    box = (dims, groups) == (2, 1) and rowbox is not False and (
+        (sh, sw) == (1, 1) or strided_rowbox and strided_rowbox_fits(sh, sw, 128 // bw, bw))
     nchw_epi = nchw_epilogue or NCHW_EPILOGUE
     if precision == "tf32":
         bn = tf32_bn(Kg)
@@ -352,6 +365,14 @@ def _schedule_for(x, weight, stride, padding, dilation, groups, *,
     stages = max(4, min(6, (_SMEM_BUDGET - staging) // ((128 + bn) * 64 * 2)))
     return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
                         epilogue=epilogue, cluster_m=2, rowbox=box, nchw_epilogue=nchw_epi)
+
+
+def strided_rowbox_fits(stride_h: int, stride_w: int, rows: int, bw: int) -> bool:
+    """Whether a rowbox tile of `rows` output rows x `bw` columns at stride (stride_h,
+    stride_w) is one TMA box: element strides of at most 8, and the box's traversed extents
+    (boxDim = landed elements x stride) rows * stride_h and bw * stride_w at most 256."""
+    return 1 <= stride_h <= 8 and 1 <= stride_w <= 8 and rows * stride_h <= 256 and \
+        bw * stride_w <= 256
 
 
 def rowbox_useful(P: int, Q: int, bm: int, bw: int) -> float:
@@ -588,7 +609,8 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
     the contiguous bf16 [N, D, H, W, G * Cg'] with each group's channels the pieces of
     slots side by side (slot t: piece slots[t][0] of its Cg channels), zero-padded to Cg', a
     multiple of 8 (argus.compose packs it with Argus kernels). Runs on CPU tensors too (the
-    interpreter tests use it). `rowbox` (ConvSchedule.rowbox: 2-d, stride 1, one group): X is
+    interpreter tests use it). `rowbox` (ConvSchedule.rowbox: 2-d, one group, strides <= 8,
+    the kernel's box read with element strides where they are > 1): X is
     the [N, H, W, C] input instead (a view as well; one-row images, conv1d's form, as the
     [1, N, W, C] image of N rows: `_fold_rows`). `precision="tf32"` (fp32 only): no split,
     X and Wt stay fp32, rounded to tf32 to nearest (cvt.rna: X by `_tf32_input`'s Argus
@@ -641,12 +663,13 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
         ndhwc = F.pad(grouped, (0, cpad, 0, 0, 0, wpad)).contiguous().reshape(
             N, D, H, W + wpad, G * (Cg + cpad))       # pad keeps a permuted input's strides
         Cg, W = Cg + cpad, W + wpad
-    fold = _fold_rows(rowbox, dims, H, R, ph)
+    fold = _fold_rows(rowbox, dims, H, R, ph, sh)
     if rowbox:
-        if (dims, D, sh, sw, G) != (2, 1, 1, 1, 1):
+        # (a stride: the kernel's box reads with element strides, ConvSchedule.rowbox)
+        if (dims, D, G) != (2, 1, 1) or not (1 <= sh <= 8 and 1 <= sw <= 8):
             raise LaunchError(f"argus.ops.conv: ConvSchedule(rowbox=True) needs a 2-d "
-                              f"convolution with stride 1 and one group; got stride "
-                              f"{(sh, sw)}, groups={G}", fix="rowbox=False")
+                              f"convolution with one group and strides of at most 8; got "
+                              f"stride {(sh, sw)}, groups={G}", fix="rowbox=False")
         X = ndhwc.as_strided((N, H, W, Cg), (H * W * Cg, W * Cg, Cg, 1))
         if fold:                                   # the N one-row images as rows of one
             X = ndhwc.as_strided((1, N, W, Cg), (N * W * Cg, W * Cg, Cg, 1))
@@ -666,14 +689,16 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
     return X, Wt, out, _out_view(out, G, nchw, fold), b, sizes, geom, in_dtype, out_dtype
 
 
-def _fold_rows(rowbox: bool, dims: int, H: int, R: int, pad_h: int) -> bool:
+def _fold_rows(rowbox: bool, dims: int, H: int, R: int, pad_h: int,
+               stride_h: int = 1) -> bool:
     """Whether a rowbox problem of one-row images (conv1d as 2-d on a unit height: H = 1, a
     1-row filter, no row padding) runs as ONE image of N rows instead: the rowbox tile is
     bm / bw output rows of one image, so with P = 1 every tile's second row block lay past
     its image (half of each tile computed and dropped, twice the tiles). No filter row
     reaches another row, so the N rows never mix; X, the sizes and Out's view say so
-    (`operands`, `_out_view`)."""
-    return rowbox and dims == 2 and H == 1 and R == 1 and pad_h == 0
+    (`operands`, `_out_view`). Not with a row stride (a strided rowbox: output row p of the
+    folded image would read input row p * stride_h, another image's)."""
+    return rowbox and dims == 2 and H == 1 and R == 1 and pad_h == 0 and stride_h == 1
 
 
 def _launch(kernel, src, dst) -> None:
@@ -826,7 +851,8 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         # is 32-bit: the register store
         s = dataclasses.replace(s, nchw_epilogue="registers")
     fold = s.rowbox and x.dim() == 4 and _fold_rows(True, 2, x.shape[2], weight.shape[2],
-                                                     _pair(padding, "padding")[0])
+                                                     _pair(padding, "padding")[0],
+                                                     _pair(stride, "stride")[0])
     kernel = conv_kernel(idt, odt, bias is not None, activation, precision, channels_first)
     if x.is_cuda or x.is_meta:          # meta: compiled only (ahead of time), never launched
         key = (idt, odt, bias is not None, activation, geom, s, x.device.index, precision,

@@ -28,7 +28,9 @@ fill read from outside the tensor (padding, a packed step's tail).
     receptive-field assertion (a tap past the filter must read outside the tensor);
   * narrow per-row boxes (bw 8) loading the input row below their own, the halo's rows one
     input row low, the halo consumer's filter-row offset one row off: the verifier, the
-    receptive-field tag assertion.
+    receptive-field tag assertion;
+  * the strided rowbox (stride 2) without its element strides, or started at p0 instead of
+    p0 * stride: the verifier, the receptive-field tag assertion, and the interpreter.
 """
 
 import dataclasses
@@ -414,6 +416,43 @@ def test_wrong_stride_is_a_receptive_field_error(monkeypatch):
     bad = _errors(found, "tag.assert")
     assert all("receptive field" in str(d) for d in bad), [str(d)[-300:] for d in bad]
     _names_thread_and_line(bad[0], "conv.py:")
+
+
+# the strided rowbox (ConvSchedule.rowbox at stride 2: one box read with element strides)
+GEOM_ROWBOX_S2 = ConvGeometry(3, 3, 2, 2, 1, 1, 1, 1, groups=1, cg_padded=64)
+ROWBOX_S2 = ConvSchedule(bm=128, bn=64, bw=64, stages=2, rowbox=True, num_sms=2)
+
+
+@pytest.mark.parametrize("bug", ["strides_dropped", "start_not_strided"])
+def test_strided_rowbox_wrong_box_is_a_receptive_field_error(monkeypatch, bug):
+    """The strided rowbox box without its element strides (consecutive input pixels: the
+    copy tags still say every second one), or started at p0 + r - pad instead of p0 * stride
+    + r - pad (the strides right, the first row and column not): the receptive-field
+    assertion, which states the index map apart from the producer (a.oh * stride_h + ..),
+    finds the element read for the wrong pixel."""
+    if bug == "strides_dropped":
+        monkeypatch.setattr(K, "_rowbox_strides", lambda geom: None)
+    else:
+        monkeypatch.setattr(K, "_times", lambda a, stride: a)
+    found = verify.check(K.conv_kernel.__wrapped__(), geom=GEOM_ROWBOX_S2, s=ROWBOX_S2)
+    bad = _errors(found, "tag.assert")
+    assert all("receptive field" in str(d) for d in bad), [str(d)[-300:] for d in bad]
+    _names_thread_and_line(bad[0], "conv.py:")
+
+
+@pytest.mark.parametrize("bug", ["strides_dropped", "start_not_strided"])
+def test_strided_rowbox_wrong_box_is_caught_by_the_interpreter(monkeypatch, bug):
+    _fresh(monkeypatch)
+    if bug == "strides_dropped":
+        monkeypatch.setattr(K, "_rowbox_strides", lambda geom: None)
+    else:
+        monkeypatch.setattr(K, "_times", lambda a, stride: a)
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(2, 8, 9, 10, generator=g).bfloat16()
+    w = torch.randn(8, 8, 3, 3, generator=g).bfloat16()
+    y = conv_op.conv2d_interpret(x, w, None, 2, 1, 1, 1, schedule=ROWBOX_S2)
+    ref = F.conv2d(x.double(), w.double(), None, 2, 1)
+    assert (y.double() - ref).abs().max().item() / ref.abs().max().item() > 0.05
 
 
 def test_packed_tap_twice_is_a_k_once_error(monkeypatch):
