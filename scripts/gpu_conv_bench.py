@@ -30,7 +30,12 @@ normwise error against float64.
                                                 # default (rowbox where it applies) vs
                                                 # rowbox=False vs cuDNN, with geomeans; on
                                                 # c3-c5 also the small-image candidates (bm 64,
-                                                # one consumer) and schedule_for's rule
+                                                # one consumer) and schedule_for's rule; on
+                                                # the strided layers the strided rowbox
+                                                # (element-strided box, opt-in), and after
+                                                # the table ResNet-50's other strided layers
+    python scripts/gpu_conv_bench.py --strided  # only ResNet-50's 7 strided layers: default
+                                                # vs strided rowbox vs cuDNN (kernel alone)
     python scripts/gpu_conv_bench.py --cases depthwise,pointwise   # fp32 under tf32: the
                                                 # depthwise and 1x1 routes (and compose's
                                                 # depthwise template) vs cuDNN TF32, < 1 min with
@@ -76,6 +81,16 @@ RESNET50 = [
     ("c5 1x1 512->2048", 32, 512, 7, 7, 2048, 1, 1, 1, 0),
 ]
 QUICK = ("c2 3x3 64", "c3 3x3 128", "c4 3x3 256")
+# ResNet-50's other strided convolutions (torchvision v1.5: the 3x3 of c4's and c5's first
+# block, and the 1x1 / 2 downsamples of c3-c5): with the stem and c3/2 above, every strided
+# layer, for the strided rowbox (schedule_for(strided_rowbox=True))
+RESNET50_STRIDED_EXTRA = [
+    ("c4 3x3 256/2", 32, 256, 28, 28, 256, 3, 3, 2, 1),
+    ("c5 3x3 512/2", 32, 512, 14, 14, 512, 3, 3, 2, 1),
+    ("c3 1x1/2 256->512", 32, 256, 56, 56, 512, 1, 1, 2, 0),
+    ("c4 1x1/2 512->1024", 32, 512, 28, 28, 1024, 1, 1, 2, 0),
+    ("c5 1x1/2 1024->2048", 32, 1024, 14, 14, 2048, 1, 1, 2, 0),
+]
 
 
 def _rel(out, ref) -> float:
@@ -217,9 +232,12 @@ def rowbox_table() -> None:
     rowbox layers with the TMA-store epilogue (c3 / c4 / c5) the small-image candidates
     (`_small_image_candidates`) run too, each row with its tiles' useful fraction, and the
     geomean "with the small-image rule" is schedule_for's pick now on every layer (the
-    rule's row where it differs from the default). Run with the default ARGUS_VERIFY=1 to see the
-    compile (and verification) time of each schedule too; ARGUS_VERIFY=0 times the same
-    kernels."""
+    rule's row where it differs from the default). On the strided layers (stem, c3/2) the
+    strided rowbox candidates run too (`_strided_rowbox_candidates`), with a geomean "with the
+    strided rowbox" (the rule's pick, the strided rowbox on the layers it ran); after the
+    table, ResNet-50's other strided layers (`strided_table`). Run with the default
+    ARGUS_VERIFY=1 to see the compile (and verification) time of each schedule too;
+    ARGUS_VERIFY=0 times the same kernels."""
     import time
 
     import torch.nn.functional as F
@@ -231,7 +249,7 @@ def rowbox_table() -> None:
           "cuDNN (bf16, channels-last, batch 32)")
     ratios: dict[str, list] = {"default": [], "rowbox=False": [], "default, rowbox layers": [],
                                "rowbox=False, rowbox layers": []}
-    small: dict[str, list] = {"with the small-image rule": []}
+    small: dict[str, list] = {"with the small-image rule": [], "with the strided rowbox": []}
     wrong_defaults: list[str] = []      # layers where the default (the rule) computed wrong
     for i, (name, N, C, H, W, K, R, S, st, pad) in enumerate(RESNET50):
         x, w = _layer(N, C, H, W, K, R, S, i)
@@ -242,13 +260,14 @@ def rowbox_table() -> None:
                       lambda: conv_ops.schedule_for(x, w, st, pad, 1, 1)),
                   "rowbox=False": conv_ops.schedule_for(x, w, st, pad, 1, 1, rowbox=False)}
         scheds.update(_small_image_candidates(x, w, st, pad, scheds["default"]))
+        scheds.update(_strided_rowbox_candidates(x, w, st, pad, scheds["default"]))
         fns, ok = {}, True
         for label, sched in scheds.items():
             t0 = time.perf_counter()
             try:
                 err = _rel(conv_ops.convolve(x, w, None, st, pad, schedule=sched), ref)
             except Exception as e:      # a candidate that does not build is reported, not fatal
-                if not label.startswith("small-image"):
+                if not _candidate(label):
                     raise
                 print(f"{name:18s} {label:13s} FAILED: {type(e).__name__}: {e}", flush=True)
                 continue
@@ -264,7 +283,7 @@ def rowbox_table() -> None:
                 # rule's own schedule is the default since 52324dc: a wrong one fails the run
                 if label == "small-image rule":
                     wrong_defaults.append(name)
-                ok = ok and label.startswith("small-image")
+                ok = ok and _candidate(label)
                 continue
             fns[label] = _prepared(x, w, st, pad, sched)
         if not ok:
@@ -287,8 +306,10 @@ def rowbox_table() -> None:
             continue                    # the rule's schedule was wrong: no geomean for it
         rule = "small-image rule" if "small-image rule" in ms else "default"
         small["with the small-image rule"].append(ms["cudnn"] / ms[rule])
+        small["with the strided rowbox"].append(
+            ms["cudnn"] / ms["strided rowbox" if "strided rowbox" in ms else rule])
         for label in ms:
-            if label.startswith("small-image"):
+            if _candidate(label):
                 small.setdefault(f"{label}, layers it ran", []).append(ms["cudnn"] / ms[label])
                 small.setdefault(f"default on those layers ({label})", []).append(
                     ms["cudnn"] / ms["default"])
@@ -296,9 +317,96 @@ def rowbox_table() -> None:
         if rs:
             print(f"geomean cudnn/ours, {label}: "
                   f"{math.exp(sum(map(math.log, rs)) / len(rs)):.3f}x over {len(rs)} layers")
+    strided_table(RESNET50_STRIDED_EXTRA, seed=len(RESNET50))
     if wrong_defaults:
         raise SystemExit(f"WRONG results from the default (small-image rule) schedule on "
                          f"{', '.join(wrong_defaults)}")
+
+
+def _candidate(label: str) -> bool:
+    """A row that may fail (to build, or wrong: left out, reported) without failing the run:
+    the small-image and strided-rowbox candidates."""
+    return label.startswith(("small-image", "strided"))
+
+
+def _strided_rowbox_candidates(x, w, st, pad, default) -> dict:
+    """On a strided layer: "strided rowbox", schedule_for(strided_rowbox=True) (the A tile one
+    TMA box read with element strides, ConvSchedule.rowbox; opt-in, docs/perf/conv.md
+    "Strided rowbox"), and the same without the 2x1 cluster where it has one."""
+    import dataclasses
+
+    from argus.ops import conv as conv_ops
+
+    if st == 1:
+        return {}
+    cand = conv_ops.schedule_for(x, w, st, pad, 1, 1, strided_rowbox=True)
+    if not cand.rowbox or cand == default:
+        return {}
+    out = {"strided rowbox": cand}
+    if cand.cluster_m > 1:
+        out["strided rowbox cl1"] = dataclasses.replace(cand, cluster_m=1)
+    return out
+
+
+def strided_table(layers=None, seed: int = 0) -> None:
+    """ResNet-50's strided layers (default: all 7, RESNET50's stem and c3/2 and
+    RESNET50_STRIDED_EXTRA; bf16, channels-last, batch 32), the kernel alone, each checked
+    against float64 first: the default (per-row boxes) vs the strided rowbox candidates vs
+    cuDNN, with geomeans. A wrong or failing candidate is reported and left out; a wrong
+    default fails the run."""
+    import time
+
+    import torch.nn.functional as F
+
+    from argus.ops import conv as conv_ops
+    from argus.runtime.timing import measure_alternating
+
+    if layers is None:
+        layers = [r for r in RESNET50 if r[8] > 1] + RESNET50_STRIDED_EXTRA
+    print("== ResNet-50 strided layers, kernel alone: default vs strided rowbox vs cuDNN "
+          "(bf16, channels-last, batch 32)")
+    geo: dict[str, list] = {}
+    for i, (name, N, C, H, W, K, R, S, st, pad) in enumerate(layers):
+        x, w = _layer(N, C, H, W, K, R, S, seed + i)
+        ref = F.conv2d(x.double(), w.double(), None, st, pad)
+        default = conv_ops.schedule_for(x, w, st, pad, 1, 1)
+        scheds = {"default": default}
+        scheds.update(_strided_rowbox_candidates(x, w, st, pad, default))
+        fns = {}
+        for label, sched in scheds.items():
+            t0 = time.perf_counter()
+            try:
+                err = _rel(conv_ops.convolve(x, w, None, st, pad, schedule=sched), ref)
+            except Exception as e:
+                if not _candidate(label):
+                    raise
+                print(f"{name:20s} {label:18s} FAILED: {type(e).__name__}: {e}", flush=True)
+                continue
+            print(f"{name:20s} {label:18s} rowbox {sched.rowbox!s:5s} bm {sched.bm} bn "
+                  f"{sched.bn} bw {sched.bw} bk {sched.bk} taps {sched.taps_per_slice} cluster "
+                  f"{sched.cluster_m} stages {sched.stages} epilogue {sched.epilogue}; first "
+                  f"call {time.perf_counter() - t0:6.1f} s; max rel err {err:.1e}", flush=True)
+            if err > 1e-2:
+                print(f"{name:20s} {label:18s} WRONG", flush=True)
+                if not _candidate(label):
+                    raise SystemExit(f"WRONG result from the default schedule on {name}")
+                continue
+            fns[label] = _prepared(x, w, st, pad, sched)
+        fns["cudnn"] = lambda x=x, w=w, st=st, pad=pad: F.conv2d(x, w, None, st, pad)
+        times = measure_alternating(list(fns.values()), rounds=3, trials=100, warmup=20)
+        ms = {label: t.median_ms for label, t in zip(fns, times)}
+        cells = "  ".join(f"{label} {t:8.4f} ms" for label, t in ms.items())
+        ratios = "  ".join(f"cudnn/{label} {ms['cudnn'] / t:5.2f}x" for label, t in ms.items()
+                           if label != "cudnn")
+        print(f"{name:20s} {cells}  {ratios}", flush=True)
+        for label, t in ms.items():
+            if label != "cudnn":
+                geo.setdefault(label, []).append(ms["cudnn"] / t)
+        best = min(t for label, t in ms.items() if label != "cudnn")
+        geo.setdefault("best of the rows", []).append(ms["cudnn"] / best)
+    for label, rs in geo.items():
+        print(f"geomean cudnn/ours (strided layers), {label}: "
+              f"{math.exp(sum(map(math.log, rs)) / len(rs)):.3f}x over {len(rs)} layers")
 
 
 def _without_small_image_rule(make):
@@ -1019,6 +1127,9 @@ def main() -> None:
     ap.add_argument("--rowbox", action="store_true",
                     help="all ResNet-50 layers, kernel alone: the default (rowbox where it "
                          "applies) vs rowbox=False vs cuDNN, and stop")
+    ap.add_argument("--strided", action="store_true",
+                    help="ResNet-50's strided layers, kernel alone: the default vs the strided "
+                         "rowbox (opt-in) vs cuDNN, and stop")
     ap.add_argument("--profile", metavar="LAYER", default=None,
                     help="profile one ResNet layer (e.g. 'c4 3x3 256') and stop")
     ap.add_argument("--cases", metavar="LIST", default=None,
@@ -1060,6 +1171,9 @@ def main() -> None:
         return
     if args.rowbox:
         rowbox_table()
+        return
+    if args.strided:
+        strided_table()
         return
     if args.variants:
         which = tuple(v.strip() for v in args.variants.split(",") if v.strip())
