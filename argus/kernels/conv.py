@@ -56,11 +56,20 @@ from argus.dtypes import DType
 from argus.kernels.gemm_fp8 import PROMOTE_MAX_BN, promoted_mma
 from argus.kernels.warp_specialized import (OperandRing, Staging, TileScheduler,
                                             WarpSpecializedSchedule, occupancy_problems)
+from argus.target.limits import entry_registers
 
 __all__ = ["ACTIVATIONS", "NCHW_EPILOGUES", "ConvGeometry", "ConvSchedule", "NchwStaging",
            "conv_kernel"]
 
 ACTIVATIONS = ("none", "relu", "gelu_tanh", "sigmoid", "tanh")
+# Registers past a consumer warpgroup's fp32 accumulator that ptxas needs to compile its
+# wgmma when the whole kernel is held to the count a thread enters with (ctas_per_sm > 1:
+# __launch_bounds__(threads, 2), whatever setmaxnreg hands the consumers later). NVRTC 13.0,
+# sm_90a, conv_kernel: every refusal asked for "a register target of" accumulator + 26
+# (bn 128 / 112 in two consumers at 80: 90 / 82; bn 208 / 256 in one at 128: 130 / 154), and
+# accumulator + 26 <= entry built without spills (bn 96 at 80, bn 192 / 200 at 128);
+# docs/perf/conv.md "Two CTAs an SM: the accumulator against the entry registers"
+WGMMA_ENTRY_MARGIN = 26
 # how conv_kernel(nchw=True) writes its result (ConvSchedule.nchw_epilogue)
 NCHW_EPILOGUES = ("registers", "tma", "staged")
 
@@ -190,6 +199,7 @@ class ConvSchedule(WarpSpecializedSchedule):
         problems = super()._problems()
         problems += occupancy_problems(self.ctas_per_sm, self.consumers, self.producer_regs,
                                        self.consumer_regs)
+        problems += self._entry_register_problems()
         if self.taps_per_slice < 1:
             problems.append(f"taps_per_slice={self.taps_per_slice} < 1")
         if self.taps_per_slice > 1 and (self.halo or self.promote):
@@ -227,6 +237,35 @@ class ConvSchedule(WarpSpecializedSchedule):
         if self.zero_by_wgmma:
             problems.append("zero_by_wgmma is not wired into the convolution")
         return problems
+
+    def _entry_register_problems(self) -> list[str]:
+        """At ctas_per_sm > 1 ptxas compiles the whole kernel at the registers a thread enters
+        with (entry_registers), so a consumer warpgroup's fp32 accumulator (64 rows x bn: bn / 2
+        a thread) and WGMMA_ENTRY_MARGIN more must fit that count, not consumer_regs: else
+        NVRTC refuses the kernel ("Insufficient registers ... register target of ...") or
+        spills. promote's second accumulator costs nothing here: bm 64 at bn 128 and 160
+        promoted build in 128 without spills (NVRTC 13.0), and bn 128 promoted in two
+        consumers is refused at the same target of 90 as the plain kernel."""
+        if self.ctas_per_sm <= 1 or self.consumers < 1 or self.ctas_per_sm not in (1, 2):
+            return []   # one CTA: 255 at entry; a bad ctas_per_sm is occupancy_problems'
+        threads = 128 * (1 + self.consumers)
+        entry = entry_registers(threads, self.ctas_per_sm)
+        rows = self.bm // self.consumers
+        live = rows * self.bn // 128
+        if live + WGMMA_ENTRY_MARGIN <= entry:
+            return []
+        step = 16 if self.epilogue == "tma" else 8   # the TMA store's column blocks
+        fit = (entry - WGMMA_ENTRY_MARGIN) * 128 // rows // step * step
+        one = entry_registers(256, self.ctas_per_sm)
+        return [f"ctas_per_sm={self.ctas_per_sm}: ptxas compiles the kernel at the {entry} "
+                f"registers each of {threads} threads enters with, too few for a consumer "
+                f"warpgroup's {rows} x {self.bn} fp32 accumulator ({live} a thread) and the "
+                f"{WGMMA_ENTRY_MARGIN} more its wgmma needs (NVRTC refuses it or spills): use "
+                f"bn <= {fit} with {self.consumers} consumer warpgroup(s)"
+                + (f", or one consumer warpgroup (bm=64, consumers=1: {one} at entry, "
+                   f"bn <= {(one - WGMMA_ENTRY_MARGIN) * 2 // step * step})"
+                   if self.consumers > 1 else "")
+                + ", or ctas_per_sm=1"]
 
 
 def _outside(i, extent):
