@@ -8,8 +8,13 @@ R (never bit-vector division: S = 3 takes seconds there, §3.6):
   pipe.producers  one producer warpgroup issues each step (one arrive.expect_tx per phase);
   pipe.totals     producer and consumer roles run the same number of steps; in a cooperative
                   consumer role (several warpgroups, no pipe.skip) every warpgroup as many
-                  as the producer, one claim per warpgroup (_per_warpgroup);
-  pipe.arrivals   empty-barrier init count = consumer warpgroups that arrive per step;
+                  as the producer, one claim per warpgroup (_per_warpgroup); in a role whose
+                  warpgroups take turns without pipe.skip (_turns: fewer empty-barrier
+                  arrivals than warpgroups, consume steps under a condition on the
+                  warpgroup) each warpgroup's counter too (_turn_obligations);
+  pipe.arrivals   empty-barrier init count = consumer warpgroups that arrive per step (for
+                  turns without pipe.skip: the warpgroups consume count x the producer's
+                  steps together);
   pipe.slot       every site uses the ring slot n % S of its counter n (so a step's TMA lands
                   where the consumer of the same step reads; counters continue across loops,
                   which a per-tile reset breaks unless Kt % S == 0);
@@ -124,9 +129,11 @@ def _pipe(model: Model, pipe: PipeInfo):
     consumer_roles = {s.site.role.index.id if s.site.role is not None else None: s.site.role
                       for s in consumers}
     # a role whose warpgroups take turns on the pipe (pipe.skip, ping-pong) releases each step
-    # once, by the warpgroup whose turn it is (check_ordered proves the turns)
-    consumer_wgs = sum(1 if any(isinstance(x, O.PipeSkip) and x.pipe.id == create.result.id
-                                for x in r.body.walk()) else r.warpgroups
+    # once, by the warpgroup whose turn it is (check_ordered proves the turns); one that takes
+    # turns without pipe.skip (_turns) releases each step as often as the empty barrier counts,
+    # which _turn_obligations proves (the static count would only restate the init count)
+    consumer_wgs = sum(1 if _skips(create, r) else
+                       create.consumers if _turns(model, create, r, consumers) else r.warpgroups
                        for r in consumer_roles.values() if r is not None) or 1
     # -- totals ----------------------------------------------------------------------------
     p_roles = {(s.site.role.name if s.site.role else None) for s in producers}
@@ -140,7 +147,15 @@ def _pipe(model: Model, pipe: PipeInfo):
                      in (pr, cr)]
             role = next((r for r in consumer_roles.values()
                          if r is not None and r.name == cr), None)
-            if _cooperative(create, role):
+            if _turns(model, create, role, consumers):
+                # the warpgroups take turns without pipe.skip: each step consumed by as many
+                # warpgroups as the empty barrier counts, and each warpgroup's counter over
+                # every step of the ring (which only pipe.skip gives a warpgroup that waits)
+                for ob in _turn_obligations(model, pipe, role, pr, _num(tp), _num(tc),
+                                            subject, sites):
+                    (obs if isinstance(ob, Obligation) else finds).append(ob)
+                continue
+            if _cooperative(model, create, role, consumers):
                 # every warpgroup consumes every step (the empty barrier counts one arrival
                 # per warpgroup; ag.ordered inside a step pairs their turns): one claim per
                 # warpgroup, which also stands for the role's total against the producer's
@@ -447,12 +462,146 @@ def _totals(model, pipe, pr, cr, tp, tc, subject, sites):
                       decode, minimize=list(model.params.values()))
 
 
-def _cooperative(create: O.PipelineCreate, role: O.RoleOp | None) -> bool:
+def _skips(create: O.PipelineCreate, role: O.RoleOp | None) -> bool:
+    """Whether `role` skips steps of the pipeline (pipe.skip: a ping-pong role, whose
+    warpgroups take turns on the steps and whose count includes the skipped ones)."""
+    return role is not None and any(isinstance(x, O.PipeSkip) and x.pipe.id == create.result.id
+                                    for x in role.body.walk())
+
+
+def _turns(model: Model, create: O.PipelineCreate, role: O.RoleOp | None,
+           consumers: list) -> bool:
+    """Whether `role`'s warpgroups take turns on the pipeline's steps without pipe.skip, as
+    the IR states it: the role is the pipeline's only consumer role, its empty barrier counts
+    fewer arrivals per phase than the role has warpgroups (ag.pipeline(stages): one release
+    per step, a turn's), and a consume step of the role is under a condition (ag.when) on the
+    role's warpgroup index. Such a role is not cooperative (every warpgroup, every step:
+    _per_warpgroup's claims and message would not describe it), whatever the kernel's name."""
+    if role is None or role.warpgroups < 2 or _skips(create, role) or \
+            create.consumers >= role.warpgroups:
+        return False
+    if any(s.site.role is not None and s.site.role.name != role.name for s in consumers):
+        return False
+    wg = model.sym.get(role.index.id)
+    return wg is not None and any(
+        sc.kind == "if" and any(mentions(c, wg) for c in sc.constraints)
+        for s in consumers if s.site.role is role for sc in s.site.scopes)
+
+
+def _cooperative(model: Model, create: O.PipelineCreate, role: O.RoleOp | None,
+                 consumers: list) -> bool:
     """Whether `role` consumes the pipeline cooperatively: several warpgroups, none of which
-    skips its steps (pipe.skip: a ping-pong role, whose warpgroups take turns on the steps and
-    whose count includes the skipped ones)."""
-    return role is not None and role.warpgroups > 1 and not any(
-        isinstance(x, O.PipeSkip) and x.pipe.id == create.result.id for x in role.body.walk())
+    skips its steps (pipe.skip) or takes turns on them (_turns: the empty barrier counts
+    fewer arrivals than the role has warpgroups, and a consume step is under a condition on
+    the warpgroup). Then every warpgroup consumes every step and arrives on its empty
+    barrier, whose count is the role's warpgroups (pipe.arrivals)."""
+    return role is not None and role.warpgroups > 1 and not _skips(create, role) and \
+        not _turns(model, create, role, consumers)
+
+
+def _turn_obligations(model: Model, pipe: PipeInfo, role: O.RoleOp, pr, tp, tc,
+                      subject: str, sites: list) -> list:
+    """A consumer role whose W warpgroups take turns on the steps without pipe.skip (_turns),
+    with its count per warpgroup (wg := w, as _per_warpgroup):
+
+      pipe.arrivals  the warpgroups consume c x the producer's steps together, c the empty
+                     barrier's count (each step consumed, and its slot released, by c of
+                     them: a turn condition that selects several warpgroups for one step
+                     refills the slot under one of them; one that selects none hangs);
+      pipe.totals    each warpgroup counts the producer's steps: a warpgroup's step counter
+                     moves only on its own consume steps and pipe.skip, so one that misses
+                     the others' turns waits on slot n % S of ring step n = its own count,
+                     not the step its turn is for (another turn's tile, or a hang).
+
+    Without pipe.skip both hold only for W = 1, so every such role is refuted; the findings
+    say which of the two is wrong (a turn condition, or the missing skip) and where."""
+    wg = model.sym.get(role.index.id)
+    wgs = role.warpgroups
+    c = pipe.op.consumers
+    tp = _unrolled(model, tp)
+    counts = [_unrolled(model, z3.substitute(tc, (wg, z3.IntVal(w)))) if wg is not None
+              else _unrolled(model, tc) for w in range(wgs)]
+    loc = pipe.op.loc
+    what = subject + f": the turns of consumer role {role.name!r} vs {pr}"
+    if any(_sums(model, n) for n in counts) or _sums(model, tp):
+        return [Finding("pipe.totals", loc, what, "unknown",
+                        "the warpgroups' step counts are sums over loops whose steps per "
+                        "iteration depend on the index and the warpgroup, in a form the "
+                        "verifier does not compare")]
+    mine = [s for s in sites if s.kind == "consume" and s.site.role is role]
+    loops = sorted({str(sc.op.loc) for s in mine for sc in s.site.loops()})
+    conds = sorted({str(sc.op.loc) for s in mine for sc in s.site.scopes if sc.kind == "if"})
+    where = (f"consume step(s) at {', '.join(str(s.op.loc) for s in mine)}"
+             + (f" in the loop(s) at {', '.join(loops)}" if loops else "")
+             + (f" under the turn condition(s) at {', '.join(conds)}" if conds else ""))
+
+    def witness(zm, w, per, made):
+        wit = {"shapes": W.shapes(model, zm), "role": role.name, "warpgroup": w,
+               "thread": "every thread of the warpgroup",
+               "steps_by_warpgroup": {i: n for i, n in enumerate(per)},
+               "producer_steps": made, "producer_role": pr, "empty_barrier_count": c,
+               "consume_sites": [str(s.op.loc) for s in mine], "loops": loops,
+               "conditions": conds,
+               # names.annotate adds what these lines read (a loop bound, a turn condition)
+               "related_sites": [str(s.op.loc) for s in mine] + loops + conds}
+        if model.grid is not None:
+            wit["cta"] = tuple(value(zm, model.sym[v.id]) for v in model.grid.ids)
+        return wit
+
+    def decode_once(zm, violated):
+        per = [value(zm, n) for n in counts]
+        made = value(zm, tp)
+        more = sum(per) > c * made
+        # the warpgroup named: the one that consumes most (steps of another's turn) or least
+        w = (max if more else min)(range(wgs), key=lambda i: per[i])
+        each = ", ".join(f"warpgroup {i}: {n}" for i, n in enumerate(per))
+        msg = (f"with {W.shapes(model, zm)} the {wgs} warpgroups of consumer role "
+               f"{role.name!r}, which take turns on the steps ({where}), consume {sum(per)} "
+               f"steps together ({each}) but the producer role {pr!r} produces {made} and the "
+               f"empty barriers count {c} release(s) per step: "
+               + (f"the turn condition selects more than {c} warpgroup(s) for some step, each "
+                  f"of which releases its slot, so the slot is refilled while warpgroup {w} "
+                  f"still reads it" if more else
+                  f"the turn condition selects no warpgroup for some step, whose slot is never "
+                  f"released: the producer waits forever")
+               + f" (role {role.name!r}, warpgroup {w}, every thread)")
+        return msg, witness(zm, w, per, made)
+
+    def decode_counter(zm, violated):
+        per = [value(zm, n) for n in counts]
+        made = value(zm, tp)
+        w = next((i for i, n in enumerate(per) if n != made), 0)
+        each = ", ".join(f"warpgroup {i}: {n}" for i, n in enumerate(per))
+        msg = (f"with {W.shapes(model, zm)} warpgroup {w} of consumer role {role.name!r}, "
+               f"whose warpgroups take turns on the steps ({where}; the empty barriers count "
+               f"{c} release(s) per step), counts {per[w]} steps but the producer role {pr!r} "
+               f"produces {made} ({each}): a warpgroup's step counter moves only on its own "
+               f"consume steps and pipe.skip, none of which covers the other warpgroups' "
+               f"turns, so warpgroup {w}'s step n waits on slot n % S for ring step n, not the "
+               f"step its turn is for: it reads another turn's tile"
+               + (" or waits forever" if per[w] < made else "")
+               + f" (role {role.name!r}, warpgroup {w}, every thread)")
+        return msg, witness(zm, w, per, made)
+
+    once = Obligation("pipe.arrivals", loc, what + ": each step consumed by as many "
+                      "warpgroups as the empty barrier counts", list(model.premises),
+                      [(f"the warpgroups consume {c} x the producer's steps together",
+                        z3.Sum(counts) == c * tp)], decode_once,
+                      minimize=list(model.params.values()),
+                      fix=f"a turn condition that selects {c} warpgroup(s) for each step "
+                          f"(e.g. ag.when(h % {wgs} == wg) over the units h), or "
+                          f"ag.pipeline(..., consumers={wgs}) when every warpgroup consumes "
+                          f"every step")
+    counter = Obligation("pipe.totals", loc, what + ": every warpgroup's step counter "
+                         "follows the ring", list(model.premises),
+                         [(f"warpgroup {w} counts the producer's steps", counts[w] == tp)
+                          for w in range(wgs)], decode_counter,
+                         minimize=list(model.params.values()),
+                         fix="skip the other warpgroups' steps in each warpgroup: "
+                             "`with ag.when(<not its turn>): ring.skip(<their steps>)` "
+                             "beside the turn (the ping-pong consumers of "
+                             "argus/kernels/gemm.py), so every counter follows the ring")
+    return [once, counter]
 
 
 def _per_warpgroup(model: Model, pipe: PipeInfo, role: O.RoleOp, pr, tp, tc, subject: str,
