@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import argus as ag
-import argus.compiler  # noqa: F401 (ag.compiler.front_end below: run alone, nothing else imports it)
+import argus.compiler  # noqa: F401 (ag.compiler.front_end below; run alone, nothing imports it)
 from argus import verify
 from argus.kernels.conv import ConvGeometry, ConvSchedule, conv_kernel
 from argus.ops import conv as conv_op
