@@ -1,11 +1,13 @@
 """Kernels written the way a held-out corpus author might write them (issue 13, "Verifier 2"):
 the corpus's shapes (tests/mutations/kernels.py) in other spellings, each with seeded bugs
-marked `# BUG:<name>` and correct variants in unusual but legal styles. Kept apart from
-kernels.py so the corpus file's line numbers do not move."""
+marked `# BUG:<name>` and correct variants in unusual but legal styles; the plain GEMM pieces
+(setup, producer, K loop) are tests/mutations/ring_gemm.py's. Kept apart from kernels.py so
+the corpus file's line numbers do not move."""
 
 from __future__ import annotations
 
 import argus as ag
+from tests.mutations import ring_gemm as G
 
 INF = float("inf")
 
@@ -258,22 +260,12 @@ def make_gemm_static_n(bug: str | None = None, stages: int = 2):
     @ag.kernel(name="gemm_static_n")
     def gemm_static_n(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor[256, "K", ag.bf16],
                       C: ag.Tensor["M", 256, ag.bf16]):
-        M, K = A.shape
-        pid_m, pid_n = ag.grid(ag.cdiv(M, BM), 2)
-        sA = ag.smem((stages, BM, BK), ag.bf16, swizzle=128)
-        sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
-        pipe = ag.pipeline(stages, consumers=2)
-        k_tiles = ag.cdiv(K, BK)
-        with ag.role("producer", warpgroups=1, regs=40):
-            for k in ag.range(k_tiles):
-                with pipe.produce() as st:
-                    ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
-                    ag.tma.load(sB[st], B, (pid_n * BN, k * BK))
+        r = G.ring_gemm(A, B, stages, n_tiles=2)
+        pid_m, pid_n = r.pid_m, r.pid_n
+        G.produce(r, A, B)
         with ag.role("consumer", warpgroups=2, regs=232) as wg:
             acc = ag.zeros((64, BN), ag.f32)
-            for k in ag.range(k_tiles):
-                with pipe.consume() as st:
-                    ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)
+            G.mainloop(r, wg, acc)
             if bug == "n_tiles_swapped":
                 ag.store(C, (pid_m * BM + wg * 64, (1 - pid_n) * BN), acc.to(ag.bf16))  # BUG:n_tiles_swapped
             else:
@@ -377,24 +369,13 @@ def make_gemm_tma_epilogue(bug: str | None = None, stages: int = 3):
     @ag.kernel(name="gemm_tma_epi")
     def gemm_tma_epi(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
                      C: ag.Tensor["M", "N", ag.bf16]):
-        M, K = A.shape
-        N = B.shape[0]
-        pid_m, pid_n = ag.grid(ag.cdiv(M, BM), ag.cdiv(N, BN))
-        sA = ag.smem((stages, BM, BK), ag.bf16, swizzle=128)
-        sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
+        r = G.ring_gemm(A, B, stages)
+        pid_m, pid_n = r.pid_m, r.pid_n
         sC = ag.smem((2, 64, BN), ag.bf16)
-        pipe = ag.pipeline(stages, consumers=2)
-        k_tiles = ag.cdiv(K, BK)
-        with ag.role("producer", warpgroups=1, regs=40):
-            for k in ag.range(k_tiles):
-                with pipe.produce() as st:
-                    ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
-                    ag.tma.load(sB[st], B, (pid_n * BN, k * BK))
+        G.produce(r, A, B)
         with ag.role("consumer", warpgroups=2, regs=232) as wg:
             acc = ag.zeros((64, BN), ag.f32)
-            for k in ag.range(k_tiles):
-                with pipe.consume() as st:
-                    ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)
+            G.mainloop(r, wg, acc)
             if bug == "staging_other_wg":
                 ag.stmatrix(sC[1 - wg], acc.to(ag.bf16))  # BUG:staging_other_wg
             else:
@@ -415,22 +396,13 @@ def make_gemm_bias(bug: str | None = None, stages: int = 2):
     @ag.kernel(name="gemm_bias")
     def gemm_bias(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
                   bias: ag.Tensor[1, "N", ag.f32], C: ag.Tensor["M", "N", ag.bf16]):
-        M, K = A.shape
-        N = B.shape[0]
-        pid_m, pid_n = ag.grid(ag.cdiv(M, BM), ag.cdiv(N, BN))
-        sA = ag.smem((stages, BM, BK), ag.bf16, swizzle=128)
-        sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
-        pipe = ag.pipeline(stages, consumers=2)
-        k_tiles = ag.cdiv(K, BK)
-        with ag.role("producer", warpgroups=1, regs=40):
-            for k in ag.range(k_tiles):
-                with pipe.produce() as st:
-                    ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
-                    ag.tma.load(sB[st], B, (pid_n * BN, k * BK))
+        r = G.ring_gemm(A, B, stages)
+        pid_m, pid_n, sA, sB = r.pid_m, r.pid_n, r.sA, r.sB
+        G.produce(r, A, B)
         with ag.role("consumer", warpgroups=2, regs=232) as wg:
             acc = ag.zeros((64, BN), ag.f32)
-            for k in ag.range(k_tiles):
-                with pipe.consume() as st:
+            for k in ag.range(r.k_tiles):
+                with r.ring.consume() as st:
                     if bug == "acc_reset_in_k":
                         acc = ag.zeros((64, BN), ag.f32)  # BUG:acc_reset_in_k
                     ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)

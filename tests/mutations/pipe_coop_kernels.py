@@ -3,14 +3,15 @@ every consumer warpgroup consumes every step of the ring (its empty barrier coun
 arrival per warpgroup) and issues its wgmma in an ordered section inside the step, as the
 staggered fp8 promotion does; and ping-pong consumers whose turn is a set of warpgroups
 (`wg != 0`, `wg >= 1`, `wg < 2`). Seeded bugs are marked `# BUG:<name>` on the line a fix
-edits (tests/mutations/seeded.py). Kept apart from the other kernel files so their line
-numbers do not move."""
+edits (tests/mutations/seeded.py). The GEMM's setup, producer and plain K loop are
+tests/mutations/ring_gemm.py's. Kept apart from the other kernel files so their line numbers
+do not move."""
 
 from __future__ import annotations
 
 import argus as ag
-
-BM, BN, BK = 128, 128, 64
+from tests.mutations import ring_gemm as G
+from tests.mutations.ring_gemm import BM, BN
 
 
 def make_coop_turns(bug: str | None = None, stages: int = 2):
@@ -20,24 +21,14 @@ def make_coop_turns(bug: str | None = None, stages: int = 2):
     @ag.kernel(name="coop_turns")
     def coop_turns(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
                    C: ag.Tensor["M", "N", ag.bf16]):
-        M, K = A.shape
-        N = B.shape[0]
-        pid_m, pid_n = ag.grid(ag.cdiv(M, BM), ag.cdiv(N, BN))
-        sA = ag.smem((stages, BM, BK), ag.bf16, swizzle=128)
-        sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
-        ring = ag.pipeline(stages, consumers=2)
-        k_tiles = ag.cdiv(K, BK)
-        with ag.role("producer", warpgroups=1, regs=40):
-            for k in ag.range(k_tiles):
-                with ring.produce() as st:
-                    ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
-                    ag.tma.load(sB[st], B, (pid_n * BN, k * BK))
+        r = G.ring_gemm(A, B, stages)
+        G.produce(r, A, B)
         with ag.role("consumer", warpgroups=2, regs=232) as wg:
             acc = ag.zeros((64, BN), ag.f32)
             if bug == "wg1_one_short":
-                steps = k_tiles - wg  # BUG:wg1_one_short
+                steps = r.k_tiles - wg  # BUG:wg1_one_short
             else:
-                steps = k_tiles
+                steps = r.k_tiles
             for k in ag.range(steps):
                 if bug == "wg0_only":
                     mine = wg == 0  # BUG:wg0_only
@@ -46,10 +37,10 @@ def make_coop_turns(bug: str | None = None, stages: int = 2):
                 else:
                     mine = wg >= 0
                 with ag.when(mine):
-                    with ring.consume() as st:
+                    with r.ring.consume() as st:
                         with ag.ordered("mma"):
-                            ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)
-            ag.store(C, (pid_m * BM + wg * 64, pid_n * BN), acc.to(ag.bf16))
+                            ag.wgmma(r.sA[st].rows_of(wg * 64, 64), r.sB[st], acc)
+            ag.store(C, (r.pid_m * BM + wg * 64, r.pid_n * BN), acc.to(ag.bf16))
 
     return coop_turns
 
@@ -61,28 +52,16 @@ def make_coop_plain(bug: str | None = None, stages: int = 2):
     @ag.kernel(name="coop_plain")
     def coop_plain(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
                    C: ag.Tensor["M", "N", ag.bf16]):
-        M, K = A.shape
-        N = B.shape[0]
-        pid_m, pid_n = ag.grid(ag.cdiv(M, BM), ag.cdiv(N, BN))
-        sA = ag.smem((stages, BM, BK), ag.bf16, swizzle=128)
-        sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
-        ring = ag.pipeline(stages, consumers=2)
-        k_tiles = ag.cdiv(K, BK)
-        with ag.role("producer", warpgroups=1, regs=40):
-            for k in ag.range(k_tiles):
-                with ring.produce() as st:
-                    ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
-                    ag.tma.load(sB[st], B, (pid_n * BN, k * BK))
+        r = G.ring_gemm(A, B, stages)
+        G.produce(r, A, B)
         with ag.role("consumer", warpgroups=2, regs=232) as wg:
             acc = ag.zeros((64, BN), ag.f32)
-            for k in ag.range(k_tiles):
-                with ring.consume() as st:
-                    ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)
+            G.mainloop(r, wg, acc)
             if bug == "tail_wg0":
                 with ag.when(wg == 0):  # BUG:tail_wg0
-                    with ring.consume() as st:
-                        ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)
-            ag.store(C, (pid_m * BM + wg * 64, pid_n * BN), acc.to(ag.bf16))
+                    with r.ring.consume() as st:
+                        ag.wgmma(r.sA[st].rows_of(wg * 64, 64), r.sB[st], acc)
+            ag.store(C, (r.pid_m * BM + wg * 64, r.pid_n * BN), acc.to(ag.bf16))
 
     return coop_plain
 

@@ -4,14 +4,16 @@ persistent ring whose slot is computed from k, a producer that runs one tile mor
 consumers taking turns per tile, a ring released by the wrong number of warpgroups, a
 staging buffer two warpgroups share, a slot read after its step, a cluster multicast whose
 parts miss a peer's rows, register budgets, an exchange between warpgroups), each with seeded
-bugs marked `# BUG:<name>` on the line a fix edits. Kept apart from the other kernel files so
-their line numbers do not move."""
+bugs marked `# BUG:<name>` on the line a fix edits. The plain GEMM pieces (setup, producer, K
+loop) are tests/mutations/ring_gemm.py's. Kept apart from the other kernel files so their line
+numbers do not move."""
 
 from __future__ import annotations
 
 import argus as ag
+from tests.mutations import ring_gemm as G
 
-BM, BN, BK = 128, 128, 64
+BM, BN, BK = G.BM, G.BN, G.BK
 
 
 def make_persistent_ring(bug: str | None = None, stages: int = 3, num_sms: int = 132,
@@ -125,31 +127,22 @@ def make_twice_from_slot(bug: str | None = None, stages: int = 2):
     @ag.kernel(name="twice_from_slot")
     def twice_from_slot(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
                         C: ag.Tensor["M", "N", ag.bf16]):
-        M, K = A.shape
-        N = B.shape[0]
-        pid_m, pid_n = ag.grid(ag.cdiv(M, BM), ag.cdiv(N, BN))
-        sA = ag.smem((stages, BM, BK), ag.bf16, swizzle=128)
-        sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
-        ring = ag.pipeline(stages, consumers=2)
-        k_tiles = ag.cdiv(K, BK)
-        with ag.role("producer", warpgroups=1, regs=40):
-            for k in ag.range(k_tiles):
-                with ring.produce() as st:
-                    ag.tma.load(sA[st], A, (pid_m * BM, k * BK))
-                    ag.tma.load(sB[st], B, (pid_n * BN, k * BK))
+        r = G.ring_gemm(A, B, stages)
+        sA, sB = r.sA, r.sB
+        G.produce(r, A, B)
         with ag.role("consumer", warpgroups=2, regs=232) as wg:
             acc = ag.zeros((64, BN), ag.f32)
             acc2 = ag.zeros((64, BN), ag.f32)
             slot = ag.scalar(0)
-            for k in ag.range(k_tiles):
-                with ring.consume() as st:
+            for k in ag.range(r.k_tiles):
+                with r.ring.consume() as st:
                     ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)
                     slot = st
                     if bug != "reread_after_step":
                         ag.wgmma(sA[slot].rows_of(wg * 64, 64), sB[slot], acc2)
                 if bug == "reread_after_step":
                     ag.wgmma(sA[slot].rows_of(wg * 64, 64), sB[slot], acc2)  # BUG:reread_after_step
-            ag.store(C, (pid_m * BM + wg * 64, pid_n * BN), (acc + acc2).to(ag.bf16))
+            ag.store(C, (r.pid_m * BM + wg * 64, r.pid_n * BN), (acc + acc2).to(ag.bf16))
 
     return twice_from_slot
 
@@ -197,27 +190,15 @@ def make_three_consumers(bug: str | None = None, stages: int = 2):
     @ag.kernel(name="three_consumers")
     def three_consumers(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
                         C: ag.Tensor["M", "N", ag.bf16]):
-        M, K = A.shape
-        N = B.shape[0]
-        pid_m, pid_n = ag.grid(ag.cdiv(M, TM), ag.cdiv(N, BN))
-        sA = ag.smem((stages, TM, BK), ag.bf16, swizzle=128)
-        sB = ag.smem((stages, BN, BK), ag.bf16, swizzle=128)
-        ring = ag.pipeline(stages, consumers=3)
-        k_tiles = ag.cdiv(K, BK)
-        with ag.role("producer", warpgroups=1, regs=40):
-            for k in ag.range(k_tiles):
-                with ring.produce() as st:
-                    ag.tma.load(sA[st], A, (pid_m * TM, k * BK))
-                    ag.tma.load(sB[st], B, (pid_n * BN, k * BK))
+        r = G.ring_gemm(A, B, stages, rows=TM, consumers=3)
+        G.produce(r, A, B)
         with ag.role("consumer", warpgroups=3, regs=176 if bug == "regs_over_budget" else 152) as wg:  # BUG:regs_over_budget
             acc = ag.zeros((64, BN), ag.f32)
-            for k in ag.range(k_tiles):
-                with ring.consume() as st:
-                    ag.wgmma(sA[st].rows_of(wg * 64, 64), sB[st], acc)
+            G.mainloop(r, wg, acc)
             if bug == "rows_overlap":
-                ag.store(C, (pid_m * TM + wg * 32, pid_n * BN), acc.to(ag.bf16))  # BUG:rows_overlap
+                ag.store(C, (r.pid_m * TM + wg * 32, r.pid_n * BN), acc.to(ag.bf16))  # BUG:rows_overlap
             else:
-                ag.store(C, (pid_m * TM + wg * 64, pid_n * BN), acc.to(ag.bf16))
+                ag.store(C, (r.pid_m * TM + wg * 64, r.pid_n * BN), acc.to(ag.bf16))
 
     return three_consumers
 
