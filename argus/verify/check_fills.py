@@ -98,7 +98,7 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
             uses.append(Uses(model.kernel))
         obs += [_together(model, red, patterns, uses[0].stores_reached(op))
                 for red in model.reduces if red.op.result.id == op.result.id]
-    for op, got, loads, turned in flow.reached.values():
+    for op, got, loads, turned, origin in flow.reached.values():
         sites = [r for r in model.reduces if r.op.result.id == op.result.id]
         if loads is not None and sites:
             if not uses:
@@ -117,7 +117,7 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
             seen.add(key)
             # who runs it, from the reduction's own site (W.issuer), not the line lookup
             who = W.issuer(sites[0].site.role, "every thread") if sites else ({}, "")
-            finds.append(_verdict(op, got, who))
+            finds.append(_verdict(op, got, who, origin))
     return obs, finds
 
 
@@ -131,6 +131,10 @@ class _Flow:
         # value id -> the op at which its masked value stopped being a known constant (a fill
         # of 0 turned into `x - mean`): the line a fix edits, named by the finding
         self.turned: dict[int, object] = {}
+        # value id -> the op that put its masked value there (a load's `other`, a TMA copy's
+        # zero fill, the constant false branch of a masking `where`): where a wrong constant
+        # is set, the line a fix edits, named by the finding
+        self.origin: dict[int, object] = {}
         # value id -> the lane patterns (loads masked, loads in bounds) under which its masked
         # value is not what `val` says: x * w of X filled with 1.0 and W with 0.0 is 0.0 only
         # where both are masked; where x is and w is not, it is 1.0 * w (`_lanes`)
@@ -143,7 +147,8 @@ class _Flow:
         self.index: set[int] = set()           # tiles computed from an arange (index tiles)
         self._exact = exact                    # assigns the model follows exactly (lazy)
         self._exact_points: set[tuple[int, ...]] | None = None
-        # reduce result id -> (op, wrong masked value, its loads or OPAQUE)
+        # reduce result id -> (op, wrong masked value, its loads or OPAQUE, the op where it
+        # stopped being a known constant, the op that set it)
         self.reached: dict[int, tuple] = {}
         # value id -> its operands that hold masked values (val not NONE), for a pointwise op
         # or a conversion (which read them at the same element, broadcasting): `_carriers`
@@ -176,13 +181,22 @@ class _Flow:
         else:
             self.together.pop(dst, None)
 
-    def set(self, vid: int, val: object, loads: frozenset | None, turned=None) -> None:
+    def set(self, vid: int, val: object, loads: frozenset | None, turned=None,
+            origin=None) -> None:
         self.val[vid] = val
         self.src[vid] = loads
         if turned is not None:
             self.turned[vid] = turned
         else:
             self.turned.pop(vid, None)
+        if origin is not None:
+            self.origin[vid] = origin
+        else:
+            self.origin.pop(vid, None)
+
+    def origin_of(self, *vs) -> object:
+        """The op that set the masked value of the first of vs that has one."""
+        return next((self.origin[v.id] for v in vs if v.id in self.origin), None)
 
     def point(self, v) -> object:
         """The value operand v has at a masked element of another operand."""
@@ -216,7 +230,7 @@ class _Flow:
                 not isinstance(op.value, bool):
             self.const[op.result.id] = float(op.value)
         elif isinstance(op, (O.Load, O.Gather)):
-            self.set(op.result.id, float(op.other), frozenset([op]))
+            self.set(op.result.id, float(op.other), frozenset([op]), origin=op)
         elif isinstance(op, O.Full):
             self.const[op.result.id] = float(op.value)
         elif isinstance(op, O.Arange):
@@ -226,11 +240,14 @@ class _Flow:
         elif isinstance(op, O.TmaLoad):
             # TMA zero-fills the box past the tensor's end (not bounded here: OPAQUE)
             buf = self._buf(op.dst)
-            self.set(buf, _join(self.val[buf], 0.0) if buf in self.val else 0.0, OPAQUE)
+            self.set(buf, _join(self.val[buf], 0.0) if buf in self.val else 0.0, OPAQUE,
+                     origin=op)
         elif isinstance(op, O.StMatrix):
-            self.set(self._buf(op.dst), self.get(op.src), OPAQUE)
+            self.set(self._buf(op.dst), self.get(op.src), OPAQUE,
+                     origin=self.origin_of(op.src))
         elif isinstance(op, O.LdMatrix):
-            self.set(op.result.id, self.val.get(self._buf(op.src), NONE), OPAQUE)
+            self.set(op.result.id, self.val.get(self._buf(op.src), NONE), OPAQUE,
+                     origin=self.origin.get(self._buf(op.src)))
         elif isinstance(op, O.Wgmma):
             a = self.get(op.a) if op.a_in_registers else self.val.get(self._buf(op.a), NONE)
             b = self.val.get(self._buf(op.b), NONE)
@@ -247,7 +264,7 @@ class _Flow:
             # `defined` of the result says of the source's
             if op.src.id in self.val:
                 self.set(op.result.id, self.val[op.src.id], self.loads(op.src.id),
-                         self.turned.get(op.src.id))
+                         self.turned.get(op.src.id), self.origin_of(op.src))
                 self.carry(op.result.id, op.src.id)
                 if isinstance(op, (O.Convert, O.ConvertLayout)):
                     self.carried_by[op.result.id] = (op.src,)
@@ -258,7 +275,7 @@ class _Flow:
                 self.index.add(op.result.id)
             if op.init.id in self.val:
                 self.set(op.result.id, self.val[op.init.id], self.loads(op.init.id),
-                         self.turned.get(op.init.id))
+                         self.turned.get(op.init.id), self.origin_of(op.init))
                 self.carry(op.result.id, op.init.id)
             if op.init.id in self.const:
                 self.const[op.result.id] = self.const[op.init.id]
@@ -269,7 +286,8 @@ class _Flow:
                 loads = _join_loads(self.loads(op.dst.id), self.loads(op.src.id))
                 self.set(op.dst.id, _join(self.get(op.dst), self.get(op.src)),
                          loads if loads and self.exact(point) else OPAQUE,
-                         self.turned.get(op.src.id, self.turned.get(op.dst.id)))
+                         self.turned.get(op.src.id, self.turned.get(op.dst.id)),
+                         self.origin_of(op.src, op.dst))
                 self.carry(op.dst.id, op.dst.id, op.src.id)
             self.const.pop(op.dst.id, None)
             if op.src.id in self.index:
@@ -310,7 +328,7 @@ class _Flow:
             loads: frozenset | None = frozenset()
             for x in tiles:
                 loads = _join_loads(loads, self.loads(x.id))
-            self.set(op.result.id, got, loads)
+            self.set(op.result.id, got, loads, origin=self.origin_of(*tiles))
             return
         if op.fn == "where" and len(op.args) == 3:
             _, a, b = op.args
@@ -320,8 +338,10 @@ class _Flow:
             # a constant false branch is the mask: the masked elements take it. Those are
             # where the condition is false, in bounds or not: the where's own (OPAQUE)
             loads = _join_loads(self.loads(a.id), self.loads(b.id))
+            # the masked value is the false branch's: a constant set here, or b's own
             self.set(op.result.id, pb if isinstance(pb, float) else (pa if pa == pb else TOP),
-                     loads if self.get(b) != NONE else OPAQUE)
+                     loads if self.get(b) != NONE else OPAQUE,
+                     origin=self.origin_of(b) if self.get(b) != NONE else op)
             return
         vals = [self.point(a) for a in op.args]
         loads: frozenset | None = frozenset()
@@ -335,7 +355,8 @@ class _Flow:
         masked = [self.turned[a.id] for a in tiles if a.id in self.turned]
         turned = masked[0] if masked else (
             op if got == FINITE and any(isinstance(self.get(a), float) for a in tiles) else None)
-        self.set(op.result.id, got, loads, turned)
+        self.set(op.result.id, got, loads, turned,
+                 self.origin_of(*(a for a in tiles if self.get(a) != NONE)))
         self.carry(op.result.id, *(a.id for a in tiles))
         self.carried_by[op.result.id] = tuple(a for a in tiles if self.get(a) != NONE)
         lanes = self._lanes(op, vals, got)
@@ -380,7 +401,7 @@ class _Flow:
         if seen is not None:   # a loop's second pass: the first wrong value, every source
             self.reached[op.result.id] = (op, seen[1], _join_loads(seen[2],
                                                                    self.loads(op.src.id)),
-                                          seen[3])
+                                          seen[3], seen[4])
             return
         if ident is not None and isinstance(got, float) and _same(got, ident) and \
                 self.together.get(op.src.id) and self.loads(op.src.id):
@@ -393,11 +414,13 @@ class _Flow:
             # 0-filled x): not the identity unless no masked lane reaches the reduction, which
             # only the obligation over loads the model follows can say (any other source stays
             # unknown, never an error)
-            self.reached[op.result.id] = (op, got, loads, self.turned.get(op.src.id))
+            self.reached[op.result.id] = (op, got, loads, self.turned.get(op.src.id),
+                                          self.origin_of(op.src))
             return
         if not isinstance(got, float):
             return
-        self.reached[op.result.id] = (op, got, loads, self.turned.get(op.src.id))
+        self.reached[op.result.id] = (op, got, loads, self.turned.get(op.src.id),
+                                      self.origin_of(op.src))
 
 
 def _body_index(loop: O.For) -> int:
@@ -671,20 +694,38 @@ def _held(got: object, loads: frozenset) -> object:
             f"between the load and the reduction (e.g. x - mean)")
 
 
-def _verdict(op: O.Reduce, got: float, who: tuple[dict, str] = ({}, "")) -> Finding:
+def _verdict(op: O.Reduce, got: float, who: tuple[dict, str] = ({}, ""),
+             origin=None) -> Finding:
     wit, said = who
+    set_at = _set_at(origin)
+    if set_at:
+        wit = {**wit, "filled_at": str(origin.loc)}
     return Finding(
         "fill.identity", op.loc, f"{op.fn} over axis {op.axis} at {op.loc}", "violated",
         f"the masked elements of the reduced tile (past the tensor's end) hold {got} when "
-        f"this {op.fn} consumes them, not its identity {_WORDS[op.fn]}: they {_HARM[op.fn]}"
-        + (f" (in {said})" if said else ""),
+        f"this {op.fn} consumes them, not its identity {_WORDS[op.fn]}: each "
+        f"{_HARM[op.fn]}{set_at}" + (f" (in {said})" if said else ""),
         {"fill": got, "identity": _WORDS[op.fn], "reduction": op.fn, "axis": op.axis,
          "element": f"every element of the reduced axis {op.axis} past the tensor's end "
                     f"(e.g. column N of a row when N is not a multiple of the tile)", **wit},
-        fix=_fix(op.fn))
+        fix=_fix(op.fn, origin))
 
 
-def _fix(fn: str) -> str:
+def _set_at(origin) -> str:
+    """The clause naming the op that put the wrong masked value in (the line a fix edits:
+    the reduction's line is where it is consumed, often lines later)."""
+    if isinstance(origin, O.Elementwise):
+        return f"; the masked value is the constant false branch of the where at {origin.loc}"
+    if isinstance(origin, (O.Load, O.Gather)):
+        return f"; the masked value is the fill (other={origin.other}) of the load at {origin.loc}"
+    if isinstance(origin, O.TmaLoad):
+        return f"; the masked value is the zero fill of the TMA copy at {origin.loc}"
+    return ""
+
+
+def _fix(fn: str, origin=None) -> str:
+    if isinstance(origin, O.Elementwise):
+        return f"mask with {_FILL_TEXT[fn]} in the where at {origin.loc} (the {fn}'s identity)"
     return f"load with other={_FILL_TEXT[fn]} (or mask with ag.where before the {fn})"
 
 

@@ -613,11 +613,14 @@ def _once(model: Model, a: StoreSite, b: StoreSite, bounded: bool = True,
         wit = {"output": w1["output"], "first": w1, "second": second,
                "thread": w1["thread"], "threads": w1["threads"]}
         wit.update({k: w1[k] for k in ("role", "warpgroup") if k in w1})
-        return (f"{w1['output']} is stored twice: by CTA {w1.get('cta')} warpgroup "
-                f"{w1.get('warpgroup', 0)} element {w1['tile_element']} "
-                f"({W.said(w1)}) and by CTA {second.get('cta')} warpgroup "
-                f"{second.get('warpgroup', 0)} element {second['tile_element']} "
-                f"({W.said(second)})"), wit
+        def who(w: dict) -> str:
+            # the instance: CTA, warpgroup (in a kernel with roles) and loop iteration, so two
+            # copies that differ only in the iteration read apart
+            wg = f" warpgroup {w['warpgroup']}" if "warpgroup" in w else (
+                " warpgroup 0" if a.site.role is not None else "")
+            it = "".join(f", iteration {v} of {k}" for k, v in w.get("iteration", {}).items())
+            return f"CTA {w.get('cta')}{wg}{it} element {w['tile_element']} ({W.said(w)})"
+        return (f"{w1['output']} is stored twice: by {who(w1)} and by {who(second)}"), wit
     # raster orders (grouped tiles: a modulus by min(m_tiles - first, GROUP_M)) make this the
     # one non-linear query of a GEMM: it gets a larger budget, and stays "unknown" past it
     nonlinear = any(s.kind == "loop" and not isinstance(model.scalar(s.op.step), int)
@@ -683,19 +686,23 @@ def _coverage(model: Model, st: StoreSite, alternatives: list[StoreSite] | None 
     # per destination dim: the tile axis that lands on it, and that axis's extent
     axis_idx, axis_len = _placed(st, idx), _placed(st, st.shape)
     for d, dd in enumerate(dest):
-        if d < lead:
-            continue  # a batch index: covered with the grid's batch loop, checked by store.once
+        # a leading dim no tile axis lands on (a batch, an image's row in a per-row walk) is
+        # claimed from the instance variables alone (injective, inside the positions they
+        # visit): a batch index stored one off (`b + 1`) is injective (store.once holds) and
+        # leaves batch 0 unwritten
+        batch = d < lead
         e = d - lead
         names = free_consts(dd)
-        dvars = [v for v in inst if str(v) in names] + [axis_idx[e]]
+        tile_axis = None if batch else axis_idx[e]
+        dvars = [v for v in inst if str(v) in names] + ([] if batch else [tile_axis])
         subject = f"dim {d} of {st.tensor.name} stored at {st.op.loc}"
         size = z3.IntVal(1)
         ok = True
         for v in dvars:
-            r = ranges.get(str(v)) if v is not axis_idx[e] else \
+            r = ranges.get(str(v)) if v is not tile_axis else \
                 (0, axis_len[e], z3.IntVal(axis_len[e]))
-            if r is None:
-                ok = False
+            if r is None or batch and not z3.is_true(z3.simplify(_num(r[0]) == 0)):
+                ok = False     # (a leading dim: only variables counted from 0)
                 break
             lo, hi, count = r
             # a range whose bounds mention another variable of this dim is not a product
@@ -703,8 +710,12 @@ def _coverage(model: Model, st: StoreSite, alternatives: list[StoreSite] | None 
                 ok = False
                 break
             size = size * count
-        shared = any(str(v) in free_consts(x) for v in dvars if v is not axis_idx[e]
+        shared = any(str(v) in free_consts(x) for v in dvars if v is not tile_axis
                      for x in dest[:d] + dest[d + 1:])
+        if batch and (not ok or shared or not dvars):
+            # walked together with another dim (a row decoded from one program id: the tile
+            # walk's business) or a constant index: as before, left to store.once
+            continue
         if not ok or shared:
             # a raster order or a persistent walk: the dims are covered together, tile by tile
             return _tile_coverage(model, st) if alternatives is None else None
@@ -715,12 +726,16 @@ def _coverage(model: Model, st: StoreSite, alternatives: list[StoreSite] | None 
             guards.unguarded(st) + \
             [z3.substitute(c, *ren) for c in guards.unguarded(st)] + \
             [z3.And(i >= 0, i < n) for i, n in zip(idx, st.shape)] + \
-            [z3.And(b >= 0, b < axis_len[e]) for a, b in ren if a is axis_idx[e]]
+            [z3.And(b >= 0, b < axis_len[e]) for a, b in ren if a is tile_axis]
         same = z3.And([a == b for a, b in ren])
-        single_tile = len(dvars) == 1
+        single_tile = len(dvars) == 1 and not batch
         claims = [("injective", z3.Or(same, dd != dd2)),
-                  ("image in [0, |domain|)", z3.And(dd >= 0, dd < size)),
-                  ("|domain| >= extent", size >= ext)]
+                  ("image in [0, |domain|)", z3.And(dd >= 0, dd < size))]
+        if not batch:
+            # a leading dim's extent is often a launch relation the kernel does not state
+            # (BH = B * HKV of a decode split's partials): its positions are claimed to be
+            # the ones its variables visit, shifted nowhere, not to be as many as the extent
+            claims.append(("|domain| >= extent", size >= ext))
 
         def decode(zm, violated, d=d, size=size, ext=ext, dd=dd):
             wit = {"shapes": W.shapes(model, zm), "dim": d, "domain": value(zm, size),
