@@ -23,6 +23,7 @@ from argus.compiler import lower_only
 from argus.ir import ops as O
 from argus.kernels.attention import attention_kernel, base_schedule
 from tests.mutations.corpus import ACC, Mutation, rewrite
+from tests.mutations.seeded import names_thread
 
 
 def library_attention(causal: bool = False):
@@ -59,13 +60,14 @@ MUTATIONS = [
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.name for m in MUTATIONS])
 def test_library_attention_mutation_is_caught(mutation):
-    report = verify.run(mutation.build())
+    kernel = mutation.build()
+    report = verify.run(kernel)
     found = [d for d in report.diagnostics if d.severity == "error"]
     hits = [d for d in found if d.code in mutation.codes and
             all(k in d.counterexample for k in mutation.witness) and
-            all(w in str(d) for w in mutation.words)]
+            all(w in str(d) for w in mutation.words) and names_thread(d, kernel)]
     assert hits, (f"{mutation.name}: expected {mutation.codes} naming {mutation.witness} / "
-                  f"{mutation.words}, got {[(d.code, d.message[:120]) for d in found]}")
+                  f"{mutation.words} and the thread, warpgroup or role, got {[(d.code, d.message[:120]) for d in found]}")
     for code in mutation.also:
         assert any(d.code == code for d in found), f"{mutation.name}: {code} not reported"
 

@@ -8,8 +8,13 @@ iteration."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 import argus as ag
 from argus import verify
+from tests.mutations import seeded as S
 
 TAPS = 8
 
@@ -54,3 +59,8 @@ def test_a_window_shifted_by_the_cta_is_a_coords_error():
     found = _errors(make_conv1d_same("cta_shift"))
     assert any(d.code == "store.coords" and d.severity == "error" for d in found), \
         [str(d) for d in found]
+
+
+@pytest.mark.parametrize("bug", ["reversed", "cta_shift"])
+def test_each_bug_names_a_thread_and_its_line(bug):
+    S.assert_caught(make_conv1d_same(bug).trace(), ("store.coords",), Path(__file__), bug)

@@ -1,0 +1,233 @@
+"""Seeded bugs in the KernelBench templates (argus/compose): each kernel below is the DSL
+source a template renders (argus/compose/tile.py's fused tile kernel for an elementwise
+expression, a reduction, a reduce-and-apply and a split reduction's combine pass;
+argus/compose/conv.py's depthwise convolution with its bias), written out at one shape with a
+bug switch. The bug's line is marked `# BUG:<name>`; tests/mutations/test_compose_mutations.py
+checks each is an error naming a thread and that line, and each correct kernel is clean.
+
+The shapes are the templates' own: 64 x 3000 fp32 (rows = 2 a CTA, BN = 1024 columns a
+block, 3000 not a multiple of BN: the last block is masked), 8 split partials of 4096
+columns, a 3x3 depthwise convolution of 4 channels with multiplier 2."""
+
+from __future__ import annotations
+
+import argus as ag
+
+LOG2E = 1.4426950408889634
+
+
+def make_softmax(bug: str | None = None):
+    """softmax over the last axis: the online max/sum pass, then the apply pass (tile.py's
+    reduce-and-apply as rendered for torch.softmax(x, -1) of a 64 x 3000 input)."""
+    @ag.kernel(threads=256, name="compose_softmax")
+    def compose_softmax(L0: ag.Tensor[64, 3000, ag.f32], OUT: ag.Tensor[64, 3000, ag.f32],
+                        ROWS: int = 2, BN: int = 1024):
+        p0, p1 = ag.grid(32, 1)
+        o0 = (p0 % 32) * ROWS
+        acc1 = ag.full((ROWS, BN), float('-inf'))
+        acc2 = ag.full((ROWS, BN), 0.0)
+        blocks = 2 if bug == "stats_skip_last" else 3
+        for b1 in ag.range(blocks):  # BUG:stats_skip_last
+            o1 = b1 * BN
+            x3 = ag.load(L0, (o0, o1,), (ROWS, BN))
+            inb = (ag.arange(ROWS)[:, None] + o0 < 64) & (ag.arange(BN)[None, :] + o1 < 3000)
+            fill = 0.0 if bug == "max_fill_zero" else float('-inf')
+            mx4 = ag.where(inb, x3, fill)  # BUG:max_fill_zero
+            mnew5 = ag.maximum(acc1, mx4)
+            ex6 = ag.where(inb & (mnew5 > float('-inf')),
+                           ag.exp2((mx4 - mnew5) * LOG2E, approx=True), 0.0)
+            al7 = ag.where(mnew5 > float('-inf'),
+                           ag.exp2((acc1 - mnew5) * LOG2E, approx=True), 0.0)
+            acc2 = acc2 * al7 + ex6
+            acc1 = mnew5
+        mrow8 = acc1
+        mrow8 = mrow8.max(axis=1)
+        acc2 = acc2 * ag.exp(acc1 - mrow8)
+        acc2 = acc2.sum(axis=1)
+        acc1 = mrow8
+        apply = 2 if bug == "apply_skips_last" else 3
+        for b1 in ag.range(apply):  # BUG:apply_skips_last
+            o1 = b1 * (ROWS if bug == "apply_stride_rows" else BN)  # BUG:apply_stride_rows
+            x9 = ag.load(L0, (o0, o1,), (ROWS, BN))
+            v12 = ag.exp(x9 - acc1) / acc2
+            rows = o0 + 1 if bug == "apply_rows_shifted" else o0
+            ag.store(OUT, (rows, o1,), v12)  # BUG:apply_rows_shifted
+    return compose_softmax
+
+
+def make_row_sum(bug: str | None = None):
+    """x.sum(-1) of a 64 x 3000 input (tile.py's reduction: one block loop, masked to 0)."""
+    @ag.kernel(threads=256, name="compose_row_sum")
+    def compose_row_sum(L0: ag.Tensor[64, 3000, ag.f32], OUT: ag.Tensor[64, 1, ag.f32],
+                        ROWS: int = 2, BN: int = 1024):
+        ctas = 31 if bug == "grid_short" else 32
+        p0, p1 = ag.grid(ctas, 1)  # BUG:grid_short
+        o0 = (p0 % 32) * ROWS
+        acc1 = ag.full((ROWS, BN), 0.0)
+        for b1 in ag.range(3):
+            o1 = b1 * BN
+            x2 = ag.load(L0, (o0, o1,), (ROWS, BN))
+            fill = 1.0 if bug == "mask_fill_one" else 0.0
+            m3 = ag.where((ag.arange(ROWS)[:, None] + o0 < 64)
+                          & (ag.arange(BN)[None, :] + o1 < 3000), x2, fill)  # BUG:mask_fill_one
+            acc1 = (acc1 + m3)
+        acc1 = acc1.sum(axis=1)
+        row = o0 + ROWS if bug == "store_next_rows" else o0
+        ag.store(OUT, (row, 0,), acc1)  # BUG:store_next_rows
+    return compose_row_sum
+
+
+def make_scale_shift(bug: str | None = None):
+    """x * w + 1.0 with w [1, 3000] broadcast over the rows (tile.py's elementwise template)."""
+    @ag.kernel(threads=256, name="compose_scale_shift")
+    def compose_scale_shift(L0: ag.Tensor[64, 3000, ag.f32], L1: ag.Tensor[1, 3000, ag.f32],
+                            OUT: ag.Tensor[64, 3000, ag.f32], ROWS: int = 2, BN: int = 1024):
+        col_ctas = 2 if bug == "cols_grid_floor" else 3
+        p1, p0 = ag.grid(col_ctas, 32)  # BUG:cols_grid_floor
+        o0 = (p0 % 32) * ROWS
+        o1 = p1 * BN
+        x1 = ag.load(L0, (o0, o1,), (ROWS, BN))
+        col = 0 if bug == "broadcast_stride" else o1
+        x2 = ag.load(L1, (0, col,), (1, BN))  # BUG:broadcast_stride
+        v4 = x1 * x2 + 1.0
+        rows = o0 + 1 if bug == "rows_shifted" else o0
+        ag.store(OUT, (rows, o1,), v4)  # BUG:rows_shifted
+    return compose_scale_shift
+
+
+def make_batch_scale(bug: str | None = None):
+    """x * w of a [4, 64, 3000] input and w [1, 64, 1] (tile.py's elementwise template with a
+    kept outer group: the batch c0 and the row block decoded from one program id)."""
+    @ag.kernel(threads=256, name="compose_batch_scale")
+    def compose_batch_scale(L0: ag.Tensor[4, 64, 3000, ag.f32], L1: ag.Tensor[1, 64, 1, ag.f32],
+                            OUT: ag.Tensor[4, 64, 3000, ag.f32], ROWS: int = 2,
+                            BN: int = 1024):
+        p1, p0 = ag.grid(3, 128)
+        o1 = (p0 % 32) * ROWS
+        r = p0 // 32
+        c0 = r % 4
+        o2 = p1 * BN
+        x1 = ag.load(L0, (c0, o1, o2,), (ROWS, BN))
+        x2 = ag.load(L1, (0, o1, 0,), (ROWS, 1))
+        v3 = (x1 * x2)
+        batch = (r + 1) % 4 if bug == "store_other_batch" else c0
+        ag.store(OUT, (batch, o1, o2,), v3)  # BUG:store_other_batch
+    return compose_batch_scale
+
+
+def make_split_sum(bug: str | None = None):
+    """x.sum(1) of a [4, 64, 3000] input as a split reduction's first pass (tile.py, split-R:
+    8 slices of 4 row blocks each write a partial; the combine pass adds them)."""
+    @ag.kernel(threads=256, name="compose_split_sum")
+    def compose_split_sum(L0: ag.Tensor[4, 64, 3000, ag.f32],
+                          OUT: ag.Tensor[8, 4, 1, 3000, ag.f32], ROWS: int = 2,
+                          BN: int = 1024):
+        p1, p0, ps = ag.grid(3, 4, 8)
+        c0 = p0 % 4
+        o2 = p1 * BN
+        acc1 = ag.full((1, BN), 0.0)
+        blocks = 3 if bug == "slice_skips_last" else 4
+        for bb1 in ag.range(blocks):  # BUG:slice_skips_last
+            b1 = ps * 4 + bb1
+            o1 = b1 * ROWS
+            x2 = ag.load(L0, (c0, o1, o2,), (ROWS, BN))
+            m3 = ag.where((ag.arange(ROWS)[:, None] + o1 < 64), x2, 0.0)
+            r4 = m3.sum(axis=0)
+            acc1 = (acc1 + r4)
+        part = 0 if bug == "partial_slot_fixed" else ps
+        ag.store(OUT, (part, c0, 0, o2,), acc1)  # BUG:partial_slot_fixed
+    return compose_split_sum
+
+
+def make_combine(bug: str | None = None):
+    """The split reduction's second pass (tile.py's combine_kernel('sum', 8, 4096)): the 8
+    fp32 partials of each column summed in one block of rows."""
+    @ag.kernel(threads=256, name="compose_combine")
+    def compose_combine(L0: ag.Tensor[8, 4096, ag.f32], OUT: ag.Tensor[1, 4096, ag.f32],
+                        ROWS: int = 8, BN: int = 256):
+        ctas = 15 if bug == "cols_grid_short" else 16
+        p1, p0 = ag.grid(ctas, 1)  # BUG:cols_grid_short
+        o1 = p1 * BN
+        acc1 = ag.full((ROWS, BN), 0.0)
+        for b0 in ag.range(1):
+            o0 = b0 * ROWS
+            x2 = ag.load(L0, (o0, o1,), (ROWS, BN))
+            last = 7 if bug == "last_partial_dropped" else 8
+            m3 = ag.where((ag.arange(ROWS)[:, None] + o0 < last)  # BUG:last_partial_dropped
+                          & (ag.arange(BN)[None, :] + o1 < 4096), x2, 0.0)
+            acc1 = (acc1 + m3)
+        acc1 = acc1.sum(axis=0)
+        ag.store(OUT, (0, o1,), acc1)
+    return compose_combine
+
+
+def make_depthwise_bias(bug: str | None = None):
+    """conv.py's depthwise template (3x3, stride 1, padding 1, 4 input channels, multiplier 2:
+    8 output channels) over rows nk = n * 8 + k, ROWS = 1, with the bias of output channel
+    k = nk % 8 added in the epilogue."""
+    @ag.kernel(threads=32, name="compose_depthwise")
+    def depthwise(X: ag.Tensor["NC", 16, 16, 1, ag.f32], Wt: ag.Tensor[8, 9, ag.f32],
+                  B: ag.Tensor[8, 1, ag.f32], Y: ag.Tensor["NK", 16, 16, 1, ag.f32],
+                  BN: int = 16, ROWS: int = 1):
+        pb, q = ag.grid(ag.cdiv(Y.shape[0] * 16, ROWS), ag.cdiv(16, BN))
+        o_last = q * BN
+        nk = pb // 16
+        o0 = pb % 16
+        kk = nk % 8
+        xr = nk // 8 * 4 + kk // 2
+        acc = ag.full((BN, 1), 0.0)
+        for t in range(9):
+            dy, dx = t // 3 - 1, t % 3 - 1
+            x = ag.load(X, (xr, o0 + dy, o_last + dx, 0), (BN, 1), other=0.0)
+            acc = acc + x * ag.load(Wt, (kk, t), (1, 1))
+        channel = kk // 2 if bug == "bias_input_channel" else kk
+        acc = acc + ag.load(B, (channel, 0), (1, 1))  # BUG:bias_input_channel
+        out_row = o0 + 1 if bug == "store_row_below" else o0
+        ag.store(Y, (nk, out_row, o_last, 0), acc)  # BUG:store_row_below
+    return depthwise
+
+
+BUGS = [
+    (make_softmax, "max_fill_zero", ("fill.identity",)),
+    (make_softmax, "apply_skips_last", ("store.coverage",)),
+    (make_softmax, "apply_rows_shifted", ("store.coords", "store.coverage")),
+    (make_softmax, "apply_stride_rows", ("store.once", "store.coverage")),
+    (make_row_sum, "grid_short", ("store.coverage",)),
+    (make_row_sum, "store_next_rows", ("store.coords", "store.coverage")),
+    (make_scale_shift, "rows_shifted", ("store.coords", "store.coverage")),
+    (make_scale_shift, "cols_grid_floor", ("store.coverage",)),
+    (make_split_sum, "partial_slot_fixed", ("store.once", "store.coverage")),
+    (make_combine, "cols_grid_short", ("store.coverage",)),
+]
+
+# Seeded bugs the verifier does not catch yet (test_compose_mutations.py: strict xfail, so a
+# fix shows). The templates render static shapes: every dim is an integer, whose tag field
+# is `dim{i}` (a position, not a name), and the coordinate checks compare names only —
+# reduce.coverage and ew.broadcast skip `dim{i}` fields (tagdomain.is_coordinate_field), and
+# store.coords links them by extent only where one extent is unambiguous. The reductions
+# also accumulate elementwise across the block loop and reduce once after it, which
+# reduce.coverage (a reduction carried over a loop) does not read as a row reduction.
+GAPS = [
+    (make_softmax, "stats_skip_last", ("reduce.coverage",),
+     "the max/sum pass accumulates elementwise and reduces after the loop"),
+    (make_row_sum, "mask_fill_one", ("fill.identity",),
+     "the masked 1.0 meets the loop-carried sum (summarized: TOP, never an error)"),
+    (make_scale_shift, "broadcast_stride", ("ew.broadcast",),
+     "ew.broadcast compares named fields only; w's column is dim1"),
+    (make_batch_scale, "store_other_batch", ("store.coords",),
+     "w [1, 64, 1] broadcasts its dim0 = 0 into the product: dim0 is a mixed point, not linked"),
+    (make_split_sum, "slice_skips_last", ("reduce.coverage",),
+     "the reduced field is dim1: not a coordinate field for reduce.coverage"),
+    (make_combine, "last_partial_dropped", ("reduce.coverage", "reduce.slices",
+                                            "fill.identity"),
+     "a mask that drops an in-bounds partial is a where like any other"),
+    (make_depthwise_bias, "store_row_below", ("store.coverage", "store.coords"),
+     "the row is a leading dim decoded from the same program id as the image (pb // 16, "
+     "pb % 16): store.coverage leaves shared leading dims to the tile walk"),
+    (make_depthwise_bias, "bias_input_channel", ("ew.broadcast", "ew.agree", "store.coords"),
+     "the bias's channel kk and the output's row nk = n * 8 + kk are integer dims of "
+     "different extents: no field links them"),
+]
+
+CLEAN = [make_softmax, make_row_sum, make_scale_shift, make_batch_scale, make_split_sum,
+         make_combine, make_depthwise_bias]
