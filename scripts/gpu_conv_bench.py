@@ -33,7 +33,14 @@ normwise error against float64.
                                                 # one consumer) and schedule_for's rule; on
                                                 # the strided layers the strided rowbox
                                                 # (element-strided box, opt-in), and after
-                                                # the table ResNet-50's other strided layers
+                                                # the table ResNet-50's other strided layers;
+                                                # 'op' (argus.ops.conv2d as called: the 1x1
+                                                # layers on the pointwise GEMM, the stem on
+                                                # im2col) and 'op kernel' (its route's kernels
+                                                # alone) on every layer: the HEADLINE geomean
+                                                # is cudnn/op, the kernel-alone one after it
+    python scripts/gpu_conv_bench.py --rowbox --dry   # no GPU: what 'op' runs per layer,
+                                                # built on meta tensors (route, schedule)
     python scripts/gpu_conv_bench.py --strided  # only ResNet-50's 7 strided layers: default
                                                 # vs strided rowbox vs cuDNN (kernel alone)
     python scripts/gpu_conv_bench.py --cases depthwise,pointwise   # fp32 under tf32: the
@@ -235,21 +242,33 @@ def rowbox_table() -> None:
     rule's row where it differs from the default). On the strided layers (stem, c3/2) the
     strided rowbox candidates run too (`_strided_rowbox_candidates`), with a geomean "with the
     strided rowbox" (the rule's pick, the strided rowbox on the layers it ran); after the
-    table, ResNet-50's other strided layers (`strided_table`). Run with the default
+    table, ResNet-50's other strided layers (`strided_table`). On every layer "op":
+    argus.ops.conv2d as a user calls it (its route, `conv_ops.route`: the 1x1 layers run on
+    matmul's GEMM, the stem on im2col, the rest on the implicit GEMM under schedule_for's rule;
+    with the host path), checked against float64 first, and "op kernel" (`_prepared` without a
+    schedule: the route's kernels alone); the HEADLINE geomean is cuDNN / op over the layers
+    (what users get), then cuDNN / op kernel, then the kernel-alone geomean of the implicit
+    GEMM on every layer (the number docs/perf/conv.md reported before 2026-12-05, whose 1x1
+    and stem rows are not what the op runs). Run with the default
     ARGUS_VERIFY=1 to see the compile (and verification) time of each schedule too;
     ARGUS_VERIFY=0 times the same kernels."""
     import time
 
     import torch.nn.functional as F
 
+    import argus.ops as ops
     from argus.ops import conv as conv_ops
     from argus.runtime.timing import measure_alternating
 
     print("== ResNet-50, kernel alone: default (rowbox where it applies) vs rowbox=False vs "
-          "cuDNN (bf16, channels-last, batch 32)")
+          "cuDNN (bf16, channels-last, batch 32); 'op': argus.ops.conv2d as called (the "
+          "headline), 'op kernel': its route's kernels alone")
     ratios: dict[str, list] = {"default": [], "rowbox=False": [], "default, rowbox layers": [],
                                "rowbox=False, rowbox layers": []}
     small: dict[str, list] = {"with the small-image rule": [], "with the strided rowbox": []}
+    # the headline: cuDNN / what the op runs, per layer (`op`); then the kernel alone
+    headline: dict[str, list] = {"op (argus.ops.conv2d)": [],
+                                 "op kernel (the route's kernels alone)": []}
     wrong_defaults: list[str] = []      # layers where the default (the rule) computed wrong
     for i, (name, N, C, H, W, K, R, S, st, pad) in enumerate(RESNET50):
         x, w = _layer(N, C, H, W, K, R, S, i)
@@ -288,6 +307,19 @@ def rowbox_table() -> None:
             fns[label] = _prepared(x, w, st, pad, sched)
         if not ok:
             continue
+        # "op": argus.ops.conv2d as a user calls it (its route: the pointwise GEMM on the 1x1
+        # layers, im2col on the stem, else the implicit GEMM under schedule_for's rule, and
+        # the host path); "op kernel": that route's kernels alone (prepared launches). A
+        # wrong op fails the run after the table, as a wrong default does
+        kind = conv_ops.route(x, w, None, st, pad, 1)
+        err_op = _rel(ops.conv2d(x, w, None, st, pad), ref)
+        print(f"{name:18s} op            route {kind}; max rel err {err_op:.1e}", flush=True)
+        if err_op > 1e-2:
+            print(f"{name:18s} op            WRONG", flush=True)
+            wrong_defaults.append(f"{name} (op)")
+        else:
+            fns["op"] = lambda x=x, w=w, st=st, pad=pad: ops.conv2d(x, w, None, st, pad)
+            fns["op kernel"] = _prepared(x, w, st, pad)
         fns["cudnn"] = lambda x=x, w=w, st=st, pad=pad: F.conv2d(x, w, None, st, pad)
         times = measure_alternating(list(fns.values()), rounds=3, trials=100, warmup=20)
         ms = {label: t.median_ms for label, t in zip(fns, times)}
@@ -297,6 +329,13 @@ def rowbox_table() -> None:
         took = scheds["default"].rowbox
         print(f"{name:18s} {cells}  cudnn/default {ms['cudnn'] / ms['default']:5.2f}x  "
               f"cudnn/rowbox=False {ms['cudnn'] / ms['rowbox=False']:5.2f}x", flush=True)
+        if "op" in ms:
+            print(f"{name:18s} op (route {kind}) {ms['op']:8.4f} ms  op kernel "
+                  f"{ms['op kernel']:8.4f} ms  cudnn/op {ms['cudnn'] / ms['op']:5.2f}x  "
+                  f"cudnn/op kernel {ms['cudnn'] / ms['op kernel']:5.2f}x", flush=True)
+            headline["op (argus.ops.conv2d)"].append(ms["cudnn"] / ms["op"])
+            headline["op kernel (the route's kernels alone)"].append(
+                ms["cudnn"] / ms["op kernel"])
         for label in ("default", "rowbox=False"):
             ratios[label].append(ms["cudnn"] / ms[label])
             if took:
@@ -313,14 +352,58 @@ def rowbox_table() -> None:
                 small.setdefault(f"{label}, layers it ran", []).append(ms["cudnn"] / ms[label])
                 small.setdefault(f"default on those layers ({label})", []).append(
                     ms["cudnn"] / ms["default"])
+    for label, rs in headline.items():
+        if rs:
+            print(f"HEADLINE geomean cudnn/{label}: "
+                  f"{math.exp(sum(map(math.log, rs)) / len(rs)):.3f}x over {len(rs)} layers")
+    rs = small["with the small-image rule"]
+    if rs:
+        print(f"kernel-alone geomean cudnn/implicit GEMM (schedule_for now, every layer on the "
+              f"implicit GEMM kernel; the 1x1 layers and the stem are not what the op runs): "
+              f"{math.exp(sum(map(math.log, rs)) / len(rs)):.3f}x over {len(rs)} layers")
     for label, rs in list(ratios.items()) + list(small.items()):
         if rs:
             print(f"geomean cudnn/ours, {label}: "
                   f"{math.exp(sum(map(math.log, rs)) / len(rs)):.3f}x over {len(rs)} layers")
     strided_table(RESNET50_STRIDED_EXTRA, seed=len(RESNET50))
     if wrong_defaults:
-        raise SystemExit(f"WRONG results from the default (small-image rule) schedule on "
-                         f"{', '.join(wrong_defaults)}")
+        raise SystemExit(f"WRONG results from the default (small-image rule) schedule or the "
+                         f"op on {', '.join(wrong_defaults)}")
+
+
+def rowbox_dry() -> None:
+    """--rowbox --dry, no GPU: for every RESNET50 layer, what the table's "op" column runs:
+    argus.ops.conv2d on meta tensors (bf16, channels-last, batch 32), which routes, builds
+    (traces, verifies per ARGUS_VERIFY, compiles with NVRTC) and never launches (through
+    argus.ops.conv.convolve, which ops.conv2d calls in eager mode: conv2d itself refuses
+    non-CUDA tensors), and the
+    route's kernel schedule (the pointwise GEMM's from `pointwise_gemm`, the implicit GEMM's
+    from schedule_for). Nothing is timed."""
+    import time
+
+    import torch
+
+    from argus.ops import conv as conv_ops
+
+    for name, N, C, H, W, K, R, S, st, pad in RESNET50:
+        x = torch.empty(N, C, H, W, dtype=torch.bfloat16, device="meta") \
+            .to(memory_format=torch.channels_last)
+        w = torch.empty(K, C, R, S, dtype=torch.bfloat16, device="meta") \
+            .to(memory_format=torch.channels_last)
+        kind = conv_ops.route(x, w, None, st, pad, 1)
+        t0 = time.perf_counter()
+        y = conv_ops.convolve(x, w, None, st, pad)
+        built = time.perf_counter() - t0
+        if kind == "pointwise":
+            A, Wk = x.permute(0, 2, 3, 1).reshape(N * H * W, C), w.reshape(K, C)
+            out2 = torch.empty(N * H * W, K, dtype=x.dtype, device="meta")
+            what = conv_ops.pointwise_gemm(A, Wk, out2)[0]
+        elif kind == "implicit_gemm":
+            what = conv_ops.schedule_for(x, w, st, pad, 1, 1)
+        else:
+            what = "(the gather and matmul's GEMM)"
+        print(f"{name:18s} op route {kind:13s} result {tuple(y.shape)}; built in {built:5.1f} s; "
+              f"{what}", flush=True)
 
 
 def _candidate(label: str) -> bool:
@@ -1127,6 +1210,9 @@ def main() -> None:
     ap.add_argument("--rowbox", action="store_true",
                     help="all ResNet-50 layers, kernel alone: the default (rowbox where it "
                          "applies) vs rowbox=False vs cuDNN, and stop")
+    ap.add_argument("--dry", action="store_true",
+                    help="with --rowbox: no GPU; build what the 'op' column runs per layer "
+                         "on meta tensors and print its route and schedule")
     ap.add_argument("--strided", action="store_true",
                     help="ResNet-50's strided layers, kernel alone: the default vs the strided "
                          "rowbox (opt-in) vs cuDNN, and stop")
@@ -1170,7 +1256,10 @@ def main() -> None:
         profile(args.profile)
         return
     if args.rowbox:
-        rowbox_table()
+        if args.dry:
+            rowbox_dry()
+        else:
+            rowbox_table()
         return
     if args.strided:
         strided_table()
