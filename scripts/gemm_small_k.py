@@ -73,6 +73,8 @@ def candidates() -> dict:
         # 256-wide (N = 256 .. 2048): ping-pong 64x256 staged in 64-column rounds
         "pp 64x256 tma s5 cols64": G(bm=64, bn=256, stages=5, pingpong=True, epilogue="tma",
                                      store_cols=64),
+        # the one of candidates() (the heuristic's tile for large M): the cooperative
+        # reference, for the shapes whose untuned pick is another tile
         "coop 128x256 tma s3": G(bm=128, bn=256, stages=3, epilogue="tma"),
     }
 
@@ -106,9 +108,9 @@ def interpret_error(s, dt: str = "bf16", m: int = 300, n: int = 200, k: int = 72
 def check(verify_kernels: bool) -> int:
     """Every candidate (and each shape's untuned pick) for both dtypes: the interpreter's
     error against float64 (`interpret_error`; rounding the output costs up to 2^-8 relative in
-    bf16, 2^-11 in fp16: bounds 8e-3 and 1e-3), the verifier's findings (errors and unknowns; 0 / 0 is the bar) and the NVRTC
-    sm_90a build's registers and spill bytes. The GEMM kernel takes M, N, K at run time, so
-    one build serves every shape."""
+    bf16, 2^-11 in fp16: bounds 8e-3 and 1e-3), the verifier's findings (errors and unknowns;
+    0 / 0 is the bar) and the NVRTC sm_90a build's registers and spill bytes. The GEMM kernel
+    takes M, N, K at run time, so one build serves every shape."""
     from argus import verify
     from argus.compiler import compile_kernel, lower_only
     from argus.ops.schedules import kernel_for, untuned
