@@ -113,6 +113,11 @@ class ConvGeometry:
         check_geometry_fields(self, "sizes, strides and dilations")
 
     @property
+    def flat(self) -> bool:
+        """2-d: one depth tap, no depth stride or padding (the image index is the depth)."""
+        return self.t == 1 and self.stride_d == 1 and self.pad_d == 0
+
+    @property
     def w_shift(self) -> int:
         """Whole strides added to every column offset s * dil_w - pad_w so that it is >= 0
         (runtime division and remainder then need no sign care); subtracted again in v."""
@@ -295,14 +300,16 @@ def _input_coords(geom: ConvGeometry, g, out_row, q0, tap, c0, H, P, NH, D, OD,
     plane, v = _column(geom, g, q0, t)
     p = out_row % P
     h = p * geom.stride_h + r * geom.dil_h - geom.pad_h
-    if geom.t == 1 and geom.stride_d == 1 and geom.pad_d == 0:   # 2-d: depth is the image
+    if geom.flat:                                      # 2-d: depth is the image
         image = out_row // P
         return _BoxCoords((_row(image, h, H, NH, geom.pad_h, past), plane, v, c0), image, p)
     image = out_row // P                               # n * OD + od
-    depth = (image % OD) * geom.stride_d + dt * geom.dil_d - geom.pad_d
-    row = _row((image // OD) * D + depth, h, H, NH, geom.pad_d * H + geom.pad_h,
+    od = image % OD
+    depth = od * geom.stride_d + dt * geom.dil_d - geom.pad_d
+    n = image // OD                                    # (recorded in the order it always was)
+    row = _row(n * D + depth, h, H, NH, geom.pad_d * H + geom.pad_h,
                _plus(_outside(depth, D), past))
-    return _BoxCoords((row, plane, v, c0), image, p)
+    return _BoxCoords((row, plane, v, c0), image, p, n, od)
 
 
 class _BoxCoords(tuple):
@@ -311,9 +318,9 @@ class _BoxCoords(tuple):
     scalars _input_coords divided out of the flattened output row (the box's copy tags name
     them: no second division recorded, so the generated code is the same)."""
 
-    def __new__(cls, coords: tuple, image, p):
+    def __new__(cls, coords: tuple, image, p, n=None, od=None):
         box = super().__new__(cls, coords)
-        box.image, box.p = image, p
+        box.image, box.p, box.n, box.od = image, p, n, od
         return box
 
 
@@ -375,20 +382,25 @@ def _im2col_tags(geom: ConvGeometry, tap, taps: int, cg_padded: int, **more) -> 
     r and s of tap // S, tap % S for a 2-d tap) and leaves the query the coordinates'
     divisions alone, not a second pair of its own."""
     taps2d = geom.r * geom.s
+    depth = {} if geom.flat else \
+        dict(fd=lambda nh, plane, v, c: ag.sym(tap) // taps2d)
     return dict(kin=lambda nh, plane, v, c: ag.sym(tap) * cg_padded + c,
                 kin_extent=lambda nh, plane, v, c: taps * cg_padded,
                 tap=lambda nh, plane, v, c: ag.sym(tap),
                 fr=lambda nh, plane, v, c: (ag.sym(tap) % taps2d) // geom.s,
-                fs=lambda nh, plane, v, c: ag.sym(tap) % geom.s, **more)
+                fs=lambda nh, plane, v, c: ag.sym(tap) % geom.s, **depth, **more)
 
 
 def _row_pixel(box: _BoxCoords, q0) -> dict:
     """Copy tags of a per-row A box (one output row, bw columns along X's v axis): the
     output pixel's image and row (box.image, box.p) and each element's output column
     q0 + (v - v0), v0 the box's first v."""
+    depth = {} if box.n is None else \
+        dict(n=lambda nh, plane, v, c: ag.sym(box.n),
+             od=lambda nh, plane, v, c: ag.sym(box.od))
     return dict(img=lambda nh, plane, v, c: ag.sym(box.image),
                 oh=lambda nh, plane, v, c: ag.sym(box.p),
-                ocol=lambda nh, plane, v, c: ag.sym(q0) + (v - ag.sym(box[2])))
+                ocol=lambda nh, plane, v, c: ag.sym(q0) + (v - ag.sym(box[2])), **depth)
 
 
 def _rowbox_pixel(image, p0, q0, h0, w0, geom: ConvGeometry) -> dict:
@@ -403,7 +415,7 @@ def _rowbox_pixel(image, p0, q0, h0, w0, geom: ConvGeometry) -> dict:
                 ocol=lambda n, h, w, c: ag.sym(q0) + step(w - ag.sym(w0), geom.stride_w))
 
 
-def _receptive_field(geom: ConvGeometry, X, H, rowbox: bool):
+def _receptive_field(geom: ConvGeometry, X, H, rowbox: bool, D=None, OD=None):
     """check_a of the consumer's main loop (OperandRing.mma): a tag assertion that every A
     element a wgmma multiplies is the input pixel of its output pixel and tap, or zero. The
     output pixel and the tap are the box's copy tags (`img`, `oh`, `ocol`, `tap`), the pixel
@@ -414,10 +426,14 @@ def _receptive_field(geom: ConvGeometry, X, H, rowbox: bool):
     column w at plane phase w % stride_w, v = w // stride_w); outside it (padding), or for a
     tap past the filter (a packed step's tail), the element lies outside the tensor, where TMA
     reads zeros (the tensor map's out-of-bounds fill, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-    argus/runtime/tma.py). 2-d geometries only (3-d: docs/verify.md "Conv receptive field:
-    narrow boxes, 3-d, halo")."""
+    argus/runtime/tma.py). 3-d: the output image is n * OD + od (the box's copy tags n, od,
+    fixed by 0 <= od < OD), the tap (t, r, s) with t the box's fd, input depth d = od *
+    stride_d + t * dil_d - pad_d inside [0, D), and X's row (n * D + d) * H + h. check_asserts
+    proves it per writer of the element (`_by_writer`: as one claim over both warpgroups'
+    boxes the 3-d row equation ran out of budget; docs/verify.md "Conv receptive field:
+    3-d")."""
     NH, PG, WV = ag.sym(X.shape[0]), ag.sym(X.shape[1]), ag.sym(X.shape[2])
-    taps = geom.r * geom.s
+    taps = geom.t * geom.r * geom.s
 
     def check(view):
         a = ag.tag(view)
@@ -438,6 +454,17 @@ def _receptive_field(geom: ConvGeometry, X, H, rowbox: bool):
             h = a.oh * geom.stride_h + (r * geom.dil_h - geom.pad_h)
             w = a.ocol * geom.stride_w + (s * geom.dil_w - geom.pad_w)
             inside = ag.tag_all(h >= 0, h < ag.sym(H), w >= 0, w < WV * geom.stride_w)
+            if not geom.flat:
+                # 3-d: the output image img = n * OD + od (the box's n, od: fixed by
+                # 0 <= od < OD), the depth tap fd (tap = (fd * R + r) * S + s, 0 <= r < R),
+                # input depth d = od * stride_d + fd * dil_d - pad_d, plane n * D + d
+                d = a.od * geom.stride_d + (a.fd * geom.dil_d - geom.pad_d)
+                decomposed = ag.tag_all(a.tap == (a.fd * geom.r + r) * geom.s + s,
+                                        s >= 0, s < geom.s, r >= 0, r < geom.r, a.fd >= 0,
+                                        a.img == a.n * ag.sym(OD) + a.od, a.od >= 0,
+                                        a.od < ag.sym(OD))
+                inside = ag.tag_all(inside, d >= 0, d < ag.sym(D))
+                image = a.n * ag.sym(D) + d
             read = ag.tag_all(a.nh == image * ag.sym(H) + h, a.wv == w // geom.stride_w,
                               a.pg // geom.groups == w % geom.stride_w)
             outside = ag.tag_any(a.nh < 0, a.nh >= NH, a.wv < 0, a.wv >= WV)
@@ -448,7 +475,9 @@ def _receptive_field(geom: ConvGeometry, X, H, rowbox: bool):
             message="receptive field: the A element of output pixel (p, q) and tap (r, s) is "
                     "input pixel (p * stride_h + r * dil_h - pad_h, q * stride_w + s * dil_w - "
                     "pad_w), or, outside the image or past the last tap, a zero read from "
-                    "outside the tensor")
+                    "outside the tensor" + ("" if geom.flat else
+                                           " (3-d: output depth od and depth tap t, input "
+                                           "depth od * stride_d + t * dil_d - pad_d)"))
     return check
 
 
@@ -932,10 +961,9 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                     # narrow per-row boxes (bw < bm / consumers): one assertion a box
                     # (_per_box), as one over the warpgroup's rows / bw boxes ran past the
                     # solver's budget (their output rows' image * H and pushed-row products
-                    # together). 3-d: none (docs/verify.md "Conv receptive field: narrow
-                    # boxes, 3-d, halo")
-                    check = _receptive_field(geom, X, H, s.rowbox) if geom.t == 1 and \
-                        geom.stride_d == 1 and geom.pad_d == 0 else None
+                    # together). 3-d as 2-d, with the depth (docs/verify.md "Conv receptive
+                    # field: 3-d")
+                    check = _receptive_field(geom, X, H, s.rowbox, D, OD)
                     if check is not None and not s.rowbox and s.bw < rows:
                         check = _per_box(check, rows, s.bw) \
                             if s.bw >= NARROW_CHECK_MIN_BW and atoms == 1 else None

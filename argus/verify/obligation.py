@@ -44,6 +44,10 @@ class Obligation:
     # is solved itself, so a violation is always found and decoded from its own query
     implied_by: tuple[tuple[Obligation, tuple[str, ...]], ...] = ()
     implied_why: str = ""
+    # the claims asked one query each (`_prove_each`), not as one conjunction: claims that
+    # are cases of one claim (check_asserts._by_writer: one per writer of the element), each
+    # easy alone, whose conjunction's negation the solver searches as one disjunction
+    separately: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,9 +65,36 @@ class Finding:
     ms: float = 0.0
 
 
+def _prove_each(ob: Obligation, stats: solver.Stats, timeout_ms: int | None) \
+        -> solver.Outcome:
+    """`ob`'s claims proven one query each (Obligation.separately): proven when every claim
+    is; else the first violated claim's outcome (its model and name: a counterexample of
+    the conjunction too), else unknown naming the first claim not proven. Sound: premises
+    imply each claim alone iff they imply the conjunction."""
+    outs = []
+    for claim in ob.claims:
+        out = solver.prove(ob.premises, [claim], timeout_ms=ob.timeout_ms or timeout_ms,
+                           minimize=ob.minimize, stats=stats, theory=ob.tier)
+        if out.status == "violated":
+            return out
+        outs.append((claim[0], out))
+    ms = sum(o.ms for _, o in outs)
+    open_ = [(name, o) for name, o in outs if o.status != "proven"]
+    if open_:
+        name, o = open_[0]
+        return solver.Outcome("unknown", ms, reason=f"{o.reason} (claim {name!r}; "
+                                                    f"{len(open_)} of {len(outs)} not proven)",
+                              theory=o.theory)
+    return solver.Outcome("proven", ms, theory=outs[0][1].theory,
+                          reason="; ".join(o.reason for _, o in outs if o.reason))
+
+
 def run(ob: Obligation, stats: solver.Stats, timeout_ms: int | None) -> Finding:
-    out = solver.prove(ob.premises, ob.claims, timeout_ms=ob.timeout_ms or timeout_ms,
-                       minimize=ob.minimize, stats=stats, theory=ob.tier)
+    if ob.separately and len(ob.claims) > 1:
+        out = _prove_each(ob, stats, timeout_ms)
+    else:
+        out = solver.prove(ob.premises, ob.claims, timeout_ms=ob.timeout_ms or timeout_ms,
+                           minimize=ob.minimize, stats=stats, theory=ob.tier)
     if out.status == "proven":
         return Finding(ob.code, ob.loc, ob.subject, "proven", tier=out.theory, ms=out.ms)
     if out.status == "unknown":
