@@ -96,3 +96,45 @@ def test_narrow_box_query_unpruned_is_larger(monkeypatch):
     wide = _query_sizes(ConvSchedule(bm=128, bn=64, bw=64, stages=2))
     narrow = _query_sizes(ConvSchedule(bm=128, bn=64, bw=16, stages=2, epilogue="tma"))
     assert all(n > 1.5 * wide[0] for n in narrow), (wide, narrow)
+
+
+def test_3d_assertion_is_split_per_writer_and_2d_is_not():
+    """check_asserts._by_writer: the 3-d receptive field ((n * D + d) * H + h: degree 3) is
+    one claim per writer of the element (both warpgroups' boxes), asked one query each
+    (Obligation.separately); as one claim it ran out of 5M units. The 2-d one (image * H:
+    degree 2) stays one claim (as fast or faster joined)."""
+    g3d = ConvGeometry(3, 3, 1, 2, 1, 1, 1, 1, groups=1, cg_padded=64, t=3, stride_d=2,
+                       pad_d=1, dil_d=1)
+    k = lower_only(K.conv_kernel.__wrapped__(), geom=g3d,
+                   s=ConvSchedule(bm=128, bn=64, bw=64, stages=2))
+    obs, finds = check_asserts.obligations(Model(k))
+    assert not finds and len(obs) == 1
+    (ob,) = obs
+    assert ob.separately and len(ob.claims) == 2, (ob.separately, len(ob.claims))
+    assert check_asserts._degree(ob.claims[0][1]) == 3
+    # each claim is `case => claim with the case's covers resolved`, the cases differ
+    assert all(z3.is_implies(c) for _, c in ob.claims)
+    assert not z3.eq(ob.claims[0][1].arg(0), ob.claims[1][1].arg(0))
+    assert not z3.eq(ob.claims[0][1].arg(1), ob.claims[1][1].arg(1))
+    for ob in _packed_assertions():
+        assert not ob.separately and len(ob.claims) == 1
+        assert check_asserts._degree(ob.claims[0][1]) == 2
+
+
+def test_separate_claims_report_the_violated_one():
+    """Obligation.separately: each claim its own query; a violated one is reported by name
+    with its model (a counterexample of the conjunction), all proven is proven."""
+    from argus.verify import obligation as OB
+    from argus.verify import solver
+
+    x = z3.Int("x")
+
+    def ob(claims):
+        return OB.Obligation("tag.assert", None, "t", [x >= 0, x < 10], claims,
+                             lambda m, v: (f"x = {m.eval(x)}", {"violated": v}),
+                             separately=True)
+    good = OB._prove_each(ob([("a", x >= 0), ("b", x < 10)]), solver.Stats(), None)
+    assert good.status == "proven"
+    bad = OB._prove_each(ob([("a", x >= 0), ("b", x < 5)]), solver.Stats(), None)
+    assert bad.status == "violated" and bad.violated == ["b"]
+    assert bad.model.eval(x).as_long() >= 5
