@@ -172,11 +172,11 @@ def conv():
             ("nchw tf32, staged epilogue", tf32, nchw,
              S(bm=128, bn=64, bk=32, bw=64, stages=2, nchw_epilogue="staged")),
             # 3-d receptive field (docs/verify.md "Conv receptive field: 3-d"): the direct
-            # and bw 16 boxes, and KernelBench level-2's conv3d pick (8 channels, fp32 as tf32:
+            # and bw 32 boxes, and KernelBench level-2's conv3d pick (8 channels, fp32 as tf32:
             # 4 packed taps a step)
             ("3-d direct (bw 64)", conv_kernel(), g3d, S(bm=128, bn=64, bw=64, stages=2)),
-            ("3-d, tma bw 16", conv_kernel(), g3d,
-             S(bm=128, bn=64, bw=16, stages=2, epilogue="tma")),
+            ("3-d, tma bw 32", conv_kernel(), g3d,
+             S(bm=128, bn=64, bw=32, stages=2, epilogue="tma")),
             ("3-d packed taps x4 (tf32, C 8)", conv_kernel(ag.f32, ag.f32, precision="tf32"),
              ConvGeometry(3, 3, 1, 1, 0, 0, 1, 1, 1, 8, t=3),
              S(bm=128, bn=16, bk=8, bw=64, stages=6, taps_per_slice=4)),
