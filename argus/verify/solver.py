@@ -182,6 +182,7 @@ def clear_cache() -> None:
     _NAMED_TERMS.clear()
     _NAMED_PAIRS.clear()
     _RECENT_MODELS.clear()
+    _POINT_VALUES.clear()
     for hook in _CLEAR_HOOKS:
         hook()
 
@@ -834,28 +835,68 @@ def satisfied_by_recent_model(premises) -> bool:
     """Are the premises true at a point taken from a recent vacuity check's model (its
     values by position, `_remember_model`)? A ground formula that simplifies to true is a
     model, so True means satisfiable, whatever the point's origin (an answer no less definite
-    than the solver's sat); False answers nothing, and the solver searches as before."""
+    than the solver's sat); False answers nothing, and the solver searches as before.
+
+    Each premise is evaluated on its own, in order, and the point given up at the first one
+    that does not simplify to true; a premise's value is a function of the premise and of the
+    values of its constants, remembered under that key (`_POINT_VALUES`): a kernel's queries
+    repeat its model's premises (launch parameters, shapes, the unit's indices: 100-200 of
+    them in an FA3 attention query), which were substituted and simplified again, as one
+    conjunction, for every query and every recent model (2-3 ms a check, 0.2 s of the d 256
+    attention kernels' ~1.5 s)."""
     if not premises or not _RECENT_MODELS:
         return False
     ctx = premises[0].ctx
-    consts = [z3.z3._to_expr_ref(a, ctx) for a in _premise_consts(premises)]
-    kinds = tuple("i" if z3.is_int(c) else "b" if z3.is_bool(c) else "?" for c in consts)
+    ref = ctx.ref()
+    raw = _premise_consts(premises)
+    get_id = _L.Z3_get_ast_id
+    ids = [get_id(ref, a) for a in raw]
+    kinds = []
+    for a in raw:
+        k = _L.Z3_get_sort_kind(ref, _L.Z3_get_sort(ref, a))
+        kinds.append("i" if k == z3.Z3_INT_SORT else "b" if k == z3.Z3_BOOL_SORT else "?")
     if "?" in kinds:
         return False
-    conj = z3.And(list(premises))
-    froms = (z3.Ast * len(consts))(*[c.as_ast() for c in consts])
+    kinds = tuple(kinds)
+    if len(_POINT_VALUES) > _PROOFS_MAX:
+        _POINT_VALUES.clear()
     for sorts, vals, _ in _RECENT_MODELS:
         if sorts[:len(kinds)] != kinds[:len(sorts)]:
             continue
-        point = [vals[i] if i < len(vals) else (0 if k == "i" else False)
-                 for i, k in enumerate(kinds)]
-        tos_refs = [z3.IntVal(v) if k == "i" else z3.BoolVal(v) for v, k in zip(point, kinds)]
-        tos = (z3.Ast * len(tos_refs))(*[t.as_ast() for t in tos_refs])
-        ground = z3.z3._to_expr_ref(
-            z3.Z3_substitute(ctx.ref(), conj.as_ast(), len(consts), froms, tos), ctx)
-        if z3.is_true(z3.simplify(ground)):
+        point = {i: (vals[n] if n < len(vals) else (0 if k == "i" else False))
+                 for n, (i, k) in enumerate(zip(ids, kinds))}
+        for p in premises:
+            pc = _ordered_consts(p)
+            key = (p.get_id(), tuple(point[i] for i, _ in pc))
+            hit = _POINT_VALUES.get(key)
+            if hit is None:
+                hit = (p, _true_at(p, pc, [point[i] for i, _ in pc]))
+                _POINT_VALUES[key] = hit
+            if not hit[1]:
+                break
+        else:
             return True
     return False
+
+
+def _true_at(p: z3.BoolRef, pc: list, values: list) -> bool:
+    """Does the premise `p`, with its constants `pc` ((id, raw ast), `_ordered_consts`) replaced
+    by `values` (ints or bools, in the same order), simplify to true?"""
+    if not pc:
+        return z3.is_true(z3.simplify(p))
+    ctx = p.ctx
+    froms = (z3.Ast * len(pc))(*[a for _, a in pc])
+    tos_refs = [z3.BoolVal(v, ctx) if isinstance(v, bool) else z3.IntVal(v, ctx)
+                for v in values]
+    tos = (z3.Ast * len(pc))(*[t.as_ast() for t in tos_refs])
+    ground = z3.z3._to_expr_ref(z3.Z3_substitute(ctx.ref(), p.as_ast(), len(pc), froms, tos),
+                                ctx)
+    return z3.is_true(z3.simplify(ground))
+
+
+# `satisfied_by_recent_model`'s table: (premise id, the values of its constants) -> (the
+# premise, kept alive so its id is not reused; whether it simplifies to true there)
+_POINT_VALUES: dict[tuple, tuple] = {}
 
 
 # the budget of the pinned search (`_pinned_model_found`): a linear search, once the shared
@@ -1210,7 +1251,16 @@ def _vacuity(premises, rlimit, make) -> z3.CheckSatResult:
     """Are the premises satisfiable? (a proof from contradictory premises proves nothing.)
     The plain SMT core first (a model in ~1 ms where the default solver's preprocessing takes
     20-40 ms on tile queries); its sat and unsat are both definite answers, and only its
-    unknown falls back to `make()` with the larger budget."""
+    unknown falls back to `make()` with the larger budget.
+
+    A recent model's point first (`satisfied_by_recent_model`, as `_model_search` does): true
+    there is a model, so satisfiable. The FA3 attention kernels' queries that purify-arith
+    proves (34 in the d 256 causal lpt schedule) each searched a model of their 100-200
+    premises (~4 ms each). The model found here is not remembered: kept among the few recent
+    ones it pushed out those of the halo TMA conv's row segments, whose next checks then
+    searched (3.45 -> 4.20 s, in-process A/B)."""
+    if satisfied_by_recent_model(premises):
+        return z3.sat
     v = _limit(z3.SimpleSolver(), min(rlimit, VACUITY_RLIMIT // 5))
     _assert_all(v, premises)
     res = v.check()
