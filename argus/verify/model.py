@@ -989,8 +989,8 @@ class Model:
         same), and each instance is built once per model (`_axiom_memo`, by the axiom and its
         grounds): every obligation asks for the instances of its query, store.coords asks
         first, and the queries of a kernel share their model's premises (the halo TMA conv:
-        39 calls, ~0.2 s of its ~1.5 s; the packed-taps conv ~0.2 s, most of it in the
-        wrappers' children())."""
+        39 calls, 0.22 s at load ~9 -> 0.003 s, none of them returning an instance: the
+        cost was the wrappers' children())."""
         if not self.axioms or all(op.nvars == 0 for op, _ in self.axioms):
             return []
         grounds = _opaque_grounds(terms, {n for n, v in self.tag_fns.items() if v[0] == "opaque"})
