@@ -748,9 +748,19 @@ def _coverage(model: Model, st: StoreSite, alternatives: list[StoreSite] | None 
             return (f"dim {d}: the destination {value(zm, dd)} is outside the "
                     f"{value(zm, size)} positions the grid visits, or two instances coincide "
                     f"({', '.join(violated)})"), wit
-        fix = (f"state the launch precondition {st.tensor.dims[d]} <= {axis_len[e]} with "
-               f"ag.tag_assume(lambda: ag.sym({st.tensor.dims[d]}) <= {axis_len[e]}) — or tile "
-               f"dim {d} over the grid") if single_tile else ""
+        if batch:
+            # (the rule's default fix, a tile count and step, says nothing of a dim no tile
+            # axis lands on: what is wrong there is a shift or a scale of its index)
+            fix = (f"index dim {d} of {st.tensor.name} by the program ids, warpgroup and "
+                   f"loop indices that walk it as they count, from 0 and one apart (no shift "
+                   f"such as + 1, no scale), so that it stores positions 0 .. (the product of "
+                   f"their counts) - 1")
+        elif single_tile:
+            fix = (f"state the launch precondition {st.tensor.dims[d]} <= {axis_len[e]} with "
+                   f"ag.tag_assume(lambda: ag.sym({st.tensor.dims[d]}) <= {axis_len[e]}) — or "
+                   f"tile dim {d} over the grid")
+        else:
+            fix = ""
         obs.append(Obligation("store.coverage", st.op.loc, subject, prem, claims,
                               _by_store(model, st, decode),
                               minimize=list(model.params.values()), fix=fix,
