@@ -15,7 +15,6 @@ import pytest
 
 from argus.compiler import compile_kernel
 from argus.errors import CompileError
-from argus.kernels import conv as C
 from argus.kernels.conv import ConvGeometry, ConvSchedule, conv_kernel
 from argus.target.limits import entry_registers
 
@@ -100,4 +99,3 @@ def test_one_cta_an_sm_is_not_checked_against_the_entry_count():
     s = dataclasses.replace(RULE_2SM, ctas_per_sm=1, **dict(TWO_CONSUMERS, bn=256,
                                                             consumer_regs=232))
     assert s._entry_register_problems() == []
-    assert C.WGMMA_ENTRY_MARGIN == 26
