@@ -13,6 +13,7 @@ No GPU: the timing is scripts/gpu_conv_bench.py --rowbox (its "strided rowbox" r
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -20,18 +21,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# (name, N, C, H, W, K, R, S, stride, padding): ResNet-50's strided convolutions at batch 32
-# (torchvision's v1.5: the stride on the 3x3 of each stage's first block, and its 1x1
-# downsample); the stem and c3/2 are scripts/gpu_conv_bench.py's RESNET50 rows
-STRIDED = [
-    ("stem 7x7/2", 32, 3, 224, 224, 64, 7, 7, 2, 3),
-    ("c3 3x3 128/2", 32, 128, 56, 56, 128, 3, 3, 2, 1),
-    ("c4 3x3 256/2", 32, 256, 28, 28, 256, 3, 3, 2, 1),
-    ("c5 3x3 512/2", 32, 512, 14, 14, 512, 3, 3, 2, 1),
-    ("c3 1x1/2 256->512", 32, 256, 56, 56, 512, 1, 1, 2, 0),
-    ("c4 1x1/2 512->1024", 32, 512, 28, 28, 1024, 1, 1, 2, 0),
-    ("c5 1x1/2 1024->2048", 32, 1024, 14, 14, 2048, 1, 1, 2, 0),
-]
+
+def _strided_layers() -> list[tuple]:
+    """(name, N, C, H, W, K, R, S, stride, padding): ResNet-50's strided convolutions at batch
+    32, as scripts/gpu_conv_bench.py lists them (one list: its RESNET50 rows with a stride, the
+    stem and c3/2, then RESNET50_STRIDED_EXTRA), so this table and the GPU one time the same
+    layers."""
+    spec = importlib.util.spec_from_file_location("gpu_conv_bench",
+                                                  ROOT / "scripts" / "gpu_conv_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return [r for r in bench.RESNET50 if r[8] > 1] + list(bench.RESNET50_STRIDED_EXTRA)
 
 
 def measure(layer, strided: bool, check: bool) -> dict:
@@ -64,7 +64,7 @@ def measure(layer, strided: bool, check: bool) -> dict:
 
 def main(argv: list[str]) -> int:
     check = "--no-verify" not in argv
-    for layer in STRIDED:
+    for layer in _strided_layers():
         for strided in (False, True):
             m = measure(layer, strided, check)
             ver = f"verify {m['verify_s']:5.1f} s, errors {m['errors'] or 0}, unknown " \
