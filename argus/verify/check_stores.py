@@ -754,7 +754,9 @@ def _coverage(model: Model, st: StoreSite, alternatives: list[StoreSite] | None 
             fix = (f"index dim {d} of {st.tensor.name} by the program ids, warpgroup and "
                    f"loop indices that walk it as they count, from 0 and one apart (no shift "
                    f"such as + 1, no scale), so that it stores positions 0 .. (the product of "
-                   f"their counts) - 1")
+                   f"their counts) - 1; or, where the kernel writes part of "
+                   f"{st.tensor.name} on purpose (rows at an offset), declare it: "
+                   f"@ag.kernel(partial_outputs=({st.tensor.name!r},))")
         elif single_tile:
             fix = (f"state the launch precondition {st.tensor.dims[d]} <= {axis_len[e]} with "
                    f"ag.tag_assume(lambda: ag.sym({st.tensor.dims[d]}) <= {axis_len[e]}) — or "
