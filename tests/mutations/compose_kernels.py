@@ -198,28 +198,26 @@ BUGS = [
     (make_scale_shift, "cols_grid_floor", ("store.coverage",)),
     (make_split_sum, "partial_slot_fixed", ("store.once", "store.coverage")),
     (make_combine, "cols_grid_short", ("store.coverage",)),
-    # integer dims linked by position and extent (check_tiles._linked_integer_fields)
-    (make_scale_shift, "broadcast_stride", ("ew.broadcast",)),
-    # an integer dim's extent from the tensor with the record's `dim` fields, and a split's
-    # segments counted over the program id that picks them (check_reduce._coverage)
-    (make_split_sum, "slice_skips_last", ("reduce.coverage",)),
 ]
 
 # Seeded bugs the verifier does not catch yet (test_compose_mutations.py: strict xfail, so a
 # fix shows). The templates render static shapes: every dim is an integer, whose tag field
-# is `dim{i}` (a position, not a name). ew.broadcast links a `dim{i}` field where the
-# position has one extent over the kernel's integer tensors, and reduce.coverage takes its
-# extent from the tensor with the record's `dim` fields (broadcast_stride, slice_skips_last
-# are in BUGS); store.coords links them by extent only where one extent is unambiguous. The
-# reductions also accumulate elementwise across the block loop and reduce once after it, which
+# is `dim{i}` (a position, not a name), and the coordinate checks compare names only —
+# reduce.coverage and ew.broadcast skip `dim{i}` fields (tagdomain.is_coordinate_field), and
+# store.coords links them by extent only where one extent is unambiguous. The reductions
+# also accumulate elementwise across the block loop and reduce once after it, which
 # reduce.coverage (a reduction carried over a loop) does not read as a row reduction.
 GAPS = [
     (make_softmax, "stats_skip_last", ("reduce.coverage",),
      "the max/sum pass accumulates elementwise and reduces after the loop"),
     (make_row_sum, "mask_fill_one", ("fill.identity",),
      "the masked 1.0 meets the loop-carried sum (summarized: TOP, never an error)"),
+    (make_scale_shift, "broadcast_stride", ("ew.broadcast",),
+     "ew.broadcast compares named fields only; w's column is dim1"),
     (make_batch_scale, "store_other_batch", ("store.coords",),
      "w [1, 64, 1] broadcasts its dim0 = 0 into the product: dim0 is a mixed point, not linked"),
+    (make_split_sum, "slice_skips_last", ("reduce.coverage",),
+     "the reduced field is dim1: not a coordinate field for reduce.coverage"),
     (make_combine, "last_partial_dropped", ("reduce.coverage", "reduce.slices",
                                             "fill.identity"),
      "a mask that drops an in-bounds partial is a where like any other"),
