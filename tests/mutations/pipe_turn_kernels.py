@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 
 import argus as ag
+from tests.mutations import ring_gemm as G
 
 BN, BK, TM = 128, 64, 64
 
@@ -35,12 +36,7 @@ def make_turns(bug: str | None = None, stages: int = 2, skip: bool = True,
         else:
             ring = ag.pipeline(stages)
         k_tiles = ag.cdiv(K, BK)
-        with ag.role("producer", warpgroups=1, regs=40):
-            for h in ag.range(2):
-                for k in ag.range(k_tiles):
-                    with ring.produce() as st:
-                        ag.tma.load(sA[st], A, (pid_m * TM, k * BK))
-                        ag.tma.load(sB[st], B, ((pid_n * 2 + h) * BN, k * BK))
+        G.produce_pair(G.Ring(pid_m, pid_n, sA, sB, ring, k_tiles, TM, BN), A, B)
         with ag.role("consumer", warpgroups=2, regs=232) as wg:
             for h in ag.range(2):
                 if bug == "both_consume":

@@ -52,6 +52,18 @@ def produce(r: Ring, A, B) -> None:
                 ag.tma.load(r.sB[st], B, (r.pid_n * r.cols, k * BK))
 
 
+def produce_pair(r: Ring, A, B) -> None:
+    """The producer role of a CTA that computes two column tiles side by side (its grid's
+    pid_n counts pairs of `cols` columns): every K step of tile 0, then every K step of tile
+    1, into one ring (the turn-taking and ping-pong kernels' consumers take a tile each)."""
+    with ag.role("producer", warpgroups=1, regs=40):
+        for h in ag.range(2):
+            for k in ag.range(r.k_tiles):
+                with r.ring.produce() as st:
+                    ag.tma.load(r.sA[st], A, (r.pid_m * r.rows, k * BK))
+                    ag.tma.load(r.sB[st], B, ((r.pid_n * 2 + h) * r.cols, k * BK))
+
+
 def mainloop(r: Ring, wg, acc) -> None:
     """A consumer warpgroup's K loop: every step of the ring, its 64 rows of A."""
     for k in ag.range(r.k_tiles):
