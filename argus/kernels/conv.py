@@ -157,8 +157,8 @@ class ConvSchedule(WarpSpecializedSchedule):
     # ((p0 + i) * stride_h + .., (q0 + j) * stride_w + ..), exactly the im2col rows of output
     # pixels (p0 + i, q0 + j) at tap (r, s), so one box a K step still covers the A tile
     # (rows * stride_h and bw * stride_w at most 256: the box's traversed extent, boxDim).
-    # Opt-in for strided layers (argus.ops.conv.schedule_for(strided_rowbox=True)); not
-    # measured on a GPU (docs/perf/conv.md "Strided rowbox").
+    # The default for 16-bit strided layers (argus.ops.conv.schedule_for's strided_rowbox;
+    # measured on the H200: docs/perf/conv.md "Strided rowbox, measured").
     rowbox: bool = False
     # how conv_kernel(nchw=True) writes its channels-first result: "registers", the
     # accumulator stored transposed straight from registers (each warp store: 4 channels x 8

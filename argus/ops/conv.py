@@ -85,6 +85,7 @@ from dataclasses import dataclass
 from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.conv import ACTIVATIONS, ConvGeometry, ConvSchedule, conv_kernel
+from argus.kernels.gemm import GemmSchedule
 # round_to_tf32 (cvt.rna in torch): the tf32 kernel's weight operand, rounded once per repack
 # (per weight object and version); the judge's tf32 rung rounds with the same function
 from argus.numerics import round_to_tf32
@@ -156,7 +157,7 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
                  precision: str | None = None,
                  nchw_epilogue: str | None = None,
                  taps_per_slice: int | str = "auto",
-                 strided_rowbox: bool = False) -> ConvSchedule:
+                 strided_rowbox: bool | None = None) -> ConvSchedule:
     """A first heuristic, not tuned: bw = Q rounded up to a power of two in [8, 64] (fewer
     wasted tile rows on narrow layers; below 64 it needs the TMA-store epilogue, so a 16-bit
     output with 16-byte aligned channel rows), bn 128 unless the layer has <= 64 output
@@ -211,12 +212,16 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     ring as deep as its bigger stages fit, and no cluster (measured: `packed_taps`,
     docs/perf/conv.md "Packed taps").
 
-    `strided_rowbox=True` (opt-in, default off): rowbox for 2-d one-group layers with a
-    stride (<= 8) too, where the tile's box fits the TMA unit (`strided_rowbox_fits`): the
-    box read with the tensor map's element strides (ConvSchedule.rowbox, argus/kernels/
-    conv.py), one box a K step instead of bm / bw (ResNet-50's stem 7x7/2 and c3 3x3 128/2:
-    0.57-0.59x and 0.71x cuDNN with the per-row boxes). Not measured on a GPU
-    (`scripts/gpu_conv_bench.py --rowbox`, its "strided rowbox" rows), so not the default.
+    `strided_rowbox` (None: on for 16-bit inputs, off for fp32 ones; True / False force it):
+    rowbox for 2-d one-group layers with a stride (<= 8) too, where the tile's box fits the
+    TMA unit (`strided_rowbox_fits`): the box read with the tensor map's element strides
+    (ConvSchedule.rowbox, argus/kernels/conv.py), one box a K step instead of bm / bw, and no
+    cluster. Measured on the H200 (2026-12-05, `scripts/gpu_conv_bench.py --strided`,
+    docs/perf/conv.md "Strided rowbox, measured"), ResNet-50's 7 strided layers at batch 32,
+    bf16: geomean 0.43x cuDNN with the per-row boxes, 0.85x with the strided box in the 2x1
+    cluster, 0.97x without it on the 4 layers that had both (cluster 1 the faster at each:
+    c3 3x3 128/2 0.71 -> 1.00x, c4 3x3 256/2 0.45 -> 1.06x). The fp32 split and tf32 paths
+    (KernelBench's strided convolutions) are not measured with it: off unless asked.
     `rowbox=False` wins over it.
     """
     if taps_per_slice != "auto" and (not isinstance(taps_per_slice, int) or
@@ -301,7 +306,7 @@ def _schedule_for(x, weight, stride, padding, dilation, groups, *,
                   halo: bool = False, rowbox: bool | None = None,
                   precision: str | None = None,
                   nchw_epilogue: str | None = None,
-                  strided_rowbox: bool = False) -> ConvSchedule:
+                  strided_rowbox: bool | None = None) -> ConvSchedule:
     """`schedule_for` with one K slice a step (its heuristic; see there)."""
     W, K, S = x.shape[-1], weight.shape[0], weight.shape[-1]
     sw, pw, dw = (_pair(v, name, x.dim() - 2)[-1] for v, name in (
@@ -322,10 +327,14 @@ def _schedule_for(x, weight, stride, padding, dilation, groups, *,
         bw = 64
     dims = x.dim() - 2
     sh, sw = _pair(stride, "stride", dims)[-2:]
-    # one box of the [N, H, W, C] input per K step (see above); strided layers only when
-    # asked (strided_rowbox: unmeasured), where the strided box fits (bm 128: 128 / bw rows)
+    if strided_rowbox is None:      # measured for 16-bit inputs only (see schedule_for)
+        strided_rowbox = sixteen and precision != "tf32"
+    # one box of the [N, H, W, C] input per K step (see above); strided layers where the
+    # strided box fits (bm 128: 128 / bw rows), without the cluster (measured: see above)
+    strided_box = (sh, sw) != (1, 1)
     box = (dims, groups) == (2, 1) and rowbox is not False and (
-        (sh, sw) == (1, 1) or strided_rowbox and strided_rowbox_fits(sh, sw, 128 // bw, bw))
+        not strided_box or strided_rowbox and strided_rowbox_fits(sh, sw, 128 // bw, bw))
+    cluster = 1 if box and strided_box else 2
     nchw_epi = nchw_epilogue or NCHW_EPILOGUE
     if precision == "tf32":
         bn = tf32_bn(Kg)
@@ -364,7 +373,8 @@ def _schedule_for(x, weight, stride, padding, dilation, groups, *,
                                 nchw_epilogue=nchw_epi)
     stages = max(4, min(6, (_SMEM_BUDGET - staging) // ((128 + bn) * 64 * 2)))
     return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
-                        epilogue=epilogue, cluster_m=2, rowbox=box, nchw_epilogue=nchw_epi)
+                        epilogue=epilogue, cluster_m=cluster, rowbox=box,
+                        nchw_epilogue=nchw_epi)
 
 
 def strided_rowbox_fits(stride_h: int, stride_w: int, rows: int, bw: int) -> bool:
@@ -1338,6 +1348,43 @@ def _depthwise(x, weight, bias, stride, padding, dilation, activation: str):
 _POINTWISE: OrderedDict = OrderedDict()
 
 
+# The 16-bit pointwise route's tiles where matmul has no tuned entry (`pointwise_tile`), in
+# place of matmul's untuned model, which was fitted at K >= 1000 and mispicks a 1x1
+# convolution's K = C of 64-2048 (a 128x224 tile at [1568 x 2048 x 512]: 0.67x cuDNN, where
+# these ran 0.91-0.95x). The 128x128 ping-pong is the model's own pick at 7 of ResNet-50's
+# 10 1x1 layers; a 64-row tile doubles the tiles of a GEMM too short to fill the SMs; a
+# 64-wide tile computes no padding columns for 64 output channels. All ping-pong with deep
+# rings and the TMA-store epilogue (K is one to a few pipeline steps: the producer runs tiles
+# ahead). Measured on the H200 2026-12-05 (scripts/gemm_small_k.py --gpu, docs/perf/conv.md
+# "Small-K GEMM tiles for the 1x1 layers, measured").
+POINTWISE_TILES = (
+    GemmSchedule(bm=128, bn=128, stages=6, pingpong=True, epilogue="tma", store_cols=64),
+    GemmSchedule(bm=64, bn=128, stages=8, pingpong=True, epilogue="tma"),
+    GemmSchedule(bm=128, bn=64, stages=8, pingpong=True, epilogue="tma"),
+)
+# below this many rows (pixels) the untuned model's skinny-M schedules stay (swap-AB weight
+# streaming); the table's layers have 1568-100352
+POINTWISE_TILE_MIN_M = 1024
+
+
+def pointwise_tile(problem, num_sms: int) -> GemmSchedule:
+    """The POINTWISE_TILES entry whose busiest SM computes the fewest tile elements,
+    ceil(tiles / SMs) x bm x bn with padding counted; a tie keeps the earlier (the 128x128
+    reads the least; 64x128 measured the faster alternative where both tie). A 1x1
+    convolution's K is a few pipeline steps, so a tile costs about its area and the walk's
+    last round decides: at [25088 x 128] (c3 512->128) 128x128 gives 196 tiles, two rounds
+    on 132 SMs (2 x 16384), 64x128 gives 392, three rounds of half the area (3 x 8192).
+    Against the table named at POINTWISE_TILES: the fastest of the three measured at 9 of
+    the 10 layers; at c5 512->2048 (a tie: 128x128 kept) 64x128 ran 0.95x cuDNN, the
+    cooperative 128x128 0.91x."""
+    def busiest_sm(s):
+        tiles = -(-problem.m // s.bm) * -(-problem.n // s.bn) * problem.batch
+        return -(-tiles // num_sms) * s.bm * s.bn
+
+    tiles = [dataclasses.replace(s, num_sms=num_sms) for s in POINTWISE_TILES]
+    return min(tiles, key=busiest_sm)       # min keeps the first of equals
+
+
 def pointwise_gemm(A, Bt, out2):
     """(the GEMM's schedule, its runner) for out2 [M, K_out] = A [M, C] @ Bt[K_out, C]^T on
     argus.ops.matmul's kernel: its tf32 kernel for fp32 operands, already rounded to tf32 (so
@@ -1351,7 +1398,7 @@ def pointwise_gemm(A, Bt, out2):
     that schedule is one the tf32 kernel does not run. The runner is the compiled kernel on
     CUDA and meta tensors, (kernel, its schedule) for the interpreter on CPU."""
     from argus.ops.matmul import compiled_for, device_name, problem_of
-    from argus.ops.schedules import choose, heuristic, kernel_for
+    from argus.ops.schedules import choose, heuristic, kernel_for, untuned
 
     tf32 = str(A.dtype) == "torch.float32"
     problem, _ = problem_of(A, Bt.t(), out2, "tf32" if tf32 else None)
@@ -1362,6 +1409,9 @@ def pointwise_gemm(A, Bt, out2):
         chosen = choose(problem, device_name(A.device) if A.is_cuda else None)
         if chosen.split_k > 1 or chosen.tail_splits > 1 or (tf32 and chosen.bk != 32):
             chosen = heuristic(problem)
+        elif not tf32 and problem.tma_store_ok and problem.m >= POINTWISE_TILE_MIN_M \
+                and chosen == untuned(problem):
+            chosen = pointwise_tile(problem, chosen.num_sms)
         if chosen is None:
             memo = None
         elif A.is_cuda or A.is_meta:
