@@ -18,7 +18,7 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import SmemType, TileType
-from argus.verify import exprs
+from argus.verify import exprs, solver
 from argus.verify import witness as W
 from argus.verify.model import AssertSite, Model, ViewInfo, _num, b_index
 from argus.verify.obligation import Finding, Obligation
@@ -309,31 +309,51 @@ SPLIT_MIN_DEGREE = 3
 def _degree(term) -> int:
     """The largest number of non-numeral factors in a product of `term`, reading each
     division, remainder and uninterpreted term as one factor and an If as its larger branch:
-    (n * D + d) * H is 3, image * H + h is 2, a linear claim 1 (0: numerals only)."""
+    (n * D + d) * H is 3, image * H + h is 2, a linear claim 1 (0: numerals only).
+
+    Walked through the C API (`solver.raw`: no wrapper object per subterm; a packed conv's
+    claims carry their writers' If spines, and the wrapper walk was a tenth of the assertion's
+    Python time, profiled)."""
+    L = solver.raw()
+    ref = term.ctx.ref()
+    get_id, kind_of = L.Z3_get_ast_id, L.Z3_get_ast_kind
+    nargs, arg = L.Z3_get_app_num_args, L.Z3_get_app_arg
+    decl_of, decl_kind = L.Z3_get_app_decl, L.Z3_get_decl_kind
     memo: dict[int, int] = {}
-    stack = [(term, False)]
+    kids_of: dict[int, list] = {}
+    stack = [(term.as_ast(), False)]
     while stack:
-        t, expanded = stack.pop()
-        i = t.get_id()
+        a, expanded = stack.pop()
+        i = get_id(ref, a)
         if i in memo:
             continue
-        if z3.is_int_value(t) or z3.is_rational_value(t) or z3.is_true(t) or z3.is_false(t):
-            memo[i] = 0
-            continue
-        kind = t.decl().kind() if z3.is_app(t) else None
-        kids = t.children() if kind not in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD, z3.Z3_OP_REM) else []
-        if not kids:
-            memo[i] = 1
-            continue
-        if kind == z3.Z3_OP_ITE:
-            kids = kids[1:]
         if not expanded:
-            stack.append((t, True))
-            stack.extend((k, False) for k in kids if k.get_id() not in memo)
+            ast_kind = kind_of(ref, a)
+            # (a numeral is an application too, of its own ast kind)
+            kind = decl_kind(ref, decl_of(ref, a)) \
+                if ast_kind in (z3.Z3_APP_AST, z3.Z3_NUMERAL_AST) else None
+            if kind in (z3.Z3_OP_ANUM, z3.Z3_OP_TRUE, z3.Z3_OP_FALSE):
+                memo[i] = 0
+                continue
+            if ast_kind == z3.Z3_QUANTIFIER_AST:
+                kids = [L.Z3_get_quantifier_body(ref, a)]
+            elif kind is None or kind in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD, z3.Z3_OP_REM):
+                kids = []
+            else:
+                kids = [arg(ref, a, k) for k in range(nargs(ref, a))]
+            if not kids:
+                memo[i] = 1
+                continue
+            if kind == z3.Z3_OP_ITE:
+                kids = kids[1:]
+            kids_of[i] = (kind, kids)
+            stack.append((a, True))
+            stack.extend((k, False) for k in kids if get_id(ref, k) not in memo)
             continue
-        degs = [memo[k.get_id()] for k in kids]
+        kind, kids = kids_of.pop(i)
+        degs = [memo[get_id(ref, k)] for k in kids]
         memo[i] = sum(degs) if kind == z3.Z3_OP_MUL else max(degs)
-    return memo[term.get_id()]
+    return memo[get_id(ref, term.as_ast())]
 
 
 def _by_writer(text: str, claim, records) -> list:

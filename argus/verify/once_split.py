@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import z3
 
 from argus.verify import bvtier, solver
+from argus.verify.tagdomain import const_names
 
 # the budget of each step's proof (ms' worth of resource units): the steps are linear or
 # nearly so once the sign facts are stated (0.1 s measured); a step that needs more is not
@@ -79,24 +80,8 @@ def consts(t) -> frozenset:
     if hit is None:
         if len(_CONSTS) > 50_000:
             _CONSTS.clear()
-        hit = _CONSTS[t.get_id()] = (t, _const_names(t))
+        hit = _CONSTS[t.get_id()] = (t, const_names(t))
     return hit[1]
-
-
-def _const_names(t: z3.ExprRef) -> frozenset:
-    """free_consts(t) through the solver's walk of the C API (`solver.ordered_consts`, itself
-    remembered per term): free_consts walks the Python wrappers, and the decomposition's
-    first look at a model premise (a raster's decode, hundreds of nodes) was most of its
-    Python time (rowbox TMA conv, profiled)."""
-    ctx = t.ctx
-    ref = ctx.ref()
-    out = set()
-    for _, a in solver.ordered_consts(t):
-        sym = z3.Z3_get_decl_name(ref, z3.Z3_get_app_decl(ref, a))
-        out.add(f"k!{z3.Z3_get_symbol_int(ref, sym)}"
-                if z3.Z3_get_symbol_kind(ref, sym) == z3.Z3_INT_SYMBOL
-                else z3.Z3_get_symbol_string(ref, sym))
-    return frozenset(out)
 
 
 def summands(t: z3.ArithRef) -> list[z3.ArithRef]:

@@ -283,6 +283,12 @@ class _Raw:
 
 
 _L = _Raw()
+
+
+def raw() -> _Raw:
+    """The C API's getters without their error checks (`_Raw`), for walks of live terms
+    outside this module (check_asserts._degree)."""
+    return _L
 _CONSTS: OrderedDict[int, tuple[z3.ExprRef, list]] = OrderedDict()
 _CANON: dict[tuple[int, int], z3.ExprRef] = {}
 

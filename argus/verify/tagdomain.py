@@ -29,6 +29,8 @@ from dataclasses import dataclass, field, replace
 import z3
 from z3.z3 import _to_expr_ref
 
+from argus.verify import solver
+
 _fresh = itertools.count()
 # the fresh variables created since the outermost memoized record computation began (None
 # outside one): a memoized record's own auxiliaries are a slice of it (see `memoized_record`)
@@ -280,11 +282,29 @@ def subterms(term):
 
 
 def free_consts(term) -> set[str]:
-    """Names of the uninterpreted constants in a term."""
+    """Names of the uninterpreted constants in a term (quantifier bodies included), a fresh
+    set the caller may change (`const_names`: the walk is remembered per term)."""
     if not isinstance(term, z3.ExprRef):
         return set()
-    return {t.decl().name() for t in subterms(term)
-            if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED}
+    return set(const_names(term))
+
+
+def const_names(t: z3.ExprRef) -> frozenset:
+    """The names free_consts returns, through the solver's walk of the C API
+    (`solver.ordered_consts`, itself remembered per term), with z3's own spelling of a
+    symbol (`k!N` for an integer one). Why: the walk through the Python wrappers (a
+    wrapper object per subterm) was most of the decompositions' Python time on a model
+    premise (a raster's decode, hundreds of nodes: rowbox TMA conv, profiled), and free_consts
+    is asked again of the same store offsets and premises (163 calls on the halo TMA conv)."""
+    ctx = t.ctx
+    ref = ctx.ref()
+    out = set()
+    for _, a in solver.ordered_consts(t):
+        sym = z3.Z3_get_decl_name(ref, z3.Z3_get_app_decl(ref, a))
+        out.add(f"k!{z3.Z3_get_symbol_int(ref, sym)}"
+                if z3.Z3_get_symbol_kind(ref, sym) == z3.Z3_INT_SYMBOL
+                else z3.Z3_get_symbol_string(ref, sym))
+    return frozenset(out)
 
 
 @dataclass(frozen=True)
