@@ -63,6 +63,7 @@ import z3
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region
 from argus.verify import witness as W
+from argus.verify.accumulate import accumulations
 from argus.verify.check_stores import _dest, _inb
 from argus.verify.model import Model, ReduceSite
 from argus.verify.obligation import Finding, Obligation
@@ -154,6 +155,8 @@ class _Flow:
         # or a conversion (which read them at the same element, broadcasting): `_carriers`
         # walks it back from a reduced tile to the values its masked lanes come from
         self.carried_by: dict[int, tuple] = {}
+        # combine result id -> the elementwise accumulation it is (accumulate.py)
+        self.accumulating = {a.combine.result.id: a for a in accumulations(kernel)}
         self.region(kernel.body, ())
 
     def get(self, v) -> object:
@@ -313,6 +316,8 @@ class _Flow:
         return self.root.get(v.id, v.id)
 
     def elementwise(self, op: O.Elementwise) -> None:
+        if self._accumulates_wrong(op):
+            return
         tiles = [a for a in op.args if hasattr(a.type, "shape")]
         if all(self.get(a) == NONE for a in tiles):
             if op.fn != "where" and tiles and all(a.id in self.const for a in op.args):
@@ -362,6 +367,26 @@ class _Flow:
         lanes = self._lanes(op, vals, got)
         if lanes:
             self.together[op.result.id] = self.together.get(op.result.id, frozenset()) | lanes
+
+    def _accumulates_wrong(self, op: O.Elementwise) -> bool:
+        """An elementwise accumulation (`acc = acc + where(valid, x, 1.0)` each iteration,
+        accumulate.py) whose part's masked lanes hold a constant other than the combine's
+        identity, set by a where or a TMA fill (not a load's `other`, which the range argument
+        bounds): every masked lane of an iteration combines that constant into the
+        accumulator, so the accumulator's masked lanes hold it, combined (1.0, 2.0, ... for
+        a sum: the join of the summarized loop would make that unknown and hide it). They
+        are said to hold the constant itself (what one masked lane adds), set where the part
+        got it: a later reduction of the accumulator with that identity reports it. True
+        when so set."""
+        acc = self.accumulating.get(op.result.id)
+        if acc is None:
+            return False
+        got = self.get(acc.part)
+        if not isinstance(got, float) or _same(got, IDENTITY[acc.reduction]) or \
+                self.loads(acc.part.id) is not OPAQUE:
+            return False
+        self.set(op.result.id, got, OPAQUE, origin=self.origin_of(acc.part))
+        return True
 
     def _lanes(self, op: O.Elementwise, vals: list, got: object) -> frozenset:
         """The lane patterns under which `got` (computed as if every masked operand were

@@ -54,6 +54,7 @@ from argus.ir import ops as O
 from argus.ir.types import TileType
 from argus.verify import solver
 from argus.verify import witness as W
+from argus.verify.accumulate import Accumulation, accumulations
 from argus.verify.model import Model, ReduceSite, _num
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
@@ -63,8 +64,10 @@ from argus.verify.transfer.values import positive_scalar
 
 def obligations(model: Model) -> tuple[list[Obligation], list]:
     obs: list[Obligation] = []
+    accs = accumulations(model.kernel)
     for red in model.reduces:
         obs += _coverage(model, red)
+        obs += _accumulated(model, red, accs)
     return obs, []
 
 
@@ -238,6 +241,8 @@ def _siblings(model: Model, red: ReduceSite, loops) -> list[ReduceSite]:
     inner = loops[-1].op
     accs = accumulators(red, inner)
     out = []
+    if not any(r is red for r in model.reduces):
+        return [red]      # an elementwise accumulation read as a reduction (`_accumulated`)
     for other in model.reduces:
         if other is red:
             out.append(other)
@@ -255,7 +260,12 @@ def _siblings(model: Model, red: ReduceSite, loops) -> list[ReduceSite]:
     return out
 
 
-def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
+def _coverage(model: Model, red: ReduceSite, extents: dict | None = None) -> list[Obligation]:
+    """`extents`: the fields of integer dims (`dim{i}`) to check too, with their extent (the
+    caller resolved which tensor's dim they are: `_accumulated`); coordinate fields take
+    theirs from the tensor that names them."""
+    extents = extents or {}
+    accumulated = not any(r is red for r in model.reduces)   # read so by `_accumulated`
     loops = carried_loops(model, red)
     if not loops:
         return []
@@ -274,15 +284,16 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
     base = list(model.premises) + red.site.constraints() + ranges + list(rec1.cond) + \
         [r1 >= 0, r1 < shape[axis]]
     for name, f1 in sorted(rec1.fields.items()):
-        if is_coordinate_field(name) and not f1.is_point:
+        checked = is_coordinate_field(name) or name in extents
+        if checked and not f1.is_point:
             f1 = _singleton(f1, base) or f1
         # the field moves with the loop: directly (j * BN + r), or through the auxiliary
         # variables of the copy that wrote it (the producer's index, tied to j by the counter)
-        if not (is_coordinate_field(name) and f1.is_point and mentions(f1.term, r1)
+        if not (checked and f1.is_point and mentions(f1.term, r1)
                 and any(mentions(t, v) for v in vars_
                         for t in (f1.term,) + tuple(f1.cond) + tuple(rec1.cond))):
             continue
-        extent = _extent(model, name)
+        extent = extents[name] if name in extents else _extent(model, name)
         ren = [(v, fresh_int(f"{v}@2")) for v in vars_]
 
         def sub(t, ren=ren):
@@ -326,6 +337,11 @@ def _coverage(model: Model, red: ReduceSite) -> list[Obligation]:
         if peeled:
             out.append(_peeled_once(model, red, loops, name, idx, prem, r1, t1, peeled,
                                     subject))
+        if accumulated and any(mentions(t1, g) for g, _, _ in model.grid_vars):
+            # the accumulated path (`_accumulated`): a segment of the row the CTA picks (a
+            # split reduction's slice, `b = ps * 4 + bb`, its partial stored per slice): each
+            # once within it, but the row is the union over the CTAs, not claimed here
+            continue
         trips = [model.trip_term(s.op) for s in loops]
         # a trip count that depends on the CTA or on an enclosing loop the row is not carried
         # over (a persistent walk's unit, which picks the tile) may stop early on purpose
@@ -682,3 +698,124 @@ def _extent(model: Model, name: str):
         if name in info.field_names:
             return info.extent(model, info.field_names.index(name))
     return None
+
+
+# ops through which a reduced tile reads an accumulator at the same element (pointwise)
+_POINTWISE = (O.Elementwise, O.Convert, O.ConvertLayout)
+
+
+def _accumulated(model: Model, red: ReduceSite, accs: list[Accumulation]) -> list[Obligation]:
+    """A reduction after a loop of an elementwise accumulator the loop carries
+    (argus/verify/accumulate.py: `acc = ag.maximum(acc, x)` each iteration, `acc.max(axis=1)`
+    after the loop, as argus/compose's templates write a row statistic): element e of acc
+    combines x[e] of every iteration, so the reduction is one over (iterations x positions
+    along the axis), and its coverage is the loop's as for a reduction carried over it
+    (`_coverage`), posed on the part x at its site in the loop (its tags are points there;
+    after the loop they are sets over the summarized index) with the accumulation's op read as
+    a reduction of that part along the axis. The accumulator must reach the reduction through
+    pointwise ops of its shape (`acc2 * exp(acc1 - m)`, a rescale before the sum), the combine
+    must be the reduction's own (a max accumulator under a sum is another statistic), and the
+    reduction must follow the loop in the region holding it (after every iteration).
+
+    The accumulator must start as a constant tile (`ag.full`): a first block peeled into
+    its initial value would be a part of the row the loop does not reduce (no claim).
+
+    Integer dims (`dim{i}` fields, the templates' static shapes) are checked where the part's
+    loads resolve the dim: every tensor loaded into it with that field has one extent there
+    (`_loaded_extents`); a field two loaded tensors give different extents is left alone."""
+    if carried_loops(model, red):
+        return []                                # carried itself: `_coverage`
+    shape = red.op.src.type.shape
+    leaves = _pointwise_leaves(model, red.op.src, shape)
+    mine = [a for a in accs if a.reduction == red.op.fn and any(x is a.var for x in leaves)]
+    # the accumulator must be all the reduction reads of the row: another leaf (a block
+    # combined after the loop, `(acc + tail).max()`, a second accumulator of the same
+    # statistic, `ag.maximum(lo, hi).max()`, a variable the loop overwrites) would hold
+    # positions the loop need not cover; other statistics (softmax's running max under its
+    # sum) and constants are not elements of the row
+    others = {id(a.var) for a in accs if a.reduction != red.op.fn}
+    if len(mine) != 1 or any(not isinstance(x, (O.Full, O.Const)) and id(x) not in others
+                             and x is not mine[0].var for x in leaves):
+        return []
+    inits = {r.id: op for op in model.kernel.walk() for r in op.results()}
+    out = []
+    for acc in mine:
+        if tuple(acc.part.type.shape) != tuple(shape):
+            continue
+        if not isinstance(inits.get(acc.var.init.id), O.Full):
+            # a block of the row in the initial value (`acc = x0`, the loop from block 1):
+            # not paired with the loop here, so the loop alone is not claimed to cover it
+            continue
+        region = _region_of(model.kernel.body, acc.loop)
+        ops = list(region.ops) if region is not None else []
+        at = next((i for i, op in enumerate(ops) if op is acc.loop), None)
+        if at is None or not any(op is red.op for op in ops[at + 1:]):
+            continue
+        tiles = [a for a in acc.combine.args if isinstance(a.type, TileType)]
+        k = next(i for i, a in enumerate(tiles) if a.id == acc.part.id)
+        extents = _loaded_extents(model, acc.part)
+        for ew in model.ews:
+            if ew.op is not acc.combine or len(ew.operands) != len(tiles):
+                continue
+            # the accumulation read as the reduction of its part along the axis, at the
+            # combine's site: its result is what the loop carries into the accumulator
+            op = O.Reduce(loc=red.op.loc, result=acc.combine.result, src=acc.part,
+                          fn=red.op.fn, axis=red.op.axis, scratch=(), release=True)
+            out += _coverage(model, ReduceSite(op, ew.site, ew.operands[k][0]), extents)
+    return out
+
+
+def _pointwise_leaves(model: Model, v, shape) -> list:
+    """What v reads at its own element: its definitions walked back through pointwise ops and
+    conversions whose operand has v's shape (a per-row operand broadcast along the axis is
+    another value, not followed), to the first values not so computed (variables, loads,
+    constants ...): their defining ops (None for a value without one)."""
+    defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
+    out, todo, seen = [], [v], set()
+    while todo:
+        x = todo.pop()
+        if x.id in seen:
+            continue
+        seen.add(x.id)
+        op = defs.get(x.id)
+        if isinstance(op, _POINTWISE):
+            todo += [a for a in op.operands() if isinstance(getattr(a, "type", None), TileType)
+                     and tuple(a.type.shape) == tuple(shape)]
+        else:
+            out.append(op)
+    return out
+
+
+def _loaded_extents(model: Model, v) -> dict:
+    """The extent of each integer-dim field (`dim{i}`) of the tensors loaded into value v
+    (its definitions walked back, variables through their initial values and assignments),
+    where every such tensor with that field agrees on it: the static-shape fields that name
+    a position, not a dim, resolved by the tensors that give v its tags."""
+    defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
+    assigned: dict[int, list] = {}
+    for op in model.kernel.walk():
+        if isinstance(op, O.Assign):
+            assigned.setdefault(op.dst.id, []).append(op.src)
+    tensors, todo, seen = [], [v], set()
+    while todo:
+        x = todo.pop()
+        if x.id in seen:
+            continue
+        seen.add(x.id)
+        op = defs.get(x.id)
+        if isinstance(op, (O.Load, O.Gather)):
+            info = model.tensors.get(op.tensor.id)
+            if info is not None and info not in tensors:
+                tensors.append(info)
+            continue
+        todo += assigned.get(x.id, [])
+        if op is not None:
+            todo += [o for o in op.operands() if hasattr(o, "id")]
+    found: dict[str, set] = {}
+    for info in tensors:
+        for d, name in enumerate(info.field_names):
+            if not is_coordinate_field(name) and name.startswith("dim"):
+                e = info.extent(model, d)
+                found.setdefault(name, set()).add(e if isinstance(e, int) else str(e))
+    return {name: next(iter(es)) for name, es in found.items()
+            if len(es) == 1 and isinstance(next(iter(es)), int)}
