@@ -68,7 +68,7 @@ def make_row_sum(bug: str | None = None):
             o1 = b1 * BN
             x2 = ag.load(L0, (o0, o1,), (ROWS, BN))
             fill = 1.0 if bug == "mask_fill_one" else 0.0
-            m3 = ag.where((ag.arange(ROWS)[:, None] + o0 < 64)
+            m3 = ag.where((ag.arange(ROWS)[:, None] + o0 < 64)  # BUG:mask_fill_one
                           & (ag.arange(BN)[None, :] + o1 < 3000), x2, fill)  # BUG:mask_fill_one
             acc1 = (acc1 + m3)
         acc1 = acc1.sum(axis=1)
@@ -198,20 +198,19 @@ BUGS = [
     (make_scale_shift, "cols_grid_floor", ("store.coverage",)),
     (make_split_sum, "partial_slot_fixed", ("store.once", "store.coverage")),
     (make_combine, "cols_grid_short", ("store.coverage",)),
+    # elementwise accumulators carried across the block loop and reduced after it
+    # (argus/verify/accumulate.py): reduce.coverage of the loop's parts, fill.identity of a
+    # where's constant accumulated every iteration
+    (make_softmax, "stats_skip_last", ("reduce.coverage",)),
+    (make_row_sum, "mask_fill_one", ("fill.identity",)),
 ]
 
 # Seeded bugs the verifier does not catch yet (test_compose_mutations.py: strict xfail, so a
 # fix shows). The templates render static shapes: every dim is an integer, whose tag field
 # is `dim{i}` (a position, not a name), and the coordinate checks compare names only —
 # reduce.coverage and ew.broadcast skip `dim{i}` fields (tagdomain.is_coordinate_field), and
-# store.coords links them by extent only where one extent is unambiguous. The reductions
-# also accumulate elementwise across the block loop and reduce once after it, which
-# reduce.coverage (a reduction carried over a loop) does not read as a row reduction.
+# store.coords links them by extent only where one extent is unambiguous.
 GAPS = [
-    (make_softmax, "stats_skip_last", ("reduce.coverage",),
-     "the max/sum pass accumulates elementwise and reduces after the loop"),
-    (make_row_sum, "mask_fill_one", ("fill.identity",),
-     "the masked 1.0 meets the loop-carried sum (summarized: TOP, never an error)"),
     (make_scale_shift, "broadcast_stride", ("ew.broadcast",),
      "ew.broadcast compares named fields only; w's column is dim1"),
     (make_batch_scale, "store_other_batch", ("store.coords",),
@@ -220,7 +219,9 @@ GAPS = [
      "the reduced field is dim1: not a coordinate field for reduce.coverage"),
     (make_combine, "last_partial_dropped", ("reduce.coverage", "reduce.slices",
                                             "fill.identity"),
-     "a mask that drops an in-bounds partial is a where like any other"),
+     "the loop's rows cover the 8 partials (accumulated reduce.coverage proves it); the where "
+     "drops row 7 in bounds, as causal and variable-length masks drop in-bounds keys: a mask's "
+     "intended range is not known, so no claim is made of it (docs/verify.md, h221)"),
     (make_depthwise_bias, "store_row_below", ("store.coverage", "store.coords"),
      "the row is a leading dim decoded from the same program id as the image (pb // 16, "
      "pb % 16): store.coverage leaves shared leading dims to the tile walk"),
