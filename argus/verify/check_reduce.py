@@ -283,17 +283,19 @@ def _coverage(model: Model, red: ReduceSite, extents: dict | None = None) -> lis
     out = []
     base = list(model.premises) + red.site.constraints() + ranges + list(rec1.cond) + \
         [r1 >= 0, r1 < shape[axis]]
+    # integer dims: the tensors' that own them here, and the caller's (`_accumulated`)
+    integer = {**_integer_owner_extents(model, rec1), **extents}
     for name, f1 in sorted(rec1.fields.items()):
-        checked = is_coordinate_field(name) or name in extents
-        if checked and not f1.is_point:
+        coord = is_coordinate_field(name) or name in integer
+        if coord and not f1.is_point:
             f1 = _singleton(f1, base) or f1
         # the field moves with the loop: directly (j * BN + r), or through the auxiliary
         # variables of the copy that wrote it (the producer's index, tied to j by the counter)
-        if not (checked and f1.is_point and mentions(f1.term, r1)
+        if not (coord and f1.is_point and mentions(f1.term, r1)
                 and any(mentions(t, v) for v in vars_
                         for t in (f1.term,) + tuple(f1.cond) + tuple(rec1.cond))):
             continue
-        extent = extents[name] if name in extents else _extent(model, name)
+        extent = integer[name] if name in integer else _extent(model, name)
         ren = [(v, fresh_int(f"{v}@2")) for v in vars_]
 
         def sub(t, ren=ren):
@@ -368,6 +370,32 @@ def _coverage(model: Model, red: ReduceSite, extents: dict | None = None) -> lis
         for pk in peeled:                  # a block reduced outside the loop adds its positions
             size = size + pk.size
             prem = prem + list(pk.prem)
+        # a split reduction: each CTA reduces one segment of the row, picked by a program id
+        # the trips do not depend on (`b = ps * 4 + bb` inside `range(4)`); together the
+        # CTAs' segments must reach the extent: |segments| * |domain| >= extent (a slice one
+        # block short leaves the last rows of every segment out). The position's range per
+        # CTA is the segment's, not [0, |domain|): that claim is not posed
+        seg = [(g, lo, hi) for g, lo, hi in model.grid_vars if mentions(t1, g)]
+        if seg:
+            count = z3.IntVal(1)
+            for _g, lo, hi in seg:
+                count = count * (_num(hi) - _num(lo))
+            covered = size * count
+
+            def decode_seg(zm, violated, covered=covered, extent=extent, name=name,
+                           count=count):
+                wit = W.context(model, zm, red.site)
+                d, e = value(zm, covered), value(zm, _num(extent))
+                wit.update({"domain": d, "extent": e, "segments": value(zm, count),
+                            "trips": [value(zm, t) for t in trips]})
+                return W.placed(f"the {wit['segments']} CTAs' loops reduce {d} values of "
+                                f"{name} but the tensor has {e}: {e - d} of them are never "
+                                f"reduced", wit), wit
+            out.append(Obligation("reduce.coverage", red.op.loc, subject + ": the segments "
+                                  "cover the row", prem,
+                                  [("the segments cover the row", covered >= _num(extent))],
+                                  decode_seg, minimize=list(model.params.values())))
+            continue
 
         def decode_cov(zm, violated, size=size, extent=extent, t1=t1, name=name):
             wit = W.context(model, zm, red.site)
@@ -691,6 +719,27 @@ def _peeled_once(model: Model, red: ReduceSite, loops, name: str, idx, prem, r1,
                       minimize=[s.var for s in loops] + [r1] + [pk.r for pk in peeled],
                       fix="start (or end) the loop after the blocks reduced outside it, or "
                           "drop the peeled block")
+
+
+def _integer_owner_extents(model: Model, rec) -> dict:
+    """`dim{i}` field -> extent, for a record read from an integer-shaped tensor (a template's
+    x[4, 64, 3000]): a constant dim is a known size and is checked as a named one is. The
+    field is a position, so its tensor is found by the record's set of `dim` fields: the
+    tensors with exactly those integer positions; where they disagree on dim i's extent
+    (or none has that set: a view, a reshape) the field is left out, as before."""
+    dims = frozenset(f for f in rec.fields if f.startswith("dim") and f[3:].isdigit())
+    if not dims:
+        return {}
+    owners = [t for t in model.tensors.values()
+              if frozenset(f for f in t.field_names if f.startswith("dim")) == dims]
+    out = {}
+    for f in dims:
+        i = int(f[3:])
+        exts = {t.dims[i] for t in owners if len(t.dims) > i}
+        if len(exts) == 1 and isinstance(next(iter(exts)), int) and \
+                all(t.field_names[i] == f for t in owners):
+            out[f] = next(iter(exts))
+    return out
 
 
 def _extent(model: Model, name: str):

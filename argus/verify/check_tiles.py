@@ -36,7 +36,7 @@ from argus.verify.model import EwSite, Model, ReduceSite
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.outflow import Uses
 from argus.verify.solver import value
-from argus.verify.tagdomain import fresh_int, is_coordinate_field
+from argus.verify.tagdomain import POINTWISE, fresh_int, is_coordinate_field
 from argus.verify.transfer.tiles import _index_tiles
 
 QUAD_SHUFFLE_MASKS = (1, 2)
@@ -116,8 +116,9 @@ def _broadcast(model: Model, ew: EwSite, user: set[str], uses: Uses) -> list[Obl
             sa, sha, ra = record(a)
             sb, shb, rb = record(b)
             claims, prem = [], []
+            linked = _linked_integer_fields(model, ra, rb) if bcast else frozenset()
             for name in sorted(set(ra.fields) & set(rb.fields)):
-                if not (is_coordinate_field(name) or name in user):
+                if not (is_coordinate_field(name) or name in user or name in linked):
                     continue
                 if name == "value" and index_op:
                     # index arithmetic (`key <= row_last_key`): the operands' `value` fields
@@ -140,16 +141,17 @@ def _broadcast(model: Model, ew: EwSite, user: set[str], uses: Uses) -> list[Obl
                 list(rb.cond) + [ra.defined, rb.defined] + prem
             premises += model.axiom_instances([c for _, c in claims])
 
-            def decode(zm, violated, ra=ra, rb=rb, sa=sa, sb=sb, code=code, a=a, b=b):
+            def decode(zm, violated, ra=ra, rb=rb, sa=sa, sb=sb, code=code, a=a, b=b,
+                       linked=linked):
                 wit = W.context(model, zm, ew.site)
                 iv = tuple(value(zm, i) for i in idx)
                 wit["element"] = iv
                 if ew.op.result.type.layout == "wgmma_acc" and len(iv) == 2:
                     wit.update(W.acc_thread(*iv))
                 va = {k: value(zm, v.term) for k, v in ra.fields.items() if v.is_point
-                      and is_coordinate_field(k)}
+                      and (is_coordinate_field(k) or k in linked)}
                 vb = {k: value(zm, v.term) for k, v in rb.fields.items() if v.is_point
-                      and is_coordinate_field(k)}
+                      and (is_coordinate_field(k) or k in linked)}
                 if code == "ew.agree":
                     # the operands by the user's names (names.annotate renames the IR values)
                     na, nb = _operand_name(ew, a), _operand_name(ew, b)
@@ -168,6 +170,42 @@ def _broadcast(model: Model, ew: EwSite, user: set[str], uses: Uses) -> list[Obl
                                   minimize=list(idx) + [s.var for s in ew.site.scopes
                                                         if s.var is not None]))
     return out
+
+
+def _integer_dim(name: str) -> bool:
+    return name.startswith("dim") and name[3:].isdigit()
+
+
+def _linked_integer_fields(model: Model, ra, rb) -> frozenset[str]:
+    """The `dim{i}` fields (integer dims: a position, not a name) a broadcast pair is checked
+    on, as a named field would be: a constant dim is a known size. `dim{i}` is linked when
+    both operands come from tensors of the same integer positions (the same set of `dim`
+    fields: torch's right-aligned broadcast rendered at one rank, `x[64, 3000] * w[1, 3000]`),
+    every tensor with an integer dim at position i gives it one extent E > 1, and E occurs at
+    no other integer position of any such tensor: a square tile (`x.T + w` of an [N, N] x, a
+    bias [N] against [N, N]) could pair position i with another dim of that extent, so it
+    links nothing. A field whose point met another element pointwise (a pooling window's
+    max: tagdomain.POINTWISE) or that is a set is not compared (the caller keeps points)."""
+    da = {f for f in ra.fields if _integer_dim(f)}
+    db = {f for f in rb.fields if _integer_dim(f)}
+    if not da or da != db:
+        return frozenset()
+    out = set()
+    for f in da:
+        i = int(f[3:])
+        owners = [t for t in model.tensors.values()
+                  if len(t.dims) > i and isinstance(t.dims[i], int)]
+        exts = {t.dims[i] for t in owners}
+        if len(exts) != 1:
+            continue
+        (ext,) = exts
+        if ext <= 1 or any(sum(1 for x in t.dims if isinstance(x, int) and x == ext) > 1
+                           for t in owners):
+            continue
+        if any(x.startswith(POINTWISE) for v in (ra.fields[f], rb.fields[f]) for x in v.mixed):
+            continue
+        out.add(f)
+    return frozenset(out)
 
 
 def _reduce_layout(model: Model, red: ReduceSite) -> Finding | None:

@@ -203,20 +203,24 @@ BUGS = [
     # where's constant accumulated every iteration
     (make_softmax, "stats_skip_last", ("reduce.coverage",)),
     (make_row_sum, "mask_fill_one", ("fill.identity",)),
+    # integer dims linked by position and extent (check_tiles._linked_integer_fields)
+    (make_scale_shift, "broadcast_stride", ("ew.broadcast",)),
+    # an integer dim's extent from the tensor with the record's `dim` fields, and a split's
+    # segments counted over the program id that picks them (check_reduce._coverage)
+    (make_split_sum, "slice_skips_last", ("reduce.coverage",)),
 ]
 
 # Seeded bugs the verifier does not catch yet (test_compose_mutations.py: strict xfail, so a
 # fix shows). The templates render static shapes: every dim is an integer, whose tag field
-# is `dim{i}` (a position, not a name), and the coordinate checks compare names only —
-# reduce.coverage and ew.broadcast skip `dim{i}` fields (tagdomain.is_coordinate_field), and
-# store.coords links them by extent only where one extent is unambiguous.
+# is `dim{i}` (a position, not a name). ew.broadcast links a `dim{i}` field where the
+# position has one extent over the kernel's integer tensors, and reduce.coverage takes its
+# extent from the tensor with the record's `dim` fields (broadcast_stride, slice_skips_last
+# are in BUGS); store.coords links them by extent only where one extent is unambiguous.
+# Elementwise accumulators carried across the block loop and reduced after it are read as
+# reductions (argus/verify/accumulate.py: stats_skip_last, mask_fill_one are in BUGS).
 GAPS = [
-    (make_scale_shift, "broadcast_stride", ("ew.broadcast",),
-     "ew.broadcast compares named fields only; w's column is dim1"),
     (make_batch_scale, "store_other_batch", ("store.coords",),
      "w [1, 64, 1] broadcasts its dim0 = 0 into the product: dim0 is a mixed point, not linked"),
-    (make_split_sum, "slice_skips_last", ("reduce.coverage",),
-     "the reduced field is dim1: not a coordinate field for reduce.coverage"),
     (make_combine, "last_partial_dropped", ("reduce.coverage", "reduce.slices",
                                             "fill.identity"),
      "the loop's rows cover the 8 partials (accumulated reduce.coverage proves it); the where "
