@@ -314,10 +314,18 @@ def _coverage(model: Model, red: ReduceSite, extents: dict | None = None) -> lis
             [sub(c) for c in f2.cond] + [r2 >= 0, r2 < shape[axis]]
         t1, t2 = f1.term, sub(f2.term)
         same = z3.And([r1 == r2] + [a == b for a, b in ren])
+        # an integer dim is one position of the element the tensor holds: where another
+        # position of it moves with the loop too (the row of a walk over a flattened x[M, 64];
+        # the page of a paged key, read from a block table), the reduced element is the tuple,
+        # and the dim repeating with a different row or page is no double reduction
+        others = _partners(model, rec1, rec2, name, vars_, sub) if name in integer else []
+        differ = [t1 != t2] + [p.first != p.second for p in others]
+        what = ", ".join([p.field for p in others] + [name])
+        tables = [c for p in others for c in p.distinct_entries()]
         subject = f"{red.op.fn} over axis {axis} at {red.op.loc}, carried over " + \
             ", ".join(f"loop@{s.op.loc}" for s in loops)
 
-        def decode_dup(zm, violated, ren=ren, t1=t1, name=name):
+        def decode_dup(zm, violated, ren=ren, t1=t1, name=name, others=others):
             wit = W.context(model, zm, red.site)
             i1 = {f"loop@{s.op.loc}": value(zm, s.var) for s in loops}
             i2 = {f"loop@{s.op.loc}": value(zm, b) for s, (_, b) in zip(loops, ren)}
@@ -325,13 +333,29 @@ def _coverage(model: Model, red: ReduceSite, extents: dict | None = None) -> lis
             wit.update({"element": tuple(value(zm, i) for i in idx), name: c,
                         "first": {"iteration": i1, "position": value(zm, r1)},
                         "second": {"iteration": i2, "position": value(zm, r2)}})
-            return W.placed(f"{name} = {c} is reduced twice: at iteration {i1} (position "
+            on = ""
+            for p in others:
+                wit[p.field] = value(zm, p.first)
+                on += f" at {p.field} = {wit[p.field]} both times"
+                for a1, a2 in p.tables:
+                    e1, e2 = (tuple(value(zm, x) for x in a.children()) for a in (a1, a2))
+                    wit.setdefault("table_entries", []).append([str(a1.decl()), e1, e2])
+                    on += (f" (read from {a1.decl()} entry {e1} both times)" if e1 == e2
+                           else f" (read from {a1.decl()} entries {e1} and {e2})")
+            return W.placed(f"{name} = {c} is reduced twice{on}: at iteration {i1} (position "
                             f"{value(zm, r1)} along axis {axis}) and at iteration {i2} "
                             f"(position {value(zm, r2)})", wit), wit
         out.append(Obligation("reduce.coverage", red.op.loc, subject + ": each once",
-                              prem2, [(f"distinct (iteration, position) give distinct {name}",
-                                       z3.Or(same, t1 != t2))], decode_dup,
+                              prem2 + tables,
+                              [(f"distinct (iteration, position) give distinct {what}",
+                                       z3.Or([same] + differ))], decode_dup,
                               minimize=vars_ + [r1]))
+        if others:
+            # the row is the tuple's, whose extent is not the dim's (a paged row's is the
+            # table's: which pages, how many, as a logical field such as the decode kernel's
+            # `key` tag says): the dim is not counted, and its sibling and peeled blocks are
+            # not paired with it alone
+            continue
         for other in siblings[index + 1:]:   # the same row's blocks at the later sites
             out += _sibling_once(model, red, other, loops, name, idx, axis, prem, r1, t1,
                                  ren, subject)
@@ -721,19 +745,90 @@ def _peeled_once(model: Model, red: ReduceSite, loops, name: str, idx, prem, r1,
                           "drop the peeled block")
 
 
+@dataclass(frozen=True)
+class _Partner:
+    """Another position of the reduced element that moves with the loop: its value at the two
+    reads, and the opaque applications in them (`page(b, jb // per_page)`: a value the
+    kernel loaded, from a table), paired by function, one from each read."""
+
+    field: str
+    first: z3.ArithRef
+    second: z3.ArithRef
+    tables: tuple
+
+    def distinct_entries(self) -> list:
+        """The assumption that distinct entries of a table hold distinct values, instantiated
+        at the two reads: a block table lists a page once per sequence (the decode kernel
+        states it, `pos(page(b, i)) == i`; a table that lists a page twice reduces its rows
+        twice, which the verifier cannot see)."""
+        return [z3.Implies(a1 == a2, z3.And([x == y for x, y in zip(a1.children(),
+                                                                      a2.children())]))
+                for a1, a2 in self.tables]
+
+
+def _partners(model: Model, rec1, rec2, name: str, vars_, sub) -> list[_Partner]:
+    """The fields of the record's tensor, other than `name`, that are points at both reads and
+    move with the loop: the element reduced is (these, name), so `name` repeating where one
+    of these differs is no double reduction. `rec2` is read 2's record, its loop indices
+    renamed by `sub`. A page number loaded from a block table (`ag.tag_tensor(BT,
+    value=...)`'s function, or a plain load's `loaded` one) is opaque: its applications that
+    move with the loop are paired for `_Partner.distinct_entries`."""
+    out = []
+    for other in sorted({f for t in _integer_owners(model, rec1) for f in t.field_names}):
+        f1, f2 = rec1.fields.get(other), rec2.fields.get(other)
+        if other == name or f1 is None or f2 is None or not (f1.is_point and f2.is_point) \
+                or not any(mentions(f1.term, v) for v in vars_):
+            continue
+        t1, t2 = f1.term, sub(f2.term)
+        moving = [a for a in _opaque_apps(t1) if any(mentions(a, v) for v in vars_)]
+        tables = tuple((a1, a2) for a1 in moving for a2 in _opaque_apps(t2)
+                       if a1.decl().eq(a2.decl()))
+        out.append(_Partner(other, t1, t2, tables))
+    return out
+
+
+def _opaque_apps(t) -> list:
+    """The uninterpreted functions applied to arguments in `t` (values the kernel loaded),
+    each once."""
+    out, seen, todo = [], set(), [t]
+    while todo:
+        x = todo.pop()
+        if x.get_id() in seen or not z3.is_app(x):
+            continue
+        seen.add(x.get_id())
+        if _opaque_app(x):
+            out.append(x)
+        todo.extend(x.children())
+    return out
+
+
+def _opaque_app(t) -> bool:
+    """An uninterpreted function applied to arguments: a value the kernel loaded."""
+    return z3.is_app(t) and t.num_args() > 0 and \
+        t.decl().kind() == z3.Z3_OP_UNINTERPRETED
+
+
+def _integer_owners(model: Model, rec) -> list:
+    """The tensors an element with the record's fields may be read from: their integer
+    positions are exactly the record's `dim` fields, and the record carries each of their
+    named ones (K[PAGES, 64] for a record of pages and dim1, not OUT[B, 1])."""
+    dims = frozenset(f for f in rec.fields if f.startswith("dim") and f[3:].isdigit())
+    if not dims:
+        return []
+    return [t for t in model.tensors.values()
+            if frozenset(f for f in t.field_names if f.startswith("dim")) == dims
+            and all(f in rec.fields for f in t.field_names)]
+
+
 def _integer_owner_extents(model: Model, rec) -> dict:
     """`dim{i}` field -> extent, for a record read from an integer-shaped tensor (a template's
     x[4, 64, 3000]): a constant dim is a known size and is checked as a named one is. The
     field is a position, so its tensor is found by the record's set of `dim` fields: the
     tensors with exactly those integer positions; where they disagree on dim i's extent
     (or none has that set: a view, a reshape) the field is left out, as before."""
-    dims = frozenset(f for f in rec.fields if f.startswith("dim") and f[3:].isdigit())
-    if not dims:
-        return {}
-    owners = [t for t in model.tensors.values()
-              if frozenset(f for f in t.field_names if f.startswith("dim")) == dims]
+    owners = _integer_owners(model, rec)
     out = {}
-    for f in dims:
+    for f in sorted({f for t in owners for f in t.field_names if f.startswith("dim")}):
         i = int(f[3:])
         exts = {t.dims[i] for t in owners if len(t.dims) > i}
         if len(exts) == 1 and isinstance(next(iter(exts)), int) and \
