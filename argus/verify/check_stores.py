@@ -315,17 +315,20 @@ def _integer_links(model: Model, st: StoreSite, rec) -> list[tuple[int, str]]:
         cands = [f for f, v in rec.fields.items()
                  if f.startswith("dim") and f[3:].isdigit() and v.is_point and
                  not any(x.startswith(POINTWISE) for x in v.mixed) and
-                 _integer_extents(model, int(f[3:])) == {ext}]
+                 _integer_extents(model, int(f[3:]), bool(free_consts(v.term))) == {ext}]
         if len(cands) == 1:
             out.append((d, cands[0]))
     return out
 
 
-def _integer_extents(model: Model, i: int) -> set:
+def _integer_extents(model: Model, i: int, moves: bool = False) -> set:
     """The extents of the integer dims at position i over the kernel's tensors (a `dim{i}`
-    field may come from any of them)."""
+    field may come from any of them). A field that `moves` (its point depends on a variable)
+    is not a size-1 dim's position, which is the constant 0: extent 1 is left out for it
+    (x[4, 64, 3000] * w[1, 64, 1]'s dim0 is x's batch: transfer/tiles._broadcast_kept)."""
     return {t.dims[i] for t in model.tensors.values()
-            if len(t.dims) > i and isinstance(t.dims[i], int)}
+            if len(t.dims) > i and isinstance(t.dims[i], int) and
+            not (moves and t.dims[i] == 1)}
 
 
 def _instance_vars(model: Model, st: StoreSite) -> list:

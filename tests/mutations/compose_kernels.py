@@ -208,6 +208,9 @@ BUGS = [
     # an integer dim's extent from the tensor with the record's `dim` fields, and a split's
     # segments counted over the program id that picks them (check_reduce._coverage)
     (make_split_sum, "slice_skips_last", ("reduce.coverage",)),
+    # a size-1 dim's position 0 is a broadcast, not an element met pointwise: x's batch is the
+    # product's dim0 (transfer/tiles._broadcast_kept), linked to OUT's by extent
+    (make_batch_scale, "store_other_batch", ("store.coords",)),
 ]
 
 # Seeded bugs the verifier does not catch yet (test_compose_mutations.py: strict xfail, so a
@@ -215,12 +218,11 @@ BUGS = [
 # is `dim{i}` (a position, not a name). ew.broadcast links a `dim{i}` field where the
 # position has one extent over the kernel's integer tensors, and reduce.coverage takes its
 # extent from the tensor with the record's `dim` fields (broadcast_stride, slice_skips_last
-# are in BUGS); store.coords links them by extent only where one extent is unambiguous.
+# are in BUGS); store.coords links them by extent only where one extent is unambiguous (a
+# size-1 dim's extent left out for a field that moves: store_other_batch is in BUGS).
 # Elementwise accumulators carried across the block loop and reduced after it are read as
 # reductions (argus/verify/accumulate.py: stats_skip_last, mask_fill_one are in BUGS).
 GAPS = [
-    (make_batch_scale, "store_other_batch", ("store.coords",),
-     "w [1, 64, 1] broadcasts its dim0 = 0 into the product: dim0 is a mixed point, not linked"),
     (make_combine, "last_partial_dropped", ("reduce.coverage", "reduce.slices",
                                             "fill.identity"),
      "the loop's rows cover the 8 partials (accumulated reduce.coverage proves it); the where "
@@ -231,7 +233,10 @@ GAPS = [
      "pb % 16): store.coverage leaves shared leading dims to the tile walk"),
     (make_depthwise_bias, "bias_input_channel", ("ew.broadcast", "ew.agree", "store.coords"),
      "the bias's channel kk and the output's row nk = n * 8 + kk are integer dims of "
-     "different extents: no field links them"),
+     "different extents: no field links them; ew.broadcast links B's dim0 with Wt's only "
+     "between operands of one dim set (the product carries X's dim1..3 and Wt's dim0..1: "
+     "positions of tensors of different ranks share a name), and relaxing that links a "
+     "square coincidence (x[64, K] rows against a bias b[64]'s columns) as well"),
 ]
 
 CLEAN = [make_softmax, make_row_sum, make_scale_shift, make_batch_scale, make_split_sum,

@@ -19,7 +19,7 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import TileType
-from argus.verify.tagdomain import (POINTWISE, Record, TagVal, combine, fresh_int,
+from argus.verify.tagdomain import (POINTWISE, Record, TagVal, combine, free_consts, fresh_int,
                                     reduce_over, referenced_conds, substitute, with_fresh)
 from argus.verify.transfer import values as V
 from argus.verify.transfer.domain import (EwSite, ReduceSite, Rule, TileState, _is_z3, _num,
@@ -39,6 +39,31 @@ def arange(m: Model, op: O.Arange, scopes, role, counters, following) -> None:
     # assertion can state what a mask keeps
     m._set_tile(op.result, lambda idx: Record({"value": TagVal(idx[0])},
                                               source="an index tile"), op, "an index tile")
+
+
+def _broadcast_kept(m: Model, name: str, a: TagVal, b: TagVal) -> TagVal | None:
+    """The lineage of integer dim `name` (`dim{i}`) an elementwise op keeps when one operand
+    reads position i as a broadcast: a point that is the constant 0 where some tensor of the
+    kernel has extent 1 at position i (w[1, 64, 1]), met by a point that moves (depends on a
+    variable). None otherwise: two moving points, two constants, or a named dim (whose
+    extent is not known to be 1), combined as before."""
+    if not (name.startswith("dim") and name[3:].isdigit() and a.is_point and b.is_point):
+        return None
+    i = int(name[3:])
+    if not any(len(t.dims) > i and t.dims[i] == 1 for t in m.tensors.values()):
+        return None
+
+    def zero(v):
+        t = z3.simplify(v.term)
+        return z3.is_int_value(t) and t.as_long() == 0
+
+    def moving(v):
+        return bool(free_consts(v.term))
+    if zero(a) and moving(b):
+        return b
+    if zero(b) and moving(a):
+        return a
+    return None
 
 
 def elementwise(m: Model, op: O.Elementwise, scopes, role, counters, following) -> None:
@@ -77,6 +102,13 @@ def elementwise(m: Model, op: O.Elementwise, scopes, role, counters, following) 
                 combined = combined or name in fields
                 if name in fields:
                     prev = fields[name]
+                    kept = _broadcast_kept(m, name, prev, val)
+                    if kept is not None:
+                        # a size-1 dim's position 0 met a moving position of the same dim
+                        # (w[1, 64, 1] * x[4, 64, 3000]'s dim0): torch's broadcast, no
+                        # element met another; the moving one is the element's position
+                        fields[name] = kept
+                        continue
                     fields[name] = combine(prev, val, f"{op.fn} at {op.loc}")
                     if prev.is_point and val.is_point and not z3.eq(prev.term, val.term):
                         # two elements of one dim met (a pooling window's max): the point
