@@ -27,6 +27,14 @@ A peeled max or min may be scaled by a scalar proven positive on its way to the 
 commutes with the max, so it is still the max of the same block; any other map (a negative or
 unknown-sign scale, a scaled sum) leaves the block unpaired.
 
+An integer dim (`dim{i}`: a template's static shape, a paged key's in-page row) is checked
+with its extent from the tensor that holds it (`_integer_owner_extents`). Where another
+position of that tensor moves with the loop too (the row of a flattened walk, the page a
+block table names), the element reduced is the tuple, and "each once" is claimed over it
+(`_partners`); a page loaded from a table is opaque, and distinct table entries are assumed to
+hold distinct pages (a block table's contract). The tuple's extent is not the dim's, so such
+a dim is not counted for coverage.
+
 The reduced coordinate must be a point of the block position. A field the wgmma made a set
 over its contracted k only through a case split the context decides (bf16 attention at head
 dim 128: a K row is two 64-column boxes, the box picked by k, the key row the same in both) is
