@@ -1375,8 +1375,10 @@ def pointwise_tile(problem, num_sms: int) -> GemmSchedule:
     last round decides: at [25088 x 128] (c3 512->128) 128x128 gives 196 tiles, two rounds
     on 132 SMs (2 x 16384), 64x128 gives 392, three rounds of half the area (3 x 8192).
     Against the table named at POINTWISE_TILES: the fastest of the three measured at 9 of
-    the 10 layers; at c5 512->2048 (a tie: 128x128 kept) 64x128 ran 0.95x cuDNN, the
-    cooperative 128x128 0.91x."""
+    the 10 layers; at c5 512->2048 (a tie: 128x128 kept) 64x128 ran 0.95x cuDNN. With the
+    rule (75598b6, docs/perf/conv.md "ResNet-50 with the strided rowbox and the pointwise
+    tiles as defaults"): the op's geomean over the 10 layers 0.924x -> 0.995x cuDNN, c5
+    512->2048 0.67x -> 0.96x."""
     def busiest_sm(s):
         tiles = -(-problem.m // s.bm) * -(-problem.n // s.bn) * problem.batch
         return -(-tiles // num_sms) * s.bm * s.bn
