@@ -71,7 +71,8 @@ def test_every_family_is_a_schedule_family_without_rules_of_its_own():
     import argus.agent.families.base as base
     from argus.agent.families import FAMILIES
 
-    assert set(FAMILIES) == {"gemm", "elementwise", "kernel", "composed", "attention", "moe"}
+    assert set(FAMILIES) == {"gemm", "elementwise", "kernel", "composed", "attention", "moe",
+                             "conv"}
     for name, family in FAMILIES.items():
         assert isinstance(family, ScheduleFamily), name
         assert type(family).static_check is ScheduleFamily.static_check, name

@@ -8,6 +8,7 @@ from argus.agent.families.attention import AttentionFamily
 from argus.agent.families.base import Family, params_key
 from argus.agent.families.schedule import ScheduleFamily
 from argus.agent.families.composed import ComposedFamily
+from argus.agent.families.conv import ConvFamily
 from argus.agent.families.elementwise import ElementwiseFamily
 from argus.agent.families.gemm import GemmFamily
 from argus.agent.families.kernel import KernelFamily
@@ -15,7 +16,8 @@ from argus.agent.families.moe import MoeFamily
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (GemmFamily(), ElementwiseFamily(),
                                                    KernelFamily(), ComposedFamily(),
-                                                   AttentionFamily(), MoeFamily())}
+                                                   AttentionFamily(), MoeFamily(),
+                                                   ConvFamily())}
 
 
 def get_family(name: str) -> Family:

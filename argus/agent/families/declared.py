@@ -1,7 +1,7 @@
 """The legal ranges and constraints of the library's Schedule classes that do not declare them in
 their own field metadata yet (argus/schedule_space.py): the warp-specialized skeleton, the GEMM,
-the MoE grouped GEMM, the attention forward, and the composed family's tile and matmul
-schedules, plus the agent's own `SplitSchedule` (the KernelBench fp32 adapter's split, declared
+the MoE grouped GEMM, the attention forward, the implicit-GEMM convolution, and the composed
+family's tile and matmul schedules, plus the agent's own `SplitSchedule` (the KernelBench fp32 adapter's split, declared
 in its fields, as every Schedule eventually will be).
 
 When a kernel module adopts the metadata (`bm: int = field(default=128, metadata=legal(...))`
@@ -257,11 +257,52 @@ MOE_CONSTRAINTS = (
 )
 
 
+CONV = dict(
+    bn=legal((64, 128, 256), multiple=limits.WGMMA_N_STEP, low=8, high=limits.WGMMA_N_MAX,
+             rule="PTX wgmma shapes m64nNk16: N a multiple of 8 in [8, 256]"),
+    bk=legal((8, 16, 32, 64), rule="one swizzle atom of a K slice: 32, 64 or 128 bytes "
+             "(argus.ops.conv.packed_bk; 64 bf16 a slice unpacked)"),
+    bw=legal((8, 16, 32, 64, 128), rule="ConvSchedule._problems: one box of output columns is "
+             "8, 16, 32, 64 or 128 rows of the tile"),
+    rowbox=legal((False, True), rule="argus/kernels/conv.py (the A tile as one TMA box a K "
+                 "step)"),
+    taps_per_slice=legal((1, 2, 4, 8), low=1, rule="ConvSchedule.taps_per_slice >= 1 (K "
+                         "slices a step; shared memory is read from the lowering)"),
+    ctas_per_sm=legal((1, 2), rule="ag.occupancy: CTAs an SM (ConvSchedule._problems: the "
+                      "entry registers)"),
+    halo=fixed("not searched: unmeasured on the GPU (argus.ops.conv.schedule_for)"),
+    promote=fixed("the fp32 split's, not a 16-bit layer's"),
+    nchw_epilogue=fixed("the family's result is channels-last"),
+)
+
+CONV_CONSTRAINTS = (
+    Constraint("rowbox_layer", lambda s, f: not s["rowbox"] or (
+        f["groups"] == 1 and 1 <= f["stride_h"] <= 8 and 1 <= f["stride_w"] <= 8),
+        "rowbox=True at groups={groups}, stride ({stride_h}, {stride_w}): the A tile as one box "
+        "of the [N, H, W, C] input needs one group and strides of at most 8",
+        "use rowbox=False for this layer",
+        "argus/kernels/conv.py conv_kernel (rowbox: the TMA unit's element strides <= 8)",
+        reads=("rowbox",)),
+    Constraint("tma_store_channels", lambda s, f: s["epilogue"] == "direct" or f["Kg"] % 8 == 0,
+               "epilogue='tma' with {Kg} output channels per group: the TMA store's rows of "
+               "channels must be 16-byte aligned", "use epilogue='direct' (and bw=64)",
+               "argus.ops.conv.schedule_for (tma_ok: Kg % 8 == 0)", reads=("epilogue",)),
+    Constraint("packed_grouped_stride", lambda s, f: s["taps_per_slice"] == 1 or (
+        f["groups"] == 1 or f["stride_w"] == 1),
+        "taps_per_slice={taps_per_slice} at groups={groups}, stride_w={stride_w}: each packed "
+        "tap's box lies in its own stride-phase plane, which the verifier cannot prove yet",
+        "use taps_per_slice=1 for this layer",
+        "argus/kernels/conv.py conv_kernel (packed taps of a grouped column-strided layer)",
+        reads=("taps_per_slice",)),
+)
+
+
 @functools.cache
 def declare_library() -> None:
     """Register the declarations above (once per process)."""
     from argus.compose.gemm import MatmulSchedule
     from argus.kernels.attention import AttentionSchedule
+    from argus.kernels.conv import ConvSchedule
     from argus.compose.tile import TileSchedule
     from argus.kernels.gemm import GemmSchedule
     from argus.kernels.moe import MoeSchedule
@@ -273,6 +314,7 @@ def declare_library() -> None:
     declare(MatmulSchedule, MATMUL, MATMUL_CONSTRAINTS)
     declare(AttentionSchedule, ATTENTION, ATTENTION_CONSTRAINTS)
     declare(MoeSchedule, MOE, MOE_CONSTRAINTS)
+    declare(ConvSchedule, CONV, CONV_CONSTRAINTS)
 
 
 __all__ = ["SplitSchedule", "declare_library"]
