@@ -1,8 +1,8 @@
 """The legal ranges and constraints of the library's Schedule classes that do not declare them in
 their own field metadata yet (argus/schedule_space.py): the warp-specialized skeleton, the GEMM,
 the MoE grouped GEMM, the attention forward, the implicit-GEMM convolution, and the composed
-family's tile and matmul schedules, plus the agent's own `SplitSchedule` (the KernelBench fp32 adapter's split, declared
-in its fields, as every Schedule eventually will be).
+family's tile and matmul schedules, plus the agent's own `SplitSchedule` (the KernelBench fp32
+adapter's split, declared in its fields, as every Schedule eventually will be).
 
 When a kernel module adopts the metadata (`bm: int = field(default=128, metadata=legal(...))`
 and a CONSTRAINTS tuple), its entry here goes away: `space_of` reads the class first.
