@@ -158,7 +158,8 @@ class ConvSchedule(WarpSpecializedSchedule):
     # pixels (p0 + i, q0 + j) at tap (r, s), so one box a K step still covers the A tile
     # (rows * stride_h and bw * stride_w at most 256: the box's traversed extent, boxDim).
     # The default for 16-bit strided layers (argus.ops.conv.schedule_for's strided_rowbox;
-    # measured on the H200: docs/perf/conv.md "Strided rowbox, measured").
+    # measured on the H200: docs/perf/conv.md "Strided rowbox, ResNet-50 op table and
+    # small-K GEMM tiles, measured").
     rowbox: bool = False
     # how conv_kernel(nchw=True) writes its channels-first result: "registers", the
     # accumulator stored transposed straight from registers (each warp store: 4 channels x 8

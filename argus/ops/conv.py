@@ -217,7 +217,8 @@ def schedule_for(x, weight, stride, padding, dilation, groups, *,
     TMA unit (`strided_rowbox_fits`): the box read with the tensor map's element strides
     (ConvSchedule.rowbox, argus/kernels/conv.py), one box a K step instead of bm / bw, and no
     cluster. Measured on the H200 (2026-12-05, `scripts/gpu_conv_bench.py --strided`,
-    docs/perf/conv.md "Strided rowbox, measured"), ResNet-50's 7 strided layers at batch 32,
+    docs/perf/conv.md "Strided rowbox, ResNet-50 op table and small-K GEMM tiles,
+    measured"), ResNet-50's 7 strided layers at batch 32,
     bf16: geomean 0.43x cuDNN with the per-row boxes, 0.85x with the strided box in the 2x1
     cluster, 0.97x without it on the 4 layers that had both (cluster 1 the faster at each:
     c3 3x3 128/2 0.71 -> 1.00x, c4 3x3 256/2 0.45 -> 1.06x). The fp32 split and tf32 paths
@@ -1351,12 +1352,13 @@ _POINTWISE: OrderedDict = OrderedDict()
 # The 16-bit pointwise route's tiles where matmul has no tuned entry (`pointwise_tile`), in
 # place of matmul's untuned model, which was fitted at K >= 1000 and mispicks a 1x1
 # convolution's K = C of 64-2048 (a 128x224 tile at [1568 x 2048 x 512]: 0.67x cuDNN, where
-# these ran 0.91-0.95x). The 128x128 ping-pong is the model's own pick at 7 of ResNet-50's
-# 10 1x1 layers; a 64-row tile doubles the tiles of a GEMM too short to fill the SMs; a
-# 64-wide tile computes no padding columns for 64 output channels. All ping-pong with deep
+# the 64x128 ping-pong ran 0.95x, the 128x64 0.88x, and the 128x128 picked here 0.96x).
+# The 128x128 ping-pong is the model's own pick at 7 of ResNet-50's 10 1x1 layers; a
+# 64-row tile doubles the tiles of a GEMM too short to fill the SMs; a 64-wide tile
+# computes no padding columns for 64 output channels. All ping-pong with deep
 # rings and the TMA-store epilogue (K is one to a few pipeline steps: the producer runs tiles
 # ahead). Measured on the H200 2026-12-05 (scripts/gemm_small_k.py --gpu, docs/perf/conv.md
-# "Small-K GEMM tiles for the 1x1 layers, measured").
+# "Strided rowbox, ResNet-50 op table and small-K GEMM tiles, measured", its small-K table).
 POINTWISE_TILES = (
     GemmSchedule(bm=128, bn=128, stages=6, pingpong=True, epilogue="tma", store_cols=64),
     GemmSchedule(bm=64, bn=128, stages=8, pingpong=True, epilogue="tma"),
