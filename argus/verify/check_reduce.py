@@ -788,7 +788,11 @@ def _partners(model: Model, rec1, rec2, name: str, vars_, sub) -> list[_Partner]
                 or not any(mentions(f1.term, v) for v in vars_):
             continue
         t1, t2 = f1.term, sub(f2.term)
-        moving = [a for a in _opaque_apps(t1) if any(mentions(a, v) for v in vars_)]
+        # a loop's step sum (`Model.steps_over`: rows before iteration j of a ragged walk) is
+        # an uninterpreted function too, but not a table: it repeats where a step is 0, so
+        # it is not assumed injective
+        moving = [a for a in _opaque_apps(t1) if any(mentions(a, v) for v in vars_)
+                  and a.decl().name() not in model.step_sums]
         tables = tuple((a1, a2) for a1 in moving for a2 in _opaque_apps(t2)
                        if a1.decl().eq(a2.decl()))
         out.append(_Partner(other, t1, t2, tables))
