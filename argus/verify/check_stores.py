@@ -27,7 +27,7 @@ from argus.verify import solver
 from argus.verify import store_guards as guards
 from argus.verify import witness as W
 from argus.verify.model import Model, StoreSite, _num, trailing
-from argus.verify.obligation import Finding, Obligation
+from argus.verify.obligation import Finding, Lemma, Obligation
 from argus.verify.once_split import (LowerBounds, Radix, normalized, pushed_out, radix,
                                      sign_facts, split_launch_factor, summands)
 from argus.verify.solver import default_timeout_ms as solver_timeout
@@ -1782,9 +1782,68 @@ def _tile_obligation(model, st, moving, units, walked, counts, exts=None) -> Obl
         else:
             msg = f"a tile origin is not a multiple of the tile ({', '.join(violated)})"
         return msg, wit
+    units_named = {str(p) for p in parts} | {str(v) for _, v in ren}
     return Obligation("store.coverage", st.op.loc,
                       f"tiles of {st.tensor.name} stored at {st.op.loc}: each once", prem,
                       claims, _by_store(model, st, decode),
                       minimize=list(model.params.values()),
                       timeout_ms=4 * solver_timeout(), tier="NIA",
-                      warn_claims=("tile index inside the output",))
+                      warn_claims=("tile index inside the output",),
+                      lemma=_raster_lemma(prem, claims[0], units_named))
+
+
+def _raster_lemma(premises, claim, units: set[str]) -> Lemma | None:
+    """"distinct units store distinct tiles" over free sizes (obligation.Lemma): each
+    division of the claim and of the units' premises that reads no unit (the raster's tile
+    counts, `(63 + KG) / 64`) is a fresh variable, one per value up to z3.simplify (the
+    premises spell `(KG + 64 - 1) / 64`), with the side condition that it is >= 0. The
+    lemma's premises: the units' premises so rewritten, those variables >= 0, and the
+    obligation's premises over the constants left (the group count G). The 22 conv
+    schedules' instances are 4 lemmas up to renaming (by their group and tile sizes and
+    cluster), 18 distinct queries before (the launch parameters' facts and the size terms'
+    spelling differ per kernel). None when no such division occurs."""
+    name, c = claim
+    unit_prem = [p for p in premises if free_consts(p) & units]
+    sizes = _unit_free_divisions([c] + unit_prem, units)
+    if not sizes:
+        return None
+    groups: dict[int, list] = {}
+    for t in sizes:
+        groups.setdefault(z3.simplify(t).get_id(), []).append(t)
+    pairs, facts, side = [], [], []
+    for grp in groups.values():
+        v = fresh_int("raster.size")
+        pairs += [(t, v) for t in grp]
+        facts.append(v >= 0)
+        side.append((f"the raster's size {grp[0]} is >= 0", grp[0] >= 0))
+    general = z3.substitute(c, *pairs)
+    prem = [z3.substitute(p, *pairs) for p in unit_prem]
+    fresh = {str(v) for _, v in pairs}
+    left: set[str] = set()
+    for t in prem + [general]:
+        left |= free_consts(t)
+    left -= units | fresh
+    seen: set[int] = set()
+    for p in premises:
+        names = free_consts(p)
+        if names and names <= left and p.get_id() not in seen:
+            seen.add(p.get_id())
+            prem.append(p)
+    return Lemma(tuple(prem + facts), ((name, general),), (name,), tuple(side))
+
+
+def _unit_free_divisions(terms, units: set[str]) -> list[z3.ExprRef]:
+    """The outermost integer divisions in `terms` that read none of `units`."""
+    found: dict[int, z3.ExprRef] = {}
+    seen: set[int] = set()
+    todo = list(terms)
+    while todo:
+        t = todo.pop()
+        if t.get_id() in seen or not z3.is_app(t) or t.num_args() == 0:
+            continue
+        seen.add(t.get_id())
+        if t.decl().kind() == z3.Z3_OP_IDIV and not free_consts(t) & units:
+            found[t.get_id()] = t
+            continue
+        todo.extend(t.children())
+    return list(found.values())

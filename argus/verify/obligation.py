@@ -48,6 +48,31 @@ class Obligation:
     # are cases of one claim (check_asserts._by_writer: one per writer of the element), each
     # easy alone, whose conjunction's negation the solver searches as one disjunction
     separately: bool = False
+    # a general lemma proving some of the claims (`Lemma`), tried before the query itself
+    lemma: Lemma | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Lemma:
+    """`premises ⇒ claims` over fresh variables standing for terms of an obligation
+    (check_stores._tile_obligation: a grouped raster's size terms), which proves the
+    obligation's claims named `covers` once `side` (claims under the obligation's own
+    premises: the instance's conditions, e.g. those terms >= 0) holds.
+
+    Why: the grouped raster's injectivity is z3's slowest fixed question in every conv
+    kernel (0.1-0.7 s), and its instances differ between kernels only in the size terms
+    and the launch parameters' facts; stated over free sizes, it is one alpha-equivalent
+    query for every kernel of one raster (the solver's proof cache, `solver.canonical`).
+
+    Sound: the lemma holds for every value of its variables, so for the terms' values; its
+    premises are instances of the obligation's premises (the terms substituted by the
+    variables) and facts of those variables that `side` proves. Equal up to z3.simplify is
+    equal in value, so one variable may stand for several spellings of one term."""
+
+    premises: Sequence[z3.BoolRef]
+    claims: Sequence[tuple[str, z3.BoolRef]]
+    covers: tuple[str, ...]
+    side: Sequence[tuple[str, z3.BoolRef]]
 
 
 @dataclass(frozen=True)
@@ -89,10 +114,33 @@ def _prove_each(ob: Obligation, stats: solver.Stats, timeout_ms: int | None) \
                           reason="; ".join(o.reason for _, o in outs if o.reason))
 
 
+def _by_lemma(ob: Obligation, stats: solver.Stats, timeout_ms: int | None) \
+        -> solver.Outcome | None:
+    """`ob` proven through its lemma (`Obligation.lemma`): the lemma, then the claims it
+    does not cover with its side conditions, under `ob`'s premises (which the second query
+    also checks for satisfiability: no vacuous proof). None when either is not proven: `ob`
+    is then queried itself, so a violation is found, minimized and decoded as without it."""
+    lem = ob.lemma
+    budget = ob.timeout_ms or timeout_ms
+    first = solver.prove(lem.premises, lem.claims, timeout_ms=budget, stats=stats,
+                         theory=ob.tier)
+    if first.status != "proven":
+        return None
+    rest = [(n, c) for n, c in ob.claims if n not in lem.covers] + list(lem.side)
+    second = solver.prove(ob.premises, rest, timeout_ms=budget, stats=stats, theory=ob.tier)
+    # rewritten to true, it read no premise and did not check them satisfiable, but the
+    # lemma's proof used them: the obligation itself then (a vacuous proof stays unknown)
+    if second.status != "proven" or second.theory == solver.REWRITTEN:
+        return None
+    return solver.Outcome("proven", first.ms + second.ms, theory=second.theory,
+                          reason="; ".join(o.reason for o in (first, second) if o.reason))
+
+
 def run(ob: Obligation, stats: solver.Stats, timeout_ms: int | None) -> Finding:
-    if ob.separately and len(ob.claims) > 1:
+    out = _by_lemma(ob, stats, timeout_ms) if ob.lemma is not None else None
+    if out is None and ob.separately and len(ob.claims) > 1:
         out = _prove_each(ob, stats, timeout_ms)
-    else:
+    elif out is None:
         out = solver.prove(ob.premises, ob.claims, timeout_ms=ob.timeout_ms or timeout_ms,
                            minimize=ob.minimize, stats=stats, theory=ob.tier)
     if out.status == "proven":
