@@ -100,17 +100,20 @@ def test_rowbox_one_box_per_k_step_matches_float64(case, schedule):
 
 @pytest.mark.parametrize("stride,groups", [(2, 1), ((1, 2), 1), (1, 2), (9, 1)])
 def test_rowbox_needs_one_group_and_strides_to_8(stride, groups):
-    """A stride runs on the rowbox (element strides: tests/interp/test_conv_strided_rowbox.py)
-    but only when asked (schedule_for(strided_rowbox=True)); groups and strides past the TMA
-    unit's 8 never."""
+    """A stride runs on the rowbox (element strides: tests/interp/test_conv_strided_rowbox.py),
+    by default for 16-bit inputs (schedule_for's strided_rowbox, measured on the H200);
+    groups and strides past the TMA unit's 8 never."""
     x = torch.randn(1, 8, 20, 20).bfloat16()
     w = torch.randn(8, 8 // groups, 3, 3).bfloat16()
-    if groups > 1 or stride == 9:
+    applies = groups == 1 and stride != 9
+    if not applies:
         with pytest.raises(LaunchError, match="rowbox"):
             conv_op.conv2d_interpret(x, w, None, stride, 1, 1, groups, schedule=ROWBOX)
-    # schedule_for only asks for it where it applies (strided: opt-in)
-    assert not conv_op.schedule_for(x, w, stride, 1, 1, groups, rowbox=True).rowbox
-    assert not conv_op.schedule_for(x, w, stride, 1, 1, groups).rowbox
+    # schedule_for asks for it only where it applies
+    assert conv_op.schedule_for(x, w, stride, 1, 1, groups, rowbox=True).rowbox == applies
+    assert conv_op.schedule_for(x, w, stride, 1, 1, groups).rowbox == applies
+    assert not conv_op.schedule_for(x, w, stride, 1, 1, groups, strided_rowbox=False).rowbox \
+        or stride == 1
     assert conv_op.schedule_for(x, torch.randn(8, 8, 3, 3).bfloat16(), 1, 1, 1, 1,
                                 rowbox=True).rowbox
 
