@@ -3,8 +3,9 @@
 torch.compile spends most of its time on the CPU (tracing, Inductor, Triton), so `jobs` baseline
 worker processes compile different tasks in parallel, while GPU timing is serialized by a file
 lock (each timing runs alone on the GPU, on CPU cores reserved for it). Per task a worker
-loads the task, times it eagerly, compiles it (warm-up) and times the compiled module; the eager
-number survives when the compile later fails or runs out of time.
+loads the task, times it eagerly and eagerly with TF32 off (baselines.py), compiles it (warm-up)
+and times the compiled module; the eager numbers survive when the compile later fails or runs
+out of time. A cached task whose record predates eager-TF32-off has only that measured.
 
 Robustness: a per-task timeout (a worker that exceeds it is killed and replaced), errors are
 recorded and the run goes on, a global budget stops new work early enough to end in time and
@@ -31,6 +32,7 @@ from argus.bench.kernelbench.baselines import (
     BaselineRecord,
     Environment,
     first_set_seed,
+    same_as_eager,
 )
 from argus.bench.kernelbench import gpumem
 from argus.bench.kernelbench.process import Worker, WorkerError
@@ -58,6 +60,7 @@ class TaskOutcome:
     eager: dict[str, Any] | None = None
     compile: dict[str, Any] | None = None
     compile_s: float | None = None
+    eager_notf32: dict[str, Any] | None = None
     status: str = "not started"  # done | eager only | error | timeout | budget | not started
     #                              | cached (taken from the cache, not measured again)
     error: str = ""
@@ -68,7 +71,7 @@ class TaskOutcome:
         return {"task": self.task.key, "name": self.task.name, "sha256": self.task.sha256,
                 "status": self.status, "error": self.error[:2000], "eager": self.eager,
                 "compile": self.compile, "compile_s": self.compile_s,
-                "seconds": self.seconds}
+                "eager_notf32": self.eager_notf32, "seconds": self.seconds}
 
 
 def estimate_bytes(task: Task) -> float:
@@ -94,15 +97,21 @@ def run_baselines(tasks: list[Task], options: SuiteOptions = SuiteOptions(), *,
     budget_bytes = options.gpu_mem_gb * 1e9
     need = {t.key: min(estimate_bytes(t), budget_bytes) for t in tasks}
     pending: queue.Queue[Task] = queue.Queue()
+    known: dict[str, BaselineRecord] = {}
     for t in tasks:
         hit = cache.get(env, t.sha256) if cache is not None else None
         if hit is not None and hit.eager_ms is not None and (
                 hit.compile_ms is not None or not options.compile):
             # measured before on this card and torch (the cache key): a resumed or repeated
             # run spends its budget on the tasks still missing
+            if hit.eager_notf32 is None:
+                known[t.key] = hit          # cached before eager-TF32-off: only that is missing
+                pending.put(t)
+                continue
             outcome = outcomes[t.key]
             outcome.eager, outcome.compile = hit.eager, hit.compile
             outcome.compile_s, outcome.status = hit.compile_s, "cached"
+            outcome.eager_notf32 = hit.eager_notf32
             continue
         pending.put(t)
     memory = gpumem.GpuMemoryBudget(budget_bytes)
@@ -148,7 +157,7 @@ def run_baselines(tasks: list[Task], options: SuiteOptions = SuiteOptions(), *,
                                     env={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
                     active[slot_id] = worker
                 _one_task(worker, task, outcome, options, lock_path, reserved_or_none, others,
-                          left)
+                          left, known.get(task.key))
             except WorkerError as exc:
                 where = "torch.compile" if outcome.eager else "eager"
                 outcome.error = f"{where}: {exc.kind}: {str(exc)[:1500]}"
@@ -181,7 +190,8 @@ def run_baselines(tasks: list[Task], options: SuiteOptions = SuiteOptions(), *,
                 if cache is not None and outcome.eager and "median_ms" in outcome.eager:
                     cache.put(BaselineRecord(task.key, task.sha256, env, outcome.eager,
                                              outcome.compile, outcome.compile_s,
-                                             flags=outcome.flags))
+                                             flags=outcome.flags,
+                                             eager_notf32=outcome.eager_notf32))
         if worker is not None:
             worker.close()
         active.pop(slot_id, None)
@@ -203,7 +213,10 @@ def run_baselines(tasks: list[Task], options: SuiteOptions = SuiteOptions(), *,
 
 def _one_task(worker: Worker, task: Task, outcome: TaskOutcome, options: SuiteOptions,
               lock_path: str, reserved: list[int] | None, others: list[int] | None,
-              left: Any) -> None:
+              left: Any, known: BaselineRecord | None = None) -> None:
+    """Load, eager, eager with TF32 off, compile, release. `known`: a cached record with the
+    eager and compile numbers but no eager-TF32-off one (cached before it existed): only that
+    is measured, the rest kept."""
     def limit() -> float:
         return max(1.0, min(options.task_timeout_s, left()))
 
@@ -212,11 +225,20 @@ def _one_task(worker: Worker, task: Task, outcome: TaskOutcome, options: SuiteOp
                             seed=options.seed, input_seed=first_set_seed(options.seed),
                             other_cores=others)
     outcome.flags = loaded.get("flags", {})
-    reply = worker.request("eager", limit(), trials=options.trials, warmup=options.warmup,
-                           lock_path=lock_path, timing_cores=reserved, other_cores=others)
-    outcome.eager = reply["eager"]
+    how = dict(trials=options.trials, warmup=options.warmup, lock_path=lock_path,
+               timing_cores=reserved, other_cores=others)
+    outcome.eager = known.eager if known else worker.request("eager", limit(), **how)["eager"]
     outcome.status = "eager only"
-    if options.compile:
+    try:
+        outcome.eager_notf32 = worker.request("eager_notf32", limit(), **how)["eager_notf32"]
+    except WorkerError as exc:
+        if exc.kind in ("timeout", "crash"):
+            raise
+        outcome.eager_notf32 = {"error": f"eager, TF32 off: {exc.kind}: {str(exc)[:1500]}"}
+    if known:
+        outcome.compile, outcome.compile_s, outcome.status = known.compile, known.compile_s, \
+            "done"
+    elif options.compile:
         remaining = max(1.0, min(options.task_timeout_s - (time.monotonic() - t0), left()))
         try:
             reply = worker.request("compile", remaining, trials=options.trials,
@@ -239,8 +261,9 @@ def _line(o: TaskOutcome) -> str:
     def ms(t: dict[str, Any] | None) -> str:
         return f"{t['median_ms']:.4g} ms" if t and "median_ms" in t else "-"
 
+    notf32 = "= eager" if same_as_eager(o.eager_notf32) else ms(o.eager_notf32)
     text = f"{o.task.key} {o.task.name}: {o.status}; eager {ms(o.eager)}, " \
-           f"compile {ms(o.compile)} ({o.seconds:.0f}s)"
+           f"eager TF32 off {notf32}, compile {ms(o.compile)} ({o.seconds:.0f}s)"
     if o.error:
         text += f" [{o.error.splitlines()[0][:120]}]"
     return text
@@ -267,12 +290,14 @@ def markdown(outcomes: list[TaskOutcome], env: Environment, options: SuiteOption
              f"{options.warmup} warm-ups, "
              f"{options.trials} trials), median and mean in milliseconds, on the task's own "
              "`get_inputs()` at upstream sizes, PyTorch's default numerics flags (cuDNN may use "
-             "TF32 for convolutions). torch.compile in default mode; `compile s` is the first "
-             "call (compile + run). GPU timings were serialized by a lock while other tasks "
-             "compiled on other CPU cores.", "",
-             "| task | name | eager median ms | eager mean ms | compile median ms | "
-             "compile mean ms | compile vs eager | compile s | status |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "TF32 for convolutions); `eager TF32 off` with torch.backends.cuda.matmul."
+             "allow_tf32 and cudnn.allow_tf32 False (fp32-accurate: the strict track's "
+             "baseline), `= eager` where TF32 changes no output bit. torch.compile in default "
+             "mode; `compile s` is the first call (compile + run). GPU timings were serialized "
+             "by a lock while other tasks compiled on other CPU cores.", "",
+             "| task | name | eager median ms | eager mean ms | eager TF32 off median ms | "
+             "compile median ms | compile mean ms | compile vs eager | compile s | status |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
 
     def num(t: dict[str, Any] | None, key: str) -> str:
         return f"{float(t[key]):.4g}" if t and key in t else "-"
@@ -281,8 +306,10 @@ def markdown(outcomes: list[TaskOutcome], env: Environment, options: SuiteOption
         speed = "-"
         if o.eager and o.compile and "median_ms" in o.eager and "median_ms" in o.compile:
             speed = f"{o.eager['median_ms'] / o.compile['median_ms']:.2f}x"
+        notf32 = "= eager" if same_as_eager(o.eager_notf32) else num(o.eager_notf32,
+                                                                       "median_ms")
         lines.append(f"| {o.task.key} | {o.task.name} | {num(o.eager, 'median_ms')} | "
-                     f"{num(o.eager, 'mean_ms')} | {num(o.compile, 'median_ms')} | "
+                     f"{num(o.eager, 'mean_ms')} | {notf32} | {num(o.compile, 'median_ms')} | "
                      f"{num(o.compile, 'mean_ms')} | {speed} | "
                      f"{'-' if o.compile_s is None else f'{o.compile_s:.1f}'} | {o.status} |")
     if unfinished:

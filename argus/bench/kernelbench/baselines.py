@@ -4,7 +4,10 @@ A baseline is the task's own Model timed with `argus.bench.timing.measure` (whol
 flushed, >= 100 trials), eagerly and after `torch.compile` (default mode), in a fresh baseline
 worker process, on the task's own inputs (the same set-0 inputs the candidate is timed on),
 with PyTorch's default numerics flags (cuDNN may use TF32 for convolutions: that favours the
-baseline, never the solution).
+baseline, never the solution). A third number, eager with TF32 off (`eager_notf32`: cuBLAS and
+cuDNN in fp32), is the strict track's like-for-like baseline, since eager's default TF32
+convolutions would fail the strict track themselves; it is timed only where TF32 changes the
+forward's output bits, and is eager's own number elsewhere (worker.SAME_AS_EAGER).
 
 Cache: one JSON file (default ~/.cache/argus/kernelbench/baselines.json) mapping a key to a
 record. The key is (GPU name, torch version, CUDA version, task file sha256, mode), so a new
@@ -20,7 +23,7 @@ import os
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +69,16 @@ class BaselineRecord:
     compile_s: float | None = None
     measured_at: float = field(default_factory=time.time)
     flags: dict[str, str] = field(default_factory=dict)
+    # None: not measured (a record cached before the field existed; measured on its next use)
+    eager_notf32: dict[str, Any] | None = None
 
     @property
     def eager_ms(self) -> float | None:
         return _median(self.eager)
+
+    @property
+    def eager_notf32_ms(self) -> float | None:
+        return self.eager_ms if same_as_eager(self.eager_notf32) else _median(self.eager_notf32)
 
     @property
     def compile_ms(self) -> float | None:
@@ -79,7 +88,8 @@ class BaselineRecord:
         return {"task": self.task_key, "sha256": self.task_sha256,
                 "env": {"gpu": self.env.gpu, "torch": self.env.torch, "cuda": self.env.cuda},
                 "eager": self.eager, "compile": self.compile, "compile_s": self.compile_s,
-                "measured_at": self.measured_at, "flags": self.flags}
+                "measured_at": self.measured_at, "flags": self.flags,
+                "eager_notf32": self.eager_notf32}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> BaselineRecord:
@@ -87,7 +97,13 @@ class BaselineRecord:
                               env=Environment(**data["env"]), eager=data.get("eager"),
                               compile=data.get("compile"), compile_s=data.get("compile_s"),
                               measured_at=data.get("measured_at", 0.0),
-                              flags=data.get("flags", {}))
+                              flags=data.get("flags", {}),
+                              eager_notf32=data.get("eager_notf32"))
+
+
+def same_as_eager(t: dict[str, Any] | None) -> bool:
+    """An eager-TF32-off entry that is eager's own number (TF32 changes no output bit)."""
+    return bool(t) and "same_as_eager" in t
 
 
 def _median(t: dict[str, Any] | None) -> float | None:
@@ -147,7 +163,8 @@ def first_set_seed(seed: int) -> int:
 
 
 def measure_baseline(task: Task, *, device: str = "cuda", seed: int = 0, trials: int = 100,
-                     warmup: int = 10, modes: tuple[str, ...] = ("eager", "compile"),
+                     warmup: int = 10,
+                     modes: tuple[str, ...] = ("eager", "eager_notf32", "compile"),
                      timeout_s: float = 900.0, log_dir: Path | None = None) -> BaselineRecord:
     """Time the task's Model in a fresh baseline worker; errors are recorded, not raised."""
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="argus-kb-baseline-"))
@@ -160,10 +177,11 @@ def measure_baseline(task: Task, *, device: str = "cuda", seed: int = 0, trials:
                                input_seed=first_set_seed(seed))
         return BaselineRecord(task.key, task.sha256, env, reply.get("eager"),
                               reply.get("compile"), reply.get("compile_s"),
-                              flags=reply.get("flags", {}))
+                              flags=reply.get("flags", {}),
+                              eager_notf32=reply.get("eager_notf32"))
     except WorkerError as exc:
         err = {"error": f"{exc.kind}: {str(exc)[:1500]}"}
-        return BaselineRecord(task.key, task.sha256, env, err, err)
+        return BaselineRecord(task.key, task.sha256, env, err, err, eager_notf32=err)
     finally:
         worker.close()
 
@@ -172,10 +190,18 @@ def get_or_measure(task: Task, cache: BaselineCache | None, *, device: str = "cu
                    seed: int = 0, trials: int = 100, warmup: int = 10,
                    timeout_s: float = 900.0, log_dir: Path | None = None) -> BaselineRecord:
     env = Environment.current(device)
-    if cache is not None:
-        hit = cache.get(env, task.sha256)
-        if hit is not None and hit.eager_ms is not None:
+    hit = cache.get(env, task.sha256) if cache is not None else None
+    if hit is not None and hit.eager_ms is not None:
+        if hit.eager_notf32 is not None:
             return hit
+        # cached before eager-TF32-off existed: measure only that, keep the rest
+        extra = measure_baseline(task, device=device, seed=seed, trials=trials,
+                                 warmup=warmup, modes=("eager_notf32",),
+                                 timeout_s=timeout_s, log_dir=log_dir)
+        record = replace(hit, eager_notf32=extra.eager_notf32)
+        if cache is not None and record.eager_notf32 is not None:
+            cache.put(record)       # an error too, as a failed compile is: not retried
+        return record
     record = measure_baseline(task, device=device, seed=seed, trials=trials, warmup=warmup,
                               timeout_s=timeout_s, log_dir=log_dir)
     if cache is not None and record.eager_ms is not None:

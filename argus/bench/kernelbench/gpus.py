@@ -476,11 +476,12 @@ def baselines_on_gpus(tasks: list, options: Any, gpus: Sequence[str], *, cache: 
     todo = []
     for t in tasks:
         hit = cache.get(env, t.sha256)
-        if hit is not None and hit.eager_ms is not None and (
-                hit.compile_ms is not None or not options.compile):
+        if hit is not None and hit.eager_ms is not None and hit.eager_notf32 is not None \
+                and (hit.compile_ms is not None or not options.compile):
             o = outcomes[t.key]
             o.eager, o.compile, o.compile_s, o.status = hit.eager, hit.compile, \
                 hit.compile_s, "cached"
+            o.eager_notf32 = hit.eager_notf32
             continue
         todo.append(t)
     todo.sort(key=lambda t: -estimate_bytes(t))
@@ -500,11 +501,13 @@ def baselines_on_gpus(tasks: list, options: Any, gpus: Sequence[str], *, cache: 
     def done(key: str, rec: dict[str, Any], gpu: str) -> None:
         o = outcomes[key]
         o.eager, o.compile, o.compile_s = rec["eager"], rec["compile"], rec["compile_s"]
+        o.eager_notf32 = rec.get("eager_notf32")
         o.status, o.error, o.seconds = rec["status"], rec["error"], rec["seconds"]
         o.flags = rec.get("flags", {})
         if o.eager and "median_ms" in o.eager:
             cache.put(BaselineRecord(key, by_key[key].sha256, Environment(**rec["env"]),
-                                     o.eager, o.compile, o.compile_s, flags=o.flags))
+                                     o.eager, o.compile, o.compile_s, flags=o.flags,
+                                     eager_notf32=o.eager_notf32))
 
     def give_up(key: str, why: str) -> None:
         outcomes[key].status, outcomes[key].error = "error", why

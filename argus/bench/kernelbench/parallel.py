@@ -476,18 +476,21 @@ def _load_hook(spec: str):
 
 def _measure_baseline(slot: _Slot, task: Task, options: JudgeOptions, cache: BaselineCache,
                       env: Environment, left, gate_path: str) -> None:
-    """The task's eager and torch.compile times in the slot's baseline process, into the cache
-    (skipped when the cache has them). The timings take the gate's exclusive side; the compile
-    runs beside other slots' work."""
+    """The task's eager, eager-TF32-off and torch.compile times in the slot's baseline
+    process, into the cache (skipped when the cache has them; only eager-TF32-off measured for
+    a record cached before it existed). The timings take the gate's exclusive side; the
+    compile runs beside other slots' work."""
     hit = cache.get(env, task.sha256)
-    if hit is not None and hit.eager_ms is not None:
+    if hit is not None and hit.eager_ms is not None and hit.eager_notf32 is not None:
         return
+    known = hit if hit is not None and hit.eager_ms is not None else None
     outcome = TaskOutcome(task)
     suite = SuiteOptions(jobs=1, task_timeout_s=max(options.timeout_s, 120.0),
                          trials=options.trials, warmup=options.warmup, device=options.device
                          if options.device != "auto" else "cuda", seed=options.seed)
     try:
-        _one_task(slot.baseline_worker(), task, outcome, suite, gate_path, None, None, left)
+        _one_task(slot.baseline_worker(), task, outcome, suite, gate_path, None, None, left,
+                  known)
     except WorkerError as exc:
         outcome.error = f"{exc.kind}: {str(exc)[:1500]}"
         if slot.baseline is not None:
@@ -495,7 +498,8 @@ def _measure_baseline(slot: _Slot, task: Task, options: JudgeOptions, cache: Bas
             slot.baseline = None
     if outcome.eager and "median_ms" in outcome.eager:
         cache.put(BaselineRecord(task.key, task.sha256, env, outcome.eager, outcome.compile,
-                                 outcome.compile_s, flags=outcome.flags))
+                                 outcome.compile_s, flags=outcome.flags,
+                                 eager_notf32=outcome.eager_notf32))
 
 
 def _release_gpu_cache() -> None:

@@ -7,7 +7,7 @@ Roles, each in its own process so that the candidate never shares memory with th
 - candidate: snapshots clocks and global flags, imports the solution, builds ModelNew, and runs it
   on input files under poisoned allocation; reports aliasing, input mutation, poison, tampering;
   times it and profiles its kernels on a GPU.
-- baseline: times the task's Model eagerly and under torch.compile.
+- baseline: times the task's Model eagerly, eagerly with TF32 off, and under torch.compile.
 
 Protocol: one JSON command per line on stdin, one JSON reply per line on the original stdout.
 Anything the task or solution prints goes to stderr (fd 1 is redirected there), so it cannot
@@ -193,11 +193,12 @@ def _cpu(outs: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 class _NoTF32:
-    """TF32 off for the duration (the calibration runs). The switches are process-wide and the
-    judge's process prepares several tasks' references at once (one thread each): the first to
-    enter switches TF32 off, the last to leave restores it, so no thread turns it back on under
-    another's calibration. Nothing else in that process depends on TF32 (the float64 reference
-    and the comparisons do not; candidates and baselines run in processes of their own)."""
+    """TF32 off for the duration (the calibration runs; the baseline's eager-TF32-off timing).
+    The switches are process-wide and the judge's process prepares several tasks' references at
+    once (one thread each): the first to enter switches TF32 off, the last to leave restores it,
+    so no thread turns it back on under another's calibration. Nothing else in that process
+    depends on TF32 (the float64 reference and the comparisons do not; candidates and baselines
+    run in processes of their own, a baseline process one task at a time)."""
 
     _lock = threading.Lock()
     _depth = 0
@@ -813,10 +814,38 @@ class _GpuLock:
                 pass
 
 
+# What `eager_notf32` records for a task whose output TF32 does not change (no fp32 convolution
+# or matmul that cuDNN / cuBLAS would run in TF32): eager's own number stands for it
+# (BaselineRecord.eager_notf32_ms), instead of a second timing of the same kernels.
+SAME_AS_EAGER = {"same_as_eager": "TF32 off changes no output bit of the forward"}
+
+
+def _eager_notf32(fn: Callable[[], Any], time_it: Callable[[Callable[[], Any]], dict[str, Any]]
+                  ) -> dict[str, Any]:
+    """Eager with TF32 off (torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32 False,
+    restored after): the fp32-accurate arithmetic the strict track holds a solution to, so its
+    like-for-like baseline (eager's default lets cuDNN run fp32 convolutions in TF32). Timed
+    only where TF32 changes the forward's output bits (SAME_AS_EAGER otherwise); a forward
+    whose output varies from call to call (atomics, dropout) counts as changed: timed."""
+    with torch.no_grad():
+        default = fn()
+        with _NoTF32():
+            off = fn()
+    try:
+        a, b = _as_list(default)[0], _as_list(off)[0]
+        if len(a) == len(b) and all(guards.same_bits(x, y) for x, y in zip(a, b)):
+            return dict(SAME_AS_EAGER)
+    except WorkerFailure:
+        pass                                  # not tensors: cannot tell, so time it
+    del default, off
+    with _NoTF32():
+        return time_it(fn)
+
+
 class BaselineRole:
-    """Times the task's Model. `measure` does eager and compile in one call (used by the judge);
-    `load`, `eager`, `compile`, `release` split it for the parallel baseline suite, so that an
-    interrupted compile still leaves the eager number."""
+    """Times the task's Model. `measure` does eager, eager with TF32 off and compile in one
+    call (used by the judge); `load`, `eager`, `eager_notf32`, `compile`, `release` split it for
+    the parallel baseline suite, so that an interrupted compile still leaves the eager numbers."""
 
     def __init__(self) -> None:
         self.loaded: dict[str, Any] | None = None
@@ -855,6 +884,15 @@ class BaselineRole:
         lock = _GpuLock(lock_path, timing_cores, other_cores)
         return {"eager": self._time(lambda: model(*values), trials, warmup, lock)}
 
+    def eager_notf32(self, trials: int, warmup: int, lock_path: str | None = None,
+                     timing_cores: list[int] | None = None,
+                     other_cores: list[int] | None = None) -> dict[str, Any]:
+        assert self.loaded is not None, "load first"
+        model, values = self.loaded["model"], self.loaded["values"]
+        lock = _GpuLock(lock_path, timing_cores, other_cores)
+        return {"eager_notf32": _eager_notf32(
+            lambda: model(*values), lambda fn: self._time(fn, trials, warmup, lock))}
+
     def compile(self, trials: int, warmup: int, lock_path: str | None = None,
                 timing_cores: list[int] | None = None, other_cores: list[int] | None = None,
                 mode: str | None = None) -> dict[str, Any]:
@@ -892,6 +930,12 @@ class BaselineRole:
         values = _to_device(kb_inputs.task_inputs(
             module, seed if input_seed is None else input_seed, _gen_device(dev)), dev)
         result: dict[str, Any] = {"flags": guards.capture_flags()}
+
+        def time_it(call: Callable[[], Any]) -> dict[str, Any]:
+            with torch.no_grad(), gate().exclusive():
+                return timing.measure(call, trials=trials, warmup=warmup, device=dev,
+                                      allow_few_trials=True, keep_samples=False).to_json()
+
         for mode in modes:
             try:
                 fn: Any = model
@@ -903,10 +947,10 @@ class BaselineRole:
                         fn(*values)
                     _sync(dev)
                     result["compile_s"] = time.perf_counter() - t0
-                with torch.no_grad(), gate().exclusive():
-                    t = timing.measure(lambda: fn(*values), trials=trials, warmup=warmup,
-                                       device=dev, allow_few_trials=True, keep_samples=False)
-                result[mode] = t.to_json()
+                if mode == "eager_notf32":
+                    result[mode] = _eager_notf32(lambda: model(*values), time_it)
+                    continue
+                result[mode] = time_it(lambda: fn(*values))
             except Exception as exc:
                 result[mode] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
         return result
