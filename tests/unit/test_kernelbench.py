@@ -497,6 +497,42 @@ def test_reports_are_written(tmp_path):
     assert "reduced sizes" not in markdown(js)
 
 
+
+def test_reports_show_the_strict_track_against_eager_with_tf32_off(tmp_path):
+    """Beside the geomean vs eager (PyTorch's default: TF32 convolutions), the strict track's
+    geomean vs eager with TF32 off (its like-for-like baseline), per task and per level, in the
+    markdown, the JSON and the solve summary; a relaxed-only pass stays out of it, a task TF32
+    does not change shows eager's number, and judgments saved before the field still load."""
+    from argus.bench.kernelbench.summary import level_rows
+    from argus.bench.kernelbench.summary import markdown as summary_markdown
+
+    conv = _judgment("L1/54", 1, 54, speedup_eager=0.5, speedup_eager_notf32=2.0,
+                     speedup_compile=0.4, timing={"median_ms": 1.0}, eager={"median_ms": 0.5},
+                     eager_notf32={"median_ms": 2.0}, compiled={"median_ms": 0.4})
+    relu = _judgment("L1/19", 1, 19, speedup_eager=2.0, speedup_eager_notf32=2.0,
+                     eager_notf32={"same_as_eager": "TF32 off changes no output bit"})
+    relaxed = _judgment("L1/55", 1, 55, correct=False, reasons=("imprecise",),
+                        precision="tf32", speedup_eager=9.0, speedup_eager_notf32=30.0)
+    js = [conv, relu, relaxed]
+    (l1,) = summarize_levels(js)
+    assert l1.geomean_eager == pytest.approx(1.0) and l1.geomean_eager_notf32 == 2.0
+    paths = write_reports(js, tmp_path, meta={"device": "cuda"})
+    text = paths["markdown"].read_text()
+    assert "strict: geomean vs eager TF32 off" in text and "| 1.00x | 2.00x |" in text
+    assert "| 0.5 | 2 | 0.4 | 0.50x | 2.00x | 0.40x |" in text          # L1/54's row
+    assert "| = eager |" in text and "allow_tf32" in text
+    data = json.loads(paths["json"].read_text())
+    assert data["levels"][0]["geomean_eager_notf32"] == 2.0
+    assert Judgment.from_json(data["tasks"][0]) == conv
+    (row,) = level_rows({1: [j.task for j in js]}, js)
+    assert row["geomean_eager_notf32"] == 2.0 and row["geomean_eager_relaxed"] > 1.0
+    assert "strict: geomean vs eager TF32 off" in summary_markdown([row])
+    assert "| 1.00x | 2.00x |" in summary_markdown([row])
+    assert "2.00x vs eager with TF32 off" in conv.summary()
+    old = {k: v for k, v in conv.to_json().items()
+           if k not in ("eager_notf32", "speedup_eager_notf32")}
+    assert Judgment.from_json(old).speedup_eager_notf32 is None
+
 def test_reasons_are_documented():
     for code in ("zeros_output", "echo_input", "constant_output", "cached_output",
                  "side_stream_work", "uninitialized_output", "timer_tampering", "imprecise",

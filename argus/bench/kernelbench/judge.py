@@ -19,7 +19,9 @@
    values, so neither a result cached by tensor identity nor one cached by value serves a
    call), and one timed call per set is checked against a reference of that call's inputs,
    recomputed here (`timing_sets`, `_check_timed`); its kernels are profiled
-   (provenance.py), and baselines come from the cache or are measured.
+   (provenance.py), and baselines come from the cache or are measured: eager and
+   torch.compile at PyTorch's default flags, and eager with TF32 off (the strict track's
+   like-for-like baseline: fp32-accurate cuDNN / cuBLAS; baselines.py).
 
 Reason codes (REASONS) are stable strings; `Judgment.reasons` lists them by priority, the first
 being the main one. `correct` is True iff there is no reason. `solved` additionally needs a
@@ -202,6 +204,9 @@ class Judgment:
     level: int = 0
     problem_id: int = 0
     phases: dict[str, float] = field(default_factory=dict)   # where `seconds` went
+    # eager with TF32 off (baselines.py; {"same_as_eager": ...} where TF32 changes nothing)
+    eager_notf32: dict[str, Any] | None = None
+    speedup_eager_notf32: float | None = None
 
     @property
     def reason(self) -> str:
@@ -267,6 +272,8 @@ class Judgment:
         head += f"; argus kernels: {self.argus_kernels}"
         if self.speedup_eager is not None:
             head += f"; {self.speedup_eager:.2f}x vs eager"
+        if self.speedup_eager_notf32 is not None:
+            head += f", {self.speedup_eager_notf32:.2f}x vs eager with TF32 off"
         if self.speedup_compile is not None:
             head += f", {self.speedup_compile:.2f}x vs torch.compile"
         return head
@@ -1105,8 +1112,8 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
     prov = provenance.static_verdict(Path(solution))
     if prov is None and session.device == "cpu":
         prov = provenance.without_gpu(torch_ops, argus_ops)
-    timing_json = eager = compiled = None
-    speedup_eager = speedup_compile = bound = None
+    timing_json = eager = compiled = eager_notf32 = None
+    speedup_eager = speedup_compile = speedup_eager_notf32 = bound = None
     suspect: list[str] = []
     # a relaxed-track pass whose only strict failure is its precision (e.g. an fp32 task run
     # as one tf32 product) is timed too: the relaxed track's speed bar needs its number. The
@@ -1163,8 +1170,11 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
                 with clock("baselines (cached or measured)"):
                     record = _baseline(session)
                 eager, compiled = record.eager, record.compile
+                eager_notf32 = record.eager_notf32
                 if record.eager_ms:
                     speedup_eager = record.eager_ms / t.median_ms
+                if record.eager_notf32_ms:
+                    speedup_eager_notf32 = record.eager_notf32_ms / t.median_ms
                 if record.compile_ms:
                     speedup_compile = record.compile_ms / t.median_ms
     if prov is None:
@@ -1185,7 +1195,8 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
         speedup_eager=speedup_eager, speedup_compile=speedup_compile, roofline_ms=bound,
         suspect=tuple(suspect), seconds=time.perf_counter() - started,
         level=session.task.level, problem_id=session.task.problem_id,
-        phases=_rounded(session.phases))
+        phases=_rounded(session.phases), eager_notf32=eager_notf32,
+        speedup_eager_notf32=speedup_eager_notf32)
 
 
 class _SharedHold:

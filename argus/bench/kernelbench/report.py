@@ -4,7 +4,10 @@ Per level (denominator: every task of the level that the run covered, as upstrea
 - fast_0:             solved share (strict track, verifiable task, not shown to be PyTorch's)
 - fast_1 vs eager:    solved and faster than eager PyTorch
 - fast_1 vs compile:  solved and faster than torch.compile
-- geomean speedups over solved tasks with timings, vs eager and vs torch.compile
+- geomean speedups over solved tasks with timings, vs eager, vs eager with TF32 off and vs
+  torch.compile. Eager runs at PyTorch's default flags (cuDNN fp32 convolutions in TF32), which
+  would fail the strict track itself; eager with TF32 off (fp32-accurate cuDNN / cuBLAS) is the
+  strict track's like-for-like baseline, reported beside it (baselines.py)
 - beside them: strict-correct share with any code, the relaxed track (KernelBench's old 1e-2
   rule), degenerate and stochastic tasks (listed, never counted as solved), precision classes.
 
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from argus.bench.kernelbench.baselines import same_as_eager
 from argus.bench.kernelbench.judge import REASONS, Judgment
 from argus.bench.timing import geomean
 
@@ -41,6 +45,7 @@ class LevelSummary:
     geomean_eager: float | None
     geomean_compile: float | None
     timed: int
+    geomean_eager_notf32: float | None = None    # strict-solved tasks vs eager, TF32 off
     degenerate: tuple[str, ...] = ()
     stochastic: tuple[str, ...] = ()
     reasons: dict[str, int] = field(default_factory=dict)
@@ -61,6 +66,7 @@ def summarize_levels(judgments: list[Judgment]) -> list[LevelSummary]:
         solved = [j for j in js if j.solved]
         timed = [j for j in solved if j.speedup_eager is not None]
         timed_c = [j for j in solved if j.speedup_compile is not None]
+        timed_n = [j for j in solved if j.speedup_eager_notf32 is not None]
         f1e = sum(1 for j in timed if j.speedup_eager and j.speedup_eager > 1) / n if timed \
             else None
         f1c = sum(1 for j in timed_c if j.speedup_compile and j.speedup_compile > 1) / n \
@@ -74,6 +80,8 @@ def summarize_levels(judgments: list[Judgment]) -> list[LevelSummary]:
             geomean_compile=_finite(geomean([j.speedup_compile for j in timed_c]))
             if timed_c else None,
             timed=len(timed),
+            geomean_eager_notf32=_finite(geomean([j.speedup_eager_notf32 for j in timed_n]))
+            if timed_n else None,
             degenerate=tuple(f"{j.task} ({', '.join(j.degenerate)})" for j in js
                              if j.degenerate),
             stochastic=tuple(j.task for j in js if j.stochastic),
@@ -93,6 +101,8 @@ def _x(x: float | None) -> str:
 
 
 def _ms(t: dict[str, Any] | None) -> str:
+    if same_as_eager(t):
+        return "= eager"        # TF32 changes no output bit: eager's number stands for it
     if not t or "median_ms" not in t:
         return "err" if t and "error" in t else "-"
     return f"{float(t['median_ms']):.4g}"
@@ -115,20 +125,28 @@ def markdown(judgments: list[Judgment], meta: dict[str, Any] | None = None) -> s
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(meta.get("time", time.time())))
     lines.append(f"Run {when}, device `{meta.get('device', '?')}`. "
                  "Strict track = accurate to the task's dtype against a float64 reference on "
-                 ">= 5 mixed input sets; relaxed = KernelBench's old allclose(1e-2).")
+                 ">= 5 mixed input sets; relaxed = KernelBench's old allclose(1e-2). "
+                 "Baselines, timed in the same run: eager = PyTorch eager at its default flags "
+                 "(cuDNN runs fp32 convolutions in TF32, not fp32-accurate); eager TF32 off = "
+                 "the same with torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32 "
+                 "False (fp32-accurate: the strict track's like-for-like baseline; `= eager` "
+                 "where TF32 changes no output bit); torch.compile in default mode. The "
+                 "geomeans are over tasks solved on the strict track.")
     if any(j.sizes.startswith("reduced") for j in judgments):
         lines.append("")
         lines.append("**Some tasks ran at reduced sizes on the CPU** (correctness only; see the "
                      "sizes column): these are not results at upstream sizes.")
     lines += ["", "## Per level", "",
               "| level | tasks | fast_0 (solved) | fast_1 vs eager | fast_1 vs torch.compile | "
-              "geomean vs eager | geomean vs compile | correct, any code | relaxed track | "
+              "strict: geomean vs eager | strict: geomean vs eager TF32 off | "
+              "strict: geomean vs compile | correct, any code | relaxed track | "
               "degenerate | stochastic |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in levels:
         lines.append(
             f"| {s.level} | {s.tasks} | {_pct(s.fast_0)} ({s.solved}) | {_pct(s.fast_1_eager)} "
-            f"| {_pct(s.fast_1_compile)} | {_x(s.geomean_eager)} | {_x(s.geomean_compile)} | "
+            f"| {_pct(s.fast_1_compile)} | {_x(s.geomean_eager)} | "
+            f"{_x(s.geomean_eager_notf32)} | {_x(s.geomean_compile)} | "
             f"{s.correct_any_code} | {s.solved_relaxed} | {len(s.degenerate)} | "
             f"{len(s.stochastic)} |")
     for s in levels:
@@ -143,8 +161,9 @@ def markdown(judgments: list[Judgment], meta: dict[str, Any] | None = None) -> s
         lines += [f"| {r} | {n} | {REASONS.get(r, '')} |" for r, n in reasons.most_common()]
     lines += ["", "## Per task", "",
               "| task | name | verdict | relaxed | precision | argus kernels | sizes | ms | "
-              "eager ms | compile ms | vs eager | vs compile | notes |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "eager ms | eager TF32 off ms | compile ms | vs eager | vs eager TF32 off | "
+              "vs compile | notes |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for j in sorted(judgments, key=lambda j: (j.level, j.problem_id)):
         verdict = _verdict(j)
         notes = []
@@ -156,7 +175,8 @@ def markdown(judgments: list[Judgment], meta: dict[str, Any] | None = None) -> s
         lines.append(
             f"| {j.task} | {j.task_name} | {verdict} | {'pass' if j.correct_relaxed else 'fail'}"
             f" | {j.precision} | {j.argus_kernels} | {j.sizes or '-'} | {_ms(j.timing)} | "
-            f"{_ms(j.eager)} | {_ms(j.compiled)} | {_x(j.speedup_eager)} | "
+            f"{_ms(j.eager)} | {_ms(j.eager_notf32)} | {_ms(j.compiled)} | "
+            f"{_x(j.speedup_eager)} | {_x(j.speedup_eager_notf32)} | "
             f"{_x(j.speedup_compile)} | {'; '.join(notes)} |")
     return "\n".join(lines) + "\n"
 

@@ -3,9 +3,13 @@
 Per level: the tasks selected (`N`), how many were judged, solved on the strict track (correct
 to the task's precision, a verifiable task, Argus kernels not `no`) and on the relaxed track
 (KernelBench's 1e-2 rule, hardened), the Argus share (solved tasks whose GPU time is >= 90% in
-Argus kernels, `argus kernels: yes`), and the geometric mean speedup over eager PyTorch and
-over torch.compile on the tasks solved on the strict track (and timed). Percentages are of all
-selected tasks: a task not judged (the run stopped first) counts as not solved.
+Argus kernels, `argus kernels: yes`), and the geometric mean speedup over eager PyTorch, over
+eager with TF32 off and over torch.compile on the tasks solved on the strict track (and timed).
+Eager's default runs cuDNN's fp32 convolutions in TF32, which the strict track would reject:
+eager with TF32 off (fp32-accurate) is the strict track's like-for-like baseline, shown beside
+it. The relaxed track's geomean stays against eager (TF32: the arithmetic it allows).
+Percentages are of all selected tasks: a task not judged (the run stopped first) counts as
+not solved.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ def level_rows(selected: dict[int, list[str]], judgments: Iterable[Any]) -> list
         argus = [j for j in strict if j.argus_kernels == "yes"]
         eager = [j.speedup_eager for j in strict if j.speedup_eager]
         comp = [j.speedup_compile for j in strict if j.speedup_compile]
+        notf32 = [j.speedup_eager_notf32 for j in strict if j.speedup_eager_notf32]
         # the relaxed track's speed: every relaxed pass the judge timed (strict passes and
         # those whose only strict failure is precision; judge._judge_sets)
         eager_relaxed = [j.speedup_eager for j in relaxed if j.speedup_eager]
@@ -41,6 +46,8 @@ def level_rows(selected: dict[int, list[str]], judgments: Iterable[Any]) -> list
                      "geomean_eager": geomean(eager) if eager else None,
                      "geomean_compile": geomean(comp) if comp else None,
                      "timed": len(eager),
+                     "geomean_eager_notf32": geomean(notf32) if notf32 else None,
+                     "timed_notf32": len(notf32),
                      "geomean_eager_relaxed": geomean(eager_relaxed) if eager_relaxed else None,
                      "timed_relaxed": len(eager_relaxed)})
     return rows
@@ -54,13 +61,15 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         return f"{v:.2f}x" if v else "-"
 
     lines = ["| level | tasks | judged | solved strict | solved relaxed | Argus >= 90% of GPU "
-             "time (of strict) | geomean vs eager | geomean vs torch.compile | timed | "
-             "relaxed: geomean vs eager | relaxed: timed |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "time (of strict) | strict: geomean vs eager | strict: geomean vs eager TF32 off | "
+             "strict: geomean vs torch.compile | strict: timed | relaxed: geomean vs eager | "
+             "relaxed: timed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['level']} | {r['selected']} | {r['judged']} | "
                      f"{pct(r['strict'], r['selected'])} | {pct(r['relaxed'], r['selected'])} | "
                      f"{pct(r['argus'], r['strict'])} | {x(r['geomean_eager'])} | "
+                     f"{x(r.get('geomean_eager_notf32'))} | "
                      f"{x(r['geomean_compile'])} | {r['timed']} | "
                      f"{x(r.get('geomean_eager_relaxed'))} | {r.get('timed_relaxed', 0)} |")
     return "\n".join(lines) + "\n"
