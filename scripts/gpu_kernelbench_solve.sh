@@ -15,13 +15,15 @@
 # the same command with the same $OUT judges only what is missing), so a timeout kill keeps
 # them. The judge stops starting tasks at BUDGET_S and stops what still runs; the wall time is
 # about BUDGET_S + 40 s (composition before, reports and the summary after). Printed last: the
-# per-level summary (solved strict / relaxed, Argus share, geomean vs eager and
-# torch.compile), the tasks not solved with their reason, and where the judging time went.
+# per-level summary (solved strict / relaxed, Argus share, geomean vs eager, vs eager with
+# TF32 off (the strict track's fp32-accurate baseline) and vs torch.compile), the tasks not
+# solved with their reason, and where the judging time went.
 # Worker logs (one per slot process) stay in $OUT/work/logs.
 #
 # KB_CACHE=DIR (a folder carried to the device) makes the call judge, not build: DIR/baselines.json
-# (eager and torch.compile times of earlier calls; keyed by card, torch, CUDA and task text, so
-# they stay valid across Argus commits) and DIR/argus-cache.tgz (the kernels of every composed
+# (eager, eager-TF32-off and torch.compile times of earlier calls; keyed by card, torch, CUDA
+# and task text, so they stay valid across Argus commits; a record without eager-TF32-off has
+# only that measured) and DIR/argus-cache.tgz (the kernels of every composed
 # solution compiled ahead of time on a CPU machine: `argus kernelbench prebuild`, see
 # docs/kernelbench.md; the candidates then load cubins instead of running NVRTC). Both come back
 # updated in $OUT (baselines.json, argus-cache.tgz with what the GPU compiled on a miss): copy
