@@ -8,6 +8,11 @@ meta device (no memory, no compute) and its graph is matched against rules kept 
     pieces each, six products per term (K' = 6K, in K chunks with separate accumulators), which
     is fp32 accurate (strict track) at 6x the tensor FLOPs; 3 terms or a single bf16 product
     are cards that only apply on the relaxed track (argus/agent/split_numerics.py);
+  - one scaled_dot_product_attention of three inputs -> the attention family
+    (families/attention.py match_kernelbench);
+  - one 2-d convolution (nn.Conv2d or F.conv2d) of a bf16 / fp16 input -> the conv family
+    (families/conv.py match_kernelbench; 1-d / 3-d, transposed and fp32 convolutions are
+    refused there with the reason and go to argus.compose, which runs them on argus.ops.conv);
   - a chain of elementwise ops on one fp32 input whose every op has a DSL translation (ELEMENTWISE,
     MODULES below) -> the elementwise family, with the chain fused into one DSL expression.
 Anything else is lowered by argus.compose (capture, partition into fused tile kernels, the GEMM
@@ -34,8 +39,23 @@ class NoTemplate(ArgusError):
     """The task's op family has no Argus template (yet)."""
 
 
-class SdpaRefused(NoTemplate):
-    """An SDPA task the attention family cannot run: argus.compose takes it, the note says why."""
+class FamilyRefused(NoTemplate):
+    """A task a single-op family recognizes but does not search (`families.base.Refusal`):
+    argus.compose takes it, and its TaskSpec note names the family and says why."""
+
+    family = ""
+
+
+class SdpaRefused(FamilyRefused):
+    """An SDPA task the attention family cannot run."""
+
+    family = "attention"
+
+
+class ConvRefused(FamilyRefused):
+    """A convolution the conv family does not search (1-d / 3-d, transposed, fp32 input)."""
+
+    family = "conv"
 
 
 def _slope(node, default: float, name: str, index: int) -> float:
@@ -176,7 +196,8 @@ def _compose_general(path: Path, why: NoTemplate) -> TaskSpec:
                     metrics=(("bytes", bytes_io), ("flops", flops)),
                     note=comp.describe() + ("" if comp.complete else
                                             " (PARTIAL: those ops run in torch)")
-                    + (f"; not the attention family: {why}" if isinstance(why, SdpaRefused) else ""))
+                    + (f"; not the {why.family} family: {why}" if isinstance(why, FamilyRefused)
+                       else ""))
 
 
 def _match_kernelbench(path: Path) -> TaskSpec:
@@ -214,6 +235,13 @@ def _match_kernelbench(path: Path) -> TaskSpec:
         return attention
     if attention is not None:
         raise SdpaRefused(attention.message, fix=attention.fix)
+    from argus.agent.families.conv import match_kernelbench as match_conv
+
+    conv = match_conv(gm, placeholders, compute, shapes, common)
+    if isinstance(conv, TaskSpec):
+        return conv
+    if conv is not None:
+        raise ConvRefused(conv.message, fix=conv.fix)
     gemm = _match_gemm(gm, placeholders, compute, shapes)
     if gemm is not None:
         M, K, N = gemm
@@ -396,4 +424,4 @@ def compose(path: str | Path) -> TaskSpec:
                      "reference)")
 
 
-__all__ = ["NoTemplate", "compose", "compose_argus", "compose_kernelbench"]
+__all__ = ["ConvRefused", "FamilyRefused", "NoTemplate", "SdpaRefused", "compose", "compose_argus", "compose_kernelbench"]

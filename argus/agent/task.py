@@ -115,6 +115,8 @@ class TaskSpec:
             extra = "op" + hashlib.sha256(self.expr.encode()).hexdigest()[:10]
         elif self.family == "kernel":
             extra = f"{Path(self.path).stem}.{self.kernel}"
+        elif self.family == "conv" and self.opts.get("bias"):
+            extra = "bias"      # another kernel (the bias in the epilogue), same shapes
         return make_signature(self.family, self.dims, self.dtype, extra)
 
     def features(self) -> dict[str, Any]:

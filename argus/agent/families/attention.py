@@ -54,6 +54,7 @@ from typing import Any
 
 from argus.agent import cost_model
 from argus.agent.cost_model import Estimate
+from argus.agent.families.base import Refusal
 from argus.agent.families.schedule import Part, ScheduleFamily
 from argus.agent.task import TaskSpec
 from argus.errors import Diagnostic
@@ -429,15 +430,6 @@ class ModelNew(torch.nn.Module):
 
 
 # ----------------------------------------------------------------------------- task matching
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """An SDPA task the kernel cannot run: what and how to fix (the composer raises it as
-    SdpaRefused and falls back to argus.compose)."""
-
-    message: str
-    fix: str = ""
 
 
 def match_kernelbench(gm, placeholders, compute, shapes, common: dict[str, Any]

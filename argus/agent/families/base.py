@@ -13,6 +13,7 @@ accept also lowers, so the check never wastes a run on a schedule the compiler w
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any
 
 from argus.agent.cost_model import Estimate
@@ -99,6 +100,16 @@ class Family:
                         params: dict[str, Any] | None = None) -> str | None:
         """A KernelBench solution module (ModelNew) around the kernel source, or None."""
         return None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A task a family's KernelBench matcher recognizes but does not search: what, and how to
+    fix it (the composer raises it as FamilyRefused and falls back to argus.compose, whose
+    TaskSpec note then names the family and the reason)."""
+
+    message: str
+    fix: str = ""
 
 
 def _key(params: dict[str, Any]) -> tuple:

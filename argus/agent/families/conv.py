@@ -31,9 +31,15 @@ runtime division; where that issue takes longer than the modelled step it bounds
 in turns. No cuDNN baseline is modelled.
 
 Evaluation: `run` calls argus.ops.conv.convolve with the schedule (the interpreter on CPU
-tensors, the compiled kernel on CUDA ones), channels-last result. No task file reaches the
-family yet: KernelBench's convolutions go through argus.compose, so the family is reached
-through the library (argus.ops.conv) and its tests, as the MoE family is.
+tensors, the compiled kernel on CUDA ones), channels-last result.
+
+Task files: `match_kernelbench` maps a KernelBench-form file whose forward is one 2-d
+convolution of a bf16 / fp16 input (an nn.Conv2d submodule, or F.conv2d of the input and the
+Model's parameters) to this family (`argus optimize FILE`; examples/conv2d_resnet.py is
+ResNet-50's c2 3x3 layer). Its solution (`render_solution`) is the task's own Model, whose
+parameters it keeps, with the forward through convolve(..., schedule=SCHEDULE). 1-d / 3-d,
+transposed and fp32 convolutions are refused with the reason (a `Refusal`): argus.compose
+takes them (`argus kernelbench solve`), on argus.ops.conv with schedule_for's schedules.
 """
 
 from __future__ import annotations
@@ -41,10 +47,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from pathlib import Path
 from typing import Any
 
 from argus.agent import cost_model
 from argus.agent.cost_model import Estimate
+from argus.agent.families.base import Refusal
 from argus.agent.families.schedule import Part, ScheduleFamily
 from argus.agent.task import TaskSpec
 
@@ -193,14 +201,15 @@ class ConvFamily(ScheduleFamily):
                 "epilogue": "direct", "rowbox": False, "taps_per_slice": 1, "ctas_per_sm": 1}
 
     def build(self, task: TaskSpec, params: dict[str, Any]):
-        """conv_kernel for the layer's dtype (no bias, no activation, channels-last result) at
-        its geometry."""
+        """conv_kernel for the layer's dtype (the task's bias, no activation, channels-last
+        result) at its geometry."""
         import argus as ag
         from argus.kernels.conv import conv_kernel
 
         s = schedule(task, params)
         dtype = getattr(ag, task.dtype)
-        return conv_kernel(dtype, dtype), {"geom": Layer.of(task).geometry(s.bk), "s": s}
+        return conv_kernel(dtype, dtype, _has_bias(task)), {
+            "geom": Layer.of(task).geometry(s.bk), "s": s}
 
     # -- cost ------------------------------------------------------------------------------------
     def estimate(self, task: TaskSpec, params: dict[str, Any],
@@ -247,8 +256,26 @@ class ConvFamily(ScheduleFamily):
                 "from argus.kernels.conv import ConvGeometry, ConvSchedule, conv_kernel\n\n"
                 f"GEOM = {constexprs['geom']!r}\n"
                 f"SCHEDULE = {constexprs['s']!r}\n"
-                f"KERNEL = conv_kernel(ag.{task.dtype}, ag.{task.dtype})\n"
+                f"KERNEL = conv_kernel(ag.{task.dtype}, ag.{task.dtype}"
+                + (", bias=True" if _has_bias(task) else "") + ")\n"
                 'CONSTEXPRS = {"geom": GEOM, "s": SCHEDULE}\n')
+
+    def render_solution(self, task: TaskSpec, kernel_source: str,
+                        params: dict[str, Any] | None = None) -> str | None:
+        """A KernelBench task's ModelNew: the task's Model (embedded: its parameters under
+        its state-dict keys, so the judge's weights load) with the forward through
+        convolve(..., schedule=SCHEDULE), which runs the implicit GEMM the candidate's KERNEL
+        is (channels-last result: nchw=False, the layout KERNEL writes)."""
+        if task.origin != "kernelbench":
+            return None
+        o = task.opts
+        stride, padding, dilation, groups = Layer.of(task).args
+        return (kernel_source.rstrip() + "\n\n\n"
+                "# ---- the task's own source (Model, get_inputs, get_init_inputs) ----------\n"
+                + Path(task.path).read_text().rstrip() + "\n\n\n"
+                + ADAPTER.format(weight=o["weight"], bias=o.get("bias_param") or None,
+                                 stride=stride, padding=padding, dilation=dilation,
+                                 groups=groups))
 
     def run(self, task: TaskSpec, params: dict[str, Any], x, weight, bias=None):
         """The layer with this schedule: argus.ops.conv.convolve (interpreted for CPU tensors,
@@ -259,8 +286,50 @@ class ConvFamily(ScheduleFamily):
                         nchw=False)
 
 
+def _has_bias(task: TaskSpec) -> bool:
+    return bool(task.opts.get("bias"))
+
+
+# what render_solution appends after the kernel and the task's own source
+ADAPTER = '''# ---- KernelBench adapter: ModelNew = the task's Model, its convolution through
+# argus.ops.conv.convolve with SCHEDULE (compiled on CUDA tensors, interpreted on CPU ones),
+# the result channels-last (the kernel's own layout, nchw=False: no transpose pass).
+import functools  # noqa: E402
+
+from argus.ops.conv import convolve  # noqa: E402
+
+WEIGHT = {weight!r}
+BIAS = {bias!r}
+STRIDE, PADDING, DILATION, GROUPS = {stride!r}, {padding!r}, {dilation!r}, {groups!r}
+
+
+class ModelNew(Model):
+    def forward(self, x):
+        attr = functools.partial(functools.reduce, getattr)
+        weight = attr(WEIGHT.split("."), self)
+        bias = attr(BIAS.split("."), self) if BIAS else None
+        return convolve(x, weight, bias, STRIDE, PADDING, DILATION, GROUPS, schedule=SCHEDULE,
+                        nchw=False)
+'''
+
+
+def layer_task(layer: Layer, *, name: str = "conv", origin: str = "argus",
+               path: str = "argus.ops.conv", options: tuple = (), **common) -> TaskSpec:
+    """The TaskSpec of a Layer (shape: its fields; metrics: its FLOPs and 16-bit bytes)."""
+    shape = tuple(sorted((f.name, getattr(layer, f.name)) for f in dataclasses.fields(Layer)
+                         if f.name != "dtype"))
+    L = layer
+    flops = 2.0 * L.N * L.P * L.Q * L.K * (L.C // L.groups) * L.R * L.S
+    moved = 2.0 * (L.N * L.C * L.H * L.W + L.K * (L.C // L.groups) * L.R * L.S
+                   + L.N * L.K * L.P * L.Q)
+    return TaskSpec(family="conv", name=name, origin=origin, path=path, shape=shape,
+                    dtype=L.dtype, compute=L.dtype, metrics=(("flops", flops), ("bytes", moved)),
+                    options=options, **common)
+
+
 def conv_task(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride=1, padding=0,
-              dilation=1, groups: int = 1, dtype: str = "bf16", name: str = "conv") -> TaskSpec:
+              dilation=1, groups: int = 1, dtype: str = "bf16", name: str = "conv",
+              bias: bool = False) -> TaskSpec:
     """A TaskSpec of one 2-d convolution layer's shapes (the library's op); stride, padding and
     dilation an int or (height, width)."""
     if dtype not in DTYPES:
@@ -269,11 +338,132 @@ def conv_task(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride=1, 
     (sh, sw), (ph, pw), (dh, dw) = (v if isinstance(v, tuple) else (v, v)
                                     for v in (stride, padding, dilation))
     layer = Layer(N, C, H, W, K, R, S, sh, sw, ph, pw, dh, dw, groups, dtype)
-    shape = tuple(sorted((f.name, getattr(layer, f.name)) for f in dataclasses.fields(Layer)
-                         if f.name != "dtype"))
-    flops = 2.0 * N * layer.P * layer.Q * K * (C // groups) * R * S
-    return TaskSpec(family="conv", name=name, origin="argus", path="argus.ops.conv",
-                    shape=shape, dtype=dtype, compute=dtype, metrics=(("flops", flops),))
+    return layer_task(layer, name=name, options=(("bias", True),) if bias else ())
 
 
-__all__ = ["ConvFamily", "Layer", "conv_task", "schedule"]
+# ----------------------------------------------------------------------------- task matching
+
+SOLVE = ("argus.compose runs it on argus.ops.conv (`argus kernelbench solve --ids N`, or "
+         "argus.ops.conv2d / conv1d / conv3d directly) with schedule_for's schedules")
+
+
+def _conv_call(gm, node):
+    """A convolution node's facts as a dict (dims, transposed; for a forward one also the input
+    node, weight and bias tensors and their attribute paths, stride, padding, dilation, groups,
+    padding_mode), or None: not an nn.Conv*d / nn.ConvTranspose*d submodule call, nor a
+    functional convolution whose weight (and bias) are the Model's attributes (get_attr)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.modules.conv import _ConvNd
+
+    if node.op == "call_module":
+        sub = gm.get_submodule(node.target)
+        if not isinstance(sub, _ConvNd) or len(node.args) != 1 or node.kwargs:
+            return None
+        return dict(dims=len(sub.kernel_size), transposed=bool(sub.transposed),
+                    x=node.args[0], weight=sub.weight, bias=sub.bias,
+                    weight_path=f"{node.target}.weight",
+                    bias_path=f"{node.target}.bias" if sub.bias is not None else "",
+                    stride=sub.stride, padding=sub.padding, dilation=sub.dilation,
+                    groups=sub.groups, padding_mode=sub.padding_mode)
+    forward = {F.conv1d: 1, F.conv2d: 2, F.conv3d: 3, torch.conv1d: 1, torch.conv2d: 2,
+               torch.conv3d: 3}
+    transposed = {F.conv_transpose1d: 1, F.conv_transpose2d: 2, F.conv_transpose3d: 3}
+    if node.op != "call_function" or (node.target not in forward and
+                                      node.target not in transposed):
+        return None
+    if node.target in transposed:
+        return dict(dims=transposed[node.target], transposed=True)
+    names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+    bound = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1,
+             **dict(zip(names, node.args)), **node.kwargs}
+    params = {}
+    for role in ("weight", "bias"):
+        arg = bound.get(role)
+        if arg is None and role == "bias":
+            params[role] = (None, "")
+        elif getattr(arg, "op", None) == "get_attr":
+            params[role] = (functools.reduce(getattr, arg.target.split("."), gm), arg.target)
+        else:
+            return None      # a weight computed in the forward or passed in: not one layer
+    return dict(dims=forward[node.target], transposed=False, x=bound.get("input"),
+                weight=params["weight"][0], bias=params["bias"][0],
+                weight_path=params["weight"][1], bias_path=params["bias"][1],
+                stride=bound["stride"], padding=bound["padding"],
+                dilation=bound["dilation"], groups=bound["groups"], padding_mode="zeros")
+
+
+def match_kernelbench(gm, placeholders, compute, shapes, common: dict[str, Any]
+                      ) -> TaskSpec | Refusal | None:
+    """The conv TaskSpec of a KernelBench-form task whose forward is one 2-d convolution of
+    its one input by the Model's parameters, in bf16 or fp16; None when the graph is something
+    else; a Refusal for a convolution this family does not search (1-d / 3-d, transposed, an
+    fp32 or mixed-dtype input, a non-zero padding mode), which argus.compose then takes, as
+    before this matcher existed."""
+    import torch
+
+    if len(compute) != 1 or len(placeholders) != 1:
+        return None
+    conv = _conv_call(gm, compute[0])
+    if conv is None:
+        return None
+    name = common["name"]
+    what = f"{conv['dims']}-d {'transposed ' if conv['transposed'] else ''}convolution"
+    fix = SOLVE
+    if conv["transposed"] or conv["dims"] != 2:
+        return Refusal(f"{name}: a {what}: the conv family searches forward 2-d convolutions "
+                       f"(bf16 / fp16) only, so it has no Argus template for this one; {SOLVE}",
+                       fix=fix)
+    if getattr(conv["x"], "name", None) != placeholders[0].name:
+        return None
+    x = shapes[placeholders[0].name]
+    w, b = conv["weight"], conv["bias"]
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        return Refusal(f"{name}: a 2-d convolution of a {getattr(x, 'dim', lambda: '?')()}-d "
+                       "input: the conv family takes batched [N, C, H, W] inputs", fix=fix)
+    dtype = {torch.bfloat16: "bf16", torch.float16: "f16"}.get(x.dtype)
+    if dtype is None:
+        return Refusal(f"{name}: a 2-d convolution of a {x.dtype} input: the conv family "
+                       "searches 16-bit (bf16 / fp16) layers only, so it has no Argus template "
+                       f"for this one; {SOLVE} (fp32: the bf16 split, strict track, or tf32)",
+                       fix=fix + "; for the conv family, make the task's input and parameters "
+                                 "bf16 or fp16")
+    if w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
+        return Refusal(f"{name}: a 2-d convolution of a {x.dtype} input by a {w.dtype} weight"
+                       + (f" and a {b.dtype} bias" if b is not None else "")
+                       + ": the conv family takes one 16-bit dtype for all three",
+                       fix="create the Model's convolution in the input's dtype "
+                           "(nn.Conv2d(..., dtype=...))")
+    if conv["padding_mode"] != "zeros":
+        return Refusal(f"{name}: a 2-d convolution with padding_mode={conv['padding_mode']!r}: "
+                       "the kernel pads with zeros only", fix=fix)
+    K, cg, R, S = (int(d) for d in w.shape)
+    pair = lambda v: tuple(int(i) for i in v) if isinstance(v, (tuple, list)) else (int(v),) * 2  # noqa: E731
+    stride, dilation = pair(conv["stride"]), pair(conv["dilation"])
+    padding = conv["padding"]
+    if padding == "valid":
+        padding = (0, 0)
+    elif padding == "same":
+        total = (dilation[0] * (R - 1), dilation[1] * (S - 1))
+        if any(t % 2 for t in total):
+            return Refusal(f"{name}: a 2-d convolution with padding='same' and an even "
+                           "filter extent: torch pads it unevenly, the kernel takes one pad "
+                           "a side", fix="give explicit (symmetric) padding")
+        padding = (total[0] // 2, total[1] // 2)
+    padding = pair(padding)
+    N, C, H, W = (int(d) for d in x.shape)
+    groups = int(conv["groups"])
+    layer = Layer(N, C, H, W, K, R, S, *stride, *padding, *dilation, groups, dtype)
+    if C != cg * groups or layer.P < 1 or layer.Q < 1:
+        return None      # not a valid convolution of these shapes: the task itself would fail
+    bias = b is not None
+    options = (("bias", bias), ("weight", conv["weight_path"]),
+               ("bias_param", conv["bias_path"]))
+    layout = "channels-last" if x.is_contiguous(memory_format=torch.channels_last) and \
+        not x.is_contiguous() else "NCHW"
+    return layer_task(layer, options=options, note=(
+        f"one {dtype} 2-d convolution ({layout} input{', bias' if bias else ''}) through "
+        "argus.ops.conv.convolve's implicit GEMM with the searched ConvSchedule"), **common)
+
+
+__all__ = ["ConvFamily", "Layer", "conv_task", "layer_task", "match_kernelbench", "schedule"]
