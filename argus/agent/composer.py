@@ -424,4 +424,5 @@ def compose(path: str | Path) -> TaskSpec:
                      "reference)")
 
 
-__all__ = ["ConvRefused", "FamilyRefused", "NoTemplate", "SdpaRefused", "compose", "compose_argus", "compose_kernelbench"]
+__all__ = ["ConvRefused", "FamilyRefused", "NoTemplate", "SdpaRefused", "compose", "compose_argus",
+           "compose_kernelbench"]

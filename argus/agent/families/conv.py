@@ -393,6 +393,10 @@ def _conv_call(gm, node):
                 dilation=bound["dilation"], groups=bound["groups"], padding_mode="zeros")
 
 
+def _pair(v) -> tuple[int, int]:
+    return tuple(int(i) for i in v) if isinstance(v, (tuple, list)) else (int(v),) * 2
+
+
 def match_kernelbench(gm, placeholders, compute, shapes, common: dict[str, Any]
                       ) -> TaskSpec | Refusal | None:
     """The conv TaskSpec of a KernelBench-form task whose forward is one 2-d convolution of
@@ -412,8 +416,7 @@ def match_kernelbench(gm, placeholders, compute, shapes, common: dict[str, Any]
     fix = SOLVE
     if conv["transposed"] or conv["dims"] != 2:
         return Refusal(f"{name}: a {what}: the conv family searches forward 2-d convolutions "
-                       f"(bf16 / fp16) only, so it has no Argus template for this one; {SOLVE}",
-                       fix=fix)
+                       f"(bf16 / fp16) only, so it has no Argus template for this one", fix=fix)
     if getattr(conv["x"], "name", None) != placeholders[0].name:
         return None
     x = shapes[placeholders[0].name]
@@ -425,9 +428,10 @@ def match_kernelbench(gm, placeholders, compute, shapes, common: dict[str, Any]
     if dtype is None:
         return Refusal(f"{name}: a 2-d convolution of a {x.dtype} input: the conv family "
                        "searches 16-bit (bf16 / fp16) layers only, so it has no Argus template "
-                       f"for this one; {SOLVE} (fp32: the bf16 split, strict track, or tf32)",
-                       fix=fix + "; for the conv family, make the task's input and parameters "
-                                 "bf16 or fp16")
+                       "for this one",
+                       fix=fix + " (fp32: the bf16 split, strict track, or tf32); for the "
+                                 "conv family, make the task's input and parameters bf16 or "
+                                 "fp16")
     if w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
         return Refusal(f"{name}: a 2-d convolution of a {x.dtype} input by a {w.dtype} weight"
                        + (f" and a {b.dtype} bias" if b is not None else "")
@@ -438,8 +442,7 @@ def match_kernelbench(gm, placeholders, compute, shapes, common: dict[str, Any]
         return Refusal(f"{name}: a 2-d convolution with padding_mode={conv['padding_mode']!r}: "
                        "the kernel pads with zeros only", fix=fix)
     K, cg, R, S = (int(d) for d in w.shape)
-    pair = lambda v: tuple(int(i) for i in v) if isinstance(v, (tuple, list)) else (int(v),) * 2  # noqa: E731
-    stride, dilation = pair(conv["stride"]), pair(conv["dilation"])
+    stride, dilation = _pair(conv["stride"]), _pair(conv["dilation"])
     padding = conv["padding"]
     if padding == "valid":
         padding = (0, 0)
@@ -450,7 +453,7 @@ def match_kernelbench(gm, placeholders, compute, shapes, common: dict[str, Any]
                            "filter extent: torch pads it unevenly, the kernel takes one pad "
                            "a side", fix="give explicit (symmetric) padding")
         padding = (total[0] // 2, total[1] // 2)
-    padding = pair(padding)
+    padding = _pair(padding)
     N, C, H, W = (int(d) for d in x.shape)
     groups = int(conv["groups"])
     layer = Layer(N, C, H, W, K, R, S, *stride, *padding, *dilation, groups, dtype)
