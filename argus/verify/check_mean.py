@@ -45,7 +45,7 @@ _THROUGH = (O.Convert, O.ConvertLayout, O.ExpandDims)
 
 def obligations(model: Model) -> tuple[list[Obligation], list]:
     kernel = model.kernel
-    defs = {r.id: op for op in kernel.walk() for r in op.results()}
+    defs = model.value_defs()
     assigned: dict[int, list] = {}
     for op in kernel.walk():
         if isinstance(op, O.Assign):

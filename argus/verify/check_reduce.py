@@ -68,7 +68,6 @@ from argus.verify.obligation import Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import fresh_int, is_coordinate_field, mentions
 from argus.verify.transfer.values import positive_scalar
-from argus.verify.wgmma_facts import _defs as defining_ops   # one walk a model, read only
 
 
 def obligations(model: Model) -> tuple[list[Obligation], list]:
@@ -117,7 +116,7 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
     combine = _COMBINE.get(red.op.fn)
     if not accs or combine is None:
         return []
-    defs = defining_ops(model)
+    defs = model.value_defs()
     found: list[int] = []
     region = _region_of(model.kernel.body, loop)
     # what a variable is set to before the loop in straight-line code (its region, or a
@@ -509,7 +508,7 @@ def _skipped_masked(model: Model, red: ReduceSite, loop, name: str, idx: list, a
 def _from_wgmma(model: Model, v) -> bool:
     """Whether value v is computed from a wgmma's accumulator (through any ops of the
     kernel: a walk of its definitions, variables by their assignments)."""
-    defs = defining_ops(model)
+    defs = model.value_defs()
     assigned: dict[int, list] = {}
     accs: set[int] = set()   # a wgmma accumulates into its acc operand (lowered: in place)
     for op in model.kernel.walk():
@@ -927,7 +926,7 @@ def _pointwise_leaves(model: Model, v, shape) -> list:
     conversions whose operand has v's shape (a per-row operand broadcast along the axis is
     another value, not followed), to the first values not so computed (variables, loads,
     constants ...): their defining ops (None for a value without one)."""
-    defs = defining_ops(model)
+    defs = model.value_defs()
     out, todo, seen = [], [v], set()
     while todo:
         x = todo.pop()
@@ -948,7 +947,7 @@ def _loaded_extents(model: Model, v) -> dict:
     (its definitions walked back, variables through their initial values and assignments),
     where every such tensor with that field agrees on it: the static-shape fields that name
     a position, not a dim, resolved by the tensors that give v its tags."""
-    defs = defining_ops(model)
+    defs = model.value_defs()
     assigned: dict[int, list] = {}
     for op in model.kernel.walk():
         if isinstance(op, O.Assign):

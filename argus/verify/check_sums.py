@@ -49,7 +49,7 @@ from argus.verify.tagdomain import fresh_int
 
 
 def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
-    defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
+    defs = model.value_defs()
     looped = _loop_sums(model.kernel, defs)
     assigned = {op.dst.id for op in model.kernel.walk() if isinstance(op, O.Assign)}
     obs: list[Obligation] = []

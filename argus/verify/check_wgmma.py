@@ -22,7 +22,7 @@ import z3
 from argus.ir import ops as O
 from argus.ir.types import TileType
 from argus.verify import promotion, solver
-from argus.verify.wgmma_facts import (_acc_chain, _carried_across, _defs, _field_extent, _k_key,
+from argus.verify.wgmma_facts import (_acc_chain, _carried_across, _field_extent, _k_key,
                                       _minimize, _operands)
 from argus.verify import witness as W
 from argus.verify.model import Model, WgmmaSite, _num, b_index
@@ -228,7 +228,7 @@ def _promoted_into(model: Model, acc_id: int):
     once into a loop-carried variable, `v = v + part` or `v = v + part * s` (a scale s that
     does not read the partial), as fp8 promotion does per K block. Its sum then runs over the
     loops `v` is carried through, not only the partial's own (a K slice with a later sum)."""
-    defs = _defs(model)
+    defs = model.value_defs()
 
     def reads(vid: int, target: int) -> bool:
         if vid == target:
@@ -288,7 +288,7 @@ def _reduction_loops(model: Model, site: WgmmaSite):
 
 
 def _reduction_loops_of(model: Model, site: WgmmaSite):
-    defs = _defs(model)
+    defs = model.value_defs()
     # an overwriting wgmma (scale-d = 0) keeps nothing of its accumulator's old value, so
     # that accumulator sums over no loop, wherever it is defined: only a variable it is
     # promoted into carries its K blocks across iterations
@@ -313,7 +313,7 @@ def _siblings(model: Model, site: WgmmaSite, name: str) -> list[WgmmaSite]:
     key = _k_key(model, site, name)
     if key is None:
         return [site]
-    defs = _defs(model)
+    defs = model.value_defs()
     root = _acc_chain(defs, site.op.acc.id)[-1]
     # the `ag.when` blocks around a site, by their condition's IR name: blocks on one
     # condition run together, which is what the count of instances below needs

@@ -486,6 +486,14 @@ class Model:
                                       if isinstance(op, O.Assign)}
         return self._assigned_var_ids
 
+    def value_defs(self) -> dict[int, Op]:
+        """Value id -> the op defining it, for every value of the kernel: one walk a model,
+        shared by every check that traces a value back to its definition (wgmma operand
+        chains, value facts, reduce sites, sums, means). Read only."""
+        if not hasattr(self, "_value_def_ops"):
+            self._value_def_ops = {r.id: op for op in self.kernel.walk() for r in op.results()}
+        return self._value_def_ops
+
     def pointwise_defs(self) -> dict[int, Op]:
         """Result id -> the pointwise op or conversion that defines it (reads each operand at
         the same element, broadcasting): how a reduction's source is traced back to the tiles

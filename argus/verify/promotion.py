@@ -121,11 +121,6 @@ def group_of(model: Model, site: WgmmaSite) -> Group | None:
 # ----------------------------------------------------------------------------- structure
 
 
-def _defs(model: Model) -> dict:
-    from argus.verify.wgmma_facts import _defs as defs
-    return defs(model)
-
-
 def _tree(model: Model):
     """(program point -> op, value id -> the point of the op defining it): the structured
     IR's nesting, once per model. A program point is a value: the path of (op index in its
@@ -213,7 +208,7 @@ def _sum_of(defs: dict, vid: int, root: int, partials: set[int]):
 def _groups(model: Model) -> list[Group]:
     from argus.verify.wgmma_facts import _acc_chain, _carried_across
 
-    defs = _defs(model)
+    defs = model.value_defs()
     at_point, defined = _tree(model)
     # the wgmma ops by program point: the register each writes (writers), the model's site
     # of each (matched to its op object once here; a point is what the walks below carry)

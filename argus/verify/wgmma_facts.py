@@ -15,15 +15,6 @@ from argus.verify.model import Model, WgmmaSite, b_index
 from argus.verify.tagdomain import align_operands, fresh_int, with_fresh
 
 
-def _defs(model: Model) -> dict:
-    """value id -> the op defining it: one walk of the kernel per model (the k-once and
-    sibling checks asked for it once per wgmma site and per pair of sites). Read only."""
-    got = model.__dict__.get("_wgmma_defs")
-    if got is None:
-        got = model._wgmma_defs = {r.id: op for op in model.kernel.walk() for r in op.results()}
-    return got
-
-
 def _minimize(site: WgmmaSite) -> list:
     return [s.var for s in site.site.scopes if s.kind == "loop"]
 

@@ -141,7 +141,7 @@ def _side(rec, value, name):
 def _guarded(m, op: O.Elementwise) -> bool:
     """Whether `op` is where(v == -inf, c, v) (either operand order of the compare) with c a
     finite constant: the row max of a softmax guarded for rows that have seen no key."""
-    defs = _defs(m)
+    defs = m.value_defs()
     cond, c, v = op.args
     eq = defs.get(cond.id)
     if not (isinstance(eq, O.Elementwise) and eq.fn == "eq" and len(eq.args) == 2):
@@ -170,10 +170,3 @@ def positive_scalar(m, v) -> bool:
     if v.id not in memo:
         memo[v.id] = required_positive(m.kernel, v) is not None
     return memo[v.id]
-
-
-def _defs(m) -> dict:
-    got = m.__dict__.get("_value_fact_defs")
-    if got is None:
-        got = m._value_fact_defs = {r.id: op for op in m.kernel.walk() for r in op.results()}
-    return got
