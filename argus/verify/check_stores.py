@@ -28,8 +28,9 @@ from argus.verify import store_guards as guards
 from argus.verify import witness as W
 from argus.verify.model import Model, StoreSite, _num, trailing
 from argus.verify.obligation import Finding, Lemma, Obligation
-from argus.verify.once_split import (LowerBounds, Radix, normalized, pushed_out, radix,
-                                     sign_facts, split_launch_factor, summands)
+from argus.verify.once_split import (LowerBounds, Radix, drive, drive_all, normalized,
+                                     pushed_out_steps, radix, sign_facts, split_launch_factor,
+                                     summands)
 from argus.verify.solver import default_timeout_ms as solver_timeout
 from argus.verify.solver import value
 from argus.verify.tagdomain import POINTWISE, free_consts, fresh_int, is_coordinate_field
@@ -47,7 +48,8 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
         # store.once on in-bounds elements: summands that push an element out of bounds are
         # dropped first (once_split.pushed_out), so per-image row blocks become translates
         extra: dict = {}   # site key -> its pushed-out summands' premises
-        unpushed = [_unpushed(model, st, extra) for st in sites]
+        # the sites' steps together: a row-segmented store's segments ask one family of them
+        unpushed = drive_all([_unpushed_steps(model, st, extra) for st in sites])
         once_sites, tiled = _join_tiled(unpushed, extra)
         once_obs: list[Obligation] = []
         for i, a in enumerate(once_sites):
@@ -363,6 +365,12 @@ def _unpushed(model: Model, st: StoreSite, extra: dict) -> StoreSite:
     (a row block's rows past its image pushed past the tensor: once_split.pushed_out) dropped,
     each as the premise `summand == 0` of the new site (`extra`, by its `_key`); st itself
     when none is."""
+    return drive(_unpushed_steps(model, st, extra))
+
+
+def _unpushed_steps(model: Model, st: StoreSite, extra: dict):
+    """`_unpushed` as a step generator (once_split.pushed_out_steps: it yields the pushed-out
+    steps' queries, is sent their answers, and returns the site)."""
     inst = {str(v) for v in _instance_vars(model, st)}
     if not any(split_launch_factor(t, inst) for o in st.offsets for t in summands(_num(o))):
         return st
@@ -380,7 +388,7 @@ def _unpushed(model: Model, st: StoreSite, extra: dict) -> StoreSite:
     offsets, zero = [], []
     for k, off in enumerate(st.offsets):
         # the dim's own bounds only: the column blocks of one row pose one query (cached)
-        o, z = pushed_out(_num(off), inst, prem + [inb[k]], lb)
+        o, z = yield from pushed_out_steps(_num(off), inst, prem + [inb[k]], lb)
         offsets.append(o if z else off)
         zero += z
     if not zero:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import z3
 
-from argus.verify import bvtier, solver
+from argus.verify import bvtier, family, solver
 from argus.verify.tagdomain import const_names
 
 # the budget of each step's proof (ms' worth of resource units): the steps are linear or
@@ -215,6 +215,15 @@ def pushed_out(coord: z3.ArithRef, instance: set[str], prem: list, lb: LowerBoun
                stats=None) -> tuple[z3.ArithRef, list[z3.BoolRef]]:
     """The coordinate without its summands that are 0 on every in-bounds element, and the
     premises `summand == 0` (each proven from `prem`, which states the element in bounds)."""
+    return drive(pushed_out_steps(coord, instance, prem, lb), stats)
+
+
+def pushed_out_steps(coord: z3.ArithRef, instance: set[str], prem: list,
+                     lb: LowerBounds | None = None):
+    """`pushed_out` as a generator: it yields each step's query `(premises, claims,
+    instance, lb)` and is sent whether the step was proven (`drive` proves them one by one;
+    check_stores proves the steps of a store's row segments as one family, family.py); its
+    return value is pushed_out's."""
     parts = summands(coord)
     cands = [s for s in parts if (ft := split_launch_factor(s, instance)) and _piecewise(ft[1])]
     if not cands:
@@ -227,13 +236,62 @@ def pushed_out(coord: z3.ArithRef, instance: set[str], prem: list, lb: LowerBoun
         if any(s.eq(c) for c in cands):
             # F >= 1: the flag itself is 0 (a linear premise, where F * T == 0 is not)
             z = ft[1] == 0 if (lb.of(ft[0]) or 0) >= 1 else s == 0
-            if _proven(prem, [("pushed out of bounds", z)], instance, stats, lb):
+            if (yield prem, [("pushed out of bounds", z)], instance, lb):
                 zero.append(z)
                 continue
         kept.append(s)
     if not zero:
         return coord, []
     return (z3.simplify(z3.Sum(kept)) if kept else z3.IntVal(0)), zero
+
+
+def drive(steps, stats=None):
+    """Run a step generator (`pushed_out_steps`), proving each step it yields (`_proven`);
+    its return value."""
+    try:
+        ask = next(steps)
+        while True:
+            ask = steps.send(_proven(*ask[:3], stats, ask[3]))
+    except StopIteration as done:
+        return done.value
+
+
+def drive_all(step_gens: Sequence, stats=None) -> list:
+    """`drive` for several step generators at once, round by round: the steps the
+    generators yield in one round that anti-unify (family.families: a Python-unrolled store's
+    row segments ask the same steps with the row's index folded into numerals) are proven
+    as one template query where there are FAMILY_MIN of them or more (the halo and rowbox
+    TMA convs' 8 'pushed out of bounds' steps: one query for 7 of them, the first segment
+    folds its 0 away and is a query of its own). A template not proven: each step is
+    proven alone, as `drive` does. The generators' return values, in order."""
+    out: list = [None] * len(step_gens)
+    asks: dict[int, tuple] = {}
+
+    def advance(i, answer):
+        try:
+            asks[i] = step_gens[i].send(answer)
+        except StopIteration as done:
+            out[i] = done.value
+            asks.pop(i, None)
+
+    for i in range(len(step_gens)):
+        advance(i, None)
+    while asks:
+        order = sorted(asks)
+        queries = [generalize(*asks[i][:2], asks[i][2], asks[i][3]) for i in order]
+        answers: dict[int, bool] = {}
+        for run in family.families(queries):
+            proven = False
+            if len(run) >= family.FAMILY_MIN:
+                tmpl = family.template([queries[k] for k in run])
+                proven = tmpl is not None and solver.prove(
+                    *tmpl, timeout_ms=STEP_TIMEOUT_MS, stats=stats).status == "proven"
+            for k in run:
+                answers[order[k]] = proven or solver.prove(
+                    *queries[k], timeout_ms=STEP_TIMEOUT_MS, stats=stats).status == "proven"
+        for i in order:
+            advance(i, answers[i])
+    return out
 
 
 def radix(coord: z3.ArithRef, instance: set[str], prem: list, lb: LowerBounds,

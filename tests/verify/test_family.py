@@ -1,0 +1,71 @@
+"""family.template: one query for steps that differ in numerals affine in their index
+(docs/verify.md, "Verifier speed: one query for a family of row-segment steps")."""
+
+import z3
+
+from argus.verify import family, once_split, solver
+
+
+def _segment(k: int, e: z3.ArithRef):
+    """Row segment k's step, as check_stores asks it: row r + k of a tile of P rows is pushed
+    out (flag 1) when r + k >= P; the element is in bounds when r + k + N * flag < N."""
+    r, p, n = z3.Ints("r P N")
+    row = r if k == 0 else r + k   # as z3.simplify leaves segment 0: no `+ 0`
+    flag = z3.If(row >= p, 1, 0)
+    prem = [r >= 0, r < 8, p >= 8, n >= p, e >= 0, e < 64, row + n * flag < n]
+    return prem, [("pushed out of bounds", flag == 0)]
+
+
+def test_template_of_affine_numerals_and_own_variables():
+    qs = [_segment(k, z3.Int(f"e{k}")) for k in range(1, 8)]
+    tmpl = family.template(qs)
+    assert tmpl is not None
+    prem, claims = tmpl
+    assert [n for n, _ in claims] == ["pushed out of bounds"]
+    # the members' own element variables became one fresh constant, the index a fresh j
+    names = set().union(*(once_split.consts(p) for p in prem))
+    assert not any(f"e{k}" in names for k in range(1, 8))
+    assert solver.prove(prem, claims).status == "proven"
+    # member k is the template at j = k - 1: the template with j pinned proves it too
+    j = next(z3.Int(x) for x in names if x.startswith("family.j"))
+    for k in range(7):
+        assert solver.prove(prem + [j == k], claims).status == "proven"
+
+
+def test_structure_or_non_affine_numerals_give_no_template():
+    e = z3.Int("e")
+    # segment 0 folds its `+ 0` away: another shape
+    assert family.template([_segment(0, e), _segment(1, e)]) is None
+    # numerals 1, 2, 4: not affine in the index
+    assert family.template([_segment(k, e) for k in (1, 2, 4)]) is None
+    # different claim names
+    a, b = _segment(1, e), _segment(2, e)
+    assert family.template([a, (b[0], [("other", b[1][0][1])])]) is None
+
+
+def test_families_are_runs_of_one_shape():
+    e = z3.Int("e")
+    qs = [_segment(k, e) for k in range(8)]
+    assert family.families(qs) == [[0], [1, 2, 3, 4, 5, 6, 7]]
+
+
+def test_a_false_member_leaves_the_template_unproven():
+    # without the in-bounds premise, r + 3 >= 8 is possible: member 3 is false
+    r, p = z3.Ints("r P")
+    qs = [([r >= 0, r < 8, p >= 8], [("pushed out of bounds", z3.If(r + k >= p, 1, 0) == 0)])
+          for k in range(1, 4)]
+    tmpl = family.template(qs)
+    assert tmpl is not None
+    assert solver.prove(*tmpl).status != "proven"
+
+
+def test_drive_all_answers_like_drive():
+    # the same generators driven one by one and as a family return the same values
+    def steps(k):
+        prem, claims = _segment(k, z3.Int(f"el{k}"))
+        proven = yield prem, claims, {f"el{k}", "r"}, None
+        return proven
+
+    one = [once_split.drive(steps(k)) for k in range(8)]
+    together = once_split.drive_all([steps(k) for k in range(8)])
+    assert one == together == [True] * 8
