@@ -181,10 +181,17 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
             prepared[at] = done
         return done
 
+    # consecutive instances of one assertion (a Python-unrolled loop), one query a family
+    try:
+        by_family = OB.family_proofs([prepare(ob, i) if ob.code in OB.FAMILY_CODES else ob
+                                      for i, ob in enumerate(obs)], stats, timeout_ms)
+    except Exception:  # noqa: BLE001 - no family proof: each obligation is solved itself
+        by_family = {}
+
     def solve(i: int) -> OB.Finding:
         ob = obs[i]
         try:
-            return OB.run(prepare(ob, i), stats, timeout_ms)
+            return OB.run(prepare(ob, i), stats, timeout_ms, by_family.get(i))
         except Exception as e:  # noqa: BLE001 - a verifier bug is unknown, never proven
             return OB.Finding(ob.code, ob.loc, ob.subject, "unknown",
                               f"verifier internal error ({type(e).__name__}: {e})")

@@ -17,10 +17,11 @@ instance of a valid formula, its variables replaced by terms, is valid). A templ
 nothing: the caller then asks each member itself, so a violation, an unknown and a
 counterexample are found exactly as without it.
 
-Vacuity: solver.prove refuses a proof whose premises are contradictory; here the template's
-premises are checked, i.e. some member's. A member whose own premises are contradictory is
-then proven where alone it would be unknown (vacuous); its claim holds vacuously, so nothing
-false is concluded (the callers' steps only add proven facts about in-bounds elements).
+Vacuity: solver.prove refuses a proof whose premises are contradictory; it checks the
+template's premises, i.e. some member's. A member counts as proven by the template only when
+its own premises are shown satisfiable too (`satisfiable`: at a recent model's point or at
+their least point, no solver call); else it is asked itself, as without the template, so a
+member with contradictory premises stays unknown (vacuous) as it would alone.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 
 import z3
 
+from argus.verify import solver
 from argus.verify.tagdomain import fresh_int
 
 # the least family worth a template (a family of 2 saves one query at most, and a template
@@ -106,3 +108,10 @@ def families(queries: Sequence[Query]) -> list[list[int]]:
         else:
             runs.append([i])
     return runs
+
+
+def satisfiable(premises: Sequence[z3.BoolRef]) -> bool:
+    """The premises shown satisfiable without a solver call (a recent vacuity check's model,
+    or their least point, satisfies them); False answers nothing."""
+    return solver.satisfied_by_recent_model(premises) or \
+        solver.satisfied_at_least_point(premises)

@@ -15,7 +15,7 @@ from typing import Any
 import z3
 
 from argus.errors import Diagnostic, Loc
-from argus.verify import solver
+from argus.verify import family, solver
 from argus.verify.rules import RULES
 
 
@@ -136,8 +136,67 @@ def _by_lemma(ob: Obligation, stats: solver.Stats, timeout_ms: int | None) \
                           reason="; ".join(o.reason for o in (first, second) if o.reason))
 
 
-def run(ob: Obligation, stats: solver.Stats, timeout_ms: int | None) -> Finding:
-    out = _by_lemma(ob, stats, timeout_ms) if ob.lemma is not None else None
+# the obligations whose consecutive instances are proven as families (`family_proofs`): the
+# conv receptive field's per-atom tag assertions (a Python loop over a packed step's atoms:
+# the atom's row and tap numerals differ)
+FAMILY_CODES = ("tag.assert",)
+
+
+def family_proofs(obs: Sequence[Obligation], stats: solver.Stats, timeout_ms: int | None) \
+        -> dict[int, solver.Outcome]:
+    """Outcomes of the obligations of `obs` (by position) proven through a family template
+    (family.py): consecutive obligations of FAMILY_CODES, without lemma or implied_by, whose
+    queries anti-unify, FAMILY_MIN of them or more; a `separately` obligation's claims are
+    templated claim by claim (each a query, as `_prove_each` asks them). An obligation is in
+    the result only when every template of its run is proven and its own premises are shown
+    satisfiable (`family.satisfiable`); every other one is solved itself (`run`), so a
+    violation or an unknown is found and decoded as without this. The 3-d packed conv's 4
+    per-atom assertions of 2 writer cases each: 8 queries -> 2 for atom 0 (its `+ 0` is
+    folded away: another shape) and 2 templates for atoms 1-3."""
+    out: dict[int, solver.Outcome] = {}
+    cand = [i for i, ob in enumerate(obs)
+            if ob.code in FAMILY_CODES and ob.lemma is None and not ob.implied_by]
+    groups: list[list[int]] = []
+    for i in cand:
+        g = groups[-1] if groups else None
+        if g and g[-1] == i - 1 and obs[g[0]].separately == obs[i].separately and \
+                len(obs[g[0]].claims) == len(obs[i].claims):
+            g.append(i)
+        else:
+            groups.append([i])
+    for g in groups:
+        if len(g) < family.FAMILY_MIN:
+            continue
+        queries = [(obs[i].premises, obs[i].claims) for i in g]
+        for run_ in family.families(queries):
+            if len(run_) < family.FAMILY_MIN:
+                continue
+            members = [obs[g[k]] for k in run_]
+            first = members[0]
+            units = [[(ob.premises, [ob.claims[c]]) for ob in members]
+                     for c in range(len(first.claims))] if first.separately and \
+                len(first.claims) > 1 else [[(ob.premises, ob.claims) for ob in members]]
+            ms, theory = 0.0, None
+            for unit in units:
+                tmpl = family.template(unit)
+                got = solver.prove(*tmpl, timeout_ms=first.timeout_ms or timeout_ms,
+                                   stats=stats, theory=first.tier) if tmpl else None
+                if got is None or got.status != "proven":
+                    break
+                ms, theory = ms + got.ms, got.theory
+            else:
+                for k, ob in zip(run_, members):
+                    if family.satisfiable(ob.premises):
+                        out[g[k]] = solver.Outcome(
+                            "proven", ms / len(members), theory=theory,
+                            reason=f"one query for {len(members)} instances (family.py)")
+    return out
+
+
+def run(ob: Obligation, stats: solver.Stats, timeout_ms: int | None,
+        proven: solver.Outcome | None = None) -> Finding:
+    """`ob`'s finding; `proven`: its proof found already (`family_proofs`)."""
+    out = proven or (_by_lemma(ob, stats, timeout_ms) if ob.lemma is not None else None)
     if out is None and ob.separately and len(ob.claims) > 1:
         out = _prove_each(ob, stats, timeout_ms)
     elif out is None:

@@ -69,3 +69,31 @@ def test_drive_all_answers_like_drive():
     one = [once_split.drive(steps(k)) for k in range(8)]
     together = once_split.drive_all([steps(k) for k in range(8)])
     assert one == together == [True] * 8
+
+
+def _assert_ob(k: int, bound: int = 8):
+    """A tag assertion of atom k (numeral k in its claim), as check_asserts builds one."""
+    from argus.errors import Loc
+    from argus.verify.obligation import Obligation
+
+    r, p = z3.Ints("r P")
+    e = z3.Int(f"a{k}")
+    prem = [r >= 0, r < bound, p >= 16, e >= 0, e < 4]
+    return Obligation("tag.assert", Loc.unknown(), f"atom {k}", prem,
+                      [("atom row", r + k + e < p)], lambda m, v: ("", {}))
+
+
+def test_family_proofs_of_consecutive_assertions():
+    from argus.verify import obligation as OB
+
+    obs = [_assert_ob(k) for k in range(1, 5)]
+    stats = solver.Stats()
+    got = OB.family_proofs(obs, stats, None)
+    assert sorted(got) == [0, 1, 2, 3] and all(o.status == "proven" for o in got.values())
+    assert stats.queries == 1
+    # false members (r + k + e < 16 fails for r = 11, e = 3, k >= 2): no family proof;
+    # each obligation is then solved itself, atom 1 proven and the others violated
+    obs = [_assert_ob(k, bound=12) for k in range(1, 5)]
+    assert OB.family_proofs(obs, solver.Stats(), None) == {}
+    found = [OB.run(ob, solver.Stats(), None).status for ob in obs]
+    assert found == ["proven", "violated", "violated", "violated"]
