@@ -723,9 +723,15 @@ def _coverage(model: Model, st: StoreSite, alternatives: list[StoreSite] | None 
             size = size * count
         shared = any(str(v) in free_consts(x) for v in dvars if v is not tile_axis
                      for x in dest[:d] + dest[d + 1:])
+        if batch and ok and shared and alternatives is None:
+            # walked together with another dim (the depthwise conv's image and row decoded
+            # from one program id, pb // H and pb % H): the dims are covered together, tile
+            # by tile, as a raster's are (`_tile_coverage`: x // E, x % E merged into one dim;
+            # a row shifted by one lands a unit outside the output with no spare unit)
+            return _tile_coverage(model, st)
         if batch and (not ok or shared or not dvars):
-            # walked together with another dim (a row decoded from one program id: the tile
-            # walk's business) or a constant index: as before, left to store.once
+            # a constant index, or shared under alternatives (claimed together by
+            # store_guards, not tile by tile): as before, left to store.once
             continue
         if not ok or shared:
             # a raster order or a persistent walk: the dims are covered together, tile by tile
@@ -1017,7 +1023,8 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None,
     tile = _tile_obligation(model, st, moving, units, walked, counts, exts) if moving \
         else None
     if tile is not None:
-        obs.append(tile)
+        tile, outside = tile
+        obs += [tile, outside]
     once = _once_implied(model, st, within, all_units, units, used, counts, pinned_vars,
                          walks, offset_obs, tile)
     return obs, guard_finds, once
@@ -1783,6 +1790,11 @@ def _tile_obligation(model, st, moving, units, walked, counts, exts=None) -> Obl
         elif "as many units as tiles" in violated:
             msg = (f"{wit['units']} units are walked but {st.tensor.name} has {wit['tiles']} "
                    f"tiles: some tile is never stored")
+        elif "no unit outside the output without spare units" in violated:
+            msg = (f"unit {wit['unit']} stores tile {wit['tile']}, outside the output's "
+                   f"{[value(zm, b) for b in boxes]} tiles (masked away), and the "
+                   f"{wit['units']} units are no more than the {wit['tiles']} tiles: some "
+                   f"tile of {st.tensor.name} is never stored")
         elif "tile index inside the output" in violated:
             msg = (f"unit {wit['unit']} stores tile {wit['tile']}, outside the output's "
                    f"{[value(zm, b) for b in boxes]} tiles (masked away): the count does not "
@@ -1791,13 +1803,32 @@ def _tile_obligation(model, st, moving, units, walked, counts, exts=None) -> Obl
             msg = f"a tile origin is not a multiple of the tile ({', '.join(violated)})"
         return msg, wit
     units_named = {str(p) for p in parts} | {str(v) for _, v in ren}
-    return Obligation("store.coverage", st.op.loc,
+    tile = Obligation("store.coverage", st.op.loc,
                       f"tiles of {st.tensor.name} stored at {st.op.loc}: each once", prem,
                       claims, _by_store(model, st, decode),
                       minimize=list(model.params.values()),
                       timeout_ms=4 * solver_timeout(), tier="NIA",
                       warn_claims=("tile index inside the output",),
                       lemma=_raster_lemma(prem, claims[0], units_named))
+    # A unit whose tile lies outside the output is masked away: only a warning above, since a
+    # grid with spare units (more units than tiles) is right. With no more units than tiles
+    # it is an error: at most (units - 1) tiles are left for the output's `tiles`, so one is
+    # never stored (no injectivity needed). An aligned origin outside the box is a tile wholly
+    # outside the output (q < 0: origin <= -size; q >= box: origin >= box * size >= extent),
+    # so the unit stores no element; a misaligned one is the claim above's error. Its own
+    # query, so the witness has units <= tiles (the one above may pick spare units); implied,
+    # not solved, once the tile index is proven inside.
+    inside = dict(claims)["tile index inside the output"]
+    outside = Obligation("store.coverage", st.op.loc,
+                         f"tiles of {st.tensor.name} stored at {st.op.loc}: none outside the "
+                         f"output with no spare units", prem,
+                         [("no unit outside the output without spare units",
+                           z3.Or(inside, n_units > n_tiles, z3.Not(z3.And(aligned))))],
+                         _by_store(model, st, decode), minimize=list(model.params.values()),
+                         timeout_ms=4 * solver_timeout(), tier="NIA",
+                         implied_by=((tile, ("tile index inside the output",)),),
+                         implied_why="a tile index inside the output satisfies the claim")
+    return tile, outside
 
 
 def _raster_lemma(premises, claim, units: set[str]) -> Lemma | None:
