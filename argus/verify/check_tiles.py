@@ -29,6 +29,7 @@ import functools
 import numpy as np
 import z3
 
+from argus.ir import ops as O
 from argus.ir.types import TileType
 from argus.target import sm90
 from argus.verify import witness as W
@@ -36,7 +37,8 @@ from argus.verify.model import EwSite, Model, ReduceSite
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.outflow import Uses
 from argus.verify.solver import value
-from argus.verify.tagdomain import POINTWISE, fresh_int, is_coordinate_field
+from argus.verify.tagdomain import (POINTWISE, fresh_int, integer_dim_position,
+                                    is_coordinate_field, is_integer_dim)
 from argus.verify.transfer.tiles import _index_tiles
 
 QUAD_SHUFFLE_MASKS = (1, 2)
@@ -58,10 +60,16 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     return obs, finds
 
 
+def _tile_arg(ew: EwSite, i: int):
+    """The i-th tile operand of `ew` (the value `ew.operands[i]` is the state of), or None."""
+    tiles = [v for v in ew.op.args if isinstance(v.type, TileType)]
+    return tiles[i] if i < len(tiles) else None
+
+
 def _operand_name(ew: EwSite, i: int) -> str:
     """The IR name of the i-th tile operand of `ew` (names.annotate makes it the user's)."""
-    tiles = [v for v in ew.op.args if isinstance(v.type, TileType)]
-    return str(tiles[i]) if i < len(tiles) else f"operand {i}"
+    v = _tile_arg(ew, i)
+    return str(v) if v is not None else f"operand {i}"
 
 
 def _stored_fields(model: Model, ew: EwSite, uses: Uses) -> frozenset[str]:
@@ -116,7 +124,8 @@ def _broadcast(model: Model, ew: EwSite, user: set[str], uses: Uses) -> list[Obl
             sa, sha, ra = record(a)
             sb, shb, rb = record(b)
             claims, prem = [], []
-            linked = _linked_integer_fields(model, ra, rb) if bcast else frozenset()
+            linked = _linked_integer_fields(model, ra, rb, _tile_arg(ew, a), _tile_arg(ew, b)) \
+                if bcast else frozenset()
             for name in sorted(set(ra.fields) & set(rb.fields)):
                 if not (is_coordinate_field(name) or name in user or name in linked):
                     continue
@@ -172,27 +181,30 @@ def _broadcast(model: Model, ew: EwSite, user: set[str], uses: Uses) -> list[Obl
     return out
 
 
-def _integer_dim(name: str) -> bool:
-    return name.startswith("dim") and name[3:].isdigit()
-
-
-def _linked_integer_fields(model: Model, ra, rb) -> frozenset[str]:
+def _linked_integer_fields(model: Model, ra, rb, va=None, vb=None) -> frozenset[str]:
     """The `dim{i}` fields (integer dims: a position, not a name) a broadcast pair is checked
-    on, as a named field would be: a constant dim is a known size. `dim{i}` is linked when
-    both operands come from tensors of the same integer positions (the same set of `dim`
+    on, as a named field would be: a constant dim is a known size. `dim{i}` is a candidate
+    when both operands come from tensors of the same integer positions (the same set of `dim`
     fields: torch's right-aligned broadcast rendered at one rank, `x[64, 3000] * w[1, 3000]`),
-    every tensor with an integer dim at position i gives it one extent E > 1, and E occurs at
-    no other integer position of any such tensor: a square tile (`x.T + w` of an [N, N] x, a
-    bias [N] against [N, N]) could pair position i with another dim of that extent, so it
-    links nothing. A field whose point met another element pointwise (a pooling window's
-    max: tagdomain.POINTWISE) or that is a set is not compared (the caller keeps points)."""
-    da = {f for f in ra.fields if _integer_dim(f)}
-    db = {f for f in rb.fields if _integer_dim(f)}
-    if not da or da != db:
+    or, where the sets differ, when the tensors loaded into the operands `va`, `vb` that have
+    an integer dim at position i (the only sources of field `dim{i}`: `_loaded_tensors`) are
+    of one rank on both sides (a depthwise conv's x * Wt[8, 9] against its bias B[8, 1]: the
+    product also carries X[NC, 16, 16, 1]'s dim1..3, and its dim0 is Wt's; a rank-1 bias
+    b[64] against x[64, K] pairs b's column with x's row and is not linked). A candidate is
+    linked when every tensor with an integer dim at position i gives it one extent E > 1, and
+    E occurs at no other integer position of any such tensor: a square tile (`x.T + w` of an
+    [N, N] x, a bias [N] against [N, N]) could pair position i with another dim of that
+    extent, so it links nothing. A field whose point met another element pointwise (a pooling
+    window's max: tagdomain.POINTWISE) or that is a set is not compared (the caller keeps
+    points)."""
+    da = {f for f in ra.fields if is_integer_dim(f)}
+    db = {f for f in rb.fields if is_integer_dim(f)}
+    if not da or not db:
         return frozenset()
+    candidates = da if da == db else _one_rank_fields(model, da & db, va, vb)
     out = set()
-    for f in da:
-        i = int(f[3:])
+    for f in candidates:
+        i = integer_dim_position(f)
         owners = [t for t in model.tensors.values()
                   if len(t.dims) > i and isinstance(t.dims[i], int)]
         exts = {t.dims[i] for t in owners}
@@ -205,6 +217,59 @@ def _linked_integer_fields(model: Model, ra, rb) -> frozenset[str]:
         if any(x.startswith(POINTWISE) for v in (ra.fields[f], rb.fields[f]) for x in v.mixed):
             continue
         out.add(f)
+    return frozenset(out)
+
+
+def _one_rank_fields(model: Model, common: set[str], va, vb) -> set[str]:
+    """The fields `dim{i}` of `common` whose sources, the tensors loaded into `va` and into
+    `vb` with an integer dim at position i, are some on each side and all of one rank."""
+    if va is None or vb is None:
+        return set()
+    la, lb = _loaded_tensors(model, va), _loaded_tensors(model, vb)
+    if la is None or lb is None:
+        return set()
+    out = set()
+    for f in common:
+        i = integer_dim_position(f)
+        ta, tb = [[t for t in (model.tensors.get(x) for x in side)
+                   if t is not None and len(t.dims) > i and isinstance(t.dims[i], int)]
+                  for side in (la, lb)]
+        if ta and tb and len({len(t.dims) for t in ta + tb}) == 1:
+            out.add(f)
+    return out
+
+
+def _loaded_tensors(model: Model, v) -> frozenset[int] | None:
+    """The ids of the tensors whose `ag.load`s make tile `v`, through elementwise ops, fulls,
+    constants and variables (a `var`'s initial value and every `assign` to it); None when
+    anything else makes it (a wgmma, shared memory, a reduction, a gather, a scalar read),
+    whose tags this walk does not follow: then no field is linked by its sources."""
+    from argus.verify.wgmma_facts import _defs
+
+    defs = _defs(model)
+    assigns = model.__dict__.get("_assign_srcs")
+    if assigns is None:
+        assigns = model._assign_srcs = {}
+        for op in model.kernel.walk():
+            if isinstance(op, O.Assign):
+                assigns.setdefault(op.dst.id, []).append(op.src)
+    out: set[int] = set()
+    seen: set[int] = set()
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        if x.id in seen:
+            continue
+        seen.add(x.id)
+        op = defs.get(x.id)
+        if isinstance(op, O.Load):
+            out.add(op.tensor.id)
+        elif isinstance(op, O.Elementwise):
+            todo += list(op.args)
+        elif isinstance(op, O.Var):
+            todo += [op.init] + assigns.get(x.id, [])
+        elif not isinstance(op, (O.Full, O.Const)):
+            return None
     return frozenset(out)
 
 

@@ -648,7 +648,20 @@ META_FIELDS = frozenset({"iter", "step", "stage", "tensor", "value", "live",
 
 def is_coordinate_field(name: str) -> bool:
     """Shape-symbol fields (m, k, …); `dim{i}` fields of integer dims are excluded."""
-    return name not in META_FIELDS and not name.startswith("dim")
+    return name not in META_FIELDS and not is_integer_dim(name)
+
+
+def is_integer_dim(name: str) -> bool:
+    """Whether tag field `name` is an integer dim's: `dim{i}`, the position i of a dim given
+    as a number (model.py names a symbolic dim by its symbol, lower-cased, and an integer one
+    by its position). Such a field names a position, not an axis: `dim1` of X[NC, 16, 16, 1]
+    and of Wt[8, 9] are different axes. A symbol that merely starts with "dim" is a name."""
+    return name.startswith("dim") and name[3:].isdigit()
+
+
+def integer_dim_position(name: str) -> int:
+    """The position i of integer-dim field `dim{i}` (`is_integer_dim`)."""
+    return int(name[3:])
 
 
 def reduce_over(val: TagVal, var: z3.ArithRef, lo, hi, note: str = "") -> TagVal:

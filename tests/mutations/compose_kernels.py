@@ -211,6 +211,13 @@ BUGS = [
     # a size-1 dim's position 0 is a broadcast, not an element met pointwise: x's batch is the
     # product's dim0 (transfer/tiles._broadcast_kept), linked to OUT's by extent
     (make_batch_scale, "store_other_batch", ("store.coords",)),
+    # leading dims decoded from one program id (image pb // 16, row pb % 16) covered tile by
+    # tile, as one merged dim; a unit outside the output with no spare unit is an error
+    # (check_stores._coverage, _tile_obligation)
+    (make_depthwise_bias, "store_row_below", ("store.coverage",)),
+    # an integer dim linked across operands of different dim sets where the tensors giving
+    # it are of one rank (Wt[8, 9]'s dim0 in x * Wt, B[8, 1]'s dim0: check_tiles._one_rank_fields)
+    (make_depthwise_bias, "bias_input_channel", ("ew.broadcast",)),
 ]
 
 # Seeded bugs the verifier does not catch yet (test_compose_mutations.py: strict xfail, so a
@@ -222,21 +229,15 @@ BUGS = [
 # size-1 dim's extent left out for a field that moves: store_other_batch is in BUGS).
 # Elementwise accumulators carried across the block loop and reduced after it are read as
 # reductions (argus/verify/accumulate.py: stats_skip_last, mask_fill_one are in BUGS).
+# Leading dims decoded from one program id are covered tile by tile, and `dim{i}` is linked
+# across dim sets where its source tensors are of one rank (store_row_below,
+# bias_input_channel are in BUGS).
 GAPS = [
     (make_combine, "last_partial_dropped", ("reduce.coverage", "reduce.slices",
                                             "fill.identity"),
      "the loop's rows cover the 8 partials (accumulated reduce.coverage proves it); the where "
      "drops row 7 in bounds, as causal and variable-length masks drop in-bounds keys: a mask's "
      "intended range is not known, so no claim is made of it (docs/verify.md, h221)"),
-    (make_depthwise_bias, "store_row_below", ("store.coverage", "store.coords"),
-     "the row is a leading dim decoded from the same program id as the image (pb // 16, "
-     "pb % 16): store.coverage leaves shared leading dims to the tile walk"),
-    (make_depthwise_bias, "bias_input_channel", ("ew.broadcast", "ew.agree", "store.coords"),
-     "the bias's channel kk and the output's row nk = n * 8 + kk are integer dims of "
-     "different extents: no field links them; ew.broadcast links B's dim0 with Wt's only "
-     "between operands of one dim set (the product carries X's dim1..3 and Wt's dim0..1: "
-     "positions of tensors of different ranks share a name), and relaxing that links a "
-     "square coincidence (x[64, K] rows against a bias b[64]'s columns) as well"),
 ]
 
 CLEAN = [make_softmax, make_row_sum, make_scale_shift, make_batch_scale, make_split_sum,

@@ -5,8 +5,8 @@ to store.once ("a batch index: covered with the grid's batch loop"); a row store
 now claimed from the program ids, warpgroups and loops (counted from 0) it names: injective,
 and inside the positions they visit. Not that they are as many as the extent: a leading
 dim's extent is often a launch relation the kernel does not state (BH = B * HKV of the decode
-split's partials). A dim walked together with another (decoded from one program id) is still
-the tile walk's (tests/mutations/compose_kernels.py, GAPS: store_row_below)."""
+split's partials). A dim walked together with another (decoded from one program id) is
+covered tile by tile with it (tests/verify/test_store_decoded_leading_dims.py)."""
 
 from __future__ import annotations
 
