@@ -38,7 +38,8 @@ from argus.verify.check_reduce import accumulators, carried_loops
 from argus.verify.model import Model
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
-from argus.verify.tagdomain import fresh_int, is_coordinate_field, mentions, substitute
+from argus.verify.tagdomain import (fresh_int, is_coordinate_field, is_integer_dim, mentions,
+                                    substitute)
 
 _THROUGH = (O.Convert, O.ConvertLayout, O.ExpandDims)
 
@@ -199,7 +200,7 @@ def _mean(model: Model, op, red: O.Reduce, site, carried: bool, divisor):
     rec = src.fn(tuple(idx))
     swept = []
     for fname, val in rec.fields.items():
-        if not (is_coordinate_field(fname) or (fname.startswith("dim") and fname[3:].isdigit())):
+        if not (is_coordinate_field(fname) or is_integer_dim(fname)):
             continue
         if not val.is_point:
             continue

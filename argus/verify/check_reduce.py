@@ -66,7 +66,8 @@ from argus.verify.accumulate import Accumulation, accumulations
 from argus.verify.model import Model, ReduceSite, _num
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
-from argus.verify.tagdomain import fresh_int, is_coordinate_field, mentions
+from argus.verify.tagdomain import (fresh_int, integer_dim_position, is_coordinate_field,
+                                    is_integer_dim, mentions)
 from argus.verify.transfer.values import positive_scalar
 
 
@@ -824,11 +825,11 @@ def _integer_owners(model: Model, rec) -> list:
     """The tensors an element with the record's fields may be read from: their integer
     positions are exactly the record's `dim` fields, and the record carries each of their
     named ones (K[PAGES, 64] for a record of pages and dim1, not OUT[B, 1])."""
-    dims = frozenset(f for f in rec.fields if f.startswith("dim") and f[3:].isdigit())
+    dims = frozenset(f for f in rec.fields if is_integer_dim(f))
     if not dims:
         return []
     return [t for t in model.tensors.values()
-            if frozenset(f for f in t.field_names if f.startswith("dim")) == dims
+            if frozenset(f for f in t.field_names if is_integer_dim(f)) == dims
             and all(f in rec.fields for f in t.field_names)]
 
 
@@ -840,8 +841,8 @@ def _integer_owner_extents(model: Model, rec) -> dict:
     (or none has that set: a view, a reshape) the field is left out, as before."""
     owners = _integer_owners(model, rec)
     out = {}
-    for f in sorted({f for t in owners for f in t.field_names if f.startswith("dim")}):
-        i = int(f[3:])
+    for f in sorted({f for t in owners for f in t.field_names if is_integer_dim(f)}):
+        i = integer_dim_position(f)
         exts = {t.dims[i] for t in owners if len(t.dims) > i}
         if len(exts) == 1 and isinstance(next(iter(exts)), int) and \
                 all(t.field_names[i] == f for t in owners):
@@ -970,7 +971,7 @@ def _loaded_extents(model: Model, v) -> dict:
     found: dict[str, set] = {}
     for info in tensors:
         for d, name in enumerate(info.field_names):
-            if not is_coordinate_field(name) and name.startswith("dim"):
+            if is_integer_dim(name):
                 e = info.extent(model, d)
                 found.setdefault(name, set()).add(e if isinstance(e, int) else str(e))
     return {name: next(iter(es)) for name, es in found.items()

@@ -33,7 +33,8 @@ from argus.verify.once_split import (LowerBounds, Radix, drive, drive_all, norma
                                      summands)
 from argus.verify.solver import default_timeout_ms as solver_timeout
 from argus.verify.solver import value
-from argus.verify.tagdomain import POINTWISE, free_consts, fresh_int, is_coordinate_field
+from argus.verify.tagdomain import (POINTWISE, free_consts, fresh_int, integer_dim_position,
+                                    is_coordinate_field, is_integer_dim)
 
 
 def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
@@ -315,9 +316,10 @@ def _integer_links(model: Model, st: StoreSite, rec) -> list[tuple[int, str]]:
         if sum(1 for x in dims if isinstance(x, int) and x == ext) > 1:
             continue          # two destination dims of one extent: which is which is unknown
         cands = [f for f, v in rec.fields.items()
-                 if f.startswith("dim") and f[3:].isdigit() and v.is_point and
+                 if is_integer_dim(f) and v.is_point and
                  not any(x.startswith(POINTWISE) for x in v.mixed) and
-                 _integer_extents(model, int(f[3:]), bool(free_consts(v.term))) == {ext}]
+                 _integer_extents(model, integer_dim_position(f),
+                                  bool(free_consts(v.term))) == {ext}]
         if len(cands) == 1:
             out.append((d, cands[0]))
     return out

@@ -29,7 +29,8 @@ from argus.verify.model import Model, WgmmaSite, _num, b_index
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import (META_FIELDS, Substitution, free_consts, fresh_int,
-                                    is_coordinate_field, mentions, occurring_in, substitute)
+                                    is_coordinate_field, is_integer_dim, mentions, occurring_in,
+                                    substitute)
 
 
 def _coords_text(zm, rec, model: Model) -> str:
@@ -134,7 +135,7 @@ def _contracted_dim(name: str, fa, fb, kk) -> bool:
     K axis at the same position, the one the product sums over: it must agree and be
     multiplied once per k like a named K (a Python-unrolled K loop over a fixed K = 256
     multiplying one k tile twice was accepted, issue 13's held-out style)."""
-    return name.startswith("dim") and fa.is_point and fb.is_point and \
+    return is_integer_dim(name) and fa.is_point and fb.is_point and \
         mentions(fa.term, kk) and mentions(fb.term, kk)
 
 
@@ -212,7 +213,7 @@ def _tensor_coordinates(model: Model, records) -> set[str]:
         known = z3.is_int_value(t) and 0 <= t.as_long() < len(infos)
         for info in ([infos[t.as_long()]] if known else infos):
             out |= {x for x in info.field_names
-                    if is_coordinate_field(x) or x.startswith("dim")}
+                    if is_coordinate_field(x) or is_integer_dim(x)}
     return out
 
 

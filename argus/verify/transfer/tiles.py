@@ -20,7 +20,8 @@ import z3
 from argus.ir import ops as O
 from argus.ir.types import TileType
 from argus.verify.tagdomain import (POINTWISE, Record, TagVal, combine, free_consts, fresh_int,
-                                    reduce_over, referenced_conds, substitute, with_fresh)
+                                    integer_dim_position, is_integer_dim, reduce_over,
+                                    referenced_conds, substitute, with_fresh)
 from argus.verify.transfer import values as V
 from argus.verify.transfer.domain import (EwSite, ReduceSite, Rule, TileState, _is_z3, _num,
                                           c_div, c_mod)
@@ -47,9 +48,9 @@ def _broadcast_kept(m: Model, name: str, a: TagVal, b: TagVal) -> TagVal | None:
     kernel has extent 1 at position i (w[1, 64, 1]), met by a point that moves (depends on a
     variable). None otherwise: two moving points, two constants, or a named dim (whose
     extent is not known to be 1), combined as before."""
-    if not (name.startswith("dim") and name[3:].isdigit() and a.is_point and b.is_point):
+    if not (is_integer_dim(name) and a.is_point and b.is_point):
         return None
-    i = int(name[3:])
+    i = integer_dim_position(name)
     if not any(len(t.dims) > i and t.dims[i] == 1 for t in m.tensors.values()):
         return None
 
