@@ -66,8 +66,8 @@ from argus.verify.accumulate import Accumulation, accumulations
 from argus.verify.model import Model, ReduceSite, _num
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
-from argus.verify.tagdomain import (fresh_int, integer_dim_position, is_coordinate_field,
-                                    is_integer_dim, mentions)
+from argus.verify.tagdomain import (fresh_int, free_consts, integer_dim_position,
+                                    is_coordinate_field, is_integer_dim, mentions)
 from argus.verify.transfer.values import positive_scalar
 
 
@@ -359,6 +359,8 @@ def _coverage(model: Model, red: ReduceSite, extents: dict | None = None) -> lis
                               [(f"distinct (iteration, position) give distinct {what}",
                                        z3.Or([same] + differ))], decode_dup,
                               minimize=vars_ + [r1]))
+        if extent is not None and not others:
+            out += _mask_keeps_row(model, red, name, f1, rec1, prem, extent, vars_, subject)
         if others:
             # the row is the tuple's, whose extent is not the dim's (a paged row's is the
             # table's: which pages, how many, as a logical field such as the decode kernel's
@@ -504,6 +506,101 @@ def _skipped_masked(model: Model, red: ReduceSite, loop, name: str, idx: list, a
                        decode, minimize=[past] + list(model.params.values()),
                        fix=f"let the loop at {loop.op.loc} run to the last block holding a "
                            f"position the mask keeps (round the bound up: ag.cdiv)")]
+
+
+def _mask_keeps_row(model: Model, red: ReduceSite, name: str, f1, rec1, prem, extent,
+                    vars_, subject: str) -> list[Obligation]:
+    """A mask on the reduced tile (`live`: an `ag.where(valid, x, identity)` of index
+    comparisons, transfer/tiles.py) that drops in-bounds elements of the row is legal only as
+    a relation the kernel states: a causal bound (the key against the query row: another
+    coordinate), a variable length (a loaded value, a runtime size or scalar), a sliding
+    window. A conjunct of the mask that reads nothing but the reduced coordinate's own
+    variables (the loop index, the position along the axis, a split's slice id) and constants
+    states no relation: it is a bound on the row itself, and the row is the tensor's
+    [0, extent) (a kernel that reduces a part of a tensor loads a view of that part). Each
+    such conjunct must keep every position of the row the loop reduces: `row + o < 7` over 8
+    partials leaves the last one unreduced. A conjunct reading anything else (another
+    coordinate, a size symbol, a loaded value, an unknown) is a relation, and a conjunct
+    that is no order comparison selects a subset on purpose (`_order`): not claimed."""
+    live = rec1.fields.get("live")
+    if live is None or not live.is_point:
+        return []
+    own = free_consts(f1.term)
+    bounds = [c for c in _conjuncts(live.term) if _order(c) and not _opaque_apps(c) and
+              all(n in own or n.startswith("wrapped_") for n in free_consts(c)) and
+              free_consts(c) & own]
+    if not bounds:
+        return []
+    where = _mask_where(model, red.op.src)
+    loc = where.loc if where is not None else red.op.loc
+    pos = f1.term
+
+    def decode(zm, violated):
+        wit = W.context(model, zm, red.site)
+        wit.update({name: value(zm, pos), "extent": value(zm, _num(extent)),
+                    "mask": str(loc)})
+        return W.placed(f"the mask at {loc} drops {name} = {wit[name]}, inside the row [0, "
+                        f"{wit['extent']}) the loop reduces, and compares it with nothing "
+                        f"but constants (no other coordinate, length or size): that element "
+                        f"is never reduced", wit), wit
+    return [Obligation("reduce.coverage", loc, subject + ": the mask keeps the row",
+                       list(prem) + list(live.cond),
+                       [(f"every {name} in [0, extent) is kept by the mask",
+                         z3.Implies(z3.And(pos >= 0, pos < _num(extent)), z3.And(bounds)))],
+                       decode, minimize=list(vars_),
+                       fix=f"compare {name} with the row's extent ({extent}) in the mask at "
+                           f"{loc}, or load a view of the part of the tensor the reduction "
+                           f"means")]
+
+
+def _order(c) -> bool:
+    """An order comparison (a range bound: `row < 7`, `col >= 1`). An equality or a residue
+    (`group == g`, `col % 2 == 0`) selects a subset of the row on purpose (MoE routing's
+    per-group maxima), which no range reading can tell from a bug: not claimed."""
+    return z3.is_lt(c) or z3.is_le(c) or z3.is_gt(c) or z3.is_ge(c)
+
+
+def _conjuncts(t) -> list:
+    """The conjuncts of a mask's `live` term (`If(c, 1, 0)`, `x != 0`, `And`, as
+    transfer/tiles.py builds index comparisons and `&`): boolean terms."""
+    out, todo = [], [t]
+    while todo:
+        x = todo.pop()
+        if z3.is_app_of(x, z3.Z3_OP_ITE) and z3.is_int_value(x.arg(1)) and \
+                z3.is_int_value(x.arg(2)) and x.arg(1).as_long() != 0 and \
+                x.arg(2).as_long() == 0:
+            todo.append(x.arg(0))          # If(c, 1, 0) as a truth value: c
+        elif z3.is_and(x):
+            todo.extend(x.children())
+        elif z3.is_distinct(x) and x.num_args() == 2 and z3.is_int_value(x.arg(1)) and \
+                x.arg(1).as_long() == 0:
+            todo.append(x.arg(0))          # v != 0
+        elif z3.is_not(x) and z3.is_eq(x.arg(0)) and z3.is_int_value(x.arg(0).arg(1)) and \
+                x.arg(0).arg(1).as_long() == 0:
+            todo.append(x.arg(0).arg(0))   # Not(v == 0)
+        elif z3.is_bool(x):
+            out.append(x)
+    return out
+
+
+def _mask_where(model: Model, v):
+    """The where that masks v (v's definitions walked back through pointwise ops): the first
+    `ag.where` with a tile condition, or None."""
+    defs = model.value_defs()
+    todo, seen = [v], set()
+    while todo:
+        x = todo.pop()
+        if x.id in seen:
+            continue
+        seen.add(x.id)
+        op = defs.get(x.id)
+        if isinstance(op, O.Elementwise) and op.fn == "where" and \
+                isinstance(op.args[0].type, TileType):
+            return op
+        if isinstance(op, _POINTWISE):
+            todo += [a for a in op.operands() if isinstance(getattr(a, "type", None),
+                                                              TileType)]
+    return None
 
 
 def _from_wgmma(model: Model, v) -> bool:
@@ -943,17 +1040,26 @@ def _pointwise_leaves(model: Model, v, shape) -> list:
     return out
 
 
-def _loaded_extents(model: Model, v) -> dict:
-    """The extent of each integer-dim field (`dim{i}`) of the tensors loaded into value v
-    (its definitions walked back, variables through their initial values and assignments),
-    where every such tensor with that field agrees on it: the static-shape fields that name
-    a position, not a dim, resolved by the tensors that give v its tags."""
+def loads_into(model: Model, v) -> list:
+    """The loads and gathers whose data value v is computed from (its definitions walked
+    back, variables through their initial values and assignments), each once. Remembered
+    per model and value (check_tiles asks it of every elementwise operand)."""
+    memo = model.__dict__.setdefault("_loads_into", {})
+    if v.id not in memo:
+        memo[v.id] = _loads_into(model, v)
+    return memo[v.id]
+
+
+def _loads_into(model: Model, v) -> list:
     defs = model.value_defs()
-    assigned: dict[int, list] = {}
-    for op in model.kernel.walk():
-        if isinstance(op, O.Assign):
-            assigned.setdefault(op.dst.id, []).append(op.src)
-    tensors, todo, seen = [], [v], set()
+    assigned = model.__dict__.get("_assigned_srcs")
+    if assigned is None:
+        assigned = {}
+        for op in model.kernel.walk():
+            if isinstance(op, O.Assign):
+                assigned.setdefault(op.dst.id, []).append(op.src)
+        model._assigned_srcs = assigned
+    out, todo, seen = [], [v], set()
     while todo:
         x = todo.pop()
         if x.id in seen:
@@ -961,16 +1067,24 @@ def _loaded_extents(model: Model, v) -> dict:
         seen.add(x.id)
         op = defs.get(x.id)
         if isinstance(op, (O.Load, O.Gather)):
-            info = model.tensors.get(op.tensor.id)
-            if info is not None and info not in tensors:
-                tensors.append(info)
+            if not any(op is o for o in out):
+                out.append(op)
             continue
         todo += assigned.get(x.id, [])
         if op is not None:
             todo += [o for o in op.operands() if hasattr(o, "id")]
+    return out
+
+
+def _loaded_extents(model: Model, v) -> dict:
+    """The extent of each integer-dim field (`dim{i}`) of the tensors loaded into value v
+    (its definitions walked back, variables through their initial values and assignments),
+    where every such tensor with that field agrees on it: the static-shape fields that name
+    a position, not a dim, resolved by the tensors that give v its tags."""
     found: dict[str, set] = {}
-    for info in tensors:
-        for d, name in enumerate(info.field_names):
+    for op in loads_into(model, v):
+        info = model.tensors.get(op.tensor.id)
+        for d, name in enumerate(info.field_names if info is not None else ()):
             if is_integer_dim(name):
                 e = info.extent(model, d)
                 found.setdefault(name, set()).add(e if isinstance(e, int) else str(e))
