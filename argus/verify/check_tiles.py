@@ -33,13 +33,14 @@ from argus.ir import ops as O
 from argus.ir.types import TileType
 from argus.target import sm90
 from argus.verify import witness as W
-from argus.verify.model import EwSite, Model, ReduceSite
+from argus.verify.check_reduce import loads_into
+from argus.verify.model import EwSite, Model, ReduceSite, _num
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.outflow import Uses
 from argus.verify.solver import value
 from argus.verify.tagdomain import (POINTWISE, fresh_int, integer_dim_position,
                                     is_coordinate_field, is_integer_dim)
-from argus.verify.transfer.tiles import _index_tiles
+from argus.verify.transfer.tiles import _index_tiles, moving_point, zero_point
 
 QUAD_SHUFFLE_MASKS = (1, 2)
 
@@ -178,6 +179,92 @@ def _broadcast(model: Model, ew: EwSite, user: set[str], uses: Uses) -> list[Obl
                                   premises, claims, decode,
                                   minimize=list(idx) + [s.var for s in ew.site.scopes
                                                         if s.var is not None]))
+    out += _zero_reads(model, ew, record, idx, ranges)
+    return out
+
+
+def _wide_zero_loads(model: Model, v) -> dict[str, tuple]:
+    """`dim{i}` -> (the tensor, its extent E > 1 at i, the load) for each load into v that
+    reads position i of an integer dim wider than 1 at the constant 0 outside the tile's
+    axes (`y[0]` of a [4, 64, 3000] y: one batch, not a broadcast)."""
+    out: dict[str, tuple] = {}
+    for op in loads_into(model, v):
+        if not isinstance(op, O.Load) or op.tensor.id not in model.tensors:
+            continue
+        info = model.tensors[op.tensor.id]
+        lead = len(info.dims) - len(op.result.type.shape)   # positions no tile axis covers
+        for i, off in enumerate(op.offsets[:max(lead, 0)]):
+            ext = info.dims[i]
+            if isinstance(ext, int) and ext > 1 and _integer_dim(info.field_names[i]):
+                t = z3.simplify(_num(model.scalar(off)))
+                if z3.is_int_value(t) and t.as_long() == 0:
+                    out.setdefault(info.field_names[i], (info, ext, op))
+    return out
+
+
+def _zero_reads(model: Model, ew: EwSite, record, idx, ranges) -> list[Obligation]:
+    """ew.broadcast of an integer dim read at 0: an operand that reads position i of a tensor
+    at the constant 0 where the tensor's extent there is E > 1 (`y[0]` of y[4, 64, 3000]), met
+    in one elementwise op by an operand whose position i moves (x[c0] of an x with the same
+    extent E at i) combines one element of the dim with every element of it: torch broadcasts
+    only a dim of extent 1 (transfer/tiles._broadcast_kept reads those so). Claimed: the two
+    positions are equal at every element, so any other batch is an error naming the thread.
+    The moving operand must read a tensor of the same integer positions and the same extent E
+    at i (the same dim): a table [4, N] read at row 0 next to x[8, N]'s moving row is another
+    dim that only shares the position's name, and is not claimed."""
+    tiles = [a for a in ew.op.args if isinstance(a.type, TileType)]
+    if len(tiles) != len(ew.operands) or len(tiles) < 2:
+        return []
+    wide = [_wide_zero_loads(model, v) for v in tiles]
+    if not any(wide):
+        return []
+    out = []
+    for a, zeros in enumerate(wide):
+        for name, (info, ext, load) in sorted(zeros.items(), key=lambda kv: kv[0]):
+            i = int(name[3:])
+            ra = record(a)[2]
+            fa = ra.fields.get(name)
+            if fa is None or not fa.is_point or not zero_point(fa):
+                continue
+            for b, v in enumerate(tiles):
+                if b == a:
+                    continue
+                same_dim = any(len(t.dims) == len(info.dims) and t.dims[i] == ext
+                               for t in (model.tensors.get(op.tensor.id)
+                                         for op in loads_into(model, v)) if t is not None)
+                rb = record(b)[2]
+                fb = rb.fields.get(name)
+                if not same_dim or fb is None or not fb.is_point or not moving_point(fb) or \
+                        {f for f in ra.fields if _integer_dim(f)} != \
+                        {f for f in rb.fields if _integer_dim(f)}:
+                    continue
+                claim = (f"{name} of {_operand_name(ew, a)} (read at 0 of {info.name}, "
+                         f"extent {ext}) == {name} of {_operand_name(ew, b)}",
+                         fa.term == fb.term)
+                premises = list(model.premises) + ew.site.constraints() + ranges + \
+                    list(ra.cond) + list(rb.cond) + [ra.defined, rb.defined] + \
+                    list(fa.cond) + list(fb.cond)
+
+                def decode(zm, violated, a=a, b=b, fb=fb, info=info, ext=ext, load=load,
+                           name=name):
+                    wit = W.context(model, zm, ew.site)
+                    iv = tuple(value(zm, x) for x in idx)
+                    moved = value(zm, fb.term)
+                    na, nb = _operand_name(ew, a), _operand_name(ew, b)
+                    wit.update({"element": iv, "zero_read": str(load.loc), name: moved})
+                    return W.placed(
+                        f"element {iv} of `{ew.op.fn}` combines `{nb}` at {name} = {moved} "
+                        f"with `{na}`, read at {name} = 0 of {info.name} (extent {ext} there, "
+                        f"loaded at {load.loc}): one {name} of {info.name} meets every "
+                        f"{name}, not a broadcast (only an extent-1 dim broadcasts)",
+                        wit), wit
+                out.append(Obligation(
+                    "ew.broadcast", ew.op.loc, f"{ew.op.fn} at {ew.op.loc}", premises,
+                    [claim], decode,
+                    minimize=list(idx) + [s.var for s in ew.site.scopes if s.var is not None],
+                    fix=f"read {info.name} at the {name} of {_operand_name(ew, b)} in the "
+                        f"load at {load.loc} (or give {info.name} extent 1 there to "
+                        f"broadcast it)"))
     return out
 
 
@@ -244,9 +331,7 @@ def _loaded_tensors(model: Model, v) -> frozenset[int] | None:
     constants and variables (a `var`'s initial value and every `assign` to it); None when
     anything else makes it (a wgmma, shared memory, a reduction, a gather, a scalar read),
     whose tags this walk does not follow: then no field is linked by its sources."""
-    from argus.verify.wgmma_facts import _defs
-
-    defs = _defs(model)
+    defs = model.value_defs()
     assigns = model.__dict__.get("_assign_srcs")
     if assigns is None:
         assigns = model._assign_srcs = {}

@@ -53,18 +53,22 @@ def _broadcast_kept(m: Model, name: str, a: TagVal, b: TagVal) -> TagVal | None:
     i = integer_dim_position(name)
     if not any(len(t.dims) > i and t.dims[i] == 1 for t in m.tensors.values()):
         return None
-
-    def zero(v):
-        t = z3.simplify(v.term)
-        return z3.is_int_value(t) and t.as_long() == 0
-
-    def moving(v):
-        return bool(free_consts(v.term))
-    if zero(a) and moving(b):
+    if zero_point(a) and moving_point(b):
         return b
-    if zero(b) and moving(a):
+    if zero_point(b) and moving_point(a):
         return a
     return None
+
+
+def zero_point(v: TagVal) -> bool:
+    """Whether the point is the constant 0 (a dim read at its first position)."""
+    t = z3.simplify(v.term)
+    return z3.is_int_value(t) and t.as_long() == 0
+
+
+def moving_point(v: TagVal) -> bool:
+    """Whether the point depends on a variable (a program id, a loop index, an element)."""
+    return bool(free_consts(v.term))
 
 
 def elementwise(m: Model, op: O.Elementwise, scopes, role, counters, following) -> None:
