@@ -115,6 +115,31 @@ def make_batch_scale(bug: str | None = None):
     return compose_batch_scale
 
 
+def make_batch_residual(bug: str | None = None):
+    """x * w + y of [4, 64, 3000] inputs x, y and w [1, 64, 1] (tile.py's elementwise template
+    with a kept outer group, a residual added): only w's dim0 broadcasts; x and y are read at
+    the batch c0 the program id decodes."""
+    @ag.kernel(threads=256, name="compose_batch_residual")
+    def compose_batch_residual(L0: ag.Tensor[4, 64, 3000, ag.f32],
+                               L1: ag.Tensor[1, 64, 1, ag.f32],
+                               L2: ag.Tensor[4, 64, 3000, ag.f32],
+                               OUT: ag.Tensor[4, 64, 3000, ag.f32], ROWS: int = 2,
+                               BN: int = 1024):
+        p1, p0 = ag.grid(3, 128)
+        o1 = (p0 % 32) * ROWS
+        r = p0 // 32
+        c0 = r % 4
+        o2 = p1 * BN
+        xb = 0 if bug == "scale_batch_zero" else c0
+        x1 = ag.load(L0, (xb, o1, o2,), (ROWS, BN))  # BUG:scale_batch_zero
+        x2 = ag.load(L1, (0, o1, 0,), (ROWS, 1))
+        yb = 0 if bug == "residual_batch_zero" else c0
+        x3 = ag.load(L2, (yb, o1, o2,), (ROWS, BN))  # BUG:residual_batch_zero
+        v4 = (x1 * x2) + x3
+        ag.store(OUT, (c0, o1, o2,), v4)
+    return compose_batch_residual
+
+
 def make_split_sum(bug: str | None = None):
     """x.sum(1) of a [4, 64, 3000] input as a split reduction's first pass (tile.py, split-R:
     8 slices of 4 row blocks each write a partial; the combine pass adds them)."""
@@ -218,10 +243,19 @@ BUGS = [
     # an integer dim linked across operands of different dim sets where the tensors giving
     # it are of one rank (Wt[8, 9]'s dim0 in x * Wt, B[8, 1]'s dim0: check_tiles._one_rank_fields)
     (make_depthwise_bias, "bias_input_channel", ("ew.broadcast",)),
+    # a mask conjunct that bounds the reduced coordinate by constants alone (no other
+    # coordinate, length or size: no causal / variable-length relation) must keep the row
+    # [0, extent) (check_reduce._mask_keeps_row)
+    (make_combine, "last_partial_dropped", ("reduce.coverage",)),
+    # an integer dim wider than 1 read at 0 and met by a moving position of the same dim in
+    # one elementwise op: one batch against every batch, not a broadcast
+    # (check_tiles._zero_reads)
+    (make_batch_residual, "residual_batch_zero", ("ew.broadcast",)),
+    (make_batch_residual, "scale_batch_zero", ("ew.broadcast",)),
 ]
 
 # Seeded bugs the verifier does not catch yet (test_compose_mutations.py: strict xfail, so a
-# fix shows). The templates render static shapes: every dim is an integer, whose tag field
+# fix shows); empty since h227 / h228. The templates render static shapes: every dim is an integer, whose tag field
 # is `dim{i}` (a position, not a name). ew.broadcast links a `dim{i}` field where the
 # position has one extent over the kernel's integer tensors, and reduce.coverage takes its
 # extent from the tensor with the record's `dim` fields (broadcast_stride, slice_skips_last
@@ -231,14 +265,9 @@ BUGS = [
 # reductions (argus/verify/accumulate.py: stats_skip_last, mask_fill_one are in BUGS).
 # Leading dims decoded from one program id are covered tile by tile, and `dim{i}` is linked
 # across dim sets where its source tensors are of one rank (store_row_below,
-# bias_input_channel are in BUGS).
-GAPS = [
-    (make_combine, "last_partial_dropped", ("reduce.coverage", "reduce.slices",
-                                            "fill.identity"),
-     "the loop's rows cover the 8 partials (accumulated reduce.coverage proves it); the where "
-     "drops row 7 in bounds, as causal and variable-length masks drop in-bounds keys: a mask's "
-     "intended range is not known, so no claim is made of it (docs/verify.md, h221)"),
-]
+# bias_input_channel are in BUGS), and a mask conjunct bounding the reduced coordinate by
+# constants alone must keep the whole row (last_partial_dropped is in BUGS). None is left.
+GAPS: list = []
 
-CLEAN = [make_softmax, make_row_sum, make_scale_shift, make_batch_scale, make_split_sum,
-         make_combine, make_depthwise_bias]
+CLEAN = [make_softmax, make_row_sum, make_scale_shift, make_batch_scale, make_batch_residual,
+         make_split_sum, make_combine, make_depthwise_bias]
