@@ -47,7 +47,11 @@ may stop early on purpose; the count is then not claimed (injectivity still is).
 (`_skipped_masked`), when the reduced tile carries a mask (`live`, an `ag.where(valid, s,
 -inf)`), every position an iteration past the stop would reduce inside the row must be one the
 mask drops: the mask evaluated at the skipped iteration, so a causal key bound rounded down is
-caught. A score tile from a wgmma is left to wgmma.k-once's cover claim on P V. A reduction whose result is not carried across
+caught. A score tile from a wgmma is left to wgmma.k-once's cover claim on P V.
+A mask's range bound that reads only the reduced coordinate's own variables and constants
+(no other coordinate, size or loaded length: not a causal or varlen relation) must keep every
+position of [0, extent) the loop reduces (`_mask_keeps_row`: `row < 7` over 8 partials).
+A reduction whose result is not carried across
 the loop (a per-block statistic stored per block: split reductions) is not a row reduction
 over the loop and is left alone.
 """
@@ -360,7 +364,8 @@ def _coverage(model: Model, red: ReduceSite, extents: dict | None = None) -> lis
                                        z3.Or([same] + differ))], decode_dup,
                               minimize=vars_ + [r1]))
         if extent is not None and not others:
-            out += _mask_keeps_row(model, red, name, f1, rec1, prem, extent, vars_, subject)
+            out += _mask_keeps_row(model, red, name, f1, rec1, prem, extent, vars_, at1,
+                                   subject)
         if others:
             # the row is the tuple's, whose extent is not the dim's (a paged row's is the
             # table's: which pages, how many, as a logical field such as the decode kernel's
@@ -509,7 +514,7 @@ def _skipped_masked(model: Model, red: ReduceSite, loop, name: str, idx: list, a
 
 
 def _mask_keeps_row(model: Model, red: ReduceSite, name: str, f1, rec1, prem, extent,
-                    vars_, subject: str) -> list[Obligation]:
+                    vars_, at, subject: str) -> list[Obligation]:
     """A mask on the reduced tile (`live`: an `ag.where(valid, x, identity)` of index
     comparisons, transfer/tiles.py) that drops in-bounds elements of the row is legal only as
     a relation the kernel states: a causal bound (the key against the query row: another
@@ -538,8 +543,9 @@ def _mask_keeps_row(model: Model, red: ReduceSite, name: str, f1, rec1, prem, ex
     def decode(zm, violated):
         wit = W.context(model, zm, red.site)
         wit.update({name: value(zm, pos), "extent": value(zm, _num(extent)),
-                    "mask": str(loc)})
-        return W.placed(f"the mask at {loc} drops {name} = {wit[name]}, inside the row [0, "
+                    "mask": str(loc), "element": tuple(value(zm, x) for x in at)})
+        return W.placed(f"the mask at {loc} drops {name} = {wit[name]} (element "
+                        f"{wit['element']} of the reduced tile), inside the row [0, "
                         f"{wit['extent']}) the loop reduces, and compares it with nothing "
                         f"but constants (no other coordinate, length or size): that element "
                         f"is never reduced", wit), wit

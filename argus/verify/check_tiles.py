@@ -6,7 +6,9 @@ Job (INVARIANTS.md §3.2–3.3; bug classes 16, 17, 19):
       coordinate fields (and user tags) both carry as points agree at every paired element:
       `x - rowmax(x)` subtracts the max of the same row, `x + bias` adds the bias of the same
       column. Fields one side carries as a reduction (the row max over n) are the point of
-      the operation and are not compared;
+      the operation and are not compared. An integer dim wider than 1 read at the constant 0
+      (`y[0]` of y[4, 64, N]) met by a moving position of the same dim (x[c0]) is claimed
+      equal to it: only an extent-1 dim broadcasts (`_zero_reads`);
   ew.agree — two operands of one shape meet element by element (`X[b] + Y[b]`): they agree on
       the coordinate fields of the tensors the result is stored into (outflow.Uses), so a tile
       read at a constant batch (`X[b] + Y[0]`) is an error. A field no destination has is
