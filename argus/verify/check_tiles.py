@@ -181,7 +181,7 @@ def _broadcast(model: Model, ew: EwSite, user: set[str], uses: Uses) -> list[Obl
                                   premises, claims, decode,
                                   minimize=list(idx) + [s.var for s in ew.site.scopes
                                                         if s.var is not None]))
-    out += _zero_reads(model, ew, record, idx, ranges)
+    out += _zero_reads(model, ew, record, idx, ranges, uses)
     return out
 
 
@@ -204,7 +204,7 @@ def _wide_zero_loads(model: Model, v) -> dict[str, tuple]:
     return out
 
 
-def _zero_reads(model: Model, ew: EwSite, record, idx, ranges) -> list[Obligation]:
+def _zero_reads(model: Model, ew: EwSite, record, idx, ranges, uses: Uses) -> list[Obligation]:
     """ew.broadcast of an integer dim read at 0: an operand that reads position i of a tensor
     at the constant 0 where the tensor's extent there is E > 1 (`y[0]` of y[4, 64, 3000]), met
     in one elementwise op by an operand whose position i moves (x[c0] of an x with the same
@@ -213,17 +213,25 @@ def _zero_reads(model: Model, ew: EwSite, record, idx, ranges) -> list[Obligatio
     positions are equal at every element, so any other batch is an error naming the thread.
     The moving operand must read a tensor of the same integer positions and the same extent E
     at i (the same dim): a table [4, N] read at row 0 next to x[8, N]'s moving row is another
-    dim that only shares the position's name, and is not claimed."""
+    dim that only shares the position's name, and is not claimed. As for ew.agree, the dim
+    must be one the result is stored along: a destination of the same rank with extent E at i
+    (OUT[4, 64, 3000]); a dim no destination has is combined across on purpose (split-K's
+    `total = P[0]`, then `total + P[s]` stored to C[M, N]: the partials summed away)."""
     tiles = [a for a in ew.op.args if isinstance(a.type, TileType)]
     if len(tiles) != len(ew.operands) or len(tiles) < 2:
         return []
     wide = [_wide_zero_loads(model, v) for v in tiles]
     if not any(wide):
         return []
+    dests = [model.tensors[st.tensor.id] for st, _axes, _crossed in
+             uses.stores_from(ew.op.result) if st.tensor.id in model.tensors]
     out = []
     for a, zeros in enumerate(wide):
         for name, (info, ext, load) in sorted(zeros.items(), key=lambda kv: kv[0]):
             i = int(name[3:])
+            if not any(len(t.dims) == len(info.dims) and t.dims[i] == ext and
+                       t.field_names[i] == name for t in dests):
+                continue   # summed away, or stored along no such dim
             ra = record(a)[2]
             fa = ra.fields.get(name)
             if fa is None or not fa.is_point or not zero_point(fa):
