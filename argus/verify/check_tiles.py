@@ -43,6 +43,7 @@ from argus.verify.solver import value
 from argus.verify.tagdomain import (POINTWISE, fresh_int, integer_dim_position,
                                     is_coordinate_field, is_integer_dim)
 from argus.verify.transfer.tiles import _index_tiles, moving_point, zero_point
+from argus.verify.wgmma_facts import _defs as defining_ops   # one walk a model, read only
 
 QUAD_SHUFFLE_MASKS = (1, 2)
 
@@ -185,13 +186,39 @@ def _broadcast(model: Model, ew: EwSite, user: set[str], uses: Uses) -> list[Obl
     return out
 
 
+# ops through which an operand holds the loaded elements themselves, at its own element
+_ELEMENTS = (O.Elementwise, O.Convert, O.ConvertLayout, O.ExpandDims)
+
+
+def _element_loads(model: Model, v) -> list:
+    """The loads whose elements v holds: its definitions walked back through elementwise ops,
+    conversions and expand_dims only. Not through a reduction (a statistic of y[0], as the
+    Welford shift of compose's batch norm, `mean(x[0])` subtracted from every batch, is a
+    constant of the computation, not an element of y) nor a variable (an accumulator carried
+    across the dim: split-K's `total = P[0]`, then `total + P[s]`)."""
+    defs = defining_ops(model)
+    out, todo, seen = [], [v], set()
+    while todo:
+        x = todo.pop()
+        if x.id in seen:
+            continue
+        seen.add(x.id)
+        op = defs.get(x.id)
+        if isinstance(op, O.Load):
+            out.append(op)
+        elif isinstance(op, _ELEMENTS):
+            todo += [a for a in op.operands() if isinstance(getattr(a, "type", None), TileType)]
+    return out
+
+
 def _wide_zero_loads(model: Model, v) -> dict[str, tuple]:
-    """`dim{i}` -> (the tensor, its extent E > 1 at i, the load) for each load into v that
-    reads position i of an integer dim wider than 1 at the constant 0 outside the tile's
-    axes (`y[0]` of a [4, 64, 3000] y: one batch, not a broadcast)."""
+    """`dim{i}` -> (the tensor, its extent E > 1 at i, the load) for each load whose elements
+    v holds (`_element_loads`) that reads position i of an integer dim wider than 1 at the
+    constant 0 outside the tile's axes (`y[0]` of a [4, 64, 3000] y: one batch, not a
+    broadcast)."""
     out: dict[str, tuple] = {}
-    for op in loads_into(model, v):
-        if not isinstance(op, O.Load) or op.tensor.id not in model.tensors:
+    for op in _element_loads(model, v):
+        if op.tensor.id not in model.tensors:
             continue
         info = model.tensors[op.tensor.id]
         lead = len(info.dims) - len(op.result.type.shape)   # positions no tile axis covers
