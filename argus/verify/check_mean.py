@@ -47,10 +47,7 @@ _THROUGH = (O.Convert, O.ConvertLayout, O.ExpandDims)
 def obligations(model: Model) -> tuple[list[Obligation], list]:
     kernel = model.kernel
     defs = model.value_defs()
-    assigned: dict[int, list] = {}
-    for op in kernel.walk():
-        if isinstance(op, O.Assign):
-            assigned.setdefault(op.dst.id, []).append(op.src)
+    assigned = model.assigned_sources()
     sites = {id(r.op): r for r in model.reduces}
     out: list[Obligation] = []
     unknown: list[Finding] = []

@@ -613,13 +613,9 @@ def _from_wgmma(model: Model, v) -> bool:
     """Whether value v is computed from a wgmma's accumulator (through any ops of the
     kernel: a walk of its definitions, variables by their assignments)."""
     defs = model.value_defs()
-    assigned: dict[int, list] = {}
-    accs: set[int] = set()   # a wgmma accumulates into its acc operand (lowered: in place)
-    for op in model.kernel.walk():
-        if isinstance(op, O.Assign):
-            assigned.setdefault(op.dst.id, []).append(op.src)
-        elif isinstance(op, O.Wgmma):
-            accs.add(op.acc.id)
+    assigned = model.assigned_sources()
+    # a wgmma accumulates into its acc operand (lowered: in place)
+    accs = {op.acc.id for op in model.kernel.walk() if isinstance(op, O.Wgmma)}
     todo, seen = [v], set()
     while todo:
         x = todo.pop()
@@ -1058,13 +1054,7 @@ def loads_into(model: Model, v) -> list:
 
 def _loads_into(model: Model, v) -> list:
     defs = model.value_defs()
-    assigned = model.__dict__.get("_assigned_srcs")
-    if assigned is None:
-        assigned = {}
-        for op in model.kernel.walk():
-            if isinstance(op, O.Assign):
-                assigned.setdefault(op.dst.id, []).append(op.src)
-        model._assigned_srcs = assigned
+    assigned = model.assigned_sources()
     out, todo, seen = [], [v], set()
     while todo:
         x = todo.pop()

@@ -369,12 +369,7 @@ def _loaded_tensors(model: Model, v) -> frozenset[int] | None:
     anything else makes it (a wgmma, shared memory, a reduction, a gather, a scalar read),
     whose tags this walk does not follow: then no field is linked by its sources."""
     defs = model.value_defs()
-    assigns = model.__dict__.get("_assign_srcs")
-    if assigns is None:
-        assigns = model._assign_srcs = {}
-        for op in model.kernel.walk():
-            if isinstance(op, O.Assign):
-                assigns.setdefault(op.dst.id, []).append(op.src)
+    assigns = model.assigned_sources()
     out: set[int] = set()
     seen: set[int] = set()
     todo = [v]

@@ -494,6 +494,17 @@ class Model:
             self._value_def_ops = {r.id: op for op in self.kernel.walk() for r in op.results()}
         return self._value_def_ops
 
+    def assigned_sources(self) -> dict[int, list]:
+        """Variable id -> the values `assign`s give it, in kernel order: how a walk back
+        through a `var` reaches every value it holds (with its initial value). Read only."""
+        if not hasattr(self, "_assigned_source_values"):
+            got: dict[int, list] = {}
+            for op in self.kernel.walk():
+                if isinstance(op, O.Assign):
+                    got.setdefault(op.dst.id, []).append(op.src)
+            self._assigned_source_values = got
+        return self._assigned_source_values
+
     def pointwise_defs(self) -> dict[int, Op]:
         """Result id -> the pointwise op or conversion that defines it (reads each operand at
         the same element, broadcasting): how a reduction's source is traced back to the tiles
