@@ -43,7 +43,6 @@ from argus.verify.solver import value
 from argus.verify.tagdomain import (POINTWISE, fresh_int, integer_dim_position,
                                     is_coordinate_field, is_integer_dim)
 from argus.verify.transfer.tiles import _index_tiles, moving_point, zero_point
-from argus.verify.wgmma_facts import _defs as defining_ops   # one walk a model, read only
 
 QUAD_SHUFFLE_MASKS = (1, 2)
 
@@ -196,7 +195,7 @@ def _element_loads(model: Model, v) -> list:
     Welford shift of compose's batch norm, `mean(x[0])` subtracted from every batch, is a
     constant of the computation, not an element of y) nor a variable (an accumulator carried
     across the dim: split-K's `total = P[0]`, then `total + P[s]`)."""
-    defs = defining_ops(model)
+    defs = model.value_defs()
     out, todo, seen = [], [v], set()
     while todo:
         x = todo.pop()
