@@ -223,7 +223,7 @@ def _wide_zero_loads(model: Model, v) -> dict[str, tuple]:
         lead = len(info.dims) - len(op.result.type.shape)   # positions no tile axis covers
         for i, off in enumerate(op.offsets[:max(lead, 0)]):
             ext = info.dims[i]
-            if isinstance(ext, int) and ext > 1 and _integer_dim(info.field_names[i]):
+            if isinstance(ext, int) and ext > 1 and is_integer_dim(info.field_names[i]):
                 t = z3.simplify(_num(model.scalar(off)))
                 if z3.is_int_value(t) and t.as_long() == 0:
                     out.setdefault(info.field_names[i], (info, ext, op))
@@ -254,7 +254,7 @@ def _zero_reads(model: Model, ew: EwSite, record, idx, ranges, uses: Uses) -> li
     out = []
     for a, zeros in enumerate(wide):
         for name, (info, ext, load) in sorted(zeros.items(), key=lambda kv: kv[0]):
-            i = int(name[3:])
+            i = integer_dim_position(name)
             if not any(len(t.dims) == len(info.dims) and t.dims[i] == ext and
                        t.field_names[i] == name for t in dests):
                 continue   # summed away, or stored along no such dim
@@ -271,8 +271,8 @@ def _zero_reads(model: Model, ew: EwSite, record, idx, ranges, uses: Uses) -> li
                 rb = record(b)[2]
                 fb = rb.fields.get(name)
                 if not same_dim or fb is None or not fb.is_point or not moving_point(fb) or \
-                        {f for f in ra.fields if _integer_dim(f)} != \
-                        {f for f in rb.fields if _integer_dim(f)}:
+                        {f for f in ra.fields if is_integer_dim(f)} != \
+                        {f for f in rb.fields if is_integer_dim(f)}:
                     continue
                 claim = (f"{name} of {_operand_name(ew, a)} (read at 0 of {info.name}, "
                          f"extent {ext}) == {name} of {_operand_name(ew, b)}",
