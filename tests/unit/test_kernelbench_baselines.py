@@ -246,3 +246,43 @@ def test_eager_tf32_off_restores_the_switches(tf32_tasks):
                     torch.backends.cudnn.allow_tf32) == flags
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def test_a_cached_record_keeps_its_compile_numbers_when_eager_tf32_off_times_out(
+        tf32_tasks, tmp_path, monkeypatch):
+    """A record cached before eager-TF32-off whose new timing times out (the worker is
+    killed): the suite writes it back with its cached torch.compile numbers (eager_notf32 still
+    missing, so the next run tries again), and the error names the step that failed."""
+    import types
+
+    from argus.bench.kernelbench import baseline_suite
+    from argus.bench.kernelbench.process import WorkerError
+
+    class TimesOut:
+        def __init__(self, *args, **kwargs):
+            self.proc = types.SimpleNamespace(poll=lambda: None)
+
+        def request(self, command, timeout, **kwargs):
+            if command == "eager_notf32":
+                raise WorkerError("timeout", "eager_notf32 ran past its limit")
+            assert command == "load", command    # eager and compile come from the cache
+            return {"flags": {}}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(baseline_suite, "Worker", TimesOut)
+    plain = tf32_tasks[0]
+    env = Environment.current("cpu")
+    cache = BaselineCache(tmp_path / "old.json")
+    cache.put(BaselineRecord(plain.key, plain.sha256, env, {"median_ms": 123.0},
+                             {"median_ms": 45.0}, 9.0, measured_at=1.0))
+    options = SuiteOptions(jobs=1, budget_s=60, trials=5, warmup=1, device="cpu",
+                           compile=True, min_start_s=1)
+    outcomes, _ = run_baselines([plain], options, log_dir=tmp_path / "suite",
+                                cache=BaselineCache(tmp_path / "old.json"), progress=None)
+    (o,) = outcomes
+    assert o.error.startswith("eager TF32 off: timeout"), o.error
+    rec = BaselineCache(tmp_path / "old.json").get(env, plain.sha256)
+    assert (rec.eager_ms, rec.compile_ms, rec.compile_s) == (123.0, 45.0, 9.0)
+    assert rec.eager_notf32 is None

@@ -159,7 +159,9 @@ def run_baselines(tasks: list[Task], options: SuiteOptions = SuiteOptions(), *,
                 _one_task(worker, task, outcome, options, lock_path, reserved_or_none, others,
                           left, known.get(task.key))
             except WorkerError as exc:
-                where = "torch.compile" if outcome.eager else "eager"
+                # the step that failed: eager, then eager with TF32 off (set before compile)
+                where = "eager" if not outcome.eager else \
+                    "eager TF32 off" if outcome.eager_notf32 is None else "torch.compile"
                 outcome.error = f"{where}: {exc.kind}: {str(exc)[:1500]}"
                 if outcome.eager:
                     outcome.status = "eager only"
@@ -229,6 +231,10 @@ def _one_task(worker: Worker, task: Task, outcome: TaskOutcome, options: SuiteOp
                timing_cores=reserved, other_cores=others)
     outcome.eager = known.eager if known else worker.request("eager", limit(), **how)["eager"]
     outcome.status = "eager only"
+    if known:
+        # kept before the new timing: a timeout or crash in it must not write the record back
+        # without its cached torch.compile numbers
+        outcome.compile, outcome.compile_s = known.compile, known.compile_s
     try:
         outcome.eager_notf32 = worker.request("eager_notf32", limit(), **how)["eager_notf32"]
     except WorkerError as exc:
@@ -236,8 +242,7 @@ def _one_task(worker: Worker, task: Task, outcome: TaskOutcome, options: SuiteOp
             raise
         outcome.eager_notf32 = {"error": f"eager, TF32 off: {exc.kind}: {str(exc)[:1500]}"}
     if known:
-        outcome.compile, outcome.compile_s, outcome.status = known.compile, known.compile_s, \
-            "done"
+        outcome.status = "done"
     elif options.compile:
         remaining = max(1.0, min(options.task_timeout_s - (time.monotonic() - t0), left()))
         try:
