@@ -1,8 +1,9 @@
 """The conv library schedules' verdicts are what they were (tests/verify/data/
 conv_findings.json, written by `scripts/verify_findings_snapshot.py --set conv` at 3dae927,
 before the family templates of docs/verify.md "Verifier speed: one query for a family of
-row-segment steps"): speed work on the verifier must not change a finding, a proven count or
-an unknown count. Source lines (`conv.py:1005`) are masked on both sides, so an edit that
+row-segment steps"), and rewritten after 519e253 (one more proven store.coverage obligation a
+kernel, 'none outside the output with no spare units', implied; nothing else changed): speed
+work on the verifier must not change a finding, a proven count or an unknown count. Source lines (`conv.py:1005`) are masked on both sides, so an edit that
 moves the kernel's lines does not fail it. A deliberate change of verdicts rewrites the file
 with that script (and `mask` below)."""
 
