@@ -255,8 +255,8 @@ BUGS = [
 ]
 
 # Seeded bugs the verifier does not catch yet (test_compose_mutations.py: strict xfail, so a
-# fix shows); empty since h227 / h228. The templates render static shapes: every dim is an integer, whose tag field
-# is `dim{i}` (a position, not a name). ew.broadcast links a `dim{i}` field where the
+# fix shows); empty since h227 / h228. The templates render static shapes: every dim is an
+# integer, whose tag field is `dim{i}` (a position, not a name). ew.broadcast links a `dim{i}` field where the
 # position has one extent over the kernel's integer tensors, and reduce.coverage takes its
 # extent from the tensor with the record's `dim` fields (broadcast_stride, slice_skips_last
 # are in BUGS); store.coords links them by extent only where one extent is unambiguous (a
