@@ -237,6 +237,9 @@ def _zero_reads(model: Model, ew: EwSite, record, idx, ranges, uses: Uses) -> li
     extent E at i) combines one element of the dim with every element of it: torch broadcasts
     only a dim of extent 1 (transfer/tiles._broadcast_kept reads those so). Claimed: the two
     positions are equal at every element, so any other batch is an error naming the thread.
+    Not claimed where the moving operand reads the zero-read tensor itself (`x - x[0]`, valid
+    torch: an anchor row subtracted from every row, indistinguishable by its loads from a
+    wrong batch, so only another tensor's row 0 is taken for the bug).
     The moving operand must read a tensor of the same integer positions and the same extent E
     at i (the same dim): a table [4, N] read at row 0 next to x[8, N]'s moving row is another
     dim that only shares the position's name, and is not claimed. As for ew.agree, the dim
@@ -265,9 +268,13 @@ def _zero_reads(model: Model, ew: EwSite, record, idx, ranges, uses: Uses) -> li
             for b, v in enumerate(tiles):
                 if b == a:
                     continue
+                moving_loads = loads_into(model, v)
+                if any(op.tensor.id == load.tensor.id for op in moving_loads):
+                    continue   # x - x[0]: one row of a tensor against the tensor itself, the
+                    #            idiom of an anchor row (torch's x - x[0] broadcasts it)
                 same_dim = any(len(t.dims) == len(info.dims) and t.dims[i] == ext
                                for t in (model.tensors.get(op.tensor.id)
-                                         for op in loads_into(model, v)) if t is not None)
+                                         for op in moving_loads) if t is not None)
                 rb = record(b)[2]
                 fb = rb.fields.get(name)
                 if not same_dim or fb is None or not fb.is_point or not moving_point(fb) or \

@@ -48,6 +48,22 @@ def _table_row():
     return table_row
 
 
+def _anchor_row():
+    """x - x[0] of x[4, 64, 1024]: the first batch subtracted from every batch (valid torch,
+    x[0] broadcast along dim0), the zero read of the moving operand's own tensor: not claimed
+    (the review of h228's claim found it refused)."""
+    @ag.kernel(threads=256)
+    def anchor_row(X: ag.Tensor[4, 64, 1024, ag.f32], OUT: ag.Tensor[4, 64, 1024, ag.f32],
+                   ROWS: int = 2, BN: int = 1024):
+        (p0,) = ag.grid(128)
+        o1 = (p0 % 32) * ROWS
+        c0 = p0 // 32
+        x = ag.load(X, (c0, o1, 0), (ROWS, BN))
+        first = ag.load(X, (0, o1, 0), (ROWS, BN))
+        ag.store(OUT, (c0, o1, 0), x - first)
+    return anchor_row
+
+
 @pytest.mark.parametrize("form", ["plain_zero", "scaled_zero"])
 def test_a_wide_dim_read_at_zero_against_a_moving_one_is_refused(form):
     report = verify.run(_batch_add(form).trace())
@@ -59,7 +75,8 @@ def test_a_wide_dim_read_at_zero_against_a_moving_one_is_refused(form):
 
 
 @pytest.mark.parametrize("kernel", [lambda: _batch_add("plain"), lambda: _batch_add("scaled"),
-                                    _table_row], ids=["plain", "scaled", "table_row"])
+                                    _table_row, _anchor_row],
+                         ids=["plain", "scaled", "table_row", "anchor_row"])
 def test_reads_at_the_same_dim_or_of_another_dim_are_clean(kernel):
     report = verify.run(kernel().trace())
     found = [d for d in report.errors if d.code == "ew.broadcast"]
