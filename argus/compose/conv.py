@@ -108,31 +108,47 @@ def split_pieces(X: ag.Tensor["G", "P", "CG", ag.f32], Y: ag.Tensor["G", "S", "P
         ag.store(Y, (g, t, i * ROWS, j * BC), pieces[which])
 
 
-def pack_split(x5: torch.Tensor, slots, groups: int) -> torch.Tensor:
+def pack_split(x5: torch.Tensor, slots, groups: int, chunk_images: int | None = None
+               ) -> torch.Tensor:
     """argus.ops.conv's `pack_x` on Argus kernels: the fp32 input [N, C, D, H, W] as the split
     kernel operand, the contiguous bf16 [N, D, H, W, groups * Cg'] whose group g holds the
     pieces of its Cg channels per slot side by side (slot t: piece slots[t][0]), zero-padded
-    to Cg' (a multiple of 8). NCHW -> NHWC by the Argus transpose, then `split_pieces`."""
-    from argus.compose.launch import copy_into
-
+    to Cg' (a multiple of 8). NCHW -> NHWC by the Argus transpose, then `split_pieces`, in
+    chunks of images (argus.ops.conv.image_chunks: at most PACK_CHUNK_BYTES of fp32
+    temporaries, argus.ops.conv says why; or `chunk_images` images a chunk): each chunk's
+    pieces land in its own slice of the result, the same bytes as one pass (every value's
+    pieces depend on that value alone)."""
     N, C, D, H, W = x5.shape
     cg, count = C // groups, len(slots)
     width = count * cg + (-(count * cg) % 8)
-    pixels = N * D * H * W
-    if not x5.is_contiguous():
-        buf = torch.empty(x5.shape, dtype=x5.dtype, device=x5.device)
-        copy_into(x5, buf)
-        x5 = buf
-    nhwc = torch.empty(N, D * H * W, C, dtype=torch.float32, device=x5.device)
-    _run(transpose, (x5.reshape(N, C, D * H * W), nhwc))
+    dhw = D * H * W
     # zeros: the channels past count * cg of each group are the TMA pitch padding
     alloc = torch.zeros if width != count * cg else torch.empty
-    out = alloc(pixels * groups * width, dtype=torch.bfloat16, device=x5.device)
-    y = out.as_strided((groups, count, pixels, cg), (width, cg, groups * width, 1))
-    xg = nhwc.view(pixels, groups, cg).permute(1, 0, 2)
+    out = alloc(N * dhw * groups * width, dtype=torch.bfloat16, device=x5.device)
+    chunks = conv_ops.image_chunks(N, C * dhw * 4, conv_ops.PACK_CHUNK_BYTES, chunk_images,
+                                   strides=(x5.stride(0),))
+    if not chunks:
+        return out.view(N, D, H, W, groups * width)
+    most = max(n1 - n0 for n0, n1 in chunks)
+    # one buffer of the largest chunk each, reused (stream order: a chunk's kernels are done
+    # with it before the next chunk's are launched)
+    nhwc_buf = torch.empty(most, dhw, C, dtype=torch.float32, device=x5.device)
+    copy_buf = (None if x5.is_contiguous() else
+                torch.empty(most, C, D, H, W, dtype=torch.float32, device=x5.device))
     bc = min(64, max(8, 1 << (cg - 1).bit_length()))
-    _run(split_pieces, (xg, y), SLOTS=tuple(i for i, _ in slots), ROWS=max(1, 2048 // bc // 2),
-         BC=bc)
+    constexprs = dict(SLOTS=tuple(i for i, _ in slots), ROWS=max(1, 2048 // bc // 2), BC=bc)
+    for n0, n1 in chunks:
+        xs = x5[n0:n1]
+        if copy_buf is not None:
+            copy_into(xs, copy_buf[:n1 - n0])
+            xs = copy_buf[:n1 - n0]
+        nhwc = nhwc_buf[:n1 - n0]
+        _run(transpose, (xs.reshape(n1 - n0, C, dhw), nhwc))
+        pixels = (n1 - n0) * dhw
+        y = out.as_strided((groups, count, pixels, cg), (width, cg, groups * width, 1),
+                           n0 * dhw * groups * width)
+        xg = nhwc.view(pixels, groups, cg).permute(1, 0, 2)
+        _run(split_pieces, (xg, y), **constexprs)
     return out.view(N, D, H, W, groups * width)
 
 

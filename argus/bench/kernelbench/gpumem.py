@@ -52,13 +52,18 @@ JUDGE_PROCESS_BYTES_PER_ELEMENT = 18.0
 UNKNOWN_BYTES = 8e9
 
 
-def estimate_bytes(task: Any, bytes_per_element: float = BASELINE_BYTES_PER_ELEMENT) -> float:
+def estimate_bytes(task: Any, bytes_per_element: float = BASELINE_BYTES_PER_ELEMENT,
+                   scratch: bool = False) -> float:
     """GPU bytes `task` needs (meta-device elements x bytes_per_element); UNKNOWN_BYTES when its
-    shapes cannot be evaluated on the meta device."""
+    shapes cannot be evaluated on the meta device. `scratch` (an Argus candidate judged, not
+    the baselines): plus the largest workspace a step of the solution takes beside its tensors
+    (`SizeCost.scratch_bytes`: a convolution's fp32 split packing, up to ~2.5 GiB, which the
+    per-element rate, sized for elementwise tasks, does not cover)."""
     try:
         from argus.bench.kernelbench.shrink import meta_cost
 
-        return bytes_per_element * meta_cost(task.path).elements
+        cost = meta_cost(task.path)
+        return bytes_per_element * cost.elements + (cost.scratch_bytes if scratch else 0)
     except Exception:  # noqa: BLE001 - a task that does not evaluate on meta: a fixed guess
         return UNKNOWN_BYTES
 

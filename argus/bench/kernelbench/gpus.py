@@ -412,7 +412,8 @@ def judge_on_gpus(todo: list, options: Any, parallel: Any, record: Callable[...,
         prefix="argus-kb-gpus-"))
     cache = BaselineCache(options.baseline_cache)
     on_cpu = options.device == "cpu"
-    need = {t.key: 0.0 if on_cpu else gpumem.estimate_bytes(t, gpumem.JUDGE_BYTES_PER_ELEMENT)
+    need = {t.key: 0.0 if on_cpu else gpumem.estimate_bytes(t, gpumem.JUDGE_BYTES_PER_ELEMENT,
+                                                            scratch=True)
             for t, _ in todo}
     ordered = sorted(todo, key=lambda tp: -need[tp[0].key])   # largest first, as on one GPU
     by_key = {t.key: (t, p) for t, p in todo}

@@ -334,7 +334,7 @@ def judge_tasks(todo: list[tuple[Task, Path]], options: JudgeOptions,
     def need_of(task: Task) -> float:
         if device == "cpu":
             return 0.0
-        n = gpumem.estimate_bytes(task, gpumem.JUDGE_BYTES_PER_ELEMENT)
+        n = gpumem.estimate_bytes(task, gpumem.JUDGE_BYTES_PER_ELEMENT, scratch=True)
         # A task estimated above half the memory runs alone from the start: beside it only
         # small tasks would fit, and the estimates of such tasks fell short on the H200 (L1/38
         # and L1/39, 94.5 GB, ran out of memory alone within 128 GB; while the 71 GB

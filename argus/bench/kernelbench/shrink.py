@@ -37,12 +37,16 @@ class SizeBudget:
 @dataclass(frozen=True)
 class SizeCost:
     """elements: in all inputs, parameters, outputs (or the largest intermediate, if larger);
-    io_elements: inputs + parameters + outputs only (what any implementation must touch)."""
+    io_elements: inputs + parameters + outputs only (what any implementation must touch);
+    scratch_bytes: the largest workspace an Argus solution's convolution takes beside its
+    tensors (argus.ops.conv.packing_peak_bytes: the strict fp32 split's packed operand,
+    several times its input's bytes when whole, now packed in chunks of images)."""
 
     elements: int
     flops: float
     largest_tensor: int
     io_elements: int = 0
+    scratch_bytes: int = 0
 
     def fits(self, budget: SizeBudget) -> bool:
         return self.elements <= budget.elements and self.flops <= budget.flops
@@ -84,11 +88,14 @@ def meta_cost(path: Path | str, overrides: dict[str, int] | None = None) -> Size
         """Tracks the largest tensor any op produces (intermediates included)."""
 
         largest = 0
+        scratch = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             for t in _tensors(out):
                 _Largest.largest = max(_Largest.largest, t.numel())
+            if func is torch.ops.aten.convolution.default:
+                _Largest.scratch = max(_Largest.scratch, _packing_peak(args))
             return out
 
     module = load_task(path, overrides)
@@ -105,7 +112,22 @@ def meta_cost(path: Path | str, overrides: dict[str, int] | None = None) -> Size
     sizes = [t.numel() for t in tensors]
     largest = max(max(sizes, default=0), _Largest.largest)
     return SizeCost(elements=max(sum(sizes), largest), flops=float(counter.get_total_flops()),
-                    largest_tensor=largest, io_elements=sum(sizes))
+                    largest_tensor=largest, io_elements=sum(sizes),
+                    scratch_bytes=_Largest.scratch)
+
+
+def _packing_peak(args: tuple) -> int:
+    """aten.convolution's (input, weight, bias, stride, padding, dilation, transposed,
+    output_padding, groups): the bytes of the strict split's packing of its fp32 input (a
+    transposed convolution runs as convolutions of that same input, one at a time); none for
+    a depthwise one (one input channel a group: its own CUDA-core kernel, exact fp32, no
+    split: argus.compose.conv.depthwise, argus.ops.conv.route)."""
+    from argus.ops.conv import packing_peak_bytes
+
+    x, weight, groups = args[0], args[1], int(args[8])
+    if not args[6] and groups == x.shape[1] and weight.shape[1] == 1:
+        return 0
+    return packing_peak_bytes(x, groups, terms=6)
 
 
 def _parameters(path: Path, values: dict[str, int], before: SizeCost) -> set[str]:
