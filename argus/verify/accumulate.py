@@ -25,8 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from argus.ir import ops as O
-from argus.ir.core import Kernel, Region
+from argus.ir.core import Region
 from argus.ir.types import TileType
+from argus.verify.model import Model
 
 # the elementwise combine of each reduction, and back
 COMBINE_OF = {"sum": "add", "max": "max", "min": "min"}
@@ -48,12 +49,9 @@ class Accumulation:
         return REDUCTION_OF[self.combine.fn]
 
 
-def accumulations(kernel: Kernel) -> list[Accumulation]:
-    defs = {r.id: op for op in kernel.walk() for r in op.results()}
-    assigns: dict[int, int] = {}
-    for op in kernel.walk():
-        if isinstance(op, O.Assign):
-            assigns[op.dst.id] = assigns.get(op.dst.id, 0) + 1
+def accumulations(model: Model) -> list[Accumulation]:
+    defs = model.value_defs()
+    assigned = model.assigned_sources()
     out: list[Accumulation] = []
 
     def region(r: Region) -> None:
@@ -62,25 +60,26 @@ def accumulations(kernel: Kernel) -> list[Accumulation]:
             if isinstance(op, O.For):
                 for a in op.body.ops:
                     if isinstance(a, O.Assign) and a.dst.id in here and \
-                            assigns.get(a.dst.id) == 1:
-                        got = _combine(defs, a.src, a.dst)
+                            len(assigned.get(a.dst.id, ())) == 1:
+                        got = _combine(model, a.src, a.dst)
                         if got is not None:
                             out.append(Accumulation(here[a.dst.id], op, *got))
             for inner in op.regions():
                 region(inner)
-    region(kernel.body)
+    region(model.kernel.body)
     return out
 
 
-def _combine(defs: dict, src, var) -> tuple | None:
+def _combine(model: Model, src, var) -> tuple | None:
     """(the combine op, the part) when `src` is combine(var..., part), else None."""
+    defs = model.value_defs()
     op = defs.get(src.id)
     if not isinstance(op, O.Elementwise) or op.fn not in REDUCTION_OF or len(op.args) != 2 \
             or not all(isinstance(a.type, TileType) for a in op.args):
         return None
     for k, a in enumerate(op.args):
         part = op.args[1 - k]
-        if _is_var(defs, a, var, rescaled=op.fn == "add") and not _reads(defs, part, var):
+        if _is_var(defs, a, var, rescaled=op.fn == "add") and not _reads(model, part, var):
             return op, part
     return None
 
@@ -93,20 +92,18 @@ def _is_var(defs: dict, v, var, rescaled: bool) -> bool:
         len(op.args) == 2 and sum(a.id == var.id for a in op.args) == 1
 
 
-def _reads(defs: dict, v, var, limit: int = 64) -> bool:
-    """Whether value v is computed from the variable (a walk of its definitions; past
-    `limit` values it is taken to, which only drops the accumulation)."""
-    todo, seen = [v], set()
-    while todo:
-        x = todo.pop()
-        if x.id == var.id:
+def _reads(model: Model, v, var, limit: int = 64) -> bool:
+    """Whether value v is computed from the variable (a walk of its definitions, not through
+    another variable; past `limit` values it is taken to, which only drops the
+    accumulation)."""
+    for n, (x, _) in enumerate(model.walk_defs(v, _operands_but_vars), 1):
+        if x.id == var.id or n > limit:
             return True
-        if x.id in seen:
-            continue
-        seen.add(x.id)
-        if len(seen) > limit:
-            return True
-        op = defs.get(x.id)
-        if op is not None and not isinstance(op, O.Var):
-            todo += [o for o in op.operands() if hasattr(o, "id")]
     return False
+
+
+def _operands_but_vars(_value, op) -> list:
+    """A walk_defs follow: every operand of the defining op, none past a `var`."""
+    if op is None or isinstance(op, O.Var):
+        return []
+    return [o for o in op.operands() if hasattr(o, "id")]

@@ -63,7 +63,7 @@ import z3
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region
 from argus.verify import witness as W
-from argus.verify.accumulate import accumulations
+from argus.verify.accumulate import Accumulation, accumulations
 from argus.verify.check_stores import _dest, _inb
 from argus.verify.model import Model, ReduceSite
 from argus.verify.obligation import Finding, Obligation
@@ -83,7 +83,7 @@ _HARM = {"max": "wins over every row whose values are all below it",
 
 
 def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
-    flow = _Flow(model.kernel, lambda: _exact_assigns(model))
+    flow = _Flow(model.kernel, lambda: _exact_assigns(model), accumulations(model))
     obs: list[Obligation] = []
     finds: list[Finding] = []
     seen: set = set()
@@ -123,7 +123,8 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
 
 
 class _Flow:
-    def __init__(self, kernel: Kernel, exact: Callable[[], set[tuple[int, ...]]]):
+    def __init__(self, kernel: Kernel, exact: Callable[[], set[tuple[int, ...]]],
+                 accumulating: list[Accumulation]):
         self.val: dict[int, object] = {}       # value id -> masked-element value
         # value id -> the loads whose masked lanes its masked value comes from, or OPAQUE
         # (another source: a TMA zero fill, a where's constant ...); read through `loads`
@@ -156,7 +157,7 @@ class _Flow:
         # walks it back from a reduced tile to the values its masked lanes come from
         self.carried_by: dict[int, tuple] = {}
         # combine result id -> the elementwise accumulation it is (accumulate.py)
-        self.accumulating = {a.combine.result.id: a for a in accumulations(kernel)}
+        self.accumulating = {a.combine.result.id: a for a in accumulating}
         self.region(kernel.body, ())
 
     def get(self, v) -> object:

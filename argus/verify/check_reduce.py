@@ -67,7 +67,7 @@ from argus.ir.types import TileType
 from argus.verify import solver
 from argus.verify import witness as W
 from argus.verify.accumulate import Accumulation, accumulations
-from argus.verify.model import Model, ReduceSite, _num
+from argus.verify.model import Model, ReduceSite, _num, through
 from argus.verify.obligation import Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import (fresh_int, free_consts, integer_dim_position,
@@ -77,7 +77,7 @@ from argus.verify.transfer.values import positive_scalar
 
 def obligations(model: Model) -> tuple[list[Obligation], list]:
     obs: list[Obligation] = []
-    accs = accumulations(model.kernel)
+    accs = accumulations(model)
     for red in model.reduces:
         obs += _coverage(model, red)
         obs += _accumulated(model, red, accs)
@@ -141,6 +141,10 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
                             set_before.setdefault(x.dst.id, []).append(None)
     if region is not None:
         straight(region.ops[:region.ops.index(loop)])
+    # its own recursive walk, not Model.walk_defs: a variable is followed to the value set
+    # before the loop in straight-line code (`set_before`), not to every assign, the depth is
+    # bounded, and a reduction reached a second time is recorded (`x + x` combines a block
+    # twice), which a walk yielding each value once cannot see
     seen: set[int] = set()
 
     def leaves(vid: int, depth: int = 0) -> None:
@@ -592,43 +596,20 @@ def _conjuncts(t) -> list:
 def _mask_where(model: Model, v):
     """The where that masks v (v's definitions walked back through pointwise ops): the first
     `ag.where` with a tile condition, or None."""
-    defs = model.value_defs()
-    todo, seen = [v], set()
-    while todo:
-        x = todo.pop()
-        if x.id in seen:
-            continue
-        seen.add(x.id)
-        op = defs.get(x.id)
+    for _, op in model.walk_defs(v, through(_POINTWISE)):
         if isinstance(op, O.Elementwise) and op.fn == "where" and \
                 isinstance(op.args[0].type, TileType):
             return op
-        if isinstance(op, _POINTWISE):
-            todo += [a for a in op.operands() if isinstance(getattr(a, "type", None),
-                                                              TileType)]
     return None
 
 
 def _from_wgmma(model: Model, v) -> bool:
     """Whether value v is computed from a wgmma's accumulator (through any ops of the
     kernel: a walk of its definitions, variables by their assignments)."""
-    defs = model.value_defs()
-    assigned = model.assigned_sources()
     # a wgmma accumulates into its acc operand (lowered: in place)
     accs = {op.acc.id for op in model.kernel.walk() if isinstance(op, O.Wgmma)}
-    todo, seen = [v], set()
-    while todo:
-        x = todo.pop()
-        if x.id in seen:
-            continue
-        seen.add(x.id)
-        op = defs.get(x.id)
-        if isinstance(op, O.Wgmma) or x.id in accs:
-            return True
-        todo += assigned.get(x.id, [])
-        if op is not None:
-            todo += [o for o in op.operands() if hasattr(o, "id")]
-    return False
+    return any(isinstance(op, O.Wgmma) or x.id in accs
+               for x, op in model.walk_defs(v, model.sources))
 
 
 def _singleton(f, premises) -> object | None:
@@ -1026,50 +1007,8 @@ def _pointwise_leaves(model: Model, v, shape) -> list:
     conversions whose operand has v's shape (a per-row operand broadcast along the axis is
     another value, not followed), to the first values not so computed (variables, loads,
     constants ...): their defining ops (None for a value without one)."""
-    defs = model.value_defs()
-    out, todo, seen = [], [v], set()
-    while todo:
-        x = todo.pop()
-        if x.id in seen:
-            continue
-        seen.add(x.id)
-        op = defs.get(x.id)
-        if isinstance(op, _POINTWISE):
-            todo += [a for a in op.operands() if isinstance(getattr(a, "type", None), TileType)
-                     and tuple(a.type.shape) == tuple(shape)]
-        else:
-            out.append(op)
-    return out
-
-
-def loads_into(model: Model, v) -> list:
-    """The loads and gathers whose data value v is computed from (its definitions walked
-    back, variables through their initial values and assignments), each once. Remembered
-    per model and value (check_tiles asks it of every elementwise operand)."""
-    memo = model.__dict__.setdefault("_loads_into", {})
-    if v.id not in memo:
-        memo[v.id] = _loads_into(model, v)
-    return memo[v.id]
-
-
-def _loads_into(model: Model, v) -> list:
-    defs = model.value_defs()
-    assigned = model.assigned_sources()
-    out, todo, seen = [], [v], set()
-    while todo:
-        x = todo.pop()
-        if x.id in seen:
-            continue
-        seen.add(x.id)
-        op = defs.get(x.id)
-        if isinstance(op, (O.Load, O.Gather)):
-            if not any(op is o for o in out):
-                out.append(op)
-            continue
-        todo += assigned.get(x.id, [])
-        if op is not None:
-            todo += [o for o in op.operands() if hasattr(o, "id")]
-    return out
+    return [op for _, op in model.walk_defs(v, through(_POINTWISE, shape))
+            if not isinstance(op, _POINTWISE)]
 
 
 def _loaded_extents(model: Model, v) -> dict:
@@ -1078,7 +1017,7 @@ def _loaded_extents(model: Model, v) -> dict:
     where every such tensor with that field agrees on it: the static-shape fields that name
     a position, not a dim, resolved by the tensors that give v its tags."""
     found: dict[str, set] = {}
-    for op in loads_into(model, v):
+    for op in model.loads_into(v):
         info = model.tensors.get(op.tensor.id)
         for d, name in enumerate(info.field_names if info is not None else ()):
             if is_integer_dim(name):

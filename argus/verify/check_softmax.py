@@ -38,20 +38,21 @@ without an online softmax have no finding.
 from __future__ import annotations
 
 from argus.ir import ops as O
-from argus.ir.core import Kernel, Region
+from argus.ir.core import Region
 from argus.ir.types import TileType
 from argus.verify import witness as W
+from argus.verify.model import Model
 from argus.verify.obligation import Finding
 from argus.verify.requires import required_positive as _required_positive
 
 ZERO, NORM = ("zero",), ("norm",)
 
 
-def obligations(model) -> tuple[list, list[Finding]]:
-    return [], _Flow(model.kernel).findings + _fold_findings(model.kernel)
+def obligations(model: Model) -> tuple[list, list[Finding]]:
+    return [], _Flow(model).findings + _fold_findings(model)
 
 
-def _fold_findings(kernel: Kernel) -> list[Finding]:
+def _fold_findings(model: Model) -> list[Finding]:
     """The folded scale (FA3's softmax diet: `exp2(s * c - m)` with the running max m taken
     of the raw scores and scaled after, `maximum(m_i, max(s) * c)`): max(s) * c is the max of
     s * c only for c > 0. For c < 0 it is the row's minimum, every exponent is >= 0 and grows
@@ -61,13 +62,11 @@ def _fold_findings(kernel: Kernel) -> list[Finding]:
     shapes, not a float's sign), so the fold holds only under the launch precondition c > 0:
     a warning naming it (argus.ops.attention guarantees it: `for_scale` runs any other scale
     unfolded)."""
-    defs = {r.id: op for op in kernel.walk() for r in op.results()}
+    kernel = model.kernel
+    defs = model.value_defs()
     params = {p.value.id: p.name for p in kernel.params}
     roles = W.roles_by_op(kernel)   # who runs a reported op (W.issuer)
-    assigned: dict[int, list] = {}
-    for op in kernel.walk():
-        if isinstance(op, O.Assign):
-            assigned.setdefault(op.dst.id, []).append(op.src)
+    assigned = model.assigned_sources()
 
     def scaled(v):
         """(tile, scalar) when v = tile * scalar with a scalar (not tile) operand."""
@@ -80,17 +79,11 @@ def _fold_findings(kernel: Kernel) -> list[Finding]:
                 return b, a
         return None
 
-    def max_scaled_by(v, seen) -> list:
-        """The scalars c with v = max(x) * c for some row max max(x), through maximum, a
-        masking where, conversions and loop-carried variables."""
-        if v.id in seen:
+    def max_follow(v, op) -> list:
+        """What v = max(x) * c is looked for through: maximum, a masking where's branches,
+        conversions and loop-carried variables (their tile operands)."""
+        if scaled(v) is not None:
             return []
-        seen.add(v.id)
-        got = scaled(v)
-        if got is not None:
-            src = defs.get(got[0].id)
-            return [got[1]] if isinstance(src, O.Reduce) and src.fn == "max" else []
-        op = defs.get(v.id)
         nxt: list = []
         if isinstance(op, O.Elementwise) and op.fn == "max":
             nxt = list(op.args)
@@ -100,7 +93,18 @@ def _fold_findings(kernel: Kernel) -> list[Finding]:
             nxt = [op.src]
         elif isinstance(op, O.Var):
             nxt = [op.init] + assigned.get(v.id, [])
-        return [c for x in nxt if isinstance(x.type, TileType) for c in max_scaled_by(x, seen)]
+        return [x for x in nxt if isinstance(x.type, TileType)]
+
+    def max_scaled_by(v) -> list:
+        """The scalars c with v = max(x) * c for some row max max(x) (only whether c is
+        among them is asked: the walk's order does not matter)."""
+        out = []
+        for x, _ in model.walk_defs(v, max_follow):
+            got = scaled(x)
+            if got is not None and isinstance(defs.get(got[0].id), O.Reduce) and \
+                    defs[got[0].id].fn == "max":
+                out.append(got[1])
+        return out
 
     out: list[Finding] = []
     done: set = set()
@@ -115,7 +119,7 @@ def _fold_findings(kernel: Kernel) -> list[Finding]:
         if got is None or not isinstance(m.type, TileType):
             continue
         c = got[1]
-        if not any(x.id == c.id for x in max_scaled_by(m, set())):
+        if not any(x.id == c.id for x in max_scaled_by(m)):
             continue
         key = (op.loc.file, op.loc.line)
         if key in done:
@@ -162,12 +166,13 @@ def _fold_findings(kernel: Kernel) -> list[Finding]:
 
 
 class _Flow:
-    def __init__(self, kernel: Kernel):
+    def __init__(self, model: Model):
+        kernel = model.kernel
         self.state: dict[int, tuple] = {}   # value id -> abstract value (absent: unknown)
         self.tok: dict[int, object] = {}     # value id -> identity token of its content
         self.const: set[int] = set()         # scalar constants and constant tiles
         self.buf: dict[int, int] = {}        # smem view id -> buffer id
-        self.defs: dict[int, object] = {r.id: op for op in kernel.walk() for r in op.results()}
+        self.defs: dict[int, object] = model.value_defs()   # shared: read only
         self.findings: list[Finding] = []
         self.roles = W.roles_by_op(kernel)   # who runs a reported op (W.issuer)
         self.rel_at: dict = {}               # max token -> the exp lines made relative to it

@@ -50,8 +50,8 @@ from argus.verify.tagdomain import fresh_int
 
 def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
     defs = model.value_defs()
-    looped = _loop_sums(model.kernel, defs)
-    assigned = {op.dst.id for op in model.kernel.walk() if isinstance(op, O.Assign)}
+    looped = _loop_sums(model)
+    assigned = model.assigned_sources()   # membership only: the variables some assign sets
     obs: list[Obligation] = []
     finds: list[Finding] = []
     for st in model.kernel.walk():
@@ -113,11 +113,13 @@ def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
 
 
 def _sum_leaves(defs, vid: int, out: list, looped: dict | None = None,
-                loops: list | None = None, assigned: set | None = None) -> bool:
+                loops: list | None = None, assigned: dict | None = None) -> bool:
     """Collect the loads added up into value `vid`; False when the tree has another kind of
     node (a product, a max: not a plain sum of partials). A variable summed in a loop
     (`looped`) adds its initial value's loads to `out` and (loop, its loads) to `loops`; any
-    other assigned variable (`assigned`) holds more than its initial value: False."""
+    other assigned variable (a key of `assigned`, Model.assigned_sources) holds more than its
+    initial value: False. A tree walk, not Model.walk_defs: a value added twice (`x + x`)
+    is two leaves, which a walk visiting each value once would count as one."""
     op = defs.get(vid)
     if isinstance(op, O.Load):
         out.append(op)
@@ -139,16 +141,14 @@ def _sum_leaves(defs, vid: int, out: list, looped: dict | None = None,
     return False
 
 
-def _loop_sums(kernel, defs) -> dict[int, tuple[O.For, list[O.Load]]]:
+def _loop_sums(model: Model) -> dict[int, tuple[O.For, list[O.Load]]]:
     """Variables summed in a runtime loop: var id -> (the loop, the loads its one assignment,
     at the top level of the loop body, adds to it each iteration). The assignment's value is
     an addition tree over the variable itself (once) and loads of the loop's own body."""
-    assigns: dict[int, int] = {}
-    for op in kernel.walk():
-        if isinstance(op, O.Assign):
-            assigns[op.dst.id] = assigns.get(op.dst.id, 0) + 1
+    defs = model.value_defs()
+    assigns = {vid: len(srcs) for vid, srcs in model.assigned_sources().items()}
     out = {}
-    for loop in kernel.walk():
+    for loop in model.kernel.walk():
         if not isinstance(loop, O.For):
             continue
         inside = {r.id for op in loop.body.walk() for r in op.results()}

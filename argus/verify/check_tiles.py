@@ -35,8 +35,7 @@ from argus.ir import ops as O
 from argus.ir.types import TileType
 from argus.target import sm90
 from argus.verify import witness as W
-from argus.verify.check_reduce import loads_into
-from argus.verify.model import EwSite, Model, ReduceSite, _num
+from argus.verify.model import EwSite, Model, ReduceSite, _num, through
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.outflow import Uses
 from argus.verify.solver import value
@@ -195,19 +194,7 @@ def _element_loads(model: Model, v) -> list:
     Welford shift of compose's batch norm, `mean(x[0])` subtracted from every batch, is a
     constant of the computation, not an element of y) nor a variable (an accumulator carried
     across the dim: split-K's `total = P[0]`, then `total + P[s]`)."""
-    defs = model.value_defs()
-    out, todo, seen = [], [v], set()
-    while todo:
-        x = todo.pop()
-        if x.id in seen:
-            continue
-        seen.add(x.id)
-        op = defs.get(x.id)
-        if isinstance(op, O.Load):
-            out.append(op)
-        elif isinstance(op, _ELEMENTS):
-            todo += [a for a in op.operands() if isinstance(getattr(a, "type", None), TileType)]
-    return out
+    return [op for _, op in model.walk_defs(v, through(_ELEMENTS)) if isinstance(op, O.Load)]
 
 
 def _wide_zero_loads(model: Model, v) -> dict[str, tuple]:
@@ -268,7 +255,7 @@ def _zero_reads(model: Model, ew: EwSite, record, idx, ranges, uses: Uses) -> li
             for b, v in enumerate(tiles):
                 if b == a:
                     continue
-                moving_loads = loads_into(model, v)
+                moving_loads = model.loads_into(v)
                 if any(op.tensor.id == load.tensor.id for op in moving_loads):
                     continue   # x - x[0]: one row of a tensor against the tensor itself, the
                     #            idiom of an anchor row (torch's x - x[0] broadcasts it)
@@ -374,24 +361,19 @@ def _loaded_tensors(model: Model, v) -> frozenset[int] | None:
     constants and variables (a `var`'s initial value and every `assign` to it); None when
     anything else makes it (a wgmma, shared memory, a reduction, a gather, a scalar read),
     whose tags this walk does not follow: then no field is linked by its sources."""
-    defs = model.value_defs()
     assigns = model.assigned_sources()
+
+    def follow(x, op) -> list:
+        if isinstance(op, O.Elementwise):
+            return list(op.args)
+        if isinstance(op, O.Var):
+            return [op.init] + assigns.get(x.id, [])
+        return []
     out: set[int] = set()
-    seen: set[int] = set()
-    todo = [v]
-    while todo:
-        x = todo.pop()
-        if x.id in seen:
-            continue
-        seen.add(x.id)
-        op = defs.get(x.id)
+    for _, op in model.walk_defs(v, follow):
         if isinstance(op, O.Load):
             out.add(op.tensor.id)
-        elif isinstance(op, O.Elementwise):
-            todo += list(op.args)
-        elif isinstance(op, O.Var):
-            todo += [op.init] + assigns.get(x.id, [])
-        elif not isinstance(op, (O.Full, O.Const)):
+        elif not isinstance(op, (O.Elementwise, O.Var, O.Full, O.Const)):
             return None
     return frozenset(out)
 

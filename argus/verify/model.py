@@ -515,6 +515,55 @@ class Model:
                 if isinstance(op, (O.Elementwise, O.Convert, O.ConvertLayout))}
         return self._pointwise_def_ops
 
+    def walk_defs(self, value: Value, follow):
+        """(value, the op defining it, None for one no op defines: a parameter, a loop
+        index) for `value` and every value reached from it through `follow(value, op)`, the
+        values to continue through ([] to stop there), each once: the one walk back through
+        definitions that the checks share (check_tiles, check_reduce, check_softmax,
+        accumulate), each saying only what it follows and what it takes.
+
+        Depth first off a stack, the last value `follow` names walked first, a value marked
+        when taken off it (so one pushed twice is yielded once): the order the checks' own
+        walks had, which their first-found answers (the masking where, a load's first
+        zero read) depend on. `follow` is asked of a value only once the consumer resumes
+        after it, so a consumer that stops at what it looked for walks nothing past it.
+        `follow` gets the value as well as its op because an `assign` may target a value no
+        `var` defines (a wgmma's accumulator: `sources`)."""
+        defs = self.value_defs()
+        todo, seen = [value], set()
+        while todo:
+            x = todo.pop()
+            if x.id in seen:
+                continue
+            seen.add(x.id)
+            op = defs.get(x.id)
+            yield x, op
+            todo += follow(x, op)
+
+    def sources(self, value: Value, op: Op | None) -> list:
+        """A `walk_defs` follow through everything: the values `assign`s give `value` (kernel
+        order), then its defining op's operands."""
+        out = list(self.assigned_sources().get(value.id, []))
+        if op is not None:
+            out += [o for o in op.operands() if hasattr(o, "id")]
+        return out
+
+    def loads_into(self, value: Value) -> list:
+        """The loads and gathers whose data `value` is computed from (its definitions walked
+        back through everything, variables through their initial values and assignments),
+        each once, in walk order. Remembered per value (check_tiles asks it of every
+        elementwise operand; check_reduce of every reduced tile)."""
+        memo = self.__dict__.setdefault("_loads_into", {})
+        if value.id not in memo:
+            loads = (O.Load, O.Gather)
+            out: list = []
+            for _, op in self.walk_defs(value, lambda x, op: [] if isinstance(op, loads)
+                                        else self.sources(x, op)):
+                if isinstance(op, loads) and not any(op is o for o in out):
+                    out.append(op)
+            memo[value.id] = out
+        return memo[value.id]
+
     def _prime_scalars(self, region: Region) -> None:
         """Evaluate the scalars of a region (constants, arithmetic, loop indices) without
         recording anything, so counts over it can be formed before it is walked."""
@@ -1027,6 +1076,18 @@ class Model:
                                                                           xs=combo)))
                 out.append(hit[1])
         return out
+
+
+def through(kinds, shape=None):
+    """A `Model.walk_defs` follow: the tile operands of an op of one of the classes `kinds`
+    (of `shape` alone, when given: a per-row operand broadcast along an axis is another
+    value), nothing past any other op."""
+    def follow(_value, op) -> list:
+        if not isinstance(op, kinds):
+            return []
+        return [a for a in op.operands() if isinstance(getattr(a, "type", None), TileType)
+                and (shape is None or tuple(a.type.shape) == tuple(shape))]
+    return follow
 
 
 def _opaque_grounds(terms, opaque: set[str]) -> list:

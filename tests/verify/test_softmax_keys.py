@@ -11,6 +11,7 @@ from argus.compiler import lower_only
 from argus.ir import ops as O
 from argus.kernels.attention import attention_kernel, default_schedule
 from argus.verify.check_softmax import _Flow
+from argus.verify.model import Model
 
 
 def _attention(causal: bool):
@@ -25,7 +26,7 @@ def _heads(flow: _Flow) -> set:
 
 def test_two_traces_give_the_same_tokens():
     for causal in (False, True):
-        a, b = _Flow(_attention(causal)), _Flow(_attention(causal))
+        a, b = _Flow(Model(_attention(causal))), _Flow(Model(_attention(causal)))
         assert _heads(a), "the online softmax's running statistics are loop-carried"
         assert a.tok == b.tok and a.state == b.state
         assert [f.message for f in a.findings] == [f.message for f in b.findings]
@@ -33,7 +34,7 @@ def test_two_traces_give_the_same_tokens():
 
 def test_a_head_names_its_loop_by_the_index_value():
     kernel = _attention(True)
-    flow = _Flow(kernel)
+    flow = _Flow(Model(kernel))
     loops = {op.var.id for op in kernel.walk() if isinstance(op, O.For)}
     heads = _heads(flow)
     assert heads and all(t[2] in loops for t in heads)

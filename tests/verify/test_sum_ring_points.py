@@ -8,6 +8,7 @@ from __future__ import annotations
 from argus.compiler import lower_only
 from argus.ir import ops as O
 from argus.verify import check_sums
+from argus.verify.model import Model
 from tests.verify.test_sum_slices_loop import _summed
 
 
@@ -18,7 +19,7 @@ def _ring_loop():
     for op in kernel.walk():
         if isinstance(op, O.Assign):
             assigns[op.dst.id] = assigns.get(op.dst.id, 0) + 1
-    (vid, (loop, leaves)), = check_sums._loop_sums(kernel, defs).items()
+    (vid, (loop, leaves)), = check_sums._loop_sums(Model(kernel)).items()
     return defs, assigns, loop, leaves
 
 
