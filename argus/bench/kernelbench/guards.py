@@ -185,16 +185,28 @@ def fill_poison(t: torch.Tensor) -> None:
     t.view(view_dtype).fill_(_signed(_PATTERNS[t.dtype][0], bits))
 
 
-def poison_count(t: torch.Tensor) -> int:
-    """How many elements of `t` hold a poison pattern (memory the solution never wrote)."""
+# Elements a scan over a whole tensor (`poison_count`, `same_bits`) compares at once. A bool
+# tensor's sum is computed in int64, and torch first casts the WHOLE bool tensor to int64 (8
+# bytes an element): one pass over KernelBench L1/87's 2^31-element output asked for 16 GiB
+# beside the output's 8 and ran the candidate out of memory (issue 17). A chunk of 2^25 takes
+# 32 MiB of bool and 256 MiB of int64, still 2^25 elements a launch.
+SCAN_CHUNK = 1 << 25
+
+
+def poison_count(t: torch.Tensor, chunk: int | None = None) -> int:
+    """How many elements of `t` hold a poison pattern (memory the solution never wrote),
+    counted `chunk` elements (default SCAN_CHUNK) at a time."""
     view_dtype = _INT_VIEW.get(t.dtype)
     if view_dtype is None or t.numel() == 0:
         return 0
+    chunk = chunk or SCAN_CHUNK
     bits = torch.iinfo(view_dtype).bits
-    ints = t.detach().contiguous().view(view_dtype)
+    ints = t.detach().contiguous().view(view_dtype).reshape(-1)
     hits = torch.zeros((), dtype=torch.int64, device=t.device)
-    for pattern in _PATTERNS[t.dtype]:
-        hits = hits + (ints == _signed(pattern, bits)).sum()
+    for i in range(0, ints.numel(), chunk):
+        part = ints[i:i + chunk]
+        for pattern in _PATTERNS[t.dtype]:
+            hits += (part == _signed(pattern, bits)).sum()
     return int(hits.item())
 
 
@@ -302,4 +314,8 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(a.element_size())
     if view is None:
         return bool(torch.equal(a, b))
-    return bool(torch.equal(a.contiguous().view(view), b.contiguous().view(view)))
+    # chunk by chunk: torch.equal on CUDA is eq(a, b).all(), a bool of the whole tensor
+    a_bits = a.contiguous().view(view).reshape(-1)
+    b_bits = b.contiguous().view(view).reshape(-1)
+    return all(bool(torch.equal(a_bits[i:i + SCAN_CHUNK], b_bits[i:i + SCAN_CHUNK]))
+               for i in range(0, a_bits.numel(), SCAN_CHUNK))

@@ -1071,7 +1071,9 @@ def _judge_sets(session: ReferenceSession, cand: Worker, solution: str, started:
             session.free_hand_over()        # read by the run: not kept to the next hand-over
             result = _compare_set(entry, inputs, outs, run, fingerprints)
             set_prints[spec.index] = [probes.fingerprint(o) for o in outs]
-        del outs
+        # the name `inputs` too: a big set's inputs are let go of by `release_inputs` below,
+        # and this name would hold them beside the next set's preparation (L1/87: 4 GiB)
+        del outs, inputs
         set_results.append(result[0])
         reasons |= result[1]
         relaxed_reasons |= result[2]

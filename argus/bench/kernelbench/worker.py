@@ -89,6 +89,19 @@ def _release_cached(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def _release_before_drawing(device: torch.device) -> None:
+    """Give the cached blocks back before a set's tensors are drawn. The caching allocator
+    splits a free cached block for a smaller request, and a segment with one block in use
+    cannot be given back: judging directly KernelBench L1/87, set 1's draw and its inputs
+    (4 GiB each) were carved out of the 16 GiB segment that set 0's float64 reference had just
+    freed, and the 12 GiB around the inputs stayed reserved by the judge's process through
+    set 1's candidate run (44.6 GiB where its tensors take 32), which then ran out of memory
+    (issue 17).
+    Drawn into fresh segments, what a set frees whole is given back whole (`_release_cached`
+    at the end of `prepare`). Milliseconds, once a set."""
+    _release_cached(device)
+
+
 def _gen_device(device: torch.device) -> torch.device | None:
     """Where input sets are drawn: on the GPU when judging on one (upstream inputs of several
     GB take minutes with the CPU's generator), else on the CPU as the task makes them."""
@@ -293,6 +306,7 @@ class ReferenceRole:
                     inputs_path: str | None = None) -> dict[str, Any]:
         """An input set without its reference (timing's inputs when the judge no longer holds
         set 0): returned under "tensors" in the judge's process, or written to `inputs_path`."""
+        _release_before_drawing(self.device)
         with gate().shared():
             with RNG_LOCK:
                 raw = kb_inputs.task_inputs(self.module, seed, _gen_device(self.device))
@@ -318,6 +332,7 @@ class ReferenceRole:
         drew it, no other tried) reflected by that call's key (`inputs.reflect`)."""
         phases: dict[str, float] = {}
         clock = _Phases(phases)
+        _release_before_drawing(self.device)
         with gate().shared():
             with clock("inputs"), RNG_LOCK:
                 drawn: list[Any] | None = kb_inputs.task_inputs(self.module, seed,
