@@ -158,7 +158,7 @@ class _Emulate(torch.overrides.TorchFunctionMode):
         index = len(self.seen)
         x, w = args[0], args[1]
         self.seen.append(tuple(w.shape))
-        out = func(*args, **kwargs)
+        out = _conv(func, args, kwargs)
         self.outputs += out.numel()
         # a product per output element and weight of its group: Cin/groups * k (weight
         # (Cout, Cin/groups, *k)); a transposed convolution's weight is (Cin, Cout/groups,
@@ -166,9 +166,74 @@ class _Emulate(torch.overrides.TorchFunctionMode):
         per = w.numel() // max(1, w.shape[0])
         self.macs += (x if func.__name__.startswith("conv_transpose") else out).numel() * per
         if index in self.tf32:         # the bias is added exactly in both: it cancels
-            rounded = func(*((_tf32(x), _tf32(w)) + tuple(args[2:])), **kwargs)
+            rounded = _conv(func, (_tf32(x), _tf32(w)) + tuple(args[2:]), kwargs)
             out = out + self.gain * (rounded - out)
         return out
+
+
+# a grouped convolution with at most this many input channels a group is evaluated as
+# shifted slices (`_conv`); 0 sends every one to torch's own (the tests' switch). Measured
+# (2 shared cores, docs/perf/kernelbench.md, issue 17): one channel a group is as fast as
+# torch's on one thread and 1.7-4.7x faster on two; two channels break even, four lose (0.7x)
+SLICED_MAX_GROUP_CHANNELS = 1
+
+
+def _conv(func, args: tuple, kwargs: dict) -> torch.Tensor:
+    """func(*args, **kwargs), a convolution; a float64 CPU conv{1,2,3}d with groups > 1 and at
+    most SLICED_MAX_GROUP_CHANNELS input channels a group as the sum over its taps (input
+    channel of the group, kernel offset) of the zero-padded input's shifted, strided, dilated
+    slice times that tap's weight, per output channel (a group's `mult` outputs alike).
+
+    Why: torch's CPU float64 grouped convolution runs the groups one by one (a narrow, a copy
+    and a small product each, each its own parallel region), which on two shared cores waits
+    on the other thread once a group: the check repeats the task's forward hundreds of times
+    on its heavy and rare draws, and L1/82 (depthwise 3x3, 64 channels) cost 4566 s of CPU.
+    Here a tap is one multiply-add over the whole output. It is the same sum in float64,
+    in torch's order at one channel a group (bit-equal to torch 2.13's, bias first as there),
+    else equal to rounding: no choice changes.
+    Transposed convolutions (KernelBench's grouped ones have 8 channels a group or more) and
+    padding modes other than zeros (nn.Conv pads those itself, before the call) go to torch."""
+    import itertools
+
+    names = ("bias", "stride", "padding", "dilation", "groups")
+    a = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1,
+         **dict(zip(names, args[2:])), **kwargs}
+    x, w, groups = args[0], args[1], a["groups"]
+    if func.__name__ not in ("conv1d", "conv2d", "conv3d") or groups == 1 \
+            or x.dtype != torch.float64 or x.device.type != "cpu" or x.dim() != w.dim() \
+            or x.dim() not in (3, 4, 5) or w.shape[1] > SLICED_MAX_GROUP_CHANNELS:
+        return func(*args, **kwargs)
+    dims, k = x.dim() - 2, tuple(w.shape[2:])
+    stride, padding, dilation = (tuple(v) if isinstance(v, (tuple, list)) else (v,) * dims
+                                 for v in (a["stride"], a["padding"], a["dilation"]))
+    if isinstance(a["padding"], str) and a["padding"] not in ("same", "valid") \
+            or a["padding"] == "same" and any(st != 1 for st in stride):
+        return func(*args, **kwargs)             # torch's own error for what it refuses
+    if a["padding"] == "valid":
+        pads = [(0, 0)] * dims
+    elif a["padding"] == "same":                 # torch's split: the odd one on the right
+        pads = [(d * (kk - 1) // 2, d * (kk - 1) - d * (kk - 1) // 2)
+                for d, kk in zip(dilation, k)]
+    else:
+        pads = [(p, p) for p in padding]
+    if any(v for lr in pads for v in lr):
+        x = torch.nn.functional.pad(x, [v for lr in reversed(pads) for v in lr])
+    n, cpg, mult = x.shape[0], w.shape[1], w.shape[0] // groups
+    size = [(s - d * (kk - 1) - 1) // st + 1
+            for s, kk, st, d in zip(x.shape[2:], k, stride, dilation)]
+    xg = x.reshape(n, groups, cpg, 1, *x.shape[2:])      # [n, group, channel, 1, *space]
+    wg = w.reshape(groups, mult, cpg, *k)                # [group, multiplier, channel, *k]
+    out = None
+    if a["bias"] is not None:                    # first, as torch's sum starts from it
+        out = a["bias"].reshape(1, groups, mult, *(1,) * dims).expand(
+            n, groups, mult, *size).clone()
+    for c, tap in itertools.product(range(cpg), itertools.product(*map(range, k))):
+        window = tuple(slice(t * d, t * d + (o - 1) * st + 1, st)
+                       for t, d, o, st in zip(tap, dilation, size, stride))
+        term = (xg[(slice(None), slice(None), c, slice(None)) + window],
+                wg[(slice(None), slice(None), c) + tap].reshape(groups, mult, *(1,) * dims))
+        out = torch.mul(*term) if out is None else out.addcmul_(*term)
+    return out.reshape(n, groups * mult, *size)
 
 
 def _tf32(t: torch.Tensor) -> torch.Tensor:
@@ -236,9 +301,12 @@ def _ratio_and_inexact(y: torch.Tensor, r: torch.Tensor) -> tuple[float, int, in
     positions r has): the worst element, and how many elements the error reaches at all."""
     y, r = y.double(), r.double()
     finite = torch.isfinite(r)
-    if not bool(((y == r) | finite | (y.isnan() & r.isnan())).all()):
+    if bool(finite.all()):      # the usual case: r's elements in order, no masked copies
+        y, r = y.reshape(-1), r.reshape(-1)
+    elif not bool(((y == r) | finite | (y.isnan() & r.isnan())).all()):
         return math.inf, r.numel(), r.numel()
-    y, r = y[finite], r[finite]
+    else:
+        y, r = y[finite], r[finite]
     if r.numel() == 0:
         return 0.0, 0, 0
     if not bool(torch.isfinite(y).all()):
@@ -400,7 +468,8 @@ def choose_conv_precisions(module: Any, fp32_convs: list[int] | None = None,
     model = model.double()
     base = _task_values(module, meta_inputs, shapes)
     gen = torch.Generator().manual_seed(SELF_CHECK_SEED)
-    sets = [(kind, _draw_set(base, kind, gen)) for kind in DRAWS]
+    fixed = _fixed(base)
+    sets = [(kind, _draw_set(base, kind, gen, fixed)) for kind in DRAWS]
 
     def gain(kind: str) -> float:
         return HEAVY_GAIN if kind.removesuffix("(abs)") == HEAVY else TF32_GAIN
@@ -473,7 +542,7 @@ def choose_conv_precisions(module: Any, fp32_convs: list[int] | None = None,
         again = torch.Generator().manual_seed(SELF_CHECK_SEED + 1000 * (k + 1) + j)
         times, spent = 1, 0.0
         while n < judged and spent < HEAVY_MAX_MACS and q <= 1.0:
-            xs = _draw_set(base, kind, again)
+            xs = _draw_set(base, kind, again, fixed)
             ref, mode = forward(xs, frozenset(), k)
             more = measure(xs, ref, frozenset((j,)), k)
             q, n = max(q, more[0]), n + more[2]
@@ -492,7 +561,7 @@ def choose_conv_precisions(module: Any, fp32_convs: list[int] | None = None,
         again = torch.Generator().manual_seed(SELF_CHECK_SEED + 1000 * (k + 1) + j)
         times, spent = 1, 0.0
         while inexact < RARE_MIN and n < judged and spent < RARE_MAX_MACS and q <= 1.0:
-            xs = _draw_set(base, kind, again)
+            xs = _draw_set(base, kind, again, fixed)
             ref, mode = forward(xs, frozenset(), k)
             more = measure(xs, ref, frozenset((j,)), k)
             q, inexact, n = max(q, more[0]), inexact + more[1], n + more[2]
@@ -538,21 +607,29 @@ def choose_conv_precisions(module: Any, fp32_convs: list[int] | None = None,
     return tuple(choices)
 
 
-def _draw_set(base: list, kind: str, gen: torch.Generator) -> list:
+def _draw_set(base: list, kind: str, gen: torch.Generator, fixed: list | None = None
+              ) -> list:
     """The inputs of one draw: each continuous floating input of `base` re-drawn as `kind`
     (its absolute values for "<kind>(abs)", as the judge retries a non-finite reference);
-    categorical, integer and non-tensor inputs as they are."""
+    categorical, integer and non-tensor inputs as they are. `fixed`: which inputs those are
+    (_fixed(base), passed by a caller that draws many sets: torch.unique costs a pass)."""
     plain = kind.removesuffix("(abs)")
     xs = []
-    for t in base:
+    for t, keep in zip(base, _fixed(base) if fixed is None else fixed):
         if not isinstance(t, torch.Tensor):
             xs.append(t)
-        elif _categorical(t) or not t.is_floating_point():
+        elif keep:
             xs.append(t.double())
         else:
             v = _draw(t, plain, gen)
             xs.append(v.abs() if plain != kind else v)
     return xs
+
+
+def _fixed(base: list) -> list[bool]:
+    """Per input of `base`: a tensor that every draw keeps as it is (categorical, integer)."""
+    return [isinstance(t, torch.Tensor) and (_categorical(t) or not t.is_floating_point())
+            for t in base]
 
 
 def _output_elements(model, shapes: list) -> float:

@@ -451,3 +451,95 @@ def test_draw_kinds_and_the_error_that_lists_them():
         for kind in {k.partition("*")[0] for k in P.DRAWS}:
             assert kind in message, (kind, message)
         assert "normal*<scale>" in message, message
+
+
+# ------------------------------------------------- grouped convolutions as shifted slices
+_SLICED_GRID = [
+    (dims, cpg, groups, mult, stride, padding, dilation, bias)
+    for dims in (1, 2, 3)
+    for cpg, groups, mult in ((1, 4, 1), (1, 3, 2), (2, 2, 3), (3, 2, 1))
+    for stride in (1, 2)
+    for padding in (0, 1, "same", "valid")
+    for dilation in (1, 2)
+    for bias in (False, True)
+    if not (padding == "same" and stride != 1)      # torch refuses 'same' when strided
+]
+
+
+@pytest.mark.parametrize("dims, cpg, groups, mult, stride, padding, dilation, bias",
+                         _SLICED_GRID)
+def test_sliced_grouped_conv_is_torchs(monkeypatch, dims, cpg, groups, mult, stride,
+                                       padding, dilation, bias):
+    # the function is general in the channels a group; the switch sends them all to it
+    monkeypatch.setattr(P, "SLICED_MAX_GROUP_CHANNELS", 4)
+    conv = (F.conv1d, F.conv2d, F.conv3d)[dims - 1]
+    g = torch.Generator().manual_seed(dims * 1000 + cpg * 100 + groups * 10 + mult)
+    x = torch.randn(2, cpg * groups, *(13, 9, 7)[:dims], generator=g, dtype=torch.float64)
+    w = torch.randn(groups * mult, cpg, *(3, 2, 3)[:dims], generator=g, dtype=torch.float64)
+    b = torch.randn(groups * mult, generator=g, dtype=torch.float64) if bias else None
+    kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    want = conv(x, w, b, **kw)
+    torchs = _spy(conv)
+    got = P._conv(torchs, (x, w, b), dict(stride=stride, padding=padding, dilation=dilation,
+                                          groups=groups))
+    assert torchs.calls == [] and got.shape == want.shape     # the sliced path ran
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12 * float(want.abs().max()))
+    if cpg == 1:
+        # the same sum in torch's order (its bias first): the check's ratios are unchanged
+        # to the bit, which keeps the cached choices (CHECK_VERSION) valid
+        assert torch.equal(got, want)
+    # positional arguments alike
+    torch.testing.assert_close(P._conv(torchs, (x, w, b, stride, padding, dilation, groups),
+                                       {}), got, rtol=0, atol=0)
+    assert torchs.calls == []
+
+
+def _spy(conv):
+    """conv, recording its calls (under its own name, which _conv dispatches on)."""
+    def spy(*args, **kwargs):
+        spy.calls.append(args)
+        return conv(*args, **kwargs)
+
+    spy.__name__, spy.calls = conv.__name__, []
+    return spy
+
+
+def test_sliced_path_is_taken_only_where_it_applies():
+    x = torch.randn(2, 8, 10, 10, dtype=torch.float64)
+    dw = torch.randn(8, 1, 3, 3, dtype=torch.float64)
+    conv2d, transposed = _spy(F.conv2d), _spy(F.conv_transpose2d)
+    P._conv(conv2d, (x, dw), {"groups": 8})
+    assert conv2d.calls == []
+    # float32, the meta device, a full convolution, two channels a group, a transposed one:
+    # torch's own
+    P._conv(conv2d, (x.float(), dw.float()), {"groups": 8})
+    P._conv(conv2d, (x.to("meta"), dw.to("meta")), {"groups": 8})
+    P._conv(conv2d, (x, torch.randn(4, 8, 3, 3, dtype=torch.float64)), {})
+    P._conv(conv2d, (x, torch.randn(4, 2, 3, 3, dtype=torch.float64)), {"groups": 4})
+    P._conv(transposed, (x, torch.randn(8, 1, 3, 3, dtype=torch.float64)), {"groups": 8})
+    assert len(conv2d.calls) == 4 and len(transposed.calls) == 1
+    with pytest.raises(RuntimeError, match="same"):          # torch's error, not a result
+        P._conv(F.conv2d, (x, dw), {"groups": 8, "padding": "same", "stride": 2})
+
+
+class _Depthwise(nn.Module):
+    """A depthwise 3x3 convolution (channel multiplier 2, bias, stride 1) into a tanh: the
+    bounded op makes its choice the split, a ReLU chain after a second depthwise one keeps
+    tf32; both convolutions take the sliced path."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Conv2d(4, 8, 3, padding=1, groups=4)
+        self.second = nn.Conv2d(8, 8, (3, 1), groups=8, bias=False, dilation=2)
+
+    def forward(self, x):
+        return torch.relu(self.second(torch.tanh(self.first(x))))
+
+
+def test_depthwise_choices_are_the_slow_paths(monkeypatch):
+    task = _task(_Depthwise, (8, 4, 24, 24))
+    fast = P.choose_conv_precisions(task)
+    assert [c.precision for c in fast] == ["split", "tf32"], fast
+    monkeypatch.setattr(P, "SLICED_MAX_GROUP_CHANNELS", 0)     # torch's own convolutions
+    slow = P.choose_conv_precisions(task)
+    assert fast == slow
