@@ -299,22 +299,25 @@ def relaxed_ratio(y: torch.Tensor, r: torch.Tensor) -> float:
 def _ratio_and_inexact(y: torch.Tensor, r: torch.Tensor) -> tuple[float, int, int]:
     """(relaxed_ratio(y, r), how many of r's finite positions y differs at, how many finite
     positions r has): the worst element, and how many elements the error reaches at all."""
-    y, r = y.double(), r.double()
-    finite = torch.isfinite(r)
-    if bool(finite.all()):      # the usual case: r's elements in order, no masked copies
-        y, r = y.reshape(-1), r.reshape(-1)
-    elif not bool(((y == r) | finite | (y.isnan() & r.isnan())).all()):
-        return math.inf, r.numel(), r.numel()
-    else:
+    # flat, in r's order (as the masked copies below): rms sums the same values alike
+    y, r = y.double().reshape(-1), r.double().reshape(-1)
+    # the usual case first, without the finiteness masks (passes over every element, called
+    # once a draw): rms(r) is finite only when every r is
+    rms = float(r.square().mean().sqrt()) if r.numel() else math.nan
+    if not math.isfinite(rms):
+        finite = torch.isfinite(r)
+        if not bool(((y == r) | finite | (y.isnan() & r.isnan())).all()):
+            return math.inf, r.numel(), r.numel()
         y, r = y[finite], r[finite]
-    if r.numel() == 0:
-        return 0.0, 0, 0
-    if not bool(torch.isfinite(y).all()):
-        return math.inf, r.numel(), r.numel()
-    rms = float(r.square().mean().sqrt())
+        if r.numel() == 0:
+            return 0.0, 0, 0
+        rms = float(r.square().mean().sqrt())
     allow = numerics.relaxed_allowance(r, rms)
     diff = (y - r).abs()
-    return float((diff / allow).max()), int((diff > 0).sum()), r.numel()
+    q = float((diff / allow).max())
+    if not q < math.inf and not bool(torch.isfinite(y).all()):   # y inf or nan somewhere
+        return math.inf, r.numel(), r.numel()
+    return q, int((diff > 0).sum()), r.numel()
 
 
 def _outputs(out) -> list[torch.Tensor]:

@@ -543,3 +543,22 @@ def test_depthwise_choices_are_the_slow_paths(monkeypatch):
     monkeypatch.setattr(P, "SLICED_MAX_GROUP_CHANNELS", 0)     # torch's own convolutions
     slow = P.choose_conv_precisions(task)
     assert fast == slow
+
+
+def test_ratio_of_finite_and_non_finite_references():
+    # the ratio's fast path (every r finite, no masks) and the masked one agree with the rule
+    # written out: a non-contiguous r, an infinite or NaN y at a finite r, a NaN r
+    g = torch.Generator().manual_seed(3)
+    r = (torch.randn(6, 5, generator=g, dtype=torch.float64) * 50).t()
+    y = r + 0.3
+    allow = 1e-2 * max(1.0, float(r.square().mean().sqrt())) + 1e-2 * r.abs()
+    want = float((0.3 / allow).max())
+    assert P._ratio_and_inexact(y, r) == (pytest.approx(want, rel=1e-12), 30, 30)
+    for bad in (math.inf, -math.inf, math.nan):
+        y2 = y.clone()
+        y2[2, 1] = bad
+        assert P._ratio_and_inexact(y2, r) == (math.inf, 30, 30)
+    r2, y3 = r.clone(), y.clone()
+    r2[0, 0] = y3[0, 0] = math.nan                     # NaN where r is NaN: not counted
+    q, inexact, n = P._ratio_and_inexact(y3, r2)
+    assert (inexact, n) == (29, 29) and 0 < q < math.inf
