@@ -174,7 +174,7 @@ class _Emulate(torch.overrides.TorchFunctionMode):
 # a grouped convolution with at most this many input channels a group is evaluated as
 # shifted slices (`_conv`); 0 sends every one to torch's own (the tests' switch). Measured
 # (2 shared cores, docs/perf/kernelbench.md, issue 17): one channel a group is as fast as
-# torch's on one thread and 1.7-4.7x faster on two; two channels break even, four lose (0.7x)
+# torch's on one thread and 1.1-4.7x faster on two; two channels break even, four lose (0.7x)
 SLICED_MAX_GROUP_CHANNELS = 1
 
 
