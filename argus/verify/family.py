@@ -7,14 +7,15 @@ element variables. Asked one by one, each is a full solver call (the halo TMA co
 out of bounds' steps: 0.25-0.33 s of its ~1.5 s). `template` anti-unifies them: a numeral
 position whose values are v0 + b*k in member k (k = 0 .. N-1) becomes v0 + b*j for a fresh
 j in [0, N), and constants that differ between members (each step's own element variables)
-become one fresh constant per tuple of them; anything else must be the same term in every
-member.
+become one fresh constant per tuple of them; an integer term `x` in one member where another
+has `x + c` (c a numeral: z3 folds member 0's `+ 0` away) is read as `x + 0`; anything else
+must be the same term in every member.
 
 Sound: member k is the template with j := k and the fresh constants := k's, up to the
-evaluation of numeral arithmetic (v0 + b*k is member k's numeral). A proof of the template
-holds for every value of its variables, j in [0, N) included, so it proves each member (an
-instance of a valid formula, its variables replaced by terms, is valid). A template not proven proves
-nothing: the caller then asks each member itself, so a violation, an unknown and a
+evaluation of numeral arithmetic (v0 + b*k is member k's numeral; `x + 0` is `x`). A proof of
+the template holds for every value of its variables, j in [0, N) included, so it proves each
+member (an instance of a valid formula, its variables replaced by terms, is valid). A template
+not proven proves nothing: the caller then asks each member itself, so a violation, an unknown and a
 counterexample are found exactly as without it.
 
 Vacuity: solver.prove refuses a proof whose premises are contradictory; it checks the
@@ -46,7 +47,12 @@ class _Mismatch(Exception):
 
 def template(queries: Sequence[Query]) -> Query | None:
     """The family's template query (premises with 0 <= j < N added, claims named as the first
-    member's), or None when the queries are not one formula (see the module docstring)."""
+    member's), or None when the queries are not one formula (see the module docstring).
+
+    The walk reads the members' terms through z3's C API (`solver.raw`: no wrapper objects,
+    no per-call error checks): through the Python wrappers the 3-d packed conv's templates
+    and runs cost ~0.16 s of its ~1.3 s, each node read as an object and its children
+    built as objects. Only the template's own nodes (where the members differ) are made."""
     n = len(queries)
     if n < 2:
         return None
@@ -54,46 +60,113 @@ def template(queries: Sequence[Query]) -> Query | None:
     if any(len(p) != len(first_p) or [c[0] for c in cl] != [c[0] for c in first_c]
            for p, cl in queries[1:]):
         return None
+    terms = [t for t in first_p] + [c for _, c in first_c]
+    if not terms:
+        return None
+    ctx = terms[0].ctx
+    ref = ctx.ref()
+    L = solver.raw()
+    get_id, kind_of, get_sort = L.Z3_get_ast_id, L.Z3_get_ast_kind, L.Z3_get_sort
+    sort_kind, nargs, arg = L.Z3_get_sort_kind, L.Z3_get_app_num_args, L.Z3_get_app_arg
+    decl_of, decl_kind = L.Z3_get_app_decl, L.Z3_get_decl_kind
+    numeral_string = L.Z3_get_numeral_string
     j = fresh_int("family.j")
+    zero = z3.IntVal(0, ctx)   # a folded `+ 0` (alive as long as the memo keyed by its id)
     consts: dict[tuple[int, ...], z3.ExprRef] = {}
-    memo: dict[tuple[int, ...], z3.ExprRef] = {}
+    # the template's nodes by the members' node ids, each a term (raw ast, the object that
+    # keeps it alive: None for a member's own node, which the member keeps alive)
+    memo: dict[tuple[int, ...], tuple] = {}
 
-    def walk(terms: list[z3.ExprRef]) -> z3.ExprRef:
-        key = tuple(t.get_id() for t in terms)
-        if key in memo:
-            return memo[key]
-        t0 = terms[0]
+    def is_int(a) -> bool:
+        return sort_kind(ref, get_sort(ref, a)) == z3.Z3_INT_SORT
+
+    def is_int_value(a) -> bool:
+        return kind_of(ref, a) == z3.Z3_NUMERAL_AST and is_int(a)
+
+    def app_of(a):
+        """(decl, decl kind, number of arguments) of an application, else None."""
+        if kind_of(ref, a) != z3.Z3_APP_AST:
+            return None
+        d = decl_of(ref, a)
+        return d, decl_kind(ref, d), nargs(ref, a)
+
+    def summands(a) -> tuple[list, object]:
+        """`a` as (summands, numeral): a sum whose first or last summand is a numeral
+        gives the others and that numeral (`x + c`, `c + x + y`); any other term gives
+        (its summands, or itself), None."""
+        app = app_of(a)
+        if app is None or app[1] != z3.Z3_OP_ADD:
+            return [a], None
+        args = [arg(ref, a, i) for i in range(app[2])]
+        for c, rest in ((args[-1], args[:-1]), (args[0], args[1:])):
+            if is_int_value(c) and not all(is_int_value(x) for x in rest):
+                return rest, c
+        return args, None
+
+    def made(t: z3.ExprRef) -> tuple:
+        return t.as_ast(), t
+
+    def walk(asts: list) -> tuple:
+        key = tuple(get_id(ref, a) for a in asts)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        a0 = asts[0]
         if all(k == key[0] for k in key):
-            out = t0
-        elif all(z3.is_int_value(t) for t in terms):
-            vals = [t.as_long() for t in terms]
+            out = (a0, None)
+        elif all(is_int_value(a) for a in asts):
+            vals = [int(numeral_string(ref, a)) for a in asts]
             b = vals[1] - vals[0]
             if any(v != vals[0] + b * k for k, v in enumerate(vals)):
                 raise _Mismatch
-            out = z3.IntVal(vals[0], t0.ctx) + z3.IntVal(b, t0.ctx) * j
-        elif all(z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED and
-                 t.sort().eq(t0.sort()) for t in terms):
+            out = made(z3.IntVal(vals[0], ctx) + z3.IntVal(b, ctx) * j)
+        elif all((app := app_of(a)) is not None and app[1] == z3.Z3_OP_UNINTERPRETED and
+                 app[2] == 0 for a in asts) and \
+                len({get_id(ref, L.Z3_sort_to_ast(ref, get_sort(ref, a))) for a in asts}) == 1:
             # one fresh constant per tuple of the members' constants (their own element
             # variables): member k is the template with it replaced by k's constant
-            out = consts.get(key)
-            if out is None:
-                out = consts[key] = z3.FreshConst(t0.sort(), "family.c")
-        elif all(z3.is_app(t) and t.num_args() == t0.num_args() and t.num_args() > 0 and
-                 t.decl().eq(t0.decl()) for t in terms):
-            kids = [walk([t.arg(i) for t in terms]) for i in range(t0.num_args())]
-            out = t0.decl()(*kids)
+            c = consts.get(key)
+            if c is None:
+                c = consts[key] = z3.FreshConst(z3.z3._to_sort_ref(get_sort(ref, a0), ctx),
+                                                "family.c")
+            out = made(c)
+        elif (apps := [app_of(a) for a in asts]) and all(
+                app is not None and app[2] == apps[0][2] and app[2] > 0 and
+                get_id(ref, L.Z3_func_decl_to_ast(ref, app[0])) ==
+                get_id(ref, L.Z3_func_decl_to_ast(ref, apps[0][0])) for app in apps):
+            count = apps[0][2]
+            kids = [walk([arg(ref, a, i) for a in asts]) for i in range(count)]
+            raw_kids = (z3.Ast * count)(*[k[0] for k in kids])
+            out = made(z3.z3._to_expr_ref(L.Z3_mk_app(ref, apps[0][0], count, raw_kids), ctx))
+        elif all(is_int(a) for a in asts) and \
+                (split := [summands(a) for a in asts]) and \
+                any(c is not None for _, c in split) and \
+                len({len(rest) for rest, _ in split}) == 1:
+            # `x` (or `x + y`) in one member, `x + c` (`c + x + y`) in another: z3 folds the
+            # `+ 0` of index 0 away (segment 0 of a store, filter row 0 of an unrolled
+            # assertion), so the sum without a numeral is read with `+ 0` (equal in value),
+            # and each summand and the numeral are walked
+            parts = [walk([rest[i] for rest, _ in split]) for i in range(len(split[0][0]))]
+            num = walk([zero.as_ast() if c is None else c for _, c in split])
+            out = made(z3.Sum([_expr(x, ctx) for x in parts] + [_expr(num, ctx)]))
         else:
             raise _Mismatch
         memo[key] = out
         return out
 
     try:
-        prem = [walk([q[0][i] for q in queries]) for i in range(len(first_p))]
-        claims = [(name, walk([q[1][i][1] for q in queries]))
+        prem = [_expr(walk([q[0][i].as_ast() for q in queries]), ctx)
+                for i in range(len(first_p))]
+        claims = [(name, _expr(walk([q[1][i][1].as_ast() for q in queries]), ctx))
                   for i, (name, _) in enumerate(first_c)]
     except _Mismatch:
         return None
     return prem + [j >= 0, j < n], claims
+
+
+def _expr(node: tuple, ctx) -> z3.ExprRef:
+    """A template node (raw ast, its keeper) as a term of its own."""
+    return node[1] if node[1] is not None else z3.z3._to_expr_ref(node[0], ctx)
 
 
 def families(queries: Sequence[Query]) -> list[list[int]]:

@@ -151,8 +151,8 @@ def family_proofs(obs: Sequence[Obligation], stats: solver.Stats, timeout_ms: in
     the result only when every template of its run is proven and its own premises are shown
     satisfiable (`family.satisfiable`); every other one is solved itself (`run`), so a
     violation or an unknown is found and decoded as without this. The 3-d packed conv's 4
-    per-atom assertions of 2 writer cases each: 8 queries -> 2 for atom 0 (its `+ 0` is
-    folded away: another shape) and 2 templates for atoms 1-3."""
+    per-atom assertions of 2 writer cases each: 8 queries -> 2 for atom 0 (its writers'
+    records differ in shape: another formula) and 2 templates for atoms 1-3."""
     out: dict[int, solver.Outcome] = {}
     cand = [i for i, ob in enumerate(obs)
             if ob.code in FAMILY_CODES and ob.lemma is None and not ob.implied_by]
@@ -167,15 +167,22 @@ def family_proofs(obs: Sequence[Obligation], stats: solver.Stats, timeout_ms: in
     for g in groups:
         if len(g) < family.FAMILY_MIN:
             continue
-        queries = [(obs[i].premises, obs[i].claims) for i in g]
+        # a tag assertion's claim is named by its text, where an unrolled loop's index shows
+        # (`hrow == o + 2`, filter row 1 of the halo conv): the names only label the claims,
+        # so each member's claims are templated under the group's first member's names
+        names = [n for n, _ in obs[g[0]].claims]
+
+        def named(ob: Obligation) -> list[tuple[str, z3.BoolRef]]:
+            return [(n, c) for n, (_, c) in zip(names, ob.claims)]
+        queries = [(obs[i].premises, named(obs[i])) for i in g]
         for run_ in family.families(queries):
             if len(run_) < family.FAMILY_MIN:
                 continue
             members = [obs[g[k]] for k in run_]
             first = members[0]
-            units = [[(ob.premises, [ob.claims[c]]) for ob in members]
+            units = [[(ob.premises, [named(ob)[c]]) for ob in members]
                      for c in range(len(first.claims))] if first.separately and \
-                len(first.claims) > 1 else [[(ob.premises, ob.claims) for ob in members]]
+                len(first.claims) > 1 else [[(ob.premises, named(ob)) for ob in members]]
             ms, theory = 0.0, None
             for unit in units:
                 tmpl = family.template(unit)

@@ -261,8 +261,8 @@ def drive_all(step_gens: Sequence, stats=None) -> list:
     generators yield in one round that anti-unify (family.families: a Python-unrolled store's
     row segments ask the same steps with the row's index folded into numerals) are proven
     as one template query where there are FAMILY_MIN of them or more (the halo and rowbox
-    TMA convs' 8 'pushed out of bounds' steps: one query for 7 of them, the first segment
-    folds its 0 away and is a query of its own). A template not proven: each step is
+    TMA convs' 8 'pushed out of bounds' steps: one query, the first segment's folded `+ 0`
+    read as such, family.template). A template not proven: each step is
     proven alone, as `drive` does. The generators' return values, in order."""
     out: list = [None] * len(step_gens)
     asks: dict[int, tuple] = {}

@@ -1,6 +1,8 @@
 """family.template: one query for steps that differ in numerals affine in their index
 (docs/verify.md, "Verifier speed: one query for a family of row-segment steps")."""
 
+import dataclasses
+
 import z3
 
 from argus.verify import family, once_split, solver
@@ -32,10 +34,34 @@ def test_template_of_affine_numerals_and_own_variables():
         assert solver.prove(prem + [j == k], claims).status == "proven"
 
 
+def test_a_folded_zero_offset_is_read_as_plus_zero():
+    # segment 0 folds its `+ 0` away (`r`, not `r + 0`): read as `r + 0`, it is member 0
+    # of the 8 segments' template (h235; before, it was a query of its own)
+    qs = [_segment(k, z3.Int(f"e{k}")) for k in range(8)]
+    tmpl = family.template(qs)
+    assert tmpl is not None
+    prem, claims = tmpl
+    assert solver.prove(prem, claims).status == "proven"
+    names = set().union(*(once_split.consts(p) for p in prem))
+    j = next(z3.Int(x) for x in names if x.startswith("family.j"))
+    for k in range(8):
+        assert solver.prove(prem + [j == k], claims).status == "proven"
+    # the numeral on either side of the sum (`128 + x`, as a packed step's atoms spell it)
+    x, y = z3.Ints("x y")
+    q = [([x >= 0], [("c", (z3.IntVal(128 * k) + y if k else y) + x >= 0)]) for k in range(3)]
+    assert family.template(q) is not None
+    # read as `+ 0`, the offsets must still be affine in the index: 0, 1, 3 are not
+    q = [([x >= 0], [("c", (x + k if k else x) >= 0)]) for k in (0, 1, 3)]
+    assert family.template(q) is None
+
+
 def test_structure_or_non_affine_numerals_give_no_template():
     e = z3.Int("e")
-    # segment 0 folds its `+ 0` away: another shape
-    assert family.template([_segment(0, e), _segment(1, e)]) is None
+    # another shape: `r + 1 >= P` against `r + 1 > P` (another operator)
+    a, b = _segment(1, e), _segment(2, e)
+    r, p = z3.Ints("r P")
+    other = (b[0], [("pushed out of bounds", z3.If(r + 2 > p, 1, 0) == 0)])
+    assert family.template([a, other]) is None
     # numerals 1, 2, 4: not affine in the index
     assert family.template([_segment(k, e) for k in (1, 2, 4)]) is None
     # different claim names
@@ -46,7 +72,7 @@ def test_structure_or_non_affine_numerals_give_no_template():
 def test_families_are_runs_of_one_shape():
     e = z3.Int("e")
     qs = [_segment(k, e) for k in range(8)]
-    assert family.families(qs) == [[0], [1, 2, 3, 4, 5, 6, 7]]
+    assert family.families(qs) == [[0, 1, 2, 3, 4, 5, 6, 7]]   # segment 0 too (`r + 0`)
 
 
 def test_a_false_member_leaves_the_template_unproven():
@@ -97,3 +123,10 @@ def test_family_proofs_of_consecutive_assertions():
     assert OB.family_proofs(obs, solver.Stats(), None) == {}
     found = [OB.run(ob, solver.Stats(), None).status for ob in obs]
     assert found == ["proven", "violated", "violated", "violated"]
+    # a tag assertion's claim is named by its text, where the unrolled index shows: the
+    # names label the claims only, so such members are one family too (h235)
+    obs = [dataclasses.replace(ob, claims=[(f"r + {k} + e < P", c) for _, c in ob.claims])
+           for k, ob in enumerate((_assert_ob(k) for k in range(1, 5)), 1)]
+    stats = solver.Stats()
+    got = OB.family_proofs(obs, stats, None)
+    assert sorted(got) == [0, 1, 2, 3] and stats.queries == 1
