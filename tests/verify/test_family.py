@@ -130,3 +130,51 @@ def test_family_proofs_of_consecutive_assertions():
     stats = solver.Stats()
     got = OB.family_proofs(obs, stats, None)
     assert sorted(got) == [0, 1, 2, 3] and stats.queries == 1
+
+
+def test_store_coords_families_and_premise_free_templates():
+    from argus.errors import Loc
+    from argus.verify import obligation as OB
+
+    # the row segments' store.coords of an unrolled TMA-store epilogue are families too
+    obs = [dataclasses.replace(_assert_ob(k), code="store.coords") for k in range(1, 5)]
+    stats = solver.Stats()
+    got = OB.family_proofs(obs, stats, None)
+    assert sorted(got) == [0, 1, 2, 3] and stats.queries == 1
+    # a template whose claim z3's simplifier turns into true holds for all values, as its
+    # instances do: proven without reading (or checking) the premises, as each member would
+    # be alone (solver.prove, step 0), here contradictory ones
+    r = z3.Int("r")
+    obs = [OB.Obligation("store.coords", Loc.unknown(), f"segment {k}", [r >= k, r < k],
+                         [("same row", r + k == k + r)], lambda m, v: ("", {}))
+           for k in range(4)]
+    stats = solver.Stats()
+    got = OB.family_proofs(obs, stats, None)
+    assert sorted(got) == [0, 1, 2, 3] and stats.rewritten == 1
+    assert [OB.run(ob, solver.Stats(), None).status for ob in obs] == ["proven"] * 4
+
+
+def test_halo_tma_row_segments_store_coords_one_query(monkeypatch):
+    """The halo TMA conv's 8 row segments' store.coords: one template query, every member's
+    premises shown satisfiable (a recent model or a pinned search: family.satisfiable; by
+    the least point alone 7 of 8 were not, ~80 ms each, and were asked themselves)."""
+    from argus import verify
+    from argus.compiler import lower_only
+    from argus.kernels.conv import ConvGeometry, ConvSchedule, conv_kernel
+    from argus.verify import obligation as OB
+
+    geom = ConvGeometry(3, 3, 1, 2, 1, 1, 2, 1, groups=2, cg_padded=128)
+    s = ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma", halo=True, cluster_m=2,
+                     num_sms=4)
+    k = lower_only(conv_kernel(), geom=geom, s=s)
+    proofs, family_proofs = [], OB.family_proofs
+
+    def rec(obs, *a):
+        out = family_proofs(obs, *a)
+        proofs.append(sorted(obs[i].code for i in out))
+        return out
+    monkeypatch.setattr(OB, "family_proofs", rec)
+    solver.clear_cache()
+    report = verify.run(k)
+    assert not report.errors and not report.unknowns
+    assert proofs == [["store.coords"] * 8], proofs
