@@ -20,9 +20,9 @@ counterexample are found exactly as without it.
 
 Vacuity: solver.prove refuses a proof whose premises are contradictory; it checks the
 template's premises, i.e. some member's. A member counts as proven by the template only when
-its own premises are shown satisfiable too (`satisfiable`: at a recent model's point or at
-their least point, no solver call); else it is asked itself, as without the template, so a
-member with contradictory premises stays unknown (vacuous) as it would alone.
+its own premises are shown satisfiable too (`satisfiable`: the model search its own quick
+proof would make); else it is asked itself, as without the template, so a member with
+contradictory premises stays unknown (vacuous) as it would alone.
 """
 
 from __future__ import annotations
@@ -184,13 +184,10 @@ def families(queries: Sequence[Query]) -> list[list[int]]:
 
 
 def satisfiable(premises: Sequence[z3.BoolRef]) -> bool:
-    """The premises shown satisfiable: a recent vacuity check's model satisfies them, or a
-    small search finds one with the constants they share with the latest remembered query
-    pinned to its values (`solver.pinned_model_found`), or their least point satisfies
-    them; False answers nothing. The pinned search before the least point: the halo TMA
-    conv's 8 row segments' store.coords, one template, found no recent model and no least
-    point for 7 of them (~80 ms each, then each asked itself: 119 queries either way), and
-    a pinned model in a few ms each (as the members' own vacuity checks do)."""
-    return solver.satisfied_by_recent_model(premises) or \
-        solver.pinned_model_found(premises) or \
-        solver.satisfied_at_least_point(premises)
+    """The premises shown satisfiable by the vacuity check each member's own quick proof
+    would make (`solver.premises_satisfiable`: a recent model's point, a search with the
+    constants shared with the latest remembered query pinned, a model search); False answers
+    nothing. Not their least point first (h226 tried it second, after a recent model): on
+    the halo TMA conv's 8 row segments' store.coords, one template, it failed on 7 of them
+    at ~80 ms each, where the pinned search finds a model in a few ms."""
+    return solver.premises_satisfiable(premises)

@@ -156,8 +156,9 @@ def test_store_coords_families_and_premise_free_templates():
 
 def test_halo_tma_row_segments_store_coords_one_query(monkeypatch):
     """The halo TMA conv's 8 row segments' store.coords: one template query, every member's
-    premises shown satisfiable (a recent model or a pinned search: family.satisfiable; by
-    the least point alone 7 of 8 were not, ~80 ms each, and were asked themselves)."""
+    premises shown satisfiable (family.satisfiable: the model search of a member's own quick
+    proof; by a recent model or the least point, 7 of 8 were not, ~80 ms each, and were
+    asked themselves; by a recent model or a pinned search, 6 of 8 in some processes)."""
     from argus import verify
     from argus.compiler import lower_only
     from argus.kernels.conv import ConvGeometry, ConvSchedule, conv_kernel
