@@ -206,6 +206,13 @@ def _conv(func, args: tuple, kwargs: dict) -> torch.Tensor:
     dims, k = x.dim() - 2, tuple(w.shape[2:])
     stride, padding, dilation = (tuple(v) if isinstance(v, (tuple, list)) else (v,) * dims
                                  for v in (a["stride"], a["padding"], a["dilation"]))
+    # a one-element list stands for every spatial dim, as torch reads it; any other length
+    # is torch's to refuse (zipped against the dims below, it was cut short: padding=[1] of
+    # a conv2d padded the width alone and gave a wrong result)
+    stride, padding, dilation = (v * dims if len(v) == 1 else v
+                                 for v in (stride, padding, dilation))
+    if any(len(v) != dims for v in (stride, padding, dilation)):
+        return func(*args, **kwargs)
     if isinstance(a["padding"], str) and a["padding"] not in ("same", "valid") \
             or a["padding"] == "same" and any(st != 1 for st in stride):
         return func(*args, **kwargs)             # torch's own error for what it refuses

@@ -562,3 +562,20 @@ def test_ratio_of_finite_and_non_finite_references():
     r2[0, 0] = y3[0, 0] = math.nan                     # NaN where r is NaN: not counted
     q, inexact, n = P._ratio_and_inexact(y3, r2)
     assert (inexact, n) == (29, 29) and 0 < q < math.inf
+
+
+def test_sliced_conv_reads_one_element_lists_as_torch_does():
+    # torch reads a one-element stride / padding / dilation list as every spatial dim's; the
+    # sliced path zipped it against the dims (padding=[1] of a conv2d padded the width alone:
+    # a [2, 4, 7, 9] result where torch's is [2, 4, 9, 9]). Another length: torch's error.
+    g = torch.Generator().manual_seed(237)
+    x = torch.randn(2, 4, 9, 9, generator=g, dtype=torch.float64)
+    w = torch.randn(4, 1, 3, 3, generator=g, dtype=torch.float64)
+    for kw in (dict(padding=[1]), dict(stride=[2]), dict(dilation=(2,)),
+               dict(stride=[2], padding=(1,), dilation=[1])):
+        conv2d = _spy(F.conv2d)
+        got = P._conv(conv2d, (x, w), dict(groups=4, **kw))
+        assert conv2d.calls == [], kw                              # the sliced path ran
+        assert torch.equal(got, F.conv2d(x, w, groups=4, **kw)), kw
+    with pytest.raises(RuntimeError, match="stride"):
+        P._conv(F.conv2d, (x, w), dict(groups=4, stride=(1, 1, 1)))
