@@ -98,7 +98,8 @@ def _release_before_drawing(device: torch.device) -> None:
     set 1's candidate run (44.6 GiB where its tensors take 32), which then ran out of memory
     (issue 17).
     Drawn into fresh segments, what a set frees whole is given back whole (`_release_cached`
-    at the end of `prepare`). Milliseconds, once a set."""
+    at the end of `prepare`). Milliseconds, once a set. Called inside the GPU gate's shared
+    hold: cudaFree waits for the device, and a timing holds the gate alone."""
     _release_cached(device)
 
 
@@ -306,8 +307,8 @@ class ReferenceRole:
                     inputs_path: str | None = None) -> dict[str, Any]:
         """An input set without its reference (timing's inputs when the judge no longer holds
         set 0): returned under "tensors" in the judge's process, or written to `inputs_path`."""
-        _release_before_drawing(self.device)
         with gate().shared():
+            _release_before_drawing(self.device)
             with RNG_LOCK:
                 raw = kb_inputs.task_inputs(self.module, seed, _gen_device(self.device))
                 values, _ = kb_inputs.transform(raw, distribution, seed, absolute)
@@ -332,8 +333,8 @@ class ReferenceRole:
         drew it, no other tried) reflected by that call's key (`inputs.reflect`)."""
         phases: dict[str, float] = {}
         clock = _Phases(phases)
-        _release_before_drawing(self.device)
         with gate().shared():
+            _release_before_drawing(self.device)
             with clock("inputs"), RNG_LOCK:
                 drawn: list[Any] | None = kb_inputs.task_inputs(self.module, seed,
                                                                 _gen_device(self.device))
