@@ -22,7 +22,9 @@ Vacuity: solver.prove refuses a proof whose premises are contradictory; it check
 template's premises, i.e. some member's. A member counts as proven by the template only when
 its own premises are shown satisfiable too (`satisfiable`: the model search its own quick
 proof would make); else it is asked itself, as without the template, so a member with
-contradictory premises stays unknown (vacuous) as it would alone.
+contradictory premises stays unknown (vacuous) as it would alone. One exception, as alone:
+a template whose every claim z3's simplifier turns into true (solver.prove's step 0, which
+reads no premise) proves its members without that check (obligation.family_proofs).
 """
 
 from __future__ import annotations
