@@ -1019,6 +1019,7 @@ def packing_peak_bytes(x, groups: int, terms: int = 6) -> int:
     inner = image_chunks(images, image_in, PACK_CHUNK_BYTES, strides=(x.stride(0),))
     return images * per_image + max(n1 - n0 for n0, n1 in inner) * image_in
 
+
 def _result_spatial(x, weight, stride, padding, dilation) -> tuple:
     """The result's spatial sizes ((P, Q) or (OD, P, Q)) of a 2-d or 3-d problem."""
     dims = x.dim() - 2
