@@ -97,3 +97,28 @@ def test_a_set_is_drawn_after_the_cached_blocks_are_given_back(tmp_path, monkeyp
     calls.clear()
     role.make_inputs(3, "task", False)
     assert calls[:2] == ["release", "draw"], calls
+
+
+def test_scans_read_a_dense_non_contiguous_tensor_in_place():
+    """A channels-last or transposed output is scanned through a view of its storage (no copy
+    of the whole tensor), with the same answers; an overlapping one (expand) is still copied."""
+    t = _planted(torch.float32, 2 * 8 * 5 * 6, [3, 77, 400]).reshape(2, 8, 5, 6)
+    for other in (t.to(memory_format=torch.channels_last), t.transpose(1, 3)):
+        flat = guards._flat_view(other)
+        assert flat.data_ptr() == other.data_ptr() and flat.numel() == other.numel()
+        assert guards.poison_count(other) == guards.poison_count(t.contiguous()) == 3
+        assert guards.poison_count(other, chunk=7) == 3
+    expanded = torch.zeros(4, 1).expand(4, 6)
+    assert guards._flat_view(expanded).data_ptr() != expanded.data_ptr()
+
+
+def test_same_bits_pairs_elements_across_layouts():
+    """same_bits reads both tensors in the first one's storage order: equal values in two
+    layouts are equal, and one flipped element in either layout is found."""
+    a = torch.randn(3, 4, 5, 6).to(memory_format=torch.channels_last)
+    b = a.contiguous()                       # same values, another layout
+    assert guards.same_bits(a, b) and guards.same_bits(b, a)
+    for i in (0, 200, 359):
+        c = b.clone()
+        c.view(-1)[i] += 1.0
+        assert not guards.same_bits(a, c) and not guards.same_bits(c, a)

@@ -193,6 +193,23 @@ def fill_poison(t: torch.Tensor) -> None:
 SCAN_CHUNK = 1 << 25
 
 
+def _dense_order(t: torch.Tensor) -> list[int]:
+    """`t`'s dimensions from the largest stride to the smallest (its storage order)."""
+    return sorted(range(t.dim()), key=lambda d: -t.stride(d))
+
+
+def _flat_view(t: torch.Tensor, order: list[int] | None = None) -> torch.Tensor:
+    """`t`'s elements as one flat view, without a copy where `t` is dense in some dimension
+    order (channels-last, transposed): a scan's answer does not depend on the element order,
+    and `.contiguous()` of a non-contiguous output copied all of it (8 GiB for an L1/87-sized
+    channels-last result). `order`: the permutation to use (another tensor's, so two scans
+    pair the same elements); a tensor not dense in it is copied."""
+    if order is None:
+        order = _dense_order(t)
+    permuted = t.detach().permute(order)
+    return (permuted if permuted.is_contiguous() else permuted.contiguous()).reshape(-1)
+
+
 def poison_count(t: torch.Tensor, chunk: int | None = None) -> int:
     """How many elements of `t` hold a poison pattern (memory the solution never wrote),
     counted `chunk` elements (default SCAN_CHUNK) at a time."""
@@ -201,7 +218,7 @@ def poison_count(t: torch.Tensor, chunk: int | None = None) -> int:
         return 0
     chunk = chunk or SCAN_CHUNK
     bits = torch.iinfo(view_dtype).bits
-    ints = t.detach().contiguous().view(view_dtype).reshape(-1)
+    ints = _flat_view(t).view(view_dtype)
     hits = torch.zeros((), dtype=torch.int64, device=t.device)
     for i in range(0, ints.numel(), chunk):
         part = ints[i:i + chunk]
@@ -315,7 +332,8 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     if view is None:
         return bool(torch.equal(a, b))
     # chunk by chunk: torch.equal on CUDA is eq(a, b).all(), a bool of the whole tensor
-    a_bits = a.contiguous().view(view).reshape(-1)
-    b_bits = b.contiguous().view(view).reshape(-1)
+    order = _dense_order(a)   # both in a's order: the same element at the same flat index
+    a_bits = _flat_view(a, order).view(view)
+    b_bits = _flat_view(b, order).view(view)
     return all(bool(torch.equal(a_bits[i:i + SCAN_CHUNK], b_bits[i:i + SCAN_CHUNK]))
                for i in range(0, a_bits.numel(), SCAN_CHUNK))
