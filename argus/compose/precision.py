@@ -617,15 +617,15 @@ def choose_conv_precisions(module: Any, fp32_convs: list[int] | None = None,
     return tuple(choices)
 
 
-def _draw_set(base: list, kind: str, gen: torch.Generator, fixed: list | None = None
-              ) -> list:
+def _draw_set(base: list, kind: str, gen: torch.Generator, fixed: list[bool]) -> list:
     """The inputs of one draw: each continuous floating input of `base` re-drawn as `kind`
     (its absolute values for "<kind>(abs)", as the judge retries a non-finite reference);
-    categorical, integer and non-tensor inputs as they are. `fixed`: which inputs those are
-    (_fixed(base), passed by a caller that draws many sets: torch.unique costs a pass)."""
+    categorical, integer and non-tensor inputs as they are. `fixed`: which tensors those are
+    (`_fixed(base)`, found once by the caller, which draws many sets: torch.unique costs a
+    pass)."""
     plain = kind.removesuffix("(abs)")
     xs = []
-    for t, keep in zip(base, _fixed(base) if fixed is None else fixed):
+    for t, keep in zip(base, fixed):
         if not isinstance(t, torch.Tensor):
             xs.append(t)
         elif keep:

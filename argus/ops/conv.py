@@ -688,18 +688,24 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
         X = ndhwc.as_strided((N * D * H, sw * G, W // sw, Cg),
                              (W * G * Cg, Cg, sw * G * Cg, 1))
     shape, strides = _result_layout(N, K, (OD, P, Q) if dims == 3 else (P, Q))
-    if out is not None:
-        pass
-    elif nchw:
-        out = torch.empty(shape, dtype=out_dtype.torch_dtype(), device=x.device)
-    else:
-        out = torch.empty_strided(shape, strides, dtype=out_dtype.torch_dtype(),
-                                  device=x.device)
+    if out is None:
+        out = _new_result(shape, strides, nchw, out_dtype.torch_dtype(), x.device)
     b = _bias_operand(bias, G, Kg, out.dtype, x.device)
     geom = ConvGeometry(R, S, sh, sw, ph, pw, dh, dw, G, Wt.shape[2] // (T * R * S), T, sd, pd,
                         dd)
     sizes = (N, N, D, OD) if fold else (H, P, D, OD)
     return X, Wt, out, _out_view(out, G, nchw, fold), b, sizes, geom, in_dtype, out_dtype
+
+
+def _new_result(shape, strides, nchw: bool, dtype, device):
+    """An empty result of `_result_layout`'s shape: NC(D)HW-contiguous for `nchw`, else in its
+    channels-last `strides` (what `operands` allocates, and `_convolve_packed_chunks` for the
+    whole batch before its chunks write their slices)."""
+    import torch
+
+    if nchw:
+        return torch.empty(shape, dtype=dtype, device=device)
+    return torch.empty_strided(shape, strides, dtype=dtype, device=device)
 
 
 def _out_sizes(spatial, kernel, stride, padding, dilation) -> tuple:
@@ -1042,10 +1048,7 @@ def _convolve_packed_chunks(x, weight, bias, stride, padding, dilation, groups, 
 
     spatial = _result_spatial(x, weight, stride, padding, dilation)
     shape, strides = _result_layout(x.shape[0], weight.shape[0], spatial)
-    if channels_first:
-        out = torch.empty(shape, dtype=torch.float32, device=x.device)
-    else:
-        out = torch.empty_strided(shape, strides, dtype=torch.float32, device=x.device)
+    out = _new_result(shape, strides, channels_first, torch.float32, x.device)
     for n0, n1 in chunks:
         _implicit_gemm(x[n0:n1], weight, bias, stride, padding, dilation, groups, activation,
                        terms, s, pack_x, None, channels_first, out=out[n0:n1])
