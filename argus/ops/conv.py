@@ -1011,9 +1011,12 @@ def packing_peak_bytes(x, groups: int, terms: int = 6) -> int:
     once beside x and the result, for fp32 x [N, C, *spatial] (a meta tensor will do): the
     largest chunk's packed operand (`packed_chunks`) plus pack_split's NHWC transpose buffer
     for it (PACK_CHUNK_BYTES at most); 0 for another dtype. What a judge adds to a convolution
-    task's memory estimate (argus/bench/kernelbench/gpumem.py). Not counted: the contiguous
-    copy of a non-contiguous x (as large as the transpose buffer again) and the result's
-    alignment step (`packed_chunks`, an image or three more at most)."""
+    task's memory estimate (argus/bench/kernelbench/gpumem.py). A non-contiguous x (a view
+    a level-2 chain passes on) adds pack_split's contiguous copy of a chunk, as large as the
+    transpose buffer again. Not counted: the result's alignment step (`packed_chunks`, an
+    image or three more at most). Counted whatever the candidate's precision (the judge does
+    not know it when it admits a task): a tf32 candidate packs nothing, so its estimate is
+    high by this much, which costs parallelism, never memory."""
     import math
 
     if str(x.dtype) != "torch.float32" or x.shape[0] == 0:
@@ -1023,7 +1026,8 @@ def packing_peak_bytes(x, groups: int, terms: int = 6) -> int:
     chunks = image_chunks(x.shape[0], per_image, PACKED_CHUNK_BYTES, strides=(x.stride(0),))
     images = max(n1 - n0 for n0, n1 in chunks)
     inner = image_chunks(images, image_in, PACK_CHUNK_BYTES, strides=(x.stride(0),))
-    return images * per_image + max(n1 - n0 for n0, n1 in inner) * image_in
+    buffers = 1 if x.is_contiguous() else 2          # the NHWC transpose (+ the copy)
+    return images * per_image + buffers * max(n1 - n0 for n0, n1 in inner) * image_in
 
 
 def _result_spatial(x, weight, stride, padding, dilation) -> tuple:

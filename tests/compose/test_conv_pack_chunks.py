@@ -108,6 +108,12 @@ def test_l1_76_and_l1_87_pack_at_most_a_few_gib():
     small = torch.empty(2, 64, 32, 32, device="meta")
     assert conv_ops.packing_peak_bytes(small, 1) == 4 * small.numel() * 4
     assert conv_ops.packing_peak_bytes(small.half(), 1) == 0
+    # a non-contiguous x (a transposed view a level-2 chain passes on): pack_split copies each
+    # chunk contiguous first, one more buffer of the transpose's size; channels-last is not
+    # contiguous either (pack_split's copy_buf test is `is_contiguous()`)
+    view = torch.empty(2, 32, 32, 64, device="meta").permute(0, 3, 1, 2)
+    assert not view.is_contiguous()
+    assert conv_ops.packing_peak_bytes(view, 1) == 5 * small.numel() * 4
 
 
 CASES = {
