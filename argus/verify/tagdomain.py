@@ -359,6 +359,13 @@ def memoized_record(fn):
         if Memo.building:
             return fn(idx)
         key, gen, keep = _index_key(idx)
+        stand: dict = {}   # a stand-in variable's id -> the index term it stands for
+        if GENERALIZE_TERMS and any(k[0] == 3 for k in key):
+            # an index term that holds fresh variables but is not one (`8 + e0`, a row
+            # segment of a TMA-store epilogue; `kk + 64`): the record at a fresh variable
+            # in its place, with the variable := the term (`_at_terms`)
+            idx, stand = _at_terms(idx, key)
+            key, gen, keep = _index_key(idx)
         hit = memo.get(key)
         if hit is not None:
             keys, rec, own, first, filtered = hit
@@ -366,8 +373,10 @@ def memoized_record(fn):
                 # at the first hit (a record never asked for again is never printed)
                 own = occurring(rec, own)
                 memo[key] = (keys, rec, own, first, True)
-            pairs = [(a, b) for a, b in zip(first, gen) if _ast_id(a.ctx_ref(), a.as_ast()) !=
-                     _ast_id(b.ctx_ref(), b.as_ast())]
+            # (a stand-in's place takes its term at once: one substitution pass)
+            pairs = [(a, stand.get(_ast_id(b.ctx_ref(), b.as_ast()), b))
+                     for a, b in zip(first, gen)
+                     if _ast_id(a.ctx_ref(), a.as_ast()) != _ast_id(b.ctx_ref(), b.as_ast())]
             return _renamed(rec, own, pairs)
         outer = _created is None
         if outer:
@@ -381,10 +390,47 @@ def memoized_record(fn):
                 _created = None
         # renamed at each hit: only the auxiliaries the record holds (`occurring`)
         memo[key] = ((tuple(idx), keep), rec, own, gen, False)
+        if stand:
+            return _renamed(rec, (), [(y, stand[_ast_id(y.ctx_ref(), y.as_ast())])
+                                      for y in gen if _ast_id(y.ctx_ref(), y.as_ast()) in stand])
         return rec
 
     wrapped.memoized = True
     return wrapped
+
+
+GENERALIZE_TERMS = True   # `_at_terms` on (tests compare records built both ways)
+
+
+def _at_terms(idx, key) -> tuple[tuple, dict]:
+    """(the index `memoized_record` computes and keys in place of `idx`, {a stand-in's id:
+    the term it stands for}): each component of `idx` of key kind 3 (`_index_key`: a term
+    that holds fresh "!g" variables but is not one, `8 + e0`) replaced by a new fresh
+    variable y. The record at `idx` is then the record at y with y := the term (at a miss,
+    one substitution of the new record; at a hit, in the hit's one renaming pass).
+
+    Why: keyed by the term, indices that differ only in a numeral (the 8 row segments of
+    the halo TMA conv's store epilogue, `8 s + e0`: one store a row of the box) each built
+    the accumulator's whole record again (8 x ~27 ms of the kernel's 1.7 s); at y the
+    first builds it and the others rename it.
+
+    Exact under `memoized_record`'s own premise: a fresh "!g" variable is held by no
+    transfer function's closure, so `fn` reads y only as an opaque term; every term it
+    builds at y is then a term over y, and the record it would build at the term t is that
+    record with y := t (one simultaneous substitution; t's own fresh variables are not the
+    record's auxiliaries, which the computation makes). tests/verify/test_record_memo.py
+    compares the records of the halo TMA conv's 8 row segments built both ways: equal up
+    to the renaming of their auxiliaries (canonical renaming; a record shaped differently
+    would have to be equal in value, z3)."""
+    stand, at = {}, []
+    for x, k in zip(idx, key):
+        if k[0] == 3:
+            y = fresh_int("argus.verify.tagdomain!at")
+            stand[_ast_id(y.ctx_ref(), y.as_ast())] = x
+            at.append(y)
+        else:
+            at.append(x)
+    return tuple(at), stand
 
 
 # canonical stand-ins for the fresh variables of an index term (`_index_key`): never in a

@@ -94,12 +94,23 @@ def test_fresh_index_variables_are_generalized_positionally():
     # a repeated variable is another index pattern: (i, i) is not an instance of (i, j)
     assert _same(rec((i, i)), i, i)
     assert len(calls) == 2
-    # an index term built from fresh variables: generalized over them, keyed by its shape
+    # an index term built from fresh variables (not one): the record at a fresh variable in
+    # its place, instantiated with the term (tagdomain._at_terms), so terms that differ in a
+    # numeral share it: (m, kk + 64) and (k, i + 32) are instances of (i, j)
     assert _same(rec((i, j + 64)), i, j + 64)
     assert _same(rec((k, i + 64)), k, i + 64)
-    assert len(calls) == 3
     assert _same(rec((k, i + 32)), k, i + 32)
-    assert len(calls) == 4
+    assert _same(rec((i + 8, i)), i + 8, i)
+    assert len(calls) == 2
+    TD.GENERALIZE_TERMS = False
+    try:   # keyed by the term's shape instead: a numeral apart is another record
+        assert _same(rec((i, j + 16)), i, j + 16)
+        assert _same(rec((k, i + 16)), k, i + 16)
+        assert len(calls) == 3
+        assert _same(rec((k, i + 24)), k, i + 24)
+        assert len(calls) == 4
+    finally:
+        TD.GENERALIZE_TERMS = True
 
 
 def test_model_variables_and_the_walks_fresh_variables_are_not_generalized():
@@ -136,3 +147,53 @@ def test_nothing_is_memoized_while_a_model_is_built():
     rec((i,))
     rec((i,))
     assert len(calls) == 3
+
+
+def test_records_at_index_terms_equal_the_records_built_at_them():
+    """`_at_terms`'s exactness on a kernel: the halo TMA conv's row-segment stores (8 stores
+    of the accumulator's rows 8 s + e0) read records instantiated from one built at a fresh
+    row; each equals, field by field and for every value of its variables, the record the
+    transfer functions build at the row term itself (GENERALIZE_TERMS off), up to the
+    renaming of the records' own auxiliaries (matched by canonical renaming:
+    solver.canonical names the constants of both in order of first occurrence)."""
+    import sys
+    from pathlib import Path
+
+    from argus.compiler import lower_only
+    from argus.verify import solver
+    from argus.verify.model import Model
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import verify_timings
+
+    (_, fn, cx), = [c for c in verify_timings.conv() if c[0] == "conv halo tma bw 8, cluster 2"]
+    kernel = lower_only(fn, **cx)
+    # two models (each its own memos): one read with the records at index terms
+    # instantiated, one with them built at the terms
+    on_model, off_model = Model(kernel), Model(kernel)
+    assert len(on_model.stores) == len(off_model.stores) >= 8
+
+    def encoded(st, idx):
+        rec = st.tile.fn(tuple(idx))
+        parts = [rec.defined] + list(rec.cond)
+        for name in sorted(rec.fields):
+            v = rec.fields[name]
+            parts += [v.term == z3.Int(f"field!{name}")] + list(v.cond)
+        return z3.And(parts)
+    same = shaped = 0
+    for on_st, off_st in zip(on_model.stores, off_model.stores):
+        idx = [fresh_int(f"e{d}") for d in range(len(on_st.shape))]
+        on = encoded(on_st, idx)
+        TD.GENERALIZE_TERMS = False
+        try:
+            off = encoded(off_st, idx)
+        finally:
+            TD.GENERALIZE_TERMS = True
+        a, b = (solver.canonical([], [("r", t)]) for t in (on, off))
+        if a.get_id() == b.get_id():
+            same += 1
+            continue
+        s = z3.Solver()   # shaped differently: equal in value
+        s.add(a != b)
+        assert s.check() == z3.unsat, on_st.op.loc
+        shaped += 1
+    assert same + shaped == len(on_model.stores)
