@@ -635,7 +635,7 @@ def _singleton(f, premises) -> object | None:
         return None
     # (solver.prove answers an alpha-equivalent query from its cache)
     out = solver.prove(list(premises) + c1 + c2, [("one value", t1 == t2)],
-                       rlimit=solver.rlimit_of(200))
+                       rlimit=solver.rlimit_of(200), proof_only=True)
     if out.status != "proven":
         return None
     return replace(f, term=t1, bound=(), cond=tuple(c1))
@@ -677,7 +677,8 @@ def _nonempty(points, conds, premises) -> bool:
     claim = z3.simplify(claim)
     if z3.is_true(claim) or z3.is_false(claim):
         return z3.is_true(claim)
-    out = solver.prove(list(premises), [("the set is non-empty", claim)], rlimit=QE_RLIMIT)
+    out = solver.prove(list(premises), [("the set is non-empty", claim)], rlimit=QE_RLIMIT,
+                       proof_only=True)
     return out.status == "proven"
 
 

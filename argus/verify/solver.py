@@ -362,12 +362,21 @@ def _canonical_const(j: int, sort, ctx):
 def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef]],
           timeout_ms: int | None = None, minimize: Sequence[z3.ExprRef] = (),
           stats: Stats | None = None, minimize_budget_ms: int = 600,
-          theory: str | None = None, rlimit: int | None = None) -> Outcome:
+          theory: str | None = None, rlimit: int | None = None,
+          proof_only: bool = False) -> Outcome:
     """Prove `premises ⇒ every claim`. On SAT the model is minimized lexicographically over
     `minimize` (Int or BitVec terms, smallest first) and the violated claim names listed.
     Budget: `rlimit` z3 resource units, else `timeout_ms` converted (`rlimit_of`), else the
     default; `minimize_budget_ms` likewise for the minimization. Nothing reads the clock but
-    the `ms` reported."""
+    the `ms` reported.
+
+    `proof_only`: for a caller that reads only whether the query is proven (a structural
+    question: check_reduce's "is this set one point", a family template, whose members are
+    asked themselves when it is not proven). When the quick attempt (step 2) finds the
+    negated claim satisfiable, that is a counterexample, which no later tier can turn into a
+    proof: "violated" is returned at once, without a model, and the full portfolio (the
+    bit-vector translation, the integer re-solve behind it) is not run for a witness nobody
+    reads. check_reduce's two non-point sets of FA3-overlap attention: ~0.11-0.13 s each."""
     if rlimit is None:
         rlimit = default_rlimit() if timeout_ms is None else rlimit_of(timeout_ms)
     premises = [_as_bool(p) for p in premises]
@@ -403,6 +412,7 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
     # thousand resource units, cheaper than translating them to bits (not for non-linear
     # queries, which never finish that fast: step 3)
     out = None
+    _QUICK_SAT[0] = False
     if theory != "NIA":
         # purify-arith names the divisions by constants (`_quick_purified`), but a query that
         # also divides by a symbolic size (a grouped raster's tile index inside a routing or
@@ -455,9 +465,10 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
         for purify in order if out is None else ():
             out = _quick_proof(premises, claims, min(QUICK_RLIMIT, rlimit), rlimit, t0,
                                params, purify=purify, opaque=opaque and not purify)
-            if out is not None:
+            if out is not None or (proof_only and _QUICK_SAT[0]):
                 break
-        if out is None and nonlinear and len(order) == 2:
+        if out is None and nonlinear and len(order) == 2 and \
+                not (proof_only and _QUICK_SAT[0]):
             # z3's effort on these (MoE's A.expert == B.expert) is heavy-tailed in the names
             # of the query's constants, which depend on what the process verified before:
             # both attempts missed in some runs and the portfolio took 0.4-0.8 s. The same
@@ -473,6 +484,12 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
         _remember(key, term, out)
         return out
     theory = theory or _theory([c for _, c in claims])
+    if proof_only and _QUICK_SAT[0]:
+        out = Outcome("violated", (time.perf_counter() - t0) * 1e3, theory=theory,
+                      reason="a quick attempt found a counterexample (proof_only: no model)")
+        if stats is not None:
+            stats.add(theory, out.ms)
+        return out
     out = None
     if theory == "NIA":
         # 3. non-linear queries (raster orders): the plain SMT core is the one that finishes
@@ -717,6 +734,11 @@ def _applies_to_nonlinear(terms: Sequence[z3.ExprRef]) -> bool:
     return _any_app(terms, hit)
 
 
+# whether a quick attempt of the current `prove` found its negated claim satisfiable (a
+# counterexample: z3's sat, in the plain core or through purify-arith); read by proof_only
+_QUICK_SAT = [False]
+
+
 def _quick_proof(premises, claims, budget, rlimit, t0,
                  params: dict | None = None, point_first: bool = False,
                  purify: bool = False, opaque: bool = False) -> Outcome | None:
@@ -760,7 +782,11 @@ def _quick_proof(premises, claims, budget, rlimit, t0,
             s.set("rlimit", budget)
             s.set("timeout", backstop_ms(budget))
             res = None
-    if (res if res is not None else s.check(goal)) != z3.unsat:
+    if res is None:
+        res = s.check(goal)
+    if res != z3.unsat:
+        if res == z3.sat:
+            _QUICK_SAT[0] = True   # a counterexample of the query (`prove`'s proof_only)
         return None
     if len(s.unsat_core()) == 0:
         vres = z3.unsat  # the premises alone are contradictory
@@ -1201,7 +1227,10 @@ def _quick_purified(premises, conj, budget, rlimit, t0) -> Outcome | None:
     s = _limit(_purified(), budget)
     _assert_all(s, premises)
     s.add(z3.Not(conj))
-    if s.check() != z3.unsat:
+    res = s.check()
+    if res != z3.unsat:
+        if res == z3.sat:
+            _QUICK_SAT[0] = True   # a counterexample of the query (`prove`'s proof_only)
         return None
     vres = _vacuity(premises, rlimit, z3.Solver)
     ms = (time.perf_counter() - t0) * 1e3
