@@ -181,9 +181,11 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
             prepared[at] = done
         return done
 
-    # consecutive instances of one assertion (a Python-unrolled loop), one query a family
+    # consecutive instances of one assertion (a Python-unrolled loop), and the instances of
+    # one wgmma op's claims at its unrolled sites, one query a family
+    codes = OB.FAMILY_CODES + OB.SITE_FAMILY_CODES
     try:
-        by_family = OB.family_proofs([prepare(ob, i) if ob.code in OB.FAMILY_CODES else ob
+        by_family = OB.family_proofs([prepare(ob, i) if ob.code in codes else ob
                                       for i, ob in enumerate(obs)], stats, timeout_ms)
     except Exception:  # noqa: BLE001 - no family proof: each obligation is solved itself
         by_family = {}

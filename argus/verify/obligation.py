@@ -142,6 +142,52 @@ def _by_lemma(ob: Obligation, stats: solver.Stats, timeout_ms: int | None) \
 # TMA-store epilogue (one store a row of the box: the row offset differs; the halo TMA conv's
 # 8 'g of the value == destination g' queries, 10-20 ms each, one template query of ~12 ms)
 FAMILY_CODES = ("tag.assert", "store.coords")
+# the obligations whose instances are proven as families wherever they stand in the list
+# (`family_proofs`), grouped by code, claim names and premise count, then by anti-unification:
+# the wgmma sites of one op that a Python-unrolled or peeled loop repeats (FA3-overlap
+# attention's Q K^T: 4 k slices of d 256, in the peeled first block and in the main loop),
+# each with its own operand records whose numerals (the slice's column, the stage's slot)
+# differ, and whose checks come together per site (defined, agree, k-once), so one claim's
+# instances are not consecutive; and the ring protocol's claims at each produce and consume
+# point of the K and V rings (FA3-overlap's peeled steps add points: 6-8 instances of each)
+SITE_FAMILY_CODES = ("wgmma.defined", "wgmma.agree", "wgmma.k-once", "pipe.data",
+                     "pipe.no-overwrite", "pipe.no-early-read", "pipe.deadlock")
+
+
+def _clusters(queries: Sequence, labels: Sequence) -> tuple[list[list[int]], dict]:
+    """(the queries' indices in clusters, in order, each of queries that anti-unify with its
+    first (`family.template` of the two); the clusters' templates made on the way, by the
+    cluster's first index). All of them when their whole template exists; else those of one
+    label (an obligation's subject: the sites of one wgmma op, k-once against itself and
+    against its siblings) when theirs does; else, within a label, each query in the first
+    cluster whose first it anti-unifies with."""
+    whole = family.template(queries)
+    if whole is not None:
+        return [list(range(len(queries)))], {0: whole}
+    out: list[list[int]] = []
+    made: dict = {}
+    by_label: dict = {}
+    for i, lab in enumerate(labels):
+        by_label.setdefault(lab, []).append(i)
+    for idx in by_label.values():
+        if len(idx) < family.FAMILY_MIN:
+            out.append(idx)
+            continue
+        tmpl = family.template([queries[i] for i in idx])
+        if tmpl is not None:
+            made[idx[0]] = tmpl
+            out.append(idx)
+            continue
+        part: list[list[int]] = []
+        for i in idx:
+            for c in part:
+                if family.template([queries[c[0]], queries[i]]) is not None:
+                    c.append(i)
+                    break
+            else:
+                part.append([i])
+        out += part
+    return out, made
 
 
 def family_proofs(obs: Sequence[Obligation], stats: solver.Stats, timeout_ms: int | None) \
@@ -166,7 +212,23 @@ def family_proofs(obs: Sequence[Obligation], stats: solver.Stats, timeout_ms: in
             g.append(i)
         else:
             groups.append([i])
-    for g in groups:
+    # SITE_FAMILY_CODES: by code, claims and premise count, then clustered (`_clusters`)
+    keyed: dict[tuple, list[int]] = {}
+    for i, ob in enumerate(obs):
+        if ob.code in SITE_FAMILY_CODES and ob.lemma is None and not ob.implied_by:
+            keyed.setdefault((ob.code, ob.separately, tuple(n for n, _ in ob.claims),
+                              len(ob.premises)), []).append(i)
+    clustered = len(groups)   # groups from here on are clusters already
+    known: dict[int, Any] = {}   # a cluster's template, where `_clusters` made it
+    for g in keyed.values():
+        if len(g) >= family.FAMILY_MIN:
+            cs, made = _clusters([(obs[i].premises, obs[i].claims) for i in g],
+                                 [obs[i].subject for i in g])
+            for c in cs:
+                if c[0] in made and len(c) >= family.FAMILY_MIN:
+                    known[len(groups)] = made[c[0]]
+                groups.append([g[k] for k in c])
+    for gi, g in enumerate(groups):
         if len(g) < family.FAMILY_MIN:
             continue
         # a tag assertion's claim is named by its text, where an unrolled loop's index shows
@@ -177,7 +239,13 @@ def family_proofs(obs: Sequence[Obligation], stats: solver.Stats, timeout_ms: in
         def named(ob: Obligation) -> list[tuple[str, z3.BoolRef]]:
             return [(n, c) for n, (_, c) in zip(names, ob.claims)]
         queries = [(obs[i].premises, named(obs[i])) for i in g]
-        for run_ in family.families(queries):
+        # the whole group's template first: when it anti-unifies, it is the one run that
+        # `families` would find (each member anti-unifies with the first), without walking
+        # every member against the first and then all of them again
+        whole = known[gi] if gi in known else family.template(queries)
+        runs = [list(range(len(g)))] if whole is not None else \
+            [] if gi >= clustered else family.families(queries)
+        for run_ in runs:
             if len(run_) < family.FAMILY_MIN:
                 continue
             members = [obs[g[k]] for k in run_]
@@ -187,9 +255,13 @@ def family_proofs(obs: Sequence[Obligation], stats: solver.Stats, timeout_ms: in
                 len(first.claims) > 1 else [[(ob.premises, named(ob)) for ob in members]]
             ms, theory, rewritten = 0.0, None, True
             for unit in units:
-                tmpl = family.template(unit)
+                tmpl = whole if whole is not None and len(units) == 1 else \
+                    family.template(unit)
+                # proof_only: a template not proven proves nothing (its members are asked
+                # themselves), so its counterexample is not searched for
                 got = solver.prove(*tmpl, timeout_ms=first.timeout_ms or timeout_ms,
-                                   stats=stats, theory=first.tier) if tmpl else None
+                                   stats=stats, theory=first.tier,
+                                   proof_only=True) if tmpl else None
                 if got is None or got.status != "proven":
                     break
                 ms, theory = ms + got.ms, got.theory
