@@ -159,7 +159,8 @@ def _clusters(queries: Sequence, labels: Sequence) -> tuple[list[list[int]], dic
     first (`family.template` of the two); the clusters' templates made on the way, by the
     cluster's first index). All of them when their whole template exists; else those of one
     label (an obligation's subject: the sites of one wgmma op, k-once against itself and
-    against its siblings) when theirs does; else, within a label, each query in the first
+    against its siblings) when theirs does; the others (labels too few for a family, or
+    without one template: the ring protocol's points, one subject each) each in the first
     cluster whose first it anti-unifies with."""
     whole = family.template(queries)
     if whole is not None:
@@ -169,25 +170,24 @@ def _clusters(queries: Sequence, labels: Sequence) -> tuple[list[list[int]], dic
     by_label: dict = {}
     for i, lab in enumerate(labels):
         by_label.setdefault(lab, []).append(i)
+    rest: list[int] = []   # those of labels too few for a family, or of no one template
     for idx in by_label.values():
-        if len(idx) < family.FAMILY_MIN:
-            out.append(idx)
-            continue
-        tmpl = family.template([queries[i] for i in idx])
+        tmpl = family.template([queries[i] for i in idx]) \
+            if len(idx) >= family.FAMILY_MIN else None
         if tmpl is not None:
             made[idx[0]] = tmpl
             out.append(idx)
-            continue
-        part: list[list[int]] = []
-        for i in idx:
-            for c in part:
-                if family.template([queries[c[0]], queries[i]]) is not None:
-                    c.append(i)
-                    break
-            else:
-                part.append([i])
-        out += part
-    return out, made
+        else:
+            rest += idx
+    part: list[list[int]] = []
+    for i in sorted(rest):
+        for c in part:
+            if family.template([queries[c[0]], queries[i]]) is not None:
+                c.append(i)
+                break
+        else:
+            part.append([i])
+    return out + part, made
 
 
 def family_proofs(obs: Sequence[Obligation], stats: solver.Stats, timeout_ms: int | None) \
