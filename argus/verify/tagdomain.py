@@ -423,14 +423,32 @@ def _at_terms(idx, key) -> tuple[tuple, dict]:
     to the renaming of their auxiliaries (canonical renaming; a record shaped differently
     would have to be equal in value, z3)."""
     stand, at = {}, []
-    for x, k in zip(idx, key):
-        if k[0] == 3:
+    fresh = [_fresh_ids(x) for x in idx]
+    for d, (x, k) in enumerate(zip(idx, key)):
+        # a term whose fresh variables another component also holds ((i + 8, i)) keeps its
+        # place: at y the record would lose that relation, and a transfer function that
+        # tells components apart by their terms (equal, zero) is only shown exact on
+        # independent ones (h241 review)
+        if k[0] == 3 and not any(fresh[d] & fresh[o] for o in range(len(idx)) if o != d):
             y = fresh_int("argus.verify.tagdomain!at")
             stand[_ast_id(y.ctx_ref(), y.as_ast())] = x
             at.append(y)
         else:
             at.append(x)
     return tuple(at), stand
+
+
+def _fresh_ids(x) -> set[int]:
+    """The ids of the generalizable fresh variables in an index component (none for a
+    numeral or a model term)."""
+    if not isinstance(x, z3.AstRef):
+        return set()
+    ref, a = x.ctx_ref(), x.as_ast()
+    if _generalizable(ref, a):
+        return {_ast_id(ref, a)}
+    found: list = []
+    _gen_consts(ref, a, found)
+    return {i for i, _ in found}
 
 
 # canonical stand-ins for the fresh variables of an index term (`_index_key`): never in a
