@@ -182,7 +182,7 @@ def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = N
         return done
 
     # consecutive instances of one assertion (a Python-unrolled loop), and the instances of
-    # one wgmma op's claims at its unrolled sites, one query a family
+    # one wgmma op's or one pipeline ring's claims at its unrolled sites: one query a family
     codes = OB.FAMILY_CODES + OB.SITE_FAMILY_CODES
     try:
         by_family = OB.family_proofs([prepare(ob, i) if ob.code in codes else ob

@@ -193,8 +193,11 @@ def _clusters(queries: Sequence, labels: Sequence) -> tuple[list[list[int]], dic
 def family_proofs(obs: Sequence[Obligation], stats: solver.Stats, timeout_ms: int | None) \
         -> dict[int, solver.Outcome]:
     """Outcomes of the obligations of `obs` (by position) proven through a family template
-    (family.py): consecutive obligations of FAMILY_CODES, without lemma or implied_by, whose
-    queries anti-unify, FAMILY_MIN of them or more; a `separately` obligation's claims are
+    (family.py): consecutive obligations of FAMILY_CODES, and obligations of
+    SITE_FAMILY_CODES wherever they stand (keyed by code, claim names and premise count, then
+    clustered by anti-unification, `_clusters`: an unrolled op's sites are never consecutive),
+    without lemma or implied_by, whose queries anti-unify, FAMILY_MIN of them or more (rarer
+    subjects pooled pairwise); a `separately` obligation's claims are
     templated claim by claim (each a query, as `_prove_each` asks them). An obligation is in
     the result only when every template of its run is proven and its own premises are shown
     satisfiable (`family.satisfiable`); every other one is solved itself (`run`), so a

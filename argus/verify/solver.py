@@ -367,8 +367,9 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
     """Prove `premises ⇒ every claim`. On SAT the model is minimized lexicographically over
     `minimize` (Int or BitVec terms, smallest first) and the violated claim names listed.
     Budget: `rlimit` z3 resource units, else `timeout_ms` converted (`rlimit_of`), else the
-    default; `minimize_budget_ms` likewise for the minimization. Nothing reads the clock but
-    the `ms` reported.
+    default; `minimize_budget_ms` likewise for the minimization. The clock is read for the `ms`
+    reported and by the wall-clock backstops (`backstop_ms`; `NAMED_BACKSTOP_MS` on the
+    named-divisions attempt), which only cut an attempt short: a miss, never a verdict.
 
     `proof_only`: for a caller that reads only whether the query is proven (a structural
     question: check_reduce's "is this set one point", a family template, whose members are
@@ -1220,7 +1221,7 @@ def _quick_named(premises, claims, budget, rlimit, t0) -> Outcome | None:
     conj = z3.And([c for _, c in claims]) if claims else z3.BoolVal(True)
     *named_premises, named_conj = (named := _divisions_named(list(premises) + [conj]))[0]
     s = _limit(z3.SimpleSolver(), budget)
-    s.set("timeout", min(backstop_ms(budget), NAMED_BACKSTOP_MS))
+    s.set("timeout", NAMED_BACKSTOP_MS)   # below backstop_ms's floor (BACKSTOP_MIN_MS)
     for k, v in NIA_PARAMS.items():
         s.set(k, v)
     _assert_all(s, named_premises)
