@@ -161,7 +161,8 @@ def _clusters(queries: Sequence, labels: Sequence) -> tuple[list[list[int]], dic
     label (an obligation's subject: the sites of one wgmma op, k-once against itself and
     against its siblings) when theirs does; the others (labels too few for a family, or
     without one template: the ring protocol's points, one subject each) each in the first
-    cluster whose first it anti-unifies with."""
+    cluster of these others whose first it anti-unifies with (pairs and up: a subject's own
+    cluster is not joined)."""
     whole = family.template(queries)
     if whole is not None:
         return [list(range(len(queries)))], {0: whole}
