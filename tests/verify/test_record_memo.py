@@ -155,30 +155,23 @@ def test_nothing_is_memoized_while_a_model_is_built():
     assert len(calls) == 3
 
 
-def _fresh_number(v) -> int:
-    """The counter value in a fresh variable's name (`stem!g12` -> 12)."""
-    return int(re.search(r"!g?(\d+)$", str(v)).group(1))
+def _fresh_number(v) -> int | None:
+    """The counter value in a fresh variable's name (`stem!g12` -> 12); None for another name."""
+    m = re.search(r"!g?(\d+)$", str(v))
+    return int(m.group(1)) if m else None
 
 
 def _auxiliaries_renamed(term, after: int):
     """`term` with the fresh variables numbered above `after` (made while its record was
-    built: its auxiliaries) renamed aux0, aux1, ... in order of first occurrence (pre-order);
-    every other constant (the index, the model's variables, the field names) kept, so two
-    records compare equal only with the same index terms in the same places."""
-    order: dict = {}
-    todo, seen = [term], set()
-    while todo:
-        t = todo.pop()
-        if t.get_id() in seen:
-            continue
-        seen.add(t.get_id())
-        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-            m = re.search(r"!g?(\d+)$", str(t))
-            if m and int(m.group(1)) > after and t.get_id() not in order:
-                order[t.get_id()] = t
-        todo.extend(reversed(t.children()))
-    return z3.substitute(term, *[(t, z3.Int(f"aux{n}")) for n, t in enumerate(order.values())]) \
-        if order else term
+    built: its auxiliaries) renamed aux0, aux1, ... in the order `TD.subterms` meets them
+    (the same walk for both records compared); every other constant (the index, the model's
+    variables, the field names) kept, so two records compare equal only with the same index
+    terms in the same places."""
+    aux = [t for t in TD.subterms(term)
+           if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED
+           and (_fresh_number(t) or 0) > after]
+    return z3.substitute(term, *[(t, z3.Int(f"aux{n}")) for n, t in enumerate(aux)]) \
+        if aux else term
 
 
 def test_records_at_index_terms_equal_the_records_built_at_them(monkeypatch):
