@@ -414,6 +414,9 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
     # queries, which never finish that fast: step 3)
     out = None
     _QUICK_SAT[0] = False
+
+    def refuted() -> bool:   # proof_only, and a quick attempt found a counterexample
+        return proof_only and _QUICK_SAT[0]
     if theory != "NIA":
         # purify-arith names the divisions by constants (`_quick_purified`), but a query that
         # also divides by a symbolic size (a grouped raster's tile index inside a routing or
@@ -466,10 +469,9 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
         for purify in order if out is None else ():
             out = _quick_proof(premises, claims, min(QUICK_RLIMIT, rlimit), rlimit, t0,
                                params, purify=purify, opaque=opaque and not purify)
-            if out is not None or (proof_only and _QUICK_SAT[0]):
+            if out is not None or refuted():
                 break
-        if out is None and nonlinear and len(order) == 2 and \
-                not (proof_only and _QUICK_SAT[0]):
+        if out is None and nonlinear and len(order) == 2 and not refuted():
             # z3's effort on these (MoE's A.expert == B.expert) is heavy-tailed in the names
             # of the query's constants, which depend on what the process verified before:
             # both attempts missed in some runs and the portfolio took 0.4-0.8 s. The same
@@ -485,7 +487,7 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
         _remember(key, term, out)
         return out
     theory = theory or _theory([c for _, c in claims])
-    if proof_only and _QUICK_SAT[0]:
+    if refuted():
         out = Outcome("violated", (time.perf_counter() - t0) * 1e3, theory=theory,
                       reason="a quick attempt found a counterexample (proof_only: no model)")
         if stats is not None:
