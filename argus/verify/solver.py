@@ -1184,7 +1184,8 @@ def _divisions_named(terms: Sequence[z3.ExprRef]) -> tuple[list[z3.ExprRef], lis
                 q, r = z3.Int(f"argus!q{j}", ctx), z3.Int(f"argus!r{j}", ctx)
                 _NAMED_PAIRS[key] = (q, r, [
                     z3.Implies(d != 0, t == q * d + r), z3.Implies(d != 0, r >= 0),
-                    z3.Implies(d > 0, r < d), z3.Implies(d < 0, r < -d)])
+                    z3.Implies(d > 0, r < d), z3.Implies(d < 0, r < -d)]
+                    + _quotient_signs(t, d, q, r))
             memo[i] = (_NAMED_PAIRS[key][0 if kind == z3.Z3_OP_IDIV else 1], keys | {key})
         else:
             memo[i] = (z3.z3._to_expr_ref(
@@ -1198,6 +1199,25 @@ def _divisions_named(terms: Sequence[z3.ExprRef]) -> tuple[list[z3.ExprRef], lis
         images.append(t if image is None else image)
         used.update(dict.fromkeys(sorted(keys)))
     return images, [f for key in used for f in _NAMED_PAIRS[key][2]]
+
+
+def _quotient_signs(t, d, q, r) -> list[z3.BoolRef]:
+    """Linear facts of the pair (q, r) = (t / d, t % d) where d > 0, which its defining facts
+    imply only through the product q * d (`_divisions_named`): `t >= 0 => 0 <= q <= t` and
+    `r <= t`, `t < 0 => q < 0`. Each is a theorem of z3's division (q = floor(t / d) for
+    d > 0: the floor of a non-negative t over d >= 1 lies in [0, t], t - q*d <= t where
+    q*d >= 0, and the floor of a negative t over a positive d is negative), so the named
+    query's models are those it had: a proof is still one of the original query.
+
+    Why: the conv kernels' receptive-field claims read named quotients' signs (the image
+    `out_row / P` of a tile's row is >= 0, so are the rows `img * H + ...` built on it), which
+    the linear part of z3's arithmetic did not see: they came from nlsat, called from the
+    final check for the products q * d, and nlsat's effort is heavy-tailed (docs/verify.md
+    "Named quotients' signs")."""
+    return [z3.Implies(z3.And(d > 0, t >= 0), q >= 0),
+            z3.Implies(z3.And(d > 0, t < 0), q < 0),
+            z3.Implies(z3.And(d > 0, t >= 0), q <= t),
+            z3.Implies(z3.And(d > 0, t >= 0), r <= t)]
 
 
 # `_divisions_named`'s tables: each term it named (the term, its image or None, the pairs it
@@ -1219,9 +1239,16 @@ def _quick_named(premises, claims, budget, rlimit, t0) -> Outcome | None:
     within `budget` units. An Outcome only on UNSAT of the named query (a proof of the
     original), then with the original premises' vacuity check (`_model_search` in a plain
     core holding them: satisfiable named premises say nothing of the original ones); None
-    otherwise (the caller goes on as without this attempt)."""
-    conj = z3.And([c for _, c in claims]) if claims else z3.BoolVal(True)
-    *named_premises, named_conj = (named := _divisions_named(list(premises) + [conj]))[0]
+    otherwise (the caller goes on as without this attempt).
+
+    The query named is the one with the premises' equalities between variables substituted
+    (`_equalities_substituted`: the same query, so its UNSAT is a proof of this one): a
+    kernel's `G == 1` then leaves no product `tiles * G` in the tile count that the named
+    divisions divide by, whose degree nlsat paid for (docs/verify.md "Named quotients'
+    signs")."""
+    sub_premises, sub_claims = _equalities_substituted(premises, claims)
+    conj = z3.And([c for _, c in sub_claims]) if sub_claims else z3.BoolVal(True)
+    *named_premises, named_conj = (named := _divisions_named(list(sub_premises) + [conj]))[0]
     s = _limit(z3.SimpleSolver(), budget)
     s.set("timeout", NAMED_BACKSTOP_MS)   # below backstop_ms's floor (BACKSTOP_MIN_MS)
     for k, v in NIA_PARAMS.items():

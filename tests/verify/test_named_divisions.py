@@ -41,7 +41,7 @@ def test_divisions_named_one_pair_per_dividend_and_divisor():
     named, facts = solver._divisions_named(terms)
     assert not any(_divides_by_variable(t) for t in named)
     assert named[2].eq(terms[2])          # a division by a numeral is kept
-    assert len(facts) == 4 * 2            # (x, P) and (x + 1, P): two pairs, 4 facts each
+    assert len(facts) == 8 * 2            # (x, P) and (x + 1, P): two pairs, 8 facts each
     # the facts pin the pair to z3's division wherever P != 0
     s = z3.Solver()
     q, r = z3.Ints("argus!q0 argus!r0")
