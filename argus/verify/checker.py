@@ -14,7 +14,9 @@ include_proven=True).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,9 +138,40 @@ def _unknown_loc():
     return Loc.unknown()
 
 
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off for the block (back on after it, if it was on).
+
+    A verification allocates ~40k container objects (z3's term wrappers, records, findings),
+    almost all freed by reference counting, yet their count triggers the collector's young
+    generation every 700 net allocations and, every ~100 young ones, a full collection, which
+    scans every tracked object of the process (the lowered kernels, the proof cache, a test
+    session's fixtures: ~290k objects in scripts/verify_timings.py's attention run) and took
+    ~0.13 s of the d 256 FA3 attention kernels' ~1.0-1.3 s when one fell inside their run.
+    Over the 39 runs of `verify_timings.py --only "attention default" --repeat 3`: 3.7 s of
+    GC and 17 full collections before, 1.3 s and 4 with the pause (docs/verify.md, h244).
+    What a run leaves is collected by the next collection after it. Verdicts do not depend
+    on it (the collector frees memory, nothing else)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = None,
         lower: bool | None = None, **constexprs: Any) -> Report:
-    """Check a kernel and return the full Report (diagnostics, findings, timing)."""
+    """Check a kernel and return the full Report (diagnostics, findings, timing), with the
+    cyclic garbage collector paused (`collector_paused`)."""
+    with collector_paused():
+        return _run(kernel, include_proven=include_proven, timeout_ms=timeout_ms,
+                    lower=lower, **constexprs)
+
+
+def _run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = None,
+         lower: bool | None = None, **constexprs: Any) -> Report:
     t0 = time.perf_counter()
     k = _as_kernel(kernel, lower, constexprs)
     try:

@@ -50,6 +50,23 @@ class _Mismatch(Exception):
 def template(queries: Sequence[Query]) -> Query | None:
     """The family's template query (premises with 0 <= j < N added, claims named as the first
     member's), or None when the queries are not one formula (see the module docstring).
+    `_walk_members` makes it.
+    """
+    return _walk_members(queries, build=True)
+
+
+def anti_unify(queries: Sequence[Query]) -> bool:
+    """Whether `template(queries)` is not None, decided by the same walk without making the
+    template's terms (`_walk_members` with build=False: no numeral, sum, fresh constant or
+    application is made). For the pairwise questions of `families` and of
+    obligation._clusters, which keep only the answer: on the FA3 d 256 attention kernels
+    each pair's template made ~20-60 terms through z3's wrappers (3-5 ms a pair), for
+    clusters whose own template then failed (numerals not affine over the whole cluster)."""
+    return _walk_members(queries, build=False) is not None
+
+
+def _walk_members(queries: Sequence[Query], build: bool):
+    """`template`'s walk; with build=False, True in place of the template (nothing made).
 
     The walk reads the members' terms through z3's C API (`solver.raw`: no wrapper objects,
     no per-call error checks): through the Python wrappers the 3-d packed conv's templates
@@ -72,7 +89,7 @@ def template(queries: Sequence[Query]) -> Query | None:
     sort_kind, nargs, arg = L.Z3_get_sort_kind, L.Z3_get_app_num_args, L.Z3_get_app_arg
     decl_of, decl_kind = L.Z3_get_app_decl, L.Z3_get_decl_kind
     numeral_string = L.Z3_get_numeral_string
-    j = fresh_int("family.j")
+    j = fresh_int("family.j") if build else None
     zero = z3.IntVal(0, ctx)   # a folded `+ 0` (alive as long as the memo keyed by its id)
     consts: dict[tuple[int, ...], z3.ExprRef] = {}
     # the template's nodes by the members' node ids, each a term (raw ast, the object that
@@ -121,25 +138,32 @@ def template(queries: Sequence[Query]) -> Query | None:
             b = vals[1] - vals[0]
             if any(v != vals[0] + b * k for k, v in enumerate(vals)):
                 raise _Mismatch
-            out = made(z3.IntVal(vals[0], ctx) + z3.IntVal(b, ctx) * j)
+            out = made(z3.IntVal(vals[0], ctx) + z3.IntVal(b, ctx) * j) if build else _DRY
         elif all((app := app_of(a)) is not None and app[1] == z3.Z3_OP_UNINTERPRETED and
                  app[2] == 0 for a in asts) and \
                 len({get_id(ref, L.Z3_sort_to_ast(ref, get_sort(ref, a))) for a in asts}) == 1:
             # one fresh constant per tuple of the members' constants (their own element
             # variables): member k is the template with it replaced by k's constant
-            c = consts.get(key)
-            if c is None:
-                c = consts[key] = z3.FreshConst(z3.z3._to_sort_ref(get_sort(ref, a0), ctx),
-                                                "family.c")
-            out = made(c)
+            if not build:
+                out = _DRY
+            else:
+                c = consts.get(key)
+                if c is None:
+                    c = consts[key] = z3.FreshConst(
+                        z3.z3._to_sort_ref(get_sort(ref, a0), ctx), "family.c")
+                out = made(c)
         elif (apps := [app_of(a) for a in asts]) and all(
                 app is not None and app[2] == apps[0][2] and app[2] > 0 and
                 get_id(ref, L.Z3_func_decl_to_ast(ref, app[0])) ==
                 get_id(ref, L.Z3_func_decl_to_ast(ref, apps[0][0])) for app in apps):
             count = apps[0][2]
             kids = [walk([arg(ref, a, i) for a in asts]) for i in range(count)]
-            raw_kids = (z3.Ast * count)(*[k[0] for k in kids])
-            out = made(z3.z3._to_expr_ref(L.Z3_mk_app(ref, apps[0][0], count, raw_kids), ctx))
+            if build:
+                raw_kids = (z3.Ast * count)(*[k[0] for k in kids])
+                out = made(z3.z3._to_expr_ref(L.Z3_mk_app(ref, apps[0][0], count, raw_kids),
+                                              ctx))
+            else:
+                out = _DRY
         elif all(is_int(a) for a in asts) and \
                 (split := [summands(a) for a in asts]) and \
                 any(c is not None for _, c in split) and \
@@ -150,13 +174,20 @@ def template(queries: Sequence[Query]) -> Query | None:
             # and each summand and the numeral are walked
             parts = [walk([rest[i] for rest, _ in split]) for i in range(len(split[0][0]))]
             num = walk([zero.as_ast() if c is None else c for _, c in split])
-            out = made(z3.Sum([_expr(x, ctx) for x in parts] + [_expr(num, ctx)]))
+            out = made(z3.Sum([_expr(x, ctx) for x in parts] + [_expr(num, ctx)])) \
+                if build else _DRY
         else:
             raise _Mismatch
         memo[key] = out
         return out
 
     try:
+        if not build:
+            for i in range(len(first_p)):
+                walk([q[0][i].as_ast() for q in queries])
+            for i in range(len(first_c)):
+                walk([q[1][i][1].as_ast() for q in queries])
+            return True
         prem = [_expr(walk([q[0][i].as_ast() for q in queries]), ctx)
                 for i in range(len(first_p))]
         claims = [(name, _expr(walk([q[1][i][1].as_ast() for q in queries]), ctx))
@@ -164,6 +195,10 @@ def template(queries: Sequence[Query]) -> Query | None:
     except _Mismatch:
         return None
     return prem + [j >= 0, j < n], claims
+
+
+# a node `_walk_members` did not make (build=False): only whether the walk gets through counts
+_DRY = (None, None)
 
 
 def _expr(node: tuple, ctx) -> z3.ExprRef:
@@ -178,7 +213,7 @@ def families(queries: Sequence[Query]) -> list[list[int]]:
     (numerals not affine in the index)."""
     runs: list[list[int]] = []
     for i in range(len(queries)):
-        if runs and template([queries[runs[-1][0]], queries[i]]) is not None:
+        if runs and anti_unify([queries[runs[-1][0]], queries[i]]):
             runs[-1].append(i)
         else:
             runs.append([i])

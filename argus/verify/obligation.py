@@ -183,7 +183,7 @@ def _clusters(queries: Sequence, labels: Sequence) -> tuple[list[list[int]], dic
     part: list[list[int]] = []
     for i in sorted(rest):
         for c in part:
-            if family.template([queries[c[0]], queries[i]]) is not None:
+            if family.anti_unify([queries[c[0]], queries[i]]):
                 c.append(i)
                 break
         else:

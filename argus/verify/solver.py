@@ -878,16 +878,27 @@ def satisfied_by_recent_model(premises) -> bool:
     repeat its model's premises (launch parameters, shapes, the unit's indices: 100-200 of
     them in an FA3 attention query), which were substituted and simplified again, as one
     conjunction, for every query and every recent model (2-3 ms a check, 0.2 s of the d 256
-    attention kernels' ~1.5 s)."""
+    attention kernels' ~1.5 s).
+
+    The walk reads each premise's constants once a call (`_ordered_consts`, once for the
+    query's order and once per model before), ids through the raw getters, and the ground
+    numerals a point substitutes are made once per value (`_numeral`): the d 256 FA3 kernels
+    call it ~120 times a run over ~150 premises each, and their ~1,100 first evaluations
+    built one IntVal wrapper per constant per premise."""
     if not premises or not _RECENT_MODELS:
         return False
     ctx = premises[0].ctx
     ref = ctx.ref()
-    raw = _premise_consts(premises)
     get_id = _L.Z3_get_ast_id
-    ids = [get_id(ref, a) for a in raw]
+    pcs = [_ordered_consts(p) for p in premises]
+    order: dict[int, object] = {}
+    for pc in pcs:
+        for i, c in pc:
+            if i not in order:
+                order[i] = c
+    ids = list(order)
     kinds = []
-    for a in raw:
+    for a in order.values():
         k = _L.Z3_get_sort_kind(ref, _L.Z3_get_sort(ref, a))
         kinds.append("i" if k == z3.Z3_INT_SORT else "b" if k == z3.Z3_BOOL_SORT else "?")
     if "?" in kinds:
@@ -895,17 +906,18 @@ def satisfied_by_recent_model(premises) -> bool:
     kinds = tuple(kinds)
     if len(_POINT_VALUES) > _PROOFS_MAX:
         _POINT_VALUES.clear()
+    pids = [get_id(ref, p.as_ast()) for p in premises]
     for sorts, vals, _ in _RECENT_MODELS:
         if sorts[:len(kinds)] != kinds[:len(sorts)]:
             continue
         point = {i: (vals[n] if n < len(vals) else (0 if k == "i" else False))
                  for n, (i, k) in enumerate(zip(ids, kinds))}
-        for p in premises:
-            pc = _ordered_consts(p)
-            key = (p.get_id(), tuple(point[i] for i, _ in pc))
+        for p, pid, pc in zip(premises, pids, pcs):
+            values = tuple(point[i] for i, _ in pc)
+            key = (pid, values)
             hit = _POINT_VALUES.get(key)
             if hit is None:
-                hit = (p, _true_at(p, pc, [point[i] for i, _ in pc]))
+                hit = (p, _true_at(p, pc, values))
                 _POINT_VALUES[key] = hit
             if not hit[1]:
                 break
@@ -914,16 +926,29 @@ def satisfied_by_recent_model(premises) -> bool:
     return False
 
 
-def _true_at(p: z3.BoolRef, pc: list, values: list) -> bool:
+def _numeral(v, ctx):
+    """The ground Int or Bool numeral of `v` (an int or a bool), made once per value and
+    context (`_NUMERALS`; a point's values are a kernel's few shapes and indices)."""
+    key = (type(v) is bool, v, ctx.ref().value)
+    t = _NUMERALS.get(key)
+    if t is None:
+        if len(_NUMERALS) > _PROOFS_MAX:
+            _NUMERALS.clear()
+        t = _NUMERALS[key] = z3.BoolVal(v, ctx) if isinstance(v, bool) else z3.IntVal(v, ctx)
+    return t
+
+
+_NUMERALS: dict[tuple, z3.ExprRef] = {}
+
+
+def _true_at(p: z3.BoolRef, pc: list, values) -> bool:
     """Does the premise `p`, with its constants `pc` ((id, raw ast), `_ordered_consts`) replaced
     by `values` (ints or bools, in the same order), simplify to true?"""
     if not pc:
         return z3.is_true(z3.simplify(p))
     ctx = p.ctx
     froms = (z3.Ast * len(pc))(*[a for _, a in pc])
-    tos_refs = [z3.BoolVal(v, ctx) if isinstance(v, bool) else z3.IntVal(v, ctx)
-                for v in values]
-    tos = (z3.Ast * len(pc))(*[t.as_ast() for t in tos_refs])
+    tos = (z3.Ast * len(pc))(*[_numeral(v, ctx).as_ast() for v in values])
     ground = z3.z3._to_expr_ref(z3.Z3_substitute(ctx.ref(), p.as_ast(), len(pc), froms, tos),
                                 ctx)
     return z3.is_true(z3.simplify(ground))
