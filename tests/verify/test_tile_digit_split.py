@@ -82,3 +82,77 @@ def test_tile_index_divides_the_multiples_exactly():
     q2, rest2 = check_stores._tile_index(3 * g + x, 128)
     assert q2.eq(((3 * g + x) / 128)) and rest2.eq(3 * g + x)
     assert check_stores._tile_index(x, 1)[0].eq(x)
+
+
+class _Premises:
+    """The one field of a Model that `_digit_split` reads."""
+
+    def __init__(self, premises):
+        self.premises = premises
+
+
+def _raster(premises, F, extra=None):
+    """A walked unit u in [0, 2 * F) read as u / F and u % F (plus `extra` in dim 0)."""
+    u = z3.Int("ds_u")
+    own = [u >= 0, u < 2 * F]
+    moving = [(0, 128 * (u / F) + (extra(u) if extra else 0), 128), (1, 64 * (u % F), 64)]
+    return _Premises(premises), [u], own, moving, {"u": u}
+
+
+def _split(premises, F, extra=None):
+    model, parts, own, moving, unit_term = _raster(premises, F, extra)
+    out = check_stores._digit_split(model, parts, own, moving, unit_term)
+    return parts, out
+
+
+def test_digit_split_needs_a_divisor_at_least_one():
+    """The split is exact only where F >= 1 at every instance: with F == 0 allowed the pair's
+    range 0 <= r < F is empty and would hide the units of those instances."""
+    N, P = z3.Ints("ds_N ds_P")
+    tiles = (N + 255) / 256
+    for premises, F, split in (([N >= 1], 8 * tiles, True), ([N >= 0], 8 * tiles, False),
+                               ([P >= 1], P, True), ([P >= 0], P, False), ([], P, False)):
+        parts, (new_parts, _, moving, _) = _split(premises, F)
+        assert (len(new_parts) == 2) == split, (premises, F)
+        if not split:
+            assert new_parts == parts
+        else:
+            assert not any("ds_u" in check_stores.free_consts(b) for _, b, _ in moving)
+
+
+def test_digit_split_keeps_a_unit_read_otherwise_or_named_by_a_premise():
+    P = z3.Int("ds_P")
+    u = z3.Int("ds_u")
+    # read as u itself too: not split
+    parts, (new_parts, *_) = _split([P >= 1], P, extra=lambda u: u)
+    assert new_parts == parts
+    # a premise names u (a program id's range): not split
+    parts, (new_parts, *_) = _split([P >= 1, u <= 100], P)
+    assert new_parts == parts
+
+
+def test_digit_split_is_exact_on_a_concrete_instance():
+    """At N = 300 (F = 16): the split's (q, r) satisfying its range constraints store exactly
+    the tiles the units u in [0, 32) store, one pair per unit, and unit_term reads each pair
+    back as its unit."""
+    N = z3.Int("ds_N")
+    F = 8 * ((N + 255) / 256)
+    _, (parts, own, moving, unit_term) = _split([N >= 1], F)
+    q, r = parts
+    at = [(N, z3.IntVal(300))]
+
+    def ev(t, *vals):
+        return z3.simplify(z3.substitute(t, *(at + list(vals))))
+    u = z3.Int("ds_u")
+    _, _, _, orig_moving, _ = _raster([N >= 1], F)
+    want = sorted(tuple(ev(b, (u, z3.IntVal(k))).as_long() for _, b, _ in orig_moving)
+                  for k in range(32))
+    got, units = [], []
+    for qv in range(-3, 6):
+        for rv in range(-3, 20):
+            vals = [(q, z3.IntVal(qv)), (r, z3.IntVal(rv))]
+            if all(z3.is_true(ev(c, *vals)) for c in own):
+                got.append(tuple(ev(b, *vals).as_long() for _, b, _ in moving))
+                units.append(ev(unit_term["u"], *vals).as_long())
+    assert sorted(got) == want
+    assert sorted(units) == list(range(32))
