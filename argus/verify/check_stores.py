@@ -1822,15 +1822,11 @@ def _tile_obligation(model, st, moving, units, walked, counts, exts=None) -> Obl
     # the variables the query ranges over: a radix unit's (quotient, remainder), or the unit
     parts = [p for u in units
              for p in (radices[str(u)][2].parts if str(u) in radices else (u,))]
-    ren = [(p, fresh_int(f"{p}@2")) for p in parts]
     # the unit each instance is, as a term of those variables (for the counterexample)
     unit_term = {str(u): radices[str(u)][2].parts[0] * radices[str(u)][0] +
                  radices[str(u)][2].parts[1] if str(u) in radices else u for u in units}
     for _, _, split in radices.values():
         moving = [(d, split(base), size) for d, base, size in moving]
-
-    def sub(t):
-        return z3.substitute(t, *ren) if ren else t
     # the unit variables' ranges: a walked loop's index is any unit in [0, T); the rest keep
     # their own constraints (the grid's program ids are in the premises)
     own = []
@@ -1854,7 +1850,11 @@ def _tile_obligation(model, st, moving, units, walked, counts, exts=None) -> Obl
     # a unit read only as its quotient and remainder by a size term (a grouped raster's
     # `u / (8 * tiles_n)`, a batch's `u / (tiles_m * tiles_n)`): asked about as that pair
     parts, own, moving, unit_term = _digit_split(model, parts, own, moving, unit_term)
+    # the second instance: each of the query's variables renamed
     ren = [(p, fresh_int(f"{p}@2")) for p in parts]
+
+    def sub(t):
+        return z3.substitute(t, *ren) if ren else t
     prem = list(model.premises) + [sub(c) for c in model.premises] + own + \
         [sub(c) for c in own]
     qs, boxes, aligned = [], [], []
