@@ -1744,12 +1744,12 @@ def _tile_index(base, size: int):
 
 def _digit_split(model, parts, own, moving, unit_term):
     """(parts, own, moving, unit_term) with each unit variable p that the tile bases read only
-    as p / F and p % F, for one term F of no unit variable with a lower bound >= 1 under the
-    model's premises (`LowerBounds`: the tile counts `(N + 255) / 256` of N >= 1), replaced by
-    a fresh pair (q, r): p := q * F + r in its own range constraints, 0 <= r < F, and the
-    bases with p / F -> q, p % F -> r; repeated on the parts so made (a batch's remainder
-    decoded again by a grouped raster). Only a p whose range is `own` (a loop's index, a
-    walked unit), never one a premise of the model names.
+    as p / F and p % F, for one term F (not a numeral) of no unit variable with a lower
+    bound >= 1 under the model's premises (`LowerBounds`: the tile counts `(N + 255) / 256`
+    of N >= 1), replaced by a fresh pair (q, r): p := q * F + r in its own range
+    constraints, 0 <= r < F, and the bases with p / F -> q, p % F -> r; repeated on the
+    parts so made (a batch's remainder decoded again by a grouped raster). Only a p whose
+    range is `own` (a loop's index, a walked unit), never one a premise of the model names.
 
     A persistent GEMM's walked unit u in [0, tiles_m * tiles_n) is read as u / (8 * tiles_n)
     (its group) and u % (8 * tiles_n): asked about u, "distinct units store distinct tiles"

@@ -57,11 +57,12 @@ def template(queries: Sequence[Query]) -> Query | None:
 
 def anti_unify(queries: Sequence[Query]) -> bool:
     """Whether `template(queries)` is not None, decided by the same walk without making the
-    template's terms (`_walk_members` with build=False: no numeral, sum, fresh constant or
-    application is made). For the pairwise questions of `families` and of
-    obligation._clusters, which keep only the answer: on the FA3 d 256 attention kernels
-    each pair's template made ~20-60 terms through z3's wrappers (3-5 ms a pair), for
-    clusters whose own template then failed (numerals not affine over the whole cluster)."""
+    template's terms (`_walk_members` with build=False: no sum, fresh constant, application
+    or template numeral is made; only the `0` a folded `+ 0` is read as). For the pairwise
+    questions of `families` and of obligation._clusters, which keep only the answer: on the
+    FA3 d 256 attention kernels each pair's template made ~20-60 terms through z3's wrappers
+    (3-5 ms a pair), for clusters whose own template then failed (numerals not affine over
+    the whole cluster)."""
     return _walk_members(queries, build=False) is not None
 
 
