@@ -1653,6 +1653,24 @@ def _fixed_dim(model, st, d, base, size, ext) -> Obligation:
                       else ())
 
 
+def _divisors_of(v, terms) -> dict[int, z3.ExprRef]:
+    """The divisors d (by id) of the divisions v / d and remainders v % d in `terms`, each
+    shared subterm walked once (`_unit_radix` and `_digit_split` split v only where there is
+    exactly one)."""
+    found: dict[int, z3.ExprRef] = {}
+    seen: set[int] = set()
+    todo = list(terms)
+    while todo:
+        t = todo.pop()
+        if t.get_id() in seen or not z3.is_app(t):
+            continue
+        seen.add(t.get_id())
+        if t.decl().kind() in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and t.arg(0).eq(v):
+            found[t.arg(1).get_id()] = t.arg(1)
+        todo.extend(t.children())
+    return found
+
+
 def _unit_radix(model, u, T, terms):
     """(F, T1, split) when the walked unit u, in [0, T), occurs in `terms` only as u / F and
     u % F for one launch parameter F >= 1 (a premise of the model) and T is a product with
@@ -1668,17 +1686,7 @@ def _unit_radix(model, u, T, terms):
     (Euclidean division), so ranging (q, r) over that box ranges u over [0, T); u == u' iff
     (q, r) == (q', r'); and the terms, which read u only through u / F and u % F, are the
     same function of (q, r). No premise of the model may mention u (else None)."""
-    found: dict[int, z3.ExprRef] = {}
-    seen: set[int] = set()
-    todo = list(terms)
-    while todo:
-        t = todo.pop()
-        if t.get_id() in seen or not z3.is_app(t):
-            continue
-        seen.add(t.get_id())
-        if t.decl().kind() in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and t.arg(0).eq(u):
-            found[t.arg(1).get_id()] = t.arg(1)
-        todo.extend(t.children())
+    found = _divisors_of(u, terms)
     if len(found) != 1:
         return None
     (F,) = found.values()
@@ -1775,17 +1783,7 @@ def _digit_split(model, parts, own, moving, unit_term):
         for p in parts:
             if str(p) in premise_names or not any(str(p) in free_consts(c) for c in own):
                 continue
-            found: dict[int, z3.ExprRef] = {}
-            seen: set[int] = set()
-            todo = [b for _, b, _ in moving]
-            while todo:
-                t = todo.pop()
-                if t.get_id() in seen or not z3.is_app(t):
-                    continue
-                seen.add(t.get_id())
-                if t.decl().kind() in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and t.arg(0).eq(p):
-                    found[t.arg(1).get_id()] = t.arg(1)
-                todo.extend(t.children())
+            found = _divisors_of(p, [b for _, b, _ in moving])
             if len(found) != 1:
                 continue
             (F,) = found.values()
