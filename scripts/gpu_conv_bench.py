@@ -57,6 +57,11 @@ normwise error against float64.
                                                 # AlexNet's 11x11/4 = L1/50): the im2col route
                                                 # vs the implicit GEMM vs cuDNN, and the
                                                 # route's gather and GEMM alone
+    python scripts/gpu_conv_bench.py --unet     # UNet-like layers (bf16, channels-last, batch
+                                                # 8): the 3x3 convolutions of a 64-1024 UNet
+                                                # and its 2x2/2 up-convolutions, the ops as
+                                                # called vs cuDNN, with a geomean; --dry: built
+                                                # on meta tensors, no GPU
     python scripts/gpu_conv_bench.py --profile "c4 3x3 256"   # torch.profiler: GPU time per
                                                 # kernel (ours, operand preparation, cuDNN's)
                                                 # and host time per call, for one layer
@@ -97,6 +102,36 @@ RESNET50_STRIDED_EXTRA = [
     ("c3 1x1/2 256->512", 32, 256, 56, 56, 512, 1, 1, 2, 0),
     ("c4 1x1/2 512->1024", 32, 512, 28, 28, 1024, 1, 1, 2, 0),
     ("c5 1x1/2 1024->2048", 32, 1024, 14, 14, 2048, 1, 1, 2, 0),
+]
+
+
+# UNet-like layers (Ronneberger et al.'s widths 64-1024 on a 256x256 input, batch 8, padded 3x3
+# convolutions; the decoder's first 3x3 reads the skip concatenation, twice the channels): bf16,
+# channels-last. (name, N, C, H, W, K, R, S, stride, padding). The 1x1 head (64 -> 2 classes)
+# is left out: 2 bf16 output channels are 4 bytes a row, under TMA's 16-byte alignment.
+UNET = [
+    ("enc1 3x3 3->64 256^2", 8, 3, 256, 256, 64, 3, 3, 1, 1),
+    ("enc1 3x3 64 256^2", 8, 64, 256, 256, 64, 3, 3, 1, 1),
+    ("enc2 3x3 64->128 128^2", 8, 64, 128, 128, 128, 3, 3, 1, 1),
+    ("enc2 3x3 128 128^2", 8, 128, 128, 128, 128, 3, 3, 1, 1),
+    ("enc3 3x3 128->256 64^2", 8, 128, 64, 64, 256, 3, 3, 1, 1),
+    ("enc3 3x3 256 64^2", 8, 256, 64, 64, 256, 3, 3, 1, 1),
+    ("enc4 3x3 256->512 32^2", 8, 256, 32, 32, 512, 3, 3, 1, 1),
+    ("enc4 3x3 512 32^2", 8, 512, 32, 32, 512, 3, 3, 1, 1),
+    ("mid 3x3 512->1024 16^2", 8, 512, 16, 16, 1024, 3, 3, 1, 1),
+    ("mid 3x3 1024 16^2", 8, 1024, 16, 16, 1024, 3, 3, 1, 1),
+    ("dec4 3x3 1024->512 32^2", 8, 1024, 32, 32, 512, 3, 3, 1, 1),
+    ("dec3 3x3 512->256 64^2", 8, 512, 64, 64, 256, 3, 3, 1, 1),
+    ("dec2 3x3 256->128 128^2", 8, 256, 128, 128, 128, 3, 3, 1, 1),
+    ("dec1 3x3 128->64 256^2", 8, 128, 256, 256, 64, 3, 3, 1, 1),
+]
+# the decoder's 2x2 / 2 up-convolutions (conv_transpose2d): (name, N, C, H, W, K) on the
+# smaller image, the output twice its height and width
+UNET_UP = [
+    ("up4 2x2/2 1024->512 16^2", 8, 1024, 16, 16, 512),
+    ("up3 2x2/2 512->256 32^2", 8, 512, 32, 32, 256),
+    ("up2 2x2/2 256->128 64^2", 8, 256, 64, 64, 128),
+    ("up1 2x2/2 128->64 128^2", 8, 128, 128, 128, 64),
 ]
 
 
@@ -152,6 +187,82 @@ def resnet(quick: bool) -> list[float]:
         ratios.append(_row(name, ms, ms_c, err, err_c, flops))
         print(f"{'':58s} kernel {ms_k:9.4f} ms ({flops / (ms_k * 1e-3) / 1e12:6.1f} TF/s)  "
               f"cudnn/kernel {ms_c / ms_k:5.2f}x  host+prep {ms - ms_k:8.4f} ms", flush=True)
+    return ratios
+
+
+def _unet_operands(row, device: str, seed: int):
+    """x and w of one UNET / UNET_UP row (bf16, channels-last) and the call's arguments:
+    (x, w, conv args, torch's function, ours, FLOPs)."""
+    import torch
+    import torch.nn.functional as F
+
+    import argus.ops as ops
+
+    if len(row) == 10:
+        name, N, C, H, W, K, R, S, st, pad = row
+        wshape, args, fns = (K, C, R, S), (None, st, pad), (F.conv2d, ops.conv2d)
+        flops = 2 * N * H * W * K * C * R * S
+    else:
+        name, N, C, H, W, K = row
+        wshape, args = (C, K, 2, 2), (None, 2, 0)
+        fns, flops = (F.conv_transpose2d, ops.conv_transpose2d), 2 * N * H * W * K * C * 4
+    g = torch.Generator(device=device).manual_seed(seed) if device != "meta" else None
+    if device == "meta":
+        x = torch.empty(N, C, H, W, dtype=torch.bfloat16, device="meta")
+        w = torch.empty(*wshape, dtype=torch.bfloat16, device="meta")
+    else:
+        x = torch.randn(N, C, H, W, device=device, generator=g).bfloat16()
+        fan_in = wshape[1] * 4 if len(row) != 10 else C * wshape[2] * wshape[3]
+        w = (torch.randn(*wshape, device=device, generator=g) / math.sqrt(fan_in)).bfloat16()
+    x = x.to(memory_format=torch.channels_last)
+    w = w.to(memory_format=torch.channels_last)
+    return name, x, w, args, fns[0], fns[1], flops
+
+
+def unet(dry: bool) -> list[float]:
+    """--unet: argus.ops.conv2d / conv_transpose2d as called against cuDNN (torch) on the UNET
+    and UNET_UP layers, one row each: times, TF/s, cuDNN / ours, errors against float64; a
+    layer the op refuses is listed as skipped with the reason. --dry (no GPU): each 3x3
+    layer's route and schedule (each up-convolution's result), built on meta tensors (traced, verified per ARGUS_VERIFY,
+    compiled by NVRTC), nothing launched."""
+    import time
+
+    from argus.errors import LaunchError
+    from argus.ops import conv as conv_ops
+
+    ratios = []
+    print("== UNet-like layers, bf16, channels-last, batch 8" + (" (dry: built, not run)"
+                                                                  if dry else ""))
+    for seed, row in enumerate(UNET + UNET_UP):
+        name, x, w, args, theirs, ours, flops = _unet_operands(row, "meta" if dry else "cuda",
+                                                               seed)
+        if dry and row in UNET_UP:        # the gradient form's convolutions, built
+            t0 = time.perf_counter()
+            y = conv_ops.conv_transpose2d(x, w, *args, run=conv_ops.convolve)
+            print(f"{name:28s} conv_transpose2d result {tuple(y.shape)}; built in "
+                  f"{time.perf_counter() - t0:5.1f} s", flush=True)
+            continue
+        if dry:
+            kind = conv_ops.route(x, w, *args, 1)
+            t0 = time.perf_counter()
+            y = conv_ops.convolve(x, w, *args)
+            what = (conv_ops.schedule_for(x, w, args[1], args[2], 1, 1)
+                    if kind == "implicit_gemm" else "")
+            print(f"{name:28s} route {kind:13s} result {tuple(y.shape)}; built in "
+                  f"{time.perf_counter() - t0:5.1f} s; {what}", flush=True)
+            continue
+        ref = theirs(x.double(), w.double(), *args)
+        try:
+            err = _rel(ours(x, w, *args), ref)
+        except LaunchError as e:
+            print(f"{name:58s} skipped: {str(e).splitlines()[0][:100]}", flush=True)
+            continue
+        err_c = _rel(theirs(x, w, *args), ref)
+        ms, ms_c = _bench(lambda: ours(x, w, *args), lambda: theirs(x, w, *args), False)
+        ratios.append(_row(name, ms, ms_c, err, err_c, flops))
+    if ratios:
+        print(f"UNet geomean cudnn/ours: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x "
+              f"over {len(ratios)} of {len(UNET) + len(UNET_UP)} layers", flush=True)
     return ratios
 
 
@@ -1213,6 +1324,10 @@ def main() -> None:
     ap.add_argument("--dry", action="store_true",
                     help="with --rowbox: no GPU; build what the 'op' column runs per layer "
                          "on meta tensors and print its route and schedule")
+    ap.add_argument("--unet", action="store_true",
+                    help="UNet-like layers (bf16, channels-last): ops.conv2d and "
+                         "conv_transpose2d as called vs cuDNN; with --dry, built on meta "
+                         "tensors without a GPU")
     ap.add_argument("--strided", action="store_true",
                     help="ResNet-50's strided layers, kernel alone: the default vs the strided "
                          "rowbox (opt-in) vs cuDNN, and stop")
@@ -1254,6 +1369,9 @@ def main() -> None:
         return
     if args.profile:
         profile(args.profile)
+        return
+    if args.unet:
+        unet(args.dry)
         return
     if args.rowbox:
         if args.dry:
