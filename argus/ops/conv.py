@@ -2474,7 +2474,20 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
     # is no op of its own, so the trace keeps torch's copies
     argus_copy = str(x.dtype) in _INTERLEAVE_DTYPES and not torch.compiler.is_compiling()
     phases: dict = {}                                  # phase -> its cropped output, or None
+    patches = _patches(weight, bias, st, pd, op, dl, groups, run, x)
     for phase in itertools.product(*(range(min(s_, o)) for s_, o in zip(st, outs))):
+        if patches is not None:                        # kernel == stride: phase = channels
+            target = out[(slice(None), slice(None)) +
+                         tuple(slice(a, None, s_) for a, s_ in zip(phase, st))]
+            index = 0
+            for a, s_ in zip(phase, st):
+                index = index * s_ + a
+            cropped = patches[:, index * K:(index + 1) * K]
+            if argus_copy and cropped.dtype == out.dtype:
+                phases[phase] = cropped
+            else:
+                target.copy_(cropped)
+            continue
         target = out[(slice(None), slice(None)) +
                      tuple(slice(a, None, s_) for a, s_ in zip(phase, st))]
         axes = [_phase(a, k, s_, d, p, o, i)
@@ -2506,6 +2519,33 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
         _interleave(out, phases, bias, st)
     return out
 
+
+def _patches(weight, bias, st, pd, op, dl, groups, run, x):
+    """A transposed convolution whose kernel is its stride (no padding, output_padding or
+    dilation, one group: UNet's and the ViT decoders' 2x2 / 2 up-convolutions) writes each
+    input pixel's own stride-sized output patch, one tap a phase: every phase is the same
+    1x1 convolution with that tap's weights. All of them as ONE 1x1 convolution with
+    prod(stride) * K output channels, (phase, k) ordered, phase-major: the input read once
+    and one GEMM as wide as every phase's together, instead of prod(stride) narrow ones
+    (`_conv_transpose` then interleaves the channel slices as it does the phases'
+    outputs). None where the shape is not this case."""
+    ks = tuple(weight.shape[2:])
+    if groups != 1 or ks != tuple(st) or set(pd) != {0} or set(op) != {0} or set(dl) != {1}:
+        return None
+    import math
+
+    dims = len(st)
+    C, K = weight.shape[0], weight.shape[1]
+    phases = math.prod(st)
+
+    def stacked():                  # [C, K, *kernel] -> [(*kernel, K), C, 1, ...]: the taps
+        w = weight.permute(*range(2, 2 + dims), 1, 0).reshape(phases * K, C)
+        return w.reshape(phases * K, C, *(1,) * dims).contiguous()
+
+    w1 = _derived(weight, ("patches", dims), stacked)
+    b1 = None if bias is None else _derived(bias, ("patches", phases),
+                                            lambda: bias.repeat(phases))
+    return run(x, w1, b1, 1, 0, 1, 1)
 
 # the dtypes argus/kernels/conv_interleave.py moves (a select: any float bits, exactly)
 _INTERLEAVE_DTYPES = {"torch.float32": "f32", "torch.bfloat16": "bf16", "torch.float16": "f16"}

@@ -367,3 +367,59 @@ def test_launch_errors():
         conv_op.check(x, w, torch.randn(3).bfloat16(), 1, 0, 1, 1)
     with pytest.raises(LaunchError, match="CUDA device"):
         conv_op.conv2d(x, w)
+
+
+@pytest.mark.parametrize("dims,stride,bias,channels_last", [
+    (2, 2, True, True), (2, 2, False, False), (2, (2, 3), True, False), (1, 4, True, False),
+    (3, (2, 1, 2), False, False)])
+def test_conv_transpose_kernel_is_stride_one_patch_convolution(dims, stride, bias,
+                                                               channels_last, monkeypatch):
+    """kernel == stride, no padding (UNet's 2x2 / 2 up-convolution): one 1x1 convolution with
+    prod(stride) * K channels (`_patches`), not one per phase, and the result torch's."""
+    g = torch.Generator().manual_seed(14)
+    st = (stride,) * dims if isinstance(stride, int) else stride
+    x = torch.randn(2, 8, *((3, 5, 4)[:dims]), generator=g).bfloat16()
+    if channels_last and dims == 2:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn(8, 16, *st, generator=g).bfloat16()
+    b = torch.randn(16, generator=g).bfloat16() if bias else None
+    calls = []
+
+    def run(*a):
+        calls.append(a)
+        x_, w_, b_, s_, p_, d_, g_ = a
+        conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[x_.dim()]
+        return conv(x_.float(), w_.float(), None if b_ is None else b_.float(), s_, p_, d_,
+                    g_).to(x_.dtype)
+    fn = {1: conv_op.conv_transpose1d, 2: conv_op.conv_transpose2d,
+          3: conv_op.conv_transpose3d}[dims]
+    tfn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[dims]
+    y = fn(x, w, b, stride, 0, 0, 1, 1, run=run)
+    ref = tfn(x.double(), w.double(), None if b is None else b.double(), stride)
+    assert y.shape == ref.shape
+    _close(y, ref, 1e-2)
+    assert len(calls) == 1, len(calls)                       # one convolution for all phases
+    w1 = calls[0][1]
+    phases = 1
+    for s_ in st:
+        phases *= s_
+    assert w1.shape[:2] == (phases * 16, 8) and set(w1.shape[2:]) == {1}
+    # neighbours that are not this case keep one convolution a phase
+    calls.clear()
+    y = conv_op.conv_transpose2d(x if dims == 2 else torch.randn(2, 8, 3, 5).bfloat16(),
+                                 torch.randn(8, 16, 2, 2).bfloat16(), None, 2, 1, 0, 1, 1,
+                                 run=run)
+    assert len(calls) == 4
+
+
+def test_conv_transpose_patches_with_the_interpreted_kernels():
+    """The same through the interpreted convolution kernel (conv2d_interpret) and interleave."""
+    g = torch.Generator().manual_seed(15)
+    x = torch.randn(1, 16, 4, 5, generator=g).bfloat16()
+    w = torch.randn(16, 8, 2, 2, generator=g).bfloat16()
+    b = torch.randn(8, generator=g).bfloat16()
+    y = conv_op.conv_transpose2d(x, w, b, 2, 0, 0, 1, 1,
+                                 run=lambda *a: conv_op.conv2d_interpret(*a, schedule=DIRECT))
+    ref = F.conv_transpose2d(x.double(), w.double(), b.double(), 2)
+    assert y.shape == ref.shape
+    _close(y, ref, 1e-2)
