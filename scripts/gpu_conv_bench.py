@@ -62,6 +62,9 @@ normwise error against float64.
                                                 # and its 2x2/2 up-convolutions, the ops as
                                                 # called vs cuDNN, with a geomean; --dry: built
                                                 # on meta tensors, no GPU
+    python scripts/gpu_conv_bench.py --unet --variants default,norowbox,taps,gemm
+                                                # the UNet 3x3 rows on 64^2+ images under the
+                                                # --variants schedules
     python scripts/gpu_conv_bench.py --profile "c4 3x3 256"   # torch.profiler: GPU time per
                                                 # kernel (ours, operand preparation, cuDNN's)
                                                 # and host time per call, for one layer
@@ -661,7 +664,7 @@ def _small_image_candidates(x, w, st, pad, default) -> dict:
     return out
 
 
-def variants(which: tuple[str, ...] = VARIANTS) -> None:
+def variants(which: tuple[str, ...] = VARIANTS, layers: str = "resnet") -> None:
     """The quick ResNet layers' kernel alone (prepared launches, no host work) under the
     default schedule (2x1 weight-multicast cluster, rowbox where it applies) and its
     neighbours: the earlier default (per-row boxes, no cluster, 4 stages), rowbox=False (the
@@ -669,7 +672,9 @@ def variants(which: tuple[str, ...] = VARIANTS) -> None:
     K step (rowbox) with and without the cluster, the halo row reuse with and without the
     cluster; each checked against float64 once; `gemm`: the same GEMM shape on pre-gathered
     operands (ours, cuBLAS). `which`: the rows to run (names of VARIANTS). One compile per
-    row: run with ARGUS_VERIFY=0 (the halo kernel's verification takes minutes)."""
+    row: run with ARGUS_VERIFY=0 (the halo kernel's verification takes minutes). `layers`:
+    "resnet" (QUICK, batch 32) or "unet" (UNET's 3x3 rows on 64^2 images and larger, batch
+    8, where the ops trail cuDNN most: docs/perf/conv.md, "UNet-like layers")."""
     import dataclasses
 
     import torch
@@ -678,10 +683,13 @@ def variants(which: tuple[str, ...] = VARIANTS) -> None:
     from argus.ops import conv as conv_ops
     from argus.runtime.timing import measure_alternating
 
-    print("== kernel alone per schedule (bf16, channels-last, batch 32); ms, TF/s, vs cuDNN")
-    for name, N, C, H, W, K, R, S, st, pad in RESNET50:
-        if name not in QUICK:
-            continue
+    if layers == "unet":
+        chosen = [r for r in UNET if r[3] >= 64 and r[2] >= 16]
+    else:
+        chosen = [r for r in RESNET50 if r[0] in QUICK]
+    print(f"== kernel alone per schedule (bf16, channels-last, {layers} layers); ms, TF/s, "
+          f"vs cuDNN")
+    for name, N, C, H, W, K, R, S, st, pad in chosen:
         g = torch.Generator(device="cuda").manual_seed(7)
         x = torch.randn(N, C, H, W, device="cuda", generator=g).bfloat16() \
             .to(memory_format=torch.channels_last)
@@ -1370,7 +1378,7 @@ def main() -> None:
     if args.profile:
         profile(args.profile)
         return
-    if args.unet:
+    if args.unet and not args.variants:
         unet(args.dry)
         return
     if args.rowbox:
@@ -1387,7 +1395,7 @@ def main() -> None:
         bad = [v for v in which if v not in VARIANTS]
         if bad:
             raise SystemExit(f"--variants: unknown rows {bad}; choose from {VARIANTS}")
-        variants(which)
+        variants(which, "unet" if args.unet else "resnet")
         return
     ratios = resnet(args.quick)
     if args.fp32:
