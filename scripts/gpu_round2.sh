@@ -20,6 +20,7 @@
 #        profile (ncu on decode32 decode1 gemm4096, or $PROFILE_CASES: also prefill2k prefill8k prefill64_4k fp8prefill8k), decodetests, l2promo l2promo2 confirm
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
 #        abcheck (decode, prefill, unaligned GEMM: run from two trees' roots for an A/B)
+#        unet49 unetvar49 (stop 49's: the UNet table after the up-convolution route, its variants)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -72,6 +73,11 @@ for s in "${steps[@]}"; do
           bash scripts/gpu_kernelbench_solve.sh "${KB_BUDGET:-120}" "${KB_LEVEL:-1}" ;;
     smemdiag) run_step smemdiag 150 env OUT=/tmp/smemdiag bash scripts/gpu_fp8_smem_diag2.sh ;;
     ppcompare) run_step ppcompare 150 python3 -u scripts/gpu_gemm_pingpong.py --compare --out "$OUT/pingpong" ;;
+    # stop 49's (owed): the UNet table with the kernel == stride up-convolution route, and
+    # the schedule variants on its large-image 3x3 rows
+    unet49) run_step unet49 90 env ARGUS_VERIFY=0 python3 -u scripts/gpu_conv_bench.py --unet ;;
+    unetvar49) run_step unetvar49 240 env ARGUS_VERIFY=0 python3 -u scripts/gpu_conv_bench.py \
+        --unet --variants default,norowbox,taps,rowbox-nocluster,gemm ;;
     convcases) run_step convcases 90 python3 -u scripts/gpu_conv_bench.py --cases depthwise,pointwise ;;
     fp8smem) run_step fp8smem 90 env ARGUS_FP8_SMEM_DEVICE=1 python3 -m pytest -q -p no:xdist -p no:cacheprovider -m gpu tests/gpu/test_fp8_smem_scales_gpu.py -rf ;;
     # owed by the 2026-12-03 21:07 session (stop 34: no device time then): built and tested on
