@@ -47,12 +47,23 @@ class _Mismatch(Exception):
     """The members are not one formula up to affine numerals and renamed constants."""
 
 
-def template(queries: Sequence[Query]) -> Query | None:
+def template(queries: Sequence[Query], tuples: bool = False) -> Query | None:
     """The family's template query (premises with 0 <= j < N added, claims named as the first
     member's), or None when the queries are not one formula (see the module docstring).
     `_walk_members` makes it.
+
+    tuples=True: numerals need not be affine in the member index. Each numeral position
+    whose values differ becomes a fresh variable per tuple of the members' values (equal
+    tuples, one variable), and the premises say that the variables take one member's values
+    together: Or over members k of And(x_p == member k's numeral at p). Member k is the
+    template with x_p := its numerals (that disjunct true) and the fresh constants := its
+    own, so a proof of the template proves every member, as with j. For a cluster whose
+    members pairwise anti-unify but whose numerals are not affine in any one order
+    (obligation.family_proofs): the FA3 d 256 kernels' wgmma.k-once "injective with"
+    pairs of 4 k-slices, sites (i, j) for i < j, whose two box offsets 64 i and 64 j move
+    independently: 6 pairs, 12 queries a kernel solved one by one before (~2.5 ms each).
     """
-    return _walk_members(queries, build=True)
+    return _walk_members(queries, build=True, tuples=tuples)
 
 
 def anti_unify(queries: Sequence[Query]) -> bool:
@@ -66,7 +77,7 @@ def anti_unify(queries: Sequence[Query]) -> bool:
     return _walk_members(queries, build=False) is not None
 
 
-def _walk_members(queries: Sequence[Query], build: bool):
+def _walk_members(queries: Sequence[Query], build: bool, tuples: bool = False):
     """`template`'s walk; with build=False, True in place of the template (nothing made).
 
     The walk reads the members' terms through z3's C API (`solver.raw`: no wrapper objects,
@@ -93,6 +104,7 @@ def _walk_members(queries: Sequence[Query], build: bool):
     j = fresh_int("family.j") if build else None
     zero = z3.IntVal(0, ctx)   # a folded `+ 0` (alive as long as the memo keyed by its id)
     consts: dict[tuple[int, ...], z3.ExprRef] = {}
+    numerals: list = []   # tuples=True: (variable, the members' values) per numeral tuple
     # the template's nodes by the members' node ids, each a term (raw ast, the object that
     # keeps it alive: None for a member's own node, which the member keeps alive)
     memo: dict[tuple[int, ...], tuple] = {}
@@ -136,6 +148,17 @@ def _walk_members(queries: Sequence[Query], build: bool):
             out = (a0, None)
         elif all(is_int_value(a) for a in asts):
             vals = [int(numeral_string(ref, a)) for a in asts]
+            if tuples:
+                # one variable per tuple of values (`memo` is keyed by the members' nodes,
+                # and z3 hash-conses numerals: an equal tuple elsewhere is this variable)
+                if build:
+                    x = fresh_int("family.n")
+                    numerals.append((x, vals))
+                    out = made(x)
+                else:
+                    out = _DRY
+                memo[key] = out
+                return out
             b = vals[1] - vals[0]
             if any(v != vals[0] + b * k for k, v in enumerate(vals)):
                 raise _Mismatch
@@ -195,6 +218,11 @@ def _walk_members(queries: Sequence[Query], build: bool):
                   for i, (name, _) in enumerate(first_c)]
     except _Mismatch:
         return None
+    if tuples:
+        if not numerals:
+            return prem, claims
+        return prem + [z3.Or([z3.And([x == v[k] for x, v in numerals])
+                              for k in range(n)])], claims
     return prem + [j >= 0, j < n], claims
 
 

@@ -247,6 +247,12 @@ def family_proofs(obs: Sequence[Obligation], stats: solver.Stats, timeout_ms: in
         # `families` would find (each member anti-unifies with the first), without walking
         # every member against the first and then all of them again
         whole = known[gi] if gi in known else family.template(queries)
+        # a cluster (its members each anti-unify with its first) whose numerals are not
+        # affine in any one order: one template with the numerals as a tuple of variables
+        # taking one member's values (family.template, tuples=True)
+        tuples = whole is None and gi >= clustered
+        if tuples:
+            whole = family.template(queries, tuples=True)
         runs = [list(range(len(g)))] if whole is not None else \
             [] if gi >= clustered else family.families(queries)
         for run_ in runs:
@@ -260,7 +266,7 @@ def family_proofs(obs: Sequence[Obligation], stats: solver.Stats, timeout_ms: in
             ms, theory, rewritten = 0.0, None, True
             for unit in units:
                 tmpl = whole if whole is not None and len(units) == 1 else \
-                    family.template(unit)
+                    family.template(unit, tuples=tuples)
                 # proof_only: a template not proven proves nothing (its members are asked
                 # themselves), so its counterexample is not searched for
                 got = solver.prove(*tmpl, timeout_ms=first.timeout_ms or timeout_ms,
