@@ -182,6 +182,7 @@ def clear_cache() -> None:
     _NAMED_TERMS.clear()
     _NAMED_PAIRS.clear()
     _RECENT_MODELS.clear()
+    _KNOWN_SETS.clear()
     _POINT_VALUES.clear()
     for hook in _CLEAR_HOOKS:
         hook()
@@ -797,6 +798,7 @@ def _quick_proof(premises, claims, budget, rlimit, t0,
         return None
     if len(s.unsat_core()) == 0:
         vres = z3.unsat  # the premises alone are contradictory
+        _record_answer(premises, vres)
     elif point_first and satisfied_at_least_point(premises):
         vres = z3.sat
     else:
@@ -804,11 +806,14 @@ def _quick_proof(premises, claims, budget, rlimit, t0,
     return _proof_outcome(vres, t0)
 
 
-def _model_search(s: z3.Solver, premises, rlimit) -> z3.CheckSatResult:
+def _model_search(s: z3.Solver | None, premises, rlimit) -> z3.CheckSatResult:
     """Are the premises (asserted in the plain core `s`, which may hold a guarded goal
-    besides) satisfiable? The vacuity check of a quick proof."""
-    s.set("rlimit", int(min(rlimit, VACUITY_RLIMIT)))
-    s.set("timeout", backstop_ms(int(min(rlimit, VACUITY_RLIMIT))))
+    besides) satisfiable? The vacuity check of a quick proof. With `s` None, a plain core
+    holding the premises is made only when the solver must search (`_known_answer`, a recent
+    model's point and the pinned search first: asserting 100-200 premises costs ~0.3 ms)."""
+    known = _known_answer(premises)
+    if known is not None:
+        return known
     # a model search, without Gröbner bases and Horner schemes (as for non-linear proofs,
     # step 3 of `prove`): the premises of store.coords and routing queries carry a
     # grouped raster's products and divisions, and finding their model took 50-450 ms
@@ -816,6 +821,11 @@ def _model_search(s: z3.Solver, premises, rlimit) -> z3.CheckSatResult:
     # vacuity checks over 45 kernels); sat and unsat stay definite answers
     if satisfied_by_recent_model(premises) or _pinned_model_found(premises, rlimit):
         return z3.sat
+    if s is None:
+        s = _limit(z3.SimpleSolver(), min(rlimit, VACUITY_RLIMIT))
+        _assert_all(s, premises)
+    s.set("rlimit", int(min(rlimit, VACUITY_RLIMIT)))
+    s.set("timeout", backstop_ms(int(min(rlimit, VACUITY_RLIMIT))))
     for k, v in NIA_PARAMS.items():
         s.set(k, v)
     vres = s.check()
@@ -825,6 +835,7 @@ def _model_search(s: z3.Solver, premises, rlimit) -> z3.CheckSatResult:
         v = _limit(z3.Solver(), min(rlimit, VACUITY_RLIMIT))
         _assert_all(v, premises)
         vres = v.check()
+    _record_answer(premises, vres)
     return vres
 
 
@@ -850,7 +861,8 @@ def _premise_consts(premises) -> list:
 
 def _remember_model(premises, m: z3.ModelRef) -> None:
     """Keep the values `m` gives the premises' constants (ints and Booleans only), by
-    position, among the RECENT_MODELS kept."""
+    position, among the RECENT_MODELS kept, with the premises themselves (`_Recent`: kept
+    alive, so their ids are not reused while the entry stands)."""
     if not premises:
         return
     ctx = premises[0].ctx
@@ -866,15 +878,49 @@ def _remember_model(premises, m: z3.ModelRef) -> None:
             vals.append(z3.is_true(v))
         else:
             return   # a bit-vector or another sort: not kept
-    _RECENT_MODELS.insert(0, (tuple(sorts), tuple(vals), tuple(p.get_id() for p in premises)))
+    _RECENT_MODELS.insert(0, _Recent(premises, tuple(sorts), tuple(vals)))
     del _RECENT_MODELS[RECENT_MODELS:]
 
 
+class _Recent(tuple):
+    """A remembered model (`_remember_model`): (sorts, values, premise ids) by position, as
+    before, plus the premises (kept alive: an id names the same term while the entry
+    stands), their ids as a set, the context, and each constant's position (`pos`: its id ->
+    its index in order of first occurrence, that of its value). The model satisfies every one
+    of these premises."""
+
+    def __new__(cls, premises, sorts, vals):
+        ids = tuple(p.get_id() for p in premises)
+        self = super().__new__(cls, (sorts, vals, ids))
+        self.premises = tuple(premises)
+        self.idset = frozenset(ids)
+        self.ctx = premises[0].ctx.ref().value
+        pos: dict[int, int] = {}
+        for p in premises:
+            for i, _ in _ordered_consts(p):
+                if i not in pos:
+                    pos[i] = len(pos)
+        self.pos = pos
+        return self
+
+
 def satisfied_by_recent_model(premises) -> bool:
-    """Are the premises true at a point taken from a recent vacuity check's model (its
-    values by position, `_remember_model`)? A ground formula that simplifies to true is a
-    model, so True means satisfiable, whatever the point's origin (an answer no less definite
-    than the solver's sat); False answers nothing, and the solver searches as before.
+    """Are the premises true at a point taken from a recent vacuity check's model
+    (`_remember_model`)? A ground formula that simplifies to true is a model, so True means
+    satisfiable, whatever the point's origin (an answer no less definite than the solver's
+    sat); False answers nothing, and the solver searches as before.
+
+    The point (h249): a constant of the model's own premises takes the model's value (by
+    id), any other the model's value at its position in the query's order of first
+    occurrence (before, every constant by position: a query listing its premises in another
+    order than the model's, or with a site premise first, put the model's launch
+    parameters' values on the wrong constants, and missed). A query premise that is one of
+    the model's premises (same id: the entry keeps them alive) is not evaluated: its
+    constants all take the model's values, and the model satisfies it; so the model, with
+    the point's values for the other constants, satisfies every premise (its interpretation
+    of a division by zero included: the other premises simplify to true under any). Only
+    the premises that are not the model's are evaluated; none when all are (a subset of a
+    satisfiable set is satisfiable).
 
     Each premise is evaluated on its own, in order, and the point given up at the first one
     that does not simplify to true; a premise's value is a function of the premise and of the
@@ -894,40 +940,111 @@ def satisfied_by_recent_model(premises) -> bool:
     ctx = premises[0].ctx
     ref = ctx.ref()
     get_id = _L.Z3_get_ast_id
-    pcs = [_ordered_consts(p) for p in premises]
-    order: dict[int, object] = {}
-    for pc in pcs:
-        for i, c in pc:
-            if i not in order:
-                order[i] = c
-    ids = list(order)
-    kinds = []
-    for a in order.values():
-        k = _L.Z3_get_sort_kind(ref, _L.Z3_get_sort(ref, a))
-        kinds.append("i" if k == z3.Z3_INT_SORT else "b" if k == z3.Z3_BOOL_SORT else "?")
-    if "?" in kinds:
-        return False
-    kinds = tuple(kinds)
     if len(_POINT_VALUES) > _PROOFS_MAX:
         _POINT_VALUES.clear()
     pids = [get_id(ref, p.as_ast()) for p in premises]
-    for sorts, vals, _ in _RECENT_MODELS:
-        if sorts[:len(kinds)] != kinds[:len(sorts)]:
+    n = len(pids)
+    pcs: list = [None] * n
+    kinds: dict[int, str] = {}
+    for entry in _RECENT_MODELS:
+        if entry.ctx != ref.value:
             continue
-        point = {i: (vals[n] if n < len(vals) else (0 if k == "i" else False))
-                 for n, (i, k) in enumerate(zip(ids, kinds))}
-        for p, pid, pc in zip(premises, pids, pcs):
+        idset = entry.idset
+        # the point: a constant of the model's premises takes the model's value (by id),
+        # any other the value at its position in the query's order of first occurrence (a
+        # fresh element variable of a row segment takes that of the segment before)
+        sorts, vals, _ = entry
+        pos = entry.pos
+        point: dict[int, object] = {}
+        rest = []
+        for k in range(n):
+            if pids[k] in idset:
+                continue   # one of the model's premises: true there (below)
+            rest.append(k)
+        if not rest:
+            return True
+        q = 0
+        for k in range(n):
+            pc = pcs[k]
+            if pc is None:
+                hit = _CONSTS.get(pids[k])   # (`_ordered_consts`'s table, by the id at hand)
+                pc = pcs[k] = hit[1] if hit is not None else _ordered_consts(premises[k])
+            for i, a in pc:
+                if i in point:
+                    continue
+                m = pos.get(i)
+                if m is not None:
+                    point[i] = vals[m]
+                else:
+                    kind = kinds.get(i)
+                    if kind is None:
+                        sk = _L.Z3_get_sort_kind(ref, _L.Z3_get_sort(ref, a))
+                        kind = kinds[i] = "i" if sk == z3.Z3_INT_SORT else \
+                            "b" if sk == z3.Z3_BOOL_SORT else "?"
+                    if kind == "?":
+                        return False
+                    point[i] = vals[q] if q < len(vals) and sorts[q] == kind else \
+                        (0 if kind == "i" else False)
+                q += 1
+        # the model's premises hold at the point (their constants all take the model's
+        # values, and the model satisfies them); the others must simplify to true there
+        for k in rest:
+            pc = pcs[k]
             values = tuple(point[i] for i, _ in pc)
-            key = (pid, values)
+            key = (pids[k], values)
             hit = _POINT_VALUES.get(key)
             if hit is None:
-                hit = (p, _true_at(p, pc, values))
+                hit = (premises[k], _true_at(premises[k], pc, values))
                 _POINT_VALUES[key] = hit
             if not hit[1]:
                 break
         else:
             return True
     return False
+
+
+# premise sets whose satisfiability a vacuity check decided (`_record_answer`), newest
+# first: (answer, context, the premises' ids, the premises: kept alive, so an id names the
+# same term while its entry stands). Sets found satisfiable with a remembered model are the
+# recent models' (`_Recent`); these are the others: `_vacuity`'s (whose model is not kept)
+# and every unsatisfiable one
+KNOWN_SETS = 16
+_KNOWN_SETS: list[tuple] = []
+
+
+def _record_answer(premises, res: z3.CheckSatResult) -> None:
+    """Keep a definite answer (sat or unsat) of a vacuity check of `premises`; unknown is
+    not kept."""
+    if not premises or res == z3.unknown:
+        return
+    ref = premises[0].ctx.ref()
+    get_id = _L.Z3_get_ast_id
+    ids = frozenset(get_id(ref, p.as_ast()) for p in premises)
+    _KNOWN_SETS.insert(0, (res == z3.sat, ref.value, ids, tuple(premises)))
+    del _KNOWN_SETS[KNOWN_SETS:]
+
+
+def _known_answer(premises) -> z3.CheckSatResult | None:
+    """The satisfiability of `premises` as it follows from a set decided before, by the ids
+    of the premises alone (no solver, no evaluation): sat when they are among those of a set
+    found satisfiable in `_KNOWN_SETS` (its model satisfies each of them; the recent models'
+    premises are asked the same by `satisfied_by_recent_model`), unsat when they include all
+    of those of a set found unsatisfiable. None otherwise. Sound whatever the premises: a
+    model of a set is one of each of its subsets, and a contradiction stays one with
+    premises added."""
+    if not premises or not _KNOWN_SETS:
+        return None
+    ref = premises[0].ctx.ref()
+    get_id = _L.Z3_get_ast_id
+    pidset = frozenset(get_id(ref, p.as_ast()) for p in premises)
+    for sat, ctx, ids, _ in _KNOWN_SETS:
+        if ctx != ref.value:
+            continue
+        if sat and pidset <= ids:
+            return z3.sat
+        if not sat and ids <= pidset:
+            return z3.unsat
+    return None
 
 
 def _numeral(v, ctx):
@@ -1013,11 +1130,11 @@ def premises_satisfiable(premises) -> bool:
     (`_model_search`: a recent model's point, a pinned search, then a model search of the
     plain core, within VACUITY_RLIMIT)? For the members of a family proof (family.py), each
     of which pays this check instead of its own query. False answers nothing."""
-    if not premises or satisfied_by_recent_model(premises):
-        return True   # (before a solver is made: asserting the premises costs ~5 ms)
-    v = _limit(z3.SimpleSolver(), VACUITY_RLIMIT)
-    _assert_all(v, premises)
-    return _model_search(v, premises, VACUITY_RLIMIT) == z3.sat
+    if not premises:
+        return True
+    # (the solver is made only if `_model_search` must search: asserting the premises costs
+    # ~5 ms)
+    return _model_search(None, premises, VACUITY_RLIMIT) == z3.sat
 
 
 def _proof_outcome(vres: z3.CheckSatResult, t0: float) -> Outcome:
@@ -1325,9 +1442,7 @@ def _quick_named(premises, claims, budget, rlimit, t0, purify: bool = False) -> 
     s.add(z3.Not(named_conj))
     if s.check() != z3.unsat:
         return None
-    v = _limit(z3.SimpleSolver(), min(rlimit, VACUITY_RLIMIT))
-    _assert_all(v, premises)
-    return _proof_outcome(_model_search(v, premises, rlimit), t0)
+    return _proof_outcome(_model_search(None, premises, rlimit), t0)
 
 def _quick_purified(premises, conj, budget, rlimit, t0) -> Outcome | None:
     """`_quick_proof` through purify-arith: the tactic solver tracks no unsat cores, so the
@@ -1415,16 +1530,20 @@ def _vacuity(premises, rlimit, make) -> z3.CheckSatResult:
     premises (~4 ms each). The model found here is not remembered: kept among the few recent
     ones it pushed out those of the halo TMA conv's row segments, whose next checks then
     searched (3.45 -> 4.20 s, in-process A/B)."""
+    known = _known_answer(premises)
+    if known is not None:
+        return known
     if satisfied_by_recent_model(premises):
         return z3.sat
     v = _limit(z3.SimpleSolver(), min(rlimit, VACUITY_RLIMIT // 5))
     _assert_all(v, premises)
     res = v.check()
-    if res != z3.unknown:
-        return res
-    v = _limit(make(), min(rlimit, VACUITY_RLIMIT))
-    v.add(*premises)
-    return v.check()
+    if res == z3.unknown:
+        v = _limit(make(), min(rlimit, VACUITY_RLIMIT))
+        v.add(*premises)
+        res = v.check()
+    _record_answer(premises, res)
+    return res
 
 
 def _prove(premises, claims, rlimit, minimize, stats, minimize_rlimit, theory) -> Outcome:

@@ -131,3 +131,72 @@ def test_pinned_search_keeps_the_shared_premises_values():
     check.add(excluded)
     assert check.check() == z3.sat
     assert not solver._pinned_model_found([f >= 0], solver.default_rlimit())
+
+
+def _no_solver(monkeypatch):
+    """Make every solver construction fail: what follows is answered without a search."""
+    def refuse(*a, **kw):
+        raise AssertionError("a solver was made")
+    for name in ("SimpleSolver", "Solver", "SolverFor"):
+        monkeypatch.setattr(z3, name, refuse)
+
+
+def test_model_premises_take_the_models_values_and_are_not_evaluated(monkeypatch):
+    """h249: a query premise that is one of a recent model's own premises (same term) is not
+    evaluated, and the model's constants keep their values whatever the query's order; the
+    other premises are still evaluated at the point (checked, not trusted). Fails with the
+    old positional point (the reordered query below missed) or with the model's premises
+    trusted beyond their own constants' values."""
+    solver.clear_cache()
+    x, y, z = z3.Ints("vk_x vk_y vk_z")
+    s = z3.SimpleSolver()
+    prem = [x == 3, y == 7]
+    s.add(prem)
+    assert s.check() == z3.sat
+    solver._remember_model(prem, s.model())
+    _no_solver(monkeypatch)
+    # reordered, with a site premise first: by position y would take x's 3 (and z 3)
+    assert solver.satisfied_by_recent_model([z >= 0, y == 7, x == 3])
+    assert not solver._POINT_VALUES.get((y.get_id(), (7,))), "a model premise was evaluated"
+    assert solver.satisfied_by_recent_model([y == 7])              # a subset: nothing evaluated
+    assert len(solver._POINT_VALUES) == 1                         # (z >= 0 only)
+    # a premise that is not the model's is evaluated at the model's values: false there
+    assert not solver.satisfied_by_recent_model([x == 3, y == 8])
+    assert not solver.satisfied_by_recent_model([x == 3, x + y == 11])
+    assert not solver.satisfied_by_recent_model([y == 7, z > y, z < x])   # unsat
+    # the model's premises with the new one's constants fresh: the point gives z the value
+    # at its position (the model's third constant: none, so 0)
+    assert solver.satisfied_by_recent_model([x == 3, y == 7, z == 0])
+    assert not solver.satisfied_by_recent_model([x == 3, y == 7, z == 1])
+
+
+def test_decided_sets_answer_subsets_and_supersets(monkeypatch):
+    """h249 (`solver._known_answer`): a set the vacuity check found unsatisfiable makes every
+    set containing its premises unsatisfiable, one found satisfiable every set of some of its
+    premises satisfiable, without a solver; nothing else is answered (a set with a premise
+    more than a satisfiable one, or a part of an unsatisfiable one, is searched). Fails with
+    the table undone (a solver is made) or keyed unsoundly."""
+    solver.clear_cache()
+    x, y, z = z3.Ints("vd_x vd_y vd_z")
+    contra = [x >= 1, y >= x, y <= 0]
+    assert solver._vacuity(contra, 10**6, z3.Solver) == z3.unsat
+    sat = [x >= 1, y >= x, z == y * y]    # non-linear: no point of a kept model answers it
+    assert solver._vacuity(sat, 10**6, z3.Solver) == z3.sat
+    assert not solver._RECENT_MODELS   # (`_vacuity` keeps no model: the set table answers)
+    with monkeypatch.context() as mp:
+        _no_solver(mp)
+        assert solver._vacuity(contra + [z >= 0], 10**6, z3.Solver) == z3.unsat
+        assert solver._vacuity([y <= 0, z == 2] + contra, 10**6, z3.Solver) == z3.unsat
+        assert solver._vacuity(sat[1:], 10**6, z3.Solver) == z3.sat
+        assert solver._model_search(None, sat[::-1], 10**6) == z3.sat
+        assert solver._model_search(None, contra + [z == 1], 10**6) == z3.unsat
+        assert solver.premises_satisfiable([z == y * y, x >= 1])
+        assert solver._known_answer(contra[1:]) is None          # part of a contradiction
+        assert solver._known_answer(sat + [z <= 0]) is None      # more than a satisfiable set
+        assert solver._known_answer([x >= 1, y <= 0]) is None
+    # the unanswered ones still get the solver's answer
+    assert solver._vacuity(contra[1:], 10**6, z3.Solver) == z3.sat
+    assert solver._vacuity(sat + [z <= 0, x >= 2], 10**6, z3.Solver) == z3.unsat
+    solver.clear_cache()
+    assert solver._known_answer(contra + [z >= 0]) is None
+

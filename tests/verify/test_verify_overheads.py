@@ -102,8 +102,9 @@ def test_point_numerals_are_made_once_per_value():
     s.add(*premises, xs[0] == 2, xs[2] == 2)
     assert s.check() == z3.sat
     solver._remember_model(premises, s.model())
-    assert solver.satisfied_by_recent_model(premises)
-    # four constants, every one 2 at the point: one numeral, shared by the four premises
+    # (a premise first that the model's premises lack: every premise is evaluated, h249)
+    assert solver.satisfied_by_recent_model([xs[0] <= 100] + premises)
+    # four constants, every one 2 at the point: one numeral, shared by the five premises
     assert len(solver._NUMERALS) == 1
     assert [z3.simplify(t).as_long() for t in solver._NUMERALS.values()] == [2]
     # a premise the point falsifies answers nothing (the solver searches, as before)
