@@ -147,6 +147,34 @@ def test_conv_transpose3d_and_1d():
     assert y1.shape == ref1.shape and _rel(y1, ref1) < 1e-2
 
 
+@pytest.mark.parametrize("dims,stride,K,dtype,channels_last", [
+    (2, 2, 96, torch.bfloat16, False), (2, 2, 40, torch.bfloat16, True),
+    (2, (2, 3), 64, torch.float32, False), (3, (2, 1, 2), 32, torch.bfloat16, False),
+    (1, 4, 48, torch.bfloat16, False)])
+def test_conv_transpose_kernel_is_stride(dims, stride, K, dtype, channels_last):
+    """kernel == stride, no padding (UNet's 2x2 / 2 up-convolution): the one 1x1 convolution
+    with prod(stride) * K channels (`_patches`) and the interleave of its channel slices
+    (channels-last slices from the 16-bit pointwise route, NCHW ones from the fp32 split),
+    against float64."""
+    import torch.nn.functional as F
+
+    from argus.ops import conv_transpose1d, conv_transpose2d, conv_transpose3d
+
+    st = (stride,) * dims if isinstance(stride, int) else stride
+    x = _rand(2, 64, *((6, 10, 9)[:dims] if dims == 3 else (30, 31)[:dims]), dtype=dtype,
+              seed=30)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = _rand(64, K, *st, dtype=dtype, seed=31) / 8
+    b = _rand(K, dtype=dtype, seed=32)
+    ours = {1: conv_transpose1d, 2: conv_transpose2d, 3: conv_transpose3d}[dims]
+    theirs = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[dims]
+    for _ in range(2):                     # the second call: the derived weight and bias kept
+        y = ours(x, w, b, stride)
+        ref = theirs(x.double(), w.double(), b.double(), stride)
+        assert y.shape == ref.shape and _rel(y, ref) < 1e-2
+
+
 def test_custom_op_under_torch_compile():
     import torch.nn.functional as F
 
