@@ -215,7 +215,7 @@ def _unet_operands(row, device: str, seed: int):
         w = torch.empty(*wshape, dtype=torch.bfloat16, device="meta")
     else:
         x = torch.randn(N, C, H, W, device=device, generator=g).bfloat16()
-        fan_in = wshape[1] * 4 if len(row) != 10 else C * wshape[2] * wshape[3]
+        fan_in = C if len(row) != 10 else C * wshape[2] * wshape[3]   # inputs an output sums
         w = (torch.randn(*wshape, device=device, generator=g) / math.sqrt(fan_in)).bfloat16()
     x = x.to(memory_format=torch.channels_last)
     w = w.to(memory_format=torch.channels_last)
@@ -725,9 +725,9 @@ def variants(which: tuple[str, ...] = VARIANTS, layers: str = "resnet") -> None:
             y = conv_ops.convolve(x, w, None, st, pad, schedule=sched)
             err = _rel(y, ref)
             if err > 1e-2:
-                print(f"{name:14s} {label:32s} WRONG: max rel err {err:.1e}")
+                print(f"{name:24s} {label:32s} WRONG: max rel err {err:.1e}")
                 continue
-            print(f"{name:14s} {label:32s} bn {sched.bn} bw {sched.bw} stages {sched.stages} "
+            print(f"{name:24s} {label:32s} bn {sched.bn} bw {sched.bw} stages {sched.stages} "
                   f"cluster {sched.cluster_m} epilogue {sched.epilogue} bk {sched.bk} "
                   f"taps_per_slice {sched.taps_per_slice}", flush=True)
             fns[label] = _prepared(x, w, st, pad, sched)
@@ -749,7 +749,7 @@ def variants(which: tuple[str, ...] = VARIANTS, layers: str = "resnet") -> None:
                 try:
                     matmul(a, bt.T, c, schedule=gs)
                 except Exception as e:      # a schedule the GEMM refuses: say so, go on
-                    print(f"{name:14s} {label:32s} skipped: {str(e).splitlines()[0][:90]}")
+                    print(f"{name:24s} {label:32s} skipped: {str(e).splitlines()[0][:90]}")
                     continue
                 fns[label] = lambda gs=gs: matmul(a, bt.T, c, schedule=gs)
             fns["gemm cuBLAS"] = lambda: torch.matmul(a, bt.T)
@@ -760,7 +760,7 @@ def variants(which: tuple[str, ...] = VARIANTS, layers: str = "resnet") -> None:
         flops = 2 * ref.numel() * C * R * S
         ms_c = times[-1].median_ms
         for label, t in zip(fns, times):
-            print(f"{name:14s} {label:32s} {t.median_ms:8.4f} ms "
+            print(f"{name:24s} {label:32s} {t.median_ms:8.4f} ms "
                   f"({flops / (t.median_ms * 1e-3) / 1e12:6.1f} TF/s)  cudnn/this "
                   f"{ms_c / t.median_ms:5.2f}x", flush=True)
 
