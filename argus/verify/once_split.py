@@ -393,33 +393,65 @@ def generalize(prem: Sequence[z3.BoolRef], claims, instance: set[str],
     fresh: dict[int, tuple] = shared.setdefault("fresh", {})
     fact_of: dict[str, list[z3.BoolRef]] = shared.setdefault("facts", {})
     top: dict[tuple, tuple] = shared.setdefault("terms", {})
-    memo: dict[int, z3.ExprRef] = {}
+    memo: dict[int, z3.ExprRef | None] = {}
+    L = solver.raw()
+    get_id, kind_of = L.Z3_get_ast_id, L.Z3_get_ast_kind
+    nargs, arg = L.Z3_get_app_num_args, L.Z3_get_app_arg
+    decl_of, decl_kind = L.Z3_get_app_decl, L.Z3_get_decl_kind
+    wrap = z3.z3._to_expr_ref
+    divmod_ = (z3.Z3_OP_IDIV, z3.Z3_OP_MOD)
 
     def rewrite(t):
-        key = t.get_id()
-        if key in memo:
-            return memo[key]
-        out = t
-        if z3.is_app(t) and t.num_args() > 0:
-            k = t.decl().kind()
-            x, y = (t.arg(0), t.arg(1)) if t.num_args() == 2 else (None, None)
-            ly = lb.of(y) if y is not None else None
-            lx = lb.of(x) if x is not None else None
-            # only terms whose sign and range are known (else z3 keeps the term itself)
-            known = ly is not None and ly >= 1 and (k == z3.Z3_OP_MOD or
-                                                    (lx is not None and lx >= 0))
-            if k in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and not z3.is_int_value(y) and known and \
-                    consts(x) & instance and not consts(y) & instance:
-                hit = fresh.get(key)
-                if hit is None:
-                    v = z3.FreshInt("q" if k == z3.Z3_OP_IDIV else "r")
-                    hit = fresh[key] = (t, v)   # keeps t alive: its id is not reused
-                    fact_of[str(v)] = [v >= 0, v < y] if k == z3.Z3_OP_MOD else [v >= 0]
-                out = hit[1]
-            else:
-                out = t.decl()(*[rewrite(c) for c in t.children()])
-        memo[key] = out
-        return out
+        # post-order over t's DAG through the C API (`solver.raw`: the getters without the
+        # wrappers' error checks), each node once: memo[id] is its image, None where nothing
+        # below it changed (the node is kept, not rebuilt: z3's terms are hash-consed, so a
+        # node rebuilt from the same children is the node itself). Only a division or
+        # remainder by a non-numeral is wrapped and asked about (its bounds and constants);
+        # the images are those the wrapper walk (`decl()(*children)` at every node) made
+        ctx = t.ctx
+        ref = ctx.ref()
+        todo = [(t.as_ast(), False)]
+        while todo:
+            a, expanded = todo.pop()
+            i = get_id(ref, a)
+            if i in memo:
+                continue
+            n = nargs(ref, a) if kind_of(ref, a) == z3.Z3_APP_AST else 0
+            if n == 0:
+                memo[i] = None
+                continue
+            args = [arg(ref, a, j) for j in range(n)]
+            if not expanded:
+                k = decl_kind(ref, decl_of(ref, a))
+                if k in divmod_ and n == 2 and not z3.is_int_value(y := wrap(args[1], ctx)):
+                    x = wrap(args[0], ctx)
+                    ly, lx = lb.of(y), lb.of(x)
+                    # only terms whose sign and range are known (else z3 keeps the term)
+                    known = ly is not None and ly >= 1 and (k == z3.Z3_OP_MOD or
+                                                            (lx is not None and lx >= 0))
+                    if known and consts(x) & instance and not consts(y) & instance:
+                        hit = fresh.get(i)
+                        if hit is None:
+                            v = z3.FreshInt("q" if k == z3.Z3_OP_IDIV else "r")
+                            # keeps the term alive: its id is not reused
+                            hit = fresh[i] = (wrap(a, ctx), v)
+                            fact_of[str(v)] = [v >= 0, v < y] if k == z3.Z3_OP_MOD \
+                                else [v >= 0]
+                        memo[i] = hit[1]   # its operands are not walked
+                        continue
+                todo.append((a, True))
+                # operands first to last, as the recursive walk went (the fresh variables
+                # are made, and so numbered, in that order)
+                todo.extend((b, False) for b in reversed(args) if get_id(ref, b) not in memo)
+                continue
+            kids = [memo[get_id(ref, b)] for b in args]
+            if all(e is None for e in kids):
+                memo[i] = None
+                continue
+            new = [b if e is None else e.as_ast() for b, e in zip(args, kids)]
+            memo[i] = wrap(z3.Z3_update_term(ref, a, n, (z3.Ast * n)(*new)), ctx)
+        out = memo[get_id(ref, t.as_ast())]
+        return t if out is None else out
 
     def remembered(t):
         cs = consts(t)

@@ -91,29 +91,36 @@ class _Premises:
         self.premises = premises
 
 
-def _raster(premises, F, extra=None):
-    """A walked unit u in [0, 2 * F) read as u / F and u % F (plus `extra` in dim 0)."""
+def _raster(premises, F, extra=None, bound=None):
+    """A walked unit u in [0, 2 * F) (or [0, bound(F))) read as u / F and u % F (plus
+    `extra` in dim 0)."""
     u = z3.Int("ds_u")
-    own = [u >= 0, u < 2 * F]
+    own = [u >= 0, u < (bound(F) if bound else 2 * F)]
     moving = [(0, 128 * (u / F) + (extra(u) if extra else 0), 128), (1, 64 * (u % F), 64)]
     return _Premises(premises), [u], own, moving, {"u": u}
 
 
-def _split(premises, F, extra=None):
-    model, parts, own, moving, unit_term = _raster(premises, F, extra)
+def _split(premises, F, extra=None, bound=None):
+    model, parts, own, moving, unit_term = _raster(premises, F, extra, bound)
     out = check_stores._digit_split(model, parts, own, moving, unit_term)
     return parts, out
 
 
 def test_digit_split_needs_a_divisor_at_least_one():
-    """The split is exact only where F >= 1 at every instance: with F == 0 allowed the pair's
-    range 0 <= r < F is empty and would hide the units of those instances."""
+    """The split is exact where F >= 1 at every instance: with F == 0 allowed the pair's
+    range 0 <= r < F is empty and would hide the units of those instances, unless the units'
+    own range 0 <= u < F * K is empty there too (`_empty_at_zero`, h248: then F >= 0 is
+    enough; a range that is not a multiple of F, or F without a bound >= 0, is not split)."""
     N, P = z3.Ints("ds_N ds_P")
     tiles = (N + 255) / 256
-    for premises, F, split in (([N >= 1], 8 * tiles, True), ([N >= 0], 8 * tiles, False),
-                               ([P >= 1], P, True), ([P >= 0], P, False), ([], P, False)):
-        parts, (new_parts, _, moving, _) = _split(premises, F)
-        assert (len(new_parts) == 2) == split, (premises, F)
+    for premises, F, split, bound in (
+            ([N >= 1], 8 * tiles, True, None), ([N >= 0], 8 * tiles, False, 1),
+            ([N >= 0], 8 * tiles, True, None),
+            ([P >= 1], P, True, None), ([P >= 0], P, False, 1), ([P >= 0], P, True, None),
+            ([], P, False, None), ([], P, False, 1)):
+        extra_bound = None if bound is None else (lambda F, b=bound: 2 * F + b)
+        parts, (new_parts, _, moving, _) = _split(premises, F, bound=extra_bound)
+        assert (len(new_parts) == 2) == split, (premises, F, bound)
         if not split:
             assert new_parts == parts
         else:
