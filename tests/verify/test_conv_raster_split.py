@@ -17,7 +17,8 @@ import z3
 
 from argus import verify
 from argus.compiler import lower_only
-from argus.verify import check_stores, obligation, once_split
+from argus.verify import check_stores, once_split
+from tests.verify.test_tile_digit_split import spy_tile_obligations
 
 
 @pytest.fixture(autouse=True)
@@ -34,14 +35,7 @@ def _rowbox_tma():
 
 
 def test_the_rowbox_conv_unit_is_split_into_digits(monkeypatch):
-    seen = []
-    run = obligation.run
-
-    def spy(ob, *a, **k):
-        if ob.code == "store.coverage" and ob.subject.startswith("tiles of "):
-            seen.append(ob)
-        return run(ob, *a, **k)
-    monkeypatch.setattr(obligation, "run", spy)
+    seen = spy_tile_obligations(monkeypatch)
     report = verify.run(_rowbox_tma())
     assert not [f for f in report.findings if f.status != "proven"]
     tiles = [ob for ob in seen if ob.subject.endswith("each once")]

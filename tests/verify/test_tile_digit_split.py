@@ -24,8 +24,8 @@ def _budget(monkeypatch):
     monkeypatch.setenv("ARGUS_VERIFY_TIMEOUT_MS", "20000")
 
 
-def _tile_queries(monkeypatch, kernel):
-    """verify.check of `kernel`, with the tile obligations of store.coverage it ran."""
+def spy_tile_obligations(monkeypatch) -> list:
+    """The list the tile obligations of store.coverage run from now on are appended to."""
     seen = []
     run = obligation.run
 
@@ -34,6 +34,12 @@ def _tile_queries(monkeypatch, kernel):
             seen.append(ob)
         return run(ob, *a, **k)
     monkeypatch.setattr(obligation, "run", spy)
+    return seen
+
+
+def _tile_queries(monkeypatch, kernel):
+    """verify.check of `kernel`, with the tile obligations of store.coverage it ran."""
+    seen = spy_tile_obligations(monkeypatch)
     return verify.check(kernel), seen
 
 
