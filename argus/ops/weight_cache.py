@@ -19,6 +19,8 @@ owner's earlier ones of the same `what` (their memory back at once). Not seen: a
 - The store is bounded by bytes per device (a quarter of the GPU's memory; 8 GB off a GPU),
   least recently used first, not by entries: a model with more weights than a count bound,
   called layer after layer, would evict each weight's entry before its next use and never hit.
+- While torch.compile traces, nothing is looked up or kept: the tensors are fakes (no data
+  pointer) and the derivation belongs in the traced graph.
 - While a CUDA graph is captured on the current stream nothing is used or kept: a hit would
   capture a read of the kept tensor, so a replay after an in-place update of the weight would
   compute with the old one (a graph reads the weight's current memory, the derivation
@@ -88,6 +90,10 @@ class DerivedCache:
         not kept by this cache."""
         import torch
 
+        if torch.compiler.is_compiling():
+            # a traced call's tensors are fakes (no storage, no data pointer): the derivation
+            # is traced into the graph instead of looked up
+            return None
         owner = t if t._base is None else t._base
         if self.parameters_only and not isinstance(owner, torch.nn.Parameter):
             return None

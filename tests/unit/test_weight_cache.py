@@ -110,3 +110,18 @@ def test_parameters_only_and_gpu_only():
     params.put(t, "x", t)
     gpu.put(t, "x", t)
     assert len(params) == 0 and len(gpu) == 0
+
+
+def test_nothing_is_used_or_kept_while_torch_compile_traces(cache, monkeypatch):
+    """Under tracing the tensors are fakes without a data pointer: the cache must not read it
+    (nor hand back a tensor made outside the trace)."""
+    w = torch.randn(4, 8)
+    kept = cache.get_or_make(w, "x", lambda: w * 2)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "data_ptr",
+                        lambda self: pytest.fail("data_ptr read while tracing"))
+    assert cache.get(w, "x") is None
+    made = cache.get_or_make(w, "y", lambda: w * 3)
+    assert made is not kept and torch.equal(made, w * 3)
+    monkeypatch.undo()
+    assert len(cache) == 1 and cache.get(w, "x") is kept
