@@ -25,12 +25,15 @@ def test_swizzled_store_round_trips_through_a_tma_store():
 
 
 def test_wgmma_reads_a_gathered_swizzled_operand():
-    from tests.unit.test_store_shared_swizzled import _shifted, shifted_mm
+    # gathered_mm (fddc09b renamed shifted_mm and made it gather X[m, k] itself, which the
+    # verifier holds to the GEMM contract): A and W gathered into swizzled shared memory
+    # before the roles, multiplied by the role's wgmma
+    from tests.unit.test_store_shared_swizzled import gathered_mm
 
-    x = torch.randn(200, 80, device="cuda").to(torch.bfloat16)
+    x = torch.randn(200, 64, device="cuda").to(torch.bfloat16)
     w = torch.randn(64, 64, device="cuda").to(torch.bfloat16)
     y = torch.zeros(200, 64, device="cuda")
-    shifted_mm.compile()(x, w, y)
+    gathered_mm.compile()(x, w, y)
     torch.cuda.synchronize()
-    ref = _shifted(x.cpu(), 200).double() @ w.cpu().double().T
+    ref = x.cpu().double() @ w.cpu().double().T
     assert ((y.cpu().double() - ref).norm() / ref.norm()).item() < 1e-5
