@@ -42,7 +42,7 @@ run_step() {  # name, seconds, command...
 }
 for s in "${steps[@]}"; do
   case $s in
-    tests) run_step tests 240 python3 -m pytest -q -m "gpu and not slow" -n 8 tests/gpu -p no:cacheprovider --durations=8 -rf ;;
+    tests) run_step tests 330 python3 -m pytest -q -m "gpu and not slow" -n 8 tests/gpu -p no:cacheprovider --durations=8 -rf ;;
     quick) run_step quick 240 python3 -m pytest -q -m "gpu and not slow" -n 8 -p no:cacheprovider --durations=5 -rf ;;
     kb) mkdir -p "$OUT/solve"; [ -n "${KB_RESUME:-}" ] && cp "$KB_RESUME/results.jsonl" "$OUT/solve/"
         run_step kb $(( ${KB_BUDGET:-240} + 70 )) bash scripts/gpu_kernelbench_solve.sh "${KB_BUDGET:-240}" 1,2 ;;

@@ -335,7 +335,13 @@ def _schedule_for(x, weight, stride, padding, dilation, groups, *,
     strided_box = (sh, sw) != (1, 1)
     box = (dims, groups) == (2, 1) and rowbox is not False and (
         not strided_box or strided_rowbox and strided_rowbox_fits(sh, sw, 128 // bw, bw))
-    cluster = 1 if box and strided_box else 2
+    # rowbox layers without the 2x1 weight-multicast cluster, strided or not: measured, the
+    # strided ones 4-11% faster without it (H200, docs/perf/conv.md "Strided rowbox"), the
+    # stride-1 ResNet c2-c4 within 2% either way at batch 32 (H200, "rowbox on the H200"),
+    # the UNet 3x3 layers at batch 8 0-8% faster without it in 7 of 7 (H100, stop 50:
+    # "UNet-like layers, second run"): one weight tile a CTA costs less than the
+    # cluster's pairing and multicast barrier on these short K loops
+    cluster = 1 if box else 2
     nchw_epi = nchw_epilogue or NCHW_EPILOGUE
     if precision == "tf32":
         bn = tf32_bn(Kg)

@@ -17,7 +17,7 @@ FAMILY = get_family("conv")
 C = importlib.import_module("argus.ops.conv")
 
 C5 = conv_task(32, 512, 7, 7, 512, 3, 3, padding=1)                 # small image: bm 64
-C4 = conv_task(32, 256, 14, 14, 256, 3, 3, padding=1)               # bm 128, 2x1 cluster
+C4 = conv_task(32, 256, 14, 14, 256, 3, 3, padding=1)               # bm 128, rowbox, no cluster
 STRIDED = conv_task(32, 128, 28, 28, 128, 3, 3, stride=2, padding=1)  # strided rowbox
 FEW = conv_task(2, 16, 7, 7, 24, 3, 3, padding=1)                   # packed taps
 GROUPED = conv_task(2, 16, 9, 10, 32, 3, 3, stride=2, padding=1, groups=2)  # no rowbox
@@ -50,7 +50,9 @@ def test_the_start_follows_the_layer():
     """Not one schedule for all: the small-image rule, the cluster, packed taps, rowbox."""
     picks = {i: FAMILY.default_params(t) for i, t in zip(IDS, LAYERS)}
     assert (picks["c5"]["bm"], picks["c4"]["bm"]) == (64, 128)
-    assert (picks["c4"]["cluster_m"], picks["strided"]["cluster_m"]) == (2, 1)
+    # rowbox layers run without the cluster (stride 1 too, since stop 50); per-row boxes keep it
+    assert (picks["c4"]["cluster_m"], picks["strided"]["cluster_m"],
+            picks["grouped_strided"]["cluster_m"]) == (1, 1, 2)
     assert picks["few_channels"]["taps_per_slice"] > 1 and picks["c4"]["taps_per_slice"] == 1
     assert picks["c4"]["rowbox"] and not picks["grouped_strided"]["rowbox"]
     s = schedule(FEW, picks["few_channels"])
