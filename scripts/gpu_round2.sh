@@ -21,6 +21,7 @@
 #        prefillab (prefill variants with the diet, op and kernel alone), attnhost (the op's host time)
 #        abcheck (decode, prefill, unaligned GEMM: run from two trees' roots for an A/B)
 #        unet49 unetvar49 (stop 49's: the UNet table after the up-convolution route, its variants)
+#        unetvar50 (stop 50's: tma epilogue, 2 CTAs an SM, the RGB layer's routes)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -78,6 +79,9 @@ for s in "${steps[@]}"; do
     unet49) run_step unet49 90 env ARGUS_VERIFY=0 python3 -u scripts/gpu_conv_bench.py --unet ;;
     unetvar49) run_step unetvar49 240 env ARGUS_VERIFY=0 python3 -u scripts/gpu_conv_bench.py \
         --unet --variants default,norowbox,taps,rowbox-nocluster,gemm ;;
+    # stop 50's: the large-image rows' epilogue / occupancy neighbours, the RGB layer's routes
+    unetvar50) run_step unetvar50 200 env ARGUS_VERIFY=0 python3 -u scripts/gpu_conv_bench.py \
+        --unet --variants default,rowbox,tma-epilogue,2sm,bm64-2sm,op ;;
     convcases) run_step convcases 90 python3 -u scripts/gpu_conv_bench.py --cases depthwise,pointwise ;;
     fp8smem) run_step fp8smem 90 env ARGUS_FP8_SMEM_DEVICE=1 python3 -m pytest -q -p no:xdist -p no:cacheprovider -m gpu tests/gpu/test_fp8_smem_scales_gpu.py -rf ;;
     # owed by the 2026-12-03 21:07 session (stop 34: no device time then): built and tested on
