@@ -706,7 +706,7 @@ def variants(which: tuple[str, ...] = VARIANTS, layers: str = "resnet") -> None:
                     "previous", dataclasses.replace(per_row, cluster_m=1, stages=4)),
                 "rowbox=False (per-row boxes)": ("norowbox", per_row)}
         if rowbox.rowbox:
-            rows["rowbox + cluster"] = ("rowbox", rowbox)
+            rows["rowbox + cluster"] = ("rowbox", dataclasses.replace(rowbox, cluster_m=2))
             rows["rowbox, no cluster"] = ("rowbox-nocluster",
                                           dataclasses.replace(rowbox, cluster_m=1))
         # packed taps (ConvSchedule.taps_per_slice=2: 2 taps of 64 channels a K step
